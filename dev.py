@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""The dev loop: one file, standard library only, so a fresh machine needs just Python.
+
+    python3 dev.py demo        # set up .venv with the core and every plugin, run the demo
+    python3 dev.py test        # set up, then run every distribution's tests
+    python3 dev.py test -k x   # extra arguments go to pytest
+    python3 dev.py isolated    # each plugin's tests, installed alone with the core
+    python3 dev.py bench       # the benchmarks in bench/
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = Path(os.environ.get("WB_VENV", ROOT / ".venv"))
+PLUGINS = sorted(p for p in (ROOT / "plugins").iterdir() if (p / "pyproject.toml").is_file())
+
+
+def _bin(env: Path, name: str) -> str:
+    return str(env / ("Scripts" if os.name == "nt" else "bin") / name)
+
+
+def _stamp() -> str:
+    h = hashlib.sha256()
+    for p in [ROOT / "pyproject.toml", *(p / "pyproject.toml" for p in PLUGINS)]:
+        h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def ensure_venv(env: Path = VENV, dists: list[Path] | None = None, tag: str = "all") -> None:
+    dists = PLUGINS if dists is None else dists
+    stamp_file = env / f".wb-stamp-{tag}"
+    stamp = _stamp()
+    if stamp_file.exists() and stamp_file.read_text() == stamp:
+        return
+    if not (env / "bin" / "python").exists():
+        print(f"dev: creating {env}", flush=True)
+        venv.EnvBuilder(with_pip=True, clear=False).create(env)
+    args = [_bin(env, "python"), "-m", "pip", "install", "--disable-pip-version-check", "-q", "-e", f"{ROOT}[test]"]
+    for d in dists:
+        args += ["-e", f"{d}[test]"]
+    print("dev: installing the core and " + (", ".join(d.name for d in dists) or "no plugins"), flush=True)
+    subprocess.run(args, check=True)
+    stamp_file.write_text(stamp)
+
+
+def run(cmd: list[str], **kw: object) -> int:
+    env = dict(os.environ)
+    env.setdefault("WB_HOME", str(ROOT / ".wb-home"))
+    return subprocess.call(cmd, env=env, **kw)  # type: ignore[arg-type]
+
+
+def main(argv: list[str]) -> int:
+    what = argv[0] if argv else "demo"
+    rest = argv[1:]
+    if what == "setup":
+        ensure_venv()
+        return 0
+    if what == "demo":
+        ensure_venv()
+        return run([_bin(VENV, "wbx"), "demo", *rest], cwd=ROOT)
+    if what == "test":
+        ensure_venv()
+        tests = ["tests", *(str(p / "tests") for p in PLUGINS if (p / "tests").is_dir())]
+        return run([_bin(VENV, "python"), "-m", "pytest", *tests, *rest], cwd=ROOT)
+    if what == "isolated":
+        worst = 0
+        for plugin in PLUGINS:
+            env = ROOT / ".venvs" / plugin.name
+            ensure_venv(env, [plugin], tag=plugin.name)
+            print(f"dev: {plugin.name} alone with the core", flush=True)
+            code = run([_bin(env, "python"), "-m", "pytest", str(plugin / "tests"), "-p", "no:cacheprovider", *rest], cwd=plugin)
+            worst = worst or (0 if code in (0, 5) else code)
+        return worst
+    if what == "bench":
+        ensure_venv()
+        return run([_bin(VENV, "python"), str(ROOT / "bench" / "run.py"), *rest], cwd=ROOT)
+    print(__doc__)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,1 @@
+"""wb-federation: the federation shape (REST/JSON sources queried as tables)."""

@@ -1,0 +1,1 @@
+"""wb-process: the build sandbox, the os_process tier, and the posix and task shapes."""

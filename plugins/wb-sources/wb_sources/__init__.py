@@ -1,0 +1,1 @@
+"""wb-sources: the BUILD_SRC prefixes."""

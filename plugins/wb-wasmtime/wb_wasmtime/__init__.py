@@ -1,0 +1,1 @@
+"""wb-wasmtime: the command, kernel and component shapes on wasmtime, in-process."""

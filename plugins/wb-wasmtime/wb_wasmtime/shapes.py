@@ -1,0 +1,85 @@
+"""The shapes this plugin serves, with their verify contracts (seed 000)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from wbcore import sources
+from wbcore.errors import WbError
+from wbcore.records import Check, ExecShape, VerifyContext
+
+
+def _buildable(ctx: VerifyContext) -> Check | None:
+    m = ctx.toolkit.manifest
+    if not m.build_src:
+        return None
+    try:
+        spec = sources.parse(m.build_src, ctx.runtime.prefixes)
+    except WbError as exc:
+        return Check(False, "exec", exc.message)
+    lane = m.build_lang
+    if spec.prefix.name in ("wasm:", "archive:"):
+        return Check(True, "exec", f"not yet fetched; prebuilt from {spec.text}")
+    if not lane:
+        return Check(False, "exec", f"BUILD_SRC {spec.text} needs #+BUILD_LANG")
+    if lane not in ctx.runtime.lanes:
+        return Check(False, "exec", f"not yet built, and {lane!r} is not an installed lane; known: {', '.join(ctx.runtime.lanes.names()) or 'none'}")
+    return Check(True, "exec", f"not yet built; buildable from {spec.text} (lane {lane}): wbx toolkit build {m.id}")
+
+
+def verify_command(ctx: VerifyContext) -> Iterator[Check]:
+    m = ctx.toolkit.manifest
+    if not m.cli_bin:
+        yield Check(False, "exec", "command toolkits need #+CLI_BIN (the registered command name)")
+        return
+    entry = ctx.runtime.registry.lookup("command", m.cli_bin)
+    if entry is not None:
+        yield Check(True, "exec", f"command {m.cli_bin!r} registered (artifact {entry.sha256[:12]}…)")
+        return
+    buildable = _buildable(ctx)
+    if buildable is None:
+        yield Check(False, "exec", f"command {m.cli_bin!r} not registered and no #+BUILD_SRC to build it from")
+    else:
+        yield buildable
+
+
+def kernel_name(ctx: VerifyContext) -> str:
+    m = ctx.toolkit.manifest
+    return m.cli_bin or m.id
+
+
+def verify_kernel(ctx: VerifyContext) -> Iterator[Check]:
+    name = kernel_name(ctx)
+    entry = ctx.runtime.registry.lookup("kernel", name)
+    if entry is not None:
+        yield Check(True, "exec", f"kernel {name!r} registered (artifact {entry.sha256[:12]}…)")
+        return
+    yield Check(False, "exec", f"kernel {name!r} not registered in the kernel registry (build it: wbx toolkit build {ctx.toolkit.id})")
+
+
+def verify_component(ctx: VerifyContext) -> Iterator[Check]:
+    m = ctx.toolkit.manifest
+    world = m.extra("WIT") or "engine.wit"
+    yield Check(True, "exec", f"component (WIT world {world}); structural check only")
+
+
+def shapes() -> Iterator[ExecShape]:
+    yield ExecShape(
+        name="command",
+        summary="argv + stdin → stdout + exit: a CLI compiled to a WASI module",
+        verify=verify_command,
+        default_tier="instance",
+        registers_commands=True,
+    )
+    yield ExecShape(
+        name="kernel",
+        summary="bytes → bytes, instantiated once and called in a hot loop",
+        verify=verify_kernel,
+        default_tier="instance",
+    )
+    yield ExecShape(
+        name="component",
+        summary="WIT-typed component called in-process",
+        verify=verify_component,
+        default_tier="instance",
+    )

@@ -1,0 +1,84 @@
+"""The build seam: what a source prefix hands a lane, and what a lane hands back.
+
+A :class:`SourceRequest` goes to a ``SourcePrefix`` driver, which returns a
+:class:`ResolvedSource` (a read-only source folder, or a prebuilt ``.wasm``). A
+:class:`BuildRequest` goes to a ``BuildLane`` driver, which returns a
+:class:`BuildOutput`. The content digest of the source is part of the build-cache key
+``(lane, lane version, source digest, flags)``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from wbcore.manifest import Manifest
+
+
+@dataclass(frozen=True, slots=True)
+class SourceRequest:
+    manifest: Manifest
+    rest: str  # the spec after its prefix
+    workdir: Path  # a fresh folder the driver may write into
+    home: Path
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedSource:
+    """Either ``dir`` (source to compile) or ``artifact`` (a prebuilt, checked module)."""
+
+    digest: str
+    dir: Path | None = None
+    artifact: Path | None = None
+    entry: str | None = None  # a sub-path inside ``dir`` the lane should build
+    preopen: Path | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BuildRequest:
+    manifest: Manifest
+    source: ResolvedSource
+    outdir: Path
+    flags: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class BuildOutput:
+    artifact: Path
+    log: str = ""
+
+
+def tree_digest(root: Path, *, max_files: int = 20000, max_bytes: int = 512 << 20) -> str:
+    """sha256 over (relative path, mode bit x, content) of every regular file, sorted.
+
+    Symlinks are recorded by target text, never followed, so a link cannot pull
+    outside content into a digest.
+    """
+    h = hashlib.sha256()
+    files = 0
+    total = 0
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        dirnames[:] = sorted(d for d in dirnames if d not in (".git", "__pycache__"))
+        for name in sorted(filenames):
+            path = Path(dirpath) / name
+            rel = path.relative_to(root).as_posix()
+            files += 1
+            if files > max_files:
+                raise ValueError(f"{root}: more than {max_files} files")
+            if path.is_symlink():
+                h.update(b"L" + rel.encode() + b"\0" + os.readlink(path).encode() + b"\0")
+                continue
+            st = path.stat()
+            total += st.st_size
+            if total > max_bytes:
+                raise ValueError(f"{root}: more than {max_bytes} bytes")
+            h.update(b"F" + rel.encode() + b"\0" + (b"x" if st.st_mode & 0o111 else b"-"))
+            with path.open("rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(chunk)
+            h.update(b"\0")
+    return h.hexdigest()

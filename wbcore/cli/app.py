@@ -1,0 +1,129 @@
+"""Build the ``wbx`` Typer app and run it with wbcore's error and exit-code rules.
+
+The app is built by a function (no import-time state), so tests build one per runtime.
+Expected failures (:class:`WbError`) become one stderr line and the exit code of their
+kind; anything else is an internal error whose traceback shows only with ``--debug``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import typer
+
+from wbcore import __version__
+from wbcore.errors import EXIT_CODES, ErrorKind, PluginError, WbError
+
+#: Names plugins may not take: the core's own commands, present and planned.
+BUILTIN_COMMANDS = frozenset(
+    {
+        "toolkit", "plugins", "lanes", "tiers", "shapes", "run", "kernel", "call", "mcp",
+        "identity", "audit", "agent", "demo", "version", "help",
+    }
+)
+
+
+class Registrar:
+    """The ``add`` handed to ``wbcore_cli_commands``: refuses built-in and taken names."""
+
+    def __init__(self, app: typer.Typer) -> None:
+        self.app = app
+        self.owners: dict[str, str] = {}
+        self.current = ""
+
+    def __call__(self, name: str, command: typer.Typer | Callable[..., Any], help: str | None = None) -> None:
+        if name in BUILTIN_COMMANDS:
+            raise PluginError(f"plugin {self.current} may not register built-in command {name!r}")
+        if name in self.owners:
+            raise PluginError(
+                f"command {name!r} registered by both {self.owners[name]} and {self.current}"
+            )
+        self.owners[name] = self.current
+        if isinstance(command, typer.Typer):
+            self.app.add_typer(command, name=name, help=help)
+        else:
+            self.app.command(name=name, help=help)(command)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"wbx (wbcore) {__version__}")
+        raise typer.Exit()
+
+
+def build_app(runtime: Any = None) -> typer.Typer:
+    """Build the CLI over ``runtime`` (opened from the environment if ``None``)."""
+    from wbcore.cli import demo, listing, toolkit
+    from wbcore.runtime import Runtime
+
+    if runtime is None:
+        selected = [p.strip() for p in os.environ.get("WB_PLUGINS", "").split(",") if p.strip()]
+        runtime = Runtime.open(plugins=selected or None)
+
+    app = typer.Typer(
+        name="wbx",
+        help="Discover, verify, build, sign and run toolkits as sandboxed WebAssembly.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        rich_markup_mode=None,
+    )
+
+    @app.callback()
+    def _root(
+        version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version and exit."),
+        debug: bool = typer.Option(False, "--debug", help="Show tracebacks for internal errors."),
+    ) -> None:
+        """wbx: toolkits as sandboxed WebAssembly."""
+
+    app.add_typer(toolkit.build(runtime), name="toolkit", help="List, show, search and verify toolkits.")
+    listing.register(app, runtime)
+    demo.register(app, runtime)
+
+    registrar = Registrar(app)
+    for impl in runtime.pm.hook.wbcore_cli_commands.get_hookimpls():
+        registrar.current = impl.plugin_name
+        impl.function(add=registrar)
+    return app
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args
+    try:
+        app = build_app()
+        rv = app(args=args, prog_name="wbx", standalone_mode=False)
+    except typer.Exit as exc:
+        return int(exc.exit_code or 0)
+    except typer.Abort:
+        print("wbx: aborted", file=sys.stderr)
+        return 130
+    except typer.TyperException as exc:  # usage errors: typer prints them with the usage line
+        show = getattr(exc, "show", None)
+        if callable(show):
+            show()
+        else:
+            print(f"wbx: {exc.format_message()}", file=sys.stderr)
+        return EXIT_CODES[ErrorKind.INVALID_ARGS] if exc.exit_code == 2 else int(exc.exit_code)
+    except WbError as exc:
+        if debug:
+            traceback.print_exc()
+        print(f"wbx: {exc.kind.value}: {exc.message}", file=sys.stderr)
+        return exc.exit_code
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:  # the last line of defence: one line, traceback on --debug
+        if debug:
+            traceback.print_exc()
+        print(f"wbx: internal: {type(exc).__name__}: {exc} (run with --debug for the traceback)", file=sys.stderr)
+        return EXIT_CODES[ErrorKind.INTERNAL]
+    return rv if isinstance(rv, int) else 0
+
+
+def run() -> None:
+    """Console-script entry point."""
+    sys.exit(main())

@@ -1,0 +1,115 @@
+"""Find toolkits on disk (seed 000 "Discovery", seed 001 "Toolkit search path").
+
+Roots, in order: ``$WB_TOOLKITS_ROOT`` (only if it names an existing directory), else
+the first of ``./toolkits`` and ``../toolkits`` that exists; then the user root
+``$WB_HOME/toolkits``; then every entry of ``WB_TOOLKIT_PATH`` (colon-separated).
+A toolkit id found in two roots resolves to the first; the later copy is recorded as
+shadowed. A malformed manifest is an error entry; discovery of the others continues.
+Roots are unauthenticated, writable input: reading is open, execution is gated.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from wbcore import manifest as _manifest
+from wbcore.errors import ManifestError, NotFound, unknown_name
+from wbcore.toolkit import Toolkit
+
+MANIFEST = "manifest.org"
+
+
+def default_home(env: Mapping[str, str]) -> Path:
+    return Path(env.get("WB_HOME") or Path.home() / ".workbooks").expanduser()
+
+
+def roots(env: Mapping[str, str], cwd: Path, home: Path) -> list[Path]:
+    """The search path, first match wins. Non-existent entries are dropped."""
+    found: list[Path] = []
+    pinned = env.get("WB_TOOLKITS_ROOT")
+    if pinned and Path(pinned).is_dir():
+        found.append(Path(pinned))
+    else:
+        for candidate in (cwd / "toolkits", cwd.parent / "toolkits"):
+            if candidate.is_dir():
+                found.append(candidate)
+                break
+    found.append(home / "toolkits")
+    for entry in (env.get("WB_TOOLKIT_PATH") or "").split(os.pathsep):
+        if entry:
+            found.append(Path(entry).expanduser())
+    unique: list[Path] = []
+    seen: set[str] = set()
+    for root in found:
+        if not root.is_dir():
+            continue
+        key = os.path.realpath(root)
+        if key not in seen:
+            seen.add(key)
+            unique.append(root)
+    return unique
+
+
+@dataclass
+class Discovery:
+    """Everything found: toolkits by id (search-path order) and per-file errors."""
+
+    roots: list[Path]
+    toolkits: dict[str, Toolkit] = field(default_factory=dict)
+    errors: list[ManifestError] = field(default_factory=list)
+
+    def get(self, ident: str) -> Toolkit:
+        if ident in self.toolkits:
+            return self.toolkits[ident]
+        for err in self.errors:
+            if err.path.parent.name == ident:
+                raise err
+        raise NotFound(unknown_name("toolkit", ident, list(self.toolkits)))
+
+    def error_for(self, ident: str) -> ManifestError | None:
+        return next((e for e in self.errors if e.path.parent.name == ident), None)
+
+
+def discover_root(root: Path) -> tuple[list[Toolkit], list[ManifestError]]:
+    toolkits: list[Toolkit] = []
+    errors: list[ManifestError] = []
+    try:
+        entries = sorted(os.scandir(root), key=lambda e: e.name)
+    except OSError:
+        return toolkits, errors
+    for entry in entries:
+        if entry.name.startswith(".") or not entry.is_dir():
+            continue
+        path = Path(entry.path) / MANIFEST
+        if not path.is_file():
+            continue
+        try:
+            m = _manifest.load(path)
+        except ManifestError as exc:
+            errors.append(exc)
+            continue
+        if m.format == "manifest" and m.id != entry.name:
+            errors.append(
+                ManifestError(path, m.lines.get("TOOLKIT", 1), "TOOLKIT",
+                              f"{m.id!r} must equal the directory name {entry.name!r}")
+            )
+            continue
+        toolkits.append(Toolkit(manifest=m, root=root))
+    return toolkits, errors
+
+
+def discover(search: list[Path]) -> Discovery:
+    result = Discovery(roots=list(search))
+    for root in search:
+        found, errors = discover_root(root)
+        result.errors.extend(errors)
+        for tk in found:
+            first = result.toolkits.get(tk.id)
+            if first is None:
+                result.toolkits[tk.id] = tk
+            else:
+                result.toolkits[tk.id] = Toolkit(first.manifest, first.root, first.shadows + (tk.dir,))
+    return result

@@ -1,0 +1,169 @@
+"""The wbcore plugin contract: the only place hooks are declared.
+
+Project name, entry-point group and hook prefix agree: ``wbcore``, ``wbcore.plugins``,
+``wbcore_*``. A plugin is any object (usually a module) with ``@hookimpl`` functions,
+exposed through an entry point::
+
+    [project.entry-points."wbcore.plugins"]
+    my-plugin = "my_package.plugin"
+
+Registry hooks yield typed frozen records (:mod:`wbcore.records`) with a user-facing
+``name``; the core collects them, refuses two providers of one name (naming both
+distributions), and never lets plugins see each other. Heavy imports belong in a
+record's factory, never at plugin import time.
+
+All hooks are called with keyword arguments only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    from wbcore.records import (
+        Broker,
+        BuildLane,
+        Check,
+        ExecShape,
+        FederationSource,
+        IsolationTier,
+        SourcePrefix,
+    )
+    from wbcore.runtime import CallRecord, Runtime
+    from wbcore.toolkit import Toolkit
+
+PROJECT = "wbcore"
+ENTRY_POINT_GROUP = "wbcore.plugins"
+
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+#: ``add(name, command, help=...)``: the registrar handed to ``wbcore_cli_commands``.
+#: ``command`` is a ``typer.Typer`` (a command group) or a plain function.
+CliRegistrar = Callable[..., None]
+
+
+# --- registry hooks: one per capability kind ---------------------------------------
+
+
+@hookspec
+def wbcore_exec_shapes() -> Iterable[ExecShape]:
+    """Called once per runtime, when a shape is first needed (verify, build, run).
+
+    Returns the ``#+EXEC`` shapes this plugin serves. Each shape's ``verify`` yields
+    its contract checks; its ``runner`` factory imports the engine lazily::
+
+        @hookimpl
+        def wbcore_exec_shapes():
+            yield ExecShape(name="wasi-http", summary="...", verify=_verify)
+    """
+
+
+@hookspec
+def wbcore_build_lanes() -> Iterable[BuildLane]:
+    """Called once per runtime, when a lane is first needed (build, ``wbx lanes``).
+
+    Returns the ``#+BUILD_LANG`` lanes this plugin serves, each with an honest
+    ``where`` label and an ``available()`` probe that says why not::
+
+        @hookimpl
+        def wbcore_build_lanes():
+            yield BuildLane(name="c", summary="C via zig cc", where="...", factory=_driver)
+    """
+
+
+@hookspec
+def wbcore_source_prefixes() -> Iterable[SourcePrefix]:
+    """Called once per runtime, when a ``#+BUILD_SRC`` is parsed or resolved.
+
+    Returns the source prefixes this plugin serves (``name`` includes the separator:
+    ``"path:"``, ``"git+"``)::
+
+        @hookimpl
+        def wbcore_source_prefixes():
+            yield SourcePrefix(name="hg+", summary="Mercurial, pinned", factory=_driver)
+    """
+
+
+@hookspec
+def wbcore_brokers() -> Iterable[Broker]:
+    """Called once per runtime, when a guest is linked with its granted caps.
+
+    Returns the brokers this plugin serves; ``name`` is the ``#+CAPS`` word::
+
+        @hookimpl
+        def wbcore_brokers():
+            yield Broker(name="kv", summary="durable per-tenant K/V", factory=_driver)
+    """
+
+
+@hookspec
+def wbcore_isolation_tiers() -> Iterable[IsolationTier]:
+    """Called once per runtime, when a tier is resolved for a call.
+
+    Returns isolation tiers; ``rung`` orders the ladder (instance=0 ... node)::
+
+        @hookimpl
+        def wbcore_isolation_tiers():
+            yield IsolationTier(name="container", summary="bwrap", rung=2, factory=_driver)
+    """
+
+
+@hookspec
+def wbcore_federation_sources() -> Iterable[FederationSource]:
+    """Called once per runtime, when a federation toolkit's source is resolved.
+
+    Returns data-source connectors for ``#+EXEC: federation``::
+
+        @hookimpl
+        def wbcore_federation_sources():
+            yield FederationSource(name="http-json", summary="REST/JSON", factory=_src)
+    """
+
+
+# --- surface and lifecycle hooks ---------------------------------------------------
+
+
+@hookspec
+def wbcore_cli_commands(add: CliRegistrar) -> None:
+    """Called when the ``wbx`` app is built. Register sub-commands with ``add``.
+
+    ``add`` refuses built-in command names (``toolkit``, ``plugins``, ``run``...)::
+
+        @hookimpl
+        def wbcore_cli_commands(add):
+            add("lanes", lanes_app, help="List build lanes")
+    """
+
+
+@hookspec
+def wbcore_verify_checks(toolkit: Toolkit, runtime: Runtime) -> Iterable[Check] | None:
+    """Called by ``verify`` after the core checks. Returns extra ✓/✗ lines::
+
+        @hookimpl
+        def wbcore_verify_checks(toolkit, runtime):
+            yield Check(ok=True, area="license", message="SPDX MIT")
+    """
+
+
+@hookspec
+def wbcore_call_started(call: CallRecord) -> None:
+    """Called before a command, kernel or component call runs (audit, telemetry)::
+
+        @hookimpl
+        def wbcore_call_started(call):
+            log.info("start %s for %s", call.name, call.principal)
+    """
+
+
+@hookspec
+def wbcore_call_finished(call: CallRecord, result: Any) -> None:
+    """Called after a call ends, with its result or the ``WbError`` it raised::
+
+        @hookimpl
+        def wbcore_call_finished(call, result):
+            metrics.observe(call.name, call.usage.wall_s)
+    """

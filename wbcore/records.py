@@ -1,0 +1,188 @@
+"""Typed, frozen records that plugins yield from the registry hooks.
+
+Each record has a user-facing ``name`` (the manifest value it serves) and a small
+``summary``. Anything heavy (wasmtime, httpx, a compiler) is reached only through a
+record's *factory*, called the first time the capability is actually used, so that
+importing a plugin stays cheap and ``wbx --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from wbcore.runtime import Runtime
+    from wbcore.toolkit import Toolkit
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One ✓/✗ line of a verify report. ``warning`` lines never fail the report."""
+
+    ok: bool
+    area: str
+    message: str
+    warning: bool = False
+
+    def render(self) -> str:
+        mark = "⚠" if self.warning else ("✓" if self.ok else "✗")
+        return f"{mark} {self.area}: {self.message}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "area": self.area, "message": self.message, "warning": self.warning}
+
+
+@dataclass(frozen=True, slots=True)
+class Availability:
+    """Whether a lane or tier can run on this machine, and if not, exactly why."""
+
+    ok: bool
+    reason: str = ""
+
+    @classmethod
+    def yes(cls, detail: str = "") -> Availability:
+        return cls(True, detail)
+
+    @classmethod
+    def no(cls, reason: str) -> Availability:
+        return cls(False, reason)
+
+
+def _always() -> Availability:
+    return Availability.yes()
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyContext:
+    """What a shape's verify contract may look at: the toolkit and the runtime."""
+
+    toolkit: Toolkit
+    runtime: Runtime
+
+
+# --- driver protocols: what a record's factory returns ------------------------------
+
+
+class ShapeRunner(Protocol):
+    """Runs artifacts of one EXEC shape. Returned by ``ExecShape.runner(runtime)``."""
+
+    def call(self, request: Any) -> Any: ...
+
+
+class LaneDriver(Protocol):
+    """Compiles resolved source into a ``.wasm`` artifact (see ``wbcore.build``)."""
+
+    version: str
+
+    def build(self, request: Any) -> Any: ...
+
+
+class SourceDriver(Protocol):
+    """Turns a ``#+BUILD_SRC`` spec into a local source folder or prebuilt artifact."""
+
+    def resolve(self, request: Any) -> Any: ...
+
+
+class BrokerDriver(Protocol):
+    """Delivers one capability as host imports, under the common broker cadence."""
+
+    def link(self, linker: Any, context: Any) -> None: ...
+
+
+class TierDriver(Protocol):
+    """Runs a call at one isolation depth."""
+
+    def call(self, request: Any) -> Any: ...
+
+
+# --- the registry records ------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ExecShape:
+    """An ``#+EXEC`` invocation contract (command, posix, task, federation, ...).
+
+    ``verify`` yields the shape's contract checks for a toolkit; ``runner`` builds the
+    object that runs it (``None`` for discovery-only shapes such as ``task``).
+    """
+
+    name: str
+    summary: str
+    verify: Callable[[VerifyContext], Iterable[Check]]
+    runner: Callable[[Runtime], ShapeRunner] | None = None
+    default_tier: str = "instance"
+    registers_commands: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class BuildLane:
+    """A ``#+BUILD_LANG`` compiler path from source to a ``.wasm`` artifact.
+
+    ``where`` is the honest label shown by ``wbx lanes``: what runs, and where
+    (e.g. "native zig cc inside the build sandbox", "tcc compiled to wasm").
+    """
+
+    name: str
+    summary: str
+    where: str
+    factory: Callable[[Runtime], LaneDriver]
+    available: Callable[[], Availability] = _always
+    kind: str = "compile-to-wasm"  # or compile-and-run / compile-to-c (seed 004)
+
+
+@dataclass(frozen=True, slots=True)
+class SourcePrefix:
+    """A ``#+BUILD_SRC`` scheme such as ``path:`` or ``git+``.
+
+    ``refused`` is set for prefixes that exist only to be refused with a reason
+    (``script:`` was removed: native build scripts are banned).
+    """
+
+    name: str
+    summary: str
+    factory: Callable[[Runtime], SourceDriver] | None = None
+    refused: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Broker:
+    """Delivers the capability ``name`` (a ``#+CAPS`` word) as host imports."""
+
+    name: str
+    summary: str
+    factory: Callable[[Runtime], BrokerDriver]
+    operations: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class IsolationTier:
+    """An isolation depth. ``rung`` orders the ladder (0 = instance, higher = stronger)."""
+
+    name: str
+    summary: str
+    rung: int
+    factory: Callable[[Runtime], TierDriver]
+    available: Callable[[], Availability] = _always
+
+
+@dataclass(frozen=True, slots=True)
+class FederationSource:
+    """A data-source connector for ``#+EXEC: federation`` toolkits."""
+
+    name: str
+    summary: str
+    factory: Callable[[Runtime], Any]
+    options: Mapping[str, str] = field(default_factory=dict)
+
+
+#: The registry kinds, by hook name: what ``wbx plugins`` lists per plugin.
+RECORD_KINDS: dict[str, type] = {
+    "wbcore_exec_shapes": ExecShape,
+    "wbcore_build_lanes": BuildLane,
+    "wbcore_source_prefixes": SourcePrefix,
+    "wbcore_brokers": Broker,
+    "wbcore_isolation_tiers": IsolationTier,
+    "wbcore_federation_sources": FederationSource,
+}

@@ -1,0 +1,164 @@
+"""The persistent command and kernel registries (seed 000 "command", seed 004).
+
+``name → artifact sha256, shape, toolkit, arg mode, profile`` in SQLite under
+``$WB_HOME/registry.db``. Built-ins are reserved and cannot be shadowed; names match
+``^[A-Za-z0-9_.-]+$``; at most 4096 dynamic entries. Every refusal says why.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from wbcore.errors import InvalidArgs, NotFound, unknown_name
+
+NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
+RESERVED = frozenset({"upper", "jq", "grep", "wbox"})
+MAX_DYNAMIC = 4096
+MAX_NAME = 128
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS entries (
+    kind     TEXT NOT NULL,             -- 'command' or 'kernel'
+    name     TEXT NOT NULL,
+    sha256   TEXT NOT NULL,
+    shape    TEXT NOT NULL,
+    toolkit  TEXT,
+    arg_mode TEXT NOT NULL DEFAULT 'argv',
+    profile  TEXT NOT NULL DEFAULT 'compute',
+    builtin  INTEGER NOT NULL DEFAULT 0,
+    options  TEXT NOT NULL DEFAULT '{}',
+    created  REAL NOT NULL,
+    PRIMARY KEY (kind, name)
+);
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    kind: str
+    name: str
+    sha256: str
+    shape: str
+    toolkit: str | None = None
+    arg_mode: str = "argv"
+    profile: str = "compute"
+    builtin: bool = False
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind, "name": self.name, "sha256": self.sha256, "shape": self.shape,
+            "toolkit": self.toolkit, "arg_mode": self.arg_mode, "profile": self.profile,
+            "builtin": self.builtin, "options": dict(self.options),
+        }
+
+
+def check_name(name: str) -> str:
+    if not name or len(name) > MAX_NAME or not NAME_RE.match(name):
+        raise InvalidArgs(f"command name {name!r} must match {NAME_RE.pattern} (at most {MAX_NAME} chars)")
+    return name
+
+
+class Registry:
+    """One SQLite file; each write is one transaction (old or new state, never torn)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = None
+
+    def _db(self) -> sqlite3.Connection:
+        if self._conn is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(self.path, timeout=10.0, check_same_thread=False, isolation_level=None)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.executescript(_SCHEMA)
+            self._conn = conn
+        return self._conn
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            db = self._db()
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            else:
+                db.execute("COMMIT")
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def register(self, entry: Entry, *, replace: bool = True) -> Entry:
+        check_name(entry.name)
+        if entry.kind not in ("command", "kernel"):
+            raise InvalidArgs(f"registry kind {entry.kind!r} is not one of command, kernel")
+        if not re.fullmatch(r"[0-9a-f]{64}", entry.sha256):
+            raise InvalidArgs(f"artifact digest {entry.sha256!r} is not a sha256 hex digest")
+        with self._tx() as db:
+            row = db.execute("SELECT builtin FROM entries WHERE kind=? AND name=?", (entry.kind, entry.name)).fetchone()
+            if entry.name in RESERVED and entry.kind == "command" and not entry.builtin:
+                raise InvalidArgs(f"{entry.name!r} is a reserved built-in command and cannot be shadowed")
+            if row is not None and row[0] and not entry.builtin:
+                raise InvalidArgs(f"{entry.name!r} is a built-in and cannot be shadowed")
+            if row is not None and not replace:
+                raise InvalidArgs(f"{entry.kind} {entry.name!r} is already registered")
+            if row is None and not entry.builtin:
+                (count,) = db.execute("SELECT COUNT(*) FROM entries WHERE builtin=0").fetchone()
+                if count >= MAX_DYNAMIC:
+                    raise InvalidArgs(f"registry is full: {MAX_DYNAMIC} dynamic entries is the limit")
+            db.execute(
+                "INSERT OR REPLACE INTO entries VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (entry.kind, entry.name, entry.sha256, entry.shape, entry.toolkit, entry.arg_mode,
+                 entry.profile, int(entry.builtin), json.dumps(dict(entry.options), sort_keys=True), time.time()),
+            )
+        return entry
+
+    def unregister(self, kind: str, name: str) -> None:
+        with self._tx() as db:
+            row = db.execute("SELECT builtin FROM entries WHERE kind=? AND name=?", (kind, name)).fetchone()
+            if row is None:
+                raise NotFound(unknown_name(kind, name, self.names(kind)))
+            if row[0]:
+                raise InvalidArgs(f"{name!r} is a built-in and cannot be removed")
+            db.execute("DELETE FROM entries WHERE kind=? AND name=?", (kind, name))
+
+    def lookup(self, kind: str, name: str) -> Entry | None:
+        with self._lock:
+            row = self._db().execute(
+                "SELECT kind,name,sha256,shape,toolkit,arg_mode,profile,builtin,options FROM entries WHERE kind=? AND name=?",
+                (kind, name),
+            ).fetchone()
+        if row is None:
+            return None
+        return Entry(row[0], row[1], row[2], row[3], row[4], row[5], row[6], bool(row[7]), json.loads(row[8]))
+
+    def get(self, kind: str, name: str) -> Entry:
+        entry = self.lookup(kind, name)
+        if entry is None:
+            raise NotFound(unknown_name(kind, name, self.names(kind)))
+        return entry
+
+    def names(self, kind: str) -> list[str]:
+        with self._lock:
+            rows = self._db().execute("SELECT name FROM entries WHERE kind=? ORDER BY name", (kind,)).fetchall()
+        return [r[0] for r in rows]
+
+    def entries(self, kind: str | None = None) -> list[Entry]:
+        names = [(k, n) for k in ((kind,) if kind else ("command", "kernel")) for n in self.names(k)]
+        return [e for k, n in names if (e := self.lookup(k, n)) is not None]

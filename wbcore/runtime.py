@@ -1,0 +1,138 @@
+"""The ``Runtime``: one plugin set, one ``$WB_HOME``, one view of the toolkits.
+
+Embed the core with ``Runtime.open()`` (every installed plugin) or
+``Runtime.open(plugins=["wasmtime", my_module])`` (a chosen set). Nothing is global:
+two runtimes in one process have separate plugin managers and state.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import pluggy
+
+from wbcore import discovery as _discovery
+from wbcore import plugins as _plugins
+from wbcore.errors import ManifestError
+from wbcore.records import Broker, BuildLane, ExecShape, FederationSource, IsolationTier, SourcePrefix
+from wbcore.toolkit import Toolkit
+
+
+class Runtime:
+    def __init__(
+        self,
+        pm: pluggy.PluginManager,
+        plugin_infos: list[_plugins.PluginInfo],
+        *,
+        home: Path,
+        env: Mapping[str, str],
+        cwd: Path,
+        roots: Sequence[Path] | None = None,
+    ) -> None:
+        self.pm = pm
+        self.plugin_infos = plugin_infos
+        self.home = home
+        self.env = dict(env)
+        self.cwd = cwd
+        self._roots = list(roots) if roots is not None else None
+        self._discovery: _discovery.Discovery | None = None
+
+    @classmethod
+    def open(
+        cls,
+        *,
+        plugins: Sequence[str | object] | None = None,
+        home: Path | str | None = None,
+        roots: Sequence[Path | str] | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | str | None = None,
+    ) -> Runtime:
+        """Open a runtime. ``plugins=None`` loads every installed plugin (tolerant);
+        a list selects entry-point names and/or in-process plugin objects (strict)."""
+        env = dict(os.environ if env is None else env)
+        pm, infos = _plugins.load(plugins)
+        home_path = Path(home).expanduser() if home is not None else _discovery.default_home(env)
+        return cls(
+            pm,
+            infos,
+            home=home_path,
+            env=env,
+            cwd=Path(cwd) if cwd is not None else Path.cwd(),
+            roots=[Path(r) for r in roots] if roots is not None else None,
+        )
+
+    @property
+    def hook(self) -> Any:
+        return self.pm.hook
+
+    # --- registries (collected lazily, once) ---------------------------------------
+
+    def _collect(self, hook: str, kind: type, what: str) -> _plugins.Registry[Any]:
+        return _plugins.collect(self.pm, hook, kind, what, self.plugin_infos)
+
+    @cached_property
+    def shapes(self) -> _plugins.Registry[ExecShape]:
+        return self._collect("wbcore_exec_shapes", ExecShape, "EXEC shape")
+
+    @cached_property
+    def lanes(self) -> _plugins.Registry[BuildLane]:
+        return self._collect("wbcore_build_lanes", BuildLane, "BUILD_LANG lane")
+
+    @cached_property
+    def prefixes(self) -> _plugins.Registry[SourcePrefix]:
+        return self._collect("wbcore_source_prefixes", SourcePrefix, "BUILD_SRC prefix")
+
+    @cached_property
+    def brokers(self) -> _plugins.Registry[Broker]:
+        return self._collect("wbcore_brokers", Broker, "cap broker")
+
+    @cached_property
+    def tiers(self) -> _plugins.Registry[IsolationTier]:
+        return self._collect("wbcore_isolation_tiers", IsolationTier, "isolation tier")
+
+    @cached_property
+    def federation_sources(self) -> _plugins.Registry[FederationSource]:
+        return self._collect("wbcore_federation_sources", FederationSource, "federation source")
+
+    def collect_all(self) -> None:
+        """Collect every registry (``wbx plugins`` shows what each plugin serves)."""
+        for name in ("shapes", "lanes", "prefixes", "brokers", "tiers", "federation_sources"):
+            getattr(self, name)
+
+    # --- state under $WB_HOME -----------------------------------------------------
+
+    @cached_property
+    def registry(self) -> Any:
+        """The persistent command/kernel registry (``$WB_HOME/registry.db``)."""
+        from wbcore.registry import Registry
+
+        return Registry(self.home / "registry.db")
+
+    # --- toolkits ----------------------------------------------------------------
+
+    @property
+    def roots(self) -> list[Path]:
+        if self._roots is not None:
+            return [r for r in self._roots if r.is_dir()]
+        return _discovery.roots(self.env, self.cwd, self.home)
+
+    def discover(self, *, refresh: bool = False) -> _discovery.Discovery:
+        if self._discovery is None or refresh:
+            self._discovery = _discovery.discover(self.roots)
+        return self._discovery
+
+    def toolkit(self, ident: str) -> Toolkit:
+        return self.discover().get(ident)
+
+    def verify(self, ident: str) -> Any:
+        from wbcore import verify as _verify
+
+        try:
+            tk = self.toolkit(ident)
+        except ManifestError as exc:
+            return _verify.broken(ident, exc)
+        return _verify.verify(tk, self)

@@ -1,0 +1,39 @@
+"""A discovered toolkit: its manifest, where it lives, and its skills."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from wbcore import skills as _skills
+from wbcore.manifest import Manifest
+
+
+@dataclass(frozen=True)
+class Toolkit:
+    manifest: Manifest
+    root: Path
+    shadows: tuple[Path, ...] = field(default=())
+
+    @property
+    def id(self) -> str:
+        return self.manifest.id
+
+    @property
+    def dir(self) -> Path:
+        return self.manifest.dir
+
+    @cached_property
+    def skills(self) -> list[_skills.Skill]:
+        return _skills.list_skills(self.dir)
+
+    def skill_text(self, slug: str) -> str:
+        return _skills.read_skill(self.dir, slug)
+
+    def as_dict(self) -> dict[str, Any]:
+        data = self.manifest.as_dict()
+        data["root"] = str(self.root)
+        data["skills"] = [s.as_dict() for s in self.skills]
+        return data

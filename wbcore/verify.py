@@ -1,0 +1,94 @@
+"""``wbx toolkit verify``: structural, exec-contract, cap and trust checks (seed 000).
+
+Each check is a ✓/✗ line; warnings (⚠) inform but never fail. The EXEC contract is
+delegated to the plugin that serves the shape; other plugins may add lines through
+``wbcore_verify_checks``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from wbcore import policy
+from wbcore.errors import ManifestError, WbError
+from wbcore.records import Check, VerifyContext
+
+if TYPE_CHECKING:
+    from wbcore.runtime import Runtime
+    from wbcore.toolkit import Toolkit
+
+PRE_BLOCK_RE = re.compile(r"^[ \t]*#\+begin_src\b[^\n]*:role[ \t]+pre\b", re.IGNORECASE | re.MULTILINE)
+
+
+@dataclass
+class Report:
+    toolkit: str
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok or c.warning for c in self.checks)
+
+    def render(self) -> str:
+        return "\n".join(c.render() for c in self.checks)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"toolkit": self.toolkit, "ok": self.ok, "checks": [c.as_dict() for c in self.checks]}
+
+
+def broken(ident: str, error: ManifestError) -> Report:
+    return Report(ident, [Check(False, "manifest", f"{error}")])
+
+
+def exec_checks(toolkit: Toolkit, runtime: Runtime) -> list[Check]:
+    mode = toolkit.manifest.exec
+    if mode is None:
+        return [Check(True, "exec", "none declared (discovery-only toolkit)")]
+    try:
+        shape = runtime.shapes.get(mode)
+    except WbError as exc:
+        return [Check(False, "exec", f"unknown mode: {exc.message}")]
+    try:
+        return list(shape.verify(VerifyContext(toolkit=toolkit, runtime=runtime)))
+    except WbError as exc:
+        return [Check(False, "exec", f"{mode}: {exc.message}")]
+
+
+def trust_checks(toolkit: Toolkit, runtime: Runtime) -> list[Check]:
+    from wbcore import trust
+
+    return trust.checks(toolkit, runtime)
+
+
+def pre_block_checks(toolkit: Toolkit) -> list[Check]:
+    try:
+        text = toolkit.manifest.path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    count = len(PRE_BLOCK_RE.findall(text))
+    if not count:
+        return []
+    return [Check(True, "pre", f"{count} :role pre block(s) DISABLED, never run (native exec is banned)", warning=True)]
+
+
+def verify(toolkit: Toolkit, runtime: Runtime) -> Report:
+    m = toolkit.manifest
+    report = Report(m.id)
+    add = report.checks.append
+    add(Check(True, "manifest", f"{m.path.name} present ({m.format})"))
+    for note in m.notes:
+        add(Check(True, "manifest", note, warning=True))
+    overview = toolkit.dir / "skills" / "overview.org"
+    if overview.is_file():
+        add(Check(True, "skills", f"skills/overview.org present ({len(toolkit.skills)} skill(s))"))
+    else:
+        add(Check(False, "skills", "skills/overview.org missing"))
+    report.checks.extend(exec_checks(toolkit, runtime))
+    report.checks.extend(policy.cap_checks(m.caps))
+    report.checks.extend(trust_checks(toolkit, runtime))
+    report.checks.extend(pre_block_checks(toolkit))
+    for extra in runtime.hook.wbcore_verify_checks(toolkit=toolkit, runtime=runtime):
+        report.checks.extend(extra or ())
+    return report
