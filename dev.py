@@ -34,6 +34,16 @@ def _stamp() -> str:
 
 
 def ensure_venv(env: Path = VENV, dists: list[Path] | None = None, tag: str = "all") -> None:
+    import fcntl
+
+    env.parent.mkdir(parents=True, exist_ok=True)
+    # One installer at a time per venv: parallel `dev.py` runs would corrupt it.
+    with open(str(env) + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _ensure_venv(env, dists, tag)
+
+
+def _ensure_venv(env: Path, dists: list[Path] | None, tag: str) -> None:
     dists = PLUGINS if dists is None else dists
     stamp_file = env / f".wb-stamp-{tag}"
     stamp = _stamp()

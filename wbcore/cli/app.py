@@ -91,11 +91,12 @@ def build_app(runtime: Any = None) -> typer.Typer:
     return app
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, runtime: Any = None) -> int:
+    """Run ``wbx`` and return its exit code. ``runtime``: embed over an open Runtime."""
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     try:
-        app = build_app()
+        app = build_app(runtime)
         rv = app(args=args, prog_name="wbx", standalone_mode=False)
     except typer.Exit as exc:
         return int(exc.exit_code or 0)

@@ -1,0 +1,168 @@
+"""Pytest fixtures for wbcore and its plugin authors (loaded as the ``wbcore`` pytest11 plugin).
+
+``wb_home``      an empty ``$WB_HOME`` in a temp dir (also set in the environment)
+``toolkit_root`` an empty toolkits root; ``make_toolkit(...)`` writes toolkits into it
+``make_runtime`` ``make_runtime(plugins=None, roots=None)`` → a ``Runtime`` on the above
+``wbx``          ``wbx(*args, runtime=None, input=None)`` → ``CliResult`` (exit code, out, err)
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+import textwrap
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+def manifest_text(
+    ident: str,
+    *,
+    exec: str | None = None,
+    caps: str = "",
+    trust: str | None = None,
+    extra: dict[str, str] | None = None,
+    title: str | None = None,
+    tagline: str | None = None,
+    status: str = "stable",
+    version: str = "0.1.0",
+    drawer: dict[str, str] | None = None,
+) -> str:
+    """A well-formed seed-000 manifest; override any field to make it malformed."""
+    kw = {
+        "TITLE": title or f"{ident} toolkit",
+        "TOOLKIT": ident,
+        "VERSION": version,
+        "STATUS": status,
+        "TAGLINE": tagline or f"Use {ident} for testing.",
+    }
+    if exec:
+        kw["EXEC"] = exec
+    if caps:
+        kw["CAPS"] = caps
+    if trust:
+        kw["TRUST"] = trust
+    kw.update(extra or {})
+    props = {"ID": ident, "STATUS": status}
+    props.update(drawer or {})
+    lines = [f"#+{k}: {v}" for k, v in kw.items()]
+    lines += ["", f"* {kw['TITLE']} :toolkit:", "  :PROPERTIES:"]
+    lines += [f"  :{k}: {v}" for k, v in props.items()]
+    lines += ["  :END:", "", f"{kw['TAGLINE']}", ""]
+    return "\n".join(lines) + "\n"
+
+
+def write_toolkit(
+    root: Path,
+    ident: str,
+    manifest: str | None = None,
+    skills: dict[str, str] | None = None,
+    files: dict[str, str | bytes] | None = None,
+    **fields: Any,
+) -> Path:
+    d = root / ident
+    (d / "skills").mkdir(parents=True, exist_ok=True)
+    (d / "manifest.org").write_text(manifest if manifest is not None else manifest_text(ident, **fields))
+    if skills is None:
+        skills = {"overview": f"#+TITLE: {ident} overview\n\nWhat {ident} does and when to use it.\n"}
+    for slug, text in skills.items():
+        (d / "skills" / f"{slug}.org").write_text(textwrap.dedent(text))
+    for rel, content in (files or {}).items():
+        p = d / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            p.write_bytes(content)
+        else:
+            p.write_text(content)
+    return d
+
+
+@dataclass
+class CliResult:
+    exit_code: int
+    stdout_bytes: bytes
+    stderr: str
+
+    @property
+    def stdout(self) -> str:
+        return self.stdout_bytes.decode("utf-8", errors="replace")
+
+
+@pytest.fixture
+def wb_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "wb-home"
+    home.mkdir()
+    monkeypatch.setenv("WB_HOME", str(home))
+    monkeypatch.delenv("WB_TOOLKITS_ROOT", raising=False)
+    monkeypatch.delenv("WB_TOOLKIT_PATH", raising=False)
+    monkeypatch.delenv("WB_PLUGINS", raising=False)
+    return home
+
+
+@pytest.fixture
+def toolkit_root(tmp_path: Path) -> Path:
+    root = tmp_path / "toolkits"
+    root.mkdir()
+    return root
+
+
+@pytest.fixture
+def make_toolkit(toolkit_root: Path) -> Callable[..., Path]:
+    def make(ident: str, manifest: str | None = None, **kw: Any) -> Path:
+        return write_toolkit(toolkit_root, ident, manifest, **kw)
+
+    return make
+
+
+@pytest.fixture
+def make_runtime(wb_home: Path, toolkit_root: Path, tmp_path: Path) -> Callable[..., Any]:
+    from wbcore.runtime import Runtime
+
+    opened: list[Any] = []
+
+    def make(plugins: Sequence[str | object] | None = None, roots: Sequence[Path] | None = None, **kw: Any) -> Any:
+        rt = Runtime.open(
+            plugins=plugins,
+            home=kw.pop("home", wb_home),
+            roots=list(roots) if roots is not None else [toolkit_root],
+            cwd=kw.pop("cwd", tmp_path),
+            **kw,
+        )
+        opened.append(rt)
+        return rt
+
+    yield make  # type: ignore[misc]
+    for rt in opened:
+        close = getattr(rt, "close", None)
+        if callable(close):
+            close()
+
+
+@pytest.fixture
+def wbx(make_runtime: Callable[..., Any]) -> Callable[..., CliResult]:
+    """Run the CLI in-process against a runtime (default: all plugins, the temp root)."""
+    from wbcore.cli import app as cli_app
+
+    def run(*args: str, runtime: Any = None, input: bytes | str | None = None) -> CliResult:
+        rt = runtime if runtime is not None else make_runtime()
+        raw = io.BytesIO()
+        out = io.TextIOWrapper(raw, encoding="utf-8", write_through=True)
+        err = io.StringIO()
+        stdin = sys.stdin
+        if input is not None:
+            data = input.encode() if isinstance(input, str) else input
+            sys.stdin = io.TextIOWrapper(io.BytesIO(data))
+        try:
+            with redirect_stdout(out), redirect_stderr(err):
+                code = cli_app.main(list(args), runtime=rt)
+        finally:
+            sys.stdin = stdin
+        out.flush()
+        return CliResult(code, raw.getvalue(), err.getvalue())
+
+    return run
