@@ -86,9 +86,12 @@ class SourceDriver(Protocol):
 
 
 class BrokerDriver(Protocol):
-    """Delivers one capability as host imports, under the common broker cadence."""
+    """Performs one capability's operations. The Dock (``wbcore.dock``) links the host
+    import, runs the common cadence (deny, revocation, rate, caps, audit) and hands each
+    admitted operation to ``handle`` (a ``wbcore.dock.BrokerCall``); the return value is
+    CBOR-encoded for the guest, a ``WbError`` becomes its status."""
 
-    def link(self, linker: Any, context: Any) -> None: ...
+    def handle(self, call: Any) -> Any: ...
 
 
 class TierDriver(Protocol):

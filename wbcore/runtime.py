@@ -112,6 +112,13 @@ class Runtime:
 
         return Registry(self.home / "registry.db")
 
+    @cached_property
+    def dock(self) -> Any:
+        """The Dock: every granted cap as a brokered host import (``wbcore.dock``)."""
+        from wbcore.dock import Dock
+
+        return Dock(self)
+
     # --- toolkits ----------------------------------------------------------------
 
     @property

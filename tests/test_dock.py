@@ -1,0 +1,210 @@
+"""The Dock's cadence and guest ABI, with an in-process test broker (a fixture, not product)."""
+
+from __future__ import annotations
+
+import threading
+
+import cbor2
+import pytest
+import wasmtime
+
+from wbcore import hookimpl
+from wbcore.calls import Principal
+from wbcore.dock import STATUS, Dock
+from wbcore.errors import CapabilityDenied, ErrorKind, InvalidArgs, NotFound
+from wbcore.records import Broker
+
+
+class _EchoDriver:
+    def handle(self, call):
+        if call.op == "echo":
+            return {"echo": call.args}
+        if call.op == "big":
+            return {"blob": b"x" * call.arg("n", int)}
+        if call.op == "missing":
+            raise NotFound("no such thing")
+        raise RuntimeError("secret-token-123 must never leak")
+
+
+class _TestBrokers:
+    @hookimpl
+    def wbcore_brokers(self):
+        yield Broker(name="kv", summary="test echo", factory=lambda rt: _EchoDriver(), operations=("echo", "big", "missing", "boom"))
+
+
+def _wat_bytes(data: bytes) -> str:
+    return "".join(f"\\{b:02x}" for b in data)
+
+
+def guest(request: dict, *, cap: str = "kv", resp_cap: int = 4096) -> bytes:
+    """A core module that sends one CBOR request to wb.<cap> and exports the result."""
+    req = cbor2.dumps(request)
+    return wasmtime.wat2wasm(f"""
+    (module
+      (import "wb" "{cap}" (func $call (param i32 i32 i32 i32) (result i64)))
+      (import "wb" "fetch" (func $fetch (param i32 i32) (result i64)))
+      (memory (export "memory") 2)
+      (data (i32.const 0) "{_wat_bytes(req)}")
+      (func (export "run") (result i64)
+        (call $call (i32.const 0) (i32.const {len(req)}) (i32.const 1024) (i32.const {resp_cap})))
+      (func (export "refetch") (result i64)
+        (call $fetch (i32.const 8192) (i32.const 60000))))
+    """)
+
+
+def instantiate(dock: Dock, wasm: bytes, caps):
+    engine = wasmtime.Engine()
+    store = wasmtime.Store(engine)
+    module = wasmtime.Module(engine, wasm)
+    linker = wasmtime.Linker(engine)
+    ctx = dock.context(principal=Principal("t", "echo"), caps=caps)
+    dock.link(linker, module, ctx)
+    inst = linker.instantiate(store, module)
+    return store, inst, ctx
+
+
+def _mem(store, inst, start, n):
+    return inst.exports(store)["memory"].read(store, start, start + n)
+
+
+@pytest.fixture
+def dock(make_runtime):
+    return make_runtime(plugins=[_TestBrokers()]).dock
+
+
+def test_ungranted_import_does_not_instantiate_and_granting_runs_it(dock):
+    wasm = guest({"op": "echo", "a": 1})
+    with pytest.raises(CapabilityDenied, match="'kv'"):
+        instantiate(dock, wasm, caps={"vfs"})
+    store, inst, _ = instantiate(dock, wasm, caps={"vfs", "kv"})
+    n = inst.exports(store)["run"](store)
+    assert n > 0
+    assert cbor2.loads(_mem(store, inst, 1024, n)) == {"echo": {"a": 1}}
+
+
+def test_unknown_cap_import_is_denied(dock):
+    with pytest.raises(CapabilityDenied, match="unknown cap 'teleport'"):
+        instantiate(dock, guest({"op": "echo"}, cap="teleport"), caps={"kv"})
+
+
+def test_granted_cap_without_broker_is_not_found(dock):
+    with pytest.raises(NotFound, match="queue"):
+        instantiate(dock, guest({"op": "echo"}, cap="queue"), caps={"queue"})
+
+
+def test_error_status_and_body_reach_the_guest(dock):
+    store, inst, _ = instantiate(dock, guest({"op": "missing"}), caps={"kv"})
+    rv = inst.exports(store)["run"](store)
+    assert rv == -STATUS[ErrorKind.NOT_FOUND]
+    n = inst.exports(store)["refetch"](store)
+    err = cbor2.loads(_mem(store, inst, 8192, n))
+    assert err["error"] == "not-found" and "no such thing" in err["message"]
+
+
+def test_broker_crash_is_internal_without_leaking(dock, wb_home):
+    store, inst, _ = instantiate(dock, guest({"op": "boom"}), caps={"kv"})
+    assert inst.exports(store)["run"](store) == -STATUS[ErrorKind.INTERNAL]
+    n = inst.exports(store)["refetch"](store)
+    assert b"secret-token" not in _mem(store, inst, 8192, n)
+    assert "secret-token" not in (wb_home / "audit" / "audit.jsonl").read_text()
+
+
+def test_two_call_protocol_for_a_large_response(dock):
+    store, inst, _ = instantiate(dock, guest({"op": "big", "n": 20000}, resp_cap=16), caps={"kv"})
+    n = inst.exports(store)["run"](store)
+    assert n > 20000
+    assert _mem(store, inst, 1024, 16) == b"\0" * 16  # nothing written: it did not fit
+    assert inst.exports(store)["refetch"](store) == n
+    assert cbor2.loads(_mem(store, inst, 8192, n)) == {"blob": b"x" * 20000}
+
+
+def test_bad_requests_are_invalid_args(dock):
+    ctx = dock.context(principal=Principal("t"), caps={"kv"})
+    assert dock.call_raw(ctx, "kv", b"\xff\xff")[0] == STATUS[ErrorKind.INVALID_ARGS]
+    assert dock.call_raw(ctx, "kv", cbor2.dumps([1, 2]))[0] == STATUS[ErrorKind.INVALID_ARGS]
+    with pytest.raises(InvalidArgs, match="unknown kv operation 'nope'"):
+        dock.call(ctx, "kv", "nope")
+
+
+def test_response_size_cap(dock):
+    ctx = dock.context(principal=Principal("t"), caps={"kv"}, max_response=1000)
+    with pytest.raises(InvalidArgs, match="exceeds the 1000-byte cap"):
+        dock.call(ctx, "kv", "big", {"n": 2000})
+
+
+def test_revocation_mid_flight_stops_the_next_call(dock):
+    ctx = dock.context(principal=Principal("t", "x"), caps={"kv"})
+    assert dock.call(ctx, "kv", "echo") == {"echo": {}}
+    dock.revoke(ctx.principal)
+    with pytest.raises(CapabilityDenied, match="revoked"):
+        dock.call(ctx, "kv", "echo")
+    dock.restore(ctx.principal)
+    assert dock.call(ctx, "kv", "echo") == {"echo": {}}
+
+
+def test_persisted_revocation_reaches_another_dock(make_runtime):
+    a = make_runtime(plugins=[_TestBrokers()]).dock
+    b = make_runtime(plugins=[_TestBrokers()]).dock
+    ctx = b.context(principal=Principal("t", "y"), caps={"kv"})
+    b.call(ctx, "kv", "echo")
+    a.revoke(ctx.principal, "kv", persist=True)
+    with pytest.raises(CapabilityDenied, match="revoked"):
+        b.call(ctx, "kv", "echo")
+
+
+def test_rate_limit_is_per_principal_and_audited(make_runtime, wb_home):
+    rt = make_runtime(plugins=[_TestBrokers()], env={"WB_DOCK_RATE": "5/60"})
+    dock = rt.dock
+    ctx = dock.context(principal=Principal("t", "fast"), caps={"kv"})
+    other = dock.context(principal=Principal("t", "calm"), caps={"kv"})
+    for _ in range(5):
+        dock.call(ctx, "kv", "echo")
+    with pytest.raises(CapabilityDenied, match="rate limit of 5 calls per 60 s") as exc:
+        dock.call(ctx, "kv", "echo")
+    assert exc.value.reason == "rate-limited"
+    dock.call(other, "kv", "echo")
+    entries = list(dock.audit.entries())
+    assert [e["outcome"] for e in entries].count("denied") == 1
+    assert entries[-2]["reason"] == "rate-limited"
+
+
+def test_rate_limit_holds_under_threads(make_runtime):
+    dock = make_runtime(plugins=[_TestBrokers()], env={"WB_DOCK_RATE": "200/60"}).dock
+    ctx = dock.context(principal=Principal("t", "many"), caps={"kv"})
+    ok = []
+
+    def worker():
+        for _ in range(100):
+            try:
+                dock.call(ctx, "kv", "echo")
+                ok.append(1)
+            except CapabilityDenied:
+                pass
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(ok) == 200
+    assert dock.audit.verify() == []
+
+
+def test_default_deny_from_python(dock):
+    ctx = dock.context(principal=Principal("t"), caps=set())
+    with pytest.raises(CapabilityDenied, match="not granted"):
+        dock.call(ctx, "kv", "echo")
+
+
+def test_wrong_signature_is_refused(dock):
+    wasm = wasmtime.wat2wasm('(module (import "wb" "kv" (func (param i32) (result i32))) (memory (export "memory") 1))')
+    with pytest.raises(InvalidArgs, match="wrong signature"):
+        instantiate(dock, wasm, caps={"kv"})
+
+
+def test_info_is_always_linked(dock):
+    wasm = wasmtime.wat2wasm('''(module (import "wb" "info" (func $i (param i32 i32) (result i64)))
+      (memory (export "memory") 1) (func (export "run") (result i64) (call $i (i32.const 0) (i32.const 1000))))''')
+    store, inst, ctx = instantiate(dock, wasm, caps=set())
+    n = inst.exports(store)["run"](store)
+    assert cbor2.loads(_mem(store, inst, 0, n))["instance"] == ctx.instance

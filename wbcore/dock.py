@@ -1,0 +1,484 @@
+"""The Dock: every capability as a brokered host import, under one security cadence.
+
+A sandboxed guest names a privileged operation; trusted host code performs it. Every
+broker call, from WebAssembly (:meth:`Dock.link`) or from Python (:meth:`Dock.call`),
+passes the same steps, in this order, and each decision is audited (allowed or denied):
+
+1. default-deny: the cap must be in the call's effective set (profile ∩ #+CAPS ∩ grants);
+2. revocation of the principal (or of one cap for it), checked on *every* call, so a
+   revocation issued while a guest runs stops its next call;
+3. the principal's rate limit (default 120,000 calls per 60 s, ``WB_DOCK_RATE=N/SECONDS``);
+4. the request size cap, the operation name, the deadline;
+5. the broker itself; its CBOR response is size-capped (``DockContext.max_response``).
+
+The guest ABI (``docs/dock.md``): one import module ``wb``; for each granted cap a function
+``wb.<cap>(req_ptr, req_len, resp_ptr, resp_cap) -> i64`` taking a CBOR request map
+``{"op": ..., ...}``. The result is the response length (>= 0) or ``-status``; the
+response (or the error map ``{"error": kind, "reason": ..., "message": ...}``) is
+written at ``resp_ptr`` only when it fits in ``resp_cap``, and stays retrievable with
+``wb.fetch(ptr, cap) -> i64`` until the next call (the two-call protocol for large
+responses). ``wb.info`` is always linked (read-only ids). A module importing a cap that
+is not granted does not instantiate: :class:`CapabilityDenied` naming the cap.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from wbcore.audit import AuditLog, digest
+from wbcore.calls import Principal
+from wbcore.errors import (
+    CapabilityDenied,
+    ErrorKind,
+    Internal,
+    InvalidArgs,
+    NotFound,
+    Timeout,
+    WbError,
+    unknown_name,
+)
+
+if TYPE_CHECKING:
+    from wbcore.runtime import Runtime
+
+MiB = 1 << 20
+IMPORT_MODULE = "wb"
+#: Import names in module ``wb`` that are not caps: always linked, grant nothing.
+ALWAYS_LINKED = ("fetch", "info")
+MAX_REQUEST = 64 * MiB
+DEFAULT_MAX_RESPONSE = 16 * MiB
+DEFAULT_RATE = (120_000, 60.0)
+
+#: The status a guest sees per error kind (``-status`` is returned). 0 is success.
+STATUS: dict[ErrorKind, int] = {
+    ErrorKind.NOT_FOUND: 1,
+    ErrorKind.INVALID_ARGS: 2,
+    ErrorKind.TIMEOUT: 3,
+    ErrorKind.CAPABILITY_DENIED: 4,
+    ErrorKind.INTERNAL: 5,
+}
+KIND_OF_STATUS = {v: k for k, v in STATUS.items()}
+
+
+def refuse(cls: type[WbError], reason: str, message: str) -> WbError:
+    """A broker refusal: an error of ``cls``'s kind with a short machine ``reason``
+    (``too-large``, ``quota``, ``rate-limited``, ``depth``, ``ssrf``...)."""
+    exc = cls(message)
+    exc.reason = reason  # type: ignore[attr-defined]
+    return exc
+
+
+def reason_of(exc: WbError) -> str:
+    return getattr(exc, "reason", None) or exc.kind.value
+
+
+@dataclass(frozen=True, slots=True)
+class DockContext:
+    """What one guest instance (or one Python caller) may reach through the Dock."""
+
+    principal: Principal
+    caps: frozenset[str]
+    instance: str = field(default_factory=lambda: uuid.uuid4().hex)
+    depth: int = 0
+    deadline: float | None = None  # time.monotonic() value
+    allowed_hosts: tuple[str, ...] = ()
+    max_response: int = DEFAULT_MAX_RESPONSE
+    toolkit: str | None = None
+
+    def remaining(self, default: float = 30.0) -> float:
+        """Seconds left before the deadline (``default`` when unbounded), never < 0."""
+        if self.deadline is None:
+            return default
+        return max(0.0, self.deadline - time.monotonic())
+
+    def child(self, **changes: Any) -> DockContext:
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerCall:
+    """One operation handed to a broker driver, after the cadence let it through."""
+
+    dock: Dock
+    ctx: DockContext
+    cap: str
+    op: str
+    args: dict[str, Any]
+
+    def arg(self, name: str, typ: type | tuple[type, ...], default: Any = ...) -> Any:
+        """A typed argument; missing or mistyped is invalid-args naming it."""
+        if name not in self.args:
+            if default is ...:
+                raise InvalidArgs(f"{self.cap}.{self.op}: missing argument {name!r}")
+            return default
+        value = self.args[name]
+        if isinstance(value, bool) and typ is int or not isinstance(value, typ):
+            want = typ.__name__ if isinstance(typ, type) else "/".join(t.__name__ for t in typ)
+            raise InvalidArgs(f"{self.cap}.{self.op}: argument {name!r} must be {want}, got {type(value).__name__}")
+        return value
+
+    def target(self, value: str) -> None:
+        """Tell the audit what this call reached (a URL or host; redacted on write)."""
+        _TARGET.value = value
+
+
+_TARGET = threading.local()
+
+
+class RateLimiter:
+    """A fixed-window counter per principal: at most ``limit`` calls per ``window`` s."""
+
+    def __init__(self, limit: int, window: float) -> None:
+        self.limit, self.window = limit, window
+        self._lock = threading.Lock()
+        self._buckets: dict[str, tuple[int, int]] = {}
+
+    def take(self, key: str) -> bool:
+        slot = int(time.monotonic() // self.window)
+        with self._lock:
+            start, count = self._buckets.get(key, (slot, 0))
+            if start != slot:
+                start, count = slot, 0
+            if count >= self.limit:
+                self._buckets[key] = (start, count)
+                return False
+            self._buckets[key] = (start, count + 1)
+            return True
+
+
+class Revocations:
+    """Revoked principals (or principal+cap pairs), shared with other processes through
+    ``$WB_HOME/dock/revoked`` (one ``principal`` or ``principal cap`` per line; re-read
+    when its mtime changes, one ``stat`` per call)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._local: set[tuple[str, str]] = set()
+        self._file: set[tuple[str, str]] = set()
+        self._mtime: int | None = None
+
+    def _refresh(self) -> None:
+        try:
+            mtime = self.path.stat().st_mtime_ns
+        except FileNotFoundError:
+            self._file, self._mtime = set(), None
+            return
+        if mtime != self._mtime:
+            entries = set()
+            for line in self.path.read_text().splitlines():
+                words = line.split()
+                if words:
+                    entries.add((words[0], words[1] if len(words) > 1 else "*"))
+            self._file, self._mtime = entries, mtime
+
+    def revoked(self, principal: str, cap: str) -> bool:
+        with self._lock:
+            self._refresh()
+            both = self._local | self._file
+        return (principal, "*") in both or (principal, cap) in both
+
+    def revoke(self, principal: str, cap: str = "*", *, persist: bool = False) -> None:
+        with self._lock:
+            self._local.add((principal, cap))
+            if persist:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                lines = set(self.path.read_text().splitlines()) if self.path.exists() else set()
+                lines.add(principal if cap == "*" else f"{principal} {cap}")
+                tmp = self.path.with_suffix(".tmp")
+                tmp.write_text("\n".join(sorted(lines)) + "\n")
+                os.replace(tmp, self.path)
+
+    def restore(self, principal: str, cap: str = "*") -> None:
+        with self._lock:
+            self._local.discard((principal, cap))
+            if self.path.exists():
+                drop = principal if cap == "*" else f"{principal} {cap}"
+                lines = [ln for ln in self.path.read_text().splitlines() if ln.strip() != drop]
+                tmp = self.path.with_suffix(".tmp")
+                tmp.write_text("\n".join(lines) + ("\n" if lines else ""))
+                os.replace(tmp, self.path)
+
+
+def _rate_from_env(env: dict[str, str]) -> tuple[int, float]:
+    raw = env.get("WB_DOCK_RATE", "")
+    if not raw:
+        return DEFAULT_RATE
+    try:
+        n, _, secs = raw.partition("/")
+        return int(n), float(secs or 60)
+    except ValueError as exc:
+        raise InvalidArgs(f"WB_DOCK_RATE={raw!r}: expected CALLS/SECONDS, e.g. 120000/60") from exc
+
+
+class Dock:
+    """The one place every broker call goes through. One per :class:`Runtime`."""
+
+    def __init__(self, runtime: Runtime, *, rate: tuple[int, float] | None = None, audit: AuditLog | None = None) -> None:
+        self.runtime = runtime
+        self.audit = audit or AuditLog.for_home(runtime.home, runtime.env)
+        self.limiter = RateLimiter(*(rate or _rate_from_env(runtime.env)))
+        self.revocations = Revocations(runtime.home / "dock" / "revoked")
+        self._drivers: dict[str, Any] = {}
+        self._drivers_lock = threading.Lock()
+
+    # --- contexts -------------------------------------------------------------------
+
+    def context(
+        self,
+        *,
+        principal: Principal,
+        caps: Iterable[str],
+        timeout: float | None = None,
+        depth: int = 0,
+        allowed_hosts: Iterable[str] = (),
+        max_response: int = DEFAULT_MAX_RESPONSE,
+        toolkit: str | None = None,
+        instance: str | None = None,
+    ) -> DockContext:
+        return DockContext(
+            principal=principal,
+            caps=frozenset(caps),
+            instance=instance or uuid.uuid4().hex,
+            depth=depth,
+            deadline=None if timeout is None else time.monotonic() + timeout,
+            allowed_hosts=tuple(allowed_hosts),
+            max_response=max_response,
+            toolkit=toolkit,
+        )
+
+    def context_for_toolkit(self, tk: Any, *, principal: Principal | None = None, caps: Iterable[str] | None = None,
+                            timeout: float | None = None, depth: int = 0) -> DockContext:
+        """A context for a toolkit: its ``#+ALLOWED_HOSTS``, its principal, its caps
+        (``caps`` = the effective set computed by the caller; default: its profile ∩ #+CAPS)."""
+        from wbcore import policy
+
+        m = tk.manifest
+        if caps is None:
+            caps = policy.effective_caps(policy.profile_for(m.extra("PROFILE"), m.caps), m.caps, None)
+        hosts = (m.extra("ALLOWED_HOSTS") or "").split()
+        return self.context(principal=principal or Principal(toolkit=m.id), caps=caps, timeout=timeout,
+                            depth=depth, allowed_hosts=hosts, toolkit=m.id)
+
+    # --- revocation -----------------------------------------------------------------
+
+    def revoke(self, principal: Principal | str, cap: str = "*", *, persist: bool = False) -> None:
+        """Stop ``principal`` (every cap, or one): its next call is denied, mid-flight too."""
+        self.revocations.revoke(str(principal), cap, persist=persist)
+
+    def restore(self, principal: Principal | str, cap: str = "*") -> None:
+        self.revocations.restore(str(principal), cap)
+
+    # --- brokers --------------------------------------------------------------------
+
+    def driver(self, cap: str) -> Any:
+        drv = self._drivers.get(cap)
+        if drv is None:
+            with self._drivers_lock:
+                drv = self._drivers.get(cap)
+                if drv is None:
+                    drv = self.runtime.brokers.get(cap).factory(self.runtime)
+                    self._drivers[cap] = drv
+        return drv
+
+    # --- the cadence ----------------------------------------------------------------
+
+    def call(self, ctx: DockContext, cap: str, op: str, args: dict[str, Any] | None = None) -> Any:
+        """Run one broker operation from Python under the full cadence; returns its value
+        or raises the :class:`WbError` the guest would have seen as a status."""
+        import cbor2
+
+        args = dict(args or {})
+        status, body, value = self._run(ctx, cap, op, args, digest(cbor2.dumps(args, canonical=True)), 0)
+        if status:
+            raise value
+        return value
+
+    def call_raw(self, ctx: DockContext, cap: str, request: bytes) -> tuple[int, bytes]:
+        """The ABI path: a CBOR request in, ``(status, CBOR body)`` out."""
+        import cbor2
+
+        dg = digest(request)
+        try:
+            if len(request) > MAX_REQUEST:
+                raise refuse(InvalidArgs, "too-large", f"{cap}: request of {len(request)} bytes exceeds the {MAX_REQUEST}-byte cap")
+            req = cbor2.loads(request)
+            if not isinstance(req, dict) or not isinstance(req.get("op"), str):
+                raise InvalidArgs(f"{cap}: the request must be a CBOR map with a text 'op'")
+        except WbError as exc:
+            return self._deny(ctx, cap, "?", dg, exc, time.perf_counter(), len(request))[:2]
+        except Exception as exc:  # cbor2 raises several types on malformed input
+            return self._deny(ctx, cap, "?", dg, InvalidArgs(f"{cap}: request is not valid CBOR ({type(exc).__name__})"),
+                              time.perf_counter(), len(request))[:2]
+        op = req.pop("op")
+        status, body, _ = self._run(ctx, cap, op, req, dg, len(request))
+        return status, body
+
+    def _run(self, ctx: DockContext, cap: str, op: str, args: dict[str, Any], dg: str, nreq: int) -> tuple[int, bytes, Any]:
+        import cbor2
+
+        t0 = time.perf_counter()
+        _TARGET.value = None
+        who = str(ctx.principal)
+        try:
+            if cap not in ctx.caps:
+                raise refuse(CapabilityDenied, "not-granted", f"cap {cap!r} is not granted to {who}; granted: {', '.join(sorted(ctx.caps)) or '(none)'}")
+            if self.revocations.revoked(who, cap):
+                raise refuse(CapabilityDenied, "revoked", f"{who} is revoked for {cap!r} (wbx/Dock.restore lifts it)")
+            if not self.limiter.take(who):
+                raise refuse(CapabilityDenied, "rate-limited", f"{who} is over its rate limit of {self.limiter.limit} calls per {self.limiter.window:g} s")
+            if ctx.deadline is not None and time.monotonic() >= ctx.deadline:
+                raise refuse(Timeout, "deadline", f"{cap}.{op}: the call's deadline has passed")
+            record = self.runtime.brokers.get(cap)
+            if record.operations and op not in record.operations:
+                raise InvalidArgs(unknown_name(f"{cap} operation", op, record.operations))
+            value = self.driver(cap).handle(BrokerCall(self, ctx, cap, op, args))
+            body = cbor2.dumps(value)
+            if len(body) > ctx.max_response:
+                raise refuse(InvalidArgs, "too-large", f"{cap}.{op}: response of {len(body)} bytes exceeds the {ctx.max_response}-byte cap")
+        except WbError as exc:
+            return self._deny(ctx, cap, op, dg, exc, t0, nreq)
+        except Exception as exc:  # a broker bug: never a host crash, never a leaked secret
+            return self._deny(ctx, cap, op, dg, refuse(Internal, "broker-error", f"{cap}.{op}: broker failed ({type(exc).__name__})"), t0, nreq)
+        self.audit.record(principal=who, cap=cap, op=op, args_digest=dg, outcome="allowed", target=_TARGET.value,
+                          nbytes=nreq + len(body), ms=(time.perf_counter() - t0) * 1000)
+        return 0, body, value
+
+    def _deny(self, ctx: DockContext, cap: str, op: str, dg: str, exc: WbError, t0: float, nreq: int) -> tuple[int, bytes, WbError]:
+        import cbor2
+
+        reason = reason_of(exc)
+        self.audit.record(principal=str(ctx.principal), cap=cap, op=op, args_digest=dg, outcome="denied",
+                          kind=exc.kind.value, reason=reason, target=getattr(_TARGET, "value", None), nbytes=nreq,
+                          ms=(time.perf_counter() - t0) * 1000)
+        body = cbor2.dumps({"error": exc.kind.value, "reason": reason, "message": exc.message})
+        return STATUS[exc.kind], body, exc
+
+    # --- the WebAssembly ABI --------------------------------------------------------
+
+    def imports_of(self, module: Any) -> list[str]:
+        """The ``wb.*`` import names of a compiled wasmtime module."""
+        return [imp.name for imp in module.imports if imp.module == IMPORT_MODULE]
+
+    def check_imports(self, module: Any, ctx: DockContext) -> list[str]:
+        """Refuse a module that imports an ungranted or unknown cap; return the caps to link."""
+        from wbcore.policy import CAP_UNIVERSE
+
+        caps = []
+        for name in self.imports_of(module):
+            if name in ALWAYS_LINKED:
+                continue
+            if name not in CAP_UNIVERSE:
+                raise refuse(CapabilityDenied, "unknown-cap", f"module imports {IMPORT_MODULE}.{name}: " + unknown_name("cap", name, sorted(CAP_UNIVERSE)))
+            if name not in ctx.caps:
+                granted = ", ".join(sorted(ctx.caps)) or "(none)"
+                raise refuse(CapabilityDenied, "not-granted",
+                             f"module imports cap {name!r} ({IMPORT_MODULE}.{name}) which is not granted to {ctx.principal}; granted: {granted}")
+            if name not in self.runtime.brokers:
+                raise NotFound(f"cap {name!r} is granted but " + unknown_name("cap broker", name, self.runtime.brokers.names()))
+            caps.append(name)
+        return caps
+
+    def link(self, linker: Any, module: Any, ctx: DockContext) -> list[str]:
+        """Define the ``wb.*`` imports ``module`` uses, for granted caps only.
+
+        Call once per instance, before instantiation, on a linker that is not shared
+        with other contexts. Raises :class:`CapabilityDenied` (naming the cap) when the
+        module imports a cap ``ctx`` does not grant. Returns the linked cap names.
+        """
+        import wasmtime
+
+        caps = self.check_imports(module, ctx)
+        wanted = set(self.imports_of(module))
+        i32, i64 = wasmtime.ValType.i32(), wasmtime.ValType.i64()
+        call_ty = wasmtime.FuncType([i32, i32, i32, i32], [i64])
+        slot_ty = wasmtime.FuncType([i32, i32], [i64])
+        for imp in module.imports:
+            if imp.module != IMPORT_MODULE:
+                continue
+            want = slot_ty if imp.name in ALWAYS_LINKED else call_ty
+            got = imp.type
+            if not isinstance(got, wasmtime.FuncType) or [str(p) for p in got.params] != [str(p) for p in want.params] \
+                    or [str(r) for r in got.results] != [str(r) for r in want.results]:
+                raise InvalidArgs(f"import {IMPORT_MODULE}.{imp.name} has the wrong signature; the Dock ABI is "
+                                  + ("(i32 ptr, i32 cap) -> i64" if imp.name in ALWAYS_LINKED else "(i32 req_ptr, i32 req_len, i32 resp_ptr, i32 resp_cap) -> i64"))
+        pending = _Pending()
+        for cap in caps:
+            linker.define_func(IMPORT_MODULE, cap, call_ty, self._host_func(cap, ctx, pending), access_caller=True)
+        if "fetch" in wanted:
+            linker.define_func(IMPORT_MODULE, "fetch", slot_ty, _fetch_func(pending), access_caller=True)
+        if "info" in wanted:
+            linker.define_func(IMPORT_MODULE, "info", slot_ty, self._info_func(ctx, pending), access_caller=True)
+        return caps
+
+    def _host_func(self, cap: str, ctx: DockContext, pending: _Pending) -> Any:
+        call_raw = self.call_raw
+
+        def host(caller: Any, req_ptr: int, req_len: int, resp_ptr: int, resp_cap: int) -> int:
+            req_ptr &= 0xFFFFFFFF
+            req_len &= 0xFFFFFFFF
+            try:
+                mem = caller["memory"]
+                size = mem.data_len(caller)
+                if req_ptr + req_len > size:
+                    status, body = self._deny(ctx, cap, "?", "", InvalidArgs(f"{cap}: request [{req_ptr}, +{req_len}) lies outside guest memory"),
+                                              time.perf_counter(), 0)[:2]
+                else:
+                    status, body = call_raw(ctx, cap, mem.read(caller, req_ptr, req_ptr + req_len))
+                pending.body = body
+                return _deliver(caller, mem, size, body, resp_ptr, resp_cap, status)
+            except Exception:  # noqa: BLE001 - a trap would kill the guest; report internal
+                return -STATUS[ErrorKind.INTERNAL]
+
+        return host
+
+    def _info_func(self, ctx: DockContext, pending: _Pending) -> Any:
+        def info(caller: Any, ptr: int, cap: int) -> int:
+            import cbor2
+
+            body = cbor2.dumps({"principal": str(ctx.principal), "tenant": ctx.principal.tenant,
+                                "toolkit": ctx.toolkit, "instance": ctx.instance, "caps": sorted(ctx.caps),
+                                "depth": ctx.depth})
+            pending.body = body
+            mem = caller["memory"]
+            return _deliver(caller, mem, mem.data_len(caller), body, ptr, cap, 0)
+
+        return info
+
+
+class _Pending:
+    """The last response of one instance, kept for ``wb.fetch`` (the two-call protocol)."""
+
+    __slots__ = ("body",)
+
+    def __init__(self) -> None:
+        self.body = b""
+
+
+def _deliver(caller: Any, mem: Any, size: int, body: bytes, ptr: int, cap: int, status: int) -> int:
+    ptr &= 0xFFFFFFFF
+    cap &= 0xFFFFFFFF
+    if len(body) <= cap and ptr + len(body) <= size:
+        mem.write(caller, body, ptr)
+    return -status if status else len(body)
+
+
+def _fetch_func(pending: _Pending) -> Any:
+    def fetch(caller: Any, ptr: int, cap: int) -> int:
+        mem = caller["memory"]
+        return _deliver(caller, mem, mem.data_len(caller), pending.body, ptr, cap, 0)
+
+    return fetch
+
+
+def dock_for(runtime: Runtime) -> Dock:
+    """The runtime's Dock (``runtime.dock`` when the runtime has it, else a new one)."""
+    existing = getattr(runtime, "dock", None)
+    return existing if isinstance(existing, Dock) else Dock(runtime)
