@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from wbcore.errors import InvalidArgs
 from wbcore.manifest import Manifest
 
 
@@ -50,6 +51,15 @@ class BuildRequest:
 class BuildOutput:
     artifact: Path
     log: str = ""
+
+
+class BuildFailed(InvalidArgs):
+    """The compiler rejected the source. ``log`` is the compiler's own output (capped),
+    shown to the person; ``str()`` is one line naming the lane and what failed."""
+
+    def __init__(self, message: str, *, log: str = "") -> None:
+        super().__init__(message)
+        self.log = log
 
 
 def tree_digest(root: Path, *, max_files: int = 20000, max_bytes: int = 512 << 20) -> str:
