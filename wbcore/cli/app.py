@@ -83,6 +83,9 @@ def build_app(runtime: Any = None) -> typer.Typer:
     app.add_typer(toolkit.build(runtime), name="toolkit", help="List, show, search and verify toolkits.")
     listing.register(app, runtime)
     demo.register(app, runtime)
+    from wbcore.cli import agent as _agent
+
+    _agent.register(app, runtime)
     from wbcore.cli import audit as _audit_cli
 
     _audit_cli.register(app, runtime)
