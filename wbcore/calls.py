@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from wbcore.errors import Internal
+
+if TYPE_CHECKING:
+    from wbcore.policy import Profile
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,3 +52,89 @@ class CallRecord:
     principal: Principal
     argv: tuple[str, ...] = ()
     toolkit: str | None = None
+
+
+# --- what a shape runner is handed ----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CommandRequest:
+    """One command call, resolved: the verified artifact, the limits, the caps.
+
+    ``Runtime.call`` builds it from the registry entry and hands it to the shape's
+    runner (``ExecShape.runner(runtime).call(request)``), which returns a
+    :class:`CallResult` or raises a ``WbError``.
+    """
+
+    name: str
+    sha256: str
+    artifact: Path
+    argv: tuple[str, ...]
+    stdin: bytes
+    profile: Profile
+    timeout_s: float
+    principal: Principal
+    caps: frozenset[str] = frozenset()
+    arg_mode: str = "argv"
+    fuel: int | None = None
+    toolkit: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class KernelSpec:
+    """A kernel's ABI (seed 004 "Kernel ABI"): ``entry(in_len) -> out_len`` over a fixed
+    arena, input written at ``in_off``, output read at ``out_off``."""
+
+    entry: str = "process"
+    in_off: int = 1024
+    out_off: int = 65536
+    timeout_s: float = 60.0
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> KernelSpec:
+        d = cls()
+        return cls(
+            entry=str(options.get("entry", d.entry)),
+            in_off=int(options.get("in_off", d.in_off)),
+            out_off=int(options.get("out_off", d.out_off)),
+            timeout_s=float(options.get("timeout_s", d.timeout_s)),
+        )
+
+    def as_options(self) -> dict[str, Any]:
+        return {"entry": self.entry, "in_off": self.in_off, "out_off": self.out_off, "timeout_s": self.timeout_s}
+
+
+@dataclass(frozen=True, slots=True)
+class KernelRequest:
+    """Open one kernel instance (instantiated once, then called many times)."""
+
+    name: str
+    sha256: str
+    artifact: Path
+    spec: KernelSpec
+    profile: Profile
+    principal: Principal
+    caps: frozenset[str] = frozenset()
+    toolkit: str | None = None
+
+
+# --- how a call can end, besides its own exit code ----------------------------------
+
+
+class LimitExceeded(Internal):
+    """A profile limit ended the call (memory, stdout, stderr, fuel). ``limit`` names it."""
+
+    limit: str = "limit"
+
+    def __init__(self, message: str, *, limit: str | None = None) -> None:
+        super().__init__(message)
+        if limit is not None:
+            self.limit = limit
+
+
+class GuestTrap(Internal):
+    """The guest trapped (unreachable, out-of-bounds access, stack overflow ...)."""
+
+
+class KernelABIError(Internal):
+    """A kernel broke its ABI: a missing export, or an out_len/offset outside its memory."""

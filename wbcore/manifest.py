@@ -231,7 +231,7 @@ def parse(text: str, path: Path | str = "manifest.org") -> Manifest:
     keywords, lines = _keywords(text, path)
     node = _toolkit_node(text, path)
     if node is None:
-        raise ManifestError(path, 1, ":toolkit:", "no headline tagged :toolkit:")
+        raise ManifestError(path, 1, "headline", "no headline tagged :toolkit:")
     if "TOOLKIT" in keywords:
         return _modern(path, keywords, lines, node)
     if "EXEC" in node.props or not keywords.keys() & set(REQUIRED):
@@ -279,7 +279,7 @@ def _modern(path: Path, kw: dict[str, str], lines: dict[str, int], node: _Node) 
     for prop, key in MIRRORED.items():
         if prop in node.props and key in kw and node.props[prop] != kw[key]:
             raise ManifestError(
-                path, node.prop_lines.get(prop, node.line), f":{prop}:",
+                path, node.prop_lines.get(prop, node.line), f"drawer {prop}",
                 f"drawer says {node.props[prop]!r} but #+{key} says {kw[key]!r}; they must match",
             )
     sha = kw.get("SHA256")
@@ -324,23 +324,23 @@ def _legacy(path: Path, kw: dict[str, str], lines: dict[str, int], node: _Node) 
     props, pl = node.props, node.prop_lines
     binary = props.get("EXEC", "")
     if not binary:
-        raise ManifestError(path, node.line, ":EXEC:", "missing (drawer-only manifests name their binary in :EXEC:)")
-    _check_name(path, pl.get("EXEC", node.line), ":EXEC:", binary)
+        raise ManifestError(path, node.line, "drawer EXEC", "missing (drawer-only manifests name their binary in :EXEC:)")
+    _check_name(path, pl.get("EXEC", node.line), "drawer EXEC", binary)
     cli_bin = props.get("CLI_BIN") or binary
-    _check_name(path, pl.get("CLI_BIN", node.line), ":CLI_BIN:", cli_bin)
+    _check_name(path, pl.get("CLI_BIN", node.line), "drawer CLI_BIN", cli_bin)
     ident = props.get("ID") or path.parent.name
-    _check_name(path, pl.get("ID", node.line), ":ID:", ident)
+    _check_name(path, pl.get("ID", node.line), "drawer ID", ident)
     raw_mode = props.get("ARG_MODE", "positional")
     if raw_mode not in LEGACY_ARG_MODES and raw_mode not in ARG_MODES:
         raise ManifestError(
-            path, pl.get("ARG_MODE", node.line), ":ARG_MODE:",
+            path, pl.get("ARG_MODE", node.line), "drawer ARG_MODE",
             f"{raw_mode!r} is not one of positional, flags",
         )
     arg_mode = LEGACY_ARG_MODES.get(raw_mode, raw_mode)
     caps = tuple(dict.fromkeys(LEGACY_CAPS.get(c, c) for c in _caps(path, pl.get("CAPS", node.line), props.get("CAPS", ""))))
     sha = props.get("SHA256")
     if sha is not None and not SHA256_RE.match(sha.lower()):
-        raise ManifestError(path, pl.get("SHA256", node.line), ":SHA256:", "must be 64 hex digits")
+        raise ManifestError(path, pl.get("SHA256", node.line), "drawer SHA256", "must be 64 hex digits")
     build_src = props.get("BUILD_SRC") or None
     # A built source means a WASM command; a bare binary name is a native PATH CLI.
     shape = "command" if build_src else "posix"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 import traceback
+import types
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -135,14 +136,15 @@ def load(
             on_load_failure_callback=on_failure,
             on_missing_entrypoints_callback=lambda miss: missing.extend(miss),
         )
+        missing = [m for m in missing if m not in failures]
+        for name in names:
+            if name in failures:
+                raise PluginError(f"selected plugin {name!r} failed to load: {failures[name].error}")
         if missing:
             installed = _installed_names()
             raise PluginError(
                 "; ".join(unknown_name("plugin", m, installed) for m in sorted(missing))
             )
-        for name in names:
-            if name in failures:
-                raise PluginError(f"selected plugin {name!r} failed to load: {failures[name].error}")
     else:
         mgr = None
 
@@ -154,10 +156,27 @@ def load(
     infos.extend(failures.values())
 
     for obj in objects:
-        name = getattr(obj, "__name__", None) or type(obj).__name__
+        if isinstance(obj, types.ModuleType):
+            name = target = obj.__name__
+        else:
+            name = type(obj).__name__
+            target = f"{type(obj).__module__}.{type(obj).__qualname__}"
         pm.register(obj, name=name)
-        infos.append(PluginInfo(name=name, target=getattr(obj, '__module__', None) or name, in_process=True))
+        infos.append(PluginInfo(name=name, target=target, in_process=True))
     return pm, sorted(infos, key=lambda i: i.name)
+
+
+def rescan() -> None:
+    """Forget the entry points seen so far in this process.
+
+    stevedore keeps one entry-point list per group for the life of the process (it is
+    what makes repeated loading cheap). A process that installs a plugin and wants to
+    load it without restarting, such as a test suite, calls this first.
+    """
+    from stevedore import ExtensionManager
+
+    ExtensionManager.ENTRY_POINT_CACHE.pop(hookspecs.ENTRY_POINT_GROUP, None)
+    _distributions_by_entry_point.cache_clear()
 
 
 def _info_for(entry_point: Any) -> PluginInfo:

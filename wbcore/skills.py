@@ -35,7 +35,7 @@ def check_slug(slug: str) -> str:
         slug = slug[: -len(SKILL_SUFFIX)]
     if not slug or not SLUG_RE.match(slug):
         raise InvalidArgs(f"skill slug {slug!r} must match {SLUG_RE.pattern}")
-    if slug in (".", "..") or ".." in slug.split("."):
+    if slug == "." or ".." in slug:
         raise InvalidArgs(f"skill slug {slug!r} may not contain '..'")
     return slug
 

@@ -1,25 +1,187 @@
-"""TRUST postures (seed 000): what a toolkit must carry before its caps are granted.
+"""TRUST postures (seed 000), signatures, ``#+SHA256`` integrity and consent, as verify lines.
 
-``first-party`` runs under its profile's defaults. ``third-party`` needs
-``#+AUTHOR_DID`` and ``#+SIGNATURE``; the deployer grants its caps explicitly.
+``first-party`` runs under its profile's defaults. ``third-party`` must carry a valid
+``#+AUTHOR_DID`` / ``#+SIGNATURE`` over the whole folder (``wbcore.signing``), and the
+deployer grants its caps explicitly (``wbcore.consent``).
+
+Integrity: when ``#+SHA256`` is set, the pinned bytes (a shipped ``wasm:``/``archive:``
+file, or the registered artifact) must hash to it before anything runs or registers.
+A mismatch, or a third-party signature that does not verify, makes the toolkit
+*unavailable*: :func:`unavailable_reason` says why (``list``, ``verify``), and
+:func:`check_available` / :func:`check_artifact` raise before a run or a registration.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from wbcore import consent as _consent
+from wbcore import signing
+from wbcore.errors import ErrorKind, WbError
 from wbcore.records import Check
 
 if TYPE_CHECKING:
+    from wbcore.manifest import Manifest
     from wbcore.runtime import Runtime
     from wbcore.toolkit import Toolkit
 
 
+class IntegrityError(WbError):
+    """Bytes do not match their pin, or a signature fails: the toolkit cannot execute (exit 126)."""
+
+    kind = ErrorKind.CAPABILITY_DENIED
+
+
+def sha256_file(path: Path, *, limit: int = 1 << 30) -> str:
+    h = hashlib.sha256()
+    total = 0
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            total += len(chunk)
+            if total > limit:
+                raise IntegrityError(f"{path}: over the {limit}-byte cap for hashing")
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def check_artifact(manifest: Manifest, path: Path | str) -> None:
+    """Raise :class:`IntegrityError` unless ``path`` hashes to ``#+SHA256`` (no pin: no check).
+
+    Call it with the exact bytes about to be registered or run, before either.
+    """
+    if not manifest.sha256:
+        return
+    path = Path(path)
+    try:
+        actual = sha256_file(path)
+    except OSError as exc:
+        raise IntegrityError(f"{manifest.id}: cannot hash {path}: {exc.strerror}") from None
+    if actual != manifest.sha256:
+        raise IntegrityError(
+            f"{manifest.id}: {path.name} has sha256 {actual[:16]}… but #+SHA256 pins {manifest.sha256[:16]}…"
+        )
+
+
+def check_digest(manifest: Manifest, digest: str, what: str = "artifact") -> None:
+    """Like :func:`check_artifact` for bytes already hashed (a content-addressed store)."""
+    if manifest.sha256 and digest != manifest.sha256:
+        raise IntegrityError(f"{manifest.id}: {what} {digest[:16]}… does not match #+SHA256 {manifest.sha256[:16]}…")
+
+
+def shipped_artifact(manifest: Manifest) -> Path | None:
+    """The local file ``#+SHA256`` pins, when ``#+BUILD_SRC`` is ``wasm:``/``archive:`` + a path."""
+    src = manifest.build_src or ""
+    for prefix in ("wasm:", "archive:"):
+        if src.startswith(prefix):
+            rest = src[len(prefix):]
+            if "://" in rest or not rest or os.path.isabs(rest):
+                return None
+            base = os.path.realpath(manifest.dir)
+            target = os.path.realpath(manifest.dir / rest)
+            if target != base and not target.startswith(base + os.sep):
+                return None
+            return Path(target)
+    return None
+
+
+def integrity_reason(toolkit: Toolkit, runtime: Runtime) -> str | None:
+    """Why ``#+SHA256`` fails for this toolkit, or ``None`` (also when nothing is pinned)."""
+    m = toolkit.manifest
+    if not m.sha256:
+        return None
+    local = shipped_artifact(m)
+    if local is not None and local.is_file():
+        try:
+            check_artifact(m, local)
+        except IntegrityError as exc:
+            return f"integrity: {exc.message}"
+    if (m.build_src or "").startswith("archive:"):
+        return None  # the pin is the archive's; what it unpacks to is registered under its own digest
+    names = {n for n in (m.cli_bin, m.id) if n}
+    try:
+        entries = [e for e in runtime.registry.entries() if e.toolkit == m.id or (e.toolkit is None and e.name in names)]
+    except Exception:  # an unreadable registry is reported by whoever owns it, not as an integrity failure
+        entries = []
+    for e in entries:
+        if e.sha256 != m.sha256:
+            return f"integrity: registered {e.kind} {e.name!r} is {e.sha256[:16]}… but #+SHA256 pins {m.sha256[:16]}…"
+    return None
+
+
+def signature_verdict(toolkit: Toolkit, runtime: Runtime, *, resolve_web: bool = True) -> signing.Verdict:
+    return signing.verify(toolkit.dir, env=runtime.env, resolve_web=resolve_web)
+
+
+def unavailable_reason(toolkit: Toolkit, runtime: Runtime, *, resolve_web: bool = False) -> str | None:
+    """Why the toolkit may not run, or ``None``. Offline by default (did:web not resolved)."""
+    reason = integrity_reason(toolkit, runtime)
+    if reason:
+        return reason
+    if toolkit.manifest.trust == "third-party":
+        verdict = signature_verdict(toolkit, runtime, resolve_web=resolve_web)
+        if not verdict.ok and verdict.code != signing.UNRESOLVED:
+            return f"signature: {verdict.message}"
+    return None
+
+
+def check_available(toolkit: Toolkit, runtime: Runtime) -> None:
+    """Raise :class:`IntegrityError` with the reason when the toolkit may not run (did:web resolved)."""
+    reason = unavailable_reason(toolkit, runtime, resolve_web=True)
+    if reason:
+        raise IntegrityError(f"{toolkit.id} is unavailable: {reason}")
+
+
+def _signature_check(toolkit: Toolkit, runtime: Runtime) -> Check:
+    v = signature_verdict(toolkit, runtime)
+    label = {
+        signing.MISSING: "missing", signing.MALFORMED: "malformed", signing.KEY_TYPE: "wrong key type",
+        signing.UNRESOLVED: "unresolved", signing.WRONG_KEY: "wrong key", signing.TAMPERED: "tampered",
+        signing.INVALID: "invalid",
+    }.get(v.code)
+    if v.ok:
+        return Check(True, "trust", f"third-party, {v.message}")
+    return Check(False, "trust", f"signature {label}: {v.message}")
+
+
+def _consent_check(toolkit: Toolkit, runtime: Runtime) -> Check | None:
+    info = _consent.describe(runtime.home, toolkit)
+    if not info["requested"]:
+        return None
+    requested = " ".join(info["requested"])
+    effective = " ".join(info["effective"]) or "none"
+    if info["granted"] is None:
+        return Check(True, "consent", f"requested {requested}; profile {info['profile']} grants {effective} (first-party)")
+    granted = " ".join(info["granted"]) or "none"
+    note = f"; grants were given to {info['stale_signer']}, not this signer" if info["stale_signer"] else ""
+    pending = [c for c in info["requested"] if c not in info["granted"]]
+    msg = f"requested {requested}; granted {granted}; effective {effective}{note}"
+    if pending:
+        msg += f" (grant with: wbx toolkit grant {toolkit.id} {' '.join(pending)})"
+    return Check(True, "consent", msg, warning=bool(pending))
+
+
 def checks(toolkit: Toolkit, runtime: Runtime) -> list[Check]:
     m = toolkit.manifest
+    out: list[Check] = []
     if m.trust == "first-party":
-        return [Check(True, "trust", "first-party (runs under its profile's default caps)")]
-    missing = [k for k, v in (("AUTHOR_DID", m.author_did), ("SIGNATURE", m.signature)) if not v]
-    if missing:
-        return [Check(False, "trust", f"third-party toolkit lacks #+{' and #+'.join(missing)}")]
-    return [Check(True, "trust", f"third-party, AUTHOR_DID and SIGNATURE present ({m.author_did})")]
+        out.append(Check(True, "trust", "first-party (runs under its profile's default caps)"))
+        if m.signature or m.author_did:
+            sig = _signature_check(toolkit, runtime)
+            out.append(Check(sig.ok, "trust", sig.message.removeprefix("third-party, ")))
+    else:
+        out.append(_signature_check(toolkit, runtime))
+    if m.sha256:
+        reason = integrity_reason(toolkit, runtime)
+        if reason:
+            out.append(Check(False, "integrity", f"unavailable: {reason.removeprefix('integrity: ')}"))
+        else:
+            local = shipped_artifact(m)
+            where = local.relative_to(os.path.realpath(m.dir)) if local is not None and local.is_file() else None
+            out.append(Check(True, "integrity", f"#+SHA256 {m.sha256[:16]}… matches " + (str(where) if where else "every registered artifact")))
+    consent_line = _consent_check(toolkit, runtime)
+    if consent_line is not None:
+        out.append(consent_line)
+    return out

@@ -1,0 +1,130 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+import typer
+
+from wbcore import hookimpl
+from wbcore.testing import manifest_text
+
+
+@pytest.fixture
+def kits(make_toolkit):
+    make_toolkit("alpha", skills={"overview": "#+TITLE: Alpha\n#+DESCRIPTION: alpha things\n", "fetch": "#+TITLE: Fetch\nUse the zebra flag.\n"})
+    make_toolkit("beta", exec="teleport")
+    make_toolkit("gamma", manifest=manifest_text("gamma").replace("#+VERSION: 0.1.0", "#+VERSION: 1"))
+
+
+def test_list_text_and_json_with_malformed_reported(kits, wbx):
+    r = wbx("toolkit", "list")
+    assert r.exit_code == 0
+    assert r.stdout.splitlines() == ["alpha · stable · Use alpha for testing.", "beta · stable · Use beta for testing."]
+    assert "gamma/manifest.org:3: VERSION: '1' is not semver" in r.stderr
+    data = json.loads(wbx("toolkit", "list", "--json").stdout)
+    assert [t["id"] for t in data["toolkits"]] == ["alpha", "beta"]
+    assert data["errors"][0]["field"] == "VERSION" and data["errors"][0]["line"] == 3
+
+
+def test_show_manifest_and_skill(kits, wbx):
+    r = wbx("toolkit", "show", "alpha")
+    assert r.exit_code == 0
+    assert "skills (read one with: wbx toolkit show alpha <skill>):" in r.stdout
+    assert "overview" in r.stdout and "alpha things" in r.stdout
+    r = wbx("toolkit", "show", "alpha", "fetch")
+    assert r.stdout == "#+TITLE: Fetch\nUse the zebra flag.\n"
+    assert json.loads(wbx("toolkit", "show", "alpha", "--json").stdout)["skills"][1]["slug"] == "fetch"
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (("toolkit", "show", "nope"), 127, "wbx: not-found: unknown toolkit 'nope'; known: alpha, beta"),
+        (("toolkit", "show", "alpha", "../x"), 2, "wbx: invalid-args: skill slug '../x' must match"),
+        (("toolkit", "show", "alpha", "missing"), 127, "wbx: not-found: unknown skill 'missing'; known: fetch, overview"),
+        (("toolkit", "show", "gamma"), 2, "wbx: invalid-args: "),
+    ],
+)
+def test_errors_are_one_line_with_exit_codes(kits, wbx, args, code, message):
+    r = wbx(*args)
+    assert r.exit_code == code
+    assert r.stderr.startswith(message)
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in r.stderr
+
+
+def test_search(kits, wbx):
+    r = wbx("toolkit", "search", "ZEBRA")
+    assert r.exit_code == 0 and r.stdout.startswith("alpha/fetch · text · ")
+    hits = json.loads(wbx("toolkit", "search", "beta", "--json").stdout)
+    assert hits[0] == {"toolkit": "beta", "skill": None, "field": "id", "snippet": "beta"}
+    assert wbx("toolkit", "search", "no-such-thing").exit_code == 1
+
+
+def test_verify_exit_codes_and_json(kits, wbx):
+    ok = wbx("toolkit", "verify", "alpha")
+    assert ok.exit_code == 0 and "✓ exec: none declared (discovery-only toolkit)" in ok.stdout
+    bad = wbx("toolkit", "verify", "beta")
+    assert bad.exit_code == 1 and "✗ exec: unknown mode" in bad.stdout
+    data = json.loads(wbx("toolkit", "verify", "beta", "--json").stdout)
+    assert data["ok"] is False and any(c["area"] == "exec" and not c["ok"] for c in data["checks"])
+    every = wbx("toolkit", "verify", "--all")
+    assert every.exit_code == 1 and "gamma:" in every.stdout
+    assert wbx("toolkit", "verify").exit_code == 2
+
+
+def test_version_and_usage_errors(wbx):
+    r = wbx("--version")
+    assert r.exit_code == 0 and r.stdout.startswith("wbx (wbcore) ")
+    assert wbx("no-such-command").exit_code == 2
+
+
+class Boom:
+    @hookimpl
+    def wbcore_cli_commands(self, add):
+        def boom() -> None:
+            raise RuntimeError("kaboom")
+
+        add("boom", boom, help="always fails")
+
+
+def test_internal_error_traceback_only_with_debug(make_runtime, wbx):
+    rt = make_runtime(plugins=[Boom()])
+    r = wbx("boom", runtime=rt)
+    assert r.exit_code == 70
+    assert r.stderr.strip() == "wbx: internal: RuntimeError: kaboom (run with --debug for the traceback)"
+    r = wbx("--debug", "boom", runtime=rt)
+    assert r.exit_code == 70 and "Traceback" in r.stderr
+
+
+class Hello:
+    @hookimpl
+    def wbcore_cli_commands(self, add):
+        sub = typer.Typer()
+
+        @sub.command("say")
+        def say(name: str) -> None:
+            typer.echo(f"hello {name}")
+
+        add("hello", sub, help="greetings")
+
+
+class Hijack:
+    @hookimpl
+    def wbcore_cli_commands(self, add):
+        add("toolkit", lambda: None)
+
+
+class HelloAgain:
+    @hookimpl
+    def wbcore_cli_commands(self, add):
+        add("hello", lambda: None)
+
+
+def test_plugins_add_commands_through_the_registrar(make_runtime, wbx):
+    r = wbx("hello", "say", "ada", runtime=make_runtime(plugins=[Hello()]))
+    assert (r.exit_code, r.stdout) == (0, "hello ada\n")
+    r = wbx("--help", runtime=make_runtime(plugins=[Hijack()]))
+    assert r.exit_code == 70 and "may not register built-in command 'toolkit'" in r.stderr
+    r = wbx("--help", runtime=make_runtime(plugins=[Hello(), HelloAgain()]))
+    assert r.exit_code == 70 and "command 'hello' registered by both" in r.stderr

@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+from wbcore import discovery
+from wbcore.agents_index import injection_text
+from wbcore.testing import manifest_text, write_toolkit
+
+
+def test_roots_order_and_rules(tmp_path: Path):
+    cwd = tmp_path / "work"
+    (cwd / "toolkits").mkdir(parents=True)
+    (tmp_path / "toolkits").mkdir()
+    home = tmp_path / "home"
+    (home / "toolkits").mkdir(parents=True)
+    extra1, extra2 = tmp_path / "e1", tmp_path / "e2"
+    extra1.mkdir()
+    env = {"WB_TOOLKIT_PATH": f"{extra1}:{tmp_path / 'missing'}:{extra2}"}
+    # ./toolkits wins over ../toolkits; missing path entries are dropped.
+    assert discovery.roots(env, cwd, home) == [cwd / "toolkits", home / "toolkits", extra1]
+    # ../toolkits when ./toolkits is absent
+    (cwd / "toolkits").rmdir()
+    assert discovery.roots({}, cwd, home)[0] == tmp_path / "toolkits"
+
+
+def test_wb_toolkits_root_only_if_it_exists(tmp_path: Path):
+    cwd = tmp_path
+    (cwd / "toolkits").mkdir()
+    pinned = tmp_path / "pinned"
+    home = tmp_path / "h"
+    assert discovery.roots({"WB_TOOLKITS_ROOT": str(pinned)}, cwd, home)[0] == cwd / "toolkits"
+    pinned.mkdir()
+    assert discovery.roots({"WB_TOOLKITS_ROOT": str(pinned)}, cwd, home) == [pinned]
+
+
+def test_malformed_manifest_reported_others_continue(tmp_path: Path):
+    root = tmp_path / "root"
+    write_toolkit(root, "good")
+    write_toolkit(root, "bad", manifest=manifest_text("bad").replace("#+VERSION: 0.1.0", "#+VERSION: v1"))
+    write_toolkit(root, "misnamed", manifest=manifest_text("other-name").replace(":ID: other-name", ":ID: other-name"))
+    (root / "not-a-toolkit").mkdir()
+    (root / ".hidden").mkdir()
+    found = discovery.discover([root])
+    assert list(found.toolkits) == ["good"]
+    problems = {e.path.parent.name: (e.line, e.field) for e in found.errors}
+    assert problems == {"bad": (3, "VERSION"), "misnamed": (2, "TOOLKIT")}
+
+
+def test_first_root_wins_and_later_copy_is_shadowed(tmp_path: Path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    write_toolkit(a, "same", tagline="from a")
+    write_toolkit(b, "same", tagline="from b")
+    found = discovery.discover([a, b])
+    tk = found.toolkits["same"]
+    assert tk.manifest.tagline == "from a"
+    assert tk.shadows == (b / "same",)
+
+
+def test_injection_text_declared_order_unknown_dropped(tmp_path: Path):
+    root = tmp_path / "r"
+    skills = {f"s{i}": f"#+TITLE: s{i}\nline\n" for i in range(10)}
+    skills["overview"] = "#+TITLE: o\nx\n"
+    write_toolkit(root, "zeta", skills=skills)
+    write_toolkit(root, "alpha")
+    found = discovery.discover([root])
+    text = injection_text(found, ["zeta", "nope", "alpha"])
+    lines = text.splitlines()
+    assert [ln.split()[1] for ln in lines[1:]] == ["zeta:", "alpha:"]
+    assert lines[1].endswith("skills: overview, s0, s1, s2, s3, s4, s5, s6, …")  # at most 8 names

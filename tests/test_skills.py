@@ -1,0 +1,76 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from wbcore import skills
+from wbcore.errors import InvalidArgs, NotFound
+from wbcore.testing import write_toolkit
+
+
+@pytest.fixture
+def tk(tmp_path: Path) -> Path:
+    d = write_toolkit(tmp_path / "root", "demo", skills={"overview": "#+TITLE: Overview\nHello.\n", "use": "#+TITLE: Use\n#+DESCRIPTION: how\n"})
+    (tmp_path / "secret.org").write_text("TOP SECRET")
+    return d
+
+
+def test_reads_a_skill_with_or_without_suffix(tk: Path):
+    assert skills.read_skill(tk, "overview").startswith("#+TITLE: Overview")
+    assert skills.read_skill(tk, "use.org").startswith("#+TITLE: Use")
+    listed = skills.list_skills(tk)
+    assert [s.slug for s in listed] == ["overview", "use"]
+    assert listed[1].summary == "how"
+
+
+@pytest.mark.parametrize(
+    "slug",
+    ["..", ".", "../secret", "..%2fsecret", "a/b", "/etc/passwd", "skills/../../secret", "a\\b", "", "name\x00", "é", "a b", "...", "x..y", "..org"],
+)
+def test_unsafe_slugs_are_refused(tk: Path, slug: str):
+    with pytest.raises(InvalidArgs):
+        skills.skill_path(tk, slug)
+
+
+def test_symlink_escaping_skills_dir_is_refused(tk: Path, tmp_path: Path):
+    os.symlink(tmp_path / "secret.org", tk / "skills" / "leak.org")
+    with pytest.raises(InvalidArgs, match="outside"):
+        skills.read_skill(tk, "leak")
+    assert "leak" not in [s.slug for s in skills.list_skills(tk)]
+
+
+def test_symlinked_skills_dir_escape_is_refused(tmp_path: Path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "x.org").write_text("outside")
+    d = tmp_path / "root" / "tk"
+    d.mkdir(parents=True)
+    os.symlink(outside / "x.org", d / "dummy")
+    (d / "skills").mkdir()
+    os.symlink(d / "dummy", d / "skills" / "x.org")  # a chain of links that ends outside
+    with pytest.raises(InvalidArgs, match="outside"):
+        skills.read_skill(d, "x")
+
+
+def test_symlink_inside_skills_is_allowed(tk: Path):
+    os.symlink(tk / "skills" / "use.org", tk / "skills" / "alias.org")
+    assert skills.read_skill(tk, "alias").startswith("#+TITLE: Use")
+
+
+def test_directory_named_like_a_skill_is_refused(tk: Path):
+    (tk / "skills" / "dir.org").mkdir()
+    with pytest.raises(InvalidArgs, match="not a regular file"):
+        skills.read_skill(tk, "dir")
+
+
+def test_unknown_skill_lists_known(tk: Path):
+    with pytest.raises(NotFound, match="known: overview, use"):
+        skills.read_skill(tk, "nope")
+
+
+def test_oversized_skill_is_refused(tk: Path):
+    (tk / "skills" / "big.org").write_bytes(b"x" * (skills.MAX_SKILL_BYTES + 1))
+    with pytest.raises(InvalidArgs, match="cap"):
+        skills.read_skill(tk, "big")

@@ -1,0 +1,121 @@
+from __future__ import annotations
+
+from wbcore import hookimpl
+from wbcore.records import Check, ExecShape
+
+
+def lines(report):
+    return [c.render() for c in report.checks]
+
+
+def test_discovery_only_toolkit_passes(make_toolkit, make_runtime):
+    make_toolkit("docs")
+    r = make_runtime().verify("docs")
+    assert r.ok
+    assert lines(r) == [
+        "✓ manifest: manifest.org present (manifest)",
+        "✓ skills: skills/overview.org present (1 skill(s))",
+        "✓ exec: none declared (discovery-only toolkit)",
+        "✓ caps: none declared (pure compute + stdio)",
+        "✓ trust: first-party (runs under its profile's default caps)",
+    ]
+
+
+def test_unknown_exec_mode_fails_listing_known(make_toolkit, make_runtime):
+    make_toolkit("odd", exec="teleport")
+    r = make_runtime().verify("odd")
+    assert not r.ok
+    exec_line = next(c for c in r.checks if c.area == "exec")
+    assert exec_line.render().startswith("✗ exec: unknown mode: unknown EXEC shape 'teleport'; known: ")
+    assert "command" in exec_line.message and "posix" in exec_line.message
+
+
+def test_missing_overview_and_unknown_caps(make_toolkit, make_runtime):
+    make_toolkit("nocaps", caps="net warp", skills={"other": "x"})
+    r = make_runtime().verify("nocaps")
+    assert "✗ skills: skills/overview.org missing" in lines(r)
+    assert any(line.startswith("✗ caps: unknown cap(s): warp") for line in lines(r))
+    assert not r.ok
+
+
+def test_third_party_requires_author_did_and_signature(make_toolkit, make_runtime):
+    make_toolkit("tp", trust="third-party")
+    r = make_runtime().verify("tp")
+    trust = [c for c in r.checks if c.area == "trust"]
+    assert not trust[0].ok and "AUTHOR_DID" in trust[0].message and "SIGNATURE" in trust[0].message
+
+
+def test_posix_shape_checks_path(make_toolkit, make_runtime, tmp_path):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    tool = bindir / "mytool"
+    tool.write_text("#!/bin/sh\n")
+    tool.chmod(0o755)
+    make_toolkit("px", exec="posix", extra={"CLI_BIN": "mytool"})
+    ok = make_runtime(env={"PATH": str(bindir)}).verify("px")
+    assert "✓ exec: posix binary 'mytool' found at " + str(tool) in lines(ok)
+    missing = make_runtime(env={"PATH": str(tmp_path)}).verify("px")
+    assert "✗ exec: posix binary 'mytool' not found on PATH" in lines(missing)
+
+
+def test_command_shape_not_registered_not_buildable(make_toolkit, make_runtime):
+    make_toolkit("cmd", exec="command", extra={"CLI_BIN": "cmd"})
+    r = make_runtime().verify("cmd")
+    assert "✗ exec: command 'cmd' not registered and no #+BUILD_SRC to build it from" in lines(r)
+    make_toolkit("scr", exec="command", extra={"CLI_BIN": "scr", "BUILD_SRC": "script:build.sh", "BUILD_LANG": "c"})
+    r = make_runtime().verify("scr")
+    assert any("script: is refused" in line for line in lines(r))
+    make_toolkit("svn", exec="command", extra={"CLI_BIN": "svn", "BUILD_SRC": "svn:trunk", "BUILD_LANG": "c"})
+    r = make_runtime().verify("svn")
+    assert any("unknown BUILD_SRC prefix 'svn:'; known: " in line for line in lines(r))
+
+
+def test_role_pre_blocks_reported_disabled(make_toolkit, make_runtime, toolkit_root):
+    from wbcore.testing import manifest_text
+
+    text = manifest_text("pre") + "#+begin_src sh :role pre\nrm -rf /\n#+end_src\n"
+    make_toolkit("pre", manifest=text)
+    r = make_runtime().verify("pre")
+    assert r.ok
+    assert "⚠ pre: 1 :role pre block(s) DISABLED, never run (native exec is banned)" in lines(r)
+
+
+def test_legacy_manifest_verify_warns_with_modern_equivalent(make_toolkit, make_runtime):
+    legacy = "* Legacy :toolkit:\n  :PROPERTIES:\n  :EXEC: sh\n  :END:\nRuns sh.\n"
+    make_toolkit("legacy", manifest=legacy)
+    r = make_runtime().verify("legacy")
+    warn = [c for c in r.checks if c.warning]
+    assert warn and "modern equivalent: #+TOOLKIT: legacy, #+EXEC: posix, #+CLI_BIN: sh" in warn[0].message
+
+
+def test_broken_manifest_verify_names_the_error(make_toolkit, make_runtime):
+    from wbcore.testing import manifest_text
+
+    make_toolkit("broken", manifest=manifest_text("broken").replace("#+STATUS: stable", "#+STATUS: meh"))
+    r = make_runtime().verify("broken")
+    assert not r.ok
+    assert lines(r)[0].startswith("✗ manifest: ") and "manifest.org:4: STATUS:" in lines(r)[0]
+
+
+class ExtraChecks:
+    @hookimpl
+    def wbcore_verify_checks(self, toolkit, runtime):
+        return [Check(toolkit.id != "flagged", "license", f"{toolkit.id}: SPDX checked")]
+
+
+def test_plugins_contribute_verify_lines(make_toolkit, make_runtime):
+    make_toolkit("flagged")
+    r = make_runtime(plugins=[ExtraChecks()]).verify("flagged")
+    assert "✗ license: flagged: SPDX checked" in lines(r)
+    assert not r.ok
+
+
+class WasiHttpShape:
+    @hookimpl
+    def wbcore_exec_shapes(self):
+        yield ExecShape(name="wasi-http", summary="proxy", verify=lambda ctx: [Check(True, "exec", "wasi-http ok")])
+
+
+def test_shape_from_in_process_plugin(make_toolkit, make_runtime):
+    make_toolkit("web", exec="wasi-http")
+    assert "✓ exec: wasi-http ok" in lines(make_runtime(plugins=[WasiHttpShape()]).verify("web"))

@@ -1,0 +1,5 @@
+"""``python -m wbcore`` is ``wbx``."""
+
+from wbcore.cli.app import run
+
+run()

@@ -1,0 +1,160 @@
+"""Deployer consent: which of a third-party toolkit's ``#+CAPS`` are granted (seed 000 TRUST).
+
+Grants live in ``$WB_HOME/consent.json``, rewritten atomically under a lock. A grant is
+bound to the signer that was verified when it was given: if the toolkit later carries
+another ``#+AUTHOR_DID``, its grants no longer apply. First-party toolkits need no
+grant; they run under their profile's defaults. The effective cap set is always
+profile ∩ ``#+CAPS`` ∩ granted (``wbcore.policy.effective_caps``).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from wbcore import policy
+from wbcore.errors import InvalidArgs, unknown_name
+
+if TYPE_CHECKING:
+    from wbcore.toolkit import Toolkit
+
+FILE = "consent.json"
+FORMAT = 1
+MAX_FILE_BYTES = 4 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    toolkit: str
+    caps: frozenset[str]
+    signer: str | None
+    granted_at: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"caps": sorted(self.caps), "signer": self.signer, "granted_at": self.granted_at}
+
+
+class ConsentStore:
+    """The grants of one ``$WB_HOME``."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.path = home / FILE
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.home.mkdir(parents=True, exist_ok=True)
+        with open(self.home / (FILE + ".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+
+    def load(self) -> dict[str, Grant]:
+        try:
+            with self.path.open("rb") as fh:
+                raw = fh.read(MAX_FILE_BYTES + 1)
+        except FileNotFoundError:
+            return {}
+        if len(raw) > MAX_FILE_BYTES:
+            raise InvalidArgs(f"{self.path} is over the {MAX_FILE_BYTES}-byte cap")
+        try:
+            data = json.loads(raw)
+            grants = data["grants"]
+            return {
+                tid: Grant(tid, frozenset(g["caps"]), g.get("signer"), float(g.get("granted_at", 0)))
+                for tid, g in grants.items()
+            }
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise InvalidArgs(f"{self.path} is not a consent file ({type(exc).__name__}); fix or move it aside") from None
+
+    def _save(self, grants: dict[str, Grant]) -> None:
+        data = {"format": FORMAT, "grants": {tid: g.as_dict() for tid, g in sorted(grants.items())}}
+        tmp = self.path.parent / f".{FILE}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=2, sort_keys=True)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.path)
+
+    def get(self, toolkit_id: str) -> Grant | None:
+        return self.load().get(toolkit_id)
+
+    def grant(self, toolkit_id: str, caps: Iterable[str], signer: str | None) -> Grant:
+        """Add ``caps`` to the grant (a grant to another signer is replaced, not merged)."""
+        with self._locked():
+            grants = self.load()
+            old = grants.get(toolkit_id)
+            keep = old.caps if old is not None and old.signer == signer else frozenset()
+            new = Grant(toolkit_id, keep | frozenset(caps), signer, time.time())
+            grants[toolkit_id] = new
+            self._save(grants)
+            return new
+
+    def revoke(self, toolkit_id: str, caps: Iterable[str] | None = None) -> Grant | None:
+        """Withdraw ``caps`` (all of them when ``None``); returns what remains granted."""
+        with self._locked():
+            grants = self.load()
+            old = grants.get(toolkit_id)
+            if old is None:
+                return None
+            left = frozenset() if caps is None else old.caps - frozenset(caps)
+            if left:
+                grants[toolkit_id] = Grant(toolkit_id, left, old.signer, time.time())
+            else:
+                del grants[toolkit_id]
+            self._save(grants)
+            return grants.get(toolkit_id)
+
+
+def check_caps(toolkit: Toolkit, caps: Iterable[str]) -> list[str]:
+    """The caps as given, refusing unknown ones and ones the toolkit does not request."""
+    caps = list(dict.fromkeys(caps))
+    if not caps:
+        raise InvalidArgs("name at least one cap")
+    for cap in caps:
+        if cap not in policy.CAP_UNIVERSE:
+            raise InvalidArgs(unknown_name("cap", cap, sorted(policy.CAP_UNIVERSE)))
+    declared = toolkit.manifest.caps
+    extra = [c for c in caps if c not in declared]
+    if extra:
+        asks = " ".join(declared) or "none"
+        raise InvalidArgs(f"{toolkit.id} does not request {' '.join(extra)} (its #+CAPS: {asks})")
+    return caps
+
+
+def granted(home: Path, toolkit: Toolkit) -> frozenset[str] | None:
+    """What the deployer granted; ``None`` for first-party (no consent step)."""
+    m = toolkit.manifest
+    if m.trust != "third-party":
+        return None
+    g = ConsentStore(home).get(m.id)
+    if g is None or g.signer != m.author_did:
+        return frozenset()
+    return g.caps
+
+
+def describe(home: Path, toolkit: Toolkit) -> dict[str, Any]:
+    """Requested vs granted vs effective caps, for ``show`` and ``verify``."""
+    m = toolkit.manifest
+    prof = policy.profile_for(m.extra("PROFILE"), m.caps)
+    given = granted(home, toolkit)
+    stale = None
+    if m.trust == "third-party":
+        g = ConsentStore(home).get(m.id)
+        if g is not None and g.signer != m.author_did:
+            stale = g.signer
+    return {
+        "trust": m.trust,
+        "profile": prof.name,
+        "requested": list(m.caps),
+        "granted": None if given is None else sorted(given),
+        "effective": sorted(policy.effective_caps(prof, m.caps, given)),
+        "stale_signer": stale,
+    }
