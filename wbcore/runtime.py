@@ -143,3 +143,11 @@ class Runtime:
         except ManifestError as exc:
             return _verify.broken(ident, exc)
         return _verify.verify(tk, self)
+
+    def effective_caps(self, toolkit: Toolkit) -> frozenset[str]:
+        """profile ∩ ``#+CAPS`` ∩ deployer grants (first-party: profile ∩ ``#+CAPS``)."""
+        from wbcore import consent, policy
+
+        m = toolkit.manifest
+        prof = policy.profile_for(m.extra("PROFILE"), m.caps)
+        return policy.effective_caps(prof, m.caps, consent.granted(self.home, toolkit))
