@@ -3,7 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from wbcore import discovery
-from wbcore.agents_index import injection_text
+from wbcore.agents import toolkit_index
 from wbcore.testing import manifest_text, write_toolkit
 
 
@@ -63,7 +63,7 @@ def test_injection_text_declared_order_unknown_dropped(tmp_path: Path):
     write_toolkit(root, "zeta", skills=skills)
     write_toolkit(root, "alpha")
     found = discovery.discover([root])
-    text = injection_text(found, ["zeta", "nope", "alpha"])
-    lines = text.splitlines()
-    assert [ln.split()[1] for ln in lines[1:]] == ["zeta:", "alpha:"]
-    assert lines[1].endswith("skills: overview, s0, s1, s2, s3, s4, s5, s6, …")  # at most 8 names
+    text = toolkit_index(found, ["zeta", "nope", "alpha"])
+    lines = [ln for ln in text.splitlines() if ln.startswith("- ")]
+    assert [ln.split()[1] for ln in lines] == ["zeta:", "alpha:"]
+    assert lines[0].endswith("(skills: overview, s0, s1, s2, s3, s4, s5, s6, +3 more)")  # at most 8 names
