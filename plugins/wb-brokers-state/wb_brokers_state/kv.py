@@ -1,0 +1,89 @@
+"""The ``kv`` cap (StorageBroker): durable per-tenant K/V that survives the instance."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from wbcore.dock import BrokerCall, refuse
+from wbcore.errors import CapabilityDenied, InvalidArgs, NotFound
+
+MAX_VALUE = 1 << 20
+MAX_KEYS = 10_000
+MAX_KEY = 1024
+MAX_LIST = 1000
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS kv (
+  tenant TEXT NOT NULL, key TEXT NOT NULL, value BLOB NOT NULL, updated REAL NOT NULL,
+  PRIMARY KEY (tenant, key)
+) WITHOUT ROWID;
+"""
+
+
+def value_bytes(call: BrokerCall, name: str, cap: int, what: str) -> bytes:
+    v = call.args.get(name)
+    if isinstance(v, str):
+        v = v.encode()
+    if not isinstance(v, (bytes, bytearray)):
+        raise InvalidArgs(f"{call.cap}.{call.op}: argument {name!r} must be bytes or text")
+    if len(v) > cap:
+        raise refuse(InvalidArgs, "too-large", f"{call.cap}.{call.op}: {what} of {len(v)} bytes exceeds the {cap}-byte cap; nothing was stored")
+    return bytes(v)
+
+
+class KvBroker:
+    def __init__(self, path: Path, *, max_keys: int = MAX_KEYS, max_value: int = MAX_VALUE) -> None:
+        from wb_brokers_state.db import Db
+
+        self.db = Db(path, SCHEMA)
+        self.max_keys, self.max_value = max_keys, max_value
+
+    def _key(self, call: BrokerCall) -> str:
+        key = call.arg("key", str)
+        if not key or len(key.encode()) > MAX_KEY:
+            raise InvalidArgs(f"kv.{call.op}: key must be 1..{MAX_KEY} bytes of text")
+        return key
+
+    def handle(self, call: BrokerCall) -> Any:
+        import time
+
+        tenant = call.ctx.principal.tenant
+        op = call.op
+        if op == "get":
+            key = self._key(call)
+            with self.db.read() as c:
+                row = c.execute("SELECT value FROM kv WHERE tenant=? AND key=?", (tenant, key)).fetchone()
+            if row is None:
+                raise NotFound(f"kv.get: no key {key!r}")
+            return {"value": row[0]}
+        if op == "put":
+            key = self._key(call)
+            value = value_bytes(call, "value", self.max_value, "value")
+            with self.db.write() as c:
+                exists = c.execute("SELECT 1 FROM kv WHERE tenant=? AND key=?", (tenant, key)).fetchone()
+                if not exists:
+                    (n,) = c.execute("SELECT count(*) FROM kv WHERE tenant=?", (tenant,)).fetchone()
+                    if n >= self.max_keys:
+                        raise refuse(CapabilityDenied, "quota", f"kv.put: tenant {tenant!r} already holds {n} keys (cap {self.max_keys}); nothing was stored")
+                c.execute("INSERT OR REPLACE INTO kv VALUES (?,?,?,?)", (tenant, key, value, time.time()))
+            return {"ok": True, "created": not exists}
+        if op == "delete":
+            key = self._key(call)
+            with self.db.write() as c:
+                n = c.execute("DELETE FROM kv WHERE tenant=? AND key=?", (tenant, key)).rowcount
+            return {"deleted": bool(n)}
+        if op == "list":
+            prefix = call.arg("prefix", str, "")
+            limit = min(call.arg("limit", int, MAX_LIST), MAX_LIST)
+            after = call.arg("after", str, "")
+            with self.db.read() as c:
+                rows = c.execute(
+                    "SELECT key FROM kv WHERE tenant=? AND key > ? AND substr(key, 1, ?) = ? ORDER BY key LIMIT ?",
+                    (tenant, after, len(prefix), prefix, limit)).fetchall()
+            return {"keys": [r[0] for r in rows]}
+        if op == "count":
+            with self.db.read() as c:
+                (n,) = c.execute("SELECT count(*) FROM kv WHERE tenant=?", (tenant,)).fetchone()
+            return {"count": n, "cap": self.max_keys}
+        raise InvalidArgs(f"kv: unknown operation {op!r}")
