@@ -1,0 +1,1 @@
+"""wb-lane-c-wasm: C compiled by TinyCC running as WebAssembly inside wasmtime."""
