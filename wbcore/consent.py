@@ -158,3 +158,14 @@ def describe(home: Path, toolkit: Toolkit) -> dict[str, Any]:
         "effective": sorted(policy.effective_caps(prof, m.caps, given)),
         "stale_signer": stale,
     }
+
+
+def show_rows(home: Path, toolkit: Toolkit) -> list[tuple[str, str | None]]:
+    """``wbx toolkit show`` rows: requested vs granted vs effective caps."""
+    info = describe(home, toolkit)
+    if not info["requested"]:
+        return []
+    granted_text = "n/a (first-party: profile defaults)" if info["granted"] is None else (" ".join(info["granted"]) or "none")
+    if info["stale_signer"]:
+        granted_text += f" (grants to {info['stale_signer']} do not apply to this signer)"
+    return [("granted", granted_text), ("effective", " ".join(info["effective"]) or "none")]

@@ -6,7 +6,9 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
+from wbcore import consent as _consent
 from wbcore import search as _search
+from wbcore import trust as _trust
 from wbcore.cli.output import JSON_HELP, emit_json, warn
 
 if TYPE_CHECKING:
@@ -26,7 +28,8 @@ def build(runtime: Runtime) -> typer.Typer:
                     "roots": [str(r) for r in found.roots],
                     "toolkits": [
                         {"id": t.id, "status": t.manifest.status, "exec": t.manifest.exec,
-                         "tagline": t.manifest.tagline, "path": str(t.dir)}
+                         "tagline": t.manifest.tagline, "path": str(t.dir),
+                         "unavailable": _trust.unavailable_reason(t, runtime)}
                         for t in found.toolkits.values()
                     ],
                     "errors": [{"path": str(e.path), "line": e.line, "field": e.field, "problem": e.problem} for e in found.errors],
@@ -34,7 +37,8 @@ def build(runtime: Runtime) -> typer.Typer:
             )
             return
         for tk in found.toolkits.values():
-            typer.echo(f"{tk.id} · {tk.manifest.status} · {tk.manifest.tagline}")
+            why = _trust.unavailable_reason(tk, runtime)
+            typer.echo(f"{tk.id} · {tk.manifest.status} · {tk.manifest.tagline}" + (f" · unavailable: {why}" if why else ""))
         for err in found.errors:
             warn(str(err))
         if not found.toolkits and not found.errors:
@@ -67,6 +71,7 @@ def build(runtime: Runtime) -> typer.Typer:
             ("arg mode", m.arg_mode if m.exec == "command" else None), ("sha256", m.sha256),
             ("author", m.author_did), ("format", m.format), ("path", str(m.path)),
         ]
+        rows[4:4] = _consent.show_rows(runtime.home, tk)
         for key, value in rows:
             if value:
                 typer.echo(f"  {key + ':':10} {value}")
@@ -120,4 +125,7 @@ def build(runtime: Runtime) -> typer.Typer:
         if not all(r.ok for r in reports):
             raise typer.Exit(1)
 
+    from wbcore.cli import provenance as _provenance
+
+    _provenance.register(app, runtime)
     return app
