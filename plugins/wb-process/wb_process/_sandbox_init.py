@@ -132,6 +132,16 @@ def bind(src, dst, *, writable, dev=False):
     mount(None, dst, None, flags)
 
 
+def overlay(src, dst, layer):
+    """``src`` at ``dst``, writable, with every write kept in ``layer`` (private, discarded)."""
+    for part in ("upper", "work"):
+        os.makedirs(f"{layer}/{part}", mode=0o777)
+        os.chown(f"{layer}/{part}", SANDBOX_ID, SANDBOX_ID)
+    _mkdirs(dst)
+    mount("wb-overlay", dst, "overlay", MS_NOSUID | MS_NODEV,
+          f"lowerdir={src},upperdir={layer}/upper,workdir={layer}/work,userxattr")
+
+
 # --- G: the new root -------------------------------------------------------------------
 
 
@@ -139,12 +149,21 @@ def build_root(cfg):
     new = cfg["root"]
     mount(None, "/", None, MS_REC | MS_PRIVATE)
     mount("wb-root", new, "tmpfs", MS_NOSUID | MS_NODEV, "size=8m,nr_inodes=4096,mode=0755")
+    lim = cfg["limits"]
+    layers = 0
     for b in cfg["binds"]:
-        bind(b["src"], new + b["dst"], writable=b["rw"])
+        if b.get("overlay"):
+            if layers == 0:
+                _mkdirs(new + "/.layers")
+                mount("wb-layers", new + "/.layers", "tmpfs", MS_NOSUID | MS_NODEV,
+                      f"size={lim['tmp_bytes']},mode=0755")
+            layers += 1
+            overlay(b["src"], new + b["dst"], f"{new}/.layers/{layers}")
+        else:
+            bind(b["src"], new + b["dst"], writable=b["rw"])
     _mkdirs(new + "/dev")
     for node in ("null", "zero", "full", "random", "urandom"):
         bind("/dev/" + node, new + "/dev/" + node, writable=True, dev=True)
-    lim = cfg["limits"]
     _mkdirs(new + "/tmp")
     mount("wb-tmp", new + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
           f"size={lim['tmp_bytes']},nr_inodes={lim['out_files'] + 1024},mode=1777")

@@ -63,12 +63,14 @@ class Bind:
     """Host ``src`` seen at ``dst`` inside the sandbox (read-only unless ``writable``).
 
     A writable bind is for trusted state only (a compiler cache being warmed by a
-    first-party build); untrusted output goes to ``/out``.
+    first-party build); untrusted output goes to ``/out``. An ``overlay`` bind lets an
+    untrusted build use (and seem to update) a cache without changing it on the host.
     """
 
     src: Path
     dst: str
     writable: bool = False
+    overlay: bool = False  # writable inside, but writes land in a private tmpfs and vanish
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,6 +233,8 @@ class Sandbox:
                 raise InvalidArgs(f"bind target {b.dst!r} must be an absolute path outside /out, /tmp, /proc, /dev")
             if not b.src.exists():
                 raise InvalidArgs(f"bind source {b.src} does not exist")
+            if b.overlay and (not b.src.is_dir() or any(c in str(b.src.resolve()) for c in ",:\\")):
+                raise InvalidArgs(f"overlay source {b.src} must be a folder whose path has no ',', ':' or '\\'")
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         full_env = {"PATH": DEFAULT_PATH, "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8"}
@@ -257,7 +261,8 @@ class Sandbox:
                 "namespaces": list(NAMESPACES),
                 "root": str(scratch / "root"),
                 "export": str(export),
-                "binds": [{"src": str(Path(b.src).resolve()), "dst": b.dst.rstrip("/"), "rw": b.writable} for b in binds],
+                "binds": [{"src": str(Path(b.src).resolve()), "dst": b.dst.rstrip("/"), "rw": b.writable, "overlay": b.overlay}
+                          for b in binds],
                 "limits": limits.as_dict(),
                 "argv": list(argv),
                 "env": dict(env),
