@@ -180,9 +180,9 @@ def test_unavailable_sandbox_names_the_feature(monkeypatch: pytest.MonkeyPatch) 
 def test_overlay_bind_writes_vanish(box: Sandbox, tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     cache.mkdir()
-    (cache / "hit").write_text("cached")
+    (cache / "hit").write_text("cached\n")
     res = sh(box, "cat /cache/hit; echo new > /cache/added; echo more >> /cache/hit; cat /cache/added", tmp_path / "o",
              binds=[Bind(cache, "/cache", overlay=True)])
     assert res.ok, res.log
     assert res.stdout.split() == [b"cached", b"new"]
-    assert sorted(os.listdir(cache)) == ["hit"] and (cache / "hit").read_text() == "cached"
+    assert sorted(os.listdir(cache)) == ["hit"] and (cache / "hit").read_text() == "cached\n"
