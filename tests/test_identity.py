@@ -1,0 +1,221 @@
+"""Identity: base58btc, did:key (W3C vectors), the stored key, WB_SIGNING_KEY, did:web on loopback."""
+
+from __future__ import annotations
+
+import base64
+import http.server
+import json
+import os
+import stat
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from wbcore import did, identity
+from wbcore.errors import InvalidArgs
+
+# W3C CCG did-method-key, test-vectors/ed25519-x25519.json: seed → did:key, publicKeyBase58.
+W3C_VECTORS = [
+    ("00" * 32, "did:key:z6MkiTBz1ymuepAQ4HEHYSF1H8quG5GLVVQR3djdX3mDooWp", "4zvwRjXUKGfvwnParsHAS3HuSVzV5cA4McphgmoCtajS"),
+    ("00" * 31 + "01", "did:key:z6MkjchhfUsD6mmvni8mCdXHw216Xrm9bQe2mBH1P5RDjVJG", "6ASf5EcmmEHTgDJ4X4ZT5vT6iHVJBXPg5AN5YoTCpGWt"),
+    ("00" * 31 + "02", "did:key:z6MknGc3ocHs3zdPiJbnaaqDi58NGb4pk1Sp9WxWufuXSdxf", "8pM1DN3RiT8vbom5u1sNryaNT1nyL8CTTW3b5PwWXRBH"),
+]
+X25519_DID = "did:key:z6LShs9GGnqk85isEBzzshkuVWrVKsRp24GnDuHk8QWkARMW"  # same W3C file, key agreement key
+
+
+@pytest.mark.parametrize(
+    ("raw", "text"),
+    [(b"", ""), (b"\0", "1"), (b"\0\0\x01", "112"), (b"hello world", "StV1DL6CwTryKyV"), (bytes([0xFF] * 4), "7YXq9G")],
+)
+def test_base58btc_vectors(raw, text):
+    assert identity.b58encode(raw) == text
+    assert identity.b58decode(text) == raw
+
+
+def test_base58_rejects_foreign_characters():
+    for bad in ("0", "O", "I", "l", "+"):
+        with pytest.raises(ValueError):
+            identity.b58decode("z" + bad)
+
+
+@pytest.mark.parametrize(("seed", "did_text", "pub58"), W3C_VECTORS)
+def test_did_key_matches_w3c_vectors(seed, did_text, pub58):
+    ident = identity.Identity.from_seed(bytes.fromhex(seed))
+    assert identity.b58encode(ident.public_key) == pub58
+    assert ident.did == did_text
+    assert identity.public_key_from_did(did_text) == ident.public_key
+
+
+def test_did_key_carries_the_ed25519_multicodec_prefix():
+    did_text = W3C_VECTORS[0][1]
+    raw = identity.b58decode(did_text.removeprefix("did:key:z"))
+    assert raw[:2] == b"\xed\x01" and len(raw) == 34
+    assert did_text.startswith("did:key:z6Mk")
+
+
+def test_other_key_types_are_refused_by_name():
+    with pytest.raises(identity.KeyTypeError, match=r"X25519 \(0xec\).*only Ed25519"):
+        identity.public_key_from_did(X25519_DID)
+    secp = "did:key:z" + identity.b58encode(b"\xe7\x01" + b"\x02" * 33)
+    with pytest.raises(identity.KeyTypeError, match="secp256k1"):
+        identity.public_key_from_did(secp)
+    with pytest.raises(InvalidArgs, match="not a did:key"):
+        identity.public_key_from_did("did:example:123")
+    with pytest.raises(InvalidArgs, match="base58btc"):
+        identity.public_key_from_did("did:key:m6Mk")
+    short = "did:key:z" + identity.b58encode(b"\xed\x01" + b"\x01" * 31)
+    with pytest.raises(InvalidArgs, match="31 key bytes"):
+        identity.public_key_from_did(short)
+
+
+def test_sign_and_verify_roundtrip():
+    a = identity.Identity.from_seed(bytes(32))
+    b = identity.Identity.from_seed(bytes(31) + b"\x01")
+    sig = a.sign(b"message")
+    assert identity.verify(a.did, b"message", sig)
+    assert not identity.verify(b.did, b"message", sig)
+    assert not identity.verify(a.did, b"messagE", sig)
+    assert "seed" not in repr(a).lower() or "00" * 8 not in repr(a)
+
+
+def test_stored_key_is_created_once_with_mode_0600(tmp_path):
+    home = tmp_path / "home"
+    first = identity.load(home, {})
+    again = identity.load(home, {})
+    assert first.did == again.did
+    path = identity.key_path(home)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert len(base64.b64decode(path.read_text().strip())) == 32
+    assert not [p for p in path.parent.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_racing_creators_end_with_one_key(tmp_path):
+    home = tmp_path / "home"
+    with ThreadPoolExecutor(8) as pool:
+        dids = set(pool.map(lambda _: identity.load(home, {}).did, range(16)))
+    assert len(dids) == 1
+
+
+def test_tenants_have_separate_keys(tmp_path):
+    assert identity.load(tmp_path, {}, tenant="a").did != identity.load(tmp_path, {}, tenant="b").did
+    with pytest.raises(InvalidArgs, match="tenant"):
+        identity.load(tmp_path, {}, tenant="../x")
+
+
+def test_env_signing_key_overrides_and_is_never_written(tmp_path):
+    seed = bytes(range(32))
+    env = {"WB_SIGNING_KEY": base64.b64encode(seed).decode()}
+    ident = identity.load(tmp_path / "home", env)
+    assert ident.public_key == identity.Identity.from_seed(seed).public_key
+    assert ident.source == "$WB_SIGNING_KEY"
+    assert not (tmp_path / "home").exists()
+    urlsafe = {"WB_SIGNING_KEY": base64.urlsafe_b64encode(seed).decode().rstrip("=")}
+    assert identity.load(tmp_path / "home", urlsafe).did == ident.did
+
+
+def test_bad_env_signing_key_says_why_without_echoing_it(tmp_path):
+    secret = base64.b64encode(b"s3cr3t-but-too-short").decode()
+    with pytest.raises(InvalidArgs) as info:
+        identity.load(tmp_path, {"WB_SIGNING_KEY": secret})
+    assert "32-byte" in info.value.message and secret not in info.value.message
+
+
+def test_corrupt_key_file_is_reported_not_replaced(tmp_path):
+    path = identity.key_path(tmp_path)
+    path.parent.mkdir(parents=True)
+    path.write_text("not a key\n")
+    with pytest.raises(InvalidArgs, match="not a base64 32-byte"):
+        identity.load(tmp_path, {})
+    assert path.read_text() == "not a key\n"
+
+
+# --- did:web ----------------------------------------------------------------------------
+
+
+def test_did_web_names_and_urls():
+    assert did.did_for_host("example.com") == "did:web:example.com"
+    assert did.did_for_host("example.com:8443/users/alice") == "did:web:example.com%3A8443:users:alice"
+    assert did.url_for("did:web:example.com") == "https://example.com/.well-known/did.json"
+    assert did.url_for("did:web:example.com%3A8443:users:alice") == "https://example.com:8443/users/alice/did.json"
+    for bad in ("", "exa mple.com", "a.com/../x"):
+        with pytest.raises(InvalidArgs):
+            did.did_for_host(bad)
+
+
+def test_did_web_document_wraps_the_same_key():
+    ident = identity.Identity.from_seed(bytes(32))
+    doc = did.document(ident, "example.com")
+    assert doc["id"] == "did:web:example.com"
+    assert doc["alsoKnownAs"] == [ident.did]
+    assert doc["verificationMethod"][0]["publicKeyMultibase"] == "z6MkiTBz1ymuepAQ4HEHYSF1H8quG5GLVVQR3djdX3mDooWp"
+    assert did.keys_in(doc, "did:web:example.com") == [ident.public_key]
+    with pytest.raises(InvalidArgs, match="names itself"):
+        did.keys_in(doc, "did:web:other.example")
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):  # keep test output clean
+        pass
+
+
+@pytest.fixture
+def serve(tmp_path):
+    """Serve a folder on 127.0.0.1; yields (root, 'host:port')."""
+    root = tmp_path / "site"
+    root.mkdir()
+    handler = lambda *a, **kw: _Quiet(*a, directory=str(root), **kw)  # noqa: E731
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield root, f"127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def test_did_web_resolves_on_loopback_only_when_asked(serve, wbx, make_runtime):
+    root, host = serve
+    ident = identity.Identity.from_seed(bytes(31) + b"\x07")
+    did.write_document(ident, host, root / ".well-known" / "did.json")
+    web = did.did_for_host(host)
+    assert did.resolve_web(web, env={}, allow_http_loopback=True) == [ident.public_key]
+    assert did.public_keys(web, env={did.ENV_HTTP_LOOPBACK: "1"}) == [ident.public_key]
+    # Without the test override the resolver insists on https, which this server does not speak.
+    with pytest.raises(Exception) as info:
+        did.resolve_web(web, env={}, timeout=2.0)
+    assert "https://" in str(info.value)
+
+
+def test_did_web_document_size_cap_and_missing(serve):
+    root, host = serve
+    (root / ".well-known").mkdir()
+    (root / ".well-known" / "did.json").write_text(json.dumps({"id": "x", "pad": "a" * 100_000}))
+    web = did.did_for_host(host)
+    with pytest.raises(InvalidArgs, match="cap"):
+        did.resolve_web(web, env={}, allow_http_loopback=True)
+    with pytest.raises(Exception, match="HTTP 404"):
+        did.resolve_web(did.did_for_host(host + "/nobody"), env={}, allow_http_loopback=True)
+
+
+def test_unknown_did_method_lists_known_ones():
+    with pytest.raises(InvalidArgs, match="did:key, did:web"):
+        did.public_keys("did:plc:abc")
+
+
+def test_wbx_identity_show_and_did_web(wbx, wb_home, tmp_path):
+    r = wbx("identity", "show", "--json")
+    assert r.exit_code == 0, r.stderr
+    shown = json.loads(r.stdout)
+    assert shown["did"].startswith("did:key:z6Mk")
+    out = tmp_path / "pub" / "did.json"
+    r = wbx("identity", "did-web", "example.com", "-o", str(out))
+    assert r.exit_code == 0, r.stderr
+    assert "https://example.com/.well-known/did.json" in r.stdout
+    doc = json.loads(out.read_text())
+    assert doc["alsoKnownAs"] == [shown["did"]]
+    assert os.path.exists(identity.key_path(wb_home))

@@ -1,0 +1,310 @@
+"""Whole-toolkit signatures: the canonical form (test vector), sign → verify, and every ✗ reason."""
+
+from __future__ import annotations
+
+import base64
+import http.server
+import threading
+from pathlib import Path
+
+import pytest
+
+from wbcore import did, identity, signing
+from wbcore.errors import InvalidArgs
+
+SEED0 = bytes(32)
+SEED1 = bytes(31) + b"\x01"
+
+# The test vector of docs/signing.md: these exact bytes, signed with the all-zero seed.
+VEC_MANIFEST = (
+    "#+TITLE: Vector toolkit\n#+TOOLKIT: vec\n#+VERSION: 1.0.0\n#+STATUS: stable\n"
+    "#+TAGLINE: A test vector.\n#+CAPS: net\n#+TRUST: third-party\n\n"
+    "* Vector toolkit :toolkit:\n  :PROPERTIES:\n  :ID: vec\n  :STATUS: stable\n  :END:\n\nA test vector.\n"
+)
+VEC_OVERVIEW = "#+TITLE: vec overview\n\nWhat vec does.\n"
+VEC_WASM = b"\0asm\x01\0\0\0"
+VEC_CANONICAL = (
+    "wbcore-toolkit-signature/1\n"
+    "field AUTHOR_DID did:key:z6MkiTBz1ymuepAQ4HEHYSF1H8quG5GLVVQR3djdX3mDooWp\n"
+    "field CAPS net\n"
+    "field STATUS stable\n"
+    "field TAGLINE A test vector.\n"
+    "field TITLE Vector toolkit\n"
+    "field TOOLKIT vec\n"
+    "field TRUST third-party\n"
+    "field VERSION 1.0.0\n"
+    "manifest c0685bb8ca7cd6746f9af0596259852a69a270ed0af74191aacff4b93fb45d3a manifest.org\n"
+    "file 93a44bbb96c751218e4c00d479e4c14358122a389acca16205b1e4d0dc5f9476 bin/tool.wasm\n"
+    "file 9530c1c6cbbc49350d1e54746553a3aa2451c132bd3cbc740b183e2a8843eb3f skills/overview.org\n"
+)
+VEC_SIGNATURE = "YDTxMmvkG-E2-lrPxheCAkGAsX8yjQrBZ4tCTulGFDxDvXiZuCnXMQrrBd9J5983Tk2H7T8O_R70MSOmuxedDw"
+VEC_DIGEST = "2a09a1c80ae2f20fd660c0838681d906410d4837b744133dde63ea27c31d5ebb"
+
+
+def write_vec(root: Path) -> Path:
+    d = root / "vec"
+    (d / "skills").mkdir(parents=True)
+    (d / "bin").mkdir()
+    (d / "manifest.org").write_text(VEC_MANIFEST)
+    (d / "skills" / "overview.org").write_text(VEC_OVERVIEW)
+    (d / "bin" / "tool.wasm").write_bytes(VEC_WASM)
+    return d
+
+
+def test_canonical_form_and_signature_vector(tmp_path):
+    d = write_vec(tmp_path)
+    signed = signing.sign(d, identity.Identity.from_seed(SEED0))
+    assert signing.canonical(d).decode() == VEC_CANONICAL
+    assert (d / signing.SIDECAR).read_text() == VEC_CANONICAL
+    assert signed.signature == VEC_SIGNATURE
+    assert signed.digest == VEC_DIGEST == signing.content_digest(d)
+    text = (d / "manifest.org").read_text()
+    assert "#+AUTHOR_DID: did:key:z6MkiTBz1ymuepAQ4HEHYSF1H8quG5GLVVQR3djdX3mDooWp\n#+SIGNATURE: " + VEC_SIGNATURE in text
+    assert f"  :SIGNATURE: {VEC_SIGNATURE}\n" in text
+    # An independent check: plain Ed25519 over the documented bytes.
+    raw = base64.urlsafe_b64decode(VEC_SIGNATURE + "==")
+    assert identity.verify("did:key:z6MkiTBz1ymuepAQ4HEHYSF1H8quG5GLVVQR3djdX3mDooWp", VEC_CANONICAL.encode(), raw)
+    assert signing.verify(d).ok
+
+
+def test_resigning_is_stable_and_drops_old_signature_lines(tmp_path):
+    d = write_vec(tmp_path)
+    key = identity.Identity.from_seed(SEED0)
+    first = signing.sign(d, key)
+    once = (d / "manifest.org").read_text()
+    second = signing.sign(d, key)
+    assert first == second and (d / "manifest.org").read_text() == once
+    assert once.count("SIGNATURE:") == 2 and once.count("AUTHOR_DID:") == 2
+
+
+def test_manifest_without_drawer_gets_one(tmp_path):
+    d = tmp_path / "nd"
+    (d / "skills").mkdir(parents=True)
+    (d / "manifest.org").write_text(
+        "#+TITLE: t\n#+TOOLKIT: nd\n#+VERSION: 0.1.0\n#+STATUS: stable\n#+TAGLINE: x.\n#+TRUST: third-party\n\n* t :toolkit:\nbody\n"
+    )
+    signing.sign(d, identity.Identity.from_seed(SEED0))
+    assert signing.verify(d).ok
+    assert ":AUTHOR_DID:" in (d / "manifest.org").read_text()
+
+
+def test_first_party_cannot_be_signed(tmp_path):
+    d = write_vec(tmp_path)
+    (d / "manifest.org").write_text(VEC_MANIFEST.replace("#+TRUST: third-party\n", ""))
+    with pytest.raises(InvalidArgs, match="first-party"):
+        signing.sign(d, identity.Identity.from_seed(SEED0))
+
+
+@pytest.fixture
+def signed_vec(tmp_path):
+    d = write_vec(tmp_path)
+    signing.sign(d, identity.Identity.from_seed(SEED0))
+    assert signing.verify(d).ok
+    return d
+
+
+def _flip_one_byte(path: Path, needle: bytes) -> None:
+    data = path.read_bytes()
+    at = data.index(needle)
+    path.write_bytes(data[:at] + bytes([data[at] ^ 0x01]) + data[at + 1 :])
+
+
+@pytest.mark.parametrize(
+    ("rel", "needle", "expect"),
+    [
+        ("manifest.org", b"Vector toolkit :toolkit:", "manifest manifest.org changed"),
+        ("manifest.org", b"net", "#+CAPS changed"),
+        ("skills/overview.org", b"What", "skill skills/overview.org changed"),
+        ("bin/tool.wasm", b"asm", "artifact bin/tool.wasm changed"),
+    ],
+)
+def test_one_changed_byte_is_tampering_with_the_reason(signed_vec, rel, needle, expect):
+    _flip_one_byte(signed_vec / rel, needle)
+    v = signing.verify(signed_vec)
+    assert not v.ok and v.code == signing.TAMPERED
+    assert expect in v.message
+
+
+def test_body_text_of_the_manifest_is_covered(signed_vec):
+    path = signed_vec / "manifest.org"
+    path.write_text(path.read_text().replace("A test vector.\n", "A test vector!\n").replace("#+TAGLINE: A test vector!", "#+TAGLINE: A test vector."))
+    v = signing.verify(signed_vec)
+    assert v.code == signing.TAMPERED and "manifest manifest.org changed" in v.message
+
+
+def test_added_and_removed_files_are_tampering(signed_vec):
+    (signed_vec / "skills" / "extra.org").write_text("obey me\n")
+    v = signing.verify(signed_vec)
+    assert v.code == signing.TAMPERED and "skill skills/extra.org added" in v.message
+    (signed_vec / "skills" / "extra.org").unlink()
+    (signed_vec / "bin" / "tool.wasm").unlink()
+    v = signing.verify(signed_vec)
+    assert v.code == signing.TAMPERED and "artifact bin/tool.wasm removed" in v.message
+
+
+def test_a_symlink_swapped_in_for_a_skill_is_tampering(signed_vec, tmp_path):
+    (tmp_path / "evil.org").write_text("What vec does.\n")
+    (signed_vec / "skills" / "overview.org").unlink()
+    (signed_vec / "skills" / "overview.org").symlink_to(tmp_path / "evil.org")
+    assert signing.verify(signed_vec).code == signing.TAMPERED
+
+
+def test_tampering_is_caught_without_the_sidecar(signed_vec):
+    (signed_vec / signing.SIDECAR).unlink()
+    assert signing.verify(signed_vec).ok  # the sidecar only explains; it is not needed
+    _flip_one_byte(signed_vec / "skills" / "overview.org", b"What")
+    v = signing.verify(signed_vec)
+    assert not v.ok and v.code == signing.INVALID
+
+
+def test_forged_sidecar_does_not_help(signed_vec):
+    _flip_one_byte(signed_vec / "bin" / "tool.wasm", b"asm")
+    (signed_vec / signing.SIDECAR).write_bytes(signing.canonical(signed_vec))
+    v = signing.verify(signed_vec)
+    assert not v.ok and v.code == signing.WRONG_KEY
+
+
+def test_signature_by_another_key_is_wrong_key(signed_vec):
+    path = signed_vec / "manifest.org"
+    other = identity.Identity.from_seed(SEED1)
+    forged = signing.encode_signature(other.sign(signing.canonical(signed_vec)))
+    text = path.read_text().replace(VEC_SIGNATURE, forged)
+    path.write_text(text)
+    v = signing.verify(signed_vec)
+    assert v.code == signing.WRONG_KEY and "not made by the key of did:key:z6MkiTBz" in v.message
+
+
+def test_swapping_author_did_is_wrong_key(signed_vec):
+    path = signed_vec / "manifest.org"
+    other = identity.Identity.from_seed(SEED1).did
+    path.write_text(path.read_text().replace(identity.Identity.from_seed(SEED0).did, other))
+    v = signing.verify(signed_vec)
+    assert v.code == signing.WRONG_KEY and "AUTHOR_DID was changed" in v.message
+
+
+def test_did_of_another_key_type_is_refused(signed_vec):
+    path = signed_vec / "manifest.org"
+    x25519 = "did:key:z6LShs9GGnqk85isEBzzshkuVWrVKsRp24GnDuHk8QWkARMW"
+    path.write_text(path.read_text().replace(identity.Identity.from_seed(SEED0).did, x25519))
+    v = signing.verify(signed_vec)
+    assert v.code == signing.KEY_TYPE and "X25519" in v.message
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "code", "fragment"),
+    [
+        (VEC_SIGNATURE, "not-base64!", signing.MALFORMED, "#+SIGNATURE is malformed"),
+        (VEC_SIGNATURE, VEC_SIGNATURE[:40], signing.MALFORMED, "Ed25519 signature is 64"),
+        ("did:key:z6MkiTBz1ymuepAQ4HEHYSF1H8quG5GLVVQR3djdX3mDooWp", "did:key:z6MkOOOO", signing.MALFORMED, "base58btc"),
+        ("did:key:z6MkiTBz1ymuepAQ4HEHYSF1H8quG5GLVVQR3djdX3mDooWp", "did:plc:abc", signing.MALFORMED, "unknown DID method"),
+    ],
+)
+def test_malformed_fields(signed_vec, old, new, code, fragment):
+    path = signed_vec / "manifest.org"
+    path.write_text(path.read_text().replace(old, new))
+    v = signing.verify(signed_vec)
+    assert v.code == code and fragment in v.message
+
+
+def test_drawer_must_mirror_keyword(signed_vec):
+    path = signed_vec / "manifest.org"
+    text = path.read_text()
+    other = signing.encode_signature(bytes(64))
+    path.write_text(text.replace(f":SIGNATURE: {VEC_SIGNATURE}", f":SIGNATURE: {other}"))
+    v = signing.verify(signed_vec)
+    assert v.code == signing.MALFORMED and "drawer :SIGNATURE:" in v.message
+
+
+def test_missing_fields(tmp_path):
+    d = write_vec(tmp_path)
+    v = signing.verify(d)
+    assert v.code == signing.MISSING and "#+AUTHOR_DID and #+SIGNATURE" in v.message
+
+
+def test_two_signature_lines_are_refused(signed_vec):
+    path = signed_vec / "manifest.org"
+    path.write_text(path.read_text() + f"\n** notes\n#+SIGNATURE: {VEC_SIGNATURE}\n")
+    v = signing.verify(signed_vec)
+    assert not v.ok
+
+
+def test_git_dir_is_not_signed(signed_vec):
+    (signed_vec / ".git").mkdir()
+    (signed_vec / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    assert signing.verify(signed_vec).ok
+
+
+# --- did:web: the same signature verifies under either DID --------------------------------
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+def test_did_web_on_loopback_verifies_the_same_signature(tmp_path, monkeypatch):
+    site = tmp_path / "site"
+    site.mkdir()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), lambda *a, **kw: _Quiet(*a, directory=str(site), **kw))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        host = f"127.0.0.1:{server.server_address[1]}"
+        key = identity.Identity.from_seed(SEED0)
+        did.write_document(key, host, site / ".well-known" / "did.json")
+        by_key = write_vec(tmp_path / "a")
+        signing.sign(by_key, key)
+        by_web = write_vec(tmp_path / "b")
+        web = signing.sign(by_web, key, author_did=did.did_for_host(host))
+        assert web.author_did == did.did_for_host(host)
+        env = {did.ENV_HTTP_LOOPBACK: "1"}
+        assert signing.verify(by_key, env=env).ok
+        v = signing.verify(by_web, env=env)
+        assert v.ok, v.message
+        # The same signature bytes, checked under the did:key the document is also known as.
+        raw_sig = signing.decode_signature((by_web / "manifest.org").read_text().split("#+SIGNATURE: ")[1].split()[0])
+        assert identity.verify(key.did, signing.canonical(by_web), raw_sig)
+        # A document publishing another key makes the did:web signature fail as wrong key.
+        did.write_document(identity.Identity.from_seed(SEED1), host, site / ".well-known" / "did.json")
+        assert signing.verify(by_web, env=env).code == signing.WRONG_KEY
+        # Offline (no resolution): unresolved, never a pass.
+        assert signing.verify(by_web, env=env, resolve_web=False).code == signing.UNRESOLVED
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def test_unreachable_did_web_is_unresolved(signed_vec):
+    path = signed_vec / "manifest.org"
+    path.write_text(path.read_text().replace("did:key:z6MkiTBz1ymuepAQ4HEHYSF1H8quG5GLVVQR3djdX3mDooWp", "did:web:127.0.0.1%3A9"))
+    v = signing.verify(signed_vec, env={did.ENV_HTTP_LOOPBACK: "1"})
+    assert v.code == signing.UNRESOLVED and "cannot be resolved" in v.message
+
+
+# --- through wbx ----------------------------------------------------------------------
+
+
+def test_wbx_sign_then_verify_then_tamper(make_toolkit, wbx, monkeypatch):
+    monkeypatch.setenv("WB_SIGNING_KEY", base64.b64encode(SEED0).decode())
+    d = make_toolkit("tp", trust="third-party", caps="net", files={"bin/tool.wasm": VEC_WASM})
+    r = wbx("toolkit", "verify", "tp")
+    assert r.exit_code == 1 and "✗ trust: signature missing" in r.stdout
+    r = wbx("toolkit", "sign", "tp")
+    assert r.exit_code == 0, r.stderr
+    assert "did:key:z6MkiTBz1ymuepAQ4HEHYSF1H8quG5GLVVQR3djdX3mDooWp" in r.stdout
+    r = wbx("toolkit", "verify", "tp")
+    assert r.exit_code == 0, r.stdout
+    assert "✓ trust: third-party, signature valid" in r.stdout
+    (d / "bin" / "tool.wasm").write_bytes(VEC_WASM + b"\0")
+    r = wbx("toolkit", "verify", "tp")
+    assert r.exit_code == 1
+    assert "✗ trust: signature tampered: content changed since it was signed: artifact bin/tool.wasm changed" in r.stdout
+    r = wbx("toolkit", "list")
+    assert "tp · stable · Use tp for testing. · unavailable: signature:" in r.stdout
+
+
+def test_wbx_sign_refuses_first_party(make_toolkit, wbx):
+    make_toolkit("fp")
+    r = wbx("toolkit", "sign", "fp")
+    assert r.exit_code == 2 and "first-party" in r.stderr
