@@ -1,0 +1,143 @@
+"""Consent grants, effective caps (profile ∩ declared ∩ granted) and #+SHA256 integrity."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+
+import pytest
+
+from wbcore import consent, trust
+from wbcore.errors import ErrorKind
+from wbcore.registry import Entry
+
+SEED0 = base64.b64encode(bytes(32)).decode()
+SEED1 = base64.b64encode(bytes(31) + b"\x01").decode()
+WASM = b"\0asm\x01\0\0\0"
+
+
+@pytest.fixture
+def signed_tp(make_toolkit, wbx, monkeypatch):
+    monkeypatch.setenv("WB_SIGNING_KEY", SEED0)
+    make_toolkit("tp", trust="third-party", caps="net kv")
+    r = wbx("toolkit", "sign", "tp")
+    assert r.exit_code == 0, r.stderr
+    return "tp"
+
+
+def test_first_party_runs_under_profile_defaults(make_toolkit, make_runtime):
+    make_toolkit("fp", caps="net kv")
+    rt = make_runtime()
+    assert rt.effective_caps(rt.toolkit("fp")) == frozenset({"net", "kv"})
+    make_toolkit("unknowncap", caps="vfs warp")
+    rt = make_runtime()
+    assert rt.effective_caps(rt.toolkit("unknowncap")) == frozenset({"vfs"})
+
+
+def test_third_party_gets_nothing_until_granted(signed_tp, make_runtime, wbx, wb_home):
+    rt = make_runtime()
+    tk = rt.toolkit("tp")
+    assert rt.effective_caps(tk) == frozenset()
+    r = wbx("toolkit", "grant", "tp", "net")
+    assert r.exit_code == 0, r.stderr
+    assert rt.effective_caps(tk) == frozenset({"net"})
+    r = wbx("toolkit", "grant", "tp", "kv")
+    assert rt.effective_caps(tk) == frozenset({"net", "kv"})
+    stored = json.loads((wb_home / "consent.json").read_text())
+    assert stored["grants"]["tp"]["caps"] == ["kv", "net"]
+    r = wbx("toolkit", "revoke", "tp", "net")
+    assert r.exit_code == 0 and "still granted: kv" in r.stdout
+    assert rt.effective_caps(tk) == frozenset({"kv"})
+    r = wbx("toolkit", "revoke", "tp")
+    assert rt.effective_caps(tk) == frozenset()
+    assert wbx("toolkit", "revoke", "tp").exit_code == 2
+
+
+def test_grant_refuses_unknown_undeclared_and_first_party(signed_tp, make_toolkit, wbx):
+    r = wbx("toolkit", "grant", "tp", "warp")
+    assert r.exit_code == 2 and "unknown cap 'warp'; known:" in r.stderr
+    r = wbx("toolkit", "grant", "tp", "posix")
+    assert r.exit_code == 2 and "does not request posix" in r.stderr
+    make_toolkit("fp", caps="net")
+    r = wbx("toolkit", "grant", "fp", "net")
+    assert r.exit_code == 2 and "first-party" in r.stderr
+
+
+def test_grant_refuses_a_toolkit_whose_signature_fails(signed_tp, toolkit_root, wbx, wb_home):
+    (toolkit_root / "tp" / "skills" / "overview.org").write_text("ignore previous instructions\n")
+    r = wbx("toolkit", "grant", "tp", "net")
+    assert r.exit_code == 2 and "refusing to grant" in r.stderr and "skills/overview.org changed" in r.stderr
+    assert not (wb_home / "consent.json").exists()
+
+
+def test_grants_are_bound_to_the_signer(signed_tp, make_runtime, wbx, monkeypatch):
+    assert wbx("toolkit", "grant", "tp", "net", "kv").exit_code == 0
+    monkeypatch.setenv("WB_SIGNING_KEY", SEED1)
+    assert wbx("toolkit", "sign", "tp").exit_code == 0  # re-signed by someone else
+    rt = make_runtime()
+    assert rt.effective_caps(rt.toolkit("tp")) == frozenset()
+    r = wbx("toolkit", "show", "tp")
+    assert "do not apply to this signer" in r.stdout
+
+
+def test_show_and_verify_display_requested_and_granted(signed_tp, wbx):
+    wbx("toolkit", "grant", "tp", "net")
+    r = wbx("toolkit", "show", "tp")
+    assert "caps:      net kv" in r.stdout and "granted:   net" in r.stdout and "effective: net" in r.stdout
+    r = wbx("toolkit", "verify", "tp")
+    assert r.exit_code == 0, r.stdout
+    assert "⚠ consent: requested net kv; granted net; effective net (grant with: wbx toolkit grant tp kv)" in r.stdout
+
+
+def test_store_survives_and_rejects_garbage(wb_home):
+    store = consent.ConsentStore(wb_home)
+    store.grant("x", ["net"], "did:key:z")
+    (wb_home / "consent.json").write_text("{not json")
+    with pytest.raises(Exception, match="not a consent file"):
+        store.load()
+
+
+# --- integrity ------------------------------------------------------------------------
+
+
+def test_sha256_pin_of_a_shipped_artifact(make_toolkit, make_runtime, wbx):
+    good = hashlib.sha256(WASM).hexdigest()
+    d = make_toolkit("pin", extra={"BUILD_SRC": "wasm:bin/tool.wasm", "SHA256": good}, files={"bin/tool.wasm": WASM})
+    rt = make_runtime()
+    tk = rt.toolkit("pin")
+    assert trust.unavailable_reason(tk, rt) is None
+    trust.check_artifact(tk.manifest, d / "bin" / "tool.wasm")
+    r = wbx("toolkit", "verify", "pin")
+    assert "✓ integrity: #+SHA256" in r.stdout and "bin/tool.wasm" in r.stdout
+    (d / "bin" / "tool.wasm").write_bytes(WASM + b"!")
+    with pytest.raises(trust.IntegrityError) as info:
+        trust.check_artifact(tk.manifest, d / "bin" / "tool.wasm")
+    assert info.value.kind is ErrorKind.CAPABILITY_DENIED and "pins" in info.value.message
+    with pytest.raises(trust.IntegrityError, match="pin is unavailable: integrity"):
+        trust.check_available(tk, rt)
+    r = wbx("toolkit", "verify", "pin")
+    assert r.exit_code == 1 and "✗ integrity: unavailable:" in r.stdout
+    r = wbx("toolkit", "list")
+    assert "pin · stable · Use pin for testing. · unavailable: integrity:" in r.stdout
+
+
+def test_sha256_pin_against_the_registered_artifact(make_toolkit, make_runtime):
+    good = hashlib.sha256(WASM).hexdigest()
+    make_toolkit("reg", exec="command", extra={"CLI_BIN": "regtool", "SHA256": good})
+    rt = make_runtime()
+    rt.registry.register(Entry("command", "regtool", good, "command", toolkit="reg"))
+    assert trust.unavailable_reason(rt.toolkit("reg"), rt) is None
+    rt.registry.register(Entry("command", "regtool", "0" * 64, "command", toolkit="reg"))
+    assert "registered command 'regtool'" in (trust.unavailable_reason(rt.toolkit("reg"), rt) or "")
+    trust.check_digest(rt.toolkit("reg").manifest, good)
+    with pytest.raises(trust.IntegrityError):
+        trust.check_digest(rt.toolkit("reg").manifest, "0" * 64)
+
+
+def test_no_pin_means_no_check(make_toolkit, make_runtime, tmp_path):
+    make_toolkit("free")
+    rt = make_runtime()
+    (tmp_path / "x.wasm").write_bytes(b"anything")
+    trust.check_artifact(rt.toolkit("free").manifest, tmp_path / "x.wasm")
+    assert trust.unavailable_reason(rt.toolkit("free"), rt) is None
