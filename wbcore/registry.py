@@ -24,6 +24,8 @@ NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 RESERVED = frozenset({"upper", "jq", "grep", "wbox"})
 MAX_DYNAMIC = 4096
 MAX_NAME = 128
+#: What the registry holds: commands, kernels, and typed components (by toolkit name).
+KINDS = ("command", "kernel", "component")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS entries (
@@ -106,8 +108,8 @@ class Registry:
 
     def register(self, entry: Entry, *, replace: bool = True) -> Entry:
         check_name(entry.name)
-        if entry.kind not in ("command", "kernel"):
-            raise InvalidArgs(f"registry kind {entry.kind!r} is not one of command, kernel")
+        if entry.kind not in KINDS:
+            raise InvalidArgs(f"registry kind {entry.kind!r} is not one of {', '.join(KINDS)}")
         if not re.fullmatch(r"[0-9a-f]{64}", entry.sha256):
             raise InvalidArgs(f"artifact digest {entry.sha256!r} is not a sha256 hex digest")
         with self._tx() as db:
@@ -160,5 +162,5 @@ class Registry:
         return [r[0] for r in rows]
 
     def entries(self, kind: str | None = None) -> list[Entry]:
-        names = [(k, n) for k in ((kind,) if kind else ("command", "kernel")) for n in self.names(k)]
+        names = [(k, n) for k in ((kind,) if kind else KINDS) for n in self.names(k)]
         return [e for k, n in names if (e := self.lookup(k, n)) is not None]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from wbcore import sources
 from wbcore.errors import WbError
@@ -59,8 +60,25 @@ def verify_kernel(ctx: VerifyContext) -> Iterator[Check]:
 
 def verify_component(ctx: VerifyContext) -> Iterator[Check]:
     m = ctx.toolkit.manifest
-    world = m.extra("WIT") or "engine.wit"
-    yield Check(True, "exec", f"component (WIT world {world}); structural check only")
+    world = m.extra("WIT") or "wb:host/toolkit"
+    name = m.cli_bin or m.id
+    entry = ctx.runtime.registry.lookup("component", name)
+    if entry is not None:
+        yield Check(True, "exec", f"component {name!r} registered (WIT world {world}, artifact {entry.sha256[:12]}…)")
+        return
+    buildable = _buildable(ctx)
+    if buildable is None:
+        yield Check(True, "exec", f"component (WIT world {world}); not registered and no #+BUILD_SRC", warning=True)
+    else:
+        yield buildable
+
+
+def _component_runner(runtime: Any) -> Any:
+    from wb_wasmtime.component import ComponentRunner
+
+    return ComponentRunner(runtime)
+
+
 
 
 def shapes() -> Iterator[ExecShape]:
@@ -81,5 +99,6 @@ def shapes() -> Iterator[ExecShape]:
         name="component",
         summary="WIT-typed component called in-process",
         verify=verify_component,
+        runner=_component_runner,
         default_tier="instance",
     )
