@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,6 +45,11 @@ class BuildRequest:
     outdir: Path
     flags: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
+    #: ``--unsandboxed-build``: run a native compiler on the host (rlimits and deadline
+    #: only). Lanes honour it for ``#+TRUST: first-party`` toolkits alone.
+    unsandboxed: bool = False
+    #: Called with one line for each slow step a lane takes (a cache warm-up, a compile).
+    progress: Callable[[str], None] | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
