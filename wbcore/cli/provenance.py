@@ -67,3 +67,42 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
         left = store.revoke(ident, caps or None)
         typer.echo(f"revoked {ident}: {' '.join(caps) if caps else 'all caps'}")
         typer.echo(f"  still granted: {' '.join(sorted(left.caps)) if left else 'none'}")
+
+    @app.command("install")
+    def install(
+        source: Optional[str] = typer.Argument(None, metavar="SOURCE", help="Folder, git+file://…, git+https://…@<commit>, or archive (URL needs --sha256)."),
+        sha256: Optional[str] = typer.Option(None, "--sha256", help="The archive's sha256 (required for archive URLs)."),
+        force: bool = typer.Option(False, "--force", help="Replace toolkits already installed under these ids."),
+        locked: bool = typer.Option(False, "--locked", help="Reproduce exactly the set in the lockfile; fail on any drift."),
+        lockfile: Optional[Path] = typer.Option(None, "--lockfile", help="With --locked: the lockfile to reproduce (default: $WB_HOME/wbx.lock)."),
+        json_: bool = typer.Option(False, "--json", help=JSON_HELP),
+    ) -> None:
+        """Install toolkits into the user root ($WB_HOME/toolkits), verified, recorded in wbx.lock."""
+        from wbcore import install as _install
+
+        if locked:
+            if source is not None:
+                raise InvalidArgs("--locked takes no SOURCE (it installs what the lockfile records)")
+            done = _install.install_locked(runtime.home, lockfile, env=runtime.env)
+        else:
+            if source is None:
+                raise InvalidArgs("give a SOURCE, or --locked")
+            if lockfile is not None:
+                raise InvalidArgs("--lockfile goes with --locked")
+            done = _install.install(runtime.home, source, sha256=sha256, force=force, env=runtime.env)
+        runtime.discover(refresh=True)
+        if json_:
+            emit_json([{**d.entry.as_dict(), "path": str(d.path), "caps": list(d.caps), "unchanged": d.unchanged} for d in done])
+            return
+        for d in done:
+            e = d.entry
+            state = "unchanged" if d.unchanged else "installed"
+            who = f"third-party, signed by {e.signer}" if e.trust == "third-party" else "first-party"
+            typer.echo(f"{state} {e.id} {e.version} ({who}) → {d.path}")
+            typer.echo(f"  digest {e.digest}  source {e.source}")
+            if d.caps and e.trust == "third-party":
+                typer.echo(f"  requests caps: {' '.join(d.caps)} (none granted; grant with: wbx toolkit grant {e.id} {' '.join(d.caps)})")
+            elif d.caps:
+                typer.echo(f"  caps: {' '.join(d.caps)} (first-party: granted by its profile, no consent step)")
+        if not done:
+            warn("nothing to install")

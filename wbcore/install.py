@@ -1,0 +1,423 @@
+"""``wbx toolkit install``: bring toolkits into the user root, verified, recorded in ``wbx.lock``.
+
+Sources: a folder; ``git+file://…[@commit]``; ``git+https://…@<commit>`` (a pin is
+required); an archive (``.tar.gz``, ``.tgz``, ``.tar``, ``.zip``) as a local file or an
+``http(s)://`` URL with ``--sha256`` (required for URLs).
+
+Everything is staged under ``$WB_HOME/.staging`` (the same filesystem as the user root),
+checked there — safe unpack, manifest parse, the signature of every third-party
+toolkit — and only then renamed into ``$WB_HOME/toolkits/<id>``. Any failure removes
+the stage: the user root and the lockfile are exactly as before. ``wbx.lock`` records
+id, version, source (with the resolved commit), content digest (sha256 of the
+canonical form, ``wbcore.signing``), trust and signer; ``install --locked`` refetches
+every entry and fails, landing nothing, on any drift.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from wbcore import manifest as _manifest
+from wbcore import signing, unpack
+from wbcore.errors import InvalidArgs, ManifestError, NotFound, Timeout
+
+LOCKFILE = "wbx.lock"
+LOCK_FORMAT = 1
+MAX_DOWNLOAD = 64 << 20
+HTTP_TIMEOUT_S = 60.0
+GIT_TIMEOUT_S = 300.0
+COMMIT_RE = re.compile(r"^[0-9a-f]{7,64}$")
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+
+
+class InstallError(InvalidArgs):
+    """An install refused or failed; nothing was changed."""
+
+
+@dataclass(frozen=True, slots=True)
+class LockEntry:
+    id: str
+    version: str
+    source: str
+    digest: str
+    trust: str
+    signer: str | None = None
+    sha256: str | None = None  # the archive's pin, for archive sources
+    path: str = ""  # where inside the fetched tree the toolkit sat ("" = its root)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v not in (None, "")}
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    kind: str  # "dir", "git", "archive"
+    location: str  # path, clone URL or archive URL/path
+    commit: str | None = None
+    sha256: str | None = None
+
+    def text(self, commit: str | None = None) -> str:
+        if self.kind == "git":
+            pin = commit or self.commit
+            return f"git+{self.location}" + (f"@{pin}" if pin else "")
+        return self.location
+
+
+@dataclass(frozen=True, slots=True)
+class Installed:
+    entry: LockEntry
+    path: Path
+    caps: tuple[str, ...]
+    unchanged: bool = False
+
+
+# --- the lockfile -----------------------------------------------------------------------
+
+
+def read_lock(path: Path) -> dict[str, LockEntry]:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return {}
+    try:
+        data = json.loads(raw)
+        if data.get("format") != LOCK_FORMAT:
+            raise ValueError(f"format {data.get('format')!r}, expected {LOCK_FORMAT}")
+        return {tid: LockEntry(id=tid, **{k: v for k, v in e.items() if k != "id"}) for tid, e in data["toolkits"].items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise InvalidArgs(f"{path} is not a wbx lockfile ({exc})") from None
+
+
+def lock_bytes(entries: Mapping[str, LockEntry]) -> bytes:
+    data = {"format": LOCK_FORMAT, "toolkits": {tid: entries[tid].as_dict() for tid in sorted(entries)}}
+    return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8")
+
+
+def _atomic_write(path: Path, data: bytes) -> Path:
+    """Write ``data`` to a temp file beside ``path``; the caller renames it into place."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.fchmod(fd, 0o644)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    return Path(tmp)
+
+
+# --- sources ----------------------------------------------------------------------------
+
+
+def parse_source(text: str, sha256: str | None = None) -> Source:
+    text = text.strip()
+    pin = sha256.lower() if sha256 else None
+    if pin is not None and not SHA256_RE.match(pin):
+        raise InvalidArgs("--sha256 must be 64 hex digits")
+    if text.startswith("git+"):
+        rest = text[4:]
+        url, commit = rest, None
+        at = rest.rfind("@")
+        if at > rest.find("://") + 3 and "/" not in rest[at:]:
+            url, commit = rest[:at], rest[at + 1 :].lower()
+            if not COMMIT_RE.match(commit):
+                raise InvalidArgs(f"{text}: {commit!r} is not a commit id (hex)")
+        if url.startswith("https://"):
+            if commit is None:
+                raise InvalidArgs(f"{text}: pin a commit (git+https://…@<commit>) so the install is reproducible")
+        elif not url.startswith("file://"):
+            raise InvalidArgs(f"{text}: git sources are git+file://… or git+https://…@<commit>")
+        return Source("git", url, commit)
+    if text.startswith(("https://", "http://")):
+        name = text.split("?", 1)[0]
+        if not unpack.is_archive(name):
+            raise InvalidArgs(f"{text}: an archive URL must end in .tar.gz, .tgz, .tar or .zip")
+        if pin is None:
+            raise InvalidArgs(f"{text}: an archive URL needs --sha256 <hex> (the archive's digest)")
+        return Source("archive", text, sha256=pin)
+    path = Path(text.removeprefix("file://")).expanduser()
+    if path.is_dir():
+        return Source("dir", str(path.resolve()))
+    if path.is_file() and unpack.is_archive(path.name):
+        return Source("archive", str(path.resolve()), sha256=pin)
+    if not path.exists():
+        raise NotFound(f"install source {text!r} does not exist")
+    raise InvalidArgs(f"{text}: not a folder, git+ URL or archive (.tar.gz, .tgz, .tar, .zip)")
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _download(url: str, dest: Path) -> None:
+    import httpx
+
+    total = 0
+    try:
+        with httpx.Client(timeout=HTTP_TIMEOUT_S, follow_redirects=True, max_redirects=5, trust_env=False) as client:
+            with client.stream("GET", url) as resp:
+                if resp.status_code != 200:
+                    raise NotFound(f"{url} answered HTTP {resp.status_code}")
+                with dest.open("wb") as out:
+                    for chunk in resp.iter_bytes():
+                        total += len(chunk)
+                        if total > MAX_DOWNLOAD:
+                            raise InstallError(f"{url}: download over the {MAX_DOWNLOAD}-byte cap")
+                        out.write(chunk)
+    except httpx.TimeoutException:
+        raise Timeout(f"{url}: no complete answer within {HTTP_TIMEOUT_S:g}s") from None
+    except httpx.HTTPError as exc:
+        raise NotFound(f"cannot fetch {url}: {type(exc).__name__}: {exc}") from None
+
+
+def _git(args: list[str], cwd: Path | None = None) -> str:
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR")}
+    env.update(GIT_TERMINAL_PROMPT="0", GIT_CONFIG_NOSYSTEM="1", GIT_ASKPASS="/bin/false")
+    base = ["git", "-c", "protocol.allow=never", "-c", "protocol.file.allow=always", "-c", "protocol.https.allow=always",
+            "-c", "core.hooksPath=/dev/null", "-c", "advice.detachedHead=false"]
+    try:
+        done = subprocess.run(base + args, cwd=cwd, env=env, capture_output=True, text=True, timeout=GIT_TIMEOUT_S)
+    except FileNotFoundError:
+        raise InstallError("git is not installed (needed for git+ sources)") from None
+    except subprocess.TimeoutExpired:
+        raise Timeout(f"git {args[0]} took longer than {GIT_TIMEOUT_S:g}s") from None
+    if done.returncode != 0:
+        raise InstallError(f"git {args[0]} failed: {done.stderr.strip()[-400:]}")
+    return done.stdout.strip()
+
+
+def fetch(source: Source, work: Path) -> tuple[Path, str | None, str | None]:
+    """Bring the source into ``work/tree``; returns (tree, resolved commit, archive sha256)."""
+    tree = work / "tree"
+    if source.kind == "dir":
+        unpack.copy_tree(Path(source.location), tree)
+        return tree, None, None
+    if source.kind == "git":
+        repo = work / "repo"
+        _git(["clone", "--quiet", "--no-checkout", "--", source.location, str(repo)])
+        if source.commit:
+            _git(["checkout", "--quiet", "--detach", source.commit], cwd=repo)
+        else:
+            _git(["checkout", "--quiet", "--detach", "HEAD"], cwd=repo)
+        commit = _git(["rev-parse", "HEAD"], cwd=repo)
+        unpack.copy_tree(repo, tree)
+        return tree, commit, None
+    archive = work / "archive"
+    if source.location.startswith(("https://", "http://")):
+        _download(source.location, archive)
+    else:
+        size = Path(source.location).stat().st_size
+        if size > MAX_DOWNLOAD:
+            raise InstallError(f"{source.location}: over the {MAX_DOWNLOAD}-byte archive cap")
+        shutil.copyfile(source.location, archive)
+    digest = _sha256_file(archive)
+    if source.sha256 and digest != source.sha256:
+        raise InstallError(f"{source.location}: sha256 is {digest} but --sha256 pins {source.sha256}")
+    unpack.unpack(archive, tree)
+    return tree, None, digest
+
+
+def find_toolkits(tree: Path) -> list[Path]:
+    """The toolkit folders in a fetched tree: its root, or ``<dir>/`` / ``toolkits/<dir>/`` below it."""
+    if (tree / signing.MANIFEST).is_file():
+        return [tree]
+    found: list[Path] = []
+    for base in (tree, tree / "toolkits"):
+        if base.is_dir() and not base.is_symlink():
+            found += sorted(p for p in base.iterdir() if p.is_dir() and not p.is_symlink() and (p / signing.MANIFEST).is_file())
+    if not found:
+        entries = [p for p in tree.iterdir() if not p.name.startswith(".")] if tree.is_dir() else []
+        if len(entries) == 1 and entries[0].is_dir() and not entries[0].is_symlink():
+            return find_toolkits(entries[0])  # an archive wrapping everything in one folder
+    return found
+
+
+# --- install --------------------------------------------------------------------------
+
+
+@contextmanager
+def _home_lock(home: Path) -> Iterator[None]:
+    home.mkdir(parents=True, exist_ok=True)
+    with open(home / (LOCKFILE + ".lock"), "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
+
+
+@dataclass
+class _Staged:
+    entry: LockEntry
+    dir: Path
+    caps: tuple[str, ...]
+
+
+def _stage(source: Source, work: Path, env: Mapping[str, str] | None, only: set[str] | None = None) -> list[_Staged]:
+    tree, commit, archive_sha = fetch(source, work)
+    dirs = find_toolkits(tree)
+    if not dirs:
+        raise InstallError(f"{source.text()}: no manifest.org found (looked at the root, */ and toolkits/*/)")
+    staged: list[_Staged] = []
+    for d in dirs:
+        try:
+            m = _manifest.load(d / signing.MANIFEST)
+        except ManifestError as exc:
+            raise InstallError(f"{source.text()}: {exc.message}") from None
+        if only is not None and m.id not in only:
+            continue
+        if m.trust == "third-party":
+            verdict = signing.verify(d, env=env)
+            if not verdict.ok:
+                raise InstallError(f"refusing to install {m.id}: signature {verdict.code}: {verdict.message}")
+            signer = verdict.signer
+            digest = verdict.digest or signing.content_digest(d)
+        else:
+            signer = m.author_did
+            digest = signing.content_digest(d)
+        rel = d.relative_to(tree).as_posix() if d != tree else ""
+        entry = LockEntry(m.id, m.version, source.text(commit), digest, m.trust, signer, archive_sha, rel)
+        staged.append(_Staged(entry, d, m.caps))
+    ids = [s.entry.id for s in staged]
+    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    if dupes:
+        raise InstallError(f"{source.text()}: toolkit id(s) {', '.join(dupes)} appear more than once")
+    return staged
+
+
+def _land(home: Path, staged: list[_Staged], new_lock: Mapping[str, LockEntry], work: Path, *, replace: set[str]) -> None:
+    """Rename staged folders into the user root and ``new_lock`` into place; undo on failure."""
+    root = home / "toolkits"
+    root.mkdir(parents=True, exist_ok=True)
+    tmp_lock = _atomic_write(home / LOCKFILE, lock_bytes(new_lock))
+    moved: list[tuple[Path, Path | None]] = []  # (landed dir, where the old one went)
+    try:
+        for s in staged:
+            target = root / s.entry.id
+            old: Path | None = None
+            if target.exists() or target.is_symlink():
+                if s.entry.id not in replace:
+                    raise InstallError(f"{target} exists (use --force to replace it)")
+                old = work / f"old-{s.entry.id}"
+                os.rename(target, old)
+            try:
+                os.rename(s.dir, target)
+            except BaseException:
+                if old is not None:
+                    os.rename(old, target)
+                raise
+            moved.append((target, old))
+        os.replace(tmp_lock, home / LOCKFILE)
+    except BaseException:
+        for target, old in reversed(moved):
+            unpack.remove_tree(target)
+            if old is not None:
+                os.rename(old, target)
+        if tmp_lock.exists():
+            tmp_lock.unlink()
+        raise
+
+
+def _staging(home: Path) -> Path:
+    base = home / ".staging"
+    base.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix="install-", dir=base))
+
+
+def install(home: Path, source_text: str, *, sha256: str | None = None, force: bool = False,
+            env: Mapping[str, str] | None = None) -> list[Installed]:
+    """Install every toolkit of one source; all of them land, or none."""
+    source = parse_source(source_text, sha256)
+    with _home_lock(home):
+        work = _staging(home)
+        try:
+            staged = _stage(source, work, env)
+            lock = read_lock(home / LOCKFILE)
+            root = home / "toolkits"
+            results: list[Installed] = []
+            to_land: list[_Staged] = []
+            for s in staged:
+                target = root / s.entry.id
+                if target.is_dir() and not target.is_symlink() and lock.get(s.entry.id) == s.entry:
+                    if _installed_digest(target) == s.entry.digest:
+                        results.append(Installed(s.entry, target, s.caps, unchanged=True))
+                        continue
+                if (target.exists() or target.is_symlink()) and not force:
+                    raise InstallError(f"{s.entry.id} is already installed at {target} (use --force to replace it)")
+                to_land.append(s)
+                results.append(Installed(s.entry, target, s.caps))
+            if to_land:
+                new_lock = {**lock, **{s.entry.id: s.entry for s in to_land}}
+                _land(home, to_land, new_lock, work, replace={s.entry.id for s in to_land} if force else set())
+            return results
+        finally:
+            unpack.remove_tree(work)
+
+
+def _installed_digest(path: Path) -> str | None:
+    try:
+        return signing.content_digest(path)
+    except (InvalidArgs, OSError):
+        return None
+
+
+def install_locked(home: Path, lockfile: Path | None = None, *, env: Mapping[str, str] | None = None) -> list[Installed]:
+    """Reproduce exactly the set in the lockfile; any drift fails and nothing lands."""
+    lock_path = lockfile or home / LOCKFILE
+    wanted = read_lock(lock_path)
+    if not wanted and not lock_path.exists():
+        raise NotFound(f"no lockfile at {lock_path}")
+    with _home_lock(home):
+        work = _staging(home)
+        try:
+            current = read_lock(home / LOCKFILE)
+            root = home / "toolkits"
+            drift: list[str] = []
+            results: list[Installed] = []
+            to_land: list[_Staged] = []
+            by_source: dict[str, list[LockEntry]] = {}
+            for e in wanted.values():
+                by_source.setdefault(e.source, []).append(e)
+            for n, (text, entries) in enumerate(sorted(by_source.items())):
+                pin = entries[0].sha256 if entries[0].sha256 else None
+                source = parse_source(text, pin)
+                sub = work / f"src-{n}"
+                sub.mkdir()
+                got = {s.entry.id: s for s in _stage(source, sub, env, only={e.id for e in entries})}
+                for e in entries:
+                    s = got.get(e.id)
+                    if s is None:
+                        drift.append(f"{e.id}: no longer in {text}")
+                        continue
+                    for name in ("version", "digest", "signer", "trust"):
+                        if getattr(s.entry, name) != getattr(e, name):
+                            drift.append(f"{e.id}: {name} is {getattr(s.entry, name)} but the lock says {getattr(e, name)}")
+                    target = root / e.id
+                    if target.exists() or target.is_symlink():
+                        have = _installed_digest(target)
+                        if have != e.digest:
+                            drift.append(f"{e.id}: installed copy {target} has digest {have} but the lock says {e.digest}")
+                        else:
+                            results.append(Installed(e, target, s.caps, unchanged=True))
+                        continue
+                    to_land.append(_Staged(e, s.dir, s.caps))
+                    results.append(Installed(e, target, s.caps))
+            extra = sorted(set(current) - set(wanted))
+            drift += [f"{tid}: installed and locked here but not in {lock_path}" for tid in extra]
+            if drift:
+                raise InstallError("install --locked found drift; nothing was installed:\n  " + "\n  ".join(drift))
+            _land(home, to_land, wanted, work, replace=set())
+            return results
+        finally:
+            unpack.remove_tree(work)
