@@ -21,7 +21,7 @@ from wbcore.errors import EXIT_CODES, ErrorKind, PluginError, WbError
 #: Names plugins may not take: the core's own commands, present and planned.
 BUILTIN_COMMANDS = frozenset(
     {
-        "toolkit", "plugins", "lanes", "tiers", "shapes", "run", "kernel", "call", "mcp",
+        "toolkit", "plugins", "lanes", "tiers", "shapes", "run", "kernel",
         "identity", "audit", "agent", "demo", "version", "help",
     }
 )
@@ -30,8 +30,10 @@ BUILTIN_COMMANDS = frozenset(
 class Registrar:
     """The ``add`` handed to ``wbcore_cli_commands``: refuses built-in and taken names."""
 
-    def __init__(self, app: typer.Typer) -> None:
+    def __init__(self, app: typer.Typer, runtime: Any = None) -> None:
         self.app = app
+        #: The runtime the app is built over: plugin commands act on it (``add.runtime``).
+        self.runtime = runtime
         self.owners: dict[str, str] = {}
         self.current = ""
 
@@ -93,7 +95,7 @@ def build_app(runtime: Any = None) -> typer.Typer:
 
     app.add_typer(_identity_cli.build(runtime), name="identity", help="The signing identity: did:key and did:web.")
 
-    registrar = Registrar(app)
+    registrar = Registrar(app, runtime)
     for impl in runtime.pm.hook.wbcore_cli_commands.get_hookimpls():
         registrar.current = impl.plugin_name
         impl.function(add=registrar)

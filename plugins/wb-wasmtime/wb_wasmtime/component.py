@@ -371,6 +371,10 @@ class ComponentRunner:
     def functions(self, sha: str) -> list[ComponentFunction]:
         return list(self.load(sha).functions.values())
 
+    def invoke(self, **fields: Any) -> ComponentResult:
+        """``call(ComponentRequest(**fields))``: for surfaces that do not import this plugin."""
+        return self.call(ComponentRequest(**fields))
+
     def call(self, request: ComponentRequest) -> ComponentResult:
         import wasmtime
 

@@ -1,0 +1,14 @@
+"""Entry point of wb-act: the ``wbx call`` command. Imports nothing heavy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from wbcore import hookimpl
+
+
+@hookimpl
+def wbcore_cli_commands(add: Any) -> None:
+    from wb_act import cli
+
+    add("call", cli.build(add.runtime), help="Call one tool with JSON arguments, exactly as the MCP server would.")

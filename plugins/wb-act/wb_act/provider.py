@@ -1,0 +1,432 @@
+"""Every registered toolkit as an ACT tool provider: one tool per command, kernel and
+component function, each with a JSON Schema, annotations derived from caps and skills,
+and one call path (used by ``wbx call`` and the MCP server alike).
+
+Tool names are ``<toolkit>.<tool>``: the command's ``#+CLI_BIN``, the kernel's name, or
+the component's exported function. Inputs:
+
+- **command**: ``{"args": [str], "stdin": str}``; richer when a skill declares arguments
+  with ``#+ARG: <name>[:<type>][!] <description>`` lines (``!`` = required; types
+  string, integer, number, boolean; passed as ``--<name> <value>``, a true boolean as
+  ``--<name>``, before the positional ``args``). A skill's ``#+FLAGS:`` line may say
+  ``destructive`` and/or ``idempotent``. The skill read is ``skills/<tool>.org``, else
+  ``skills/overview.org``.
+- **kernel**: ``{"input": str}`` (UTF-8 text) or ``{"input_base64": str}``: bytes in,
+  bytes out.
+- **component**: the function's parameters, derived from its WIT types.
+
+A tool is read-only when its toolkit's effective caps include no write-capable cap.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from wbcore.calls import Principal
+from wbcore.errors import InvalidArgs, NotFound, WbError, unknown_name
+
+from wb_act.model import (
+    STD_DESTRUCTIVE,
+    STD_IDEMPOTENT,
+    STD_READ_ONLY,
+    STD_SKILL,
+    STD_TIMEOUT_MS,
+    Content,
+    ContentPart,
+    Error,
+    ErrorKind,
+    LocalizedString,
+    Metadata,
+    MetadataEvent,
+    StreamEvent,
+    ToolCall,
+    ToolDefinition,
+    ToolError,
+)
+
+if TYPE_CHECKING:
+    from wbcore.runtime import Runtime
+
+#: Caps through which a guest cannot change anything the host keeps (fetching, asking a model).
+READ_ONLY_CAPS = frozenset({"browse", "llm"})
+ARG_RE = re.compile(r"^[ \t]*#\+ARG:[ \t]*([A-Za-z][A-Za-z0-9_-]*)(?::(string|integer|number|boolean))?(!)?[ \t]*(.*)$", re.M)
+FLAGS_RE = re.compile(r"^[ \t]*#\+FLAGS:[ \t]*(.*)$", re.M)
+ARG_TYPES = {"string": str, "integer": int, "number": (int, float), "boolean": bool}
+MAX_STDIN = 64 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class DeclaredArg:
+    name: str
+    type: str
+    required: bool
+    description: str
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    """A tool definition and what it runs: ``kind`` command | kernel | component."""
+
+    definition: ToolDefinition
+    kind: str
+    target: str  # the registry name (command / kernel / component)
+    toolkit: str | None
+    function: str | None = None  # component function
+    declared: tuple[DeclaredArg, ...] = ()
+    caps: frozenset[str] = frozenset()
+    skills: tuple[str, ...] = ()
+    output_schema: Mapping[str, Any] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.definition.name
+
+    @property
+    def description(self) -> str:
+        return self.definition.description.text() if self.definition.description else ""
+
+
+@dataclass(slots=True)
+class CallOutcome:
+    """The events of one call plus what a surface needs beside them."""
+
+    events: list[StreamEvent]
+    structured: Any = None  # a JSON value (component results) for structured output
+    usage: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def error(self) -> ToolError | None:
+        return next((e.error for e in self.events if isinstance(e, Error)), None)
+
+    def text(self) -> str:
+        from wb_act.revisions import events_text
+
+        return events_text(self.events)
+
+
+# --- skills as argument declarations -------------------------------------------------
+
+
+def _skill_text(tk: Any, tool: str) -> str:
+    for slug in (tool, "overview"):
+        try:
+            return tk.skill_text(slug)
+        except WbError:
+            continue
+    return ""
+
+
+def declared_args(text: str) -> tuple[DeclaredArg, ...]:
+    return tuple(
+        DeclaredArg(m.group(1), m.group(2) or "string", bool(m.group(3)), m.group(4).strip())
+        for m in ARG_RE.finditer(text)
+    )
+
+
+def skill_flags(text: str) -> frozenset[str]:
+    flags: set[str] = set()
+    for m in FLAGS_RE.finditer(text):
+        flags.update(w.strip().lower() for w in re.split(r"[\s,]+", m.group(1)) if w.strip())
+    return frozenset(flags)
+
+
+def command_schema(declared: Sequence[DeclaredArg]) -> dict[str, Any]:
+    props: dict[str, Any] = {}
+    for a in declared:
+        props[a.name] = {"type": a.type, "description": a.description} if a.description else {"type": a.type}
+    props["args"] = {"type": "array", "items": {"type": "string"}, "description": "positional arguments (argv after the declared flags)"}
+    props["stdin"] = {"type": "string", "description": "text written to the command's standard input"}
+    schema: dict[str, Any] = {"type": "object", "properties": props, "additionalProperties": False}
+    required = [a.name for a in declared if a.required]
+    if required:
+        schema["required"] = required
+    return schema
+
+
+KERNEL_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "input": {"type": "string", "description": "input bytes as UTF-8 text"},
+        "input_base64": {"type": "string", "contentEncoding": "base64", "description": "input bytes, base64"},
+    },
+    "additionalProperties": False,
+}
+
+
+def _annotations(caps: frozenset[str], flags: frozenset[str], timeout_s: float | None) -> Metadata:
+    read_only = not (caps - READ_ONLY_CAPS)
+    ann: dict[str, Any] = {
+        STD_READ_ONLY: read_only,
+        STD_DESTRUCTIVE: "destructive" in flags,
+        STD_IDEMPOTENT: "idempotent" in flags or read_only,
+    }
+    if timeout_s:
+        ann[STD_TIMEOUT_MS] = int(timeout_s * 1000)
+    return Metadata(ann)
+
+
+# --- the provider ---------------------------------------------------------------------
+
+
+class ToolkitProvider:
+    """The ACT tool-provider over a :class:`~wbcore.runtime.Runtime`.
+
+    ``only``: tool names (or toolkit ids) to expose; ``None`` exposes every tool.
+    """
+
+    def __init__(self, runtime: Runtime, *, principal: Principal | None = None, only: Iterable[str] | None = None) -> None:
+        self.runtime = runtime
+        self.principal = principal
+        self.only = frozenset(only) if only is not None else None
+        self._tools: dict[str, Tool] | None = None
+        self._lock = threading.Lock()
+
+    # -- discovery --
+
+    def refresh(self) -> None:
+        with self._lock:
+            self._tools = None
+
+    def tools(self) -> dict[str, Tool]:
+        if self._tools is None:
+            with self._lock:
+                if self._tools is None:
+                    self._tools = self._build()
+        return self._tools
+
+    def list_tools(self) -> list[ToolDefinition]:
+        return [t.definition for t in self.tools().values()]
+
+    def tool(self, name: str) -> Tool:
+        found = self.tools().get(name)
+        if found is None:
+            raise NotFound(unknown_name("tool", name, list(self.tools())))
+        return found
+
+    def _selected(self, tool: Tool) -> bool:
+        return self.only is None or tool.name in self.only or (tool.toolkit or "") in self.only
+
+    def _build(self) -> dict[str, Tool]:
+        from wbcore import policy
+
+        rt = self.runtime
+        found = rt.discover()
+        tools: dict[str, Tool] = {}
+        for entry in rt.registry.entries():
+            tk = None
+            if entry.toolkit:
+                try:
+                    tk = found.get(entry.toolkit)
+                except WbError:
+                    tk = None
+            caps = frozenset(rt.effective_caps(tk)) if tk is not None else frozenset()
+            prof = policy.profile(entry.profile)
+            skills = tuple(s.slug for s in tk.skills) if tk is not None else ()
+            prefix = f"{entry.toolkit}." if entry.toolkit else ""
+            tagline = tk.manifest.tagline if tk is not None else f"built-in command {entry.name}"
+            if entry.kind == "command":
+                text = _skill_text(tk, entry.name) if tk is not None else ""
+                declared = declared_args(text)
+                name = prefix + entry.name
+                desc = f"{tagline} (runs the sandboxed command `{entry.name}`: argv + stdin → stdout)"
+                td = ToolDefinition(name, LocalizedString(plain=desc), command_schema(declared),
+                                    _annotations(caps, skill_flags(text), prof.timeout_s))
+                tools[name] = Tool(td, "command", entry.name, entry.toolkit, declared=declared, caps=caps, skills=skills)
+            elif entry.kind == "kernel":
+                name = prefix + entry.name
+                text = _skill_text(tk, entry.name) if tk is not None else ""
+                desc = f"{tagline} (kernel `{entry.name}`: bytes in → bytes out)"
+                td = ToolDefinition(name, LocalizedString(plain=desc), dict(KERNEL_SCHEMA),
+                                    _annotations(caps, skill_flags(text), prof.timeout_s))
+                tools[name] = Tool(td, "kernel", entry.name, entry.toolkit, caps=caps, skills=skills)
+            elif entry.kind == "component":
+                tools.update(self._component_tools(entry, tk, caps, prof, skills, tagline))
+        return {n: t for n, t in sorted(tools.items()) if self._selected(t)}
+
+    def _component_tools(self, entry: Any, tk: Any, caps: frozenset[str], prof: Any, skills: tuple[str, ...],
+                         tagline: str) -> dict[str, Tool]:
+        from wb_act import sections
+
+        runner = self._runner("component")
+        try:
+            fns = runner.functions(entry.sha256)
+        except WbError:
+            return {}
+        info = None
+        try:
+            info = sections.read_act_info(self.runtime.artifacts.read_verified(entry.sha256))
+        except WbError:
+            info = None
+        out: dict[str, Tool] = {}
+        prefix = f"{entry.toolkit or entry.name}."
+        for fn in fns:
+            text = _skill_text(tk, fn.name) if tk is not None else ""
+            name = prefix + fn.name
+            desc = f"{tagline} (component function {fn.name}, typed by WIT)"
+            ext: dict[str, Any] = {}
+            if info is not None and info.skill:
+                ext[STD_SKILL] = info.skill
+            if info is not None and info.description:
+                desc = f"{info.description.text()} — {desc}"
+            td = ToolDefinition(name, LocalizedString(plain=desc), fn.input_schema(),
+                                _annotations(caps, skill_flags(text), prof.timeout_s), Metadata(ext))
+            out[name] = Tool(td, "component", entry.name, entry.toolkit, function=fn.name, caps=caps,
+                             skills=skills, output_schema=fn.output_schema())
+        return out
+
+    def _runner(self, shape: str) -> Any:
+        from wbcore import calls
+
+        return calls._runner(self.runtime, shape)
+
+    # -- calling --
+
+    def call_tool(self, call: ToolCall, *, cancel: threading.Event | None = None, timeout: float | None = None,
+                  progress: Callable[[float, str], None] | None = None) -> CallOutcome:
+        """Run one tool call; every expected failure is an error event, never an exception
+        (except an unknown tool, which is ``NotFound`` — a protocol error for MCP)."""
+        tool = self.tool(call.name)
+        ms = call.metadata.get(STD_TIMEOUT_MS)
+        if isinstance(ms, int) and ms > 0:
+            timeout = ms / 1000.0 if timeout is None else min(timeout, ms / 1000.0)
+        try:
+            args = call.args()
+            if not isinstance(args, dict):
+                raise InvalidArgs(f"{tool.name}: arguments must be a map (JSON object), got {type(args).__name__}")
+            return self.call_json(tool.name, args, cancel=cancel, timeout=timeout, progress=progress)
+        except WbError as exc:
+            return CallOutcome([Error(ToolError.from_wb(exc))])
+
+    def call_json(self, name: str, args: Mapping[str, Any], *, cancel: threading.Event | None = None,
+                  timeout: float | None = None, progress: Callable[[float, str], None] | None = None) -> CallOutcome:
+        tool = self.tool(name)
+        try:
+            if progress:
+                progress(0.0, f"starting {tool.name}")
+            if tool.kind == "command":
+                out = self._call_command(tool, args, timeout)
+            elif tool.kind == "kernel":
+                out = self._call_kernel(tool, args, timeout)
+            else:
+                out = self._call_component(tool, args, cancel, timeout)
+            if progress:
+                progress(1.0, f"{tool.name} finished")
+            return out
+        except WbError as exc:
+            return CallOutcome([Error(ToolError.from_wb(exc))])
+
+    def _principal(self, tool: Tool) -> Principal:
+        if self.principal is not None:
+            return Principal(self.principal.tenant, tool.toolkit or self.principal.toolkit)
+        return Principal(toolkit=tool.toolkit or "")
+
+    def _call_command(self, tool: Tool, args: Mapping[str, Any], timeout: float | None) -> CallOutcome:
+        allowed = {a.name for a in tool.declared} | {"args", "stdin"}
+        unknown = sorted(set(args) - allowed)
+        if unknown:
+            raise InvalidArgs(f"{tool.name}: unknown argument(s) {', '.join(unknown)}; accepted: {', '.join(sorted(allowed))}")
+        argv: list[str] = []
+        for a in tool.declared:
+            if a.name not in args:
+                if a.required:
+                    raise InvalidArgs(f"{tool.name}: missing required argument {a.name!r}")
+                continue
+            v = args[a.name]
+            want = ARG_TYPES[a.type]
+            if (isinstance(v, bool) and a.type != "boolean") or not isinstance(v, want):
+                raise InvalidArgs(f"{tool.name}: argument {a.name!r} must be {a.type}, got {type(v).__name__}")
+            if a.type == "boolean":
+                if v:
+                    argv.append(f"--{a.name}")
+            else:
+                argv += [f"--{a.name}", str(v)]
+        pos = args.get("args", [])
+        if not isinstance(pos, list) or not all(isinstance(x, str) for x in pos):
+            raise InvalidArgs(f"{tool.name}: 'args' must be an array of strings")
+        stdin = args.get("stdin", "")
+        if not isinstance(stdin, str):
+            raise InvalidArgs(f"{tool.name}: 'stdin' must be a string")
+        data = stdin.encode("utf-8")
+        if len(data) > MAX_STDIN:
+            raise InvalidArgs(f"{tool.name}: stdin of {len(data)} bytes is over the {MAX_STDIN}-byte cap")
+        res = self.runtime.call(tool.target, argv + pos, data, principal=self._principal(tool), timeout=timeout)
+        events: list[StreamEvent] = [Content(_bytes_part(res.stdout))]
+        usage = res.usage.as_dict() if hasattr(res.usage, "as_dict") else {}
+        meta = {"wb:exit-code": res.exit_code, "wb:usage": usage}
+        if res.stderr:
+            meta["wb:stderr"] = res.stderr.decode("utf-8", errors="replace")[-4000:]
+        events.append(MetadataEvent(Metadata(meta)))
+        if res.exit_code != 0:
+            tail = res.stderr.decode("utf-8", errors="replace").strip()[-2000:]
+            msg = f"{tool.target} exited with code {res.exit_code}" + (f": {tail}" if tail else "")
+            events.append(Error(ToolError(ErrorKind.OTHER, LocalizedString(plain=msg), other="wb:exit-code",
+                                          extensions=Metadata({"wb:exit-code": res.exit_code}))))
+        return CallOutcome(events, usage=usage)
+
+    def _call_kernel(self, tool: Tool, args: Mapping[str, Any], timeout: float | None) -> CallOutcome:
+        unknown = sorted(set(args) - {"input", "input_base64"})
+        if unknown:
+            raise InvalidArgs(f"{tool.name}: unknown argument(s) {', '.join(unknown)}; accepted: input, input_base64")
+        if "input" in args and "input_base64" in args:
+            raise InvalidArgs(f"{tool.name}: give 'input' or 'input_base64', not both")
+        if "input_base64" in args:
+            raw = args["input_base64"]
+            if not isinstance(raw, str):
+                raise InvalidArgs(f"{tool.name}: 'input_base64' must be a string")
+            try:
+                data = base64.b64decode(raw, validate=True)
+            except ValueError:
+                raise InvalidArgs(f"{tool.name}: 'input_base64' is not valid base64") from None
+        else:
+            text = args.get("input", "")
+            if not isinstance(text, str):
+                raise InvalidArgs(f"{tool.name}: 'input' must be a string")
+            data = text.encode("utf-8")
+        out = self.runtime.kernel_call(tool.target, data, principal=self._principal(tool), timeout=timeout)
+        return CallOutcome([Content(_bytes_part(bytes(out)))])
+
+    def _call_component(self, tool: Tool, args: Mapping[str, Any], cancel: threading.Event | None,
+                        timeout: float | None) -> CallOutcome:
+        from wbcore import policy
+
+        rt = self.runtime
+        entry = rt.registry.get("component", tool.target)
+        prof = policy.profile(entry.profile)
+        deadline = prof.timeout_s if timeout is None else min(timeout, prof.timeout_s)
+        hosts: tuple[str, ...] = ()
+        if tool.toolkit:
+            try:
+                hosts = tuple((rt.toolkit(tool.toolkit).manifest.extra("ALLOWED_HOSTS") or "").split())
+            except WbError:
+                hosts = ()
+        # The shape's runner is reached through the shape registry, never imported:
+        # ``invoke(**fields)`` builds its request (wb_wasmtime.component.ComponentRequest).
+        runner = self._runner(entry.shape)
+        try:
+            res = runner.invoke(
+                name=tool.toolkit or tool.target, sha256=entry.sha256, function=tool.function or "",
+                args=dict(args), profile=prof, timeout_s=deadline, principal=self._principal(tool),
+                caps=tool.caps, toolkit=tool.toolkit, cancel=cancel, allowed_hosts=hosts,
+            )
+        except WbError as exc:
+            if not hasattr(exc, "detail"):
+                raise
+            detail = exc.detail  # type: ignore[attr-defined]
+            part = ContentPart(json.dumps({"err": detail}).encode(), "application/json")
+            return CallOutcome([Content(part), Error(ToolError(
+                ErrorKind.OTHER, LocalizedString(plain=exc.message), other="wb:result-err"))], structured={"err": detail})
+        part = ContentPart(json.dumps(res.value, ensure_ascii=False).encode(), "application/json")
+        return CallOutcome([Content(part)], structured=res.value, usage=res.usage.as_dict())
+
+
+def _bytes_part(data: bytes) -> ContentPart:
+    try:
+        return ContentPart(data.decode("utf-8").encode("utf-8"), "text/plain")
+    except UnicodeDecodeError:
+        return ContentPart(data, "application/octet-stream")

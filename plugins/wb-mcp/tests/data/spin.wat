@@ -1,0 +1,4 @@
+;; a runaway command: loops forever.
+(module
+  (memory (export "memory") 1)
+  (func (export "_start") (loop $l (br $l))))

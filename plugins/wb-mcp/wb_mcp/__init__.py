@@ -1,0 +1,1 @@
+"""wb-mcp: an MCP server (official mcp SDK) serving every toolkit's tools and skills."""
