@@ -122,6 +122,15 @@ def engine() -> Any:
         return _ENGINE
 
 
+def describe(exc: BaseException) -> str:
+    """The trap's cause ("wasm trap: call stack exhausted"), not its backtrace."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    for ln in lines:
+        if ln.startswith("wasm trap:"):
+            return ln
+    return lines[-1] if lines else type(exc).__name__
+
+
 def run(
     module: Any,
     argv: Sequence[str],
@@ -167,7 +176,7 @@ def run(
             if exc.trap_code == wasmtime.TrapCode.INTERRUPT:
                 timed_out, code, trap = True, 124, f"deadline of {limits.timeout_s:g}s reached"
             else:
-                code, trap = 134, str(exc).splitlines()[0]
+                code, trap = 134, describe(exc)
         except wasmtime.WasmtimeError as exc:
-            code, trap = 134, str(exc).splitlines()[0]
+            code, trap = 134, describe(exc)
     return GuestResult(code, out.value(), err.value(), timed_out, trap, out.truncated or err.truncated)

@@ -9,6 +9,7 @@ linear-memory cap; its stdout/stderr are captured and capped. ``#include
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
 import re
@@ -31,6 +32,8 @@ MAX_SOURCES = 2000
 FLAG_RE = re.compile(r"^-(D[A-Za-z_][A-Za-z0-9_]*(=.*)?|U[A-Za-z_][A-Za-z0-9_]*|W[A-Za-z0-9,=_-]*|O[0-3s]?|g|std=[a-z0-9]+|f[a-z0-9-]+|l(m|c))$")
 _MODULES: dict[Path, Any] = {}
 _MODULES_LOCK = threading.Lock()
+# Drop compiled modules before interpreter teardown unloads wasmtime's bindings.
+atexit.register(_MODULES.clear)
 
 
 def _path_chmod(caller: Any, path_ptr: int, path_len: int, mode: int) -> int:

@@ -1,0 +1,130 @@
+"""The js lane: modules checked and run inside QuickJS-NG's reactor wasm."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from wbcore.build import BuildFailed, BuildRequest, ResolvedSource, tree_digest
+from wbcore.errors import InvalidArgs
+from wbcore.manifest import load
+from wbcore.testing import manifest_text
+
+from wb_lane_js import artifact
+from wb_lane_js.runner import run_artifact
+
+MAIN = """
+import { shout } from './lib/text.js';
+const input = std.in.readAsString();
+await new Promise((r) => setTimeout(r, 5));
+console.log(JSON.stringify({ args: scriptArgs, lines: input.split('\\n').filter(Boolean).length, s: shout('hi') }));
+setTimeout(() => console.log('late timer ran'), 5);
+Promise.resolve().then(() => console.log('microtask ran'));
+if (scriptArgs.includes('--fail')) process.exitCode = 4;
+"""
+
+
+@pytest.fixture
+def tk(tmp_path: Path) -> Path:
+    d = tmp_path / "jstool"
+    (d / "src" / "lib").mkdir(parents=True)
+    (d / "manifest.org").write_text(manifest_text("jstool", exec="command", extra={"CLI_BIN": "jstool", "BUILD_LANG": "js", "BUILD_SRC": "path:src"}, drawer={"CLI_BIN": "jstool"}))
+    (d / "src" / "main.js").write_text(MAIN)
+    (d / "src" / "lib" / "text.js").write_text("export const shout = (s) => s.toUpperCase() + '!';\n")
+    return d
+
+
+@pytest.fixture
+def rt(make_runtime):
+    return make_runtime(plugins=["lane-js"])
+
+
+@pytest.fixture
+def lane(rt):
+    rec = rt.lanes.get("js")
+    assert rec.available().ok, rec.available().reason
+    assert rec.kind == "compile-and-run"
+    return rec.factory(rt)
+
+
+def build(lane, tk: Path, out: Path):
+    s = tk / "src"
+    return lane.build(BuildRequest(manifest=load(tk / "manifest.org"), source=ResolvedSource(digest=tree_digest(s), dir=s), outdir=out))
+
+
+def test_builds_and_runs_module_with_await_timers_and_exit_code(lane, tk, tmp_path, wb_home):
+    out = build(lane, tk, tmp_path / "out")
+    assert artifact.runner_of(out.artifact) == "js"
+    res = run_artifact(out.artifact, ["jstool", "a", "-b"], stdin=b"x\ny\n", home=wb_home)
+    lines = res.stdout.decode().splitlines()
+    assert res.exit_code == 0, res.stderr
+    assert lines[0] == '{"args":["jstool","a","-b"],"lines":2,"s":"HI!"}'
+    assert set(lines[1:]) == {"microtask ran", "late timer ran"}
+    assert run_artifact(out.artifact, ["jstool", "--fail"], home=wb_home).exit_code == 4
+
+
+def test_artifact_is_runtime_plus_source_content_addressed(lane, tk, tmp_path):
+    a = build(lane, tk, tmp_path / "a").artifact.read_bytes()
+    b = build(lane, tk, tmp_path / "b").artifact.read_bytes()
+    assert hashlib.sha256(a).digest() == hashlib.sha256(b).digest()
+    (tk / "src" / "lib" / "text.js").write_text("export const shout = (s) => s + '?';\n")
+    c = build(lane, tk, tmp_path / "c").artifact.read_bytes()
+    assert hashlib.sha256(c).digest() != hashlib.sha256(a).digest()
+    import wasmtime
+
+    wasmtime.Module.validate(wasmtime.Engine(), a)  # still a valid wasm module
+    assert "lib/text.js" in artifact.unpack(a).files
+
+
+def test_syntax_error_and_missing_import_fail_the_build(lane, tk, tmp_path):
+    (tk / "src" / "lib" / "text.js").write_text("export const shout = (s) => {\n  return s +;\n};\n")
+    with pytest.raises(BuildFailed) as err:
+        build(lane, tk, tmp_path / "out")
+    assert "text.js:2" in err.value.log and "SyntaxError" in err.value.log
+    (tk / "src" / "lib" / "text.js").unlink()
+    with pytest.raises(BuildFailed):
+        build(lane, tk, tmp_path / "out2")
+
+
+def test_uncaught_error_is_exit_1_with_stack(lane, tk, tmp_path, wb_home):
+    (tk / "src" / "main.js").write_text("function f() { throw new TypeError('boom'); }\nf();\n")
+    out = build(lane, tk, tmp_path / "out")
+    res = run_artifact(out.artifact, ["jstool"], home=wb_home)
+    assert res.exit_code == 1 and b"TypeError: boom" in res.stderr
+
+
+def test_limits_infinite_loop_memory_bomb_and_deep_recursion(lane, tk, tmp_path, wb_home):
+    (tk / "src" / "main.js").write_text(
+        "const m = scriptArgs[1];\n"
+        "if (m === 'loop') for (;;) {}\n"
+        "if (m === 'mem') { const a = []; for (;;) a.push('x'.repeat(1 << 20) + a.length); }\n"
+        "if (m === 'deep') { const f = (n) => f(n + 1) + 1; try { f(0); } catch (e) { console.log(e.name); } }\n"
+    )
+    out = build(lane, tk, tmp_path / "out")
+    res = run_artifact(out.artifact, ["t", "loop"], home=wb_home, timeout_s=0.5)
+    assert res.timed_out and res.exit_code == 124
+    res = run_artifact(out.artifact, ["t", "mem"], home=wb_home, memory_bytes=48 << 20, timeout_s=10)
+    assert res.exit_code != 0 and not res.timed_out
+    # wasmtime's own call-stack guard ends runaway recursion as a clean trap
+    res = run_artifact(out.artifact, ["t", "deep"], home=wb_home, timeout_s=10)
+    assert res.exit_code == 134 and "call stack exhausted" in res.trap
+
+
+def test_guest_sees_only_its_own_sources(lane, tk, tmp_path, wb_home):
+    (tk / "src" / "main.js").write_text(
+        "const r = [];\n"
+        "for (const p of ['/etc/passwd', '/app/main.js', '../../../etc/passwd']) { const f = std.open(p, 'r'); r.push(f ? 'open' : 'no'); }\n"
+        "r.push(std.open('/app/new.txt', 'w') ? 'wrote' : 'ro');\n"
+        "console.log(r.join(' '));\n"
+    )
+    out = build(lane, tk, tmp_path / "out")
+    res = run_artifact(out.artifact, ["t"], home=wb_home)
+    assert res.stdout == b"no open no ro\n", res.stderr
+
+
+def test_reserved_names_and_flags_refused(lane, tk, tmp_path):
+    (tk / "src" / "__wb_entry.mjs").write_text("")
+    with pytest.raises(InvalidArgs):
+        build(lane, tk, tmp_path / "out")

@@ -1,0 +1,1 @@
+"""wb-lane-js: JavaScript (and type-stripped TypeScript) on QuickJS-NG's reactor wasm."""

@@ -1,0 +1,186 @@
+"""Bounded wasmtime plumbing for the QuickJS reactor: engine, epoch ticker, output caps.
+
+A guest sees only the directories it is handed (read-only here), runs under a
+wall-clock deadline enforced by epoch interruption and a linear-memory cap, and its
+stdout/stderr are captured up to a cap. (The same helper as wb-lane-c-wasm's: each
+lane distribution stands alone with the core.)
+"""
+
+from __future__ import annotations
+
+import errno
+import math
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+#: Epoch tick: the deadline is enforced to within one tick.
+TICK_S = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    timeout_s: float = 60.0
+    memory_bytes: int = 512 << 20
+    output_bytes: int = 1 << 20  # per stream; more is dropped and reported
+
+
+@dataclass(frozen=True, slots=True)
+class Preopen:
+    host: Path
+    guest: str
+    writable: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class GuestResult:
+    exit_code: int
+    stdout: bytes
+    stderr: bytes
+    timed_out: bool = False
+    trap: str = ""
+    truncated: bool = False
+
+
+class _Ticker:
+    """One daemon thread per engine that advances the epoch while any guest runs.
+
+    A per-run timer would bump the shared epoch and cut short every other guest on the
+    engine; a steady tick with per-store deadlines counted in ticks does not.
+    """
+
+    def __init__(self, engine: Any) -> None:
+        self._engine = engine
+        self._active = 0
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> _Ticker:
+        with self._cond:
+            self._active += 1
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="wb-epoch", daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with self._cond:
+            self._active -= 1
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while self._active == 0:
+                    self._cond.wait()
+            self._engine.increment_epoch()
+            threading.Event().wait(TICK_S)
+
+
+class _Capture:
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.chunks: list[bytes] = []
+        self.size = 0
+        self.truncated = False
+
+    def __call__(self, data: bytes) -> int:
+        room = self.cap - self.size
+        if room <= 0:
+            self.truncated = True
+            return -errno.EFBIG
+        if len(data) > room:
+            self.truncated = True
+            data = data[:room]
+        self.chunks.append(data)
+        self.size += len(data)
+        return len(data)
+
+    def value(self) -> bytes:
+        return b"".join(self.chunks)
+
+
+_ENGINE: Any = None
+_TICKER: _Ticker | None = None
+_LOCK = threading.Lock()
+
+
+def engine() -> Any:
+    """The shared engine: epoch interruption on; wasm exceptions on (tcc's setjmp/longjmp)."""
+    global _ENGINE, _TICKER
+    with _LOCK:
+        if _ENGINE is None:
+            import wasmtime
+
+            cfg = wasmtime.Config()
+            cfg.epoch_interruption = True
+            cfg.wasm_exceptions = True
+            _ENGINE = wasmtime.Engine(cfg)
+            _TICKER = _Ticker(_ENGINE)
+        return _ENGINE
+
+
+def describe(exc: BaseException) -> str:
+    """The trap's cause ("wasm trap: call stack exhausted"), not its backtrace."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    for ln in lines:
+        if ln.startswith("wasm trap:"):
+            return ln
+    return lines[-1] if lines else type(exc).__name__
+
+
+def run(
+    module: Any,
+    argv: Sequence[str],
+    *,
+    preopens: Sequence[Preopen] = (),
+    stdin: Path | None = None,
+    env: Sequence[tuple[str, str]] = (),
+    limits: Limits = Limits(),
+    extra_imports: Callable[[Any, Any], None] | None = None,
+    start: Callable[[Any, Any], int] | None = None,
+) -> GuestResult:
+    """Instantiate ``module`` (compiled on :func:`engine`) and run it: ``start(store,
+    instance)`` returns the exit code (default: call the WASI ``_start``)."""
+    import wasmtime
+
+    eng = engine()
+    assert _TICKER is not None
+    store = wasmtime.Store(eng)
+    store.set_limits(memory_size=limits.memory_bytes)
+    store.set_epoch_deadline(max(1, math.ceil(limits.timeout_s / TICK_S)))
+    wasi = wasmtime.WasiConfig()
+    wasi.argv = list(argv)
+    wasi.env = list(env)
+    out, err = _Capture(limits.output_bytes), _Capture(limits.output_bytes)
+    wasi.stdout_custom = out
+    wasi.stderr_custom = err
+    if stdin is not None:
+        wasi.stdin_file = str(stdin)
+    for p in preopens:
+        wasi.preopen_dir(str(p.host), p.guest, p.writable)
+    store.set_wasi(wasi)
+    linker = wasmtime.Linker(eng)
+    linker.define_wasi()
+    if extra_imports is not None:
+        extra_imports(linker, store)
+    code, timed_out, trap = 0, False, ""
+    with _TICKER:
+        try:
+            instance = linker.instantiate(store, module)
+            if start is None:
+                instance.exports(store)["_start"](store)
+            else:
+                code = start(store, instance)
+        except wasmtime.ExitTrap as exc:
+            code = exc.code
+        except wasmtime.Trap as exc:
+            if exc.trap_code == wasmtime.TrapCode.INTERRUPT:
+                timed_out, code, trap = True, 124, f"deadline of {limits.timeout_s:g}s reached"
+            else:
+                code, trap = 134, describe(exc)
+        except wasmtime.WasmtimeError as exc:
+            code, trap = 134, describe(exc)
+    return GuestResult(code, out.value(), err.value(), timed_out, trap, out.truncated or err.truncated)

@@ -1,0 +1,106 @@
+"""Run a js artifact: the command shape's contract (argv + stdin → stdout + exit).
+
+``JsRunner.call`` takes the same ``wbcore.calls.CommandRequest`` the wasmtime command
+runner takes and returns a ``CallResult``, so the run engine can hand it any artifact
+whose ``wbcore.runner`` custom section names ``js`` (see ``artifact.runner_of``).
+
+What the guest sees: argv (as ``scriptArgs``), stdin, and ``/app`` (the artifact's
+own sources, extracted once per artifact sha256 under ``$WB_HOME/cache/js/``,
+preopened read-only). No environment, no other files, no network. Limits: the
+profile's memory is the wasm memory cap and (less 16 MiB) QuickJS's heap limit;
+``stack_bytes`` is QuickJS's stack limit; the deadline is an epoch deadline.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from wbcore.errors import InvalidArgs, Timeout
+
+from wb_lane_js import artifact, guest, qjs
+from wb_lane_js.lane import materialize
+
+
+def app_dir(home: Path, data: bytes, sha256: str | None = None) -> Path:
+    """The artifact's sources, extracted (once, atomically) under ``home``."""
+    sha = sha256 or hashlib.sha256(data).hexdigest()
+    base = home / "cache" / "js" / "app"
+    dest = base / sha
+    if (dest / "__wb_entry.mjs").is_file():
+        return dest
+    bundle = artifact.unpack(data)
+    base.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".x-", dir=base))
+    try:
+        materialize(bundle.files, tmp)
+        try:
+            os.replace(tmp, dest)
+        except OSError:
+            if not (dest / "__wb_entry.mjs").is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
+def run_artifact(
+    path: Path,
+    argv: list[str],
+    *,
+    stdin: bytes = b"",
+    home: Path,
+    memory_bytes: int = 64 << 20,
+    timeout_s: float = 5.0,
+    stack_bytes: int = qjs.DEFAULT_STACK,
+    output_bytes: int = 1 << 20,
+    sha256: str | None = None,
+) -> guest.GuestResult:
+    """Run the js artifact at ``path``; ``argv[0]`` is the command name."""
+    data = path.read_bytes()
+    if artifact.runner_of(path) != "js":
+        raise InvalidArgs(f"{path.name} is not a js artifact (no wbcore.runner=js section)")
+    app = app_dir(home, data, sha256)
+    mod = qjs.module(data, home / "cache" / "js")
+    args = qjs.qjs_args("/app/__wb_entry.mjs", argv, memory_bytes=memory_bytes, stack_bytes=stack_bytes)
+    limits = guest.Limits(timeout_s=timeout_s, memory_bytes=memory_bytes, output_bytes=output_bytes)
+    with tempfile.NamedTemporaryFile(prefix="wb-js-stdin-") as fh:
+        fh.write(stdin)
+        fh.flush()
+        return qjs.run(mod, app, args, stdin=Path(fh.name), limits=limits)
+
+
+class JsRunner:
+    """Runs js artifacts for ``CommandRequest`` s (the command shape's contract)."""
+
+    def __init__(self, runtime: Any) -> None:
+        self.runtime = runtime
+
+    def call(self, req: Any) -> Any:
+        from wbcore.calls import CallResult, LimitExceeded, Usage
+
+        argv = [req.name, *req.argv]
+        stdin = req.stdin
+        if req.arg_mode == "stdin1" and req.argv:
+            stdin = " ".join(req.argv).encode() + b"\n" + stdin
+            argv = [req.name]
+        prof = req.profile
+        t0 = time.perf_counter()
+        res = run_artifact(Path(req.artifact), argv, stdin=stdin, home=Path(self.runtime.home),
+                           memory_bytes=prof.memory_bytes, timeout_s=req.timeout_s,
+                           output_bytes=max(prof.stdout_bytes, prof.stderr_bytes), sha256=req.sha256)
+        wall = time.perf_counter() - t0
+        if res.timed_out:
+            raise Timeout(f"{req.name}: stopped after {wall:.3f} s: over its {req.timeout_s:g} s deadline")
+        if res.truncated:
+            raise LimitExceeded(f"{req.name}: output passed the cap of profile {prof.name}; output stopped", limit="stdout")
+        if res.trap:
+            from wbcore.calls import GuestTrap
+
+            raise GuestTrap(f"{req.name}: guest trapped: {res.trap}")
+        return CallResult(res.stdout, res.stderr, res.exit_code, Usage(wall_s=wall, bytes_out=len(res.stdout) + len(res.stderr)))
