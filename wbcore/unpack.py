@@ -171,7 +171,7 @@ def unpack_zip(archive: Path, dest: Path, caps: Caps = Caps()) -> None:
                 _check_link(rel, target, what)
                 os.symlink(target, _prepare(dest, rel, what))
                 continue
-            if mode and not stat.S_ISREG(mode):
+            if stat.S_IFMT(mode) and not stat.S_ISREG(mode):
                 raise UnsafeArchive(f"{what}: {rel!r} is a device, FIFO or other special file")
             try:
                 with zf.open(info) as src:
