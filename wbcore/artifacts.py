@@ -93,6 +93,7 @@ class ArtifactStore:
     def __init__(self, root: Path) -> None:
         self.root = root
         self._verified: dict[str, tuple[int, int, int]] = {}
+        self._paths: dict[str, str] = {}
         self._lock = threading.Lock()
 
     # --- the modules themselves -------------------------------------------------
@@ -120,8 +121,9 @@ class ArtifactStore:
             raise InvalidArgs(f"{src}: {size} bytes is over the {MAX_ARTIFACT_BYTES}-byte artifact cap")
         return self.put_bytes(src.read_bytes())
 
-    def _stamp(self, path: Path) -> tuple[int, int, int]:
-        st = path.stat()
+    @staticmethod
+    def _stamp(path: Path | str) -> tuple[int, int, int]:
+        st = os.stat(path)
         return (st.st_ino, st.st_size, st.st_mtime_ns)
 
     def _intact(self, sha: str, path: Path) -> bool:
@@ -136,6 +138,7 @@ class ArtifactStore:
             return False
         with self._lock:
             self._verified[sha] = stamp
+            self._paths[sha] = str(path)
         return True
 
     def verify(self, sha: str) -> Path:
@@ -145,6 +148,13 @@ class ArtifactStore:
         file's (inode, size, mtime) stamp, so a file replaced or rewritten after the first
         check is hashed again before it can run.
         """
+        known = self._paths.get(sha)
+        if known is not None:
+            try:
+                if self._verified.get(sha) == self._stamp(known):
+                    return Path(known)
+            except OSError:
+                pass
         path = self.path(sha)
         if not path.is_file():
             raise NotFound(f"artifact {sha[:12]}… is not in the store ({path})")
@@ -169,6 +179,7 @@ class ArtifactStore:
         with self._lock:
             try:
                 self._verified[sha] = self._stamp(path)
+                self._paths[sha] = str(path)
             except OSError:
                 pass
         return data
@@ -205,7 +216,8 @@ class ArtifactStore:
                     return load(cpath), False
             except Exception:  # noqa: BLE001 - a refused cache (other engine, corrupt) is rebuilt
                 pass
-        wasm = self.read_verified(sha) if wasm_path.is_file() else b""
+        del wasm_path
+        wasm = self.read_verified(sha)
         serialized = bytes(compile(wasm))
         digest = sha256_bytes(serialized)
         # Digest first, then the module: a reader that sees a new module with an old

@@ -25,6 +25,7 @@ import pluggy
 if TYPE_CHECKING:
     from wbcore.records import (
         Broker,
+        BuiltinCommand,
         BuildLane,
         Check,
         ExecShape,
@@ -121,6 +122,19 @@ def wbcore_federation_sources() -> Iterable[FederationSource]:
         @hookimpl
         def wbcore_federation_sources():
             yield FederationSource(name="http-json", summary="REST/JSON", factory=_src)
+    """
+
+
+@hookspec
+def wbcore_builtin_commands() -> Iterable[BuiltinCommand]:
+    """Called once per runtime, when a reserved built-in command is first needed.
+
+    Returns built-ins (``upper``, ``grep``, ``jq``, ``wbox``) as real WASM modules built
+    from source the plugin ships; the core stores and registers them::
+
+        @hookimpl
+        def wbcore_builtin_commands():
+            yield BuiltinCommand(name="upper", summary="ASCII upper-case", wasm=_build_upper)
     """
 
 

@@ -180,6 +180,23 @@ class FederationSource:
     options: Mapping[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class BuiltinCommand:
+    """A reserved built-in command (seed 000: ``upper``, ``grep``, ``jq``, ``wbox``).
+
+    ``wasm(runtime)`` returns the module's bytes, built from source the plugin ships
+    (never a host-Python stand-in). The core stores them content-addressed and
+    registers ``name`` as a built-in on first use (``Runtime.install_builtins``).
+    """
+
+    name: str
+    summary: str
+    wasm: Callable[[Runtime], bytes]
+    shape: str = "command"
+    arg_mode: str = "argv"
+    profile: str = "compute"
+
+
 #: The registry kinds, by hook name: what ``wbx plugins`` lists per plugin.
 RECORD_KINDS: dict[str, type] = {
     "wbcore_exec_shapes": ExecShape,
@@ -188,4 +205,5 @@ RECORD_KINDS: dict[str, type] = {
     "wbcore_brokers": Broker,
     "wbcore_isolation_tiers": IsolationTier,
     "wbcore_federation_sources": FederationSource,
+    "wbcore_builtin_commands": BuiltinCommand,
 }

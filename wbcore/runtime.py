@@ -113,6 +113,72 @@ class Runtime:
         return Registry(self.home / "registry.db")
 
     @cached_property
+    def artifacts(self) -> Any:
+        """The content-addressed artifact store (``$WB_HOME/artifacts``, ``wbcore.artifacts``)."""
+        from wbcore.artifacts import ArtifactStore
+
+        return ArtifactStore(self.home / "artifacts")
+
+    @cached_property
+    def builtins(self) -> _plugins.Registry[Any]:
+        """Reserved built-in commands served by plugins (``wbcore_builtin_commands``)."""
+        from wbcore.records import BuiltinCommand
+
+        return self._collect("wbcore_builtin_commands", BuiltinCommand, "built-in command")
+
+    def install_builtins(self, names: Sequence[str] | None = None, *, force: bool = False) -> list[Any]:
+        """Store and register the built-in commands (also done lazily on first call)."""
+        from wbcore import calls
+
+        return calls.install_builtins(self, list(names) if names is not None else None, force=force)
+
+    # --- calls -------------------------------------------------------------------
+
+    def call(self, name: str, argv: Sequence[str] = (), stdin: bytes = b"", *,
+             principal: Any = None, timeout: float | None = None) -> Any:
+        """Run the registered command ``name``: a fresh sandboxed instance per call.
+
+        Returns a ``CallResult`` (stdout, stderr, exit_code, usage); a limit or a fault
+        raises its ``WbError`` (``Timeout``, ``LimitExceeded``, ``GuestTrap``...).
+        ``timeout`` may shorten the profile's deadline, never extend it.
+        """
+        from wbcore import calls
+
+        return calls.call_command(self, name, tuple(argv), stdin, principal=principal, timeout=timeout)
+
+    def kernel(self, name: str, *, principal: Any = None, timeout: float | None = None) -> Any:
+        """Open the registered kernel ``name`` once; ``inst.call(data) -> bytes`` many times."""
+        from wbcore import calls
+
+        return calls.open_kernel(self, name, principal=principal, timeout=timeout)
+
+    def kernel_call(self, name: str, data: bytes, *, principal: Any = None, timeout: float | None = None) -> bytes:
+        """One kernel call through a per-thread cached instance, with the call hooks."""
+        import threading
+
+        from wbcore.calls import CallRecord, Principal
+        from wbcore.errors import WbError
+
+        local = self.__dict__.setdefault("_wb_kernels", threading.local())
+        cache = getattr(local, "instances", None)
+        if cache is None:
+            cache = local.instances = {}
+        key = (name, principal, timeout)
+        inst = cache.get(key)
+        if inst is None:
+            inst = cache[key] = self.kernel(name, principal=principal, timeout=timeout)
+        who = principal or Principal(toolkit=inst.req.toolkit or "")
+        record = CallRecord(name=name, shape="kernel", principal=who, toolkit=inst.req.toolkit)
+        self.hook.wbcore_call_started(call=record)
+        try:
+            out = inst.call(data)
+        except WbError as exc:
+            self.hook.wbcore_call_finished(call=record, result=exc)
+            raise
+        self.hook.wbcore_call_finished(call=record, result=out)
+        return out
+
+    @cached_property
     def dock(self) -> Any:
         """The Dock: every granted cap as a brokered host import (``wbcore.dock``)."""
         from wbcore.dock import Dock

@@ -91,6 +91,9 @@ def build_app(runtime: Any = None) -> typer.Typer:
     from wbcore.cli import audit as _audit_cli
 
     _audit_cli.register(app, runtime)
+    from wbcore.cli import run as _run_cli
+
+    _run_cli.register(app, runtime)
     from wbcore.cli import identity as _identity_cli
 
     app.add_typer(_identity_cli.build(runtime), name="identity", help="The signing identity: did:key and did:web.")

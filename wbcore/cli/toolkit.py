@@ -128,4 +128,7 @@ def build(runtime: Runtime) -> typer.Typer:
     from wbcore.cli import provenance as _provenance
 
     _provenance.register(app, runtime)
+    from wbcore.cli import build as _build_cli
+
+    _build_cli.register(app, runtime)
     return app

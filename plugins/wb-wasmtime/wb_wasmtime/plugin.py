@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from wbcore import hookimpl
-from wbcore.records import ExecShape
+from wbcore.records import Availability, BuildLane, BuiltinCommand, ExecShape, IsolationTier
 
 from wb_wasmtime import shapes as _shapes
 
@@ -13,3 +14,64 @@ from wb_wasmtime import shapes as _shapes
 @hookimpl
 def wbcore_exec_shapes() -> Iterator[ExecShape]:
     yield from _shapes.shapes()
+
+
+def _wat_lane(runtime: Any) -> Any:
+    from wb_wasmtime.lanes import WatLane
+
+    return WatLane()
+
+
+def _instance_tier(runtime: Any) -> Any:
+    from wb_wasmtime.tiers import InstanceTier
+
+    return InstanceTier(runtime)
+
+
+def _wasmtime_available() -> Availability:
+    try:
+        from importlib.metadata import version
+
+        return Availability.yes(f"wasmtime {version('wasmtime')}")
+    except Exception as exc:  # noqa: BLE001 - shown by `wbx lanes` / `wbx tiers`
+        return Availability.no(f"wasmtime is not importable: {exc}")
+
+
+@hookimpl
+def wbcore_build_lanes() -> Iterator[BuildLane]:
+    yield BuildLane(
+        name="wat",
+        summary="WebAssembly text → .wasm",
+        where="in-process wat2wasm (wasmtime), then validated; no toolchain runs",
+        factory=_wat_lane,
+        available=_wasmtime_available,
+    )
+
+
+@hookimpl
+def wbcore_isolation_tiers() -> Iterator[IsolationTier]:
+    yield IsolationTier(
+        name="instance",
+        summary="in-process wasmtime, isolated by linear memory; fresh store per command call",
+        rung=0,
+        factory=_instance_tier,
+        available=_wasmtime_available,
+    )
+
+
+def _builtin(name: str) -> Any:
+    def build(runtime: Any) -> bytes:
+        from wb_wasmtime.builtins import build as _build
+
+        return _build(name)
+
+    return build
+
+
+@hookimpl
+def wbcore_builtin_commands() -> Iterator[BuiltinCommand]:
+    yield BuiltinCommand(
+        name="upper",
+        summary="copy stdin to stdout with ASCII letters upper-cased",
+        wasm=_builtin("upper"),
+    )

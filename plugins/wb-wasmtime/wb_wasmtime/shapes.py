@@ -79,6 +79,16 @@ def _component_runner(runtime: Any) -> Any:
     return ComponentRunner(runtime)
 
 
+def _command_runner(runtime: Any) -> Any:
+    from wb_wasmtime.command import CommandRunner
+
+    return CommandRunner(runtime)
+
+
+def _kernel_runner(runtime: Any) -> Any:
+    from wb_wasmtime.kernel import KernelRunner
+
+    return KernelRunner(runtime)
 
 
 def shapes() -> Iterator[ExecShape]:
@@ -86,6 +96,7 @@ def shapes() -> Iterator[ExecShape]:
         name="command",
         summary="argv + stdin → stdout + exit: a CLI compiled to a WASI module",
         verify=verify_command,
+        runner=_command_runner,
         default_tier="instance",
         registers_commands=True,
     )
@@ -93,6 +104,7 @@ def shapes() -> Iterator[ExecShape]:
         name="kernel",
         summary="bytes → bytes, instantiated once and called in a hot loop",
         verify=verify_kernel,
+        runner=_kernel_runner,
         default_tier="instance",
     )
     yield ExecShape(

@@ -1,0 +1,242 @@
+"""The ``command`` shape: argv + stdin → stdout + stderr + exit code, one fresh store per call.
+
+Every call gets a new ``Store`` (nothing survives between calls) instantiated from the
+module's cached ``InstancePre``; WASI sees only argv and stdin — no environment, no
+preopened files, no network, no inherited stdio. Limits come from the profile:
+
+- memory: store limits (``memory.grow`` past the cap returns -1; a guest that then
+  traps or fails while at the cap ends in ``LimitExceeded(limit="memory")``);
+- time: the wall-clock deadline, checked every epoch tick (``Timeout``, exit 124);
+- output: stdout/stderr go to private tmpfs files checked against the profile's caps
+  every tick while the guest runs (``LimitExceeded(limit="stdout"|"stderr")``);
+- fuel: when the engine meters fuel, ``request.fuel`` bounds it (``LimitExceeded("fuel")``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import itertools
+import os
+import shutil
+import tempfile
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from wasmtime import _bindings as B
+
+from wbcore.calls import CallResult, CommandRequest, GuestTrap, LimitExceeded, Usage
+from wbcore.errors import InvalidArgs, Timeout
+
+from wb_wasmtime import engine as _engine
+from wb_wasmtime import fastpath
+
+if TYPE_CHECKING:
+    from wbcore.runtime import Runtime
+
+PAGE = 65536
+DEFAULT_FUEL = 10_000_000_000
+
+
+# --- output capture ----------------------------------------------------------------------
+#
+# stdout/stderr go to two files per thread in a private tmpfs folder (0700): measured,
+# a file sink costs ~25 µs per call where wasmtime-py's custom-output callback costs
+# ~90 µs (a tokio task plus a GIL hop per write). The cap is enforced while the guest
+# runs by the store's epoch-deadline callback (every tick, see below), so a flood is
+# stopped within one tick; after the call at most cap + 1 bytes are read back.
+
+
+def _private_dir() -> str:
+    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
+    path = tempfile.mkdtemp(prefix=f"wb-io-{os.getpid()}-", dir=base)
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
+_io: dict[int, str] = {}  # pid → its private folder (a forked child makes its own)
+_io_lock = threading.Lock()
+_local = threading.local()
+
+
+def _io_paths() -> tuple[str, str]:
+    pid = os.getpid()
+    paths = getattr(_local, "paths", None)
+    if paths is None or _local.pid != pid:
+        with _io_lock:
+            folder = _io.get(pid)
+            if folder is None:
+                folder = _io[pid] = _private_dir()
+        tid = threading.get_ident()
+        paths = _local.paths = (os.path.join(folder, f"{tid}.out"), os.path.join(folder, f"{tid}.err"))
+        _local.pid = pid
+    return paths
+
+
+def _read_capped(path: str, cap: int) -> tuple[bytes, bool]:
+    with open(path, "rb") as fh:
+        data = fh.read(cap + 1)
+    if len(data) > cap:
+        return data[:cap], True
+    return data, False
+
+
+# --- the per-tick guard ---------------------------------------------------------------------
+#
+# Each store's epoch deadline is one tick; when it passes, wasmtime calls _on_tick on the
+# guest's own thread: past the wall-clock deadline → trap (Timeout); an output file past
+# its cap → trap (LimitExceeded); otherwise continue for one more tick. Calls shorter than
+# a tick never enter Python at all.
+
+_ERROR_NEW = B._wasmtime_error_new
+_CB_TYPE = ctypes.CFUNCTYPE(ctypes.c_size_t, ctypes.POINTER(B.wasmtime_context_t), ctypes.c_void_p,
+                            ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(B.wasmtime_update_deadline_kind_t))
+_NO_FINALIZER = ctypes.cast(None, ctypes.CFUNCTYPE(None, ctypes.c_void_p))
+_guards: dict[int, _Guard] = {}
+_guard_ids = itertools.count(1)
+
+
+class _Guard:
+    __slots__ = ("deadline", "out", "err", "out_cap", "err_cap", "reason")
+
+    def __init__(self, deadline: float, out: str, err: str, out_cap: int, err_cap: int) -> None:
+        self.deadline = deadline
+        self.out, self.err = out, err
+        self.out_cap, self.err_cap = out_cap, err_cap
+        self.reason = ""
+
+    def check(self) -> str:
+        if time.perf_counter() >= self.deadline:
+            return "timeout"
+        try:
+            if os.stat(self.out).st_size > self.out_cap:
+                return "stdout"
+            if os.stat(self.err).st_size > self.err_cap:
+                return "stderr"
+        except OSError:
+            pass
+        return ""
+
+
+@_CB_TYPE
+def _on_tick(_ctx: Any, data: Any, delta: Any, kind: Any) -> int:
+    guard = _guards.get(data or 0)
+    reason = guard.check() if guard is not None else ""
+    if reason:
+        guard.reason = reason  # type: ignore[union-attr]
+        err = _ERROR_NEW(f"wb: {reason} limit".encode())
+        return ctypes.cast(err, ctypes.c_void_p).value or 0
+    delta[0] = 1
+    kind[0] = 0  # WASMTIME_UPDATE_DEADLINE_CONTINUE
+    return 0
+
+
+def describe_trap(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+class CommandRunner:
+    """``ExecShape("command").runner(runtime)``: runs :class:`CommandRequest` s."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.engine = _engine.get()
+        self.modules = _engine.modules()
+        self.path = fastpath.select()
+
+    def call(self, req: CommandRequest) -> CallResult:
+        import wasmtime
+
+        eng = self.engine
+        loaded = self.modules.load(self.runtime.artifacts, req.sha256)
+
+        argv = [req.name, *req.argv]
+        stdin = req.stdin
+        if req.arg_mode == "stdin1" and req.argv:
+            # seed 000: the first stdin line is the argument (jq, grep)
+            stdin = " ".join(req.argv).encode() + b"\n" + stdin
+            argv = [req.name]
+
+        prof = req.profile
+        out_path, err_path = _io_paths()
+        store = wasmtime.Store(eng.wasm)
+        store.set_limits(memory_size=prof.memory_bytes, instances=4, tables=8, memories=2)
+        store.set_epoch_deadline(1)
+        if eng.fuel:
+            store.set_fuel(req.fuel or DEFAULT_FUEL)
+        wasi = wasmtime.WasiConfig()
+        wasi.argv = argv
+        if stdin:
+            self.path.wasi_stdin(wasi, stdin)
+        wasi.stdout_file = out_path
+        wasi.stderr_file = err_path
+        store.set_wasi(wasi)
+
+        exit_code = 0
+        failure: BaseException | None = None
+        t0 = time.perf_counter()
+        guard = _Guard(t0 + req.timeout_s, out_path, err_path, prof.stdout_bytes, prof.stderr_bytes)
+        gid = next(_guard_ids)
+        _guards[gid] = guard
+        B._wasmtime_store_epoch_deadline_callback(store.ptr(), _on_tick, gid, _NO_FINALIZER)
+        instance = None
+        try:
+            with eng.ticker.ticking():
+                try:
+                    instance = loaded.instantiate(store, name=req.name, runtime=self.runtime, caps=req.caps,
+                                                  principal=req.principal, timeout=req.timeout_s, toolkit=req.toolkit)
+                    self.path.run_start(store, instance)
+                except wasmtime.ExitTrap as exc:
+                    exit_code = exc.code
+                except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:
+                    failure = exc
+                except KeyError:
+                    raise InvalidArgs(f"{req.name}: artifact {req.sha256[:12]}… exports no _start (is it a WASI command?)") from None
+        finally:
+            _guards.pop(gid, None)
+        wall = time.perf_counter() - t0
+
+        peak = self.path.memory_size(store, instance) if instance is not None else 0
+        fuel_used = None
+        if eng.fuel:
+            try:
+                fuel_used = (req.fuel or DEFAULT_FUEL) - store.get_fuel()
+            except wasmtime.WasmtimeError:
+                fuel_used = None
+        del store, wasi, instance  # closes the output files before they are read
+        stdout, out_over = _read_capped(out_path, prof.stdout_bytes)
+        stderr, err_over = _read_capped(err_path, prof.stderr_bytes)
+        usage = Usage(wall_s=wall, fuel=fuel_used, peak_memory=peak, bytes_out=len(stdout) + len(stderr))
+        at_memory_cap = peak + PAGE > prof.memory_bytes
+        over = guard.reason if guard.reason in ("stdout", "stderr") else ("stdout" if out_over else "stderr" if err_over else "")
+
+        if guard.reason == "timeout":
+            raise Timeout(f"{req.name}: stopped after {wall:.3f} s: over its {req.timeout_s:g} s deadline")
+        if over:
+            cap = prof.stdout_bytes if over == "stdout" else prof.stderr_bytes
+            raise LimitExceeded(
+                f"{req.name}: {over} passed the {cap}-byte cap of profile {prof.name}; output stopped",
+                limit=over)
+        if failure is not None:
+            code = getattr(failure, "trap_code", None)
+            if code == wasmtime.TrapCode.INTERRUPT:
+                raise Timeout(f"{req.name}: stopped after {wall:.3f} s: over its {req.timeout_s:g} s deadline")
+            if code == wasmtime.TrapCode.OUT_OF_FUEL:
+                raise LimitExceeded(f"{req.name}: ran out of fuel ({req.fuel or DEFAULT_FUEL} units)", limit="fuel")
+            if at_memory_cap:
+                raise LimitExceeded(
+                    f"{req.name}: hit the {prof.memory_bytes >> 20} MiB memory limit of profile {prof.name} "
+                    f"({describe_trap(failure)})", limit="memory")
+            raise GuestTrap(f"{req.name}: guest trapped: {describe_trap(failure)}")
+        if exit_code != 0 and at_memory_cap:
+            raise LimitExceeded(
+                f"{req.name}: exited {exit_code} at the {prof.memory_bytes >> 20} MiB memory limit of profile {prof.name}",
+                limit="memory")
+        return CallResult(stdout, stderr, exit_code, usage)
+
+
+
+def runner(runtime: Runtime) -> CommandRunner:
+    return CommandRunner(runtime)

@@ -1,0 +1,290 @@
+"""One wasmtime ``Engine`` per process, configured once, and what hangs off it.
+
+- **Config**: epoch interruption always on (the wall-clock deadline of every call);
+  fuel metering on when ``WB_WASM_FUEL=1`` (it costs guest speed, so it is opt-in).
+  The config is fingerprinted into the compiled-cache key (``cache_key()``), so a
+  cache compiled under another wasmtime version, config or CPU is never loaded.
+- **Ticker**: a daemon thread increments the engine epoch every ``TICK_S`` while at
+  least one call or kernel is active (``ticking()``), and sleeps otherwise. A deadline
+  of ``t`` seconds is ``ceil(t / TICK_S) + 1`` ticks, so a runaway guest stops within
+  ``t + 2 * TICK_S``; the trap unwinds only the guest, the host thread carries on.
+- **Modules**: ``modules(runtime)`` loads a verified artifact once per process
+  (compiled form from the artifact store) and keeps one ``InstancePre`` per set of
+  linked caps.
+- **Caps** (the Dock seam): :func:`link_caps` links one host import per granted cap
+  (``wb.<cap>``, the ``wbcore.dock`` ABI) into a per-call Linker before instantiation;
+  an import of an ungranted cap fails with ``CapabilityDenied`` naming the cap. Modules
+  that import no caps skip it and use the shared ``InstancePre``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import platform
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from wbcore.errors import CapabilityDenied, InvalidArgs
+
+if TYPE_CHECKING:
+    import wasmtime
+
+    from wbcore.calls import Principal
+    from wbcore.runtime import Runtime
+
+TICK_S = 0.005
+#: Import modules a guest may name: WASI preview 1 (stdio only, nothing inherited) and
+#: ``wb`` (the brokered caps).
+WASI_MODULE = "wasi_snapshot_preview1"
+CAP_MODULE = "wb"
+MAX_CACHED_MODULES = 256
+
+_lock = threading.Lock()
+_engine: Engine | None = None
+
+
+def wasmtime_version() -> str:
+    from importlib.metadata import version
+
+    return version("wasmtime")
+
+
+def fuel_enabled() -> bool:
+    return os.environ.get("WB_WASM_FUEL", "") in ("1", "true", "yes")
+
+
+class Ticker:
+    """Advances the engine epoch while anything is running (see module docstring)."""
+
+    def __init__(self, engine: wasmtime.Engine, tick_s: float = TICK_S) -> None:
+        from wasmtime import _ffi
+
+        self._inc = _ffi.wasmtime_engine_increment_epoch
+        self._ptr = engine.ptr()
+        self.tick_s = tick_s
+        self._active = 0
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="wb-epoch-ticker", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        sleep, inc, ptr, wake = time.sleep, self._inc, self._ptr, self._wake
+        while True:
+            wake.wait()
+            sleep(self.tick_s)
+            inc(ptr)
+
+    def enter(self) -> None:
+        with self._lock:
+            self._active += 1
+            if self._active == 1:
+                self._wake.set()
+
+    def leave(self) -> None:
+        with self._lock:
+            self._active -= 1
+            if self._active <= 0:
+                self._active = 0
+                self._wake.clear()
+
+    @contextmanager
+    def ticking(self) -> Iterator[None]:
+        self.enter()
+        try:
+            yield
+        finally:
+            self.leave()
+
+    def ticks_for(self, seconds: float) -> int:
+        return max(1, math.ceil(seconds / self.tick_s)) + 1
+
+
+@dataclass
+class Engine:
+    """The process-wide engine, its config fingerprint and its epoch ticker."""
+
+    wasm: wasmtime.Engine
+    config: dict[str, Any]
+    fuel: bool
+    ticker: Ticker
+
+    @property
+    def cache_key(self) -> str:
+        """``wasmtime-<version>-<arch>-<config digest>``: the compiled-cache key."""
+        blob = json.dumps(self.config, sort_keys=True).encode()
+        digest = hashlib.sha256(blob).hexdigest()[:16]
+        return f"wasmtime-{self.config['wasmtime']}-{self.config['arch']}-{digest}"
+
+
+def get() -> Engine:
+    """The one engine of this process (created on first use, thread-safe)."""
+    global _engine
+    eng = _engine
+    if eng is not None:
+        return eng
+    with _lock:
+        if _engine is None:
+            import wasmtime
+
+            fuel = fuel_enabled()
+            cfg = wasmtime.Config()
+            cfg.epoch_interruption = True
+            cfg.consume_fuel = fuel
+            cfg.cranelift_opt_level = "speed"
+            config = {
+                "wasmtime": wasmtime_version(),
+                "arch": platform.machine(),
+                "epoch_interruption": True,
+                "consume_fuel": fuel,
+                "opt": "speed",
+            }
+            wasm = wasmtime.Engine(cfg)
+            _engine = Engine(wasm, config, fuel, Ticker(wasm))
+    return _engine
+
+
+# --- the caps seam --------------------------------------------------------------------
+
+
+def check_import_modules(name: str, imports: Iterable[tuple[str, str]]) -> None:
+    """A guest may import only WASI preview 1 and ``wb`` (the Dock); anything else is
+    ``CapabilityDenied`` naming the import — never a silent stub."""
+    for module, item in imports:
+        if module not in (WASI_MODULE, CAP_MODULE):
+            raise CapabilityDenied(
+                f"{name}: imports {module}.{item}; a guest may import only {WASI_MODULE} (stdio) and "
+                f"{CAP_MODULE}.<cap> (brokered caps)")
+
+
+def link_caps(linker: wasmtime.Linker, store: Any, caps: frozenset[str], principal: Principal,
+              *, runtime: Runtime, module: wasmtime.Module, name: str, timeout: float | None = None,
+              toolkit: str | None = None) -> list[str]:
+    """Link the ``wb.<cap>`` host imports ``module`` uses, for granted ``caps`` only.
+
+    The seam between the engine and the Dock (``wbcore.dock``): a per-instance
+    ``DockContext`` (principal, caps, deadline, toolkit) is made and ``Dock.link``
+    defines one host function per imported, granted cap on ``linker`` (which must not
+    be shared with another call). A module importing a cap outside ``caps`` — with the
+    default ``caps=frozenset()``, any cap — raises ``CapabilityDenied`` naming it.
+    ``store`` is the store the instance will live in (unused by the Dock today: its
+    host functions reach memory through their ``Caller``). Returns the linked caps.
+    """
+    dock = runtime.dock
+    ctx = dock.context(principal=principal, caps=caps, timeout=timeout, toolkit=toolkit)
+    try:
+        return list(dock.link(linker, module, ctx))
+    except CapabilityDenied as exc:
+        raise CapabilityDenied(f"{name}: {exc.message}") from None
+
+
+# --- loaded modules -------------------------------------------------------------------
+
+
+class LoadedModule:
+    """A compiled module, its imports, and (for modules without caps) its ``InstancePre``."""
+
+    def __init__(self, sha: str, module: wasmtime.Module, engine: Engine) -> None:
+        self.sha = sha
+        self.module = module
+        self.engine = engine
+        self.imports: tuple[tuple[str, str], ...] = tuple((i.module, i.name or "") for i in module.imports)
+        self.uses_caps = any(m == CAP_MODULE for m, _ in self.imports)
+        self._pre: Any = None
+        self._lock = threading.Lock()
+
+    def instantiate(self, store: Any, *, name: str, runtime: Runtime, caps: frozenset[str],
+                    principal: Principal, timeout: float | None = None, toolkit: str | None = None) -> Any:
+        """A new instance in ``store``: WASI (as configured on the store) plus, when the
+        module imports ``wb.*``, the granted caps linked through :func:`link_caps`."""
+        import wasmtime
+
+        check_import_modules(name, self.imports)
+        if not self.uses_caps:
+            return self.instance_pre(name).instantiate(store)
+        linker = wasmtime.Linker(self.engine.wasm)
+        linker.define_wasi()
+        link_caps(linker, store, caps, principal, runtime=runtime, module=self.module, name=name,
+                  timeout=timeout, toolkit=toolkit)
+        return linker.instantiate(store, self.module)
+
+    def instance_pre(self, name: str) -> Any:
+        """The module pre-linked with WASI: built once, instantiated per call."""
+        pre = self._pre
+        if pre is not None:
+            return pre
+        with self._lock:
+            if self._pre is None:
+                import wasmtime
+
+                linker = wasmtime.Linker(self.engine.wasm)
+                linker.define_wasi()
+                try:
+                    self._pre = linker.instantiate_pre(self.module)
+                except wasmtime.WasmtimeError as exc:
+                    raise InvalidArgs(f"{name}: cannot link: {str(exc).strip()}") from None
+        return self._pre
+
+
+class Modules:
+    """Per-process cache of loaded modules by sha256 (artifacts verified on every load)."""
+
+    def __init__(self) -> None:
+        self._mods: dict[tuple[str, str], LoadedModule] = {}
+        self._lock = threading.Lock()
+
+    def load(self, artifacts: Any, sha: str) -> LoadedModule:
+        """The module for ``sha``; its ``.wasm`` is checked against its digest each time
+        (a stat compare after the first hash), so a tampered artifact never runs."""
+        artifacts.verify(sha)
+        key = (str(artifacts.root), sha)
+        mod = self._mods.get(key)
+        if mod is not None:
+            return mod
+        with self._lock:
+            mod = self._mods.get(key)
+            if mod is None:
+                mod = _compile_or_load(artifacts, sha)
+                if len(self._mods) >= MAX_CACHED_MODULES:
+                    self._mods.pop(next(iter(self._mods)))
+                self._mods[key] = mod
+        return mod
+
+    def clear(self) -> None:
+        with self._lock:
+            self._mods.clear()
+
+
+def _compile_or_load(artifacts: Any, sha: str) -> LoadedModule:
+    import wasmtime
+
+    eng = get()
+
+    def compile_(wasm: bytes) -> bytes:
+        try:
+            return bytes(wasmtime.Module(eng.wasm, wasm).serialize())
+        except wasmtime.WasmtimeError as exc:
+            raise InvalidArgs(f"artifact {sha[:12]}… is not a valid module: {exc}") from None
+
+    def load(path: Any) -> wasmtime.Module:
+        return wasmtime.Module.deserialize_file(eng.wasm, str(path))
+
+    def loads(blob: bytes) -> wasmtime.Module:
+        return wasmtime.Module.deserialize(eng.wasm, blob)
+
+    module, _built = artifacts.compiled(sha, eng.cache_key, compile=compile_, load=load, loads=loads)
+    return LoadedModule(sha, module, eng)
+
+
+_modules = Modules()
+
+
+def modules() -> Modules:
+    return _modules

@@ -1,0 +1,219 @@
+"""Build orchestration: ``wbx toolkit build <id> [which]``.
+
+    #+BUILD_SRC ─parse─▶ source prefix driver .resolve(SourceRequest) ─▶ ResolvedSource
+                ─#+BUILD_LANG─▶ lane driver .build(BuildRequest) ─▶ BuildOutput (.wasm + log)
+                ─▶ artifact store (sha256) ─▶ #+SHA256 check ─▶ registry (command / kernel)
+
+The build cache is keyed by ``(lane, lane driver version, source digest, flags, entry)``:
+an unchanged toolkit rebuilds instantly (no lane runs) and registers the same artifact.
+A prebuilt source (``wasm:``/``archive:`` resolving to an artifact) skips the lane. Every
+build writes its log to ``$WB_HOME/build/logs/<id>.log``; a failed build raises with the
+log attached (``BuildFailed.log``) and its path in the message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from wbcore import policy, sources
+from wbcore.artifacts import IntegrityError, atomic_write
+from wbcore.build import BuildFailed, BuildRequest, SourceRequest
+from wbcore.calls import KernelSpec
+from wbcore.errors import InvalidArgs, NotFound, WbError
+from wbcore.registry import Entry
+
+if TYPE_CHECKING:
+    from wbcore.runtime import Runtime
+    from wbcore.toolkit import Toolkit
+
+Progress = Callable[[str, str], None]
+#: What each #+EXEC shape registers as.
+KINDS = {"command": "command", "kernel": "kernel"}
+MAX_LOG_BYTES = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class BuildResult:
+    toolkit: str
+    kind: str
+    name: str
+    sha256: str
+    lane: str | None
+    cached: bool
+    seconds: float
+    log_path: Path
+    entry: Entry
+    notes: tuple[str, ...] = field(default=())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "toolkit": self.toolkit, "kind": self.kind, "name": self.name, "sha256": self.sha256,
+            "lane": self.lane, "cached": self.cached, "seconds": round(self.seconds, 4),
+            "log": str(self.log_path), "notes": list(self.notes),
+        }
+
+
+def kernel_spec(tk: Toolkit) -> KernelSpec:
+    """The kernel ABI from ``#+KERNEL_ENTRY`` / ``_IN_OFF`` / ``_OUT_OFF`` / ``_TIMEOUT``."""
+    m = tk.manifest
+    d = KernelSpec()
+
+    def number(key: str, default: float, conv: Callable[[str], float]) -> float:
+        raw = m.extra(key)
+        if raw is None:
+            return default
+        try:
+            value = conv(raw.replace("_", ""))
+        except ValueError:
+            raise InvalidArgs(f"{m.path}: #+{key}: {raw!r} is not a number") from None
+        if value < 0:
+            raise InvalidArgs(f"{m.path}: #+{key}: must not be negative")
+        return value
+
+    entry = m.extra("KERNEL_ENTRY") or d.entry
+    if not entry.replace("_", "a").isalnum():
+        raise InvalidArgs(f"{m.path}: #+KERNEL_ENTRY: {entry!r} is not an export name")
+    return KernelSpec(
+        entry=entry,
+        in_off=int(number("KERNEL_IN_OFF", d.in_off, lambda s: int(s, 0))),
+        out_off=int(number("KERNEL_OUT_OFF", d.out_off, lambda s: int(s, 0))),
+        timeout_s=float(number("KERNEL_TIMEOUT", d.timeout_s, float)),
+    )
+
+
+def registered_name(tk: Toolkit, kind: str) -> str:
+    m = tk.manifest
+    if kind == "command":
+        if not m.cli_bin:
+            raise InvalidArgs(f"{m.id}: a command toolkit needs #+CLI_BIN (the name to register)")
+        return m.cli_bin
+    return m.cli_bin or m.id
+
+
+def _cache_key(lane: str, version: str, digest: str, flags: tuple[str, ...], entry: str | None) -> str:
+    blob = json.dumps([lane, version, digest, list(flags), entry], separators=(",", ":")).encode()
+    return hashlib.sha256(blob).hexdigest()
+
+
+def build(runtime: Runtime, ident: str, which: str | None = None, *, progress: Progress | None = None,
+          force: bool = False) -> BuildResult:
+    """Build toolkit ``ident`` and register its artifact. ``which`` picks the registry
+    kind (``command`` / ``kernel``; default from ``#+EXEC``). ``force`` skips the cache."""
+    say = progress or (lambda _stage, _detail: None)
+    t0 = time.perf_counter()
+    tk = runtime.toolkit(ident)
+    m = tk.manifest
+    kind = which or KINDS.get(m.exec or "")
+    if kind not in KINDS.values():
+        if which:
+            raise InvalidArgs(f"build target {which!r}: choose one of {', '.join(sorted(set(KINDS.values())))}")
+        raise InvalidArgs(f"{m.id}: #+EXEC {m.exec or '(none)'} does not build a registered artifact; "
+                          f"buildable shapes: {', '.join(sorted(KINDS))}")
+    if not m.build_src:
+        raise InvalidArgs(f"{m.id}: no #+BUILD_SRC to build from ({m.path})")
+    name = registered_name(tk, kind)
+    spec = kernel_spec(tk) if kind == "kernel" else None
+    logs = runtime.home / "build" / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    log_path = logs / f"{m.id}.log"
+    log: list[str] = [f"# build {m.id} {m.version} ({kind} {name}) at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}"]
+
+    def note(stage: str, detail: str) -> None:
+        log.append(f"[{stage}] {detail}")
+        say(stage, detail)
+
+    def save_log() -> None:
+        text = "\n".join(log) + "\n"
+        atomic_write(log_path, text.encode()[-MAX_LOG_BYTES:])
+
+    src = sources.parse(m.build_src, runtime.prefixes)
+    if src.prefix.factory is None:
+        raise InvalidArgs(f"BUILD_SRC {src.prefix.name} has no driver")
+    tmp_root = runtime.home / "build" / "tmp"
+    tmp_root.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f"{m.id}-", dir=tmp_root))
+    lane_name: str | None = None
+    cached = False
+    try:
+        note("resolve", src.text)
+        resolved = src.prefix.factory(runtime).resolve(
+            SourceRequest(manifest=m, rest=src.rest, workdir=work / "src", home=runtime.home))
+        note("resolve", f"source digest {resolved.digest[:16]}…")
+        if resolved.artifact is not None:
+            note("fetch", f"prebuilt module {resolved.artifact.name}")
+            art = runtime.artifacts.put_file(resolved.artifact)
+        else:
+            lane_name = m.build_lang
+            if not lane_name:
+                raise InvalidArgs(f"{m.id}: BUILD_SRC {src.text} needs #+BUILD_LANG (lanes: {', '.join(runtime.lanes.names())})")
+            lane = runtime.lanes.get(lane_name)
+            avail = lane.available()
+            if not avail.ok:
+                raise NotFound(f"lane {lane_name} is not available here: {avail.reason}")
+            driver = lane.factory(runtime)
+            flags = tuple((m.extra("BUILD_FLAGS") or "").split())
+            key = _cache_key(lane.name, str(getattr(driver, "version", "")), resolved.digest, flags, resolved.entry)
+            cache_file = runtime.home / "build" / "cache" / f"{key}.json"
+            hit = None
+            if not force and cache_file.is_file():
+                try:
+                    hit = json.loads(cache_file.read_text())["sha256"]
+                    runtime.artifacts.verify(hit)
+                except (WbError, ValueError, KeyError, OSError):
+                    hit = None
+            if hit is not None:
+                cached = True
+                note("cache", f"hit: lane {lane.name} {getattr(driver, 'version', '')}, unchanged source → {hit[:12]}…")
+                art = runtime.artifacts.put_file(runtime.artifacts.path(hit))
+            else:
+                note("compile", f"lane {lane.name} ({lane.where})")
+                try:
+                    out = driver.build(BuildRequest(manifest=m, source=resolved, outdir=work / "out", flags=flags))
+                except BuildFailed as exc:
+                    log.append(exc.log or "")
+                    note("error", exc.message)
+                    save_log()
+                    raise BuildFailed(f"{exc.message} (log: {log_path})", log=exc.log) from None
+                except WbError as exc:
+                    note("error", exc.message)
+                    save_log()
+                    raise
+                if out.log:
+                    log.append(out.log.rstrip("\n"))
+                art = runtime.artifacts.put_file(out.artifact)
+                atomic_write(cache_file, json.dumps({"sha256": art.sha256, "lane": lane.name,
+                                                     "source": resolved.digest}).encode())
+        note("store", f"artifact {art.sha256[:12]}… ({art.size} bytes)")
+        if m.sha256 and m.sha256 != art.sha256:
+            note("error", f"#+SHA256 {m.sha256} != built {art.sha256}")
+            save_log()
+            raise IntegrityError(
+                f"{m.id}: built artifact {art.sha256[:12]}… does not match #+SHA256 {m.sha256[:12]}…; not registered")
+        options: dict[str, Any] = {"caps": list(m.caps), "pinned": bool(m.sha256), "lane": lane_name,
+                                   "source_digest": resolved.digest}
+        if spec is not None:
+            options.update(spec.as_options())
+        prof = policy.profile_for(m.extra("PROFILE"), m.caps)
+        entry = runtime.registry.register(Entry(
+            kind=kind, name=name, sha256=art.sha256, shape=m.exec if m.exec in KINDS else kind, toolkit=m.id,
+            arg_mode=m.arg_mode, profile=prof.name, builtin=False, options=options,
+        ))
+        note("register", f"{kind} {name} → {art.sha256[:12]}… (profile {prof.name})")
+        save_log()
+        return BuildResult(toolkit=m.id, kind=kind, name=name, sha256=art.sha256, lane=lane_name, cached=cached,
+                           seconds=time.perf_counter() - t0, log_path=log_path, entry=entry)
+    except WbError as exc:
+        if not log[-1].startswith("[error]"):
+            log.append(f"[error] {exc.message}")
+        save_log()
+        raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

@@ -1,0 +1,136 @@
+"""``wbx run <name> [args…]`` and ``wbx kernel run <name> [--stream]``.
+
+``run``: stdin → the command → stdout/stderr; the command's exit code is wbx's.
+``kernel run``: one input (all of stdin) → one output; with ``--stream``, many inputs as
+length-prefixed frames (u32 little-endian length, then the bytes) on stdin, each answered
+by one frame on stdout, in order.
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+from typing import TYPE_CHECKING, BinaryIO, Optional
+
+import typer
+
+from wbcore.errors import InvalidArgs
+
+if TYPE_CHECKING:
+    from wbcore.runtime import Runtime
+
+MAX_STDIN = 64 << 20
+MAX_FRAME = 64 << 20
+_U32 = struct.Struct("<I")
+
+
+def read_stdin(cap: int = MAX_STDIN) -> bytes:
+    stream = getattr(sys.stdin, "buffer", None)
+    if stream is None or sys.stdin.isatty():
+        return b""
+    data = stream.read(cap + 1)
+    if len(data) > cap:
+        raise InvalidArgs(f"stdin is over the {cap}-byte cap")
+    return data
+
+
+def _read_exact(stream: BinaryIO, n: int) -> bytes:
+    parts, got = [], 0
+    while got < n:
+        chunk = stream.read(n - got)
+        if not chunk:
+            break
+        parts.append(chunk)
+        got += len(chunk)
+    return b"".join(parts)
+
+
+def frames(stream: BinaryIO):  # type: ignore[no-untyped-def]
+    """Yield the payloads of u32-LE length-prefixed frames until a clean EOF."""
+    while True:
+        head = _read_exact(stream, 4)
+        if not head:
+            return
+        if len(head) < 4:
+            raise InvalidArgs("truncated frame header on stdin (want 4 bytes: u32 little-endian length)")
+        (n,) = _U32.unpack(head)
+        if n > MAX_FRAME:
+            raise InvalidArgs(f"frame of {n} bytes is over the {MAX_FRAME}-byte cap")
+        body = _read_exact(stream, n)
+        if len(body) < n:
+            raise InvalidArgs(f"truncated frame on stdin: {len(body)} of {n} bytes")
+        yield body
+
+
+def register(app: typer.Typer, runtime: Runtime) -> None:
+    @app.command(
+        "run",
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False},
+    )
+    def run(
+        name: str = typer.Argument(..., metavar="NAME"),
+        args: Optional[list[str]] = typer.Argument(None, metavar="[ARGS]..."),
+        timeout: Optional[float] = typer.Option(None, "--timeout", help="Seconds (at most the profile's)."),
+    ) -> None:
+        """Run a registered command: stdin → stdout; its exit code passes through."""
+        result = runtime.call(name, list(args or ()), read_stdin(), timeout=timeout)
+        out = getattr(sys.stdout, "buffer", None)
+        err = getattr(sys.stderr, "buffer", None)
+        if out is not None:
+            sys.stdout.flush()
+            out.write(result.stdout)
+            out.flush()
+        else:
+            sys.stdout.write(result.stdout.decode("utf-8", "replace"))
+        if err is not None:
+            sys.stderr.flush()
+            err.write(result.stderr)
+            err.flush()
+        else:
+            sys.stderr.write(result.stderr.decode("utf-8", "replace"))
+        if result.exit_code:
+            raise typer.Exit(result.exit_code)
+
+    kernel_app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None)
+
+    @kernel_app.command("run")
+    def kernel_run(
+        name: str = typer.Argument(..., metavar="NAME"),
+        stream: bool = typer.Option(False, "--stream", help="Frames in, frames out: u32 LE length + bytes."),
+        timeout: Optional[float] = typer.Option(None, "--timeout", help="Seconds per call."),
+    ) -> None:
+        """Call a registered kernel: one input from stdin, or a stream of frames."""
+        out = sys.stdout.buffer
+        sys.stdout.flush()
+        if not stream:
+            out.write(runtime.kernel_call(name, read_stdin(), timeout=timeout))
+            out.flush()
+            return
+        from wbcore.calls import CallRecord, Principal
+        from wbcore.errors import WbError
+
+        with runtime.kernel(name, timeout=timeout) as inst:
+            record = CallRecord(name=name, shape="kernel", principal=Principal(toolkit=inst.req.toolkit or ""),
+                                argv=("--stream",), toolkit=inst.req.toolkit)
+            runtime.hook.wbcore_call_started(call=record)
+            n = 0
+            try:
+                for payload in frames(sys.stdin.buffer):
+                    body = inst.call(payload)
+                    out.write(_U32.pack(len(body)))
+                    out.write(body)
+                    n += 1
+                out.flush()
+            except WbError as exc:
+                out.flush()
+                runtime.hook.wbcore_call_finished(call=record, result=exc)
+                raise
+            runtime.hook.wbcore_call_finished(call=record, result={"frames": n})
+
+    @kernel_app.command("list")
+    def kernel_list() -> None:
+        """List registered kernels."""
+        for entry in runtime.registry.entries("kernel"):
+            typer.echo(f"{entry.name:20} {entry.sha256[:12]}…  toolkit {entry.toolkit or '-'}")
+
+    app.add_typer(kernel_app, name="kernel", help="Call kernels (bytes → bytes, instantiated once).")
