@@ -74,12 +74,16 @@ def _io_paths() -> tuple[str, str]:
     return paths
 
 
-def _read_capped(path: str, cap: int) -> tuple[bytes, bool]:
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def _read_capped(path: str, cap: int) -> bytes:
     with open(path, "rb") as fh:
-        data = fh.read(cap + 1)
-    if len(data) > cap:
-        return data[:cap], True
-    return data, False
+        return fh.read(cap)
 
 
 # --- the per-tick guard ---------------------------------------------------------------------
@@ -133,8 +137,19 @@ def _on_tick(_ctx: Any, data: Any, delta: Any, kind: Any) -> int:
 
 
 def describe_trap(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
+    """The cause line of a wasmtime trap ("wasm trap: integer divide by zero"), not its backtrace."""
+    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+    for ln in lines:
+        if ln.startswith("wasm trap:"):
+            return ln
+    return lines[-1] if lines else type(exc).__name__
+
+
+def near_memory_cap(peak: int, cap: int) -> bool:
+    """Whether a guest that failed was plausibly refused memory: store limits make
+    ``memory.grow`` return -1 without telling the host, so "within 1/16 of the cap (at
+    least one page)" is the signal."""
+    return peak + max(PAGE, cap // 16) > cap
 
 
 class CommandRunner:
@@ -206,11 +221,10 @@ class CommandRunner:
             except wasmtime.WasmtimeError:
                 fuel_used = None
         del store, wasi, instance  # closes the output files before they are read
-        stdout, out_over = _read_capped(out_path, prof.stdout_bytes)
-        stderr, err_over = _read_capped(err_path, prof.stderr_bytes)
-        usage = Usage(wall_s=wall, fuel=fuel_used, peak_memory=peak, bytes_out=len(stdout) + len(stderr))
-        at_memory_cap = peak + PAGE > prof.memory_bytes
-        over = guard.reason if guard.reason in ("stdout", "stderr") else ("stdout" if out_over else "stderr" if err_over else "")
+        out_size, err_size = _size(out_path), _size(err_path)
+        at_memory_cap = near_memory_cap(peak, prof.memory_bytes)
+        over = guard.reason if guard.reason in ("stdout", "stderr") else (
+            "stdout" if out_size > prof.stdout_bytes else "stderr" if err_size > prof.stderr_bytes else "")
 
         if guard.reason == "timeout":
             raise Timeout(f"{req.name}: stopped after {wall:.3f} s: over its {req.timeout_s:g} s deadline")
@@ -228,12 +242,15 @@ class CommandRunner:
             if at_memory_cap:
                 raise LimitExceeded(
                     f"{req.name}: hit the {prof.memory_bytes >> 20} MiB memory limit of profile {prof.name} "
-                    f"({describe_trap(failure)})", limit="memory")
+                    f"(it had {peak / (1 << 20):.1f} MiB; {describe_trap(failure)})", limit="memory")
             raise GuestTrap(f"{req.name}: guest trapped: {describe_trap(failure)}")
         if exit_code != 0 and at_memory_cap:
             raise LimitExceeded(
                 f"{req.name}: exited {exit_code} at the {prof.memory_bytes >> 20} MiB memory limit of profile {prof.name}",
                 limit="memory")
+        stdout = _read_capped(out_path, prof.stdout_bytes)
+        stderr = _read_capped(err_path, prof.stderr_bytes)
+        usage = Usage(wall_s=wall, fuel=fuel_used, peak_memory=peak, bytes_out=len(stdout) + len(stderr))
         return CallResult(stdout, stderr, exit_code, usage)
 
 

@@ -148,8 +148,9 @@ class KernelInstance:
 
 
 def _first(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
+    from wb_wasmtime.command import describe_trap
+
+    return describe_trap(exc)
 
 
 class KernelRunner:

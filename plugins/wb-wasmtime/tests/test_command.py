@@ -1,0 +1,186 @@
+"""The command shape: fresh store per call, WASI with nothing inherited, limits enforced."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+from conftest import ARGS_ENV, BOMB, ECHO, EXIT3, FLOOD, LOOP, TRAP, WANTS_CAP, WANTS_ENV
+
+from wbcore.artifacts import IntegrityError
+from wbcore.calls import GuestTrap, LimitExceeded
+from wbcore.errors import CapabilityDenied, NotFound, Timeout
+
+
+def test_builtin_upper_is_real_wasm(rt):
+    res = rt.call("upper", [], b"hello, World\n")
+    assert res.stdout == b"HELLO, WORLD\n" and res.exit_code == 0
+    entry = rt.registry.get("command", "upper")
+    assert entry.builtin and rt.artifacts.path(entry.sha256).read_bytes()[:4] == b"\0asm"
+    assert res.usage.peak_memory == 2 * 65536 and res.usage.bytes_out == 13 and res.usage.wall_s > 0
+
+
+def test_stdin_to_stdout_and_large_input(rt, register):
+    register("echo", ECHO)
+    data = os.urandom(300_000)
+    assert rt.call("echo", [], data).stdout == data
+    assert rt.call("echo", [], b"").stdout == b""
+
+
+def test_exit_code_and_stderr_pass_through(rt, register):
+    register("exit3", EXIT3)
+    res = rt.call("exit3")
+    assert (res.exit_code, res.stderr, res.stdout) == (3, b"oops\n", b"")
+
+
+def test_no_environment_and_argv(rt, register, monkeypatch):
+    monkeypatch.setenv("SECRET_TOKEN", "do-not-leak")
+    register("argsenv", ARGS_ENV)
+    assert rt.call("argsenv", ["a", "b"]).stdout == b"30"  # argv0 + 2 args, 0 env vars
+
+
+def test_stdin1_first_line_is_the_argument(rt, register):
+    register("echo1", ECHO, arg_mode="stdin1")
+    assert rt.call("echo1", ["foo", "bar"], b"body\n").stdout == b"foo bar\nbody\n"
+
+
+def test_fresh_store_per_call(rt, register):
+    # a module with a mutable global counter: every call sees it at its initial value
+    register("count", """(module (import "wasi_snapshot_preview1" "fd_write" (func $w (param i32 i32 i32 i32) (result i32)))
+      (memory (export "memory") 1) (global $g (mut i32) (i32.const 48))
+      (func (export "_start")
+        (global.set $g (i32.add (global.get $g) (i32.const 1)))
+        (i32.store8 (i32.const 100) (global.get $g))
+        (i32.store (i32.const 0) (i32.const 100)) (i32.store (i32.const 4) (i32.const 1))
+        (drop (call $w (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))""")
+    assert [rt.call("count").stdout for _ in range(3)] == [b"1", b"1", b"1"]
+
+
+def test_infinite_loop_stops_within_deadline_and_host_carries_on(rt, register):
+    register("spin", LOOP)
+    ticks = []
+    stop = threading.Event()
+
+    def host_work() -> None:
+        while not stop.is_set():
+            ticks.append(time.perf_counter())
+            time.sleep(0.01)
+
+    t = threading.Thread(target=host_work)
+    t.start()
+    try:
+        t0 = time.perf_counter()
+        with pytest.raises(Timeout) as info:
+            rt.call("spin", timeout=0.5)
+        took = time.perf_counter() - t0
+    finally:
+        stop.set()
+        t.join()
+    assert 0.5 <= took <= 0.55, took
+    assert info.value.exit_code == 124 and "deadline" in info.value.message
+    assert len(ticks) >= 20  # the other thread kept running while the guest spun
+    assert rt.call("upper", [], b"ok").stdout == b"OK"  # and the runtime still works
+
+
+def test_memory_bomb_traps_cleanly(rt, register):
+    register("bomb", BOMB)
+    with pytest.raises(LimitExceeded) as info:
+        rt.call("bomb")
+    assert info.value.limit == "memory" and "64 MiB" in info.value.message
+
+
+def test_output_flood_is_capped(rt, register):
+    register("flood", FLOOD)
+    t0 = time.perf_counter()
+    with pytest.raises(LimitExceeded) as info:
+        rt.call("flood")
+    assert info.value.limit == "stdout" and "16777216-byte cap" in info.value.message
+    assert time.perf_counter() - t0 < 2.0
+
+
+def test_trap_is_a_guest_trap(rt, register):
+    register("div0", TRAP)
+    with pytest.raises(GuestTrap, match="divide by zero"):
+        rt.call("div0")
+
+
+def test_ungranted_cap_and_foreign_imports_are_denied(rt, register):
+    register("kvuser", WANTS_CAP)
+    with pytest.raises(CapabilityDenied, match="'kv'"):
+        rt.call("kvuser")
+    register("native", WANTS_ENV)
+    with pytest.raises(CapabilityDenied, match="env.system"):
+        rt.call("native")
+
+
+def test_unknown_command_lists_known(rt, register):
+    register("echo", ECHO)
+    with pytest.raises(NotFound, match="known: echo"):
+        rt.call("ehco")
+
+
+def test_tampered_artifact_never_runs(rt, register):
+    entry = register("echo", ECHO)
+    assert rt.call("echo", [], b"x").stdout == b"x"
+    path = rt.artifacts.path(entry.sha256)
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(IntegrityError, match="does not match its sha256"):
+        rt.call("echo", [], b"x")
+    # a fresh process state (no module cache) refuses it too, before compiling
+    from wb_wasmtime import engine
+
+    engine.modules().clear()
+    with pytest.raises(IntegrityError):
+        rt.call("echo", [], b"x")
+
+
+def test_call_hooks_fire(rt, register):
+    seen = []
+
+    class Spy:
+        from wbcore import hookimpl
+
+        @hookimpl
+        def wbcore_call_started(self, call):
+            seen.append(("start", call.name, call.shape))
+
+        @hookimpl
+        def wbcore_call_finished(self, call, result):
+            seen.append(("end", call.name, type(result).__name__))
+
+    rt.pm.register(Spy())
+    register("spin", LOOP)
+    rt.call("upper", [], b"a")
+    with pytest.raises(Timeout):
+        rt.call("spin", timeout=0.05)
+    assert seen == [("start", "upper", "command"), ("end", "upper", "CallResult"),
+                    ("start", "spin", "command"), ("end", "spin", "Timeout")]
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_100_bad_calls_leave_rss_flat(rt, register):
+    register("spin", LOOP)
+    register("bomb", BOMB)
+    register("flood", FLOOD)
+    register("div0", TRAP)
+
+    def bad(i: int) -> None:
+        name = ("spin", "bomb", "flood", "div0")[i % 4]
+        with pytest.raises((Timeout, LimitExceeded, GuestTrap)):
+            rt.call(name, timeout=0.02)
+
+    for i in range(20):  # warm up: caches, allocator arenas
+        bad(i)
+    before = _rss()
+    for i in range(100):
+        bad(i)
+    grown = _rss() - before
+    assert grown < 16 << 20, f"RSS grew by {grown >> 20} MiB over 100 bad calls"

@@ -1,0 +1,57 @@
+"""One engine per process; compiled caches keyed by engine; the wat lane."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+from conftest import ECHO
+
+from wb_wasmtime import engine
+from wbcore.build import BuildRequest, ResolvedSource
+from wbcore.errors import InvalidArgs
+
+
+def test_one_engine_and_its_cache_key():
+    e = engine.get()
+    assert engine.get() is e
+    assert e.cache_key.startswith(f"wasmtime-{engine.wasmtime_version()}-")
+    assert e.config["epoch_interruption"] is True
+
+
+def test_second_load_uses_the_compiled_cache(rt, register):
+    entry = register("echo", ECHO)
+    rt.call("echo", [], b"a")
+    cpath = rt.artifacts.compiled_path(entry.sha256, engine.get().cache_key)
+    assert cpath.is_file()
+    before = cpath.stat().st_mtime_ns
+    engine.modules().clear()  # as a new process would
+    assert rt.call("echo", [], b"b").stdout == b"b"
+    assert cpath.stat().st_mtime_ns == before  # loaded, not rebuilt
+
+
+def test_a_compiled_cache_the_engine_refuses_is_rebuilt(rt, register):
+    entry = register("echo", ECHO)
+    rt.call("echo", [], b"a")
+    cpath = rt.artifacts.compiled_path(entry.sha256, engine.get().cache_key)
+    # bytes from "another wasmtime": a consistent digest, but not loadable by this engine
+    alien = b"\x7fELF not a wasmtime artifact for this engine" * 10
+    cpath.write_bytes(alien)
+    cpath.with_name(cpath.name + ".sha256").write_text(hashlib.sha256(alien).hexdigest() + "\n")
+    engine.modules().clear()
+    assert rt.call("echo", [], b"again").stdout == b"again"
+    assert cpath.read_bytes() != alien
+
+
+def test_wat_lane_builds_and_reports_errors(tmp_path):
+    from wb_wasmtime.lanes import WatLane
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "main.wat").write_text(ECHO)
+    lane = WatLane()
+    out = lane.build(BuildRequest(manifest=None, source=ResolvedSource(digest="d", dir=src), outdir=tmp_path / "out"))  # type: ignore[arg-type]
+    assert out.artifact.read_bytes()[:4] == b"\0asm" and "validated" in out.log
+    (src / "main.wat").write_text("(module (func (export \"f\") (result i32) i64.const 1))")
+    with pytest.raises(InvalidArgs, match="wat lane: main.wat"):
+        lane.build(BuildRequest(manifest=None, source=ResolvedSource(digest="d", dir=src), outdir=tmp_path / "out"))  # type: ignore[arg-type]

@@ -1,0 +1,70 @@
+"""The kernel shape: instantiate once, bounded arena, deadlines, recovery after a fault."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from conftest import K_LIAR, K_LOOP, K_TRAP_ONCE, K_UPPER
+
+from wbcore.calls import GuestTrap, KernelABIError
+from wbcore.errors import InvalidArgs, Timeout
+
+
+def test_kernel_round_trip_reuses_one_instance(rt, register):
+    register("kup", K_UPPER, kind="kernel")
+    with rt.kernel("kup") as k:
+        assert k.call(b"hello") == b"HELLO"
+        assert k.call(b"") == b""
+        assert k.call(b"x" * 60000) == b"X" * 60000
+        assert k.calls == 3
+    assert rt.kernel_call("kup", b"abc") == b"ABC"
+
+
+def test_input_over_the_arena_is_refused(rt, register):
+    register("kup", K_UPPER, kind="kernel")
+    with rt.kernel("kup") as k:
+        with pytest.raises(InvalidArgs, match="input arena"):
+            k.call(b"x" * (65536 - 1024 + 1))
+        assert k.call(b"ok") == b"OK"
+
+
+def test_out_len_past_memory_is_an_error_not_a_host_read(rt, register):
+    register("liar", K_LIAR, kind="kernel")
+    with rt.kernel("liar") as k:
+        with pytest.raises(KernelABIError, match="past the end of its"):
+            k.call(b"x")
+
+
+def test_custom_offsets_and_entry(rt, register):
+    wat = """(module (memory (export "memory") 1)
+      (func (export "run") (param $n i32) (result i32)
+        (memory.copy (i32.const 40000) (i32.const 100) (local.get $n)) (local.get $n)))"""
+    register("kcopy", wat, kind="kernel", entry="run", in_off=100, out_off=40000)
+    assert rt.kernel_call("kcopy", b"same bytes") == b"same bytes"
+    register("kbad", wat, kind="kernel", entry="nope")
+    with pytest.raises(KernelABIError, match="'nope'"):
+        rt.kernel("kbad")
+    register("koff", wat, kind="kernel", entry="run", in_off=10, out_off=1 << 20)
+    with pytest.raises(KernelABIError, match="outside"):
+        rt.kernel("koff")
+
+
+def test_kernel_deadline_and_recovery(rt, register):
+    register("kspin", K_LOOP, kind="kernel", timeout_s=0.2)
+    with rt.kernel("kspin") as k:
+        t0 = time.perf_counter()
+        with pytest.raises(Timeout):
+            k.call(b"x")
+        assert time.perf_counter() - t0 < 0.22 + 0.05
+
+
+def test_trap_poisons_then_reinstantiates(rt, register):
+    register("ktrap", K_TRAP_ONCE, kind="kernel")
+    with rt.kernel("ktrap") as k:
+        assert k.call(b"a") == (1).to_bytes(4, "little")
+        assert k.call(b"b") == (2).to_bytes(4, "little")
+        with pytest.raises(GuestTrap, match="unreachable"):
+            k.call(b"x" * 13)
+        # a fresh instance: its call counter starts again
+        assert k.call(b"c") == (1).to_bytes(4, "little")
