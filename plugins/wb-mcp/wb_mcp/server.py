@@ -94,6 +94,31 @@ def _skills(runtime: Runtime, toolkits: Iterable[str] | None) -> list[tuple[Any,
     return out
 
 
+def skills_models() -> tuple[type, type, type, type]:
+    """Params and results of ``skills/list`` and ``skills/get`` (the skills extension)."""
+    import mcp_types as types
+    from pydantic import Field
+
+    class SkillsListParams(types.RequestParams):
+        toolkit: str | None = None
+
+    class SkillsGetParams(types.RequestParams):
+        toolkit: str
+        skill: str
+
+    class SkillsListResult(types.Result):
+        skills: list[dict[str, Any]]
+
+    class SkillsGetResult(types.Result):
+        toolkit: str
+        name: str
+        uri: str
+        mime_type: str = Field(default=SKILL_MIME, alias="mimeType")
+        text: str
+
+    return SkillsListParams, SkillsGetParams, SkillsListResult, SkillsGetResult
+
+
 def build_server(runtime: Runtime, *, only: Iterable[str] | None = None, search_tool: bool = True,
                  timeout: float | None = None) -> Any:
     """The low-level ``mcp`` Server over ``runtime`` (not yet running)."""
@@ -102,8 +127,6 @@ def build_server(runtime: Runtime, *, only: Iterable[str] | None = None, search_
     from mcp.server.lowlevel import Server
     from mcp.shared.exceptions import MCPError
     from mcp_types import INVALID_PARAMS
-    from pydantic import BaseModel
-
     from wb_act.model import Content, Error
     from wb_act.provider import ToolkitProvider
 
@@ -140,7 +163,8 @@ def build_server(runtime: Runtime, *, only: Iterable[str] | None = None, search_
             raise MCPError(INVALID_PARAMS, f"Unknown tool: {name}; known: {known}")
 
         deadline = timeout
-        meta = params.meta.model_dump(by_alias=True) if params.meta is not None else {}
+        meta = params.meta if isinstance(params.meta, dict) else (
+            params.meta.model_dump(by_alias=True) if params.meta is not None else {})
         ms = (meta or {}).get(TIMEOUT_META)
         if isinstance(ms, int) and not isinstance(ms, bool) and ms > 0:
             deadline = ms / 1000.0 if deadline is None else min(deadline, ms / 1000.0)
@@ -234,12 +258,7 @@ def build_server(runtime: Runtime, *, only: Iterable[str] | None = None, search_
         on_read_resource=read_resource,
     )
 
-    class SkillsListParams(BaseModel):
-        toolkit: str | None = None
-
-    class SkillsGetParams(BaseModel):
-        toolkit: str
-        skill: str
+    SkillsListParams, SkillsGetParams, SkillsListResult, SkillsGetResult = skills_models()
 
     async def skills_list(ctx: Any, params: Any) -> Any:
         wanted = [params.toolkit] if params.toolkit else None
@@ -248,12 +267,12 @@ def build_server(runtime: Runtime, *, only: Iterable[str] | None = None, search_
         scope = wanted if wanted is not None else only_toolkits
         items = [{"toolkit": tk.id, "name": s.slug, "title": s.title, "description": s.summary,
                   "uri": f"{SKILL_SCHEME}{tk.id}/{s.slug}"} for tk, s in _skills(runtime, scope)]
-        return types.Result.model_validate({"skills": items})
+        return SkillsListResult(skills=items)
 
     async def skills_get(ctx: Any, params: Any) -> Any:
         uri = f"{SKILL_SCHEME}{params.toolkit}/{params.skill}"
         tk, slug, text = _read_skill(uri)
-        return types.Result.model_validate({"toolkit": tk.id, "name": slug, "uri": uri, "mimeType": SKILL_MIME, "text": text})
+        return SkillsGetResult(toolkit=tk.id, name=slug, uri=uri, mime_type=SKILL_MIME, text=text)
 
     server.add_request_handler("skills/list", SkillsListParams, skills_list)
     server.add_request_handler("skills/get", SkillsGetParams, skills_get)

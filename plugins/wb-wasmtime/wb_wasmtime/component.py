@@ -322,37 +322,61 @@ def artifact_store(runtime: Runtime) -> Any:
 
 
 class _Watch:
-    """Checked by the epoch callback every tick: past the deadline or cancelled → trap."""
+    """Checked by the epoch callback every tick: past the deadline or cancelled → trap.
+
+    The C callback and finalizer are module-level (created once, never freed) and find
+    their watch by id: a store collected late (in a reference cycle, on another
+    thread) can never call into a freed ctypes thunk.
+    """
+
+    _lock = threading.Lock()
+    _next = 1
+    _live: dict[int, _Watch] = {}
+    _thunks: tuple[Any, Any] | None = None
 
     def __init__(self, deadline: float, cancel: threading.Event | None) -> None:
-        from wasmtime import _bindings as ffi
-
         self.deadline = deadline
         self.cancel = cancel
         self.reason: str | None = None
-        # The ctypes prototypes of the C API's callback and finalizer (wasmtime-py pinned).
-        cb_type = ffi._wasmtime_store_epoch_deadline_callback.argtypes[1]
-        fin_type = ffi._wasmtime_store_epoch_deadline_callback.argtypes[3]
 
-        def tick(_ctx: Any, _data: Any, delta: Any, kind: Any) -> int:
-            if self.cancel is not None and self.cancel.is_set():
-                self.reason = "cancelled"
-            elif time.monotonic() >= self.deadline:
-                self.reason = "timeout"
-            if self.reason:
-                err = ffi.wasmtime_error_new(ctypes.create_string_buffer(f"wb: call {self.reason}".encode()))
-                return ctypes.cast(err, ctypes.c_void_p).value or 0
-            delta[0] = 1
-            kind[0] = 0  # WASMTIME_UPDATE_DEADLINE_CONTINUE
-            return 0
+    @classmethod
+    def _callbacks(cls) -> tuple[Any, Any]:
+        if cls._thunks is None:
+            from wasmtime import _bindings as ffi
 
-        self._cb = cb_type(tick)
-        self._fin = fin_type(lambda _p: None)
+            # The ctypes prototypes of the C API's callback and finalizer (wasmtime-py pinned).
+            cb_type = ffi._wasmtime_store_epoch_deadline_callback.argtypes[1]
+            fin_type = ffi._wasmtime_store_epoch_deadline_callback.argtypes[3]
+
+            def tick(_ctx: Any, data: Any, delta: Any, kind: Any) -> int:
+                watch = cls._live.get(data or 0)
+                if watch is not None:
+                    if watch.cancel is not None and watch.cancel.is_set():
+                        watch.reason = "cancelled"
+                    elif time.monotonic() >= watch.deadline:
+                        watch.reason = "timeout"
+                    if watch.reason:
+                        msg = ctypes.create_string_buffer(f"wb: call {watch.reason}".encode())
+                        return ctypes.cast(ffi.wasmtime_error_new(msg), ctypes.c_void_p).value or 0
+                delta[0] = 1
+                kind[0] = 0  # WASMTIME_UPDATE_DEADLINE_CONTINUE
+                return 0
+
+            def finalize(data: Any) -> None:
+                cls._live.pop(data or 0, None)
+
+            cls._thunks = (cb_type(tick), fin_type(finalize))
+        return cls._thunks
 
     def install(self, store: Any) -> None:
         from wasmtime import _bindings as ffi
 
-        ffi.wasmtime_store_epoch_deadline_callback(store.ptr(), self._cb, None, self._fin)
+        cb, fin = self._callbacks()
+        with self._lock:
+            key = _Watch._next
+            _Watch._next += 1
+            _Watch._live[key] = self
+        ffi.wasmtime_store_epoch_deadline_callback(store.ptr(), cb, ctypes.c_void_p(key), fin)
         store.set_epoch_deadline(1)
 
 

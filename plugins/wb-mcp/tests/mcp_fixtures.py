@@ -1,0 +1,55 @@
+"""Fixture toolkits for the MCP and `wbx call` tests: a command, a runaway command, a
+kernel, a typed component and a component that imports an ungranted cap, registered
+from the WAT sources in data/ (the wat lane's job, done here directly)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from wbcore.registry import Entry
+from wbcore.testing import manifest_text, write_toolkit
+
+DATA = Path(__file__).parent / "data"
+CAPUSER = Path(__file__).parents[2] / "wb-wasmtime" / "tests" / "data" / "capuser.wat"
+
+TEXT_SKILL = """#+TITLE: tcat
+#+ARG: fail:boolean Make the command fail with exit code 3 (for testing).
+#+FLAGS: idempotent
+
+Copies stdin to stdout.
+"""
+
+
+def populate(root: Path, home: Path) -> None:
+    """Write the fixture toolkits under ``root`` and register their artifacts in ``home``."""
+    import wasmtime
+
+    from wbcore.artifacts import ArtifactStore
+    from wbcore.registry import Registry
+
+    store = ArtifactStore(home / "artifacts")
+    reg = Registry(home / "registry.db")
+
+    def put(path: Path) -> str:
+        return store.put_bytes(bytes(wasmtime.wat2wasm(path.read_text()))).sha256
+
+    kits: list[tuple[str, str, str, dict[str, Any], str]] = [
+        ("textkit", "command", "tcat", {"TAGLINE": "Echo text through a sandboxed command."}, "echo.wat"),
+        ("loopkit", "command", "spin", {"TAGLINE": "A runaway command that never ends."}, "spin.wat"),
+        ("upperkit", "kernel", "upcase", {"TAGLINE": "Upper-case bytes in a hot loop."}, "upper.wat"),
+        ("calckit", "component", "calckit", {"TAGLINE": "Typed arithmetic as a component."}, "calc.wat"),
+        ("kvkit", "component", "kvkit", {"TAGLINE": "A component that wants the kv cap."}, str(CAPUSER)),
+    ]
+    for ident, shape, name, kw, src in kits:
+        extra = {"CLI_BIN": name} if shape != "component" else {"WIT": "wb:host/toolkit"}
+        skills = {"overview": f"#+TITLE: {ident} overview\n\n{kw['TAGLINE']}\n"}
+        if ident == "textkit":
+            skills["tcat"] = TEXT_SKILL
+        write_toolkit(root, ident, manifest_text(ident, exec=shape, extra=extra, tagline=kw["TAGLINE"]), skills=skills)
+        sha = put(DATA / src if "/" not in src else Path(src))
+        options = {"entry": "process", "in_off": 1024, "out_off": 65536, "timeout_s": 5.0} if shape == "kernel" else {}
+        reg.register(Entry(shape if shape != "command" else "command", name, sha, shape, ident, options=options))
+    reg.close()
+
+
