@@ -160,7 +160,7 @@ def _runner(runtime: Any, shape: str) -> Any:
     return runner
 
 
-def _entry(runtime: Any, kind: str, name: str) -> Any:
+def entry_for(runtime: Any, kind: str, name: str) -> Any:
     from wbcore.errors import NotFound, unknown_name
     from wbcore.registry import RESERVED
 
@@ -218,7 +218,7 @@ def call_command(runtime: Any, name: str, argv: tuple[str, ...] | list[str], std
 
     if not isinstance(stdin, (bytes, bytearray, memoryview)):
         raise InvalidArgs(f"stdin must be bytes, got {type(stdin).__name__}")
-    entry = _entry(runtime, "command", name)
+    entry = entry_for(runtime, "command", name)
     _check_pin(runtime, entry)
     prof = policy.profile(entry.profile)
     who = principal or Principal(toolkit=entry.toolkit or "")
@@ -244,7 +244,7 @@ def kernel_request(runtime: Any, name: str, *, principal: Principal | None = Non
                    timeout: float | None = None) -> KernelRequest:
     from wbcore import policy
 
-    entry = _entry(runtime, "kernel", name)
+    entry = entry_for(runtime, "kernel", name)
     _check_pin(runtime, entry)
     prof = policy.profile(entry.profile)
     spec = KernelSpec.from_options(entry.options)

@@ -73,6 +73,9 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
         timeout: Optional[float] = typer.Option(None, "--timeout", help="Seconds (at most the profile's)."),
     ) -> None:
         """Run a registered command: stdin → stdout; its exit code passes through."""
+        from wbcore.calls import entry_for
+
+        entry_for(runtime, "command", name)  # an unknown name fails before stdin is read
         result = runtime.call(name, list(args or ()), read_stdin(), timeout=timeout)
         out = getattr(sys.stdout, "buffer", None)
         err = getattr(sys.stderr, "buffer", None)
@@ -100,6 +103,9 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
         timeout: Optional[float] = typer.Option(None, "--timeout", help="Seconds per call."),
     ) -> None:
         """Call a registered kernel: one input from stdin, or a stream of frames."""
+        from wbcore.calls import entry_for
+
+        entry_for(runtime, "kernel", name)
         out = sys.stdout.buffer
         sys.stdout.flush()
         if not stream:
