@@ -1,0 +1,293 @@
+"""``wbx toolkit audit``: what in a toolkit folder assumes native execution, and what can be fixed.
+
+Nothing from a toolkit runs natively. The audit reports, per file and line:
+
+- scripts (``scripts/``, a ``#!`` line, or a script suffix): native programs; they must
+  become a built command (``#+BUILD_SRC`` + a lane) to run at all;
+- shell blocks in skills that call a CLI that is not a registered command
+  (``jq``, ``curl`` …) or run a script through an interpreter (``python x.py``);
+- shell blocks that call a registered command natively (fixable: ``wbx run <cmd> …``);
+- Markdown code fences left in Org files (fixable: ``#+begin_src`` blocks);
+- native CLIs not declared in ``#+REQUIRES`` (fixable: the keyword is added);
+- ``:role pre`` blocks (reported; they are disabled, never run).
+
+``--fix`` rewrites what can be rewritten, atomically per file, and reports what is left.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from wbcore import markup
+
+SCRIPT_SUFFIXES = (".sh", ".bash", ".zsh", ".py", ".js", ".mjs", ".cjs", ".ts", ".rb", ".pl", ".ps1", ".bat", ".cmd", ".php", ".lua")
+SHELL_LANGS = frozenset({"bash", "sh", "shell", "zsh", "console", "shell-session", "fish"})
+INTERPRETERS = frozenset({"python", "python3", "python2", "node", "deno", "bun", "bash", "sh", "zsh", "ruby", "perl",
+                          "php", "lua", "pwsh", "powershell", "npx", "uv", "uvx", "pipx", "tsx", "ts-node"})
+SHELL_WORDS = frozenset({
+    "cd", "echo", "export", "set", "unset", "alias", "source", ".", "test", "[", "[[", "true", "false", "printf",
+    "read", "if", "then", "else", "elif", "fi", "for", "in", "do", "done", "while", "until", "case", "esac",
+    "function", "return", "exit", "local", "shift", "wait", "trap", "eval", "{", "}", "(", ")", "!", "wbx", "wb",
+})
+PREFIX_WORDS = frozenset({"sudo", "env", "time", "exec", "nohup", "command", "builtin", "xargs"})
+MAX_SCAN_BYTES = 1 << 20
+_BEGIN_RE = re.compile(r"^(\s*)#\+begin_src\s+(\S+)([^\n]*)$", re.IGNORECASE)
+_END_RE = re.compile(r"^\s*#\+end_src\b", re.IGNORECASE)
+_PRE_RE = re.compile(r":role\s+pre\b", re.IGNORECASE)
+_FENCE_RE = re.compile(r"^\s*(```|~~~)")
+_ASSIGN_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_REQUIRES_RE = re.compile(r"^#\+REQUIRES:[ \t]*(.*)$", re.IGNORECASE | re.MULTILINE)
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    kind: str  # script, native-cli, interpreter, registered-cli, markdown, requires, pre-block
+    path: str
+    line: int
+    message: str
+    fixable: bool = False
+    name: str = ""
+
+    def render(self) -> str:
+        where = f"{self.path}:{self.line}" if self.line else self.path
+        return f"{'fixable' if self.fixable else 'native '}  {where}: {self.message}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "path": self.path, "line": self.line, "message": self.message,
+                "fixable": self.fixable, "name": self.name}
+
+
+@dataclass
+class Report:
+    root: Path
+    findings: list[Finding] = field(default_factory=list)
+    fixed: list[str] = field(default_factory=list)
+
+    @property
+    def native(self) -> list[Finding]:
+        return [f for f in self.findings if not f.fixable]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"root": str(self.root), "findings": [f.as_dict() for f in self.findings], "fixed": self.fixed}
+
+
+def commands_in(line: str) -> list[tuple[str, list[str]]]:
+    """The (command, args) of each segment of one shell line (pipes, ``&&``, ``;``)."""
+    s = line.strip()
+    if not s or s.startswith("#"):
+        return []
+    if s.startswith("$ "):
+        s = s[2:]
+    elif s.startswith(("> ", "... ")):
+        return []
+    out: list[tuple[str, list[str]]] = []
+    for seg in re.split(r"\|\||&&|[|;]", s):
+        try:
+            words = shlex.split(seg, comments=True)
+        except ValueError:
+            words = seg.split()
+        while words and (_ASSIGN_RE.match(words[0]) or words[0] in PREFIX_WORDS or words[0].startswith("-")):
+            words = words[1:]
+        if words:
+            out.append((words[0], words[1:]))
+    return out
+
+
+def _text(path: Path) -> str | None:
+    try:
+        if path.stat().st_size > MAX_SCAN_BYTES:
+            return None
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _is_script(path: Path, rel: str) -> bool:
+    if rel.startswith("scripts/") or path.suffix.lower() in SCRIPT_SUFFIXES:
+        return True
+    try:
+        with path.open("rb") as fh:
+            return fh.read(2) == b"#!"
+    except OSError:
+        return False
+
+
+def _declared_requires(manifest_text: str) -> set[str]:
+    m = _REQUIRES_RE.search(manifest_text)
+    if not m:
+        return set()
+    return {re.split(r"[<>=@ ]", w.strip())[0] for w in re.split(r"[,\s]+", m.group(1)) if w.strip()}
+
+
+def audit(root: Path, registered: Iterable[str] = ()) -> Report:
+    """Scan ``root`` (a toolkit folder). ``registered``: command names that run sandboxed."""
+    registered = set(registered)
+    report = Report(root)
+    add = report.findings.append
+    manifest_text = _text(root / "manifest.org") or ""
+    cli_bin = re.search(r"^#\+CLI_BIN:[ \t]*(\S+)", manifest_text, re.MULTILINE)
+    own = {cli_bin.group(1)} if cli_bin else set()
+    declared = _declared_requires(manifest_text)
+    native_clis: dict[str, tuple[str, int]] = {}
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        dirnames[:] = sorted(d for d in dirnames if d not in (".git", "__pycache__"))
+        for name in sorted(filenames):
+            path = Path(dirpath) / name
+            rel = path.relative_to(root).as_posix()
+            if name.startswith(".") or path.is_symlink():
+                continue
+            if rel.endswith(".org"):
+                _scan_org(rel, _text(path) or "", registered | own, native_clis, add)
+            elif _is_script(path, rel):
+                add(Finding("script", rel, 0, "a script: runs only natively (nothing from a toolkit does); "
+                            "make it a built command (#+BUILD_SRC + a lane) or remove it", name=name))
+    for cli, (rel, line) in sorted(native_clis.items()):
+        if cli not in declared:
+            add(Finding("requires", "manifest.org", 0, f"{cli} is assumed (first in {rel}:{line}) but not declared in #+REQUIRES",
+                        fixable=True, name=cli))
+    return report
+
+
+def _scan_org(rel: str, text: str, registered: set[str], native: dict[str, tuple[str, int]], add) -> None:  # noqa: ANN001
+    lang: str | None = None
+    for no, line in enumerate(text.splitlines(), 1):
+        if lang is None:
+            m = _BEGIN_RE.match(line)
+            if m:
+                lang = m.group(2).lower()
+                if _PRE_RE.search(m.group(3)):
+                    add(Finding("pre-block", rel, no, ":role pre block: disabled, never run (native exec is banned)"))
+                continue
+            if _FENCE_RE.match(line):
+                add(Finding("markdown", rel, no, "a Markdown code fence in an Org file (an agent sees no code block)", fixable=True))
+            continue
+        if _END_RE.match(line):
+            lang = None
+            continue
+        if lang not in SHELL_LANGS:
+            continue
+        for cmd, args in commands_in(markup._unescape_block_line(line)):
+            base = os.path.basename(cmd)
+            if base in SHELL_WORDS:
+                continue
+            if base in registered:
+                add(Finding("registered-cli", rel, no, f"runs {base} natively; it is a registered command: wbx run {base} …",
+                            fixable=True, name=base))
+            elif base in INTERPRETERS:
+                target = next((a for a in args if not a.startswith("-")), "")
+                add(Finding("interpreter", rel, no, f"runs {target or 'code'} natively through {base}", name=base))
+                native.setdefault(base, (rel, no))
+            elif "/" in cmd or cmd.endswith(SCRIPT_SUFFIXES):
+                add(Finding("interpreter", rel, no, f"runs the script {cmd} natively", name=cmd))
+            else:
+                add(Finding("native-cli", rel, no, f"calls {base}, which is not a registered command", name=base))
+                native.setdefault(base, (rel, no))
+
+
+# --- fixes ----------------------------------------------------------------------------
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.parent / f".{path.name}.{os.getpid()}.tmp"
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _rewrite_line(line: str, registered: set[str]) -> str:
+    indent = line[: len(line) - len(line.lstrip())]
+    s = line.strip()
+    prompt = ""
+    if s.startswith("$ "):
+        prompt, s = "$ ", s[2:]
+    try:
+        words = shlex.split(s)
+    except ValueError:
+        return line
+    if not words or os.path.basename(words[0]) not in registered or any(c in s for c in "|;&<>`$("):
+        return line
+    args = words[1:]
+    sep = " --" if any(a.startswith("-") for a in args) else ""
+    return indent + prompt + f"wbx run {os.path.basename(words[0])}{sep}" + ("".join(" " + shlex.quote(a) for a in args))
+
+
+def _fix_org(text: str, registered: set[str]) -> str:
+    lines = text.splitlines()
+    out: list[str] = []
+    lang: str | None = None
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if lang is None:
+            m = _BEGIN_RE.match(line)
+            if m:
+                lang = m.group(2).lower()
+                out.append(line)
+            elif _FENCE_RE.match(line):
+                fence = line.strip()[:3]
+                j = i + 1
+                while j < len(lines) and not lines[j].strip().startswith(fence):
+                    j += 1
+                block = "\n".join(lines[i : j + 1])
+                out.extend(markup.md_to_org(block).rstrip("\n").splitlines())
+                i = j + 1
+                continue
+            else:
+                out.append(line)
+        elif _END_RE.match(line):
+            lang = None
+            out.append(line)
+        elif lang in SHELL_LANGS:
+            out.append(_rewrite_line(line, registered))
+        else:
+            out.append(line)
+        i += 1
+    return "\n".join(out) + ("\n" if text.endswith("\n") else "")
+
+
+def _add_requires(manifest_text: str, clis: list[str]) -> str:
+    m = _REQUIRES_RE.search(manifest_text)
+    if m:
+        have = [w for w in re.split(r"[,\s]+", m.group(1)) if w]
+        merged = have + [c for c in clis if c not in _declared_requires(manifest_text)]
+        return manifest_text[: m.start()] + "#+REQUIRES: " + ", ".join(merged) + manifest_text[m.end():]
+    lines = manifest_text.splitlines(keepends=True)
+    last = max((i for i, ln in enumerate(lines) if ln.startswith("#+") and not ln.lower().startswith("#+begin")
+                and i < next((k for k, x in enumerate(lines) if x.startswith("*")), len(lines))), default=-1)
+    lines.insert(last + 1, "#+REQUIRES: " + ", ".join(clis) + "\n")
+    return "".join(lines)
+
+
+def fix(root: Path, registered: Iterable[str] = ()) -> Report:
+    """Apply every fixable rewrite, then audit again; ``fixed`` lists the files changed."""
+    registered = set(registered)
+    before = audit(root, registered)
+    manifest_text = _text(root / "manifest.org") or ""
+    cli_bin = re.search(r"^#\+CLI_BIN:[ \t]*(\S+)", manifest_text, re.MULTILINE)
+    reg = registered | ({cli_bin.group(1)} if cli_bin else set())
+    changed: list[str] = []
+    for rel in sorted({f.path for f in before.findings if f.fixable and f.kind in ("markdown", "registered-cli")}):
+        path = root / rel
+        text = _text(path)
+        if text is None:
+            continue
+        new = _fix_org(text, reg)
+        if new != text:
+            _atomic_write(path, new)
+            changed.append(rel)
+    missing = [f.name for f in before.findings if f.kind == "requires"]
+    if missing and (root / "manifest.org").is_file():
+        text = _text(root / "manifest.org") or ""
+        new = _add_requires(text, missing)
+        if new != text:
+            _atomic_write(root / "manifest.org", new)
+            if "manifest.org" not in changed:
+                changed.append("manifest.org")
+    after = audit(root, registered)
+    after.fixed = changed
+    return after
