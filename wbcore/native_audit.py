@@ -276,7 +276,7 @@ def fix(root: Path, registered: Iterable[str] = ()) -> Report:
         text = _text(path)
         if text is None:
             continue
-        new = _fix_org(text, reg)
+        new = _fix_org(_fix_org(text, reg), reg)  # the second pass rewrites blocks the first made from fences
         if new != text:
             _atomic_write(path, new)
             changed.append(rel)
