@@ -94,13 +94,19 @@ class ArtifactStore:
         self.root = root
         self._verified: dict[str, tuple[int, int, int]] = {}
         self._paths: dict[str, str] = {}
+        self._path_cache: dict[str, Path] = {}
         self._lock = threading.Lock()
 
     # --- the modules themselves -------------------------------------------------
 
     def path(self, sha: str) -> Path:
-        check_sha(sha)
-        return self.root / sha[:2] / f"{sha}.wasm"
+        p = self._path_cache.get(sha)
+        if p is None:
+            check_sha(sha)
+            p = self.root / sha[:2] / f"{sha}.wasm"
+            if len(self._path_cache) < 4096:
+                self._path_cache[sha] = p
+        return p
 
     def has(self, sha: str) -> bool:
         return self.path(sha).is_file()
@@ -152,7 +158,7 @@ class ArtifactStore:
         if known is not None:
             try:
                 if self._verified.get(sha) == self._stamp(known):
-                    return Path(known)
+                    return self.path(sha)
             except OSError:
                 pass
         path = self.path(sha)

@@ -81,9 +81,22 @@ def _size(path: str) -> int:
         return 0
 
 
-def _read_capped(path: str, cap: int) -> bytes:
-    with open(path, "rb") as fh:
-        return fh.read(cap)
+def _read_capped(path: str, size: int, cap: int) -> bytes:
+    if size <= 0:
+        return b""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        want = min(size, cap)
+        chunks, got = [], 0
+        while got < want:
+            chunk = os.read(fd, want - got)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 # --- the per-tick guard ---------------------------------------------------------------------
@@ -248,8 +261,8 @@ class CommandRunner:
             raise LimitExceeded(
                 f"{req.name}: exited {exit_code} at the {prof.memory_bytes >> 20} MiB memory limit of profile {prof.name}",
                 limit="memory")
-        stdout = _read_capped(out_path, prof.stdout_bytes)
-        stderr = _read_capped(err_path, prof.stderr_bytes)
+        stdout = _read_capped(out_path, out_size, prof.stdout_bytes)
+        stderr = _read_capped(err_path, err_size, prof.stderr_bytes)
         usage = Usage(wall_s=wall, fuel=fuel_used, peak_memory=peak, bytes_out=len(stdout) + len(stderr))
         return CallResult(stdout, stderr, exit_code, usage)
 
