@@ -308,3 +308,10 @@ def test_wbx_sign_refuses_first_party(make_toolkit, wbx):
     make_toolkit("fp")
     r = wbx("toolkit", "sign", "fp")
     assert r.exit_code == 2 and "first-party" in r.stderr
+
+
+def test_signature_lines_are_split_at_lf_only():
+    raw = b"a\n#+SIGNATURE: x\r\nb\rc\n  :signature: y\nlast"
+    assert signing.strip_signature(raw) == b"a\nb\rc\nlast"
+    with pytest.raises(signing.SigningError, match="more than one"):
+        signing.strip_signature(b"#+SIGNATURE: a\n#+signature: b\n")

@@ -49,7 +49,8 @@ class SigningError(InvalidArgs):
 
 
 def _split_lines(data: bytes) -> list[bytes]:
-    return data.splitlines(keepends=True)
+    """Split after each LF only (never at a lone CR), as docs/signing.md specifies."""
+    return [line for line in re.split(rb"(?<=\n)", data) if line]
 
 
 def strip_signature(manifest_bytes: bytes) -> bytes:

@@ -6,9 +6,7 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from wbcore import consent as _consent
 from wbcore import search as _search
-from wbcore import trust as _trust
 from wbcore.cli.output import JSON_HELP, emit_json, warn
 
 if TYPE_CHECKING:
@@ -21,6 +19,8 @@ def build(runtime: Runtime) -> typer.Typer:
     @app.command("list")
     def list_(json_: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
         """List discoverable toolkits (id · status · tagline)."""
+        from wbcore import trust as _trust
+
         found = runtime.discover()
         if json_:
             emit_json(
@@ -71,6 +71,8 @@ def build(runtime: Runtime) -> typer.Typer:
             ("arg mode", m.arg_mode if m.exec == "command" else None), ("sha256", m.sha256),
             ("author", m.author_did), ("format", m.format), ("path", str(m.path)),
         ]
+        from wbcore import consent as _consent
+
         rows[4:4] = _consent.show_rows(runtime.home, tk)
         for key, value in rows:
             if value:
