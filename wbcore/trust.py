@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING
 
 from wbcore import consent as _consent
 from wbcore import signing
-from wbcore.errors import ErrorKind, WbError
+from wbcore.artifacts import IntegrityError as _StoreIntegrityError
+from wbcore.errors import ErrorKind
 from wbcore.records import Check
 
 if TYPE_CHECKING:
@@ -29,8 +30,11 @@ if TYPE_CHECKING:
     from wbcore.toolkit import Toolkit
 
 
-class IntegrityError(WbError):
-    """Bytes do not match their pin, or a signature fails: the toolkit cannot execute (exit 126)."""
+class IntegrityError(_StoreIntegrityError):
+    """Bytes do not match their pin, or a signature fails: the toolkit cannot execute (exit 126).
+
+    A subclass of the artifact store's ``IntegrityError``, so one ``except`` catches both.
+    """
 
     kind = ErrorKind.CAPABILITY_DENIED
 
