@@ -15,6 +15,12 @@ def _js(runtime: Any) -> Any:
     return JsLane.for_runtime(runtime)
 
 
+def _runner(runtime: Any) -> Any:
+    from wb_lane_js.runner import JsRunner
+
+    return JsRunner(runtime)
+
+
 def _available() -> Availability:
     from wb_lane_js.qjs import check
 
@@ -31,4 +37,5 @@ def wbcore_build_lanes() -> Iterator[BuildLane]:
         factory=_js,
         available=_available,
         kind="compile-and-run",
+        runner=_runner,
     )

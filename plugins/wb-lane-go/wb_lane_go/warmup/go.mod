@@ -1,0 +1,3 @@
+module wbcore.local/go-warmup
+
+go 1.21
