@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 Progress = Callable[[str, str], None]
 #: What each #+EXEC shape registers as.
-KINDS = {"command": "command", "kernel": "kernel"}
+KINDS = {"command": "command", "kernel": "kernel", "component": "component"}
 MAX_LOG_BYTES = 1 << 20
 
 

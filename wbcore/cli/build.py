@@ -49,4 +49,7 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
             return
         how = "cached" if result.cached else "built"
         typer.echo(f"{result.kind} {result.name} {how} in {result.seconds:.2f}s → {result.sha256}")
-        typer.echo(f"  run it: " + (f"wbx run {result.name}" if result.kind == "command" else f"wbx kernel run {result.name}"))
+        if result.kind == "component":
+            typer.echo(f"  call it: wbx call {result.toolkit}.<function> --args '{{...}}' (list: wbx mcp tools --only {result.toolkit})")
+        else:
+            typer.echo(f"  run it: " + (f"wbx run {result.name}" if result.kind == "command" else f"wbx kernel run {result.name}"))

@@ -122,6 +122,15 @@ def _skill_text(tk: Any, tool: str) -> str:
     return ""
 
 
+def _lead(tk: Any, tool: str, tagline: str) -> str:
+    """A tool's own skill summary (``skills/<tool>.org``) when it has one, else the tagline."""
+    if tk is not None:
+        for s in tk.skills:
+            if s.slug == tool and s.summary:
+                return s.summary
+    return tagline
+
+
 def declared_args(text: str) -> tuple[DeclaredArg, ...]:
     return tuple(
         DeclaredArg(m.group(1), m.group(2) or "string", bool(m.group(3)), m.group(4).strip())
@@ -234,14 +243,14 @@ class ToolkitProvider:
                 text = _skill_text(tk, entry.name) if tk is not None else ""
                 declared = declared_args(text)
                 name = prefix + entry.name
-                desc = f"{tagline} (runs the sandboxed command `{entry.name}`: argv + stdin → stdout)"
+                desc = f"{_lead(tk, entry.name, tagline)} (runs the sandboxed command `{entry.name}`: argv + stdin → stdout)"
                 td = ToolDefinition(name, LocalizedString(plain=desc), command_schema(declared),
                                     _annotations(caps, skill_flags(text), prof.timeout_s))
                 tools[name] = Tool(td, "command", entry.name, entry.toolkit, declared=declared, caps=caps, skills=skills)
             elif entry.kind == "kernel":
                 name = prefix + entry.name
                 text = _skill_text(tk, entry.name) if tk is not None else ""
-                desc = f"{tagline} (kernel `{entry.name}`: bytes in → bytes out)"
+                desc = f"{_lead(tk, entry.name, tagline)} (kernel `{entry.name}`: bytes in → bytes out)"
                 td = ToolDefinition(name, LocalizedString(plain=desc), dict(KERNEL_SCHEMA),
                                     _annotations(caps, skill_flags(text), prof.timeout_s))
                 tools[name] = Tool(td, "kernel", entry.name, entry.toolkit, caps=caps, skills=skills)
@@ -268,7 +277,7 @@ class ToolkitProvider:
         for fn in fns:
             text = _skill_text(tk, fn.name) if tk is not None else ""
             name = prefix + fn.name
-            desc = f"{tagline} (component function {fn.name}, typed by WIT)"
+            desc = f"{_lead(tk, fn.name, tagline)} (component function {fn.name}, typed by WIT)"
             ext: dict[str, Any] = {}
             if info is not None and info.skill:
                 ext[STD_SKILL] = info.skill

@@ -50,6 +50,9 @@ INFO_INTERFACE = "info"
 #: WASI interfaces that reach the network through wasmtime's own stack, by the cap that grants them.
 WASI_BY_CAP = {"wasi:http/": "net"}
 MAX_OUTPUT = 1 << 20
+#: Exports that are toolchain plumbing, not tools: componentize-py's pre-initialization
+#: hook (component-init), which must never be called after the component is built.
+INTERNAL_EXPORTS = frozenset({("exports", "init")})
 MAX_CACHED = 64
 DEFAULT_FUEL = 10_000_000_000
 
@@ -173,7 +176,7 @@ class LoadedComponent:
         self.engine = engine
         ctype = component.type
         self.imports: tuple[str, ...] = tuple(ctype.imports(engine.wasm))
-        found = list(_walk_exports(engine.wasm, ctype.exports(engine.wasm), ()))
+        found = [f for f in _walk_exports(engine.wasm, ctype.exports(engine.wasm), ()) if f[0] not in INTERNAL_EXPORTS]
         counts: dict[str, int] = {}
         for path, _ in found:
             counts[path[-1]] = counts.get(path[-1], 0) + 1

@@ -1,0 +1,35 @@
+"""Entry point of wb-lane-python. Imports nothing heavy (componentize-py loads in the sandbox)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from wbcore import hookimpl
+from wbcore.records import Availability, BuildLane
+
+
+def _factory(runtime: Any) -> Any:
+    from wb_lane_python.lane import PythonLane
+
+    return PythonLane(runtime)
+
+
+def _available() -> Availability:
+    from wb_lane_python.lane import check
+
+    return check()
+
+
+@hookimpl
+def wbcore_build_lanes() -> Iterator[BuildLane]:
+    yield BuildLane(
+        name="python",
+        summary="Python → a WIT-typed component (componentize-py); --stub-wasi unless #+WASI: p2",
+        where="componentize-py (native compiler from PyPI) inside the build sandbox (user/mount/pid/net namespaces, "
+        "no network, read-only source and Python, writable /out only, rlimits, deadline); the app's top level "
+        "runs only inside wasmtime during pre-initialization",
+        factory=_factory,
+        available=_available,
+        kind="compile-to-component",
+    )
