@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 
 import pytest
 
@@ -141,3 +142,17 @@ def test_no_pin_means_no_check(make_toolkit, make_runtime, tmp_path):
     (tmp_path / "x.wasm").write_bytes(b"anything")
     trust.check_artifact(rt.toolkit("free").manifest, tmp_path / "x.wasm")
     assert trust.unavailable_reason(rt.toolkit("free"), rt) is None
+
+
+def test_a_tampered_third_party_toolkit_loses_its_grants(signed_tp, toolkit_root, make_runtime, wbx):
+    assert wbx("toolkit", "grant", "tp", "net").exit_code == 0
+    rt = make_runtime()
+    tk = rt.toolkit("tp")
+    assert rt.effective_caps(tk) == frozenset({"net"})
+    skill = toolkit_root / "tp" / "skills" / "overview.org"
+    stat_before = skill.stat()
+    skill.write_text(skill.read_text().replace("What", "Wh@t"))  # same size
+    os.utime(skill, ns=(stat_before.st_atime_ns, stat_before.st_mtime_ns))  # and the same mtime
+    assert rt.effective_caps(tk) == frozenset()
+    with pytest.raises(trust.IntegrityError, match="unavailable: signature"):
+        trust.check_available(tk, rt)

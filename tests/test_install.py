@@ -279,7 +279,11 @@ def test_locked_reproduces_the_same_digests_on_a_second_home(src, repo, served, 
     digest = _tar_of(src / "fp", site / "fp.tar.gz", "fp")
     commit = _git("rev-parse", "HEAD", cwd=repo)
     assert wbx("toolkit", "install", f"git+file://{repo}@{commit}").exit_code == 0
-    assert wbx("toolkit", "install", f"{base}/fp.tar.gz", "--sha256", digest).exit_code == 0
+    before = snapshot(wb_home)
+    r = wbx("toolkit", "install", f"{base}/fp.tar.gz", "--sha256", digest)
+    assert r.exit_code == 2 and "declares itself first-party" in r.stderr and "--first-party" in r.stderr
+    assert snapshot(wb_home) == before
+    assert wbx("toolkit", "install", f"{base}/fp.tar.gz", "--sha256", digest, "--first-party").exit_code == 0
     lock_a = (wb_home / "wbx.lock").read_bytes()
 
     home_b = tmp_path / "home-b"
@@ -309,3 +313,11 @@ def test_locked_fails_on_drift_and_lands_nothing(src, wbx, wb_home, make_runtime
 def test_locked_without_a_lockfile(wbx, wb_home):
     r = wbx("toolkit", "install", "--locked")
     assert r.exit_code == 127 and "no lockfile" in r.stderr
+
+
+def test_dot_ids_cannot_name_a_folder(tmp_path, wbx, wb_home):
+    archive = _evil_tar(tmp_path / "dots.tar.gz", [(_info("x/manifest.org"), MANIFEST.replace(b"TOOLKIT: e", b"TOOLKIT: .."))])
+    before = snapshot(wb_home)
+    r = wbx("toolkit", "install", str(archive), "--first-party")
+    assert r.exit_code == 2 and "cannot name a folder" in r.stderr
+    assert snapshot(wb_home) == before

@@ -264,7 +264,14 @@ class _Staged:
     caps: tuple[str, ...]
 
 
-def _stage(source: Source, work: Path, env: Mapping[str, str] | None, only: set[str] | None = None) -> list[_Staged]:
+def _check_id(ident: str, where: object) -> str:
+    if not _manifest.NAME_RE.match(ident) or ident.startswith("."):
+        raise InstallError(f"toolkit id {ident!r} (from {where}) cannot name a folder in the user root")
+    return ident
+
+
+def _stage(source: Source, work: Path, env: Mapping[str, str] | None, only: set[str] | None = None,
+           *, allow_first_party: bool = False) -> list[_Staged]:
     tree, commit, archive_sha = fetch(source, work)
     dirs = find_toolkits(tree)
     if not dirs:
@@ -277,6 +284,13 @@ def _stage(source: Source, work: Path, env: Mapping[str, str] | None, only: set[
             raise InstallError(f"{source.text()}: {exc.message}") from None
         if only is not None and m.id not in only:
             continue
+        _check_id(m.id, source)
+        if m.trust != "third-party" and source.kind != "dir" and not allow_first_party:
+            raise InstallError(
+                f"{m.id} from {source.text()} declares itself first-party: it would run under its profile's "
+                f"default caps ({' '.join(m.caps) or 'none requested'}) with no consent step. Pass --first-party "
+                "if it is yours; third-party toolkits must be signed and granted caps explicitly"
+            )
         if m.trust == "third-party":
             verdict = signing.verify(d, env=env)
             if not verdict.ok:
@@ -336,13 +350,17 @@ def _staging(home: Path) -> Path:
 
 
 def install(home: Path, source_text: str, *, sha256: str | None = None, force: bool = False,
-            env: Mapping[str, str] | None = None) -> list[Installed]:
-    """Install every toolkit of one source; all of them land, or none."""
+            env: Mapping[str, str] | None = None, first_party: bool = False) -> list[Installed]:
+    """Install every toolkit of one source; all of them land, or none.
+
+    A first-party toolkit from a git or archive source needs ``first_party=True``: the
+    deployer says it is theirs, since it will get its profile's caps without consent.
+    """
     source = parse_source(source_text, sha256)
     with _home_lock(home):
         work = _staging(home)
         try:
-            staged = _stage(source, work, env)
+            staged = _stage(source, work, env, allow_first_party=first_party)
             lock = read_lock(home / LOCKFILE)
             root = home / "toolkits"
             results: list[Installed] = []
@@ -378,6 +396,8 @@ def install_locked(home: Path, lockfile: Path | None = None, *, env: Mapping[str
     wanted = read_lock(lock_path)
     if not wanted and not lock_path.exists():
         raise NotFound(f"no lockfile at {lock_path}")
+    for tid in wanted:
+        _check_id(tid, lock_path)
     with _home_lock(home):
         work = _staging(home)
         try:
@@ -394,7 +414,8 @@ def install_locked(home: Path, lockfile: Path | None = None, *, env: Mapping[str
                 source = parse_source(text, pin)
                 sub = work / f"src-{n}"
                 sub.mkdir()
-                got = {s.entry.id: s for s in _stage(source, sub, env, only={e.id for e in entries})}
+                # The lock records the deployer's decisions, first-party ones included.
+                got = {s.entry.id: s for s in _stage(source, sub, env, only={e.id for e in entries}, allow_first_party=True)}
                 for e in entries:
                     s = got.get(e.id)
                     if s is None:

@@ -211,9 +211,15 @@ class Runtime:
         return _verify.verify(tk, self)
 
     def effective_caps(self, toolkit: Toolkit) -> frozenset[str]:
-        """profile ∩ ``#+CAPS`` ∩ deployer grants (first-party: profile ∩ ``#+CAPS``)."""
-        from wbcore import consent, policy
+        """profile ∩ ``#+CAPS`` ∩ deployer grants (first-party: profile ∩ ``#+CAPS``).
+
+        A third-party toolkit whose signature does not verify now gets nothing (fail closed).
+        """
+        from wbcore import consent, policy, trust
 
         m = toolkit.manifest
         prof = policy.profile_for(m.extra("PROFILE"), m.caps)
-        return policy.effective_caps(prof, m.caps, consent.granted(self.home, toolkit))
+        granted = consent.granted(self.home, toolkit)
+        if granted and not trust.signature_ok(toolkit, self):
+            return frozenset()
+        return policy.effective_caps(prof, m.caps, granted)

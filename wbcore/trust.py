@@ -115,8 +115,42 @@ def integrity_reason(toolkit: Toolkit, runtime: Runtime) -> str | None:
     return None
 
 
+def _state(folder: Path) -> tuple[tuple[str, int, int, int, int], ...]:
+    """A cheap fingerprint of a folder: every entry's path, inode, size, mtime and ctime.
+
+    ctime cannot be set back by a writer (``utime`` itself moves it), so a rewrite that
+    restores size and mtime still changes the fingerprint.
+    """
+    out: list[tuple[str, int, int, int, int]] = []
+    for dirpath, dirnames, filenames in os.walk(folder, followlinks=False):
+        dirnames.sort()
+        for name in dirnames + sorted(filenames):
+            p = os.path.join(dirpath, name)
+            try:
+                st = os.lstat(p)
+            except OSError:
+                continue
+            out.append((p, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+    return tuple(out)
+
+
 def signature_verdict(toolkit: Toolkit, runtime: Runtime, *, resolve_web: bool = True) -> signing.Verdict:
-    return signing.verify(toolkit.dir, env=runtime.env, resolve_web=resolve_web)
+    """The signature verdict, remembered per runtime until any file of the folder changes."""
+    cache = runtime.__dict__.setdefault("_wb_signature_verdicts", {})
+    key = (str(toolkit.dir), resolve_web)
+    state = _state(toolkit.dir)
+    hit = cache.get(key)
+    if hit is not None and hit[0] == state:
+        return hit[1]
+    verdict = signing.verify(toolkit.dir, env=runtime.env, resolve_web=resolve_web)
+    if verdict.code != signing.UNRESOLVED:  # a network failure is not remembered
+        cache[key] = (state, verdict)
+    return verdict
+
+
+def signature_ok(toolkit: Toolkit, runtime: Runtime) -> bool:
+    """True for a third-party toolkit whose signature verifies now (did:web resolved)."""
+    return signature_verdict(toolkit, runtime).ok
 
 
 def unavailable_reason(toolkit: Toolkit, runtime: Runtime, *, resolve_web: bool = False) -> str | None:

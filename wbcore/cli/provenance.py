@@ -73,6 +73,7 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
         source: Optional[str] = typer.Argument(None, metavar="SOURCE", help="Folder, git+file://…, git+https://…@<commit>, or archive (URL needs --sha256)."),
         sha256: Optional[str] = typer.Option(None, "--sha256", help="The archive's sha256 (required for archive URLs)."),
         force: bool = typer.Option(False, "--force", help="Replace toolkits already installed under these ids."),
+        first_party: bool = typer.Option(False, "--first-party", help="Accept first-party toolkits from a git or archive source (they get their profile's caps without consent)."),
         locked: bool = typer.Option(False, "--locked", help="Reproduce exactly the set in the lockfile; fail on any drift."),
         lockfile: Optional[Path] = typer.Option(None, "--lockfile", help="With --locked: the lockfile to reproduce (default: $WB_HOME/wbx.lock)."),
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
@@ -89,7 +90,7 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
                 raise InvalidArgs("give a SOURCE, or --locked")
             if lockfile is not None:
                 raise InvalidArgs("--lockfile goes with --locked")
-            done = _install.install(runtime.home, source, sha256=sha256, force=force, env=runtime.env)
+            done = _install.install(runtime.home, source, sha256=sha256, force=force, env=runtime.env, first_party=first_party)
         runtime.discover(refresh=True)
         if json_:
             emit_json([{**d.entry.as_dict(), "path": str(d.path), "caps": list(d.caps), "unchanged": d.unchanged} for d in done])
