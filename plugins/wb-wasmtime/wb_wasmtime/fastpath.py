@@ -32,7 +32,6 @@ from wasmtime._trap import Trap
 PINNED = "50.0.1"
 
 _export_get = B._wasmtime_instance_export_get
-_call_unchecked = B._wasmtime_func_call_unchecked
 _func_call = B._wasmtime_func_call
 _mem_size = B._wasmtime_memory_data_size
 _mem_data = B._wasmtime_memory_data
@@ -177,11 +176,11 @@ class LeanKernel:
     def call(self, in_len: int) -> int:
         cell = self._cell[0]
         cell.i32 = in_len
-        err = _call_unchecked(*self._args)
+        err = _raw_call_unchecked(*self._raw_args)
         if err or self._trap:
             trap = self._trap
             self._new_trap()
-            _raise(err, trap)
+            _raise(ctypes.cast(err, ctypes.POINTER(ffi.wasmtime_error_t)) if err else None, trap)
         return cell.i32 & 0xFFFFFFFF
 
     def memory_size(self) -> int:
