@@ -288,6 +288,14 @@ class Dock:
                     self._drivers[cap] = drv
         return drv
 
+    def set_driver(self, cap: str, driver: Any) -> None:
+        """Serve ``cap`` on this Dock with ``driver`` (an embedder's configured broker, e.g.
+        a NetBroker with the deployer's own resolver). The cap's broker must be installed,
+        and the cadence still runs in front of it."""
+        self.runtime.brokers.get(cap)
+        with self._drivers_lock:
+            self._drivers[cap] = driver
+
     # --- the cadence ----------------------------------------------------------------
 
     def call(self, ctx: DockContext, cap: str, op: str, args: dict[str, Any] | None = None) -> Any:

@@ -1,0 +1,1 @@
+"""wb-brokers-net: host-mediated egress for the Dock (net, browse, tcp, udp, tls)."""

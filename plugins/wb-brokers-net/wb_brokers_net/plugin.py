@@ -1,0 +1,42 @@
+"""Entry point of wb-brokers-net. httpx loads on the first egress, not at import.
+
+Deployer settings (from the runtime's environment): ``WB_NET_CA_FILE`` — a CA bundle
+that ``net``/``browse``/``tls`` verify peers against instead of the system store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from wbcore import hookimpl
+from wbcore.records import Broker
+
+
+def _net(text_only: bool) -> Any:
+    def factory(runtime: Any) -> Any:
+        from wb_brokers_net.brokers import NetBroker
+
+        return NetBroker(verify=runtime.env.get("WB_NET_CA_FILE") or True, text_only=text_only)
+
+    return factory
+
+
+def _socket(kind: str) -> Any:
+    def factory(runtime: Any) -> Any:
+        from wb_brokers_net.brokers import SocketBroker
+
+        return SocketBroker(kind, cafile=runtime.env.get("WB_NET_CA_FILE") or None)
+
+    return factory
+
+
+@hookimpl
+def wbcore_brokers() -> Iterator[Broker]:
+    yield Broker(name="net", summary="HTTP(S) egress: NetGuard + pin + #+ALLOWED_HOSTS, capped body, deadline",
+                 factory=_net(False), operations=("fetch",))
+    yield Broker(name="browse", summary="browse-fetch: GET a page as text, same guard as net", factory=_net(True),
+                 operations=("fetch",))
+    for kind, what in (("tcp", "raw TCP request/response"), ("udp", "UDP send / receive one"),
+                       ("tls", "TLS request/response, peer verified, SNI = host name")):
+        yield Broker(name=kind, summary=f"{what}; NetGuard + pin", factory=_socket(kind), operations=("exchange",))
