@@ -235,3 +235,40 @@ def test_cancelled_call_stops_the_guest_not_just_the_wait(demo_runtime) -> None:
     end, outcome = ended[0]
     assert end - cancelled_at < 1.0
     assert outcome.error is not None and "cancelled" in outcome.error.text
+
+
+@pytest.mark.slow
+def test_shipped_toolkits_over_stdio(wb_home: Path) -> None:
+    """The shipped command (b64), kernel (checksum) and Python component (text-tools),
+    built by `wbx toolkit build`, served to the SDK client with their skills."""
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    from wbcore.builder import build
+    from wbcore.runtime import Runtime
+
+    shipped = Path(__file__).parents[3] / "toolkits"
+    rt = Runtime.open(home=wb_home, roots=[shipped])
+    for ident in ("b64", "checksum", "text-tools"):
+        build(rt, ident)
+    env = {"WB_HOME": str(wb_home), "WB_TOOLKITS_ROOT": str(shipped), "PATH": os.environ.get("PATH", "")}
+    params = StdioServerParameters(command=SERVE[0], args=[*SERVE[1:], "--only", "b64,checksum,text-tools"], env=env)
+
+    async def main() -> None:
+        async with stdio_client(params) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                names = {t.name for t in (await session.list_tools()).tools}
+                assert {"b64.b64", "checksum.crc32", "text-tools.count", "text-tools.wrap", "search_tools"} <= names
+                uris = {str(r.uri) for r in (await session.list_resources()).resources}
+                assert {"skill://b64/overview", "skill://text-tools/count"} <= uris
+                assert not any(u.startswith("skill://git-history/") for u in uris)
+                r = await session.call_tool("b64.b64", {"stdin": "hello"})
+                assert _text(r).strip() == "aGVsbG8="
+                r = await session.call_tool("checksum.crc32", {"input": "hello"})
+                assert not r.is_error and _text(r).strip() == "3610a686"
+                r = await session.call_tool("text-tools.count", {"text": "one two\nthree"}, read_timeout_seconds=60)
+                assert r.structured_content == {"result": {"lines": 2, "words": 3, "chars": 13}}
+                r = await session.call_tool("text-tools.wrap", {"text": "x", "width": 3})
+                assert r.is_error and "outside 10..400" in _text(r)
+
+    anyio.run(main)
