@@ -219,3 +219,17 @@ def test_wbx_identity_show_and_did_web(wbx, wb_home, tmp_path):
     doc = json.loads(out.read_text())
     assert doc["alsoKnownAs"] == [shown["did"]]
     assert os.path.exists(identity.key_path(wb_home))
+
+
+def test_only_assertion_methods_sign():
+    signer = identity.Identity.from_seed(bytes(32))
+    other = identity.Identity.from_seed(bytes(31) + b"\x09")
+    doc = did.document(signer, "example.com")
+    extra = {"id": "did:web:example.com#auth-only", "type": "Multikey", "controller": "did:web:example.com",
+             "publicKeyMultibase": identity.multibase_key(other.public_key)}
+    doc["verificationMethod"].append(extra)
+    assert did.keys_in(doc, "did:web:example.com") == [signer.public_key]
+    doc["assertionMethod"].append("#auth-only")
+    assert did.keys_in(doc, "did:web:example.com") == [signer.public_key, other.public_key]
+    del doc["assertionMethod"]
+    assert len(did.keys_in(doc, "did:web:example.com")) == 2

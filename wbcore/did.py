@@ -93,8 +93,26 @@ def keys_in(doc: Any, did: str) -> list[bytes]:
     if doc.get("id") != did:
         raise InvalidArgs(f"the document served for {did} names itself {str(doc.get('id'))[:80]!r}")
     keys: list[bytes] = []
-    for vm in doc.get("verificationMethod") or []:
+    # A key signs for the DID only if it is an assertion method (when the document lists them).
+    assertion = doc.get("assertionMethod")
+    methods = list(doc.get("verificationMethod") or [])
+    allowed: set[str] | None = None
+    if isinstance(assertion, list):
+        allowed = set()
+        for ref in assertion:
+            if isinstance(ref, str):
+                allowed.add(ref if not ref.startswith("#") else did + ref)
+            elif isinstance(ref, dict):
+                methods.append(ref)
+                if isinstance(ref.get("id"), str):
+                    allowed.add(ref["id"] if not ref["id"].startswith("#") else did + ref["id"])
+    for vm in methods:
         if not isinstance(vm, dict):
+            continue
+        vm_id = vm.get("id")
+        if isinstance(vm_id, str) and vm_id.startswith("#"):
+            vm_id = did + vm_id
+        if allowed is not None and vm_id not in allowed:
             continue
         try:
             if isinstance(vm.get("publicKeyMultibase"), str):

@@ -362,6 +362,8 @@ def verify(
     """Check ``#+AUTHOR_DID`` / ``#+SIGNATURE`` against the folder as it is now."""
     mpath = toolkit_dir / MANIFEST
     try:
+        if mpath.stat().st_size > _manifest.MAX_MANIFEST_BYTES:
+            return Verdict(MALFORMED, f"{mpath} is over the {_manifest.MAX_MANIFEST_BYTES}-byte cap")
         raw = mpath.read_bytes()
         m = _manifest.parse(raw.decode("utf-8"), mpath)
     except (OSError, UnicodeDecodeError, ManifestError) as exc:
