@@ -160,6 +160,24 @@ def _runner(runtime: Any, shape: str) -> Any:
     return runner
 
 
+def runner_for(runtime: Any, entry: Any) -> Any:
+    """The runner of a registry entry: its lane's runner when the entry was built by a
+    compile-and-run lane (``BuildLane.runner``, e.g. js: the artifact is an interpreter
+    plus sources), else its shape's runner."""
+    lane = entry.options.get("lane") if entry.options else None
+    if lane:
+        cache = runtime.__dict__.setdefault("_wb_runners", {})
+        key = ("lane", lane)
+        runner = cache.get(key)
+        if runner is None and lane in runtime.lanes:
+            factory = getattr(runtime.lanes.get(lane), "runner", None)
+            if factory is not None:
+                runner = cache[key] = factory(runtime)
+        if runner is not None:
+            return runner
+    return _runner(runtime, entry.shape)
+
+
 def entry_for(runtime: Any, kind: str, name: str) -> Any:
     from wbcore.errors import NotFound, unknown_name
     from wbcore.registry import RESERVED
@@ -232,7 +250,7 @@ def call_command(runtime: Any, name: str, argv: tuple[str, ...] | list[str], std
     hook = runtime.hook
     hook.wbcore_call_started(call=record)
     try:
-        result = _runner(runtime, entry.shape).call(req)
+        result = runner_for(runtime, entry).call(req)
     except WbError as exc:
         hook.wbcore_call_finished(call=record, result=exc)
         raise
