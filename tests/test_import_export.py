@@ -233,3 +233,21 @@ def test_skill_names():
     assert export.skill_name("My__Tool.v2") == "my-tool-v2"
     with pytest.raises(Exception):
         export.skill_name("___")
+
+
+def test_import_from_git(agent_skill, tmp_path, wbx):
+    import os
+    import subprocess
+
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid"}
+    repo = tmp_path / "skills-repo"
+    (repo / "pdf").parent.mkdir(parents=True, exist_ok=True)
+    import shutil
+
+    shutil.copytree(agent_skill, repo / "pdf")
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "skills"]):
+        subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True)
+    r = wbx("toolkit", "import", f"git+file://{repo}", "-o", str(tmp_path / "tk"))
+    assert r.exit_code == 0, r.stderr
+    assert (tmp_path / "tk" / "pdf-tools" / "skills" / "forms.org").is_file()

@@ -336,3 +336,45 @@ def import_skill(source: Path, out_root: Path, *, ident: str | None = None, forc
     finally:
         if stage.exists():
             unpack.remove_tree(stage)
+
+
+def _remote_name(text: str) -> str:
+    tail = text.split("@")[0] if text.startswith("git+") else text.split("?")[0]
+    last = tail.rstrip("/").rsplit("/", 1)[-1]
+    for suffix in (".git", ".tar.gz", ".tgz", ".tar", ".zip"):
+        last = last.removesuffix(suffix)
+    return last or "imported"
+
+
+def _skill_root(tree: Path) -> Path:
+    """The folder of the skill inside a fetched tree (a lone ``SKILL.md`` folder wins)."""
+    if any((tree / n).is_file() for n in MAIN_DOCS):
+        return tree
+    found = sorted({p.parent for p in tree.rglob("SKILL.md") if ".git" not in p.parts})
+    if len(found) == 1:
+        return found[0]
+    if len(found) > 1:
+        rels = ", ".join(str(p.relative_to(tree)) for p in found[:8])
+        raise InvalidArgs(f"the source holds several skills ({rels}); import one folder at a time")
+    entries = [p for p in tree.iterdir() if not p.name.startswith(".")]
+    if len(entries) == 1 and entries[0].is_dir():
+        return entries[0]
+    return tree
+
+
+def import_source(text: str, out_root: Path, *, ident: str | None = None, force: bool = False,
+                  sha256: str | None = None) -> Imported:
+    """Import from a local path, or fetch ``git+…`` / an archive (as ``wbx toolkit install`` does) first."""
+    if not text.startswith(("git+", "https://", "http://")):
+        return import_skill(Path(text), out_root, ident=ident, force=force)
+    from wbcore import install
+
+    source = install.parse_source(text, sha256)
+    with tempfile.TemporaryDirectory(prefix="wb-import-") as tmp:
+        tree, _commit, _digest = install.fetch(source, Path(tmp))
+        root = _skill_root(tree)
+        name = ident
+        if name is None and root == tree:
+            front, _ = parse_frontmatter(_read_doc(root / "SKILL.md")) if (root / "SKILL.md").is_file() else ({}, "")
+            name = None if front.get("name") else _remote_name(text)
+        return import_skill(root, out_root, ident=name, force=force)

@@ -116,8 +116,9 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
 
     @app.command("import")
     def import_(
-        source: Path = typer.Argument(..., metavar="SOURCE", help="An Agent Skills folder (SKILL.md), a markdown file, or a folder."),
+        source: str = typer.Argument(..., metavar="SOURCE", help="An Agent Skills folder (SKILL.md), a markdown file, a folder, git+… or an archive URL."),
         as_: Optional[str] = typer.Option(None, "--as", help="The toolkit id (default: the skill's name)."),
+        sha256: Optional[str] = typer.Option(None, "--sha256", help="The archive's sha256 (required for archive URLs)."),
         out: Optional[Path] = typer.Option(None, "-o", "--out", help="Folder to create the toolkit in (default: ./toolkits)."),
         force: bool = typer.Option(False, "--force", help="Replace an existing toolkit folder."),
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
@@ -125,7 +126,7 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
         """Package an Agent Skills folder, a markdown file or a folder as a toolkit, then audit it."""
         from wbcore import native_audit, skill_import
 
-        done = skill_import.import_skill(source, out or runtime.cwd / "toolkits", ident=as_, force=force)
+        done = skill_import.import_source(source, out or runtime.cwd / "toolkits", ident=as_, force=force, sha256=sha256)
         report = native_audit.audit(done.path, _registered())
         runtime.discover(refresh=True)
         if json_:
@@ -154,7 +155,10 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
         fix: bool = typer.Option(False, "--fix", help="Rewrite what can be rewritten."),
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
-        """Report what in a toolkit folder assumes native execution; --fix rewrites what it can."""
+        """Report what in a toolkit folder assumes native execution; --fix rewrites what it can.
+
+        Exits 1 while something still assumes native execution.
+        """
         from wbcore import native_audit
 
         if not folder.is_dir():
