@@ -186,12 +186,16 @@ def build_server(runtime: Runtime, *, only: Iterable[str] | None = None, search_
             return provider.call_json(name, args, cancel=cancel, timeout=deadline)
 
         try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(report)
-                try:
-                    outcome = await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
-                finally:
-                    done.set()
+            if (meta or {}).get("progress_token", (meta or {}).get("progressToken")) is None:
+                # No progress asked for: no reporter task (it costs a task group per call).
+                outcome = await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
+            else:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(report)
+                    try:
+                        outcome = await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
+                    finally:
+                        done.set()
         except BaseException:
             cancel.set()  # the guest stops at its next epoch tick; the thread then returns
             raise
