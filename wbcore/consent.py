@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from wbcore.toolkit import Toolkit
 
 FILE = "consent.json"
+_LOADED: dict[str, tuple[tuple[int, int, int, int], dict[str, Grant]]] = {}
 FORMAT = 1
 MAX_FILE_BYTES = 4 << 20
 
@@ -57,6 +58,15 @@ class ConsentStore:
 
     def load(self) -> dict[str, Grant]:
         try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            return {}
+        # Calls check grants on every run: reparse only when the file changed (ctime moves on any write).
+        key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        hit = _LOADED.get(str(self.path))
+        if hit is not None and hit[0] == key:
+            return dict(hit[1])
+        try:
             with self.path.open("rb") as fh:
                 raw = fh.read(MAX_FILE_BYTES + 1)
         except FileNotFoundError:
@@ -65,13 +75,16 @@ class ConsentStore:
             raise InvalidArgs(f"{self.path} is over the {MAX_FILE_BYTES}-byte cap")
         try:
             data = json.loads(raw)
-            grants = data["grants"]
-            return {
+            grants = {
                 tid: Grant(tid, frozenset(g["caps"]), g.get("signer"), float(g.get("granted_at", 0)))
-                for tid, g in grants.items()
+                for tid, g in data["grants"].items()
             }
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise InvalidArgs(f"{self.path} is not a consent file ({type(exc).__name__}); fix or move it aside") from None
+        if len(_LOADED) > 64:
+            _LOADED.clear()
+        _LOADED[str(self.path)] = (key, grants)
+        return dict(grants)
 
     def _save(self, grants: dict[str, Grant]) -> None:
         data = {"format": FORMAT, "grants": {tid: g.as_dict() for tid, g in sorted(grants.items())}}
@@ -136,6 +149,16 @@ def granted(home: Path, toolkit: Toolkit) -> frozenset[str] | None:
         return None
     g = ConsentStore(home).get(m.id)
     if g is None or g.signer != m.author_did:
+        return frozenset()
+    return g.caps
+
+
+def explicit(home: Path, toolkit: Toolkit) -> frozenset[str]:
+    """Caps the deployer granted this toolkit explicitly, whatever its trust. For a
+    third-party toolkit a grant counts only while its signer is unchanged."""
+    m = toolkit.manifest
+    g = ConsentStore(home).get(m.id)
+    if g is None or (m.trust == "third-party" and g.signer != m.author_did):
         return frozenset()
     return g.caps
 
