@@ -74,13 +74,17 @@ def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _file_sha(path: Path) -> tuple[str, int]:
+def _file_sha(path: Path, budget: int) -> tuple[str, int]:
+    """sha256 and size of a regular file, never following a link swapped in after lstat."""
     h = hashlib.sha256()
     size = 0
-    with path.open("rb") as fh:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
             size += len(chunk)
+            if size > budget:
+                raise SigningError(f"{path}: the toolkit has more than {MAX_BYTES} bytes of files")
+            h.update(chunk)
     return h.hexdigest(), size
 
 
@@ -111,10 +115,11 @@ def _entries(root: Path) -> list[tuple[str, str, str]]:
             elif stat.S_ISDIR(st.st_mode):
                 continue
             elif stat.S_ISREG(st.st_mode):
-                total += st.st_size
-                if total > MAX_BYTES:
-                    raise SigningError(f"{root}: more than {MAX_BYTES} bytes of files")
-                digest, _ = _file_sha(path)
+                try:
+                    digest, size = _file_sha(path, MAX_BYTES - total)
+                except OSError as exc:
+                    raise SigningError(f"{rel}: cannot read ({exc.strerror})") from None
+                total += size
                 found.append(("file", digest, rel))
             else:
                 raise SigningError(f"{rel}: only regular files and symlinks can be signed")
