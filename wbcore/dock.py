@@ -27,7 +27,8 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -130,6 +131,21 @@ class BrokerCall:
 
 
 _TARGET = threading.local()
+_NEST = threading.local()
+#: An ``#+ALLOWED_HOSTS`` entry that matches nothing.
+DENY_ALL_HOSTS = "none://-:1"
+
+
+@contextmanager
+def nested(ctx: DockContext) -> Iterator[None]:
+    """Run a nested guest (exec, run-command, parallel) under ``ctx``: contexts made on
+    this thread meanwhile get ``depth = ctx.depth + 1`` and no later deadline."""
+    prev = getattr(_NEST, "ctx", None)
+    _NEST.ctx = ctx
+    try:
+        yield
+    finally:
+        _NEST.ctx = prev
 
 
 class RateLimiter:
@@ -237,22 +253,42 @@ class Dock:
         principal: Principal,
         caps: Iterable[str],
         timeout: float | None = None,
-        depth: int = 0,
-        allowed_hosts: Iterable[str] = (),
+        depth: int | None = None,
+        allowed_hosts: Iterable[str] | None = None,
         max_response: int = DEFAULT_MAX_RESPONSE,
         toolkit: str | None = None,
         instance: str | None = None,
     ) -> DockContext:
+        """A context for one guest instance. ``depth`` defaults to the nesting of the
+        broker call this instance runs under (see :func:`nested`); ``allowed_hosts``
+        defaults to ``toolkit``'s ``#+ALLOWED_HOSTS``."""
+        outer = getattr(_NEST, "ctx", None)
+        if depth is None:
+            depth = outer.depth + 1 if outer is not None else 0
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if outer is not None and outer.deadline is not None:
+            deadline = outer.deadline if deadline is None else min(deadline, outer.deadline)
+        if allowed_hosts is None:
+            allowed_hosts = self._allowed_hosts(toolkit)
         return DockContext(
             principal=principal,
             caps=frozenset(caps),
             instance=instance or uuid.uuid4().hex,
             depth=depth,
-            deadline=None if timeout is None else time.monotonic() + timeout,
+            deadline=deadline,
             allowed_hosts=tuple(allowed_hosts),
             max_response=max_response,
             toolkit=toolkit,
         )
+
+    def _allowed_hosts(self, toolkit: str | None) -> tuple[str, ...]:
+        if not toolkit:
+            return ()
+        try:
+            text = self.runtime.toolkit(toolkit).manifest.extra("ALLOWED_HOSTS") or ""
+        except WbError:
+            return (DENY_ALL_HOSTS,)  # an unreadable manifest narrows to nothing (fail closed)
+        return tuple(text.split())
 
     def context_for_toolkit(self, tk: Any, *, principal: Principal | None = None, caps: Iterable[str] | None = None,
                             timeout: float | None = None, depth: int = 0) -> DockContext:
