@@ -156,3 +156,10 @@ def test_a_tampered_third_party_toolkit_loses_its_grants(signed_tp, toolkit_root
     assert rt.effective_caps(tk) == frozenset()
     with pytest.raises(trust.IntegrityError, match="unavailable: signature"):
         trust.check_available(tk, rt)
+
+
+def test_show_json_carries_consent(signed_tp, wbx):
+    wbx("toolkit", "grant", "tp", "kv")
+    data = json.loads(wbx("toolkit", "show", "tp", "--json").stdout)
+    assert data["consent"] == {"trust": "third-party", "profile": "network", "requested": ["net", "kv"],
+                               "granted": ["kv"], "effective": ["kv"], "stale_signer": None}

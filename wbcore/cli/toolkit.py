@@ -60,7 +60,9 @@ def build(runtime: Runtime) -> typer.Typer:
                 typer.echo(text.rstrip("\n"))
             return
         if json_:
-            emit_json(tk.as_dict())
+            from wbcore import consent as _consent_json
+
+            emit_json({**tk.as_dict(), "consent": _consent_json.describe(runtime.home, tk)})
             return
         m = tk.manifest
         typer.echo(f"{m.title} ({m.id} {m.version}, {m.status})")
