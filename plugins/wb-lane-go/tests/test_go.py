@@ -78,11 +78,34 @@ def build(lane, tk: Path, out: Path, flags: tuple[str, ...] = ()):
     return lane.build(BuildRequest(manifest=load(tk / "manifest.org"), source=ResolvedSource(digest=tree_digest(s), dir=s), outdir=out, flags=flags))
 
 
+_ENGINE: list = []
+_MODULES: dict = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _drop_modules():
+    yield
+    _MODULES.clear()  # before interpreter teardown unloads wasmtime's bindings
+    _ENGINE.clear()
+
+
+def _module(wasm: Path):
+    import wasmtime
+
+    if not _ENGINE:
+        _ENGINE.append(wasmtime.Engine())
+    data = wasm.read_bytes()
+    key = hashlib.sha256(data).hexdigest()
+    if key not in _MODULES:  # a Go module is ~2-5 MB: compile it once per test session
+        _MODULES[key] = wasmtime.Module(_ENGINE[0], data)
+    return _MODULES[key]
+
+
 def run(wasm: Path, argv: list[str], stdin: bytes, tmp_path: Path) -> tuple[int, bytes]:
     import wasmtime
 
-    cfg = wasmtime.Config()
-    store = wasmtime.Store(wasmtime.Engine(cfg))
+    module = _module(wasm)
+    store = wasmtime.Store(_ENGINE[0])
     wasi = wasmtime.WasiConfig()
     wasi.argv = argv
     inp = tmp_path / "stdin"
@@ -91,9 +114,9 @@ def run(wasm: Path, argv: list[str], stdin: bytes, tmp_path: Path) -> tuple[int,
     out = tmp_path / "stdout"
     wasi.stdout_file = str(out)
     store.set_wasi(wasi)
-    linker = wasmtime.Linker(store.engine)
+    linker = wasmtime.Linker(_ENGINE[0])
     linker.define_wasi()
-    inst = linker.instantiate(store, wasmtime.Module.from_file(store.engine, str(wasm)))
+    inst = linker.instantiate(store, module)
     try:
         inst.exports(store)["_start"](store)
         code = 0
@@ -162,3 +185,23 @@ def test_source_cannot_reach_host_files(lane, tk, tmp_path):
         build(lane, tk, tmp_path / "out")
     assert "root:" not in err.value.log
     assert not (tmp_path / "out" / "gotool.wasm").exists()
+
+
+# --- the shipped table toolkit (toolkits/table), built by this lane ---------------------
+
+REPO_TOOLKITS = Path(__file__).resolve().parents[3] / "toolkits"
+
+
+@pytest.mark.slow
+@needs_sandbox
+def test_table_toolkit_builds_and_renders(lane, tmp_path):
+    tk = REPO_TOOLKITS / "table"
+    if not tk.is_dir():
+        pytest.skip("toolkits/table is not beside this plugin")
+    out = build(lane, tk, tmp_path / "out")
+    rows = b'[{"name":"Ada","langs":3},{"name":"Grace|H","langs":12}]'
+    assert run(out.artifact, ["table", "text", "--sort=langs", "--desc"], rows, tmp_path) == (
+        0, b"name     langs\n-------  -----\nGrace|H  12\nAda      3\n")
+    assert run(out.artifact, ["table", "markdown"], rows, tmp_path)[1].splitlines()[3] == b"| Grace\\|H | 12 |"
+    assert run(out.artifact, ["table", "keys"], b'{"a":1}\n{"a":2,"b":null}\n', tmp_path) == (0, b"a\t2\nb\t1\n")
+    assert run(out.artifact, ["table", "text", "--columns=zzz"], rows, tmp_path)[0] == 2

@@ -128,3 +128,52 @@ def test_reserved_names_and_flags_refused(lane, tk, tmp_path):
     (tk / "src" / "__wb_entry.mjs").write_text("")
     with pytest.raises(InvalidArgs):
         build(lane, tk, tmp_path / "out")
+
+
+# --- the shipped csv toolkit (toolkits/csv), built by this lane -------------------------
+
+REPO_TOOLKITS = Path(__file__).resolve().parents[3] / "toolkits"
+CSV = 'name,qty,price\nApple,3,1.5\n"Pear, green",,2\n"Say ""hi""",10,0.25\n'
+
+
+@pytest.fixture(scope="module")
+def csv_artifact(tmp_path_factory) -> Path:
+    from wb_lane_js.lane import JsLane
+
+    tk = REPO_TOOLKITS / "csv"
+    if not tk.is_dir():
+        pytest.skip("toolkits/csv is not beside this plugin")
+    home = tmp_path_factory.mktemp("home")
+    s = tk / "src"
+    out = JsLane(home=home).build(BuildRequest(manifest=load(tk / "manifest.org"), source=ResolvedSource(digest=tree_digest(s), dir=s), outdir=home / "out"))
+    return out.artifact
+
+
+def csv(artifact: Path, home: Path, *args: str, stdin: str = CSV):
+    res = run_artifact(artifact, ["csv", *args], stdin=stdin.encode(), home=home)
+    return res.exit_code, res.stdout.decode(), res.stderr.decode()
+
+
+def test_csv_toolkit_to_json_and_back(csv_artifact, wb_home):
+    import json
+
+    code, out, _ = csv(csv_artifact, wb_home, "to-json", "--types")
+    assert code == 0
+    rows = json.loads(out)
+    assert rows == [{"name": "Apple", "qty": 3, "price": 1.5}, {"name": "Pear, green", "qty": None, "price": 2},
+                    {"name": 'Say "hi"', "qty": 10, "price": 0.25}]
+    code, back, _ = csv(csv_artifact, wb_home, "from-json", stdin=out)
+    assert code == 0 and back.splitlines()[1:] == ["Apple,3,1.5", '"Pear, green",,2', '"Say ""hi""",10,0.25']
+
+
+def test_csv_toolkit_columns_select_stats_and_errors(csv_artifact, wb_home):
+    import json
+
+    assert csv(csv_artifact, wb_home, "columns")[1] == "3 rows\n1\tname\ttext\n2\tqty\tinteger\n3\tprice\tnumber\n"
+    assert csv(csv_artifact, wb_home, "select", "price,1")[1] == 'price,name\r\n1.5,Apple\r\n2,"Pear, green"\r\n0.25,"Say ""hi"""\r\n'
+    stats = json.loads(csv(csv_artifact, wb_home, "stats", "qty")[1])
+    assert (stats["min"], stats["max"], stats["missing"], stats["median"]) == (3, 10, 1, 6.5)
+    code, _, err = csv(csv_artifact, wb_home, "select", "nope")
+    assert code == 2 and "columns: name, qty, price" in err
+    code, _, err = csv(csv_artifact, wb_home, "to-json", stdin='a\n"open')
+    assert code == 1 and "unterminated" in err

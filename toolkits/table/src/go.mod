@@ -1,0 +1,3 @@
+module wbcore.local/table
+
+go 1.21
