@@ -43,8 +43,11 @@ PROFILES: dict[str, Profile] = {
 }
 #: Narrowest first: the order in which a toolkit's default profile is chosen.
 PROFILE_ORDER = ("compute", "minimal", "network", "posix")
-#: Every cap some profile can grant. ``build``/``serve`` are granted by deployer consent.
-CAP_UNIVERSE: frozenset[str] = _POSIX | {"build", "serve"}
+#: Caps no profile grants: they reach a guest only through an explicit deployer grant
+#: (``wbx toolkit grant``), whatever the toolkit's trust.
+CONSENT_ONLY: frozenset[str] = frozenset({"build", "serve"})
+#: Every cap that can be granted at all.
+CAP_UNIVERSE: frozenset[str] = _POSIX | CONSENT_ONLY
 FAIL_CLOSED = "compute"
 
 
@@ -54,8 +57,9 @@ def profile(name: str | None) -> Profile:
 
 
 def narrowest_for(caps: Iterable[str]) -> Profile:
-    """The narrowest profile granting every known cap in ``caps`` (else ``compute``)."""
-    wanted = set(caps) & CAP_UNIVERSE
+    """The narrowest profile granting every known cap in ``caps`` (else ``compute``).
+    Consent-only caps do not count: no profile grants them."""
+    wanted = set(caps) & (CAP_UNIVERSE - CONSENT_ONLY)
     for name in PROFILE_ORDER:
         if wanted <= PROFILES[name].caps:
             return PROFILES[name]
@@ -68,12 +72,22 @@ def profile_for(declared_profile: str | None, caps: Iterable[str]) -> Profile:
     return narrowest_for(caps)
 
 
-def effective_caps(prof: Profile, declared: Iterable[str], granted: Iterable[str] | None) -> frozenset[str]:
-    """profile ∩ declared ∩ granted; ``granted=None`` means first-party (no consent step)."""
-    eff = prof.caps & frozenset(declared)
+def effective_caps(
+    prof: Profile,
+    declared: Iterable[str],
+    granted: Iterable[str] | None,
+    consented: Iterable[str] = (),
+) -> frozenset[str]:
+    """profile ∩ declared ∩ granted; ``granted=None`` means first-party (no consent step).
+
+    ``consented`` are explicit deployer grants; of those, the consent-only caps
+    (:data:`CONSENT_ONLY`) are added when declared, since no profile ever grants them.
+    """
+    declared = frozenset(declared)
+    eff = prof.caps & declared
     if granted is not None:
         eff &= frozenset(granted)
-    return eff
+    return eff | (CONSENT_ONLY & declared & frozenset(consented))
 
 
 def cap_checks(caps: Iterable[str]) -> list[Check]:

@@ -222,4 +222,6 @@ class Runtime:
         granted = consent.granted(self.home, toolkit)
         if granted and not trust.signature_ok(toolkit, self):
             return frozenset()
-        return policy.effective_caps(prof, m.caps, granted)
+        # Consent-only caps (build, serve) need an explicit grant even for first-party.
+        consented = granted if granted is not None else consent.explicit(self.home, toolkit)
+        return policy.effective_caps(prof, m.caps, granted, consented)

@@ -1,0 +1,1 @@
+"""wb-brokers-build: the BuildBroker (cap ``build``, seed 004)."""
