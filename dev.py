@@ -52,7 +52,10 @@ def _ensure_venv(env: Path, dists: list[Path] | None, tag: str) -> None:
     if not (env / "bin" / "python").exists():
         print(f"dev: creating {env}", flush=True)
         venv.EnvBuilder(with_pip=True, clear=False).create(env)
-    args = [_bin(env, "python"), "-m", "pip", "install", "--disable-pip-version-check", "-q", "-e", f"{ROOT}[test]"]
+    # editable_mode=compat puts each source folder on a .pth line instead of installing an
+    # import-hook finder per distribution: start-up stays as fast as a regular install.
+    args = [_bin(env, "python"), "-m", "pip", "install", "--disable-pip-version-check", "-q",
+            "--config-settings", "editable_mode=compat", "-e", f"{ROOT}[test]"]
     for d in dists:
         args += ["-e", f"{d}[test]"]
     print("dev: installing the core and " + (", ".join(d.name for d in dists) or "no plugins"), flush=True)
