@@ -9,7 +9,6 @@ import os
 import stat
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 
@@ -166,7 +165,7 @@ def serve(tmp_path):
     """Serve a folder on 127.0.0.1; yields (root, 'host:port')."""
     root = tmp_path / "site"
     root.mkdir()
-    handler = lambda *a, **kw: _Quiet(*a, directory=str(root), **kw)  # noqa: E731
+    handler = lambda *a, **kw: _Quiet(*a, directory=str(root), **kw)
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from wbcore import export, markup, native_audit, skill_import
+from wbcore.errors import InvalidArgs
 from wbcore.registry import Entry
 
 SKILL_MD = """---
@@ -231,7 +232,7 @@ def test_export_index_with_digests(make_toolkit, wbx, tmp_path):
 
 def test_skill_names():
     assert export.skill_name("My__Tool.v2") == "my-tool-v2"
-    with pytest.raises(Exception):
+    with pytest.raises(InvalidArgs, match="no letters or digits"):
         export.skill_name("___")
 
 

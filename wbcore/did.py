@@ -16,6 +16,7 @@ import ipaddress
 import json
 import os
 import re
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -161,15 +162,20 @@ def resolve_web(
     insecure = allow_http_loopback or env.get(ENV_HTTP_LOOPBACK) == "1"
     url = url_for(did, scheme="http") if insecure and _is_loopback(host) else https_url
     body = bytearray()
+    deadline = time.monotonic() + timeout
     try:
-        with httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False) as client:
-            with client.stream("GET", url, headers={"Accept": "application/did+json, application/json"}) as resp:
-                if resp.status_code != 200:
-                    raise NotFound(f"{url} answered HTTP {resp.status_code} (resolving {did})")
-                for chunk in resp.iter_bytes():
-                    body += chunk
-                    if len(body) > max_bytes:
-                        raise InvalidArgs(f"{url}: the DID document is over the {max_bytes}-byte cap")
+        with (
+            httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False) as client,
+            client.stream("GET", url, headers={"Accept": "application/did+json, application/json"}) as resp,
+        ):
+            if resp.status_code != 200:
+                raise NotFound(f"{url} answered HTTP {resp.status_code} (resolving {did})")
+            for chunk in resp.iter_bytes():
+                body += chunk
+                if len(body) > max_bytes:
+                    raise InvalidArgs(f"{url}: the DID document is over the {max_bytes}-byte cap")
+                if time.monotonic() > deadline:  # httpx bounds each read; this bounds the whole fetch
+                    raise httpx.ReadTimeout("total deadline")
     except httpx.TimeoutException:
         raise Timeout(f"{url}: no DID document within {timeout:g}s (resolving {did})") from None
     except httpx.HTTPError as exc:

@@ -23,6 +23,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -167,17 +168,22 @@ def _download(url: str, dest: Path) -> None:
     import httpx
 
     total = 0
+    deadline = time.monotonic() + HTTP_TIMEOUT_S
     try:
-        with httpx.Client(timeout=HTTP_TIMEOUT_S, follow_redirects=True, max_redirects=5, trust_env=False) as client:
-            with client.stream("GET", url) as resp:
-                if resp.status_code != 200:
-                    raise NotFound(f"{url} answered HTTP {resp.status_code}")
-                with dest.open("wb") as out:
-                    for chunk in resp.iter_bytes():
-                        total += len(chunk)
-                        if total > MAX_DOWNLOAD:
-                            raise InstallError(f"{url}: download over the {MAX_DOWNLOAD}-byte cap")
-                        out.write(chunk)
+        with (
+            httpx.Client(timeout=30.0, follow_redirects=True, max_redirects=5, trust_env=False) as client,
+            client.stream("GET", url) as resp,
+        ):
+            if resp.status_code != 200:
+                raise NotFound(f"{url} answered HTTP {resp.status_code}")
+            with dest.open("wb") as out:
+                for chunk in resp.iter_bytes():
+                    total += len(chunk)
+                    if total > MAX_DOWNLOAD:
+                        raise InstallError(f"{url}: download over the {MAX_DOWNLOAD}-byte cap")
+                    if time.monotonic() > deadline:  # each read is bounded by httpx; this bounds the whole
+                        raise httpx.ReadTimeout("total deadline")
+                    out.write(chunk)
     except httpx.TimeoutException:
         raise Timeout(f"{url}: no complete answer within {HTTP_TIMEOUT_S:g}s") from None
     except httpx.HTTPError as exc:
@@ -190,7 +196,8 @@ def _git(args: list[str], cwd: Path | None = None) -> str:
     base = ["git", "-c", "protocol.allow=never", "-c", "protocol.file.allow=always", "-c", "protocol.https.allow=always",
             "-c", "core.hooksPath=/dev/null", "-c", "advice.detachedHead=false"]
     try:
-        done = subprocess.run(base + args, cwd=cwd, env=env, capture_output=True, text=True, timeout=GIT_TIMEOUT_S)
+        done = subprocess.run(base + args, cwd=cwd, env=env, capture_output=True, text=True,
+                              timeout=GIT_TIMEOUT_S, check=False)
     except FileNotFoundError:
         raise InstallError("git is not installed (needed for git+ sources)") from None
     except subprocess.TimeoutExpired:

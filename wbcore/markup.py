@@ -25,7 +25,7 @@ _ORG_BOLD_RE = re.compile(r"(?<![\w*])\*([^\s*](?:[^*\n]*[^\s*])?)\*(?![\w*])")
 def _escape_block_line(line: str) -> str:
     """Org reads ``*`` and ``#+`` at a line start as structure, even inside blocks: escape with ``,``."""
     stripped = line.lstrip()
-    if stripped.startswith("*") or stripped.startswith("#+") or stripped.startswith(",*") or stripped.startswith(",#+"):
+    if stripped.startswith(("*", "#+", ",*", ",#+")):
         indent = line[: len(line) - len(stripped)]
         return f"{indent},{stripped}"
     return line

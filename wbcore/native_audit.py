@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -154,7 +154,8 @@ def audit(root: Path, registered: Iterable[str] = ()) -> Report:
     return report
 
 
-def _scan_org(rel: str, text: str, registered: set[str], native: dict[str, tuple[str, int]], add) -> None:  # noqa: ANN001
+def _scan_org(rel: str, text: str, registered: set[str], native: dict[str, tuple[str, int]],
+              add: Callable[[Finding], None]) -> None:
     lang: str | None = None
     for no, line in enumerate(text.splitlines(), 1):
         if lang is None:

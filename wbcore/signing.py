@@ -414,8 +414,8 @@ def verify(
     if signed_form == form:
         return Verdict(WRONG_KEY, f"signature was not made by the key of {did} (the content is as signed)", did, digest)
     if signed_form:
-        changes = diff(signed_form, form)
-        if changes and all(c.startswith("manifest") for c in changes) and any("#+AUTHOR_DID" in c for c in changes):
+        found = diff(signed_form, form)
+        if found and all(c.startswith("manifest") for c in found) and any("#+AUTHOR_DID" in c for c in found):
             return Verdict(WRONG_KEY, f"signature was not made by {did} (#+AUTHOR_DID was changed after signing)", did, digest)
     return Verdict(
         INVALID,

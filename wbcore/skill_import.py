@@ -204,9 +204,9 @@ def _plan(source: Path, ident: str | None) -> tuple[str, dict[str, Any], Doc, li
     if source.is_file():
         if not source.name.lower().endswith(MD_SUFFIXES):
             raise InvalidArgs(f"{source}: import takes a markdown file (.md) or a folder")
-        front, body = parse_frontmatter(_read_doc(source))
-        name = ident or str(front.get("name") or source.stem)
-        return name, front, split_sections(body), [], [], "markdown"
+        head, body = parse_frontmatter(_read_doc(source))
+        name = ident or str(head.get("name") or source.stem)
+        return name, head, split_sections(body), [], [], "markdown"
     if not source.is_dir():
         raise NotFound(f"import source {source} does not exist")
     main = next((source / n for n in MAIN_DOCS if (source / n).is_file()), None)

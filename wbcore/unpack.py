@@ -16,6 +16,7 @@ import tarfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from wbcore.errors import InvalidArgs
 
@@ -89,7 +90,7 @@ def _prepare(root: Path, rel: str, what: str) -> Path:
     return dest
 
 
-def _write_stream(src, dest: Path, budget: _Budget, rel: str, mode: int) -> None:  # noqa: ANN001
+def _write_stream(src: IO[bytes], dest: Path, budget: _Budget, rel: str, mode: int) -> None:
     fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o755 if mode & 0o111 else 0o644)
     with os.fdopen(fd, "wb") as out:
         while True:
@@ -189,7 +190,7 @@ def unpack(archive: Path, dest: Path, caps: Caps = Caps(), *, name: str | None =
     """Unpack by file type (zip by magic bytes, else tar with any compression)."""
     with archive.open("rb") as fh:
         magic = fh.read(4)
-    if magic.startswith(b"PK\x03\x04") or magic.startswith(b"PK\x05\x06"):
+    if magic.startswith((b"PK\x03\x04", b"PK\x05\x06")):
         unpack_zip(archive, dest, caps)
     else:
         unpack_tar(archive, dest, caps)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
@@ -139,7 +139,7 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
             typer.echo(f"  copied: {' '.join(done.copied)}")
         _print_audit(report, done.path)
 
-    def _print_audit(report, root: Path) -> None:  # noqa: ANN001
+    def _print_audit(report: Any, root: Path) -> None:
         if not report.findings:
             typer.echo(f"audit: nothing in {root} assumes native execution")
             return
