@@ -163,3 +163,19 @@ def test_show_json_carries_consent(signed_tp, wbx):
     data = json.loads(wbx("toolkit", "show", "tp", "--json").stdout)
     assert data["consent"] == {"trust": "third-party", "profile": "network", "requested": ["net", "kv"],
                                "granted": ["kv"], "effective": ["kv"], "stale_signer": None}
+
+
+def test_first_party_grants_only_consent_only_caps(make_toolkit, make_runtime, wbx):
+    make_toolkit("builder", caps="vfs build")
+    rt = make_runtime()
+    tk = rt.toolkit("builder")
+    assert rt.effective_caps(tk) == frozenset({"vfs"})
+    r = wbx("toolkit", "grant", "builder", "vfs")
+    assert r.exit_code == 2 and "need no grant" in r.stderr
+    r = wbx("toolkit", "grant", "builder", "build")
+    assert r.exit_code == 0, r.stderr
+    assert rt.effective_caps(tk) == frozenset({"vfs", "build"})
+    r = wbx("toolkit", "show", "builder")
+    assert "granted:   build" in r.stdout and "effective: build vfs" in r.stdout
+    assert wbx("toolkit", "revoke", "builder", "build").exit_code == 0
+    assert rt.effective_caps(tk) == frozenset({"vfs"})

@@ -168,17 +168,21 @@ def describe(home: Path, toolkit: Toolkit) -> dict[str, Any]:
     m = toolkit.manifest
     prof = policy.profile_for(m.extra("PROFILE"), m.caps)
     given = granted(home, toolkit)
+    consented = given if given is not None else explicit(home, toolkit)
     stale = None
     if m.trust == "third-party":
         g = ConsentStore(home).get(m.id)
         if g is not None and g.signer != m.author_did:
             stale = g.signer
+    shown = given
+    if given is None and policy.CONSENT_ONLY & set(m.caps):
+        shown = consented  # first-party, but build/serve still need the deployer's grant
     return {
         "trust": m.trust,
         "profile": prof.name,
         "requested": list(m.caps),
-        "granted": None if given is None else sorted(given),
-        "effective": sorted(policy.effective_caps(prof, m.caps, given)),
+        "granted": None if shown is None else sorted(shown),
+        "effective": sorted(policy.effective_caps(prof, m.caps, given, consented)),
         "stale_signer": stale,
     }
 

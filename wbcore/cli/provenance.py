@@ -41,16 +41,26 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
         """Grant a third-party toolkit some of the caps it requests (deployer consent)."""
         from wbcore import consent, signing
 
+        from wbcore import policy
+
         tk = runtime.toolkit(ident)
         m = tk.manifest
-        if m.trust != "third-party":
-            raise InvalidArgs(f"{m.id} is first-party: it runs under its profile's default caps and needs no grant")
         wanted = consent.check_caps(tk, caps)
-        verdict = signing.verify(tk.dir, env=runtime.env)
-        if not verdict.ok:
-            raise InvalidArgs(f"refusing to grant caps to {m.id}: {verdict.message}")
-        g = consent.ConsentStore(runtime.home).grant(m.id, wanted, verdict.signer)
-        typer.echo(f"granted {m.id} ({verdict.signer}): {' '.join(sorted(g.caps))}")
+        if m.trust != "third-party":
+            profiled = [c for c in wanted if c not in policy.CONSENT_ONLY]
+            if profiled:
+                raise InvalidArgs(
+                    f"{m.id} is first-party: {' '.join(profiled)} come from its profile and need no grant "
+                    f"(only {', '.join(sorted(policy.CONSENT_ONLY))} do)"
+                )
+            signer = m.author_did
+        else:
+            verdict = signing.verify(tk.dir, env=runtime.env)
+            if not verdict.ok:
+                raise InvalidArgs(f"refusing to grant caps to {m.id}: {verdict.message}")
+            signer = verdict.signer
+        g = consent.ConsentStore(runtime.home).grant(m.id, wanted, signer)
+        typer.echo(f"granted {m.id}" + (f" ({signer})" if signer else "") + f": {' '.join(sorted(g.caps))}")
         typer.echo(f"  effective: {' '.join(sorted(runtime.effective_caps(tk))) or 'none'}")
 
     @app.command("revoke")
