@@ -68,3 +68,30 @@ def test_trap_poisons_then_reinstantiates(rt, register):
             k.call(b"x" * 13)
         # a fresh instance: its call counter starts again
         assert k.call(b"c") == (1).to_bytes(4, "little")
+
+
+def test_a_spinning_kernel_does_not_hold_the_gil(rt, register):
+    import threading
+
+    register("kspin", K_LOOP, kind="kernel", timeout_s=0.3)
+    k = rt.kernel("kspin")
+    started = threading.Event()
+    outcome: list[str] = []
+
+    def spin() -> None:
+        started.set()
+        try:
+            k.call(b"x")
+        except Timeout:
+            outcome.append("timeout")
+
+    t = threading.Thread(target=spin)
+    t.start()
+    started.wait()
+    n, t0 = 0, time.perf_counter()
+    while t.is_alive() and time.perf_counter() - t0 < 0.2:
+        n += 1  # pure Python: runs only while the other thread has released the GIL
+    t.join()
+    k.close()
+    assert outcome == ["timeout"]
+    assert n > 100_000, n
