@@ -1,0 +1,1 @@
+"""wb-llm: the ``llm`` cap (llm-complete) on an OpenAI-compatible chat completions endpoint."""

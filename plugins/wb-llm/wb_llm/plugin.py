@@ -1,0 +1,23 @@
+"""Entry point of wb-llm."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from wbcore import hookimpl
+from wbcore.records import Broker
+
+
+def _llm(runtime: Any) -> Any:
+    from wb_llm.broker import LlmBroker
+
+    env = runtime.env
+    return LlmBroker(env.get("WB_LLM_BASE_URL"), env.get("WB_LLM_API_KEY"), env.get("WB_LLM_MODEL"),
+                     tuple(env.get("WB_LLM_MODELS", "").split()))
+
+
+@hookimpl
+def wbcore_brokers() -> Iterator[Broker]:
+    yield Broker(name="llm", summary="llm-complete on the deployer's OpenAI-compatible endpoint; the host holds the key",
+                 factory=_llm, operations=("complete",))
