@@ -321,3 +321,13 @@ def test_dot_ids_cannot_name_a_folder(tmp_path, wbx, wb_home):
     r = wbx("toolkit", "install", str(archive), "--first-party")
     assert r.exit_code == 2 and "cannot name a folder" in r.stderr
     assert snapshot(wb_home) == before
+
+
+def test_uninstall_removes_folder_and_lock_entry_together(src, wbx, wb_home):
+    assert wbx("toolkit", "install", str(src)).exit_code == 0
+    r = wbx("toolkit", "uninstall", "fp")
+    assert r.exit_code == 0 and "uninstalled fp 0.1.0" in r.stdout
+    assert not (wb_home / "toolkits" / "fp").exists()
+    assert sorted(json.loads((wb_home / "wbx.lock").read_text())["toolkits"]) == ["tp"]
+    assert wbx("toolkit", "uninstall", "fp").exit_code == 127
+    assert wbx("toolkit", "uninstall", "..").exit_code == 2

@@ -449,3 +449,32 @@ def install_locked(home: Path, lockfile: Path | None = None, *, env: Mapping[str
             return results
         finally:
             unpack.remove_tree(work)
+
+
+def uninstall(home: Path, ident: str) -> LockEntry | None:
+    """Remove an installed toolkit and its lock entry together; returns the entry it had."""
+    _check_id(ident, "uninstall")
+    with _home_lock(home):
+        lock = read_lock(home / LOCKFILE)
+        target = home / "toolkits" / ident
+        if not (target.exists() or target.is_symlink()) and ident not in lock:
+            raise NotFound(f"{ident} is not installed in {home / 'toolkits'}")
+        entry = lock.pop(ident, None)
+        work = _staging(home)
+        try:
+            tmp_lock = _atomic_write(home / LOCKFILE, lock_bytes(lock))
+            moved = False
+            try:
+                if target.exists() or target.is_symlink():
+                    os.rename(target, work / ident)
+                    moved = True
+                os.replace(tmp_lock, home / LOCKFILE)
+            except BaseException:
+                if moved:
+                    os.rename(work / ident, target)
+                if tmp_lock.exists():
+                    tmp_lock.unlink()
+                raise
+            return entry
+        finally:
+            unpack.remove_tree(work)

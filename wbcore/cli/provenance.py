@@ -118,6 +118,15 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
         if not done:
             warn("nothing to install")
 
+    @app.command("uninstall")
+    def uninstall(ident: str = typer.Argument(..., metavar="ID")) -> None:
+        """Remove a toolkit from the user root and its entry from wbx.lock, together."""
+        from wbcore import install as _install
+
+        entry = _install.uninstall(runtime.home, ident)
+        runtime.discover(refresh=True)
+        typer.echo(f"uninstalled {ident}" + (f" {entry.version} ({entry.source})" if entry else ""))
+
     def _registered() -> list[str]:
         try:
             return runtime.registry.names("command")
