@@ -315,3 +315,31 @@ def test_signature_lines_are_split_at_lf_only():
     assert signing.strip_signature(raw) == b"a\nb\rc\nlast"
     with pytest.raises(signing.SigningError, match="more than one"):
         signing.strip_signature(b"#+SIGNATURE: a\n#+signature: b\n")
+
+
+def test_wbx_did_web_end_to_end(make_toolkit, wbx, make_runtime, monkeypatch, tmp_path):
+    site = tmp_path / "site2"
+    site.mkdir()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), lambda *a, **kw: _Quiet(*a, directory=str(site), **kw))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        host = f"127.0.0.1:{server.server_address[1]}"
+        monkeypatch.setenv("WB_SIGNING_KEY", base64.b64encode(SEED0).decode())
+        monkeypatch.setenv(did.ENV_HTTP_LOOPBACK, "1")
+        make_toolkit("webtk", trust="third-party")
+        rt = make_runtime()
+        r = wbx("identity", "did-web", host, "-o", str(site / ".well-known" / "did.json"), runtime=rt)
+        assert r.exit_code == 0, r.stderr
+        r = wbx("toolkit", "sign", "webtk", "--did-web", host, runtime=rt)
+        assert r.exit_code == 0 and f"signed webtk as did:web:127.0.0.1%3A{host.split(':')[1]}" in r.stdout
+        r = wbx("toolkit", "verify", "webtk", runtime=rt)
+        assert r.exit_code == 0, r.stdout
+        assert "✓ trust: third-party, signature valid, signed by did:web:127.0.0.1%3A" in r.stdout
+        (site / ".well-known" / "did.json").unlink()
+        r = wbx("toolkit", "verify", "webtk", runtime=make_runtime())
+        assert r.exit_code == 1 and "✗ trust: signature unresolved" in r.stdout and "HTTP 404" in r.stdout
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
