@@ -232,3 +232,13 @@ def test_only_assertion_methods_sign():
     assert did.keys_in(doc, "did:web:example.com") == [signer.public_key, other.public_key]
     del doc["assertionMethod"]
     assert len(did.keys_in(doc, "did:web:example.com")) == 2
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=80))
+def test_base58_roundtrips_any_bytes(raw):
+    assert identity.b58decode(identity.b58encode(raw)) == raw

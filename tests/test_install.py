@@ -331,3 +331,49 @@ def test_uninstall_removes_folder_and_lock_entry_together(src, wbx, wb_home):
     assert sorted(json.loads((wb_home / "wbx.lock").read_text())["toolkits"]) == ["tp"]
     assert wbx("toolkit", "uninstall", "fp").exit_code == 127
     assert wbx("toolkit", "uninstall", "..").exit_code == 2
+
+
+def test_a_failure_while_landing_rolls_everything_back(src, wbx, wb_home, monkeypatch):
+    assert wbx("toolkit", "install", str(src / "fp")).exit_code == 0
+    (src / "fp" / "skills" / "overview.org").write_text("#+TITLE: v2\n\nv2.\n")
+    before = snapshot(wb_home)
+    real_rename = os.rename
+    calls = {"n": 0}
+
+    def flaky(a, b):
+        calls["n"] += 1
+        if calls["n"] == 3:  # old fp moved aside, new fp landed, then tp fails
+            raise OSError(28, "No space left on device")
+        return real_rename(a, b)
+
+    monkeypatch.setattr(install.os, "rename", flaky)
+    with pytest.raises(OSError):
+        install.install(wb_home, str(src), force=True, env={"WB_SIGNING_KEY": SEED0})
+    monkeypatch.setattr(install.os, "rename", real_rename)
+    assert snapshot(wb_home) == before
+    assert not list((wb_home / ".staging").iterdir())
+
+
+def test_parallel_installs_keep_one_consistent_lock(src, wb_home):
+    from concurrent.futures import ThreadPoolExecutor
+
+    env = {"WB_SIGNING_KEY": SEED0}
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(lambda p: install.install(wb_home, str(src / p), env=env), ["tp", "fp"]))
+    lock = json.loads((wb_home / "wbx.lock").read_text())["toolkits"]
+    assert sorted(lock) == ["fp", "tp"]
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="ab./\\\\:\x00 ", min_size=1, max_size=24))
+def test_safe_names_never_escape(name):
+    try:
+        rel = unpack.safe_name(name, "fuzz")
+    except unpack.UnsafeArchive:
+        return
+    assert not rel.startswith("/") and ".." not in rel.split("/") and "\x00" not in rel
+    assert rel == "" or ("" not in rel.split("/") and "." not in rel.split("/"))  # "" = the root itself
