@@ -218,6 +218,15 @@ class ToolkitProvider:
             raise NotFound(unknown_name("tool", name, list(self.tools())))
         return found
 
+    def act_skills(self) -> dict[str, str]:
+        """``act:skill`` texts carried by component artifacts, by toolkit (or component) name."""
+        out: dict[str, str] = {}
+        for tool in self.tools().values():
+            text = tool.definition.extensions.get(STD_SKILL)
+            if tool.kind == "component" and isinstance(text, str):
+                out.setdefault(tool.toolkit or tool.target, text)
+        return out
+
     def _selected(self, tool: Tool) -> bool:
         return self.only is None or tool.name in self.only or (tool.toolkit or "") in self.only
 

@@ -272,3 +272,38 @@ def test_shipped_toolkits_over_stdio(wb_home: Path) -> None:
                 assert r.is_error and "outside 10..400" in _text(r)
 
     anyio.run(main)
+
+
+def test_act_sections_of_a_component_are_read_natively(make_runtime, toolkit_root: Path, wb_home: Path) -> None:
+    """A component carrying act:component and act:skill: its description and skill reach
+    the tool list and the resources without instantiating it."""
+    import cbor2
+    import wasmtime
+
+    from wb_act import sections
+    from wb_mcp.server import build_server
+    from wbcore.registry import Entry
+    from wbcore.testing import manifest_text, write_toolkit
+
+    wasm = bytes(wasmtime.wat2wasm((Path(__file__).parent / "data" / "calc.wat").read_text()))
+    wasm = sections.add_custom_section(wasm, sections.ACT_COMPONENT, cbor2.dumps(
+        {"std": {"name": "calc", "version": "1.0.0", "description": "Exact integer arithmetic"}}))
+    wasm = sections.add_custom_section(wasm, sections.ACT_SKILL, b"# calc\nUse add for sums.")
+    write_toolkit(toolkit_root, "actcalc", manifest_text("actcalc", exec="component"))
+    rt = make_runtime()
+    sha = rt.artifacts.put_bytes(wasm).sha256
+    rt.registry.register(Entry("component", "actcalc", sha, "component", "actcalc"))
+    server = build_server(rt)
+    tool = server.wb_provider.tool("actcalc.add")
+    assert tool.description.startswith("Exact integer arithmetic")
+    assert server.wb_provider.act_skills() == {"actcalc": "# calc\nUse add for sums."}
+
+    async def main() -> None:
+        res = await server.get_request_handler("resources/list").handler(None, types.PaginatedRequestParams())
+        assert "skill://actcalc/act-skill" in {str(r.uri) for r in res.resources}
+        got = await server.get_request_handler("resources/read").handler(
+            None, types.ReadResourceRequestParams(uri="skill://actcalc/act-skill"))
+        assert got.contents[0].text.startswith("# calc")
+
+    anyio.run(main)
+    assert server.wb_provider.call_json("actcalc.add", {"a": 2, "b": 3}).structured == 5

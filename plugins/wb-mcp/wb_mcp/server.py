@@ -14,7 +14,9 @@ Behaviour per the MCP 2025-11-25 specification:
   dropped connection) sets the call's cancel event: a component guest stops at the
   next epoch tick; a command or kernel stops at its deadline.
 - ``resources/list`` / ``resources/read``: skills as ``skill://<toolkit>/<slug>``
-  (``text/org``); ``skills/list`` / ``skills/get``: the skills extension's methods.
+  (``text/org``), and a component's embedded ``act:skill`` as
+  ``skill://<toolkit>/act-skill`` (``text/markdown``); ``skills/list`` /
+  ``skills/get``: the skills extension's methods.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ if TYPE_CHECKING:
 SERVER_NAME = "wbcore"
 SKILL_SCHEME = "skill://"
 SKILL_MIME = "text/org"
+#: A component's embedded ``act:skill`` section (markdown), served beside its skills/ files.
+ACT_SKILL_SLUG = "act-skill"
+ACT_SKILL_MIME = "text/markdown"
 SEARCH_TOOL = "search_tools"
 PROGRESS_EVERY_S = 1.0
 MAX_SEARCH_RESULTS = 50
@@ -227,6 +232,12 @@ def build_server(runtime: Runtime, *, only: Iterable[str] | None = None, search_
             )
             for tk, s in _skills(runtime, only_toolkits)
         ]
+        for owner in sorted(provider.act_skills()):
+            res.append(types.Resource(
+                uri=f"{SKILL_SCHEME}{owner}/{ACT_SKILL_SLUG}", name=f"{owner}/{ACT_SKILL_SLUG}",
+                title=f"{owner}: the component's own act:skill", mime_type=ACT_SKILL_MIME,
+                description="Agent instructions embedded in the component (act:skill custom section).",
+            ))
         return types.ListResourcesResult(resources=res)
 
     def _read_skill(uri: str) -> tuple[Any, str, str]:
@@ -245,6 +256,12 @@ def build_server(runtime: Runtime, *, only: Iterable[str] | None = None, search_
 
     async def read_resource(ctx: Any, params: Any) -> Any:
         uri = str(params.uri)
+        if uri.startswith(SKILL_SCHEME) and uri.endswith("/" + ACT_SKILL_SLUG):
+            owner = uri[len(SKILL_SCHEME):-len(ACT_SKILL_SLUG) - 1]
+            embedded = provider.act_skills().get(owner)
+            if embedded is not None:
+                return types.ReadResourceResult(
+                    contents=[types.TextResourceContents(uri=uri, mime_type=ACT_SKILL_MIME, text=embedded)])
         _, _, text = _read_skill(uri)
         return types.ReadResourceResult(contents=[types.TextResourceContents(uri=uri, mime_type=SKILL_MIME, text=text)])
 
