@@ -24,6 +24,8 @@ from wbcore.errors import InvalidArgs, NotFound
 from wbcore.manifest import NAME_RE
 
 MAX_DOC_BYTES = 1 << 20
+MAX_FILES = 5000
+MAX_TOTAL_BYTES = 256 << 20
 MAIN_DOCS = ("SKILL.md", "skill.md", "README.md", "readme.md", "index.md")
 MD_SUFFIXES = (".md", ".markdown")
 _HEADING_RE = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
@@ -230,6 +232,8 @@ def _plan(source: Path, ident: str | None) -> tuple[str, dict[str, Any], Doc, li
                 refs.append((rel.with_suffix("").as_posix(), p))
             else:
                 copies.append(rel)
+            if len(refs) + len(copies) > MAX_FILES:
+                raise InvalidArgs(f"{source}: more than {MAX_FILES} files to import")
     name = ident or str(front.get("name") or source.name)
     return name, front, doc, refs, copies, kind
 
@@ -308,6 +312,7 @@ def import_skill(source: Path, out_root: Path, *, ident: str | None = None, forc
                 overview.append(f"- {slug} :: {_one_line(t, 120)}" + (f" — {summary}" if summary else ""))
         (stage / "skills" / "overview.org").write_text(_relink("\n".join(overview).rstrip("\n") + "\n", links, tid), encoding="utf-8")
         copied: list[str] = []
+        total = 0
         if source.is_dir():
             for rel in copies:
                 src = source / rel
@@ -318,8 +323,9 @@ def import_skill(source: Path, out_root: Path, *, ident: str | None = None, forc
                     unpack._check_link(rel.as_posix(), target_text, str(source))  # refuse links leaving the skill
                     os.symlink(target_text, dest)
                 elif src.is_file():
-                    if src.stat().st_size > 64 << 20:
-                        raise InvalidArgs(f"{src} is over the 64 MiB cap for a copied file")
+                    total += src.stat().st_size
+                    if total > MAX_TOTAL_BYTES:
+                        raise InvalidArgs(f"{source}: more than {MAX_TOTAL_BYTES} bytes to copy")
                     shutil.copy2(src, dest)
                 else:
                     continue
