@@ -142,11 +142,22 @@ def test_added_and_removed_files_are_tampering(signed_vec):
     assert v.code == signing.TAMPERED and "artifact bin/tool.wasm removed" in v.message
 
 
-def test_a_symlink_swapped_in_for_a_skill_is_tampering(signed_vec, tmp_path):
+def test_a_symlink_swapped_in_for_a_skill_fails(signed_vec, tmp_path):
     (tmp_path / "evil.org").write_text("What vec does.\n")
     (signed_vec / "skills" / "overview.org").unlink()
     (signed_vec / "skills" / "overview.org").symlink_to(tmp_path / "evil.org")
+    v = signing.verify(signed_vec)
+    assert v.code == signing.MALFORMED and "must stay inside" in v.message
+    (signed_vec / "skills" / "overview.org").unlink()
+    (signed_vec / "skills" / "overview.org").symlink_to("../bin/tool.wasm")
     assert signing.verify(signed_vec).code == signing.TAMPERED
+
+
+def test_links_inside_are_signed_by_target(tmp_path):
+    d = write_vec(tmp_path)
+    (d / "skills" / "alias.org").symlink_to("overview.org")
+    signing.sign(d, identity.Identity.from_seed(SEED0))
+    assert "link " in signing.canonical(d).decode() and signing.verify(d).ok
 
 
 def test_tampering_is_caught_without_the_sidecar(signed_vec):

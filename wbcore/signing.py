@@ -92,6 +92,7 @@ def _entries(root: Path) -> list[tuple[str, str, str]]:
     """(kind, sha256, relpath) of every file to sign, sorted by relpath bytes."""
     found: list[tuple[str, str, str]] = []
     total = 0
+    real_root = os.path.realpath(root)
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         dirnames[:] = [d for d in dirnames if d not in EXCLUDED_DIRS]
         # A symlinked directory is listed in dirnames but not walked: record it as a link.
@@ -111,7 +112,11 @@ def _entries(root: Path) -> list[tuple[str, str, str]]:
             except UnicodeEncodeError:
                 raise SigningError(f"{rel!r}: file names must be UTF-8") from None
             if stat.S_ISLNK(st.st_mode):
-                found.append(("link", _sha(os.fsencode(os.readlink(path))), rel))
+                target = os.readlink(path)
+                real = os.path.realpath(path)
+                if os.path.isabs(target) or not (real == real_root or real.startswith(real_root + os.sep)):
+                    raise SigningError(f"{rel}: a link must stay inside the toolkit (it points to {target!r})")
+                found.append(("link", _sha(os.fsencode(target)), rel))
             elif stat.S_ISDIR(st.st_mode):
                 continue
             elif stat.S_ISREG(st.st_mode):
