@@ -38,7 +38,7 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
         ident: str = typer.Argument(..., metavar="ID"),
         caps: list[str] = typer.Argument(..., metavar="CAP..."),
     ) -> None:
-        """Grant a third-party toolkit some of the caps it requests (deployer consent)."""
+        """Grant caps a toolkit requests: any for third-party (signature must verify); build/serve for first-party."""
         from wbcore import consent, signing
 
         from wbcore import policy
