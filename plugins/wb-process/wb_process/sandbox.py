@@ -186,6 +186,18 @@ def system_binds() -> list[Bind]:
     return _system_binds()
 
 
+def own_for_sandbox(root: Path) -> None:
+    """Make a trusted tree (a warmed compiler cache) owned by the sandbox's uid, so that an
+    ``overlay`` bind of it is writable inside (copy-up needs the owner's rights). A no-op
+    unless this process is root: otherwise the sandbox's uid is this user's own."""
+    if os.geteuid() != 0:
+        return
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        for name in [*dirnames, *filenames]:
+            os.lchown(os.path.join(dirpath, name), SANDBOX_HOST_ID, SANDBOX_HOST_ID)
+    os.lchown(root, SANDBOX_HOST_ID, SANDBOX_HOST_ID)
+
+
 class Sandbox:
     """Runs programs in the namespace sandbox. Construct once, ``run`` many times."""
 

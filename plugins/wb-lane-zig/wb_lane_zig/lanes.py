@@ -1,0 +1,219 @@
+"""The ``c`` and ``zig`` lane drivers: zig compiling to wasm32-wasi inside the build sandbox.
+
+What the compiler sees: ``/zig`` (the ziglang package, read-only), ``/src`` (the resolved
+source, read-only), ``/zig-cache`` (the warmed global cache through a private overlay),
+a private ``/tmp`` and ``/out`` (copied back to the request's ``outdir``). No network,
+no ``/etc``, no home, uid 1000 without capabilities, seccomp, rlimits and a deadline
+(see ``wb_process.sandbox``). Paths inside are fixed, so the same source and flags give
+the same bytes on any machine.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from wbcore.build import BuildFailed, BuildOutput, BuildRequest
+from wbcore.errors import InvalidArgs, Timeout
+
+from wb_lane_zig import cache as _cache
+from wb_lane_zig.toolchain import Zig, find
+
+MAX_ARTIFACT_BYTES = 64 << 20
+MAX_SOURCES = 2000
+#: Flags a manifest or caller may add to ``zig cc``; the lane owns target, output and paths.
+C_FLAG_RE = re.compile(
+    r"^-(D[A-Za-z_][A-Za-z0-9_]*(=[^\s]*)?|U[A-Za-z_][A-Za-z0-9_]*|W[A-Za-z0-9,=_-]*|O[0-3sz]?|g0?"
+    r"|std=[a-z0-9+]+|f[a-z0-9-]+(=[a-z0-9]+)?|l(m|c)|s)$"
+)
+ZIG_FLAG_RE = re.compile(r"^(-O(Debug|ReleaseSafe|ReleaseFast|ReleaseSmall)|-f(no-)?(strip|single-threaded)|-D[A-Za-z_][A-Za-z0-9_]*(=[^\s]*)?)$")
+
+
+@dataclass
+class ZigLaneBase:
+    home: Path
+    env: dict[str, str]
+    lane: ClassVar[str] = "c"
+
+    @classmethod
+    def for_runtime(cls, runtime: Any) -> ZigLaneBase:
+        return cls(home=Path(runtime.home), env=dict(getattr(runtime, "env", {}) or {}))
+
+    @property
+    def zig(self) -> Zig:
+        zig = find()
+        if isinstance(zig, str):
+            raise InvalidArgs(f"{self.lane} lane: {zig}")
+        return zig
+
+    @property
+    def version(self) -> str:
+        return f"zig {self.zig.version}; {_cache.RECIPE}"
+
+    def _timeout(self) -> float:
+        return float(self.env.get("WB_BUILD_TIMEOUT", "300"))
+
+    def _sandbox(self, request: BuildRequest) -> Any:
+        from wb_process.sandbox import Sandbox
+
+        if request.unsandboxed and request.manifest.trust != "first-party":
+            raise InvalidArgs(f"{self.lane} lane: --unsandboxed-build is for first-party toolkits only; "
+                              f"{request.manifest.id} is {request.manifest.trust}")
+        return Sandbox(unsandboxed=request.unsandboxed)
+
+    def _compile(self, request: BuildRequest, argv: list[str], name: str, *, cwd: str = "/tmp") -> BuildOutput:
+        from wb_process.sandbox import Bind, Limits
+
+        src = request.source.dir
+        assert src is not None
+        zig = self.zig
+        box = self._sandbox(request)
+        cache = _cache.cache_dir(zig, self.home, self.env)
+        progress: Callable[[str], None] | None = request.progress
+        _cache.warm(zig, cache, unsandboxed=request.unsandboxed, progress=progress)
+        timeout = self._timeout()
+        limits = Limits(wall_seconds=timeout, cpu_seconds=int(timeout) * 2, open_files=8192, processes=256,
+                        out_bytes=MAX_ARTIFACT_BYTES * 2, tmp_bytes=1 << 30)
+        if progress:
+            progress(f"{self.lane}: " + " ".join(argv[1:6]) + " …")
+        outdir = request.outdir
+        outdir.mkdir(parents=True, exist_ok=True)
+        res = box.run(
+            argv,
+            binds=[Bind(zig.root, "/zig"), Bind(src, "/src"), Bind(cache, "/zig-cache", overlay=not request.unsandboxed,
+                                                                    writable=request.unsandboxed)],
+            out_dir=outdir,
+            env={"ZIG_GLOBAL_CACHE_DIR": "/zig-cache", "ZIG_LOCAL_CACHE_DIR": "/tmp/zig-local", **_user_env(request)},
+            cwd=cwd,
+            limits=limits,
+        )
+        cmdline = " ".join(argv)
+        log = f"$ {cmdline}\n{res.log}"
+        if res.timed_out:
+            raise Timeout(f"{self.lane} lane: the compiler did not finish within {timeout:g}s ({cmdline})")
+        if not res.ok:
+            why = f"{res.limit} limit" if res.limit else f"exit {res.returncode}"
+            first = next((ln for ln in res.log.splitlines() if "error" in ln), None) or next(
+                (ln for ln in res.log.splitlines() if ln.strip()), why)
+            raise BuildFailed(f"{self.lane} lane: compile failed ({why}): {first.strip()}", log=log)
+        artifact = outdir / name
+        if not artifact.is_file():
+            found = sorted(outdir.rglob("*.wasm"))
+            if len(found) != 1:
+                raise BuildFailed(f"{self.lane} lane: the compiler exited 0 but wrote no {name}", log=log)
+            os.replace(found[0], artifact)
+        size = artifact.stat().st_size
+        with artifact.open("rb") as fh:
+            magic = fh.read(4)
+        if magic != b"\0asm" or size > MAX_ARTIFACT_BYTES:
+            artifact.unlink()
+            raise BuildFailed(f"{self.lane} lane: {name} is not a wasm module under {MAX_ARTIFACT_BYTES} bytes", log=log)
+        return BuildOutput(artifact=artifact, log=log)
+
+
+def _user_env(request: BuildRequest) -> dict[str, str]:
+    """Only plain ``[A-Z_]`` names pass, never the lane's own (``ZIG_*``, ``PATH``)."""
+    out = {}
+    for k, v in request.env.items():
+        if not re.fullmatch(r"[A-Z][A-Z0-9_]*", k) or k.startswith("ZIG_") or k in ("PATH", "HOME", "TMPDIR"):
+            raise InvalidArgs(f"build env {k!r} is not allowed")
+        out[k] = v
+    return out
+
+
+def artifact_name(request: BuildRequest) -> str:
+    return (request.manifest.cli_bin or request.manifest.id) + ".wasm"
+
+
+def _inside(root: Path, entry: str | None) -> Path:
+    if not entry:
+        return root
+    target = Path(os.path.realpath(root / entry))
+    real = Path(os.path.realpath(root))
+    if target != real and real not in target.parents:
+        raise InvalidArgs(f"build entry {entry!r} escapes {root}")
+    if not target.exists():
+        raise InvalidArgs(f"build entry {entry!r} does not exist in {root}")
+    return target
+
+
+def _guest(root: Path, path: Path) -> str:
+    rel = path.relative_to(os.path.realpath(root)).as_posix()
+    return "/src" if rel == "." else f"/src/{rel}"
+
+
+class CLane(ZigLaneBase):
+    """Every ``*.c`` of the source folder (or the one ``entry``) into one WASI command."""
+
+    def build(self, request: BuildRequest) -> BuildOutput:
+        src = request.source.dir
+        if src is None:
+            raise InvalidArgs("c lane builds a source folder; this BUILD_SRC resolved to a prebuilt artifact")
+        for flag in request.flags:
+            if not C_FLAG_RE.match(flag):
+                raise InvalidArgs(f"c lane: flag {flag!r} is not allowed (allowed: -D -U -W -O -g -std= -f -lm -lc -s)")
+        base = _inside(src, request.source.entry)
+        if base.is_file():
+            if base.suffix != ".c":
+                raise InvalidArgs(f"c lane builds .c files; {request.source.entry!r} is not one")
+            files, inc = [_guest(src, base)], _guest(src, base.parent)
+        else:
+            files = []
+            for dirpath, dirnames, filenames in os.walk(base, followlinks=False):
+                dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+                files += [_guest(src, Path(dirpath) / f) for f in sorted(filenames) if f.endswith(".c")]
+                if len(files) > MAX_SOURCES:
+                    raise InvalidArgs(f"c lane: more than {MAX_SOURCES} .c files under {base}")
+            if not files:
+                raise InvalidArgs(f"c lane: no .c files under {base}")
+            inc = _guest(src, base)
+        opt = [] if any(f.startswith("-O") for f in request.flags) else ["-Oz"]
+        includes = [f"-I{inc}"] + ([f"-I{inc}/include"] if (base if base.is_dir() else base.parent).joinpath("include").is_dir() else [])
+        name = artifact_name(request)
+        argv = ["/zig/zig", "cc", "--target=wasm32-wasi", *opt, "-s", *includes, *request.flags,
+                "-o", f"/out/{name}", *files]
+        if "-lm" not in request.flags:
+            argv.append("-lm")
+        return self._compile(request, argv, name)
+
+
+class ZigLane(ZigLaneBase):
+    """A ``.zig`` entry (``entry``, ``src/main.zig`` or ``main.zig``) with ``build-exe``,
+    or a folder holding ``build.zig`` with ``zig build`` (its build runner runs in the sandbox too)."""
+
+    lane: ClassVar[str] = "zig"
+
+    def build(self, request: BuildRequest) -> BuildOutput:
+        src = request.source.dir
+        if src is None:
+            raise InvalidArgs("zig lane builds a source folder; this BUILD_SRC resolved to a prebuilt artifact")
+        for flag in request.flags:
+            if not ZIG_FLAG_RE.match(flag):
+                raise InvalidArgs(f"zig lane: flag {flag!r} is not allowed (allowed: -O<mode>, -f[no-]strip, "
+                                  "-f[no-]single-threaded, -D<name>=<value>)")
+        base = _inside(src, request.source.entry)
+        name = artifact_name(request)
+        if base.is_dir() and (base / "build.zig").is_file():
+            opt = next((f[2:] for f in request.flags if f.startswith("-O")), "ReleaseSmall")
+            argv = ["/zig/zig", "build", "install", "--prefix", "/out", "--cache-dir", "/tmp/zig-local",
+                    "--global-cache-dir", "/zig-cache", "-Dtarget=wasm32-wasi", f"-Doptimize={opt}",
+                    *[f for f in request.flags if f.startswith("-D")]]
+            out = self._compile(request, argv, name, cwd=_guest(src, base))
+            return out
+        if base.is_dir():
+            entry = next((base / c for c in ("src/main.zig", "main.zig") if (base / c).is_file()), None)
+            if entry is None:
+                raise InvalidArgs(f"zig lane: no build.zig, src/main.zig or main.zig under {base}")
+            base = entry
+        if base.suffix != ".zig":
+            raise InvalidArgs(f"zig lane builds .zig files; {base.name!r} is not one")
+        opt = next((f[2:] for f in request.flags if f.startswith("-O") and not f.startswith("-D")), "ReleaseSmall")
+        strip = [] if any("strip" in f for f in request.flags) else ["-fstrip"]
+        extra = [f for f in request.flags if f.startswith("-f")]
+        argv = ["/zig/zig", "build-exe", "-target", "wasm32-wasi", "-O", opt, *strip, *extra,
+                f"-femit-bin=/out/{name}", _guest(src, base)]
+        return self._compile(request, argv, name)

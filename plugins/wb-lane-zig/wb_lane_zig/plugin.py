@@ -1,0 +1,48 @@
+"""Entry point of wb-lane-zig. Imports nothing heavy: the sandbox and zig load in the factories."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from wbcore import hookimpl
+from wbcore.records import Availability, BuildLane
+
+WHERE = ("native zig {tool} (PyPI ziglang) inside the wb-process build sandbox: user/mount/pid/net "
+         "namespaces, no network, read-only source, uid 1000, seccomp, rlimits, deadline")
+
+
+def _c(runtime: Any) -> Any:
+    from wb_lane_zig.lanes import CLane
+
+    return CLane.for_runtime(runtime)
+
+
+def _zig(runtime: Any) -> Any:
+    from wb_lane_zig.lanes import ZigLane
+
+    return ZigLane.for_runtime(runtime)
+
+
+def _available() -> Availability:
+    from wb_lane_zig.toolchain import available
+
+    return available()
+
+
+@hookimpl
+def wbcore_build_lanes() -> Iterator[BuildLane]:
+    yield BuildLane(
+        name="c",
+        summary="C (C17 and GNU extensions, wasi-libc) with zig cc --target=wasm32-wasi -Oz -s; every *.c of the folder",
+        where=WHERE.format(tool="cc"),
+        factory=_c,
+        available=_available,
+    )
+    yield BuildLane(
+        name="zig",
+        summary="Zig with zig build-exe -target wasm32-wasi -O ReleaseSmall -fstrip (or zig build when build.zig exists)",
+        where=WHERE.format(tool="build-exe"),
+        factory=_zig,
+        available=_available,
+    )
