@@ -60,6 +60,8 @@ def test_bad_manifests_are_refused_before_anything_runs(pykit: Path, tmp_path: P
 
 @pytest.mark.slow
 def test_shipped_toolkit_builds_in_the_sandbox_and_answers(make_runtime, tmp_path: Path) -> None:
+    for needed in ("wb_process", "wb_sources", "wb_wasmtime", "wb_act"):  # the cross-plugin path
+        pytest.importorskip(needed)
     from wbcore.builder import build
 
     rt = make_runtime(roots=[SHIPPED.parent])

@@ -136,3 +136,10 @@ def test_compiled_component_is_cached_across_processes(make_runtime) -> None:
     assert comp.components.last_built is False
     cached = list(comp.artifact_store(rt).root.glob(f"{sha[:2]}/{sha}.component-*.cwasm"))
     assert len(cached) == 1
+
+
+def test_wasi_http_is_never_linked_even_with_net(make_runtime) -> None:
+    rt = make_runtime()
+    sha = _put(rt, "http")
+    with pytest.raises(CapabilityDenied, match="bypass the SSRF guard"):
+        comp.ComponentRunner(rt).call(_req(sha, "f", {}, name="http", profile="network", caps=frozenset({"net"})))

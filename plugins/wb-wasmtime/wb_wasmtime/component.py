@@ -5,8 +5,9 @@
   (:mod:`wb_wasmtime.wit_values`), the result is lifted back to JSON. A top-level
   ``result<T, E>`` that returns ``err`` is an execution error carrying ``E``.
 - **WASI p2, nothing inherited**: no preopened directories, no environment, no
-  network (sockets are linked but every address is denied; ``wasi:http`` is linked only
-  when ``net`` is granted); stdout/stderr are captured and capped.
+  network (sockets are linked but every address is denied; ``wasi:http`` is never
+  linked: egress would bypass the Dock's SSRF guard, so ``net`` reaches a component only
+  as ``wb:host/net``); stdout/stderr are captured and capped.
 - **Caps as host interfaces** of the ``wb:host`` WIT world (``wit/wb-host.wit``): the
   interface ``wb:host/<cap>`` has ``call: func(request: list<u8>) -> result<list<u8>,
   list<u8>>`` (CBOR request ``{"op": ...}`` in, CBOR response or error map out; the same
@@ -47,8 +48,9 @@ HOST_PACKAGE = "wb:host"
 HOST_VERSION = "0.1.0"
 HOST_IMPORT_RE = re.compile(r"^wb:host/([a-z][a-z0-9-]*)(?:@[0-9A-Za-z.+-]+)?$")
 INFO_INTERFACE = "info"
-#: WASI interfaces that reach the network through wasmtime's own stack, by the cap that grants them.
-WASI_BY_CAP = {"wasi:http/": "net"}
+#: WASI interfaces never linked: wasmtime's own HTTP stack would bypass the Dock's SSRF
+#: guard, audit and rate limits. A component reaches the network through ``wb:host/net``.
+WASI_REFUSED = ("wasi:http/",)
 MAX_OUTPUT = 1 << 20
 #: Exports that are toolchain plumbing, not tools: componentize-py's pre-initialization
 #: hook (component-init), which must never be called after the component is built.
@@ -197,10 +199,12 @@ class LoadedComponent:
                 if m.group(1) != INFO_INTERFACE:
                     needed.setdefault(m.group(1), imp)
                 continue
-            by_cap = next((cap for prefix, cap in WASI_BY_CAP.items() if imp.startswith(prefix)), None)
-            if by_cap:
-                needed.setdefault(by_cap, imp)
-            elif not imp.startswith("wasi:"):
+            if imp.startswith(WASI_REFUSED):
+                raise CapabilityDenied(
+                    f"{name}: imports {imp}; direct HTTP egress is not offered (it would bypass the SSRF guard): "
+                    f"import {HOST_PACKAGE}/net and have the net cap granted"
+                )
+            if not imp.startswith("wasi:"):
                 raise CapabilityDenied(
                     f"{name}: imports {imp}; a component may import only wasi:* (p2, nothing inherited) "
                     f"and {HOST_PACKAGE}/<cap> interfaces"
@@ -227,8 +231,6 @@ class LoadedComponent:
 
         linker = Linker(self.engine.wasm)
         linker.add_wasip2()
-        if "net" in needed:
-            linker.add_wasi_http()
         host_imports = {HOST_IMPORT_RE.match(i).group(1): i for i in self.imports if HOST_IMPORT_RE.match(i)}  # type: ignore[union-attr]
         for cap in needed:
             if cap not in runtime.brokers and cap in host_imports:
