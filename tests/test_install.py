@@ -377,3 +377,10 @@ def test_safe_names_never_escape(name):
         return
     assert not rel.startswith("/") and ".." not in rel.split("/") and "\x00" not in rel
     assert rel == "" or ("" not in rel.split("/") and "." not in rel.split("/"))  # "" = the root itself
+
+
+def test_plain_git_urls_are_git_sources():
+    src = install.parse_source("https://example.invalid/tk.git@" + "a" * 40)
+    assert (src.kind, src.location, src.commit) == ("git", "https://example.invalid/tk.git", "a" * 40)
+    with pytest.raises(Exception, match="pin a commit"):
+        install.parse_source("https://example.invalid/tk.git")

@@ -125,6 +125,8 @@ def parse_source(text: str, sha256: str | None = None) -> Source:
     pin = sha256.lower() if sha256 else None
     if pin is not None and not SHA256_RE.match(pin):
         raise InvalidArgs("--sha256 must be 64 hex digits")
+    if text.startswith(("https://", "file://")) and re.search(r"\.git(@[0-9A-Fa-f]+)?/?$", text):
+        text = "git+" + text  # seed 001: `wb toolkit install <git url>`
     if text.startswith("git+"):
         rest = text[4:]
         url, commit = rest, None
