@@ -80,7 +80,7 @@ def test_infinite_loop_stops_within_deadline_and_host_carries_on(rt, register):
         t.join()
     assert 0.5 <= took <= 0.55, took
     assert info.value.exit_code == 124 and "deadline" in info.value.message
-    assert len(ticks) >= 20  # the other thread kept running while the guest spun
+    assert len(ticks) >= 10  # the other thread kept running while the guest spun
     assert rt.call("upper", [], b"ok").stdout == b"OK"  # and the runtime still works
 
 

@@ -94,4 +94,6 @@ def test_a_spinning_kernel_does_not_hold_the_gil(rt, register):
     t.join()
     k.close()
     assert outcome == ["timeout"]
-    assert n > 100_000, n
+    # had the call held the GIL, this thread could not have run a single iteration while
+    # the guest spun (the loop stops when the spinning thread ends)
+    assert n > 1000, n

@@ -6,7 +6,8 @@ preopened files, no network, no inherited stdio. Limits come from the profile:
 
 - memory: store limits (``memory.grow`` past the cap returns -1; a guest that then
   traps or fails while at the cap ends in ``LimitExceeded(limit="memory")``);
-- time: the wall-clock deadline, checked every epoch tick (``Timeout``, exit 124);
+- time: the wall-clock deadline, checked every epoch tick by the engine's guard
+  (``Timeout``, exit 124);
 - output: stdout/stderr go to private tmpfs files checked against the profile's caps
   every tick while the guest runs (``LimitExceeded(limit="stdout"|"stderr")``);
 - fuel: when the engine meters fuel, ``request.fuel`` bounds it (``LimitExceeded("fuel")``).
@@ -15,16 +16,12 @@ preopened files, no network, no inherited stdio. Limits come from the profile:
 from __future__ import annotations
 
 import atexit
-import ctypes
-import itertools
 import os
 import shutil
 import tempfile
 import threading
 import time
-from typing import TYPE_CHECKING, Any
-
-from wasmtime import _bindings as B
+from typing import TYPE_CHECKING
 
 from wbcore.calls import CallResult, CommandRequest, GuestTrap, LimitExceeded, Usage
 from wbcore.errors import InvalidArgs, Timeout
@@ -99,56 +96,6 @@ def _read_capped(path: str, size: int, cap: int) -> bytes:
         os.close(fd)
 
 
-# --- the per-tick guard ---------------------------------------------------------------------
-#
-# Each store's epoch deadline is one tick; when it passes, wasmtime calls _on_tick on the
-# guest's own thread: past the wall-clock deadline → trap (Timeout); an output file past
-# its cap → trap (LimitExceeded); otherwise continue for one more tick. Calls shorter than
-# a tick never enter Python at all.
-
-_ERROR_NEW = B._wasmtime_error_new
-_CB_TYPE = ctypes.CFUNCTYPE(ctypes.c_size_t, ctypes.POINTER(B.wasmtime_context_t), ctypes.c_void_p,
-                            ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(B.wasmtime_update_deadline_kind_t))
-_NO_FINALIZER = ctypes.cast(None, ctypes.CFUNCTYPE(None, ctypes.c_void_p))
-_guards: dict[int, _Guard] = {}
-_guard_ids = itertools.count(1)
-
-
-class _Guard:
-    __slots__ = ("deadline", "out", "err", "out_cap", "err_cap", "reason")
-
-    def __init__(self, deadline: float, out: str, err: str, out_cap: int, err_cap: int) -> None:
-        self.deadline = deadline
-        self.out, self.err = out, err
-        self.out_cap, self.err_cap = out_cap, err_cap
-        self.reason = ""
-
-    def check(self) -> str:
-        if time.perf_counter() >= self.deadline:
-            return "timeout"
-        try:
-            if os.stat(self.out).st_size > self.out_cap:
-                return "stdout"
-            if os.stat(self.err).st_size > self.err_cap:
-                return "stderr"
-        except OSError:
-            pass
-        return ""
-
-
-@_CB_TYPE
-def _on_tick(_ctx: Any, data: Any, delta: Any, kind: Any) -> int:
-    guard = _guards.get(data or 0)
-    reason = guard.check() if guard is not None else ""
-    if reason:
-        guard.reason = reason  # type: ignore[union-attr]
-        err = _ERROR_NEW(f"wb: {reason} limit".encode())
-        return ctypes.cast(err, ctypes.c_void_p).value or 0
-    delta[0] = 1
-    kind[0] = 0  # WASMTIME_UPDATE_DEADLINE_CONTINUE
-    return 0
-
-
 def describe_trap(exc: BaseException) -> str:
     """The cause line of a wasmtime trap ("wasm trap: integer divide by zero"), not its backtrace."""
     lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
@@ -191,7 +138,6 @@ class CommandRunner:
         out_path, err_path = _io_paths()
         store = wasmtime.Store(eng.wasm)
         store.set_limits(memory_size=prof.memory_bytes, instances=4, tables=8, memories=2)
-        store.set_epoch_deadline(1)
         if eng.fuel:
             store.set_fuel(req.fuel or DEFAULT_FUEL)
         wasi = wasmtime.WasiConfig()
@@ -205,10 +151,8 @@ class CommandRunner:
         exit_code = 0
         failure: BaseException | None = None
         t0 = time.perf_counter()
-        guard = _Guard(t0 + req.timeout_s, out_path, err_path, prof.stdout_bytes, prof.stderr_bytes)
-        gid = next(_guard_ids)
-        _guards[gid] = guard
-        B._wasmtime_store_epoch_deadline_callback(store.ptr(), _on_tick, gid, _NO_FINALIZER)
+        guard = _engine.Guard(t0 + req.timeout_s, out_path, err_path, prof.stdout_bytes, prof.stderr_bytes)
+        gid = _engine.attach_guard(store, guard)
         instance = None
         try:
             with eng.ticker.ticking():
@@ -223,7 +167,7 @@ class CommandRunner:
                 except KeyError:
                     raise InvalidArgs(f"{req.name}: artifact {req.sha256[:12]}… exports no _start (is it a WASI command?)") from None
         finally:
-            _guards.pop(gid, None)
+            _engine.detach_guard(gid)
         wall = time.perf_counter() - t0
 
         peak = self.path.memory_size(store, instance) if instance is not None else 0

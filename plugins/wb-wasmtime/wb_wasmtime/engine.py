@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -149,6 +150,90 @@ def get() -> Engine:
             wasm = wasmtime.Engine(cfg)
             _engine = Engine(wasm, config, fuel, Ticker(wasm))
     return _engine
+
+
+# --- the per-tick guard ---------------------------------------------------------------------
+#
+# A guarded store's epoch deadline is one tick; when it passes, wasmtime calls _on_tick on
+# the guest's own thread: past the wall-clock deadline → trap; an output file past its cap
+# → trap; otherwise continue for one more tick. The reason is left on the Guard for the
+# runner to turn into Timeout / LimitExceeded. Calls shorter than a tick never enter
+# Python, and the deadline is wall-clock exact to a tick even when the ticker thread is
+# starved on a busy machine (counting ticks alone would stretch it).
+
+
+class Guard:
+    __slots__ = ("deadline", "out", "err", "out_cap", "err_cap", "reason")
+
+    def __init__(self, deadline: float, out: str | None = None, err: str | None = None,
+                 out_cap: int = 0, err_cap: int = 0) -> None:
+        self.deadline = deadline
+        self.out, self.err = out, err
+        self.out_cap, self.err_cap = out_cap, err_cap
+        self.reason = ""
+
+    def check(self) -> str:
+        if time.perf_counter() >= self.deadline:
+            return "timeout"
+        if self.out is not None:
+            try:
+                if os.stat(self.out).st_size > self.out_cap:
+                    return "stdout"
+                if self.err is not None and os.stat(self.err).st_size > self.err_cap:
+                    return "stderr"
+            except OSError:
+                pass
+        return ""
+
+
+_guards: dict[int, Guard] = {}
+_guard_ids = itertools.count(1)
+
+
+def _make_callback() -> tuple[Any, Any]:
+    import ctypes
+
+    from wasmtime import _bindings as B
+
+    cb_type = ctypes.CFUNCTYPE(ctypes.c_size_t, ctypes.POINTER(B.wasmtime_context_t), ctypes.c_void_p,
+                               ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(B.wasmtime_update_deadline_kind_t))
+    error_new = B._wasmtime_error_new
+
+    @cb_type
+    def on_tick(_ctx: Any, data: Any, delta: Any, kind: Any) -> int:
+        guard = _guards.get(data or 0)
+        reason = guard.check() if guard is not None else ""
+        if reason:
+            guard.reason = reason  # type: ignore[union-attr]
+            err = error_new(f"wb: {reason} limit".encode())
+            return ctypes.cast(err, ctypes.c_void_p).value or 0
+        delta[0] = 1
+        kind[0] = 0  # WASMTIME_UPDATE_DEADLINE_CONTINUE
+        return 0
+
+    return on_tick, ctypes.cast(None, ctypes.CFUNCTYPE(None, ctypes.c_void_p))
+
+
+_callback: tuple[Any, Any] | None = None
+
+
+def attach_guard(store: Any, guard: Guard) -> int:
+    """Guard ``store`` (epoch deadline one tick ahead, checked by ``guard``); returns its id
+    for :func:`detach_guard`. The ticker must be running while the guest runs."""
+    global _callback
+    from wasmtime import _bindings as B
+
+    if _callback is None:
+        _callback = _make_callback()
+    gid = next(_guard_ids)
+    _guards[gid] = guard
+    B._wasmtime_store_epoch_deadline_callback(store.ptr(), _callback[0], gid, _callback[1])
+    store.set_epoch_deadline(1)
+    return gid
+
+
+def detach_guard(gid: int) -> None:
+    _guards.pop(gid, None)
 
 
 # --- the caps seam --------------------------------------------------------------------

@@ -30,8 +30,6 @@ if TYPE_CHECKING:
 
 
 _clock = time.perf_counter
-#: How often a busy kernel's epoch deadline is re-armed (a ctypes call), in seconds.
-REARM_S = 0.02
 
 
 class KernelInstance:
@@ -43,12 +41,12 @@ class KernelInstance:
         self.req = req
         self.spec = req.spec
         self.calls = 0
-        self._ticks = runner.engine.ticker.ticks_for(req.spec.timeout_s)
+        self._timeout = req.spec.timeout_s
+        self._gid = 0
         self._k: fastpath.KernelCall | None = None
         self._store: Any = None
         self._closed = False
         self._ticking = False
-        self._armed = 0.0
         self._max_in = 0
         self._instantiate()
 
@@ -59,7 +57,8 @@ class KernelInstance:
         loaded = self.runner.modules.load(self.runner.runtime.artifacts, req.sha256)
         store = wasmtime.Store(eng.wasm)
         store.set_limits(memory_size=req.profile.memory_bytes, instances=4, tables=8, memories=2)
-        store.set_epoch_deadline(self._ticks)
+        self._guard = _engine.Guard(float("inf"))
+        self._gid = _engine.attach_guard(store, self._guard)
         if eng.fuel:
             store.set_fuel(2**62)
         store.set_wasi(wasmtime.WasiConfig())  # no argv, env, files or stdio
@@ -79,7 +78,6 @@ class KernelInstance:
                 f"kernel {req.name}: in_off {self.spec.in_off} / out_off {self.spec.out_off} lie outside "
                 f"its {size}-byte memory")
         self._store, self._k = store, k
-        self._armed = _clock()
         self._max_in = self.max_input
         if not self._ticking:
             eng.ticker.enter()
@@ -109,12 +107,7 @@ class KernelInstance:
             if n > self._max_in:
                 raise InvalidArgs(f"kernel {self.req.name}: input of {n} bytes is over its {self._max_in}-byte "
                                   f"input arena (in_off {self.spec.in_off})")
-        now = _clock()
-        if now - self._armed > REARM_S:
-            # re-arming costs a ctypes call; doing it at most every REARM_S keeps every
-            # call's deadline within [timeout - REARM_S, timeout + one tick]
-            k.set_deadline(self._ticks)
-            self._armed = now
+        self._guard.deadline = _clock() + self._timeout
         try:
             out = k.roundtrip(data, self.spec.in_off, self.spec.out_off)
         except fastpath.OutOfRange as exc:
@@ -135,13 +128,14 @@ class KernelInstance:
             return
         self._poison()
         code = getattr(exc, "trap_code", None)
-        if code == wasmtime.TrapCode.INTERRUPT:
+        if self._guard.reason == "timeout" or code == wasmtime.TrapCode.INTERRUPT:
             raise Timeout(f"kernel {self.req.name}: over its {self.spec.timeout_s:g} s deadline") from None
         if code == wasmtime.TrapCode.OUT_OF_FUEL:
             raise LimitExceeded(f"kernel {self.req.name}: ran out of fuel", limit="fuel") from None
         raise GuestTrap(f"kernel {self.req.name}: guest trapped: {_first(exc)}") from None
 
     def _poison(self) -> None:
+        _engine.detach_guard(self._gid)
         self._k = None
         self._store = None
         self._max_in = 0
@@ -149,6 +143,7 @@ class KernelInstance:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
+            _engine.detach_guard(self._gid)
             self._k = None
             self._store = None
             if self._ticking:
