@@ -55,7 +55,11 @@ def verify_kernel(ctx: VerifyContext) -> Iterator[Check]:
     if entry is not None:
         yield Check(True, "exec", f"kernel {name!r} registered (artifact {entry.sha256[:12]}…)")
         return
-    yield Check(False, "exec", f"kernel {name!r} not registered in the kernel registry (build it: wbx toolkit build {ctx.toolkit.id})")
+    buildable = _buildable(ctx)
+    if buildable is None:
+        yield Check(False, "exec", f"kernel {name!r} not registered and no #+BUILD_SRC to build it from")
+    else:
+        yield buildable
 
 
 def verify_component(ctx: VerifyContext) -> Iterator[Check]:

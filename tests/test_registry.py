@@ -1,0 +1,52 @@
+"""The command/kernel registry: names, reserved built-ins, the dynamic cap, refusals."""
+
+from __future__ import annotations
+
+import pytest
+
+from wbcore.errors import InvalidArgs, NotFound
+from wbcore.registry import MAX_DYNAMIC, Entry, Registry
+
+SHA = "a" * 64
+
+
+def test_names_must_match_the_charset(tmp_path):
+    reg = Registry(tmp_path / "r.db")
+    for bad in ("", "has space", "semi;colon", "slash/x", "ünïcode", "x" * 200):
+        with pytest.raises(InvalidArgs, match="must match"):
+            reg.register(Entry("command", bad, SHA, "command"))
+    assert reg.register(Entry("command", "ok.name-1_x", SHA, "command")).name == "ok.name-1_x"
+
+
+def test_reserved_builtins_cannot_be_shadowed_or_removed(tmp_path):
+    reg = Registry(tmp_path / "r.db")
+    with pytest.raises(InvalidArgs, match="reserved built-in"):
+        reg.register(Entry("command", "upper", SHA, "command"))
+    reg.register(Entry("command", "upper", SHA, "command", builtin=True))
+    with pytest.raises(InvalidArgs, match="built-in"):
+        reg.unregister("command", "upper")
+    with pytest.raises(NotFound, match="known: upper"):
+        reg.get("command", "uper")
+
+
+def test_at_most_max_dynamic_entries(tmp_path):
+    reg = Registry(tmp_path / "r.db")
+    db = reg._db()
+    with reg._lock:
+        db.executemany(
+            "INSERT INTO entries (kind,name,sha256,shape,created) VALUES ('command',?,?,'command',0)",
+            [(f"c{i}", SHA) for i in range(MAX_DYNAMIC)],
+        )
+    with pytest.raises(InvalidArgs, match=f"{MAX_DYNAMIC} dynamic entries"):
+        reg.register(Entry("command", "one-more", SHA, "command"))
+    # replacing an existing name is not a new entry
+    reg.register(Entry("command", "c1", "b" * 64, "command"))
+    assert reg.get("command", "c1").sha256 == "b" * 64
+
+
+def test_bad_digest_and_kind_are_refused(tmp_path):
+    reg = Registry(tmp_path / "r.db")
+    with pytest.raises(InvalidArgs, match="sha256"):
+        reg.register(Entry("command", "x", "nothex", "command"))
+    with pytest.raises(InvalidArgs, match="kind"):
+        reg.register(Entry("widget", "x", SHA, "command"))
