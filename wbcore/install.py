@@ -1,7 +1,7 @@
 """``wbx toolkit install``: bring toolkits into the user root, verified, recorded in ``wbx.lock``.
 
-Sources: a folder; ``git+file://…[@commit]``; ``git+https://…@<commit>`` or a plain ``….git@<commit>`` URL (a pin is
-required); an archive (``.tar.gz``, ``.tgz``, ``.tar``, ``.zip``) as a local file or an
+Sources: a folder; ``git+file://…[@commit]``; ``git+https://…@<commit>`` or a plain
+``https://….git@<commit>`` (a pin is required); an archive (``.tar.gz``, ``.tgz``, ``.tar``, ``.zip``) as a local file or an
 ``http(s)://`` URL with ``--sha256`` (required for URLs).
 
 Everything is staged under ``$WB_HOME/.staging`` (the same filesystem as the user root),
