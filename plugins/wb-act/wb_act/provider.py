@@ -194,6 +194,7 @@ class ToolkitProvider:
         self.principal = principal
         self.only = frozenset(only) if only is not None else None
         self._tools: dict[str, Tool] | None = None
+        self._seen: tuple[tuple[str, str, str], ...] | None = None
         self._lock = threading.Lock()
 
     # -- discovery --
@@ -201,6 +202,20 @@ class ToolkitProvider:
     def refresh(self) -> None:
         with self._lock:
             self._tools = None
+
+    def _fingerprint(self) -> tuple[tuple[str, str, str], ...]:
+        return tuple((e.kind, e.name, e.sha256) for e in self.runtime.registry.entries())
+
+    def refresh_if_changed(self) -> bool:
+        """Rebuild the tool list when the registry changed (a toolkit was built or removed
+        while serving). Returns whether it did."""
+        fp = self._fingerprint()
+        if self._tools is not None and fp == self._seen:
+            return False
+        with self._lock:
+            self._tools = None
+            self._seen = fp
+        return True
 
     def tools(self) -> dict[str, Tool]:
         if self._tools is None:
@@ -214,6 +229,8 @@ class ToolkitProvider:
 
     def tool(self, name: str) -> Tool:
         found = self.tools().get(name)
+        if found is None and self.refresh_if_changed():
+            found = self.tools().get(name)
         if found is None:
             raise NotFound(unknown_name("tool", name, list(self.tools())))
         return found

@@ -307,3 +307,22 @@ def test_act_sections_of_a_component_are_read_natively(make_runtime, toolkit_roo
 
     anyio.run(main)
     assert server.wb_provider.call_json("actcalc.add", {"a": 2, "b": 3}).structured == 5
+
+
+def test_a_toolkit_built_while_serving_shows_up(demo_runtime) -> None:
+    import wasmtime
+
+    from wb_mcp.server import build_server
+    from wbcore.registry import Entry
+
+    server = build_server(demo_runtime)
+    assert "late.upcase2" not in server.wb_provider.tools()
+    sha = demo_runtime.artifacts.put_bytes(bytes(wasmtime.wat2wasm((Path(__file__).parent / "data" / "upper.wat").read_text()))).sha256
+    demo_runtime.registry.register(Entry("kernel", "upcase2", sha, "kernel", "late",
+                                         options={"entry": "process", "in_off": 1024, "out_off": 65536}))
+
+    async def main() -> None:
+        res = await server.get_request_handler("tools/list").handler(None, types.PaginatedRequestParams())
+        assert "late.upcase2" in {t.name for t in res.tools}
+
+    anyio.run(main)

@@ -22,6 +22,7 @@ Behaviour per the MCP 2025-11-25 specification:
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from collections.abc import Iterable
@@ -139,6 +140,7 @@ def build_server(runtime: Runtime, *, only: Iterable[str] | None = None, search_
     only_toolkits = None if only is None else {t.toolkit for t in provider.tools().values() if t.toolkit}
 
     async def list_tools(ctx: Any, params: Any) -> Any:
+        provider.refresh_if_changed()  # a toolkit built while serving shows up
         tools = [_mcp_tool(t) for t in provider.tools().values()]
         if search_tool:
             tools.append(types.Tool(
@@ -163,7 +165,7 @@ def build_server(runtime: Runtime, *, only: Iterable[str] | None = None, search_
             hits = search(provider, query, max(1, min(limit, MAX_SEARCH_RESULTS)))
             return types.CallToolResult(content=[types.TextContent(text=json.dumps(hits, indent=1))],
                                         structured_content={"tools": hits})
-        if name not in provider.tools():
+        if name not in provider.tools() and not (provider.refresh_if_changed() and name in provider.tools()):
             known = ", ".join(list(provider.tools())[:20])
             raise MCPError(INVALID_PARAMS, f"Unknown tool: {name}; known: {known}")
 
@@ -324,6 +326,7 @@ def serve_http(runtime: Runtime, *, host: str = "127.0.0.1", port: int = 8765, p
     app = server.streamable_http_app(streamable_http_path=path, host=host)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
     uv = uvicorn.Server(config)
+    print(f"wbx mcp: serving streamable HTTP on http://{host}:{port}{path}", file=sys.stderr, flush=True)
     if ready is not None:
         orig = uv.startup
 
