@@ -1,0 +1,149 @@
+"""The rust lane: rustc / cargo for wasm32-wasi(p1) inside the build sandbox."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+
+from wbcore.build import BuildFailed, BuildRequest, ResolvedSource, tree_digest
+from wbcore.errors import InvalidArgs
+from wbcore.manifest import load
+from wbcore.testing import manifest_text
+
+from wb_lane_rust import lane as rlane
+from wb_lane_rust.toolchain import find
+
+MAIN = r"""
+use std::io::Read;
+fn main() {
+    let mut s = String::new();
+    std::io::stdin().read_to_string(&mut s).unwrap();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    println!("{}|{}", args.join(","), s.trim().to_uppercase());
+    if args.len() > 2 { std::process::exit(3); }
+}
+"""
+
+
+def ready() -> str:
+    rust = find()
+    if isinstance(rust, str):
+        return rust
+    try:
+        from wb_process.sandbox import probe
+    except ImportError:
+        return "no build sandbox"
+    ok, reason, _ = probe()
+    return "" if ok else reason
+
+
+needs_toolchain = pytest.mark.skipif(bool(ready()), reason=f"rust lane unavailable here: {ready()}")
+
+
+@pytest.fixture
+def tk(tmp_path: Path) -> Path:
+    d = tmp_path / "rstool"
+    (d / "src").mkdir(parents=True)
+    (d / "manifest.org").write_text(manifest_text("rstool", exec="command", extra={"CLI_BIN": "rstool", "BUILD_LANG": "rust", "BUILD_SRC": "path:src"}, drawer={"CLI_BIN": "rstool"}))
+    (d / "src" / "main.rs").write_text(MAIN)
+    return d
+
+
+@pytest.fixture
+def lane(make_runtime):
+    rt = make_runtime(plugins=["lane-rust"])
+    return rt.lanes.get("rust").factory(rt)
+
+
+def build(lane, tk: Path, out: Path, flags: tuple[str, ...] = ()):
+    s = tk / "src"
+    return lane.build(BuildRequest(manifest=load(tk / "manifest.org"), source=ResolvedSource(digest=tree_digest(s), dir=s), outdir=out, flags=flags))
+
+
+def run(wasm: Path, argv: list[str], stdin: bytes, tmp_path: Path) -> tuple[int, bytes]:
+    import wasmtime
+
+    engine = wasmtime.Engine()
+    store = wasmtime.Store(engine)
+    wasi = wasmtime.WasiConfig()
+    wasi.argv = argv
+    (tmp_path / "in").write_bytes(stdin)
+    wasi.stdin_file = str(tmp_path / "in")
+    wasi.stdout_file = str(tmp_path / "stdout")
+    store.set_wasi(wasi)
+    linker = wasmtime.Linker(engine)
+    linker.define_wasi()
+    inst = linker.instantiate(store, wasmtime.Module.from_file(engine, str(wasm)))
+    code = 0
+    try:
+        inst.exports(store)["_start"](store)
+    except wasmtime.ExitTrap as exc:
+        code = exc.code
+    return code, (tmp_path / "stdout").read_bytes()
+
+
+def test_availability_names_what_to_install(make_runtime):
+    rec = make_runtime(plugins=["lane-rust"]).lanes.get("rust")
+    avail = rec.available()
+    if not avail.ok:
+        assert "apt-get install rustc libstd-rust-dev-wasm32" in avail.reason or "sandbox" in avail.reason
+    else:
+        assert "wasm32-wasi" in avail.reason
+
+
+def test_cargo_bin_and_crate_names(tmp_path):
+    (tmp_path / "Cargo.toml").write_text('[package]\nname = "my-tool"\nversion = "0.1.0"\n')
+    assert rlane.cargo_bin(tmp_path / "Cargo.toml", "other") == "my-tool"
+    (tmp_path / "Cargo.toml").write_text('[package]\nname = "p"\n[[bin]]\nname = "a"\n[[bin]]\nname = "b"\n')
+    assert rlane.cargo_bin(tmp_path / "Cargo.toml", "b") == "b"
+    assert rlane.crate_name("9-lives") == "_9_lives"
+
+
+def test_flags_outside_the_allowlist_are_refused(lane, tk, tmp_path):
+    with pytest.raises(InvalidArgs):
+        build(lane, tk, tmp_path / "out", flags=("-Clinker=/bin/sh",))
+
+
+@pytest.mark.slow
+@needs_toolchain
+def test_rustc_builds_runs_and_is_reproducible(lane, tk, tmp_path):
+    a = build(lane, tk, tmp_path / "a")
+    assert run(a.artifact, ["rstool", "x", "y"], b"hi\n", tmp_path) == (0, b"x,y|HI\n")
+    assert run(a.artifact, ["rstool", "1", "2", "3"], b"", tmp_path)[0] == 3
+    b = build(lane, tk, tmp_path / "b")
+    assert hashlib.sha256(a.artifact.read_bytes()).digest() == hashlib.sha256(b.artifact.read_bytes()).digest()
+
+
+@pytest.mark.slow
+@needs_toolchain
+def test_compile_error_and_host_files_stay_out(lane, tk, tmp_path):
+    (tk / "src" / "main.rs").write_text('fn main() { let x: u8 = "no"; }\n')
+    with pytest.raises(BuildFailed) as err:
+        build(lane, tk, tmp_path / "out")
+    assert "mismatched types" in err.value.log
+    (tk / "src" / "main.rs").write_text('const P: &str = include_str!("/etc/passwd");\nfn main() { println!("{}", P); }\n')
+    with pytest.raises(BuildFailed) as err:
+        build(lane, tk, tmp_path / "out2")
+    assert "root:" not in err.value.log
+
+
+@pytest.mark.slow
+@needs_toolchain
+def test_cargo_package_with_vendored_crate(lane, tk, tmp_path):
+    if find().cargo is None:
+        pytest.skip("no cargo beside rustc")
+    src = tk / "src"
+    (src / "main.rs").unlink()
+    (src / "src").mkdir()
+    (src / "Cargo.toml").write_text('[package]\nname = "rstool"\nversion = "0.1.0"\nedition = "2021"\n\n[dependencies]\ntiny = "1"\n')
+    (src / "src" / "main.rs").write_text('fn main() { println!("{}", tiny::answer()); }\n')
+    v = src / "vendor" / "tiny"
+    (v / "src").mkdir(parents=True)
+    (v / "Cargo.toml").write_text('[package]\nname = "tiny"\nversion = "1.0.0"\nedition = "2021"\n')
+    (v / "src" / "lib.rs").write_text("pub fn answer() -> u32 { 42 }\n")
+    (v / ".cargo-checksum.json").write_text('{"files":{},"package":null}')
+    out = build(lane, tk, tmp_path / "out")
+    assert run(out.artifact, ["rstool"], b"", tmp_path) == (0, b"42\n")
