@@ -384,3 +384,15 @@ def test_plain_git_urls_are_git_sources():
     assert (src.kind, src.location, src.commit) == ("git", "https://example.invalid/tk.git", "a" * 40)
     with pytest.raises(Exception, match="pin a commit"):
         install.parse_source("https://example.invalid/tk.git")
+
+
+def test_over_the_caps_through_wbx_install(src, tmp_path, wbx, wb_home, monkeypatch):
+    digest = _tar_of(src / "fp", tmp_path / "fp.tar.gz", "fp")
+    monkeypatch.setattr(install, "TREE_CAPS", unpack.Caps(max_files=2, max_bytes=1 << 20))
+    before = snapshot(wb_home)
+    r = wbx("toolkit", "install", str(tmp_path / "fp.tar.gz"), "--sha256", digest, "--first-party")
+    assert r.exit_code == 2 and "more than 2 entries" in r.stderr
+    monkeypatch.setattr(install, "TREE_CAPS", unpack.Caps(max_files=100, max_bytes=100))
+    r = wbx("toolkit", "install", str(tmp_path / "fp.tar.gz"), "--sha256", digest, "--first-party")
+    assert r.exit_code == 2 and "over the cap" in r.stderr
+    assert snapshot(wb_home) == before

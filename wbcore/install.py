@@ -41,6 +41,8 @@ HTTP_TIMEOUT_S = 60.0
 GIT_TIMEOUT_S = 300.0
 COMMIT_RE = re.compile(r"^[0-9a-f]{7,64}$")
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+#: What one install may bring in: entries and bytes, counted as written.
+TREE_CAPS = unpack.Caps(max_files=5000, max_bytes=256 << 20)
 
 
 class InstallError(InvalidArgs):
@@ -213,7 +215,7 @@ def fetch(source: Source, work: Path) -> tuple[Path, str | None, str | None]:
     """Bring the source into ``work/tree``; returns (tree, resolved commit, archive sha256)."""
     tree = work / "tree"
     if source.kind == "dir":
-        unpack.copy_tree(Path(source.location), tree)
+        unpack.copy_tree(Path(source.location), tree, TREE_CAPS)
         return tree, None, None
     if source.kind == "git":
         repo = work / "repo"
@@ -223,7 +225,7 @@ def fetch(source: Source, work: Path) -> tuple[Path, str | None, str | None]:
         else:
             _git(["checkout", "--quiet", "--detach", "HEAD"], cwd=repo)
         commit = _git(["rev-parse", "HEAD"], cwd=repo)
-        unpack.copy_tree(repo, tree)
+        unpack.copy_tree(repo, tree, TREE_CAPS)
         return tree, commit, None
     archive = work / "archive"
     if source.location.startswith(("https://", "http://")):
@@ -236,7 +238,7 @@ def fetch(source: Source, work: Path) -> tuple[Path, str | None, str | None]:
     digest = _sha256_file(archive)
     if source.sha256 and digest != source.sha256:
         raise InstallError(f"{source.location}: sha256 is {digest} but --sha256 pins {source.sha256}")
-    unpack.unpack(archive, tree)
+    unpack.unpack(archive, tree, TREE_CAPS)
     return tree, None, digest
 
 
