@@ -184,3 +184,22 @@ def test_100_bad_calls_leave_rss_flat(rt, register):
         bad(i)
     grown = _rss() - before
     assert grown < 16 << 20, f"RSS grew by {grown >> 20} MiB over 100 bad calls"
+
+
+def test_dock_imports_are_linked_through_the_seam(rt, register):
+    """``wb.info`` (always linked, grants nothing) reaches the Dock with this call's context."""
+    import cbor2
+
+    register("whoami", """(module
+      (import "wb" "info" (func $info (param i32 i32) (result i64)))
+      (import "wasi_snapshot_preview1" "fd_write" (func $w (param i32 i32 i32 i32) (result i32)))
+      (memory (export "memory") 1)
+      (func (export "_start") (local $n i32)
+        (local.set $n (i32.wrap_i64 (call $info (i32.const 1024) (i32.const 4096))))
+        (i32.store (i32.const 0) (i32.const 1024)) (i32.store (i32.const 4) (local.get $n))
+        (drop (call $w (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))""")
+    from wbcore.calls import Principal
+
+    res = rt.call("whoami", principal=Principal(tenant="acme", toolkit="tk"))
+    info = cbor2.loads(res.stdout)
+    assert info["principal"] == "acme/tk" and info["caps"] == []
