@@ -227,7 +227,8 @@ def fetch(source: Source, work: Path) -> tuple[Path, str | None, str | None]:
         commit = _git(["rev-parse", "HEAD"], cwd=repo)
         unpack.copy_tree(repo, tree, TREE_CAPS)
         return tree, commit, None
-    archive = work / "archive"
+    base = re.sub(r"[^A-Za-z0-9._-]", "_", source.location.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1])
+    archive = work / (base if unpack.is_archive(base) else "archive")  # messages name the archive
     if source.location.startswith(("https://", "http://")):
         _download(source.location, archive)
     else:
