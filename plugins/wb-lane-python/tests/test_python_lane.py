@@ -81,3 +81,24 @@ def test_shipped_toolkit_builds_in_the_sandbox_and_answers(make_runtime, tmp_pat
     assert provider.call_json("text-tools.slugify", {"text": "Héllo, Wörld!"}).structured == "hello-world"
     bad = provider.call_json("text-tools.wrap", {"text": "x", "width": 3})
     assert bad.error is not None and "outside 10..400" in bad.error.text
+
+
+@pytest.mark.slow
+def test_a_broken_app_fails_with_the_python_error_in_the_log(make_runtime, toolkit_root: Path) -> None:
+    for needed in ("wb_process", "wb_sources"):
+        pytest.importorskip(needed)
+    from wbcore.build import BuildFailed
+    from wbcore.builder import build
+
+    tk = toolkit_root / "broken"
+    shutil.copytree(SHIPPED / "src", tk / "src")
+    (tk / "src" / "app.py").write_text("import wit_world\n\nclass WitWorld(wit_world.WitWorld:\n    pass\n")
+    (tk / "skills").mkdir()
+    (tk / "skills" / "overview.org").write_text("#+TITLE: broken\n\nA broken app.\n")
+    (tk / "manifest.org").write_text(manifest_text("broken", exec="component", extra={
+        "BUILD_LANG": "python", "BUILD_SRC": "path:src", "WIT": "src/wit", "WIT_WORLD": "text-tools"}))
+    rt = make_runtime()
+    with pytest.raises(BuildFailed) as info:
+        build(rt, "broken")
+    assert "SyntaxError" in info.value.log
+    assert rt.registry.lookup("component", "broken") is None
