@@ -29,3 +29,21 @@ class PathSource:
         if target.is_file():
             return ResolvedSource(digest=tree_digest(target.parent), dir=target.parent, entry=target.name)
         return ResolvedSource(digest=tree_digest(target), dir=target)
+
+
+class EntrySource:
+    """``gobuild:<pkg>`` / ``zigbuild:<rel>``: the toolkit folder plus the entry its lane builds."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+
+    def resolve(self, request: SourceRequest) -> ResolvedSource:
+        tk_dir = request.manifest.dir
+        rel = request.rest.strip()
+        if self.prefix == "gobuild:" and rel.startswith("./"):
+            rel = rel[2:]
+        rel = rel.rstrip("/") or "."
+        target = inside(tk_dir, rel, self.prefix)
+        if not target.exists():
+            raise NotFound(f"{self.prefix}{request.rest} does not exist in {tk_dir}")
+        return ResolvedSource(digest=tree_digest(tk_dir), dir=tk_dir, entry=None if rel == "." else rel)

@@ -1,4 +1,4 @@
-"""Entry point of wb-sources."""
+"""Entry point of wb-sources. Imports nothing heavy: httpx and git load in the factories."""
 
 from __future__ import annotations
 
@@ -15,9 +15,52 @@ def _path(_runtime: Any) -> Any:
     return PathSource()
 
 
+def _entry(prefix: str) -> Any:
+    def factory(_runtime: Any) -> Any:
+        from wb_sources.local import EntrySource
+
+        return EntrySource(prefix)
+
+    return factory
+
+
+def _crate(runtime: Any) -> Any:
+    from wb_sources.crate import crate
+
+    return crate(runtime)
+
+
+def _wasm(runtime: Any) -> Any:
+    from wb_sources.remote import wasm
+
+    return wasm(runtime)
+
+
+def _archive(runtime: Any) -> Any:
+    from wb_sources.remote import archive
+
+    return archive(runtime)
+
+
+def _git(runtime: Any) -> Any:
+    from wb_sources.git import git
+
+    return git(runtime)
+
+
 @hookimpl
 def wbcore_source_prefixes() -> Iterator[SourcePrefix]:
     yield SourcePrefix(name="path:", summary="a folder inside the toolkit", factory=_path)
+    yield SourcePrefix(name="crate:", summary="a Rust crate from a local directory source ($WB_CRATE_DIRS, "
+                       "$WB_HOME/crates, /usr/share/cargo/registry)", factory=_crate)
+    yield SourcePrefix(name="wasm:", summary="a prebuilt module over http(s), pinned by #+SHA256", factory=_wasm)
+    yield SourcePrefix(name="archive:", summary="a tar/zip bundle over http(s), pinned by #+SHA256, unpacked safely "
+                       "(#+WASM_PATH, #+PREOPEN)", factory=_archive)
+    yield SourcePrefix(name="git+", summary="a git repository at a pinned 40-hex commit (git+<url>@<commit>[#sub])",
+                       factory=_git)
+    yield SourcePrefix(name="gobuild:", summary="a Go package inside the toolkit, for the go lane", factory=_entry("gobuild:"))
+    yield SourcePrefix(name="zigbuild:", summary="a .zig file or build.zig folder inside the toolkit, for the zig lane",
+                       factory=_entry("zigbuild:"))
     yield SourcePrefix(
         name="script:",
         summary="removed: native build scripts",
