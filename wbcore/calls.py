@@ -182,10 +182,12 @@ def entry_for(runtime: Any, kind: str, name: str) -> Any:
     from wbcore.errors import NotFound, unknown_name
     from wbcore.registry import RESERVED
 
+    if kind == "command" and name in RESERVED:
+        checked = runtime.__dict__.setdefault("_wb_builtins_checked", set())
+        if name not in checked:
+            install_builtins(runtime, [name])  # registers it, or refreshes a stale version
+            checked.add(name)
     entry = runtime.registry.lookup(kind, name)
-    if entry is None and kind == "command" and name in RESERVED:
-        install_builtins(runtime, [name])
-        entry = runtime.registry.lookup(kind, name)
     if entry is None:
         hint = "" if kind != "command" else " (build its toolkit: wbx toolkit build <id>)"
         raise NotFound(unknown_name(kind, name, runtime.registry.names(kind)) + hint)
@@ -296,11 +298,12 @@ def install_builtins(runtime: Any, names: list[str] | None = None, *, force: boo
             continue
         kind = "kernel" if b.shape == "kernel" else "command"
         have = runtime.registry.lookup(kind, b.name)
-        if have is not None and have.builtin and runtime.artifacts.has(have.sha256) and not force:
+        if (have is not None and have.builtin and runtime.artifacts.has(have.sha256) and not force
+                and have.options.get("version", "") == b.version):
             continue
         art = runtime.artifacts.put_bytes(b.wasm(runtime))
         done.append(runtime.registry.register(Entry(
             kind=kind, name=b.name, sha256=art.sha256, shape=b.shape, toolkit=None, arg_mode=b.arg_mode,
-            profile=b.profile, builtin=True, options={"summary": b.summary},
+            profile=b.profile, builtin=True, options={"summary": b.summary, "version": b.version},
         )))
     return done

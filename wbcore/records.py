@@ -200,6 +200,9 @@ class BuiltinCommand:
     shape: str = "command"
     arg_mode: str = "argv"
     profile: str = "compute"
+    #: changes when the module would change (e.g. a digest of its source): a registered
+    #: built-in with another version is rebuilt on first use.
+    version: str = ""
 
 
 #: The registry kinds, by hook name: what ``wbx plugins`` lists per plugin.

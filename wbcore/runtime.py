@@ -165,6 +165,10 @@ class Runtime:
             cache = local.instances = {}
         key = (name, principal, timeout)
         inst = cache.get(key)
+        current = self.registry.get("kernel", name).sha256
+        if inst is not None and inst.req.sha256 != current:  # re-registered: run the new artifact
+            inst.close()
+            inst = None
         if inst is None:
             inst = cache[key] = self.kernel(name, principal=principal, timeout=timeout)
         who = principal or Principal(toolkit=inst.req.toolkit or "")

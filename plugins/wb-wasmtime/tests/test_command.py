@@ -203,3 +203,16 @@ def test_dock_imports_are_linked_through_the_seam(rt, register):
     res = rt.call("whoami", principal=Principal(tenant="acme", toolkit="tk"))
     info = cbor2.loads(res.stdout)
     assert info["principal"] == "acme/tk" and info["caps"] == []
+
+
+def test_a_stale_builtin_is_rebuilt_on_first_use(make_runtime, register, rt):
+    import wasmtime
+
+    from wbcore.registry import Entry
+
+    # an "old version" of upper: echo, registered as the built-in
+    art = rt.artifacts.put_bytes(bytes(wasmtime.wat2wasm(ECHO)))
+    rt.registry.register(Entry("command", "upper", art.sha256, "command", builtin=True, options={"version": "old"}))
+    fresh = make_runtime(plugins=["wasmtime"])
+    assert fresh.call("upper", [], b"abc").stdout == b"ABC"
+    assert fresh.registry.get("command", "upper").options["version"].startswith("wat-")

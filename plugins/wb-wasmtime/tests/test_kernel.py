@@ -97,3 +97,10 @@ def test_a_spinning_kernel_does_not_hold_the_gil(rt, register):
     # had the call held the GIL, this thread could not have run a single iteration while
     # the guest spun (the loop stops when the spinning thread ends)
     assert n > 1000, n
+
+
+def test_kernel_call_follows_a_reregistration(rt, register):
+    register("k", K_UPPER, kind="kernel")
+    assert rt.kernel_call("k", b"abc") == b"ABC"
+    register("k", K_TRAP_ONCE, kind="kernel")
+    assert rt.kernel_call("k", b"abc") == (1).to_bytes(4, "little")

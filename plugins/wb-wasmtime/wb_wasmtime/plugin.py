@@ -68,10 +68,19 @@ def _builtin(name: str) -> Any:
     return build
 
 
+def _source_version(name: str) -> str:
+    import hashlib
+    from importlib.resources import files
+
+    text = files("wb_wasmtime.builtins").joinpath(f"{name}.wat").read_bytes()
+    return "wat-" + hashlib.sha256(text).hexdigest()[:16]
+
+
 @hookimpl
 def wbcore_builtin_commands() -> Iterator[BuiltinCommand]:
     yield BuiltinCommand(
         name="upper",
         summary="copy stdin to stdout with ASCII letters upper-cased",
         wasm=_builtin("upper"),
+        version=_source_version("upper"),
     )
