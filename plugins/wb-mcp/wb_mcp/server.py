@@ -126,7 +126,7 @@ def skills_models() -> tuple[type, type, type, type]:
 
 
 def build_server(runtime: Runtime, *, only: Iterable[str] | None = None, search_tool: bool = True,
-                 timeout: float | None = None) -> Any:
+                 timeout: float | None = None, warm: bool = False) -> Any:
     """The low-level ``mcp`` Server over ``runtime`` (not yet running)."""
     import anyio
     import mcp_types as types
@@ -137,11 +137,21 @@ def build_server(runtime: Runtime, *, only: Iterable[str] | None = None, search_
     from wb_act.provider import ToolkitProvider
 
     provider = ToolkitProvider(runtime, only=only)
-    only_toolkits = None if only is None else {t.toolkit for t in provider.tools().values() if t.toolkit}
+    only_names = None if only is None else frozenset(only)
+
+    def only_toolkits() -> set[str] | None:
+        # The toolkits the chosen tools belong to (names given as toolkit ids count too).
+        if only_names is None:
+            return None
+        return {t.toolkit for t in provider.tools().values() if t.toolkit} | set(only_names)
+
+    async def tools_ready() -> dict[str, Any]:
+        # The first build of the list may compile components: keep the event loop free.
+        return await anyio.to_thread.run_sync(provider.tools)
 
     async def list_tools(ctx: Any, params: Any) -> Any:
-        provider.refresh_if_changed()  # a toolkit built while serving shows up
-        tools = [_mcp_tool(t) for t in provider.tools().values()]
+        await anyio.to_thread.run_sync(provider.refresh_if_changed)  # a toolkit built while serving shows up
+        tools = [_mcp_tool(t) for t in (await tools_ready()).values()]
         if search_tool:
             tools.append(types.Tool(
                 name=SEARCH_TOOL,
@@ -165,7 +175,8 @@ def build_server(runtime: Runtime, *, only: Iterable[str] | None = None, search_
             hits = search(provider, query, max(1, min(limit, MAX_SEARCH_RESULTS)))
             return types.CallToolResult(content=[types.TextContent(text=json.dumps(hits, indent=1))],
                                         structured_content={"tools": hits})
-        if name not in provider.tools() and not (provider.refresh_if_changed() and name in provider.tools()):
+        known_tools = await tools_ready()
+        if name not in known_tools and not (provider.refresh_if_changed() and name in provider.tools()):
             known = ", ".join(list(provider.tools())[:20])
             raise MCPError(INVALID_PARAMS, f"Unknown tool: {name}; known: {known}")
 
@@ -232,9 +243,9 @@ def build_server(runtime: Runtime, *, only: Iterable[str] | None = None, search_
                 uri=f"{SKILL_SCHEME}{tk.id}/{s.slug}", name=f"{tk.id}/{s.slug}", title=s.title,
                 description=s.summary or tk.manifest.tagline, mime_type=SKILL_MIME,
             )
-            for tk, s in _skills(runtime, only_toolkits)
+            for tk, s in _skills(runtime, await anyio.to_thread.run_sync(only_toolkits))
         ]
-        for owner in sorted(provider.act_skills()):
+        for owner in sorted(await anyio.to_thread.run_sync(provider.act_skills)):
             res.append(types.Resource(
                 uri=f"{SKILL_SCHEME}{owner}/{ACT_SKILL_SLUG}", name=f"{owner}/{ACT_SKILL_SLUG}",
                 title=f"{owner}: the component's own act:skill", mime_type=ACT_SKILL_MIME,
@@ -246,7 +257,8 @@ def build_server(runtime: Runtime, *, only: Iterable[str] | None = None, search_
         if not uri.startswith(SKILL_SCHEME) or uri.count("/") != 3:
             raise MCPError(INVALID_PARAMS, f"unknown resource {uri!r}; skills are {SKILL_SCHEME}<toolkit>/<slug>")
         tk_id, slug = uri[len(SKILL_SCHEME):].split("/", 1)
-        if only_toolkits is not None and tk_id not in only_toolkits:
+        scope = only_toolkits()
+        if scope is not None and tk_id not in scope:
             raise MCPError(INVALID_PARAMS, f"unknown resource {uri!r}")
         from wbcore.errors import WbError
 
@@ -284,10 +296,11 @@ def build_server(runtime: Runtime, *, only: Iterable[str] | None = None, search_
     SkillsListParams, SkillsGetParams, SkillsListResult, SkillsGetResult = skills_models()
 
     async def skills_list(ctx: Any, params: Any) -> Any:
+        allowed = await anyio.to_thread.run_sync(only_toolkits)
         wanted = [params.toolkit] if params.toolkit else None
-        if wanted and only_toolkits is not None:
-            wanted = [w for w in wanted if w in only_toolkits]
-        scope = wanted if wanted is not None else only_toolkits
+        if wanted and allowed is not None:
+            wanted = [w for w in wanted if w in allowed]
+        scope = wanted if wanted is not None else allowed
         items = [{"toolkit": tk.id, "name": s.slug, "title": s.title, "description": s.summary,
                   "uri": f"{SKILL_SCHEME}{tk.id}/{s.slug}"} for tk, s in _skills(runtime, scope)]
         return SkillsListResult(skills=items)
@@ -300,7 +313,21 @@ def build_server(runtime: Runtime, *, only: Iterable[str] | None = None, search_
     server.add_request_handler("skills/list", SkillsListParams, skills_list)
     server.add_request_handler("skills/get", SkillsGetParams, skills_get)
     server.wb_provider = provider  # type: ignore[attr-defined]
+    if warm:
+        threading.Thread(target=warm_components, args=(provider,), name="wb-mcp-warm", daemon=True).start()
     return server
+
+
+def warm_components(provider: Any) -> int:
+    """Build the tool list now: this loads every component the server offers (compiling
+    it once, else deserializing the cached form), so neither the first ``tools/list`` nor
+    the first call pays a compile that can outlast a client's timeout."""
+    from wbcore.errors import WbError
+
+    try:
+        return sum(1 for t in provider.tools().values() if t.kind == "component")
+    except WbError:
+        return 0
 
 
 def _version() -> str:
@@ -312,7 +339,7 @@ def _version() -> str:
 async def serve_stdio(runtime: Runtime, **kw: Any) -> None:
     from mcp.server.stdio import stdio_server
 
-    server = build_server(runtime, **kw)
+    server = build_server(runtime, warm=True, **kw)
     async with stdio_server() as (read, write):
         await server.run(read, write, server.create_initialization_options())
 
@@ -322,7 +349,7 @@ def serve_http(runtime: Runtime, *, host: str = "127.0.0.1", port: int = 8765, p
     """Serve streamable HTTP on ``host:port`` (loopback by default) until interrupted."""
     import uvicorn
 
-    server = build_server(runtime, **kw)
+    server = build_server(runtime, warm=True, **kw)
     app = server.streamable_http_app(streamable_http_path=path, host=host)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
     uv = uvicorn.Server(config)
