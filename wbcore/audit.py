@@ -157,9 +157,10 @@ class AuditLog:
                     "reason": reason, "target": redact_target(target), "bytes": nbytes,
                     "ms": round(ms, 3), "prev": prev,
                 }
-                h = _chain(prev, body)
-                body["hash"] = h
-                line = _canonical(body) + b"\n"
+                canon = _canonical(body)
+                h = hashlib.sha256(prev.encode() + canon).hexdigest()
+                # verify() re-canonicalises without "hash", so appending it keeps one encode
+                line = canon[:-1] + b',"hash":"' + h.encode() + b'"}\n'
                 os.write(fd, line)
                 assert self._head_fd is not None
                 os.pwrite(self._head_fd, f"{seq + 1} {h}".ljust(_HEAD_WIDTH - 1).encode() + b"\n", 0)

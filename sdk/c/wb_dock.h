@@ -51,9 +51,11 @@ WB_IMPORT(info) int64_t wb_info(void *, uint32_t);
 enum { WB_OK = 0, WB_NOT_FOUND = 1, WB_INVALID_ARGS = 2, WB_TIMEOUT = 3, WB_CAPABILITY_DENIED = 4, WB_INTERNAL = 5,
        WB_GUEST_ERROR = 6 /* the guest's own problem: out of memory, malformed response */ };
 
-/* The exit code wbx uses for each status (127 not-found, 2, 124, 126, 70). */
+/* A guest's exit code for a Dock status (WASI exit codes must be < 126, so the sysexits
+ * family): not-found 66 (EX_NOINPUT), invalid-args 65 (EX_DATAERR), timeout 75
+ * (EX_TEMPFAIL), capability-denied 77 (EX_NOPERM), internal / guest error 70 (EX_SOFTWARE). */
 static inline int wb_exit_code(int status) {
-    static const int codes[] = {0, 127, 2, 124, 126, 70, 70};
+    static const int codes[] = {0, 66, 65, 75, 77, 70, 70};
     return status >= 0 && status <= 6 ? codes[status] : 70;
 }
 

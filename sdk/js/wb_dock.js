@@ -12,7 +12,8 @@
 // granted caps answer; an ungranted cap is refused with status 4 (capability-denied).
 
 export const STATUS = { 0: "ok", 1: "not-found", 2: "invalid-args", 3: "timeout", 4: "capability-denied", 5: "internal" };
-export const EXIT_CODE = { 1: 127, 2: 2, 3: 124, 4: 126, 5: 70 };
+// exit codes a guest uses for a Dock status (WASI exit codes are < 126: the sysexits family)
+export const EXIT_CODE = { 1: 66, 2: 65, 3: 75, 4: 77, 5: 70 };
 
 export class DockError extends Error {
   constructor(status, body) {
