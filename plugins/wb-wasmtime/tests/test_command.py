@@ -216,3 +216,31 @@ def test_a_stale_builtin_is_rebuilt_on_first_use(make_runtime, register, rt):
     fresh = make_runtime(plugins=["wasmtime"])
     assert fresh.call("upper", [], b"abc").stdout == b"ABC"
     assert fresh.registry.get("command", "upper").options["version"].startswith("wat-")
+
+
+def _spin_in_child(home: str, queue) -> None:  # type: ignore[no-untyped-def]
+    from wbcore.runtime import Runtime
+
+    rt = Runtime.open(plugins=["wasmtime"], home=home)
+    try:
+        rt.call("spin", timeout=0.2)
+        queue.put("ran")
+    except Timeout:
+        queue.put("timeout")
+
+
+def test_a_forked_child_still_stops_runaway_guests(rt, register):
+    import multiprocessing
+
+    register("spin", LOOP)
+    with pytest.raises(Timeout):
+        rt.call("spin", timeout=0.05)  # the parent's engine and ticker exist before the fork
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_spin_in_child, args=(str(rt.home), queue))
+    child.start()
+    child.join(20)
+    if child.is_alive():
+        child.kill()
+        pytest.fail("the forked child's guest was never stopped")
+    assert queue.get(timeout=1) == "timeout"

@@ -117,9 +117,17 @@ class CommandRunner:
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
-        self.engine = _engine.get()
-        self.modules = _engine.modules()
+        _engine.get()
         self.path = fastpath.select()
+
+    # Read per call, not kept: a forked child gets its own engine (see engine._after_fork_in_child).
+    @property
+    def engine(self) -> _engine.Engine:
+        return _engine.get()
+
+    @property
+    def modules(self) -> _engine.Modules:
+        return _engine.modules()
 
     def call(self, req: CommandRequest) -> CallResult:
         import wasmtime

@@ -373,3 +373,17 @@ _modules = Modules()
 
 def modules() -> Modules:
     return _modules
+
+
+def _after_fork_in_child() -> None:
+    """A forked child has no ticker thread (threads do not survive fork), so an inherited
+    engine would never reach a deadline: the child starts its own engine and caches."""
+    global _engine, _modules, _lock
+    _engine = None
+    _modules = Modules()
+    _lock = threading.Lock()
+    _guards.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

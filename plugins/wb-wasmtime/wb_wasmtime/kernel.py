@@ -174,10 +174,18 @@ class KernelRunner:
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
-        self.engine = _engine.get()
-        self.modules = _engine.modules()
+        _engine.get()
         self.path = fastpath.select()
         self._lock = threading.Lock()
+
+    # Read per call, not kept: a forked child gets its own engine (see engine._after_fork_in_child).
+    @property
+    def engine(self) -> _engine.Engine:
+        return _engine.get()
+
+    @property
+    def modules(self) -> _engine.Modules:
+        return _engine.modules()
 
     def open(self, req: KernelRequest) -> KernelInstance:
         return KernelInstance(self, req)
