@@ -232,3 +232,17 @@ def test_model_helpers() -> None:
     assert ContentPart(json.dumps({"a": 1}).encode(), "application/json").value() == {"a": 1}
     assert ContentPart.cbor([1, 2]).value() == [1, 2]
     assert LocalizedString.of({"en": "x", "de": "y"}).text("de-AT") == "y"
+
+
+def test_wbx_act_info_reads_sections_without_running(wbx, tmp_path) -> None:
+    wasm = sections.add_custom_section(MINIMAL_COMPONENT, sections.ACT_COMPONENT,
+                                       cbor2.dumps({"std": {"name": "w", "version": "0.1.0"}}))
+    wasm = sections.add_custom_section(wasm, sections.ACT_SKILL, b"# w")
+    path = tmp_path / "w.wasm"
+    path.write_bytes(wasm)
+    res = wbx("act", "info", str(path))
+    assert res.exit_code == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert (data["name"], data["revision"], data["skill"], data["component"]) == ("w", "0.4", "# w", True)
+    res = wbx("act", "tools", "--revision", "nope")
+    assert res.exit_code == 2 and "known: 0.1" in res.stderr

@@ -71,3 +71,63 @@ def build(runtime: Any) -> Any:
         raise typer.Exit(EXIT_CODES[kind])
 
     return call
+
+
+def _wire_json(value: Any) -> Any:
+    """Wire values as JSON: CBOR byte strings decoded and shown as {"cbor": value}."""
+    if isinstance(value, (bytes, bytearray)):
+        from wb_act import cbor
+
+        try:
+            return {"cbor": _wire_json(cbor.loads(bytes(value)))}
+        except Exception:  # noqa: BLE001 - opaque bytes are shown as hex
+            return {"hex": bytes(value).hex()}
+    if isinstance(value, dict):
+        return {str(k): _wire_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_wire_json(v) for v in value]
+    return value
+
+
+def build_act(runtime: Any) -> typer.Typer:
+    app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None)
+
+    @app.command("tools")
+    def tools(
+        revision: str = typer.Option("0.4", "--revision", help="ACT revision of the wire form: 0.1, seed, 0.2, 0.4."),
+        only: list[str] = typer.Option(None, "--only", help="Only these tools or toolkits."),
+    ) -> None:
+        """Print every tool as an ACT tool-definition of the chosen revision (JSON; CBOR values decoded)."""
+        from wb_act import revisions
+        from wb_act.provider import ToolkitProvider
+
+        revisions.check_revision(revision)
+        names = [n for v in only or [] for n in v.replace(",", " ").split() if n] or None
+        provider = ToolkitProvider(runtime, only=names)
+        wire = [revisions.tool_definition_to_wire(t, revision) for t in provider.list_tools()]
+        sys.stdout.write(json.dumps(_wire_json(wire), indent=2, ensure_ascii=False) + "\n")
+
+    @app.command("info")
+    def info(path: str = typer.Argument(..., help="A .wasm component or module.")) -> None:
+        """Read a binary's act:component and act:skill custom sections (nothing is run)."""
+        from pathlib import Path
+
+        from wb_act import sections
+
+        p = Path(path)
+        if not p.is_file():
+            raise InvalidArgs(f"{path}: no such file")
+        with p.open("rb") as fh:
+            data = fh.read(512 << 20)
+        found = sections.read_act_info(data)
+        if found is None:
+            sys.stdout.write(json.dumps({"act": None, "component": sections.is_component(data)}) + "\n")
+            return
+        sys.stdout.write(json.dumps({
+            "name": found.name, "version": found.version, "revision": found.revision,
+            "description": found.description.text() if found.description else None,
+            "default_language": found.default_language, "capabilities": _wire_json(dict(found.capabilities)),
+            "skill": found.skill, "component": sections.is_component(data),
+        }, indent=2, ensure_ascii=False, default=str) + "\n")
+
+    return app

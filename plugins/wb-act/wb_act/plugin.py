@@ -1,4 +1,4 @@
-"""Entry point of wb-act: the ``wbx call`` command. Imports nothing heavy."""
+"""Entry point of wb-act: the ``wbx call`` and ``wbx act`` commands. Imports nothing heavy."""
 
 from __future__ import annotations
 
@@ -12,3 +12,4 @@ def wbcore_cli_commands(add: Any) -> None:
     from wb_act import cli
 
     add("call", cli.build(add.runtime), help="Call one tool with JSON arguments, exactly as the MCP server would.")
+    add("act", cli.build_act(add.runtime), help="The ACT view: tools as ACT tool-definitions; a binary's act:* sections.")

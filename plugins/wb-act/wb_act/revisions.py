@@ -61,7 +61,8 @@ from wb_act.model import (
 REVISIONS = ("0.1", "seed", "0.2", "0.4")
 
 
-def _check(revision: str) -> str:
+def check_revision(revision: str) -> str:
+    """``revision`` if accepted, else ``InvalidArgs`` listing the accepted ones."""
     if revision not in REVISIONS:
         raise InvalidArgs(f"unknown ACT revision {revision!r}; known: {', '.join(REVISIONS)}")
     return revision
@@ -190,7 +191,7 @@ def detect_error(wire: Any) -> str:
 
 
 def tool_definition(wire: Any, revision: str | None = None) -> ToolDefinition:
-    rev = _check(revision or detect_tool_definition(wire))
+    rev = check_revision(revision or detect_tool_definition(wire))
     name = str(_get(wire, "name"))
     if rev == "0.1":
         ann = _get(wire, "annotations") or {}
@@ -251,7 +252,7 @@ def _localized_wire(ls: LocalizedString | None, rev: str) -> Any:
 
 
 def tool_definition_to_wire(td: ToolDefinition, revision: str) -> dict[str, Any]:
-    rev = _check(revision)
+    rev = check_revision(revision)
     schema = dict(td.input_schema or {"type": "object"})
     if rev == "0.1":
         props = schema.get("properties") or {}
@@ -304,7 +305,7 @@ def tool_definition_to_wire(td: ToolDefinition, revision: str) -> dict[str, Any]
 
 def tool_call(wire: Any, revision: str | None = None) -> ToolCall:
     """Read a tool-call; arguments are re-encoded deterministically (the host's duty)."""
-    rev = _check(revision or detect_tool_call(wire))
+    rev = check_revision(revision or detect_tool_call(wire))
     raw = _bytes(_get(wire, "arguments"))
     args = cbor.canonicalize(raw) if raw else None
     if rev == "0.1":
@@ -317,7 +318,7 @@ def tool_call(wire: Any, revision: str | None = None) -> ToolCall:
 
 
 def tool_call_to_wire(call: ToolCall, revision: str) -> dict[str, Any]:
-    rev = _check(revision)
+    rev = check_revision(revision)
     if rev == "0.1":
         return {
             "id": str(call.metadata.get("std:request-id", "")),
@@ -341,7 +342,7 @@ _WELL_KNOWN = {k.value for k in ErrorKind if k is not ErrorKind.OTHER}
 
 
 def tool_error(wire: Any, revision: str | None = None) -> ToolError:
-    rev = _check(revision or detect_error(wire))
+    rev = check_revision(revision or detect_error(wire))
     message = _localized(_get(wire, "message"))
     if rev in ("0.1",):
         kind = str(_get(wire, "kind"))
@@ -364,7 +365,7 @@ def tool_error(wire: Any, revision: str | None = None) -> ToolError:
 
 
 def tool_error_to_wire(err: ToolError, revision: str) -> dict[str, Any]:
-    rev = _check(revision)
+    rev = check_revision(revision)
     if rev == "0.1":
         kind = err.kind.value if err.kind is not ErrorKind.OTHER else "internal"
         text = err.text if err.kind is not ErrorKind.OTHER else f"{err.other}: {err.text}"
@@ -380,7 +381,7 @@ def tool_error_to_wire(err: ToolError, revision: str) -> dict[str, Any]:
 
 
 def content_part(wire: Any, revision: str) -> ContentPart:
-    rev = _check(revision)
+    rev = check_revision(revision)
     mime = _get(wire, "mime-type")
     if rev == "0.1" and mime is None:
         mime = "application/cbor"  # 0.1: an absent MIME type means CBOR
@@ -392,7 +393,7 @@ def content_part(wire: Any, revision: str) -> ContentPart:
 
 
 def stream_event(wire: Any, revision: str) -> StreamEvent:
-    rev = _check(revision)
+    rev = check_revision(revision)
     tag, payload = _variant(wire)
     if tag == "content":
         return Content(content_part(payload, rev))
@@ -405,7 +406,7 @@ def stream_event(wire: Any, revision: str) -> StreamEvent:
 
 def stream(wire: Any, revision: str) -> list[StreamEvent]:
     """A whole result: a list of events, or 0.4's ``tool-result`` (immediate/streaming)."""
-    rev = _check(revision)
+    rev = check_revision(revision)
     if rev == "0.4" and not isinstance(wire, (list, tuple)):
         tag, payload = _variant(wire)
         if tag not in ("immediate", "streaming"):
@@ -419,7 +420,7 @@ def stream(wire: Any, revision: str) -> list[StreamEvent]:
 
 
 def stream_event_to_wire(ev: StreamEvent, revision: str) -> dict[str, Any]:
-    rev = _check(revision)
+    rev = check_revision(revision)
     if isinstance(ev, Error):
         return {"tag": "error", "value": tool_error_to_wire(ev.error, rev)}
     if isinstance(ev, MetadataEvent):
@@ -483,7 +484,7 @@ def component_info(value: Any, *, skill: str | None = None) -> ComponentInfo:
 
 
 def component_info_to_section(info: ComponentInfo, revision: str) -> bytes:
-    rev = _check(revision)
+    rev = check_revision(revision)
     if rev == "0.4":
         std: dict[str, Any] = {"name": info.name, "version": info.version}
         if info.description:
