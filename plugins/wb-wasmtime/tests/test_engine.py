@@ -55,3 +55,25 @@ def test_wat_lane_builds_and_reports_errors(tmp_path):
     (src / "main.wat").write_text("(module (func (export \"f\") (result i32) i64.const 1))")
     with pytest.raises(InvalidArgs, match="wat lane: main.wat"):
         lane.build(BuildRequest(manifest=None, source=ResolvedSource(digest="d", dir=src), outdir=tmp_path / "out"))  # type: ignore[arg-type]
+
+
+def test_instance_tier_runs_commands_and_kernels(rt, register):
+    from conftest import K_UPPER
+
+    from wbcore import calls
+
+    register("echo", ECHO)
+    register("kup", K_UPPER, kind="kernel")
+    tier = rt.tiers.get("instance")
+    assert tier.rung == 0 and tier.available().ok
+    driver = tier.factory(rt)
+    entry = rt.registry.get("command", "echo")
+    from wbcore.calls import CommandRequest, Principal
+    from wbcore.policy import profile
+
+    req = CommandRequest(name="echo", sha256=entry.sha256, artifact=rt.artifacts.path(entry.sha256), argv=(),
+                         stdin=b"via tier", profile=profile("compute"), timeout_s=1.0, principal=Principal())
+    assert driver.call(req).stdout == b"via tier"
+    assert driver.call(calls.kernel_request(rt, "kup")) == b""
+    with pytest.raises(InvalidArgs):
+        driver.call("not a request")

@@ -104,3 +104,42 @@ def test_kernel_call_follows_a_reregistration(rt, register):
     assert rt.kernel_call("k", b"abc") == b"ABC"
     register("k", K_TRAP_ONCE, kind="kernel")
     assert rt.kernel_call("k", b"abc") == (1).to_bytes(4, "little")
+
+
+K_OOB = """(module (memory (export "memory") 2)
+  (func (export "process") (param $n i32) (result i32)
+    (i32.store (i32.const 0x7ffffff0) (i32.const 1)) (i32.const 0)))"""
+
+
+def test_a_write_past_guest_memory_traps_cleanly(rt, register):
+    register("koob", K_OOB, kind="kernel")
+    with rt.kernel("koob") as k:
+        with pytest.raises(GuestTrap, match="out of bounds"):
+            k.call(b"x")
+
+
+def test_100_bad_kernel_calls_leave_rss_flat(rt, register):
+    import os
+
+    def rss() -> int:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    register("koob", K_OOB, kind="kernel")
+    register("liar", K_LIAR, kind="kernel")
+    register("ktrap", K_TRAP_ONCE, kind="kernel")
+    ks = [rt.kernel(n) for n in ("koob", "liar", "ktrap")]
+
+    def bad(i: int) -> None:
+        k = ks[i % 3]
+        with pytest.raises((GuestTrap, KernelABIError)):
+            k.call(b"x" * (13 if k is ks[2] else 1))
+
+    for i in range(30):
+        bad(i)
+    before = rss()
+    for i in range(100):
+        bad(i)
+    assert rss() - before < 16 << 20
+    for k in ks:
+        k.close()
