@@ -244,3 +244,18 @@ def test_a_forked_child_still_stops_runaway_guests(rt, register):
         child.kill()
         pytest.fail("the forked child's guest was never stopped")
     assert queue.get(timeout=1) == "timeout"
+
+
+def test_wbx_run_maps_each_limit_to_its_exit_code(rt, register, wbx):
+    register("spin", LOOP)
+    register("bomb", BOMB)
+    register("kvuser", WANTS_CAP)
+    register("exit3", EXIT3)
+    r = wbx("run", "--timeout", "0.1", "spin", runtime=rt, input=b"")
+    assert r.exit_code == 124 and r.stderr.startswith("wbx: timeout: spin: stopped after")
+    r = wbx("run", "bomb", runtime=rt, input=b"")
+    assert r.exit_code == 70 and "memory limit" in r.stderr
+    r = wbx("run", "kvuser", runtime=rt, input=b"")
+    assert r.exit_code == 126 and "'kv'" in r.stderr
+    r = wbx("run", "exit3", runtime=rt, input=b"")
+    assert (r.exit_code, r.stderr) == (3, "oops\n")
