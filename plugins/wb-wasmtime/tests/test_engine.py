@@ -77,3 +77,20 @@ def test_instance_tier_runs_commands_and_kernels(rt, register):
     assert driver.call(calls.kernel_request(rt, "kup")) == b""
     with pytest.raises(InvalidArgs):
         driver.call("not a request")
+
+
+def test_fuel_metering_is_reported_when_enabled(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "from wbcore.runtime import Runtime; from wb_wasmtime import engine;"
+        f"rt = Runtime.open(plugins=['wasmtime'], home={str(tmp_path)!r});"
+        "r = rt.call('upper', [], b'abc' * 100);"
+        "print(engine.get().fuel, r.usage.fuel, r.stdout[:3].decode())"
+    )
+    env = dict(os.environ, WB_WASM_FUEL="1")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    fuel_on, used, head = out.stdout.split()
+    assert fuel_on == "True" and int(used) > 300 and head == "ABC", out.stderr
