@@ -31,6 +31,12 @@ def _socket(kind: str) -> Any:
     return factory
 
 
+def _serve(runtime: Any) -> Any:
+    from wb_brokers_net.serve import ServeBroker
+
+    return ServeBroker(runtime.dock.revocations.revoked)
+
+
 @hookimpl
 def wbcore_brokers() -> Iterator[Broker]:
     yield Broker(name="net", summary="HTTP(S) egress: NetGuard + pin + #+ALLOWED_HOSTS, capped body, deadline",
@@ -40,3 +46,5 @@ def wbcore_brokers() -> Iterator[Broker]:
     for kind, what in (("tcp", "raw TCP request/response"), ("udp", "UDP send / receive one"),
                        ("tls", "TLS request/response, peer verified, SNI = host name")):
         yield Broker(name=kind, summary=f"{what}; NetGuard + pin", factory=_socket(kind), operations=("exchange",))
+    yield Broker(name="serve", summary="inbound flip: the host listens on loopback, the guest answers; size-capped",
+                 factory=_serve, operations=("listen", "next", "respond", "close"))
