@@ -78,6 +78,8 @@ class CommandRequest:
     arg_mode: str = "argv"
     fuel: int | None = None
     toolkit: str | None = None
+    #: A ``threading.Event``: once set (the caller cancelled), the guest stops at the next tick.
+    cancel: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,7 +234,7 @@ def _deadline(prof: Profile, timeout: float | None, default: float) -> float:
 
 
 def call_command(runtime: Any, name: str, argv: tuple[str, ...] | list[str], stdin: bytes, *,
-                 principal: Principal | None = None, timeout: float | None = None) -> CallResult:
+                 principal: Principal | None = None, timeout: float | None = None, cancel: Any = None) -> CallResult:
     from wbcore import policy
     from wbcore.errors import InvalidArgs, WbError
 
@@ -246,7 +248,7 @@ def call_command(runtime: Any, name: str, argv: tuple[str, ...] | list[str], std
     req = CommandRequest(
         name=name, sha256=entry.sha256, artifact=runtime.artifacts.path(entry.sha256), argv=argv,
         stdin=bytes(stdin), profile=prof, timeout_s=_deadline(prof, timeout, prof.timeout_s), principal=who,
-        caps=_caps(runtime, entry), arg_mode=entry.arg_mode, toolkit=entry.toolkit,
+        caps=_caps(runtime, entry), arg_mode=entry.arg_mode, toolkit=entry.toolkit, cancel=cancel,
     )
     record = CallRecord(name=name, shape=entry.shape, principal=who, argv=argv, toolkit=entry.toolkit)
     hook = runtime.hook

@@ -135,16 +135,17 @@ class Runtime:
     # --- calls -------------------------------------------------------------------
 
     def call(self, name: str, argv: Sequence[str] = (), stdin: bytes = b"", *,
-             principal: Any = None, timeout: float | None = None) -> Any:
+             principal: Any = None, timeout: float | None = None, cancel: Any = None) -> Any:
         """Run the registered command ``name``: a fresh sandboxed instance per call.
 
         Returns a ``CallResult`` (stdout, stderr, exit_code, usage); a limit or a fault
         raises its ``WbError`` (``Timeout``, ``LimitExceeded``, ``GuestTrap``...).
-        ``timeout`` may shorten the profile's deadline, never extend it.
+        ``timeout`` may shorten the profile's deadline, never extend it; setting the
+        ``cancel`` event (a ``threading.Event``) stops the guest at its next epoch tick.
         """
         from wbcore import calls
 
-        return calls.call_command(self, name, tuple(argv), stdin, principal=principal, timeout=timeout)
+        return calls.call_command(self, name, tuple(argv), stdin, principal=principal, timeout=timeout, cancel=cancel)
 
     def kernel(self, name: str, *, principal: Any = None, timeout: float | None = None) -> Any:
         """Open the registered kernel ``name`` once; ``inst.call(data) -> bytes`` many times."""

@@ -345,7 +345,7 @@ class ToolkitProvider:
             if progress:
                 progress(0.0, f"starting {tool.name}")
             if tool.kind == "command":
-                out = self._call_command(tool, args, timeout)
+                out = self._call_command(tool, args, timeout, cancel)
             elif tool.kind == "kernel":
                 out = self._call_kernel(tool, args, timeout)
             else:
@@ -361,7 +361,8 @@ class ToolkitProvider:
             return Principal(self.principal.tenant, tool.toolkit or self.principal.toolkit)
         return Principal(toolkit=tool.toolkit or "")
 
-    def _call_command(self, tool: Tool, args: Mapping[str, Any], timeout: float | None) -> CallOutcome:
+    def _call_command(self, tool: Tool, args: Mapping[str, Any], timeout: float | None,
+                      cancel: threading.Event | None = None) -> CallOutcome:
         allowed = {a.name for a in tool.declared} | {"args", "stdin"}
         unknown = sorted(set(args) - allowed)
         if unknown:
@@ -390,7 +391,8 @@ class ToolkitProvider:
         data = stdin.encode("utf-8")
         if len(data) > MAX_STDIN:
             raise InvalidArgs(f"{tool.name}: stdin of {len(data)} bytes is over the {MAX_STDIN}-byte cap")
-        res = self.runtime.call(tool.target, argv + pos, data, principal=self._principal(tool), timeout=timeout)
+        kw: dict[str, Any] = {"cancel": cancel} if cancel is not None else {}
+        res = self.runtime.call(tool.target, argv + pos, data, principal=self._principal(tool), timeout=timeout, **kw)
         events: list[StreamEvent] = [Content(_bytes_part(res.stdout))]
         usage = res.usage.as_dict() if hasattr(res.usage, "as_dict") else {}
         meta = {"wb:exit-code": res.exit_code, "wb:usage": usage}

@@ -195,7 +195,8 @@ def test_wbx_call_matches_the_mcp_call(demo_runtime, wbx) -> None:
     assert '"ABC"' in res.stdout
 
 
-def test_cancelled_call_stops_the_guest_not_just_the_wait(demo_runtime) -> None:
+@pytest.mark.parametrize("tool", ["calckit.spin", "loopkit.spin"])
+def test_cancelled_call_stops_the_guest_not_just_the_wait(demo_runtime, tool: str) -> None:
     """Cancelling the handler sets the call's cancel event: the call running the guest
     returns (cancelled) within a tick or two, long before the 5 s profile deadline."""
     from wb_mcp.server import build_server
@@ -220,7 +221,7 @@ def test_cancelled_call_stops_the_guest_not_just_the_wait(demo_runtime) -> None:
     class _Ctx:
         session = _Session()
 
-    params = types.CallToolRequestParams(name="calckit.spin", arguments={})
+    params = types.CallToolRequestParams(name=tool, arguments={})
 
     async def main() -> float:
         with anyio.move_on_after(0.3):

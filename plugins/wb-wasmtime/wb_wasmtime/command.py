@@ -57,18 +57,19 @@ _io_lock = threading.Lock()
 _local = threading.local()
 
 
-def _io_paths() -> tuple[str, str]:
+def _io_paths(depth: int) -> tuple[str, str]:
+    """This thread's output files at nesting ``depth``: a host import may run a command
+    from inside a running one (the ``commands`` cap), which must not reuse its files."""
     pid = os.getpid()
-    paths = getattr(_local, "paths", None)
-    if paths is None or _local.pid != pid:
+    if getattr(_local, "pid", None) != pid:
         with _io_lock:
             folder = _io.get(pid)
             if folder is None:
                 folder = _io[pid] = _private_dir()
-        tid = threading.get_ident()
-        paths = _local.paths = (os.path.join(folder, f"{tid}.out"), os.path.join(folder, f"{tid}.err"))
+        _local.base = os.path.join(folder, str(threading.get_ident()))
         _local.pid = pid
-    return paths
+    base = f"{_local.base}.{depth}"
+    return base + ".out", base + ".err"
 
 
 def _size(path: str) -> int:
@@ -143,7 +144,8 @@ class CommandRunner:
             argv = [req.name]
 
         prof = req.profile
-        out_path, err_path = _io_paths()
+        depth = getattr(_local, "depth", 0)
+        out_path, err_path = _io_paths(depth)
         store = wasmtime.Store(eng.wasm)
         store.set_limits(memory_size=prof.memory_bytes, instances=4, tables=8, memories=2)
         if eng.fuel:
@@ -159,9 +161,11 @@ class CommandRunner:
         exit_code = 0
         failure: BaseException | None = None
         t0 = time.perf_counter()
-        guard = _engine.Guard(t0 + req.timeout_s, out_path, err_path, prof.stdout_bytes, prof.stderr_bytes)
+        guard = _engine.Guard(t0 + req.timeout_s, out_path, err_path, prof.stdout_bytes, prof.stderr_bytes,
+                              cancel=req.cancel)
         gid = _engine.attach_guard(store, guard)
         instance = None
+        _local.depth = depth + 1
         try:
             with eng.ticker.ticking():
                 try:
@@ -175,6 +179,7 @@ class CommandRunner:
                 except KeyError:
                     raise InvalidArgs(f"{req.name}: artifact {req.sha256[:12]}… exports no _start (is it a WASI command?)") from None
         finally:
+            _local.depth = depth
             _engine.detach_guard(gid)
         wall = time.perf_counter() - t0
 
@@ -193,6 +198,8 @@ class CommandRunner:
 
         if guard.reason == "timeout":
             raise Timeout(f"{req.name}: stopped after {wall:.3f} s: over its {req.timeout_s:g} s deadline")
+        if guard.reason == "cancelled":
+            raise Timeout(f"{req.name}: cancelled by the caller after {wall:.3f} s; the guest was stopped")
         if over:
             cap = prof.stdout_bytes if over == "stdout" else prof.stderr_bytes
             raise LimitExceeded(

@@ -163,16 +163,19 @@ def get() -> Engine:
 
 
 class Guard:
-    __slots__ = ("deadline", "out", "err", "out_cap", "err_cap", "reason")
+    __slots__ = ("deadline", "out", "err", "out_cap", "err_cap", "reason", "cancel")
 
     def __init__(self, deadline: float, out: str | None = None, err: str | None = None,
-                 out_cap: int = 0, err_cap: int = 0) -> None:
+                 out_cap: int = 0, err_cap: int = 0, cancel: Any = None) -> None:
         self.deadline = deadline
         self.out, self.err = out, err
         self.out_cap, self.err_cap = out_cap, err_cap
         self.reason = ""
+        self.cancel = cancel  # a threading.Event: once set, the guest stops at the next tick
 
     def check(self) -> str:
+        if self.cancel is not None and self.cancel.is_set():
+            return "cancelled"
         if time.perf_counter() >= self.deadline:
             return "timeout"
         if self.out is not None:
