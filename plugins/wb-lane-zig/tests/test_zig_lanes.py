@@ -174,3 +174,11 @@ def test_two_clean_builds_give_the_same_sha256(tmp_path: Path) -> None:
         z = ZigLane(home=tmp_path / side, env=env).build(request(z_src, tmp_path / side / "z-out")).artifact
         digests.append((hashlib.sha256(c.read_bytes()).hexdigest(), hashlib.sha256(z.read_bytes()).hexdigest()))
     assert digests[0] == digests[1]
+
+
+def test_build_zig_projects_are_refused_with_a_hint(lanes, tmp_path: Path) -> None:
+    src = write(tmp_path / "src", {"build.zig": "pub fn build(b: anytype) void { _ = b; }\n", "tool.zig": "pub fn main() void {}\n"})
+    with pytest.raises(InvalidArgs, match="build.zig projects are not run"):
+        lanes[1].build(request(src, tmp_path / "out"))
+    out = lanes[1].build(request(src, tmp_path / "out", entry="tool.zig"))
+    assert out.artifact.read_bytes()[:4] == b"\0asm"

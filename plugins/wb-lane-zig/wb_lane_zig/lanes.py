@@ -182,8 +182,10 @@ class CLane(ZigLaneBase):
 
 
 class ZigLane(ZigLaneBase):
-    """A ``.zig`` entry (``entry``, ``src/main.zig`` or ``main.zig``) with ``build-exe``,
-    or a folder holding ``build.zig`` with ``zig build`` (its build runner runs in the sandbox too)."""
+    """A ``.zig`` root file (``entry``, else ``src/main.zig`` or ``main.zig``) with ``build-exe``.
+
+    ``build.zig`` is not run: its build runner is a native program zig compiles from the
+    whole std for each new build.zig (minutes on two cores, cached only per build.zig)."""
 
     lane: ClassVar[str] = "zig"
 
@@ -197,17 +199,12 @@ class ZigLane(ZigLaneBase):
                                   "-f[no-]single-threaded, -D<name>=<value>)")
         base = _inside(src, request.source.entry)
         name = artifact_name(request)
-        if base.is_dir() and (base / "build.zig").is_file():
-            opt = next((f[2:] for f in request.flags if f.startswith("-O")), "ReleaseSmall")
-            argv = ["/zig/zig", "build", "install", "--prefix", "/out", "--cache-dir", "/tmp/zig-local",
-                    "--global-cache-dir", "/zig-cache", "-Dtarget=wasm32-wasi", f"-Doptimize={opt}",
-                    *[f for f in request.flags if f.startswith("-D")]]
-            out = self._compile(request, argv, name, cwd=_guest(src, base))
-            return out
         if base.is_dir():
             entry = next((base / c for c in ("src/main.zig", "main.zig") if (base / c).is_file()), None)
             if entry is None:
-                raise InvalidArgs(f"zig lane: no build.zig, src/main.zig or main.zig under {base}")
+                hint = (" (build.zig projects are not run: zig would compile its build runner natively for "
+                        "every build, minutes each; name the root .zig file instead)") if (base / "build.zig").is_file() else ""
+                raise InvalidArgs(f"zig lane: no src/main.zig or main.zig under {base}{hint}")
             base = entry
         if base.suffix != ".zig":
             raise InvalidArgs(f"zig lane builds .zig files; {base.name!r} is not one")

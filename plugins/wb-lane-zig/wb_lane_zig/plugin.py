@@ -41,7 +41,7 @@ def wbcore_build_lanes() -> Iterator[BuildLane]:
     )
     yield BuildLane(
         name="zig",
-        summary="Zig with zig build-exe -target wasm32-wasi -O ReleaseSmall -fstrip (or zig build when build.zig exists)",
+        summary="Zig 0.17 with zig build-exe -target wasm32-wasi -O ReleaseSmall -fstrip (a root .zig file; build.zig is not run)",
         where=WHERE.format(tool="build-exe"),
         factory=_zig,
         available=_available,
