@@ -11,8 +11,8 @@ Behaviour per the MCP 2025-11-25 specification:
   argument errors, denied caps, timeouts, traps and non-zero exits are results with
   ``isError: true`` and a message the model can read. A call with a progress token
   gets ``notifications/progress`` while it runs. ``notifications/cancelled`` (or a
-  dropped connection) sets the call's cancel event: a component guest stops at the
-  next epoch tick; a command or kernel stops at its deadline.
+  dropped connection) sets the call's cancel event: a command or component guest
+  stops at the next epoch tick; a kernel stops at its deadline.
 - ``resources/list`` / ``resources/read``: skills as ``skill://<toolkit>/<slug>``
   (``text/org``), and a component's embedded ``act:skill`` as
   ``skill://<toolkit>/act-skill`` (``text/markdown``); ``skills/list`` /
