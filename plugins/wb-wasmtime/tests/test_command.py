@@ -7,7 +7,7 @@ import threading
 import time
 
 import pytest
-from conftest import ARGS_ENV, BOMB, ECHO, EXIT3, FLOOD, LOOP, TRAP, WANTS_CAP, WANTS_ENV
+from conftest import ARGS_ENV, BOMB, ECHO, EXIT3, FLOOD, LOOP, TRAP, WANTS_CAP, WANTS_ENV, wasi
 
 from wbcore.artifacts import IntegrityError
 from wbcore.calls import GuestTrap, LimitExceeded
@@ -259,3 +259,51 @@ def test_wbx_run_maps_each_limit_to_its_exit_code(rt, register, wbx):
     assert r.exit_code == 126 and "'kv'" in r.stderr
     r = wbx("run", "exit3", runtime=rt, input=b"")
     assert (r.exit_code, r.stderr) == (3, "oops\n")
+
+
+def test_a_command_run_from_inside_a_command_keeps_both_outputs(make_runtime, make_toolkit):
+    """A host import (here a test broker for the ``commands`` cap) may run another command
+    on the same thread while the outer guest is mid-call: each keeps its own stdout."""
+    import wasmtime
+
+    from wbcore import hookimpl
+    from wbcore.records import Broker
+    from wbcore.registry import Entry
+
+    inner: list[bytes] = []
+
+    class Runs:
+        def __init__(self, runtime):
+            self.runtime = runtime
+
+        def handle(self, call):
+            out = self.runtime.call("upper", [], b"inner").stdout
+            inner.append(out)
+            return out.decode()
+
+    class TestBroker:
+        @hookimpl
+        def wbcore_brokers(self):
+            yield Broker(name="commands", summary="test: run a command", factory=Runs)
+
+    make_toolkit("outer", exec="command", caps="commands", extra={"CLI_BIN": "outer"})
+    rt = make_runtime(plugins=["wasmtime", TestBroker()])
+    wat = f"""(module
+      (import "wb" "commands" (func $run (param i32 i32 i32 i32) (result i64)))
+      {wasi("fd_write")}
+      (memory (export "memory") 1)
+      (data (i32.const 100) "\\a1\\62op\\63run")
+      (data (i32.const 200) "AB")
+      (func $out (param $p i32) (param $n i32)
+        (i32.store (i32.const 0) (local.get $p)) (i32.store (i32.const 4) (local.get $n))
+        (drop (call $fd_write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8))))
+      (func (export "_start")
+        (call $out (i32.const 200) (i32.const 1))
+        (drop (call $run (i32.const 100) (i32.const 8) (i32.const 1024) (i32.const 256)))
+        (call $out (i32.const 201) (i32.const 1))))"""
+    art = rt.artifacts.put_bytes(bytes(wasmtime.wat2wasm(wat)))
+    rt.registry.register(Entry("command", "outer", art.sha256, "command", toolkit="outer", profile="minimal",
+                               options={"caps": ["commands"]}))
+    res = rt.call("outer")
+    assert inner == [b"INNER"]
+    assert (res.exit_code, res.stdout) == (0, b"AB")
