@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wbcore import policy, sources
-from wbcore.artifacts import IntegrityError, atomic_write
+from wbcore.artifacts import Artifact, IntegrityError, atomic_write
 from wbcore.build import BuildFailed, BuildRequest, SourceRequest
 from wbcore.calls import KernelSpec
 from wbcore.errors import InvalidArgs, NotFound, WbError
@@ -172,7 +172,8 @@ def build(runtime: Runtime, ident: str, which: str | None = None, *, progress: P
             if hit is not None:
                 cached = True
                 note("cache", f"hit: lane {lane.name} {getattr(driver, 'version', '')}, unchanged source → {hit[:12]}…")
-                art = runtime.artifacts.put_file(runtime.artifacts.path(hit))
+                hit_path = runtime.artifacts.path(hit)  # verified just above
+                art = Artifact(hit, hit_path, hit_path.stat().st_size)
             else:
                 note("compile", f"lane {lane.name} ({lane.where})")
                 try:
