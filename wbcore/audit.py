@@ -134,8 +134,9 @@ class AuditLog:
         with self._lock:
             fd = self._open()
             fcntl.flock(fd, fcntl.LOCK_EX)
-            # Another process may have rotated the log under us: follow the live file.
-            while not self._is_live(fd):
+            # Another process may have rotated the log under us: follow the live file. A file
+            # still at the size this process left it, below the rotation size, cannot have been.
+            while not self._unchanged(fd) and not self._is_live(fd):
                 fcntl.flock(fd, fcntl.LOCK_UN)
                 os.close(fd)
                 self._fd, self._known = None, None
@@ -171,6 +172,9 @@ class AuditLog:
                 return seq + 1
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def _unchanged(self, fd: int) -> bool:
+        return self._known is not None and self._known[0] < self.max_bytes and os.fstat(fd).st_size == self._known[0]
 
     def _is_live(self, fd: int) -> bool:
         try:
