@@ -67,6 +67,7 @@ def test_build_checksum_kernel_one_shot_and_stream(rt, wbx):
     assert got == [f"{zlib.crc32(b):08x}".encode() for b in blobs]
     r = wbx("kernel", "run", "crc32", "--stream", runtime=rt, input=frames[:-3])
     assert r.exit_code == 2 and "truncated frame" in r.stderr
+    assert r.stdout_bytes == b"".join(struct.pack("<I", 8) + g for g in got[:-1])  # answers before the bad frame
     with rt.kernel("crc32") as k:
         with pytest.raises(InvalidArgs, match="input arena"):
             k.call(b"\0" * (8 << 20 + 1))

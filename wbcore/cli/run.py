@@ -34,32 +34,43 @@ def read_stdin(cap: int = MAX_STDIN) -> bytes:
     return data
 
 
-def _read_exact(stream: BinaryIO, n: int) -> bytes:
-    parts, got = [], 0
-    while got < n:
-        chunk = stream.read(n - got)
-        if not chunk:
-            break
-        parts.append(chunk)
-        got += len(chunk)
-    return b"".join(parts)
+def frames(stream: BinaryIO, chunk: int = 1 << 20):  # type: ignore[no-untyped-def]
+    """Yield the payloads of u32-LE length-prefixed frames until a clean EOF.
 
-
-def frames(stream: BinaryIO):  # type: ignore[no-untyped-def]
-    """Yield the payloads of u32-LE length-prefixed frames until a clean EOF."""
+    Reads in 1 MiB chunks and slices frames out of a buffer (a read per frame costs more
+    than a small kernel call)."""
+    buf = bytearray()
+    pos = 0
+    eof = False
+    unpack = _U32.unpack_from
     while True:
-        head = _read_exact(stream, 4)
-        if not head:
+        while len(buf) - pos < 4 and not eof:
+            data = stream.read(chunk)
+            if not data:
+                eof = True
+                break
+            del buf[:pos]
+            pos = 0
+            buf += data
+        if len(buf) - pos < 4:
+            if len(buf) - pos:
+                raise InvalidArgs("truncated frame header on stdin (want 4 bytes: u32 little-endian length)")
             return
-        if len(head) < 4:
-            raise InvalidArgs("truncated frame header on stdin (want 4 bytes: u32 little-endian length)")
-        (n,) = _U32.unpack(head)
+        (n,) = unpack(buf, pos)
         if n > MAX_FRAME:
             raise InvalidArgs(f"frame of {n} bytes is over the {MAX_FRAME}-byte cap")
-        body = _read_exact(stream, n)
-        if len(body) < n:
-            raise InvalidArgs(f"truncated frame on stdin: {len(body)} of {n} bytes")
-        yield body
+        while len(buf) - pos - 4 < n and not eof:
+            data = stream.read(max(chunk, n))
+            if not data:
+                eof = True
+                break
+            del buf[:pos]
+            pos = 0
+            buf += data
+        if len(buf) - pos - 4 < n:
+            raise InvalidArgs(f"truncated frame on stdin: {len(buf) - pos - 4} of {n} bytes")
+        yield bytes(buf[pos + 4:pos + 4 + n])
+        pos += 4 + n
 
 
 def register(app: typer.Typer, runtime: Runtime) -> None:
@@ -120,17 +131,23 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
                                 argv=("--stream",), toolkit=inst.req.toolkit)
             runtime.hook.wbcore_call_started(call=record)
             n = 0
+            pending = bytearray()
+            pack = _U32.pack
             try:
                 for payload in frames(sys.stdin.buffer):
                     body = inst.call(payload)
-                    out.write(_U32.pack(len(body)))
-                    out.write(body)
+                    pending += pack(len(body))
+                    pending += body
                     n += 1
-                out.flush()
+                    if len(pending) >= 1 << 20:
+                        out.write(pending)
+                        pending.clear()
             except WbError as exc:
-                out.flush()
                 runtime.hook.wbcore_call_finished(call=record, result=exc)
                 raise
+            finally:  # the answers to every frame before a failure still go out
+                out.write(pending)
+                out.flush()
             runtime.hook.wbcore_call_finished(call=record, result={"frames": n})
 
     @kernel_app.command("list")
