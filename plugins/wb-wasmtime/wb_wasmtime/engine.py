@@ -5,12 +5,13 @@
   The config is fingerprinted into the compiled-cache key (``cache_key()``), so a
   cache compiled under another wasmtime version, config or CPU is never loaded.
 - **Ticker**: a daemon thread increments the engine epoch every ``TICK_S`` while at
-  least one call or kernel is active (``ticking()``), and sleeps otherwise. A deadline
-  of ``t`` seconds is ``ceil(t / TICK_S) + 1`` ticks, so a runaway guest stops within
-  ``t + 2 * TICK_S``; the trap unwinds only the guest, the host thread carries on.
-- **Modules**: ``modules(runtime)`` loads a verified artifact once per process
-  (compiled form from the artifact store) and keeps one ``InstancePre`` per set of
-  linked caps.
+  least one call or kernel is active (``ticking()``), and sleeps otherwise.
+- **Guard**: each store gets an epoch deadline one tick ahead and a callback
+  (:func:`attach_guard`) that checks the wall-clock deadline, the caller's cancel event
+  and the output caps; a runaway guest stops within one tick of its deadline, the trap
+  unwinds only the guest, and the host thread carries on.
+- **Modules**: ``modules().load(artifacts, sha)`` loads a verified artifact once per
+  process (the compiled form from the artifact store) with one WASI ``InstancePre``.
 - **Caps** (the Dock seam): :func:`link_caps` links one host import per granted cap
   (``wb.<cap>``, the ``wbcore.dock`` ABI) into a per-call Linker before instantiation;
   an import of an ungranted cap fails with ``CapabilityDenied`` naming the cap. Modules
@@ -22,7 +23,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import math
 import os
 import platform
 import threading
@@ -104,8 +104,6 @@ class Ticker:
         finally:
             self.leave()
 
-    def ticks_for(self, seconds: float) -> int:
-        return max(1, math.ceil(seconds / self.tick_s)) + 1
 
 
 @dataclass
