@@ -80,6 +80,28 @@ def custom_sections(data: bytes | memoryview) -> Iterator[tuple[str, memoryview]
         pos = end
 
 
+def code_part(data: bytes) -> bytes:
+    """The module without its trailing ``wbcore.*`` custom sections: the reactor's own
+    bytes, identical for every js artifact, so its compiled form is shared by all."""
+    view = memoryview(data)
+    if bytes(view[:8]) != MAGIC:
+        raise InvalidArgs("not a wasm module (bad magic or version)")
+    pos, cut = 8, None
+    while pos < len(view):
+        sid = view[pos]
+        size, body = _read_uleb(view, pos + 1)
+        name = None
+        if sid == 0:
+            nlen, npos = _read_uleb(view, body)
+            name = bytes(view[npos:npos + nlen]).decode("utf-8", "replace")
+        if name is not None and name.startswith("wbcore."):
+            cut = pos if cut is None else cut
+        else:
+            cut = None
+        pos = body + size
+    return bytes(view[:cut]) if cut is not None else data
+
+
 def runner_of(path: Path) -> str | None:
     """The lane named by an artifact's ``wbcore.runner`` section, if any."""
     data = path.read_bytes()

@@ -15,6 +15,18 @@ def _js(runtime: Any) -> Any:
     return JsLane.for_runtime(runtime)
 
 
+def _ts(runtime: Any) -> Any:
+    from wb_lane_js.ts import TsLane
+
+    return TsLane.for_runtime(runtime)
+
+
+def _ts_available() -> Availability:
+    from wb_lane_js.ts import check
+
+    return check()
+
+
 def _runner(runtime: Any) -> Any:
     from wb_lane_js.runner import JsRunner
 
@@ -36,6 +48,16 @@ def wbcore_build_lanes() -> Iterator[BuildLane]:
         "sources read-only at /app; heap, stack, memory and deadline limits",
         factory=_js,
         available=_available,
+        kind="compile-and-run",
+        runner=_runner,
+    )
+    yield BuildLane(
+        name="ts",
+        summary="TypeScript: type-stripped by the TypeScript compiler (transpileModule, no type check), then the js lane",
+        where="typescript.js (5.9.3, vendored) inside QuickJS-NG's reactor wasm in wasmtime, then as js; "
+        "zero native execution",
+        factory=_ts,
+        available=_ts_available,
         kind="compile-and-run",
         runner=_runner,
     )

@@ -66,7 +66,7 @@ def run_artifact(
     if artifact.runner_of(path) != "js":
         raise InvalidArgs(f"{path.name} is not a js artifact (no wbcore.runner=js section)")
     app = app_dir(home, data, sha256)
-    mod = qjs.module(data, home / "cache" / "js")
+    mod = qjs.module(artifact.code_part(data), home / "cache" / "js")
     args = qjs.qjs_args("/app/__wb_entry.mjs", argv, memory_bytes=memory_bytes, stack_bytes=stack_bytes)
     limits = guest.Limits(timeout_s=timeout_s, memory_bytes=memory_bytes, output_bytes=output_bytes)
     with tempfile.NamedTemporaryFile(prefix="wb-js-stdin-") as fh:
