@@ -307,3 +307,16 @@ def test_a_command_run_from_inside_a_command_keeps_both_outputs(make_runtime, ma
     res = rt.call("outer")
     assert inner == [b"INNER"]
     assert (res.exit_code, res.stdout) == (0, b"AB")
+
+
+def test_no_output_lingers_after_a_call(rt, register):
+    from wb_wasmtime import command
+
+    register("flood", FLOOD)
+    register("echo", ECHO)
+    with pytest.raises(LimitExceeded):
+        rt.call("flood")
+    assert rt.call("echo", [], b"x" * 5000).stdout == b"x" * 5000
+    out, err = command._io_paths(0)
+    assert os.path.getsize(out) == 0 and os.path.getsize(err) == 0
+    assert oct(os.stat(os.path.dirname(out)).st_mode & 0o777) == "0o700"

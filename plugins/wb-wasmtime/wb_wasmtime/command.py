@@ -195,6 +195,14 @@ class CommandRunner:
         at_memory_cap = near_memory_cap(peak, prof.memory_bytes)
         over = guard.reason if guard.reason in ("stdout", "stderr") else (
             "stdout" if out_size > prof.stdout_bytes else "stderr" if err_size > prof.stderr_bytes else "")
+        stdout = stderr = b""
+        if not over and guard.reason == "" and failure is None:
+            stdout = _read_capped(out_path, out_size, prof.stdout_bytes)
+            stderr = _read_capped(err_path, err_size, prof.stderr_bytes)
+        # nothing of this call lingers in tmpfs (RAM) or for the next call to see
+        for path, size in ((out_path, out_size), (err_path, err_size)):
+            if size:
+                os.truncate(path, 0)
 
         if guard.reason == "timeout":
             raise Timeout(f"{req.name}: stopped after {wall:.3f} s: over its {req.timeout_s:g} s deadline")
@@ -220,8 +228,6 @@ class CommandRunner:
             raise LimitExceeded(
                 f"{req.name}: exited {exit_code} at the {prof.memory_bytes >> 20} MiB memory limit of profile {prof.name}",
                 limit="memory")
-        stdout = _read_capped(out_path, out_size, prof.stdout_bytes)
-        stderr = _read_capped(err_path, err_size, prof.stderr_bytes)
         usage = Usage(wall_s=wall, fuel=fuel_used, peak_memory=peak, bytes_out=len(stdout) + len(stderr))
         return CallResult(stdout, stderr, exit_code, usage)
 
