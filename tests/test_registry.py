@@ -50,3 +50,15 @@ def test_bad_digest_and_kind_are_refused(tmp_path):
         reg.register(Entry("command", "x", "nothex", "command"))
     with pytest.raises(InvalidArgs, match="kind"):
         reg.register(Entry("widget", "x", SHA, "command"))
+
+
+def test_lookups_see_writes_from_this_and_other_connections(tmp_path):
+    a, b = Registry(tmp_path / "r.db"), Registry(tmp_path / "r.db")
+    assert a.lookup("command", "x") is None
+    b.register(Entry("command", "x", SHA, "command"))
+    assert a.lookup("command", "x").sha256 == SHA  # another connection's commit
+    a.register(Entry("command", "x", "b" * 64, "command"))
+    assert a.lookup("command", "x").sha256 == "b" * 64  # this connection's commit
+    assert b.lookup("command", "x").sha256 == "b" * 64
+    b.unregister("command", "x")
+    assert a.lookup("command", "x") is None
