@@ -43,8 +43,33 @@ def ensure_venv(env: Path = VENV, dists: list[Path] | None = None, tag: str = "a
         _ensure_venv(env, dists, tag)
 
 
+def _pyproject(dist: Path) -> dict:
+    import tomllib
+
+    return tomllib.loads((dist / "pyproject.toml").read_text())["project"]
+
+
+def _local_deps(dists: list[Path]) -> list[Path]:
+    """``dists`` plus every plugin of this repository they depend on, transitively."""
+    import re
+
+    by_name = {_pyproject(p)["name"]: p for p in PLUGINS}
+    out: list[Path] = []
+    todo = list(dists)
+    while todo:
+        d = todo.pop()
+        if d in out:
+            continue
+        out.append(d)
+        for req in _pyproject(d).get("dependencies", []):
+            name = re.split(r"[ <>=!~;\[]", req, maxsplit=1)[0]
+            if name in by_name:
+                todo.append(by_name[name])
+    return sorted(out)
+
+
 def _ensure_venv(env: Path, dists: list[Path] | None, tag: str) -> None:
-    dists = PLUGINS if dists is None else dists
+    dists = PLUGINS if dists is None else _local_deps(dists)
     stamp_file = env / f".wb-stamp-{tag}"
     stamp = _stamp()
     if stamp_file.exists() and stamp_file.read_text() == stamp:
@@ -56,8 +81,13 @@ def _ensure_venv(env: Path, dists: list[Path] | None, tag: str) -> None:
     # import-hook finder per distribution: start-up stays as fast as a regular install.
     args = [_bin(env, "python"), "-m", "pip", "install", "--disable-pip-version-check", "-q",
             "--config-settings", "editable_mode=compat", "-e", f"{ROOT}[test]"]
+    extras: list[str] = []
     for d in dists:
-        args += ["-e", f"{d}[test]"]
+        # Plugins go in without "[test]": pip's resolver mis-orders local editables that
+        # carry extras when one depends on another, so test extras are listed plainly.
+        args += ["-e", str(d)]
+        extras += _pyproject(d).get("optional-dependencies", {}).get("test", [])
+    args += sorted(set(extras))
     print("dev: installing the core and " + (", ".join(d.name for d in dists) or "no plugins"), flush=True)
     subprocess.run(args, check=True)
     stamp_file.write_text(stamp)
