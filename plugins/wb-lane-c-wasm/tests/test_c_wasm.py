@@ -133,3 +133,25 @@ def test_single_entry_file_and_missing_sources(lane, tk, tmp_path):
     (tk / "empty").mkdir()
     with pytest.raises(InvalidArgs):
         lane.build(BuildRequest(manifest=m, source=ResolvedSource(digest="x", dir=tk / "empty"), outdir=tmp_path / "o2"))
+
+
+# --- the shipped hexdump toolkit (toolkits/hexdump), built by this lane -----------------
+
+REPO_TOOLKITS = Path(__file__).resolve().parents[3] / "toolkits"
+
+
+def test_hexdump_toolkit_builds_and_runs(lane, tmp_path):
+    import json
+
+    tk = REPO_TOOLKITS / "hexdump"
+    if not tk.is_dir():
+        pytest.skip("toolkits/hexdump is not beside this plugin")
+    out = build(lane, tk, tmp_path / "out")
+    res = run(out.artifact, ["hexdump", "dump"], b"hello, world\n", tmp_path)
+    assert res.stdout == b"00000000  68 65 6c 6c 6f 2c 20 77  6f 72 6c 64 0a           |hello, world.|\n0000000d\n"
+    res = run(out.artifact, ["hexdump", "dump", "-s", "0x4", "-n", "3"], b"0123456789", tmp_path)
+    assert res.stdout.splitlines()[0].startswith(b"00000004  34 35 36")
+    assert run(out.artifact, ["hexdump", "strings", "-m", "5"], b"\x00\x01hello\x02ab\x03world!\x00", tmp_path).stdout == b"00000002 hello\n0000000a world!\n"
+    stats = json.loads(run(out.artifact, ["hexdump", "stats"], b"\x89PNG\r\n\x1a\n" + bytes(range(256)), tmp_path).stdout)
+    assert stats["kind"] == "PNG image" and stats["bytes"] == 264 and stats["distinct"] == 256
+    assert run(out.artifact, ["hexdump", "nope"], b"", tmp_path).exit_code == 2
