@@ -77,24 +77,27 @@ class Ticker:
         self._thread.start()
 
     def _run(self) -> None:
-        sleep, inc, ptr, wake = time.sleep, self._inc, self._ptr, self._wake
+        sleep, inc, ptr, wake, lock = time.sleep, self._inc, self._ptr, self._wake, self._lock
         while True:
             wake.wait()
             sleep(self.tick_s)
             inc(ptr)
+            # the thread parks itself once nothing runs, so back-to-back calls never pay
+            # for waking it
+            with lock:
+                if self._active == 0:
+                    wake.clear()
 
     def enter(self) -> None:
         with self._lock:
             self._active += 1
-            if self._active == 1:
+            if not self._wake.is_set():
                 self._wake.set()
 
     def leave(self) -> None:
         with self._lock:
-            self._active -= 1
-            if self._active <= 0:
-                self._active = 0
-                self._wake.clear()
+            if self._active > 0:
+                self._active -= 1
 
     @contextmanager
     def ticking(self) -> Iterator[None]:
