@@ -107,3 +107,16 @@ def test_wbx_run_unknown_and_timeout_exit_codes(rt, wbx):
     assert r.exit_code == 127 and "unknown command" in r.stderr
     r = wbx("run", "upper", runtime=rt, input=b"abc")
     assert (r.exit_code, r.stdout_bytes) == (0, b"ABC")
+
+
+def test_build_json_and_which(rt, wbx):
+    import json
+
+    r = wbx("toolkit", "build", "b64", "--json", runtime=rt)
+    assert r.exit_code == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["kind"] == "command" and out["name"] == "b64" and out["lane"] == "wat" and len(out["sha256"]) == 64
+    r = wbx("toolkit", "build", "b64", "widget", runtime=rt)
+    assert r.exit_code == 2 and "choose one of" in r.stderr
+    r = wbx("toolkit", "build", "toolkit-authoring", runtime=rt)
+    assert r.exit_code == 2 and "does not build a registered artifact" in r.stderr
