@@ -151,7 +151,7 @@ def test_hexdump_toolkit_builds_and_runs(lane, tmp_path):
     assert res.stdout == b"00000000  68 65 6c 6c 6f 2c 20 77  6f 72 6c 64 0a           |hello, world.|\n0000000d\n"
     res = run(out.artifact, ["hexdump", "dump", "-s", "0x4", "-n", "3"], b"0123456789", tmp_path)
     assert res.stdout.splitlines()[0].startswith(b"00000004  34 35 36")
-    assert run(out.artifact, ["hexdump", "strings", "-m", "5"], b"\x00\x01hello\x02ab\x03world!\x00", tmp_path).stdout == b"00000002 hello\n0000000a world!\n"
+    assert run(out.artifact, ["hexdump", "strings", "-m", "5"], b"\x00\x01hello\x02ab\x03world!\x00", tmp_path).stdout == b"00000002 hello\n0000000b world!\n"
     stats = json.loads(run(out.artifact, ["hexdump", "stats"], b"\x89PNG\r\n\x1a\n" + bytes(range(256)), tmp_path).stdout)
     assert stats["kind"] == "PNG image" and stats["bytes"] == 264 and stats["distinct"] == 256
     assert run(out.artifact, ["hexdump", "nope"], b"", tmp_path).exit_code == 2
