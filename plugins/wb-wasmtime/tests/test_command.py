@@ -320,3 +320,16 @@ def test_no_output_lingers_after_a_call(rt, register):
     out, err = command._io_paths(0)
     assert os.path.getsize(out) == 0 and os.path.getsize(err) == 0
     assert oct(os.stat(os.path.dirname(out)).st_mode & 0o777) == "0o700"
+
+
+def test_concurrent_calls_from_threads_keep_their_own_output(rt, register):
+    from concurrent.futures import ThreadPoolExecutor
+
+    register("echo", ECHO)
+
+    def work(i: int) -> bool:
+        data = f"thread-{i}-".encode() * (i % 7 + 1) * 100
+        return all(rt.call("echo", [], data).stdout == data for _ in range(25))
+
+    with ThreadPoolExecutor(4) as ex:
+        assert all(ex.map(work, range(8)))
