@@ -82,7 +82,7 @@ def build_app(runtime: Any = None) -> typer.Typer:
     ) -> None:
         """wbx: toolkits as sandboxed WebAssembly."""
 
-    app.add_typer(toolkit.build(runtime), name="toolkit", help="List, show, search and verify toolkits.")
+    app.add_typer(toolkit.build(runtime), name="toolkit", help="List, show, search, verify and build toolkits.")
     listing.register(app, runtime)
     demo.register(app, runtime)
     from wbcore.cli import agent as _agent

@@ -1,4 +1,5 @@
-"""``wbx demo``: walk the shipped toolkits through what works today."""
+"""``wbx demo``: walk the shipped toolkits through what works today: discover, build,
+run (commands, kernels, the ``upper`` built-in) and verify."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ if TYPE_CHECKING:
 def register(app: typer.Typer, runtime: Runtime) -> None:
     @app.command("demo")
     def demo() -> None:
-        """Discover, show and verify the shipped toolkits."""
+        """Discover the shipped toolkits, build and run the buildable ones, verify all."""
         found = runtime.discover()
         typer.echo(f"== discover: {len(found.toolkits)} toolkit(s) in {', '.join(map(str, found.roots))}")
         for tk in found.toolkits.values():
