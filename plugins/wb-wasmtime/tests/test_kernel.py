@@ -143,3 +143,16 @@ def test_100_bad_kernel_calls_leave_rss_flat(rt, register):
     assert rss() - before < 16 << 20
     for k in ks:
         k.close()
+
+
+def test_kernel_memory_bomb_is_a_memory_limit(rt, register):
+    from wbcore.calls import LimitExceeded
+
+    register("kbomb", """(module (memory (export "memory") 2)
+      (func (export "process") (param $n i32) (result i32)
+        (loop $l (br_if $l (i32.ne (memory.grow (i32.const 16)) (i32.const -1))))
+        unreachable))""", kind="kernel")
+    with rt.kernel("kbomb") as k:
+        with pytest.raises(LimitExceeded) as info:
+            k.call(b"x")
+    assert info.value.limit == "memory"

@@ -63,20 +63,24 @@ class KernelInstance:
             store.set_fuel(2**62)
         store.set_wasi(wasmtime.WasiConfig())  # no argv, env, files or stdio
         try:
-            instance = loaded.instantiate(store, name=req.name, runtime=self.runner.runtime, caps=req.caps,
-                                          principal=req.principal, toolkit=req.toolkit)
-            k = self.runner.path.kernel(store, instance, self.spec.entry)
-        except KeyError as exc:
-            raise KernelABIError(f"kernel {req.name}: module exports no {exc.args[0]!r} (needs memory and {self.spec.entry})") from None
-        except TypeError as exc:
-            raise KernelABIError(f"kernel {req.name}: {exc}") from None
-        except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:
-            raise GuestTrap(f"kernel {req.name}: failed to instantiate: {_first(exc)}") from None
-        size = k.memory_size()
-        if not (0 <= self.spec.in_off < size and 0 <= self.spec.out_off < size):
-            raise KernelABIError(
-                f"kernel {req.name}: in_off {self.spec.in_off} / out_off {self.spec.out_off} lie outside "
-                f"its {size}-byte memory")
+            try:
+                instance = loaded.instantiate(store, name=req.name, runtime=self.runner.runtime, caps=req.caps,
+                                              principal=req.principal, toolkit=req.toolkit)
+                k = self.runner.path.kernel(store, instance, self.spec.entry)
+            except KeyError as exc:
+                raise KernelABIError(f"kernel {req.name}: module exports no {exc.args[0]!r} (needs memory and {self.spec.entry})") from None
+            except TypeError as exc:
+                raise KernelABIError(f"kernel {req.name}: {exc}") from None
+            except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:
+                raise GuestTrap(f"kernel {req.name}: failed to instantiate: {_first(exc)}") from None
+            size = k.memory_size()
+            if not (0 <= self.spec.in_off < size and 0 <= self.spec.out_off < size):
+                raise KernelABIError(
+                    f"kernel {req.name}: in_off {self.spec.in_off} / out_off {self.spec.out_off} lie outside "
+                    f"its {size}-byte memory")
+        except BaseException:
+            _engine.detach_guard(self._gid)
+            raise
         self._store, self._k = store, k
         self._max_in = self.max_input
         if not self._ticking:
@@ -126,12 +130,20 @@ class KernelInstance:
 
         if not isinstance(exc, (wasmtime.Trap, wasmtime.WasmtimeError)):
             return
+        from wb_wasmtime.command import near_memory_cap
+
+        size = self._k.memory_size() if self._k is not None else 0
         self._poison()
         code = getattr(exc, "trap_code", None)
         if self._guard.reason == "timeout" or code == wasmtime.TrapCode.INTERRUPT:
             raise Timeout(f"kernel {self.req.name}: over its {self.spec.timeout_s:g} s deadline") from None
         if code == wasmtime.TrapCode.OUT_OF_FUEL:
             raise LimitExceeded(f"kernel {self.req.name}: ran out of fuel", limit="fuel") from None
+        cap = self.req.profile.memory_bytes
+        if near_memory_cap(size, cap):
+            raise LimitExceeded(
+                f"kernel {self.req.name}: hit the {cap >> 20} MiB memory limit of profile {self.req.profile.name} "
+                f"({_first(exc)})", limit="memory") from None
         raise GuestTrap(f"kernel {self.req.name}: guest trapped: {_first(exc)}") from None
 
     def _poison(self) -> None:
