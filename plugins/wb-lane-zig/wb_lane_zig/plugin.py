@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from wbcore import hookimpl
-from wbcore.records import Availability, BuildLane
+from wbcore.records import Availability, BuildLane, BuiltinCommand
 
 WHERE = ("native zig {tool} (PyPI ziglang) inside the wb-process build sandbox: user/mount/pid/net "
          "namespaces, no network, read-only source, uid 1000, seccomp, rlimits, deadline")
@@ -45,4 +45,39 @@ def wbcore_build_lanes() -> Iterator[BuildLane]:
         where=WHERE.format(tool="build-exe"),
         factory=_zig,
         available=_available,
+    )
+
+
+def _builtin(name: str) -> Any:
+    def wasm(runtime: Any) -> bytes:
+        from wb_lane_zig.builtins import build
+
+        return build(runtime, name)
+
+    return wasm
+
+
+def _builtin_version(name: str) -> str:
+    from wb_lane_zig.builtins import version
+
+    return version(name)
+
+
+@hookimpl
+def wbcore_builtin_commands() -> Iterator[BuiltinCommand]:
+    if not _available().ok:
+        return  # no zig or no sandbox: the built-ins cannot be built here (wbx lanes says why)
+    yield BuiltinCommand(
+        name="grep",
+        summary="lines of stdin matching a POSIX regex; first stdin line = '[-i -v -c -n -o -F -x -w -m N] PATTERN'",
+        wasm=_builtin("grep"),
+        arg_mode="stdin1",
+        version=_builtin_version("grep"),
+    )
+    yield BuiltinCommand(
+        name="jq",
+        summary="a jq 1.7 subset over JSON on stdin; first stdin line = '[-r -c -n -s -j] FILTER'",
+        wasm=_builtin("jq"),
+        arg_mode="stdin1",
+        version=_builtin_version("jq"),
     )

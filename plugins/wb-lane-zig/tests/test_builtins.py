@@ -1,0 +1,105 @@
+"""The reserved built-ins grep and jq: real WASM built from this package's C by the c lane."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def rt(tmp_path_factory: pytest.TempPathFactory, zig_cache: Path):
+    from wbcore.runtime import Runtime
+
+    home = tmp_path_factory.mktemp("wb-home")
+    return Runtime.open(home=home, roots=[], env={"WB_ZIG_CACHE": str(zig_cache), "PATH": os.environ.get("PATH", "")})
+
+
+def grep(rt, arg: str, text: str) -> tuple[int, str]:
+    res = rt.call("grep", [arg], text.encode())
+    return res.exit_code, res.stdout.decode()
+
+
+def jq(rt, arg: str, text: str) -> tuple[int, str]:
+    res = rt.call("jq", [arg], text.encode())
+    return res.exit_code, res.stdout.decode()
+
+
+def test_builtins_are_registered_as_reserved_stdin1_commands(rt) -> None:
+    rt.install_builtins(["grep", "jq"])
+    for name in ("grep", "jq"):
+        entry = rt.registry.lookup("command", name)
+        assert entry.builtin and entry.arg_mode == "stdin1"
+        assert rt.artifacts.read_verified(entry.sha256)[:4] == b"\0asm"
+
+
+@pytest.mark.parametrize(
+    "arg, text, want",
+    [
+        ("fo+", "foo\nbar\nfooo x\n", (0, "foo\nfooo x\n")),
+        ("-i -n B", "foo\nbar\nBAR\n", (0, "2:bar\n3:BAR\n")),
+        ("-c -v o", "foo\nbar\n", (0, "1\n")),
+        ("-o [0-9]+", "a1b22c333\n", (0, "1\n22\n333\n")),
+        ("-F a.b", "axb\na.b\n", (0, "a.b\n")),
+        ("-w cat", "catalog\nthe cat sat\n", (0, "the cat sat\n")),
+        ("-x abc", "abc\nabcd\n", (0, "abc\n")),
+        ("-m 1 a", "a\na\n", (0, "a\n")),
+        ("zzz", "abc\n", (1, "")),
+        ("two words", "has two words here\nno\n", (0, "has two words here\n")),
+    ],
+)
+def test_grep(rt, arg: str, text: str, want: tuple[int, str]) -> None:
+    assert grep(rt, arg, text) == want
+
+
+def test_grep_bad_pattern_is_a_usage_error(rt) -> None:
+    res = rt.call("grep", ["("], b"x\n")
+    assert res.exit_code == 2 and b"bad pattern" in res.stderr
+
+
+@pytest.mark.parametrize(
+    "arg, text, want",
+    [
+        (".a", '{"a":1}', "1\n"),
+        ("-c .[] | select(.n > 1) | {name, n}", '[{"name":"a","n":1},{"name":"b","n":2}]', '{"name":"b","n":2}\n'),
+        ('-r .items[] | "\\(.id): \\(.tags | join(","))"', '{"items":[{"id":1,"tags":["x","y"]}]}', "1: x,y\n"),
+        ("map(.*2) | add", "[1,2,3]", "12\n"),
+        ('-c keys, length, has("b")', '{"b":1,"a":2}', '["a","b"]\n2\ntrue\n'),
+        ("-c group_by(.k) | map({k: .[0].k, n: length})", '[{"k":"a"},{"k":"b"},{"k":"a"}]',
+         '[{"k":"a","n":2},{"k":"b","n":1}]\n'),
+        ('-c if . > 2 then "big" elif . > 1 then "mid" else "small" end', "1 2 3", '"small"\n"mid"\n"big"\n'),
+        ("-c del(.a, .b[0])", '{"a":1,"b":[1,2],"c":3}', '{"b":[2],"c":3}\n'),
+        ("-r @csv", '[1,"a,b","q\\"x"]', '1,"a,b","q""x"\n'),
+        ("-c .[1:3], .[-1:]", "[1,2,3,4]", "[2,3]\n[4]\n"),
+        ("-c . as $x | [$x, ($x|length)]", '"héllo"', '["héllo",5]\n'),
+        ('-c .x // "default"', '{"x":false}', '"default"\n'),
+        ('-c try error("boom") catch .', "null", '"boom"\n'),
+        ("-c [limit(2; .[])], first(.[]), [range(3)]", "[5,6,7]", "[5,6]\n5\n[0,1,2]\n"),
+        ("-c with_entries(.value += 1)", '{"a":1,"b":2}', '{"a":2,"b":3}\n'),
+        ("-c .a.b = 1 | .c |= 5", "{}", '{"a":{"b":1},"c":5}\n'),
+        ("-c [..|numbers]", "[1,[2,{\"x\":3}]]", "[1,2,3]\n"),
+        ("-s -c map(.a)", '{"a":1}\n{"a":2}', "[1,2]\n"),
+        ("-r .[] | test(\"^a.c$\")", '["abc","xbc"]', "true\nfalse\n"),
+        (".", '{"a":[1,{"b":null}]}', '{\n  "a": [\n    1,\n    {\n      "b": null\n    }\n  ]\n}\n'),
+    ],
+)
+def test_jq(rt, arg: str, text: str, want: str) -> None:
+    code, out = jq(rt, arg, text)
+    assert (code, out) == (0, want)
+
+
+def test_jq_output_is_valid_json_for_a_real_document(rt) -> None:
+    doc = {"name": "wb", "n": 3.5, "tags": ["a", "ü", "\u0001"], "nested": {"deep": [1, 2, {"x": None}]}, "t": True}
+    code, out = jq(rt, ".", json.dumps(doc))
+    assert code == 0 and json.loads(out) == doc
+
+
+@pytest.mark.parametrize(
+    "arg, text, code",
+    [(".a[", "{}", 3), (".", "{bad json", 2), (".a + 1", '{"a":"x"}', 5), ("nosuchfn", "1", 5), ("-Z .", "1", 2)],
+)
+def test_jq_errors_have_jq_exit_codes(rt, arg: str, text: str, code: int) -> None:
+    res = rt.call("jq", [arg], text.encode())
+    assert res.exit_code == code and res.stderr
