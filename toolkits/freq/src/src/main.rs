@@ -3,7 +3,6 @@
 
 use std::collections::HashMap;
 use std::io::{self, BufWriter, Read, Write};
-use std::process::ExitCode;
 
 const USAGE: &str = "usage: freq <command> [options] < text
 commands:
@@ -128,13 +127,11 @@ fn run(args: &[String]) -> Result<(), (u8, String)> {
     w.flush().map_err(|e| (1, e.to_string()))
 }
 
-fn main() -> ExitCode {
+fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err((code, msg)) => {
-            eprintln!("freq: {msg}");
-            ExitCode::from(code)
-        }
+    if let Err((code, msg)) = run(&args) {
+        eprintln!("freq: {msg}");
+        // process::exit, not ExitCode: wasm32-wasi's std maps every failing ExitCode to 1
+        std::process::exit(i32::from(code));
     }
 }
