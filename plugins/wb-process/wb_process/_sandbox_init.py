@@ -20,7 +20,6 @@ import ctypes
 import errno
 import json
 import os
-import platform
 import resource
 import signal
 import stat
@@ -177,9 +176,9 @@ def build_root(cfg):
     mount("proc", new + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     old = new + "/.old"
     _mkdirs(old)
-    nr = SYS_PIVOT_ROOT.get(platform.machine())
+    nr = SYS_PIVOT_ROOT.get(os.uname().machine)
     if nr is None:
-        raise OSError(errno.ENOSYS, f"pivot_root: unknown syscall number on {platform.machine()}")
+        raise OSError(errno.ENOSYS, f"pivot_root: unknown syscall number on {os.uname().machine}")
     _check(libc.syscall(nr, new.encode(), old.encode()), "pivot_root")
     os.chdir("/")
     _check(libc.umount2(b"/.old", MNT_DETACH), "umount old root")
@@ -209,6 +208,13 @@ def _seed(src, dst):
 
 def seccomp_filter(cfg):
     sys.path.insert(0, cfg["seccomp_path"])
+    import ctypes.util
+
+    # pyseccomp looks its libraries up with find_library, which spawns ldconfig/gcc
+    # (~100 ms): the parent resolved them once already.
+    known = cfg.get("libs") or {}
+    real = ctypes.util.find_library
+    ctypes.util.find_library = lambda name: known.get(name) or real(name)
     import pyseccomp as sc
 
     f = sc.SyscallFilter(sc.ALLOW)

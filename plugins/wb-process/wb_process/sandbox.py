@@ -132,6 +132,14 @@ class SandboxResult:
 _SIGNAL_LIMITS = {signal.SIGXCPU: "cpu", signal.SIGXFSZ: "file-size"}
 
 
+@lru_cache(maxsize=1)
+def _libs() -> dict[str, str]:
+    """The C libraries pyseccomp loads, resolved once per process (find_library is slow)."""
+    import ctypes.util
+
+    return {name: path for name in ("c", "seccomp") if (path := ctypes.util.find_library(name))}
+
+
 def _seccomp_path() -> str | None:
     """The folder holding pyseccomp, if it and libseccomp load here."""
     try:
@@ -281,6 +289,7 @@ class Sandbox:
                 "cwd": cwd,
                 "stdin": "pipe" if stdin is not None else "null",
                 "seccomp_path": self._seccomp,
+                "libs": _libs() if self._seccomp else {},
                 "drop_groups": root_user,
                 "seed_out": str(seed_out) if seed_out else None,
                 "sync_w": sync_w,
