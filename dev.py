@@ -99,6 +99,37 @@ def run(cmd: list[str], **kw: object) -> int:
     return subprocess.call(cmd, env=env, **kw)  # type: ignore[arg-type]
 
 
+def run_suites(env: Path, suites: list[Path], rest: list[str]) -> int:
+    """One pytest run per distribution's tests (each keeps its own conftest and helper
+    modules, as when installed alone), then one closing line with the totals."""
+    import tempfile
+    import xml.etree.ElementTree as ET
+
+    totals = {"passed": 0, "failed": 0, "skipped": 0}
+    worst = 0
+    bad: list[str] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, suite in enumerate(suites):
+            name = suite.parent.name if suite.parent != ROOT else "wbcore"
+            print(f"dev: === {name}", flush=True)
+            report = Path(tmp) / f"{i}.xml"
+            code = run([_bin(env, "python"), "-m", "pytest", str(suite), f"--junit-xml={report}", *rest], cwd=suite.parent)
+            if report.exists():
+                for case in ET.parse(report).getroot().iter("testsuite"):
+                    tests, fails = int(case.get("tests", 0)), int(case.get("failures", 0)) + int(case.get("errors", 0))
+                    skips = int(case.get("skipped", 0))
+                    totals["passed"] += tests - fails - skips
+                    totals["failed"] += fails
+                    totals["skipped"] += skips
+            if code not in (0, 5):  # 5: nothing collected (e.g. every test deselected by -m)
+                worst = worst or code
+                bad.append(name)
+    if bad:
+        print(f"dev: failing suites: {', '.join(bad)}", flush=True)
+    print(f"{totals['passed']} passed, {totals['failed']} failed, {totals['skipped']} skipped", flush=True)
+    return worst
+
+
 def main(argv: list[str]) -> int:
     what = argv[0] if argv else "demo"
     rest = argv[1:]
@@ -110,16 +141,15 @@ def main(argv: list[str]) -> int:
         return run([_bin(VENV, "wbx"), "demo", *rest], cwd=ROOT)
     if what == "test":
         ensure_venv()
-        tests = ["tests", *(str(p / "tests") for p in PLUGINS if (p / "tests").is_dir())]
-        return run([_bin(VENV, "python"), "-m", "pytest", *tests, *rest], cwd=ROOT)
+        suites = [ROOT / "tests", *(p / "tests" for p in PLUGINS if (p / "tests").is_dir())]
+        return run_suites(VENV, suites, rest)
     if what == "isolated":
         worst = 0
         for plugin in PLUGINS:
             env = ROOT / ".venvs" / plugin.name
             ensure_venv(env, [plugin], tag=plugin.name)
             print(f"dev: {plugin.name} alone with the core", flush=True)
-            code = run([_bin(env, "python"), "-m", "pytest", str(plugin / "tests"), "-p", "no:cacheprovider", *rest], cwd=plugin)
-            worst = worst or (0 if code in (0, 5) else code)
+            worst = worst or run_suites(env, [plugin / "tests"], ["-p", "no:cacheprovider", *rest])
         return worst
     if what == "bench":
         ensure_venv()
