@@ -14,6 +14,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from wbcore.errors import InvalidArgs
 from wbcore.manifest import Manifest
@@ -65,6 +66,27 @@ class BuildFailed(InvalidArgs):
     def __init__(self, message: str, *, log: str = "") -> None:
         super().__init__(message)
         self.log = log
+
+
+#: Lanes that build a ``#+BUILD_LANG`` for ``#+TRUST: third-party`` toolkits instead of the
+#: lane of that name: C from outside is compiled by tcc inside wasm (zero native
+#: execution) rather than by a native compiler in the build sandbox. Override per
+#: language with ``WB_THIRD_PARTY_LANE_<LANG>`` (e.g. ``WB_THIRD_PARTY_LANE_C=c`` to use
+#: the native lane, or ``=c-wasm``); an unavailable override falls back to the named lane.
+THIRD_PARTY_LANES: dict[str, str] = {"c": "c-wasm"}
+
+
+def lane_for(manifest: Manifest, lanes: Any, env: Mapping[str, str]) -> str | None:
+    """The lane that builds ``manifest``: its ``#+BUILD_LANG``, unless the toolkit is
+    third-party and a third-party lane for that language is set and available."""
+    lang = manifest.build_lang
+    if not lang or manifest.trust != "third-party":
+        return lang
+    key = "WB_THIRD_PARTY_LANE_" + "".join(ch if ch.isalnum() else "_" for ch in lang.upper())
+    want = env.get(key) or THIRD_PARTY_LANES.get(lang)
+    if not want or want == lang or want not in lanes:
+        return lang
+    return want if lanes.get(want).available().ok else lang
 
 
 def tree_digest(root: Path, *, max_files: int = 20000, max_bytes: int = 512 << 20) -> str:
