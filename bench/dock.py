@@ -6,7 +6,9 @@ A guest exports ``loop(n)`` that calls one import ``n`` times with a fixed CBOR 
 already in its memory; the figure per row is (loop wall time) / n, median of
 ``--rounds`` rounds. Rows:
 - bare host import: the same ``(i32,i32,i32,i32)->i64`` signature bound to a Python
-  function that returns 0 (the floor of any wasmtime-py host call);
+  function that returns 0 — through wasmtime's unchecked C callback (the path the Dock
+  links, ``wbcore/dock_fast.py``; the ratio's denominator) and through wasmtime-py's
+  public ``Linker.define_func``;
 - bare import + copy: the floor plus reading the request and writing a 16-byte answer;
 - wb.kv get / wb.vfs read: the full Dock path (memory read, CBOR decode, default-deny,
   revocation, rate limit, broker SQLite read, CBOR encode, size cap, hash-chained audit
@@ -99,6 +101,28 @@ def main() -> None:
         f = inst.exports(store)["loop"]
         return lambda n: f(store, n)
 
+    def raw_loop():
+        import ctypes
+
+        from wasmtime import _bindings as ffi
+
+        @ffi.wasmtime_func_unchecked_callback_t
+        def noop(env, caller, raw, n):
+            raw[0].i64 = 0
+            return 0
+
+        keep.append(noop)
+        store = wasmtime.Store(engine)
+        linker = wasmtime.Linker(engine)
+        err = ffi.wasmtime_linker_define_func_unchecked(linker.ptr(), b"wb", 2, b"kv", 2, ty.ptr(), noop, None,
+                                                        ctypes.CFUNCTYPE(None, ctypes.c_void_p)(0))
+        assert not err
+        inst = linker.instantiate(store, wasmtime.Module(engine, guest("kv", kv_req)))
+        f = inst.exports(store)["loop"]
+        return lambda n: f(store, n)
+
+    keep: list = []
+
     def dock_loop(cap: str, req: bytes):
         store = wasmtime.Store(engine)
         linker = wasmtime.Linker(engine)
@@ -114,8 +138,9 @@ def main() -> None:
         return run
 
     n, rounds = args.calls, args.rounds
-    bare = per_call(bare_loop(False), n, rounds)
-    rows = [("bare host import (no-op)", bare)]
+    bare = per_call(raw_loop(), n, rounds)
+    rows = [("bare host import (no-op, unchecked C callback)", bare)]
+    rows.append(("bare host import (no-op, Linker.define_func)", per_call(bare_loop(False), n, rounds)))
     rows.append(("bare import + read req / write 16 B", per_call(bare_loop(True), n, rounds)))
     rows.append(("wb.kv get (full Dock path)", per_call(dock_loop("kv", kv_req), n, rounds)))
     rows.append(("wb.vfs read (full Dock path)", per_call(dock_loop("vfs", vfs_req), n, rounds)))

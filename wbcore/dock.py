@@ -454,6 +454,16 @@ class Dock:
                 raise InvalidArgs(f"import {IMPORT_MODULE}.{imp.name} has the wrong signature; the Dock ABI is "
                                   + ("(i32 ptr, i32 cap) -> i64" if imp.name in ALWAYS_LINKED else "(i32 req_ptr, i32 req_len, i32 resp_ptr, i32 resp_cap) -> i64"))
         pending = _Pending()
+        from wbcore import dock_fast
+
+        if self.runtime.env.get("WB_DOCK_LINK", "fast") != "public" and dock_fast.available():
+            for cap in caps:
+                dock_fast.define(linker, cap, call_ty, "call", self._raw_handler(cap, ctx), pending)
+            if "fetch" in wanted:
+                dock_fast.define(linker, "fetch", slot_ty, "fetch", None, pending)
+            if "info" in wanted:
+                dock_fast.define(linker, "info", slot_ty, "info", lambda _req: (0, self._info_body(ctx)), pending)
+            return caps
         for cap in caps:
             linker.define_func(IMPORT_MODULE, cap, call_ty, self._host_func(cap, ctx, pending), access_caller=True)
         if "fetch" in wanted:
@@ -461,6 +471,23 @@ class Dock:
         if "info" in wanted:
             linker.define_func(IMPORT_MODULE, "info", slot_ty, self._info_func(ctx, pending), access_caller=True)
         return caps
+
+    def _raw_handler(self, cap: str, ctx: DockContext) -> Any:
+        call_raw = self.call_raw
+
+        def handler(request: bytes | None) -> tuple[int, bytes]:
+            if request is None:
+                return self._deny(ctx, cap, "?", "", InvalidArgs(f"{cap}: the request lies outside guest memory"),
+                                  time.perf_counter(), 0)[:2]
+            return call_raw(ctx, cap, request)
+
+        return handler
+
+    def _info_body(self, ctx: DockContext) -> bytes:
+        import cbor2
+
+        return cbor2.dumps({"principal": str(ctx.principal), "tenant": ctx.principal.tenant, "toolkit": ctx.toolkit,
+                            "instance": ctx.instance, "caps": sorted(ctx.caps), "depth": ctx.depth})
 
     def _host_func(self, cap: str, ctx: DockContext, pending: _Pending) -> Any:
         call_raw = self.call_raw
@@ -485,11 +512,7 @@ class Dock:
 
     def _info_func(self, ctx: DockContext, pending: _Pending) -> Any:
         def info(caller: Any, ptr: int, cap: int) -> int:
-            import cbor2
-
-            body = cbor2.dumps({"principal": str(ctx.principal), "tenant": ctx.principal.tenant,
-                                "toolkit": ctx.toolkit, "instance": ctx.instance, "caps": sorted(ctx.caps),
-                                "depth": ctx.depth})
+            body = self._info_body(ctx)
             pending.body = body
             mem = caller["memory"]
             return _deliver(caller, mem, mem.data_len(caller), body, ptr, cap, 0)

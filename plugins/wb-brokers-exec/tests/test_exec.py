@@ -12,7 +12,7 @@ from wbcore.calls import Principal
 from wbcore.errors import CapabilityDenied, InvalidArgs, NotFound
 from wb_brokers_exec.broker import encode_request, parse_request
 
-from conftest import HELLO, SPIN, call_and_print
+from wbexec_guests import HELLO, SPIN, call_and_print
 
 
 @pytest.fixture
@@ -58,26 +58,27 @@ def test_the_ninth_nested_exec_is_refused(rt, register_guest):
     assert doc["reason"] == "depth" and "exceeds 8" in doc["message"]
 
 
-def test_the_65th_concurrent_exec_is_refused(rt, register_guest):
+def _hold_all_slots(rt, register_guest, limit: int, spin_s: float) -> None:
     register_guest(rt, "spin", SPIN)
     c = ctx(rt)
     broker = rt.dock.driver("exec")
+    broker.slots.limit = limit
     outcomes: list[str] = []
 
     def hold():
         try:
-            rt.dock.call(c, "exec", "run", {"name": "spin", "timeout": 3})
+            rt.dock.call(c, "exec", "run", {"name": "spin", "timeout": spin_s})
         except Exception as exc:  # noqa: BLE001 - each spinner ends by its deadline
             outcomes.append(getattr(getattr(exc, "kind", None), "value", type(exc).__name__))
 
-    threads = [threading.Thread(target=hold) for _ in range(64)]
+    threads = [threading.Thread(target=hold) for _ in range(limit)]
     for t in threads:
         t.start()
-    end = time.monotonic() + 10
-    while broker.slots.in_flight(str(c.principal)) < 64 and time.monotonic() < end:
+    end = time.monotonic() + spin_s
+    while broker.slots.in_flight(str(c.principal)) < limit and time.monotonic() < end:
         time.sleep(0.01)
-    assert broker.slots.in_flight(str(c.principal)) == 64
-    with pytest.raises(CapabilityDenied, match="64 nested calls in flight") as exc:
+    assert broker.slots.in_flight(str(c.principal)) == limit
+    with pytest.raises(CapabilityDenied, match=f"{limit} nested calls in flight") as exc:
         rt.dock.call(c, "exec", "run", {"name": "spin", "timeout": 1})
     assert exc.value.reason == "concurrency"
     other = rt.dock.context(principal=Principal("t", "someone-else"), caps={"exec"})
@@ -85,8 +86,20 @@ def test_the_65th_concurrent_exec_is_refused(rt, register_guest):
     assert rt.dock.call(other, "exec", "run", {"name": "hello"})["stdout"] == b"hello"
     for t in threads:
         t.join()
-    assert len(outcomes) == 64 and set(outcomes) == {"timeout"}
+    assert len(outcomes) == limit and set(outcomes) == {"timeout"}, outcomes
     assert broker.slots.in_flight(str(c.principal)) == 0
+
+
+def test_the_concurrency_cap_refuses_the_next_exec(rt, register_guest):
+    _hold_all_slots(rt, register_guest, limit=4, spin_s=2)
+
+
+@pytest.mark.slow
+def test_the_65th_concurrent_exec_is_refused(rt, register_guest):
+    from wb_brokers_exec.broker import MAX_CONCURRENT
+
+    assert MAX_CONCURRENT == 64
+    _hold_all_slots(rt, register_guest, limit=MAX_CONCURRENT, spin_s=20)
 
 
 def test_parallel_maps_with_per_task_results(rt, register_guest):

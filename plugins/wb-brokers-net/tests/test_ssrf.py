@@ -10,7 +10,7 @@ from wb_brokers_net import allowlist
 from wb_brokers_net.brokers import NetBroker, SocketBroker
 from wb_brokers_net.guard import NetGuard, parse_literal, why_denied
 
-from conftest import PUBLIC_IP
+from wbnet_targets import PUBLIC_IP
 
 CAPS = {"net", "browse", "tcp", "udp", "tls"}
 
@@ -160,7 +160,7 @@ def test_https_fetch_verifies_the_name(dock, tls_cert, tmp_path):
     import threading
     from http.server import HTTPServer
 
-    from conftest import _Handler
+    from wbnet_targets import _Handler
 
     srv = HTTPServer((PUBLIC_IP, 0), _Handler)
     sctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

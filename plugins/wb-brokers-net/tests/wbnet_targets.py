@@ -16,6 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+
 PUBLIC_IP = "127.0.0.7"
 
 
