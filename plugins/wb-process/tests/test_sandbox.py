@@ -186,3 +186,11 @@ def test_overlay_bind_writes_vanish(box: Sandbox, tmp_path: Path) -> None:
     assert res.ok, res.log
     assert res.stdout.split() == [b"cached", b"new"]
     assert sorted(os.listdir(cache)) == ["hit"] and (cache / "hit").read_text() == "cached\n"
+
+
+def test_seccomp_filter_is_installed(box: Sandbox, tmp_path: Path) -> None:
+    if "seccomp" not in box.features:
+        pytest.skip("pyseccomp/libseccomp not loadable here")
+    res = sh(box, "grep -E '^(Seccomp|NoNewPrivs|CapEff):' /proc/self/status", tmp_path / "o")
+    status = dict(line.split(":\t") for line in res.stdout.decode().splitlines())
+    assert status == {"Seccomp": "2", "NoNewPrivs": "1", "CapEff": "0000000000000000"}

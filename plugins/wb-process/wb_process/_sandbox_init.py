@@ -1,6 +1,6 @@
 """The sandbox's own init: run as ``python -I -S _sandbox_init.py <config.json>``.
 
-Standard library only (plus ``pyseccomp`` when the config names its folder), because it
+Standard library only (the seccomp filter arrives as BPF bytes built by the parent), because it
 runs before anything of the host's environment is trusted. Three processes:
 
 * **C** (this script): ``unshare`` user, mount, pid, net, ipc, uts and cgroup
@@ -206,43 +206,21 @@ def _seed(src, dst):
 # --- W: drop everything and exec ----------------------------------------------------------
 
 
-def seccomp_filter(cfg):
-    sys.path.insert(0, cfg["seccomp_path"])
-    import ctypes.util
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
 
-    # pyseccomp looks its libraries up with find_library, which spawns ldconfig/gcc
-    # (~100 ms): the parent resolved them once already.
-    known = cfg.get("libs") or {}
-    real = ctypes.util.find_library
-    ctypes.util.find_library = lambda name: known.get(name) or real(name)
-    import pyseccomp as sc
 
-    f = sc.SyscallFilter(sc.ALLOW)
-    eperm = sc.ERRNO(errno.EPERM)
-    denied = (
-        "ptrace", "process_vm_readv", "process_vm_writev", "mount", "umount2", "pivot_root",
-        "chroot", "unshare", "setns", "keyctl", "add_key", "request_key", "bpf",
-        "perf_event_open", "userfaultfd", "kexec_load", "kexec_file_load", "init_module",
-        "finit_module", "delete_module", "reboot", "swapon", "swapoff", "acct", "quotactl",
-        "ioperm", "iopl", "open_by_handle_at", "name_to_handle_at", "syslog", "vhangup",
-        "lookup_dcookie", "move_mount", "open_tree", "fsopen", "fsmount", "fsconfig", "fspick",
-        "mount_setattr", "io_uring_setup", "io_uring_enter", "io_uring_register",
-        "settimeofday", "clock_settime", "adjtimex", "sethostname", "setdomainname",
-        "personality", "uselib", "nfsservctl",
-    )
-    for name in denied:
-        try:
-            f.add_rule(eperm, name)
-        except (OSError, ValueError, RuntimeError):
-            continue  # not a syscall on this architecture
-    # Only local (AF_UNIX) sockets; the net namespace has no route anyway.
-    f.add_rule(sc.ERRNO(errno.EAFNOSUPPORT), "socket", sc.Arg(0, sc.NE, 1))
-    # No new user namespaces through clone flags; clone3 hides its flags in memory,
-    # so it answers ENOSYS and libc falls back to clone.
-    f.add_rule(eperm, "clone", sc.Arg(0, sc.MASKED_EQ, CLONE_NEWUSER, CLONE_NEWUSER))
-    f.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
-    f.add_rule(eperm, "ioctl", sc.Arg(1, sc.EQ, 0x5412))  # TIOCSTI
-    return f
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def load_seccomp(program):
+    """Install a classic-BPF seccomp program (built by the parent with libseccomp)."""
+    if len(program) % 8:
+        raise OSError(errno.EINVAL, "seccomp program is not a whole number of instructions")
+    buf = ctypes.create_string_buffer(program, len(program))
+    prog = _SockFprog(len(program) // 8, ctypes.cast(buf, ctypes.c_void_p))
+    _check(libc.prctl(PR_SET_SECCOMP, ctypes.c_ulong(SECCOMP_MODE_FILTER), ctypes.byref(prog), 0, 0), "seccomp")
 
 
 def become_worker(cfg, filt):
@@ -267,7 +245,7 @@ def become_worker(cfg, filt):
             break
     prctl(PR_SET_NO_NEW_PRIVS, 1)
     if filt is not None:
-        filt.load()
+        load_seccomp(filt)
     os.chdir(cfg["cwd"])
     os.closerange(3, 1 << 16)
     os.execve(cfg["argv"][0], cfg["argv"], cfg["env"])
@@ -326,7 +304,7 @@ def report(fd, **kw):
 def init_main(cfg, status_fd):
     """G: pid 1 of the sandbox."""
     try:
-        filt = seccomp_filter(cfg) if cfg.get("seccomp_path") else None
+        filt = bytes.fromhex(cfg["seccomp_bpf"]) if cfg.get("seccomp_bpf") else None
         export_fd = os.open(cfg["export"], os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         build_root(cfg)
         libc.sethostname(b"wb-sandbox", 10)

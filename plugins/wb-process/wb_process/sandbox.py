@@ -133,23 +133,6 @@ _SIGNAL_LIMITS = {signal.SIGXCPU: "cpu", signal.SIGXFSZ: "file-size"}
 
 
 @lru_cache(maxsize=1)
-def _libs() -> dict[str, str]:
-    """The C libraries pyseccomp loads, resolved once per process (find_library is slow)."""
-    import ctypes.util
-
-    return {name: path for name in ("c", "seccomp") if (path := ctypes.util.find_library(name))}
-
-
-def _seccomp_path() -> str | None:
-    """The folder holding pyseccomp, if it and libseccomp load here."""
-    try:
-        import pyseccomp
-    except (ImportError, RuntimeError, OSError):
-        return None
-    return str(Path(pyseccomp.__file__).parent)
-
-
-@lru_cache(maxsize=1)
 def probe() -> tuple[bool, str, tuple[str, ...]]:
     """Whether the namespace sandbox works here: (ok, reason, features). Cached per process."""
     if sys.platform != "linux":
@@ -211,7 +194,9 @@ class Sandbox:
 
     def __init__(self, *, unsandboxed: bool = False, seccomp: bool | None = None, _probing: bool = False) -> None:
         self.unsandboxed = unsandboxed
-        self._seccomp = _seccomp_path() if seccomp is not False else None
+        from wb_process.seccomp import bpf
+
+        self._seccomp = bpf() if seccomp is not False else None
         if seccomp is True and self._seccomp is None:
             raise SandboxUnavailable("seccomp was required but pyseccomp/libseccomp is not loadable here")
         if not unsandboxed and not _probing:
@@ -288,8 +273,7 @@ class Sandbox:
                 "env": dict(env),
                 "cwd": cwd,
                 "stdin": "pipe" if stdin is not None else "null",
-                "seccomp_path": self._seccomp,
-                "libs": _libs() if self._seccomp else {},
+                "seccomp_bpf": self._seccomp.hex() if self._seccomp else None,
                 "drop_groups": root_user,
                 "seed_out": str(seed_out) if seed_out else None,
                 "sync_w": sync_w,
