@@ -208,3 +208,43 @@ def test_info_is_always_linked(dock):
     store, inst, ctx = instantiate(dock, wasm, caps=set())
     n = inst.exports(store)["run"](store)
     assert cbor2.loads(_mem(store, inst, 0, n))["instance"] == ctx.instance
+
+
+class _RevokingDriver:
+    """Revokes its caller during the third call: the guest's fourth call must be denied."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def handle(self, call):
+        self.calls += 1
+        if self.calls == 3:
+            call.dock.revoke(call.ctx.principal)
+        return {"n": self.calls}
+
+
+def test_revoking_mid_flight_stops_the_running_guests_next_call(make_runtime):
+    drv = _RevokingDriver()
+
+    class _Plugin:
+        @hookimpl
+        def wbcore_brokers(self):
+            yield Broker(name="kv", summary="test", factory=lambda rt: drv, operations=("echo",))
+
+    dock = make_runtime(plugins=[_Plugin()]).dock
+    req = cbor2.dumps({"op": "echo"})
+    wasm = wasmtime.wat2wasm(f"""(module
+      (import "wb" "kv" (func $kv (param i32 i32 i32 i32) (result i64)))
+      (memory (export "memory") 1)
+      (data (i32.const 0) "{_wat_bytes(req)}")
+      (func (export "run") (result i32) (local $i i32) (local $ok i32)
+        (loop $l
+          (if (i64.ge_s (call $kv (i32.const 0) (i32.const {len(req)}) (i32.const 512) (i32.const 512)) (i64.const 0))
+            (then (local.set $ok (i32.add (local.get $ok) (i32.const 1)))))
+          (local.set $i (i32.add (local.get $i) (i32.const 1)))
+          (br_if $l (i32.lt_u (local.get $i) (i32.const 10))))
+        (local.get $ok)))""")
+    store, inst, ctx = instantiate(dock, wasm, caps={"kv"})
+    assert inst.exports(store)["run"](store) == 3
+    outcomes = [(e["outcome"], e["reason"]) for e in dock.audit.entries()]
+    assert outcomes == [("allowed", None)] * 3 + [("denied", "revoked")] * 7
