@@ -181,3 +181,12 @@ def test_https_fetch_verifies_the_name(dock, tls_cert, tmp_path):
 def test_browse_returns_text(dock, http_target):
     got = dock.call(ctx(dock), "browse", "fetch", {"url": f"http://public.test:{http_target}/page"})
     assert got["text"] == "Title Hello & bye"
+
+
+def test_verify_reports_allowed_hosts(make_runtime, make_toolkit, wbx):
+    make_toolkit("good", caps="net", extra={"ALLOWED_HOSTS": "https://*.example.com tcp://db.example.com:5432"})
+    make_toolkit("bad", caps="net", extra={"ALLOWED_HOSTS": "https://api.*.com"})
+    rt = make_runtime(plugins=["brokers-net"])
+    assert "✓ allowed-hosts: 2 host rule(s)" in wbx("toolkit", "verify", "good", runtime=rt).stdout
+    bad = wbx("toolkit", "verify", "bad", runtime=rt)
+    assert bad.exit_code != 0 and "✗ allowed-hosts" in bad.stdout and "leading '*.'" in bad.stdout

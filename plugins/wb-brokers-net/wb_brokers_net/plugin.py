@@ -48,3 +48,28 @@ def wbcore_brokers() -> Iterator[Broker]:
         yield Broker(name=kind, summary=f"{what}; NetGuard + pin", factory=_socket(kind), operations=("exchange",))
     yield Broker(name="serve", summary="inbound flip: the host listens on loopback, the guest answers; size-capped",
                  factory=_serve, operations=("listen", "next", "respond", "close"))
+
+
+@hookimpl
+def wbcore_verify_checks(toolkit: Any, runtime: Any) -> Iterator[Any]:
+    """``#+ALLOWED_HOSTS``: every entry parses, and the toolkit asks for a cap it narrows."""
+    from wbcore.errors import WbError
+    from wbcore.records import Check
+
+    text = toolkit.manifest.extra("ALLOWED_HOSTS")
+    if not text:
+        return
+    from wb_brokers_net.allowlist import parse_rule
+
+    bad = []
+    for entry in text.split():
+        try:
+            parse_rule(entry)
+        except WbError as exc:
+            bad.append(exc.message)
+    if bad:
+        yield Check(False, "allowed-hosts", "; ".join(bad))
+    else:
+        yield Check(True, "allowed-hosts", f"{len(text.split())} host rule(s) narrow egress")
+    if not set(toolkit.manifest.caps) & {"net", "browse", "tcp", "udp", "tls"}:
+        yield Check(True, "allowed-hosts", "#+ALLOWED_HOSTS is set but #+CAPS asks for no egress cap", warning=True)
