@@ -73,3 +73,22 @@ def test_revocation_and_not_found_reach_the_guest_as_status(make_runtime, make_t
     err = cbor2.loads(rt.call("kvguest").stdout)
     assert err["error"] == "capability-denied" and err["reason"] == "revoked"
     assert [e["outcome"] for e in rt.dock.audit.entries()][-2:] == ["denied", "denied"]
+
+
+def test_consent_grant_makes_a_third_party_artifact_run(make_runtime, make_toolkit, wbx, monkeypatch):
+    import base64
+
+    monkeypatch.setenv("WB_SIGNING_KEY", base64.b64encode(bytes(32)).decode())
+    make_toolkit("tpkv", exec="command", caps="kv", trust="third-party", extra={"CLI_BIN": "tpkv"})
+    rt = make_runtime(plugins=["wasmtime", "brokers-state"])
+    assert wbx("toolkit", "sign", "tpkv", runtime=rt).exit_code == 0
+    rt.discover(refresh=True)
+    art = rt.artifacts.put_bytes(kv_get_guest("greeting"))
+    rt.registry.register(Entry(kind="command", name="tpkv", sha256=art.sha256, shape="command", toolkit="tpkv",
+                               profile="minimal", options={"caps": ["kv"]}))
+    with pytest.raises(CapabilityDenied, match="'kv'"):  # declared and in the profile, but not consented to
+        rt.call("tpkv")
+    r = wbx("toolkit", "grant", "tpkv", "kv", runtime=rt)
+    assert r.exit_code == 0, r.stderr
+    out = cbor2.loads(rt.call("tpkv").stdout)
+    assert out["error"] == "not-found"  # it ran and reached the broker (the key is simply absent)
