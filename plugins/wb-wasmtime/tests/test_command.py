@@ -60,13 +60,18 @@ def test_fresh_store_per_call(rt, register):
 
 def test_infinite_loop_stops_within_deadline_and_host_carries_on(rt, register):
     register("spin", LOOP)
+    with pytest.raises(Timeout):
+        rt.call("spin", timeout=0.05)  # compiles the module: not part of the guest's deadline
     ticks = []
+    late = [0.0]  # how late this machine wakes a sleeping thread: the slack a deadline needs
     stop = threading.Event()
 
     def host_work() -> None:
         while not stop.is_set():
             ticks.append(time.perf_counter())
+            t = time.perf_counter()
             time.sleep(0.01)
+            late[0] = max(late[0], time.perf_counter() - t - 0.01)
 
     t = threading.Thread(target=host_work)
     t.start()
@@ -78,7 +83,7 @@ def test_infinite_loop_stops_within_deadline_and_host_carries_on(rt, register):
     finally:
         stop.set()
         t.join()
-    assert 0.5 <= took <= 0.55, took
+    assert 0.5 <= took <= 0.55 + late[0], (took, late[0])
     assert info.value.exit_code == 124 and "deadline" in info.value.message
     assert len(ticks) >= 10  # the other thread kept running while the guest spun
     assert rt.call("upper", [], b"ok").stdout == b"OK"  # and the runtime still works

@@ -77,6 +77,12 @@ class Ticker:
         self._thread.start()
 
     def _run(self) -> None:
+        # Deadlines are only as punctual as this thread: on a busy machine ask the kernel
+        # to schedule it ahead of ordinary work (best effort; needs CAP_SYS_NICE).
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), -10)
+        except (OSError, AttributeError):
+            pass
         sleep, inc, ptr, wake, lock = time.sleep, self._inc, self._ptr, self._wake, self._lock
         while True:
             wake.wait()
