@@ -248,3 +248,11 @@ def test_revoking_mid_flight_stops_the_running_guests_next_call(make_runtime):
     assert inst.exports(store)["run"](store) == 3
     outcomes = [(e["outcome"], e["reason"]) for e in dock.audit.entries()]
     assert outcomes == [("allowed", None)] * 3 + [("denied", "revoked")] * 7
+
+
+def test_default_rate_is_120000_per_minute_and_configurable(make_runtime):
+    assert make_runtime(plugins=[_TestBrokers()], env={}).dock.limiter.limit == 120_000
+    lim = make_runtime(plugins=[_TestBrokers()], env={"WB_DOCK_RATE": "10/1.5"}).dock.limiter
+    assert (lim.limit, lim.window) == (10, 1.5)
+    with pytest.raises(InvalidArgs, match="WB_DOCK_RATE"):
+        _ = make_runtime(plugins=[_TestBrokers()], env={"WB_DOCK_RATE": "lots"}).dock
