@@ -205,3 +205,10 @@ def test_table_toolkit_builds_and_renders(lane, tmp_path):
     assert run(out.artifact, ["table", "markdown"], rows, tmp_path)[1].splitlines()[3] == b"| Grace\\|H | 12 |"
     assert run(out.artifact, ["table", "keys"], b'{"a":1}\n{"a":2,"b":null}\n', tmp_path) == (0, b"a\t2\nb\t1\n")
     assert run(out.artifact, ["table", "text", "--columns=zzz"], rows, tmp_path)[0] == 2
+
+
+def test_entry_folder_inside_a_module_builds_the_package(tmp_path):
+    (tmp_path / "go.mod").write_text("module x\n")
+    (tmp_path / "cmd" / "tool").mkdir(parents=True)
+    (tmp_path / "cmd" / "tool" / "main.go").write_text("package main\n")
+    assert golane._target(tmp_path, "cmd/tool") == ("/src/cmd/tool", ["."])

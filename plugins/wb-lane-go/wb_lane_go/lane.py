@@ -177,6 +177,7 @@ def _hand_to_sandbox_user(root: Path) -> None:
 
 def _target(src: Path, entry: str | None) -> tuple[str, list[str]]:
     """(cwd inside the sandbox, what to pass to go build)."""
+    root = src
     if entry:
         target = src / entry
         if target.is_file():
@@ -188,16 +189,18 @@ def _target(src: Path, entry: str | None) -> tuple[str, list[str]]:
         base = "/src/" + Path(entry).as_posix()
     else:
         base = "/src"
-    if (src / "go.mod").is_file() or _has_module_above(src, entry):
-        return base, ["."]
+    # in a module (go.mod here or in a folder above, up to the source root), build the package
+    folder = src
+    while True:
+        if (folder / "go.mod").is_file():
+            return base, ["."]
+        if folder == root or root not in folder.parents:
+            break
+        folder = folder.parent
     files = sorted(p.name for p in src.glob("*.go") if not p.name.endswith("_test.go"))
     if not files:
         raise InvalidArgs(f"go: no .go files in {src}")
     return base, files
-
-
-def _has_module_above(src: Path, entry: str | None) -> bool:
-    return bool(entry) and (src.parent / "go.mod").is_file()
 
 
 @dataclass
