@@ -61,3 +61,15 @@ def test_wbx_audit_shows_and_verifies(wb_home, wbx):
     log.path.write_text("\n".join(lines[1:]) + "\n")
     bad = wbx("audit", "--verify")
     assert bad.exit_code == 70 and "audit chain broken" in bad.stderr
+
+
+def test_pruned_segments_leave_a_verifiable_anchored_chain(wb_home):
+    log = AuditLog(wb_home / "audit", max_bytes=400, keep=2)
+    for _ in range(30):
+        log.record(principal="p", cap="kv", op="put", args_digest="d", outcome="allowed")
+    assert len(list((wb_home / "audit").glob("audit-*.jsonl"))) == 2
+    assert (wb_home / "audit" / "audit.anchor").exists()
+    assert log.verify() == []
+    first = sorted((wb_home / "audit").glob("audit-*.jsonl"))[0]
+    first.unlink()  # deleting a retained segment is not pruning: it is caught
+    assert any("deleted" in str(p) for p in log.verify())

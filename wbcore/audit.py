@@ -14,7 +14,9 @@ a host) is stripped of user-info, query and fragment first, so secrets stay out.
 
 Appends hold an ``flock`` on the log, so several processes share one chain. The live
 segment rotates at ``WB_AUDIT_MAX_BYTES`` (default 64 MiB) into ``audit-<seq>.jsonl``;
-the chain runs on across segments and ``verify`` walks them in order.
+the chain runs on across segments and ``verify`` walks them in order. At most
+``WB_AUDIT_KEEP`` (default 16) rotated segments are kept; pruning the oldest writes
+``audit.anchor`` (its last seq and hash), where ``verify`` then starts the chain.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ GENESIS = "0" * 64
 LOG_NAME = "audit.jsonl"
 HEAD_NAME = "audit.head"
 DEFAULT_MAX_BYTES = 64 << 20
+DEFAULT_KEEP = 16  # rotated segments kept: the trail is bounded at ~(keep + 1) x max_bytes
+ANCHOR_NAME = "audit.anchor"
 _HEAD_WIDTH = 96  # fixed-width head record, rewritten in place (one pwrite)
 
 
@@ -82,11 +86,13 @@ class Problem:
 class AuditLog:
     """One hash-chained log directory. Thread- and process-safe appends."""
 
-    def __init__(self, directory: Path, *, max_bytes: int | None = None, fsync: bool = False) -> None:
+    def __init__(self, directory: Path, *, max_bytes: int | None = None, keep: int | None = None, fsync: bool = False) -> None:
         self.dir = Path(directory)
         self.path = self.dir / LOG_NAME
         self.head_path = self.dir / HEAD_NAME
+        self.anchor_path = self.dir / ANCHOR_NAME
         self.max_bytes = max_bytes or DEFAULT_MAX_BYTES
+        self.keep = keep or DEFAULT_KEEP
         self.fsync = fsync
         self._lock = threading.Lock()
         self._fd: int | None = None
@@ -98,7 +104,8 @@ class AuditLog:
     def for_home(cls, home: Path, env: dict[str, str] | None = None) -> AuditLog:
         env = env if env is not None else dict(os.environ)
         max_bytes = int(env.get("WB_AUDIT_MAX_BYTES", "0") or 0) or None
-        return cls(Path(home) / "audit", max_bytes=max_bytes, fsync=env.get("WB_AUDIT_FSYNC") == "1")
+        keep = int(env.get("WB_AUDIT_KEEP", "0") or 0) or None
+        return cls(Path(home) / "audit", max_bytes=max_bytes, keep=keep, fsync=env.get("WB_AUDIT_FSYNC") == "1")
 
     # --- writing ------------------------------------------------------------------------
 
@@ -190,7 +197,27 @@ class AuditLog:
         fcntl.flock(self._fd, fcntl.LOCK_EX)
         fcntl.flock(old, fcntl.LOCK_UN)
         os.close(old)
+        self._prune()
         return self._fd
+
+    def _prune(self) -> None:
+        """Drop the oldest rotated segments beyond ``keep``; the anchor file records where
+        the retained chain starts (the last seq and hash of what was dropped)."""
+        rotated = sorted(self.dir.glob("audit-*.jsonl"))
+        for seg in rotated[: max(0, len(rotated) - self.keep)]:
+            last = b""
+            with seg.open("rb") as fh:
+                for last in fh:  # noqa: B007 - the last line anchors the chain
+                    pass
+            try:
+                entry = json.loads(last)
+                anchor = f"{entry['seq']} {entry['hash']}\n"
+            except (ValueError, KeyError):
+                return  # an unreadable segment is evidence: keep it for verify to report
+            tmp = self.anchor_path.with_suffix(".tmp")
+            tmp.write_text(anchor)
+            os.replace(tmp, self.anchor_path)
+            seg.unlink()
 
     def close(self) -> None:
         with self._lock:
@@ -219,6 +246,10 @@ class AuditLog:
         """Check the whole chain; an empty list means it holds."""
         problems: list[Problem] = []
         prev, seq = GENESIS, 0
+        if self.anchor_path.exists():  # older segments were pruned by policy (WB_AUDIT_KEEP)
+            raw = self.anchor_path.read_text().split()
+            if len(raw) >= 2 and raw[0].isdigit():
+                seq, prev = int(raw[0]), raw[1]
         for seg in self.segments():
             with seg.open("rb") as fh:
                 for n, raw in enumerate(fh, 1):
