@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from wbcore.build import BuildFailed, BuildOutput, BuildRequest
-from wbcore.errors import InvalidArgs, Timeout
+from wbcore.errors import Internal, InvalidArgs, Timeout
 from wbcore.records import Availability
 
 WARMUP = Path(__file__).parent / "warmup"
@@ -218,8 +218,6 @@ class GoLane:
     def go(self) -> Go:
         go = find()
         if isinstance(go, str):
-            from wbcore.errors import Internal
-
             raise Internal(f"go lane unavailable: {go}")
         return go
 
@@ -238,8 +236,6 @@ class GoLane:
         return Sandbox()
 
     def build(self, request: BuildRequest) -> BuildOutput:
-        from wb_process.sandbox import Bind
-
         src = request.source.dir
         if src is None:
             raise InvalidArgs("go builds a source folder; this BUILD_SRC resolved to a prebuilt artifact")
@@ -247,6 +243,10 @@ class GoLane:
             if not flag.startswith(ALLOWED_FLAG_PREFIXES):
                 raise InvalidArgs(f"go: flag {flag!r} is not allowed (allowed: -tags=..., -ldflags=-X ...)")
         go = self.go
+        try:
+            from wb_process.sandbox import Bind
+        except ImportError:
+            raise Internal("go lane: the build sandbox (wb-process) is not installed") from None
         box = self.sandbox(request)
         cache = cache_dir(go, self.home, self.env)
         warmed = warm(go, cache, box, progress=request.progress, wall=max(self.wall, 600))
