@@ -39,8 +39,11 @@ def available() -> Availability:
     zig = find()
     if isinstance(zig, str):
         return Availability.no(zig)
-    from wb_process.sandbox import probe
-
+    try:
+        from wb_process.sandbox import probe
+    except ImportError:
+        return Availability.no(f"zig {zig.version} is installed but the build sandbox is not: install the "
+                               "wb-process plugin (plugins/wb-process)")
     ok, reason, _ = probe()
     if not ok:
         return Availability.no(f"zig {zig.version} is installed but the build sandbox is unavailable: {reason} "
