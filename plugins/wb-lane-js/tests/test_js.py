@@ -177,3 +177,18 @@ def test_csv_toolkit_columns_select_stats_and_errors(csv_artifact, wb_home):
     assert code == 2 and "columns: name, qty, price" in err
     code, _, err = csv(csv_artifact, wb_home, "to-json", stdin='a\n"open')
     assert code == 1 and "unterminated" in err
+
+
+def test_cancel_stops_a_running_guest(lane, tk, tmp_path, wb_home):
+    import threading
+    import time
+
+    (tk / "src" / "main.js").write_text("for (;;) {}\n")
+    out = build(lane, tk, tmp_path / "out")
+    cancel = threading.Event()
+    threading.Timer(0.3, cancel.set).start()
+    t0 = time.perf_counter()
+    res = run_artifact(out.artifact, ["t"], home=wb_home, timeout_s=30, cancel=cancel)
+    assert res.cancelled and not res.timed_out and time.perf_counter() - t0 < 5
+    res = run_artifact(out.artifact, ["t"], home=wb_home, timeout_s=0.3, cancel=threading.Event())
+    assert res.timed_out and not res.cancelled

@@ -42,6 +42,7 @@ class GuestResult:
     timed_out: bool = False
     trap: str = ""
     truncated: bool = False
+    cancelled: bool = False
 
 
 class _Ticker:
@@ -122,6 +123,47 @@ def engine() -> Any:
         return _ENGINE
 
 
+_cancels: dict[int, tuple[Any, float, list[str]]] = {}
+_cancel_ids = iter(range(1, 1 << 62))
+_callback: Any = None
+
+
+def _watch_cancel(store: Any, cancel: Any, deadline: float) -> int:
+    """Check ``cancel`` (a ``threading.Event``) and the deadline at every epoch tick, through
+    wasmtime's epoch-deadline callback (the C API; wasmtime-py pins its bindings): a set
+    event stops this guest alone at the next tick. Returns an id for ``_cancels.pop``."""
+    global _callback
+    import ctypes
+    import time
+
+    from wasmtime import _bindings as B
+
+    if _callback is None:
+        cb_type = ctypes.CFUNCTYPE(ctypes.c_size_t, ctypes.POINTER(B.wasmtime_context_t), ctypes.c_void_p,
+                                   ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(B.wasmtime_update_deadline_kind_t))
+
+        @cb_type
+        def on_tick(_ctx: Any, data: Any, delta: Any, kind: Any) -> int:
+            entry = _cancels.get(data or 0)
+            if entry is not None:
+                event, until, why = entry
+                reason = "cancelled" if event.is_set() else ("timeout" if time.monotonic() >= until else "")
+                if reason:
+                    why.append(reason)
+                    err = B._wasmtime_error_new(f"wb: {reason}".encode())
+                    return ctypes.cast(err, ctypes.c_void_p).value or 0
+            delta[0] = 1
+            kind[0] = 0  # continue
+            return 0
+
+        _callback = (on_tick, ctypes.cast(None, ctypes.CFUNCTYPE(None, ctypes.c_void_p)))
+    cid = next(_cancel_ids)
+    _cancels[cid] = (cancel, deadline, [])
+    B._wasmtime_store_epoch_deadline_callback(store.ptr(), _callback[0], cid, _callback[1])
+    store.set_epoch_deadline(1)
+    return cid
+
+
 def describe(exc: BaseException) -> str:
     """The trap's cause ("wasm trap: call stack exhausted"), not its backtrace."""
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
@@ -141,6 +183,7 @@ def run(
     limits: Limits = Limits(),
     extra_imports: Callable[[Any, Any], None] | None = None,
     start: Callable[[Any, Any], int] | None = None,
+    cancel: Any = None,
 ) -> GuestResult:
     """Instantiate ``module`` (compiled on :func:`engine`) and run it: ``start(store,
     instance)`` returns the exit code (default: call the WASI ``_start``)."""
@@ -151,6 +194,11 @@ def run(
     store = wasmtime.Store(eng)
     store.set_limits(memory_size=limits.memory_bytes)
     store.set_epoch_deadline(max(1, math.ceil(limits.timeout_s / TICK_S)))
+    watch = None
+    if cancel is not None:
+        import time
+
+        watch = _watch_cancel(store, cancel, time.monotonic() + limits.timeout_s)
     wasi = wasmtime.WasiConfig()
     wasi.argv = list(argv)
     wasi.env = list(env)
@@ -183,4 +231,10 @@ def run(
                 code, trap = 134, describe(exc)
         except wasmtime.WasmtimeError as exc:
             code, trap = 134, describe(exc)
-    return GuestResult(code, out.value(), err.value(), timed_out, trap, out.truncated or err.truncated)
+    cancelled = False
+    if watch is not None:
+        why = _cancels.pop(watch)[2]
+        if why:
+            cancelled, timed_out = why[0] == "cancelled", why[0] == "timeout"
+            code, trap = 124, (f"deadline of {limits.timeout_s:g}s reached" if timed_out else "cancelled by the caller")
+    return GuestResult(code, out.value(), err.value(), timed_out, trap, out.truncated or err.truncated, cancelled)

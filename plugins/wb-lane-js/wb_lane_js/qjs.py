@@ -132,6 +132,7 @@ def run(
     *,
     stdin: Path | None,
     limits: guest.Limits,
+    cancel: Any = None,
 ) -> guest.GuestResult:
     """Instantiate the reactor with ``app_dir`` read-only at ``/app`` and call
     ``qjs_init_argv(argv)``. A -1 return (uncaught error at load) is exit 1."""
@@ -153,4 +154,5 @@ def run(
         rc = ex["qjs_init_argv"](store, len(ptrs), table)
         return 0 if rc == 0 else 1
 
-    return guest.run(mod, ["qjs"], preopens=[guest.Preopen(app_dir, "/app")], stdin=stdin, limits=limits, start=start)
+    return guest.run(mod, ["qjs"], preopens=[guest.Preopen(app_dir, "/app")], stdin=stdin, limits=limits, start=start,
+                     cancel=cancel)

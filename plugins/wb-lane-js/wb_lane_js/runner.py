@@ -60,6 +60,7 @@ def run_artifact(
     stack_bytes: int = qjs.DEFAULT_STACK,
     output_bytes: int = 1 << 20,
     sha256: str | None = None,
+    cancel: Any = None,
 ) -> guest.GuestResult:
     """Run the js artifact at ``path``; ``argv[0]`` is the command name."""
     data = path.read_bytes()
@@ -72,7 +73,7 @@ def run_artifact(
     with tempfile.NamedTemporaryFile(prefix="wb-js-stdin-") as fh:
         fh.write(stdin)
         fh.flush()
-        return qjs.run(mod, app, args, stdin=Path(fh.name), limits=limits)
+        return qjs.run(mod, app, args, stdin=Path(fh.name), limits=limits, cancel=cancel)
 
 
 class JsRunner:
@@ -93,8 +94,11 @@ class JsRunner:
         t0 = time.perf_counter()
         res = run_artifact(Path(req.artifact), argv, stdin=stdin, home=Path(self.runtime.home),
                            memory_bytes=prof.memory_bytes, timeout_s=req.timeout_s,
-                           output_bytes=max(prof.stdout_bytes, prof.stderr_bytes), sha256=req.sha256)
+                           output_bytes=max(prof.stdout_bytes, prof.stderr_bytes), sha256=req.sha256,
+                           cancel=getattr(req, "cancel", None))
         wall = time.perf_counter() - t0
+        if res.cancelled:
+            raise Timeout(f"{req.name}: cancelled by the caller after {wall:.3f} s; the guest was stopped")
         if res.timed_out:
             raise Timeout(f"{req.name}: stopped after {wall:.3f} s: over its {req.timeout_s:g} s deadline")
         if res.truncated:
