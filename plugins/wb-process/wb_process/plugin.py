@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from wbcore import hookimpl
-from wbcore.records import ExecShape
+from wbcore.records import Availability, ExecShape, IsolationTier
 
 from wb_process import shapes as _shapes
 
@@ -13,3 +14,27 @@ from wb_process import shapes as _shapes
 @hookimpl
 def wbcore_exec_shapes() -> Iterator[ExecShape]:
     yield from _shapes.shapes()
+
+
+def _tier(runtime: Any) -> Any:
+    from wb_process.tiers import factory
+
+    return factory(runtime)
+
+
+def _tier_available() -> Availability:
+    from wb_process.tiers import available
+
+    return available()
+
+
+@hookimpl
+def wbcore_isolation_tiers() -> Iterator[IsolationTier]:
+    yield IsolationTier(
+        name="os_process",
+        summary="a command in its own process inside the build sandbox (namespaces, no network, seccomp, "
+        "rlimits, deadline) on top of wasm isolation; pure-compute commands (caps are not bridged yet)",
+        rung=1,
+        factory=_tier,
+        available=_tier_available,
+    )
