@@ -77,7 +77,9 @@ class OsProcessTier:
             Bind(Path(request.artifact), "/wb/module.wasm"),
         ]
         prof = request.profile
-        limits = Limits(wall_seconds=request.timeout_s + 2.0, cpu_seconds=int(request.timeout_s) + 2,
+        # wasmtime reserves virtual address space (guard regions) per linear memory; the
+        # guest's real memory is capped by the store's limits, not by RLIMIT_AS.
+        limits = Limits(wall_seconds=request.timeout_s + 2.0, cpu_seconds=int(request.timeout_s) + 2, address_space=64 << 30,
                         output_bytes=max(prof.stdout_bytes, prof.stderr_bytes), out_bytes=1 << 20, tmp_bytes=16 << 20)
         with tempfile.TemporaryDirectory(prefix="wb-osp-") as tmp:
             res = Sandbox().run(
