@@ -167,3 +167,29 @@ def test_freq_toolkit_builds_and_counts(lane, tmp_path):
     assert run(out.artifact, ["freq", "words", "-i", "--min=2"], b"Don't stop, don't X x y", tmp_path) == (0, b"2\tdon't\n2\tx\n")
     assert run(out.artifact, ["freq", "chars", "--json", "-n", "1"], "ééa".encode(), tmp_path) == (0, '[{"item":"é","count":2}]\n'.encode())
     assert run(out.artifact, ["freq", "nope"], b"", tmp_path)[0] == 2
+
+
+@pytest.mark.slow
+@needs_toolchain
+def test_cargo_crates_from_the_configured_local_registry(make_runtime, tk, tmp_path):
+    """No vendor/: crates come from $WB_RUST_CRATES (Debian's /usr/share/cargo/registry layout)."""
+    if find().cargo is None:
+        pytest.skip("no cargo beside rustc")
+    reg = tmp_path / "registry" / "tiny-1.0.0"
+    (reg / "src").mkdir(parents=True)
+    (reg / "Cargo.toml").write_text('[package]\nname = "tiny"\nversion = "1.0.0"\nedition = "2021"\n')
+    (reg / "src" / "lib.rs").write_text("pub fn answer() -> u32 { 7 }\n")
+    (reg / ".cargo-checksum.json").write_text('{"files":{},"package":null}')
+    src = tk / "src"
+    (src / "main.rs").unlink()
+    (src / "src").mkdir()
+    (src / "Cargo.toml").write_text('[package]\nname = "rstool"\nversion = "0.1.0"\nedition = "2021"\n\n[dependencies]\ntiny = "1"\n')
+    (src / "src" / "main.rs").write_text('fn main() { println!("{}", tiny::answer()); }\n')
+    rt = make_runtime(plugins=["lane-rust"], env={"WB_RUST_CRATES": str(tmp_path / "registry")})
+    out = build(rt.lanes.get("rust").factory(rt), tk, tmp_path / "out")
+    assert run(out.artifact, ["rstool"], b"", tmp_path) == (0, b"7\n")
+    # a crate that is not there: cargo's own message, offline, no network attempt
+    (src / "Cargo.toml").write_text('[package]\nname = "rstool"\nversion = "0.1.0"\nedition = "2021"\n\n[dependencies]\nserde = "1"\n')
+    with pytest.raises(BuildFailed) as err:
+        build(rt.lanes.get("rust").factory(rt), tk, tmp_path / "out2")
+    assert "serde" in err.value.log
