@@ -17,6 +17,7 @@ from wbexec_guests import HELLO, SPIN, call_and_print
 
 @pytest.fixture
 def rt(make_runtime):
+    pytest.importorskip("wb_wasmtime", reason="nested commands need the wasmtime run engine (wb-wasmtime)")
     return make_runtime(plugins=["wasmtime", "brokers-exec"])
 
 
