@@ -256,3 +256,26 @@ def test_default_rate_is_120000_per_minute_and_configurable(make_runtime):
     assert (lim.limit, lim.window) == (10, 1.5)
     with pytest.raises(InvalidArgs, match="WB_DOCK_RATE"):
         _ = make_runtime(plugins=[_TestBrokers()], env={"WB_DOCK_RATE": "lots"}).dock
+
+
+@pytest.mark.parametrize("link", ["fast", "public"])
+def test_pointers_outside_guest_memory_are_invalid_args(make_runtime, link):
+    dock = make_runtime(plugins=[_TestBrokers()], env={"WB_DOCK_LINK": link}).dock
+    wasm = wasmtime.wat2wasm('''(module
+      (import "wb" "kv" (func $kv (param i32 i32 i32 i32) (result i64)))
+      (import "wb" "fetch" (func $fetch (param i32 i32) (result i64)))
+      (memory (export "memory") 1)
+      (func (export "oob_request") (result i64) (call $kv (i32.const 65530) (i32.const 100) (i32.const 0) (i32.const 100)))
+      (func (export "huge_len") (result i64) (call $kv (i32.const 0) (i32.const -1) (i32.const 0) (i32.const 100)))
+      (func (export "oob_response") (result i64)
+        (i32.store8 (i32.const 0) (i32.const 0xa1)) (i32.store8 (i32.const 1) (i32.const 0x62))
+        (i32.store8 (i32.const 2) (i32.const 0x6f)) (i32.store8 (i32.const 3) (i32.const 0x70))
+        (i32.store8 (i32.const 4) (i32.const 0x64)) (i32.store (i32.const 5) (i32.const 0x6f686365))
+        (call $kv (i32.const 0) (i32.const 9) (i32.const 65535) (i32.const 1000)))
+      (func (export "fetch_len") (result i64) (call $fetch (i32.const 0) (i32.const 0))))''')
+    store, inst, _ = instantiate(dock, wasm, caps={"kv"})
+    ex = inst.exports(store)
+    assert ex["oob_request"](store) == -STATUS[ErrorKind.INVALID_ARGS]
+    assert ex["huge_len"](store) == -STATUS[ErrorKind.INVALID_ARGS]
+    n = ex["oob_response"](store)  # {"op": "echo"}: a fine call whose answer cannot be written there
+    assert n > 0 and ex["fetch_len"](store) == n
