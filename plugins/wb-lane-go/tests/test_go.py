@@ -212,3 +212,17 @@ def test_entry_folder_inside_a_module_builds_the_package(tmp_path):
     (tmp_path / "cmd" / "tool").mkdir(parents=True)
     (tmp_path / "cmd" / "tool" / "main.go").write_text("package main\n")
     assert golane._target(tmp_path, "cmd/tool") == ("/src/cmd/tool", ["."])
+
+
+@pytest.mark.slow
+@needs_sandbox
+def test_vendored_module_builds_offline(lane, tk, tmp_path):
+    src = tk / "src"
+    (src / "go.mod").write_text("module example.com/gotool\n\ngo 1.21\n\nrequire example.com/dep v1.0.0\n")
+    (src / "util.go").write_text('package main\n\nimport "example.com/dep"\n\nfunc twice(x int) int { return dep.Double(x) }\n')
+    v = src / "vendor" / "example.com" / "dep"
+    v.mkdir(parents=True)
+    (v / "dep.go").write_text("package dep\n\nfunc Double(x int) int { return 2 * x }\n")
+    (src / "vendor" / "modules.txt").write_text("# example.com/dep v1.0.0\n## explicit\nexample.com/dep\n")
+    out = build(lane, tk, tmp_path / "out")
+    assert run(out.artifact, ["gotool"], b"", tmp_path) == (0, b" 0 42\n")
