@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from wbcore import policy, sources
 from wbcore.artifacts import Artifact, IntegrityError, atomic_write
-from wbcore.build import BuildFailed, BuildRequest, SourceRequest
+from wbcore.build import BuildFailed, BuildRequest, SourceRequest, lane_for
 from wbcore.calls import KernelSpec
 from wbcore.errors import InvalidArgs, NotFound, WbError
 from wbcore.registry import Entry
@@ -151,7 +151,7 @@ def build(runtime: Runtime, ident: str, which: str | None = None, *, progress: P
             note("fetch", f"prebuilt module {resolved.artifact.name}")
             art = runtime.artifacts.put_file(resolved.artifact)
         else:
-            lane_name = m.build_lang
+            lane_name = lane_for(m, runtime.lanes, runtime.env)  # third-party C → c-wasm (build.THIRD_PARTY_LANES)
             if not lane_name:
                 raise InvalidArgs(f"{m.id}: BUILD_SRC {src.text} needs #+BUILD_LANG (lanes: {', '.join(runtime.lanes.names())})")
             lane = runtime.lanes.get(lane_name)

@@ -36,3 +36,29 @@ def test_builds_registers_runs_and_rebuild_is_a_cache_hit(make_toolkit, make_run
     assert again.exit_code == 0 and "cached" in again.stdout
     ran = wbx("run", "leak", "a", "b", runtime=rt, input=b"")
     assert ran.stdout == "3\n", (ran.exit_code, ran.stderr)
+
+
+class NativeC:
+    """A stand-in native ``c`` lane (test fixture) that must not be used for third-party C."""
+
+    from wbcore import hookimpl as _hookimpl
+
+    @_hookimpl
+    def wbcore_build_lanes(self):
+        from wbcore.records import BuildLane
+
+        def refuse(_rt):
+            raise AssertionError("third-party C reached the native c lane")
+
+        yield BuildLane(name="c", summary="test c lane", where="nowhere (test)", factory=refuse)
+
+
+@needs
+def test_third_party_c_is_built_by_c_wasm(make_toolkit, make_runtime, wbx):
+    fields = {**FIELDS, "BUILD_LANG": "c"}
+    make_toolkit("leak", exec="command", trust="third-party", extra=fields, drawer={"CLI_BIN": "leak"},
+                 files={"src/main.c": '#include <stdio.h>\nint main(void) { puts("tcc"); return 0; }\n'})
+    rt = make_runtime(plugins=["lane-c-wasm", "sources", "wasmtime", NativeC()])
+    res = wbx("toolkit", "build", "leak", runtime=rt)
+    assert res.exit_code == 0, res.stderr
+    assert "c-wasm" in res.stdout + res.stderr
