@@ -214,6 +214,11 @@ def _check_pin(runtime: Any, entry: Any) -> None:
 
 
 def _caps(runtime: Any, entry: Any) -> frozenset[str]:
+    if entry.builtin:
+        # A built-in's caps come from its plugin's record, bounded by its profile.
+        from wbcore import policy
+
+        return frozenset(entry.options.get("builtin_caps", ())) & policy.profile(entry.profile).caps
     if not entry.options.get("caps") or not entry.toolkit:
         return frozenset()
     try:
@@ -306,6 +311,7 @@ def install_builtins(runtime: Any, names: list[str] | None = None, *, force: boo
         art = runtime.artifacts.put_bytes(b.wasm(runtime))
         done.append(runtime.registry.register(Entry(
             kind=kind, name=b.name, sha256=art.sha256, shape=b.shape, toolkit=None, arg_mode=b.arg_mode,
-            profile=b.profile, builtin=True, options={"summary": b.summary, "version": b.version},
+            profile=b.profile, builtin=True,
+            options={"summary": b.summary, "version": b.version, **({"builtin_caps": list(b.caps)} if b.caps else {})},
         )))
     return done

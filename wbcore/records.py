@@ -203,6 +203,9 @@ class BuiltinCommand:
     #: changes when the module would change (e.g. a digest of its source): a registered
     #: built-in with another version is rebuilt on first use.
     version: str = ""
+    #: Dock caps the built-in itself is granted (``wbox`` needs ``commands`` and ``vfs``),
+    #: always bounded by ``profile``: a cap the profile cannot grant is never linked.
+    caps: tuple[str, ...] = ()
 
 
 #: The registry kinds, by hook name: what ``wbx plugins`` lists per plugin.

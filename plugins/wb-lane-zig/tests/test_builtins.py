@@ -103,3 +103,57 @@ def test_jq_output_is_valid_json_for_a_real_document(rt) -> None:
 def test_jq_errors_have_jq_exit_codes(rt, arg: str, text: str, code: int) -> None:
     res = rt.call("jq", [arg], text.encode())
     assert res.exit_code == code and res.stderr
+
+
+def wbox(rt, script: str, stdin: bytes = b"") -> tuple[int, str, str]:
+    res = rt.call("wbox", ["-c", script], stdin)
+    return res.exit_code, res.stdout.decode(), res.stderr.decode()
+
+
+def test_wbox_pipes_registered_commands(rt) -> None:
+    assert wbox(rt, 'jq -c ".a | map(.*2)" | grep 4', b'{"a":[1,2,3]}') == (0, "[2,4,6]\n", "")
+    assert wbox(rt, "echo hello | upper")[:2] == (0, "HELLO\n")
+
+
+def test_wbox_sequencing_and_status(rt) -> None:
+    assert wbox(rt, "false || echo fallback; true && echo ok; false && echo never; echo $?")[1] == "fallback\nok\n1\n"
+    code, out, err = wbox(rt, "nosuchcmd; echo status $?")
+    assert out == "status 127\n" and "not a registered command" in err
+    assert wbox(rt, "echo a; exit 3; echo b")[:2] == (3, "a\n")
+    assert wbox(rt, "nosuchcmd")[0] == 66  # 127 leaves as EX_NOINPUT (WASI exit codes stop at 125)
+
+
+def test_wbox_variables_and_quoting(rt) -> None:
+    script = "X=world; Y='a  b'; echo \"hi $X\" '$X' ${X}s \"$Y\"; echo $?"
+    assert wbox(rt, script)[1] == "hi world $X worlds a  b\n0\n"
+
+
+def test_wbox_redirection_lives_in_the_vfs(rt) -> None:
+    script = ("echo one > notes.txt; echo two >> notes.txt; upper < notes.txt; cat notes.txt | grep -c o; "
+              "nosuch 2> tmp:err.txt; cat tmp:err.txt")
+    code, out, err = wbox(rt, script)
+    assert out.splitlines()[:3] == ["ONE", "TWO", "2"]
+    assert "not a registered command" in out.splitlines()[3]
+
+
+def test_wbox_syntax_errors_are_usage_errors(rt) -> None:
+    for script in ("echo 'open", "| upper", "echo a &&", "echo a > ", "sleep 1 &"):
+        code, _, err = wbox(rt, script)
+        assert code == 2 and err.startswith("wbox:"), (script, err)
+
+
+def test_wbox_gets_only_its_caps(rt) -> None:
+    from wbcore.calls import _caps
+
+    entry = rt.registry.lookup("command", "wbox")
+    assert entry.builtin and _caps(rt, entry) == frozenset({"commands", "vfs"})
+    assert _caps(rt, rt.registry.lookup("command", "jq")) == frozenset()
+
+
+def test_vendored_dock_header_matches_the_sdk() -> None:
+    sdk = Path(__file__).resolve().parents[3] / "sdk" / "c" / "wb_dock.h"
+    if not sdk.is_file():
+        pytest.skip("not in the repository checkout")
+    from wb_lane_zig.builtins import source_dir
+
+    assert (source_dir() / "wb_dock.h").read_bytes() == sdk.read_bytes(), "re-copy sdk/c/wb_dock.h"

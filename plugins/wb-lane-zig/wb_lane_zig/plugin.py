@@ -81,3 +81,11 @@ def wbcore_builtin_commands() -> Iterator[BuiltinCommand]:
         arg_mode="stdin1",
         version=_builtin_version("jq"),
     )
+    yield BuiltinCommand(
+        name="wbox",
+        summary="a small shell over the command registry: pipes, ; && ||, NAME=value, $NAME, > >> < 2> on the VFS",
+        wasm=_builtin("wbox"),
+        profile="minimal",
+        caps=("commands", "vfs"),
+        version=_builtin_version("wbox"),
+    )

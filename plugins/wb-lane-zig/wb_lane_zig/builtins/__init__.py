@@ -1,8 +1,10 @@
-"""The reserved built-ins ``grep`` and ``jq`` (seed 000): C source here, built by the c lane.
+"""The reserved built-ins ``grep``, ``jq`` and ``wbox`` (seed 000): C source here, built
+by the c lane.
 
-Both use ``ARG_MODE stdin1``: the first stdin line is the argument (flags and the
-pattern or filter), the rest is the input. See the header comment of each ``.c`` file for
-what it accepts.
+``grep`` and ``jq`` use ``ARG_MODE stdin1``: the first stdin line is the argument (flags
+and the pattern or filter), the rest is the input. ``wbox`` takes its script as argv and
+runs every command through the ``commands`` cap and every redirection through ``vfs``
+(``wb_dock.h`` is the SDK header, vendored). See the header comment of each ``.c`` file.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-NAMES = ("grep", "jq")
+NAMES = ("grep", "jq", "wbox")
 
 
 def source_dir() -> Path:
@@ -25,7 +27,7 @@ def version(name: str) -> str:
     from wb_lane_zig.toolchain import find
 
     zig = find()
-    text = (source_dir() / f"{name}.c").read_bytes()
+    text = (source_dir() / f"{name}.c").read_bytes() + (source_dir() / "wb_dock.h").read_bytes()
     zv = zig.version if not isinstance(zig, str) else "none"
     return "c-" + hashlib.sha256(text + RECIPE.encode() + zv.encode()).hexdigest()[:16]
 
@@ -37,6 +39,12 @@ def build(runtime: Any, name: str) -> bytes:
 
     from wb_lane_zig.lanes import CLane
 
+    if name == "wbox":
+        # wbox composes the other built-ins through the commands cap, which runs only
+        # registered names: register them along with it.
+        from wbcore.registry import RESERVED
+
+        runtime.install_builtins(sorted(RESERVED - {"wbox"}))
     src = source_dir()
     manifest = Manifest(path=src / "manifest.org", id=name, title=f"built-in {name}", version="1.0.0",
                         status="stable", tagline=f"the reserved built-in {name}", exec="command", cli_bin=name,
