@@ -192,3 +192,14 @@ def test_cancel_stops_a_running_guest(lane, tk, tmp_path, wb_home):
     assert res.cancelled and not res.timed_out and time.perf_counter() - t0 < 5
     res = run_artifact(out.artifact, ["t"], home=wb_home, timeout_s=0.3, cancel=threading.Event())
     assert res.timed_out and not res.cancelled
+
+
+def test_tampered_extracted_sources_are_replaced_not_run(lane, tk, tmp_path, wb_home):
+    out = build(lane, tk, tmp_path / "out")
+    assert run_artifact(out.artifact, ["jstool"], home=wb_home).exit_code == 0
+    app = next((wb_home / "cache" / "js" / "app").iterdir())
+    (app / "lib" / "text.js").write_text("export const shout = () => 'PWNED';\n")
+    (app / "extra.js").write_text("x")
+    res = run_artifact(out.artifact, ["jstool"], home=wb_home)
+    assert b"PWNED" not in res.stdout and b'"s":"HI!"' in res.stdout
+    assert not (app / "extra.js").exists()

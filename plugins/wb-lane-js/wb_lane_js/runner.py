@@ -27,25 +27,38 @@ from wb_lane_js import artifact, guest, qjs
 from wb_lane_js.lane import materialize
 
 
+def _matches(dest: Path, files: Any) -> bool:
+    """Whether ``dest`` holds exactly ``files`` (the artifact's own sources, byte for byte)."""
+    try:
+        on_disk = {p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file() or p.is_symlink()}
+        if on_disk != set(files):
+            return False
+        return all(not (dest / rel).is_symlink() and (dest / rel).read_text(encoding="utf-8") == text
+                   for rel, text in files.items())
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
 def app_dir(home: Path, data: bytes, sha256: str | None = None) -> Path:
-    """The artifact's sources, extracted (once, atomically) under ``home``."""
+    """The artifact's sources, extracted under ``home`` and checked against the artifact
+    on every use (a changed or extra file is replaced, never run)."""
     sha = sha256 or hashlib.sha256(data).hexdigest()
     base = home / "cache" / "js" / "app"
     dest = base / sha
-    if (dest / "__wb_entry.mjs").is_file():
-        return dest
     bundle = artifact.unpack(data)
+    if _matches(dest, bundle.files):
+        return dest
     base.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".x-", dir=base))
+    old = base / f".old-{sha}-{os.getpid()}"
     try:
         materialize(bundle.files, tmp)
-        try:
-            os.replace(tmp, dest)
-        except OSError:
-            if not (dest / "__wb_entry.mjs").is_file():
-                raise
+        if dest.exists():
+            os.replace(dest, old)
+        os.replace(tmp, dest)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
     return dest
 
 
