@@ -60,7 +60,7 @@ def test_the_ninth_nested_exec_is_refused(rt, register_guest):
 
 
 def _hold_all_slots(rt, register_guest, limit: int, spin_s: float) -> None:
-    register_guest(rt, "spin", SPIN)
+    register_guest(rt, "spin", SPIN, profile="posix")  # a 60 s profile: the spinners end at spin_s
     c = ctx(rt)
     broker = rt.dock.driver("exec")
     broker.slots.limit = limit
@@ -92,7 +92,7 @@ def _hold_all_slots(rt, register_guest, limit: int, spin_s: float) -> None:
 
 
 def test_the_concurrency_cap_refuses_the_next_exec(rt, register_guest):
-    _hold_all_slots(rt, register_guest, limit=4, spin_s=2)
+    _hold_all_slots(rt, register_guest, limit=4, spin_s=4)
 
 
 @pytest.mark.slow
@@ -100,7 +100,7 @@ def test_the_65th_concurrent_exec_is_refused(rt, register_guest):
     from wb_brokers_exec.broker import MAX_CONCURRENT
 
     assert MAX_CONCURRENT == 64
-    _hold_all_slots(rt, register_guest, limit=MAX_CONCURRENT, spin_s=20)
+    _hold_all_slots(rt, register_guest, limit=MAX_CONCURRENT, spin_s=15)
 
 
 def test_parallel_maps_with_per_task_results(rt, register_guest):

@@ -21,11 +21,12 @@ def register_guest(make_toolkit):
     from wbcore import policy
     from wbcore.registry import Entry
 
-    def reg(rt: Any, name: str, wat: str, caps: str = "") -> Any:
-        make_toolkit(name, exec="command", caps=caps, extra={"CLI_BIN": name})
+    def reg(rt: Any, name: str, wat: str, caps: str = "", profile: str | None = None) -> Any:
+        extra = {"CLI_BIN": name, **({"PROFILE": profile} if profile else {})}
+        make_toolkit(name, exec="command", caps=caps, extra=extra)
         rt.discover(refresh=True)
         art = rt.artifacts.put_bytes(bytes(wasmtime.wat2wasm(wat)))
-        prof = policy.profile_for(None, caps.split())
+        prof = policy.profile_for(profile, caps.split())
         return rt.registry.register(Entry(kind="command", name=name, sha256=art.sha256, shape="command",
                                           toolkit=name, profile=prof.name, options={"caps": caps.split()}))
 
