@@ -35,7 +35,7 @@ export function encode(value) {
     else if (n < 0x100) out.push((major << 5) | 24, n);
     else if (n < 0x10000) out.push((major << 5) | 25, n >> 8, n & 255);
     else if (n < 0x100000000) out.push((major << 5) | 26, (n >>> 24) & 255, (n >> 16) & 255, (n >> 8) & 255, n & 255);
-    else { const hi = Math.floor(n / 0x100000000); head(major, 0); out.pop();
+    else { const hi = Math.floor(n / 0x100000000);
       out.push((major << 5) | 27, (hi >>> 24) & 255, (hi >> 16) & 255, (hi >> 8) & 255, hi & 255,
                (n >>> 24) & 255, (n >> 16) & 255, (n >> 8) & 255, n & 255); }
   };
