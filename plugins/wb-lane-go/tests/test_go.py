@@ -226,3 +226,14 @@ def test_vendored_module_builds_offline(lane, tk, tmp_path):
     (src / "vendor" / "modules.txt").write_text("# example.com/dep v1.0.0\n## explicit\nexample.com/dep\n")
     out = build(lane, tk, tmp_path / "out")
     assert run(out.artifact, ["gotool"], b"", tmp_path) == (0, b" 0 42\n")
+
+
+@needs_sandbox
+def test_unsandboxed_build_is_refused_for_third_party_source(lane, tmp_path):
+    tk = tmp_path / "tp"
+    (tk / "src").mkdir(parents=True)
+    (tk / "manifest.org").write_text(manifest_text("tp", exec="command", trust="third-party", extra={"CLI_BIN": "tp", "BUILD_LANG": "go", "BUILD_SRC": "path:src"}, drawer={"CLI_BIN": "tp"}))
+    (tk / "src" / "main.go").write_text("package main\n\nfunc main() {}\n")
+    s = tk / "src"
+    with pytest.raises(InvalidArgs, match="first-party"):
+        lane.build(BuildRequest(manifest=load(tk / "manifest.org"), source=ResolvedSource(digest="x", dir=s), outdir=tmp_path / "o", unsandboxed=True))

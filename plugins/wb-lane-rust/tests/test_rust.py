@@ -193,3 +193,13 @@ def test_cargo_crates_from_the_configured_local_registry(make_runtime, tk, tmp_p
     with pytest.raises(BuildFailed) as err:
         build(rt.lanes.get("rust").factory(rt), tk, tmp_path / "out2")
     assert "serde" in err.value.log
+
+
+@needs_toolchain
+def test_unsandboxed_build_is_refused_for_third_party_source(lane, tmp_path):
+    tk = tmp_path / "tp"
+    (tk / "src").mkdir(parents=True)
+    (tk / "manifest.org").write_text(manifest_text("tp", exec="command", trust="third-party", extra={"CLI_BIN": "tp", "BUILD_LANG": "rust", "BUILD_SRC": "path:src"}, drawer={"CLI_BIN": "tp"}))
+    (tk / "src" / "main.rs").write_text("fn main() {}\n")
+    with pytest.raises(InvalidArgs, match="first-party"):
+        lane.build(BuildRequest(manifest=load(tk / "manifest.org"), source=ResolvedSource(digest="x", dir=tk / "src"), outdir=tmp_path / "o", unsandboxed=True))
