@@ -73,3 +73,15 @@ def test_pruned_segments_leave_a_verifiable_anchored_chain(wb_home):
     first = sorted((wb_home / "audit").glob("audit-*.jsonl"))[0]
     first.unlink()  # deleting a retained segment is not pruning: it is caught
     assert any("deleted" in str(p) for p in log.verify())
+
+
+def test_wbx_audit_filters(wb_home, wbx):
+    log = AuditLog.for_home(wb_home)
+    log.record(principal="a/x", cap="kv", op="get", args_digest="d", outcome="allowed")
+    log.record(principal="b/y", cap="net", op="fetch", args_digest="d", outcome="denied", kind="capability-denied",
+               reason="ssrf", target="http://10.0.0.1/?k=secret")
+    out = wbx("audit", "--denied").stdout
+    assert "b/y net.fetch denied capability-denied: ssrf http://10.0.0.1/" in out and "a/x" not in out
+    assert "secret" not in out
+    assert "a/x kv.get" in wbx("audit", "--principal", "a/x").stdout
+    assert wbx("audit", "--cap", "queue").stdout.startswith("no audit entries") and "match" in wbx("audit", "--cap", "queue").stdout

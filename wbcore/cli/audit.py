@@ -28,6 +28,9 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
     def audit(
         verify: bool = typer.Option(False, "--verify", help="Check the hash chain; exit 70 if it is broken."),
         tail: int = typer.Option(50, "--tail", help="Show the last N decisions (0 = all)."),
+        principal: str = typer.Option("", "--principal", help="Only this principal (tenant/toolkit)."),
+        cap: str = typer.Option("", "--cap", help="Only this cap."),
+        denied: bool = typer.Option(False, "--denied", help="Only denied decisions."),
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
         """Show the Dock's audit trail (every broker decision, allowed and denied)."""
@@ -47,13 +50,15 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
                         typer.echo(f"✗ {p}")
                 raise Internal(f"audit chain broken: {len(problems)} problem(s) in {log.dir}")
             return
-        entries = list(log.entries())
+        entries = [e for e in log.entries()
+                   if (not principal or e.get("principal") == principal) and (not cap or e.get("cap") == cap)
+                   and (not denied or e.get("outcome") == "denied")]
         if tail > 0:
             entries = entries[-tail:]
         if json_:
             emit_json(entries)
             return
         if not entries:
-            typer.echo(f"no audit entries under {log.dir}")
+            typer.echo(f"no audit entries under {log.dir}" + (" match" if principal or cap or denied else ""))
         for e in entries:
             typer.echo(_line(e))
