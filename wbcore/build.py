@@ -37,6 +37,9 @@ class ResolvedSource:
     artifact: Path | None = None
     entry: str | None = None  # a sub-path inside ``dir`` the lane should build
     preopen: Path | None = None
+    #: ``#+SHA256`` pinned the fetched bytes (an ``archive:`` bundle), already checked by the
+    #: prefix: it then says nothing about the built or extracted module.
+    sha256_pins_source: bool = False
 
 
 @dataclass(frozen=True, slots=True)

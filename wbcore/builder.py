@@ -193,12 +193,13 @@ def build(runtime: Runtime, ident: str, which: str | None = None, *, progress: P
                 atomic_write(cache_file, json.dumps({"sha256": art.sha256, "lane": lane.name,
                                                      "source": resolved.digest}).encode())
         note("store", f"artifact {art.sha256[:12]}… ({art.size} bytes)")
-        if m.sha256 and m.sha256 != art.sha256:
+        if m.sha256 and not resolved.sha256_pins_source and m.sha256 != art.sha256:
             note("error", f"#+SHA256 {m.sha256} != built {art.sha256}")
             save_log()
             raise IntegrityError(
                 f"{m.id}: built artifact {art.sha256[:12]}… does not match #+SHA256 {m.sha256[:12]}…; not registered")
-        options: dict[str, Any] = {"caps": list(m.caps), "pinned": bool(m.sha256), "lane": lane_name,
+        options: dict[str, Any] = {"caps": list(m.caps), "pinned": bool(m.sha256) and not resolved.sha256_pins_source,
+                                   "lane": lane_name,
                                    "source_digest": resolved.digest}
         if spec is not None:
             options.update(spec.as_options())

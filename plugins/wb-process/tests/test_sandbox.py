@@ -194,3 +194,22 @@ def test_seccomp_filter_is_installed(box: Sandbox, tmp_path: Path) -> None:
     res = sh(box, "grep -E '^(Seccomp|NoNewPrivs|CapEff):' /proc/self/status", tmp_path / "o")
     status = dict(line.split(":\t") for line in res.stdout.decode().splitlines())
     assert status == {"Seccomp": "2", "NoNewPrivs": "1", "CapEff": "0000000000000000"}
+
+
+def test_concurrent_sandboxes_do_not_interfere(box: Sandbox, tmp_path: Path) -> None:
+    import threading
+
+    results: dict[int, object] = {}
+
+    def one(i: int) -> None:
+        results[i] = sh(box, f"echo {i} > /out/n; cat /out/n", tmp_path / f"o{i}")
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    for i in range(6):
+        res = results[i]
+        assert res.ok and res.stdout == f"{i}\n".encode(), res.log  # type: ignore[attr-defined]
+        assert (tmp_path / f"o{i}" / "n").read_text() == f"{i}\n"

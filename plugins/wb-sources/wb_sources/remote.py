@@ -67,14 +67,14 @@ class ArchiveSource:
             wasm = inside(root, m.wasm_path, "#+WASM_PATH")
             if not wasm.is_file():
                 raise InvalidArgs(f"#+WASM_PATH {m.wasm_path!r} is not a file in the archive")
-            return ResolvedSource(digest=digest, artifact=wasm, dir=root, preopen=preopen)
+            return ResolvedSource(digest=digest, artifact=wasm, dir=root, preopen=preopen, sha256_pins_source=True)
         if m.build_lang:
-            return ResolvedSource(digest=digest, dir=root, preopen=preopen)
+            return ResolvedSource(digest=digest, dir=root, preopen=preopen, sha256_pins_source=True)
         found = sorted(p for p in root.rglob("*.wasm") if p.is_file() and not p.is_symlink())
         if len(found) != 1:
             listed = ", ".join(p.relative_to(root).as_posix() for p in found[:10]) or "none"
             raise InvalidArgs(f"archive:{request.rest}: say which module with #+WASM_PATH (found: {listed})")
-        return ResolvedSource(digest=digest, artifact=found[0], dir=root, preopen=preopen)
+        return ResolvedSource(digest=digest, artifact=found[0], dir=root, preopen=preopen, sha256_pins_source=True)
 
 
 def wasm(runtime: Any) -> WasmSource:
