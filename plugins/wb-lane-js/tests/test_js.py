@@ -203,3 +203,44 @@ def test_tampered_extracted_sources_are_replaced_not_run(lane, tk, tmp_path, wb_
     res = run_artifact(out.artifact, ["jstool"], home=wb_home)
     assert b"PWNED" not in res.stdout and b'"s":"HI!"' in res.stdout
     assert not (app / "extra.js").exists()
+
+
+def test_dock_bridge_carries_requests_and_answers_without_touching_stdout(lane, tk, tmp_path, wb_home):
+    (tk / "src" / "main.js").write_text(
+        "console.log('before');\n"
+        "const req = new Uint8Array([0, 1, 2, 255, 10, 0]);\n"
+        "const [st, body] = globalThis.__wb_dock('kv', req);\n"
+        "const [st2, body2] = globalThis.__wb_dock('net', new Uint8Array(70000).fill(7));\n"
+        "console.log('after', st, Array.from(body).join(','), st2, body2.length);\n"
+    )
+    out = build(lane, tk, tmp_path / "out")
+    seen = []
+
+    def handler(cap: str, request: bytes) -> tuple[int, bytes]:
+        seen.append((cap, request))
+        return (0, b"\xa1\x62ok\xf5") if cap == "kv" else (4, bytes(300000))
+
+    res = run_artifact(out.artifact, ["t"], home=wb_home, dock=handler)
+    assert res.stdout == b"before\nafter 0 161,98,111,107,245 4 300000\n", res.stderr
+    assert seen == [("kv", bytes([0, 1, 2, 255, 10, 0])), ("net", bytes([7]) * 70000)]
+    # without granted caps there is no bridge at all
+    res = run_artifact(out.artifact, ["t"], home=wb_home)
+    assert res.exit_code == 1 and b"not a function" in res.stderr
+
+
+def test_program_output_that_looks_like_a_frame_is_just_output(lane, tk, tmp_path, wb_home):
+    (tk / "src" / "main.js").write_text("std.out.puts('\\0WBDOCK:guess\\nkv\\0' + '3\\nabc');\n")
+    out = build(lane, tk, tmp_path / "out")
+    res = run_artifact(out.artifact, ["t"], home=wb_home, dock=lambda cap, req: (0, b""))
+    assert res.stdout == b"\0WBDOCK:guess\nkv\x003\nabc"
+
+
+def test_text_encoder_and_decoder_round_trip_utf8(lane, tk, tmp_path, wb_home):
+    (tk / "src" / "main.js").write_text(
+        "const s = 'aé€😀\\u0000z';\n"
+        "const b = new TextEncoder().encode(s);\n"
+        "console.log(Array.from(b).join(','), new TextDecoder().decode(b) === s, new TextDecoder().decode(new Uint8Array([0xff, 0x41])));\n"
+    )
+    out = build(lane, tk, tmp_path / "out")
+    res = run_artifact(out.artifact, ["t"], home=wb_home)
+    assert res.stdout.decode() == "97,195,169,226,130,172,240,159,152,128,0,122 true \ufffdA\n", res.stderr

@@ -184,6 +184,7 @@ def run(
     extra_imports: Callable[[Any, Any], None] | None = None,
     start: Callable[[Any, Any], int] | None = None,
     cancel: Any = None,
+    stdout_wrap: Callable[[Callable[[bytes], int]], Any] | None = None,
 ) -> GuestResult:
     """Instantiate ``module`` (compiled on :func:`engine`) and run it: ``start(store,
     instance)`` returns the exit code (default: call the WASI ``_start``)."""
@@ -203,7 +204,8 @@ def run(
     wasi.argv = list(argv)
     wasi.env = list(env)
     out, err = _Capture(limits.output_bytes), _Capture(limits.output_bytes)
-    wasi.stdout_custom = out
+    sink = stdout_wrap(out) if stdout_wrap is not None else out
+    wasi.stdout_custom = sink
     wasi.stderr_custom = err
     if stdin is not None:
         wasi.stdin_file = str(stdin)
@@ -231,6 +233,9 @@ def run(
                 code, trap = 134, describe(exc)
         except wasmtime.WasmtimeError as exc:
             code, trap = 134, describe(exc)
+    finish = getattr(sink, "finish", None)
+    if finish is not None:
+        finish()
     cancelled = False
     if watch is not None:
         why = _cancels.pop(watch)[2]

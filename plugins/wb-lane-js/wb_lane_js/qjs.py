@@ -133,6 +133,7 @@ def run(
     stdin: Path | None,
     limits: guest.Limits,
     cancel: Any = None,
+    dock: tuple[Path, Any] | None = None,
 ) -> guest.GuestResult:
     """Instantiate the reactor with ``app_dir`` read-only at ``/app`` and call
     ``qjs_init_argv(argv)``. A -1 return (uncaught error at load) is exit 1."""
@@ -154,5 +155,10 @@ def run(
         rc = ex["qjs_init_argv"](store, len(ptrs), table)
         return 0 if rc == 0 else 1
 
-    return guest.run(mod, ["qjs"], preopens=[guest.Preopen(app_dir, "/app")], stdin=stdin, limits=limits, start=start,
-                     cancel=cancel)
+    preopens = [guest.Preopen(app_dir, "/app")]
+    wrap = None
+    if dock is not None:  # (folder, stdout wrapper): see wb_lane_js.dock
+        preopens.append(guest.Preopen(dock[0], "/wb-dock"))
+        wrap = dock[1]
+    return guest.run(mod, ["qjs"], preopens=preopens, stdin=stdin, limits=limits, start=start,
+                     cancel=cancel, stdout_wrap=wrap)

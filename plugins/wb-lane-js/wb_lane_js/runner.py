@@ -18,12 +18,14 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from wbcore.errors import InvalidArgs, Timeout
 
 from wb_lane_js import artifact, guest, qjs
+from wb_lane_js.dock import DockSink, make_folder
 from wb_lane_js.lane import materialize
 
 
@@ -74,6 +76,7 @@ def run_artifact(
     output_bytes: int = 1 << 20,
     sha256: str | None = None,
     cancel: Any = None,
+    dock: Callable[[str, bytes], tuple[int, bytes]] | None = None,
 ) -> guest.GuestResult:
     """Run the js artifact at ``path``; ``argv[0]`` is the command name."""
     data = path.read_bytes()
@@ -83,10 +86,14 @@ def run_artifact(
     mod = qjs.module(artifact.code_part(data), home / "cache" / "js")
     args = qjs.qjs_args("/app/__wb_entry.mjs", argv, memory_bytes=memory_bytes, stack_bytes=stack_bytes)
     limits = guest.Limits(timeout_s=timeout_s, memory_bytes=memory_bytes, output_bytes=output_bytes)
-    with tempfile.NamedTemporaryFile(prefix="wb-js-stdin-") as fh:
+    with tempfile.NamedTemporaryFile(prefix="wb-js-stdin-") as fh, tempfile.TemporaryDirectory(prefix="wb-js-dock-") as tmp:
         fh.write(stdin)
         fh.flush()
-        return qjs.run(mod, app, args, stdin=Path(fh.name), limits=limits, cancel=cancel)
+        bridge = None
+        if dock is not None:
+            folder, token = make_folder(Path(tmp))
+            bridge = (folder, lambda out: DockSink(out, dock, folder, token))
+        return qjs.run(mod, app, args, stdin=Path(fh.name), limits=limits, cancel=cancel, dock=bridge)
 
 
 class JsRunner:
@@ -104,11 +111,19 @@ class JsRunner:
             stdin = " ".join(req.argv).encode() + b"\n" + stdin
             argv = [req.name]
         prof = req.profile
+        bridge = None
+        if req.caps:  # the Dock bridge, for the granted caps only (wb_lane_js.dock)
+            dock = self.runtime.dock
+            ctx = dock.context(principal=req.principal, caps=req.caps, timeout=req.timeout_s, toolkit=req.toolkit)
+
+            def bridge(cap: str, request: bytes) -> tuple[int, bytes]:
+                return dock.call_raw(ctx, cap, request)
+
         t0 = time.perf_counter()
         res = run_artifact(Path(req.artifact), argv, stdin=stdin, home=Path(self.runtime.home),
                            memory_bytes=prof.memory_bytes, timeout_s=req.timeout_s,
                            output_bytes=max(prof.stdout_bytes, prof.stderr_bytes), sha256=req.sha256,
-                           cancel=getattr(req, "cancel", None))
+                           cancel=getattr(req, "cancel", None), dock=bridge)
         wall = time.perf_counter() - t0
         if res.cancelled:
             raise Timeout(f"{req.name}: cancelled by the caller after {wall:.3f} s; the guest was stopped")

@@ -35,6 +35,56 @@ globalThis.setInterval = (fn, ms = 0, ...args) => {
 };
 globalThis.clearInterval = globalThis.clearTimeout;
 
+// UTF-8 TextEncoder/TextDecoder (QuickJS-NG 0.17 has neither; sdk/js/wb_dock.js needs both).
+if (typeof globalThis.TextEncoder !== 'function') {
+  globalThis.TextEncoder = class TextEncoder {
+    get encoding() { return 'utf-8'; }
+    encode(input = '') {
+      const s = String(input);
+      const out = [];
+      for (let i = 0; i < s.length; i++) {
+        let c = s.codePointAt(i);
+        if (c > 0xffff) i++;
+        else if (c >= 0xd800 && c <= 0xdfff) c = 0xfffd; // lone surrogate
+        if (c < 0x80) out.push(c);
+        else if (c < 0x800) out.push(0xc0 | (c >> 6), 0x80 | (c & 63));
+        else if (c < 0x10000) out.push(0xe0 | (c >> 12), 0x80 | ((c >> 6) & 63), 0x80 | (c & 63));
+        else out.push(0xf0 | (c >> 18), 0x80 | ((c >> 12) & 63), 0x80 | ((c >> 6) & 63), 0x80 | (c & 63));
+      }
+      return new Uint8Array(out);
+    }
+  };
+}
+if (typeof globalThis.TextDecoder !== 'function') {
+  globalThis.TextDecoder = class TextDecoder {
+    get encoding() { return 'utf-8'; }
+    decode(input) {
+      if (input === undefined) return '';
+      const b = input instanceof Uint8Array ? input
+        : ArrayBuffer.isView(input) ? new Uint8Array(input.buffer, input.byteOffset, input.byteLength) : new Uint8Array(input);
+      let out = '';
+      const chunk = [];
+      for (let i = 0; i < b.length;) {
+        const x = b[i];
+        let c = 0xfffd, n = 1;
+        if (x < 0x80) c = x;
+        else if (x >= 0xc2 && x < 0xe0 && (b[i + 1] & 0xc0) === 0x80) { c = ((x & 31) << 6) | (b[i + 1] & 63); n = 2; }
+        else if (x >= 0xe0 && x < 0xf0 && (b[i + 1] & 0xc0) === 0x80 && (b[i + 2] & 0xc0) === 0x80) {
+          c = ((x & 15) << 12) | ((b[i + 1] & 63) << 6) | (b[i + 2] & 63); n = 3;
+          if (c < 0x800 || (c >= 0xd800 && c <= 0xdfff)) c = 0xfffd;
+        } else if (x >= 0xf0 && x < 0xf5 && (b[i + 1] & 0xc0) === 0x80 && (b[i + 2] & 0xc0) === 0x80 && (b[i + 3] & 0xc0) === 0x80) {
+          c = ((x & 7) << 18) | ((b[i + 1] & 63) << 12) | ((b[i + 2] & 63) << 6) | (b[i + 3] & 63); n = 4;
+          if (c < 0x10000 || c > 0x10ffff) c = 0xfffd;
+        }
+        chunk.push(c);
+        i += n;
+        if (chunk.length >= 8192) { out += String.fromCodePoint(...chunk); chunk.length = 0; }
+      }
+      return out + String.fromCodePoint(...chunk);
+    }
+  };
+}
+
 const process = {
   argv: ['qjs', ...scriptArgs],
   env: {},
@@ -44,6 +94,24 @@ const process = {
   stderr: { write(s) { std.err.puts(String(s)); return true; } },
 };
 globalThis.process = process;
+
+// The Dock bridge (sdk/js/wb_dock.js uses it; wb_lane_js/dock.py is the host side):
+// present only when the call was granted caps. A request is a framed write to stdout,
+// the answer a file the host leaves in the read-only /wb-dock folder.
+const dockToken = std.loadFile('/wb-dock/token');
+if (dockToken) {
+  let seq = 0;
+  globalThis.__wb_dock = (cap, request) => {
+    seq += 1;
+    std.out.flush();
+    std.out.puts(`\0WBDOCK:${dockToken}\n${cap}\0${request.byteLength}\n`);
+    std.out.write(request.buffer, request.byteOffset, request.byteLength);
+    std.out.flush();
+    const answer = std.loadFile(`/wb-dock/${seq}`, { binary: true });
+    if (!answer || answer.byteLength < 1) return [5, new Uint8Array(0)];
+    return [answer[0], answer.subarray(1)];
+  };
+}
 
 try {
   await import(ENTRY);

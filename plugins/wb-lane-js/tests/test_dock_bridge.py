@@ -1,0 +1,45 @@
+"""A js toolkit reaches granted caps through sdk/js/wb_dock.js and the lane's bridge, end to end."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+SDK = Path(__file__).resolve().parents[3] / "sdk" / "js" / "wb_dock.js"
+needs = pytest.mark.skipif(
+    any(importlib.util.find_spec(m) is None for m in ("wb_sources", "wb_wasmtime", "wb_brokers_state")) or not SDK.is_file(),
+    reason="needs wb-sources, wb-wasmtime, wb-brokers-state and sdk/js/wb_dock.js",
+)
+
+MAIN = """import { wb, DockError } from './wb_dock.js';
+const [, op, key] = scriptArgs;
+try {
+  if (op === 'put') { wb.kv.put({ key, value: new TextEncoder().encode(std.in.readAsString()) }); console.log('stored'); }
+  if (op === 'get') console.log(new TextDecoder().decode(wb.kv.get({ key }).value));
+  if (op === 'net') wb.net.fetch({ url: 'http://127.0.0.1/' });
+} catch (e) {
+  if (!(e instanceof DockError)) throw e;
+  console.log(e.kind);
+  process.exitCode = e.exitCode;
+}
+"""
+
+
+@needs
+def test_js_toolkit_uses_kv_and_is_denied_net(make_toolkit, make_runtime, wbx):
+    make_toolkit("jsnotes", exec="command", caps="kv",
+                 extra={"BUILD_LANG": "js", "BUILD_SRC": "path:src", "CLI_BIN": "jsnotes"}, drawer={"CLI_BIN": "jsnotes"},
+                 files={"src/main.js": MAIN, "src/wb_dock.js": SDK.read_text()})
+    rt = make_runtime()
+    built = wbx("toolkit", "build", "jsnotes", runtime=rt)
+    assert built.exit_code == 0, built.stderr
+    put = wbx("run", "jsnotes", "put", "greeting", runtime=rt, input="hello from js")
+    assert (put.exit_code, put.stdout) == (0, "stored\n"), put.stderr
+    got = wbx("run", "jsnotes", "get", "greeting", runtime=rt, input="")
+    assert got.stdout == "hello from js\n", got.stderr
+    missing = wbx("run", "jsnotes", "get", "absent", runtime=rt, input="")
+    assert missing.stdout == "not-found\n" and missing.exit_code == 66
+    denied = wbx("run", "jsnotes", "net", runtime=rt, input="")
+    assert denied.stdout == "capability-denied\n" and denied.exit_code == 77
