@@ -67,3 +67,14 @@ def table(rows: list[list[str]], header: list[str]) -> None:
 def machine() -> str:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     return f"{os.cpu_count()} cpus, load {load:.2f}"
+
+
+def system_cpu() -> tuple[int, int]:
+    """(busy, total) jiffies of the whole machine, from /proc/stat (0, 0 elsewhere)."""
+    try:
+        with open("/proc/stat") as fh:
+            fields = [int(x) for x in fh.readline().split()[1:]]
+    except OSError:
+        return 0, 0
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return sum(fields) - idle, sum(fields)

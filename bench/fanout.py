@@ -21,11 +21,12 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import fresh_runtime, machine, table  # noqa: E402
+from _common import fresh_runtime, machine, system_cpu, table  # noqa: E402
 
 STDIN = (b"The quick brown fox jumps over the lazy dog. " * 24)[:1024]
 BLOB = (b"0123456789abcdef" * 65536)
 _worker_rt = None
+LOG: list[str] = []
 
 
 def _init_worker(home: str) -> None:
@@ -40,8 +41,10 @@ def _worker_batch(n: int) -> int:
     return n
 
 
-def throughput(width: int, seconds: float, make_work) -> float:  # type: ignore[no-untyped-def]
-    """Calls/s with ``width`` threads each running ``make_work()()`` in a loop."""
+def throughput(width: int, seconds: float, make_work) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    """(calls/s, CPU seconds per wall second) with ``width`` threads each running
+    ``make_work()()`` in a loop. CPU/wall near ``width`` means the threads really ran in
+    parallel; near 1 means they were serialized (GIL) or the machine had no free core."""
     counts = [0] * width
     stop = threading.Event()
     start = threading.Barrier(width + 1)
@@ -58,13 +61,19 @@ def throughput(width: int, seconds: float, make_work) -> float:  # type: ignore[
     for t in threads:
         t.start()
     start.wait()
-    t0 = time.perf_counter()
+    c0, t0, m0 = os.times(), time.perf_counter(), system_cpu()
     time.sleep(seconds)
     stop.set()
     el = time.perf_counter() - t0
+    c1, m1 = os.times(), system_cpu()
     for t in threads:
         t.join()
-    return sum(counts) / el
+    cpu = (c1.user - c0.user) + (c1.system - c0.system)
+    ours = cpu * os.sysconf("SC_CLK_TCK")
+    busy, total = m1[0] - m0[0], m1[1] - m0[1]
+    LOG.append(f"{width} thread(s): this process used {cpu / el:.2f} cores; the rest of the machine "
+               f"kept {max(0.0, (busy - ours) / total * (os.cpu_count() or 1)) if total else 0:.2f} cores busy")
+    return sum(counts) / el, cpu / el
 
 
 def pool_throughput(width: int, seconds: float, home: str) -> float:
@@ -106,14 +115,17 @@ def main() -> int:
     shortT = throughput(width, args.seconds, command_work)
     shortP = pool_throughput(width, args.seconds, str(rt.home))
 
+    (cpu1, u1), (cpuN, uN), (short1, s1), (shortT, sT) = cpu1, cpuN, short1, shortT
     print(f"fan-out, width {width} ({machine()})")
     table([
-        ["crc32 of 1 MiB (CPU-bound guest)", "1 thread", f"{cpu1:,.0f}", "1.00x"],
-        ["", f"{width} threads", f"{cpuN:,.0f}", f"{cpuN / cpu1:.2f}x"],
-        ["1 KiB command call (short)", "1 process", f"{short1:,.0f}", "1.00x"],
-        ["", f"{width} threads", f"{shortT:,.0f}", f"{shortT / short1:.2f}x"],
-        ["", f"{width}-worker process pool", f"{shortP:,.0f}", f"{shortP / short1:.2f}x"],
-    ], ["workload", "workers", "calls/s", "speed-up"])
+        ["crc32 of 1 MiB (CPU-bound guest)", "1 thread", f"{cpu1:,.0f}", "1.00x", f"{u1:.2f}"],
+        ["", f"{width} threads", f"{cpuN:,.0f}", f"{cpuN / cpu1:.2f}x", f"{uN:.2f}"],
+        ["1 KiB command call (short)", "1 process", f"{short1:,.0f}", "1.00x", f"{s1:.2f}"],
+        ["", f"{width} threads", f"{shortT:,.0f}", f"{shortT / short1:.2f}x", f"{sT:.2f}"],
+        ["", f"{width}-worker process pool", f"{shortP:,.0f}", f"{shortP / short1:.2f}x", "n/a"],
+    ], ["workload", "workers", "calls/s", "speed-up", "cpu/wall"])
+    for line in LOG:
+        print("  " + line)
     print(f"targets: CPU-bound >= 1.8x with {width} threads: {'met' if cpuN / cpu1 >= 1.8 else 'MISSED'}; "
           f"short calls >= 1.6x with a {width}-worker pool: {'met' if shortP / short1 >= 1.6 else 'MISSED'} "
           "(both need an otherwise idle machine)")
