@@ -12,7 +12,6 @@ specifics are skipped, as upstream's wasm runner does. Standalone:
 from __future__ import annotations
 
 import json
-import re
 import sys
 import tarfile
 import tempfile

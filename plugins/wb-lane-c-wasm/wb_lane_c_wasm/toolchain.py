@@ -71,9 +71,7 @@ def _verified() -> tuple[Path, str] | str:
 
 
 def check() -> Availability:
-    try:
-        import wasmtime  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("wasmtime") is None:
         return Availability.no("wasmtime is not installed (pip install wasmtime==50.0.1)")
     got = _verified()
     if isinstance(got, str):

@@ -140,7 +140,7 @@ def warm(go: Go, cache: Path, box: Any, *, progress: Callable[[str], None] | Non
         staging = Path(tempfile.mkdtemp(prefix=f".{cache.name}.warming-", dir=cache.parent))
         try:
             res = box.run(
-                [f"/go/bin/go", "build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w", "-o", "/tmp/warm.wasm", "."],
+                ["/go/bin/go", "build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w", "-o", "/tmp/warm.wasm", "."],
                 binds=[Bind(go.goroot, "/go"), Bind(WARMUP, "/src")],
                 out_dir=staging, limits=limits(wall), env=go_env("/out/cache"), cwd="/src",
             )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import hashlib
 import importlib.metadata
+import importlib.util
 import os
 import tempfile
 import threading
@@ -62,9 +63,7 @@ def locate() -> Reactor | str:
 
 
 def check() -> Availability:
-    try:
-        import wasmtime  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("wasmtime") is None:
         return Availability.no("wasmtime is not installed (pip install wasmtime==50.0.1)")
     got = locate()
     if isinstance(got, str):

@@ -13,6 +13,7 @@ profile's memory is the wasm memory cap and (less 16 MiB) QuickJS's heap limit;
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
@@ -111,13 +112,11 @@ class JsRunner:
             stdin = " ".join(req.argv).encode() + b"\n" + stdin
             argv = [req.name]
         prof = req.profile
-        bridge = None
+        bridge: Callable[[str, bytes], tuple[int, bytes]] | None = None
         if req.caps:  # the Dock bridge, for the granted caps only (wb_lane_js.dock)
             dock = self.runtime.dock
             ctx = dock.context(principal=req.principal, caps=req.caps, timeout=req.timeout_s, toolkit=req.toolkit)
-
-            def bridge(cap: str, request: bytes) -> tuple[int, bytes]:
-                return dock.call_raw(ctx, cap, request)
+            bridge = functools.partial(dock.call_raw, ctx)
 
         t0 = time.perf_counter()
         res = run_artifact(Path(req.artifact), argv, stdin=stdin, home=Path(self.runtime.home),
