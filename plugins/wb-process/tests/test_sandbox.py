@@ -213,3 +213,25 @@ def test_concurrent_sandboxes_do_not_interfere(box: Sandbox, tmp_path: Path) -> 
         res = results[i]
         assert res.ok and res.stdout == f"{i}\n".encode(), res.log  # type: ignore[attr-defined]
         assert (tmp_path / f"o{i}" / "n").read_text() == f"{i}\n"
+
+
+def test_a_missing_namespace_is_named(tmp_path: Path) -> None:
+    """Run the init under a seccomp filter that refuses CLONE_NEWNET: the error names 'net'."""
+    import subprocess
+    import sys
+
+    script = (
+        "import errno, pyseccomp as sc\n"
+        "f = sc.SyscallFilter(sc.ALLOW)\n"
+        "f.add_rule(sc.ERRNO(errno.EPERM), 'unshare', sc.Arg(0, sc.MASKED_EQ, 0x40000000, 0x40000000))\n"
+        "f.load()\n"
+        "from pathlib import Path\n"
+        "from wb_process.sandbox import Sandbox, SandboxUnavailable, system_binds\n"
+        "try:\n"
+        "    Sandbox(_probing=True).run(['/bin/true'], binds=system_binds(), out_dir=Path(__import__('sys').argv[1]))\n"
+        "except SandboxUnavailable as e:\n"
+        "    print(e.message)\n"
+    )
+    pytest.importorskip("pyseccomp")
+    out = subprocess.run([sys.executable, "-c", script, str(tmp_path / "o")], capture_output=True, text=True, timeout=60)
+    assert "missing: net namespace" in out.stdout, out.stdout + out.stderr

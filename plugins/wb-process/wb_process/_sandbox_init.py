@@ -352,6 +352,20 @@ def init_main(cfg, status_fd):
     os._exit(0)
 
 
+def missing_namespaces(cfg):
+    """Which namespaces this process cannot create, each tried alone in a throwaway child."""
+    missing = []
+    for name in cfg["namespaces"]:
+        flag = NAMESPACES[name] | (CLONE_NEWUSER if name != "user" else 0)
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0 if libc.unshare(ctypes.c_int(flag)) == 0 else 1)
+        _, st = os.waitpid(pid, 0)
+        if os.waitstatus_to_exitcode(st) != 0:
+            missing.append(f"{name} namespace")
+    return missing
+
+
 def main():
     with open(sys.argv[1], "rb") as fh:
         cfg = json.load(fh)
@@ -363,7 +377,7 @@ def main():
     try:
         unshare(flags)
     except OSError as exc:
-        report(status_fd, phase="unshare", error=str(exc))
+        report(status_fd, phase="unshare", error=f"{exc}; missing: {', '.join(missing_namespaces(cfg)) or 'unknown'}")
         os._exit(111)
     os.write(sync_w, b"u")
     if os.read(go_r, 1) != b"g":
