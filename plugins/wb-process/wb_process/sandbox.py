@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from contextlib import suppress as _suppress
 import json
+import marshal
 import os
 import selectors
 import shutil
@@ -280,8 +281,8 @@ class Sandbox:
                 "go_r": go_r,
                 "status_w": status_w,
             }
-            cfg_path = scratch / "config.json"
-            cfg_path.write_text(json.dumps(cfg))
+            cfg_path = scratch / "config.marshal"
+            cfg_path.write_bytes(marshal.dumps(cfg))
             fds = (sync_w, go_r, status_w)
             proc = subprocess.Popen(
                 [sys.executable, "-I", "-S", str(INIT), str(cfg_path)],
