@@ -57,7 +57,7 @@ def summary(samples: list[float]) -> dict[str, float]:
 
 def table(rows: list[list[str]], header: list[str]) -> None:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    line = "  ".join("{:<%d}" % w for w in widths)
+    line = "  ".join(f"{{:<{w}}}" for w in widths)
     print(line.format(*header))
     print("  ".join("-" * w for w in widths))
     for r in rows:

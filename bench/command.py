@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import fresh_runtime, machine, summary, table, timed  # noqa: E402
+from _common import fresh_runtime, machine, summary, table, timed
 
 STDIN = (b"The quick brown fox jumps over the lazy dog. " * 24)[:1024]
 

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import fresh_runtime, machine, system_cpu, table  # noqa: E402
+from _common import fresh_runtime, machine, system_cpu, table
 
 STDIN = (b"The quick brown fox jumps over the lazy dog. " * 24)[:1024]
 BLOB = (b"0123456789abcdef" * 65536)

@@ -22,7 +22,7 @@ import zlib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, fresh_runtime, loop_rate, machine, table  # noqa: E402
+from _common import ROOT, fresh_runtime, loop_rate, machine, table
 
 NOOP = '(module (memory (export "memory") 2) (func (export "process") (param i32) (result i32) (i32.const 0)))'
 SIZES = [("64 B", 64), ("4 KiB", 4096), ("1 MiB", 1 << 20)]
@@ -81,13 +81,13 @@ def main() -> int:
         # each path counts (the one least disturbed by other processes)
         runs: dict[str, list[float]] = {k: [] for k in ("floor", "compute", "lean", "pub", "ext")}
         for _ in range(args.rounds):
-            runs["floor"].append(loop_rate(lambda: floor_k.call(0), secs, batch))
+            runs["floor"].append(loop_rate(lambda f=floor_k: f.call(0), secs, batch))
             ck.write(65536, data)
-            runs["compute"].append(loop_rate(lambda: ck.call(n), secs, batch))
-            runs["lean"].append(loop_rate(lambda: lean.call(data), secs, batch))
-            runs["pub"].append(loop_rate(lambda: public.call(data), secs, max(1, batch // 10)))
+            runs["compute"].append(loop_rate(lambda c=ck, m=n: c.call(m), secs, batch))
+            runs["lean"].append(loop_rate(lambda d=data: lean.call(d), secs, batch))
+            runs["pub"].append(loop_rate(lambda d=data: public.call(d), secs, max(1, batch // 10)))
             if ext is not None:
-                runs["ext"].append(loop_rate(lambda: ext.call("crc32", data), secs, max(1, batch // 10)))
+                runs["ext"].append(loop_rate(lambda e=ext, d=data: e.call("crc32", d), secs, max(1, batch // 10)))
         med = {k: (max(v) if v else None) for k, v in runs.items()}
         r_floor, r_compute, r_lean, r_pub, r_ext = med["floor"], med["compute"], med["lean"], med["pub"], med["ext"]
         for name, r in (("raw call floor (no-op entry)", r_floor), ("guest compute (entry only)", r_compute),

@@ -48,7 +48,7 @@ def test_compiled_cache_is_built_once_then_loaded(tmp_path):
         compiles.append(wasm)
         return b"compiled:" + wasm
 
-    load = lambda p: p.read_bytes()  # noqa: E731
+    load = lambda p: p.read_bytes()
     assert store.compiled(a.sha256, "eng-1", compile=compile_, load=load) == (b"compiled:wasm", True)
     assert store.compiled(a.sha256, "eng-1", compile=compile_, load=load) == (b"compiled:wasm", False)
     assert len(compiles) == 1
@@ -60,7 +60,7 @@ def test_compiled_cache_is_built_once_then_loaded(tmp_path):
 def test_corrupt_or_refused_compiled_cache_is_rebuilt(tmp_path):
     store = ArtifactStore(tmp_path)
     a = store.put_bytes(b"wasm")
-    compile_ = lambda w: b"good"  # noqa: E731
+    compile_ = lambda w: b"good"
     store.compiled(a.sha256, "k", compile=compile_, load=lambda p: p.read_bytes())
     cpath = store.compiled_path(a.sha256, "k")
     cpath.write_bytes(b"torn")  # digest no longer matches

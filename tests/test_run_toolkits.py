@@ -11,7 +11,6 @@ import pytest
 
 from wbcore import builder
 from wbcore.artifacts import IntegrityError
-from wbcore.build import BuildFailed
 from wbcore.errors import InvalidArgs
 
 TOOLKITS = Path(__file__).resolve().parent.parent / "toolkits"
@@ -68,9 +67,8 @@ def test_build_checksum_kernel_one_shot_and_stream(rt, wbx):
     r = wbx("kernel", "run", "crc32", "--stream", runtime=rt, input=frames[:-3])
     assert r.exit_code == 2 and "truncated frame" in r.stderr
     assert r.stdout_bytes == b"".join(struct.pack("<I", 8) + g for g in got[:-1])  # answers before the bad frame
-    with rt.kernel("crc32") as k:
-        with pytest.raises(InvalidArgs, match="input arena"):
-            k.call(b"\0" * (8 << 20 + 1))
+    with rt.kernel("crc32") as k, pytest.raises(InvalidArgs, match="input arena"):
+        k.call(b"\0" * (8 << 20 + 1))
 
 
 def test_sha256_pin_is_checked_at_build_and_run(rt, make_toolkit, make_runtime, toolkit_root):

@@ -212,7 +212,7 @@ class ArtifactStore:
         Returns ``(module, built)``; ``built`` is False when the cache was used. The source
         ``.wasm`` is hash-checked first in every case: a tampered module never compiles.
         """
-        wasm_path = self.verify(sha)
+        self.verify(sha)
         cpath = self.compiled_path(sha, key)
         dpath = cpath.with_name(cpath.name + ".sha256")
         if cpath.is_file() and dpath.is_file():
@@ -220,9 +220,8 @@ class ArtifactStore:
                 want = dpath.read_text().strip()
                 if want == sha256_file(cpath):
                     return load(cpath), False
-            except Exception:  # noqa: BLE001 - a refused cache (other engine, corrupt) is rebuilt
+            except Exception:  # noqa: BLE001, S110 - a refused cache (other engine, corrupt) is rebuilt below
                 pass
-        del wasm_path
         wasm = self.read_verified(sha)
         serialized = bytes(compile(wasm))
         digest = sha256_bytes(serialized)

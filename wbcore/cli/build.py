@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -20,7 +20,7 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
     @app.command("build")
     def build(
         ident: str = typer.Argument(..., metavar="ID"),
-        which: Optional[str] = typer.Argument(None, metavar="[WHICH]", help="command or kernel (default: from #+EXEC)"),
+        which: str | None = typer.Argument(None, metavar="[WHICH]", help="command or kernel (default: from #+EXEC)"),
         force: bool = typer.Option(False, "--force", help="Rebuild even when the build cache has this source."),
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
@@ -52,4 +52,4 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
         if result.kind == "component":
             typer.echo(f"  call it: wbx call {result.toolkit}.<function> --args '{{...}}' (list: wbx mcp tools --only {result.toolkit})")
         else:
-            typer.echo(f"  run it: " + (f"wbx run {result.name}" if result.kind == "command" else f"wbx kernel run {result.name}"))
+            typer.echo("  run it: " + (f"wbx run {result.name}" if result.kind == "command" else f"wbx kernel run {result.name}"))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import struct
 import sys
-from typing import TYPE_CHECKING, BinaryIO, Optional
+from typing import TYPE_CHECKING, BinaryIO
 
 import typer
 
@@ -80,8 +80,8 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
     )
     def run(
         name: str = typer.Argument(..., metavar="NAME"),
-        args: Optional[list[str]] = typer.Argument(None, metavar="[ARGS]..."),
-        timeout: Optional[float] = typer.Option(None, "--timeout", help="Seconds (at most the profile's)."),
+        args: list[str] | None = typer.Argument(None, metavar="[ARGS]..."),
+        timeout: float | None = typer.Option(None, "--timeout", help="Seconds (at most the profile's)."),
     ) -> None:
         """Run a registered command: stdin → stdout; its exit code passes through."""
         from wbcore.calls import entry_for
@@ -111,7 +111,7 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
     def kernel_run(
         name: str = typer.Argument(..., metavar="NAME"),
         stream: bool = typer.Option(False, "--stream", help="Frames in, frames out: u32 LE length + bytes."),
-        timeout: Optional[float] = typer.Option(None, "--timeout", help="Seconds per call."),
+        timeout: float | None = typer.Option(None, "--timeout", help="Seconds per call."),
     ) -> None:
         """Call a registered kernel: one input from stdin, or a stream of frames."""
         from wbcore.calls import entry_for

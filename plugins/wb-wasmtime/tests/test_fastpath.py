@@ -6,7 +6,6 @@ from __future__ import annotations
 import random
 
 from conftest import ARGS_ENV, ECHO, EXIT3, K_LIAR, K_UPPER
-
 from wb_wasmtime import fastpath
 
 
@@ -47,7 +46,7 @@ def test_lean_and_public_paths_agree(make_runtime, tmp_path, monkeypatch):
         monkeypatch.setenv("WB_WASM_PATH", name)
         rt = make_runtime(plugins=["wasmtime"], home=tmp_path / name)
 
-        def register(n, wat, kind="command", **options):
+        def register(n, wat, kind="command", rt=rt, **options):
             art = rt.artifacts.put_bytes(bytes(wasmtime.wat2wasm(wat)))
             return rt.registry.register(Entry(kind=kind, name=n, sha256=art.sha256, shape=kind, options=options))
 

@@ -31,9 +31,8 @@ def test_input_over_the_arena_is_refused(rt, register):
 
 def test_out_len_past_memory_is_an_error_not_a_host_read(rt, register):
     register("liar", K_LIAR, kind="kernel")
-    with rt.kernel("liar") as k:
-        with pytest.raises(KernelABIError, match="past the end of its"):
-            k.call(b"x")
+    with rt.kernel("liar") as k, pytest.raises(KernelABIError, match="past the end of its"):
+        k.call(b"x")
 
 
 def test_custom_offsets_and_entry(rt, register):
@@ -113,9 +112,8 @@ K_OOB = """(module (memory (export "memory") 2)
 
 def test_a_write_past_guest_memory_traps_cleanly(rt, register):
     register("koob", K_OOB, kind="kernel")
-    with rt.kernel("koob") as k:
-        with pytest.raises(GuestTrap, match="out of bounds"):
-            k.call(b"x")
+    with rt.kernel("koob") as k, pytest.raises(GuestTrap, match="out of bounds"):
+        k.call(b"x")
 
 
 def test_100_bad_kernel_calls_leave_rss_flat(rt, register):
@@ -152,7 +150,6 @@ def test_kernel_memory_bomb_is_a_memory_limit(rt, register):
       (func (export "process") (param $n i32) (result i32)
         (loop $l (br_if $l (i32.ne (memory.grow (i32.const 16)) (i32.const -1))))
         unreachable))""", kind="kernel")
-    with rt.kernel("kbomb") as k:
-        with pytest.raises(LimitExceeded) as info:
-            k.call(b"x")
+    with rt.kernel("kbomb") as k, pytest.raises(LimitExceeded) as info:
+        k.call(b"x")
     assert info.value.limit == "memory"

@@ -23,11 +23,10 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from wbcore.calls import CallResult, CommandRequest, GuestTrap, LimitExceeded, Usage
-from wbcore.errors import InvalidArgs, Timeout
-
 from wb_wasmtime import engine as _engine
 from wb_wasmtime import fastpath
+from wbcore.calls import CallResult, CommandRequest, GuestTrap, LimitExceeded, Usage
+from wbcore.errors import InvalidArgs, Timeout
 
 if TYPE_CHECKING:
     from wbcore.runtime import Runtime

@@ -170,7 +170,7 @@ def get() -> Engine:
 
 
 class Guard:
-    __slots__ = ("deadline", "out", "err", "out_cap", "err_cap", "reason", "cancel")
+    __slots__ = ("cancel", "deadline", "err", "err_cap", "out", "out_cap", "reason")
 
     def __init__(self, deadline: float, out: str | None = None, err: str | None = None,
                  out_cap: int = 0, err_cap: int = 0, cancel: Any = None) -> None:

@@ -19,11 +19,10 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from wbcore.calls import GuestTrap, KernelABIError, KernelRequest, LimitExceeded
-from wbcore.errors import InvalidArgs, Timeout
-
 from wb_wasmtime import engine as _engine
 from wb_wasmtime import fastpath
+from wbcore.calls import GuestTrap, KernelABIError, KernelRequest, LimitExceeded
+from wbcore.errors import InvalidArgs, Timeout
 
 if TYPE_CHECKING:
     from wbcore.runtime import Runtime
@@ -171,7 +170,7 @@ class KernelInstance:
     def __del__(self) -> None:
         try:
             self.close()
-        except Exception:  # noqa: BLE001 - interpreter shutdown
+        except Exception:  # noqa: BLE001, S110 - at interpreter shutdown there is nothing to tell
             pass
 
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from wb_wasmtime import shapes as _shapes
 from wbcore import hookimpl
 from wbcore.records import Availability, BuildLane, BuiltinCommand, ExecShape, IsolationTier
-
-from wb_wasmtime import shapes as _shapes
 
 
 @hookimpl
