@@ -48,7 +48,12 @@ class Toolchain:
 
     @property
     def python(self) -> Path:
-        return Path(sys.executable).resolve()
+        # The base interpreter, not the venv's: a venv made by copying (venv's default
+        # outside its CLI) puts its python next to the project, which may sit under /tmp,
+        # a folder the sandbox replaces with its own private tmp. componentize_py itself is
+        # bound at /pylib and run with -I, so nothing of the venv is needed inside.
+        base = self.python_prefix / "bin" / f"python{sys.version_info.major}.{sys.version_info.minor}"
+        return base if base.is_file() else Path(sys.executable).resolve()
 
 
 @cache
