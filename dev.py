@@ -96,7 +96,17 @@ def _ensure_venv(env: Path, dists: list[Path] | None, tag: str) -> None:
 def run(cmd: list[str], **kw: object) -> int:
     env = dict(os.environ)
     env.setdefault("WB_HOME", str(ROOT / ".wb-home"))
+    # One zig cache (wasi-libc, compiler_rt) shared by every WB_HOME the tests create.
+    env.setdefault("WB_ZIG_CACHE", str(Path.home() / ".cache" / "wbcore" / "zig"))
     return subprocess.call(cmd, env=env, **kw)  # type: ignore[arg-type]
+
+
+def warm(env: Path) -> None:
+    """Fill the shared compiler caches once, before the tests time their builds."""
+    probe = subprocess.run([_bin(env, "python"), "-c", "import wb_lane_zig"], capture_output=True)
+    if probe.returncode == 0:
+        print("dev: warming the zig cache (once per machine, about a minute)", flush=True)
+        run([_bin(env, "python"), "-m", "wb_lane_zig", "warm"])
 
 
 def run_suites(env: Path, suites: list[Path], rest: list[str]) -> int:
@@ -142,12 +152,14 @@ def main(argv: list[str]) -> int:
     if what == "test":
         ensure_venv()
         suites = [ROOT / "tests", *(p / "tests" for p in PLUGINS if (p / "tests").is_dir())]
+        warm(VENV)
         return run_suites(VENV, suites, rest)
     if what == "isolated":
         worst = 0
         for plugin in PLUGINS:
             env = ROOT / ".venvs" / plugin.name
             ensure_venv(env, [plugin], tag=plugin.name)
+            warm(env)
             print(f"dev: {plugin.name} alone with the core", flush=True)
             worst = worst or run_suites(env, [plugin / "tests"], ["-p", "no:cacheprovider", *rest])
         return worst
