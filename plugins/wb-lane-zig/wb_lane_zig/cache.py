@@ -34,9 +34,21 @@ def cache_dir(zig: Zig, home: Path, env: Mapping[str, str]) -> Path:
     return Path(base) if base else home / "cache" / f"zig-{zig.version}"
 
 
-def is_warm(cache: Path) -> bool:
+def stamp(zig: Zig) -> str:
+    """The recipe plus the identity of this zig installation. Zig's cache manifests
+    record the inode and mtime of every lib/ source they compiled; a reinstalled zig
+    (a new venv, a fresh clone) misses them all and rebuilds wasi-libc on every build,
+    so a cache warmed by another installation counts as cold."""
+    parts = [RECIPE]
+    for path in (zig.binary, zig.root / "lib"):
+        st = path.stat()
+        parts.append(f"{os.path.realpath(path)} {st.st_ino} {st.st_mtime_ns}")
+    return "\n".join(parts)
+
+
+def is_warm(cache: Path, zig: Zig) -> bool:
     try:
-        return (cache / ".wb-warm").read_text() == RECIPE
+        return (cache / ".wb-warm").read_text() == stamp(zig)
     except OSError:
         return False
 
@@ -58,7 +70,7 @@ def warm(
     wall_seconds: float = 900.0,
 ) -> float:
     """Warm ``cache`` unless it is warm already; returns the seconds spent (0 when warm)."""
-    if is_warm(cache):
+    if is_warm(cache, zig):
         return 0.0
     from wb_process.sandbox import Bind, Limits, Sandbox, own_for_sandbox
 
@@ -66,7 +78,7 @@ def warm(
     start = time.monotonic()
     with open(cache.parent / f".{cache.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one warm-up at a time; the others wait and reuse it
-        if is_warm(cache):
+        if is_warm(cache, zig):
             return 0.0
         if progress:
             progress(f"zig {zig.version}: building wasi-libc and compiler_rt into {cache} (once, about a minute)")
@@ -95,7 +107,7 @@ def warm(
                 seed = step
             assert seed is not None
             os.replace(seed / "cache", staging / "cache")
-            (staging / "cache" / ".wb-warm").write_text(RECIPE)
+            (staging / "cache" / ".wb-warm").write_text(stamp(zig))
             own_for_sandbox(staging / "cache")
             old = None
             if cache.exists():
