@@ -147,7 +147,11 @@ def warm(go: Go, cache: Path, box: Any, *, progress: Callable[[str], None] | Non
             if not res.ok:
                 raise BuildFailed(f"go cache warm-up failed (exit {res.returncode}, limit {res.limit})", log=res.log)
             (staging / "cache" / ".wb-warm").write_text(recipe)
-            _hand_to_sandbox_user(staging / "cache")
+            # Go updates its cache as it reads it; through the overlay, writes need the
+            # sandbox user to own the tree (they still vanish with the overlay).
+            from wb_process.sandbox import own_for_sandbox
+
+            own_for_sandbox(staging / "cache")
             old = None
             if cache.exists():
                 old = cache.with_name(f".{cache.name}.old-{os.getpid()}")
@@ -158,21 +162,6 @@ def warm(go: Go, cache: Path, box: Any, *, progress: Callable[[str], None] | Non
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         return time.monotonic() - t0
-
-
-def _hand_to_sandbox_user(root: Path) -> None:
-    """Go updates its cache as it reads it (new entries, ``trim.txt``). Builds see the cache
-    through an overlay, where writes need the sandbox user to own what it changes; when
-    we are root, that user is ``SANDBOX_HOST_ID`` outside. (Otherwise the sandbox user
-    maps to us, who own it already.) Writes still vanish with the overlay."""
-    if os.geteuid() != 0:
-        return
-    from wb_process.sandbox import SANDBOX_HOST_ID
-
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in (*dirnames, *filenames):
-            os.lchown(os.path.join(dirpath, name), SANDBOX_HOST_ID, SANDBOX_HOST_ID)
-    os.lchown(root, SANDBOX_HOST_ID, SANDBOX_HOST_ID)
 
 
 def _target(src: Path, entry: str | None) -> tuple[str, list[str]]:
