@@ -6,10 +6,9 @@ import cbor2
 import pytest
 import wasmtime
 
-from wbcore import policy
+from wbcore import builder
 from wbcore.calls import Principal
 from wbcore.errors import CapabilityDenied
-from wbcore.registry import Entry
 
 pytest.importorskip("wb_brokers_state")
 
@@ -38,9 +37,7 @@ def _register(rt, make_toolkit, ident: str, wasm: bytes, caps: str) -> None:
     make_toolkit(ident, exec="command", caps=caps, extra={"CLI_BIN": ident})
     rt.discover(refresh=True)
     art = rt.artifacts.put_bytes(wasm)
-    prof = policy.profile_for(None, caps.split())
-    rt.registry.register(Entry(kind="command", name=ident, sha256=art.sha256, shape="command", toolkit=ident,
-                               profile=prof.name, options={"caps": caps.split() or ["kv"]}))
+    builder.register_artifact(rt, ident, art.sha256)
 
 
 def test_ungranted_cap_does_not_instantiate_and_granting_runs_the_same_artifact(make_runtime, make_toolkit, wbx):
@@ -84,8 +81,7 @@ def test_consent_grant_makes_a_third_party_artifact_run(make_runtime, make_toolk
     assert wbx("toolkit", "sign", "tpkv", runtime=rt).exit_code == 0
     rt.discover(refresh=True)
     art = rt.artifacts.put_bytes(kv_get_guest("greeting"))
-    rt.registry.register(Entry(kind="command", name="tpkv", sha256=art.sha256, shape="command", toolkit="tpkv",
-                               profile="minimal", options={"caps": ["kv"]}))
+    builder.register_artifact(rt, "tpkv", art.sha256)
     with pytest.raises(CapabilityDenied, match="'kv'"):  # declared and in the profile, but not consented to
         rt.call("tpkv")
     r = wbx("toolkit", "grant", "tpkv", "kv", runtime=rt)

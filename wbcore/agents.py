@@ -14,6 +14,7 @@ on demand (``wbx toolkit show <id> <skill>``).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,13 +85,18 @@ def load(path: Path | str) -> AgentDef:
     return parse(read_text(p), p)
 
 
-def toolkit_index(discovery: Any, names: tuple[str, ...] | list[str]) -> str:
-    """One line per known toolkit in declared order, plus up to eight skill names."""
+def toolkit_index(discovery: Any, names: tuple[str, ...] | list[str],
+                  unavailable: Callable[[Any], str | None] | None = None) -> str:
+    """One line per known, available toolkit in declared order, plus up to eight skill
+    names. ``unavailable(toolkit)`` says why a toolkit may not be used (then it is left
+    out: a tampered toolkit's text never reaches a prompt)."""
     lines: list[str] = []
     for name in names:
         try:
             tk = discovery.get(name)
         except Exception:  # an unknown or broken toolkit is dropped, never a crash
+            continue
+        if unavailable is not None and unavailable(tk):
             continue
         skills = [s.slug for s in tk.skills][:MAX_INDEX_SKILLS]
         line = f"- {tk.id}: {tk.manifest.tagline}"
@@ -108,9 +114,9 @@ def toolkit_index(discovery: Any, names: tuple[str, ...] | list[str]) -> str:
     return head + "\n" + "\n".join(lines)
 
 
-def prompt(agent: AgentDef, discovery: Any) -> str:
+def prompt(agent: AgentDef, discovery: Any, unavailable: Callable[[Any], str | None] | None = None) -> str:
     """The system prompt with the toolkit index injected after it."""
-    index = toolkit_index(discovery, agent.toolkits)
+    index = toolkit_index(discovery, agent.toolkits, unavailable)
     if not index:
         return agent.system_prompt
     return f"{agent.system_prompt}\n\n{index}" if agent.system_prompt else index

@@ -103,10 +103,83 @@ def _cache_key(lane: str, version: str, digest: str, flags: tuple[str, ...], ent
     return hashlib.sha256(blob).hexdigest()
 
 
+def _claim(runtime: Runtime, tk: Toolkit, kind: str, name: str, replace_command: str | None) -> str | None:
+    """The current owner of ``name``; raises unless it is free, ours, or handed over."""
+    from wbcore.registry import OwnedName
+
+    if replace_command is not None and replace_command != name:
+        raise InvalidArgs(f"--replace-command {replace_command}: {tk.id} registers {kind} {name!r}, not {replace_command!r}")
+    owner = runtime.registry.owner(kind, name)
+    if owner and owner != tk.id and replace_command != name:
+        raise OwnedName(kind, name, owner, tk.id)
+    return owner
+
+
+def _register(runtime: Runtime, tk: Toolkit, kind: str, name: str, sha256: str, prov: dict[str, Any],
+              owner: str | None, *, pinned: bool, options: dict[str, Any]) -> Entry:
+    """Register ``sha256`` for ``tk`` with its provenance: the one way a toolkit's artifact
+    enters the registry (builds and :func:`register_artifact`)."""
+    from wbcore import dispatch, trust
+
+    m = tk.manifest
+    if trust.content_digest(tk, runtime) != prov["digest"]:
+        raise dispatch.Unavailable(f"{m.id}: its files changed while it was being built; build it again")
+    trust.remember_form(tk, runtime)
+    opts: dict[str, Any] = {"caps": list(m.caps), "pinned": pinned, **options, dispatch.PROVENANCE: prov}
+    if kind == "kernel":
+        opts.update(kernel_spec(tk).as_options())
+    prof = policy.profile_for(m.extra("PROFILE"), m.caps)
+    entry = runtime.registry.register(Entry(
+        kind=kind, name=name, sha256=sha256, shape=m.exec if m.exec in KINDS else kind, toolkit=m.id,
+        arg_mode=m.arg_mode, profile=prof.name, builtin=False, options=opts,
+    ), take_from=owner if owner and owner != m.id else None)
+    if owner and owner != m.id:
+        _audit_handover(runtime, kind, name, owner, m.id)
+    return entry
+
+
+def register_artifact(runtime: Runtime, ident: str, sha256: str, kind: str | None = None, *,
+                      replace_command: str | None = None) -> Entry:
+    """Register an artifact already in the store for toolkit ``ident`` without building
+    (an embedder that compiled it elsewhere). The same rules as a build: the toolkit must
+    be available, ``#+SHA256`` must match, the name must be free or handed over, and the
+    entry records the toolkit's provenance."""
+    from wbcore import dispatch, trust
+
+    tk = runtime.toolkit(ident)
+    m = tk.manifest
+    kind = kind or KINDS.get(m.exec or "")
+    if kind not in KINDS.values():
+        raise InvalidArgs(f"{m.id}: #+EXEC {m.exec or '(none)'} does not register an artifact")
+    runtime.artifacts.verify(sha256)
+    trust.check_digest(m, sha256)
+    name = registered_name(tk, kind)
+    owner = _claim(runtime, tk, kind, name, replace_command)
+    prov = dispatch.provenance(runtime, tk)
+    return _register(runtime, tk, kind, name, sha256, prov, owner, pinned=bool(m.sha256), options={})
+
+
+def _audit_handover(runtime: Runtime, kind: str, name: str, old: str, new: str) -> None:
+    from wbcore.audit import AuditLog, digest
+
+    AuditLog.for_home(runtime.home, runtime.env).record(
+        principal="deployer", cap="registry", op="replace-command",
+        args_digest=digest(f"{kind} {name} {old} {new}".encode()), outcome="allowed",
+        target=f"{kind} {name}: {old} -> {new}")
+
+
 def build(runtime: Runtime, ident: str, which: str | None = None, *, progress: Progress | None = None,
-          force: bool = False) -> BuildResult:
+          force: bool = False, replace_command: str | None = None) -> BuildResult:
     """Build toolkit ``ident`` and register its artifact. ``which`` picks the registry
-    kind (``command`` / ``kernel``; default from ``#+EXEC``). ``force`` skips the cache."""
+    kind (``command`` / ``kernel``; default from ``#+EXEC``). ``force`` skips the cache.
+
+    The name it registers must be free or already this toolkit's; ``replace_command``
+    (the deployer's ``--replace-command NAME``) hands over a name another toolkit owns,
+    and the hand-over is written to the audit trail. A toolkit that may not run (a
+    third-party signature that does not verify, a shipped artifact off its pin) is not
+    built. The entry records the build's provenance (``wbcore.dispatch.provenance``)."""
+    from wbcore import dispatch
+
     say = progress or (lambda _stage, _detail: None)
     t0 = time.perf_counter()
     tk = runtime.toolkit(ident)
@@ -120,7 +193,10 @@ def build(runtime: Runtime, ident: str, which: str | None = None, *, progress: P
     if not m.build_src:
         raise InvalidArgs(f"{m.id}: no #+BUILD_SRC to build from ({m.path})")
     name = registered_name(tk, kind)
-    spec = kernel_spec(tk) if kind == "kernel" else None
+    owner = _claim(runtime, tk, kind, name, replace_command)
+    prov = dispatch.provenance(runtime, tk)
+    if kind == "kernel":
+        kernel_spec(tk)  # a malformed ABI fails before anything is built
     logs = runtime.home / "build" / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     log_path = logs / f"{m.id}.log"
@@ -198,17 +274,12 @@ def build(runtime: Runtime, ident: str, which: str | None = None, *, progress: P
             save_log()
             raise IntegrityError(
                 f"{m.id}: built artifact {art.sha256[:12]}… does not match #+SHA256 {m.sha256[:12]}…; not registered")
-        options: dict[str, Any] = {"caps": list(m.caps), "pinned": bool(m.sha256) and not resolved.sha256_pins_source,
-                                   "lane": lane_name,
-                                   "source_digest": resolved.digest}
-        if spec is not None:
-            options.update(spec.as_options())
-        prof = policy.profile_for(m.extra("PROFILE"), m.caps)
-        entry = runtime.registry.register(Entry(
-            kind=kind, name=name, sha256=art.sha256, shape=m.exec if m.exec in KINDS else kind, toolkit=m.id,
-            arg_mode=m.arg_mode, profile=prof.name, builtin=False, options=options,
-        ))
-        note("register", f"{kind} {name} → {art.sha256[:12]}… (profile {prof.name})")
+        entry = _register(runtime, tk, kind, name, art.sha256, prov, owner,
+                          pinned=bool(m.sha256) and not resolved.sha256_pins_source,
+                          options={"lane": lane_name, "source_digest": resolved.digest})
+        if owner and owner != m.id:
+            note("register", f"{kind} {name} handed over from toolkit {owner} (--replace-command, audited)")
+        note("register", f"{kind} {name} → {art.sha256[:12]}… (profile {entry.profile})")
         save_log()
         return BuildResult(toolkit=m.id, kind=kind, name=name, sha256=art.sha256, lane=lane_name, cached=cached,
                            seconds=time.perf_counter() - t0, log_path=log_path, entry=entry)

@@ -61,9 +61,9 @@ class CallRecord:
 class CommandRequest:
     """One command call, resolved: the verified artifact, the limits, the caps.
 
-    ``Runtime.call`` builds it from the registry entry and hands it to the shape's
-    runner (``ExecShape.runner(runtime).call(request)``), which returns a
-    :class:`CallResult` or raises a ``WbError``.
+    ``wbcore.dispatch`` builds it from the resolved call and hands it to the tier that
+    runs it (in this process: the shape's runner, ``ExecShape.runner(runtime).call``),
+    which returns a :class:`CallResult` or raises a ``WbError``.
     """
 
     name: str
@@ -80,6 +80,10 @@ class CommandRequest:
     toolkit: str | None = None
     #: A ``threading.Event``: once set (the caller cancelled), the guest stops at the next tick.
     cancel: Any = None
+    #: ``#+ALLOWED_HOSTS`` of the toolkit as it was verified at build time.
+    allowed_hosts: tuple[str, ...] = ()
+    #: The isolation tier the call was resolved to (``wbcore.dispatch.choose_tier``).
+    tier: str = "instance"
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +122,8 @@ class KernelRequest:
     principal: Principal
     caps: frozenset[str] = frozenset()
     toolkit: str | None = None
+    allowed_hosts: tuple[str, ...] = ()
+    tier: str = "instance"
 
 
 # --- how a call can end, besides its own exit code ----------------------------------
@@ -140,178 +146,3 @@ class GuestTrap(Internal):
 
 class KernelABIError(Internal):
     """A kernel broke its ABI: a missing export, or an out_len/offset outside its memory."""
-
-
-# --- dispatch: what Runtime.call / Runtime.kernel do ---------------------------------
-#
-# The runtime resolves a registry entry into a request (artifact, profile, caps,
-# deadline), fires the lifecycle hooks, and hands the request to the runner of the
-# entry's shape. Runners are built once per runtime and shape.
-
-
-def _runner(runtime: Any, shape: str) -> Any:
-    cache = runtime.__dict__.setdefault("_wb_runners", {})
-    runner = cache.get(shape)
-    if runner is None:
-        record = runtime.shapes.get(shape)
-        if record.runner is None:
-            from wbcore.errors import InvalidArgs
-
-            raise InvalidArgs(f"shape {shape!r} has no runner (it is discovery-only)")
-        runner = cache[shape] = record.runner(runtime)
-    return runner
-
-
-def runner_for(runtime: Any, entry: Any) -> Any:
-    """The runner of a registry entry: its lane's runner when the entry was built by a
-    compile-and-run lane (``BuildLane.runner``, e.g. js: the artifact is an interpreter
-    plus sources), else its shape's runner."""
-    lane = entry.options.get("lane") if entry.options else None
-    if lane:
-        cache = runtime.__dict__.setdefault("_wb_runners", {})
-        key = ("lane", lane)
-        runner = cache.get(key)
-        if runner is None and lane in runtime.lanes:
-            factory = getattr(runtime.lanes.get(lane), "runner", None)
-            if factory is not None:
-                runner = cache[key] = factory(runtime)
-        if runner is not None:
-            return runner
-    return _runner(runtime, entry.shape)
-
-
-def entry_for(runtime: Any, kind: str, name: str) -> Any:
-    from wbcore.errors import NotFound, unknown_name
-    from wbcore.registry import RESERVED
-
-    if kind == "command" and name in RESERVED:
-        checked = runtime.__dict__.setdefault("_wb_builtins_checked", set())
-        if name not in checked:
-            install_builtins(runtime, [name])  # registers it, or refreshes a stale version
-            checked.add(name)
-    entry = runtime.registry.lookup(kind, name)
-    if entry is None:
-        hint = "" if kind != "command" else " (build its toolkit: wbx toolkit build <id>)"
-        raise NotFound(unknown_name(kind, name, runtime.registry.names(kind)) + hint)
-    return entry
-
-
-def _check_pin(runtime: Any, entry: Any) -> None:
-    """``#+SHA256`` is checked before a run: a toolkit that pins a digest runs only that."""
-    from wbcore.artifacts import IntegrityError
-
-    pin = entry.options.get("pinned")
-    if not pin or not entry.toolkit:
-        return
-    try:
-        current = runtime.toolkit(entry.toolkit).manifest.sha256
-    except Exception:  # noqa: BLE001 - a vanished toolkit keeps its recorded pin
-        current = pin
-    if current and current != entry.sha256:
-        raise IntegrityError(
-            f"{entry.kind} {entry.name!r}: toolkit {entry.toolkit} pins #+SHA256 {current[:12]}… but the "
-            f"registered artifact is {entry.sha256[:12]}…; unavailable until rebuilt")
-
-
-def _caps(runtime: Any, entry: Any) -> frozenset[str]:
-    if entry.builtin:
-        # A built-in's caps come from its plugin's record, bounded by its profile.
-        from wbcore import policy
-
-        return frozenset(entry.options.get("builtin_caps", ())) & policy.profile(entry.profile).caps
-    if not entry.options.get("caps") or not entry.toolkit:
-        return frozenset()
-    try:
-        return frozenset(runtime.effective_caps(runtime.toolkit(entry.toolkit)))
-    except Exception:  # noqa: BLE001 - a toolkit that cannot be read grants nothing (fail closed)
-        return frozenset()
-
-
-def _deadline(prof: Profile, timeout: float | None, default: float) -> float:
-    from wbcore.errors import InvalidArgs
-
-    if timeout is None:
-        return default
-    if timeout <= 0:
-        raise InvalidArgs(f"timeout must be > 0 seconds, got {timeout}")
-    # A caller may shorten the deadline, never extend it past the profile's.
-    return min(float(timeout), max(default, prof.timeout_s))
-
-
-def call_command(runtime: Any, name: str, argv: tuple[str, ...] | list[str], stdin: bytes, *,
-                 principal: Principal | None = None, timeout: float | None = None, cancel: Any = None) -> CallResult:
-    from wbcore import policy
-    from wbcore.errors import InvalidArgs, WbError
-
-    if not isinstance(stdin, (bytes, bytearray, memoryview)):
-        raise InvalidArgs(f"stdin must be bytes, got {type(stdin).__name__}")
-    entry = entry_for(runtime, "command", name)
-    _check_pin(runtime, entry)
-    prof = policy.profile(entry.profile)
-    who = principal or Principal(toolkit=entry.toolkit or "")
-    argv = tuple(str(a) for a in argv)
-    req = CommandRequest(
-        name=name, sha256=entry.sha256, artifact=runtime.artifacts.path(entry.sha256), argv=argv,
-        stdin=bytes(stdin), profile=prof, timeout_s=_deadline(prof, timeout, prof.timeout_s), principal=who,
-        caps=_caps(runtime, entry), arg_mode=entry.arg_mode, toolkit=entry.toolkit, cancel=cancel,
-    )
-    record = CallRecord(name=name, shape=entry.shape, principal=who, argv=argv, toolkit=entry.toolkit)
-    hook = runtime.hook
-    hook.wbcore_call_started(call=record)
-    try:
-        result = runner_for(runtime, entry).call(req)
-    except WbError as exc:
-        hook.wbcore_call_finished(call=record, result=exc)
-        raise
-    hook.wbcore_call_finished(call=record, result=result)
-    return result
-
-
-def kernel_request(runtime: Any, name: str, *, principal: Principal | None = None,
-                   timeout: float | None = None) -> KernelRequest:
-    from wbcore import policy
-
-    entry = entry_for(runtime, "kernel", name)
-    _check_pin(runtime, entry)
-    prof = policy.profile(entry.profile)
-    spec = KernelSpec.from_options(entry.options)
-    if timeout is not None:
-        spec = KernelSpec(spec.entry, spec.in_off, spec.out_off, _deadline(prof, timeout, spec.timeout_s))
-    return KernelRequest(
-        name=name, sha256=entry.sha256, artifact=runtime.artifacts.path(entry.sha256), spec=spec, profile=prof,
-        principal=principal or Principal(toolkit=entry.toolkit or ""), caps=_caps(runtime, entry),
-        toolkit=entry.toolkit,
-    )
-
-
-def open_kernel(runtime: Any, name: str, *, principal: Principal | None = None, timeout: float | None = None) -> Any:
-    """A live kernel instance: ``inst.call(data) -> bytes``, ``inst.close()``."""
-    req = kernel_request(runtime, name, principal=principal, timeout=timeout)
-    entry_shape = runtime.registry.get("kernel", name).shape
-    return _runner(runtime, entry_shape).open(req)
-
-
-def install_builtins(runtime: Any, names: list[str] | None = None, *, force: bool = False) -> list[Any]:
-    """Store and register the plugins' built-in commands (all, or ``names``).
-
-    A built-in already registered with its artifact present is left alone unless
-    ``force``. Returns the entries registered now.
-    """
-    from wbcore.registry import Entry
-
-    done = []
-    for b in runtime.builtins:
-        if names is not None and b.name not in names:
-            continue
-        kind = "kernel" if b.shape == "kernel" else "command"
-        have = runtime.registry.lookup(kind, b.name)
-        if (have is not None and have.builtin and runtime.artifacts.has(have.sha256) and not force
-                and have.options.get("version", "") == b.version):
-            continue
-        art = runtime.artifacts.put_bytes(b.wasm(runtime))
-        done.append(runtime.registry.register(Entry(
-            kind=kind, name=b.name, sha256=art.sha256, shape=b.shape, toolkit=None, arg_mode=b.arg_mode,
-            profile=b.profile, builtin=True,
-            options={"summary": b.summary, "version": b.version, **({"builtin_caps": list(b.caps)} if b.caps else {})},
-        )))
-    return done

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from wbcore import policy
+from wbcore import generation, policy
 from wbcore.errors import InvalidArgs, unknown_name
 
 if TYPE_CHECKING:
@@ -95,6 +95,7 @@ class ConsentStore:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, self.path)
+        generation.bump(self.home)  # cached call resolutions re-read the grants
 
     def get(self, toolkit_id: str) -> Grant | None:
         return self.load().get(toolkit_id)
@@ -142,6 +143,25 @@ def check_caps(toolkit: Toolkit, caps: Iterable[str]) -> list[str]:
     return caps
 
 
+def effective_caps(home: Path, *, toolkit_id: str, trust: str, signer: str | None, declared: Iterable[str],
+                   profile: policy.Profile) -> frozenset[str]:
+    """THE effective cap set of a toolkit: profile ∩ declared ∩ granted.
+
+    The one place the grants are applied; every surface asks this function (calls with
+    the caps recorded at build time, ``show``/``verify`` with the manifest as it is).
+    First-party: the profile's defaults plus explicitly granted consent-only caps.
+    Third-party: only what the deployer granted to this signer.
+    """
+    g = ConsentStore(home).get(toolkit_id)
+    if trust == "third-party":
+        given: frozenset[str] | None = g.caps if g is not None and g.signer == signer else frozenset()
+        consented = given
+    else:
+        given = None
+        consented = g.caps if g is not None else frozenset()
+    return policy.effective_caps(profile, declared, given, consented)
+
+
 def granted(home: Path, toolkit: Toolkit) -> frozenset[str] | None:
     """What the deployer granted; ``None`` for first-party (no consent step)."""
     m = toolkit.manifest
@@ -182,7 +202,8 @@ def describe(home: Path, toolkit: Toolkit) -> dict[str, Any]:
         "profile": prof.name,
         "requested": list(m.caps),
         "granted": None if shown is None else sorted(shown),
-        "effective": sorted(policy.effective_caps(prof, m.caps, given, consented)),
+        "effective": sorted(effective_caps(home, toolkit_id=m.id, trust=m.trust, signer=m.author_did,
+                                           declared=m.caps, profile=prof)),
         "stale_signer": stale,
     }
 

@@ -166,13 +166,21 @@ class Broker:
 
 @dataclass(frozen=True, slots=True)
 class IsolationTier:
-    """An isolation depth. ``rung`` orders the ladder (0 = instance, higher = stronger)."""
+    """An isolation depth. ``rung`` orders the ladder (0 = instance, higher = stronger).
+
+    ``kinds`` are the registry kinds its driver runs (``command``, ``kernel``);
+    ``bridges_caps`` says whether a guest's broker calls reach the host's Dock from it.
+    Dispatch (``wbcore.dispatch.choose_tier``) reads both to pick a tier that can run
+    the call, and ``wbx tiers --explain`` reports why stronger ones were passed over.
+    """
 
     name: str
     summary: str
     rung: int
     factory: Callable[[Runtime], TierDriver]
     available: Callable[[], Availability] = _always
+    kinds: frozenset[str] = frozenset({"command", "kernel"})
+    bridges_caps: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -128,60 +128,83 @@ class Runtime:
 
     def install_builtins(self, names: Sequence[str] | None = None, *, force: bool = False) -> list[Any]:
         """Store and register the built-in commands (also done lazily on first call)."""
-        from wbcore import calls
+        from wbcore import dispatch
 
-        return calls.install_builtins(self, list(names) if names is not None else None, force=force)
+        return dispatch.install_builtins(self, list(names) if names is not None else None, force=force)
 
-    # --- calls -------------------------------------------------------------------
+    # --- calls (every one through wbcore.dispatch: resolved once, run at its tier) ----
+
+    def resolve(self, kind: str, name: str, *, tier: str | None = None) -> Any:
+        """The resolved call for a registered command / kernel / component
+        (``wbcore.dispatch.Resolved``): trust, caps, limits and tier, decided once."""
+        from wbcore import dispatch
+
+        return dispatch.resolve(self, kind, name, tier=tier)
 
     def call(self, name: str, argv: Sequence[str] = (), stdin: bytes = b"", *,
-             principal: Any = None, timeout: float | None = None, cancel: Any = None) -> Any:
+             principal: Any = None, timeout: float | None = None, cancel: Any = None, tier: str | None = None) -> Any:
         """Run the registered command ``name``: a fresh sandboxed instance per call.
 
         Returns a ``CallResult`` (stdout, stderr, exit_code, usage); a limit or a fault
         raises its ``WbError`` (``Timeout``, ``LimitExceeded``, ``GuestTrap``...).
         ``timeout`` may shorten the profile's deadline, never extend it; setting the
         ``cancel`` event (a ``threading.Event``) stops the guest at its next epoch tick.
+        ``tier`` asks for an isolation tier (never weaker than the toolkit's trust needs).
         """
-        from wbcore import calls
+        from wbcore import dispatch
 
-        return calls.call_command(self, name, tuple(argv), stdin, principal=principal, timeout=timeout, cancel=cancel)
+        return dispatch.call_command(self, name, argv, stdin, principal=principal, timeout=timeout, cancel=cancel,
+                                     tier=tier)
 
-    def kernel(self, name: str, *, principal: Any = None, timeout: float | None = None) -> Any:
+    def kernel(self, name: str, *, principal: Any = None, timeout: float | None = None, tier: str | None = None) -> Any:
         """Open the registered kernel ``name`` once; ``inst.call(data) -> bytes`` many times."""
-        from wbcore import calls
+        from wbcore import dispatch
 
-        return calls.open_kernel(self, name, principal=principal, timeout=timeout)
+        return dispatch.open_kernel(self, name, principal=principal, timeout=timeout, tier=tier)
 
     def kernel_call(self, name: str, data: bytes, *, principal: Any = None, timeout: float | None = None) -> bytes:
-        """One kernel call through a per-thread cached instance, with the call hooks."""
-        import threading
+        """One kernel call through a per-thread instance, reopened when the resolution changes."""
+        from wbcore import dispatch
 
-        from wbcore.calls import CallRecord, Principal
-        from wbcore.errors import WbError
+        local = self.__dict__.get("_wb_kernels")
+        if local is None:
+            import threading
 
-        local = self.__dict__.setdefault("_wb_kernels", threading.local())
+            local = self.__dict__.setdefault("_wb_kernels", threading.local())
         cache = getattr(local, "instances", None)
         if cache is None:
             cache = local.instances = {}
+        resolved = dispatch.resolve(self, "kernel", name)
         key = (name, principal, timeout)
-        inst = cache.get(key)
-        current = self.registry.get("kernel", name).sha256
-        if inst is not None and inst.req.sha256 != current:  # re-registered: run the new artifact
-            inst.close()
-            inst = None
-        if inst is None:
-            inst = cache[key] = self.kernel(name, principal=principal, timeout=timeout)
-        who = principal or Principal(toolkit=inst.req.toolkit or "")
-        record = CallRecord(name=name, shape="kernel", principal=who, toolkit=inst.req.toolkit)
-        self.hook.wbcore_call_started(call=record)
+        hit = cache.get(key)
+        if hit is None or hit[0] is not resolved:  # re-registered, re-granted, or changed: reopen
+            if hit is not None:
+                hit[1].close()
+            inst = resolved.target.open(dispatch.kernel_request(resolved, principal=principal, timeout=timeout))
+            hit = cache[key] = (resolved, inst)
+        hook = dispatch._hooks(self)
+        if hook is None:
+            return hit[1].call(data)
+        from wbcore.calls import CallRecord
+        from wbcore.errors import WbError
+
+        record = CallRecord(name=name, shape="kernel", principal=principal or resolved.principal, toolkit=resolved.toolkit)
+        hook.wbcore_call_started(call=record)
         try:
-            out = inst.call(data)
+            out = hit[1].call(data)
         except WbError as exc:
-            self.hook.wbcore_call_finished(call=record, result=exc)
+            hook.wbcore_call_finished(call=record, result=exc)
             raise
-        self.hook.wbcore_call_finished(call=record, result=out)
+        hook.wbcore_call_finished(call=record, result=out)
         return out
+
+    def component_call(self, name: str, function: str, args: Mapping[str, Any], *, principal: Any = None,
+                       timeout: float | None = None, cancel: Any = None) -> Any:
+        """Call ``function`` of the registered component ``name`` with JSON-shaped ``args``."""
+        from wbcore import dispatch
+
+        return dispatch.call_component(self, name, function, dict(args), principal=principal, timeout=timeout,
+                                       cancel=cancel)
 
     @cached_property
     def dock(self) -> Any:
@@ -216,17 +239,15 @@ class Runtime:
         return _verify.verify(tk, self)
 
     def effective_caps(self, toolkit: Toolkit) -> frozenset[str]:
-        """profile ∩ ``#+CAPS`` ∩ deployer grants (first-party: profile ∩ ``#+CAPS``).
-
+        """What ``toolkit`` as it is now would be granted (``show``, ``verify``, ``grant``):
+        profile ∩ ``#+CAPS`` ∩ deployer grants, by :func:`wbcore.consent.effective_caps`.
         A third-party toolkit whose signature does not verify now gets nothing (fail closed).
+        Calls never use this: they use the caps recorded at build time (``wbcore.dispatch``).
         """
         from wbcore import consent, policy, trust
 
         m = toolkit.manifest
-        prof = policy.profile_for(m.extra("PROFILE"), m.caps)
-        granted = consent.granted(self.home, toolkit)
-        if granted and not trust.signature_ok(toolkit, self):
+        if m.trust == "third-party" and not trust.signature_ok(toolkit, self):
             return frozenset()
-        # Consent-only caps (build, serve) need an explicit grant even for first-party.
-        consented = granted if granted is not None else consent.explicit(self.home, toolkit)
-        return policy.effective_caps(prof, m.caps, granted, consented)
+        return consent.effective_caps(self.home, toolkit_id=m.id, trust=m.trust, signer=m.author_did, declared=m.caps,
+                                      profile=policy.profile_for(m.extra("PROFILE"), m.caps))

@@ -115,7 +115,7 @@ def integrity_reason(toolkit: Toolkit, runtime: Runtime) -> str | None:
     return None
 
 
-def _state(folder: Path) -> tuple[tuple[str, int, int, int, int], ...]:
+def folder_state(folder: Path) -> tuple[tuple[str, int, int, int, int], ...]:
     """A cheap fingerprint of a folder: every entry's path, inode, size, mtime and ctime.
 
     ctime cannot be set back by a writer (``utime`` itself moves it), so a rewrite that
@@ -138,7 +138,7 @@ def signature_verdict(toolkit: Toolkit, runtime: Runtime, *, resolve_web: bool =
     """The signature verdict, remembered per runtime until any file of the folder changes."""
     cache = runtime.__dict__.setdefault("_wb_signature_verdicts", {})
     key = (str(toolkit.dir), resolve_web)
-    state = _state(toolkit.dir)
+    state = folder_state(toolkit.dir)
     hit = cache.get(key)
     if hit is not None and hit[0] == state:
         return hit[1]
@@ -146,6 +146,66 @@ def signature_verdict(toolkit: Toolkit, runtime: Runtime, *, resolve_web: bool =
     if verdict.code != signing.UNRESOLVED:  # a network failure is not remembered
         cache[key] = (state, verdict)
     return verdict
+
+
+def content_digest(toolkit: Toolkit, runtime: Runtime) -> str:
+    """The toolkit folder's content digest (``signing.content_digest``: manifest fields,
+    manifest bytes but the signature, every file and link), remembered per runtime until
+    any file of the folder changes. Its canonical form is kept under
+    ``$WB_HOME/build/provenance/`` so a later mismatch can name the changed files."""
+    cache = runtime.__dict__.setdefault("_wb_content_digests", {})
+    key = str(toolkit.dir)
+    state = folder_state(toolkit.dir)
+    hit = cache.get(key)
+    if hit is not None and hit[0] == state:
+        return hit[1]
+    try:
+        form = signing.canonical(toolkit.dir)
+    except OSError as exc:
+        raise IntegrityError(f"{toolkit.id}: cannot read {exc.filename or toolkit.dir}: {exc.strerror}") from None
+    digest = hashlib.sha256(form).hexdigest()
+    cache[key] = (state, digest, form)
+    return digest
+
+
+def remember_form(toolkit: Toolkit, runtime: Runtime) -> None:
+    """Keep the canonical form behind the current content digest (a build records it)."""
+    from wbcore.artifacts import atomic_write
+
+    digest = content_digest(toolkit, runtime)
+    form = runtime.__dict__["_wb_content_digests"][str(toolkit.dir)][2]
+    path = runtime.home / "build" / "provenance" / f"{digest}.txt"
+    if not path.exists():
+        atomic_write(path, form)
+
+
+def changed_files(toolkit: Toolkit, runtime: Runtime, built_digest: str) -> list[str]:
+    """What changed in the folder since the build that recorded ``built_digest``."""
+    path = runtime.home / "build" / "provenance" / f"{built_digest}.txt"
+    try:
+        old = path.read_bytes()
+        content_digest(toolkit, runtime)
+        new = runtime.__dict__["_wb_content_digests"][str(toolkit.dir)][2]
+    except (OSError, KeyError):
+        return []
+    return signing.diff(old, new)
+
+
+def source_reason(toolkit: Toolkit, runtime: Runtime) -> str | None:
+    """Why the toolkit's own files may not be used (built, served, injected), or ``None``:
+    a third-party signature that does not verify, or a shipped artifact off its pin."""
+    m = toolkit.manifest
+    local = shipped_artifact(m)
+    if m.sha256 and local is not None and local.is_file():
+        try:
+            check_artifact(m, local)
+        except IntegrityError as exc:
+            return f"integrity: {exc.message}"
+    if m.trust == "third-party":
+        verdict = signature_verdict(toolkit, runtime, resolve_web=True)
+        if not verdict.ok:
+            return f"signature: {verdict.message}"
+    return None
 
 
 def signature_ok(toolkit: Toolkit, runtime: Runtime) -> bool:

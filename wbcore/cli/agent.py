@@ -23,9 +23,10 @@ def build(runtime: Runtime) -> typer.Typer:
     ) -> None:
         """Print the agent's system prompt with its toolkit index injected."""
         from wbcore import agents
+        from wbcore import trust as _trust
 
         agent = agents.load(path)
-        text = agents.prompt(agent, runtime.discover())
+        text = agents.prompt(agent, runtime.discover(), lambda tk: _trust.unavailable_reason(tk, runtime))
         if json_:
             data = agent.as_dict()
             data["prompt"] = text
@@ -38,11 +39,14 @@ def build(runtime: Runtime) -> typer.Typer:
 
 
 def _known(runtime: Runtime, ident: str) -> bool:
+    """Found and available: the toolkits the injected index lists."""
+    from wbcore import trust
+
     try:
-        runtime.toolkit(ident)
+        tk = runtime.toolkit(ident)
     except Exception:
         return False
-    return True
+    return not trust.unavailable_reason(tk, runtime)
 
 
 def register(app: typer.Typer, runtime: Runtime) -> None:

@@ -22,6 +22,9 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
         ident: str = typer.Argument(..., metavar="ID"),
         which: str | None = typer.Argument(None, metavar="[WHICH]", help="command or kernel (default: from #+EXEC)"),
         force: bool = typer.Option(False, "--force", help="Rebuild even when the build cache has this source."),
+        replace_command: str | None = typer.Option(
+            None, "--replace-command", metavar="NAME",
+            help="Take over NAME, which another toolkit registered (audited)."),
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
         """Build a toolkit's artifact in its lane, store it by sha256 and register it."""
@@ -37,7 +40,8 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
         if not json_:
             print(f"building {ident}", file=sys.stderr, flush=True)
         try:
-            result = builder.build(runtime, ident, which, progress=progress, force=force)
+            result = builder.build(runtime, ident, which, progress=progress, force=force,
+                                   replace_command=replace_command)
         except BuildFailed as exc:
             if exc.log:
                 tail = exc.log.rstrip("\n").splitlines()[-40:]

@@ -34,6 +34,32 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
             for name, owners in reg.conflicts.items():
                 typer.echo(f"conflict: {reg.what} {name!r} provided by {' and '.join(o.origin for o in owners)}")
 
+    def _explain(ident: str, tier: str | None, json_: bool) -> None:
+        from wbcore import dispatch
+        from wbcore.errors import NotFound
+
+        names = []
+        for kind in ("command", "kernel", "component"):
+            for entry in runtime.registry.entries(kind):
+                if entry.toolkit == ident or entry.name == ident:
+                    names.append((kind, entry.name))
+        if not names:
+            raise NotFound(f"nothing registered for {ident!r}: build it first (wbx toolkit build {ident})")
+        rows = []
+        for kind, name in names:
+            r = dispatch.resolve(runtime, kind, name, tier=tier)
+            rows.append({"kind": kind, "name": name, "toolkit": r.toolkit, "trust": r.trust, "tier": r.tier.name,
+                         "why": r.tier.reason, "caps": sorted(r.caps),
+                         "not_chosen": [{"tier": t, "why": w} for t, w in r.tier.considered]})
+        if json_:
+            emit_json(rows)
+            return
+        for row in rows:
+            typer.echo(f"{row['kind']} {row['name']} (toolkit {row['toolkit'] or '-'}, {row['trust']}) → tier {row['tier']}")
+            typer.echo(f"  why: {row['why']}")
+            for nc in row["not_chosen"]:
+                typer.echo(f"  not {nc['tier']}: {nc['why']}")
+
     def _table(rows: list[dict[str, Any]], json_: bool, line: str) -> None:
         if json_:
             emit_json(rows)
@@ -61,8 +87,16 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
         _table(rows, json_, "{name:8} {state}\n         runs: {where}  [{plugin}]")
 
     @app.command("tiers")
-    def tiers(json_: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
-        """List isolation tiers, weakest first, with availability."""
+    def tiers(
+        explain: str | None = typer.Option(None, "--explain", metavar="ID|NAME",
+                                           help="Say which tier a call of this toolkit (or registered name) would use, and why."),
+        tier: str | None = typer.Option(None, "--tier", help="With --explain: the tier you would ask for."),
+        json_: bool = typer.Option(False, "--json", help=JSON_HELP),
+    ) -> None:
+        """List isolation tiers, weakest first, with availability (or --explain a call's tier)."""
+        if explain is not None:
+            _explain(explain, tier, json_)
+            return
         reg = runtime.tiers
         rows = []
         for tier in sorted(reg, key=lambda t: t.rung):

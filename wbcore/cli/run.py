@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, BinaryIO
 
 import typer
 
+from wbcore.cli.output import JSON_HELP, emit_json
+
 from wbcore.errors import InvalidArgs
 
 if TYPE_CHECKING:
@@ -82,12 +84,11 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
         name: str = typer.Argument(..., metavar="NAME"),
         args: list[str] | None = typer.Argument(None, metavar="[ARGS]..."),
         timeout: float | None = typer.Option(None, "--timeout", help="Seconds (at most the profile's)."),
+        tier: str | None = typer.Option(None, "--tier", help="Isolation tier (default: from #+TRUST; see wbx tiers --explain)."),
     ) -> None:
         """Run a registered command: stdin → stdout; its exit code passes through."""
-        from wbcore.calls import entry_for
-
-        entry_for(runtime, "command", name)  # an unknown name fails before stdin is read
-        result = runtime.call(name, list(args or ()), read_stdin(), timeout=timeout)
+        runtime.resolve("command", name, tier=tier)  # unknown or unavailable fails before stdin is read
+        result = runtime.call(name, list(args or ()), read_stdin(), timeout=timeout, tier=tier)
         out = getattr(sys.stdout, "buffer", None)
         err = getattr(sys.stderr, "buffer", None)
         if out is not None:
@@ -112,21 +113,25 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
         name: str = typer.Argument(..., metavar="NAME"),
         stream: bool = typer.Option(False, "--stream", help="Frames in, frames out: u32 LE length + bytes."),
         timeout: float | None = typer.Option(None, "--timeout", help="Seconds per call."),
+        tier: str | None = typer.Option(None, "--tier", help="Isolation tier (default: from #+TRUST)."),
     ) -> None:
         """Call a registered kernel: one input from stdin, or a stream of frames."""
-        from wbcore.calls import entry_for
-
-        entry_for(runtime, "kernel", name)
+        runtime.resolve("kernel", name, tier=tier)
         out = sys.stdout.buffer
         sys.stdout.flush()
-        if not stream:
+        if not stream and tier is None:
             out.write(runtime.kernel_call(name, read_stdin(), timeout=timeout))
+            out.flush()
+            return
+        if not stream:
+            with runtime.kernel(name, timeout=timeout, tier=tier) as inst:
+                out.write(inst.call(read_stdin()))
             out.flush()
             return
         from wbcore.calls import CallRecord, Principal
         from wbcore.errors import WbError
 
-        with runtime.kernel(name, timeout=timeout) as inst:
+        with runtime.kernel(name, timeout=timeout, tier=tier) as inst:
             record = CallRecord(name=name, shape="kernel", principal=Principal(toolkit=inst.req.toolkit or ""),
                                 argv=("--stream",), toolkit=inst.req.toolkit)
             runtime.hook.wbcore_call_started(call=record)
@@ -155,5 +160,47 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
         """List registered kernels."""
         for entry in runtime.registry.entries("kernel"):
             typer.echo(f"{entry.name:20} {entry.sha256[:12]}…  toolkit {entry.toolkit or '-'}")
+
+    commands_app = typer.Typer(no_args_is_help=False, add_completion=False, rich_markup_mode=None,
+                               invoke_without_command=True)
+
+    @commands_app.callback()
+    def commands_list(ctx: typer.Context, json_: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
+        """List registered commands, kernels and components, with their owner and state."""
+        if ctx.invoked_subcommand is not None:
+            return
+        from wbcore import dispatch
+
+        rows = []
+        for entry in runtime.registry.entries():
+            if entry.builtin:
+                state = "built-in"
+            elif dispatch.orphaned(runtime, entry):
+                state = "orphaned: its toolkit is no longer on the search path"
+            else:
+                why = dispatch.availability(runtime, entry)
+                state = "ok" if why is None else f"unavailable: {why}"
+            rows.append({"kind": entry.kind, "name": entry.name, "toolkit": entry.toolkit, "sha256": entry.sha256,
+                         "state": state})
+        if json_:
+            emit_json(rows)
+            return
+        for row in rows:
+            typer.echo(f"{row['kind']:9} {row['name']:20} {row['toolkit'] or '-':20} {row['state']}")
+
+    @commands_app.command("remove")
+    def commands_remove(name: str = typer.Argument(..., metavar="NAME"),
+                        kind: str = typer.Option("command", "--kind", help="command, kernel or component")) -> None:
+        """Unregister a command (e.g. an orphaned one); built-ins cannot be removed."""
+        from wbcore.audit import AuditLog, digest
+
+        entry = runtime.registry.get(kind, name)
+        runtime.registry.unregister(kind, name)
+        AuditLog.for_home(runtime.home, runtime.env).record(
+            principal="deployer", cap="registry", op="remove-command", args_digest=digest(f"{kind} {name}".encode()),
+            outcome="allowed", target=f"{kind} {name} (toolkit {entry.toolkit or '-'})")
+        typer.echo(f"removed {kind} {name}")
+
+    app.add_typer(commands_app, name="commands", help="Registered commands: owners, state; remove orphans.")
 
     app.add_typer(kernel_app, name="kernel", help="Call kernels (bytes → bytes, instantiated once).")

@@ -248,7 +248,7 @@ class ToolkitProvider:
         return self.only is None or tool.name in self.only or (tool.toolkit or "") in self.only
 
     def _build(self) -> dict[str, Tool]:
-        from wbcore import policy
+        from wbcore import dispatch, policy
 
         rt = self.runtime
         found = rt.discover()
@@ -260,7 +260,12 @@ class ToolkitProvider:
                     tk = found.get(entry.toolkit)
                 except WbError:
                     tk = None
-            caps = frozenset(rt.effective_caps(tk)) if tk is not None else frozenset()
+            if not entry.builtin and (tk is None or dispatch.availability(rt, entry) is not None):
+                continue  # orphaned or unavailable: never served (``wbx commands`` says why)
+            try:
+                caps = rt.resolve(entry.kind, entry.name).caps
+            except WbError:
+                continue
             prof = policy.profile(entry.profile)
             skills = tuple(s.slug for s in tk.skills) if tk is not None else ()
             prefix = f"{entry.toolkit}." if entry.toolkit else ""
@@ -316,9 +321,9 @@ class ToolkitProvider:
         return out
 
     def _runner(self, shape: str) -> Any:
-        from wbcore import calls
+        from wbcore import dispatch
 
-        return calls._runner(self.runtime, shape)
+        return dispatch._runner(self.runtime, shape)
 
     # -- calling --
 
@@ -430,27 +435,9 @@ class ToolkitProvider:
 
     def _call_component(self, tool: Tool, args: Mapping[str, Any], cancel: threading.Event | None,
                         timeout: float | None) -> CallOutcome:
-        from wbcore import policy
-
-        rt = self.runtime
-        entry = rt.registry.get("component", tool.target)
-        prof = policy.profile(entry.profile)
-        deadline = prof.timeout_s if timeout is None else min(timeout, prof.timeout_s)
-        hosts: tuple[str, ...] = ()
-        if tool.toolkit:
-            try:
-                hosts = tuple((rt.toolkit(tool.toolkit).manifest.extra("ALLOWED_HOSTS") or "").split())
-            except WbError:
-                hosts = ()
-        # The shape's runner is reached through the shape registry, never imported:
-        # ``invoke(**fields)`` builds its request (wb_wasmtime.component.ComponentRequest).
-        runner = self._runner(entry.shape)
         try:
-            res = runner.invoke(
-                name=tool.toolkit or tool.target, sha256=entry.sha256, function=tool.function or "",
-                args=dict(args), profile=prof, timeout_s=deadline, principal=self._principal(tool),
-                caps=tool.caps, toolkit=tool.toolkit, cancel=cancel, allowed_hosts=hosts,
-            )
+            res = self.runtime.component_call(tool.target, tool.function or "", dict(args),
+                                              principal=self._principal(tool), timeout=timeout, cancel=cancel)
         except WbError as exc:
             if not hasattr(exc, "detail"):
                 raise

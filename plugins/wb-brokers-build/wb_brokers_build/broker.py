@@ -30,13 +30,12 @@ from collections import defaultdict
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from wbcore import policy
+from wbcore import dispatch, policy
 from wbcore.build import BuildFailed, BuildRequest, ResolvedSource, tree_digest
-from wbcore.calls import CommandRequest, Principal, runner_for
+from wbcore.calls import Principal
 from wbcore.dock import refuse
 from wbcore.errors import CapabilityDenied, InvalidArgs, NotFound, WbError, unknown_name
 from wbcore.manifest import Manifest
-from wbcore.registry import Entry
 
 MAX_FILES = 256
 MAX_SOURCE_BYTES = 4 << 20
@@ -228,12 +227,9 @@ class BuildBroker:
         prof = policy.profile(RUN_PROFILE)
         wanted = call.arg("timeout", (int, float), prof.timeout_s)
         timeout = max(0.01, min(float(wanted), prof.timeout_s, call.ctx.remaining(prof.timeout_s)))
-        self.runtime.artifacts.verify(sha)
-        entry = Entry(kind="command", name=f"build-{sha[:12]}", sha256=sha, shape="command",
-                      options={"lane": row[0]})
-        req = CommandRequest(
-            name=entry.name, sha256=sha, artifact=self.runtime.artifacts.path(sha), argv=argv, stdin=bytes(stdin),
-            profile=prof, timeout_s=timeout, principal=call.ctx.principal, caps=frozenset(),
-        )
-        result = runner_for(self.runtime, entry).call(req)
+        # One call path: dispatch verifies the bytes, picks the tier (third-party escalates)
+        # and runs it with no caps under the run profile.
+        result = dispatch.call_artifact(self.runtime, name=f"build-{sha[:12]}", sha256=sha, lane=row[0], argv=argv,
+                                        stdin=bytes(stdin), principal=call.ctx.principal, timeout=timeout,
+                                        profile=RUN_PROFILE)
         return {"stdout": result.stdout, "stderr": result.stderr, "exit_code": result.exit_code}

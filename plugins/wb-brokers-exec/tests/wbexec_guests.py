@@ -18,17 +18,14 @@ def wat_bytes(data: bytes) -> str:
 def register_guest(make_toolkit):
     import wasmtime
 
-    from wbcore import policy
-    from wbcore.registry import Entry
+    from wbcore import builder
 
     def reg(rt: Any, name: str, wat: str, caps: str = "", profile: str | None = None) -> Any:
         extra = {"CLI_BIN": name, **({"PROFILE": profile} if profile else {})}
         make_toolkit(name, exec="command", caps=caps, extra=extra)
         rt.discover(refresh=True)
         art = rt.artifacts.put_bytes(bytes(wasmtime.wat2wasm(wat)))
-        prof = policy.profile_for(profile, caps.split())
-        return rt.registry.register(Entry(kind="command", name=name, sha256=art.sha256, shape="command",
-                                          toolkit=name, profile=prof.name, options={"caps": caps.split()}))
+        return builder.register_artifact(rt, name, art.sha256)
 
     return reg
 

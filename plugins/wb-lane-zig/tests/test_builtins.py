@@ -143,11 +143,9 @@ def test_wbox_syntax_errors_are_usage_errors(rt) -> None:
 
 
 def test_wbox_gets_only_its_caps(rt) -> None:
-    from wbcore.calls import _caps
-
-    entry = rt.registry.lookup("command", "wbox")
-    assert entry.builtin and _caps(rt, entry) == frozenset({"commands", "vfs"})
-    assert _caps(rt, rt.registry.lookup("command", "jq")) == frozenset()
+    wbox_call = rt.resolve("command", "wbox")
+    assert wbox_call.entry.builtin and wbox_call.caps == frozenset({"commands", "vfs"})
+    assert rt.resolve("command", "jq").caps == frozenset()
 
 
 def test_vendored_dock_header_matches_the_sdk() -> None:

@@ -89,6 +89,8 @@ def search(provider: Any, query: str, limit: int = 20) -> list[dict[str, Any]]:
 
 
 def _skills(runtime: Runtime, toolkits: Iterable[str] | None) -> list[tuple[Any, Any]]:
+    from wbcore import trust
+
     found = runtime.discover()
     wanted = set(toolkits) if toolkits is not None else None
     out = []
@@ -96,6 +98,8 @@ def _skills(runtime: Runtime, toolkits: Iterable[str] | None) -> list[tuple[Any,
         if wanted is not None and tk_id not in wanted:
             continue
         tk = found.toolkits[tk_id]
+        if trust.unavailable_reason(tk, runtime):
+            continue  # a tampered or unpinned toolkit's skills are not served (wbx toolkit list says why)
         out.extend((tk, s) for s in tk.skills)
     return out
 
@@ -262,8 +266,13 @@ def build_server(runtime: Runtime, *, only: Iterable[str] | None = None, search_
             raise MCPError(INVALID_PARAMS, f"unknown resource {uri!r}")
         from wbcore.errors import WbError
 
+        from wbcore import trust
+
         try:
             tk = runtime.toolkit(tk_id)
+            why = trust.unavailable_reason(tk, runtime)
+            if why:
+                raise MCPError(INVALID_PARAMS, f"{uri}: toolkit {tk_id} is unavailable: {why}")
             return tk, slug, tk.skill_text(slug)
         except WbError as exc:
             raise MCPError(INVALID_PARAMS, f"{uri}: {exc.message}") from None

@@ -37,4 +37,6 @@ def wbcore_isolation_tiers() -> Iterator[IsolationTier]:
         rung=1,
         factory=_tier,
         available=_tier_available,
+        kinds=frozenset({"command"}),
+        bridges_caps=False,
     )

@@ -271,7 +271,7 @@ def test_a_command_run_from_inside_a_command_keeps_both_outputs(make_runtime, ma
     on the same thread while the outer guest is mid-call: each keeps its own stdout."""
     import wasmtime
 
-    from wbcore import hookimpl
+    from wbcore import builder, hookimpl
     from wbcore.records import Broker
     from wbcore.registry import Entry
 
@@ -307,8 +307,9 @@ def test_a_command_run_from_inside_a_command_keeps_both_outputs(make_runtime, ma
         (drop (call $run (i32.const 100) (i32.const 8) (i32.const 1024) (i32.const 256)))
         (call $out (i32.const 201) (i32.const 1))))"""
     art = rt.artifacts.put_bytes(bytes(wasmtime.wat2wasm(wat)))
-    rt.registry.register(Entry("command", "outer", art.sha256, "command", toolkit="outer", profile="minimal",
-                               options={"caps": ["commands"]}))
+    make_toolkit("outer", exec="command", caps="commands", extra={"CLI_BIN": "outer", "PROFILE": "minimal"})
+    rt.discover(refresh=True)
+    builder.register_artifact(rt, "outer", art.sha256)
     res = rt.call("outer")
     assert inner == [b"INNER"]
     assert (res.exit_code, res.stdout) == (0, b"AB")

@@ -1,0 +1,73 @@
+"""The home's change counter: one 8-byte file every writer of call-relevant state bumps.
+
+A resolved call (``wbcore.dispatch``) is cached per process; it stays valid while this
+counter is unchanged. Readers map the file read-only, so checking it is a memory read,
+not a system call or a SQLite query. Writers (the command registry, consent grants,
+installs) bump it under an exclusive ``flock`` after their own write is durable, so a
+reader that sees the new value also sees the new state.
+
+A missing file reads as 0 and is looked for again on the next read (a home nothing has
+been registered in yet); an unreadable one reads as a fresh value every time, so
+nothing is ever cached against it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import itertools
+import mmap
+import os
+import struct
+import threading
+from pathlib import Path
+
+FILE = "generation"
+_SIZE = 8
+_fresh = itertools.count(1 << 62)  # distinct values for an unreadable counter: never a cache hit
+
+
+class Generation:
+    def __init__(self, home: Path) -> None:
+        self.path = home / FILE
+        self._map: mmap.mmap | None = None
+        self._lock = threading.Lock()
+
+    def _open(self) -> mmap.mmap | None:
+        with self._lock:
+            if self._map is None:
+                try:
+                    fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+                except OSError:
+                    return None
+                try:
+                    if os.fstat(fd).st_size < _SIZE:
+                        return None
+                    self._map = mmap.mmap(fd, _SIZE, prot=mmap.PROT_READ)
+                finally:
+                    os.close(fd)
+            return self._map
+
+    def value(self) -> int:
+        m = self._map or self._open()
+        if m is None:
+            return 0 if not self.path.exists() else next(_fresh)
+        return struct.unpack_from("<Q", m)[0]
+
+    def bump(self) -> int:
+        """Advance the counter (call after the change is committed); returns the new value."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if os.fstat(fd).st_size < _SIZE:
+                os.ftruncate(fd, _SIZE)
+            with mmap.mmap(fd, _SIZE) as m:
+                value = struct.unpack_from("<Q", m)[0] + 1
+                struct.pack_into("<Q", m, 0, value)
+            return value
+        finally:
+            os.close(fd)  # closing releases the flock
+
+
+def bump(home: Path) -> int:
+    return Generation(home).bump()
