@@ -242,19 +242,18 @@ def choose_tier(runtime: Runtime, entry: Entry, trust: str, caps: frozenset[str]
             why = ("third-party: no stronger tier can run it here, so it runs at instance"
                    + (f" ({'; '.join(f'{n}: {w}' for n, w in considered)})" if considered else " (no stronger tier is installed)"))
     if requested is None or requested == required:
-        if required == INSTANCE and base is None:
-            raise NotFound("no instance tier is installed (pip install wb-wasmtime)")
+        # instance needs no tier plugin: it is the shape's own runner, in this process.
         return TierChoice(required, why, tuple(considered))
-    if requested not in by_name:
-        raise InvalidArgs(unknown_name("tier", requested, [t.name for t in ladder]))
-    rec = by_name[requested]
-    need = by_name.get(required)
-    if need is not None and rec.rung < need.rung:
-        raise CapabilityDenied(f"tier {requested} is weaker than {required}, which {entry.toolkit or entry.name}'s "
-                               f"#+TRUST {trust} requires here; choose {required} or a stronger tier")
-    no = _tier_serves(runtime, rec, entry, caps)
-    if no is not None:
-        raise NotFound(f"tier {requested} cannot run {entry.kind} {entry.name!r}: {no}")
+    if requested != INSTANCE and requested not in by_name:
+        raise InvalidArgs(unknown_name("tier", requested, sorted({INSTANCE, *by_name})))
+    rung = lambda name: by_name[name].rung if name in by_name else 0  # noqa: E731 - instance is rung 0
+    if rung(requested) < rung(required):
+        raise CapabilityDenied(f"tier {requested} is weaker than {required}, which the #+TRUST {trust} of "
+                               f"{entry.toolkit or entry.name} requires here; choose {required} or a stronger tier")
+    if requested != INSTANCE:
+        no = _tier_serves(runtime, by_name[requested], entry, caps)
+        if no is not None:
+            raise NotFound(f"tier {requested} cannot run {entry.kind} {entry.name!r}: {no}")
     return TierChoice(requested, f"requested explicitly (trust alone would choose {required})", tuple(considered))
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from wbcore.registry import Entry
 from wbcore.testing import manifest_text, write_toolkit
 
 DATA = Path(__file__).parent / "data"
@@ -25,11 +24,11 @@ def populate(root: Path, home: Path) -> None:
     """Write the fixture toolkits under ``root`` and register their artifacts in ``home``."""
     import wasmtime
 
-    from wbcore.artifacts import ArtifactStore
-    from wbcore.registry import Registry
+    from wbcore import builder
+    from wbcore.runtime import Runtime
 
-    store = ArtifactStore(home / "artifacts")
-    reg = Registry(home / "registry.db")
+    rt = Runtime.open(home=home, roots=[root])
+    store = rt.artifacts
 
     def put(path: Path) -> str:
         return store.put_bytes(bytes(wasmtime.wat2wasm(path.read_text()))).sha256
@@ -43,13 +42,15 @@ def populate(root: Path, home: Path) -> None:
     ]
     for ident, shape, name, kw, src in kits:
         extra = {"CLI_BIN": name} if shape != "component" else {"WIT": "wb:host/toolkit"}
+        if shape == "kernel":
+            extra["KERNEL_TIMEOUT"] = "5"
         skills = {"overview": f"#+TITLE: {ident} overview\n\n{kw['TAGLINE']}\n"}
         if ident == "textkit":
             skills["tcat"] = TEXT_SKILL
         write_toolkit(root, ident, manifest_text(ident, exec=shape, extra=extra, tagline=kw["TAGLINE"]), skills=skills)
         sha = put(DATA / src if "/" not in src else Path(src))
-        options = {"entry": "process", "in_off": 1024, "out_off": 65536, "timeout_s": 5.0} if shape == "kernel" else {}
-        reg.register(Entry(shape if shape != "command" else "command", name, sha, shape, ident, options=options))
-    reg.close()
+        rt.discover(refresh=True)
+        builder.register_artifact(rt, ident, sha)  # as a build would: with the toolkit's provenance
+    rt.registry.close()
 
 

@@ -283,7 +283,7 @@ def test_act_sections_of_a_component_are_read_natively(make_runtime, toolkit_roo
 
     from wb_act import sections
     from wb_mcp.server import build_server
-    from wbcore.registry import Entry
+    from wbcore import builder
     from wbcore.testing import manifest_text, write_toolkit
 
     wasm = bytes(wasmtime.wat2wasm((Path(__file__).parent / "data" / "calc.wat").read_text()))
@@ -293,7 +293,7 @@ def test_act_sections_of_a_component_are_read_natively(make_runtime, toolkit_roo
     write_toolkit(toolkit_root, "actcalc", manifest_text("actcalc", exec="component"))
     rt = make_runtime()
     sha = rt.artifacts.put_bytes(wasm).sha256
-    rt.registry.register(Entry("component", "actcalc", sha, "component", "actcalc"))
+    builder.register_artifact(rt, "actcalc", sha)
     server = build_server(rt)
     tool = server.wb_provider.tool("actcalc.add")
     assert tool.description.startswith("Exact integer arithmetic")
@@ -314,13 +314,15 @@ def test_a_toolkit_built_while_serving_shows_up(demo_runtime) -> None:
     import wasmtime
 
     from wb_mcp.server import build_server
-    from wbcore.registry import Entry
+    from wbcore import builder
+    from wbcore.testing import write_toolkit
 
     server = build_server(demo_runtime)
     assert "late.upcase2" not in server.wb_provider.tools()
     sha = demo_runtime.artifacts.put_bytes(bytes(wasmtime.wat2wasm((Path(__file__).parent / "data" / "upper.wat").read_text()))).sha256
-    demo_runtime.registry.register(Entry("kernel", "upcase2", sha, "kernel", "late",
-                                         options={"entry": "process", "in_off": 1024, "out_off": 65536}))
+    write_toolkit(demo_runtime.roots[0], "late", exec="kernel", extra={"CLI_BIN": "upcase2"})
+    demo_runtime.discover(refresh=True)
+    builder.register_artifact(demo_runtime, "late", sha)
 
     async def main() -> None:
         res = await server.get_request_handler("tools/list").handler(None, types.PaginatedRequestParams())
