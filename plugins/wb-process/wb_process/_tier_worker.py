@@ -6,6 +6,8 @@ stdin, stdout and stderr are the sandbox's pipes; the exit status is the guest's
 
 import sys
 
+DENIED = "wb-os-process: capability-denied: "
+
 
 def main():
     sys.path.insert(0, sys.argv[1])
@@ -24,6 +26,13 @@ def main():
     linker = wasmtime.Linker(engine)
     linker.define_wasi()
     module = wasmtime.Module.from_file(engine, module_path)
+    # No caps cross this boundary yet: a guest that imports one does not instantiate,
+    # the same decision the instance tier makes (the host maps this line to capability-denied).
+    for imp in module.imports:
+        if imp.module != "wasi_snapshot_preview1":
+            sys.stderr.write(f"{DENIED}module imports {imp.module}.{imp.name}, which is not granted at tier "
+                             f"os_process (capabilities are not bridged into it)\n")
+            sys.exit(126)
     instance = linker.instantiate(store, module)
     try:
         instance.exports(store)["_start"](store)

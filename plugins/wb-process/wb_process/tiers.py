@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from wbcore.runtime import Runtime
 
 WORKER = Path(__file__).with_name("_tier_worker.py")
+DENIED = "wb-os-process: capability-denied: "  # the worker's refusal line (see _tier_worker.py)
 
 
 def _wasmtime_dir() -> Path | None:
@@ -88,6 +89,9 @@ class OsProcessTier:
             )
         if res.timed_out or res.limit in ("cpu", "wall-clock"):
             raise Timeout(f"{request.name}: over its {request.timeout_s:g}s deadline at tier os_process")
+        if res.returncode == 126 and res.stderr.startswith(DENIED.encode()):
+            line = res.stderr.splitlines()[0].decode("utf-8", "replace")
+            raise CapabilityDenied(f"{request.name}: {line.removeprefix(DENIED)}")
         return CallResult(stdout=res.stdout[: prof.stdout_bytes], stderr=res.stderr[: prof.stderr_bytes],
                           exit_code=res.returncode, usage=Usage(wall_s=res.duration, bytes_out=len(res.stdout)))
 
