@@ -23,7 +23,8 @@ from pathlib import Path
 
 FILE = "generation"
 _SIZE = 8
-_fresh = itertools.count(1 << 62)  # distinct values for an unreadable counter: never a cache hit
+_fresh = itertools.count(1 << 62)
+_unpack = struct.Struct("<Q").unpack_from  # distinct values for an unreadable counter: never a cache hit
 
 
 class Generation:
@@ -48,10 +49,25 @@ class Generation:
             return self._map
 
     def value(self) -> int:
-        m = self._map or self._open()
+        m = self._map
         if m is None:
-            return 0 if not self.path.exists() else next(_fresh)
-        return struct.unpack_from("<Q", m)[0]
+            m = self._open()
+            if m is None:
+                return 0 if not self.path.exists() else next(_fresh)
+        return _unpack(m)[0]
+
+    def ensure(self) -> None:
+        """Create the counter (at 0) if it is missing, so readers map it from now on."""
+        if self._map is not None or self.path.exists():
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if os.fstat(fd).st_size < _SIZE:
+                os.ftruncate(fd, _SIZE)
+        finally:
+            os.close(fd)
 
     def bump(self) -> int:
         """Advance the counter (call after the change is committed); returns the new value."""

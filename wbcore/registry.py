@@ -106,6 +106,7 @@ class Registry:
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.executescript(_SCHEMA)
             self._conn = conn
+            self.generation.ensure()
         return self._conn
 
     @contextmanager

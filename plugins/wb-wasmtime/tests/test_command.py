@@ -157,7 +157,7 @@ def test_call_hooks_fire(rt, register):
         def wbcore_call_finished(self, call, result):
             seen.append(("end", call.name, type(result).__name__))
 
-    rt.pm.register(Spy())
+    rt.register_plugin(Spy())
     register("spin", LOOP)
     rt.call("upper", [], b"a")
     with pytest.raises(Timeout):
