@@ -62,14 +62,23 @@ def ctx(rt, caps=("kv", "queue", "vfs"), tenant="acme", **kw):
 
 def stored_vfs(rt, instance: str, rows: list[tuple[str, int]]) -> Path:
     """An instance database holding ``rows`` of (path, size) zero-filled files, written
-    straight into SQLite (a guest could reach such sizes by many writes; vfs.write caps one)."""
-    path = rt.dock.driver("vfs").db(instance).path
-    with sqlite3.connect(path, isolation_level=None) as c:
+    straight into SQLite (a guest could reach such sizes by many writes; vfs.write caps one).
+    No journal: the rows are written once, to the database file only."""
+    from wb_brokers_state.vfs import SCHEMA
+
+    path = rt.dock.driver("vfs").path_of(instance)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    c = sqlite3.connect(path, isolation_level=None)
+    try:
+        c.execute("PRAGMA journal_mode=OFF")
         c.execute("PRAGMA synchronous=OFF")
+        c.executescript(SCHEMA)
         c.execute("BEGIN")
         for name, size in rows:
             c.execute("INSERT INTO files VALUES ('workspace', ?, zeroblob(?), ?, 0)", (name, size, size))
         c.execute("COMMIT")
+    finally:
+        c.close()
     return path
 
 
@@ -118,7 +127,8 @@ def test_query_of_8_stored_200mb_rows_under_compute_profile(rt, wb_home):
         got = probe(wb_home, "big", ["SELECT data FROM files", "SELECT path, substr(data, 1, 10) FROM files",
                                      "SELECT path, length(data) FROM files"])
     finally:
-        path.unlink()
+        for p in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+            p.unlink(missing_ok=True)
     reasons = [r.get("reason") for r in got["results"]]
     assert reasons == ["too-large", "too-large", None], got
     assert all(r["s"] < COMPUTE.timeout_s + 1 for r in got["results"]), got
