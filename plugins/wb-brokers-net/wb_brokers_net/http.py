@@ -6,9 +6,10 @@ the checked IP, the ``Host`` header and TLS SNI carry the name, and the certific
 verified against the name. Bodies are streamed raw (no decompression) and every chunk is
 taken from a :class:`~wbcore.budget.ByteBudget` as it arrives: the exchange is cancelled
 the moment the body passes ``max_bytes`` (the caller passes ``min(max_bytes,
-max_response)``), holding at most the cap plus one network read (≤ 64 KiB). The deadline
-bounds connect, every read and the whole exchange. No connection pooling across calls (a pooled TLS session for one name must not
-serve another), no proxies from the environment.
+max_response)``), holding at most the cap plus one network read (≤ 64 KiB). The
+deadline bounds connect, every read and the whole exchange. No connection pooling
+across calls (a pooled TLS session for one name must not serve another), no proxies
+from the environment.
 """
 
 from __future__ import annotations
