@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from wbcore.dock import refuse
+from wbcore.dock import BrokerCall, refuse
 from wbcore.errors import InvalidArgs
 
 
@@ -35,7 +35,7 @@ class ByteBudget:
         self.what = what
 
     @classmethod
-    def for_call(cls, call: Any, own_cap: int | None, what: str) -> ByteBudget:
+    def for_call(cls, call: BrokerCall, own_cap: int | None, what: str) -> ByteBudget:
         """The budget of one broker call: ``min(call.ctx.max_response, own_cap)``."""
         cap = call.ctx.max_response if own_cap is None else min(call.ctx.max_response, own_cap)
         return cls(cap, what)
