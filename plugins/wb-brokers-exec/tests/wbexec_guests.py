@@ -57,3 +57,10 @@ HELLO = f"""(module {WASI_WRITE}
   (func (export "_start")
     (i32.store (i32.const 0) (i32.const 100)) (i32.store (i32.const 4) (i32.const 5))
     (drop (call $fd_write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))"""
+
+#: Writes 1 MiB (zeros) to stdout.
+MEGABYTE = f"""(module {WASI_WRITE}
+  (memory (export "memory") 17)
+  (func (export "_start")
+    (i32.store (i32.const 0) (i32.const 16)) (i32.store (i32.const 4) (i32.const 1048576))
+    (drop (call $fd_write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))"""

@@ -6,6 +6,13 @@ strings (structural: no shell ever parses it), refuses nesting deeper than 8, an
 one of at most 64 concurrent slots per principal for the whole nested call. The nested
 command runs through ``Runtime.call`` under its *own* toolkit's caps (never the caller's),
 inside the caller's deadline, for the caller's tenant.
+
+Answers are bounded while they are gathered: a nested command's stdout/stderr are capped
+by *its* profile while it runs (the run engine checks them every tick), and its result is
+taken from the caller's :class:`~wbcore.budget.ByteBudget` (``max_response``) before it is
+answered. ``parallel`` takes each result from one budget as it arrives; the first result
+that passes it cancels the tasks in flight, skips the ones not started and refuses the
+batch with ``too-large`` — memory stays at the cap plus the results in flight (≤ width).
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from wbcore.budget import ByteBudget
 from wbcore.calls import Principal
 from wbcore.dock import BrokerCall, DockContext, nested, reason_of, refuse
 from wbcore.errors import CapabilityDenied, InvalidArgs, NotFound, WbError
@@ -113,14 +121,19 @@ class ExecBroker:
 
     def handle(self, call: BrokerCall) -> Any:
         if call.op == "list":
-            return {"commands": sorted(self.runtime.registry.names("command"))}
+            budget = ByteBudget.for_call(call, None, f"{call.cap}.list")
+            names = sorted(self.runtime.registry.names("command"))
+            for n in names:
+                budget.take(ByteBudget.size_of(n))
+            return {"commands": names}
         if call.op == "wire":
             data = call.arg("request", bytes)
             name, argv, stdin = parse_request(data)
-            return self.run_one(call.ctx, name, argv, stdin)
+            return _answer(ByteBudget.for_call(call, None, f"exec {name!r}"), self.run_one(call.ctx, name, argv, stdin))
         if call.op == "run":
             name, argv, stdin = self._structural(call.args, call.cap)
-            return self.run_one(call.ctx, name, argv, stdin, timeout=_timeout(call.args))
+            return _answer(ByteBudget.for_call(call, None, f"{call.cap} {name!r}"),
+                           self.run_one(call.ctx, name, argv, stdin, timeout=_timeout(call.args)))
         if call.op == "map":
             return self.map(call)
         raise InvalidArgs(f"{call.cap}: unknown operation {call.op!r}")
@@ -139,7 +152,8 @@ class ExecBroker:
             raise InvalidArgs(f"{cap}: 'stdin' must be bytes (at most {MAX_STDIN})")
         return name, argv, stdin
 
-    def run_one(self, ctx: DockContext, name: str, argv: list[str], stdin: bytes, *, timeout: float | None = None) -> dict[str, Any]:
+    def run_one(self, ctx: DockContext, name: str, argv: list[str], stdin: bytes, *, timeout: float | None = None,
+                cancel: threading.Event | None = None) -> dict[str, Any]:
         if ctx.depth + 1 > self.max_depth:
             raise refuse(CapabilityDenied, "depth", f"exec {name!r}: nesting depth {ctx.depth + 1} exceeds {self.max_depth}")
         entry = self.runtime.registry.lookup("command", name)
@@ -158,7 +172,7 @@ class ExecBroker:
             who = Principal(ctx.principal.tenant, entry.toolkit or "")
             with nested(ctx):
                 result = self.runtime.call(name, argv, stdin, principal=who,
-                                           timeout=min(left, timeout) if timeout else left)
+                                           timeout=min(left, timeout) if timeout else left, cancel=cancel)
         finally:
             self.slots.release(key)
         return {"exit": result.exit_code, "stdout": result.stdout, "stderr": result.stderr}
@@ -176,16 +190,44 @@ class ExecBroker:
         per_task = _timeout(call.args)
         width = max(1, min(call.arg("width", int, 4), MAX_WIDTH))
         ctx = call.ctx
+        budget = ByteBudget.for_call(call, None, f"parallel {name!r}")
+        lock = threading.Lock()
+        stop = threading.Event()  # set by the result that passes the budget: in-flight tasks end
+        over: list[WbError] = []
 
-        def one(task: tuple[str, list[str], bytes]) -> dict[str, Any]:
+        def one(task: tuple[str, list[str], bytes]) -> dict[str, Any] | None:
+            if stop.is_set():
+                return None  # not started: the batch is already refused
             try:
-                return self.run_one(ctx, *task, timeout=per_task)
+                result = self.run_one(ctx, *task, timeout=per_task, cancel=stop)
             except WbError as exc:  # one task's failure is its own result, not the batch's
-                return {"error": exc.kind.value, "reason": reason_of(exc), "message": exc.message}
+                result = {"error": exc.kind.value, "reason": reason_of(exc), "message": exc.message}
+            with lock:
+                if stop.is_set():
+                    return None
+                try:
+                    _take(budget, result)
+                except WbError as exc:
+                    over.append(exc)
+                    stop.set()
+                    return None
+            return result
 
         with ThreadPoolExecutor(max_workers=width) as pool:
             results = list(pool.map(one, tasks))
+        if over:
+            raise over[0]
         return {"results": results}
+
+
+def _take(budget: ByteBudget, result: dict[str, Any]) -> None:
+    """Take one command result (its outputs, or its error map) from ``budget``."""
+    budget.take(sum(ByteBudget.size_of(v) for v in result.values()))
+
+
+def _answer(budget: ByteBudget, result: dict[str, Any]) -> dict[str, Any]:
+    _take(budget, result)
+    return result
 
 
 def _timeout(args: dict[str, Any]) -> float | None:

@@ -20,12 +20,30 @@ import pytest
 PUBLIC_IP = "127.0.0.7"
 
 
+#: Bytes the ``/endless`` route has written so far (it streams until the client hangs up).
+ENDLESS_SENT = [0]
+
+
 class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *a):
         pass
 
+    def _endless(self):
+        self.send_response(200)  # no Content-Length: the body ends when the connection does
+        self.send_header("Connection", "close")
+        self.end_headers()
+        chunk = b"x" * 65536
+        try:
+            while True:
+                self.wfile.write(chunk)
+                ENDLESS_SENT[0] += len(chunk)
+        except OSError:
+            pass
+
     def do_GET(self):
         port = self.server.server_address[1]
+        if self.path == "/endless":
+            return self._endless()
         routes = {
             "/redirect-private": f"http://127.0.0.1:{port}/ok",
             "/redirect-meta": "http://169.254.169.254/latest/meta-data/",

@@ -7,6 +7,7 @@ import re
 import time
 from typing import Any
 
+from wbcore.budget import ByteBudget
 from wbcore.dock import BrokerCall
 from wbcore.errors import InvalidArgs
 
@@ -15,6 +16,7 @@ from wb_brokers_net.guard import NetGuard
 from wb_brokers_net.http import CappedHttp
 
 DEFAULT_TIMEOUT = 30.0
+ENVELOPE = 256  # an exchange's answer besides its data: the peer address and CBOR framing
 
 
 def _deadline(call: BrokerCall) -> float:
@@ -48,11 +50,14 @@ class NetBroker:
             raise InvalidArgs(f"{call.cap}: headers must map text to text")
         call.target(url)
         method = "GET" if self.text_only else call.arg("method", str, "GET")
+        asked = call.arg("max_bytes", int, None)
         got = self.http.fetch(url, method=method, headers=headers, body=_bytes(call, "body"),
                               allowed_hosts=call.ctx.allowed_hosts, deadline=_deadline(call),
-                              max_body=call.arg("max_bytes", int, None), on_hop=call.target)
+                              max_body=min(asked or call.ctx.max_response, call.ctx.max_response), on_hop=call.target)
         if self.text_only:
-            return {"status": got.status, "url": got.url, "text": html_to_text(got.body)}
+            text = html_to_text(got.body)  # undecodable bytes become U+FFFD (3 bytes): the text is re-measured
+            ByteBudget.for_call(call, None, f"browse {got.url}").take(ByteBudget.size_of(text))
+            return {"status": got.status, "url": got.url, "text": text}
         return {"status": got.status, "url": got.url, "headers": got.headers, "body": got.body, "redirects": got.redirects}
 
 
@@ -81,7 +86,8 @@ class SocketBroker:
         allowlist.check(call.ctx.allowed_hosts, self.kind, host, port)
         pin = self.guard.pin(host, port)
         data = _bytes(call, "data")
-        read_max = call.arg("read_max", int, 1 << 20)
+        # the read loop stops there: at most what the answer can carry (less its small envelope)
+        read_max = min(call.arg("read_max", int, 1 << 20), max(0, call.ctx.max_response - ENVELOPE))
         deadline = _deadline(call)
         if self.kind == "tcp":
             out = sockets.tcp(pin, data, read_max, deadline)

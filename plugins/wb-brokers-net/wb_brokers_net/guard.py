@@ -23,7 +23,7 @@ from __future__ import annotations
 import ipaddress
 import re
 import socket
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from wbcore.dock import refuse
@@ -162,6 +162,3 @@ class NetGuard:
             self.check_ip(ip, host)  # every answer must be public: no mixing a private record in
             addrs.append(ip)
         return Pin(host=name, ip=str(addrs[0]), port=port)
-
-    def check_all(self, hosts: Iterable[tuple[str, int]]) -> list[Pin]:
-        return [self.pin(h, p) for h, p in hosts]

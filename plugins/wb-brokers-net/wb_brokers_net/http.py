@@ -3,10 +3,13 @@
 Each hop (the first request and every redirect) is checked by :class:`NetGuard` and
 the toolkit's ``#+ALLOWED_HOSTS``, then sent to the *pinned* address: the URL carries
 the checked IP, the ``Host`` header and TLS SNI carry the name, and the certificate is
-verified against the name. Bodies are streamed and the exchange is cancelled the moment
-the body passes ``max_bytes``; the deadline bounds connect, every read and the whole
-exchange. No connection pooling across calls (a pooled TLS session for one name must not
-serve another), no proxies from the environment.
+verified against the name. Bodies are streamed raw (no decompression) and every chunk is
+taken from a :class:`~wbcore.budget.ByteBudget` as it arrives: the exchange is cancelled
+the moment the body passes ``max_bytes`` (the caller passes ``min(max_bytes,
+max_response)``), holding at most the cap plus one network read (≤ 64 KiB). The
+deadline bounds connect, every read and the whole exchange. No connection pooling
+across calls (a pooled TLS session for one name must not serve another), no proxies
+from the environment.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
+from wbcore.budget import ByteBudget
 from wbcore.dock import refuse
 from wbcore.errors import CapabilityDenied, InvalidArgs, Timeout
 
@@ -118,11 +122,11 @@ class CappedHttp:
                             method, body = "GET", b""
                         continue
                     data = bytearray()
+                    budget = ByteBudget(cap, f"net: response body from {host} (cancelled)")
                     try:
                         for chunk in resp.iter_raw():
+                            budget.take(len(chunk))  # before the chunk is kept
                             data += chunk
-                            if len(data) > cap:
-                                raise refuse(InvalidArgs, "too-large", f"net: response body from {host} passed the {cap}-byte cap; cancelled")
                             if time.monotonic() > deadline:
                                 raise refuse(Timeout, "deadline", f"net: body from {host} still streaming at the deadline; cancelled")
                     except httpx.TimeoutException:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from wbcore.budget import ByteBudget
 from wbcore.dock import BrokerCall, refuse
 from wbcore.errors import CapabilityDenied, InvalidArgs, NotFound
 
@@ -152,6 +153,13 @@ class ServeBroker:
                 p = lst.waiting.get(timeout=max(wait, 0.0))
             except queue.Empty:
                 return {"request": None}
+            try:  # a request the guest's answer cannot carry is answered 413, not lost in flight
+                ByteBudget.for_call(call, None, "serve.next").take(
+                    len(p.body) + len(p.path) + sum(len(k) + len(v) for k, v in p.headers))
+            except InvalidArgs:
+                p.answer = (413, [], b"the request is larger than the guest can take\n")
+                p.done.set()
+                raise
             lst.inflight[p.id] = p
             return {"request": {"id": p.id, "method": p.method, "path": p.path, "headers": p.headers, "body": p.body}}
         if call.op == "respond":

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from wbcore.budget import ByteBudget
 from wbcore.dock import BrokerCall, refuse
 from wbcore.errors import CapabilityDenied, InvalidArgs, NotFound
 
@@ -52,11 +53,14 @@ class KvBroker:
         op = call.op
         if op == "get":
             key = self._key(call)
-            with self.db.read() as c:
-                row = c.execute("SELECT value FROM kv WHERE tenant=? AND key=?", (tenant, key)).fetchone()
+            budget = ByteBudget.for_call(call, None, f"kv.get {key!r}")
+            with self.db.read() as c:  # the length first: a value over the budget is never loaded
+                row = c.execute("SELECT length(value), CASE WHEN length(value) <= ? THEN value END FROM kv WHERE tenant=? AND key=?",
+                                (budget.left, tenant, key)).fetchone()
             if row is None:
                 raise NotFound(f"kv.get: no key {key!r}")
-            return {"value": row[0]}
+            budget.take(row[0])
+            return {"value": row[1]}
         if op == "put":
             key = self._key(call)
             value = value_bytes(call, "value", self.max_value, "value")
@@ -77,11 +81,15 @@ class KvBroker:
             prefix = call.arg("prefix", str, "")
             limit = min(call.arg("limit", int, MAX_LIST), MAX_LIST)
             after = call.arg("after", str, "")
+            budget = ByteBudget.for_call(call, None, "kv.list")
+            keys = []
             with self.db.read() as c:
-                rows = c.execute(
-                    "SELECT key FROM kv WHERE tenant=? AND key > ? AND substr(key, 1, ?) = ? ORDER BY key LIMIT ?",
-                    (tenant, after, len(prefix), prefix, limit)).fetchall()
-            return {"keys": [r[0] for r in rows]}
+                cur = c.execute("SELECT key FROM kv WHERE tenant=? AND key > ? AND substr(key, 1, ?) = ? ORDER BY key LIMIT ?",
+                                (tenant, after, len(prefix), prefix, limit))
+                while (row := cur.fetchone()) is not None:
+                    budget.take(ByteBudget.size_of(row[0]))
+                    keys.append(row[0])
+            return {"keys": keys}
         if op == "count":
             with self.db.read() as c:
                 (n,) = c.execute("SELECT count(*) FROM kv WHERE tenant=?", (tenant,)).fetchone()

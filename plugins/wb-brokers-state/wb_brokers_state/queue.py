@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from wbcore.budget import ByteBudget
 from wbcore.dock import BrokerCall, refuse
 from wbcore.errors import CapabilityDenied, InvalidArgs
 
@@ -45,12 +46,16 @@ class QueueBroker:
                 cur = c.execute("INSERT INTO messages (tenant, queue, body, enqueued) VALUES (?,?,?,?)", (tenant, queue, body, time.time()))
             return {"id": cur.lastrowid, "depth": depth + 1}
         if call.op in ("pop", "peek"):
+            budget = ByteBudget.for_call(call, None, f"queue.{call.op} {queue!r}")
             ctx = self.db.write() if call.op == "pop" else self.db.read()
-            with ctx as c:
-                row = c.execute("SELECT id, body FROM messages WHERE tenant=? AND queue=? ORDER BY id LIMIT 1", (tenant, queue)).fetchone()
-                if row is not None and call.op == "pop":
-                    c.execute("DELETE FROM messages WHERE id=?", (row[0],))
-            return {"id": row[0], "message": row[1]} if row else {"id": None, "message": None}
+            with ctx as c:  # the length first: a message the answer cannot carry stays queued, unloaded
+                row = c.execute("SELECT id, length(body), CASE WHEN length(body) <= ? THEN body END FROM messages "
+                                "WHERE tenant=? AND queue=? ORDER BY id LIMIT 1", (budget.left, tenant, queue)).fetchone()
+                if row is not None:
+                    budget.take(row[1])
+                    if call.op == "pop":
+                        c.execute("DELETE FROM messages WHERE id=?", (row[0],))
+            return {"id": row[0], "message": row[2]} if row else {"id": None, "message": None}
         if call.op == "depth":
             with self.db.read() as c:
                 (depth,) = c.execute("SELECT count(*) FROM messages WHERE tenant=? AND queue=?", (tenant, queue)).fetchone()

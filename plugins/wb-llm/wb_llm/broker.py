@@ -6,7 +6,10 @@ appended), ``WB_LLM_API_KEY`` (sent as a bearer token, never shown), ``WB_LLM_MO
 (the default model) and optionally ``WB_LLM_MODELS`` (space-separated models a guest
 may pick). Because the deployer chose it, the endpoint is not subject to NetGuard (it
 may be a local server); the guest cannot change it. Prompts, completions, tokens and
-the wait are all capped.
+the wait are all capped; the endpoint's answer is read raw (``Accept-Encoding:
+identity``, no decompression) and taken from a :class:`~wbcore.budget.ByteBudget` of
+``min(4 MiB, max_response)`` chunk by chunk, so a runaway answer is cancelled at the cap
+plus one network read.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from wbcore.budget import ByteBudget
 from wbcore.dock import BrokerCall, refuse
 from wbcore.errors import CapabilityDenied, Internal, InvalidArgs, NotFound, Timeout
 
@@ -58,23 +62,24 @@ class LlmBroker:
         if "temperature" in call.args:
             body["temperature"] = float(call.arg("temperature", (int, float)))
         call.target(self.base_url + "/chat/completions")
-        return self._post(body, call.ctx.remaining(60.0))
+        return self._post(body, call.ctx.remaining(60.0), ByteBudget.for_call(call, MAX_RESPONSE, "llm.complete: endpoint answer"))
 
-    def _post(self, body: dict[str, Any], wait: float) -> dict[str, Any]:
+    def _post(self, body: dict[str, Any], wait: float, budget: ByteBudget) -> dict[str, Any]:
         import httpx
 
         if wait <= 0:
             raise refuse(Timeout, "deadline", "llm.complete: no time left before the deadline")
         deadline = time.monotonic() + wait
-        headers = {"Authorization": f"Bearer {self._key}"} if self._key else {}
+        headers = {"Accept-Encoding": "identity"}  # raw bytes are what the budget counts: no decompression bomb
+        if self._key:
+            headers["Authorization"] = f"Bearer {self._key}"
         try:
             with httpx.Client(timeout=wait, trust_env=False) as client, \
                     client.stream("POST", self.base_url + "/chat/completions", json=body, headers=headers) as resp:
                 data = bytearray()
-                for chunk in resp.iter_bytes():
+                for chunk in resp.iter_raw():
+                    budget.take(len(chunk))  # before the chunk is kept
                     data += chunk
-                    if len(data) > MAX_RESPONSE:
-                        raise refuse(InvalidArgs, "too-large", f"llm.complete: endpoint answer passed {MAX_RESPONSE} bytes")
                     if time.monotonic() > deadline:
                         raise refuse(Timeout, "deadline", "llm.complete: endpoint still answering at the deadline")
                 status = resp.status_code
