@@ -4,7 +4,7 @@
     python3 dev.py demo        # set up .venv with the core and every plugin, run the demo
     python3 dev.py test        # set up, then run every distribution's tests
     python3 dev.py test -k x   # extra arguments go to pytest
-    python3 dev.py isolated    # each plugin's tests, installed alone with the core
+    python3 dev.py isolated    # tests/core with only the core, then each plugin installed alone with it
     python3 dev.py bench       # the benchmarks in bench/
 """
 
@@ -120,7 +120,7 @@ def run_suites(env: Path, suites: list[Path], rest: list[str]) -> int:
     bad: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         for i, suite in enumerate(suites):
-            name = suite.parent.name if suite.parent != ROOT else "wbcore"
+            name = suite.parent.name if suite.parent not in (ROOT, ROOT / "tests") else "wbcore"
             print(f"dev: === {name}", flush=True)
             report = Path(tmp) / f"{i}.xml"
             code = run([_bin(env, "python"), "-m", "pytest", str(suite), f"--junit-xml={report}", *rest], cwd=suite.parent)
@@ -155,7 +155,11 @@ def main(argv: list[str]) -> int:
         warm(VENV)
         return run_suites(VENV, suites, rest)
     if what == "isolated":
-        worst = 0
+        # The core alone first: tests/core must pass with no plugin installed.
+        env = ROOT / ".venvs" / "wbcore"
+        ensure_venv(env, [], tag="core")
+        print("dev: wbcore alone (tests/core)", flush=True)
+        worst = run_suites(env, [ROOT / "tests" / "core"], ["-p", "no:cacheprovider", *rest])
         for plugin in PLUGINS:
             env = ROOT / ".venvs" / plugin.name
             ensure_venv(env, [plugin], tag=plugin.name)

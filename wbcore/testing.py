@@ -4,6 +4,7 @@
 ``toolkit_root`` an empty toolkits root; ``make_toolkit(...)`` writes toolkits into it
 ``make_runtime`` ``make_runtime(plugins=None, roots=None)`` → a ``Runtime`` on the above
 ``wbx``          ``wbx(*args, runtime=None, input=None)`` → ``CliResult`` (exit code, out, err)
+``broken_dist``  a fake installed distribution whose ``wbcore.plugins`` entry point cannot import
 """
 
 from __future__ import annotations
@@ -166,3 +167,21 @@ def wbx(make_runtime: Callable[..., Any]) -> Callable[..., CliResult]:
         return CliResult(code, raw.getvalue(), err.getvalue())
 
     return run
+
+
+@pytest.fixture
+def broken_dist(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A fake installed distribution (``wb-broken 9.9``) whose entry point ``broken``
+    cannot be imported: for tolerant-discovery and strict-selection tests."""
+    from wbcore import plugins
+
+    site = tmp_path / "site"
+    info = site / "wb_broken-9.9.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: wb-broken\nVersion: 9.9\n")
+    (info / "entry_points.txt").write_text("[wbcore.plugins]\nbroken = wb_broken_missing.plugin\n")
+    (site / "wb_broken_shapes").mkdir()
+    monkeypatch.syspath_prepend(str(site))
+    plugins.rescan()
+    yield site
+    plugins.rescan()

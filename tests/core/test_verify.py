@@ -21,13 +21,6 @@ def test_discovery_only_toolkit_passes(make_toolkit, make_runtime):
     ]
 
 
-def test_unknown_exec_mode_fails_listing_known(make_toolkit, make_runtime):
-    make_toolkit("odd", exec="teleport")
-    r = make_runtime().verify("odd")
-    assert not r.ok
-    exec_line = next(c for c in r.checks if c.area == "exec")
-    assert exec_line.render().startswith("✗ exec: unknown mode: unknown EXEC shape 'teleport'; known: ")
-    assert "command" in exec_line.message and "posix" in exec_line.message
 
 
 def test_missing_overview_and_unknown_caps(make_toolkit, make_runtime):
@@ -45,29 +38,8 @@ def test_third_party_requires_author_did_and_signature(make_toolkit, make_runtim
     assert not trust[0].ok and "AUTHOR_DID" in trust[0].message and "SIGNATURE" in trust[0].message
 
 
-def test_posix_shape_checks_path(make_toolkit, make_runtime, tmp_path):
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    tool = bindir / "mytool"
-    tool.write_text("#!/bin/sh\n")
-    tool.chmod(0o755)
-    make_toolkit("px", exec="posix", extra={"CLI_BIN": "mytool"})
-    ok = make_runtime(env={"PATH": str(bindir)}).verify("px")
-    assert "✓ exec: posix binary 'mytool' found at " + str(tool) in lines(ok)
-    missing = make_runtime(env={"PATH": str(tmp_path)}).verify("px")
-    assert "✗ exec: posix binary 'mytool' not found on PATH" in lines(missing)
 
 
-def test_command_shape_not_registered_not_buildable(make_toolkit, make_runtime):
-    make_toolkit("cmd", exec="command", extra={"CLI_BIN": "cmd"})
-    r = make_runtime().verify("cmd")
-    assert "✗ exec: command 'cmd' not registered and no #+BUILD_SRC to build it from" in lines(r)
-    make_toolkit("scr", exec="command", extra={"CLI_BIN": "scr", "BUILD_SRC": "script:build.sh", "BUILD_LANG": "c"})
-    r = make_runtime().verify("scr")
-    assert any("script: is refused" in line for line in lines(r))
-    make_toolkit("svn", exec="command", extra={"CLI_BIN": "svn", "BUILD_SRC": "svn:trunk", "BUILD_LANG": "c"})
-    r = make_runtime().verify("svn")
-    assert any("unknown BUILD_SRC prefix 'svn:'; known: " in line for line in lines(r))
 
 
 def test_role_pre_blocks_reported_disabled(make_toolkit, make_runtime, toolkit_root):

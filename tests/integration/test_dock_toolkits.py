@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TOOLKITS = ROOT / "toolkits"
 SDK_HEADER = ROOT / "sdk" / "c" / "wb_dock.h"
 DOCK_TOOLKITS = ("notes", "fetch", "pipe")

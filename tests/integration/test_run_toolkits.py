@@ -13,7 +13,7 @@ from wbcore import builder
 from wbcore.artifacts import IntegrityError
 from wbcore.errors import InvalidArgs
 
-TOOLKITS = Path(__file__).resolve().parent.parent / "toolkits"
+TOOLKITS = Path(__file__).resolve().parents[2] / "toolkits"
 
 
 @pytest.fixture

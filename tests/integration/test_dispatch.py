@@ -19,7 +19,6 @@ from wbcore import builder, dispatch  # noqa: E402
 from wbcore.errors import CapabilityDenied, InvalidArgs  # noqa: E402
 from wbcore.testing import manifest_text, write_toolkit  # noqa: E402
 
-pytestmark = pytest.mark.integration
 
 #: A WASI command that copies stdin to stdout.
 ECHO_WAT = """(module
@@ -265,7 +264,7 @@ def test_effective_caps_are_computed_in_one_function() -> None:
     alone, and nothing else intersects a profile's caps with declared ones."""
     import ast
 
-    here = Path(__file__).resolve().parents[1]
+    here = Path(__file__).resolve().parents[2]
     files = [*sorted((here / "wbcore").rglob("*.py")),
              *sorted(p for p in (here / "plugins").rglob("*.py") if "/tests/" not in str(p))]
     callers = []

@@ -11,7 +11,7 @@ import pytest
 
 from wbcore.calls import Principal
 
-DEMO = Path(__file__).resolve().parent.parent / "sdk" / "js" / "tests" / "bridge_demo.mjs"
+DEMO = Path(__file__).resolve().parents[2] / "sdk" / "js" / "tests" / "bridge_demo.mjs"
 
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")

@@ -75,39 +75,6 @@ def test_two_runtimes_do_not_share_plugins(wb_home):
     assert a.pm is not b.pm
 
 
-def test_strict_selection_by_entry_point_name(wb_home):
-    rt = Runtime.open(plugins=["process"], home=wb_home)
-    assert rt.shapes.names() == ["posix", "task"]
-    with pytest.raises(PluginError, match=r"unknown plugin 'nosuch'; known: .*process"):
-        Runtime.open(plugins=["nosuch"], home=wb_home)
-
-
-@pytest.fixture
-def broken_dist(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A fake installed distribution whose entry point cannot be imported."""
-    site = tmp_path / "site"
-    info = site / "wb_broken-9.9.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: wb-broken\nVersion: 9.9\n")
-    (info / "entry_points.txt").write_text("[wbcore.plugins]\nbroken = wb_broken_missing.plugin\n")
-    (site / "wb_broken_shapes").mkdir()
-    monkeypatch.syspath_prepend(str(site))
-    plugins.rescan()
-    yield site
-    plugins.rescan()
-
-
-def test_broken_plugin_is_listed_and_breaks_nothing(broken_dist, wb_home, make_toolkit, toolkit_root):
-    make_toolkit("fine", exec="posix", extra={"CLI_BIN": "sh"})
-    rt = Runtime.open(home=wb_home, roots=[toolkit_root])
-    broken = next(i for i in rt.plugin_infos if i.name == "broken")
-    assert not broken.loaded
-    assert "ModuleNotFoundError" in (broken.error or "") and "wb_broken_missing" in broken.error
-    assert broken.origin == "wb-broken 9.9"
-    assert rt.verify("fine").ok  # everything else works
-    # Selecting a name nobody serves shows the load failure as a possible cause.
-    with pytest.raises(NotFound, match=r"plugins that failed to load and might serve it: broken \(wb-broken 9.9\): ModuleNotFoundError"):
-        rt.shapes.get("wasi-http")
 
 
 def test_selecting_a_broken_plugin_is_a_hard_error(broken_dist, wb_home):
@@ -115,12 +82,6 @@ def test_selecting_a_broken_plugin_is_a_hard_error(broken_dist, wb_home):
         Runtime.open(plugins=["broken"], home=wb_home)
 
 
-def test_wbx_plugins_lists_the_failure(broken_dist, wbx, make_runtime):
-    r = wbx("plugins")
-    assert r.exit_code == 0
-    assert "broken · wb-broken 9.9 · FAILED" in r.stdout
-    assert "error: ModuleNotFoundError" in r.stdout
-    assert "wasmtime · wb-wasmtime" in r.stdout
 
 
 def test_plugin_import_does_not_import_heavy_modules(tmp_path):

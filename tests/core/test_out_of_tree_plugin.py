@@ -12,7 +12,7 @@ import pytest
 
 from wbcore.testing import write_toolkit
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.slow

@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from wbcore import hookimpl, plugins
+from wbcore.errors import NotFound, PluginError
+from wbcore.records import Check, ExecShape, SourcePrefix
+from wbcore.runtime import Runtime
+
+
+
+def test_strict_selection_by_entry_point_name(wb_home):
+    rt = Runtime.open(plugins=["process"], home=wb_home)
+    assert rt.shapes.names() == ["posix", "task"]
+    with pytest.raises(PluginError, match=r"unknown plugin 'nosuch'; known: .*process"):
+        Runtime.open(plugins=["nosuch"], home=wb_home)
+
+
+def test_broken_plugin_is_listed_and_breaks_nothing(broken_dist, wb_home, make_toolkit, toolkit_root):
+    make_toolkit("fine", exec="posix", extra={"CLI_BIN": "sh"})
+    rt = Runtime.open(home=wb_home, roots=[toolkit_root])
+    broken = next(i for i in rt.plugin_infos if i.name == "broken")
+    assert not broken.loaded
+    assert "ModuleNotFoundError" in (broken.error or "") and "wb_broken_missing" in broken.error
+    assert broken.origin == "wb-broken 9.9"
+    assert rt.verify("fine").ok  # everything else works
+    # Selecting a name nobody serves shows the load failure as a possible cause.
+    with pytest.raises(NotFound, match=r"plugins that failed to load and might serve it: broken \(wb-broken 9.9\): ModuleNotFoundError"):
+        rt.shapes.get("wasi-http")
+
+
+def test_wbx_plugins_lists_the_failure(broken_dist, wbx, make_runtime):
+    r = wbx("plugins")
+    assert r.exit_code == 0
+    assert "broken · wb-broken 9.9 · FAILED" in r.stdout
+    assert "error: ModuleNotFoundError" in r.stdout
+    assert "wasmtime · wb-wasmtime" in r.stdout
