@@ -11,3 +11,5 @@ def test_federation_verify_is_structural(make_toolkit, make_runtime):
     assert r.ok
     assert "✓ exec: federation source https://api.example/items rows at data.items; structural check only" in [c.render() for c in r.checks]
     assert rt.verify("custom").ok
+    honest = [c for c in r.checks if c.warning and "cannot run yet" in c.message]
+    assert honest and "no runner" in honest[0].message

@@ -16,6 +16,9 @@ def verify_federation(ctx: VerifyContext) -> Iterator[Check]:
         yield Check(True, "exec", f"federation source {url} rows at {rows}; structural check only")
     else:
         yield Check(True, "exec", "federation (custom source); structural check only")
+    # Said plainly: the shape has no runner yet, so nothing can query or sync this source.
+    yield Check(True, "exec", "cannot run yet: the federation shape has no runner (no query or sync engine "
+                "is installed); the toolkit is listed and verified only", warning=True)
 
 
 @hookimpl
