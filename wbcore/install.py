@@ -23,16 +23,17 @@ import re
 import shutil
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from wbcore import fetch as _fetch
 from wbcore import manifest as _manifest
 from wbcore import signing, unpack
 from wbcore.errors import InvalidArgs, ManifestError, NotFound, Timeout
+from wbcore.netguard import NetGuard
 
 LOCKFILE = "wbx.lock"
 LOCK_FORMAT = 1
@@ -168,30 +169,11 @@ def _sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def _download(url: str, dest: Path) -> None:
-    import httpx
-
-    total = 0
-    deadline = time.monotonic() + HTTP_TIMEOUT_S
-    try:
-        with (
-            httpx.Client(timeout=30.0, follow_redirects=True, max_redirects=5, trust_env=False) as client,
-            client.stream("GET", url) as resp,
-        ):
-            if resp.status_code != 200:
-                raise NotFound(f"{url} answered HTTP {resp.status_code}")
-            with dest.open("wb") as out:
-                for chunk in resp.iter_bytes():
-                    total += len(chunk)
-                    if total > MAX_DOWNLOAD:
-                        raise InstallError(f"{url}: download over the {MAX_DOWNLOAD}-byte cap")
-                    if time.monotonic() > deadline:  # each read is bounded by httpx; this bounds the whole
-                        raise httpx.ReadTimeout("total deadline")
-                    out.write(chunk)
-    except httpx.TimeoutException:
-        raise Timeout(f"{url}: no complete answer within {HTTP_TIMEOUT_S:g}s") from None
-    except httpx.HTTPError as exc:
-        raise NotFound(f"cannot fetch {url}: {type(exc).__name__}: {exc}") from None
+def _download(url: str, dest: Path, env: Mapping[str, str] | None) -> None:
+    """Through the one fetcher: SSRF guard on every hop, capped and bounded while streaming."""
+    seen = os.environ if env is None else env
+    _fetch.download(url, dest, guard=NetGuard.from_env(seen),
+                    limits=_fetch.Limits(max_bytes=MAX_DOWNLOAD, timeout=HTTP_TIMEOUT_S), env=seen)
 
 
 def _git(args: list[str], cwd: Path | None = None) -> str:
@@ -211,7 +193,7 @@ def _git(args: list[str], cwd: Path | None = None) -> str:
     return done.stdout.strip()
 
 
-def fetch(source: Source, work: Path) -> tuple[Path, str | None, str | None]:
+def fetch(source: Source, work: Path, env: Mapping[str, str] | None = None) -> tuple[Path, str | None, str | None]:
     """Bring the source into ``work/tree``; returns (tree, resolved commit, archive sha256)."""
     tree = work / "tree"
     if source.kind == "dir":
@@ -230,7 +212,7 @@ def fetch(source: Source, work: Path) -> tuple[Path, str | None, str | None]:
     base = re.sub(r"[^A-Za-z0-9._-]", "_", source.location.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1])
     archive = work / (base if unpack.is_archive(base) else "archive")  # messages name the archive
     if source.location.startswith(("https://", "http://")):
-        _download(source.location, archive)
+        _download(source.location, archive, env)
     else:
         size = Path(source.location).stat().st_size
         if size > MAX_DOWNLOAD:
@@ -284,7 +266,7 @@ def _check_id(ident: str, where: object) -> str:
 
 def _stage(source: Source, work: Path, env: Mapping[str, str] | None, only: set[str] | None = None,
            *, allow_first_party: bool = False) -> list[_Staged]:
-    tree, commit, archive_sha = fetch(source, work)
+    tree, commit, archive_sha = fetch(source, work, env)
     dirs = find_toolkits(tree)
     if not dirs:
         raise InstallError(f"{source.text()}: no manifest.org found (looked at the root, */ and toolkits/*/)")

@@ -5,7 +5,8 @@ The endpoint is the deployer's, set in the runtime's environment:
 appended), ``WB_LLM_API_KEY`` (sent as a bearer token, never shown), ``WB_LLM_MODEL``
 (the default model) and optionally ``WB_LLM_MODELS`` (space-separated models a guest
 may pick). Because the deployer chose it, the endpoint is not subject to NetGuard (it
-may be a local server); the guest cannot change it. Prompts, completions, tokens and
+may be a local server); the guest cannot change it. The connection is made by the core
+fetcher's client (``wbcore.fetch.client``): system trust store, no proxies from the environment. Prompts, completions, tokens and
 the wait are all capped.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from wbcore import fetch as _fetch
 from wbcore.dock import BrokerCall, refuse
 from wbcore.errors import CapabilityDenied, Internal, InvalidArgs, NotFound, Timeout
 
@@ -68,7 +70,7 @@ class LlmBroker:
         deadline = time.monotonic() + wait
         headers = {"Authorization": f"Bearer {self._key}"} if self._key else {}
         try:
-            with httpx.Client(timeout=wait, trust_env=False) as client, \
+            with _fetch.client(timeout=wait) as client, \
                     client.stream("POST", self.base_url + "/chat/completions", json=body, headers=headers) as resp:
                 data = bytearray()
                 for chunk in resp.iter_bytes():
