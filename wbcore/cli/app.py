@@ -65,6 +65,10 @@ def build_app(runtime: Any = None) -> typer.Typer:
     if runtime is None:
         selected = [p.strip() for p in os.environ.get("WB_PLUGINS", "").split(",") if p.strip()]
         runtime = Runtime.open(plugins=selected or None)
+    from wbcore import leftovers
+
+    # Every command starts by finishing or undoing what a killed one left (reads only when nothing is).
+    leftovers.sweep_home(runtime.home)
 
     app = typer.Typer(
         name="wbx",
