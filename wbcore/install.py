@@ -38,9 +38,9 @@ from wbcore.errors import InvalidArgs, ManifestError, NotFound, Timeout
 from wbcore.netguard import NetGuard
 
 LOCKFILE = "wbx.lock"
-JOURNAL = ".install-journal.json"
-STAGING = ".staging"
-STAGING_PREFIX = "install-"
+JOURNAL = leftovers.JOURNAL
+STAGING = leftovers.STAGING
+STAGING_PREFIX = leftovers.STAGING_PREFIX
 LOCK_FORMAT = 1
 MAX_DOWNLOAD = 64 << 20
 HTTP_TIMEOUT_S = 60.0

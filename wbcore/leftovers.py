@@ -24,8 +24,13 @@ from pathlib import Path
 
 #: Temp-folder prefixes in the system temp dir that are swept (the build sandbox's scratch roots).
 SYSTEM_TEMP_PREFIXES = ("wb-sbx-",)
-#: Marks a temp file written beside its target (``.<name>.wbtmp-<owner>.tmp``).
+#: Marks a temp file of an atomic write (``.<name>.wbtmp-<owner>.tmp``).
 TMP_MARK = ".wbtmp-"
+#: Where things live under ``$WB_HOME`` (``wbcore.install`` and ``wbcore.artifacts`` use these names).
+STAGING = ".staging"
+STAGING_PREFIX = "install-"
+JOURNAL = ".install-journal.json"
+ARTIFACT_TMP = ".tmp"  # under the artifact store
 _OWNER_RE = re.compile(r"(\d+)-(\d+)-[0-9a-z]+")
 
 
@@ -126,21 +131,14 @@ def sweep_home(home: Path) -> list[Path]:
     removed: list[Path] = []
     if not home.is_dir():
         return removed
-    from wbcore import install  # late: install imports the fetcher, which nothing else here needs
+    if (home / JOURNAL).exists():
+        from wbcore import install  # only when there is a journal: keeps every other start-up light
 
-    install.recover(home)
-    removed += sweep(home / install.STAGING, install.STAGING_PREFIX)
+        install.recover(home)
+    removed += sweep(home / STAGING, STAGING_PREFIX)
     removed += sweep(home / "build" / "tmp", "build-")
-    removed += sweep_tmp_files(home)
-    for sub in (home / "build" / "cache", home / "build" / "logs", home / "artifacts" / ".tmp"):
+    for sub in (home, home / "build" / "cache", home / "build" / "logs", home / "artifacts" / ARTIFACT_TMP):
         removed += sweep_tmp_files(sub)
-    artifacts = home / "artifacts"
-    try:
-        shards = [artifacts / n for n in os.listdir(artifacts) if len(n) == 2]
-    except OSError:
-        shards = []
-    for shard in shards:
-        removed += sweep_tmp_files(shard)
     for prefix in SYSTEM_TEMP_PREFIXES:
         removed += sweep(Path(tempfile.gettempdir()), prefix)
     return removed
