@@ -233,3 +233,24 @@ def test_a_full_home_disk_has_its_own_exit_code_and_a_run_still_works(tmp_path):
         assert not (home / "toolkits" / "alpha").exists() and leftovers_in(home) == []
     finally:
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def test_a_pure_compute_run_writes_nothing_to_the_home(tmp_path):
+    home, root = tmp_path / "home", tmp_path / "root"
+    shutil.copytree(REPO / "toolkits" / "b64", root / "b64")
+    assert wbx(home, root, "toolkit", "build", "b64").returncode == 0
+    env = {"PATH": os.environ["PATH"], "WB_HOME": str(home), "WB_TOOLKITS_ROOT": str(root)}
+
+    def run() -> bytes:
+        done = subprocess.run([sys.executable, "-m", "wbcore", "run", "b64"], input=b"hi", capture_output=True, env=env)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    def snapshot() -> dict[str, tuple[int, int]]:
+        return {p.relative_to(home).as_posix(): (p.lstat().st_size, p.lstat().st_mtime_ns)
+                for p in [home, *home.rglob("*")]}
+
+    assert run() == b"aGk=\n"  # the first run may fill the compiled-module cache
+    before = snapshot()
+    assert run() == b"aGk=\n"
+    assert snapshot() == before  # no -wal/-shm, no audit, no temp file: not even a folder's mtime moved
