@@ -23,6 +23,7 @@ open their connections with :func:`client` (the same TLS and no-environment rule
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import ssl
@@ -59,16 +60,22 @@ class Fetched:
 
 def ssl_context(env: Mapping[str, str] | None = None) -> ssl.SSLContext:
     """Verify peers against the system trust store and any ``SSL_CERT_FILE`` / ``SSL_CERT_DIR``."""
+    seen = os.environ if env is None else env
+    cafile = seen.get("SSL_CERT_FILE") or os.environ.get("SSL_CERT_FILE") or ""
+    cadirs = seen.get("SSL_CERT_DIR") or os.environ.get("SSL_CERT_DIR") or ""
+    return _context(cafile, cadirs)
+
+
+@functools.lru_cache(maxsize=8)
+def _context(cafile: str, cadirs: str) -> ssl.SSLContext:
+    # One context per trust configuration: building one reads the whole CA store.
     import truststore
 
     ctx: ssl.SSLContext = truststore.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    seen = os.environ if env is None else env
-    cafile = seen.get("SSL_CERT_FILE") or os.environ.get("SSL_CERT_FILE")
-    cadirs = seen.get("SSL_CERT_DIR") or os.environ.get("SSL_CERT_DIR")
     try:
         if cafile:
             ctx.load_verify_locations(cafile=cafile)
-        for d in (cadirs or "").split(os.pathsep):
+        for d in cadirs.split(os.pathsep):
             if d and os.path.isdir(d):
                 ctx.load_verify_locations(capath=d)
     except (OSError, ssl.SSLError) as exc:
