@@ -22,13 +22,13 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from wbcore import faults, leftovers
 from wbcore.errors import Internal, InvalidArgs, NotFound
 
 T = TypeVar("T")
@@ -62,17 +62,31 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def atomic_write(path: Path, data: bytes | bytearray | memoryview, *, mode: int = 0o644) -> None:
-    """Write ``data`` to ``path`` through a unique temp file + fsync + ``os.replace``."""
+def atomic_write(path: Path, data: bytes | bytearray | memoryview, *, mode: int = 0o644,
+                 tmp_dir: Path | None = None) -> None:
+    """Write ``data`` to ``path`` through a temp file + fsync + ``os.replace``.
+
+    The temp file is named after its owner (``wbcore.leftovers``), so one a kill leaves
+    behind is swept by the next command, and never while its writer lives. ``tmp_dir``
+    (same filesystem) keeps temp files in one folder the sweep reads, instead of beside
+    ``path``.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    base = path.parent
+    if tmp_dir is not None:
+        tmp_dir.mkdir(parents=True, exist_ok=True)
+        base = tmp_dir
+    tmp = base / leftovers.unique(f".{path.name}{leftovers.TMP_MARK}", ".tmp")
     try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, mode)
+        faults.point(f"write:{path.suffix}:tmp")
         os.replace(tmp, path)
+        faults.point(f"write:{path.suffix}:done")
     except BaseException:
         try:
             os.unlink(tmp)
@@ -92,6 +106,7 @@ class ArtifactStore:
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        self.tmp_dir = root / leftovers.ARTIFACT_TMP  # temp files of writes in flight (swept if their writer died)
         self._verified: dict[str, tuple[int, int, int]] = {}
         self._paths: dict[str, str] = {}
         self._path_cache: dict[str, Path] = {}
@@ -118,7 +133,7 @@ class ArtifactStore:
         path = self.path(sha)
         # Content addressing makes an existing, intact file the same bytes: keep it.
         if not (path.is_file() and self._intact(sha, path)):
-            atomic_write(path, data)
+            atomic_write(path, data, tmp_dir=self.tmp_dir)
         return Artifact(sha, path, len(data))
 
     def put_file(self, src: Path) -> Artifact:
@@ -227,8 +242,14 @@ class ArtifactStore:
         digest = sha256_bytes(serialized)
         # Digest first, then the module: a reader that sees a new module with an old
         # digest (a concurrent writer) just recompiles; it never loads a mismatch.
-        atomic_write(dpath, (digest + "\n").encode())
-        atomic_write(cpath, serialized)
+        try:
+            atomic_write(dpath, (digest + "\n").encode(), tmp_dir=self.tmp_dir)
+            atomic_write(cpath, serialized, tmp_dir=self.tmp_dir)
+        except OSError:
+            # The cache is an optimisation: a full or read-only disk must not fail a run.
+            if loads is not None:
+                return loads(serialized), True
+            raise
         if loads is not None:
             return loads(serialized), True
         return load(cpath), True

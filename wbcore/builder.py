@@ -16,14 +16,13 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from wbcore import policy, sources
+from wbcore import faults, leftovers, policy, sources
 from wbcore.artifacts import Artifact, IntegrityError, atomic_write
 from wbcore.build import BuildFailed, BuildRequest, SourceRequest, lane_for
 from wbcore.calls import KernelSpec
@@ -215,7 +214,8 @@ def build(runtime: Runtime, ident: str, which: str | None = None, *, progress: P
         raise InvalidArgs(f"BUILD_SRC {src.prefix.name} has no driver")
     tmp_root = runtime.home / "build" / "tmp"
     tmp_root.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f"{m.id}-", dir=tmp_root))
+    work = leftovers.mkdtemp("build-", dir=tmp_root)  # owner in the name: swept if this process is killed
+    faults.point("build:work")
     lane_name: str | None = None
     cached = False
     try:

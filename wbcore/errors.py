@@ -28,10 +28,23 @@ EXIT_CODES: dict[ErrorKind, int] = {
 }
 
 
+#: Finer kinds ``wbx`` tells apart, each with its own name and exit code (sysexits.h
+#: numbers); surfaces bound to the five-word ACT vocabulary (ACT, MCP, the Dock's guest
+#: ABI) see the base kind. Name → (base kind, exit code).
+SUBKINDS: dict[str, tuple[ErrorKind, int]] = {
+    "dns": (ErrorKind.NOT_FOUND, 68),  # EX_NOHOST: a host name that does not resolve
+    "unreachable": (ErrorKind.INTERNAL, 69),  # EX_UNAVAILABLE: no connection to a resolved host
+    "disk-full": (ErrorKind.INTERNAL, 74),  # EX_IOERR: ENOSPC / EDQUOT while writing
+    "tls": (ErrorKind.INTERNAL, 76),  # EX_PROTOCOL: the peer's certificate or handshake failed
+}
+
+
 class WbError(Exception):
     """An expected failure: one clear line for a person, one kind for a program."""
 
     kind: ErrorKind = ErrorKind.INTERNAL
+    #: A finer kind from :data:`SUBKINDS` (its name and exit code win in ``wbx``).
+    subkind: str | None = None
 
     def __init__(self, message: str, *, kind: ErrorKind | None = None) -> None:
         super().__init__(message)
@@ -43,8 +56,13 @@ class WbError(Exception):
         return str(self.args[0]) if self.args else ""
 
     @property
+    def name(self) -> str:
+        """The kind as ``wbx`` prints it: the finer kind when there is one."""
+        return self.subkind or self.kind.value
+
+    @property
     def exit_code(self) -> int:
-        return EXIT_CODES[self.kind]
+        return SUBKINDS[self.subkind][1] if self.subkind else EXIT_CODES[self.kind]
 
 
 class NotFound(WbError):
@@ -65,6 +83,40 @@ class CapabilityDenied(WbError):
 
 class Internal(WbError):
     kind = ErrorKind.INTERNAL
+
+
+class DnsError(NotFound):
+    """A host name did not resolve (not the same as a missing file or a 404)."""
+
+    subkind = "dns"
+
+
+class Unreachable(Internal):
+    """A resolved host refused or dropped the connection."""
+
+    subkind = "unreachable"
+
+
+class TlsError(Internal):
+    """TLS failed: the certificate did not verify against the trust store, or the handshake broke."""
+
+    subkind = "tls"
+
+
+class DiskFull(Internal):
+    """The disk (or quota) holding ``$WB_HOME`` or a temp folder is full."""
+
+    subkind = "disk-full"
+
+
+def disk_full(exc: OSError, where: object) -> DiskFull | None:
+    """A :class:`DiskFull` saying what to do, when ``exc`` is ENOSPC or EDQUOT (else None)."""
+    import errno
+
+    if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+        return None
+    return DiskFull(f"no space left on the disk holding {where} ({exc.strerror}); free some space "
+                    "(wbx clears its own leftovers on the next command) and try again")
 
 
 class ManifestError(InvalidArgs):

@@ -7,7 +7,9 @@ Sources: a folder; ``git+file://…[@commit]``; ``git+https://…@<commit>`` or 
 Everything is staged under ``$WB_HOME/.staging`` (the same filesystem as the user root),
 checked there — safe unpack, manifest parse, the signature of every third-party
 toolkit — and only then renamed into ``$WB_HOME/toolkits/<id>``. Any failure removes
-the stage: the user root and the lockfile are exactly as before. ``wbx.lock`` records
+the stage: the user root and the lockfile are exactly as before. The folders and the
+lockfile land as one change through a journal (see "landing" below): a kill at any
+instant leaves all of the old state or all of the new once the next command ran. ``wbx.lock`` records
 id, version, source (with the resolved commit), content digest (sha256 of the
 canonical form, ``wbcore.signing``), trust and signer; ``install --locked`` refetches
 every entry and fails, landing nothing, on any drift.
@@ -22,19 +24,23 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
-import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from wbcore import faults, leftovers
+from wbcore import fetch as _fetch
 from wbcore import manifest as _manifest
 from wbcore import signing, unpack
 from wbcore.errors import InvalidArgs, ManifestError, NotFound, Timeout
+from wbcore.netguard import NetGuard
 
 LOCKFILE = "wbx.lock"
+JOURNAL = leftovers.JOURNAL
+STAGING = leftovers.STAGING
+STAGING_PREFIX = leftovers.STAGING_PREFIX
 LOCK_FORMAT = 1
 MAX_DOWNLOAD = 64 << 20
 HTTP_TIMEOUT_S = 60.0
@@ -109,14 +115,26 @@ def lock_bytes(entries: Mapping[str, LockEntry]) -> bytes:
 
 
 def _atomic_write(path: Path, data: bytes) -> Path:
-    """Write ``data`` to a temp file beside ``path``; the caller renames it into place."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.fchmod(fd, 0o644)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    return Path(tmp)
+    """Write ``data`` to a temp file beside ``path`` (named after its owner); the caller renames it."""
+    tmp = path.parent / leftovers.unique(f".{path.name}{leftovers.TMP_MARK}", ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return tmp
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 # --- sources ----------------------------------------------------------------------------
@@ -168,30 +186,11 @@ def _sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def _download(url: str, dest: Path) -> None:
-    import httpx
-
-    total = 0
-    deadline = time.monotonic() + HTTP_TIMEOUT_S
-    try:
-        with (
-            httpx.Client(timeout=30.0, follow_redirects=True, max_redirects=5, trust_env=False) as client,
-            client.stream("GET", url) as resp,
-        ):
-            if resp.status_code != 200:
-                raise NotFound(f"{url} answered HTTP {resp.status_code}")
-            with dest.open("wb") as out:
-                for chunk in resp.iter_bytes():
-                    total += len(chunk)
-                    if total > MAX_DOWNLOAD:
-                        raise InstallError(f"{url}: download over the {MAX_DOWNLOAD}-byte cap")
-                    if time.monotonic() > deadline:  # each read is bounded by httpx; this bounds the whole
-                        raise httpx.ReadTimeout("total deadline")
-                    out.write(chunk)
-    except httpx.TimeoutException:
-        raise Timeout(f"{url}: no complete answer within {HTTP_TIMEOUT_S:g}s") from None
-    except httpx.HTTPError as exc:
-        raise NotFound(f"cannot fetch {url}: {type(exc).__name__}: {exc}") from None
+def _download(url: str, dest: Path, env: Mapping[str, str] | None) -> None:
+    """Through the one fetcher: SSRF guard on every hop, capped and bounded while streaming."""
+    seen = os.environ if env is None else env
+    _fetch.download(url, dest, guard=NetGuard.from_env(seen),
+                    limits=_fetch.Limits(max_bytes=MAX_DOWNLOAD, timeout=HTTP_TIMEOUT_S), env=seen)
 
 
 def _git(args: list[str], cwd: Path | None = None) -> str:
@@ -211,7 +210,7 @@ def _git(args: list[str], cwd: Path | None = None) -> str:
     return done.stdout.strip()
 
 
-def fetch(source: Source, work: Path) -> tuple[Path, str | None, str | None]:
+def fetch(source: Source, work: Path, env: Mapping[str, str] | None = None) -> tuple[Path, str | None, str | None]:
     """Bring the source into ``work/tree``; returns (tree, resolved commit, archive sha256)."""
     tree = work / "tree"
     if source.kind == "dir":
@@ -230,7 +229,7 @@ def fetch(source: Source, work: Path) -> tuple[Path, str | None, str | None]:
     base = re.sub(r"[^A-Za-z0-9._-]", "_", source.location.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1])
     archive = work / (base if unpack.is_archive(base) else "archive")  # messages name the archive
     if source.location.startswith(("https://", "http://")):
-        _download(source.location, archive)
+        _download(source.location, archive, env)
     else:
         size = Path(source.location).stat().st_size
         if size > MAX_DOWNLOAD:
@@ -266,6 +265,7 @@ def _home_lock(home: Path) -> Iterator[None]:
     home.mkdir(parents=True, exist_ok=True)
     with open(home / (LOCKFILE + ".lock"), "a") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
+        _recover_locked(home)  # a landing a kill interrupted is finished or undone first
         yield
 
 
@@ -284,7 +284,7 @@ def _check_id(ident: str, where: object) -> str:
 
 def _stage(source: Source, work: Path, env: Mapping[str, str] | None, only: set[str] | None = None,
            *, allow_first_party: bool = False) -> list[_Staged]:
-    tree, commit, archive_sha = fetch(source, work)
+    tree, commit, archive_sha = fetch(source, work, env)
     dirs = find_toolkits(tree)
     if not dirs:
         raise InstallError(f"{source.text()}: no manifest.org found (looked at the root, */ and toolkits/*/)")
@@ -322,43 +322,130 @@ def _stage(source: Source, work: Path, env: Mapping[str, str] | None, only: set[
     return staged
 
 
-def _land(home: Path, staged: list[_Staged], new_lock: Mapping[str, LockEntry], work: Path, *, replace: set[str]) -> None:
-    """Rename staged folders into the user root and ``new_lock`` into place; undo on failure."""
+# --- landing: one journal, one commit point ----------------------------------------------
+#
+# Several toolkits land as one change. Before the first rename, the journal
+# ($WB_HOME/.install-journal.json, written atomically) lists every move and the new
+# lockfile's temp name; then old folders go aside into the staging folder, new ones come
+# in, and renaming the new lockfile into place is the commit point. The next command that
+# finds a journal (``recover``, run by every ``wbx`` command through
+# ``wbcore.leftovers.sweep_home``) rolls forward if the lockfile was committed (drops what
+# went aside) and otherwise rolls back every move it finds done, so the user root and
+# ``wbx.lock`` always agree: all old, or all new.
+
+
+def _journal_path(home: Path) -> Path:
+    return home / JOURNAL
+
+
+def _write_journal(home: Path, doc: dict[str, Any]) -> None:
+    tmp = _atomic_write(_journal_path(home), json.dumps(doc, indent=1).encode())
+    os.replace(tmp, _journal_path(home))
+    _fsync_dir(home)
+
+
+def _rel(home: Path, path: Path | None) -> str | None:
+    return None if path is None else os.path.relpath(path, home)
+
+
+def _replay(home: Path, doc: dict[str, Any]) -> str:
+    """Finish (lockfile committed) or undo (not committed) the journalled landing; returns which."""
+    lock_tmp = home / doc["lock_tmp"]
+    if not lock_tmp.exists():  # the lockfile was renamed into place: the new state is the state
+        outcome = "rolled forward"
+        for mv in doc["moves"]:
+            aside = home / mv["aside"]
+            if aside.exists() or aside.is_symlink():
+                unpack.remove_tree(aside)
+    else:
+        outcome = "rolled back"
+        for mv in reversed(doc["moves"]):
+            target, aside = home / mv["target"], home / mv["aside"]
+            new = home / mv["new"] if mv.get("new") else None
+            if new is not None and not (new.exists() or new.is_symlink()) and (target.exists() or target.is_symlink()):
+                os.rename(target, new)  # the new folder had landed: take it back out
+            if aside.exists() or aside.is_symlink():
+                os.rename(aside, target)
+        lock_tmp.unlink(missing_ok=True)
+    if (home / "toolkits").is_dir():
+        _fsync_dir(home / "toolkits")
+    _journal_path(home).unlink(missing_ok=True)
+    _fsync_dir(home)
+    return outcome
+
+
+def recover(home: Path) -> str | None:
+    """Replay a journal a killed install left (under the install lock); None when there is none.
+
+    Never waits: when another process holds the install lock, its landing is live, not
+    interrupted, and is left to it.
+    """
+    jpath = _journal_path(home)
+    if not jpath.exists():
+        return None
+    with open(home / (LOCKFILE + ".lock"), "a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return None
+        return _recover_locked(home)
+
+
+def _recover_locked(home: Path) -> str | None:
+    jpath = _journal_path(home)
+    try:
+        doc = json.loads(jpath.read_bytes())
+    except FileNotFoundError:
+        return None
+    except ValueError:  # never half-written (write-then-rename); an unreadable one is not ours
+        raise InstallError(f"{jpath} is not an install journal; move it away and check {home / 'toolkits'}") from None
+    return _replay(home, doc)
+
+
+def _land(home: Path, staged: list[_Staged], new_lock: Mapping[str, LockEntry], work: Path, *, replace: set[str],
+          remove: tuple[str, ...] = ()) -> None:
+    """Move the staged folders in (and ``remove`` out) and ``new_lock`` into place, as one change."""
     root = home / "toolkits"
     root.mkdir(parents=True, exist_ok=True)
+    moves: list[dict[str, str | None]] = []
+    for s in staged:
+        target = root / s.entry.id
+        if (target.exists() or target.is_symlink()) and s.entry.id not in replace:
+            raise InstallError(f"{target} exists (use --force to replace it)")
+        moves.append({"id": s.entry.id, "new": _rel(home, s.dir), "target": _rel(home, target),
+                      "aside": _rel(home, work / f"old-{s.entry.id}")})
+    for ident in remove:
+        moves.append({"id": ident, "new": None, "target": _rel(home, root / ident),
+                      "aside": _rel(home, work / f"old-{ident}")})
     tmp_lock = _atomic_write(home / LOCKFILE, lock_bytes(new_lock))
-    moved: list[tuple[Path, Path | None]] = []  # (landed dir, where the old one went)
+    faults.point("land:prepared")
+    doc = {"format": 1, "owner": leftovers.owner_tag(), "lock_tmp": _rel(home, tmp_lock), "moves": moves}
     try:
-        for s in staged:
-            target = root / s.entry.id
-            old: Path | None = None
+        _write_journal(home, doc)
+        faults.point("land:journal")
+        for i, mv in enumerate(moves):
+            target = home / str(mv["target"])
             if target.exists() or target.is_symlink():
-                if s.entry.id not in replace:
-                    raise InstallError(f"{target} exists (use --force to replace it)")
-                old = work / f"old-{s.entry.id}"
-                os.rename(target, old)
-            try:
-                os.rename(s.dir, target)
-            except BaseException:
-                if old is not None:
-                    os.rename(old, target)
-                raise
-            moved.append((target, old))
-        os.replace(tmp_lock, home / LOCKFILE)
+                os.rename(target, home / str(mv["aside"]))
+                faults.point(f"land:aside-{i}")
+            if mv["new"] is not None:
+                os.rename(home / str(mv["new"]), target)
+                faults.point(f"land:moved-{i}")
+        os.replace(tmp_lock, home / LOCKFILE)  # the commit point
+        faults.point("land:committed")
     except BaseException:
-        for target, old in reversed(moved):
-            unpack.remove_tree(target)
-            if old is not None:
-                os.rename(old, target)
-        if tmp_lock.exists():
-            tmp_lock.unlink()
+        if _journal_path(home).exists():
+            _replay(home, doc)  # the same undo a later command would do
+        tmp_lock.unlink(missing_ok=True)
         raise
+    _replay(home, doc)
+    faults.point("land:done")
 
 
 def _staging(home: Path) -> Path:
-    base = home / ".staging"
+    base = home / STAGING
     base.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix="install-", dir=base))
+    return leftovers.mkdtemp(STAGING_PREFIX, dir=base)
 
 
 def install(home: Path, source_text: str, *, sha256: str | None = None, force: bool = False,
@@ -467,19 +554,7 @@ def uninstall(home: Path, ident: str) -> LockEntry | None:
         entry = lock.pop(ident, None)
         work = _staging(home)
         try:
-            tmp_lock = _atomic_write(home / LOCKFILE, lock_bytes(lock))
-            moved = False
-            try:
-                if target.exists() or target.is_symlink():
-                    os.rename(target, work / ident)
-                    moved = True
-                os.replace(tmp_lock, home / LOCKFILE)
-            except BaseException:
-                if moved:
-                    os.rename(work / ident, target)
-                if tmp_lock.exists():
-                    tmp_lock.unlink()
-                raise
+            _land(home, [], lock, work, replace=set(), remove=(ident,))
             return entry
         finally:
             unpack.remove_tree(work)

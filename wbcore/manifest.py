@@ -27,6 +27,16 @@ SEMVER_RE = re.compile(
     r"(?:-[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?(?:\+[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?$"
 )
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+#: Every character Python's ``str.splitlines`` (and so orgparse) ends a line at, LF aside.
+#: A manifest or skill may end its lines with LF or CRLF only: anything else would let the
+#: parser see a line the signature's canonical form does not (docs/signing.md).
+_FOREIGN_BREAK_RE = re.compile("\r(?!\n)|[\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+_BREAK_NAMES = {
+    "\r": "a carriage return (CR, U+000D) not followed by LF", "\x0b": "a vertical tab (U+000B)",
+    "\x0c": "a form feed (U+000C)", "\x1c": "a file separator (U+001C)", "\x1d": "a group separator (U+001D)",
+    "\x1e": "a record separator (U+001E)", "\x85": "a next-line character (NEL, U+0085)",
+    "\u2028": "a line separator (U+2028)", "\u2029": "a paragraph separator (U+2029)",
+}
 
 STATUSES = ("stable", "experimental", "deprecated")
 TRUSTS = ("first-party", "third-party")
@@ -116,6 +126,38 @@ def read_text(path: Path) -> str:
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         raise ManifestError(path, line, "file", "not valid UTF-8") from None
+
+
+def lines(text: str, path: Path | str = "manifest.org", *, what: str = "file") -> list[str]:
+    """The lines of a manifest or skill, each with its line end (LF or CRLF) kept.
+
+    The one definition of "a line" that the keyword scanner, orgparse and the signature's
+    canonical form all rely on. Text that another splitter would cut differently is refused:
+    any line break but LF and CRLF, and a file that mixes LF and CRLF endings (so that a
+    line end cannot be changed without changing the signed bytes).
+    """
+    bad = _FOREIGN_BREAK_RE.search(text)
+    if bad is not None:
+        no = text.count("\n", 0, bad.start()) + 1
+        raise ManifestError(
+            path, no, what,
+            f"{_BREAK_NAMES[bad.group()]} at column {bad.start() - text.rfind(chr(10), 0, bad.start())}; "
+            "lines must end in LF (or CRLF): remove the character or replace it with a newline",
+        )
+    out = text.splitlines(keepends=True)
+    crlf = sum(1 for ln in out if ln.endswith("\r\n"))
+    if crlf and crlf != sum(1 for ln in out if ln.endswith("\n")):
+        first = next(i for i, ln in enumerate(out, 1) if ln.endswith("\n") and not ln.endswith("\r\n"))
+        raise ManifestError(
+            path, first, what,
+            "mixes LF and CRLF line endings; convert the file to one of them (e.g. dos2unix)",
+        )
+    return out
+
+
+def normalized(text: str, path: Path | str = "manifest.org", *, what: str = "file") -> str:
+    """The text with its line ends checked (:func:`lines`) and CRLF turned into LF."""
+    return "".join(ln[:-2] + "\n" if ln.endswith("\r\n") else ln for ln in lines(text, path, what=what))
 
 
 def load(path: Path) -> Manifest:
@@ -228,6 +270,7 @@ def parse(text: str, path: Path | str = "manifest.org") -> Manifest:
     if "\x00" in text:
         line = text[: text.index("\x00")].count("\n") + 1
         raise ManifestError(path, line, "file", "contains a NUL byte")
+    text = normalized(text, path)
     keywords, lines = _keywords(text, path)
     node = _toolkit_node(text, path)
     if node is None:

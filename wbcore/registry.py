@@ -102,8 +102,14 @@ class Registry:
         if self._conn is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(self.path, timeout=10.0, check_same_thread=False, isolation_level=None)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
+            # A rollback journal, not WAL: a reader then takes a lock and writes nothing
+            # (WAL creates -wal/-shm files on every open), so a pure-compute run works on a
+            # full or read-only home; writes (builds, installs) are rare and fully synced.
+            try:
+                conn.execute("PRAGMA journal_mode=DELETE")
+            except sqlite3.OperationalError:  # another connection holds the old WAL open: next time
+                pass
+            conn.execute("PRAGMA synchronous=FULL")
             conn.executescript(_SCHEMA)
             self._conn = conn
             self.generation.ensure()

@@ -48,18 +48,24 @@ class SigningError(InvalidArgs):
     """A toolkit cannot be put in canonical form (over a cap, an odd file, a bad manifest)."""
 
 
-def _split_lines(data: bytes) -> list[bytes]:
-    """Split after each LF only (never at a lone CR), as docs/signing.md specifies."""
-    return [line for line in re.split(rb"(?<=\n)", data) if line]
+def strip_signature(manifest_bytes: bytes, path: Path | str = MANIFEST) -> bytes:
+    """The manifest without its ``#+SIGNATURE:`` and ``:SIGNATURE:`` lines (at most one each).
 
-
-def strip_signature(manifest_bytes: bytes) -> bytes:
-    """The manifest without its ``#+SIGNATURE:`` and ``:SIGNATURE:`` lines (at most one each)."""
-    kept: list[bytes] = []
+    Lines are the parser's lines (:func:`wbcore.manifest.lines`): a manifest with any
+    other line break than LF or CRLF is refused here as it is by the parser, so the
+    signed bytes and the parsed fields are cut at the very same places.
+    """
+    try:
+        text = manifest_bytes.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = manifest_bytes[: exc.start].count(b"\n") + 1
+        raise SigningError(f"{path}:{line}: not valid UTF-8") from None
+    kept: list[str] = []
     kw = drawer = 0
-    for line in _split_lines(manifest_bytes):
-        if SIG_LINE_RE.match(line):
-            if _KW_SIG_RE.match(line):
+    for line in _manifest.lines(text, path):
+        raw = line.encode("utf-8")
+        if SIG_LINE_RE.match(raw):
+            if _KW_SIG_RE.match(raw):
                 kw += 1
             else:
                 drawer += 1
@@ -67,7 +73,7 @@ def strip_signature(manifest_bytes: bytes) -> bytes:
         kept.append(line)
     if kw > 1 or drawer > 1:
         raise SigningError("the manifest carries more than one #+SIGNATURE or :SIGNATURE: line")
-    return b"".join(kept)
+    return "".join(kept).encode("utf-8")
 
 
 def _sha(data: bytes) -> str:
@@ -139,7 +145,7 @@ def canonical(toolkit_dir: Path, manifest_bytes: bytes | None = None) -> bytes:
     mpath = toolkit_dir / MANIFEST
     if manifest_bytes is None:
         manifest_bytes = mpath.read_bytes()
-    stripped = strip_signature(manifest_bytes)
+    stripped = strip_signature(manifest_bytes, mpath)
     try:
         parsed = _manifest.parse(manifest_bytes.decode("utf-8"), mpath)
     except UnicodeDecodeError:
@@ -273,7 +279,8 @@ def sign(toolkit_dir: Path, ident: _identity.Identity, *, author_did: str | None
     ``author_did`` defaults to the identity's did:key; a did:web must publish this key.
     """
     mpath = toolkit_dir / MANIFEST
-    text = _manifest.read_text(mpath)
+    # Signed manifests end their lines in LF: verify accepts only what this function writes.
+    text = _manifest.normalized(_manifest.read_text(mpath), mpath)
     parsed = _manifest.parse(text, mpath)
     if parsed.format != "manifest":
         raise InvalidArgs(f"{mpath}: only seed-000 manifests (#+TOOLKIT …) can be signed; this one is {parsed.format}")
@@ -362,6 +369,26 @@ def diff(signed_form: bytes, current_form: bytes) -> list[str]:
     return out
 
 
+def _placed_as_signed(raw: bytes, m: _manifest.Manifest, sig_text: str) -> str | None:
+    """Why the signature lines are not exactly what :func:`sign` writes (None when they are).
+
+    The signature lines are the only bytes of the manifest the signature does not cover;
+    holding them to the one shape ``sign`` gives them (place, case, spacing, line ends, the
+    drawer mirror present) leaves no byte of a signed manifest that can change unnoticed.
+    """
+    try:
+        unsigned = strip_signature(raw, m.path).decode("utf-8")
+    except (SigningError, ManifestError) as exc:
+        return str(exc)
+    text = raw.decode("utf-8")
+    above = sum(1 for ln in _manifest.lines(text, m.path)[: m.node_line - 1] if SIG_LINE_RE.match(ln.encode("utf-8")))
+    expected = _with_fields(unsigned, m.node_line - above, [("SIGNATURE", sig_text, "AUTHOR_DID")])
+    if expected != text:
+        return ("the #+SIGNATURE and :SIGNATURE: lines are not exactly as `wbx toolkit sign` writes them "
+                f"(LF line ends, right after #+AUTHOR_DID and :AUTHOR_DID:); re-sign with: wbx toolkit sign {m.id}")
+    return None
+
+
 def verify(
     toolkit_dir: Path,
     *,
@@ -391,6 +418,9 @@ def verify(
         sig = decode_signature(sig_text)
     except ValueError as exc:
         return Verdict(MALFORMED, f"#+SIGNATURE is malformed: {exc}", did)
+    placed = _placed_as_signed(raw, m, sig_text)
+    if placed is not None:
+        return Verdict(MALFORMED, placed, did)
     try:
         if did.startswith(_did.DID_WEB_PREFIX) and not resolve_web:
             return Verdict(UNRESOLVED, f"{did} not resolved (offline check)", did)

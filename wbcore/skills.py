@@ -69,7 +69,11 @@ def read_skill(toolkit_dir: Path, slug: str) -> str:
         raw = fh.read(MAX_SKILL_BYTES + 1)
     if len(raw) > MAX_SKILL_BYTES:
         raise InvalidArgs(f"skill {slug!r} is over the {MAX_SKILL_BYTES}-byte cap")
-    return raw.decode("utf-8", errors="replace")
+    from wbcore.manifest import normalized
+
+    # The parser's lines: a skill cut differently by another reader (a lone CR, U+2028 ...)
+    # is refused with file:line, as a manifest is.
+    return normalized(raw.decode("utf-8", errors="replace"), path, what="skill")
 
 
 def _describe(text: str, slug: str) -> tuple[str, str]:

@@ -65,7 +65,9 @@ def safe_name(name: str, what: str) -> str:
 
 
 def _check_link(rel: str, target: str, what: str) -> None:
-    if not target or target.startswith("/") or "\x00" in target:
+    if target.startswith("/"):
+        raise UnsafeArchive(f"{what}: link {rel!r} → {target!r} points to an absolute path, outside the tree")
+    if not target or "\x00" in target:
         raise UnsafeArchive(f"{what}: link {rel!r} → {target!r} points outside the tree")
     resolved = posixpath.normpath(posixpath.join(posixpath.dirname(rel), target))
     if resolved == ".." or resolved.startswith("../"):

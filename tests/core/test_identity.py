@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from wbcore import did, identity
-from wbcore.errors import InvalidArgs
+from wbcore.errors import WbError, InvalidArgs
 
 # W3C CCG did-method-key, test-vectors/ed25519-x25519.json: seed → did:key, publicKeyBase58.
 W3C_VECTORS = [
@@ -184,10 +184,14 @@ def test_did_web_resolves_on_loopback_only_when_asked(serve, wbx, make_runtime):
     web = did.did_for_host(host)
     assert did.resolve_web(web, env={}, allow_http_loopback=True) == [ident.public_key]
     assert did.public_keys(web, env={did.ENV_HTTP_LOOPBACK: "1"}) == [ident.public_key]
-    # Without the test override the resolver insists on https, which this server does not speak.
+    # Without the test override the resolver insists on https, and the SSRF guard refuses loopback.
     with pytest.raises(Exception) as info:
         did.resolve_web(web, env={}, timeout=2.0)
-    assert "https://" in str(info.value)
+    assert "https://" in str(info.value) and "SSRF guard" in str(info.value)
+    # With private sources allowed it gets past the guard and fails at TLS (this server speaks http)
+    with pytest.raises(WbError) as info:
+        did.resolve_web(web, env={"WB_ALLOW_PRIVATE_SOURCES": "1"}, timeout=2.0)
+    assert info.value.name == "tls" and info.value.exit_code == 76, info.value
 
 
 def test_did_web_document_size_cap_and_missing(serve):

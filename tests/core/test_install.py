@@ -174,12 +174,18 @@ def _tar_of(folder: Path, out: Path, prefix: str) -> str:
     return hashlib.sha256(out.read_bytes()).hexdigest()
 
 
-def test_archive_url_with_sha256(src, served, wbx, wb_home):
+def test_archive_url_with_sha256(src, served, wbx, wb_home, monkeypatch):
     site, base = served
     digest = _tar_of(src / "tp", site / "tp.tar.gz", "tp-1.0")
     r = wbx("toolkit", "install", f"{base}/tp.tar.gz")
     assert r.exit_code == 2 and "--sha256" in r.stderr
     before = snapshot(wb_home)
+    # loopback is refused by the SSRF guard unless the deployer allows private sources explicitly
+    monkeypatch.delenv("WB_ALLOW_PRIVATE_SOURCES", raising=False)
+    r = wbx("toolkit", "install", f"{base}/tp.tar.gz", "--sha256", digest)
+    assert r.exit_code == 126 and "SSRF guard" in r.stderr and "WB_ALLOW_PRIVATE_SOURCES=1" in r.stderr, r.stderr
+    assert snapshot(wb_home) == before
+    monkeypatch.setenv("WB_ALLOW_PRIVATE_SOURCES", "1")
     r = wbx("toolkit", "install", f"{base}/tp.tar.gz", "--sha256", "0" * 64)
     assert r.exit_code == 2 and "but --sha256 pins" in r.stderr
     assert snapshot(wb_home) == before
@@ -274,7 +280,9 @@ def test_folder_source_with_escaping_symlink_is_refused(src, tmp_path, wbx, wb_h
 # --- --locked -------------------------------------------------------------------------
 
 
-def test_locked_reproduces_the_same_digests_on_a_second_home(src, repo, served, wbx, wb_home, make_runtime, tmp_path):
+def test_locked_reproduces_the_same_digests_on_a_second_home(src, repo, served, wbx, wb_home, make_runtime, tmp_path,
+                                                            monkeypatch):
+    monkeypatch.setenv("WB_ALLOW_PRIVATE_SOURCES", "1")
     site, base = served
     digest = _tar_of(src / "fp", site / "fp.tar.gz", "fp")
     commit = _git("rev-parse", "HEAD", cwd=repo)

@@ -115,3 +115,22 @@ def test_oversized_and_non_utf8_files(tmp_path):
     with pytest.raises(ManifestError) as err:
         manifest.load(bad)
     assert (err.value.line, err.value.field) == (2, "file")
+
+
+@pytest.mark.parametrize("brk", ["\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"])
+def test_line_breaks_other_than_lf_and_crlf_are_refused(brk, tmp_path):
+    from wbcore import manifest as m
+    from wbcore.skills import read_skill
+
+    text = manifest_text("demo") + f"\nsome body{brk}* Evil :toolkit:\n"
+    line = text[: text.index(brk)].count("\n") + 1
+    with pytest.raises(ManifestError, match=rf"manifest.org:{line}: file: .*lines must end in LF") as exc:
+        m.parse(text, Path("/x/demo/manifest.org"))
+    assert exc.value.line == line
+    assert m.parse(manifest_text("demo").replace("\n", "\r\n"), "manifest.org").id == "demo"  # CRLF is fine
+    with pytest.raises(ManifestError, match="mixes LF and CRLF"):
+        m.parse(manifest_text("demo").replace("\n", "\r\n", 1), "manifest.org")
+    (tmp_path / "skills").mkdir()
+    (tmp_path / "skills" / "x.org").write_text(f"#+TITLE: x\n\nok{brk}then\n", newline="")
+    with pytest.raises(ManifestError, match=r"x.org:3: skill: "):
+        read_skill(tmp_path, "x")

@@ -65,6 +65,10 @@ def build_app(runtime: Any = None) -> typer.Typer:
     if runtime is None:
         selected = [p.strip() for p in os.environ.get("WB_PLUGINS", "").split(",") if p.strip()]
         runtime = Runtime.open(plugins=selected or None)
+    from wbcore import leftovers
+
+    # Every command starts by finishing or undoing what a killed one left (reads only when nothing is).
+    leftovers.sweep_home(runtime.home)
 
     app = typer.Typer(
         name="wbx",
@@ -127,16 +131,37 @@ def main(argv: Sequence[str] | None = None, *, runtime: Any = None) -> int:
     except WbError as exc:
         if debug:
             traceback.print_exc()
-        print(f"wbx: {exc.kind.value}: {exc.message}", file=sys.stderr)
+        print(f"wbx: {exc.name}: {exc.message}", file=sys.stderr)
         return exc.exit_code
     except BrokenPipeError:
         return 0
     except Exception as exc:  # the last line of defence: one line, traceback on --debug
         if debug:
             traceback.print_exc()
+        full = _disk_full(exc)
+        if full is not None:
+            print(f"wbx: {full.name}: {full.message}", file=sys.stderr)
+            return full.exit_code
         print(f"wbx: internal: {type(exc).__name__}: {exc} (run with --debug for the traceback)", file=sys.stderr)
         return EXIT_CODES[ErrorKind.INTERNAL]
     return rv if isinstance(rv, int) else 0
+
+
+def _disk_full(exc: BaseException) -> WbError | None:
+    """ENOSPC/EDQUOT anywhere (an OSError, or SQLite's "database or disk is full") as disk-full."""
+    from wbcore.errors import DiskFull, disk_full
+
+    home = os.environ.get("WB_HOME") or "~/.workbooks"
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, OSError) and (full := disk_full(cur, cur.filename or home)) is not None:
+            return full
+        if type(cur).__name__ in ("OperationalError", "DatabaseError") and "disk is full" in str(cur):
+            return DiskFull(f"no space left on the disk holding {home} (SQLite: {cur}); free some space and try again")
+        cur = cur.__cause__ or cur.__context__
+    return None
 
 
 def run() -> None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
+from wbcore import fetch as _fetch
 from wbcore.budget import ByteBudget
 from wbcore.dock import refuse
 from wbcore.errors import CapabilityDenied, InvalidArgs, Timeout
@@ -105,7 +106,7 @@ class CappedHttp:
             if ":" in (parts.hostname or "") and not hdrs["Host"].startswith("["):
                 hdrs["Host"] = f"[{parts.hostname}]" + ("" if default_port else f":{port}")
             timeout = httpx.Timeout(remaining)
-            with httpx.Client(verify=self.verify, trust_env=False, follow_redirects=False, timeout=timeout) as client:
+            with _fetch.client(timeout=remaining, verify=self.verify) as client:
                 req = client.build_request(method, pinned, headers=hdrs, content=body or None,
                                            extensions={"sni_hostname": pin.host, "timeout": timeout.as_dict()})
                 try:

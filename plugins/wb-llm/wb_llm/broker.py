@@ -5,10 +5,11 @@ The endpoint is the deployer's, set in the runtime's environment:
 appended), ``WB_LLM_API_KEY`` (sent as a bearer token, never shown), ``WB_LLM_MODEL``
 (the default model) and optionally ``WB_LLM_MODELS`` (space-separated models a guest
 may pick). Because the deployer chose it, the endpoint is not subject to NetGuard (it
-may be a local server); the guest cannot change it. Prompts, completions, tokens and
-the wait are all capped; the endpoint's answer is read raw (``Accept-Encoding:
-identity``, no decompression) and taken from a :class:`~wbcore.budget.ByteBudget` of
-``min(4 MiB, max_response)`` chunk by chunk, so a runaway answer is cancelled at the cap
+may be a local server); the guest cannot change it. The connection is made by the core
+fetcher's client (``wbcore.fetch.client``: system trust store, no proxies from the environment).
+Prompts, completions, tokens and the wait are all capped; the endpoint's answer is read raw
+(``Accept-Encoding: identity``, no decompression) and taken from a :class:`~wbcore.budget.ByteBudget`
+of ``min(4 MiB, max_response)`` chunk by chunk, so a runaway answer is cancelled at the cap
 plus one network read.
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from wbcore import fetch as _fetch
 from wbcore.budget import ByteBudget
 from wbcore.dock import BrokerCall, refuse
 from wbcore.errors import CapabilityDenied, Internal, InvalidArgs, NotFound, Timeout
@@ -74,7 +76,7 @@ class LlmBroker:
         if self._key:
             headers["Authorization"] = f"Bearer {self._key}"
         try:
-            with httpx.Client(timeout=wait, trust_env=False) as client, \
+            with _fetch.client(timeout=wait) as client, \
                     client.stream("POST", self.base_url + "/chat/completions", json=body, headers=headers) as resp:
                 data = bytearray()
                 for chunk in resp.iter_raw():

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from wbcore import leftovers
 from wbcore.errors import Internal, InvalidArgs, Timeout, WbError
 
 INIT = Path(__file__).with_name("_sandbox_init.py")
@@ -254,7 +255,7 @@ class Sandbox:
     def _run_sandboxed(self, argv, binds, out_dir, limits, env, cwd, stdin, seed_out) -> SandboxResult:
         start = time.monotonic()
         root_user = os.geteuid() == 0
-        scratch = Path(tempfile.mkdtemp(prefix="wb-sbx-"))
+        scratch = leftovers.mkdtemp("wb-sbx-")  # owner in the name: the next wbx command sweeps it if we are killed
         try:
             os.chmod(scratch, 0o700)
             (scratch / "root").mkdir()

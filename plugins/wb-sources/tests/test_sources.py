@@ -72,7 +72,7 @@ def server() -> Iterator[Server]:
 
 @pytest.fixture
 def rt(make_runtime):
-    return make_runtime(env={"WB_SOURCES_ALLOW_PRIVATE": "1", "PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+    return make_runtime(env={"WB_ALLOW_PRIVATE_SOURCES": "1", "PATH": os.environ.get("PATH", "/usr/bin:/bin")})
 
 
 def resolve(rt, tmp_path: Path, spec: str, **extra: str):
@@ -133,7 +133,7 @@ def test_fetched_source_without_sha256_is_refused_before_fetching(rt, server: Se
 
 
 def test_download_size_cap(make_runtime, server: Server, tmp_path: Path) -> None:
-    rt = make_runtime(env={"WB_SOURCES_ALLOW_PRIVATE": "1", "WB_SOURCE_MAX_BYTES": "1000"})
+    rt = make_runtime(env={"WB_ALLOW_PRIVATE_SOURCES": "1", "WB_SOURCE_MAX_BYTES": "1000"})
     body = WASM + b"\0" * 5000
     server.files["/big.wasm"] = body
     with pytest.raises(InvalidArgs, match="cap"):
@@ -149,20 +149,53 @@ def test_private_addresses_are_refused_by_default(make_runtime, server: Server, 
 
 
 def test_redirects_are_rechecked(make_runtime, server: Server, tmp_path: Path) -> None:
-    from wb_sources.fetch import FetchLimits, download
+    from wbcore import fetch
+    from wbcore.netguard import NetGuard
 
-    from wb_sources import fetch
-
-    # Loopback is allowed for the first hop only; the redirect to a link-local address is re-checked.
-    real = fetch._public
-    monkey = pytest.MonkeyPatch()
-    monkey.setattr(fetch, "_public", lambda ip: ip.is_loopback or real(ip))
-    try:
-        with pytest.raises(CapabilityDenied, match="169.254.169.254"):
-            download(f"{server.url}/redirect-to/x", tmp_path / "x", FetchLimits(allow_private=False))
-    finally:
-        monkey.undo()
+    # Loopback is treated as public for the first hop only; the redirect to a link-local address is re-checked.
+    guard = NetGuard(public=frozenset({"127.0.0.1"}))
+    with pytest.raises(CapabilityDenied, match="169.254.169.254"):
+        fetch.download(f"{server.url}/redirect-to/x", tmp_path / "x", guard=guard)
     assert server.hits == ["/redirect-to/x"]
+    assert not (tmp_path / "x").exists() and not (tmp_path / ".x.part").exists()
+
+
+def test_private_hosts_allowlist(make_runtime, server: Server, tmp_path: Path) -> None:
+    server.files["/m.wasm"] = WASM
+    rt = make_runtime(env={"WB_ALLOW_PRIVATE_HOSTS": "10.0.0.0/8 127.0.0.1"})
+    assert resolve(rt, tmp_path, f"wasm:{server.url}/m.wasm", SHA256=sha(WASM)).artifact.read_bytes() == WASM
+    rt = make_runtime(env={"WB_ALLOW_PRIVATE_HOSTS": "mirror.internal"})
+    with pytest.raises(CapabilityDenied, match="WB_ALLOW_PRIVATE_HOSTS"):
+        resolve(rt, tmp_path, f"wasm:{server.url}/m.wasm", SHA256=sha(WASM))
+
+
+def test_local_sources_relative_and_file_urls(rt, tmp_path: Path) -> None:
+    tk = tmp_path / "tk"
+    (tk / "bin").mkdir(parents=True)
+    (tk / "bin" / "tool.wasm").write_bytes(WASM)
+    res = resolve(rt, tmp_path, "wasm:bin/tool.wasm", SHA256=sha(WASM))
+    assert res.artifact.read_bytes() == WASM and res.artifact.parent == tmp_path / "work"
+    with pytest.raises(InvalidArgs, match="sha256 mismatch"):
+        resolve(rt, tmp_path, "wasm:bin/tool.wasm", SHA256="0" * 64)
+    with pytest.raises(InvalidArgs, match="needs #\\+SHA256"):
+        resolve(rt, tmp_path, "wasm:bin/tool.wasm")
+    with pytest.raises(InvalidArgs, match="escapes"):
+        resolve(rt, tmp_path, "wasm:../outside.wasm", SHA256=sha(WASM))
+    (tk / "bin" / "link.wasm").symlink_to("/etc/passwd")
+    with pytest.raises(InvalidArgs, match="escapes"):
+        resolve(rt, tmp_path, "wasm:bin/link.wasm", SHA256=sha(WASM))
+    with pytest.raises(InvalidArgs, match="not a regular file"):
+        resolve(rt, tmp_path, "wasm:file:///dev/zero", SHA256=sha(WASM))
+    other = tmp_path / "elsewhere.tgz"
+    body = tar_bytes([(file_info("bin/tool.wasm"), WASM)])
+    other.write_bytes(body)
+    res = resolve(rt, tmp_path, f"archive:file://{other}", SHA256=sha(body), WASM_PATH="bin/tool.wasm")
+    assert res.artifact.read_bytes() == WASM
+    (tk / "b.tgz").write_bytes(body)
+    res = resolve(rt, tmp_path, "archive:b.tgz", SHA256=sha(body))
+    assert res.artifact.name == "tool.wasm"
+    with pytest.raises(InvalidArgs, match="only https://"):
+        resolve(rt, tmp_path, "wasm:ftp://example.com/x.wasm", SHA256=sha(WASM))
 
 
 def test_archive_bundle_with_wasm_path_and_preopen(rt, server: Server, tmp_path: Path) -> None:
@@ -205,7 +238,7 @@ def test_hostile_archives_are_refused(rt, server: Server, tmp_path: Path, member
 
 
 def test_link_inside_then_write_through_it_cannot_escape(tmp_path: Path) -> None:
-    from wb_sources.unpack import unpack
+    from wbcore.unpack import unpack
 
     link = file_info("sub")
     link.type = tarfile.SYMTYPE
@@ -217,15 +250,15 @@ def test_link_inside_then_write_through_it_cannot_escape(tmp_path: Path) -> None
 
 
 def test_archive_caps(tmp_path: Path) -> None:
-    from wb_sources.unpack import UnpackLimits, unpack
+    from wbcore.unpack import Caps, unpack
 
     arch = tmp_path / "a.tgz"
     arch.write_bytes(tar_bytes([(file_info("zeros"), b"\0" * 100_000)]))  # compresses to almost nothing
-    with pytest.raises(InvalidArgs, match="more than 1000 bytes"):
-        unpack(arch, tmp_path / "r1", UnpackLimits(max_bytes=1000))
+    with pytest.raises(InvalidArgs, match="declares 100000 bytes, over the cap"):
+        unpack(arch, tmp_path / "r1", Caps(max_bytes=1000))
     arch.write_bytes(tar_bytes([(file_info(f"f{i}"), b"x") for i in range(20)]))
     with pytest.raises(InvalidArgs, match="more than 10 entries"):
-        unpack(arch, tmp_path / "r2", UnpackLimits(max_files=10))
+        unpack(arch, tmp_path / "r2", Caps(max_files=10))
 
 
 def _git(*args: str, cwd: Path) -> str:

@@ -1,4 +1,4 @@
-"""Entry point of wb-sources. Imports nothing heavy: httpx and git load in the factories."""
+"""Entry point of wb-sources. Imports nothing heavy: the fetcher and git load in the factories."""
 
 from __future__ import annotations
 
@@ -53,9 +53,10 @@ def wbcore_source_prefixes() -> Iterator[SourcePrefix]:
     yield SourcePrefix(name="path:", summary="a folder inside the toolkit", factory=_path)
     yield SourcePrefix(name="crate:", summary="a Rust crate from a local directory source ($WB_CRATE_DIRS, "
                        "$WB_HOME/crates, /usr/share/cargo/registry)", factory=_crate)
-    yield SourcePrefix(name="wasm:", summary="a prebuilt module over http(s), pinned by #+SHA256", factory=_wasm)
-    yield SourcePrefix(name="archive:", summary="a tar/zip bundle over http(s), pinned by #+SHA256, unpacked safely "
-                       "(#+WASM_PATH, #+PREOPEN)", factory=_archive)
+    yield SourcePrefix(name="wasm:", summary="a prebuilt module (https URL, file:// URL or a path in the toolkit), "
+                       "pinned by #+SHA256", factory=_wasm)
+    yield SourcePrefix(name="archive:", summary="a tar/zip bundle (https URL, file:// URL or a path in the toolkit), "
+                       "pinned by #+SHA256, unpacked safely (#+WASM_PATH, #+PREOPEN)", factory=_archive)
     yield SourcePrefix(name="git+", summary="a git repository at a pinned 40-hex commit (git+<url>@<commit>[#sub])",
                        factory=_git)
     yield SourcePrefix(name="gobuild:", summary="a Go package inside the toolkit, for the go lane", factory=_entry("gobuild:"))

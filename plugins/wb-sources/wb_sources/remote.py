@@ -1,19 +1,28 @@
-"""``wasm:<url>`` and ``archive:<url>``: fetched, checked against ``#+SHA256`` before any
+"""``wasm:<where>`` and ``archive:<where>``: fetched, checked against ``#+SHA256`` before any
 use, then handed over (a module) or unpacked safely (a bundle with ``#+WASM_PATH`` and
-``#+PREOPEN``, or source for the manifest's ``#+BUILD_LANG``)."""
+``#+PREOPEN``, or source for the manifest's ``#+BUILD_LANG``).
+
+``<where>`` is an ``https://`` / ``http://`` URL (through the core's one fetcher,
+``wbcore.fetch``: SSRF guard on every hop, capped and bounded while streaming), a
+``file://`` URL, or a path inside the toolkit (``wasm:bin/tool.wasm``). All three are
+pinned by ``#+SHA256`` alike; unpacking is the core's ``wbcore.unpack``.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import os
 import shutil
+import stat
 from pathlib import Path
 from typing import Any
 
+from wbcore import fetch, unpack
 from wbcore.build import ResolvedSource, SourceRequest
-from wbcore.errors import InvalidArgs
+from wbcore.errors import InvalidArgs, NotFound
+from wbcore.netguard import NetGuard
 
-from wb_sources.fetch import FetchLimits, download
 from wb_sources.local import inside
-from wb_sources.unpack import UnpackLimits, unpack
 
 
 def _pinned(request: SourceRequest, what: str) -> str:
@@ -23,14 +32,53 @@ def _pinned(request: SourceRequest, what: str) -> str:
     return want
 
 
+def _limits(env: dict[str, str]) -> fetch.Limits:
+    return fetch.Limits(max_bytes=int(env.get("WB_SOURCE_MAX_BYTES", 256 << 20)),
+                        timeout=float(env.get("WB_SOURCE_TIMEOUT", 120)))
+
+
+def _copy_local(src: Path, dest: Path, limits: fetch.Limits, shown: str) -> str:
+    """Copy a local regular file (never a device, FIFO or link target swapped in), capped, hashed."""
+    try:
+        fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise NotFound(f"{shown}: no such file") from None
+    except OSError as exc:
+        raise InvalidArgs(f"{shown}: cannot open ({exc.strerror})") from None
+    h = hashlib.sha256()
+    total = 0
+    with os.fdopen(fd, "rb") as fh, dest.open("wb") as out:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise InvalidArgs(f"{shown}: not a regular file")
+        for chunk in iter(lambda: fh.read(1 << 16), b""):
+            total += len(chunk)
+            if total > limits.max_bytes:
+                raise InvalidArgs(f"{shown}: over the {limits.max_bytes}-byte cap")
+            h.update(chunk)
+            out.write(chunk)
+    return h.hexdigest()
+
+
 def _fetch(request: SourceRequest, env: dict[str, str], what: str, name: str) -> Path:
     want = _pinned(request, what)
     request.workdir.mkdir(parents=True, exist_ok=True)
     dest = request.workdir / name
-    got = download(request.rest, dest, FetchLimits.from_env(env))
+    limits = _limits(env)
+    spec = request.rest.strip()
+    local = fetch.local_path(spec, request.manifest.dir)
+    try:
+        if local is None:
+            got = fetch.download(spec, dest, guard=NetGuard.from_env(env), limits=limits, env=env).sha256
+        else:
+            if not spec.startswith("file://"):  # a path inside the toolkit, never outside it
+                local = inside(request.manifest.dir, spec, what)
+            got = _copy_local(local, dest, limits, f"{what}{spec}")
+    except BaseException:
+        dest.unlink(missing_ok=True)
+        raise
     if got != want:
         dest.unlink(missing_ok=True)
-        raise InvalidArgs(f"{what}{request.rest}: sha256 mismatch: #+SHA256 is {want}, the download is {got}; nothing was used")
+        raise InvalidArgs(f"{what}{spec}: sha256 mismatch: #+SHA256 is {want}, the file is {got}; nothing was used")
     return dest
 
 
@@ -55,8 +103,8 @@ class ArchiveSource:
         root = request.workdir / "bundle"
         if root.exists():
             shutil.rmtree(root)
-        unpack(archive, root, UnpackLimits(max_bytes=int(self.env.get("WB_ARCHIVE_MAX_BYTES", 512 << 20)),
-                                           max_files=int(self.env.get("WB_ARCHIVE_MAX_FILES", 20000))))
+        unpack.unpack(archive, root, unpack.Caps(max_bytes=int(self.env.get("WB_ARCHIVE_MAX_BYTES", 512 << 20)),
+                                                 max_files=int(self.env.get("WB_ARCHIVE_MAX_FILES", 20000))))
         archive.unlink()
         digest = request.manifest.sha256 or ""
         m = request.manifest

@@ -1,0 +1,232 @@
+"""The one fetcher (wbcore.fetch): TLS against SSL_CERT_FILE, error kinds of their own, caps while streaming."""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import http.server
+import io
+import ipaddress
+import socket
+import ssl
+import tarfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from wbcore import fetch
+from wbcore.errors import DnsError, InvalidArgs, Timeout, TlsError, Unreachable
+from wbcore.netguard import EgressDenied, NetGuard
+
+ALLOW = {"WB_ALLOW_PRIVATE_SOURCES": "1"}
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    files: dict[str, bytes] = {}
+
+    def do_GET(self) -> None:  # noqa: N802
+        if self.path == "/stall":
+            self.send_response(200)
+            self.send_header("Content-Length", "1000")
+            self.end_headers()
+            self.wfile.write(b"x")
+            self.wfile.flush()
+            time.sleep(3)
+            return
+        if self.path == "/endless":  # no Content-Length: the cap must hold while streaming
+            self.send_response(200)
+            self.end_headers()
+            try:
+                for _ in range(1000):
+                    self.wfile.write(b"\0" * 65536)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            return
+        body = self.files.get(self.path)
+        if body is None:
+            self.send_response(404)
+            self.end_headers()
+            return
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *a: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory) -> tuple[Path, Path, Path]:
+    """A private CA (a corporate TLS-intercepting proxy's) and a server certificate it issued for localhost."""
+    x509 = pytest.importorskip("cryptography.x509")
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "wbcore test intercepting proxy CA")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+          .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
+          .not_valid_after(now + datetime.timedelta(days=2))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+          .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
+                                       key_encipherment=False, data_encipherment=False, key_agreement=False,
+                                       encipher_only=False, decipher_only=False), critical=True)
+          .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+          .sign(ca_key, hashes.SHA256()))
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]))
+            .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=2))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
+                                                        x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+            .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    d = tmp_path_factory.mktemp("pki")
+    (d / "ca.pem").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    (d / "server.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (d / "server.key").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                     serialization.NoEncryption()))
+    return d / "ca.pem", d / "server.pem", d / "server.key"
+
+
+def _serve(tls: tuple[Path, Path] | None) -> Iterator[int]:
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    if tls is not None:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(*tls)
+        srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+    t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    t.start()
+    try:
+        yield srv.server_address[1]
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+@pytest.fixture(scope="module")
+def https_port(pki) -> Iterator[int]:
+    _, cert, key = pki
+    yield from _serve((cert, key))
+
+
+@pytest.fixture(scope="module")
+def http_port() -> Iterator[int]:
+    yield from _serve(None)
+
+
+def test_https_through_a_private_ca_in_ssl_cert_file(pki, https_port):
+    ca, _, _ = pki
+    _Handler.files["/x"] = b"hello over tls"
+    env = {**ALLOW, "SSL_CERT_FILE": str(ca)}
+    body, got = fetch.get_bytes(f"https://localhost:{https_port}/x", guard=NetGuard.from_env(env),
+                                limits=fetch.Limits(), env=env)
+    assert body == b"hello over tls" and got.sha256 == hashlib.sha256(body).hexdigest()
+    # SSL_CERT_DIR works too (a hashed folder, as c_rehash / update-ca-certificates make)
+    import subprocess
+
+    d = ca.parent / "certs"
+    d.mkdir(exist_ok=True)
+    h = subprocess.run(["openssl", "x509", "-hash", "-noout", "-in", str(ca)], capture_output=True, text=True)
+    if h.returncode == 0:
+        (d / f"{h.stdout.strip()}.0").write_bytes(ca.read_bytes())
+        env = {**ALLOW, "SSL_CERT_DIR": str(d)}
+        body, _ = fetch.get_bytes(f"https://localhost:{https_port}/x", guard=NetGuard.from_env(env),
+                                  limits=fetch.Limits(), env=env)
+        assert body == b"hello over tls"
+
+
+def test_without_the_ca_tls_fails_with_its_own_kind(pki, https_port, tmp_path, monkeypatch):
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    _Handler.files["/x"] = b"hello"
+    with pytest.raises(TlsError) as exc:
+        fetch.get_bytes(f"https://localhost:{https_port}/x", guard=NetGuard.from_env(ALLOW), limits=fetch.Limits(),
+                        env=ALLOW)
+    assert exc.value.name == "tls" and exc.value.exit_code == 76
+    assert "SSL_CERT_FILE" in exc.value.message and "certificate" in exc.value.message.lower()
+
+
+def _tarball(tmp_path: Path) -> bytes:
+    tk = tmp_path / "fp"
+    tk.mkdir()
+    (tk / "manifest.org").write_text(
+        "#+TITLE: fp\n#+TOOLKIT: fp\n#+VERSION: 1.0.0\n#+STATUS: stable\n#+TAGLINE: t.\n\n* fp :toolkit:\n")
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
+        tf.add(tk, arcname="fp")
+    return buf.getvalue()
+
+
+def test_wbx_install_over_https_with_the_proxy_ca(pki, https_port, tmp_path, wbx, make_runtime, wb_home, monkeypatch):
+    ca, _, _ = pki
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    body = _tarball(tmp_path)
+    _Handler.files["/fp.tar.gz"] = body
+    url = f"https://localhost:{https_port}/fp.tar.gz"
+    pin = hashlib.sha256(body).hexdigest()
+    rt = make_runtime(env={**ALLOW, "PATH": "/usr/bin:/bin"})
+    r = wbx("toolkit", "install", url, "--sha256", pin, "--first-party", runtime=rt)
+    assert r.exit_code == 76 and r.stderr.startswith("wbx: tls: ") and "SSL_CERT_FILE" in r.stderr, r.stderr
+    assert not (wb_home / "toolkits" / "fp").exists()
+    rt = make_runtime(env={**ALLOW, "SSL_CERT_FILE": str(ca), "PATH": "/usr/bin:/bin"})
+    r = wbx("toolkit", "install", url, "--sha256", pin, "--first-party", runtime=rt)
+    assert r.exit_code == 0, r.stderr
+    assert (wb_home / "toolkits" / "fp" / "manifest.org").is_file()
+
+
+def test_dns_and_connection_failures_have_their_own_kinds(tmp_path):
+    def no_dns(host: str, port: int) -> list[str]:
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    with pytest.raises(DnsError) as exc:
+        fetch.get_bytes("https://nowhere.example/x", guard=NetGuard.from_env({}, resolver=no_dns), limits=fetch.Limits())
+    assert exc.value.name == "dns" and exc.value.exit_code == 68 and "nowhere.example" in exc.value.message
+    # a broker's guard (no from_env) calls the same failure a denial: a guest learns nothing more
+    with pytest.raises(EgressDenied):
+        NetGuard(resolver=no_dns).pin("nowhere.example", 443)
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()
+    with pytest.raises(Unreachable) as exc2:
+        fetch.get_bytes(f"http://127.0.0.1:{port}/x", guard=NetGuard.from_env(ALLOW), limits=fetch.Limits())
+    assert exc2.value.exit_code == 69
+
+
+def test_caps_hold_while_streaming(http_port, tmp_path):
+    guard = NetGuard.from_env(ALLOW)
+    with pytest.raises(InvalidArgs, match="over the 100000-byte cap; download stopped"):
+        fetch.download(f"http://127.0.0.1:{http_port}/endless", tmp_path / "out",
+                       guard=guard, limits=fetch.Limits(max_bytes=100_000))
+    assert list(tmp_path.iterdir()) == []  # no partial file left
+    start = time.monotonic()
+    with pytest.raises(Timeout):
+        fetch.download(f"http://127.0.0.1:{http_port}/stall", tmp_path / "out", guard=guard,
+                       limits=fetch.Limits(timeout=1.0))
+    assert time.monotonic() - start < 2.5
+    with pytest.raises(EgressDenied, match="SSRF guard"):
+        fetch.download(f"http://127.0.0.1:{http_port}/x", tmp_path / "out", guard=NetGuard.from_env({}))
+
+
+def test_one_fetcher():
+    """No module but wbcore/fetch.py makes an httpx client (the issue-11 acceptance grep)."""
+    import re
+
+    root = Path(fetch.__file__).resolve().parents[1]
+    pattern = re.compile(r"httpx\.(get|Client|stream|AsyncClient|post)\b")
+    found = []
+    for base in (root / "wbcore", root / "plugins"):
+        for path in base.rglob("*.py"):
+            if "/tests/" in path.as_posix() or ".venv" in path.parts:
+                continue
+            if pattern.search(path.read_text(encoding="utf-8", errors="replace")):
+                found.append(path.relative_to(root).as_posix())
+    assert found == ["wbcore/fetch.py"]
