@@ -31,7 +31,8 @@ from pathlib import Path
 from wbcore import did as _did
 from wbcore import identity as _identity
 from wbcore import manifest as _manifest
-from wbcore.errors import InvalidArgs, ManifestError, WbError
+from wbcore import paths
+from wbcore.errors import InvalidArgs, WbError
 
 HEADER = "wbcore-toolkit-signature/1"
 MANIFEST = "manifest.org"
@@ -138,7 +139,7 @@ def canonical(toolkit_dir: Path, manifest_bytes: bytes | None = None) -> bytes:
     """The canonical form of a toolkit folder (see the module docstring)."""
     mpath = toolkit_dir / MANIFEST
     if manifest_bytes is None:
-        manifest_bytes = mpath.read_bytes()
+        manifest_bytes = paths.read_file(toolkit_dir, MANIFEST, _manifest.MAX_MANIFEST_BYTES)
     stripped = strip_signature(manifest_bytes)
     try:
         parsed = _manifest.parse(manifest_bytes.decode("utf-8"), mpath)
@@ -372,11 +373,11 @@ def verify(
     """Check ``#+AUTHOR_DID`` / ``#+SIGNATURE`` against the folder as it is now."""
     mpath = toolkit_dir / MANIFEST
     try:
-        if mpath.stat().st_size > _manifest.MAX_MANIFEST_BYTES:
-            return Verdict(MALFORMED, f"{mpath} is over the {_manifest.MAX_MANIFEST_BYTES}-byte cap")
-        raw = mpath.read_bytes()
+        raw = paths.read_file(toolkit_dir, MANIFEST, _manifest.MAX_MANIFEST_BYTES)
         m = _manifest.parse(raw.decode("utf-8"), mpath)
-    except (OSError, UnicodeDecodeError, ManifestError) as exc:
+    except paths.Refused as exc:
+        return Verdict(MALFORMED, exc.message)
+    except (OSError, UnicodeDecodeError, WbError) as exc:
         return Verdict(MALFORMED, f"cannot read the manifest: {exc}")
     missing = [k for k, v in (("AUTHOR_DID", m.author_did), ("SIGNATURE", m.signature)) if not v]
     if missing:
@@ -408,10 +409,10 @@ def verify(
     digest = _sha(form)
     if any(_identity.verify(k, form, sig) for k in keys):
         return Verdict(OK, f"signature valid, signed by {did}", did, digest)
-    sidecar = toolkit_dir / SIDECAR
-    signed_form = b""
-    if sidecar.is_file() and not sidecar.is_symlink() and sidecar.stat().st_size <= MAX_BYTES // 64:
-        signed_form = sidecar.read_bytes()
+    try:
+        signed_form = paths.read_file(toolkit_dir, SIDECAR, MAX_BYTES // 64)
+    except (OSError, WbError):  # the sidecar only explains a failure; without it, say less
+        signed_form = b""
     if signed_form and any(_identity.verify(k, signed_form, sig) for k in keys):
         changes = tuple(diff(signed_form, form)) or ("the canonical form changed",)
         shown = "; ".join(changes[:6]) + (f"; and {len(changes) - 6} more" if len(changes) > 6 else "")

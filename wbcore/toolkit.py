@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from wbcore import skills as _skills
+from wbcore.errors import WbError
 from wbcore.manifest import Manifest
 
 
@@ -26,8 +27,17 @@ class Toolkit:
         return self.manifest.dir
 
     @cached_property
+    def skill_index(self) -> _skills.Index:
+        return _skills.scan(self.dir)
+
+    @property
     def skills(self) -> list[_skills.Skill]:
-        return _skills.list_skills(self.dir)
+        return list(self.skill_index.skills)
+
+    @property
+    def skill_problems(self) -> tuple[WbError, ...]:
+        """Skill files (or the ``skills/`` folder) refused by containment: ``file: reason`` each."""
+        return self.skill_index.problems
 
     def skill_text(self, slug: str) -> str:
         return _skills.read_skill(self.dir, slug)
@@ -36,4 +46,5 @@ class Toolkit:
         data = self.manifest.as_dict()
         data["root"] = str(self.root)
         data["skills"] = [s.as_dict() for s in self.skills]
+        data["skill_problems"] = [str(p) for p in self.skill_problems]
         return data
