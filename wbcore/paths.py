@@ -79,10 +79,7 @@ class Root:
             pending.append((part, where, _noun(i == len(asked) - 1, expect)))
         pending.reverse()
         cur = self.real
-        try:
-            st = os.lstat(cur)
-        except OSError as exc:
-            raise NotFound(f"{self.shown}: {exc.strerror}") from None
+        st: os.stat_result | None = None  # of cur, once known; the root is trusted and not re-checked
         hops = 0
         while pending:
             name, at, noun = pending.pop()
@@ -90,7 +87,7 @@ class Root:
                 if cur == self.real:
                     raise Refused(at, f"symlink to a {noun} outside {self.label}")
                 cur = os.path.dirname(cur)
-                st = os.lstat(cur)
+                st = None
                 continue
             nxt = os.path.join(cur, name)
             try:
@@ -113,11 +110,16 @@ class Root:
                 parts = [p for p in target.split("/") if p not in ("", ".")]
                 pending.extend((p, at, noun) for p in reversed(parts))
                 if not parts:  # a link to "." names its own folder
-                    st = os.lstat(cur)
+                    st = None
                 continue
             if pending and not stat.S_ISDIR(st.st_mode):
                 raise Refused(at, "not a folder")
             cur = nxt
+        if st is None:  # the path names the root, or a folder reached through ".." or "."
+            try:
+                st = os.lstat(cur)
+            except OSError as exc:
+                raise NotFound(f"{shown}: {exc.strerror}") from None
         _check_kind(shown, st, expect)
         return cur, st
 
