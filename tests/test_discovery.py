@@ -105,3 +105,23 @@ def test_a_toolkit_folder_linked_within_the_search_root_is_read(tmp_path: Path):
     os.symlink("store/kit", root / "kit")
     found = discovery.discover([root])
     assert "kit" in found.toolkits and found.toolkits["kit"].skills[0].slug == "overview"
+
+
+def test_a_toolkit_folder_swapped_for_a_link_after_discovery_serves_nothing(tmp_path: Path):
+    """A long-lived server keeps its discovery: skills are read from the search root down each time."""
+    import os
+
+    import pytest
+
+    from wbcore.paths import Refused
+
+    root = tmp_path / "root"
+    write_toolkit(root, "kit")
+    write_toolkit(tmp_path / "outside", "kit", skills={"overview": "#+TITLE: TOP SECRET\n"})
+    found = discovery.discover([root])
+    tk = found.toolkits["kit"]
+    os.rename(root / "kit", tmp_path / "moved")
+    os.symlink(tmp_path / "outside" / "kit", root / "kit")
+    with pytest.raises(Refused, match="kit: symlink to a folder outside the search root"):
+        tk.skill_text("overview")
+    assert tk.skills == [] and "outside the search root" in str(tk.skill_problems[0])

@@ -187,3 +187,16 @@ def test_discovery_reads_through_containment_without_extra_lookups(tk: Path, mon
     assert list(found.toolkits) == ["demo"]
     below = [c for c in calls if c.startswith(real_root + os.sep)]
     assert below == [os.path.join(real_root, "demo", "manifest.org")]
+
+
+def test_stays_inside_answers_for_links_whatever_they_name(tk: Path, tmp_path: Path):
+    """The signature's link check asks the same rule (no second copy in signing.py)."""
+    root = paths.Root.at(tk)
+    os.symlink("use.org", tk / "skills" / "alias.org")
+    os.symlink("gone.org", tk / "skills" / "dangling.org")
+    os.symlink("../../secret.org", tk / "leak.org")
+    os.link(tmp_path / "secret.org", tk / "hard.org")
+    os.symlink("hard.org", tk / "to-hard.org")
+    assert root.stays_inside("skills/alias.org") and root.stays_inside("skills/dangling.org")
+    assert root.stays_inside("to-hard.org")  # where it points is inside; reading it is refused elsewhere
+    assert not root.stays_inside("leak.org")

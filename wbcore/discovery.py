@@ -21,7 +21,6 @@ from wbcore.errors import ManifestError, NotFound, unknown_name
 from wbcore.toolkit import Toolkit
 
 MANIFEST = "manifest.org"
-SEARCH_ROOT = "the search root"
 
 
 def default_home(env: Mapping[str, str]) -> Path:
@@ -89,7 +88,7 @@ def _toolkit_folder(search: paths.Root, entry: os.DirEntry[str]) -> paths.Root |
 def discover_root(root: Path) -> tuple[list[Toolkit], list[ManifestError]]:
     toolkits: list[Toolkit] = []
     errors: list[ManifestError] = []
-    search = paths.Root.at(root, SEARCH_ROOT)
+    search = paths.Root.at(root, paths.SEARCH_ROOT)
     try:
         entries = sorted(os.scandir(search.real), key=lambda e: e.name)
     except OSError:

@@ -31,6 +31,7 @@ from wbcore.errors import InvalidArgs, NotFound
 #: The kernel's own bound on symlink hops (``ELOOP``).
 MAX_SYMLINK_HOPS = 40
 TOOLKIT_ROOT = "the toolkit root"
+SEARCH_ROOT = "the search root"
 
 Expect = Literal["file", "dir", "any"]
 
@@ -63,6 +64,22 @@ class Root:
     def resolve(self, relative: str, expect: Expect = "file") -> tuple[str, os.stat_result]:
         """The symlink-free path of ``relative`` and its ``lstat``, or :class:`Refused` /
         :class:`~wbcore.errors.NotFound` saying why not."""
+        real, st = self._walk(relative, expect)
+        _check_kind(self.shown / relative if relative else self.shown, st, expect)
+        return real, st
+
+    def stays_inside(self, relative: str) -> bool:
+        """Whether every step of ``relative`` (through its symlinks) stays inside the root,
+        whatever it names; a path that ends at nothing inside the root stays inside."""
+        try:
+            self._walk(relative, "any")
+        except NotFound:
+            return True
+        except Refused:
+            return False
+        return True
+
+    def _walk(self, relative: str, expect: Expect) -> tuple[str, os.stat_result]:
         shown = self.shown / relative if relative else self.shown
         if "\x00" in relative:
             raise Refused(shown, "a NUL byte in the path")
@@ -120,7 +137,6 @@ class Root:
                 st = os.lstat(cur)
             except OSError as exc:
                 raise NotFound(f"{shown}: {exc.strerror}") from None
-        _check_kind(shown, st, expect)
         return cur, st
 
     def inside(self, relative: str, expect: Expect = "file") -> Path:

@@ -93,7 +93,7 @@ def _entries(root: Path) -> list[tuple[str, str, str]]:
     """(kind, sha256, relpath) of every file to sign, sorted by relpath bytes."""
     found: list[tuple[str, str, str]] = []
     total = 0
-    real_root = os.path.realpath(root)
+    root_in = paths.Root.at(root)
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         dirnames[:] = [d for d in dirnames if d not in EXCLUDED_DIRS]
         # A symlinked directory is listed in dirnames but not walked: record it as a link.
@@ -114,8 +114,8 @@ def _entries(root: Path) -> list[tuple[str, str, str]]:
                 raise SigningError(f"{rel!r}: file names must be UTF-8") from None
             if stat.S_ISLNK(st.st_mode):
                 target = os.readlink(path)
-                real = os.path.realpath(path)
-                if os.path.isabs(target) or not (real == real_root or real.startswith(real_root + os.sep)):
+                # Absolute link text is refused even inside: the signed form must survive a move.
+                if os.path.isabs(target) or not root_in.stays_inside(rel):
                     raise SigningError(f"{rel}: a link must stay inside the toolkit (it points to {target!r})")
                 found.append(("link", _sha(os.fsencode(target)), rel))
             elif stat.S_ISDIR(st.st_mode):

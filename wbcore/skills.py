@@ -56,33 +56,35 @@ def check_slug(slug: str) -> str:
     return slug
 
 
-def skills_root(toolkit_dir: Path) -> paths.Root | None:
-    """``skills/`` as a containment root, ``None`` when there is none; :class:`~wbcore.paths.Refused`
-    when it is not a folder inside the toolkit."""
+def skills_root(toolkit: Path | paths.Root) -> paths.Root | None:
+    """``skills/`` of a toolkit folder (a path, or a :class:`~wbcore.paths.Root` already checked)
+    as a containment root; ``None`` when there is none, :class:`~wbcore.paths.Refused` when it is
+    not a folder inside the toolkit."""
+    folder = toolkit if isinstance(toolkit, paths.Root) else paths.Root.at(toolkit)
     try:
-        return paths.Root.at(toolkit_dir).folder(SKILLS_DIR, SKILLS_ROOT)
+        return folder.folder(SKILLS_DIR, SKILLS_ROOT)
     except NotFound:
         return None
 
 
-def skill_path(toolkit_dir: Path, slug: str) -> Path:
+def skill_path(toolkit_dir: Path | paths.Root, slug: str) -> Path:
     """The checked, symlink-free path of one skill file, or an error naming the problem."""
     slug = check_slug(slug)
     root = skills_root(toolkit_dir)
     try:
         if root is None:
-            raise NotFound(f"{toolkit_dir / SKILLS_DIR}: does not exist")
+            raise NotFound(SKILLS_DIR)
         return root.inside(f"{slug}{SKILL_SUFFIX}")
     except NotFound:
         raise NotFound(unknown_name("skill", slug, [s.slug for s in list_skills(toolkit_dir)])) from None
 
 
-def read_skill(toolkit_dir: Path, slug: str) -> str:
+def read_skill(toolkit_dir: Path | paths.Root, slug: str) -> str:
     slug = check_slug(slug)
     root = skills_root(toolkit_dir)
     try:
         if root is None:
-            raise NotFound(f"{toolkit_dir / SKILLS_DIR}: does not exist")
+            raise NotFound(SKILLS_DIR)
         raw = root.read(f"{slug}{SKILL_SUFFIX}", MAX_SKILL_BYTES)
     except NotFound:
         raise NotFound(unknown_name("skill", slug, [s.slug for s in list_skills(toolkit_dir)])) from None
@@ -104,7 +106,7 @@ def _describe(text: str, slug: str) -> tuple[str, str]:
     return title, summary[:200]
 
 
-def scan(toolkit_dir: Path) -> Index:
+def scan(toolkit_dir: Path | paths.Root) -> Index:
     """Every skill in ``skills/`` that may be read, and a problem for each one that may not."""
     try:
         root = skills_root(toolkit_dir)
@@ -141,6 +143,6 @@ def scan(toolkit_dir: Path) -> Index:
     return Index(tuple(found), tuple(problems))
 
 
-def list_skills(toolkit_dir: Path) -> list[Skill]:
+def list_skills(toolkit_dir: Path | paths.Root) -> list[Skill]:
     """Skills in ``skills/``, ``overview`` first; refused entries are left out (see :func:`scan`)."""
     return list(scan(toolkit_dir).skills)
