@@ -117,7 +117,10 @@ class Root:
                 hops += 1
                 if hops > MAX_SYMLINK_HOPS:
                     raise Refused(at, f"more than {MAX_SYMLINK_HOPS} symlinks on the way")
-                target = os.readlink(nxt)
+                try:
+                    target = os.readlink(nxt)
+                except OSError as exc:  # replaced between the lstat and here
+                    raise Refused(at, f"cannot read the link ({exc.strerror})") from None
                 if os.path.isabs(target):
                     norm = os.path.normpath(target)
                     if norm != self.real and not norm.startswith(self.real + os.sep):
