@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from wbcore import paths
 from wbcore.errors import InvalidArgs
 from wbcore.manifest import Manifest
 
@@ -112,13 +113,14 @@ def tree_digest(root: Path, *, max_files: int = 20000, max_bytes: int = 512 << 2
             if path.is_symlink():
                 h.update(b"L" + rel.encode() + b"\0" + os.readlink(path).encode() + b"\0")
                 continue
-            st = path.stat()
-            total += st.st_size
-            if total > max_bytes:
-                raise ValueError(f"{root}: more than {max_bytes} bytes")
-            h.update(b"F" + rel.encode() + b"\0" + (b"x" if st.st_mode & 0o111 else b"-"))
-            with path.open("rb") as fh:
+            # Through containment: a FIFO, a device or a hard link is refused, never read.
+            with paths.open_file(root, rel, label="the source folder") as fh:
+                st = os.fstat(fh.fileno())
+                h.update(b"F" + rel.encode() + b"\0" + (b"x" if st.st_mode & 0o111 else b"-"))
                 for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    total += len(chunk)  # counted as read: a file growing under us is still capped
+                    if total > max_bytes:
+                        raise ValueError(f"{root}: more than {max_bytes} bytes")
                     h.update(chunk)
             h.update(b"\0")
     return h.hexdigest()

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from wbcore import manifest as _manifest
+from wbcore import paths
 from wbcore.errors import ManifestError, NotFound, unknown_name
 from wbcore.toolkit import Toolkit
 
@@ -69,26 +70,45 @@ class Discovery:
                 raise err
         raise NotFound(unknown_name("toolkit", ident, list(self.toolkits)))
 
-    def error_for(self, ident: str) -> ManifestError | None:
-        return next((e for e in self.errors if e.path.parent.name == ident), None)
+
+
+def _toolkit_folder(search: paths.Root, entry: os.DirEntry[str]) -> paths.Root | None:
+    """The entry as a toolkit's containment root; ``None`` when it is not a folder."""
+    if entry.is_dir(follow_symlinks=False):
+        # scandir already knows it is a real folder: no second lstat (1,000 toolkits stay fast).
+        return paths.Root(search.shown / entry.name, os.path.join(search.real, entry.name))
+    if not entry.is_symlink() or not entry.is_dir():
+        return None
+    try:
+        return search.folder(entry.name, paths.TOOLKIT_ROOT)
+    except NotFound:
+        return None
 
 
 def discover_root(root: Path) -> tuple[list[Toolkit], list[ManifestError]]:
     toolkits: list[Toolkit] = []
     errors: list[ManifestError] = []
+    search = paths.Root.at(root, paths.SEARCH_ROOT)
     try:
-        entries = sorted(os.scandir(root), key=lambda e: e.name)
+        entries = sorted(os.scandir(search.real), key=lambda e: e.name)
     except OSError:
         return toolkits, errors
     for entry in entries:
-        if entry.name.startswith(".") or not entry.is_dir():
+        if entry.name.startswith("."):
             continue
-        path = Path(entry.path) / MANIFEST
-        if not path.is_file():
+        path = root / entry.name / MANIFEST
+        try:
+            folder = _toolkit_folder(search, entry)
+        except paths.Refused as exc:  # a toolkit folder linked in from outside the root
+            errors.append(ManifestError(path, 0, "file", f"the toolkit folder is a {exc.reason}"))
+            continue
+        if folder is None:
             continue
         try:
-            m = _manifest.load(path)
+            m = _manifest.load(path, folder)
         except ManifestError as exc:
+            if exc.line == 0 and exc.problem == _manifest.MISSING:
+                continue  # a folder without a manifest is not a toolkit
             errors.append(exc)
             continue
         if m.format == "manifest" and m.id != entry.name:

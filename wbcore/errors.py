@@ -120,14 +120,17 @@ def disk_full(exc: OSError, where: object) -> DiskFull | None:
 
 
 class ManifestError(InvalidArgs):
-    """A malformed manifest: names the file, the line and the field."""
+    """A malformed manifest: names the file, the line and the field.
+
+    Line 0 is the whole file (unreadable, too big, refused by containment): ``file: problem``.
+    """
 
     def __init__(self, path: Path | str, line: int, field: str, problem: str) -> None:
         self.path = Path(path)
         self.line = line
         self.field = field
         self.problem = problem
-        super().__init__(f"{self.path}:{line}: {field}: {problem}")
+        super().__init__(f"{self.path}:{line}: {field}: {problem}" if line else f"{self.path}: {problem}")
 
 
 class PluginError(Internal):

@@ -15,9 +15,11 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from wbcore.errors import ManifestError
+from wbcore import paths
+from wbcore.errors import ManifestError, NotFound
 
 MAX_MANIFEST_BYTES = 1 << 20
+MISSING = "does not exist"
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 KEYWORD_RE = re.compile(r"^[ \t]*#\+([A-Za-z][A-Za-z0-9_-]*):[ \t]*(.*?)[ \t]*$")
@@ -109,16 +111,17 @@ class Manifest:
         }
 
 
-def read_text(path: Path) -> str:
+def read_text(path: Path, folder: paths.Root | None = None) -> str:
+    """The manifest at ``path``, read through containment (:mod:`wbcore.paths`) in ``folder``
+    (default: the folder ``path`` names); every failure is a :class:`ManifestError`."""
+    if folder is None:
+        folder = paths.Root.at(path.parent)
     try:
-        size = path.stat().st_size
-    except OSError as exc:
-        raise ManifestError(path, 0, "file", f"cannot read: {exc.strerror}") from None
-    if size > MAX_MANIFEST_BYTES:
-        raise ManifestError(path, 0, "file", f"{size} bytes is over the {MAX_MANIFEST_BYTES}-byte cap")
-    try:
-        with path.open("rb") as fh:
-            raw = fh.read(MAX_MANIFEST_BYTES + 1)
+        raw = folder.read(path.name, MAX_MANIFEST_BYTES)
+    except paths.Refused as exc:
+        raise ManifestError(path, 0, "file", exc.reason) from None
+    except NotFound:
+        raise ManifestError(path, 0, "file", MISSING) from None
     except OSError as exc:
         raise ManifestError(path, 0, "file", f"cannot read: {exc.strerror}") from None
     try:
@@ -160,9 +163,9 @@ def normalized(text: str, path: Path | str = "manifest.org", *, what: str = "fil
     return "".join(ln[:-2] + "\n" if ln.endswith("\r\n") else ln for ln in lines(text, path, what=what))
 
 
-def load(path: Path) -> Manifest:
-    """Read and parse ``path``; every failure is a :class:`ManifestError`."""
-    return parse(read_text(path), path)
+def load(path: Path, folder: paths.Root | None = None) -> Manifest:
+    """Read and parse ``path`` (see :func:`read_text`); every failure is a :class:`ManifestError`."""
+    return parse(read_text(path, folder), path)
 
 
 @dataclass(slots=True)

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wbcore import markup
+from wbcore import markup, paths
+from wbcore.errors import WbError
 
 SCRIPT_SUFFIXES = (".sh", ".bash", ".zsh", ".py", ".js", ".mjs", ".cjs", ".ts", ".rb", ".pl", ".ps1", ".bat", ".cmd", ".php", ".lua")
 SHELL_LANGS = frozenset({"bash", "sh", "shell", "zsh", "console", "shell-session", "fish"})
@@ -99,22 +100,22 @@ def commands_in(line: str) -> list[tuple[str, list[str]]]:
     return out
 
 
-def _text(path: Path) -> str | None:
+def _text(root: Path, rel: str) -> str | None:
+    """A toolkit file's text, read through containment (:mod:`wbcore.paths`); ``None`` when it
+    is refused, too big for a scan or not UTF-8."""
     try:
-        if path.stat().st_size > MAX_SCAN_BYTES:
-            return None
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
+        return paths.read_file(root, rel, MAX_SCAN_BYTES).decode("utf-8")
+    except (OSError, WbError, UnicodeDecodeError):
         return None
 
 
-def _is_script(path: Path, rel: str) -> bool:
-    if rel.startswith("scripts/") or path.suffix.lower() in SCRIPT_SUFFIXES:
+def _is_script(root: Path, rel: str) -> bool:
+    if rel.startswith("scripts/") or Path(rel).suffix.lower() in SCRIPT_SUFFIXES:
         return True
     try:
-        with path.open("rb") as fh:
+        with paths.open_file(root, rel) as fh:
             return fh.read(2) == b"#!"
-    except OSError:
+    except (OSError, WbError):
         return False
 
 
@@ -130,7 +131,7 @@ def audit(root: Path, registered: Iterable[str] = ()) -> Report:
     registered = set(registered)
     report = Report(root)
     add = report.findings.append
-    manifest_text = _text(root / "manifest.org") or ""
+    manifest_text = _text(root, "manifest.org") or ""
     cli_bin = re.search(r"^#\+CLI_BIN:[ \t]*(\S+)", manifest_text, re.MULTILINE)
     own = {cli_bin.group(1)} if cli_bin else set()
     declared = _declared_requires(manifest_text)
@@ -143,8 +144,8 @@ def audit(root: Path, registered: Iterable[str] = ()) -> Report:
             if name.startswith(".") or path.is_symlink():
                 continue
             if rel.endswith(".org"):
-                _scan_org(rel, _text(path) or "", registered | own, native_clis, add)
-            elif _is_script(path, rel):
+                _scan_org(rel, _text(root, rel) or "", registered | own, native_clis, add)
+            elif _is_script(root, rel):
                 add(Finding("script", rel, 0, "a script: runs only natively (nothing from a toolkit does); "
                             "make it a built command (#+BUILD_SRC + a lane) or remove it", name=name))
     for cli, (rel, line) in sorted(native_clis.items()):
@@ -268,13 +269,13 @@ def fix(root: Path, registered: Iterable[str] = ()) -> Report:
     """Apply every fixable rewrite, then audit again; ``fixed`` lists the files changed."""
     registered = set(registered)
     before = audit(root, registered)
-    manifest_text = _text(root / "manifest.org") or ""
+    manifest_text = _text(root, "manifest.org") or ""
     cli_bin = re.search(r"^#\+CLI_BIN:[ \t]*(\S+)", manifest_text, re.MULTILINE)
     reg = registered | ({cli_bin.group(1)} if cli_bin else set())
     changed: list[str] = []
     for rel in sorted({f.path for f in before.findings if f.fixable and f.kind in ("markdown", "registered-cli")}):
         path = root / rel
-        text = _text(path)
+        text = _text(root, rel)
         if text is None:
             continue
         new = _fix_org(_fix_org(text, reg), reg)  # the second pass rewrites blocks the first made from fences
@@ -283,7 +284,7 @@ def fix(root: Path, registered: Iterable[str] = ()) -> Report:
             changed.append(rel)
     missing = [f.name for f in before.findings if f.kind == "requires"]
     if missing and (root / "manifest.org").is_file():
-        text = _text(root / "manifest.org") or ""
+        text = _text(root, "manifest.org") or ""
         new = _add_requires(text, missing)
         if new != text:
             _atomic_write(root / "manifest.org", new)

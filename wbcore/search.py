@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from wbcore.discovery import Discovery
-from wbcore.skills import MAX_SKILL_BYTES
+from wbcore.errors import WbError
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,11 +41,15 @@ def search(found: Discovery, query: str) -> list[Hit]:
                 hits.append(Hit(tk.id, skill.slug, "skill", skill.summary or skill.title))
                 continue
             try:
-                with skill.path.open("rb") as fh:
-                    text = fh.read(MAX_SKILL_BYTES).decode("utf-8", errors="replace")
-            except OSError:
+                text = tk.skill_text(skill.slug)
+            except WbError:  # changed since it was listed; the next listing names the problem
                 continue
             at = text.casefold().find(q)
             if at >= 0:
                 hits.append(Hit(tk.id, skill.slug, "text", _snippet(text, at)))
     return hits
+
+
+def problems(found: Discovery) -> list[WbError]:
+    """Skill files the search could not read (refused by containment): ``file: reason`` each."""
+    return [p for tk in found.toolkits.values() for p in tk.skill_problems]

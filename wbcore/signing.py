@@ -31,7 +31,8 @@ from pathlib import Path
 from wbcore import did as _did
 from wbcore import identity as _identity
 from wbcore import manifest as _manifest
-from wbcore.errors import InvalidArgs, ManifestError, WbError
+from wbcore import paths
+from wbcore.errors import InvalidArgs, WbError
 
 HEADER = "wbcore-toolkit-signature/1"
 MANIFEST = "manifest.org"
@@ -98,7 +99,7 @@ def _entries(root: Path) -> list[tuple[str, str, str]]:
     """(kind, sha256, relpath) of every file to sign, sorted by relpath bytes."""
     found: list[tuple[str, str, str]] = []
     total = 0
-    real_root = os.path.realpath(root)
+    root_in = paths.Root.at(root)
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         dirnames[:] = [d for d in dirnames if d not in EXCLUDED_DIRS]
         # A symlinked directory is listed in dirnames but not walked: record it as a link.
@@ -119,8 +120,8 @@ def _entries(root: Path) -> list[tuple[str, str, str]]:
                 raise SigningError(f"{rel!r}: file names must be UTF-8") from None
             if stat.S_ISLNK(st.st_mode):
                 target = os.readlink(path)
-                real = os.path.realpath(path)
-                if os.path.isabs(target) or not (real == real_root or real.startswith(real_root + os.sep)):
+                # Absolute link text is refused even inside: the signed form must survive a move.
+                if os.path.isabs(target) or not root_in.stays_inside(rel):
                     raise SigningError(f"{rel}: a link must stay inside the toolkit (it points to {target!r})")
                 found.append(("link", _sha(os.fsencode(target)), rel))
             elif stat.S_ISDIR(st.st_mode):
@@ -144,7 +145,7 @@ def canonical(toolkit_dir: Path, manifest_bytes: bytes | None = None) -> bytes:
     """The canonical form of a toolkit folder (see the module docstring)."""
     mpath = toolkit_dir / MANIFEST
     if manifest_bytes is None:
-        manifest_bytes = mpath.read_bytes()
+        manifest_bytes = paths.read_file(toolkit_dir, MANIFEST, _manifest.MAX_MANIFEST_BYTES)
     stripped = strip_signature(manifest_bytes, mpath)
     try:
         parsed = _manifest.parse(manifest_bytes.decode("utf-8"), mpath)
@@ -399,11 +400,11 @@ def verify(
     """Check ``#+AUTHOR_DID`` / ``#+SIGNATURE`` against the folder as it is now."""
     mpath = toolkit_dir / MANIFEST
     try:
-        if mpath.stat().st_size > _manifest.MAX_MANIFEST_BYTES:
-            return Verdict(MALFORMED, f"{mpath} is over the {_manifest.MAX_MANIFEST_BYTES}-byte cap")
-        raw = mpath.read_bytes()
+        raw = paths.read_file(toolkit_dir, MANIFEST, _manifest.MAX_MANIFEST_BYTES)
         m = _manifest.parse(raw.decode("utf-8"), mpath)
-    except (OSError, UnicodeDecodeError, ManifestError) as exc:
+    except paths.Refused as exc:
+        return Verdict(MALFORMED, exc.message)
+    except (OSError, UnicodeDecodeError, WbError) as exc:
         return Verdict(MALFORMED, f"cannot read the manifest: {exc}")
     missing = [k for k, v in (("AUTHOR_DID", m.author_did), ("SIGNATURE", m.signature)) if not v]
     if missing:
@@ -438,10 +439,10 @@ def verify(
     digest = _sha(form)
     if any(_identity.verify(k, form, sig) for k in keys):
         return Verdict(OK, f"signature valid, signed by {did}", did, digest)
-    sidecar = toolkit_dir / SIDECAR
-    signed_form = b""
-    if sidecar.is_file() and not sidecar.is_symlink() and sidecar.stat().st_size <= MAX_BYTES // 64:
-        signed_form = sidecar.read_bytes()
+    try:
+        signed_form = paths.read_file(toolkit_dir, SIDECAR, MAX_BYTES // 64)
+    except (OSError, WbError):  # the sidecar only explains a failure; without it, say less
+        signed_form = b""
     if signed_form and any(_identity.verify(k, signed_form, sig) for k in keys):
         changes = tuple(diff(signed_form, form)) or ("the canonical form changed",)
         shown = "; ".join(changes[:6]) + (f"; and {len(changes) - 6} more" if len(changes) > 6 else "")

@@ -1,7 +1,10 @@
 """Skills: the recipes an agent reads on demand, and the rules that keep slugs safe.
 
-A slug matches ``^[A-Za-z0-9._-]+$``, is not ``.`` or ``..``, and its file must
-resolve strictly inside ``<toolkit>/skills/`` after following symlinks.
+A slug matches ``^[A-Za-z0-9._-]+$`` and is not ``.`` or ``..``. The ``skills/`` folder
+must resolve inside the toolkit, and each skill inside ``skills/``, with every symlink on
+the way checked by :mod:`wbcore.paths`. A skill that is refused (a link out, a hard link,
+a FIFO, over the cap) is a *problem* (``file: reason``) that every surface shows, never a
+skill that is listed or served.
 """
 
 from __future__ import annotations
@@ -11,11 +14,16 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from wbcore import paths
 from wbcore.errors import InvalidArgs, NotFound, unknown_name
 
 SLUG_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 MAX_SKILL_BYTES = 1 << 20
 SKILL_SUFFIX = ".org"
+SKILLS_DIR = "skills"
+SKILLS_ROOT = "the skills folder"
+#: How much of each skill the index reads for its title and summary.
+HEAD_BYTES = 8192
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +37,14 @@ class Skill:
         return {"slug": self.slug, "title": self.title, "summary": self.summary}
 
 
+@dataclass(frozen=True, slots=True)
+class Index:
+    """The skills of one toolkit (``overview`` first) and the files that were refused."""
+
+    skills: tuple[Skill, ...] = ()
+    problems: tuple[paths.Refused, ...] = ()
+
+
 def check_slug(slug: str) -> str:
     """Return the bare slug (``.org`` stripped) or raise ``InvalidArgs`` saying why."""
     if slug.endswith(SKILL_SUFFIX):
@@ -40,40 +56,44 @@ def check_slug(slug: str) -> str:
     return slug
 
 
-def _contained(path: Path, skills_dir: Path) -> bool:
+def skills_root(toolkit: Path | paths.Root) -> paths.Root | None:
+    """``skills/`` of a toolkit folder (a path, or a :class:`~wbcore.paths.Root` already checked)
+    as a containment root; ``None`` when there is none, :class:`~wbcore.paths.Refused` when it is
+    not a folder inside the toolkit."""
+    folder = toolkit if isinstance(toolkit, paths.Root) else paths.Root.at(toolkit)
     try:
-        real = Path(os.path.realpath(path))
-        base = Path(os.path.realpath(skills_dir))
-    except (OSError, ValueError):
-        return False
-    return real.parent == base or base in real.parents
+        return folder.folder(SKILLS_DIR, SKILLS_ROOT)
+    except NotFound:
+        return None
 
 
-def skill_path(toolkit_dir: Path, slug: str) -> Path:
-    """The safe path of one skill file, or an error naming the problem."""
+def skill_path(toolkit_dir: Path | paths.Root, slug: str) -> Path:
+    """The checked, symlink-free path of one skill file, or an error naming the problem."""
     slug = check_slug(slug)
-    skills_dir = toolkit_dir / "skills"
-    path = skills_dir / f"{slug}{SKILL_SUFFIX}"
-    if path.is_symlink() or path.exists():
-        if not _contained(path, skills_dir):
-            raise InvalidArgs(f"skill {slug!r} resolves outside {skills_dir}")
-        if not path.is_file():
-            raise InvalidArgs(f"skill {slug!r} is not a regular file")
-        return path
-    raise NotFound(unknown_name("skill", slug, [s.slug for s in list_skills(toolkit_dir)]))
+    root = skills_root(toolkit_dir)
+    try:
+        if root is None:
+            raise NotFound(SKILLS_DIR)
+        return root.inside(f"{slug}{SKILL_SUFFIX}")
+    except NotFound:
+        raise NotFound(unknown_name("skill", slug, [s.slug for s in list_skills(toolkit_dir)])) from None
 
 
-def read_skill(toolkit_dir: Path, slug: str) -> str:
-    path = skill_path(toolkit_dir, slug)
-    with path.open("rb") as fh:
-        raw = fh.read(MAX_SKILL_BYTES + 1)
-    if len(raw) > MAX_SKILL_BYTES:
-        raise InvalidArgs(f"skill {slug!r} is over the {MAX_SKILL_BYTES}-byte cap")
+def read_skill(toolkit_dir: Path | paths.Root, slug: str) -> str:
+    slug = check_slug(slug)
+    root = skills_root(toolkit_dir)
+    try:
+        if root is None:
+            raise NotFound(SKILLS_DIR)
+        raw = root.read(f"{slug}{SKILL_SUFFIX}", MAX_SKILL_BYTES)
+    except NotFound:
+        raise NotFound(unknown_name("skill", slug, [s.slug for s in list_skills(toolkit_dir)])) from None
     from wbcore.manifest import normalized
 
     # The parser's lines: a skill cut differently by another reader (a lone CR, U+2028 ...)
     # is refused with file:line, as a manifest is.
-    return normalized(raw.decode("utf-8", errors="replace"), path, what="skill")
+    where = Path(str(getattr(toolkit_dir, "path", toolkit_dir))) / SKILLS_DIR / f"{slug}{SKILL_SUFFIX}"
+    return normalized(raw.decode("utf-8", errors="replace"), where, what="skill")
 
 
 def _describe(text: str, slug: str) -> tuple[str, str]:
@@ -91,31 +111,43 @@ def _describe(text: str, slug: str) -> tuple[str, str]:
     return title, summary[:200]
 
 
-def list_skills(toolkit_dir: Path) -> list[Skill]:
-    """Skills in ``skills/``, ``overview`` first; unsafe or escaping entries are skipped."""
-    skills_dir = toolkit_dir / "skills"
-    if not skills_dir.is_dir():
-        return []
-    found: list[Skill] = []
+def scan(toolkit_dir: Path | paths.Root) -> Index:
+    """Every skill in ``skills/`` that may be read, and a problem for each one that may not."""
     try:
-        entries = sorted(os.scandir(skills_dir), key=lambda e: e.name)
+        root = skills_root(toolkit_dir)
+    except paths.Refused as exc:
+        return Index(problems=(exc,))
+    if root is None:
+        return Index()
+    try:
+        names = sorted(e.name for e in os.scandir(root.real))
     except OSError:
-        return []
-    for entry in entries:
-        if not entry.name.endswith(SKILL_SUFFIX):
+        return Index()
+    found: list[Skill] = []
+    problems: list[paths.Refused] = []
+    for name in names:
+        if not name.endswith(SKILL_SUFFIX):
             continue
-        slug = entry.name[: -len(SKILL_SUFFIX)]
+        slug = name[: -len(SKILL_SUFFIX)]
         if not SLUG_RE.match(slug) or slug in (".", ".."):
             continue
-        path = Path(entry.path)
-        if not _contained(path, skills_dir) or not path.is_file():
-            continue
         try:
-            with path.open("rb") as fh:
-                head = fh.read(8192).decode("utf-8", errors="replace")
-        except OSError:
+            with root.open(name) as fh:
+                size = os.fstat(fh.fileno()).st_size
+                if size > MAX_SKILL_BYTES:
+                    raise paths.Refused(root.shown / name, f"{size} bytes is over the {MAX_SKILL_BYTES}-byte cap")
+                head = fh.read(HEAD_BYTES).decode("utf-8", errors="replace")
+        except paths.Refused as exc:
+            problems.append(exc)
+            continue
+        except (NotFound, OSError):  # removed while listing, or a link to nothing
             continue
         title, summary = _describe(head, slug)
-        found.append(Skill(slug, title, summary, path))
+        found.append(Skill(slug, title, summary, root.shown / name))
     found.sort(key=lambda s: (s.slug != "overview", s.slug))
-    return found
+    return Index(tuple(found), tuple(problems))
+
+
+def list_skills(toolkit_dir: Path | paths.Root) -> list[Skill]:
+    """Skills in ``skills/``, ``overview`` first; refused entries are left out (see :func:`scan`)."""
+    return list(scan(toolkit_dir).skills)

@@ -16,12 +16,12 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 from wbcore import consent as _consent
-from wbcore import signing
+from wbcore import paths, signing
 from wbcore.artifacts import IntegrityError as _StoreIntegrityError
-from wbcore.errors import ErrorKind
+from wbcore.errors import ErrorKind, NotFound
 from wbcore.records import Check
 
 if TYPE_CHECKING:
@@ -40,14 +40,18 @@ class IntegrityError(_StoreIntegrityError):
 
 
 def sha256_file(path: Path, *, limit: int = 1 << 30) -> str:
+    with path.open("rb") as fh:
+        return _sha256_stream(fh, path, limit)
+
+
+def _sha256_stream(fh: BinaryIO, shown: Path, limit: int = 1 << 30) -> str:
     h = hashlib.sha256()
     total = 0
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            total += len(chunk)
-            if total > limit:
-                raise IntegrityError(f"{path}: over the {limit}-byte cap for hashing")
-            h.update(chunk)
+    for chunk in iter(lambda: fh.read(1 << 20), b""):
+        total += len(chunk)
+        if total > limit:
+            raise IntegrityError(f"{shown}: over the {limit}-byte cap for hashing")
+        h.update(chunk)
     return h.hexdigest()
 
 
@@ -63,9 +67,13 @@ def check_artifact(manifest: Manifest, path: Path | str) -> None:
         actual = sha256_file(path)
     except OSError as exc:
         raise IntegrityError(f"{manifest.id}: cannot hash {path}: {exc.strerror}") from None
+    _compare(manifest, path, actual)
+
+
+def _compare(manifest: Manifest, path: Path, actual: str) -> None:
     if actual != manifest.sha256:
         raise IntegrityError(
-            f"{manifest.id}: {path.name} has sha256 {actual[:16]}… but #+SHA256 pins {manifest.sha256[:16]}…"
+            f"{manifest.id}: {path.name} has sha256 {actual[:16]}… but #+SHA256 pins {(manifest.sha256 or '')[:16]}…"
         )
 
 
@@ -75,20 +83,42 @@ def check_digest(manifest: Manifest, digest: str, what: str = "artifact") -> Non
         raise IntegrityError(f"{manifest.id}: {what} {digest[:16]}… does not match #+SHA256 {manifest.sha256[:16]}…")
 
 
-def shipped_artifact(manifest: Manifest) -> Path | None:
-    """The local file ``#+SHA256`` pins, when ``#+BUILD_SRC`` is ``wasm:``/``archive:`` + a path."""
+def _shipped_relative(manifest: Manifest) -> str | None:
     src = manifest.build_src or ""
     for prefix in ("wasm:", "archive:"):
         if src.startswith(prefix):
             rest = src[len(prefix):]
-            if "://" in rest or not rest or os.path.isabs(rest):
-                return None
-            base = os.path.realpath(manifest.dir)
-            target = os.path.realpath(manifest.dir / rest)
-            if target != base and not target.startswith(base + os.sep):
-                return None
-            return Path(target)
+            return None if "://" in rest or not rest else rest
     return None
+
+
+def shipped_artifact(manifest: Manifest) -> Path | None:
+    """The local file ``#+SHA256`` pins, when ``#+BUILD_SRC`` is ``wasm:``/``archive:`` + a path:
+    its checked, symlink-free path (:mod:`wbcore.paths`), ``None`` when there is none, and
+    :class:`~wbcore.paths.Refused` when it is not a single-linked regular file inside the toolkit."""
+    rel = _shipped_relative(manifest)
+    if rel is None:
+        return None
+    try:
+        return paths.inside(manifest.dir, rel)
+    except NotFound:
+        return None
+
+
+def _check_shipped(manifest: Manifest) -> bool:
+    """Hash the shipped file through containment; True when there is one (and it matched)."""
+    rel = _shipped_relative(manifest)
+    if rel is None or not manifest.sha256:
+        return False
+    try:
+        with paths.open_file(manifest.dir, rel) as fh:
+            actual = _sha256_stream(fh, manifest.dir / rel)
+    except NotFound:
+        return False
+    except OSError as exc:
+        raise IntegrityError(f"{manifest.id}: cannot hash {manifest.dir / rel}: {exc.strerror}") from None
+    _compare(manifest, manifest.dir / rel, actual)
+    return True
 
 
 def integrity_reason(toolkit: Toolkit, runtime: Runtime) -> str | None:
@@ -96,12 +126,10 @@ def integrity_reason(toolkit: Toolkit, runtime: Runtime) -> str | None:
     m = toolkit.manifest
     if not m.sha256:
         return None
-    local = shipped_artifact(m)
-    if local is not None and local.is_file():
-        try:
-            check_artifact(m, local)
-        except IntegrityError as exc:
-            return f"integrity: {exc.message}"
+    try:
+        _check_shipped(m)
+    except (IntegrityError, paths.Refused) as exc:
+        return f"integrity: {exc.message}"
     if (m.build_src or "").startswith("archive:"):
         return None  # the pin is the archive's; what it unpacks to is registered under its own digest
     names = {n for n in (m.cli_bin, m.id) if n}
@@ -276,8 +304,8 @@ def checks(toolkit: Toolkit, runtime: Runtime) -> list[Check]:
         if reason:
             out.append(Check(False, "integrity", f"unavailable: {reason.removeprefix('integrity: ')}"))
         else:
-            local = shipped_artifact(m)
-            where = local.relative_to(os.path.realpath(m.dir)) if local is not None and local.is_file() else None
+            local = shipped_artifact(m)  # checked just above: integrity_reason hashed it through containment
+            where = _shipped_relative(m) if local is not None else None
             out.append(Check(True, "integrity", f"#+SHA256 {m.sha256[:16]}… matches " + (str(where) if where else "every registered artifact")))
     consent_line = _consent_check(toolkit, runtime)
     if consent_line is not None:

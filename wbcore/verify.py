@@ -63,10 +63,12 @@ def trust_checks(toolkit: Toolkit, runtime: Runtime) -> list[Check]:
 
 
 def pre_block_checks(toolkit: Toolkit) -> list[Check]:
+    from wbcore import manifest as _manifest
+
     try:
-        text = toolkit.manifest.path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return []
+        text = _manifest.read_text(toolkit.manifest.path)
+    except ManifestError:
+        return []  # discovery read it a moment ago; a file swapped since is reported by the next discovery
     count = len(PRE_BLOCK_RE.findall(text))
     if not count:
         return []
@@ -80,11 +82,12 @@ def verify(toolkit: Toolkit, runtime: Runtime) -> Report:
     add(Check(True, "manifest", f"{m.path.name} present ({m.format})"))
     for note in m.notes:
         add(Check(True, "manifest", note, warning=True))
-    overview = toolkit.dir / "skills" / "overview.org"
-    if overview.is_file():
+    if any(s.slug == "overview" for s in toolkit.skills):
         add(Check(True, "skills", f"skills/overview.org present ({len(toolkit.skills)} skill(s))"))
     else:
         add(Check(False, "skills", "skills/overview.org missing"))
+    for problem in toolkit.skill_problems:
+        add(Check(False, "skills", str(problem)))
     report.checks.extend(exec_checks(toolkit, runtime))
     report.checks.extend(policy.cap_checks(m.caps))
     report.checks.extend(trust_checks(toolkit, runtime))

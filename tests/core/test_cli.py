@@ -128,3 +128,74 @@ def test_plugins_add_commands_through_the_registrar(make_runtime, wbx):
     assert r.exit_code == 70 and "may not register built-in command 'toolkit'" in r.stderr
     r = wbx("--help", runtime=make_runtime(plugins=[Hello(), HelloAgain()]))
     assert r.exit_code == 70 and "command 'hello' registered by both" in r.stderr
+
+
+@pytest.fixture
+def escapes(make_toolkit, toolkit_root, tmp_path):
+    """Three attacks on reads (wbcore.paths): a manifest linked out, a skills/ folder linked
+    out, a hard-linked skill; plus one good toolkit that must keep working."""
+    import os
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "manifest.org").write_text(manifest_text("evil"))
+    (outside / "secret.org").write_text("#+TITLE: Secret\nZEBRA-SECRET\n")
+    (outside / "hard.org").write_text("#+TITLE: Hard\nHARD-SECRET\n")
+    make_toolkit("good", skills={"overview": "#+TITLE: Good\nZEBRA-GOOD\n"})
+    evil = make_toolkit("evil")
+    (evil / "manifest.org").unlink()
+    os.symlink(outside / "manifest.org", evil / "manifest.org")
+    linked = make_toolkit("linked")
+    for f in (linked / "skills").iterdir():
+        f.unlink()
+    (linked / "skills").rmdir()
+    os.symlink(outside, linked / "skills")
+    hard = make_toolkit("hard")
+    os.link(outside / "hard.org", hard / "skills" / "leak.org")
+    return toolkit_root
+
+
+def test_list_reports_a_manifest_linked_out_as_broken(escapes, wbx):
+    r = wbx("toolkit", "list")
+    assert r.exit_code == 0
+    assert [ln.split(" · ")[0] for ln in r.stdout.splitlines()] == ["good", "hard", "linked"]
+    assert f"{escapes / 'evil' / 'manifest.org'}: symlink to a file outside the toolkit root" in r.stderr
+    data = json.loads(wbx("toolkit", "list", "--json").stdout)
+    assert {"path": str(escapes / "evil" / "manifest.org"), "line": 0, "field": "file",
+            "problem": "symlink to a file outside the toolkit root"} in data["errors"]
+
+
+def test_show_names_refused_skills_and_never_serves_them(escapes, wbx):
+    r = wbx("toolkit", "show", "linked")
+    assert r.exit_code == 0 and "secret" not in r.stdout.lower()
+    assert f"{escapes / 'linked' / 'skills'}: symlink to a folder outside the toolkit root" in r.stderr
+    bad = wbx("toolkit", "show", "linked", "secret")
+    assert bad.exit_code == 2 and "symlink to a folder outside" in bad.stderr and "ZEBRA" not in bad.stdout
+    r = wbx("toolkit", "show", "hard")
+    assert "leak" not in r.stdout and f"{escapes / 'hard' / 'skills' / 'leak.org'}: has 2 hard links" in r.stderr
+    bad = wbx("toolkit", "show", "hard", "leak")
+    assert bad.exit_code == 2 and "hard links" in bad.stderr and "HARD-SECRET" not in bad.stdout
+    shown = json.loads(wbx("toolkit", "show", "hard", "--json").stdout)
+    assert [s["slug"] for s in shown["skills"]] == ["overview"] and "hard links" in shown["skill_problems"][0]
+    bad = wbx("toolkit", "show", "evil")
+    assert bad.exit_code == 2 and "evil/manifest.org: symlink to a file outside the toolkit root" in bad.stderr
+
+
+def test_search_skips_refused_skills_and_says_why(escapes, wbx):
+    r = wbx("toolkit", "search", "ZEBRA")
+    assert r.exit_code == 0 and [ln.split(" · ")[0] for ln in r.stdout.splitlines()] == ["good/overview"]
+    assert "skills: symlink to a folder outside the toolkit root" in r.stderr
+    r = wbx("toolkit", "search", "HARD-SECRET")
+    assert r.exit_code == 1 and r.stdout == "" and "leak.org: has 2 hard links" in r.stderr
+
+
+def test_verify_fails_on_each_refused_read(escapes, wbx):
+    r = wbx("toolkit", "verify", "evil")
+    assert r.exit_code == 1 and "✗ manifest:" in r.stdout and "symlink to a file outside the toolkit root" in r.stdout
+    r = wbx("toolkit", "verify", "linked")
+    assert r.exit_code == 1 and "✗ skills: " in r.stdout and "symlink to a folder outside the toolkit root" in r.stdout
+    r = wbx("toolkit", "verify", "hard")
+    assert r.exit_code == 1 and "leak.org: has 2 hard links" in r.stdout
+    assert wbx("toolkit", "verify", "good").exit_code == 0
+    every = wbx("toolkit", "verify", "--all")
+    assert every.exit_code == 1 and all(f"{t}:" in every.stdout for t in ("good", "hard", "linked", "evil"))

@@ -67,3 +67,61 @@ def test_injection_text_declared_order_unknown_dropped(tmp_path: Path):
     lines = [ln for ln in text.splitlines() if ln.startswith("- ")]
     assert [ln.split()[1] for ln in lines] == ["zeta:", "alpha:"]
     assert lines[0].endswith("(skills: overview, s0, s1, s2, s3, s4, s5, s6, +3 more)")  # at most 8 names
+
+
+def test_manifests_that_leave_the_toolkit_are_broken_entries(tmp_path: Path):
+    import os
+
+    root = tmp_path / "root"
+    outside = tmp_path / "outside"
+    write_toolkit(outside, "far")
+    write_toolkit(root, "good")
+    linked = write_toolkit(root, "linked")
+    (linked / "manifest.org").unlink()
+    os.symlink(outside / "far" / "manifest.org", linked / "manifest.org")
+    hard = write_toolkit(root, "hard")
+    (hard / "manifest.org").unlink()
+    os.link(outside / "far" / "manifest.org", hard / "manifest.org")
+    fifo = root / "fifo"
+    (fifo / "skills").mkdir(parents=True)
+    os.mkfifo(fifo / "manifest.org")  # refused before open: discovery never blocks on it
+    os.symlink(outside / "far", root / "far")  # a whole toolkit folder linked in from outside
+    found = discovery.discover([root])
+    assert list(found.toolkits) == ["good"]
+    problems = {e.path.parent.name: str(e) for e in found.errors}
+    assert problems == {
+        "linked": f"{root / 'linked' / 'manifest.org'}: symlink to a file outside the toolkit root",
+        "hard": f"{root / 'hard' / 'manifest.org'}: has 2 hard links (another name may be outside the toolkit; copy the file instead)",
+        "fifo": f"{root / 'fifo' / 'manifest.org'}: a FIFO, not a regular file",
+        "far": f"{root / 'far' / 'manifest.org'}: the toolkit folder is a symlink to a folder outside the search root",
+    }
+
+
+def test_a_toolkit_folder_linked_within_the_search_root_is_read(tmp_path: Path):
+    import os
+
+    root = tmp_path / "root"
+    write_toolkit(root / "store", "kit")
+    os.symlink("store/kit", root / "kit")
+    found = discovery.discover([root])
+    assert "kit" in found.toolkits and found.toolkits["kit"].skills[0].slug == "overview"
+
+
+def test_a_toolkit_folder_swapped_for_a_link_after_discovery_serves_nothing(tmp_path: Path):
+    """A long-lived server keeps its discovery: skills are read from the search root down each time."""
+    import os
+
+    import pytest
+
+    from wbcore.paths import Refused
+
+    root = tmp_path / "root"
+    write_toolkit(root, "kit")
+    write_toolkit(tmp_path / "outside", "kit", skills={"overview": "#+TITLE: TOP SECRET\n"})
+    found = discovery.discover([root])
+    tk = found.toolkits["kit"]
+    os.rename(root / "kit", tmp_path / "moved")
+    os.symlink(tmp_path / "outside" / "kit", root / "kit")
+    with pytest.raises(Refused, match="kit: symlink to a folder outside the search root"):
+        tk.skill_text("overview")
+    assert tk.skills == [] and "outside the search root" in str(tk.skill_problems[0])

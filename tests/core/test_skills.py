@@ -74,3 +74,40 @@ def test_oversized_skill_is_refused(tk: Path):
     (tk / "skills" / "big.org").write_bytes(b"x" * (skills.MAX_SKILL_BYTES + 1))
     with pytest.raises(InvalidArgs, match="cap"):
         skills.read_skill(tk, "big")
+
+
+def test_a_skills_folder_linked_out_of_the_toolkit_is_refused(tmp_path: Path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "x.org").write_text("#+TITLE: outside\n")
+    d = tmp_path / "root" / "tk"
+    d.mkdir(parents=True)
+    os.symlink(outside, d / "skills")
+    with pytest.raises(InvalidArgs, match="skills: symlink to a folder outside the toolkit root"):
+        skills.read_skill(d, "x")
+    index = skills.scan(d)
+    assert index.skills == () and [str(p) for p in index.problems] == [
+        f"{d / 'skills'}: symlink to a folder outside the toolkit root"]
+
+
+def test_a_skill_linked_elsewhere_in_the_toolkit_is_refused(tk: Path):
+    # Skills resolve inside skills/, not merely inside the toolkit (seed 000 slug safety).
+    os.symlink("../manifest.org", tk / "skills" / "front.org")
+    with pytest.raises(InvalidArgs, match="front.org: symlink to a file outside the skills folder"):
+        skills.read_skill(tk, "front")
+
+
+def test_refused_skills_are_problems_not_skills(tk: Path, tmp_path: Path):
+    os.link(tmp_path / "secret.org", tk / "skills" / "hard.org")
+    os.mkfifo(tk / "skills" / "pipe.org")
+    os.symlink(tmp_path / "secret.org", tk / "skills" / "leak.org")
+    (tk / "skills" / "big.org").write_bytes(b"x" * (skills.MAX_SKILL_BYTES + 1))
+    index = skills.scan(tk)
+    assert [s.slug for s in index.skills] == ["overview", "use"]
+    reasons = {p.path.name: p.reason for p in index.problems}
+    assert reasons["hard.org"].startswith("has 2 hard links")
+    assert reasons["pipe.org"] == "a FIFO, not a regular file"
+    assert reasons["leak.org"] == "symlink to a file outside the skills folder"
+    assert "over the" in reasons["big.org"]
+    with pytest.raises(InvalidArgs, match="hard links"):
+        skills.read_skill(tk, "hard")

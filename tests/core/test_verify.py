@@ -91,3 +91,34 @@ class WasiHttpShape:
 def test_shape_from_in_process_plugin(make_toolkit, make_runtime):
     make_toolkit("web", exec="wasi-http")
     assert "✓ exec: wasi-http ok" in lines(make_runtime(plugins=[WasiHttpShape()]).verify("web"))
+
+
+def test_a_shipped_artifact_outside_the_toolkit_is_unavailable(make_toolkit, make_runtime, tmp_path):
+    """#+SHA256 is checked on the file inside the toolkit, through wbcore.paths: a pinned
+    file that is a link out (even to the right bytes) or a hard link makes it unavailable."""
+    import hashlib
+    import os
+
+    from wbcore import trust
+
+    data = b"\0asm\1\0\0\0"
+    outside = tmp_path / "tool.wasm"
+    outside.write_bytes(data)
+    pin = {"BUILD_SRC": "wasm:bin/tool.wasm", "SHA256": hashlib.sha256(data).hexdigest()}
+    linked = make_toolkit("linked", extra=pin)
+    (linked / "bin").mkdir()
+    os.symlink(outside, linked / "bin" / "tool.wasm")
+    hard = make_toolkit("hard", extra=pin)
+    (hard / "bin").mkdir()
+    os.link(outside, hard / "bin" / "tool.wasm")
+    good = make_toolkit("good", extra=pin)
+    (good / "bin").mkdir()
+    (good / "bin" / "tool.wasm").write_bytes(data)
+    rt = make_runtime()
+    why = trust.unavailable_reason(rt.toolkit("linked"), rt)
+    assert why == f"integrity: {linked / 'bin' / 'tool.wasm'}: symlink to a file outside the toolkit root"
+    assert "has 2 hard links" in (trust.unavailable_reason(rt.toolkit("hard"), rt) or "")
+    assert trust.unavailable_reason(rt.toolkit("good"), rt) is None
+    report = rt.verify("linked")
+    assert not report.ok and "✗ integrity: unavailable: " in report.render()
+    assert "#+SHA256" in rt.verify("good").render() and "matches bin/tool.wasm" in rt.verify("good").render()

@@ -87,6 +87,8 @@ def build(runtime: Runtime) -> typer.Typer:
             typer.echo("sections:")
             for heading, _body in m.sections:
                 typer.echo(f"  {heading}")
+        for problem in tk.skill_problems:
+            warn(str(problem))
 
     @app.command("search")
     def search(
@@ -94,7 +96,10 @@ def build(runtime: Runtime) -> typer.Typer:
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
         """Substring match across toolkits and their skills."""
-        hits = _search.search(runtime.discover(), query)
+        found = runtime.discover()
+        hits = _search.search(found, query)
+        for problem in _search.problems(found):
+            warn(str(problem))
         if json_:
             emit_json([h.as_dict() for h in hits])
             return

@@ -45,6 +45,16 @@ def test_argv_stubs_wasi_unless_asked(pykit: Path, tmp_path: Path) -> None:
     assert "--stub-wasi" not in argv
 
 
+def test_a_wit_folder_linked_out_of_the_toolkit_is_refused(pykit: Path, tmp_path: Path) -> None:
+    import os
+
+    outside = tmp_path / "outside-wit"
+    shutil.copytree(pykit / "src" / "wit", outside)
+    os.symlink(outside, pykit / "linked-wit")
+    with pytest.raises(InvalidArgs, match="linked-wit: symlink to a path outside the toolkit root"):
+        PythonLane().argv(_request(pykit, tmp_path, WIT="linked-wit"))
+
+
 @pytest.mark.parametrize("extra, match", [
     ({"WIT": "../elsewhere"}, "escapes"),
     ({"WIT": "nowit"}, "inside the BUILD_SRC|does not exist"),

@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from wbcore.build import BuildFailed, BuildOutput, BuildRequest
-from wbcore.errors import InvalidArgs, Timeout
+from wbcore import paths
+from wbcore.errors import InvalidArgs, NotFound, Timeout
 from wbcore.records import Availability
 
 MAX_ARTIFACT_BYTES = 128 << 20
@@ -74,16 +75,6 @@ def check() -> Availability:
     return Availability.yes(f"componentize-py {tc.version}")
 
 
-def _inside(base: Path, rel: str, what: str) -> Path:
-    if os.path.isabs(rel) or "\x00" in rel:
-        raise InvalidArgs(f"{what} {rel!r} must be a relative path")
-    real_base = Path(os.path.realpath(base))
-    target = Path(os.path.realpath(base / rel))
-    if target != real_base and real_base not in target.parents:
-        raise InvalidArgs(f"{what} {rel!r} escapes {base}")
-    return target
-
-
 class PythonLane:
     """``BuildLane("python").factory(runtime)``."""
 
@@ -105,7 +96,10 @@ class PythonLane:
         wit_rel = m.extra("WIT")
         if not wit_rel:
             raise InvalidArgs(f"{m.id}: the python lane needs #+WIT (the WIT folder or file, inside {m.build_src})")
-        wit = _inside(m.dir, wit_rel, "#+WIT")
+        try:
+            wit = paths.inside(m.dir, wit_rel, expect="any")
+        except NotFound:
+            raise InvalidArgs(f"{m.id}: #+WIT {wit_rel} does not exist") from None
         real_src = Path(os.path.realpath(src))
         if wit != real_src and real_src not in wit.parents:
             # The resolved copy is what the digest covers; a WIT outside it would escape the build cache.

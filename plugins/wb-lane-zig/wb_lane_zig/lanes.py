@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from wbcore.build import BuildFailed, BuildOutput, BuildRequest
-from wbcore.errors import InvalidArgs, Timeout
+from wbcore import paths
+from wbcore.errors import InvalidArgs, NotFound, Timeout
 
 from wb_lane_zig import cache as _cache
 from wb_lane_zig.toolchain import Zig, find
@@ -130,15 +131,13 @@ def artifact_name(request: BuildRequest) -> str:
 
 
 def _inside(root: Path, entry: str | None) -> Path:
+    """The build entry by the core's one containment rule (:mod:`wbcore.paths`)."""
     if not entry:
         return root
-    target = Path(os.path.realpath(root / entry))
-    real = Path(os.path.realpath(root))
-    if target != real and real not in target.parents:
-        raise InvalidArgs(f"build entry {entry!r} escapes {root}")
-    if not target.exists():
-        raise InvalidArgs(f"build entry {entry!r} does not exist in {root}")
-    return target
+    try:
+        return paths.inside(root, entry, expect="any", label="the source folder")
+    except NotFound:
+        raise InvalidArgs(f"build entry {entry!r} does not exist in {root}") from None
 
 
 def _guest(root: Path, path: Path) -> str:

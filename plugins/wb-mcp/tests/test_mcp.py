@@ -329,3 +329,34 @@ def test_a_toolkit_built_while_serving_shows_up(demo_runtime) -> None:
         assert "late.upcase2" in {t.name for t in res.tools}
 
     anyio.run(main)
+
+
+def test_refused_skills_are_not_resources(make_runtime, toolkit_root: Path, wb_home: Path, tmp_path: Path) -> None:
+    """Skills reach MCP only through wbcore.skills: one linked out of skills/ and one hard-linked
+    to a file elsewhere are absent from resources/list and skills/list, and reading them says why."""
+    from mcp import Client
+
+    from wb_mcp.server import build_server
+    from wbcore.testing import write_toolkit
+
+    secret = tmp_path / "secret.org"
+    secret.write_text("#+TITLE: Secret\nTOP-SECRET\n")
+    d = write_toolkit(toolkit_root, "kit", skills={"overview": "#+TITLE: Kit\nfine\n"})
+    os.symlink(secret, d / "skills" / "leak.org")
+    os.link(secret, d / "skills" / "hard.org")
+    server = build_server(make_runtime())
+
+    async def main() -> None:
+        async with Client(server) as client:
+            uris = {str(r.uri) for r in (await client.list_resources()).resources}
+            assert uris == {"skill://kit/overview"}
+            got = await client.read_resource("skill://kit/overview")
+            assert got.contents[0].text.startswith("#+TITLE: Kit")
+            for slug, why in (("leak", "symlink to a file outside the skills folder"), ("hard", "has 2 hard links")):
+                with pytest.raises(MCPError, match=why) as err:
+                    await client.read_resource(f"skill://kit/{slug}")
+                assert "TOP-SECRET" not in str(err.value)
+        listed = await server.get_request_handler("skills/list").handler(None, skills_models()[0]())
+        assert [s["name"] for s in listed.skills] == ["overview"]
+
+    anyio.run(main)

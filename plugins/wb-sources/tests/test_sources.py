@@ -347,3 +347,32 @@ def test_gobuild_and_zigbuild_resolve_to_the_toolkit_and_an_entry(rt, tmp_path: 
     assert res.dir == tk and res.entry == "src/main.zig"
     with pytest.raises(InvalidArgs, match="escapes"):
         resolve(rt, tmp_path, "zigbuild:../../x")
+
+
+def test_path_source_reads_stay_inside_the_toolkit(rt, tmp_path: Path) -> None:
+    """path: goes through wbcore.paths: a folder linked out, a file linked out and a hard link
+    are refused with `file: reason`; a link that stays inside is followed."""
+    from wbcore import paths
+
+    tk = tmp_path / "tk"
+    (tk / "src").mkdir(parents=True)
+    (tk / "src" / "main.c").write_text("int main(void){return 0;}\n")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "host.c").write_text("secret\n")
+    os.symlink(outside, tk / "out")
+    os.symlink(outside / "host.c", tk / "host.c")
+    os.link(outside / "host.c", tk / "src" / "hard.c")
+    os.symlink("src", tk / "alias")
+    with pytest.raises(paths.Refused, match=r"tk/out: symlink to a path outside the toolkit root"):
+        resolve(rt, tmp_path, "path:out")
+    with pytest.raises(paths.Refused, match=r"tk/host.c: symlink to a path outside the toolkit root"):
+        resolve(rt, tmp_path, "path:host.c")
+    with pytest.raises(paths.Refused, match=r"hard.c: has 2 hard links"):
+        resolve(rt, tmp_path, "path:src/hard.c")
+    with pytest.raises(paths.Refused, match=r"hard.c: has 2 hard links"):
+        resolve(rt, tmp_path, "path:src")  # the source digest reads every file through containment
+    (tk / "src" / "hard.c").unlink()
+    assert resolve(rt, tmp_path, "path:alias").dir == (tk / "src").resolve()
+    with pytest.raises(InvalidArgs, match="escapes"):
+        resolve(rt, tmp_path, "path:../outside")

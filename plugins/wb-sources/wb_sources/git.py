@@ -105,7 +105,7 @@ class GitSource:
         size = sum(p.stat().st_size for p in repo.rglob("*") if p.is_file() and not p.is_symlink())
         if size > self.max_bytes:
             raise InvalidArgs(f"git+{url}@{commit}: {size} bytes is over the {self.max_bytes}-byte cap")
-        target = inside(repo, sub, "git+ sub-folder") if sub else repo
+        target = inside(repo, sub, "the repository") if sub else repo
         if not target.is_dir():
             raise NotFound(f"git+{url}@{commit}: no folder {sub!r}")
         return ResolvedSource(digest=tree_digest(target), dir=target)

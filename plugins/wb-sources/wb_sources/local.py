@@ -2,30 +2,22 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from wbcore import paths
 from wbcore.build import ResolvedSource, SourceRequest, tree_digest
-from wbcore.errors import InvalidArgs, NotFound
 
 
-def inside(base: Path, rel: str, what: str) -> Path:
-    """``base/rel`` after resolving symlinks, or an error if it leaves ``base``."""
-    if os.path.isabs(rel) or "\x00" in rel:
-        raise InvalidArgs(f"{what} {rel!r} must be a relative path inside {base}")
-    real_base = Path(os.path.realpath(base))
-    target = Path(os.path.realpath(base / rel))
-    if target != real_base and real_base not in target.parents:
-        raise InvalidArgs(f"{what} {rel!r} escapes {base}")
-    return target
+def inside(base: Path, rel: str, label: str = paths.TOOLKIT_ROOT) -> Path:
+    """``base/rel`` (a file or a folder) by the core's one containment rule (:mod:`wbcore.paths`):
+    relative, no ``..``, every symlink on the way staying inside, files single-linked."""
+    return paths.inside(base, rel, expect="any", label=label)
 
 
 class PathSource:
     def resolve(self, request: SourceRequest) -> ResolvedSource:
         tk_dir = request.manifest.dir
-        target = inside(tk_dir, request.rest, "path:")
-        if not target.exists():
-            raise NotFound(f"path:{request.rest} does not exist in {tk_dir}")
+        target = inside(tk_dir, request.rest)
         if target.is_file():
             return ResolvedSource(digest=tree_digest(target.parent), dir=target.parent, entry=target.name)
         return ResolvedSource(digest=tree_digest(target), dir=target)
@@ -43,7 +35,5 @@ class EntrySource:
         if self.prefix == "gobuild:" and rel.startswith("./"):
             rel = rel[2:]
         rel = rel.rstrip("/") or "."
-        target = inside(tk_dir, rel, self.prefix)
-        if not target.exists():
-            raise NotFound(f"{self.prefix}{request.rest} does not exist in {tk_dir}")
+        inside(tk_dir, rel)  # the entry must exist inside the toolkit
         return ResolvedSource(digest=tree_digest(tk_dir), dir=tk_dir, entry=None if rel == "." else rel)

@@ -108,11 +108,11 @@ class ArchiveSource:
         archive.unlink()
         digest = request.manifest.sha256 or ""
         m = request.manifest
-        preopen = inside(root, m.preopen, "#+PREOPEN") if m.preopen else None
+        preopen = inside(root, m.preopen, "the archive") if m.preopen else None
         if preopen is not None and not preopen.is_dir():
             raise InvalidArgs(f"#+PREOPEN {m.preopen!r} is not a folder in the archive")
         if m.wasm_path:
-            wasm = inside(root, m.wasm_path, "#+WASM_PATH")
+            wasm = inside(root, m.wasm_path, "the archive")
             if not wasm.is_file():
                 raise InvalidArgs(f"#+WASM_PATH {m.wasm_path!r} is not a file in the archive")
             return ResolvedSource(digest=digest, artifact=wasm, dir=root, preopen=preopen, sha256_pins_source=True)
