@@ -182,7 +182,7 @@ def test_local_sources_relative_and_file_urls(rt, tmp_path: Path) -> None:
     with pytest.raises(InvalidArgs, match="escapes"):
         resolve(rt, tmp_path, "wasm:../outside.wasm", SHA256=sha(WASM))
     (tk / "bin" / "link.wasm").symlink_to("/etc/passwd")
-    with pytest.raises(InvalidArgs, match="escapes"):
+    with pytest.raises(InvalidArgs, match="escapes|outside"):
         resolve(rt, tmp_path, "wasm:bin/link.wasm", SHA256=sha(WASM))
     with pytest.raises(InvalidArgs, match="not a regular file"):
         resolve(rt, tmp_path, "wasm:file:///dev/zero", SHA256=sha(WASM))
