@@ -172,11 +172,16 @@ def run(
             start(store)
         except wasmtime.ExitTrap as exc:
             code = exc.code
+            exc.__traceback__ = None
         except wasmtime.Trap as exc:
             if exc.trap_code == wasmtime.TrapCode.INTERRUPT:
                 timed_out, code, trap = True, 124, f"deadline of {limits.timeout_s:g}s reached"
             else:
                 code, trap = 134, describe(exc)
+            # A trap's traceback cycles back to it through wasmtime-py's frames and keeps the
+            # store alive to interpreter exit, where dropping it panics a runtime thread.
+            exc.__traceback__ = None
         except wasmtime.WasmtimeError as exc:
             code, trap = 134, describe(exc)
+            exc.__traceback__ = None
     return GuestResult(code, out.value(), err.value(), timed_out, trap, out.truncated or err.truncated)

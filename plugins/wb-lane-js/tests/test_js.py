@@ -244,3 +244,32 @@ def test_text_encoder_and_decoder_round_trip_utf8(lane, tk, tmp_path, wb_home):
     out = build(lane, tk, tmp_path / "out")
     res = run_artifact(out.artifact, ["t"], home=wb_home)
     assert res.stdout.decode() == "97,195,169,226,130,172,240,159,152,128,0,122 true \ufffdA\n", res.stderr
+
+
+def test_a_timed_out_guest_ends_with_the_timeout_line_alone(tmp_path) -> None:
+    """A looping js command stopped at its deadline prints the timeout line and nothing
+    after it: no runtime panic from a store left alive to interpreter exit."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    root = tmp_path / "toolkits"
+    from wbcore.testing import write_toolkit
+
+    write_toolkit(root, "spinjs", manifest_text("spinjs", exec="command", extra={
+        "BUILD_LANG": "js", "BUILD_SRC": "path:src", "CLI_BIN": "spinjs"}), files={"src/main.js": "while (true) {}\n"})
+    script = textwrap.dedent(f"""
+        from wbcore import builder
+        from wbcore.runtime import Runtime
+        rt = Runtime.open(roots=[{str(root)!r}], home={str(tmp_path / 'home')!r})
+        builder.build(rt, "spinjs")
+        try:
+            rt.call("spinjs", timeout=0.5)
+        except Exception as exc:
+            print(type(exc).__name__, flush=True)
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "WB_HOME"}
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
+    assert res.stdout.strip() == "Timeout", (res.stdout, res.stderr)
+    assert "panicked" not in res.stderr and "backtrace" not in res.stderr, res.stderr

@@ -226,13 +226,19 @@ def run(
                 code = start(store, instance)
         except wasmtime.ExitTrap as exc:
             code = exc.code
+            exc.__traceback__ = None  # see below
         except wasmtime.Trap as exc:
             if exc.trap_code == wasmtime.TrapCode.INTERRUPT:
                 timed_out, code, trap = True, 124, f"deadline of {limits.timeout_s:g}s reached"
             else:
                 code, trap = 134, describe(exc)
+            # The trap's traceback holds wasmtime-py's frames, which hold the trap: a cycle that
+            # keeps this store (and its WASI output tasks) alive until interpreter exit, where
+            # dropping it panics a runtime thread. Cut it so the store dies here, with the call.
+            exc.__traceback__ = None
         except wasmtime.WasmtimeError as exc:
             code, trap = 134, describe(exc)
+            exc.__traceback__ = None
     finish = getattr(sink, "finish", None)
     if finish is not None:
         finish()
