@@ -4,6 +4,7 @@
 ``toolkit_root`` an empty toolkits root; ``make_toolkit(...)`` writes toolkits into it
 ``make_runtime`` ``make_runtime(plugins=None, roots=None)`` → a ``Runtime`` on the above
 ``wbx``          ``wbx(*args, runtime=None, input=None)`` → ``CliResult`` (exit code, out, err)
+``build_sandbox`` the installed build sandbox (``runtime.build_sandbox()``), or a skip saying why
 """
 
 from __future__ import annotations
@@ -166,3 +167,20 @@ def wbx(make_runtime: Callable[..., Any]) -> Callable[..., CliResult]:
         return CliResult(code, raw.getvalue(), err.getvalue())
 
     return run
+
+
+@pytest.fixture(scope="session")
+def build_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The build sandbox the installed plugins serve, as a lane gets it from its runtime.
+
+    Skips the test, saying why, where none is installed ("no build sandbox is installed;
+    pip install wb-process") or it does not work on this machine.
+    """
+    from wbcore import sandbox
+    from wbcore.runtime import Runtime
+
+    rt = Runtime.open(home=tmp_path_factory.mktemp("wb-sandbox-home"), roots=[])
+    found = sandbox.availability(rt)
+    if not found.ok:
+        pytest.skip(found.reason)
+    return rt.build_sandbox()
