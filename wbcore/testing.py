@@ -184,3 +184,20 @@ def build_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Any:
     if not found.ok:
         pytest.skip(found.reason)
     return rt.build_sandbox()
+
+
+def add_custom_section(wasm: bytes, name: str, payload: bytes) -> bytes:
+    """``wasm`` with a custom section appended (how a test embeds ``act:component``,
+    ``act:skill`` or ``wbcore.runner`` into a module or component)."""
+
+    def uleb(n: int) -> bytes:
+        out = bytearray()
+        while True:
+            byte, n = n & 0x7F, n >> 7
+            out.append(byte | (0x80 if n else 0))
+            if not n:
+                return bytes(out)
+
+    encoded = name.encode("utf-8")
+    body = uleb(len(encoded)) + encoded + payload
+    return bytes(wasm) + b"\x00" + uleb(len(body)) + body

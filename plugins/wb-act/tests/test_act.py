@@ -7,8 +7,9 @@ import json
 import cbor2
 import pytest
 
-from wb_act import cbor, revisions, sections
-from wb_act.model import (
+from wb_act import revisions
+from wbcore.act import cbor, sections, wire
+from wbcore.act.model import (
     STD_DESTRUCTIVE,
     STD_IDEMPOTENT,
     STD_READ_ONLY,
@@ -23,7 +24,8 @@ from wb_act.model import (
     ToolDefinition,
     ToolError,
 )
-from wbcore.errors import CapabilityDenied, ErrorKind as WbKind, InvalidArgs
+from wbcore.errors import CapabilityDenied, ErrorKind as WbKind, InvalidArgs, WbError
+from wbcore.testing import add_custom_section
 
 # --- CBOR --------------------------------------------------------------------------------
 
@@ -35,7 +37,7 @@ from wbcore.errors import CapabilityDenied, ErrorKind as WbKind, InvalidArgs
 def test_cbor_argument_round_trip(value) -> None:
     call = ToolCall.with_args("t.x", value)
     assert call.args() == value
-    assert cbor.is_deterministic(call.arguments)
+    assert cbor.canonicalize(call.arguments) == call.arguments
 
 
 def test_deterministic_encoding_vector() -> None:
@@ -43,7 +45,7 @@ def test_deterministic_encoding_vector() -> None:
     assert cbor.dumps({"b": 1, "a": 2}).hex() == "a2616102616201"
     assert cbor.dumps(500).hex() == "1901f4"
     non_canonical = bytes.fromhex("a2616201616102")  # {"b":1,"a":2}
-    assert not cbor.is_deterministic(non_canonical)
+    assert cbor.canonicalize(non_canonical) != non_canonical
     assert cbor.canonicalize(non_canonical).hex() == "a2616102616201"
 
 
@@ -72,7 +74,7 @@ def test_each_error_kind_round_trips_in_each_revision(kind: str, rev: str) -> No
     wire = revisions.tool_error_to_wire(err, rev)
     back = revisions.tool_error(wire, rev)
     assert back.kind is ErrorKind(kind) and back.text == f"{kind} happened"
-    assert back.to_wb().kind is WbKind(kind)
+    assert ToolError.from_wb(WbError("x", kind=WbKind(kind))).kind is ErrorKind(kind)
 
 
 def test_other_error_kind() -> None:
@@ -179,7 +181,7 @@ def test_stream_vectors_each_revision() -> None:
 
 @pytest.mark.parametrize("rev", revisions.REVISIONS)
 def test_stream_event_round_trip(rev) -> None:
-    events = [Content(ContentPart.text("ok")), Error(ToolError(ErrorKind.NOT_FOUND, LocalizedString(plain="gone")))]
+    events = [Content(ContentPart(b"ok", "text/plain")), Error(ToolError(ErrorKind.NOT_FOUND, LocalizedString(plain="gone")))]
     if rev == "seed":
         events.insert(1, MetadataEvent(Metadata({"std:request-id": "1"})))
     wire = [revisions.stream_event_to_wire(e, rev) for e in events]
@@ -199,19 +201,19 @@ MINIMAL_COMPONENT = bytes.fromhex("0061736d0d000100")  # an empty component (lay
       "std:default-language": "en", "std:capabilities": {"wasi:http": {}}}, "0.2"),
 ])
 def test_act_component_section_each_revision(payload, rev) -> None:
-    wasm = sections.add_custom_section(MINIMAL_COMPONENT, sections.ACT_COMPONENT, cbor2.dumps(payload))
-    wasm = sections.add_custom_section(wasm, sections.ACT_SKILL, "# Weather\nUse get-weather.".encode())
+    wasm = add_custom_section(MINIMAL_COMPONENT, sections.ACT_COMPONENT, cbor2.dumps(payload))
+    wasm = add_custom_section(wasm, sections.ACT_SKILL, "# Weather\nUse get-weather.".encode())
     assert sections.is_component(wasm)
     info = sections.read_act_info(wasm)
     assert (info.name, info.version, info.revision) == ("weather-tools", "1.2.0", rev)
     assert info.description.text() == "Weather data tools" and "wasi:http" in info.capabilities
     assert info.skill.startswith("# Weather")
-    again = revisions.component_info(cbor2.loads(revisions.component_info_to_section(info, rev)))
+    again = wire.component_info(cbor2.loads(revisions.component_info_to_section(info, rev)))
     assert again.name == "weather-tools"
 
 
 def test_v01_get_info_record() -> None:
-    info = revisions.component_info({
+    info = wire.component_info({
         "name": "w", "version": "0.1.0", "default-language": "en", "description": [("en", "W")],
         "capabilities": {"required": [{"id": "wasi:sockets/tcp"}], "optional": []}, "extensions": [],
     })
@@ -230,14 +232,14 @@ def test_model_helpers() -> None:
     td = ToolDefinition("t", annotations=Metadata({STD_READ_ONLY: True, STD_DESTRUCTIVE: False, STD_IDEMPOTENT: True}))
     assert td.read_only and td.idempotent and not td.destructive
     assert ContentPart(json.dumps({"a": 1}).encode(), "application/json").value() == {"a": 1}
-    assert ContentPart.cbor([1, 2]).value() == [1, 2]
-    assert LocalizedString.of({"en": "x", "de": "y"}).text("de-AT") == "y"
+    assert ContentPart(cbor.dumps([1, 2]), "application/cbor").value() == [1, 2]
+    assert LocalizedString(localized=(("en", "x"), ("de", "y"))).text("de-AT") == "y"
 
 
 def test_wbx_act_info_reads_sections_without_running(wbx, tmp_path) -> None:
-    wasm = sections.add_custom_section(MINIMAL_COMPONENT, sections.ACT_COMPONENT,
-                                       cbor2.dumps({"std": {"name": "w", "version": "0.1.0"}}))
-    wasm = sections.add_custom_section(wasm, sections.ACT_SKILL, b"# w")
+    wasm = add_custom_section(MINIMAL_COMPONENT, sections.ACT_COMPONENT,
+                              cbor2.dumps({"std": {"name": "w", "version": "0.1.0"}}))
+    wasm = add_custom_section(wasm, sections.ACT_SKILL, b"# w")
     path = tmp_path / "w.wasm"
     path.write_bytes(wasm)
     res = wbx("act", "info", str(path))
