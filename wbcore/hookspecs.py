@@ -69,7 +69,9 @@ def wbcore_build_lanes() -> Iterable[BuildLane]:
     """Called once per runtime, when a lane is first needed (build, ``wbx lanes``).
 
     Returns the ``#+BUILD_LANG`` lanes this plugin serves, each with an honest
-    ``where`` label and an ``available()`` probe that says why not::
+    ``where`` label and an ``available()`` probe that says why not. A lane that runs a
+    native compiler sets ``needs_build_sandbox`` and takes its sandbox from
+    ``runtime.build_sandbox()`` (see ``wbcore_build_sandboxes``)::
 
         @hookimpl
         def wbcore_build_lanes():

@@ -172,12 +172,6 @@ class ToolCall:
     metadata: Metadata = field(default_factory=Metadata)
     extensions: Metadata = field(default_factory=Metadata)
 
-    @classmethod
-    def with_args(cls, name: str, args: Any, metadata: Mapping[str, Any] | None = None) -> ToolCall:
-        from wbcore.act.cbor import dumps
-
-        return cls(name, dumps(args) if args is not None else None, Metadata(metadata or {}))
-
     def args(self) -> Any:
         """The decoded arguments (``{}`` when absent)."""
         from wbcore.act.cbor import loads

@@ -35,7 +35,7 @@ from wbcore.testing import add_custom_section
     {"unicode": "héllo ✓", "big": 2**63 - 1, "t": True},
 ])
 def test_cbor_argument_round_trip(value) -> None:
-    call = ToolCall.with_args("t.x", value)
+    call = ToolCall("t.x", cbor.dumps(value))
     assert call.args() == value
     assert cbor.canonicalize(call.arguments) == call.arguments
 
@@ -141,7 +141,7 @@ def test_v01_localized_resolution_and_annotations() -> None:
 
 @pytest.mark.parametrize("rev", revisions.REVISIONS)
 def test_tool_call_round_trip_each_revision(rev) -> None:
-    call = ToolCall.with_args("get-weather", {"city": "Oslo", "days": 3}, {"std:request-id": "req-7"})
+    call = ToolCall("get-weather", cbor.dumps({"city": "Oslo", "days": 3}), Metadata({"std:request-id": "req-7"}))
     wire = revisions.tool_call_to_wire(call, rev)
     back = revisions.tool_call(wire, rev)
     assert back.name == "get-weather" and back.args() == {"city": "Oslo", "days": 3}
