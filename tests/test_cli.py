@@ -158,3 +158,19 @@ def test_a_command_name_another_plugin_took_is_refused_with_a_warning(make_runti
     by_name = {i["name"]: i for i in json.loads(r.stdout)}
     assert by_name["Hello"]["warnings"] == []
     assert by_name["HelloAgain"]["warnings"] == ["command 'hello' not added: plugin Hello registered it first"]
+
+
+class Broken:
+    @hookimpl
+    def wbcore_cli_commands(self, add):
+        raise RuntimeError("no typer here")
+
+
+def test_a_plugin_whose_registration_raises_loses_only_its_commands(make_runtime, wbx):
+    rt = make_runtime(plugins=[Hello(), Broken()])
+    r = wbx("hello", "say", "ada", runtime=rt)
+    assert (r.exit_code, r.stdout) == (0, "hello ada\n")
+    assert r.stderr.strip() == ("wbx: warning: plugin Broken: its commands were not added: wbcore_cli_commands "
+                                "raised RuntimeError: no typer here (see wbx plugins)")
+    r = wbx("plugins", runtime=rt)
+    assert "  warning: its commands were not added: wbcore_cli_commands raised RuntimeError: no typer here" in r.stdout

@@ -115,7 +115,10 @@ def build_app(runtime: Any = None) -> typer.Typer:
     registrar = Registrar(app, runtime)
     for impl in runtime.pm.hook.wbcore_cli_commands.get_hookimpls():
         registrar.current = impl.plugin_name
-        impl.function(add=registrar)
+        try:
+            impl.function(add=registrar)
+        except Exception as exc:  # a broken plugin loses its commands, never wbx itself
+            registrar.refuse(f"its commands were not added: wbcore_cli_commands raised {type(exc).__name__}: {exc}")
     for line in registrar.refused:
         print(f"wbx: warning: {line} (see wbx plugins)", file=sys.stderr)
     return app
