@@ -76,7 +76,7 @@ def main(argv: list[str]) -> int:
         if lane not in rt.lanes:
             rows.append({"lane": lane, "toolkit": ident, "skipped": "lane not installed"})
             continue
-        avail = rt.lanes.get(lane).available()
+        avail = rt.lanes.get(lane).availability(rt)
         if not avail.ok:
             rows.append({"lane": lane, "toolkit": ident, "skipped": avail.reason})
             continue

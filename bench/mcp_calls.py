@@ -41,7 +41,7 @@ def main() -> int:
         build(rt, ident)
     print(f"built b64 and text-tools in {time.perf_counter() - t0:.1f} s ({home})")
 
-    from wb_act.provider import ToolkitProvider
+    from wbcore.act.provider import ToolkitProvider
     from wb_wasmtime import component as comp
 
     # --- 3. component load: cold compile vs cached deserialize ---------------------

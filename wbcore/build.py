@@ -50,9 +50,6 @@ class BuildRequest:
     outdir: Path
     flags: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
-    #: ``--unsandboxed-build``: run a native compiler on the host (rlimits and deadline
-    #: only). Lanes honour it for ``#+TRUST: first-party`` toolkits alone.
-    unsandboxed: bool = False
     #: Called with one line for each slow step a lane takes (a cache warm-up, a compile).
     progress: Callable[[str], None] | None = field(default=None, compare=False)
 

@@ -231,7 +231,7 @@ def build(runtime: Runtime, ident: str, which: str | None = None, *, progress: P
             if not lane_name:
                 raise InvalidArgs(f"{m.id}: BUILD_SRC {src.text} needs #+BUILD_LANG (lanes: {', '.join(runtime.lanes.names())})")
             lane = runtime.lanes.get(lane_name)
-            avail = lane.available()
+            avail = lane.availability(runtime)
             if not avail.ok:
                 raise NotFound(f"lane {lane_name} is not available here: {avail.reason}")
             driver = lane.factory(runtime)

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         Broker,
         BuiltinCommand,
         BuildLane,
+        BuildSandbox,
         Check,
         ExecShape,
         FederationSource,
@@ -68,7 +69,9 @@ def wbcore_build_lanes() -> Iterable[BuildLane]:
     """Called once per runtime, when a lane is first needed (build, ``wbx lanes``).
 
     Returns the ``#+BUILD_LANG`` lanes this plugin serves, each with an honest
-    ``where`` label and an ``available()`` probe that says why not::
+    ``where`` label and an ``available()`` probe that says why not. A lane that runs a
+    native compiler sets ``needs_build_sandbox`` and takes its sandbox from
+    ``runtime.build_sandbox()`` (see ``wbcore_build_sandboxes``)::
 
         @hookimpl
         def wbcore_build_lanes():
@@ -138,6 +141,20 @@ def wbcore_builtin_commands() -> Iterable[BuiltinCommand]:
     """
 
 
+@hookspec
+def wbcore_build_sandboxes() -> Iterable[BuildSandbox]:
+    """Called once per runtime, when a lane first asks for ``runtime.build_sandbox()``.
+
+    Returns build sandboxes: a service, not a manifest value. A lane that compiles
+    natively takes its sandbox from the runtime, never from the plugin serving it; with
+    none served it says so ("no build sandbox is installed; pip install wb-process")::
+
+        @hookimpl
+        def wbcore_build_sandboxes():
+            yield BuildSandbox(name="bwrap", summary="bubblewrap", factory=_driver, available=_probe)
+    """
+
+
 # --- surface and lifecycle hooks ---------------------------------------------------
 
 
@@ -145,7 +162,9 @@ def wbcore_builtin_commands() -> Iterable[BuiltinCommand]:
 def wbcore_cli_commands(add: CliRegistrar) -> None:
     """Called when the ``wbx`` app is built. Register sub-commands with ``add``.
 
-    ``add`` refuses built-in command names (``toolkit``, ``plugins``, ``run``...)::
+    ``add`` refuses built-in command names (``toolkit``, ``plugins``, ``run``...) and
+    names another plugin took: the command is not added, and ``wbx plugins`` and one
+    stderr warning line say why (never an error that stops ``wbx``)::
 
         @hookimpl
         def wbcore_cli_commands(add):

@@ -54,6 +54,8 @@ class PluginInfo:
     error: str | None = None
     serves: dict[str, list[str]] = field(default_factory=dict)
     in_process: bool = False
+    #: What the core refused from a loaded plugin (a ``wbx`` command name it may not take).
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def loaded(self) -> bool:
@@ -84,6 +86,7 @@ class PluginInfo:
             "loaded": self.loaded,
             "error": self.error,
             "serves": self.serves,
+            "warnings": self.warnings,
         }
 
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from wbcore.runtime import Runtime
+    from wbcore.sandbox import BuildSandboxDriver
     from wbcore.toolkit import Toolkit
 
 
@@ -138,6 +139,22 @@ class BuildLane:
     #: it artifacts registered with ``lane`` = this name (or whose ``wbcore.runner`` wasm
     #: custom section names it). ``None``: the artifact is a plain WASI command.
     runner: Callable[[Runtime], ShapeRunner] | None = None
+    #: The lane runs a native compiler in the runtime's build sandbox
+    #: (``Runtime.build_sandbox()``): it can build only where one is served and works.
+    needs_build_sandbox: bool = False
+
+    def availability(self, runtime: Runtime) -> Availability:
+        """Whether this lane can build here: its own ``available()`` and, when it
+        ``needs_build_sandbox``, the runtime's build sandbox; every missing piece is named."""
+        own = self.available()
+        if not self.needs_build_sandbox:
+            return own
+        from wbcore.sandbox import availability
+
+        box = availability(runtime)
+        if own.ok and box.ok:
+            return Availability.yes("; ".join(r for r in (own.reason, box.reason) if r))
+        return Availability.no("; ".join(a.reason for a in (own, box) if not a.ok))
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +211,18 @@ class FederationSource:
 
 
 @dataclass(frozen=True, slots=True)
+class BuildSandbox:
+    """A service lanes ask the runtime for: runs a native compiler with nothing of the
+    host (``wbcore.sandbox``). ``factory`` returns a ``BuildSandboxDriver``; ``available``
+    says whether it works on this machine and, if not, the missing feature."""
+
+    name: str
+    summary: str
+    factory: Callable[[Runtime], BuildSandboxDriver]
+    available: Callable[[], Availability] = _always
+
+
+@dataclass(frozen=True, slots=True)
 class BuiltinCommand:
     """A reserved built-in command (seed 000: ``upper``, ``grep``, ``jq``, ``wbox``).
 
@@ -225,4 +254,5 @@ RECORD_KINDS: dict[str, type] = {
     "wbcore_isolation_tiers": IsolationTier,
     "wbcore_federation_sources": FederationSource,
     "wbcore_builtin_commands": BuiltinCommand,
+    "wbcore_build_sandboxes": BuildSandbox,
 }

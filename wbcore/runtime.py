@@ -115,9 +115,24 @@ class Runtime:
     def federation_sources(self) -> _plugins.Registry[FederationSource]:
         return self._collect("wbcore_federation_sources", FederationSource, "federation source")
 
+    @cached_property
+    def build_sandboxes(self) -> _plugins.Registry[Any]:
+        """Build sandboxes served by plugins (``wbcore_build_sandboxes``): a lane's service."""
+        from wbcore.records import BuildSandbox
+
+        return self._collect("wbcore_build_sandboxes", BuildSandbox, "build sandbox")
+
+    def build_sandbox(self, name: str | None = None) -> Any:
+        """The build-sandbox driver a lane runs its compiler in (``wbcore.sandbox``):
+        ``name``, ``$WB_BUILD_SANDBOX`` or the only one served; ``NotFound`` naming what
+        to install when none is."""
+        from wbcore import sandbox
+
+        return sandbox.select(self, name).factory(self)
+
     def collect_all(self) -> None:
         """Collect every registry (``wbx plugins`` shows what each plugin serves)."""
-        for name in ("shapes", "lanes", "prefixes", "brokers", "tiers", "federation_sources"):
+        for name in ("shapes", "lanes", "prefixes", "brokers", "tiers", "federation_sources", "build_sandboxes"):
             getattr(self, name)
 
     # --- state under $WB_HOME -----------------------------------------------------

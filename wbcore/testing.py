@@ -5,6 +5,7 @@
 ``make_runtime`` ``make_runtime(plugins=None, roots=None)`` → a ``Runtime`` on the above
 ``wbx``          ``wbx(*args, runtime=None, input=None)`` → ``CliResult`` (exit code, out, err)
 ``broken_dist``  a fake installed distribution whose ``wbcore.plugins`` entry point cannot import
+``build_sandbox`` the installed build sandbox (``runtime.build_sandbox()``), or a skip saying why
 """
 
 from __future__ import annotations
@@ -185,3 +186,37 @@ def broken_dist(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pat
     plugins.rescan()
     yield site
     plugins.rescan()
+
+
+@pytest.fixture(scope="session")
+def build_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The build sandbox the installed plugins serve, as a lane gets it from its runtime.
+
+    Skips the test, saying why, where none is installed ("no build sandbox is installed;
+    pip install wb-process") or it does not work on this machine.
+    """
+    from wbcore import sandbox
+    from wbcore.runtime import Runtime
+
+    rt = Runtime.open(home=tmp_path_factory.mktemp("wb-sandbox-home"), roots=[])
+    found = sandbox.availability(rt)
+    if not found.ok:
+        pytest.skip(found.reason)
+    return rt.build_sandbox()
+
+
+def add_custom_section(wasm: bytes, name: str, payload: bytes) -> bytes:
+    """``wasm`` with a custom section appended (how a test embeds ``act:component``,
+    ``act:skill`` or ``wbcore.runner`` into a module or component)."""
+
+    def uleb(n: int) -> bytes:
+        out = bytearray()
+        while True:
+            byte, n = n & 0x7F, n >> 7
+            out.append(byte | (0x80 if n else 0))
+            if not n:
+                return bytes(out)
+
+    encoded = name.encode("utf-8")
+    body = uleb(len(encoded)) + encoded + payload
+    return bytes(wasm) + b"\x00" + uleb(len(body)) + body

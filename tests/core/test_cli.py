@@ -110,24 +110,70 @@ class Hello:
 
 
 class Hijack:
+    """Takes the built-in ``run`` and adds one command of its own."""
+
     @hookimpl
     def wbcore_cli_commands(self, add):
-        add("toolkit", lambda: None)
+        add("run", lambda: print("hijacked"))
+        add("mine", lambda: print("mine"))
 
 
 class HelloAgain:
     @hookimpl
     def wbcore_cli_commands(self, add):
-        add("hello", lambda: None)
+        add("hello", lambda: print("the second hello"))
 
 
 def test_plugins_add_commands_through_the_registrar(make_runtime, wbx):
     r = wbx("hello", "say", "ada", runtime=make_runtime(plugins=[Hello()]))
     assert (r.exit_code, r.stdout) == (0, "hello ada\n")
-    r = wbx("--help", runtime=make_runtime(plugins=[Hijack()]))
-    assert r.exit_code == 70 and "may not register built-in command 'toolkit'" in r.stderr
-    r = wbx("--help", runtime=make_runtime(plugins=[Hello(), HelloAgain()]))
-    assert r.exit_code == 70 and "command 'hello' registered by both" in r.stderr
+    assert "warning" not in r.stderr
+
+
+def test_a_plugin_taking_a_builtin_name_is_a_warning_not_a_failure(make_runtime, wbx):
+    rt = make_runtime(plugins=[Hijack()])
+    r = wbx("--help", runtime=rt)
+    assert r.exit_code == 0 and "mine" in r.stdout
+    warning = "wbx: warning: plugin Hijack: command 'run' not added: it is a built-in wbx command (see wbx plugins)"
+    assert r.stderr.strip().splitlines() == [warning]
+    r = wbx("mine", runtime=rt)
+    assert (r.exit_code, r.stdout) == (0, "mine\n")  # the plugin's other command still works
+    r = wbx("run", "--help", runtime=rt)
+    assert r.exit_code == 0 and "hijacked" not in r.stdout  # run is still the built-in
+    r = wbx("plugins", runtime=rt)
+    assert r.exit_code == 0
+    assert "  warning: command 'run' not added: it is a built-in wbx command" in r.stdout.splitlines()
+    r = wbx("plugins", "--json", runtime=rt)
+    (info,) = json.loads(r.stdout)
+    assert info["name"] == "Hijack" and info["warnings"] == ["command 'run' not added: it is a built-in wbx command"]
+
+
+def test_a_command_name_another_plugin_took_is_refused_with_a_warning(make_runtime, wbx):
+    rt = make_runtime(plugins=[Hello(), HelloAgain()])
+    r = wbx("hello", "say", "ada", runtime=rt)
+    assert (r.exit_code, r.stdout) == (0, "hello ada\n")  # the first plugin keeps its command
+    assert r.stderr.strip() == ("wbx: warning: plugin HelloAgain: command 'hello' not added: plugin Hello "
+                                "registered it first (see wbx plugins)")
+    r = wbx("plugins", "--json", runtime=rt)
+    by_name = {i["name"]: i for i in json.loads(r.stdout)}
+    assert by_name["Hello"]["warnings"] == []
+    assert by_name["HelloAgain"]["warnings"] == ["command 'hello' not added: plugin Hello registered it first"]
+
+
+class Broken:
+    @hookimpl
+    def wbcore_cli_commands(self, add):
+        raise RuntimeError("no typer here")
+
+
+def test_a_plugin_whose_registration_raises_loses_only_its_commands(make_runtime, wbx):
+    rt = make_runtime(plugins=[Hello(), Broken()])
+    r = wbx("hello", "say", "ada", runtime=rt)
+    assert (r.exit_code, r.stdout) == (0, "hello ada\n")
+    assert r.stderr.strip() == ("wbx: warning: plugin Broken: its commands were not added: wbcore_cli_commands "
+                                "raised RuntimeError: no typer here (see wbx plugins)")
+    r = wbx("plugins", runtime=rt)
+    assert "  warning: its commands were not added: wbcore_cli_commands raised RuntimeError: no typer here" in r.stdout
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ def test_vendored_sdk_headers_match_the_sdk():
 
 
 @pytest.fixture(scope="session")
-def zig_env(request, tmp_path_factory):
+def zig_env(request, tmp_path_factory, build_sandbox):
     try:
         from wb_lane_zig import cache
         from wb_lane_zig.toolchain import available, find
@@ -41,7 +41,7 @@ def zig_env(request, tmp_path_factory):
         target = Path(request.config.cache.mkdir("wb-zig")) / f"zig-{zig.version}"
     else:
         target = tmp_path_factory.getbasetemp().parent / "wb-zig-cache" / f"zig-{zig.version}"
-    cache.warm(zig, target)
+    cache.warm(zig, target, build_sandbox)
     return {**os.environ, "WB_ZIG_CACHE": str(target)}
 
 

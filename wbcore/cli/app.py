@@ -16,7 +16,7 @@ from typing import Any
 import typer
 
 from wbcore import __version__
-from wbcore.errors import EXIT_CODES, ErrorKind, PluginError, WbError
+from wbcore.errors import EXIT_CODES, ErrorKind, WbError
 
 #: Names plugins may not take: the core's own commands, present and planned.
 BUILTIN_COMMANDS = frozenset(
@@ -28,7 +28,12 @@ BUILTIN_COMMANDS = frozenset(
 
 
 class Registrar:
-    """The ``add`` handed to ``wbcore_cli_commands``: refuses built-in and taken names."""
+    """The ``add`` handed to ``wbcore_cli_commands``.
+
+    A built-in name, or one another plugin took first, is refused: the command is not
+    added and the refusal is kept (``refused``, and on the plugin's ``wbx plugins`` line),
+    so that one plugin's mistake never stops ``wbx`` for everything else.
+    """
 
     def __init__(self, app: typer.Typer, runtime: Any = None) -> None:
         self.app = app
@@ -36,19 +41,28 @@ class Registrar:
         self.runtime = runtime
         self.owners: dict[str, str] = {}
         self.current = ""
+        #: One line per refused command: "plugin X: command 'run' not added: ...".
+        self.refused: list[str] = []
 
     def __call__(self, name: str, command: typer.Typer | Callable[..., Any], help: str | None = None) -> None:
         if name in BUILTIN_COMMANDS:
-            raise PluginError(f"plugin {self.current} may not register built-in command {name!r}")
+            self.refuse(f"command {name!r} not added: it is a built-in wbx command")
+            return
         if name in self.owners:
-            raise PluginError(
-                f"command {name!r} registered by both {self.owners[name]} and {self.current}"
-            )
+            self.refuse(f"command {name!r} not added: plugin {self.owners[name]} registered it first")
+            return
         self.owners[name] = self.current
         if isinstance(command, typer.Typer):
             self.app.add_typer(command, name=name, help=help)
         else:
             self.app.command(name=name, help=help)(command)
+
+    def refuse(self, why: str) -> None:
+        self.refused.append(f"plugin {self.current}: {why}")
+        infos = getattr(self.runtime, "plugin_infos", None) or []
+        for info in infos:
+            if info.name == self.current and why not in info.warnings:
+                info.warnings.append(why)
 
 
 def _version(value: bool) -> None:
@@ -105,7 +119,12 @@ def build_app(runtime: Any = None) -> typer.Typer:
     registrar = Registrar(app, runtime)
     for impl in runtime.pm.hook.wbcore_cli_commands.get_hookimpls():
         registrar.current = impl.plugin_name
-        impl.function(add=registrar)
+        try:
+            impl.function(add=registrar)
+        except Exception as exc:  # a broken plugin loses its commands, never wbx itself
+            registrar.refuse(f"its commands were not added: wbcore_cli_commands raised {type(exc).__name__}: {exc}")
+    for line in registrar.refused:
+        print(f"wbx: warning: {line} (see wbx plugins)", file=sys.stderr)
     return app
 
 

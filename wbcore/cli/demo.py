@@ -52,7 +52,7 @@ def _build_and_run(runtime: Runtime, found: object) -> int:
         if m.exec not in ("command", "kernel") or not m.build_src:
             continue
         lane = m.build_lang
-        if lane and (lane not in runtime.lanes or not runtime.lanes.get(lane).available().ok):
+        if lane and (lane not in runtime.lanes or not runtime.lanes.get(lane).availability(runtime).ok):
             typer.echo(f"  {tk.id}: skipped (lane {lane} not available here)")
             continue
         try:

@@ -30,7 +30,10 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
                 typer.echo(f"  {kind}: {', '.join(names)}")
             if info.error:
                 typer.echo(f"  error: {info.error}")
-        for reg in (runtime.shapes, runtime.lanes, runtime.prefixes, runtime.brokers, runtime.tiers):
+            for warning in info.warnings:
+                typer.echo(f"  warning: {warning}")
+        for reg in (runtime.shapes, runtime.lanes, runtime.prefixes, runtime.brokers, runtime.tiers,
+                    runtime.build_sandboxes):
             for name, owners in reg.conflicts.items():
                 typer.echo(f"conflict: {reg.what} {name!r} provided by {' and '.join(o.origin for o in owners)}")
 
@@ -80,7 +83,7 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
         reg = runtime.lanes
         rows = []
         for lane in reg:
-            avail = lane.available()
+            avail = lane.availability(runtime)
             rows.append({"name": lane.name, "kind": lane.kind, "where": lane.where, "available": avail.ok,
                          "reason": avail.reason, "state": "available" if avail.ok else f"unavailable: {avail.reason}",
                          "plugin": reg.provider(lane.name).origin})

@@ -17,7 +17,7 @@ from wbcore.errors import EXIT_CODES, ErrorKind, InvalidArgs
 
 
 def _outcome_json(outcome: Any) -> dict[str, Any]:
-    from wb_act.model import Content, Error, MetadataEvent
+    from wbcore.act.model import Content, Error, MetadataEvent
 
     events: list[dict[str, Any]] = []
     for ev in outcome.events:
@@ -43,7 +43,7 @@ def build(runtime: Any) -> Any:
         json_: bool = typer.Option(False, "--json", help="Print the whole outcome (events, structured value) as JSON."),
     ) -> None:
         """Call one tool with JSON arguments, exactly as the MCP server would."""
-        from wb_act.provider import ToolkitProvider
+        from wbcore.act.provider import ToolkitProvider
 
         try:
             parsed = json.loads(args)
@@ -76,7 +76,7 @@ def build(runtime: Any) -> Any:
 def _wire_json(value: Any) -> Any:
     """Wire values as JSON: CBOR byte strings decoded and shown as {"cbor": value}."""
     if isinstance(value, (bytes, bytearray)):
-        from wb_act import cbor
+        from wbcore.act import cbor
 
         try:
             return {"cbor": _wire_json(cbor.loads(bytes(value)))}
@@ -99,7 +99,7 @@ def build_act(runtime: Any) -> typer.Typer:
     ) -> None:
         """Print every tool as an ACT tool-definition of the chosen revision (JSON; CBOR values decoded)."""
         from wb_act import revisions
-        from wb_act.provider import ToolkitProvider
+        from wbcore.act.provider import ToolkitProvider
 
         revisions.check_revision(revision)
         names = [n for v in only or [] for n in v.replace(",", " ").split() if n] or None
@@ -112,7 +112,7 @@ def build_act(runtime: Any) -> typer.Typer:
         """Read a binary's act:component and act:skill custom sections (nothing is run)."""
         from pathlib import Path
 
-        from wb_act import sections
+        from wbcore.act import sections
 
         p = Path(path)
         if not p.is_file():

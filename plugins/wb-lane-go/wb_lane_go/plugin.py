@@ -1,4 +1,4 @@
-"""Entry point of wb-lane-go. Imports nothing heavy."""
+"""Entry point of wb-lane-go. Imports nothing heavy; the build sandbox comes from the runtime."""
 
 from __future__ import annotations
 
@@ -30,4 +30,5 @@ def wbcore_build_lanes() -> Iterator[BuildLane]:
         "source and GOROOT, writable /out only, rlimits, deadline); build cache under $WB_HOME, read through an overlay",
         factory=_factory,
         available=_available,
+        needs_build_sandbox=True,
     )

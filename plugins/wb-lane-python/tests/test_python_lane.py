@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from wbcore.build import BuildRequest, ResolvedSource
-from wbcore.errors import InvalidArgs
+from wbcore.errors import InvalidArgs, NotFound
 from wbcore.manifest import parse
 from wbcore.testing import manifest_text
 
@@ -36,8 +36,8 @@ def test_available_names_the_version() -> None:
     assert check().ok and "componentize-py" in check().reason
 
 
-def test_argv_stubs_wasi_unless_asked(pykit: Path, tmp_path: Path) -> None:
-    lane = PythonLane()
+def test_argv_stubs_wasi_unless_asked(make_runtime, pykit: Path, tmp_path: Path) -> None:
+    lane = PythonLane(make_runtime(plugins=["lane-python"]))
     argv, src = lane.argv(_request(pykit, tmp_path, WIT_WORLD="text-tools"))
     assert argv[-2:] == ["--stub-wasi", "app"] and ["-w", "text-tools"] == argv[argv.index("-w"):argv.index("-w") + 2]
     assert argv[argv.index("-d") + 1] == "/src/wit" and src == pykit.joinpath("src").resolve()
@@ -62,15 +62,26 @@ def test_a_wit_folder_linked_out_of_the_toolkit_is_refused(pykit: Path, tmp_path
     ({"PY_MODULE": "missing"}, "not found"),
     ({"WIT_WORLD": "Bad World"}, "not a world name"),
 ])
-def test_bad_manifests_are_refused_before_anything_runs(pykit: Path, tmp_path: Path, extra, match) -> None:
+def test_bad_manifests_are_refused_before_anything_runs(make_runtime, pykit: Path, tmp_path: Path, extra,
+                                                        match) -> None:
     (pykit / "nowit").mkdir()
     with pytest.raises(InvalidArgs, match=match):
-        PythonLane().argv(_request(pykit, tmp_path, **extra))
+        PythonLane(make_runtime(plugins=["lane-python"])).argv(_request(pykit, tmp_path, **extra))
+
+
+def test_without_a_build_sandbox_the_lane_says_what_to_install(make_runtime, wbx, pykit: Path, tmp_path: Path) -> None:
+    rt = make_runtime(plugins=["lane-python"])  # the lane alone with the core: no plugin serves a sandbox
+    avail = rt.lanes.get("python").availability(rt)
+    assert not avail.ok and "no build sandbox is installed; pip install wb-process" in avail.reason
+    r = wbx("lanes", runtime=rt)
+    assert r.exit_code == 0 and "no build sandbox is installed; pip install wb-process" in r.stdout
+    with pytest.raises(NotFound, match="^no build sandbox is installed; pip install wb-process$"):
+        rt.lanes.get("python").factory(rt).build(_request(pykit, tmp_path, WIT_WORLD="text-tools"))
 
 
 @pytest.mark.slow
-def test_shipped_toolkit_builds_in_the_sandbox_and_answers(make_runtime, tmp_path: Path) -> None:
-    for needed in ("wb_process", "wb_sources", "wb_wasmtime", "wb_act"):  # the cross-plugin path
+def test_shipped_toolkit_builds_in_the_sandbox_and_answers(make_runtime, build_sandbox, tmp_path: Path) -> None:
+    for needed in ("wb_sources", "wb_wasmtime"):  # the cross-plugin path: path: source, component shape
         pytest.importorskip(needed)
     from wbcore.builder import build
 
@@ -80,7 +91,7 @@ def test_shipped_toolkit_builds_in_the_sandbox_and_answers(make_runtime, tmp_pat
     again = build(rt, "text-tools")
     assert again.cached and again.sha256 == result.sha256
 
-    from wb_act.provider import ToolkitProvider
+    from wbcore.act.provider import ToolkitProvider
 
     provider = ToolkitProvider(rt, only=["text-tools"])
     assert set(provider.tools()) == {"text-tools.count", "text-tools.top-words", "text-tools.slugify", "text-tools.wrap"}
@@ -94,9 +105,8 @@ def test_shipped_toolkit_builds_in_the_sandbox_and_answers(make_runtime, tmp_pat
 
 
 @pytest.mark.slow
-def test_a_broken_app_fails_with_the_python_error_in_the_log(make_runtime, toolkit_root: Path) -> None:
-    for needed in ("wb_process", "wb_sources"):
-        pytest.importorskip(needed)
+def test_a_broken_app_fails_with_the_python_error_in_the_log(make_runtime, build_sandbox, toolkit_root: Path) -> None:
+    pytest.importorskip("wb_sources")
     from wbcore.build import BuildFailed
     from wbcore.builder import build
 

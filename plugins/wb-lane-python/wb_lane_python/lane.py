@@ -1,5 +1,5 @@
 """The python lane: ``componentize-py`` builds a Python toolkit against a WIT world into a
-component, inside the build sandbox (``wb_process.sandbox``).
+component, inside the runtime's build sandbox (``runtime.build_sandbox()``, ``wbcore.sandbox``).
 
 Manifest keywords the lane reads:
 
@@ -32,6 +32,7 @@ from wbcore.build import BuildFailed, BuildOutput, BuildRequest
 from wbcore import paths
 from wbcore.errors import InvalidArgs, NotFound, Timeout
 from wbcore.records import Availability
+from wbcore.sandbox import Bind, Limits
 
 MAX_ARTIFACT_BYTES = 128 << 20
 MODULE_RE = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -78,11 +79,13 @@ def check() -> Availability:
 class PythonLane:
     """``BuildLane("python").factory(runtime)``."""
 
-    def __init__(self, runtime: Any = None) -> None:
+    def __init__(self, runtime: Any) -> None:
         tc = toolchain()
         if tc is None:
             raise InvalidArgs(check().reason)
         self.tc = tc
+        #: asked when a build starts: ``NotFound`` naming what to install when none is served
+        self.sandbox = runtime.build_sandbox
         self.version = f"componentize-py {tc.version}"
 
     def argv(self, request: BuildRequest) -> tuple[list[str], Path]:
@@ -131,26 +134,13 @@ class PythonLane:
         return argv, real_src
 
     def build(self, request: BuildRequest) -> BuildOutput:
-        from wb_process.sandbox import Bind, Limits, Sandbox, system_binds
-
         argv, src = self.argv(request)
         m = request.manifest
-        if request.unsandboxed:
-            if m.trust != "first-party":
-                raise InvalidArgs(f"{m.id}: --unsandboxed-build is for first-party source only (TRUST {m.trust})")
-            box = Sandbox(unsandboxed=True)
-            argv = [a.replace("/src", str(src), 1) if a.startswith("/src") else a for a in argv]
-            argv = [a.replace("'/pylib'", repr(str(self.tc.package_dir.parent))) for a in argv]
-            out_arg = argv.index("-o") + 1
-            request.outdir.mkdir(parents=True, exist_ok=True)
-            argv[out_arg] = str(request.outdir / "component.wasm")
-            binds: list[Any] = []
-        else:
-            box = Sandbox()
-            binds = [*system_binds(), Bind(self.tc.python_prefix, str(self.tc.python_prefix)),
-                     Bind(self.tc.package_dir, "/pylib/componentize_py"), Bind(src, "/src")]
-            if not str(self.tc.python).startswith(str(self.tc.python_prefix)):
-                binds.append(Bind(self.tc.python.parent, str(self.tc.python.parent)))
+        box = self.sandbox()
+        binds = [*box.system_binds(), Bind(self.tc.python_prefix, str(self.tc.python_prefix)),
+                 Bind(self.tc.package_dir, "/pylib/componentize_py"), Bind(src, "/src")]
+        if not str(self.tc.python).startswith(str(self.tc.python_prefix)):
+            binds.append(Bind(self.tc.python.parent, str(self.tc.python.parent)))
         if request.progress:
             request.progress(f"componentize-py {self.tc.version}: building {m.id} (pre-initializes CPython; ~10-20 s)")
         limits = Limits(wall_seconds=300, cpu_seconds=300, address_space=ADDRESS_SPACE, out_bytes=MAX_ARTIFACT_BYTES,

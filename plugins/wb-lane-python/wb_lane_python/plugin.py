@@ -1,4 +1,5 @@
-"""Entry point of wb-lane-python. Imports nothing heavy (componentize-py loads in the sandbox)."""
+"""Entry point of wb-lane-python. Imports nothing heavy (componentize-py loads in the sandbox,
+which comes from the runtime)."""
 
 from __future__ import annotations
 
@@ -32,4 +33,5 @@ def wbcore_build_lanes() -> Iterator[BuildLane]:
         factory=_factory,
         available=_available,
         kind="compile-to-component",
+        needs_build_sandbox=True,
     )

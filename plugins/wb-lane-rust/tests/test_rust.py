@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from wbcore.build import BuildFailed, BuildRequest, ResolvedSource, tree_digest
-from wbcore.errors import InvalidArgs
+from wbcore.errors import InvalidArgs, NotFound
 from wbcore.manifest import load
 from wbcore.testing import manifest_text
 
@@ -29,17 +29,12 @@ fn main() {
 
 def ready() -> str:
     rust = find()
-    if isinstance(rust, str):
-        return rust
-    try:
-        from wb_process.sandbox import probe
-    except ImportError:
-        return "no build sandbox"
-    ok, reason, _ = probe()
-    return "" if ok else reason
+    return rust if isinstance(rust, str) else ""
 
 
 needs_toolchain = pytest.mark.skipif(bool(ready()), reason=f"rust lane unavailable here: {ready()}")
+#: the installed build sandbox; skips, saying why, where there is none
+needs_sandbox = pytest.mark.usefixtures("build_sandbox")
 
 
 @pytest.fixture
@@ -53,7 +48,7 @@ def tk(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def lane(make_runtime):
-    rt = make_runtime(plugins=["lane-rust"])
+    rt = make_runtime()  # every installed plugin: the lane takes its sandbox from the runtime
     return rt.lanes.get("rust").factory(rt)
 
 
@@ -84,13 +79,18 @@ def run(wasm: Path, argv: list[str], stdin: bytes, tmp_path: Path) -> tuple[int,
     return code, (tmp_path / "stdout").read_bytes()
 
 
-def test_availability_names_what_to_install(make_runtime):
-    rec = make_runtime(plugins=["lane-rust"]).lanes.get("rust")
-    avail = rec.available()
-    if not avail.ok:
-        assert "apt-get install rustc libstd-rust-dev-wasm32" in avail.reason or "sandbox" in avail.reason
+def test_availability_names_what_to_install(make_runtime, wbx, tk, tmp_path):
+    rt = make_runtime(plugins=["lane-rust"])  # the lane alone with the core: no plugin serves a sandbox
+    avail = rt.lanes.get("rust").availability(rt)
+    assert not avail.ok and "no build sandbox is installed; pip install wb-process" in avail.reason
+    if ready():
+        assert "apt-get install rustc libstd-rust-dev-wasm32" in avail.reason
     else:
-        assert "wasm32-wasi" in avail.reason
+        assert "wasm32-wasi" in rt.lanes.get("rust").available().reason
+    r = wbx("lanes", runtime=rt)
+    assert r.exit_code == 0 and "no build sandbox is installed; pip install wb-process" in r.stdout
+    with pytest.raises(NotFound, match="^no build sandbox is installed; pip install wb-process$"):
+        build(rt.lanes.get("rust").factory(rt), tk, tmp_path / "out")
 
 
 def test_cargo_bin_and_crate_names(tmp_path):
@@ -108,6 +108,7 @@ def test_flags_outside_the_allowlist_are_refused(lane, tk, tmp_path):
 
 @pytest.mark.slow
 @needs_toolchain
+@needs_sandbox
 def test_rustc_builds_runs_and_is_reproducible(lane, tk, tmp_path):
     a = build(lane, tk, tmp_path / "a")
     assert run(a.artifact, ["rstool", "x", "y"], b"hi\n", tmp_path) == (0, b"x,y|HI\n")
@@ -118,6 +119,7 @@ def test_rustc_builds_runs_and_is_reproducible(lane, tk, tmp_path):
 
 @pytest.mark.slow
 @needs_toolchain
+@needs_sandbox
 def test_compile_error_and_host_files_stay_out(lane, tk, tmp_path):
     (tk / "src" / "main.rs").write_text('fn main() { let x: u8 = "no"; }\n')
     with pytest.raises(BuildFailed) as err:
@@ -131,6 +133,7 @@ def test_compile_error_and_host_files_stay_out(lane, tk, tmp_path):
 
 @pytest.mark.slow
 @needs_toolchain
+@needs_sandbox
 def test_cargo_package_with_vendored_crate(lane, tk, tmp_path):
     if find().cargo is None:
         pytest.skip("no cargo beside rustc")
@@ -155,6 +158,7 @@ REPO_TOOLKITS = Path(__file__).resolve().parents[3] / "toolkits"
 
 @pytest.mark.slow
 @needs_toolchain
+@needs_sandbox
 def test_freq_toolkit_builds_and_counts(lane, tmp_path):
     tk = REPO_TOOLKITS / "freq"
     if not tk.is_dir():
@@ -170,6 +174,7 @@ def test_freq_toolkit_builds_and_counts(lane, tmp_path):
 
 @pytest.mark.slow
 @needs_toolchain
+@needs_sandbox
 def test_cargo_crates_from_the_configured_local_registry(make_runtime, tk, tmp_path):
     """No vendor/: crates come from $WB_RUST_CRATES (Debian's /usr/share/cargo/registry layout)."""
     if find().cargo is None:
@@ -184,7 +189,7 @@ def test_cargo_crates_from_the_configured_local_registry(make_runtime, tk, tmp_p
     (src / "src").mkdir()
     (src / "Cargo.toml").write_text('[package]\nname = "rstool"\nversion = "0.1.0"\nedition = "2021"\n\n[dependencies]\ntiny = "1"\n')
     (src / "src" / "main.rs").write_text('fn main() { println!("{}", tiny::answer()); }\n')
-    rt = make_runtime(plugins=["lane-rust"], env={"WB_RUST_CRATES": str(tmp_path / "registry")})
+    rt = make_runtime(env={"WB_RUST_CRATES": str(tmp_path / "registry")})
     out = build(rt.lanes.get("rust").factory(rt), tk, tmp_path / "out")
     assert run(out.artifact, ["rstool"], b"", tmp_path) == (0, b"7\n")
     # a crate that is not there: cargo's own message, offline, no network attempt
@@ -192,13 +197,3 @@ def test_cargo_crates_from_the_configured_local_registry(make_runtime, tk, tmp_p
     with pytest.raises(BuildFailed) as err:
         build(rt.lanes.get("rust").factory(rt), tk, tmp_path / "out2")
     assert "serde" in err.value.log
-
-
-@needs_toolchain
-def test_unsandboxed_build_is_refused_for_third_party_source(lane, tmp_path):
-    tk = tmp_path / "tp"
-    (tk / "src").mkdir(parents=True)
-    (tk / "manifest.org").write_text(manifest_text("tp", exec="command", trust="third-party", extra={"CLI_BIN": "tp", "BUILD_LANG": "rust", "BUILD_SRC": "path:src"}, drawer={"CLI_BIN": "tp"}))
-    (tk / "src" / "main.rs").write_text("fn main() {}\n")
-    with pytest.raises(InvalidArgs, match="first-party"):
-        lane.build(BuildRequest(manifest=load(tk / "manifest.org"), source=ResolvedSource(digest="x", dir=tk / "src"), outdir=tmp_path / "o", unsandboxed=True))

@@ -17,13 +17,14 @@ import re
 import shutil
 import tempfile
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from wbcore.build import BuildFailed, BuildOutput, BuildRequest
 from wbcore.errors import Internal, InvalidArgs, Timeout
+from wbcore.sandbox import Bind, BuildSandboxDriver, Limits, SandboxResult
 
 from wb_lane_rust.toolchain import DEFAULT_CRATES, Rust, find
 
@@ -32,9 +33,7 @@ MAX_ARTIFACT_BYTES = 64 << 20
 FLAG_RE = re.compile(r"^(--cfg=[A-Za-z_][A-Za-z0-9_]*(=\"[^\"]*\")?|--features=[A-Za-z0-9_,/-]+)$")
 
 
-def limits(wall: float) -> Any:
-    from wb_process.sandbox import Limits
-
+def limits(wall: float) -> Limits:
     return Limits(wall_seconds=wall, cpu_seconds=int(wall * 2) + 10, processes=512, tmp_bytes=2 << 30,
                   out_bytes=1 << 30, out_files=200_000)
 
@@ -63,12 +62,16 @@ def cargo_bin(manifest: Path, want: str | None) -> str:
 class RustLane:
     home: Path
     env: Mapping[str, str]
+    #: The runtime's ``build_sandbox``, asked when a build starts (``NotFound`` naming what
+    #: to install when no plugin serves one).
+    sandbox: Callable[[], BuildSandboxDriver]
     wall: float = 600.0
 
     @classmethod
     def for_runtime(cls, runtime: Any) -> RustLane:
         env = dict(getattr(runtime, "env", {}) or {})
-        return cls(home=Path(runtime.home), env=env, wall=float(env.get("WB_BUILD_TIMEOUT", "600")))
+        return cls(home=Path(runtime.home), env=env, sandbox=runtime.build_sandbox,
+                   wall=float(env.get("WB_BUILD_TIMEOUT", "600")))
 
     @property
     def rust(self) -> Rust:
@@ -87,20 +90,9 @@ class RustLane:
         p = Path(base) if base else DEFAULT_CRATES
         return p if p.is_dir() else None
 
-    def sandbox(self, request: BuildRequest) -> Any:
-        from wb_process.sandbox import Sandbox
-
-        if request.unsandboxed:
-            if request.manifest.trust != "first-party":
-                raise InvalidArgs(f"{request.manifest.id}: --unsandboxed-build is for first-party source only")
-            return Sandbox(unsandboxed=True)
-        return Sandbox()
-
-    def _tool_binds(self, r: Rust) -> tuple[list[Any], str, str | None]:
+    def _tool_binds(self, box: BuildSandboxDriver, r: Rust) -> tuple[list[Bind], str, str | None]:
         """Binds for the toolchain, and the rustc / cargo paths inside the sandbox."""
-        from wb_process.sandbox import Bind, system_binds
-
-        binds = list(system_binds())
+        binds = list(box.system_binds())
         if r.system:
             return binds, str(r.rustc), str(r.cargo) if r.cargo else None
         binds.append(Bind(r.sysroot, "/rust"))
@@ -113,15 +105,16 @@ class RustLane:
         for flag in request.flags:
             if not FLAG_RE.match(flag):
                 raise InvalidArgs(f"rust: flag {flag!r} is not allowed (allowed: --cfg=NAME, --features=a,b)")
+        box = self.sandbox()
         r = self.rust
         name = request.manifest.cli_bin or request.manifest.id
         root = src / request.source.entry if request.source.entry and (src / request.source.entry).is_dir() else src
         with tempfile.TemporaryDirectory(prefix="wb-rust-") as tmp:
             box_out = Path(tmp) / "out"
             if (root / "Cargo.toml").is_file():
-                res, cmdline = self._cargo(request, r, root, name, box_out)
+                res, cmdline = self._cargo(request, box, r, root, name, box_out)
             else:
-                res, cmdline = self._rustc(request, r, src, name, box_out)
+                res, cmdline = self._rustc(request, box, r, src, name, box_out)
             log = f"$ {cmdline}\n{res.log}"
             if res.timed_out:
                 raise Timeout(f"rust: build passed its {self.wall:g}s deadline and was killed\n{res.log}".rstrip())
@@ -139,16 +132,15 @@ class RustLane:
             shutil.move(str(built), artifact)
         return BuildOutput(artifact=artifact, log=log)
 
-    def _rustc(self, request: BuildRequest, r: Rust, src: Path, name: str, out: Path) -> tuple[Any, str]:
-        from wb_process.sandbox import Bind
-
+    def _rustc(self, request: BuildRequest, box: BuildSandboxDriver, r: Rust, src: Path, name: str,
+               out: Path) -> tuple[SandboxResult, str]:
         entry = request.source.entry or "main.rs"
         if not (src / entry).is_file():
             if (src / "src" / "main.rs").is_file() and not request.source.entry:
                 entry = "src/main.rs"
             else:
                 raise InvalidArgs(f"rust: no {entry} under {src} (and no Cargo.toml)")
-        binds, rustc, _ = self._tool_binds(r)
+        binds, rustc, _ = self._tool_binds(box, r)
         binds.append(Bind(src, "/src"))
         cfgs = [f for f in request.flags if f.startswith("--cfg=")]
         argv = [rustc, "--edition", "2021", "--crate-name", crate_name(name), "--crate-type", "bin",
@@ -157,14 +149,12 @@ class RustLane:
                 "-o", f"/out/{name}.wasm", f"/src/{entry}"]
         if request.progress:
             request.progress(f"{r.version} → {r.target} in the build sandbox")
-        res = self.sandbox(request).run(argv, binds=binds, out_dir=out, limits=limits(self.wall),
-                                        env={"TMPDIR": "/tmp"}, cwd="/src")
+        res = box.run(argv, binds=binds, out_dir=out, limits=limits(self.wall), env={"TMPDIR": "/tmp"}, cwd="/src")
         return res, " ".join(argv)
 
-    def _cargo(self, request: BuildRequest, r: Rust, root: Path, name: str, out: Path) -> tuple[Any, str]:
-        from wb_process.sandbox import Bind
-
-        binds, rustc, cargo = self._tool_binds(r)
+    def _cargo(self, request: BuildRequest, box: BuildSandboxDriver, r: Rust, root: Path, name: str,
+               out: Path) -> tuple[SandboxResult, str]:
+        binds, rustc, cargo = self._tool_binds(box, r)
         if cargo is None:
             raise InvalidArgs(f"rust: {root.name} is a Cargo package but {r.version} has no cargo beside it")
         binary = cargo_bin(root / "Cargo.toml", name)
@@ -176,10 +166,6 @@ class RustLane:
             if cdir is not None:
                 binds.append(Bind(cdir, "/crates"))
         features = [f for f in request.flags if f.startswith("--features=")]
-        if request.unsandboxed:
-            # on the host the sandbox maps argv and env paths, not text inside --config values
-            # or a shell script: name the crate folder by its host path, keep the target in /out
-            crates = str(out / "vendor") if (root / "vendor").is_dir() else str(self.crates_dir() or "/nonexistent")
         cargo_argv = [cargo, "build", "--offline", "--release", "--target", r.target, "--bin", binary,
                       "--manifest-path", "/out/Cargo.toml", *features,
                       "--config", 'source.crates-io.replace-with="wb-local"',
@@ -193,14 +179,6 @@ class RustLane:
         }
         if request.progress:
             request.progress(f"cargo build --offline ({r.version} → {r.target}) in the build sandbox")
-        box = self.sandbox(request)
-        if request.unsandboxed:
-            env["CARGO_TARGET_DIR"] = "/out/.wb-target"
-            res = box.run(cargo_argv, binds=binds, out_dir=out, limits=limits(self.wall), env=env, cwd="/out", seed_out=root)
-            built = out / ".wb-target" / r.target / "release" / f"{binary}.wasm"
-            if res.ok and built.is_file():
-                shutil.copyfile(built, out / f"{name}.wasm")
-            return res, " ".join(cargo_argv)
         quoted = " ".join("'" + a.replace("'", "'\\''") + "'" for a in cargo_argv)
         script = f"set -e\n{quoted}\ncp /tmp/target/{r.target}/release/{binary}.wasm /out/{name}.wasm\n"
         res = box.run(["/bin/sh", "-c", script], binds=binds, out_dir=out, limits=limits(self.wall),

@@ -1,4 +1,4 @@
-"""Entry point of wb-lane-rust. Imports nothing heavy."""
+"""Entry point of wb-lane-rust. Imports nothing heavy; the build sandbox comes from the runtime."""
 
 from __future__ import annotations
 
@@ -31,4 +31,5 @@ def wbcore_build_lanes() -> Iterator[BuildLane]:
         "source and crates, writable /out only, rlimits, deadline); build scripts and proc-macros run there too",
         factory=_factory,
         available=_available,
+        needs_build_sandbox=True,
     )

@@ -72,16 +72,10 @@ def find() -> Rust | str:
 
 
 def check() -> Availability:
+    """Whether a rustc with a wasm32-wasi std is here; the build sandbox is the runtime's to
+    check (``BuildLane.needs_build_sandbox``)."""
     rust = find()
     if isinstance(rust, str):
         return Availability.no(rust)
-    try:
-        from wb_process.sandbox import probe
-    except ImportError:
-        return Availability.no(f"{rust.version} ({rust.target}) is here but the build sandbox (wb-process) is not installed")
-    ok, reason, _ = probe()
-    if not ok:
-        return Availability.no(f"{rust.version} is installed but the build sandbox is unavailable: {reason} "
-                               "(trusted first-party builds may use --unsandboxed-build)")
     cargo = "cargo" if rust.cargo else "no cargo: single-file builds only"
-    return Availability.yes(f"{rust.version} → {rust.target} ({cargo}); sandbox: {reason}")
+    return Availability.yes(f"{rust.version} → {rust.target} ({cargo})")

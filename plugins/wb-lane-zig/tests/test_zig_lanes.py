@@ -9,19 +9,19 @@ from pathlib import Path
 import pytest
 
 from wbcore.build import BuildFailed, BuildRequest, ResolvedSource, tree_digest
-from wbcore.errors import InvalidArgs, Timeout
+from wbcore.errors import InvalidArgs, NotFound, Timeout
 from wbcore.manifest import parse
 from wbcore.testing import manifest_text
 
 from wb_lane_zig.lanes import CLane, ZigLane
 
 
-def request(src: Path, out: Path, *, flags: tuple[str, ...] = (), entry: str | None = None, trust: str | None = None,
-            unsandboxed: bool = False) -> BuildRequest:
+def request(src: Path, out: Path, *, flags: tuple[str, ...] = (), entry: str | None = None,
+            trust: str | None = None) -> BuildRequest:
     m = parse(manifest_text("demo", trust=trust, extra={"CLI_BIN": "demo", **({"AUTHOR_DID": "did:key:z6Mk", "SIGNATURE": "x"} if trust == "third-party" else {})},
                             drawer={"CLI_BIN": "demo"}), src / "manifest.org")
     return BuildRequest(manifest=m, source=ResolvedSource(digest=tree_digest(src), dir=src, entry=entry), outdir=out,
-                        flags=flags, unsandboxed=unsandboxed)
+                        flags=flags)
 
 
 def write(root: Path, files: dict[str, str]) -> Path:
@@ -70,9 +70,10 @@ C_COUNT = """
 
 
 @pytest.fixture
-def lanes(zig_cache: Path, tmp_path: Path) -> tuple[CLane, ZigLane]:
+def lanes(zig_cache: Path, build_sandbox, tmp_path: Path) -> tuple[CLane, ZigLane]:
     env = {"WB_ZIG_CACHE": str(zig_cache), "WB_BUILD_TIMEOUT": "120"}
-    return CLane(home=tmp_path / "home", env=env), ZigLane(home=tmp_path / "home", env=env)
+    return (CLane(home=tmp_path / "home", env=env, sandbox=lambda: build_sandbox),
+            ZigLane(home=tmp_path / "home", env=env, sandbox=lambda: build_sandbox))
 
 
 def test_c_lane_builds_a_small_wasi_command(lanes, tmp_path: Path) -> None:
@@ -119,10 +120,11 @@ def test_zig_embed_file_cannot_read_the_host(lanes, tmp_path: Path) -> None:
         lanes[1].build(request(src, tmp_path / "out"))
 
 
-def test_exponential_macro_ends_at_its_limit(zig_cache: Path, tmp_path: Path) -> None:
+def test_exponential_macro_ends_at_its_limit(zig_cache: Path, build_sandbox, tmp_path: Path) -> None:
     lines = ["#define A0 x"] + [f"#define A{i} A{i-1} A{i-1}" for i in range(1, 40)] + ["int main(void){ A39; return 0; }"]
     src = write(tmp_path / "src", {"main.c": "\n".join(lines) + "\n"})
-    lane = CLane(home=tmp_path / "home", env={"WB_ZIG_CACHE": str(zig_cache), "WB_BUILD_TIMEOUT": "4"})
+    lane = CLane(home=tmp_path / "home", env={"WB_ZIG_CACHE": str(zig_cache), "WB_BUILD_TIMEOUT": "4"},
+                 sandbox=lambda: build_sandbox)
     with pytest.raises((Timeout, BuildFailed)):
         lane.build(request(src, tmp_path / "out"))
 
@@ -132,12 +134,6 @@ def test_flags_outside_the_allowlist_are_refused(lanes, tmp_path: Path) -> None:
     for flag in ("-o/etc/x", "-I/etc", "--target=x86_64-linux", "-fplugin=/x.so", "-B/tmp"):
         with pytest.raises(InvalidArgs, match="not allowed"):
             lanes[0].build(request(src, tmp_path / "out", flags=(flag,)))
-
-
-def test_unsandboxed_build_is_first_party_only(lanes, tmp_path: Path) -> None:
-    src = write(tmp_path / "src", {"main.c": "int main(void){return 0;}\n"})
-    with pytest.raises(InvalidArgs, match="first-party"):
-        lanes[0].build(request(src, tmp_path / "out", trust="third-party", unsandboxed=True))
 
 
 def test_compiler_message_is_kept(lanes, tmp_path: Path) -> None:
@@ -152,11 +148,24 @@ def test_lanes_are_listed_with_an_honest_label(make_runtime) -> None:
     for name in ("c", "zig"):
         lane = rt.lanes.get(name)
         assert "sandbox" in lane.where and "zig" in lane.where
-        assert lane.available().ok in (True, False)
+        assert lane.needs_build_sandbox
+        assert lane.availability(rt).ok in (True, False)
+
+
+def test_without_a_build_sandbox_the_lanes_say_what_to_install(make_runtime, wbx, tmp_path: Path) -> None:
+    rt = make_runtime(plugins=["lane-zig"])  # the lanes alone with the core: no plugin serves a sandbox
+    for name in ("c", "zig"):
+        avail = rt.lanes.get(name).availability(rt)
+        assert not avail.ok and "no build sandbox is installed; pip install wb-process" in avail.reason
+    r = wbx("lanes", runtime=rt)
+    assert r.exit_code == 0 and r.stdout.count("no build sandbox is installed; pip install wb-process") == 2
+    src = write(tmp_path / "src", {"main.c": "int main(void){return 0;}\n"})
+    with pytest.raises(NotFound, match="^no build sandbox is installed; pip install wb-process$"):
+        rt.lanes.get("c").factory(rt).build(request(src, tmp_path / "out"))
 
 
 @pytest.mark.slow
-def test_two_clean_builds_give_the_same_sha256(tmp_path: Path) -> None:
+def test_two_clean_builds_give_the_same_sha256(build_sandbox, tmp_path: Path) -> None:
     """Fresh caches on both sides (each warms wasi-libc from nothing: minutes)."""
     from wb_lane_zig import cache
     from wb_lane_zig.toolchain import find
@@ -166,12 +175,12 @@ def test_two_clean_builds_give_the_same_sha256(tmp_path: Path) -> None:
     digests = []
     for side in ("one", "two"):
         cache_dir = tmp_path / side / "cache"
-        cache.warm(zig, cache_dir)
+        cache.warm(zig, cache_dir, build_sandbox)
         env = {"WB_ZIG_CACHE": str(cache_dir)}
         c_src = write(tmp_path / side / "c", {"main.c": C_COUNT, "include/count.h": "#define COUNT_ONE(c) 1\n"})
         z_src = write(tmp_path / side / "z", {"main.zig": (Path(__file__).parents[1] / "wb_lane_zig/warmup/hello.zig").read_text()})
-        c = CLane(home=tmp_path / side, env=env).build(request(c_src, tmp_path / side / "c-out")).artifact
-        z = ZigLane(home=tmp_path / side, env=env).build(request(z_src, tmp_path / side / "z-out")).artifact
+        c = CLane(home=tmp_path / side, env=env, sandbox=lambda: build_sandbox).build(request(c_src, tmp_path / side / "c-out")).artifact
+        z = ZigLane(home=tmp_path / side, env=env, sandbox=lambda: build_sandbox).build(request(z_src, tmp_path / side / "z-out")).artifact
         digests.append((hashlib.sha256(c.read_bytes()).hexdigest(), hashlib.sha256(z.read_bytes()).hexdigest()))
     assert digests[0] == digests[1]
 

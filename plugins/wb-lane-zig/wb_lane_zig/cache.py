@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from wbcore.build import BuildFailed
+from wbcore.sandbox import Bind, BuildSandboxDriver, Limits
 
 from wb_lane_zig.toolchain import Zig
 
@@ -64,16 +65,15 @@ def warm_argvs() -> list[list[str]]:
 def warm(
     zig: Zig,
     cache: Path,
+    box: BuildSandboxDriver,
     *,
-    unsandboxed: bool = False,
     progress: Callable[[str], None] | None = None,
     wall_seconds: float = 900.0,
 ) -> float:
-    """Warm ``cache`` unless it is warm already; returns the seconds spent (0 when warm)."""
+    """Warm ``cache`` in ``box`` (the runtime's build sandbox) unless it is warm already;
+    returns the seconds spent (0 when warm)."""
     if is_warm(cache, zig):
         return 0.0
-    from wb_process.sandbox import Bind, Limits, Sandbox, own_for_sandbox
-
     cache.parent.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     with open(cache.parent / f".{cache.name}.lock", "w") as lock:
@@ -82,7 +82,6 @@ def warm(
             return 0.0
         if progress:
             progress(f"zig {zig.version}: building wasi-libc and compiler_rt into {cache} (once, about a minute)")
-        box = Sandbox(unsandboxed=unsandboxed)
         limits = Limits(wall_seconds=wall_seconds, cpu_seconds=int(wall_seconds) * 2, open_files=8192,
                         processes=512, out_bytes=2 << 30, out_files=50_000, tmp_bytes=2 << 30)
         staging = Path(tempfile.mkdtemp(prefix=f".{cache.name}.warming-", dir=cache.parent))
@@ -108,7 +107,7 @@ def warm(
             assert seed is not None
             os.replace(seed / "cache", staging / "cache")
             (staging / "cache" / ".wb-warm").write_text(stamp(zig))
-            own_for_sandbox(staging / "cache")
+            box.own_for_sandbox(staging / "cache")
             old = None
             if cache.exists():
                 old = cache.with_name(f".{cache.name}.old-{os.getpid()}")

@@ -4,8 +4,8 @@ What the compiler sees: ``/zig`` (the ziglang package, read-only), ``/src`` (the
 source, read-only), ``/zig-cache`` (the warmed global cache through a private overlay),
 a private ``/tmp`` and ``/out`` (copied back to the request's ``outdir``). No network,
 no ``/etc``, no home, uid 1000 without capabilities, seccomp, rlimits and a deadline
-(see ``wb_process.sandbox``). Paths inside are fixed, so the same source and flags give
-the same bytes on any machine.
+(the runtime's build sandbox, ``wbcore.sandbox``). Paths inside are fixed, so the same
+source and flags give the same bytes on any machine.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 from wbcore.build import BuildFailed, BuildOutput, BuildRequest
 from wbcore import paths
 from wbcore.errors import InvalidArgs, NotFound, Timeout
+from wbcore.sandbox import Bind, BuildSandboxDriver, Limits
 
 from wb_lane_zig import cache as _cache
 from wb_lane_zig.toolchain import Zig, find
@@ -38,11 +39,14 @@ ZIG_FLAG_RE = re.compile(r"^(-O(Debug|ReleaseSafe|ReleaseFast|ReleaseSmall)|-f(n
 class ZigLaneBase:
     home: Path
     env: dict[str, str]
+    #: The runtime's ``build_sandbox``, asked when a build starts (``NotFound`` naming what
+    #: to install when no plugin serves one).
+    sandbox: Callable[[], BuildSandboxDriver]
     lane: ClassVar[str] = "c"
 
     @classmethod
     def for_runtime(cls, runtime: Any) -> ZigLaneBase:
-        return cls(home=Path(runtime.home), env=dict(getattr(runtime, "env", {}) or {}))
+        return cls(home=Path(runtime.home), env=dict(getattr(runtime, "env", {}) or {}), sandbox=runtime.build_sandbox)
 
     @property
     def zig(self) -> Zig:
@@ -58,24 +62,14 @@ class ZigLaneBase:
     def _timeout(self) -> float:
         return float(self.env.get("WB_BUILD_TIMEOUT", "300"))
 
-    def _sandbox(self, request: BuildRequest) -> Any:
-        from wb_process.sandbox import Sandbox
-
-        if request.unsandboxed and request.manifest.trust != "first-party":
-            raise InvalidArgs(f"{self.lane} lane: --unsandboxed-build is for first-party toolkits only; "
-                              f"{request.manifest.id} is {request.manifest.trust}")
-        return Sandbox(unsandboxed=request.unsandboxed)
-
     def _compile(self, request: BuildRequest, argv: list[str], name: str, *, cwd: str = "/tmp") -> BuildOutput:
-        from wb_process.sandbox import Bind, Limits
-
         src = request.source.dir
         assert src is not None
+        box = self.sandbox()
         zig = self.zig
-        box = self._sandbox(request)
         cache = _cache.cache_dir(zig, self.home, self.env)
         progress: Callable[[str], None] | None = request.progress
-        _cache.warm(zig, cache, unsandboxed=request.unsandboxed, progress=progress)
+        _cache.warm(zig, cache, box, progress=progress)
         timeout = self._timeout()
         limits = Limits(wall_seconds=timeout, cpu_seconds=int(timeout) * 2, open_files=8192, processes=256,
                         out_bytes=MAX_ARTIFACT_BYTES * 2, tmp_bytes=1 << 30)
@@ -85,8 +79,7 @@ class ZigLaneBase:
         outdir.mkdir(parents=True, exist_ok=True)
         res = box.run(
             argv,
-            binds=[Bind(zig.root, "/zig"), Bind(src, "/src"), Bind(cache, "/zig-cache", overlay=not request.unsandboxed,
-                                                                    writable=request.unsandboxed)],
+            binds=[Bind(zig.root, "/zig"), Bind(src, "/src"), Bind(cache, "/zig-cache", overlay=True)],
             out_dir=outdir,
             env={"ZIG_GLOBAL_CACHE_DIR": "/zig-cache", "ZIG_LOCAL_CACHE_DIR": "/tmp/zig-local", **_user_env(request)},
             cwd=cwd,

@@ -1,4 +1,5 @@
-"""Entry point of wb-lane-zig. Imports nothing heavy: the sandbox and zig load in the factories."""
+"""Entry point of wb-lane-zig. Imports nothing heavy: zig loads in the factories, and the build
+sandbox comes from the runtime (``runtime.build_sandbox()``) when a build starts."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from typing import Any
 from wbcore import hookimpl
 from wbcore.records import Availability, BuildLane, BuiltinCommand
 
-WHERE = ("native zig {tool} (PyPI ziglang) inside the wb-process build sandbox: user/mount/pid/net "
-         "namespaces, no network, read-only source, uid 1000, seccomp, rlimits, deadline")
+WHERE = ("native zig {tool} (PyPI ziglang) inside the runtime's build sandbox (wb-process: user/mount/pid/net "
+         "namespaces, no network, read-only source, uid 1000, seccomp, rlimits, deadline)")
 
 
 def _c(runtime: Any) -> Any:
@@ -38,6 +39,7 @@ def wbcore_build_lanes() -> Iterator[BuildLane]:
         where=WHERE.format(tool="cc"),
         factory=_c,
         available=_available,
+        needs_build_sandbox=True,
     )
     yield BuildLane(
         name="zig",
@@ -45,6 +47,7 @@ def wbcore_build_lanes() -> Iterator[BuildLane]:
         where=WHERE.format(tool="build-exe"),
         factory=_zig,
         available=_available,
+        needs_build_sandbox=True,
     )
 
 
@@ -66,7 +69,7 @@ def _builtin_version(name: str) -> str:
 @hookimpl
 def wbcore_builtin_commands() -> Iterator[BuiltinCommand]:
     if not _available().ok:
-        return  # no zig or no sandbox: the built-ins cannot be built here (wbx lanes says why)
+        return  # no zig: the built-ins cannot be built here (wbx lanes says why)
     yield BuiltinCommand(
         name="grep",
         summary="lines of stdin matching a POSIX regex; first stdin line = '[-i -v -c -n -o -F -x -w -m N] PATTERN'",

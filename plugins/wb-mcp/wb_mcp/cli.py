@@ -44,7 +44,7 @@ def build(runtime: Any) -> typer.Typer:
     ) -> None:
         """List the tools the server would serve."""
         from wb_mcp.server import _mcp_tool
-        from wb_act.provider import ToolkitProvider
+        from wbcore.act.provider import ToolkitProvider
 
         provider = ToolkitProvider(runtime, only=_only(only))
         found = list(provider.tools().values())

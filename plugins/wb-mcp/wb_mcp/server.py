@@ -137,8 +137,8 @@ def build_server(runtime: Runtime, *, only: Iterable[str] | None = None, search_
     from mcp.server.lowlevel import Server
     from mcp.shared.exceptions import MCPError
     from mcp_types import INVALID_PARAMS
-    from wb_act.model import Content, Error
-    from wb_act.provider import ToolkitProvider
+    from wbcore.act.model import Content
+    from wbcore.act.provider import ToolkitProvider
 
     provider = ToolkitProvider(runtime, only=only)
     only_names = None if only is None else frozenset(only)

@@ -1,4 +1,5 @@
-"""Entry point of wb-process."""
+"""Entry point of wb-process: the build sandbox (a service lanes ask their runtime for), the
+os_process tier, the posix and task shapes."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from wbcore import hookimpl
-from wbcore.records import Availability, ExecShape, IsolationTier
+from wbcore.records import Availability, BuildSandbox, ExecShape, IsolationTier
 
 from wb_process import shapes as _shapes
 
@@ -39,4 +40,27 @@ def wbcore_isolation_tiers() -> Iterator[IsolationTier]:
         available=_tier_available,
         kinds=frozenset({"command"}),
         bridges_caps=False,
+    )
+
+
+def _sandbox(runtime: Any) -> Any:
+    from wb_process.sandbox import SandboxDriver
+
+    return SandboxDriver()
+
+
+def _sandbox_available() -> Availability:
+    from wb_process.sandbox import availability
+
+    return availability()
+
+
+@hookimpl
+def wbcore_build_sandboxes() -> Iterator[BuildSandbox]:
+    yield BuildSandbox(
+        name="namespaces",
+        summary="user/mount/pid/net/ipc/uts/cgroup namespaces, read-only binds, no network, uid 1000, "
+        "seccomp, rlimits, a SIGKILL deadline, size-capped /tmp and /out",
+        factory=_sandbox,
+        available=_sandbox_available,
     )

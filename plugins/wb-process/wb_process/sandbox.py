@@ -1,8 +1,9 @@
 """The build sandbox: run one native program (a compiler) with nothing of the host.
 
-Usage::
-
-    from wb_process.sandbox import Bind, Limits, Sandbox
+Lanes reach it through their runtime (``runtime.build_sandbox()`` returns a
+:class:`SandboxDriver`, served by this plugin's ``wbcore_build_sandboxes``) and speak the
+core's contract (``wbcore.sandbox``: ``Bind``, ``Limits``, ``SandboxResult``); the
+``os_process`` tier uses :class:`Sandbox` directly::
 
     box = Sandbox()                       # raises SandboxUnavailable naming the missing feature
     res = box.run(
@@ -21,10 +22,6 @@ address space, CPU, file size, open files and processes, in new user, mount, pid
 uts and cgroup namespaces: no network at all, not even loopback. A wall-clock deadline
 SIGKILLs pid 1 of its namespace, which ends every process in it. After the program ends,
 ``/out``'s regular files and folders (never links or devices) are copied to ``out_dir``.
-
-``Sandbox(unsandboxed=True)`` runs the argv directly on the host with the same rlimits and
-deadline; it exists for trusted first-party builds on machines without namespaces
-(``--unsandboxed-build``), and every result says so in ``features``.
 """
 
 from __future__ import annotations
@@ -42,12 +39,13 @@ import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 from wbcore import leftovers
 from wbcore.errors import Internal, InvalidArgs, Timeout, WbError
+from wbcore.records import Availability
+from wbcore.sandbox import Bind, Limits, SandboxResult
 
 INIT = Path(__file__).with_name("_sandbox_init.py")
 #: Outer uid/gid the sandboxed program runs as when the host process is root.
@@ -58,77 +56,6 @@ DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 class SandboxUnavailable(WbError):
     """A namespace or kernel feature the sandbox needs is missing here."""
-
-
-@dataclass(frozen=True, slots=True)
-class Bind:
-    """Host ``src`` seen at ``dst`` inside the sandbox (read-only unless ``writable``).
-
-    A writable bind is for trusted state only (a compiler cache being warmed by a
-    first-party build); untrusted output goes to ``/out``. An ``overlay`` bind lets an
-    untrusted build use (and seem to update) a cache without changing it on the host.
-    """
-
-    src: Path
-    dst: str
-    writable: bool = False
-    overlay: bool = False  # writable inside, but writes land in a private tmpfs and vanish
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    """Every bound of one sandboxed run. Sizes in bytes, times in seconds."""
-
-    wall_seconds: float = 120.0
-    cpu_seconds: int = 120
-    address_space: int = 8 << 30
-    file_size: int = 256 << 20
-    open_files: int = 512
-    processes: int = 64
-    tmp_bytes: int = 512 << 20
-    out_bytes: int = 256 << 20
-    out_files: int = 10_000
-    output_bytes: int = 1 << 20  # per captured stream (stdout, stderr)
-
-    def as_dict(self) -> dict[str, int | float]:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
-
-
-@dataclass(frozen=True, slots=True)
-class SandboxResult:
-    argv: tuple[str, ...]
-    returncode: int  # the program's exit code; negative = killed by that signal
-    stdout: bytes
-    stderr: bytes
-    duration: float
-    features: tuple[str, ...]
-    timed_out: bool = False
-    stdout_truncated: bool = False
-    stderr_truncated: bool = False
-    limit: str | None = None  # which limit ended the run, when one did
-    out_files: int = 0
-    out_bytes: int = 0
-    skipped: tuple[str, ...] = ()
-
-    @property
-    def ok(self) -> bool:
-        return self.returncode == 0 and not self.timed_out and self.limit is None
-
-    @property
-    def log(self) -> str:
-        text = self.stderr.decode("utf-8", "replace")
-        out = self.stdout.decode("utf-8", "replace")
-        return (out + ("\n" if out and text else "") + text).strip()
-
-    def check(self, what: str = "sandboxed program") -> SandboxResult:
-        """This result, or a WbError naming the limit hit or carrying the program's stderr."""
-        if self.timed_out:
-            raise Timeout(f"{what} passed its {self.limit or 'wall-clock'} limit and was killed\n{self.log}".rstrip())
-        if self.limit:
-            raise InvalidArgs(f"{what} ended at its {self.limit} limit\n{self.log}".rstrip())
-        if self.returncode != 0:
-            raise InvalidArgs(f"{what} failed (exit {self.returncode})\n{self.log}".rstrip())
-        return self
 
 
 _SIGNAL_LIMITS = {signal.SIGXCPU: "cpu", signal.SIGXFSZ: "file-size"}
@@ -194,25 +121,19 @@ def own_for_sandbox(root: Path) -> None:
 class Sandbox:
     """Runs programs in the namespace sandbox. Construct once, ``run`` many times."""
 
-    def __init__(self, *, unsandboxed: bool = False, seccomp: bool | None = None, _probing: bool = False) -> None:
-        self.unsandboxed = unsandboxed
+    def __init__(self, *, seccomp: bool | None = None, _probing: bool = False) -> None:
         from wb_process.seccomp import bpf
 
         self._seccomp = bpf() if seccomp is not False else None
         if seccomp is True and self._seccomp is None:
             raise SandboxUnavailable("seccomp was required but pyseccomp/libseccomp is not loadable here")
-        if not unsandboxed and not _probing:
+        if not _probing:
             ok, reason, _ = probe()
             if not ok:
-                raise SandboxUnavailable(
-                    f"the build sandbox is unavailable: {reason}; "
-                    "only trusted first-party source may build with --unsandboxed-build"
-                )
+                raise SandboxUnavailable(f"the build sandbox is unavailable: {reason}")
 
     @property
     def features(self) -> tuple[str, ...]:
-        if self.unsandboxed:
-            return ("unsandboxed", "rlimits", "deadline")
         feats = tuple(f"ns:{n}" for n in NAMESPACES) + ("rlimits", "deadline", "uid-drop", "no-new-privs")
         return feats + (("seccomp",) if self._seccomp else ())
 
@@ -246,8 +167,6 @@ class Sandbox:
         out_dir.mkdir(parents=True, exist_ok=True)
         full_env = {"PATH": DEFAULT_PATH, "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8"}
         full_env.update(env or {})
-        if self.unsandboxed:
-            return self._run_unsandboxed(argv, binds, out_dir, limits, full_env, cwd, stdin, seed_out)
         return self._run_sandboxed(argv, binds, out_dir, limits, full_env, cwd, stdin, seed_out)
 
     # --- the namespace path ------------------------------------------------------------
@@ -369,65 +288,6 @@ class Sandbox:
             line += chunk
         return int(line) if line.strip().isdigit() else None
 
-    # --- the explicit unsandboxed path ----------------------------------------------------
-
-    def _run_unsandboxed(self, argv, binds, out_dir, limits, env, cwd, stdin, seed_out) -> SandboxResult:
-        """Run on the host (trusted first-party only): paths are mapped from bind targets."""
-        start = time.monotonic()
-        mapping = sorted(((b.dst.rstrip("/"), str(Path(b.src).resolve())) for b in binds), key=lambda m: -len(m[0]))
-        tmp = Path(tempfile.mkdtemp(prefix="wb-unsbx-"))
-        mapping.append(("/out", str(out_dir)))
-        mapping.append(("/tmp", str(tmp)))
-        if seed_out:
-            shutil.copytree(seed_out, out_dir, dirs_exist_ok=True, symlinks=False)
-
-        def host(arg: str) -> str:
-            for dst, src in mapping:
-                if arg == dst or arg.startswith(dst + "/"):
-                    return src + arg[len(dst):]
-                for pre in ("=", "-I", "-L", "-o"):
-                    if arg.startswith(pre + dst):
-                        return pre + host(arg[len(pre):])
-            return arg
-
-        host_argv = [host(a) for a in argv]
-        host_env = {k: host(v) for k, v in env.items()}
-
-        def limit_child() -> None:
-            import resource
-
-            for res, value in (
-                (resource.RLIMIT_AS, limits.address_space), (resource.RLIMIT_CPU, limits.cpu_seconds),
-                (resource.RLIMIT_FSIZE, limits.file_size), (resource.RLIMIT_NOFILE, limits.open_files),
-                (resource.RLIMIT_CORE, 0),
-            ):
-                resource.setrlimit(res, (value, value))
-
-        try:
-            proc = subprocess.Popen(
-                host_argv, cwd=host(cwd), env=host_env, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, preexec_fn=limit_child,
-            )
-        except OSError as exc:
-            shutil.rmtree(tmp, ignore_errors=True)
-            return SandboxResult(tuple(argv), 127, b"", str(exc).encode(), time.monotonic() - start, self.features)
-        try:
-            out, err, ot, et, timed_out = _pump(proc, stdin, limits, start + limits.wall_seconds)
-        finally:
-            if proc.poll() is None:
-                with _suppress(OSError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            with _suppress(OSError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            shutil.rmtree(tmp, ignore_errors=True)
-        code = proc.returncode
-        return SandboxResult(
-            tuple(argv), code, out, err, time.monotonic() - start, self.features, timed_out=timed_out,
-            stdout_truncated=ot, stderr_truncated=et,
-            limit="wall-clock" if timed_out else (_SIGNAL_LIMITS.get(-code) if code < 0 else None),
-        )
-
 
 def _kill(pid: int) -> None:
     with _suppress(OSError):
@@ -531,3 +391,47 @@ def _same_fs(a: Path, b: Path) -> bool:
         return a.stat().st_dev == b.stat().st_dev
     except OSError:
         return False
+
+
+# --- the service a runtime hands to lanes ----------------------------------------------
+
+
+def availability() -> Availability:
+    """:func:`probe` as the core's ``Availability`` (the ``BuildSandbox`` record's check)."""
+    ok, reason, _ = probe()
+    return Availability.yes(reason) if ok else Availability.no(reason)
+
+
+class SandboxDriver:
+    """The ``wbcore.sandbox.BuildSandboxDriver`` this plugin serves: what a lane gets from
+    ``runtime.build_sandbox()``. The namespace sandbox starts on the first ``run``, so a
+    machine without namespaces fails there with the missing feature named."""
+
+    def __init__(self) -> None:
+        self._box: Sandbox | None = None
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        binds: Sequence[Bind] = (),
+        out_dir: Path,
+        limits: Limits | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str = "/out",
+        stdin: bytes | None = None,
+        seed_out: Path | None = None,
+    ) -> SandboxResult:
+        if self._box is None:
+            self._box = Sandbox()
+        return self._box.run(argv, binds=binds, out_dir=out_dir, limits=limits, env=env, cwd=cwd, stdin=stdin,
+                             seed_out=seed_out)
+
+    def probe(self) -> Availability:
+        return availability()
+
+    def system_binds(self) -> list[Bind]:
+        return system_binds()
+
+    def own_for_sandbox(self, root: Path) -> None:
+        own_for_sandbox(root)

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from wbcore.act import cbor
+from wbcore.act.model import ComponentInfo
+from wbcore.act.wire import component_info
 from wbcore.errors import InvalidArgs
 
 MAGIC = b"\x00asm"
@@ -61,30 +64,8 @@ def is_component(wasm: bytes) -> bool:
     return wasm[:4] == MAGIC and len(wasm) >= 8 and wasm[6:8] == b"\x01\x00"
 
 
-def add_custom_section(wasm: bytes, name: str, payload: bytes) -> bytes:
-    """Append a custom section (how a build step embeds ``act:component``/``act:skill``)."""
-    encoded_name = name.encode("utf-8")
-    body = _uleb(len(encoded_name)) + encoded_name + payload
-    return bytes(wasm) + b"\x00" + _uleb(len(body)) + body
-
-
-def _uleb(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def read_act_info(wasm: bytes):  # -> ComponentInfo | None
+def read_act_info(wasm: bytes) -> ComponentInfo | None:
     """The component's ACT info from its sections, or ``None`` when it carries none."""
-    from wb_act import cbor
-    from wb_act.revisions import component_info
-
     raw = custom_section(wasm, ACT_COMPONENT)
     skill_raw = custom_section(wasm, ACT_SKILL)
     skill = skill_raw.decode("utf-8", errors="replace") if skill_raw is not None else None

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from wbcore.calls import Principal
 from wbcore.errors import InvalidArgs, NotFound, WbError, unknown_name
 
-from wb_act.model import (
+from wbcore.act.model import (
     STD_DESTRUCTIVE,
     STD_IDEMPOTENT,
     STD_READ_ONLY,
@@ -105,8 +105,6 @@ class CallOutcome:
         return next((e.error for e in self.events if isinstance(e, Error)), None)
 
     def text(self) -> str:
-        from wb_act.revisions import events_text
-
         return events_text(self.events)
 
 
@@ -199,10 +197,6 @@ class ToolkitProvider:
 
     # -- discovery --
 
-    def refresh(self) -> None:
-        with self._lock:
-            self._tools = None
-
     def _fingerprint(self) -> tuple[tuple[str, str, str], ...]:
         return tuple((e.kind, e.name, e.sha256) for e in self.runtime.registry.entries())
 
@@ -291,7 +285,7 @@ class ToolkitProvider:
 
     def _component_tools(self, entry: Any, tk: Any, caps: frozenset[str], prof: Any, skills: tuple[str, ...],
                          tagline: str) -> dict[str, Tool]:
-        from wb_act import sections
+        from wbcore.act import sections
 
         runner = self._runner("component")
         try:
@@ -454,3 +448,13 @@ def _bytes_part(data: bytes) -> ContentPart:
         return ContentPart(data.decode("utf-8").encode("utf-8"), "text/plain")
     except UnicodeDecodeError:
         return ContentPart(data, "application/octet-stream")
+
+
+def events_text(events: Iterable[StreamEvent]) -> str:
+    """All text content of a stream, joined (what a plain-text surface shows)."""
+    out: list[str] = []
+    for ev in events:
+        if isinstance(ev, Content):
+            v = ev.part.value()
+            out.append(v if isinstance(v, str) else json.dumps(v, default=repr) if not isinstance(v, bytes) else v.decode("utf-8", "replace"))
+    return "".join(out)

@@ -40,13 +40,6 @@ def canonicalize(data: bytes) -> bytes:
     return dumps(loads(data))
 
 
-def is_deterministic(data: bytes) -> bool:
-    try:
-        return canonicalize(data) == bytes(data)
-    except InvalidArgs:
-        return False
-
-
 def encode_metadata(meta: Mapping[str, Any]) -> list[tuple[str, bytes]]:
     """Decoded metadata → the wire form ``list<tuple<string, list<u8>>>``."""
     return [(k, dumps(v)) for k, v in meta.items()]

@@ -6,7 +6,7 @@ arguments as CBOR bytes plus metadata (``std:traceparent`` ...). A call answers 
 *stream* of events: content parts, metadata, and at most one terminal error.
 
 Metadata values are CBOR on the wire (``list<tuple<string, list<u8>>>``); here they are
-kept decoded (``dict[str, Any]``) and encoded only at the edges (:mod:`wb_act.cbor`).
+kept decoded (``dict[str, Any]``) and encoded only at the edges (:mod:`wbcore.act.cbor`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from enum import Enum
 from types import MappingProxyType
 from typing import Any, Union
 
-from wbcore.errors import ErrorKind as WbErrorKind
 from wbcore.errors import WbError
 
 # --- the std: keys (ACT-CONSTANTS) ---------------------------------------------------
@@ -43,16 +42,6 @@ STD_DEFAULT_LANGUAGE = "std:default-language"
 
 #: Keys whose values are secrets: never echoed into reprs, logs or errors.
 SECRET_KEYS = frozenset({STD_API_KEY, STD_BEARER_TOKEN})
-
-STD_KEYS = frozenset(
-    {
-        STD_SKILL, STD_FORWARD, STD_API_KEY, STD_BEARER_TOKEN, STD_READ_ONLY, STD_DESTRUCTIVE,
-        STD_IDEMPOTENT, STD_TRACEPARENT, STD_REQUEST_ID, STD_TIMEOUT_MS, STD_TAGS,
-        STD_USAGE_HINTS, STD_ANTI_USAGE_HINTS, STD_EXAMPLES, STD_PROGRESS_TOKEN,
-        STD_DESCRIPTION, STD_CAPABILITIES, STD_DEFAULT_LANGUAGE,
-    }
-)
-
 
 class Metadata(Mapping[str, Any]):
     """Read-only, decoded metadata whose repr hides secret values."""
@@ -91,16 +80,6 @@ class LocalizedString:
 
     plain: str | None = None
     localized: tuple[tuple[str, str], ...] = ()
-
-    @classmethod
-    def of(cls, value: str | Mapping[str, str] | Iterable[tuple[str, str]] | LocalizedString | None) -> LocalizedString | None:
-        if value is None or isinstance(value, LocalizedString):
-            return value
-        if isinstance(value, str):
-            return cls(plain=value)
-        if isinstance(value, Mapping):
-            return cls(localized=tuple((str(k), str(v)) for k, v in value.items()))
-        return cls(localized=tuple((str(k), str(v)) for k, v in value))
 
     def text(self, lang: str = "en") -> str:
         """Resolve to one string: exact tag, prefix, ``en``, then the first entry."""
@@ -159,11 +138,6 @@ class ToolError:
     def from_wb(cls, exc: WbError) -> ToolError:
         return cls(ErrorKind(exc.kind.value), LocalizedString(plain=exc.message))
 
-    def to_wb(self) -> WbError:
-        kind = WbErrorKind(self.kind.value) if self.kind is not ErrorKind.OTHER else WbErrorKind.INTERNAL
-        text = self.text if self.kind is not ErrorKind.OTHER else f"{self.other}: {self.text}"
-        return WbError(text, kind=kind)
-
 
 # --- tools, calls, events --------------------------------------------------------------
 
@@ -198,15 +172,9 @@ class ToolCall:
     metadata: Metadata = field(default_factory=Metadata)
     extensions: Metadata = field(default_factory=Metadata)
 
-    @classmethod
-    def with_args(cls, name: str, args: Any, metadata: Mapping[str, Any] | None = None) -> ToolCall:
-        from wb_act.cbor import dumps
-
-        return cls(name, dumps(args) if args is not None else None, Metadata(metadata or {}))
-
     def args(self) -> Any:
         """The decoded arguments (``{}`` when absent)."""
-        from wb_act.cbor import loads
+        from wbcore.act.cbor import loads
 
         return {} if self.arguments is None else loads(self.arguments)
 
@@ -220,16 +188,6 @@ class ContentPart:
     annotations: Metadata = field(default_factory=Metadata)
     extensions: Metadata = field(default_factory=Metadata)
 
-    @classmethod
-    def text(cls, text: str, mime_type: str = "text/plain") -> ContentPart:
-        return cls(text.encode("utf-8"), mime_type)
-
-    @classmethod
-    def cbor(cls, value: Any) -> ContentPart:
-        from wb_act.cbor import dumps
-
-        return cls(dumps(value), "application/cbor")
-
     def value(self) -> Any:
         """Decode by MIME type: str for text, a value for CBOR/JSON, bytes otherwise."""
         data = self.data or b""
@@ -237,7 +195,7 @@ class ContentPart:
         if mt.startswith("text/"):
             return data.decode("utf-8", errors="replace")
         if mt == "application/cbor":
-            from wb_act.cbor import loads
+            from wbcore.act.cbor import loads
 
             return loads(data)
         if mt == "application/json":
@@ -266,23 +224,14 @@ StreamEvent = Union[Content, Error, MetadataEvent]
 
 
 @dataclass(frozen=True, slots=True)
-class ListToolsResponse:
-    tools: tuple[ToolDefinition, ...]
-    metadata: Metadata = field(default_factory=Metadata)
+class ComponentInfo:
+    """A component's ACT info (the ``act:component`` / ``act:skill`` sections, or 0.1 ``get-info``)."""
 
-
-def check_stream(events: Iterable[StreamEvent]) -> list[StreamEvent]:
-    """Materialize a stream, enforcing that an error event is terminal."""
-    out: list[StreamEvent] = []
-    for ev in events:
-        if out and isinstance(out[-1], Error):
-            raise ValueError("a stream-event error is terminal: nothing may follow it")
-        out.append(ev)
-    return out
-
-
-def stream_error(events: Iterable[StreamEvent]) -> ToolError | None:
-    for ev in events:
-        if isinstance(ev, Error):
-            return ev.error
-    return None
+    name: str | None
+    version: str | None
+    description: LocalizedString | None = None
+    default_language: str | None = None
+    capabilities: Mapping[str, Any] = field(default_factory=dict)
+    skill: str | None = None
+    revision: str = "0.4"
+    extra: Mapping[str, Any] = field(default_factory=dict)
