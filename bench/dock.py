@@ -7,7 +7,7 @@ already in its memory; the figure per row is (loop wall time) / n, median of
 ``--rounds`` rounds. Rows:
 - bare host import: the same ``(i32,i32,i32,i32)->i64`` signature bound to a Python
   function that returns 0 — through wasmtime's unchecked C callback (the path the Dock
-  links, ``wbcore/dock_fast.py``; the ratio's denominator) and through wasmtime-py's
+  links, ``wb_wasmtime/dock_fast.py``; the ratio's denominator) and through wasmtime-py's
   public ``Linker.define_func``;
 - bare import + copy: the floor plus reading the request and writing a 16-byte answer;
 - wb.kv get / wb.vfs read: the full Dock path (memory read, CBOR decode, default-deny,
@@ -65,6 +65,7 @@ def main() -> None:
     import cbor2
     import wasmtime
 
+    from wb_wasmtime import dock_link
     from wbcore.calls import Principal
     from wbcore.runtime import Runtime
 
@@ -127,7 +128,7 @@ def main() -> None:
         store = wasmtime.Store(engine)
         linker = wasmtime.Linker(engine)
         module = wasmtime.Module(engine, guest(cap, req))
-        dock.link(linker, module, ctx)
+        dock_link.link(dock, linker, module, ctx)
         inst = linker.instantiate(store, module)
         f = inst.exports(store)["loop"]
 

@@ -6,9 +6,10 @@ cost of crossing into the host. This module defines the same ``wb.*`` functions 
 ``wasmtime_linker_define_func_unchecked``: one module-level C callback reads the four
 i32 arguments from the raw value array, reaches guest memory through
 ``wasmtime_caller_export_get`` + ``wasmtime_memory_data``, and writes the i64 result
-back. Semantics are exactly those of the public path in :mod:`wbcore.dock` (bounds
-checks included); :func:`available` says whether the bindings match (wasmtime is pinned
-by wb-wasmtime) and ``WB_DOCK_LINK=public`` forces the public path.
+back. Semantics are exactly those of the public path in :mod:`wb_wasmtime.dock_link`
+(bounds checks and the deadline trap included); :func:`available` says whether the
+bindings match (wasmtime is pinned by wb-wasmtime) and ``WB_DOCK_LINK=public`` forces
+the public path.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-#: ``handler(request_bytes) -> (status, body)``, and the pending-response holder.
-Handler = Callable[[bytes], tuple[int, bytes]]
+from wb_wasmtime.dock_link import DeadlinePassed, timeout_trap
+
+#: ``handler(request bytes or None) -> (status, body)``, and the pending-response holder.
+Handler = Callable[[bytes | None], tuple[int, bytes]]
 
 _lock = threading.Lock()
 _slots: dict[int, tuple[str, Any, Any]] = {}  # env id -> (kind, handler, pending)
@@ -51,6 +54,13 @@ def _bindings() -> Any:
         if len(body) <= cap and ptr + len(body) <= size:
             ctypes.memmove(base + ptr, body, len(body))
 
+    interrupt = ffi.wasmtime_trap_code_enum.WASMTIME_TRAP_CODE_INTERRUPT.value
+
+    def deadline_trap(caller: Any) -> int:
+        # an interrupt trap: to the runner exactly what an epoch deadline gives
+        timeout_trap(ctypes.cast(ffi.wasmtime_caller_context(caller), ctypes.c_void_p).value or 0)
+        return ctypes.cast(ffi.wasmtime_trap_new_code(interrupt), ctypes.c_void_p).value or 0
+
     @ffi.wasmtime_func_unchecked_callback_t
     def callback(env: Any, caller: Any, raw: Any, _n: int) -> int:
         try:
@@ -71,6 +81,8 @@ def _bindings() -> Any:
                     pending.body = body
                 deliver(base, size, body, a0, a1)
                 raw[0].i64 = len(body)
+        except DeadlinePassed:
+            return deadline_trap(caller)
         except Exception:  # noqa: BLE001 - never trap the guest for a host-side failure
             raw[0].i64 = -INTERNAL
         return 0
