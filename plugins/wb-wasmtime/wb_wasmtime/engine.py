@@ -303,6 +303,20 @@ def link_caps(linker: wasmtime.Linker, store: Any, caps: frozenset[str], princip
 # --- loaded modules -------------------------------------------------------------------
 
 
+def wasi_linker(engine: wasmtime.Engine) -> wasmtime.Linker:
+    """A linker with WASI preview 1, its ``poll_oneoff`` bounded by the store's deadline
+    (:mod:`wb_wasmtime.wasi_poll`: a sleeping guest stops at its deadline too)."""
+    import wasmtime
+
+    from wb_wasmtime import wasi_poll
+
+    linker = wasmtime.Linker(engine)
+    linker.define_wasi()
+    wasi_poll.define(linker)
+    return linker
+
+
+
 class LoadedModule:
     """A compiled module, its imports, and (for modules without caps) its ``InstancePre``."""
 
@@ -324,8 +338,7 @@ class LoadedModule:
         check_import_modules(name, self.imports)
         if not self.uses_caps:
             return self.instance_pre(name).instantiate(store)
-        linker = wasmtime.Linker(self.engine.wasm)
-        linker.define_wasi()
+        linker = wasi_linker(self.engine.wasm)
         link_caps(linker, store, caps, principal, runtime=runtime, module=self.module, name=name,
                   timeout=timeout, toolkit=toolkit)
         return linker.instantiate(store, self.module)
@@ -339,8 +352,7 @@ class LoadedModule:
             if self._pre is None:
                 import wasmtime
 
-                linker = wasmtime.Linker(self.engine.wasm)
-                linker.define_wasi()
+                linker = wasi_linker(self.engine.wasm)
                 try:
                     self._pre = linker.instantiate_pre(self.module)
                 except wasmtime.WasmtimeError as exc:
