@@ -10,6 +10,7 @@ from wbcore.audit import AuditLog, redact_target
 def _fill(log: AuditLog, n: int) -> None:
     for i in range(n):
         log.record(principal="t/a", cap="kv", op="get", args_digest=f"sha256:{i}", outcome="allowed", nbytes=i)
+    log.flush()
 
 
 def test_chain_verifies_and_detects_an_edited_line(wb_home):
@@ -40,7 +41,9 @@ def test_chain_continues_across_instances_and_rotation(wb_home):
     a = AuditLog(wb_home / "audit", max_bytes=600)
     b = AuditLog(wb_home / "audit", max_bytes=600)
     for i in range(6):
-        (a if i % 2 else b).record(principal="p", cap="kv", op="put", args_digest="d", outcome="allowed")
+        writer = a if i % 2 else b  # two writers (as two processes would be), batches interleaved
+        writer.record(principal="p", cap="kv", op="put", args_digest="d", outcome="allowed")
+        writer.flush()
     assert len(a.segments()) > 1
     assert [e["seq"] for e in a.entries()] == list(range(1, 7))
     assert a.verify() == []
@@ -67,6 +70,7 @@ def test_pruned_segments_leave_a_verifiable_anchored_chain(wb_home):
     log = AuditLog(wb_home / "audit", max_bytes=400, keep=2)
     for _ in range(30):
         log.record(principal="p", cap="kv", op="put", args_digest="d", outcome="allowed")
+    log.flush()
     assert len(list((wb_home / "audit").glob("audit-*.jsonl"))) == 2
     assert (wb_home / "audit" / "audit.anchor").exists()
     assert log.verify() == []

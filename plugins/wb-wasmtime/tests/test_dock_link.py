@@ -105,6 +105,7 @@ def test_broker_crash_is_internal_without_leaking(dock, wb_home):
     assert inst.exports(store)["run"](store) == -STATUS[ErrorKind.INTERNAL]
     n = inst.exports(store)["refetch"](store)
     assert b"secret-token" not in _mem(store, inst, 8192, n)
+    dock.audit.flush()
     assert "secret-token" not in (wb_home / "audit" / "audit.jsonl").read_text()
 
 
