@@ -483,29 +483,31 @@ class _Flusher:
     """The daemon thread that writes each log's queue ``window`` seconds after its first line."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._due: dict[int, AuditLog] = {}  # strong refs while a queue waits
-        self._wake = threading.Event()
+        self._cond = threading.Condition(threading.Lock())
+        self._due: dict[int, tuple[float, AuditLog]] = {}  # strong refs while a queue waits
         self._thread: threading.Thread | None = None
 
     def schedule(self, log: AuditLog) -> None:
-        with self._lock:
-            self._due[id(log)] = log
+        with self._cond:
+            self._due.setdefault(id(log), (time.monotonic() + log.window, log))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="wb-audit-writer", daemon=True)
                 self._thread.start()
-        self._wake.set()
+            self._cond.notify()
 
     def _run(self) -> None:
         while True:
-            self._wake.wait()
-            with self._lock:
-                window = min((log.window for log in self._due.values()), default=DEFAULT_WINDOW_S)
-            time.sleep(window)
-            with self._lock:
-                self._wake.clear()
-                due, self._due = self._due, {}
-            for log in due.values():
+            with self._cond:
+                while not self._due:
+                    self._cond.wait()
+                now = time.monotonic()
+                ready = [log for at, log in self._due.values() if at <= now]
+                if not ready:
+                    self._cond.wait(min(at for at, _ in self._due.values()) - now)
+                    continue
+                for log in ready:
+                    del self._due[id(log)]
+            for log in ready:
                 try:
                     log.flush()
                 except Exception:  # noqa: BLE001 - kept queued; the next record() retries and raises
