@@ -96,28 +96,22 @@ def _chain(prev: str, body: dict[str, Any]) -> str:
     return hashlib.sha256(prev.encode() + _canonical(body)).hexdigest()
 
 
-def _j(value: Any) -> str:
-    """One JSON value exactly as ``_canonical`` writes it (str, int, float or None)."""
-    if value is None:
-        return "null"
-    if isinstance(value, str):
-        return _json_str(value)
-    if isinstance(value, float):
-        return float.__repr__(value)
-    return str(int(value))
-
-
 #: A queued decision: (ts, principal, cap, op, args, outcome, kind, reason, target, bytes, ms).
 _Entry = tuple[float, str, str, str, str, str, "str | None", "str | None", "str | None", int, float]
+
+_LINE = ('{"args":%s,"bytes":%d,"cap":%s,"kind":%s,"ms":%r,"op":%s,"outcome":%s,"prev":"%s",'
+         '"principal":%s,"reason":%s,"seq":%d,"target":%s,"ts":%r}')
 
 
 def _encode(seq: int, prev: str, e: _Entry) -> tuple[bytes, str]:
     """The line for ``e`` (with its hash) and that hash: ``_canonical`` of the same fields,
-    written by hand in sorted-key order (the writer's hot loop; a test pins them equal)."""
+    formatted by hand in sorted-key order — the writer's hot loop (a test pins them equal:
+    JSON strings by json's own C encoder, floats by ``repr`` as json writes them)."""
     ts, principal, cap, op, args, outcome, kind, reason, target, nbytes, ms = e
-    canon = (f'{{"args":{_j(args)},"bytes":{_j(nbytes)},"cap":{_j(cap)},"kind":{_j(kind)},"ms":{_j(ms)},'
-             f'"op":{_j(op)},"outcome":{_j(outcome)},"prev":{_j(prev)},"principal":{_j(principal)},'
-             f'"reason":{_j(reason)},"seq":{seq},"target":{_j(target)},"ts":{_j(ts)}}}').encode()
+    q = _json_str
+    canon = (_LINE % (q(args), nbytes, q(cap), "null" if kind is None else q(kind), float(ms), q(op), q(outcome),
+                      prev, q(principal), "null" if reason is None else q(reason), seq,
+                      "null" if target is None else q(target), float(ts))).encode()
     h = hashlib.sha256(prev.encode() + canon).hexdigest()
     # verify() re-canonicalises without "hash", so appending it keeps one encode
     return canon[:-1] + b',"hash":"' + h.encode() + b'"}\n', h

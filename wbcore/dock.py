@@ -175,34 +175,49 @@ class RateLimiter:
 class Revocations:
     """Revoked principals (or principal+cap pairs), shared with other processes through
     ``$WB_HOME/dock/revoked`` (one ``principal`` or ``principal cap`` per line; re-read
-    when its mtime changes, one ``stat`` per call)."""
+    when its inode, mtime or size changes: one ``stat`` per call, no lock unless it did).
+    The file is created empty up front, so the per-call ``stat`` does not pay for a
+    missing-file exception."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._where = str(path)
         self._lock = threading.Lock()
         self._local: set[tuple[str, str]] = set()
-        self._file: set[tuple[str, str]] = set()
-        self._mtime: int | None = None
+        self._file: frozenset[tuple[str, str]] = frozenset()
+        self._stamp: tuple[int, int, int] | None = None
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+        except OSError:
+            pass  # a read-only home: a missing file is simply no revocations
 
     def _refresh(self) -> None:
         try:
-            mtime = self.path.stat().st_mtime_ns
+            st = os.stat(self._where)
+            stamp: tuple[int, int, int] | None = (st.st_ino, st.st_mtime_ns, st.st_size)
         except FileNotFoundError:
-            self._file, self._mtime = set(), None
+            stamp = None
+        if stamp == self._stamp:
             return
-        if mtime != self._mtime:
+        with self._lock:
             entries = set()
-            for line in self.path.read_text().splitlines():
-                words = line.split()
-                if words:
-                    entries.add((words[0], words[1] if len(words) > 1 else "*"))
-            self._file, self._mtime = entries, mtime
+            if stamp is not None:
+                try:
+                    text = self.path.read_text()
+                except FileNotFoundError:
+                    text = ""
+                for line in text.splitlines():
+                    words = line.split()
+                    if words:
+                        entries.add((words[0], words[1] if len(words) > 1 else "*"))
+            self._file, self._stamp = frozenset(entries), stamp
 
     def revoked(self, principal: str, cap: str) -> bool:
-        with self._lock:
-            self._refresh()
-            both = self._local | self._file
-        return (principal, "*") in both or (principal, cap) in both
+        self._refresh()
+        local, file = self._local, self._file
+        return ((principal, "*") in local or (principal, cap) in local
+                or (principal, "*") in file or (principal, cap) in file)
 
     def revoke(self, principal: str, cap: str = "*", *, persist: bool = False) -> None:
         with self._lock:

@@ -15,6 +15,7 @@ the public path.
 from __future__ import annotations
 
 import ctypes
+import struct
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -33,6 +34,14 @@ _finalizer: Any = None
 INTERNAL = 5
 
 
+def _raw(name: str, restype: Any) -> Any:
+    from wasmtime import _ffi
+
+    fn = ctypes.CFUNCTYPE(restype)(ctypes.cast(getattr(_ffi.dll, name), ctypes.c_void_p).value)
+    fn.argtypes = None
+    return fn
+
+
 def _bindings() -> Any:
     global _ffi, _callback, _finalizer
     if _ffi is not None:
@@ -40,51 +49,63 @@ def _bindings() -> Any:
     from wasmtime import _bindings as ffi
 
     mem_kind = 3  # WASMTIME_EXTERN_MEMORY
+    # The C functions as bare pointers without argtypes (ctypes then converts nothing;
+    # every argument below is a ready ctypes object): ~0.3 µs a call instead of ~1.5.
+    export_get = _raw("wasmtime_caller_export_get", ctypes.c_bool)
+    caller_context = _raw("wasmtime_caller_context", ctypes.c_void_p)
+    memory_data = _raw("wasmtime_memory_data", ctypes.c_void_p)
+    memory_data_size = _raw("wasmtime_memory_data_size", ctypes.c_size_t)
+    name, name_len = ctypes.c_char_p(b"memory"), ctypes.c_size_t(6)
+    unpack, string_at, memmove, byref = struct.unpack_from, ctypes.string_at, ctypes.memmove, ctypes.byref
+    i64_at = ctypes.c_int64.from_address
+    void_p, cast = ctypes.c_void_p, ctypes.cast
 
-    def memory(caller: Any) -> tuple[Any, int, int]:
+    def memory(caller: Any) -> tuple[Any, Any]:
+        """The caller's ``memory`` export and its store context (both as ctypes arguments)."""
         item = ffi.wasmtime_extern_t()
-        if not ffi.wasmtime_caller_export_get(caller, b"memory", 6, ctypes.byref(item)) or item.kind != mem_kind:
+        if not export_get(caller, name, name_len, byref(item)) or item.kind != mem_kind:
             raise LookupError("the guest exports no memory")
-        ctx = ffi.wasmtime_caller_context(caller)
-        mem = ctypes.byref(item.of.memory)
-        base = ctypes.addressof(ffi.wasmtime_memory_data(ctx, mem).contents)
-        return item, base, int(ffi.wasmtime_memory_data_size(ctx, mem))
+        return byref(item.of.memory), void_p(caller_context(caller))
 
-    def deliver(base: int, size: int, body: bytes, ptr: int, cap: int) -> None:
-        if len(body) <= cap and ptr + len(body) <= size:
-            ctypes.memmove(base + ptr, body, len(body))
+    def deliver(ctx: Any, mem: Any, body: bytes, ptr: int, cap: int) -> None:
+        if 0 < len(body) <= cap and ptr + len(body) <= memory_data_size(ctx, mem):
+            memmove(memory_data(ctx, mem) + ptr, body, len(body))
 
     interrupt = ffi.wasmtime_trap_code_enum.WASMTIME_TRAP_CODE_INTERRUPT.value
 
     def deadline_trap(caller: Any) -> int:
         # an interrupt trap: to the runner exactly what an epoch deadline gives
-        timeout_trap(ctypes.cast(ffi.wasmtime_caller_context(caller), ctypes.c_void_p).value or 0)
-        return ctypes.cast(ffi.wasmtime_trap_new_code(interrupt), ctypes.c_void_p).value or 0
+        timeout_trap(caller_context(caller) or 0)
+        return cast(ffi.wasmtime_trap_new_code(interrupt), void_p).value or 0
 
     @ffi.wasmtime_func_unchecked_callback_t
     def callback(env: Any, caller: Any, raw: Any, _n: int) -> int:
         try:
             kind, handler, pending = _slots[env or 0]
-            a0, a1 = raw[0].i32 & 0xFFFFFFFF, raw[1].i32 & 0xFFFFFFFF
-            _item, base, size = memory(caller)
+            args = cast(raw, void_p).value or 0
+            mem, ctx = memory(caller)
             if kind == "call":
-                a2, a3 = raw[2].i32 & 0xFFFFFFFF, raw[3].i32 & 0xFFFFFFFF
-                status, body = handler(ctypes.string_at(base + a0, a1) if a0 + a1 <= size else None)
+                # four i32 in 16-byte wasmtime_val_raw_t cells
+                a0, a1, a2, a3 = (v & 0xFFFFFFFF for v in unpack("<i12xi12xi12xi", string_at(args, 52)))
+                inside = a0 + a1 <= memory_data_size(ctx, mem)
+                request = (string_at(memory_data(ctx, mem) + a0, a1) if a1 else b"") if inside else None
+                status, body = handler(request)
                 pending.body = body
-                # the broker may have run another guest meanwhile: re-read the memory base
-                _item, base, size = memory(caller)
-                deliver(base, size, body, a2, a3)
-                raw[0].i64 = -status if status else len(body)
+                deliver(ctx, mem, body, a2, a3)  # reads the memory's base and size afresh
+                i64_at(args).value = -status if status else len(body)
             else:  # fetch / info: (ptr, cap)
-                body = handler(None)[1] if kind == "info" else pending.body
+                a0, a1 = (v & 0xFFFFFFFF for v in unpack("<i12xi", string_at(args, 20)))
                 if kind == "info":
-                    pending.body = body
-                deliver(base, size, body, a0, a1)
-                raw[0].i64 = len(body)
+                    pending.body = handler(None)[1]  # type: ignore[misc]
+                deliver(ctx, mem, pending.body, a0, a1)
+                i64_at(args).value = len(pending.body)
         except DeadlinePassed:
             return deadline_trap(caller)
         except Exception:  # noqa: BLE001 - never trap the guest for a host-side failure
-            raw[0].i64 = -INTERNAL
+            try:
+                i64_at(cast(raw, void_p).value or 0).value = -INTERNAL
+            except Exception:  # noqa: BLE001
+                pass
         return 0
 
     @ctypes.CFUNCTYPE(None, ctypes.c_void_p)
