@@ -254,7 +254,8 @@ class CommandRunner:
 
 
 
-def _start(path: fastpath.CallPath, store: Any, instance: Any, eng: _engine.Engine | None = None) -> tuple[int, BaseException | None]:
+def _start(path: fastpath.CallPath, store: Any, instance: Any,
+           eng: _engine.Engine | None = None) -> tuple[int, BaseException | None]:
     """Run ``_start``: ``(exit code, failure)``; on a worker, the epoch ticks while it runs."""
     import wasmtime
 
