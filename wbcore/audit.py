@@ -12,23 +12,43 @@ its own hash and deleting one breaks the next line's ``prev`` and the ``seq`` ru
 is caught as well. Arguments are never written, only their digest; ``target`` (a URL,
 a host) is stripped of user-info, query and fragment first, so secrets stay out.
 
-Appends hold an ``flock`` on the log, so several processes share one chain. The live
-segment rotates at ``WB_AUDIT_MAX_BYTES`` (default 64 MiB) into ``audit-<seq>.jsonl``;
-the chain runs on across segments and ``verify`` walks them in order. At most
-``WB_AUDIT_KEEP`` (default 16) rotated segments are kept; pruning the oldest writes
-``audit.anchor`` (its last seq and hash), where ``verify`` then starts the chain.
+**Writing is batched.** :meth:`AuditLog.record` queues the decision in memory (a list
+append); one writer per log and process appends the queue as one ``write`` when it holds
+``batch`` lines or ``window`` seconds after its first line (a daemon thread), before any
+read (``entries``/``verify``), at exit, before ``fork``, and — when the log is
+``durable`` (``WB_AUDIT_DURABLE=1``, implied by ``WB_AUDIT_FSYNC=1``) — before
+``record`` returns, so before the call's result reaches the guest. Each batch takes the
+log's ``flock`` once: several processes share one chain. A writer keeps the chain head it
+wrote last and re-reads it from the file only when the file is not as it left it (one
+``fstat`` and one ``stat`` per batch: another process appended or rotated).
+
+**Crashes.** A process killed before its batch is written loses those lines (at most one
+window; none in durable mode) and nothing else. A process killed *mid-write* may leave an
+unterminated last line: it was never acknowledged (the head was not moved past it), so
+``verify`` ignores an unterminated final line of the live segment and the next writer
+cuts it off before appending. Complete lines past the head (killed between the log write
+and the head write) are valid: ``verify`` accepts a head that names an earlier line of
+the chain, never one that is ahead of it or differs.
+
+The live segment rotates at ``WB_AUDIT_MAX_BYTES`` (default 64 MiB) into
+``audit-<seq>.jsonl``; the chain runs on across segments and ``verify`` walks them in
+order. At most ``WB_AUDIT_KEEP`` (default 16) rotated segments are kept; pruning the
+oldest writes ``audit.anchor`` (its last seq and hash), where ``verify`` then starts.
 """
 
 from __future__ import annotations
 
+import atexit
 import fcntl
 import hashlib
 import json
 import os
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
+from json.encoder import encode_basestring_ascii as _json_str  # type: ignore[attr-defined]
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -40,6 +60,11 @@ DEFAULT_MAX_BYTES = 64 << 20
 DEFAULT_KEEP = 16  # rotated segments kept: the trail is bounded at ~(keep + 1) x max_bytes
 ANCHOR_NAME = "audit.anchor"
 _HEAD_WIDTH = 96  # fixed-width head record, rewritten in place (one pwrite)
+#: A batch is written at most this long after its first line ...
+DEFAULT_WINDOW_S = 0.005
+#: ... or as soon as it holds this many lines.
+DEFAULT_BATCH = 256
+_TAIL_READ = 8192  # bytes read back from the end of the log to find the chain head
 
 
 def digest(data: bytes) -> str:
@@ -71,6 +96,27 @@ def _chain(prev: str, body: dict[str, Any]) -> str:
     return hashlib.sha256(prev.encode() + _canonical(body)).hexdigest()
 
 
+#: A queued decision: (ts, principal, cap, op, args, outcome, kind, reason, target, bytes, ms).
+_Entry = tuple[float, str, str, str, str, str, "str | None", "str | None", "str | None", int, float]
+
+_LINE = ('{"args":%s,"bytes":%d,"cap":%s,"kind":%s,"ms":%r,"op":%s,"outcome":%s,"prev":"%s",'
+         '"principal":%s,"reason":%s,"seq":%d,"target":%s,"ts":%r}')
+
+
+def _encode(seq: int, prev: str, e: _Entry) -> tuple[bytes, str]:
+    """The line for ``e`` (with its hash) and that hash: ``_canonical`` of the same fields,
+    formatted by hand in sorted-key order — the writer's hot loop (a test pins them equal:
+    JSON strings by json's own C encoder, floats by ``repr`` as json writes them)."""
+    ts, principal, cap, op, args, outcome, kind, reason, target, nbytes, ms = e
+    q = _json_str
+    canon = (_LINE % (q(args), nbytes, q(cap), "null" if kind is None else q(kind), float(ms), q(op), q(outcome),
+                      prev, q(principal), "null" if reason is None else q(reason), seq,
+                      "null" if target is None else q(target), float(ts))).encode()
+    h = hashlib.sha256(prev.encode() + canon).hexdigest()
+    # verify() re-canonicalises without "hash", so appending it keeps one encode
+    return canon[:-1] + b',"hash":"' + h.encode() + b'"}\n', h
+
+
 @dataclass(frozen=True, slots=True)
 class Problem:
     """One place where the chain does not hold."""
@@ -84,9 +130,10 @@ class Problem:
 
 
 class AuditLog:
-    """One hash-chained log directory. Thread- and process-safe appends."""
+    """One hash-chained log directory. Thread- and process-safe, batched appends."""
 
-    def __init__(self, directory: Path, *, max_bytes: int | None = None, keep: int | None = None, fsync: bool = False) -> None:
+    def __init__(self, directory: Path, *, max_bytes: int | None = None, keep: int | None = None, fsync: bool = False,
+                 durable: bool = False, window: float = DEFAULT_WINDOW_S, batch: int = DEFAULT_BATCH) -> None:
         self.dir = Path(directory)
         self.path = self.dir / LOG_NAME
         self.head_path = self.dir / HEAD_NAME
@@ -94,34 +141,36 @@ class AuditLog:
         self.max_bytes = max_bytes or DEFAULT_MAX_BYTES
         self.keep = keep or DEFAULT_KEEP
         self.fsync = fsync
-        self._lock = threading.Lock()
+        self.durable = durable or fsync
+        self.window = window
+        self.batch = max(1, batch)
+        self._queue: list[_Entry] = []
+        self._queue_lock = threading.Lock()  # held for a list append: never across I/O
+        self._write_lock = threading.Lock()  # one batch written at a time by this process
+        self._failed: BaseException | None = None
         self._fd: int | None = None
         self._head_fd: int | None = None
-        # What this process last wrote: lets it skip re-reading the head when alone.
-        self._known: tuple[int, int, str] | None = None  # (file size, seq, hash)
+        # What this process last wrote: lets it skip re-reading the chain head when alone.
+        self._known: tuple[int, int, int, str] | None = None  # (inode, file size, seq, hash)
+        _all_logs.add(self)
 
     @classmethod
     def for_home(cls, home: Path, env: dict[str, str] | None = None) -> AuditLog:
+        """The process's one writer for ``$home/audit`` (shared by every Dock on that home)."""
         env = env if env is not None else dict(os.environ)
         max_bytes = int(env.get("WB_AUDIT_MAX_BYTES", "0") or 0) or None
         keep = int(env.get("WB_AUDIT_KEEP", "0") or 0) or None
-        return cls(Path(home) / "audit", max_bytes=max_bytes, keep=keep, fsync=env.get("WB_AUDIT_FSYNC") == "1")
+        fsync = env.get("WB_AUDIT_FSYNC") == "1"
+        durable = env.get("WB_AUDIT_DURABLE") == "1"
+        key = (str(Path(home).resolve() / "audit"), max_bytes, keep, fsync, durable)
+        with _shared_lock:
+            log = _shared.get(key)
+            if log is None:
+                log = _shared[key] = cls(Path(home) / "audit", max_bytes=max_bytes, keep=keep, fsync=fsync,
+                                         durable=durable)
+        return log
 
     # --- writing ------------------------------------------------------------------------
-
-    def _open(self) -> int:
-        if self._fd is None:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-            self._head_fd = os.open(self.head_path, os.O_RDWR | os.O_CREAT, 0o600)
-        return self._fd
-
-    def _read_head(self) -> tuple[int, str]:
-        assert self._head_fd is not None
-        raw = os.pread(self._head_fd, _HEAD_WIDTH, 0).decode(errors="replace").split()
-        if len(raw) >= 2:
-            return int(raw[0]), raw[1]
-        return 0, GENESIS
 
     def record(
         self,
@@ -136,67 +185,164 @@ class AuditLog:
         target: str | None = None,
         nbytes: int = 0,
         ms: float = 0.0,
-    ) -> int:
-        """Append one decision; returns its sequence number."""
-        with self._lock:
-            fd = self._open()
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            # Another process may have rotated the log under us: follow the live file. A file
-            # still at the size this process left it, below the rotation size, cannot have been.
-            while not self._unchanged(fd) and not self._is_live(fd):
-                fcntl.flock(fd, fcntl.LOCK_UN)
-                os.close(fd)
-                self._fd, self._known = None, None
-                os.close(self._head_fd)  # type: ignore[arg-type]
-                fd = self._open()
-                fcntl.flock(fd, fcntl.LOCK_EX)
+    ) -> None:
+        """Queue one decision; it is written within the batch window (at once when durable).
+
+        Raises ``OSError`` when the log could not be written (a failed batch is retried
+        here first): a call is never answered while its audit trail is failing.
+        """
+        if self._failed is not None:
+            self.flush()
+        entry = (round(time.time(), 6), principal, cap, op, args_digest, outcome, kind, reason, redact_target(target),
+                 nbytes, round(ms, 3))
+        with self._queue_lock:
+            self._queue.append(entry)
+            n = len(self._queue)
+        if self.durable or n >= self.batch:
+            self.flush()
+        elif n == 1:
+            _flusher.schedule(self)
+
+    def flush(self) -> None:
+        """Write every queued decision now (one locked append for the whole batch)."""
+        with self._write_lock:
+            with self._queue_lock:
+                batch, self._queue = self._queue, []
+            if not batch:
+                return
             try:
-                size = os.fstat(fd).st_size
-                if self._known is not None and self._known[0] == size:
-                    seq, prev = self._known[1], self._known[2]
-                else:
-                    seq, prev = self._read_head()
+                self._append(batch)
+            except BaseException as exc:
+                with self._queue_lock:
+                    self._queue[:0] = batch  # kept, in order, for the next attempt
+                self._failed = exc
+                raise
+            self._failed = None
+
+    def _append(self, batch: list[_Entry]) -> None:
+        fd = self._open()
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            fd, size, seq, prev = self._sync(fd)
+            out: list[bytes] = []
+            for entry in batch:
                 if size >= self.max_bytes:
+                    if out:
+                        os.write(fd, b"".join(out))
+                        out = []
                     fd = self._rotate(seq)
                     size = 0
-                body = {
-                    "seq": seq + 1, "ts": round(time.time(), 6), "principal": principal, "cap": cap,
-                    "op": op, "args": args_digest, "outcome": outcome, "kind": kind,
-                    "reason": reason, "target": redact_target(target), "bytes": nbytes,
-                    "ms": round(ms, 3), "prev": prev,
-                }
-                canon = _canonical(body)
-                h = hashlib.sha256(prev.encode() + canon).hexdigest()
-                # verify() re-canonicalises without "hash", so appending it keeps one encode
-                line = canon[:-1] + b',"hash":"' + h.encode() + b'"}\n'
-                os.write(fd, line)
-                assert self._head_fd is not None
-                os.pwrite(self._head_fd, f"{seq + 1} {h}".ljust(_HEAD_WIDTH - 1).encode() + b"\n", 0)
-                if self.fsync:
-                    os.fsync(fd)
-                    os.fsync(self._head_fd)
-                self._known = (size + len(line), seq + 1, h)
-                return seq + 1
-            finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)
+                seq += 1
+                line, prev = _encode(seq, prev, entry)
+                out.append(line)
+                size += len(line)
+            if out:
+                data = b"".join(out)
+                view = memoryview(data)
+                while view:  # a regular file takes it whole; a short write (disk full) is finished
+                    view = view[os.write(fd, view):]
+            assert self._head_fd is not None
+            os.pwrite(self._head_fd, f"{seq} {prev}".ljust(_HEAD_WIDTH - 1).encode() + b"\n", 0)
+            if self.fsync:
+                os.fsync(fd)
+                os.fsync(self._head_fd)
+            assert self._known is not None  # set by _sync / _rotate
+            self._known = (self._known[0], size, seq, prev)
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
 
-    def _unchanged(self, fd: int) -> bool:
-        return self._known is not None and self._known[0] < self.max_bytes and os.fstat(fd).st_size == self._known[0]
+    def _open(self) -> int:
+        if self._fd is None:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+            self._head_fd = os.open(self.head_path, os.O_RDWR | os.O_CREAT, 0o600)
+            self._known = None
+        return self._fd
 
-    def _is_live(self, fd: int) -> bool:
+    def _sync(self, fd: int) -> tuple[int, int, int, str]:
+        """Under the lock: the live fd, its size and the chain head (seq, hash) to append to.
+
+        Alone, the file is as this process left it (same inode, same size): the remembered
+        head holds. Otherwise another process appended or rotated: follow the live file and
+        read the head back from its last complete line (cutting off a torn one)."""
+        while True:
+            st = os.fstat(fd)
+            try:
+                live = os.stat(self.path).st_ino == st.st_ino
+            except FileNotFoundError:
+                live = False
+            if live:
+                break
+            fcntl.flock(fd, fcntl.LOCK_UN)  # rotated by another process: reopen the live file
+            os.close(fd)
+            os.close(self._head_fd)  # type: ignore[arg-type]
+            self._fd = None
+            fd = self._open()
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        known = self._known
+        if known is not None and known[0] == st.st_ino and known[1] == st.st_size:
+            return fd, st.st_size, known[2], known[3]
+        size = st.st_size
+        seq, prev, size = self._tail(fd, size)
+        self._known = (st.st_ino, size, seq, prev)
+        return fd, size, seq, prev
+
+    def _tail(self, fd: int, size: int) -> tuple[int, str, int]:
+        """The chain head from the live file's last complete line: ``(seq, hash, size)``,
+        after cutting off an unterminated last line (a writer killed mid-write)."""
+        buf, start = b"", size
+        while start > 0 and buf.count(b"\n") < 2:  # back to the line before the last complete one
+            begin = max(0, start - _TAIL_READ)
+            buf = os.pread(fd, start - begin, begin) + buf
+            start = begin
+        if not buf.endswith(b"\n"):
+            cut = buf.rfind(b"\n") + 1
+            size = start + cut
+            os.ftruncate(fd, size)  # the torn append was never acknowledged: drop it
+            buf = buf[:cut]
+        if not buf:
+            seq, prev = self._head_before_live()
+            return seq, prev, size
+        last = buf[buf.rfind(b"\n", 0, len(buf) - 1) + 1:]
         try:
-            return os.stat(self.path).st_ino == os.fstat(fd).st_ino
-        except FileNotFoundError:
-            return False
+            entry = json.loads(last)
+            return int(entry["seq"]), str(entry["hash"]), size
+        except (ValueError, KeyError, TypeError):
+            seq, prev = self._read_head()  # a damaged last line: verify reports it; chain on from the head
+            return seq, prev, size
+
+    def _head_before_live(self) -> tuple[int, str]:
+        """The chain head for an empty live file: the newest rotated segment's last line,
+        else the head file, else the start of the chain."""
+        rotated = sorted(self.dir.glob("audit-*.jsonl"))
+        if rotated:
+            last = b""
+            with rotated[-1].open("rb") as fh:
+                for last in fh:  # noqa: B007 - the last line carries the head
+                    pass
+            try:
+                entry = json.loads(last)
+                return int(entry["seq"]), str(entry["hash"])
+            except (ValueError, KeyError, TypeError):
+                pass
+        return self._read_head()
+
+    def _read_head(self) -> tuple[int, str]:
+        assert self._head_fd is not None
+        raw = os.pread(self._head_fd, _HEAD_WIDTH, 0).decode(errors="replace").split()
+        if len(raw) >= 2 and raw[0].isdigit():
+            return int(raw[0]), raw[1]
+        return 0, GENESIS
 
     def _rotate(self, seq: int) -> int:
         assert self._fd is not None
         os.rename(self.path, self.dir / f"audit-{seq:012d}.jsonl")
         old = self._fd
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
         fcntl.flock(self._fd, fcntl.LOCK_EX)
         fcntl.flock(old, fcntl.LOCK_UN)
         os.close(old)
+        self._known = (os.fstat(self._fd).st_ino, 0, seq, "")
         self._prune()
         return self._fd
 
@@ -220,12 +366,22 @@ class AuditLog:
             seg.unlink()
 
     def close(self) -> None:
-        with self._lock:
+        self.flush()
+        with self._write_lock:
             for fd in (self._fd, self._head_fd):
                 if fd is not None:
                     os.close(fd)
             self._fd = self._head_fd = None
             self._known = None
+
+    def _after_fork_in_child(self) -> None:
+        # The child inherits the parent's descriptors, whose flock is shared with the
+        # parent's (one open file description): it must open its own.
+        self._queue = []
+        self._queue_lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        self._fd = self._head_fd = None
+        self._known = None
 
     # --- reading ------------------------------------------------------------------------
 
@@ -234,26 +390,61 @@ class AuditLog:
         return rotated + ([self.path] if self.path.exists() else [])
 
     def entries(self) -> Iterator[dict[str, Any]]:
+        """Every written decision, oldest first (this process's queue is written first)."""
+        self.flush()
         for seg in self.segments():
             with seg.open("rb") as fh:
                 for raw in fh:
+                    if not raw.endswith(b"\n") and seg == self.path:
+                        break  # a torn append (see the module docstring)
                     try:
                         yield json.loads(raw)
                     except ValueError:
                         yield {"seq": None, "unparseable": raw[:120].decode(errors="replace")}
 
     def verify(self) -> list[Problem]:
-        """Check the whole chain; an empty list means it holds."""
+        """Check the whole chain; an empty list means it holds.
+
+        Runs under a shared lock on the live segment, so another process's batch is seen
+        whole or not at all. An unterminated final line of the live segment is a torn,
+        unacknowledged append and is not part of the chain; the head file may name an
+        earlier line of the chain (a writer killed between the two writes), never a later
+        or a different one.
+        """
+        self.flush()
+        lock = None
+        try:
+            lock = os.open(self.path, os.O_RDONLY)
+            fcntl.flock(lock, fcntl.LOCK_SH)
+        except FileNotFoundError:
+            pass
+        try:
+            return self._verify()
+        finally:
+            if lock is not None:
+                os.close(lock)
+
+    def _verify(self) -> list[Problem]:
         problems: list[Problem] = []
         prev, seq = GENESIS, 0
         if self.anchor_path.exists():  # older segments were pruned by policy (WB_AUDIT_KEEP)
             raw = self.anchor_path.read_text().split()
             if len(raw) >= 2 and raw[0].isdigit():
                 seq, prev = int(raw[0]), raw[1]
+        head: tuple[int, str] | None = None
+        if self.head_path.exists():
+            words = self.head_path.read_text().split()
+            if len(words) >= 2 and words[0].isdigit():
+                head = int(words[0]), words[1]
+            elif words:
+                problems.append(Problem(HEAD_NAME, 1, "unreadable head record"))
+        head_seen = head is None or head == (seq, prev)
         for seg in self.segments():
             with seg.open("rb") as fh:
                 for n, raw in enumerate(fh, 1):
                     where = seg.name
+                    if not raw.endswith(b"\n") and seg == self.path:
+                        break  # a torn append: never acknowledged, not part of the chain
                     try:
                         entry = json.loads(raw)
                         claimed = entry.pop("hash")
@@ -267,8 +458,75 @@ class AuditLog:
                     if _chain(entry.get("prev", ""), entry) != claimed:
                         problems.append(Problem(where, n, "hash does not match the line's content (the line was edited)"))
                     prev, seq = claimed, entry.get("seq") if isinstance(entry.get("seq"), int) else seq + 1
-        if self.head_path.exists():
-            raw = self.head_path.read_text().split()
-            if len(raw) >= 2 and (int(raw[0]) != seq or raw[1] != prev):
-                problems.append(Problem(HEAD_NAME, 1, f"head records seq {raw[0]} but the log ends at seq {seq} (the tail was deleted or edited)"))
+                    if head is not None and seq == head[0]:
+                        head_seen = head[1] == claimed
+        if head is not None and not head_seen:
+            problems.append(Problem(HEAD_NAME, 1, f"head records seq {head[0]} but the log ends at seq {seq} "
+                                                  "(the tail was deleted or edited)"))
         return problems
+
+
+# --- one writer per log and process -------------------------------------------------------
+
+_shared: weakref.WeakValueDictionary[tuple[Any, ...], AuditLog] = weakref.WeakValueDictionary()
+_shared_lock = threading.Lock()
+_all_logs: weakref.WeakSet[AuditLog] = weakref.WeakSet()
+
+
+class _Flusher:
+    """The daemon thread that writes each log's queue ``window`` seconds after its first line."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._due: dict[int, tuple[float, AuditLog]] = {}  # strong refs while a queue waits
+        self._thread: threading.Thread | None = None
+
+    def schedule(self, log: AuditLog) -> None:
+        with self._cond:
+            self._due.setdefault(id(log), (time.monotonic() + log.window, log))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="wb-audit-writer", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._due:
+                    self._cond.wait()
+                now = time.monotonic()
+                ready = [log for at, log in self._due.values() if at <= now]
+                if not ready:
+                    self._cond.wait(min(at for at, _ in self._due.values()) - now)
+                    continue
+                for log in ready:
+                    del self._due[id(log)]
+            for log in ready:
+                try:
+                    log.flush()
+                except Exception:  # noqa: BLE001 - kept queued; the next record() retries and raises
+                    pass
+
+
+_flusher = _Flusher()
+
+
+def flush_all() -> None:
+    """Write every queued decision of this process (at exit and before ``fork``)."""
+    for log in list(_all_logs):
+        try:
+            log.flush()
+        except Exception:  # noqa: BLE001 - at exit there is no caller left to tell
+            pass
+
+
+def _after_fork_in_child() -> None:
+    global _flusher
+    _flusher = _Flusher()  # threads do not survive fork
+    for log in list(_all_logs):
+        log._after_fork_in_child()
+
+
+atexit.register(flush_all)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=flush_all, after_in_child=_after_fork_in_child)

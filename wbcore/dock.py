@@ -1,24 +1,26 @@
-"""The Dock: every capability as a brokered host import, under one security cadence.
+"""The Dock: every capability as a brokered call, under one security cadence.
 
 A sandboxed guest names a privileged operation; trusted host code performs it. Every
-broker call, from WebAssembly (:meth:`Dock.link`) or from Python (:meth:`Dock.call`),
-passes the same steps, in this order, and each decision is audited (allowed or denied):
+broker call passes one function, :meth:`Dock.call_raw` (bytes in, bytes out: a CBOR
+request ``{"op": ..., ...}`` → ``(status, CBOR response)``), or its Python convenience
+:meth:`Dock.call`, and so the same steps, in this order; each decision is audited
+(allowed or denied):
 
 1. default-deny: the cap must be in the call's effective set (profile ∩ #+CAPS ∩ grants);
 2. revocation of the principal (or of one cap for it), checked on *every* call, so a
    revocation issued while a guest runs stops its next call;
 3. the principal's rate limit (default 120,000 calls per 60 s, ``WB_DOCK_RATE=N/SECONDS``);
 4. the request size cap, the operation name, the deadline;
-5. the broker itself; its CBOR response is size-capped (``DockContext.max_response``).
+5. the broker itself (``DockContext.remaining()`` is its timeout); a result that arrives
+   after the deadline is discarded (timeout); its CBOR response is size-capped
+   (``DockContext.max_response``).
 
-The guest ABI (``docs/dock.md``): one import module ``wb``; for each granted cap a function
-``wb.<cap>(req_ptr, req_len, resp_ptr, resp_cap) -> i64`` taking a CBOR request map
-``{"op": ..., ...}``. The result is the response length (>= 0) or ``-status``; the
-response (or the error map ``{"error": kind, "reason": ..., "message": ...}``) is
-written at ``resp_ptr`` only when it fits in ``resp_cap``, and stays retrievable with
-``wb.fetch(ptr, cap) -> i64`` until the next call (the two-call protocol for large
-responses). ``wb.info`` is always linked (read-only ids). A module importing a cap that
-is not granted does not instantiate: :class:`CapabilityDenied` naming the cap.
+The core knows no engine. How a guest reaches ``call_raw`` is the engine's business: the
+wasmtime plugin links ``wb.<cap>`` host imports (``wb_wasmtime.dock_link``, the ABI in
+``docs/dock.md``), the js lane frames requests over WASI, a component gets a WIT
+function. What the core decides for them is data: which ``wb.*`` import names a module
+may link (:meth:`Dock.linkable`), what ``wb.info`` answers (:meth:`Dock.info`), and the
+status a refusal gives (:meth:`Dock.deny`).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ if TYPE_CHECKING:
     from wbcore.runtime import Runtime
 
 MiB = 1 << 20
+#: The guest import module of the Dock ABI (one function per granted cap).
 IMPORT_MODULE = "wb"
 #: Import names in module ``wb`` that are not caps: always linked, grant nothing.
 ALWAYS_LINKED = ("fetch", "info")
@@ -172,34 +175,49 @@ class RateLimiter:
 class Revocations:
     """Revoked principals (or principal+cap pairs), shared with other processes through
     ``$WB_HOME/dock/revoked`` (one ``principal`` or ``principal cap`` per line; re-read
-    when its mtime changes, one ``stat`` per call)."""
+    when its inode, mtime or size changes: one ``stat`` per call, no lock unless it did).
+    The file is created empty up front, so the per-call ``stat`` does not pay for a
+    missing-file exception."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._where = str(path)
         self._lock = threading.Lock()
         self._local: set[tuple[str, str]] = set()
-        self._file: set[tuple[str, str]] = set()
-        self._mtime: int | None = None
+        self._file: frozenset[tuple[str, str]] = frozenset()
+        self._stamp: tuple[int, int, int] | None = None
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+        except OSError:
+            pass  # a read-only home: a missing file is simply no revocations
 
     def _refresh(self) -> None:
         try:
-            mtime = self.path.stat().st_mtime_ns
+            st = os.stat(self._where)
+            stamp: tuple[int, int, int] | None = (st.st_ino, st.st_mtime_ns, st.st_size)
         except FileNotFoundError:
-            self._file, self._mtime = set(), None
+            stamp = None
+        if stamp == self._stamp:
             return
-        if mtime != self._mtime:
+        with self._lock:
             entries = set()
-            for line in self.path.read_text().splitlines():
-                words = line.split()
-                if words:
-                    entries.add((words[0], words[1] if len(words) > 1 else "*"))
-            self._file, self._mtime = entries, mtime
+            if stamp is not None:
+                try:
+                    text = self.path.read_text()
+                except FileNotFoundError:
+                    text = ""
+                for line in text.splitlines():
+                    words = line.split()
+                    if words:
+                        entries.add((words[0], words[1] if len(words) > 1 else "*"))
+            self._file, self._stamp = frozenset(entries), stamp
 
     def revoked(self, principal: str, cap: str) -> bool:
-        with self._lock:
-            self._refresh()
-            both = self._local | self._file
-        return (principal, "*") in both or (principal, cap) in both
+        self._refresh()
+        local, file = self._local, self._file
+        return ((principal, "*") in local or (principal, cap) in local
+                or (principal, "*") in file or (principal, cap) in file)
 
     def revoke(self, principal: str, cap: str = "*", *, persist: bool = False) -> None:
         with self._lock:
@@ -290,19 +308,6 @@ class Dock:
             return (DENY_ALL_HOSTS,)  # an unreadable manifest narrows to nothing (fail closed)
         return tuple(text.split())
 
-    def context_for_toolkit(self, tk: Any, *, principal: Principal | None = None, caps: Iterable[str] | None = None,
-                            timeout: float | None = None, depth: int = 0) -> DockContext:
-        """A context for a toolkit: its ``#+ALLOWED_HOSTS``, its principal, its caps
-        (``caps`` = the effective set computed by the caller; default: its profile ∩ #+CAPS)."""
-        from wbcore import policy
-
-        m = tk.manifest
-        if caps is None:
-            caps = policy.effective_caps(policy.profile_for(m.extra("PROFILE"), m.caps), m.caps, None)
-        hosts = (m.extra("ALLOWED_HOSTS") or "").split()
-        return self.context(principal=principal or Principal(toolkit=m.id), caps=caps, timeout=timeout,
-                            depth=depth, allowed_hosts=hosts, toolkit=m.id)
-
     # --- revocation -----------------------------------------------------------------
 
     def revoke(self, principal: Principal | str, cap: str = "*", *, persist: bool = False) -> None:
@@ -384,6 +389,10 @@ class Dock:
             if record.operations and op not in record.operations:
                 raise InvalidArgs(unknown_name(f"{cap} operation", op, record.operations))
             value = self.driver(cap).handle(BrokerCall(self, ctx, cap, op, args))
+            if ctx.deadline is not None and time.monotonic() > ctx.deadline:
+                # the guest was stopped (or is about to be) at its deadline: a result that
+                # comes later is not delivered, and the audit says so
+                raise refuse(Timeout, "deadline", f"{cap}.{op}: the broker answered after the call's deadline; its result was discarded")
             body = cbor2.dumps(value)
             if len(body) > ctx.max_response:
                 raise refuse(InvalidArgs, "too-large", f"{cap}.{op}: response of {len(body)} bytes exceeds the {ctx.max_response}-byte cap")
@@ -405,18 +414,32 @@ class Dock:
         body = cbor2.dumps({"error": exc.kind.value, "reason": reason, "message": exc.message})
         return STATUS[exc.kind], body, exc
 
-    # --- the WebAssembly ABI --------------------------------------------------------
+    # --- what engines ask the core ----------------------------------------------------
 
-    def imports_of(self, module: Any) -> list[str]:
-        """The ``wb.*`` import names of a compiled wasmtime module."""
-        return [imp.name for imp in module.imports if imp.module == IMPORT_MODULE]
+    def deny(self, ctx: DockContext, cap: str, exc: WbError, *, nreq: int = 0) -> tuple[int, bytes]:
+        """Refuse one call before the cadence could read it (e.g. a request outside guest
+        memory): audited like any denial; returns the guest's ``(status, error body)``."""
+        return self._deny(ctx, cap, "?", "", exc, time.perf_counter(), nreq)[:2]
 
-    def check_imports(self, module: Any, ctx: DockContext) -> list[str]:
-        """Refuse a module that imports an ungranted or unknown cap; return the caps to link."""
+    def info(self, ctx: DockContext) -> bytes:
+        """The CBOR answer of ``wb.info`` (read-only ids; grants nothing)."""
+        import cbor2
+
+        return cbor2.dumps({"principal": str(ctx.principal), "tenant": ctx.principal.tenant, "toolkit": ctx.toolkit,
+                            "instance": ctx.instance, "caps": sorted(ctx.caps), "depth": ctx.depth})
+
+    def linkable(self, names: Iterable[str], ctx: DockContext) -> list[str]:
+        """The caps to link for a module importing ``wb.<name>`` for each of ``names``.
+
+        The link-time half of default-deny, on plain import names: ``ALWAYS_LINKED`` names
+        pass (and are not returned); an unknown cap or one ``ctx`` does not grant is
+        :class:`CapabilityDenied` naming it; a granted cap whose broker is not installed
+        is :class:`NotFound` listing the installed ones.
+        """
         from wbcore.policy import CAP_UNIVERSE
 
         caps = []
-        for name in self.imports_of(module):
+        for name in names:
             if name in ALWAYS_LINKED:
                 continue
             if name not in CAP_UNIVERSE:
@@ -429,123 +452,3 @@ class Dock:
                 raise NotFound(f"cap {name!r} is granted but " + unknown_name("cap broker", name, self.runtime.brokers.names()))
             caps.append(name)
         return caps
-
-    def link(self, linker: Any, module: Any, ctx: DockContext) -> list[str]:
-        """Define the ``wb.*`` imports ``module`` uses, for granted caps only.
-
-        Call once per instance, before instantiation, on a linker that is not shared
-        with other contexts. Raises :class:`CapabilityDenied` (naming the cap) when the
-        module imports a cap ``ctx`` does not grant. Returns the linked cap names.
-        """
-        import wasmtime
-
-        caps = self.check_imports(module, ctx)
-        wanted = set(self.imports_of(module))
-        i32, i64 = wasmtime.ValType.i32(), wasmtime.ValType.i64()
-        call_ty = wasmtime.FuncType([i32, i32, i32, i32], [i64])
-        slot_ty = wasmtime.FuncType([i32, i32], [i64])
-        for imp in module.imports:
-            if imp.module != IMPORT_MODULE:
-                continue
-            want = slot_ty if imp.name in ALWAYS_LINKED else call_ty
-            got = imp.type
-            if not isinstance(got, wasmtime.FuncType) or [str(p) for p in got.params] != [str(p) for p in want.params] \
-                    or [str(r) for r in got.results] != [str(r) for r in want.results]:
-                raise InvalidArgs(f"import {IMPORT_MODULE}.{imp.name} has the wrong signature; the Dock ABI is "
-                                  + ("(i32 ptr, i32 cap) -> i64" if imp.name in ALWAYS_LINKED else "(i32 req_ptr, i32 req_len, i32 resp_ptr, i32 resp_cap) -> i64"))
-        pending = _Pending()
-        from wbcore import dock_fast
-
-        if self.runtime.env.get("WB_DOCK_LINK", "fast") != "public" and dock_fast.available():
-            for cap in caps:
-                dock_fast.define(linker, cap, call_ty, "call", self._raw_handler(cap, ctx), pending)
-            if "fetch" in wanted:
-                dock_fast.define(linker, "fetch", slot_ty, "fetch", None, pending)
-            if "info" in wanted:
-                dock_fast.define(linker, "info", slot_ty, "info", lambda _req: (0, self._info_body(ctx)), pending)
-            return caps
-        for cap in caps:
-            linker.define_func(IMPORT_MODULE, cap, call_ty, self._host_func(cap, ctx, pending), access_caller=True)
-        if "fetch" in wanted:
-            linker.define_func(IMPORT_MODULE, "fetch", slot_ty, _fetch_func(pending), access_caller=True)
-        if "info" in wanted:
-            linker.define_func(IMPORT_MODULE, "info", slot_ty, self._info_func(ctx, pending), access_caller=True)
-        return caps
-
-    def _raw_handler(self, cap: str, ctx: DockContext) -> Any:
-        call_raw = self.call_raw
-
-        def handler(request: bytes | None) -> tuple[int, bytes]:
-            if request is None:
-                return self._deny(ctx, cap, "?", "", InvalidArgs(f"{cap}: the request lies outside guest memory"),
-                                  time.perf_counter(), 0)[:2]
-            return call_raw(ctx, cap, request)
-
-        return handler
-
-    def _info_body(self, ctx: DockContext) -> bytes:
-        import cbor2
-
-        return cbor2.dumps({"principal": str(ctx.principal), "tenant": ctx.principal.tenant, "toolkit": ctx.toolkit,
-                            "instance": ctx.instance, "caps": sorted(ctx.caps), "depth": ctx.depth})
-
-    def _host_func(self, cap: str, ctx: DockContext, pending: _Pending) -> Any:
-        call_raw = self.call_raw
-
-        def host(caller: Any, req_ptr: int, req_len: int, resp_ptr: int, resp_cap: int) -> int:
-            req_ptr &= 0xFFFFFFFF
-            req_len &= 0xFFFFFFFF
-            try:
-                mem = caller["memory"]
-                size = mem.data_len(caller)
-                if req_ptr + req_len > size:
-                    status, body = self._deny(ctx, cap, "?", "", InvalidArgs(f"{cap}: request [{req_ptr}, +{req_len}) lies outside guest memory"),
-                                              time.perf_counter(), 0)[:2]
-                else:
-                    status, body = call_raw(ctx, cap, mem.read(caller, req_ptr, req_ptr + req_len))
-                pending.body = body
-                return _deliver(caller, mem, size, body, resp_ptr, resp_cap, status)
-            except Exception:  # noqa: BLE001 - a trap would kill the guest; report internal
-                return -STATUS[ErrorKind.INTERNAL]
-
-        return host
-
-    def _info_func(self, ctx: DockContext, pending: _Pending) -> Any:
-        def info(caller: Any, ptr: int, cap: int) -> int:
-            body = self._info_body(ctx)
-            pending.body = body
-            mem = caller["memory"]
-            return _deliver(caller, mem, mem.data_len(caller), body, ptr, cap, 0)
-
-        return info
-
-
-class _Pending:
-    """The last response of one instance, kept for ``wb.fetch`` (the two-call protocol)."""
-
-    __slots__ = ("body",)
-
-    def __init__(self) -> None:
-        self.body = b""
-
-
-def _deliver(caller: Any, mem: Any, size: int, body: bytes, ptr: int, cap: int, status: int) -> int:
-    ptr &= 0xFFFFFFFF
-    cap &= 0xFFFFFFFF
-    if len(body) <= cap and ptr + len(body) <= size:
-        mem.write(caller, body, ptr)
-    return -status if status else len(body)
-
-
-def _fetch_func(pending: _Pending) -> Any:
-    def fetch(caller: Any, ptr: int, cap: int) -> int:
-        mem = caller["memory"]
-        return _deliver(caller, mem, mem.data_len(caller), pending.body, ptr, cap, 0)
-
-    return fetch
-
-
-def dock_for(runtime: Runtime) -> Dock:
-    """The runtime's Dock (``runtime.dock`` when the runtime has it, else a new one)."""
-    existing = getattr(runtime, "dock", None)
-    return existing if isinstance(existing, Dock) else Dock(runtime)

@@ -10,6 +10,7 @@ from wbcore.audit import AuditLog, redact_target
 def _fill(log: AuditLog, n: int) -> None:
     for i in range(n):
         log.record(principal="t/a", cap="kv", op="get", args_digest=f"sha256:{i}", outcome="allowed", nbytes=i)
+    log.flush()
 
 
 def test_chain_verifies_and_detects_an_edited_line(wb_home):
@@ -40,7 +41,9 @@ def test_chain_continues_across_instances_and_rotation(wb_home):
     a = AuditLog(wb_home / "audit", max_bytes=600)
     b = AuditLog(wb_home / "audit", max_bytes=600)
     for i in range(6):
-        (a if i % 2 else b).record(principal="p", cap="kv", op="put", args_digest="d", outcome="allowed")
+        writer = a if i % 2 else b  # two writers (as two processes would be), batches interleaved
+        writer.record(principal="p", cap="kv", op="put", args_digest="d", outcome="allowed")
+        writer.flush()
     assert len(a.segments()) > 1
     assert [e["seq"] for e in a.entries()] == list(range(1, 7))
     assert a.verify() == []
@@ -67,6 +70,7 @@ def test_pruned_segments_leave_a_verifiable_anchored_chain(wb_home):
     log = AuditLog(wb_home / "audit", max_bytes=400, keep=2)
     for _ in range(30):
         log.record(principal="p", cap="kv", op="put", args_digest="d", outcome="allowed")
+    log.flush()
     assert len(list((wb_home / "audit").glob("audit-*.jsonl"))) == 2
     assert (wb_home / "audit" / "audit.anchor").exists()
     assert log.verify() == []
@@ -85,3 +89,120 @@ def test_wbx_audit_filters(wb_home, wbx):
     assert "secret" not in out
     assert "a/x kv.get" in wbx("audit", "--principal", "a/x").stdout
     assert wbx("audit", "--cap", "queue").stdout.startswith("no audit entries") and "match" in wbx("audit", "--cap", "queue").stdout
+
+
+# --- batched writing, several processes, crashes -------------------------------------------
+
+_WRITER = """
+import sys, time
+from pathlib import Path
+from wbcore.audit import AuditLog
+log = AuditLog.for_home(Path(sys.argv[1]), {})
+n = int(sys.argv[2])
+print("ready", flush=True)
+for i in range(n if n > 0 else 10**9):
+    log.record(principal=sys.argv[3], cap="kv", op="get", args_digest=f"sha256:{i}", outcome="allowed", nbytes=i)
+"""
+
+
+def _writer(home, n: int, principal: str = "p/w"):
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(home), str(n), principal], stdout=subprocess.PIPE)
+    assert proc.stdout.readline().strip() == b"ready"
+    return proc
+
+
+def test_the_writer_encodes_exactly_the_canonical_json():
+    from wbcore.audit import _canonical, _encode
+
+    for entry in [
+        (1763780000.123456, "t/a", "kv", "get", "sha256:ab", "allowed", None, None, None, 42, 0.08),
+        (0.5, 'qu"o\\te\n', "net", "fetch", "d", "denied", "capability-denied", "ssrf", "https://h/é\u2028", 0, 1e-05),
+    ]:
+        line, h = _encode(7, "f" * 64, entry)
+        parsed = json.loads(line)
+        assert parsed.pop("hash") == h and line.endswith(b"\n")
+        assert line.startswith(_canonical(parsed)[:-1])
+
+
+def test_appends_are_batched_and_durable_logs_write_before_returning(wb_home):
+    import time
+
+    lazy = AuditLog(wb_home / "a", window=60)
+    lazy.record(principal="p", cap="kv", op="get", args_digest="d", outcome="allowed")
+    assert not lazy.path.exists() or lazy.path.read_bytes() == b""  # queued, not yet written
+    assert [e["seq"] for e in lazy.entries()] == [1]  # a read writes the queue first
+
+    soon = AuditLog(wb_home / "b")  # the default window: written by the writer thread within ~5 ms
+    soon.record(principal="p", cap="kv", op="get", args_digest="d", outcome="allowed")
+    for _ in range(200):
+        if soon.path.exists() and soon.path.read_bytes().endswith(b"\n"):
+            break
+        time.sleep(0.005)
+    assert json.loads(soon.path.read_bytes())["seq"] == 1
+
+    durable = AuditLog.for_home(wb_home, {"WB_AUDIT_DURABLE": "1"})
+    durable.record(principal="p", cap="kv", op="get", args_digest="d", outcome="allowed")
+    assert json.loads(durable.path.read_bytes().splitlines()[-1])["principal"] == "p"
+    assert AuditLog.for_home(wb_home, {"WB_AUDIT_DURABLE": "1"}) is durable  # one writer per process
+
+
+def test_two_processes_appending_make_one_chain(wb_home):
+    procs = [_writer(wb_home, 3000, f"p/w{i}") for i in range(2)]
+    for p in procs:
+        assert p.wait(timeout=120) == 0
+    log = AuditLog.for_home(wb_home)
+    entries = list(log.entries())
+    assert [e["seq"] for e in entries] == list(range(1, 6001))
+    assert {e["principal"] for e in entries} == {"p/w0", "p/w1"}
+    assert log.verify() == []
+
+
+def test_sigkill_mid_write_never_leaves_a_chain_that_verifies_wrongly(wb_home):
+    import signal
+    import time
+
+    log = AuditLog(wb_home / "audit")
+    for round_ in range(3):
+        proc = _writer(wb_home, 0)
+        time.sleep(0.03 + 0.02 * round_)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        assert log.verify() == [], round_  # a torn last line is not part of the chain
+        seqs = [e["seq"] for e in log.entries()]
+        assert seqs == list(range(1, len(seqs) + 1))
+        log.record(principal="after", cap="kv", op="get", args_digest="d", outcome="allowed")
+        log.flush()  # cuts off a torn line, then chains on from the last complete one
+        assert log.verify() == []
+        assert list(log.entries())[-1]["seq"] == len(seqs) + 1
+
+
+def test_a_torn_line_is_ignored_then_cut_and_a_torn_committed_line_is_caught(wb_home):
+    log = AuditLog(wb_home / "audit")
+    _fill(log, 3)
+    whole = log.path.read_bytes()
+    with log.path.open("ab") as fh:
+        fh.write(b'{"args":"sha256:x","bytes":1,"cap":"kv","ki')  # a writer died mid-write
+    assert log.verify() == [] and len(list(log.entries())) == 3
+    other = AuditLog(wb_home / "audit")  # another writer: must not chain after the fragment
+    other.record(principal="t/b", cap="kv", op="put", args_digest="d", outcome="allowed")
+    other.flush()
+    assert log.path.read_bytes().startswith(whole) and log.verify() == []
+    assert [e["seq"] for e in log.entries()] == [1, 2, 3, 4]
+
+    data = log.path.read_bytes()
+    log.path.write_bytes(data[:-40])  # the last *acknowledged* line cut short: the head says so
+    problems = [str(p) for p in log.verify()]
+    assert problems and "tail" in problems[-1]
+
+
+def test_a_head_behind_the_log_is_accepted_only_on_the_chain(wb_home):
+    log = AuditLog(wb_home / "audit")
+    _fill(log, 4)
+    second = json.loads(log.path.read_bytes().splitlines()[1])
+    log.head_path.write_text(f"2 {second['hash']}\n")  # killed between the log write and the head write
+    assert log.verify() == []
+    log.head_path.write_text(f"2 {'0' * 64}\n")
+    assert any("head records seq 2" in str(p) for p in log.verify())

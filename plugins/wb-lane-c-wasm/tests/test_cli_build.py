@@ -54,11 +54,19 @@ class NativeC:
 
 
 @needs
-def test_third_party_c_is_built_by_c_wasm(make_toolkit, make_runtime, wbx):
+def test_third_party_c_is_built_by_c_wasm(make_toolkit, make_runtime, wbx, monkeypatch):
+    import base64
+
+    monkeypatch.setenv("WB_SIGNING_KEY", base64.b64encode(bytes(range(32))).decode())
     fields = {**FIELDS, "BUILD_LANG": "c"}
     make_toolkit("leak", exec="command", trust="third-party", extra=fields, drawer={"CLI_BIN": "leak"},
                  files={"src/main.c": '#include <stdio.h>\nint main(void) { puts("tcc"); return 0; }\n'})
     rt = make_runtime(plugins=["lane-c-wasm", "sources", "wasmtime", NativeC()])
+    # A third-party toolkit is built only while its signature verifies (unsigned: refused, not built).
+    refused = wbx("toolkit", "build", "leak", runtime=rt)
+    assert refused.exit_code == 126 and "not built" in refused.stderr
+    assert wbx("toolkit", "sign", "leak", runtime=rt).exit_code == 0
+    rt.discover(refresh=True)
     res = wbx("toolkit", "build", "leak", runtime=rt)
     assert res.exit_code == 0, res.stderr
     assert "c-wasm" in res.stdout + res.stderr

@@ -16,12 +16,15 @@ preopened files, no network, no inherited stdio. Limits come from the profile:
 from __future__ import annotations
 
 import atexit
+import contextlib
+import functools
 import os
 import shutil
 import tempfile
 import threading
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from wb_wasmtime import engine as _engine
 from wb_wasmtime import fastpath
@@ -165,21 +168,40 @@ class CommandRunner:
         gid = _engine.attach_guard(store, guard)
         instance = None
         _local.depth = depth + 1
+        detach = True
         try:
             with eng.ticker.ticking():
                 try:
                     instance = loaded.instantiate(store, name=req.name, runtime=self.runtime, caps=req.caps,
                                                   principal=req.principal, timeout=req.timeout_s, toolkit=req.toolkit)
-                    self.path.run_start(store, instance)
-                except wasmtime.ExitTrap as exc:
-                    exit_code = exc.code
-                except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:
+                    if loaded.uses_caps:
+                        job = _workers.start(functools.partial(_start, self.path, store, instance, eng),
+                                             functools.partial(_engine.detach_guard, gid))
+                        if not job.wait(guard, req.cancel):
+                            # the guest is blocked in a host call past its deadline: this call
+                            # ends now; the guest traps when the broker returns (its result is
+                            # discarded and audited as timeout) and its worker then cleans up
+                            detach = False
+                            for path in (out_path, err_path):
+                                with contextlib.suppress(OSError):
+                                    os.unlink(path)  # the next call on this thread gets new files
+                            why = guard.reason or "timeout"
+                            wall = time.perf_counter() - t0
+                            if why == "cancelled":
+                                raise Timeout(f"{req.name}: cancelled by the caller after {wall:.3f} s; the guest was stopped")
+                            raise Timeout(f"{req.name}: stopped after {wall:.3f} s: over its {req.timeout_s:g} s deadline "
+                                          "(blocked in a broker call)")
+                        exit_code, failure = job.result()
+                    else:
+                        exit_code, failure = _start(self.path, store, instance)
+                except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:  # instantiation
                     failure = exc
                 except KeyError:
                     raise InvalidArgs(f"{req.name}: artifact {req.sha256[:12]}… exports no _start (is it a WASI command?)") from None
         finally:
             _local.depth = depth
-            _engine.detach_guard(gid)
+            if detach:
+                _engine.detach_guard(gid)
         wall = time.perf_counter() - t0
 
         peak = self.path.memory_size(store, instance) if instance is not None else 0
@@ -230,6 +252,147 @@ class CommandRunner:
         usage = Usage(wall_s=wall, fuel=fuel_used, peak_memory=peak, bytes_out=len(stdout) + len(stderr))
         return CallResult(stdout, stderr, exit_code, usage)
 
+
+
+def _start(path: fastpath.CallPath, store: Any, instance: Any,
+           eng: _engine.Engine | None = None) -> tuple[int, BaseException | None]:
+    """Run ``_start``: ``(exit code, failure)``; on a worker, the epoch ticks while it runs."""
+    import wasmtime
+
+    try:
+        if eng is None:
+            path.run_start(store, instance)
+        else:
+            with eng.ticker.ticking():
+                path.run_start(store, instance)
+    except wasmtime.ExitTrap as exc:
+        return exc.code, None
+    except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:
+        return 0, exc
+    return 0, None
+
+
+# --- guests that may block in a broker ----------------------------------------------------
+#
+# Epoch interruption stops a guest only while it executes wasm; a broker that blocks holds
+# the guest's thread in host code. A guest that imports caps therefore runs on a worker
+# thread, and its caller waits at most until the deadline (or cancel): past it, the call
+# raises Timeout while the worker carries on until the broker returns, when the Dock
+# discards the late result and the host import traps the guest (wb_wasmtime.dock_link).
+# Guests without caps run on the caller's thread: every WASI call they can make returns
+# promptly or is bounded by the deadline itself (wb_wasmtime.wasi_poll).
+
+#: How long past the deadline the caller waits for a guest to stop by itself (two ticks:
+#: a guest in wasm traps at the next epoch tick).
+GRACE_S = 2 * _engine.TICK_S
+
+
+class _Job:
+    __slots__ = ("_error", "_result", "abandoned", "cleanup", "done", "fn", "lock")
+
+    def __init__(self, fn: Callable[[], Any], cleanup: Callable[[], None]) -> None:
+        self.fn, self.cleanup = fn, cleanup
+        self.done = threading.Event()
+        self.lock = threading.Lock()
+        self.abandoned = False
+        self._result: Any = None
+        self._error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self._result = self.fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting caller
+            self._error = exc
+        with self.lock:
+            self.done.set()
+            abandoned = self.abandoned
+        if abandoned:
+            self.cleanup()
+        self.fn = None  # type: ignore[assignment] # drops the store: its files close
+
+    def wait(self, guard: _engine.Guard, cancel: threading.Event | None) -> bool:
+        """Wait until the guest ends, its deadline (+ grace) passes, or ``cancel`` is set
+        and it has not stopped a grace later; ``False`` means it was abandoned."""
+        end = guard.deadline + GRACE_S
+        while True:
+            now = time.perf_counter()
+            if now >= end:
+                break
+            if self.done.wait(end - now if cancel is None else min(end - now, 0.05)):
+                return True
+            if cancel is not None and cancel.is_set():
+                if self.done.wait(GRACE_S):
+                    return True
+                guard.reason = guard.reason or "cancelled"
+                break
+        with self.lock:
+            if self.done.is_set():
+                return True
+            guard.reason = guard.reason or "timeout"
+            self.abandoned = True
+            return False
+
+    def result(self) -> Any:
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+
+class _Workers:
+    """Daemon threads that run guests, kept (up to ``keep`` idle) for the next call."""
+
+    def __init__(self, keep: int = 8) -> None:
+        self.keep = keep
+        self._idle: list[_Worker] = []
+        self._lock = threading.Lock()
+
+    def start(self, fn: Callable[[], Any], cleanup: Callable[[], None]) -> _Job:
+        job = _Job(fn, cleanup)
+        with self._lock:
+            worker = self._idle.pop() if self._idle else None
+        (worker or _Worker(self)).give(job)
+        return job
+
+    def idle(self, worker: _Worker) -> bool:
+        with self._lock:
+            if len(self._idle) >= self.keep:
+                return False
+            self._idle.append(worker)
+            return True
+
+
+class _Worker:
+    def __init__(self, pool: _Workers) -> None:
+        self.pool = pool
+        self.job: _Job | None = None
+        self.go = threading.Lock()
+        self.go.acquire()
+        threading.Thread(target=self._loop, name="wb-guest", daemon=True).start()
+
+    def give(self, job: _Job) -> None:
+        self.job = job
+        self.go.release()
+
+    def _loop(self) -> None:
+        while True:
+            self.go.acquire()
+            job, self.job = self.job, None
+            if job is not None:
+                job.run()
+            if not self.pool.idle(self):
+                return
+
+
+_workers = _Workers()
+
+
+def _workers_after_fork() -> None:
+    global _workers
+    _workers = _Workers()  # threads do not survive fork
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_workers_after_fork)
 
 
 def runner(runtime: Runtime) -> CommandRunner:

@@ -13,7 +13,7 @@
 - **Modules**: ``modules().load(artifacts, sha)`` loads a verified artifact once per
   process (the compiled form from the artifact store) with one WASI ``InstancePre``.
 - **Caps** (the Dock seam): :func:`link_caps` links one host import per granted cap
-  (``wb.<cap>``, the ``wbcore.dock`` ABI) into a per-call Linker before instantiation;
+  (``wb.<cap>``, :mod:`wb_wasmtime.dock_link`) into a per-call Linker before instantiation;
   an import of an ungranted cap fails with ``CapabilityDenied`` naming the cap. Modules
   that import no caps skip it and use the shared ``InstancePre``.
 """
@@ -198,6 +198,15 @@ class Guard:
 
 _guards: dict[int, Guard] = {}
 _guard_ids = itertools.count(1)
+#: The guard of each guarded store by its context address, for host functions (which
+#: see only their caller's context) to say why they stop the guest.
+_by_context: dict[int, Guard] = {}
+_context_of: dict[int, int] = {}
+
+
+def guard_for(context_address: int) -> Guard | None:
+    """The guard of the store whose context is at ``context_address`` (``None`` if unguarded)."""
+    return _by_context.get(context_address)
 
 
 def _make_callback() -> tuple[Any, Any]:
@@ -235,15 +244,23 @@ def attach_guard(store: Any, guard: Guard) -> int:
 
     if _callback is None:
         _callback = _make_callback()
+    import ctypes
+
     gid = next(_guard_ids)
     _guards[gid] = guard
+    address = ctypes.cast(store._context(), ctypes.c_void_p).value or 0
+    _by_context[address] = guard
+    _context_of[gid] = address
     B._wasmtime_store_epoch_deadline_callback(store.ptr(), _callback[0], gid, _callback[1])
     store.set_epoch_deadline(1)
     return gid
 
 
 def detach_guard(gid: int) -> None:
-    _guards.pop(gid, None)
+    guard = _guards.pop(gid, None)
+    address = _context_of.pop(gid, None)
+    if address is not None and _by_context.get(address) is guard:
+        del _by_context[address]
 
 
 # --- the caps seam --------------------------------------------------------------------
@@ -265,22 +282,39 @@ def link_caps(linker: wasmtime.Linker, store: Any, caps: frozenset[str], princip
     """Link the ``wb.<cap>`` host imports ``module`` uses, for granted ``caps`` only.
 
     The seam between the engine and the Dock (``wbcore.dock``): a per-instance
-    ``DockContext`` (principal, caps, deadline, toolkit) is made and ``Dock.link``
-    defines one host function per imported, granted cap on ``linker`` (which must not
-    be shared with another call). A module importing a cap outside ``caps`` — with the
-    default ``caps=frozenset()``, any cap — raises ``CapabilityDenied`` naming it.
-    ``store`` is the store the instance will live in (unused by the Dock today: its
-    host functions reach memory through their ``Caller``). Returns the linked caps.
+    ``DockContext`` (principal, caps, deadline, toolkit) is made and
+    ``dock_link.link`` defines one host function per imported, granted cap on
+    ``linker`` (which must not be shared with another call). A module importing a cap
+    outside ``caps`` — with the default ``caps=frozenset()``, any cap — raises
+    ``CapabilityDenied`` naming it. ``store`` is the store the instance will live in
+    (unused: the host functions reach memory through their caller). Returns the
+    linked caps.
     """
+    from wb_wasmtime import dock_link
+
     dock = runtime.dock
     ctx = dock.context(principal=principal, caps=caps, timeout=timeout, toolkit=toolkit)
     try:
-        return list(dock.link(linker, module, ctx))
+        return dock_link.link(dock, linker, module, ctx)
     except CapabilityDenied as exc:
         raise CapabilityDenied(f"{name}: {exc.message}") from None
 
 
 # --- loaded modules -------------------------------------------------------------------
+
+
+def wasi_linker(engine: wasmtime.Engine) -> wasmtime.Linker:
+    """A linker with WASI preview 1, its ``poll_oneoff`` bounded by the store's deadline
+    (:mod:`wb_wasmtime.wasi_poll`: a sleeping guest stops at its deadline too)."""
+    import wasmtime
+
+    from wb_wasmtime import wasi_poll
+
+    linker = wasmtime.Linker(engine)
+    linker.define_wasi()
+    wasi_poll.define(linker)
+    return linker
+
 
 
 class LoadedModule:
@@ -304,8 +338,7 @@ class LoadedModule:
         check_import_modules(name, self.imports)
         if not self.uses_caps:
             return self.instance_pre(name).instantiate(store)
-        linker = wasmtime.Linker(self.engine.wasm)
-        linker.define_wasi()
+        linker = wasi_linker(self.engine.wasm)
         link_caps(linker, store, caps, principal, runtime=runtime, module=self.module, name=name,
                   timeout=timeout, toolkit=toolkit)
         return linker.instantiate(store, self.module)
@@ -319,8 +352,7 @@ class LoadedModule:
             if self._pre is None:
                 import wasmtime
 
-                linker = wasmtime.Linker(self.engine.wasm)
-                linker.define_wasi()
+                linker = wasi_linker(self.engine.wasm)
                 try:
                     self._pre = linker.instantiate_pre(self.module)
                 except wasmtime.WasmtimeError as exc:
@@ -393,6 +425,8 @@ def _after_fork_in_child() -> None:
     _modules = Modules()
     _lock = threading.Lock()
     _guards.clear()
+    _by_context.clear()
+    _context_of.clear()
 
 
 if hasattr(os, "register_at_fork"):

@@ -35,7 +35,6 @@ _export_get = B._wasmtime_instance_export_get
 _func_call = B._wasmtime_func_call
 _mem_size = B._wasmtime_memory_data_size
 _mem_data = B._wasmtime_memory_data
-_set_deadline = B._wasmtime_context_set_epoch_deadline
 _byref = ctypes.byref
 
 
@@ -73,7 +72,6 @@ class KernelCall(Protocol):
     def memory_size(self) -> int: ...
     def write(self, offset: int, data: bytes | bytearray | memoryview) -> None: ...
     def read(self, offset: int, length: int) -> bytes: ...
-    def set_deadline(self, ticks: int) -> None: ...
 
 
 class CallPath(Protocol):
@@ -201,9 +199,6 @@ class LeanKernel:
             raise IndexError(f"read of {length} bytes at {offset} is outside memory ({self._size} bytes)")
         return self._view[offset:offset + length].tobytes()
 
-    def set_deadline(self, ticks: int) -> None:
-        _set_deadline(self._ctx, ticks)
-
 
 class PublicKernel:
     def __init__(self, store: wasmtime.Store, instance: wasmtime.Instance, entry: str) -> None:
@@ -243,9 +238,6 @@ class PublicKernel:
         if offset < 0 or length < 0 or offset + length > size:
             raise IndexError(f"read of {length} bytes at {offset} is outside memory ({size} bytes)")
         return bytes(self._mem.read(self._store, offset, offset + length))
-
-    def set_deadline(self, ticks: int) -> None:
-        self._store.set_epoch_deadline(ticks)
 
 
 def _check_entry_type(store: wasmtime.Store, func: wasmtime.Func, entry: str) -> None:

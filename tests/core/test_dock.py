@@ -1,0 +1,165 @@
+"""The Dock's cadence (bytes in, bytes out), with an in-process test broker (a fixture, not product)."""
+
+from __future__ import annotations
+
+import ast
+import threading
+import time
+from pathlib import Path
+
+import cbor2
+import pytest
+
+from wbcore import hookimpl
+from wbcore.calls import Principal
+import wbcore
+from wbcore.dock import STATUS
+from wbcore.errors import CapabilityDenied, ErrorKind, InvalidArgs, NotFound, Timeout
+from wbcore.records import Broker
+
+
+class _EchoDriver:
+    def handle(self, call):
+        if call.op == "echo":
+            return {"echo": call.args}
+        if call.op == "big":
+            return {"blob": b"x" * call.arg("n", int)}
+        if call.op == "missing":
+            raise NotFound("no such thing")
+        if call.op == "slow":
+            time.sleep(call.arg("s", float))
+            return {"late": True}
+        raise RuntimeError("secret-token-123 must never leak")
+
+
+class _TestBrokers:
+    @hookimpl
+    def wbcore_brokers(self):
+        yield Broker(name="kv", summary="test echo", factory=lambda rt: _EchoDriver(), operations=("echo", "big", "missing", "boom", "slow"))
+
+
+@pytest.fixture
+def dock(make_runtime):
+    return make_runtime(plugins=[_TestBrokers()]).dock
+
+
+def test_bad_requests_are_invalid_args(dock):
+    ctx = dock.context(principal=Principal("t"), caps={"kv"})
+    assert dock.call_raw(ctx, "kv", b"\xff\xff")[0] == STATUS[ErrorKind.INVALID_ARGS]
+    assert dock.call_raw(ctx, "kv", cbor2.dumps([1, 2]))[0] == STATUS[ErrorKind.INVALID_ARGS]
+    with pytest.raises(InvalidArgs, match="unknown kv operation 'nope'"):
+        dock.call(ctx, "kv", "nope")
+
+
+def test_response_size_cap(dock):
+    ctx = dock.context(principal=Principal("t"), caps={"kv"}, max_response=1000)
+    with pytest.raises(InvalidArgs, match="exceeds the 1000-byte cap"):
+        dock.call(ctx, "kv", "big", {"n": 2000})
+
+
+def test_revocation_mid_flight_stops_the_next_call(dock):
+    ctx = dock.context(principal=Principal("t", "x"), caps={"kv"})
+    assert dock.call(ctx, "kv", "echo") == {"echo": {}}
+    dock.revoke(ctx.principal)
+    with pytest.raises(CapabilityDenied, match="revoked"):
+        dock.call(ctx, "kv", "echo")
+    dock.restore(ctx.principal)
+    assert dock.call(ctx, "kv", "echo") == {"echo": {}}
+
+
+def test_persisted_revocation_reaches_another_dock(make_runtime):
+    a = make_runtime(plugins=[_TestBrokers()]).dock
+    b = make_runtime(plugins=[_TestBrokers()]).dock
+    ctx = b.context(principal=Principal("t", "y"), caps={"kv"})
+    b.call(ctx, "kv", "echo")
+    a.revoke(ctx.principal, "kv", persist=True)
+    with pytest.raises(CapabilityDenied, match="revoked"):
+        b.call(ctx, "kv", "echo")
+
+
+def test_rate_limit_is_per_principal_and_audited(make_runtime, wb_home):
+    rt = make_runtime(plugins=[_TestBrokers()], env={"WB_DOCK_RATE": "5/60"})
+    dock = rt.dock
+    ctx = dock.context(principal=Principal("t", "fast"), caps={"kv"})
+    other = dock.context(principal=Principal("t", "calm"), caps={"kv"})
+    for _ in range(5):
+        dock.call(ctx, "kv", "echo")
+    with pytest.raises(CapabilityDenied, match="rate limit of 5 calls per 60 s") as exc:
+        dock.call(ctx, "kv", "echo")
+    assert exc.value.reason == "rate-limited"
+    dock.call(other, "kv", "echo")
+    entries = list(dock.audit.entries())
+    assert [e["outcome"] for e in entries].count("denied") == 1
+    assert entries[-2]["reason"] == "rate-limited"
+
+
+def test_rate_limit_holds_under_threads(make_runtime):
+    dock = make_runtime(plugins=[_TestBrokers()], env={"WB_DOCK_RATE": "200/60"}).dock
+    ctx = dock.context(principal=Principal("t", "many"), caps={"kv"})
+    ok = []
+
+    def worker():
+        for _ in range(100):
+            try:
+                dock.call(ctx, "kv", "echo")
+                ok.append(1)
+            except CapabilityDenied:
+                pass
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(ok) == 200
+    assert dock.audit.verify() == []
+
+
+def test_default_deny_from_python(dock):
+    ctx = dock.context(principal=Principal("t"), caps=set())
+    with pytest.raises(CapabilityDenied, match="not granted"):
+        dock.call(ctx, "kv", "echo")
+
+
+def test_default_rate_is_120000_per_minute_and_configurable(make_runtime):
+    assert make_runtime(plugins=[_TestBrokers()], env={}).dock.limiter.limit == 120_000
+    lim = make_runtime(plugins=[_TestBrokers()], env={"WB_DOCK_RATE": "10/1.5"}).dock.limiter
+    assert (lim.limit, lim.window) == (10, 1.5)
+    with pytest.raises(InvalidArgs, match="WB_DOCK_RATE"):
+        _ = make_runtime(plugins=[_TestBrokers()], env={"WB_DOCK_RATE": "lots"}).dock
+
+
+
+
+def test_the_core_never_imports_wasmtime():
+    """The core describes, engines live in plugins: no module under wbcore/ imports wasmtime."""
+    offenders = []
+    for path in sorted(Path(wbcore.__file__).parent.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            offenders += [f"{path.name}:{node.lineno}: {n}" for n in names if n.split(".")[0] == "wasmtime"]
+    assert offenders == []
+
+
+def test_linkable_decides_on_plain_import_names(dock):
+    ctx = dock.context(principal=Principal("t", "x"), caps={"kv"})
+    assert dock.linkable(["kv", "fetch", "info"], ctx) == ["kv"]
+    assert dock.linkable(["info"], ctx) == []
+    with pytest.raises(CapabilityDenied, match="not granted") as exc:
+        dock.linkable(["vfs"], dock.context(principal=Principal("t", "x"), caps={"kv"}))
+    assert exc.value.reason == "not-granted"
+    with pytest.raises(CapabilityDenied, match="unknown cap 'teleport'"):
+        dock.linkable(["teleport"], ctx)
+    with pytest.raises(NotFound, match="queue"):
+        dock.linkable(["queue"], dock.context(principal=Principal("t", "x"), caps={"queue"}))
+
+
+def test_a_result_after_the_deadline_is_discarded_and_audited_as_timeout(dock):
+    ctx = dock.context(principal=Principal("t", "late"), caps={"kv"}, timeout=0.05)
+    with pytest.raises(Timeout, match="after the call's deadline"):
+        dock.call(ctx, "kv", "slow", {"s": 0.2})
+    last = list(dock.audit.entries())[-1]
+    assert (last["outcome"], last["kind"], last["reason"]) == ("denied", "timeout", "deadline")
+    status, body = dock.call_raw(ctx, "kv", cbor2.dumps({"op": "echo"}))
+    assert status == STATUS[ErrorKind.TIMEOUT] and cbor2.loads(body)["reason"] == "deadline"
