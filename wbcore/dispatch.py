@@ -185,6 +185,16 @@ def availability(runtime: Runtime, entry: Entry) -> str | None:
     return None
 
 
+def recorded_hosts(runtime: Runtime, toolkit: str) -> tuple[str, ...] | None:
+    """The ``#+ALLOWED_HOSTS`` recorded when ``toolkit`` was built (``None``: nothing of it
+    is registered with provenance) — never read from the manifest as it is now."""
+    for entry in runtime.registry.entries():
+        prov = entry.options.get(PROVENANCE) if entry.toolkit == toolkit else None
+        if isinstance(prov, dict):
+            return tuple(prov.get("hosts", ()))
+    return None
+
+
 def orphaned(runtime: Runtime, entry: Entry) -> bool:
     """A non-built-in entry whose toolkit is no longer on the search path."""
     return not entry.builtin and entry.toolkit is not None and entry.toolkit not in runtime.discover().toolkits

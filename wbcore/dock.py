@@ -279,7 +279,8 @@ class Dock:
     ) -> DockContext:
         """A context for one guest instance. ``depth`` defaults to the nesting of the
         broker call this instance runs under (see :func:`nested`); ``allowed_hosts``
-        defaults to ``toolkit``'s ``#+ALLOWED_HOSTS``."""
+        defaults to the ``#+ALLOWED_HOSTS`` recorded when ``toolkit`` was built
+        (``wbcore.dispatch.recorded_hosts``; calls pass their resolved hosts explicitly)."""
         outer = getattr(_NEST, "ctx", None)
         if depth is None:
             depth = outer.depth + 1 if outer is not None else 0
@@ -302,11 +303,10 @@ class Dock:
     def _allowed_hosts(self, toolkit: str | None) -> tuple[str, ...]:
         if not toolkit:
             return ()
-        try:
-            text = self.runtime.toolkit(toolkit).manifest.extra("ALLOWED_HOSTS") or ""
-        except WbError:
-            return (DENY_ALL_HOSTS,)  # an unreadable manifest narrows to nothing (fail closed)
-        return tuple(text.split())
+        from wbcore import dispatch
+
+        hosts = dispatch.recorded_hosts(self.runtime, toolkit)
+        return (DENY_ALL_HOSTS,) if hosts is None else hosts  # nothing built and verified: fail closed
 
     # --- revocation -----------------------------------------------------------------
 

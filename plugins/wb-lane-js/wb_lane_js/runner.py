@@ -115,7 +115,8 @@ class JsRunner:
         bridge: Callable[[str, bytes], tuple[int, bytes]] | None = None
         if req.caps:  # the Dock bridge, for the granted caps only (wb_lane_js.dock)
             dock = self.runtime.dock
-            ctx = dock.context(principal=req.principal, caps=req.caps, timeout=req.timeout_s, toolkit=req.toolkit)
+            ctx = dock.context(principal=req.principal, caps=req.caps, timeout=req.timeout_s, toolkit=req.toolkit,
+                               allowed_hosts=req.allowed_hosts)
             bridge = functools.partial(dock.call_raw, ctx)
 
         t0 = time.perf_counter()

@@ -11,10 +11,9 @@ import cbor2
 import pytest
 import wasmtime
 
-from wbcore import hookimpl, policy
+from wbcore import builder, hookimpl, policy
 from wbcore.errors import NotFound, Timeout
 from wbcore.records import Broker
-from wbcore.registry import Entry
 
 POLL = '(import "wasi_snapshot_preview1" "poll_oneoff" (func $poll (param i32 i32 i32 i32) (result i32)))'
 WRITE = '(import "wasi_snapshot_preview1" "fd_write" (func $w (param i32 i32 i32 i32) (result i32)))'
@@ -125,8 +124,7 @@ def blocking(make_runtime, make_toolkit):
         make_toolkit(ident, exec="command", caps="kv", extra={"CLI_BIN": ident})
         rt.discover(refresh=True)
         art = rt.artifacts.put_bytes(cap_guest(request))
-        rt.registry.register(Entry(kind="command", name=ident, sha256=art.sha256, shape="command", toolkit=ident,
-                                   profile=policy.profile_for(None, ["kv"]).name, options={"caps": ["kv"]}))
+        builder.register_artifact(rt, ident, art.sha256)
     yield rt, driver
     driver.release.set()
 

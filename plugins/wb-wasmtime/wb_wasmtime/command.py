@@ -173,7 +173,8 @@ class CommandRunner:
             with eng.ticker.ticking():
                 try:
                     instance = loaded.instantiate(store, name=req.name, runtime=self.runtime, caps=req.caps,
-                                                  principal=req.principal, timeout=req.timeout_s, toolkit=req.toolkit)
+                                                  principal=req.principal, timeout=req.timeout_s, toolkit=req.toolkit,
+                                                  allowed_hosts=req.allowed_hosts)
                     if loaded.uses_caps:
                         job = _workers.start(functools.partial(_start, self.path, store, instance, eng),
                                              functools.partial(_engine.detach_guard, gid))

@@ -278,7 +278,7 @@ def check_import_modules(name: str, imports: Iterable[tuple[str, str]]) -> None:
 
 def link_caps(linker: wasmtime.Linker, store: Any, caps: frozenset[str], principal: Principal,
               *, runtime: Runtime, module: wasmtime.Module, name: str, timeout: float | None = None,
-              toolkit: str | None = None) -> list[str]:
+              toolkit: str | None = None, allowed_hosts: tuple[str, ...] = ()) -> list[str]:
     """Link the ``wb.<cap>`` host imports ``module`` uses, for granted ``caps`` only.
 
     The seam between the engine and the Dock (``wbcore.dock``): a per-instance
@@ -293,7 +293,7 @@ def link_caps(linker: wasmtime.Linker, store: Any, caps: frozenset[str], princip
     from wb_wasmtime import dock_link
 
     dock = runtime.dock
-    ctx = dock.context(principal=principal, caps=caps, timeout=timeout, toolkit=toolkit)
+    ctx = dock.context(principal=principal, caps=caps, timeout=timeout, toolkit=toolkit, allowed_hosts=allowed_hosts)
     try:
         return dock_link.link(dock, linker, module, ctx)
     except CapabilityDenied as exc:
@@ -330,7 +330,8 @@ class LoadedModule:
         self._lock = threading.Lock()
 
     def instantiate(self, store: Any, *, name: str, runtime: Runtime, caps: frozenset[str],
-                    principal: Principal, timeout: float | None = None, toolkit: str | None = None) -> Any:
+                    principal: Principal, timeout: float | None = None, toolkit: str | None = None,
+                    allowed_hosts: tuple[str, ...] = ()) -> Any:
         """A new instance in ``store``: WASI (as configured on the store) plus, when the
         module imports ``wb.*``, the granted caps linked through :func:`link_caps`."""
         import wasmtime
@@ -340,7 +341,7 @@ class LoadedModule:
             return self.instance_pre(name).instantiate(store)
         linker = wasi_linker(self.engine.wasm)
         link_caps(linker, store, caps, principal, runtime=runtime, module=self.module, name=name,
-                  timeout=timeout, toolkit=toolkit)
+                  timeout=timeout, toolkit=toolkit, allowed_hosts=allowed_hosts)
         return linker.instantiate(store, self.module)
 
     def instance_pre(self, name: str) -> Any:

@@ -64,7 +64,8 @@ class KernelInstance:
         try:
             try:
                 instance = loaded.instantiate(store, name=req.name, runtime=self.runner.runtime, caps=req.caps,
-                                              principal=req.principal, toolkit=req.toolkit)
+                                              principal=req.principal, toolkit=req.toolkit,
+                                              allowed_hosts=getattr(req, "allowed_hosts", ()))
                 k = self.runner.path.kernel(store, instance, self.spec.entry)
             except KeyError as exc:
                 raise KernelABIError(f"kernel {req.name}: module exports no {exc.args[0]!r} (needs memory and {self.spec.entry})") from None
