@@ -174,14 +174,19 @@ class RateLimiter:
 
 class Revocations:
     """Revoked principals (or principal+cap pairs), shared with other processes through
-    ``$WB_HOME/dock/revoked`` (one ``principal`` or ``principal cap`` per line; re-read
-    when its inode, mtime or size changes: one ``stat`` per call, no lock unless it did).
+    ``$WB_HOME/dock/revoked`` (one ``principal`` or ``principal cap`` per line), written
+    only through :meth:`revoke` / :meth:`restore`, which bump the home's change counter:
+    a call reads the counter (a memory read) and re-reads the file only when it moved.
     The file is created empty up front, so the per-call ``stat`` does not pay for a
     missing-file exception."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, generation: Any = None) -> None:
         self.path = path
         self._where = str(path)
+        # The home's change counter (wbcore.generation): revoke/restore bump it, so a call
+        # checks revocations with a memory read and stats the file only after a change.
+        self._gen = generation
+        self._seen_gen: int | None = None
         self._lock = threading.Lock()
         self._local: set[tuple[str, str]] = set()
         self._file: frozenset[tuple[str, str]] = frozenset()
@@ -193,6 +198,11 @@ class Revocations:
             pass  # a read-only home: a missing file is simply no revocations
 
     def _refresh(self) -> None:
+        if self._gen is not None:
+            g = self._gen.value()
+            if g == self._seen_gen:
+                return
+            self._seen_gen = g
         try:
             st = os.stat(self._where)
             stamp: tuple[int, int, int] | None = (st.st_ino, st.st_mtime_ns, st.st_size)
@@ -229,6 +239,7 @@ class Revocations:
                 tmp = self.path.with_suffix(".tmp")
                 tmp.write_text("\n".join(sorted(lines)) + "\n")
                 os.replace(tmp, self.path)
+                self._bump()
 
     def restore(self, principal: str, cap: str = "*") -> None:
         with self._lock:
@@ -239,6 +250,11 @@ class Revocations:
                 tmp = self.path.with_suffix(".tmp")
                 tmp.write_text("\n".join(lines) + ("\n" if lines else ""))
                 os.replace(tmp, self.path)
+                self._bump()
+
+    def _bump(self) -> None:
+        if self._gen is not None:
+            self._gen.bump()
 
 
 def _rate_from_env(env: dict[str, str]) -> tuple[int, float]:
@@ -259,7 +275,7 @@ class Dock:
         self.runtime = runtime
         self.audit = audit or AuditLog.for_home(runtime.home, runtime.env)
         self.limiter = RateLimiter(*(rate or _rate_from_env(runtime.env)))
-        self.revocations = Revocations(runtime.home / "dock" / "revoked")
+        self.revocations = Revocations(runtime.home / "dock" / "revoked", runtime.registry.generation)
         self._drivers: dict[str, Any] = {}
         self._drivers_lock = threading.Lock()
 
