@@ -13,6 +13,9 @@ if TYPE_CHECKING:
     from wbcore.policy import Profile
 
 
+_KEYS: dict[Principal, str] = {}
+
+
 @dataclass(frozen=True, slots=True)
 class Principal:
     """Who is calling: the key for rate limits, revocation, audit and storage."""
@@ -22,6 +25,17 @@ class Principal:
 
     def __str__(self) -> str:
         return f"{self.tenant}/{self.toolkit}" if self.toolkit else self.tenant
+
+    @property
+    def key(self) -> str:
+        """``str(self)``, computed once (the Dock keys every broker call by it)."""
+        try:
+            return _KEYS[self]
+        except KeyError:
+            if len(_KEYS) > 4096:
+                _KEYS.clear()
+            k = _KEYS[self] = str(self)
+            return k
 
 
 @dataclass(slots=True)

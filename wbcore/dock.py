@@ -35,6 +35,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import cbor2
+
 from wbcore.audit import AuditLog, digest
 from wbcore.calls import Principal
 from wbcore.errors import (
@@ -101,6 +103,11 @@ class DockContext:
         if self.deadline is None:
             return default
         return max(0.0, self.deadline - time.monotonic())
+
+    @property
+    def who(self) -> str:
+        """The principal as the audit, the rate limiter and revocation key it."""
+        return self.principal.key
 
     def child(self, **changes: Any) -> DockContext:
         return replace(self, **changes)
@@ -194,6 +201,8 @@ class Revocations:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+            if generation is not None:
+                generation.ensure()
         except OSError:
             pass  # a read-only home: a missing file is simply no revocations
 
@@ -358,8 +367,6 @@ class Dock:
     def call(self, ctx: DockContext, cap: str, op: str, args: dict[str, Any] | None = None) -> Any:
         """Run one broker operation from Python under the full cadence; returns its value
         or raises the :class:`WbError` the guest would have seen as a status."""
-        import cbor2
-
         args = dict(args or {})
         status, body, value = self._run(ctx, cap, op, args, digest(cbor2.dumps(args, canonical=True)), 0)
         if status:
@@ -368,8 +375,6 @@ class Dock:
 
     def call_raw(self, ctx: DockContext, cap: str, request: bytes) -> tuple[int, bytes]:
         """The ABI path: a CBOR request in, ``(status, CBOR body)`` out."""
-        import cbor2
-
         dg = digest(request)
         try:
             if len(request) > MAX_REQUEST:
@@ -387,11 +392,9 @@ class Dock:
         return status, body
 
     def _run(self, ctx: DockContext, cap: str, op: str, args: dict[str, Any], dg: str, nreq: int) -> tuple[int, bytes, Any]:
-        import cbor2
-
         t0 = time.perf_counter()
         _TARGET.value = None
-        who = str(ctx.principal)
+        who = ctx.who
         try:
             if cap not in ctx.caps:
                 raise refuse(CapabilityDenied, "not-granted", f"cap {cap!r} is not granted to {who}; granted: {', '.join(sorted(ctx.caps)) or '(none)'}")
@@ -421,10 +424,8 @@ class Dock:
         return 0, body, value
 
     def _deny(self, ctx: DockContext, cap: str, op: str, dg: str, exc: WbError, t0: float, nreq: int) -> tuple[int, bytes, WbError]:
-        import cbor2
-
         reason = reason_of(exc)
-        self.audit.record(principal=str(ctx.principal), cap=cap, op=op, args_digest=dg, outcome="denied",
+        self.audit.record(principal=ctx.who, cap=cap, op=op, args_digest=dg, outcome="denied",
                           kind=exc.kind.value, reason=reason, target=getattr(_TARGET, "value", None), nbytes=nreq,
                           ms=(time.perf_counter() - t0) * 1000)
         body = cbor2.dumps({"error": exc.kind.value, "reason": reason, "message": exc.message})
@@ -439,8 +440,6 @@ class Dock:
 
     def info(self, ctx: DockContext) -> bytes:
         """The CBOR answer of ``wb.info`` (read-only ids; grants nothing)."""
-        import cbor2
-
         return cbor2.dumps({"principal": str(ctx.principal), "tenant": ctx.principal.tenant, "toolkit": ctx.toolkit,
                             "instance": ctx.instance, "caps": sorted(ctx.caps), "depth": ctx.depth})
 

@@ -6,9 +6,9 @@ not a system call or a SQLite query. Writers (the command registry, consent gran
 installs) bump it under an exclusive ``flock`` after their own write is durable, so a
 reader that sees the new value also sees the new state.
 
-A missing file reads as 0 and is looked for again on the next read (a home nothing has
-been registered in yet); an unreadable one reads as a fresh value every time, so
-nothing is ever cached against it.
+A missing file reads as 0 and is looked for again after 0.1 s (a home nothing has been
+registered in yet; the registry and the Dock create it when they open); an unreadable one
+reads as a fresh value every time, so nothing is ever cached against it.
 """
 
 from __future__ import annotations
@@ -19,12 +19,16 @@ import mmap
 import os
 import struct
 import threading
+import time
 from pathlib import Path
 
 FILE = "generation"
 _SIZE = 8
 _fresh = itertools.count(1 << 62)
-_unpack = struct.Struct("<Q").unpack_from  # distinct values for an unreadable counter: never a cache hit
+_unpack = struct.Struct("<Q").unpack_from
+#: How long a missing counter file reads as 0 before it is looked for again: a reader in a
+#: home nothing has written to yet does not pay an open() per call.
+_RETRY_MISSING_S = 0.1  # distinct values for an unreadable counter: never a cache hit
 
 
 class Generation:
@@ -32,6 +36,7 @@ class Generation:
         self.path = home / FILE
         self._map: mmap.mmap | None = None
         self._lock = threading.Lock()
+        self._missing_until = 0.0
 
     def _open(self) -> mmap.mmap | None:
         with self._lock:
@@ -51,9 +56,15 @@ class Generation:
     def value(self) -> int:
         m = self._map
         if m is None:
+            now = time.monotonic()
+            if now < self._missing_until:
+                return 0  # looked for it a moment ago (a home nothing has written to yet)
             m = self._open()
             if m is None:
-                return 0 if not self.path.exists() else next(_fresh)
+                if self.path.exists():
+                    return next(_fresh)
+                self._missing_until = now + _RETRY_MISSING_S
+                return 0
         return _unpack(m)[0]
 
     def ensure(self) -> None:

@@ -43,7 +43,6 @@ class Runtime:
         #: ``wbcore.dispatch``'s cache: (kind, name, tier) → (generation, checked at, world, Resolved).
         self.resolved_calls: dict[tuple[str, str, str | None], Any] = {}
         self.call_hooks: Any = self._call_hooks()
-        self.kernel_call = self._kernel_calls  # type: ignore[method-assign]  # see kernel_call
 
     @classmethod
     def open(
@@ -197,10 +196,12 @@ class Runtime:
     def kernel_call(self, name: str, data: bytes, *, principal: Any = None, timeout: float | None = None) -> bytes:
         """One kernel call through a per-thread instance, reopened when the resolution changes.
 
-        (``__init__`` binds ``self.kernel_call`` to a ``wbcore.dispatch.KernelCalls`` with
-        this signature: the hot path of a ~2 µs call skips this method's frame.)
+        (The first call binds ``self.kernel_call`` to the ``wbcore.dispatch.KernelCalls``
+        behind it, which has this signature: later calls of a ~2 µs kernel skip this frame.)
         """
-        return self._kernel_calls(name, data, principal=principal, timeout=timeout)
+        calls = self._kernel_calls
+        self.kernel_call = calls  # type: ignore[method-assign]
+        return calls(name, data, principal=principal, timeout=timeout)
 
     @cached_property
     def _kernel_calls(self) -> Any:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from pathlib import Path
 from typing import Any
 
@@ -47,8 +49,6 @@ class KvBroker:
         return key
 
     def handle(self, call: BrokerCall) -> Any:
-        import time
-
         tenant = call.ctx.principal.tenant
         op = call.op
         if op == "get":
