@@ -138,6 +138,10 @@ class BuildLane:
     #: it artifacts registered with ``lane`` = this name (or whose ``wbcore.runner`` wasm
     #: custom section names it). ``None``: the artifact is a plain WASI command.
     runner: Callable[[Runtime], ShapeRunner] | None = None
+    #: Raises ``InvalidArgs`` naming a ``#+BUILD_FLAGS`` word the lane refuses; the same
+    #: function the driver's ``build`` calls, so ``verify`` and ``build`` agree
+    #: (``wbcore.buildable``). ``None``: the lane checks nothing before it runs.
+    check_flags: Callable[[tuple[str, ...]], None] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +156,10 @@ class SourcePrefix:
     summary: str
     factory: Callable[[Runtime], SourceDriver] | None = None
     refused: str | None = None
+    #: ``check(manifest, rest)`` raises what ``resolve`` would refuse without fetching
+    #: anything (a fetched source without ``#+SHA256``, an unpinned ``git+``); the driver
+    #: calls the same function, so ``verify`` and ``build`` agree (``wbcore.buildable``).
+    check: Callable[[Any, str], None] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,17 @@ if TYPE_CHECKING:
     from wbcore.runtime import Runtime
 
 
+def searched_hint(runtime: Runtime) -> str:
+    """No toolkit found: which folders were searched and how to add one."""
+    from wbcore import discovery
+
+    pinned = runtime._roots  # an embedder's explicit roots are the whole search path
+    if pinned is not None:
+        return (f"no toolkits found; searched: {', '.join(map(str, pinned)) or '(no roots given)'}. "
+                "Add a root with WB_TOOLKIT_PATH=<folder of toolkits> or wbx toolkit install <source>")
+    return discovery.not_found_hint(runtime.env, runtime.cwd, runtime.home)
+
+
 def build(runtime: Runtime) -> typer.Typer:
     app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None)
 
@@ -42,7 +53,7 @@ def build(runtime: Runtime) -> typer.Typer:
         for err in found.errors:
             warn(str(err))
         if not found.toolkits and not found.errors:
-            warn("no toolkits found in " + (", ".join(map(str, found.roots)) or "any root"))
+            warn(searched_hint(runtime))
 
     @app.command("show")
     def show(

@@ -21,6 +21,12 @@ def _available() -> Availability:
     return check()
 
 
+def _check_flags(flags: tuple[str, ...]) -> None:
+    from wb_lane_go.lane import check_flags
+
+    check_flags(flags)
+
+
 @hookimpl
 def wbcore_build_lanes() -> Iterator[BuildLane]:
     yield BuildLane(
@@ -30,4 +36,5 @@ def wbcore_build_lanes() -> Iterator[BuildLane]:
         "source and GOROOT, writable /out only, rlimits, deadline); build cache under $WB_HOME, read through an overlay",
         factory=_factory,
         available=_available,
+        check_flags=_check_flags,
     )

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from wb_lane_js.plugin import no_flags
 from wbcore.build import BuildFailed, BuildOutput, BuildRequest
 from wbcore.errors import InvalidArgs, Timeout
 
@@ -135,8 +136,7 @@ class JsLane:
         src = request.source.dir
         if src is None:
             raise InvalidArgs("js builds a source folder; this BUILD_SRC resolved to a prebuilt artifact")
-        if request.flags:
-            raise InvalidArgs(f"js takes no build flags (got {' '.join(request.flags)})")
+        no_flags("js")(request.flags)
         files = collect(src)
         entry = pick_entry(files, request.source.entry, src)
         modules = sorted(f for f in files if f.endswith((".js", ".mjs")))

@@ -24,6 +24,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from wb_lane_js.plugin import no_flags
 from wbcore.build import BuildFailed, BuildOutput, BuildRequest
 from wbcore.errors import Internal, InvalidArgs, Timeout
 
@@ -126,8 +127,7 @@ class TsLane(JsLane):
         src = request.source.dir
         if src is None:
             raise InvalidArgs("ts builds a source folder; this BUILD_SRC resolved to a prebuilt artifact")
-        if request.flags:
-            raise InvalidArgs(f"ts takes no build flags (got {' '.join(request.flags)})")
+        no_flags("ts")(request.flags)
         everything = collect(src, (".ts", ".mts", ".js", ".mjs", ".json", ".tsx"))
         if any(n.endswith(".tsx") for n in everything):
             raise InvalidArgs("ts: .tsx (JSX) is not supported")

@@ -32,6 +32,14 @@ MAX_ARTIFACT_BYTES = 64 << 20
 FLAG_RE = re.compile(r"^(--cfg=[A-Za-z_][A-Za-z0-9_]*(=\"[^\"]*\")?|--features=[A-Za-z0-9_,/-]+)$")
 
 
+def check_flags(flags: tuple[str, ...]) -> None:
+    """The rust lane's ``#+BUILD_FLAGS`` allowlist (build and verify both call it)."""
+    for flag in flags:
+        if not FLAG_RE.match(flag):
+            raise InvalidArgs(f"rust: flag {flag!r} is not allowed (allowed: --cfg=NAME, --features=a,b); "
+                              "remove it from #+BUILD_FLAGS")
+
+
 def limits(wall: float) -> Any:
     from wb_process.sandbox import Limits
 
@@ -110,9 +118,7 @@ class RustLane:
         src = request.source.dir
         if src is None:
             raise InvalidArgs("rust builds a source folder; this BUILD_SRC resolved to a prebuilt artifact")
-        for flag in request.flags:
-            if not FLAG_RE.match(flag):
-                raise InvalidArgs(f"rust: flag {flag!r} is not allowed (allowed: --cfg=NAME, --features=a,b)")
+        check_flags(request.flags)
         r = self.rust
         name = request.manifest.cli_bin or request.manifest.id
         root = src / request.source.entry if request.source.entry and (src / request.source.entry).is_dir() else src

@@ -30,6 +30,18 @@ def _available() -> Availability:
     return available()
 
 
+def _check_c_flags(flags: tuple[str, ...]) -> None:
+    from wb_lane_zig.lanes import check_c_flags
+
+    check_c_flags(flags)
+
+
+def _check_zig_flags(flags: tuple[str, ...]) -> None:
+    from wb_lane_zig.lanes import check_zig_flags
+
+    check_zig_flags(flags)
+
+
 @hookimpl
 def wbcore_build_lanes() -> Iterator[BuildLane]:
     yield BuildLane(
@@ -38,6 +50,7 @@ def wbcore_build_lanes() -> Iterator[BuildLane]:
         where=WHERE.format(tool="cc"),
         factory=_c,
         available=_available,
+        check_flags=_check_c_flags,
     )
     yield BuildLane(
         name="zig",
@@ -45,6 +58,7 @@ def wbcore_build_lanes() -> Iterator[BuildLane]:
         where=WHERE.format(tool="build-exe"),
         factory=_zig,
         available=_available,
+        check_flags=_check_zig_flags,
     )
 
 
