@@ -41,7 +41,8 @@ def candidates(env: Mapping[str, str], cwd: Path, home: Path) -> list[Path]:
         found.append(Path(pinned))
     else:
         local = [cwd / "toolkits", cwd.parent / "toolkits"]
-        found.append(next((c for c in local if c.is_dir()), local[0]))
+        first = next((c for c in local if c.is_dir()), None)
+        found.extend([first] if first is not None else local)
         project = _home.find_project(cwd)
         if project is not None:
             found.extend(project.toolkits)
