@@ -147,7 +147,7 @@ def test_audit_and_fix(agent_skill, tmp_path, make_runtime):
     fixed = native_audit.fix(d, registered=["upper"])
     assert sorted(fixed.fixed) == ["manifest.org", "skills/legacy.org"]
     legacy = (d / "skills" / "legacy.org").read_text()
-    assert "#+begin_src sh\nwbx run upper -- -x hello\n#+end_src" in legacy
+    assert "#+begin_src sh\nwbx run upper -x hello\n#+end_src" in legacy  # no "--": wbx run passes it to the guest
     assert "#+REQUIRES: jq, make, pdftotext, python" in (d / "manifest.org").read_text()
     assert not [f for f in fixed.findings if f.fixable]
     assert {f.kind for f in fixed.native} == {"interpreter", "native-cli", "pre-block", "script"}
