@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from wbcore import native_audit
 from wbcore.testing import write_toolkit
 
@@ -30,6 +32,7 @@ WANT = {  # rewritten line → its stdout
 }
 
 
+@pytest.mark.slow  # a fresh home compiles the built-in jq and grep (about a minute on two cores)
 def test_every_rewritten_command_runs(tmp_path: Path) -> None:
     kit = write_toolkit(tmp_path / "kits", "reader", skills={"overview": "#+TITLE: o\n", "use": SKILL}, files={
         "meta.json": json.dumps({"title": "Hi"}),
