@@ -105,3 +105,28 @@ def test_a_registered_toolkit_whose_lane_went_away_warns(make_toolkit, make_runt
     rt2.register_plugin(NoLanePlugin(), name="nolane")
     lines = [c for c in rt2.verify("gone").checks if c.area == "build"]
     assert lines and lines[0].warning and "a rebuild would be refused: lane frob is not available here" in lines[0].message
+
+
+def test_build_all_one_line_each_goes_on_past_failures(make_toolkit, make_runtime, wbx):
+    import json
+
+    _kit(make_toolkit, "aaa-good", "path:src/main.wat", "wat")
+    _kit(make_toolkit, "bbb-bad-flag", "path:src", "c", BUILD_FLAGS="--sysroot=/etc")
+    _kit(make_toolkit, "ccc-no-lane", "path:src", "frob")
+    _kit(make_toolkit, "ddd-good", "path:src/main.wat", "wat")
+    make_toolkit("eee-docs-only")
+    rt = make_runtime()
+    rt.register_plugin(NoLanePlugin(), name="nolane")
+    r = wbx("toolkit", "build", "--all", runtime=rt)
+    assert r.exit_code == 1, r.stderr
+    lines = r.stdout.splitlines()
+    assert [ln.split(":")[0] for ln in lines[:4]] == ["✓ aaa-good", "✗ bbb-bad-flag", "- ccc-no-lane", "✓ ddd-good"]
+    assert "flag '--sysroot=/etc' is not allowed" in lines[1] and "needs the frobnicator" in lines[2]
+    # the same source and lane: the second build is a cache hit
+    assert lines[4] == "4 buildable toolkit(s): 1 built, 1 cached, 1 skipped, 1 failed"
+    rows = json.loads(wbx("toolkit", "build", "--all", "--json", runtime=rt).stdout)
+    assert [(row["toolkit"], row["state"]) for row in rows] == [
+        ("aaa-good", "cached"), ("bbb-bad-flag", "failed"), ("ccc-no-lane", "skipped"), ("ddd-good", "cached")]
+    assert rt.registry.lookup("command", "ddd-good") is not None
+    assert wbx("toolkit", "build", "--all", "aaa-good", runtime=rt).exit_code == 2
+    assert wbx("toolkit", "build", runtime=rt).exit_code == 2
