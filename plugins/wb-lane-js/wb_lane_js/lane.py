@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wb_lane_js.plugin import no_flags
 from wbcore.build import BuildFailed, BuildOutput, BuildRequest
 from wbcore.errors import InvalidArgs, Timeout
 
 from wb_lane_js import artifact, guest, qjs
+from wb_lane_js.plugin import no_flags
 
 JS_DIR = Path(__file__).parent / "js"
 SOURCE_SUFFIXES = (".js", ".mjs", ".json")

@@ -24,12 +24,12 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from wb_lane_js.plugin import no_flags
 from wbcore.build import BuildFailed, BuildOutput, BuildRequest
 from wbcore.errors import Internal, InvalidArgs, Timeout
 
 from wb_lane_js import guest, qjs
 from wb_lane_js.lane import JS_DIR, JsLane, collect, materialize, pick_entry
+from wb_lane_js.plugin import no_flags
 
 VENDOR = Path(__file__).parent / "vendor"
 TYPESCRIPT = VENDOR / "typescript.js"
