@@ -81,17 +81,40 @@ def _inside(root: Path, rel: object, marker: Path, key: str) -> Path:
     return target
 
 
-def _load(marker: Path) -> Project:
-    import tomllib
+def parse_marker(text: str, marker: Path) -> dict[str, object]:
+    """The small TOML subset a marker uses: ``key = "string"`` and ``key = ["a", "b"]``
+    lines, ``#`` comments. Read without ``tomllib``, whose import costs more than the
+    whole walk (start-up budget); any other form is an error naming the line."""
+    import json
 
+    data: dict[str, object] = {}
+    for no, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, eq, value = line.partition("=")
+        key, value = key.strip(), value.strip()
+        try:
+            if not eq or not key.replace("_", "a").isalnum():
+                raise ValueError
+            parsed, end = json.JSONDecoder().raw_decode(value)
+            rest = value[end:].strip()
+            if rest and not rest.startswith("#"):
+                raise ValueError
+            data[key] = parsed
+        except ValueError:
+            raise InvalidArgs(f"{marker}:{no}: want key = \"folder\" or key = [\"folder\", …], "
+                              f"got {raw.strip()!r}") from None
+    return data
+
+
+def _load(marker: Path) -> Project:
     try:
         if marker.stat().st_size > _MAX_MARKER_BYTES:
             raise InvalidArgs(f"{marker}: over the {_MAX_MARKER_BYTES}-byte cap for a project marker")
-        data = tomllib.loads(marker.read_text(encoding="utf-8"))
+        data = parse_marker(marker.read_text(encoding="utf-8"), marker)
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidArgs(f"{marker}: cannot read it: {exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise InvalidArgs(f"{marker}: not valid TOML: {exc}") from None
     root = marker.parent
     unknown = sorted(set(data) - {"home", "toolkits"})
     if unknown:

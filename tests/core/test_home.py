@@ -48,7 +48,7 @@ def test_the_repository_marks_itself() -> None:
 
 
 @pytest.mark.parametrize("text", ['home = "../outside"\n', 'home = "/etc"\n', 'home = 3\n', 'homes = "x"\n',
-                                  'toolkits = ["../../x"]\n', 'home = [\n'])
+                                  'toolkits = ["../../x"]\n', 'home = [\n', "home = 'x'\n", 'home = "x" y\n'])
 def test_a_marker_cannot_point_outside_its_project_or_be_malformed(tmp_path: Path, text: str) -> None:
     proj = _project(tmp_path, text)
     with pytest.raises(InvalidArgs, match=r"wbx\.toml"):
