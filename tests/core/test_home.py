@@ -88,3 +88,14 @@ def test_agent_prompt_warns_about_each_toolkit_left_out(tmp_path: Path, wbx) -> 
     assert "agent toolkit 'alpha' left out of the index" in res.stderr
     assert "agent toolkit 'beta' left out of the index" in res.stderr
     assert "searched:" in res.stderr and "WB_TOOLKIT_PATH" in res.stderr
+
+
+def test_list_json_names_every_folder_searched(tmp_path: Path, wbx) -> None:
+    import json
+
+    empty = tmp_path / "nowhere" / "here"  # not beside the wbx fixture's tmp_path/toolkits
+    empty.mkdir(parents=True)
+    rt = Runtime.open(plugins=[], env={"WB_HOME": str(tmp_path / "h"), "WB_TOOLKIT_PATH": str(tmp_path / "extra")}, cwd=empty)
+    data = json.loads(wbx("toolkit", "list", "--json", runtime=rt).stdout)
+    assert data["roots"] == [] and str(tmp_path / "extra") in data["searched"]
+    assert str(tmp_path / "h" / "toolkits") in data["searched"]

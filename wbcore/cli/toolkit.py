@@ -13,6 +13,14 @@ if TYPE_CHECKING:
     from wbcore.runtime import Runtime
 
 
+def searched_roots(runtime: Runtime) -> list:
+    """Every folder discovery looked in, existing or not."""
+    from wbcore import discovery
+
+    pinned = runtime._roots  # an embedder's explicit roots are the whole search path
+    return list(pinned) if pinned is not None else discovery.candidates(runtime.env, runtime.cwd, runtime.home)
+
+
 def searched_hint(runtime: Runtime) -> str:
     """No toolkit found: which folders were searched and how to add one."""
     from wbcore import discovery
@@ -37,6 +45,7 @@ def build(runtime: Runtime) -> typer.Typer:
             emit_json(
                 {
                     "roots": [str(r) for r in found.roots],
+                    "searched": [str(r) for r in searched_roots(runtime)],
                     "toolkits": [
                         {"id": t.id, "status": t.manifest.status, "exec": t.manifest.exec,
                          "tagline": t.manifest.tagline, "path": str(t.dir),
