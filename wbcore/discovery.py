@@ -67,10 +67,10 @@ def roots(env: Mapping[str, str], cwd: Path, home: Path) -> list[Path]:
     return unique
 
 
-def not_found_hint(env: Mapping[str, str], cwd: Path, home: Path) -> str:
+def not_found_hint(searched: list[Path]) -> str:
     """What to say when no toolkit is found: the folders searched and how to add one."""
-    searched = ", ".join(f"{p}{'' if p.is_dir() else ' (missing)'}" for p in candidates(env, cwd, home))
-    return (f"no toolkits found; searched: {searched}. Add a root with WB_TOOLKIT_PATH=<folder of toolkits>, "
+    listed = ", ".join(f"{p}{'' if p.is_dir() else ' (missing)'}" for p in searched) or "(no folders)"
+    return (f"no toolkits found; searched: {listed}. Add a root with WB_TOOLKIT_PATH=<folder of toolkits>, "
             f"install one with wbx toolkit install <folder|git+…|archive>, or run wbx inside a project "
             f"(a folder with ./toolkits or a wbx.toml)")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 import typer
@@ -13,7 +14,7 @@ if TYPE_CHECKING:
     from wbcore.runtime import Runtime
 
 
-def searched_roots(runtime: Runtime) -> list:
+def searched_roots(runtime: Runtime) -> list[Path]:
     """Every folder discovery looked in, existing or not."""
     from wbcore import discovery
 
@@ -25,11 +26,7 @@ def searched_hint(runtime: Runtime) -> str:
     """No toolkit found: which folders were searched and how to add one."""
     from wbcore import discovery
 
-    pinned = runtime._roots  # an embedder's explicit roots are the whole search path
-    if pinned is not None:
-        return (f"no toolkits found; searched: {', '.join(map(str, pinned)) or '(no roots given)'}. "
-                "Add a root with WB_TOOLKIT_PATH=<folder of toolkits> or wbx toolkit install <source>")
-    return discovery.not_found_hint(runtime.env, runtime.cwd, runtime.home)
+    return discovery.not_found_hint(searched_roots(runtime))
 
 
 def build(runtime: Runtime) -> typer.Typer:
