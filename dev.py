@@ -95,7 +95,8 @@ def _ensure_venv(env: Path, dists: list[Path] | None, tag: str) -> None:
 
 def run(cmd: list[str], **kw: object) -> int:
     env = dict(os.environ)
-    env.setdefault("WB_HOME", str(ROOT / ".wb-home"))
+    # No WB_HOME here: wbx finds ./.wb-home through ./wbx.toml (wbcore/home.py), so the demo,
+    # the tests and a `wbx` typed later in any shell inside the project share one home.
     # One zig cache (wasi-libc, compiler_rt) shared by every WB_HOME the tests create.
     env.setdefault("WB_ZIG_CACHE", str(Path.home() / ".cache" / "wbcore" / "zig"))
     return subprocess.call(cmd, env=env, **kw)  # type: ignore[arg-type]

@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from wbcore import faults, leftovers, policy, sources
-from wbcore.artifacts import Artifact, IntegrityError, atomic_write
-from wbcore.build import BuildFailed, BuildRequest, SourceRequest, lane_for
+from wbcore import buildable, faults, leftovers, policy, sources
+from wbcore.artifacts import Artifact, atomic_write
+from wbcore.build import BuildFailed, BuildRequest, SourceRequest
 from wbcore.calls import KernelSpec
-from wbcore.errors import InvalidArgs, NotFound, WbError
+from wbcore.errors import InvalidArgs, WbError
 from wbcore.registry import Entry
 
 if TYPE_CHECKING:
@@ -209,6 +209,7 @@ def build(runtime: Runtime, ident: str, which: str | None = None, *, progress: P
         text = "\n".join(log) + "\n"
         atomic_write(log_path, text.encode()[-MAX_LOG_BYTES:])
 
+    buildable.check(runtime, m)  # what verify shows as ✗ is refused here, before any fetch or compile
     src = sources.parse(m.build_src, runtime.prefixes)
     if src.prefix.factory is None:
         raise InvalidArgs(f"BUILD_SRC {src.prefix.name} has no driver")
@@ -227,15 +228,10 @@ def build(runtime: Runtime, ident: str, which: str | None = None, *, progress: P
             note("fetch", f"prebuilt module {resolved.artifact.name}")
             art = runtime.artifacts.put_file(resolved.artifact)
         else:
-            lane_name = lane_for(m, runtime.lanes, runtime.env)  # third-party C → c-wasm (build.THIRD_PARTY_LANES)
-            if not lane_name:
-                raise InvalidArgs(f"{m.id}: BUILD_SRC {src.text} needs #+BUILD_LANG (lanes: {', '.join(runtime.lanes.names())})")
-            lane = runtime.lanes.get(lane_name)
-            avail = lane.availability(runtime)
-            if not avail.ok:
-                raise NotFound(f"lane {lane_name} is not available here: {avail.reason}")
+            lane = buildable.lane(runtime, m, src.text)  # the lane verify names (third-party C → c-wasm)
+            lane_name = lane.name
             driver = lane.factory(runtime)
-            flags = tuple((m.extra("BUILD_FLAGS") or "").split())
+            flags = buildable.flags(m)
             key = _cache_key(lane.name, str(getattr(driver, "version", "")), resolved.digest, flags, resolved.entry)
             cache_file = runtime.home / "build" / "cache" / f"{key}.json"
             hit = None
@@ -272,6 +268,8 @@ def build(runtime: Runtime, ident: str, which: str | None = None, *, progress: P
         if m.sha256 and not resolved.sha256_pins_source and m.sha256 != art.sha256:
             note("error", f"#+SHA256 {m.sha256} != built {art.sha256}")
             save_log()
+            from wbcore.trust import IntegrityError  # capability-denied (126), as docs/signing.md says
+
             raise IntegrityError(
                 f"{m.id}: built artifact {art.sha256[:12]}… does not match #+SHA256 {m.sha256[:12]}…; not registered")
         entry = _register(runtime, tk, kind, name, art.sha256, prov, owner,

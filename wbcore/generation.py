@@ -79,6 +79,7 @@ class Generation:
                 os.ftruncate(fd, _SIZE)
         finally:
             os.close(fd)
+        self._missing_until = 0.0
 
     def bump(self) -> int:
         """Advance the counter (call after the change is committed); returns the new value."""
@@ -91,6 +92,7 @@ class Generation:
             with mmap.mmap(fd, _SIZE) as m:
                 value = struct.unpack_from("<Q", m)[0] + 1
                 struct.pack_into("<Q", m, 0, value)
+            self._missing_until = 0.0
             return value
         finally:
             os.close(fd)  # closing releases the flock

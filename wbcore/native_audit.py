@@ -179,8 +179,14 @@ def _scan_org(rel: str, text: str, registered: set[str], native: dict[str, tuple
             if base in SHELL_WORDS:
                 continue
             if base in registered:
-                add(Finding("registered-cli", rel, no, f"runs {base} natively; it is a registered command: wbx run {base} …",
-                            fixable=True, name=base))
+                fixed = _rewrite_line(line, registered)
+                if fixed != line:
+                    add(Finding("registered-cli", rel, no, f"runs {base} natively; it is a registered command: "
+                                f"{fixed.strip()}", fixable=True, name=base))
+                else:
+                    add(Finding("registered-cli", rel, no, f"runs {base} natively; it is a registered command: rewrite "
+                                f"it as wbx run {base} … with its one input on stdin (the sandbox sees no files)",
+                                name=base))
             elif base in INTERPRETERS:
                 target = next((a for a in args if not a.startswith("-")), "")
                 add(Finding("interpreter", rel, no, f"runs {target or 'code'} natively through {base}", name=base))
@@ -201,7 +207,20 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+#: Commands whose first operand is a program or pattern, never an input file, and their
+#: options that take a value (the built-in ``jq`` and ``grep``).
+PROGRAM_FIRST: dict[str, frozenset[str]] = {"jq": frozenset(), "grep": frozenset({"-m"})}
+_FILE_RE = re.compile(r"^(?!-)(?!\.)[\w.@+-]*(/[\w.@+-]+)*\.[A-Za-z][A-Za-z0-9]{0,7}$|^(?!-)[\w.@+-]*/[\w./@+-]*$")
+
+
+def _looks_like_file(word: str) -> bool:
+    return bool(_FILE_RE.match(word)) and "*" not in word
+
+
 def _rewrite_line(line: str, registered: set[str]) -> str:
+    """``cmd args… file`` → ``wbx run cmd args… < file``: the command runs sandboxed with no
+    files, so its one input file becomes stdin (read by the host shell). Lines this cannot
+    rewrite so that they run (two input files, pipes, redirections, substitutions) are kept."""
     indent = line[: len(line) - len(line.lstrip())]
     s = line.strip()
     prompt = ""
@@ -213,9 +232,33 @@ def _rewrite_line(line: str, registered: set[str]) -> str:
         return line
     if not words or os.path.basename(words[0]) not in registered or any(c in s for c in "|;&<>`$("):
         return line
+    name = os.path.basename(words[0])
     args = words[1:]
-    sep = " --" if any(a.startswith("-") for a in args) else ""
-    return indent + prompt + f"wbx run {os.path.basename(words[0])}{sep}" + ("".join(" " + shlex.quote(a) for a in args))
+    takes_value = PROGRAM_FIRST.get(name, frozenset())
+    program_pending = name in PROGRAM_FIRST
+    files: list[int] = []
+    options_done = False
+    i = 0
+    while i < len(args):
+        word = args[i]
+        if not options_done and word == "--":
+            options_done = True
+        elif not options_done and word in takes_value:
+            i += 1
+        elif not options_done and word.startswith("-") and word != "-":
+            pass
+        elif program_pending:
+            program_pending = False
+        elif _looks_like_file(word):
+            files.append(i)
+        i += 1
+    if len(files) > 1:
+        return line
+    redirect = ""
+    if files:
+        redirect = " < " + shlex.quote(args[files[0]])
+        args = args[: files[0]] + args[files[0] + 1:]
+    return indent + prompt + f"wbx run {name}" + "".join(" " + shlex.quote(a) for a in args) + redirect
 
 
 def _fix_org(text: str, registered: set[str]) -> str:

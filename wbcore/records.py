@@ -142,6 +142,10 @@ class BuildLane:
     #: The lane runs a native compiler in the runtime's build sandbox
     #: (``Runtime.build_sandbox()``): it can build only where one is served and works.
     needs_build_sandbox: bool = False
+    #: Raises ``InvalidArgs`` naming a ``#+BUILD_FLAGS`` word the lane refuses; the same
+    #: function the driver's ``build`` calls, so ``verify`` and ``build`` agree
+    #: (``wbcore.buildable``). ``None``: the lane checks nothing before it runs.
+    check_flags: Callable[[tuple[str, ...]], None] | None = None
 
     def availability(self, runtime: Runtime) -> Availability:
         """Whether this lane can build here: its own ``available()`` and, when it
@@ -169,6 +173,10 @@ class SourcePrefix:
     summary: str
     factory: Callable[[Runtime], SourceDriver] | None = None
     refused: str | None = None
+    #: ``check(manifest, rest)`` raises what ``resolve`` would refuse without fetching
+    #: anything (a fetched source without ``#+SHA256``, an unpinned ``git+``); the driver
+    #: calls the same function, so ``verify`` and ``build`` agree (``wbcore.buildable``).
+    check: Callable[[Any, str], None] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -185,6 +185,9 @@ class Registry:
 
     def lookup(self, kind: str, name: str) -> Entry | None:
         key = (kind, name)
+        if self._conn is None:
+            with self._lock:
+                self._db()  # opens the database and creates the change counter
         seen = self.generation.value()
         if seen == self._seen:
             hit = self._cache.get(key, _MISS)

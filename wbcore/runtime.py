@@ -58,7 +58,7 @@ class Runtime:
         a list selects entry-point names and/or in-process plugin objects (strict)."""
         env = dict(os.environ if env is None else env)
         pm, infos = _plugins.load(plugins)
-        home_path = Path(home).expanduser() if home is not None else _discovery.default_home(env)
+        home_path = Path(home).expanduser() if home is not None else _discovery.default_home(env, Path(cwd) if cwd is not None else None)
         return cls(
             pm,
             infos,

@@ -19,9 +19,19 @@ class Hit:
         return {"toolkit": self.toolkit, "skill": self.skill, "field": self.field, "snippet": self.snippet}
 
 
-def _snippet(text: str, at: int, width: int = 60) -> str:
+def _snippet(text: str, at: int, width: int = 60, length: int = 0) -> str:
+    """About ``width`` characters around the match at ``at`` (``length`` long), cut on word
+    boundaries (a word longer than the window is cut), with … where text was left out."""
     start = max(0, at - width // 2)
-    return " ".join(text[start : start + width].split())
+    end = min(len(text), max(start + width, at + length))
+    if start > 0 and not text[start - 1].isspace():
+        space = min((i for i in (text.find(c, start, at) for c in " \t\n") if i >= 0), default=-1)
+        start = space + 1 if space >= 0 else start
+    if end < len(text) and not text[end].isspace():
+        space = max(text.rfind(c, at + length, end) for c in " \t\n")
+        end = space if space >= 0 else end
+    body = " ".join(text[start:end].split())
+    return ("…" if start > 0 else "") + body + ("…" if end < len(text) else "")
 
 
 def search(found: Discovery, query: str) -> list[Hit]:
@@ -34,7 +44,7 @@ def search(found: Discovery, query: str) -> list[Hit]:
         for field_name, value in (("id", m.id), ("title", m.title), ("tagline", m.tagline)):
             at = value.casefold().find(q)
             if at >= 0:
-                hits.append(Hit(tk.id, None, field_name, _snippet(value, at)))
+                hits.append(Hit(tk.id, None, field_name, _snippet(value, at, length=len(q))))
                 break
         for skill in tk.skills:
             if q in skill.slug.casefold():
@@ -46,7 +56,7 @@ def search(found: Discovery, query: str) -> list[Hit]:
                 continue
             at = text.casefold().find(q)
             if at >= 0:
-                hits.append(Hit(tk.id, skill.slug, "text", _snippet(text, at)))
+                hits.append(Hit(tk.id, skill.slug, "text", _snippet(text, at, length=len(q))))
     return hits
 
 

@@ -32,7 +32,7 @@ from wbcore import did as _did
 from wbcore import identity as _identity
 from wbcore import manifest as _manifest
 from wbcore import paths
-from wbcore.errors import InvalidArgs, WbError
+from wbcore.errors import InvalidArgs, ManifestError, WbError
 
 HEADER = "wbcore-toolkit-signature/1"
 MANIFEST = "manifest.org"

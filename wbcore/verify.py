@@ -62,6 +62,33 @@ def trust_checks(toolkit: Toolkit, runtime: Runtime) -> list[Check]:
     return trust.checks(toolkit, runtime)
 
 
+def artifact_checks(toolkit: Toolkit, runtime: Runtime) -> list[Check]:
+    """Each artifact registered for this toolkit, re-hashed from disk (a corrupted or
+    replaced file is ✗), and, once something is registered, what a rebuild would refuse
+    (``wbcore.buildable``: ✗, or ⚠ for a lane missing on this machine — the registered
+    artifact still runs). Unregistered toolkits get the build refusals from their shape."""
+    from wbcore import buildable
+
+    m = toolkit.manifest
+    try:
+        entries = [e for e in runtime.registry.entries() if e.toolkit == m.id]
+    except WbError as exc:
+        return [Check(False, "artifact", f"the command registry cannot be read: {exc.message}")]
+    out: list[Check] = []
+    for e in entries:
+        try:
+            runtime.artifacts.verify(e.sha256)
+        except WbError as exc:
+            out.append(Check(False, "artifact", f"{e.kind} {e.name!r}: {exc.message}: wbx toolkit build {m.id}"))
+        else:
+            out.append(Check(True, "artifact", f"{e.kind} {e.name!r}: bytes match {e.sha256[:12]}…"))
+    if entries:
+        for exc in buildable.refusals(runtime, m):
+            lane_missing = isinstance(exc, buildable.LaneUnavailable)
+            out.append(Check(lane_missing, "build", f"a rebuild would be refused: {exc.message}", warning=lane_missing))
+    return out
+
+
 def pre_block_checks(toolkit: Toolkit) -> list[Check]:
     from wbcore import manifest as _manifest
 
@@ -89,6 +116,7 @@ def verify(toolkit: Toolkit, runtime: Runtime) -> Report:
     for problem in toolkit.skill_problems:
         add(Check(False, "skills", str(problem)))
     report.checks.extend(exec_checks(toolkit, runtime))
+    report.checks.extend(artifact_checks(toolkit, runtime))
     report.checks.extend(policy.cap_checks(m.caps))
     report.checks.extend(trust_checks(toolkit, runtime))
     report.checks.extend(pre_block_checks(toolkit))

@@ -147,7 +147,7 @@ def test_audit_and_fix(agent_skill, tmp_path, make_runtime):
     fixed = native_audit.fix(d, registered=["upper"])
     assert sorted(fixed.fixed) == ["manifest.org", "skills/legacy.org"]
     legacy = (d / "skills" / "legacy.org").read_text()
-    assert "#+begin_src sh\nwbx run upper -- -x hello\n#+end_src" in legacy
+    assert "#+begin_src sh\nwbx run upper -x hello\n#+end_src" in legacy  # no "--": wbx run passes it to the guest
     assert "#+REQUIRES: jq, make, pdftotext, python" in (d / "manifest.org").read_text()
     assert not [f for f in fixed.findings if f.fixable]
     assert {f.kind for f in fixed.native} == {"interpreter", "native-cli", "pre-block", "script"}
@@ -252,3 +252,14 @@ def test_import_from_git(agent_skill, tmp_path, wbx):
     r = wbx("toolkit", "import", f"git+file://{repo}", "-o", str(tmp_path / "tk"))
     assert r.exit_code == 0, r.stderr
     assert (tmp_path / "tk" / "pdf-tools" / "skills" / "forms.org").is_file()
+
+
+def test_export_dash_o_writes_agent_skills_packages(make_toolkit, wbx, tmp_path):
+    make_toolkit("solo")
+    out = tmp_path / "out"
+    r = wbx("toolkit", "export", "solo", "-o", str(out))
+    assert r.exit_code == 0, r.stderr
+    assert (out / "solo" / "SKILL.md").is_file() and f"exported solo → {out / 'solo' / 'SKILL.md'}" in r.stdout
+    assert wbx("toolkit", "export", "solo", "--out", str(out), "--force").exit_code == 0
+    r = wbx("toolkit", "export", "solo")
+    assert r.exit_code == 2 and "give -o DIR" in r.stderr

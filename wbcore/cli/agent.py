@@ -26,7 +26,9 @@ def build(runtime: Runtime) -> typer.Typer:
         from wbcore import trust as _trust
 
         agent = agents.load(path)
-        text = agents.prompt(agent, runtime.discover(), lambda tk: _trust.unavailable_reason(tk, runtime))
+        found = runtime.discover()
+        text = agents.prompt(agent, found, lambda tk: _trust.unavailable_reason(tk, runtime))
+        _warn_missing(runtime, agent.toolkits, found)
         if json_:
             data = agent.as_dict()
             data["prompt"] = text
@@ -36,6 +38,29 @@ def build(runtime: Runtime) -> typer.Typer:
             typer.echo(text)
 
     return app
+
+
+def _warn_missing(runtime: Runtime, names: tuple[str, ...] | list[str], found: object) -> None:
+    """One stderr line per declared toolkit left out of the index, and why; with the
+    search hint when none was found at all (the prompt alone would look complete)."""
+    from wbcore import trust
+    from wbcore.cli.output import warn
+    from wbcore.cli.toolkit import searched_hint
+    from wbcore.errors import WbError
+
+    missing = []
+    for name in names:
+        try:
+            tk = found.get(name)  # type: ignore[attr-defined]
+        except WbError as exc:
+            missing.append(name)
+            warn(f"agent toolkit {name!r} left out of the index: {exc.message}")
+            continue
+        why = trust.unavailable_reason(tk, runtime)
+        if why:
+            warn(f"agent toolkit {name!r} left out of the index: unavailable: {why}")
+    if missing and not found.toolkits:  # type: ignore[attr-defined]
+        warn(searched_hint(runtime))
 
 
 def _known(runtime: Runtime, ident: str) -> bool:

@@ -88,7 +88,9 @@ def build_app(runtime: Any = None) -> typer.Typer:
         name="wbx",
         help="Discover, verify, build, sign and run toolkits as sandboxed WebAssembly.",
         no_args_is_help=True,
-        add_completion=False,
+        # --install-completion / --show-completion: typer imports its completion module at
+        # import time anyway, so the two options cost ~nothing (docs/benchmarks.md).
+        add_completion=True,
         pretty_exceptions_enable=False,
         rich_markup_mode=None,
     )

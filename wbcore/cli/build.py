@@ -19,8 +19,10 @@ STAGES = ("resolve", "fetch", "cache", "compile", "store", "register")
 def register(app: typer.Typer, runtime: Runtime) -> None:
     @app.command("build")
     def build(
-        ident: str = typer.Argument(..., metavar="ID"),
+        ident: str | None = typer.Argument(None, metavar="ID"),
         which: str | None = typer.Argument(None, metavar="[WHICH]", help="command or kernel (default: from #+EXEC)"),
+        all_: bool = typer.Option(False, "--all", help="Build every buildable toolkit on the search path, "
+                                  "one line each; go on past failures, exit 1 if any failed."),
         force: bool = typer.Option(False, "--force", help="Rebuild even when the build cache has this source."),
         replace_command: str | None = typer.Option(
             None, "--replace-command", metavar="NAME",
@@ -30,6 +32,15 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
         """Build a toolkit's artifact in its lane, store it by sha256 and register it."""
         from wbcore import builder
         from wbcore.build import BuildFailed
+        from wbcore.errors import InvalidArgs
+
+        if all_:
+            if ident is not None or which is not None or replace_command is not None:
+                raise InvalidArgs("--all builds every buildable toolkit: give no ID, WHICH or --replace-command")
+            build_all(runtime, force=force, json_=json_)
+            return
+        if ident is None:
+            raise InvalidArgs("give a toolkit ID, or --all")
 
         t0 = time.perf_counter()
 
@@ -57,3 +68,41 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
             typer.echo(f"  call it: wbx call {result.toolkit}.<function> --args '{{...}}' (list: wbx mcp tools --only {result.toolkit})")
         else:
             typer.echo("  run it: " + (f"wbx run {result.name}" if result.kind == "command" else f"wbx kernel run {result.name}"))
+
+
+def build_all(runtime: Runtime, *, force: bool, json_: bool) -> None:
+    """``wbx toolkit build --all``: every toolkit with a buildable ``#+EXEC`` and a
+    ``#+BUILD_SRC``, in search-path order; one line each (✓ built or cached, ✗ failed with
+    the reason, - skipped when its lane cannot run on this machine); exit 1 if any failed."""
+    from wbcore import buildable, builder
+    from wbcore.errors import WbError
+
+    rows: list[dict[str, object]] = []
+    for tk in runtime.discover().toolkits.values():
+        m = tk.manifest
+        if m.exec not in builder.KINDS or not m.build_src:
+            continue
+        try:
+            res = builder.build(runtime, tk.id, force=force)
+        except buildable.LaneUnavailable as exc:
+            row: dict[str, object] = {"toolkit": tk.id, "state": "skipped", "kind": exc.kind.value, "error": exc.message}
+            line = f"- {tk.id}: skipped: {exc.message}"
+        except WbError as exc:
+            row = {"toolkit": tk.id, "state": "failed", "kind": exc.kind.value, "error": exc.message}
+            line = f"✗ {tk.id}: {exc.kind.value}: {exc.message}"
+        else:
+            row = {"toolkit": tk.id, "state": "cached" if res.cached else "built", **res.as_dict()}
+            line = (f"✓ {tk.id}: {res.kind} {res.name} {'cached' if res.cached else 'built'} in {res.seconds:.2f}s"
+                    f" → {res.sha256[:12]}…")
+        rows.append(row)
+        if not json_:
+            typer.echo(line)
+    failed = sum(1 for r in rows if r["state"] == "failed")
+    if json_:
+        emit_json(rows)
+    else:
+        counts = {state: sum(1 for r in rows if r["state"] == state) for state in ("built", "cached", "skipped")}
+        typer.echo(f"{len(rows)} buildable toolkit(s): {counts['built']} built, {counts['cached']} cached, "
+                   f"{counts['skipped']} skipped, {failed} failed")
+    if failed:
+        raise typer.Exit(1)

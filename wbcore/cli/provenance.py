@@ -198,7 +198,8 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
     @app.command("export")
     def export(
         idents: Optional[list[str]] = typer.Argument(None, metavar="ID...", help="Toolkits to export."),
-        agent_skills: Optional[Path] = typer.Option(None, "--agent-skills", help="Write <DIR>/<name>/SKILL.md packages."),
+        agent_skills: Optional[Path] = typer.Option(None, "-o", "--out", "--agent-skills", metavar="DIR",
+                                                    help="Write <DIR>/<name>/SKILL.md packages."),
         index: Optional[Path] = typer.Option(None, "--index", help="Write <DIR>/.well-known/agent-skills/ with index.json."),
         all_: bool = typer.Option(False, "--all", help="Export every discovered toolkit."),
         force: bool = typer.Option(False, "--force", help="Replace existing packages under --agent-skills."),
@@ -207,7 +208,7 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
         from wbcore import export as _export
 
         if agent_skills is None and index is None:
-            raise InvalidArgs("give --agent-skills DIR and/or --index DIR")
+            raise InvalidArgs("give -o DIR (Agent Skills packages) and/or --index DIR")
         if all_:
             toolkits = list(runtime.discover().toolkits.values())
         elif idents:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 import typer
@@ -11,6 +12,21 @@ from wbcore.cli.output import JSON_HELP, emit_json, warn
 
 if TYPE_CHECKING:
     from wbcore.runtime import Runtime
+
+
+def searched_roots(runtime: Runtime) -> list[Path]:
+    """Every folder discovery looked in, existing or not."""
+    from wbcore import discovery
+
+    pinned = runtime._roots  # an embedder's explicit roots are the whole search path
+    return list(pinned) if pinned is not None else discovery.candidates(runtime.env, runtime.cwd, runtime.home)
+
+
+def searched_hint(runtime: Runtime) -> str:
+    """No toolkit found: which folders were searched and how to add one."""
+    from wbcore import discovery
+
+    return discovery.not_found_hint(searched_roots(runtime))
 
 
 def build(runtime: Runtime) -> typer.Typer:
@@ -26,6 +42,7 @@ def build(runtime: Runtime) -> typer.Typer:
             emit_json(
                 {
                     "roots": [str(r) for r in found.roots],
+                    "searched": [str(r) for r in searched_roots(runtime)],
                     "toolkits": [
                         {"id": t.id, "status": t.manifest.status, "exec": t.manifest.exec,
                          "tagline": t.manifest.tagline, "path": str(t.dir),
@@ -42,7 +59,7 @@ def build(runtime: Runtime) -> typer.Typer:
         for err in found.errors:
             warn(str(err))
         if not found.toolkits and not found.errors:
-            warn("no toolkits found in " + (", ".join(map(str, found.roots)) or "any root"))
+            warn(searched_hint(runtime))
 
     @app.command("show")
     def show(

@@ -36,6 +36,14 @@ _MODULES_LOCK = threading.Lock()
 atexit.register(_MODULES.clear)
 
 
+def check_flags(flags: tuple[str, ...]) -> None:
+    """The c-wasm lane's ``#+BUILD_FLAGS`` allowlist (build and verify both call it)."""
+    for flag in flags:
+        if not FLAG_RE.match(flag):
+            raise InvalidArgs(f"c-wasm: flag {flag!r} is not allowed (allowed: -D -U -W -O -g -std= -f -lm -lc); "
+                              "remove it from #+BUILD_FLAGS")
+
+
 def _path_chmod(caller: Any, path_ptr: int, path_len: int, mode: int) -> int:
     """``shellsim.path_chmod``: the one non-WASI import of tcc-shellsim.wasm.
 
@@ -139,9 +147,7 @@ class CWasmLane:
         src = request.source.dir
         if src is None:
             raise InvalidArgs("c-wasm builds a source folder; this BUILD_SRC resolved to a prebuilt artifact")
-        for flag in request.flags:
-            if not FLAG_RE.match(flag):
-                raise InvalidArgs(f"c-wasm: flag {flag!r} is not allowed (allowed: -D -U -W -O -g -std= -f -lm -lc)")
+        check_flags(request.flags)
         inc, files = _sources(src, request.source.entry)
         name = (request.manifest.cli_bin or request.manifest.id) + ".wasm"
         outdir = request.outdir

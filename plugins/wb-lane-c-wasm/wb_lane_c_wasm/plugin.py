@@ -21,6 +21,12 @@ def _available() -> Availability:
     return check()
 
 
+def _check_flags(flags: tuple[str, ...]) -> None:
+    from wb_lane_c_wasm.lane import check_flags
+
+    check_flags(flags)
+
+
 @hookimpl
 def wbcore_build_lanes() -> Iterator[BuildLane]:
     yield BuildLane(
@@ -30,4 +36,5 @@ def wbcore_build_lanes() -> Iterator[BuildLane]:
         "epoch deadline and memory cap; zero native execution",
         factory=_factory,
         available=_available,
+        check_flags=_check_flags,
     )

@@ -40,6 +40,14 @@ MAX_ARTIFACT_BYTES = 64 << 20
 ALLOWED_FLAG_PREFIXES = ("-tags=", "-ldflags=-X ")
 
 
+def check_flags(flags: tuple[str, ...]) -> None:
+    """The go lane's ``#+BUILD_FLAGS`` allowlist (build and verify both call it)."""
+    for flag in flags:
+        if not flag.startswith(ALLOWED_FLAG_PREFIXES):
+            raise InvalidArgs(f"go: flag {flag!r} is not allowed (allowed: -tags=..., -ldflags=-X ...); "
+                              "remove it from #+BUILD_FLAGS")
+
+
 @dataclass(frozen=True, slots=True)
 class Go:
     goroot: Path
@@ -212,9 +220,7 @@ class GoLane:
         src = request.source.dir
         if src is None:
             raise InvalidArgs("go builds a source folder; this BUILD_SRC resolved to a prebuilt artifact")
-        for flag in request.flags:
-            if not flag.startswith(ALLOWED_FLAG_PREFIXES):
-                raise InvalidArgs(f"go: flag {flag!r} is not allowed (allowed: -tags=..., -ldflags=-X ...)")
+        check_flags(request.flags)
         box = self.sandbox()
         go = self.go
         cache = cache_dir(go, self.home, self.env)

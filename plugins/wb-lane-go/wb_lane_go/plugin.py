@@ -21,6 +21,12 @@ def _available() -> Availability:
     return check()
 
 
+def _check_flags(flags: tuple[str, ...]) -> None:
+    from wb_lane_go.lane import check_flags
+
+    check_flags(flags)
+
+
 @hookimpl
 def wbcore_build_lanes() -> Iterator[BuildLane]:
     yield BuildLane(
@@ -31,4 +37,5 @@ def wbcore_build_lanes() -> Iterator[BuildLane]:
         factory=_factory,
         available=_available,
         needs_build_sandbox=True,
+        check_flags=_check_flags,
     )

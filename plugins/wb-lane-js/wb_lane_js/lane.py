@@ -20,6 +20,7 @@ from wbcore.build import BuildFailed, BuildOutput, BuildRequest
 from wbcore.errors import InvalidArgs, Timeout
 
 from wb_lane_js import artifact, guest, qjs
+from wb_lane_js.plugin import no_flags
 
 JS_DIR = Path(__file__).parent / "js"
 SOURCE_SUFFIXES = (".js", ".mjs", ".json")
@@ -135,8 +136,7 @@ class JsLane:
         src = request.source.dir
         if src is None:
             raise InvalidArgs("js builds a source folder; this BUILD_SRC resolved to a prebuilt artifact")
-        if request.flags:
-            raise InvalidArgs(f"js takes no build flags (got {' '.join(request.flags)})")
+        no_flags("js")(request.flags)
         files = collect(src)
         entry = pick_entry(files, request.source.entry, src)
         modules = sorted(f for f in files if f.endswith((".js", ".mjs")))

@@ -39,6 +39,18 @@ def _available() -> Availability:
     return check()
 
 
+def no_flags(lane: str) -> Any:
+    """The js and ts lanes take no ``#+BUILD_FLAGS``: the check build and verify both call."""
+
+    def check(flags: tuple[str, ...]) -> None:
+        if flags:
+            from wbcore.errors import InvalidArgs
+
+            raise InvalidArgs(f"{lane} takes no build flags (got {' '.join(flags)}); remove #+BUILD_FLAGS")
+
+    return check
+
+
 @hookimpl
 def wbcore_build_lanes() -> Iterator[BuildLane]:
     yield BuildLane(
@@ -48,6 +60,7 @@ def wbcore_build_lanes() -> Iterator[BuildLane]:
         "sources read-only at /app; heap, stack, memory and deadline limits",
         factory=_js,
         available=_available,
+        check_flags=no_flags("js"),
         kind="compile-and-run",
         runner=_runner,
     )
@@ -58,6 +71,7 @@ def wbcore_build_lanes() -> Iterator[BuildLane]:
         "zero native execution",
         factory=_ts,
         available=_ts_available,
+        check_flags=no_flags("ts"),
         kind="compile-and-run",
         runner=_runner,
     )

@@ -29,6 +29,7 @@ from wbcore.errors import Internal, InvalidArgs, Timeout
 
 from wb_lane_js import guest, qjs
 from wb_lane_js.lane import JS_DIR, JsLane, collect, materialize, pick_entry
+from wb_lane_js.plugin import no_flags
 
 VENDOR = Path(__file__).parent / "vendor"
 TYPESCRIPT = VENDOR / "typescript.js"
@@ -126,8 +127,7 @@ class TsLane(JsLane):
         src = request.source.dir
         if src is None:
             raise InvalidArgs("ts builds a source folder; this BUILD_SRC resolved to a prebuilt artifact")
-        if request.flags:
-            raise InvalidArgs(f"ts takes no build flags (got {' '.join(request.flags)})")
+        no_flags("ts")(request.flags)
         everything = collect(src, (".ts", ".mts", ".js", ".mjs", ".json", ".tsx"))
         if any(n.endswith(".tsx") for n in everything):
             raise InvalidArgs("ts: .tsx (JSX) is not supported")

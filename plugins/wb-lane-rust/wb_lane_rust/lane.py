@@ -33,6 +33,14 @@ MAX_ARTIFACT_BYTES = 64 << 20
 FLAG_RE = re.compile(r"^(--cfg=[A-Za-z_][A-Za-z0-9_]*(=\"[^\"]*\")?|--features=[A-Za-z0-9_,/-]+)$")
 
 
+def check_flags(flags: tuple[str, ...]) -> None:
+    """The rust lane's ``#+BUILD_FLAGS`` allowlist (build and verify both call it)."""
+    for flag in flags:
+        if not FLAG_RE.match(flag):
+            raise InvalidArgs(f"rust: flag {flag!r} is not allowed (allowed: --cfg=NAME, --features=a,b); "
+                              "remove it from #+BUILD_FLAGS")
+
+
 def limits(wall: float) -> Limits:
     return Limits(wall_seconds=wall, cpu_seconds=int(wall * 2) + 10, processes=512, tmp_bytes=2 << 30,
                   out_bytes=1 << 30, out_files=200_000)
@@ -102,9 +110,7 @@ class RustLane:
         src = request.source.dir
         if src is None:
             raise InvalidArgs("rust builds a source folder; this BUILD_SRC resolved to a prebuilt artifact")
-        for flag in request.flags:
-            if not FLAG_RE.match(flag):
-                raise InvalidArgs(f"rust: flag {flag!r} is not allowed (allowed: --cfg=NAME, --features=a,b)")
+        check_flags(request.flags)
         box = self.sandbox()
         r = self.rust
         name = request.manifest.cli_bin or request.manifest.id

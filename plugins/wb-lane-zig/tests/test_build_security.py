@@ -79,7 +79,7 @@ def test_wrong_sha256_never_reaches_the_lane(rt, wbx, make_toolkit) -> None:
     finally:
         httpd.shutdown()
         httpd.server_close()
-    assert res.exit_code == 2 and "sha256 mismatch" in res.stderr
+    assert res.exit_code == 126 and "sha256 mismatch" in res.stderr  # capability-denied, as docs/signing.md says
     assert hits == ["/tool.wasm"]
     assert rt.registry.lookup("command", "pinned") is None
     assert hashlib.sha256(body).hexdigest() not in res.stdout

@@ -138,6 +138,22 @@ def _guest(root: Path, path: Path) -> str:
     return "/src" if rel == "." else f"/src/{rel}"
 
 
+def check_c_flags(flags: tuple[str, ...]) -> None:
+    """The c lane's ``#+BUILD_FLAGS`` allowlist (build and verify both call it)."""
+    for flag in flags:
+        if not C_FLAG_RE.match(flag):
+            raise InvalidArgs(f"c lane: flag {flag!r} is not allowed (allowed: -D -U -W -O -g -std= -f -lm -lc -s); "
+                              "remove it from #+BUILD_FLAGS")
+
+
+def check_zig_flags(flags: tuple[str, ...]) -> None:
+    """The zig lane's ``#+BUILD_FLAGS`` allowlist (build and verify both call it)."""
+    for flag in flags:
+        if not ZIG_FLAG_RE.match(flag):
+            raise InvalidArgs(f"zig lane: flag {flag!r} is not allowed (allowed: -O<mode>, -f[no-]strip, "
+                              "-f[no-]single-threaded, -D<name>=<value>); remove it from #+BUILD_FLAGS")
+
+
 class CLane(ZigLaneBase):
     """Every ``*.c`` of the source folder (or the one ``entry``) into one WASI command."""
 
@@ -145,9 +161,7 @@ class CLane(ZigLaneBase):
         src = request.source.dir
         if src is None:
             raise InvalidArgs("c lane builds a source folder; this BUILD_SRC resolved to a prebuilt artifact")
-        for flag in request.flags:
-            if not C_FLAG_RE.match(flag):
-                raise InvalidArgs(f"c lane: flag {flag!r} is not allowed (allowed: -D -U -W -O -g -std= -f -lm -lc -s)")
+        check_c_flags(request.flags)
         base = _inside(src, request.source.entry)
         if base.is_file():
             if base.suffix != ".c":
@@ -185,10 +199,7 @@ class ZigLane(ZigLaneBase):
         src = request.source.dir
         if src is None:
             raise InvalidArgs("zig lane builds a source folder; this BUILD_SRC resolved to a prebuilt artifact")
-        for flag in request.flags:
-            if not ZIG_FLAG_RE.match(flag):
-                raise InvalidArgs(f"zig lane: flag {flag!r} is not allowed (allowed: -O<mode>, -f[no-]strip, "
-                                  "-f[no-]single-threaded, -D<name>=<value>)")
+        check_zig_flags(request.flags)
         base = _inside(src, request.source.entry)
         name = artifact_name(request)
         if base.is_dir():

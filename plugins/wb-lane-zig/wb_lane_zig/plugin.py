@@ -31,6 +31,18 @@ def _available() -> Availability:
     return available()
 
 
+def _check_c_flags(flags: tuple[str, ...]) -> None:
+    from wb_lane_zig.lanes import check_c_flags
+
+    check_c_flags(flags)
+
+
+def _check_zig_flags(flags: tuple[str, ...]) -> None:
+    from wb_lane_zig.lanes import check_zig_flags
+
+    check_zig_flags(flags)
+
+
 @hookimpl
 def wbcore_build_lanes() -> Iterator[BuildLane]:
     yield BuildLane(
@@ -40,6 +52,7 @@ def wbcore_build_lanes() -> Iterator[BuildLane]:
         factory=_c,
         available=_available,
         needs_build_sandbox=True,
+        check_flags=_check_c_flags,
     )
     yield BuildLane(
         name="zig",
@@ -48,6 +61,7 @@ def wbcore_build_lanes() -> Iterator[BuildLane]:
         factory=_zig,
         available=_available,
         needs_build_sandbox=True,
+        check_flags=_check_zig_flags,
     )
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from wbcore import sources
 from wbcore.build import SourceRequest
-from wbcore.errors import CapabilityDenied, InvalidArgs, NotFound
+from wbcore.errors import CapabilityDenied, InvalidArgs, NotFound, WbError
 from wbcore.manifest import parse
 from wbcore.testing import manifest_text
 
@@ -120,8 +120,9 @@ def test_wasm_source_is_fetched_and_checked(rt, server: Server, tmp_path: Path) 
 
 def test_wrong_sha256_never_reaches_the_lane(rt, server: Server, tmp_path: Path) -> None:
     server.files["/m.wasm"] = WASM
-    with pytest.raises(InvalidArgs, match="sha256 mismatch"):
+    with pytest.raises(WbError, match="sha256 mismatch") as info:
         resolve(rt, tmp_path, f"wasm:{server.url}/m.wasm", SHA256="0" * 64)
+    assert info.value.exit_code == 126  # docs/signing.md: a #+SHA256 mismatch is capability-denied
     assert not any(p.is_file() for p in (tmp_path / "work").rglob("*"))
 
 

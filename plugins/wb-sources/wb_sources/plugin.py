@@ -48,17 +48,36 @@ def _git(runtime: Any) -> Any:
     return git(runtime)
 
 
+def _check_wasm(manifest: Any, rest: str) -> None:
+    from wb_sources.remote import pinned
+
+    pinned(manifest, rest, "wasm:")
+
+
+def _check_archive(manifest: Any, rest: str) -> None:
+    from wb_sources.remote import pinned
+
+    pinned(manifest, rest, "archive:")
+
+
+def _check_git(_manifest: Any, rest: str) -> None:
+    from wb_sources.git import parse
+
+    parse(rest)
+
+
 @hookimpl
 def wbcore_source_prefixes() -> Iterator[SourcePrefix]:
     yield SourcePrefix(name="path:", summary="a folder inside the toolkit", factory=_path)
     yield SourcePrefix(name="crate:", summary="a Rust crate from a local directory source ($WB_CRATE_DIRS, "
                        "$WB_HOME/crates, /usr/share/cargo/registry)", factory=_crate)
     yield SourcePrefix(name="wasm:", summary="a prebuilt module (https URL, file:// URL or a path in the toolkit), "
-                       "pinned by #+SHA256", factory=_wasm)
+                       "pinned by #+SHA256", factory=_wasm,
+                       check=_check_wasm)
     yield SourcePrefix(name="archive:", summary="a tar/zip bundle (https URL, file:// URL or a path in the toolkit), "
-                       "pinned by #+SHA256, unpacked safely (#+WASM_PATH, #+PREOPEN)", factory=_archive)
+                       "pinned by #+SHA256, unpacked safely (#+WASM_PATH, #+PREOPEN)", factory=_archive, check=_check_archive)
     yield SourcePrefix(name="git+", summary="a git repository at a pinned 40-hex commit (git+<url>@<commit>[#sub])",
-                       factory=_git)
+                       factory=_git, check=_check_git)
     yield SourcePrefix(name="gobuild:", summary="a Go package inside the toolkit, for the go lane", factory=_entry("gobuild:"))
     yield SourcePrefix(name="zigbuild:", summary="a .zig file or build.zig folder inside the toolkit, for the zig lane",
                        factory=_entry("zigbuild:"))

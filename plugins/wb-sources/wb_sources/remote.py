@@ -21,15 +21,23 @@ from wbcore import fetch, unpack
 from wbcore.build import ResolvedSource, SourceRequest
 from wbcore.errors import InvalidArgs, NotFound
 from wbcore.netguard import NetGuard
+from wbcore.trust import IntegrityError
 
 from wb_sources.local import inside
 
 
-def _pinned(request: SourceRequest, what: str) -> str:
-    want = (request.manifest.sha256 or "").strip().lower()
+def pinned(manifest: Any, rest: str, what: str) -> str:
+    """The ``#+SHA256`` a fetched source is checked against; refused without one. The
+    ``check`` of the ``wasm:``/``archive:`` records, so ``verify`` says what ``build`` would."""
+    want = (manifest.sha256 or "").strip().lower()
     if not want:
-        raise InvalidArgs(f"{what}{request.rest} needs #+SHA256: a fetched source is pinned by its digest")
+        raise InvalidArgs(f"{what}{rest} needs #+SHA256: a fetched source is pinned by its digest; "
+                          f"add #+SHA256: <sha256 of the file> to the manifest (sha256sum prints it)")
     return want
+
+
+def _pinned(request: SourceRequest, what: str) -> str:
+    return pinned(request.manifest, request.rest, what)
 
 
 def _limits(env: dict[str, str]) -> fetch.Limits:
@@ -78,7 +86,7 @@ def _fetch(request: SourceRequest, env: dict[str, str], what: str, name: str) ->
         raise
     if got != want:
         dest.unlink(missing_ok=True)
-        raise InvalidArgs(f"{what}{spec}: sha256 mismatch: #+SHA256 is {want}, the file is {got}; nothing was used")
+        raise IntegrityError(f"{what}{spec}: sha256 mismatch: #+SHA256 is {want}, the file is {got}; nothing was used")
     return dest
 
 

@@ -334,8 +334,6 @@ class LoadedModule:
                     allowed_hosts: tuple[str, ...] = ()) -> Any:
         """A new instance in ``store``: WASI (as configured on the store) plus, when the
         module imports ``wb.*``, the granted caps linked through :func:`link_caps`."""
-        import wasmtime
-
         check_import_modules(name, self.imports)
         if not self.uses_caps:
             return self.instance_pre(name).instantiate(store)

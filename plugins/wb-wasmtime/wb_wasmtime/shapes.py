@@ -6,26 +6,26 @@ from collections.abc import Iterator
 from typing import Any
 
 from wbcore import sources
-from wbcore.errors import WbError
 from wbcore.records import Check, ExecShape, VerifyContext
 
 
 def _buildable(ctx: VerifyContext) -> Check | None:
+    """Not registered yet: whether ``wbx toolkit build`` would go ahead, by the very
+    checks the build makes (``wbcore.buildable``), so verify and build never disagree."""
+    from wbcore import buildable
+
     m = ctx.toolkit.manifest
     if not m.build_src:
         return None
-    try:
-        spec = sources.parse(m.build_src, ctx.runtime.prefixes)
-    except WbError as exc:
-        return Check(False, "exec", exc.message)
-    lane = m.build_lang
-    if spec.prefix.name in ("wasm:", "archive:"):
-        return Check(True, "exec", f"not yet fetched; prebuilt from {spec.text}")
-    if not lane:
-        return Check(False, "exec", f"BUILD_SRC {spec.text} needs #+BUILD_LANG")
-    if lane not in ctx.runtime.lanes:
-        return Check(False, "exec", f"not yet built, and {lane!r} is not an installed lane; known: {', '.join(ctx.runtime.lanes.names()) or 'none'}")
-    return Check(True, "exec", f"not yet built; buildable from {spec.text} (lane {lane}): wbx toolkit build {m.id}")
+    refused = buildable.refusals(ctx.runtime, m)
+    if refused:
+        return Check(False, "exec", "not yet built, and the build would refuse: "
+                     + "; ".join(exc.message for exc in refused))
+    spec = sources.parse(m.build_src, ctx.runtime.prefixes)
+    if not buildable.compiles(m, spec.prefix.name):
+        return Check(True, "exec", f"not yet fetched; prebuilt from {spec.text}: wbx toolkit build {m.id}")
+    lane = buildable.lane(ctx.runtime, m, spec.text)
+    return Check(True, "exec", f"not yet built; buildable from {spec.text} (lane {lane.name}): wbx toolkit build {m.id}")
 
 
 def verify_command(ctx: VerifyContext) -> Iterator[Check]:

@@ -1,0 +1,101 @@
+"""One home: $WB_HOME wins, else the project's wbx.toml, else ~/.workbooks; and what
+discovery says outside a project."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from wbcore import discovery, home
+from wbcore.errors import InvalidArgs
+from wbcore.runtime import Runtime
+from wbcore.testing import write_toolkit
+
+
+def _project(tmp_path: Path, text: str = 'home = ".wb-home"\ntoolkits = ["kits"]\n') -> Path:
+    proj = tmp_path / "proj"
+    (proj / "deep" / "er").mkdir(parents=True)
+    (proj / "wbx.toml").write_text(text)
+    return proj
+
+
+def test_project_home_found_from_a_subfolder_and_wb_home_wins(tmp_path: Path) -> None:
+    proj = _project(tmp_path)
+    chosen = home.choose({}, proj / "deep" / "er")
+    assert (chosen.path, chosen.source) == (proj.resolve() / ".wb-home", "wbx.toml")
+    assert "wbx.toml" in chosen.describe()
+    assert home.choose({"WB_HOME": str(tmp_path / "mine")}, proj).path == tmp_path / "mine"
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    assert home.choose({}, outside).source == "default"
+
+
+def test_runtime_cli_and_demo_share_the_project_home(tmp_path: Path) -> None:
+    proj = _project(tmp_path)
+    write_toolkit(proj / "kits", "alpha")
+    rt = Runtime.open(plugins=[], env={}, cwd=proj / "deep" / "er")
+    assert rt.home == proj.resolve() / ".wb-home"
+    # the project's toolkits folders are searched from any folder below it
+    assert list(rt.discover().toolkits) == ["alpha"]
+
+
+def test_the_repository_marks_itself() -> None:
+    repo = Path(__file__).resolve().parents[2]
+    project = home.find_project(repo / "wbcore" / "cli")
+    assert project is not None and project.home == repo / ".wb-home"
+
+
+@pytest.mark.parametrize("text", ['home = "../outside"\n', 'home = "/etc"\n', 'home = 3\n', 'homes = "x"\n',
+                                  'toolkits = ["../../x"]\n', 'home = [\n', "home = 'x'\n", 'home = "x" y\n'])
+def test_a_marker_cannot_point_outside_its_project_or_be_malformed(tmp_path: Path, text: str) -> None:
+    proj = _project(tmp_path, text)
+    with pytest.raises(InvalidArgs, match=r"wbx\.toml"):
+        home.choose({}, proj)
+
+
+def test_a_symlinked_home_leaving_the_project_is_refused(tmp_path: Path) -> None:
+    proj = _project(tmp_path, 'home = "state"\n')
+    (tmp_path / "victim").mkdir()
+    os.symlink(tmp_path / "victim", proj / "state")
+    with pytest.raises(InvalidArgs, match="outside the project"):
+        home.choose({}, proj)
+
+
+def test_list_outside_a_project_names_the_roots_searched_and_how_to_add_one(tmp_path: Path, wbx) -> None:
+    empty = tmp_path / "nowhere" / "here"
+    empty.mkdir(parents=True)
+    rt = Runtime.open(plugins=[], env={"WB_HOME": str(tmp_path / "h")}, cwd=empty)
+    res = wbx("toolkit", "list", runtime=rt)
+    assert res.exit_code == 0 and res.stdout == ""
+    assert f"{empty / 'toolkits'} (missing)" in res.stderr
+    assert f"{tmp_path / 'nowhere' / 'toolkits'} (missing)" in res.stderr
+    assert f"{tmp_path / 'h' / 'toolkits'} (missing)" in res.stderr
+    assert "WB_TOOLKIT_PATH" in res.stderr and "wbx toolkit install" in res.stderr
+    assert discovery.roots(rt.env, empty, rt.home) == []
+
+
+def test_agent_prompt_warns_about_each_toolkit_left_out(tmp_path: Path, wbx) -> None:
+    empty = tmp_path / "nowhere"
+    empty.mkdir()
+    agent = tmp_path / "agent.org"
+    agent.write_text("* Helper :agent:\n  :PROPERTIES:\n  :ID: h\n  :TOOLKITS: alpha beta\n  :END:\n** System prompt\nBe brief.\n")
+    rt = Runtime.open(plugins=[], env={"WB_HOME": str(tmp_path / "h")}, cwd=empty)
+    res = wbx("agent", "prompt", str(agent), runtime=rt)
+    assert res.exit_code == 0
+    assert res.stdout.strip() == "Be brief."
+    assert "agent toolkit 'alpha' left out of the index" in res.stderr
+    assert "agent toolkit 'beta' left out of the index" in res.stderr
+    assert "searched:" in res.stderr and "WB_TOOLKIT_PATH" in res.stderr
+
+
+def test_list_json_names_every_folder_searched(tmp_path: Path, wbx) -> None:
+    import json
+
+    empty = tmp_path / "nowhere" / "here"  # not beside the wbx fixture's tmp_path/toolkits
+    empty.mkdir(parents=True)
+    rt = Runtime.open(plugins=[], env={"WB_HOME": str(tmp_path / "h"), "WB_TOOLKIT_PATH": str(tmp_path / "extra")}, cwd=empty)
+    data = json.loads(wbx("toolkit", "list", "--json", runtime=rt).stdout)
+    assert data["roots"] == [] and str(tmp_path / "extra") in data["searched"]
+    assert str(tmp_path / "h" / "toolkits") in data["searched"]

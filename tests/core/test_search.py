@@ -1,0 +1,34 @@
+"""``wbx toolkit search`` snippets are cut on word boundaries and keep the match."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from wbcore.search import _snippet
+
+TEXT = ("The quick brown fox jumps over the lazy dog while the zebrafish swims in circles "
+        "around the pond every single morning of the year.")
+
+
+@pytest.mark.parametrize("query", ["zebra", "fox", "morning", "The quick", "year.", "ebrafi"])
+def test_snippets_cut_on_word_boundaries(query: str) -> None:
+    at = TEXT.find(query)
+    snip = _snippet(TEXT, at, length=len(query))
+    assert query in snip
+    body = snip.strip("…")
+    words = TEXT.split()
+    assert body.split()[0] in words or query.split()[0] in body.split()[0]
+    assert body.split()[-1] in words or query.split()[-1] in body.split()[-1]
+    assert snip.startswith("…") == (not TEXT.startswith(body))
+    assert snip.endswith("…") == (not TEXT.endswith(body))
+
+
+def test_search_cli_snippet_has_no_partial_words(make_toolkit, wbx) -> None:
+    long = " ".join(f"word{i:02d}" for i in range(40))
+    make_toolkit("alpha", skills={"overview": "#+TITLE: o\n", "deep": f"#+TITLE: Deep\n{long} zebra {long}\n"})
+    hits = json.loads(wbx("toolkit", "search", "zebra", "--json").stdout)
+    snip = hits[0]["snippet"]
+    assert "zebra" in snip and snip.startswith("…") and snip.endswith("…")
+    assert all(w == "zebra" or (len(w) == 6 and w.startswith("word")) for w in snip.strip("…").split()), snip

@@ -1,0 +1,45 @@
+"""The demo's closing lines name its home and commands that work as printed in a new
+shell (no WB_HOME, another working folder): the project's wbx.toml finds the same home."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from wbcore import builder
+from wbcore.cli import demo
+from wbcore.runtime import Runtime
+
+TOOLKITS = Path(__file__).resolve().parents[2] / "toolkits"
+
+
+def test_next_steps_work_as_printed_in_a_new_shell(tmp_path: Path) -> None:
+    proj = tmp_path / "proj"
+    shutil.copytree(TOOLKITS / "b64", proj / "toolkits" / "b64")
+    (proj / "wbx.toml").write_text('home = ".wb-home"\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WB_")}
+    rt = Runtime.open(env=env, cwd=proj)
+    assert rt.home == proj.resolve() / ".wb-home"
+    res = builder.build(rt, "b64")
+    text = demo.next_steps(rt, [(res.kind, res.name)])
+    lines = text.strip().splitlines()
+    assert lines[0] == f"== home: {proj.resolve() / '.wb-home'} (from {proj.resolve() / 'wbx.toml'})"
+    assert lines[1] == "next, in a new shell:"
+    commands = [ln.strip().split("   #")[0] for ln in lines[2:]]
+    assert commands[0] == f"cd {proj}" and not any("WB_HOME" in c for c in commands)
+    assert any(c.endswith("run b64") for c in commands)
+    script = " && ".join(c for c in commands if "mcp serve" not in c)  # serve would wait for a client
+    fresh = {**env, "HOME": str(tmp_path)}
+    done = subprocess.run(["sh", "-c", script], cwd="/", env=fresh, capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert done.returncode == 0, (script, done.stderr)
+    assert "aGVsbG8K" in done.stdout  # echo hello | wbx run b64
+    assert "b64 · stable" in done.stdout  # wbx toolkit list found the project's toolkits
+
+
+def test_a_home_from_wb_home_is_exported_in_the_next_steps(tmp_path: Path) -> None:
+    rt = Runtime.open(plugins=[], env={"WB_HOME": str(tmp_path / "mine")}, cwd=tmp_path)
+    text = demo.next_steps(rt, [("command", "b64")])
+    assert "(from $WB_HOME)" in text and f"export WB_HOME={tmp_path / 'mine'}" in text
