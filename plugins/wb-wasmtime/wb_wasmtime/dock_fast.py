@@ -60,12 +60,21 @@ def _bindings() -> Any:
     i64_at = ctypes.c_int64.from_address
     void_p, cast = ctypes.c_void_p, ctypes.cast
 
-    def memory(caller: Any) -> tuple[Any, Any]:
-        """The caller's ``memory`` export and its store context (both as ctypes arguments)."""
+    found: dict[int, tuple[int, Any, Any, Any]] = {}  # env id -> (store context, mem ref, ctx arg, extern)
+
+    def memory(env: int, caller: Any) -> tuple[Any, Any]:
+        """The caller's ``memory`` export and its store context (both as ctypes arguments),
+        looked up once per instance: an export and its store do not change under a call."""
+        ctx_value = caller_context(caller)
+        hit = found.get(env)
+        if hit is not None and hit[0] == ctx_value:
+            return hit[1], hit[2]
         item = ffi.wasmtime_extern_t()
         if not export_get(caller, name, name_len, byref(item)) or item.kind != mem_kind:
             raise LookupError("the guest exports no memory")
-        return byref(item.of.memory), void_p(caller_context(caller))
+        mem, ctx = byref(item.of.memory), void_p(ctx_value)
+        found[env] = (ctx_value, mem, ctx, item)  # the extern is kept alive with its reference
+        return mem, ctx
 
     def deliver(ctx: Any, mem: Any, body: bytes, ptr: int, cap: int) -> None:
         if 0 < len(body) <= cap and ptr + len(body) <= memory_data_size(ctx, mem):
@@ -83,15 +92,19 @@ def _bindings() -> Any:
         try:
             kind, handler, pending = _slots[env or 0]
             args = cast(raw, void_p).value or 0
-            mem, ctx = memory(caller)
+            mem, ctx = memory(env or 0, caller)
             if kind == "call":
                 # four i32 in 16-byte wasmtime_val_raw_t cells
                 a0, a1, a2, a3 = (v & 0xFFFFFFFF for v in unpack("<i12xi12xi12xi", string_at(args, 52)))
-                inside = a0 + a1 <= memory_data_size(ctx, mem)
-                request = (string_at(memory_data(ctx, mem) + a0, a1) if a1 else b"") if inside else None
+                # base and size read once: the handler runs host code that cannot touch this
+                # instance's memory (a nested guest runs in a store of its own)
+                size, base = memory_data_size(ctx, mem), memory_data(ctx, mem)
+                request = (string_at(base + a0, a1) if a1 else b"") if a0 + a1 <= size else None
                 status, body = handler(request)
                 pending.body = body
-                deliver(ctx, mem, body, a2, a3)  # reads the memory's base and size afresh
+                n = len(body)
+                if 0 < n <= a3 and a2 + n <= size:
+                    memmove(base + a2, body, n)
                 i64_at(args).value = -status if status else len(body)
             else:  # fetch / info: (ptr, cap)
                 a0, a1 = (v & 0xFFFFFFFF for v in unpack("<i12xi", string_at(args, 20)))
@@ -112,6 +125,7 @@ def _bindings() -> Any:
     def finalizer(env: Any) -> None:
         with _lock:
             _slots.pop(env or 0, None)
+            found.pop(env or 0, None)
 
     _ffi, _callback, _finalizer = ffi, callback, finalizer
     return ffi
