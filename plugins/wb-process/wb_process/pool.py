@@ -28,6 +28,7 @@ import sys
 import threading
 import time
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -178,6 +179,7 @@ class Pool:
         self.size = size
         self.limit = size + MAX_EXTRA
         self.watchdog = Watchdog()
+        self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wb-os-process-spawner")
         self._cond = threading.Condition()
         self._idle: list[Worker] = []
         self._live: set[Worker] = set()
@@ -286,8 +288,13 @@ class Pool:
                 self._filling = False
 
     def _start(self) -> Worker:
-        """Spawn one sandboxed worker and complete the handshake (``count`` is held)."""
-        worker = spawn_worker()
+        """Spawn one sandboxed worker and complete the handshake (``count`` is held).
+
+        The process is started on the pool's one long-lived spawner thread: the sandbox's
+        init asks for SIGKILL when the *thread* that started it ends (PR_SET_PDEATHSIG),
+        so a worker started on a caller's short-lived thread would die with that thread.
+        """
+        worker = self._spawner.submit(spawn_worker).result()
         self.watchdog.arm(worker, time.monotonic() + START_TIMEOUT_S, "start")
         try:
             worker.chan.send_frame(frames.ping(worker.secret))
@@ -326,6 +333,7 @@ class Pool:
             worker.box.wait(timeout=max(0.0, end - time.monotonic()))
         for worker in live:
             worker.close()
+        self._spawner.shutdown(wait=False)
 
 
 def spawn_worker() -> Worker:

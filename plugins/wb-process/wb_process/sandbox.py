@@ -564,6 +564,7 @@ class SandboxedProcess:
         self._status_r = status_r
         self._lock = threading.Lock()
         self._closed = False
+        self._status: dict | None = None
 
     @property
     def pid(self) -> int:
@@ -594,23 +595,34 @@ class SandboxedProcess:
                 os.killpg(self.proc.pid, signal.SIGKILL)
 
     def wait(self, timeout: float | None = None) -> int | None:
+        """The program's exit code once it ended (negative: killed by that signal), or
+        ``None`` if it still runs after ``timeout`` seconds."""
         try:
-            return self.proc.wait(timeout=timeout)
+            self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             return None
+        code = self.status().get("exit")
+        return int(code) if isinstance(code, int) else self.proc.returncode
+
+    def status(self) -> dict:
+        """The init's report once the sandbox ended (``{}`` before, or if there is none)."""
+        with self._lock:
+            if self._status is None and self.proc.returncode is not None:
+                self._status = {}
+                with _suppress(OSError):
+                    os.set_blocking(self._status_r, False)
+                    self._status = _read_status(self._status_r)
+            return self._status or {}
 
     def close(self) -> dict:
         """Kill, reap and clean up; returns the init's status report (``{}`` if none)."""
         with self._lock:
             if self._closed:
-                return {}
+                return self._status or {}
             self._closed = True
         self.kill()
         self.proc.wait()
-        status = {}
-        with _suppress(OSError):
-            os.set_blocking(self._status_r, False)
-            status = _read_status(self._status_r)
+        status = self.status()
         for fd in self._fds:
             with _suppress(OSError):
                 os.close(fd)

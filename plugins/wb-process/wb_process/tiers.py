@@ -167,6 +167,8 @@ class _Call:
     def lost(self, exc: Exception) -> WbError:
         """The error for a call whose worker stopped speaking the protocol or died."""
         w, req = self.worker, self.req
+        if not w.killed:
+            w.box.wait(timeout=1.0)  # a worker that died on its own: let its sandbox report how
         w.kill()
         if w.killed == "timeout":
             return Timeout(f"{req.name}: stopped after {time.monotonic() - self.start:.3f} s: over its "
