@@ -318,6 +318,37 @@ def test_a_kv_round_trip_from_a_guest_at_os_process(rt, tiers) -> None:
     assert outcome(osp, bad)[2] == 2
 
 
+def test_the_two_call_protocol_and_wb_info_cross_the_bridge(rt, tiers) -> None:
+    pytest.importorskip("wb_brokers_state", reason="the kv broker (wb-brokers-state) is not installed")
+    import cbor2
+
+    instance, osp = tiers
+    get = cbor2.dumps({"op": "get", "key": "big"})
+    wat = f"""(module {FD_WRITE}
+      (import "wb" "kv" (func $kv (param i32 i32 i32 i32) (result i64)))
+      (import "wb" "fetch" (func $fetch (param i32 i32) (result i64)))
+      (import "wb" "info" (func $info (param i32 i32) (result i64)))
+      (memory (export "memory") 4)
+      (data (i32.const 64) "{cbor_data(get)}")
+      (func (export "_start") (local $n i64)
+        (drop (call $kv (i32.const 64) (i32.const {len(get)}) (i32.const 4096) (i32.const 0)))
+        (local.set $n (call $fetch (i32.const 4096) (i32.const 100000)))
+        (i32.store (i32.const 0) (i32.const 4096)) (i32.store (i32.const 4) (i32.wrap_i64 (local.get $n)))
+        (drop (call $w (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))
+        (local.set $n (call $info (i32.const 131072) (i32.const 4096)))
+        (i32.store (i32.const 0) (i32.const 131072)) (i32.store (i32.const 4) (i32.wrap_i64 (local.get $n)))
+        (drop (call $w (i32.const 2) (i32.const 0) (i32.const 1) (i32.const 8)))))"""
+    req = request(rt, wat, profile=profile("minimal"), caps=frozenset({"kv"}))
+    ctx = rt.dock.context(principal=req.principal, caps={"kv"}, timeout=5)
+    rt.dock.call(ctx, "kv", "put", {"key": "big", "value": b"x" * 50_000})
+    res, want = osp.call(req), instance.call(req)
+    assert res.stdout == want.stdout == cbor2.dumps({"value": b"x" * 50_000})
+    info = cbor2.loads(res.stderr)
+    assert (info["principal"], info["caps"], info["depth"]) == ("default/guest", ["kv"], 0)
+    assert {k: v for k, v in info.items() if k != "instance"} == {
+        k: v for k, v in cbor2.loads(want.stderr).items() if k != "instance"}
+
+
 def test_a_revoked_principal_is_refused_through_the_bridge(rt, tiers) -> None:
     pytest.importorskip("wb_brokers_state", reason="the kv broker (wb-brokers-state) is not installed")
     import cbor2

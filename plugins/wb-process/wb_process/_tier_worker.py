@@ -91,12 +91,12 @@ class Ticker:
 
 
 class Loaded:
-    __slots__ = ("bad_abi", "imports", "module", "pre")
+    __slots__ = ("bad_abi", "imports", "module", "pres")
 
     def __init__(self, module, wasmtime):
         self.module = module
         self.imports = [(i.module, i.name or "") for i in module.imports]
-        self.pre = None
+        self.pres = {}  # linked caps → InstancePre (the host functions read the running call)
         self.bad_abi = ""
         for imp in module.imports:
             if imp.module != CAPS:
@@ -120,6 +120,8 @@ class Worker:
         self.ticker = Ticker(self.engine)
         self.modules = OrderedDict()
         self.call_id = None
+        self.pending = b""  # the last wb.* answer of the running call (for wb.fetch)
+        self.info = b""
 
     # --- the channel ----------------------------------------------------------------
 
@@ -284,30 +286,30 @@ class Worker:
         }, stdout, stderr)
 
     def instantiate(self, store, mod, caps, info):
-        wt = self.wt
-        if not caps and all(m == WASI for m, _ in mod.imports):
-            if mod.pre is None:
-                linker = wt.Linker(self.engine)
-                linker.define_wasi()
-                mod.pre = linker.instantiate_pre(mod.module)
-            return mod.pre.instantiate(store)
-        linker = wt.Linker(self.engine)
-        linker.define_wasi()
-        i32, i64 = wt.ValType.i32(), wt.ValType.i64()
-        call_ty = wt.FuncType([i32, i32, i32, i32], [i64])
-        slot_ty = wt.FuncType([i32, i32], [i64])
-        pending = [b""]
-        wanted = {n for m, n in mod.imports if m == CAPS}
-        for cap in caps:
-            if cap in wanted and cap not in ALWAYS_LINKED:
-                linker.define_func(CAPS, cap, call_ty, self.cap_func(cap, pending), access_caller=True)
-        if "fetch" in wanted:
-            linker.define_func(CAPS, "fetch", slot_ty, _slot_func(pending, None), access_caller=True)
-        if "info" in wanted:
-            linker.define_func(CAPS, "info", slot_ty, _slot_func(pending, info), access_caller=True)
-        return linker.instantiate(store, mod.module)
+        """A new instance in ``store`` from the module's pre-linked form for this set of
+        caps (built once: the ``wb.*`` functions read the running call's state)."""
+        self.pending, self.info = b"", info
+        key = tuple(sorted(caps))
+        pre = mod.pres.get(key)
+        if pre is None:
+            wt = self.wt
+            linker = wt.Linker(self.engine)
+            linker.define_wasi()
+            i32, i64 = wt.ValType.i32(), wt.ValType.i64()
+            call_ty = wt.FuncType([i32, i32, i32, i32], [i64])
+            slot_ty = wt.FuncType([i32, i32], [i64])
+            wanted = {n for m, n in mod.imports if m == CAPS}
+            for cap in key:
+                if cap in wanted and cap not in ALWAYS_LINKED:
+                    linker.define_func(CAPS, cap, call_ty, self.cap_func(cap), access_caller=True)
+            if "fetch" in wanted:
+                linker.define_func(CAPS, "fetch", slot_ty, self.slot_func(False), access_caller=True)
+            if "info" in wanted:
+                linker.define_func(CAPS, "info", slot_ty, self.slot_func(True), access_caller=True)
+            pre = mod.pres[key] = linker.instantiate_pre(mod.module)
+        return pre.instantiate(store)
 
-    def cap_func(self, cap, pending):
+    def cap_func(self, cap):
         def host(caller, req_ptr, req_len, resp_ptr, resp_cap):
             try:
                 mem = caller["memory"]
@@ -320,7 +322,7 @@ class Worker:
                     status, body = self.broker(cap, {"too_large": req_len}, b"")
                 else:
                     status, body = self.broker(cap, {}, bytes(mem.read(caller, req_ptr, req_ptr + req_len)))
-                pending[0] = body
+                self.pending = body
                 return _deliver(caller, mem, body, resp_ptr, resp_cap, status)
             except (Stop, OSError, self.F.FrameError):
                 os._exit(0)  # the host is gone or asked us to end: nothing left to answer
@@ -329,22 +331,21 @@ class Worker:
 
         return host
 
+    def slot_func(self, info):
+        """``wb.info`` (the host's answer for this call) or ``wb.fetch`` (the pending answer)."""
+        def slot(caller, ptr, cap):
+            if info:
+                self.pending = self.info
+            return _deliver(caller, caller["memory"], self.pending, ptr, cap, 0)
+
+        return slot
+
     def broker(self, cap, extra, request):
         F = self.F
         self.chan.send_frame(F.encode(F.BROKER_CALL, F.pack({"id": self.call_id, "cap": cap, **extra}, request)))
         obj, blobs = self.expect(F.BROKER_ANSWER)
         status = F.field(obj, "status", int)
         return status, blobs[0] if blobs else b""
-
-
-def _slot_func(pending, body):
-    def slot(caller, ptr, cap):
-        mem = caller["memory"]
-        if body is not None:
-            pending[0] = body
-        return _deliver(caller, mem, pending[0], ptr, cap, 0)
-
-    return slot
 
 
 def _deliver(caller, mem, body, ptr, cap, status):

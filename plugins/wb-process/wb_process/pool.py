@@ -140,6 +140,7 @@ class Watchdog:
         self._cond = threading.Condition()
         self._armed: dict[Worker, tuple[float, str, Any]] = {}
         self._thread: threading.Thread | None = None
+        self._wakes_at = 0.0  # when the thread looks next (it is woken only for earlier work)
 
     def arm(self, worker: Worker, kill_at: float, why: str = "timeout", cancel: Any = None) -> None:
         with self._cond:
@@ -147,7 +148,10 @@ class Watchdog:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="wb-os-process-watchdog", daemon=True)
                 self._thread.start()
-            self._cond.notify()
+            # Waking the thread costs two context switches per call: only when it would
+            # otherwise look too late.
+            if kill_at < self._wakes_at or (cancel is not None and self._wakes_at - time.monotonic() > 0.02):
+                self._cond.notify()
 
     def disarm(self, worker: Worker) -> None:
         with self._cond:
@@ -167,7 +171,9 @@ class Watchdog:
                         del self._armed[worker]
                     else:
                         wait = min(wait, kill_at - now, 0.02 if cancel is not None else wait)
-                self._cond.wait(max(wait, 0.001))
+                wait = max(wait, 0.001)
+                self._wakes_at = now + wait
+                self._cond.wait(wait)
 
 
 class Pool:
