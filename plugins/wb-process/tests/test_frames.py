@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import struct
+from pathlib import Path
 
 import pytest
 
@@ -206,7 +207,7 @@ def test_the_module_needs_nothing_but_the_standard_library() -> None:
     import ast
     import sys
 
-    tree = ast.parse(open(frames.__file__).read())
+    tree = ast.parse(Path(frames.__file__).read_text())
     names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert names - {"__future__"} <= set(sys.stdlib_module_names)

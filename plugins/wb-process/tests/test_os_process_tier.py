@@ -255,6 +255,10 @@ def test_a_trap_and_a_missing_start_are_reported_as_at_instance(rt, tiers) -> No
         osp.call(request(rt, TRAP_WAT))
     with pytest.raises(InvalidArgs, match="exports no _start"):
         osp.call(request(rt, '(module (memory (export "memory") 1))'))
+    bogus = request(rt, '(module (import "wasi_snapshot_preview1" "no_such_call" (func)) (func (export "_start")))')
+    with pytest.raises(InvalidArgs, match="cannot link"):
+        osp.call(bogus)
+    assert outcome(osp, bogus) == outcome(tiers[0], bogus)
 
 
 def test_a_cancelled_call_ends_promptly(rt, tiers) -> None:

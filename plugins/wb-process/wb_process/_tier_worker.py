@@ -40,6 +40,10 @@ class Stop(Exception):
     """The host asked this worker to end (a valid Shutdown)."""
 
 
+class LinkError(Exception):
+    """The module's imports cannot be satisfied (a WASI function that does not exist...)."""
+
+
 class Ticker:
     """Ends the running guest at its deadline or once an output file passes its cap.
 
@@ -246,7 +250,7 @@ class Worker:
         if stdin:
             os.unlink(in_path)  # the config holds it open; nothing of it outlives the call
 
-        exit_code, failure, trap_code, no_start = 0, None, "", False
+        exit_code, failure, trap_code, no_start, link_error = 0, None, "", False, ""
         instance = None
         t0 = time.perf_counter()
         self.ticker.arm(deadline, (("stdout", out_path, out_cap), ("stderr", err_path, err_cap)))
@@ -260,6 +264,8 @@ class Worker:
                     start(store)
             except wt.ExitTrap as exc:
                 exit_code = exc.code
+            except LinkError as exc:
+                link_error = str(exc)
             except (wt.Trap, wt.WasmtimeError) as exc:
                 failure = exc
                 code = getattr(exc, "trap_code", None)
@@ -279,6 +285,8 @@ class Worker:
             stdout, stderr = _read(out_path, out_cap), _read(err_path, err_cap)
         for path in (out_path, err_path):
             os.truncate(path, 0)  # nothing of this call lingers for the next one
+        if link_error:
+            return self.result({"error": {"kind": "invalid-args", "message": f"cannot link: {link_error}"}})
         return self.result({
             "exit": exit_code, "reason": reason, "trap": _describe(failure) if failure is not None else None,
             "trap_code": trap_code, "no_start": no_start, "peak": peak, "wall": wall,
@@ -306,7 +314,10 @@ class Worker:
                 linker.define_func(CAPS, "fetch", slot_ty, self.slot_func(False), access_caller=True)
             if "info" in wanted:
                 linker.define_func(CAPS, "info", slot_ty, self.slot_func(True), access_caller=True)
-            pre = mod.pres[key] = linker.instantiate_pre(mod.module)
+            try:
+                pre = mod.pres[key] = linker.instantiate_pre(mod.module)
+            except wt.WasmtimeError as exc:
+                raise LinkError(str(exc).strip()) from None
         return pre.instantiate(store)
 
     def cap_func(self, cap):
