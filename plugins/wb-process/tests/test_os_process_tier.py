@@ -379,6 +379,61 @@ def test_an_ungranted_cap_does_not_instantiate(rt, tiers) -> None:
         osp.call(other)
 
 
+def test_nested_commands_at_os_process_each_get_a_worker(make_runtime, toolkit_root, wbx, monkeypatch) -> None:
+    """A third-party guest at os_process calls itself through exec (the host's Dock runs the
+    nested command, which resolves to os_process again): 9 workers busy at once, depth 8."""
+    pytest.importorskip("wb_brokers_exec", reason="the exec broker (wb-brokers-exec) is not installed")
+    import base64
+
+    import cbor2
+
+    from wbcore import builder
+    from wbcore.testing import manifest_text, write_toolkit
+
+    monkeypatch.setenv("WB_SIGNING_KEY", base64.b64encode(bytes(range(32))).decode())
+    req = cbor2.dumps({"op": "run", "name": "nest"})
+    wat = f"""(module {FD_WRITE}
+      (import "wb" "exec" (func $call (param i32 i32 i32 i32) (result i64)))
+      (import "wb" "fetch" (func $fetch (param i32 i32) (result i64)))
+      (memory (export "memory") 64)
+      (data (i32.const 64) "{cbor_data(req)}")
+      (func (export "_start") (local $n i64)
+        (local.set $n (call $call (i32.const 64) (i32.const {len(req)}) (i32.const 65536) (i32.const 3000000)))
+        (if (i64.lt_s (local.get $n) (i64.const 0)) (then (local.set $n (call $fetch (i32.const 65536) (i32.const 3000000)))))
+        (i32.store (i32.const 0) (i32.const 65536)) (i32.store (i32.const 4) (i32.wrap_i64 (local.get $n)))
+        (drop (call $w (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))"""
+    fields = {"BUILD_LANG": "wat", "BUILD_SRC": "path:src/main.wat", "CLI_BIN": "nest"}
+    write_toolkit(toolkit_root, "nest", manifest_text("nest", exec="command", caps="exec", trust="third-party",
+                                                      extra=fields), files={"src/main.wat": wat})
+    rt = make_runtime()
+    assert wbx("toolkit", "sign", "nest", runtime=rt).exit_code == 0
+    rt.discover(refresh=True)
+    builder.build(rt, "nest")
+    assert wbx("toolkit", "grant", "nest", "exec", runtime=rt).exit_code == 0
+    assert rt.resolve("command", "nest").tier.name == "os_process"
+    from wbcore import dispatch
+
+    pool = Pool(9)  # a private pool, warmed first: nine calls are in flight at the deepest point
+    rt.__dict__.setdefault("_wb_tier_drivers", {})["os_process"] = OsProcessTier(rt, pool)
+    dispatch.forget(rt)
+    try:
+        OsProcessTier(rt, pool).call(request(rt, ECHO_WAT))
+        deadline = time.monotonic() + 60
+        while len(pool.workers()) < 9 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        warm = set(pool.workers())
+        out, levels = rt.call("nest").stdout, 0
+        while "error" not in (doc := cbor2.loads(out)):
+            levels += 1
+            out = doc["stdout"]
+        assert levels == 8
+        assert doc["reason"] == "depth" and "exceeds 8" in doc["message"]
+        assert set(pool.workers()) == warm  # the nine warm workers served every level
+        assert sum(w.calls for w in warm) == 1 + 9
+    finally:
+        pool.close()
+
+
 # --- the worker refuses anything but its host ----------------------------------------------------
 
 
