@@ -533,6 +533,35 @@ def test_a_worker_that_breaks_the_protocol_ends_the_call_and_is_replaced(rt) -> 
         pool.close()
 
 
+def test_a_call_that_fails_on_the_host_mid_conversation_retires_its_worker(rt, monkeypatch) -> None:
+    pytest.importorskip("wb_brokers_state", reason="the kv broker (wb-brokers-state) is not installed")
+    import cbor2
+
+    pool = Pool(1)
+    osp = OsProcessTier(rt, pool)
+    try:
+        osp.call(request(rt, ECHO_WAT))
+        (first,) = pool.workers()
+
+        def broken_context(**kw):
+            raise Internal("the host failed while the worker waited for its LinkAnswer")
+
+        monkeypatch.setattr(rt.dock, "context", broken_context)
+        with pytest.raises(Internal, match="waited for its LinkAnswer"):
+            osp.call(request(rt, kv_wat(cbor2.dumps({"op": "get", "key": "k"})), caps=frozenset({"kv"})))
+        monkeypatch.undo()
+        assert osp.call(request(rt, ECHO_WAT, stdin=b"fresh")).stdout == b"fresh"
+        (second,) = pool.workers()
+        assert second is not first
+        too_big = request(rt, ECHO_WAT, stdin=bytes(frames.MAX_FRAME))
+        with pytest.raises(InvalidArgs, match="frame cap"):
+            osp.call(too_big)  # refused before anything was sent: the worker stays
+        assert osp.call(request(rt, ECHO_WAT, stdin=b"same")).stdout == b"same"
+        assert pool.workers() == [second]
+    finally:
+        pool.close()
+
+
 # --- crashed and killed workers are replaced ----------------------------------------------------
 
 

@@ -87,12 +87,15 @@ class OsProcessTier:
         self.runtime.artifacts.verify(request.sha256)  # a tampered artifact never leaves this host
         pool = self.pool
         worker = pool.acquire(deadline)
+        call = _Call(self.runtime, worker, request, start, deadline)
         try:
             pool.watchdog.arm(worker, deadline + GRACE_S, "timeout", request.cancel)
             try:
-                return _Call(self.runtime, worker, request, start, deadline).run()
+                return call.run()
             finally:
                 pool.watchdog.disarm(worker)
+                if call.in_flight:
+                    worker.kill()  # left mid-conversation: it can never serve another call
         finally:
             pool.release(worker)
 
@@ -107,6 +110,7 @@ class _Call:
         self.ctx: DockContext | None = None
         self.linked: frozenset[str] = frozenset()
         self.refusal: WbError | None = None
+        self.in_flight = False  # an Exec was sent and its ExecResult has not arrived
 
     # --- the conversation ---------------------------------------------------------------
 
@@ -122,6 +126,7 @@ class _Call:
                     if obj.get("missing") is True:  # the worker dropped it from its cache
                         self.send_exec(with_module=True)
                         continue
+                    self.in_flight = False
                     w.calls += 1
                     cpu = obj.get("cpu")
                     if isinstance(cpu, (int, float)) and not isinstance(cpu, bool):
@@ -156,6 +161,7 @@ class _Call:
         if sum(len(b) for b in blobs) > frames.MAX_FRAME - 4096:
             raise InvalidArgs(f"{req.name}: stdin and module together exceed the {frames.MAX_FRAME >> 20} MiB frame "
                               "cap of tier os_process")
+        self.in_flight = True
         self.worker.chan.send_frame(frames.seal(frames.EXEC, self.worker.secret, obj, *blobs))
         if with_module:
             self.worker.sent_module(req.sha256)
