@@ -364,6 +364,25 @@ def test_a_revoked_principal_is_refused_through_the_bridge(rt, tiers) -> None:
     assert osp.call(req).exit_code == 4  # capability-denied, as the guest sees it
 
 
+def test_the_deadline_holds_while_a_broker_blocks(rt, tiers) -> None:
+    pytest.importorskip("wb_brokers_state", reason="the kv broker (wb-brokers-state) is not installed")
+    import cbor2
+
+    class Stuck:
+        def handle(self, call):
+            time.sleep(4)
+            return {"value": b"too late"}
+
+    _, osp = tiers
+    rt.dock.set_driver("kv", Stuck())
+    req = request(rt, kv_wat(cbor2.dumps({"op": "get", "key": "k"})), profile=profile("minimal"),
+                  caps=frozenset({"kv"}), timeout_s=1.0)
+    t0 = time.monotonic()
+    with pytest.raises(Timeout, match="over its 1 s deadline"):
+        osp.call(req)
+    assert time.monotonic() - t0 <= 2.0
+
+
 def test_an_ungranted_cap_does_not_instantiate(rt, tiers) -> None:
     import cbor2
 

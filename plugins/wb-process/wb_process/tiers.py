@@ -25,7 +25,10 @@ otherwise ends the call in ``Internal`` ("worker died"), and the pool replaces i
 from __future__ import annotations
 
 import itertools
+import os
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from wbcore.calls import CallResult, CommandRequest, GuestTrap, LimitExceeded, Usage
@@ -238,9 +241,27 @@ class _Call:
             exc.reason = "too-large"  # type: ignore[attr-defined]
             status, body = _deny(dock, ctx, cap, exc)
         else:
-            status, body = dock.call_raw(ctx, cap, request)
+            status, body = self.on_broker_thread(dock.call_raw, ctx, cap, request)
         w = self.worker
         w.chan.send_frame(frames.seal(frames.BROKER_ANSWER, w.secret, {"id": self.id, "status": status}, body))
+
+    def on_broker_thread(self, fn: Any, *args: Any) -> Any:
+        """``fn(*args)`` on a broker thread while this one keeps the deadline: a broker
+        that blocks cannot hold the caller past deadline + grace (the result that comes
+        later is dropped), and a cancelled or killed call stops waiting at once."""
+        from concurrent.futures import wait
+
+        fut = _brokers().submit(fn, *args)
+        w = self.worker
+        while True:
+            done, _ = wait([fut], timeout=0.05)
+            if done:
+                return fut.result()
+            if w.killed:
+                raise frames.FrameError("eof", "the worker was killed while its broker call ran")
+            if time.monotonic() > self.deadline + GRACE_S:
+                w.kill("timeout")
+                raise frames.FrameError("eof", "the broker call outlived the deadline")
 
     # --- the outcome: the same results and errors as the instance tier ---------------------
 
@@ -292,6 +313,28 @@ class _Call:
 
 
 # --- the Dock's decisions, asked by name ----------------------------------------------------
+
+
+_broker_lock = threading.Lock()
+_broker_pool: ThreadPoolExecutor | None = None
+
+
+def _brokers() -> ThreadPoolExecutor:
+    """The threads that run bridged broker calls (a nested command runs on one of them)."""
+    global _broker_pool
+    with _broker_lock:
+        if _broker_pool is None:
+            _broker_pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="wb-os-process-broker")
+        return _broker_pool
+
+
+def _forget_brokers_after_fork() -> None:
+    global _broker_pool, _broker_lock
+    _broker_pool, _broker_lock = None, threading.Lock()  # the parent's threads are not here
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_brokers_after_fork)
 
 
 def _linkable(dock: Any, names: list[str], ctx: DockContext) -> list[str]:
