@@ -29,6 +29,7 @@ import threading
 import time
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,7 @@ MAX_MODULES = 32
 STDERR_TAIL = 4096
 
 
+@lru_cache(maxsize=1)
 def _wasmtime_dir() -> Path | None:
     import importlib.util
 

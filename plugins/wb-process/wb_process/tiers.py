@@ -12,7 +12,8 @@ top of wasm's own linear-memory isolation. One call, in frames (:mod:`wb_process
    (an ungranted cap is ``CapabilityDenied`` naming it, as at tier instance);
 3. each ``wb.<cap>`` call of the guest is a ``BrokerCall``; the host answers it with
    ``Dock.call_raw`` under a context made from the request (principal, caps, the call's
-   deadline, allowed hosts, toolkit) — the full cadence, audited, in this process;
+   deadline, allowed hosts, toolkit) — the full cadence, audited, in this process — on a
+   broker thread, while the caller keeps the deadline;
 4. ``ExecResult``: exit code, output, and how the guest ended; the host maps it to the
    same result or error the instance tier gives (Timeout, LimitExceeded, GuestTrap).
 
