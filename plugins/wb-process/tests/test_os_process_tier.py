@@ -512,11 +512,15 @@ def test_requests_without_or_with_a_wrong_secret_are_refused(raw_worker) -> None
     frames.encode(frames.EXEC, frames.pack({"secret": "zz"})),
     frames.encode(frames.BROKER_ANSWER, frames.pack({"id": 1})),
     frames.encode(frames.PONG, b"\x01\x00"),
-], ids=["bad-json", "short", "bad-hex-secret", "answer-outside-a-call", "pong-to-a-worker"])
+    "exec-out-of-range",
+], ids=["bad-json", "short", "bad-hex-secret", "answer-outside-a-call", "pong-to-a-worker", "exec-out-of-range"])
 def test_malformed_frames_are_refused_and_the_worker_lives_on(raw_worker, bad: bytes) -> None:
     w = raw_worker
     w.chan.send_frame(frames.ping(w.secret))
     assert recv(w)[0] == frames.PONG
+    if bad == "exec-out-of-range":
+        bad = frames.seal(frames.EXEC, w.secret, {"id": 1, "sha256": "0" * 64, "argv": [], "memory": 10**400,
+                                                   "timeout_s": 10**400, "stdout_cap": 1, "stderr_cap": 1}, b"")
     w.chan.send_frame(bad)
     assert refusal(w)["reason"] in ("malformed", "secret", "unexpected")
     w.chan.send_frame(frames.ping(w.secret))

@@ -205,9 +205,12 @@ class Worker:
         if not all(isinstance(a, str) for a in argv):
             raise F.FrameError("malformed", "argv must be a list of strings")
         memory = F.field(obj, "memory", int)
-        timeout = float(F.field(obj, "timeout_s", (int, float)))
+        timeout = F.field(obj, "timeout_s", (int, float))
+        timeout = float(timeout) if -1 <= timeout <= 86400 else -1.0  # a huge int would overflow a float
         out_cap = F.field(obj, "stdout_cap", int)
         err_cap = F.field(obj, "stderr_cap", int)
+        if not all(0 <= v <= 1 << 40 for v in (memory, out_cap, err_cap)) or not 0 <= timeout <= 86400:
+            raise F.FrameError("malformed", "memory, output caps and timeout must be within range")
         if len(blobs) not in (1, 2):
             raise F.FrameError("malformed", f"Exec carries {len(blobs)} attachments; expected stdin and maybe the module")
         deadline = time.monotonic() + timeout
