@@ -33,13 +33,13 @@ def _tier_available() -> Availability:
 def wbcore_isolation_tiers() -> Iterator[IsolationTier]:
     yield IsolationTier(
         name="os_process",
-        summary="a command in its own process inside the build sandbox (namespaces, no network, seccomp, "
-        "rlimits, deadline) on top of wasm isolation; pure-compute commands (caps are not bridged yet)",
+        summary="a command in a warm sandboxed worker process (namespaces, no network, seccomp, rlimits, "
+        "SIGKILL watchdog) on top of wasm isolation; caps bridged to this host's Dock over a framed channel",
         rung=1,
         factory=_tier,
         available=_tier_available,
         kinds=frozenset({"command"}),
-        bridges_caps=False,
+        bridges_caps=True,
     )
 
 

@@ -154,15 +154,7 @@ class Sandbox:
         ``seed_out``: a host folder whose files start in ``/out`` (writable copies).
         """
         limits = limits or Limits()
-        if not argv or not argv[0].startswith("/"):
-            raise InvalidArgs(f"sandbox argv[0] must be an absolute path inside the sandbox, got {argv[:1]!r}")
-        for b in binds:
-            if not b.dst.startswith("/") or ".." in Path(b.dst).parts or b.dst.rstrip("/") in ("", "/out", "/tmp", "/proc", "/dev"):
-                raise InvalidArgs(f"bind target {b.dst!r} must be an absolute path outside /out, /tmp, /proc, /dev")
-            if not b.src.exists():
-                raise InvalidArgs(f"bind source {b.src} does not exist")
-            if b.overlay and (not b.src.is_dir() or any(c in str(b.src.resolve()) for c in ",:\\")):
-                raise InvalidArgs(f"overlay source {b.src} must be a folder whose path has no ',', ':' or '\\'")
+        _check_launch(argv, binds)
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         full_env = {"PATH": DEFAULT_PATH, "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8"}
@@ -176,45 +168,9 @@ class Sandbox:
         root_user = os.geteuid() == 0
         scratch = leftovers.mkdtemp("wb-sbx-")  # owner in the name: the next wbx command sweeps it if we are killed
         try:
-            os.chmod(scratch, 0o700)
-            (scratch / "root").mkdir()
             export = scratch / "export"
-            export.mkdir()
-            sync_r, sync_w = os.pipe()
-            go_r, go_w = os.pipe()
-            status_r, status_w = os.pipe()
-            cfg = {
-                "namespaces": list(NAMESPACES),
-                "root": str(scratch / "root"),
-                "export": str(export),
-                "binds": [{"src": str(Path(b.src).resolve()), "dst": b.dst.rstrip("/"), "rw": b.writable, "overlay": b.overlay}
-                          for b in binds],
-                "limits": limits.as_dict(),
-                "argv": list(argv),
-                "env": dict(env),
-                "cwd": cwd,
-                "stdin": "pipe" if stdin is not None else "null",
-                "seccomp_bpf": self._seccomp.hex() if self._seccomp else None,
-                "drop_groups": root_user,
-                "seed_out": str(seed_out) if seed_out else None,
-                "sync_w": sync_w,
-                "go_r": go_r,
-                "status_w": status_w,
-            }
-            cfg_path = scratch / "config.marshal"
-            cfg_path.write_bytes(marshal.dumps(cfg))
-            fds = (sync_w, go_r, status_w)
-            proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", str(INIT), str(cfg_path)],
-                stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                pass_fds=fds,
-                start_new_session=True,
-                env={},
-            )
-            for fd in fds:
-                os.close(fd)
+            proc, sync_r, go_w, status_r = self._start(scratch, argv, binds, limits, env, cwd,
+                                                       stdin=stdin is not None, seed_out=seed_out)
             init_pid = None
             try:
                 init_pid = self._handshake(proc, sync_r, go_w, root_user, start + limits.wall_seconds)
@@ -254,6 +210,99 @@ class Sandbox:
             )
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
+
+    def _start(self, scratch: Path, argv, binds, limits, env, cwd, *, stdin: bool, seed_out) -> tuple:
+        """Write the init's config into ``scratch`` (0700) and start it: ``(proc, sync_r,
+        go_w, status_r)``; the caller runs :meth:`_handshake` next."""
+        os.chmod(scratch, 0o700)
+        (scratch / "root").mkdir()
+        export = scratch / "export"
+        export.mkdir()
+        sync_r, sync_w = os.pipe()
+        go_r, go_w = os.pipe()
+        status_r, status_w = os.pipe()
+        cfg = {
+            "namespaces": list(NAMESPACES),
+            "root": str(scratch / "root"),
+            "export": str(export),
+            "binds": [{"src": str(Path(b.src).resolve()), "dst": b.dst.rstrip("/"), "rw": b.writable, "overlay": b.overlay}
+                      for b in binds],
+            "limits": limits.as_dict(),
+            "argv": list(argv),
+            "env": dict(env),
+            "cwd": cwd,
+            "stdin": "pipe" if stdin else "null",
+            "seccomp_bpf": self._seccomp.hex() if self._seccomp else None,
+            "drop_groups": os.geteuid() == 0,
+            "seed_out": str(seed_out) if seed_out else None,
+            "sync_w": sync_w,
+            "go_r": go_r,
+            "status_w": status_w,
+        }
+        cfg_path = scratch / "config.marshal"
+        cfg_path.write_bytes(marshal.dumps(cfg))
+        fds = (sync_w, go_r, status_w)
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", str(INIT), str(cfg_path)],
+                stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                pass_fds=fds,
+                start_new_session=True,
+                env={},
+            )
+        except BaseException:
+            for fd in (sync_r, go_w, status_r):
+                os.close(fd)
+            raise
+        finally:
+            for fd in fds:
+                os.close(fd)
+        return proc, sync_r, go_w, status_r
+
+    def spawn(
+        self,
+        argv: Sequence[str],
+        *,
+        binds: Sequence[Bind] = (),
+        limits: Limits | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str = "/tmp",
+        start_timeout: float = 30.0,
+    ) -> SandboxedProcess:
+        """Start ``argv`` in the sandbox and return at once: a long-lived program the caller
+        speaks to over its stdin and stdout (the ``os_process`` tier's workers).
+
+        The same root, namespaces, uid drop, seccomp and rlimits as :meth:`run`; no
+        wall-clock deadline of its own (``limits.wall_seconds`` is not used): the caller
+        ends it with :meth:`SandboxedProcess.kill` or :meth:`SandboxedProcess.close`.
+        """
+        limits = limits or Limits()
+        _check_launch(argv, binds)
+        full_env = {"PATH": DEFAULT_PATH, "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8"}
+        full_env.update(env or {})
+        scratch = Path(tempfile.mkdtemp(prefix="wb-spawn-"))
+        try:
+            proc, sync_r, go_w, status_r = self._start(scratch, argv, binds, limits, full_env, cwd,
+                                                       stdin=True, seed_out=None)
+        except BaseException:
+            shutil.rmtree(scratch, ignore_errors=True)
+            raise
+        box = SandboxedProcess(proc, scratch, sync_r, go_w, status_r)
+        try:
+            box.init_pid = self._handshake(proc, sync_r, go_w, os.geteuid() == 0, time.monotonic() + start_timeout)
+        except BaseException:
+            box.close()
+            raise
+        if box.init_pid is None:
+            status = box.close()
+            if status.get("phase") in ("unshare", "setup"):
+                raise SandboxUnavailable(f"the sandbox could not be set up ({status['phase']}): {status['error']}")
+            raise Internal(f"the sandboxed {argv[0]} did not start (exit {proc.returncode})")
+        # The init has read its config; nothing else needs the scratch files on the host.
+        (scratch / "config.marshal").unlink(missing_ok=True)
+        return box
 
     @staticmethod
     def _handshake(proc, sync_r, go_w, root_user, deadline) -> int | None:
@@ -347,6 +396,103 @@ def _pump(proc: subprocess.Popen, stdin: bytes | None, limits: Limits, deadline:
     sel.close()
     out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()  # type: ignore[union-attr]
     return bytes(bufs[out_fd]), bytes(bufs[err_fd]), trunc[out_fd], trunc[err_fd], timed_out
+
+
+
+def _check_launch(argv: Sequence[str], binds: Sequence[Bind]) -> None:
+    """Refuse a relative program or a bind that would cover the sandbox's own mounts."""
+    if not argv or not argv[0].startswith("/"):
+        raise InvalidArgs(f"sandbox argv[0] must be an absolute path inside the sandbox, got {argv[:1]!r}")
+    for b in binds:
+        if not b.dst.startswith("/") or ".." in Path(b.dst).parts or b.dst.rstrip("/") in ("", "/out", "/tmp", "/proc", "/dev"):
+            raise InvalidArgs(f"bind target {b.dst!r} must be an absolute path outside /out, /tmp, /proc, /dev")
+        if not b.src.exists():
+            raise InvalidArgs(f"bind source {b.src} does not exist")
+        if b.overlay and (not b.src.is_dir() or any(c in str(b.src.resolve()) for c in ",:\\")):
+            raise InvalidArgs(f"overlay source {b.src} must be a folder whose path has no ',', ':' or '\\'")
+
+
+class SandboxedProcess:
+    """A program :meth:`Sandbox.spawn` started: write to ``stdin_fd``, read ``stdout_fd`` and
+    ``stderr_fd``; :meth:`kill` ends it (SIGKILL to pid 1 of its namespace ends everything
+    in it); :meth:`close` kills, reaps and removes its host-side scratch folder."""
+
+    def __init__(self, proc: subprocess.Popen, scratch: Path, sync_r: int, go_w: int, status_r: int) -> None:
+        self.proc = proc
+        self.scratch = scratch
+        self.init_pid: int | None = None
+        self._fds = [sync_r, go_w, status_r]
+        self._status_r = status_r
+        self._lock = threading.Lock()
+        self._closed = False
+        self._status: dict | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def stdin_fd(self) -> int:
+        return self.proc.stdin.fileno()  # type: ignore[union-attr]
+
+    @property
+    def stdout_fd(self) -> int:
+        return self.proc.stdout.fileno()  # type: ignore[union-attr]
+
+    @property
+    def stderr_fd(self) -> int:
+        return self.proc.stderr.fileno()  # type: ignore[union-attr]
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL the sandbox (its pid 1, the outer init, its session); safe to repeat."""
+        for pid in (self.init_pid, self.proc.pid):
+            if pid and self.proc.returncode is None:
+                _kill(pid)
+        if self.proc.returncode is None:
+            with _suppress(OSError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """The program's exit code once it ended (negative: killed by that signal), or
+        ``None`` if it still runs after ``timeout`` seconds."""
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        code = self.status().get("exit")
+        return int(code) if isinstance(code, int) else self.proc.returncode
+
+    def status(self) -> dict:
+        """The init's report once the sandbox ended (``{}`` before, or if there is none)."""
+        with self._lock:
+            if self._status is None and self.proc.returncode is not None:
+                self._status = {}
+                with _suppress(OSError):
+                    os.set_blocking(self._status_r, False)
+                    self._status = _read_status(self._status_r)
+            return self._status or {}
+
+    def close(self) -> dict:
+        """Kill, reap and clean up; returns the init's status report (``{}`` if none)."""
+        with self._lock:
+            if self._closed:
+                return self._status or {}
+            self._closed = True
+        self.kill()
+        self.proc.wait()
+        status = self.status()
+        for fd in self._fds:
+            with _suppress(OSError):
+                os.close(fd)
+        for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if pipe is not None:
+                with _suppress(OSError):
+                    pipe.close()
+        shutil.rmtree(self.scratch, ignore_errors=True)
+        return status
 
 
 def _read_status(fd: int) -> dict:

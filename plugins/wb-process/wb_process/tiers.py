@@ -1,37 +1,56 @@
-"""The ``os_process`` tier (rung 1): a command runs in a separate process inside the
-build sandbox — its own namespaces, no network, no host files but its module, uid 1000,
-seccomp, rlimits, a wall-clock deadline — on top of wasm's own linear-memory isolation.
+"""The ``os_process`` tier (rung 1): a command runs in a warm, sandboxed worker process.
 
-Each call starts one sandboxed interpreter that loads wasmtime and runs the module
-(about a few hundred ms: a pool of warm workers speaking seed 003's framed protocol is
-the next step). Capabilities are not bridged across the process boundary yet: a command
-whose effective caps are not empty is refused here with that reason, never run without them.
+The worker (``_tier_worker.py``, lent by :mod:`wb_process.pool`) is a Python inside the
+build sandbox — its own namespaces, no network (not even loopback), no host files but the
+Python runtime and wasmtime, read-only; uid 1000, no capabilities, seccomp, rlimits — on
+top of wasm's own linear-memory isolation. One call, in frames (:mod:`wb_process.frames`):
+
+1. ``Exec``: the module's sha256 (and its bytes, the first time this worker sees it),
+   argv, stdin, the profile's memory limit and output caps, the time left;
+2. when the module imports anything but WASI, ``Link``: the worker names its imports and
+   the host answers which ``wb.<cap>`` to link — the Dock's own link-time decision
+   (an ungranted cap is ``CapabilityDenied`` naming it, as at tier instance);
+3. each ``wb.<cap>`` call of the guest is a ``BrokerCall``; the host answers it with
+   ``Dock.call_raw`` under a context made from the request (principal, caps, the call's
+   deadline, allowed hosts, toolkit) — the full cadence, audited, in this process — on a
+   broker thread, while the caller keeps the deadline;
+4. ``ExecResult``: exit code, output, and how the guest ended; the host maps it to the
+   same result or error the instance tier gives (Timeout, LimitExceeded, GuestTrap).
+
+The worker holds no credential and opens no connection; everything it sends is checked
+here like untrusted input (sizes, types, the caps it may call). The watchdog SIGKILLs a
+worker past the deadline + ``GRACE_S``: the call ends in ``Timeout``; a worker that dies
+otherwise ends the call in ``Internal`` ("worker died"), and the pool replaces it.
 """
 
 from __future__ import annotations
 
-import sys
-import tempfile
-from pathlib import Path
+import itertools
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from wbcore.errors import CapabilityDenied, InvalidArgs, Timeout
+from wbcore.calls import CallResult, CommandRequest, GuestTrap, LimitExceeded, Usage
+from wbcore.errors import CapabilityDenied, Internal, InvalidArgs, NotFound, Timeout, WbError
 from wbcore.records import Availability
 
+from wb_process import frames
+from wb_process.pool import GRACE_S, Pool, Worker, _wasmtime_dir, shared
+
 if TYPE_CHECKING:
+    from wbcore.dock import DockContext
     from wbcore.runtime import Runtime
 
-WORKER = Path(__file__).with_name("_tier_worker.py")
-DENIED = "wb-os-process: capability-denied: "  # the worker's refusal line (see _tier_worker.py)
-
-
-def _wasmtime_dir() -> Path | None:
-    import importlib.util
-
-    spec = importlib.util.find_spec("wasmtime")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations))).parent
+WASI = "wasi_snapshot_preview1"
+CAPS = "wb"
+PAGE = 65536
+_ids = itertools.count(1)
+_ERRORS: dict[str, type[WbError]] = {
+    "not-found": NotFound, "invalid-args": InvalidArgs, "timeout": Timeout,
+    "capability-denied": CapabilityDenied, "internal": Internal,
+}
 
 
 def available() -> Availability:
@@ -43,57 +62,294 @@ def available() -> Availability:
     return Availability.yes(f"sandbox: {reason}") if ok else Availability.no(f"the build sandbox is unavailable: {reason}")
 
 
+def near_memory_cap(peak: int, cap: int) -> bool:
+    """Whether a guest that failed was plausibly refused memory (the instance tier's rule:
+    within 1/16 of the cap, at least one page — ``memory.grow`` fails silently)."""
+    return peak + max(PAGE, cap // 16) > cap
+
+
 class OsProcessTier:
-    def __init__(self, runtime: Runtime) -> None:
+    """The tier driver: ``call(CommandRequest) -> CallResult`` through a pooled worker."""
+
+    def __init__(self, runtime: Runtime, pool: Pool | None = None) -> None:
         self.runtime = runtime
+        self._pool = pool
 
-    def call(self, request: Any) -> Any:
-        from wbcore.calls import CallResult, CommandRequest, Usage
+    @property
+    def pool(self) -> Pool:
+        if self._pool is None:
+            self._pool = shared(self.runtime.env)
+        return self._pool
 
-        from wb_process.sandbox import Bind, Limits, Sandbox, system_binds
-
+    def call(self, request: Any) -> CallResult:
         if not isinstance(request, CommandRequest):
             raise InvalidArgs(f"tier os_process cannot run a {type(request).__name__} yet (commands only)")
-        if request.caps:
-            raise CapabilityDenied(
-                f"tier os_process does not bridge capabilities yet; {request.name} is granted "
-                f"{', '.join(sorted(request.caps))}: run it at tier instance"
-            )
-        wasmtime_dir = _wasmtime_dir()
-        if wasmtime_dir is None:
-            raise InvalidArgs("tier os_process needs wasmtime importable")
-        argv = [request.name, *request.argv]
-        stdin = request.stdin
-        if request.arg_mode == "stdin1" and request.argv:
-            stdin = " ".join(request.argv).encode() + b"\n" + stdin
-            argv = [request.name]
-        base = Path(sys.base_prefix).resolve()
-        python = Path(sys.executable).resolve()
-        if not python.is_relative_to(base):
-            python = base / "bin" / f"python{sys.version_info.major}.{sys.version_info.minor}"
-        binds = system_binds() + [
-            Bind(base, str(base)),
-            Bind(wasmtime_dir, "/wb/site"),
-            Bind(WORKER, "/wb/worker.py"),
-            Bind(Path(request.artifact), "/wb/module.wasm"),
-        ]
-        prof = request.profile
-        # wasmtime reserves virtual address space (guard regions) per linear memory; the
-        # guest's real memory is capped by the store's limits, not by RLIMIT_AS.
-        limits = Limits(wall_seconds=request.timeout_s + 2.0, cpu_seconds=int(request.timeout_s) + 2, address_space=64 << 30,
-                        output_bytes=max(prof.stdout_bytes, prof.stderr_bytes), out_bytes=1 << 20, tmp_bytes=16 << 20)
-        with tempfile.TemporaryDirectory(prefix="wb-osp-") as tmp:
-            res = Sandbox().run(
-                [str(python), "-I", "-S", "/wb/worker.py", "/wb/site", "/wb/module.wasm", str(prof.memory_bytes), *argv],
-                binds=binds, out_dir=Path(tmp), limits=limits, stdin=stdin, cwd="/tmp",
-            )
-        if res.timed_out or res.limit in ("cpu", "wall-clock"):
-            raise Timeout(f"{request.name}: over its {request.timeout_s:g}s deadline at tier os_process")
-        if res.returncode == 126 and res.stderr.startswith(DENIED.encode()):
-            line = res.stderr.splitlines()[0].decode("utf-8", "replace")
-            raise CapabilityDenied(f"{request.name}: {line.removeprefix(DENIED)}")
-        return CallResult(stdout=res.stdout[: prof.stdout_bytes], stderr=res.stderr[: prof.stderr_bytes],
-                          exit_code=res.returncode, usage=Usage(wall_s=res.duration, bytes_out=len(res.stdout)))
+        if _wasmtime_dir() is None:
+            raise InvalidArgs("tier os_process needs wasmtime importable (pip install wasmtime)")
+        start = time.monotonic()
+        deadline = start + request.timeout_s
+        self.runtime.artifacts.verify(request.sha256)  # a tampered artifact never leaves this host
+        pool = self.pool
+        worker = pool.acquire(deadline)
+        call = _Call(self.runtime, worker, request, start, deadline)
+        try:
+            pool.watchdog.arm(worker, deadline + GRACE_S, "timeout", request.cancel)
+            try:
+                return call.run()
+            finally:
+                pool.watchdog.disarm(worker)
+                if call.in_flight:
+                    worker.kill()  # left mid-conversation: it can never serve another call
+        finally:
+            pool.release(worker)
+
+
+class _Call:
+    """One command call's conversation with one worker."""
+
+    def __init__(self, runtime: Runtime, worker: Worker, req: CommandRequest, start: float, deadline: float) -> None:
+        self.runtime, self.worker, self.req = runtime, worker, req
+        self.start, self.deadline = start, deadline
+        self.id = next(_ids)
+        self.ctx: DockContext | None = None
+        self.linked: frozenset[str] = frozenset()
+        self.refusal: WbError | None = None
+        self.in_flight = False  # an Exec was sent and its ExecResult has not arrived
+
+    # --- the conversation ---------------------------------------------------------------
+
+    def run(self) -> CallResult:
+        w, F = self.worker, frames
+        try:
+            self.send_exec(with_module=not w.has_module(self.req.sha256))
+            while True:
+                kind, payload = w.chan.recv()
+                if kind == F.EXEC_RESULT:
+                    obj, blobs = F.unpack(payload)
+                    self.check_id(obj)
+                    if obj.get("missing") is True:  # the worker dropped it from its cache
+                        self.send_exec(with_module=True)
+                        continue
+                    self.in_flight = False
+                    w.calls += 1
+                    cpu = obj.get("cpu")
+                    if isinstance(cpu, (int, float)) and not isinstance(cpu, bool):
+                        w.cpu = float(cpu)
+                    return self.finish(obj, blobs)
+                if kind == F.LINK:
+                    self.link(*F.unpack(payload))
+                elif kind == F.BROKER_CALL:
+                    self.broker(*F.unpack(payload))
+                elif kind == F.REFUSED:
+                    obj, _ = F.unpack(payload)
+                    raise F.FrameError("unexpected", f"the worker refused the call: {obj.get('reason')}: {obj.get('message')}")
+                else:
+                    raise F.FrameError("unexpected", f"the worker sent {F.name(kind)} during a call")
+        except (F.FrameError, OSError) as exc:
+            raise self.lost(exc) from None
+
+    def send_exec(self, *, with_module: bool) -> None:
+        req, prof = self.req, self.req.profile
+        argv = [req.name, *req.argv]
+        stdin = req.stdin
+        if req.arg_mode == "stdin1" and req.argv:
+            # seed 000: the first stdin line is the argument (jq, grep)
+            stdin = " ".join(req.argv).encode() + b"\n" + stdin
+            argv = [req.name]
+        obj = {"id": self.id, "sha256": req.sha256, "argv": argv, "memory": prof.memory_bytes,
+               "timeout_s": max(0.0, self.deadline - time.monotonic()),
+               "stdout_cap": prof.stdout_bytes, "stderr_cap": prof.stderr_bytes}
+        blobs = [stdin]
+        if with_module:
+            blobs.append(self.runtime.artifacts.read_verified(req.sha256))
+        if sum(len(b) for b in blobs) > frames.MAX_FRAME - 4096:
+            raise InvalidArgs(f"{req.name}: stdin and module together exceed the {frames.MAX_FRAME >> 20} MiB frame "
+                              "cap of tier os_process")
+        self.in_flight = True
+        self.worker.chan.send_frame(frames.seal(frames.EXEC, self.worker.secret, obj, *blobs))
+        if with_module:
+            self.worker.sent_module(req.sha256)
+
+    def check_id(self, obj: dict[str, Any]) -> None:
+        if obj.get("id") != self.id:
+            raise frames.FrameError("unexpected", f"the worker answered call {obj.get('id')!r}, not {self.id}")
+
+    def lost(self, exc: Exception) -> WbError:
+        """The error for a call whose worker stopped speaking the protocol or died."""
+        w, req = self.worker, self.req
+        if not w.killed:
+            w.box.wait(timeout=1.0)  # a worker that died on its own: let its sandbox report how
+        w.kill()
+        if w.killed == "timeout":
+            return Timeout(f"{req.name}: stopped after {time.monotonic() - self.start:.3f} s: over its "
+                           f"{req.timeout_s:g} s deadline (its os_process worker was killed)")
+        if w.killed == "cancelled":
+            return Timeout(f"{req.name}: cancelled by the caller after {time.monotonic() - self.start:.3f} s; "
+                           "its os_process worker was killed")
+        why = exc.message if isinstance(exc, frames.FrameError) else f"{type(exc).__name__}: {exc}"
+        return Internal(f"{req.name}: the os_process worker died ({why}); it {w.death()}. "
+                        "The pool starts a new one; run the call again")
+
+    # --- caps: the worker asks, the Dock decides ------------------------------------------
+
+    def link(self, obj: dict[str, Any], blobs: list[bytes]) -> None:
+        self.check_id(obj)
+        if self.ctx is not None:
+            raise frames.FrameError("unexpected", "the worker asked to link twice in one call")
+        raw = frames.field(obj, "imports", list)
+        imports = [(i[0], i[1]) for i in raw if isinstance(i, list) and len(i) == 2
+                   and isinstance(i[0], str) and isinstance(i[1], str)]
+        if len(imports) != len(raw):
+            raise frames.FrameError("malformed", "Link imports must be [module, name] pairs of strings")
+        req = self.req
+        dock = self.runtime.dock
+        self.ctx = dock.context(principal=req.principal, caps=req.caps, timeout=max(0.0, self.deadline - time.monotonic()),
+                                allowed_hosts=req.allowed_hosts, toolkit=req.toolkit)
+        caps: list[str] = []
+        try:
+            for module, item in imports:
+                if module not in (WASI, CAPS):
+                    raise CapabilityDenied(f"{req.name}: imports {module}.{item}; a guest may import only {WASI} "
+                                           f"(stdio) and {CAPS}.<cap> (brokered caps)")
+            caps = _linkable(dock, [item for module, item in imports if module == CAPS], self.ctx)
+        except CapabilityDenied as exc:
+            self.refusal = exc if exc.message.startswith(f"{req.name}: ") else CapabilityDenied(f"{req.name}: {exc.message}")
+        except WbError as exc:
+            self.refusal = exc
+        w = self.worker
+        if self.refusal is not None:
+            w.chan.send_frame(frames.seal(frames.LINK_ANSWER, w.secret, {"id": self.id, "refused": True}))
+            return
+        self.linked = frozenset(caps)
+        w.chan.send_frame(frames.seal(frames.LINK_ANSWER, w.secret, {"id": self.id, "caps": caps}, _info(dock, self.ctx)))
+
+    def broker(self, obj: dict[str, Any], blobs: list[bytes]) -> None:
+        self.check_id(obj)
+        ctx = self.ctx
+        if ctx is None:
+            raise frames.FrameError("unexpected", "the worker called a cap before linking any")
+        cap = frames.field(obj, "cap", str)
+        request = frames.blobs_of(blobs, 1, frames.BROKER_CALL)[0]
+        dock = self.runtime.dock
+        if cap not in self.linked:
+            status, body = _deny(dock, ctx, cap, CapabilityDenied(f"cap {cap!r} was not linked for {ctx.principal}"))
+        elif "outside" in obj:
+            ptr, n = (frames.field(obj, "outside", list) + [0, 0])[:2]
+            status, body = _deny(dock, ctx, cap, InvalidArgs(f"{cap}: request [{ptr}, +{n}) lies outside guest memory"))
+        elif "too_large" in obj:
+            exc = InvalidArgs(f"{cap}: request of {frames.field(obj, 'too_large', int)} bytes exceeds the "
+                              f"{frames.MAX_FRAME}-byte cap")
+            exc.reason = "too-large"  # type: ignore[attr-defined]
+            status, body = _deny(dock, ctx, cap, exc)
+        else:
+            status, body = self.on_broker_thread(dock.call_raw, ctx, cap, request)
+        w = self.worker
+        w.chan.send_frame(frames.seal(frames.BROKER_ANSWER, w.secret, {"id": self.id, "status": status}, body))
+
+    def on_broker_thread(self, fn: Any, *args: Any) -> Any:
+        """``fn(*args)`` on a broker thread while this one keeps the deadline: a broker
+        that blocks cannot hold the caller past deadline + grace (the result that comes
+        later is dropped), and a cancelled or killed call stops waiting at once."""
+        from concurrent.futures import wait
+
+        fut = _brokers().submit(fn, *args)
+        w = self.worker
+        while True:
+            done, _ = wait([fut], timeout=0.05)
+            if done:
+                return fut.result()
+            if w.killed:
+                raise frames.FrameError("eof", "the worker was killed while its broker call ran")
+            if time.monotonic() > self.deadline + GRACE_S:
+                w.kill("timeout")
+                raise frames.FrameError("eof", "the broker call outlived the deadline")
+
+    # --- the outcome: the same results and errors as the instance tier ---------------------
+
+    def finish(self, obj: dict[str, Any], blobs: list[bytes]) -> CallResult:
+        req, prof, F = self.req, self.req.profile, frames
+        name = req.name
+        if obj.get("refused") is True:
+            if self.refusal is None:
+                raise F.FrameError("unexpected", "the worker reported a refusal the host did not make")
+            raise self.refusal
+        err = obj.get("error")
+        if isinstance(err, dict):
+            cls = _ERRORS.get(str(err.get("kind")), Internal)
+            raise cls(f"{name}: {str(err.get('message', ''))[:2000]}")
+        stdout, stderr = F.blobs_of(blobs, 2, F.EXEC_RESULT)
+        exit_code = F.field(obj, "exit", int)
+        reason = F.field(obj, "reason", str)
+        trap = F.field(obj, "trap", (str, type(None)))
+        trap_code = F.field(obj, "trap_code", str)
+        peak = F.field(obj, "peak", int)
+        wall = float(F.field(obj, "wall", (int, float)))
+        out_size, err_size = F.field(obj, "out_size", int), F.field(obj, "err_size", int)
+        at_memory_cap = near_memory_cap(peak, prof.memory_bytes)
+        over = reason if reason in ("stdout", "stderr") else (
+            "stdout" if out_size > prof.stdout_bytes or len(stdout) > prof.stdout_bytes else
+            "stderr" if err_size > prof.stderr_bytes or len(stderr) > prof.stderr_bytes else "")
+        if reason == "timeout":
+            raise Timeout(f"{name}: stopped after {wall:.3f} s: over its {req.timeout_s:g} s deadline")
+        if over:
+            cap = prof.stdout_bytes if over == "stdout" else prof.stderr_bytes
+            raise LimitExceeded(f"{name}: {over} passed the {cap}-byte cap of profile {prof.name}; output stopped",
+                                limit=over)
+        if trap_code == "INTERRUPT":
+            raise Timeout(f"{name}: stopped after {wall:.3f} s: over its {req.timeout_s:g} s deadline")
+        if obj.get("no_start") is True:
+            raise InvalidArgs(f"{name}: artifact {req.sha256[:12]}… exports no _start (is it a WASI command?)")
+        if trap is not None:
+            if at_memory_cap:
+                raise LimitExceeded(
+                    f"{name}: hit the {prof.memory_bytes >> 20} MiB memory limit of profile {prof.name} "
+                    f"(it had {peak / (1 << 20):.1f} MiB; {trap})", limit="memory")
+            raise GuestTrap(f"{name}: guest trapped: {trap}")
+        if exit_code != 0 and at_memory_cap:
+            raise LimitExceeded(
+                f"{name}: exited {exit_code} at the {prof.memory_bytes >> 20} MiB memory limit of profile {prof.name}",
+                limit="memory")
+        usage = Usage(wall_s=time.monotonic() - self.start, peak_memory=peak, bytes_out=len(stdout) + len(stderr))
+        return CallResult(stdout, stderr, exit_code, usage)
+
+
+# --- the Dock's decisions, asked by name ----------------------------------------------------
+
+
+_broker_lock = threading.Lock()
+_broker_pool: ThreadPoolExecutor | None = None
+
+
+def _brokers() -> ThreadPoolExecutor:
+    """The threads that run bridged broker calls (a nested command runs on one of them)."""
+    global _broker_pool
+    with _broker_lock:
+        if _broker_pool is None:
+            _broker_pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="wb-os-process-broker")
+        return _broker_pool
+
+
+def _forget_brokers_after_fork() -> None:
+    global _broker_pool, _broker_lock
+    _broker_pool, _broker_lock = None, threading.Lock()  # the parent's threads are not here
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_brokers_after_fork)
+
+
+def _linkable(dock: Any, names: list[str], ctx: DockContext) -> list[str]:
+    """The caps to link for ``wb.<name>`` imports: the Dock's link-time decision (an
+    ungranted or unknown cap is CapabilityDenied naming it; an uninstalled broker NotFound)."""
+    return list(dock.linkable(names, ctx))
+
+
+def _info(dock: Any, ctx: DockContext) -> bytes:
+    return dock.info(ctx)
+
+
+def _deny(dock: Any, ctx: DockContext, cap: str, exc: WbError) -> tuple[int, bytes]:
+    return dock.deny(ctx, cap, exc)
 
 
 def factory(runtime: Runtime) -> OsProcessTier:
