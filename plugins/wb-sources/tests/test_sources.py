@@ -176,7 +176,7 @@ def test_local_sources_relative_and_file_urls(rt, tmp_path: Path) -> None:
     (tk / "bin" / "tool.wasm").write_bytes(WASM)
     res = resolve(rt, tmp_path, "wasm:bin/tool.wasm", SHA256=sha(WASM))
     assert res.artifact.read_bytes() == WASM and res.artifact.parent == tmp_path / "work"
-    with pytest.raises(InvalidArgs, match="sha256 mismatch"):
+    with pytest.raises(WbError, match="sha256 mismatch"):
         resolve(rt, tmp_path, "wasm:bin/tool.wasm", SHA256="0" * 64)
     with pytest.raises(InvalidArgs, match="needs #\\+SHA256"):
         resolve(rt, tmp_path, "wasm:bin/tool.wasm")
