@@ -142,6 +142,10 @@ class BuildLane:
     #: The lane runs a native compiler in the runtime's build sandbox
     #: (``Runtime.build_sandbox()``): it can build only where one is served and works.
     needs_build_sandbox: bool = False
+    #: Manifest keywords that change this lane's output (python: ``PY_MODULE``, ``WIT_WORLD``,
+    #: ``WASI``; c/zig: ``BUILD_FLAGS``): the build-cache key covers their values
+    #: (``wbcore.build.cache.key``), so two toolkits differing only there never share a build.
+    output_fields: tuple[str, ...] = ()
 
     def availability(self, runtime: Runtime) -> Availability:
         """Whether this lane can build here: its own ``available()`` and, when it

@@ -30,4 +30,5 @@ def wbcore_build_lanes() -> Iterator[BuildLane]:
         "epoch deadline and memory cap; zero native execution",
         factory=_factory,
         available=_available,
+        output_fields=("BUILD_FLAGS",),
     )

@@ -32,4 +32,5 @@ def wbcore_build_lanes() -> Iterator[BuildLane]:
         factory=_factory,
         available=_available,
         needs_build_sandbox=True,
+        output_fields=("BUILD_FLAGS",),
     )
