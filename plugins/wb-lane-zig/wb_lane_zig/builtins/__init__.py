@@ -55,7 +55,8 @@ def version(name: str) -> str:
         resolved = stage(name, Path(tmp) / "src")
         return "c-" + pipeline.cache_key(
             lane="c", version=lane_version(zig) if not isinstance(zig, str) else "none", output_fields=OUTPUT_FIELDS,
-            manifest=manifest(name), resolved=resolved, flags=())[:16]
+            manifest=manifest(name), source_digest=resolved.digest, entry=resolved.entry,
+            flags=())[:16]
 
 
 def build(runtime: Any, name: str) -> bytes:
