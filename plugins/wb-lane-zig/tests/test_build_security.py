@@ -133,11 +133,12 @@ def test_zig_embedfile_climbing_out_of_the_source_fails(rt, wbx, make_toolkit, t
     assert rt.registry.lookup("command", "embedup") is None
 
 
-def test_object_files_in_the_source_are_refused_unless_declared(rt, wbx, make_toolkit) -> None:
+def test_object_files_in_the_source_are_refused_unless_declared(make_runtime, zig_cache: Path, wbx, make_toolkit) -> None:
     c_toolkit(make_toolkit, "objs", {"src/main.c": C_MAIN, "src/lib/helper.o": "\x7fELF"})
-    res = wbx("toolkit", "build", "objs", runtime=rt)
-    assert res.exit_code == 2 and "'lib/helper.o'" in res.stderr and "#+BUILD_OBJECTS" in res.stderr
     c_toolkit(make_toolkit, "objs2", {"src/main.c": C_MAIN, "src/lib/helper.o": "\x7fELF"},
               BUILD_OBJECTS="lib/helper.o")
+    rt = make_runtime(env={"WB_ZIG_CACHE": str(zig_cache), "WB_BUILD_TIMEOUT": "60", "PATH": os.environ.get("PATH", "")})
+    res = wbx("toolkit", "build", "objs", runtime=rt)
+    assert res.exit_code == 2 and "'lib/helper.o'" in res.stderr and "#+BUILD_OBJECTS" in res.stderr
     res = wbx("toolkit", "build", "objs2", runtime=rt)
     assert res.exit_code == 0, res.stderr  # declared: the lane builds (its *.c; the .o is not linked)
