@@ -45,14 +45,14 @@ def test_argv_stubs_wasi_unless_asked(make_runtime, pykit: Path, tmp_path: Path)
     assert "--stub-wasi" not in argv
 
 
-def test_a_wit_folder_linked_out_of_the_toolkit_is_refused(pykit: Path, tmp_path: Path) -> None:
+def test_a_wit_folder_linked_out_of_the_toolkit_is_refused(make_runtime, pykit: Path, tmp_path: Path) -> None:
     import os
 
     outside = tmp_path / "outside-wit"
     shutil.copytree(pykit / "src" / "wit", outside)
     os.symlink(outside, pykit / "linked-wit")
     with pytest.raises(InvalidArgs, match="linked-wit: symlink to a path outside the toolkit root"):
-        PythonLane().argv(_request(pykit, tmp_path, WIT="linked-wit"))
+        PythonLane(make_runtime(plugins=["lane-python"])).argv(_request(pykit, tmp_path, WIT="linked-wit"))
 
 
 @pytest.mark.parametrize("extra, match", [
