@@ -142,8 +142,8 @@ def test_tree_digest_covers_every_byte_the_sandbox_shows(tmp_path: Path) -> None
 
 
 def test_key_moves_with_every_input() -> None:
-    base = dict(lane="python", version="componentize-py 1", source_digest="a" * 64, flags=("-O2",), entry=None,
-                fields={"PY_MODULE": "app", "WASI": None})
+    base = {"lane": "python", "version": "componentize-py 1", "source_digest": "a" * 64, "flags": ("-O2",),
+            "entry": None, "fields": {"PY_MODULE": "app", "WASI": None}}
     k = cache.key(**base)
     assert k == cache.key(**base)
     variants = [{"lane": "c"}, {"version": "componentize-py 2"}, {"source_digest": "b" * 64}, {"flags": ("-O3",)},

@@ -6,7 +6,7 @@ import json
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Self
 
 import typer
 
@@ -42,7 +42,7 @@ class Progress:
         self._stop = threading.Event()
         self._ticker = threading.Thread(target=self._tick, name="wbx-build-ticker", daemon=True) if tick else None
 
-    def __enter__(self) -> Progress:
+    def __enter__(self) -> Self:
         if self._ticker is not None:
             self._ticker.start()
         return self

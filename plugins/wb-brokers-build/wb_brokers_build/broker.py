@@ -33,7 +33,7 @@ from wbcore import dispatch, policy
 from wbcore.build import BuildFailed, ResolvedSource, pipeline, tree_digest
 from wbcore.calls import Principal
 from wbcore.dock import refuse
-from wbcore.errors import CapabilityDenied, InvalidArgs, NotFound, WbError, unknown_name
+from wbcore.errors import CapabilityDenied, InvalidArgs, NotFound, unknown_name
 from wbcore.manifest import Manifest
 
 MAX_FILES = 256

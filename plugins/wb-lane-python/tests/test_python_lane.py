@@ -202,7 +202,7 @@ import wit_world
 
 SEEN = []
 for path in ("/etc/shadow", "/etc/passwd", os.path.expanduser("~/.ssh/id_rsa"), "/root/.ssh/id_rsa",
-             os.environ.get("WB_HOME", "/nonexistent") + "/registry.db"):
+             os.environ.get("WB_HOME", "/nonexistent") + "/secret.txt"):
     try:
         with open(path, "rb") as fh:
             SEEN.append("READ " + path + " " + repr(fh.read(40)))
@@ -232,7 +232,7 @@ class WitWorld(wit_world.WitWorld):
 
 @pytest.mark.slow
 def test_module_code_at_build_time_sees_no_host(make_runtime, build_sandbox, toolkit_root: Path,
-                                                 wb_home: Path) -> None:
+                                                 wb_home: Path, monkeypatch) -> None:
     """componentize-py imports the module while building: its top level reads nothing of
     the host ($WB_HOME, ~/.ssh, /etc/shadow) — it runs inside wasmtime, in the sandbox."""
     for needed in ("wb_sources", "wb_wasmtime"):
@@ -241,15 +241,17 @@ def test_module_code_at_build_time_sees_no_host(make_runtime, build_sandbox, too
     from wbcore.build import BuildFailed
     from wbcore.builder import build
 
-    (wb_home / "registry.db").write_bytes(b"host state")  # a real file in $WB_HOME the probe asks for
+    (wb_home / "secret.txt").write_text("HOST-SECRET-PY\n")  # a real file in $WB_HOME the probe asks for
     _text_tools(toolkit_root, "probe", app=HOST_PROBE)
+    monkeypatch.setenv("WB_HOME", str(wb_home))  # the building process has it: the build must not
     rt = make_runtime(env={"WB_HOME": str(wb_home), "HOME": str(Path.home())})
     try:
         build(rt, "probe")
     except BuildFailed as exc:  # refused inside the sandbox: also a pass, as long as nothing leaked
-        assert "root:" not in exc.log and "BEGIN" not in exc.log
+        assert "root:" not in exc.log and "HOST-SECRET-PY" not in exc.log
         return
     seen = ToolkitProvider(rt, only=["probe"]).call_json("probe.slugify", {"text": ""}).structured
-    assert "READ" not in seen and "root:" not in seen, seen
+    assert "READ" not in seen and "root:" not in seen and "HOST-SECRET-PY" not in seen, seen
+    assert "no /etc/shadow" in seen, seen
     env = next(part for part in seen.split(" | ") if part.startswith("env "))
     assert "WB_HOME" not in env and "SSH" not in env, seen
