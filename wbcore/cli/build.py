@@ -67,7 +67,7 @@ class Progress:
         while not self._stop.wait(TICK_S):
             with self._lock:
                 now = time.perf_counter()
-                if self.phase and now - self.since >= TICK_S - 0.05:
+                if self.phase and now - self.since >= 1.0:  # a step past a second: say it is still running
                     print(f"  {now - self.t0:6.2f}s {self.phase:<8} … still working ({now - self.since:.0f}s in this step)",
                           file=sys.stderr, flush=True)
 
