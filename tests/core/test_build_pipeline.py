@@ -250,3 +250,14 @@ def test_not_a_tty_prints_phase_lines_only(rt_factory, make_toolkit, wbx) -> Non
     pyish_toolkit(make_toolkit, "quiet")
     r = wbx("toolkit", "build", "quiet", runtime=rt_factory(sleep=5.0))
     assert r.exit_code == 0 and "still working" not in r.stderr and "pyish: compiling" in r.stderr
+
+
+def test_manifest_fields_read_keywords_and_core_fields(tmp_path: Path) -> None:
+    from wbcore.manifest import parse
+    from wbcore.testing import manifest_text
+
+    m = parse(manifest_text("kern", exec="kernel", extra={"CLI_BIN": "k", "KERNEL_ENTRY": "run", "PY_MODULE": "app"}),
+              tmp_path / "manifest.org")
+    got = cache.manifest_fields(m, (*cache.ALWAYS_FIELDS, "PY_MODULE", "WASI"))
+    assert got["CLI_BIN"] == "k" and got["ID"] == "kern" and got["EXEC"] == "kernel"
+    assert got["KERNEL_ENTRY"] == "run" and got["PY_MODULE"] == "app" and got["WASI"] is None
