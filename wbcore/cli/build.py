@@ -10,8 +10,6 @@ from typing import TYPE_CHECKING, Self
 
 import typer
 
-from wbcore.cli.output import JSON_HELP
-
 if TYPE_CHECKING:
     from wbcore.runtime import Runtime
 
@@ -81,7 +79,7 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
         replace_command: str | None = typer.Option(
             None, "--replace-command", metavar="NAME",
             help="Take over NAME, which another toolkit registered (audited)."),
-        json_: bool = typer.Option(False, "--json", help=JSON_HELP),
+        json_: bool = typer.Option(False, "--json", help="Stream one JSON object per line: phase events, then the result."),
     ) -> None:
         """Build a toolkit's artifact in its lane, store it by sha256 and register it."""
         from wbcore import builder
