@@ -4,8 +4,9 @@
                 ─#+BUILD_LANG─▶ lane driver .build(BuildRequest) ─▶ BuildOutput (.wasm + log)
                 ─▶ artifact store (sha256) ─▶ #+SHA256 check ─▶ registry (command / kernel)
 
-The build cache is keyed by ``(lane, lane driver version, source digest, flags, entry)``:
-an unchanged toolkit rebuilds instantly (no lane runs) and registers the same artifact.
+The stages are :mod:`wbcore.build.pipeline` (shared with the BuildBroker and the
+built-ins); the cache key is :func:`wbcore.build.cache.key`, over every input that changes
+the output: an unchanged toolkit rebuilds instantly (no lane runs) and registers the same artifact.
 A prebuilt source (``wasm:``/``archive:`` resolving to an artifact) skips the lane. Every
 build writes its log to ``$WB_HOME/build/logs/<id>.log``; a failed build raises with the
 log attached (``BuildFailed.log``) and its path in the message.
@@ -13,8 +14,6 @@ log attached (``BuildFailed.log``) and its path in the message.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import shutil
 import time
 from collections.abc import Callable
@@ -22,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from wbcore import buildable, faults, leftovers, policy, sources
-from wbcore.artifacts import Artifact, atomic_write
-from wbcore.build import BuildFailed, BuildRequest, SourceRequest
+from wbcore import buildable, faults, leftovers, policy
+from wbcore.artifacts import atomic_write
+from wbcore.build import BuildFailed, pipeline
 from wbcore.calls import KernelSpec
 from wbcore.errors import InvalidArgs, WbError
 from wbcore.registry import Entry
@@ -33,7 +32,7 @@ if TYPE_CHECKING:
     from wbcore.runtime import Runtime
     from wbcore.toolkit import Toolkit
 
-Progress = Callable[[str, str], None]
+Progress = pipeline.Progress
 #: What each #+EXEC shape registers as.
 KINDS = {"command": "command", "kernel": "kernel", "component": "component"}
 MAX_LOG_BYTES = 1 << 20
@@ -95,11 +94,6 @@ def registered_name(tk: Toolkit, kind: str) -> str:
             raise InvalidArgs(f"{m.id}: a command toolkit needs #+CLI_BIN (the name to register)")
         return m.cli_bin
     return m.cli_bin or m.id
-
-
-def _cache_key(lane: str, version: str, digest: str, flags: tuple[str, ...], entry: str | None) -> str:
-    blob = json.dumps([lane, version, digest, list(flags), entry], separators=(",", ":")).encode()
-    return hashlib.sha256(blob).hexdigest()
 
 
 def _claim(runtime: Runtime, tk: Toolkit, kind: str, name: str, replace_command: str | None) -> str | None:
@@ -210,9 +204,6 @@ def build(runtime: Runtime, ident: str, which: str | None = None, *, progress: P
         atomic_write(log_path, text.encode()[-MAX_LOG_BYTES:])
 
     buildable.check(runtime, m)  # what verify shows as ✗ is refused here, before any fetch or compile
-    src = sources.parse(m.build_src, runtime.prefixes)
-    if src.prefix.factory is None:
-        raise InvalidArgs(f"BUILD_SRC {src.prefix.name} has no driver")
     tmp_root = runtime.home / "build" / "tmp"
     tmp_root.mkdir(parents=True, exist_ok=True)
     work = leftovers.mkdtemp("build-", dir=tmp_root)  # owner in the name: swept if this process is killed
@@ -220,66 +211,41 @@ def build(runtime: Runtime, ident: str, which: str | None = None, *, progress: P
     lane_name: str | None = None
     cached = False
     try:
-        note("resolve", src.text)
-        resolved = src.prefix.factory(runtime).resolve(
-            SourceRequest(manifest=m, rest=src.rest, workdir=work / "src", home=runtime.home))
-        note("resolve", f"source digest {resolved.digest[:16]}…")
+        resolved = pipeline.resolve(runtime, m, work, progress=note)
         if resolved.artifact is not None:
             note("fetch", f"prebuilt module {resolved.artifact.name}")
             art = runtime.artifacts.put_file(resolved.artifact)
+            sha256, size = art.sha256, art.size
+            note("store", f"artifact {sha256[:12]}… ({size} bytes)")
         else:
-            lane = buildable.lane(runtime, m, src.text)  # the lane verify names (third-party C → c-wasm)
-            lane_name = lane.name
-            driver = lane.factory(runtime)
+            lane_name = buildable.lane(runtime, m).name  # the lane verify names (third-party C → c-wasm)
             flags = buildable.flags(m)
-            key = _cache_key(lane.name, str(getattr(driver, "version", "")), resolved.digest, flags, resolved.entry)
-            cache_file = runtime.home / "build" / "cache" / f"{key}.json"
-            hit = None
-            if not force and cache_file.is_file():
-                try:
-                    hit = json.loads(cache_file.read_text())["sha256"]
-                    runtime.artifacts.verify(hit)
-                except (WbError, ValueError, KeyError, OSError):
-                    hit = None
-            if hit is not None:
-                cached = True
-                note("cache", f"hit: lane {lane.name} {getattr(driver, 'version', '')}, unchanged source → {hit[:12]}…")
-                hit_path = runtime.artifacts.path(hit)  # verified just above
-                art = Artifact(hit, hit_path, hit_path.stat().st_size)
-            else:
-                note("compile", f"lane {lane.name} ({lane.where})")
-                try:
-                    out = driver.build(BuildRequest(manifest=m, source=resolved, outdir=work / "out", flags=flags))
-                except BuildFailed as exc:
-                    log.append(exc.log or "")
-                    note("error", exc.message)
-                    save_log()
-                    raise BuildFailed(f"{exc.message} (log: {log_path})", log=exc.log) from None
-                except WbError as exc:
-                    note("error", exc.message)
-                    save_log()
-                    raise
-                if out.log:
-                    log.append(out.log.rstrip("\n"))
-                art = runtime.artifacts.put_file(out.artifact)
-                atomic_write(cache_file, json.dumps({"sha256": art.sha256, "lane": lane.name,
-                                                     "source": resolved.digest}).encode())
-        note("store", f"artifact {art.sha256[:12]}… ({art.size} bytes)")
-        if m.sha256 and not resolved.sha256_pins_source and m.sha256 != art.sha256:
-            note("error", f"#+SHA256 {m.sha256} != built {art.sha256}")
+            try:
+                done = pipeline.compile_source(runtime, lane_name, m, resolved, work=work, flags=flags, force=force,
+                                               cache_dir=runtime.home / "build" / "cache", progress=note)
+            except BuildFailed as exc:
+                log.append(exc.log or "")
+                note("error", exc.message)
+                save_log()
+                raise BuildFailed(f"{exc.message} (log: {log_path})", log=exc.log) from None
+            if done.log:
+                log.append(done.log.rstrip("\n"))
+            sha256, size, cached = done.sha256, done.size, done.cached
+        if m.sha256 and not resolved.sha256_pins_source and m.sha256 != sha256:
+            note("error", f"#+SHA256 {m.sha256} != built {sha256}")
             save_log()
             from wbcore.trust import IntegrityError  # capability-denied (126), as docs/signing.md says
 
             raise IntegrityError(
-                f"{m.id}: built artifact {art.sha256[:12]}… does not match #+SHA256 {m.sha256[:12]}…; not registered")
-        entry = _register(runtime, tk, kind, name, art.sha256, prov, owner,
+                f"{m.id}: built artifact {sha256[:12]}… does not match #+SHA256 {m.sha256[:12]}…; not registered")
+        entry = _register(runtime, tk, kind, name, sha256, prov, owner,
                           pinned=bool(m.sha256) and not resolved.sha256_pins_source,
                           options={"lane": lane_name, "source_digest": resolved.digest})
         if owner and owner != m.id:
             note("register", f"{kind} {name} handed over from toolkit {owner} (--replace-command, audited)")
-        note("register", f"{kind} {name} → {art.sha256[:12]}… (profile {entry.profile})")
+        note("register", f"{kind} {name} → {sha256[:12]}… (profile {entry.profile})")
         save_log()
-        return BuildResult(toolkit=m.id, kind=kind, name=name, sha256=art.sha256, lane=lane_name, cached=cached,
+        return BuildResult(toolkit=m.id, kind=kind, name=name, sha256=sha256, lane=lane_name, cached=cached,
                            seconds=time.perf_counter() - t0, log_path=log_path, entry=entry)
     except WbError as exc:
         if not log[-1].startswith("[error]"):

@@ -146,6 +146,10 @@ class BuildLane:
     #: function the driver's ``build`` calls, so ``verify`` and ``build`` agree
     #: (``wbcore.buildable``). ``None``: the lane checks nothing before it runs.
     check_flags: Callable[[tuple[str, ...]], None] | None = None
+    #: Manifest keywords that change this lane's output (python: ``PY_MODULE``, ``WIT_WORLD``,
+    #: ``WASI``; c/zig: ``BUILD_FLAGS``): the build-cache key covers their values
+    #: (``wbcore.build.cache.key``), so two toolkits differing only there never share a build.
+    output_fields: tuple[str, ...] = ()
 
     def availability(self, runtime: Runtime) -> Availability:
         """Whether this lane can build here: its own ``available()`` and, when it

@@ -2,18 +2,74 @@
 
 from __future__ import annotations
 
+import json
 import sys
+import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Self
 
 import typer
 
-from wbcore.cli.output import JSON_HELP, emit_json
+from wbcore.cli.output import emit_json
 
 if TYPE_CHECKING:
     from wbcore.runtime import Runtime
 
 STAGES = ("resolve", "fetch", "cache", "compile", "store", "register")
+#: On a TTY, the current phase is re-printed with its elapsed time this often while a
+#: step runs long (a first zig/go build compiles for minutes without a line of its own).
+TICK_S = 4.0
+
+
+def interactive() -> bool:
+    """Whether stderr is a terminal a person watches (the ticker runs only then)."""
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+class Progress:
+    """The build's progress on the CLI: phase lines on stderr (plus a ticker on a TTY), or
+    one JSON event per line on stdout with ``--json`` (docs/build.md)."""
+
+    def __init__(self, *, as_json: bool, tick: bool) -> None:
+        self.as_json = as_json
+        self.t0 = time.perf_counter()
+        self.phase = ""
+        self.since = self.t0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._ticker = threading.Thread(target=self._tick, name="wbx-build-ticker", daemon=True) if tick else None
+
+    def __enter__(self) -> Self:
+        if self._ticker is not None:
+            self._ticker.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        if self._ticker is not None:
+            self._ticker.join(timeout=TICK_S)
+
+    def __call__(self, phase: str, detail: str) -> None:
+        now = time.perf_counter()
+        with self._lock:
+            self.phase, self.since = phase, now
+            if self.as_json:
+                sys.stdout.write(json.dumps({"event": "phase", "phase": phase, "detail": detail,
+                                             "elapsed": round(now - self.t0, 3)}, ensure_ascii=False) + "\n")
+                sys.stdout.flush()
+            else:
+                print(f"  {now - self.t0:6.2f}s {phase:<8} {detail}", file=sys.stderr, flush=True)
+
+    def _tick(self) -> None:
+        while not self._stop.wait(TICK_S):
+            with self._lock:
+                now = time.perf_counter()
+                if self.phase and now - self.since >= 1.0:  # a step past a second: say it is still running
+                    print(f"  {now - self.t0:6.2f}s {self.phase:<8} … still working ({now - self.since:.0f}s in this step)",
+                          file=sys.stderr, flush=True)
 
 
 def register(app: typer.Typer, runtime: Runtime) -> None:
@@ -27,7 +83,7 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
         replace_command: str | None = typer.Option(
             None, "--replace-command", metavar="NAME",
             help="Take over NAME, which another toolkit registered (audited)."),
-        json_: bool = typer.Option(False, "--json", help=JSON_HELP),
+        json_: bool = typer.Option(False, "--json", help="Stream one JSON object per line: phase events, then the result."),
     ) -> None:
         """Build a toolkit's artifact in its lane, store it by sha256 and register it."""
         from wbcore import builder
@@ -42,17 +98,12 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
         if ident is None:
             raise InvalidArgs("give a toolkit ID, or --all")
 
-        t0 = time.perf_counter()
-
-        def progress(stage: str, detail: str) -> None:
-            if not json_:
-                print(f"  {time.perf_counter() - t0:6.2f}s {stage:<8} {detail}", file=sys.stderr, flush=True)
-
         if not json_:
             print(f"building {ident}", file=sys.stderr, flush=True)
         try:
-            result = builder.build(runtime, ident, which, progress=progress, force=force,
-                                   replace_command=replace_command)
+            with Progress(as_json=json_, tick=not json_ and interactive()) as progress:
+                result = builder.build(runtime, ident, which, progress=progress, force=force,
+                                       replace_command=replace_command)
         except BuildFailed as exc:
             if exc.log:
                 tail = exc.log.rstrip("\n").splitlines()[-40:]
@@ -60,7 +111,8 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
                 print("\n".join(tail), file=sys.stderr)
             raise
         if json_:
-            emit_json(result.as_dict())
+            # The last line of the stream: the result object, one line like every event.
+            sys.stdout.write(json.dumps({"event": "result", **result.as_dict()}, ensure_ascii=False, default=str) + "\n")
             return
         how = "cached" if result.cached else "built"
         typer.echo(f"{result.kind} {result.name} {how} in {result.seconds:.2f}s → {result.sha256}")

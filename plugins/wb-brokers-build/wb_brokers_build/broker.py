@@ -8,7 +8,8 @@ Operations (CBOR maps in, CBOR maps out; see docs/dock.md):
 ``run``          ``{"sha256", "argv"?, "stdin"?, "timeout"?}`` → ``{"stdout", "stderr", "exit_code"}``
 ``compile_run``  both in one call → the union of the two responses
 
-Why it is safe: the source goes to the same lane drivers ``wbx toolkit build`` uses, so it
+Why it is safe: the source goes through the core's build pipeline (``wbcore.build.pipeline``,
+the same stages and cache key as ``wbx toolkit build``) to the same lane drivers, so it
 compiles only inside that lane's sandbox, which the runtime provides; every input is
 capped (files, bytes, path shape); a principal runs at most ``MAX_CONCURRENT`` builds at
 once; ``run`` accepts only artifacts this broker built for the caller's tenant, and runs
@@ -19,8 +20,6 @@ front of every operation.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import shutil
 import sqlite3
 import tempfile
@@ -31,10 +30,10 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from wbcore import dispatch, policy
-from wbcore.build import BuildFailed, BuildRequest, ResolvedSource, tree_digest
+from wbcore.build import BuildFailed, ResolvedSource, pipeline, tree_digest
 from wbcore.calls import Principal
 from wbcore.dock import refuse
-from wbcore.errors import CapabilityDenied, InvalidArgs, NotFound, WbError, unknown_name
+from wbcore.errors import CapabilityDenied, InvalidArgs, NotFound, unknown_name
 from wbcore.manifest import Manifest
 
 MAX_FILES = 256
@@ -157,7 +156,6 @@ class BuildBroker:
 
     def _compile(self, call: Any, lane: Any, files: dict[str, bytes], entry: str | None,
                  flags: tuple[str, ...]) -> dict[str, Any]:
-        driver = lane.factory(self.runtime)
         tmp_root = self.root / "tmp"
         tmp_root.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix="b-", dir=tmp_root))
@@ -168,30 +166,16 @@ class BuildBroker:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(content)
             digest = tree_digest(src)
-            key = hashlib.sha256(json.dumps([lane.name, str(getattr(driver, "version", "")), digest, list(flags), entry]).encode()).hexdigest()
-            cache = self.root / "cache" / f"{key}.json"
-            sha = None
-            if cache.is_file():
-                try:
-                    sha = json.loads(cache.read_text())["sha256"]
-                    self.runtime.artifacts.verify(sha)
-                except (WbError, ValueError, KeyError, OSError):
-                    sha = None
-            log = ""
-            cached = sha is not None
-            if sha is None:
-                manifest = self._manifest(work, lane.name, digest)
-                resolved = ResolvedSource(digest=digest, dir=src, entry=entry)
-                try:
-                    out = driver.build(BuildRequest(manifest=manifest, source=resolved, outdir=work / "out", flags=flags))
-                except BuildFailed as exc:
-                    raise BuildFailed(exc.message, log=(exc.log or "")[-MAX_LOG:]) from None
-                art = self.runtime.artifacts.put_file(out.artifact)
-                sha, log = art.sha256, (out.log or "")[-MAX_LOG:]
-                cache.parent.mkdir(parents=True, exist_ok=True)
-                tmp = cache.with_suffix(".tmp")
-                tmp.write_text(json.dumps({"sha256": sha, "lane": lane.name}))
-                tmp.replace(cache)
+            manifest = self._manifest(work, lane.name, digest)
+            resolved = ResolvedSource(digest=digest, dir=src, entry=entry)
+            try:
+                # The core's one pipeline and key; the broker's records live apart from the
+                # builder's (cache_dir), so a guest's build is never served to a toolkit build.
+                done = pipeline.compile_source(self.runtime, lane.name, manifest, resolved, work=work, flags=flags,
+                                               cache_dir=self.root / "cache")
+            except BuildFailed as exc:
+                raise BuildFailed(exc.message, log=(exc.log or "")[-MAX_LOG:]) from None
+            sha, cached, log = done.sha256, done.cached, done.log[-MAX_LOG:]
             with self._db() as db:
                 db.execute("INSERT OR IGNORE INTO built VALUES (?,?,?,?)", (call.ctx.principal.tenant, sha, lane.name, time.time()))
             call.target(f"lane:{lane.name}")

@@ -154,6 +154,8 @@ class CWasmLane:
         outdir.mkdir(parents=True, exist_ok=True)
         tc = self.toolchain
         argv = ["tcc", f"-I{inc}", *request.flags, "-o", f"/out/{name}", *files]
+        if request.progress:
+            request.progress(f"tcc (in wasm): compiling {len(files)} file(s)")
         result = guest.run(
             compiler_module(tc),
             argv,

@@ -37,4 +37,5 @@ def wbcore_build_lanes() -> Iterator[BuildLane]:
         factory=_factory,
         available=_available,
         check_flags=_check_flags,
+        output_fields=("BUILD_FLAGS",),
     )

@@ -222,3 +222,35 @@ def test_vendored_module_builds_offline(lane, tk, tmp_path):
     (src / "vendor" / "modules.txt").write_text("# example.com/dep v1.0.0\n## explicit\nexample.com/dep\n")
     out = build(lane, tk, tmp_path / "out")
     assert run(out.artifact, ["gotool"], b"", tmp_path) == (0, b" 0 42\n")
+
+
+# --- untried escapes (issue 11): //go:embed outside the module, cgo ----------------------
+
+
+def test_embed_of_a_file_outside_the_module_fails(lane, tk, tmp_path):
+    (tk / "secret.txt").write_text("HOST-SECRET-GO\n")  # beside src/, outside the module
+    (tk / "src" / "util.go").write_text(
+        'package main\n\nimport _ "embed"\n\n//go:embed ../secret.txt\nvar leak string\n\n'
+        'func twice(x int) int { return len(leak) + 2*x }\n')
+    with pytest.raises(BuildFailed) as err:
+        build(lane, tk, tmp_path / "out")
+    assert "HOST-SECRET-GO" not in err.value.log and "invalid pattern" in err.value.log
+    (tk / "src" / "util.go").write_text(
+        'package main\n\nimport _ "embed"\n\n//go:embed /etc/passwd\nvar leak string\n\n'
+        'func twice(x int) int { return len(leak) + 2*x }\n')
+    with pytest.raises(BuildFailed) as err:
+        build(lane, tk, tmp_path / "out")
+    assert "root:x:" not in err.value.log
+    assert not (tmp_path / "out" / "gotool.wasm").exists()
+
+
+def test_cgo_is_not_built(lane, tk, tmp_path):
+    """``import "C"`` would run a native C compiler: wasip1 builds have cgo off, so the
+    file is excluded and the build fails without any C compiled."""
+    (tk / "src" / "util.go").write_text(
+        'package main\n\n/*\n#include "/etc/shadow"\nint twice_c(int x) { return 2*x; }\n*/\nimport "C"\n\n'
+        'func twice(x int) int { return int(C.twice_c(C.int(x))) }\n')
+    with pytest.raises(BuildFailed) as err:
+        build(lane, tk, tmp_path / "out")
+    assert "twice" in err.value.log or "cgo" in err.value.log.lower() or "C" in err.value.log
+    assert not (tmp_path / "out" / "gotool.wasm").exists()

@@ -38,4 +38,5 @@ def wbcore_build_lanes() -> Iterator[BuildLane]:
         available=_available,
         needs_build_sandbox=True,
         check_flags=_check_flags,
+        output_fields=("BUILD_FLAGS",),
     )

@@ -96,3 +96,23 @@ def test_mdtext_toolkit(mdtext):
     stats = json.loads(md(mdtext, "stats")[1])
     assert (stats["headings"], stats["links"], stats["images"], stats["code_blocks"]) == (2, 2, 1, 1)
     assert md(mdtext, "nope")[0] == 2
+
+
+def test_a_reference_path_outside_the_tree_is_refused(tmp_path, wb_home):
+    """``/// <reference path="../../outside.ts" />`` (issue 11): refused with file:line; the
+    outside file's text never reaches the artifact."""
+    (tmp_path / "outside.ts").write_text('export const LEAK = "HOST-SECRET-TS";\n')
+    tk = tmp_path / "a" / "reftool"
+    (tk / "src").mkdir(parents=True)
+    (tk / "manifest.org").write_text(manifest_text("reftool", exec="command", extra={"CLI_BIN": "reftool", "BUILD_LANG": "ts", "BUILD_SRC": "path:src"}, drawer={"CLI_BIN": "reftool"}))
+    (tk / "src" / "main.ts").write_text('/// <reference path="../../outside.ts" />\nconsole.log("hi");\n')
+    lane = TsLane(home=wb_home)
+    with pytest.raises(Exception, match=r'main.ts:1: /// <reference path="../../outside.ts"> names a file outside') as err:
+        build(lane, tk, tmp_path / "out")
+    assert "HOST-SECRET-TS" not in str(err.value) and not (tmp_path / "out").exists()
+    (tk / "src" / "main.ts").write_text('/// <reference path="/etc/passwd" />\nconsole.log("hi");\n')
+    with pytest.raises(Exception, match="names a file outside"):
+        build(lane, tk, tmp_path / "out")
+    (tk / "src" / "types.d.ts").write_text("declare const X: number;\n")
+    (tk / "src" / "main.ts").write_text('/// <reference path="./types.d.ts" />\nconsole.log("hi");\n')
+    assert build(lane, tk, tmp_path / "out2").artifact.is_file()  # inside the tree: fine

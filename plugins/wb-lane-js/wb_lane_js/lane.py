@@ -140,6 +140,8 @@ class JsLane:
         files = collect(src)
         entry = pick_entry(files, request.source.entry, src)
         modules = sorted(f for f in files if f.endswith((".js", ".mjs")))
+        if request.progress:
+            request.progress(f"quickjs: checking {len(modules)} module(s)")
         log = self.check(files, modules)
         name = request.manifest.cli_bin or request.manifest.id
         out = self.pack(files, entry, request.outdir, name)

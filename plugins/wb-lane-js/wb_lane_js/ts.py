@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import posixpath
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -58,6 +60,24 @@ def check() -> Any:
         return base
     why = compiler_ok()
     return Availability.no(why) if why else Availability.yes(f"typescript {TYPESCRIPT_VERSION} in {base.reason}")
+
+
+_REFERENCE = re.compile(r"""^\s*///\s*<reference\s+path\s*=\s*["']([^"']*)["']""")
+
+
+def refuse_outside_references(files: dict[str, str]) -> None:
+    """``/// <reference path="...">`` must name a file inside the source folder. The
+    compiler runs inside QuickJS with only the source materialized, so an outside path
+    could never be read; refusing it says so instead of building without it."""
+    for name, text in files.items():
+        for lineno, line in enumerate(text.splitlines(), 1):
+            m = _REFERENCE.match(line)
+            if not m:
+                continue
+            target = posixpath.normpath(posixpath.join(posixpath.dirname(name), m.group(1)))
+            if m.group(1).startswith("/") or target == ".." or target.startswith("../") or target not in files:
+                raise InvalidArgs(f"ts: {name}:{lineno}: /// <reference path=\"{m.group(1)}\"> names a file outside "
+                                  "the source folder (or one that is not there); references must stay inside it")
 
 
 @dataclass
@@ -134,6 +154,7 @@ class TsLane(JsLane):
         ts_files = {n: t for n, t in everything.items() if n.endswith(TS_SUFFIXES) and not n.endswith((".d.ts", ".d.mts"))}
         if not ts_files:
             raise InvalidArgs(f"ts: no .ts files under {src}")
+        refuse_outside_references(everything)
         if request.progress:
             request.progress(f"typescript {TYPESCRIPT_VERSION}: type-stripping {len(ts_files)} file(s) inside QuickJS")
         emitted = self.transpile(ts_files)

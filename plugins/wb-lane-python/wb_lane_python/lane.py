@@ -28,7 +28,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from wbcore.build import BuildFailed, BuildOutput, BuildRequest
+from wbcore.build import BuildFailed, BuildOutput, BuildRequest, products
 from wbcore import paths
 from wbcore.errors import InvalidArgs, NotFound, Timeout
 from wbcore.records import Availability
@@ -86,7 +86,9 @@ class PythonLane:
         self.tc = tc
         #: asked when a build starts: ``NotFound`` naming what to install when none is served
         self.sandbox = runtime.build_sandbox
-        self.version = f"componentize-py {tc.version}"
+        # The toolchain's identity: componentize-py bundles its own CPython, and the host
+        # interpreter runs it; both name what produced the bytes.
+        self.version = f"componentize-py {tc.version}; host CPython {sys.version.split()[0]}"
 
     def argv(self, request: BuildRequest) -> tuple[list[str], Path]:
         """The sandboxed command line, and the host source folder bound at ``/src``."""
@@ -96,6 +98,9 @@ class PythonLane:
         src = request.source.dir
         if src is None:
             raise InvalidArgs(f"{m.id}: the python lane builds from source (BUILD_SRC resolved to a prebuilt artifact)")
+        # CPython would import bytecode from __pycache__ (or a bare .pyc) instead of the
+        # source: code nobody reviewed, and the poisoning vector of docs/build.md.
+        products.refuse(src, lane="python", dirs=products.PYTHON_PRODUCTS[0], suffixes=products.PYTHON_PRODUCTS[1])
         wit_rel = m.extra("WIT")
         if not wit_rel:
             raise InvalidArgs(f"{m.id}: the python lane needs #+WIT (the WIT folder or file, inside {m.build_src})")

@@ -34,4 +34,5 @@ def wbcore_build_lanes() -> Iterator[BuildLane]:
         available=_available,
         kind="compile-to-component",
         needs_build_sandbox=True,
+        output_fields=("PY_MODULE", "WIT", "WIT_WORLD", "WASI"),
     )

@@ -197,3 +197,92 @@ def test_cargo_crates_from_the_configured_local_registry(make_runtime, tk, tmp_p
     with pytest.raises(BuildFailed) as err:
         build(rt.lanes.get("rust").factory(rt), tk, tmp_path / "out2")
     assert "serde" in err.value.log
+
+
+# --- untried escapes (issue 11): build.rs and proc-macros read the host at build time ------
+# Both run native code on the build machine, inside the build sandbox: what they can read
+# is what the sandbox shows. Each probe reads $WB_HOME, ~/.ssh and /etc/shadow and bakes
+# what it saw into the program; the build fails, or the program shows it saw nothing.
+
+PROBE_RS = r"""
+fn probe() -> String {
+    let mut seen = String::new();
+    let mut paths: Vec<String> = vec!["/etc/shadow".into(), "/etc/passwd".into(), "/root/.ssh/id_rsa".into()];
+    if let Ok(home) = std::env::var("HOME") { paths.push(format!("{home}/.ssh/id_rsa")); }
+    match std::env::var("WB_HOME") {
+        Ok(h) => { seen += &format!("env WB_HOME={h}\n"); paths.push(format!("{h}/secret.txt")); }
+        Err(_) => seen += "env WB_HOME unset\n",
+    }
+    if let Ok(p) = std::env::var("WB_PROBE_SECRET") { paths.push(p); }
+    for p in paths {
+        match std::fs::read_to_string(&p) {
+            Ok(t) => seen += &format!("READ {p} {}\n", t.chars().take(40).collect::<String>()),
+            Err(e) => seen += &format!("no {p} {e}\n"),
+        }
+    }
+    seen
+}
+"""
+
+
+@pytest.fixture
+def host_secret(tmp_path: Path, monkeypatch) -> Path:
+    """A secret in $WB_HOME (of this process), which a build must never see."""
+    home = tmp_path / "wbhome-secret"
+    home.mkdir()
+    (home / "secret.txt").write_text("HOST-SECRET-RUST\n")
+    monkeypatch.setenv("WB_HOME", str(home))
+    monkeypatch.setenv("WB_PROBE_SECRET", str(home / "secret.txt"))
+    return home
+
+
+def _no_leak(lane, tk: Path, tmp_path: Path) -> None:
+    try:
+        out = build(lane, tk, tmp_path / "out")
+    except BuildFailed as exc:  # failed inside the sandbox: nothing of the host in the log either
+        assert "HOST-SECRET-RUST" not in exc.log and "root:" not in exc.log
+        return
+    code, stdout = run(out.artifact, ["rstool"], b"", tmp_path)
+    text = stdout.decode()
+    assert code == 0 and "no /etc/shadow" in text, text
+    assert "READ" not in text and "HOST-SECRET-RUST" not in text and "env WB_HOME unset" in text, text
+
+
+@pytest.mark.slow
+@needs_toolchain
+@needs_sandbox
+def test_build_rs_sees_only_the_sandbox(lane, tk, tmp_path, host_secret):
+    src = tk / "src"
+    (src / "main.rs").unlink()
+    (src / "src").mkdir()
+    (src / "Cargo.toml").write_text('[package]\nname = "rstool"\nversion = "0.1.0"\nedition = "2021"\nbuild = "build.rs"\n')
+    (src / "build.rs").write_text(PROBE_RS + r"""
+fn main() {
+    let out = std::env::var("OUT_DIR").unwrap();
+    std::fs::write(format!("{out}/seen.txt"), probe()).unwrap();
+}
+""")
+    (src / "src" / "main.rs").write_text('fn main() { print!("{}", include_str!(concat!(env!("OUT_DIR"), "/seen.txt"))); }\n')
+    _no_leak(lane, tk, tmp_path)
+
+
+@pytest.mark.slow
+@needs_toolchain
+@needs_sandbox
+def test_proc_macro_sees_only_the_sandbox(lane, tk, tmp_path, host_secret):
+    src = tk / "src"
+    (src / "main.rs").unlink()
+    (src / "src").mkdir()
+    (src / "Cargo.toml").write_text('[package]\nname = "rstool"\nversion = "0.1.0"\nedition = "2021"\n\n'
+                                    '[dependencies]\nleak = { path = "leak" }\n')
+    (src / "src" / "main.rs").write_text('fn main() { print!("{}", leak::seen!()); }\n')
+    (src / "leak" / "src").mkdir(parents=True)
+    (src / "leak" / "Cargo.toml").write_text('[package]\nname = "leak"\nversion = "0.1.0"\nedition = "2021"\n\n'
+                                             '[lib]\nproc-macro = true\n')
+    (src / "leak" / "src" / "lib.rs").write_text("extern crate proc_macro;\n" + PROBE_RS + r"""
+#[proc_macro]
+pub fn seen(_input: proc_macro::TokenStream) -> proc_macro::TokenStream {
+    format!("{:?}", probe()).parse().unwrap()
+}
+""")
+    _no_leak(lane, tk, tmp_path)

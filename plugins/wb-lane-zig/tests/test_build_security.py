@@ -104,3 +104,41 @@ def test_unchanged_toolkit_rebuild_is_a_cache_hit_with_the_same_sha256(rt, wbx, 
     assert "cached" in second.stdout
     assert first.stdout.split("→ ")[1].split()[0] == second.stdout.split("→ ")[1].split()[0]
     assert rt.call("hello").stdout == b"hi\n"
+
+
+# --- untried escapes (issue 11): @embedFile, object files -------------------------------
+
+
+def zig_toolkit(make_toolkit, ident: str, main: str) -> Path:
+    kw = {"BUILD_LANG": "zig", "BUILD_SRC": "path:src", "CLI_BIN": ident}
+    return make_toolkit(ident, exec="command", extra=kw, drawer={"CLI_BIN": ident}, files={"src/main.zig": main})
+
+
+EMBED = 'const std = @import("std");\nconst leak = @embedFile("{path}");\npub fn main() void {{ std.debug.print("{{s}}", .{{leak}}); }}\n'
+
+
+def test_zig_embedfile_of_an_absolute_host_path_fails(rt, wbx, make_toolkit) -> None:
+    zig_toolkit(make_toolkit, "embedabs", EMBED.format(path="/etc/passwd"))
+    res = wbx("toolkit", "build", "embedabs", runtime=rt)
+    assert res.exit_code != 0 and "root:x:" not in res.stderr + res.stdout
+    assert "embedFile" in res.stderr or "/etc/passwd" in res.stderr
+    assert rt.registry.lookup("command", "embedabs") is None
+
+
+def test_zig_embedfile_climbing_out_of_the_source_fails(rt, wbx, make_toolkit, toolkit_root: Path) -> None:
+    (toolkit_root / "x").write_text("HOST-SECRET-ZIG\n")  # ../../x from src/main.zig
+    zig_toolkit(make_toolkit, "embedup", EMBED.format(path="../../x"))
+    res = wbx("toolkit", "build", "embedup", runtime=rt)
+    assert res.exit_code != 0 and "HOST-SECRET-ZIG" not in res.stderr + res.stdout
+    assert rt.registry.lookup("command", "embedup") is None
+
+
+def test_object_files_in_the_source_are_refused_unless_declared(make_runtime, zig_cache: Path, wbx, make_toolkit) -> None:
+    c_toolkit(make_toolkit, "objs", {"src/main.c": C_MAIN, "src/lib/helper.o": "\x7fELF"})
+    c_toolkit(make_toolkit, "objs2", {"src/main.c": C_MAIN, "src/lib/helper.o": "\x7fELF"},
+              BUILD_OBJECTS="lib/helper.o")
+    rt = make_runtime(env={"WB_ZIG_CACHE": str(zig_cache), "WB_BUILD_TIMEOUT": "60", "PATH": os.environ.get("PATH", "")})
+    res = wbx("toolkit", "build", "objs", runtime=rt)
+    assert res.exit_code == 2 and "'lib/helper.o'" in res.stderr and "#+BUILD_OBJECTS" in res.stderr
+    res = wbx("toolkit", "build", "objs2", runtime=rt)
+    assert res.exit_code == 0, res.stderr  # declared: the lane builds (its *.c; the .o is not linked)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from wbcore.build import BuildFailed, BuildOutput, BuildRequest
+from wbcore.build import BuildFailed, BuildOutput, BuildRequest, products
 from wbcore import paths
 from wbcore.errors import InvalidArgs, NotFound, Timeout
 from wbcore.sandbox import Bind, BuildSandboxDriver, Limits
@@ -33,6 +33,11 @@ C_FLAG_RE = re.compile(
     r"|std=[a-z0-9+]+|f[a-z0-9-]+(=[a-z0-9]+)?|l(m|c)|s)$"
 )
 ZIG_FLAG_RE = re.compile(r"^(-O(Debug|ReleaseSafe|ReleaseFast|ReleaseSmall)|-f(no-)?(strip|single-threaded)|-D[A-Za-z_][A-Za-z0-9_]*(=[^\s]*)?)$")
+
+
+def lane_version(zig: Zig) -> str:
+    """The c and zig drivers' version: the toolchain's identity and the cache recipe."""
+    return f"zig {zig.version}; {_cache.RECIPE}"
 
 
 @dataclass
@@ -57,7 +62,7 @@ class ZigLaneBase:
 
     @property
     def version(self) -> str:
-        return f"zig {self.zig.version}; {_cache.RECIPE}"
+        return lane_version(self.zig)
 
     def _timeout(self) -> float:
         return float(self.env.get("WB_BUILD_TIMEOUT", "300"))
@@ -65,6 +70,7 @@ class ZigLaneBase:
     def _compile(self, request: BuildRequest, argv: list[str], name: str, *, cwd: str = "/tmp") -> BuildOutput:
         src = request.source.dir
         assert src is not None
+        refuse_objects(request)
         box = self.sandbox()
         zig = self.zig
         cache = _cache.cache_dir(zig, self.home, self.env)
@@ -107,6 +113,15 @@ class ZigLaneBase:
             artifact.unlink()
             raise BuildFailed(f"{self.lane} lane: {name} is not a wasm module under {MAX_ARTIFACT_BYTES} bytes", log=log)
         return BuildOutput(artifact=artifact, log=log)
+
+
+def refuse_objects(request: BuildRequest) -> None:
+    """Object files, archives and shared objects in the source are refused unless the
+    manifest lists them (``#+BUILD_OBJECTS: lib/libx.a ...``, paths inside the source)."""
+    assert request.source.dir is not None
+    declared = (request.manifest.extra("BUILD_OBJECTS") or "").split()
+    products.refuse(request.source.dir, lane=request.manifest.build_lang or "c", suffixes=products.NATIVE_PRODUCTS[1],
+                    declared=declared, hint=", or list it in #+BUILD_OBJECTS if it is meant to be there")
 
 
 def _user_env(request: BuildRequest) -> dict[str, str]:

@@ -9,6 +9,8 @@ from typing import Any
 from wbcore import hookimpl
 from wbcore.records import Availability, BuildLane, BuiltinCommand
 
+#: Manifest keywords that change a c/zig build's output (the cache key covers them).
+OUTPUT_FIELDS = ("BUILD_FLAGS", "BUILD_OBJECTS")
 WHERE = ("native zig {tool} (PyPI ziglang) inside the runtime's build sandbox (wb-process: user/mount/pid/net "
          "namespaces, no network, read-only source, uid 1000, seccomp, rlimits, deadline)")
 
@@ -53,6 +55,7 @@ def wbcore_build_lanes() -> Iterator[BuildLane]:
         available=_available,
         needs_build_sandbox=True,
         check_flags=_check_c_flags,
+        output_fields=OUTPUT_FIELDS,
     )
     yield BuildLane(
         name="zig",
@@ -62,6 +65,7 @@ def wbcore_build_lanes() -> Iterator[BuildLane]:
         available=_available,
         needs_build_sandbox=True,
         check_flags=_check_zig_flags,
+        output_fields=OUTPUT_FIELDS,
     )
 
 

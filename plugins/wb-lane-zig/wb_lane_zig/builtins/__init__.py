@@ -1,5 +1,6 @@
 """The reserved built-ins ``grep``, ``jq`` and ``wbox`` (seed 000): C source here, built
-by the c lane.
+by the c lane through the core's build pipeline (``wbcore.build.pipeline``: the same
+stages, cache key and progress as ``wbx toolkit build``).
 
 ``grep`` and ``jq`` use ``ARG_MODE stdin1``: the first stdin line is the argument (flags
 and the pattern or filter), the rest is the input. ``wbox`` takes its script as argv and
@@ -9,47 +10,66 @@ runs every command through the ``commands`` cap and every redirection through ``
 
 from __future__ import annotations
 
-import hashlib
+import shutil
 import tempfile
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
+from wbcore.build import ResolvedSource, pipeline, tree_digest
+from wbcore.manifest import Manifest
+
 NAMES = ("grep", "jq", "wbox")
+#: What one built-in's source tree holds: exactly these files, staged apart from the
+#: package folder (whose ``__pycache__`` is no source of the module).
+SOURCES = ("{name}.c", "wb_dock.h")
 
 
 def source_dir() -> Path:
     return Path(str(files(__package__)))
 
 
+def manifest(name: str) -> Manifest:
+    src = source_dir()
+    return Manifest(path=src / "manifest.org", id=name, title=f"built-in {name}", version="1.0.0",
+                    status="stable", tagline=f"the reserved built-in {name}", exec="command", cli_bin=name,
+                    arg_mode="stdin1", build_lang="c")
+
+
+def stage(name: str, into: Path) -> ResolvedSource:
+    """Copy the built-in's source files into ``into`` and describe them as resolved source."""
+    into.mkdir(parents=True, exist_ok=True)
+    for pattern in SOURCES:
+        shutil.copyfile(source_dir() / pattern.format(name=name), into / pattern.format(name=name))
+    return ResolvedSource(digest=tree_digest(into), dir=into, entry=f"{name}.c")
+
+
 def version(name: str) -> str:
-    from wb_lane_zig.cache import RECIPE
+    """The pipeline's cache key of the built-in: it changes whenever the module would."""
+    from wb_lane_zig.lanes import lane_version
+    from wb_lane_zig.plugin import OUTPUT_FIELDS
     from wb_lane_zig.toolchain import find
 
     zig = find()
-    text = (source_dir() / f"{name}.c").read_bytes() + (source_dir() / "wb_dock.h").read_bytes()
-    zv = zig.version if not isinstance(zig, str) else "none"
-    return "c-" + hashlib.sha256(text + RECIPE.encode() + zv.encode()).hexdigest()[:16]
+    with tempfile.TemporaryDirectory(prefix=f"wb-builtin-{name}-") as tmp:
+        resolved = stage(name, Path(tmp) / "src")
+        return "c-" + pipeline.cache_key(
+            lane="c", version=lane_version(zig) if not isinstance(zig, str) else "none", output_fields=OUTPUT_FIELDS,
+            manifest=manifest(name), source_digest=resolved.digest, entry=resolved.entry,
+            flags=())[:16]
 
 
 def build(runtime: Any, name: str) -> bytes:
     """Compile ``<name>.c`` with the c lane (in the build sandbox) and return the module."""
-    from wbcore.build import BuildRequest, ResolvedSource, tree_digest
-    from wbcore.manifest import Manifest
-
-    from wb_lane_zig.lanes import CLane
-
     if name == "wbox":
         # wbox composes the other built-ins through the commands cap, which runs only
         # registered names: register them along with it.
         from wbcore.registry import RESERVED
 
         runtime.install_builtins(sorted(RESERVED - {"wbox"}))
-    src = source_dir()
-    manifest = Manifest(path=src / "manifest.org", id=name, title=f"built-in {name}", version="1.0.0",
-                        status="stable", tagline=f"the reserved built-in {name}", exec="command", cli_bin=name,
-                        arg_mode="stdin1", build_lang="c")
     with tempfile.TemporaryDirectory(prefix=f"wb-builtin-{name}-") as tmp:
-        req = BuildRequest(manifest=manifest, source=ResolvedSource(digest=tree_digest(src), dir=src, entry=f"{name}.c"),
-                           outdir=Path(tmp) / "out")
-        return CLane.for_runtime(runtime).build(req).artifact.read_bytes()
+        work = Path(tmp)
+        resolved = stage(name, work / "src")
+        done = pipeline.compile_source(runtime, "c", manifest(name), resolved, work=work,
+                                       cache_dir=Path(runtime.home) / "build" / "cache")
+        return runtime.artifacts.path(done.sha256).read_bytes()

@@ -1,22 +1,19 @@
-"""The build seam: what a source prefix hands a lane, and what a lane hands back.
+"""The build seam's request types: what a source prefix hands a lane, and what a lane hands back.
 
 A :class:`SourceRequest` goes to a ``SourcePrefix`` driver, which returns a
 :class:`ResolvedSource` (a read-only source folder, or a prebuilt ``.wasm``). A
 :class:`BuildRequest` goes to a ``BuildLane`` driver, which returns a
-:class:`BuildOutput`. The content digest of the source is part of the build-cache key
-``(lane, lane version, source digest, flags)``.
+:class:`BuildOutput`. The cache key over all of it is :func:`wbcore.build.cache.key`;
+the stages are :mod:`wbcore.build.pipeline`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wbcore import paths
 from wbcore.errors import InvalidArgs
 from wbcore.manifest import Manifest
 
@@ -88,36 +85,3 @@ def lane_for(manifest: Manifest, lanes: Any, env: Mapping[str, str]) -> str | No
     if not want or want == lang or want not in lanes:
         return lang
     return want if lanes.get(want).available().ok else lang
-
-
-def tree_digest(root: Path, *, max_files: int = 20000, max_bytes: int = 512 << 20) -> str:
-    """sha256 over (relative path, mode bit x, content) of every regular file, sorted.
-
-    Symlinks are recorded by target text, never followed, so a link cannot pull
-    outside content into a digest.
-    """
-    h = hashlib.sha256()
-    files = 0
-    total = 0
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        dirnames[:] = sorted(d for d in dirnames if d not in (".git", "__pycache__"))
-        for name in sorted(filenames):
-            path = Path(dirpath) / name
-            rel = path.relative_to(root).as_posix()
-            files += 1
-            if files > max_files:
-                raise ValueError(f"{root}: more than {max_files} files")
-            if path.is_symlink():
-                h.update(b"L" + rel.encode() + b"\0" + os.readlink(path).encode() + b"\0")
-                continue
-            # Through containment: a FIFO, a device or a hard link is refused, never read.
-            with paths.open_file(root, rel, label="the source folder") as fh:
-                st = os.fstat(fh.fileno())
-                h.update(b"F" + rel.encode() + b"\0" + (b"x" if st.st_mode & 0o111 else b"-"))
-                for chunk in iter(lambda: fh.read(1 << 20), b""):
-                    total += len(chunk)  # counted as read: a file growing under us is still capped
-                    if total > max_bytes:
-                        raise ValueError(f"{root}: more than {max_bytes} bytes")
-                    h.update(chunk)
-            h.update(b"\0")
-    return h.hexdigest()
