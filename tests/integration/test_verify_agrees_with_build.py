@@ -122,8 +122,9 @@ def test_build_all_one_line_each_goes_on_past_failures(make_toolkit, make_runtim
     lines = r.stdout.splitlines()
     assert [ln.split(":")[0] for ln in lines[:4]] == ["✓ aaa-good", "✗ bbb-bad-flag", "- ccc-no-lane", "✓ ddd-good"]
     assert "flag '--sysroot=/etc' is not allowed" in lines[1] and "needs the frobnicator" in lines[2]
-    # the same source and lane: the second build is a cache hit
-    assert lines[4] == "4 buildable toolkit(s): 1 built, 1 cached, 1 skipped, 1 failed"
+    # the same source and lane, but two toolkits: the cache key carries the toolkit id, so
+    # no build is shared between toolkits (wbcore.build.cache); a second --all is all hits
+    assert lines[4] == "4 buildable toolkit(s): 2 built, 0 cached, 1 skipped, 1 failed"
     rows = json.loads(wbx("toolkit", "build", "--all", "--json", runtime=rt).stdout)
     assert [(row["toolkit"], row["state"]) for row in rows] == [
         ("aaa-good", "cached"), ("bbb-bad-flag", "failed"), ("ccc-no-lane", "skipped"), ("ddd-good", "cached")]
