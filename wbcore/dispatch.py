@@ -271,6 +271,12 @@ def _target(runtime: Runtime, entry: Entry, tier: str) -> Any:
     return driver
 
 
+def target_for(runtime: Runtime, entry: Entry, tier: str) -> Any:
+    """What runs a call resolved elsewhere (a fabric worker runs its parent's resolution:
+    the same entry at the same tier, never a second decision)."""
+    return _target(runtime, entry, tier)
+
+
 def _runner(runtime: Runtime, shape: str) -> Any:
     cache = runtime.__dict__.setdefault("_wb_runners", {})
     runner = cache.get(shape)

@@ -245,6 +245,17 @@ class BuiltinCommand:
     caps: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class FabricEngine:
+    """Runs one resolved call over many inputs (``wbcore.fabric``). ``factory`` returns a
+    ``wbcore.fabric.FabricDriver``; ``available`` says whether it can run here, and why not."""
+
+    name: str
+    summary: str
+    factory: Callable[[Runtime], Any]
+    available: Callable[[], Availability] = _always
+
+
 #: The registry kinds, by hook name: what ``wbx plugins`` lists per plugin.
 RECORD_KINDS: dict[str, type] = {
     "wbcore_exec_shapes": ExecShape,
@@ -255,4 +266,5 @@ RECORD_KINDS: dict[str, type] = {
     "wbcore_federation_sources": FederationSource,
     "wbcore_builtin_commands": BuiltinCommand,
     "wbcore_build_sandboxes": BuildSandbox,
+    "wbcore_fabric_engines": FabricEngine,
 }
