@@ -95,6 +95,9 @@ def main() -> None:
     rt.call("burn")
     print(f"one burn call in this process: {(time.perf_counter() - t0) * 1000:.0f} ms")
 
+    start = [_run(rt, "burn", [{}], width=2)[0] for _ in range(2)]
+    print(f"start-up: 2 spawned workers + one call: {min(start):.2f} s (best of 2)")
+
     rows = []
     w1, w2 = [], []
     for _ in range(args.rounds):

@@ -137,8 +137,8 @@ class _Batch:
                         w.send(items)
                     elif exhausted or not want:
                         break
-                while done in pending:
-                    yield pending.pop(done)
+                while (ready_result := pending.pop(done, None)) is not None:
+                    yield ready_result
                     done += 1
                 if exhausted and done == taken:
                     clean = True
@@ -170,13 +170,14 @@ class _Batch:
                 if msg[0] == "done":
                     _, out, seconds = msg
                     w.out.popleft()
+                    Result = fabric.Result  # noqa: N806 - a local name on the per-input path
                     for index, failed, value in out:
                         if failed:
                             pending[index] = fabric.Result(index, error=fabric.error_from_wire(*value))
                         elif self.job.kind == "command":
-                            pending[index] = fabric.Result(index, value=fabric.result_from_wire(value))
+                            pending[index] = Result(index, fabric.result_from_wire(value))
                         else:
-                            pending[index] = fabric.Result(index, value=value)
+                            pending[index] = Result(index, value)
                     if out:
                         now = seconds / len(out)
                         self.per_item = now if self.per_item is None else 0.7 * self.per_item + 0.3 * now
