@@ -183,7 +183,7 @@ def run(runtime: Runtime, pipeline: Pipeline, data: bytes = b"", *, timeout: flo
             boxes = [_run_box(runtime, stage.boxes[0], carry, deadline, principal)]
         else:
             with ThreadPoolExecutor(max_workers=len(stage.boxes), thread_name_prefix="wb-pipeline") as pool:
-                boxes = list(pool.map(lambda b: _run_box(runtime, b, carry, deadline, principal), stage.boxes))
+                boxes = list(pool.map(lambda b, data=carry: _run_box(runtime, b, data, deadline, principal), stage.boxes))
         out = boxes[0].output if stage.op == "pipe" else merge([b.output for b in boxes])
         kept = None
         if folder is not None:

@@ -107,3 +107,56 @@ def test_unknown_names_list_the_known(rt, register):
         fabric.map(rt, "nope", [{}])
     with pytest.raises(InvalidArgs, match="width"):
         fabric.map(rt, "echo", [{}], width=0)
+
+
+def test_calls_granted_caps_run_on_threads_not_in_workers(rt, make_toolkit):
+    """A broker's per-process limits must not be multiplied by worker processes."""
+    import wasmtime
+
+    from wbcore import builder
+    from wbcore.errors import CapabilityDenied
+
+    make_toolkit("kvuser", exec="command", caps="kv", extra={"CLI_BIN": "kvuser"})
+    rt.discover(refresh=True)
+    art = rt.artifacts.put_bytes(bytes(wasmtime.wat2wasm(ECHO)))
+    builder.register_artifact(rt, "kvuser", art.sha256)
+    if not rt.resolve("command", "kvuser").caps:
+        pytest.skip("kv is not granted here (its broker plugin is not installed)")
+    with pytest.raises(CapabilityDenied, match="--engine threads"):
+        fabric.map(rt, "kvuser", [{}])
+    out = list(fabric.map(rt, "kvuser", [{"stdin": "a"}, {"stdin": "b"}], engine="threads", width=2))
+    assert [r.value.stdout for r in out] == [b"a", b"b"]
+
+
+def test_threads_engine_deadline_and_cancel(rt, register):
+    register("spin", SPIN)
+    t0 = time.monotonic()
+    with pytest.raises(Timeout):
+        list(fabric.map(rt, "spin", [{}] * 4, width=2, engine="threads", deadline=0.5))
+    assert time.monotonic() - t0 < 5
+    cancel = threading.Event()
+    it = fabric.map(rt, "spin", [{}] * 4, width=2, engine="threads", cancel=cancel)
+    threading.Timer(0.3, cancel.set).start()
+    assert list(it) == []
+
+
+def test_a_dead_worker_fails_only_its_inputs(rt, register):
+    import os
+    import signal
+
+    register("spin", SPIN)
+    register("echo", ECHO)
+    # the first input spins in one worker; kill that worker: only its input fails, the rest run
+    inputs = [{"stdin": "x"}] * 6
+    results = fabric.map(rt, "echo", iter(inputs), width=2, batch=1)
+    first = next(results)
+    assert first.ok
+    import multiprocessing
+
+    kids = multiprocessing.active_children()
+    assert len(kids) == 2
+    os.kill(kids[0].pid, signal.SIGKILL)
+    rest = list(results)
+    assert len(rest) == 5
+    assert all(r.ok or "exited" in r.error.message for r in rest)
+    assert sum(r.ok for r in rest) >= 3

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -58,10 +59,12 @@ class _Worker:
     proc: Any
     conn: Any
     out: deque[list[int]] = field(default_factory=deque)  # indexes of the batches it holds
+    started: float = field(default_factory=time.monotonic)
+    ready: bool = False
 
     def send(self, items: list[tuple[int, Any]]) -> None:
+        self.out.append([i for i, _ in items])  # held from now on: if the send fails, they fail with it
         self.conn.send(items)
-        self.out.append([i for i, _ in items])
 
 
 class ProcessEngine:
@@ -134,7 +137,10 @@ class _Batch:
                         else:
                             items.append((i, (payload.argv, payload.stdin) if command else payload))
                     if items:
-                        w.send(items)
+                        try:
+                            w.send(items)
+                        except OSError:  # the worker died since its last answer
+                            self._replace(w, pending)
                     elif exhausted or not want:
                         break
                 while (ready_result := pending.pop(done, None)) is not None:
@@ -156,11 +162,16 @@ class _Batch:
                 for w in busy:
                     if w.conn in ready or w.proc.sentinel in ready:
                         self._receive(w, pending)
+                    elif not w.ready and time.monotonic() - w.started > START_TIMEOUT_S:
+                        raise Internal(f"fabric: a worker did not start within {START_TIMEOUT_S:g} s "
+                                       f"(start method {self.ctx.get_start_method()}); is the machine overloaded?")
         finally:
             self._stop(graceful=clean)
 
     def _wait_s(self) -> float | None:
-        waits = [w for w in (self.job.remaining(), 0.05 if self.cancel is not None else None) if w is not None]
+        starting = 1.0 if any(not w.ready for w in self.workers) else None  # bounds a start-up that hangs
+        waits = [w for w in (self.job.remaining(), 0.05 if self.cancel is not None else None, starting)
+                 if w is not None]
         return max(0.0, min(waits)) if waits else None
 
     def _receive(self, w: _Worker, pending: dict[int, fabric.Result]) -> None:
@@ -170,7 +181,7 @@ class _Batch:
                 if msg[0] == "done":
                     _, out, seconds = msg
                     w.out.popleft()
-                    Result = fabric.Result  # noqa: N806 - a local name on the per-input path
+                    Result = fabric.Result  # a local name on the per-input path
                     for index, failed, value in out:
                         if failed:
                             pending[index] = fabric.Result(index, error=fabric.error_from_wire(*value))
@@ -181,6 +192,8 @@ class _Batch:
                     if out:
                         now = seconds / len(out)
                         self.per_item = now if self.per_item is None else 0.7 * self.per_item + 0.3 * now
+                elif msg[0] == "ready":
+                    w.ready = True
                 elif msg[0] == "fatal":
                     raise fabric.error_from_wire(msg[1], msg[2])
         except (EOFError, OSError):

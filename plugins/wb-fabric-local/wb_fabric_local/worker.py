@@ -28,11 +28,11 @@ from wbcore.errors import WbError
 
 def main(conn: Any, job: fabric.Job) -> None:
     try:
-        runtime, run = _prepare(job)
+        _runtime, run = _prepare(job)
     except WbError as exc:
         conn.send(("fatal", *fabric.error_wire(exc)))
         return
-    except Exception as exc:  # a worker that cannot start says why, in one line
+    except Exception as exc:  # noqa: BLE001 - a worker that cannot start says why, in one line
         conn.send(("fatal", "internal", f"fabric worker could not start: {type(exc).__name__}: {exc}"))
         return
     conn.send(("ready", os.getpid()))
@@ -50,7 +50,7 @@ def main(conn: Any, job: fabric.Job) -> None:
                 out.append((index, False, run(payload)))
             except WbError as exc:
                 out.append((index, True, fabric.error_wire(exc)))
-            except Exception as exc:  # an engine bug is this input's internal error, not the worker's end
+            except Exception as exc:  # noqa: BLE001 - an engine bug is this input's internal error, not the worker's end
                 out.append((index, True, ("internal", f"{type(exc).__name__}: {exc}")))
         conn.send(("done", out, clock() - t0))
 
