@@ -107,3 +107,11 @@ def test_bad_org_pipelines_say_where_and_what(text, problem):
 
 def test_fan_out_merge_parses_json_else_keeps_text():
     assert json.loads(pl.merge([b'{"a": 1}', b"plain", b"[1, 2]", b"\xff"])) == [{"a": 1}, "plain", [1, 2], "\ufffd"]
+
+
+def test_a_kernel_box_in_a_pipeline(rt, register):
+    register("kup", K_UPPER, kind="kernel")
+    register("echo", ECHO)
+    res = pl.Pipeline.named("k", pl.Box("kup", kind="kernel")).fan_out(["echo", pl.Box("kup", kind="kernel")]).run(
+        rt, b"abc", keep=False)
+    assert res.success and json.loads(res.output) == ["ABC", "ABC"] and res.folder is None
