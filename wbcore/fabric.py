@@ -118,15 +118,12 @@ class FabricDriver(Protocol):
 def engine(runtime: Runtime, name: str = DEFAULT_ENGINE) -> FabricDriver:
     """The driver of fabric engine ``name`` (one per runtime); unknown names list the known."""
     engines = runtime.fabric_engines
-    if name not in engines:
-        known = engines.names()
-        if not known:
-            raise NotFound(f"no fabric engine is installed (asked for {name!r}); pip install wb-fabric-local")
-        raise NotFound(unknown_name("fabric engine", name, known))
+    if not len(engines) and not engines.conflicts:
+        raise NotFound(f"no fabric engine is installed (asked for {name!r}); pip install wb-fabric-local")
     cache = runtime.__dict__.setdefault("_wb_fabric_drivers", {})
     driver = cache.get(name)
     if driver is None:
-        record = engines.get(name)
+        record = engines.get(name)  # unknown: lists the known; provided twice: names both
         avail = record.available()
         if not avail.ok:
             raise NotFound(f"fabric engine {name!r} cannot run here: {avail.reason}")
