@@ -160,3 +160,34 @@ def test_a_dead_worker_fails_only_its_inputs(rt, register):
     assert len(rest) == 5
     assert all(r.ok or "exited" in r.error.message for r in rest)
     assert sum(r.ok for r in rest) >= 3
+
+
+def test_a_stronger_tier_runs_inside_the_workers(rt, register):
+    if "os_process" not in rt.tiers or not rt.tiers.get("os_process").available().ok:
+        pytest.skip("the os_process tier is not installed or not available here")
+    register("echo", ECHO)
+    job = fabric.job(rt, "echo", tier="os_process", width=2)
+    assert job.tier == "os_process"
+    out = list(fabric.map(rt, "echo", [{"stdin": "a"}, {"stdin": "!trap"}], width=2, tier="os_process", deadline=120))
+    assert out[0].value.stdout == b"a"
+    # the tier's own report of a trap (os_process: exit 70 with the trap on stderr), this input only
+    assert out[1].error is not None or out[1].value.exit_code != 0
+
+
+def test_streaming_keeps_the_parent_small(rt, register):
+    """50 MiB of kernel inputs pass through; the parent holds only the window."""
+    register("kup", K_UPPER, kind="kernel")
+
+    def rss_mib() -> float:
+        with open("/proc/self/status") as fh:
+            return next(int(x.split()[1]) for x in fh if x.startswith("VmRSS:")) / 1024
+
+    blob = b"y" * 1000
+    base = peak = rss_mib()
+    n = 0
+    for r in fabric.map(rt, "kup", (blob + b"%05d" % i for i in range(50_000)), kind="kernel", width=2):
+        assert r.ok
+        n += 1
+        if n % 5000 == 0:
+            peak = max(peak, rss_mib())
+    assert n == 50_000 and peak - base < 40
