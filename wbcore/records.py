@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from wbcore.fabric import FabricDriver
     from wbcore.runtime import Runtime
     from wbcore.sandbox import BuildSandboxDriver
     from wbcore.toolkit import Toolkit
@@ -252,7 +253,7 @@ class FabricEngine:
 
     name: str
     summary: str
-    factory: Callable[[Runtime], Any]
+    factory: Callable[[Runtime], FabricDriver]
     available: Callable[[], Availability] = _always
 
 
