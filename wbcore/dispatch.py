@@ -4,7 +4,8 @@ Every surface that runs a registered artifact — ``wbx run`` / ``call`` / ``ker
 ``Runtime.call``, MCP, ACT, the Dock's ``commands`` / ``exec`` / ``parallel``, the
 BuildBroker's ``run``, pipelines — goes through :func:`resolve` and then :func:`call_command`
 / :func:`open_kernel` / :func:`component_request`. Nothing else derives trust, caps,
-limits or the tier of a call.
+limits or the tier of a call. The fabric (``wbcore.fabric``) resolves once per batch and
+its workers run that resolution with :func:`target_for`.
 
 Resolution binds trust to provenance. When a toolkit is built, the registry entry
 records where it was built from (the toolkit folder, the content digest of every file,
@@ -279,6 +280,12 @@ def _target(runtime: Runtime, entry: Entry, tier: str) -> Any:
     if driver is None:
         driver = cache[tier] = runtime.tiers.get(tier).factory(runtime)
     return driver
+
+
+def target_for(runtime: Runtime, entry: Entry, tier: str) -> Any:
+    """What runs a call resolved elsewhere (a fabric worker runs its parent's resolution:
+    the same entry at the same tier, never a second decision)."""
+    return _target(runtime, entry, tier)
 
 
 def _runner(runtime: Runtime, shape: str) -> Any:

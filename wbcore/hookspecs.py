@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         BuildSandbox,
         Check,
         ExecShape,
+        FabricEngine,
         FederationSource,
         IsolationTier,
         SourcePrefix,
@@ -152,6 +153,18 @@ def wbcore_build_sandboxes() -> Iterable[BuildSandbox]:
         @hookimpl
         def wbcore_build_sandboxes():
             yield BuildSandbox(name="bwrap", summary="bubblewrap", factory=_driver, available=_probe)
+    """
+
+
+@hookspec
+def wbcore_fabric_engines() -> Iterable[FabricEngine]:
+    """Called once per runtime, when ``wbcore.fabric.map`` (``wbx fan``, pipelines) first
+    needs an engine. Returns engines that run one resolved call over many inputs; the
+    core resolves the call (trust, caps, tier) before an engine sees it::
+
+        @hookimpl
+        def wbcore_fabric_engines():
+            yield FabricEngine(name="local", summary="worker processes", factory=_driver)
     """
 
 

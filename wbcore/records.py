@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from wbcore.fabric import FabricDriver
     from wbcore.runtime import Runtime
     from wbcore.sandbox import BuildSandboxDriver
     from wbcore.toolkit import Toolkit
@@ -257,6 +258,17 @@ class BuiltinCommand:
     caps: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class FabricEngine:
+    """Runs one resolved call over many inputs (``wbcore.fabric``). ``factory`` returns a
+    ``wbcore.fabric.FabricDriver``; ``available`` says whether it can run here, and why not."""
+
+    name: str
+    summary: str
+    factory: Callable[[Runtime], FabricDriver]
+    available: Callable[[], Availability] = _always
+
+
 #: The registry kinds, by hook name: what ``wbx plugins`` lists per plugin.
 RECORD_KINDS: dict[str, type] = {
     "wbcore_exec_shapes": ExecShape,
@@ -267,4 +279,5 @@ RECORD_KINDS: dict[str, type] = {
     "wbcore_federation_sources": FederationSource,
     "wbcore_builtin_commands": BuiltinCommand,
     "wbcore_build_sandboxes": BuildSandbox,
+    "wbcore_fabric_engines": FabricEngine,
 }

@@ -121,6 +121,19 @@ class Runtime:
 
         return self._collect("wbcore_build_sandboxes", BuildSandbox, "build sandbox")
 
+    @cached_property
+    def fabric_engines(self) -> _plugins.Registry[Any]:
+        """Engines that map one call over many inputs (``wbcore_fabric_engines``)."""
+        from wbcore.records import FabricEngine
+
+        return self._collect("wbcore_fabric_engines", FabricEngine, "fabric engine")
+
+    def fabric(self, name: str, inputs: Any, **kw: Any) -> Any:
+        """``wbcore.fabric.map(self, name, inputs, **kw)``: results in input order, streamed."""
+        from wbcore import fabric
+
+        return fabric.map(self, name, inputs, **kw)
+
     def build_sandbox(self, name: str | None = None) -> Any:
         """The build-sandbox driver a lane runs its compiler in (``wbcore.sandbox``):
         ``name``, ``$WB_BUILD_SANDBOX`` or the only one served; ``NotFound`` naming what
@@ -131,7 +144,8 @@ class Runtime:
 
     def collect_all(self) -> None:
         """Collect every registry (``wbx plugins`` shows what each plugin serves)."""
-        for name in ("shapes", "lanes", "prefixes", "brokers", "tiers", "federation_sources", "build_sandboxes"):
+        for name in ("shapes", "lanes", "prefixes", "brokers", "tiers", "federation_sources", "build_sandboxes",
+                     "fabric_engines"):
             getattr(self, name)
 
     # --- state under $WB_HOME -----------------------------------------------------

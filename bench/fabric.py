@@ -1,0 +1,161 @@
+"""The fabric on one machine: how it scales with width and with the number of inputs.
+
+    .venv/bin/python bench/fabric.py [--rounds 2] [--kernel-n 1000000] [--max-n 100000]
+
+1. A CPU-bound command (~30 ms of wasm per call) over 64 inputs, local engine, width 1 vs 2
+   (worker start-up included: it is part of what a user waits for). Target on 2 idle cores: >= 1.8x.
+2. Kernel calls (16-byte upper-case) over --kernel-n inputs: 1 worker vs 2 (local engine).
+3. 100k kernel inputs of 1 KiB (100 MiB through) streamed: the parent's RSS growth (< 100 MiB).
+4. Cost vs number of short command calls (1k, 10k, 100k ``upper``): threads vs processes, width 2.
+Rounds are interleaved (w1, w2, w1, w2 ...) so both sides see the same load; the load is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import fresh_runtime, machine, table
+
+BURN = """(module
+  (import "wasi_snapshot_preview1" "fd_write" (func $fd_write (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 100) "ok")
+  (func (export "_start") (local $i i32) (local $x i32)
+    (block $e (loop $l
+      (br_if $e (i32.ge_u (local.get $i) (i32.const ITER)))
+      (local.set $x (i32.add (i32.mul (local.get $x) (i32.const 1664525)) (i32.const 1013904223)))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br $l)))
+    (if (i32.eq (local.get $x) (i32.const 7)) (then unreachable))
+    (i32.store (i32.const 0) (i32.const 100)) (i32.store (i32.const 4) (i32.const 2))
+    (drop (call $fd_write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))"""
+
+K_UPPER = """(module (memory (export "memory") 2)
+  (func (export "process") (param $n i32) (result i32) (local $i i32) (local $c i32)
+    (block $e (loop $l
+      (br_if $e (i32.ge_u (local.get $i) (local.get $n)))
+      (local.set $c (i32.load8_u offset=1024 (local.get $i)))
+      (if (i32.lt_u (i32.sub (local.get $c) (i32.const 97)) (i32.const 26))
+        (then (local.set $c (i32.sub (local.get $c) (i32.const 32)))))
+      (i32.store8 offset=65536 (local.get $i) (local.get $c))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br $l)))
+    (local.get $n)))"""
+
+
+def _register(rt, name: str, wat: str, kind: str = "command") -> None:
+    import wasmtime
+
+    from wbcore.registry import Entry
+
+    art = rt.artifacts.put_bytes(bytes(wasmtime.wat2wasm(wat)))
+    rt.registry.register(Entry(kind=kind, name=name, sha256=art.sha256, shape=kind, toolkit=None))
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+STEADY: list[float] = []  # per _run: seconds from the first result to the last (start-up excluded)
+
+
+def _run(rt, name: str, inputs, **kw) -> tuple[float, int]:
+    from wbcore import fabric
+
+    t0 = time.perf_counter()
+    first = None
+    n = bad = 0
+    for r in fabric.map(rt, name, inputs, **kw):
+        if first is None:
+            first = time.perf_counter()
+        n += 1
+        bad += not r.ok
+    if bad:
+        raise SystemExit(f"{bad} of {n} inputs of {name} failed")
+    end = time.perf_counter()
+    STEADY.append(end - (first or end))
+    return end - t0, n
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--kernel-n", type=int, default=1_000_000)
+    ap.add_argument("--max-n", type=int, default=100_000)
+    ap.add_argument("--burn", type=int, default=60_000_000, help="iterations per CPU-bound call")
+    args = ap.parse_args()
+    rt = fresh_runtime()
+    _register(rt, "burn", BURN.replace("ITER", str(args.burn)))
+    _register(rt, "kup", K_UPPER, "kernel")
+    rt.install_builtins(["upper"])
+    print(f"# fabric bench · {machine()} · start method {os.environ.get('WB_FABRIC_START', 'spawn')}")
+
+    t0 = time.perf_counter()
+    rt.call("burn")
+    print(f"one burn call in this process: {(time.perf_counter() - t0) * 1000:.0f} ms")
+
+    start = [_run(rt, "burn", [{}], width=2)[0] for _ in range(2)]
+    print(f"start-up: 2 spawned workers + one call: {min(start):.2f} s (best of 2)")
+
+    rows = []
+    w1, w2 = [], []
+    for _ in range(args.rounds):
+        w1.append(_run(rt, "burn", [{}] * 64, width=1)[0])
+        w2.append(_run(rt, "burn", [{}] * 64, width=2)[0])
+    rows.append(["64 × burn, local", f"{min(w1):.2f} s", f"{min(w2):.2f} s", f"{min(w1) / min(w2):.2f}x", machine()])
+
+    k1, k2 = [], []
+    data = [b"hello fabric %07d" % (i % 1000) for i in range(1000)]
+
+    def kin(n: int):
+        return (data[i % 1000] for i in range(n))
+
+    s1, s2 = [], []
+    for _ in range(max(1, args.rounds - 1)):
+        k1.append(_run(rt, "kup", kin(args.kernel_n), kind="kernel", width=1)[0])
+        s1.append(STEADY[-1])
+        k2.append(_run(rt, "kup", kin(args.kernel_n), kind="kernel", width=2)[0])
+        s2.append(STEADY[-1])
+    rows.append([f"{args.kernel_n:,} kernel calls, local", f"{args.kernel_n / min(k1):,.0f}/s",
+                 f"{args.kernel_n / min(k2):,.0f}/s", f"{min(k1) / min(k2):.2f}x", machine()])
+    rows.append(["  same, after the first result", f"{args.kernel_n / min(s1):,.0f}/s",
+                 f"{args.kernel_n / min(s2):,.0f}/s", f"{min(s1) / min(s2):.2f}x", machine()])
+    table(rows, ["what", "width 1", "width 2", "speed-up", "machine after"])
+
+    from wbcore import fabric
+
+    n = 100_000
+    blob = b"x" * 1000
+    base = peak = _rss_mib()
+    t0 = time.perf_counter()
+    for i, r in enumerate(fabric.map(rt, "kup", (blob + b"%06d" % j for j in range(n)), kind="kernel", width=2)):
+        if i % 2000 == 0:
+            peak = max(peak, _rss_mib())
+    el = time.perf_counter() - t0
+    print(f"\n100,000 × 1 KiB kernel inputs streamed in {el:.1f} s: parent RSS {base:.0f} MiB → peak {peak:.0f} MiB "
+          f"(growth {peak - base:.0f} MiB; {machine()})")
+
+    rows = []
+    for count in (1_000, 10_000, 100_000):
+        if count > args.max_n:
+            break
+        inputs = [{"stdin": "the quick brown fox"}] * count
+        th = _run(rt, "upper", inputs, width=2, engine="threads")[0]
+        pr = _run(rt, "upper", inputs, width=2, engine="local")[0]
+        rows.append([f"{count:,}", f"{th:.2f} s ({th / count * 1e6:.0f} µs/call)",
+                     f"{pr:.2f} s ({pr / count * 1e6:.0f} µs/call)", f"{th / pr:.2f}x", machine()])
+    print()
+    table(rows, ["short calls", "threads, width 2", "processes, width 2", "processes faster by", "machine after"])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""wb-fabric-local: the fabric's engines on one machine (``local`` processes, ``threads``)."""

@@ -1,0 +1,361 @@
+"""The fabric: one registered command or kernel mapped over many inputs.
+
+``map(runtime, name, inputs, width=…, tier=…, engine=…)`` resolves the call **once**, here,
+through :func:`wbcore.dispatch.resolve` (trust, caps, profile, tier), builds a :class:`Job`
+from that resolution and hands it to an engine plugin (``wbcore_fabric_engines``), which
+runs the job's request over the inputs and never decides anything about it again.
+
+The contract every engine keeps (``FabricDriver.map``):
+
+- results come back as an iterator of :class:`Result`, **in input order**;
+- one input's failure is that input's result (``Result.error``); the batch goes on;
+- the input iterable is consumed lazily and at most ``width × k`` inputs are in flight
+  (taken from the iterable and not yet yielded), so memory stays bounded for any number
+  of inputs (backpressure: a slow consumer stops the producer);
+- ``cancel`` (a ``threading.Event``) stops the batch: nothing more is started, the
+  iterator ends; ``deadline`` (seconds for the whole batch) bounds every call and ends
+  the batch with ``Timeout`` once it passes.
+
+A bad input (not a ``{"argv", "stdin"}`` map for a command, not bytes for a kernel) is
+its own ``invalid-args`` result: :func:`work` turns each input into a payload or an error,
+lazily, before an engine sees it.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+
+from wbcore.calls import CallRecord, CallResult, CommandRequest, KernelRequest, Principal, Usage
+from wbcore.errors import (
+    CapabilityDenied,
+    ErrorKind,
+    Internal,
+    InvalidArgs,
+    NotFound,
+    Timeout,
+    WbError,
+    unknown_name,
+)
+
+if TYPE_CHECKING:
+    from wbcore.registry import Entry
+    from wbcore.runtime import Runtime
+
+KINDS = ("command", "kernel")
+DEFAULT_ENGINE = "local"
+MAX_WIDTH = 256
+_monotonic = time.monotonic
+
+
+@dataclass(frozen=True, slots=True)
+class CommandInput:
+    """One command input: ``argv`` (structural, no shell) and ``stdin``."""
+
+    argv: tuple[str, ...] = ()
+    stdin: bytes = b""
+
+
+class Result(NamedTuple):
+    """One input's outcome: ``value`` (a ``CallResult`` for a command, ``bytes`` for a
+    kernel) or ``error`` (the ``WbError`` that input ended with).
+
+    A ``NamedTuple`` rather than a frozen dataclass: one is built per input on the parent's
+    hot path (a million kernel calls), and a tuple is built in about half the time."""
+
+    index: int
+    value: CallResult | bytes | None = None
+    error: WbError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One resolved call, ready for an engine: everything a worker needs to run it in
+    another process (the runtime's home and roots, the entry, the tier, the request
+    template whose ``argv``/``stdin`` each input fills in)."""
+
+    kind: str
+    name: str
+    tier: str
+    entry: Entry
+    request: CommandRequest | KernelRequest
+    caps: frozenset[str]
+    width: int
+    home: Path
+    roots: tuple[Path, ...]
+    cwd: Path
+    env: Mapping[str, str] = field(repr=False)
+    #: ``time.monotonic()`` by which the whole batch ends (``None``: only per-call limits).
+    #: CLOCK_MONOTONIC is one clock for every process of a machine, so workers compare it too.
+    deadline: float | None = None
+    #: Inputs per message an engine may group to amortize its per-message cost (``None``: adaptive).
+    batch: int | None = None
+
+    def remaining(self) -> float | None:
+        return None if self.deadline is None else self.deadline - _monotonic()
+
+
+class FabricDriver(Protocol):
+    """What ``FabricEngine.factory(runtime)`` returns."""
+
+    def map(self, job: Job, work: Iterator[tuple[int, Any]], *, cancel: Any = None) -> Iterator[Result]:
+        """Run ``job`` over ``work`` (``(index, payload or WbError)`` pairs, see :func:`work`)."""
+        ...
+
+
+# --- the API ----------------------------------------------------------------------------------
+
+
+def engine(runtime: Runtime, name: str = DEFAULT_ENGINE) -> FabricDriver:
+    """The driver of fabric engine ``name`` (one per runtime); unknown names list the known."""
+    engines = runtime.fabric_engines
+    if not len(engines) and not engines.conflicts:
+        raise NotFound(f"no fabric engine is installed (asked for {name!r}); pip install wb-fabric-local")
+    cache = runtime.__dict__.setdefault("_wb_fabric_drivers", {})
+    driver = cache.get(name)
+    if driver is None:
+        record = engines.get(name)  # unknown: lists the known; provided twice: names both
+        avail = record.available()
+        if not avail.ok:
+            raise NotFound(f"fabric engine {name!r} cannot run here: {avail.reason}")
+        driver = cache[name] = record.factory(runtime)
+    return driver
+
+
+def job(runtime: Runtime, name: str, *, kind: str = "command", width: int | None = None, tier: str | None = None,
+        deadline: float | None = None, principal: Principal | None = None, timeout: float | None = None,
+        batch: int | None = None) -> Job:
+    """Resolve ``kind`` ``name`` once (``wbcore.dispatch``) and describe the batch."""
+    from wbcore import dispatch
+
+    if kind not in KINDS:
+        raise InvalidArgs(unknown_name("fabric kind", kind, list(KINDS)))
+    width = _width(width)
+    if deadline is not None and (isinstance(deadline, bool) or deadline <= 0):
+        raise InvalidArgs(f"fabric: deadline must be > 0 seconds, got {deadline!r}")
+    if batch is not None and (isinstance(batch, bool) or not 1 <= batch <= 65536):
+        raise InvalidArgs(f"fabric: batch must be 1..65536 inputs per message, got {batch!r}")
+    resolved = dispatch.resolve(runtime, kind, name, tier=tier)
+    if kind == "command":
+        req: CommandRequest | KernelRequest = dispatch.command_request(resolved, (), b"", principal=principal,
+                                                                       timeout=timeout)
+    else:
+        req = dispatch.kernel_request(resolved, principal=principal, timeout=timeout)
+    entry = dataclasses.replace(resolved.entry, options=dict(resolved.entry.options))
+    return Job(kind=kind, name=name, tier=resolved.tier.name, entry=entry, request=req, caps=resolved.caps,
+               width=width, home=runtime.home, roots=tuple(runtime.roots), cwd=runtime.cwd, env=dict(runtime.env),
+               deadline=None if deadline is None else _monotonic() + float(deadline), batch=batch)
+
+
+def map(runtime: Runtime, name: str, inputs: Iterable[Any], *, kind: str = "command", width: int | None = None,
+        tier: str | None = None, engine: str = DEFAULT_ENGINE, deadline: float | None = None, cancel: Any = None,
+        principal: Principal | None = None, timeout: float | None = None, batch: int | None = None) -> Iterator[Result]:
+    """Run the registered ``kind`` ``name`` once per input on ``engine``; see the module docstring.
+
+    Command inputs are :class:`CommandInput`, ``{"argv": [...], "stdin": str|bytes}`` maps or
+    argv lists; kernel inputs are bytes (or ``str``, UTF-8). Resolution errors (unknown name,
+    a toolkit that may not run) raise here, before any input is read.
+    """
+    spec = job(runtime, name, kind=kind, width=width, tier=tier, deadline=deadline, principal=principal,
+               timeout=timeout, batch=batch)
+    driver = _engine_driver(runtime, engine)
+    return driver.map(spec, work(kind, inputs), cancel=cancel)
+
+
+_engine_driver = engine
+
+
+def _width(width: int | None) -> int:
+    if width is None:
+        import os
+
+        return max(1, min(os.cpu_count() or 1, MAX_WIDTH))
+    if isinstance(width, bool) or not isinstance(width, int) or not 1 <= width <= MAX_WIDTH:
+        raise InvalidArgs(f"fabric: width must be an integer 1..{MAX_WIDTH}, got {width!r}")
+    return width
+
+
+# --- inputs -------------------------------------------------------------------------------
+
+
+def work(kind: str, inputs: Iterable[Any]) -> Iterator[tuple[int, Any]]:
+    """``(index, payload)`` per input, lazily; a malformed input's payload is its ``InvalidArgs``."""
+    coerce = command_input if kind == "command" else kernel_input
+    for i, item in enumerate(inputs):
+        if isinstance(item, WbError):  # a reader's own per-input error (a malformed JSON line)
+            yield i, item
+            continue
+        try:
+            yield i, coerce(item)
+        except WbError as exc:
+            yield i, exc
+
+
+def command_input(item: Any) -> CommandInput:
+    """A command input from a :class:`CommandInput`, an argv list, or a JSON-shaped map
+    (``argv``: list of strings; ``stdin``: text, or ``stdin_base64``)."""
+    if isinstance(item, CommandInput):
+        return item
+    if isinstance(item, (list, tuple)):
+        item = {"argv": list(item)}
+    if not isinstance(item, Mapping):
+        raise InvalidArgs(f"a command input must be a map {{\"argv\": [...], \"stdin\": \"...\"}}, got {type(item).__name__}")
+    unknown = set(item) - {"argv", "stdin", "stdin_base64"}
+    if unknown:
+        raise InvalidArgs(f"a command input has unknown keys {sorted(unknown)}; known: argv, stdin, stdin_base64")
+    argv = item.get("argv", [])
+    if not isinstance(argv, (list, tuple)) or not all(isinstance(a, str) for a in argv):
+        raise InvalidArgs("a command input's 'argv' must be a list of strings (no shell parses it)")
+    stdin: Any = item.get("stdin", b"")
+    if "stdin_base64" in item:
+        stdin = _b64(item["stdin_base64"], "stdin_base64")
+    elif isinstance(stdin, str):
+        stdin = stdin.encode()
+    elif isinstance(stdin, (bytearray, memoryview)):
+        stdin = bytes(stdin)
+    if not isinstance(stdin, bytes):
+        raise InvalidArgs(f"a command input's 'stdin' must be text or bytes, got {type(stdin).__name__}")
+    return CommandInput(tuple(argv), stdin)
+
+
+def kernel_input(item: Any) -> bytes:
+    """A kernel input: bytes, text (UTF-8), or a map with ``input`` / ``input_base64``."""
+    if type(item) is bytes:  # the common case first: an isinstance against Mapping costs more
+        return item
+    if isinstance(item, Mapping):
+        unknown = set(item) - {"input", "input_base64"}
+        if unknown or len(item) != 1:
+            raise InvalidArgs("a kernel input map has exactly one of 'input' (text) or 'input_base64'")
+        item = _b64(item["input_base64"], "input_base64") if "input_base64" in item else item["input"]
+    if isinstance(item, str):
+        return item.encode()
+    if isinstance(item, (bytes, bytearray, memoryview)):
+        return bytes(item)
+    raise InvalidArgs(f"a kernel input must be bytes or text, got {type(item).__name__}")
+
+
+def _b64(value: Any, key: str) -> bytes:
+    if not isinstance(value, str):
+        raise InvalidArgs(f"'{key}' must be a base64 string")
+    try:
+        return base64.b64decode(value, validate=True)
+    except ValueError:
+        raise InvalidArgs(f"'{key}' is not valid base64") from None
+
+
+# --- running one input of a job (engines call this; worker processes too) -------------------
+
+
+def run_command(runtime: Runtime, job: Job, target: Any, item: CommandInput, *, cancel: Any = None) -> CallResult:
+    """Run ``job``'s resolved command request on one input with ``target`` (the tier that
+    runs it, :func:`wbcore.dispatch.target_for`), inside the batch deadline, with the
+    runtime's call hooks (audit) around it — as ``dispatch.call_command`` does."""
+    req = job.request
+    assert isinstance(req, CommandRequest)
+    req = dataclasses.replace(req, argv=item.argv, stdin=item.stdin, timeout_s=_within(job, req.timeout_s),
+                              cancel=cancel)
+    hook = runtime.call_hooks
+    if hook is None:
+        return target.call(req)  # type: ignore[no-any-return]
+    record = CallRecord(name=job.name, shape=job.entry.shape, principal=req.principal, argv=req.argv,
+                        toolkit=req.toolkit)
+    hook.wbcore_call_started(call=record)
+    try:
+        result = target.call(req)
+    except WbError as exc:
+        hook.wbcore_call_finished(call=record, result=exc)
+        raise
+    hook.wbcore_call_finished(call=record, result=result)
+    return result  # type: ignore[no-any-return]
+
+
+def kernel_request(job: Job) -> KernelRequest:
+    """``job``'s kernel request with its per-call deadline shortened to the batch's."""
+    req = job.request
+    assert isinstance(req, KernelRequest)
+    return dataclasses.replace(req, spec=dataclasses.replace(req.spec, timeout_s=_within(job, req.spec.timeout_s)))
+
+
+def run_kernel(runtime: Runtime, job: Job, inst: Any, data: bytes) -> bytes:
+    """One kernel call on an open instance, with the call hooks (as ``KernelCalls``)."""
+    if job.deadline is not None and _monotonic() >= job.deadline:
+        raise Timeout(f"fabric: the batch deadline passed before this input of {job.name!r} ran")
+    hook = runtime.call_hooks
+    if hook is None:
+        return inst.call(data)  # type: ignore[no-any-return]
+    req = job.request
+    record = CallRecord(name=job.name, shape="kernel", principal=req.principal, toolkit=req.toolkit)
+    hook.wbcore_call_started(call=record)
+    try:
+        out = inst.call(data)
+    except WbError as exc:
+        hook.wbcore_call_finished(call=record, result=exc)
+        raise
+    hook.wbcore_call_finished(call=record, result=out)
+    return out  # type: ignore[no-any-return]
+
+
+def _within(job: Job, timeout_s: float) -> float:
+    left = job.remaining()
+    if left is None:
+        return timeout_s
+    if left <= 0:
+        raise Timeout(f"fabric: the batch deadline passed before this input of {job.name!r} ran")
+    return min(timeout_s, left)
+
+
+# --- results across a process boundary ----------------------------------------------------------
+
+_BY_KIND: dict[str, type[WbError]] = {
+    ErrorKind.NOT_FOUND.value: NotFound, ErrorKind.INVALID_ARGS.value: InvalidArgs, ErrorKind.TIMEOUT.value: Timeout,
+    ErrorKind.CAPABILITY_DENIED.value: CapabilityDenied, ErrorKind.INTERNAL.value: Internal,
+}
+
+
+def error_wire(exc: WbError) -> tuple[str, str]:
+    """An error as plain data (its kind and message): pickles, and reads the same anywhere."""
+    return exc.kind.value, exc.message
+
+
+def error_from_wire(kind: str, message: str) -> WbError:
+    return _BY_KIND.get(kind, Internal)(message)
+
+
+def result_wire(result: CallResult) -> tuple[int, bytes, bytes, dict[str, Any]]:
+    return result.exit_code, result.stdout, result.stderr, result.usage.as_dict()
+
+
+def result_from_wire(data: tuple[int, bytes, bytes, dict[str, Any]]) -> CallResult:
+    code, out, err, usage = data
+    return CallResult(stdout=out, stderr=err, exit_code=code, usage=Usage(**usage))
+
+
+def as_json(result: Result, kind: str) -> dict[str, Any]:
+    """One result as the JSON line ``wbx fan`` prints (text when it decodes, else base64)."""
+    if result.error is not None:
+        return {"i": result.index, "error": {"kind": result.error.kind.value, "message": result.error.message}}
+    value = result.value
+    if isinstance(value, CallResult):
+        out: dict[str, Any] = {"i": result.index, "exit": value.exit_code}
+        out.update(_text("stdout", value.stdout))
+        if value.stderr:
+            out.update(_text("stderr", value.stderr))
+        return out
+    assert isinstance(value, bytes)
+    return {"i": result.index, **_text("output", value)}
+
+
+def _text(key: str, data: bytes) -> dict[str, str]:
+    try:
+        return {key: data.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {key + "_base64": base64.b64encode(data).decode()}
