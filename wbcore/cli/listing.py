@@ -33,7 +33,7 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
             for warning in info.warnings:
                 typer.echo(f"  warning: {warning}")
         for reg in (runtime.shapes, runtime.lanes, runtime.prefixes, runtime.brokers, runtime.tiers,
-                    runtime.build_sandboxes):
+                    runtime.build_sandboxes, runtime.fabric_engines):
             for name, owners in reg.conflicts.items():
                 typer.echo(f"conflict: {reg.what} {name!r} provided by {' and '.join(o.origin for o in owners)}")
 
