@@ -451,8 +451,10 @@ class KernelCalls:
         hit = insts.get(key)
         # The hot path of a ~2 µs call: the instance was opened for a resolution that is
         # still current (same change counter, checked within RECHECK_S) and no hooks run.
+        # (the resolution's own cache slot must still be the one the instance was opened
+        # under: ``forget`` or a re-resolution elsewhere replaces it)
         if (hit is not None and runtime.call_hooks is None and hit[2] == self.generation.value()
-                and _monotonic() - hit[3] < RECHECK_S):
+                and _monotonic() - hit[3] < RECHECK_S and runtime.resolved_calls.get(("kernel", name, None)) is hit[4]):
             return hit[1].call(data)
         resolved = resolve(runtime, "kernel", name)
         stamp = runtime.resolved_calls[("kernel", name, None)]
@@ -462,7 +464,7 @@ class KernelCalls:
             inst = resolved.target.open(kernel_request(resolved, principal=principal, timeout=timeout))
         else:
             inst = hit[1]
-        insts[key] = (resolved, inst, stamp[0], stamp[1])
+        insts[key] = (resolved, inst, stamp[0], stamp[1], stamp)
         hook = runtime.call_hooks
         if hook is None:
             return inst.call(data)
