@@ -41,7 +41,7 @@ MAX_SOURCES = 2000
 #: Flags a manifest or caller may add to ``zig cc``; the lane owns target, output and paths.
 C_FLAG_RE = re.compile(
     r"^-(D[A-Za-z_][A-Za-z0-9_]*(=[^\s]*)?|U[A-Za-z_][A-Za-z0-9_]*|W[A-Za-z0-9,=_-]*|O[0-3sz]?|g0?"
-    r"|std=[a-z0-9+]+|f[a-z0-9-]+(=[a-z0-9]+)?|l(m|c)|s)$"
+    r"|std=[a-z0-9+]+|f[a-z0-9-]+(=[a-z0-9]+)?|l(m|c|wasi-emulated-(signal|process-clocks|getpid|mman))|s)$"
 )
 #: ``-f`` flags that change the target, load host code or write outside ``/out``: the lane
 #: decides exceptions (setjmp/longjmp) and the linker itself.
@@ -52,8 +52,10 @@ SETJMP_RE = re.compile(rb"^[ \t]*#[ \t]*include[ \t]*[<\"]setjmp\.h[>\"]", re.M)
 SJLJ = Path(__file__).parent / "sjlj"
 #: What clang needs to lower setjmp/longjmp to the exception encoding wasmtime runs.
 SJLJ_FLAGS = ["-mllvm", "-wasm-enable-sjlj", "-mllvm", "-wasm-use-legacy-eh=false"]
-#: zig's own wasi-libc has ``<setjmp.h>`` and its runtime (``-lsetjmp``).
-ZIG_SJLJ_FLAGS = [*SJLJ_FLAGS, "-lsetjmp"]
+#: zig's own wasi-libc has ``<setjmp.h>`` and the runtime (built into its libc when the
+#: exception-handling feature is on: a second wasi-libc build in the overlaid cache, minutes,
+#: the first time each sandbox sees it); only the ``__c_longjmp`` tag comes from ``sjlj/tag.c``.
+ZIG_SJLJ_FLAGS = ["-mexception-handling", *SJLJ_FLAGS]
 #: wasm-ld's default stack is 64 KiB; zig's (and what C programs expect) is 1 MiB. The stack
 #: comes first in linear memory, so an overflow traps instead of overwriting data.
 STACK_BYTES = 1 << 20
@@ -221,7 +223,8 @@ class CLane(ZigLaneBase):
             raise InvalidArgs("c lane builds a source folder; this BUILD_SRC resolved to a prebuilt artifact")
         for flag in request.flags:
             if not C_FLAG_RE.match(flag) or C_FLAG_DENY.match(flag):
-                raise InvalidArgs(f"c lane: flag {flag!r} is not allowed (allowed: -D -U -W -O -g -std= -f -lm -lc -s; "
+                raise InvalidArgs(f"c lane: flag {flag!r} is not allowed (allowed: -D -U -W -O -g -std= -f -lm -lc "
+                                  "-lwasi-emulated-{signal,process-clocks,getpid,mman} -s; "
                                   "not the -f flags that pick exceptions, plugins, sanitizers or the linker)")
         base = _inside(src, request.source.entry)
         if base.is_file():
@@ -252,11 +255,12 @@ class CLane(ZigLaneBase):
             if "-lm" not in request.flags:
                 argv.append("-lm")
             return self._compile(request, argv, name, clang=tc, extra_binds=extra)
-        argv = ["/zig/zig", "cc", "--target=wasm32-wasi", *opt, "-s", "-ffile-prefix-map=/src=.", *includes,
-                *(ZIG_SJLJ_FLAGS if sjlj else []), *request.flags, "-o", f"/out/{name}", *files]
+        argv = ["/zig/zig", "cc", "--target=wasm32-wasi", *opt, "-s", "-ffile-prefix-map=/src=.",
+                "-ffile-prefix-map=/wb-sjlj=wb-sjlj", *includes, *(ZIG_SJLJ_FLAGS if sjlj else []), *request.flags,
+                "-o", f"/out/{name}", *files, *(["/wb-sjlj/tag.c"] if sjlj else [])]
         if "-lm" not in request.flags:
             argv.append("-lm")
-        return self._compile(request, argv, name)
+        return self._compile(request, argv, name, extra_binds=(Bind(SJLJ, "/wb-sjlj"),) if sjlj else ())
 
 
 class ZigLane(ZigLaneBase):

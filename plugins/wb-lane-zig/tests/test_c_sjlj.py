@@ -1,0 +1,166 @@
+"""The c lane builds ordinary C: setjmp/longjmp (wasm exceptions), Lua, reproducible bytes,
+and says which toolchain it uses."""
+
+from __future__ import annotations
+
+import os
+import tarfile
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from wbcore.testing import manifest_text
+
+from wb_lane_zig import toolchain
+
+DATA = Path(__file__).parent / "data"
+
+SJLJ_C = r"""
+#include <setjmp.h>
+#include <stdio.h>
+
+static jmp_buf env;
+static int depth;
+
+static void dive(int n) {
+    depth = n;
+    if (n == 0) longjmp(env, 42);
+    dive(n - 1);
+}
+
+int main(int argc, char **argv) {
+    volatile int round = 0;
+    int got = setjmp(env);
+    if (got == 0) {
+        dive(argc > 1 ? 100 : 3);
+        puts("not reached");
+        return 1;
+    }
+    printf("jumped %d from depth %d, round %d\n", got, depth, round);
+    if (++round < 3) longjmp(env, 0);  /* longjmp(env, 0) makes setjmp return 1 */
+    return 0;
+}
+"""
+
+
+def toolkit(root: Path, ident: str, files: dict[str, str], extra: dict[str, str] | None = None) -> Path:
+    tk = root / ident
+    (tk / "src").mkdir(parents=True, exist_ok=True)
+    m = manifest_text(ident, exec="command", extra={"BUILD_LANG": "c", "BUILD_SRC": "path:src", "CLI_BIN": ident,
+                                                    **(extra or {})}, drawer={"CLI_BIN": ident})
+    (tk / "manifest.org").write_text(m)
+    for rel, text in files.items():
+        p = tk / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(textwrap.dedent(text))
+    return tk
+
+
+@pytest.fixture
+def roots(tmp_path: Path) -> Path:
+    root = tmp_path / "c-toolkits"
+    root.mkdir()
+    return root
+
+
+@pytest.fixture
+def rt(make_runtime, zig_cache: Path, roots: Path):
+    return make_runtime(roots=[roots], env={"WB_ZIG_CACHE": str(zig_cache), "PATH": os.environ.get("PATH", "")})
+
+
+def test_setjmp_longjmp_program_builds_and_runs(rt, wbx, roots: Path) -> None:
+    toolkit(roots, "jumper", {"src/main.c": SJLJ_C})
+    res = wbx("toolkit", "build", "jumper", runtime=rt)
+    assert res.exit_code == 0, res.stderr
+    out = rt.call("jumper", [], b"")
+    assert out.exit_code == 0, out.stderr
+    assert out.stdout.decode().splitlines() == [
+        "jumped 42 from depth 0, round 0", "jumped 1 from depth 0, round 1", "jumped 1 from depth 0, round 2"]
+
+
+def test_c_sjlj_keyword_is_checked(rt, wbx, roots: Path) -> None:
+    toolkit(roots, "badsjlj", {"src/main.c": "int main(void) { return 0; }\n"}, {"C_SJLJ": "maybe"})
+    res = wbx("toolkit", "build", "badsjlj", runtime=rt)
+    assert res.exit_code != 0
+    assert "C_SJLJ" in res.stderr + res.stdout
+
+
+@pytest.mark.parametrize("flag", ["-fwasm-exceptions", "-fexceptions", "-fuse-ld=lld", "-fplugin=x",
+                                  "-fsanitize=address", "-mexception-handling", "-mllvm", "--target=x86_64"])
+def test_target_changing_flags_stay_refused(rt, wbx, roots: Path, flag: str) -> None:
+    toolkit(roots, "flags", {"src/main.c": "int main(void) { return 0; }\n"}, {"BUILD_FLAGS": flag})
+    res = wbx("toolkit", "build", "flags", runtime=rt)
+    assert res.exit_code != 0
+    assert "is not allowed" in res.stderr + res.stdout
+
+
+def test_builds_are_reproducible(rt, wbx, roots: Path, tmp_path: Path, make_runtime, zig_cache: Path) -> None:
+    """The same source in another folder and another home gives the same bytes."""
+    toolkit(roots, "jumper", {"src/main.c": SJLJ_C})
+    first = wbx("toolkit", "build", "jumper", runtime=rt)
+    assert first.exit_code == 0, first.stderr
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    toolkit(other, "jumper", {"src/main.c": SJLJ_C})
+    rt2 = make_runtime(roots=[other], home=tmp_path / "home2",
+                       env={"WB_ZIG_CACHE": str(zig_cache), "PATH": os.environ.get("PATH", "")})
+    second = wbx("toolkit", "build", "jumper", runtime=rt2)
+    assert second.exit_code == 0, second.stderr
+    sha = [r.registry.lookup("command", "jumper").sha256 for r in (rt, rt2)]
+    assert sha[0] == sha[1]
+
+
+def test_lanes_say_which_c_toolchain_and_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    clang = toolchain.find_clang()
+    av = toolchain.c_available()
+    assert av.ok
+    if isinstance(clang, toolchain.Clang):
+        assert "clang" in av.reason and "wasi-libc" in av.reason
+    else:
+        assert "zig" in av.reason and clang in av.reason  # the reason clang is not used
+    monkeypatch.setenv("WB_C_TOOLCHAIN", "zig")
+    assert "WB_C_TOOLCHAIN=zig" in toolchain.c_available().reason
+    monkeypatch.setenv("WB_C_TOOLCHAIN", "gcc")
+    assert not toolchain.c_available().ok
+
+
+# --- Lua 5.4.8, its release sources unmodified (tests/data/lua/README.md) -------------------
+
+LUA_TESTES = ("strings", "math", "sort", "closure", "nextvar", "coroutine", "errors")
+
+
+@pytest.fixture
+def lua(rt, wbx, roots: Path):
+    tk = toolkit(roots, "lua", {}, {
+        "BUILD_SRC": "path:src/wb_lua.c",
+        "BUILD_FLAGS": "-D_WASI_EMULATED_SIGNAL -D_WASI_EMULATED_PROCESS_CLOCKS -lwasi-emulated-signal "
+                       "-lwasi-emulated-process-clocks",
+    })
+    with tarfile.open(DATA / "lua" / "lua-5.4.8-wb.tar.gz") as tar:
+        tar.extractall(tk / "src", filter="data")
+    (tk / "src" / "wb_lua.c").write_bytes((DATA / "lua" / "wb_lua.c").read_bytes())
+    res = wbx("toolkit", "build", "lua", runtime=rt)
+    assert res.exit_code == 0, res.stderr
+    return tk
+
+
+@pytest.mark.slow
+def test_lua_interpreter_answers(rt, lua: Path) -> None:
+    out = rt.call("lua", ["-"], b"print(string.format('%5.2f', math.pi))\n")
+    assert (out.exit_code, out.stdout) == (0, b" 3.14\n"), out.stderr
+    # error/pcall unwind through longjmp
+    out = rt.call("lua", ["-"], b"print(pcall(function() local t = nil; return t.x end))\n")
+    assert out.stdout.startswith(b"false\t") and b"attempt to index a nil value" in out.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", LUA_TESTES)
+def test_lua_testes_pass(rt, lua: Path, name: str) -> None:
+    """Lua's own test scripts that need no os/io host features, read from stdin under their
+    own chunk name (errors.lua checks the file name in messages)."""
+    script = (lua / "src" / "lua-5.4.8" / "testes" / f"{name}.lua").read_bytes()
+    out = rt.call("lua", ["-e", "_port=true _soft=true", "-e", f"assert(load(io.read('a'), '@{name}.lua'))()"],
+                  script, timeout=120)
+    assert out.exit_code == 0, (out.stdout[-2000:], out.stderr[-2000:])
+    assert out.stdout.rstrip().endswith(b"OK")
