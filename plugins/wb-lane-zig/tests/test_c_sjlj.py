@@ -164,3 +164,89 @@ def test_lua_testes_pass(rt, lua: Path, name: str) -> None:
                   script, timeout=120)
     assert out.exit_code == 0, (out.stdout[-2000:], out.stderr[-2000:])
     assert out.stdout.rstrip().endswith(b"OK")
+
+
+# --- #+PREOPEN: a read-only folder of the toolkit, for commands ---------------------------
+
+READER_C = r"""
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+int main(int argc, char **argv) {
+    const char *path = argc > 1 ? argv[1] : "/data/words.txt";
+    FILE *f = fopen(path, "r");
+    if (!f) { printf("open %s: %s\n", path, strerror(errno)); return 3; }
+    char buf[256];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    printf("%s", buf);
+    FILE *w = fopen("/data/new.txt", "w");
+    printf(w ? "write allowed\n" : "write refused\n");
+    return 0;
+}
+"""
+
+
+def reader(roots: Path, preopen: str | None, ident: str = "reader") -> Path:
+    tk = toolkit(roots, ident, {"src/main.c": READER_C, "data/words.txt": "alpha beta\n"},
+                 {"PREOPEN": preopen} if preopen else {})
+    return tk
+
+
+def test_preopen_gives_a_command_its_data_read_only(rt, wbx, roots: Path) -> None:
+    tk = reader(roots, "data /data")
+    res = wbx("toolkit", "build", "reader", runtime=rt)
+    assert res.exit_code == 0, res.stderr
+    assert rt.registry.lookup("command", "reader").options["preopen"]["guest"] == "/data"
+    out = rt.call("reader", [], b"")
+    assert out.stdout == b"alpha beta\nwrite refused\n", out.stderr
+    assert not (tk / "data" / "new.txt").exists()
+    # nothing outside the preopened folder is reachable, by .. or by another absolute path
+    assert rt.call("reader", ["/data/../manifest.org"], b"").exit_code == 3
+    assert rt.call("reader", ["/etc/passwd"], b"").exit_code == 3
+
+
+def test_without_preopen_a_command_sees_no_files(rt, wbx, roots: Path) -> None:
+    reader(roots, None)
+    assert wbx("toolkit", "build", "reader", runtime=rt).exit_code == 0
+    out = rt.call("reader", [], b"")
+    assert out.exit_code == 3 and out.stdout.startswith(b"open /data/words.txt:")
+
+
+@pytest.mark.parametrize("value", ["../outside /data", "/etc /data", "link /data", "data /", "data rel",
+                                   "data /a/../b", "missing /data", "data /data extra"])
+def test_preopen_outside_the_toolkit_is_refused(rt, wbx, roots: Path, tmp_path: Path, value: str) -> None:
+    tk = reader(roots, value)
+    (tmp_path / "outside").mkdir(exist_ok=True)
+    (tk / "link").symlink_to(tmp_path / "outside")
+    res = wbx("toolkit", "build", "reader", runtime=rt)
+    assert res.exit_code != 0
+    assert "PREOPEN" in res.stderr + res.stdout or "outside" in res.stderr + res.stdout
+
+
+def test_preopen_folder_swapped_for_a_link_after_the_build_is_refused(rt, wbx, roots: Path, tmp_path: Path) -> None:
+    import shutil
+
+    from wbcore import preopen
+    from wbcore.paths import Refused
+
+    tk = reader(roots, "data /data")
+    assert wbx("toolkit", "build", "reader", runtime=rt).exit_code == 0
+    options = rt.registry.lookup("command", "reader").options
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "words.txt").write_text("host secret\n")
+    shutil.rmtree(tk / "data")
+    (tk / "data").symlink_to(secret)
+    with pytest.raises(Refused):
+        preopen.resolve(options)  # what every call asks before it preopens
+    from wbcore.errors import WbError
+
+    try:
+        out = rt.call("reader", [], b"")
+    except WbError as exc:  # refused: the toolkit changed since its build, or the link is followed nowhere
+        assert "host secret" not in exc.message
+    else:
+        assert b"host secret" not in out.stdout + out.stderr
