@@ -9,10 +9,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from wb_lane_zig import toolchain
 
 from wbcore.testing import manifest_text
-
-from wb_lane_zig import toolchain
 
 DATA = Path(__file__).parent / "data"
 
@@ -250,3 +249,17 @@ def test_preopen_folder_swapped_for_a_link_after_the_build_is_refused(rt, wbx, r
         assert "host secret" not in exc.message
     else:
         assert b"host secret" not in out.stdout + out.stderr
+
+
+@pytest.mark.slow
+def test_setjmp_longjmp_with_the_zig_toolchain(make_runtime, zig_cache: Path, wbx, roots: Path) -> None:
+    """The zig fallback: zig's own <setjmp.h> and runtime (its wasi-libc rebuilt with
+    exceptions in the private cache overlay, minutes) plus the lane's __c_longjmp tag."""
+    rt = make_runtime(roots=[roots], env={"WB_ZIG_CACHE": str(zig_cache), "WB_C_TOOLCHAIN": "zig",
+                                          "WB_BUILD_TIMEOUT": "900", "PATH": os.environ.get("PATH", "")})
+    toolkit(roots, "jumper", {"src/main.c": SJLJ_C})
+    res = wbx("toolkit", "build", "jumper", runtime=rt)
+    assert res.exit_code == 0, res.stderr
+    assert "zig cc" in res.stdout + res.stderr or "zig" in rt.lanes.get("c").factory(rt).version
+    out = rt.call("jumper", [], b"")
+    assert out.stdout.decode().splitlines()[0] == "jumped 42 from depth 0, round 0", out.stderr

@@ -48,7 +48,7 @@ C_FLAG_RE = re.compile(
 C_FLAG_DENY = re.compile(r"^-f(no-)?(wasm-|exceptions|cxx-exceptions|plugin|pass-plugin|use-ld|sanitize|profile|"
                          r"coverage|embed|lto|modules|crash-diagnostics|save-optimization|record|time-trace)")
 #: ``#include <setjmp.h>`` in a source or header: the program needs setjmp/longjmp.
-SETJMP_RE = re.compile(rb"^[ \t]*#[ \t]*include[ \t]*[<\"]setjmp\.h[>\"]", re.M)
+SETJMP_RE = re.compile(rb"^[ \t]*#[ \t]*include[ \t]*[<\"]setjmp\.h[>\"]", re.MULTILINE)
 SJLJ = Path(__file__).parent / "sjlj"
 #: What clang needs to lower setjmp/longjmp to the exception encoding wasmtime runs.
 SJLJ_FLAGS = ["-mllvm", "-wasm-enable-sjlj", "-mllvm", "-wasm-use-legacy-eh=false"]
