@@ -263,3 +263,25 @@ def test_setjmp_longjmp_with_the_zig_toolchain(make_runtime, zig_cache: Path, wb
     assert "zig cc" in res.stdout + res.stderr or "zig" in rt.lanes.get("c").factory(rt).version
     out = rt.call("jumper", [], b"")
     assert out.stdout.decode().splitlines()[0] == "jumped 42 from depth 0, round 0", out.stderr
+
+
+def test_sjlj_detection_reads_regular_files_only(tmp_path: Path) -> None:
+    """A FIFO or a link named like a source is skipped, never opened (a FIFO would block)."""
+    from wb_lane_zig.lanes import wants_sjlj
+
+    from wbcore.build import BuildRequest, ResolvedSource
+    from wbcore.manifest import parse
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "main.c").write_text("int main(void) { return 0; }\n")
+    os.mkfifo(src / "trap.c")
+    outside = tmp_path / "outside.h"
+    outside.write_text("#include <setjmp.h>\n")
+    (src / "link.h").symlink_to(outside)
+    m = parse(manifest_text("demo", extra={"CLI_BIN": "demo"}, drawer={"CLI_BIN": "demo"}), src / "manifest.org")
+    req = BuildRequest(manifest=m, source=ResolvedSource(digest="x", dir=src, entry=None), outdir=tmp_path / "o")
+    assert wants_sjlj(req, src) is False
+    (src / "real.h").write_text("  # include <setjmp.h>\n")
+    assert wants_sjlj(req, src) is True
+

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,6 +62,8 @@ ZIG_SJLJ_FLAGS = ["-mexception-handling", *SJLJ_FLAGS]
 STACK_BYTES = 1 << 20
 #: How the clang path compiles (part of the lane version, so of the build cache key).
 CLANG_RECIPE = "r1: clang --target=wasm32-wasip1 -Oz -s -ffile-prefix-map, 1 MiB stack; sjlj: exnref + wb rt.c"
+#: How the zig path compiles C, beyond the warm-up's recipe (part of the build cache key).
+ZIG_C_RECIPE = "c r2: -ffile-prefix-map; sjlj: -mexception-handling, zig's libc runtime + tag.c"
 ZIG_FLAG_RE = re.compile(r"^(-O(Debug|ReleaseSafe|ReleaseFast|ReleaseSmall)|-f(no-)?(strip|single-threaded)|-D[A-Za-z_][A-Za-z0-9_]*(=[^\s]*)?)$")
 
 
@@ -191,7 +194,8 @@ def wants_sjlj(request: BuildRequest, root: Path) -> bool:
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         for f in filenames:
             path = Path(dirpath) / f
-            if not f.endswith((".c", ".h")) or path.is_symlink():
+            # regular files only: a link is not followed, and a FIFO named x.c would block the read
+            if not f.endswith((".c", ".h")) or not stat.S_ISREG(os.lstat(path).st_mode):
                 continue
             seen += 1
             if seen > MAX_SOURCES * 4:
@@ -215,7 +219,9 @@ class CLane(ZigLaneBase):
     @property
     def version(self) -> str:
         tc = self.toolchain
-        return f"{tc.version}; {CLANG_RECIPE}" if isinstance(tc, Clang) else f"zig {tc.version}; {_cache.RECIPE}"
+        if isinstance(tc, Clang):
+            return f"{tc.version}; {CLANG_RECIPE}"
+        return f"zig {tc.version}; {_cache.RECIPE}; {ZIG_C_RECIPE}"
 
     def build(self, request: BuildRequest) -> BuildOutput:
         src = request.source.dir
