@@ -131,6 +131,17 @@ def _register(runtime: Runtime, tk: Toolkit, kind: str, name: str, sha256: str, 
     return entry
 
 
+def _preopen(tk: Toolkit, kind: str) -> dict[str, Any]:
+    """A command's ``#+PREOPEN`` folder of its own toolkit (``archive:`` bundles keep theirs
+    inside the archive, checked by their source plugin)."""
+    from wbcore import preopen
+
+    m = tk.manifest
+    if kind != "command" or (m.build_src or "").startswith("archive:"):
+        return {}
+    return preopen.option(tk.dir, m.preopen)
+
+
 def register_artifact(runtime: Runtime, ident: str, sha256: str, kind: str | None = None, *,
                       replace_command: str | None = None) -> Entry:
     """Register an artifact already in the store for toolkit ``ident`` without building
@@ -240,7 +251,7 @@ def build(runtime: Runtime, ident: str, which: str | None = None, *, progress: P
                 f"{m.id}: built artifact {sha256[:12]}… does not match #+SHA256 {m.sha256[:12]}…; not registered")
         entry = _register(runtime, tk, kind, name, sha256, prov, owner,
                           pinned=bool(m.sha256) and not resolved.sha256_pins_source,
-                          options={"lane": lane_name, "source_digest": resolved.digest})
+                          options={"lane": lane_name, "source_digest": resolved.digest, **_preopen(tk, kind)})
         if owner and owner != m.id:
             note("register", f"{kind} {name} handed over from toolkit {owner} (--replace-command, audited)")
         note("register", f"{kind} {name} → {sha256[:12]}… (profile {entry.profile})")

@@ -98,6 +98,8 @@ class CommandRequest:
     allowed_hosts: tuple[str, ...] = ()
     #: The isolation tier the call was resolved to (``wbcore.dispatch.choose_tier``).
     tier: str = "instance"
+    #: ``(host folder, guest path)`` preopened read-only (``#+PREOPEN``, :mod:`wbcore.preopen`).
+    preopen: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)

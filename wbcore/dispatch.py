@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from wbcore import policy
+from wbcore import policy, preopen
 from wbcore.calls import CallRecord, CallResult, CommandRequest, KernelRequest, KernelSpec, Principal
 from wbcore.errors import CapabilityDenied, InvalidArgs, NotFound, WbError, unknown_name
 
@@ -488,6 +488,7 @@ def command_request(resolved: Resolved, argv: Sequence[str], stdin: bytes, *, pr
         stdin=stdin, profile=prof, timeout_s=_deadline(prof, timeout, prof.timeout_s),
         principal=principal or resolved.principal, caps=resolved.caps, arg_mode=resolved.entry.arg_mode,
         toolkit=resolved.toolkit, cancel=cancel, allowed_hosts=resolved.allowed_hosts, tier=resolved.tier.name,
+        preopen=preopen.resolve(resolved.entry.options) if resolved.toolkit else None,
     )
 
 

@@ -85,7 +85,10 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
         for lane in reg:
             avail = lane.availability(runtime)
             rows.append({"name": lane.name, "kind": lane.kind, "where": lane.where, "available": avail.ok,
-                         "reason": avail.reason, "state": "available" if avail.ok else f"unavailable: {avail.reason}",
+                         "reason": avail.reason,
+                         # available lanes say with what too (the c lane: Debian's clang or zig, and why)
+                         "state": (f"available: {avail.reason}" if avail.reason else "available") if avail.ok
+                         else f"unavailable: {avail.reason}",
                          "plugin": reg.provider(lane.name).origin})
         _table(rows, json_, "{name:8} {state}\n         runs: {where}  [{plugin}]")
 

@@ -76,12 +76,21 @@ def lanes(zig_cache: Path, build_sandbox, tmp_path: Path) -> tuple[CLane, ZigLan
             ZigLane(home=tmp_path / "home", env=env, sandbox=lambda: build_sandbox))
 
 
-def test_c_lane_builds_a_small_wasi_command(lanes, tmp_path: Path) -> None:
+@pytest.mark.parametrize("toolchain", ["clang", "zig"])
+def test_c_lane_builds_a_small_wasi_command(lanes, tmp_path: Path, toolchain: str) -> None:
+    from wb_lane_zig.toolchain import find_clang
+
+    if toolchain == "clang" and isinstance(find_clang(), str):
+        pytest.skip(f"Debian's WASI clang is not installed: {find_clang()}")
+    lane = lanes[0]
+    lane.env["WB_C_TOOLCHAIN"] = toolchain
     src = write(tmp_path / "src", {"main.c": C_COUNT, "include/count.h": "#define COUNT_ONE(c) ((c) == 'a')\n"})
-    out = lanes[0].build(request(src, tmp_path / "out"))
+    out = lane.build(request(src, tmp_path / "out"))
     assert out.artifact.name == "demo.wasm" and out.artifact.stat().st_size < 64_000  # -Oz -s
     assert run_wasm(out.artifact, b"banana", ("x",)) == (0, b"3 2\n")
-    assert "zig cc --target=wasm32-wasi -Oz -s" in out.log
+    want = "zig cc --target=wasm32-wasi -Oz -s" if toolchain == "zig" else "clang --target=wasm32-wasip1 --sysroot=/sysroot -Oz -s"
+    assert want in out.log
+    assert toolchain in lane.version  # the toolchain is part of the build cache key
 
 
 def test_c_lane_is_reproducible(lanes, tmp_path: Path) -> None:

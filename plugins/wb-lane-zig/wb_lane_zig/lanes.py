@@ -1,17 +1,29 @@
-"""The ``c`` and ``zig`` lane drivers: zig compiling to wasm32-wasi inside the build sandbox.
+"""The ``c`` and ``zig`` lane drivers: C and Zig compiled to wasm32-wasi inside the build sandbox.
 
-What the compiler sees: ``/zig`` (the ziglang package, read-only), ``/src`` (the resolved
-source, read-only), ``/zig-cache`` (the warmed global cache through a private overlay),
+The ``c`` lane compiles with Debian's prebuilt WASI toolchain when it is installed
+(clang ≥ 20, wasm-ld, compiler-rt builtins and ``wasi-libc``: nothing to compile before
+the first build), else with ``zig cc`` (:func:`wb_lane_zig.toolchain.c_toolchain` decides,
+``wbx lanes`` says which and why). The ``zig`` lane is always zig.
+
+What the compiler sees: the compiler (``/zig``, the ziglang package, or the host's ``/usr``
+read-only for clang, whose sysroot is bound at ``/sysroot``), ``/src`` (the resolved
+source, read-only), zig's warmed global cache at ``/zig-cache`` through a private overlay,
 a private ``/tmp`` and ``/out`` (copied back to the request's ``outdir``). No network,
 no ``/etc``, no home, uid 1000 without capabilities, seccomp, rlimits and a deadline
-(the runtime's build sandbox, ``wbcore.sandbox``). Paths inside are fixed, so the same
-source and flags give the same bytes on any machine.
+(the runtime's build sandbox, ``wbcore.sandbox``). Paths inside are fixed and source paths
+are mapped to ``.`` (``-ffile-prefix-map``), so the same source and flags give the same
+bytes on any machine.
+
+Programs that include ``<setjmp.h>`` (or declare ``#+C_SJLJ: yes``) are built with
+setjmp/longjmp lowered to WebAssembly exception handling; the lane adds those flags
+itself, never the manifest (``-m*`` and ``-mllvm`` stay outside the allowlist).
 """
 
 from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,15 +35,35 @@ from wbcore.errors import InvalidArgs, NotFound, Timeout
 from wbcore.sandbox import Bind, BuildSandboxDriver, Limits
 
 from wb_lane_zig import cache as _cache
-from wb_lane_zig.toolchain import Zig, find
+from wb_lane_zig.toolchain import WASI_INCLUDE, WASI_LIB, Clang, Zig, c_toolchain, find
 
 MAX_ARTIFACT_BYTES = 64 << 20
 MAX_SOURCES = 2000
 #: Flags a manifest or caller may add to ``zig cc``; the lane owns target, output and paths.
 C_FLAG_RE = re.compile(
     r"^-(D[A-Za-z_][A-Za-z0-9_]*(=[^\s]*)?|U[A-Za-z_][A-Za-z0-9_]*|W[A-Za-z0-9,=_-]*|O[0-3sz]?|g0?"
-    r"|std=[a-z0-9+]+|f[a-z0-9-]+(=[a-z0-9]+)?|l(m|c)|s)$"
+    r"|std=[a-z0-9+]+|f[a-z0-9-]+(=[a-z0-9]+)?|l(m|c|wasi-emulated-(signal|process-clocks|getpid|mman))|s)$"
 )
+#: ``-f`` flags that change the target, load host code or write outside ``/out``: the lane
+#: decides exceptions (setjmp/longjmp) and the linker itself.
+C_FLAG_DENY = re.compile(r"^-f(no-)?(wasm-|exceptions|cxx-exceptions|plugin|pass-plugin|use-ld|sanitize|profile|"
+                         r"coverage|embed|lto|modules|crash-diagnostics|save-optimization|record|time-trace)")
+#: ``#include <setjmp.h>`` in a source or header: the program needs setjmp/longjmp.
+SETJMP_RE = re.compile(rb"^[ \t]*#[ \t]*include[ \t]*[<\"]setjmp\.h[>\"]", re.MULTILINE)
+SJLJ = Path(__file__).parent / "sjlj"
+#: What clang needs to lower setjmp/longjmp to the exception encoding wasmtime runs.
+SJLJ_FLAGS = ["-mllvm", "-wasm-enable-sjlj", "-mllvm", "-wasm-use-legacy-eh=false"]
+#: zig's own wasi-libc has ``<setjmp.h>`` and the runtime (built into its libc when the
+#: exception-handling feature is on: a second wasi-libc build in the overlaid cache, minutes,
+#: the first time each sandbox sees it); only the ``__c_longjmp`` tag comes from ``sjlj/tag.c``.
+ZIG_SJLJ_FLAGS = ["-mexception-handling", *SJLJ_FLAGS]
+#: wasm-ld's default stack is 64 KiB; zig's (and what C programs expect) is 1 MiB. The stack
+#: comes first in linear memory, so an overflow traps instead of overwriting data.
+STACK_BYTES = 1 << 20
+#: How the clang path compiles (part of the lane version, so of the build cache key).
+CLANG_RECIPE = "r1: clang --target=wasm32-wasip1 -Oz -s -ffile-prefix-map, 1 MiB stack; sjlj: exnref + wb rt.c"
+#: How the zig path compiles C, beyond the warm-up's recipe (part of the build cache key).
+ZIG_C_RECIPE = "c r2: -ffile-prefix-map; sjlj: -mexception-handling, zig's libc runtime + tag.c"
 ZIG_FLAG_RE = re.compile(r"^(-O(Debug|ReleaseSafe|ReleaseFast|ReleaseSmall)|-f(no-)?(strip|single-threaded)|-D[A-Za-z_][A-Za-z0-9_]*(=[^\s]*)?)$")
 
 
@@ -67,15 +99,25 @@ class ZigLaneBase:
     def _timeout(self) -> float:
         return float(self.env.get("WB_BUILD_TIMEOUT", "300"))
 
-    def _compile(self, request: BuildRequest, argv: list[str], name: str, *, cwd: str = "/tmp") -> BuildOutput:
+    def _compile(self, request: BuildRequest, argv: list[str], name: str, *, cwd: str = "/tmp",
+                 clang: Clang | None = None, extra_binds: tuple[Bind, ...] = ()) -> BuildOutput:
+        """Run ``argv`` in the build sandbox: with zig (its warmed cache overlaid) unless
+        ``clang`` is given (the host's ``/usr`` read-only, Debian's wasi-libc at ``/sysroot``)."""
         src = request.source.dir
         assert src is not None
         refuse_objects(request)
         box = self.sandbox()
-        zig = self.zig
-        cache = _cache.cache_dir(zig, self.home, self.env)
         progress: Callable[[str], None] | None = request.progress
-        _cache.warm(zig, cache, box, progress=progress)
+        if clang is None:
+            zig = self.zig
+            cache = _cache.cache_dir(zig, self.home, self.env)
+            _cache.warm(zig, cache, box, progress=progress)
+            binds = [Bind(zig.root, "/zig"), Bind(cache, "/zig-cache", overlay=True)]
+            env = {"ZIG_GLOBAL_CACHE_DIR": "/zig-cache", "ZIG_LOCAL_CACHE_DIR": "/tmp/zig-local"}
+        else:
+            binds = [*box.system_binds(), Bind(WASI_INCLUDE, "/sysroot/include/wasm32-wasip1"),
+                     Bind(WASI_LIB, "/sysroot/lib/wasm32-wasip1")]
+            env = {"TMPDIR": "/tmp"}
         timeout = self._timeout()
         limits = Limits(wall_seconds=timeout, cpu_seconds=int(timeout) * 2, open_files=8192, processes=256,
                         out_bytes=MAX_ARTIFACT_BYTES * 2, tmp_bytes=1 << 30)
@@ -85,9 +127,9 @@ class ZigLaneBase:
         outdir.mkdir(parents=True, exist_ok=True)
         res = box.run(
             argv,
-            binds=[Bind(zig.root, "/zig"), Bind(src, "/src"), Bind(cache, "/zig-cache", overlay=True)],
+            binds=[*binds, Bind(src, "/src"), *extra_binds],
             out_dir=outdir,
-            env={"ZIG_GLOBAL_CACHE_DIR": "/zig-cache", "ZIG_LOCAL_CACHE_DIR": "/tmp/zig-local", **_user_env(request)},
+            env={**env, **_user_env(request)},
             cwd=cwd,
             limits=limits,
         )
@@ -128,7 +170,8 @@ def _user_env(request: BuildRequest) -> dict[str, str]:
     """Only plain ``[A-Z_]`` names pass, never the lane's own (``ZIG_*``, ``PATH``)."""
     out = {}
     for k, v in request.env.items():
-        if not re.fullmatch(r"[A-Z][A-Z0-9_]*", k) or k.startswith("ZIG_") or k in ("PATH", "HOME", "TMPDIR"):
+        if (not re.fullmatch(r"[A-Z][A-Z0-9_]*", k) or k.startswith(("ZIG_", "CLANG", "CCC_", "COMPILER_PATH"))
+                or k in ("PATH", "HOME", "TMPDIR", "CPATH", "C_INCLUDE_PATH", "LIBRARY_PATH")):
             raise InvalidArgs(f"build env {k!r} is not allowed")
         out[k] = v
     return out
@@ -156,8 +199,10 @@ def _guest(root: Path, path: Path) -> str:
 def check_c_flags(flags: tuple[str, ...]) -> None:
     """The c lane's ``#+BUILD_FLAGS`` allowlist (build and verify both call it)."""
     for flag in flags:
-        if not C_FLAG_RE.match(flag):
-            raise InvalidArgs(f"c lane: flag {flag!r} is not allowed (allowed: -D -U -W -O -g -std= -f -lm -lc -s); "
+        if not C_FLAG_RE.match(flag) or C_FLAG_DENY.match(flag):
+            raise InvalidArgs(f"c lane: flag {flag!r} is not allowed (allowed: -D -U -W -O -g -std= -f -lm -lc "
+                              "-lwasi-emulated-{signal,process-clocks,getpid,mman} -s; "
+                              "not the -f flags that pick exceptions, plugins, sanitizers or the linker); "
                               "remove it from #+BUILD_FLAGS")
 
 
@@ -169,8 +214,47 @@ def check_zig_flags(flags: tuple[str, ...]) -> None:
                               "-f[no-]single-threaded, -D<name>=<value>); remove it from #+BUILD_FLAGS")
 
 
+def wants_sjlj(request: BuildRequest, root: Path) -> bool:
+    """``#+C_SJLJ: yes|no`` when given, else whether any ``.c``/``.h`` under ``root``
+    includes ``<setjmp.h>`` (first 1 MiB of each file, at most ``MAX_SOURCES * 4`` files)."""
+    said = (request.manifest.extra("C_SJLJ") or "").strip().lower()
+    if said in ("yes", "no"):
+        return said == "yes"
+    if said:
+        raise InvalidArgs(f"#+C_SJLJ: {said!r}: use yes or no (leave it out to detect <setjmp.h>)")
+    seen = 0
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for f in filenames:
+            path = Path(dirpath) / f
+            # regular files only: a link is not followed, and a FIFO named x.c would block the read
+            if not f.endswith((".c", ".h")) or not stat.S_ISREG(os.lstat(path).st_mode):
+                continue
+            seen += 1
+            if seen > MAX_SOURCES * 4:
+                return False
+            with path.open("rb") as fh:
+                if SETJMP_RE.search(fh.read(1 << 20)):
+                    return True
+    return False
+
+
 class CLane(ZigLaneBase):
     """Every ``*.c`` of the source folder (or the one ``entry``) into one WASI command."""
+
+    @property
+    def toolchain(self) -> Clang | Zig:
+        tc = c_toolchain(self.env or dict(os.environ))
+        if isinstance(tc, str):
+            raise InvalidArgs(f"c lane: {tc}")
+        return tc
+
+    @property
+    def version(self) -> str:
+        tc = self.toolchain
+        if isinstance(tc, Clang):
+            return f"{tc.version}; {CLANG_RECIPE}"
+        return f"zig {tc.version}; {_cache.RECIPE}; {ZIG_C_RECIPE}"
 
     def build(self, request: BuildRequest) -> BuildOutput:
         src = request.source.dir
@@ -195,11 +279,23 @@ class CLane(ZigLaneBase):
         opt = [] if any(f.startswith("-O") for f in request.flags) else ["-Oz"]
         includes = [f"-I{inc}"] + ([f"-I{inc}/include"] if (base if base.is_dir() else base.parent).joinpath("include").is_dir() else [])
         name = artifact_name(request)
-        argv = ["/zig/zig", "cc", "--target=wasm32-wasi", *opt, "-s", *includes, *request.flags,
-                "-o", f"/out/{name}", *files]
+        sjlj = wants_sjlj(request, base if base.is_dir() else base.parent)
+        tc = self.toolchain
+        if isinstance(tc, Clang):
+            extra: tuple[Bind, ...] = (Bind(SJLJ, "/wb-sjlj"),) if sjlj else ()
+            argv = [str(tc.binary), "--target=wasm32-wasip1", "--sysroot=/sysroot", *opt, "-s",
+                    "-ffile-prefix-map=/src=.", "-ffile-prefix-map=/wb-sjlj=wb-sjlj", f"-Wl,-z,stack-size={STACK_BYTES}",
+                    *(["-I/wb-sjlj/include", *SJLJ_FLAGS] if sjlj else []), *includes, *request.flags,
+                    "-o", f"/out/{name}", *files, *(["/wb-sjlj/rt.c"] if sjlj else [])]
+            if "-lm" not in request.flags:
+                argv.append("-lm")
+            return self._compile(request, argv, name, clang=tc, extra_binds=extra)
+        argv = ["/zig/zig", "cc", "--target=wasm32-wasi", *opt, "-s", "-ffile-prefix-map=/src=.",
+                "-ffile-prefix-map=/wb-sjlj=wb-sjlj", *includes, *(ZIG_SJLJ_FLAGS if sjlj else []), *request.flags,
+                "-o", f"/out/{name}", *files, *(["/wb-sjlj/tag.c"] if sjlj else [])]
         if "-lm" not in request.flags:
             argv.append("-lm")
-        return self._compile(request, argv, name)
+        return self._compile(request, argv, name, extra_binds=(Bind(SJLJ, "/wb-sjlj"),) if sjlj else ())
 
 
 class ZigLane(ZigLaneBase):

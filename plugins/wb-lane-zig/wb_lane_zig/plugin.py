@@ -45,14 +45,21 @@ def _check_zig_flags(flags: tuple[str, ...]) -> None:
     check_zig_flags(flags)
 
 
+def _c_available() -> Availability:
+    from wb_lane_zig.toolchain import c_available
+
+    return c_available()
+
+
 @hookimpl
 def wbcore_build_lanes() -> Iterator[BuildLane]:
     yield BuildLane(
         name="c",
-        summary="C (C17 and GNU extensions, wasi-libc) with zig cc --target=wasm32-wasi -Oz -s; every *.c of the folder",
-        where=WHERE.format(tool="cc"),
+        summary=("C (C17 and GNU extensions, wasi-libc, setjmp/longjmp) -Oz -s; every *.c of the folder; Debian's "
+                 "clang + wasi-libc when installed, else zig cc (the availability line says which)"),
+        where=WHERE.format(tool="cc").replace("native zig cc (PyPI ziglang)", "native clang (Debian) or zig cc (PyPI ziglang)"),
         factory=_c,
-        available=_available,
+        available=_c_available,
         needs_build_sandbox=True,
         check_flags=_check_c_flags,
         output_fields=OUTPUT_FIELDS,

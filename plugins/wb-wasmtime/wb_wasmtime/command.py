@@ -158,6 +158,8 @@ class CommandRunner:
             self.path.wasi_stdin(wasi, stdin)
         wasi.stdout_file = out_path
         wasi.stderr_file = err_path
+        if req.preopen:  # #+PREOPEN: the toolkit's own folder, read-only (wbcore.preopen)
+            wasi.preopen_dir(req.preopen[0], req.preopen[1], fs_mutable=False)
         store.set_wasi(wasi)
 
         exit_code = 0

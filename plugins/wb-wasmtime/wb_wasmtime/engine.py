@@ -147,12 +147,15 @@ def get() -> Engine:
             cfg.epoch_interruption = True
             cfg.consume_fuel = fuel
             cfg.cranelift_opt_level = "speed"
+            # The c lane's setjmp/longjmp (Lua, interpreters) lowers to wasm exceptions.
+            cfg.wasm_exceptions = True
             config = {
                 "wasmtime": wasmtime_version(),
                 "arch": platform.machine(),
                 "epoch_interruption": True,
                 "consume_fuel": fuel,
                 "opt": "speed",
+                "exceptions": True,
             }
             wasm = wasmtime.Engine(cfg)
             _engine = Engine(wasm, config, fuel, Ticker(wasm))
