@@ -184,4 +184,9 @@ def run(
         except wasmtime.WasmtimeError as exc:
             code, trap = 134, describe(exc)
             exc.__traceback__ = None
-    return GuestResult(code, out.value(), err.value(), timed_out, trap, out.truncated or err.truncated)
+    result = GuestResult(code, out.value(), err.value(), timed_out, trap, out.truncated or err.truncated)
+    # Free the store now, while the interpreter is whole: a store that outlives the call
+    # (kept by a cycle through a trap's frames) would be dropped at interpreter exit, when
+    # its WASI output stream calls back into a finalizing Python and panics a runtime thread.
+    store.close()
+    return result

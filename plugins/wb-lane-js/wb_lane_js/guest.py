@@ -248,4 +248,9 @@ def run(
         if why:
             cancelled, timed_out = why[0] == "cancelled", why[0] == "timeout"
             code, trap = 124, (f"deadline of {limits.timeout_s:g}s reached" if timed_out else "cancelled by the caller")
-    return GuestResult(code, out.value(), err.value(), timed_out, trap, out.truncated or err.truncated, cancelled)
+    result = GuestResult(code, out.value(), err.value(), timed_out, trap, out.truncated or err.truncated, cancelled)
+    # Free the store now, while the interpreter is whole: a store that outlives the call
+    # (kept by a cycle through a trap's frames) would be dropped at interpreter exit, when
+    # its WASI output stream calls back into a finalizing Python and panics a runtime thread.
+    store.close()
+    return result
