@@ -85,7 +85,8 @@ def _workspace(path: Path, env: Mapping[str, str], mine: str, loopback: bool) ->
     if r.signer is None:
         return Entry("workspace", ws.name, ws.dir, None, None, False, False, f"{ws.html} unsigned")
     detail = f"{ws.html}: " + ("signature and assets hold" if r.valid else "; ".join([*r.changes, r.signature_reason]))
-    return Entry("workspace", ws.name, ws.dir, r.signer, r.signed_at, r.valid, r.signer == mine, detail)
+    # "mine" needs a signature that verifies: a manifest merely naming my DID is not mine.
+    return Entry("workspace", ws.name, ws.dir, r.signer, r.signed_at, r.valid, r.signature and r.signer == mine, detail)
 
 
 def _bundle_entry(path: Path, env: Mapping[str, str], mine: str, loopback: bool) -> Entry:
@@ -98,7 +99,8 @@ def _bundle_entry(path: Path, env: Mapping[str, str], mine: str, loopback: bool)
     detail = "signature and every member hold" if ins.verified else "; ".join(
         [*ins.changes] + ([] if ins.signature.ok else [ins.signature.reason]))
     signer = m.get("signer") if isinstance(m.get("signer"), str) else None
-    return Entry("bundle", name, path, signer, m.get("signed_at"), ins.verified, signer == mine, detail)
+    return Entry("bundle", name, path, signer, m.get("signed_at") if isinstance(m.get("signed_at"), str) else None,
+                 ins.verified, ins.signature.ok and signer == mine, detail)
 
 
 def scan(dirs: Iterable[Path], *, identity_did: str, env: Mapping[str, str], allow_http_loopback: bool = False) -> list[Entry]:
