@@ -203,3 +203,16 @@ def test_cli_sign_and_verify_json(site, wbx, monkeypatch):
     assert out["changes"] == [c for c in out["changes"] if "data.csv" in c]
     r = wbx("publish", "sign", str(site / "index.html"), "--asset", "../up.html")
     assert r.exit_code != 0 and "outside the page's folder" in r.stderr
+
+
+def test_canonical_json_vector_and_refusals():
+    from wbcore.errors import InvalidArgs as _IA
+
+    obj = {"signature": "ignored", "b": [1, True, None], "a": "é<\U0001F600", "A": {"z": 0, "y": ""}}
+    assert canonical.canonical(obj) == b'{"A":{"y":"","z":0},"a":"\\u00e9<\\ud83d\\ude00","b":[1,true,null]}'
+    with pytest.raises(_IA, match="floats are not allowed"):
+        canonical.parse(b'{"a": 1.5}', "m")
+    with pytest.raises(_IA, match="appears twice"):
+        canonical.parse(b'{"a": 1, "a": 2}', "m")
+    with pytest.raises(_IA, match="floats"):
+        canonical.parse(b'{"a": NaN}', "m")
