@@ -1,20 +1,16 @@
 from __future__ import annotations
 
 import base64
-import io
-import os
 import sqlite3
 import zipfile
 from pathlib import Path
 
 import pytest
+from conftest import SEED_A, vfs_rows
+from wb_publish import bundle, canonical, vfsfile
 
 from wbcore.errors import InvalidArgs
 from wbcore.unpack import UnsafeArchive
-
-from wb_publish import bundle, canonical, vfsfile
-
-from conftest import SEED_A, vfs_rows, write_vfs
 
 
 def _rezip(src: Path, dst: Path, change: dict[str, bytes | None], extra: dict[str, bytes] | None = None,

@@ -4,9 +4,8 @@ import base64
 import json
 import zipfile
 
-from wb_publish import bundle, library, page
-
 from conftest import SEED_A
+from wb_publish import bundle, library, page
 
 
 def test_library_lists_workspaces_and_bundles_with_provenance(workspace, wb_home, tmp_path, key_a, key_b,

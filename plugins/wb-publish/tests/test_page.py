@@ -7,13 +7,11 @@ import threading
 from pathlib import Path
 
 import pytest
+from conftest import SEED_A
+from wb_publish import canonical, page
 
 from wbcore import did
 from wbcore.errors import InvalidArgs
-
-from wb_publish import canonical, page
-
-from conftest import SEED_A
 
 PAGE = (b"<!doctype html>\n<html><head><title>Report</title>\n"
         b"<link rel=\"stylesheet\" href=\"css/site.css?v=2\">\n</head>\n<body>\n"

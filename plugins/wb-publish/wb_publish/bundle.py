@@ -23,13 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from wb_publish import canonical, vfsfile
+from wb_publish import workspace as _ws
 from wbcore import identity as _identity
 from wbcore.artifacts import atomic_write
 from wbcore.errors import InvalidArgs
 from wbcore.unpack import Caps, UnsafeArchive, safe_name
-
-from wb_publish import canonical, vfsfile
-from wb_publish import workspace as _ws
 
 FORMAT = "wbundle/1"
 MANIFEST = "wbundle.json"
@@ -70,7 +69,7 @@ def _sha(data: bytes) -> str:
 
 
 def _iso(ts: int) -> str:
-    return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _dt.datetime.fromtimestamp(ts, _dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _zip(members: Mapping[str, bytes]) -> bytes:

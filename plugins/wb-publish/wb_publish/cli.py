@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -28,7 +28,7 @@ def bundle_app(runtime: Any) -> typer.Typer:
         workspace: Path = typer.Argument(..., help="The workspace folder (it holds workspace.org)."),
         out: Path = typer.Option(..., "-o", "--out", help="The .wbundle to write."),
         tenant: str = typer.Option("default", "--tenant", help="Which tenant's key signs."),
-        did_web: Optional[str] = typer.Option(None, "--did-web", help="Sign as did:web:HOST (the same key)."),
+        did_web: str | None = typer.Option(None, "--did-web", help="Sign as did:web:HOST (the same key)."),
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
         """Pack a workspace's HTML, its VFS (every volume it owns) and a signed manifest."""
@@ -46,7 +46,7 @@ def bundle_app(runtime: Any) -> typer.Typer:
     @app.command("restore")
     def restore(
         path: Path = typer.Argument(..., help="The .wbundle to restore."),
-        into: Optional[Path] = typer.Option(None, "--into", help="The new workspace folder (default: ./<name>)."),
+        into: Path | None = typer.Option(None, "--into", help="The new workspace folder (default: ./<name>)."),
         signer: list[str] = typer.Option([], "--signer", help="Also trust this DID (default: only this tenant's)."),
         tenant: str = typer.Option("default", "--tenant", help="The tenant whose DID is trusted."),
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
@@ -101,7 +101,7 @@ def publish_app(runtime: Any) -> typer.Typer:
         page: Path = typer.Argument(..., help="The HTML page to sign (rewritten in place)."),
         asset: list[str] = typer.Option([], "--asset", help="Also cover this file (relative to the page)."),
         tenant: str = typer.Option("default", "--tenant", help="Which tenant's key signs."),
-        did_web: Optional[str] = typer.Option(None, "--did-web", help="Sign as did:web:HOST (the same key)."),
+        did_web: str | None = typer.Option(None, "--did-web", help="Sign as did:web:HOST (the same key)."),
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
         """Embed a workbooks-c2pa manifest: the page's hash, its assets' hashes, the signature."""

@@ -15,11 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from wbcore.errors import WbError
-
 from wb_publish import bundle as _bundle
 from wb_publish import page as _page
 from wb_publish import workspace as _ws
+from wbcore.errors import WbError
 
 ENV_LIBRARY_PATH = "WB_LIBRARY_PATH"
 MAX_DEPTH = 4
@@ -69,9 +68,8 @@ def _walk(root: Path) -> Iterable[Path]:
             if e.is_dir(follow_symlinks=False):
                 if depth < MAX_DEPTH and not e.name.startswith(".") and e.name not in SKIP_DIRS:
                     stack.append((Path(e.path), depth + 1))
-            elif e.is_file(follow_symlinks=False):
-                if e.name == _ws.MANIFEST or e.name.endswith(".wbundle"):
-                    yield Path(e.path)
+            elif e.is_file(follow_symlinks=False) and (e.name == _ws.MANIFEST or e.name.endswith(".wbundle")):
+                yield Path(e.path)
 
 
 def _workspace(path: Path, env: Mapping[str, str], mine: str, loopback: bool) -> Entry:

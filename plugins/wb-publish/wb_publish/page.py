@@ -31,12 +31,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-from wbcore import identity as _identity
-from wbcore.artifacts import atomic_write
-from wbcore.errors import InvalidArgs
-
 from wb_publish import canonical
 from wb_publish.workspace import read_regular
+from wbcore import identity as _identity
+from wbcore.artifacts import atomic_write
+from wbcore.errors import InvalidArgs, WbError
 
 FORMAT = "workbooks-c2pa/1"
 MEDIA_TYPE = "application/workbooks-c2pa+json"
@@ -158,7 +157,7 @@ def sign(page: Path, ident: _identity.Identity, *, assets: Sequence[str] = (), d
     for rel in discover(body):
         try:
             data = _asset(root, rel, where)
-        except Exception:  # a reference to nothing local: reported, not covered
+        except (WbError, OSError):  # a reference to nothing local: reported, not covered
             skipped.append(rel)
             continue
         covered[rel] = {"path": rel, "sha256": _sha(data), "size": len(data)}
@@ -174,7 +173,7 @@ def sign(page: Path, ident: _identity.Identity, *, assets: Sequence[str] = (), d
         "page": {"sha256": _sha(body), "size": len(body)},
         "assets": sorted(covered.values(), key=lambda a: a["path"].encode("utf-8")),
         "signer": canonical.signer_did(ident, did_web_host),
-        "signed_at": _dt.datetime.fromtimestamp(now, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "signed_at": _dt.datetime.fromtimestamp(now, _dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }, ident)
     at = _insert_at(body)
     atomic_write(page, body[:at] + embed(manifest) + body[at:], mode=0o644)
@@ -216,7 +215,7 @@ def integrity(page_dir: Path, body: bytes, manifest: Mapping[str, Any], where: s
             continue
         try:
             data = _asset(page_dir, a["path"], where)
-        except Exception as exc:  # missing, a link, outside: each is a failed asset, said plainly
+        except (WbError, OSError) as exc:  # missing, a link, outside: each is a failed asset, said plainly
             changes.append(f"asset {a['path']} unreadable ({getattr(exc, 'message', exc)})")
             continue
         if _sha(data) != a["sha256"]:
