@@ -257,3 +257,28 @@ def test_the_real_vfs_broker_writes_where_the_contract_says(tmp_path, key_a):
     # The restored file is one the broker opens and reads.
     with state.VfsBroker(tmp_path / "h2" / "vfs").db("inst").read() as c:
         assert c.execute("SELECT data FROM files").fetchone()[0] == b"abc"
+
+
+def test_a_signed_manifest_listing_other_members_is_not_a_bundle(workspace, wb_home, tmp_path, key_a):
+    b = tmp_path / "x.wbundle"
+    bundle.ship(workspace, b, home=wb_home, ident=key_a)
+    with zipfile.ZipFile(b) as zf:
+        m = canonical.parse(zf.read("wbundle.json"), "m")
+    extra = {"path": "workspace/run.sh", "sha256": "0" * 64, "size": 0}
+    resigned = canonical.sign({**m, "members": [*m["members"], extra]}, key_a)
+    bad = _rezip(b, tmp_path / "bad.wbundle", {"wbundle.json": canonical.serialize(resigned)},
+                 extra={"workspace/run.sh": b""})
+    with pytest.raises(InvalidArgs, match="holds exactly"):
+        bundle.restore(bad, home=tmp_path / "h2", into=tmp_path / "out", trusted=[key_a.did])
+
+
+def test_an_html_link_leaving_the_workspace_is_not_shipped(workspace, wb_home, tmp_path, key_a):
+    secret = tmp_path / "outside"
+    secret.mkdir()
+    (secret / "notes.html").write_text("secret")
+    (workspace / "notes.html").unlink()
+    (workspace / "pages").symlink_to(secret)
+    ws = workspace / "workspace.org"
+    ws.write_text(ws.read_text().replace("#+HTML: notes.html", "#+HTML: pages/notes.html"))
+    with pytest.raises(InvalidArgs, match="outside the workspace"):
+        bundle.ship(workspace, tmp_path / "x.wbundle", home=wb_home, ident=key_a)

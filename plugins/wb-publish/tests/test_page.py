@@ -64,7 +64,7 @@ def test_one_changed_asset_byte_fails_asset_integrity_without_any_key(site, key_
     p = site / "index.html"
     parts = page.split(p.read_bytes(), str(p))
     # The integrity question is answered from the page, the files and the manifest alone: no key.
-    changes = page.integrity(site, parts.body, canonical.parse(parts.manifest_text, "m"), str(p))
+    changes = page.integrity(site, parts, canonical.parse(parts.manifest_text, "m"), str(p))
     assert changes == [changes[0]] and changes[0].startswith("asset img/chart.png changed")
     r = page.verify(p, resolve_web=False)
     assert r.asset_integrity is False and r.signature is True and r.valid is False
@@ -214,3 +214,16 @@ def test_canonical_json_vector_and_refusals():
         canonical.parse(b'{"a": 1, "a": 2}', "m")
     with pytest.raises(_IA, match="floats"):
         canonical.parse(b'{"a": NaN}', "m")
+
+
+def test_a_moved_element_fails_asset_integrity(site, key_a):
+    p = site / "index.html"
+    page.sign(p, key_a)
+    signed = p.read_bytes()
+    element = signed[signed.index(page.OPEN):signed.index(b"</script>\n") + len(b"</script>\n")]
+    body = signed.replace(element, b"")
+    # The same element, now inside an attribute: the body without it is unchanged, the rendering is not.
+    at = body.index(b"alt=chart") + len(b"alt=")
+    p.write_bytes(body[:at] + element + body[at:])
+    r = page.verify(p)
+    assert not r.asset_integrity and "the manifest element moved" in r.changes[0]

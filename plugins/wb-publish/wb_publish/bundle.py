@@ -72,6 +72,14 @@ def _iso(ts: int) -> str:
     return _dt.datetime.fromtimestamp(ts, _dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _zip(members: Mapping[str, bytes]) -> bytes:
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as zf:
@@ -92,6 +100,8 @@ def ship(ws_dir: Path, out: Path, *, home: Path, ident: _identity.Identity,
     files: dict[str, tuple[bytes, int]] = {}
     for rel in [_ws.MANIFEST] + ([ws.html] if ws.html else []):
         path = ws.dir / rel
+        if not os.path.realpath(path).startswith(os.path.realpath(ws.dir) + os.sep):
+            raise InvalidArgs(f"workspace {ws.name}: {rel} resolves outside the workspace folder")
         data = _ws.read_regular(path, MAX_HTML, f"workspace {ws.name}")
         files[WS_PREFIX + rel] = (data, int(path.lstat().st_mtime))
     db = vfsfile.db_path(home, ws.instance)
@@ -166,6 +176,13 @@ def _shape(m: Mapping[str, Any], what: str) -> None:
         if not (isinstance(e, dict) and isinstance(e.get("path"), str) and isinstance(e.get("sha256"), str)
                 and isinstance(e.get("size"), int) and e["size"] >= 0):
             raise InvalidArgs(f"{what}: {MANIFEST} has a malformed member entry {str(e)[:80]}")
+    # A bundle holds exactly these members: anything else is not a wbundle/1, whoever signed it.
+    html = ws.get("html")
+    expected = {VFS_MEMBER, WS_PREFIX + _ws.MANIFEST} | ({WS_PREFIX + html} if isinstance(html, str) and html else set())
+    listed = [e["path"] for e in members]
+    if sorted(listed) != sorted(expected):
+        raise InvalidArgs(f"{what}: {MANIFEST} lists members {', '.join(sorted(listed))}; a {FORMAT} bundle holds "
+                          f"exactly {', '.join(sorted(expected))}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +232,8 @@ def _check_members(zf: zipfile.ZipFile, entries: Mapping[str, zipfile.ZipInfo], 
             fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())  # a crash after the landing rename never leaves a short file
             if isinstance(e.get("mtime"), int):
                 os.utime(dest, (e["mtime"], e["mtime"]))
     return changes
@@ -283,6 +302,8 @@ def restore(path: Path, *, home: Path, into: Path, trusted: Sequence[str],
             final_db.parent.mkdir(parents=True, exist_ok=True)
             db_tmp = final_db.parent / f".{final_db.name}.{os.getpid()}.{os.urandom(4).hex()}.wbundle-tmp"
             shutil.copyfile(stage / VFS_MEMBER, db_tmp)
+            with db_tmp.open("rb+") as fh:
+                os.fsync(fh.fileno())
             try:
                 os.link(db_tmp, final_db)
             except FileExistsError:
@@ -294,6 +315,8 @@ def restore(path: Path, *, home: Path, into: Path, trusted: Sequence[str],
             except OSError as exc:
                 os.unlink(final_db)
                 raise InvalidArgs(f"cannot place the workspace at {into} ({exc.strerror}); nothing was changed") from None
+            _fsync_dir(final_db.parent)
+            _fsync_dir(into.parent)
         finally:
             shutil.rmtree(stage, ignore_errors=True)
     return Restored(into, final_db, sig.signer or "", m["signed_at"], rows)

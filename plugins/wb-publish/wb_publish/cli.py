@@ -58,7 +58,9 @@ def bundle_app(runtime: Any) -> typer.Typer:
         target = _abs(runtime, into) if into else None
         if target is None:
             name = bundle.inspect(bpath, env=runtime.env, resolve_web=False).manifest["workspace"].get("name")
-            if not isinstance(name, str) or not name or "/" in name or name in (".", ".."):
+            from wb_publish.workspace import NAME_RE
+
+            if not isinstance(name, str) or not NAME_RE.match(name) or name in (".", ".."):
                 from wbcore.errors import InvalidArgs
 
                 raise InvalidArgs(f"{path}: the manifest names no usable workspace folder; pass --into")

@@ -170,7 +170,7 @@ def sign(page: Path, ident: _identity.Identity, *, assets: Sequence[str] = (), d
     now = int(epoch) if epoch and epoch.isdigit() else int(time.time())
     manifest = canonical.sign({
         "format": FORMAT,
-        "page": {"sha256": _sha(body), "size": len(body)},
+        "page": {"sha256": _sha(body), "size": len(body), "at": _insert_at(body)},
         "assets": sorted(covered.values(), key=lambda a: a["path"].encode("utf-8")),
         "signer": canonical.signer_did(ident, did_web_host),
         "signed_at": _dt.datetime.fromtimestamp(now, _dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -200,12 +200,15 @@ class Report:
                 "changes": list(self.changes)}
 
 
-def integrity(page_dir: Path, body: bytes, manifest: Mapping[str, Any], where: str) -> list[str]:
+def integrity(page_dir: Path, parts: Split, manifest: Mapping[str, Any], where: str) -> list[str]:
     """Every difference between the page and its assets as they are and as the manifest lists them."""
     changes: list[str] = []
     signed_page = manifest.get("page")
-    if not isinstance(signed_page, dict) or signed_page.get("sha256") != _sha(body):
+    if not isinstance(signed_page, dict) or signed_page.get("sha256") != _sha(parts.body):
         changes.append("the page changed (its sha256 without the manifest element differs)")
+    elif signed_page.get("at") != parts.at:
+        # The element is inert, but moved (into an attribute, say) it would change what renders.
+        changes.append(f"the manifest element moved (at byte {parts.at}, signed at {signed_page.get('at')})")
     assets = manifest.get("assets")
     if not isinstance(assets, list) or len(assets) > MAX_ASSETS:
         return changes + ["the manifest's asset list is malformed"]
@@ -239,7 +242,7 @@ def verify(page: Path, *, env: Mapping[str, str] | None = None, allow_http_loopb
             raise InvalidArgs(f"{where}: the embedded manifest is not in canonical form; re-sign the page")
     except InvalidArgs as exc:
         return Report(False, False, signature_reason=exc.message, changes=(exc.message,))
-    changes = integrity(page.parent, parts.body, manifest, where)
+    changes = integrity(page.parent, parts, manifest, where)
     sig = canonical.check_signature(manifest, env=env, allow_http_loopback=allow_http_loopback, resolve_web=resolve_web)
     signed_at = manifest.get("signed_at") if isinstance(manifest.get("signed_at"), str) else None
     return Report(sig.ok, not changes, sig.signer, signed_at, sig.reason, tuple(changes))
