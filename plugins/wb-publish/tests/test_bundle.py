@@ -282,3 +282,34 @@ def test_an_html_link_leaving_the_workspace_is_not_shipped(workspace, wb_home, t
     ws.write_text(ws.read_text().replace("#+HTML: notes.html", "#+HTML: pages/notes.html"))
     with pytest.raises(InvalidArgs, match="outside the workspace"):
         bundle.ship(workspace, tmp_path / "x.wbundle", home=wb_home, ident=key_a)
+
+
+def test_a_did_web_signed_bundle_restores_when_that_did_is_trusted(workspace, wb_home, tmp_path, key_a):
+    import http.server
+    import threading
+
+    from wbcore import did
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    root = tmp_path / "didroot"
+    root.mkdir()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), lambda *a, **kw: Quiet(*a, directory=str(root), **kw))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        host = f"127.0.0.1:{server.server_address[1]}"
+        did.write_document(key_a, host, root / ".well-known" / "did.json")
+        b = tmp_path / "web.wbundle"
+        s = bundle.ship(workspace, b, home=wb_home, ident=key_a, did_web_host=host)
+        env = {did.ENV_HTTP_LOOPBACK: "1"}
+        with pytest.raises(InvalidArgs, match="not a trusted signer"):
+            bundle.restore(b, home=tmp_path / "h2", into=tmp_path / "o", trusted=[key_a.did], env=env)
+        r = bundle.restore(b, home=tmp_path / "h2", into=tmp_path / "o", trusted=[s.signer], env=env)
+        assert r.signer == did.did_for_host(host)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
