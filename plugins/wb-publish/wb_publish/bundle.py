@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import io
+import math
 import os
 import shutil
 import stat
@@ -39,6 +40,7 @@ ZIP_LEVEL = 6
 MAX_MANIFEST = 1 << 20
 MAX_HTML = 64 << 20
 MAX_MEMBERS = 16
+MAX_MTIME = 1 << 36  # seconds: far past any real clock, well inside what utime(2) takes
 CAPS = Caps(max_files=MAX_MEMBERS, max_bytes=320 << 20)
 
 
@@ -103,14 +105,14 @@ def ship(ws_dir: Path, out: Path, *, home: Path, ident: _identity.Identity,
         if not os.path.realpath(path).startswith(os.path.realpath(ws.dir) + os.sep):
             raise InvalidArgs(f"workspace {ws.name}: {rel} resolves outside the workspace folder")
         data = _ws.read_regular(path, MAX_HTML, f"workspace {ws.name}")
-        files[WS_PREFIX + rel] = (data, int(path.lstat().st_mtime))
+        files[WS_PREFIX + rel] = (data, min(max(int(path.lstat().st_mtime), 0), MAX_MTIME - 1))
     db = vfsfile.db_path(home, ws.instance)
     rows = vfsfile.read_rows(db, ws.volumes) if db.exists() else []
     db_bytes = vfsfile.canonical_db(rows)
     # signed_at is content time, not wall time, so the same content ships to the same bytes.
     epoch = env.get("SOURCE_DATE_EPOCH")
     newest = int(epoch) if epoch and epoch.isdigit() else max(
-        [m for _, m in files.values()] + [int(r[4]) for r in rows])
+        [m for _, m in files.values()] + [int(r[4]) for r in rows if math.isfinite(r[4]) and 0 <= r[4] < MAX_MTIME])
     members: list[dict[str, Any]] = [{"path": VFS_MEMBER, "sha256": _sha(db_bytes), "size": len(db_bytes)}]
     for name, (data, mtime) in files.items():
         members.append({"path": name, "sha256": _sha(data), "size": len(data), "mtime": mtime})
@@ -176,6 +178,8 @@ def _shape(m: Mapping[str, Any], what: str) -> None:
         if not (isinstance(e, dict) and isinstance(e.get("path"), str) and isinstance(e.get("sha256"), str)
                 and isinstance(e.get("size"), int) and e["size"] >= 0):
             raise InvalidArgs(f"{what}: {MANIFEST} has a malformed member entry {str(e)[:80]}")
+        if "mtime" in e and not (isinstance(e["mtime"], int) and 0 <= e["mtime"] < MAX_MTIME):
+            raise InvalidArgs(f"{what}: {MANIFEST}: member {e['path']!r} has an mtime outside 0..{MAX_MTIME}")
     # A bundle holds exactly these members: anything else is not a wbundle/1, whoever signed it.
     html = ws.get("html")
     expected = {VFS_MEMBER, WS_PREFIX + _ws.MANIFEST} | ({WS_PREFIX + html} if isinstance(html, str) and html else set())

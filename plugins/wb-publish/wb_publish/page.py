@@ -24,6 +24,7 @@ import html
 import os
 import posixpath
 import re
+import stat
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -176,7 +177,7 @@ def sign(page: Path, ident: _identity.Identity, *, assets: Sequence[str] = (), d
         "signed_at": _dt.datetime.fromtimestamp(now, _dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }, ident)
     at = _insert_at(body)
-    atomic_write(page, body[:at] + embed(manifest) + body[at:], mode=0o644)
+    atomic_write(page, body[:at] + embed(manifest) + body[at:], mode=stat.S_IMODE(page.stat().st_mode))
     return Signed(page, manifest["signer"], manifest["signed_at"], tuple(a["path"] for a in manifest["assets"]),
                   tuple(skipped))
 
