@@ -313,3 +313,23 @@ def test_a_did_web_signed_bundle_restores_when_that_did_is_trusted(workspace, wb
         server.shutdown()
         server.server_close()
         thread.join(5)
+
+
+def test_the_files_the_html_references_travel_with_it(workspace, wb_home, tmp_path, key_a):
+    from wb_publish import page
+
+    (workspace / "css").mkdir()
+    (workspace / "css" / "a.css").write_text("body{}")
+    (tmp_path / "src" / "shared.css").write_text("outside")
+    (workspace / "notes.html").write_text('<html><head><link href="css/a.css"><link href="../shared.css">'
+                                          '</head><body><img src="gone.png"></body></html>')
+    page.sign(workspace / "notes.html", key_a)
+    b = tmp_path / "x.wbundle"
+    s = bundle.ship(workspace, b, home=wb_home, ident=key_a)
+    assert s.members == ("vfs.db", "workspace/css/a.css", "workspace/notes.html", "workspace/workspace.org")
+    r = bundle.restore(b, home=tmp_path / "h2", into=tmp_path / "out", trusted=[key_a.did])
+    assert (r.workspace / "css" / "a.css").read_text() == "body{}"
+    assert page.verify(r.workspace / "notes.html").valid  # the signed page still holds after the trip
+    b2 = tmp_path / "y.wbundle"
+    bundle.ship(r.workspace, b2, home=tmp_path / "h2", ident=key_a)
+    assert b.read_bytes() == b2.read_bytes()

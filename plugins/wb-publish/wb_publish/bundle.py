@@ -15,6 +15,7 @@ import hashlib
 import io
 import math
 import os
+import posixpath
 import shutil
 import stat
 import tempfile
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from wb_publish import canonical, vfsfile
+from wb_publish import page as _page
 from wb_publish import workspace as _ws
 from wbcore import identity as _identity
 from wbcore.artifacts import atomic_write
@@ -39,7 +41,8 @@ ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 ZIP_LEVEL = 6
 MAX_MANIFEST = 1 << 20
 MAX_HTML = 64 << 20
-MAX_MEMBERS = 16
+MAX_MEMBERS = 1024
+MAX_ASSETS = 1000
 MAX_MTIME = 1 << 36  # seconds: far past any real clock, well inside what utime(2) takes
 CAPS = Caps(max_files=MAX_MEMBERS, max_bytes=320 << 20)
 
@@ -94,6 +97,39 @@ def _zip(members: Mapping[str, bytes]) -> bytes:
     return buf.getvalue()
 
 
+def _read_inside(ws: _ws.Workspace, rel: str) -> tuple[bytes, int]:
+    path = ws.dir / rel
+    if not os.path.realpath(path).startswith(os.path.realpath(ws.dir) + os.sep):
+        raise InvalidArgs(f"workspace {ws.name}: {rel} resolves outside the workspace folder")
+    data = _ws.read_regular(path, MAX_HTML, f"workspace {ws.name}")
+    return data, min(max(int(path.lstat().st_mtime), 0), MAX_MTIME - 1)
+
+
+def _assets(ws: _ws.Workspace, html: bytes) -> list[str]:
+    """The workspace files the HTML references (publishing's rule: local src/href), sorted.
+
+    A reference to nothing (or to a link, or out of the folder) is not carried: the page
+    is shipped as it is, and ``wbx publish verify`` says what it lacks.
+    """
+    base = posixpath.dirname(ws.html or "")
+    real_root = os.path.realpath(ws.dir) + os.sep
+    out: set[str] = set()
+    for ref in _page.discover(html):
+        rel = posixpath.normpath(posixpath.join(base, ref))
+        if rel == ".." or rel.startswith("../") or rel in (_ws.MANIFEST, ws.html):
+            continue
+        path = ws.dir / rel
+        try:
+            regular = stat.S_ISREG(path.lstat().st_mode)
+        except OSError:
+            continue
+        if regular and os.path.realpath(path).startswith(real_root):
+            out.add(rel)
+    if len(out) > MAX_ASSETS:
+        raise InvalidArgs(f"workspace {ws.name}: its HTML references more than {MAX_ASSETS} files")
+    return sorted(out, key=lambda r: r.encode("utf-8"))
+
+
 def ship(ws_dir: Path, out: Path, *, home: Path, ident: _identity.Identity,
          did_web_host: str | None = None, env: Mapping[str, str] | None = None) -> Shipped:
     """Pack the workspace at ``ws_dir`` into ``out`` (written atomically)."""
@@ -101,11 +137,10 @@ def ship(ws_dir: Path, out: Path, *, home: Path, ident: _identity.Identity,
     ws = _ws.load(ws_dir)
     files: dict[str, tuple[bytes, int]] = {}
     for rel in [_ws.MANIFEST] + ([ws.html] if ws.html else []):
-        path = ws.dir / rel
-        if not os.path.realpath(path).startswith(os.path.realpath(ws.dir) + os.sep):
-            raise InvalidArgs(f"workspace {ws.name}: {rel} resolves outside the workspace folder")
-        data = _ws.read_regular(path, MAX_HTML, f"workspace {ws.name}")
-        files[WS_PREFIX + rel] = (data, min(max(int(path.lstat().st_mtime), 0), MAX_MTIME - 1))
+        files[WS_PREFIX + rel] = _read_inside(ws, rel)
+    assets = _assets(ws, files[WS_PREFIX + ws.html][0]) if ws.html else []
+    for rel in assets:
+        files[WS_PREFIX + rel] = _read_inside(ws, rel)
     db = vfsfile.db_path(home, ws.instance)
     rows = vfsfile.read_rows(db, ws.volumes) if db.exists() else []
     db_bytes = vfsfile.canonical_db(rows)
@@ -120,7 +155,7 @@ def ship(ws_dir: Path, out: Path, *, home: Path, ident: _identity.Identity,
     manifest = canonical.sign({
         "format": FORMAT,
         "workspace": {"name": ws.name, "title": ws.title, "html": ws.html, "instance": ws.instance,
-                      "volumes": list(ws.volumes)},
+                      "volumes": list(ws.volumes), "assets": assets},
         "vfs": {"rows": len(rows)},
         "members": members,
         "signer": canonical.signer_did(ident, did_web_host),
@@ -182,7 +217,11 @@ def _shape(m: Mapping[str, Any], what: str) -> None:
             raise InvalidArgs(f"{what}: {MANIFEST}: member {e['path']!r} has an mtime outside 0..{MAX_MTIME}")
     # A bundle holds exactly these members: anything else is not a wbundle/1, whoever signed it.
     html = ws.get("html")
+    assets = ws.get("assets", [])
+    if not isinstance(assets, list) or not all(isinstance(a, str) for a in assets):
+        raise InvalidArgs(f"{what}: {MANIFEST}: workspace.assets must be a list of paths")
     expected = {VFS_MEMBER, WS_PREFIX + _ws.MANIFEST} | ({WS_PREFIX + html} if isinstance(html, str) and html else set())
+    expected |= {WS_PREFIX + a for a in assets}
     listed = [e["path"] for e in members]
     if sorted(listed) != sorted(expected):
         raise InvalidArgs(f"{what}: {MANIFEST} lists members {', '.join(sorted(listed))}; a {FORMAT} bundle holds "
