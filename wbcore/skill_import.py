@@ -243,8 +243,11 @@ def check_skill_front(front: dict[str, Any], lines: dict[str, int], path: Path, 
         raise InvalidArgs(f"{at('description')}: description: {len(desc)} characters (at most {DESCRIPTION_MAX}); "
                           "shorten it and move the detail into the body")
     compat = front.get("compatibility")
-    if compat is not None and (not isinstance(compat, str) or not 1 <= len(compat) <= COMPATIBILITY_MAX):
-        raise InvalidArgs(f"{at('compatibility')}: compatibility: must be a string of 1-{COMPATIBILITY_MAX} characters")
+    if compat is not None and (not isinstance(compat, str) or not compat.strip()):
+        raise InvalidArgs(f"{at('compatibility')}: compatibility: empty; say what the skill needs, or remove the field")
+    if isinstance(compat, str) and len(compat) > COMPATIBILITY_MAX:
+        raise InvalidArgs(f"{at('compatibility')}: compatibility: {len(compat)} characters (at most {COMPATIBILITY_MAX}); "
+                          "shorten it")
     meta = front.get("metadata")
     if meta is not None and meta != "" and not isinstance(meta, dict):
         raise InvalidArgs(f"{at('metadata')}: metadata: must be a mapping of keys to strings")
@@ -344,8 +347,17 @@ def _plan(source: Path, ident: str | None, *, check_dir: bool) -> _Plan:
                 copies.append(rel)
             if len(refs) + len(copies) > MAX_FILES:
                 raise InvalidArgs(f"{source}: more than {MAX_FILES} files to import")
-    name = ident or str(front.get("name") or source.name)
+    name = ident or _exported_id(front) or str(front.get("name") or source.name)
     return _Plan(name, front, where, main, body, refs, copies, kind)
+
+
+def _exported_id(front: dict[str, Any]) -> str | None:
+    """A package wbcore exported names its toolkit in ``metadata``: importing it back gives that id."""
+    meta = front.get("metadata")
+    if isinstance(meta, dict) and meta.get("generator") == "wbcore":
+        tid = str(meta.get("toolkit") or "")
+        return tid if NAME_RE.match(tid) else None
+    return None
 
 
 def _is_semver(text: str) -> bool:

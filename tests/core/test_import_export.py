@@ -207,7 +207,7 @@ def test_export_agent_skills_package(make_toolkit, make_runtime, wbx, tmp_path):
     assert wbx("toolkit", "export", "Demo_Tool", "--agent-skills", str(out), "--force").exit_code == 0
     # The package imports back as a toolkit.
     back = skill_import.import_skill(pkg, tmp_path / "again")
-    assert back.id == "demo-tool" and "usage" in back.skills
+    assert back.id == "Demo_Tool" and "usage" in back.skills  # the id comes back from metadata.toolkit
 
 
 def test_export_index_with_digests(make_toolkit, wbx, tmp_path):
