@@ -3,7 +3,6 @@ frontmatter rules are enforced with ``file:line``, and the import audit names on
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import unicodedata
