@@ -297,3 +297,28 @@ def test_scripts_are_data_the_audit_names_them(tmp_path):
     assert (done.path / "scripts" / "fill_form.py").read_bytes() == SCRIPT and mode
     scripts = {f.path for f in native_audit.audit(done.path).findings if f.kind == "script"}
     assert scripts == {"scripts/check.sh", "scripts/fill_form.py"}
+
+
+def test_export_writes_nothing_outside_the_package(make_toolkit, make_runtime, tmp_path, toolkit_root):
+    """A skill's #+SOURCE is a path inside the package or ignored; links out of the toolkit are not followed."""
+    bad = {"up": "../../escape.md", "abs": "/tmp/escape.md", "skill": "SKILL.md", "org": "skills/x.md", "dot": ".hidden/x.md"}
+    skills = {"overview": "#+TITLE: o\n\nO.\n"}
+    skills.update({slug: f"#+TITLE: {slug}\n#+SOURCE: {src}\n\nText.\n" for slug, src in bad.items()})
+    d = make_toolkit("sneaky", skills=skills)
+    (d / "scripts").mkdir()
+    (d / "scripts" / "leak").symlink_to("/etc/passwd")
+    (d / "scripts" / "ok.sh").write_text("echo ok\n")
+    rt = make_runtime(roots=[toolkit_root])
+    files = export.render(rt.toolkit("sneaky"))
+    assert sorted(files) == ["SKILL.md", *(f"references/{s}.md" for s in sorted(bad)), "scripts/ok.sh"]
+    pkg = export.export_agent_skills(rt.toolkit("sneaky"), tmp_path / "out" / "deep")
+    assert not (tmp_path / "escape.md").exists() and not (tmp_path / "out" / "escape.md").exists()
+    assert sorted(p.name for p in (tmp_path / "out" / "deep").iterdir()) == [pkg.name]
+
+
+def test_an_exported_toolkit_id_cannot_name_a_path(tmp_path):
+    d = tmp_path / "dots"
+    d.mkdir()
+    (d / "SKILL.md").write_text('---\nname: dots\ndescription: x\nmetadata:\n  toolkit: ".."\n  generator: wbcore\n---\n')
+    done = skill_import.import_skill(d, tmp_path / "out")
+    assert done.path.parent == tmp_path / "out" and done.id not in ("..", ".", "")
