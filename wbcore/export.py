@@ -148,7 +148,7 @@ def render(toolkit: Toolkit) -> dict[str, bytes]:
 
     SKILL.md is ``# title`` + the overview skill (headings one level down); each other skill
     is a markdown document at its ``#+SOURCE`` path (else ``references/<slug>.md``); what the
-    body does not yet link to is listed under ``## References``, so a package imported back
+    body does not name yet is listed under ``## References``, so a package imported back
     exports to the same bytes."""
     m = toolkit.manifest
     name = skill_name(m.id)
@@ -186,8 +186,10 @@ def render(toolkit: Toolkit) -> dict[str, bytes]:
             run.append(f"```sh\nwbx run {m.cli_bin} [ARGS...] < input\n```")
         run.append(f"Capabilities it may request: {' '.join(m.caps) or 'none'}.")
         blocks.append("\n\n".join(run))
-    text_so_far = "\n\n".join(blocks)
-    missing = [(p, t, s) for p, t, s in links if f"]({p})" not in text_so_far and f"](./{p})" not in text_so_far]
+    # A document the body already names (a link, or its path as text: "read FORMS.md") gets no
+    # second mention; the others are listed so an agent knows they exist.
+    text_so_far = "\n\n".join(blocks).lower()
+    missing = [(p, t, s) for p, t, s in links if p.lower() not in text_so_far]
     if missing:
         blocks.append("## References\n\n" + "\n".join(f"- [{t}]({p})" + (f": {s}" if s else "") for p, t, s in missing))
     skill_md = "\n".join(_frontmatter(toolkit, name, description)) + "\n\n" + "\n\n".join(blocks) + "\n"
