@@ -116,6 +116,8 @@ def test_export_import_export_is_byte_identical(tmp_path, make_runtime):
     source = _write_skill(tmp_path / "src")
     first = skill_import.import_skill(source, tmp_path / "tk1")
     assert first.skills == ("reference", "forms")  # documents are skills; headings stay in the overview
+    report = make_runtime(roots=[tmp_path / "tk1"]).verify("pdf-forms")
+    assert report.ok, report.render()
     pkg1 = _export(make_runtime, [tmp_path / "tk1"], "pdf-forms", tmp_path / "out1")
     again = skill_import.import_skill(pkg1, tmp_path / "tk2")
     assert again.id == "pdf-forms" and again.skills == first.skills  # no new skill per heading
