@@ -29,6 +29,8 @@ from wbcore.errors import WbError
 
 SCRIPT_SUFFIXES = (".sh", ".bash", ".zsh", ".py", ".js", ".mjs", ".cjs", ".ts", ".rb", ".pl", ".ps1", ".bat", ".cmd", ".php", ".lua")
 SHELL_LANGS = frozenset({"bash", "sh", "shell", "zsh", "console", "shell-session", "fish"})
+#: Transcripts: only ``$ `` prompt lines are commands, the rest is output.
+SESSION_LANGS = frozenset({"console", "shell-session"})
 INTERPRETERS = frozenset({"python", "python3", "python2", "node", "deno", "bun", "bash", "sh", "zsh", "ruby", "perl",
                           "php", "lua", "pwsh", "powershell", "npx", "uv", "uvx", "pipx", "tsx", "ts-node"})
 SHELL_WORDS = frozenset({
@@ -78,8 +80,119 @@ class Report:
         return {"root": str(self.root), "findings": [f.as_dict() for f in self.findings], "fixed": self.fixed}
 
 
+#: Words that open a compound command or negate one: the command follows them.
+SHELL_KEYWORDS = frozenset({"if", "then", "else", "elif", "do", "while", "until", "!", "{", "time"})
+#: English words that start prose lines pasted into shell blocks; never a command's name.
+PROSE_WORDS = frozenset({"a", "an", "and", "are", "as", "at", "be", "but", "by", "from", "is", "it", "its", "not",
+                         "of", "on", "or", "that", "the", "these", "this", "those", "to", "with", "you", "your"})
+_COMMAND_RE = re.compile(r"^[A-Za-z_.~/][\w.+~/-]*$")
+_HEREDOC_RE = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_][\w]*)\1")
+
+
+def _segments(text: str) -> list[str]:
+    """The pieces of one logical shell line that start in command position: the line's start
+    and whatever follows ``|``, ``||``, ``&&``, ``;``, ``&``, ``(``, ``$(`` or a backquote.
+    Text after a substitution closes (``"$(date) and more"``) continues its argument list and
+    is not a command. Quotes are respected; a ``#`` at a word start ends the line."""
+    out: list[str] = []
+    cur: list[str] = []
+    at_command = True
+    stack: list[str] = []  # '"', '$(' or '`' contexts still open
+
+    def cut(next_at_command: bool) -> None:
+        nonlocal at_command
+        if at_command:
+            out.append("".join(cur))
+        cur.clear()
+        at_command = next_at_command
+
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        top = stack[-1] if stack else ""
+        if c == "\\" and i + 1 < n:
+            cur.append(text[i : i + 2])
+            i += 2
+            continue
+        if top == '"':
+            if c == '"':
+                stack.pop()
+            elif text.startswith("$(", i):
+                cut(True)
+                stack.append("$(")
+                i += 2
+                continue
+            elif c == "`":
+                cut(True)
+                stack.append("`")
+                i += 1
+                continue
+            cur.append(c)
+            i += 1
+            continue
+        if c == "'":
+            j = text.find("'", i + 1)
+            j = n - 1 if j < 0 else j
+            cur.append(text[i : j + 1])
+            i = j + 1
+            continue
+        if c == '"':
+            stack.append('"')
+            cur.append(c)
+        elif text.startswith("$(", i) and not text.startswith("$((", i):
+            cut(True)
+            stack.append("$(")
+            i += 2
+            continue
+        elif c == "`":
+            if top == "`":
+                stack.pop()
+                cut(False)
+            else:
+                cut(True)
+                stack.append("`")
+        elif c == ")":
+            if top == "$(":
+                stack.pop()
+            cut(False)
+        elif c == "&" and (text.startswith("&>", i) or (i and text[i - 1] in "<>")):
+            cur.append(c)  # a redirection (2>&1, &>file), not a separator
+        elif c in "|;&(":
+            cut(True)
+            if text.startswith(("||", "&&", ";;"), i):
+                i += 1
+        elif c == "#" and (not cur or "".join(cur)[-1:].isspace()):
+            break
+        else:
+            cur.append(c)
+        i += 1
+    cut(False)
+    return out
+
+
+def _command(segment: str) -> tuple[str, list[str]] | None:
+    """(command, args) of one segment in command position, or ``None`` if it names none."""
+    try:
+        words = shlex.split(segment, comments=True)
+    except ValueError:
+        words = segment.split()
+    while words and (_ASSIGN_RE.match(words[0]) or words[0] in SHELL_KEYWORDS):
+        words = words[1:]
+    while words and words[0] in PREFIX_WORDS:
+        words = words[1:]
+        while words and (words[0].startswith("-") or _ASSIGN_RE.match(words[0])):
+            words = words[1:]  # the prefix's own options (env -i, sudo -E) and env's assignments
+    if not words:
+        return None
+    cmd = words[0]
+    if not _COMMAND_RE.match(cmd) or cmd.lower() in PROSE_WORDS or not re.search(r"[A-Za-z]", cmd):
+        return None  # a number, an operator, a redirection or an English word: no command here
+    return cmd, words[1:]
+
+
 def commands_in(line: str) -> list[tuple[str, list[str]]]:
-    """The (command, args) of each segment of one shell line (pipes, ``&&``, ``;``)."""
+    """The (command, args) of each command in one logical shell line: the first word of each
+    pipeline segment (after ``|``, ``&&``, ``;``, ``$(`` …), never an argument, a number or prose."""
     s = line.strip()
     if not s or s.startswith("#"):
         return []
@@ -87,16 +200,37 @@ def commands_in(line: str) -> list[tuple[str, list[str]]]:
         s = s[2:]
     elif s.startswith(("> ", "... ")):
         return []
-    out: list[tuple[str, list[str]]] = []
-    for seg in re.split(r"\|\||&&|[|;]", s):
-        try:
-            words = shlex.split(seg, comments=True)
-        except ValueError:
-            words = seg.split()
-        while words and (_ASSIGN_RE.match(words[0]) or words[0] in PREFIX_WORDS or words[0].startswith("-")):
-            words = words[1:]
-        if words:
-            out.append((words[0], words[1:]))
+    return [c for c in (_command(seg) for seg in _segments(s)) if c is not None]
+
+
+def shell_lines(lines: Iterable[str], *, session: bool = False) -> list[tuple[int, str]]:
+    """The logical command lines of a shell block, each with its first line's index: ``\\``
+    continuations joined, here-document bodies skipped; in a session transcript
+    (``console``) only ``$ `` prompt lines are commands, the rest is output."""
+    out: list[tuple[int, str]] = []
+    pending: tuple[int, str] | None = None
+    heredoc: str | None = None
+    for i, raw in enumerate(lines):
+        if heredoc is not None:
+            if raw.strip() == heredoc:
+                heredoc = None
+            continue
+        if pending is not None:
+            start, text = pending[0], pending[1] + " " + raw.strip()
+        elif session and not raw.lstrip().startswith("$ "):
+            continue
+        else:
+            start, text = i, raw
+        if text.rstrip().endswith("\\"):
+            pending = (start, text.rstrip()[:-1])
+            continue
+        pending = None
+        out.append((start, text))
+        m = _HEREDOC_RE.search(text)
+        if m:
+            heredoc = m.group(2)
+    if pending is not None:
+        out.append(pending)
     return out
 
 
@@ -158,11 +292,13 @@ def audit(root: Path, registered: Iterable[str] = ()) -> Report:
 def _scan_org(rel: str, text: str, registered: set[str], native: dict[str, tuple[str, int]],
               add: Callable[[Finding], None]) -> None:
     lang: str | None = None
+    block: list[tuple[int, str]] = []
     for no, line in enumerate(text.splitlines(), 1):
         if lang is None:
             m = _BEGIN_RE.match(line)
             if m:
                 lang = m.group(2).lower()
+                block = []
                 if _PRE_RE.search(m.group(3)):
                     add(Finding("pre-block", rel, no, ":role pre block: disabled, never run (native exec is banned)"))
                 continue
@@ -170,16 +306,26 @@ def _scan_org(rel: str, text: str, registered: set[str], native: dict[str, tuple
                 add(Finding("markdown", rel, no, "a Markdown code fence in an Org file (an agent sees no code block)", fixable=True))
             continue
         if _END_RE.match(line):
+            if lang in SHELL_LANGS:
+                _scan_shell(rel, block, lang in SESSION_LANGS, registered, native, add)
             lang = None
             continue
-        if lang not in SHELL_LANGS:
-            continue
-        for cmd, args in commands_in(markup._unescape_block_line(line)):
+        block.append((no, line))
+    if lang in SHELL_LANGS:
+        _scan_shell(rel, block, lang in SESSION_LANGS, registered, native, add)
+
+
+def _scan_shell(rel: str, block: list[tuple[int, str]], session: bool, registered: set[str],
+                native: dict[str, tuple[str, int]], add: Callable[[Finding], None]) -> None:
+    raw = [markup._unescape_block_line(line) for _, line in block]
+    for index, logical in shell_lines(raw, session=session):
+        no, line = block[index]
+        for cmd, args in commands_in(logical):
             base = os.path.basename(cmd)
             if base in SHELL_WORDS:
                 continue
             if base in registered:
-                fixed = _rewrite_line(line, registered)
+                fixed = _rewrite_line(line, registered) if logical == raw[index] else line
                 if fixed != line:
                     add(Finding("registered-cli", rel, no, f"runs {base} natively; it is a registered command: "
                                 f"{fixed.strip()}", fixable=True, name=base))

@@ -52,7 +52,7 @@ See [the forms guide](references/forms.md).
 
 @pytest.fixture
 def agent_skill(tmp_path: Path) -> Path:
-    d = tmp_path / "pdf"
+    d = tmp_path / "pdf-tools"
     (d / "scripts").mkdir(parents=True)
     (d / "references").mkdir()
     (d / "SKILL.md").write_text(SKILL_MD)
@@ -76,17 +76,19 @@ def test_import_agent_skills_folder(agent_skill, tmp_path, wbx, make_runtime):
     assert r.exit_code == 0, r.stderr
     assert "imported pdf-tools" in r.stdout
     d = out / "pdf-tools"
-    assert sorted(p.name for p in (d / "skills").iterdir()) == ["extract-text.org", "fill-forms.org", "forms.org", "overview.org"]
+    # One SKILL.md is one toolkit: its body (headings inside) is the overview; documents are skills.
+    assert sorted(p.name for p in (d / "skills").iterdir()) == ["forms.org", "overview.org"]
     assert (d / "scripts" / "extract.py").read_text().startswith("#!")
     manifest = (d / "manifest.org").read_text()
     assert "#+TOOLKIT: pdf-tools\n#+VERSION: 1.2.0\n" in manifest and "#+LICENSE: Apache-2.0" in manifest
+    assert '#+ALLOWED_TOOLS: ["Bash"]' in manifest and "- forms :: references/forms.md" in manifest
     assert "\n#+EXEC:" not in manifest
-    extract = (d / "skills" / "extract-text.org").read_text()
-    assert "#+begin_src bash\npdftotext input.pdf out.txt\n" in extract and "#+end_src" in extract
-    forms = (d / "skills" / "fill-forms.org").read_text()
-    assert "the forms guide (skill =wbx toolkit show pdf-tools forms=)" in forms
-    assert "* Careful\n\n- one\n- two" in forms
-    assert "* Steps" in (d / "skills" / "forms.org").read_text()
+    overview = (d / "skills" / "overview.org").read_text()
+    assert "* Extract text\n" in overview and "* Fill forms\n" in overview and "** Careful\n\n- one\n- two" in overview
+    assert "#+begin_src bash\npdftotext input.pdf out.txt\n" in overview and "#+end_src" in overview
+    assert "[[references/forms.md][the forms guide]]" in overview  # links stay links: export keeps the path
+    forms = (d / "skills" / "forms.org").read_text()
+    assert forms.startswith("#+TITLE: Forms guide\n#+SOURCE: references/forms.md\n") and "* Steps" in forms
     # The import audits what it made.
     assert "scripts/extract.py: a script" in r.stdout and "calls jq, which is not a registered command" in r.stdout
     rt = make_runtime(roots=[out])
@@ -205,7 +207,7 @@ def test_export_agent_skills_package(make_toolkit, make_runtime, wbx, tmp_path):
     assert wbx("toolkit", "export", "Demo_Tool", "--agent-skills", str(out), "--force").exit_code == 0
     # The package imports back as a toolkit.
     back = skill_import.import_skill(pkg, tmp_path / "again")
-    assert back.id == "demo-tool" and "usage" in back.skills
+    assert back.id == "Demo_Tool" and "usage" in back.skills  # the id comes back from metadata.toolkit
 
 
 def test_export_index_with_digests(make_toolkit, wbx, tmp_path):
@@ -246,7 +248,7 @@ def test_import_from_git(agent_skill, tmp_path, wbx):
     (repo / "pdf").parent.mkdir(parents=True, exist_ok=True)
     import shutil
 
-    shutil.copytree(agent_skill, repo / "pdf")
+    shutil.copytree(agent_skill, repo / "pdf-tools")
     for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "skills"]):
         subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True)
     r = wbx("toolkit", "import", f"git+file://{repo}", "-o", str(tmp_path / "tk"))
