@@ -184,6 +184,7 @@ def run(spec: Spec, root: rootfs.Root | None) -> Outcome:
     opened: list[int] = []
     fds: list[tuple[int, str]] = []
     status_r = status_w = -1
+    info_r, info_w = os.pipe()
     try:
         for dest, path in (root.files if root is not None else ()):
             fd = _data_fd(Data(dest, path=path))
@@ -201,10 +202,11 @@ def run(spec: Spec, root: rootfs.Root | None) -> Outcome:
             os.set_inheritable(fd, True)
         cmd = _argv(Spec(argv=argv, stdin=spec.stdin, limits=spec.limits, files=spec.files, binds=spec.binds),
                      root, fds)
+        cmd[1:1] = ["--info-fd", str(info_w)]
         start = time.monotonic()
         proc = subprocess.Popen(
             cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={},
-            start_new_session=True, pass_fds=[*opened, *([status_w] if status_w >= 0 else [])],
+            start_new_session=True, pass_fds=[*opened, info_w, *([status_w] if status_w >= 0 else [])],
             preexec_fn=lambda: _rlimits(spec, drop),  # noqa: PLW0108 - runs in the child
         )
     finally:
@@ -212,28 +214,62 @@ def run(spec: Spec, root: rootfs.Root | None) -> Outcome:
             os.close(fd)
         if status_w >= 0:
             os.close(status_w)
+        os.close(info_w)
     try:
-        return _wait(proc, spec, start, status_r)
+        return _wait(proc, spec, start, status_r, info_r)
     finally:
+        os.close(info_r)
         if status_r >= 0:
             os.close(status_r)
 
 
-def _kill(proc: subprocess.Popen[bytes]) -> None:
+def _kill(proc: subprocess.Popen[bytes], info: bytearray) -> None:
+    """SIGKILL the container's pid 1 (the kernel then kills every process of its pid
+    namespace, and bwrap reaps them before it exits), then bwrap's own process group."""
+    import json
+
+    try:
+        child = json.loads(bytes(info).decode()).get("child-pid")
+    except (UnicodeDecodeError, ValueError, AttributeError):
+        child = None
+    if isinstance(child, int) and child > 1:
+        try:
+            os.kill(child, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            pass
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
 
 
-def _wait(proc: subprocess.Popen[bytes], spec: Spec, start: float, status_r: int) -> Outcome:
+def _drain(fd: int, into: bytearray) -> None:
+    """What bwrap wrote on its info fd so far (its JSON names the container's pid 1)."""
+    while len(into) < 4096:
+        try:
+            chunk = os.read(fd, 4096)
+        except (BlockingIOError, OSError):
+            return
+        if not chunk:
+            return
+        into += chunk
+
+
+def _wait(proc: subprocess.Popen[bytes], spec: Spec, start: float, status_r: int, info_r: int) -> Outcome:
     lim = spec.limits
     deadline = start + lim.deadline_s
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
     bufs = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
     caps = {proc.stdout.fileno(): ("stdout", lim.stdout_cap), proc.stderr.fileno(): ("stderr", lim.stderr_cap)}
     status = bytearray()
+    info = bytearray()
     sel = selectors.DefaultSelector()
+    os.set_blocking(info_r, False)
+    sel.register(info_r, selectors.EVENT_READ)
     for fd in bufs:
         os.set_blocking(fd, False)
         sel.register(fd, selectors.EVENT_READ)
@@ -281,11 +317,16 @@ def _wait(proc: subprocess.Popen[bytes], spec: Spec, start: float, status_r: int
                 chunk = b""
             if not chunk:
                 sel.unregister(fd)
-                open_streams -= 1
+                if fd != info_r:
+                    open_streams -= 1
                 continue
             if fd == status_r:
                 if len(status) < 1 << 20:
                     status += chunk
+                continue
+            if fd == info_r:
+                if len(info) < 4096:
+                    info += chunk
                 continue
             buf = bufs[fd]
             buf += chunk
@@ -296,11 +337,13 @@ def _wait(proc: subprocess.Popen[bytes], spec: Spec, start: float, status_r: int
         if over:
             break
     if over or timed_out or cancelled:
-        _kill(proc)
+        _drain(info_r, info)
+        _kill(proc, info)
     try:
         code = proc.wait(timeout=max(0.5, deadline + 1.0 - time.monotonic()))
     except subprocess.TimeoutExpired:  # every stream closed early but bwrap lingers: the deadline holds
-        _kill(proc)
+        _drain(info_r, info)
+        _kill(proc, info)
         timed_out = True
         code = proc.wait()
     sel.close()
