@@ -178,7 +178,7 @@ def test_imagemagick_converts_a_generated_ppm_to_png(rt, wbx, toolkit_root) -> N
     w, h = 64, 48
     pixels = b"".join(bytes((x * 4 % 256, y * 5 % 256, (x + y) % 256)) for y in range(h) for x in range(w))
     ppm = f"P6 {w} {h} 255\n".encode() + pixels
-    r = wbx("run", name, "--", "ppm:-", "png:-", runtime=rt, input=ppm)
+    r = wbx("run", name, "ppm:-", "png:-", runtime=rt, input=ppm)
     assert r.exit_code == 0, r.stderr
     png = r.stdout_bytes
     assert png.startswith(PNG_SIGNATURE)
@@ -252,6 +252,43 @@ def test_posix_output_flood_stops_at_the_cap(rt, toolkit_root) -> None:
     with pytest.raises(LimitExceeded, match="stdout passed") as info:
         rt.call(name, [], b"", timeout=30)
     assert info.value.limit == "stdout" and time.monotonic() - t0 < 20
+
+
+def test_cancel_kills_the_container(rt, toolkit_root) -> None:
+    import threading
+
+    name = posix(rt, toolkit_root, "sh", "sh")
+    cancel = threading.Event()
+    threading.Timer(0.3, cancel.set).start()
+    t0 = time.monotonic()
+    with pytest.raises(Timeout, match="cancelled"):
+        rt.call(name, ["-c", "sleep 30"], b"", timeout=20, cancel=cancel)
+    assert time.monotonic() - t0 < 2.0
+
+
+def test_a_guest_importing_caps_is_not_run_here(rt, toolkit_root) -> None:
+    pytest.importorskip("wasmtime")
+    from wbcore.errors import InvalidArgs
+
+    kv = """(module (import "wb" "kv" (func $kv (param i32 i32 i32 i32) (result i64)))
+      (memory (export "memory") 1) (func (export "_start")))"""
+    name = built(rt, toolkit_root, "kvguest", kv)
+    with pytest.raises(InvalidArgs, match="links WASI only"):
+        rt.call(name, [], b"", tier="container")
+
+
+def test_posix_with_the_container_unavailable_says_why(make_runtime, toolkit_root, monkeypatch) -> None:
+    from wbcore.records import Availability
+    from wbcore.dispatch import Unavailable
+
+    from wb_container import tiers
+
+    rt = make_runtime()
+    name = posix(rt, toolkit_root, "hash", "sha256sum")
+    monkeypatch.setattr(tiers, "available", lambda: Availability.no("bwrap is not on PATH (install it: apt-get install bubblewrap)"))
+    rt = make_runtime()
+    with pytest.raises(Unavailable, match="runs only in container, and container: unavailable: bwrap is not on PATH"):
+        rt.call(name, [], b"")
 
 
 def test_a_request_of_another_type_is_refused(rt) -> None:
