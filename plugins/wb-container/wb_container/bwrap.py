@@ -4,7 +4,7 @@
 ``--share-net``, so the only interface is a loopback that is down), ``--die-with-parent``,
 ``--new-session``, ``--cap-drop ALL``, ``--disable-userns``, the read-only root of
 :mod:`wb_container.rootfs`, a size-capped tmpfs ``/tmp``, a cleared environment. Around it,
-on the host: rlimits set before ``bwrap`` starts (inherited by everything inside: address
+on the host: rlimits set by ``prlimit`` before ``bwrap`` starts (inherited by everything inside: address
 space, processes, open files at or below the host's hard limit, CPU seconds, file size, no
 core dumps), its own process group, a wall-clock deadline that SIGKILLs the group (the
 container's pid 1 gets SIGKILL from ``--die-with-parent`` and takes every process of the
@@ -101,7 +101,8 @@ def probe() -> tuple[bool, str]:
     if exe is None:
         return False, "bwrap is not on PATH (install it: apt-get install bubblewrap)"
     try:
-        version = subprocess.run([exe, "--version"], capture_output=True, timeout=10).stdout.decode().strip()
+        done = subprocess.run([exe, "--version"], capture_output=True, timeout=10, check=False)
+        version = done.stdout.decode().strip()
         spec = Spec(argv=["/usr/bin/true"], stdin=b"",
                     limits=Limits(memory=256 << 20, processes=16, cpu_s=5, deadline_s=10.0, stdout_cap=4096,
                                   stderr_cap=4096))
@@ -138,27 +139,33 @@ def _argv(spec: Spec, root: rootfs.Root | None, fds: list[tuple[int, str]]) -> l
     return args + list(spec.argv)
 
 
-def _rlimits(spec: Spec, drop: bool) -> None:
-    """In the child, before ``bwrap``: the limits everything inside inherits (then the uid drop)."""
+def _limited(spec: Spec, drop: bool, cmd: list[str]) -> list[str]:
+    """``cmd`` behind util-linux's ``prlimit`` (the limits everything inside inherits) and,
+    when this process is root, ``setpriv`` to :data:`HOST_UID` — two execs instead of a
+    ``preexec_fn``, which is unsafe in this threaded process (a fork can copy a held lock)."""
     lim = spec.limits
 
-    def cap(which: int, value: int) -> None:
-        _soft, hard = resource.getrlimit(which)
-        if hard != resource.RLIM_INFINITY:
-            value = min(value, hard)
-        resource.setrlimit(which, (value, value))
+    def cap(which: int, value: int) -> int:
+        hard = resource.getrlimit(which)[1]
+        return value if hard == resource.RLIM_INFINITY else min(value, hard)
 
+    limits = [f"--nproc={cap(resource.RLIMIT_NPROC, lim.processes)}",
+              f"--nofile={cap(resource.RLIMIT_NOFILE, NOFILE)}",
+              f"--cpu={cap(resource.RLIMIT_CPU, lim.cpu_s)}",
+              f"--fsize={cap(resource.RLIMIT_FSIZE, FILE_BYTES)}", "--core=0"]
     if lim.memory is not None:
-        cap(resource.RLIMIT_AS, lim.memory)
-    cap(resource.RLIMIT_NPROC, lim.processes)
-    cap(resource.RLIMIT_NOFILE, NOFILE)
-    cap(resource.RLIMIT_CPU, lim.cpu_s)
-    cap(resource.RLIMIT_FSIZE, FILE_BYTES)
-    cap(resource.RLIMIT_CORE, 0)
+        limits.append(f"--as={cap(resource.RLIMIT_AS, lim.memory)}")
+    out = [_tool("prlimit"), *limits, "--"]
     if drop:
-        os.setgroups([])
-        os.setgid(HOST_UID)
-        os.setuid(HOST_UID)
+        out += [_tool("setpriv"), f"--reuid={HOST_UID}", f"--regid={HOST_UID}", "--clear-groups", "--"]
+    return out + cmd
+
+
+def _tool(name: str) -> str:
+    path = shutil.which(name, path="/usr/bin:/bin:/usr/sbin:/sbin")
+    if path is None:
+        raise OSError(f"{name} is not installed (apt-get install util-linux)")
+    return path
 
 
 def _data_fd(item: Data) -> int:
@@ -203,11 +210,11 @@ def run(spec: Spec, root: rootfs.Root | None) -> Outcome:
         cmd = _argv(Spec(argv=argv, stdin=spec.stdin, limits=spec.limits, files=spec.files, binds=spec.binds),
                      root, fds)
         cmd[1:1] = ["--info-fd", str(info_w)]
+        cmd = _limited(spec, drop, cmd)
         start = time.monotonic()
         proc = subprocess.Popen(
             cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={},
             start_new_session=True, pass_fds=[*opened, info_w, *([status_w] if status_w >= 0 else [])],
-            preexec_fn=lambda: _rlimits(spec, drop),  # noqa: PLW0108 - runs in the child
         )
     finally:
         for fd in opened:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
