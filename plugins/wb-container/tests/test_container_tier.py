@@ -57,6 +57,12 @@ FLOOD_WAT = f"""(module {FD_WRITE}
     (loop $l (drop (call $w (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8))) (br $l))))"""
 
 
+def needs_wasm() -> None:
+    """The wasm rows build WAT and compare with the instance tier: both are wb-wasmtime's."""
+    pytest.importorskip("wasmtime")
+    pytest.importorskip("wb_wasmtime")
+
+
 def wat_toolkit(root: Path, ident: str, wat: str) -> Path:
     fields = {"BUILD_LANG": "wat", "BUILD_SRC": "path:src/main.wat", "CLI_BIN": ident}
     return write_toolkit(root, ident, manifest_text(ident, exec="command", extra=fields), files={"src/main.wat": wat})
@@ -88,7 +94,7 @@ def posix(rt, toolkit_root: Path, ident: str, cli: str) -> str:
 
 @pytest.mark.parametrize("wat,argv,stdin", [(ECHO_WAT, [], b"through a container\n" * 500), (STDERR_WAT, ["x"], b"")])
 def test_wasm_output_equals_the_instance_tier(rt, toolkit_root, wat, argv, stdin) -> None:
-    pytest.importorskip("wasmtime")
+    needs_wasm()
     name = built(rt, toolkit_root, "eq", wat)
     here = rt.call(name, argv, stdin, tier="instance")
     there = rt.call(name, argv, stdin, tier="container")
@@ -97,7 +103,7 @@ def test_wasm_output_equals_the_instance_tier(rt, toolkit_root, wat, argv, stdin
 
 
 def test_wasm_infinite_loop_ends_at_the_deadline(rt, toolkit_root) -> None:
-    pytest.importorskip("wasmtime")
+    needs_wasm()
     name = built(rt, toolkit_root, "spin", LOOP_WAT)
     t0 = time.monotonic()
     with pytest.raises(Timeout, match="deadline"):
@@ -106,7 +112,7 @@ def test_wasm_infinite_loop_ends_at_the_deadline(rt, toolkit_root) -> None:
 
 
 def test_wasm_memory_bomb_is_limit_exceeded(rt, toolkit_root) -> None:
-    pytest.importorskip("wasmtime")
+    needs_wasm()
     name = built(rt, toolkit_root, "bomb", GROW_WAT)
     with pytest.raises(LimitExceeded, match="memory limit") as info:
         rt.call(name, [], b"", tier="container")
@@ -114,7 +120,7 @@ def test_wasm_memory_bomb_is_limit_exceeded(rt, toolkit_root) -> None:
 
 
 def test_wasm_output_flood_stops_at_the_cap(rt, toolkit_root) -> None:
-    pytest.importorskip("wasmtime")
+    needs_wasm()
     name = built(rt, toolkit_root, "flood", FLOOD_WAT)
     t0 = time.monotonic()
     with pytest.raises(LimitExceeded, match="stdout passed") as info:
@@ -123,7 +129,7 @@ def test_wasm_output_flood_stops_at_the_cap(rt, toolkit_root) -> None:
 
 
 def test_a_tampered_artifact_never_runs(rt, toolkit_root) -> None:
-    pytest.importorskip("wasmtime")
+    needs_wasm()
     name = built(rt, toolkit_root, "tamper", ECHO_WAT)
     sha = rt.resolve("command", name).sha256
     path = rt.artifacts.path(sha)
@@ -267,7 +273,7 @@ def test_cancel_kills_the_container(rt, toolkit_root) -> None:
 
 
 def test_a_guest_importing_caps_is_not_run_here(rt, toolkit_root) -> None:
-    pytest.importorskip("wasmtime")
+    needs_wasm()
     from wbcore.errors import InvalidArgs
 
     kv = """(module (import "wb" "kv" (func $kv (param i32 i32 i32 i32) (result i64)))
