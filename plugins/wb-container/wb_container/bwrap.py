@@ -2,7 +2,8 @@
 
 ``bwrap --unshare-all`` (new user, pid, net, ipc, uts and cgroup namespaces; no
 ``--share-net``, so the only interface is a loopback that is down), ``--die-with-parent``,
-``--new-session``, ``--cap-drop ALL``, ``--disable-userns``, the read-only root of
+``--new-session``, ``--cap-drop ALL``, ``--disable-userns``, a seccomp filter
+(:mod:`wb_container.seccomp`, when pyseccomp is installed), the read-only root of
 :mod:`wb_container.rootfs`, a size-capped tmpfs ``/tmp``, a cleared environment. Around it,
 on the host: rlimits set by ``prlimit`` before ``bwrap`` starts (inherited by everything inside: address
 space, processes, open files at or below the host's hard limit, CPU seconds, file size, no
@@ -31,7 +32,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from wb_container import rootfs
+from wb_container import rootfs, seccomp
 
 #: The host uid (and gid) that starts a posix call's bwrap when this process is root; it owns
 #: nothing on the host. RLIMIT_NPROC counts all its processes, so concurrent posix calls share it.
@@ -112,7 +113,8 @@ def probe() -> tuple[bool, str]:
     if out.exit_code != 0:
         why = out.stderr.decode(errors="replace").strip().splitlines()
         return False, f"bwrap cannot create its namespaces here: {why[-1] if why else f'exit {out.exit_code}'}"
-    return True, f"{version or 'bubblewrap'} ({exe})"
+    filt = "seccomp" if seccomp.bpf() is not None else "no seccomp filter (pip install pyseccomp)"
+    return True, f"{version or 'bubblewrap'} ({exe}), {filt}"
 
 
 def _argv(spec: Spec, root: rootfs.Root | None, fds: list[tuple[int, str]]) -> list[str]:
@@ -201,6 +203,11 @@ def run(spec: Spec, root: rootfs.Root | None) -> Outcome:
             fd = _data_fd(item)
             opened.append(fd)
             fds.append((fd, item.dest))
+        filt = seccomp.bpf()
+        seccomp_fd = -1
+        if filt is not None:
+            seccomp_fd = _data_fd(Data("", data=filt))
+            opened.append(seccomp_fd)
         argv = list(spec.argv)
         if spec.status_fd:
             status_r, status_w = os.pipe()
@@ -209,7 +216,7 @@ def run(spec: Spec, root: rootfs.Root | None) -> Outcome:
             os.set_inheritable(fd, True)
         cmd = _argv(Spec(argv=argv, stdin=spec.stdin, limits=spec.limits, files=spec.files, binds=spec.binds),
                      root, fds)
-        cmd[1:1] = ["--info-fd", str(info_w)]
+        cmd[1:1] = ["--info-fd", str(info_w)] + (["--seccomp", str(seccomp_fd)] if seccomp_fd >= 0 else [])
         cmd = _limited(spec, drop, cmd)
         start = time.monotonic()
         proc = subprocess.Popen(
