@@ -1,6 +1,7 @@
-"""Per-call cost of each isolation tier: instance (in this process) vs os_process (warm pool).
+"""Per-call cost of each isolation tier: instance (in this process) vs os_process (warm pool)
+vs container (a throwaway bubblewrap container per call).
 
-    .venv/bin/python bench/tiers.py [--calls 200] [--rounds 5]
+    .venv/bin/python bench/tiers.py [--calls 200] [--rounds 5] [--container-calls 20]
 
 Each row calls the tier driver directly with a resolved ``CommandRequest`` (what
 ``dispatch.call_command`` hands it), so the figure is the tier's own cost: for instance a
@@ -14,6 +15,14 @@ call on a new pool: sandbox + Python + wasmtime import + handshake + compile.
 Guests: ``echo`` (a WAT command copying stdin, empty stdin), the shipped ``b64``
 toolkit (built by the wat lane) encoding 4 KiB, and a ``kv`` guest making one bridged
 ``wb.kv`` get (needs wb-brokers-state).
+
+The container tier has no warm state but its root and its bwrap probe: every call starts a
+new container (and, for wasm, the root's python3 + wasmtime import + compile), so it is
+measured apart, ``--container-calls`` calls per guest, wall time only (a container's
+processes are reaped inside its pid namespace, so ``RUSAGE_CHILDREN`` would undercount
+their CPU). ``cold`` is its first call in this process (root recipe hashed and
+written, bwrap probed); ``warm`` the median after. Its rows: the two wasm guests (caps are
+not bridged there: no kv row) and a posix ``sha256sum`` of 4 KiB from the Debian root.
 """
 
 from __future__ import annotations
@@ -61,6 +70,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--container-calls", type=int, default=20)
     args = ap.parse_args()
 
     import wasmtime
@@ -140,7 +150,48 @@ def main() -> None:
     table(rows, ["guest", "tier", "wall median", "wall p90", "cpu/call", "vs instance"])
     print(f"\nos_process cold start (new pool, first call): {cold * 1e3:.0f} ms")
     print(f"{args.rounds} interleaved rounds x {args.calls} calls per tier and guest; machine after: {machine()}")
+    if args.container_calls > 0:
+        container(rt, guests, req, args.container_calls)
     shutil.rmtree(work, ignore_errors=True)
+
+
+def container(rt: object, guests: dict, req: object, calls: int) -> None:
+    """The container tier: a new bubblewrap container per call (see the module docstring)."""
+    import json
+
+    from wbcore import builder
+
+    try:
+        from wb_container.tiers import ContainerTier, available
+    except ImportError:
+        print("\n(no container rows: wb-container is not installed)")
+        return
+    avail = available()
+    if not avail.ok:
+        print(f"\n(no container rows: {avail.reason})")
+        return
+    tier = ContainerTier(rt)  # type: ignore[arg-type]
+    posix = rt.artifacts.put_bytes(builder.POSIX_MAGIC + json.dumps({"cli_bin": "sha256sum"}).encode())  # type: ignore[attr-defined]
+    rows_in = {"echo": guests["echo"], "b64 4 KiB": guests["b64 4 KiB"],
+               "posix sha256sum 4 KiB": req(posix.sha256, bytes(range(256)) * 16)}  # type: ignore[operator]
+    t0 = time.perf_counter()
+    tier.call(rows_in["echo"])
+    cold = time.perf_counter() - t0
+    rows = []
+    for gname, request in rows_in.items():
+        tier.call(request)
+        walls = []
+        for _ in range(calls):
+            t = time.perf_counter()
+            tier.call(request)
+            walls.append(time.perf_counter() - t)
+        s = sorted(walls)
+        rows.append([gname, "container", f"{statistics.median(walls) * 1e3:.1f} ms",
+                     f"{s[len(s) * 9 // 10] * 1e3:.1f} ms"])
+    print(f"\ncontainer tier ({avail.reason})")
+    table(rows, ["guest", "tier", "warm median", "warm p90"])
+    print(f"\ncontainer cold start (first call in this process: root recipe + bwrap probe + container): {cold * 1e3:.0f} ms")
+    print(f"{calls} calls per guest, sequential; machine after: {machine()}")
 
 
 if __name__ == "__main__":

@@ -36,6 +36,9 @@ Progress = pipeline.Progress
 #: What each #+EXEC shape registers as.
 KINDS = {"command": "command", "kernel": "kernel", "component": "component"}
 MAX_LOG_BYTES = 1 << 20
+#: The artifact of a ``#+EXEC: posix`` command: no wasm, a small manifest naming the native
+#: CLI (resolved inside the container tier's root at call time, never on this host's PATH).
+POSIX_MAGIC = b"wb-posix-command/1\n"
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +112,7 @@ def _claim(runtime: Runtime, tk: Toolkit, kind: str, name: str, replace_command:
 
 
 def _register(runtime: Runtime, tk: Toolkit, kind: str, name: str, sha256: str, prov: dict[str, Any],
-              owner: str | None, *, pinned: bool, options: dict[str, Any]) -> Entry:
+              owner: str | None, *, pinned: bool, options: dict[str, Any], shape: str | None = None) -> Entry:
     """Register ``sha256`` for ``tk`` with its provenance: the one way a toolkit's artifact
     enters the registry (builds and :func:`register_artifact`)."""
     from wbcore import dispatch, trust
@@ -123,7 +126,7 @@ def _register(runtime: Runtime, tk: Toolkit, kind: str, name: str, sha256: str, 
         opts.update(kernel_spec(tk).as_options())
     prof = policy.profile_for(m.extra("PROFILE"), m.caps)
     entry = runtime.registry.register(Entry(
-        kind=kind, name=name, sha256=sha256, shape=m.exec if m.exec in KINDS else kind, toolkit=m.id,
+        kind=kind, name=name, sha256=sha256, shape=shape or (m.exec if m.exec in KINDS else kind), toolkit=m.id,
         arg_mode=m.arg_mode, profile=prof.name, builtin=False, options=opts,
     ), take_from=owner if owner and owner != m.id else None)
     if owner and owner != m.id:
@@ -163,6 +166,48 @@ def register_artifact(runtime: Runtime, ident: str, sha256: str, kind: str | Non
     return _register(runtime, tk, kind, name, sha256, prov, owner, pinned=bool(m.sha256), options={})
 
 
+def posix_manifest(tk: Toolkit) -> bytes:
+    """The artifact a posix toolkit registers: :data:`POSIX_MAGIC` + JSON naming its CLI."""
+    import json
+
+    m = tk.manifest
+    if not m.cli_bin:
+        raise InvalidArgs(f"{m.id}: a posix toolkit needs #+CLI_BIN (the native CLI to run, found inside the "
+                          "container tier's root)")
+    return POSIX_MAGIC + json.dumps({"cli_bin": m.cli_bin, "toolkit": m.id}, sort_keys=True).encode()
+
+
+def read_posix_manifest(data: bytes) -> dict[str, Any] | None:
+    """The posix manifest in an artifact's bytes (``None``: it is not one)."""
+    import json
+
+    if not data.startswith(POSIX_MAGIC):
+        return None
+    try:
+        obj = json.loads(data[len(POSIX_MAGIC):].decode())
+    except (UnicodeDecodeError, ValueError):
+        raise InvalidArgs("the posix manifest artifact is not valid JSON; rebuild its toolkit") from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("cli_bin"), str):
+        raise InvalidArgs("the posix manifest artifact names no cli_bin; rebuild its toolkit")
+    return obj
+
+
+def register_posix(runtime: Runtime, tk: Toolkit, *, replace_command: str | None = None) -> tuple[Entry, str]:
+    """Register a ``#+EXEC: posix`` toolkit as command ``#+CLI_BIN``, shape ``posix``: its
+    artifact is :func:`posix_manifest` (nothing is compiled), with the same provenance as
+    any build. Only a tier whose record lists ``posix`` in its kinds can run it."""
+    from wbcore import dispatch
+
+    data = posix_manifest(tk)
+    name = registered_name(tk, "command")
+    owner = _claim(runtime, tk, "command", name, replace_command)
+    prov = dispatch.provenance(runtime, tk)
+    art = runtime.artifacts.put_bytes(data)
+    entry = _register(runtime, tk, "command", name, art.sha256, prov, owner, pinned=False,
+                      options={"posix": True}, shape="posix")
+    return entry, owner or ""
+
+
 def _audit_handover(runtime: Runtime, kind: str, name: str, old: str, new: str) -> None:
     from wbcore.audit import AuditLog, digest
 
@@ -188,6 +233,17 @@ def build(runtime: Runtime, ident: str, which: str | None = None, *, progress: P
     t0 = time.perf_counter()
     tk = runtime.toolkit(ident)
     m = tk.manifest
+    if m.exec == "posix" and which in (None, "command"):
+        entry, owner = register_posix(runtime, tk, replace_command=replace_command)
+        logs = runtime.home / "build" / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        log_path = logs / f"{m.id}.log"
+        detail = f"command {entry.name} → posix manifest {entry.sha256[:12]}… (no wasm; runs in a posix tier)"
+        atomic_write(log_path, f"# build {m.id} {m.version} (posix)\n[register] {detail}\n".encode())
+        say("register", detail)
+        return BuildResult(toolkit=m.id, kind="command", name=entry.name, sha256=entry.sha256, lane=None,
+                           cached=False, seconds=time.perf_counter() - t0, log_path=log_path, entry=entry,
+                           notes=("posix: nothing compiled; the CLI is resolved inside the container root",))
     kind = which or KINDS.get(m.exec or "")
     if kind not in KINDS.values():
         if which:

@@ -210,6 +210,8 @@ def _tier_serves(runtime: Runtime, record: Any, entry: Entry, caps: frozenset[st
         return None
     if entry.kind not in record.kinds:
         return f"runs {', '.join(sorted(record.kinds)) or 'nothing'}, not {entry.kind}s"
+    if _shape_tier(runtime, entry) != INSTANCE and entry.shape not in record.kinds:
+        return f"cannot run {entry.shape} commands (native code)"
     if caps and not record.bridges_caps:
         return f"does not bridge capabilities yet (this call is granted {' '.join(sorted(caps))})"
     if entry.options.get("lane") and entry.options.get("lane") in _lane_runners(runtime):
@@ -237,6 +239,8 @@ def choose_tier(runtime: Runtime, entry: Entry, trust: str, caps: frozenset[str]
     ladder = sorted(runtime.tiers, key=lambda t: t.rung)
     by_name = {t.name: t for t in ladder}
     considered: list[tuple[str, str]] = []
+    if _shape_tier(runtime, entry) != INSTANCE:
+        return _shape_bound(runtime, entry, caps, requested, ladder)
     base = by_name.get(INSTANCE)
     required = INSTANCE
     why = f"{trust}: runs in this process, isolated by linear memory" if trust != "third-party" else ""
@@ -268,6 +272,44 @@ def choose_tier(runtime: Runtime, entry: Entry, trust: str, caps: frozenset[str]
         if no is not None:
             raise NotFound(f"tier {requested} cannot run {entry.kind} {entry.name!r}: {no}")
     return TierChoice(requested, f"requested explicitly (trust alone would choose {required})", tuple(considered))
+
+
+def _shape_tier(runtime: Runtime, entry: Entry) -> str:
+    """The tier an entry's shape names as its floor (``ExecShape.default_tier``); a shape
+    that names one other than instance never runs in this process (posix: native code)."""
+    if entry.shape not in runtime.shapes.names():
+        return INSTANCE
+    return runtime.shapes.get(entry.shape).default_tier
+
+
+def _shape_bound(runtime: Runtime, entry: Entry, caps: frozenset[str], requested: str | None,
+                 ladder: list[Any]) -> TierChoice:
+    """The tier for an entry whose shape runs only in tiers that list it in their ``kinds``,
+    at or above its shape's default tier, whatever the trust: the weakest such tier that can
+    run it here, or the requested one if it can."""
+    shape, floor_name = entry.shape, _shape_tier(runtime, entry)
+    floor = next((t.rung for t in ladder if t.name == floor_name), None)
+    fit = [t for t in ladder if shape in t.kinds and (floor is None or t.rung >= floor)]
+    names = ", ".join(t.name for t in fit) or f"{floor_name} (not installed: pip install its plugin)"
+    if requested is not None:
+        chosen = next((t for t in fit if t.name == requested), None)
+        if chosen is None:
+            raise CapabilityDenied(f"tier {requested} cannot run {shape} command {entry.name!r}: {shape} commands "
+                                   f"run only in {names}")
+        no = _tier_serves(runtime, chosen, entry, caps)
+        if no is not None:
+            raise Unavailable(f"tier {requested} cannot run {shape} command {entry.name!r}: {no}")
+        return TierChoice(requested, f"requested explicitly ({shape} commands run only in {names})")
+    considered: list[tuple[str, str]] = []
+    for t in fit:
+        no = _tier_serves(runtime, t, entry, caps)
+        if no is None:
+            return TierChoice(t.name, f"{shape}: native code runs only in {names}; {t.name} is available",
+                              tuple(considered))
+        considered.append((t.name, no))
+    why = "; ".join(f"{n}: {w}" for n, w in considered) or "no tier plugin serves it"
+    raise Unavailable(f"{shape} command {entry.name!r} (toolkit {entry.toolkit}) may not run here: it runs only in "
+                      f"{names}, and {why}")
 
 
 def _target(runtime: Runtime, entry: Entry, tier: str) -> Any:

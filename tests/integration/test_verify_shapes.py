@@ -18,17 +18,21 @@ def test_unknown_exec_mode_fails_listing_known(make_toolkit, make_runtime):
     assert "command" in exec_line.message and "posix" in exec_line.message
 
 
-def test_posix_shape_checks_path(make_toolkit, make_runtime, tmp_path):
+def test_posix_shape_resolves_inside_the_container_root(make_toolkit, make_runtime, tmp_path):
+    # A binary on this host's PATH is not what a posix command runs: only the container
+    # root (Debian's /usr) counts, and verify names the tier that would run it.
     bindir = tmp_path / "bin"
     bindir.mkdir()
     tool = bindir / "mytool"
     tool.write_text("#!/bin/sh\n")
     tool.chmod(0o755)
     make_toolkit("px", exec="posix", extra={"CLI_BIN": "mytool"})
-    ok = make_runtime(env={"PATH": str(bindir)}).verify("px")
-    assert "✓ exec: posix binary 'mytool' found at " + str(tool) in lines(ok)
-    missing = make_runtime(env={"PATH": str(tmp_path)}).verify("px")
-    assert "✗ exec: posix binary 'mytool' not found on PATH" in lines(missing)
+    missing = make_runtime(env={"PATH": str(bindir)}).verify("px")
+    assert any(line.startswith("✗ exec: posix CLI 'mytool' is not in the container root") for line in lines(missing))
+    make_toolkit("sh", exec="posix", extra={"CLI_BIN": "sh"})
+    found = lines(make_runtime().verify("sh"))
+    assert any(line.startswith("✓ exec: posix CLI 'sh' is in the container root at /usr/") for line in found)
+    assert any("tier container" in line for line in found)
 
 
 def test_command_shape_not_registered_not_buildable(make_toolkit, make_runtime):

@@ -1,1 +1,1 @@
-"""wb-process: the build sandbox, the os_process tier, and the posix and task shapes."""
+"""wb-process: the build sandbox, the os_process tier, and the task shape."""

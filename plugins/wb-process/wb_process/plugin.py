@@ -1,5 +1,5 @@
 """Entry point of wb-process: the build sandbox (a service lanes ask their runtime for), the
-os_process tier, the posix and task shapes."""
+os_process tier, the task shape."""
 
 from __future__ import annotations
 

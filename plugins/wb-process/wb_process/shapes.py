@@ -1,27 +1,14 @@
-"""The posix and task shapes and their verify contracts (seed 000)."""
+"""The task shape and its verify contract (seed 000). The posix shape is wb-container's: it runs
+only in the container tier."""
 
 from __future__ import annotations
 
 import re
-import shutil
 from collections.abc import Iterator
 
 from wbcore.records import Check, ExecShape, VerifyContext
 
 TASK_BLOCK_RE = re.compile(r"^[ \t]*#\+begin_src\b[^\n]*:role[ \t]+task\b", re.IGNORECASE | re.MULTILINE)
-
-
-def verify_posix(ctx: VerifyContext) -> Iterator[Check]:
-    m = ctx.toolkit.manifest
-    if not m.cli_bin:
-        yield Check(False, "exec", "posix toolkits need #+CLI_BIN (a native binary on PATH)")
-        return
-    path = ctx.runtime.env.get("PATH")
-    found = shutil.which(m.cli_bin, path=path)
-    if found:
-        yield Check(True, "exec", f"posix binary {m.cli_bin!r} found at {found}")
-    else:
-        yield Check(False, "exec", f"posix binary {m.cli_bin!r} not found on PATH")
 
 
 def verify_task(ctx: VerifyContext) -> Iterator[Check]:
@@ -43,12 +30,6 @@ def verify_task(ctx: VerifyContext) -> Iterator[Check]:
 
 
 def shapes() -> Iterator[ExecShape]:
-    yield ExecShape(
-        name="posix",
-        summary="a native PATH binary under the posix profile (the escape hatch)",
-        verify=verify_posix,
-        default_tier="os_process",
-    )
     yield ExecShape(
         name="task",
         summary="recipe-only toolkit: :role task blocks, no single CLI",

@@ -1,0 +1,1 @@
+"""wb-container: the container isolation tier on bubblewrap."""

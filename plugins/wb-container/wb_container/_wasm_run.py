@@ -1,0 +1,78 @@
+"""Runs one wasm command inside the container: ``python3 -I -S /wb/run.py /wb/site <status-fd>``.
+
+The container's own Debian ``python3`` with the host's wasmtime package bound read-only at
+``/wb/site``. It reads the call from ``/wb/call.json`` (argv, memory limit) and the module
+from ``/wb/module.wasm`` (both copied in read-only), runs ``_start`` with WASI stdio
+inherited (stdin, stdout and stderr are the container's, read and capped by the host), and
+writes how the guest ended as one JSON object on the status fd. It decides nothing: the
+deadline and output caps are the host's (SIGKILL of the container); the memory limit is
+the store's. No ``wb.*`` import links here (the tier does not bridge caps).
+"""
+
+import json
+import os
+import sys
+
+
+def main():
+    sys.path[:0] = [sys.argv[1]]
+    status_fd = int(sys.argv[2])
+    import wasmtime
+
+    with open("/wb/call.json", "rb") as fh:
+        call = json.load(fh)
+    engine = wasmtime.Engine()
+    report = {"exit": 0, "trap": None, "trap_code": "", "peak": 0, "no_start": False, "link_error": ""}
+    try:
+        module = wasmtime.Module.from_file(engine, "/wb/module.wasm")
+    except wasmtime.WasmtimeError as exc:
+        report["link_error"] = f"not a valid module: {str(exc).strip().splitlines()[0]}"
+        return finish(status_fd, report)
+    store = wasmtime.Store(engine)
+    store.set_limits(memory_size=int(call["memory"]), instances=4, tables=8, memories=2)
+    wasi = wasmtime.WasiConfig()
+    wasi.argv = [str(a) for a in call["argv"]]
+    wasi.inherit_stdin()
+    wasi.inherit_stdout()
+    wasi.inherit_stderr()
+    store.set_wasi(wasi)
+    linker = wasmtime.Linker(engine)
+    linker.define_wasi()
+    instance = None
+    try:
+        try:
+            instance = linker.instantiate(store, module)
+        except wasmtime.WasmtimeError as exc:
+            if not isinstance(exc, wasmtime.Trap):
+                report["link_error"] = str(exc).strip().splitlines()[0]
+                return finish(status_fd, report)
+            raise
+        start = instance.exports(store).get("_start")
+        if start is None:
+            report["no_start"] = True
+        else:
+            start(store)
+    except wasmtime.ExitTrap as exc:
+        report["exit"] = exc.code
+    except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:
+        lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+        report["trap"] = next((ln for ln in lines if ln.startswith("wasm trap:")), lines[-1] if lines else "trap")
+        code = getattr(exc, "trap_code", None)
+        report["trap_code"] = code.name if code is not None else ""
+    if instance is not None:
+        mem = instance.exports(store).get("memory")
+        if isinstance(mem, wasmtime.Memory):
+            report["peak"] = mem.data_len(store)
+    return finish(status_fd, report)
+
+
+def finish(fd, report):
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.write(fd, json.dumps(report).encode())
+    os.close(fd)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+"""Entry point of wb-container: the container tier (bubblewrap backend) and the posix shape."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from wbcore import hookimpl
+from wbcore.records import Availability, ExecShape, IsolationTier
+
+from wb_container import shapes as _shapes
+
+
+@hookimpl
+def wbcore_exec_shapes() -> Iterator[ExecShape]:
+    yield from _shapes.shapes()
+
+
+def _tier(runtime: Any) -> Any:
+    from wb_container.tiers import factory
+
+    return factory(runtime)
+
+
+def _available() -> Availability:
+    from wb_container.tiers import available
+
+    return available()
+
+
+@hookimpl
+def wbcore_isolation_tiers() -> Iterator[IsolationTier]:
+    yield IsolationTier(
+        name="container",
+        summary="a call in a throwaway bubblewrap container: new user/pid/net/ipc/uts namespaces, no network, "
+        "a read-only root from this host's Debian packages, tmpfs /tmp, rlimits, SIGKILL at the deadline; "
+        "wasm commands and posix CLIs; caps not bridged",
+        rung=2,
+        factory=_tier,
+        available=_available,
+        kinds=frozenset({"command", "posix"}),
+        bridges_caps=False,
+    )

@@ -1,0 +1,204 @@
+"""The ``container`` tier (rung 2): one call, one throwaway bubblewrap container.
+
+Two kinds of payload, both through :func:`wb_container.bwrap.run` over the root of
+:mod:`wb_container.rootfs`:
+
+- a **wasm command**: the root's own ``python3`` runs ``_wasm_run.py`` with this host's
+  wasmtime package bound read-only; the module and the call's argv and memory limit are
+  copied in read-only; the guest's stdio is the container's. The guest is isolated twice
+  (linear memory, then the container). Caps are not bridged: a granted call is refused
+  here by dispatch (``bridges_caps=False``) and runs in a tier that bridges them.
+- a **posix command** (``#+EXEC: posix``, registered as a manifest naming ``#+CLI_BIN``):
+  the CLI is resolved inside the root (``rootfs.resolve_cli``: Debian's ``/usr``, never
+  this host's ``PATH``) and runs as ``argv + stdin → stdout/stderr/exit`` with no network
+  and no host file, under rlimits that hold for uid ≠ 0 (bwrap is started as
+  ``bwrap.HOST_UID``: a fork bomb meets ``RLIMIT_NPROC``).
+
+The same results and errors as the instance tier: ``Timeout`` past the deadline (the
+container is SIGKILLed), ``LimitExceeded`` at an output cap or the memory limit,
+``GuestTrap`` for a wasm trap, else the exit code.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from wbcore.builder import read_posix_manifest
+from wbcore.calls import CallResult, CommandRequest, GuestTrap, LimitExceeded, Usage
+from wbcore.errors import InvalidArgs, NotFound, Timeout
+from wbcore.records import Availability
+
+from wb_container import bwrap, rootfs
+
+if TYPE_CHECKING:
+    from wbcore.runtime import Runtime
+
+PAGE = 65536
+RUNNER = Path(__file__).with_name("_wasm_run.py")
+PYTHON = "/usr/bin/python3"  # the root's (Debian's) interpreter, not this process's
+#: Processes a posix call may have at once (its own and the container's two bwrap processes).
+POSIX_PROCESSES = 64
+#: A wasm call's address space: wasmtime reserves guard regions per linear memory; the
+#: guest's memory is capped by its store's limit, this only bounds the runner around it.
+WASM_ADDRESS_SPACE = 16 << 30
+
+
+@lru_cache(maxsize=1)
+def _wasmtime_dir() -> Path | None:
+    import importlib.util
+
+    spec = importlib.util.find_spec("wasmtime")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def available() -> Availability:
+    ok, reason = bwrap.probe()
+    if not ok:
+        return Availability.no(reason)
+    wasm = "wasm commands" if _wasmtime_dir() is not None and Path(PYTHON).exists() else \
+        "no wasm commands (needs python3 in the root and wasmtime importable)"
+    return Availability.yes(f"backend bubblewrap: {reason}; posix CLIs and {wasm}")
+
+
+def near_memory_cap(peak: int, cap: int) -> bool:
+    """The instance tier's rule: a guest that failed within 1/16 of its memory cap was refused memory."""
+    return peak + max(PAGE, cap // 16) > cap
+
+
+class ContainerTier:
+    """The tier driver: ``call(CommandRequest) -> CallResult`` in a new container."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self._root: rootfs.Root | None = None
+
+    @property
+    def root(self) -> rootfs.Root:
+        if self._root is None:
+            self._root = rootfs.build(self.runtime.home)
+        return self._root
+
+    def call(self, request: Any) -> CallResult:
+        if not isinstance(request, CommandRequest):
+            raise InvalidArgs(f"tier container cannot run a {type(request).__name__} (commands only)")
+        ok, why = bwrap.probe()
+        if not ok:
+            raise NotFound(f"tier container is unavailable: {why}")
+        data = self.runtime.artifacts.read_verified(request.sha256)  # a tampered artifact never runs
+        posix = read_posix_manifest(data)
+        if posix is not None:
+            return self._posix(request, str(posix["cli_bin"]))
+        return self._wasm(request, data)
+
+    # --- posix ---------------------------------------------------------------------------
+
+    def _posix(self, req: CommandRequest, cli: str) -> CallResult:
+        path = rootfs.resolve_cli(cli)
+        if path is None:
+            raise NotFound(f"{req.name}: #+CLI_BIN {cli!r} is not in the container root ({', '.join(rootfs.ROOT_PATH)} "
+                           "from this host's Debian packages); install the package that ships it (apt-get install …)")
+        prof = req.profile
+        limits = bwrap.Limits(memory=prof.memory_bytes, processes=POSIX_PROCESSES, cpu_s=_cpu(req.timeout_s),
+                              deadline_s=req.timeout_s, stdout_cap=prof.stdout_bytes, stderr_cap=prof.stderr_bytes)
+        spec = bwrap.Spec(argv=[path, *_argv(req)[1:]], stdin=_stdin(req), limits=limits, unprivileged=True,
+                          cancel=req.cancel)
+        out = bwrap.run(spec, self.root)
+        self._limits(req, out)
+        if out.exit_code < 0:
+            raise GuestTrap(f"{req.name}: {cli} was killed by signal {-out.exit_code}")
+        usage = Usage(wall_s=out.wall_s, peak_memory=0, bytes_out=len(out.stdout) + len(out.stderr))
+        return CallResult(out.stdout, out.stderr, out.exit_code, usage)
+
+    # --- wasm ----------------------------------------------------------------------------
+
+    def _wasm(self, req: CommandRequest, module: bytes) -> CallResult:
+        site = _wasmtime_dir()
+        if site is None or not Path(PYTHON).exists():
+            raise InvalidArgs("tier container runs wasm with the root's python3 and this host's wasmtime; "
+                              "install python3 (apt) and wasmtime (pip install wasmtime)")
+        prof = req.profile
+        call = json.dumps({"argv": _argv(req), "memory": prof.memory_bytes}).encode()
+        limits = bwrap.Limits(memory=WASM_ADDRESS_SPACE, processes=POSIX_PROCESSES, cpu_s=_cpu(req.timeout_s),
+                              deadline_s=req.timeout_s, stdout_cap=prof.stdout_bytes, stderr_cap=prof.stderr_bytes)
+        spec = bwrap.Spec(
+            argv=[PYTHON, "-I", "-S", "/wb/run.py", "/wb/site", "{status_fd}"], stdin=_stdin(req), limits=limits,
+            files=[bwrap.Data("/wb/run.py", path=RUNNER), bwrap.Data("/wb/call.json", data=call),
+                   bwrap.Data("/wb/module.wasm", data=module)],
+            binds=[(str(site), "/wb/site/wasmtime")],
+            # wasmtime lives in this process's environment, which the unprivileged host uid
+            # may not reach; a wasm guest cannot fork, so RLIMIT_NPROC is not what holds it.
+            unprivileged=False, status_fd=True, cancel=req.cancel)
+        out = bwrap.run(spec, self.root)
+        self._limits(req, out)
+        try:
+            report = json.loads(out.status.decode()) if out.status else None
+        except (UnicodeDecodeError, ValueError):
+            report = None
+        if not isinstance(report, dict):
+            tail = out.stderr.decode(errors="replace").strip().splitlines()[-3:]
+            raise GuestTrap(f"{req.name}: the container's wasm runner ended (exit {out.exit_code}) without a report"
+                            + (f": {' | '.join(tail)}" if tail else ""))
+        name = req.name
+        peak = int(report.get("peak") or 0)
+        if report.get("link_error"):
+            raise InvalidArgs(f"{name}: cannot link: {report['link_error']}"
+                              " (tier container links WASI only; a guest importing wb.* needs a tier that bridges caps)")
+        if report.get("no_start"):
+            raise InvalidArgs(f"{name}: artifact {req.sha256[:12]}… exports no _start (is it a WASI command?)")
+        exit_code = int(report.get("exit") or 0)
+        at_cap = near_memory_cap(peak, prof.memory_bytes)
+        trap = report.get("trap")
+        if trap:
+            if at_cap:
+                raise LimitExceeded(f"{name}: hit the {prof.memory_bytes >> 20} MiB memory limit of profile {prof.name} "
+                                    f"(it had {peak / (1 << 20):.1f} MiB; {trap})", limit="memory")
+            raise GuestTrap(f"{name}: guest trapped: {trap}")
+        if exit_code != 0 and at_cap:
+            raise LimitExceeded(f"{name}: exited {exit_code} at the {prof.memory_bytes >> 20} MiB memory limit of "
+                                f"profile {prof.name}", limit="memory")
+        usage = Usage(wall_s=out.wall_s, peak_memory=peak, bytes_out=len(out.stdout) + len(out.stderr))
+        return CallResult(out.stdout, out.stderr, exit_code, usage)
+
+    # --- shared --------------------------------------------------------------------------
+
+    def _limits(self, req: CommandRequest, out: bwrap.Outcome) -> None:
+        prof = req.profile
+        if out.timed_out:
+            raise Timeout(f"{req.name}: stopped after {out.wall_s:.3f} s: over its {req.timeout_s:g} s deadline "
+                          "(its container was killed)")
+        if out.cancelled:
+            raise Timeout(f"{req.name}: cancelled by the caller after {out.wall_s:.3f} s; its container was killed")
+        if out.over:
+            cap = prof.stdout_bytes if out.over == "stdout" else prof.stderr_bytes
+            raise LimitExceeded(f"{req.name}: {out.over} passed the {cap}-byte cap of profile {prof.name}; "
+                                "output stopped (its container was killed)", limit=out.over)
+
+
+def _argv(req: CommandRequest) -> list[str]:
+    if req.arg_mode == "stdin1" and req.argv:
+        return [req.name]
+    return [req.name, *req.argv]
+
+
+def _stdin(req: CommandRequest) -> bytes:
+    if req.arg_mode == "stdin1" and req.argv:
+        # seed 000: the first stdin line is the argument (jq, grep)
+        return " ".join(req.argv).encode() + b"\n" + req.stdin
+    return req.stdin
+
+
+def _cpu(timeout_s: float) -> int:
+    return max(1, math.ceil(timeout_s) + 1)
+
+
+def factory(runtime: Runtime) -> ContainerTier:
+    return ContainerTier(runtime)
+
+
+__all__ = ["ContainerTier", "available", "factory"]
