@@ -18,7 +18,8 @@ _TABLE_SEP_RE = re.compile(r"^\s*\|?\s*:?-{2,}:?\s*(\|\s*:?-{2,}:?\s*)*\|?\s*$")
 _ORG_SRC_BEGIN_RE = re.compile(r"^\s*#\+begin_(src|example)\b\s*([^\s]*)", re.IGNORECASE)
 _ORG_BLOCK_END_RE = re.compile(r"^\s*#\+end_(src|example)\b", re.IGNORECASE)
 _ORG_LINK_RE = re.compile(r"\[\[([^\]\n]+)\](?:\[([^\]\n]+)\])?\]")
-_ORG_CODE_RE = re.compile(r"(?<![\w~=])[~=]([^\s~=](?:[^~=\n]*[^\s~=])?)[~=](?![\w~=])")
+# ~code~ and =verbatim=: the closing mark must be the opening one (=x~ is not code).
+_ORG_CODE_RE = re.compile(r"(?<![\w~=])(?:~([^\s~](?:[^~\n]*[^\s~])?)~|=([^\s=](?:[^=\n]*[^\s=])?)=)(?![\w~=])")
 _ORG_BOLD_RE = re.compile(r"(?<![\w*])\*([^\s*](?:[^*\n]*[^\s*])?)\*(?![\w*])")
 
 
@@ -43,7 +44,7 @@ def _md_inline(text: str) -> str:
     codes: list[str] = []
 
     def keep(m: re.Match[str]) -> str:
-        codes.append(m.group(1))
+        codes.append(m.group(1) if m.group(1) is not None else m.group(2))
         return f"\x00{len(codes) - 1}\x00"
 
     text = _INLINE_CODE_RE.sub(keep, text)
@@ -112,7 +113,7 @@ def _org_inline(text: str) -> str:
     codes: list[str] = []
 
     def keep(m: re.Match[str]) -> str:
-        codes.append(m.group(1))
+        codes.append(m.group(1) if m.group(1) is not None else m.group(2))
         return f"\x00{len(codes) - 1}\x00"
 
     text = _ORG_CODE_RE.sub(keep, text)
