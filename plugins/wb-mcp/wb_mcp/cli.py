@@ -30,6 +30,8 @@ def build(runtime: Any) -> typer.Typer:
                                               help="Serve only built toolkits (do not list unbuilt ones nor build on call)."),
         token: str = typer.Option(None, "--token", envvar="WB_MCP_TOKEN", show_envvar=True,
                                   help="HTTP: require 'Authorization: Bearer <token>' (≥ 16 characters)."),
+        lean: bool = typer.Option(True, "--lean/--sdk-only",
+                                  help="Answer tools/call on the lean path (default), or everything through the SDK."),
         allow_host: list[str] = typer.Option(None, "--allow-host",
                                              help="HTTP: another Host/Origin name clients use to reach this server."),
     ) -> None:
@@ -37,7 +39,7 @@ def build(runtime: Any) -> typer.Typer:
         from wb_mcp import server
 
         kw = {"only": _only(only), "search_tool": not no_search, "timeout": timeout or None,
-              "build_missing": not no_build_on_call, "build": build}
+              "build_missing": not no_build_on_call, "build": build, "lean": lean}
         if http:
             server.serve_http(runtime, host=host, port=port, path=path, token=token or None,
                               allow_hosts=_only(allow_host) or (), **kw)

@@ -228,8 +228,13 @@ def build_server(runtime: Runtime, *, only: Iterable[str] | None = None, search_
         return types.CallToolResult(content=[types.TextContent(text=text)], is_error=True)
 
     async def call_tool(ctx: Any, params: Any) -> Any:
-        name = params.name
-        args = params.arguments or {}
+        meta = params.meta if isinstance(params.meta, dict) else (
+            params.meta.model_dump(by_alias=True) if params.meta is not None else {})
+        return await answer(params.name, params.arguments or {}, meta or {}, ctx)
+
+    async def answer(name: str, args: dict[str, Any], meta: dict[str, Any], ctx: Any) -> Any:
+        """One ``tools/call``: the SDK's handler and the lean paths (``wb_mcp.fastpath``,
+        ``ctx`` None: no progress asked) both come here."""
         if search_tool and name == SEARCH_TOOL:
             query = args.get("query")
             limit = args.get("limit", 20)
@@ -238,15 +243,13 @@ def build_server(runtime: Runtime, *, only: Iterable[str] | None = None, search_
             hits = search(provider, query, max(1, min(limit, MAX_SEARCH_RESULTS)))
             return types.CallToolResult(content=[types.TextContent(text=json.dumps(hits, indent=1))],
                                         structured_content={"tools": hits})
-        known_tools = await tools_ready()
+        known_tools = provider._tools if provider._tools is not None else await tools_ready()
         if name not in known_tools and not (provider.refresh_if_changed() and name in provider.tools()):
             known = ", ".join(list(provider.tools())[:20])
             raise MCPError(INVALID_PARAMS, f"Unknown tool: {name}; known: {known}")
 
         deadline = timeout
-        meta = params.meta if isinstance(params.meta, dict) else (
-            params.meta.model_dump(by_alias=True) if params.meta is not None else {})
-        ms = (meta or {}).get(TIMEOUT_META)
+        ms = meta.get(TIMEOUT_META)
         if isinstance(ms, int) and not isinstance(ms, bool) and ms > 0:
             deadline = ms / 1000.0 if deadline is None else min(deadline, ms / 1000.0)
 
@@ -264,11 +267,12 @@ def build_server(runtime: Runtime, *, only: Iterable[str] | None = None, search_
                                                       f"{name}: running for {time.monotonic() - started:.0f} s")
 
         building = name in provider.pending
-        wants_progress = (meta or {}).get("progress_token", (meta or {}).get("progressToken")) is not None
+        wants_progress = ctx is not None and meta.get("progress_token", meta.get("progressToken")) is not None
 
         def step(fraction: float, message: str) -> None:
             # From the worker thread: a build step becomes a progress notification.
-            anyio.from_thread.run(ctx.session.report_progress, time.monotonic() - started, None, message)
+            if ctx is not None:
+                anyio.from_thread.run(ctx.session.report_progress, time.monotonic() - started, None, message)
 
         def run() -> Any:
             return provider.call_json(name, args, cancel=cancel, timeout=deadline,
@@ -288,7 +292,7 @@ def build_server(runtime: Runtime, *, only: Iterable[str] | None = None, search_
         except BaseException:
             cancel.set()  # the guest stops at its next epoch tick; the thread then returns
             raise
-        if building and name not in provider.pending:
+        if building and ctx is not None and name not in provider.pending:
             await ctx.session.send_tool_list_changed()  # built: its real tools are listed now
 
         content: list[Any] = []
@@ -414,6 +418,8 @@ def build_server(runtime: Runtime, *, only: Iterable[str] | None = None, search_
     server.add_request_handler("skills/get", SkillsGetParams, skills_get)
     server.extensions[SKILLS_EXTENSION] = {}  # declared in initialize: capabilities.extensions
     server.wb_provider = provider  # type: ignore[attr-defined]
+    server.wb_answer = answer  # type: ignore[attr-defined]  # the lean paths' entry (wb_mcp.fastpath)
+    server.wb_search_tool = search_tool  # type: ignore[attr-defined]
     if warm:
         threading.Thread(target=warm_components, args=(provider,), name="wb-mcp-warm", daemon=True).start()
     return server
@@ -452,12 +458,18 @@ def build_all(server: Any, *, out: Any = None) -> list[tuple[str, str | None]]:
     return done
 
 
-async def serve_stdio(runtime: Runtime, *, build: bool = False, **kw: Any) -> None:
-    from mcp.server.stdio import stdio_server
-
+async def serve_stdio(runtime: Runtime, *, build: bool = False, lean: bool = True, **kw: Any) -> None:
+    """Serve over stdin/stdout; ``lean``: ``tools/call`` takes the lean path (``wb_mcp.fastpath``)."""
     server = build_server(runtime, warm=True, **kw)
     if build:
         await anyio_to_thread(build_all, server)
+    if lean:
+        from wb_mcp import fastpath
+
+        await fastpath.serve_stdio(server)
+        return
+    from mcp.server.stdio import stdio_server
+
     async with stdio_server() as (read, write):
         await server.run(read, write, server.create_initialization_options())
 
@@ -469,20 +481,26 @@ async def anyio_to_thread(fn: Any, *args: Any) -> Any:
 
 
 def http_app(server: Any, *, host: str, path: str = "/mcp", token: str | None = None,
-             allow_hosts: Iterable[str] = ()) -> Any:
+             allow_hosts: Iterable[str] = (), lean: bool = True) -> Any:
     """The ASGI app of ``server`` over streamable HTTP, guarded (``wb_mcp.http_guard``):
     Host/Origin checked on every bind address, and the bearer token when one is set."""
+    from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE
+
     from wb_mcp import http_guard
 
-    app = server.streamable_http_app(streamable_http_path=path, host=host,
-                                     transport_security=http_guard.security_settings(host, allow_hosts))
+    security = http_guard.security_settings(host, allow_hosts)
+    app = server.streamable_http_app(streamable_http_path=path, host=host, transport_security=security)
+    if lean:
+        from wb_mcp.fastpath import LeanHTTP
+
+        app = LeanHTTP(app, server, path=path, security=security, max_body=DEFAULT_MAX_REQUEST_BODY_SIZE)
     token = http_guard.check_token(token)
     return http_guard.BearerAuth(app, token) if token else app
 
 
 def serve_http(runtime: Runtime, *, host: str = "127.0.0.1", port: int = 8765, path: str = "/mcp",
                ready: threading.Event | None = None, token: str | None = None, allow_hosts: Iterable[str] = (),
-               build: bool = False, **kw: Any) -> None:
+               build: bool = False, lean: bool = True, **kw: Any) -> None:
     """Serve streamable HTTP on ``host:port`` (loopback by default) until interrupted."""
     import uvicorn
 
@@ -490,7 +508,7 @@ def serve_http(runtime: Runtime, *, host: str = "127.0.0.1", port: int = 8765, p
 
     token = http_guard.check_token(token)
     server = build_server(runtime, warm=True, **kw)
-    app = http_app(server, host=host, path=path, token=token, allow_hosts=allow_hosts)
+    app = http_app(server, host=host, path=path, token=token, allow_hosts=allow_hosts, lean=lean)
     if build:
         build_all(server)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
