@@ -64,9 +64,11 @@ def ms(x: float) -> str:
 
 def stdio_run(env: dict[str, str], *, lean: bool, n: int, profile: str | None = None) -> dict[str, float]:
     cmd = [*SERVE, *([] if lean else ["--sdk-only"])]
-    if profile:
-        cmd = [sys.executable, "-m", "cProfile", "-o", profile, "-c", "from wbcore.cli.app import run; run()",
-               "mcp", "serve", *([] if lean else ["--sdk-only"])]
+    if profile:  # cProfile runs a script, not -c
+        script = Path(profile).with_suffix(".py")
+        script.write_text("from wbcore.cli.app import run\nrun()\n")
+        cmd = [sys.executable, "-m", "cProfile", "-o", profile, str(script), "mcp", "serve",
+               *([] if lean else ["--sdk-only"])]
     proc = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             bufsize=0)
     rid = 0

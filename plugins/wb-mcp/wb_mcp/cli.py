@@ -46,7 +46,7 @@ def build(runtime: Any) -> typer.Typer:
         else:
             import anyio
 
-            anyio.run(lambda: server.serve_stdio(runtime, **kw))
+            anyio.run(lambda: server.serve_stdio(runtime, **kw), backend_options=server.loop_options())
 
     @app.command("tools")
     def tools(

@@ -91,14 +91,16 @@ class LeanCalls:
         params = msg["params"]
         rid = msg["id"]
         try:
-            result = await self._answer(params["name"], params.get("arguments") or {}, params.get("_meta") or {}, None)
+            result = await self._answer(params["name"], params.get("arguments") or {}, params.get("_meta") or {}, None,
+                                        raw=True)
         except MCPError as exc:
             return {"jsonrpc": "2.0", "id": rid, "error": exc.error.model_dump(by_alias=True, exclude_none=True)}
         except Exception as exc:  # a bug, not the client's fault: the SDK answers the same way
             print(f"wbx mcp: tools/call failed: {exc!r}", file=sys.stderr, flush=True)
             return {"jsonrpc": "2.0", "id": rid, "error": {"code": -32603, "message": "internal error"}}
-        return {"jsonrpc": "2.0", "id": rid,
-                "result": result.model_dump(by_alias=True, exclude_none=True, mode="json")}
+        if not isinstance(result, dict):
+            result = result.model_dump(by_alias=True, exclude_none=True, mode="json")
+        return {"jsonrpc": "2.0", "id": rid, "result": result}
 
 
 def _dumps(payload: Any) -> bytes:

@@ -232,9 +232,10 @@ def build_server(runtime: Runtime, *, only: Iterable[str] | None = None, search_
             params.meta.model_dump(by_alias=True) if params.meta is not None else {})
         return await answer(params.name, params.arguments or {}, meta or {}, ctx)
 
-    async def answer(name: str, args: dict[str, Any], meta: dict[str, Any], ctx: Any) -> Any:
+    async def answer(name: str, args: dict[str, Any], meta: dict[str, Any], ctx: Any, raw: bool = False) -> Any:
         """One ``tools/call``: the SDK's handler and the lean paths (``wb_mcp.fastpath``,
-        ``ctx`` None: no progress asked) both come here."""
+        ``ctx`` None: no progress asked) both come here. ``raw``: the result as its JSON
+        object rather than a ``CallToolResult`` (the lean paths write it as it is)."""
         if search_tool and name == SEARCH_TOOL:
             query = args.get("query")
             limit = args.get("limit", 20)
@@ -295,25 +296,35 @@ def build_server(runtime: Runtime, *, only: Iterable[str] | None = None, search_
         if building and ctx is not None and name not in provider.pending:
             await ctx.session.send_tool_list_changed()  # built: its real tools are listed now
 
-        content: list[Any] = []
+        texts: list[str] = []
         for ev in outcome.events:
             if isinstance(ev, Content):
                 v = ev.part.value()
                 if isinstance(v, bytes):
                     import base64
 
-                    content.append(types.TextContent(text="base64:" + base64.b64encode(v).decode()))
+                    texts.append("base64:" + base64.b64encode(v).decode())
                 else:
-                    content.append(types.TextContent(text=v if isinstance(v, str) else json.dumps(v)))
+                    texts.append(v if isinstance(v, str) else json.dumps(v))
         err = outcome.error
-        if err is not None:
-            content.append(types.TextContent(text=f"{err.kind_name}: {err.text}"))
-            return types.CallToolResult(content=content, is_error=True)
         structured = None
-        served = provider.tools().get(name)
-        if served is not None and served.output_schema is not None:
-            structured = {"result": outcome.structured}
-        return types.CallToolResult(content=content or [types.TextContent(text="")], structured_content=structured)
+        if err is not None:
+            texts.append(f"{err.kind_name}: {err.text}")
+        else:
+            served = provider.tools().get(name)
+            if served is not None and served.output_schema is not None:
+                structured = {"result": outcome.structured}
+        if raw:
+            out: dict[str, Any] = {"content": [{"type": "text", "text": t} for t in texts or [""]]}
+            if err is not None:
+                out["isError"] = True
+            elif structured is not None:
+                out["structuredContent"] = structured
+            return out
+        content = [types.TextContent(text=t) for t in texts or [""]]
+        if err is not None:
+            return types.CallToolResult(content=content, is_error=True)
+        return types.CallToolResult(content=content, structured_content=structured)
 
     async def list_resources(ctx: Any, params: Any) -> Any:
         res = [
@@ -472,6 +483,15 @@ async def serve_stdio(runtime: Runtime, *, build: bool = False, lean: bool = Tru
 
     async with stdio_server() as (read, write):
         await server.run(read, write, server.create_initialization_options())
+
+
+def loop_options() -> dict[str, Any]:
+    """anyio's asyncio options: uvloop when installed (a cheaper wake-up per message)."""
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return {}
+    return {"use_uvloop": True}
 
 
 async def anyio_to_thread(fn: Any, *args: Any) -> Any:
