@@ -273,3 +273,67 @@ def test_bearer_compare_is_constant_time_and_exact() -> None:
     auth = BearerAuth(None, TOKEN)
     assert auth.allowed(f"Bearer {TOKEN}".encode()) and auth.allowed(f"bearer {TOKEN}".encode())
     assert not auth.allowed(None) and not auth.allowed(TOKEN.encode()) and not auth.allowed(f"Bearer {TOKEN[:-1]}".encode())
+
+
+# --- the lean tools/call paths -----------------------------------------------------------
+
+
+def test_lean_and_sdk_paths_answer_alike(demo_runtime) -> None:
+    """The lean path's JSON-RPC replies equal what the SDK path sends for the same calls:
+    a result, an isError result, structured content, and the -32602 of an unknown tool."""
+    from wb_mcp.fastpath import LeanCalls
+    from wb_mcp.server import build_server
+
+    server = build_server(demo_runtime)
+    lean = LeanCalls(server)
+    calls = [("textkit.tcat", {"stdin": "same"}), ("textkit.tcat", {"fail": True}), ("calckit.add", {"a": 2, "b": 3}),
+             ("calckit.add", {"a": -1, "b": 2})]
+
+    async def main() -> None:
+        async with Client(server, mode="legacy") as client:
+            await client.list_tools()
+            for i, (name, args) in enumerate(calls):
+                msg = {"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": name, "arguments": args}}
+                assert lean.callable(msg)
+                got = (await lean.reply(msg))["result"]
+                sdk = (await client.call_tool(name, args)).model_dump(by_alias=True, exclude_none=True, mode="json")
+                sdk.pop("resultType", None)
+                got_text = [c["text"] for c in got["content"]]
+                assert got_text == [c["text"] for c in sdk["content"]], name
+                assert got.get("isError", False) == sdk.get("isError", False)
+                assert got.get("structuredContent") == sdk.get("structuredContent")
+            unknown = {"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "nope.x", "arguments": {}}}
+            assert not lean.callable(unknown)  # unknown names go to the SDK, which answers -32602
+            with pytest.raises(MCPError) as err:
+                await client.call_tool("nope.x", {})
+            assert err.value.code == types.INVALID_PARAMS
+        # not lean: a progress token, search_tools, a call before the handshake
+        assert not lean.callable({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                                  "params": {"name": "textkit.tcat", "_meta": {"progressToken": 1}}})
+        assert not lean.callable({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "search_tools"}})
+        assert not LeanCalls(server).eligible({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                                               "params": {"name": "textkit.tcat"}})
+
+    anyio.run(main)
+
+
+def test_lean_http_call_is_json_and_guarded(http_server: int) -> None:
+    import httpx
+
+    url = f"http://127.0.0.1:{http_server}/mcp"
+    auth = {**ACCEPT, "authorization": f"Bearer {TOKEN}"}
+    with httpx.Client(timeout=30) as c:
+        sid = c.post(url, json=INIT, headers=auth).headers["mcp-session-id"]
+        session = {**auth, "mcp-session-id": sid, "mcp-protocol-version": "2025-11-25"}
+        c.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session)
+        c.post(url, json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, headers=session)
+        call = {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                "params": {"name": "textkit.tcat", "arguments": {"stdin": "lean"}}}
+        r = c.post(url, json=call, headers=session)
+        assert r.status_code == 200 and r.headers["content-type"] == "application/json"
+        assert r.json() == {"jsonrpc": "2.0", "id": 3, "result": {"content": [{"type": "text", "text": "lean"}]}}
+        assert c.post(url, json=call, headers={**session, "host": "evil.example"}).status_code == 421
+        assert c.post(url, json=call, headers={**session, "origin": "http://evil.example"}).status_code == 403
+        assert c.post(url, json=call, headers={k: v for k, v in session.items() if k != "authorization"}).status_code == 401
+        other = c.post(url, json=call, headers={**session, "mcp-session-id": "not-a-session"})
+        assert other.status_code == 404  # an unknown session reaches the SDK, which refuses it
