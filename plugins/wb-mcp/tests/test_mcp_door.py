@@ -337,3 +337,43 @@ def test_lean_http_call_is_json_and_guarded(http_server: int) -> None:
         assert c.post(url, json=call, headers={k: v for k, v in session.items() if k != "authorization"}).status_code == 401
         other = c.post(url, json=call, headers={**session, "mcp-session-id": "not-a-session"})
         assert other.status_code == 404  # an unknown session reaches the SDK, which refuses it
+
+
+def test_lean_stdio_call_is_cancelled_by_the_client(toolkit_root: Path, wb_home: Path) -> None:
+    """Over stdio a plain tools/call takes the lean path; notifications/cancelled stops the
+    guest (no reply is sent for it) and the server answers the next call at once."""
+    from mcp_fixtures import populate
+
+    populate(toolkit_root, wb_home)
+    env = {"WB_HOME": str(wb_home), "WB_TOOLKITS_ROOT": str(toolkit_root), "PATH": os.environ.get("PATH", "")}
+    proc = subprocess.Popen(SERVE, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            bufsize=0)
+
+    def send(msg: dict[str, Any]) -> None:
+        proc.stdin.write((json.dumps(msg) + "\n").encode())
+
+    def read_reply() -> dict[str, Any]:
+        while True:
+            got = json.loads(proc.stdout.readline())
+            if "id" in got:
+                return got
+
+    try:
+        send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INIT["params"]})
+        assert read_reply()["result"]["protocolVersion"] == "2025-11-25"
+        send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        send({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
+        read_reply()
+        send({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "textkit.tcat", "arguments": {"stdin": "x"}}})
+        assert read_reply() == {"jsonrpc": "2.0", "id": 3, "result": {"content": [{"type": "text", "text": "x"}]}}
+        t0 = time.monotonic()
+        send({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "loopkit.spin", "arguments": {}}})
+        time.sleep(0.3)
+        send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 4, "reason": "test"}})
+        send({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "textkit.tcat", "arguments": {"stdin": "y"}}})
+        assert read_reply()["id"] == 5 and time.monotonic() - t0 < 3.0
+        send({"jsonrpc": "2.0", "id": 6, "method": "ping"})
+        assert read_reply() == {"jsonrpc": "2.0", "id": 6, "result": {}}  # nothing for the cancelled call came first
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=20)
