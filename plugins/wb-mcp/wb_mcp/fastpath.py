@@ -57,6 +57,11 @@ class LeanCalls:
         if not isinstance(msg, dict):
             return False
         method = msg.get("method")
+        if method == "initialize" and self.version is None:
+            # The SDK answers any initialize with a handshake-era version (the requested one
+            # if it knows it, else its latest); the reply, when seen first, says which.
+            self.version = HANDSHAKE_ERA[-1]
+            return False
         if method == "notifications/initialized":
             self.ready = self.version in HANDSHAKE_ERA
             return False

@@ -205,6 +205,7 @@ class ServedProvider(ToolkitProvider):
             except WbError as exc:
                 out.append((tk_id, exc.message))
         self.refresh_if_changed()
+        self.tools()  # the list with the built tools, ready before the first request
         return out
 
     # -- calling --
