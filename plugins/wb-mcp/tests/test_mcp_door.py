@@ -377,3 +377,27 @@ def test_lean_stdio_call_is_cancelled_by_the_client(toolkit_root: Path, wb_home:
     finally:
         proc.stdin.close()
         proc.wait(timeout=20)
+
+
+@pytest.mark.slow
+def test_an_unbuilt_component_is_one_tool_until_its_first_call(make_runtime, wb_home: Path) -> None:
+    """text-tools (a Python component) in a fresh home: listed as the tool `text-tools`,
+    whose call builds it and names its functions; then they are the tools."""
+    from wb_mcp.server import build_server
+    from wbcore.runtime import Runtime
+
+    shipped = Path(__file__).parents[3] / "toolkits"
+    rt = Runtime.open(home=wb_home, roots=[shipped])
+    server = build_server(rt, only=["text-tools"])
+    assert set(server.wb_provider.tools()) == {"text-tools"}
+
+    async def main() -> None:
+        async with Client(server, mode="legacy") as client:
+            r = await client.call_tool("text-tools", {}, read_timeout_seconds=300)
+            assert not r.is_error and "text-tools.count" in _text(r) and _text(r).startswith("built text-tools")
+            names = {t.name for t in (await client.list_tools()).tools}
+            assert "text-tools.count" in names and "text-tools" not in names
+            r = await client.call_tool("text-tools.count", {"text": "one two\nthree"})
+            assert r.structured_content == {"result": {"lines": 2, "words": 3, "chars": 13}}
+
+    anyio.run(main)
