@@ -35,7 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import ROOT, summary, table, timed  # noqa: E402
+from _common import ROOT, summary, table, timed
 
 N = int(os.environ.get("WB_BENCH_N", "1000"))
 SECONDS = float(os.environ.get("WB_BENCH_SECONDS", "4"))

@@ -19,12 +19,12 @@ import pytest
 pytest.importorskip("mcp")
 pytest.importorskip("wasmtime")
 
-import mcp_types as types  # noqa: E402
-from mcp import Client  # noqa: E402
-from mcp.shared.exceptions import MCPError  # noqa: E402
+import mcp_types as types
+from mcp import Client
+from mcp.shared.exceptions import MCPError
+from mcp_fixtures import DATA
 
-from mcp_fixtures import DATA  # noqa: E402
-from wbcore.testing import manifest_text, write_toolkit  # noqa: E402
+from wbcore.testing import manifest_text, write_toolkit
 
 SERVE = [sys.executable, "-c", "from wbcore.cli.app import run; run()", "mcp", "serve"]
 TOKEN = "t0ken-for-the-door-test-0123456789"
@@ -132,7 +132,7 @@ def test_skills_extension_is_declared_and_answers(make_runtime, toolkit_root: Pa
     write_toolkit(toolkit_root, "notes-kit", skills={"overview": "#+TITLE: Notes\nHow to keep notes.\n",
                                                      "search": "#+TITLE: Search\nFind a note.\n"})
     server = build_server(make_runtime())
-    _, get_params, list_result, get_result = skills_models()
+    _, _, list_result, get_result = skills_models()
 
     async def main() -> None:
         async with Client(server) as client:
@@ -237,21 +237,22 @@ def test_sdk_client_with_the_token(http_server: int) -> None:
     from mcp.client.streamable_http import streamable_http_client
 
     async def main() -> None:
-        async with httpx2.AsyncClient(headers={"authorization": f"Bearer {TOKEN}"}, timeout=30) as http:
-            async with streamable_http_client(f"http://127.0.0.1:{http_server}/mcp", http_client=http) as (read, write):
-                async with ClientSession(read, write) as session:
-                    init = await session.initialize()
-                    assert "io.modelcontextprotocol/skills" in (init.capabilities.experimental or {})
-                    r = await session.call_tool("textkit.tcat", {"stdin": "through the door"})
-                    assert _text(r) == "through the door"
+        url = f"http://127.0.0.1:{http_server}/mcp"
+        async with (httpx2.AsyncClient(headers={"authorization": f"Bearer {TOKEN}"}, timeout=30) as http,
+                    streamable_http_client(url, http_client=http) as (read, write),
+                    ClientSession(read, write) as session):
+            init = await session.initialize()
+            assert "io.modelcontextprotocol/skills" in (init.capabilities.experimental or {})
+            r = await session.call_tool("textkit.tcat", {"stdin": "through the door"})
+            assert _text(r) == "through the door"
 
     anyio.run(main)
 
 
 def test_host_checks_on_a_wildcard_bind_and_the_warning() -> None:
     from mcp.server.transport_security import TransportSecurityMiddleware
-
     from wb_mcp import http_guard
+
     from wbcore.errors import InvalidArgs
 
     mw = TransportSecurityMiddleware(http_guard.security_settings("0.0.0.0", ["mcp.internal"]))
@@ -384,6 +385,7 @@ def test_an_unbuilt_component_is_one_tool_until_its_first_call(make_runtime, wb_
     """text-tools (a Python component) in a fresh home: listed as the tool `text-tools`,
     whose call builds it and names its functions; then they are the tools."""
     from wb_mcp.server import build_server
+
     from wbcore.runtime import Runtime
 
     shipped = Path(__file__).parents[3] / "toolkits"

@@ -100,7 +100,7 @@ class LeanCalls:
                                         raw=True)
         except MCPError as exc:
             return {"jsonrpc": "2.0", "id": rid, "error": exc.error.model_dump(by_alias=True, exclude_none=True)}
-        except Exception as exc:  # a bug, not the client's fault: the SDK answers the same way
+        except Exception as exc:  # noqa: BLE001 — a bug, not the client's fault: the SDK answers -32603 too
             print(f"wbx mcp: tools/call failed: {exc!r}", file=sys.stderr, flush=True)
             return {"jsonrpc": "2.0", "id": rid, "error": {"code": -32603, "message": "internal error"}}
         if not isinstance(result, dict):
@@ -182,7 +182,7 @@ async def serve_stdio(server: Any) -> None:
                 lean.cancelled(msg)
                 try:
                     parsed = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 — the SDK's transport hands it on the same way
                     await to_sdk.send(exc)
                     continue
                 await to_sdk.send(SessionMessage(parsed))
@@ -234,7 +234,10 @@ class LeanHTTP:
 
     def _live(self, session_id: str | None) -> bool:
         manager = getattr(self.server, "_session_manager", None)
-        return bool(session_id) and manager is not None and session_id in manager._server_instances
+        if not session_id or manager is None or session_id not in manager._server_instances:
+            return False
+        # A session bound to an SDK-authenticated user is the SDK's to check (owner match).
+        return manager._session_owners.get(session_id) is None
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != self.path:

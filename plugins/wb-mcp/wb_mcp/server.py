@@ -186,8 +186,9 @@ def build_server(runtime: Runtime, *, only: Iterable[str] | None = None, search_
     from mcp.server.lowlevel.server import NotificationOptions
     from mcp.shared.exceptions import MCPError
     from mcp_types import INVALID_PARAMS
-    from wbcore.act.model import Content
+
     from wb_mcp.unbuilt import ServedProvider
+    from wbcore.act.model import Content
 
     provider = ServedProvider(runtime, only=only, build_missing=build_missing)
 
@@ -354,9 +355,8 @@ def build_server(runtime: Runtime, *, only: Iterable[str] | None = None, search_
         scope = only_toolkits()
         if scope is not None and tk_id not in scope:
             raise MCPError(INVALID_PARAMS, f"unknown resource {uri!r}")
-        from wbcore.errors import WbError
-
         from wbcore import trust
+        from wbcore.errors import WbError
 
         try:
             tk = runtime.toolkit(tk_id)
