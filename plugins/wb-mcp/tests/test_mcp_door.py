@@ -403,3 +403,36 @@ def test_an_unbuilt_component_is_one_tool_until_its_first_call(make_runtime, wb_
             assert r.structured_content == {"result": {"lines": 2, "words": 3, "chars": 13}}
 
     anyio.run(main)
+
+
+def test_lean_http_call_is_cancelled_by_the_client(http_server: int) -> None:
+    import threading
+
+    import httpx
+
+    url = f"http://127.0.0.1:{http_server}/mcp"
+    auth = {**ACCEPT, "authorization": f"Bearer {TOKEN}"}
+    with httpx.Client(timeout=30) as c:
+        sid = c.post(url, json=INIT, headers=auth).headers["mcp-session-id"]
+        session = {**auth, "mcp-session-id": sid, "mcp-protocol-version": "2025-11-25"}
+        c.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session)
+        c.post(url, json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, headers=session)
+    got: list[Any] = []
+
+    def spin() -> None:
+        with httpx.Client(timeout=30) as c:
+            t0 = time.monotonic()
+            r = c.post(url, headers=session, json={"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                                                   "params": {"name": "loopkit.spin", "arguments": {}}})
+            got.append((time.monotonic() - t0, r))
+
+    worker = threading.Thread(target=spin)
+    worker.start()
+    time.sleep(0.5)
+    with httpx.Client(timeout=30) as c:
+        r = c.post(url, headers=session, json={"jsonrpc": "2.0", "method": "notifications/cancelled",
+                                               "params": {"requestId": 7, "reason": "test"}})
+        assert r.status_code == 202
+    worker.join(timeout=10)
+    elapsed, reply = got[0]
+    assert elapsed < 3.0 and reply.status_code == 200 and reply.content == b""  # no response for it

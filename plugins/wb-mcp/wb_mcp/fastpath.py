@@ -45,7 +45,8 @@ class LeanCalls:
         self._answer: Callable[..., Awaitable[Any]] = server.wb_answer
         self.version: str | None = None
         self.ready = False  # the handshake finished (notifications/initialized seen)
-        self.inflight: dict[Any, Any] = {}  # request id → the anyio CancelScope of its lean call
+        #: (session, request id) → the anyio CancelScope of a lean call (stdio: session None)
+        self.inflight: dict[tuple[str | None, Any], Any] = {}
 
     def saw_reply(self, payload: Any) -> None:
         """An SDK reply on its way out: the ``initialize`` result fixes the protocol version."""
@@ -82,12 +83,27 @@ class LeanCalls:
         tools = self.provider._tools
         return tools is not None and name in tools and name not in self.provider._pending
 
-    def cancelled(self, msg: Any) -> None:
+    def cancelled(self, msg: Any, session: str | None = None) -> None:
         if isinstance(msg, dict) and msg.get("method") == "notifications/cancelled":
             params = msg.get("params") or {}
-            scope = self.inflight.get(params.get("requestId")) if isinstance(params, dict) else None
+            scope = self.inflight.get((session, params.get("requestId"))) if isinstance(params, dict) else None
             if scope is not None:
                 scope.cancel()  # the handler sets the call's cancel event: the guest stops at its next tick
+
+    async def reply_unless_cancelled(self, msg: dict[str, Any], session: str | None = None) -> dict[str, Any] | None:
+        """:meth:`reply`, or ``None`` when ``notifications/cancelled`` named it meanwhile (the
+        handler then set the call's cancel event: the guest stops at its next tick)."""
+        import anyio
+
+        key = (session, msg["id"])
+        out = None
+        with anyio.CancelScope() as scope:
+            self.inflight[key] = scope
+            try:
+                out = await self.reply(msg)
+            finally:
+                self.inflight.pop(key, None)
+        return out
 
     async def reply(self, msg: dict[str, Any]) -> dict[str, Any]:
         """The JSON-RPC response to one eligible ``tools/call``."""
@@ -146,13 +162,7 @@ async def serve_stdio(server: Any) -> None:
     sdk_out, from_sdk = create_context_streams[SessionMessage](0)
 
     async def answer(msg: dict[str, Any]) -> None:
-        out = None
-        with anyio.CancelScope() as scope:
-            lean.inflight[msg["id"]] = scope
-            try:
-                out = await lean.reply(msg)
-            finally:
-                lean.inflight.pop(msg["id"], None)
+        out = await lean.reply_unless_cancelled(msg)
         if out is None:
             return  # cancelled by the client: no response is sent
         if len(out_bytes := _dumps(out)) > 1 << 16:
@@ -273,6 +283,7 @@ class LeanHTTP:
         except ValueError:
             msg = None
         if not self.lean.callable(msg):
+            self.lean.cancelled(msg, session_id)  # a lean call's cancellation; the SDK sees it too
             replayed = False
 
             async def replay() -> dict[str, Any]:
@@ -288,7 +299,13 @@ class LeanHTTP:
         if refused is not None:
             await refused(scope, receive, send)
             return
-        out = json.dumps(await self.lean.reply(msg), ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        result = await self.lean.reply_unless_cancelled(msg, session_id)
+        if result is None:  # cancelled: no JSON-RPC response; like the SDK, an event stream that ends empty
+            await send({"type": "http.response.start", "status": 200, "headers": [
+                (b"content-type", b"text/event-stream"), (b"content-length", b"0"), (b"mcp-session-id", session_id.encode())]})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        out = json.dumps(result, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
         await send({"type": "http.response.start", "status": 200, "headers": [
             (b"content-type", b"application/json"), (b"content-length", str(len(out)).encode()),
             (b"mcp-session-id", session_id.encode())]})
