@@ -436,3 +436,32 @@ def test_lean_http_call_is_cancelled_by_the_client(http_server: int) -> None:
     worker.join(timeout=10)
     elapsed, reply = got[0]
     assert elapsed < 3.0 and reply.status_code == 200 and reply.content == b""  # no response for it
+
+
+def test_concurrent_first_calls_build_once(make_runtime, toolkit_root: Path, monkeypatch) -> None:
+    import threading
+
+    from wb_mcp.unbuilt import ServedProvider
+    from wbcore import builder
+
+    _lazy_toolkits(toolkit_root)
+    rt = make_runtime()
+    provider = ServedProvider(rt)
+    builds: list[str] = []
+    real = builder.build
+
+    def counting(runtime: Any, ident: str, *a: Any, **k: Any) -> Any:
+        builds.append(ident)
+        time.sleep(0.2)  # widen the window in which a second caller could start another build
+        return real(runtime, ident, *a, **k)
+
+    monkeypatch.setattr(builder, "build", counting)
+    outs: list[Any] = []
+    threads = [threading.Thread(target=lambda: outs.append(provider.call_json("lazycat.lcat", {"stdin": "z"})))
+               for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert builds == ["lazycat"]
+    assert [o.text() for o in outs] == ["z"] * 4 and all(o.error is None for o in outs)
