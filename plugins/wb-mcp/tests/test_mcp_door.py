@@ -108,7 +108,8 @@ def test_mcp_tools_all_shows_why_a_toolkit_is_absent(make_runtime, toolkit_root:
     assert "cobol" in line
     data = json.loads(wbx("mcp", "tools", "--all", "--json", runtime=rt).stdout)
     assert "lazyup.lup" in data["unbuilt"] and any(u["toolkit"] == "nolane" for u in data["unserved"])
-    assert "nolane" not in wbx("mcp", "tools", runtime=rt).stdout
+    plain = wbx("mcp", "tools", runtime=rt)
+    assert "nolane" not in plain.stdout and "wbx mcp tools --all says why" in plain.stderr
 
 
 def test_build_at_start_builds_every_pending_toolkit(make_runtime, toolkit_root: Path) -> None:

@@ -78,5 +78,8 @@ def build(runtime: Any) -> typer.Typer:
             typer.echo(f"{t.name} · {t.kind} · {flags}{state} · {t.description}")
         for u in unserved:
             typer.echo(f"{u.toolkit} · not served · {u.reason}")
+        if not all_ and provider.unserved():
+            typer.echo(f"({len(provider.unserved())} more toolkit(s) serve no tool here: wbx mcp tools --all says why)",
+                       err=True)
 
     return app
