@@ -32,8 +32,7 @@ class SkillsList(types.Request[types.RequestParams | None, Literal["skills/list"
 
 
 class SkillsGetParams(types.RequestParams):
-    toolkit: str
-    skill: str
+    uri: str
 
 
 class SkillsGet(types.Request[SkillsGetParams, Literal["skills/get"]]):
@@ -53,7 +52,9 @@ def _text(result: Any) -> str:
 
 
 async def _exercise(session: ClientSession) -> None:
-    await session.initialize()
+    init = await session.initialize()
+    caps = init.capabilities  # 2025-11-25: declared under experimental (the SDK drops extensions there)
+    assert "io.modelcontextprotocol/skills" in {**(caps.extensions or {}), **(caps.experimental or {})}
     tools = {t.name: t for t in (await session.list_tools()).tools}
     assert {"textkit.tcat", "loopkit.spin", "upperkit.upcase", "calckit.add", "kvkit.raw", "search_tools"} <= set(tools)
     assert tools["calckit.add"].input_schema["properties"]["a"]["type"] == "integer"
@@ -67,9 +68,10 @@ async def _exercise(session: ClientSession) -> None:
     assert "#+ARG: fail:boolean" in read.contents[0].text
     _, _, list_result, get_result = skills_models()
     listed = await session.send_request(SkillsList(), list_result)
-    assert any(s["toolkit"] == "calckit" for s in listed.skills)
-    got = await session.send_request(SkillsGet(params=SkillsGetParams(toolkit="textkit", skill="overview")), get_result)
-    assert "Echo text" in got.text
+    assert any(s["frontmatter"]["name"] == "calckit" for s in listed.skills)
+    got = await session.send_request(SkillsGet(params=SkillsGetParams(uri="skill://textkit/SKILL.md")), get_result)
+    assert "Echo text" in got.skill["frontmatter"]["description"]
+    assert "skill://textkit/tcat" in [f["uri"] for f in got.skill["resources"]]
 
     # a command, a kernel and a component
     r = await session.call_tool("textkit.tcat", {"stdin": "hello mcp"})
@@ -350,7 +352,7 @@ def test_refused_skills_are_not_resources(make_runtime, toolkit_root: Path, wb_h
     async def main() -> None:
         async with Client(server) as client:
             uris = {str(r.uri) for r in (await client.list_resources()).resources}
-            assert uris == {"skill://kit/overview"}
+            assert uris == {"skill://kit/overview", "skill://kit/SKILL.md"}
             got = await client.read_resource("skill://kit/overview")
             assert got.contents[0].text.startswith("#+TITLE: Kit")
             for slug, why in (("leak", "symlink to a file outside the skills folder"), ("hard", "has 2 hard links")):
@@ -358,6 +360,6 @@ def test_refused_skills_are_not_resources(make_runtime, toolkit_root: Path, wb_h
                     await client.read_resource(f"skill://kit/{slug}")
                 assert "TOP-SECRET" not in str(err.value)
         listed = await server.get_request_handler("skills/list").handler(None, skills_models()[0]())
-        assert [s["name"] for s in listed.skills] == ["overview"]
+        assert [f["uri"] for f in listed.skills[0]["resources"]] == ["skill://kit/SKILL.md", "skill://kit/overview"]
 
     anyio.run(main)

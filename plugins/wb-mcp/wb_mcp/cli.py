@@ -25,37 +25,61 @@ def build(runtime: Any) -> typer.Typer:
         only: list[str] = typer.Option(None, "--only", help="List and serve only these tools or toolkits (repeat or comma-separate)."),
         no_search: bool = typer.Option(False, "--no-search", help="Do not offer the search_tools tool."),
         timeout: float = typer.Option(0.0, "--timeout", help="Cap every call's deadline (seconds; 0 = each profile's)."),
+        build: bool = typer.Option(False, "--build", help="Build every unbuilt toolkit before serving (progress on stderr)."),
+        no_build_on_call: bool = typer.Option(False, "--registered-only",
+                                              help="Serve only built toolkits (do not list unbuilt ones nor build on call)."),
+        token: str = typer.Option(None, "--token", envvar="WB_MCP_TOKEN", show_envvar=True,
+                                  help="HTTP: require 'Authorization: Bearer <token>' (≥ 16 characters)."),
+        lean: bool = typer.Option(True, "--lean/--sdk-only",
+                                  help="Answer tools/call on the lean path (default), or everything through the SDK."),
+        allow_host: list[str] = typer.Option(None, "--allow-host",
+                                             help="HTTP: another Host/Origin name clients use to reach this server."),
     ) -> None:
-        """Serve every registered toolkit's tools and skills over MCP."""
+        """Serve every available toolkit's tools and skills over MCP (unbuilt ones build on first call)."""
         from wb_mcp import server
 
-        kw = {"only": _only(only), "search_tool": not no_search, "timeout": timeout or None}
+        kw = {"only": _only(only), "search_tool": not no_search, "timeout": timeout or None,
+              "build_missing": not no_build_on_call, "build": build, "lean": lean}
         if http:
-            server.serve_http(runtime, host=host, port=port, path=path, **kw)
+            server.serve_http(runtime, host=host, port=port, path=path, token=token or None,
+                              allow_hosts=_only(allow_host) or (), **kw)
         else:
             import anyio
 
-            anyio.run(lambda: server.serve_stdio(runtime, **kw))
+            anyio.run(lambda: server.serve_stdio(runtime, **kw), backend_options=server.loop_options())
 
     @app.command("tools")
     def tools(
         only: list[str] = typer.Option(None, "--only", help="Only these tools or toolkits."),
         json_: bool = typer.Option(False, "--json", help="Print the MCP tool definitions as JSON."),
+        all_: bool = typer.Option(False, "--all", help="Also show each toolkit that serves no tool, and why."),
     ) -> None:
-        """List the tools the server would serve."""
+        """List the tools the server would serve (unbuilt ones are built on their first call)."""
         from wb_mcp.server import _mcp_tool
-        from wbcore.act.provider import ToolkitProvider
+        from wb_mcp.unbuilt import ServedProvider
 
-        provider = ToolkitProvider(runtime, only=_only(only))
+        provider = ServedProvider(runtime, only=_only(only))
         found = list(provider.tools().values())
+        unserved = provider.unserved() if all_ else []
         if json_:
             data = [_mcp_tool(t).model_dump(by_alias=True, exclude_none=True, mode="json") for t in found]
-            typer.echo(json.dumps(data, indent=2))
+            if all_:
+                typer.echo(json.dumps({"tools": data, "unbuilt": sorted(provider.pending),
+                                       "unserved": [{"toolkit": u.toolkit, "reason": u.reason} for u in unserved]},
+                                      indent=2))
+            else:
+                typer.echo(json.dumps(data, indent=2))
             return
         if not found:
             typer.echo("no tools: register a command, kernel or component (wbx toolkit build <id>)")
         for t in found:
             flags = "read-only" if t.definition.read_only else "writes"
-            typer.echo(f"{t.name} · {t.kind} · {flags} · {t.description}")
+            state = " · unbuilt (built on first call)" if t.name in provider.pending else ""
+            typer.echo(f"{t.name} · {t.kind} · {flags}{state} · {t.description}")
+        for u in unserved:
+            typer.echo(f"{u.toolkit} · not served · {u.reason}")
+        if not all_ and provider.unserved():
+            typer.echo(f"({len(provider.unserved())} more toolkit(s) serve no tool here: wbx mcp tools --all says why)",
+                       err=True)
 
     return app
