@@ -119,6 +119,9 @@ def test_fetch_goes_through_netguard_and_its_allowlist(built, wbx):
         line = next(ln for ln in text.splitlines() if ln.startswith("#+ALLOWED_HOSTS:"))
         manifest.write_text(text.replace(line, "#+ALLOWED_HOSTS: http://public.test:* http://internal.test:*"))
         rt.discover(refresh=True)
+        # Hosts are what the build recorded: the edited manifest takes effect once rebuilt
+        # (until then the call is refused as changed, never run with either list).
+        assert wbx("toolkit", "build", "fetch", runtime=rt).exit_code == 0
         ok = wbx("run", "fetch", "-i", url, runtime=rt, input=b"")
         assert ok.exit_code == 0 and ok.stdout.startswith("HTTP 200\n") and ok.stdout.endswith("page /hello")
         private = wbx("run", "fetch", f"http://internal.test:{port}/", runtime=rt, input=b"")
