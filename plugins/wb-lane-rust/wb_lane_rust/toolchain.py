@@ -38,6 +38,16 @@ class Rust:
         return self.sysroot == Path("/usr")
 
 
+def _has_linker(sysroot: Path) -> bool:
+    """rustc links wasm32 with ``rust-lld``: its own copy under the sysroot, or one on PATH
+    (Debian's ``/usr/bin/rust-lld`` is a link to ``lld-14``, which may not be installed)."""
+    own = list((sysroot / "lib" / "rustlib").glob("*/bin/rust-lld"))
+    if any(p.exists() for p in own):
+        return True
+    found = shutil.which("rust-lld")
+    return bool(found) and os.path.exists(found)
+
+
 def _probe(rustc: str) -> Rust | str:
     try:
         version = subprocess.run([rustc, "--version"], capture_output=True, text=True, timeout=20).stdout.strip()
@@ -47,6 +57,9 @@ def _probe(rustc: str) -> Rust | str:
     if not version or not sysroot:
         return f"{rustc} did not answer --version / --print sysroot"
     root = Path(sysroot)
+    if not _has_linker(root):
+        return (f"{version} ({rustc}): its wasm linker rust-lld is missing (Debian: apt-get install lld-14, "
+                "which /usr/bin/rust-lld points to)")
     for target in TARGETS:
         if (root / "lib" / "rustlib" / target / "lib").is_dir():
             real = root / "bin" / "rustc"
