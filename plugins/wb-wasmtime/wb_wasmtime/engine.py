@@ -20,8 +20,6 @@
 
 from __future__ import annotations
 
-import atexit
-
 import hashlib
 import itertools
 import json
@@ -435,22 +433,3 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def _release_at_exit() -> None:
-    """Drop compiled modules, pre-instantiated modules and the engine while the
-    interpreter is whole: left for module teardown, wasmtime-py's finalizers find their C
-    bindings already gone and print "Exception ignored" on every exit."""
-    global _engine
-    import gc
-    import sys
-
-    _modules.clear()
-    comp = sys.modules.get("wb_wasmtime.component")
-    if comp is not None:
-        comp.components.clear()
-    _engine = None
-    gc.collect()
-
-
-atexit.register(_release_at_exit)
