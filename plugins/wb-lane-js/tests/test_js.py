@@ -254,6 +254,8 @@ def test_a_timed_out_guest_ends_with_the_timeout_line_alone(tmp_path) -> None:
     import sys
     import textwrap
 
+    pytest.importorskip("wb_sources", reason="building from path: needs wb-sources")
+    pytest.importorskip("wb_wasmtime", reason="the js runner's host engine comes with wb-wasmtime")
     root = tmp_path / "toolkits"
     from wbcore.testing import write_toolkit
 
