@@ -166,7 +166,8 @@ def main(argv: list[str]) -> int:
             ensure_venv(env, [plugin], tag=plugin.name)
             warm(env)
             print(f"dev: {plugin.name} alone with the core", flush=True)
-            worst = worst or run_suites(env, [plugin / "tests"], ["-p", "no:cacheprovider", *rest])
+            code = run_suites(env, [plugin / "tests"], ["-p", "no:cacheprovider", *rest])
+            worst = worst or code  # every plugin's suite runs, whatever failed before it
         return worst
     if what == "bench":
         ensure_venv()
