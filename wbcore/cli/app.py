@@ -186,5 +186,29 @@ def _disk_full(exc: BaseException) -> WbError | None:
 
 
 def run() -> None:
-    """Console-script entry point."""
-    sys.exit(main())
+    """Console-script entry point.
+
+    The process ends with ``os._exit`` once every ``atexit`` handler has run (the audit's
+    last batch, temp folders, worker pools): the handler registered here runs last. Module
+    teardown is skipped because it is where wasmtime-py's finalizers find their C bindings
+    gone and print "Exception ignored" for every engine, module and instance left alive.
+    """
+    import atexit
+
+    status = [0]
+
+    def _end() -> None:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(status[0])
+
+    atexit.register(_end)  # first registered, so it runs after every other handler
+    try:
+        code = main()
+    except SystemExit as exc:  # typer/click may still raise it on some paths
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    status[0] = int(code or 0)
+    sys.exit(status[0])
