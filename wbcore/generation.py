@@ -32,8 +32,12 @@ _RETRY_MISSING_S = 0.1  # distinct values for an unreadable counter: never a cac
 
 
 class Generation:
-    def __init__(self, home: Path) -> None:
-        self.path = home / FILE
+    """The counter in ``folder/name``: the home's (``generation``) unless named otherwise —
+    a store with a read cache of its own (the ``kv`` broker's) keeps its own counter, so its
+    writes do not invalidate every resolved call."""
+
+    def __init__(self, home: Path, name: str = FILE) -> None:
+        self.path = home / name
         self._map: mmap.mmap | None = None
         self._lock = threading.Lock()
         self._missing_until = 0.0
@@ -66,6 +70,14 @@ class Generation:
                 self._missing_until = now + _RETRY_MISSING_S
                 return 0
         return _unpack(m)[0]
+
+    @property
+    def mapped(self) -> bool:
+        """True once the counter file is mapped: only then does :meth:`value` see every
+        other process's bumps at once (a missing file reads as 0 for a moment)."""
+        if self._map is None:
+            self._open()
+        return self._map is not None
 
     def ensure(self) -> None:
         """Create the counter (at 0) if it is missing, so readers map it from now on."""

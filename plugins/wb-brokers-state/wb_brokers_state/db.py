@@ -16,12 +16,27 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from wbcore.generation import Generation
+
 
 class Db:
-    def __init__(self, path: Path, schema: str) -> None:
+    """``changes=True`` keeps a change counter beside the file (``<name>.changes``, a
+    :class:`wbcore.generation.Generation`): every write transaction bumps it after its
+    commit, so a read cache in any process stays valid while the counter (a memory read)
+    is unchanged. Every writer of such a file must go through :meth:`write`."""
+
+    def __init__(self, path: Path, schema: str, *, changes: bool = False) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self.lock = threading.Lock()
+        self.changes: Generation | None = None
+        if changes:
+            counter = Generation(path.parent, path.name + ".changes")
+            try:
+                counter.ensure()
+                self.changes = counter if counter.mapped else None
+            except OSError:
+                self.changes = None  # a read-only folder: no counter, so no read cache
         self.conn = sqlite3.connect(path, timeout=10.0, isolation_level=None, check_same_thread=False)
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA synchronous=NORMAL")  # durable against a process kill in WAL mode
@@ -38,6 +53,8 @@ class Db:
                 self.conn.execute("ROLLBACK")
                 raise
             self.conn.execute("COMMIT")
+            if self.changes is not None:
+                self.changes.bump()  # after the commit: a reader that sees it sees the row
 
     @contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:

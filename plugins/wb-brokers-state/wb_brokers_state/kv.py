@@ -15,6 +15,9 @@ MAX_VALUE = 1 << 20
 MAX_KEYS = 10_000
 MAX_KEY = 1024
 MAX_LIST = 1000
+#: The read cache: values up to CACHE_ITEM bytes, CACHE_BYTES in all per process.
+CACHE_ITEM = 64 << 10
+CACHE_BYTES = 8 << 20
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS kv (
@@ -36,11 +39,42 @@ def value_bytes(call: BrokerCall, name: str, cap: int, what: str) -> bytes:
 
 
 class KvBroker:
+    """Reads are served from a per-process cache while the database's change counter
+    (``kv.db.changes``, bumped by every committed write in any process) is unchanged: a
+    ``get`` of a value read before is a dict lookup and a memory read, not a SQLite query.
+    An entry is stored only if the counter did not move while it was read, so a value is
+    never served after a write that committed before the read began."""
+
     def __init__(self, path: Path, *, max_keys: int = MAX_KEYS, max_value: int = MAX_VALUE) -> None:
         from wb_brokers_state.db import Db
 
-        self.db = Db(path, SCHEMA)
+        self.db = Db(path, SCHEMA, changes=True)
         self.max_keys, self.max_value = max_keys, max_value
+        # (tenant, key) -> (counter value it was read at, value): an entry is served only
+        # at its own counter value, so threads racing a clear cannot plant a stale one
+        self._cache: dict[tuple[str, str], tuple[int, bytes]] = {}
+        self._cache_gen = -1
+        self._cache_bytes = 0
+
+    def _cached(self, tenant: str, key: str) -> bytes | None:
+        changes = self.db.changes
+        if changes is None:
+            return None
+        g = changes.value()
+        if g != self._cache_gen:
+            self._cache, self._cache_gen, self._cache_bytes = {}, g, 0
+            return None
+        hit = self._cache.get((tenant, key))
+        return hit[1] if hit is not None and hit[0] == g else None
+
+    def _remember(self, tenant: str, key: str, value: bytes, gen: int) -> None:
+        changes = self.db.changes
+        if changes is None or len(value) > CACHE_ITEM or changes.value() != gen:
+            return  # a write committed meanwhile (or no counter): not cached
+        if self._cache_bytes + len(value) > CACHE_BYTES:
+            self._cache, self._cache_bytes = {}, 0
+        self._cache[(tenant, key)] = (gen, value)
+        self._cache_bytes += len(value)
 
     def _key(self, call: BrokerCall) -> str:
         key = call.arg("key", str)
@@ -53,13 +87,19 @@ class KvBroker:
         op = call.op
         if op == "get":
             key = self._key(call)
-            budget = ByteBudget.for_call(call, None, f"kv.get {key!r}")
+            budget = ByteBudget.for_call(call, None, "kv.get")
+            hit = self._cached(tenant, key)
+            if hit is not None:
+                budget.take(len(hit))
+                return {"value": hit}
+            gen = self._cache_gen
             with self.db.read() as c:  # the length first: a value over the budget is never loaded
                 row = c.execute("SELECT length(value), CASE WHEN length(value) <= ? THEN value END FROM kv WHERE tenant=? AND key=?",
                                 (budget.left, tenant, key)).fetchone()
             if row is None:
                 raise NotFound(f"kv.get: no key {key!r}")
             budget.take(row[0])
+            self._remember(tenant, key, row[1], gen)
             return {"value": row[1]}
         if op == "put":
             key = self._key(call)
