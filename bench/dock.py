@@ -48,8 +48,8 @@ def guest(cap: str, req: bytes) -> bytes:
         (local.get $r)))"""))
 
 
-def per_call(fn, n: int, rounds: int) -> tuple[float, float]:
-    """(wall, CPU) seconds per call, medians over ``rounds``."""
+def per_call(fn, n: int, rounds: int) -> tuple[float, float, float, float]:
+    """(wall, CPU, CPU min, CPU max) seconds per call; wall and CPU are medians over ``rounds``."""
     fn(min(n, 500))  # warm
     wall, cpu = [], []
     for _ in range(rounds):
@@ -57,7 +57,7 @@ def per_call(fn, n: int, rounds: int) -> tuple[float, float]:
         fn(n)
         wall.append((time.perf_counter() - t) / n)
         cpu.append((time.process_time() - c) / n)
-    return statistics.median(wall), statistics.median(cpu)
+    return statistics.median(wall), statistics.median(cpu), min(cpu), max(cpu)
 
 
 def main() -> None:
@@ -143,8 +143,9 @@ def main() -> None:
         return run
 
     n, rounds = args.calls, args.rounds
-    bare, bare_cpu = per_call(raw_loop(), n, rounds)
-    rows = [("bare host import (no-op, unchecked C callback)", (bare, bare_cpu))]
+    bare_row = per_call(raw_loop(), n, rounds)
+    bare = bare_row[0]
+    rows = [("bare host import (no-op, unchecked C callback)", bare_row)]
     rows.append(("bare host import (no-op, Linker.define_func)", per_call(bare_loop(False), n, rounds)))
     rows.append(("bare import + read req / write 16 B", per_call(bare_loop(True), n, rounds)))
     rows.append(("wb.kv get (full Dock path)", per_call(dock_loop("kv", kv_req), n, rounds)))
@@ -153,8 +154,10 @@ def main() -> None:
     rows.append(("Dock.call vfs read from Python", per_call(lambda k: [dock.call(ctx, "vfs", "read", {"path": "f.txt"}) for _ in range(k)], n // 4, rounds)))
     print(machine())
     print(f"{n} calls per round, median of {rounds} rounds; audit on (batched, no fsync), SQLite WAL\n")
-    table([[name, f"{t * 1e6:,.2f} µs", f"{c * 1e6:,.2f} µs", f"{t / bare:,.1f}x", f"{1 / t:,.0f}/s"] for name, (t, c) in rows],
-          ["path", "wall per call", "CPU per call", "wall vs bare import", "rate"])
+    table([[name, f"{t * 1e6:,.2f} µs", f"{c * 1e6:,.2f} µs ({lo * 1e6:,.2f}–{hi * 1e6:,.2f})", f"{c / bare_row[1]:,.1f}x",
+            f"{1 / t:,.0f}/s"] for name, (t, c, lo, hi) in rows],
+          ["path", "wall per call", "CPU per call (min–max)", "CPU vs bare import", "rate"])
+    print(f"\nN = {n} calls per round ({n // 4} for the Python rows), {rounds} rounds; {machine()}")
     assert dock.audit.verify() == []
 
 
