@@ -35,7 +35,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -440,6 +440,7 @@ def resolve(runtime: Runtime, kind: str, name: str, *, tier: str | None = None) 
             return hit[3]
         runtime.discover(refresh=True)
     resolved = _resolve_uncached(runtime, kind, name, tier)
+    runtime.resolve_epoch += 1  # per-thread kernel instances opened before re-check theirs
     if len(cache) > 4096:
         cache.clear()
     cache[key] = (gen, _monotonic(), _world(runtime, resolved), resolved)
@@ -459,6 +460,7 @@ def _world(runtime: Runtime, resolved: Resolved) -> Any:
 def forget(runtime: Runtime) -> None:
     """Drop every cached resolution of this runtime (tests, or after changing roots)."""
     runtime.resolved_calls.clear()
+    runtime.resolve_epoch += 1
 
 
 # --- calls --------------------------------------------------------------------------------
@@ -475,30 +477,47 @@ def _deadline(prof: Profile, timeout: float | None, default: float) -> float:
 
 class KernelCalls:
     """``Runtime.kernel_call``: one open instance per (thread, name, principal, timeout),
-    reopened when the name's resolution changes (rebuilt, re-granted, revoked)."""
+    reopened when the name's resolution changes (rebuilt, re-granted, revoked).
+
+    :attr:`call` is a plain function (cheaper to call than an object's ``__call__``) with
+    everything the hot path reads bound as its locals."""
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
         self.local = threading.local()
         self.generation = runtime.registry.generation
+        self.call = self._make()
+
+    def _make(self) -> Callable[..., bytes]:
+        runtime, local, gen_value, monotonic = self.runtime, self.local, self.generation.value, _monotonic
+        slow = self._slow
+
+        def kernel_call(name: str, data: bytes, *, principal: Principal | None = None,
+                        timeout: float | None = None) -> bytes:
+            try:
+                insts = local.instances
+            except AttributeError:
+                insts = local.instances = {}
+            hit = insts.get((name, principal, timeout))
+            # The hot path of a ~2 µs call: the instance was opened for a resolution that
+            # is still current (same change counter, checked within RECHECK_S; no
+            # resolution made anew or forgotten since) and no hooks run.
+            if (hit is not None and hit[2] == gen_value() and hit[4] == runtime.resolve_epoch
+                    and monotonic() - hit[3] < RECHECK_S and runtime.call_hooks is None):
+                return hit[1].call(data)
+            return slow(insts, hit, name, data, principal, timeout)
+
+        return kernel_call
 
     def __call__(self, name: str, data: bytes, *, principal: Principal | None = None,
                  timeout: float | None = None) -> bytes:
-        try:
-            insts = self.local.instances
-        except AttributeError:
-            insts = self.local.instances = {}
+        return self.call(name, data, principal=principal, timeout=timeout)
+
+    def _slow(self, insts: dict[Any, Any], hit: Any, name: str, data: bytes, principal: Principal | None,
+              timeout: float | None) -> bytes:
         runtime = self.runtime
-        key = (name, principal, timeout)
-        hit = insts.get(key)
-        # The hot path of a ~2 µs call: the instance was opened for a resolution that is
-        # still current (same change counter, checked within RECHECK_S) and no hooks run.
-        # (the resolution's own cache slot must still be the one the instance was opened
-        # under: ``forget`` or a re-resolution elsewhere replaces it)
-        if (hit is not None and runtime.call_hooks is None and hit[2] == self.generation.value()
-                and _monotonic() - hit[3] < RECHECK_S and runtime.resolved_calls.get(("kernel", name, None)) is hit[4]):
-            return hit[1].call(data)
         resolved = resolve(runtime, "kernel", name)
+        epoch = runtime.resolve_epoch
         stamp = runtime.resolved_calls[("kernel", name, None)]
         if hit is None or hit[0] is not resolved:
             if hit is not None:
@@ -506,7 +525,7 @@ class KernelCalls:
             inst = resolved.target.open(kernel_request(resolved, principal=principal, timeout=timeout))
         else:
             inst = hit[1]
-        insts[key] = (resolved, inst, stamp[0], stamp[1], stamp)
+        insts[(name, principal, timeout)] = (resolved, inst, stamp[0], stamp[1], epoch)
         hook = runtime.call_hooks
         if hook is None:
             return inst.call(data)

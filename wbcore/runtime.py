@@ -42,6 +42,8 @@ class Runtime:
         self._discovery: _discovery.Discovery | None = None
         #: ``wbcore.dispatch``'s cache: (kind, name, tier) → (generation, checked at, world, Resolved).
         self.resolved_calls: dict[tuple[str, str, str | None], Any] = {}
+        #: Moves whenever a resolution is made anew or the cache is forgotten (wbcore.dispatch).
+        self.resolve_epoch = 0
         self.call_hooks: Any = self._call_hooks()
 
     @classmethod
@@ -210,10 +212,10 @@ class Runtime:
     def kernel_call(self, name: str, data: bytes, *, principal: Any = None, timeout: float | None = None) -> bytes:
         """One kernel call through a per-thread instance, reopened when the resolution changes.
 
-        (The first call binds ``self.kernel_call`` to the ``wbcore.dispatch.KernelCalls``
-        behind it, which has this signature: later calls of a ~2 µs kernel skip this frame.)
+        (The first call binds ``self.kernel_call`` to ``wbcore.dispatch.KernelCalls.call``,
+        a function with this signature: later calls of a ~2 µs kernel skip this frame.)
         """
-        calls = self._kernel_calls
+        calls = self._kernel_calls.call
         self.kernel_call = calls  # type: ignore[method-assign]
         return calls(name, data, principal=principal, timeout=timeout)
 
