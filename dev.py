@@ -108,6 +108,33 @@ def warm(env: Path) -> None:
     if probe.returncode == 0:
         print("dev: warming the zig cache (once per machine, about a minute)", flush=True)
         run([_bin(env, "python"), "-m", "wb_lane_zig", "warm"])
+    probe = subprocess.run([_bin(env, "python"), "-c", "import wb_lane_js"], capture_output=True)
+    if probe.returncode == 0:  # the ts lane's compiler from npm (once per machine; tests then need no network)
+        fetch_typescript(env)
+
+
+def fetch_typescript(env: Path) -> None:
+    """The ts lane's pinned compiler: by `npm pack` where npm is installed (npm's own
+    registry settings and CA apply), else through wbcore's fetcher; the lane checks the pin."""
+    import shutil
+    import tempfile
+
+    py = _bin(env, "python")
+    if subprocess.run([py, "-c", "import sys, wb_lane_js.ts as t; sys.exit(t.compiler() is None)"]).returncode == 0:
+        return
+    npm = shutil.which("npm")
+    if npm:
+        with tempfile.TemporaryDirectory() as tmp:
+            version = subprocess.run([py, "-c", "import wb_lane_js.ts as t; print(t.TYPESCRIPT_VERSION)"],
+                                     capture_output=True, text=True, check=True).stdout.strip()
+            packed = subprocess.run([npm, "pack", f"typescript@{version}", "--pack-destination", tmp],
+                                    capture_output=True, text=True)
+            tgz = Path(tmp) / f"typescript-{version}.tgz"
+            if packed.returncode == 0 and tgz.is_file():
+                run([py, "-m", "wb_lane_js", "fetch", "--from", str(tgz)])
+                return
+            print(f"dev: npm pack typescript@{version} failed ({packed.stderr.strip()[-200:]}); trying wbcore's fetcher", flush=True)
+    run([py, "-m", "wb_lane_js", "fetch"])
 
 
 def run_suites(env: Path, suites: list[Path], rest: list[str]) -> int:

@@ -116,3 +116,48 @@ def test_a_reference_path_outside_the_tree_is_refused(tmp_path, wb_home):
     (tk / "src" / "types.d.ts").write_text("declare const X: number;\n")
     (tk / "src" / "main.ts").write_text('/// <reference path="./types.d.ts" />\nconsole.log("hi");\n')
     assert build(lane, tk, tmp_path / "out2").artifact.is_file()  # inside the tree: fine
+
+
+# --- the compiler is fetched, pinned, never vendored -----------------------------------
+
+def test_compiler_is_not_in_the_package():
+    import wb_lane_js
+
+    pkg = Path(wb_lane_js.__file__).parent
+    assert not list(pkg.rglob("typescript*.js")), "the compiler is fetched from npm, not shipped"
+
+
+def test_a_tarball_that_is_not_the_pinned_one_is_refused_and_nothing_kept(tmp_path):
+    import io
+    import tarfile
+
+    from wbcore.errors import InvalidArgs
+
+    from wb_lane_js import ts
+
+    # a well-formed npm-style tarball whose compiler is not the pinned one
+    tgz = tmp_path / "typescript-5.9.3.tgz"
+    with tarfile.open(tgz, "w:gz") as tf:
+        for name in ts.KEEP:
+            data = b"var ts = {}; /* planted */" if name.endswith(".js") else b"license"
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    env = {"WB_NPM_CACHE": str(tmp_path / "npm")}
+    with pytest.raises(InvalidArgs, match="is not the pinned"):
+        ts.fetch(env, tarball=tgz)
+    assert ts.compiler(env) is None
+    assert not (tmp_path / "npm" / f"typescript-{ts.TYPESCRIPT_VERSION}").exists()
+    assert not [p for p in (tmp_path / "npm").iterdir()], "no temp leftovers"
+
+
+def test_a_planted_compiler_makes_the_lane_unavailable(tmp_path, monkeypatch):
+    from wb_lane_js import ts
+
+    where = tmp_path / "npm" / f"typescript-{ts.TYPESCRIPT_VERSION}"
+    where.mkdir(parents=True)
+    (where / "typescript.js").write_text("globalThis.ts = { transpileModule() { /* planted */ } };")
+    monkeypatch.setenv("WB_NPM_CACHE", str(tmp_path / "npm"))
+    assert ts.compiler() is None
+    got = ts.check()
+    assert not got.ok and "not the pinned typescript" in got.reason and "wb_lane_js fetch" in got.reason

@@ -67,7 +67,7 @@ def wbcore_build_lanes() -> Iterator[BuildLane]:
     yield BuildLane(
         name="ts",
         summary="TypeScript: type-stripped by the TypeScript compiler (transpileModule, no type check), then the js lane",
-        where="typescript.js (5.9.3, vendored) inside QuickJS-NG's reactor wasm in wasmtime, then as js; "
+        where="typescript.js (5.9.3, fetched from npm once, sha256-pinned) inside QuickJS-NG's reactor wasm in wasmtime, then as js; "
         "zero native execution",
         factory=_ts,
         available=_ts_available,

@@ -1,7 +1,11 @@
 """The ts lane: TypeScript type-stripped by the TypeScript compiler inside QuickJS,
 then built exactly like the js lane.
 
-The compiler (``vendor/typescript.js``, typescript 5.9.3, pinned by sha256) runs in the
+The compiler (``lib/typescript.js`` of the npm package ``typescript@5.9.3``) is not part of
+the repository: it is fetched once from the npm registry through the core fetcher (the
+tarball pinned by sha256, the file checked against its own sha256) into
+``$WB_NPM_CACHE`` (default ``~/.cache/wbcore/npm``) — by ``python -m wb_lane_js fetch``
+(``dev.py setup`` and CI run it) or by the first ts build. It runs in the
 same sandbox as js programs: QuickJS-NG's reactor wasm in wasmtime, seeing only a
 read-only ``/app`` with the sources and the compiler. Each ``.ts``/``.mts`` file goes
 through ``ts.transpileModule`` (syntax errors fail the build with ``file:line:col``;
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import posixpath
 import re
 import shutil
@@ -33,23 +38,99 @@ from wb_lane_js import guest, qjs
 from wb_lane_js.lane import JS_DIR, JsLane, collect, materialize, pick_entry
 from wb_lane_js.plugin import no_flags
 
-VENDOR = Path(__file__).parent / "vendor"
-TYPESCRIPT = VENDOR / "typescript.js"
 TYPESCRIPT_VERSION = "5.9.3"
-TYPESCRIPT_SHA256 = "3ae902c92cc44dace175c0e69e13a4b0899f6983c6121d76b9ab8dd5795e7675"
+TYPESCRIPT_SHA256 = "3ae902c92cc44dace175c0e69e13a4b0899f6983c6121d76b9ab8dd5795e7675"  # package/lib/typescript.js
+TYPESCRIPT_TGZ = f"https://registry.npmjs.org/typescript/-/typescript-{TYPESCRIPT_VERSION}.tgz"
+TYPESCRIPT_TGZ_SHA256 = "10e108c9cf7d5f2879053dff18515fb405abf2ccef63eaaf017d9c571687a1d3"
+#: What is kept from the tarball: the compiler and its license texts (Apache-2.0).
+KEEP = {"package/lib/typescript.js": "typescript.js", "package/LICENSE.txt": "LICENSE.txt",
+        "package/ThirdPartyNoticeText.txt": "ThirdPartyNoticeText.txt"}
 TS_SUFFIXES = (".ts", ".mts")
 ENTRY_CANDIDATES = ("main.ts", "main.mts", "index.ts", "index.mts")
 
 
-@cache
-def compiler_ok() -> str:
-    """'' when the vendored compiler is present and intact, else why not."""
-    if not TYPESCRIPT.is_file():
-        return f"the vendored TypeScript compiler is missing ({TYPESCRIPT})"
-    got = hashlib.sha256(TYPESCRIPT.read_bytes()).hexdigest()
-    if got != TYPESCRIPT_SHA256:
-        return f"vendor/typescript.js digest {got[:12]}… is not the pinned {TYPESCRIPT_SHA256[:12]}…"
-    return ""
+def compiler_dir(env: Any = None) -> Path:
+    """Where the fetched compiler lives: ``$WB_NPM_CACHE/typescript-<version>``."""
+    env = os.environ if env is None else env
+    base = env.get("WB_NPM_CACHE") or str(Path.home() / ".cache" / "wbcore" / "npm")
+    return Path(base) / f"typescript-{TYPESCRIPT_VERSION}"
+
+
+_checked: set[tuple[str, int, int]] = set()
+
+
+def compiler(env: Any = None) -> Path | None:
+    """The fetched compiler if present and intact (its sha256 checked once per file state)."""
+    path = compiler_dir(env) / "typescript.js"
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    stamp = (str(path), st.st_ino, st.st_mtime_ns)
+    if stamp not in _checked:
+        if hashlib.sha256(path.read_bytes()).hexdigest() != TYPESCRIPT_SHA256:
+            return None
+        _checked.add(stamp)
+    return path
+
+
+def compiler_ok(env: Any = None) -> str:
+    """'' when the compiler is here and intact, else why not and how to get it."""
+    if compiler(env) is not None:
+        return ""
+    where = compiler_dir(env)
+    if (where / "typescript.js").exists():
+        return f"{where / 'typescript.js'} is not the pinned typescript {TYPESCRIPT_VERSION} (sha256 {TYPESCRIPT_SHA256[:12]}…): delete it and run `python -m wb_lane_js fetch`"
+    return (f"typescript {TYPESCRIPT_VERSION} is not fetched yet: run `python -m wb_lane_js fetch` (downloads {TYPESCRIPT_TGZ}, "
+            f"sha256-pinned, into {where}), or `npm pack typescript@{TYPESCRIPT_VERSION}` then "
+            f"`python -m wb_lane_js fetch --from typescript-{TYPESCRIPT_VERSION}.tgz`")
+
+
+def fetch(env: Any = None, progress: Any = None, *, tarball: Path | None = None) -> Path:
+    """Download the pinned tarball through the core fetcher (or take ``tarball``, e.g. made
+    by ``npm pack typescript@5.9.3``), check it, keep the compiler and its licenses.
+    Raises the fetcher's errors (dns/unreachable/tls/...) or ``InvalidArgs`` for a tarball
+    that is not the pinned one; nothing is kept then."""
+    from wbcore import fetch as _fetch
+    from wbcore import unpack
+    from wbcore.netguard import NetGuard
+
+    have = compiler(env)
+    if have is not None:
+        return have
+    where = compiler_dir(env)
+    where.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".typescript-", dir=where.parent) as tmp:
+        tgz = Path(tmp) / "typescript.tgz"
+        if tarball is None:
+            if progress:
+                progress(f"typescript {TYPESCRIPT_VERSION}: fetching {TYPESCRIPT_TGZ}")
+            _fetch.download(TYPESCRIPT_TGZ, tgz, guard=NetGuard(), limits=_fetch.Limits(max_bytes=64 << 20, timeout=300.0),
+                            env=env if env is not None else os.environ)
+            origin = TYPESCRIPT_TGZ
+        else:
+            shutil.copyfile(tarball, tgz)
+            origin = str(tarball)
+        got = hashlib.sha256(tgz.read_bytes()).hexdigest()
+        if got != TYPESCRIPT_TGZ_SHA256:
+            raise InvalidArgs(f"{origin}: sha256 {got} is not the pinned {TYPESCRIPT_TGZ_SHA256} (typescript {TYPESCRIPT_VERSION}); nothing was kept")
+        tree = Path(tmp) / "tree"
+        unpack.unpack_tar(tgz, tree, unpack.Caps(max_files=1000, max_bytes=128 << 20))
+        keep = Path(tmp) / "keep"
+        keep.mkdir()
+        for member, name in KEEP.items():
+            src = tree / member
+            if not src.is_file() or src.is_symlink():
+                raise InvalidArgs(f"{origin}: {member} is missing from the tarball")
+            shutil.copyfile(src, keep / name)
+        if hashlib.sha256((keep / "typescript.js").read_bytes()).hexdigest() != TYPESCRIPT_SHA256:
+            raise InvalidArgs(f"{origin}: lib/typescript.js is not the pinned file; nothing was kept")
+        if where.exists():
+            shutil.rmtree(where)
+        os.replace(keep, where)
+    path = compiler(env)
+    assert path is not None
+    return path
 
 
 def check() -> Any:
@@ -58,8 +139,12 @@ def check() -> Any:
     base = qjs.check()
     if not base.ok:
         return base
-    why = compiler_ok()
-    return Availability.no(why) if why else Availability.yes(f"typescript {TYPESCRIPT_VERSION} in {base.reason}")
+    if compiler() is not None:
+        return Availability.yes(f"typescript {TYPESCRIPT_VERSION} in {base.reason}")
+    if (compiler_dir() / "typescript.js").exists():
+        return Availability.no(compiler_ok())  # a file that is not the pinned one: never run it
+    return Availability.yes(f"typescript {TYPESCRIPT_VERSION} (fetched from registry.npmjs.org by the first ts build, "
+                            f"or now with `python -m wb_lane_js fetch`) in {base.reason}")
 
 
 _REFERENCE = re.compile(r"""^\s*///\s*<reference\s+path\s*=\s*["']([^"']*)["']""")
@@ -104,7 +189,7 @@ class TsLane(JsLane):
                 return path
         with tempfile.TemporaryDirectory(prefix="wb-ts-bc-") as tmp:
             app = Path(tmp)
-            shutil.copyfile(TYPESCRIPT, app / "__wb_typescript.js")
+            shutil.copyfile(self.compiler(), app / "__wb_typescript.js")
             shutil.copyfile(JS_DIR / "tsc-bytecode.mjs", app / "__wb_tsc_bytecode.mjs")
             argv = qjs.qjs_args("/app/__wb_tsc_bytecode.mjs", [], memory_bytes=self.limits.memory_bytes)
             res = qjs.run(mod, app, argv, stdin=None, limits=guest.Limits(self.limits.timeout_s, self.limits.memory_bytes, output_bytes=64 << 20))
@@ -114,10 +199,12 @@ class TsLane(JsLane):
         qjs._atomic(sums, hashlib.sha256(res.stdout).hexdigest().encode())
         return path
 
-    def transpile(self, sources: dict[str, str]) -> dict[str, str]:
-        why = compiler_ok()
-        if why:
-            raise Internal(f"ts lane unavailable: {why}")
+    def compiler(self, progress: Any = None) -> Path:
+        """The compiler, fetched now (with a progress line) if this machine has none yet."""
+        return compiler() or fetch(progress=progress)
+
+    def transpile(self, sources: dict[str, str], progress: Any = None) -> dict[str, str]:
+        tsc = self.compiler(progress)
         r = qjs.reactor()
         mod = qjs.module(r.path.read_bytes(), self.cache_dir)
         names = sorted(sources)
@@ -128,7 +215,7 @@ class TsLane(JsLane):
             if bytecode is not None:
                 shutil.copyfile(bytecode, app / "__wb_typescript.qbc")
             else:
-                shutil.copyfile(TYPESCRIPT, app / "__wb_typescript.js")
+                shutil.copyfile(tsc, app / "__wb_typescript.js")
             shutil.copyfile(JS_DIR / "tsc.mjs", app / "__wb_tsc.mjs")
             argv = qjs.qjs_args("/app/__wb_tsc.mjs", ["/app/" + n for n in names], memory_bytes=self.limits.memory_bytes)
             limits = guest.Limits(self.limits.timeout_s, self.limits.memory_bytes, output_bytes=64 << 20)
@@ -157,7 +244,7 @@ class TsLane(JsLane):
         refuse_outside_references(everything)
         if request.progress:
             request.progress(f"typescript {TYPESCRIPT_VERSION}: type-stripping {len(ts_files)} file(s) inside QuickJS")
-        emitted = self.transpile(ts_files)
+        emitted = self.transpile(ts_files, request.progress)
         files = {n: t for n, t in everything.items() if n.endswith((".js", ".mjs", ".json"))}
         for name, text in emitted.items():
             if name in files:
