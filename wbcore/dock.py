@@ -25,6 +25,8 @@ status a refusal gives (:meth:`Dock.deny`).
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
 import threading
 import time
@@ -71,6 +73,21 @@ STATUS: dict[ErrorKind, int] = {
     ErrorKind.INTERNAL: 5,
 }
 KIND_OF_STATUS = {v: k for k, v in STATUS.items()}
+
+
+#: The C guest SDK (``wb_dock.h``, header-only): the one copy, put on the include path of
+#: every C build by the C lanes (as ``/wb-sdk``), so no toolkit ships its own.
+SDK_C = Path(__file__).resolve().parent / "sdk"
+
+
+def sdk_c_digest() -> str:
+    """sha256 of ``wb_dock.h``: part of a C lane's version (so of the build cache key)."""
+    return _sdk_digest(SDK_C / "wb_dock.h")
+
+
+@functools.cache
+def _sdk_digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def refuse(cls: type[WbError], reason: str, message: str) -> WbError:

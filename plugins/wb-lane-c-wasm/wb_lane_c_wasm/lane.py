@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from wbcore.build import BuildFailed, BuildOutput, BuildRequest
+from wbcore.dock import SDK_C, sdk_c_digest
 from wbcore.errors import InvalidArgs, Timeout
 
 from wb_lane_c_wasm import guest
@@ -141,7 +142,7 @@ class CWasmLane:
 
     @property
     def version(self) -> str:
-        return self.toolchain.version
+        return f"{self.toolchain.version}; wb_dock.h {sdk_c_digest()[:12]}"
 
     def build(self, request: BuildRequest) -> BuildOutput:
         src = request.source.dir
@@ -153,7 +154,7 @@ class CWasmLane:
         outdir = request.outdir
         outdir.mkdir(parents=True, exist_ok=True)
         tc = self.toolchain
-        argv = ["tcc", f"-I{inc}", *request.flags, "-o", f"/out/{name}", *files]
+        argv = ["tcc", f"-I{inc}", "-I/wb-sdk", *request.flags, "-o", f"/out/{name}", *files]
         if request.progress:
             request.progress(f"tcc (in wasm): compiling {len(files)} file(s)")
         result = guest.run(
@@ -164,6 +165,7 @@ class CWasmLane:
                 guest.Preopen(outdir, "/out", writable=True),
                 guest.Preopen(tc.tcc_dir, "/tcc"),
                 guest.Preopen(tc.sysroot, "/wasi-sysroot"),
+                guest.Preopen(SDK_C, "/wb-sdk"),  # the Dock's C SDK (wb_dock.h), one copy in the core
             ],
             limits=self.limits,
             extra_imports=_link_chmod,

@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 
 from wbcore.build import BuildFailed, BuildOutput, BuildRequest, products
 from wbcore import paths
+from wbcore.dock import SDK_C, sdk_c_digest
 from wbcore.errors import InvalidArgs, NotFound, Timeout
 from wbcore.sandbox import Bind, BuildSandboxDriver, Limits
 
@@ -39,6 +40,8 @@ from wb_lane_zig.toolchain import WASI_INCLUDE, WASI_LIB, Clang, Zig, c_toolchai
 
 MAX_ARTIFACT_BYTES = 64 << 20
 MAX_SOURCES = 2000
+#: Where the core's C SDK folder (``wbcore.dock.SDK_C``) is bound, read-only, in a build.
+SDK_GUEST = "/wb-sdk"
 #: Flags a manifest or caller may add to ``zig cc``; the lane owns target, output and paths.
 C_FLAG_RE = re.compile(
     r"^-(D[A-Za-z_][A-Za-z0-9_]*(=[^\s]*)?|U[A-Za-z_][A-Za-z0-9_]*|W[A-Za-z0-9,=_-]*|O[0-3sz]?|g0?"
@@ -127,7 +130,7 @@ class ZigLaneBase:
         outdir.mkdir(parents=True, exist_ok=True)
         res = box.run(
             argv,
-            binds=[*binds, Bind(src, "/src"), *extra_binds],
+            binds=[*binds, Bind(src, "/src"), Bind(SDK_C, SDK_GUEST), *extra_binds],
             out_dir=outdir,
             env={**env, **_user_env(request)},
             cwd=cwd,
@@ -252,9 +255,10 @@ class CLane(ZigLaneBase):
     @property
     def version(self) -> str:
         tc = self.toolchain
+        sdk = f"wb_dock.h {sdk_c_digest()[:12]}"
         if isinstance(tc, Clang):
-            return f"{tc.version}; {CLANG_RECIPE}"
-        return f"zig {tc.version}; {_cache.RECIPE}; {ZIG_C_RECIPE}"
+            return f"{tc.version}; {CLANG_RECIPE}; {sdk}"
+        return f"zig {tc.version}; {_cache.RECIPE}; {ZIG_C_RECIPE}; {sdk}"
 
     def build(self, request: BuildRequest) -> BuildOutput:
         src = request.source.dir
@@ -278,6 +282,7 @@ class CLane(ZigLaneBase):
             inc = _guest(src, base)
         opt = [] if any(f.startswith("-O") for f in request.flags) else ["-Oz"]
         includes = [f"-I{inc}"] + ([f"-I{inc}/include"] if (base if base.is_dir() else base.parent).joinpath("include").is_dir() else [])
+        includes.append(f"-I{SDK_GUEST}")  # the Dock's C SDK (wb_dock.h), one copy in the core
         name = artifact_name(request)
         sjlj = wants_sjlj(request, base if base.is_dir() else base.parent)
         tc = self.toolchain

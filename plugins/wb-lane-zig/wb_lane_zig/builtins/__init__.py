@@ -5,7 +5,7 @@ stages, cache key and progress as ``wbx toolkit build``).
 ``grep`` and ``jq`` use ``ARG_MODE stdin1``: the first stdin line is the argument (flags
 and the pattern or filter), the rest is the input. ``wbox`` takes its script as argv and
 runs every command through the ``commands`` cap and every redirection through ``vfs``
-(``wb_dock.h`` is the SDK header, vendored). See the header comment of each ``.c`` file.
+(``wb_dock.h``, the SDK header, comes from the core: the c lane puts it on the include path). See the header comment of each ``.c`` file.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from wbcore.manifest import Manifest
 NAMES = ("grep", "jq", "wbox")
 #: What one built-in's source tree holds: exactly these files, staged apart from the
 #: package folder (whose ``__pycache__`` is no source of the module).
-SOURCES = ("{name}.c", "wb_dock.h")
+SOURCES = ("{name}.c",)
 
 
 def source_dir() -> Path:

@@ -10,8 +10,9 @@
  * next call. Only the imports a program actually calls end up in its module, and a
  * module importing a cap its toolkit is not granted does not instantiate.
  *
- * Build with clang / zig cc --target=wasm32-wasi. Copy this file next to your sources
- * (toolkits vendor it; tests check the copies match sdk/c/wb_dock.h).
+ * The C lanes put this header on every build's include path (-I/wb-sdk): write
+ * #include "wb_dock.h" and ship no copy. To build elsewhere with clang / zig cc
+ * --target=wasm32-wasi, add -I$(python -c 'import wbcore.dock as d; print(d.SDK_C)').
  *
  *   wb_buf req = {0};
  *   wb_map(&req, 2); wb_text(&req, "op"); wb_text(&req, "get");
