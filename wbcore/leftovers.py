@@ -77,6 +77,24 @@ def mkdtemp(prefix: str, dir: Path | str | None = None) -> Path:
     raise FileExistsError(f"no free temp name under {base}")
 
 
+def old_prefix(dest: Path) -> str:
+    """The name prefix :func:`replace_dir` gives the folder it moves aside (for :func:`sweep`)."""
+    return f".{dest.name}.old-"
+
+
+def replace_dir(new: Path, dest: Path) -> None:
+    """Put the folder ``new`` where ``dest`` is (same file system). The old ``dest`` is
+    renamed aside under an owner-tagged name (:func:`old_prefix`) and removed, so a kill in
+    between leaves a folder :func:`sweep` knows, never a half-deleted ``dest``."""
+    old = None
+    if dest.exists():
+        old = dest.with_name(unique(old_prefix(dest)))
+        os.replace(dest, old)
+    os.replace(new, dest)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
 def owner_alive(name: str, prefix: str) -> bool | None:
     """Whether the owner named in ``name`` lives (None: the name carries no owner)."""
     m = _OWNER_RE.match(name[len(prefix) :]) if name.startswith(prefix) else None

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import fcntl
 import importlib.util
-import os
 import re
 import shutil
 import tempfile
@@ -28,6 +27,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from wbcore import leftovers
 from wbcore.build import BuildFailed, BuildOutput, BuildRequest
 from wbcore.errors import Internal, InvalidArgs, Timeout
 from wbcore.records import Availability
@@ -149,13 +149,7 @@ def warm(go: Go, cache: Path, box: BuildSandboxDriver, *, progress: Callable[[st
             # Go updates its cache as it reads it; through the overlay, writes need the
             # sandbox user to own the tree (they still vanish with the overlay).
             box.own_for_sandbox(staging / "cache")
-            old = None
-            if cache.exists():
-                old = cache.with_name(f".{cache.name}.old-{os.getpid()}")
-                os.replace(cache, old)
-            os.replace(staging / "cache", cache)
-            if old is not None:
-                shutil.rmtree(old, ignore_errors=True)
+            leftovers.replace_dir(staging / "cache", cache)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         return time.monotonic() - t0

@@ -27,12 +27,11 @@ import re
 import shutil
 import tempfile
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 from typing import Any
 
 from wbcore.build import BuildFailed, BuildOutput, BuildRequest
-from wbcore.errors import Internal, InvalidArgs, Timeout
+from wbcore.errors import InvalidArgs, Timeout
 
 from wb_lane_js import guest, qjs
 from wb_lane_js.lane import JS_DIR, JsLane, collect, materialize, pick_entry

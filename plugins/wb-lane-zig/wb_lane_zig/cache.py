@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from wbcore import leftovers
 from wbcore.build import BuildFailed
 from wbcore.sandbox import Bind, BuildSandboxDriver, Limits
 
@@ -108,13 +109,7 @@ def warm(
             os.replace(seed / "cache", staging / "cache")
             (staging / "cache" / ".wb-warm").write_text(stamp(zig))
             box.own_for_sandbox(staging / "cache")
-            old = None
-            if cache.exists():
-                old = cache.with_name(f".{cache.name}.old-{os.getpid()}")
-                os.replace(cache, old)
-            os.replace(staging / "cache", cache)
-            if old is not None:
-                shutil.rmtree(old, ignore_errors=True)
+            leftovers.replace_dir(staging / "cache", cache)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     return time.monotonic() - start
