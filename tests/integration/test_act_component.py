@@ -1,0 +1,131 @@
+"""A real ACT component, end to end: act-cli's ``time.wasm`` test fixture (``tests/data/act``,
+MIT/Apache-2.0) registered as a toolkit's component and served by its own ``list-tools``
+and ``call-tool`` over ``wbx call``, ``wbx act`` and an MCP client session (stdio)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import cbor2
+import pytest
+
+pytest.importorskip("wasmtime")
+
+TIME_WASM = Path(__file__).resolve().parents[1] / "data" / "act" / "time.wasm"
+RFC3339_TOKYO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?\+09:00$")
+
+
+def _register_time(make_runtime: Any, toolkit_root: Path) -> Any:
+    from wbcore import builder
+    from wbcore.testing import manifest_text, write_toolkit
+
+    write_toolkit(toolkit_root, "time", manifest_text("time", exec="component",
+                                                      tagline="Current time in any timezone (act-cli's fixture)."))
+    rt = make_runtime()
+    sha = rt.artifacts.put_bytes(TIME_WASM.read_bytes()).sha256
+    builder.register_artifact(rt, "time", sha)
+    return rt
+
+
+@pytest.fixture
+def time_rt(make_runtime: Any, toolkit_root: Path) -> Any:
+    return _register_time(make_runtime, toolkit_root)
+
+
+def test_provider_lists_the_components_own_tools(time_rt: Any) -> None:
+    from wbcore.act.model import STD_READ_ONLY, STD_SKILL
+    from wbcore.act.provider import ToolkitProvider
+
+    tools = ToolkitProvider(time_rt).tools()
+    assert set(tools) == {"time.get_current_time"}  # not the raw list-tools / call-tool
+    tool = tools["time.get_current_time"]
+    assert tool.act_tool == "get_current_time"
+    assert tool.description.startswith("Get current time in a specified timezone")
+    assert tool.definition.input_schema["properties"]["timezone"]["type"] == ["string", "null"]
+    assert tool.definition.annotations[STD_READ_ONLY] is True
+    assert tool.definition.extensions[STD_SKILL].startswith("---\nname: time\n")  # SKILL.md from the act:skill tar
+
+
+def test_wbx_call(wbx: Any, time_rt: Any) -> None:
+    res = wbx("call", "time.get_current_time", "--args", '{"timezone": "Asia/Tokyo"}', runtime=time_rt)
+    assert res.exit_code == 0, res.stderr
+    assert RFC3339_TOKYO.match(res.stdout.strip())
+
+
+def test_wbx_call_error_kinds_are_the_components(wbx: Any, time_rt: Any) -> None:
+    res = wbx("call", "time.get_current_time", "--args", '{"timezone": "Mars/Olympus_Mons"}', runtime=time_rt)
+    assert res.exit_code == 2 and "wbx: invalid-args: Unknown timezone: Mars/Olympus_Mons" in res.stderr
+    res = wbx("call", "time.get_current_time", "--args", '{"timezone": "Asia/Tokyo"}', "--json", runtime=time_rt)
+    out = json.loads(res.stdout)
+    assert out["is_error"] is False and out["events"][0]["content"]["mime_type"] == "text/plain"
+
+
+def test_wbx_act_tools_call_and_info(wbx: Any, time_rt: Any) -> None:
+    res = wbx("act", "tools", "--only", "time", runtime=time_rt)
+    assert res.exit_code == 0, res.stderr
+    (td,) = json.loads(res.stdout)
+    assert td["name"] == "time.get_current_time" and "timezone" in td["parameters-schema"]
+    assert ["std:read-only", {"cbor": True}] in td["metadata"] and ["std:destructive", {"cbor": False}] in td["metadata"]
+
+    res = wbx("act", "call", "time.get_current_time", "--args", '{"timezone": "Asia/Tokyo"}',
+              "--meta", '{"std:traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}', runtime=time_rt)
+    assert res.exit_code == 0, res.stderr
+    (event,) = json.loads(res.stdout)
+    assert event["tag"] == "content" and event["value"]["mime-type"] == "text/plain"
+
+    res = wbx("act", "call", "time.nope", runtime=time_rt)
+    assert res.exit_code == 127 and "time.get_current_time" in res.stderr  # unknown tool lists the known ones
+
+    res = wbx("act", "info", str(TIME_WASM), runtime=time_rt)
+    info = json.loads(res.stdout)
+    assert (info["name"], info["version"], info["component"]) == ("time", "0.2.0", True)
+    assert info["description"] == "Time and timezone utilities" and "## Tool: get_current_time" in info["skill"]
+
+
+def test_act_tool_call_carries_cbor_arguments_and_error_events(time_rt: Any) -> None:
+    from wbcore.act.model import Content, Error, ErrorKind, ToolCall
+    from wbcore.act.provider import ToolkitProvider
+
+    provider = ToolkitProvider(time_rt)
+    out = provider.call_tool(ToolCall("time.get_current_time", cbor2.dumps({"timezone": "Asia/Tokyo"})))
+    (event,) = out.events
+    assert isinstance(event, Content) and RFC3339_TOKYO.match(event.part.value())
+    out = provider.call_tool(ToolCall("time.get_current_time", cbor2.dumps({"timezone": 7})))
+    assert isinstance(out.events[-1], Error) and out.error.kind is ErrorKind.INVALID_ARGS
+    out = provider.call_tool(ToolCall("time.get_current_time", cbor2.dumps(["not", "a", "map"])))
+    assert out.error.kind is ErrorKind.INVALID_ARGS and "must be a map" in out.error.text
+
+
+def test_mcp_client_lists_and_calls_the_act_tool(make_runtime: Any, toolkit_root: Path, wb_home: Path) -> None:
+    """A real MCP client session against ``wbx mcp serve`` over stdio."""
+    pytest.importorskip("mcp")
+    import anyio
+    from mcp import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    _register_time(make_runtime, toolkit_root)
+    env = {"WB_HOME": str(wb_home), "WB_TOOLKITS_ROOT": str(toolkit_root), "PATH": os.environ.get("PATH", "")}
+    params = StdioServerParameters(command=sys.executable,
+                                   args=["-c", "from wbcore.cli.app import run; run()", "mcp", "serve"], env=env)
+
+    async def main() -> None:
+        async with stdio_client(params) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                tools = {t.name: t for t in (await session.list_tools()).tools}
+                tool = tools["time.get_current_time"]
+                assert "time.list-tools" not in tools and "time.call-tool" not in tools
+                assert tool.annotations.read_only_hint is True
+                assert "timezone" in tool.input_schema["properties"]
+                r = await session.call_tool("time.get_current_time", {"timezone": "Asia/Tokyo"}, read_timeout_seconds=None)
+                text = "".join(c.text for c in r.content if getattr(c, "type", "") == "text")
+                assert not r.is_error and RFC3339_TOKYO.match(text.strip()), text
+                r = await session.call_tool("time.get_current_time", {"timezone": "Nowhere/Void"})
+                assert r.is_error and "Unknown timezone" in "".join(getattr(c, "text", "") for c in r.content)
+
+    anyio.run(main)
