@@ -211,7 +211,10 @@ class LoadedComponent:
         ctype = component.type
         imported = ctype.imports(engine.wasm)
         self.imports: tuple[str, ...] = tuple(imported)
-        self.types_only: frozenset[str] = frozenset(n for n, item in imported.items() if _types_only(item, engine.wasm))
+        # wasi:* is linked (or refused) by name and wb:host/* by cap: never "types-only"
+        self.types_only: frozenset[str] = frozenset(
+            n for n, item in imported.items()
+            if not n.startswith("wasi:") and not HOST_IMPORT_RE.match(n) and _types_only(item, engine.wasm))
         found = [f for f in _walk_exports(engine.wasm, ctype.exports(engine.wasm), ()) if f[0] not in INTERNAL_EXPORTS]
         counts: dict[str, int] = {}
         for path, _ in found:
