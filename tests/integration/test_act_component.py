@@ -129,3 +129,87 @@ def test_mcp_client_lists_and_calls_the_act_tool(make_runtime: Any, toolkit_root
                 assert r.is_error and "Unknown timezone" in "".join(getattr(c, "text", "") for c in r.content)
 
     anyio.run(main)
+
+
+# --- a provider built here with the same WIT (tests/data/act/echo_provider.wat) -------
+
+ECHO_WAT = Path(__file__).resolve().parents[1] / "data" / "act" / "echo_provider.wat"
+
+
+@pytest.fixture
+def echo_rt(make_runtime: Any, toolkit_root: Path) -> Any:
+    import wasmtime
+
+    from wbcore import builder
+    from wbcore.testing import manifest_text, write_toolkit
+
+    write_toolkit(toolkit_root, "echo", manifest_text("echo", exec="component"))
+    rt = make_runtime()
+    sha = rt.artifacts.put_bytes(bytes(wasmtime.wat2wasm(ECHO_WAT.read_text()))).sha256
+    builder.register_artifact(rt, "echo", sha)
+    return rt
+
+
+def test_built_provider_lists_its_tools_with_annotations(echo_rt: Any) -> None:
+    from wbcore.act.model import STD_DESTRUCTIVE, STD_IDEMPOTENT, STD_READ_ONLY, STD_SKILL
+    from wbcore.act.provider import ToolkitProvider
+
+    tools = ToolkitProvider(echo_rt).tools()
+    assert set(tools) == {"echo.echo", "echo.meta", "echo.two", "echo.fail", "echo.spin"}
+    assert tools["echo.echo"].definition.annotations[STD_IDEMPOTENT] is True
+    assert tools["echo.echo"].definition.input_schema["properties"]["text"] == {"type": "string"}
+    assert tools["echo.fail"].definition.annotations[STD_DESTRUCTIVE] is True
+    assert tools["echo.fail"].definition.annotations[STD_READ_ONLY] is True  # the host's view: no write caps
+    assert tools["echo.two"].definition.extensions[STD_SKILL].startswith("# echo-provider")  # plain act:skill
+
+
+def test_arguments_reach_the_provider_as_deterministic_cbor(echo_rt: Any) -> None:
+    from wbcore.act.model import ToolCall
+    from wbcore.act.provider import ToolkitProvider
+
+    provider = ToolkitProvider(echo_rt)
+    out = provider.call_json("echo.echo", {"zeta": 1, "alpha": [1.5, "x"], "text": "héllo"})
+    (event,) = out.events
+    assert event.part.mime_type == "application/cbor"
+    # the host re-encodes canonically: sorted keys, shortest forms, whatever the caller sent
+    assert event.part.data == cbor2.dumps({"alpha": [1.5, "x"], "text": "héllo", "zeta": 1}, canonical=True)
+    assert out.structured == {"alpha": [1.5, "x"], "text": "héllo", "zeta": 1}
+    # a caller's non-canonical CBOR (indefinite-length map) is canonicalized too
+    indefinite = b"\xbf\x61\x62\x01\x61\x61\x02\xff"
+    out = provider.call_tool(ToolCall("echo.echo", indefinite))
+    assert out.events[0].part.data == cbor2.dumps({"a": 2, "b": 1}, canonical=True)
+
+
+def test_call_metadata_reaches_the_provider(echo_rt: Any) -> None:
+    from wbcore.act.model import Metadata, ToolCall
+    from wbcore.act.provider import ToolkitProvider
+
+    tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    out = ToolkitProvider(echo_rt).call_tool(ToolCall("echo.meta", cbor2.dumps({}), Metadata({"std:traceparent": tp})))
+    assert out.events[0].part.value() == tp
+
+
+def test_several_events_and_custom_error_kinds(echo_rt: Any, wbx: Any) -> None:
+    from wbcore.act.model import ErrorKind
+    from wbcore.act.provider import ToolkitProvider
+
+    provider = ToolkitProvider(echo_rt)
+    assert provider.call_json("echo.two", {}).text() == "onetwo"
+    err = provider.call_json("echo.fail", {}).error
+    assert err.kind is ErrorKind.OTHER and err.kind_name == "acme:quota" and err.text == "quota exhausted"
+    res = wbx("act", "call", "echo.fail", "--revision", "0.4", runtime=echo_rt)
+    (event,) = json.loads(res.stdout)
+    assert event["value"]["kind"] == "acme:quota" and res.exit_code == 70
+    res = wbx("call", "echo.two", runtime=echo_rt)
+    assert res.exit_code == 0 and res.stdout == "onetwo\n"
+
+
+def test_a_spinning_async_call_stops_at_its_deadline(echo_rt: Any, wbx: Any) -> None:
+    import time
+
+    started = time.monotonic()
+    res = wbx("call", "echo.spin", "--timeout", "0.5", runtime=echo_rt)
+    assert res.exit_code == 124 and "deadline" in res.stderr
+    assert time.monotonic() - started < 5
+    res = wbx("call", "echo.two", runtime=echo_rt)  # the process and the engine carry on
+    assert res.exit_code == 0
