@@ -155,7 +155,7 @@ def test_built_provider_lists_its_tools_with_annotations(echo_rt: Any) -> None:
     from wbcore.act.provider import ToolkitProvider
 
     tools = ToolkitProvider(echo_rt).tools()
-    assert set(tools) == {"echo.echo", "echo.meta", "echo.two", "echo.fail", "echo.spin"}
+    assert set(tools) == {"echo.echo", "echo.meta", "echo.two", "echo.fail", "echo.spin", "echo.stream"}
     assert tools["echo.echo"].definition.annotations[STD_IDEMPOTENT] is True
     assert tools["echo.echo"].definition.input_schema["properties"]["text"] == {"type": "string"}
     assert tools["echo.fail"].definition.annotations[STD_DESTRUCTIVE] is True
@@ -213,3 +213,31 @@ def test_a_spinning_async_call_stops_at_its_deadline(echo_rt: Any, wbx: Any) -> 
     assert time.monotonic() - started < 5
     res = wbx("call", "echo.two", runtime=echo_rt)  # the process and the engine carry on
     assert res.exit_code == 0
+
+
+def test_a_streaming_answer_is_a_clear_error_and_the_host_survives(echo_rt: Any, wbx: Any) -> None:
+    """Lifting a stream aborts inside wasmtime-py's C API: the call runs in an isolated
+    worker, so the answer is an error event and this process (and the next call) carry on."""
+    from wbcore.act.model import ErrorKind
+    from wbcore.act.provider import ToolkitProvider
+
+    provider = ToolkitProvider(echo_rt)
+    err = provider.call_json("echo.stream", {}).error
+    assert err is not None and err.kind is ErrorKind.INVALID_ARGS and "answered with a stream" in err.text
+    assert provider.call_json("echo.two", {}).text() == "onetwo"
+
+
+def test_cancelling_an_isolated_call_stops_its_worker(echo_rt: Any) -> None:
+    import threading
+    import time
+
+    from wbcore.act.provider import ToolkitProvider
+
+    provider = ToolkitProvider(echo_rt)
+    provider.tools()
+    cancel = threading.Event()
+    threading.Timer(0.3, cancel.set).start()
+    started = time.monotonic()
+    out = provider.call_json("echo.spin", {}, cancel=cancel, timeout=30)
+    assert out.error is not None and "cancelled" in out.error.text
+    assert time.monotonic() - started < 5
