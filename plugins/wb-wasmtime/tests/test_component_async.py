@@ -16,8 +16,7 @@ from wbcore.errors import CapabilityDenied
 
 wasmtime = pytest.importorskip("wasmtime")
 
-from wb_wasmtime import component as comp  # noqa: E402
-
+from wb_wasmtime import component as comp
 
 TIME_WASM = Path(__file__).resolve().parents[3] / "tests" / "data" / "act" / "time.wasm"
 PROVIDER = "act:tools/tool-provider@0.1.0"

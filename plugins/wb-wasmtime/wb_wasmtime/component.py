@@ -576,9 +576,9 @@ def _call_async(func: Any, store: Any, fn: ComponentFunction, lowered: list[Any]
     that returns "pending" means the guest waits on something only it can resolve: the
     loop sleeps briefly and stops at the deadline, dropping the future (and the guest).
     """
-    import wasmtime
     from ctypes import POINTER, byref, pointer
 
+    import wasmtime
     from wasmtime import _ffi as ffi
 
     params = (ffi.wasmtime_component_val_t * max(len(lowered), 1))()

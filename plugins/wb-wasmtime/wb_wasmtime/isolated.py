@@ -216,11 +216,10 @@ def _unhex(text: str | None) -> bytes:
 
 def _serve() -> int:
     """The worker: one JSON request per line on stdin, one JSON answer per line on stdout."""
+    from wb_wasmtime.component import ComponentError, ComponentRequest, ComponentRunner
     from wbcore import policy
     from wbcore.artifacts import ArtifactStore
     from wbcore.calls import Principal
-
-    from wb_wasmtime.component import ComponentError, ComponentRequest, ComponentRunner
 
     runners: dict[str, ComponentRunner] = {}
     for line in iter(lambda: sys.stdin.buffer.readline(MAX_ANSWER), b""):
