@@ -114,19 +114,18 @@ def test_mcp_client_lists_and_calls_the_act_tool(make_runtime: Any, toolkit_root
                                    args=["-c", "from wbcore.cli.app import run; run()", "mcp", "serve"], env=env)
 
     async def main() -> None:
-        async with stdio_client(params) as (read, write):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                tools = {t.name: t for t in (await session.list_tools()).tools}
-                tool = tools["time.get_current_time"]
-                assert "time.list-tools" not in tools and "time.call-tool" not in tools
-                assert tool.annotations.read_only_hint is True
-                assert "timezone" in tool.input_schema["properties"]
-                r = await session.call_tool("time.get_current_time", {"timezone": "Asia/Tokyo"}, read_timeout_seconds=None)
-                text = "".join(c.text for c in r.content if getattr(c, "type", "") == "text")
-                assert not r.is_error and RFC3339_TOKYO.match(text.strip()), text
-                r = await session.call_tool("time.get_current_time", {"timezone": "Nowhere/Void"})
-                assert r.is_error and "Unknown timezone" in "".join(getattr(c, "text", "") for c in r.content)
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            tools = {t.name: t for t in (await session.list_tools()).tools}
+            tool = tools["time.get_current_time"]
+            assert "time.list-tools" not in tools and "time.call-tool" not in tools
+            assert tool.annotations.read_only_hint is True
+            assert "timezone" in tool.input_schema["properties"]
+            r = await session.call_tool("time.get_current_time", {"timezone": "Asia/Tokyo"}, read_timeout_seconds=None)
+            text = "".join(c.text for c in r.content if getattr(c, "type", "") == "text")
+            assert not r.is_error and RFC3339_TOKYO.match(text.strip()), text
+            r = await session.call_tool("time.get_current_time", {"timezone": "Nowhere/Void"})
+            assert r.is_error and "Unknown timezone" in "".join(getattr(c, "text", "") for c in r.content)
 
     anyio.run(main)
 
