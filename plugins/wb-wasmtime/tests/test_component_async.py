@@ -122,3 +122,61 @@ def test_any_types_only_interface_is_accepted(make_runtime) -> None:
     loaded = _load_wat(make_runtime(plugins=["wasmtime"]), TYPES_IMPORT)
     assert loaded.types_only == frozenset({"acme:shapes/types@1.0.0"})
     assert loaded.needed_caps("shapes", frozenset()) == frozenset()
+
+
+# --- the isolated worker (calls whose answer can be a stream) --------------------------
+
+ECHO_WAT = TIME_WASM.with_name("echo_provider.wat")
+
+
+@pytest.fixture
+def echo(make_runtime):
+    rt = make_runtime(plugins=["wasmtime"])
+    sha = comp.artifact_store(rt).put_bytes(bytes(wasmtime.wat2wasm(ECHO_WAT.read_text()))).sha256
+    return rt, comp.ComponentRunner(rt), sha
+
+
+def test_only_results_that_can_carry_a_stream_are_isolated(echo) -> None:
+    _, runner, sha = echo
+    fns = {f.name: f for f in runner.functions(sha)}
+    assert fns["call-tool"].isolated and not fns["list-tools"].isolated
+
+
+def test_a_stream_answer_stops_only_the_worker(echo) -> None:
+    from wb_wasmtime import isolated
+
+    _, runner, sha = echo
+    with pytest.raises(isolated.StreamAnswer, match="answered with a stream/future value"):
+        _call_tool(runner, sha, "stream", {})
+    (event,) = _call_tool(runner, sha, "two", {})["value"][:1]  # this process carries on
+    assert event["tag"] == "content"
+
+
+def test_isolated_workers_are_reused_and_bounded(echo) -> None:
+    from wb_wasmtime import isolated
+
+    _, runner, sha = echo
+    _call_tool(runner, sha, "two", {})
+    before = {w.proc.pid for w in isolated.pool._idle}
+    _call_tool(runner, sha, "two", {})
+    assert {w.proc.pid for w in isolated.pool._idle} == before and len(before) <= isolated.MAX_IDLE
+
+
+def test_an_isolated_call_keeps_its_deadline(echo) -> None:
+    import time
+
+    from wbcore.errors import Timeout
+
+    _, runner, sha = echo
+    started = time.monotonic()
+    with pytest.raises(Timeout, match="deadline"):
+        _call_tool(runner, sha, "spin", {}, timeout=0.5)
+    assert time.monotonic() - started < 5
+
+
+def test_an_isolated_call_cannot_link_caps(echo) -> None:
+    from wb_wasmtime import isolated
+
+    rt, _, sha = echo
+    with pytest.raises(CapabilityDenied, match="links no caps"):
+        isolated.call(_req(sha, "call-tool", {}), comp.artifact_store(rt).root, frozenset({"kv"}))

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from wbcore.calls import Usage
-from wbcore.errors import CapabilityDenied, ErrorKind, Internal, InvalidArgs, Timeout, WbError
+from wbcore.errors import CapabilityDenied, ErrorKind, Internal, InvalidArgs, NotFound, Timeout, WbError
 
 #: Interpreter start, ``import wasmtime`` and a cached component's deserialization.
 STARTUP_GRACE_S = 10.0
@@ -47,6 +47,13 @@ MAX_ANSWER = 8 << 20
 POLL_S = 0.005
 #: Idle workers kept warm (each holds its loaded components); more run when calls overlap.
 MAX_IDLE = 2
+
+
+#: A worker's error kind → the class raised here, so callers catch what an in-process call raises.
+KIND_ERRORS: dict[ErrorKind, type[WbError]] = {
+    ErrorKind.NOT_FOUND: NotFound, ErrorKind.INVALID_ARGS: InvalidArgs, ErrorKind.TIMEOUT: Timeout,
+    ErrorKind.CAPABILITY_DENIED: CapabilityDenied, ErrorKind.INTERNAL: Internal,
+}
 
 
 class StreamAnswer(InvalidArgs):
@@ -205,7 +212,8 @@ def call(request: Any, artifacts_root: Path, needed: frozenset[str]) -> Any:
         e = answer["error"]
         if e.get("detail_set"):
             raise ComponentError(e["message"], e.get("detail"))
-        raise WbError(e["message"], kind=ErrorKind(e["kind"]))
+        kind = ErrorKind(e["kind"])
+        raise KIND_ERRORS.get(kind, WbError)(e["message"], kind=kind)
     usage = Usage(wall_s=time.perf_counter() - t0, fuel=answer.get("fuel"), bytes_out=answer.get("bytes_out", 0))
     return ComponentResult(answer["value"], _unhex(answer.get("stdout")), _unhex(answer.get("stderr")), usage)
 
