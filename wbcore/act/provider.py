@@ -334,8 +334,10 @@ class ToolkitProvider:
         from wbcore.act import wire
 
         try:
+            principal = Principal(self.principal.tenant, entry.toolkit or self.principal.toolkit) \
+                if self.principal is not None else Principal(toolkit=entry.toolkit or "")
             res = self.runtime.component_call(entry.name, act_fns["list-tools"].name, {"metadata": []},
-                                              principal=Principal(toolkit=entry.toolkit or ""))
+                                              principal=principal)
             listed = wire.get(res.value.get("ok") if isinstance(res.value, Mapping) else None, "tools") or []
             defs = [wire.provided_tool(t) for t in listed]
         except WbError:
