@@ -180,3 +180,17 @@ def test_an_isolated_call_cannot_link_caps(echo) -> None:
     rt, _, sha = echo
     with pytest.raises(CapabilityDenied, match="links no caps"):
         isolated.call(_req(sha, "call-tool", {}), comp.artifact_store(rt).root, frozenset({"kv"}))
+
+
+def test_concurrent_isolated_calls_each_get_their_answer(echo) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    _, runner, sha = echo
+
+    def one(i: int) -> bytes:
+        (event,) = _call_tool(runner, sha, "echo", {"i": i})["value"]
+        return base64.b64decode(event["value"]["data"])
+
+    with ThreadPoolExecutor(4) as ex:
+        got = list(ex.map(one, range(6)))
+    assert got == [cbor2.dumps({"i": i}) for i in range(6)]

@@ -47,6 +47,8 @@ MAX_ANSWER = 8 << 20
 POLL_S = 0.005
 #: Idle workers kept warm (each holds its loaded components); more run when calls overlap.
 MAX_IDLE = 2
+#: Busy workers at once; a call beyond waits for a slot, within its deadline.
+MAX_WORKERS = 8
 
 
 #: A worker's error kind → the class raised here, so callers catch what an in-process call raises.
@@ -146,6 +148,7 @@ class _Pool:
     def __init__(self) -> None:
         self._idle: list[_Worker] = []
         self._lock = threading.Lock()
+        self.slots = threading.BoundedSemaphore(MAX_WORKERS)
 
     def take(self) -> _Worker:
         with self._lock:
@@ -188,12 +191,18 @@ def call(request: Any, artifacts_root: Path, needed: frozenset[str]) -> Any:
         "toolkit": request.toolkit,
     }).encode()
     t0 = time.perf_counter()
-    worker = pool.take()
-    answer, stopped = worker.ask(payload, time.monotonic() + request.timeout_s + STARTUP_GRACE_S, request.cancel)
-    if stopped is None:
-        pool.give(worker)
-    else:
-        worker.kill()
+    deadline = time.monotonic() + request.timeout_s + STARTUP_GRACE_S
+    if not pool.slots.acquire(timeout=request.timeout_s):
+        raise Timeout(f"{request.name}: all {MAX_WORKERS} isolated workers stayed busy for {request.timeout_s:g} s")
+    try:
+        worker = pool.take()
+        answer, stopped = worker.ask(payload, deadline, request.cancel)
+        if stopped is None:
+            pool.give(worker)
+        else:
+            worker.kill()
+    finally:
+        pool.slots.release()
     if stopped == "cancelled":
         raise Cancelled(f"{request.name}: {request.function} cancelled by the caller; its worker was stopped")
     if stopped == "timeout":
