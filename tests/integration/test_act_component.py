@@ -158,7 +158,8 @@ def test_built_provider_lists_its_tools_with_annotations(echo_rt: Any) -> None:
     assert tools["echo.echo"].definition.annotations[STD_IDEMPOTENT] is True
     assert tools["echo.echo"].definition.input_schema["properties"]["text"] == {"type": "string"}
     assert tools["echo.fail"].definition.annotations[STD_DESTRUCTIVE] is True
-    assert tools["echo.fail"].definition.annotations[STD_READ_ONLY] is True  # the host's view: no write caps
+    assert tools["echo.fail"].definition.annotations[STD_READ_ONLY] is False  # it says destructive
+    assert tools["echo.spin"].definition.annotations[STD_READ_ONLY] is True  # says nothing; no write caps
     assert tools["echo.two"].definition.extensions[STD_SKILL].startswith("# echo-provider")  # plain act:skill
 
 

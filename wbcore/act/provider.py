@@ -347,8 +347,10 @@ class ToolkitProvider:
             name = prefix + td.name
             host = _annotations(caps, frozenset(), prof.timeout_s)
             ann = {**dict(host), **dict(td.annotations)}
-            # read-only only when both agree: the component's claim and the host's caps
-            ann[STD_READ_ONLY] = bool(host[STD_READ_ONLY]) and bool(td.annotations.get(STD_READ_ONLY, True))
+            # read-only only when both agree: the component's claim (absent: not destructive)
+            # and the host's caps
+            own = td.annotations.get(STD_READ_ONLY, not td.destructive)
+            ann[STD_READ_ONLY] = bool(host[STD_READ_ONLY]) and bool(own)
             ext: dict[str, Any] = dict(td.extensions)
             if info is not None and info.skill:
                 ext[STD_SKILL] = info.skill
