@@ -14,6 +14,11 @@ the component's exported function. Inputs:
 - **kernel**: ``{"input": str}`` (UTF-8 text) or ``{"input_base64": str}``: bytes in,
   bytes out.
 - **component**: the function's parameters, derived from its WIT types.
+- **ACT tool provider** (a component exporting ``act:tools/tool-provider``): its own
+  tools, as its ``list-tools`` lists them (name, description, JSON Schema, ``std:``
+  annotations), each called through its ``call-tool`` with the arguments as CBOR and
+  the call's metadata; its events and error kinds are the call's. Its raw
+  ``list-tools``/``call-tool`` functions are not tools themselves.
 
 A tool is read-only when its toolkit's effective caps include no write-capable cap.
 """
@@ -53,6 +58,9 @@ from wbcore.act.model import (
 if TYPE_CHECKING:
     from wbcore.runtime import Runtime
 
+#: The interface an ACT tool-provider component exports (any version).
+ACT_PROVIDER_IFACE = "act:tools/tool-provider"
+ACT_FUNCTIONS = ("list-tools", "call-tool")
 #: Caps through which a guest cannot change anything the host keeps (fetching, asking a model).
 READ_ONLY_CAPS = frozenset({"browse", "llm"})
 ARG_RE = re.compile(r"^[ \t]*#\+ARG:[ \t]*([A-Za-z][A-Za-z0-9_-]*)(?::(string|integer|number|boolean))?(!)?[ \t]*(.*)$", re.M)
@@ -82,6 +90,7 @@ class Tool:
     caps: frozenset[str] = frozenset()
     skills: tuple[str, ...] = ()
     output_schema: Mapping[str, Any] | None = None
+    act_tool: str | None = None  # the tool's name inside an ACT tool-provider component
 
     @property
     def name(self) -> str:
@@ -299,6 +308,11 @@ class ToolkitProvider:
             info = None
         out: dict[str, Tool] = {}
         prefix = f"{entry.toolkit or entry.name}."
+        act_fns = {fn.export[-1]: fn for fn in fns
+                   if len(fn.export) == 2 and fn.export[0].split("@")[0] == ACT_PROVIDER_IFACE}
+        if set(ACT_FUNCTIONS) <= set(act_fns):
+            out.update(self._provided_tools(entry, prefix, act_fns, caps, prof, skills, info))
+            fns = [fn for fn in fns if fn not in act_fns.values()]
         for fn in fns:
             text = _skill_text(tk, fn.name) if tk is not None else ""
             name = prefix + fn.name
@@ -312,6 +326,41 @@ class ToolkitProvider:
                                 _annotations(caps, skill_flags(text), prof.timeout_s), Metadata(ext))
             out[name] = Tool(td, "component", entry.name, entry.toolkit, function=fn.name, caps=caps,
                              skills=skills, output_schema=fn.output_schema())
+        return out
+
+    def _provided_tools(self, entry: Any, prefix: str, act_fns: Mapping[str, Any], caps: frozenset[str], prof: Any,
+                        skills: tuple[str, ...], info: Any) -> dict[str, Tool]:
+        """The tools an ACT tool-provider component lists itself (its ``list-tools``)."""
+        from wbcore.act import wire
+
+        try:
+            principal = Principal(self.principal.tenant, entry.toolkit or self.principal.toolkit) \
+                if self.principal is not None else Principal(toolkit=entry.toolkit or "")
+            res = self.runtime.component_call(entry.name, act_fns["list-tools"].name, {"metadata": []},
+                                              principal=principal)
+            listed = wire.get(res.value.get("ok") if isinstance(res.value, Mapping) else None, "tools") or []
+            defs = [wire.provided_tool(t) for t in listed]
+        except WbError:
+            return {}  # a provider that cannot list its tools serves none (``wbx call`` says why)
+        out: dict[str, Tool] = {}
+        for td in defs:
+            name = prefix + td.name
+            host = _annotations(caps, frozenset(), prof.timeout_s)
+            ann = {**dict(host), **dict(td.annotations)}
+            # read-only only when both agree: the component's claim (absent: not destructive)
+            # and the host's caps
+            own = td.annotations.get(STD_READ_ONLY, not td.destructive)
+            ann[STD_READ_ONLY] = bool(host[STD_READ_ONLY]) and bool(own)
+            ext: dict[str, Any] = dict(td.extensions)
+            if info is not None and info.skill:
+                ext[STD_SKILL] = info.skill
+            desc = td.description.text() if td.description else ""
+            if info is not None and info.description and not desc:
+                desc = info.description.text()
+            full = ToolDefinition(name, LocalizedString(plain=f"{desc} (ACT tool {td.name} of component {entry.name})"),
+                                  td.input_schema or {"type": "object"}, Metadata(ann), Metadata(ext))
+            out[name] = Tool(full, "component", entry.name, entry.toolkit, function=act_fns["call-tool"].name,
+                             caps=caps, skills=skills, act_tool=td.name)
         return out
 
     def _runner(self, shape: str) -> Any:
@@ -333,6 +382,8 @@ class ToolkitProvider:
             args = call.args()
             if not isinstance(args, dict):
                 raise InvalidArgs(f"{tool.name}: arguments must be a map (JSON object), got {type(args).__name__}")
+            if tool.act_tool is not None:
+                return self._call_act(tool, args, cancel, timeout, call.metadata)
             return self.call_json(tool.name, args, cancel=cancel, timeout=timeout, progress=progress)
         except WbError as exc:
             return CallOutcome([Error(ToolError.from_wb(exc))])
@@ -347,6 +398,8 @@ class ToolkitProvider:
                 out = self._call_command(tool, args, timeout, cancel)
             elif tool.kind == "kernel":
                 out = self._call_kernel(tool, args, timeout)
+            elif tool.act_tool is not None:
+                out = self._call_act(tool, args, cancel, timeout)
             else:
                 out = self._call_component(tool, args, cancel, timeout)
             if progress:
@@ -441,6 +494,30 @@ class ToolkitProvider:
                 ErrorKind.OTHER, LocalizedString(plain=exc.message), other="wb:result-err"))], structured={"err": detail})
         part = ContentPart(json.dumps(res.value, ensure_ascii=False).encode(), "application/json")
         return CallOutcome([Content(part)], structured=res.value, usage=res.usage.as_dict())
+
+
+    def _call_act(self, tool: Tool, args: Mapping[str, Any], cancel: threading.Event | None, timeout: float | None,
+                  metadata: Mapping[str, Any] | None = None) -> CallOutcome:
+        """One ``call-tool`` of an ACT provider: arguments as deterministic CBOR, the
+        call's metadata as CBOR pairs; its events (content, metadata, a terminal error
+        with its own kind) are the outcome."""
+        from wbcore.act import cbor, wire
+
+        payload = {
+            "name": tool.act_tool,
+            "arguments": base64.b64encode(cbor.dumps(dict(args))).decode("ascii"),
+            "metadata": [[k, base64.b64encode(v).decode("ascii")] for k, v in cbor.encode_metadata(metadata or {})],
+        }
+        res = self.runtime.component_call(tool.target, tool.function or "", payload,
+                                          principal=self._principal(tool), timeout=timeout, cancel=cancel)
+        events = wire.provided_result(res.value)
+        structured = None
+        if len(events) == 1 and isinstance(events[0], Content):
+            mt = (events[0].part.mime_type or "").split(";")[0].strip().lower()
+            if mt in ("application/json", "application/cbor"):
+                value = events[0].part.value()
+                structured = value if isinstance(value, dict) else None
+        return CallOutcome(events, structured=structured, usage=res.usage.as_dict())
 
 
 def _bytes_part(data: bytes) -> ContentPart:

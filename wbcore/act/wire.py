@@ -11,7 +11,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from wbcore.act.model import ComponentInfo, LocalizedString
+from wbcore.act.model import (
+    ComponentInfo,
+    Content,
+    ContentPart,
+    Error,
+    ErrorKind,
+    LocalizedString,
+    Metadata,
+    MetadataEvent,
+    StreamEvent,
+    ToolDefinition,
+    ToolError,
+)
 from wbcore.errors import InvalidArgs
 
 # --- reading generic wire values -------------------------------------------------------
@@ -100,3 +112,99 @@ def component_info(value: Any, *, skill: str | None = None) -> ComponentInfo:
             get(value, "default-language"), ids, skill, "0.1",
         )
     return ComponentInfo(None, None, skill=skill, revision="0.2", extra=dict(value) if isinstance(value, Mapping) else {})
+
+
+# --- a tool provider's own answers (act:tools/tool-provider, the 0.4 shapes) ----------
+# What a component exporting ``act:tools/tool-provider`` returns, as the host lifts it:
+# ``list<u8>`` arrives as bytes, a list of ints, or base64 text (the JSON form of the
+# component shape), variants as ``{"tag", "value"}``, results as ``{"ok"|"err": ...}``.
+
+
+def wire_bytes(obj: Any, where: str) -> bytes:
+    import base64
+    import binascii
+
+    if isinstance(obj, (bytes, bytearray, memoryview)):
+        return bytes(obj)
+    if isinstance(obj, str):
+        try:
+            return base64.b64decode(obj, validate=True)
+        except (binascii.Error, ValueError):
+            raise InvalidArgs(f"{where}: not base64 bytes") from None
+    if isinstance(obj, (list, tuple)) and all(isinstance(b, int) and 0 <= b < 256 for b in obj):
+        return bytes(obj)
+    raise InvalidArgs(f"{where}: expected bytes, got {type(obj).__name__}")
+
+
+def metadata(pairs: Any, where: str = "metadata") -> Metadata:
+    """``list<tuple<string, list<u8>>>`` (values CBOR) → decoded :class:`Metadata`."""
+    from wbcore.act import cbor
+
+    out: dict[str, Any] = {}
+    for pair in pairs or ():
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+            raise InvalidArgs(f"{where}: each entry must be a (key, value) pair")
+        key, raw = pair
+        out[str(key)] = cbor.loads(wire_bytes(raw, f"{where}[{key!r}]"))
+    return Metadata(out)
+
+
+def provided_tool(obj: Any) -> ToolDefinition:
+    """A ``tool-definition`` from a provider's ``list-tools`` (0.2/0.4 shape)."""
+    import json
+
+    name = get(obj, "name")
+    if not isinstance(name, str) or not name:
+        raise InvalidArgs("tool-definition without a name")
+    raw_schema = get(obj, "parameters-schema")
+    schema: Any = None
+    if raw_schema:
+        try:
+            schema = json.loads(raw_schema) if isinstance(raw_schema, str) else raw_schema
+        except ValueError as exc:
+            raise InvalidArgs(f"tool {name!r}: parameters-schema is not JSON: {exc}") from None
+        if not isinstance(schema, Mapping):
+            raise InvalidArgs(f"tool {name!r}: parameters-schema must be a JSON object")
+    return ToolDefinition(name, localized(get(obj, "description")), schema,
+                          metadata(get(obj, "metadata"), f"tool {name!r} metadata"))
+
+
+def provided_error(obj: Any) -> ToolError:
+    """An ``error {kind: string, message, metadata}``: ``std:<kind>`` is a well-known kind."""
+    kind = str(get(obj, "kind") or "")
+    bare = kind[4:] if kind.startswith("std:") else None
+    meta = metadata(get(obj, "metadata"), "error metadata")
+    message = localized(get(obj, "message"))
+    if bare in {k.value for k in ErrorKind} - {ErrorKind.OTHER.value}:
+        return ToolError(ErrorKind(bare), message, extensions=meta)
+    return ToolError(ErrorKind.OTHER, message, other=kind or "unknown", extensions=meta)
+
+
+def provided_result(obj: Any) -> list[StreamEvent]:
+    """A ``call-tool`` answer: ``tool-result`` (``immediate(list<tool-event>)`` or
+    ``streaming(stream<tool-event>)``) or a bare event list → events, errors last."""
+    events_wire: Any = obj
+    if not isinstance(obj, (list, tuple)):
+        tag, payload = variant(obj)
+        if tag == "streaming":
+            raise InvalidArgs("the provider answered with a stream<tool-event>, which this host cannot read "
+                              "in-process yet (wasmtime-py has no stream values); see docs/mcp.md")
+        if tag != "immediate":
+            raise InvalidArgs(f"tool-result has no case {tag!r}")
+        events_wire = payload or []
+    events: list[StreamEvent] = []
+    for i, ev in enumerate(events_wire):
+        tag, payload = variant(ev)
+        if tag == "content":
+            events.append(Content(ContentPart(wire_bytes(get(payload, "data") or b"", f"event {i} data"),
+                                              get(payload, "mime-type"), metadata(get(payload, "metadata")))))
+        elif tag == "error":
+            events.append(Error(provided_error(payload)))
+        elif tag == "metadata":
+            events.append(MetadataEvent(metadata(payload)))
+        else:
+            raise InvalidArgs(f"tool-event {i} has no case {tag!r}")
+    for i, ev in enumerate(events[:-1]):
+        if isinstance(ev, Error):
+            raise InvalidArgs(f"tool-event {i} is an error but {len(events) - i - 1} event(s) follow it")
+    return events

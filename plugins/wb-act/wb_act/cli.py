@@ -89,6 +89,16 @@ def _wire_json(value: Any) -> Any:
     return value
 
 
+def _json_object(text: str, flag: str) -> dict[str, Any]:
+    try:
+        parsed = json.loads(text)
+    except ValueError as exc:
+        raise InvalidArgs(f"{flag} is not JSON: {exc}") from None
+    if not isinstance(parsed, dict):
+        raise InvalidArgs(f"{flag} must be a JSON object")
+    return parsed
+
+
 def build_act(runtime: Any) -> typer.Typer:
     app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None)
 
@@ -106,6 +116,37 @@ def build_act(runtime: Any) -> typer.Typer:
         provider = ToolkitProvider(runtime, only=names)
         wire = [revisions.tool_definition_to_wire(t, revision) for t in provider.list_tools()]
         sys.stdout.write(json.dumps(_wire_json(wire), indent=2, ensure_ascii=False) + "\n")
+
+    @app.command("call")
+    def call(
+        tool: str = typer.Argument(..., help="<toolkit>.<tool>; `wbx act tools` lists them."),
+        args: str = typer.Option("{}", "--args", help="The arguments as a JSON object (sent to the tool as CBOR)."),
+        meta: str = typer.Option("{}", "--meta", help="Call metadata as a JSON object (std:traceparent ...)."),
+        revision: str = typer.Option("0.4", "--revision", help="ACT revision of the printed events: 0.1, seed, 0.2, 0.4."),
+        timeout: float = typer.Option(0.0, "--timeout", help="Shorten the deadline (seconds; 0 = the profile's)."),
+    ) -> None:
+        """Make one ACT tool-call and print its stream events in the chosen revision's wire
+        form (JSON; CBOR values decoded). Exits with the error kind's code when the stream
+        ends in an error."""
+        from wb_act import revisions
+        from wbcore.act import cbor
+        from wbcore.act.model import Metadata, MetadataEvent, ToolCall
+        from wbcore.act.provider import ToolkitProvider
+
+        revisions.check_revision(revision)
+        parsed, metadata = (_json_object(args, "--args"), _json_object(meta, "--meta"))
+        provider = ToolkitProvider(runtime)
+        provider.tool(tool)  # unknown tool: not-found, listing the known ones
+        outcome = provider.call_tool(ToolCall(tool, cbor.dumps(parsed), Metadata(metadata)), timeout=timeout or None)
+        # Only the seed revision has a metadata event; the others carry no such case.
+        wire = [revisions.stream_event_to_wire(ev, revision) for ev in outcome.events
+                if revision == "seed" or not isinstance(ev, MetadataEvent)]
+        sys.stdout.write(json.dumps(_wire_json(wire), indent=2, ensure_ascii=False, default=str) + "\n")
+        err = outcome.error
+        if err is not None:
+            kind = ErrorKind(err.kind.value) if err.kind.value in {k.value for k in ErrorKind} else ErrorKind.INTERNAL
+            print(f"wbx: {err.kind_name}: {err.text}", file=sys.stderr)
+            raise typer.Exit(EXIT_CODES[kind])
 
     @app.command("info")
     def info(path: str = typer.Argument(..., help="A .wasm component or module.")) -> None:

@@ -18,6 +18,18 @@
   engine meters it, and a wall-clock deadline through epoch interruption. The epoch
   callback also checks the call's cancel event, so cancelling a call stops its guest
   at the next tick (``Cancelled``) while the host and other calls carry on.
+- **Types-only imports** (``act:core/types``: an interface that exports only type
+  definitions, no function, instance or resource) are satisfied by an empty instance:
+  there is nothing to call through them, so accepting one grants nothing.
+- **Async exports** (component-model async, ``async func``; every ACT tool provider
+  exports them) are called through the wasmtime C API's ``wasmtime_component_func_call_async``
+  and polled to completion on the calling thread (:func:`_call_async`): wasmtime-py 50
+  exposes the function but wraps only the synchronous call. The same epoch deadline and
+  cancel event stop the guest; a call still pending at its deadline is dropped.
+  ``stream``/``future`` values cannot cross the C API (it has no value kind for them,
+  and lifting one aborts the process), so an async export whose result *can* carry one
+  is called in a worker process (:mod:`wb_wasmtime.isolated`): an answer that does is
+  a clear error and only the worker stops.
 - **Compiled once**: the serialized component is cached in the artifact store under
   the engine's cache key, so a second process deserializes instead of compiling
   (an 18 MB componentize-py component compiles in seconds, deserializes in ms).
@@ -55,6 +67,11 @@ MAX_OUTPUT = 1 << 20
 #: Exports that are toolchain plumbing, not tools: componentize-py's pre-initialization
 #: hook (component-init), which must never be called after the component is built.
 INTERNAL_EXPORTS = frozenset({("exports", "init")})
+#: Import types that need a host definition; an import whose exports are all other
+#: (value) types is types-only.
+DEFINING_TYPES = frozenset({"FuncType", "ComponentInstanceType", "ResourceType", "ModuleType", "ComponentType"})
+#: While an async call is pending (its guest waits), the poll loop sleeps this long.
+ASYNC_POLL_S = 0.0005
 MAX_CACHED = 64
 DEFAULT_FUEL = 10_000_000_000
 
@@ -71,12 +88,19 @@ class ComponentFunction:
     export: tuple[str, ...]
     params: tuple[tuple[str, Any], ...]
     result: Any
+    is_async: bool = False
 
     def input_schema(self) -> dict[str, Any]:
         return wit_values.params_schema(list(self.params))
 
     def output_schema(self) -> dict[str, Any] | None:
         return None if self.result is None else wit_values.schema(self.result)
+
+    @property
+    def isolated(self) -> bool:
+        """An async export whose result can carry a stream/future: called in a worker
+        process (:mod:`wb_wasmtime.isolated`), since lifting one aborts the process."""
+        return self.is_async and self.result is not None and _has_async_value(self.result)
 
     @property
     def wit_signature(self) -> str:
@@ -164,6 +188,43 @@ def _walk_exports(engine: Any, items: Mapping[str, Any], path: tuple[str, ...]) 
             yield from _walk_exports(engine, ty.exports(engine), path + (name,))
 
 
+def _is_async(fty: Any) -> bool:
+    from wasmtime import _ffi as ffi
+
+    return bool(ffi.wasmtime_component_func_type_async(fty.ptr()))
+
+
+def _has_async_value(ty: Any, depth: int = 0) -> bool:
+    """Whether a WIT type can hold a ``stream``/``future``/``error-context`` value."""
+    k = type(ty).__name__
+    if k in ("StreamType", "FutureType", "ErrorContextType") or depth > 64:
+        return True
+    inner: list[Any] = []
+    if k == "ListType":
+        inner = [ty.element]
+    elif k == "OptionType":
+        inner = [ty.payload]
+    elif k == "TupleType":
+        inner = list(ty.elements)
+    elif k == "RecordType":
+        inner = [t for _, t in ty.fields]
+    elif k == "VariantType":
+        inner = [t for _, t in ty.cases if t is not None]
+    elif k == "ResultType":
+        inner = [t for t in (ty.ok, ty.err) if t is not None]
+    return any(_has_async_value(t, depth + 1) for t in inner)
+
+
+def _types_only(item: Any, engine: Any) -> bool:
+    """An imported instance that exports only type definitions (nothing to link)."""
+    from wasmtime.component import ComponentInstanceType
+
+    ty = getattr(item, "ty", item)
+    if not isinstance(ty, ComponentInstanceType):
+        return False
+    return all(type(getattr(e, "ty", e)).__name__ not in DEFINING_TYPES for e in ty.exports(engine).values())
+
+
 def _short(iface: str) -> str:
     """``wb:demo/tools@0.1.0`` → ``tools``."""
     return iface.split("/")[-1].split("@")[0]
@@ -177,7 +238,12 @@ class LoadedComponent:
         self.component = component
         self.engine = engine
         ctype = component.type
-        self.imports: tuple[str, ...] = tuple(ctype.imports(engine.wasm))
+        imported = ctype.imports(engine.wasm)
+        self.imports: tuple[str, ...] = tuple(imported)
+        # wasi:* is linked (or refused) by name and wb:host/* by cap: never "types-only"
+        self.types_only: frozenset[str] = frozenset(
+            n for n, item in imported.items()
+            if not n.startswith("wasi:") and not HOST_IMPORT_RE.match(n) and _types_only(item, engine.wasm))
         found = [f for f in _walk_exports(engine.wasm, ctype.exports(engine.wasm), ()) if f[0] not in INTERNAL_EXPORTS]
         counts: dict[str, int] = {}
         for path, _ in found:
@@ -185,7 +251,7 @@ class LoadedComponent:
         self.functions: dict[str, ComponentFunction] = {}
         for path, fty in found:
             short = path[-1] if counts[path[-1]] == 1 else ".".join([*(_short(p) for p in path[:-1]), path[-1]])
-            self.functions[short] = ComponentFunction(short, path, tuple(fty.params), fty.result)
+            self.functions[short] = ComponentFunction(short, path, tuple(fty.params), fty.result, _is_async(fty))
         self._indexes: dict[str, Any] = {}
         self._linkers: dict[frozenset[str], Any] = {}
         self._lock = threading.Lock()
@@ -194,6 +260,8 @@ class LoadedComponent:
         """The caps this component imports, all granted; else ``CapabilityDenied`` naming one."""
         needed: dict[str, str] = {}
         for imp in self.imports:
+            if imp in self.types_only:
+                continue  # nothing to call through it: accepted, grants nothing
             m = HOST_IMPORT_RE.match(imp)
             if m:
                 if m.group(1) != INFO_INTERFACE:
@@ -240,6 +308,9 @@ class LoadedComponent:
                 )
         # The root must be closed (``with``) before the linker instantiates anything.
         with linker.root() as root:
+            for imp in sorted(self.types_only):
+                with root.add_instance(imp):
+                    pass  # an empty instance: the import defines types only
             for cap, imp in sorted(host_imports.items()):
                 with root.add_instance(imp) as inst:
                     if cap == INFO_INTERFACE:
@@ -391,8 +462,9 @@ class _Watch:
 class ComponentRunner:
     """``ExecShape("component").runner(runtime)``: typed in-process calls."""
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: Runtime, *, isolate: bool = True) -> None:
         self.runtime = runtime
+        self.isolate = isolate  # False inside the isolated worker itself
 
     def load(self, sha: str) -> LoadedComponent:
         return components.load(artifact_store(self.runtime), sha)
@@ -421,6 +493,10 @@ class ComponentRunner:
         if missing:
             raise InvalidArgs(f"{request.name}.{fn.name}: missing argument(s) {', '.join(missing)}")
         needed = loaded.needed_caps(request.name, request.caps)
+        if self.isolate and fn.isolated:
+            from wb_wasmtime import isolated
+
+            return isolated.call(request, artifact_store(self.runtime).root, needed)
         linker = loaded.linker(needed, self.runtime)
 
         eng = loaded.engine
@@ -454,14 +530,15 @@ class ComponentRunner:
                     raise NotFound(f"{request.name}: export {'/'.join(fn.export)} is not a function")
                 lowered = [wit_values.from_json(t, args[n], n) for n, t in fn.params]
                 try:
-                    raw = func(store, *lowered)
+                    raw = _call_async(func, store, fn, lowered, watch) if fn.is_async else func(store, *lowered)
                 except wasmtime.WasmtimeError as exc:
                     raise self._trap(exc, watch, request, fn.name) from None
                 value = None if fn.result is None else wit_values.to_json(fn.result, raw)
-                try:
-                    func.post_return(store)
-                except wasmtime.WasmtimeError:
-                    pass  # post-return is implicit in newer component ABIs
+                if not fn.is_async:
+                    try:
+                        func.post_return(store)
+                    except wasmtime.WasmtimeError:
+                        pass  # post-return is implicit in newer component ABIs
         finally:
             _dock_ctx.reset(token)
         usage = Usage(wall_s=time.perf_counter() - t0, bytes_out=out.size)
@@ -489,6 +566,51 @@ class ComponentRunner:
         if where == "instantiate":
             return InvalidArgs(f"{request.name}: cannot instantiate: {first}")
         return Internal(f"{request.name}: {where} trapped: {first}")
+
+
+def _call_async(func: Any, store: Any, fn: ComponentFunction, lowered: list[Any], watch: _Watch) -> Any:
+    """Call an async-lifted export through the C API and poll it to completion.
+
+    wasmtime runs the guest's event loop inside ``wasmtime_call_future_poll``; the epoch
+    callback traps it at the deadline or on cancel as for a synchronous call. A poll
+    that returns "pending" means the guest waits on something only it can resolve: the
+    loop sleeps briefly and stops at the deadline, dropping the future (and the guest).
+    """
+    from ctypes import POINTER, byref, pointer
+
+    import wasmtime
+    from wasmtime import _ffi as ffi
+
+    params = (ffi.wasmtime_component_val_t * max(len(lowered), 1))()
+    done = 0
+    result = ffi.wasmtime_component_val_t()
+    err = POINTER(ffi.wasmtime_error_t)()
+    try:
+        for (_name, ty), val in zip(fn.params, lowered):
+            ty.convert_to_c(store, val, pointer(params[done]))
+            done += 1
+        future = ffi.wasmtime_component_func_call_async(
+            byref(func._func), store._context(), params, done,
+            byref(result) if fn.result is not None else None, 1 if fn.result is not None else 0, byref(err))
+        if err:
+            raise wasmtime.WasmtimeError._from_ptr(err)
+        try:
+            while not ffi.wasmtime_call_future_poll(future):
+                if watch.cancel is not None and watch.cancel.is_set():
+                    watch.reason = "cancelled"
+                elif time.monotonic() >= watch.deadline:
+                    watch.reason = "timeout"
+                if watch.reason:
+                    raise wasmtime.WasmtimeError(f"wb: call {watch.reason} while the guest was waiting")
+                time.sleep(ASYNC_POLL_S)
+        finally:
+            ffi.wasmtime_call_future_delete(future)
+        if err:
+            raise wasmtime.WasmtimeError._from_ptr(err)
+        return None if fn.result is None else fn.result.convert_from_c(result)
+    finally:
+        for i in range(done):
+            ffi.wasmtime_component_val_delete(byref(params[i]))
 
 
 def _brief(value: Any) -> str:
