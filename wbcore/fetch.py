@@ -56,6 +56,13 @@ class Fetched:
     size: int
     sha256: str
     content_type: str = ""
+    #: The final response's headers (lower-cased names), for callers that page (``Link``),
+    #: cache (``ETag``) or follow a protocol (``Location``, ``Docker-Content-Digest``).
+    headers: tuple[tuple[str, str], ...] = ()
+
+    def header(self, name: str) -> str:
+        name = name.lower()
+        return next((v for k, v in self.headers if k == name), "")
 
 
 def ssl_context(env: Mapping[str, str] | None = None) -> ssl.SSLContext:
@@ -135,8 +142,16 @@ def stream(
     limits: Limits = Limits(),
     env: Mapping[str, str] | None = None,
     headers: Mapping[str, str] | None = None,
+    method: str = "GET",
+    body: bytes | None = None,
+    ok: tuple[int, ...] = (200,),
 ) -> Fetched:
-    """GET ``url`` hop by hop through ``guard``, handing the body to ``sink`` as it streams."""
+    """GET ``url`` hop by hop through ``guard``, handing the body to ``sink`` as it streams.
+
+    ``method``/``body``/``ok`` serve protocols beyond a download (the OCI distribution API's
+    HEAD, POST and PUT): a request with a body never follows a redirect (it would resend the
+    body somewhere the caller did not name), and any status outside ``ok`` is an error.
+    """
     import httpx
 
     deadline = time.monotonic() + limits.timeout
@@ -164,13 +179,15 @@ def stream(
         sent["Host"] = shown_host if port == DEFAULT_PORTS[scheme] else f"{shown_host}:{port}"
         extensions = {"sni_hostname": pin.host} if scheme == "https" else {}
         with client(timeout=min(30.0, remaining), env=env) as c:
-            req = c.build_request("GET", pinned, headers=sent, extensions=extensions)
+            req = c.build_request(method, pinned, headers=sent, content=body, extensions=extensions)
             try:
                 resp = c.send(req, stream=True)
             except httpx.HTTPError as exc:
                 raise transport_error(exc, url) from None
             try:
-                if resp.is_redirect:
+                if resp.is_redirect and resp.status_code not in ok:
+                    if body is not None:
+                        raise InvalidArgs(f"{url}: HTTP {resp.status_code} redirect of a {method} with a body; not followed")
                     location = resp.headers.get("location")
                     if not location:
                         raise InvalidArgs(f"{url}: HTTP {resp.status_code} redirect without a Location")
@@ -178,11 +195,11 @@ def stream(
                     continue
                 if resp.status_code in (404, 410):
                     raise NotFound(f"{url}: HTTP {resp.status_code} (not found)")
-                if resp.status_code != 200:
+                if resp.status_code not in ok:
                     cls = Unreachable if resp.status_code >= 500 else InvalidArgs
                     raise cls(f"{url}: answered HTTP {resp.status_code}")
                 declared = resp.headers.get("content-length", "")
-                if declared.isdigit() and int(declared) > limits.max_bytes:
+                if method != "HEAD" and declared.isdigit() and int(declared) > limits.max_bytes:
                     raise InvalidArgs(f"{url}: {declared} bytes is over the {limits.max_bytes}-byte cap")
                 h = hashlib.sha256()
                 total = 0
@@ -197,7 +214,8 @@ def stream(
                         sink(chunk)
                 except httpx.HTTPError as exc:
                     raise transport_error(exc, url) from None
-                return Fetched(url, resp.status_code, total, h.hexdigest(), resp.headers.get("content-type", ""))
+                kept = tuple((k.lower(), v) for k, v in resp.headers.multi_items())
+                return Fetched(url, resp.status_code, total, h.hexdigest(), resp.headers.get("content-type", ""), kept)
             finally:
                 resp.close()
     raise InvalidArgs(f"{url}: more than {limits.max_redirects} redirects")
@@ -229,11 +247,15 @@ def get_bytes(
     limits: Limits,
     env: Mapping[str, str] | None = None,
     headers: Mapping[str, str] | None = None,
+    method: str = "GET",
+    body: bytes | None = None,
+    ok: tuple[int, ...] = (200,),
 ) -> tuple[bytes, Fetched]:
     """A small body in memory (bounded by ``limits.max_bytes`` while it streams)."""
-    body = bytearray()
-    got = stream(url, body.extend, guard=guard, limits=limits, env=env, headers=headers)
-    return bytes(body), got
+    got_body = bytearray()
+    got = stream(url, got_body.extend, guard=guard, limits=limits, env=env, headers=headers,
+                 method=method, body=body, ok=ok)
+    return bytes(got_body), got
 
 
 def local_path(spec: str, base: Path) -> Path | None:
