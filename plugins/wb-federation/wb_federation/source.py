@@ -150,7 +150,7 @@ class Connector:
         if params:
             url += "?" + urlencode(sorted(params.items()))
         page_no = 1
-        pag = src.pagination
+        pag = entity.pagination or src.pagination
         if pag.style == "page":
             url = _with_param(url, pag.param, "1")
         for _ in range(src.max_pages):

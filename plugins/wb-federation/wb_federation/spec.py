@@ -19,6 +19,7 @@ The SOURCE is the toolkit's keywords; each entity is a heading tagged ``:entity:
        :TITLE: title
        :FIELDS: id title state owner_id
        :PUSHDOWN: state                      (filters the source applies as ?state=…)
+       :PAGINATION: cursor next_cursor cursor (this entity's own, else #+PAGINATION)
        :END:
 
 Every value is checked here, once, with the file and line in the message.
@@ -68,6 +69,7 @@ class Entity:
     fields: tuple[str, ...]  # () = every field the rows carry
     rows_path: str
     pushdown: tuple[str, ...] = ()  # fields the source filters on as ?field=value
+    pagination: Pagination | None = None  # this entity's own :PAGINATION: (else the source's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,5 +188,6 @@ def _entities(text: str, path: Path, rows_default: str) -> list[Entity]:
                 raise _fail(path, line, ":PUSHDOWN:", f"{f!r} is not a field name")
         if name in {e.name for e in out}:
             raise _fail(path, line, ":ENTITY:", f"{name!r} is declared twice")
-        out.append(Entity(name, epath, key, title, fields, rows_path, pushdown))
+        own = _pagination(props["PAGINATION"], path, line) if props.get("PAGINATION") else None
+        out.append(Entity(name, epath, key, title, fields, rows_path, pushdown, own))
     return out

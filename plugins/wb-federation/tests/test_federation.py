@@ -1,0 +1,214 @@
+"""Federation end to end: a REST source on loopback (3 pages), query with joins, sync into Org."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import HMAC_KEY, TOKEN, tracker_manifest
+
+from wbcore.testing import write_toolkit
+
+
+@pytest.fixture
+def allow_loopback(monkeypatch):
+    monkeypatch.setenv("WB_ALLOW_PRIVATE_HOSTS", "127.0.0.1")
+    monkeypatch.delenv("WB_ALLOW_PRIVATE_SOURCES", raising=False)
+
+
+@pytest.fixture
+def tracker(api, toolkit_root, make_runtime, monkeypatch, allow_loopback):
+    write_toolkit(toolkit_root, "tracker", tracker_manifest(api.base))
+    monkeypatch.setenv("TRACKER_TOKEN", TOKEN)
+    return make_runtime(plugins=["federation"])
+
+
+def _audit_text(rt) -> str:
+    rt.dock.audit.flush()
+    return "".join(p.read_text() for p in sorted((rt.home / "audit").glob("*.jsonl")))
+
+
+def test_query_returns_the_joined_rows_of_two_entities(api, tracker, wbx):
+    r = wbx("fed", "query", "tracker", "issues", "--join", "users:owner_id=id", "--json", runtime=tracker)
+    assert r.exit_code == 0, r.stderr
+    out = json.loads(r.stdout)
+    rows = out["rows"]
+    assert [row["issues.id"] for row in rows] == [1, 2, 3, 4, 5, 6, 7]  # all 3 pages of issues
+    by_id = {u["id"]: u for u in api.users}
+    for row in rows:
+        assert row["users.id"] == row["issues.owner_id"]
+        assert row["users.name"] == by_id[row["issues.owner_id"]]["name"]  # users came from 3 cursor pages
+    assert rows[0]["issues.labels"] == '["bug"]'
+    issue_pages = [p for p in api.seen if p.startswith("/api/issues")]
+    user_pages = [p for p in api.seen if p.startswith("/api/users")]
+    assert issue_pages == ["/api/issues", "/api/issues?page=2", "/api/issues?page=3"]
+    assert user_pages == ["/api/users", "/api/users?cursor=c2", "/api/users?cursor=c3"]
+
+
+def test_query_pushes_filters_down_and_applies_them_again(api, tracker, wbx):
+    r = wbx("fed", "query", "tracker", "issues", "--where", "state=closed", "--csv", runtime=tracker)
+    assert r.exit_code == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "issues.id,issues.title,issues.state,issues.owner_id,issues.labels"
+    assert [ln.split(",")[0] for ln in lines[1:]] == ["3", "6"]
+    assert api.seen[0] == "/api/issues?state=closed"
+    r = wbx("fed", "query", "tracker", "issues", "--join", "users:nope=id", runtime=tracker)
+    assert r.exit_code == 2 and "issues has no field 'nope'" in r.stderr
+    r = wbx("fed", "query", "tracker", "issues", "--join", "users; DROP TABLE x", runtime=tracker)
+    assert r.exit_code == 2 and "write it as <entity>:<base field>=<entity field>" in r.stderr
+
+
+def test_sync_twice_is_byte_identical_and_a_changed_row_updates_in_place(api, tracker, wbx, tmp_path):
+    out = tmp_path / "tracker.org"
+    r = wbx("fed", "sync", "tracker", "--out", str(out), "--json", runtime=tracker)
+    assert r.exit_code == 0, r.stderr
+    first = out.read_bytes()
+    assert json.loads(r.stdout)["added"] == 7
+    text = first.decode()
+    assert text.count(":task:") == 7 and ":ID: tracker-issues-3" in text
+    mtime = out.stat().st_mtime_ns
+    r = wbx("fed", "sync", "tracker", "--out", str(out), "--json", runtime=tracker)
+    assert r.exit_code == 0 and json.loads(r.stdout)["written"] is False
+    assert out.read_bytes() == first and out.stat().st_mtime_ns == mtime
+    # a person's notes under a node survive; then the source changes one row
+    lines = text.splitlines()
+    end = next(i for i, ln in enumerate(lines) if ln.strip() == ":END:" and i > lines.index("  :ID: tracker-issues-4"))
+    lines.insert(end + 1, "My notes on issue four.")
+    out.write_text("\n".join(lines) + "\n")
+    edited = out.read_bytes()
+    api.issues[3]["title"] = "Issue four, retitled"
+    api.issues[3]["state"] = "closed"
+    r = wbx("fed", "sync", "tracker", "--out", str(out), "--json", runtime=tracker)
+    counts = json.loads(r.stdout)
+    assert counts["updated"] == 1 and counts["added"] == 0 and counts["unchanged"] == 6
+    new = out.read_bytes().decode()
+    old_lines, new_lines = edited.decode().splitlines(), new.splitlines()
+    assert len(old_lines) == len(new_lines)
+    changed = [(a, b) for a, b in zip(old_lines, new_lines, strict=True) if a != b]
+    assert changed == [("* Issue number 4 :task:", "* Issue four, retitled :task:"),
+                       ("  :TITLE: Issue number 4", "  :TITLE: Issue four, retitled"), ("  :STATE: open", "  :STATE: closed")]
+    assert "My notes on issue four." in new
+    # a deleted row is marked, not removed; a new one is appended
+    api.issues.pop(0)
+    api.issues.append({"id": 8, "title": "Eighth", "state": "open", "owner_id": 101, "labels": []})
+    counts = json.loads(wbx("fed", "sync", "tracker", "--out", str(out), "--json", runtime=tracker).stdout)
+    assert (counts["added"], counts["deleted"]) == (1, 1)
+    text = out.read_text()
+    assert "* Issue number 1 :task:deleted:" in text and ":FED_DELETED: t" in text
+    assert text.rstrip().splitlines()[-1] == "  :END:" and "* Eighth :task:" in text
+    again = out.read_bytes()
+    wbx("fed", "sync", "tracker", "--out", str(out), runtime=tracker)
+    assert out.read_bytes() == again  # marking is idempotent too
+
+
+def test_sync_defaults_to_the_declared_file_in_the_working_folder(api, tracker, wbx, tmp_path):
+    r = wbx("fed", "sync", "tracker", runtime=tracker)
+    assert r.exit_code == 0, r.stderr
+    assert (tmp_path / "tracker.org").is_file() and "synced" in r.stdout
+
+
+def test_values_from_the_source_cannot_forge_org_structure(api, tracker, wbx, tmp_path):
+    api.issues[0]["title"] = "evil\n* Forged heading :task:\n  :PROPERTIES:\n  :ID: tracker-issues-99"
+    api.issues[1]["title"] = "** looks like a heading"
+    api.issues[2]["state"] = "x\n#+SETUPFILE: /etc/passwd"
+    out = tmp_path / "t.org"
+    assert wbx("fed", "sync", "tracker", "--out", str(out), runtime=tracker).exit_code == 0
+    text = out.read_text()
+    lines = text.splitlines()
+    assert len([ln for ln in lines if ln.startswith("*")]) == 7
+    assert not [ln for ln in lines if ln.strip().startswith(":ID: tracker-issues-99")]
+    assert not [ln for ln in lines if ln.strip() == ":PROPERTIES:" and not ln.startswith("  :")]
+    assert not [ln for ln in text.splitlines() if ln.startswith("#+SETUPFILE")]
+    assert [ln for ln in text.splitlines() if ln.startswith("*")][1].startswith("* \u200b** looks like")
+
+
+def test_a_source_on_a_private_address_is_refused_unless_allowed(api, toolkit_root, make_runtime, wbx, monkeypatch):
+    write_toolkit(toolkit_root, "tracker", tracker_manifest(api.base))
+    monkeypatch.setenv("TRACKER_TOKEN", TOKEN)
+    monkeypatch.delenv("WB_ALLOW_PRIVATE_HOSTS", raising=False)
+    monkeypatch.delenv("WB_ALLOW_PRIVATE_SOURCES", raising=False)
+    rt = make_runtime(plugins=["federation"])
+    r = wbx("fed", "query", "tracker", "issues", runtime=rt)
+    assert r.exit_code == 126 and "SSRF guard" in r.stderr and "loopback" in r.stderr, r.stderr
+    assert api.seen == []  # not one request reached the server
+    audit = [json.loads(ln) for ln in _audit_text(rt).splitlines()]
+    denied = [e for e in audit if e["op"] == "fed.get"]
+    assert denied and denied[0]["outcome"] == "denied" and denied[0]["reason"] == "ssrf"
+    assert denied[0]["principal"] == "default/tracker"
+    monkeypatch.setenv("WB_ALLOW_PRIVATE_HOSTS", "127.0.0.1")
+    rt = make_runtime(plugins=["federation"])
+    assert wbx("fed", "query", "tracker", "issues", runtime=rt).exit_code == 0
+
+
+def test_a_next_link_off_the_origin_is_not_followed(api, toolkit_root, make_runtime, wbx, monkeypatch, allow_loopback):
+    manifest = tracker_manifest(api.base).replace(":PATH: /users", ":PATH: /away")
+    manifest = manifest.replace(":PAGINATION: cursor next_cursor cursor", ":PAGINATION: link")
+    write_toolkit(toolkit_root, "tracker", manifest)
+    monkeypatch.setenv("TRACKER_TOKEN", TOKEN)
+    r = wbx("fed", "query", "tracker", "users", runtime=make_runtime(plugins=["federation"]))
+    assert r.exit_code == 126 and "off the source's origin" in r.stderr, r.stderr
+
+
+def test_a_page_over_its_byte_budget_is_stopped(api, toolkit_root, make_runtime, wbx, monkeypatch, allow_loopback):
+    write_toolkit(toolkit_root, "tracker", tracker_manifest(api.base).replace(":PATH: /users", ":PATH: /huge"))
+    monkeypatch.setenv("TRACKER_TOKEN", TOKEN)
+    r = wbx("fed", "query", "tracker", "users", runtime=make_runtime(plugins=["federation"]))
+    assert r.exit_code == 2 and "byte cap" in r.stderr, r.stderr
+
+
+def test_the_token_never_appears_in_output_or_audit(api, tracker, wbx, monkeypatch, tmp_path, make_runtime):
+    results = [wbx("fed", "query", "tracker", "issues", "--join", "users:owner_id=id", runtime=tracker),
+               wbx("fed", "sync", "tracker", "--out", str(tmp_path / "x.org"), runtime=tracker)]
+    assert all(r.exit_code == 0 for r in results)
+    assert api.headers[0]["Authorization"] == f"Bearer {TOKEN}"  # it was sent to the source ...
+    monkeypatch.setenv("TRACKER_TOKEN", "WRONG-tok-31337")  # ... and a refusal does not echo it either
+    results.append(wbx("fed", "query", "tracker", "issues", runtime=make_runtime(plugins=["federation"])))
+    assert results[-1].exit_code != 0 and "401" in results[-1].stderr
+    audit = _audit_text(tracker)
+    assert "fed.get" in audit
+    for blob in [audit, (tmp_path / "x.org").read_text()] + [r.stdout + r.stderr for r in results]:
+        assert TOKEN not in blob and "WRONG-tok-31337" not in blob
+
+
+def test_hmac_auth_signs_through_the_secrets_broker(api, toolkit_root, make_runtime, wbx, allow_loopback, tmp_path,
+                                                   capfd):
+    pytest.importorskip("wb_brokers_secrets", reason="the secrets broker is a separate plugin (wb-brokers-secrets)")
+    from wb_brokers_secrets.store import SecretStore
+
+    api.auth = "hmac"
+    write_toolkit(toolkit_root, "tracker", tracker_manifest(api.base, auth="hmac-sha256 tracker-key", caps="net secrets"))
+    rt = make_runtime(plugins=["federation", "brokers-secrets"])
+    SecretStore(rt.home / "brokers" / "secrets.db").put("default", "tracker-key", HMAC_KEY)
+    r = wbx("fed", "query", "tracker", "issues", "--join", "users:owner_id=id", "--json", runtime=rt)
+    assert r.exit_code == 0, r.stderr
+    assert len(json.loads(r.stdout)["rows"]) == 7
+    s = wbx("fed", "sync", "tracker", "--out", str(tmp_path / "h.org"), runtime=rt)
+    assert s.exit_code == 0, s.stderr
+    audit = _audit_text(rt)
+    entries = [json.loads(ln) for ln in audit.splitlines()]
+    signs = [e for e in entries if e["cap"] == "secrets" and e["op"] == "sign"]
+    assert len(signs) == 9 and all(e["outcome"] == "allowed" and e["principal"] == "default/tracker" for e in signs)
+    assert len([e for e in entries if e["op"] == "fed.get" and e["outcome"] == "allowed"]) == 9
+    captured = capfd.readouterr()
+    key_forms = [HMAC_KEY.decode(), HMAC_KEY.hex()]
+    for blob in [audit, r.stdout, r.stderr, s.stdout, s.stderr, captured.out, captured.err,
+                 (tmp_path / "h.org").read_text()]:
+        assert not any(k in blob for k in key_forms)
+    # without the secrets cap granted, nothing is signed and nothing is sent
+    write_toolkit(toolkit_root, "tracker", tracker_manifest(api.base, auth="hmac-sha256 tracker-key", caps="net"))
+    api.seen.clear()
+    r = wbx("fed", "query", "tracker", "issues", runtime=make_runtime(plugins=["federation", "brokers-secrets"]))
+    assert r.exit_code == 126 and "'secrets' is not granted" in r.stderr, r.stderr
+    assert api.seen == []
+
+
+def test_verify_checks_the_declaration(api, toolkit_root, make_runtime):
+    write_toolkit(toolkit_root, "tracker", tracker_manifest(api.base))
+    write_toolkit(toolkit_root, "bad", tracker_manifest(api.base).replace("#+TOOLKIT: tracker", "#+TOOLKIT: bad")
+                  .replace(":ID: tracker", ":ID: bad").replace(":PATH: /issues", ":PATH: /../x"))
+    rt = make_runtime(plugins=["federation"])
+    ok = rt.verify("tracker")
+    assert ok.ok, [c.render() for c in ok.checks]
+    assert any("entities: issues, users; syncs issues → tracker.org" in c.message for c in ok.checks)
+    bad = rt.verify("bad")
+    assert not bad.ok and any(":PATH:" in c.message and "manifest.org:" in c.message for c in bad.checks)
