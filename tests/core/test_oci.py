@@ -121,3 +121,43 @@ def test_an_unsigned_toolkit_from_oci_is_refused(oci_registry, tmp_path, monkeyp
     r = wbx("toolkit", "install", f"oci://{oci_registry.host}/wb/tp:0.1.0")
     assert r.exit_code == 2 and "signature missing" in r.stderr, r.stderr
     assert not (wb_home / "toolkits" / "tp").exists()
+
+
+def test_a_manifest_that_does_not_hash_to_the_pinned_digest_is_refused(oci_registry, monkeypatch, tmp_path):
+    _allow(monkeypatch, oci_registry)
+    ref = f"oci://{oci_registry.host}/wb/blob:1"
+    pushed = oci.push(ref, artifact_type=oci.BUNDLE_TYPE, config=(b"{}", oci.BUNDLE_CONFIG),
+                      layers=[(b"payload", oci.BUNDLE_LAYER, {})], annotations={"note": "aaaa"})
+    stored = oci_registry.blob_path(pushed.manifest.digest)
+    stored.write_bytes(stored.read_bytes().replace(b"aaaa", b"bbbb"))  # same size, other bytes
+    with pytest.raises(oci.OciError, match="not the pinned digest; refused"):
+        oci.pull(pushed.reference, tmp_path / "out", artifact_types=(oci.BUNDLE_TYPE,))
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
+
+
+def test_a_body_is_never_resent_through_a_redirect(monkeypatch, tmp_path):
+    import http.server
+    import threading
+
+    from wbcore import fetch
+    from wbcore.netguard import NetGuard
+
+    class Redirect(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_PUT(self):
+            self.send_response(307)
+            self.send_header("Location", "http://127.0.0.1:1/elsewhere")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(InvalidArgs, match="redirect of a PUT with a body; not followed"):
+            fetch.get_bytes(f"http://127.0.0.1:{server.server_address[1]}/x", guard=NetGuard(allow_private=True),
+                            limits=fetch.Limits(max_bytes=1024, timeout=5), method="PUT", body=b"secret", ok=(201,))
+    finally:
+        server.shutdown()
+        server.server_close()
