@@ -212,3 +212,50 @@ def test_verify_checks_the_declaration(api, toolkit_root, make_runtime):
     assert any("entities: issues, users; syncs issues → tracker.org" in c.message for c in ok.checks)
     bad = rt.verify("bad")
     assert not bad.ok and any(":PATH:" in c.message and "manifest.org:" in c.message for c in bad.checks)
+
+
+def test_a_connector_from_another_plugin_serves_read_and_sync(toolkit_root, make_runtime, wbx, tmp_path):
+    """Connectors are a registry kind (``wbcore_federation_sources``): #+SOURCE picks one."""
+    import types
+
+    from wb_federation import plugin
+
+    from wbcore import hookimpl
+    from wbcore.records import FederationSource
+
+    data = {"notes": [{"id": "b", "text": "second", "tag": 1}, {"id": "a", "text": "first", "tag": 2}],
+            "tags": [{"id": 1, "label": "one"}, {"id": 2, "label": "two"}]}
+
+    class Memo:
+        def connect(self, runtime, source, *, caps, tenant):
+            assert source.kind == "memo" and source.keywords["MEMO_BOOK"] == "demo"
+            return self
+
+        def rows(self, entity, params=None):
+            return [dict(r) for r in data[entity.name]]
+
+    mod = types.ModuleType("memo_connector")
+
+    @hookimpl
+    def wbcore_federation_sources():
+        yield FederationSource(name="memo", summary="rows from memory (a test connector)", factory=lambda rt: Memo())
+
+    mod.wbcore_federation_sources = wbcore_federation_sources
+    manifest = tracker_manifest("").replace("#+URL: \n", "#+SOURCE: memo\n#+MEMO_BOOK: demo\n")
+    manifest = manifest.replace(":ENTITY: issues", ":ENTITY: notes").replace(":ENTITY: users", ":ENTITY: tags")
+    manifest = manifest.replace(":FIELDS: id title state owner_id labels", ":FIELDS: id text tag")
+    manifest = manifest.replace(":TITLE: title", ":TITLE: text").replace("#+SYNC: issues tracker.org", "#+SYNC: notes n.org")
+    write_toolkit(toolkit_root, "tracker", manifest)
+    rt = make_runtime(plugins=[plugin, mod])
+    report = rt.verify("tracker")
+    assert report.ok, [c.render() for c in report.checks]
+    assert any("through the memo connector; entities: notes, tags" in c.message for c in report.checks)
+    r = wbx("fed", "query", "tracker", "notes", "--join", "tags:tag=id", "--json", runtime=rt)
+    assert r.exit_code == 0, r.stderr
+    assert [(x["notes.id"], x["tags.label"]) for x in json.loads(r.stdout)["rows"]] == [("a", "two"), ("b", "one")]
+    assert wbx("fed", "sync", "tracker", "--out", str(tmp_path / "n.org"), runtime=rt).exit_code == 0
+    assert ":ID: tracker-notes-a" in (tmp_path / "n.org").read_text()
+    without = make_runtime(plugins=[plugin])
+    bad = without.verify("tracker")
+    assert not bad.ok and any("#+SOURCE: memo is not an installed connector (installed: http-json)" in c.message
+                              for c in bad.checks)

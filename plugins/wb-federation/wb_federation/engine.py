@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from wb_federation import query as _query
 from wb_federation import spec as _spec
@@ -31,11 +31,28 @@ def source_of(toolkit: Any) -> _spec.Source:
     return _spec.load(m.id, m.path, dict(m.keywords), dict(m.lines), text)
 
 
-def connect(runtime: Any, toolkit_id: str, *, tenant: str = "default") -> tuple[_spec.Source, Connector]:
+class RowSource(Protocol):
+    """What a connector gives READ and SYNC: every row of an entity (``params``: filters the
+    entity declared ``:PUSHDOWN:``; a connector may ignore them, they are applied again)."""
+
+    def rows(self, entity: _spec.Entity, params: Mapping[str, str] | None = None) -> list[dict[str, Any]]: ...
+
+
+class HttpJson:
+    """The ``http-json`` connector kind: :class:`wb_federation.source.Connector`."""
+
+    def connect(self, runtime: Any, source: _spec.Source, *, caps: frozenset[str], tenant: str) -> RowSource:
+        return Connector(runtime, source, caps=caps, tenant=tenant)
+
+
+def connect(runtime: Any, toolkit_id: str, *, tenant: str = "default") -> tuple[_spec.Source, RowSource]:
+    """The toolkit's source and a connection from the connector its ``#+SOURCE`` names
+    (a ``wbcore_federation_sources`` registration), under the toolkit's effective caps."""
     tk = runtime.toolkit(toolkit_id)
     src = source_of(tk)
-    caps = runtime.effective_caps(tk)
-    return src, Connector(runtime, src, caps=frozenset(caps), tenant=tenant)
+    caps = frozenset(runtime.effective_caps(tk))
+    kind = runtime.federation_sources.get(src.kind).factory(runtime)
+    return src, kind.connect(runtime, src, caps=caps, tenant=tenant)
 
 
 def query(runtime: Any, toolkit_id: str, entity: str, *, joins: Iterable[str] = (),

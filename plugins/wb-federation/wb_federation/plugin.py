@@ -7,14 +7,14 @@ from typing import Any
 
 from wbcore import hookimpl
 from wbcore.errors import InvalidArgs
-from wbcore.records import Check, ExecShape, VerifyContext
+from wbcore.records import Check, ExecShape, FederationSource, VerifyContext
 
 
 def verify_federation(ctx: VerifyContext) -> Iterator[Check]:
     from wb_federation import engine
 
     m = ctx.toolkit.manifest
-    if not m.extra("URL"):
+    if not m.extra("URL") and not m.extra("SOURCE"):
         # Seed 000's custom connector (a query module) has no runner in wbcore.
         yield Check(True, "exec", "federation (custom source); structural check only")
         yield Check(True, "exec", "cannot run yet: no #+URL, and custom (non-REST) connectors have no runner in "
@@ -25,9 +25,14 @@ def verify_federation(ctx: VerifyContext) -> Iterator[Check]:
     except InvalidArgs as exc:
         yield Check(False, "exec", f"federation source: {exc.message}")
         return
+    if src.kind not in ctx.runtime.federation_sources:
+        known = ", ".join(sorted(r.name for r in ctx.runtime.federation_sources)) or "none"
+        yield Check(False, "exec", f"#+SOURCE: {src.kind} is not an installed connector (installed: {known})")
+        return
     names = ", ".join(e.name for e in src.entities)
-    yield Check(True, "exec", f"federation source {src.base_url} ({src.pagination.style} pagination, "
-                f"auth {src.auth.scheme}); entities: {names}" + (f"; syncs {src.sync_entity} → {src.sync_file}"
+    where = f"{src.base_url} ({src.pagination.style} pagination, auth {src.auth.scheme})" \
+        if src.kind == "http-json" else f"through the {src.kind} connector"
+    yield Check(True, "exec", f"federation source {where}; entities: {names}" + (f"; syncs {src.sync_entity} → {src.sync_file}"
                                                                if src.sync_entity else ""))
     if "net" not in m.caps:
         yield Check(False, "caps", "a federation source needs #+CAPS: net (every request is a net decision)")
@@ -43,6 +48,18 @@ def wbcore_exec_shapes() -> Iterator[ExecShape]:
         verify=verify_federation,
         default_tier="instance",
     )
+
+
+def _http_json(runtime: Any) -> Any:
+    from wb_federation.engine import HttpJson
+
+    return HttpJson()
+
+
+@hookimpl
+def wbcore_federation_sources() -> Iterator[FederationSource]:
+    yield FederationSource(name="http-json", summary="any REST/JSON API: #+URL, :entity: paths, link/cursor/page "
+                           "pagination, auth signed by the secrets broker", factory=_http_json)
 
 
 @hookimpl

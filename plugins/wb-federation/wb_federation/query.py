@@ -20,7 +20,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from wb_federation.source import Connector
 from wb_federation.spec import FIELD_RE, Entity, Source
 from wbcore.errors import InvalidArgs
 
@@ -80,7 +79,7 @@ def materialize(db: sqlite3.Connection, entity: Entity, rows: Sequence[Mapping[s
     return cols
 
 
-def run(connector: Connector, source: Source, base: str, *, joins: Iterable[Join] = (),
+def run(connector: Any, source: Source, base: str, *, joins: Iterable[Join] = (),
         where: Mapping[str, str] | None = None, limit: int | None = None) -> Result:
     entity = source.entity(base)
     joins = list(joins)

@@ -4,6 +4,7 @@ The SOURCE is the toolkit's keywords; each entity is a heading tagged ``:entity:
 
     #+EXEC: federation
     #+CAPS: net secrets
+    #+SOURCE: http-json                         (the connector; a plugin may add others)
     #+URL: https://tracker.example/api          (the base URL every entity path joins)
     #+AUTH: hmac-sha256 tracker-key             (or: bearer-env TRACKER_TOKEN; or none)
     #+PAGINATION: link                          (or: cursor <field.path> <param>; page <param>; none)
@@ -40,6 +41,7 @@ PATH_RE = re.compile(r"^/[A-Za-z0-9._~/-]*$")
 SECRET_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 ENV_RE = re.compile(r"^[A-Z_][A-Z0-9_]{0,127}$")
 MAX_PAGES = 1000
+DEFAULT_KIND = "http-json"
 DEFAULT_MAX_PAGES = 100
 
 
@@ -75,6 +77,8 @@ class Entity:
 @dataclass(frozen=True, slots=True)
 class Source:
     toolkit: str
+    kind: str  # the connector (``#+SOURCE``; default http-json), a wbcore_federation_sources name
+    keywords: dict[str, str]  # every keyword, for a custom connector's own settings
     base_url: str
     auth: Auth
     pagination: Pagination
@@ -100,13 +104,17 @@ def load(toolkit_id: str, manifest_path: Path, keywords: dict[str, str], lines: 
     def at(key: str) -> int:
         return lines.get(key, 1)
 
+    kind = (keywords.get("SOURCE") or DEFAULT_KIND).strip()
+    if not re.match(r"^[a-z][a-z0-9-]{0,62}$", kind):
+        raise _fail(manifest_path, at("SOURCE"), "#+SOURCE", f"{kind!r} is not a connector name (e.g. {DEFAULT_KIND})")
     url = (keywords.get("URL") or "").strip()
     parts = urlsplit(url)
-    if parts.scheme not in ("https", "http") or not parts.hostname:
-        raise _fail(manifest_path, at("URL"), "#+URL", f"{url!r} is not an http(s) base URL (e.g. https://api.example/v1)")
-    if parts.username or parts.password or parts.query or parts.fragment:
-        raise _fail(manifest_path, at("URL"), "#+URL", "no credentials, query or fragment in the base URL "
-                    "(credentials come from #+AUTH)")
+    if url or kind == DEFAULT_KIND:
+        if parts.scheme not in ("https", "http") or not parts.hostname:
+            raise _fail(manifest_path, at("URL"), "#+URL", f"{url!r} is not an http(s) base URL (e.g. https://api.example/v1)")
+        if parts.username or parts.password or parts.query or parts.fragment:
+            raise _fail(manifest_path, at("URL"), "#+URL", "no credentials, query or fragment in the base URL "
+                        "(credentials come from #+AUTH)")
     auth = _auth(keywords.get("AUTH", "none"), manifest_path, at("AUTH"))
     pagination = _pagination(keywords.get("PAGINATION", "none"), manifest_path, at("PAGINATION"))
     raw_pages = keywords.get("MAX_PAGES", str(DEFAULT_MAX_PAGES)).strip()
@@ -124,7 +132,7 @@ def load(toolkit_id: str, manifest_path: Path, keywords: dict[str, str], lines: 
         sync_entity, sync_file = bits
         if sync_entity not in {e.name for e in entities}:
             raise _fail(manifest_path, at("SYNC"), "#+SYNC", f"{sync_entity!r} is not a declared entity")
-    return Source(toolkit_id, url.rstrip("/"), auth, pagination, int(raw_pages), tuple(entities), sync_entity, sync_file)
+    return Source(toolkit_id, kind, dict(keywords), url.rstrip("/"), auth, pagination, int(raw_pages), tuple(entities), sync_entity, sync_file)
 
 
 def _auth(raw: str, path: Path, line: int) -> Auth:
