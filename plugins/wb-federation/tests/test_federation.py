@@ -259,3 +259,34 @@ def test_a_connector_from_another_plugin_serves_read_and_sync(toolkit_root, make
     bad = without.verify("tracker")
     assert not bad.ok and any("#+SOURCE: memo is not an installed connector (installed: http-json)" in c.message
                               for c in bad.checks)
+
+
+def test_a_crash_mid_sync_leaves_the_old_file(api, tracker, wbx, tmp_path, monkeypatch):
+    import os
+
+    out = tmp_path / "tracker.org"
+    assert wbx("fed", "sync", "tracker", "--out", str(out), runtime=tracker).exit_code == 0
+    before = out.read_bytes()
+    api.issues[0]["title"] = "changed"
+    real = os.replace
+
+    def crash(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", crash)
+    r = wbx("fed", "sync", "tracker", "--out", str(out), runtime=tracker)
+    monkeypatch.setattr(os, "replace", real)
+    assert r.exit_code != 0
+    assert out.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no temp left behind
+    assert wbx("fed", "sync", "tracker", "--out", str(out), runtime=tracker).exit_code == 0
+    assert "* changed :task:" in out.read_text()
+
+
+def test_sync_refuses_a_symlinked_target(api, tracker, wbx, tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me\n")
+    (tmp_path / "link.org").symlink_to(victim)
+    r = wbx("fed", "sync", "tracker", "--out", str(tmp_path / "link.org"), runtime=tracker)
+    assert r.exit_code == 2 and "symbolic link" in r.stderr
+    assert victim.read_text() == "keep me\n"
