@@ -290,3 +290,25 @@ def test_sync_refuses_a_symlinked_target(api, tracker, wbx, tmp_path):
     r = wbx("fed", "sync", "tracker", "--out", str(tmp_path / "link.org"), runtime=tracker)
     assert r.exit_code == 2 and "symbolic link" in r.stderr
     assert victim.read_text() == "keep me\n"
+
+
+def test_sql_text_reads_the_entities_it_names_and_nothing_else(api, tracker, wbx):
+    q = ("SELECT i.id, i.title, u.name FROM issues AS i JOIN users AS u ON u.id = i.owner_id "
+         "WHERE i.state = 'open' ORDER BY i.id")
+    r = wbx("fed", "query", "tracker", q, "--json", runtime=tracker)
+    assert r.exit_code == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["columns"] == ["id", "title", "name"]
+    assert [row["id"] for row in out["rows"]] == [1, 2, 4, 5, 7]
+    assert all(row["name"].startswith("user-") for row in out["rows"])
+    api.seen.clear()
+    r = wbx("fed", "query", "tracker", "SELECT count(*) AS n FROM users", "--json", runtime=tracker)
+    assert json.loads(r.stdout)["rows"] == [{"n": 4}]
+    assert not [p for p in api.seen if p.startswith("/api/issues")]  # only what the query names is fetched
+    for bad, why in [("DELETE FROM issues", "only a SELECT"),
+                     ("SELECT * FROM issues; DROP TABLE users", "one statement"),
+                     ("SELECT * FROM issues WHERE id IN (SELECT 1 FROM pragma_table_info('users'))", "the query failed"),
+                     ("WITH x AS (SELECT 1) SELECT * FROM x", "names no entity"),
+                     ("SELECT load_extension('x') FROM issues", "the query failed")]:
+        r = wbx("fed", "query", "tracker", bad, runtime=tracker)
+        assert r.exit_code == 2 and why in r.stderr, (bad, r.stderr)

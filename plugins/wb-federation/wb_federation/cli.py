@@ -31,17 +31,24 @@ def fed_app(runtime: Any) -> typer.Typer:
     @app.command("query")
     def query(
         toolkit: str = typer.Argument(..., help="The federation toolkit."),
-        entity: str = typer.Argument(..., help="The entity to read (a table)."),
+        entity: str = typer.Argument(..., help="The entity to read (a table), or a quoted SELECT … FROM <entity> … query."),
         join: list[str] = typer.Option([], "--join", help="Also read ENTITY and join it: <entity>:<base field>=<entity field>."),
         where: list[str] = typer.Option([], "--where", help="Keep rows whose <field>=<value> (pushed to the source where declared)."),
         limit: int | None = typer.Option(None, "--limit", min=1, help="At most this many rows."),
         csv_: bool = typer.Option(False, "--csv", help="Print CSV."),
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
-        """Read an entity (every page) from its source, optionally joined with others."""
+        """Read an entity (every page) from its source, optionally joined with others, or run a
+        read-only SELECT over the entities it names."""
         from wb_federation import engine
+        from wbcore.errors import InvalidArgs
 
-        r = engine.query(runtime, toolkit, entity, joins=join, where=_where(where), limit=limit)
+        if " " in entity.strip():
+            if join or where or limit is not None:
+                raise InvalidArgs("--join, --where and --limit go with an entity name; write them into the SELECT")
+            r = engine.sql(runtime, toolkit, entity)
+        else:
+            r = engine.query(runtime, toolkit, entity, joins=join, where=_where(where), limit=limit)
         if json_:
             emit_json({"columns": list(r.columns), "rows": r.dicts()})
             return

@@ -61,6 +61,11 @@ def query(runtime: Any, toolkit_id: str, entity: str, *, joins: Iterable[str] = 
     return _query.run(conn, src, entity, joins=[_query.Join.parse(j) for j in joins], where=where, limit=limit)
 
 
+def sql(runtime: Any, toolkit_id: str, text: str, *, tenant: str = "default") -> _query.Result:
+    src, conn = connect(runtime, toolkit_id, tenant=tenant)
+    return _query.run_sql(conn, src, text)
+
+
 def sync(runtime: Any, toolkit_id: str, *, out: Path | None = None, entity: str | None = None,
          tenant: str = "default") -> _sync.Synced:
     src, conn = connect(runtime, toolkit_id, tenant=tenant)

@@ -23,6 +23,10 @@ from typing import Any
 from wb_federation.spec import FIELD_RE, Entity, Source
 from wbcore.errors import InvalidArgs
 
+MAX_SQL = 16 << 10
+MAX_RESULT_ROWS = 100_000
+SQL_TIMEOUT_S = 30.0
+_WORD_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _JOIN_RE = re.compile(r"^([a-z][a-z0-9_]{0,62}):([A-Za-z_][A-Za-z0-9_]{0,62})=([A-Za-z_][A-Za-z0-9_]{0,62})$")
 
 
@@ -121,5 +125,56 @@ def run(connector: Any, source: Source, base: str, *, joins: Iterable[Join] = ()
             args.append(int(limit))
         rows = tuple(tuple(r) for r in db.execute(sql, args))
         return Result(tuple(f"{t}.{c}" for t, c in shown), rows)
+    finally:
+        db.close()
+
+
+def _read_only(action: int, *_: Any) -> int:
+    """The authorizer of SQL text: reading tables and calling functions, nothing else
+    (no ATTACH, PRAGMA, writes, schema changes or temp objects)."""
+    allowed = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION}
+    recursive = getattr(sqlite3, "SQLITE_RECURSIVE", None)
+    if recursive is not None:
+        allowed.add(recursive)
+    return sqlite3.SQLITE_OK if action in allowed else sqlite3.SQLITE_DENY
+
+
+def run_sql(connector: Any, source: Source, sql: str) -> Result:
+    """``SELECT …`` over the entities the text names (each fetched, every page, into a table).
+
+    Read-only by an authorizer, one statement, bounded in text, time and rows."""
+    import time
+
+    text = sql.strip().rstrip(";").strip()
+    if not text or len(text) > MAX_SQL:
+        raise InvalidArgs(f"the query must be 1..{MAX_SQL} characters of SQL")
+    if not re.match(r"(?is)^(select|with)\b", text):
+        raise InvalidArgs("only a SELECT (or WITH … SELECT) query reads federated tables")
+    words = {w.lower() for w in _WORD_RE.findall(text)}
+    names = [e.name for e in source.entities if e.name in words]
+    if not names:
+        known = ", ".join(e.name for e in source.entities)
+        raise InvalidArgs(f"the query names no entity of {source.toolkit} (entities: {known})")
+    db = sqlite3.connect(":memory:")
+    try:
+        for name in names:
+            e = source.entity(name)
+            materialize(db, e, connector.rows(e))
+        db.execute("PRAGMA query_only = ON")
+        db.set_authorizer(_read_only)
+        deadline = time.monotonic() + SQL_TIMEOUT_S
+        db.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
+        try:
+            cur = db.execute(text)
+            rows = cur.fetchmany(MAX_RESULT_ROWS + 1)
+        except sqlite3.Warning:
+            raise InvalidArgs("one statement at a time: the query holds more than one") from None
+        except sqlite3.DatabaseError as exc:
+            why = "took longer than " + f"{SQL_TIMEOUT_S:g}s" if "interrupted" in str(exc) else str(exc)
+            raise InvalidArgs(f"the query failed: {why}") from None
+        if len(rows) > MAX_RESULT_ROWS:
+            raise InvalidArgs(f"the query returns more than {MAX_RESULT_ROWS} rows; add a LIMIT or a WHERE")
+        cols = tuple(d[0] for d in cur.description or ())
+        return Result(cols, tuple(tuple(r) for r in rows))
     finally:
         db.close()
