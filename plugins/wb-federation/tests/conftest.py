@@ -34,6 +34,7 @@ class Api:
     auth: str = "bearer"  # or "hmac" or "none"
     seen: list[str] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
+    statuses: list[int] = field(default_factory=list)
 
 
 def _authorized(api: Api, handler: http.server.BaseHTTPRequestHandler) -> bool:
@@ -59,7 +60,17 @@ def api() -> Iterator[Api]:
 
         def _send(self, status: int, doc: Any, headers: dict[str, str] | None = None) -> None:
             body = json.dumps(doc).encode()
+            etag = '"' + hashlib.sha256(body).hexdigest()[:16] + '"'
+            if status == 200 and self.headers.get("If-None-Match") == etag:
+                state.statuses.append(304)
+                self.send_response(304)
+                self.send_header("ETag", etag)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            state.statuses.append(status)
             self.send_response(status)
+            self.send_header("ETag", etag)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
             for k, v in (headers or {}).items():

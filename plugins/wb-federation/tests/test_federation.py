@@ -312,3 +312,45 @@ def test_sql_text_reads_the_entities_it_names_and_nothing_else(api, tracker, wbx
                      ("SELECT load_extension('x') FROM issues", "the query failed")]:
         r = wbx("fed", "query", "tracker", bad, runtime=tracker)
         assert r.exit_code == 2 and why in r.stderr, (bad, r.stderr)
+
+
+def test_pages_are_cached_for_the_ttl_then_revalidated_by_etag(api, toolkit_root, make_runtime, wbx, monkeypatch,
+                                                               allow_loopback):
+    from wb_federation import cache
+
+    write_toolkit(toolkit_root, "tracker", tracker_manifest(api.base, extra="#+CACHE_TTL: 300"))
+    monkeypatch.setenv("TRACKER_TOKEN", TOKEN)
+    rt = make_runtime(plugins=["federation"])
+    first = wbx("fed", "query", "tracker", "issues", "--json", runtime=rt)
+    assert first.exit_code == 0 and len(api.seen) == 3
+    again = wbx("fed", "query", "tracker", "issues", "--json", runtime=rt)
+    assert again.stdout == first.stdout and len(api.seen) == 3  # fresh: no request at all
+    cached = [json.loads(ln) for ln in _audit_text(rt).splitlines() if '"fed.cache"' in ln]
+    assert len(cached) == 3 and all(e["outcome"] == "allowed" for e in cached)
+    files = list((rt.home / "federation" / "cache" / "default" / "tracker").glob("*.json"))
+    assert len(files) == 3 and all(f.stat().st_mode & 0o077 == 0 for f in files)
+    assert not any(TOKEN in f.read_text() for f in files)
+    monkeypatch.setattr(cache.PageCache, "fresh", lambda self, entry: False)  # the TTL has passed
+    api.statuses.clear()
+    third = wbx("fed", "query", "tracker", "issues", "--json", runtime=rt)
+    assert third.stdout == first.stdout and api.statuses == [304, 304, 304]
+    assert all(h.get("If-None-Match", "").startswith('"') for h in api.headers[-3:])
+    api.issues[6]["title"] = "Seventh, changed"
+    api.statuses.clear()
+    fourth = json.loads(wbx("fed", "query", "tracker", "issues", "--json", runtime=rt).stdout)
+    assert api.statuses == [304, 304, 200] and fourth["rows"][-1]["issues.title"] == "Seventh, changed"
+
+
+def test_the_rate_limit_paces_requests(api, toolkit_root, make_runtime, wbx, monkeypatch, allow_loopback):
+    import time
+
+    write_toolkit(toolkit_root, "tracker", tracker_manifest(api.base, extra="#+RATE_LIMIT: 2/0.4"))
+    monkeypatch.setenv("TRACKER_TOKEN", TOKEN)
+    rt = make_runtime(plugins=["federation"])
+    t0 = time.monotonic()
+    r = wbx("fed", "query", "tracker", "issues", "--join", "users:owner_id=id", runtime=rt)
+    assert r.exit_code == 0, r.stderr
+    assert len(api.seen) == 6 and time.monotonic() - t0 >= 0.8  # 6 requests at 2 per 0.4 s
+    bad = tracker_manifest(api.base, extra="#+RATE_LIMIT: fast")
+    write_toolkit(toolkit_root, "tracker", bad)
+    assert not make_runtime(plugins=["federation"]).verify("tracker").ok

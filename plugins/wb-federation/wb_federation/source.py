@@ -9,7 +9,9 @@ URL's scheme, host and path only.
 
 Bounded while the work runs: each page by a byte budget as it streams, the whole read by a
 total budget, the page count by ``#+MAX_PAGES``, rows by :data:`MAX_ROWS`, every request by
-the deadline left.
+the deadline left; ``#+RATE_LIMIT`` paces requests (within the deadline) and
+``#+CACHE_TTL`` serves fresh pages from ``wb_federation.cache`` and revalidates stale ones
+with ``If-None-Match``.
 
 Auth never hands a secret to this code: ``hmac-sha256 <name>`` asks the secrets broker
 (through the Dock, so the grant is checked and the call audited by digest) to sign
@@ -22,16 +24,18 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
 
+from wb_federation.cache import PageCache
 from wb_federation.spec import Entity, Source
 from wbcore import fetch as _fetch
 from wbcore.audit import digest
 from wbcore.calls import Principal
-from wbcore.errors import CapabilityDenied, InvalidArgs, WbError
+from wbcore.errors import CapabilityDenied, InvalidArgs, Timeout, WbError
 from wbcore.netguard import NetGuard
 
 PAGE_BYTES = 8 << 20
@@ -83,6 +87,29 @@ class Connector:
         self.spent = 0
         origin = urlsplit(source.base_url)
         self.origin = (origin.scheme, (origin.hostname or "").lower(), origin.port)
+        self.cache: PageCache | None = None
+        if source.cache_ttl > 0:
+            root = runtime.home / "federation" / "cache" / tenant / source.toolkit
+            self.cache = PageCache(root, source.cache_ttl, f"{source.auth.scheme}:{source.auth.name}")
+        self.sent: deque[float] = deque()
+
+    def _pace(self) -> None:
+        """``#+RATE_LIMIT``: wait for a slot, never past the read's deadline."""
+        if self.source.rate is None:
+            return
+        n, per = self.source.rate
+        while True:
+            now = time.monotonic()
+            while self.sent and now - self.sent[0] >= per:
+                self.sent.popleft()
+            if len(self.sent) < n:
+                self.sent.append(now)
+                return
+            wait = per - (now - self.sent[0])
+            if now + wait > self.deadline:
+                raise Timeout(f"{self.source.toolkit}: #+RATE_LIMIT {n}/{per:g}s leaves no slot before the "
+                              "read's deadline; stopped")
+            time.sleep(wait)
 
     # --- one request ------------------------------------------------------------------
 
@@ -112,6 +139,12 @@ class Connector:
     def get(self, url: str) -> tuple[Any, _fetch.Fetched]:
         """GET one page (JSON) through the guard; audited allowed or denied."""
         t0 = time.perf_counter()
+        cached = self.cache.get(url) if self.cache is not None else None
+        if cached is not None and self.cache is not None and self.cache.fresh(cached) and "net" in self.caps:
+            self.dock.audit.record(principal=self.principal.key, cap="net", op="fed.cache", args_digest=digest(url.encode()),
+                                   outcome="allowed", target=url, nbytes=len(cached.body), ms=0.0)
+            got = _fetch.Fetched(url, 200, len(cached.body), "", "application/json", (("link", cached.link),))
+            return self._json(cached.body, url), got
         try:
             if "net" not in self.caps:
                 exc = CapabilityDenied(f"{self.source.toolkit}: cap 'net' is not granted; a federation source "
@@ -124,21 +157,36 @@ class Connector:
                                         f"({p.scheme}://{p.hostname}); not followed")
                 exc2.reason = "off-origin"  # type: ignore[attr-defined]
                 raise exc2
+            self._pace()
             left = self.deadline - time.monotonic()
             budget = min(PAGE_BYTES, TOTAL_BYTES - self.spent)
             if left <= 0 or budget <= 0:
                 raise InvalidArgs(f"{self.source.toolkit}: the read is over its "
                                   f"{'deadline' if left <= 0 else f'{TOTAL_BYTES}-byte budget'}; stopped")
+            headers = {"Accept": "application/json", **self._auth_headers(url)}
+            if cached is not None and cached.etag:
+                headers["If-None-Match"] = cached.etag
             body, got = _fetch.get_bytes(
                 url, guard=self.guard, limits=_fetch.Limits(max_bytes=budget, timeout=left, max_redirects=0),
-                env=self.env, headers={"Accept": "application/json", **self._auth_headers(url)})
+                env=self.env, headers=headers, ok=(200, 304) if cached is not None and cached.etag else (200,))
         except WbError as exc:
             self._audit(url, "denied", exc=exc, t0=t0)
             raise
         self.spent += got.size
         self._audit(url, "allowed", nbytes=got.size, t0=t0)
+        if got.status == 304 and cached is not None and self.cache is not None:
+            self.cache.refresh(url, cached)  # still current: fresh for another TTL
+            got = _fetch.Fetched(url, 200, len(cached.body), got.sha256, "application/json", (("link", cached.link),))
+            return self._json(cached.body, url), got
+        doc = self._json(body, url)
+        if self.cache is not None:
+            self.cache.put(url, etag=got.header("etag"), link=got.header("link"), body=body)
+        return doc, got
+
+    @staticmethod
+    def _json(body: bytes, url: str) -> Any:
         try:
-            return json.loads(body), got
+            return json.loads(body)
         except (ValueError, UnicodeDecodeError):
             raise InvalidArgs(f"{_redacted(url)}: the answer is not JSON") from None
 

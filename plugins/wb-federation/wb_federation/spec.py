@@ -10,6 +10,8 @@ The SOURCE is the toolkit's keywords; each entity is a heading tagged ``:entity:
     #+PAGINATION: link                          (or: cursor <field.path> <param>; page <param>; none)
     #+ROWS_PATH: data.items                     (where the rows sit in a page; default: the top level)
     #+MAX_PAGES: 50
+    #+CACHE_TTL: 300                            (seconds a page is served from the cache; then ETag revalidation)
+    #+RATE_LIMIT: 10/1                          (at most 10 requests per 1 s)
     #+SYNC: issues tracker.org                  (the entity ``wbx fed sync`` mirrors, and the Org file)
 
     ** Issues :entity:
@@ -42,6 +44,7 @@ SECRET_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 ENV_RE = re.compile(r"^[A-Z_][A-Z0-9_]{0,127}$")
 MAX_PAGES = 1000
 DEFAULT_KIND = "http-json"
+MAX_TTL = 7 * 24 * 3600
 DEFAULT_MAX_PAGES = 100
 
 
@@ -86,6 +89,8 @@ class Source:
     entities: tuple[Entity, ...]
     sync_entity: str | None
     sync_file: str | None
+    cache_ttl: int = 0  # seconds; 0 = no cache
+    rate: tuple[int, float] | None = None  # (requests, per seconds)
 
     def entity(self, name: str) -> Entity:
         for e in self.entities:
@@ -132,7 +137,18 @@ def load(toolkit_id: str, manifest_path: Path, keywords: dict[str, str], lines: 
         sync_entity, sync_file = bits
         if sync_entity not in {e.name for e in entities}:
             raise _fail(manifest_path, at("SYNC"), "#+SYNC", f"{sync_entity!r} is not a declared entity")
-    return Source(toolkit_id, kind, dict(keywords), url.rstrip("/"), auth, pagination, int(raw_pages), tuple(entities), sync_entity, sync_file)
+    raw_ttl = keywords.get("CACHE_TTL", "0").strip()
+    if not raw_ttl.isdigit() or int(raw_ttl) > MAX_TTL:
+        raise _fail(manifest_path, at("CACHE_TTL"), "#+CACHE_TTL", f"{raw_ttl!r}: seconds, 0..{MAX_TTL}")
+    rate = None
+    if keywords.get("RATE_LIMIT"):
+        m = re.match(r"^\s*(\d{1,6})\s*/\s*(\d+(?:\.\d+)?)\s*$", keywords["RATE_LIMIT"])
+        if not m or int(m.group(1)) < 1 or not 0 < float(m.group(2)) <= 3600:
+            raise _fail(manifest_path, at("RATE_LIMIT"), "#+RATE_LIMIT", f"{keywords['RATE_LIMIT']!r}: write "
+                        "<requests>/<seconds> (10/1: at most ten requests a second)")
+        rate = (int(m.group(1)), float(m.group(2)))
+    return Source(toolkit_id, kind, dict(keywords), url.rstrip("/"), auth, pagination, int(raw_pages), tuple(entities),
+                  sync_entity, sync_file, int(raw_ttl), rate)
 
 
 def _auth(raw: str, path: Path, line: int) -> Auth:
