@@ -354,3 +354,18 @@ def test_the_rate_limit_paces_requests(api, toolkit_root, make_runtime, wbx, mon
     bad = tracker_manifest(api.base, extra="#+RATE_LIMIT: fast")
     write_toolkit(toolkit_root, "tracker", bad)
     assert not make_runtime(plugins=["federation"]).verify("tracker").ok
+
+
+def test_sync_every_interval(api, tracker, wbx, tmp_path, monkeypatch):
+    import time
+
+    from wb_federation import cli
+
+    slept: list[float] = []
+    monkeypatch.setattr(time, "sleep", slept.append)
+    r = wbx("fed", "sync", "tracker", "--out", str(tmp_path / "e.org"), "--every", "5m", "--times", "3", runtime=tracker)
+    assert r.exit_code == 0, r.stderr
+    assert slept == [300.0, 300.0] and [ln.split()[0] for ln in r.stdout.splitlines()] == ["synced", "unchanged", "unchanged"]
+    assert cli._interval("1h") == 3600 and cli._interval("45") == 45
+    r = wbx("fed", "sync", "tracker", "--every", "0s", runtime=tracker)
+    assert r.exit_code == 2 and "an interval of 1 s to 7 days" in r.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,16 @@ def _where(pairs: list[str]) -> dict[str, str]:
             raise InvalidArgs(f"--where {p!r}: write it as <field>=<value>")
         out[field] = value
     return out
+
+
+def _interval(text: str) -> float:
+    from wbcore.errors import InvalidArgs
+
+    m = re.match(r"^\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*$", text)
+    seconds = float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)] if m else 0.0
+    if not 1 <= seconds <= 7 * 24 * 3600:
+        raise InvalidArgs(f"--every {text!r}: an interval of 1 s to 7 days (300, 30s, 5m, 1h)")
+    return seconds
 
 
 def fed_app(runtime: Any) -> typer.Typer:
@@ -70,7 +81,7 @@ def fed_app(runtime: Any) -> typer.Typer:
         toolkit: str = typer.Argument(..., help="The federation toolkit."),
         out: Path | None = typer.Option(None, "--out", help="The Org file (default: the #+SYNC file in this folder)."),
         entity: str | None = typer.Option(None, "--entity", help="The entity to mirror (default: #+SYNC's)."),
-        every: float | None = typer.Option(None, "--every", min=1.0, help="Sync again every SECONDS (until interrupted)."),
+        every: str | None = typer.Option(None, "--every", help="Sync again every INTERVAL (300, 30s, 5m, 1h) until interrupted."),
         times: int | None = typer.Option(None, "--times", min=1, help="With --every: stop after this many syncs."),
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
@@ -78,6 +89,7 @@ def fed_app(runtime: Any) -> typer.Typer:
         from wb_federation import engine
 
         target = None if out is None else (out if out.is_absolute() else Path(runtime.cwd) / out)
+        interval = None if every is None else _interval(every)
         n = 0
         while True:
             s = engine.sync(runtime, toolkit, out=target, entity=entity)
@@ -88,8 +100,8 @@ def fed_app(runtime: Any) -> typer.Typer:
             else:
                 typer.echo(f"{'synced' if s.written else 'unchanged'} {s.path}: {s.added} added, {s.updated} updated, "
                            f"{s.deleted} marked deleted, {s.unchanged} unchanged")
-            if every is None or (times is not None and n >= times):
+            if interval is None or (times is not None and n >= times):
                 return
-            time.sleep(every)
+            time.sleep(interval)
 
     return app
