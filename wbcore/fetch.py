@@ -9,6 +9,9 @@ open their connections with :func:`client` (the same TLS and no-environment rule
   checked IP, ``Host`` and TLS SNI carry the name; the certificate is verified against
   the name). Private ranges are refused unless the deployer allows them
   (``WB_ALLOW_PRIVATE_SOURCES=1``, ``WB_ALLOW_PRIVATE_HOSTS``; see ``wbcore.netguard``).
+- **Credentials stay with their origin**: ``Authorization``, ``Proxy-Authorization`` and
+  ``Cookie`` headers a caller passes are dropped when a redirect leaves the origin
+  (scheme, host, port) they were sent to.
 - **Bounded while streaming**: the byte cap is counted chunk by chunk as the body
   arrives (a lying or absent ``Content-Length`` changes nothing) and one deadline bounds
   connect, every read and the whole exchange, redirects included. No decompression
@@ -63,6 +66,19 @@ class Fetched:
     def header(self, name: str) -> str:
         name = name.lower()
         return next((v for k, v in self.headers if k == name), "")
+
+
+_CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie"})
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    p = urlsplit(url)
+    try:
+        port = p.port
+    except ValueError:
+        port = None
+    scheme = p.scheme.lower()
+    return scheme, (p.hostname or "").lower(), port or DEFAULT_PORTS.get(scheme)
 
 
 def ssl_context(env: Mapping[str, str] | None = None) -> ssl.SSLContext:
@@ -191,7 +207,12 @@ def stream(
                     location = resp.headers.get("location")
                     if not location:
                         raise InvalidArgs(f"{url}: HTTP {resp.status_code} redirect without a Location")
-                    url = urljoin(url, location)
+                    nxt = urljoin(url, location)
+                    if _origin(nxt) != _origin(url) and headers:
+                        # Credentials are for the origin the caller named: a redirect to another
+                        # host (a registry's storage, a CDN) never carries them along.
+                        headers = {k: v for k, v in headers.items() if k.lower() not in _CREDENTIAL_HEADERS}
+                    url = nxt
                     continue
                 if resp.status_code in (404, 410):
                     raise NotFound(f"{url}: HTTP {resp.status_code} (not found)")

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urljoin
+from urllib.parse import quote, urlencode, urljoin, urlsplit
 
 from wbcore import fetch as _fetch
 from wbcore.errors import InvalidArgs, NotFound
@@ -49,6 +49,7 @@ MAX_CONFIG = 1 << 20
 MAX_BLOB = 64 << 20
 TIMEOUT_S = 60.0
 MAX_LAYERS = 16
+MAX_TOKEN = 64 << 10
 
 _REPO_RE = re.compile(r"^[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*)*$")
 _TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
@@ -174,22 +175,63 @@ class Registry:
         scheme = "http" if registry.lower() in _plain_http(self.env) else "https"
         self.base = f"{scheme}://{registry}"
         self.guard = guard or NetGuard.from_env(self.env)
+        self._token: str | None = None  # an anonymous bearer token, when the registry asks for one
 
     def _call(self, url: str, *, method: str = "GET", body: bytes | None = None, headers: Mapping[str, str] | None = None,
               ok: tuple[int, ...] = (200,), max_bytes: int = MAX_MANIFEST, sink: Any = None) -> tuple[bytes, _fetch.Fetched]:
         limits = _fetch.Limits(max_bytes=max_bytes, timeout=TIMEOUT_S)
+        sent = {**(headers or {}), **({"Authorization": f"Bearer {self._token}"} if self._token else {})}
         if sink is not None:
-            got = _fetch.stream(url, sink, guard=self.guard, limits=limits, env=self.env, headers=headers,
+            # A blob: the token was obtained on the manifest or HEAD call before it, so a 401
+            # here is an error (its body must never reach the sink).
+            got = _fetch.stream(url, sink, guard=self.guard, limits=limits, env=self.env, headers=sent,
                                 method=method, body=body, ok=ok)
             return b"", got
         try:
-            return _fetch.get_bytes(url, guard=self.guard, limits=limits, env=self.env, headers=headers,
-                                    method=method, body=body, ok=ok)
+            data, got = _fetch.get_bytes(url, guard=self.guard, limits=limits, env=self.env, headers=sent,
+                                         method=method, body=body, ok=(*ok, 401))
+            if got.status == 401 and 401 not in ok:
+                if self._token or not self._anonymous_token(got.header("www-authenticate")):
+                    raise InvalidArgs(f"{url}: answered HTTP 401")
+                sent = {**(headers or {}), "Authorization": f"Bearer {self._token}"}
+                data, got = _fetch.get_bytes(url, guard=self.guard, limits=limits, env=self.env, headers=sent,
+                                             method=method, body=body, ok=ok)
+            return data, got
         except InvalidArgs as exc:
             if "answered HTTP 401" in exc.message or "answered HTTP 403" in exc.message:
                 raise OciError(f"{self.registry}: the registry wants credentials ({exc.message}); wbcore speaks to "
-                               "registries that allow anonymous push/pull on this repository") from None
+                               "registries that allow anonymous push/pull (with or without an anonymous token) "
+                               "on this repository") from None
             raise
+
+    def _anonymous_token(self, challenge: str) -> bool:
+        """The distribution spec's token flow, anonymously: ``WWW-Authenticate: Bearer realm=…,
+        service=…,scope=…`` → ``GET realm?service&scope`` → ``{"token": …}``. The realm is
+        fetched through the same guard (and must be https unless named in WB_OCI_PLAIN_HTTP);
+        the token is kept in memory only and never put in a message."""
+        if not challenge.lower().startswith("bearer "):
+            return False
+        params = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
+        realm = params.get("realm", "")
+        parts = urlsplit(realm)
+        if parts.scheme not in ("https", "http") or not parts.hostname:
+            return False
+        if parts.scheme == "http" and (parts.netloc.lower() not in _plain_http(self.env)):
+            raise OciError(f"{self.registry}: the token realm {parts.scheme}://{parts.netloc} is plain http; name it in "
+                           f"{ENV_PLAIN_HTTP} to allow it")
+        query = urlencode([(k, params[k]) for k in ("service", "scope") if params.get(k)])
+        url = realm + (("&" if parts.query else "?") + query if query else "")
+        data, _ = _fetch.get_bytes(url, guard=self.guard, limits=_fetch.Limits(max_bytes=MAX_TOKEN, timeout=TIMEOUT_S),
+                                   env=self.env, headers={"Accept": "application/json"})
+        try:
+            doc = json.loads(data)
+        except (ValueError, UnicodeDecodeError):
+            raise OciError(f"{self.registry}: the token service answered something that is not JSON") from None
+        token = doc.get("token") or doc.get("access_token") if isinstance(doc, dict) else None
+        if not isinstance(token, str) or not token or not re.match(r"^[A-Za-z0-9._~+/=-]+$", token):
+            raise OciError(f"{self.registry}: the token service gave no usable token")
+        self._token = token
+        return True
 
     def _v2(self, repository: str, tail: str) -> str:
         return f"{self.base}/v2/{repository}/{tail}"

@@ -161,3 +161,86 @@ def test_a_body_is_never_resent_through_a_redirect(monkeypatch, tmp_path):
     finally:
         server.shutdown()
         server.server_close()
+
+
+class _Fake:
+    """A registry that wants an anonymous bearer token and keeps its blobs on another origin."""
+
+    def __init__(self):
+        import http.server
+        import threading
+
+        self.token_queries: list[str] = []
+        self.storage_auth: list[str | None] = []
+        self.blobs: dict[str, bytes] = {}
+        self.manifest = b""
+        fake = self
+
+        class Storage(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                fake.storage_auth.append(self.headers.get("Authorization"))
+                data = fake.blobs[self.path.rsplit("/", 1)[-1]]
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        class Registry(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def _reply(self, status, body=b"", headers=()):
+                self.send_response(status)
+                for k, v in headers:
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self):
+                if self.path.startswith("/token"):
+                    fake.token_queries.append(self.path)
+                    self._reply(200, b'{"token": "TOKEN-s3cr3t-77"}')
+                    return
+                if self.headers.get("Authorization") != "Bearer TOKEN-s3cr3t-77":
+                    realm = f"http://127.0.0.1:{fake.port}/token"
+                    self._reply(401, b"{}", [("WWW-Authenticate",
+                                             f'Bearer realm="{realm}",service="fake",scope="repository:wb/b:pull"')])
+                    return
+                if "/manifests/" in self.path:
+                    self._reply(200, fake.manifest, [("Content-Type", oci.MANIFEST_TYPE)])
+                    return
+                digest = self.path.rsplit("/", 1)[-1]
+                self._reply(307, b"", [("Location", f"http://127.0.0.1:{fake.storage_port}/blobs/{digest}")])
+
+        self.servers = [http.server.ThreadingHTTPServer(("127.0.0.1", 0), h) for h in (Registry, Storage)]
+        for srv in self.servers:
+            threading.Thread(target=srv.serve_forever, daemon=True).start()
+        self.port = self.servers[0].server_address[1]
+        self.storage_port = self.servers[1].server_address[1]
+
+    def close(self):
+        for srv in self.servers:
+            srv.shutdown()
+            srv.server_close()
+
+
+def test_an_anonymous_token_is_fetched_and_never_follows_a_redirect_elsewhere(monkeypatch, tmp_path):
+    fake = _Fake()
+    try:
+        cfg, layer = b"{}", b"payload"
+        for data in (cfg, layer):
+            fake.blobs[oci.Descriptor.of(data, "x").digest] = data
+        fake.manifest = oci.manifest_bytes(artifact_type=oci.BUNDLE_TYPE, config=oci.Descriptor.of(cfg, oci.BUNDLE_CONFIG),
+                                           layers=[oci.Descriptor.of(layer, oci.BUNDLE_LAYER)])
+        monkeypatch.setenv("WB_ALLOW_PRIVATE_HOSTS", "127.0.0.1")
+        monkeypatch.setenv("WB_OCI_PLAIN_HTTP", f"127.0.0.1:{fake.port}")
+        got = oci.pull(f"oci://127.0.0.1:{fake.port}/wb/b:1", tmp_path / "out", artifact_types=(oci.BUNDLE_TYPE,))
+        assert got.layers[0][1].read_bytes() == b"payload"
+        assert fake.token_queries == ["/token?service=fake&scope=repository%3Awb%2Fb%3Apull"]
+        assert fake.storage_auth == [None, None]  # the token stayed with the registry's origin
+    finally:
+        fake.close()
