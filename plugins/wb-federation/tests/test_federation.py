@@ -369,3 +369,16 @@ def test_sync_every_interval(api, tracker, wbx, tmp_path, monkeypatch):
     assert cli._interval("1h") == 3600 and cli._interval("45") == 45
     r = wbx("fed", "sync", "tracker", "--every", "0s", runtime=tracker)
     assert r.exit_code == 2 and "an interval of 1 s to 7 days" in r.stderr
+
+
+def test_odd_rows_and_links_fail_cleanly(api, toolkit_root, make_runtime, wbx, monkeypatch, allow_loopback):
+    manifest = tracker_manifest(api.base).replace(":FIELDS: id title state owner_id labels\n", "")
+    write_toolkit(toolkit_root, "tracker", manifest)
+    monkeypatch.setenv("TRACKER_TOKEN", TOKEN)
+    api.issues[0]["ID"] = "shadow"  # differs from "id" only in case
+    api.issues[1]["bad name; DROP"] = 1  # not a field name: not a column
+    rt = make_runtime(plugins=["federation"])
+    r = wbx("fed", "query", "tracker", "issues", "--json", runtime=rt)
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["columns"] == ["issues.id", "issues.title", "issues.state", "issues.owner_id",
+                                               "issues.labels"]

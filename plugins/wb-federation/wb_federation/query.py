@@ -66,10 +66,12 @@ def columns_of(entity: Entity, rows: Sequence[Mapping[str, Any]]) -> list[str]:
     if entity.fields:
         return list(entity.fields)
     seen: dict[str, None] = {}
+    folded: set[str] = set()  # SQLite column names are case-insensitive: the first spelling wins
     for r in rows:
         for k in r:
-            if isinstance(k, str) and FIELD_RE.match(k):
-                seen.setdefault(k, None)
+            if isinstance(k, str) and FIELD_RE.match(k) and k.lower() not in folded:
+                folded.add(k.lower())
+                seen[k] = None
     if entity.key not in seen:
         seen = {entity.key: None, **seen}
     return list(seen)

@@ -152,7 +152,11 @@ class Connector:
                 exc.reason = "not-granted"  # type: ignore[attr-defined]
                 raise exc
             p = urlsplit(url)
-            if (p.scheme, (p.hostname or "").lower(), p.port) != self.origin:
+            try:
+                here = (p.scheme, (p.hostname or "").lower(), p.port)
+            except ValueError:  # a malformed port in a Link target
+                here = (p.scheme, "", None)
+            if here != self.origin:
                 exc2 = CapabilityDenied(f"{self.source.toolkit}: a page points off the source's origin "
                                         f"({p.scheme}://{p.hostname}); not followed")
                 exc2.reason = "off-origin"  # type: ignore[attr-defined]
