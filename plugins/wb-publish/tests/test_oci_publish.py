@@ -48,6 +48,11 @@ def test_publish_on_one_home_install_on_another(allowed, signed_tk, wbx, make_ru
     lock = json.loads((home_b / "wbx.lock").read_text())["toolkits"]["hello"]
     assert lock["source"] == out["reference"]
     assert not (wb_home / "toolkits" / "hello").exists()  # home A published; it installed nothing
+    home_c = tmp_path / "home-c"
+    home_c.mkdir()
+    r = wbx("toolkit", "install", out["reference"], runtime=make_runtime(home=home_c, roots=[]))  # pinned by digest
+    assert r.exit_code == 0, r.stderr
+    assert signing.content_digest(home_c / "toolkits" / "hello") == signing.content_digest(signed_tk)
     # the same content publishes to the same digest, and sends nothing new
     again = json.loads(wbx("publish", "oci", str(signed_tk), ref, "--json").stdout)
     assert again["digest"] == out["digest"] and again["blobs_sent"] == 0
