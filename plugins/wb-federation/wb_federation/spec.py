@@ -25,6 +25,10 @@ The SOURCE is the toolkit's keywords; each entity is a heading tagged ``:entity:
        :PAGINATION: cursor next_cursor cursor (this entity's own, else #+PAGINATION)
        :END:
 
+Seed 000's single-source form — ``#+URL``, ``#+ROWS_PATH``, ``#+ENV_KEYS`` and no ``:entity:``
+heading — is one entity named after the toolkit, read from ``#+URL`` itself (key ``#+KEY``,
+default ``id``); ``#+ENV_KEYS: VAR`` is ``#+AUTH: bearer-env VAR``.
+
 Every value is checked here, once, with the file and line in the message.
 """
 
@@ -120,13 +124,31 @@ def load(toolkit_id: str, manifest_path: Path, keywords: dict[str, str], lines: 
         if parts.username or parts.password or parts.query or parts.fragment:
             raise _fail(manifest_path, at("URL"), "#+URL", "no credentials, query or fragment in the base URL "
                         "(credentials come from #+AUTH)")
-    auth = _auth(keywords.get("AUTH", "none"), manifest_path, at("AUTH"))
+    raw_auth = keywords.get("AUTH")
+    if raw_auth is None and keywords.get("ENV_KEYS"):
+        # Seed 000's form: the host-held secret named by #+ENV_KEYS is the bearer token.
+        names = keywords["ENV_KEYS"].replace(",", " ").split()
+        if len(names) != 1:
+            raise _fail(manifest_path, at("ENV_KEYS"), "#+ENV_KEYS", "names more than one variable; say which one "
+                        "authenticates with #+AUTH: bearer-env <VARIABLE>")
+        raw_auth, auth_line = f"bearer-env {names[0]}", at("ENV_KEYS")
+    else:
+        auth_line = at("AUTH")
+    auth = _auth(raw_auth or "none", manifest_path, auth_line)
     pagination = _pagination(keywords.get("PAGINATION", "none"), manifest_path, at("PAGINATION"))
     raw_pages = keywords.get("MAX_PAGES", str(DEFAULT_MAX_PAGES)).strip()
     if not raw_pages.isdigit() or not 0 < int(raw_pages) <= MAX_PAGES:
         raise _fail(manifest_path, at("MAX_PAGES"), "#+MAX_PAGES", f"{raw_pages!r}: a whole number 1..{MAX_PAGES}")
     rows_default = (keywords.get("ROWS_PATH") or "").strip()
     entities = _entities(text, manifest_path, rows_default)
+    if not entities and url:
+        # Seed 000's single-source form: #+URL is the one entity, named after the toolkit.
+        key = (keywords.get("KEY") or "id").strip()
+        if not FIELD_RE.match(key):
+            raise _fail(manifest_path, at("KEY"), "#+KEY", f"{key!r}: the field that identifies a row (e.g. id)")
+        name = re.sub(r"[^a-z0-9_]", "_", toolkit_id.lower())[:63]
+        name = name if ENTITY_RE.match(name) else f"t_{name}"[:63]
+        entities = [Entity(name, "", key, key, (), rows_default)]
     if not entities:
         raise _fail(manifest_path, 1, "entities", "no heading tagged :entity: (each needs :ENTITY:, :PATH: and :KEY:)")
     sync_entity = sync_file = None
