@@ -156,7 +156,10 @@ def test_a_page_over_its_byte_budget_is_stopped(api, toolkit_root, make_runtime,
     assert r.exit_code == 2 and "byte cap" in r.stderr, r.stderr
 
 
-def test_the_token_never_appears_in_output_or_audit(api, tracker, wbx, monkeypatch, tmp_path, make_runtime):
+def test_the_token_never_appears_in_output_or_audit(api, tracker, wbx, monkeypatch, tmp_path, make_runtime, caplog):
+    import logging
+
+    caplog.set_level(logging.DEBUG)  # every logger, httpx's and httpcore's included
     results = [wbx("fed", "query", "tracker", "issues", "--join", "users:owner_id=id", runtime=tracker),
                wbx("fed", "sync", "tracker", "--out", str(tmp_path / "x.org"), runtime=tracker)]
     assert all(r.exit_code == 0 for r in results)
@@ -166,12 +169,16 @@ def test_the_token_never_appears_in_output_or_audit(api, tracker, wbx, monkeypat
     assert results[-1].exit_code != 0 and "401" in results[-1].stderr
     audit = _audit_text(tracker)
     assert "fed.get" in audit
-    for blob in [audit, (tmp_path / "x.org").read_text()] + [r.stdout + r.stderr for r in results]:
-        assert TOKEN not in blob and "WRONG-tok-31337" not in blob
+    assert "HTTP Request" in caplog.text or caplog.records  # the logs were captured ...
+    for blob in [audit, caplog.text, (tmp_path / "x.org").read_text()] + [r.stdout + r.stderr for r in results]:
+        assert TOKEN not in blob and "WRONG-tok-31337" not in blob  # ... and hold no token
 
 
 def test_hmac_auth_signs_through_the_secrets_broker(api, toolkit_root, make_runtime, wbx, allow_loopback, tmp_path,
-                                                   capfd):
+                                                   capfd, caplog):
+    import logging
+
+    caplog.set_level(logging.DEBUG)
     pytest.importorskip("wb_brokers_secrets", reason="the secrets broker is a separate plugin (wb-brokers-secrets)")
     from wb_brokers_secrets.store import SecretStore
 
@@ -191,7 +198,7 @@ def test_hmac_auth_signs_through_the_secrets_broker(api, toolkit_root, make_runt
     assert len([e for e in entries if e["op"] == "fed.get" and e["outcome"] == "allowed"]) == 9
     captured = capfd.readouterr()
     key_forms = [HMAC_KEY.decode(), HMAC_KEY.hex()]
-    for blob in [audit, r.stdout, r.stderr, s.stdout, s.stderr, captured.out, captured.err,
+    for blob in [audit, r.stdout, r.stderr, s.stdout, s.stderr, captured.out, captured.err, caplog.text,
                  (tmp_path / "h.org").read_text()]:
         assert not any(k in blob for k in key_forms)
     # without the secrets cap granted, nothing is signed and nothing is sent
