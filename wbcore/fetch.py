@@ -9,6 +9,9 @@ open their connections with :func:`client` (the same TLS and no-environment rule
   checked IP, ``Host`` and TLS SNI carry the name; the certificate is verified against
   the name). Private ranges are refused unless the deployer allows them
   (``WB_ALLOW_PRIVATE_SOURCES=1``, ``WB_ALLOW_PRIVATE_HOSTS``; see ``wbcore.netguard``).
+- **Credentials stay with their origin**: ``Authorization``, ``Proxy-Authorization`` and
+  ``Cookie`` headers a caller passes are dropped when a redirect leaves the origin
+  (scheme, host, port) they were sent to.
 - **Bounded while streaming**: the byte cap is counted chunk by chunk as the body
   arrives (a lying or absent ``Content-Length`` changes nothing) and one deadline bounds
   connect, every read and the whole exchange, redirects included. No decompression
@@ -56,6 +59,26 @@ class Fetched:
     size: int
     sha256: str
     content_type: str = ""
+    #: The final response's headers (lower-cased names), for callers that page (``Link``),
+    #: cache (``ETag``) or follow a protocol (``Location``, ``Docker-Content-Digest``).
+    headers: tuple[tuple[str, str], ...] = ()
+
+    def header(self, name: str) -> str:
+        name = name.lower()
+        return next((v for k, v in self.headers if k == name), "")
+
+
+_CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie"})
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    p = urlsplit(url)
+    try:
+        port = p.port
+    except ValueError:
+        port = None
+    scheme = p.scheme.lower()
+    return scheme, (p.hostname or "").lower(), port or DEFAULT_PORTS.get(scheme)
 
 
 def ssl_context(env: Mapping[str, str] | None = None) -> ssl.SSLContext:
@@ -135,8 +158,16 @@ def stream(
     limits: Limits = Limits(),
     env: Mapping[str, str] | None = None,
     headers: Mapping[str, str] | None = None,
+    method: str = "GET",
+    body: bytes | None = None,
+    ok: tuple[int, ...] = (200,),
 ) -> Fetched:
-    """GET ``url`` hop by hop through ``guard``, handing the body to ``sink`` as it streams."""
+    """GET ``url`` hop by hop through ``guard``, handing the body to ``sink`` as it streams.
+
+    ``method``/``body``/``ok`` serve protocols beyond a download (the OCI distribution API's
+    HEAD, POST and PUT): a request with a body never follows a redirect (it would resend the
+    body somewhere the caller did not name), and any status outside ``ok`` is an error.
+    """
     import httpx
 
     deadline = time.monotonic() + limits.timeout
@@ -164,25 +195,32 @@ def stream(
         sent["Host"] = shown_host if port == DEFAULT_PORTS[scheme] else f"{shown_host}:{port}"
         extensions = {"sni_hostname": pin.host} if scheme == "https" else {}
         with client(timeout=min(30.0, remaining), env=env) as c:
-            req = c.build_request("GET", pinned, headers=sent, extensions=extensions)
+            req = c.build_request(method, pinned, headers=sent, content=body, extensions=extensions)
             try:
                 resp = c.send(req, stream=True)
             except httpx.HTTPError as exc:
                 raise transport_error(exc, url) from None
             try:
-                if resp.is_redirect:
+                if resp.is_redirect and resp.status_code not in ok:
+                    if body is not None:
+                        raise InvalidArgs(f"{url}: HTTP {resp.status_code} redirect of a {method} with a body; not followed")
                     location = resp.headers.get("location")
                     if not location:
                         raise InvalidArgs(f"{url}: HTTP {resp.status_code} redirect without a Location")
-                    url = urljoin(url, location)
+                    nxt = urljoin(url, location)
+                    if _origin(nxt) != _origin(url) and headers:
+                        # Credentials are for the origin the caller named: a redirect to another
+                        # host (a registry's storage, a CDN) never carries them along.
+                        headers = {k: v for k, v in headers.items() if k.lower() not in _CREDENTIAL_HEADERS}
+                    url = nxt
                     continue
                 if resp.status_code in (404, 410):
                     raise NotFound(f"{url}: HTTP {resp.status_code} (not found)")
-                if resp.status_code != 200:
+                if resp.status_code not in ok:
                     cls = Unreachable if resp.status_code >= 500 else InvalidArgs
                     raise cls(f"{url}: answered HTTP {resp.status_code}")
                 declared = resp.headers.get("content-length", "")
-                if declared.isdigit() and int(declared) > limits.max_bytes:
+                if method != "HEAD" and declared.isdigit() and int(declared) > limits.max_bytes:
                     raise InvalidArgs(f"{url}: {declared} bytes is over the {limits.max_bytes}-byte cap")
                 h = hashlib.sha256()
                 total = 0
@@ -197,7 +235,8 @@ def stream(
                         sink(chunk)
                 except httpx.HTTPError as exc:
                     raise transport_error(exc, url) from None
-                return Fetched(url, resp.status_code, total, h.hexdigest(), resp.headers.get("content-type", ""))
+                kept = tuple((k.lower(), v) for k, v in resp.headers.multi_items())
+                return Fetched(url, resp.status_code, total, h.hexdigest(), resp.headers.get("content-type", ""), kept)
             finally:
                 resp.close()
     raise InvalidArgs(f"{url}: more than {limits.max_redirects} redirects")
@@ -229,11 +268,15 @@ def get_bytes(
     limits: Limits,
     env: Mapping[str, str] | None = None,
     headers: Mapping[str, str] | None = None,
+    method: str = "GET",
+    body: bytes | None = None,
+    ok: tuple[int, ...] = (200,),
 ) -> tuple[bytes, Fetched]:
     """A small body in memory (bounded by ``limits.max_bytes`` while it streams)."""
-    body = bytearray()
-    got = stream(url, body.extend, guard=guard, limits=limits, env=env, headers=headers)
-    return bytes(body), got
+    got_body = bytearray()
+    got = stream(url, got_body.extend, guard=guard, limits=limits, env=env, headers=headers,
+                 method=method, body=body, ok=ok)
+    return bytes(got_body), got
 
 
 def local_path(spec: str, base: Path) -> Path | None:

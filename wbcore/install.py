@@ -2,7 +2,9 @@
 
 Sources: a folder; ``git+file://…[@commit]``; ``git+https://…@<commit>`` or a plain
 ``https://….git@<commit>`` (a pin is required); an archive (``.tar.gz``, ``.tgz``, ``.tar``, ``.zip``) as a local file or an
-``http(s)://`` URL with ``--sha256`` (required for URLs).
+``http(s)://`` URL with ``--sha256`` (required for URLs); an OCI artifact
+``oci://host/repo:tag`` or ``…@sha256:<manifest digest>`` (``wbcore.oci``: every blob
+checked against its digest and size while it streams; the lock records the digest).
 
 Everything is staged under ``$WB_HOME/.staging`` (the same filesystem as the user root),
 checked there — safe unpack, manifest parse, the signature of every third-party
@@ -30,10 +32,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from wbcore import faults, leftovers
+from wbcore import faults, leftovers, signing, unpack
 from wbcore import fetch as _fetch
 from wbcore import manifest as _manifest
-from wbcore import signing, unpack
+from wbcore import oci as _oci
 from wbcore.errors import InvalidArgs, ManifestError, NotFound, Timeout
 from wbcore.netguard import NetGuard
 
@@ -81,6 +83,8 @@ class Source:
         if self.kind == "git":
             pin = commit or self.commit
             return f"git+{self.location}" + (f"@{pin}" if pin else "")
+        if self.kind == "oci" and commit:
+            return _oci.Reference.parse(self.location).pinned(commit).text()  # the manifest digest pins it
         return self.location
 
 
@@ -161,6 +165,10 @@ def parse_source(text: str, sha256: str | None = None) -> Source:
         elif not url.startswith("file://"):
             raise InvalidArgs(f"{text}: git sources are git+file://… or git+https://…@<commit>")
         return Source("git", url, commit)
+    if text.startswith("oci://"):
+        if pin is not None:
+            raise InvalidArgs(f"{text}: --sha256 is for archives; pin an OCI artifact with …@sha256:<manifest digest>")
+        return Source("oci", _oci.Reference.parse(text).text())
     if text.startswith(("https://", "http://")):
         name = text.split("?", 1)[0]
         if not unpack.is_archive(name):
@@ -226,6 +234,17 @@ def fetch(source: Source, work: Path, env: Mapping[str, str] | None = None) -> t
         commit = _git(["rev-parse", "HEAD"], cwd=repo)
         unpack.copy_tree(repo, tree, TREE_CAPS)
         return tree, commit, None
+    if source.kind == "oci":
+        # Every blob is checked against its digest and size while it streams; the layer is
+        # then unpacked with the same caps as any archive, and signatures are checked by _stage.
+        seen = os.environ if env is None else env
+        pulled = _oci.pull(source.location, work / "oci", artifact_types=(_oci.TOOLKIT_TYPE,), env=seen)
+        desc, layer = pulled.layers[0]
+        if len(pulled.layers) != 1 or desc.media_type != _oci.TOOLKIT_LAYER:
+            raise InstallError(f"{source.location}: a toolkit artifact has one {_oci.TOOLKIT_LAYER} layer")
+        archive = layer.rename(layer.with_name("toolkit.tar.gz"))
+        unpack.unpack(archive, tree, TREE_CAPS)
+        return tree, pulled.reference.digest, None
     base = re.sub(r"[^A-Za-z0-9._-]", "_", source.location.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1])
     archive = work / (base if unpack.is_archive(base) else "archive")  # messages name the archive
     if source.location.startswith(("https://", "http://")):

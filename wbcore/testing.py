@@ -6,6 +6,7 @@
 ``wbx``          ``wbx(*args, runtime=None, input=None)`` → ``CliResult`` (exit code, out, err)
 ``broken_dist``  a fake installed distribution whose ``wbcore.plugins`` entry point cannot import
 ``build_sandbox`` the installed build sandbox (``runtime.build_sandbox()``), or a skip saying why
+``oci_registry``  a distribution registry (Debian's ``docker-registry``) on loopback, or a skip saying why
 """
 
 from __future__ import annotations
@@ -203,6 +204,66 @@ def build_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Any:
     if not found.ok:
         pytest.skip(found.reason)
     return rt.build_sandbox()
+
+
+@dataclass(frozen=True)
+class OciRegistry:
+    host: str  # "127.0.0.1:PORT", for references: oci://<host>/<repo>:<tag>
+    storage: Path  # the filesystem driver's root (tests tamper with blobs here)
+
+    def blob_path(self, digest: str) -> Path:
+        hexd = digest.removeprefix("sha256:")
+        return self.storage / "docker" / "registry" / "v2" / "blobs" / "sha256" / hexd[:2] / hexd / "data"
+
+
+@pytest.fixture
+def oci_registry(tmp_path: Path) -> Iterator[OciRegistry]:
+    """``/usr/bin/docker-registry serve`` on a free loopback port, stopped after the test.
+
+    Allowing loopback is left to the test (``WB_ALLOW_PRIVATE_HOSTS``, ``WB_OCI_PLAIN_HTTP``):
+    the guard refuses it by default, and tests check both.
+    """
+    import shutil
+    import socket
+    import subprocess
+    import time
+
+    exe = shutil.which("docker-registry") or ("/usr/bin/docker-registry" if Path("/usr/bin/docker-registry").exists() else None)
+    if exe is None:
+        pytest.skip("docker-registry is not installed (apt-get install docker-registry): no OCI registry to test against")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    storage = tmp_path / "registry"
+    storage.mkdir()
+    config = tmp_path / "registry.yml"
+    config.write_text(
+        "version: 0.1\nlog:\n  level: error\n  accesslog:\n    disabled: true\n"
+        f"storage:\n  filesystem:\n    rootdirectory: {storage}\n  delete:\n    enabled: true\n"
+        f"http:\n  addr: 127.0.0.1:{port}\n"
+    )
+    log = (tmp_path / "registry.log").open("wb")
+    proc = subprocess.Popen([exe, "serve", str(config)], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break  # listening: the registry answers from here on
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.skip(f"docker-registry did not start: {(tmp_path / 'registry.log').read_text()[-400:]}")
+            time.sleep(0.05)
+        yield OciRegistry(f"127.0.0.1:{port}", storage)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+        log.close()
 
 
 def add_custom_section(wasm: bytes, name: str, payload: bytes) -> bytes:

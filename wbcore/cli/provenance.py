@@ -80,7 +80,7 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
 
     @app.command("install")
     def install(
-        source: Optional[str] = typer.Argument(None, metavar="SOURCE", help="Folder, git+file://…, git+https://…@<commit>, or archive (URL needs --sha256)."),
+        source: Optional[str] = typer.Argument(None, metavar="SOURCE", help="Folder, git+file://…, git+https://…@<commit>, archive (URL needs --sha256), or oci://host/repo:tag|@sha256:…."),
         sha256: Optional[str] = typer.Option(None, "--sha256", help="The archive's sha256 (required for archive URLs)."),
         force: bool = typer.Option(False, "--force", help="Replace toolkits already installed under these ids."),
         first_party: bool = typer.Option(False, "--first-party", help="Accept first-party toolkits from a git or archive source (they get their profile's caps without consent)."),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -45,16 +47,22 @@ def bundle_app(runtime: Any) -> typer.Typer:
 
     @app.command("restore")
     def restore(
-        path: Path = typer.Argument(..., help="The .wbundle to restore."),
+        path: str = typer.Argument(..., help="The .wbundle to restore (a file, or oci://host/repo:tag|@sha256:…)."),
         into: Path | None = typer.Option(None, "--into", help="The new workspace folder (default: ./<name>)."),
         signer: list[str] = typer.Option([], "--signer", help="Also trust this DID (default: only this tenant's)."),
         tenant: str = typer.Option("default", "--tenant", help="The tenant whose DID is trusted."),
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
         """Verify a bundle completely, then land its workspace and VFS database."""
+        if path.startswith("oci://"):
+            with _pulled_bundle(runtime, path) as pulled:
+                _restore(pulled, into, signer, tenant, json_)
+            return
+        _restore(_abs(runtime, Path(path)), into, signer, tenant, json_)
+
+    def _restore(bpath: Path, into: Path | None, signer: list[str], tenant: str, json_: bool) -> None:
         from wb_publish import bundle
 
-        bpath = _abs(runtime, path)
         target = _abs(runtime, into) if into else None
         if target is None:
             name = bundle.inspect(bpath, env=runtime.env, resolve_web=False).manifest["workspace"].get("name")
@@ -63,7 +71,7 @@ def bundle_app(runtime: Any) -> typer.Typer:
             if not isinstance(name, str) or not NAME_RE.match(name) or name in (".", ".."):
                 from wbcore.errors import InvalidArgs
 
-                raise InvalidArgs(f"{path}: the manifest names no usable workspace folder; pass --into")
+                raise InvalidArgs(f"{bpath.name}: the manifest names no usable workspace folder; pass --into")
             target = Path(runtime.cwd) / name
         r = bundle.restore(bpath, home=runtime.home, into=target,
                            trusted=[_ident(runtime, tenant).did, *signer], env=runtime.env)
@@ -95,8 +103,50 @@ def bundle_app(runtime: Any) -> typer.Typer:
     return app
 
 
+@contextmanager
+def _pulled_bundle(runtime: Any, reference: str) -> Iterator[Path]:
+    """A bundle pulled from a registry into a private temp folder of this home, removed after."""
+    import shutil
+
+    from wb_publish import ocipublish
+    from wbcore import leftovers
+
+    base = Path(runtime.home) / leftovers.STAGING
+    base.mkdir(parents=True, exist_ok=True)
+    work = leftovers.mkdtemp(leftovers.STAGING_PREFIX, dir=base)  # swept like any stage if a kill leaves it
+    try:
+        yield ocipublish.fetch_bundle(reference, work / "pulled.wbundle", env=runtime.env)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def publish_app(runtime: Any) -> typer.Typer:
     app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None)
+
+    @app.command("oci")
+    def publish_oci(
+        source: str = typer.Argument(..., help="A toolkit id, a toolkit folder, or a .wbundle file."),
+        target: str = typer.Argument(..., help="[oci://]<registry>/<repository>:<tag>"),
+        json_: bool = typer.Option(False, "--json", help=JSON_HELP),
+    ) -> None:
+        """Push a signed toolkit or a .wbundle to an OCI registry (manifest, config, layer blobs)."""
+        from wb_publish import ocipublish
+
+        p = Path(source).expanduser()
+        local = p if p.is_absolute() else Path(runtime.cwd) / p
+        if local.is_file() and local.suffix == ".wbundle":
+            got = ocipublish.bundle(local, target, env=runtime.env)
+        elif local.is_dir() and (local / "manifest.org").is_file():
+            got = ocipublish.toolkit(local, target, env=runtime.env)
+        else:
+            got = ocipublish.toolkit(runtime.toolkit(source).dir, target, env=runtime.env)
+        if json_:
+            emit_json({"kind": got.kind, "name": got.name, "reference": got.reference, "tag": got.tag,
+                       "digest": got.digest, "blobs_sent": got.blobs_sent})
+            return
+        typer.echo(f"published {got.kind} {got.name} → {got.reference}")
+        typer.echo(f"  tag {got.tag}; {got.blobs_sent} new blob(s); install with: "
+                   + (f"wbx toolkit install {got.reference}" if got.kind == "toolkit" else f"wbx bundle restore {got.reference}"))
 
     @app.command("sign")
     def sign(
