@@ -53,7 +53,6 @@ def wire_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
 class AnthropicMessages:
     def __init__(self, settings: LlmSettings) -> None:
         import anthropic
-        import httpx
 
         self.settings = settings
         self._anthropic = anthropic
@@ -62,7 +61,7 @@ class AnthropicMessages:
             kw["base_url"] = settings.base_url
         self._client = anthropic.Anthropic(
             api_key=settings.api_key or "not-needed", max_retries=0, timeout=settings.timeout_s,
-            http_client=httpx.Client(trust_env=False, timeout=settings.timeout_s), **kw)
+            http_client=anthropic.DefaultHttpxClient(trust_env=False, timeout=settings.timeout_s), **kw)
 
     def __repr__(self) -> str:  # never the key
         return f"AnthropicMessages({self.settings.base_url or 'default endpoint'}, model={self.settings.model!r})"

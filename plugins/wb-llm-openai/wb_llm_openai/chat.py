@@ -50,7 +50,6 @@ def wire_messages(system: str, messages: tuple[Message, ...]) -> list[dict[str, 
 
 class OpenAIChat:
     def __init__(self, settings: LlmSettings) -> None:
-        import httpx
         import openai
 
         self.settings = settings
@@ -58,7 +57,7 @@ class OpenAIChat:
         self._client = openai.OpenAI(
             api_key=settings.api_key or "not-needed",  # local servers take any key; the SDK wants one
             base_url=settings.base_url or DEFAULT_BASE_URL, max_retries=0, timeout=settings.timeout_s,
-            http_client=httpx.Client(trust_env=False, timeout=settings.timeout_s))
+            http_client=openai.DefaultHttpxClient(trust_env=False, timeout=settings.timeout_s))
 
     def __repr__(self) -> str:  # never the key
         return f"OpenAIChat({self.settings.base_url or DEFAULT_BASE_URL}, model={self.settings.model!r})"
