@@ -197,7 +197,7 @@ def command_argv(name: str, declared: Sequence[DeclaredArg], args: Mapping[str, 
     data = stdin.encode("utf-8")
     if len(data) > MAX_STDIN:
         raise InvalidArgs(f"{name}: stdin of {len(data)} bytes is over the {MAX_STDIN}-byte cap")
-    return argv, data
+    return argv + pos, data
 
 
 def _annotations(caps: frozenset[str], flags: frozenset[str], timeout_s: float | None) -> Metadata:
@@ -398,7 +398,7 @@ class ToolkitProvider:
                       cancel: threading.Event | None = None) -> CallOutcome:
         argv, data = command_argv(tool.name, tool.declared, args)
         kw: dict[str, Any] = {"cancel": cancel} if cancel is not None else {}
-        res = self.runtime.call(tool.target, argv + pos, data, principal=self._principal(tool), timeout=timeout, **kw)
+        res = self.runtime.call(tool.target, argv, data, principal=self._principal(tool), timeout=timeout, **kw)
         events: list[StreamEvent] = [Content(_bytes_part(res.stdout))]
         usage = res.usage.as_dict() if hasattr(res.usage, "as_dict") else {}
         meta = {"wb:exit-code": res.exit_code, "wb:usage": usage}
