@@ -24,15 +24,15 @@ import pluggy
 
 if TYPE_CHECKING:
     from wbcore.records import (
+        AgentLoop,
         Broker,
-        BuiltinCommand,
         BuildLane,
         BuildSandbox,
+        BuiltinCommand,
         Check,
         ExecShape,
         FabricEngine,
         FederationSource,
-        AgentLoop,
         IsolationTier,
         LlmProvider,
         SourcePrefix,

@@ -95,10 +95,10 @@ class ScriptedLlm:
             self._server.server_close()
             self._server = None
 
-    def __enter__(self) -> ScriptedLlm:
+    def __enter__(self) -> ScriptedLlm:  # noqa: PYI034 - 3.11 target, no typing.Self needed
         return self.start()
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
     # --- serving ------------------------------------------------------------------

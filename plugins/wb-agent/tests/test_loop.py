@@ -8,13 +8,11 @@ import threading
 import time
 
 import pytest
+from wb_agent.tools import HostTool
 
 from wbcore import hookimpl
-from wbcore.llm import ChatResponse, LlmSettings, ProviderError, ToolUse, Usage, with_retries
+from wbcore.llm import ChatResponse, LlmSettings, ProviderError, ToolSpec, ToolUse, Usage, with_retries
 from wbcore.records import LlmProvider
-from wbcore.llm import ToolSpec
-
-from wb_agent.tools import HostTool
 
 PLUGINS = ["agent", "brokers-state"]
 

@@ -23,15 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wbcore import agents as _agents
-from wbcore import llm as _llm
-from wbcore.calls import Principal
-from wbcore.errors import InvalidArgs, NotFound, Timeout, WbError
-from wbcore.llm import ChatRequest, Message, ToolSpec, ToolUse, Usage
-
 from wb_agent import tools as _tools
 from wb_agent.made import MadeToolkits
 from wb_agent.review import ReviewQueue
+from wbcore import agents as _agents
+from wbcore.calls import Principal
+from wbcore.errors import InvalidArgs, NotFound, Timeout, WbError
+from wbcore.llm import ChatRequest, Message, ToolSpec, ToolUse, Usage
 
 MAX_STEPS = 12
 SESSION_MAX_STEPS = 40
@@ -205,7 +203,7 @@ class Run:
                 box["text"] = self._invoke(use)
             except WbError as exc:
                 box["error"] = f"{exc.name}: {exc.message}"
-            except Exception as exc:  # a tool bug is the model's error text, never the run's end
+            except Exception as exc:  # noqa: BLE001 - a tool bug is the model's error text, never the run's end
                 box["error"] = f"internal: {use.name} failed ({type(exc).__name__}: {exc})"
 
         worker = threading.Thread(target=work, name=f"agent-tool-{use.name}", daemon=True)

@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from wbcore.errors import InvalidArgs
 from wbcore.dock import refuse
+from wbcore.errors import InvalidArgs
 
 MAX_ITEM = 64 << 10
 MAX_ITEMS = 1000

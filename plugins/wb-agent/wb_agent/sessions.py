@@ -29,10 +29,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from wbcore.errors import InvalidArgs, NotFound, WbError
-
 from wb_agent.loop import RUNNING, SESSION_MAX_STEPS, RunRecord, find_agent, run_agent
 from wb_agent.review import ReviewQueue
+from wbcore.errors import InvalidArgs, NotFound, WbError
 
 MAX_EVENTS = 10_000
 MAX_TEXT_EVENTS_PER_STEP = 2000
@@ -183,7 +182,7 @@ class Sessions:
             except WbError as exc:
                 session.error = f"{exc.name}: {exc.message}"
                 session.emit("end", {"status": "error", "error": session.error})
-            except Exception as exc:  # a bug ends this session, never the host
+            except Exception as exc:  # noqa: BLE001 - a bug ends this session, never the host
                 session.error = f"internal: {type(exc).__name__}: {exc}"
                 session.emit("end", {"status": "error", "error": session.error})
 
