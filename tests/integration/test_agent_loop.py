@@ -229,3 +229,38 @@ def test_against_a_real_local_model_server(make_runtime, make_toolkit, tmp_path)
                    max_steps=6)
     assert rec.status in ("done", "max-steps"), rec.error
     assert rec.steps >= 1 and (rec.workdir / "_steps.jsonl").is_file()
+
+
+@pytest.mark.slow
+def test_shell_runs_in_the_wbox_shell_when_served(make_runtime, make_toolkit, tmp_path):
+    """With the wbox built-in installed (wb-lane-zig), ``shell`` is the in-WASM shell:
+    sequencing and variables work, and every command is a registered one."""
+    pytest.importorskip("wb_lane_zig")
+    from wb_lane_zig.toolchain import available
+
+    if not available().ok:
+        pytest.skip(f"the wbox built-in cannot be built here: {available().reason}")
+    make_toolkit("shout", SHOUT_MANIFEST, files={"main.wat": SHOUT_WAT})
+    with ScriptedLlm("openai") as llm:
+        env = {"WB_LLM_BASE_URL": llm.base_url, "WB_LLM_API_KEY": KEY, "PATH": os.environ.get("PATH", ""),
+               "WB_ZIG_CACHE": os.environ.get("WB_ZIG_CACHE", str(tmp_path / "zig"))}
+        rt = make_runtime(plugins=[*PLUGINS, "brokers-exec", "lane-zig", "process"], env=env)
+        builder.build(rt, "shout")
+        agent = tmp_path / "greeter.org"
+        agent.write_text(AGENT.format(model="openai:scripted-model"))
+        llm.script = [reply(tool("shell", script='X=loud; shout | upper; echo "$X" && nosuchcmd || echo fallback')),
+                      reply(tool("done", result="ok"))]
+        rec = rt.agent(agent, "shell", tool_timeout=120)
+    res = steps(rec)[0]["results"][0]
+    assert res["ok"] and res["text"].startswith("HELLO FROM SHOUT\nloud\n") and "fallback" in res["text"], res
+
+
+def test_wbx_agent_run_and_exit_codes(world, llm, wbx):
+    rt, agent = world
+    llm.script = [reply(tool("wb", op="list")), reply(tool("done", result="all greeted"))]
+    res = wbx("agent", "run", str(agent), "greet", runtime=rt)
+    assert res.exit_code == 0 and res.stdout == "all greeted\n", res.stderr
+    assert "step 1: wb" in res.stderr and "done after 2 step(s)" in res.stderr
+    llm.default = reply(tool("wb", op="list"))
+    res = wbx("agent", "run", str(agent), "loop", "--max-steps", "2", "--json", runtime=rt)
+    assert res.exit_code == 124 and json.loads(res.stdout)["status"] == "max-steps"
