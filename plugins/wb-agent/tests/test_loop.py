@@ -196,3 +196,46 @@ def test_no_provider_says_what_to_install(make_runtime, tmp_path):
     rt = make_runtime(plugins=PLUGINS)
     with pytest.raises(NotFound, match="pip install wb-llm-openai"):
         rt.agent(tmp_path / "a.org", "x")
+
+
+def test_exec_tools_only_under_the_exec_grant(setup, tmp_path):
+    import shutil
+
+    rt, script, agent = setup
+    rt.env["WB_AGENT_PUBLISH_DIR"] = str(tmp_path / "pub")
+    script.turns = [[("vfs_write", {"path": "site/index.html", "content": "<p>hi</p>"})],
+                    [("publish", {"path": "site/index.html"}), ("publish", {"path": "../etc/passwd"})],
+                    [("git", {"message": "first commit"})], [("done", {"result": "shipped"})]]
+    rec = rt.agent(agent, "ship it", exec_grant=True)
+    names = [t.name for t in script.seen[0].tools]
+    assert names[-2:] == ["git", "publish"]
+    pub, escape = steps(rec)[1]["results"]
+    assert pub["ok"] and (tmp_path / "pub" / "site" / "index.html").read_text() == "<p>hi</p>"
+    assert not escape["ok"] and "'..'" in escape["text"]
+    g = steps(rec)[2]["results"][0]
+    if shutil.which("git"):
+        assert g["ok"] and g["text"].startswith("committed ") and (rec.workdir / ".git").is_dir(), g
+    script.turns = [[("git", {"message": "x"})], "no"]
+    plain = rt.agent(agent, "try")
+    assert "git" not in [t.name for t in script.seen[-1].tools]
+    assert not steps(plain)[0]["results"][0]["ok"] and "no tool 'git'" in steps(plain)[0]["results"][0]["text"]
+
+
+def test_cancel_stops_the_running_tool(setup):
+    rt, script, agent = setup
+    started = threading.Event()
+
+    def stuck(run, a):
+        started.set()
+        run.tool_cancel.wait(30)  # a guest would stop at its next epoch tick
+        return "stopped"
+
+    hang = HostTool(ToolSpec("hang", "hangs", {"type": "object", "properties": {}}), stuck)
+    script.turns = [[("hang", {})], "never asked"]
+    s = rt.agents.sessions.start(agent, "hang", host_tools=[hang])
+    assert started.wait(10)
+    t0 = time.monotonic()
+    s.cancel()
+    rec = s.wait(10)
+    assert time.monotonic() - t0 < 5 and rec.status == "cancelled"
+    assert steps(rec)[0]["results"][0]["text"].startswith("cancelled: the run was cancelled while hang ran")

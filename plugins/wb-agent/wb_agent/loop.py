@@ -208,7 +208,13 @@ class Run:
 
         worker = threading.Thread(target=work, name=f"agent-tool-{use.name}", daemon=True)
         worker.start()
-        worker.join(self.tool_timeout)
+        deadline = t0 + self.tool_timeout
+        while worker.is_alive() and (left := deadline - time.monotonic()) > 0:
+            worker.join(min(0.1, left))
+            if self.cancel_event.is_set():  # the run is cancelled: stop this tool's guest too
+                self.tool_cancel.set()
+                worker.join(1.0)
+                return False, f"cancelled: the run was cancelled while {use.name} ran", (time.monotonic() - t0) * 1000
         ms = (time.monotonic() - t0) * 1000
         if worker.is_alive():
             # Stop the guest at its next epoch tick; the thread is left to finish on its own.

@@ -7,8 +7,8 @@ and ``build`` of a toolkit written into the run's VFS), ``search``, ``fetch`` (t
 ``browse`` broker: NetGuard, capped body), ``web_search`` (only when a ``web_search``
 broker is installed), ``vfs_read`` / ``vfs_write`` (the run's VFS through the ``vfs``
 broker), ``file_issue`` (the review queue) and ``done``. Exec-only tools (``publish``: a
-constrained copy of a VFS file to the deployer's folder) exist only under the ``exec``
-grant. Every granted toolkit's tools are typed tools with the schemas MCP serves
+constrained copy of a VFS file to the deployer's folder; ``git``: a fixed commit, and push
+to the deployer's remote, of the workdir) exist only under the ``exec`` grant. Every granted toolkit's tools are typed tools with the schemas MCP serves
 (``wbcore.act.provider.ToolkitProvider``), named ``<toolkit>__<tool>``; toolkits the
 run built are ``local__<toolkit>__<tool>``.
 
@@ -34,7 +34,8 @@ MAX_TOOL_TEXT = 16 << 10  # what one tool result may put into the conversation
 MAX_VFS_WRITE = 4 << 20
 MAX_PIPELINE = 8
 BASE_TOOLS = ("shell", "wb", "search", "fetch", "web_search", "vfs_read", "vfs_write", "file_issue", "done")
-EXEC_TOOLS = ("publish",)
+EXEC_TOOLS = ("git", "publish")
+GIT_TIMEOUT_S = 60.0
 _NAME_OK = re.compile(r"[^A-Za-z0-9_-]")
 
 
@@ -73,6 +74,9 @@ SPECS: dict[str, ToolSpec] = {
     "file_issue": ToolSpec("file_issue", "File an issue for a human to review (the session's review queue).",
                            _obj({"title": _S, "body": _S}, ("title",))),
     "done": ToolSpec("done", "Finish the task with its result.", _obj({"result": _S}, ("result",))),
+    "git": ToolSpec("git", "Commit the run's workdir with a message (and push it when the deployer configured a "
+                    "remote). Exec grant only: a fixed host command, never a command line you choose.",
+                    _obj({"message": _S}, ("message",))),
     "publish": ToolSpec("publish", "Copy a VFS file to the deployer's publish folder (exec grant only).",
                         _obj({"path": _S}, ("path",))),
 }
@@ -250,7 +254,44 @@ def publish(run: Run, args: Mapping[str, Any]) -> str:
     return f"published {rel} ({len(data)} bytes)"
 
 
+def git(run: Run, args: Mapping[str, Any]) -> str:
+    """``git add -A && git commit -m <message>`` in the workdir, then ``git push <remote>
+    HEAD`` when ``WB_AGENT_GIT_REMOTE`` is set: a fixed argv run by the host (no shell, no
+    agent-chosen arguments beyond the message), with a clean environment and a deadline."""
+    import subprocess
+
+    message = _str(args, "message", "git").strip()
+    if not message or len(message) > 2000 or "\0" in message:
+        raise InvalidArgs("git: 'message' must be 1..2000 characters")
+    env = {"PATH": run.runtime.env.get("PATH", "/usr/bin:/bin"), "HOME": str(run.workdir), "GIT_CONFIG_NOSYSTEM": "1",
+           "GIT_AUTHOR_NAME": f"agent {run.agent.id}", "GIT_AUTHOR_EMAIL": "agent@wbcore.invalid",
+           "GIT_COMMITTER_NAME": f"agent {run.agent.id}", "GIT_COMMITTER_EMAIL": "agent@wbcore.invalid"}
+    wait = min(run.tool_timeout, GIT_TIMEOUT_S)
+
+    def git_run(*argv: str) -> str:
+        try:
+            done = subprocess.run(["git", "-C", str(run.workdir), *argv], env=env, capture_output=True, text=True,
+                                  timeout=wait, check=False)
+        except FileNotFoundError:
+            raise NotFound("git: the git program is not installed on the host") from None
+        except subprocess.TimeoutExpired:
+            raise WbError(f"git {argv[0]}: did not finish within {wait:g} s") from None
+        if done.returncode != 0:
+            raise WbError(f"git {argv[0]} failed: {clip(done.stderr.strip(), 2000)}")
+        return done.stdout
+
+    if not (run.workdir / ".git").is_dir():
+        git_run("init", "-q")
+    git_run("add", "-A")
+    git_run("commit", "-q", "--allow-empty", "-m", message)
+    head = git_run("rev-parse", "HEAD").strip()
+    remote = run.runtime.env.get("WB_AGENT_GIT_REMOTE")
+    if remote:
+        git_run("push", "-q", remote, "HEAD")
+    return f"committed {head[:12]}" + (f" and pushed to {remote}" if remote else "")
+
+
 HANDLERS: dict[str, Callable[[Run, Mapping[str, Any]], str]] = {
     "shell": shell, "wb": wb, "search": search, "fetch": fetch, "web_search": web_search, "vfs_read": vfs_read,
-    "vfs_write": vfs_write, "file_issue": file_issue, "done": done, "publish": publish,
+    "vfs_write": vfs_write, "file_issue": file_issue, "done": done, "git": git, "publish": publish,
 }
