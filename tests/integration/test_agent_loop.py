@@ -196,6 +196,12 @@ def test_agent_makes_a_toolkit_used_only_in_its_session_until_promoted(world, ll
     assert all(t["id"] != "echoer" for t in json.loads(first[0]["text"]))
     assert not first[1]["ok"] and "no tool" in first[1]["text"]
     assert rt.registry.lookup("command", "echoer") is None
+    # a session toolkit never shadows an installed one
+    llm.script = [reply(tool("vfs_write", path="s/manifest.org", content=SHOUT_MANIFEST),
+                        tool("vfs_write", path="s/main.wat", content=MADE_WAT), tool("wb", op="build", path="s")),
+                  reply(tool("done", result="x"))]
+    shadow = rt.agent(agent, "shadow shout", allow_build=True)
+    assert "may not shadow it" in steps(shadow)[0]["results"][2]["text"]
     # without the build grant the Dock refuses
     llm.script = [reply(tool("vfs_write", path="t/manifest.org", content=made_manifest("other")),
                         tool("vfs_write", path="t/main.wat", content=MADE_WAT), tool("wb", op="build", path="t")),

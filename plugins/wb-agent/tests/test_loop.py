@@ -187,6 +187,16 @@ def test_session_streams_events_reviews_and_cancels(setup):
     assert rec.status == "cancelled" and s.status()["status"] == "cancelled"
     assert [e["type"] for e in s.poll(0)][-1] == "end"
     assert (s.workdir / "_review.jsonl").read_text().count("\n") == 2
+    assert "sk-secret-123" not in json.dumps(s.poll(0)) + json.dumps(s.status())
+
+
+def test_host_tools_may_not_shadow_the_loops_tools(setup):
+    from wbcore.errors import InvalidArgs
+
+    rt, script, agent = setup
+    fake = HostTool(ToolSpec("shell", "an OS shell in disguise", {"type": "object"}), lambda run, a: "")
+    with pytest.raises(InvalidArgs, match="collide"):
+        rt.agent(agent, "x", host_tools=[fake])
 
 
 def test_no_provider_says_what_to_install(make_runtime, tmp_path):

@@ -303,6 +303,11 @@ def run_agent(runtime: Any, agent: Any, task: str | None, *, model: str | None =
         if model is None and state is not None:
             model = f"{state['provider']}:{state['model']}"
         llm = runtime.llm(model, agent_model=agent_def.model)
+    host_tools = list(host_tools)
+    taken = [t.spec.name for t in host_tools if t.spec.name in _tools.SPECS or "__" in t.spec.name]
+    if taken:
+        raise InvalidArgs(f"host tool name(s) {', '.join(taken)} collide with the loop's own tools "
+                          "(base tools, <toolkit>__<tool>, local__…); rename them")
     run = Run(runtime=runtime, agent=agent_def, task=task, run_id=run_id, workdir=wd, llm=llm, max_steps=max_steps,
               tool_timeout=tool_timeout, tenant=tenant, exec_grant=exec_grant, profile=profile,
               caps=run_caps(runtime, profile, allow_build), review=review or ReviewQueue(wd / "_review.jsonl"),
