@@ -193,7 +193,7 @@ def test_session_streams_events_reviews_and_cancels(setup):
 def test_host_tools_may_not_shadow_the_loops_tools(setup):
     from wbcore.errors import InvalidArgs
 
-    rt, script, agent = setup
+    rt, _script, agent = setup
     fake = HostTool(ToolSpec("shell", "an OS shell in disguise", {"type": "object"}), lambda run, a: "")
     with pytest.raises(InvalidArgs, match="collide"):
         rt.agent(agent, "x", host_tools=[fake])
