@@ -111,6 +111,15 @@ class ChatRequest:
     tools: tuple[ToolSpec, ...] = ()
     max_tokens: int | None = None
     temperature: float | None = None
+    #: A ``time.monotonic()`` instant the answer (retries included) must not pass: each
+    #: request waits at most until then, and no retry starts that could not end before it.
+    deadline: float | None = None
+
+    def timeout(self, default: float) -> float:
+        """Seconds one request may wait now: ``default``, shortened by the deadline."""
+        if self.deadline is None:
+            return default
+        return max(0.05, min(default, self.deadline - time.monotonic()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,10 +263,11 @@ def driver(runtime: Runtime, llm_settings: LlmSettings) -> LlmDriver:
 
 
 def with_retries(attempt: Callable[[], ChatResponse], llm_settings: LlmSettings, *,
-                 sleep: Callable[[float], None] = time.sleep) -> ChatResponse:
+                 sleep: Callable[[float], None] = time.sleep, deadline: float | None = None) -> ChatResponse:
     """THE retry policy of every provider: a retryable :class:`ProviderError` is retried up
     to ``max_retries`` times, waiting ``backoff_s · 2^n`` (capped at 8 s, or the server's
-    ``retry-after`` when it is shorter than 8 s); the last error surfaces with the count."""
+    ``retry-after`` when it is shorter than 8 s); the last error surfaces with the count.
+    With a ``deadline`` (``time.monotonic()``), no wait runs past it: the error surfaces."""
     tries = llm_settings.max_retries + 1
     for n in range(tries):
         try:
@@ -271,6 +281,9 @@ def with_retries(attempt: Callable[[], ChatResponse], llm_settings: LlmSettings,
             wait = min(MAX_BACKOFF_S, llm_settings.backoff_s * (2 ** n))
             if exc.retry_after is not None and 0 <= exc.retry_after <= MAX_BACKOFF_S:
                 wait = max(wait, exc.retry_after)
+            if deadline is not None and time.monotonic() + wait >= deadline:
+                exc.args = (f"{exc.message} (after {n + 1} attempts; no time left to retry)",)
+                raise
             sleep(wait)
     raise AssertionError("unreachable")
 

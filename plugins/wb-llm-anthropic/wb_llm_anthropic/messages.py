@@ -70,7 +70,7 @@ class AnthropicMessages:
         self._client.close()
 
     def complete(self, request: ChatRequest, *, on_text: Callable[[str], None] | None = None) -> ChatResponse:
-        return with_retries(lambda: self._once(request, on_text), self.settings)
+        return with_retries(lambda: self._once(request, on_text), self.settings, deadline=request.deadline)
 
     def _error(self, exc: Exception) -> ProviderError:
         an = self._anthropic
@@ -102,7 +102,9 @@ class AnthropicMessages:
         if request.temperature is not None:
             kw["temperature"] = request.temperature
         try:
-            with self._client.messages.stream(**kw) as stream:
+            client = self._client if request.deadline is None else self._client.with_options(
+                timeout=request.timeout(s.timeout_s))
+            with client.messages.stream(**kw) as stream:
                 for delta in stream.text_stream:
                     if on_text is not None and delta:
                         on_text(delta)

@@ -66,7 +66,7 @@ class OpenAIChat:
         self._client.close()
 
     def complete(self, request: ChatRequest, *, on_text: Callable[[str], None] | None = None) -> ChatResponse:
-        return with_retries(lambda: self._once(request, on_text), self.settings)
+        return with_retries(lambda: self._once(request, on_text), self.settings, deadline=request.deadline)
 
     def _error(self, exc: Exception) -> ProviderError:
         oa = self._openai
@@ -103,7 +103,9 @@ class OpenAIChat:
         stop, model = "", s.model
         usage = Usage()
         try:
-            stream = self._client.chat.completions.create(**kw)
+            client = self._client if request.deadline is None else self._client.with_options(
+                timeout=request.timeout(s.timeout_s))
+            stream = client.chat.completions.create(**kw)
             try:
                 for chunk in stream:
                     model = getattr(chunk, "model", None) or model
