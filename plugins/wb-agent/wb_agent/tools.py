@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from wbcore.errors import InvalidArgs, NotFound, WbError, unknown_name
+from wbcore.errors import CapabilityDenied, InvalidArgs, NotFound, WbError, unknown_name
 from wbcore.llm import ToolSpec
 
 if TYPE_CHECKING:
@@ -154,13 +154,42 @@ def _result_text(res: Any) -> str:
     return text
 
 
+def unavailable(run: Run, tk: Any) -> str | None:
+    """Why ``tk`` may not be used (``wbcore.trust``: tampered, unsigned, pin mismatch), or
+    ``None``: such a toolkit's text never reaches the model, as in the injected index."""
+    from wbcore import trust
+
+    return trust.unavailable_reason(tk, run.runtime)
+
+
+def available_toolkit(run: Run, ident: str) -> Any:
+    tk = run.runtime.toolkit(ident)
+    why = unavailable(run, tk)
+    if why:
+        raise CapabilityDenied(f"toolkit {ident} is unavailable: {why}")
+    return tk
+
+
+def _verified(run: Run, hits: list[Any]) -> list[Any]:
+    found = run.runtime.discover()
+    ok: dict[str, bool] = {}
+    for h in hits:
+        if h.toolkit not in ok:
+            ok[h.toolkit] = h.toolkit in found.toolkits and not unavailable(run, found.toolkits[h.toolkit])
+    return [h for h in hits if ok[h.toolkit]]
+
+
 def wb(run: Run, args: Mapping[str, Any]) -> str:
     op = _str(args, "op", "wb")
     rt = run.runtime
     if op == "list":
-        rows = []
+        rows: list[dict[str, Any]] = []
         for tk in rt.discover().toolkits.values():
-            rows.append({"id": tk.id, "tagline": tk.manifest.tagline, "granted": tk.id in run.toolkits})
+            why = unavailable(run, tk)
+            if why:  # a toolkit that does not verify: its id and why, none of its text
+                rows.append({"id": tk.id, "unavailable": why})
+            else:
+                rows.append({"id": tk.id, "tagline": tk.manifest.tagline, "granted": tk.id in run.toolkits})
         rows += [{"id": t.id, "tagline": t.tagline, "session_local": True, "granted": True} for t in run.made.list()]
         return json.dumps(rows, indent=1)
     if op == "show":
@@ -168,18 +197,18 @@ def wb(run: Run, args: Mapping[str, Any]) -> str:
         local = run.made.get(ident)
         if local is not None:
             return json.dumps(local.as_dict(), indent=1)
-        tk = rt.toolkit(ident)
+        tk = available_toolkit(run, ident)
         return json.dumps({"id": tk.id, "title": tk.manifest.title, "tagline": tk.manifest.tagline,
                            "exec": tk.manifest.exec, "caps": sorted(tk.manifest.caps),
                            "skills": [{"slug": s.slug, "summary": s.summary} for s in tk.skills]}, indent=1)
     if op == "skill":
         ident, slug = _str(args, "toolkit", "wb"), _str(args, "skill", "wb", "overview")
-        return rt.toolkit(ident).skill_text(slug)
+        return available_toolkit(run, ident).skill_text(slug)
     if op == "search":
         from wbcore import search as _search
 
         hits = _search.search(rt.discover(), _str(args, "query", "wb"))
-        return json.dumps([h.as_dict() for h in hits[:30]], indent=1)
+        return json.dumps([h.as_dict() for h in _verified(run, hits)[:30]], indent=1)
     if op == "build":
         made = run.made.build(run, _str(args, "path", "wb"))
         return json.dumps({"built": made.id, "tools": [tool_name(n, "local__") for n in made.tool_names()],
@@ -191,7 +220,7 @@ def search(run: Run, args: Mapping[str, Any]) -> str:
     from wbcore import search as _search
 
     query = _str(args, "query", "search")
-    hits = [h.as_dict() for h in _search.search(run.runtime.discover(), query)[:20]]
+    hits = [h.as_dict() for h in _verified(run, _search.search(run.runtime.discover(), query))[:20]]
     files = [e["path"] for e in run.vfs_list() if query.lower() in e["path"].lower()][:20]
     return json.dumps({"toolkits": hits, "vfs": files}, indent=1)
 
