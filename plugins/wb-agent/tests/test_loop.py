@@ -266,3 +266,15 @@ def test_a_tampered_toolkit_text_never_reaches_the_model(make_runtime, make_tool
     assert not skill["ok"] and skill["text"].startswith("capability-denied: toolkit evil is unavailable")
     assert json.loads(found["text"]) == [] and json.loads(searched["text"])["toolkits"] == []
     assert "exfiltrate" not in script.seen[0].system
+
+
+def test_agents_are_found_by_id(setup, tmp_path):
+    from wbcore.errors import NotFound
+
+    rt, script, agent = setup
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "agents" / "helper.org").write_text(agent.read_text())
+    script.turns = ["hello"]
+    assert rt.agent("helper", "hi").result == "hello"
+    with pytest.raises(NotFound, match="agents/nobody.org"):
+        rt.agent("nobody", "hi")
