@@ -278,3 +278,22 @@ def test_agents_are_found_by_id(setup, tmp_path):
     assert rt.agent("helper", "hi").result == "hello"
     with pytest.raises(NotFound, match="agents/nobody.org"):
         rt.agent("nobody", "hi")
+
+
+def test_a_session_resumes_a_crashed_run(setup):
+    rt, script, agent = setup
+
+    class Crash(BaseException):
+        pass
+
+    def crash(step):
+        raise Crash()
+
+    script.turns = [[("vfs_write", {"path": "a.txt", "content": "A"})]]
+    with pytest.raises(Crash):
+        rt.agent(agent, "task", run_id="s-crash", on_step=crash)
+    script.turns = [[("vfs_read", {"path": "a.txt"})], [("done", {"result": "back"})]]
+    s = rt.agents.sessions.resume("s-crash", agent)
+    rec = s.wait(10)
+    assert rec.status == "done" and rec.result == "back" and rec.steps == 3 and s.id == "s-crash"
+    assert [e["data"]["step"] for e in s.poll(0) if e["type"] == "step"] == [2, 3, 3]

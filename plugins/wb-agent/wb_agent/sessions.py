@@ -157,8 +157,9 @@ class Sessions:
     def start(self, agent: Any, task: str | None, **kw: Any) -> Session:
         """Start a run in the background; returns at once with its session."""
         agent_def = find_agent(self.runtime, agent)
-        run_id = kw.pop("resume", None) or kw.pop("run_id", None) or time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:8]
-        resuming = run_id in self._sessions or bool(kw.pop("resuming", False))
+        resume = kw.pop("resume", None)
+        resuming = resume is not None
+        run_id = resume or kw.pop("run_id", None) or time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:8]
         workdir = Path(kw.pop("workdir", None) or Path(self.runtime.home) / "agents" / "runs" / run_id)
         workdir.mkdir(parents=True, exist_ok=True)
         kw.setdefault("max_steps", SESSION_MAX_STEPS)
@@ -192,7 +193,7 @@ class Sessions:
 
     def resume(self, run_id: str, agent: Any, **kw: Any) -> Session:
         """Continue a run whose host stopped, from the state in its VFS."""
-        return self.start(agent, None, resume=run_id, resuming=True, **kw)
+        return self.start(agent, None, resume=run_id, **kw)
 
     def get(self, session_id: str) -> Session:
         with self._lock:
