@@ -211,7 +211,25 @@ def test_agent_makes_a_toolkit_used_only_in_its_session_until_promoted(world, ll
     # promotion: session → workspace (signed archive), then installed through verify-then-land
     ws = rt.agents.promote(rec.run_id, "echoer", to="workspace")
     assert ws.path.is_file() and len(ws.sha256) == 64
-    assert not (rt.home / "toolkits" / "echoer").exists()
+    assert (ws.path.parent / "workspace.org").read_text().startswith("#+WORKSPACE: echoer\n")
+    assert not (rt.home / "toolkits" / "echoer").exists() and rt.registry.lookup("command", "echoer") is None
+    try:  # the workspace ships as a signed .wbundle holding the signed toolkit in its VFS
+        from wb_publish import bundle
+    except ImportError:
+        bundle = None
+    if bundle is not None:
+        from wbcore import identity
+
+        shipped = bundle.ship(ws.path.parent, rt.home / "echoer.wbundle", home=rt.home,
+                              ident=identity.load(rt.home, rt.env), env=rt.env)
+        seen = bundle.inspect(shipped.path, env=rt.env, resolve_web=False)
+        assert seen.verified and seen.manifest["workspace"]["instance"] == "ws-echoer"
+        from wb_publish import vfsfile
+
+        rows = vfsfile.read_rows(vfsfile.db_path(rt.home, "ws-echoer"), ("workspace",))
+        assert len(rows) == seen.manifest["vfs"]["rows"]
+        assert {r[1] for r in rows} >= {"toolkits/echoer/manifest.org", "toolkits/echoer/main.wat"}
+
     inst = rt.agents.promote(rec.run_id, "echoer", to="installed")
     assert (inst.path / "manifest.org").read_text().count("#+SIGNATURE:") == 1
     assert rt.toolkit("echoer").manifest.trust == "third-party"

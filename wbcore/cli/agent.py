@@ -78,7 +78,7 @@ def build(runtime: Runtime) -> typer.Typer:
     def promote_cmd(
         run_id: str = typer.Argument(..., help="The run that made the toolkit."),
         toolkit: str = typer.Argument(..., help="The session toolkit's id."),
-        to: str = typer.Option("workspace", "--to", help="workspace (signed archive) or installed (verify-then-land)."),
+        to: str = typer.Option("workspace", "--to", help="workspace (signed, bundle-ready) or installed (verify-then-land)."),
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
         """Promote a toolkit an agent made: session → workspace → installed, each step audited."""

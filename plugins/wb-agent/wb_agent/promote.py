@@ -4,9 +4,12 @@ audited at each step.
 1. **session → workspace** (:func:`to_workspace`): the toolkit's files are read from the
    run's VFS into a folder, its manifest set to ``#+TRUST: third-party`` (an agent's tool is
    never the deployer's own code) and signed with the tenant's identity
-   (``wbcore.signing.sign``), then packed as a deterministic ``.tar.gz``
-   (``wbcore.export.deterministic_targz``) under ``$WB_HOME/workspace/toolkits/`` with its
-   sha256 beside it. Other sessions still do not see it.
+   (``wbcore.signing.sign``). The signed files land in a workspace,
+   ``$WB_HOME/workspace/<toolkit>/``: its ``workspace.org`` (the wb-publish format) owns the
+   VFS instance ``ws-<toolkit>`` holding them under ``toolkits/<toolkit>/``, so
+   ``wbx bundle ship`` packs it as a signed ``.wbundle``; beside it, a deterministic
+   ``<toolkit>.tar.gz`` (``wbcore.export.deterministic_targz``) and ``promotion.json`` (run,
+   signer, sha256). Other sessions still do not see it.
 2. **workspace → installed** (:func:`to_installed`): the archive goes through the install
    path (``wbcore.install.install``: staged, signature verified, landed with the lockfile
    as one change, or nothing lands), then it is built like any installed toolkit. Its caps
@@ -57,8 +60,14 @@ def _third_party(text: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def workspace_dir(runtime: Any) -> Path:
-    return Path(runtime.home) / "workspace" / "toolkits"
+def workspace_dir(runtime: Any, toolkit: str) -> Path:
+    return Path(runtime.home) / "workspace" / toolkit
+
+
+def _write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
 
 
 def to_workspace(runtime: Any, run_id: str, toolkit: str, *, tenant: str = "dev", by: str = "deployer") -> Promoted:
@@ -91,14 +100,21 @@ def to_workspace(runtime: Any, run_id: str, toolkit: str, *, tenant: str = "dev"
         packed = {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
     data = export.deterministic_targz(toolkit, packed)
     sha = hashlib.sha256(data).hexdigest()
-    out = workspace_dir(runtime)
+    out = workspace_dir(runtime, toolkit)
     out.mkdir(parents=True, exist_ok=True)
+    # the workspace's VFS: exactly the signed files, under toolkits/<id>/
+    ws_ctx = runtime.dock.context(principal=Principal(tenant, "agent-promote"), caps={"vfs"},
+                                  instance=f"ws-{toolkit}")
+    for e in runtime.dock.call(ws_ctx, "vfs", "list", {"prefix": ""})["entries"]:
+        runtime.dock.call(ws_ctx, "vfs", "delete", {"path": e["path"]})
+    for rel, blob in packed.items():
+        runtime.dock.call(ws_ctx, "vfs", "write", {"path": f"toolkits/{toolkit}/{rel}", "data": blob})
+    _write(out / "workspace.org", (f"#+WORKSPACE: {toolkit}\n#+TITLE: {toolkit}, made by agent {agent_id} in run "
+                                   f"{run_id}\n#+VFS_INSTANCE: ws-{toolkit}\n#+VOLUMES: workspace\n").encode())
     archive = out / f"{toolkit}.tar.gz"
-    tmp_path = archive.with_suffix(".tmp")
-    tmp_path.write_bytes(data)
-    tmp_path.replace(archive)
-    (out / f"{toolkit}.json").write_text(json.dumps({"toolkit": toolkit, "sha256": sha, "run": run_id,
-                                                     "signer": ident.did, "by": by}, indent=1))
+    _write(archive, data)
+    _write(out / "promotion.json", json.dumps({"toolkit": toolkit, "sha256": sha, "run": run_id, "signer": ident.did,
+                                               "by": by, "archive": archive.name}, indent=1).encode())
     _audit(runtime, by, "promote-workspace", f"session:{run_id}:{toolkit} -> {archive.name}", sha)
     return Promoted(toolkit, "workspace", archive, sha)
 
@@ -109,11 +125,11 @@ def to_installed(runtime: Any, toolkit: str, *, by: str = "deployer", build: boo
 
     if not _ID.match(toolkit):
         raise InvalidArgs("promote: toolkit id must match [A-Za-z0-9._-]{1,64}")
-    meta_path = workspace_dir(runtime) / f"{toolkit}.json"
+    meta_path = workspace_dir(runtime, toolkit) / "promotion.json"
     if not meta_path.is_file():
         raise NotFound(f"promote: {toolkit} is not in the workspace; promote it from its session first")
     meta = json.loads(meta_path.read_text())
-    archive = workspace_dir(runtime) / f"{toolkit}.tar.gz"
+    archive = workspace_dir(runtime, toolkit) / f"{toolkit}.tar.gz"
     done = install.install(Path(runtime.home), str(archive), sha256=meta["sha256"], force=True, env=runtime.env)
     runtime.discover(refresh=True)
     if build:
