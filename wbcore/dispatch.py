@@ -621,18 +621,22 @@ def call_component(runtime: Runtime, name: str, function: str, args: dict[str, A
 
 
 def call_artifact(runtime: Runtime, *, name: str, sha256: str, lane: str | None, argv: Sequence[str], stdin: bytes,
-                  principal: Principal, timeout: float, profile: str = "compute") -> CallResult:
-    """Run an artifact that is not registered under a toolkit (the build cap's ``run``):
-    no caps, the given profile, trust third-party (so the tier escalates like any
-    third-party call). The caller vouches that ``sha256`` is its own build."""
+                  principal: Principal, timeout: float, profile: str = "compute", trust: str = "third-party",
+                  caps: frozenset[str] = frozenset(), toolkit: str | None = None) -> CallResult:
+    """Run an artifact that is not registered under a toolkit: the build cap's ``run``
+    (no caps, trust third-party, so the tier escalates like any third-party call) and an
+    agent session's own toolkits (first-party, ``caps`` already narrowed to ``profile``
+    by the caller through ``wbcore.consent.effective_caps``). The caller vouches that
+    ``sha256`` is its own build; caps outside ``profile`` are never granted."""
     from wbcore.registry import Entry
 
     runtime.artifacts.verify(sha256)
     entry = Entry(kind="command", name=name, sha256=sha256, shape="command", options={"lane": lane} if lane else {})
     prof = policy.profile(profile)
-    choice = choose_tier(runtime, entry, "third-party", frozenset())
+    caps = frozenset(caps) & prof.caps
+    choice = choose_tier(runtime, entry, trust, caps)
     resolved = Resolved(kind="command", name=name, entry=entry, sha256=sha256, artifact=runtime.artifacts.path(sha256),
-                        toolkit=None, trust="third-party", signer=None, profile=prof, caps=frozenset(),
+                        toolkit=toolkit, trust=trust, signer=None, profile=prof, caps=caps,
                         allowed_hosts=(), tier=choice, target=_target(runtime, entry, choice.name))
     req = command_request(resolved, tuple(argv), bytes(stdin), principal=principal, timeout=timeout)
     return resolved.target.call(req)

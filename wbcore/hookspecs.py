@@ -24,15 +24,17 @@ import pluggy
 
 if TYPE_CHECKING:
     from wbcore.records import (
+        AgentLoop,
         Broker,
-        BuiltinCommand,
         BuildLane,
         BuildSandbox,
+        BuiltinCommand,
         Check,
         ExecShape,
         FabricEngine,
         FederationSource,
         IsolationTier,
+        LlmProvider,
         SourcePrefix,
     )
     from wbcore.runtime import CallRecord, Runtime
@@ -165,6 +167,32 @@ def wbcore_fabric_engines() -> Iterable[FabricEngine]:
         @hookimpl
         def wbcore_fabric_engines():
             yield FabricEngine(name="local", summary="worker processes", factory=_driver)
+    """
+
+
+@hookspec
+def wbcore_llm_providers() -> Iterable[LlmProvider]:
+    """Called once per runtime, when a model is first chosen (the agent loop, ``wbx agent``).
+
+    Returns LLM providers; ``name`` is what a model spec's ``provider:`` prefix and
+    ``WB_LLM_PROVIDER`` name. The factory gets the run's ``wbcore.llm.LlmSettings``::
+
+        @hookimpl
+        def wbcore_llm_providers():
+            yield LlmProvider(name="openai", summary="chat completions", factory=_driver)
+    """
+
+
+@hookspec
+def wbcore_agent_loops() -> Iterable[AgentLoop]:
+    """Called once per runtime, when ``Runtime.agent`` / ``Runtime.agents`` is first used.
+
+    Returns agent loop engines (runs, sessions); surfaces such as an engine service reach
+    sessions through ``runtime.agents.sessions``, never by importing the loop's plugin::
+
+        @hookimpl
+        def wbcore_agent_loops():
+            yield AgentLoop(name="wb", summary="LLM ↔ tools ↔ VFS", factory=_driver)
     """
 
 

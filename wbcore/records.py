@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from wbcore.fabric import FabricDriver
+    from wbcore.llm import LlmDriver, LlmSettings
     from wbcore.runtime import Runtime
     from wbcore.sandbox import BuildSandboxDriver
     from wbcore.toolkit import Toolkit
@@ -269,6 +270,39 @@ class FabricEngine:
     available: Callable[[], Availability] = _always
 
 
+@dataclass(frozen=True, slots=True)
+class LlmProvider:
+    """A model API family (``openai``, ``anthropic``) on its vendor's SDK (``wbcore.llm``).
+    ``factory(runtime, settings)`` returns a ``wbcore.llm.LlmDriver`` bound to one endpoint
+    and model; the host holds the key it is given. ``available`` says whether the SDK is
+    importable here, and if not what to install."""
+
+    name: str
+    summary: str
+    factory: Callable[[Runtime, LlmSettings], LlmDriver]
+    available: Callable[[], Availability] = _always
+
+
+class AgentLoopDriver(Protocol):
+    """The agent loop (seed 004): ``run`` drives one run to its end and returns its record;
+    ``sessions`` starts runs in the background (status, live step events, review queue,
+    cancel) — what the engine service serves over HTTP. See docs/agents.md."""
+
+    def run(self, agent: Any, task: str, **kw: Any) -> Any: ...
+
+    @property
+    def sessions(self) -> Any: ...
+
+
+@dataclass(frozen=True, slots=True)
+class AgentLoop:
+    """An agent loop engine; ``factory(runtime)`` returns an :class:`AgentLoopDriver`."""
+
+    name: str
+    summary: str
+    factory: Callable[[Runtime], AgentLoopDriver]
+
+
 #: The registry kinds, by hook name: what ``wbx plugins`` lists per plugin.
 RECORD_KINDS: dict[str, type] = {
     "wbcore_exec_shapes": ExecShape,
@@ -280,4 +314,6 @@ RECORD_KINDS: dict[str, type] = {
     "wbcore_builtin_commands": BuiltinCommand,
     "wbcore_build_sandboxes": BuildSandbox,
     "wbcore_fabric_engines": FabricEngine,
+    "wbcore_llm_providers": LlmProvider,
+    "wbcore_agent_loops": AgentLoop,
 }

@@ -18,6 +18,7 @@ import pluggy
 from wbcore import discovery as _discovery
 from wbcore import plugins as _plugins
 from wbcore.errors import ManifestError
+from wbcore.errors import NotFound as _NotFound
 from wbcore.records import Broker, BuildLane, ExecShape, FederationSource, IsolationTier, SourcePrefix
 from wbcore.toolkit import Toolkit
 
@@ -130,6 +131,44 @@ class Runtime:
 
         return self._collect("wbcore_fabric_engines", FabricEngine, "fabric engine")
 
+    @cached_property
+    def llm_providers(self) -> _plugins.Registry[Any]:
+        """LLM providers (``wbcore_llm_providers``): the agent loop's model APIs."""
+        from wbcore.records import LlmProvider
+
+        return self._collect("wbcore_llm_providers", LlmProvider, "LLM provider")
+
+    def llm(self, model: str | None = None, *, agent_model: str | None = None) -> Any:
+        """A ``wbcore.llm.LlmDriver`` for ``model`` (``provider:model`` or a bare model
+        name), the agent's ``:MODEL:`` or ``WB_LLM_*`` (``wbcore.llm.settings``)."""
+        from wbcore import llm
+
+        return llm.driver(self, llm.settings(self, model=model, agent_model=agent_model))
+
+    @cached_property
+    def agent_loops(self) -> _plugins.Registry[Any]:
+        """Agent loop engines (``wbcore_agent_loops``): runs and sessions."""
+        from wbcore.records import AgentLoop
+
+        return self._collect("wbcore_agent_loops", AgentLoop, "agent loop")
+
+    @cached_property
+    def agents(self) -> Any:
+        """The agent loop driver (``wbcore.records.AgentLoopDriver``): ``run``, ``sessions``.
+        ``$WB_AGENT_LOOP`` or the only one installed; ``NotFound`` naming what to install."""
+        reg = self.agent_loops
+        name = self.env.get("WB_AGENT_LOOP") or (reg.names()[0] if len(reg) == 1 else None)
+        if name is None:
+            if not len(reg):
+                raise _NotFound("no agent loop is installed; pip install wb-agent")
+            raise _NotFound(f"several agent loops are installed ({', '.join(reg.names())}); choose with WB_AGENT_LOOP")
+        return reg.get(name).factory(self)
+
+    def agent(self, agent: Any, task: str, **kw: Any) -> Any:
+        """Run an agent (an ``agent.org`` path, an agent id, or a ``wbcore.agents.AgentDef``)
+        on ``task`` to its end and return the run record (``AgentLoopDriver.run``)."""
+        return self.agents.run(agent, task, **kw)
+
     def fabric(self, name: str, inputs: Any, **kw: Any) -> Any:
         """``wbcore.fabric.map(self, name, inputs, **kw)``: results in input order, streamed."""
         from wbcore import fabric
@@ -147,7 +186,7 @@ class Runtime:
     def collect_all(self) -> None:
         """Collect every registry (``wbx plugins`` shows what each plugin serves)."""
         for name in ("shapes", "lanes", "prefixes", "brokers", "tiers", "federation_sources", "build_sandboxes",
-                     "fabric_engines"):
+                     "fabric_engines", "llm_providers", "agent_loops"):
             getattr(self, name)
 
     # --- state under $WB_HOME -----------------------------------------------------

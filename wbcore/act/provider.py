@@ -175,6 +175,40 @@ KERNEL_SCHEMA: dict[str, Any] = {
 }
 
 
+def command_argv(name: str, declared: Sequence[DeclaredArg], args: Mapping[str, Any]) -> tuple[list[str], bytes]:
+    """A command tool's JSON arguments (``command_schema``) as ``(argv, stdin)``: every
+    surface that runs a command tool (MCP, ``wbx call``, the agent loop) converts here."""
+    allowed = {a.name for a in declared} | {"args", "stdin"}
+    unknown = sorted(set(args) - allowed)
+    if unknown:
+        raise InvalidArgs(f"{name}: unknown argument(s) {', '.join(unknown)}; accepted: {', '.join(sorted(allowed))}")
+    argv: list[str] = []
+    for a in declared:
+        if a.name not in args:
+            if a.required:
+                raise InvalidArgs(f"{name}: missing required argument {a.name!r}")
+            continue
+        v = args[a.name]
+        want = ARG_TYPES[a.type]
+        if (isinstance(v, bool) and a.type != "boolean") or not isinstance(v, want):
+            raise InvalidArgs(f"{name}: argument {a.name!r} must be {a.type}, got {type(v).__name__}")
+        if a.type == "boolean":
+            if v:
+                argv.append(f"--{a.name}")
+        else:
+            argv += [f"--{a.name}", str(v)]
+    pos = args.get("args", [])
+    if not isinstance(pos, list) or not all(isinstance(x, str) for x in pos):
+        raise InvalidArgs(f"{name}: 'args' must be an array of strings")
+    stdin = args.get("stdin", "")
+    if not isinstance(stdin, str):
+        raise InvalidArgs(f"{name}: 'stdin' must be a string")
+    data = stdin.encode("utf-8")
+    if len(data) > MAX_STDIN:
+        raise InvalidArgs(f"{name}: stdin of {len(data)} bytes is over the {MAX_STDIN}-byte cap")
+    return argv + pos, data
+
+
 def _annotations(caps: frozenset[str], flags: frozenset[str], timeout_s: float | None) -> Metadata:
     read_only = not (caps - READ_ONLY_CAPS)
     ann: dict[str, Any] = {
@@ -415,36 +449,9 @@ class ToolkitProvider:
 
     def _call_command(self, tool: Tool, args: Mapping[str, Any], timeout: float | None,
                       cancel: threading.Event | None = None) -> CallOutcome:
-        allowed = {a.name for a in tool.declared} | {"args", "stdin"}
-        unknown = sorted(set(args) - allowed)
-        if unknown:
-            raise InvalidArgs(f"{tool.name}: unknown argument(s) {', '.join(unknown)}; accepted: {', '.join(sorted(allowed))}")
-        argv: list[str] = []
-        for a in tool.declared:
-            if a.name not in args:
-                if a.required:
-                    raise InvalidArgs(f"{tool.name}: missing required argument {a.name!r}")
-                continue
-            v = args[a.name]
-            want = ARG_TYPES[a.type]
-            if (isinstance(v, bool) and a.type != "boolean") or not isinstance(v, want):
-                raise InvalidArgs(f"{tool.name}: argument {a.name!r} must be {a.type}, got {type(v).__name__}")
-            if a.type == "boolean":
-                if v:
-                    argv.append(f"--{a.name}")
-            else:
-                argv += [f"--{a.name}", str(v)]
-        pos = args.get("args", [])
-        if not isinstance(pos, list) or not all(isinstance(x, str) for x in pos):
-            raise InvalidArgs(f"{tool.name}: 'args' must be an array of strings")
-        stdin = args.get("stdin", "")
-        if not isinstance(stdin, str):
-            raise InvalidArgs(f"{tool.name}: 'stdin' must be a string")
-        data = stdin.encode("utf-8")
-        if len(data) > MAX_STDIN:
-            raise InvalidArgs(f"{tool.name}: stdin of {len(data)} bytes is over the {MAX_STDIN}-byte cap")
+        argv, data = command_argv(tool.name, tool.declared, args)
         kw: dict[str, Any] = {"cancel": cancel} if cancel is not None else {}
-        res = self.runtime.call(tool.target, argv + pos, data, principal=self._principal(tool), timeout=timeout, **kw)
+        res = self.runtime.call(tool.target, argv, data, principal=self._principal(tool), timeout=timeout, **kw)
         events: list[StreamEvent] = [Content(_bytes_part(res.stdout))]
         usage = res.usage.as_dict() if hasattr(res.usage, "as_dict") else {}
         meta = {"wb:exit-code": res.exit_code, "wb:usage": usage}

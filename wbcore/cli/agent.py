@@ -1,4 +1,5 @@
-"""``wbx agent``: agent definitions in Org and the toolkit index injected into their prompt."""
+"""``wbx agent``: agent definitions in Org, the toolkit index injected into their prompt, and
+runs of the agent loop (``run``, ``promote``) through ``runtime.agents`` (a plugin: wb-agent)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,56 @@ def build(runtime: Runtime) -> typer.Typer:
             emit_json(data)
         else:
             typer.echo(text)
+
+    @app.command("run")
+    def run_cmd(
+        agent: str = typer.Argument(..., help="An agent definition (.org) or an agent id (agents/<id>.org)."),
+        task: str = typer.Argument("", help="The task. Omit with --resume."),
+        model: str = typer.Option(None, "--model", help="provider:model or a model name (else :MODEL:, WB_LLM_MODEL)."),
+        max_steps: int = typer.Option(12, "--max-steps", help="Steps before the run ends with max-steps."),
+        tool_timeout: float = typer.Option(150.0, "--tool-timeout", help="Seconds one tool call may take."),
+        workdir: Path = typer.Option(None, "--workdir", help="Where _steps.jsonl goes (default under $WB_HOME/agents/runs)."),
+        resume: str = typer.Option(None, "--resume", metavar="RUN_ID", help="Continue a crashed run from its VFS."),
+        allow_build: bool = typer.Option(False, "--allow-build", help="Grant the build cap: the agent may make toolkits."),
+        exec_grant: bool = typer.Option(False, "--exec", help="The exec trust grant: host-brokered exec-only tools."),
+        json_: bool = typer.Option(False, "--json", help=JSON_HELP),
+    ) -> None:
+        """Run an agent on a task: steps stream to stderr, the result to stdout."""
+        import sys
+
+        def show(step: dict) -> None:
+            if "event" in step:
+                return
+            names = ", ".join(c["name"] for c in step.get("tool_calls", [])) or "(answer)"
+            print(f"step {step['step']}: {names}", file=sys.stderr)
+
+        rec = runtime.agent(agent, task or None, model=model, max_steps=max_steps, tool_timeout=tool_timeout,
+                            workdir=workdir, resume=resume, allow_build=allow_build, exec_grant=exec_grant,
+                            on_step=None if json_ else show)
+        if json_:
+            emit_json(rec.as_dict())
+        else:
+            typer.echo(rec.result if rec.result is not None else "")
+            print(f"{rec.status} after {rec.steps} step(s); tokens in/out {rec.usage.input_tokens}/"
+                  f"{rec.usage.output_tokens}; steps in {rec.workdir / '_steps.jsonl'}", file=sys.stderr)
+            if rec.error:
+                print(f"wbx: {rec.error}", file=sys.stderr)
+        if rec.status != "done":
+            raise typer.Exit(124 if rec.status == "max-steps" else 70)
+
+    @app.command("promote")
+    def promote_cmd(
+        run_id: str = typer.Argument(..., help="The run that made the toolkit."),
+        toolkit: str = typer.Argument(..., help="The session toolkit's id."),
+        to: str = typer.Option("workspace", "--to", help="workspace (signed, bundle-ready) or installed (verify-then-land)."),
+        json_: bool = typer.Option(False, "--json", help=JSON_HELP),
+    ) -> None:
+        """Promote a toolkit an agent made: session → workspace → installed, each step audited."""
+        got = runtime.agents.promote(run_id, toolkit, to=to)
+        if json_:
+            emit_json(got.as_dict())
+        else:
+            typer.echo(f"{got.toolkit}: {got.stage} at {got.path} (sha256 {got.sha256[:16]}…)")
 
     return app
 
@@ -75,4 +126,4 @@ def _known(runtime: Runtime, ident: str) -> bool:
 
 
 def register(app: typer.Typer, runtime: Runtime) -> None:
-    app.add_typer(build(runtime), name="agent", help="Agent definitions: the prompt with its toolkit index.")
+    app.add_typer(build(runtime), name="agent", help="Agent definitions, runs of the agent loop, promotion of the toolkits agents make.")

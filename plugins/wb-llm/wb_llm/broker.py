@@ -11,6 +11,12 @@ Prompts, completions, tokens and the wait are all capped; the endpoint's answer 
 (``Accept-Encoding: identity``, no decompression) and taken from a :class:`~wbcore.budget.ByteBudget`
 of ``min(4 MiB, max_response)`` chunk by chunk, so a runaway answer is cancelled at the cap
 plus one network read.
+
+When an LLM provider plugin is installed (``wbcore_llm_providers``: wb-llm-openai,
+wb-llm-anthropic), the answer comes through it instead — the core's contract
+(``Runtime.llm``): the provider chosen by ``WB_LLM_PROVIDER`` (or the only one), the same
+key and endpoint settings, the core's bounded retries, and the answer streamed into the
+same byte budget, delta by delta, so it is cut while it arrives.
 """
 
 from __future__ import annotations
@@ -31,17 +37,21 @@ ROLES = ("system", "user", "assistant")
 
 
 class LlmBroker:
-    def __init__(self, base_url: str | None, api_key: str | None, model: str | None, models: tuple[str, ...] = ()) -> None:
+    def __init__(self, base_url: str | None, api_key: str | None, model: str | None, models: tuple[str, ...] = (),
+                 runtime: Any = None) -> None:
         self.base_url = (base_url or "").rstrip("/")
         self._key = api_key or ""
         self.model = model or ""
         self.models = models
+        #: set when a provider plugin is installed: answers come through ``runtime.llm``
+        self._runtime = runtime if runtime is not None and len(runtime.llm_providers) else None
+        self._drivers: dict[str, Any] = {}
 
     def __repr__(self) -> str:  # the key never appears in a repr
         return f"LlmBroker({self.base_url or 'unconfigured'}, model={self.model!r})"
 
     def handle(self, call: BrokerCall) -> Any:
-        if not self.base_url or not self.model:
+        if not self.model or (not self.base_url and self._runtime is None):
             raise NotFound("llm: no endpoint configured (the deployer sets WB_LLM_BASE_URL and WB_LLM_MODEL)")
         messages = call.args.get("messages")
         if messages is None:
@@ -63,8 +73,41 @@ class LlmBroker:
                                 "max_tokens": max_tokens}
         if "temperature" in call.args:
             body["temperature"] = float(call.arg("temperature", (int, float)))
+        if self._runtime is not None:
+            return self._via_provider(call, body)
         call.target(self.base_url + "/chat/completions")
         return self._post(body, call.ctx.remaining(60.0), ByteBudget.for_call(call, MAX_RESPONSE, "llm.complete: endpoint answer"))
+
+    def _via_provider(self, call: BrokerCall, body: dict[str, Any]) -> dict[str, Any]:
+        from wbcore import llm
+
+        wait = call.ctx.remaining(60.0)
+        if wait <= 0:
+            raise refuse(Timeout, "deadline", "llm.complete: no time left before the deadline")
+        model = body["model"]
+        drv = self._drivers.get(model)
+        if drv is None:
+            drv = self._drivers[model] = llm.driver(self._runtime, llm.settings(self._runtime, model=model))
+        call.target(f"{drv.settings.provider}:{drv.settings.base_url or 'default'}")
+        budget = ByteBudget.for_call(call, MAX_RESPONSE, "llm.complete: endpoint answer")
+        system = "\n\n".join(m["content"] for m in body["messages"] if m["role"] == "system")
+        turns = tuple(llm.Message(m["role"], m["content"]) for m in body["messages"] if m["role"] != "system")
+        if not turns:
+            raise InvalidArgs("llm.complete: give at least one user or assistant message")
+        try:
+            got = drv.complete(llm.ChatRequest(system, turns, (), body["max_tokens"], body.get("temperature"),
+                                               deadline=time.monotonic() + wait),
+                               on_text=lambda delta: budget.take(len(delta.encode())))
+        except llm.ProviderError as exc:
+            if exc.status in (401, 403):
+                raise Internal(f"llm.complete: the endpoint refused the deployer's key (HTTP {exc.status})") from None
+            if exc.status == 429:
+                raise refuse(CapabilityDenied, "rate-limited", "llm.complete: the endpoint is rate-limiting (HTTP 429)") from None
+            raise Internal(f"llm.complete: {drv.settings.redact(exc.message)}") from None
+        u = got.usage
+        return {"text": got.text, "model": got.model, "finish_reason": got.stop_reason,
+                "usage": {"prompt_tokens": u.input_tokens, "completion_tokens": u.output_tokens,
+                          "total_tokens": u.input_tokens + u.output_tokens, "cost_usd": u.cost_usd}}
 
     def _post(self, body: dict[str, Any], wait: float, budget: ByteBudget) -> dict[str, Any]:
         import httpx

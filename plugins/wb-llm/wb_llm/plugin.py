@@ -14,10 +14,10 @@ def _llm(runtime: Any) -> Any:
 
     env = runtime.env
     return LlmBroker(env.get("WB_LLM_BASE_URL"), env.get("WB_LLM_API_KEY"), env.get("WB_LLM_MODEL"),
-                     tuple(env.get("WB_LLM_MODELS", "").split()))
+                     tuple(env.get("WB_LLM_MODELS", "").split()), runtime=runtime)
 
 
 @hookimpl
 def wbcore_brokers() -> Iterator[Broker]:
-    yield Broker(name="llm", summary="llm-complete on the deployer's OpenAI-compatible endpoint; the host holds the key",
+    yield Broker(name="llm", summary="llm-complete on the deployer's endpoint (an installed LLM provider, else OpenAI-compatible); the host holds the key",
                  factory=_llm, operations=("complete",))

@@ -1,0 +1,1 @@
+"""wb-agent: the agent loop (LLM ↔ tools ↔ VFS), sessions, and toolkits agents make."""

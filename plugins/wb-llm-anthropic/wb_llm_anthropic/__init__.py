@@ -1,0 +1,1 @@
+"""wb-llm-anthropic: the ``anthropic`` LLM provider (Messages API) on the official anthropic SDK."""
