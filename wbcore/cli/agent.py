@@ -37,6 +37,9 @@ def build(runtime: Runtime) -> typer.Typer:
         else:
             typer.echo(text)
 
+    from wbcore.cli import engine as _engine_cli
+
+    _engine_cli.register_agent_run(app, runtime)  # --engine: a session on wbx engine serve
     return app
 
 
