@@ -146,7 +146,7 @@ def test_http_reaches_a_server_only_when_allowed_and_never_loopback(tools, serve
     ok = wbx("run", "http", "-i", url, "X-Probe:yes", "q==a b", runtime=rt, input=b"")
     assert ok.exit_code == 0, ok.stderr
     head, _, body = ok.stdout.partition("\n\n")
-    assert head.startswith("HTTP 200\n") and "X-Served-By: test" in head
+    assert head.startswith("HTTP 200\n") and "x-served-by: test" in head
     assert json.loads(body) == {"method": "GET", "path": "/hello?q=a+b", "ua": "yes"}
     posted = wbx("run", "http", "POST", f"http://public.test:{port}/items", "name=x", "count:=3", runtime=rt, input=b"")
     got = json.loads(posted.stdout)
