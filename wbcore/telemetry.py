@@ -7,7 +7,7 @@ is one attribute read and a ``None`` test — the call path is unchanged (``call
 stays ``None`` too). A tracer is registered as a plugin of its runtime, so it may
 implement ``wbcore_call_started`` / ``wbcore_call_finished`` for the tool-call spans.
 
-The span tree (names and attributes are in docs/running.md, "Telemetry")::
+The span tree (names and attributes: docs/telemetry.md)::
 
     wb.pipeline → wb.stage → wb.agent.step → wb.call → wb.broker
                            ↘ wb.call → wb.broker
