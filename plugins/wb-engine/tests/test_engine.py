@@ -313,3 +313,31 @@ def test_a_real_session_streams_events_over_sse(make_runtime, serve_engine, tmp_
         with c.stream("GET", f"/v1/sessions/{created.json()['id']}/events", params={"wait": 60}) as resp:
             events = read_sse(resp, 1)
         assert any(e not in ("ready", "end") for e, _ in events)
+
+
+def test_serve_without_a_token_makes_one_and_prints_it(make_runtime, capsys):
+    from conftest import _free_port
+
+    from wb_engine.cli import serve
+
+    rt = make_runtime(plugins=["engine"])
+    port, ready, servers = _free_port(), threading.Event(), []
+    thread = threading.Thread(target=serve, args=(rt,), kwargs={"port": port, "ready": ready, "server_out": servers},
+                              daemon=True)
+    thread.start()
+    try:
+        assert ready.wait(20), "the engine did not start"
+        err = capsys.readouterr().err
+        token = err.split("WB_ENGINE_TOKEN to choose one): ", 1)[1].split()[0]
+        assert len(token) >= 32 and f"http://127.0.0.1:{port}" in err
+        url = f"http://127.0.0.1:{port}/v1/toolkits"
+        assert httpx.get(url, timeout=10).status_code == 401
+        assert httpx.get(url, headers={"authorization": f"Bearer {token}"}, timeout=10).status_code == 200
+    finally:
+        servers[0].should_exit = True
+        thread.join(timeout=15)
+
+
+def test_engine_cli_is_registered(wbx, make_runtime):
+    r = wbx("engine", "serve", "--help", runtime=make_runtime(plugins=["engine"]))
+    assert r.exit_code == 0 and "--allow-host" in r.stdout and "WB_ENGINE_TOKEN" in r.stdout
