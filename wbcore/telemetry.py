@@ -82,7 +82,7 @@ def open_tracer(runtime: Runtime) -> Tracer | None:
     that fails to start is a warning, never a runtime that does not open."""
     try:
         tracer = runtime.pm.hook.wbcore_tracer(runtime=runtime)
-    except Exception as exc:  # a broken exporter must not take the runtime down
+    except Exception as exc:  # noqa: BLE001 - a broken exporter must not take the runtime down
         log.warning("telemetry is off: the tracer failed to start (%s: %s)", type(exc).__name__, exc)
         return None
     if tracer is not None:

@@ -21,7 +21,7 @@ def policy(bind: str = "127.0.0.1", token: str | None = TOKEN, extra: tuple[str,
 
 def test_token_is_required_exact_and_long_enough():
     p = policy()
-    ok = dict(host="127.0.0.1:8766", origin=None)
+    ok = {"host": "127.0.0.1:8766", "origin": None}
     assert httpguard.refusal(p, authorization=f"Bearer {TOKEN}".encode(), **ok) is None
     assert httpguard.refusal(p, authorization=f"bearer   {TOKEN}".encode(), **ok) is None
     for bad in (None, b"", TOKEN.encode(), f"Basic {TOKEN}".encode(), f"Bearer {TOKEN[:-1]}".encode(),
@@ -97,6 +97,6 @@ def test_no_http_surface_compares_tokens_itself():
         if path.name == "httpguard.py" or "/tests/" in path.as_posix():
             continue
         text = path.read_text()
-        if re.search(r"compare_digest\([^)]*(header|authorization|token)", text, re.I) or 'b"bearer "' in text.lower():
+        if re.search(r"compare_digest\([^)]*(header|authorization|token)", text, re.IGNORECASE) or 'b"bearer "' in text.lower():
             offenders.append(str(path.relative_to(ROOT)))
     assert offenders == []

@@ -37,7 +37,6 @@ def serve_engine() -> Iterator[Any]:
 
     def start(runtime: Any, **kw: Any) -> Served:
         import uvicorn
-
         from wb_engine import app as _app
 
         port = _free_port()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import io
 import json
-import os
 import tarfile
 import threading
 import time
@@ -317,7 +316,6 @@ def test_a_real_session_streams_events_over_sse(make_runtime, serve_engine, tmp_
 
 def test_serve_without_a_token_makes_one_and_prints_it(make_runtime, capsys):
     from conftest import _free_port
-
     from wb_engine.cli import serve
 
     rt = make_runtime(plugins=["engine"])

@@ -35,10 +35,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from wb_engine import sessions as _sessions
 from wbcore import httpguard
 from wbcore.errors import ErrorKind, WbError
-
-from wb_engine import sessions as _sessions
 
 MiB = 1 << 20
 #: HTTP status per error kind.
@@ -362,7 +361,7 @@ class Engine:
                 if await request.is_disconnected():
                     return
                 slice_s = min(self.limits.heartbeat_s, max(0.05, deadline - time.monotonic()))
-                events = await self.thread(lambda: host.events(sid, after=last, timeout=slice_s))
+                events = await self.thread(lambda a=last, t=slice_s: host.events(sid, after=a, timeout=t))
                 for ev in events:
                     last = int(ev.get("seq", last + 1))
                     yield sse(str(ev.get("type", "step")), dict(ev), last)

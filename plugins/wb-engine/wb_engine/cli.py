@@ -37,9 +37,8 @@ def serve(runtime: Any, *, host: str = "127.0.0.1", port: int = 8766, token: str
     runs without one (it can install toolkits and run commands)."""
     import uvicorn
 
-    from wbcore import httpguard
-
     from wb_engine import app as _app
+    from wbcore import httpguard
 
     made = not token
     token = httpguard.check_token(token or secrets.token_urlsafe(32), option=f"--token / {TOKEN_ENV}")

@@ -95,8 +95,9 @@ def test_no_tracer_and_no_call_hooks_when_the_endpoint_is_unset(make_runtime, mo
 
 
 def test_settings_follow_the_standard_variables_and_hide_headers():
-    from wbcore.errors import InvalidArgs
     from wb_otel.settings import Settings
+
+    from wbcore.errors import InvalidArgs
 
     s = Settings.from_env({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318/",
                            "OTEL_EXPORTER_OTLP_HEADERS": "authorization=Bearer s3cret,x-team=a",

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from wbcore import hookimpl
-
 from wb_otel.settings import enabled
+from wbcore import hookimpl
 
 
 @hookimpl

@@ -26,9 +26,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.trace import Status, StatusCode
 
-from wbcore import hookimpl, telemetry
-
 from wb_otel.settings import Settings
+from wbcore import hookimpl, telemetry
 
 
 def _value(value: Any) -> Any:
@@ -43,7 +42,7 @@ def _value(value: Any) -> Any:
 class _Span:
     """:class:`wbcore.telemetry.Span` over an OpenTelemetry span."""
 
-    __slots__ = ("span", "outcome")
+    __slots__ = ("outcome", "span")
 
     def __init__(self, span: Any) -> None:
         self.span = span
@@ -130,10 +129,7 @@ class OtelTracer:
         if held is None:
             return
         s, token = held
-        try:
-            otel_context.detach(token)
-        except Exception:  # detached in another context: the span still ends
-            pass
+        otel_context.detach(token)  # logs (never raises) if the context moved on; the span still ends
         kind = getattr(result, "kind", None)
         if kind is not None:  # a WbError
             s.set("wb.error", kind.value)
