@@ -365,11 +365,15 @@ class Engine:
                 for ev in events:
                     last = int(ev.get("seq", last + 1))
                     yield sse(str(ev.get("type", "step")), dict(ev), last)
+                status = await self.thread(host.status, sid)
+                if status.get("status") in _sessions.TERMINAL:
+                    # the run ended: what it logged before ending, then the end
+                    for ev in await self.thread(lambda a=last: host.events(sid, after=a, timeout=0)):
+                        last = int(ev.get("seq", last + 1))
+                        yield sse(str(ev.get("type", "step")), dict(ev), last)
+                    yield sse("end", dict(status), last)
+                    return
                 if not events:
-                    status = await self.thread(host.status, sid)
-                    if status.get("status") in _sessions.TERMINAL:
-                        yield sse("end", dict(status), last)
-                        return
                     yield b": heartbeat\n\n"
             yield sse("end", {"reason": "the stream's wait ended", "after": last})
 
