@@ -4,6 +4,7 @@ received by a real OTLP/HTTP server in the test (loopback), decoded with opentel
 from __future__ import annotations
 
 import gzip
+import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -186,3 +187,63 @@ def test_broker_decisions_nest_under_the_call_that_made_them(make_runtime, recei
     broker = next(s for s in receiver.spans if s["name"] == "wb.broker")
     assert broker["parent"] == call["id"] and call["attrs"]["wb.caps"] == ["net"]
     assert call["attrs"]["wb.outcome"] == "error" and call["attrs"]["wb.error"] == "capability-denied"
+
+
+class _Shout:
+    """A test shape runner: upper-cases stdin, and asks the Dock for a cap it was not
+    granted first (as a guest's host import would, on the calling thread)."""
+
+    def __init__(self, runtime: Any) -> None:
+        self.runtime = runtime
+
+    def call(self, req: Any) -> Any:
+        from wbcore.calls import CallResult
+        from wbcore.errors import CapabilityDenied
+
+        ctx = self.runtime.dock.context(principal=req.principal, caps=req.caps, toolkit="shout-tk")
+        with pytest.raises(CapabilityDenied):
+            self.runtime.dock.call(ctx, "kv", "get", {"key": "k"})
+        return CallResult(req.stdin.upper(), b"", 0)
+
+
+class ShoutShape:
+    from wbcore import hookimpl
+
+    @hookimpl
+    def wbcore_exec_shapes(self):
+        from wbcore.records import ExecShape
+
+        yield ExecShape(name="test-shout", summary="test shape", verify=lambda ctx: (), runner=_Shout)
+
+
+def test_pipeline_to_broker_chain_with_only_the_core_and_wb_otel(make_runtime, receiver):
+    """pipeline → stage → call → broker decision, end to end, with no engine plugin: the
+    call runs through dispatch on an in-process test shape."""
+    from wbcore.pipeline import Box, Pipeline
+    from wbcore.registry import Entry
+
+    rt = make_runtime(plugins=["otel", ShoutShape()], env={"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint})
+    sha = rt.artifacts.put_bytes(b"\0asm\x01\0\0\0").sha256
+    rt.registry.register(Entry(kind="command", name="shout", sha256=sha, shape="test-shout"))
+    res = Pipeline.named("chain", Box("shout")).fan_out([Box("shout"), Box("shout")]).run(rt, b"hey", keep=False)
+    assert res.success and json.loads(res.output) == ["HEY", "HEY"]
+    assert rt.tracer.flush(10)
+    spans = receiver.spans
+    by_id = {s["id"]: s for s in spans}
+
+    def chain(span: dict[str, Any]) -> list[str]:
+        out = [span["name"]]
+        while span["parent"]:
+            span = by_id[span["parent"]]
+            out.append(span["name"])
+        return out
+
+    brokers = [s for s in spans if s["name"] == "wb.broker"]
+    assert len(brokers) == 3
+    for b in brokers:
+        assert chain(b) == ["wb.broker", "wb.call shout", "wb.stage", "wb.pipeline"]
+        assert b["attrs"]["wb.outcome"] == "denied" and b["attrs"]["wb.cap"] == "kv"
+    call = by_id[brokers[0]["parent"]]
+    assert call["attrs"]["wb.tier"] == "instance" and call["attrs"]["wb.shape"] == "test-shout"
+    assert call["attrs"]["wb.outcome"] == "ok" and call["attrs"]["wb.exit_code"] == 0
+    assert len({s["trace"] for s in spans}) == 1
