@@ -168,15 +168,16 @@ def map(runtime: Runtime, name: str, inputs: Iterable[Any], *, kind: str = "comm
     spec = job(runtime, name, kind=kind, width=width, tier=tier, deadline=deadline, principal=principal,
                timeout=timeout, batch=batch)
     driver = _engine_driver(runtime, engine)
-    results = driver.map(spec, work(kind, inputs), cancel=cancel)
-    if getattr(runtime, "tracer", None) is None:
-        return results
+    tracer = getattr(runtime, "tracer", None)
+    if tracer is None:
+        return driver.map(spec, work(kind, inputs), cancel=cancel)
     from wbcore import telemetry
 
-    return telemetry.traced(runtime, "wb.fabric.map", {"wb.command": name, "wb.kind": kind, telemetry.TIER: spec.tier,
-                                                       "wb.engine": engine, "wb.width": spec.width,
-                                                       telemetry.TOOLKIT: spec.request.toolkit or ""},
-                            results, lambda r: r.ok)
+    span = tracer.start("wb.fabric.map", {"wb.command": name, "wb.kind": kind, telemetry.TIER: spec.tier,
+                                          "wb.engine": engine, "wb.width": spec.width,
+                                          telemetry.TOOLKIT: spec.request.toolkit or ""})
+    spec.env.update(tracer.carrier(span))  # worker processes' call spans are children of this one
+    return telemetry.spanning(span, driver.map(spec, work(kind, inputs), cancel=cancel), lambda r: r.ok)
 
 
 _engine_driver = engine

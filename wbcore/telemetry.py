@@ -62,6 +62,10 @@ class Tracer(Protocol):
     def flush(self, timeout_s: float = 10.0) -> bool:
         """Export what is buffered; ``True`` when it all went out in time."""
 
+    def carrier(self, span: Span) -> dict[str, str]:
+        """Environment variables that make ``span`` the parent of the spans a child
+        process's runtime opens (W3C ``TRACEPARENT`` / ``TRACESTATE``): fabric workers."""
+
 
 class _Noop:
     __slots__ = ()
@@ -126,11 +130,11 @@ def traced(runtime: Runtime, name: str, attributes: Mapping[str, Any], items: It
     tracer = getattr(runtime, "tracer", None)
     if tracer is None:
         return items
-    return _traced(tracer, name, attributes, items, outcome)
+    return spanning(tracer.start(name, attributes), items, outcome)
 
 
-def _traced(tracer: Tracer, name: str, attributes: Mapping[str, Any], items: Iterator[Any], outcome: Any) -> Iterator[Any]:
-    s = tracer.start(name, attributes)
+def spanning(s: Span, items: Iterator[Any], outcome: Any = None) -> Iterator[Any]:
+    """``items`` with the already started span ``s`` ended when the iteration ends."""
     n = failed = 0
     result = "error"
     try:

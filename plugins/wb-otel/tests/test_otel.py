@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -247,3 +248,25 @@ def test_pipeline_to_broker_chain_with_only_the_core_and_wb_otel(make_runtime, r
     assert call["attrs"]["wb.tier"] == "instance" and call["attrs"]["wb.shape"] == "test-shout"
     assert call["attrs"]["wb.outcome"] == "ok" and call["attrs"]["wb.exit_code"] == 0
     assert len({s["trace"] for s in spans}) == 1
+
+
+def test_fabric_worker_calls_nest_under_the_map_span(make_runtime, receiver):
+    """Worker processes get the map span's context (TRACEPARENT in their environment):
+    their call spans, exported by each worker, are children of wb.fabric.map."""
+    pytest.importorskip("wb_wasmtime")
+    pytest.importorskip("wb_fabric_local")
+    import time
+
+    rt = make_runtime(plugins=["otel", "wasmtime", "fabric-local"],
+                      env={**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint})
+    rt.install_builtins(["upper"])
+    results = list(rt.fabric("upper", [{"stdin": "a"}, {"stdin": "b"}, {"stdin": "c"}], width=2))
+    assert [r.value.stdout for r in results] == [b"A", b"B", b"C"]
+    assert rt.tracer.flush(10)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and len([s for s in receiver.spans if s["name"] == "wb.call upper"]) < 3:
+        time.sleep(0.1)
+    fan = next(s for s in receiver.spans if s["name"] == "wb.fabric.map")
+    assert fan["attrs"]["wb.items"] == 3 and fan["attrs"]["wb.outcome"] == "ok" and fan["attrs"]["wb.engine"] == "local"
+    calls = [s for s in receiver.spans if s["name"] == "wb.call upper"]
+    assert len(calls) == 3 and all(c["parent"] == fan["id"] and c["trace"] == fan["trace"] for c in calls)

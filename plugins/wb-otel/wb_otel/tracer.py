@@ -25,6 +25,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.trace import Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from wb_otel.settings import Settings
 from wbcore import hookimpl, telemetry
@@ -62,8 +63,10 @@ class _Span:
 
 
 class OtelTracer:
-    def __init__(self, provider: TracerProvider, *, flush_timeout_s: float = 10.0) -> None:
+    def __init__(self, provider: TracerProvider, *, flush_timeout_s: float = 10.0, parent: Any = None) -> None:
         self.provider = provider
+        #: The remote parent a child process was started under (``TRACEPARENT``), else ``None``.
+        self.parent = parent
         self.tracer = provider.get_tracer("wbcore")
         self.flush_timeout_s = flush_timeout_s
         self._calls: dict[int, tuple[_Span, Any]] = {}
@@ -77,20 +80,32 @@ class OtelTracer:
 
         s = Settings.from_env(env)
         exporter = OTLPSpanExporter(endpoint=s.endpoint, headers=s.headers or None, timeout=s.timeout_s)
-        return cls.with_exporter(exporter, service=s.service, flush_timeout_s=s.timeout_s)
+        parent = None
+        if env.get("TRACEPARENT"):
+            carrier = {"traceparent": env["TRACEPARENT"], "tracestate": env.get("TRACESTATE", "")}
+            parent = TraceContextTextMapPropagator().extract(carrier)
+        return cls.with_exporter(exporter, service=s.service, flush_timeout_s=s.timeout_s, parent=parent)
 
     @classmethod
-    def with_exporter(cls, exporter: SpanExporter, *, service: str = "wbcore", flush_timeout_s: float = 10.0) -> OtelTracer:
+    def with_exporter(cls, exporter: SpanExporter, *, service: str = "wbcore", flush_timeout_s: float = 10.0,
+                      parent: Any = None) -> OtelTracer:
         provider = TracerProvider(resource=Resource.create({"service.name": service}))
         provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=8192, schedule_delay_millis=1000,
                                                        export_timeout_millis=int(flush_timeout_s * 1000)))
-        return cls(provider, flush_timeout_s=flush_timeout_s)
+        return cls(provider, flush_timeout_s=flush_timeout_s, parent=parent)
+
+    def _context(self) -> Any:
+        """The parent for a new span: the current span, else the remote parent (if any)."""
+        if self.parent is not None and not trace.get_current_span().get_span_context().is_valid:
+            return self.parent
+        return None
 
     # --- wbcore.telemetry.Tracer --------------------------------------------------------
 
     @contextmanager
     def span(self, name: str, attributes: Mapping[str, Any]) -> Iterator[_Span]:
-        with self.tracer.start_as_current_span(name, attributes={k: _value(v) for k, v in attributes.items()},
+        with self.tracer.start_as_current_span(name, context=self._context(),
+                                               attributes={k: _value(v) for k, v in attributes.items()},
                                                end_on_exit=False, record_exception=True,
                                                set_status_on_exception=True) as raw:
             s = _Span(raw)
@@ -102,10 +117,16 @@ class OtelTracer:
             s.end(None if s.outcome is not None else "ok")
 
     def start(self, name: str, attributes: Mapping[str, Any]) -> _Span:
-        return _Span(self.tracer.start_span(name, attributes={k: _value(v) for k, v in attributes.items()}))
+        return _Span(self.tracer.start_span(name, context=self._context(),
+                                            attributes={k: _value(v) for k, v in attributes.items()}))
 
     def flush(self, timeout_s: float = 10.0) -> bool:
         return bool(self.provider.force_flush(int(timeout_s * 1000)))
+
+    def carrier(self, span: Any) -> dict[str, str]:
+        out: dict[str, str] = {}
+        TraceContextTextMapPropagator().inject(out, context=trace.set_span_in_context(span.span))
+        return {k.upper(): v for k, v in out.items() if k in ("traceparent", "tracestate") and v}
 
     def shutdown(self) -> None:
         self.provider.shutdown()
@@ -117,7 +138,8 @@ class OtelTracer:
         attrs = {"wb.command": call.name, "wb.shape": call.shape, "wb.principal": str(call.principal),
                  telemetry.TOOLKIT: call.toolkit or "", telemetry.TIER: call.tier or "",
                  "wb.caps": sorted(call.caps)}
-        raw = self.tracer.start_span(f"wb.call {call.name}", attributes={k: _value(v) for k, v in attrs.items()})
+        raw = self.tracer.start_span(f"wb.call {call.name}", context=self._context(),
+                                     attributes={k: _value(v) for k, v in attrs.items()})
         token = otel_context.attach(trace.set_span_in_context(raw))
         with self._lock:
             self._calls[id(call)] = (_Span(raw), token)
