@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from wbcore.cli.output import JSON_HELP, emit_json
+from wbcore.errors import InvalidArgs
 
 if TYPE_CHECKING:
     from wbcore.runtime import Runtime
@@ -61,9 +62,17 @@ def run_on_engine(engine: str, agent: str, task: str, *, token: str | None, opti
     """``POST /v1/sessions`` then follow its SSE events; exit 0 when the run ends done."""
     from wbcore import engine_client
 
+    doc: dict[str, Any] = {"task": task, "options": options}
+    path = Path(agent)
+    if agent.endswith(".org") or path.is_file():
+        try:
+            doc["agent_org"] = path.read_text(encoding="utf-8")  # the engine never reads our paths
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InvalidArgs(f"{agent}: cannot read the agent definition ({exc})") from None
+    else:
+        doc["agent"] = agent
     created = engine_client.call(engine, "/v1/sessions", token=token, method="POST",
-                                 body=json.dumps({"agent": agent, "task": task, "options": options}).encode(),
-                                 content_type="application/json")
+                                 body=json.dumps(doc).encode(), content_type="application/json")
     sid = created["id"]
     print(f"session {sid} on {engine}", file=sys.stderr, flush=True)
     if not follow:
@@ -71,16 +80,31 @@ def run_on_engine(engine: str, agent: str, task: str, *, token: str | None, opti
         return 0
     final: dict[str, Any] = {}
     for event, data in engine_client.events(engine, f"/v1/sessions/{sid}/events", token=token):
+        # an agent loop's event is {"seq", "type", "data", "t"}; the engine's own end is the status
+        payload = data.get("data", data) if isinstance(data, dict) else data
         if json_:
             emit_json({"event": event, "data": data})
+        elif event == "text" and isinstance(payload, str):
+            sys.stdout.write(payload)
+            sys.stdout.flush()
         elif event not in ("ready", "end"):
-            typer.echo(f"[{data.get('seq', '')}] {event}: {data.get('summary') or data.get('text') or data}")
+            typer.echo(f"[{data.get('seq', '')}] {event}: {_brief(payload)}")
         if event == "end":
-            final = data
+            final = payload if isinstance(payload, dict) else {}
     status = final.get("status", "unknown")
     if not json_:
         typer.echo(f"session {sid}: {status}")
-    return 0 if status in ("done", "finished") else 1
+    return 0 if status == "done" else 1
+
+
+def _brief(payload: Any, limit: int = 200) -> str:
+    if isinstance(payload, str):
+        text = payload
+    elif isinstance(payload, dict):
+        text = str(payload.get("summary") or payload.get("text") or json.dumps(payload, default=str))
+    else:
+        text = json.dumps(payload, default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def register_agent_run(app: typer.Typer, runtime: Runtime) -> None:

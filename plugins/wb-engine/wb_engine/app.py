@@ -87,6 +87,13 @@ def _flag(request: Request, name: str) -> bool:
     return request.query_params.get(name, "").lower() in ("1", "true", "yes", "on")
 
 
+def _after(request: Request, default: int) -> int:
+    """``?after=`` or, when a client reconnects, its ``Last-Event-ID``."""
+    if "after" not in request.query_params and request.headers.get("last-event-id", "").isdigit():
+        return int(request.headers["last-event-id"])
+    return int(_number(request, "after", default, -1, 1 << 62))
+
+
 def _number(request: Request, name: str, default: float, low: float, high: float) -> float:
     raw = request.query_params.get(name)
     if raw is None:
@@ -283,7 +290,7 @@ class Engine:
         return JSONResponse({"entries": entries[-tail:]})
 
     async def audit_events(self, request: Request) -> Response:
-        after = int(_number(request, "after", -1, -1, 1 << 62))
+        after = _after(request, -1)
         wait = _number(request, "wait", self.limits.max_stream_s, 0.1, self.limits.max_stream_s)
 
         async def stream() -> AsyncIterator[bytes]:
@@ -315,9 +322,22 @@ class Engine:
     async def session_create(self, request: Request) -> Response:
         host = self._host()
         doc = await read_json(request, self.limits)
-        agent, task = doc.get("agent"), doc.get("task")
-        if not isinstance(agent, str) or not agent or not isinstance(task, str) or not task:
-            raise HttpError(400, "invalid-args", "send {\"agent\": <agent id or definition path>, \"task\": <text>}")
+        agent: Any = doc.get("agent")
+        task = doc.get("task")
+        if not isinstance(task, str) or not task:
+            raise HttpError(400, "invalid-args", "send {\"agent\": <id> or \"agent_org\": <Org text>, \"task\": <text>}")
+        if isinstance(doc.get("agent_org"), str):
+            from wbcore import agents
+
+            agent = agents.parse(doc["agent_org"], "agent_org")  # the definition itself, as the client sent it
+        elif not isinstance(agent, str) or not agent:
+            raise HttpError(400, "invalid-args", "send {\"agent\": <id> or \"agent_org\": <Org text>, \"task\": <text>}")
+        else:
+            # an id the engine's search path knows; never a path on the engine's host
+            agent = _ident(agent, "agent id")
+            if agent.endswith(".org"):
+                raise HttpError(400, "invalid-args", f"agent {agent!r}: name an agent id, or send the definition "
+                                                     "as agent_org (wbx agent run --engine does)")
         options = doc.get("options", {})
         if not isinstance(options, dict):
             raise HttpError(400, "invalid-args", "'options' must be a JSON object")
@@ -350,7 +370,7 @@ class Engine:
     async def session_events(self, request: Request) -> Response:
         host = self._host()
         sid = _ident(request.path_params["sid"], "session id")
-        after = int(_number(request, "after", 0, -1, 1 << 62))
+        after = _after(request, 0)
         wait = _number(request, "wait", self.limits.max_stream_s, 0.1, self.limits.max_stream_s)
         await self.thread(host.status, sid)  # an unknown id is 404 before the stream starts
 
@@ -365,12 +385,16 @@ class Engine:
                 for ev in events:
                     last = int(ev.get("seq", last + 1))
                     yield sse(str(ev.get("type", "step")), dict(ev), last)
+                    if ev.get("type") == "end":  # the host's own end event closes the stream
+                        return
                 status = await self.thread(host.status, sid)
                 if status.get("status") in _sessions.TERMINAL:
                     # the run ended: what it logged before ending, then the end
                     for ev in await self.thread(lambda a=last: host.events(sid, after=a, timeout=0)):
                         last = int(ev.get("seq", last + 1))
                         yield sse(str(ev.get("type", "step")), dict(ev), last)
+                        if ev.get("type") == "end":
+                            return
                     yield sse("end", dict(status), last)
                     return
                 if not events:
