@@ -108,6 +108,11 @@ def _brief(payload: Any, limit: int = 200) -> str:
 
 
 def register_agent_run(app: typer.Typer, runtime: Runtime) -> None:
+    """``wbx agent run … --engine URL``. When the agent loop already registered its own
+    ``run``, that one stays; it gives ``--engine`` by calling :func:`run_on_engine`."""
+    if any(c.name == "run" for c in app.registered_commands):
+        return
+
     @app.command("run")
     def run(
         agent: str = typer.Argument(..., help="An agent id or definition (.org) the engine knows."),
