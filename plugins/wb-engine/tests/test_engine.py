@@ -88,6 +88,8 @@ def test_push_dry_run_shows_the_caps_diff_and_lands_nothing(signed, make_runtime
     # the same push for real replaces it (with --force), and the engine shows the new caps
     r = wbx("toolkit", "push", "tp", eng.url, "--force", "--token", eng.token, runtime=client)
     assert r.exit_code == 0 and "installed tp 0.2.0" in r.stdout and "requests caps: net kv" in r.stdout, r.stderr
+    pushed = [e for e in server.dock.audit.entries() if e["cap"] == "engine"]
+    assert [(e["op"], e["outcome"], e["target"]) for e in pushed] == [("push", "allowed", "tp")]
     shown = httpx.get(eng.url + "/v1/toolkits/tp", headers=eng.auth, timeout=10).json()
     assert shown["version"] == "0.2.0" and shown["caps"] == ["net", "kv"] and shown["signer"].startswith("did:key:")
     verdict = httpx.get(eng.url + "/v1/toolkits/tp/verify", headers=eng.auth, timeout=10)
@@ -117,6 +119,8 @@ def test_a_tampered_signed_toolkit_is_refused_and_nothing_lands(signed, make_run
         assert "refusing to install tp: signature tampered" in r.stderr and "bin/tool.wasm" in r.stderr
         assert snapshot(wb_home) == before
     assert not list((wb_home / ".staging").iterdir())
+    refused = [e for e in eng.runtime.dock.audit.entries() if e["cap"] == "engine"]
+    assert [(e["op"], e["outcome"], e["kind"]) for e in refused] == [("push", "denied", "invalid-args")]
 
 
 def test_push_is_bounded_and_checks_its_input(make_runtime, serve_engine, wb_home):

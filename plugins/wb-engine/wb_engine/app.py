@@ -234,7 +234,13 @@ class Engine:
                 if dry:
                     changes = install.preview(home, str(archive), **kw)
                     return {"dry_run": True, "changes": [c.as_dict() for c in changes]}
-                landed = install.install(home, str(archive), **kw)
+                t0 = time.perf_counter()
+                try:
+                    landed = install.install(home, str(archive), **kw)
+                except WbError as exc:
+                    self._audit_push(data, name, "denied", t0, kind=exc.kind.value, reason="install-refused")
+                    raise
+                self._audit_push(data, name, "allowed", t0, target=" ".join(i.entry.id for i in landed))
                 self.runtime.discover(refresh=True)
             return {"dry_run": False, "installed": [
                 {"id": i.entry.id, "version": i.entry.version, "trust": i.entry.trust, "signer": i.entry.signer,
@@ -242,6 +248,15 @@ class Engine:
                 for i in landed]}
         finally:
             unpack.remove_tree(work)
+
+    def _audit_push(self, data: bytes, name: str, outcome: str, t0: float, **kw: Any) -> None:
+        """One audit line per push that was meant to land: who (the engine's token holder),
+        the archive's sha256, what landed or why it did not."""
+        from wbcore.audit import digest
+
+        self.runtime.dock.audit.record(principal="engine", cap="engine", op="push", args_digest=digest(data),
+                                       outcome=outcome, nbytes=len(data), ms=(time.perf_counter() - t0) * 1000,
+                                       **({"target": name} | kw))
 
     # --- calls ---------------------------------------------------------------------------
 
