@@ -31,6 +31,11 @@ def _free_port() -> int:
 
 
 @pytest.fixture
+def free_port() -> int:
+    return _free_port()
+
+
+@pytest.fixture
 def serve_engine() -> Iterator[Any]:
     """``serve_engine(runtime, sessions=None, limits=None)`` → a :class:`Served` engine."""
     stops: list[tuple[Any, threading.Thread]] = []

@@ -337,12 +337,11 @@ def test_a_real_session_streams_events_over_sse(make_runtime, serve_engine, tmp_
         assert "sk-engine-test-key" not in json.dumps([d for _, d in events])
 
 
-def test_serve_without_a_token_makes_one_and_prints_it(make_runtime, capsys):
-    from conftest import _free_port
+def test_serve_without_a_token_makes_one_and_prints_it(make_runtime, capsys, free_port):
     from wb_engine.cli import serve
 
     rt = make_runtime(plugins=["engine"])
-    port, ready, servers = _free_port(), threading.Event(), []
+    port, ready, servers = free_port, threading.Event(), []
     thread = threading.Thread(target=serve, args=(rt,), kwargs={"port": port, "ready": ready, "server_out": servers},
                               daemon=True)
     thread.start()
