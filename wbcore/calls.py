@@ -66,6 +66,9 @@ class CallRecord:
     principal: Principal
     argv: tuple[str, ...] = ()
     toolkit: str | None = None
+    #: The isolation tier the call was resolved to, and its granted caps (telemetry, audit).
+    tier: str | None = None
+    caps: frozenset[str] = frozenset()
 
 
 # --- what a shape runner is handed ----------------------------------------------------

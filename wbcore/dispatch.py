@@ -530,7 +530,7 @@ class KernelCalls:
         if hook is None:
             return inst.call(data)
         record = CallRecord(name=name, shape="kernel", principal=principal or resolved.principal,
-                            toolkit=resolved.toolkit)
+                            toolkit=resolved.toolkit, tier=resolved.tier.name, caps=resolved.caps)
         hook.wbcore_call_started(call=record)
         try:
             out = inst.call(data)
@@ -569,7 +569,7 @@ def call_command(runtime: Runtime, name: str, argv: Sequence[str] = (), stdin: b
     if hook is None:
         return resolved.target.call(req)
     record = CallRecord(name=name, shape=resolved.entry.shape, principal=req.principal, argv=req.argv,
-                        toolkit=resolved.toolkit)
+                        toolkit=resolved.toolkit, tier=resolved.tier.name, caps=resolved.caps)
     hook.wbcore_call_started(call=record)
     try:
         result = resolved.target.call(req)

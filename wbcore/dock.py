@@ -409,6 +409,21 @@ class Dock:
         return status, body
 
     def _run(self, ctx: DockContext, cap: str, op: str, args: dict[str, Any], dg: str, nreq: int) -> tuple[int, bytes, Any]:
+        tracer = self.runtime.tracer
+        if tracer is None:
+            return self._decide(ctx, cap, op, args, dg, nreq)
+        # one span per broker decision, a child of the tool call (or agent step) running it
+        with tracer.span("wb.broker", {"wb.cap": cap, "wb.op": op, "wb.principal": ctx.who,
+                                       "wb.toolkit": ctx.toolkit or ""}) as span:
+            status, body, value = self._decide(ctx, cap, op, args, dg, nreq)
+            span.set("wb.bytes", nreq + len(body))
+            if status:
+                span.set("wb.reason", reason_of(value))
+                span.set("wb.error", value.kind.value)
+            span.set("wb.outcome", "denied" if status else "allowed")
+            return status, body, value
+
+    def _decide(self, ctx: DockContext, cap: str, op: str, args: dict[str, Any], dg: str, nreq: int) -> tuple[int, bytes, Any]:
         t0 = time.perf_counter()
         _TARGET.value = None
         who = ctx.who

@@ -168,7 +168,16 @@ def map(runtime: Runtime, name: str, inputs: Iterable[Any], *, kind: str = "comm
     spec = job(runtime, name, kind=kind, width=width, tier=tier, deadline=deadline, principal=principal,
                timeout=timeout, batch=batch)
     driver = _engine_driver(runtime, engine)
-    return driver.map(spec, work(kind, inputs), cancel=cancel)
+    tracer = getattr(runtime, "tracer", None)
+    if tracer is None:
+        return driver.map(spec, work(kind, inputs), cancel=cancel)
+    from wbcore import telemetry
+
+    span = tracer.start("wb.fabric.map", {"wb.command": name, "wb.kind": kind, telemetry.TIER: spec.tier,
+                                          "wb.engine": engine, "wb.width": spec.width,
+                                          telemetry.TOOLKIT: spec.request.toolkit or ""})
+    spec.env.update(tracer.carrier(span))  # worker processes' call spans are children of this one
+    return telemetry.spanning(span, driver.map(spec, work(kind, inputs), cancel=cancel), lambda r: r.ok)
 
 
 _engine_driver = engine
@@ -267,7 +276,7 @@ def run_command(runtime: Runtime, job: Job, target: Any, item: CommandInput, *, 
     if hook is None:
         return target.call(req)  # type: ignore[no-any-return]
     record = CallRecord(name=job.name, shape=job.entry.shape, principal=req.principal, argv=req.argv,
-                        toolkit=req.toolkit)
+                        toolkit=req.toolkit, tier=job.tier, caps=job.caps)
     hook.wbcore_call_started(call=record)
     try:
         result = target.call(req)
@@ -293,7 +302,8 @@ def run_kernel(runtime: Runtime, job: Job, inst: Any, data: bytes) -> bytes:
     if hook is None:
         return inst.call(data)  # type: ignore[no-any-return]
     req = job.request
-    record = CallRecord(name=job.name, shape="kernel", principal=req.principal, toolkit=req.toolkit)
+    record = CallRecord(name=job.name, shape="kernel", principal=req.principal, toolkit=req.toolkit, tier=job.tier,
+                        caps=job.caps)
     hook.wbcore_call_started(call=record)
     try:
         out = inst.call(data)

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         SourcePrefix,
     )
     from wbcore.runtime import CallRecord, Runtime
+    from wbcore.telemetry import Tracer
     from wbcore.toolkit import Toolkit
 
 PROJECT = "wbcore"
@@ -240,4 +241,17 @@ def wbcore_call_finished(call: CallRecord, result: Any) -> None:
         @hookimpl
         def wbcore_call_finished(call, result):
             metrics.observe(call.name, call.usage.wall_s)
+    """
+
+
+@hookspec(firstresult=True)
+def wbcore_tracer(runtime: Runtime) -> Tracer | None:
+    """Called once when a runtime opens. Returns the tracer its seams open spans with
+    (:mod:`wbcore.telemetry`: pipeline, stage, agent step, broker decision), or ``None``
+    when telemetry is off — then the seams cost one ``None`` test. The tracer is
+    registered as a plugin of that runtime, so it may implement the call hooks::
+
+        @hookimpl
+        def wbcore_tracer(runtime):
+            return MyTracer() if runtime.env.get("MY_TRACING") else None
     """

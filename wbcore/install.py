@@ -501,6 +501,81 @@ def install(home: Path, source_text: str, *, sha256: str | None = None, force: b
             unpack.remove_tree(work)
 
 
+@dataclass(frozen=True, slots=True)
+class Change:
+    """What installing one staged toolkit would change (``install --dry-run``, ``wbx toolkit
+    push --dry-run``): caps, trust and signer against what is installed now."""
+
+    id: str
+    action: str  # "new", "replace", "unchanged", "refused"
+    version: tuple[str | None, str]
+    caps: tuple[tuple[str, ...] | None, tuple[str, ...]]
+    trust: tuple[str | None, str]
+    signer: tuple[str | None, str | None]
+    why: str = ""
+
+    def lines(self) -> list[str]:
+        """The diff as text: ``-`` what goes, ``+`` what comes, per field."""
+        out = [f"{self.action} {self.id} {self.version[1]}" + (f" (installed: {self.version[0]})" if self.version[0] else "")
+               + (f": {self.why}" if self.why else "")]
+        old_caps, new_caps = self.caps
+        if old_caps is None:
+            out.append(f"  caps: + {' '.join(new_caps) or '(none)'}")
+        else:
+            gone, come = sorted(set(old_caps) - set(new_caps)), sorted(set(new_caps) - set(old_caps))
+            if gone or come:
+                out.append("  caps: " + " ".join([*(f"-{c}" for c in gone), *(f"+{c}" for c in come)]))
+            else:
+                out.append(f"  caps: unchanged ({' '.join(new_caps) or 'none'})")
+        for field_name, (old, new) in (("trust", self.trust), ("signer", self.signer)):
+            if old != new:
+                out.append(f"  {field_name}: {old or '(none)'} -> {new or '(none)'}")
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "action": self.action, "version": list(self.version),
+                "caps": {"installed": list(self.caps[0]) if self.caps[0] is not None else None,
+                         "incoming": list(self.caps[1])},
+                "trust": list(self.trust), "signer": list(self.signer), "why": self.why, "diff": self.lines()}
+
+
+def preview(home: Path, source_text: str, *, sha256: str | None = None, force: bool = False,
+            env: Mapping[str, str] | None = None, first_party: bool = False) -> list[Change]:
+    """What :func:`install` would do with the same arguments, landing nothing: the source is
+    staged and verified exactly as an install would (a refusal raises the same error)."""
+    source = parse_source(source_text, sha256)
+    with _home_lock(home):
+        work = _staging(home)
+        try:
+            staged = _stage(source, work, env, allow_first_party=first_party)
+            lock = read_lock(home / LOCKFILE)
+            out = []
+            for s in staged:
+                target = home / "toolkits" / s.entry.id
+                old = lock.get(s.entry.id)
+                old_caps: tuple[str, ...] | None = None
+                old_version = old.version if old else None
+                if (target / signing.MANIFEST).is_file():
+                    try:
+                        m = _manifest.load(target / signing.MANIFEST)
+                        old_caps, old_version = tuple(m.caps), m.version
+                    except ManifestError:
+                        old_caps = ()
+                present = target.exists() or target.is_symlink()
+                if present and old == s.entry and _installed_digest(target) == s.entry.digest:
+                    action, why = "unchanged", ""
+                elif present and not force:
+                    action, why = "refused", f"already installed at {target} (push or install with --force to replace it)"
+                else:
+                    action, why = ("replace" if present else "new"), ""
+                out.append(Change(s.entry.id, action, (old_version, s.entry.version), (old_caps, tuple(s.caps)),
+                                  (old.trust if old else None, s.entry.trust), (old.signer if old else None, s.entry.signer),
+                                  why))
+            return out
+        finally:
+            unpack.remove_tree(work)
+
+
 def _installed_digest(path: Path) -> str | None:
     try:
         return signing.content_digest(path)

@@ -34,6 +34,7 @@ Each run keeps its input and every stage's output in ``$WB_HOME/pipelines/<run-i
 
 from __future__ import annotations
 
+import contextvars
 import json
 import os
 import re
@@ -169,6 +170,24 @@ def run(runtime: Runtime, pipeline: Pipeline, data: bytes = b"", *, timeout: flo
     if timeout is not None and timeout <= 0:
         raise InvalidArgs(f"pipeline timeout must be > 0 seconds, got {timeout}")
     run_id = time.strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(4)
+    if getattr(runtime, "tracer", None) is None:
+        return _run(runtime, pipeline, data, run_id, timeout, principal, keep)
+    from wbcore import telemetry
+
+    with telemetry.span(runtime, "wb.pipeline", {"wb.pipeline": pipeline.name, "wb.pipeline.run_id": run_id,
+                                                 "wb.pipeline.stages": len(pipeline.stages)}) as s:
+        res = _run(runtime, pipeline, data, run_id, timeout, principal, keep)
+        s.set("wb.wall_s", res.wall_s)
+        if res.error:
+            s.set("wb.error", res.error)
+        s.set(telemetry.OUTCOME, "ok" if res.success else "error")
+        return res
+
+
+def _run(runtime: Runtime, pipeline: Pipeline, data: bytes, run_id: str, timeout: float | None,
+         principal: Principal | None, keep: bool) -> PipelineResult:
+    from wbcore import telemetry
+
     folder = _folder(runtime, run_id) if keep else None
     if folder is not None:
         (folder / "input").write_bytes(data)
@@ -179,11 +198,18 @@ def run(runtime: Runtime, pipeline: Pipeline, data: bytes = b"", *, timeout: flo
     error = None
     for index, stage in enumerate(pipeline.stages):
         t0 = _clock()
-        if len(stage.boxes) == 1 and stage.op == "pipe":
-            boxes = [_run_box(runtime, stage.boxes[0], carry, deadline, principal)]
-        else:
-            with ThreadPoolExecutor(max_workers=len(stage.boxes), thread_name_prefix="wb-pipeline") as pool:
-                boxes = list(pool.map(lambda b, data=carry: _run_box(runtime, b, data, deadline, principal), stage.boxes))
+        with telemetry.span(runtime, "wb.stage", {"wb.stage.index": index, "wb.stage.op": stage.op,
+                                                  "wb.stage.boxes": [b.label() for b in stage.boxes]}) as span:
+            if len(stage.boxes) == 1 and stage.op == "pipe":
+                boxes = [_run_box(runtime, stage.boxes[0], carry, deadline, principal)]
+            else:
+                with ThreadPoolExecutor(max_workers=len(stage.boxes), thread_name_prefix="wb-pipeline") as pool:
+                    # each box runs in a copy of this context: its call spans nest under the stage's
+                    futures = [pool.submit(contextvars.copy_context().run, _run_box, runtime, b, carry, deadline,
+                                           principal) for b in stage.boxes]
+                    boxes = [f.result() for f in futures]
+            span.set(telemetry.OUTCOME, "ok" if all(b.error is None and b.exit_code in (0, None) for b in boxes)
+                     else "error")
         out = boxes[0].output if stage.op == "pipe" else merge([b.output for b in boxes])
         kept = None
         if folder is not None:

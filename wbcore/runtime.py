@@ -45,6 +45,10 @@ class Runtime:
         self.resolved_calls: dict[tuple[str, str, str | None], Any] = {}
         #: Moves whenever a resolution is made anew or the cache is forgotten (wbcore.dispatch).
         self.resolve_epoch = 0
+        from wbcore import telemetry
+
+        #: The tracer of ``wbcore_tracer`` (``None``: telemetry off, the seams cost nothing).
+        self.tracer: Any = telemetry.open_tracer(self)
         self.call_hooks: Any = self._call_hooks()
 
     @classmethod

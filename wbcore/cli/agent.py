@@ -49,10 +49,24 @@ def build(runtime: Runtime) -> typer.Typer:
         resume: str = typer.Option(None, "--resume", metavar="RUN_ID", help="Continue a crashed run from its VFS."),
         allow_build: bool = typer.Option(False, "--allow-build", help="Grant the build cap: the agent may make toolkits."),
         exec_grant: bool = typer.Option(False, "--exec", help="The exec trust grant: host-brokered exec-only tools."),
+        engine: str = typer.Option(None, "--engine", help="Run it as a session on this engine (http://host:port) instead."),
+        detach: bool = typer.Option(False, "--detach", help="With --engine: print the session id and return."),
+        token: str = typer.Option(None, "--token", envvar="WB_ENGINE_TOKEN", show_envvar=True,
+                                  help="With --engine: the engine's bearer token."),
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
-        """Run an agent on a task: steps stream to stderr, the result to stdout."""
+        """Run an agent on a task: steps stream to stderr, the result to stdout (or, with
+        --engine, as a session on a running engine, following its events)."""
         import sys
+
+        if engine is not None:
+            from wbcore.cli.engine import run_on_engine
+
+            options: dict = {"max_steps": max_steps, "tool_timeout": tool_timeout}
+            if model:
+                options["model"] = model
+            raise typer.Exit(run_on_engine(engine, agent, task, token=token or None, options=options,
+                                           follow=not detach, json_=json_))
 
         def show(step: dict) -> None:
             if "event" in step:

@@ -157,4 +157,7 @@ def build(runtime: Runtime) -> typer.Typer:
     from wbcore.cli import build as _build_cli
 
     _build_cli.register(app, runtime)
+    from wbcore.cli import engine as _engine_cli
+
+    _engine_cli.register_push(app, runtime)
     return app

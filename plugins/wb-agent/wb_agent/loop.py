@@ -27,6 +27,7 @@ from wb_agent import tools as _tools
 from wb_agent.made import MadeToolkits
 from wb_agent.review import ReviewQueue
 from wbcore import agents as _agents
+from wbcore import telemetry
 from wbcore.calls import Principal
 from wbcore.errors import InvalidArgs, NotFound, Timeout, WbError
 from wbcore.llm import ChatRequest, Message, ToolSpec, ToolUse, Usage
@@ -345,20 +346,28 @@ def drive(run: Run) -> RunRecord:
                 raise StepLimit(f"max-steps: the run used its {run.max_steps} steps without calling done")
             specs = run.tool_specs()
             t0 = time.monotonic()
-            answer = run.llm.complete(ChatRequest(system, tuple(run.messages), tuple(specs)), on_text=run.on_text)
-            run.step += 1
-            run.usage = run.usage + answer.usage
-            run.messages.append(answer.message())
-            results = []
-            finished: str | None = None
-            for use in answer.tool_calls:
-                if outer_cancel.is_set():
-                    break
-                ok, text, ms = run.run_tool(use)
-                results.append({"id": use.id, "name": use.name, "ok": ok, "text": text[:4000], "ms": round(ms, 1)})
-                run.messages.append(Message("tool", text, tool_call_id=use.id, is_error=not ok))
-                if use.name == "done" and ok:
-                    finished = text
+            # one span per step (the LLM turn and the tool calls it asks for), when telemetry is on
+            with telemetry.agent_step(run.runtime, step=run.step + 1, agent=run.agent.id, model=settings.model,
+                                      provider=settings.provider, session=run.run_id) as span:
+                answer = run.llm.complete(ChatRequest(system, tuple(run.messages), tuple(specs)), on_text=run.on_text)
+                run.step += 1
+                run.usage = run.usage + answer.usage
+                span.set(telemetry.TOKENS_IN, answer.usage.input_tokens)
+                span.set(telemetry.TOKENS_OUT, answer.usage.output_tokens)
+                if answer.usage.cost_usd is not None:
+                    span.set(telemetry.COST, answer.usage.cost_usd)
+                run.messages.append(answer.message())
+                results = []
+                finished: str | None = None
+                for use in answer.tool_calls:
+                    if outer_cancel.is_set():
+                        break
+                    ok, text, ms = run.run_tool(use)
+                    results.append({"id": use.id, "name": use.name, "ok": ok, "text": text[:4000], "ms": round(ms, 1)})
+                    run.messages.append(Message("tool", text, tool_call_id=use.id, is_error=not ok))
+                    if use.name == "done" and ok:
+                        finished = text
+                span.set(telemetry.OUTCOME, "done" if finished is not None or not answer.tool_calls else "ok")
             if finished is None and answer.tool_calls:
                 run.save(RUNNING)  # before the step is announced: a crash after it loses nothing
             run.append_step({"run": run.run_id, "step": run.step, "t": time.time(), "model": answer.model,

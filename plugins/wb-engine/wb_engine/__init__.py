@@ -1,0 +1,1 @@
+"""wb-engine: ``wbx engine serve``, the engine service (an ASGI app on starlette + uvicorn)."""

@@ -1,0 +1,150 @@
+"""Telemetry seams: the spans the core opens, when a tracer is installed, and nothing when not.
+
+A plugin serves a tracer through ``wbcore_tracer(runtime)`` (wb-otel: OpenTelemetry over
+OTLP when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set). The runtime asks once, when it opens
+(:func:`open_tracer`); with no tracer ``runtime.tracer`` is ``None`` and every seam below
+is one attribute read and a ``None`` test — the call path is unchanged (``call_hooks``
+stays ``None`` too). A tracer is registered as a plugin of its runtime, so it may
+implement ``wbcore_call_started`` / ``wbcore_call_finished`` for the tool-call spans.
+
+The span tree (names and attributes: docs/telemetry.md)::
+
+    wb.pipeline → wb.stage → wb.agent.step → wb.call → wb.broker
+                           ↘ wb.call → wb.broker
+
+Seams: :mod:`wbcore.pipeline` (pipeline, stage), :mod:`wbcore.fabric` (one span per map),
+:class:`wbcore.dock.Dock` (each broker decision), the call hooks (each tool call), and
+:func:`agent_step` for the agent loop.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager, nullcontext
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from wbcore.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+#: Attribute names shared by every tracer (OpenTelemetry GenAI names where one exists).
+MODEL = "gen_ai.request.model"
+PROVIDER = "gen_ai.system"
+TOKENS_IN = "gen_ai.usage.input_tokens"
+TOKENS_OUT = "gen_ai.usage.output_tokens"
+COST = "wb.cost_usd"
+TOOLKIT = "wb.toolkit"
+CAP = "wb.cap"
+TIER = "wb.tier"
+OUTCOME = "wb.outcome"
+
+
+@runtime_checkable
+class Span(Protocol):
+    def set(self, key: str, value: Any) -> None:
+        """Set one attribute (str, bool, int, float, or a sequence of one of them)."""
+
+    def end(self, outcome: str | None = None) -> None:
+        """End the span (idempotent); ``outcome`` sets :data:`OUTCOME` (``ok``, ``error``…)."""
+
+
+@runtime_checkable
+class Tracer(Protocol):
+    def span(self, name: str, attributes: Mapping[str, Any]) -> AbstractContextManager[Span]:
+        """A span that is the current one inside the block (children nest under it); it ends
+        with the block, outcome ``error`` (and the exception recorded) if the block raised."""
+
+    def start(self, name: str, attributes: Mapping[str, Any]) -> Span:
+        """A child of the current span that is *not* made current (a generator's span)."""
+
+    def flush(self, timeout_s: float = 10.0) -> bool:
+        """Export what is buffered; ``True`` when it all went out in time."""
+
+    def carrier(self, span: Span) -> dict[str, str]:
+        """Environment variables that make ``span`` the parent of the spans a child
+        process's runtime opens (W3C ``TRACEPARENT`` / ``TRACESTATE``): fabric workers."""
+
+
+class _Noop:
+    __slots__ = ()
+
+    def set(self, key: str, value: Any) -> None:
+        pass
+
+    def end(self, outcome: str | None = None) -> None:
+        pass
+
+
+NOOP: Span = _Noop()
+_NULL = nullcontext(NOOP)
+
+
+def open_tracer(runtime: Runtime) -> Tracer | None:
+    """The tracer a plugin serves for ``runtime`` (``None``: telemetry is off). A tracer
+    that fails to start is a warning, never a runtime that does not open."""
+    try:
+        tracer = runtime.pm.hook.wbcore_tracer(runtime=runtime)
+    except Exception as exc:  # noqa: BLE001 - a broken exporter must not take the runtime down
+        log.warning("telemetry is off: the tracer failed to start (%s: %s)", type(exc).__name__, exc)
+        return None
+    if tracer is not None:
+        runtime.pm.register(tracer, name="wbcore-tracer")  # it may implement the call hooks
+    return tracer
+
+
+def span(runtime: Runtime, name: str, attributes: Mapping[str, Any] | None = None) -> AbstractContextManager[Span]:
+    """``with telemetry.span(runtime, "wb.x", {...}) as s:`` — a no-op when telemetry is off."""
+    tracer = getattr(runtime, "tracer", None)
+    if tracer is None:
+        return _NULL
+    return tracer.span(name, attributes or {})
+
+
+def agent_step(runtime: Runtime, *, step: int, agent: str | None = None, model: str | None = None,
+               provider: str | None = None, session: str | None = None) -> AbstractContextManager[Span]:
+    """The agent loop's seam: one span per step (an LLM turn and the tool calls it asks
+    for). Tool calls made inside the block nest under it. Set what is known at the end::
+
+        with telemetry.agent_step(runtime, step=n, agent="helper", model="gpt-x", provider="openai") as s:
+            reply = provider.complete(...)
+            s.set(telemetry.TOKENS_IN, reply.usage.input); s.set(telemetry.TOKENS_OUT, reply.usage.output)
+            s.set(telemetry.COST, reply.cost)
+            ... run the tool calls ...
+    """
+    tracer = getattr(runtime, "tracer", None)
+    if tracer is None:
+        return _NULL
+    attrs: dict[str, Any] = {"wb.agent.step": step}
+    for key, value in (("wb.agent", agent), (MODEL, model), (PROVIDER, provider), ("wb.session", session)):
+        if value is not None:
+            attrs[key] = value
+    return tracer.span("wb.agent.step", attrs)
+
+
+def traced(runtime: Runtime, name: str, attributes: Mapping[str, Any], items: Iterator[Any],
+           outcome: Any = None) -> Iterator[Any]:
+    """``items`` inside a span that ends when the iteration does (fabric maps). ``outcome``,
+    if given, is called per item and returns ``False`` for a failed one (counted)."""
+    tracer = getattr(runtime, "tracer", None)
+    if tracer is None:
+        return items
+    return spanning(tracer.start(name, attributes), items, outcome)
+
+
+def spanning(s: Span, items: Iterator[Any], outcome: Any = None) -> Iterator[Any]:
+    """``items`` with the already started span ``s`` ended when the iteration ends."""
+    n = failed = 0
+    result = "error"
+    try:
+        for item in items:
+            n += 1
+            if outcome is not None and not outcome(item):
+                failed += 1
+            yield item
+        result = "ok" if not failed else "partial"
+    finally:
+        s.set("wb.items", n)
+        s.set("wb.failed", failed)
+        s.end(result)
