@@ -1,6 +1,9 @@
 """Pipelines (seed 003): boxes composed with ``pipe`` and ``fan_out``.
 
-A *box* is a registered command (argv fixed by the author) or kernel. A ``pipe`` stage
+A *box* is a registered command (argv fixed by the author), a kernel, or an agent (seed 003:
+an agent with its toolkits is a box; its task is fixed by the author, the stage's input is
+written to its run's VFS as ``input.json`` and its ``done`` result is what it carries on;
+its tool calls run each at its toolkit's resolved tier). A ``pipe`` stage
 runs one box on the carried bytes; a ``fan_out`` stage runs each of its boxes on the same
 bytes, concurrently, and carries their outputs merged as a JSON array (each element the
 box's stdout parsed as JSON when it parses, else its text). Every box runs through
@@ -14,8 +17,8 @@ Authored in Python::
 or in Org (:func:`parse`): a heading tagged ``:pipeline:`` whose child headings are stages,
 each titled ``pipe`` or ``fan_out``; a pipe stage names its box in ``:RUN:`` (the command
 name, then its arguments, split like a shell line but never run by a shell), a fan_out
-stage's child headings are its boxes, each with ``:RUN:``; ``:KIND: kernel`` and
-``:TIER:`` are optional on any box::
+stage's child headings are its boxes, each with ``:RUN:``; ``:KIND: kernel`` / ``agent``
+(``:RUN: <agent id or .org> <task…>``) and ``:TIER:`` are optional on any box::
 
     * analysis :pipeline:
     ** pipe :stage:
@@ -65,8 +68,8 @@ class Box:
     """One registered command (with its fixed ``argv``) or kernel."""
 
     name: str
-    argv: tuple[str, ...] = ()
-    kind: str = "command"
+    argv: tuple[str, ...] = ()  # an agent box: the words of its task
+    kind: str = "command"  # command | kernel | agent
     tier: str | None = None
 
     def label(self) -> str:
@@ -239,6 +242,8 @@ def _run_box(runtime: Runtime, box: Box, data: bytes, deadline: float | None,
         left = None if deadline is None else deadline - time.monotonic()
         if left is not None and left <= 0:
             raise Timeout("the pipeline's deadline passed before this box ran")
+        if box.kind == "agent":
+            return _run_agent_box(runtime, box, data, left, principal, t0)
         if box.kind == "kernel":
             inst = dispatch.open_kernel(runtime, box.name, principal=principal, timeout=left, tier=box.tier)
             try:
@@ -250,6 +255,32 @@ def _run_box(runtime: Runtime, box: Box, data: bytes, deadline: float | None,
         return BoxResult(box.label(), res.exit_code, res.stdout, res.stderr, _clock() - t0)
     except WbError as exc:
         return BoxResult(box.label(), None, b"", b"", _clock() - t0, error=f"{exc.name}: {exc.message}")
+
+
+def _run_agent_box(runtime: Runtime, box: Box, data: bytes, left: float | None, principal: Principal | None,
+                   t0: float) -> BoxResult:
+    """An agent box: the stage input as ``input.json`` in the run's VFS, the task from the
+    author, the run cancelled at the pipeline's deadline; its ``done`` result carries on."""
+    import threading
+
+    cancel = threading.Event()
+    timer = None if left is None else threading.Timer(max(0.0, left), cancel.set)
+    if timer is not None:
+        timer.daemon = True
+        timer.start()
+    try:
+        kw: dict[str, Any] = {"inputs": {"input.json": data}, "cancel": cancel}
+        if principal is not None:
+            kw["tenant"] = principal.tenant
+        rec = runtime.agents.run(box.name, " ".join(box.argv), **kw)
+    finally:
+        if timer is not None:
+            timer.cancel()
+    if rec.status != "done":
+        why = "the pipeline's deadline passed" if cancel.is_set() else (rec.error or rec.status)
+        return BoxResult(box.label(), None, b"", b"", _clock() - t0, error=f"agent {rec.status}: {why} (run {rec.run_id})")
+    result = rec.result if isinstance(rec.result, str) else json.dumps(rec.result)
+    return BoxResult(box.label(), None, (result or "").encode(), b"", _clock() - t0)
 
 
 def merge(outputs: Sequence[bytes]) -> bytes:
@@ -392,8 +423,10 @@ def _box_of(path: Path | str, node: _Node) -> Box:
     if not words:
         raise ManifestError(path, line, "RUN", "empty: name a registered command (e.g. ':RUN: upper')")
     kind = node.props.get("KIND", ("command", line))[0] or "command"
-    if kind not in ("command", "kernel"):
-        raise ManifestError(path, node.props["KIND"][1], "KIND", f"{kind!r}; known: command, kernel")
+    if kind not in ("command", "kernel", "agent"):
+        raise ManifestError(path, node.props["KIND"][1], "KIND", f"{kind!r}; known: command, kernel, agent")
+    if kind == "agent" and len(words) < 2:
+        raise ManifestError(path, line, "RUN", "an agent box names the agent, then its task: ':RUN: summarizer \"summarize input.json\"'")
     if kind == "kernel" and len(words) > 1:
         raise ManifestError(path, line, "RUN", "a kernel takes no arguments, only its input bytes")
     tier = node.props.get("TIER", ("", line))[0] or None

@@ -11,12 +11,15 @@
 
 from __future__ import annotations
 
+import gzip
 import io
 import sys
 import textwrap
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -281,3 +284,76 @@ def add_custom_section(wasm: bytes, name: str, payload: bytes) -> bytes:
     encoded = name.encode("utf-8")
     body = uleb(len(encoded)) + encoded + payload
     return bytes(wasm) + b"\x00" + uleb(len(body)) + body
+
+
+class OtlpReceiver:
+    """A real OTLP/HTTP traces endpoint on loopback (POST /v1/traces, protobuf, decoded with
+    ``opentelemetry-proto``): ``spans`` holds every span received as a plain dict
+    (name, id, parent, trace, attrs, service, status)."""
+
+    def __init__(self) -> None:
+        from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+
+        self.pb = trace_service_pb2
+        self.spans: list[dict[str, Any]] = []
+        self.paths: list[str] = []
+        self.lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                size = int(self.headers.get("content-length", "0"))
+                assert size < 16 << 20
+                body = self.rfile.read(size)
+                if self.headers.get("content-encoding") == "gzip":
+                    body = gzip.decompress(body)
+                outer.take(self.path, body)
+                reply = outer.pb.ExportTraceServiceResponse().SerializeToString()
+                self.send_response(200)
+                self.send_header("content-type", "application/x-protobuf")
+                self.send_header("content-length", str(len(reply)))
+                self.end_headers()
+                self.wfile.write(reply)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def take(self, path: str, body: bytes) -> None:
+        req = self.pb.ExportTraceServiceRequest()
+        req.ParseFromString(body)
+        with self.lock:
+            self.paths.append(path)
+            for rs in req.resource_spans:
+                service = next((a.value.string_value for a in rs.resource.attributes if a.key == "service.name"), None)
+                for ss in rs.scope_spans:
+                    for sp in ss.spans:
+                        attrs = {}
+                        for a in sp.attributes:
+                            v = a.value
+                            field = v.WhichOneof("value")
+                            attrs[a.key] = ([x.string_value for x in v.array_value.values] if field == "array_value"
+                                            else getattr(v, field))
+                        self.spans.append({"name": sp.name, "id": sp.span_id.hex(), "parent": sp.parent_span_id.hex(),
+                                           "trace": sp.trace_id.hex(), "attrs": attrs, "service": service,
+                                           "status": sp.status.code})
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def otlp_receiver() -> Iterator[OtlpReceiver]:
+    """An :class:`OtlpReceiver` for the test (skipped when opentelemetry-proto is absent)."""
+    pytest.importorskip("opentelemetry.proto")
+    r = OtlpReceiver()
+    yield r
+    r.close()

@@ -12,6 +12,7 @@ default): an overrun stops the guest (its cancel event) and the model gets a too
 
 from __future__ import annotations
 
+import contextvars
 import json
 import os
 import re
@@ -207,7 +208,9 @@ class Run:
             except Exception as exc:  # noqa: BLE001 - a tool bug is the model's error text, never the run's end
                 box["error"] = f"internal: {use.name} failed ({type(exc).__name__}: {exc})"
 
-        worker = threading.Thread(target=work, name=f"agent-tool-{use.name}", daemon=True)
+        # in a copy of this context: the tool's call and broker spans nest under the step's
+        worker = threading.Thread(target=contextvars.copy_context().run, args=(work,), name=f"agent-tool-{use.name}",
+                                  daemon=True)
         worker.start()
         deadline = t0 + self.tool_timeout
         while worker.is_alive() and (left := deadline - time.monotonic()) > 0:
@@ -276,8 +279,11 @@ def run_agent(runtime: Any, agent: Any, task: str | None, *, model: str | None =
               resume: str | None = None, run_id: str | None = None,
               on_step: Callable[[dict[str, Any]], None] | None = None, on_text: Callable[[str], None] | None = None,
               host_tools: Iterable[_tools.HostTool] = (), cancel: threading.Event | None = None,
-              review: ReviewQueue | None = None, llm: Any = None) -> RunRecord:
-    """Run ``agent`` on ``task`` to its end (or continue the run ``resume``)."""
+              review: ReviewQueue | None = None, llm: Any = None,
+              inputs: Mapping[str, bytes] | None = None) -> RunRecord:
+    """Run ``agent`` on ``task`` to its end (or continue the run ``resume``). ``inputs``:
+    files written to the run's VFS (workspace volume) before its first step — how a
+    pipeline hands an agent box its stage input (``input.json``)."""
     agent_def = find_agent(runtime, agent)
     if not 1 <= max_steps <= 1000:
         raise InvalidArgs(f"max_steps must be 1..1000, got {max_steps}")
@@ -322,6 +328,8 @@ def run_agent(runtime: Any, agent: Any, task: str | None, *, model: str | None =
         run.made.restore(state.get("made") or [])
     else:
         run.messages = [Message("user", task)]
+        for path, data in (inputs or {}).items():
+            run.vfs_write(path, bytes(data))
     return drive(run)
 
 

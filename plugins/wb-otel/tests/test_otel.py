@@ -3,11 +3,8 @@ received by a real OTLP/HTTP server in the test (loopback), decoded with opentel
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -15,74 +12,9 @@ import pytest
 from wbcore import telemetry
 
 
-class Receiver:
-    """An OTLP/HTTP traces endpoint: POST /v1/traces with an ExportTraceServiceRequest."""
-
-    def __init__(self) -> None:
-        from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
-
-        self.pb = trace_service_pb2
-        self.spans: list[dict[str, Any]] = []
-        self.paths: list[str] = []
-        self.lock = threading.Lock()
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *a: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                size = int(self.headers.get("content-length", "0"))
-                assert size < 16 << 20
-                body = self.rfile.read(size)
-                if self.headers.get("content-encoding") == "gzip":
-                    body = gzip.decompress(body)
-                outer.take(self.path, body)
-                reply = outer.pb.ExportTraceServiceResponse().SerializeToString()
-                self.send_response(200)
-                self.send_header("content-type", "application/x-protobuf")
-                self.send_header("content-length", str(len(reply)))
-                self.end_headers()
-                self.wfile.write(reply)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def take(self, path: str, body: bytes) -> None:
-        req = self.pb.ExportTraceServiceRequest()
-        req.ParseFromString(body)
-        with self.lock:
-            self.paths.append(path)
-            for rs in req.resource_spans:
-                service = next((a.value.string_value for a in rs.resource.attributes if a.key == "service.name"), None)
-                for ss in rs.scope_spans:
-                    for sp in ss.spans:
-                        attrs = {}
-                        for a in sp.attributes:
-                            v = a.value
-                            field = v.WhichOneof("value")
-                            attrs[a.key] = ([x.string_value for x in v.array_value.values] if field == "array_value"
-                                            else getattr(v, field))
-                        self.spans.append({"name": sp.name, "id": sp.span_id.hex(), "parent": sp.parent_span_id.hex(),
-                                           "trace": sp.trace_id.hex(), "attrs": attrs, "service": service,
-                                           "status": sp.status.code})
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture
-def receiver():
-    pytest.importorskip("opentelemetry.proto")
-    r = Receiver()
-    yield r
-    r.close()
+def receiver(otlp_receiver):
+    return otlp_receiver
 
 
 def test_no_tracer_and_no_call_hooks_when_the_endpoint_is_unset(make_runtime, monkeypatch):
