@@ -38,6 +38,6 @@ def wbcore_isolation_tiers() -> Iterator[IsolationTier]:
         rung=2,
         factory=_tier,
         available=_available,
-        kinds=frozenset({"command", "posix"}),
+        kinds=frozenset({"command", "posix", "shell"}),
         bridges_caps=False,
     )

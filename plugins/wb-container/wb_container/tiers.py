@@ -84,6 +84,12 @@ class ContainerTier:
             self._root = rootfs.build(self.runtime.home)
         return self._root
 
+    def open_shell(self, request: Any) -> Any:
+        """A container whose agent serves terminal sessions (``wbx shell --tier container``)."""
+        from wb_container.shell import open_shell
+
+        return open_shell(self.root, request)
+
     def call(self, request: Any) -> CallResult:
         if not isinstance(request, CommandRequest):
             raise InvalidArgs(f"tier container cannot run a {type(request).__name__} (commands only)")
