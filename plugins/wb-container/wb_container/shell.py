@@ -74,6 +74,19 @@ def reachable(path: str, rw: bool, uid: int) -> str:
 
 def open_shell(root: rootfs.Root, request: ShellRequest) -> ContainerShell:
     """Start the container, complete the agent's handshake and return the open shell."""
+    shell = start_agent(root, request)
+    try:
+        _with_deadline(lambda: handshake(shell.channel, shell.secret), shell.running, START_TIMEOUT_S)
+    except BaseException as exc:
+        shell.close()
+        if isinstance(exc, (frames.FrameError, OSError)):
+            raise NotFound(f"the shell container did not start: {exc}") from None
+        raise
+    return shell
+
+
+def start_agent(root: rootfs.Root, request: ShellRequest) -> ContainerShell:
+    """Start the container with its agent waiting for the host's Ping (no handshake yet)."""
     ok, why = bwrap.probe()
     if not ok:
         raise NotFound(f"tier container is unavailable: {why}")
@@ -109,15 +122,7 @@ def open_shell(root: rootfs.Root, request: ShellRequest) -> ContainerShell:
         running = bwrap.launch(spec, root, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None)
     finally:
         os.close(sec_r)
-    shell = ContainerShell(running, secret, time.monotonic() + request.timeout_s)
-    try:
-        _with_deadline(lambda: handshake(shell.channel, secret), running, START_TIMEOUT_S)
-    except BaseException as exc:
-        shell.close()
-        if isinstance(exc, (frames.FrameError, OSError)):
-            raise NotFound(f"the shell container did not start: {exc}") from None
-        raise
-    return shell
+    return ContainerShell(running, secret, time.monotonic() + request.timeout_s)
 
 
 def _with_deadline(fn, running: bwrap.Running, seconds: float):  # type: ignore[no-untyped-def]
@@ -138,4 +143,4 @@ def _with_deadline(fn, running: bwrap.Running, seconds: float):  # type: ignore[
         done.set()
 
 
-__all__ = ["ALLOWED", "ContainerShell", "Mount", "open_shell"]
+__all__ = ["ALLOWED", "ContainerShell", "Mount", "open_shell", "start_agent"]
