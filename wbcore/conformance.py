@@ -342,7 +342,8 @@ class TierConformance:
         secret.write_text("do not read")
         facts = self.sandbox_facts(rt, str(secret))
         if facts is not None:
-            for path in (str(secret), str(rt.home), "/root", "/etc/shadow"):
+            # the probe file, the wb home, the host's password hashes, this source tree
+            for path in (str(secret), str(rt.home), "/etc/shadow", str(REPO / "wbcore")):
                 assert not facts.visible(path), f"{path} is visible inside tier {self.tier}"
 
     # --- caps ------------------------------------------------------------------------------
