@@ -39,6 +39,6 @@ def wbcore_isolation_tiers() -> Iterator[IsolationTier]:
         rung=2,
         factory=_tier,
         available=_available,
-        kinds=frozenset({"command", "posix", "shell"}),
+        kinds=frozenset({"command", "posix", "shell", "task"}),
         bridges_caps=True,
     )

@@ -207,6 +207,35 @@ class ContainerTier:
         usage = Usage(wall_s=out.wall_s, peak_memory=peak, bytes_out=len(out.stdout) + len(out.stderr))
         return CallResult(out.stdout, out.stderr, exit_code, usage)
 
+    # --- task ----------------------------------------------------------------------------
+
+    def run_task(self, req: Any) -> CallResult:
+        """A ``:role task`` block (``wbcore.tasks.TaskRequest``; the opt-in was checked by the
+        caller): its interpreter from the root, the toolkit's files copied in read-only at
+        /toolkit, cwd /tmp, the posix profile's limits, as the unprivileged host uid."""
+        from wbcore.policy import profile
+
+        ok, why = bwrap.probe()
+        if not ok:
+            raise NotFound(f"tier container is unavailable: {why}")
+        prof = profile("posix")
+        limits = bwrap.Limits(memory=prof.memory_bytes, processes=POSIX_PROCESSES, cpu_s=_cpu(req.timeout_s),
+                              deadline_s=req.timeout_s, stdout_cap=prof.stdout_bytes, stderr_cap=prof.stderr_bytes)
+        spec = bwrap.Spec(argv=[req.interpreter, "-c", req.script, req.task, *req.args], stdin=req.stdin,
+                          limits=limits, files=_toolkit_files(req.toolkit_dir), unprivileged=True)
+        out = bwrap.run(spec, self.root)
+        name = f"task {req.task} of {req.toolkit}"
+        if out.timed_out:
+            raise Timeout(f"{name}: stopped after {out.wall_s:.3f} s: over its {req.timeout_s:g} s deadline "
+                          "(its container was killed)")
+        if out.over:
+            cap = prof.stdout_bytes if out.over == "stdout" else prof.stderr_bytes
+            raise LimitExceeded(f"{name}: {out.over} passed the {cap}-byte cap; output stopped (its container was "
+                                "killed)", limit=out.over)
+        code = out.exit_code if out.exit_code >= 0 else 128 - out.exit_code
+        usage = Usage(wall_s=out.wall_s, peak_memory=0, bytes_out=len(out.stdout) + len(out.stderr))
+        return CallResult(out.stdout, out.stderr, code, usage)
+
     # --- shared --------------------------------------------------------------------------
 
     def _limits(self, req: CommandRequest, out: bwrap.Outcome) -> None:
@@ -223,6 +252,26 @@ class ContainerTier:
 
 
 _ids = itertools.count(1)
+#: What of a toolkit's folder a task sees at /toolkit (copied in, read-only).
+TOOLKIT_FILES = 2000
+TOOLKIT_BYTES = 32 << 20
+
+
+def _toolkit_files(folder: Path) -> list[bwrap.Data]:
+    """The toolkit's regular files (no symlinks, nothing hidden), bounded in count and size:
+    copied in, so the unprivileged container reaches them wherever the folder lives."""
+    out: list[bwrap.Data] = []
+    total = 0
+    for path in sorted(folder.rglob("*")):
+        rel = path.relative_to(folder)
+        if any(part.startswith(".") for part in rel.parts) or path.is_symlink() or not path.is_file():
+            continue
+        total += path.stat().st_size
+        if len(out) >= TOOLKIT_FILES or total > TOOLKIT_BYTES:
+            raise InvalidArgs(f"toolkit folder {folder} is over {TOOLKIT_FILES} files or {TOOLKIT_BYTES >> 20} MiB; "
+                              "a task sees at most that much of it")
+        out.append(bwrap.Data(f"/toolkit/{rel.as_posix()}", path=path))
+    return out
 
 
 def _sender(chan: Channel):  # type: ignore[no-untyped-def]
