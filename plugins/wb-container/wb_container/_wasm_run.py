@@ -3,7 +3,8 @@
 
 The container's own Debian ``python3`` with the host's wasmtime package bound read-only at
 ``/wb/site``. It reads the call from ``/wb/call.json`` (argv, memory limit) and the module
-from ``/wb/module.wasm`` (both copied in read-only), runs ``_start`` with WASI stdio
+from ``/wb/module.cwasm`` (compiled by the host into the artifact store's cache) or
+``/wb/module.wasm`` (both copied in read-only), runs ``_start`` with WASI stdio
 inherited (stdin, stdout and stderr are the container's, read and capped by the host), and
 writes how the guest ended as one JSON object on the status fd. It decides nothing: the
 deadline and output caps are the host's (SIGKILL of the container); the memory limit is
@@ -31,7 +32,14 @@ def main():
     report = {"exit": 0, "trap": None, "trap_code": "", "peak": 0, "no_start": False, "link_error": "",
               "refused": False, "abi_error": ""}
     try:
-        module = wasmtime.Module.from_file(engine, "/wb/module.wasm")
+        module = None
+        if os.path.exists("/wb/module.cwasm"):  # compiled by the host, same wasmtime and config
+            try:
+                module = wasmtime.Module.deserialize_file(engine, "/wb/module.cwasm")
+            except wasmtime.WasmtimeError:
+                module = None
+        if module is None:
+            module = wasmtime.Module.from_file(engine, "/wb/module.wasm")
     except wasmtime.WasmtimeError as exc:
         report["link_error"] = f"not a valid module: {str(exc).strip().splitlines()[0]}"
         return finish(status_fd, report)

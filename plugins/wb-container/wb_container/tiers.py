@@ -153,7 +153,7 @@ class ContainerTier:
             argv=[PYTHON, "-I", "-S", "/wb/run.py", "/wb/site", "{status_fd}", str(to_guest_r), str(to_host_w),
                   str(secret_r)], stdin=_stdin(req), limits=limits,
             files=[bwrap.Data("/wb/run.py", path=RUNNER), bwrap.Data("/wb/call.json", data=call),
-                   bwrap.Data("/wb/module.wasm", data=module), bwrap.Data("/wb/lib/frames.py", path=lib / "frames.py"),
+                   self._module_file(req.sha256, module), bwrap.Data("/wb/lib/frames.py", path=lib / "frames.py"),
                    bwrap.Data("/wb/lib/capbridge.py", path=lib / "capbridge.py")],
             binds=[(str(site), "/wb/site/wasmtime")],
             # wasmtime lives in this process's environment, which the unprivileged host uid
@@ -207,6 +207,16 @@ class ContainerTier:
         usage = Usage(wall_s=out.wall_s, peak_memory=peak, bytes_out=len(out.stdout) + len(out.stderr))
         return CallResult(out.stdout, out.stderr, exit_code, usage)
 
+    def _module_file(self, sha: str, module: bytes) -> bwrap.Data:
+        """The module as the runner loads it: compiled once by this host into the artifact
+        store's digest-checked cache (``/wb/module.cwasm``, deserialized in milliseconds by the
+        same wasmtime inside), else the ``.wasm`` itself (compiled inside, per call)."""
+        try:
+            path, _ = self.runtime.artifacts.compiled(sha, _cwasm_key(), compile=_precompile, load=lambda p: p)
+            return bwrap.Data("/wb/module.cwasm", path=path)
+        except Exception:  # noqa: BLE001 - an invalid module or a full disk: the runner compiles and reports
+            return bwrap.Data("/wb/module.wasm", data=module)
+
     # --- task ----------------------------------------------------------------------------
 
     def run_task(self, req: Any) -> CallResult:
@@ -252,6 +262,27 @@ class ContainerTier:
 
 
 _ids = itertools.count(1)
+
+
+@lru_cache(maxsize=1)
+def _engine() -> Any:
+    import wasmtime
+
+    return wasmtime.Engine()  # the runner's own config (defaults): its compiled form loads there
+
+
+@lru_cache(maxsize=1)
+def _cwasm_key() -> str:
+    import platform
+    from importlib.metadata import version
+
+    return f"container-wasmtime-{version('wasmtime')}-{platform.machine()}"
+
+
+def _precompile(wasm: bytes) -> bytes:
+    import wasmtime
+
+    return bytes(wasmtime.Module(_engine(), wasm).serialize())
 #: What of a toolkit's folder a task sees at /toolkit (copied in, read-only).
 TOOLKIT_FILES = 2000
 TOOLKIT_BYTES = 32 << 20
