@@ -282,8 +282,8 @@ class TierConformance:
                 raise
             pytest.skip(f"toolkit {name}: {exc.message}")  # e.g. a lane whose runner is in-process
         for argv, stdin in SHIPPED[name]:
-            want = outcome(lambda: rt.call(name, argv, stdin, tier="instance"))
-            got = outcome(lambda: rt.call(name, argv, stdin, tier=self.tier))
+            want = outcome(lambda a=argv, i=stdin: rt.call(name, a, i, tier="instance"))
+            got = outcome(lambda a=argv, i=stdin: rt.call(name, a, i, tier=self.tier))
             assert got == want, f"{name} {argv}: {self.tier} gave {got!r:.300}, instance {want!r:.300}"
 
     # --- limits ----------------------------------------------------------------------------
