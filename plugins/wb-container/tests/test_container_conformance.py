@@ -14,6 +14,7 @@ pytestmark = pytest.mark.skipif(not bwrap.probe()[0], reason=f"bubblewrap unavai
 
 class TestContainerConformance(TierConformance):
     tier = "container"
+    compile_wat = staticmethod(lambda wat: pytest.importorskip("wasmtime").wat2wasm(wat))
     posix = True
     request_kind = frames.PTY_OPEN
 

@@ -17,6 +17,7 @@ pytestmark = pytest.mark.skipif(not probe()[0], reason=f"sandbox unavailable her
 
 class TestOsProcessConformance(TierConformance):
     tier = "os_process"
+    compile_wat = staticmethod(lambda wat: pytest.importorskip("wasmtime").wat2wasm(wat))
     request_kind = frames.EXEC
 
     def request_payload(self) -> dict:

@@ -3,8 +3,11 @@ reference the other tiers are compared with holds the same rows (no channel, no 
 
 from __future__ import annotations
 
+import pytest
+
 from wbcore.conformance import TierConformance
 
 
 class TestInstanceConformance(TierConformance):
     tier = "instance"
+    compile_wat = staticmethod(lambda wat: pytest.importorskip("wasmtime").wat2wasm(wat))
