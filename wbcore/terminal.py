@@ -50,6 +50,10 @@ except ImportError:  # loaded by path inside a sandbox, next to frames.py
 MAX_SESSIONS = 4
 #: Read size on a pty master or the host's stdin (one PtyData frame at most this big).
 CHUNK = 1 << 16
+#: Keystrokes buffered for children that are not reading (agent) or frames for an agent that
+#: is not reading (host): past it the side stops reading its input until the other drains,
+#: so the pipes push back instead of either side blocking in a write (no deadlock).
+PENDING_CAP = 1 << 20
 #: The uid a session's child drops to when the agent runs as root (seed 003: uid 1000).
 CHILD_UID = 1000
 #: Environment names a PtyOpen may set (anything else, e.g. LD_PRELOAD, is dropped).
@@ -133,10 +137,11 @@ class Channel:
 
 
 class _Session:
-    __slots__ = ("fd", "id", "pid")
+    __slots__ = ("fd", "id", "pending", "pid")
 
     def __init__(self, sid: int, pid: int, fd: int) -> None:
         self.id, self.pid, self.fd = sid, pid, fd
+        self.pending = bytearray()  # keystrokes the child has not taken yet
 
 
 class Agent:
@@ -165,13 +170,17 @@ class Agent:
         """Until Shutdown or the host hangs up; a refused frame is answered and skipped."""
         try:
             while True:
-                fds = [self.chan.read_fd, *self.by_fd]
-                ready, _, _ = select.select(fds, [], [], 0.2)
+                backlog = sum(len(s.pending) for s in self.sessions.values())
+                fds = ([self.chan.read_fd] if backlog < PENDING_CAP else []) + list(self.by_fd)
+                wfds = [s.fd for s in self.sessions.values() if s.pending and s.fd in self.by_fd]
+                ready, writable, _ = select.select(fds, wfds, [], 0.2)
+                for fd in writable:
+                    self.to_pty(self.by_fd[fd])
                 for fd in ready:
                     if fd == self.chan.read_fd:
                         if not self.from_host():
                             return
-                    else:
+                    elif fd in self.by_fd:
                         self.from_pty(self.by_fd[fd])
                 self.reap()
         finally:
@@ -189,8 +198,9 @@ class Agent:
             elif kind == frames.PTY_DATA:
                 sid, data = frames.open_pty_data(payload, self.secret)
                 session = self.sessions.get(sid)
-                if session is not None:
-                    _write_all(session.fd, data)
+                if session is not None and session.fd in self.by_fd:
+                    session.pending += data
+                    self.to_pty(session)
             elif kind in (frames.PTY_OPEN, frames.PTY_RESIZE, frames.PTY_CLOSE):
                 obj, _ = frames.open_sealed(kind, payload, self.secret)
                 sid = frames.field(obj, "session", int)
@@ -234,9 +244,21 @@ class Agent:
         self.by_fd[fd] = session
         self.chan.send_frame(frames.encode(frames.PTY_OPENED, frames.pack({"session": sid, "ok": True})))
 
+    def to_pty(self, session: _Session) -> None:
+        """As much of the session's pending input as its pty takes now (never blocks)."""
+        try:
+            n = os.write(session.fd, session.pending[:CHUNK])
+        except BlockingIOError:
+            return
+        except OSError:  # the child is gone: its input goes nowhere
+            n = len(session.pending)
+        del session.pending[:n]
+
     def from_pty(self, session: _Session) -> None:
         try:
             data = os.read(session.fd, CHUNK)
+        except BlockingIOError:
+            return
         except OSError as exc:
             if exc.errno != errno.EIO:  # EIO: every slave fd closed (the child and its heirs are gone)
                 raise
@@ -262,7 +284,6 @@ class Agent:
             self.close(session, _exit_code(status))
 
     def drain(self, session: _Session) -> None:
-        os.set_blocking(session.fd, False)
         for _ in range(64):
             try:
                 data = os.read(session.fd, CHUNK)
@@ -317,6 +338,7 @@ def _fork_pty(program: str, args: list[str], env: dict[str, str], size: tuple[in
             os.write(2, f"wb-agent: cannot start {program}: {exc}\r\n".encode())
         os._exit(127)
     fcntl.fcntl(fd, fcntl.F_SETFD, fcntl.FD_CLOEXEC)
+    os.set_blocking(fd, False)
     return pid, fd
 
 
@@ -410,6 +432,7 @@ def attach(chan: Channel, secret: bytes, request: ShellRequest, *, stdin_fd: int
             old_handler = None
         return _relay(chan, secret, session, stdin_fd, stdout_fd, wake_r, deadline)
     finally:
+        os.set_blocking(chan.write_fd, True)
         if saved is not None:
             termios.tcsetattr(stdin_fd, termios.TCSADRAIN, saved)
         if old_handler is not None:
@@ -428,25 +451,39 @@ def _poke(fd: int) -> None:
 def _relay(chan: Channel, secret: bytes, sid: int, stdin_fd: int, stdout_fd: int, wake_r: int,
            deadline: float | None) -> int:
     reading_stdin = True
+    out = bytearray()  # frames for the agent not written yet (the pipe is non-blocking)
+    os.set_blocking(chan.write_fd, False)
+
+    def queue(frame: bytes) -> None:
+        out.extend(frame)
+
     while True:
-        fds = [chan.read_fd, wake_r] + ([stdin_fd] if reading_stdin else [])
-        wait = None if deadline is None else max(0.0, deadline - time.monotonic())
-        if deadline is not None and wait == 0.0:
+        if deadline is not None and time.monotonic() >= deadline:
+            os.set_blocking(chan.write_fd, True)
             chan.send_frame(frames.seal(frames.PTY_CLOSE, secret, {"session": sid}))
             raise PtyError("the shell reached its deadline; its session was closed")
-        ready, _, _ = select.select(fds, [], [], wait)
+        fds = [chan.read_fd, wake_r] + ([stdin_fd] if reading_stdin and len(out) < PENDING_CAP else [])
+        wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+        ready, writable, _ = select.select(fds, [chan.write_fd] if out else [], [], wait)
+        if writable:
+            try:
+                del out[:os.write(chan.write_fd, out[:CHUNK * 4])]
+            except BlockingIOError:
+                pass
+            except BrokenPipeError:
+                raise PtyError("the sandbox went away") from None
         if wake_r in ready:
             os.read(wake_r, 64)
             rows, cols = terminal_size(stdout_fd)
-            chan.send_frame(frames.seal(frames.PTY_RESIZE, secret, {"session": sid, "rows": rows, "cols": cols}))
+            queue(frames.seal(frames.PTY_RESIZE, secret, {"session": sid, "rows": rows, "cols": cols}))
         if stdin_fd in ready and reading_stdin:
             data = os.read(stdin_fd, CHUNK)
             if data:
-                chan.send_frame(frames.pty_data(sid, data, secret))
+                queue(frames.pty_data(sid, data, secret))
             else:
                 reading_stdin = False
                 if not os.isatty(stdin_fd):
-                    chan.send_frame(frames.pty_data(sid, b"\x04", secret))
+                    queue(frames.pty_data(sid, b"\x04", secret))
         if chan.read_fd in ready:
             try:
                 kind, payload = chan.recv()

@@ -136,6 +136,41 @@ def test_garbage_on_the_channel_ends_the_agent_not_the_host(sandbox) -> None:
     assert not sandbox.alive()
 
 
+def test_a_paste_larger_than_the_pipes_while_the_terminal_echoes_does_not_deadlock(sandbox) -> None:
+    """2 MB typed into ``cat`` on a tty that echoes: both directions full at once; the
+    buffers on both sides keep reading, so every line comes back (twice) and it ends."""
+    import threading
+
+    lines = 20_000
+    # cat writes every line back while the tty echoes it too: output twice the input, and a
+    # child blocked on output while its input queue is full
+    typed = b"cat; echo done=$?; exit 0\n" + (b"a" * 99 + b"\n") * lines
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
+    seen = bytearray()
+
+    def feed() -> None:
+        with os.fdopen(in_w, "wb") as fh:
+            fh.write(typed)
+
+    def drain() -> None:
+        while chunk := os.read(out_r, 1 << 16):
+            seen.extend(chunk)
+
+    threads = [threading.Thread(target=feed, daemon=True), threading.Thread(target=drain, daemon=True)]
+    for t in threads:
+        t.start()
+    try:
+        code = terminal.attach(sandbox.channel, sandbox.secret, terminal.ShellRequest(), stdin_fd=in_r,
+                               stdout_fd=out_w, deadline=time.monotonic() + 60)
+    finally:
+        os.close(out_w)
+        os.close(in_r)
+    threads[1].join(10)
+    assert code == 0  # the EOT after stdin's end ended cat, then the shell
+    assert b"done=0" in seen and seen.count(b"a" * 99) >= lines  # (the tty may drop echoes under load)
+
+
 def test_mounts_are_parsed_and_checked() -> None:
     with pytest.raises(ValueError, match="HOST:GUEST"):
         terminal.parse_mount("nocolon")
