@@ -312,9 +312,10 @@ class TierConformance:
         assert time.monotonic() - t0 < 10.0  # stopped at the cap, not at the deadline
         assert outcome(lambda: instance.call(req)) == ("LimitExceeded", "stdout")
 
-    def test_a_fork_bomb_is_contained(self, rt: Any, toolkit_root: Path) -> None:
+    def test_a_fork_bomb_is_contained(self, make_runtime: Any, toolkit_root: Path) -> None:
         if not self.posix:
             pytest.skip(f"tier {self.tier} runs no posix CLIs (a wasm guest cannot fork)")
+        rt = self.tier_runtime(make_runtime)
         from wbcore import builder
         from wbcore.errors import Timeout
         from wbcore.testing import manifest_text, write_toolkit
@@ -382,12 +383,16 @@ class TierConformance:
 
     # --- the channel: the session secret and malformed frames ---------------------------------
 
-    def agent(self, make_runtime: Any) -> Agent:
-        """A fresh agent of the tier (these rows need no reference tier and no engine here)."""
+    def tier_runtime(self, make_runtime: Any) -> Any:
+        """A runtime whose tier is available (rows that need no reference tier and no engine)."""
         rt = make_runtime()
         if self.tier not in rt.tiers.names() or not rt.tiers.get(self.tier).available().ok:
             pytest.skip(f"tier {self.tier} is not installed or unavailable here")
-        agent = self.open_agent(rt)
+        return rt
+
+    def agent(self, make_runtime: Any) -> Agent:
+        """A fresh agent of the tier."""
+        agent = self.open_agent(self.tier_runtime(make_runtime))
         if agent is None:
             pytest.skip(f"tier {self.tier} has no channel to an agent (its guest runs in this process)")
         return agent
