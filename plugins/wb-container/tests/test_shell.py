@@ -258,3 +258,20 @@ def test_wbx_shell_names_the_tiers_that_offer_one(wbx, make_runtime) -> None:
     assert r.exit_code != 0 and "offers no interactive shell" in r.stderr and "container" in r.stderr
     r = wbx("shell", "--mount", "/no/such:/data", runtime=make_runtime())
     assert r.exit_code != 0 and "does not exist" in r.stderr
+
+
+def test_run_shell_passes_program_arguments_and_the_exit_code(make_runtime) -> None:
+    from wbcore.cli.shell import run_shell
+
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
+    os.close(in_w)  # no keystrokes: the program ends by itself
+    try:
+        code = run_shell(make_runtime(), "container", [], "/bin/sh", ["-c", "echo args ok; exit 4"], 30.0,
+                         stdin_fd=in_r, stdout_fd=out_w)
+    finally:
+        os.close(out_w)
+        os.close(in_r)
+    out = os.read(out_r, 1 << 16)
+    os.close(out_r)
+    assert code == 4 and b"args ok" in out
