@@ -356,3 +356,28 @@ def test_seccomp_denies_the_kernel_surface(rt, toolkit_root) -> None:
     res = shell(rt, toolkit_root, f"python3 -c \"{script}\"")
     out = res.stdout.decode()
     assert "unshare -1 1" in out and "ptrace -1 1" in out and "inet6 97" in out and "unix ok" in out, res.stderr
+
+
+def test_the_deadline_holds_while_a_bridged_broker_blocks(rt) -> None:
+    needs_wasm()
+    pytest.importorskip("wb_brokers_state", reason="the kv broker (wb-brokers-state) is not installed")
+    import threading
+
+    import cbor2
+
+    release = threading.Event()
+
+    class Stuck:
+        def handle(self, call):
+            release.wait(30)
+            return {}
+
+    rt.dock.set_driver("kv", Stuck())
+    try:
+        req = _kv_request(rt, kv_wat(cbor2.dumps({"op": "get", "key": "k"})), timeout_s=1.0)
+        t0 = time.monotonic()
+        with pytest.raises(Timeout, match="deadline"):
+            ContainerTier(rt).call(req)
+        assert time.monotonic() - t0 < 1.0 + 1.0
+    finally:
+        release.set()

@@ -167,7 +167,7 @@ class ContainerTier:
         finally:
             for fd in (to_guest_r, to_host_w, secret_r):
                 os.close(fd)  # the container's ends: the bridge sees EOF once the container is gone
-            thread.join(timeout=2.0)
+            thread.join(timeout=0.5)  # a broker still blocked past the deadline is not waited for
             for fd in (to_host_r, to_guest_w):
                 os.close(fd)
         self._limits(req, out)
