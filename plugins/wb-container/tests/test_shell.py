@@ -171,20 +171,6 @@ def test_a_paste_larger_than_the_pipes_while_the_terminal_echoes_does_not_deadlo
     assert b"done=0" in seen and seen.count(b"a" * 99) >= lines  # (the tty may drop echoes under load)
 
 
-def test_mounts_are_parsed_and_checked() -> None:
-    with pytest.raises(ValueError, match="HOST:GUEST"):
-        terminal.parse_mount("nocolon")
-    with pytest.raises(ValueError, match="does not exist"):
-        terminal.parse_mount("/no/such/dir:/data")
-    with pytest.raises(ValueError, match="ro or rw"):
-        terminal.parse_mount("/tmp:/data:rx")
-    with pytest.raises(ValueError, match="normalised"):
-        terminal.parse_mount("/tmp:/data/../etc")
-    with pytest.raises(ValueError, match="belongs to the sandbox"):
-        terminal.parse_mount("/tmp:/usr/bin")
-    assert terminal.parse_mount("/tmp:/data:rw") == terminal.Mount("/tmp", "/data", True)
-
-
 # --- wbx shell in a real terminal (tmux) ------------------------------------------------------
 
 
