@@ -199,7 +199,10 @@ class Broker:
 class IsolationTier:
     """An isolation depth. ``rung`` orders the ladder (0 = instance, higher = stronger).
 
-    ``kinds`` are the registry kinds its driver runs (``command``, ``kernel``);
+    ``kinds`` are the registry kinds its driver runs (``command``, ``kernel``, ``posix``)
+    and the sandbox services it offers: ``shell`` (the driver has
+    ``open_shell(wbcore.terminal.ShellRequest)``, for ``wbx shell``) and ``task`` (it has
+    ``run_task(wbcore.tasks.TaskRequest)``, for ``:role task`` blocks);
     ``bridges_caps`` says whether a guest's broker calls reach the host's Dock from it.
     Dispatch (``wbcore.dispatch.choose_tier``) reads both to pick a tier that can run
     the call, and ``wbx tiers --explain`` reports why stronger ones were passed over.

@@ -22,7 +22,7 @@ from wbcore.errors import EXIT_CODES, ErrorKind, WbError
 BUILTIN_COMMANDS = frozenset(
     {
         "toolkit", "plugins", "lanes", "tiers", "shapes", "run", "kernel",
-        "identity", "audit", "agent", "demo", "version", "help",
+        "identity", "audit", "agent", "demo", "version", "help", "shell",
     }
 )
 
@@ -114,6 +114,9 @@ def build_app(runtime: Any = None) -> typer.Typer:
     from wbcore.cli import run as _run_cli
 
     _run_cli.register(app, runtime)
+    from wbcore.cli import shell as _shell_cli
+
+    _shell_cli.register(app, runtime)
     from wbcore.cli import identity as _identity_cli
 
     app.add_typer(_identity_cli.build(runtime), name="identity", help="The signing identity: did:key and did:web.")

@@ -160,4 +160,38 @@ def build(runtime: Runtime) -> typer.Typer:
     from wbcore.cli import engine as _engine_cli
 
     _engine_cli.register_push(app, runtime)
+
+    @app.command(
+        "run",
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False},
+    )
+    def run_task(
+        ident: str = typer.Argument(..., metavar="ID"),
+        task: str = typer.Argument(..., metavar="TASK"),
+        args: Optional[list[str]] = typer.Argument(None, metavar="[-- ARGS]..."),
+        tier: Optional[str] = typer.Option(None, "--tier", help="A sandbox tier that runs tasks (default: the weakest)."),
+        timeout: Optional[float] = typer.Option(None, "--timeout", help="Seconds (at most the posix profile's)."),
+    ) -> None:
+        """Run a :role task recipe inside a sandbox tier (only with WB_TOOLKIT_EXEC=1)."""
+        import sys
+
+        from wbcore import tasks
+        from wbcore.cli.run import read_stdin
+
+        argv = list(args or ())
+        if argv[:1] == ["--"]:
+            argv = argv[1:]
+        stdin = read_stdin() if tasks.exec_allowed(runtime.env) else b""
+        result = tasks.run_task(runtime, ident, task, argv, stdin, tier=tier, timeout=timeout)
+        for stream, data in ((sys.stdout, result.stdout), (sys.stderr, result.stderr)):
+            stream.flush()
+            raw = getattr(stream, "buffer", None)
+            if raw is not None:
+                raw.write(data)
+                raw.flush()
+            else:
+                stream.write(data.decode("utf-8", "replace"))
+        if result.exit_code:
+            raise typer.Exit(result.exit_code)
+
     return app

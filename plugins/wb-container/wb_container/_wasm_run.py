@@ -1,12 +1,16 @@
-"""Runs one wasm command inside the container: ``python3 -I -S /wb/run.py /wb/site <status-fd>``.
+"""Runs one wasm command inside the container:
+``python3 -I -S /wb/run.py /wb/site <status-fd> <from-host-fd> <to-host-fd> <secret-fd>``.
 
 The container's own Debian ``python3`` with the host's wasmtime package bound read-only at
 ``/wb/site``. It reads the call from ``/wb/call.json`` (argv, memory limit) and the module
-from ``/wb/module.wasm`` (both copied in read-only), runs ``_start`` with WASI stdio
+from ``/wb/module.cwasm`` (compiled by the host into the artifact store's cache) or
+``/wb/module.wasm`` (both copied in read-only), runs ``_start`` with WASI stdio
 inherited (stdin, stdout and stderr are the container's, read and capped by the host), and
 writes how the guest ended as one JSON object on the status fd. It decides nothing: the
 deadline and output caps are the host's (SIGKILL of the container); the memory limit is
-the store's. No ``wb.*`` import links here (the tier does not bridge caps).
+the store's. A module that imports ``wb.*`` asks the host which caps link and forwards
+each call to the host's Dock over the framed protocol (``/wb/lib/capbridge.py``,
+``frames.py``); the session secret arrives on a pipe and every host frame must carry it.
 """
 
 import json
@@ -15,16 +19,27 @@ import sys
 
 
 def main():
-    sys.path[:0] = [sys.argv[1]]
-    status_fd = int(sys.argv[2])
+    sys.path[:0] = [sys.argv[1], "/wb/lib"]
+    status_fd, from_host, to_host, secret_fd = (int(a) for a in sys.argv[2:6])
     import wasmtime
+
+    import capbridge
+    import frames
 
     with open("/wb/call.json", "rb") as fh:
         call = json.load(fh)
     engine = wasmtime.Engine()
-    report = {"exit": 0, "trap": None, "trap_code": "", "peak": 0, "no_start": False, "link_error": ""}
+    report = {"exit": 0, "trap": None, "trap_code": "", "peak": 0, "no_start": False, "link_error": "",
+              "refused": False, "abi_error": ""}
     try:
-        module = wasmtime.Module.from_file(engine, "/wb/module.wasm")
+        module = None
+        if os.path.exists("/wb/module.cwasm"):  # compiled by the host, same wasmtime and config
+            try:
+                module = wasmtime.Module.deserialize_file(engine, "/wb/module.cwasm")
+            except wasmtime.WasmtimeError:
+                module = None
+        if module is None:
+            module = wasmtime.Module.from_file(engine, "/wb/module.wasm")
     except wasmtime.WasmtimeError as exc:
         report["link_error"] = f"not a valid module: {str(exc).strip().splitlines()[0]}"
         return finish(status_fd, report)
@@ -38,6 +53,17 @@ def main():
     store.set_wasi(wasi)
     linker = wasmtime.Linker(engine)
     linker.define_wasi()
+    if capbridge.GuestCaps.needs_link(module):
+        guest = capbridge.GuestCaps(Pipe(from_host, to_host), read_secret(secret_fd, frames), int(call["id"]), wasmtime)
+        try:
+            caps = guest.link(module)
+        except capbridge.Refused:
+            report["refused"] = True
+            return finish(status_fd, report)
+        report["abi_error"] = capbridge.GuestCaps.bad_abi(module, wasmtime)
+        if report["abi_error"]:
+            return finish(status_fd, report)
+        guest.define(linker, module, caps)
     instance = None
     try:
         try:
@@ -64,6 +90,33 @@ def main():
         if isinstance(mem, wasmtime.Memory):
             report["peak"] = mem.data_len(store)
     return finish(status_fd, report)
+
+
+class Pipe:
+    """Frames over the host's two pipes."""
+
+    def __init__(self, read_fd, write_fd):
+        self.read_fd, self.write_fd = read_fd, write_fd
+
+    def recv(self):
+        import frames
+
+        return frames.read_frame(lambda n: os.read(self.read_fd, n))
+
+    def send_frame(self, frame):
+        view = memoryview(frame)
+        while view:
+            view = view[os.write(self.write_fd, view):]
+
+
+def read_secret(fd, frames):
+    secret = b""
+    while len(secret) < frames.SECRET_BYTES:
+        chunk = os.read(fd, frames.SECRET_BYTES - len(secret))
+        if not chunk:
+            break
+        secret += chunk
+    return secret
 
 
 def finish(fd, report):

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from wb_container import rootfs, seccomp
 
@@ -56,6 +57,7 @@ class Limits:
     stdout_cap: int
     stderr_cap: int
     tmp_bytes: int = TMP_BYTES
+    file_bytes: int | None = FILE_BYTES  # RLIMIT_FSIZE; None for interactive shells (seed 003)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +88,8 @@ class Spec:
     limits: Limits
     files: list[Data] = field(default_factory=list)
     binds: list[tuple[str, str]] = field(default_factory=list)  # extra read-only (host, dest)
+    rw_binds: list[tuple[str, str]] = field(default_factory=list)  # writable (host, dest): wbx shell --mount :rw
+    pass_fds: tuple[int, ...] = ()  # host fds the payload gets under the same numbers (frame channels)
     unprivileged: bool = True
     status_fd: bool = False
     cancel: threading.Event | None = None
@@ -133,6 +137,8 @@ def _argv(spec: Spec, root: rootfs.Root | None, fds: list[tuple[int, str]]) -> l
     args += ["--proc", "/proc", "--dev", "/dev", "--size", str(spec.limits.tmp_bytes), "--tmpfs", "/tmp"]
     for host, dest in spec.binds:
         args += ["--ro-bind", host, dest]
+    for host, dest in spec.rw_binds:
+        args += ["--bind", host, dest]
     for fd, dest in fds:
         args += ["--perms", "0444", "--ro-bind-data", str(fd), dest]
     for key, value in ENV.items():
@@ -154,7 +160,9 @@ def _limited(spec: Spec, drop: bool, cmd: list[str]) -> list[str]:
     limits = [f"--nproc={cap(resource.RLIMIT_NPROC, lim.processes)}",
               f"--nofile={cap(resource.RLIMIT_NOFILE, NOFILE)}",
               f"--cpu={cap(resource.RLIMIT_CPU, lim.cpu_s)}",
-              f"--fsize={cap(resource.RLIMIT_FSIZE, FILE_BYTES)}", "--core=0"]
+              "--core=0"]
+    if lim.file_bytes is not None:
+        limits.append(f"--fsize={cap(resource.RLIMIT_FSIZE, lim.file_bytes)}")
     if lim.memory is not None:
         limits.append(f"--as={cap(resource.RLIMIT_AS, lim.memory)}")
     out = [_tool("prlimit"), *limits, "--"]
@@ -189,6 +197,56 @@ def _data_fd(item: Data) -> int:
 def run(spec: Spec, root: rootfs.Root | None) -> Outcome:
     """Run ``spec`` in a new container over ``root`` (``None``: a root without generated files,
     for the probe) and wait for it within its deadline."""
+    proc, start, status_r, info_r = _popen(spec, root, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                           stderr=subprocess.PIPE)
+    try:
+        return _wait(proc, spec, start, status_r, info_r)
+    finally:
+        os.close(info_r)
+        if status_r >= 0:
+            os.close(status_r)
+
+
+@dataclass
+class Running:
+    """A container left running for its caller (an interactive shell's agent)."""
+
+    proc: subprocess.Popen[bytes]
+    info_r: int
+
+    def kill(self) -> None:
+        info = bytearray()
+        _drain(self.info_r, info)
+        _kill(self.proc, info)
+
+    def close(self) -> None:
+        """End the container (if it still runs) and reap it."""
+        if self.proc.poll() is None:
+            self.kill()
+        self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+        try:
+            os.close(self.info_r)
+        except OSError:
+            pass
+
+
+def launch(spec: Spec, root: rootfs.Root, **popen: Any) -> Running:
+    """Start ``spec`` in a new container and return without waiting (its caller keeps the
+    deadline and calls ``close``); ``popen`` are ``subprocess.Popen``'s stdio arguments."""
+    proc, _, status_r, info_r = _popen(spec, root, **popen)
+    if status_r >= 0:
+        os.close(status_r)
+    os.set_blocking(info_r, False)
+    return Running(proc, info_r)
+
+
+def _popen(spec: Spec, root: rootfs.Root | None, **popen: Any) -> tuple[subprocess.Popen[bytes], float, int, int]:
     drop = spec.unprivileged and os.geteuid() == 0
     opened: list[int] = []
     fds: list[tuple[int, str]] = []
@@ -214,27 +272,27 @@ def run(spec: Spec, root: rootfs.Root | None) -> Outcome:
             argv = [a.replace("{status_fd}", str(status_w)) for a in argv]
         for fd in opened:
             os.set_inheritable(fd, True)
-        cmd = _argv(Spec(argv=argv, stdin=spec.stdin, limits=spec.limits, files=spec.files, binds=spec.binds),
-                     root, fds)
+        cmd = _argv(Spec(argv=argv, stdin=spec.stdin, limits=spec.limits, files=spec.files, binds=spec.binds,
+                         rw_binds=spec.rw_binds), root, fds)
         cmd[1:1] = ["--info-fd", str(info_w)] + (["--seccomp", str(seccomp_fd)] if seccomp_fd >= 0 else [])
         cmd = _limited(spec, drop, cmd)
         start = time.monotonic()
         proc = subprocess.Popen(
-            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={},
-            start_new_session=True, pass_fds=[*opened, info_w, *([status_w] if status_w >= 0 else [])],
+            cmd, env={}, start_new_session=True,
+            pass_fds=[*opened, info_w, *([status_w] if status_w >= 0 else []), *spec.pass_fds], **popen,
         )
+    except BaseException:
+        os.close(info_r)
+        if status_r >= 0:
+            os.close(status_r)
+        raise
     finally:
         for fd in opened:
             os.close(fd)
         if status_w >= 0:
             os.close(status_w)
         os.close(info_w)
-    try:
-        return _wait(proc, spec, start, status_r, info_r)
-    finally:
-        os.close(info_r)
-        if status_r >= 0:
-            os.close(status_r)
+    return proc, start, status_r, info_r
 
 
 def _kill(proc: subprocess.Popen[bytes], info: bytearray) -> None:

@@ -34,10 +34,12 @@ def wbcore_isolation_tiers() -> Iterator[IsolationTier]:
         name="container",
         summary="a call in a throwaway bubblewrap container: new user/pid/net/ipc/uts namespaces, no network, "
         "a read-only root from this host's Debian packages, tmpfs /tmp, rlimits, SIGKILL at the deadline; "
-        "wasm commands and posix CLIs; caps not bridged",
+        "wasm commands (caps bridged to the host's Dock over the framed protocol), posix CLIs, :role task blocks "
+        "(WB_TOOLKIT_EXEC=1) and "
+        "interactive shells (wbx shell)",
         rung=2,
         factory=_tier,
         available=_available,
-        kinds=frozenset({"command", "posix"}),
-        bridges_caps=False,
+        kinds=frozenset({"command", "posix", "shell", "task"}),
+        bridges_caps=True,
     )

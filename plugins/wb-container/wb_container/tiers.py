@@ -6,8 +6,10 @@ Two kinds of payload, both through :func:`wb_container.bwrap.run` over the root 
 - a **wasm command**: the root's own ``python3`` runs ``_wasm_run.py`` with this host's
   wasmtime package bound read-only; the module and the call's argv and memory limit are
   copied in read-only; the guest's stdio is the container's. The guest is isolated twice
-  (linear memory, then the container). Caps are not bridged: a granted call is refused
-  here by dispatch (``bridges_caps=False``) and runs in a tier that bridges them.
+  (linear memory, then the container). Caps are bridged: a ``wb.<cap>`` call travels as
+  a ``BrokerCall`` frame on a pipe to this process, where :class:`wbcore.capbridge.HostBridge`
+  answers it through the Dock (the container holds no credential and has no network);
+  the session secret (32 random bytes per call) reaches the runner on its own pipe.
 - a **posix command** (``#+EXEC: posix``, registered as a manifest naming ``#+CLI_BIN``):
   the CLI is resolved inside the root (``rootfs.resolve_cli``: Debian's ``/usr``, never
   this host's ``PATH``) and runs as ``argv + stdin → stdout/stderr/exit`` with no network
@@ -21,15 +23,20 @@ container is SIGKILLed), ``LimitExceeded`` at an output cap or the memory limit,
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
+import os
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wbcore.builder import read_posix_manifest
 from wbcore.calls import CallResult, CommandRequest, GuestTrap, LimitExceeded, Usage
-from wbcore.errors import InvalidArgs, NotFound, Timeout
+from wbcore import frames
+from wbcore.capbridge import HostBridge
+from wbcore.errors import Internal, InvalidArgs, NotFound, Timeout
+from wbcore.terminal import Channel
 from wbcore.records import Availability
 
 from wb_container import bwrap, rootfs
@@ -84,6 +91,12 @@ class ContainerTier:
             self._root = rootfs.build(self.runtime.home)
         return self._root
 
+    def open_shell(self, request: Any) -> Any:
+        """A container whose agent serves terminal sessions (``wbx shell --tier container``)."""
+        from wb_container.shell import open_shell
+
+        return open_shell(self.root, request)
+
     def call(self, request: Any) -> CallResult:
         if not isinstance(request, CommandRequest):
             raise InvalidArgs(f"tier container cannot run a {type(request).__name__} (commands only)")
@@ -123,18 +136,40 @@ class ContainerTier:
             raise InvalidArgs("tier container runs wasm with the root's python3 and this host's wasmtime; "
                               "install python3 (apt) and wasmtime (pip install wasmtime)")
         prof = req.profile
-        call = json.dumps({"argv": _argv(req), "memory": prof.memory_bytes}).encode()
+        call_id = next(_ids)
+        call = json.dumps({"argv": _argv(req), "memory": prof.memory_bytes, "id": call_id}).encode()
         limits = bwrap.Limits(memory=WASM_ADDRESS_SPACE, processes=POSIX_PROCESSES, cpu_s=_cpu(req.timeout_s),
                               deadline_s=req.timeout_s, stdout_cap=prof.stdout_bytes, stderr_cap=prof.stderr_bytes)
+        # The caps channel: two pipes (frames each way) and a third that carries the session
+        # secret once; the runner asks, the bridge answers through this runtime's Dock.
+        secret = frames.new_secret()
+        to_guest_r, to_guest_w = os.pipe()
+        to_host_r, to_host_w = os.pipe()
+        secret_r, secret_w = os.pipe()
+        os.write(secret_w, secret)
+        os.close(secret_w)
+        lib = Path(frames.__file__).parent
         spec = bwrap.Spec(
-            argv=[PYTHON, "-I", "-S", "/wb/run.py", "/wb/site", "{status_fd}"], stdin=_stdin(req), limits=limits,
+            argv=[PYTHON, "-I", "-S", "/wb/run.py", "/wb/site", "{status_fd}", str(to_guest_r), str(to_host_w),
+                  str(secret_r)], stdin=_stdin(req), limits=limits,
             files=[bwrap.Data("/wb/run.py", path=RUNNER), bwrap.Data("/wb/call.json", data=call),
-                   bwrap.Data("/wb/module.wasm", data=module)],
+                   self._module_file(req.sha256, module), bwrap.Data("/wb/lib/frames.py", path=lib / "frames.py"),
+                   bwrap.Data("/wb/lib/capbridge.py", path=lib / "capbridge.py")],
             binds=[(str(site), "/wb/site/wasmtime")],
             # wasmtime lives in this process's environment, which the unprivileged host uid
             # may not reach; a wasm guest cannot fork, so RLIMIT_NPROC is not what holds it.
-            unprivileged=False, status_fd=True, cancel=req.cancel)
-        out = bwrap.run(spec, self.root)
+            unprivileged=False, status_fd=True, cancel=req.cancel, pass_fds=(to_guest_r, to_host_w, secret_r))
+        bridge = HostBridge(self.runtime, req, secret, call_id, req.timeout_s)
+        chan = Channel(to_host_r, to_guest_w)
+        thread = bridge.start(chan.recv, _sender(chan))
+        try:
+            out = bwrap.run(spec, self.root)
+        finally:
+            for fd in (to_guest_r, to_host_w, secret_r):
+                os.close(fd)  # the container's ends: the bridge sees EOF once the container is gone
+            thread.join(timeout=0.5)  # a broker still blocked past the deadline is not waited for
+            for fd in (to_host_r, to_guest_w):
+                os.close(fd)
         self._limits(req, out)
         try:
             report = json.loads(out.status.decode()) if out.status else None
@@ -146,9 +181,16 @@ class ContainerTier:
                             + (f": {' | '.join(tail)}" if tail else ""))
         name = req.name
         peak = int(report.get("peak") or 0)
+        if report.get("refused"):
+            if bridge.refusal is None:
+                raise Internal(f"{name}: the container's runner reported a refusal the host did not make")
+            raise bridge.refusal
+        if report.get("abi_error"):
+            raise InvalidArgs(f"{name}: {report['abi_error']}")
+        if bridge.broken:
+            raise Internal(f"{name}: the container's runner broke the caps protocol: {bridge.broken}")
         if report.get("link_error"):
-            raise InvalidArgs(f"{name}: cannot link: {report['link_error']}"
-                              " (tier container links WASI only; a guest importing wb.* needs a tier that bridges caps)")
+            raise InvalidArgs(f"{name}: cannot link: {report['link_error']}")
         if report.get("no_start"):
             raise InvalidArgs(f"{name}: artifact {req.sha256[:12]}… exports no _start (is it a WASI command?)")
         exit_code = int(report.get("exit") or 0)
@@ -165,6 +207,45 @@ class ContainerTier:
         usage = Usage(wall_s=out.wall_s, peak_memory=peak, bytes_out=len(out.stdout) + len(out.stderr))
         return CallResult(out.stdout, out.stderr, exit_code, usage)
 
+    def _module_file(self, sha: str, module: bytes) -> bwrap.Data:
+        """The module as the runner loads it: compiled once by this host into the artifact
+        store's digest-checked cache (``/wb/module.cwasm``, deserialized in milliseconds by the
+        same wasmtime inside), else the ``.wasm`` itself (compiled inside, per call)."""
+        try:
+            path, _ = self.runtime.artifacts.compiled(sha, _cwasm_key(), compile=_precompile, load=lambda p: p)
+            return bwrap.Data("/wb/module.cwasm", path=path)
+        except Exception:  # noqa: BLE001 - an invalid module or a full disk: the runner compiles and reports
+            return bwrap.Data("/wb/module.wasm", data=module)
+
+    # --- task ----------------------------------------------------------------------------
+
+    def run_task(self, req: Any) -> CallResult:
+        """A ``:role task`` block (``wbcore.tasks.TaskRequest``; the opt-in was checked by the
+        caller): its interpreter from the root, the toolkit's files copied in read-only at
+        /toolkit, cwd /tmp, the posix profile's limits, as the unprivileged host uid."""
+        from wbcore.policy import profile
+
+        ok, why = bwrap.probe()
+        if not ok:
+            raise NotFound(f"tier container is unavailable: {why}")
+        prof = profile("posix")
+        limits = bwrap.Limits(memory=prof.memory_bytes, processes=POSIX_PROCESSES, cpu_s=_cpu(req.timeout_s),
+                              deadline_s=req.timeout_s, stdout_cap=prof.stdout_bytes, stderr_cap=prof.stderr_bytes)
+        spec = bwrap.Spec(argv=[req.interpreter, "-c", req.script, req.task, *req.args], stdin=req.stdin,
+                          limits=limits, files=_toolkit_files(req.toolkit_dir), unprivileged=True)
+        out = bwrap.run(spec, self.root)
+        name = f"task {req.task} of {req.toolkit}"
+        if out.timed_out:
+            raise Timeout(f"{name}: stopped after {out.wall_s:.3f} s: over its {req.timeout_s:g} s deadline "
+                          "(its container was killed)")
+        if out.over:
+            cap = prof.stdout_bytes if out.over == "stdout" else prof.stderr_bytes
+            raise LimitExceeded(f"{name}: {out.over} passed the {cap}-byte cap; output stopped (its container was "
+                                "killed)", limit=out.over)
+        code = out.exit_code if out.exit_code >= 0 else 128 - out.exit_code
+        usage = Usage(wall_s=out.wall_s, peak_memory=0, bytes_out=len(out.stdout) + len(out.stderr))
+        return CallResult(out.stdout, out.stderr, code, usage)
+
     # --- shared --------------------------------------------------------------------------
 
     def _limits(self, req: CommandRequest, out: bwrap.Outcome) -> None:
@@ -178,6 +259,60 @@ class ContainerTier:
             cap = prof.stdout_bytes if out.over == "stdout" else prof.stderr_bytes
             raise LimitExceeded(f"{req.name}: {out.over} passed the {cap}-byte cap of profile {prof.name}; "
                                 "output stopped (its container was killed)", limit=out.over)
+
+
+_ids = itertools.count(1)
+
+
+@lru_cache(maxsize=1)
+def _engine() -> Any:
+    import wasmtime
+
+    return wasmtime.Engine()  # the runner's own config (defaults): its compiled form loads there
+
+
+@lru_cache(maxsize=1)
+def _cwasm_key() -> str:
+    import platform
+    from importlib.metadata import version
+
+    return f"container-wasmtime-{version('wasmtime')}-{platform.machine()}"
+
+
+def _precompile(wasm: bytes) -> bytes:
+    import wasmtime
+
+    return bytes(wasmtime.Module(_engine(), wasm).serialize())
+#: What of a toolkit's folder a task sees at /toolkit (copied in, read-only).
+TOOLKIT_FILES = 2000
+TOOLKIT_BYTES = 32 << 20
+
+
+def _toolkit_files(folder: Path) -> list[bwrap.Data]:
+    """The toolkit's regular files (no symlinks, nothing hidden), bounded in count and size:
+    copied in, so the unprivileged container reaches them wherever the folder lives."""
+    out: list[bwrap.Data] = []
+    total = 0
+    for path in sorted(folder.rglob("*")):
+        rel = path.relative_to(folder)
+        if any(part.startswith(".") for part in rel.parts) or path.is_symlink() or not path.is_file():
+            continue
+        total += path.stat().st_size
+        if len(out) >= TOOLKIT_FILES or total > TOOLKIT_BYTES:
+            raise InvalidArgs(f"toolkit folder {folder} is over {TOOLKIT_FILES} files or {TOOLKIT_BYTES >> 20} MiB; "
+                              "a task sees at most that much of it")
+        out.append(bwrap.Data(f"/toolkit/{rel.as_posix()}", path=path))
+    return out
+
+
+def _sender(chan: Channel):  # type: ignore[no-untyped-def]
+    def send(frame: bytes) -> None:
+        try:
+            chan.send_frame(frame)
+        except BrokenPipeError:
+            raise frames.FrameError("eof", "the container ended") from None
+
+    return send
 
 
 def _argv(req: CommandRequest) -> list[str]:

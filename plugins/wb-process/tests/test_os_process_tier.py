@@ -22,7 +22,7 @@ from wbcore.calls import CommandRequest, GuestTrap, LimitExceeded, Principal  # 
 from wbcore.errors import CapabilityDenied, Internal, InvalidArgs, Timeout, WbError  # noqa: E402
 from wbcore.policy import profile  # noqa: E402
 
-from wb_process import frames  # noqa: E402
+from wbcore import frames  # noqa: E402
 from wb_process.pool import Pool, spawn_worker  # noqa: E402
 from wb_process.tiers import OsProcessTier  # noqa: E402
 

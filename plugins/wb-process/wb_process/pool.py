@@ -35,10 +35,10 @@ from typing import Any
 
 from wbcore.errors import Internal, InvalidArgs, Timeout
 
-from wb_process import frames
+from wbcore import frames
 
 WORKER = Path(__file__).with_name("_tier_worker.py")
-FRAMES = Path(__file__).with_name("frames.py")
+FRAMES = Path(frames.__file__)  # wbcore/frames.py: standard library only, bound into the sandbox
 DEFAULT_WORKERS = 2
 MAX_WORKERS = 16
 MAX_EXTRA = 8

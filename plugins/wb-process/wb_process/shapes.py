@@ -24,7 +24,8 @@ def verify_task(ctx: VerifyContext) -> Iterator[Check]:
     if blocks:
         yield Check(
             True, "exec",
-            "native :role bash execution is banned; task blocks run only with WB_TOOLKIT_EXEC=1 in a later tier",
+            "native :role bash execution is banned on the host; task blocks run via wbx toolkit run <tk> <task> "
+            "only with WB_TOOLKIT_EXEC=1, inside a sandbox tier (container or stronger)",
             warning=True,
         )
 
@@ -34,5 +35,5 @@ def shapes() -> Iterator[ExecShape]:
         name="task",
         summary="recipe-only toolkit: :role task blocks, no single CLI",
         verify=verify_task,
-        default_tier="os_process",
+        default_tier="container",
     )

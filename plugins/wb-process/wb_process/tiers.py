@@ -3,7 +3,7 @@
 The worker (``_tier_worker.py``, lent by :mod:`wb_process.pool`) is a Python inside the
 build sandbox — its own namespaces, no network (not even loopback), no host files but the
 Python runtime and wasmtime, read-only; uid 1000, no capabilities, seccomp, rlimits — on
-top of wasm's own linear-memory isolation. One call, in frames (:mod:`wb_process.frames`):
+top of wasm's own linear-memory isolation. One call, in frames (:mod:`wbcore.frames`):
 
 1. ``Exec``: the module's sha256 (and its bytes, the first time this worker sees it),
    argv, stdin, the profile's memory limit and output caps, the time left;
@@ -36,7 +36,7 @@ from wbcore.calls import CallResult, CommandRequest, GuestTrap, LimitExceeded, U
 from wbcore.errors import CapabilityDenied, Internal, InvalidArgs, NotFound, Timeout, WbError
 from wbcore.records import Availability
 
-from wb_process import frames
+from wbcore import frames
 from wb_process.pool import GRACE_S, Pool, Worker, _wasmtime_dir, shared
 
 if TYPE_CHECKING:

@@ -1,4 +1,5 @@
-"""Seed 003's framed wire protocol, as the ``os_process`` tier and its workers speak it.
+"""Seed 003's framed wire protocol: what a sandbox tier's host side and its guest agent speak
+(the ``os_process`` workers, the ``container`` tier's agent, the ``microvm`` guest agent).
 
 One frame::
 
@@ -12,8 +13,10 @@ length costs the reader nothing. Unknown types are refused at the header.
 
 Payload encodings, fixed per type:
 
-- **raw** (``PING``, ``PONG``, ``SHUTDOWN``): ``PING`` is the 32-byte session secret and a
-  u16 LE protocol version; ``PONG`` is the worker's u16 LE version; ``SHUTDOWN`` is the secret.
+- **raw** (``PING``, ``PONG``, ``SHUTDOWN``, ``PTY_DATA``): ``PING`` is the 32-byte session
+  secret and a u16 LE protocol version; ``PONG`` is the worker's u16 LE version; ``SHUTDOWN``
+  is the secret; ``PTY_DATA`` is the secret (host → agent only), a u32 LE session id and the
+  terminal's bytes (see :func:`pty_data`).
 - **json** (every other type): a u32 LE length, a UTF-8 JSON object of that length, then
   the object's binary attachments back to back; the object's ``"blobs"`` lists their
   lengths, which must add up to exactly the rest of the payload (module bytes, stdin,
@@ -52,6 +55,12 @@ EXEC_RESULT = 0x02  # worker → host: how it ended (json; blobs: stdout, stderr
 PING = 0x03  # host → worker: the handshake (raw: secret + version)
 PONG = 0x04  # worker → host: the handshake's answer (raw: version)
 SHUTDOWN = 0x05  # host → worker: exit now (raw: secret)
+PTY_OPEN = 0x16  # host → agent: open an interactive session (json: session, program, args, cols, rows, env)
+PTY_OPENED = 0x17  # agent → host: the session's open result (json: session, ok, error)
+PTY_DATA = 0x18  # both: raw terminal bytes of one session (raw: [secret] + session u32 + bytes)
+PTY_RESIZE = 0x19  # host → agent: the terminal's size changed (json: session, cols, rows)
+PTY_CLOSE = 0x1A  # host → agent: end the session (SIGHUP to its process group) (json: session)
+PTY_CLOSED = 0x1B  # agent → host: the session's child exited (json: session, exit_code)
 LINK = 0x20  # worker → host: the module's imports, before it links anything (json)
 LINK_ANSWER = 0x21  # host → worker: the caps to link, or the refusal (json; blob: wb.info body)
 BROKER_CALL = 0x22  # worker → host: one wb.<cap> call from the guest (json; blob: CBOR request)
@@ -61,11 +70,12 @@ REFUSED = 0x7F  # worker → host: the last frame was refused (json: reason, mes
 NAMES = {
     EXEC: "Exec", EXEC_RESULT: "ExecResult", PING: "Ping", PONG: "Pong", SHUTDOWN: "Shutdown",
     LINK: "Link", LINK_ANSWER: "LinkAnswer", BROKER_CALL: "BrokerCall", BROKER_ANSWER: "BrokerAnswer",
-    REFUSED: "Refused",
+    REFUSED: "Refused", PTY_OPEN: "PtyOpen", PTY_OPENED: "PtyOpened", PTY_DATA: "PtyData",
+    PTY_RESIZE: "PtyResize", PTY_CLOSE: "PtyClose", PTY_CLOSED: "PtyClosed",
 }
-RAW = frozenset({PING, PONG, SHUTDOWN})
+RAW = frozenset({PING, PONG, SHUTDOWN, PTY_DATA})
 #: What the host sends; each frame of these types must carry the session secret.
-FROM_HOST = frozenset({EXEC, PING, SHUTDOWN, LINK_ANSWER, BROKER_ANSWER})
+FROM_HOST = frozenset({EXEC, PING, SHUTDOWN, LINK_ANSWER, BROKER_ANSWER, PTY_OPEN, PTY_DATA, PTY_RESIZE, PTY_CLOSE})
 
 
 class FrameError(Exception):
@@ -262,6 +272,25 @@ def shutdown(secret: bytes) -> bytes:
 def check_shutdown(payload: bytes, secret: bytes) -> None:
     if not same_secret(secret, payload):
         raise FrameError("secret", "Shutdown without the session secret; refused")
+
+
+def pty_data(session: int, data: bytes | bytearray | memoryview, secret: bytes | None = None) -> bytes:
+    """A ``PtyData`` frame: the host's carry the session secret first, the agent's do not
+    (the agent holds no secret of the host's to prove; the host knows whom it spoke to)."""
+    return encode(PTY_DATA, (secret or b"") + _U32.pack(session) + bytes(data))
+
+
+def open_pty_data(payload: bytes, secret: bytes | None = None) -> tuple[int, bytes]:
+    """``(session, bytes)`` of a ``PtyData`` payload; given ``secret`` (the agent reading the
+    host's frames) it must come first, compared in constant time."""
+    if secret is not None:
+        if len(payload) < SECRET_BYTES or not same_secret(secret, payload[:SECRET_BYTES]):
+            raise FrameError("secret", "PtyData without the session secret; refused")
+        payload = payload[SECRET_BYTES:]
+    if len(payload) < _U32.size:
+        raise FrameError("malformed", f"PtyData carries {len(payload)} bytes; it starts with a 4-byte session id")
+    (session,) = _U32.unpack_from(payload)
+    return session, payload[_U32.size:]
 
 
 def refused(reason: str, message: str) -> bytes:
