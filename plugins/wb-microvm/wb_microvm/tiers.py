@@ -55,6 +55,10 @@ COLD_BOOT_S = 300.0
 KVM_PROBE_S = 20.0
 #: A restored VM must answer its Ping within this, outside the call's deadline.
 RESTORE_S = 60.0
+#: Bumped when what a snapshot holds changes (its folder's name includes it).
+SNAPSHOT_RECIPE = 2
+#: How long the agent is given to notice the host hung up before the snapshot.
+HANGUP_S = 1.0
 PROCESSES = 64
 NOFILE = 256
 FILE_BYTES = 32 << 20
@@ -153,7 +157,7 @@ def prepare(cache: Path, progress: Any = None) -> Snapshot:
         qv = _vm.qemu_version()
         import hashlib
 
-        tag = hashlib.sha256(f"{img.digest}:{accel}:{qv}:{_vm.MEMORY_MB}".encode()).hexdigest()[:24]
+        tag = hashlib.sha256(f"{SNAPSHOT_RECIPE}:{img.digest}:{accel}:{qv}:{_vm.MEMORY_MB}".encode()).hexdigest()[:24]
         sdir = cache / "snapshots" / tag
         meta_path = sdir / "meta.json"
         if meta_path.is_file():
@@ -175,6 +179,10 @@ def prepare(cache: Path, progress: Any = None) -> Snapshot:
                 raise NotFound(f"the micro-VM did not boot under {accel} within {COLD_BOOT_S:g} s "
                                f"({exc}): {vm.stderr()}") from None
             cold = time.monotonic() - t0
+            # Hang up first: the agent sees the host leave and forgets the handshake, so a
+            # restored guest answers nothing before a new Ping with the secret.
+            vm.hangup()
+            time.sleep(HANGUP_S)
             say(f"booted in {cold:.1f} s; snapshotting")
             t1 = time.monotonic()
             vm.snapshot(sdir / "vm.mig")
@@ -229,35 +237,49 @@ class _Call:
         self.runtime, self.snap, self.req, self.cli = runtime, snap, req, cli
         self.ctx: Any = None
         self.killed_by_watchdog = False
+        self.cancelled = False
 
     def run(self) -> CallResult:
         req, snap = self.req, self.snap
-        t0 = time.monotonic()
+        # The call's deadline counts from here: restoring the VM is part of the call.
+        started = time.monotonic()
+        deadline = started + req.timeout_s
         vm = _vm.Vm(snap.image, snap.accel, snap.secret, incoming=snap.path)
-        watchdog: threading.Timer | None = None
+        done = threading.Event()
+        watchdog = threading.Thread(target=self._watchdog, args=(vm, deadline + GRACE_S, done), daemon=True,
+                                    name="wb-microvm-watchdog")
+        watchdog.start()
         try:
             try:
-                end = t0 + RESTORE_S
+                end = min(deadline, started + RESTORE_S)
                 vm.connect(end)
                 vm.handshake(end)
             except (Timeout, _vm.GuestGone, frames.FrameError) as exc:
+                if self.cancelled:
+                    raise Timeout(f"{req.name}: cancelled by the caller; its micro-VM was killed") from None
+                if time.monotonic() >= deadline or self.killed_by_watchdog:
+                    raise Timeout(f"{req.name}: its micro-VM was not up from the snapshot within the {req.timeout_s:g} s "
+                                  "deadline") from None
                 raise Internal(f"{req.name}: the micro-VM did not come up from its snapshot ({exc}): {vm.stderr()}; "
                                "run the call again (delete the cache's snapshots folder if it persists)") from None
-            started = time.monotonic()
-            deadline = started + req.timeout_s
-            watchdog = threading.Timer(req.timeout_s + GRACE_S, self._watchdog, (vm,))
-            watchdog.daemon = True
-            watchdog.start()
             self.send_exec(vm, deadline)
             return self.conversation(vm, started, deadline)
         finally:
-            if watchdog is not None:
-                watchdog.cancel()
+            done.set()
             vm.kill()
 
-    def _watchdog(self, vm: _vm.Vm) -> None:
-        self.killed_by_watchdog = True
-        vm.kill()
+    def _watchdog(self, vm: _vm.Vm, kill_at: float, done: threading.Event) -> None:
+        """SIGKILL the VM at the deadline + grace, or as soon as the caller cancels."""
+        cancel = self.req.cancel
+        while not done.wait(0.05):
+            if cancel is not None and cancel.is_set():
+                self.cancelled = True
+                vm.kill()
+                return
+            if time.monotonic() >= kill_at:
+                self.killed_by_watchdog = True
+                vm.kill()
+                return
 
     def send_exec(self, vm: _vm.Vm, deadline: float) -> None:
         req, prof = self.req, self.req.profile
@@ -276,11 +298,12 @@ class _Call:
             try:
                 kind, payload = vm.recv(deadline + GRACE_S + 0.5)
             except (Timeout, _vm.GuestGone) as exc:
+                if self.cancelled:
+                    raise Timeout(f"{req.name}: cancelled by the caller after {time.monotonic() - started:.3f} s; "
+                                  "its micro-VM was killed") from None
                 if self.killed_by_watchdog or time.monotonic() >= deadline:
                     raise Timeout(f"{req.name}: stopped after {time.monotonic() - started:.3f} s: over its "
                                   f"{req.timeout_s:g} s deadline (its micro-VM was killed)") from None
-                if req.cancel is not None and req.cancel.is_set():
-                    raise Timeout(f"{req.name}: cancelled by the caller; its micro-VM was killed") from None
                 raise Internal(f"{req.name}: the micro-VM ended mid-call ({exc}): {vm.stderr()}") from None
             if kind == frames.EXEC_RESULT:
                 return self.finish(*frames.unpack(payload), started)

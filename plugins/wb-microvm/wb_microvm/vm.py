@@ -177,6 +177,12 @@ class Vm:
                 obj, _ = frames.unpack(payload)
                 raise frames.FrameError(str(obj.get("reason")), f"the guest agent refused the handshake: {obj.get('message')}")
 
+    def hangup(self) -> None:
+        """Close the host's end of the channel (the guest sees its port's host leave)."""
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+
     # --- snapshot (cold VMs started with qmp=True, sandbox=False) ---------------------
 
     def snapshot(self, dest: Path, timeout: float = 120.0) -> None:

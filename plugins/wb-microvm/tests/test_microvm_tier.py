@@ -1,0 +1,229 @@
+"""The microvm tier: the shared conformance suite (wbcore.conformance) in a QEMU guest restored
+from a snapshot, and the guest agent's protocol: the session secret is required, malformed
+frames are refused without a crash, the allowlist holds, the accelerator is reported.
+
+Slow: the first test of a run builds the image and boots it cold once (the snapshot is kept
+under ``$WB_MICROVM_CACHE``, default ``~/.cache/wbcore/microvm`` here, and reused by every
+later run); each call then restores a VM from it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import struct
+import time
+from pathlib import Path
+
+import pytest
+
+from wbcore import frames
+from wbcore.conformance import PosixTierConformance
+from wbcore.errors import CapabilityDenied, InvalidArgs, Timeout
+
+from wb_microvm import tiers, vm as _vm
+from wb_microvm.tiers import MicrovmTier
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not tiers._probe_tools()[0], reason=f"microvm unavailable: {tiers._probe_tools()[1]}")]
+
+CACHE = Path(os.environ.get("WB_MICROVM_CACHE") or Path.home() / ".cache" / "wbcore" / "microvm")
+
+
+@pytest.fixture(autouse=True)
+def shared_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One image and snapshot for every test home of the run (and of later runs)."""
+    monkeypatch.setenv("WB_MICROVM_CACHE", str(CACHE))
+
+
+@pytest.fixture(scope="module")
+def snapshot() -> tiers.Snapshot:
+    t0 = time.monotonic()
+    snap = tiers.prepare(CACHE)
+    print(f"\nmicrovm: snapshot ready in {time.monotonic() - t0:.1f} s (accelerator {snap.accel}; cold boot "
+          f"{snap.cold_boot_s:.1f} s, snapshot {snap.snapshot_s:.2f} s when it was built)")
+    return snap
+
+
+class TestMicrovmConformance(PosixTierConformance):
+    tier = "microvm"
+
+    def driver(self, rt):
+        return MicrovmTier(rt)
+
+    def kv_argv(self, request):
+        return ["wb-cap", "kv", json.dumps(request)]
+
+    @pytest.fixture(autouse=True)
+    def _ready(self, snapshot):
+        return snapshot
+
+
+# --- what this tier adds ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def rt(make_runtime, snapshot):
+    return make_runtime()
+
+
+def call(rt, cli, argv, stdin=b"", **kw):
+    return MicrovmTier(rt).call(TestMicrovmConformance().request(rt, cli, argv, stdin, **kw))
+
+
+def test_usage_names_the_accelerator_and_the_guest_runs_unprivileged(rt, snapshot) -> None:
+    res = call(rt, "sh", ["-c", "id -u; id -G; cat /proc/self/limits; cat /proc/cmdline; uname -r"])
+    assert res.usage.isolation == snapshot.accel in ("kvm", "tcg")
+    out = res.stdout.decode().splitlines()
+    assert out[0] == "1000" and out[1] == "1000"
+    limits = {line[:26].strip(): line[26:].split()[0] for line in out[3:20] if line.startswith("Max")}
+    assert int(limits["Max processes"]) == tiers.PROCESSES and int(limits["Max core file size"]) == 0
+    assert int(limits["Max open files"]) == tiers.NOFILE
+    assert snapshot.secret.hex() not in res.stdout.decode()  # /proc/cmdline is covered after boot
+    assert snapshot.image.kernel_version in res.stdout.decode()
+
+
+def test_a_command_off_the_allowlist_is_refused(rt) -> None:
+    with pytest.raises(CapabilityDenied, match="not on the guest's allowlist"):
+        call(rt, "insmod", ["/lib/modules/virtio.ko"])  # /sbin: never allowed
+    with pytest.raises(CapabilityDenied, match="not on the guest's allowlist"):
+        call(rt, "/tmp/w/x", [])
+    res = call(rt, "sh", ["-c", "cp /bin/busybox /tmp/w/busybox && /tmp/w/busybox id -u; echo rc=$?"])
+    # a copied binary still runs as the unprivileged uid: the allowlist names what the host may start
+    assert b"1000" in res.stdout
+
+
+def test_the_guest_user_cannot_reach_the_host_channel(rt) -> None:
+    res = call(rt, "sh", ["-c", "ls -l /dev/vport* ; echo x > /dev/vport1p1; echo rc=$?; cat /etc/wb/allowed >/dev/null; "
+                               "echo > /etc/wb/allowed; echo rc2=$?"])
+    out = res.stdout.decode() + res.stderr.decode()
+    assert "rc=0" not in out and "rc2=0" not in out
+
+
+def test_a_wasm_command_is_not_run_here(rt) -> None:
+    art = rt.artifacts.put_bytes(b"\0asm\x01\0\0\0")
+    req = TestMicrovmConformance().request(rt, "sh", [])
+    import dataclasses
+
+    with pytest.raises(InvalidArgs, match="runs posix commands"):
+        MicrovmTier(rt).call(dataclasses.replace(req, sha256=art.sha256, artifact=rt.artifacts.path(art.sha256)))
+
+
+def test_cancel_kills_the_vm(rt) -> None:
+    import threading
+
+    cancel = threading.Event()
+    threading.Timer(1.0, cancel.set).start()
+    t0 = time.monotonic()
+    with pytest.raises(Timeout, match="cancelled"):
+        call(rt, "sh", ["-c", "sleep 30"], timeout_s=20.0, cancel=cancel)
+    assert time.monotonic() - t0 < 3.0
+
+
+def test_the_host_watchdog_tears_the_vm_down(rt, snapshot, monkeypatch) -> None:
+    """A guest whose agent never answers (here: the agent's own deadline pushed far past the
+    host's) ends at the host's deadline + grace: QEMU is SIGKILLed."""
+    orig = tiers._Call.send_exec
+
+    def lying(self, vm, deadline):
+        orig(self, vm, deadline + 60)  # the guest is told it has a minute more
+
+    monkeypatch.setattr(tiers._Call, "send_exec", lying)
+    t0 = time.monotonic()
+    with pytest.raises(Timeout, match="micro-VM was killed"):
+        call(rt, "sh", ["-c", "while :; do :; done"], timeout_s=2.0)
+    assert time.monotonic() - t0 < 2.0 + tiers.GRACE_S + 1.0
+
+
+# --- the protocol, straight to a restored guest agent ---------------------------------------------
+
+
+class Agent:
+    """A VM restored from the snapshot and its raw channel."""
+
+    def __init__(self, snap: tiers.Snapshot) -> None:
+        self.snap = snap
+        self.vm = _vm.Vm(snap.image, snap.accel, snap.secret, incoming=snap.path)
+        self.vm.connect(time.monotonic() + 30)
+
+    def recv(self, timeout: float = 20.0):
+        return self.vm.recv(time.monotonic() + timeout)
+
+    def refused(self, timeout: float = 20.0) -> dict:
+        kind, payload = self.recv(timeout)
+        assert kind == frames.REFUSED, frames.name(kind)
+        return frames.unpack(payload)[0]
+
+    def exec_(self, secret: bytes | None, argv=("sh", "-c", "echo ran")) -> bytes:
+        obj = {"id": 7, "argv": list(argv), "deadline_ms": 5000}
+        if secret is None:
+            return frames.encode(frames.EXEC, frames.pack(obj, b""))
+        return frames.seal(frames.EXEC, secret, obj, b"")
+
+
+@pytest.fixture
+def agent(snapshot):
+    a = Agent(snapshot)
+    yield a
+    a.vm.kill()
+
+
+def test_secret_required(agent) -> None:
+    a = agent
+    a.vm.send_frame(a.exec_(a.snap.secret))  # before any Ping: refused
+    assert a.refused()["reason"] == "unexpected"
+    a.vm.send_frame(frames.ping(bytes(32)))
+    assert a.refused()["reason"] == "secret"
+    a.vm.send_frame(frames.encode(frames.PING, a.snap.secret[:16]))
+    assert a.refused()["reason"] == "secret"
+    a.vm.send_frame(frames.ping(a.snap.secret))
+    kind, payload = a.recv()
+    assert kind == frames.PONG and frames.check_pong(payload) == frames.VERSION
+    a.vm.send_frame(a.exec_(None))  # no secret in the Exec
+    assert a.refused()["reason"] == "secret"
+    a.vm.send_frame(a.exec_(os.urandom(32)))  # another secret
+    assert a.refused()["reason"] == "secret"
+    a.vm.send_frame(frames.encode(frames.SHUTDOWN, os.urandom(32)))
+    assert a.refused()["reason"] == "secret"
+    a.vm.send_frame(a.exec_(a.snap.secret))
+    kind, payload = a.recv()
+    obj, blobs = frames.unpack(payload)
+    assert kind == frames.EXEC_RESULT and blobs[0] == b"ran\n"
+
+
+def test_malformed_frames_are_refused_without_a_crash(agent) -> None:
+    a = agent
+    a.vm.send_frame(frames.ping(a.snap.secret))
+    assert a.recv()[0] == frames.PONG
+    secret_hex = a.snap.secret.hex()
+    bad = [
+        struct.pack("<IB", 0, 0x42),  # unknown type
+        frames.encode(frames.EXEC, b""),  # empty payload
+        frames.encode(frames.EXEC, b"\xff\xff\xff\x7f{}"),  # json length past the payload
+        frames.encode(frames.EXEC, struct.pack("<I", 5) + b"[1,2]"),  # not an object
+        frames.encode(frames.EXEC, struct.pack("<I", 9) + b'{"a":"\\q"}'[:9]),  # bad escape
+        frames.encode(frames.EXEC, frames.pack({"secret": secret_hex, "argv": "sh"}, b"")),  # argv not a list
+        frames.encode(frames.EXEC, frames.pack({"secret": secret_hex, "argv": []}, b"")),  # empty argv
+        frames.encode(frames.EXEC, frames.pack({"secret": secret_hex, "argv": ["sh"]})),  # no stdin blob
+        frames.encode(frames.EXEC, frames.pack({"secret": secret_hex, "argv": ["sh"]}, b"x")[:-1]),  # blobs short
+        frames.encode(frames.EXEC, struct.pack("<I", 2000) + b'{"x":' + b"[" * 1990 + b"1"),  # deep nesting
+        frames.encode(frames.EXEC, frames.pack({"secret": secret_hex, "argv": ["sh"] * 5000}, b"")),  # too long
+    ]
+    for frame in bad:
+        a.vm.send_frame(frame)
+        assert a.refused()["reason"] in ("malformed", "unknown-type", "secret"), frame[:40]
+    # still serving, in step
+    a.vm.send_frame(a.exec_(a.snap.secret, ("sh", "-c", "echo alive")))
+    kind, payload = a.recv()
+    assert kind == frames.EXEC_RESULT and frames.unpack(payload)[1][0] == b"alive\n"
+    # a lying length over the cap: refused, and the agent drops the stream (the host reconnects)
+    a.vm.send_frame(struct.pack("<IB", frames.MAX_FRAME + 1, frames.EXEC))
+    assert a.refused()["reason"] == "too-large"
+
+
+def test_accelerator_probe_is_recorded(snapshot) -> None:
+    record = json.loads((CACHE / "accel.json").read_text())
+    assert snapshot.accel in record.values()
+    if not _vm.kvm_openable():
+        assert snapshot.accel == "tcg"
