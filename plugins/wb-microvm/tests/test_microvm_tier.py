@@ -11,19 +11,18 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import struct
 import time
 from pathlib import Path
 
 import pytest
+from wb_microvm import tiers
+from wb_microvm import vm as _vm
+from wb_microvm.tiers import MicrovmTier
 
 from wbcore import frames
 from wbcore.conformance import PosixTierConformance
 from wbcore.errors import CapabilityDenied, InvalidArgs, Timeout
-
-from wb_microvm import tiers, vm as _vm
-from wb_microvm.tiers import MicrovmTier
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not tiers._probe_tools()[0], reason=f"microvm unavailable: {tiers._probe_tools()[1]}")]
@@ -95,8 +94,9 @@ def test_a_command_off_the_allowlist_is_refused(rt) -> None:
 
 
 def test_the_guest_user_cannot_reach_the_host_channel(rt) -> None:
-    res = call(rt, "sh", ["-c", "ls -l /dev/vport* ; echo x > /dev/vport1p1; echo rc=$?; cat /etc/wb/allowed >/dev/null; "
-                               "echo > /etc/wb/allowed; echo rc2=$?"])
+    script = ("ls -l /dev/vport* ; echo x > /dev/vport1p1; echo rc=$?; cat /etc/wb/allowed >/dev/null; "
+              "echo > /etc/wb/allowed; echo rc2=$?")
+    res = call(rt, "sh", ["-c", script])
     out = res.stdout.decode() + res.stderr.decode()
     assert "rc=0" not in out and "rc2=0" not in out
 
@@ -188,7 +188,7 @@ def test_secret_required(agent) -> None:
     assert a.refused()["reason"] == "secret"
     a.vm.send_frame(a.exec_(a.snap.secret))
     kind, payload = a.recv()
-    obj, blobs = frames.unpack(payload)
+    _, blobs = frames.unpack(payload)
     assert kind == frames.EXEC_RESULT and blobs[0] == b"ran\n"
 
 
@@ -227,3 +227,35 @@ def test_accelerator_probe_is_recorded(snapshot) -> None:
     assert snapshot.accel in record.values()
     if not _vm.kvm_openable():
         assert snapshot.accel == "tcg"
+
+
+def test_a_restored_qemu_is_sandboxed_and_unprivileged(agent) -> None:
+    pid = agent.vm.proc.pid
+    status = Path(f"/proc/{pid}/status").read_text()
+    fields = {line.split(":")[0]: line.split(":", 1)[1].split() for line in status.splitlines()}
+    assert Path(f"/proc/{pid}/exe").resolve().name.startswith("qemu-system")
+    assert fields["Seccomp"][0] == "2"  # -sandbox on: a seccomp filter
+    if os.geteuid() == 0 and agent.snap.accel == "tcg":
+        assert fields["Uid"][0] == str(_vm.QEMU_UID) and fields["Groups"] == []
+    assert (agent.vm.dir.stat().st_mode & 0o777) == 0o700
+
+
+def test_a_posix_toolkit_runs_in_the_microvm_through_the_call_path(rt, wbx, toolkit_root) -> None:
+    """With the posix shape installed (wb-container ships it), a posix toolkit asked for
+    tier microvm runs there; ``wbx tiers`` lists the tier."""
+    if "posix" not in rt.shapes.names():
+        pytest.skip("the posix shape is not installed (pip install wb-container)")
+    import hashlib
+
+    from wbcore import builder
+    from wbcore.testing import manifest_text, write_toolkit
+
+    write_toolkit(toolkit_root, "hash", manifest_text("hash", exec="posix", extra={"CLI_BIN": "sha256sum"}))
+    rt.discover(refresh=True)
+    name = builder.build(rt, "hash").name
+    data = os.urandom(50_000)
+    res = rt.call(name, [], data, tier="microvm")
+    assert res.stdout.split()[0].decode() == hashlib.sha256(data).hexdigest()
+    assert res.usage.isolation in ("kvm", "tcg")
+    r = wbx("tiers", runtime=rt)
+    assert r.exit_code == 0 and "microvm" in r.stdout

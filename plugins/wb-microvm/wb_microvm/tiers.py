@@ -36,14 +36,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from wb_microvm import image as _image
+from wb_microvm import vm as _vm
 from wbcore import frames
 from wbcore.builder import read_posix_manifest
 from wbcore.calls import CallResult, CommandRequest, GuestTrap, LimitExceeded, Usage
 from wbcore.errors import CapabilityDenied, Internal, InvalidArgs, NotFound, Timeout, WbError
 from wbcore.records import Availability
-
-from wb_microvm import image as _image
-from wb_microvm import vm as _vm
 
 if TYPE_CHECKING:
     from wbcore.runtime import Runtime
@@ -395,7 +394,7 @@ def _cbor_to_json(answer: bytes) -> bytes:
 
     try:
         return json.dumps(plain(cbor2.loads(answer)), separators=(",", ":")).encode()
-    except Exception:  # cbor2 raises several types; the Dock's answers are well formed
+    except Exception:  # noqa: BLE001 - cbor2 raises several types; the Dock's answers are well formed
         return json.dumps({"error": "the broker's answer could not be decoded"}).encode()
 
 

@@ -27,15 +27,23 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from wb_microvm.image import Image
 from wbcore import frames
 from wbcore.errors import NotFound, Timeout
-
-from wb_microvm.image import Image
 
 MEMORY_MB = 256
 QEMU = "qemu-system-x86_64"
 #: The seccomp sandbox QEMU applies to itself once set up (restored VMs).
 SANDBOX = "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"
+#: The host uid a sandboxed tcg QEMU runs as when this process is root (it owns nothing).
+QEMU_UID = 61314
+
+
+def _setpriv() -> str:
+    path = shutil.which("setpriv", path="/usr/bin:/bin:/usr/sbin:/sbin")
+    if path is None:
+        raise NotFound("setpriv is not installed (apt-get install util-linux)")
+    return path
 
 
 def qemu_path() -> str | None:
@@ -75,36 +83,48 @@ class Vm:
         self.image, self.accel, self.secret = image, accel, secret
         self.dir = Path(tempfile.mkdtemp(prefix="wb-microvm-"))
         os.chmod(self.dir, 0o700)
+        # Unprivileged QEMU (root starting a sandboxed VM, tcg: no /dev/kvm to open): it
+        # reaches its kernel, initrd and snapshot through inherited descriptors, and owns
+        # nothing on the host but its own folder.
+        drop = sandbox and accel == "tcg" and os.geteuid() == 0
+        if drop:
+            os.chown(self.dir, QEMU_UID, QEMU_UID)
         self.port_path = self.dir / "wb.sock"
         self.qmp_path = self.dir / "qmp.sock" if qmp else None
         self.console = self.dir / "console.log"
         self.sock: socket.socket | None = None
-        self._buf = bytearray()
-        args = [exe, "-nodefaults", "-no-user-config", "-nographic", "-no-reboot", "-M", "q35",
-                "-accel", accel, "-m", str(MEMORY_MB), "-smp", "1", "-nic", "none",
-                "-kernel", str(image.kernel), "-initrd", str(image.initrd),
-                "-append", f"console=ttyS0 quiet loglevel=3 panic=-1 rdinit=/init wb.secret={secret.hex()}",
-                "-serial", f"file:{self.console}",
-                "-device", "virtio-serial-pci,id=vs",
-                "-chardev", f"socket,id=wb,path={self.port_path},server=on,wait=off",
-                "-device", "virtserialport,bus=vs.0,chardev=wb,name=wb.0"]
-        if self.qmp_path is not None:
-            args += ["-qmp", f"unix:{self.qmp_path},server=on,wait=off"]
-        pass_fds: tuple[int, ...] = ()
-        snap_fd = -1
-        if incoming is not None:
-            snap_fd = os.open(incoming, os.O_RDONLY | os.O_CLOEXEC)
-            pass_fds = (snap_fd,)
-            args += ["-incoming", f"fd:{snap_fd}"]
-        if sandbox:
-            args += ["-sandbox", SANDBOX]
-        self.started = time.monotonic()
+        fds: list[int] = []
         try:
-            self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                         stderr=subprocess.PIPE, pass_fds=pass_fds, start_new_session=True)
+            def fd_path(path: Path) -> str:
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                fds.append(fd)
+                return f"/proc/self/fd/{fd}"
+
+            args = [exe, "-nodefaults", "-no-user-config", "-nographic", "-no-reboot", "-M", "q35",
+                    "-accel", accel, "-m", str(MEMORY_MB), "-smp", "1", "-nic", "none",
+                    "-kernel", fd_path(image.kernel), "-initrd", fd_path(image.initrd),
+                    "-append", f"console=ttyS0 quiet loglevel=3 panic=-1 rdinit=/init wb.secret={secret.hex()}",
+                    "-serial", f"file:{self.console}",
+                    "-device", "virtio-serial-pci,id=vs",
+                    "-chardev", f"socket,id=wb,path={self.port_path},server=on,wait=off",
+                    "-device", "virtserialport,bus=vs.0,chardev=wb,name=wb.0"]
+            if self.qmp_path is not None:
+                args += ["-qmp", f"unix:{self.qmp_path},server=on,wait=off"]
+            if incoming is not None:
+                args += ["-incoming", f"fd:{fd_path(incoming)[len('/proc/self/fd/'):]}"]
+            if sandbox:
+                args += ["-sandbox", SANDBOX]
+            # QEMU dies with the thread that started it (no VM outlives its caller).
+            wrap = [_setpriv(), "--pdeathsig", "KILL"]
+            if drop:
+                wrap += [f"--reuid={QEMU_UID}", f"--regid={QEMU_UID}", "--clear-groups"]
+            self.unprivileged = drop
+            self.started = time.monotonic()
+            self.proc = subprocess.Popen([*wrap, "--", *args], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.PIPE, pass_fds=tuple(fds), start_new_session=True)
         finally:
-            if snap_fd >= 0:
-                os.close(snap_fd)
+            for fd in fds:
+                os.close(fd)
 
     # --- the channel ------------------------------------------------------------------
 
@@ -136,7 +156,7 @@ class Vm:
                 sock.settimeout(min(left, 0.5))
                 try:
                     data = sock.recv(n)
-                except socket.timeout:
+                except TimeoutError:
                     if self.proc.poll() is not None:
                         raise GuestGone(f"the micro-VM ended (qemu exit {self.proc.returncode})") from None
                     continue
