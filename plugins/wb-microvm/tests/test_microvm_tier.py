@@ -259,3 +259,18 @@ def test_a_posix_toolkit_runs_in_the_microvm_through_the_call_path(rt, wbx, tool
     assert res.usage.isolation in ("kvm", "tcg")
     r = wbx("tiers", runtime=rt)
     assert r.exit_code == 0 and "microvm" in r.stdout
+
+
+def test_a_call_takes_a_restored_vm_from_the_pool_and_tears_it_down(rt, snapshot) -> None:
+    p = tiers.pool(snapshot)
+    if p.size == 0:
+        pytest.skip("WB_MICROVM_POOL=0: no VM is restored ahead of calls")
+    assert p.wait_ready(tiers.RESTORE_S)
+    with p.lock:
+        ready = p.ready[0]
+    res = call(rt, "sh", ["-c", "echo pooled; echo x > /tmp/w/left-behind"])
+    assert res.stdout == b"pooled\n"
+    assert ready.proc.poll() is not None and not ready.dir.exists()  # one call per VM
+    assert p.wait_ready(tiers.RESTORE_S)
+    res = call(rt, "sh", ["-c", "ls /tmp/w; echo done"])
+    assert res.stdout == b"done\n"  # the next call's guest never saw the last one's files

@@ -59,6 +59,8 @@ SNAPSHOT_RECIPE = 2
 #: How long the agent is given to notice the host hung up before the snapshot.
 HANGUP_S = 1.0
 PROCESSES = 64
+#: VMs restored ahead of calls, per snapshot and process.
+POOL_SIZE = 1
 NOFILE = 256
 FILE_BYTES = 32 << 20
 #: The largest broker request a guest may send (JSON text) and answer it gets.
@@ -198,6 +200,92 @@ def prepare(cache: Path, progress: Any = None) -> Snapshot:
         return Snapshot(img, accel, sdir / "vm.mig", secret, cold, snap)
 
 
+class Pool:
+    """Up to ``size`` VMs restored from one snapshot and authenticated ahead of calls, so a
+    call finds one ready; each VM serves one call and is torn down after it.
+
+    One long-lived thread restores them (QEMU is started with ``--pdeathsig``: it dies with
+    the thread that started it, so that thread must outlive its VMs — it does, until the
+    process exits, and every pooled VM dies with the process)."""
+
+    def __init__(self, snap: Snapshot, size: int) -> None:
+        self.snap, self.size = snap, size
+        self.ready: list[_vm.Vm] = []
+        self.lock = threading.Lock()
+        self.want = threading.Event()
+        if size > 0:
+            threading.Thread(target=self._fill, daemon=True, name="wb-microvm-pool").start()
+            self.want.set()
+
+    def _fill(self) -> None:
+        while True:
+            self.want.wait()
+            self.want.clear()
+            while len(self.ready) < self.size:
+                snap = self.snap
+                vm = _vm.Vm(snap.image, snap.accel, snap.secret, incoming=snap.path)
+                try:
+                    end = time.monotonic() + RESTORE_S
+                    vm.connect(end)
+                    vm.handshake(end)
+                    warm_up(vm, snap.secret, end)
+                except (Timeout, _vm.GuestGone, frames.FrameError, OSError):
+                    vm.kill()
+                    time.sleep(1.0)  # a call restores its own VM meanwhile, and says why if it cannot
+                    break
+                with self.lock:
+                    self.ready.append(vm)
+
+    def take(self) -> _vm.Vm | None:
+        """A ready VM (the pool starts restoring the next one), or ``None``."""
+        with self.lock:
+            while self.ready:
+                vm = self.ready.pop(0)
+                if vm.proc.poll() is None:
+                    self.want.set()
+                    return vm
+                vm.kill()
+        self.want.set()
+        return None
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Whether a VM is ready within ``timeout`` (benchmarks measure calls that find one)."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            with self.lock:
+                if self.ready:
+                    return True
+            time.sleep(0.01)
+        return False
+
+
+def warm_up(vm: _vm.Vm, secret: bytes, deadline: float) -> None:
+    """One ``true`` through the agent: a restored guest's code is translated afresh (TCG's
+    cache is not in the snapshot), so the first fork and exec are slow; a pooled VM pays
+    that before its call. The command is the agent's own and leaves nothing (every call
+    starts in a new, empty ``/tmp/w``)."""
+    vm.send_frame(frames.seal(frames.EXEC, secret, {"id": 0, "argv": ["true"], "deadline_ms": 10000}, b""))
+    kind, _ = vm.recv(deadline)
+    if kind != frames.EXEC_RESULT:
+        raise frames.FrameError("unexpected", f"the warm-up got {frames.name(kind)}")
+
+
+_pools: dict[Path, Pool] = {}
+
+
+def pool(snap: Snapshot) -> Pool:
+    """The process's pool for ``snap`` (size ``$WB_MICROVM_POOL``, default :data:`POOL_SIZE`; 0: none)."""
+    with _lock:
+        p = _pools.get(snap.path)
+        if p is None:
+            try:
+                size = max(0, min(8, int(os.environ.get("WB_MICROVM_POOL", POOL_SIZE))))
+            except ValueError:
+                size = POOL_SIZE
+            p = _pools[snap.path] = Pool(snap, size)
+        return p
+
+
 class MicrovmTier:
     """The tier driver: ``call(CommandRequest) -> CallResult`` in a VM restored for the call."""
 
@@ -243,7 +331,8 @@ class _Call:
         # The call's deadline counts from here: restoring the VM is part of the call.
         started = time.monotonic()
         deadline = started + req.timeout_s
-        vm = _vm.Vm(snap.image, snap.accel, snap.secret, incoming=snap.path)
+        pooled = pool(snap).take()
+        vm = pooled or _vm.Vm(snap.image, snap.accel, snap.secret, incoming=snap.path)
         done = threading.Event()
         watchdog = threading.Thread(target=self._watchdog, args=(vm, deadline + GRACE_S, done), daemon=True,
                                     name="wb-microvm-watchdog")
@@ -251,8 +340,9 @@ class _Call:
         try:
             try:
                 end = min(deadline, started + RESTORE_S)
-                vm.connect(end)
-                vm.handshake(end)
+                if pooled is None:
+                    vm.connect(end)
+                    vm.handshake(end)
             except (Timeout, _vm.GuestGone, frames.FrameError) as exc:
                 if self.cancelled:
                     raise Timeout(f"{req.name}: cancelled by the caller; its micro-VM was killed") from None
