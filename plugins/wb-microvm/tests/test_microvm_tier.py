@@ -274,3 +274,33 @@ def test_a_call_takes_a_restored_vm_from_the_pool_and_tears_it_down(rt, snapshot
     assert p.wait_ready(tiers.RESTORE_S)
     res = call(rt, "sh", ["-c", "ls /tmp/w; echo done"])
     assert res.stdout == b"done\n"  # the next call's guest never saw the last one's files
+
+
+def test_random_frames_are_each_refused_and_the_agent_stays_in_step(agent) -> None:
+    """A fuzz of the C agent: 300 frames of random type and random payload (≤ 2 KiB; some
+    shaped like json payloads with a lying header length) — each gets exactly one Refused,
+    and a good Exec after them still runs."""
+    import random
+
+    rnd = random.Random(13)
+    a = agent
+    a.vm.send_frame(frames.ping(a.snap.secret))
+    assert a.recv()[0] == frames.PONG
+    for i in range(300):
+        kind = rnd.choice([frames.EXEC, frames.PING, frames.SHUTDOWN, frames.BROKER_ANSWER, rnd.randrange(256)])
+        body = rnd.randbytes(rnd.randrange(0, 2048))
+        if i % 3 == 0:
+            head = json.dumps({"argv": ["sh"], "secret": rnd.randbytes(32).hex(), "x": "\\u00e9" * 3}).encode()
+            body = struct.pack("<I", rnd.choice([len(head), len(head) + 5, 0xFFFFFFFF])) + head + body[:8]
+        a.vm.send_frame(struct.pack("<IB", len(body), kind) + body)
+        k2, p2 = a.recv()
+        assert k2 == frames.REFUSED, (i, kind, body[:80], frames.name(k2), p2[:200])
+        assert frames.unpack(p2)[0]["reason"] in ("malformed", "unknown-type", "secret", "unexpected", "version"), i
+    # a Ping with a wrong secret (some were random) ends the session's authentication
+    a.vm.send_frame(a.exec_(a.snap.secret, ("sh", "-c", "echo in step")))
+    assert a.refused()["reason"] == "unexpected"
+    a.vm.send_frame(frames.ping(a.snap.secret))
+    assert a.recv()[0] == frames.PONG
+    a.vm.send_frame(a.exec_(a.snap.secret, ("sh", "-c", "echo in step")))
+    kind, payload = a.recv()
+    assert kind == frames.EXEC_RESULT and frames.unpack(payload)[1][0] == b"in step\n"

@@ -107,7 +107,21 @@ _accel_seen: dict[str, str] = {}
 
 
 def _cached_accel() -> str:
-    return next(iter(_accel_seen.values()), "")
+    """The accelerator this process (or, with ``$WB_MICROVM_CACHE``, an earlier one) probed."""
+    if _accel_seen:
+        return next(iter(_accel_seen.values()))
+    shared = os.environ.get("WB_MICROVM_CACHE")
+    if shared:
+        try:
+            known = json.loads((Path(shared) / "accel.json").read_text())
+        except (OSError, ValueError):
+            return ""
+        if not isinstance(known, dict):
+            return ""
+        qv = _vm.qemu_version()
+        found = [v for k, v in known.items() if k.endswith(f":{qv}") and v in ("kvm", "tcg")]
+        return found[-1] if found else ""
+    return ""
 
 
 def probe_accel(img: _image.Image, cache: Path) -> str:
