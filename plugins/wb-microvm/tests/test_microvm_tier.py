@@ -305,3 +305,14 @@ def test_random_frames_are_each_refused_and_the_agent_stays_in_step(agent) -> No
     a.vm.send_frame(a.exec_(a.snap.secret, ("sh", "-c", "echo in step")))
     kind, payload = a.recv()
     assert kind == frames.EXEC_RESULT and frames.unpack(payload)[1][0] == b"in step\n"
+
+
+def test_concurrent_calls_each_get_their_own_vm(rt) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(i: int) -> bytes:
+        return call(rt, "sh", ["-c", f"echo {i} > /tmp/w/mine; sleep 1; cat /tmp/w/mine"], timeout_s=30.0).stdout
+
+    with ThreadPoolExecutor(3) as ex:
+        outs = list(ex.map(one, range(3)))
+    assert outs == [b"0\n", b"1\n", b"2\n"]
