@@ -316,3 +316,19 @@ def test_concurrent_calls_each_get_their_own_vm(rt) -> None:
     with ThreadPoolExecutor(3) as ex:
         outs = list(ex.map(one, range(3)))
     assert outs == [b"0\n", b"1\n", b"2\n"]
+
+
+def test_a_bomb_the_size_of_the_guest_takes_only_itself(rt) -> None:
+    """The posix profile's 256 MiB address space is the whole guest: the limit or the guest's
+    OOM killer ends the command, never the agent (oom_score_adj -1000): the call still gets
+    its answer (a failed command, or GuestTrap for a kill by signal)."""
+    from wbcore.calls import GuestTrap
+    from wbcore.policy import profile
+
+    script = "x=a; i=0; while [ $i -lt 31 ]; do x=\"$x$x\"; i=$((i+1)); done; echo survived"
+    try:
+        res = call(rt, "sh", ["-c", script], profile=profile("posix"), timeout_s=60.0)
+    except GuestTrap as exc:
+        assert "signal 9" in str(exc)
+    else:
+        assert res.exit_code != 0 and b"survived" not in res.stdout

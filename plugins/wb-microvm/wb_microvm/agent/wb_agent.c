@@ -488,6 +488,13 @@ static void sweep_guest_user(void) {
     }
 }
 
+static void write_file(const char *path, const char *text) {
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    if (write(fd, text, strlen(text)) < 0) { /* best effort: the limits below still hold */ }
+    close(fd);
+}
+
 static void set_limit(int which, long long v) {
     if (v < 0) return;
     struct rlimit r = {(rlim_t)v, (rlim_t)v};
@@ -595,6 +602,7 @@ static void do_exec(sealed *s) {
         dup2(in[0], 0); dup2(out[1], 1); dup2(err[1], 2); dup2(cap[1], 3);
         for (int fd = 4; fd < 1024; fd++) close(fd);
         signal(SIGPIPE, SIG_DFL);
+        write_file("/proc/self/oom_score_adj", "0");  /* the command is what the OOM killer takes */
         set_limit(RLIMIT_AS, jnum(&s->obj, "rlimit_as", -1));
         set_limit(RLIMIT_NPROC, jnum(&s->obj, "rlimit_nproc", 64));
         set_limit(RLIMIT_NOFILE, jnum(&s->obj, "rlimit_nofile", 256));
@@ -795,6 +803,7 @@ int main(int argc, char **argv) {
     if (!strcmp(base, "wb-cap")) return cap_main(argc, argv);
     signal(SIGPIPE, SIG_IGN);
     prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);  /* orphans of a call are reaped here */
+    write_file("/proc/self/oom_score_adj", "-1000");  /* a guest out of memory never loses its agent */
     read_secret();
     load_allowlist();
     for (int i = 0; port < 0; i++) {
