@@ -66,3 +66,20 @@ def test_guest_json_becomes_the_docks_cbor_and_back() -> None:
             tiers._json_to_cbor("kv", bad)
     back = json.loads(tiers._cbor_to_json(cbor2.dumps({"value": b"text", "raw": b"\xff\x00", "n": [1, None]})))
     assert back == {"value": "text", "raw": {"$b64": "/wA="}, "n": [1, None]}
+
+
+def test_prune_removes_only_stale_folders_of_other_inputs(tmp_path) -> None:
+    import os
+    import time
+
+    keep = tmp_path / "snapshots" / "current"
+    old = tmp_path / "snapshots" / "old"
+    fresh = tmp_path / "images" / "fresh-other"
+    building = tmp_path / "images" / ".partial"
+    for d in (keep, old, fresh, building):
+        d.mkdir(parents=True)
+    past = time.time() - tiers.PRUNE_S - 10
+    for d in (keep, old, building):
+        os.utime(d, (past, past))
+    tiers._prune(tmp_path, keep={keep})
+    assert keep.exists() and fresh.exists() and building.exists() and not old.exists()

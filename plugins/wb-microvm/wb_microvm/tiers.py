@@ -59,6 +59,8 @@ SNAPSHOT_RECIPE = 2
 #: How long the agent is given to notice the host hung up before the snapshot.
 HANGUP_S = 1.0
 PROCESSES = 64
+#: Images and snapshots of other inputs are removed after this long unused (a new one is built).
+PRUNE_S = 86400.0
 #: VMs restored ahead of calls, per snapshot and process.
 POOL_SIZE = 1
 NOFILE = 256
@@ -211,7 +213,24 @@ def prepare(cache: Path, progress: Any = None) -> Snapshot:
         with os.fdopen(fd, "w") as fh:
             fh.write(json.dumps(meta, sort_keys=True, indent=1) + "\n")
         os.rename(tmp, meta_path)
+        _prune(cache, keep={sdir, img.dir})
         return Snapshot(img, accel, sdir / "vm.mig", secret, cold, snap)
+
+
+def _prune(cache: Path, keep: set[Path]) -> None:
+    """Remove images and snapshots of other inputs untouched for :data:`PRUNE_S` (a process
+    still restoring from one holds it open; only a day-old one goes)."""
+    import shutil
+
+    now = time.time()
+    for kind in ("images", "snapshots"):
+        for d in (cache / kind).iterdir() if (cache / kind).is_dir() else ():
+            try:
+                stale = d not in keep and not d.name.startswith(".") and now - d.stat().st_mtime > PRUNE_S
+            except OSError:
+                continue
+            if stale:
+                shutil.rmtree(d, ignore_errors=True)
 
 
 class Pool:
