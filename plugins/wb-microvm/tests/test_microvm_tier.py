@@ -332,3 +332,16 @@ def test_a_bomb_the_size_of_the_guest_takes_only_itself(rt) -> None:
         assert "signal 9" in str(exc)
     else:
         assert res.exit_code != 0 and b"survived" not in res.stdout
+
+
+def test_big_output_fits_one_frame_and_the_cap_is_the_guests(rt) -> None:
+    """The posix profile allows 64 MiB of stdout; one ExecResult carries at most
+    ``OUTPUT_CAP`` of each stream, so that is the cap the call meets."""
+    from wbcore.calls import LimitExceeded
+    from wbcore.policy import profile
+
+    with pytest.raises(LimitExceeded, match=f"{tiers.OUTPUT_CAP}-byte cap") as info:
+        call(rt, "sh", ["-c", "head -c 40000000 /dev/zero"], profile=profile("posix"), timeout_s=60.0)
+    assert info.value.limit == "stdout"
+    res = call(rt, "sh", ["-c", "head -c 3000000 /dev/zero"], profile=profile("posix"), timeout_s=60.0)
+    assert res.stdout == bytes(3_000_000)

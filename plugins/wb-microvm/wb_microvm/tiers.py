@@ -59,6 +59,8 @@ SNAPSHOT_RECIPE = 2
 #: How long the agent is given to notice the host hung up before the snapshot.
 HANGUP_S = 1.0
 PROCESSES = 64
+#: The most stdout (and stderr) one call returns: both fit in one frame under ``frames.MAX_FRAME``.
+OUTPUT_CAP = 31 << 20
 #: Images and snapshots of other inputs are removed after this long unused (a new one is built).
 PRUNE_S = 86400.0
 #: VMs restored ahead of calls, per snapshot and process.
@@ -128,8 +130,8 @@ def _cached_accel() -> str:
 
 def probe_accel(img: _image.Image, cache: Path) -> str:
     """``kvm`` when a guest actually answers under KVM within :data:`KVM_PROBE_S`, else
-    ``tcg``; decided once per image and QEMU version and kept in ``cache``."""
-    key = f"{img.digest}:{_vm.qemu_version()}"
+    ``tcg``; decided once per guest kernel and QEMU version and kept in ``cache``."""
+    key = f"{img.kernel_version}:{_vm.qemu_version()}"
     if key in _accel_seen:
         return _accel_seen[key]
     record = cache / "accel.json"
@@ -385,7 +387,11 @@ class _Call:
                 raise Internal(f"{req.name}: the micro-VM did not come up from its snapshot ({exc}): {vm.stderr()}; "
                                "run the call again (delete the cache's snapshots folder if it persists)") from None
             self.send_exec(vm, deadline)
-            return self.conversation(vm, started, deadline)
+            try:
+                return self.conversation(vm, started, deadline)
+            except frames.FrameError as exc:  # whatever the guest sends is untrusted input
+                raise Internal(f"{req.name}: the guest agent sent a frame the host refuses ({exc.message}); "
+                               "its micro-VM was killed") from None
         finally:
             done.set()
             vm.kill()
@@ -409,7 +415,7 @@ class _Call:
         stdin = req.stdin if not (req.arg_mode == "stdin1" and req.argv) else \
             " ".join(req.argv).encode() + b"\n" + req.stdin
         obj = {"id": 1, "argv": argv, "deadline_ms": max(1, int((deadline - time.monotonic()) * 1000)),
-               "stdout_cap": prof.stdout_bytes, "stderr_cap": prof.stderr_bytes,
+               "stdout_cap": _cap(prof.stdout_bytes), "stderr_cap": _cap(prof.stderr_bytes),
                "rlimit_as": prof.memory_bytes, "rlimit_nproc": PROCESSES, "rlimit_nofile": NOFILE,
                "rlimit_cpu": max(1, math.ceil(req.timeout_s) + 1), "rlimit_fsize": FILE_BYTES}
         vm.send_frame(frames.seal(frames.EXEC, self.snap.secret, obj, stdin))
@@ -449,7 +455,7 @@ class _Call:
                           "(the guest agent SIGKILLed it)")
         over = obj.get("over")
         if over in ("stdout", "stderr"):
-            cap = prof.stdout_bytes if over == "stdout" else prof.stderr_bytes
+            cap = _cap(prof.stdout_bytes if over == "stdout" else prof.stderr_bytes)
             raise LimitExceeded(f"{req.name}: {over} passed the {cap}-byte cap of profile {prof.name}; "
                                 "output stopped (the guest agent killed it)", limit=over)
         code = frames.field(obj, "exit", int)
@@ -479,6 +485,11 @@ class _Call:
             status, answer = _on_broker_thread(dock.call_raw, deadline, ctx, cap, request)
         vm.send_frame(frames.seal(frames.BROKER_ANSWER, self.snap.secret, {"id": 1, "status": status},
                                   _cbor_to_json(answer)))
+
+
+def _cap(profile_cap: int) -> int:
+    """An output cap the guest can honour: stdout and stderr travel in one ExecResult frame."""
+    return min(profile_cap, OUTPUT_CAP)
 
 
 def _json_to_cbor(cap: str, body: bytes) -> bytes:

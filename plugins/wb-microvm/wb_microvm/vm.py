@@ -24,6 +24,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,7 @@ def qemu_path() -> str | None:
     return shutil.which(QEMU)
 
 
+@lru_cache(maxsize=1)
 def qemu_version() -> str:
     exe = qemu_path()
     if exe is None:
