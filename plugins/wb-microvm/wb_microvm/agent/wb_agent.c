@@ -55,6 +55,7 @@
 #define GUEST_UID 1000
 #define MAX_ARGS 256
 #define MAX_CAP_REQ (1u << 20)
+#define OUTPUT_CAP (31u << 20)
 
 enum { EXEC = 0x01, EXEC_RESULT = 0x02, PING = 0x03, PONG = 0x04, SHUTDOWN = 0x05,
        BROKER_CALL = 0x22, BROKER_ANSWER = 0x23, REFUSED = 0x7F };
@@ -583,8 +584,9 @@ static void do_exec(sealed *s) {
     }
     double deadline = t0 + jnum(&s->obj, "deadline_ms", 10000) / 1000.0;
     size_t out_cap = (size_t)jnum(&s->obj, "stdout_cap", 1 << 20), err_cap = (size_t)jnum(&s->obj, "stderr_cap", 1 << 20);
-    if (out_cap > (32u << 20)) out_cap = 32u << 20;
-    if (err_cap > (32u << 20)) err_cap = 32u << 20;
+    /* both streams travel in one ExecResult frame, under the 64 MiB cap */
+    if (out_cap > OUTPUT_CAP) out_cap = OUTPUT_CAP;
+    if (err_cap > OUTPUT_CAP) err_cap = OUTPUT_CAP;
 
     /* a fresh scratch folder for the call, owned by the guest uid */
     pid_t rm = fork();
