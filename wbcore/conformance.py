@@ -72,6 +72,27 @@ class PosixTierConformance:
         res = self.sh(rt, "cat; printf 'to stderr' >&2; exit 7", stdin=b"through the tier\n" * 100)
         assert (res.stdout, res.stderr, res.exit_code) == (b"through the tier\n" * 100, b"to stderr", 7)
 
+    def test_output_equals_the_other_posix_tiers(self, rt: Any) -> None:
+        others = [t for t in rt.tiers if t.name != self.tier and "posix" in t.kinds and t.available().ok]
+        if not others:
+            pytest.skip("no other tier that runs posix commands is installed and available here")
+        data = bytes(range(256)) * 64
+        cases = [("sha256sum", [], data), ("sh", ["-c", "cat; printf 'to stderr' >&2; exit 7"], b"a\nb\n"),
+                 ("sh", ["-c", "echo $#; for a; do echo \"[$a]\"; done", "x", "two words", "é"], b""),
+                 ("wc", ["-c"], data)]
+        for cli, argv, stdin in cases:
+            here = self.outcome(rt, self.request(rt, cli, argv, stdin))
+            for t in others:
+                req = dataclasses.replace(self.request(rt, cli, argv, stdin), tier=t.name)
+                try:
+                    res = t.factory(rt).call(req)
+                    there: Any = (res.stdout, res.stderr, res.exit_code)
+                except WbError as exc:
+                    there = (type(exc).__name__, getattr(exc, "limit", None))
+                if cli == "wc":  # busybox and coreutils pad the count differently
+                    here, there = _strip(here), _strip(there)
+                assert here == there, (cli, argv, t.name)
+
     def test_deadline(self, rt: Any) -> None:
         t0 = time.monotonic()
         with pytest.raises(Timeout, match="deadline"):
@@ -146,3 +167,7 @@ class PosixTierConformance:
         except WbError as exc:
             return type(exc).__name__, getattr(exc, "limit", None)
         return res.stdout, res.stderr, res.exit_code
+
+
+def _strip(outcome: Any) -> Any:
+    return (outcome[0].strip(), *outcome[1:]) if isinstance(outcome[0], bytes) else outcome
