@@ -257,6 +257,8 @@ def test_a_posix_toolkit_runs_in_the_microvm_through_the_call_path(rt, wbx, tool
     res = rt.call(name, [], data, tier="microvm")
     assert res.stdout.split()[0].decode() == hashlib.sha256(data).hexdigest()
     assert res.usage.isolation in ("kvm", "tcg")
+    r = wbx("run", "--tier", "microvm", name, runtime=rt, input=data)
+    assert r.exit_code == 0 and r.stdout.split()[0] == hashlib.sha256(data).hexdigest(), r.stderr
     r = wbx("tiers", runtime=rt)
     line = next(ln for ln in r.stdout.splitlines() if " microvm " in ln)
     assert r.exit_code == 0 and f"accelerator {res.usage.isolation}" in line
