@@ -2,8 +2,9 @@
 
 Once per image (and accelerator, and QEMU version) a VM boots cold, its guest agent
 answers the handshake, and QMP migrates it to a snapshot file under the cache
-(:func:`wb_microvm.image.cache_root`). Every call then starts a fresh QEMU from that
-snapshot (``-incoming fd:N``, QEMU's seccomp sandbox on, no network device), and:
+(:func:`wb_microvm.image.cache_root`). Every call then gets a QEMU restored from that
+snapshot (``-incoming fd:N``, QEMU's seccomp sandbox on, no network device) — one the
+:class:`Pool` restored, authenticated and warmed up ahead of it, else its own — and:
 
 1. ``Ping`` with the session secret → ``Pong`` (the agent answers only that secret);
 2. ``Exec`` (sealed with the secret): argv, stdin, the time left of the call's deadline,
