@@ -267,7 +267,7 @@ def microvm(rt: object, req: object, calls: int) -> None:
                 res = tier.call(request)
                 walls[how].append(time.perf_counter() - t)
                 assert res.usage.isolation == snap.accel
-            pool.size = 0  # its thread restores no more
+            pool.close()
         cells = [gname, f"microvm ({snap.accel})"]
         for how in ("fresh", "pooled"):
             s = sorted(walls[how]) or [float("nan")]

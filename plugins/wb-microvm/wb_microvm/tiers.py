@@ -252,6 +252,17 @@ class Pool:
         if size > 0:
             threading.Thread(target=self._fill, daemon=True, name="wb-microvm-pool").start()
             self.want.set()
+            import atexit
+
+            atexit.register(self.close)  # the VMs die with the process; their folders too
+
+    def close(self) -> None:
+        """Tear down the VMs waiting for a call; restore no more."""
+        self.size = 0
+        with self.lock:
+            ready, self.ready = self.ready, []
+        for vm in ready:
+            vm.kill()
 
     def _fill(self) -> None:
         while True:
@@ -270,6 +281,9 @@ class Pool:
                     time.sleep(1.0)  # a call restores its own VM meanwhile, and says why if it cannot
                     break
                 with self.lock:
+                    if self.size == 0:  # closed meanwhile
+                        vm.kill()
+                        break
                     self.ready.append(vm)
 
     def take(self) -> _vm.Vm | None:
