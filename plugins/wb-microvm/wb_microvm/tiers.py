@@ -247,6 +247,7 @@ class Pool:
     def __init__(self, snap: Snapshot, size: int) -> None:
         self.snap, self.size = snap, size
         self.ready: list[_vm.Vm] = []
+        self.pending: _vm.Vm | None = None
         self.lock = threading.Lock()
         self.want = threading.Event()
         if size > 0:
@@ -261,6 +262,8 @@ class Pool:
         self.size = 0
         with self.lock:
             ready, self.ready = self.ready, []
+        if self.pending is not None:
+            ready.append(self.pending)  # being restored: its handshake fails, the thread stops
         for vm in ready:
             vm.kill()
 
@@ -271,6 +274,7 @@ class Pool:
             while len(self.ready) < self.size:
                 snap = self.snap
                 vm = _vm.Vm(snap.image, snap.accel, snap.secret, incoming=snap.path)
+                self.pending = vm
                 try:
                     end = time.monotonic() + RESTORE_S
                     vm.connect(end)
@@ -278,9 +282,11 @@ class Pool:
                     warm_up(vm, snap.secret, end)
                 except (Timeout, _vm.GuestGone, frames.FrameError, OSError):
                     vm.kill()
+                    self.pending = None
                     time.sleep(1.0)  # a call restores its own VM meanwhile, and says why if it cannot
                     break
                 with self.lock:
+                    self.pending = None
                     if self.size == 0:  # closed meanwhile
                         vm.kill()
                         break
