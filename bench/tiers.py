@@ -1,7 +1,7 @@
 """Per-call cost of each isolation tier: instance (in this process) vs os_process (warm pool)
 vs container (a throwaway bubblewrap container per call).
 
-    .venv/bin/python bench/tiers.py [--calls 200] [--rounds 5] [--container-calls 20]
+    .venv/bin/python bench/tiers.py [--calls 200] [--rounds 5] [--container-calls 20] [--microvm-calls 10]
 
 Each row calls the tier driver directly with a resolved ``CommandRequest`` (what
 ``dispatch.call_command`` hands it), so the figure is the tier's own cost: for instance a
@@ -24,6 +24,14 @@ their CPU). ``cold`` is its first call in this process (root recipe hashed and
 written, bwrap probed); ``warm`` the median after. Its rows: the wasm guests (the kv get
 crosses the container's caps bridge: pipes to this process's Dock) and a posix
 ``sha256sum`` of 4 KiB from the Debian root.
+
+The microvm tier (wb-microvm) runs posix commands only: ``cold`` is a VM booted from its
+kernel to the guest agent's answer plus one ``sha256sum`` call (the image and snapshot are
+prepared first, outside the figure, in ``$WB_MICROVM_CACHE``); ``restored`` is the tier's
+own call path — a new QEMU restored from the snapshot, handshake, exec, teardown —
+``--microvm-calls`` times per guest (``sha256sum`` of 4 KiB, and a bridged ``wb-cap kv``
+get with wb-brokers-state); ``pooled`` is a call that finds a VM the tier's pool restored
+and authenticated ahead of it (the bench waits for the pool between calls). The accelerator (kvm or tcg) is printed with the rows.
 """
 
 from __future__ import annotations
@@ -37,7 +45,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, machine, table  # noqa: E402
+from _common import ROOT, machine, table
 
 ECHO_WAT = """(module
   (import "wasi_snapshot_preview1" "fd_read" (func $r (param i32 i32 i32 i32) (result i32)))
@@ -72,16 +80,17 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--container-calls", type=int, default=20)
+    ap.add_argument("--microvm-calls", type=int, default=10)
     args = ap.parse_args()
 
     import wasmtime
+    from wb_process.pool import Pool
+    from wb_process.tiers import OsProcessTier
 
     from wbcore import builder
     from wbcore.calls import CommandRequest, Principal
     from wbcore.policy import profile
     from wbcore.runtime import Runtime
-    from wb_process.pool import Pool
-    from wb_process.tiers import OsProcessTier
 
     work = Path(tempfile.mkdtemp(prefix="wb-bench-tiers-"))
     roots = work / "toolkits"
@@ -153,6 +162,8 @@ def main() -> None:
     print(f"{args.rounds} interleaved rounds x {args.calls} calls per tier and guest; machine after: {machine()}")
     if args.container_calls > 0:
         container(rt, guests, req, args.container_calls)
+    if args.microvm_calls > 0:
+        microvm(rt, req, args.microvm_calls)
     shutil.rmtree(work, ignore_errors=True)
 
 
@@ -195,6 +206,83 @@ def container(rt: object, guests: dict, req: object, calls: int) -> None:
     table(rows, ["guest", "tier", "warm median", "warm p90"])
     print(f"\ncontainer cold start (first call in this process: root recipe + bwrap probe + container): {cold * 1e3:.0f} ms")
     print(f"{calls} calls per guest, sequential; machine after: {machine()}")
+
+
+def microvm(rt: object, req: object, calls: int) -> None:
+    """The microvm tier: cold boot + call, then calls restored from the snapshot."""
+    import dataclasses
+    import json
+    import os
+
+    from wbcore import builder, frames
+
+    try:
+        from wb_microvm import image, tiers, vm
+    except ImportError:
+        print("\n(no microvm rows: wb-microvm is not installed)")
+        return
+    avail = tiers.available()
+    if not avail.ok:
+        print(f"\n(no microvm rows: {avail.reason})")
+        return
+    cache = image.cache_root(rt.home, dict(os.environ))  # type: ignore[attr-defined]
+    t0 = time.perf_counter()
+    snap = tiers.prepare(cache)
+    prep = time.perf_counter() - t0
+    tier = tiers.MicrovmTier(rt)  # type: ignore[arg-type]
+    data = bytes(range(256)) * 16
+    posix = rt.artifacts.put_bytes(builder.POSIX_MAGIC + json.dumps({"cli_bin": "sha256sum"}).encode())  # type: ignore[attr-defined]
+    rows_in = {"posix sha256sum 4 KiB": req(posix.sha256, data)}  # type: ignore[operator]
+    try:
+        import wb_brokers_state  # noqa: F401
+
+        cap = rt.artifacts.put_bytes(builder.POSIX_MAGIC + json.dumps({"cli_bin": "wb-cap"}).encode())  # type: ignore[attr-defined]
+        kv = req(cap.sha256, b"", frozenset({"kv"}), "minimal")  # type: ignore[operator]
+        rows_in["wb-cap kv get (bridged)"] = dataclasses.replace(kv, argv=("kv", json.dumps({"op": "get", "key": "k"})))
+    except ImportError:
+        print("(no microvm kv row: wb-brokers-state is not installed)")
+    # cold: boot from the kernel to the agent's Pong, then one call
+    t0 = time.perf_counter()
+    v = vm.Vm(snap.image, snap.accel, snap.secret, sandbox=False)
+    try:
+        end = time.monotonic() + tiers.COLD_BOOT_S
+        v.connect(end)
+        v.handshake(end)
+        booted = time.perf_counter() - t0
+        v.send_frame(frames.seal(frames.EXEC, snap.secret, {"id": 1, "argv": ["sha256sum"], "deadline_ms": 10000},
+                                 data))
+        kind, _ = v.recv(time.monotonic() + 30)
+        assert kind == frames.EXEC_RESULT
+        cold = time.perf_counter() - t0
+    finally:
+        v.kill()
+    rows = []
+    for gname, request in rows_in.items():
+        tier.call(request)
+        walls: dict[str, list[float]] = {"fresh": [], "pooled": []}
+        for how in ("fresh", "pooled"):
+            # fresh: no pool (each call restores its VM); pooled: one VM restored ahead
+            tiers._pools[snap.path] = pool = tiers.Pool(snap, 0 if how == "fresh" else 1)
+            for _ in range(calls):
+                if how == "pooled" and not pool.wait_ready(tiers.RESTORE_S):
+                    continue
+                t = time.perf_counter()
+                res = tier.call(request)
+                walls[how].append(time.perf_counter() - t)
+                assert res.usage.isolation == snap.accel
+            pool.close()
+        cells = [gname, f"microvm ({snap.accel})"]
+        for how in ("fresh", "pooled"):
+            s = sorted(walls[how]) or [float("nan")]
+            cells += [f"{statistics.median(s) * 1e3:.0f} ms", f"{s[len(s) * 9 // 10] * 1e3:.0f} ms"]
+        rows.append(cells)
+    print(f"\nmicrovm tier, accelerator {snap.accel} ({avail.reason})")
+    table(rows, ["guest", "tier", "restored median", "restored p90", "pooled median", "pooled p90"])
+    print(f"\nmicrovm cold: boot to the agent's answer {booted:.2f} s, + first call {cold:.2f} s "
+          f"(accelerator {snap.accel}); snapshot when built: cold boot {snap.cold_boot_s:.1f} s, "
+          f"migrate {snap.snapshot_s:.2f} s, {snap.path.stat().st_size >> 20} MiB; prepare here {prep:.2f} s")
+    print(f"{calls} restored calls per guest, sequential (each: new QEMU from the snapshot, handshake, exec, "
+          f"teardown); machine after: {machine()}")
 
 
 if __name__ == "__main__":

@@ -44,9 +44,15 @@ class Usage:
     fuel: int | None = None
     peak_memory: int = 0
     bytes_out: int = 0
+    #: How the tier isolated the call when it is worth naming (microvm: ``kvm`` or ``tcg``).
+    isolation: str = ""
 
     def as_dict(self) -> dict[str, Any]:
-        return {"wall_s": self.wall_s, "fuel": self.fuel, "peak_memory": self.peak_memory, "bytes_out": self.bytes_out}
+        out: dict[str, Any] = {"wall_s": self.wall_s, "fuel": self.fuel, "peak_memory": self.peak_memory,
+                               "bytes_out": self.bytes_out}
+        if self.isolation:
+            out["isolation"] = self.isolation
+        return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,8 @@ line). The worker answers ``PING`` only with that secret, and every frame the ho
 carries it — raw frames in their first 32 bytes, json frames as ``"secret"`` (hex) —
 compared in constant time; a frame without it, or with another, is refused.
 
-Standard library only: the worker imports this file by path inside its sandbox.
+Standard library only: the worker imports this file by path inside its sandbox. The
+microvm guest agent (``wb_microvm/agent/wb_agent.c``) is a C rendering of the guest half.
 """
 
 from __future__ import annotations

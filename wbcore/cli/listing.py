@@ -108,5 +108,8 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
         for tier in sorted(reg, key=lambda t: t.rung):
             avail = tier.available()
             rows.append({"name": tier.name, "rung": tier.rung, "summary": tier.summary, "available": avail.ok,
-                         "reason": avail.reason, "state": "available" if avail.ok else f"unavailable: {avail.reason}"})
+                         "reason": avail.reason,
+                         # an available tier says with what (the container's backend, the microvm's accelerator)
+                         "state": (f"available: {avail.reason}" if avail.reason else "available") if avail.ok
+                         else f"unavailable: {avail.reason}"})
         _table(rows, json_, "{rung} {name:10} {state}  ({summary})")

@@ -1,11 +1,12 @@
-"""The shared tier conformance suite (:mod:`wbcore.conformance`) at tier ``container``."""
+"""The shared tier conformance suites (:mod:`wbcore.conformance`) at tier ``container``: wasm
+commands and the guest agent (TierConformance), posix commands (PosixTierConformance, slow)."""
 
 from __future__ import annotations
 
 import pytest
 
 from wbcore import frames
-from wbcore.conformance import Agent, SandboxFacts, TierConformance
+from wbcore.conformance import Agent, PosixTierConformance, SandboxFacts, TierConformance
 
 from wb_container import bwrap
 
@@ -47,3 +48,14 @@ class TestContainerConformance(TierConformance):
         ifaces = [ln.split(":")[0].strip() for ln in out.splitlines() if ":" in ln and "|" not in ln]
         return SandboxFacts(interfaces=ifaces, connect_refused="connect=0" not in out,
                             visible=lambda path: sh(f"test -e '{path}' && echo yes || echo no").strip() == "yes")
+
+
+@pytest.mark.slow  # a fork bomb, a flood, and a comparison with every other posix tier installed (e.g. microvm)
+class TestContainerPosixConformance(PosixTierConformance):
+    tier = "container"
+    deadline_s = 1.5
+
+    def driver(self, rt):
+        from wb_container.tiers import ContainerTier
+
+        return ContainerTier(rt)

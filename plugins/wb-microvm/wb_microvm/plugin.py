@@ -1,0 +1,37 @@
+"""Entry point of wb-microvm: the microvm tier (rung 3)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from wbcore import hookimpl
+from wbcore.records import Availability, IsolationTier
+
+
+def _tier(runtime: Any) -> Any:
+    from wb_microvm.tiers import factory
+
+    return factory(runtime)
+
+
+def _available() -> Availability:
+    from wb_microvm.tiers import available
+
+    return available()
+
+
+@hookimpl
+def wbcore_isolation_tiers() -> Iterator[IsolationTier]:
+    yield IsolationTier(
+        name="microvm",
+        summary="a call in a QEMU micro-VM restored from a snapshot (kvm where a guest answers, else tcg): its own "
+        "kernel, no network device, a guest agent speaking the framed protocol with the session secret, the "
+        "command allowlist, rlimits, uid 1000, SIGKILL at the deadline inside and VM teardown outside; posix "
+        "commands of its busybox image; caps bridged to the host's Dock",
+        rung=3,
+        factory=_tier,
+        available=_available,
+        kinds=frozenset({"command", "posix"}),
+        bridges_caps=True,
+    )
