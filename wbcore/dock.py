@@ -75,14 +75,20 @@ STATUS: dict[ErrorKind, int] = {
 KIND_OF_STATUS = {v: k for k, v in STATUS.items()}
 
 
-#: The C guest SDK (``wb_dock.h``, header-only): the one copy, put on the include path of
-#: every C build by the C lanes (as ``/wb-sdk``), so no toolkit ships its own.
-SDK_C = Path(__file__).resolve().parent / "sdk"
+#: The guest SDKs, one copy each: ``wb_dock.h`` (C, header-only; the C lanes bind this
+#: folder as ``/wb-sdk`` and add ``-I/wb-sdk``) and ``wb_dock.js`` (the js and ts lanes add
+#: it to every bundle as ``wb_dock.js``), so no toolkit ships its own.
+SDK = Path(__file__).resolve().parent / "sdk"
+SDK_C = SDK
+
+
+def sdk_digest(name: str) -> str:
+    """sha256 of the SDK file ``name``: part of the lanes' version (so of the build cache key)."""
+    return _sdk_digest(SDK / name)
 
 
 def sdk_c_digest() -> str:
-    """sha256 of ``wb_dock.h``: part of a C lane's version (so of the build cache key)."""
-    return _sdk_digest(SDK_C / "wb_dock.h")
+    return sdk_digest("wb_dock.h")
 
 
 @functools.cache

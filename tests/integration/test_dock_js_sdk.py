@@ -1,4 +1,4 @@
-"""sdk/js/wb_dock.js against the real Dock, over a stand-in bridge (node on stdio)."""
+"""wbcore/sdk/wb_dock.js against the real Dock, over a stand-in bridge (node on stdio)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from wbcore.calls import Principal
 
-DEMO = Path(__file__).resolve().parents[2] / "sdk" / "js" / "tests" / "bridge_demo.mjs"
+DEMO = Path(__file__).resolve().parents[1] / "data" / "js" / "bridge_demo.mjs"
 
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")

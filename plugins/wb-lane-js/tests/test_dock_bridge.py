@@ -1,4 +1,4 @@
-"""A js toolkit reaches granted caps through sdk/js/wb_dock.js and the lane's bridge, end to end."""
+"""A js toolkit reaches granted caps through wbcore/sdk/wb_dock.js (the lane adds it) and the lane's bridge, end to end."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-SDK = Path(__file__).resolve().parents[3] / "sdk" / "js" / "wb_dock.js"
+SDK = Path(__file__).resolve().parents[3] / "wbcore" / "sdk" / "wb_dock.js"
 needs = pytest.mark.skipif(
     any(importlib.util.find_spec(m) is None for m in ("wb_sources", "wb_wasmtime", "wb_brokers_state")) or not SDK.is_file(),
-    reason="needs wb-sources, wb-wasmtime, wb-brokers-state and sdk/js/wb_dock.js",
+    reason="needs wb-sources, wb-wasmtime, wb-brokers-state",
 )
 
 MAIN = """import { wb, DockError } from './wb_dock.js';
@@ -31,7 +31,7 @@ try {
 def test_js_toolkit_uses_kv_and_is_denied_net(make_toolkit, make_runtime, wbx):
     make_toolkit("jsnotes", exec="command", caps="kv",
                  extra={"BUILD_LANG": "js", "BUILD_SRC": "path:src", "CLI_BIN": "jsnotes"}, drawer={"CLI_BIN": "jsnotes"},
-                 files={"src/main.js": MAIN, "src/wb_dock.js": SDK.read_text()})
+                 files={"src/main.js": MAIN})
     rt = make_runtime()
     built = wbx("toolkit", "build", "jsnotes", runtime=rt)
     assert built.exit_code == 0, built.stderr
@@ -43,3 +43,14 @@ def test_js_toolkit_uses_kv_and_is_denied_net(make_toolkit, make_runtime, wbx):
     assert missing.stdout == "not-found\n" and missing.exit_code == 66
     denied = wbx("run", "jsnotes", "net", runtime=rt, input="")
     assert denied.stdout == "capability-denied\n" and denied.exit_code == 77
+
+
+def test_a_toolkit_shipping_its_own_wb_dock_js_is_refused(tmp_path):
+    from wbcore.errors import InvalidArgs
+
+    from wb_lane_js.lane import with_sdk
+
+    with pytest.raises(InvalidArgs, match="the Dock SDK the lane adds"):
+        with_sdk({"main.js": "import './wb_dock.js';", "wb_dock.js": "globalThis.steal = 1;"})
+    got = with_sdk({"main.js": "import './wb_dock.js';"})
+    assert got["wb_dock.js"] == SDK.read_text()

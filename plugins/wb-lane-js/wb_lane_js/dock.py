@@ -14,7 +14,7 @@ The QuickJS reactor imports nothing but WASI, so the bridge rides on what WASI g
   program's ordinary output can never be taken for a frame).
 
 Only calls with granted caps get the folder; without it ``__wb_dock`` is undefined and
-``sdk/js/wb_dock.js`` says the runner provides no bridge.
+``wbcore/sdk/wb_dock.js`` says the runner provides no bridge.
 """
 
 from __future__ import annotations

@@ -53,6 +53,22 @@ def collect(root: Path, suffixes: tuple[str, ...] = SOURCE_SUFFIXES) -> dict[str
     return files
 
 
+#: The Dock's JS SDK, added by the lane to every bundle (the core's one copy).
+SDK_FILE = "wb_dock.js"
+
+
+def with_sdk(files: dict[str, str]) -> dict[str, str]:
+    """``files`` plus the core's ``wb_dock.js`` at the bundle root (``import … from
+    './wb_dock.js'``). A toolkit's own file of that name is refused: it could drift from
+    the bridge the runner speaks, or carry other code under a trusted name."""
+    from wbcore.dock import SDK
+
+    if SDK_FILE in files:
+        raise InvalidArgs(f"js: {SDK_FILE} is the Dock SDK the lane adds to every bundle (wbcore/sdk/{SDK_FILE}); "
+                          "delete your copy and keep importing './wb_dock.js'")
+    return {**files, SDK_FILE: (SDK / SDK_FILE).read_text(encoding="utf-8")}
+
+
 def pick_entry(files: dict[str, str], entry: str | None, root: Path) -> str:
     if entry:
         if entry not in files:
@@ -100,7 +116,10 @@ class JsLane:
     def version(self) -> str:
         r = qjs.reactor()
         parts = hashlib.sha256((JS_DIR / "entry.mjs").read_bytes() + (JS_DIR / "check.mjs").read_bytes()).hexdigest()
-        return f"quickjs-ng reactor {r.version} ({r.sha256[:12]}); wbcore entry {parts[:12]}"
+        from wbcore.dock import sdk_digest
+
+        return (f"quickjs-ng reactor {r.version} ({r.sha256[:12]}); wbcore entry {parts[:12]}; "
+                f"{SDK_FILE} {sdk_digest(SDK_FILE)[:12]}")
 
     @property
     def cache_dir(self) -> Path:
@@ -139,6 +158,7 @@ class JsLane:
         no_flags("js")(request.flags)
         files = collect(src)
         entry = pick_entry(files, request.source.entry, src)
+        files = with_sdk(files)
         modules = sorted(f for f in files if f.endswith((".js", ".mjs")))
         if request.progress:
             request.progress(f"quickjs: checking {len(modules)} module(s)")

@@ -34,7 +34,7 @@ from wbcore.build import BuildFailed, BuildOutput, BuildRequest
 from wbcore.errors import InvalidArgs, Timeout
 
 from wb_lane_js import guest, qjs
-from wb_lane_js.lane import JS_DIR, JsLane, collect, materialize, pick_entry
+from wb_lane_js.lane import JS_DIR, JsLane, collect, materialize, pick_entry, with_sdk
 from wb_lane_js.plugin import no_flags
 
 TYPESCRIPT_VERSION = "5.9.3"
@@ -255,6 +255,7 @@ class TsLane(JsLane):
         if not want:
             want = next((c.replace(".mts", ".mjs").replace(".ts", ".js") for c in ENTRY_CANDIDATES if c in ts_files), None)
         entry = pick_entry(files, want, src)
+        files = with_sdk(files)
         modules = sorted(f for f in files if f.endswith((".js", ".mjs")))
         log = self.check(files, modules)
         out = self.pack(files, entry, request.outdir, request.manifest.cli_bin or request.manifest.id)

@@ -35,7 +35,7 @@ globalThis.setInterval = (fn, ms = 0, ...args) => {
 };
 globalThis.clearInterval = globalThis.clearTimeout;
 
-// UTF-8 TextEncoder/TextDecoder (QuickJS-NG 0.17 has neither; sdk/js/wb_dock.js needs both).
+// UTF-8 TextEncoder/TextDecoder (QuickJS-NG 0.17 has neither; wbcore/sdk/wb_dock.js needs both).
 if (typeof globalThis.TextEncoder !== 'function') {
   globalThis.TextEncoder = class TextEncoder {
     get encoding() { return 'utf-8'; }
@@ -95,7 +95,7 @@ const process = {
 };
 globalThis.process = process;
 
-// The Dock bridge (sdk/js/wb_dock.js uses it; wb_lane_js/dock.py is the host side):
+// The Dock bridge (wbcore/sdk/wb_dock.js uses it; wb_lane_js/dock.py is the host side):
 // present only when the call was granted caps. A request is a framed write to stdout,
 // the answer a file the host leaves in the read-only /wb-dock folder.
 const dockToken = std.loadFile('/wb-dock/token');

@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // wb_dock.js — the Dock for JavaScript guests (docs/dock.md, "JS lane").
 //
-//   import { wb, DockError } from "./wb_dock.js";
+//   import { wb, DockError } from "./wb_dock.js";   // the js and ts lanes add this file to every bundle
 //   const { value } = wb.kv.get({ key: "greeting" });       // throws DockError on -status
 //   wb.call("net", "fetch", { url: "https://pypi.org/simple/" });
 //
-// Requests and responses are the same CBOR maps a C guest sends (sdk/c/wb_dock.h). The
+// Requests and responses are the same CBOR maps a C guest sends (wb_dock.h, beside this file). The
 // transport is one host function the JS runner installs before the module runs:
 //   globalThis.__wb_dock(cap: string, request: Uint8Array) -> [status: number, body: Uint8Array]
 // which performs exactly wb.<cap>(req, len, resp, cap) + wb.fetch (status 0 = ok). Only
