@@ -372,6 +372,88 @@ def _within(job: Job, timeout_s: float) -> float:
     return min(timeout_s, left)
 
 
+# --- running a chunk of a job in a worker (any engine's: a spawned process, a Ray actor) ------
+
+
+def runner(runtime: Runtime, job: Job, *, tier: str | None = None) -> Any:
+    """The function a worker calls per input: for a kernel, ``data -> bytes`` on one instance
+    opened here and kept (seed 004's instantiate-once loop); for a command, ``(argv, stdin)
+    -> result_wire``. ``tier`` overrides the job's (a node runs a ``node``-tier job at
+    ``instance``: it *is* the other node)."""
+    from wbcore import dispatch
+
+    target = dispatch.target_for(runtime, job.entry, tier or job.tier)
+    if job.kind == "command":
+        def run_one(payload: tuple[tuple[str, ...], bytes]) -> Any:
+            argv, stdin = payload
+            return result_wire(run_command(runtime, job, target, CommandInput(argv, stdin)))
+
+        return run_one
+    inst = target.open(kernel_request(job))
+    if runtime.call_hooks is None and job.deadline is None:
+        return inst.call  # the bare call: no hook to fire, no batch deadline to check per input
+
+    def run_kernel_one(data: bytes) -> bytes:
+        return run_kernel(runtime, job, inst, data)
+
+    return run_kernel_one
+
+
+def run_chunk(kind: str, run: Any, body: list[Any], skip: frozenset[int] = frozenset()) -> tuple[list[Any], list[tuple[int, str, str]]]:
+    """Run one chunk (:meth:`Work.take`'s payloads, ``None`` or an offset in ``skip`` for an
+    input already failed): ``(outputs, errors)``, one output per input (``b""``/``None`` for a
+    failed one) and ``(offset, kind, message)`` per failure. Each input runs exactly once."""
+    if kind == "kernel":
+        return _kernel_chunk(run, body, skip)
+    return _command_chunk(run, body, skip)
+
+
+def _failure(k: int, exc: BaseException) -> tuple[int, str, str]:
+    if isinstance(exc, WbError):
+        return (k, *error_wire(exc))
+    return k, "internal", f"{type(exc).__name__}: {exc}"  # an engine bug: this input's error, not the worker's end
+
+
+def _kernel_chunk(run: Any, body: list[bytes], skip: frozenset[int]) -> tuple[list[Any], list[tuple[int, str, str]]]:
+    """Run each input once, in order: ``list.extend(map(run, ...))`` is one C-level loop, and
+    when an input raises, the outputs before it are already in ``outs`` (CPython's extend
+    appends as it goes), so the loop goes on after the failed input."""
+    outs: list[bytes] = []
+    errors: list[tuple[int, str, str]] = []
+    k, n = 0, len(body)
+    while k < n:
+        if k in skip:
+            outs.append(b"")
+            k += 1
+            continue
+        stop = min((s for s in skip if s > k), default=n)
+        try:
+            outs.extend(_builtin_map(run, islice(body, k, stop)))
+            k = stop
+        except Exception as exc:  # noqa: BLE001 - one input's failure, reported as its result
+            k = len(outs)  # the input that raised
+            outs.append(b"")
+            errors.append(_failure(k, exc))
+            k += 1
+    return outs, errors
+
+
+def _command_chunk(run: Any, body: list[Any], skip: frozenset[int]) -> tuple[list[Any], list[tuple[int, str, str]]]:
+    outs: list[Any] = []
+    errors: list[tuple[int, str, str]] = []
+    for k, payload in enumerate(body):
+        if payload is None or k in skip:
+            outs.append(None)
+            continue
+        try:
+            outs.append(run(payload))
+        except Exception as exc:  # noqa: BLE001 - one input's failure, reported as its result
+            outs.append(None)
+            errors.append(_failure(k, exc))
+    return outs, errors
+
+
+
 # --- results across a process boundary ----------------------------------------------------------
 
 _BY_KIND: dict[str, type[WbError]] = {
