@@ -101,8 +101,8 @@ def test_fork_is_refused_as_a_start_method(rt, register, monkeypatch):
 
 def test_unknown_names_list_the_known(rt, register):
     register("echo", ECHO)
-    with pytest.raises(NotFound, match="fabric engine 'ray'.*local"):
-        fabric.map(rt, "echo", [{}], engine="ray")
+    with pytest.raises(NotFound, match="fabric engine 'spark'.*local"):
+        fabric.map(rt, "echo", [{}], engine="spark")
     with pytest.raises(NotFound, match="nope"):
         fabric.map(rt, "nope", [{}])
     with pytest.raises(InvalidArgs, match="width"):

@@ -36,9 +36,8 @@ import multiprocessing
 import os
 import time
 from collections import deque
-from collections.abc import Generator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from itertools import chain, count, repeat
 from multiprocessing.connection import wait
 from typing import Any
 
@@ -56,7 +55,6 @@ CHUNK_BYTES = 1 << 20
 MAX_RESTARTS = 16
 START_TIMEOUT_S = 120.0
 START_METHODS = ("spawn", "forkserver")
-_new = tuple.__new__
 
 
 def start_method() -> str:
@@ -89,7 +87,7 @@ class ProcessEngine:
                 f"their brokers keep per-process limits that worker processes would multiply; "
                 f"use the threads engine (--engine threads)")
         ctx = multiprocessing.get_context(start_method())
-        return Stream.over(_Batch(job, work, cancel, ctx).chunks_in_order())
+        return fabric.Stream.over(_Batch(job, work, cancel, ctx).chunks_in_order())
 
 
 def pack(chunk: fabric.Chunk, kernel: bool) -> list[Any]:
@@ -98,29 +96,6 @@ def pack(chunk: fabric.Chunk, kernel: bool) -> list[Any]:
     if kernel:
         return chunk.items
     return [None if x is None else (x.argv, x.stdin) for x in chunk.items]
-
-
-def kernel_results(start: int, outputs: list[bytes]) -> Iterator[fabric.Result]:
-    """A kernel chunk's answer as results, lazily and without a Python-level step per input
-    (``tuple.__new__`` builds each ``Result`` from ``zip``'s tuple in C)."""
-    return map(_new, repeat(fabric.Result), zip(count(start), outputs, repeat(None)))
-
-
-class Stream(chain):  # type: ignore[type-arg]
-    """The results of one ``map``: ``itertools.chain`` over the answered chunks, so taking
-    the next result is C code (chain → map → zip); the scheduler (a generator) runs once
-    per chunk, not once per input. ``close()`` ends the batch as closing a generator would."""
-
-    _chunks: Generator[Iterator[fabric.Result], None, None]
-
-    @classmethod
-    def over(cls, chunks: Generator[Iterator[fabric.Result], None, None]) -> Stream:
-        stream = cls.from_iterable(chunks)
-        stream._chunks = chunks
-        return stream
-
-    def close(self) -> None:
-        self._chunks.close()
 
 
 class _Batch:
@@ -248,7 +223,7 @@ class _Batch:
         start, n = chunk.start, len(out)
         Result = fabric.Result
         if self.kernel:
-            results: Iterator[Result] = kernel_results(start, out)
+            results: Iterator[Result] = fabric.kernel_results(start, out)
         else:
             results = iter([Result(start + k, None if v is None else fabric.result_from_wire(v))
                             for k, v in enumerate(out)])
