@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections import OrderedDict
-from typing import Any
+from typing import Any, Self
 
 from wb_ray import cluster
 from wbcore import fabric
@@ -70,7 +70,7 @@ class NodeTier:
     def call(self, request: CommandRequest) -> CallResult:
         request = dataclasses.replace(request, cancel=None)  # an Event does not cross machines
         ray, handle = self._actor("command", request)
-        out, errors = _one(ray, handle, (request.argv, request.stdin), request.timeout_s)
+        out, _ = _one(ray, handle, (request.argv, request.stdin), request.timeout_s)
         return fabric.result_from_wire(out)
 
     def open(self, request: KernelRequest) -> NodeKernel:
@@ -106,7 +106,7 @@ class NodeKernel:
             self.ray.kill(self.handle)
             self.handle = None
 
-    def __enter__(self) -> NodeKernel:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
