@@ -159,7 +159,9 @@ def test_a_dead_worker_fails_only_its_inputs(rt, register):
     rest = list(results)
     assert len(rest) == 5
     assert all(r.ok or "exited" in r.error.message for r in rest)
-    assert sum(r.ok for r in rest) >= 3
+    from wb_fabric_local.processes import K
+
+    assert sum(r.ok for r in rest) >= 5 - K  # the killed worker held at most K inputs (batch=1)
 
 
 def test_a_stronger_tier_runs_inside_the_workers(rt, register):

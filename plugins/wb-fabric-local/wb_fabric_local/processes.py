@@ -17,8 +17,8 @@ Scheduling, all in the consumer's thread (nothing runs unless the caller iterate
   workers: every nanosecond it spends per input is taken from them;
 - inputs are taken from the iterable only while fewer than ``width × K × MAX_BATCH`` are in
   flight (taken and not yet yielded): a slow consumer holds the producer back;
-- each worker has at most ``K`` chunks outstanding (one running, one queued, so it never
-  idles waiting for the parent); a chunk's size adapts so that it takes about
+- each worker has at most ``K`` chunks outstanding (one running, two queued, so it never
+  idles waiting for the parent or for an earlier chunk of the other worker); a chunk's size adapts so that it takes about
   ``TARGET_S`` (one input for long calls, up to ``MAX_BATCH`` for microsecond kernels) and
   holds at most about ``CHUNK_BYTES`` of input;
 - results are buffered only until the earlier chunks arrive, then yielded in input order;
@@ -44,12 +44,15 @@ from typing import Any
 from wbcore import fabric
 from wbcore.errors import CapabilityDenied, Internal, InvalidArgs, Timeout, WbError
 
-K = 2
+#: Chunks outstanding per worker: one running and two queued, so that a worker whose chunk
+#: waits behind a slower one's (results go out in input order) still has work.
+K = 3
 MAX_BATCH = 4096
 TARGET_S = 0.02
 #: Input bytes per chunk, roughly (sizes are learnt from the chunks sent): bounds the
 #: parent's memory for large inputs (``width × K`` chunks in flight, and their answers).
 CHUNK_BYTES = 1 << 20
+SAMPLE = 32
 #: Workers may be replaced this many times per batch (a guest that kills its worker every
 #: time must not respawn processes forever).
 MAX_RESTARTS = 16
@@ -138,8 +141,9 @@ class _Batch:
             self.pending[seq] = self._failed(chunk, None)
             return
         body = pack(chunk, self.kernel)
-        if self.kernel and self.job.batch is None:
-            size = sum(map(len, body)) / len(body) if not chunk.errors else self.item_bytes
+        if self.kernel and self.job.batch is None and not chunk.errors:
+            sample = body[:SAMPLE]  # input sizes from a sample: a sum over every input costs ~25 ns each
+            size = sum(map(len, sample)) / len(sample)
             self.item_bytes = size if not self.item_bytes else 0.5 * (self.item_bytes + size)
         w.out.append(seq)  # held from now on: if the send fails, its inputs fail with it
         w.conn.send((seq, body, tuple(chunk.errors)))
