@@ -203,9 +203,16 @@ def _ray(rt, args) -> None:
         table(rows, ["engine, chunk size", "rate (actor start-up included)", "rate after the first result",
                      "machine after"])
     finally:
+        import shutil
+
+        from wb_ray.actor import node_home
+
+        ids = [n["NodeID"] for n in ray.nodes()] if ray.is_initialized() else []
         ray.shutdown()
         cluster.shutdown()
         os.environ.pop("WB_RAY_ADDRESS", None)
+        for nid in ids:  # the nodes' homes (module and compiled form) go with the cluster
+            shutil.rmtree(node_home(nid), ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ tasks) on that node read it.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import threading
@@ -77,7 +78,20 @@ def connect(*, start_local: bool = True) -> Any:
         else:
             ray.init(num_cpus=os.cpu_count() or 1, object_store_memory=LOCAL_OBJECT_STORE_BYTES,
                      include_dashboard=False, **quiet)
+            atexit.register(_forget_local_node, ray.get_runtime_context().get_node_id())
         return ray
+
+
+def _forget_local_node(node_id: str) -> None:
+    """A local Ray lives as long as this process: its node's home (module, compiled form)
+    would only be left behind in the temp folder. A real cluster's node homes stay: they
+    are the nodes' compiled cache."""
+    import shutil
+
+    from wb_ray.actor import node_home
+
+    if not os.environ.get(NODE_HOME_ENV):
+        shutil.rmtree(node_home(node_id), ignore_errors=True)
 
 
 def nodes(ray: Any) -> list[dict[str, Any]]:
