@@ -32,7 +32,7 @@ LOCAL_OBJECT_STORE_BYTES = 96 << 20
 NODE_HOME_ENV = "WB_RAY_NODE_HOME"
 
 _lock = threading.Lock()
-_refs: dict[str, Any] = {}  # sha256 → ObjectRef of the module's bytes (this driver's)
+_refs: dict[tuple[str, str, str], Any] = {}  # (node, job, sha256) → ObjectRef of the module's bytes
 _MAX_REFS = 64
 
 
@@ -105,13 +105,15 @@ def nodes(ray: Any) -> list[dict[str, Any]]:
 
 def module_ref(ray: Any, runtime: Any, sha: str) -> Any:
     """The object reference of module ``sha``'s verified bytes, put once per driver."""
+    ctx = ray.get_runtime_context()
+    key = (ctx.get_node_id(), ctx.get_job_id(), sha)  # a reference is valid only in the session that put it
     with _lock:
-        ref = _refs.get(sha)
+        ref = _refs.get(key)
         if ref is None:
             ref = ray.put(runtime.artifacts.read_verified(sha))
             if len(_refs) >= _MAX_REFS:
                 _refs.pop(next(iter(_refs)))
-            _refs[sha] = ref
+            _refs[key] = ref
         return ref
 
 
