@@ -132,7 +132,7 @@ def main() -> None:
         return islice(cycle(data), n)  # produced at C speed: the parent's time is the fabric's
 
     s1, s2 = [], []
-    for _ in range(max(1, args.rounds - 1)):
+    for _ in range(args.rounds):
         k1.append(_run(rt, "kup", kin(args.kernel_n), kind="kernel", width=1)[0])
         s1.append(STEADY[-1])
         k2.append(_run(rt, "kup", kin(args.kernel_n), kind="kernel", width=2)[0])
