@@ -96,3 +96,26 @@ def test_commands_with_per_input_errors_on_the_cluster_and_the_node_tier(rt, reg
     (handle,) = tier._actors.values()
     where = ray.get(handle.stats.remote())
     assert where["node"] != ray.get_runtime_context().get_node_id() and where["inputs"] == 1
+
+
+SPIN = """(module (memory (export "memory") 1) (func (export "_start") (loop $l (br $l))))"""
+
+
+@pytest.mark.slow
+def test_the_batch_deadline_ends_spinning_calls_on_the_cluster(rt, register, two_nodes):
+    import time
+
+    import ray
+
+    from wbcore.errors import Timeout
+
+    register("spin", SPIN)
+    t0 = time.monotonic()
+    with pytest.raises(Timeout):
+        list(fabric.map(rt, "spin", [{}] * 4, width=2, engine="ray", deadline=8))  # under the profile's own call timeout
+    assert time.monotonic() - t0 < 60
+    # the actors were killed: the cluster's CPUs are free again for the next map
+    deadline = time.monotonic() + 30
+    while ray.available_resources().get("CPU", 0) < 2 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert ray.available_resources().get("CPU", 0) >= 2

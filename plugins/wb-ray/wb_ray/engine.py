@@ -101,6 +101,9 @@ class _Batch:
         try:
             self.ray.get(loads, timeout=timeout)
         except self.ray.exceptions.GetTimeoutError:
+            if left is not None and timeout >= left - 0.1:
+                raise Timeout(f"fabric: {self.job.kind} {self.job.name!r}: the batch deadline passed while "
+                              f"{len(actors)} actor(s) loaded it") from None
             raise Internal(f"ray: {len(actors)} actor(s) did not load {self.job.name!r} within {timeout:g} s "
                            f"(is the cluster short of CPUs for width {self.job.width}?)") from None
         except self.ray.exceptions.RayTaskError as exc:
