@@ -5,7 +5,7 @@ alive nodes with CPUs (each pinned to its node, ``NodeAffinitySchedulingStrategy
 module goes into the object store once (:func:`wb_ray.cluster.module_ref`) and each node
 compiles it once. Inputs travel in chunks, one actor method call each — Ray's per-call cost
 is about a millisecond, so a chunk aims at ``TARGET_S`` of work (up to ``MAX_BATCH`` inputs
-and about ``CHUNK_BYTES`` of input) — and each actor has at most ``K`` chunks outstanding.
+and about ``CHUNK_BYTES`` of input) — and each actor has at most ``K`` chunks outstanding (one running, two queued).
 Results come back in input order through the same ``fabric.Stream`` as the local engine;
 the window (``width × K`` chunks) bounds the driver's memory and reading of the inputs.
 
@@ -26,7 +26,7 @@ from wb_ray import cluster
 from wbcore import fabric
 from wbcore.errors import Internal, Timeout, WbError
 
-K = 2
+K = 3  # chunks outstanding per actor: one running, two queued (as the local engine)
 MAX_BATCH = 4096
 TARGET_S = 0.05
 CHUNK_BYTES = 1 << 20
