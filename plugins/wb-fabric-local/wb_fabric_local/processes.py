@@ -35,6 +35,7 @@ concurrency slots) that ``width`` workers would each hold separately. Run them o
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import os
 import sys
@@ -76,14 +77,24 @@ def start_method() -> str:
 PRELOAD = ("wbcore.runtime", "wbcore.dispatch", "wbcore.fabric", "wb_fabric_local.worker")
 
 
+@functools.cache
 def preload() -> list[str]:
-    """What the fork server imports before it forks workers: the core's call path, and the
+    """What the fork server imports before it forks workers: the core's call path, every
+    installed plugin's entry module (a worker's ``Runtime.open`` loads them all), and the
     wasm engine's modules when this process has loaded them. Importing creates no engine
     and no thread (wasmtime's compile pool and the epoch ticker start with the first
-    engine, in each worker), so a fork of the server copies no lock mid-held."""
+    engine, in each worker), so a fork of the server copies no lock mid-held. Measured (a
+    4-input map after the first, load 3): width 1 in 0.07–0.10 s with the plugins preloaded,
+    0.15–0.17 s without; width 2 in 0.12–0.16 s against 0.22–0.39 s. Read once per process:
+    the fork server starts once."""
+    from importlib.metadata import entry_points
+
+    from wbcore import hookspecs
+
+    plugins = sorted({ep.module for ep in entry_points(group=hookspecs.ENTRY_POINT_GROUP)})
     loaded = [m for m in sys.modules if m == "wasmtime" or m.startswith(("wb_wasmtime.", "wasmtime."))]
     extra = [m for m in os.environ.get("WB_FABRIC_PRELOAD", "").split(",") if m]
-    return [*PRELOAD, *sorted(loaded), *extra]
+    return [*PRELOAD, *plugins, *sorted(loaded), *extra]
 
 
 @dataclass
