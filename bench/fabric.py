@@ -7,6 +7,9 @@
 2. Kernel calls (16-byte upper-case) over --kernel-n inputs: 1 worker vs 2 (local engine).
 3. 100k kernel inputs of 1 KiB (100 MiB through) streamed: the parent's RSS growth (< 100 MiB).
 4. Cost vs number of short command calls (1k, 10k, 100k ``upper``): threads vs processes, width 2.
+5. With ``--ray`` (wb-ray installed): a 2-node Ray cluster on this machine (``ray.cluster_utils``,
+   one CPU per node): kernel calls over --ray-n inputs at width 2 by chunk size (Ray's per-call
+   cost, and the chunk size that amortizes it), against the local engine at width 2.
 Rounds are interleaved (w1, w2, w1, w2 ...) so both sides see the same load; the load is printed.
 """
 
@@ -16,6 +19,7 @@ import argparse
 import os
 import sys
 import time
+from itertools import cycle, islice
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -72,17 +76,18 @@ def _run(rt, name: str, inputs, **kw) -> tuple[float, int]:
     from wbcore import fabric
 
     t0 = time.perf_counter()
-    first = None
-    n = bad = 0
-    for r in fabric.map(rt, name, inputs, **kw):
-        if first is None:
-            first = time.perf_counter()
+    it = fabric.map(rt, name, inputs, **kw)
+    r = next(it, None)
+    first = time.perf_counter()
+    n, bad = (0, 0) if r is None else (1, r.error is not None)
+    for r in it:  # the consumer's own work per result: one attribute read
         n += 1
-        bad += not r.ok
+        if r.error is not None:
+            bad += 1
     if bad:
         raise SystemExit(f"{bad} of {n} inputs of {name} failed")
     end = time.perf_counter()
-    STEADY.append(end - (first or end))
+    STEADY.append(end - first)
     return end - t0, n
 
 
@@ -92,35 +97,45 @@ def main() -> None:
     ap.add_argument("--kernel-n", type=int, default=1_000_000)
     ap.add_argument("--max-n", type=int, default=100_000)
     ap.add_argument("--burn", type=int, default=60_000_000, help="iterations per CPU-bound call")
+    ap.add_argument("--ray", action="store_true", help="also measure the ray engine on a 2-node local cluster")
+    ap.add_argument("--ray-n", type=int, default=100_000)
+    ap.add_argument("--only", choices=["kernel", "ray"], help="run only this part")
     args = ap.parse_args()
     rt = fresh_runtime()
     _register(rt, "burn", BURN.replace("ITER", str(args.burn)))
     _register(rt, "kup", K_UPPER, "kernel")
     rt.install_builtins(["upper"])
-    print(f"# fabric bench · {machine()} · start method {os.environ.get('WB_FABRIC_START', 'spawn')}")
+    from wb_fabric_local.processes import start_method
+
+    print(f"# fabric bench · {machine()} · start method {start_method()}")
 
     t0 = time.perf_counter()
     rt.call("burn")
     print(f"one burn call in this process: {(time.perf_counter() - t0) * 1000:.0f} ms")
 
+    if args.only == "ray":
+        return _ray(rt, args)
     start = [_run(rt, "burn", [{}], width=2)[0] for _ in range(2)]
-    print(f"start-up: 2 spawned workers + one call: {min(start):.2f} s (best of 2)")
+    print(f"start-up: 2 workers + one call: {start[0]:.2f} s the first time (the fork server starts), "
+          f"{start[1]:.2f} s the second")
 
     rows = []
     w1, w2 = [], []
-    for _ in range(args.rounds):
+    for _ in range(args.rounds if args.only is None else 0):
         w1.append(_run(rt, "burn", [{}] * 64, width=1)[0])
         w2.append(_run(rt, "burn", [{}] * 64, width=2)[0])
-    rows.append(["64 × burn, local", f"{min(w1):.2f} s", f"{min(w2):.2f} s", f"{min(w1) / min(w2):.2f}x", machine()])
+    if w1:
+        rows.append(["64 × burn, local", f"{min(w1):.2f} s", f"{min(w2):.2f} s", f"{min(w1) / min(w2):.2f}x",
+                     machine()])
 
     k1, k2 = [], []
-    data = [b"hello fabric %07d" % (i % 1000) for i in range(1000)]
+    data = [b"hello fab %06d" % i for i in range(1000)]  # 16 bytes each
 
     def kin(n: int):
-        return (data[i % 1000] for i in range(n))
+        return islice(cycle(data), n)  # produced at C speed: the parent's time is the fabric's
 
     s1, s2 = [], []
-    for _ in range(max(1, args.rounds - 1)):
+    for _ in range(args.rounds):
         k1.append(_run(rt, "kup", kin(args.kernel_n), kind="kernel", width=1)[0])
         s1.append(STEADY[-1])
         k2.append(_run(rt, "kup", kin(args.kernel_n), kind="kernel", width=2)[0])
@@ -130,6 +145,8 @@ def main() -> None:
     rows.append(["  same, after the first result", f"{args.kernel_n / min(s1):,.0f}/s",
                  f"{args.kernel_n / min(s2):,.0f}/s", f"{min(s1) / min(s2):.2f}x", machine()])
     table(rows, ["what", "width 1", "width 2", "speed-up", "machine after"])
+    if args.only == "kernel":
+        return None
 
     from wbcore import fabric
 
@@ -155,6 +172,50 @@ def main() -> None:
                      f"{pr:.2f} s ({pr / count * 1e6:.0f} µs/call)", f"{th / pr:.2f}x", machine()])
     print()
     table(rows, ["short calls", "threads, width 2", "processes, width 2", "processes faster by", "machine after"])
+    if args.ray:
+        _ray(rt, args)
+    return None
+
+
+def _ray(rt, args) -> None:
+    """Kernel calls on a 2-node Ray cluster of this machine, by chunk size, beside local."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    os.environ.pop("RAY_ADDRESS", None)
+    t0 = time.perf_counter()
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "object_store_memory": 80 << 20,
+                                                            "include_dashboard": False})
+    try:
+        cluster.add_node(num_cpus=1, object_store_memory=80 << 20)
+        cluster.wait_for_nodes(timeout=120)
+        os.environ["WB_RAY_ADDRESS"] = cluster.address
+        print(f"\n2-node Ray cluster up in {time.perf_counter() - t0:.1f} s ({machine()})")
+        data = [b"hello fab %06d" % i for i in range(1000)]
+        n = args.ray_n
+        rows = []
+        el, _ = _run(rt, "kup", islice(cycle(data), n), kind="kernel", width=2)
+        rows.append(["local, width 2, adaptive", f"{n / el:,.0f}/s", f"{n / STEADY[-1]:,.0f}/s", machine()])
+        for batch in (1, 64, 512, 4096, None):
+            count = min(n, 2000) if batch == 1 else n
+            el, _ = _run(rt, "kup", islice(cycle(data), count), kind="kernel", width=2, engine="ray", batch=batch)
+            label = f"ray, width 2, {batch or 'adaptive'} per call" + (f" ({count:,} inputs)" if count != n else "")
+            per_call = f" · {STEADY[-1] / count * 2 * 1e3:.2f} ms per call" if batch == 1 else ""
+            rows.append([label, f"{count / el:,.0f}/s", f"{count / STEADY[-1]:,.0f}/s{per_call}", machine()])
+        print(f"\n{n:,} kernel calls (16 B) on the 2-node cluster:")
+        table(rows, ["engine, chunk size", "rate (actor start-up included)", "rate after the first result",
+                     "machine after"])
+    finally:
+        import shutil
+
+        from wb_ray.actor import node_home
+
+        ids = [n["NodeID"] for n in ray.nodes()] if ray.is_initialized() else []
+        ray.shutdown()
+        cluster.shutdown()
+        os.environ.pop("WB_RAY_ADDRESS", None)
+        for nid in ids:  # the nodes' homes (module and compiled form) go with the cluster
+            shutil.rmtree(node_home(nid), ignore_errors=True)
 
 
 if __name__ == "__main__":

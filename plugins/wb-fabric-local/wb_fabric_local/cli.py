@@ -74,7 +74,9 @@ def fan(runtime: Any) -> Any:
         width: int = typer.Option(None, "--width", "-w", help="Parallel workers (default: the CPU count)."),
         tier: str = typer.Option(None, "--tier", help="Isolation tier (never weaker than trust needs)."),
         kernel: bool = typer.Option(False, "--kernel", help="NAME is a kernel: inputs are {\"input\": …}."),
-        engine: str = typer.Option("local", "--engine", help="Fabric engine: local (processes) or threads."),
+        engine: str = typer.Option("local", "--engine", help="Fabric engine: local (processes), threads, or ray."),
+        address: str = typer.Option(None, "--address", help="The cluster of a distributed engine (ray: its address, "
+                                    "as WB_RAY_ADDRESS; default: $WB_RAY_ADDRESS, $RAY_ADDRESS, else a local Ray)."),
         deadline: float = typer.Option(None, "--deadline", help="Seconds for the whole batch."),
         batch: int = typer.Option(None, "--batch", help="Inputs per worker message (default: adaptive)."),
     ) -> None:
@@ -87,6 +89,10 @@ def fan(runtime: Any) -> Any:
         from wbcore import fabric
 
         kind = "kernel" if kernel else "command"
+        if address:
+            import os
+
+            os.environ["WB_RAY_ADDRESS"] = address  # read by the ray engine when it joins (wb-ray)
         results = fabric.map(runtime, name, read_lines(sys.stdin.buffer), kind=kind, width=width, tier=tier,
                              engine=engine, deadline=deadline, batch=batch)
         progress = Progress(sys.stderr)

@@ -8,10 +8,15 @@ Compiled modules come from the artifact store's compiled cache on disk and stay 
 worker (``wb_wasmtime.engine.modules``) for every batch; a kernel is instantiated once and
 reused across inputs (seed 004's instantiate-once loop).
 
-Messages (pickled over one duplex pipe): parent → worker ``[(index, payload), ...]`` or
-``None`` (stop); worker → parent ``("ready", pid)``, ``("fatal", kind, message)``,
-``("done", [(index, failed, value), ...], seconds)``. A reader thread drains the pipe into a
-queue, so the parent's sends never wait on the worker's replies (no pipe deadlock).
+Messages (pickled over one duplex pipe), one per chunk of consecutive inputs: parent →
+worker ``(seq, body, skip)`` — ``body`` is the list of input bytes for a kernel, or of
+``(argv, stdin)`` for a command; ``skip`` the offsets of inputs the parent already failed —
+or ``None`` (stop); worker → parent ``("ready", pid)``, ``("fatal", kind, message)``,
+``("done", seq, out, errors, seconds)`` — ``out`` lists the outputs (kernel bytes, or wire
+results of a command; ``b""``/``None`` for a failed input), ``errors`` the ``(offset, kind,
+message)`` of the inputs that failed. A reader thread
+drains the pipe into a queue, so the parent's sends never wait on the worker's replies (no
+pipe deadlock).
 """
 
 from __future__ import annotations
@@ -28,7 +33,8 @@ from wbcore.errors import WbError
 
 def main(conn: Any, job: fabric.Job) -> None:
     try:
-        _runtime, run = _prepare(job)
+        runtime = _open(job)
+        run = fabric.runner(runtime, job)
     except WbError as exc:
         conn.send(("fatal", *fabric.error_wire(exc)))
         return
@@ -39,20 +45,15 @@ def main(conn: Any, job: fabric.Job) -> None:
     inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
     threading.Thread(target=_read, args=(conn, inbox), name="wb-fabric-inbox", daemon=True).start()
     clock = time.perf_counter
+    chunk = fabric.run_chunk
     while True:
-        batch = inbox.get()
-        if batch is None:
-            return
+        msg = inbox.get()
+        if msg is None:
+            _exit()
+        seq, body, skip = msg
         t0 = clock()
-        out = []
-        for index, payload in batch:
-            try:
-                out.append((index, False, run(payload)))
-            except WbError as exc:
-                out.append((index, True, fabric.error_wire(exc)))
-            except Exception as exc:  # noqa: BLE001 - an engine bug is this input's internal error, not the worker's end
-                out.append((index, True, ("internal", f"{type(exc).__name__}: {exc}")))
-        conn.send(("done", out, clock() - t0))
+        out, errors = chunk(job.kind, run, body, frozenset(skip))
+        conn.send(("done", seq, out, errors, clock() - t0))
 
 
 def _read(conn: Any, inbox: queue.SimpleQueue[Any]) -> None:
@@ -66,21 +67,18 @@ def _read(conn: Any, inbox: queue.SimpleQueue[Any]) -> None:
         inbox.put(None)  # the parent went away: stop
 
 
-def _prepare(job: fabric.Job) -> tuple[Any, Any]:
-    from wbcore import dispatch
+def _open(job: fabric.Job) -> Any:
     from wbcore.runtime import Runtime
 
-    runtime = Runtime.open(home=job.home, roots=list(job.roots), env=job.env, cwd=job.cwd)
-    target = dispatch.target_for(runtime, job.entry, job.tier)
-    if job.kind == "command":
-        def run_command(payload: tuple[tuple[str, ...], bytes]) -> Any:
-            argv, stdin = payload
-            return fabric.result_wire(fabric.run_command(runtime, job, target, fabric.CommandInput(argv, stdin)))
+    return Runtime.open(home=job.home, roots=list(job.roots), env=job.env, cwd=job.cwd)
 
-        return runtime, run_command
-    inst = target.open(fabric.kernel_request(job))
 
-    def run_kernel(data: bytes) -> bytes:
-        return fabric.run_kernel(runtime, job, inst, data)
+def _exit() -> None:
+    """End the worker now: its results are sent, and the interpreter's teardown would only
+    run wasmtime's finalizers after the modules they call are gone (``Exception ignored``
+    noise on stderr, once per object)."""
+    import sys
 
-    return runtime, run_kernel
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

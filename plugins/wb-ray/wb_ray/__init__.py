@@ -1,0 +1,1 @@
+"""wb-ray: the ray fabric engine and the node tier."""
