@@ -59,8 +59,8 @@ class Runtime:
         """Open a runtime. ``plugins=None`` loads every installed plugin (tolerant);
         a list selects entry-point names and/or in-process plugin objects (strict)."""
         env = dict(os.environ if env is None else env)
-        pm, infos = _plugins.load(plugins)
         home_path = Path(home).expanduser() if home is not None else _discovery.default_home(env, Path(cwd) if cwd is not None else None)
+        pm, infos = _plugins.load(plugins, cache_dir=home_path)
         return cls(
             pm,
             infos,
