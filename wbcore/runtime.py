@@ -250,7 +250,7 @@ class Runtime:
 
     def discover(self, *, refresh: bool = False) -> _discovery.Discovery:
         if self._discovery is None or refresh:
-            self._discovery = _discovery.discover(self.roots)
+            self._discovery = _discovery.discover(self.roots, self.home)
         return self._discovery
 
     def toolkit(self, ident: str) -> Toolkit:

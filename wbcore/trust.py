@@ -176,32 +176,88 @@ def signature_verdict(toolkit: Toolkit, runtime: Runtime, *, resolve_web: bool =
     return verdict
 
 
+#: A folder with a file changed this recently may change again within its timestamp tick.
+RACY_SECONDS = 2.0
+
+
+def _digest_file(runtime: Runtime, folder: Path) -> Path:
+    return runtime.home / "cache" / "digests" / f"{hashlib.sha256(str(folder).encode()).hexdigest()[:24]}.json"
+
+
+def _state_key(state: tuple[tuple[str, int, int, int, int], ...]) -> tuple[str, bool]:
+    """(sha256 of the folder fingerprint, whether a file in it is racy)."""
+    import time
+
+    newest = max((max(e[3], e[4]) for e in state), default=0)
+    return hashlib.sha256(repr(state).encode()).hexdigest(), time.time_ns() - newest < RACY_SECONDS * 1e9
+
+
 def content_digest(toolkit: Toolkit, runtime: Runtime) -> str:
     """The toolkit folder's content digest (``signing.content_digest``: manifest fields,
-    manifest bytes but the signature, every file and link), remembered per runtime until
-    any file of the folder changes. Its canonical form is kept under
-    ``$WB_HOME/build/provenance/`` so a later mismatch can name the changed files."""
+    manifest bytes but the signature, every file and link), remembered until any file of
+    the folder changes: per runtime, and across processes in ``$WB_HOME/cache/digests``
+    under the folder's fingerprint (:func:`folder_state`: every entry's inode, size, mtime
+    and ctime; a folder changed in the last :data:`RACY_SECONDS` is not kept), so a
+    ``wbx run`` checks its toolkit's provenance without hashing it again. The canonical
+    form is kept under ``$WB_HOME/build/provenance/`` so a later mismatch can name the
+    changed files."""
+    import json
+
     cache = runtime.__dict__.setdefault("_wb_content_digests", {})
     key = str(toolkit.dir)
     state = folder_state(toolkit.dir)
     hit = cache.get(key)
     if hit is not None and hit[0] == state:
         return hit[1]
+    fingerprint, racy = _state_key(state)
+    stored = _digest_file(runtime, toolkit.dir)
     try:
-        form = signing.canonical(toolkit.dir)
-    except OSError as exc:
-        raise IntegrityError(f"{toolkit.id}: cannot read {exc.filename or toolkit.dir}: {exc.strerror}") from None
+        data = json.loads(stored.read_bytes())
+        if data.get("dir") == key and data.get("state") == fingerprint and isinstance(data.get("digest"), str):
+            cache[key] = (state, data["digest"], None)
+            return data["digest"]
+    except (OSError, ValueError, AttributeError):
+        pass
+    form = _canonical(toolkit)
     digest = hashlib.sha256(form).hexdigest()
     cache[key] = (state, digest, form)
+    if not racy:
+        from wbcore.artifacts import atomic_write
+
+        try:
+            atomic_write(stored, json.dumps({"dir": key, "state": fingerprint, "digest": digest}).encode(),
+                         tmp_dir=stored.parent.parent)
+        except OSError:  # the cache is an optimisation: a read-only home still checks
+            pass
     return digest
+
+
+def _canonical(toolkit: Toolkit) -> bytes:
+    try:
+        return signing.canonical(toolkit.dir)
+    except OSError as exc:
+        raise IntegrityError(f"{toolkit.id}: cannot read {exc.filename or toolkit.dir}: {exc.strerror}") from None
+
+
+def _current_form(toolkit: Toolkit, runtime: Runtime) -> tuple[str, bytes]:
+    """The current digest and the canonical form behind it (computed if only the digest was cached)."""
+    digest = content_digest(toolkit, runtime)
+    entry = runtime.__dict__["_wb_content_digests"][str(toolkit.dir)]
+    form = entry[2]
+    if form is None:
+        form = _canonical(toolkit)
+        if hashlib.sha256(form).hexdigest() != digest:  # changed between the two reads: what was read now
+            digest = hashlib.sha256(form).hexdigest()
+            entry = (folder_state(toolkit.dir), digest, form)
+        runtime.__dict__["_wb_content_digests"][str(toolkit.dir)] = (entry[0], digest, form)
+    return digest, form
 
 
 def remember_form(toolkit: Toolkit, runtime: Runtime) -> None:
     """Keep the canonical form behind the current content digest (a build records it)."""
     from wbcore.artifacts import atomic_write
 
-    digest = content_digest(toolkit, runtime)
-    form = runtime.__dict__["_wb_content_digests"][str(toolkit.dir)][2]
+    digest, form = _current_form(toolkit, runtime)
     path = runtime.home / "build" / "provenance" / f"{digest}.txt"
     if not path.exists():
         atomic_write(path, form)
@@ -212,8 +268,7 @@ def changed_files(toolkit: Toolkit, runtime: Runtime, built_digest: str) -> list
     path = runtime.home / "build" / "provenance" / f"{built_digest}.txt"
     try:
         old = path.read_bytes()
-        content_digest(toolkit, runtime)
-        new = runtime.__dict__["_wb_content_digests"][str(toolkit.dir)][2]
+        _digest, new = _current_form(toolkit, runtime)
     except (OSError, KeyError):
         return []
     return signing.diff(old, new)

@@ -124,7 +124,8 @@ def test_the_entry_point_cache_sees_an_install_and_a_removal(tmp_path, monkeypat
     old = time.time() - 60  # not racy: a folder changed a minute ago is settled
 
     def settle() -> None:
-        os.utime(site, (old, old))
+        for info in site.glob("*.dist-info"):
+            os.utime(info, (old, old))
 
     settle()
     names = lambda: {i.name for i in plugins.load(cache_dir=home)[1]}  # noqa: E731
@@ -136,13 +137,18 @@ def test_the_entry_point_cache_sees_an_install_and_a_removal(tmp_path, monkeypat
     old += 1
     settle()
     after = plugins.load(cache_dir=home)[1]
+    assert "wbfake" in (home / plugins.ENTRY_POINT_CACHE).read_text()
     fake = next(i for i in after if i.name == "wbfake")
     assert fake.loaded and fake.origin == "wbfake 1.0"
 
-    shutil.rmtree(site / "wbfake-1.0.dist-info")
+    # An editable re-install rewrites the metadata in place: a new mtime, a new scan.
+    (site / "wbfake-1.0.dist-info" / "entry_points.txt").write_text("[wbcore.plugins]\nwbfake2 = wbfake_mod\n")
     old += 1
     settle()
-    assert "wbfake" not in names()
+    assert {"wbfake2"} <= names() and "wbfake" not in names()
+
+    shutil.rmtree(site / "wbfake-1.0.dist-info")
+    assert "wbfake2" not in names()
 
 
 def test_a_racy_folder_is_scanned_but_not_cached(tmp_path, monkeypatch):
@@ -150,8 +156,8 @@ def test_a_racy_folder_is_scanned_but_not_cached(tmp_path, monkeypatch):
 
     site = tmp_path / "site"
     site.mkdir()
-    monkeypatch.syspath_prepend(str(site))  # just created: modified within RACY_SECONDS
-    _install_fake_dist(site, "wbracy")
+    monkeypatch.syspath_prepend(str(site))
+    _install_fake_dist(site, "wbracy")  # just written: modified within RACY_SECONDS
     home = tmp_path / "home"
     assert "wbracy" in {i.name for i in plugins.load(cache_dir=home)[1]}
     assert not (home / plugins.ENTRY_POINT_CACHE).exists()
