@@ -18,14 +18,14 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
-from wbcore import consent as _consent
-from wbcore import paths, signing
+from wbcore import paths
 from wbcore.artifacts import IntegrityError as _StoreIntegrityError
 from wbcore.errors import ErrorKind, NotFound
-from wbcore.records import Check
 
 if TYPE_CHECKING:
+    from wbcore import signing
     from wbcore.manifest import Manifest
+    from wbcore.records import Check
     from wbcore.runtime import Runtime
     from wbcore.toolkit import Toolkit
 
@@ -164,6 +164,8 @@ def folder_state(folder: Path) -> tuple[tuple[str, int, int, int, int], ...]:
 
 def signature_verdict(toolkit: Toolkit, runtime: Runtime, *, resolve_web: bool = True) -> signing.Verdict:
     """The signature verdict, remembered per runtime until any file of the folder changes."""
+    from wbcore import signing
+
     cache = runtime.__dict__.setdefault("_wb_signature_verdicts", {})
     key = (str(toolkit.dir), resolve_web)
     state = folder_state(toolkit.dir)
@@ -233,6 +235,8 @@ def content_digest(toolkit: Toolkit, runtime: Runtime) -> str:
 
 
 def _canonical(toolkit: Toolkit) -> bytes:
+    from wbcore import signing
+
     try:
         return signing.canonical(toolkit.dir)
     except OSError as exc:
@@ -265,6 +269,8 @@ def remember_form(toolkit: Toolkit, runtime: Runtime) -> None:
 
 def changed_files(toolkit: Toolkit, runtime: Runtime, built_digest: str) -> list[str]:
     """What changed in the folder since the build that recorded ``built_digest``."""
+    from wbcore import signing
+
     path = runtime.home / "build" / "provenance" / f"{built_digest}.txt"
     try:
         old = path.read_bytes()
@@ -298,6 +304,8 @@ def signature_ok(toolkit: Toolkit, runtime: Runtime) -> bool:
 
 def unavailable_reason(toolkit: Toolkit, runtime: Runtime, *, resolve_web: bool = False) -> str | None:
     """Why the toolkit may not run, or ``None``. Offline by default (did:web not resolved)."""
+    from wbcore import signing
+
     reason = integrity_reason(toolkit, runtime)
     if reason:
         return reason
@@ -316,6 +324,9 @@ def check_available(toolkit: Toolkit, runtime: Runtime) -> None:
 
 
 def _signature_check(toolkit: Toolkit, runtime: Runtime) -> Check:
+    from wbcore import signing
+    from wbcore.records import Check
+
     v = signature_verdict(toolkit, runtime)
     label = {
         signing.MISSING: "missing", signing.MALFORMED: "malformed", signing.KEY_TYPE: "wrong key type",
@@ -328,6 +339,9 @@ def _signature_check(toolkit: Toolkit, runtime: Runtime) -> Check:
 
 
 def _consent_check(toolkit: Toolkit, runtime: Runtime) -> Check | None:
+    from wbcore import consent as _consent
+    from wbcore.records import Check
+
     info = _consent.describe(runtime.home, toolkit)
     if not info["requested"]:
         return None
@@ -345,6 +359,8 @@ def _consent_check(toolkit: Toolkit, runtime: Runtime) -> Check | None:
 
 
 def checks(toolkit: Toolkit, runtime: Runtime) -> list[Check]:
+    from wbcore.records import Check
+
     m = toolkit.manifest
     out: list[Check] = []
     if m.trust == "first-party":

@@ -96,6 +96,25 @@ def _command_word(argv: Sequence[str]) -> str | None:
     return next((a for a in argv if not a.startswith("-")), None)
 
 
+def _keep_subcommand(app: typer.Typer, group: str, argv: Sequence[str]) -> None:
+    """In ``wbx GROUP SUB …``, drop GROUP's other subcommands before Typer converts them
+    (each costs its signature's introspection). An unknown SUB keeps them all, so the
+    usage error still lists every choice; ``--help`` anywhere keeps them too."""
+    if any(a in ("--help", "-h") for a in argv):
+        return
+    words = [a for a in argv if not a.startswith("-")]
+    if len(words) < 2 or words[0] != group:
+        return
+    for info in app.registered_groups:
+        sub = info.typer_instance
+        if info.name != group or sub is None:
+            continue
+        keep = [c for c in sub.registered_commands if c.name == words[1]]
+        if keep:
+            sub.registered_commands = keep
+            sub.registered_groups = []
+
+
 def build_app(runtime: Any = None, argv: Sequence[str] | None = None) -> typer.Typer:
     """Build the CLI over ``runtime`` (opened from the environment if ``None``).
 
@@ -103,8 +122,6 @@ def build_app(runtime: Any = None, argv: Sequence[str] | None = None) -> typer.T
     start-up cost of a command such as ``wbx toolkit list``); plugins' commands are added
     for any other word, for ``wbx plugins`` (it shows refused names) and for help."""
     import typer
-
-    from wbcore.cli import demo, listing, toolkit
 
     runtime = open_runtime(runtime)
     word = _command_word(argv) if argv is not None else None
@@ -132,10 +149,16 @@ def build_app(runtime: Any = None, argv: Sequence[str] | None = None) -> typer.T
         """wbx: toolkits as sandboxed WebAssembly."""
 
     if wanted("toolkit"):
+        from wbcore.cli import toolkit
+
         app.add_typer(toolkit.build(runtime), name="toolkit", help="List, show, search, verify and build toolkits.")
     if wanted("plugins", "shapes", "lanes", "tiers"):
+        from wbcore.cli import listing
+
         listing.register(app, runtime)
     if wanted("demo"):
+        from wbcore.cli import demo
+
         demo.register(app, runtime)
     if wanted("agent"):
         from wbcore.cli import agent as _agent
@@ -154,6 +177,7 @@ def build_app(runtime: Any = None, argv: Sequence[str] | None = None) -> typer.T
 
         app.add_typer(_identity_cli.build(runtime), name="identity", help="The signing identity: did:key and did:web.")
     if only is not None:
+        _keep_subcommand(app, only, argv or ())
         return app
 
     registrar = Registrar(app, runtime)

@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from wbcore.errors import InvalidArgs
 
 MAX_STDIN = 64 << 20
 
 
-@dataclass(frozen=True, slots=True)
-class RunArgs:
+class RunArgs(NamedTuple):
     name: str
     args: tuple[str, ...]
     timeout: float | None = None
