@@ -304,12 +304,12 @@ def signature_ok(toolkit: Toolkit, runtime: Runtime) -> bool:
 
 def unavailable_reason(toolkit: Toolkit, runtime: Runtime, *, resolve_web: bool = False) -> str | None:
     """Why the toolkit may not run, or ``None``. Offline by default (did:web not resolved)."""
-    from wbcore import signing
-
     reason = integrity_reason(toolkit, runtime)
     if reason:
         return reason
     if toolkit.manifest.trust == "third-party":
+        from wbcore import signing
+
         verdict = signature_verdict(toolkit, runtime, resolve_web=resolve_web)
         if not verdict.ok and verdict.code != signing.UNRESOLVED:
             return f"signature: {verdict.message}"
