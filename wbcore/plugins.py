@@ -239,7 +239,7 @@ def load(
         info = PluginInfo(name=name, target=target, distribution=dist, version=version)
         try:
             plugin = load_target(target)
-        except Exception as exc:  # tolerant discovery: recorded with its cause, skipped
+        except Exception as exc:  # noqa: BLE001 - tolerant discovery: any import failure is recorded with its cause
             info.error = _cause(exc)
             failures[name] = info
             log.warning("plugin %s failed to load: %s", name, info.error)

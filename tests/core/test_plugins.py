@@ -1,10 +1,8 @@
 from __future__ import annotations
 
 import sys
-import time
 import textwrap
-from collections.abc import Iterator
-from pathlib import Path
+import time
 
 import pytest
 
@@ -115,8 +113,6 @@ def test_the_entry_point_cache_sees_an_install_and_a_removal(tmp_path, monkeypat
     import os
     import shutil
 
-    from wbcore import plugins
-
     site = tmp_path / "site"
     site.mkdir()
     monkeypatch.syspath_prepend(str(site))
@@ -128,7 +124,8 @@ def test_the_entry_point_cache_sees_an_install_and_a_removal(tmp_path, monkeypat
             os.utime(info, (old, old))
 
     settle()
-    names = lambda: {i.name for i in plugins.load(cache_dir=home)[1]}  # noqa: E731
+    def names() -> set[str]:
+        return {i.name for i in plugins.load(cache_dir=home)[1]}
     before = names()
     assert (home / plugins.ENTRY_POINT_CACHE).is_file()
     assert "wbfake" not in before
@@ -152,8 +149,6 @@ def test_the_entry_point_cache_sees_an_install_and_a_removal(tmp_path, monkeypat
 
 
 def test_a_racy_folder_is_scanned_but_not_cached(tmp_path, monkeypatch):
-    from wbcore import plugins
-
     site = tmp_path / "site"
     site.mkdir()
     monkeypatch.syspath_prepend(str(site))
@@ -164,8 +159,6 @@ def test_a_racy_folder_is_scanned_but_not_cached(tmp_path, monkeypatch):
 
 
 def test_a_corrupt_entry_point_cache_is_rescanned(tmp_path):
-    from wbcore import plugins
-
     home = tmp_path / "home"
     (home / "cache").mkdir(parents=True)
     (home / plugins.ENTRY_POINT_CACHE).write_text('{"key": ')

@@ -222,7 +222,7 @@ def mcp_session(runtime: Runtime, *, timeout: float = 120.0) -> int:
 
     try:
         anyio.run(session)
-    except Exception as exc:  # a failed session is a failed demo step, shown with its cause
+    except Exception as exc:  # noqa: BLE001 - a failed session is a failed demo step, shown with its cause
         while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
             exc = exc.exceptions[0]  # type: ignore[assignment]
         typer.echo(f"  FAILED: {type(exc).__name__}: {exc}")
