@@ -151,7 +151,9 @@ def build_app(runtime: Any = None, argv: Sequence[str] | None = None) -> typer.T
     if wanted("toolkit"):
         from wbcore.cli import toolkit
 
-        app.add_typer(toolkit.build(runtime), name="toolkit", help="List, show, search, verify and build toolkits.")
+        words = [a for a in argv or () if not a.startswith("-")]
+        sub = words[1] if only == "toolkit" and len(words) > 1 and not {"--help", "-h"} & set(argv or ()) else None
+        app.add_typer(toolkit.build(runtime, sub), name="toolkit", help="List, show, search, verify and build toolkits.")
     if wanted("plugins", "shapes", "lanes", "tiers"):
         from wbcore.cli import listing
 
