@@ -8,19 +8,23 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from wbcore.hookspecs import hookimpl
-
 __version__ = "0.1.0"
 __all__ = ["Runtime", "__version__", "hookimpl"]
 
 if TYPE_CHECKING:
+    from wbcore.hookspecs import hookimpl
     from wbcore.runtime import Runtime
 
 
 def __getattr__(name: str) -> Any:
-    # Runtime is imported on first use so `import wbcore` (plugin import time) stays cheap.
+    # Runtime and hookimpl (pluggy) are imported on first use: `import wbcore` stays cheap,
+    # and a command that loads no plugin (wbx toolkit list) never imports pluggy.
     if name == "Runtime":
         from wbcore.runtime import Runtime
 
         return Runtime
+    if name == "hookimpl":
+        from wbcore.hookspecs import hookimpl
+
+        return hookimpl
     raise AttributeError(name)

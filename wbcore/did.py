@@ -21,10 +21,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
 
-from wbcore import fetch as _fetch
 from wbcore import identity as _identity
 from wbcore.errors import InvalidArgs, WbError
-from wbcore.netguard import NetGuard
 
 DID_WEB_PREFIX = "did:web:"
 ENV_HTTP_LOOPBACK = "WB_DID_WEB_HTTP_LOOPBACK"
@@ -155,6 +153,10 @@ def resolve_web(
     max_bytes: int = MAX_DOCUMENT_BYTES,
 ) -> list[bytes]:
     """Fetch a did:web document and return its Ed25519 public keys (through the one fetcher)."""
+    # The fetcher (ssl, the SSRF guard) loads only when a did:web is resolved, not with signing.
+    from wbcore import fetch as _fetch
+    from wbcore.netguard import NetGuard
+
     env = os.environ if env is None else env
     https_url = url_for(did)
     host = https_url.split("/", 3)[2]

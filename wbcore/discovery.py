@@ -19,6 +19,7 @@ from pathlib import Path
 from wbcore import manifest as _manifest
 from wbcore import paths
 from wbcore.errors import ManifestError, NotFound, unknown_name
+from wbcore.manifest_cache import ManifestCache
 from wbcore.toolkit import Toolkit
 
 MANIFEST = "manifest.org"
@@ -107,7 +108,24 @@ def _toolkit_folder(search: paths.Root, entry: os.DirEntry[str]) -> paths.Root |
         return None
 
 
-def discover_root(root: Path) -> tuple[list[Toolkit], list[ManifestError]]:
+def _load(folder: paths.Root, path: Path, name: str, cache: ManifestCache | None) -> _manifest.Manifest:
+    """The folder's manifest: from the cache when the file is the one parsed before."""
+    if cache is None:
+        return _manifest.load(path, folder)
+    try:
+        _real, st = folder.resolve(MANIFEST, "file")  # containment as a read checks it
+    except (paths.Refused, NotFound, OSError):
+        return _manifest.load(path, folder)  # raises the error a read gives
+    m = cache.get(name, path, st)
+    if m is None:
+        m = _manifest.load(path, folder)
+        cache.put(name, st, m)
+    return m
+
+
+def discover_root(root: Path, home: Path | None = None) -> tuple[list[Toolkit], list[ManifestError]]:
+    """The toolkits in ``root``; with ``home``, parsed manifests are cached there
+    (:mod:`wbcore.manifest_cache`)."""
     toolkits: list[Toolkit] = []
     errors: list[ManifestError] = []
     search = paths.Root.at(root, paths.SEARCH_ROOT)
@@ -115,6 +133,7 @@ def discover_root(root: Path) -> tuple[list[Toolkit], list[ManifestError]]:
         entries = sorted(os.scandir(search.real), key=lambda e: e.name)
     except OSError:
         return toolkits, errors
+    cache = ManifestCache(home, search.real) if home is not None else None
     for entry in entries:
         if entry.name.startswith("."):
             continue
@@ -127,7 +146,7 @@ def discover_root(root: Path) -> tuple[list[Toolkit], list[ManifestError]]:
         if folder is None:
             continue
         try:
-            m = _manifest.load(path, folder)
+            m = _load(folder, path, entry.name, cache)
         except ManifestError as exc:
             if exc.line == 0 and exc.problem == _manifest.MISSING:
                 continue  # a folder without a manifest is not a toolkit
@@ -140,13 +159,16 @@ def discover_root(root: Path) -> tuple[list[Toolkit], list[ManifestError]]:
             )
             continue
         toolkits.append(Toolkit(manifest=m, root=root))
+    if cache is not None:
+        cache.save()
     return toolkits, errors
 
 
-def discover(search: list[Path]) -> Discovery:
+def discover(search: list[Path], home: Path | None = None) -> Discovery:
+    """Every toolkit on the search path (first root wins); ``home`` caches parsed manifests."""
     result = Discovery(roots=list(search))
     for root in search:
-        found, errors = discover_root(root)
+        found, errors = discover_root(root, home)
         result.errors.extend(errors)
         for tk in found:
             first = result.toolkits.get(tk.id)

@@ -155,7 +155,8 @@ def sweep_home(home: Path) -> list[Path]:
         install.recover(home)
     removed += sweep(home / STAGING, STAGING_PREFIX)
     removed += sweep(home / "build" / "tmp", "build-")
-    for sub in (home, home / "build" / "cache", home / "build" / "logs", home / "artifacts" / ARTIFACT_TMP):
+    # home/cache: the start-up caches (entry points, manifests, digests) write their temp files there.
+    for sub in (home, home / "cache", home / "build" / "cache", home / "build" / "logs", home / "artifacts" / ARTIFACT_TMP):
         removed += sweep_tmp_files(sub)
     for prefix in SYSTEM_TEMP_PREFIXES:
         removed += sweep(Path(tempfile.gettempdir()), prefix)

@@ -1,4 +1,9 @@
-"""Plugin loading: stevedore finds entry points, pluggy carries the hooks.
+"""Plugin loading: entry points scanned once per set of installed distributions and
+cached in the home; pluggy carries the hooks.
+
+The scan (``importlib.metadata``, every distribution's metadata: the largest part of
+``wbx`` start-up) runs again only when a distribution is installed, upgraded or removed
+(:func:`installed_key`); otherwise loading imports each plugin's module and nothing else.
 
 Tolerant discovery, strict selection: with no selection every installed plugin is
 loaded and one that fails to import is recorded (with its cause) and skipped; when an
@@ -26,21 +31,113 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+#: (entry-point name, target) → (distribution, version), as the last scan recorded them.
+_scanned_dists: dict[tuple[str, str], tuple[str, str]] = {}
+
+#: The file under ``$WB_HOME`` that keeps the last entry-point scan (:func:`entry_points`).
+ENTRY_POINT_CACHE = "cache/entry-points.json"
+
+
 @functools.lru_cache(maxsize=1)
 def _distributions_by_entry_point() -> dict[tuple[str, str], tuple[str, str]]:
     """(entry-point name, target) → (distribution, version) for our group.
 
-    stevedore's entry-point cache (what keeps start-up fast) drops the distribution,
-    so it is looked up here, only when someone asks where a plugin came from.
+    The scan :func:`entry_points` made (or read from its cache) already knows them; a
+    full scan is paid only when someone asks where a plugin came from without one.
     """
+    if _scanned_dists:
+        return dict(_scanned_dists)
+    return {(n, v): (d, ver) for n, v, d, ver in _scan()}
+
+
+def _scan() -> list[tuple[str, str, str, str]]:
+    """Every entry point of our group: (name, target, distribution, version), first wins."""
     from importlib.metadata import distributions
 
-    index: dict[tuple[str, str], tuple[str, str]] = {}
+    found: list[tuple[str, str, str, str]] = []
+    seen: set[tuple[str, str]] = set()
     for dist in distributions():
         for ep in dist.entry_points:
-            if ep.group == hookspecs.ENTRY_POINT_GROUP:
-                index.setdefault((ep.name, ep.value), (dist.metadata["Name"], dist.version))
-    return index
+            if ep.group == hookspecs.ENTRY_POINT_GROUP and (ep.name, ep.value) not in seen:
+                seen.add((ep.name, ep.value))
+                found.append((ep.name, ep.value, dist.metadata["Name"], dist.version))
+    return found
+
+
+#: A folder changed this recently may change again within its clock tick unseen: no cache.
+RACY_SECONDS = 2.0
+
+
+def installed_key() -> tuple[str, bool]:
+    """What the installed distributions are: the interpreter, and every ``*.dist-info`` /
+    ``*.egg-info`` folder on ``sys.path`` with its modification time. Installing,
+    upgrading or removing a distribution (editable ones too) adds, renames, removes or
+    rewrites one of them; the source folders themselves (the working folder, a script's
+    folder) do not count, so editing a project does not rescan.
+
+    Also says whether the key is *racy*: a metadata folder modified in the last
+    :data:`RACY_SECONDS` could change again within the same timestamp tick (an install
+    under way), so a scan made now is not cached (as git treats a racy index).
+    """
+    import hashlib
+    import os
+    import sys
+    import time
+
+    h = hashlib.sha256(f"{sys.executable}\0{sys.prefix}\0{sys.version}".encode())
+    newest = 0
+    for entry in sys.path:
+        h.update(f"\0\0{entry}".encode())
+        try:
+            with os.scandir(entry or ".") as it:
+                metas = sorted((e.name, e.stat().st_mtime_ns) for e in it
+                               if e.name.endswith((".dist-info", ".egg-info")))
+        except OSError:
+            continue
+        for name, mtime in metas:
+            newest = max(newest, mtime)
+            h.update(f"\0{name}\0{mtime}".encode())
+    return h.hexdigest(), time.time_ns() - newest < RACY_SECONDS * 1e9
+
+
+def entry_points(cache_dir: Any = None) -> list[tuple[str, str, str, str]]:
+    """The plugins' entry points, scanned once per set of installed distributions.
+
+    With ``cache_dir`` (``$WB_HOME``), the scan is kept in :data:`ENTRY_POINT_CACHE` under
+    :func:`installed_key`: a later process reads one small file instead of every
+    distribution's metadata, and any install or removal changes the key and rescans. A
+    cache that cannot be read or written is ignored (a read-only home still works).
+    """
+    import json
+    from pathlib import Path
+
+    key, racy = installed_key()
+    path = Path(cache_dir) / ENTRY_POINT_CACHE if cache_dir is not None else None
+    if path is not None:
+        try:
+            data = json.loads(path.read_bytes())
+            if data.get("key") == key and data.get("group") == hookspecs.ENTRY_POINT_GROUP:
+                found = [tuple(map(str, row)) for row in data["entry_points"] if len(row) == 4]
+                _remember(found)
+                return found  # type: ignore[return-value]
+        except (OSError, ValueError, TypeError, KeyError):
+            pass
+    found = _scan()
+    _remember(found)
+    if path is not None and not racy:
+        from wbcore.artifacts import atomic_write
+
+        body = {"key": key, "group": hookspecs.ENTRY_POINT_GROUP, "entry_points": found}
+        try:
+            atomic_write(path, json.dumps(body).encode(), tmp_dir=path.parent)
+        except OSError:
+            pass
+    return found
+
+
+def _remember(found: list[tuple[str, str, str, str]]) -> None:
+    _scanned_dists.clear()
+    _scanned_dists.update({(n, v): (d, ver) for n, v, d, ver in found})
 
 
 @dataclass(slots=True)
@@ -102,62 +199,72 @@ def new_manager() -> pluggy.PluginManager:
 
 def load(
     selected: Sequence[str | object] | None = None,
+    *,
+    cache_dir: Any = None,
 ) -> tuple[pluggy.PluginManager, list[PluginInfo]]:
     """Build a plugin manager. ``selected``: entry-point names and/or plugin objects.
 
     ``None`` loads every installed plugin (tolerant). Names are strict: an unknown name
     or a selected plugin that fails to import raises :class:`PluginError` with the cause.
     Objects (modules, class instances) are registered as they are: in-process plugins
-    for embedders and tests.
+    for embedders and tests. ``cache_dir`` (the home) keeps the entry-point scan
+    between processes (:func:`entry_points`).
     """
-    # stevedore is imported here, not at module import, to keep `import wbcore` cheap.
-    from stevedore import ExtensionManager, NamedExtensionManager
+    names = [s for s in (selected or []) if isinstance(s, str)]
+    objects = [s for s in (selected or []) if not isinstance(s, str)]
+    if selected is not None and not names:  # only in-process plugins: no entry point is read
+        pm = new_manager()
+        return pm, _register_objects(pm, objects, [])
 
     pm = new_manager()
     infos: list[PluginInfo] = []
     failures: dict[str, PluginInfo] = {}
-
-    def on_failure(_mgr: Any, entry_point: Any, exc: BaseException) -> None:
-        info = _info_for(entry_point)
-        info.error = _cause(exc)
-        failures[info.name] = info
-        log.warning("plugin %s failed to load: %s", info.name, info.error)
-
-    names = [s for s in (selected or []) if isinstance(s, str)]
-    objects = [s for s in (selected or []) if not isinstance(s, str)]
-
+    found = entry_points(cache_dir)
     if selected is None:
-        mgr: Any = ExtensionManager(
-            hookspecs.ENTRY_POINT_GROUP, on_load_failure_callback=on_failure
-        )
-    elif names:
-        missing: list[str] = []
-        mgr = NamedExtensionManager(
-            hookspecs.ENTRY_POINT_GROUP,
-            names=names,
-            name_order=True,
-            on_load_failure_callback=on_failure,
-            on_missing_entrypoints_callback=lambda miss: missing.extend(miss),
-        )
-        missing = [m for m in missing if m not in failures]
-        for name in names:
-            if name in failures:
-                raise PluginError(f"selected plugin {name!r} failed to load: {failures[name].error}")
-        if missing:
-            installed = _installed_names()
-            raise PluginError(
-                "; ".join(unknown_name("plugin", m, installed) for m in sorted(missing))
-            )
+        chosen = found
     else:
-        mgr = None
-
-    if mgr is not None:
-        for ext in mgr.extensions:
-            info = _info_for(ext.entry_point)
-            pm.register(ext.plugin, name=info.name)
-            infos.append(info)
+        by_name: dict[str, tuple[str, str, str, str]] = {}
+        for ep in found:
+            by_name.setdefault(ep[0], ep)
+        missing = [n for n in names if n not in by_name]
+        if missing:
+            installed = sorted(by_name)
+            raise PluginError("; ".join(unknown_name("plugin", m, installed) for m in sorted(missing)))
+        chosen = [by_name[n] for n in dict.fromkeys(names)]
+    seen: set[str] = set()
+    for name, target, dist, version in chosen:
+        if name in seen:  # two distributions with one entry-point name: the first wins, as before
+            continue
+        seen.add(name)
+        info = PluginInfo(name=name, target=target, distribution=dist, version=version)
+        try:
+            plugin = load_target(target)
+        except Exception as exc:  # noqa: BLE001 - tolerant discovery: any import failure is recorded with its cause
+            info.error = _cause(exc)
+            failures[name] = info
+            log.warning("plugin %s failed to load: %s", name, info.error)
+            if selected is not None:  # strict selection: a chosen plugin must load
+                raise PluginError(f"selected plugin {name!r} failed to load: {info.error}") from None
+            continue
+        pm.register(plugin, name=name)
+        infos.append(info)
     infos.extend(failures.values())
+    return pm, _register_objects(pm, objects, infos)
 
+
+def load_target(target: str) -> Any:
+    """The object an entry point names: ``module`` or ``module:attr.attr`` (as
+    ``importlib.metadata.EntryPoint.load``, without importing importlib.metadata)."""
+    import importlib
+
+    module, _, attrs = target.partition(":")
+    obj: Any = importlib.import_module(module.strip())
+    for attr in filter(None, attrs.strip().split(".")):
+        obj = getattr(obj, attr)
+    return obj
+
+
+def _register_objects(pm: pluggy.PluginManager, objects: Sequence[object], infos: list[PluginInfo]) -> list[PluginInfo]:
     for obj in objects:
         if isinstance(obj, types.ModuleType):
             name = target = obj.__name__
@@ -166,36 +273,21 @@ def load(
             target = f"{type(obj).__module__}.{type(obj).__qualname__}"
         pm.register(obj, name=name)
         infos.append(PluginInfo(name=name, target=target, in_process=True))
-    return pm, sorted(infos, key=lambda i: i.name)
+    return sorted(infos, key=lambda i: i.name)
 
 
 def rescan() -> None:
-    """Forget the entry points seen so far in this process.
+    """Forget the distributions seen so far in this process.
 
-    stevedore keeps one entry-point list per group for the life of the process (it is
-    what makes repeated loading cheap). A process that installs a plugin and wants to
-    load it without restarting, such as a test suite, calls this first.
+    Every :func:`load` checks :func:`installed_key` anyway (a changed ``sys.path`` or a
+    folder on it rescans); this also drops the distribution index ``wbx plugins`` uses.
     """
-    from stevedore import ExtensionManager
-
-    ExtensionManager.ENTRY_POINT_CACHE.pop(hookspecs.ENTRY_POINT_GROUP, None)
     _distributions_by_entry_point.cache_clear()
-
-
-def _info_for(entry_point: Any) -> PluginInfo:
-    dist = getattr(entry_point, "dist", None)
-    return PluginInfo(
-        name=entry_point.name,
-        target=entry_point.value,
-        distribution=getattr(dist, "name", None) if dist else None,
-        version=getattr(dist, "version", None) if dist else None,
-    )
+    _scanned_dists.clear()
 
 
 def _installed_names() -> list[str]:
-    from importlib.metadata import entry_points
-
-    return sorted({ep.name for ep in entry_points(group=hookspecs.ENTRY_POINT_GROUP)})
+    return sorted({name for name, *_ in entry_points()})
 
 
 class Registry(Generic[T]):

@@ -85,6 +85,17 @@ def check_name(name: str) -> str:
     return name
 
 
+def _is_wal(path: Path) -> bool:
+    """Whether the SQLite file at ``path`` is in WAL mode: its header's read/write format
+    versions (bytes 18 and 19) are 2 (https://www.sqlite.org/fileformat.html)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(20)
+    except OSError:
+        return False
+    return len(head) == 20 and head[18:20] == b"\x02\x02"
+
+
 class Registry:
     """One SQLite file; each write is one transaction (old or new state, never torn)."""
 
@@ -92,6 +103,7 @@ class Registry:
         self.path = path
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
+        self._synced = False
         # Lookups are cached until the home's change counter moves (every registry write,
         # from any process, bumps it): a memory read per lookup, no SQLite statement.
         self.generation = Generation(path.parent)
@@ -101,15 +113,19 @@ class Registry:
     def _db(self) -> sqlite3.Connection:
         if self._conn is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            wal = _is_wal(self.path)
             conn = sqlite3.connect(self.path, timeout=10.0, check_same_thread=False, isolation_level=None)
             # A rollback journal, not WAL: a reader then takes a lock and writes nothing
             # (WAL creates -wal/-shm files on every open), so a pure-compute run works on a
-            # full or read-only home; writes (builds, installs) are rare and fully synced.
-            try:
-                conn.execute("PRAGMA journal_mode=DELETE")
-            except sqlite3.OperationalError:  # another connection holds the old WAL open: next time
-                pass
-            conn.execute("PRAGMA synchronous=FULL")
+            # full or read-only home; writes (builds, installs) are rare and fully synced
+            # (``synchronous=FULL`` is set by each write transaction, :meth:`_tx`). The
+            # journal mode is persistent in the file: it is changed only for a home an
+            # older version left in WAL mode, so a lookup runs no PRAGMA.
+            if wal:
+                try:
+                    conn.execute("PRAGMA journal_mode=DELETE")
+                except sqlite3.OperationalError:  # another connection holds the old WAL open: next time
+                    pass
             conn.executescript(_SCHEMA)
             self._conn = conn
             self.generation.ensure()
@@ -119,6 +135,9 @@ class Registry:
     def _tx(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
             db = self._db()
+            if not self._synced:
+                db.execute("PRAGMA synchronous=FULL")  # per connection, before its first write
+                self._synced = True
             db.execute("BEGIN IMMEDIATE")
             try:
                 yield db
@@ -135,6 +154,7 @@ class Registry:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+            self._synced = False
 
     def register(self, entry: Entry, *, replace: bool = True, take_from: str | None = None) -> Entry:
         """Register ``entry``. A name belongs to the toolkit that registered it: another

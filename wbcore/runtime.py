@@ -8,34 +8,43 @@ two runtimes in one process have separate plugin managers and state.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Any
-
-import pluggy
+from typing import TYPE_CHECKING, Any
 
 from wbcore import discovery as _discovery
-from wbcore import plugins as _plugins
 from wbcore.errors import ManifestError
 from wbcore.errors import NotFound as _NotFound
-from wbcore.records import Broker, BuildLane, ExecShape, FederationSource, IsolationTier, SourcePrefix
 from wbcore.toolkit import Toolkit
+
+if TYPE_CHECKING:  # pluggy, the plugins and the records load with the first plugin use
+    import pluggy
+
+    from wbcore import plugins as _plugins
+    from wbcore.records import Broker, BuildLane, ExecShape, FederationSource, IsolationTier, SourcePrefix
 
 
 class Runtime:
     def __init__(
         self,
-        pm: pluggy.PluginManager,
-        plugin_infos: list[_plugins.PluginInfo],
+        pm: pluggy.PluginManager | None,
+        plugin_infos: list[_plugins.PluginInfo] | None,
         *,
         home: Path,
         env: Mapping[str, str],
         cwd: Path,
         roots: Sequence[Path] | None = None,
+        load_plugins: Callable[[], tuple[pluggy.PluginManager, list[_plugins.PluginInfo]]] | None = None,
     ) -> None:
-        self.pm = pm
-        self.plugin_infos = plugin_infos
+        """``pm``/``plugin_infos`` as loaded, or ``None`` and ``load_plugins``: then the
+        plugins are imported on first use of :attr:`pm` (a command that only reads
+        toolkits, such as ``wbx toolkit list``, never imports one)."""
+        if pm is None and load_plugins is None:
+            raise TypeError("Runtime needs a plugin manager or load_plugins")
+        self._pm = pm
+        self._plugin_infos = plugin_infos
+        self._load_plugins = load_plugins
         self.home = home
         self.env = dict(env)
         self.cwd = cwd
@@ -45,11 +54,36 @@ class Runtime:
         self.resolved_calls: dict[tuple[str, str, str | None], Any] = {}
         #: Moves whenever a resolution is made anew or the cache is forgotten (wbcore.dispatch).
         self.resolve_epoch = 0
+
+    def _loaded(self) -> None:
+        if self._pm is None:
+            assert self._load_plugins is not None
+            self._pm, self._plugin_infos = self._load_plugins()
+
+    @property
+    def pm(self) -> pluggy.PluginManager:
+        """The plugin manager (plugins are imported on first use)."""
+        self._loaded()
+        return self._pm  # type: ignore[return-value]
+
+    @property
+    def plugin_infos(self) -> list[_plugins.PluginInfo]:
+        self._loaded()
+        return self._plugin_infos  # type: ignore[return-value]
+
+    @cached_property
+    def call_hooks(self) -> Any:
+        """The hook relay when a plugin implements the call hooks, else ``None``: calls
+        check this attribute, so hooks nobody implements cost nothing per call."""
+        return self._call_hooks()
+
+    @cached_property
+    def tracer(self) -> Any:
+        """The tracer of ``wbcore_tracer`` (``None``: telemetry off, the seams cost nothing).
+        Opened on first use, with the plugins."""
         from wbcore import telemetry
 
-        #: The tracer of ``wbcore_tracer`` (``None``: telemetry off, the seams cost nothing).
-        self.tracer: Any = telemetry.open_tracer(self)
-        self.call_hooks: Any = self._call_hooks()
+        return telemetry.open_tracer(self)
 
     @classmethod
     def open(
@@ -64,11 +98,22 @@ class Runtime:
         """Open a runtime. ``plugins=None`` loads every installed plugin (tolerant);
         a list selects entry-point names and/or in-process plugin objects (strict)."""
         env = dict(os.environ if env is None else env)
-        pm, infos = _plugins.load(plugins)
         home_path = Path(home).expanduser() if home is not None else _discovery.default_home(env, Path(cwd) if cwd is not None else None)
+        def load_all() -> tuple[pluggy.PluginManager, list[_plugins.PluginInfo]]:
+            from wbcore import plugins as _plugins
+
+            return _plugins.load(None, cache_dir=home_path)
+
+        if plugins is not None:  # a selection is strict: a bad name fails here, not at first use
+            from wbcore import plugins as _plugins
+
+            pm, infos = _plugins.load(plugins, cache_dir=home_path)
+            return cls(pm, infos, home=home_path, env=env, cwd=Path(cwd) if cwd is not None else Path.cwd(),
+                       roots=[Path(r) for r in roots] if roots is not None else None)
         return cls(
-            pm,
-            infos,
+            None,
+            None,
+            load_plugins=load_all,
             home=home_path,
             env=env,
             cwd=Path(cwd) if cwd is not None else Path.cwd(),
@@ -86,40 +131,42 @@ class Runtime:
         self.call_hooks = self._call_hooks()
 
     def _call_hooks(self) -> Any:
-        """The hook relay when a plugin implements the call hooks, else ``None``: calls
-        check this attribute, so hooks nobody implements cost nothing per call."""
         relay = self.pm.hook
         used = relay.wbcore_call_started.get_hookimpls() or relay.wbcore_call_finished.get_hookimpls()
         return relay if used else None
 
     # --- registries (collected lazily, once) ---------------------------------------
 
-    def _collect(self, hook: str, kind: type, what: str) -> _plugins.Registry[Any]:
-        return _plugins.collect(self.pm, hook, kind, what, self.plugin_infos)
+    def _collect(self, hook: str, kind: type | str, what: str) -> _plugins.Registry[Any]:
+        from wbcore import plugins as _plugins
+        from wbcore import records
+
+        record_type = getattr(records, kind) if isinstance(kind, str) else kind
+        return _plugins.collect(self.pm, hook, record_type, what, self.plugin_infos)
 
     @cached_property
     def shapes(self) -> _plugins.Registry[ExecShape]:
-        return self._collect("wbcore_exec_shapes", ExecShape, "EXEC shape")
+        return self._collect("wbcore_exec_shapes", "ExecShape", "EXEC shape")
 
     @cached_property
     def lanes(self) -> _plugins.Registry[BuildLane]:
-        return self._collect("wbcore_build_lanes", BuildLane, "BUILD_LANG lane")
+        return self._collect("wbcore_build_lanes", "BuildLane", "BUILD_LANG lane")
 
     @cached_property
     def prefixes(self) -> _plugins.Registry[SourcePrefix]:
-        return self._collect("wbcore_source_prefixes", SourcePrefix, "BUILD_SRC prefix")
+        return self._collect("wbcore_source_prefixes", "SourcePrefix", "BUILD_SRC prefix")
 
     @cached_property
     def brokers(self) -> _plugins.Registry[Broker]:
-        return self._collect("wbcore_brokers", Broker, "cap broker")
+        return self._collect("wbcore_brokers", "Broker", "cap broker")
 
     @cached_property
     def tiers(self) -> _plugins.Registry[IsolationTier]:
-        return self._collect("wbcore_isolation_tiers", IsolationTier, "isolation tier")
+        return self._collect("wbcore_isolation_tiers", "IsolationTier", "isolation tier")
 
     @cached_property
     def federation_sources(self) -> _plugins.Registry[FederationSource]:
-        return self._collect("wbcore_federation_sources", FederationSource, "federation source")
+        return self._collect("wbcore_federation_sources", "FederationSource", "federation source")
 
     @cached_property
     def build_sandboxes(self) -> _plugins.Registry[Any]:
@@ -293,7 +340,7 @@ class Runtime:
 
     def discover(self, *, refresh: bool = False) -> _discovery.Discovery:
         if self._discovery is None or refresh:
-            self._discovery = _discovery.discover(self.roots)
+            self._discovery = _discovery.discover(self.roots, self.home)
         return self._discovery
 
     def toolkit(self, ident: str) -> Toolkit:

@@ -18,14 +18,14 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
-from wbcore import consent as _consent
-from wbcore import paths, signing
+from wbcore import paths
 from wbcore.artifacts import IntegrityError as _StoreIntegrityError
 from wbcore.errors import ErrorKind, NotFound
-from wbcore.records import Check
 
 if TYPE_CHECKING:
+    from wbcore import signing
     from wbcore.manifest import Manifest
+    from wbcore.records import Check
     from wbcore.runtime import Runtime
     from wbcore.toolkit import Toolkit
 
@@ -164,6 +164,8 @@ def folder_state(folder: Path) -> tuple[tuple[str, int, int, int, int], ...]:
 
 def signature_verdict(toolkit: Toolkit, runtime: Runtime, *, resolve_web: bool = True) -> signing.Verdict:
     """The signature verdict, remembered per runtime until any file of the folder changes."""
+    from wbcore import signing
+
     cache = runtime.__dict__.setdefault("_wb_signature_verdicts", {})
     key = (str(toolkit.dir), resolve_web)
     state = folder_state(toolkit.dir)
@@ -176,32 +178,90 @@ def signature_verdict(toolkit: Toolkit, runtime: Runtime, *, resolve_web: bool =
     return verdict
 
 
+#: A folder with a file changed this recently may change again within its timestamp tick.
+RACY_SECONDS = 2.0
+
+
+def _digest_file(runtime: Runtime, folder: Path) -> Path:
+    return runtime.home / "cache" / "digests" / f"{hashlib.sha256(str(folder).encode()).hexdigest()[:24]}.json"
+
+
+def _state_key(state: tuple[tuple[str, int, int, int, int], ...]) -> tuple[str, bool]:
+    """(sha256 of the folder fingerprint, whether a file in it is racy)."""
+    import time
+
+    newest = max((max(e[3], e[4]) for e in state), default=0)
+    return hashlib.sha256(repr(state).encode()).hexdigest(), time.time_ns() - newest < RACY_SECONDS * 1e9
+
+
 def content_digest(toolkit: Toolkit, runtime: Runtime) -> str:
     """The toolkit folder's content digest (``signing.content_digest``: manifest fields,
-    manifest bytes but the signature, every file and link), remembered per runtime until
-    any file of the folder changes. Its canonical form is kept under
-    ``$WB_HOME/build/provenance/`` so a later mismatch can name the changed files."""
+    manifest bytes but the signature, every file and link), remembered until any file of
+    the folder changes: per runtime, and across processes in ``$WB_HOME/cache/digests``
+    under the folder's fingerprint (:func:`folder_state`: every entry's inode, size, mtime
+    and ctime; a folder changed in the last :data:`RACY_SECONDS` is not kept), so a
+    ``wbx run`` checks its toolkit's provenance without hashing it again. The canonical
+    form is kept under ``$WB_HOME/build/provenance/`` so a later mismatch can name the
+    changed files."""
+    import json
+
     cache = runtime.__dict__.setdefault("_wb_content_digests", {})
     key = str(toolkit.dir)
     state = folder_state(toolkit.dir)
     hit = cache.get(key)
     if hit is not None and hit[0] == state:
         return hit[1]
+    fingerprint, racy = _state_key(state)
+    stored = _digest_file(runtime, toolkit.dir)
     try:
-        form = signing.canonical(toolkit.dir)
-    except OSError as exc:
-        raise IntegrityError(f"{toolkit.id}: cannot read {exc.filename or toolkit.dir}: {exc.strerror}") from None
+        data = json.loads(stored.read_bytes())
+        if data.get("dir") == key and data.get("state") == fingerprint and isinstance(data.get("digest"), str):
+            cache[key] = (state, data["digest"], None)
+            return data["digest"]
+    except (OSError, ValueError, AttributeError):
+        pass
+    form = _canonical(toolkit)
     digest = hashlib.sha256(form).hexdigest()
     cache[key] = (state, digest, form)
+    if not racy:
+        from wbcore.artifacts import atomic_write
+
+        try:
+            atomic_write(stored, json.dumps({"dir": key, "state": fingerprint, "digest": digest}).encode(),
+                         tmp_dir=stored.parent.parent)
+        except OSError:  # the cache is an optimisation: a read-only home still checks
+            pass
     return digest
+
+
+def _canonical(toolkit: Toolkit) -> bytes:
+    from wbcore import signing
+
+    try:
+        return signing.canonical(toolkit.dir)
+    except OSError as exc:
+        raise IntegrityError(f"{toolkit.id}: cannot read {exc.filename or toolkit.dir}: {exc.strerror}") from None
+
+
+def _current_form(toolkit: Toolkit, runtime: Runtime) -> tuple[str, bytes]:
+    """The current digest and the canonical form behind it (computed if only the digest was cached)."""
+    digest = content_digest(toolkit, runtime)
+    entry = runtime.__dict__["_wb_content_digests"][str(toolkit.dir)]
+    form = entry[2]
+    if form is None:
+        form = _canonical(toolkit)
+        if hashlib.sha256(form).hexdigest() != digest:  # changed between the two reads: what was read now
+            digest = hashlib.sha256(form).hexdigest()
+            entry = (folder_state(toolkit.dir), digest, form)
+        runtime.__dict__["_wb_content_digests"][str(toolkit.dir)] = (entry[0], digest, form)
+    return digest, form
 
 
 def remember_form(toolkit: Toolkit, runtime: Runtime) -> None:
     """Keep the canonical form behind the current content digest (a build records it)."""
     from wbcore.artifacts import atomic_write
 
-    digest = content_digest(toolkit, runtime)
-    form = runtime.__dict__["_wb_content_digests"][str(toolkit.dir)][2]
+    digest, form = _current_form(toolkit, runtime)
     path = runtime.home / "build" / "provenance" / f"{digest}.txt"
     if not path.exists():
         atomic_write(path, form)
@@ -209,11 +269,12 @@ def remember_form(toolkit: Toolkit, runtime: Runtime) -> None:
 
 def changed_files(toolkit: Toolkit, runtime: Runtime, built_digest: str) -> list[str]:
     """What changed in the folder since the build that recorded ``built_digest``."""
+    from wbcore import signing
+
     path = runtime.home / "build" / "provenance" / f"{built_digest}.txt"
     try:
         old = path.read_bytes()
-        content_digest(toolkit, runtime)
-        new = runtime.__dict__["_wb_content_digests"][str(toolkit.dir)][2]
+        _digest, new = _current_form(toolkit, runtime)
     except (OSError, KeyError):
         return []
     return signing.diff(old, new)
@@ -247,6 +308,8 @@ def unavailable_reason(toolkit: Toolkit, runtime: Runtime, *, resolve_web: bool 
     if reason:
         return reason
     if toolkit.manifest.trust == "third-party":
+        from wbcore import signing
+
         verdict = signature_verdict(toolkit, runtime, resolve_web=resolve_web)
         if not verdict.ok and verdict.code != signing.UNRESOLVED:
             return f"signature: {verdict.message}"
@@ -261,6 +324,9 @@ def check_available(toolkit: Toolkit, runtime: Runtime) -> None:
 
 
 def _signature_check(toolkit: Toolkit, runtime: Runtime) -> Check:
+    from wbcore import signing
+    from wbcore.records import Check
+
     v = signature_verdict(toolkit, runtime)
     label = {
         signing.MISSING: "missing", signing.MALFORMED: "malformed", signing.KEY_TYPE: "wrong key type",
@@ -273,6 +339,9 @@ def _signature_check(toolkit: Toolkit, runtime: Runtime) -> Check:
 
 
 def _consent_check(toolkit: Toolkit, runtime: Runtime) -> Check | None:
+    from wbcore import consent as _consent
+    from wbcore.records import Check
+
     info = _consent.describe(runtime.home, toolkit)
     if not info["requested"]:
         return None
@@ -290,6 +359,8 @@ def _consent_check(toolkit: Toolkit, runtime: Runtime) -> Check | None:
 
 
 def checks(toolkit: Toolkit, runtime: Runtime) -> list[Check]:
+    from wbcore.records import Check
+
     m = toolkit.manifest
     out: list[Check] = []
     if m.trust == "first-party":

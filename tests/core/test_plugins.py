@@ -2,8 +2,7 @@ from __future__ import annotations
 
 import sys
 import textwrap
-from collections.abc import Iterator
-from pathlib import Path
+import time
 
 import pytest
 
@@ -99,3 +98,68 @@ def test_plugin_import_does_not_import_heavy_modules(tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env={"WB_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
     assert out.stdout.strip() == ""
+
+
+def _install_fake_dist(site, name: str) -> None:
+    """A distribution ``name`` whose entry point names an importable module that is a plugin."""
+    info = site / f"{name}-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[wbcore.plugins]\n{name} = {name}_mod\n")
+    (site / f"{name}_mod.py").write_text("X = 1\n")
+
+
+def test_the_entry_point_cache_sees_an_install_and_a_removal(tmp_path, monkeypatch):
+    import os
+    import shutil
+
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.syspath_prepend(str(site))
+    home = tmp_path / "home"
+    old = time.time() - 60  # not racy: a folder changed a minute ago is settled
+
+    def settle() -> None:
+        for info in site.glob("*.dist-info"):
+            os.utime(info, (old, old))
+
+    settle()
+    def names() -> set[str]:
+        return {i.name for i in plugins.load(cache_dir=home)[1]}
+    before = names()
+    assert (home / plugins.ENTRY_POINT_CACHE).is_file()
+    assert "wbfake" not in before
+
+    _install_fake_dist(site, "wbfake")
+    old += 1
+    settle()
+    after = plugins.load(cache_dir=home)[1]
+    assert "wbfake" in (home / plugins.ENTRY_POINT_CACHE).read_text()
+    fake = next(i for i in after if i.name == "wbfake")
+    assert fake.loaded and fake.origin == "wbfake 1.0"
+
+    # An editable re-install rewrites the metadata in place: a new mtime, a new scan.
+    (site / "wbfake-1.0.dist-info" / "entry_points.txt").write_text("[wbcore.plugins]\nwbfake2 = wbfake_mod\n")
+    old += 1
+    settle()
+    assert {"wbfake2"} <= names() and "wbfake" not in names()
+
+    shutil.rmtree(site / "wbfake-1.0.dist-info")
+    assert "wbfake2" not in names()
+
+
+def test_a_racy_folder_is_scanned_but_not_cached(tmp_path, monkeypatch):
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.syspath_prepend(str(site))
+    _install_fake_dist(site, "wbracy")  # just written: modified within RACY_SECONDS
+    home = tmp_path / "home"
+    assert "wbracy" in {i.name for i in plugins.load(cache_dir=home)[1]}
+    assert not (home / plugins.ENTRY_POINT_CACHE).exists()
+
+
+def test_a_corrupt_entry_point_cache_is_rescanned(tmp_path):
+    home = tmp_path / "home"
+    (home / "cache").mkdir(parents=True)
+    (home / plugins.ENTRY_POINT_CACHE).write_text('{"key": ')
+    plugins.load(cache_dir=home)  # no error: the scan replaces it (unless a sys.path folder is racy)

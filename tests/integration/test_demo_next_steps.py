@@ -43,3 +43,25 @@ def test_a_home_from_wb_home_is_exported_in_the_next_steps(tmp_path: Path) -> No
     rt = Runtime.open(plugins=[], env={"WB_HOME": str(tmp_path / "mine")}, cwd=tmp_path)
     text = demo.next_steps(rt, [("command", "b64")])
     assert "(from $WB_HOME)" in text and f"export WB_HOME={tmp_path / 'mine'}" in text
+
+
+def test_the_demo_mcp_session_lists_calls_and_reads_a_skill(tmp_path: Path, capsys) -> None:
+    proj = tmp_path / "proj"
+    shutil.copytree(TOOLKITS / "b64", proj / "toolkits" / "b64")
+    (proj / "wbx.toml").write_text('home = ".wb-home"\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WB_")}
+    rt = Runtime.open(env=env, cwd=proj)
+    builder.build(rt, "b64")
+    assert demo.mcp_session(rt) == 0
+    out = capsys.readouterr().out
+    assert "tools/list → " in out and "b64.b64" in out
+    assert "tools/call b64.b64 {stdin: 'hello from MCP'} → aGVsbG8gZnJvbSBNQ1A=" in out
+    assert 'resources/read skill://b64/SKILL.md → description: "Encode bytes' in out
+
+
+def test_demo_args_hold_several_invocations(tmp_path: Path) -> None:
+    from wbcore.testing import write_toolkit
+
+    write_toolkit(tmp_path, "t", extra={"DEMO_ARGS": "put 'a note' && get x && list"})
+    m = Runtime.open(plugins=[], home=tmp_path / "home", roots=[tmp_path]).toolkit("t").manifest
+    assert demo._steps(m) == [["put", "a note"], ["get", "x"], ["list"]]

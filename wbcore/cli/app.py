@@ -11,12 +11,13 @@ import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
-from typing import Any
-
-import typer
+from typing import TYPE_CHECKING, Any
 
 from wbcore import __version__
 from wbcore.errors import EXIT_CODES, ErrorKind, WbError
+
+if TYPE_CHECKING:  # Typer is imported by the commands that need it, never by `wbx run`
+    import typer
 
 #: Names plugins may not take: the core's own commands, present and planned.
 BUILTIN_COMMANDS = frozenset(
@@ -45,6 +46,8 @@ class Registrar:
         self.refused: list[str] = []
 
     def __call__(self, name: str, command: typer.Typer | Callable[..., Any], help: str | None = None) -> None:
+        import typer
+
         if name in BUILTIN_COMMANDS:
             self.refuse(f"command {name!r} not added: it is a built-in wbx command")
             return
@@ -66,23 +69,66 @@ class Registrar:
 
 
 def _version(value: bool) -> None:
+    import typer
+
     if value:
         typer.echo(f"wbx (wbcore) {__version__}")
         raise typer.Exit()
 
 
-def build_app(runtime: Any = None) -> typer.Typer:
-    """Build the CLI over ``runtime`` (opened from the environment if ``None``)."""
-    from wbcore.cli import demo, listing, toolkit
-    from wbcore.runtime import Runtime
-
-    if runtime is None:
-        selected = [p.strip() for p in os.environ.get("WB_PLUGINS", "").split(",") if p.strip()]
-        runtime = Runtime.open(plugins=selected or None)
+def open_runtime(runtime: Any = None) -> Any:
+    """``runtime``, or one opened from the environment (``WB_PLUGINS`` selects plugins),
+    after finishing or undoing what a killed command left in its home."""
     from wbcore import leftovers
 
+    if runtime is None:
+        from wbcore.runtime import Runtime
+
+        selected = [p.strip() for p in os.environ.get("WB_PLUGINS", "").split(",") if p.strip()]
+        runtime = Runtime.open(plugins=selected or None)
     # Every command starts by finishing or undoing what a killed one left (reads only when nothing is).
     leftovers.sweep_home(runtime.home)
+    return runtime
+
+
+def _command_word(argv: Sequence[str]) -> str | None:
+    """The first word that is not a root option: the command ``argv`` asks for."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def _keep_subcommand(app: typer.Typer, group: str, argv: Sequence[str]) -> None:
+    """In ``wbx GROUP SUB …``, drop GROUP's other subcommands before Typer converts them
+    (each costs its signature's introspection). An unknown SUB keeps them all, so the
+    usage error still lists every choice; ``--help`` anywhere keeps them too."""
+    if any(a in ("--help", "-h") for a in argv):
+        return
+    words = [a for a in argv if not a.startswith("-")]
+    if len(words) < 2 or words[0] != group:
+        return
+    for info in app.registered_groups:
+        sub = info.typer_instance
+        if info.name != group or sub is None:
+            continue
+        keep = [c for c in sub.registered_commands if c.name == words[1]]
+        if keep:
+            sub.registered_commands = keep
+            sub.registered_groups = []
+
+
+def build_app(runtime: Any = None, argv: Sequence[str] | None = None) -> typer.Typer:
+    """Build the CLI over ``runtime`` (opened from the environment if ``None``).
+
+    With ``argv``, a built-in command builds only itself (its Typer tree is most of the
+    start-up cost of a command such as ``wbx toolkit list``); plugins' commands are added
+    for any other word, for ``wbx plugins`` (it shows refused names) and for help."""
+    import typer
+
+    runtime = open_runtime(runtime)
+    word = _command_word(argv) if argv is not None else None
+    only = word if word in BUILTIN_COMMANDS and word not in ("plugins", "help") else None
+
+    def wanted(*names: str) -> bool:
+        return only is None or only in names
 
     app = typer.Typer(
         name="wbx",
@@ -102,24 +148,43 @@ def build_app(runtime: Any = None) -> typer.Typer:
     ) -> None:
         """wbx: toolkits as sandboxed WebAssembly."""
 
-    app.add_typer(toolkit.build(runtime), name="toolkit", help="List, show, search, verify and build toolkits.")
-    listing.register(app, runtime)
-    demo.register(app, runtime)
-    from wbcore.cli import agent as _agent
+    if wanted("toolkit"):
+        from wbcore.cli import toolkit
 
-    _agent.register(app, runtime)
-    from wbcore.cli import audit as _audit_cli
+        words = [a for a in argv or () if not a.startswith("-")]
+        sub = words[1] if only == "toolkit" and len(words) > 1 and not {"--help", "-h"} & set(argv or ()) else None
+        app.add_typer(toolkit.build(runtime, sub), name="toolkit", help="List, show, search, verify and build toolkits.")
+    if wanted("plugins", "shapes", "lanes", "tiers"):
+        from wbcore.cli import listing
 
-    _audit_cli.register(app, runtime)
-    from wbcore.cli import run as _run_cli
+        listing.register(app, runtime)
+    if wanted("demo"):
+        from wbcore.cli import demo
 
-    _run_cli.register(app, runtime)
-    from wbcore.cli import shell as _shell_cli
+        demo.register(app, runtime)
+    if wanted("agent"):
+        from wbcore.cli import agent as _agent
 
-    _shell_cli.register(app, runtime)
-    from wbcore.cli import identity as _identity_cli
+        _agent.register(app, runtime)
+    if wanted("audit"):
+        from wbcore.cli import audit as _audit_cli
 
-    app.add_typer(_identity_cli.build(runtime), name="identity", help="The signing identity: did:key and did:web.")
+        _audit_cli.register(app, runtime)
+    if wanted("run", "kernel", "commands"):
+        from wbcore.cli import run as _run_cli
+
+        _run_cli.register(app, runtime)
+    if wanted("shell"):
+        from wbcore.cli import shell as _shell_cli
+
+        _shell_cli.register(app, runtime)
+    if wanted("identity"):
+        from wbcore.cli import identity as _identity_cli
+
+        app.add_typer(_identity_cli.build(runtime), name="identity", help="The signing identity: did:key and did:web.")
+    if only is not None:
+        _keep_subcommand(app, only, argv or ())
+        return app
 
     registrar = Registrar(app, runtime)
     for impl in runtime.pm.hook.wbcore_cli_commands.get_hookimpls():
@@ -138,20 +203,12 @@ def main(argv: Sequence[str] | None = None, *, runtime: Any = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     try:
-        app = build_app(runtime)
-        rv = app(args=args, prog_name="wbx", standalone_mode=False)
-    except typer.Exit as exc:
-        return int(exc.exit_code or 0)
-    except typer.Abort:
-        print("wbx: aborted", file=sys.stderr)
-        return 130
-    except typer.TyperException as exc:  # usage errors: typer prints them with the usage line
-        show = getattr(exc, "show", None)
-        if callable(show):
-            show()
-        else:
-            print(f"wbx: {exc.format_message()}", file=sys.stderr)
-        return EXIT_CODES[ErrorKind.INVALID_ARGS] if exc.exit_code == 2 else int(exc.exit_code)
+        from wbcore.cli import fastrun
+
+        plain = fastrun.parse(args)
+        if plain is not None:  # `wbx run NAME …`: no Typer (wbcore.cli.fastrun)
+            return fastrun.run(open_runtime(runtime), plain)
+        return _typer_main(args, runtime)
     except WbError as exc:
         if debug:
             traceback.print_exc()
@@ -168,6 +225,26 @@ def main(argv: Sequence[str] | None = None, *, runtime: Any = None) -> int:
             return full.exit_code
         print(f"wbx: internal: {type(exc).__name__}: {exc} (run with --debug for the traceback)", file=sys.stderr)
         return EXIT_CODES[ErrorKind.INTERNAL]
+
+
+def _typer_main(args: list[str], runtime: Any) -> int:
+    import typer
+
+    try:
+        app = build_app(runtime, args)
+        rv = app(args=args, prog_name="wbx", standalone_mode=False)
+    except typer.Exit as exc:
+        return int(exc.exit_code or 0)
+    except typer.Abort:
+        print("wbx: aborted", file=sys.stderr)
+        return 130
+    except typer.TyperException as exc:  # usage errors: typer prints them with the usage line
+        show = getattr(exc, "show", None)
+        if callable(show):
+            show()
+        else:
+            print(f"wbx: {exc.format_message()}", file=sys.stderr)
+        return EXIT_CODES[ErrorKind.INVALID_ARGS] if exc.exit_code == 2 else int(exc.exit_code)
     return rv if isinstance(rv, int) else 0
 
 

@@ -3,7 +3,7 @@ run (commands, kernels, the ``upper`` built-in) and verify."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -24,6 +24,7 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
         for err in found.errors:
             typer.echo(f"  (malformed) {err}")
         failed, built = _build_and_run(runtime, found)
+        failed += mcp_session(runtime)
         for tk in found.toolkits.values():
             typer.echo(f"\n== verify {tk.id}")
             report = runtime.verify(tk.id)
@@ -85,43 +86,81 @@ def next_steps(runtime: Runtime, built: list[tuple[str, str]]) -> str:
     return "\n".join(lines)
 
 
+def _steps(m: object) -> list[list[str]]:
+    """``#+DEMO_ARGS``: one invocation, or several joined by `` && `` (shell words each)."""
+    import shlex
+
+    text = m.extra("DEMO_ARGS") or ""  # type: ignore[attr-defined]
+    return [shlex.split(part) for part in text.split(" && ")] if text.strip() else [[]]
+
+
+def _explain(runtime: Runtime, tk: object) -> str:
+    """What a toolkit that the demo does not build is for, and how to use it."""
+    m = tk.manifest  # type: ignore[attr-defined]
+    exec_ = m.exec or "discovery-only"
+    summary = ""
+    if m.exec and m.exec in runtime.shapes:
+        summary = runtime.shapes.get(m.exec).summary
+    if exec_ == "discovery-only":
+        summary = "skills only: an agent reads them to do the work with the tools it has"
+    skills = ", ".join(s.slug for s in tk.skills[:4])  # type: ignore[attr-defined]
+    return (f"  {tk.id}: {exec_} — {summary or 'not a buildable shape'}; nothing to build. "  # type: ignore[attr-defined]
+            f"Skills: {skills or '(none)'} (wbx toolkit show {tk.id})")  # type: ignore[attr-defined]
+
+
 def _build_and_run(runtime: Runtime, found: object) -> tuple[int, list[tuple[str, str]]]:
-    """Build every command/kernel toolkit whose lane is available, run each once (stdin
-    ``#+DEMO_STDIN``, arguments ``#+DEMO_ARGS``, both optional), and call the built-in
+    """Build every command/kernel/component toolkit whose lane is available and run it with
+    its demo input: stdin ``#+DEMO_STDIN``, arguments ``#+DEMO_ARGS`` (several invocations
+    joined by `` && ``; stdin goes to the first), a component's ``#+DEMO_CALL``
+    (``function {json args}``); explain the toolkits that build nothing; call the built-in
     ``upper``. Returns how many steps failed (a command's own exit code is only shown)
     and the (kind, name) of each artifact it registered."""
+    import json
+    import time
+
     from wbcore import builder
     from wbcore.errors import WbError
 
-    typer.echo("\n== build & run (wbx toolkit build <id>; wbx run / wbx kernel run)")
+    typer.echo("\n== build & run (wbx toolkit build <id>; wbx run / wbx kernel run / wbx call)")
     failed = 0
     built: list[tuple[str, str]] = []
     for tk in found.toolkits.values():  # type: ignore[attr-defined]
         m = tk.manifest
-        if m.exec not in ("command", "kernel") or not m.build_src:
+        if m.exec not in ("command", "kernel", "component") or not m.build_src:
+            typer.echo(_explain(runtime, tk))
             continue
         lane = m.build_lang
         if lane and (lane not in runtime.lanes or not runtime.lanes.get(lane).availability(runtime).ok):
-            typer.echo(f"  {tk.id}: skipped (lane {lane} not available here)")
+            why = runtime.lanes.get(lane).availability(runtime).message if lane in runtime.lanes else "no plugin serves it"
+            typer.echo(f"  {tk.id}: cannot be built here: lane {lane} is unavailable ({why})")
             continue
         try:
+            t0 = time.monotonic()
             res = builder.build(runtime, tk.id)
             built.append((res.kind, res.name))
-            how = "cached" if res.cached else "built"
-            typer.echo(f"  {tk.id}: {res.kind} {res.name} {how} by lane {res.lane or 'prebuilt'} in {res.seconds:.2f}s"
-                       f" → {res.sha256[:12]}…")
+            how = "cached" if res.cached else f"built by lane {res.lane or 'prebuilt'} in {time.monotonic() - t0:.1f}s"
+            typer.echo(f"  {tk.id}: {res.kind} {res.name} {how} → {res.sha256[:12]}…")
             stdin = (m.extra("DEMO_STDIN") or DEMO_INPUT.rstrip("\n")).encode() + b"\n"
-            args = (m.extra("DEMO_ARGS") or "").split()
             if res.kind == "command":
-                out = runtime.call(res.name, args, stdin)
-                text = (out.stdout or out.stderr).decode("utf-8", "replace").strip()
-                shown = (text.splitlines() or [""])[0][:80]
-                typer.echo(f"    $ echo {stdin.decode().strip()!r} | wbx run {' '.join([res.name, *args])}  →  {shown}"
-                           f"  (exit {out.exit_code}, {out.usage.wall_s * 1e3:.2f} ms)")
-            else:
+                for i, args in enumerate(_steps(m)):
+                    data = stdin if i == 0 else b""
+                    out = runtime.call(res.name, args, data)
+                    text = (out.stdout or out.stderr).decode("utf-8", "replace").strip()
+                    shown = " ⏎ ".join(text.splitlines()[:3])[:110]
+                    feed = f"echo {data.decode().strip()!r} | " if data else ""
+                    typer.echo(f"    $ {feed}wbx run {' '.join([res.name, *args])}  →  {shown}"
+                               f"  (exit {out.exit_code}, {out.usage.wall_s * 1e3:.1f} ms)")
+            elif res.kind == "kernel":
                 body = runtime.kernel_call(res.name, stdin)
                 typer.echo(f"    $ echo {stdin.decode().strip()!r} | wbx kernel run {res.name}  →  "
                            f"{body.decode('utf-8', 'replace')[:80]}")
+            else:
+                fn, _, raw = (m.extra("DEMO_CALL") or "").partition(" ")
+                if fn:
+                    result = runtime.component_call(res.name, fn, json.loads(raw or "{}"))
+                    value = getattr(result, "value", result)
+                    typer.echo(f"    $ wbx call {res.name}.{fn} --args '{raw}'  →  "
+                               f"{json.dumps(value, ensure_ascii=False, default=str)[:110]}")
         except WbError as exc:
             failed += 1
             typer.echo(f"  {tk.id}: FAILED: {exc.kind.value}: {exc.message}")
@@ -132,3 +171,63 @@ def _build_and_run(runtime: Runtime, found: object) -> tuple[int, list[tuple[str
         failed += 1
         typer.echo(f"  built-in upper: FAILED: {exc.message}")
     return failed, built
+
+
+def mcp_session(runtime: Runtime, *, timeout: float = 120.0) -> int:
+    """An MCP client (the official SDK, over stdio) against ``wbx mcp serve`` on this
+    runtime's home: list the tools, call ``b64.b64``, list and read a skill. Returns how
+    many steps failed; skipped, saying why, when the SDK or the MCP plugin is missing."""
+    import os
+    import sys
+    from importlib.util import find_spec
+
+    typer.echo("\n== MCP: an MCP client session against `wbx mcp serve` (stdio)")
+    if find_spec("mcp") is None or find_spec("wb_mcp") is None:
+        typer.echo("  skipped: the MCP plugin (wb-mcp) is not installed")
+        return 0
+    import anyio
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    env = {**os.environ, "WB_HOME": str(runtime.home)}
+    params = StdioServerParameters(command=sys.executable, args=["-m", "wbcore", "mcp", "serve"], env=env,
+                                   cwd=str(runtime.cwd))
+
+    errlog: Any = sys.stderr  # the server's own messages (a build's progress) show as they come
+    try:
+        errlog.fileno()
+    except (OSError, ValueError, AttributeError):  # a captured stderr (tests): the server's stays quiet
+        errlog = open(os.devnull, "w")  # noqa: SIM115 - closed below
+
+    async def session() -> None:
+        with anyio.fail_after(timeout):
+            async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as client:
+                init = await client.initialize()
+                typer.echo(f"  initialize → {init.server_info.name} {init.server_info.version}")
+                tools = (await client.list_tools()).tools
+                names = [t.name for t in tools]
+                typer.echo(f"  tools/list → {len(names)} tools: {', '.join(names[:12])}{' …' if len(names) > 12 else ''}")
+                if "b64.b64" in names:
+                    called = await client.call_tool("b64.b64", {"stdin": "hello from MCP"})
+                    text = "".join(getattr(c, "text", "") for c in called.content).strip()
+                    typer.echo(f"  tools/call b64.b64 {{stdin: 'hello from MCP'}} → {text}"
+                               + ("  (error)" if called.is_error else ""))
+                resources = (await client.list_resources()).resources
+                typer.echo(f"  resources/list → {len(resources)} skills (skill://<toolkit>/<slug>)")
+                uri = "skill://b64/SKILL.md"
+                if any(str(r.uri) == uri for r in resources):
+                    read = await client.read_resource(uri)
+                    first = next((ln for ln in read.contents[0].text.splitlines() if ln.startswith("description:")), "")
+                    typer.echo(f"  resources/read {uri} → {first[:110]}")
+
+    try:
+        anyio.run(session)
+    except Exception as exc:  # noqa: BLE001 - a failed session is a failed demo step, shown with its cause
+        while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+            exc = exc.exceptions[0]  # type: ignore[assignment]
+        typer.echo(f"  FAILED: {type(exc).__name__}: {exc}")
+        return 1
+    finally:
+        if errlog is not sys.stderr:
+            errlog.close()
+    return 0

@@ -16,24 +16,15 @@ import typer
 
 from wbcore.cli.output import JSON_HELP, emit_json
 
+from wbcore.cli.fastrun import RunArgs, read_stdin
+from wbcore.cli.fastrun import run as run_command
 from wbcore.errors import InvalidArgs
 
 if TYPE_CHECKING:
     from wbcore.runtime import Runtime
 
-MAX_STDIN = 64 << 20
 MAX_FRAME = 64 << 20
 _U32 = struct.Struct("<I")
-
-
-def read_stdin(cap: int = MAX_STDIN) -> bytes:
-    stream = getattr(sys.stdin, "buffer", None)
-    if stream is None or sys.stdin.isatty():
-        return b""
-    data = stream.read(cap + 1)
-    if len(data) > cap:
-        raise InvalidArgs(f"stdin is over the {cap}-byte cap")
-    return data
 
 
 def frames(stream: BinaryIO, chunk: int = 1 << 20):  # type: ignore[no-untyped-def]
@@ -87,24 +78,9 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
         tier: str | None = typer.Option(None, "--tier", help="Isolation tier (default: from #+TRUST; see wbx tiers --explain)."),
     ) -> None:
         """Run a registered command: stdin → stdout; its exit code passes through."""
-        runtime.resolve("command", name, tier=tier)  # unknown or unavailable fails before stdin is read
-        result = runtime.call(name, list(args or ()), read_stdin(), timeout=timeout, tier=tier)
-        out = getattr(sys.stdout, "buffer", None)
-        err = getattr(sys.stderr, "buffer", None)
-        if out is not None:
-            sys.stdout.flush()
-            out.write(result.stdout)
-            out.flush()
-        else:
-            sys.stdout.write(result.stdout.decode("utf-8", "replace"))
-        if err is not None:
-            sys.stderr.flush()
-            err.write(result.stderr)
-            err.flush()
-        else:
-            sys.stderr.write(result.stderr.decode("utf-8", "replace"))
-        if result.exit_code:
-            raise typer.Exit(result.exit_code)
+        code = run_command(runtime, RunArgs(name, tuple(args or ()), timeout, tier))
+        if code:
+            raise typer.Exit(code)
 
     kernel_app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None)
 

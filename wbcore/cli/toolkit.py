@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from wbcore import search as _search
 from wbcore.cli.output import JSON_HELP, emit_json, warn
 
 if TYPE_CHECKING:
@@ -29,7 +28,13 @@ def searched_hint(runtime: Runtime) -> str:
     return discovery.not_found_hint(searched_roots(runtime))
 
 
-def build(runtime: Runtime) -> typer.Typer:
+#: The subcommands defined in this module; the others come from cli/provenance.py and cli/build.py.
+OWN_COMMANDS = frozenset({"list", "show", "search", "verify"})
+
+
+def build(runtime: Runtime, only: str | None = None) -> typer.Typer:
+    """The ``wbx toolkit`` group. ``only``: the subcommand about to run; when it is one of
+    :data:`OWN_COMMANDS`, the provenance and build modules are not imported."""
     app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None)
 
     @app.command("list")
@@ -113,6 +118,8 @@ def build(runtime: Runtime) -> typer.Typer:
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
         """Substring match across toolkits and their skills."""
+        from wbcore import search as _search
+
         found = runtime.discover()
         hits = _search.search(found, query)
         for problem in _search.problems(found):
@@ -151,6 +158,8 @@ def build(runtime: Runtime) -> typer.Typer:
         if not all(r.ok for r in reports):
             raise typer.Exit(1)
 
+    if only in OWN_COMMANDS:
+        return app
     from wbcore.cli import provenance as _provenance
 
     _provenance.register(app, runtime)

@@ -20,6 +20,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -51,7 +52,20 @@ _lock = threading.Lock()
 _engine: Engine | None = None
 
 
+@functools.lru_cache(maxsize=1)
 def wasmtime_version() -> str:
+    """The installed wasmtime-py version (part of the compiled-module cache key). Read from
+    the ``wasmtime-<version>.dist-info`` folder beside the package when there is exactly
+    one (importing ``importlib.metadata`` costs more than a ``wbx run`` may spend on it)."""
+    import wasmtime
+
+    site = os.path.dirname(os.path.dirname(wasmtime.__file__))
+    try:
+        found = [n for n in os.listdir(site) if n.startswith("wasmtime-") and n.endswith(".dist-info")]
+    except OSError:
+        found = []
+    if len(found) == 1:
+        return found[0][len("wasmtime-"):-len(".dist-info")]
     from importlib.metadata import version
 
     return version("wasmtime")

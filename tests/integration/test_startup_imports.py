@@ -1,0 +1,50 @@
+"""What each command imports (issue 12's start-up budget): ``wbx run`` never imports Typer,
+``wbx toolkit list`` imports no plugin and no wasmtime, and only commands that run wasm
+import wasmtime. Each runs in a fresh interpreter, as a user's command would."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from wbcore import builder
+from wbcore.runtime import Runtime
+
+TOOLKITS = Path(__file__).resolve().parents[2] / "toolkits"
+
+PROBE = """
+import json, sys
+from wbcore.cli.app import main
+code = main(sys.argv[1:])
+sys.stdout.flush()
+print("\\n" + json.dumps({"code": code, "modules": sorted(m for m in sys.modules
+      if m.split(".")[0] in ("typer", "wasmtime", "stevedore", "importlib_metadata", "orgparse")
+      or m == "importlib.metadata" or m.startswith("wb_"))}))
+"""
+
+
+def probe(home: Path, *args: str, stdin: bytes = b"") -> dict:
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("WB_")},
+           "WB_HOME": str(home), "WB_TOOLKITS_ROOT": str(TOOLKITS)}
+    done = subprocess.run([sys.executable, "-c", PROBE, *args], input=stdin, capture_output=True, env=env,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr.decode()
+    return json.loads(done.stdout.decode().rsplit("\n", 2)[-2])
+
+
+def test_run_imports_no_typer_and_list_no_plugin(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    builder.build(Runtime.open(home=home, roots=[TOOLKITS]), "b64")
+    probe(home, "run", "b64", stdin=b"hi")  # fills the start-up caches
+    ran = probe(home, "run", "b64", stdin=b"hi")
+    assert ran["code"] == 0
+    assert "wasmtime" in ran["modules"] and not any(m.startswith("typer") for m in ran["modules"]), ran
+    assert "importlib.metadata" not in ran["modules"] and "orgparse" not in ran["modules"], ran
+
+    listed = probe(home, "toolkit", "list")
+    assert listed["code"] == 0
+    assert not [m for m in listed["modules"] if m.startswith(("wasmtime", "wb_"))], listed
+    assert "importlib.metadata" not in listed["modules"] and "orgparse" not in listed["modules"], listed

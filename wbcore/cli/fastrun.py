@@ -1,0 +1,85 @@
+"""``wbx run NAME [ARGS…]`` without Typer: the call path every script and agent takes.
+
+``wbx run`` is the one command whose cost is paid per use, so its plain form (optional
+``--timeout``/``--tier`` before NAME, then NAME and the guest's own arguments) is parsed
+here and never imports Typer or builds the CLI tree. Anything else (``--help``, an option
+this parser does not know, a malformed value) returns ``None`` from :func:`parse` and goes
+through Typer, which prints the usual usage and errors.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from wbcore.errors import InvalidArgs
+
+MAX_STDIN = 64 << 20
+
+
+class RunArgs(NamedTuple):
+    name: str
+    args: tuple[str, ...]
+    timeout: float | None = None
+    tier: str | None = None
+
+
+def parse(argv: Sequence[str]) -> RunArgs | None:
+    """``RunArgs`` for a plain ``[--debug] run [--timeout S] [--tier T] NAME [ARGS…]``.
+
+    As Typer parses ``wbx run`` (no interspersed options): every word after NAME belongs
+    to the guest, ``--help`` included."""
+    i = 0
+    while i < len(argv) and argv[i] == "--debug":
+        i += 1
+    if i >= len(argv) or argv[i] != "run":
+        return None
+    i += 1
+    opts: dict[str, str] = {}
+    while i < len(argv) and argv[i].startswith("-"):
+        word = argv[i]
+        key, eq, value = word.partition("=")
+        if key not in ("--timeout", "--tier") or key in opts:
+            return None
+        if not eq:
+            if i + 1 >= len(argv):
+                return None
+            i += 1
+            value = argv[i]
+        opts[key] = value
+        i += 1
+    if i >= len(argv):
+        return None
+    timeout: float | None = None
+    if "--timeout" in opts:
+        try:
+            timeout = float(opts["--timeout"])
+        except ValueError:
+            return None
+    return RunArgs(argv[i], tuple(argv[i + 1:]), timeout, opts.get("--tier"))
+
+
+def read_stdin(cap: int = MAX_STDIN) -> bytes:
+    stream = getattr(sys.stdin, "buffer", None)
+    if stream is None or sys.stdin.isatty():
+        return b""
+    data = stream.read(cap + 1)
+    if len(data) > cap:
+        raise InvalidArgs(f"stdin is over the {cap}-byte cap")
+    return data
+
+
+def run(runtime: Any, req: RunArgs) -> int:
+    """Run the registered command: stdin → stdout/stderr; returns its exit code."""
+    runtime.resolve("command", req.name, tier=req.tier)  # unknown or unavailable fails before stdin is read
+    result = runtime.call(req.name, list(req.args), read_stdin(), timeout=req.timeout, tier=req.tier)
+    for stream, data in ((sys.stdout, result.stdout), (sys.stderr, result.stderr)):
+        raw = getattr(stream, "buffer", None)
+        if raw is not None:
+            stream.flush()
+            raw.write(data)
+            raw.flush()
+        else:
+            stream.write(data.decode("utf-8", "replace"))
+    return int(result.exit_code)
