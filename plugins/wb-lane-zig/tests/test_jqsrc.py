@@ -78,3 +78,13 @@ def test_flags_stay_inside_the_c_lane_allowlist() -> None:
     from wb_lane_zig.lanes import check_c_flags
 
     check_c_flags(jqsrc.FLAGS)
+
+
+def test_version_needs_no_staging_and_says_when_sources_are_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                     tree: Path) -> None:
+    from wb_lane_zig.builtins import version
+
+    have = version("jq")
+    assert have.startswith("c-") and have != "c-jq-unfetched"
+    monkeypatch.setenv("WB_JQ_CACHE", str(tmp_path / "empty"))
+    assert version("jq") == "c-jq-unfetched"  # the first build fetches (or says how)

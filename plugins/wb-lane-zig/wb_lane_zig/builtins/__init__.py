@@ -68,29 +68,23 @@ def version(name: str) -> str:
     from wb_lane_zig.plugin import OUTPUT_FIELDS
     from wb_lane_zig.toolchain import find
 
+    zig = find()
+    lane = lane_version(zig) if not isinstance(zig, str) else "none"
     if name == "jq":
         from wb_lane_zig.builtins import jqsrc
 
-        if jqsrc.sources() is None:
+        if not jqsrc.fetched():
             return "c-jq-unfetched"  # build() fetches them (or says how)
-    zig = find()
-    lane = lane_version(zig) if not isinstance(zig, str) else "none"
-    memo = _versions.get(name)
-    if memo and memo[0] == lane:
-        return memo[1]
+        # no staging here: this runs whenever a runtime lists its built-ins
+        return "c-" + pipeline.cache_key(
+            lane="c", version=lane, output_fields=OUTPUT_FIELDS, manifest=manifest(name),
+            source_digest=jqsrc.recipe_digest(), entry=None, flags=flags(name))[:16]
     with tempfile.TemporaryDirectory(prefix=f"wb-builtin-{name}-") as tmp:
         resolved = stage(name, Path(tmp) / "src")
-        key = "c-" + pipeline.cache_key(
+        return "c-" + pipeline.cache_key(
             lane="c", version=lane, output_fields=OUTPUT_FIELDS,
             manifest=manifest(name), source_digest=resolved.digest, entry=resolved.entry,
             flags=flags(name))[:16]
-    if name == "jq":  # staging jq copies ~6 MB: once per process (its inputs are pinned files)
-        _versions[name] = (lane, key)
-    return key
-
-
-#: ``name -> (lane version, key)`` for the built-ins whose staging is worth remembering.
-_versions: dict[str, tuple[str, str]] = {}
 
 
 def build(runtime: Any, name: str) -> bytes:

@@ -103,6 +103,28 @@ def sources(env: Any = None) -> Path | None:
     return root / "tree"
 
 
+def fetched(env: Any = None) -> bool:
+    """Whether a fetch completed here (its stamp names the pinned digest); cheap: the
+    files themselves are checked by :func:`sources` when a build uses them."""
+    try:
+        return (cache_dir(env) / ".pinned").read_text().strip() == TREE_SHA256
+    except OSError:
+        return False
+
+
+def recipe_digest() -> str:
+    """A digest of everything the staged tree is made of: the pinned upstream tree, our
+    files, this module (the layout) and the flags. The same digest means the same staged
+    tree, so the built-in's version needs no staging (which copies ~6 MB)."""
+    h = hashlib.sha256(f"{TREE_SHA256}\0{chr(0).join(FLAGS)}\0".encode())
+    h.update(Path(__file__).read_bytes())
+    ours = Path(str(files(__package__))) / "jq"
+    for f in sorted(ours.iterdir()):
+        if f.is_file():
+            h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()
+
+
 def missing(env: Any = None) -> str:
     """'' when the sources are here and intact, else why not and what to run."""
     if sources(env) is not None:
