@@ -154,8 +154,11 @@ def fetch(env: Any = None, progress: Any = None, *, sdist: Path | None = None) -
         if sdist is None:
             if progress:
                 progress(f"jq {JQ_VERSION}: fetching {SDIST_URL}")
-            _fetch.download(SDIST_URL, tgz, guard=NetGuard(), limits=_fetch.Limits(max_bytes=16 << 20, timeout=300.0),
-                            env=env if env is not None else os.environ)
+            seen = env if env is not None else os.environ
+            # the deployer's allowances apply (WB_ALLOW_PRIVATE_HOSTS=files.pythonhosted.org for a
+            # mirror or a resolver that answers with a private address), as for installs
+            _fetch.download(SDIST_URL, tgz, guard=NetGuard.from_env(seen), limits=_fetch.Limits(max_bytes=16 << 20, timeout=300.0),
+                            env=seen)
             origin = SDIST_URL
         else:
             shutil.copyfile(sdist, tgz)
