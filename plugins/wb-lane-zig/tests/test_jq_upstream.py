@@ -18,6 +18,9 @@ from pathlib import Path
 
 import pytest
 
+# A fresh home compiles the built-in (~10 s on two cores) and the suites run ~5 s: CI's slow stage.
+pytestmark = pytest.mark.slow
+
 SUMMARY = re.compile(rb"^(\d+) of (\d+) tests passed \((\d+) malformed, (\d+) skipped\)$", re.MULTILINE)
 SLICE = 40
 
