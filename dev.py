@@ -108,9 +108,31 @@ def warm(env: Path) -> None:
     if probe.returncode == 0:
         print("dev: warming the zig cache (once per machine, about a minute)", flush=True)
         run([_bin(env, "python"), "-m", "wb_lane_zig", "warm"])
+        fetch_jq(env)
     probe = subprocess.run([_bin(env, "python"), "-c", "import wb_lane_js"], capture_output=True)
     if probe.returncode == 0:  # the ts lane's compiler from npm (once per machine; tests then need no network)
         fetch_typescript(env)
+
+
+def fetch_jq(env: Path) -> None:
+    """The jq built-in's pinned sources (the PyPI sdist jq==X): by `pip download` (pip's own
+    index settings and CA apply), else through wbcore's fetcher; the plugin checks the pins."""
+    import tempfile
+
+    py = _bin(env, "python")
+    if subprocess.run([py, "-c", "import sys, wb_lane_zig.builtins.jqsrc as j; sys.exit(j.sources() is None)"]).returncode == 0:
+        return
+    version = subprocess.run([py, "-c", "import wb_lane_zig.builtins.jqsrc as j; print(j.SDIST_VERSION)"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    with tempfile.TemporaryDirectory() as tmp:
+        got = subprocess.run([py, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-d", tmp, f"jq=={version}"],
+                             capture_output=True, text=True)
+        sdist = Path(tmp) / f"jq-{version}.tar.gz"
+        if got.returncode == 0 and sdist.is_file():
+            run([py, "-m", "wb_lane_zig", "fetch-jq", "--from", str(sdist)])
+            return
+        print(f"dev: pip download jq=={version} failed ({got.stderr.strip()[-200:]}); trying wbcore's fetcher", flush=True)
+    run([py, "-m", "wb_lane_zig", "fetch-jq"])
 
 
 def fetch_typescript(env: Path) -> None:

@@ -1,4 +1,5 @@
-"""The reserved built-ins grep and jq: real WASM built from this package's C by the c lane."""
+"""The reserved built-ins grep and jq: real WASM built by the c lane (grep from this
+package's C, jq from upstream jq 1.8.2's pinned sources; see test_jq_upstream.py for its own suite)."""
 
 from __future__ import annotations
 
@@ -90,6 +91,40 @@ def test_jq(rt, arg: str, text: str, want: str) -> None:
     assert (code, out) == (0, want)
 
 
+@pytest.mark.parametrize(
+    "arg, text, want",
+    [
+        # what the old subset lacked: reduce, foreach, def, label, regex captures, paths(f), dates
+        ("-c reduce .[] as $x (0; . + $x)", "[1,2,3]", "6\n"),
+        ("-c [foreach .[] as $x (0; . + $x)]", "[1,2,3]", "[1,3,6]\n"),
+        ("-c def twice(f): f | f; map(twice(. * 3))", "[1,2]", "[9,18]\n"),
+        ("-c [label $out | .[] | if . > 2 then ., break $out else . end]", "[1,2,3,4]", "[1,2,3]\n"),
+        ('-c capture("(?<y>[0-9]+)-(?<m>[0-9]+)")', '"2024-05"', '{"y":"2024","m":"05"}\n'),
+        ('-c [paths(type == "number")]', '{"a":[1,{"b":2}]}', '[["a",0],["a",1,"b"]]\n'),
+        ('-r todate', "1700000000", "2023-11-14T22:13:20Z\n"),
+        ("-c [splits(\", *\")]", '"a, b,c"', '["a","b","c"]\n'),
+        ("-n -c [limit(3; repeat(1))]", "", "[1,1,1]\n"),
+        # options with values, quoted on the first line
+        ("-c --arg who 'big world' --argjson n 2 {who: $who, n: $n}", "null", '{"who":"big world","n":2}\n'),
+        ("--tab .", '{"a":1}', '{\n\t"a": 1\n}\n'),
+        ("-1 + .", "3", "2\n"),  # a leading -digit starts the filter
+        ("-e .a", '{"a":1}', "1\n"),
+    ],
+)
+def test_jq_is_the_real_jq(rt, arg: str, text: str, want: str) -> None:
+    assert jq(rt, arg, text) == (0, want)
+
+
+def test_jq_reports_its_upstream_version(rt) -> None:
+    res = rt.call("jq", ["--version"], b"")
+    assert res.exit_code == 0 and res.stdout == b"jq-1.8.2\n"
+
+
+def test_jq_without_a_first_line_is_a_usage_error(rt) -> None:
+    res = rt.call("jq", [], b"")
+    assert res.exit_code == 2 and b"first stdin line" in res.stderr
+
+
 def test_jq_output_is_valid_json_for_a_real_document(rt) -> None:
     doc = {"name": "wb", "n": 3.5, "tags": ["a", "ü", "\u0001"], "nested": {"deep": [1, 2, {"x": None}]}, "t": True}
     code, out = jq(rt, ".", json.dumps(doc))
@@ -98,7 +133,8 @@ def test_jq_output_is_valid_json_for_a_real_document(rt) -> None:
 
 @pytest.mark.parametrize(
     "arg, text, code",
-    [(".a[", "{}", 3), (".", "{bad json", 2), (".a + 1", '{"a":"x"}', 5), ("nosuchfn", "1", 5), ("-Z .", "1", 2)],
+    # upstream jq 1.8: 2 usage, 3 compile error, 5 runtime error and invalid JSON input
+    [(".a[", "{}", 3), (".", "{bad json", 5), (".a + 1", '{"a":"x"}', 5), ("nosuchfn", "1", 3), ("-Z .", "1", 2)],
 )
 def test_jq_errors_have_jq_exit_codes(rt, arg: str, text: str, code: int) -> None:
     res = rt.call("jq", [arg], text.encode())

@@ -104,7 +104,7 @@ def wbcore_builtin_commands() -> Iterator[BuiltinCommand]:
     )
     yield BuiltinCommand(
         name="jq",
-        summary="a jq 1.7 subset over JSON on stdin; first stdin line = '[-r -c -n -s -j] FILTER'",
+        summary="jq 1.8.2 (upstream, with oniguruma regexes) over JSON on stdin; first stdin line = '[OPTIONS] FILTER'",
         wasm=_builtin("jq"),
         arg_mode="stdin1",
         version=_builtin_version("jq"),

@@ -2,6 +2,10 @@
 by the c lane through the core's build pipeline (``wbcore.build.pipeline``: the same
 stages, cache key and progress as ``wbx toolkit build``).
 
+``jq`` is upstream jq 1.8.2 (with oniguruma and decNumber), its sources fetched once from
+a pinned registry package (:mod:`wb_lane_zig.builtins.jqsrc`); ``grep`` and ``wbox`` are
+the ``.c`` files here.
+
 ``grep`` and ``jq`` use ``ARG_MODE stdin1``: the first stdin line is the argument (flags
 and the pattern or filter), the rest is the input. ``wbox`` takes its script as argv and
 runs every command through the ``commands`` cap and every redirection through ``vfs``
@@ -38,10 +42,24 @@ def manifest(name: str) -> Manifest:
 
 def stage(name: str, into: Path) -> ResolvedSource:
     """Copy the built-in's source files into ``into`` and describe them as resolved source."""
+    if name == "jq":
+        from wb_lane_zig.builtins import jqsrc
+
+        jqsrc.stage(into)
+        return ResolvedSource(digest=tree_digest(into), dir=into, entry=None)
     into.mkdir(parents=True, exist_ok=True)
     for pattern in SOURCES:
         shutil.copyfile(source_dir() / pattern.format(name=name), into / pattern.format(name=name))
     return ResolvedSource(digest=tree_digest(into), dir=into, entry=f"{name}.c")
+
+
+def flags(name: str) -> tuple[str, ...]:
+    """The built-in's compiler flags (within the c lane's allowlist)."""
+    if name == "jq":
+        from wb_lane_zig.builtins import jqsrc
+
+        return jqsrc.FLAGS
+    return ()
 
 
 def version(name: str) -> str:
@@ -51,25 +69,44 @@ def version(name: str) -> str:
     from wb_lane_zig.toolchain import find
 
     zig = find()
+    lane = lane_version(zig) if not isinstance(zig, str) else "none"
+    if name == "jq":
+        from wb_lane_zig.builtins import jqsrc
+
+        if not jqsrc.fetched():
+            return "c-jq-unfetched"  # build() fetches them (or says how)
+        # no staging here: this runs whenever a runtime lists its built-ins
+        return "c-" + pipeline.cache_key(
+            lane="c", version=lane, output_fields=OUTPUT_FIELDS, manifest=manifest(name),
+            source_digest=jqsrc.recipe_digest(), entry=None, flags=flags(name))[:16]
     with tempfile.TemporaryDirectory(prefix=f"wb-builtin-{name}-") as tmp:
         resolved = stage(name, Path(tmp) / "src")
         return "c-" + pipeline.cache_key(
-            lane="c", version=lane_version(zig) if not isinstance(zig, str) else "none", output_fields=OUTPUT_FIELDS,
+            lane="c", version=lane, output_fields=OUTPUT_FIELDS,
             manifest=manifest(name), source_digest=resolved.digest, entry=resolved.entry,
-            flags=())[:16]
+            flags=flags(name))[:16]
 
 
 def build(runtime: Any, name: str) -> bytes:
-    """Compile ``<name>.c`` with the c lane (in the build sandbox) and return the module."""
+    """Compile the built-in with the c lane (in the build sandbox) and return the module."""
     if name == "wbox":
         # wbox composes the other built-ins through the commands cap, which runs only
         # registered names: register them along with it.
         from wbcore.registry import RESERVED
 
         runtime.install_builtins(sorted(RESERVED - {"wbox"}))
+    if name == "jq":
+        from wb_lane_zig.builtins import jqsrc
+        from wbcore.errors import InvalidArgs, WbError
+
+        if jqsrc.sources() is None:
+            try:
+                jqsrc.fetch()
+            except WbError as exc:
+                raise InvalidArgs(f"built-in jq: {jqsrc.missing()} (fetching failed: {exc.message})") from None
     with tempfile.TemporaryDirectory(prefix=f"wb-builtin-{name}-") as tmp:
         work = Path(tmp)
         resolved = stage(name, work / "src")
         done = pipeline.compile_source(runtime, "c", manifest(name), resolved, work=work,
-                                       cache_dir=Path(runtime.home) / "build" / "cache")
+                                       cache_dir=Path(runtime.home) / "build" / "cache", flags=flags(name))
         return runtime.artifacts.path(done.sha256).read_bytes()
