@@ -155,3 +155,14 @@ def test_hexdump_toolkit_builds_and_runs(lane, tmp_path):
     stats = json.loads(run(out.artifact, ["hexdump", "stats"], b"\x89PNG\r\n\x1a\n" + bytes(range(256)), tmp_path).stdout)
     assert stats["kind"] == "PNG image" and stats["bytes"] == 264 and stats["distinct"] == 256
     assert run(out.artifact, ["hexdump", "nope"], b"", tmp_path).exit_code == 2
+
+
+@pytest.mark.parametrize("flag", ["-Wl,-z,stack-size=1", "-Wa,-o,/out/x", "-Wp,-include,/etc/passwd"])
+def test_passthrough_flags_to_linker_assembler_preprocessor_are_refused(flag):
+    from wbcore.errors import InvalidArgs
+
+    from wb_lane_c_wasm.lane import check_flags
+
+    with pytest.raises(InvalidArgs, match="is not allowed"):
+        check_flags((flag,))
+    check_flags(("-Wall", "-Wno-unused"))

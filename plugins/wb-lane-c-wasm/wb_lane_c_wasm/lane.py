@@ -30,7 +30,8 @@ MAX_ARTIFACT_BYTES = 64 << 20
 MAX_SOURCES = 2000
 #: Flags a manifest or caller may pass through to tcc; everything else is refused
 #: (``-o``, ``-run``, ``-B``, ``-L``... would change what the lane controls).
-FLAG_RE = re.compile(r"^-(D[A-Za-z_][A-Za-z0-9_]*(=.*)?|U[A-Za-z_][A-Za-z0-9_]*|W[A-Za-z0-9,=_-]*|O[0-3s]?|g|std=[a-z0-9]+|f[a-z0-9-]+|l(m|c))$")
+#: (``-Wl,``/``-Wa,``/``-Wp,`` would pass anything to the linker, assembler or preprocessor.)
+FLAG_RE = re.compile(r"^-(D[A-Za-z_][A-Za-z0-9_]*(=.*)?|U[A-Za-z_][A-Za-z0-9_]*|W(?![alp],)[A-Za-z0-9,=_-]*|O[0-3s]?|g|std=[a-z0-9]+|f[a-z0-9-]+|l(m|c))$")
 _MODULES: dict[Path, Any] = {}
 _MODULES_LOCK = threading.Lock()
 # Drop compiled modules before interpreter teardown unloads wasmtime's bindings.

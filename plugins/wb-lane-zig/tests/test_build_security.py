@@ -142,3 +142,15 @@ def test_object_files_in_the_source_are_refused_unless_declared(make_runtime, zi
     assert res.exit_code == 2 and "'lib/helper.o'" in res.stderr and "#+BUILD_OBJECTS" in res.stderr
     res = wbx("toolkit", "build", "objs2", runtime=rt)
     assert res.exit_code == 0, res.stderr  # declared: the lane builds (its *.c; the .o is not linked)
+
+
+@pytest.mark.parametrize("flag", ["-Wl,-z,stack-size=1", "-Wl,--export=secret", "-Wa,-o,/out/x", "-Wp,-include,/etc/passwd"])
+def test_linker_assembler_and_preprocessor_passthrough_flags_are_refused(flag):
+    """-W is for warnings: -Wl, / -Wa, / -Wp, would hand anything past the allowlist."""
+    from wbcore.errors import InvalidArgs
+
+    from wb_lane_zig.lanes import check_c_flags
+
+    with pytest.raises(InvalidArgs, match="is not allowed"):
+        check_c_flags((flag,))
+    check_c_flags(("-Wall", "-Wno-unused-parameter", "-Werror=format"))  # warnings stay allowed

@@ -44,7 +44,9 @@ MAX_SOURCES = 2000
 SDK_GUEST = "/wb-sdk"
 #: Flags a manifest or caller may add to ``zig cc``; the lane owns target, output and paths.
 C_FLAG_RE = re.compile(
-    r"^-(D[A-Za-z_][A-Za-z0-9_]*(=[^\s]*)?|U[A-Za-z_][A-Za-z0-9_]*|W[A-Za-z0-9,=_-]*|O[0-3sz]?|g0?"
+    # -W warnings, but never -Wl, / -Wa, / -Wp,: those pass anything to the linker, assembler
+    # or preprocessor (stack size, exports, response files) past this allowlist
+    r"^-(D[A-Za-z_][A-Za-z0-9_]*(=[^\s]*)?|U[A-Za-z_][A-Za-z0-9_]*|W(?![alp],)[A-Za-z0-9,=_-]*|O[0-3sz]?|g0?"
     r"|std=[a-z0-9+]+|f[a-z0-9-]+(=[a-z0-9]+)?|l(m|c|wasi-emulated-(signal|process-clocks|getpid|mman))|s)$"
 )
 #: ``-f`` flags that change the target, load host code or write outside ``/out``: the lane
