@@ -291,7 +291,10 @@ class SvelteLane(JsLane):
         return f"{JsLane.version.fget(self)}; {pins}; svelte lane {ours[:12]}"  # type: ignore[attr-defined]
 
     def runtime(self, progress: Any = None) -> Runtime:
-        if missing():
+        gone = missing()
+        if any((cache_dir() / p.tgz).exists() for p in gone):
+            raise InvalidArgs(f"svelte lane: {compiler_ok()}")  # a planted tarball: refuse, never fetch over it silently
+        if gone:
             fetch(progress=progress)
         return Runtime()
 
@@ -333,7 +336,9 @@ class SvelteLane(JsLane):
         if request.progress:
             request.progress(f"svelte {SVELTE.version}: compiling {len(components)} component(s) inside QuickJS")
         emitted, warnings = self.compile(rt, components)
-        files = {n: t for n, t in everything.items() if not n.endswith(".svelte")}
+        # the toolkit's own modules import components by their source name, like a bundler allows
+        files = {n: _component_import(n, t) if n.endswith((".js", ".mjs")) else t
+                 for n, t in everything.items() if not n.endswith(".svelte")}
         for name, text in emitted.items():
             if name in files:
                 raise InvalidArgs(f"svelte: {name} exists and is also emitted from {name[:-3]}")
