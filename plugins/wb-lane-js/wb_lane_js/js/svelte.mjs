@@ -8,6 +8,13 @@ import * as std from 'qjs:std';
 // compiler/index.js is UMD: with no `module`/`define` it sets globalThis.svelte.
 std.evalScript(std.loadFile('/app/__wb_svelte_compiler.js'));
 const compiler = globalThis.svelte;
+// Svelte's messages end with a line holding the docs URL: one line, "message (code, url)".
+const say = (rel, pos, e) => {
+  const lines = String(e.message ?? e).split('\n');
+  const url = lines.length > 1 && lines[lines.length - 1].startsWith('https://') ? lines.pop() : '';
+  const where = pos ? `${rel}:${pos.line}:${pos.column + 1}` : rel;
+  return `${where}: ${lines.join(' ')} (${[e.code, url].filter(Boolean).join(', ') || 'error'})`;
+};
 const files = {};
 const errors = [];
 const warnings = [];
@@ -18,14 +25,10 @@ for (const path of scriptArgs.slice(1)) {
     const out = compiler.compile(text, { filename: rel, generate: 'server', dev: false });
     files[rel + '.js'] = out.js.code;
     for (const w of out.warnings ?? []) {
-      warnings.push(`${rel}:${w.start?.line ?? 0}:${(w.start?.column ?? 0) + 1}: ${w.message} (${w.code})`);
+      warnings.push(say(rel, w.start, w));
     }
   } catch (e) {
-    if (e && e.start) {
-      errors.push(`${rel}:${e.start.line}:${e.start.column + 1}: ${e.message ?? e} (${e.code ?? 'error'})`);
-    } else {
-      errors.push(`${rel}: ${e && e.message ? e.message : e}`);
-    }
+    errors.push(say(rel, e && e.start, e ?? {}));
   }
 }
 std.out.puts(JSON.stringify({ files, errors, warnings }));
