@@ -120,6 +120,16 @@ def test_report_html_toolkit(tmp_path, wb_home):
     assert empty.exit_code == 0 and "No rows." in empty.stdout.decode()
 
 
+@needs_tarballs
+def test_a_toolkit_cannot_plant_the_runtime_or_the_entry(tmp_path, wb_home):
+    """The bundled runtime lives under ``__wb_svelte/`` and the generated entry has a fixed
+    name: a toolkit's own file there would replace Svelte's code, so it is refused."""
+    for rel in ("__wb_svelte/svelte/src/server/index.js", "__wb_svelte_main.mjs"):
+        tk = toolkit(tmp_path / rel.replace("/", "_"), {"App.svelte": "<p>x</p>\n", rel: "export const render = () => ({ body: 'PLANTED' });\n"})
+        with pytest.raises(InvalidArgs, match="reserves"):
+            build(SvelteLane(home=wb_home), tk, tmp_path / "out")
+
+
 def test_no_svelte_file_is_refused(tmp_path, wb_home):
     tk = toolkit(tmp_path, {"main.js": "console.log(1);\n"})
     with pytest.raises(InvalidArgs, match="no .svelte files"):

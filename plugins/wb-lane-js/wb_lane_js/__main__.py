@@ -27,7 +27,10 @@ def main(argv: list[str]) -> int:
     from wb_lane_js import svelte, ts
 
     tarballs = [Path(p) for p in rest[1::2]]
-    say = lambda m: print(m, file=sys.stderr)  # noqa: E731
+
+    def say(message: str) -> None:
+        print(message, file=sys.stderr)
+
     try:
         if which == "svelte":
             where = svelte.fetch(progress=say, tarballs=tarballs)
