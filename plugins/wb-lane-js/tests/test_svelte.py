@@ -85,6 +85,21 @@ def test_a_component_with_props_each_and_if_renders(tmp_path, wb_home):
 
 
 @needs_tarballs
+def test_a_rune_module_is_compiled_with_compile_module(tmp_path, wb_home):
+    counter = "export function counter(start) {\n  let n = $state(start);\n  return { get n() { return n; }, up() { n += 1; } };\n}\n"
+    app = ("<script>\n  import { counter } from './counter.svelte.js';\n  let { start = 0 } = $props();\n"
+           "  const c = counter(start);\n  c.up();\n</script>\n<b>{c.n}</b>\n")
+    tk = toolkit(tmp_path, {"App.svelte": app, "counter.svelte.js": counter})
+    out = build(SvelteLane(home=wb_home), tk, tmp_path / "out")
+    assert "$state" not in artifact.unpack(out.artifact.read_bytes()).files["counter.svelte.js"]
+    res = run_artifact(out.artifact, ["sv"], stdin=b'{"start": 41}', home=wb_home)
+    assert res.exit_code == 0 and "<b>42</b>" in res.stdout.decode(), res.stderr
+    (tk / "src" / "App.svelte.js").write_text(counter)
+    with pytest.raises(InvalidArgs, match="both a rune module"):
+        build(SvelteLane(home=wb_home), tk, tmp_path / "out2")
+
+
+@needs_tarballs
 def test_a_syntax_error_is_located_file_line(tmp_path, wb_home):
     tk = toolkit(tmp_path, {"App.svelte": "<h1>ok</h1>\n<ul>\n{#each items as}\n</ul>\n"})
     with pytest.raises(BuildFailed) as err:

@@ -10,7 +10,8 @@ fetch svelte`` fetches them (``dev.py setup`` and CI run it), or the first svelt
 Every build re-checks each tarball's sha256 and reads members straight from it: a file
 planted in the cache is refused, never run.
 
-*Build*: each ``.svelte`` file goes through ``compile(source, {generate: 'server'})`` in
+*Build*: each ``.svelte`` file goes through ``compile(source, {generate: 'server'})`` (each
+``X.svelte.js`` rune module through ``compileModule``) in
 QuickJS's reactor wasm in wasmtime, seeing only a read-only ``/app`` with the components
 and the compiler (a syntax error fails with ``file:line:col``). The emitted modules import
 ``svelte/internal/server``; the lane walks those imports through the tarballs (package
@@ -332,13 +333,17 @@ class SvelteLane(JsLane):
         components = {n: t for n, t in everything.items() if n.endswith(".svelte")}
         if not components:
             raise InvalidArgs(f"svelte: no .svelte files under {src}")
+        runes = {n: t for n, t in everything.items() if n.endswith((".svelte.js", ".svelte.mjs"))}
+        for name in components:
+            if name + ".js" in runes:
+                raise InvalidArgs(f"svelte: {name}.js is both a rune module and what {name} compiles to; rename one")
         rt = self.runtime(request.progress)
         if request.progress:
             request.progress(f"svelte {SVELTE.version}: compiling {len(components)} component(s) inside QuickJS")
-        emitted, warnings = self.compile(rt, components)
+        emitted, warnings = self.compile(rt, {**components, **runes})
         # the toolkit's own modules import components by their source name, like a bundler allows
         files = {n: _component_import(n, t) if n.endswith((".js", ".mjs")) else t
-                 for n, t in everything.items() if not n.endswith(".svelte")}
+                 for n, t in everything.items() if not n.endswith(".svelte") and n not in runes}
         for name, text in emitted.items():
             if name in files:
                 raise InvalidArgs(f"svelte: {name} exists and is also emitted from {name[:-3]}")

@@ -1,5 +1,5 @@
 // wbcore svelte lane: compile .svelte components with the Svelte compiler, inside QuickJS.
-// scriptArgs: the .svelte files (under /app). Prints one JSON object to stdout:
+// scriptArgs: the .svelte files and .svelte.js rune modules (under /app). Prints one JSON object to stdout:
 // {"files": {"<name>.svelte.js": "<js>"}, "errors": ["file:line:col: message", ...],
 //  "warnings": [...]}. Components are compiled for the server (generate: 'server'): the
 // output imports 'svelte/internal/server', which the lane bundles from the same tarball.
@@ -22,8 +22,12 @@ for (const path of scriptArgs.slice(1)) {
   const rel = path.replace(/^\/app\//, '');
   const text = std.loadFile(path);
   try {
-    const out = compiler.compile(text, { filename: rel, generate: 'server', dev: false });
-    files[rel + '.js'] = out.js.code;
+    // X.svelte.js / X.svelte.mjs: a module using runes ($state, $derived) outside a component
+    const module = /\.svelte\.m?js$/.test(rel);
+    const out = module
+      ? compiler.compileModule(text, { filename: rel, generate: 'server', dev: false })
+      : compiler.compile(text, { filename: rel, generate: 'server', dev: false });
+    files[module ? rel : rel + '.js'] = out.js.code;
     for (const w of out.warnings ?? []) {
       warnings.push(say(rel, w.start, w));
     }
