@@ -100,6 +100,15 @@ def test_a_rune_module_is_compiled_with_compile_module(tmp_path, wb_home):
 
 
 @needs_tarballs
+def test_script_lang_ts_is_stripped_by_svelte(tmp_path, wb_home):
+    app = ("<script lang=\"ts\">\n  interface Props { n?: number }\n  let { n = 1 }: Props = $props();\n"
+           "  const twice = (v: number): number => v * 2;\n</script>\n<p>{twice(n)}</p>\n")
+    out = build(SvelteLane(home=wb_home), toolkit(tmp_path, {"App.svelte": app}), tmp_path / "out")
+    res = run_artifact(out.artifact, ["sv"], stdin=b'{"n": 21}', home=wb_home)
+    assert res.exit_code == 0 and "<p>42</p>" in res.stdout.decode(), res.stderr
+
+
+@needs_tarballs
 def test_a_syntax_error_is_located_file_line(tmp_path, wb_home):
     tk = toolkit(tmp_path, {"App.svelte": "<h1>ok</h1>\n<ul>\n{#each items as}\n</ul>\n"})
     with pytest.raises(BuildFailed) as err:
