@@ -133,6 +133,8 @@ def fetch(env: Any = None, progress: Any = None, *, tarballs: list[Path] | None 
         with tempfile.TemporaryDirectory(prefix=f".{pkg.name}-", dir=where) as tmp:
             tgz = Path(tmp) / pkg.tgz
             if pkg.tgz in given:
+                if not given[pkg.tgz].is_file() or given[pkg.tgz].stat().st_size > MAX_TGZ:
+                    raise InvalidArgs(f"{given[pkg.tgz]}: not a regular file of at most {MAX_TGZ >> 20} MiB")
                 shutil.copyfile(given[pkg.tgz], tgz)
                 origin = str(given[pkg.tgz])
             elif tarballs:
