@@ -112,6 +112,7 @@ def warm(env: Path) -> None:
     probe = subprocess.run([_bin(env, "python"), "-c", "import wb_lane_js"], capture_output=True)
     if probe.returncode == 0:  # the ts lane's compiler from npm (once per machine; tests then need no network)
         fetch_typescript(env)
+        fetch_svelte(env)
 
 
 def fetch_jq(env: Path) -> None:
@@ -157,6 +158,29 @@ def fetch_typescript(env: Path) -> None:
                 return
             print(f"dev: npm pack typescript@{version} failed ({packed.stderr.strip()[-200:]}); trying wbcore's fetcher", flush=True)
     run([py, "-m", "wb_lane_js", "fetch"])
+
+
+def fetch_svelte(env: Path) -> None:
+    """The svelte lane's pinned tarballs (svelte and the three packages its server runtime
+    imports): by `npm pack` where npm is installed, else through wbcore's fetcher."""
+    import shutil
+    import tempfile
+
+    py = _bin(env, "python")
+    if subprocess.run([py, "-c", "import sys, wb_lane_js.svelte as s; sys.exit(bool(s.missing()))"]).returncode == 0:
+        return
+    npm = shutil.which("npm")
+    if npm:
+        with tempfile.TemporaryDirectory() as tmp:
+            specs = subprocess.run([py, "-c", "import wb_lane_js.svelte as s; print(' '.join(f'{p.name}@{p.version}' for p in s.PACKAGES))"],
+                                   capture_output=True, text=True, check=True).stdout.split()
+            packed = subprocess.run([npm, "pack", *specs, "--pack-destination", tmp], capture_output=True, text=True)
+            tgzs = sorted(Path(tmp).glob("*.tgz"))
+            if packed.returncode == 0 and len(tgzs) == len(specs):
+                run([py, "-m", "wb_lane_js", "fetch", "svelte", *(a for t in tgzs for a in ("--from", str(t)))])
+                return
+            print(f"dev: npm pack {' '.join(specs)} failed ({packed.stderr.strip()[-200:]}); trying wbcore's fetcher", flush=True)
+    run([py, "-m", "wb_lane_js", "fetch", "svelte"])
 
 
 def run_suites(env: Path, suites: list[Path], rest: list[str]) -> int:

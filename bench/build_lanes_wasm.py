@@ -33,6 +33,7 @@ CASES = {
     "c-wasm": ("hexdump", "src/hexdump.c", "/* bench */\n"),
     "js": ("csv", "src/main.js", "// bench\n"),
     "ts": ("mdtext", "src/main.ts", "// bench\n"),
+    "svelte": ("report-html", "src/App.svelte", "<!-- bench -->\n"),
     "go": ("table", "src/main.go", "// bench\n"),
     "rust": ("freq", "src/src/main.rs", "// bench\n"),
 }

@@ -27,6 +27,18 @@ def _ts_available() -> Availability:
     return check()
 
 
+def _svelte(runtime: Any) -> Any:
+    from wb_lane_js.svelte import SvelteLane
+
+    return SvelteLane.for_runtime(runtime)
+
+
+def _svelte_available() -> Availability:
+    from wb_lane_js.svelte import check
+
+    return check()
+
+
 def _runner(runtime: Any) -> Any:
     from wb_lane_js.runner import JsRunner
 
@@ -40,7 +52,7 @@ def _available() -> Availability:
 
 
 def no_flags(lane: str) -> Any:
-    """The js and ts lanes take no ``#+BUILD_FLAGS``: the check build and verify both call."""
+    """The js, ts and svelte lanes take no ``#+BUILD_FLAGS``: the check build and verify both call."""
 
     def check(flags: tuple[str, ...]) -> None:
         if flags:
@@ -72,6 +84,18 @@ def wbcore_build_lanes() -> Iterator[BuildLane]:
         factory=_ts,
         available=_ts_available,
         check_flags=no_flags("ts"),
+        kind="compile-and-run",
+        runner=_runner,
+    )
+    yield BuildLane(
+        name="svelte",
+        summary="Svelte 5 components compiled for the server (generate: 'server') and rendered by Svelte's runtime: "
+        "JSON props on stdin, HTML on stdout; then the js lane",
+        where="the Svelte compiler (svelte 5.57.3 from npm, fetched once, sha256-pinned) inside QuickJS-NG's reactor wasm in "
+        "wasmtime; the runtime modules bundled from the same tarballs; zero native execution",
+        factory=_svelte,
+        available=_svelte_available,
+        check_flags=no_flags("svelte"),
         kind="compile-and-run",
         runner=_runner,
     )
