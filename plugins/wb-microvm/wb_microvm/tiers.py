@@ -372,6 +372,16 @@ class MicrovmTier:
         snap = self.snapshot()
         return _Call(self.runtime, snap, request, str(posix["cli_bin"])).run()
 
+    def open_shell(self, request: Any) -> Any:
+        """A VM restored for one terminal session's life (``wbx shell --tier microvm``)."""
+        from wb_microvm.shell import open_shell, refuse_mounts
+
+        refuse_mounts(request)  # before any image build or restore
+        ok, why = _probe_tools()
+        if not ok:
+            raise NotFound(f"tier microvm is unavailable: {why}")
+        return open_shell(self.snapshot(), request)
+
 
 class _Call:
     """One call: restore a VM, authenticate, exec, bridge caps, tear the VM down."""
