@@ -10,23 +10,37 @@ allowlist (``/bin/sh`` is busybox's), as uid 1000 on a fresh pty, at most four a
 The host relays the terminal with :func:`wbcore.terminal.attach` over the VM's
 virtio-serial channel; a watchdog SIGKILLs QEMU at the session's deadline + :data:`GRACE_S`.
 
-``--mount`` is refused: the snapshot was taken without a shared-folder device, and a VM
-restored from it cannot gain one (QEMU restores exactly the devices it saved).
+``--mount`` folders travel over virtio-9p: QEMU restores exactly the devices it saved, so a
+shell with mounts restores a second snapshot (built once, like the first) whose VM has
+:data:`MOUNT_SLOTS` virtio-9p devices, each exporting an empty read-only folder at
+snapshot time (9p migrates only while nothing is mounted); the restored QEMU exports the
+caller's folders in their place (``security_model=none``, ``readonly=on`` unless ``:rw``),
+and the agent mounts them (a sealed ``Mount`` frame per folder, before any session;
+nosuid, nodev). Calls never use that snapshot. As root, QEMU runs as host uid
+:data:`wb_microvm.vm.QEMU_UID`: a folder must be reachable by it (checked, with the
+``chmod``/``chown`` that is missing named).
 """
 
 from __future__ import annotations
 
+import os
+import stat
 import threading
 import time
+from collections.abc import Sequence
+from pathlib import Path
 
 from wb_microvm import tiers
 from wb_microvm import vm as _vm
 from wbcore import frames
 from wbcore.errors import InvalidArgs, NotFound, Timeout
-from wbcore.terminal import Channel, ShellRequest
+from wbcore.terminal import Channel, Mount, ShellRequest
 
 #: The host's watchdog ends the VM this long after the session's deadline.
 GRACE_S = 1.0
+#: virtio-9p devices of a shell VM with mounts (its snapshot has as many; unused ones export
+#: an empty read-only folder).
+MOUNT_SLOTS = 4
 
 
 class MicrovmShell:
@@ -54,23 +68,64 @@ class MicrovmShell:
         self.vm.kill()
 
 
-def refuse_mounts(request: ShellRequest) -> None:
-    if request.mounts:
-        m = request.mounts[0]
-        raise InvalidArgs(f"wbx shell --tier microvm: --mount {m.host}:{m.guest} is not supported: the micro-VM is "
-                          "restored from a snapshot taken without a shared-folder device, so no host folder can "
-                          "reach its guest; use --tier container for a shell with host folders")
+def reachable(path: str, rw: bool, uid: int) -> str:
+    """Why host ``uid`` (which owns nothing and is in no group) cannot use folder ``path``,
+    or ``""``: every ancestor searchable by others, the folder readable (and for ``rw``
+    writable) by others or owned by ``uid``."""
+    p = Path(path)
+    for parent in reversed(p.parents):
+        st = parent.stat()
+        if st.st_uid != uid and not st.st_mode & stat.S_IXOTH:
+            return f"{parent} is not searchable by others (chmod o+x {parent})"
+    st = p.stat()
+    need = stat.S_IROTH | stat.S_IXOTH | (stat.S_IWOTH if rw else 0)
+    if st.st_uid != uid and st.st_mode & need != need:
+        return (f"{p} is not {'writable' if rw else 'readable'} by others (chmod o+{'rwx' if rw else 'rx'} {p}, "
+                f"or chown {uid} {p})")
+    return ""
+
+
+def check_mounts(request: ShellRequest) -> None:
+    """At most :data:`MOUNT_SLOTS` host folders, each reachable by the QEMU that exports it."""
+    if len(request.mounts) > MOUNT_SLOTS:
+        raise InvalidArgs(f"wbx shell --tier microvm: at most {MOUNT_SLOTS} --mount folders (got {len(request.mounts)})")
+    if os.geteuid() != 0:
+        return
+    for m in request.mounts:
+        why = reachable(m.host, m.rw, _vm.QEMU_UID)
+        if why:
+            raise InvalidArgs(f"--mount {m.host}:{m.guest}: the micro-VM's QEMU runs as host uid {_vm.QEMU_UID}, "
+                              f"which cannot use it: {why}")
+
+
+def _mount_all(vm: _vm.Vm, secret: bytes, mounts: Sequence[Mount], deadline: float) -> None:
+    for slot, m in enumerate(mounts):
+        vm.send_frame(frames.seal(frames.MOUNT, secret, {"slot": slot, "guest": m.guest, "rw": m.rw}))
+        while True:
+            kind, payload = vm.recv(deadline)
+            if kind in (frames.MOUNTED, frames.REFUSED):
+                break
+        obj, _ = frames.unpack(payload)
+        if kind == frames.REFUSED or obj.get("ok") is not True:
+            raise InvalidArgs(f"--mount {m.host}:{m.guest}: the guest could not mount it: "
+                              f"{obj.get('error') or obj.get('message')}")
 
 
 def open_shell(snap: tiers.Snapshot, request: ShellRequest) -> MicrovmShell:
-    """Restore a VM from ``snap``, complete the agent's handshake, return the open shell."""
-    refuse_mounts(request)
+    """Restore a VM from ``snap`` (one with :data:`MOUNT_SLOTS` virtio-9p slots when the
+    request has mounts), complete the agent's handshake, mount, return the open shell."""
+    check_mounts(request)
     started = time.monotonic()
-    vm = _vm.Vm(snap.image, snap.accel, snap.secret, incoming=snap.path)
+    shares: list[tuple[str | None, bool]] | None = None
+    if request.mounts:
+        shares = [(m.host, m.rw) for m in request.mounts]
+        shares += [(None, False)] * (MOUNT_SLOTS - len(shares))
+    vm = _vm.Vm(snap.image, snap.accel, snap.secret, incoming=snap.path, shares=shares)
     try:
         end = min(started + tiers.RESTORE_S, started + request.timeout_s)
         vm.connect(end)
         vm.handshake(end)
+        _mount_all(vm, snap.secret, request.mounts, end)
     except (Timeout, _vm.GuestGone, frames.FrameError, OSError) as exc:
         why = vm.stderr()
         vm.kill()
@@ -82,4 +137,4 @@ def open_shell(snap: tiers.Snapshot, request: ShellRequest) -> MicrovmShell:
     return MicrovmShell(vm, snap.secret, started + request.timeout_s)
 
 
-__all__ = ["GRACE_S", "MicrovmShell", "open_shell", "refuse_mounts"]
+__all__ = ["GRACE_S", "MOUNT_SLOTS", "MicrovmShell", "check_mounts", "open_shell"]

@@ -65,6 +65,7 @@
 
 enum { EXEC = 0x01, EXEC_RESULT = 0x02, PING = 0x03, PONG = 0x04, SHUTDOWN = 0x05,
        PTY_OPEN = 0x16, PTY_OPENED = 0x17, PTY_DATA = 0x18, PTY_RESIZE = 0x19, PTY_CLOSE = 0x1A, PTY_CLOSED = 0x1B,
+       MOUNT = 0x1C, MOUNTED = 0x1D,
        BROKER_CALL = 0x22, BROKER_ANSWER = 0x23, REFUSED = 0x7F };
 
 static unsigned char secret[SECRET_BYTES];
@@ -733,6 +734,7 @@ typedef struct {
 
 static pty_session sessions[MAX_SESSIONS];
 static int nsessions;
+static int sessions_started;  /* once set, no more Mounts (see do_mount) */
 
 static const char *ENV_NAMES[] = {"TERM", "LANG", "LC_ALL", "COLUMNS", "LINES", "PS1", "HOME", "USER", "PATH", "SHELL"};
 #define N_ENV_NAMES (sizeof ENV_NAMES / sizeof *ENV_NAMES)
@@ -868,6 +870,7 @@ static void pty_open(sealed *s) {
             nsessions++;
             break;
         }
+    sessions_started = 1;
     pty_opened(sid, NULL);
 }
 
@@ -962,6 +965,71 @@ static void pty_control(int kind, sealed *s) {
     if (t) kill(-t->pid, SIGHUP);  /* PtyClose */
 }
 
+/* --- host folders (wbx shell --mount): virtio-9p slots the VM was started with ---------- */
+/* Mount{slot, guest, rw} (sealed) mounts the 9p export tagged "wbm<slot>" at an absolute,
+ * normalised guest path outside the guest's system folders, nosuid and nodev, read-only
+ * unless rw (QEMU exports an unused slot, or a read-only one, read-only as well). Only
+ * before the first terminal session: no uid-1000 process exists yet to race the folders
+ * created on the way (the initramfs is root's). Answered with Mounted{slot, ok, error}. */
+
+#define MOUNT_SLOTS 4
+
+static void mounted(long long slot, const char *error) {
+    char head[1400], msg[1200];
+    json_escape(msg, sizeof msg, error ? error : "");
+    snprintf(head, sizeof head, "{\"slot\":%lld,\"ok\":%s,\"error\":\"%s\",\"blobs\":[]}", slot, error ? "false" : "true", msg);
+    send_json(MOUNTED, head, NULL, 0, NULL, 0);
+}
+
+static const char *guest_path_problem(const char *g) {
+    static const char *reserved[] = {"/proc", "/dev", "/sys", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc", "/wb", "/run", "/init", "/root"};
+    size_t n = strlen(g);
+    if (g[0] != '/' || n < 2 || n > 200 || g[n - 1] == '/') return "the guest path must be absolute, normalised and not /";
+    for (const char *p = g; *p; p++) {
+        if (p[0] == '/' && (p[1] == '/' || (p[1] == '.' && (p[2] == '/' || !p[2] || (p[2] == '.' && (p[3] == '/' || !p[3]))))))
+            return "the guest path must be normalised (no '//', '.' or '..')";
+    }
+    for (size_t i = 0; i < sizeof reserved / sizeof *reserved; i++) {
+        size_t r = strlen(reserved[i]);
+        if (!strncmp(g, reserved[i], r) && (g[r] == 0 || g[r] == '/')) return "the guest path is inside a system folder of the guest";
+    }
+    return NULL;
+}
+
+static void do_mount(sealed *s) {
+    jobj *o = &s->obj;
+    jfield *sl = jget(o, "slot", 'i'), *gf = jget(o, "guest", 's'), *rwf = jget(o, "rw", 'o');
+    if (!sl || !gf) { refuse("malformed", "Mount needs 'slot' (an integer) and 'guest' (a string)"); return; }
+    int rw = rwf && rwf->rawn == 4 && !memcmp(rwf->raw, "true", 4);
+    if (sl->num < 0 || sl->num >= MOUNT_SLOTS) { mounted(sl->num, "no such mount slot (0..3)"); return; }
+    if (sessions_started) { mounted(sl->num, "mounts are made before the first terminal session only"); return; }
+    const char *why = guest_path_problem(gf->str);
+    if (why) { mounted(sl->num, why); return; }
+    char path[256];
+    snprintf(path, sizeof path, "%s", gf->str);
+    for (char *p = path + 1; ; p++) {  /* mkdir -p, as root, of root-owned folders */
+        char c = *p;
+        if (c == '/' || c == 0) {
+            *p = 0;
+            struct stat st;
+            if (mkdir(path, 0755) && errno != EEXIST) { mounted(sl->num, strerror(errno)); return; }
+            if (lstat(path, &st) || !S_ISDIR(st.st_mode)) { mounted(sl->num, "a part of the guest path is not a folder"); return; }
+            *p = c;
+        }
+        if (!c) break;
+    }
+    char tag[16];
+    snprintf(tag, sizeof tag, "wbm%lld", sl->num);
+    unsigned long flags = MS_NOSUID | MS_NODEV | (rw ? 0 : MS_RDONLY);
+    if (mount(tag, path, "9p", flags, "trans=virtio,version=9p2000.L,cache=none,msize=262144")) {
+        char m[300];
+        snprintf(m, sizeof m, "mount %s at %s: %s", tag, path, strerror(errno));
+        mounted(sl->num, m);
+        return;
+    }
+    mounted(sl->num, NULL);
+}
+
 /* --- wb-cap: the guest command's side of a broker call -------------------------------- */
 
 static int cap_main(int argc, char **argv) {
@@ -1048,13 +1116,14 @@ static void from_host(void) {
     } else if (kind == PTY_DATA) {
         if (!authed) refuse("unexpected", "PtyData before a Ping with the session secret; refused");
         else pty_data_from_host(payload, n);
-    } else if (kind == EXEC || kind == PTY_OPEN || kind == PTY_RESIZE || kind == PTY_CLOSE) {
+    } else if (kind == EXEC || kind == PTY_OPEN || kind == PTY_RESIZE || kind == PTY_CLOSE || kind == MOUNT) {
         sealed s;
         const char *reason, *err;
         if (!authed) refuse("unexpected", "a request before a Ping with the session secret; refused");
         else if (open_sealed(payload, n, &s, &reason, &err)) refuse(reason, err);
         else {
-            if (kind != EXEC) pty_control(kind, &s);
+            if (kind == MOUNT) do_mount(&s);
+            else if (kind != EXEC) pty_control(kind, &s);
             /* a call sweeps every process of uid 1000 when it ends: never while sessions run */
             else if (nsessions) refuse("unexpected", "terminal sessions are open in this guest; Exec runs in a guest without them");
             else do_exec(&s);
