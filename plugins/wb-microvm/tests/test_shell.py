@@ -2,7 +2,7 @@
 from the tier's snapshot, relayed as frames.
 
 The agent is driven frame by frame (sessions, the four-session cap, the allowlist, secrets,
-malformed frames, resize, hang-up), and the whole command is driven as a user would, in a
+malformed frames, resize, hang-up, virtio-9p mounts), and the whole command is driven as a user would, in a
 real terminal: ``tmux`` send-keys / capture-pane. Slow: the first test of a run may build
 the image and boot it cold once (the snapshot is kept under ``$WB_MICROVM_CACHE``).
 """
@@ -218,10 +218,87 @@ def test_the_host_hanging_up_ends_every_session(snapshot) -> None:
         box.close()
 
 
-def test_mounts_are_refused_with_a_way_forward(tmp_path, make_runtime) -> None:
-    req = terminal.ShellRequest(mounts=(terminal.Mount(str(tmp_path), "/data"),))
-    with pytest.raises(InvalidArgs, match="--tier container"):
-        tiers.MicrovmTier(make_runtime()).open_shell(req)
+@pytest.fixture
+def folders(request):
+    """A read-only and a writable host folder the unprivileged QEMU (as root: host uid
+    ``vm.QEMU_UID``) and the guest's uid 1000 can use: in the world-searchable temp dir."""
+    import tempfile
+
+    ro = Path(tempfile.mkdtemp(prefix="wb-mvshell-ro-"))
+    rw = Path(tempfile.mkdtemp(prefix="wb-mvshell-rw-"))
+    request.addfinalizer(lambda: [shutil.rmtree(d, ignore_errors=True) for d in (ro, rw)])
+    (ro / "in.txt").write_text("from the host\n")
+    (ro / "leak").symlink_to("/etc/shadow")  # resolved in the guest, never on the host
+    os.chmod(ro, 0o755)
+    os.chmod(rw, 0o777)  # (the guest's uid 1000 is an "other" to it; the sticky bit's absence is the point)
+    return ro, rw
+
+
+def test_mounted_folders_are_read_only_unless_rw_and_stay_inside(folders, snapshot) -> None:
+    ro, rw = folders
+    slots = tiers.prepare(CACHE, mount_slots=shell.MOUNT_SLOTS)
+    req = terminal.ShellRequest(timeout_s=60, mounts=(terminal.parse_mount(f"{ro}:/data"),
+                                                      terminal.parse_mount(f"{rw}:/tmp/out:rw")))
+    box = shell.open_shell(slots, req)
+    try:
+        script = ("cat /data/in.txt; echo x > /data/no.txt; echo made > /tmp/out/out.txt; cat /data/leak; "
+                  "ls /data/.. | wc -l; mount | grep -c 'nosuid,nodev'; exit 3")
+        assert _open(box, 1, args=["-c", script])[1]["ok"] is True
+        out, closed = _until_closed(box)
+        assert b"from the host" in out and b"Read-only file system" in out, out
+        assert b"/data/leak" in out and b"No such file" in out, out  # the guest has no /etc/shadow
+        assert closed["exit_code"] == 3
+        assert (rw / "out.txt").read_text() == "made\n" and not (ro / "no.txt").exists()
+        # mounts are made before the first session only
+        box.channel.send_frame(frames.seal(frames.MOUNT, box.secret, {"slot": 2, "guest": "/late", "rw": True}))
+        obj = _next(box, {frames.MOUNTED})[1]
+        assert obj["ok"] is False and "before the first terminal session" in obj["error"]
+    finally:
+        box.close()
+
+
+def test_mount_requests_are_checked_on_both_sides(folders, snapshot, make_runtime) -> None:
+    ro, _ = folders
+    slots = tiers.prepare(CACHE, mount_slots=shell.MOUNT_SLOTS)
+    box = shell.open_shell(slots, terminal.ShellRequest(timeout_s=60, mounts=(terminal.parse_mount(f"{ro}:/data"),)))
+    try:
+        # the guest refuses system folders, unnormalised paths and unknown slots itself
+        for slot, guest in ((1, "/etc/x"), (1, "/proc"), (1, "/a/../etc"), (1, "/a//b"), (1, "relative"), (9, "/ok")):
+            box.channel.send_frame(frames.seal(frames.MOUNT, box.secret, {"slot": slot, "guest": guest}))
+            obj = _next(box, {frames.MOUNTED})[1]
+            assert obj["ok"] is False, (slot, guest, obj)
+        box.channel.send_frame(frames.seal(frames.MOUNT, bytes(32), {"slot": 1, "guest": "/x"}))
+        assert _next(box, {frames.REFUSED})[1]["reason"] == "secret"
+    finally:
+        box.close()
+    too_many = tuple(terminal.Mount(str(ro), f"/d{i}") for i in range(shell.MOUNT_SLOTS + 1))
+    with pytest.raises(InvalidArgs, match=f"at most {shell.MOUNT_SLOTS}"):
+        tiers.MicrovmTier(make_runtime()).open_shell(terminal.ShellRequest(mounts=too_many))
+    ro_only = Path(tempfile_dir())
+    os.chmod(ro_only, 0o755)
+    try:
+        with pytest.raises(InvalidArgs, match="chmod o\\+rwx"):
+            tiers.MicrovmTier(make_runtime()).open_shell(
+                terminal.ShellRequest(mounts=(terminal.Mount(str(ro_only), "/data", True),)))
+    finally:
+        shutil.rmtree(ro_only, ignore_errors=True)
+    if os.geteuid() == 0:
+        hidden = Path(tempfile_dir()) / "private"
+        hidden.mkdir(mode=0o777)
+        os.chmod(hidden, 0o777)
+        os.chmod(hidden.parent, 0o700)  # an ancestor QEMU's uid cannot search
+        try:
+            with pytest.raises(InvalidArgs, match="cannot use it"):
+                tiers.MicrovmTier(make_runtime()).open_shell(
+                    terminal.ShellRequest(mounts=(terminal.Mount(str(hidden), "/data", True),)))
+        finally:
+            shutil.rmtree(hidden.parent, ignore_errors=True)
+
+
+def tempfile_dir() -> str:
+    import tempfile
+
+    return tempfile.mkdtemp(prefix="wb-mvshell-")
 
 
 def test_the_deadline_tears_the_vm_down(snapshot) -> None:
@@ -277,17 +354,21 @@ def _wait_pane(cmd, name: str, needle: str, timeout: float = 60.0) -> str:
         time.sleep(0.2)
 
 
-def test_wbx_shell_in_tmux_resizes_and_propagates_the_exit_code(tmux, wb_home, tmp_path, snapshot) -> None:
+def test_wbx_shell_in_tmux_with_a_rw_mount_resizes_and_propagates_the_exit_code(tmux, wb_home, tmp_path, snapshot,
+                                                                               folders) -> None:
     cmd, name = tmux
     done = tmp_path / "exit"
+    _, rw = folders
     line = (f"WB_MICROVM_CACHE={shlex.quote(str(CACHE))} WB_MICROVM_POOL=0 WB_HOME={shlex.quote(str(wb_home))} "
-            f"{shlex.quote(_wbx())} shell --tier microvm; echo $? > {shlex.quote(str(done))}")
+            f"{shlex.quote(_wbx())} shell --tier microvm --mount {shlex.quote(str(rw))}:/data:rw; "
+            f"echo $? > {shlex.quote(str(done))}")
     cmd("new-session", "-d", "-s", name, "-x", "120", "-y", "40", "sh", "-c", line)
     pane = _wait_pane(cmd, name, "~ $")  # busybox ash in /tmp/w (HOME); tmux trims the trailing space
     assert "~ $" in pane, pane
-    cmd("send-keys", "-t", name, "echo uid=$(id -u); stty size; echo $((6*7))x", "Enter")
+    cmd("send-keys", "-t", name, "echo uid=$(id -u) > /data/who; stty size; echo $((6*7))x", "Enter")
     pane = _wait_pane(cmd, name, "42x")
-    assert "uid=1000" in pane and "42x" in pane and "40 120" in pane, pane
+    assert "42x" in pane and "40 120" in pane, pane
+    assert (rw / "who").read_text() == "uid=1000\n"
     cmd("resize-window", "-t", name, "-x", "100", "-y", "30")
     time.sleep(0.5)
     cmd("send-keys", "-t", name, "stty size", "Enter")

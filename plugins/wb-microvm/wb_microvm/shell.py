@@ -89,6 +89,12 @@ def check_mounts(request: ShellRequest) -> None:
     """At most :data:`MOUNT_SLOTS` host folders, each reachable by the QEMU that exports it."""
     if len(request.mounts) > MOUNT_SLOTS:
         raise InvalidArgs(f"wbx shell --tier microvm: at most {MOUNT_SLOTS} --mount folders (got {len(request.mounts)})")
+    for m in request.mounts:
+        # The guest sees the host's owners and modes (security_model=none) and its shell is
+        # guest uid 1000, an "other" to the folder: it writes only where others may.
+        if m.rw and not os.stat(m.host).st_mode & stat.S_IWOTH:
+            raise InvalidArgs(f"--mount {m.host}:{m.guest}:rw: the micro-VM's shell (guest uid 1000) sees the folder's "
+                              f"host owner and mode and may write only where others may: chmod o+rwx {m.host}")
     if os.geteuid() != 0:
         return
     for m in request.mounts:
