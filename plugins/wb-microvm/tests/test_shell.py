@@ -241,14 +241,17 @@ def test_mounted_folders_are_read_only_unless_rw_and_stay_inside(folders, snapsh
                                                       terminal.parse_mount(f"{rw}:/tmp/out:rw")))
     box = shell.open_shell(slots, req)
     try:
-        script = ("cat /data/in.txt; echo x > /data/no.txt; echo made > /tmp/out/out.txt; cat /data/leak; "
+        script = ("cat /data/in.txt; echo x > /data/no.txt; echo ma > /tmp/out/out.txt; echo de >> /tmp/out/out.txt; "
+                  "mkdir /tmp/out/sub && echo deep > /tmp/out/sub/f && chmod 4755 /tmp/out/sub/f; cat /data/leak; "
                   "ls /data/.. | wc -l; mount | grep -c 'nosuid,nodev'; exit 3")
         assert _open(box, 1, args=["-c", script])[1]["ok"] is True
         out, closed = _until_closed(box)
         assert b"from the host" in out and b"Read-only file system" in out, out
         assert b"/data/leak" in out and b"No such file" in out, out  # the guest has no /etc/shadow
         assert closed["exit_code"] == 3
-        assert (rw / "out.txt").read_text() == "made\n" and not (ro / "no.txt").exists()
+        assert (rw / "out.txt").read_text() == "ma\nde\n" and not (ro / "no.txt").exists()
+        assert (rw / "sub" / "f").read_text() == "deep\n"  # the shell writes into folders it made
+        assert (rw / "sub" / "f").stat().st_mode & 0o7777 == 0o600  # no guest-chosen mode (setuid) on the host
         # mounts are made before the first session only
         box.channel.send_frame(frames.seal(frames.MOUNT, box.secret, {"slot": 2, "guest": "/late", "rw": True}))
         obj = _next(box, {frames.MOUNTED})[1]

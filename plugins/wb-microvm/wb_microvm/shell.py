@@ -14,7 +14,9 @@ virtio-serial channel; a watchdog SIGKILLs QEMU at the session's deadline + :dat
 shell with mounts restores a second snapshot (built once, like the first) whose VM has
 :data:`MOUNT_SLOTS` virtio-9p devices, each exporting an empty read-only folder at
 snapshot time (9p migrates only while nothing is mounted); the restored QEMU exports the
-caller's folders in their place (``security_model=none``, ``readonly=on`` unless ``:rw``),
+caller's folders in their place (read-only ones ``security_model=none,readonly=on``;
+``:rw`` ones ``mapped-xattr``, so the guest owns what it creates and the host never gets a
+guest-chosen mode),
 and the agent mounts them (a sealed ``Mount`` frame per folder, before any session;
 nosuid, nodev). Calls never use that snapshot. As root, QEMU runs as host uid
 :data:`wb_microvm.vm.QEMU_UID`: a folder must be reachable by it (checked, with the
@@ -90,11 +92,11 @@ def check_mounts(request: ShellRequest) -> None:
     if len(request.mounts) > MOUNT_SLOTS:
         raise InvalidArgs(f"wbx shell --tier microvm: at most {MOUNT_SLOTS} --mount folders (got {len(request.mounts)})")
     for m in request.mounts:
-        # The guest sees the host's owners and modes (security_model=none) and its shell is
-        # guest uid 1000, an "other" to the folder: it writes only where others may.
+        # The guest sees the folder's own host owner and mode (what it creates inside is its
+        # own, mapped-xattr) and its shell is guest uid 1000, an "other" to the folder.
         if m.rw and not os.stat(m.host).st_mode & stat.S_IWOTH:
             raise InvalidArgs(f"--mount {m.host}:{m.guest}:rw: the micro-VM's shell (guest uid 1000) sees the folder's "
-                              f"host owner and mode and may write only where others may: chmod o+rwx {m.host}")
+                              f"host owner and mode and may write in it only if others may: chmod o+rwx {m.host}")
     if os.geteuid() != 0:
         return
     for m in request.mounts:

@@ -119,8 +119,11 @@ class Vm:
                     os.chown(empty, QEMU_UID, QEMU_UID)
                 for i, (path, rw) in enumerate(shares):
                     where = str(path or empty).replace(",", ",,")  # QEMU's option syntax escapes commas
-                    args += ["-fsdev", f"local,id=wbfs{i},path={where},security_model=none"
-                             + ("" if rw and path else ",readonly=on"),
+                    # A writable folder: the guest's owners and modes live in user.virtfs.*
+                    # xattrs (the shell owns what it makes; the host gets 0600/0700 files of
+                    # QEMU's uid, never a guest-chosen mode or setuid bit); read-only: as is.
+                    model = "mapped-xattr" if rw and path else "none,readonly=on"
+                    args += ["-fsdev", f"local,id=wbfs{i},path={where},security_model={model}",
                              "-device", f"virtio-9p-pci,fsdev=wbfs{i},mount_tag=wbm{i}"]
             if self.qmp_path is not None:
                 args += ["-qmp", f"unix:{self.qmp_path},server=on,wait=off"]
