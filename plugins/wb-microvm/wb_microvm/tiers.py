@@ -185,6 +185,10 @@ def prepare(cache: Path, progress: Any = None, *, mount_slots: int = 0) -> Snaps
         meta_path = sdir / "meta.json"
         if meta_path.is_file():
             meta = json.loads(meta_path.read_text())
+            try:
+                os.utime(sdir)  # in use: another snapshot's build prunes only unused ones (_prune)
+            except OSError:
+                pass
             return Snapshot(img, accel, sdir / "vm.mig", bytes.fromhex(meta["secret"]), meta["cold_boot_s"],
                             meta["snapshot_s"])
         sdir.mkdir(parents=True, exist_ok=True)
