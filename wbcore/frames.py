@@ -62,6 +62,8 @@ PTY_DATA = 0x18  # both: raw terminal bytes of one session (raw: [secret] + sess
 PTY_RESIZE = 0x19  # host → agent: the terminal's size changed (json: session, cols, rows)
 PTY_CLOSE = 0x1A  # host → agent: end the session (SIGHUP to its process group) (json: session)
 PTY_CLOSED = 0x1B  # agent → host: the session's child exited (json: session, exit_code)
+MOUNT = 0x1C  # host → agent: mount a host folder the sandbox was given (json: slot, guest, rw)
+MOUNTED = 0x1D  # agent → host: the mount's result (json: slot, ok, error)
 LINK = 0x20  # worker → host: the module's imports, before it links anything (json)
 LINK_ANSWER = 0x21  # host → worker: the caps to link, or the refusal (json; blob: wb.info body)
 BROKER_CALL = 0x22  # worker → host: one wb.<cap> call from the guest (json; blob: CBOR request)
@@ -72,11 +74,12 @@ NAMES = {
     EXEC: "Exec", EXEC_RESULT: "ExecResult", PING: "Ping", PONG: "Pong", SHUTDOWN: "Shutdown",
     LINK: "Link", LINK_ANSWER: "LinkAnswer", BROKER_CALL: "BrokerCall", BROKER_ANSWER: "BrokerAnswer",
     REFUSED: "Refused", PTY_OPEN: "PtyOpen", PTY_OPENED: "PtyOpened", PTY_DATA: "PtyData",
-    PTY_RESIZE: "PtyResize", PTY_CLOSE: "PtyClose", PTY_CLOSED: "PtyClosed",
+    PTY_RESIZE: "PtyResize", PTY_CLOSE: "PtyClose", PTY_CLOSED: "PtyClosed", MOUNT: "Mount", MOUNTED: "Mounted",
 }
 RAW = frozenset({PING, PONG, SHUTDOWN, PTY_DATA})
 #: What the host sends; each frame of these types must carry the session secret.
-FROM_HOST = frozenset({EXEC, PING, SHUTDOWN, LINK_ANSWER, BROKER_ANSWER, PTY_OPEN, PTY_DATA, PTY_RESIZE, PTY_CLOSE})
+FROM_HOST = frozenset({EXEC, PING, SHUTDOWN, LINK_ANSWER, BROKER_ANSWER, PTY_OPEN, PTY_DATA, PTY_RESIZE, PTY_CLOSE,
+                       MOUNT})
 
 
 class FrameError(Exception):

@@ -125,7 +125,14 @@ class Channel:
         self.read_fd, self.write_fd = read_fd, write_fd
 
     def recv(self) -> tuple[int, bytes]:
-        return frames.read_frame(lambda n: os.read(self.read_fd, n))
+        return frames.read_frame(self._read)
+
+    def _read(self, n: int) -> bytes:
+        while True:
+            try:
+                return os.read(self.read_fd, n)
+            except BlockingIOError:  # one socket both ways (a VM's channel), non-blocking for the relay's writes
+                select.select([self.read_fd], [], [], 1.0)
 
     def send_frame(self, frame: bytes) -> None:
         view = memoryview(frame)

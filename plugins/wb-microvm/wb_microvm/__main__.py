@@ -16,6 +16,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("command", choices=["prepare"])
     ap.add_argument("--cache", type=Path, default=None,
                     help="the image and snapshot cache (default: $WB_MICROVM_CACHE, else ~/.cache/wbcore/microvm)")
+    ap.add_argument("--shell-mounts", action="store_true",
+                    help="also the snapshot with virtio-9p slots that wbx shell --tier microvm --mount restores")
     args = ap.parse_args(argv)
     from wb_microvm import tiers
     from wbcore.errors import WbError
@@ -32,6 +34,11 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         snap = tiers.prepare(cache, progress=say)
+        if args.shell_mounts:
+            from wb_microvm.shell import MOUNT_SLOTS
+
+            shells = tiers.prepare(cache, progress=say, mount_slots=MOUNT_SLOTS)
+            say(f"shell snapshot with {MOUNT_SLOTS} virtio-9p slots at {shells.path}")
     except WbError as exc:
         print(f"microvm: {exc.message}", file=sys.stderr)
         return 1

@@ -9,7 +9,8 @@ owner root — the same inputs give the same bytes. It holds:
   compiled here from ``agent/wb_agent.c`` with ``gcc -static`` (or ``zig cc -target
   x86_64-linux-musl``);
 - the kernel modules the virtio-serial channel needs, from the same kernel package
-  (``virtio_ring`` before ``virtio``, then PCI transport, then ``virtio_console``);
+  (``virtio_ring`` before ``virtio``, then PCI transport, then ``virtio_console``), and
+  virtio-9p's (``netfs``, ``fscache``, ``9pnet``, ``9pnet_virtio``, ``9p``) for shell mounts;
 - ``/etc/wb/allowed``, the command allowlist: the absolute paths of the user applets
   (``/bin``, ``/usr/bin``) and ``wb-cap`` — nothing from ``/sbin``;
 - ``/init``, a busybox shell (PID 1) that mounts ``/proc``, ``/sys``, ``/dev`` and a
@@ -38,7 +39,9 @@ from wbcore.errors import NotFound
 
 AGENT_SRC = Path(__file__).with_name("agent") / "wb_agent.c"
 RECIPE = 1  # bumped when the layout below changes
-MODULES = ("virtio_ring", "virtio", "virtio_pci_legacy_dev", "virtio_pci_modern_dev", "virtio_pci", "virtio_console")
+MODULES = ("virtio_ring", "virtio", "virtio_pci_legacy_dev", "virtio_pci_modern_dev", "virtio_pci", "virtio_console",
+           # virtio-9p: host folders of ``wbx shell --tier microvm --mount`` (mounted by the agent on request)
+           "netfs", "fscache", "9pnet", "9pnet_virtio", "9p")
 BUSYBOX = "/bin/busybox"
 TMP_MB = 64
 INIT = f"""#!/bin/busybox sh
@@ -127,7 +130,9 @@ def kernel(cache: Path) -> tuple[str, Path, Path]:
     kdir = cache / "kernel"
     for done in sorted(kdir.glob("*/vmlinuz"), reverse=True):
         version = done.parent.name
-        return version, done, done.parent / "modules"
+        if all(any((done.parent / "modules").rglob(f"{name}.ko")) for name in MODULES):
+            return version, done, done.parent / "modules"
+        # unpacked before MODULES grew: unpacked again below (the package is fetched once more)
     if not shutil.which("apt-get") or not shutil.which("dpkg-deb"):
         raise NotFound("no kernel for the guest: /boot has no Debian kernel and apt is not here "
                        "(install linux-image-amd64)")
@@ -151,6 +156,8 @@ def kernel(cache: Path) -> tuple[str, Path, Path]:
             dest = stage / "modules" / src.relative_to(tree)
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest)
+        if (kdir / version).exists() and not all(any((kdir / version / "modules").rglob(f"{n}.ko")) for n in MODULES):
+            shutil.rmtree(kdir / version, ignore_errors=True)  # an older unpacking, short of modules
         try:
             os.rename(stage, kdir / version)
         except OSError:

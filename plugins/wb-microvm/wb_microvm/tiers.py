@@ -163,9 +163,11 @@ def probe_accel(img: _image.Image, cache: Path) -> str:
     return accel
 
 
-def prepare(cache: Path, progress: Any = None) -> Snapshot:
+def prepare(cache: Path, progress: Any = None, *, mount_slots: int = 0) -> Snapshot:
     """The snapshot for this machine: built once (image, probe, cold boot, migrate), under a
-    file lock so concurrent processes share one cold boot."""
+    file lock so concurrent processes share one cold boot. ``mount_slots`` > 0: a separate
+    snapshot whose VM has that many virtio-9p devices (shells with ``--mount``; calls never
+    use it)."""
     say = progress or (lambda _msg: None)
     cache.mkdir(parents=True, exist_ok=True)
     with _lock, open(cache / ".lock", "a+") as lockf:
@@ -177,11 +179,16 @@ def prepare(cache: Path, progress: Any = None) -> Snapshot:
         qv = _vm.qemu_version()
         import hashlib
 
-        tag = hashlib.sha256(f"{SNAPSHOT_RECIPE}:{img.digest}:{accel}:{qv}:{_vm.MEMORY_MB}".encode()).hexdigest()[:24]
+        slots = f":9p{mount_slots}" if mount_slots else ""
+        tag = hashlib.sha256(f"{SNAPSHOT_RECIPE}:{img.digest}:{accel}:{qv}:{_vm.MEMORY_MB}{slots}".encode()).hexdigest()[:24]
         sdir = cache / "snapshots" / tag
         meta_path = sdir / "meta.json"
         if meta_path.is_file():
             meta = json.loads(meta_path.read_text())
+            try:
+                os.utime(sdir)  # in use: another snapshot's build prunes only unused ones (_prune)
+            except OSError:
+                pass
             return Snapshot(img, accel, sdir / "vm.mig", bytes.fromhex(meta["secret"]), meta["cold_boot_s"],
                             meta["snapshot_s"])
         sdir.mkdir(parents=True, exist_ok=True)
@@ -189,7 +196,8 @@ def prepare(cache: Path, progress: Any = None) -> Snapshot:
         say(f"cold boot under {accel} (once; then calls restore the snapshot)")
         secret = frames.new_secret()
         t0 = time.monotonic()
-        vm = _vm.Vm(img, accel, secret, qmp=True, sandbox=False)
+        vm = _vm.Vm(img, accel, secret, qmp=True, sandbox=False,
+                    shares=[(None, False)] * mount_slots if mount_slots else None)
         try:
             end = t0 + COLD_BOOT_S
             try:
@@ -371,6 +379,20 @@ class MicrovmTier:
                               "a wasm command runs in tiers instance, os_process or container")
         snap = self.snapshot()
         return _Call(self.runtime, snap, request, str(posix["cli_bin"])).run()
+
+    def open_shell(self, request: Any) -> Any:
+        """A VM restored for one terminal session's life (``wbx shell --tier microvm``)."""
+        from wb_microvm.shell import check_mounts, open_shell
+
+        check_mounts(request)  # before any image build or restore
+        ok, why = _probe_tools()
+        if not ok:
+            raise NotFound(f"tier microvm is unavailable: {why}")
+        if request.mounts:
+            from wb_microvm.shell import MOUNT_SLOTS
+
+            return open_shell(prepare(self.cache, mount_slots=MOUNT_SLOTS), request)
+        return open_shell(self.snapshot(), request)
 
 
 class _Call:

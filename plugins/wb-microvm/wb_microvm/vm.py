@@ -77,7 +77,7 @@ class Vm:
     """A running QEMU and, once :meth:`connect`\\ ed, its agent's frame channel."""
 
     def __init__(self, image: Image, accel: str, secret: bytes, *, incoming: Path | None = None,
-                 qmp: bool = False, sandbox: bool = True) -> None:
+                 qmp: bool = False, sandbox: bool = True, shares: list[tuple[str | None, bool]] | None = None) -> None:
         exe = qemu_path()
         if exe is None:
             raise NotFound("qemu-system-x86_64 is not installed; install it with: "
@@ -110,6 +110,21 @@ class Vm:
                     "-device", "virtio-serial-pci,id=vs",
                     "-chardev", f"socket,id=wb,path={self.port_path},server=on,wait=off",
                     "-device", "virtserialport,bus=vs.0,chardev=wb,name=wb.0"]
+            if shares is not None:
+                # virtio-9p slots (a shell's --mount): a snapshot and the VMs restored from it
+                # have the same slots; an unused one exports an empty read-only folder.
+                empty = self.dir / "empty"
+                empty.mkdir(mode=0o500)
+                if drop:
+                    os.chown(empty, QEMU_UID, QEMU_UID)
+                for i, (path, rw) in enumerate(shares):
+                    where = str(path or empty).replace(",", ",,")  # QEMU's option syntax escapes commas
+                    # A writable folder: the guest's owners and modes live in user.virtfs.*
+                    # xattrs (the shell owns what it makes; the host gets 0600/0700 files of
+                    # QEMU's uid, never a guest-chosen mode or setuid bit); read-only: as is.
+                    model = "mapped-xattr" if rw and path else "none,readonly=on"
+                    args += ["-fsdev", f"local,id=wbfs{i},path={where},security_model={model}",
+                             "-device", f"virtio-9p-pci,fsdev=wbfs{i},mount_tag=wbm{i}"]
             if self.qmp_path is not None:
                 args += ["-qmp", f"unix:{self.qmp_path},server=on,wait=off"]
             if incoming is not None:

@@ -20,6 +20,10 @@
  *     new session, in a fresh /tmp/w;
  *   - the watchdog: at the call's deadline the child's process group is SIGKILLed, and
  *     after every call every process of uid 1000 is (kill(-1) from that uid).
+ *   - terminal sessions (PtyOpen/PtyData/PtyResize/PtyClose, wbcore/terminal.py's frames):
+ *     an allowlisted program on a new pty (devpts, mounted by the agent), uid 1000, its own
+ *     session, RLIMIT_NOFILE/NPROC but no RLIMIT_FSIZE; at most 4 at once; every session
+ *     and every uid-1000 process ends when the host hangs up; Exec is refused meanwhile.
  * Every length read from the host is checked against its cap before anything is
  * allocated; a malformed frame is answered with Refused and the agent keeps serving.
  *
@@ -38,6 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/reboot.h>
@@ -46,6 +51,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -58,6 +64,8 @@
 #define OUTPUT_CAP (31u << 20)
 
 enum { EXEC = 0x01, EXEC_RESULT = 0x02, PING = 0x03, PONG = 0x04, SHUTDOWN = 0x05,
+       PTY_OPEN = 0x16, PTY_OPENED = 0x17, PTY_DATA = 0x18, PTY_RESIZE = 0x19, PTY_CLOSE = 0x1A, PTY_CLOSED = 0x1B,
+       MOUNT = 0x1C, MOUNTED = 0x1D,
        BROKER_CALL = 0x22, BROKER_ANSWER = 0x23, REFUSED = 0x7F };
 
 static unsigned char secret[SECRET_BYTES];
@@ -184,6 +192,8 @@ typedef struct {
     int n;              /* 'a': items */
     char **items;       /* 'a': strings (NULL for numbers) */
     long long *nums;    /* 'a': integers */
+    const char *raw;    /* 'o': the value's text (a nested object is parsed again from it) */
+    size_t rawn;
 } jfield;
 
 typedef struct { const char *p, *end; char *err; } jcur;
@@ -363,7 +373,12 @@ static int jparse(const char *text, size_t n, jobj *o, const char **err) {
                 if (c.p < c.end && *c.p == ']') { c.p++; break; }
                 c.err = "expected ',' or ']'"; goto bad;
             }
-        } else { f->type = 'o'; if (jskip(&c, 1)) goto bad; }
+        } else {
+            f->type = 'o';
+            f->raw = c.p;
+            if (jskip(&c, 1)) goto bad;
+            f->rawn = (size_t)(c.p - f->raw);
+        }
         ws(&c);
         if (c.p < c.end && *c.p == ',') { c.p++; continue; }
         if (c.p < c.end && *c.p == '}') { c.p++; break; }
@@ -693,6 +708,328 @@ static void do_exec(sealed *s) {
     free(ob.buf); free(eb.buf);
 }
 
+/* --- terminal sessions (seed 003's PTY; wbcore/terminal.py's Agent in C) ----------------- */
+/* PtyOpen{session, program, args, rows, cols, env} (sealed) starts an allowlisted program on
+ * a new pty as uid 1000 in its own session; PtyData (secret + u32 session + bytes) is typed
+ * into it; its output goes back as PtyData (u32 session + bytes); PtyResize sets the
+ * window size (the child gets SIGWINCH); PtyClose sends SIGHUP to the child's process
+ * group; PtyClosed{session, exit_code} reports its end. At most MAX_SESSIONS at once.
+ * Sessions keep RLIMIT_NOFILE and RLIMIT_NPROC but not RLIMIT_FSIZE (seed 003). */
+
+#define MAX_SESSIONS 4
+#define PTY_CHUNK 65536
+#define PENDING_CAP (1u << 20)  /* keystrokes not yet taken: past it the port is not read */
+#define SESSION_NOFILE 256
+#define SESSION_NPROC 64
+
+typedef struct {
+    uint32_t id;            /* 0: a free slot */
+    pid_t pid;
+    int fd;                 /* the pty master */
+    int out_open;           /* its output has not ended */
+    int exited, status;
+    unsigned char *pending;
+    size_t plen;
+} pty_session;
+
+static pty_session sessions[MAX_SESSIONS];
+static int nsessions;
+static int sessions_started;  /* once set, no more Mounts (see do_mount) */
+
+static const char *ENV_NAMES[] = {"TERM", "LANG", "LC_ALL", "COLUMNS", "LINES", "PS1", "HOME", "USER", "PATH", "SHELL"};
+#define N_ENV_NAMES (sizeof ENV_NAMES / sizeof *ENV_NAMES)
+
+static pty_session *session_of(long long sid) {
+    for (int i = 0; i < MAX_SESSIONS; i++) if (sessions[i].id && sessions[i].id == sid) return &sessions[i];
+    return NULL;
+}
+
+static void pty_opened(long long sid, const char *error) {
+    char head[1400], msg[1200];
+    if (!error) snprintf(head, sizeof head, "{\"session\":%lld,\"ok\":true,\"blobs\":[]}", sid);
+    else {
+        json_escape(msg, sizeof msg, error);
+        snprintf(head, sizeof head, "{\"session\":%lld,\"ok\":false,\"error\":\"%s\",\"blobs\":[]}", sid, msg);
+    }
+    send_json(PTY_OPENED, head, NULL, 0, NULL, 0);
+}
+
+static int has_key(jobj *o, const char *key) {
+    for (int i = 0; i < o->n; i++) if (!strcmp(o->f[i].key, key)) return 1;
+    return 0;
+}
+
+/* rows and cols of a PtyOpen/PtyResize: 0, or -1 after refusing the frame. */
+static int pty_size(jobj *o, struct winsize *w) {
+    jfield *r = jget(o, "rows", 'i'), *c = jget(o, "cols", 'i');
+    if ((has_key(o, "rows") && !r) || (has_key(o, "cols") && !c)) { refuse("malformed", "'rows' and 'cols' must be integers"); return -1; }
+    long long rows = r ? r->num : 24, cols = c ? c->num : 80;
+    if (rows < 1 || rows > 1000 || cols < 1 || cols > 1000) {
+        char m[120];
+        snprintf(m, sizeof m, "terminal size %lldx%lld is out of range (1..1000)", cols, rows);
+        refuse("malformed", m);
+        return -1;
+    }
+    memset(w, 0, sizeof *w);
+    w->ws_row = (unsigned short)rows;
+    w->ws_col = (unsigned short)cols;
+    return 0;
+}
+
+static int open_master(char *slave, size_t cap) {
+    int m = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (m < 0) m = open("/dev/pts/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (m < 0) return -1;
+    if (grantpt(m) || unlockpt(m) || ptsname_r(m, slave, cap)) { close(m); return -1; }
+    return m;
+}
+
+static void pty_open(sealed *s) {
+    jobj *o = &s->obj;
+    jfield *sf = jget(o, "session", 'i'), *pf = jget(o, "program", 's'), *af = jget(o, "args", 'a');
+    if (!sf) { refuse("malformed", "PtyOpen needs 'session', an integer"); return; }
+    if (!pf) { refuse("malformed", "PtyOpen needs 'program', a string"); return; }
+    if ((has_key(o, "args") && !af) || (af && af->n && !af->items[0]) || (af && af->n >= MAX_ARGS)) {
+        refuse("malformed", "'args' must be a list of at most 255 strings");
+        return;
+    }
+    struct winsize win;
+    if (pty_size(o, &win)) return;
+    long long sid = sf->num;
+    if (sid <= 0 || sid >= (1LL << 32) || session_of(sid)) { char m[100]; snprintf(m, sizeof m, "session %lld is already open or not a valid id", sid); pty_opened(sid, m); return; }
+    if (nsessions >= MAX_SESSIONS) { pty_opened(sid, "this sandbox already serves 4 terminal sessions (the most at once); close one first"); return; }
+    char path[512];
+    if (pf->str[0] != '/' || resolve(pf->str, path, sizeof path) || !is_allowed(path)) {
+        char name[300], m[600];
+        json_escape(name, sizeof name, pf->str);
+        snprintf(m, sizeof m, "'%s' is not on this sandbox's command allowlist (/etc/wb/allowed: busybox's applets "
+                 "under /bin and /usr/bin, as absolute paths)", name);
+        pty_opened(sid, m);
+        return;
+    }
+    /* the environment: defaults, then the names a PtyOpen may set (LD_PRELOAD and the like never) */
+    static char envbuf[N_ENV_NAMES][1100];
+    char *env[N_ENV_NAMES + 1];
+    const char *dflt[N_ENV_NAMES] = {"xterm-256color", "C", NULL, NULL, NULL, NULL, "/tmp/w", "wb",
+                                     "/bin:/sbin:/usr/bin:/usr/sbin", "/bin/sh"};
+    const char *val[N_ENV_NAMES];
+    memcpy(val, dflt, sizeof val);
+    jobj eo = {0};
+    jfield *ef = jget(o, "env", 'o');
+    const char *err = NULL;
+    int have_env = ef && ef->rawn && ef->raw[0] == '{' && jparse(ef->raw, ef->rawn, &eo, &err) == 0;
+    if (have_env)
+        for (int i = 0; i < eo.n; i++)
+            for (size_t k = 0; k < N_ENV_NAMES; k++)
+                if (eo.f[i].type == 's' && !strcmp(eo.f[i].key, ENV_NAMES[k]) && strlen(eo.f[i].str) < 1024) val[k] = eo.f[i].str;
+    int ne = 0;
+    for (size_t k = 0; k < N_ENV_NAMES; k++)
+        if (val[k]) { snprintf(envbuf[k], sizeof envbuf[k], "%s=%s", ENV_NAMES[k], val[k]); env[ne++] = envbuf[k]; }
+    env[ne] = NULL;
+    if (have_env) jfree(&eo);
+
+    char slave[128];
+    int m = open_master(slave, sizeof slave);
+    if (m < 0) { char msg[200]; snprintf(msg, sizeof msg, "no pty in the guest: %s", strerror(errno)); pty_opened(sid, msg); return; }
+    ioctl(m, TIOCSWINSZ, &win);
+    mkdir("/tmp/w", 0700);
+    if (chown("/tmp/w", GUEST_UID, GUEST_UID)) { /* the shell starts elsewhere if it cannot */ }
+    pid_t pid = fork();
+    if (pid == 0) {
+        setsid();
+        int sl = open(slave, O_RDWR);
+        if (sl < 0 || ioctl(sl, TIOCSCTTY, 0)) _exit(126);
+        if (fchown(sl, GUEST_UID, GUEST_UID)) { /* the terminal stays root's: still usable through the fds */ }
+        dup2(sl, 0); dup2(sl, 1); dup2(sl, 2);
+        for (int fd = 3; fd < 1024; fd++) close(fd);
+        signal(SIGPIPE, SIG_DFL);
+        write_file("/proc/self/oom_score_adj", "0");
+        set_limit(RLIMIT_NOFILE, SESSION_NOFILE);
+        set_limit(RLIMIT_NPROC, SESSION_NPROC);
+        set_limit(RLIMIT_CORE, 0);
+        if (chdir("/tmp/w")) { if (chdir("/tmp")) {} }
+        if (setgroups(0, NULL) || setgid(GUEST_UID) || setuid(GUEST_UID) || getuid() == 0) {
+            dprintf(2, "wb-agent: could not drop privileges\r\n");
+            _exit(126);
+        }
+        prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+        char *argv[MAX_ARGS + 1];
+        int na = 0;
+        argv[na++] = path;
+        for (int i = 0; af && i < af->n; i++) argv[na++] = af->items[i];
+        argv[na] = NULL;
+        execve(path, argv, env);
+        dprintf(2, "wb-agent: cannot start %s: %s\r\n", path, strerror(errno));
+        _exit(127);
+    }
+    if (pid < 0) { close(m); pty_opened(sid, "fork failed in the guest"); return; }
+    fcntl(m, F_SETFL, O_NONBLOCK);
+    for (int i = 0; i < MAX_SESSIONS; i++)
+        if (!sessions[i].id) {
+            sessions[i] = (pty_session){(uint32_t)sid, pid, m, 1, 0, 0, NULL, 0};
+            nsessions++;
+            break;
+        }
+    sessions_started = 1;
+    pty_opened(sid, NULL);
+}
+
+static void pty_flush(pty_session *t) {
+    if (!t->plen) return;
+    ssize_t w = write(t->fd, t->pending, t->plen > PTY_CHUNK ? PTY_CHUNK : t->plen);
+    if (w < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    size_t n = w < 0 ? t->plen : (size_t)w;  /* the child is gone: its input goes nowhere */
+    memmove(t->pending, t->pending + n, t->plen - n);
+    t->plen -= n;
+}
+
+/* One read of the session's output: 1 relayed (or nothing yet), 0 the output ended. */
+static int pty_read(pty_session *t) {
+    unsigned char buf[4 + PTY_CHUNK];
+    ssize_t r = read(t->fd, buf + 4, PTY_CHUNK);
+    if (r < 0 && (errno == EAGAIN || errno == EINTR)) return 1;
+    if (r <= 0) { t->out_open = 0; return 0; }  /* EIO: every slave fd closed */
+    put32(buf, t->id);
+    send_frame(PTY_DATA, buf, 4 + (size_t)r, NULL, 0, NULL, 0);
+    return 1;
+}
+
+static void pty_free(pty_session *t) {
+    close(t->fd);
+    free(t->pending);
+    memset(t, 0, sizeof *t);
+    nsessions--;
+}
+
+/* Children that exited: their sessions end (output drained first) with PtyClosed. */
+static void pty_reap(void) {
+    int st;
+    pid_t p;
+    while ((p = waitpid(-1, &st, WNOHANG)) > 0)  /* orphans of a session (we are the subreaper) too */
+        for (int i = 0; i < MAX_SESSIONS; i++)
+            if (sessions[i].id && sessions[i].pid == p) { sessions[i].exited = 1; sessions[i].status = st; }
+    for (int i = 0; i < MAX_SESSIONS; i++) {
+        pty_session *t = &sessions[i];
+        if (!t->id || !t->exited) continue;
+        for (int k = 0; k < 64 && t->out_open && pty_read(t); k++) {
+            struct pollfd q = {t->fd, POLLIN, 0};
+            if (poll(&q, 1, 0) <= 0) break;
+        }
+        kill(-t->pid, SIGHUP);  /* a background job holding the terminal goes with it */
+        int code = WIFSIGNALED(t->status) ? 128 + WTERMSIG(t->status) : WEXITSTATUS(t->status);
+        char head[120];
+        snprintf(head, sizeof head, "{\"session\":%u,\"exit_code\":%d,\"blobs\":[]}", t->id, code);
+        pty_free(t);
+        send_json(PTY_CLOSED, head, NULL, 0, NULL, 0);
+    }
+}
+
+/* The host left (or shuts the guest down): every session and every process of uid 1000 ends. */
+static void pty_hang_up_all(void) {
+    if (!nsessions) return;
+    for (int i = 0; i < MAX_SESSIONS; i++) {
+        pty_session *t = &sessions[i];
+        if (!t->id) continue;
+        kill(-t->pid, SIGHUP);
+        kill(-t->pid, SIGKILL);
+        waitpid(t->pid, NULL, 0);
+        pty_free(t);
+    }
+    sweep_guest_user();
+    while (waitpid(-1, NULL, WNOHANG) > 0) {}
+}
+
+static void pty_data_from_host(const unsigned char *payload, uint32_t n) {
+    if (n < SECRET_BYTES + 4 || !same_secret(payload)) { refuse("secret", "PtyData without the session secret; refused"); return; }
+    pty_session *t = session_of(get32(payload + SECRET_BYTES));
+    size_t len = n - SECRET_BYTES - 4;
+    if (!t || !t->out_open || !len) return;  /* a session that ended takes no more keystrokes */
+    unsigned char *nb = realloc(t->pending, t->plen + len);
+    if (!nb) return;
+    t->pending = nb;
+    memcpy(t->pending + t->plen, payload + SECRET_BYTES + 4, len);
+    t->plen += len;
+    pty_flush(t);
+}
+
+static void pty_control(int kind, sealed *s) {
+    jfield *sf = jget(&s->obj, "session", 'i');
+    if (!sf) { refuse("malformed", "missing field 'session' (an integer)"); return; }
+    pty_session *t = session_of(sf->num);
+    if (kind == PTY_OPEN) { pty_open(s); return; }
+    if (kind == PTY_RESIZE) {
+        struct winsize win;
+        if (pty_size(&s->obj, &win) == 0 && t) ioctl(t->fd, TIOCSWINSZ, &win);  /* the kernel sends SIGWINCH */
+        return;
+    }
+    if (t) kill(-t->pid, SIGHUP);  /* PtyClose */
+}
+
+/* --- host folders (wbx shell --mount): virtio-9p slots the VM was started with ---------- */
+/* Mount{slot, guest, rw} (sealed) mounts the 9p export tagged "wbm<slot>" at an absolute,
+ * normalised guest path outside the guest's system folders, nosuid and nodev, read-only
+ * unless rw (QEMU exports an unused slot, or a read-only one, read-only as well). Only
+ * before the first terminal session: no uid-1000 process exists yet to race the folders
+ * created on the way (the initramfs is root's). Answered with Mounted{slot, ok, error}. */
+
+#define MOUNT_SLOTS 4
+
+static void mounted(long long slot, const char *error) {
+    char head[1400], msg[1200];
+    json_escape(msg, sizeof msg, error ? error : "");
+    snprintf(head, sizeof head, "{\"slot\":%lld,\"ok\":%s,\"error\":\"%s\",\"blobs\":[]}", slot, error ? "false" : "true", msg);
+    send_json(MOUNTED, head, NULL, 0, NULL, 0);
+}
+
+static const char *guest_path_problem(const char *g) {
+    static const char *reserved[] = {"/proc", "/dev", "/sys", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc", "/wb", "/run", "/init", "/root"};
+    size_t n = strlen(g);
+    if (g[0] != '/' || n < 2 || n > 200 || g[n - 1] == '/') return "the guest path must be absolute, normalised and not /";
+    for (const char *p = g; *p; p++) {
+        if (p[0] == '/' && (p[1] == '/' || (p[1] == '.' && (p[2] == '/' || !p[2] || (p[2] == '.' && (p[3] == '/' || !p[3]))))))
+            return "the guest path must be normalised (no '//', '.' or '..')";
+    }
+    for (size_t i = 0; i < sizeof reserved / sizeof *reserved; i++) {
+        size_t r = strlen(reserved[i]);
+        if (!strncmp(g, reserved[i], r) && (g[r] == 0 || g[r] == '/')) return "the guest path is inside a system folder of the guest";
+    }
+    return NULL;
+}
+
+static void do_mount(sealed *s) {
+    jobj *o = &s->obj;
+    jfield *sl = jget(o, "slot", 'i'), *gf = jget(o, "guest", 's'), *rwf = jget(o, "rw", 'o');
+    if (!sl || !gf) { refuse("malformed", "Mount needs 'slot' (an integer) and 'guest' (a string)"); return; }
+    int rw = rwf && rwf->rawn == 4 && !memcmp(rwf->raw, "true", 4);
+    if (sl->num < 0 || sl->num >= MOUNT_SLOTS) { mounted(sl->num, "no such mount slot (0..3)"); return; }
+    if (sessions_started) { mounted(sl->num, "mounts are made before the first terminal session only"); return; }
+    const char *why = guest_path_problem(gf->str);
+    if (why) { mounted(sl->num, why); return; }
+    char path[256];
+    snprintf(path, sizeof path, "%s", gf->str);
+    for (char *p = path + 1; ; p++) {  /* mkdir -p, as root, of root-owned folders */
+        char c = *p;
+        if (c == '/' || c == 0) {
+            *p = 0;
+            struct stat st;
+            if (mkdir(path, 0755) && errno != EEXIST) { mounted(sl->num, strerror(errno)); return; }
+            if (lstat(path, &st) || !S_ISDIR(st.st_mode)) { mounted(sl->num, "a part of the guest path is not a folder"); return; }
+            *p = c;
+        }
+        if (!c) break;
+    }
+    char tag[16];
+    snprintf(tag, sizeof tag, "wbm%lld", sl->num);
+    unsigned long flags = MS_NOSUID | MS_NODEV | (rw ? 0 : MS_RDONLY);
+    if (mount(tag, path, "9p", flags, "trans=virtio,version=9p2000.L,cache=none,msize=262144")) {
+        char m[300];
+        snprintf(m, sizeof m, "mount %s at %s: %s", tag, path, strerror(errno));
+        mounted(sl->num, m);
+        return;
+    }
+    mounted(sl->num, NULL);
+}
+
 /* --- wb-cap: the guest command's side of a broker call -------------------------------- */
 
 static int cap_main(int argc, char **argv) {
@@ -758,44 +1095,77 @@ static int open_port(void) {
     return fd;
 }
 
+/* One frame from the host, dispatched. */
+static void from_host(void) {
+    int kind; unsigned char *payload; uint32_t n;
+    if (recv_frame(&kind, &payload, &n)) { authed = 0; pty_hang_up_all(); usleep(50000); return; }
+    if (kind == PING) {
+        if (n != SECRET_BYTES + 2 || !same_secret(payload)) {
+            authed = 0;
+            refuse("secret", "Ping without the session secret; refused");
+        } else if ((payload[32] | payload[33] << 8) != VERSION) {
+            refuse("version", "the host speaks another protocol version; this agent speaks 1");
+        } else {
+            unsigned char v[2] = {VERSION, 0};
+            authed = 1;
+            send_frame(PONG, v, 2, NULL, 0, NULL, 0);
+        }
+    } else if (kind == SHUTDOWN) {
+        if (n == SECRET_BYTES && same_secret(payload)) { pty_hang_up_all(); sync(); reboot(RB_POWER_OFF); }
+        refuse("secret", "Shutdown without the session secret; refused");
+    } else if (kind == PTY_DATA) {
+        if (!authed) refuse("unexpected", "PtyData before a Ping with the session secret; refused");
+        else pty_data_from_host(payload, n);
+    } else if (kind == EXEC || kind == PTY_OPEN || kind == PTY_RESIZE || kind == PTY_CLOSE || kind == MOUNT) {
+        sealed s;
+        const char *reason, *err;
+        if (!authed) refuse("unexpected", "a request before a Ping with the session secret; refused");
+        else if (open_sealed(payload, n, &s, &reason, &err)) refuse(reason, err);
+        else {
+            if (kind == MOUNT) do_mount(&s);
+            else if (kind != EXEC) pty_control(kind, &s);
+            /* a call sweeps every process of uid 1000 when it ends: never while sessions run */
+            else if (nsessions) refuse("unexpected", "terminal sessions are open in this guest; Exec runs in a guest without them");
+            else do_exec(&s);
+            jfree(&s.obj);
+        }
+    } else {
+        char m[80];
+        snprintf(m, sizeof m, "frame type 0x%02x is not one the agent accepts", kind);
+        refuse("unknown-type", m);
+    }
+    free(payload);
+}
+
 static void serve(void) {
     for (;;) {
-        struct pollfd q = {port, POLLIN, 0};
-        int r = poll(&q, 1, 1000);
-        if (r <= 0) continue;
-        if (!(q.revents & POLLIN)) {  /* no host on the other end: a new one must authenticate */
+        struct pollfd q[1 + MAX_SESSIONS];
+        int who[1 + MAX_SESSIONS], nq = 0, iport = -1;
+        size_t backlog = 0;
+        for (int i = 0; i < MAX_SESSIONS; i++) backlog += sessions[i].plen;
+        if (backlog < PENDING_CAP) { iport = nq; q[nq++] = (struct pollfd){port, POLLIN, 0}; }
+        for (int i = 0; i < MAX_SESSIONS; i++) {
+            pty_session *t = &sessions[i];
+            short ev = (short)((t->id && t->out_open ? POLLIN : 0) | (t->id && t->plen ? POLLOUT : 0));
+            if (ev) { who[nq] = i; q[nq++] = (struct pollfd){t->fd, ev, 0}; }
+        }
+        int r = poll(q, (nfds_t)nq, nsessions ? 200 : 1000);
+        if (r < 0 && errno != EINTR) { usleep(50000); continue; }
+        for (int k = 0; r > 0 && k < nq; k++) {
+            if (k == iport || !q[k].revents) continue;
+            pty_session *t = &sessions[who[k]];
+            if (q[k].revents & POLLOUT) pty_flush(t);
+            if (q[k].revents & (POLLIN | POLLHUP | POLLERR)) pty_read(t);
+        }
+        if (nsessions) pty_reap();
+        if (iport < 0 || r <= 0 || !q[iport].revents) continue;
+        if (!(q[iport].revents & POLLIN)) {  /* no host on the other end: a new one must authenticate */
             authed = 0;
+            pty_hang_up_all();
             usleep(50000);
             continue;
         }
-        int kind; unsigned char *payload; uint32_t n;
-        if (recv_frame(&kind, &payload, &n)) { authed = 0; usleep(50000); continue; }
-        if (kind == PING) {
-            if (n != SECRET_BYTES + 2 || !same_secret(payload)) {
-                authed = 0;
-                refuse("secret", "Ping without the session secret; refused");
-            } else if ((payload[32] | payload[33] << 8) != VERSION) {
-                refuse("version", "the host speaks another protocol version; this agent speaks 1");
-            } else {
-                unsigned char v[2] = {VERSION, 0};
-                authed = 1;
-                send_frame(PONG, v, 2, NULL, 0, NULL, 0);
-            }
-        } else if (kind == SHUTDOWN) {
-            if (n == SECRET_BYTES && same_secret(payload)) { sync(); reboot(RB_POWER_OFF); }
-            refuse("secret", "Shutdown without the session secret; refused");
-        } else if (kind == EXEC) {
-            sealed s;
-            const char *reason, *err;
-            if (!authed) refuse("unexpected", "Exec before a Ping with the session secret; refused");
-            else if (open_sealed(payload, n, &s, &reason, &err)) refuse(reason, err);
-            else { do_exec(&s); jfree(&s.obj); }
-        } else {
-            char m[80];
-            snprintf(m, sizeof m, "frame type 0x%02x is not one the agent accepts", kind);
-            refuse("unknown-type", m);
-        }
-        free(payload);
+        from_host();
     }
 }
 
@@ -808,6 +1178,10 @@ int main(int argc, char **argv) {
     write_file("/proc/self/oom_score_adj", "-1000");  /* a guest out of memory never loses its agent */
     read_secret();
     load_allowlist();
+    /* terminal sessions need a devpts (the image's /init mounts only devtmpfs); a restarted
+     * agent finds it mounted already */
+    mkdir("/dev/pts", 0755);
+    mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "gid=5,mode=0620,ptmxmode=0666");
     for (int i = 0; port < 0; i++) {
         port = open_port();
         if (port < 0) sleep(1);
