@@ -75,6 +75,7 @@ class Runtime:
     def call_hooks(self) -> Any:
         """The hook relay when a plugin implements the call hooks, else ``None``: calls
         check this attribute, so hooks nobody implements cost nothing per call."""
+        _ = self.tracer  # a tracer registers itself as a plugin implementing the call hooks: open it first
         return self._call_hooks()
 
     @cached_property

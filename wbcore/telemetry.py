@@ -94,6 +94,17 @@ def open_tracer(runtime: Runtime) -> Tracer | None:
     return tracer
 
 
+def flush(runtime: Runtime, timeout_s: float = 10.0) -> None:
+    """Export what ``runtime``'s tracer buffered, if it opened one: for a process that ends
+    with ``os._exit`` (a fabric worker), which skips the exporter's own atexit flush."""
+    tracer = runtime.__dict__.get("tracer")  # never opens one (and loads plugins) just to flush
+    if tracer is not None:
+        try:
+            tracer.flush(timeout_s)
+        except Exception as exc:  # noqa: BLE001 - a collector that is down must not keep a worker alive
+            log.warning("telemetry: the last spans were not exported (%s: %s)", type(exc).__name__, exc)
+
+
 def span(runtime: Runtime, name: str, attributes: Mapping[str, Any] | None = None) -> AbstractContextManager[Span]:
     """``with telemetry.span(runtime, "wb.x", {...}) as s:`` — a no-op when telemetry is off."""
     tracer = getattr(runtime, "tracer", None)

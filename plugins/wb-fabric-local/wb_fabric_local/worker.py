@@ -49,7 +49,7 @@ def main(conn: Any, job: fabric.Job) -> None:
     while True:
         msg = inbox.get()
         if msg is None:
-            _exit()
+            _exit(runtime)
         seq, body, skip = msg
         t0 = clock()
         out, errors = chunk(job.kind, run, body, frozenset(skip))
@@ -73,12 +73,16 @@ def _open(job: fabric.Job) -> Any:
     return Runtime.open(home=job.home, roots=list(job.roots), env=job.env, cwd=job.cwd)
 
 
-def _exit() -> None:
+def _exit(runtime: Any) -> None:
     """End the worker now: its results are sent, and the interpreter's teardown would only
     run wasmtime's finalizers after the modules they call are gone (``Exception ignored``
-    noise on stderr, once per object)."""
+    noise on stderr, once per object). Spans buffered for telemetry go out first (``os._exit``
+    skips the exporter's atexit flush)."""
     import sys
 
+    from wbcore import telemetry
+
+    telemetry.flush(runtime)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
