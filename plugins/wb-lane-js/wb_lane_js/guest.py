@@ -8,6 +8,7 @@ lane distribution stands alone with the core.)
 
 from __future__ import annotations
 
+import atexit
 import errno
 import math
 import threading
@@ -124,6 +125,8 @@ def engine() -> Any:
 
 
 _LINKERS: dict[int, Any] = {}
+# Drop the linkers before interpreter teardown unloads wasmtime's bindings.
+atexit.register(_LINKERS.clear)
 
 
 def _wasi_linker(eng: Any) -> Any:

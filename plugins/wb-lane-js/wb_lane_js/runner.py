@@ -13,6 +13,7 @@ profile's memory is the wasm memory cap and (less 16 MiB) QuickJS's heap limit;
 
 from __future__ import annotations
 
+import atexit
 import functools
 import hashlib
 import os
@@ -121,6 +122,7 @@ class Prepared:
 
 _prepared: dict[tuple[str, str], tuple[tuple[int, int, int, int], Prepared]] = {}
 _prepared_lock = threading.Lock()
+atexit.register(_prepared.clear)  # compiled modules go before wasmtime's bindings do
 
 
 def prepare(path: Path, home: Path, sha256: str | None = None) -> Prepared:
