@@ -311,3 +311,17 @@ def test_an_artifact_rewritten_in_place_is_read_again(lane, tk, tmp_path, wb_hom
     out.artifact.write_bytes(artifact.code_part(out.artifact.read_bytes()))
     with pytest.raises(InvalidArgs, match="not a js artifact"):
         run_artifact(out.artifact, ["jstool"], home=wb_home)
+
+
+def test_a_tampered_artifact_is_refused_against_its_digest(lane, tk, tmp_path, wb_home):
+    from wbcore.artifacts import IntegrityError
+
+    out = build(lane, tk, tmp_path / "out")
+    sha = hashlib.sha256(out.artifact.read_bytes()).hexdigest()
+    assert run_artifact(out.artifact, ["jstool"], home=wb_home, sha256=sha).exit_code == 0
+    data = out.artifact.read_bytes()
+    bundle = artifact.unpack(data)
+    files = dict(bundle.files, **{"lib/text.js": "export const shout = () => 'PWNED';\n"})
+    out.artifact.write_bytes(artifact.pack(artifact.code_part(data), artifact.Bundle(bundle.entry, files)))
+    with pytest.raises(IntegrityError, match="does not match its sha256"):
+        run_artifact(out.artifact, ["jstool"], home=wb_home, sha256=sha)

@@ -113,7 +113,8 @@ def app_dir(home: Path, data: bytes | Prepared, sha256: str | None = None) -> Pa
 @dataclass(frozen=True, slots=True)
 class Prepared:
     """What a call needs from a js artifact, read and checked once per process and file
-    version: the bundle's files and the compiled reactor."""
+    version (bytes hashed as read and held to the store's digest): the bundle's files and
+    the compiled reactor."""
 
     sha256: str
     files: Mapping[str, str]
@@ -129,7 +130,7 @@ def prepare(path: Path, home: Path, sha256: str | None = None) -> Prepared:
     """The artifact at ``path`` read, its runner section checked, its bundle parsed and its
     reactor compiled: once per process and file version (inode, size, mtime, ctime), so a
     replaced or rewritten artifact is read again before it can run. ``sha256`` is the
-    store's digest (the run engine verified it); without one the bytes are hashed."""
+    store's digest: bytes that hash otherwise are refused (``IntegrityError``)."""
     try:
         st = os.stat(path)
     except OSError as exc:
@@ -145,7 +146,12 @@ def prepare(path: Path, home: Path, sha256: str | None = None) -> Prepared:
                    if n == artifact.RUNNER_SECTION), None)
     if runner != "js":
         raise InvalidArgs(f"{path.name} is not a js artifact (no wbcore.runner=js section)")
-    sha = sha256 or hashlib.sha256(data).hexdigest()
+    sha = hashlib.sha256(data).hexdigest()
+    if sha256 is not None and sha != sha256:
+        from wbcore.artifacts import IntegrityError
+
+        raise IntegrityError(f"js artifact {path} does not match its sha256 {sha256[:12]}… (tampered or corrupt); "
+                             "it will not run — rebuild the toolkit")
     prep = Prepared(sha, artifact.unpack(data).files, qjs.module(artifact.code_part(data), home / "cache" / "js"))
     with _prepared_lock:
         if len(_prepared) > 256:
