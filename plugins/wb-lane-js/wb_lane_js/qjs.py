@@ -161,3 +161,61 @@ def run(
         wrap = dock[1]
     return guest.run(mod, ["qjs"], preopens=preopens, stdin=stdin, limits=limits, start=start,
                      cancel=cancel, stdout_wrap=wrap)
+
+
+_empty_dock: list[Path] = []
+
+
+def _no_dock() -> Path:
+    """An empty read-only folder for ``/wb-dock`` when a call has no caps: the snapshot's
+    descriptor table was made with ``/app`` then ``/wb-dock``, and a call must match it."""
+    with _lock:
+        if not _empty_dock:
+            d = Path(tempfile.mkdtemp(prefix="wb-js-nodock-"))
+            d.chmod(0o500)
+            _empty_dock.append(d)
+            atexit.register(lambda: (d.chmod(0o700), d.rmdir()))
+        return _empty_dock[0]
+
+
+def _i32(n: int) -> int:
+    n &= 0xFFFFFFFF
+    return n - (1 << 32) if n >= 1 << 31 else n
+
+
+def resume(
+    mod: Any,
+    app_dir: Path,
+    argv: Sequence[str],
+    *,
+    memory_bytes: int,
+    stack_bytes: int = DEFAULT_STACK,
+    stdin: Path | None,
+    limits: guest.Limits,
+    cancel: Any = None,
+    dock: tuple[Path, Any] | None = None,
+) -> guest.GuestResult:
+    """Call a pre-initialized artifact (``wb_lane_js.snapshot``): set this call's heap and
+    stack limits, then evaluate ``__wb_main(argv)`` and await it. ``__wb_main`` ends in
+    ``std.exit``; a return means it could not start (exit 1, QuickJS's error on stderr)."""
+    import json
+
+    from wb_lane_js.snapshot import write_cstrings
+
+    heap = max(8 << 20, memory_bytes - HEAP_HEADROOM)
+    code = f"__wb_main({json.dumps(list(argv))});"
+
+    def start(store: Any, instance: Any) -> int:
+        ex = instance.exports(store)
+        ctx = ex["qjs_get_context"](store)
+        rt = ex["wb_js_runtime"](store, ctx)
+        ex["wb_js_memory_limit"](store, rt, _i32(heap))
+        ex["wb_js_stack_size"](store, rt, _i32(stack_bytes))
+        src, name = write_cstrings(store, ex, [code, "<wb-call>"])
+        val = ex["wb_js_eval"](store, ctx, src, len(code.encode()), name, 0)
+        ex["wb_js_await"](store, ctx, val)
+        return 1
+
+    preopens = [guest.Preopen(app_dir, "/app"), guest.Preopen(dock[0] if dock else _no_dock(), "/wb-dock")]
+    return guest.run(mod, ["qjs"], preopens=preopens, stdin=stdin, limits=limits, start=start,
+                     cancel=cancel, stdout_wrap=dock[1] if dock else None)

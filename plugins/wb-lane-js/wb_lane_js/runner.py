@@ -119,6 +119,7 @@ class Prepared:
     sha256: str
     files: Mapping[str, str]
     module: Any
+    snapshot: bool = False  # a pre-initialized guest (wb_lane_js.snapshot); else the plain reactor
 
 
 _prepared: dict[tuple[str, str], tuple[tuple[int, int, int, int], Prepared]] = {}
@@ -142,8 +143,8 @@ def prepare(path: Path, home: Path, sha256: str | None = None) -> Prepared:
     if hit is not None and hit[0] == stamp:
         return hit[1]
     data = path.read_bytes()
-    runner = next((bytes(p).decode("utf-8", "replace") for n, p in artifact.custom_sections(data)
-                   if n == artifact.RUNNER_SECTION), None)
+    sections = {n: bytes(p) for n, p in artifact.custom_sections(data) if n.startswith("wbcore.")}
+    runner = sections.get(artifact.RUNNER_SECTION, b"").decode("utf-8", "replace") or None
     if runner != "js":
         raise InvalidArgs(f"{path.name} is not a js artifact (no wbcore.runner=js section)")
     sha = hashlib.sha256(data).hexdigest()
@@ -152,7 +153,8 @@ def prepare(path: Path, home: Path, sha256: str | None = None) -> Prepared:
 
         raise IntegrityError(f"js artifact {path} does not match its sha256 {sha256[:12]}… (tampered or corrupt); "
                              "it will not run — rebuild the toolkit")
-    prep = Prepared(sha, artifact.unpack(data).files, qjs.module(artifact.code_part(data), home / "cache" / "js"))
+    prep = Prepared(sha, artifact.unpack(data).files, qjs.module(artifact.code_part(data), home / "cache" / "js"),
+                    snapshot=sections.get(artifact.SNAPSHOT_SECTION) == b"1")
     with _prepared_lock:
         if len(_prepared) > 256:
             _prepared.clear()
@@ -184,12 +186,17 @@ def run_artifact(
     with tempfile.NamedTemporaryFile(prefix="wb-js-stdin-", dir=shm) as fh:
         fh.write(stdin)
         fh.flush()
+        def go(bridge: Any) -> guest.GuestResult:
+            if prep.snapshot:
+                return qjs.resume(prep.module, app, argv, memory_bytes=memory_bytes, stack_bytes=stack_bytes,
+                                  stdin=Path(fh.name), limits=limits, cancel=cancel, dock=bridge)
+            return qjs.run(prep.module, app, args, stdin=Path(fh.name), limits=limits, cancel=cancel, dock=bridge)
+
         if dock is None:
-            return qjs.run(prep.module, app, args, stdin=Path(fh.name), limits=limits, cancel=cancel)
+            return go(None)
         with tempfile.TemporaryDirectory(prefix="wb-js-dock-") as tmp:
             folder, token = make_folder(Path(tmp))
-            bridge = (folder, lambda out: DockSink(out, dock, folder, token))
-            return qjs.run(prep.module, app, args, stdin=Path(fh.name), limits=limits, cancel=cancel, dock=bridge)
+            return go((folder, lambda out: DockSink(out, dock, folder, token)))
 
 
 class JsRunner:
