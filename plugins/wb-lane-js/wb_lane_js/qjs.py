@@ -200,10 +200,9 @@ def resume(
     ``std.exit``; a return means it could not start (exit 1, QuickJS's error on stderr)."""
     import json
 
-    from wb_lane_js.snapshot import write_cstrings
-
     heap = max(8 << 20, memory_bytes - HEAP_HEADROOM)
-    code = f"__wb_main({json.dumps(list(argv))});"
+    code = f"__wb_main({json.dumps(list(argv))}, {'true' if dock else 'false'});".encode()
+    blob = code + b"\0<wb-call>\0"  # the source and its file name, one allocation
 
     def start(store: Any, instance: Any) -> int:
         ex = instance.exports(store)
@@ -211,8 +210,11 @@ def resume(
         rt = ex["wb_js_runtime"](store, ctx)
         ex["wb_js_memory_limit"](store, rt, _i32(heap))
         ex["wb_js_stack_size"](store, rt, _i32(stack_bytes))
-        src, name = write_cstrings(store, ex, [code, "<wb-call>"])
-        val = ex["wb_js_eval"](store, ctx, src, len(code.encode()), name, 0)
+        src = ex["malloc"](store, len(blob))
+        if not src:
+            raise MemoryError("malloc failed in the js guest")
+        ex["memory"].write(store, blob, src)
+        val = ex["wb_js_eval"](store, ctx, src, len(code), src + len(code) + 1, 0)
         ex["wb_js_await"](store, ctx, val)
         return 1
 

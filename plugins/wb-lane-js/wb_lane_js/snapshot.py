@@ -38,6 +38,8 @@ EXPORTS = {
     "wb_js_stack_size": "JS_SetMaxStackSize",
 }
 GLOBAL_PREFIX = "wb.global."
+#: The exports a resumed call needs (wb_lane_js.qjs.resume).
+KEEP_EXPORTS = frozenset({"memory", "malloc", "qjs_get_context", *EXPORTS})
 #: Zero runs shorter than this stay inside a data segment (fewer, larger segments).
 ZERO_GAP = 256
 #: The fixed clock (ns) the guest sees while it initializes.
@@ -190,8 +192,8 @@ def freeze(instrumented: bytes, memory: bytes, globals_: dict[int, int]) -> byte
                 parts.append(bytes([vt, mut]) + expr)
             body = b"".join(parts)
         elif sid == 7:
-            body = _export_section([e for e in _exports(body) if not e[0].startswith(GLOBAL_PREFIX)
-                                    and e[0] != "_initialize"])
+            # only what a call uses: wasmtime-py builds every export's wrapper per instance
+            body = _export_section([e for e in _exports(body) if e[0] in KEEP_EXPORTS])
         elif sid == 11:
             body = _data_segments(memory)
         elif sid == 12:
