@@ -149,7 +149,7 @@ class JsLane:
         # The guest pre-initialized (QuickJS, std, the entry's globals): see wb_lane_js.snapshot
         with tempfile.TemporaryDirectory(prefix="wb-js-snap-") as tmp:
             materialize(bundle.files, Path(tmp))
-            argv = qjs.qjs_args("/app/__wb_entry.mjs", [], memory_bytes=self.limits.memory_bytes)
+            argv = qjs.qjs_args("/app/__wb_entry.mjs", [], memory_bytes=qjs.SNAPSHOT_MEMORY)
             wasm = snapshot.take(qjs.reactor().path.read_bytes(), Path(tmp), argv, limits=self.limits,
                                  cache_dir=self.cache_dir)
         data = artifact.pack(wasm, bundle, snapshot=True)

@@ -31,6 +31,10 @@ WASM_NAME = "qjs-wasi-reactor.wasm"
 #: Headroom between the JS heap limit and the wasm memory cap, for QuickJS's own C data.
 HEAP_HEADROOM = 16 << 20
 DEFAULT_STACK = 1 << 20
+#: The memory a snapshot's JS heap limit is set for (the common profiles' 64 MiB): a call
+#: with the same limits resumes it without setting them again.
+SNAPSHOT_MEMORY = 64 << 20
+SNAPSHOT_HEAP = max(8 << 20, SNAPSHOT_MEMORY - HEAP_HEADROOM)
 
 _modules: dict[str, Any] = {}
 _lock = threading.Lock()
@@ -164,6 +168,9 @@ def run(
 
 
 _empty_dock: list[Path] = []
+#: id(snapshot module) → (module, JSContext*, JSRuntime*): pointers fixed by the snapshot.
+_contexts: dict[int, tuple[Any, int, int]] = {}
+atexit.register(_contexts.clear)
 
 
 def _no_dock() -> Path:
@@ -206,10 +213,16 @@ def resume(
 
     def start(store: Any, instance: Any) -> int:
         ex = instance.exports(store)
-        ctx = ex["qjs_get_context"](store)
-        rt = ex["wb_js_runtime"](store, ctx)
-        ex["wb_js_memory_limit"](store, rt, _i32(heap))
-        ex["wb_js_stack_size"](store, rt, _i32(stack_bytes))
+        ptrs = _contexts.get(id(mod))  # the same in every instance of one snapshot: asked once
+        if ptrs is None or ptrs[0] is not mod:
+            ctx = ex["qjs_get_context"](store)
+            ptrs = _contexts[id(mod)] = (mod, ctx, ex["wb_js_runtime"](store, ctx))
+        _, ctx, rt = ptrs
+        # the snapshot was made with SNAPSHOT_MEMORY's heap and DEFAULT_STACK (lane.JsLane.pack)
+        if heap != SNAPSHOT_HEAP:
+            ex["wb_js_memory_limit"](store, rt, _i32(heap))
+        if stack_bytes != DEFAULT_STACK:
+            ex["wb_js_stack_size"](store, rt, _i32(stack_bytes))
         src = ex["malloc"](store, len(blob))
         if not src:
             raise MemoryError("malloc failed in the js guest")

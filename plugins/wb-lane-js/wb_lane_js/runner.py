@@ -14,6 +14,7 @@ profile's memory is the wasm memory cap and (less 16 MiB) QuickJS's heap limit;
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import hashlib
 import os
@@ -21,7 +22,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -162,6 +163,26 @@ def prepare(path: Path, home: Path, sha256: str | None = None) -> Prepared:
     return prep
 
 
+@contextlib.contextmanager
+def _stdin_file(data: bytes) -> Iterator[Path]:
+    """``data`` as a file WASI can open for stdin: an anonymous memory file where Linux has
+    them (no directory entry to make and unlink), else a private temporary file."""
+    if hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd"):
+        fd = os.memfd_create("wb-js-stdin", os.MFD_CLOEXEC)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            yield Path(f"/proc/self/fd/{fd}")
+        finally:
+            os.close(fd)
+        return
+    with tempfile.NamedTemporaryFile(prefix="wb-js-stdin-") as fh:
+        fh.write(data)
+        fh.flush()
+        yield Path(fh.name)
+
+
 def run_artifact(
     path: Path,
     argv: list[str],
@@ -181,16 +202,12 @@ def run_artifact(
     app = app_dir(home, prep)
     args = qjs.qjs_args("/app/__wb_entry.mjs", argv, memory_bytes=memory_bytes, stack_bytes=stack_bytes)
     limits = guest.Limits(timeout_s=timeout_s, memory_bytes=memory_bytes, output_bytes=output_bytes)
-    # stdin goes through a private file (WASI reads a file); on tmpfs where there is one
-    shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
-    with tempfile.NamedTemporaryFile(prefix="wb-js-stdin-", dir=shm) as fh:
-        fh.write(stdin)
-        fh.flush()
+    with _stdin_file(stdin) as stdin_path:
         def go(bridge: Any) -> guest.GuestResult:
             if prep.snapshot:
                 return qjs.resume(prep.module, app, argv, memory_bytes=memory_bytes, stack_bytes=stack_bytes,
-                                  stdin=Path(fh.name), limits=limits, cancel=cancel, dock=bridge)
-            return qjs.run(prep.module, app, args, stdin=Path(fh.name), limits=limits, cancel=cancel, dock=bridge)
+                                  stdin=stdin_path, limits=limits, cancel=cancel, dock=bridge)
+            return qjs.run(prep.module, app, args, stdin=stdin_path, limits=limits, cancel=cancel, dock=bridge)
 
         if dock is None:
             return go(None)
