@@ -153,6 +153,7 @@ class JsLane:
             wasm = snapshot.take(qjs.reactor().path.read_bytes(), Path(tmp), argv, limits=self.limits,
                                  cache_dir=self.cache_dir)
         data = artifact.pack(wasm, bundle, snapshot=True)
+        qjs.module(wasm, self.cache_dir)  # compiled now (cached on disk), not at the first call
         outdir.mkdir(parents=True, exist_ok=True)
         out = outdir / f"{name}.wasm"
         out.write_bytes(data)
