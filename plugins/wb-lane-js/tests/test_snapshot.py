@@ -95,3 +95,23 @@ def test_a_reactor_without_function_names_cannot_be_snapshotted():
     bare = artifact.MAGIC + b"\x01\x04\x01\x60\x00\x00"  # one type, no name section
     with pytest.raises(InvalidArgs, match="name section"):
         snapshot.instrument(bare)
+
+
+REPO_TOOLKITS = Path(__file__).resolve().parents[3] / "toolkits"
+
+
+@pytest.mark.parametrize(("tk", "argv", "code", "usage"), [
+    ("http", ["--help"], 0, "usage: http [-X METHOD]"),
+    ("http", [], 65, "http: no URL\nusage: http"),
+    ("pip-fetch", ["--help"], 0, "usage: pip-fetch [--index URL]"),
+    ("pip-fetch", [], 65, "pip-fetch: give NAME VERSION [FILE]\nusage: pip-fetch"),
+])
+def test_shipped_dock_toolkits_answer_as_before_with_and_without_the_bridge(tk, argv, code, usage, tmp_path, wb_home):
+    d = REPO_TOOLKITS / tk
+    if not d.is_dir():
+        pytest.skip(f"toolkits/{tk} is not beside this plugin")
+    art = build(wb_home, d, tmp_path / "out")
+    for dock in (None, lambda cap, req: (5, b"")):  # the bridge set up (caps granted) or not
+        res = run_artifact(art, [tk, *argv], home=wb_home, dock=dock)
+        assert (res.exit_code, res.stdout) == (code, b""), res
+        assert res.stderr.decode().startswith(usage)
