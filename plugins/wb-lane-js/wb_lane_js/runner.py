@@ -98,9 +98,8 @@ def app_dir(home: Path, data: bytes | Prepared, sha256: str | None = None) -> Pa
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
             shutil.rmtree(old, ignore_errors=True)
+        # stamp first, then compare: a change after the stamp makes the next call's differ
         stamp = _tree_stamp(dest)
-        # A writer racing us between the write and the stamp would be caught by _matches
-        # on the next call only if the stamp differs; check once more to be sure.
         if stamp is None or not _matches(dest, files):
             raise InvalidArgs(f"js: the extracted sources at {dest} changed while being written; retry the call")
     if stamp is not None:

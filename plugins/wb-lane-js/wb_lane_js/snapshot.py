@@ -107,16 +107,45 @@ def _function_names(sections: Sequence[tuple[int, bytes]]) -> dict[str, int]:
     raise InvalidArgs("the QuickJS reactor has no name section: cannot find its functions to snapshot")
 
 
+def _skip_sleb(data: bytes, pos: int) -> int:
+    while data[pos] & 0x80:
+        pos += 1
+    return pos + 1
+
+
 def _globals(body: bytes) -> list[tuple[int, int, bytes]]:
-    """(valtype, mutable, init expr) of each defined global (constant expressions only)."""
+    """(valtype, mutable, init expr) of each defined global: one constant instruction
+    (``i32/i64/f32/f64.const`` or ``global.get``) then ``end``; anything else is refused."""
     count, pos = artifact._read_uleb(body, 0)
     out = []
-    for _ in range(count):
-        vt, mut = body[pos], body[pos + 1]
-        end = body.index(b"\x0b", pos + 2)  # i32/i64.const LEBs never hold 0x0b as their last byte
-        out.append((vt, mut, body[pos + 2:end + 1]))
-        pos = end + 1
+    for i in range(count):
+        vt, mut, start = body[pos], body[pos + 1], pos + 2
+        op, q = body[start], start + 1
+        if op in (0x41, 0x42):  # i32.const, i64.const: a signed LEB128
+            q = _skip_sleb(body, q)
+        elif op in (0x43, 0x44):  # f32.const, f64.const
+            q += 4 if op == 0x43 else 8
+        elif op == 0x23:  # global.get
+            _, q = artifact._read_uleb(body, q)
+        else:
+            raise InvalidArgs(f"snapshot: global {i} has an initializer this snapshot does not read (opcode {op:#x})")
+        if body[q] != 0x0B:
+            raise InvalidArgs(f"snapshot: global {i}'s initializer is not one constant instruction")
+        out.append((vt, mut, body[start:q + 1]))
+        pos = q + 1
     return out
+
+
+def _imports_only_functions(body: bytes) -> bool:
+    count, pos = artifact._read_uleb(body, 0)
+    for _ in range(count):
+        for _name in range(2):
+            ln, pos = artifact._read_uleb(body, pos)
+            pos += ln
+        if body[pos] != 0:
+            return False
+        _, pos = artifact._read_uleb(body, pos + 1)
+    return True
 
 
 def _exports(body: bytes) -> list[tuple[str, int, int]]:
@@ -143,8 +172,11 @@ def instrument(reactor: bytes) -> bytes:
     missing = [n for n in EXPORTS.values() if n not in names]
     if missing:
         raise InvalidArgs(f"the QuickJS reactor lacks {', '.join(missing)}: cannot snapshot it")
+    if not _imports_only_functions(next((b for s, b in secs if s == 2), b"\0")):
+        raise InvalidArgs("snapshot: the reactor imports something other than functions (its globals or "
+                          "memory would live outside the snapshot)")
     gsec = next((b for s, b in secs if s == 6), b"\0")
-    n_imported_globals = 0  # the reactor imports functions only (checked when it is snapshotted)
+    n_imported_globals = 0  # checked just above
     extra = [(k, 0, names[v]) for k, v in EXPORTS.items()]
     extra += [(f"{GLOBAL_PREFIX}{i}", 3, n_imported_globals + i) for i, (_, mut, _) in enumerate(_globals(gsec)) if mut]
     out = []
