@@ -4,7 +4,13 @@ The reactor exports ``_initialize``, ``malloc`` and ``qjs_init_argv(argc, argv)`
 which parses qjs's own options (``--std``, ``-m``, ``--memory-limit``,
 ``--stack-size``), then loads the script file as a module and awaits it (promises
 and top-level await run to completion inside that call). Everything runs inside
-wasmtime; the only directory the guest sees is ``/app`` (read-only).
+wasmtime; the only directories the guest sees are ``/app`` (read-only) and, for a
+snapshot, ``/wb-dock``.
+
+A js artifact built since pre-initialized guests is a snapshot of the reactor
+(:mod:`wb_lane_js.snapshot`): :func:`resume` calls it without ``_initialize`` or
+``qjs_init_argv``; :func:`run` remains for the plain reactor (the build's module check,
+the ts compiler, artifacts built before snapshots).
 """
 
 from __future__ import annotations
