@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 import pytest
@@ -275,3 +276,52 @@ def test_a_timed_out_guest_ends_with_the_timeout_line_alone(tmp_path) -> None:
     res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
     assert res.stdout.strip() == "Timeout", (res.stdout, res.stderr)
     assert "panicked" not in res.stderr and "backtrace" not in res.stderr, res.stderr
+
+
+def test_sources_are_checked_byte_for_byte_once_per_tree_then_by_stamp(lane, tk, tmp_path, wb_home, monkeypatch):
+    from wb_lane_js import runner
+
+    out = build(lane, tk, tmp_path / "out")
+    assert run_artifact(out.artifact, ["jstool"], home=wb_home).exit_code == 0
+    seen = []
+    real = runner._matches
+    monkeypatch.setattr(runner, "_matches", lambda dest, files: seen.append(dest) or real(dest, files))
+    for _ in range(3):
+        assert b'"s":"HI!"' in run_artifact(out.artifact, ["jstool"], home=wb_home).stdout
+    assert seen == []  # the tree's stamp is unchanged: no file is read again
+    # a same-size rewrite with the old mtime put back still changes the ctime: checked, replaced
+    app = next((wb_home / "cache" / "js" / "app").iterdir())
+    text = app / "lib" / "text.js"
+    st = text.stat()
+    body = text.read_text()
+    text.write_text(body.replace("toUpperCase()", "toLowerCase()"))
+    os.utime(text, ns=(st.st_atime_ns, st.st_mtime_ns))
+    res = run_artifact(out.artifact, ["jstool"], home=wb_home)
+    assert seen and b'"s":"HI!"' in res.stdout and text.read_text() == body
+
+
+def test_an_artifact_rewritten_in_place_is_read_again(lane, tk, tmp_path, wb_home):
+    out = build(lane, tk, tmp_path / "out")
+    assert b'"s":"HI!"' in run_artifact(out.artifact, ["jstool"], home=wb_home).stdout
+    (tk / "src" / "lib" / "text.js").write_text("export const shout = (s) => s + '?';\n")
+    again = build(lane, tk, tmp_path / "out")
+    assert again.artifact == out.artifact  # same path, new bytes
+    assert b'"s":"hi?"' in run_artifact(out.artifact, ["jstool"], home=wb_home).stdout
+    # a file that is not a js artifact (no runner section) is refused, cached or not
+    out.artifact.write_bytes(artifact.code_part(out.artifact.read_bytes()))
+    with pytest.raises(InvalidArgs, match="not a js artifact"):
+        run_artifact(out.artifact, ["jstool"], home=wb_home)
+
+
+def test_a_tampered_artifact_is_refused_against_its_digest(lane, tk, tmp_path, wb_home):
+    from wbcore.artifacts import IntegrityError
+
+    out = build(lane, tk, tmp_path / "out")
+    sha = hashlib.sha256(out.artifact.read_bytes()).hexdigest()
+    assert run_artifact(out.artifact, ["jstool"], home=wb_home, sha256=sha).exit_code == 0
+    data = out.artifact.read_bytes()
+    bundle = artifact.unpack(data)
+    files = dict(bundle.files, **{"lib/text.js": "export const shout = () => 'PWNED';\n"})
+    out.artifact.write_bytes(artifact.pack(artifact.code_part(data), artifact.Bundle(bundle.entry, files)))
+    with pytest.raises(IntegrityError, match="does not match its sha256"):
+        run_artifact(out.artifact, ["jstool"], home=wb_home, sha256=sha)

@@ -7,6 +7,9 @@ sections (ignored by every wasm engine, so the file stays a valid module)::
     wbcore.runner      b"js"                   which lane's runner executes it
     wbcore.js-bundle   JSON {"format": 1, "entry": "main.js",
                              "files": {"main.js": "...", "__wb_entry.mjs": "..."}}
+    wbcore.js-snapshot b"1"                    the module is the reactor pre-initialized
+                                               (wb_lane_js.snapshot): QuickJS and the entry
+                                               set up, ``__wb_main`` defined
 
 A runner (``wb_lane_js.runner``) materialises ``files`` read-only at ``/app`` and
 asks the reactor to load ``/app/__wb_entry.mjs`` as a module.
@@ -25,6 +28,8 @@ from wbcore.errors import InvalidArgs
 
 RUNNER_SECTION = "wbcore.runner"
 BUNDLE_SECTION = "wbcore.js-bundle"
+#: Present (payload b"1") when the module is a pre-initialized snapshot (wb_lane_js.snapshot).
+SNAPSHOT_SECTION = "wbcore.js-snapshot"
 FORMAT = 1
 MAGIC = b"\0asm\x01\0\0\0"
 #: Largest bundle a js artifact may carry (source text, not the runtime).
@@ -121,11 +126,12 @@ class Bundle:
         return json.dumps(doc, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode()
 
 
-def pack(runtime_wasm: bytes, bundle: Bundle, runner: str = "js") -> bytes:
+def pack(runtime_wasm: bytes, bundle: Bundle, runner: str = "js", *, snapshot: bool = False) -> bytes:
     payload = bundle.encode()
     if len(payload) > MAX_BUNDLE_BYTES:
         raise InvalidArgs(f"js bundle is {len(payload)} bytes, over the {MAX_BUNDLE_BYTES}-byte cap")
-    return runtime_wasm + custom_section(RUNNER_SECTION, runner.encode()) + custom_section(BUNDLE_SECTION, payload)
+    out = runtime_wasm + custom_section(RUNNER_SECTION, runner.encode()) + custom_section(BUNDLE_SECTION, payload)
+    return out + custom_section(SNAPSHOT_SECTION, b"1") if snapshot else out
 
 
 def unpack(data: bytes) -> Bundle:

@@ -19,7 +19,7 @@ from typing import Any
 from wbcore.build import BuildFailed, BuildOutput, BuildRequest
 from wbcore.errors import InvalidArgs, Timeout
 
-from wb_lane_js import artifact, guest, qjs
+from wb_lane_js import artifact, guest, qjs, snapshot
 from wb_lane_js.plugin import no_flags
 
 JS_DIR = Path(__file__).parent / "js"
@@ -119,6 +119,7 @@ class JsLane:
         from wbcore.dock import sdk_digest
 
         return (f"quickjs-ng reactor {r.version} ({r.sha256[:12]}); wbcore entry {parts[:12]}; "
+                f"snapshot {snapshot.DIGEST[:12]}; "
                 f"{SDK_FILE} {sdk_digest(SDK_FILE)[:12]}")
 
     @property
@@ -145,7 +146,14 @@ class JsLane:
 
     def pack(self, files: dict[str, str], entry: str, outdir: Path, name: str) -> Path:
         bundle = artifact.Bundle(entry=entry, files={**files, "__wb_entry.mjs": entry_module(entry)})
-        data = artifact.pack(qjs.reactor().path.read_bytes(), bundle)
+        # The guest pre-initialized (QuickJS, std, the entry's globals): see wb_lane_js.snapshot
+        with tempfile.TemporaryDirectory(prefix="wb-js-snap-") as tmp:
+            materialize(bundle.files, Path(tmp))
+            argv = qjs.qjs_args("/app/__wb_entry.mjs", [], memory_bytes=qjs.SNAPSHOT_MEMORY)
+            wasm = snapshot.take(qjs.reactor().path.read_bytes(), Path(tmp), argv, limits=self.limits,
+                                 cache_dir=self.cache_dir)
+        data = artifact.pack(wasm, bundle, snapshot=True)
+        qjs.module(wasm, self.cache_dir)  # compiled now (cached on disk), not at the first call
         outdir.mkdir(parents=True, exist_ok=True)
         out = outdir / f"{name}.wasm"
         out.write_bytes(data)

@@ -4,7 +4,13 @@ The reactor exports ``_initialize``, ``malloc`` and ``qjs_init_argv(argc, argv)`
 which parses qjs's own options (``--std``, ``-m``, ``--memory-limit``,
 ``--stack-size``), then loads the script file as a module and awaits it (promises
 and top-level await run to completion inside that call). Everything runs inside
-wasmtime; the only directory the guest sees is ``/app`` (read-only).
+wasmtime; the only directories the guest sees are ``/app`` (read-only) and, for a
+snapshot, ``/wb-dock``.
+
+A js artifact built since pre-initialized guests is a snapshot of the reactor
+(:mod:`wb_lane_js.snapshot`): :func:`resume` calls it without ``_initialize`` or
+``qjs_init_argv``; :func:`run` remains for the plain reactor (the build's module check,
+the ts compiler, artifacts built before snapshots).
 """
 
 from __future__ import annotations
@@ -31,6 +37,10 @@ WASM_NAME = "qjs-wasi-reactor.wasm"
 #: Headroom between the JS heap limit and the wasm memory cap, for QuickJS's own C data.
 HEAP_HEADROOM = 16 << 20
 DEFAULT_STACK = 1 << 20
+#: The memory a snapshot's JS heap limit is set for (the common profiles' 64 MiB): a call
+#: with the same limits resumes it without setting them again.
+SNAPSHOT_MEMORY = 64 << 20
+SNAPSHOT_HEAP = max(8 << 20, SNAPSHOT_MEMORY - HEAP_HEADROOM)
 
 _modules: dict[str, Any] = {}
 _lock = threading.Lock()
@@ -161,3 +171,72 @@ def run(
         wrap = dock[1]
     return guest.run(mod, ["qjs"], preopens=preopens, stdin=stdin, limits=limits, start=start,
                      cancel=cancel, stdout_wrap=wrap)
+
+
+_empty_dock: list[Path] = []
+#: id(snapshot module) → (module, JSContext*, JSRuntime*): pointers fixed by the snapshot.
+_contexts: dict[int, tuple[Any, int, int]] = {}
+atexit.register(_contexts.clear)
+
+
+def _no_dock() -> Path:
+    """An empty read-only folder for ``/wb-dock`` when a call has no caps: the snapshot's
+    descriptor table was made with ``/app`` then ``/wb-dock``, and a call must match it."""
+    with _lock:
+        if not _empty_dock:
+            d = Path(tempfile.mkdtemp(prefix="wb-js-nodock-"))
+            d.chmod(0o500)
+            _empty_dock.append(d)
+            atexit.register(lambda: (d.chmod(0o700), d.rmdir()))
+        return _empty_dock[0]
+
+
+def _i32(n: int) -> int:
+    n &= 0xFFFFFFFF
+    return n - (1 << 32) if n >= 1 << 31 else n
+
+
+def resume(
+    mod: Any,
+    app_dir: Path,
+    argv: Sequence[str],
+    *,
+    memory_bytes: int,
+    stack_bytes: int = DEFAULT_STACK,
+    stdin: Path | None,
+    limits: guest.Limits,
+    cancel: Any = None,
+    dock: tuple[Path, Any] | None = None,
+) -> guest.GuestResult:
+    """Call a pre-initialized artifact (``wb_lane_js.snapshot``): set this call's heap and
+    stack limits, then evaluate ``__wb_main(argv)`` and await it. ``__wb_main`` ends in
+    ``std.exit``; a return means it could not start (exit 1, QuickJS's error on stderr)."""
+    import json
+
+    heap = max(8 << 20, memory_bytes - HEAP_HEADROOM)
+    code = f"__wb_main({json.dumps(list(argv))}, {'true' if dock else 'false'});".encode()
+    blob = code + b"\0<wb-call>\0"  # the source and its file name, one allocation
+
+    def start(store: Any, instance: Any) -> int:
+        ex = instance.exports(store)
+        ptrs = _contexts.get(id(mod))  # the same in every instance of one snapshot: asked once
+        if ptrs is None or ptrs[0] is not mod:
+            ctx = ex["qjs_get_context"](store)
+            ptrs = _contexts[id(mod)] = (mod, ctx, ex["wb_js_runtime"](store, ctx))
+        _, ctx, rt = ptrs
+        # the snapshot was made with SNAPSHOT_MEMORY's heap and DEFAULT_STACK (lane.JsLane.pack)
+        if heap != SNAPSHOT_HEAP:
+            ex["wb_js_memory_limit"](store, rt, _i32(heap))
+        if stack_bytes != DEFAULT_STACK:
+            ex["wb_js_stack_size"](store, rt, _i32(stack_bytes))
+        src = ex["malloc"](store, len(blob))
+        if not src:
+            raise MemoryError("malloc failed in the js guest")
+        ex["memory"].write(store, blob, src)
+        val = ex["wb_js_eval"](store, ctx, src, len(code), src + len(code) + 1, 0)
+        ex["wb_js_await"](store, ctx, val)
+        return 1
+
+    preopens = [guest.Preopen(app_dir, "/app"), guest.Preopen(dock[0] if dock else _no_dock(), "/wb-dock")]
+    return guest.run(mod, ["qjs"], preopens=preopens, stdin=stdin, limits=limits, start=start,
+                     cancel=cancel, stdout_wrap=dock[1] if dock else None)

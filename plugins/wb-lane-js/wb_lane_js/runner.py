@@ -13,13 +13,17 @@ profile's memory is the wasm memory cap and (less 16 MiB) QuickJS's heap limit;
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import functools
 import hashlib
 import os
 import shutil
 import tempfile
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,27 +46,140 @@ def _matches(dest: Path, files: Any) -> bool:
         return False
 
 
-def app_dir(home: Path, data: bytes, sha256: str | None = None) -> Path:
+def _tree_stamp(dest: Path) -> tuple[tuple[str, int, int, int, int], ...] | None:
+    """Every entry under ``dest`` (itself included) with (inode, size, mtime, ctime): any
+    write, rename, added or removed file changes it (ctime cannot be set back by a user)."""
+    out: list[tuple[str, int, int, int, int]] = []
+    try:
+        st = os.lstat(dest)
+        out.append((".", st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+        stack = [dest]
+        while stack:
+            d = stack.pop()
+            with os.scandir(d) as it:
+                for e in it:
+                    st = e.stat(follow_symlinks=False)
+                    out.append((e.path, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+                    if e.is_dir(follow_symlinks=False):
+                        stack.append(Path(e.path))
+    except OSError:
+        return None
+    return tuple(sorted(out))
+
+
+#: Extracted app dirs checked byte for byte in this process: path → the tree's stamp then.
+_checked: dict[Path, tuple[tuple[str, int, int, int, int], ...]] = {}
+_checked_lock = threading.Lock()
+
+
+def app_dir(home: Path, data: bytes | Prepared, sha256: str | None = None) -> Path:
     """The artifact's sources, extracted under ``home`` and checked against the artifact
-    on every use (a changed or extra file is replaced, never run)."""
-    sha = sha256 or hashlib.sha256(data).hexdigest()
+    before use (a changed or extra file is replaced, never run). The byte-for-byte check
+    runs once per process and tree; later calls compare the tree's stamp (every entry's
+    inode, size, mtime, ctime), so any change since is caught and checked again."""
+    prep = data if isinstance(data, Prepared) else None
+    sha = prep.sha256 if prep is not None else (sha256 or hashlib.sha256(data).hexdigest())  # type: ignore[arg-type]
     base = home / "cache" / "js" / "app"
     dest = base / sha
-    bundle = artifact.unpack(data)
-    if _matches(dest, bundle.files):
-        return dest
-    base.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".x-", dir=base))
-    old = base / f".old-{sha}-{os.getpid()}"
-    try:
-        materialize(bundle.files, tmp)
-        if dest.exists():
-            os.replace(dest, old)
-        os.replace(tmp, dest)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.rmtree(old, ignore_errors=True)
+    stamp = _tree_stamp(dest)
+    with _checked_lock:
+        if stamp is not None and _checked.get(dest) == stamp:
+            return dest
+    files = prep.files if prep is not None else artifact.unpack(data).files  # type: ignore[arg-type]
+    if not _matches(dest, files):
+        base.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".x-", dir=base))
+        old = base / f".old-{sha}-{os.getpid()}"
+        try:
+            materialize(files, tmp)
+            if dest.exists():
+                os.replace(dest, old)
+            os.replace(tmp, dest)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.rmtree(old, ignore_errors=True)
+        # stamp first, then compare: a change after the stamp makes the next call's differ
+        stamp = _tree_stamp(dest)
+        if stamp is None or not _matches(dest, files):
+            raise InvalidArgs(f"js: the extracted sources at {dest} changed while being written; retry the call")
+    if stamp is not None:
+        with _checked_lock:
+            if len(_checked) > 1024:
+                _checked.clear()
+            _checked[dest] = stamp
     return dest
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """What a call needs from a js artifact, read and checked once per process and file
+    version (bytes hashed as read and held to the store's digest): the bundle's files and
+    the compiled reactor."""
+
+    sha256: str
+    files: Mapping[str, str]
+    module: Any
+    snapshot: bool = False  # a pre-initialized guest (wb_lane_js.snapshot); else the plain reactor
+
+
+_prepared: dict[tuple[str, str], tuple[tuple[int, int, int, int], Prepared]] = {}
+_prepared_lock = threading.Lock()
+atexit.register(_prepared.clear)  # compiled modules go before wasmtime's bindings do
+
+
+def prepare(path: Path, home: Path, sha256: str | None = None) -> Prepared:
+    """The artifact at ``path`` read, its runner section checked, its bundle parsed and its
+    reactor compiled: once per process and file version (inode, size, mtime, ctime), so a
+    replaced or rewritten artifact is read again before it can run. ``sha256`` is the
+    store's digest: bytes that hash otherwise are refused (``IntegrityError``)."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise InvalidArgs(f"js artifact {path}: {exc.strerror}") from None
+    stamp = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    key = (str(path), sha256 or "")
+    with _prepared_lock:
+        hit = _prepared.get(key)
+    if hit is not None and hit[0] == stamp:
+        return hit[1]
+    data = path.read_bytes()
+    sections = {n: bytes(p) for n, p in artifact.custom_sections(data) if n.startswith("wbcore.")}
+    runner = sections.get(artifact.RUNNER_SECTION, b"").decode("utf-8", "replace") or None
+    if runner != "js":
+        raise InvalidArgs(f"{path.name} is not a js artifact (no wbcore.runner=js section)")
+    sha = hashlib.sha256(data).hexdigest()
+    if sha256 is not None and sha != sha256:
+        from wbcore.artifacts import IntegrityError
+
+        raise IntegrityError(f"js artifact {path} does not match its sha256 {sha256[:12]}… (tampered or corrupt); "
+                             "it will not run — rebuild the toolkit")
+    prep = Prepared(sha, artifact.unpack(data).files, qjs.module(artifact.code_part(data), home / "cache" / "js"),
+                    snapshot=sections.get(artifact.SNAPSHOT_SECTION) == b"1")
+    with _prepared_lock:
+        if len(_prepared) > 256:
+            _prepared.clear()
+        _prepared[key] = (stamp, prep)
+    return prep
+
+
+@contextlib.contextmanager
+def _stdin_file(data: bytes) -> Iterator[Path]:
+    """``data`` as a file WASI can open for stdin: an anonymous memory file where Linux has
+    them (no directory entry to make and unlink), else a private temporary file."""
+    if hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd"):
+        fd = os.memfd_create("wb-js-stdin", os.MFD_CLOEXEC)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            yield Path(f"/proc/self/fd/{fd}")
+        finally:
+            os.close(fd)
+        return
+    with tempfile.NamedTemporaryFile(prefix="wb-js-stdin-") as fh:
+        fh.write(data)
+        fh.flush()
+        yield Path(fh.name)
 
 
 def run_artifact(
@@ -80,21 +197,22 @@ def run_artifact(
     dock: Callable[[str, bytes], tuple[int, bytes]] | None = None,
 ) -> guest.GuestResult:
     """Run the js artifact at ``path``; ``argv[0]`` is the command name."""
-    data = path.read_bytes()
-    if artifact.runner_of(path) != "js":
-        raise InvalidArgs(f"{path.name} is not a js artifact (no wbcore.runner=js section)")
-    app = app_dir(home, data, sha256)
-    mod = qjs.module(artifact.code_part(data), home / "cache" / "js")
+    prep = prepare(path, home, sha256)
+    app = app_dir(home, prep)
     args = qjs.qjs_args("/app/__wb_entry.mjs", argv, memory_bytes=memory_bytes, stack_bytes=stack_bytes)
     limits = guest.Limits(timeout_s=timeout_s, memory_bytes=memory_bytes, output_bytes=output_bytes)
-    with tempfile.NamedTemporaryFile(prefix="wb-js-stdin-") as fh, tempfile.TemporaryDirectory(prefix="wb-js-dock-") as tmp:
-        fh.write(stdin)
-        fh.flush()
-        bridge = None
-        if dock is not None:
+    with _stdin_file(stdin) as stdin_path:
+        def go(bridge: Any) -> guest.GuestResult:
+            if prep.snapshot:
+                return qjs.resume(prep.module, app, argv, memory_bytes=memory_bytes, stack_bytes=stack_bytes,
+                                  stdin=stdin_path, limits=limits, cancel=cancel, dock=bridge)
+            return qjs.run(prep.module, app, args, stdin=stdin_path, limits=limits, cancel=cancel, dock=bridge)
+
+        if dock is None:
+            return go(None)
+        with tempfile.TemporaryDirectory(prefix="wb-js-dock-") as tmp:
             folder, token = make_folder(Path(tmp))
-            bridge = (folder, lambda out: DockSink(out, dock, folder, token))
-        return qjs.run(mod, app, args, stdin=Path(fh.name), limits=limits, cancel=cancel, dock=bridge)
+            return go((folder, lambda out: DockSink(out, dock, folder, token)))
 
 
 class JsRunner:

@@ -1,12 +1,13 @@
 // wbcore js lane: the entry module of every js artifact (see wb_lane_js/artifact.py).
-// It runs the toolkit's module like a command-line program: scriptArgs is
-// [cli, ...args], timers keep the program alive until they finish, an uncaught
-// error prints its stack and exits 1, and stdout is flushed before exit.
+// Evaluated once at build time, inside the snapshot (wb_lane_js/snapshot.py): it sets up
+// the globals and defines __wb_main, which each call runs. __wb_main runs the toolkit's
+// module like a command-line program: scriptArgs is [cli, ...args], timers keep the
+// program alive until they finish, an uncaught error prints its stack and exits 1, and
+// stdout is flushed before exit.
 import * as std from 'qjs:std';
 import * as os from 'qjs:os';
 
 const ENTRY = '/app/@ENTRY@';
-globalThis.scriptArgs = scriptArgs.slice(1);
 
 let live = 0;
 let idle = null;
@@ -86,7 +87,7 @@ if (typeof globalThis.TextDecoder !== 'function') {
 }
 
 const process = {
-  argv: ['qjs', ...scriptArgs],
+  argv: ['qjs'],
   env: {},
   exitCode: 0,
   exit(code) { std.out.flush(); std.err.flush(); std.exit(code ?? process.exitCode ?? 0); },
@@ -98,8 +99,9 @@ globalThis.process = process;
 // The Dock bridge (wbcore/sdk/wb_dock.js uses it; wb_lane_js/dock.py is the host side):
 // present only when the call was granted caps. A request is a framed write to stdout,
 // the answer a file the host leaves in the read-only /wb-dock folder.
-const dockToken = std.loadFile('/wb-dock/token');
-if (dockToken) {
+const bridge = () => {
+  const dockToken = std.loadFile('/wb-dock/token');
+  if (!dockToken) return;
   let seq = 0;
   globalThis.__wb_dock = (cap, request) => {
     seq += 1;
@@ -111,17 +113,56 @@ if (dockToken) {
     if (!answer || answer.byteLength < 1) return [5, new Uint8Array(0)];
     return [answer[0], answer.subarray(1)];
   };
-}
+};
 
-try {
-  await import(ENTRY);
-  while (live > 0) await new Promise((resolve) => { idle = resolve; });
-} catch (e) {
+// Math.random: the snapshot holds one generator state, so every call would draw the same
+// numbers; each call seeds its own (from the clock, as QuickJS itself seeds).
+let rs0 = 0n, rs1 = 0n;
+const M64 = (1n << 64n) - 1n;
+const mix = (z) => {
+  z = (z + 0x9e3779b97f4a7c15n) & M64;
+  z = ((z ^ (z >> 30n)) * 0xbf58476d1ce4e5b9n) & M64;
+  z = ((z ^ (z >> 27n)) * 0x94d049bb133111ebn) & M64;
+  return z ^ (z >> 31n);
+};
+Math.random = () => {
+  let s1 = rs0;
+  const s0 = rs1;
+  rs0 = s0;
+  s1 ^= (s1 << 23n) & M64;
+  rs1 = s1 ^ s0 ^ (s1 >> 17n) ^ (s0 >> 26n);
+  return Number(((rs1 + s0) & M64) >> 11n) / 2 ** 53;
+};
+
+globalThis.__wb_main = async (argv, dock) => {
+  const seed = BigInt(Math.floor(Date.now())) * 1000003n + BigInt(Math.floor(os.now() * 1000) % 1e15);
+  rs0 = mix(seed & M64);
+  rs1 = mix(rs0);
+  globalThis.scriptArgs = argv;
+  process.argv = ['qjs', ...argv];
+  if (dock) bridge(); // a file look-up costs a WASI call: only when the call was granted caps
+  try {
+    await import(ENTRY);
+    while (live > 0) await new Promise((resolve) => { idle = resolve; });
+  } catch (e) {
+    std.out.flush();
+    std.err.puts((e && e.stack ? `${e}\n${e.stack}` : `${e}`) + '\n');
+    std.err.flush();
+    std.exit(1);
+  }
   std.out.flush();
-  std.err.puts((e && e.stack ? `${e}\n${e.stack}` : `${e}`) + '\n');
   std.err.flush();
-  std.exit(1);
-}
-std.out.flush();
-std.err.flush();
-std.exit(typeof process.exitCode === 'number' ? process.exitCode : 0);
+  std.exit(typeof process.exitCode === 'number' ? process.exitCode : 0);
+};
+
+
+// Compile the toolkit's modules now, at build time, without evaluating them (their
+// top-level code reads stdin and argv at run time): compiling a module that imports the
+// entry resolves, reads and compiles the whole import graph under its /app names, and
+// evaluates none of it. A call's import() finds each module compiled and reads no file.
+std.evalScript(`import ${JSON.stringify(ENTRY)};`, { compile_only: true, compile_module: true });
+
+// Collect now, before the snapshot is taken: the heap a call starts from is compact and
+// QuickJS's next collection is due only once it has grown by half (a collection marks
+// every object, so a call that ran one would write to, and copy, every page).
+std.gc();
