@@ -413,6 +413,31 @@ def kernel_results(start: int, outputs: list[bytes]) -> Iterator[Result]:
     return _builtin_map(_new, repeat(Result), zip(count(start), outputs, repeat(None)))
 
 
+def chunk_results(kind: str, chunk: Chunk, outputs: list[Any], errors: list[tuple[int, str, str]]) -> Iterator[Result]:
+    """What any engine hands back for one answered chunk: the worker's outputs (kernel bytes
+    or command result wires) as results in input order, with the per-input errors the worker
+    reported and the ones found while the chunk was read (``chunk.errors``) in their places."""
+    start = chunk.start
+    if kind == "kernel":
+        results: Iterator[Result] = kernel_results(start, outputs)
+    else:
+        results = iter([Result(start + k, None if v is None else result_from_wire(v)) for k, v in enumerate(outputs)])
+    if not errors and not chunk.errors:
+        return results
+    listed = list(results)
+    for k, err_kind, message in errors:
+        listed[k] = Result(start + k, error=error_from_wire(err_kind, message))
+    for k, exc in chunk.errors.items():
+        listed[k] = Result(start + k, error=exc)
+    return iter(listed)
+
+
+def failed_results(chunk: Chunk, error: WbError | None) -> tuple[int, Iterator[Result]]:
+    """A chunk whose worker was lost: every input fails with ``error`` (or its own read error)."""
+    n = len(chunk.items)
+    return n, iter([Result(chunk.start + k, error=chunk.errors.get(k, error)) for k in range(n)])
+
+
 # --- running a chunk of a job in a worker (any engine's: a spawned process, a Ray actor) ------
 
 

@@ -256,29 +256,14 @@ class _Batch:
                   seconds: float) -> None:
         w.out.remove(seq)
         chunk = self.chunks[seq]
-        start, n = chunk.start, len(out)
-        Result = fabric.Result
-        if self.kernel:
-            results: Iterator[Result] = fabric.kernel_results(start, out)
-        else:
-            results = iter([Result(start + k, None if v is None else fabric.result_from_wire(v))
-                            for k, v in enumerate(out)])
-        if errors or chunk.errors:
-            listed = list(results)
-            for k, kind, message in errors:
-                listed[k] = Result(start + k, error=fabric.error_from_wire(kind, message))
-            for k, exc in chunk.errors.items():
-                listed[k] = Result(start + k, error=exc)
-            results = iter(listed)
-        self.pending[seq] = (n, results)
+        n = len(out)
+        self.pending[seq] = (n, fabric.chunk_results("kernel" if self.kernel else "command", chunk, out, errors))
         if n:
             now = seconds / n
             self.per_item = now if self.per_item is None else 0.5 * (self.per_item + now)
 
     def _failed(self, chunk: fabric.Chunk, error: WbError | None) -> tuple[int, Iterator[fabric.Result]]:
-        Result = fabric.Result
-        n = len(chunk.items)
-        return n, iter([Result(chunk.start + k, error=chunk.errors.get(k, error)) for k in range(n)])
+        return fabric.failed_results(chunk, error)
 
     def _replace(self, w: _Worker) -> None:
         w.proc.join(1)

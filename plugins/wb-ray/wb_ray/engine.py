@@ -157,28 +157,14 @@ class _Batch:
         self.calls[ref] = (actor, seq)
 
     def _failed(self, chunk: fabric.Chunk, error: WbError | None) -> tuple[int, Iterator[fabric.Result]]:
-        n = len(chunk.items)
-        return n, iter([fabric.Result(chunk.start + k, error=chunk.errors.get(k, error)) for k in range(n)])
+        return fabric.failed_results(chunk, error)
 
     def _answered(self, actor: _Actor, seq: int, out: list[Any], errors: list[tuple[int, str, str]],
                   seconds: float) -> None:
         actor.out.remove(seq)
         chunk = self.chunks[seq]
-        start, n = chunk.start, len(out)
-        Result = fabric.Result
-        if self.kernel:
-            results: Iterator[fabric.Result] = fabric.kernel_results(start, out)
-        else:
-            results = iter([Result(start + k, None if v is None else fabric.result_from_wire(v))
-                            for k, v in enumerate(out)])
-        if errors or chunk.errors:
-            listed = list(results)
-            for k, kind, message in errors:
-                listed[k] = Result(start + k, error=fabric.error_from_wire(kind, message))
-            for k, exc in chunk.errors.items():
-                listed[k] = Result(start + k, error=exc)
-            results = iter(listed)
-        self.pending[seq] = (n, results)
+        n = len(out)
+        self.pending[seq] = (n, fabric.chunk_results("kernel" if self.kernel else "command", chunk, out, errors))
         if n:
             now = seconds / n
             self.per_item = now if self.per_item is None else 0.5 * (self.per_item + now)
