@@ -183,6 +183,32 @@ class ProviderError(WbError):
         self.status, self.retryable, self.retry_after = status, retryable, retry_after
 
 
+#: How much of an endpoint's error text reaches a message (after redaction).
+MAX_ERROR_TEXT = 300
+
+
+def provider_error(vendor: str, exc: Exception, settings: Any, *, status_error: type, connection_error: type) -> ProviderError:
+    """The one mapping of a vendor SDK's exception to :class:`ProviderError`: ``status_error``
+    (has ``status_code``, ``response.headers``, ``message``) by HTTP status — retryable per
+    :data:`RETRYABLE_STATUS`, ``Retry-After`` honoured, a refused key never quoted —,
+    ``connection_error`` as retryable, anything else as itself; every text redacted."""
+    redact = settings.redact
+    if isinstance(exc, status_error):
+        status = exc.status_code  # type: ignore[attr-defined]
+        try:
+            retry_after: float | None = float(exc.response.headers.get("retry-after", ""))  # type: ignore[attr-defined]
+        except (ValueError, AttributeError):
+            retry_after = None
+        text = redact(str(getattr(exc, "message", "") or exc))[:MAX_ERROR_TEXT]
+        if status in (401, 403):
+            text = "the endpoint refused the deployer's key"
+        return ProviderError(f"{vendor}: HTTP {status}: {text}", status=status,
+                             retryable=status in RETRYABLE_STATUS, retry_after=retry_after)
+    if isinstance(exc, connection_error):  # timeouts included
+        return ProviderError(f"{vendor}: endpoint unreachable or silent ({type(exc).__name__})", retryable=True)
+    return ProviderError(f"{vendor}: {type(exc).__name__}: {redact(str(exc))[:MAX_ERROR_TEXT]}")
+
+
 def _prices(raw: str) -> dict[str, tuple[float, float]]:
     out: dict[str, tuple[float, float]] = {}
     for part in (p.strip() for p in raw.split(";")):

@@ -12,7 +12,6 @@ from collections.abc import Callable
 from typing import Any
 
 from wbcore.llm import (
-    RETRYABLE_STATUS,
     ChatRequest,
     ChatResponse,
     LlmSettings,
@@ -21,10 +20,9 @@ from wbcore.llm import (
     ToolUse,
     Usage,
     parse_arguments,
+    provider_error,
     with_retries,
 )
-
-MAX_ERROR_TEXT = 300
 
 
 def wire_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
@@ -73,22 +71,9 @@ class AnthropicMessages:
         return with_retries(lambda: self._once(request, on_text), self.settings, deadline=request.deadline)
 
     def _error(self, exc: Exception) -> ProviderError:
-        an = self._anthropic
-        redact = self.settings.redact
-        if isinstance(exc, an.APIStatusError):
-            status = exc.status_code
-            try:
-                retry_after: float | None = float(exc.response.headers.get("retry-after", ""))
-            except (ValueError, AttributeError):
-                retry_after = None
-            text = redact(str(getattr(exc, "message", "") or exc))[:MAX_ERROR_TEXT]
-            if status in (401, 403):
-                text = "the endpoint refused the deployer's key"
-            return ProviderError(f"anthropic: HTTP {status}: {text}", status=status,
-                                 retryable=status in RETRYABLE_STATUS, retry_after=retry_after)
-        if isinstance(exc, an.APIConnectionError):
-            return ProviderError(f"anthropic: endpoint unreachable or silent ({type(exc).__name__})", retryable=True)
-        return ProviderError(f"anthropic: {type(exc).__name__}: {redact(str(exc))[:MAX_ERROR_TEXT]}")
+        sdk = self._anthropic
+        return provider_error("anthropic", exc, self.settings, status_error=sdk.APIStatusError,
+                              connection_error=sdk.APIConnectionError)
 
     def _once(self, request: ChatRequest, on_text: Callable[[str], None] | None) -> ChatResponse:
         s = self.settings

@@ -14,7 +14,6 @@ from collections.abc import Callable
 from typing import Any
 
 from wbcore.llm import (
-    RETRYABLE_STATUS,
     ChatRequest,
     ChatResponse,
     LlmSettings,
@@ -23,11 +22,11 @@ from wbcore.llm import (
     ToolUse,
     Usage,
     parse_arguments,
+    provider_error,
     with_retries,
 )
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
-MAX_ERROR_TEXT = 300
 
 
 def wire_messages(system: str, messages: tuple[Message, ...]) -> list[dict[str, Any]]:
@@ -69,23 +68,9 @@ class OpenAIChat:
         return with_retries(lambda: self._once(request, on_text), self.settings, deadline=request.deadline)
 
     def _error(self, exc: Exception) -> ProviderError:
-        oa = self._openai
-        redact = self.settings.redact
-        if isinstance(exc, oa.APIStatusError):
-            status = exc.status_code
-            retry_after = None
-            try:
-                retry_after = float(exc.response.headers.get("retry-after", ""))
-            except (ValueError, AttributeError):
-                retry_after = None
-            text = redact(str(getattr(exc, "message", "") or exc))[:MAX_ERROR_TEXT]
-            if status in (401, 403):
-                text = "the endpoint refused the deployer's key"
-            return ProviderError(f"openai: HTTP {status}: {text}", status=status,
-                                 retryable=status in RETRYABLE_STATUS, retry_after=retry_after)
-        if isinstance(exc, oa.APIConnectionError):  # includes timeouts
-            return ProviderError(f"openai: endpoint unreachable or silent ({type(exc).__name__})", retryable=True)
-        return ProviderError(f"openai: {type(exc).__name__}: {redact(str(exc))[:MAX_ERROR_TEXT]}")
+        sdk = self._openai
+        return provider_error("openai", exc, self.settings, status_error=sdk.APIStatusError,
+                              connection_error=sdk.APIConnectionError)
 
     def _once(self, request: ChatRequest, on_text: Callable[[str], None] | None) -> ChatResponse:
         s = self.settings
