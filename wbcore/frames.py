@@ -242,13 +242,22 @@ def open_sealed(kind: int, payload: bytes, secret: bytes) -> tuple[dict[str, Any
     return obj, blobs
 
 
-def ping(secret: bytes, version: int = VERSION) -> bytes:
-    return encode(PING, secret + _U16.pack(version))
+SEED_BYTES = 32
+
+
+def ping(secret: bytes, version: int = VERSION, *, seed: bytes = b"") -> bytes:
+    """The handshake. ``seed``: 32 fresh random bytes a guest restored from a snapshot mixes
+    into its kernel RNG (every VM restored from one snapshot starts with the same RNG state)."""
+    if seed and len(seed) != SEED_BYTES:
+        raise ValueError(f"a Ping seed is {SEED_BYTES} bytes, not {len(seed)}")
+    return encode(PING, secret + _U16.pack(version) + seed)
 
 
 def check_ping(payload: bytes, secret: bytes) -> int:
-    """The host's protocol version from a ``PING``; the wrong secret or version is refused."""
-    if len(payload) != SECRET_BYTES + _U16.size or not same_secret(secret, payload[:SECRET_BYTES]):
+    """The host's protocol version from a ``PING``; the wrong secret or version is refused.
+    A seed (for snapshot-restored guests) is allowed and not needed by a fresh process."""
+    if len(payload) not in (SECRET_BYTES + _U16.size, SECRET_BYTES + _U16.size + SEED_BYTES) \
+            or not same_secret(secret, payload[:SECRET_BYTES]):
         raise FrameError("secret", "Ping without the session secret; refused")
     (version,) = _U16.unpack_from(payload, SECRET_BYTES)
     if version != VERSION:

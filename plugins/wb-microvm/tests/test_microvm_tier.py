@@ -177,7 +177,10 @@ def test_secret_required(agent) -> None:
     assert a.refused()["reason"] == "secret"
     a.vm.send_frame(frames.encode(frames.PING, a.snap.secret[:16]))
     assert a.refused()["reason"] == "secret"
-    a.vm.send_frame(frames.ping(a.snap.secret))
+    # a seed of the wrong size: the whole Ping is refused
+    a.vm.send_frame(frames.encode(frames.PING, a.snap.secret + struct.pack("<H", frames.VERSION) + b"s" * 31))
+    assert a.refused()["reason"] == "secret"
+    a.vm.send_frame(frames.ping(a.snap.secret, seed=os.urandom(frames.SEED_BYTES)))
     kind, payload = a.recv()
     assert kind == frames.PONG and frames.check_pong(payload) == frames.VERSION
     a.vm.send_frame(a.exec_(None))  # no secret in the Exec
@@ -347,3 +350,13 @@ def test_big_output_fits_one_frame_and_the_cap_is_the_guests(rt) -> None:
     assert info.value.limit == "stdout"
     res = call(rt, "sh", ["-c", "head -c 3000000 /dev/zero"], profile=profile("posix"), timeout_s=60.0)
     assert res.stdout == bytes(3_000_000)
+
+
+def test_each_restored_vm_draws_its_own_randomness(rt) -> None:
+    """Every VM is restored from one snapshot, so each starts with the same kernel RNG state:
+    without the host's fresh seed in the handshake (mixed in and the CRNG reseeded by the
+    agent), two calls reading /dev/urandom first thing would read the same bytes."""
+    argv = ["-c", "head -c 32 /dev/urandom | od -An -tx1"]
+    outs = [call(rt, "sh", argv, timeout_s=30.0).stdout for _ in range(3)]
+    assert all(len(o.split()) == 32 for o in outs), outs
+    assert len(set(outs)) == 3, outs

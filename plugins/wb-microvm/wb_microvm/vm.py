@@ -203,8 +203,10 @@ class Vm:
 
     def handshake(self, deadline: float) -> None:
         """Ping with the secret until the agent's Pong (the guest may still be booting:
-        the channel buffers until the agent opens its port)."""
-        self.send_frame(frames.ping(self.secret))
+        the channel buffers until the agent opens its port). The Ping carries 32 fresh
+        random bytes: a VM restored from a snapshot resumes with the snapshot's kernel RNG
+        state, shared by every VM restored from it, until the agent reseeds it with these."""
+        self.send_frame(frames.ping(self.secret, seed=os.urandom(frames.SEED_BYTES)))
         while True:
             kind, payload = self.recv(deadline)
             if kind == frames.PONG:

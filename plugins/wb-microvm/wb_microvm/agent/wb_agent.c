@@ -42,6 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
+#include <linux/random.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
@@ -58,6 +59,7 @@
 #define VERSION 1
 #define MAX_FRAME (64u << 20)
 #define SECRET_BYTES 32
+#define SEED_BYTES 32
 #define GUEST_UID 1000
 #define MAX_ARGS 256
 #define MAX_CAP_REQ (1u << 20)
@@ -1095,16 +1097,35 @@ static int open_port(void) {
     return fd;
 }
 
+/* A restored guest resumes with the snapshot's kernel RNG state, the same in every VM restored
+ * from it: the host's fresh seed (in the Ping) is credited to the input pool and the CRNG
+ * reseeded from it at once, before any guest process can read /dev/urandom. */
+static int reseed(const unsigned char *seed) {
+    struct { struct rand_pool_info info; unsigned char buf[SEED_BYTES]; } p;
+    p.info.entropy_count = SEED_BYTES * 8;
+    p.info.buf_size = SEED_BYTES;
+    memcpy(p.buf, seed, SEED_BYTES);
+    int fd = open("/dev/urandom", O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int r = ioctl(fd, RNDADDENTROPY, &p.info) || ioctl(fd, RNDRESEEDCRNG);
+    close(fd);
+    memset(&p, 0, sizeof p);
+    return r ? -1 : 0;
+}
+
 /* One frame from the host, dispatched. */
 static void from_host(void) {
     int kind; unsigned char *payload; uint32_t n;
     if (recv_frame(&kind, &payload, &n)) { authed = 0; pty_hang_up_all(); usleep(50000); return; }
     if (kind == PING) {
-        if (n != SECRET_BYTES + 2 || !same_secret(payload)) {
+        if ((n != SECRET_BYTES + 2 && n != SECRET_BYTES + 2 + SEED_BYTES) || !same_secret(payload)) {
             authed = 0;
             refuse("secret", "Ping without the session secret; refused");
         } else if ((payload[32] | payload[33] << 8) != VERSION) {
             refuse("version", "the host speaks another protocol version; this agent speaks 1");
+        } else if (n == SECRET_BYTES + 2 + SEED_BYTES && reseed(payload + SECRET_BYTES + 2)) {
+            authed = 0;
+            refuse("reseed", "the guest could not reseed its random number generator; refused");
         } else {
             unsigned char v[2] = {VERSION, 0};
             authed = 1;
