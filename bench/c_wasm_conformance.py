@@ -32,7 +32,7 @@ def main() -> int:
     from wbcore.build import BuildFailed, BuildRequest, ResolvedSource
     from wbcore.manifest import parse
 
-    from wb_lane_c_wasm import guest
+    from wbcore import wasm_guest as guest
     from wb_lane_c_wasm.lane import CWasmLane
     from wb_lane_c_wasm.toolchain import _assets
 

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from wbcore import wasm_guest as guest
 from wbcore.build import BuildFailed, BuildRequest, ResolvedSource, tree_digest
 from wbcore.errors import InvalidArgs
 from wbcore.manifest import load as parse
 from wbcore.testing import manifest_text
 
-from wb_lane_c_wasm import guest
 from wb_lane_c_wasm.lane import CWasmLane
 
 HELLO = r"""

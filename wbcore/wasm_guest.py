@@ -1,13 +1,18 @@
-"""Run one WASI command module in wasmtime, bounded in time, memory and output.
+"""Run one WASI module in wasmtime, bounded in time, memory and output: the one guest runner
+of the lanes whose compiler is itself a wasm guest (c-wasm: TinyCC; js/ts/svelte: QuickJS).
 
-This is how the c-wasm lane runs its compiler: a wasm guest that sees only the
-directories it is handed (``preopens``), with a wall-clock deadline enforced by epoch
-interruption, a linear-memory cap, and capped stdout/stderr. Nothing here executes
-native code from the source being compiled.
+A guest sees only the directories it is handed (``preopens``), runs under a wall-clock
+deadline enforced by epoch interruption (and, given a ``cancel`` event, stops at the next
+tick once it is set) and a linear-memory cap, and its stdout/stderr are captured up to a
+cap. Nothing here executes native code from the source being compiled.
+
+The core does not depend on wasmtime: it is imported when a guest first runs, and the
+lanes that call this module depend on it (pinned) themselves.
 """
 
 from __future__ import annotations
 
+import atexit
 import errno
 import math
 import threading
@@ -42,6 +47,7 @@ class GuestResult:
     timed_out: bool = False
     trap: str = ""
     truncated: bool = False
+    cancelled: bool = False
 
 
 class _Ticker:
@@ -122,6 +128,66 @@ def engine() -> Any:
         return _ENGINE
 
 
+_LINKERS: dict[int, Any] = {}
+# Drop the linkers before interpreter teardown unloads wasmtime's bindings.
+atexit.register(_LINKERS.clear)
+
+
+def _wasi_linker(eng: Any) -> Any:
+    """A linker with WASI only, made once per engine: its definitions read each store's
+    own WASI context, so one linker serves every call (and saves ~0.1 ms per call)."""
+    with _LOCK:
+        linker = _LINKERS.get(id(eng))
+        if linker is None:
+            import wasmtime
+
+            linker = wasmtime.Linker(eng)
+            linker.define_wasi()
+            _LINKERS[id(eng)] = linker
+        return linker
+
+
+_cancels: dict[int, tuple[Any, float, list[str]]] = {}
+_cancel_ids = iter(range(1, 1 << 62))
+_callback: Any = None
+
+
+def _watch_cancel(store: Any, cancel: Any, deadline: float) -> int:
+    """Check ``cancel`` (a ``threading.Event``) and the deadline at every epoch tick, through
+    wasmtime's epoch-deadline callback (the C API; wasmtime-py pins its bindings): a set
+    event stops this guest alone at the next tick. Returns an id for ``_cancels.pop``."""
+    global _callback
+    import ctypes
+    import time
+
+    from wasmtime import _bindings as B
+
+    if _callback is None:
+        cb_type = ctypes.CFUNCTYPE(ctypes.c_size_t, ctypes.POINTER(B.wasmtime_context_t), ctypes.c_void_p,
+                                   ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(B.wasmtime_update_deadline_kind_t))
+
+        @cb_type
+        def on_tick(_ctx: Any, data: Any, delta: Any, kind: Any) -> int:
+            entry = _cancels.get(data or 0)
+            if entry is not None:
+                event, until, why = entry
+                reason = "cancelled" if event.is_set() else ("timeout" if time.monotonic() >= until else "")
+                if reason:
+                    why.append(reason)
+                    err = B._wasmtime_error_new(f"wb: {reason}".encode())
+                    return ctypes.cast(err, ctypes.c_void_p).value or 0
+            delta[0] = 1
+            kind[0] = 0  # continue
+            return 0
+
+        _callback = (on_tick, ctypes.cast(None, ctypes.CFUNCTYPE(None, ctypes.c_void_p)))
+    cid = next(_cancel_ids)
+    _cancels[cid] = (cancel, deadline, [])
+    B._wasmtime_store_epoch_deadline_callback(store.ptr(), _callback[0], cid, _callback[1])
+    store.set_epoch_deadline(1)
+    return cid
+
+
 def describe(exc: BaseException) -> str:
     """The trap's cause ("wasm trap: call stack exhausted"), not its backtrace."""
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
@@ -140,8 +206,12 @@ def run(
     env: Sequence[tuple[str, str]] = (),
     limits: Limits = Limits(),
     extra_imports: Callable[[Any, Any], None] | None = None,
+    start: Callable[[Any, Any], int] | None = None,
+    cancel: Any = None,
+    stdout_wrap: Callable[[Callable[[bytes], int]], Any] | None = None,
 ) -> GuestResult:
-    """Instantiate ``module`` (compiled on :func:`engine`) and call its ``_start``."""
+    """Instantiate ``module`` (compiled on :func:`engine`) and run it: ``start(store,
+    instance)`` returns the exit code (default: call the WASI ``_start``)."""
     import wasmtime
 
     eng = engine()
@@ -149,42 +219,62 @@ def run(
     store = wasmtime.Store(eng)
     store.set_limits(memory_size=limits.memory_bytes)
     store.set_epoch_deadline(max(1, math.ceil(limits.timeout_s / TICK_S)))
+    watch = None
+    if cancel is not None:
+        import time
+
+        watch = _watch_cancel(store, cancel, time.monotonic() + limits.timeout_s)
     wasi = wasmtime.WasiConfig()
     wasi.argv = list(argv)
     wasi.env = list(env)
     out, err = _Capture(limits.output_bytes), _Capture(limits.output_bytes)
-    wasi.stdout_custom = out
+    sink = stdout_wrap(out) if stdout_wrap is not None else out
+    wasi.stdout_custom = sink
     wasi.stderr_custom = err
     if stdin is not None:
         wasi.stdin_file = str(stdin)
     for p in preopens:
         wasi.preopen_dir(str(p.host), p.guest, p.writable)
     store.set_wasi(wasi)
-    linker = wasmtime.Linker(eng)
-    linker.define_wasi()
     if extra_imports is not None:
+        linker = wasmtime.Linker(eng)
+        linker.define_wasi()
         extra_imports(linker, store)
+    else:
+        linker = _wasi_linker(eng)
     code, timed_out, trap = 0, False, ""
     with _TICKER:
         try:
             instance = linker.instantiate(store, module)
-            start = instance.exports(store)["_start"]
-            start(store)
+            if start is None:
+                instance.exports(store)["_start"](store)
+            else:
+                code = start(store, instance)
         except wasmtime.ExitTrap as exc:
             code = exc.code
-            exc.__traceback__ = None
+            exc.__traceback__ = None  # see below
         except wasmtime.Trap as exc:
             if exc.trap_code == wasmtime.TrapCode.INTERRUPT:
                 timed_out, code, trap = True, 124, f"deadline of {limits.timeout_s:g}s reached"
             else:
                 code, trap = 134, describe(exc)
-            # A trap's traceback cycles back to it through wasmtime-py's frames and keeps the
-            # store alive to interpreter exit, where dropping it panics a runtime thread.
+            # The trap's traceback holds wasmtime-py's frames, which hold the trap: a cycle that
+            # keeps this store (and its WASI output tasks) alive until interpreter exit, where
+            # dropping it panics a runtime thread. Cut it so the store dies here, with the call.
             exc.__traceback__ = None
         except wasmtime.WasmtimeError as exc:
             code, trap = 134, describe(exc)
             exc.__traceback__ = None
-    result = GuestResult(code, out.value(), err.value(), timed_out, trap, out.truncated or err.truncated)
+    finish = getattr(sink, "finish", None)
+    if finish is not None:
+        finish()
+    cancelled = False
+    if watch is not None:
+        why = _cancels.pop(watch)[2]
+        if why:
+            cancelled, timed_out = why[0] == "cancelled", why[0] == "timeout"
+            code, trap = 124, (f"deadline of {limits.timeout_s:g}s reached" if timed_out else "cancelled by the caller")
+    result = GuestResult(code, out.value(), err.value(), timed_out, trap, out.truncated or err.truncated, cancelled)
     # Free the store now, while the interpreter is whole: a store that outlives the call
     # (kept by a cycle through a trap's frames) would be dropped at interpreter exit, when
     # its WASI output stream calls back into a finalizing Python and panics a runtime thread.
