@@ -141,6 +141,8 @@ def copy_tree(src: Path, dst: Path | None, *, check: bool) -> str:
             if name == Path(MARKER):
                 continue
             st = entry.stat(follow_symlinks=False)
+            if not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
+                raise Untrusted(f"{src / name} is not a regular file or folder")
             if check:
                 _private(src / name, st)
             if stat.S_ISDIR(st.st_mode):
@@ -150,8 +152,6 @@ def copy_tree(src: Path, dst: Path | None, *, check: bool) -> str:
                 tree.update(b"D" + str(name).encode() + b"\0")
                 stack.append(name)
                 continue
-            if not stat.S_ISREG(st.st_mode):
-                raise Untrusted(f"{src / name} is not a regular file or folder")
             if check and st.st_nlink != 1:
                 raise Untrusted(f"{src / name} is hard-linked ({st.st_nlink} names)")
             files += 1
@@ -243,7 +243,7 @@ def warm(goroot: Path, version: str, cache: Path, box: BuildSandboxDriver, *, fo
     home's cache, handed to the sandbox's user so its overlay is writable inside; the
     machine cache stays this user's."""
     rid = recipe(version)
-    good = is_warm if for_sandbox else _trusted
+    good = is_warm if for_sandbox else is_trusted
     if good(cache, rid):
         return 0.0
     fd = _locked(cache)
@@ -276,7 +276,7 @@ def warm(goroot: Path, version: str, cache: Path, box: BuildSandboxDriver, *, fo
         os.close(fd)
 
 
-def _trusted(cache: Path, rid: str) -> bool:
+def is_trusted(cache: Path, rid: str) -> bool:
     """Whether the machine cache at ``cache`` is one a home would seed from (else warm it anew)."""
     try:
         return trusted_source(cache, rid)[1] == copy_tree(cache, None, check=True)
