@@ -60,7 +60,7 @@ def run(wasm: Path, argv: list[str], stdin: bytes, tmp_path: Path) -> guest.Gues
 
     inp = tmp_path / "stdin"
     inp.write_bytes(stdin)
-    mod = wasmtime.Module.from_file(guest.engine(), str(wasm))
+    mod = wasmtime.Module.from_file(guest.engine(wasmtime), str(wasm))
     return guest.run(mod, argv, stdin=inp, limits=guest.Limits(timeout_s=10))
 
 
@@ -68,7 +68,7 @@ def test_builds_multi_file_program_that_runs(lane, tk, tmp_path):
     out = build(lane, tk, tmp_path / "out")
     import wasmtime
 
-    mod = wasmtime.Module.from_file(guest.engine(), str(out.artifact))
+    mod = wasmtime.Module.from_file(guest.engine(wasmtime), str(out.artifact))
     # our bridge replaces shellsim's: the program imports WASI Preview 1 and nothing else
     assert {i.module for i in mod.imports} == {"wasi_snapshot_preview1"}
     res = run(out.artifact, ["hello", "x"], b"a\nb\nc\n", tmp_path)

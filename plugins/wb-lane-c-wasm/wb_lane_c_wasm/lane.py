@@ -74,7 +74,7 @@ def compiler_module(tc: Toolchain) -> Any:
 
         import wasmtime
 
-        eng = guest.engine()
+        eng = guest.engine(wasmtime)
         data = tc.compiler.read_bytes()
         key = hashlib.sha256(data + importlib.metadata.version("wasmtime").encode()).hexdigest()[:24]
         cwasm = tc.tcc_dir.parent / f"tcc-{key}.cwasm"

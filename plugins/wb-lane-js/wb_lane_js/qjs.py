@@ -99,7 +99,7 @@ def module(wasm: bytes, cache_dir: Path | None) -> Any:
         mod = _modules.get(key)
         if mod is not None:
             return mod
-        eng = guest.engine()
+        eng = guest.engine(wasmtime)
         cwasm = cache_dir / f"qjs-{key}.cwasm" if cache_dir is not None else None
         if cwasm is not None and cwasm.is_file():
             sums = Path(str(cwasm) + ".sha256")
