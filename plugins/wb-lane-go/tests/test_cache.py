@@ -204,3 +204,13 @@ def test_a_poisoned_machine_cache_is_not_seeded_from(tmp_path, go_cache, build_s
     out = _build(lane, _toolkit(tmp_path), tmp_path / "out")
     assert "not seeded (" in out.log and "does not match its marker" in out.log
     assert out.artifact.is_file()
+
+
+def test_the_warm_command_checks_the_machine_cache_and_says_so(go_cache, monkeypatch, tmp_path, capsys):
+    from wb_lane_go.__main__ import main
+
+    monkeypatch.setenv("WB_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("WB_GO_CACHE", str(go_cache))
+    assert main(["warm"]) == 0
+    assert capsys.readouterr().out == f"go build cache {go_cache}: already warm\n"
+    assert main(["cool"]) == 2 and "usage: python -m wb_lane_go warm" in capsys.readouterr().err

@@ -12,8 +12,7 @@ def main(argv: list[str]) -> int:
     if argv != ["warm"]:
         print("usage: python -m wb_lane_go warm   (into $WB_GO_CACHE or ~/.cache/wbcore/go)", file=sys.stderr)
         return 2
-    from wbcore.errors import WbError
-    from wbcore.runtime import Runtime
+    from wbcore.sandbox import warm_command
 
     from wb_lane_go import cache
     from wb_lane_go.lane import find
@@ -22,17 +21,9 @@ def main(argv: list[str]) -> int:
     if isinstance(go, str):
         print(go, file=sys.stderr)
         return 1
-    runtime = Runtime.open()  # the installed plugins: the build sandbox comes from one of them
-    try:
-        box = runtime.build_sandbox()
-        target = cache.machine_dir(os.environ)
-        spent = cache.warm(go.goroot, go.version, target, box, for_sandbox=False,
-                           progress=lambda m: print(m, file=sys.stderr))
-    except WbError as exc:
-        print(f"wb_lane_go: {exc.message}", file=sys.stderr)
-        return exc.exit_code
-    print(f"go build cache {target}: " + (f"warmed in {spent:.1f}s" if spent else "already warm"))
-    return 0
+    target = cache.machine_dir(os.environ)
+    return warm_command("go build cache", lambda runtime, box: (target, cache.warm(
+        go.goroot, go.version, target, box, for_sandbox=False, progress=lambda m: print(m, file=sys.stderr))))
 
 
 if __name__ == "__main__":
