@@ -122,7 +122,7 @@ def warm_go(env: Path) -> None:
     first go build starts from a checked copy of it (wb_lane_go.cache), not from nothing."""
     probe = subprocess.run([_bin(env, "python"), "-c", "import wb_lane_go"], capture_output=True)
     if probe.returncode == 0:
-        print("dev: warming the go build cache (once per machine, ~20-40 s)", flush=True)
+        print("dev: the go build cache (warmed once per machine: ~10-40 s the first time)", flush=True)
         run([_bin(env, "python"), "-m", "wb_lane_go", "warm"])
 
 
