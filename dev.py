@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The dev loop: one file, standard library only, so a fresh machine needs just Python.
 
+    python3 dev.py setup       # set up .venv with the core and every plugin; warm the go build cache
     python3 dev.py demo        # set up .venv with the core and every plugin, run the demo
     python3 dev.py test        # set up, then run every distribution's tests
     python3 dev.py test -k x   # extra arguments go to pytest
@@ -109,10 +110,20 @@ def warm(env: Path) -> None:
         print("dev: warming the zig cache (once per machine, about a minute)", flush=True)
         run([_bin(env, "python"), "-m", "wb_lane_zig", "warm"])
         fetch_jq(env)
+    warm_go(env)
     probe = subprocess.run([_bin(env, "python"), "-c", "import wb_lane_js"], capture_output=True)
     if probe.returncode == 0:  # the ts lane's compiler from npm (once per machine; tests then need no network)
         fetch_typescript(env)
         fetch_svelte(env)
+
+
+def warm_go(env: Path) -> None:
+    """The go lane's build cache (the wasip1 standard library), once per machine: a new home's
+    first go build starts from a checked copy of it (wb_lane_go.cache), not from nothing."""
+    probe = subprocess.run([_bin(env, "python"), "-c", "import wb_lane_go"], capture_output=True)
+    if probe.returncode == 0:
+        print("dev: the go build cache (warmed once per machine: ~10-40 s the first time)", flush=True)
+        run([_bin(env, "python"), "-m", "wb_lane_go", "warm"])
 
 
 def fetch_jq(env: Path) -> None:
@@ -219,6 +230,7 @@ def main(argv: list[str]) -> int:
     rest = argv[1:]
     if what == "setup":
         ensure_venv()
+        warm_go(VENV)  # so that a fresh home's first go build takes seconds, not half a minute
         return 0
     if what == "demo":
         ensure_venv()

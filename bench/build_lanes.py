@@ -1,20 +1,24 @@
 #!/usr/bin/env python3
-"""Build times of the native-compiler lanes (c, zig) and the build sandbox's own overhead.
+"""Cold and cached build times of every build lane, wall and CPU, over N rounds.
 
 Each lane builds its shipped toolkit through ``wbcore.builder.build`` (the path of
-``wbx toolkit build``), each measurement in a fresh Python process:
+``wbx toolkit build``); every measurement runs in a fresh Python process, so no in-process
+cache (a compiled compiler module, an imported plugin) carries from one to the next:
 
-- **toolchain**: zig's one-time warm-up (wasi-libc, compiler_rt) into an empty cache;
-  only with ``--cold-toolchain`` (≈1–2 minutes on two cores).
-- **cold**: a brand-new ``$WB_HOME`` with the zig cache already warm: a toolkit's first build.
-- **warm**: the same home, the source changed (a comment appended to a copy): the lane runs.
-- **hit**: unchanged source: the build cache answers; no lane runs.
-- **same sha**: a second clean build (another fresh home) gave the same artifact sha256.
+- **cold**: a brand-new ``$WB_HOME`` with the machine's toolchain caches warm (the zig cache,
+  the go build cache, the fetched ts/svelte compilers: what ``dev.py setup`` leaves): a
+  toolkit's first build after setup.
+- **cached**: a second build of the same source in the same home: the build cache answers
+  and no lane runs (in-process time of ``builder.build``; ``wbx`` adds its start-up).
 
-The sandbox overhead is ``Sandbox.run(["/bin/true"])`` against ``subprocess.run`` of the
-same program, with and without the seccomp filter.
+Wall is the build's elapsed time; CPU is user + system of the measuring process and every
+process it waited for (the sandboxed compilers), over the same span, so CPU above wall means
+the build used both cores. Each figure is the median (min–max) over ``--rounds`` rounds,
+each round a fresh home. The one-time machine warm-ups run first and are timed apart
+("already warm" when setup did them). The load average is printed before and after: the
+figures are for the docs only from an idle machine.
 
-    .venv/bin/python bench/build_lanes.py [--lanes c,zig] [--n 20] [--cold-toolchain] [--json]
+    .venv/bin/python bench/build_lanes.py [--lanes c,c-wasm,zig,go,js,ts,svelte,python,rust] [--rounds 3] [--json]
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -31,55 +36,74 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-#: lane → (toolkit, the file whose copy gets a trailing comment for the warm build)
+#: lane → the shipped toolkit it builds.
 CASES = {
-    "c": ("sha256", "src/sha256.c", "/* bench */\n"),
-    "zig": ("lines", "src/main.zig", "// bench\n"),
+    "c": "sha256",
+    "c-wasm": "hexdump",
+    "zig": "lines",
+    "go": "table",
+    "js": "csv",
+    "ts": "mdtext",
+    "svelte": "report-html",
+    "python": "text-tools",
+    "rust": "freq",
 }
+#: The machine-level warm-ups ``dev.py setup`` / CI run, by the lanes that use them.
+WARMUPS = {("c", "zig"): ["-m", "wb_lane_zig", "warm"], ("go",): ["-m", "wb_lane_go", "warm"]}
 
 
-def child(home: str, root: str, ident: str, twice: bool) -> None:
-    """One measurement in its own process: prints {"seconds", "sha256", "hit_seconds"}."""
+def _cpu() -> float:
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def child(home: str, root: str, ident: str) -> None:
+    """One build in its own process: prints {"wall", "cpu", "sha256", "cached"}."""
     from wbcore import builder
     from wbcore.runtime import Runtime
 
     rt = Runtime.open(home=home, roots=[root])
-    t0 = time.perf_counter()
+    c0, t0 = _cpu(), time.perf_counter()
     res = builder.build(rt, ident)
-    out = {"seconds": time.perf_counter() - t0, "sha256": res.sha256, "cached": res.cached}
-    if twice:
-        t1 = time.perf_counter()
-        again = builder.build(rt, ident)
-        out["hit_seconds"] = time.perf_counter() - t1
-        out["hit_cached"] = again.cached
-    print(json.dumps(out))
+    wall, cpu = time.perf_counter() - t0, _cpu() - c0
+    print(json.dumps({"wall": wall, "cpu": cpu, "sha256": res.sha256, "cached": res.cached}))
 
 
-def measure(home: Path, root: Path, ident: str, env: dict[str, str], twice: bool = False) -> dict:
+def measure(home: Path, root: Path, ident: str) -> dict:
     code = ("import sys; sys.path.insert(0, sys.argv[1]); import build_lanes as b; "
-            "b.child(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5] == '1')")
-    proc = subprocess.run([sys.executable, "-c", code, str(Path(__file__).parent), str(home), str(root), ident,
-                           "1" if twice else "0"], capture_output=True, text=True, env=env, timeout=1800)
-    if proc.returncode != 0:
-        raise SystemExit(f"build of {ident} failed:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+            "b.child(sys.argv[2], sys.argv[3], sys.argv[4])")
+    proc = subprocess.run([sys.executable, "-c", code, str(Path(__file__).parent), str(home), str(root), ident],
+                          capture_output=True, text=True, timeout=1800)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"build of {ident} failed:\n{proc.stderr[-2000:]}")
+    return json.loads(lines[-1])
 
 
-def lane_row(lane: str, work: Path, env: dict[str, str]) -> dict:
-    ident, rel, comment = CASES[lane]
-    root = work / f"root-{lane}"
+def spread(values: list[float]) -> dict:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def lane_row(lane: str, rounds: int, work: Path) -> dict:
+    ident = CASES[lane]
+    root = work / f"toolkits-{lane}"
     shutil.copytree(ROOT / "toolkits" / ident, root / ident)
-    home = work / f"home-{lane}"
-    cold = measure(home, root, ident, env, twice=True)
-    with open(root / ident / rel, "a") as fh:
-        fh.write(comment)
-    warm = measure(home, root, ident, env)
-    root2 = work / f"root2-{lane}"
-    shutil.copytree(ROOT / "toolkits" / ident, root2 / ident)
-    again = measure(work / f"home2-{lane}", root2, ident, env)
-    return {"lane": lane, "toolkit": ident, "cold_s": cold["seconds"], "warm_s": warm["seconds"],
-            "hit_s": cold["hit_seconds"], "hit_cached": cold["hit_cached"], "sha256": cold["sha256"],
-            "same_sha": again["sha256"] == cold["sha256"]}
+    cold, cached, shas = [], [], set()
+    for i in range(rounds):
+        home = work / f"home-{lane}-{i}"
+        first = measure(home, root, ident)
+        again = measure(home, root, ident)
+        if first["cached"] or not again["cached"]:
+            raise RuntimeError(f"{lane}: expected a lane build then a cache hit, got cached={first['cached']}, {again['cached']}")
+        cold.append(first)
+        cached.append(again)
+        shas.add(first["sha256"])
+        shutil.rmtree(home, ignore_errors=True)
+    return {
+        "lane": lane, "toolkit": ident, "rounds": rounds, "same_sha256": len(shas) == 1, "sha256": sorted(shas)[0],
+        "cold_wall_s": spread([m["wall"] for m in cold]), "cold_cpu_s": spread([m["cpu"] for m in cold]),
+        "cached_wall_s": spread([m["wall"] for m in cached]), "cached_cpu_s": spread([m["cpu"] for m in cached]),
+    }
 
 
 def sandbox_overhead(n: int) -> dict:
@@ -113,66 +137,85 @@ def sandbox_overhead(n: int) -> dict:
     return out
 
 
+def warm_machine(lanes: list[str]) -> dict[str, str]:
+    """Run the machine-level warm-ups the chosen lanes use; what each said, with its time."""
+    out = {}
+    for users, argv in WARMUPS.items():
+        if not set(users) & set(lanes):
+            continue
+        t0 = time.perf_counter()
+        proc = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=1800)
+        said = (proc.stdout.strip().splitlines() or proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+        out[" ".join(argv[1:])] = f"{said} ({time.perf_counter() - t0:.1f} s wall)"
+    return out
+
+
+def fmt(s: dict, unit: float = 1.0, suffix: str = " s", digits: int = 2) -> str:
+    return f"{s['median'] * unit:.{digits}f}{suffix} ({s['min'] * unit:.{digits}f}–{s['max'] * unit:.{digits}f})"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--lanes", default="c,zig")
-    ap.add_argument("--n", type=int, default=20, help="sandbox runs per variant")
-    ap.add_argument("--cold-toolchain", action="store_true", help="also time zig's cache warm-up from nothing")
+    ap.add_argument("--lanes", default=",".join(CASES), help=f"comma-separated, of {', '.join(CASES)}")
+    ap.add_argument("--rounds", type=int, default=3, help="fresh homes per lane (each: one cold and one cached build)")
+    ap.add_argument("--sandbox-runs", type=int, default=0, metavar="N",
+                    help="also time the build sandbox itself: Sandbox.run(/bin/true) N times against subprocess.run")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    from wbcore.errors import WbError
+    lanes = [x for x in args.lanes.split(",") if x]
+    unknown = [x for x in lanes if x not in CASES]
+    if unknown or not 1 <= args.rounds <= 50:
+        ap.error(f"unknown lane(s) {', '.join(unknown)} (known: {', '.join(CASES)})" if unknown else "--rounds: 1 to 50")
     from wbcore.runtime import Runtime
 
-    from wb_lane_zig import cache
-    from wb_lane_zig.toolchain import find
-
-    zig = find()
-    if isinstance(zig, str):
-        print(f"zig lanes unavailable: {zig}", file=sys.stderr)
-        return 1
-    try:  # the build sandbox the lanes get: the runtime's, as in a real build
-        box = Runtime.open(home=tempfile.mkdtemp(prefix="wb-bench-home-"), roots=[]).build_sandbox()
-    except WbError as exc:
-        print(exc.message, file=sys.stderr)
-        return 1
+    result: dict = {"load_before": os.getloadavg(), "cpus": os.cpu_count(), "warmups": warm_machine(lanes), "lanes": []}
+    probe_home = tempfile.mkdtemp(prefix="wb-bench-probe-")
     work = Path(tempfile.mkdtemp(prefix="wb-bench-lanes-"))
-    result: dict = {"load": os.getloadavg()[0]}
     try:
-        zc = Path(os.environ.get("WB_ZIG_CACHE") or Path(tempfile.gettempdir()) / "wb-bench-zig-cache")
-        if args.cold_toolchain:
-            fresh = work / "fresh-zig-cache"
-            t0 = time.perf_counter()
-            cache.warm(zig, fresh, box)
-            result["toolchain_warmup_s"] = time.perf_counter() - t0
-            zc = fresh
-        else:
-            t0 = time.perf_counter()
-            spent = cache.warm(zig, zc, box)
-            result["toolchain_warmup_s"] = spent if spent else None
-        env = dict(os.environ, WB_ZIG_CACHE=str(zc))
-        result["sandbox"] = sandbox_overhead(args.n)
-        result["lanes"] = [lane_row(lane, work, env) for lane in args.lanes.split(",") if lane in CASES]
+        rt = Runtime.open(home=probe_home, roots=[])
+        for lane in lanes:
+            if lane not in rt.lanes:
+                result["lanes"].append({"lane": lane, "toolkit": CASES[lane], "skipped": "lane not installed"})
+                continue
+            avail = rt.lanes.get(lane).availability(rt)
+            if not avail.ok:
+                result["lanes"].append({"lane": lane, "toolkit": CASES[lane], "skipped": avail.reason})
+                continue
+            try:
+                result["lanes"].append(lane_row(lane, args.rounds, work))
+            except RuntimeError as exc:
+                result["lanes"].append({"lane": lane, "toolkit": CASES[lane], "skipped": str(exc).splitlines()[0]})
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(probe_home, ignore_errors=True)
+    if args.sandbox_runs > 0:
+        result["sandbox"] = sandbox_overhead(args.sandbox_runs)
+    result["load_after"] = os.getloadavg()
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    sb = result["sandbox"]
-    print(f"load average at start: {result['load']:.1f}")
-    if result["toolchain_warmup_s"]:
-        print(f"zig toolchain warm-up (wasi-libc, compiler_rt): {result['toolchain_warmup_s']:.1f} s")
-    if "unavailable" in sb:
-        print(f"sandbox unavailable: {sb['unavailable']}")
-    else:
+    la, lb = result["load_before"], result["load_after"]
+    print(f"{result['cpus']} CPUs; load average before {la[0]:.2f} {la[1]:.2f} {la[2]:.2f}, after {lb[0]:.2f} {lb[1]:.2f} {lb[2]:.2f}")
+    for what, said in result["warmups"].items():
+        print(f"machine warm-up `python -m {what}`: {said}")
+    print(f"\nmedian (min–max) of {args.rounds} round(s); cold: a fresh home, machine caches warm; cached: the same home again\n")
+    print("| lane | toolkit | cold wall | cold CPU | cached wall | cached CPU | same sha256 every round |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | --- |")
+    for r in result["lanes"]:
+        if "skipped" in r:
+            print(f"| {r['lane']} | {r['toolkit']} | skipped: {r['skipped']} | | | | |")
+            continue
+        print(f"| {r['lane']} | {r['toolkit']} | {fmt(r['cold_wall_s'])} | {fmt(r['cold_cpu_s'])} | "
+              f"{fmt(r['cached_wall_s'], 1000, ' ms', 0)} | {fmt(r['cached_cpu_s'], 1000, ' ms', 0)} | "
+              f"{'yes' if r['same_sha256'] else 'NO'} ({r['sha256'][:12]}…) |")
+    sb = result.get("sandbox")
+    if sb and "unavailable" in sb:
+        print(f"\nsandbox unavailable: {sb['unavailable']}")
+    elif sb:
         print("\n| /bin/true | median | p90 |\n| --- | --- | --- |")
         print(f"| subprocess.run | {sb['plain_ms']:.1f} ms | |")
         print(f"| Sandbox().run (namespaces + seccomp) | {sb['sandbox_ms']:.1f} ms | {sb['sandbox_p90_ms']:.1f} ms |")
         print(f"| Sandbox(seccomp=False).run | {sb['sandbox_no_seccomp_ms']:.1f} ms | {sb['sandbox_no_seccomp_p90_ms']:.1f} ms |")
-    print("\n| lane | toolkit | cold | warm (source edited) | hit | same sha256 on a clean rebuild |")
-    print("| --- | --- | --- | --- | --- | --- |")
-    for r in result["lanes"]:
-        print(f"| {r['lane']} | {r['toolkit']} | {r['cold_s']:.2f} s | {r['warm_s']:.2f} s | {r['hit_s'] * 1000:.0f} ms"
-              f"{'' if r['hit_cached'] else ' (not cached!)'} | {'yes' if r['same_sha'] else 'NO'} ({r['sha256'][:12]}…) |")
     return 0
 
 

@@ -32,7 +32,7 @@ def main() -> int:
     from wbcore.build import BuildFailed, BuildRequest, ResolvedSource
     from wbcore.manifest import parse
 
-    from wb_lane_c_wasm import guest
+    from wbcore import wasm_guest as guest
     from wb_lane_c_wasm.lane import CWasmLane
     from wb_lane_c_wasm.toolchain import _assets
 
@@ -63,7 +63,7 @@ def main() -> int:
                 text = exc.log.split("\n", 1)[-1]
                 results[name] = "pass" if _norm(text, src) == _norm(expect.read_text(errors="replace"), src) else "compile-fail"
                 continue
-            mod = wasmtime.Module.from_file(guest.engine(), str(built.artifact))
+            mod = wasmtime.Module.from_file(guest.engine(wasmtime), str(built.artifact))
             res = guest.run(mod, [name, *ARGS.get(name, [])], preopens=[guest.Preopen(src, "/src")], limits=guest.Limits(timeout_s=20))
             got = (built.log.split("\n", 1)[-1] + (res.stdout + res.stderr).decode(errors="replace"))
             results[name] = "pass" if _norm(got, src) == _norm(expect.read_text(errors="replace"), src) else ("timeout" if res.timed_out else "wrong-output")

@@ -17,7 +17,7 @@ import functools
 import logging
 import traceback
 import types
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -262,6 +262,19 @@ def load_target(target: str) -> Any:
     for attr in filter(None, attrs.strip().split(".")):
         obj = getattr(obj, attr)
     return obj
+
+
+def lazy(target: str) -> Callable[..., Any]:
+    """A function standing for ``target`` (``module:attr.attr``, as :func:`load_target`) that
+    imports it at its first call: a plugin's entry module names its factories, checks and
+    runners with it, so loading the plugin imports nothing heavy (a compiler, wasmtime)."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return load_target(target)(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = target.rpartition(":")[2] or target
+    call.__doc__ = f"{target}, imported when first called"
+    return call
 
 
 def _register_objects(pm: pluggy.PluginManager, objects: Sequence[object], infos: list[PluginInfo]) -> list[PluginInfo]:

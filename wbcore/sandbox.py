@@ -17,7 +17,7 @@ a ``BuildLane`` with ``needs_build_sandbox`` adds it to its own availability.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -179,3 +179,21 @@ def availability(runtime: Runtime, name: str | None = None) -> Availability:
     if not found.ok:
         return Availability.no(f"the build sandbox {record.name} is unavailable here: {found.reason}")
     return Availability.yes(f"sandbox {record.name}" + (f": {found.reason}" if found.reason else ""))
+
+
+def warm_command(label: str, warm: Callable[[Runtime, BuildSandboxDriver], tuple[Path, float]]) -> int:
+    """The body of a lane's ``python -m <lane> warm``: ``warm(runtime, box)`` fills a compiler
+    cache in the build sandbox of the installed plugins and returns (where, seconds spent,
+    0 when it was warm already); prints that, or the error, and returns the exit code."""
+    import sys
+
+    from wbcore.runtime import Runtime
+
+    try:
+        runtime = Runtime.open()  # the installed plugins: the build sandbox comes from one of them
+        target, spent = warm(runtime, runtime.build_sandbox())
+    except WbError as exc:
+        print(exc.message, file=sys.stderr)
+        return exc.exit_code
+    print(f"{label} {target}: " + (f"warmed in {spent:.1f}s" if spent else "already warm"))
+    return 0

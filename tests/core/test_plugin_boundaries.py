@@ -34,6 +34,9 @@ def _imported_modules(tree: ast.AST) -> list[tuple[int, str]]:
         elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "import_module"
               and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
             found.append((node.lineno, node.args[0].value))  # importlib.import_module("wb_x...")
+        elif (isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "lazy"
+              and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            found.append((node.lineno, node.args[0].value.partition(":")[0]))  # plugins.lazy("wb_x.mod:attr")
     return found
 
 
@@ -75,11 +78,13 @@ def test_the_walk_catches_a_crossing(tmp_path: Path) -> None:
     (dist / "wb_lane_x" / "__init__.py").write_text("")
     (dist / "wb_lane_x" / "lane.py").write_text(
         "import os\nfrom wbcore.sandbox import Bind\nfrom wb_lane_x import lane\n\n"
-        "def build():\n    from wb_process.sandbox import Sandbox\n    import wb_act.model as m\n")
+        "def build():\n    from wb_process.sandbox import Sandbox\n    import wb_act.model as m\n"
+        "    return lazy('wb_lane_x.lane:build'), plugins.lazy('wb_process.sandbox:probe')\n")
     (dist / "tests").mkdir()
     (dist / "tests" / "test_x.py").write_text("from wb_process.sandbox import probe\n")  # tests may cross
     every = {"wb_lane_x", "wb_process", "wb_act"}
     assert crossings(dist, {"wb_lane_x"}, every) == [
         "wb-lane-x/wb_lane_x/lane.py:6: imports wb_process.sandbox",
         "wb-lane-x/wb_lane_x/lane.py:7: imports wb_act.model",
+        "wb-lane-x/wb_lane_x/lane.py:8: imports wb_process.sandbox",
     ]

@@ -163,3 +163,13 @@ def test_a_corrupt_entry_point_cache_is_rescanned(tmp_path):
     (home / "cache").mkdir(parents=True)
     (home / plugins.ENTRY_POINT_CACHE).write_text('{"key": ')
     plugins.load(cache_dir=home)  # no error: the scan replaces it (unless a sys.path folder is racy)
+
+
+def test_lazy_imports_its_target_at_the_first_call_only() -> None:
+    sys.modules.pop("colorsys", None)
+    to_hls = plugins.lazy("colorsys:rgb_to_hls")
+    assert "colorsys" not in sys.modules and to_hls.__name__ == "rgb_to_hls"
+    assert to_hls(1.0, 0.0, 0.0) == (0.0, 0.5, 1.0)
+    assert "colorsys" in sys.modules
+    with pytest.raises(ModuleNotFoundError):
+        plugins.lazy("wb_no_such_plugin.lane:Lane")()

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from wbcore import wasm_guest as guest
 from wbcore.build import BuildFailed, BuildRequest, ResolvedSource, tree_digest
 from wbcore.errors import InvalidArgs
 from wbcore.manifest import load as parse
 from wbcore.testing import manifest_text
 
-from wb_lane_c_wasm import guest
 from wb_lane_c_wasm.lane import CWasmLane
 
 HELLO = r"""
@@ -60,7 +60,7 @@ def run(wasm: Path, argv: list[str], stdin: bytes, tmp_path: Path) -> guest.Gues
 
     inp = tmp_path / "stdin"
     inp.write_bytes(stdin)
-    mod = wasmtime.Module.from_file(guest.engine(), str(wasm))
+    mod = wasmtime.Module.from_file(guest.engine(wasmtime), str(wasm))
     return guest.run(mod, argv, stdin=inp, limits=guest.Limits(timeout_s=10))
 
 
@@ -68,7 +68,7 @@ def test_builds_multi_file_program_that_runs(lane, tk, tmp_path):
     out = build(lane, tk, tmp_path / "out")
     import wasmtime
 
-    mod = wasmtime.Module.from_file(guest.engine(), str(out.artifact))
+    mod = wasmtime.Module.from_file(guest.engine(wasmtime), str(out.artifact))
     # our bridge replaces shellsim's: the program imports WASI Preview 1 and nothing else
     assert {i.module for i in mod.imports} == {"wasi_snapshot_preview1"}
     res = run(out.artifact, ["hello", "x"], b"a\nb\nc\n", tmp_path)

@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from wbcore import wasm_guest as guest
 from wbcore.build import BuildFailed, BuildOutput, BuildRequest
 from wbcore.dock import SDK_C, sdk_c_digest
 from wbcore.errors import InvalidArgs, Timeout
 
-from wb_lane_c_wasm import guest
 from wb_lane_c_wasm.toolchain import Toolchain, stage
 
 #: Largest program the lane hands back, and most .c files it compiles in one build.
@@ -74,7 +74,7 @@ def compiler_module(tc: Toolchain) -> Any:
 
         import wasmtime
 
-        eng = guest.engine()
+        eng = guest.engine(wasmtime)
         data = tc.compiler.read_bytes()
         key = hashlib.sha256(data + importlib.metadata.version("wasmtime").encode()).hexdigest()[:24]
         cwasm = tc.tcc_dir.parent / f"tcc-{key}.cwasm"

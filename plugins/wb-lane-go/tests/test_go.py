@@ -38,11 +38,6 @@ func main() {
 """
 
 
-@pytest.fixture(scope="session")
-def go_cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("go-cache") / "cache"
-
-
 @pytest.fixture
 def tk(tmp_path: Path) -> Path:
     d = tmp_path / "gotool"

@@ -7,33 +7,28 @@ with the sandbox, so one toolkit cannot poison another's build), a private ``/tm
 and ``/out``. No network (and ``GOPROXY=off``, ``GOTOOLCHAIN=local``, ``GOSUMDB=off``):
 only the standard library and a ``vendor/`` folder can be imported.
 
-The cache is warmed once per Go version by building the lane's own first-party
-warm-up program (``warmup/main.go``, which imports the commonly used standard
-packages) with ``GOCACHE=/out/cache``; the result replaces ``$WB_HOME/cache/go-<ver>``
-atomically. ``$WB_GO_CACHE`` names a cache shared by many homes (CI).
+The cache (``wb_lane_go.cache``) is warmed once per machine by ``python -m wb_lane_go warm``
+(``dev.py setup``, CI) from the lane's own first-party warm-up program; a home's first build
+starts from a checked copy of it, or warms its own when there is none to trust.
 """
 
 from __future__ import annotations
 
-import fcntl
 import importlib.util
 import re
-import shutil
-import tempfile
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from wbcore import leftovers
 from wbcore.build import BuildFailed, BuildOutput, BuildRequest
 from wbcore.errors import Internal, InvalidArgs, Timeout
 from wbcore.records import Availability
-from wbcore.sandbox import Bind, BuildSandboxDriver, Limits
+from wbcore.sandbox import Bind, BuildSandboxDriver
 
-WARMUP = Path(__file__).parent / "warmup"
+from wb_lane_go.cache import go_env, limits, ready, recipe
+
 MIN_VERSION = (1, 21)
 MAX_ARTIFACT_BYTES = 64 << 20
 #: Flags a manifest may pass to ``go build`` (tags and ldflags -X only).
@@ -93,68 +88,6 @@ def check() -> Availability:
     return Availability.yes(go.version)
 
 
-def go_env(cache_dir: str) -> dict[str, str]:
-    return {
-        "GOROOT": "/go", "GOOS": "wasip1", "GOARCH": "wasm", "CGO_ENABLED": "0",
-        "GOCACHE": cache_dir, "GOPATH": "/tmp/gopath", "GOMODCACHE": "/tmp/gopath/pkg/mod",
-        "GOPROXY": "off", "GOSUMDB": "off", "GOTOOLCHAIN": "local", "GOTELEMETRY": "off",
-        "GOENV": "off", "GOWORK": "off", "GOFLAGS": "-mod=readonly", "HOME": "/tmp",
-    }
-
-
-def limits(wall: float) -> Limits:
-    # go build runs several compiler processes, each with many threads (RLIMIT_NPROC counts threads)
-    return Limits(wall_seconds=wall, cpu_seconds=int(wall * 2) + 10, processes=512, tmp_bytes=1 << 30,
-                  out_bytes=1 << 30, out_files=200_000)
-
-
-def cache_dir(go: Go, home: Path, env: Mapping[str, str]) -> Path:
-    base = env.get("WB_GO_CACHE")
-    return Path(base) if base else home / "cache" / f"go-{go.version}"
-
-
-def _recipe(go: Go) -> str:
-    import hashlib
-
-    h = hashlib.sha256(go.version.encode())
-    for p in sorted(WARMUP.iterdir()):
-        h.update(p.name.encode() + b"\0" + p.read_bytes())
-    return h.hexdigest()
-
-
-def warm(go: Go, cache: Path, box: BuildSandboxDriver, *, progress: Callable[[str], None] | None = None, wall: float = 600) -> float:
-    """Warm ``cache`` with the lane's own warm-up program unless warm; seconds spent."""
-    recipe = _recipe(go)
-    marker = cache / ".wb-warm"
-    if marker.is_file() and marker.read_text() == recipe:
-        return 0.0
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    with open(cache.parent / f".{cache.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if marker.is_file() and marker.read_text() == recipe:
-            return 0.0
-        if progress:
-            progress(f"{go.version}: building the wasip1 standard library into {cache} (once, ~10-30 s)")
-        t0 = time.monotonic()
-        staging = Path(tempfile.mkdtemp(prefix=f".{cache.name}.warming-", dir=cache.parent))
-        try:
-            res = box.run(
-                ["/go/bin/go", "build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w", "-o", "/tmp/warm.wasm", "."],
-                binds=[Bind(go.goroot, "/go"), Bind(WARMUP, "/src")],
-                out_dir=staging, limits=limits(wall), env=go_env("/out/cache"), cwd="/src",
-            )
-            if not res.ok:
-                raise BuildFailed(f"go cache warm-up failed (exit {res.returncode}, limit {res.limit})", log=res.log)
-            (staging / "cache" / ".wb-warm").write_text(recipe)
-            # Go updates its cache as it reads it; through the overlay, writes need the
-            # sandbox user to own the tree (they still vanish with the overlay).
-            box.own_for_sandbox(staging / "cache")
-            leftovers.replace_dir(staging / "cache", cache)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-        return time.monotonic() - t0
-
-
 def _target(src: Path, entry: str | None) -> tuple[str, list[str]]:
     """(cwd inside the sandbox, what to pass to go build)."""
     root = src
@@ -208,7 +141,7 @@ class GoLane:
     @property
     def version(self) -> str:
         go = self.go
-        return f"{go.version} wasip1/wasm -trimpath -ldflags=-s -w; warm-up {_recipe(go)[:12]}"
+        return f"{go.version} wasip1/wasm -trimpath -ldflags=-s -w; warm-up {recipe(go.version)[:12]}"
 
     def build(self, request: BuildRequest) -> BuildOutput:
         src = request.source.dir
@@ -217,8 +150,8 @@ class GoLane:
         check_flags(request.flags)
         box = self.sandbox()
         go = self.go
-        cache = cache_dir(go, self.home, self.env)
-        warmed = warm(go, cache, box, progress=request.progress, wall=max(self.wall, 600))
+        cache, how = ready(go.goroot, go.version, self.home, self.env, box, progress=request.progress,
+                           wall=max(self.wall, 600))
         cwd, targets = _target(src, request.source.entry)
         name = (request.manifest.cli_bin or request.manifest.id) + ".wasm"
         env = go_env("/cache")
@@ -232,8 +165,8 @@ class GoLane:
                       out_dir=outdir, limits=limits(self.wall), env=env, cwd=cwd)
         cmdline = " ".join(argv)
         log = f"$ (cd {cwd} && {cmdline})\n{res.log}"
-        if warmed:
-            log = f"warmed the go build cache in {warmed:.1f}s\n{log}"
+        if how:
+            log = f"{how}\n{log}"
         if res.timed_out:
             raise Timeout(f"go: build passed its {self.wall:g}s deadline and was killed\n{res.log}".rstrip())
         if not res.ok:

@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from wbcore import wasm_guest as guest
 from wbcore.build import BuildFailed, BuildOutput, BuildRequest
 from wbcore.errors import InvalidArgs, Timeout
 
-from wb_lane_js import artifact, guest, qjs, snapshot
+from wb_lane_js import artifact, qjs, snapshot
 from wb_lane_js.plugin import no_flags
 
 JS_DIR = Path(__file__).parent / "js"

@@ -6,49 +6,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from wbcore import hookimpl
-from wbcore.records import Availability, BuildLane
-
-
-def _js(runtime: Any) -> Any:
-    from wb_lane_js.lane import JsLane
-
-    return JsLane.for_runtime(runtime)
-
-
-def _ts(runtime: Any) -> Any:
-    from wb_lane_js.ts import TsLane
-
-    return TsLane.for_runtime(runtime)
-
-
-def _ts_available() -> Availability:
-    from wb_lane_js.ts import check
-
-    return check()
-
-
-def _svelte(runtime: Any) -> Any:
-    from wb_lane_js.svelte import SvelteLane
-
-    return SvelteLane.for_runtime(runtime)
-
-
-def _svelte_available() -> Availability:
-    from wb_lane_js.svelte import check
-
-    return check()
-
-
-def _runner(runtime: Any) -> Any:
-    from wb_lane_js.runner import JsRunner
-
-    return JsRunner(runtime)
-
-
-def _available() -> Availability:
-    from wb_lane_js.qjs import check
-
-    return check()
+from wbcore.plugins import lazy
+from wbcore.records import BuildLane
 
 
 def no_flags(lane: str) -> Any:
@@ -70,22 +29,22 @@ def wbcore_build_lanes() -> Iterator[BuildLane]:
         summary="ES modules (top-level await, promises) on QuickJS-NG; artifact = reactor wasm + sources, one sha256",
         where="QuickJS-NG reactor wasm in wasmtime, at build (compile-only check) and at run; sees only its own "
         "sources read-only at /app; heap, stack, memory and deadline limits",
-        factory=_js,
-        available=_available,
+        factory=lazy("wb_lane_js.lane:JsLane.for_runtime"),
+        available=lazy("wb_lane_js.qjs:check"),
         check_flags=no_flags("js"),
         kind="compile-and-run",
-        runner=_runner,
+        runner=lazy("wb_lane_js.runner:JsRunner"),
     )
     yield BuildLane(
         name="ts",
         summary="TypeScript: type-stripped by the TypeScript compiler (transpileModule, no type check), then the js lane",
         where="typescript.js (5.9.3, fetched from npm once, sha256-pinned) inside QuickJS-NG's reactor wasm in wasmtime, then as js; "
         "zero native execution",
-        factory=_ts,
-        available=_ts_available,
+        factory=lazy("wb_lane_js.ts:TsLane.for_runtime"),
+        available=lazy("wb_lane_js.ts:check"),
         check_flags=no_flags("ts"),
         kind="compile-and-run",
-        runner=_runner,
+        runner=lazy("wb_lane_js.runner:JsRunner"),
     )
     yield BuildLane(
         name="svelte",
@@ -93,9 +52,9 @@ def wbcore_build_lanes() -> Iterator[BuildLane]:
         "JSON props on stdin, HTML on stdout; then the js lane",
         where="the Svelte compiler (svelte 5.57.3 from npm, fetched once, sha256-pinned) inside QuickJS-NG's reactor wasm in "
         "wasmtime; the runtime modules bundled from the same tarballs; zero native execution",
-        factory=_svelte,
-        available=_svelte_available,
+        factory=lazy("wb_lane_js.svelte:SvelteLane.for_runtime"),
+        available=lazy("wb_lane_js.svelte:check"),
         check_flags=no_flags("svelte"),
         kind="compile-and-run",
-        runner=_runner,
+        runner=lazy("wb_lane_js.runner:JsRunner"),
     )

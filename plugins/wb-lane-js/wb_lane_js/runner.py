@@ -27,9 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from wbcore import wasm_guest as guest
 from wbcore.errors import InvalidArgs, Timeout
 
-from wb_lane_js import artifact, guest, qjs
+from wb_lane_js import artifact, qjs
 from wb_lane_js.dock import DockSink, make_folder
 from wb_lane_js.lane import materialize
 

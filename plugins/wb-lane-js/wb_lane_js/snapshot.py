@@ -25,9 +25,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from wbcore import wasm_guest as guest
 from wbcore.errors import InvalidArgs
 
-from wb_lane_js import artifact, guest
+from wb_lane_js import artifact
 
 #: Internal QuickJS functions the snapshot exports, by their name-section names.
 EXPORTS = {

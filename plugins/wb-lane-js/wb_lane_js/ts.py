@@ -30,10 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from wbcore import wasm_guest as guest
 from wbcore.build import BuildFailed, BuildOutput, BuildRequest
 from wbcore.errors import InvalidArgs, Timeout
 
-from wb_lane_js import guest, qjs
+from wb_lane_js import qjs
 from wb_lane_js.lane import JS_DIR, JsLane, collect, materialize, pick_entry, with_sdk
 from wb_lane_js.plugin import no_flags
 

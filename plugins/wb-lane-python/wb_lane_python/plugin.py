@@ -4,22 +4,10 @@ which comes from the runtime)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 from wbcore import hookimpl
-from wbcore.records import Availability, BuildLane
-
-
-def _factory(runtime: Any) -> Any:
-    from wb_lane_python.lane import PythonLane
-
-    return PythonLane(runtime)
-
-
-def _available() -> Availability:
-    from wb_lane_python.lane import check
-
-    return check()
+from wbcore.plugins import lazy
+from wbcore.records import BuildLane
 
 
 @hookimpl
@@ -30,8 +18,8 @@ def wbcore_build_lanes() -> Iterator[BuildLane]:
         where="componentize-py (native compiler from PyPI) inside the build sandbox (user/mount/pid/net namespaces, "
         "no network, read-only source and Python, writable /out only, rlimits, deadline); the app's top level "
         "runs only inside wasmtime during pre-initialization",
-        factory=_factory,
-        available=_available,
+        factory=lazy("wb_lane_python.lane:PythonLane"),
+        available=lazy("wb_lane_python.lane:check"),
         kind="compile-to-component",
         needs_build_sandbox=True,
         output_fields=("PY_MODULE", "WIT", "WIT_WORLD", "WASI"),

@@ -3,28 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 from wbcore import hookimpl
-from wbcore.records import Availability, BuildLane
-
-
-def _factory(runtime: Any) -> Any:
-    from wb_lane_rust.lane import RustLane
-
-    return RustLane.for_runtime(runtime)
-
-
-def _available() -> Availability:
-    from wb_lane_rust.toolchain import check
-
-    return check()
-
-
-def _check_flags(flags: tuple[str, ...]) -> None:
-    from wb_lane_rust.lane import check_flags
-
-    check_flags(flags)
+from wbcore.plugins import lazy
+from wbcore.records import BuildLane
 
 
 @hookimpl
@@ -35,9 +17,9 @@ def wbcore_build_lanes() -> Iterator[BuildLane]:
         "directory source (vendor/ or the configured crate registry), offline",
         where="native rustc/cargo inside the build sandbox (user/mount/pid/net namespaces, no network, read-only "
         "source and crates, writable /out only, rlimits, deadline); build scripts and proc-macros run there too",
-        factory=_factory,
-        available=_available,
+        factory=lazy("wb_lane_rust.lane:RustLane.for_runtime"),
+        available=lazy("wb_lane_rust.toolchain:check"),
         needs_build_sandbox=True,
-        check_flags=_check_flags,
+        check_flags=lazy("wb_lane_rust.lane:check_flags"),
         output_fields=("BUILD_FLAGS",),
     )

@@ -35,8 +35,10 @@ def main(argv: list[str]) -> int:
     if argv[:1] != ["warm"]:
         print("usage: python -m wb_lane_zig warm   (uses $WB_ZIG_CACHE or $WB_HOME/cache/zig-<version>)", file=sys.stderr)
         return 2
-    from wbcore.errors import WbError
+    from pathlib import Path
+
     from wbcore.runtime import Runtime
+    from wbcore.sandbox import BuildSandboxDriver, warm_command
 
     from wb_lane_zig import cache
     from wb_lane_zig.toolchain import find
@@ -45,16 +47,12 @@ def main(argv: list[str]) -> int:
     if isinstance(zig, str):
         print(zig, file=sys.stderr)
         return 1
-    runtime = Runtime.open()  # the installed plugins: the build sandbox comes from one of them
-    try:
-        box = runtime.build_sandbox()
-    except WbError as exc:
-        print(exc.message, file=sys.stderr)
-        return 1
-    target = cache.cache_dir(zig, runtime.home, os.environ)
-    spent = cache.warm(zig, target, box, progress=lambda m: print(m, file=sys.stderr))
-    print(f"zig cache {target}: " + (f"warmed in {spent:.1f}s" if spent else "already warm"))
-    return 0
+
+    def warm(runtime: Runtime, box: BuildSandboxDriver) -> tuple[Path, float]:
+        target = cache.cache_dir(zig, runtime.home, os.environ)
+        return target, cache.warm(zig, target, box, progress=lambda m: print(m, file=sys.stderr))
+
+    return warm_command("zig cache", warm)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,13 @@
-"""Bounded wasmtime plumbing for the QuickJS reactor: engine, epoch ticker, output caps.
+"""Run one WASI module in wasmtime, bounded in time, memory and output: the one guest runner
+of the lanes whose compiler is itself a wasm guest (c-wasm: TinyCC; js/ts/svelte: QuickJS).
 
-A guest sees only the directories it is handed (read-only here), runs under a
-wall-clock deadline enforced by epoch interruption and a linear-memory cap, and its
-stdout/stderr are captured up to a cap. (The same helper as wb-lane-c-wasm's: each
-lane distribution stands alone with the core.)
+A guest sees only the directories it is handed (``preopens``), runs under a wall-clock
+deadline enforced by epoch interruption (and, given a ``cancel`` event, stops at the next
+tick once it is set) and a linear-memory cap, and its stdout/stderr are captured up to a
+cap. Nothing here executes native code from the source being compiled.
+
+The core never imports wasmtime (engines live in plugins): a lane hands its own (pinned)
+``wasmtime`` module to :func:`engine` once, and every later call uses that module.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 #: Epoch tick: the deadline is enforced to within one tick.
@@ -106,16 +111,17 @@ class _Capture:
 
 _ENGINE: Any = None
 _TICKER: _Ticker | None = None
+_WASMTIME: ModuleType | None = None
 _LOCK = threading.Lock()
 
 
-def engine() -> Any:
-    """The shared engine: epoch interruption on; wasm exceptions on (tcc's setjmp/longjmp)."""
-    global _ENGINE, _TICKER
+def engine(wasmtime: ModuleType) -> Any:
+    """The shared engine, made on the first call with the ``wasmtime`` module the lane hands
+    in: epoch interruption on; wasm exceptions on (tcc's setjmp/longjmp)."""
+    global _ENGINE, _TICKER, _WASMTIME
     with _LOCK:
         if _ENGINE is None:
-            import wasmtime
-
+            _WASMTIME = wasmtime
             cfg = wasmtime.Config()
             cfg.epoch_interruption = True
             cfg.wasm_exceptions = True
@@ -135,9 +141,8 @@ def _wasi_linker(eng: Any) -> Any:
     with _LOCK:
         linker = _LINKERS.get(id(eng))
         if linker is None:
-            import wasmtime
-
-            linker = wasmtime.Linker(eng)
+            assert _WASMTIME is not None
+            linker = _WASMTIME.Linker(eng)
             linker.define_wasi()
             _LINKERS[id(eng)] = linker
         return linker
@@ -156,7 +161,8 @@ def _watch_cancel(store: Any, cancel: Any, deadline: float) -> int:
     import ctypes
     import time
 
-    from wasmtime import _bindings as B
+    assert _WASMTIME is not None
+    B = _WASMTIME._bindings
 
     if _callback is None:
         cb_type = ctypes.CFUNCTYPE(ctypes.c_size_t, ctypes.POINTER(B.wasmtime_context_t), ctypes.c_void_p,
@@ -208,10 +214,9 @@ def run(
 ) -> GuestResult:
     """Instantiate ``module`` (compiled on :func:`engine`) and run it: ``start(store,
     instance)`` returns the exit code (default: call the WASI ``_start``)."""
-    import wasmtime
-
-    eng = engine()
-    assert _TICKER is not None
+    wasmtime, eng = _WASMTIME, _ENGINE
+    if wasmtime is None or eng is None or _TICKER is None:
+        raise RuntimeError("wasm_guest.run before wasm_guest.engine(wasmtime): compile the module on that engine first")
     store = wasmtime.Store(eng)
     store.set_limits(memory_size=limits.memory_bytes)
     store.set_epoch_deadline(max(1, math.ceil(limits.timeout_s / TICK_S)))
