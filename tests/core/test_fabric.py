@@ -25,16 +25,16 @@ class InlineEngine:
         self.runtime = runtime
         self.jobs = []
 
-    def map(self, job, work, *, cancel=None):
+    def chunks(self, job, work, *, cancel=None):
         from wbcore import dispatch
 
         self.jobs.append(job)
         target = dispatch.target_for(self.runtime, job.entry, job.tier)
-        for i, payload in work:
+        for i, payload in work:  # one input per chunk
             if isinstance(payload, Exception):
-                yield fabric.Result(i, error=payload)
+                yield fabric.ResultChunk(i, [None], {i: payload})
             else:
-                yield fabric.Result(i, fabric.run_command(self.runtime, job, target, payload))
+                yield fabric.ResultChunk(i, [fabric.run_command(self.runtime, job, target, payload)])
 
 
 def plugin(engines: list[InlineEngine], name: str = "inline", available: Availability | None = None,

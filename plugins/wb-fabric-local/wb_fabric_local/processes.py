@@ -13,11 +13,11 @@ Scheduling, all in the consumer's thread (nothing runs unless the caller iterate
 
 - inputs travel in **chunks** of consecutive inputs, one message (one pickled frame) each way
   per chunk. A kernel chunk is its list of input bytes and its answer the list of outputs:
-  pickle writes and reads a list of bytes in C (about 35 ns per item, measured; splitting
-  one joined blob by an array of lengths with ``map(slice)`` took 150 ns, a ``struct`` per
-  chunk's lengths 350), and each ``Result`` is built by ``tuple.__new__`` over ``zip`` — no
-  Python-level step per input in the parent, which on 2 cores shares a core with the
-  workers: every nanosecond it spends per input is taken from them;
+  pickle writes and reads a list of bytes in C (see ``fabric.Chunk.body``), and the answer
+  becomes one ``fabric.ResultChunk`` holding that list as it came — no Python-level step and
+  no object per input in the parent, which on 2 cores shares a core with the workers: every
+  nanosecond it spends per input is taken from them (``map`` then builds one ``Result`` per
+  input in C; ``map_chunks`` builds none);
 - inputs are taken from the iterable only while fewer than ``width × K × MAX_BATCH`` are in
   flight (taken and not yet yielded): a slow consumer holds the producer back;
 - each worker has at most ``K`` chunks outstanding (one running, two queued, so it never
@@ -47,7 +47,7 @@ from multiprocessing.connection import wait
 from typing import Any
 
 from wbcore import fabric
-from wbcore.errors import CapabilityDenied, Internal, InvalidArgs, Timeout, WbError
+from wbcore.errors import CapabilityDenied, Internal, InvalidArgs, Timeout
 
 #: Chunks outstanding per worker: one running and two queued, so that a worker whose chunk
 #: waits behind a slower one's (results go out in input order) still has work.
@@ -57,7 +57,6 @@ TARGET_S = 0.02
 #: Input bytes per chunk, roughly (sizes are learnt from the chunks sent): bounds the
 #: parent's memory for large inputs (``width × K`` chunks in flight, and their answers).
 CHUNK_BYTES = 1 << 20
-SAMPLE = 32
 #: Workers may be replaced this many times per batch (a guest that kills its worker every
 #: time must not respawn processes forever).
 MAX_RESTARTS = 16
@@ -112,7 +111,7 @@ class ProcessEngine:
     def __init__(self, runtime: Any) -> None:
         self.runtime = runtime
 
-    def map(self, job: fabric.Job, work: fabric.Work, *, cancel: Any = None) -> Iterator[fabric.Result]:
+    def chunks(self, job: fabric.Job, work: fabric.Work, *, cancel: Any = None) -> Iterator[fabric.ResultChunk]:
         if job.caps:
             raise CapabilityDenied(
                 f"fabric engine 'local': {job.kind} {job.name!r} is granted caps ({' '.join(sorted(job.caps))}); "
@@ -122,15 +121,7 @@ class ProcessEngine:
         ctx = multiprocessing.get_context(method)
         if method == "forkserver":
             ctx.set_forkserver_preload(preload())  # read once, when this process's fork server starts
-        return fabric.Stream.over(_Batch(job, work, cancel, ctx).chunks_in_order())
-
-
-def pack(chunk: fabric.Chunk, kernel: bool) -> list[Any]:
-    """A chunk's payloads as one message body: a kernel's inputs as they are (bytes), a
-    command's as ``(argv, stdin)``; an input the parent already failed is ``None``."""
-    if kernel:
-        return chunk.items
-    return [None if x is None else (x.argv, x.stdin) for x in chunk.items]
+        return _Batch(job, work, cancel, ctx).chunks_in_order()
 
 
 class _Batch:
@@ -139,14 +130,12 @@ class _Batch:
         self.work = work
         self.cancel = cancel
         self.ctx = ctx
-        self.kernel = job.kind == "kernel"
-        self.per_item: float | None = None
-        self.item_bytes = 0.0  # mean input size seen so far (kernels)
+        self.sizer = fabric.Sizer(job, target_s=TARGET_S, max_batch=MAX_BATCH, chunk_bytes=CHUNK_BYTES)
         self.restarts = 0
         self.workers: list[_Worker] = []
         self.chunks: dict[int, fabric.Chunk] = {}  # in flight, by sequence number
-        #: answered chunks (their size and results), waiting for the earlier ones
-        self.pending: dict[int, tuple[int, Iterator[fabric.Result]]] = {}
+        #: answered chunks, waiting for the earlier ones
+        self.pending: dict[int, fabric.ResultChunk] = {}
 
     def _start(self) -> _Worker:
         from wb_fabric_local import worker
@@ -157,30 +146,17 @@ class _Batch:
         child.close()
         return _Worker(proc, parent)
 
-    def _chunk_size(self) -> int:
-        if self.job.batch is not None:
-            return self.job.batch
-        if self.per_item is None:
-            return 1
-        n = int(TARGET_S / max(self.per_item, 1e-7))
-        if self.item_bytes:
-            n = min(n, int(CHUNK_BYTES / self.item_bytes))
-        return max(1, min(MAX_BATCH, n))
-
     def _send(self, w: _Worker, seq: int, chunk: fabric.Chunk) -> None:
         self.chunks[seq] = chunk
         if len(chunk.errors) == len(chunk.items):  # nothing to run: every input was malformed
-            self.pending[seq] = self._failed(chunk, None)
+            self.pending[seq] = fabric.failed_results(chunk, None)
             return
-        body = pack(chunk, self.kernel)
-        if self.kernel and self.job.batch is None and not chunk.errors:
-            sample = body[:SAMPLE]  # input sizes from a sample: a sum over every input costs ~25 ns each
-            size = sum(map(len, sample)) / len(sample)
-            self.item_bytes = size if not self.item_bytes else 0.5 * (self.item_bytes + size)
+        kind = self.job.kind
+        self.sizer.sent(kind, chunk)
         w.out.append(seq)  # held from now on: if the send fails, its inputs fail with it
-        w.conn.send((seq, body, tuple(chunk.errors)))
+        w.conn.send((seq, chunk.body(kind), tuple(chunk.errors)))
 
-    def chunks_in_order(self) -> Iterator[Iterator[fabric.Result]]:
+    def chunks_in_order(self) -> Iterator[fabric.ResultChunk]:
         job = self.job
         window = job.width * K * (job.batch or MAX_BATCH)
         pending = self.pending
@@ -195,7 +171,7 @@ class _Batch:
                     room = window - (self.work.taken - done)
                     if w is None or room <= 0:
                         break
-                    chunk = self.work.take(min(room, self._chunk_size()))
+                    chunk = self.work.take(min(room, self.sizer.size()))
                     if not chunk.items:
                         exhausted = True
                         break
@@ -207,8 +183,8 @@ class _Batch:
                 while (ready := pending.pop(done_seq, None)) is not None:
                     del self.chunks[done_seq]
                     done_seq += 1
-                    done += ready[0]
-                    yield ready[1]
+                    done += len(ready.values)
+                    yield ready
                 if exhausted and done_seq == seq:
                     clean = True
                     return
@@ -255,22 +231,15 @@ class _Batch:
     def _answered(self, w: _Worker, seq: int, out: list[Any], errors: list[tuple[int, str, str]],
                   seconds: float) -> None:
         w.out.remove(seq)
-        chunk = self.chunks[seq]
-        n = len(out)
-        self.pending[seq] = (n, fabric.chunk_results("kernel" if self.kernel else "command", chunk, out, errors))
-        if n:
-            now = seconds / n
-            self.per_item = now if self.per_item is None else 0.5 * (self.per_item + now)
-
-    def _failed(self, chunk: fabric.Chunk, error: WbError | None) -> tuple[int, Iterator[fabric.Result]]:
-        return fabric.failed_results(chunk, error)
+        self.pending[seq] = fabric.chunk_results(self.job.kind, self.chunks[seq], out, errors)
+        self.sizer.answered(len(out), seconds)
 
     def _replace(self, w: _Worker) -> None:
         w.proc.join(1)
         code = w.proc.exitcode
         lost = Internal(f"fabric: worker {w.proc.pid} exited (code {code}) while it held this input")
         for seq in w.out:
-            self.pending[seq] = self._failed(self.chunks[seq], lost)
+            self.pending[seq] = fabric.failed_results(self.chunks[seq], lost)
         w.out.clear()
         w.conn.close()
         self.restarts += 1

@@ -6,7 +6,7 @@ module goes into the object store once (:func:`wb_ray.cluster.module_ref`) and e
 compiles it once. Inputs travel in chunks, one actor method call each — Ray's per-call cost
 is about a millisecond, so a chunk aims at ``TARGET_S`` of work (up to ``MAX_BATCH`` inputs
 and about ``CHUNK_BYTES`` of input) — and each actor has at most ``K`` chunks outstanding (one running, two queued).
-Results come back in input order through the same ``fabric.Stream`` as the local engine;
+Results come back in input order as ``fabric.ResultChunk`` records, as from the local engine;
 the window (``width × K`` chunks) bounds the driver's memory and reading of the inputs.
 
 An actor that dies fails the inputs it held and is replaced on the same node (at most
@@ -49,11 +49,11 @@ class RayEngine:
         self.runtime = runtime
         self.stats: list[dict[str, Any]] = []  # the last map's actor reports
 
-    def map(self, job: fabric.Job, work: fabric.Work, *, cancel: Any = None) -> Iterator[fabric.Result]:
+    def chunks(self, job: fabric.Job, work: fabric.Work, *, cancel: Any = None) -> Iterator[fabric.ResultChunk]:
         cluster.refuse_remote(self.runtime, job.kind, job.name, job.caps, job.request, job.entry, "fabric engine 'ray'")
         ray = cluster.connect()
         ref = cluster.module_ref(ray, self.runtime, job.entry.sha256)
-        return fabric.Stream.over(_Batch(self, ray, job, work, cancel, ref).chunks_in_order())
+        return _Batch(self, ray, job, work, cancel, ref).chunks_in_order()
 
 
 class _Batch:
@@ -61,14 +61,12 @@ class _Batch:
         from wb_ray.actor import NodeWorker
 
         self.engine, self.ray, self.job, self.work, self.cancel, self.ref = engine, ray, job, work, cancel, ref
-        self.kernel = job.kind == "kernel"
         self.remote_cls = ray.remote(NodeWorker)
         self.actors: list[_Actor] = []
         self.calls: dict[Any, tuple[_Actor, int]] = {}  # ObjectRef → (actor, seq)
         self.chunks: dict[int, fabric.Chunk] = {}
-        self.pending: dict[int, tuple[int, Iterator[fabric.Result]]] = {}
-        self.per_item: float | None = None
-        self.item_bytes = 0.0
+        self.pending: dict[int, fabric.ResultChunk] = {}
+        self.sizer = fabric.Sizer(job, target_s=TARGET_S, max_batch=MAX_BATCH, chunk_bytes=CHUNK_BYTES)
         self.restarts = 0
         self.reports: list[dict[str, Any]] = []
 
@@ -115,7 +113,7 @@ class _Batch:
     def _replace(self, actor: _Actor, why: str) -> None:
         lost = Internal(f"ray: the actor on node {actor.node[:12]} ended ({why}) while it held this input")
         for seq in actor.out:
-            self.pending[seq] = self._failed(self.chunks[seq], lost)
+            self.pending[seq] = fabric.failed_results(self.chunks[seq], lost)
         for ref, (a, _seq) in list(self.calls.items()):
             if a is actor:
                 del self.calls[ref]
@@ -130,44 +128,22 @@ class _Batch:
 
     # --- chunks ------------------------------------------------------------------------
 
-    def _chunk_size(self) -> int:
-        if self.job.batch is not None:
-            return self.job.batch
-        if self.per_item is None:
-            return 1
-        n = int(TARGET_S / max(self.per_item, 1e-7))
-        if self.item_bytes:
-            n = min(n, int(CHUNK_BYTES / self.item_bytes))
-        return max(1, min(MAX_BATCH, n))
-
     def _send(self, actor: _Actor, seq: int, chunk: fabric.Chunk) -> None:
         self.chunks[seq] = chunk
         if len(chunk.errors) == len(chunk.items):
-            self.pending[seq] = self._failed(chunk, None)
+            self.pending[seq] = fabric.failed_results(chunk, None)
             return
-        if self.kernel:
-            body = chunk.items
-            if self.job.batch is None and not chunk.errors:
-                size = sum(map(len, body)) / len(body)
-                self.item_bytes = size if not self.item_bytes else 0.5 * (self.item_bytes + size)
-        else:
-            body = [None if x is None else (x.argv, x.stdin) for x in chunk.items]
-        ref = actor.handle.chunk.remote(body, tuple(chunk.errors))
+        kind = self.job.kind
+        self.sizer.sent(kind, chunk)
+        ref = actor.handle.chunk.remote(chunk.body(kind), tuple(chunk.errors))
         actor.out.append(seq)
         self.calls[ref] = (actor, seq)
-
-    def _failed(self, chunk: fabric.Chunk, error: WbError | None) -> tuple[int, Iterator[fabric.Result]]:
-        return fabric.failed_results(chunk, error)
 
     def _answered(self, actor: _Actor, seq: int, out: list[Any], errors: list[tuple[int, str, str]],
                   seconds: float) -> None:
         actor.out.remove(seq)
-        chunk = self.chunks[seq]
-        n = len(out)
-        self.pending[seq] = (n, fabric.chunk_results("kernel" if self.kernel else "command", chunk, out, errors))
-        if n:
-            now = seconds / n
-            self.per_item = now if self.per_item is None else 0.5 * (self.per_item + now)
+        self.pending[seq] = fabric.chunk_results(self.job.kind, self.chunks[seq], out, errors)
+        self.sizer.answered(len(out), seconds)
 
     def _collect(self, ready: list[Any]) -> None:
         ray = self.ray
@@ -183,11 +159,11 @@ class _Batch:
                 continue
             except ray.exceptions.RayTaskError as exc:  # a bug in the actor's loop: this chunk's inputs fail
                 actor.out.remove(seq)
-                self.pending[seq] = self._failed(self.chunks[seq], Internal(f"ray: {exc}"))
+                self.pending[seq] = fabric.failed_results(self.chunks[seq], Internal(f"ray: {exc}"))
                 continue
             self._answered(actor, seq, out, errors, seconds)
 
-    def chunks_in_order(self) -> Iterator[Iterator[fabric.Result]]:
+    def chunks_in_order(self) -> Iterator[fabric.ResultChunk]:
         job, ray = self.job, self.ray
         window = job.width * K * (job.batch or MAX_BATCH)
         pending = self.pending
@@ -201,7 +177,7 @@ class _Batch:
                     room = window - (self.work.taken - done)
                     if actor is None or room <= 0:
                         break
-                    chunk = self.work.take(min(room, self._chunk_size()))
+                    chunk = self.work.take(min(room, self.sizer.size()))
                     if not chunk.items:
                         exhausted = True
                         break
@@ -210,8 +186,8 @@ class _Batch:
                 while (ready := pending.pop(done_seq, None)) is not None:
                     del self.chunks[done_seq]
                     done_seq += 1
-                    done += ready[0]
-                    yield ready[1]
+                    done += len(ready.values)
+                    yield ready
                 if exhausted and done_seq == seq:
                     clean = True
                     return
