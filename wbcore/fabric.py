@@ -32,9 +32,10 @@ import base64
 import builtins
 import dataclasses
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from array import array
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import chain, count, islice, repeat
+from itertools import accumulate, chain, count, islice, repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
@@ -75,18 +76,79 @@ class Result(NamedTuple):
         return self.error is None
 
 
+class Outputs(Sequence[bytes]):
+    """A chunk's kernel outputs in one buffer, as :func:`map_chunks` gives them: ``data`` is
+    every output joined, ``lengths`` (``array('I')``: a kernel returns an ``i32`` length) has
+    one length per input — 0 for a failed one. Nothing exists per output until you index or
+    iterate (each a copy out of ``data``); ``data`` and :meth:`offsets` hand the whole chunk
+    on without that (to a file, a socket, ``numpy.frombuffer``).
+
+    The worker joins its outputs (``b"".join`` and the lengths: ~30 ns an input there, where
+    pickling the list cost it ~20), so this process reads one buffer and one array per chunk
+    instead of building one ``bytes`` per input (~15 ns each, and as much to free them)."""
+
+    __slots__ = ("_offsets", "data", "lengths")
+
+    def __init__(self, data: bytes, lengths: array[int]) -> None:
+        self.data = data
+        self.lengths = lengths
+        self._offsets: list[int] | None = None
+
+    @classmethod
+    def join(cls, outputs: list[bytes]) -> Outputs:
+        lengths = array("I")
+        lengths.fromlist(list(_builtin_map(len, outputs)))  # a list first: ~4 ns an item less than from the map
+        return cls(b"".join(outputs), lengths)
+
+    def offsets(self) -> list[int]:
+        """Where each output starts in ``data``, and the end: ``len(self) + 1`` offsets."""
+        if self._offsets is None:
+            self._offsets = list(accumulate(self.lengths, initial=0))
+        return self._offsets
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __getitem__(self, k: Any) -> Any:
+        if isinstance(k, slice):
+            return list(self)[k]
+        offs = self.offsets()
+        k = range(len(self.lengths))[k]  # negative indices, and IndexError past the end
+        return self.data[offs[k]:offs[k + 1]]
+
+    def __iter__(self) -> Iterator[bytes]:
+        offs = self.offsets()
+        return _builtin_map(self.data.__getitem__, _builtin_map(slice, offs, islice(offs, 1, None)))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Outputs):
+            return self.data == other.data and self.lengths == other.lengths
+        if isinstance(other, Sequence) and not isinstance(other, (str, bytes)):
+            return len(other) == len(self) and all(_builtin_map(bytes.__eq__, self, other))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return Outputs, (self.data, self.lengths)  # pickled as one bytes and one array: both in C
+
+    def __repr__(self) -> str:
+        return f"Outputs({len(self)} outputs, {len(self.data)} bytes)"
+
+
 @dataclass(frozen=True, slots=True)
 class ResultChunk:
     """The outcomes of consecutive inputs ``start, start + 1, …``, in input order: what
     :func:`map_chunks` yields (and every engine produces; :func:`map` flattens them).
 
-    ``values[k]`` is input ``start + k``'s value — a kernel's output ``bytes``, a command's
-    ``CallResult`` — or ``None`` when that input failed; ``errors`` maps the **input index**
-    of each failed input (only those: usually none) to its ``WbError``. One record per chunk
-    (up to 4,096 inputs), nothing per input: the values list is what the engine received."""
+    ``values[k]`` is input ``start + k``'s value: a command's ``CallResult`` (``None`` for a
+    failed input) or a kernel's output bytes (``b""`` for a failed one) — from ``map_chunks``
+    an :class:`Outputs` (one joined buffer), inside ``map`` a list. ``errors`` maps the
+    **input index** of each failed input (only those: usually none) to its ``WbError``. One
+    record per chunk (up to 4,096 inputs), nothing per input."""
 
     start: int
-    values: list[Any]
+    values: Sequence[Any]
     errors: dict[int, WbError] = field(default_factory=dict)
 
     def __len__(self) -> int:
@@ -137,6 +199,8 @@ class Job:
     deadline: float | None = None
     #: Inputs per message an engine may group to amortize its per-message cost (``None``: adaptive).
     batch: int | None = None
+    #: Kernel outputs come back joined (:class:`Outputs`: ``map_chunks``) rather than as a list of bytes (``map``).
+    joined: bool = False
 
     def remaining(self) -> float | None:
         return None if self.deadline is None else self.deadline - _monotonic()
@@ -174,7 +238,7 @@ def engine(runtime: Runtime, name: str = DEFAULT_ENGINE) -> FabricDriver:
 
 def job(runtime: Runtime, name: str, *, kind: str = "command", width: int | None = None, tier: str | None = None,
         deadline: float | None = None, principal: Principal | None = None, timeout: float | None = None,
-        batch: int | None = None) -> Job:
+        batch: int | None = None, joined: bool = False) -> Job:
     """Resolve ``kind`` ``name`` once (``wbcore.dispatch``) and describe the batch."""
     from wbcore import dispatch
 
@@ -194,7 +258,8 @@ def job(runtime: Runtime, name: str, *, kind: str = "command", width: int | None
     entry = dataclasses.replace(resolved.entry, options=dict(resolved.entry.options))
     return Job(kind=kind, name=name, tier=resolved.tier.name, entry=entry, request=req, caps=resolved.caps,
                width=width, home=runtime.home, roots=tuple(runtime.roots), cwd=runtime.cwd, env=dict(runtime.env),
-               deadline=None if deadline is None else _monotonic() + float(deadline), batch=batch)
+               deadline=None if deadline is None else _monotonic() + float(deadline), batch=batch,
+               joined=joined and kind == "kernel")
 
 
 def map(runtime: Runtime, name: str, inputs: Iterable[Any], *, kind: str = "command", width: int | None = None,
@@ -207,8 +272,9 @@ def map(runtime: Runtime, name: str, inputs: Iterable[Any], *, kind: str = "comm
     argv lists; kernel inputs are bytes (or ``str``, UTF-8). Resolution errors (unknown name,
     a toolkit that may not run) raise here, before any input is read.
     """
-    return Stream.over(map_chunks(runtime, name, inputs, kind=kind, width=width, tier=tier, engine=engine,
-                                  deadline=deadline, cancel=cancel, principal=principal, timeout=timeout, batch=batch))
+    spec = job(runtime, name, kind=kind, width=width, tier=tier, deadline=deadline, principal=principal,
+               timeout=timeout, batch=batch)
+    return Stream.over(_chunks(runtime, spec, engine, inputs, cancel))
 
 
 def map_chunks(runtime: Runtime, name: str, inputs: Iterable[Any], *, kind: str = "command",
@@ -218,10 +284,16 @@ def map_chunks(runtime: Runtime, name: str, inputs: Iterable[Any], *, kind: str 
     """:func:`map` for throughput: the same call, inputs, bounds, cancellation and deadline,
     but the outcomes come as :class:`ResultChunk` records of consecutive inputs in input order —
     values in a list, failures in a sparse dict by input index — with nothing built per
-    input in this process. ``close()`` the iterator to end the batch early."""
+    input in this process (a kernel's outputs arrive as one :class:`Outputs` buffer per chunk).
+    ``close()`` the iterator to end the batch early."""
     spec = job(runtime, name, kind=kind, width=width, tier=tier, deadline=deadline, principal=principal,
-               timeout=timeout, batch=batch)
+               timeout=timeout, batch=batch, joined=True)
+    return _chunks(runtime, spec, engine, inputs, cancel)
+
+
+def _chunks(runtime: Runtime, spec: Job, engine: str, inputs: Iterable[Any], cancel: Any) -> Iterator[ResultChunk]:
     driver = _engine_driver(runtime, engine)
+    kind, name = spec.kind, spec.name
     tracer = getattr(runtime, "tracer", None)
     if tracer is None:
         return driver.chunks(spec, work(kind, inputs), cancel=cancel)
@@ -505,25 +577,27 @@ class Stream(chain):  # type: ignore[type-arg]
 _new = tuple.__new__
 
 
-def chunk_results(kind: str, chunk: Chunk, outputs: list[Any], errors: list[tuple[int, str, str]]) -> ResultChunk:
+def chunk_results(job: Job, chunk: Chunk, outputs: Any, errors: list[tuple[int, str, str]]) -> ResultChunk:
     """What any engine hands back for one answered chunk: the worker's outputs (kernel bytes
-    as they came, command result wires as ``CallResult``) with the per-input errors the worker
-    reported and the ones found while the chunk was read (``chunk.errors``) by input index."""
+    as they came — a list, or :class:`Outputs` — command result wires as ``CallResult``) with
+    the per-input errors the worker reported and the ones found while the chunk was read
+    (``chunk.errors``), by input index."""
     start = chunk.start
-    values = outputs if kind == "kernel" else [None if v is None else result_from_wire(v) for v in outputs]
+    values = outputs if job.kind == "kernel" else [None if v is None else result_from_wire(v) for v in outputs]
     if not errors and not chunk.errors:
         return ResultChunk(start, values)
     failed = {start + k: error_from_wire(err_kind, message) for k, err_kind, message in errors}
     failed.update({start + k: exc for k, exc in chunk.errors.items()})
-    for i in failed:
-        values[i - start] = None  # a failed input's value, whatever placeholder the worker sent
     return ResultChunk(start, values, dict(sorted(failed.items())))
 
 
-def failed_results(chunk: Chunk, error: WbError | None) -> ResultChunk:
+def failed_results(job: Job, chunk: Chunk, error: WbError | None) -> ResultChunk:
     """A chunk whose worker was lost: every input fails with ``error`` (or its own read error)."""
     start, n = chunk.start, len(chunk.items)
-    return ResultChunk(start, [None] * n, {start + k: chunk.errors.get(k, error) for k in range(n)})
+    failed = {start + k: chunk.errors.get(k, error) for k in range(n)}
+    if job.kind != "kernel":
+        return ResultChunk(start, [None] * n, failed)
+    return ResultChunk(start, Outputs(b"", array("I", [0]) * n) if job.joined else [b""] * n, failed)
 
 
 # --- running a chunk of a job in a worker (any engine's: a spawned process, a Ray actor) ------
@@ -553,12 +627,15 @@ def runner(runtime: Runtime, job: Job, *, tier: str | None = None) -> Any:
     return run_kernel_one
 
 
-def run_chunk(kind: str, run: Any, body: list[Any], skip: frozenset[int] = frozenset()) -> tuple[list[Any], list[tuple[int, str, str]]]:
+def run_chunk(kind: str, run: Any, body: list[Any], skip: frozenset[int] = frozenset(),
+              joined: bool = False) -> tuple[Any, list[tuple[int, str, str]]]:
     """Run one chunk (:meth:`Work.take`'s payloads, ``None`` or an offset in ``skip`` for an
     input already failed): ``(outputs, errors)``, one output per input (``b""``/``None`` for a
-    failed one) and ``(offset, kind, message)`` per failure. Each input runs exactly once."""
+    failed one; a kernel's joined into :class:`Outputs` when ``joined``) and ``(offset, kind,
+    message)`` per failure. Each input runs exactly once."""
     if kind == "kernel":
-        return _kernel_chunk(run, body, skip)
+        outs, errors = _kernel_chunk(run, body, skip)
+        return (Outputs.join(outs) if joined else outs), errors
     return _command_chunk(run, body, skip)
 
 

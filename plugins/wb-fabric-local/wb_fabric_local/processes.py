@@ -149,7 +149,7 @@ class _Batch:
     def _send(self, w: _Worker, seq: int, chunk: fabric.Chunk) -> None:
         self.chunks[seq] = chunk
         if len(chunk.errors) == len(chunk.items):  # nothing to run: every input was malformed
-            self.pending[seq] = fabric.failed_results(chunk, None)
+            self.pending[seq] = fabric.failed_results(self.job, chunk, None)
             return
         kind = self.job.kind
         self.sizer.sent(kind, chunk)
@@ -231,7 +231,7 @@ class _Batch:
     def _answered(self, w: _Worker, seq: int, out: list[Any], errors: list[tuple[int, str, str]],
                   seconds: float) -> None:
         w.out.remove(seq)
-        self.pending[seq] = fabric.chunk_results(self.job.kind, self.chunks[seq], out, errors)
+        self.pending[seq] = fabric.chunk_results(self.job, self.chunks[seq], out, errors)
         self.sizer.answered(len(out), seconds)
 
     def _replace(self, w: _Worker) -> None:
@@ -239,7 +239,7 @@ class _Batch:
         code = w.proc.exitcode
         lost = Internal(f"fabric: worker {w.proc.pid} exited (code {code}) while it held this input")
         for seq in w.out:
-            self.pending[seq] = fabric.failed_results(self.chunks[seq], lost)
+            self.pending[seq] = fabric.failed_results(self.job, self.chunks[seq], lost)
         w.out.clear()
         w.conn.close()
         self.restarts += 1

@@ -45,12 +45,13 @@ def _results(runtime: Any, job: fabric.Job, target: Any, work: Iterator[tuple[in
     local = threading.local()
     opened: list[Any] = []
     lock = threading.Lock()
+    failed = b"" if job.kind == "kernel" else None  # a failed input's value, as from every engine
 
     def one(payload: Any) -> tuple[Any, WbError | None]:
         if isinstance(payload, WbError):
-            return None, payload
+            return failed, payload
         if stop.is_set():
-            return None, Timeout("fabric: the batch stopped before this input ran")
+            return failed, Timeout("fabric: the batch stopped before this input ran")
         try:
             if job.kind == "command":
                 return fabric.run_command(runtime, job, target, payload, cancel=stop), None
@@ -61,13 +62,15 @@ def _results(runtime: Any, job: fabric.Job, target: Any, work: Iterator[tuple[in
                     opened.append(inst)
             return fabric.run_kernel(runtime, job, inst, payload), None
         except WbError as exc:
-            return None, exc
+            return failed, exc
 
     pool = ThreadPoolExecutor(max_workers=job.width, thread_name_prefix="wb-fabric")
     pending: deque[tuple[int, Future[tuple[Any, WbError | None]]]] = deque()
     exhausted = False
     try:
         while True:
+            if cancel is not None and cancel.is_set():  # checked per chunk too: fast calls never wait
+                return
             while not exhausted and len(pending) < job.width * K:
                 try:
                     i, payload = next(work)

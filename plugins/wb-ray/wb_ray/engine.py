@@ -113,7 +113,7 @@ class _Batch:
     def _replace(self, actor: _Actor, why: str) -> None:
         lost = Internal(f"ray: the actor on node {actor.node[:12]} ended ({why}) while it held this input")
         for seq in actor.out:
-            self.pending[seq] = fabric.failed_results(self.chunks[seq], lost)
+            self.pending[seq] = fabric.failed_results(self.job, self.chunks[seq], lost)
         for ref, (a, _seq) in list(self.calls.items()):
             if a is actor:
                 del self.calls[ref]
@@ -131,7 +131,7 @@ class _Batch:
     def _send(self, actor: _Actor, seq: int, chunk: fabric.Chunk) -> None:
         self.chunks[seq] = chunk
         if len(chunk.errors) == len(chunk.items):
-            self.pending[seq] = fabric.failed_results(chunk, None)
+            self.pending[seq] = fabric.failed_results(self.job, chunk, None)
             return
         kind = self.job.kind
         self.sizer.sent(kind, chunk)
@@ -142,7 +142,7 @@ class _Batch:
     def _answered(self, actor: _Actor, seq: int, out: list[Any], errors: list[tuple[int, str, str]],
                   seconds: float) -> None:
         actor.out.remove(seq)
-        self.pending[seq] = fabric.chunk_results(self.job.kind, self.chunks[seq], out, errors)
+        self.pending[seq] = fabric.chunk_results(self.job, self.chunks[seq], out, errors)
         self.sizer.answered(len(out), seconds)
 
     def _collect(self, ready: list[Any]) -> None:
@@ -159,7 +159,7 @@ class _Batch:
                 continue
             except ray.exceptions.RayTaskError as exc:  # a bug in the actor's loop: this chunk's inputs fail
                 actor.out.remove(seq)
-                self.pending[seq] = fabric.failed_results(self.chunks[seq], Internal(f"ray: {exc}"))
+                self.pending[seq] = fabric.failed_results(self.job, self.chunks[seq], Internal(f"ray: {exc}"))
                 continue
             self._answered(actor, seq, out, errors, seconds)
 
