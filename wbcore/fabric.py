@@ -554,6 +554,122 @@ def _within(job: Job, timeout_s: float) -> float:
 # --- results in input order, cheaply (engines that ship chunks) -----------------------------
 
 
+class Batch:
+    """One map on an engine that ships chunks to workers (a process, a Ray actor): the
+    scheduling they share. :meth:`chunks_in_order` fills each worker up to ``k`` chunks while
+    fewer than ``width × k × max_batch`` inputs are in flight (taken and not yet yielded),
+    yields the answered chunks in input order, waits, and honours ``cancel`` and the batch
+    deadline; it runs in the consumer's thread, once per chunk.
+
+    A subclass keeps ``workers`` (each with ``out``: the sequence numbers of the chunks it
+    holds) and provides :meth:`begin`, :meth:`ship`, :meth:`wait`, :meth:`collect` and
+    :meth:`stop`; it reports answers with :meth:`answered` and lost chunks with :meth:`lost`."""
+
+    #: Seconds between looks at ``cancel`` while waiting for answers.
+    POLL_S = 0.05
+
+    def __init__(self, job: Job, work: Work, cancel: Any, *, k: int, target_s: float, max_batch: int,
+                 chunk_bytes: int) -> None:
+        self.job = job
+        self.work = work
+        self.cancel = cancel
+        self.k = k
+        self.window = job.width * k * (job.batch or max_batch)
+        self.sizer = Sizer(job, target_s=target_s, max_batch=max_batch, chunk_bytes=chunk_bytes)
+        self.workers: list[Any] = []
+        self.chunks: dict[int, Chunk] = {}  # in flight, by sequence number
+        self.pending: dict[int, ResultChunk] = {}  # answered, waiting for the earlier ones
+
+    # --- what an engine provides ------------------------------------------------------------
+
+    def begin(self) -> None:
+        """Start the workers."""
+        raise NotImplementedError
+
+    def ship(self, worker: Any, seq: int, chunk: Chunk) -> None:
+        """Send ``chunk`` (``chunk.body(kind)``) to ``worker`` and append ``seq`` to its ``out``."""
+        raise NotImplementedError
+
+    def wait(self, timeout: float | None) -> Any:
+        """Wait up to ``timeout`` seconds (``None``: until something happens) for answers."""
+        raise NotImplementedError
+
+    def collect(self, ready: Any) -> None:
+        """Take what :meth:`wait` found: :meth:`answered` per answer, :meth:`lost` per lost worker."""
+        raise NotImplementedError
+
+    def stop(self, *, graceful: bool) -> None:
+        """End the workers: ``graceful`` once every result is out, else at once (calls may run)."""
+        raise NotImplementedError
+
+    def wait_bound(self) -> float | None:
+        """The longest :meth:`wait` may take besides the deadline and ``cancel`` (e.g. while starting)."""
+        return None
+
+    # --- shared -------------------------------------------------------------------------------
+
+    def answered(self, worker: Any, seq: int, outputs: Any, errors: list[tuple[int, str, str]],
+                 seconds: float) -> None:
+        worker.out.remove(seq)
+        self.pending[seq] = chunk_results(self.job, self.chunks[seq], outputs, errors)
+        self.sizer.answered(len(outputs), seconds)
+
+    def lost(self, worker: Any, error: WbError, seq: int | None = None) -> None:
+        """The chunk ``seq`` of ``worker`` (every chunk it holds when ``None``) fails with ``error``."""
+        for s in list(worker.out) if seq is None else [seq]:
+            worker.out.remove(s)
+            self.pending[s] = failed_results(self.job, self.chunks[s], error)
+
+    def chunks_in_order(self) -> Iterator[ResultChunk]:
+        job, work, pending, k = self.job, self.work, self.pending, self.k
+        seq = done_seq = done = 0
+        exhausted = clean = False
+        try:
+            self.begin()
+            while True:
+                while not exhausted:  # fill: the least busy worker with room, while the window allows
+                    w = min((w for w in self.workers if len(w.out) < k), key=lambda w: len(w.out), default=None)
+                    room = self.window - (work.taken - done)
+                    if w is None or room <= 0:
+                        break
+                    chunk = work.take(min(room, self.sizer.size()))
+                    if not chunk.items:
+                        exhausted = True
+                        break
+                    self.chunks[seq] = chunk
+                    if len(chunk.errors) == len(chunk.items):  # nothing to run: every input was malformed
+                        pending[seq] = failed_results(job, chunk, None)
+                    else:
+                        self.sizer.sent(job.kind, chunk)
+                        self.ship(w, seq, chunk)
+                    seq += 1
+                while (ready := pending.pop(done_seq, None)) is not None:
+                    del self.chunks[done_seq]
+                    done_seq += 1
+                    done += len(ready.values)
+                    yield ready
+                if exhausted and done_seq == seq:
+                    clean = True
+                    return
+                if not any(w.out for w in self.workers):
+                    continue
+                found = self.wait(self._wait_s())
+                if self.cancel is not None and self.cancel.is_set():
+                    return
+                left = job.remaining()
+                if left is not None and left <= 0:
+                    raise Timeout(f"fabric: {job.kind} {job.name!r}: the batch deadline passed with {done} of "
+                                  f"{work.taken}+ results yielded")
+                self.collect(found)
+        finally:
+            self.stop(graceful=clean)
+
+    def _wait_s(self) -> float | None:
+        waits = [w for w in (self.job.remaining(), self.POLL_S if self.cancel is not None else None,
+                             self.wait_bound()) if w is not None]
+        return max(0.0, min(waits)) if waits else None
+
+
 class Stream(chain):  # type: ignore[type-arg]
     """The results of one ``map``: ``itertools.chain`` over its chunks' :meth:`ResultChunk.results`,
     so taking the next result is C code (chain → map → zip), and the engine's scheduler — a

@@ -47,7 +47,7 @@ from multiprocessing.connection import wait
 from typing import Any
 
 from wbcore import fabric
-from wbcore.errors import CapabilityDenied, Internal, InvalidArgs, Timeout
+from wbcore.errors import CapabilityDenied, Internal, InvalidArgs
 
 #: Chunks outstanding per worker: one running and two queued, so that a worker whose chunk
 #: waits behind a slower one's (results go out in input order) still has work.
@@ -124,18 +124,12 @@ class ProcessEngine:
         return _Batch(job, work, cancel, ctx).chunks_in_order()
 
 
-class _Batch:
+class _Batch(fabric.Batch):
     def __init__(self, job: fabric.Job, work: fabric.Work, cancel: Any, ctx: Any) -> None:
-        self.job = job
-        self.work = work
-        self.cancel = cancel
+        super().__init__(job, work, cancel, k=K, target_s=TARGET_S, max_batch=MAX_BATCH, chunk_bytes=CHUNK_BYTES)
         self.ctx = ctx
-        self.sizer = fabric.Sizer(job, target_s=TARGET_S, max_batch=MAX_BATCH, chunk_bytes=CHUNK_BYTES)
         self.restarts = 0
         self.workers: list[_Worker] = []
-        self.chunks: dict[int, fabric.Chunk] = {}  # in flight, by sequence number
-        #: answered chunks, waiting for the earlier ones
-        self.pending: dict[int, fabric.ResultChunk] = {}
 
     def _start(self) -> _Worker:
         from wb_fabric_local import worker
@@ -146,79 +140,38 @@ class _Batch:
         child.close()
         return _Worker(proc, parent)
 
-    def _send(self, w: _Worker, seq: int, chunk: fabric.Chunk) -> None:
-        self.chunks[seq] = chunk
-        if len(chunk.errors) == len(chunk.items):  # nothing to run: every input was malformed
-            self.pending[seq] = fabric.failed_results(self.job, chunk, None)
-            return
-        kind = self.job.kind
-        self.sizer.sent(kind, chunk)
+    def begin(self) -> None:
+        self.workers = [self._start() for _ in range(self.job.width)]
+
+    def ship(self, w: _Worker, seq: int, chunk: fabric.Chunk) -> None:
         w.out.append(seq)  # held from now on: if the send fails, its inputs fail with it
-        w.conn.send((seq, chunk.body(kind), tuple(chunk.errors)))
-
-    def chunks_in_order(self) -> Iterator[fabric.ResultChunk]:
-        job = self.job
-        window = job.width * K * (job.batch or MAX_BATCH)
-        pending = self.pending
-        seq = done_seq = 0
-        done = 0
-        exhausted = clean = False
         try:
-            self.workers = [self._start() for _ in range(job.width)]
-            while True:
-                while not exhausted:  # fill: the least busy worker with room, while the window allows
-                    w = min((w for w in self.workers if len(w.out) < K), key=lambda w: len(w.out), default=None)
-                    room = window - (self.work.taken - done)
-                    if w is None or room <= 0:
-                        break
-                    chunk = self.work.take(min(room, self.sizer.size()))
-                    if not chunk.items:
-                        exhausted = True
-                        break
-                    try:
-                        self._send(w, seq, chunk)
-                    except OSError:  # the worker died since its last answer
-                        self._replace(w)
-                    seq += 1
-                while (ready := pending.pop(done_seq, None)) is not None:
-                    del self.chunks[done_seq]
-                    done_seq += 1
-                    done += len(ready.values)
-                    yield ready
-                if exhausted and done_seq == seq:
-                    clean = True
-                    return
-                busy = [w for w in self.workers if w.out]
-                if not busy:
-                    continue
-                ready_conns = wait([w.conn for w in busy] + [w.proc.sentinel for w in busy], self._wait_s())
-                if self.cancel is not None and self.cancel.is_set():
-                    return
-                left = job.remaining()
-                if left is not None and left <= 0:
-                    raise Timeout(f"fabric: {job.kind} {job.name!r}: the batch deadline passed with {done} of "
-                                  f"{self.work.taken}+ results yielded")
-                for w in busy:
-                    if w.conn in ready_conns or w.proc.sentinel in ready_conns:
-                        self._receive(w)
-                    elif not w.ready and time.monotonic() - w.started > START_TIMEOUT_S:
-                        raise Internal(f"fabric: a worker did not start within {START_TIMEOUT_S:g} s "
-                                       f"(start method {self.ctx.get_start_method()}); is the machine overloaded?")
-        finally:
-            self._stop(graceful=clean)
+            w.conn.send((seq, chunk.body(self.job.kind), tuple(chunk.errors)))
+        except OSError:  # the worker died since its last answer
+            self._replace(w)
 
-    def _wait_s(self) -> float | None:
-        starting = 1.0 if any(not w.ready for w in self.workers) else None  # bounds a start-up that hangs
-        waits = [w for w in (self.job.remaining(), 0.05 if self.cancel is not None else None, starting)
-                 if w is not None]
-        return max(0.0, min(waits)) if waits else None
+    def wait_bound(self) -> float | None:
+        return 1.0 if any(not w.ready for w in self.workers) else None  # bounds a start-up that hangs
+
+    def wait(self, timeout: float | None) -> Any:
+        busy = [w for w in self.workers if w.out]
+        return busy, wait([w.conn for w in busy] + [w.proc.sentinel for w in busy], timeout)
+
+    def collect(self, found: Any) -> None:
+        busy, ready = found
+        for w in busy:
+            if w.conn in ready or w.proc.sentinel in ready:
+                self._receive(w)
+            elif not w.ready and time.monotonic() - w.started > START_TIMEOUT_S:
+                raise Internal(f"fabric: a worker did not start within {START_TIMEOUT_S:g} s "
+                               f"(start method {self.ctx.get_start_method()}); is the machine overloaded?")
 
     def _receive(self, w: _Worker) -> None:
         try:
             while w.conn.poll():
                 msg = w.conn.recv()
                 if msg[0] == "done":
-                    self._answered(w, *msg[1:])
+                    self.answered(w, *msg[1:])
                 elif msg[0] == "ready":
                     w.ready = True
                 elif msg[0] == "fatal":
@@ -228,26 +181,16 @@ class _Batch:
         if w.out and not w.proc.is_alive():
             self._replace(w)
 
-    def _answered(self, w: _Worker, seq: int, out: list[Any], errors: list[tuple[int, str, str]],
-                  seconds: float) -> None:
-        w.out.remove(seq)
-        self.pending[seq] = fabric.chunk_results(self.job, self.chunks[seq], out, errors)
-        self.sizer.answered(len(out), seconds)
-
     def _replace(self, w: _Worker) -> None:
         w.proc.join(1)
-        code = w.proc.exitcode
-        lost = Internal(f"fabric: worker {w.proc.pid} exited (code {code}) while it held this input")
-        for seq in w.out:
-            self.pending[seq] = fabric.failed_results(self.job, self.chunks[seq], lost)
-        w.out.clear()
+        self.lost(w, Internal(f"fabric: worker {w.proc.pid} exited (code {w.proc.exitcode}) while it held this input"))
         w.conn.close()
         self.restarts += 1
         if self.restarts > MAX_RESTARTS:
             raise Internal(f"fabric: {self.job.kind} {self.job.name!r}: workers exited {self.restarts} times; stopped")
         self.workers[self.workers.index(w)] = self._start()
 
-    def _stop(self, *, graceful: bool) -> None:
+    def stop(self, *, graceful: bool) -> None:
         for w in self.workers:
             if graceful:
                 try:
