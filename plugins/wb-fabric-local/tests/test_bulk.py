@@ -1,5 +1,6 @@
 """fabric.map_chunks on the local and threads engines: the same outputs as map, per-input
-errors by index in a chunk, the window that bounds what is read, cancellation, the deadline."""
+errors by index in a chunk, cancellation, the deadline (the window that bounds what is read
+and the parent's memory: test_local_engine, for both APIs)."""
 
 from __future__ import annotations
 
@@ -68,51 +69,6 @@ def test_bulk_commands_with_errors_match_map(rt, register):
     assert [(i, v and v.stdout, e and e.kind) for i, v, e in flat] == \
            [(r.index, r.value and r.value.stdout, r.error and r.error.kind) for r in mapped]
     assert {i for i, _, e in flat if e} == {0, 5, 7, 14, 21, 28}
-
-
-def test_bulk_reads_inputs_only_within_the_window(rt, register):
-    register("kup", K_UPPER, kind="kernel")
-    taken = 0
-
-    def endless():
-        nonlocal taken
-        while True:
-            taken += 1
-            yield b"abc"
-
-    chunks = fabric.map_chunks(rt, "kup", endless(), kind="kernel", width=2, batch=8)
-    seen = 0
-    for c in chunks:
-        assert list(c.values) == [b"ABC"] * len(c)
-        seen += len(c)
-        from wb_fabric_local.processes import K
-
-        assert taken <= seen + 2 * K * 8 + 1  # at most width × K × batch beyond what was yielded
-        if seen >= 200:
-            break
-    chunks.close()
-    time.sleep(0.2)
-    stopped = taken
-    time.sleep(0.3)
-    assert taken == stopped  # closed: nothing reads the inputs any more
-
-
-def test_bulk_memory_stays_bounded(rt, register):
-    """50 MiB of kernel inputs through map_chunks; the parent holds only the window."""
-    register("kup", K_UPPER, kind="kernel")
-
-    def rss_mib() -> float:
-        with open("/proc/self/status") as fh:
-            return next(int(x.split()[1]) for x in fh if x.startswith("VmRSS:")) / 1024
-
-    blob = b"y" * 1000
-    base = peak = rss_mib()
-    n = 0
-    for c in fabric.map_chunks(rt, "kup", (blob + b"%05d" % i for i in range(50_000)), kind="kernel", width=2):
-        assert c.ok
-        n += len(c)
-        peak = max(peak, rss_mib())
-    assert n == 50_000 and peak - base < 40
 
 
 @pytest.mark.parametrize("engine", ["local", "threads"])
