@@ -31,6 +31,7 @@ from __future__ import annotations
 import base64
 import builtins
 import dataclasses
+import operator
 import time
 from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -124,7 +125,7 @@ class Outputs(Sequence[bytes]):
         if isinstance(other, Outputs):
             return self.data == other.data and self.lengths == other.lengths
         if isinstance(other, Sequence) and not isinstance(other, (str, bytes)):
-            return len(other) == len(self) and all(_builtin_map(bytes.__eq__, self, other))
+            return len(other) == len(self) and all(_builtin_map(operator.eq, self, other))
         return NotImplemented
 
     __hash__ = None  # type: ignore[assignment]

@@ -147,6 +147,7 @@ def test_outputs_is_one_buffer_read_as_a_sequence():
     assert o.data == b"abcde" + b"f" and list(o.lengths) == [2, 0, 3, 1] and o.offsets() == [0, 2, 2, 5, 6]
     assert list(o) == outs and len(o) == 4 and o[2] == b"cde" and o[-1] == b"f" and o[1:3] == [b"", b"cde"]
     assert o == outs and o == fabric.Outputs.join(list(outs)) and o != [b"ab"] and o != outs[::-1]
+    assert o != [b"ab", None, b"cde", b"f"] and o != "abcdef"
     with pytest.raises(IndexError):
         o[4]
     back = pickle.loads(pickle.dumps(o))
