@@ -7,8 +7,8 @@ runs the job's request over the inputs and never decides anything about it again
 
 Two ways to take the results: ``map`` yields one :class:`Result` per input; ``map_chunks``
 (for throughput: millions of microsecond kernel calls) yields one :class:`ResultChunk` per
-chunk of consecutive inputs — their values in a list, the failed ones in a sparse dict — so
-nothing is built per input in this process. ``map`` is ``map_chunks`` flattened: one path.
+chunk of consecutive inputs — their values (a kernel's outputs: one joined buffer), the
+failed ones in a sparse dict — so nothing is built per input in this process. ``map`` is ``map_chunks`` flattened: one path.
 
 The contract every engine keeps (``FabricDriver.chunks``):
 
@@ -284,8 +284,8 @@ def map_chunks(runtime: Runtime, name: str, inputs: Iterable[Any], *, kind: str 
                timeout: float | None = None, batch: int | None = None) -> Iterator[ResultChunk]:
     """:func:`map` for throughput: the same call, inputs, bounds, cancellation and deadline,
     but the outcomes come as :class:`ResultChunk` records of consecutive inputs in input order —
-    values in a list, failures in a sparse dict by input index — with nothing built per
-    input in this process (a kernel's outputs arrive as one :class:`Outputs` buffer per chunk).
+    their values, and failures in a sparse dict by input index — with nothing built per input
+    in this process (a kernel's outputs arrive as one :class:`Outputs` buffer per chunk).
     ``close()`` the iterator to end the batch early."""
     spec = job(runtime, name, kind=kind, width=width, tier=tier, deadline=deadline, principal=principal,
                timeout=timeout, batch=batch, joined=True)

@@ -9,7 +9,9 @@ path and the wasm engine's modules, no engine, no thread), so a worker forked fr
 starts in ~0.18 s instead of ~0.45 s for a ``spawn``ed one (measured, loaded machine).
 ``WB_FABRIC_START=spawn`` starts each worker as a fresh interpreter instead.
 
-Scheduling, all in the consumer's thread (nothing runs unless the caller iterates):
+Scheduling, all in the consumer's thread (nothing runs unless the caller iterates; the loop
+is the core's ``fabric.Batch``, shared with the Ray engine — this module starts, feeds, waits
+for and stops the processes):
 
 - inputs travel in **chunks** of consecutive inputs, one message (one pickled frame) each way
   per chunk. A kernel chunk is its list of input bytes and its answer the list of outputs:
