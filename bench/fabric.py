@@ -1,10 +1,14 @@
 """The fabric on one machine: how it scales with width and with the number of inputs.
 
-    .venv/bin/python bench/fabric.py [--rounds 2] [--kernel-n 1000000] [--max-n 100000]
+    .venv/bin/python bench/fabric.py [--rounds 2] [--kernel-n 1000000] [--max-n 100000] [--only kernel] [--api both|map|map_chunks]
 
 1. A CPU-bound command (~30 ms of wasm per call) over 64 inputs, local engine, width 1 vs 2
    (worker start-up included: it is part of what a user waits for). Target on 2 idle cores: >= 1.8x.
-2. Kernel calls (16-byte upper-case) over --kernel-n inputs: 1 worker vs 2 (local engine).
+2. Kernel calls (16-byte upper-case) over --kernel-n inputs: 1 worker vs 2 (local engine), through
+   ``fabric.map`` (one ``Result`` per input) and through ``fabric.map_chunks`` (the bulk API: one
+   record per chunk, outputs joined), each with this process's CPU per input (``getrusage``: user +
+   system, start-up included) — on 2 cores the parent shares a core with the workers, so its cost
+   per input is what bounds the speed-up of short calls.
 3. 100k kernel inputs of 1 KiB (100 MiB through) streamed: the parent's RSS growth (< 100 MiB).
 4. Cost vs number of short command calls (1k, 10k, 100k ``upper``): threads vs processes, width 2.
 5. With ``--ray`` (wb-ray installed): a 2-node Ray cluster on this machine (``ray.cluster_utils``,
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import sys
 import time
 from itertools import cycle, islice
@@ -70,24 +75,42 @@ def _rss_mib() -> float:
 
 
 STEADY: list[float] = []  # per _run: seconds from the first result to the last (start-up excluded)
+PARENT: list[float] = []  # per _run: this process's CPU seconds (user + system), start-up included
 
 
-def _run(rt, name: str, inputs, **kw) -> tuple[float, int]:
+def _cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def _run(rt, name: str, inputs, bulk: bool = False, **kw) -> tuple[float, int]:
+    """One map, consumed as a user would: per result through ``map``, per chunk through
+    ``map_chunks`` (``bulk``), counting the failures either way."""
     from wbcore import fabric
 
-    t0 = time.perf_counter()
-    it = fabric.map(rt, name, inputs, **kw)
-    r = next(it, None)
-    first = time.perf_counter()
-    n, bad = (0, 0) if r is None else (1, r.error is not None)
-    for r in it:  # the consumer's own work per result: one attribute read
-        n += 1
-        if r.error is not None:
-            bad += 1
+    c0, t0 = _cpu(), time.perf_counter()
+    if bulk:
+        chunks = fabric.map_chunks(rt, name, inputs, **kw)
+        c = next(chunks, None)
+        first = time.perf_counter()
+        n, bad = (0, 0) if c is None else (len(c), len(c.errors))
+        for c in chunks:  # the consumer's own work per chunk: two lengths
+            n += len(c)
+            bad += len(c.errors)
+    else:
+        it = fabric.map(rt, name, inputs, **kw)
+        r = next(it, None)
+        first = time.perf_counter()
+        n, bad = (0, 0) if r is None else (1, r.error is not None)
+        for r in it:  # the consumer's own work per result: one attribute read
+            n += 1
+            if r.error is not None:
+                bad += 1
     if bad:
         raise SystemExit(f"{bad} of {n} inputs of {name} failed")
     end = time.perf_counter()
     STEADY.append(end - first)
+    PARENT.append(_cpu() - c0)
     return end - t0, n
 
 
@@ -100,6 +123,8 @@ def main() -> None:
     ap.add_argument("--ray", action="store_true", help="also measure the ray engine on a 2-node local cluster")
     ap.add_argument("--ray-n", type=int, default=100_000)
     ap.add_argument("--only", choices=["kernel", "ray"], help="run only this part")
+    ap.add_argument("--api", choices=["both", "map", "map_chunks"], default="both",
+                    help="the kernel rows through fabric.map, fabric.map_chunks (bulk), or both")
     args = ap.parse_args()
     rt = fresh_runtime()
     _register(rt, "burn", BURN.replace("ITER", str(args.burn)))
@@ -125,26 +150,34 @@ def main() -> None:
         w1.append(_run(rt, "burn", [{}] * 64, width=1)[0])
         w2.append(_run(rt, "burn", [{}] * 64, width=2)[0])
     if w1:
-        rows.append(["64 × burn, local", f"{min(w1):.2f} s", f"{min(w2):.2f} s", f"{min(w1) / min(w2):.2f}x",
+        rows.append(["64 × burn, local", f"{min(w1):.2f} s", f"{min(w2):.2f} s", f"{min(w1) / min(w2):.2f}x", "",
                      machine()])
 
-    k1, k2 = [], []
     data = [b"hello fab %06d" % i for i in range(1000)]  # 16 bytes each
+    n = args.kernel_n
 
-    def kin(n: int):
+    def kin():
         return islice(cycle(data), n)  # produced at C speed: the parent's time is the fabric's
 
-    s1, s2 = [], []
-    for _ in range(args.rounds):
-        k1.append(_run(rt, "kup", kin(args.kernel_n), kind="kernel", width=1)[0])
-        s1.append(STEADY[-1])
-        k2.append(_run(rt, "kup", kin(args.kernel_n), kind="kernel", width=2)[0])
-        s2.append(STEADY[-1])
-    rows.append([f"{args.kernel_n:,} kernel calls, local", f"{args.kernel_n / min(k1):,.0f}/s",
-                 f"{args.kernel_n / min(k2):,.0f}/s", f"{min(k1) / min(k2):.2f}x", machine()])
-    rows.append(["  same, after the first result", f"{args.kernel_n / min(s1):,.0f}/s",
-                 f"{args.kernel_n / min(s2):,.0f}/s", f"{min(s1) / min(s2):.2f}x", machine()])
-    table(rows, ["what", "width 1", "width 2", "speed-up", "machine after"])
+    apis = [("map", False), ("map_chunks", True)]
+    if args.api != "both":
+        apis = [a for a in apis if a[0] == args.api]
+    got: dict[tuple[str, int], list[tuple[float, float, float]]] = {}
+    for _ in range(args.rounds):  # interleaved: every side sees the same load
+        for api, bulk in apis:
+            for width in (1, 2):
+                el, _ = _run(rt, "kup", kin(), bulk=bulk, kind="kernel", width=width)
+                got.setdefault((api, width), []).append((el, STEADY[-1], PARENT[-1]))
+    for api, _bulk in apis:
+        one, two = got[(api, 1)], got[(api, 2)]
+        t1, t2 = min(r[0] for r in one), min(r[0] for r in two)
+        f1, f2 = min(r[1] for r in one), min(r[1] for r in two)
+        p1, p2 = min(r[2] for r in one), min(r[2] for r in two)
+        rows.append([f"{n:,} kernel calls, local, {api}", f"{n / t1:,.0f}/s", f"{n / t2:,.0f}/s", f"{t1 / t2:.2f}x",
+                     f"{p1 / n * 1e6:.3f} / {p2 / n * 1e6:.3f} µs", machine()])
+        rows.append(["  same, after the first result", f"{n / f1:,.0f}/s", f"{n / f2:,.0f}/s", f"{f1 / f2:.2f}x", "",
+                     machine()])
+    table(rows, ["what", "width 1", "width 2", "speed-up", "parent CPU per input (w1 / w2)", "machine after"])
     if args.only == "kernel":
         return None
 

@@ -531,14 +531,21 @@ class KernelCalls:
             return inst.call(data)
         record = CallRecord(name=name, shape="kernel", principal=principal or resolved.principal,
                             toolkit=resolved.toolkit, tier=resolved.tier.name, caps=resolved.caps)
-        hook.wbcore_call_started(call=record)
-        try:
-            out = inst.call(data)
-        except WbError as exc:
-            hook.wbcore_call_finished(call=record, result=exc)
-            raise
-        hook.wbcore_call_finished(call=record, result=out)
-        return out
+        return audited(hook, record, inst.call, data)  # type: ignore[no-any-return]
+
+
+def audited(hook: Any, record: CallRecord, call: Callable[[Any], Any], arg: Any) -> Any:
+    """``call(arg)`` between the call hooks (``runtime.call_hooks``): started, then finished
+    with its result or with the ``WbError`` it raised — every surface that runs a call
+    (``rt.call``, ``kernel_call``, the fabric's workers) audits it through this one function."""
+    hook.wbcore_call_started(call=record)
+    try:
+        out = call(arg)
+    except WbError as exc:
+        hook.wbcore_call_finished(call=record, result=exc)
+        raise
+    hook.wbcore_call_finished(call=record, result=out)
+    return out
 
 
 def command_request(resolved: Resolved, argv: Sequence[str], stdin: bytes, *, principal: Principal | None = None,
@@ -570,14 +577,7 @@ def call_command(runtime: Runtime, name: str, argv: Sequence[str] = (), stdin: b
         return resolved.target.call(req)
     record = CallRecord(name=name, shape=resolved.entry.shape, principal=req.principal, argv=req.argv,
                         toolkit=resolved.toolkit, tier=resolved.tier.name, caps=resolved.caps)
-    hook.wbcore_call_started(call=record)
-    try:
-        result = resolved.target.call(req)
-    except WbError as exc:
-        hook.wbcore_call_finished(call=record, result=exc)
-        raise
-    hook.wbcore_call_finished(call=record, result=result)
-    return result
+    return audited(hook, record, resolved.target.call, req)  # type: ignore[no-any-return]
 
 
 def kernel_request(resolved: Resolved, *, principal: Principal | None = None,

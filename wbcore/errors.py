@@ -85,6 +85,16 @@ class Internal(WbError):
     kind = ErrorKind.INTERNAL
 
 
+_BY_KIND: dict[str, type[WbError]] = {cls.kind.value: cls for cls in (NotFound, InvalidArgs, Timeout, CapabilityDenied,
+                                                                     Internal)}
+
+
+def of_kind(kind: str, message: str) -> WbError:
+    """The error of kind ``kind`` (an ``ErrorKind`` value, as it crossed a process or machine
+    boundary) with ``message``; an unknown kind is ``Internal``."""
+    return _BY_KIND.get(kind, Internal)(message)
+
+
 class DnsError(NotFound):
     """A host name did not resolve (not the same as a missing file or a 404)."""
 

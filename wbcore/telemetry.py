@@ -144,18 +144,27 @@ def traced(runtime: Runtime, name: str, attributes: Mapping[str, Any], items: It
     return spanning(tracer.start(name, attributes), items, outcome)
 
 
-def spanning(s: Span, items: Iterator[Any], outcome: Any = None) -> Iterator[Any]:
-    """``items`` with the already started span ``s`` ended when the iteration ends."""
+def spanning(s: Span, items: Iterator[Any], outcome: Any = None, *, tally: Any = None) -> Iterator[Any]:
+    """``items`` with the already started span ``s`` ended when the iteration ends. ``tally``,
+    for items that each stand for several inputs (a fabric chunk), returns ``(inputs, failed)``."""
     n = failed = 0
     result = "error"
     try:
         for item in items:
-            n += 1
-            if outcome is not None and not outcome(item):
-                failed += 1
+            if tally is not None:
+                k, bad = tally(item)
+                n += k
+                failed += bad
+            else:
+                n += 1
+                if outcome is not None and not outcome(item):
+                    failed += 1
             yield item
         result = "ok" if not failed else "partial"
     finally:
+        close = getattr(items, "close", None)
+        if close is not None:
+            close()  # an engine's batch ends now (its workers stop), not when it is collected
         s.set("wb.items", n)
         s.set("wb.failed", failed)
         s.end(result)

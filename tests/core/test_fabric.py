@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from wbcore import fabric, hookimpl
@@ -25,16 +27,16 @@ class InlineEngine:
         self.runtime = runtime
         self.jobs = []
 
-    def map(self, job, work, *, cancel=None):
+    def chunks(self, job, work, *, cancel=None):
         from wbcore import dispatch
 
         self.jobs.append(job)
         target = dispatch.target_for(self.runtime, job.entry, job.tier)
-        for i, payload in work:
+        for i, payload in work:  # one input per chunk
             if isinstance(payload, Exception):
-                yield fabric.Result(i, error=payload)
+                yield fabric.ResultChunk(i, [None], {i: payload})
             else:
-                yield fabric.Result(i, fabric.run_command(self.runtime, job, target, payload))
+                yield fabric.ResultChunk(i, [fabric.run_command(self.runtime, job, target, payload)])
 
 
 def plugin(engines: list[InlineEngine], name: str = "inline", available: Availability | None = None,
@@ -124,3 +126,56 @@ def test_bad_width_kind_and_deadline_are_refused(registered):
     for kw, what in (({"width": 0}, "width"), ({"kind": "component"}, "fabric kind"), ({"deadline": -1}, "deadline")):
         with pytest.raises(InvalidArgs, match=what):
             fabric.map(rt, "say", [], engine="inline", **kw)
+
+
+def test_map_chunks_through_an_engine_and_map_is_those_chunks_flattened(registered):
+    rt, _ = registered
+    inputs = [{"argv": ["a"]}, {"argv": 3}, {"stdin": "z"}]
+    chunks = list(fabric.map_chunks(rt, "say", inputs, engine="inline"))
+    assert [(c.start, c.stop, c.ok) for c in chunks] == [(0, 1, True), (1, 2, False), (2, 3, True)]
+    assert chunks[1].values == [None] and chunks[1].errors[1].kind is ErrorKind.INVALID_ARGS
+    flat = list(fabric.map(rt, "say", inputs, engine="inline"))
+    assert [(r.index, r.value and r.value.stdout, r.error and r.error.kind) for r in flat] == [
+        (0, b"a", None), (1, None, ErrorKind.INVALID_ARGS), (2, b"z", None)]
+
+
+def test_outputs_is_one_buffer_read_as_a_sequence():
+    import pickle
+
+    outs = [b"ab", b"", b"cde", b"f"]
+    o = fabric.Outputs.join(outs)
+    assert o.data == b"abcde" + b"f" and list(o.lengths) == [2, 0, 3, 1] and o.offsets() == [0, 2, 2, 5, 6]
+    assert list(o) == outs and len(o) == 4 and o[2] == b"cde" and o[-1] == b"f" and o[1:3] == [b"", b"cde"]
+    assert o == outs and o == fabric.Outputs.join(list(outs)) and o != [b"ab"] and o != outs[::-1]
+    assert o != [b"ab", None, b"cde", b"f"] and o != "abcdef"
+    with pytest.raises(IndexError):
+        o[4]
+    back = pickle.loads(pickle.dumps(o))
+    assert back == o and list(back) == outs and isinstance(back.lengths, type(o.lengths))
+    assert list(fabric.Outputs.join([])) == []
+
+
+def test_chunk_results_put_each_error_at_its_input_index(registered):
+    rt, _ = registered
+    job = fabric.job(rt, "say", kind="command")
+    kjob = dataclasses.replace(job, kind="kernel")
+    chunk = fabric.Chunk(10, [b"a", None, b"c", b"d"], {1: InvalidArgs("not bytes")})
+    done = fabric.chunk_results(kjob, chunk, [b"A", b"", b"", b"D"], [(2, "timeout", "too slow")])
+    assert done.start == 10 and done.stop == 14 and not done.ok and list(done.errors) == [11, 12]
+    assert done.errors[12].kind is ErrorKind.TIMEOUT and done.errors[11].message == "not bytes"
+    assert [(r.index, r.value, r.error and r.error.kind) for r in done.results()] == [
+        (10, b"A", None), (11, None, ErrorKind.INVALID_ARGS), (12, None, ErrorKind.TIMEOUT), (13, b"D", None)]
+    lost = fabric.failed_results(dataclasses.replace(kjob, joined=True), chunk, InvalidArgs("worker gone"))
+    assert isinstance(lost.values, fabric.Outputs) and list(lost.values) == [b""] * 4
+    assert [e.message for e in lost.errors.values()] == ["worker gone", "not bytes", "worker gone", "worker gone"]
+    assert fabric.failed_results(job, chunk, None).values == [None] * 4
+    assert fabric.failed_results(kjob, chunk, None).values == [b""] * 4
+
+
+def test_an_error_kind_crosses_a_boundary_as_its_class():
+    from wbcore import errors
+
+    for exc in (NotFound("x"), InvalidArgs("y"), errors.Timeout("z"), errors.CapabilityDenied("w")):
+        back = fabric.error_from_wire(*fabric.error_wire(exc))
+        assert type(back) is type(exc) and back.message == exc.message
+    assert type(errors.of_kind("no-such-kind", "m")) is errors.Internal

@@ -46,7 +46,8 @@ def test_a_kernel_is_instantiated_once_per_worker(rt, register):
     assert max(counts) >= n // 2 and len(counts) == n
 
 
-def test_inputs_are_consumed_lazily_within_the_window(rt, register):
+@pytest.mark.parametrize("api", ["map", "map_chunks"])
+def test_inputs_are_consumed_lazily_within_the_window(rt, register, api):
     register("kup", K_UPPER, kind="kernel")
     taken = 0
 
@@ -56,13 +57,25 @@ def test_inputs_are_consumed_lazily_within_the_window(rt, register):
             taken += 1
             yield b"abc"
 
-    results = fabric.map(rt, "kup", endless(), kind="kernel", width=2, batch=8)
-    first = [next(results) for _ in range(100)]
-    assert all(r.value == b"ABC" for r in first)
     from wb_fabric_local.processes import K
 
-    assert taken <= 100 + 2 * K * 8 + 1  # at most width × K × batch beyond what was yielded
+    if api == "map":
+        results = fabric.map(rt, "kup", endless(), kind="kernel", width=2, batch=8)
+        first = [next(results) for _ in range(100)]
+        assert all(r.value == b"ABC" for r in first)
+        assert taken <= 100 + 2 * K * 8 + 1  # at most width × K × batch beyond what was yielded
+    else:
+        results = fabric.map_chunks(rt, "kup", endless(), kind="kernel", width=2, batch=8)
+        seen = 0
+        while seen < 200:
+            c = next(results)
+            assert list(c.values) == [b"ABC"] * len(c)
+            seen += len(c)
+            assert taken <= seen + 2 * K * 8 + 1  # the same window, per chunk yielded
     results.close()
+    stopped = taken
+    time.sleep(0.3)
+    assert taken == stopped  # closed: nothing reads the inputs any more
 
 
 def test_the_batch_deadline_ends_spinning_calls(rt, register):
@@ -176,8 +189,9 @@ def test_a_stronger_tier_runs_inside_the_workers(rt, register):
     assert out[1].error is not None or out[1].value.exit_code != 0
 
 
-def test_streaming_keeps_the_parent_small(rt, register):
-    """50 MiB of kernel inputs pass through; the parent holds only the window."""
+@pytest.mark.parametrize("api", ["map", "map_chunks"])
+def test_streaming_keeps_the_parent_small(rt, register, api):
+    """50 MiB of kernel inputs pass through; the parent holds only the window (both APIs)."""
     register("kup", K_UPPER, kind="kernel")
 
     def rss_mib() -> float:
@@ -185,12 +199,19 @@ def test_streaming_keeps_the_parent_small(rt, register):
             return next(int(x.split()[1]) for x in fh if x.startswith("VmRSS:")) / 1024
 
     blob = b"y" * 1000
+    inputs = (blob + b"%05d" % i for i in range(50_000))
     base = peak = rss_mib()
     n = 0
-    for r in fabric.map(rt, "kup", (blob + b"%05d" % i for i in range(50_000)), kind="kernel", width=2):
-        assert r.ok
-        n += 1
-        if n % 5000 == 0:
+    if api == "map":
+        for r in fabric.map(rt, "kup", inputs, kind="kernel", width=2):
+            assert r.ok
+            n += 1
+            if n % 5000 == 0:
+                peak = max(peak, rss_mib())
+    else:
+        for c in fabric.map_chunks(rt, "kup", inputs, kind="kernel", width=2):
+            assert c.ok and c.values[-1] == blob.upper() + b"%05d" % (c.stop - 1)
+            n += len(c)
             peak = max(peak, rss_mib())
     assert n == 50_000 and peak - base < 40
 

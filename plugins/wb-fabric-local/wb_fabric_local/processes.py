@@ -9,15 +9,17 @@ path and the wasm engine's modules, no engine, no thread), so a worker forked fr
 starts in ~0.18 s instead of ~0.45 s for a ``spawn``ed one (measured, loaded machine).
 ``WB_FABRIC_START=spawn`` starts each worker as a fresh interpreter instead.
 
-Scheduling, all in the consumer's thread (nothing runs unless the caller iterates):
+Scheduling, all in the consumer's thread (nothing runs unless the caller iterates; the loop
+is the core's ``fabric.Batch``, shared with the Ray engine — this module starts, feeds, waits
+for and stops the processes):
 
 - inputs travel in **chunks** of consecutive inputs, one message (one pickled frame) each way
   per chunk. A kernel chunk is its list of input bytes and its answer the list of outputs:
-  pickle writes and reads a list of bytes in C (about 35 ns per item, measured; splitting
-  one joined blob by an array of lengths with ``map(slice)`` took 150 ns, a ``struct`` per
-  chunk's lengths 350), and each ``Result`` is built by ``tuple.__new__`` over ``zip`` — no
-  Python-level step per input in the parent, which on 2 cores shares a core with the
-  workers: every nanosecond it spends per input is taken from them;
+  pickle writes and reads a list of bytes in C (see ``fabric.Chunk.body``), and the answer
+  becomes one ``fabric.ResultChunk`` holding that list as it came — no Python-level step and
+  no object per input in the parent, which on 2 cores shares a core with the workers: every
+  nanosecond it spends per input is taken from them (``map`` then builds one ``Result`` per
+  input in C; ``map_chunks`` builds none);
 - inputs are taken from the iterable only while fewer than ``width × K × MAX_BATCH`` are in
   flight (taken and not yet yielded): a slow consumer holds the producer back;
 - each worker has at most ``K`` chunks outstanding (one running, two queued, so it never
@@ -47,7 +49,7 @@ from multiprocessing.connection import wait
 from typing import Any
 
 from wbcore import fabric
-from wbcore.errors import CapabilityDenied, Internal, InvalidArgs, Timeout, WbError
+from wbcore.errors import CapabilityDenied, Internal, InvalidArgs
 
 #: Chunks outstanding per worker: one running and two queued, so that a worker whose chunk
 #: waits behind a slower one's (results go out in input order) still has work.
@@ -57,7 +59,6 @@ TARGET_S = 0.02
 #: Input bytes per chunk, roughly (sizes are learnt from the chunks sent): bounds the
 #: parent's memory for large inputs (``width × K`` chunks in flight, and their answers).
 CHUNK_BYTES = 1 << 20
-SAMPLE = 32
 #: Workers may be replaced this many times per batch (a guest that kills its worker every
 #: time must not respawn processes forever).
 MAX_RESTARTS = 16
@@ -112,7 +113,7 @@ class ProcessEngine:
     def __init__(self, runtime: Any) -> None:
         self.runtime = runtime
 
-    def map(self, job: fabric.Job, work: fabric.Work, *, cancel: Any = None) -> Iterator[fabric.Result]:
+    def chunks(self, job: fabric.Job, work: fabric.Work, *, cancel: Any = None) -> Iterator[fabric.ResultChunk]:
         if job.caps:
             raise CapabilityDenied(
                 f"fabric engine 'local': {job.kind} {job.name!r} is granted caps ({' '.join(sorted(job.caps))}); "
@@ -122,31 +123,15 @@ class ProcessEngine:
         ctx = multiprocessing.get_context(method)
         if method == "forkserver":
             ctx.set_forkserver_preload(preload())  # read once, when this process's fork server starts
-        return fabric.Stream.over(_Batch(job, work, cancel, ctx).chunks_in_order())
+        return _Batch(job, work, cancel, ctx).chunks_in_order()
 
 
-def pack(chunk: fabric.Chunk, kernel: bool) -> list[Any]:
-    """A chunk's payloads as one message body: a kernel's inputs as they are (bytes), a
-    command's as ``(argv, stdin)``; an input the parent already failed is ``None``."""
-    if kernel:
-        return chunk.items
-    return [None if x is None else (x.argv, x.stdin) for x in chunk.items]
-
-
-class _Batch:
+class _Batch(fabric.Batch):
     def __init__(self, job: fabric.Job, work: fabric.Work, cancel: Any, ctx: Any) -> None:
-        self.job = job
-        self.work = work
-        self.cancel = cancel
+        super().__init__(job, work, cancel, k=K, target_s=TARGET_S, max_batch=MAX_BATCH, chunk_bytes=CHUNK_BYTES)
         self.ctx = ctx
-        self.kernel = job.kind == "kernel"
-        self.per_item: float | None = None
-        self.item_bytes = 0.0  # mean input size seen so far (kernels)
         self.restarts = 0
         self.workers: list[_Worker] = []
-        self.chunks: dict[int, fabric.Chunk] = {}  # in flight, by sequence number
-        #: answered chunks (their size and results), waiting for the earlier ones
-        self.pending: dict[int, tuple[int, Iterator[fabric.Result]]] = {}
 
     def _start(self) -> _Worker:
         from wb_fabric_local import worker
@@ -157,92 +142,38 @@ class _Batch:
         child.close()
         return _Worker(proc, parent)
 
-    def _chunk_size(self) -> int:
-        if self.job.batch is not None:
-            return self.job.batch
-        if self.per_item is None:
-            return 1
-        n = int(TARGET_S / max(self.per_item, 1e-7))
-        if self.item_bytes:
-            n = min(n, int(CHUNK_BYTES / self.item_bytes))
-        return max(1, min(MAX_BATCH, n))
+    def begin(self) -> None:
+        self.workers = [self._start() for _ in range(self.job.width)]
 
-    def _send(self, w: _Worker, seq: int, chunk: fabric.Chunk) -> None:
-        self.chunks[seq] = chunk
-        if len(chunk.errors) == len(chunk.items):  # nothing to run: every input was malformed
-            self.pending[seq] = self._failed(chunk, None)
-            return
-        body = pack(chunk, self.kernel)
-        if self.kernel and self.job.batch is None and not chunk.errors:
-            sample = body[:SAMPLE]  # input sizes from a sample: a sum over every input costs ~25 ns each
-            size = sum(map(len, sample)) / len(sample)
-            self.item_bytes = size if not self.item_bytes else 0.5 * (self.item_bytes + size)
+    def ship(self, w: _Worker, seq: int, chunk: fabric.Chunk) -> None:
         w.out.append(seq)  # held from now on: if the send fails, its inputs fail with it
-        w.conn.send((seq, body, tuple(chunk.errors)))
-
-    def chunks_in_order(self) -> Iterator[Iterator[fabric.Result]]:
-        job = self.job
-        window = job.width * K * (job.batch or MAX_BATCH)
-        pending = self.pending
-        seq = done_seq = 0
-        done = 0
-        exhausted = clean = False
         try:
-            self.workers = [self._start() for _ in range(job.width)]
-            while True:
-                while not exhausted:  # fill: the least busy worker with room, while the window allows
-                    w = min((w for w in self.workers if len(w.out) < K), key=lambda w: len(w.out), default=None)
-                    room = window - (self.work.taken - done)
-                    if w is None or room <= 0:
-                        break
-                    chunk = self.work.take(min(room, self._chunk_size()))
-                    if not chunk.items:
-                        exhausted = True
-                        break
-                    try:
-                        self._send(w, seq, chunk)
-                    except OSError:  # the worker died since its last answer
-                        self._replace(w)
-                    seq += 1
-                while (ready := pending.pop(done_seq, None)) is not None:
-                    del self.chunks[done_seq]
-                    done_seq += 1
-                    done += ready[0]
-                    yield ready[1]
-                if exhausted and done_seq == seq:
-                    clean = True
-                    return
-                busy = [w for w in self.workers if w.out]
-                if not busy:
-                    continue
-                ready_conns = wait([w.conn for w in busy] + [w.proc.sentinel for w in busy], self._wait_s())
-                if self.cancel is not None and self.cancel.is_set():
-                    return
-                left = job.remaining()
-                if left is not None and left <= 0:
-                    raise Timeout(f"fabric: {job.kind} {job.name!r}: the batch deadline passed with {done} of "
-                                  f"{self.work.taken}+ results yielded")
-                for w in busy:
-                    if w.conn in ready_conns or w.proc.sentinel in ready_conns:
-                        self._receive(w)
-                    elif not w.ready and time.monotonic() - w.started > START_TIMEOUT_S:
-                        raise Internal(f"fabric: a worker did not start within {START_TIMEOUT_S:g} s "
-                                       f"(start method {self.ctx.get_start_method()}); is the machine overloaded?")
-        finally:
-            self._stop(graceful=clean)
+            w.conn.send((seq, chunk.body(self.job.kind), tuple(chunk.errors)))
+        except OSError:  # the worker died since its last answer
+            self._replace(w)
 
-    def _wait_s(self) -> float | None:
-        starting = 1.0 if any(not w.ready for w in self.workers) else None  # bounds a start-up that hangs
-        waits = [w for w in (self.job.remaining(), 0.05 if self.cancel is not None else None, starting)
-                 if w is not None]
-        return max(0.0, min(waits)) if waits else None
+    def wait_bound(self) -> float | None:
+        return 1.0 if any(not w.ready for w in self.workers) else None  # bounds a start-up that hangs
+
+    def wait(self, timeout: float | None) -> Any:
+        busy = [w for w in self.workers if w.out]
+        return busy, wait([w.conn for w in busy] + [w.proc.sentinel for w in busy], timeout)
+
+    def collect(self, found: Any) -> None:
+        busy, ready = found
+        for w in busy:
+            if w.conn in ready or w.proc.sentinel in ready:
+                self._receive(w)
+            elif not w.ready and time.monotonic() - w.started > START_TIMEOUT_S:
+                raise Internal(f"fabric: a worker did not start within {START_TIMEOUT_S:g} s "
+                               f"(start method {self.ctx.get_start_method()}); is the machine overloaded?")
 
     def _receive(self, w: _Worker) -> None:
         try:
             while w.conn.poll():
                 msg = w.conn.recv()
                 if msg[0] == "done":
-                    self._answered(w, *msg[1:])
+                    self.answered(w, *msg[1:])
                 elif msg[0] == "ready":
                     w.ready = True
                 elif msg[0] == "fatal":
@@ -252,33 +183,16 @@ class _Batch:
         if w.out and not w.proc.is_alive():
             self._replace(w)
 
-    def _answered(self, w: _Worker, seq: int, out: list[Any], errors: list[tuple[int, str, str]],
-                  seconds: float) -> None:
-        w.out.remove(seq)
-        chunk = self.chunks[seq]
-        n = len(out)
-        self.pending[seq] = (n, fabric.chunk_results("kernel" if self.kernel else "command", chunk, out, errors))
-        if n:
-            now = seconds / n
-            self.per_item = now if self.per_item is None else 0.5 * (self.per_item + now)
-
-    def _failed(self, chunk: fabric.Chunk, error: WbError | None) -> tuple[int, Iterator[fabric.Result]]:
-        return fabric.failed_results(chunk, error)
-
     def _replace(self, w: _Worker) -> None:
         w.proc.join(1)
-        code = w.proc.exitcode
-        lost = Internal(f"fabric: worker {w.proc.pid} exited (code {code}) while it held this input")
-        for seq in w.out:
-            self.pending[seq] = self._failed(self.chunks[seq], lost)
-        w.out.clear()
+        self.lost(w, Internal(f"fabric: worker {w.proc.pid} exited (code {w.proc.exitcode}) while it held this input"))
         w.conn.close()
         self.restarts += 1
         if self.restarts > MAX_RESTARTS:
             raise Internal(f"fabric: {self.job.kind} {self.job.name!r}: workers exited {self.restarts} times; stopped")
         self.workers[self.workers.index(w)] = self._start()
 
-    def _stop(self, *, graceful: bool) -> None:
+    def stop(self, *, graceful: bool) -> None:
         for w in self.workers:
             if graceful:
                 try:

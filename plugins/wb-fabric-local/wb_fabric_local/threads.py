@@ -29,7 +29,8 @@ class ThreadEngine:
     def __init__(self, runtime: Any) -> None:
         self.runtime = runtime
 
-    def map(self, job: fabric.Job, work: Iterator[tuple[int, Any]], *, cancel: Any = None) -> Iterator[fabric.Result]:
+    def chunks(self, job: fabric.Job, work: Iterator[tuple[int, Any]], *,
+               cancel: Any = None) -> Iterator[fabric.ResultChunk]:
         from wbcore import dispatch
 
         target = dispatch.target_for(self.runtime, job.entry, job.tier)
@@ -37,17 +38,20 @@ class ThreadEngine:
 
 
 def _results(runtime: Any, job: fabric.Job, target: Any, work: Iterator[tuple[int, Any]],
-             cancel: Any) -> Iterator[fabric.Result]:
+             cancel: Any) -> Iterator[fabric.ResultChunk]:
+    """The outcomes in input order: each chunk is the oldest input's, once it is done, and
+    every input after it that is already done too."""
     stop = threading.Event()  # handed to every guest: set, it stops at its next tick
     local = threading.local()
     opened: list[Any] = []
     lock = threading.Lock()
+    failed = b"" if job.kind == "kernel" else None  # a failed input's value, as from every engine
 
     def one(payload: Any) -> tuple[Any, WbError | None]:
         if isinstance(payload, WbError):
-            return None, payload
+            return failed, payload
         if stop.is_set():
-            return None, Timeout("fabric: the batch stopped before this input ran")
+            return failed, Timeout("fabric: the batch stopped before this input ran")
         try:
             if job.kind == "command":
                 return fabric.run_command(runtime, job, target, payload, cancel=stop), None
@@ -58,13 +62,15 @@ def _results(runtime: Any, job: fabric.Job, target: Any, work: Iterator[tuple[in
                     opened.append(inst)
             return fabric.run_kernel(runtime, job, inst, payload), None
         except WbError as exc:
-            return None, exc
+            return failed, exc
 
     pool = ThreadPoolExecutor(max_workers=job.width, thread_name_prefix="wb-fabric")
     pending: deque[tuple[int, Future[tuple[Any, WbError | None]]]] = deque()
     exhausted = False
     try:
         while True:
+            if cancel is not None and cancel.is_set():  # checked per chunk too: fast calls never wait
+                return
             while not exhausted and len(pending) < job.width * K:
                 try:
                     i, payload = next(work)
@@ -86,7 +92,15 @@ def _results(runtime: Any, job: fabric.Job, target: Any, work: Iterator[tuple[in
                     if left is not None and job.remaining() <= 0:  # type: ignore[operator]
                         raise Timeout(f"fabric: {job.kind} {job.name!r}: the batch deadline passed") from None
             pending.popleft()
-            yield fabric.Result(i, value=value, error=error)
+            start, values = i, [value]
+            errors: dict[int, WbError] = {} if error is None else {i: error}
+            while pending and pending[0][1].done():
+                i, fut = pending.popleft()
+                value, error = fut.result()
+                values.append(value)
+                if error is not None:
+                    errors[i] = error
+            yield fabric.ResultChunk(start, values, errors)
     finally:
         stop.set()
         pool.shutdown(wait=True, cancel_futures=True)

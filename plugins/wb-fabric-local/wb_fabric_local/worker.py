@@ -13,7 +13,8 @@ worker ``(seq, body, skip)`` — ``body`` is the list of input bytes for a kerne
 ``(argv, stdin)`` for a command; ``skip`` the offsets of inputs the parent already failed —
 or ``None`` (stop); worker → parent ``("ready", pid)``, ``("fatal", kind, message)``,
 ``("done", seq, out, errors, seconds)`` — ``out`` lists the outputs (kernel bytes, or wire
-results of a command; ``b""``/``None`` for a failed input), ``errors`` the ``(offset, kind,
+results of a command; ``b""``/``None`` for a failed input; a kernel's joined into one
+``fabric.Outputs`` when the job is ``joined``: ``map_chunks``), ``errors`` the ``(offset, kind,
 message)`` of the inputs that failed. A reader thread
 drains the pipe into a queue, so the parent's sends never wait on the worker's replies (no
 pipe deadlock).
@@ -52,7 +53,7 @@ def main(conn: Any, job: fabric.Job) -> None:
             _exit(runtime)
         seq, body, skip = msg
         t0 = clock()
-        out, errors = chunk(job.kind, run, body, frozenset(skip))
+        out, errors = chunk(job.kind, run, body, frozenset(skip), job.joined)
         conn.send(("done", seq, out, errors, clock() - t0))
 
 

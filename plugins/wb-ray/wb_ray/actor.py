@@ -88,9 +88,9 @@ class NodeWorker:
         folder = runtime.artifacts.root / sha[:2]
         return len(list(folder.glob(f"{sha}.*.cwasm"))) if folder.is_dir() else 0
 
-    def chunk(self, body: list[Any], skip: tuple[int, ...]) -> tuple[list[Any], list[tuple[int, str, str]], float]:
+    def chunk(self, body: list[Any], skip: tuple[int, ...]) -> tuple[Any, list[tuple[int, str, str]], float]:
         t0 = time.perf_counter()
-        out, errors = fabric.run_chunk(self.job.kind, self.run, body, frozenset(skip))
+        out, errors = fabric.run_chunk(self.job.kind, self.run, body, frozenset(skip), self.job.joined)
         self.inputs += len(body)
         self.chunks += 1
         return out, errors, time.perf_counter() - t0

@@ -6,7 +6,7 @@ module goes into the object store once (:func:`wb_ray.cluster.module_ref`) and e
 compiles it once. Inputs travel in chunks, one actor method call each — Ray's per-call cost
 is about a millisecond, so a chunk aims at ``TARGET_S`` of work (up to ``MAX_BATCH`` inputs
 and about ``CHUNK_BYTES`` of input) — and each actor has at most ``K`` chunks outstanding (one running, two queued).
-Results come back in input order through the same ``fabric.Stream`` as the local engine;
+Results come back in input order as ``fabric.ResultChunk`` records, as from the local engine;
 the window (``width × K`` chunks) bounds the driver's memory and reading of the inputs.
 
 An actor that dies fails the inputs it held and is replaced on the same node (at most
@@ -49,26 +49,24 @@ class RayEngine:
         self.runtime = runtime
         self.stats: list[dict[str, Any]] = []  # the last map's actor reports
 
-    def map(self, job: fabric.Job, work: fabric.Work, *, cancel: Any = None) -> Iterator[fabric.Result]:
+    def chunks(self, job: fabric.Job, work: fabric.Work, *, cancel: Any = None) -> Iterator[fabric.ResultChunk]:
         cluster.refuse_remote(self.runtime, job.kind, job.name, job.caps, job.request, job.entry, "fabric engine 'ray'")
         ray = cluster.connect()
         ref = cluster.module_ref(ray, self.runtime, job.entry.sha256)
-        return fabric.Stream.over(_Batch(self, ray, job, work, cancel, ref).chunks_in_order())
+        return _Batch(self, ray, job, work, cancel, ref).chunks_in_order()
 
 
-class _Batch:
+class _Batch(fabric.Batch):
+    POLL_S = POLL_S
+
     def __init__(self, engine: RayEngine, ray: Any, job: fabric.Job, work: fabric.Work, cancel: Any, ref: Any) -> None:
         from wb_ray.actor import NodeWorker
 
-        self.engine, self.ray, self.job, self.work, self.cancel, self.ref = engine, ray, job, work, cancel, ref
-        self.kernel = job.kind == "kernel"
+        super().__init__(job, work, cancel, k=K, target_s=TARGET_S, max_batch=MAX_BATCH, chunk_bytes=CHUNK_BYTES)
+        self.engine, self.ray, self.ref = engine, ray, ref
         self.remote_cls = ray.remote(NodeWorker)
-        self.actors: list[_Actor] = []
+        self.workers: list[_Actor] = []
         self.calls: dict[Any, tuple[_Actor, int]] = {}  # ObjectRef → (actor, seq)
-        self.chunks: dict[int, fabric.Chunk] = {}
-        self.pending: dict[int, tuple[int, Iterator[fabric.Result]]] = {}
-        self.per_item: float | None = None
-        self.item_bytes = 0.0
         self.restarts = 0
         self.reports: list[dict[str, Any]] = []
 
@@ -83,16 +81,16 @@ class _Batch:
         ).remote(dataclasses_replace_env(self.job), self.job.remaining())
         return _Actor(handle, node["NodeID"])
 
-    def _start(self) -> None:
+    def begin(self) -> None:
         ray, job = self.ray, self.job
         nodes = cluster.nodes(ray)
         placed = [nodes[i % len(nodes)] for i in range(job.width)]
         per_node = {n["NodeID"]: placed.count(n) for n in nodes}
         self.shares = {nid: min(1.0, n["Resources"]["CPU"] / max(1, per_node[nid]))
                        for n in nodes if (nid := n["NodeID"]) in per_node}
-        self.actors = [self._spawn(n, self.shares[n["NodeID"]]) for n in placed]
+        self.workers = [self._spawn(n, self.shares[n["NodeID"]]) for n in placed]
         self.nodes = {n["NodeID"]: n for n in nodes}
-        self._load(self.actors)
+        self._load(self.workers)
 
     def _load(self, actors: list[_Actor]) -> None:
         loads = [a.handle.load.remote(self.ref) for a in actors]
@@ -113,63 +111,30 @@ class _Batch:
             raise Internal(f"ray: an actor could not load {self.job.name!r}: {exc}") from None
 
     def _replace(self, actor: _Actor, why: str) -> None:
-        lost = Internal(f"ray: the actor on node {actor.node[:12]} ended ({why}) while it held this input")
-        for seq in actor.out:
-            self.pending[seq] = self._failed(self.chunks[seq], lost)
+        self.lost(actor, Internal(f"ray: the actor on node {actor.node[:12]} ended ({why}) while it held this input"))
         for ref, (a, _seq) in list(self.calls.items()):
             if a is actor:
                 del self.calls[ref]
-        actor.out.clear()
         self.restarts += 1
         if self.restarts > MAX_RESTARTS:
             raise Internal(f"ray: {self.job.kind} {self.job.name!r}: actors ended {self.restarts} times; stopped")
         node = self.nodes.get(actor.node) or next(iter(self.nodes.values()))
         fresh = self._spawn(node, self.shares.get(node["NodeID"], 1.0))
-        self.actors[self.actors.index(actor)] = fresh
+        self.workers[self.workers.index(actor)] = fresh
         self._load([fresh])
 
     # --- chunks ------------------------------------------------------------------------
 
-    def _chunk_size(self) -> int:
-        if self.job.batch is not None:
-            return self.job.batch
-        if self.per_item is None:
-            return 1
-        n = int(TARGET_S / max(self.per_item, 1e-7))
-        if self.item_bytes:
-            n = min(n, int(CHUNK_BYTES / self.item_bytes))
-        return max(1, min(MAX_BATCH, n))
-
-    def _send(self, actor: _Actor, seq: int, chunk: fabric.Chunk) -> None:
-        self.chunks[seq] = chunk
-        if len(chunk.errors) == len(chunk.items):
-            self.pending[seq] = self._failed(chunk, None)
-            return
-        if self.kernel:
-            body = chunk.items
-            if self.job.batch is None and not chunk.errors:
-                size = sum(map(len, body)) / len(body)
-                self.item_bytes = size if not self.item_bytes else 0.5 * (self.item_bytes + size)
-        else:
-            body = [None if x is None else (x.argv, x.stdin) for x in chunk.items]
-        ref = actor.handle.chunk.remote(body, tuple(chunk.errors))
+    def ship(self, actor: _Actor, seq: int, chunk: fabric.Chunk) -> None:
+        ref = actor.handle.chunk.remote(chunk.body(self.job.kind), tuple(chunk.errors))
         actor.out.append(seq)
         self.calls[ref] = (actor, seq)
 
-    def _failed(self, chunk: fabric.Chunk, error: WbError | None) -> tuple[int, Iterator[fabric.Result]]:
-        return fabric.failed_results(chunk, error)
+    def wait(self, timeout: float | None) -> Any:
+        ready, _ = self.ray.wait(list(self.calls), num_returns=1, timeout=timeout)
+        return ready
 
-    def _answered(self, actor: _Actor, seq: int, out: list[Any], errors: list[tuple[int, str, str]],
-                  seconds: float) -> None:
-        actor.out.remove(seq)
-        chunk = self.chunks[seq]
-        n = len(out)
-        self.pending[seq] = (n, fabric.chunk_results("kernel" if self.kernel else "command", chunk, out, errors))
-        if n:
-            now = seconds / n
-            self.per_item = now if self.per_item is None else 0.5 * (self.per_item + now)
-
-    def _collect(self, ready: list[Any]) -> None:
+    def collect(self, ready: list[Any]) -> None:
         ray = self.ray
         for ref in ready:
             entry = self.calls.pop(ref, None)
@@ -182,67 +147,24 @@ class _Batch:
                 self._replace(actor, type(exc).__name__)
                 continue
             except ray.exceptions.RayTaskError as exc:  # a bug in the actor's loop: this chunk's inputs fail
-                actor.out.remove(seq)
-                self.pending[seq] = self._failed(self.chunks[seq], Internal(f"ray: {exc}"))
+                self.lost(actor, Internal(f"ray: {exc}"), seq)
                 continue
-            self._answered(actor, seq, out, errors, seconds)
+            self.answered(actor, seq, out, errors, seconds)
 
-    def chunks_in_order(self) -> Iterator[Iterator[fabric.Result]]:
-        job, ray = self.job, self.ray
-        window = job.width * K * (job.batch or MAX_BATCH)
-        pending = self.pending
-        seq = done_seq = done = 0
-        exhausted = clean = False
-        try:
-            self._start()
-            while True:
-                while not exhausted:
-                    actor = min((a for a in self.actors if len(a.out) < K), key=lambda a: len(a.out), default=None)
-                    room = window - (self.work.taken - done)
-                    if actor is None or room <= 0:
-                        break
-                    chunk = self.work.take(min(room, self._chunk_size()))
-                    if not chunk.items:
-                        exhausted = True
-                        break
-                    self._send(actor, seq, chunk)
-                    seq += 1
-                while (ready := pending.pop(done_seq, None)) is not None:
-                    del self.chunks[done_seq]
-                    done_seq += 1
-                    done += ready[0]
-                    yield ready[1]
-                if exhausted and done_seq == seq:
-                    clean = True
-                    return
-                if not self.calls:
-                    continue
-                left = job.remaining()
-                waits = [w for w in (left, POLL_S if self.cancel is not None else None) if w is not None]
-                ready_refs, _ = ray.wait(list(self.calls), num_returns=1, timeout=max(0.0, min(waits)) if waits else None)
-                if self.cancel is not None and self.cancel.is_set():
-                    return
-                if left is not None and job.remaining() <= 0:  # type: ignore[operator]
-                    raise Timeout(f"fabric: {job.kind} {job.name!r}: the batch deadline passed with {done} of "
-                                  f"{self.work.taken}+ results yielded")
-                self._collect(ready_refs)
-        finally:
-            self._stop(graceful=clean)
-
-    def _stop(self, *, graceful: bool) -> None:
+    def stop(self, *, graceful: bool) -> None:
         ray = self.ray
-        if graceful and self.actors:
+        if graceful and self.workers:
             try:
-                self.reports = ray.get([a.handle.stats.remote() for a in self.actors], timeout=30)
+                self.reports = ray.get([a.handle.stats.remote() for a in self.workers], timeout=30)
             except Exception:  # noqa: BLE001 - the stats are a report; the results were already given
                 self.reports = []
         self.engine.stats = self.reports
-        for a in self.actors:
+        for a in self.workers:
             try:
                 ray.kill(a.handle)  # calls may be running: end them now
             except Exception:  # noqa: BLE001, S110 - an actor already gone
                 pass
-        self.actors = []
+        self.workers = []
         self.calls.clear()
 
 
