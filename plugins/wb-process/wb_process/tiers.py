@@ -34,7 +34,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from wbcore.calls import CallResult, CommandRequest, GuestTrap, LimitExceeded, Usage
+from wbcore.calls import CallResult, CommandRequest, Usage, check_guest_end
 from wbcore.capbridge import HostBridge
 from wbcore.errors import CapabilityDenied, Internal, InvalidArgs, NotFound, Timeout, WbError
 from wbcore.records import Availability
@@ -45,7 +45,6 @@ from wb_process.pool import GRACE_S, Pool, Worker, _wasmtime_dir, shared
 if TYPE_CHECKING:
     from wbcore.runtime import Runtime
 
-PAGE = 65536
 _ids = itertools.count(1)
 _ERRORS: dict[str, type[WbError]] = {
     "not-found": NotFound, "invalid-args": InvalidArgs, "timeout": Timeout,
@@ -60,12 +59,6 @@ def available() -> Availability:
         return Availability.no("wasmtime is not importable (pip install wasmtime)")
     ok, reason, _ = probe()
     return Availability.yes(f"sandbox: {reason}") if ok else Availability.no(f"the build sandbox is unavailable: {reason}")
-
-
-def near_memory_cap(peak: int, cap: int) -> bool:
-    """Whether a guest that failed was plausibly refused memory (the instance tier's rule:
-    within 1/16 of the cap, at least one page — ``memory.grow`` fails silently)."""
-    return peak + max(PAGE, cap // 16) > cap
 
 
 class OsProcessTier:
@@ -228,30 +221,13 @@ class _Call:
         peak = F.field(obj, "peak", int)
         wall = float(F.field(obj, "wall", (int, float)))
         out_size, err_size = F.field(obj, "out_size", int), F.field(obj, "err_size", int)
-        at_memory_cap = near_memory_cap(peak, prof.memory_bytes)
         over = reason if reason in ("stdout", "stderr") else (
             "stdout" if out_size > prof.stdout_bytes or len(stdout) > prof.stdout_bytes else
             "stderr" if err_size > prof.stderr_bytes or len(stderr) > prof.stderr_bytes else "")
-        if reason == "timeout":
-            raise Timeout(f"{name}: stopped after {wall:.3f} s: over its {req.timeout_s:g} s deadline")
-        if over:
-            cap = prof.stdout_bytes if over == "stdout" else prof.stderr_bytes
-            raise LimitExceeded(f"{name}: {over} passed the {cap}-byte cap of profile {prof.name}; output stopped",
-                                limit=over)
-        if trap_code == "INTERRUPT":
-            raise Timeout(f"{name}: stopped after {wall:.3f} s: over its {req.timeout_s:g} s deadline")
-        if obj.get("no_start") is True:
+        if obj.get("no_start") is True and not over and reason != "timeout":
             raise InvalidArgs(f"{name}: artifact {req.sha256[:12]}… exports no _start (is it a WASI command?)")
-        if trap is not None:
-            if at_memory_cap:
-                raise LimitExceeded(
-                    f"{name}: hit the {prof.memory_bytes >> 20} MiB memory limit of profile {prof.name} "
-                    f"(it had {peak / (1 << 20):.1f} MiB; {trap})", limit="memory")
-            raise GuestTrap(f"{name}: guest trapped: {trap}")
-        if exit_code != 0 and at_memory_cap:
-            raise LimitExceeded(
-                f"{name}: exited {exit_code} at the {prof.memory_bytes >> 20} MiB memory limit of profile {prof.name}",
-                limit="memory")
+        check_guest_end(req, wall=wall, stopped="timeout" if reason == "timeout" else "", over=over, trap=trap,
+                        trap_code=trap_code, exit_code=exit_code, peak=peak)
         usage = Usage(wall_s=time.monotonic() - self.start, peak_memory=peak, bytes_out=len(stdout) + len(stderr))
         return CallResult(stdout, stderr, exit_code, usage)
 
