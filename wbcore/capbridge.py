@@ -100,8 +100,7 @@ class HostBridge:
         if len(imports) != len(raw):
             raise frames.FrameError("malformed", "Link imports must be [module, name] pairs of strings")
         req, dock = self.req, self.runtime.dock
-        self.ctx = dock.context(principal=req.principal, caps=req.caps, timeout=max(0.0, self.deadline - time.monotonic()),
-                                allowed_hosts=req.allowed_hosts, toolkit=req.toolkit)
+        self.context()
         try:
             for module, item in imports:
                 if module not in (WASI, CAPS):
@@ -116,6 +115,38 @@ class HostBridge:
             return frames.seal(frames.LINK_ANSWER, self.secret, {"id": self.id, "refused": True})
         self.linked = frozenset(caps)
         return frames.seal(frames.LINK_ANSWER, self.secret, {"id": self.id, "caps": caps}, dock.info(self.ctx))
+
+    def context(self) -> Any:
+        """The call's one Dock context (made on first use): the request's principal, caps,
+        allowed hosts and toolkit, and the time left of the call."""
+        if self.ctx is None:
+            req = self.req
+            self.ctx = self.runtime.dock.context(
+                principal=req.principal, caps=req.caps, timeout=max(0.0, self.deadline - time.monotonic()),
+                allowed_hosts=req.allowed_hosts, toolkit=req.toolkit)
+        return self.ctx
+
+    def answer_posix(self, payload: bytes, decode: Any, encode: Any) -> bytes:
+        """The sealed answer to a posix guest's ``BrokerCall`` (the microvm's ``wb-cap``): no
+        link step — the Dock's grant check decides at the call. ``decode(cap, body)`` turns
+        the guest's body into the Dock's CBOR request (a ``WbError`` is denied through the
+        Dock, audited), ``encode(answer)`` the Dock's answer back."""
+        from wbcore.errors import WbError
+
+        obj, blobs = frames.unpack(payload)
+        if obj.get("id") != self.id:
+            raise frames.FrameError("unexpected", f"BrokerCall for call {obj.get('id')!r}, not {self.id}")
+        cap = frames.field(obj, "cap", str)
+        body = frames.blobs_of(blobs, 1, frames.BROKER_CALL)[0]
+        ctx, dock = self.context(), self.runtime.dock
+        try:
+            request = decode(cap, body)
+        except WbError as exc:
+            status, answer = dock.deny(ctx, cap, exc, nreq=len(body))
+        else:
+            status, answer = self.run(dock.call_raw, ctx, cap, request)
+        self.calls += 1
+        return frames.seal(frames.BROKER_ANSWER, self.secret, {"id": self.id, "status": status}, encode(answer))
 
     def broker(self, obj: dict[str, Any], blobs: list[bytes]) -> bytes:
         from wbcore.errors import CapabilityDenied, InvalidArgs

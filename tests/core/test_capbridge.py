@@ -139,3 +139,26 @@ def test_a_warm_guest_side_forgets_the_previous_call() -> None:
     guest.begin(2)
     assert (guest.id, guest.pending, guest.info) == (2, b"", b"")
     assert guest.ask("kv", {}, b"") == (0, b"new")
+
+
+def test_a_posix_guests_call_goes_through_the_same_bridge(make_runtime, tmp_path) -> None:
+    """The microvm's ``wb-cap``: no link step (the Dock's grant check decides at the call), the
+    guest's body decoded by the tier; a body that does not decode is denied through the Dock."""
+    from wbcore.errors import InvalidArgs
+
+    ran: list[str] = []
+    bridge = _bridge(make_runtime, tmp_path)
+    bridge.run = lambda fn, *args: ran.append(args[1]) or fn(*args)
+
+    def decode(cap: str, body: bytes) -> bytes:
+        if body != b"ok":
+            raise InvalidArgs(f"{cap}: not JSON")
+        return b"\xa1bopcget"
+
+    answer = bridge.answer_posix(frames.pack({"id": 7, "cap": "kv"}, b"{oops"), decode, lambda a: b"J" + a)
+    obj, blobs = frames.open_sealed(answer[4], answer[5:], bridge.secret)
+    assert obj["id"] == 7 and obj["status"] != 0 and blobs[0].startswith(b"J") and ran == []
+    answer = bridge.answer_posix(frames.pack({"id": 7, "cap": "kv"}, b"ok"), decode, lambda a: a)
+    assert ran == ["kv"] and bridge.calls == 2 and bridge.ctx is not None
+    with pytest.raises(frames.FrameError, match="not 7"):
+        bridge.answer_posix(frames.pack({"id": 1, "cap": "kv"}, b"ok"), decode, lambda a: a)
