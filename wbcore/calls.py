@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from wbcore.errors import Internal
+from wbcore.errors import Internal, Timeout
 
 if TYPE_CHECKING:
     from wbcore.policy import Profile
@@ -167,6 +167,55 @@ class LimitExceeded(Internal):
 
 class GuestTrap(Internal):
     """The guest trapped (unreachable, out-of-bounds access, stack overflow ...)."""
+
+
+#: A wasm page: the least a ``memory.grow`` can be refused.
+PAGE = 65536
+
+
+def near_memory_cap(peak: int, cap: int) -> bool:
+    """Whether a guest that failed was plausibly refused memory: store limits make
+    ``memory.grow`` return -1 without telling the host, so "within 1/16 of the cap (at
+    least one page)" is the signal."""
+    return peak + max(PAGE, cap // 16) > cap
+
+
+def check_guest_end(req: CommandRequest, *, wall: float, stopped: str = "", over: str = "", trap: str | None = None,
+                    trap_code: str = "", exit_code: int = 0, peak: int = 0, fuel: int = 0) -> None:
+    """Raise the error for how a wasm command's guest ended, the same at every tier that runs
+    wasm (instance, os_process, container); return if it ended on its own.
+
+    ``stopped``: ``"timeout"`` or ``"cancelled"`` when the host stopped it; ``over``: the
+    stream (``stdout``/``stderr``) that passed its cap; ``trap``: the trap's text and
+    ``trap_code`` its wasmtime ``TrapCode`` name (``INTERRUPT`` is the deadline's epoch,
+    ``OUT_OF_FUEL`` the ``fuel`` budget); ``peak``: the guest memory's size at its end, so that a
+    trap or a failing exit at the profile's memory cap is ``LimitExceeded(limit="memory")``.
+    """
+    name, prof = req.name, req.profile
+    deadline = f"{name}: stopped after {wall:.3f} s: over its {req.timeout_s:g} s deadline"
+    if stopped == "timeout":
+        raise Timeout(deadline)
+    if stopped == "cancelled":
+        raise Timeout(f"{name}: cancelled by the caller after {wall:.3f} s; the guest was stopped")
+    if over:
+        cap = prof.stdout_bytes if over == "stdout" else prof.stderr_bytes
+        raise LimitExceeded(f"{name}: {over} passed the {cap}-byte cap of profile {prof.name}; output stopped",
+                            limit=over)
+    if trap_code == "INTERRUPT":
+        raise Timeout(deadline)
+    at_memory_cap = near_memory_cap(peak, prof.memory_bytes)
+    if trap is not None:
+        if trap_code == "OUT_OF_FUEL":
+            raise LimitExceeded(f"{name}: ran out of fuel ({fuel} units)", limit="fuel")
+        if at_memory_cap:
+            raise LimitExceeded(
+                f"{name}: hit the {prof.memory_bytes >> 20} MiB memory limit of profile {prof.name} "
+                f"(it had {peak / (1 << 20):.1f} MiB; {trap})", limit="memory")
+        raise GuestTrap(f"{name}: guest trapped: {trap}")
+    if exit_code != 0 and at_memory_cap:
+        raise LimitExceeded(
+            f"{name}: exited {exit_code} at the {prof.memory_bytes >> 20} MiB memory limit of profile {prof.name}",
+            limit="memory")
 
 
 class KernelABIError(Internal):

@@ -1,9 +1,12 @@
 """Caps across a sandbox boundary: a guest's ``wb.<cap>`` calls answered by the host's Dock.
 
-A sandbox tier that runs wasm away from this process (the container tier's runner, a
-microvm guest) links the guest's ``wb.*`` imports to functions that forward each call
-over the framed protocol (:mod:`wbcore.frames`) and wait for the host's answer; the
-sandbox holds no credential and opens no socket, and every decision stays the Dock's:
+A sandbox tier that runs wasm away from this process (the os_process tier's warm worker,
+the container tier's runner) links the guest's ``wb.*`` imports to functions that forward
+each call over the framed protocol (:mod:`wbcore.frames`) and wait for the host's answer;
+the sandbox holds no credential and opens no socket, and every decision stays the Dock's.
+This is the one bridge: every tier that bridges wasm caps uses these two classes, so the
+link check, the grant and revocation checks, the nesting depth and the framing of a
+bridged cap are one code path:
 
     guest side (:class:`GuestCaps`)                  host side (:class:`HostBridge`)
     Link{id, imports}                        →        Dock.linkable: which caps link, or the refusal
@@ -13,9 +16,9 @@ sandbox holds no credential and opens no socket, and every decision stays the Do
                                              ←        BrokerAnswer{id, status, secret} + CBOR body
 
 Host frames carry the session secret (refused without it, :func:`frames.open_sealed`) and
-the call's id. :class:`GuestCaps` is standard library only, with ``frames`` and
-``wasmtime`` handed in, so a sandbox loads this file by path (the container tier binds it
-next to ``frames.py``). The ABI is the instance tier's: ``wb.<cap>(req_ptr, req_len,
+the call's id; a valid ``Shutdown`` (the secret) while the guest waits ends the sandbox
+(:class:`Ended`). :class:`GuestCaps` is standard library only, with ``wasmtime`` handed in,
+so a sandbox loads this file by path (the tiers bind it next to ``frames.py``). The ABI is the instance tier's: ``wb.<cap>(req_ptr, req_len,
 resp_ptr, resp_cap) -> i64`` (length, or minus a status), ``wb.fetch`` / ``wb.info``
 ``(ptr, cap) -> i64``.
 """
@@ -23,11 +26,12 @@ resp_ptr, resp_cap) -> i64`` (length, or minus a status), ``wb.fetch`` / ``wb.in
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
-try:
+if __package__:
     from wbcore import frames
-except ImportError:  # loaded by path inside a sandbox, next to frames.py
+else:  # loaded by path inside a sandbox, next to frames.py (whatever else its sys.path holds)
     import frames  # type: ignore[no-redef]
 
 WASI = "wasi_snapshot_preview1"
@@ -43,14 +47,20 @@ STATUS_INTERNAL = 5
 class HostBridge:
     """Answers one call's Link and BrokerCall frames through ``runtime.dock``.
 
-    ``serve(recv, send)`` runs until the guest's end closes (the sandbox ended); the
-    refusal made at link time is kept in ``refusal`` for the tier to raise, and a guest that
-    broke the protocol leaves its reason in ``broken`` (the tier reports it).
+    ``serve(recv, send)`` runs until the guest's end closes (the sandbox ended); a tier
+    that reads the channel itself (its own frames interleave) hands each caps frame to
+    ``answer``. The refusal made at link time is kept in ``refusal`` for the tier to raise,
+    and a guest that broke the protocol leaves its reason in ``broken`` (the tier reports
+    it). The Dock's context gets the time left of the ``timeout_s`` counted from here;
+    ``run(fn, *args)`` runs each ``Dock.call_raw`` (default: on the serving thread; a tier
+    may run it on a broker thread that keeps the call's deadline).
     """
 
-    def __init__(self, runtime: Any, request: Any, secret: bytes, call_id: int, timeout_s: float) -> None:
+    def __init__(self, runtime: Any, request: Any, secret: bytes, call_id: int, timeout_s: float,
+                 *, run: Any = None) -> None:
         self.runtime, self.req, self.secret, self.id = runtime, request, secret, call_id
-        self.timeout_s = timeout_s
+        self.deadline = time.monotonic() + timeout_s
+        self.run = run if run is not None else (lambda fn, *args: fn(*args))
         self.ctx: Any = None
         self.linked: frozenset[str] = frozenset()
         self.refusal: Exception | None = None
@@ -60,21 +70,24 @@ class HostBridge:
     def serve(self, recv: Any, send: Any) -> None:
         try:
             while True:
-                kind, payload = recv()
-                obj, blobs = frames.unpack(payload)
-                if obj.get("id") != self.id:
-                    raise frames.FrameError("unexpected", f"{frames.name(kind)} for call {obj.get('id')!r}, not {self.id}")
-                if kind == frames.LINK:
-                    send(self.link(obj))
-                elif kind == frames.BROKER_CALL:
-                    send(self.broker(obj, blobs))
-                else:
-                    raise frames.FrameError("unexpected", f"the guest sent {frames.name(kind)} during a call")
+                send(self.answer(*recv()))
         except frames.FrameError as exc:
             if exc.reason != "eof":
                 self.broken = exc.message
         except OSError as exc:
             self.broken = f"{type(exc).__name__}: {exc}"
+
+    def answer(self, kind: int, payload: bytes) -> bytes:
+        """The sealed answer to one ``Link`` or ``BrokerCall`` frame of this call
+        (``FrameError`` for anything else, or a frame for another call)."""
+        obj, blobs = frames.unpack(payload)
+        if obj.get("id") != self.id:
+            raise frames.FrameError("unexpected", f"{frames.name(kind)} for call {obj.get('id')!r}, not {self.id}")
+        if kind == frames.LINK:
+            return self.link(obj)
+        if kind == frames.BROKER_CALL:
+            return self.broker(obj, blobs)
+        raise frames.FrameError("unexpected", f"the guest sent {frames.name(kind)} during a call")
 
     def link(self, obj: dict[str, Any]) -> bytes:
         from wbcore.errors import CapabilityDenied, WbError
@@ -87,8 +100,7 @@ class HostBridge:
         if len(imports) != len(raw):
             raise frames.FrameError("malformed", "Link imports must be [module, name] pairs of strings")
         req, dock = self.req, self.runtime.dock
-        self.ctx = dock.context(principal=req.principal, caps=req.caps, timeout=self.timeout_s,
-                                allowed_hosts=req.allowed_hosts, toolkit=req.toolkit)
+        self.context()
         try:
             for module, item in imports:
                 if module not in (WASI, CAPS):
@@ -103,6 +115,38 @@ class HostBridge:
             return frames.seal(frames.LINK_ANSWER, self.secret, {"id": self.id, "refused": True})
         self.linked = frozenset(caps)
         return frames.seal(frames.LINK_ANSWER, self.secret, {"id": self.id, "caps": caps}, dock.info(self.ctx))
+
+    def context(self) -> Any:
+        """The call's one Dock context (made on first use): the request's principal, caps,
+        allowed hosts and toolkit, and the time left of the call."""
+        if self.ctx is None:
+            req = self.req
+            self.ctx = self.runtime.dock.context(
+                principal=req.principal, caps=req.caps, timeout=max(0.0, self.deadline - time.monotonic()),
+                allowed_hosts=req.allowed_hosts, toolkit=req.toolkit)
+        return self.ctx
+
+    def answer_posix(self, payload: bytes, decode: Any, encode: Any) -> bytes:
+        """The sealed answer to a posix guest's ``BrokerCall`` (the microvm's ``wb-cap``): no
+        link step — the Dock's grant check decides at the call. ``decode(cap, body)`` turns
+        the guest's body into the Dock's CBOR request (a ``WbError`` is denied through the
+        Dock, audited), ``encode(answer)`` the Dock's answer back."""
+        from wbcore.errors import WbError
+
+        obj, blobs = frames.unpack(payload)
+        if obj.get("id") != self.id:
+            raise frames.FrameError("unexpected", f"BrokerCall for call {obj.get('id')!r}, not {self.id}")
+        cap = frames.field(obj, "cap", str)
+        body = frames.blobs_of(blobs, 1, frames.BROKER_CALL)[0]
+        ctx, dock = self.context(), self.runtime.dock
+        try:
+            request = decode(cap, body)
+        except WbError as exc:
+            status, answer = dock.deny(ctx, cap, exc, nreq=len(body))
+        else:
+            status, answer = self.run(dock.call_raw, ctx, cap, request)
+        self.calls += 1
+        return frames.seal(frames.BROKER_ANSWER, self.secret, {"id": self.id, "status": status}, encode(answer))
 
     def broker(self, obj: dict[str, Any], blobs: list[bytes]) -> bytes:
         from wbcore.errors import CapabilityDenied, InvalidArgs
@@ -123,7 +167,7 @@ class HostBridge:
             exc.reason = "too-large"  # type: ignore[attr-defined]
             status, body = dock.deny(ctx, cap, exc)
         else:
-            status, body = dock.call_raw(ctx, cap, request)
+            status, body = self.run(dock.call_raw, ctx, cap, request)
         self.calls += 1
         return frames.seal(frames.BROKER_ANSWER, self.secret, {"id": self.id, "status": status}, body)
 
@@ -141,16 +185,27 @@ class Refused(Exception):
     """The host refused to link the guest's imports (its reason stays on the host)."""
 
 
+class Ended(Exception):
+    """The host asked the sandbox to end (a valid ``Shutdown``) while the guest waited."""
+
+
 class GuestCaps:
     """Links a module's ``wb.*`` imports to functions that ask the host over ``chan``.
 
     ``chan`` has ``send_frame(bytes)`` and ``recv() -> (kind, payload)``; ``wt`` is the
     wasmtime package. A host frame without the secret or for another call is answered
-    ``Refused`` and skipped; a channel that fails ends the sandboxed process (its host is gone).
+    ``Refused`` and skipped; a channel that fails ends the sandboxed process (its host is
+    gone), and so does a valid ``Shutdown``. A warm sandbox that serves many calls keeps
+    one ``GuestCaps`` (the functions ``define`` links read it) and calls ``begin`` per call.
     """
 
     def __init__(self, chan: Any, secret: bytes, call_id: int, wt: Any) -> None:
-        self.chan, self.secret, self.id, self.wt = chan, secret, call_id, wt
+        self.chan, self.secret, self.wt = chan, secret, wt
+        self.begin(call_id)
+
+    def begin(self, call_id: int) -> None:
+        """Serve call ``call_id`` next: nothing of the previous call's answers is left."""
+        self.id = call_id
         self.pending = b""
         self.info = b""
 
@@ -198,6 +253,9 @@ class GuestCaps:
         while True:
             kind, payload = self.chan.recv()
             try:
+                if kind == frames.SHUTDOWN:
+                    frames.check_shutdown(payload, self.secret)
+                    raise Ended()
                 if kind != want:
                     raise frames.FrameError("unexpected", f"expected {frames.name(want)}, got {frames.name(kind)}")
                 obj, blobs = frames.open_sealed(kind, payload, self.secret)
@@ -229,6 +287,8 @@ class GuestCaps:
                     status, body = self.ask(cap, {}, bytes(mem.read(caller, req_ptr, req_ptr + req_len)))
                 self.pending = body
                 return _deliver(caller, mem, body, resp_ptr, resp_cap, status)
+            except Ended:
+                os._exit(0)  # the host asked us to end: nothing left to answer
             except (OSError, frames.FrameError):
                 os._exit(70)  # the host is gone: nothing left to answer
             except Exception:  # noqa: BLE001 - a trap would kill the guest; report internal

@@ -38,6 +38,7 @@ import hmac
 import json
 import os
 import struct
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -162,6 +163,57 @@ class Channel:
         while view:
             n = os.write(self.write_fd, view)
             view = view[n:]
+
+
+def stdio_channel(make: Callable[[int, int], Any] = Channel) -> Any:
+    """A sandboxed server's channel on its fds 0 and 1 (the host's pipes), made with ``make``.
+
+    The channel gets its own close-on-exec copies; fd 0 then reads ``/dev/null`` and fd 1
+    writes to stderr, so a stray print cannot corrupt the protocol and no child inherits it.
+    """
+    chan = make(os.dup(0), os.dup(1))
+    for end in (chan.read_fd, chan.write_fd):
+        os.set_inheritable(end, False)
+    null = os.open("/dev/null", os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(2, 1)
+    os.close(null)
+    return chan
+
+
+def read_secret(fd: int) -> bytes:
+    """The session secret from the pipe ``fd`` (never the environment or a file another
+    process of the sandbox could read); the pipe is closed. Short if the host sent less:
+    every host frame is then refused."""
+    secret = b""
+    while len(secret) < SECRET_BYTES:
+        chunk = os.read(fd, SECRET_BYTES - len(secret))
+        if not chunk:
+            break
+        secret += chunk
+    os.close(fd)
+    return secret
+
+
+def serve_host(chan: Any, serve: Callable[[], None], who: str, ends: tuple[type[BaseException], ...] = ()) -> None:
+    """Run a sandboxed server's ``serve`` until its host is done with it.
+
+    The end of the stream, a broken pipe or one of ``ends`` (the host's own Shutdown) return;
+    a stream that cannot be read as frames is answered ``Refused`` (while the host still
+    listens), named on stderr as ``who``, and ends the process with exit 3.
+    """
+    try:
+        serve()
+    except FrameError as exc:
+        if exc.reason != "eof":
+            try:
+                chan.send_frame(refused(exc.reason, exc.message))
+            except OSError:
+                pass
+            sys.stderr.write(f"{who}: {exc.message}\n")
+            sys.exit(3)
+    except (BrokenPipeError, *ends):
+        pass
 
 
 # --- payloads ----------------------------------------------------------------------------

@@ -17,10 +17,11 @@ a ``BuildLane`` with ``needs_build_sandbox`` adds it to its own availability.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from wbcore.errors import InvalidArgs, NotFound, Timeout, WbError
 from wbcore.records import Availability
@@ -108,9 +109,27 @@ class SandboxResult:
         return self
 
 
-class BuildSandboxDriver(Protocol):
+@dataclass(frozen=True, slots=True)
+class SandboxRun:
+    """One run as a driver's ``execute`` receives it: ``run``'s arguments, defaulted here once
+    (no limits given is :class:`Limits`' defaults, ``/out`` the working folder)."""
+
+    argv: tuple[str, ...]
+    out_dir: Path
+    binds: tuple[Bind, ...] = ()
+    limits: Limits = field(default_factory=Limits)
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: str = "/out"
+    stdin: bytes | None = None
+    seed_out: Path | None = None
+
+
+class BuildSandboxDriver(ABC):
     """What ``BuildSandbox.factory(runtime)`` returns: runs one native program with
-    nothing of the host but its binds, no network, bounded by ``limits``."""
+    nothing of the host but its binds, no network, bounded by ``limits``.
+
+    ``run`` is the one signature (and the one set of defaults) every driver serves; a
+    driver implements ``execute`` with the :class:`SandboxRun` it builds."""
 
     def run(
         self,
@@ -126,20 +145,25 @@ class BuildSandboxDriver(Protocol):
     ) -> SandboxResult:
         """Run ``argv`` (an absolute path inside) and copy ``/out`` to ``out_dir``;
         ``seed_out``: a host folder whose files start in ``/out``."""
-        ...
+        return self.execute(SandboxRun(tuple(argv), Path(out_dir), tuple(binds), limits or Limits(), dict(env or {}),
+                                       cwd, stdin, seed_out))
 
+    @abstractmethod
+    def execute(self, job: SandboxRun) -> SandboxResult:
+        """Run ``job`` (what ``run`` was asked, defaulted)."""
+
+    @abstractmethod
     def probe(self) -> Availability:
         """Whether the sandbox works on this machine, and if not, the missing feature."""
-        ...
 
+    @abstractmethod
     def system_binds(self) -> list[Bind]:
         """Read-only binds of the host's program folders (``/usr``, ``/lib``...), never ``/etc``."""
-        ...
 
+    @abstractmethod
     def own_for_sandbox(self, root: Path) -> None:
         """Hand a trusted tree (a warmed cache) to the sandbox's user, so that an
         ``overlay`` bind of it is writable inside."""
-        ...
 
 
 def select(runtime: Runtime, name: str | None = None) -> BuildSandbox:

@@ -33,12 +33,14 @@ import fcntl
 import os
 import select
 import signal
+import stat
 import struct
 import termios
 import time
 import tty
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 try:
@@ -105,6 +107,24 @@ def parse_mount(spec: str) -> Mount:
             raise ValueError(f"--mount {spec!r}: {sys_dir} belongs to the sandbox; mount under another path "
                              "(e.g. /data or /tmp/work)")
     return Mount(real, guest, mode == "rw")
+
+
+def unreachable_by(path: str, rw: bool, uid: int) -> str:
+    """Why host ``uid`` (which owns nothing and is in no group: the unprivileged uid a tier
+    runs its sandbox as) cannot use the mounted folder ``path``, or ``""``: every ancestor
+    must be searchable by others, the folder readable (and for ``rw`` writable) by others
+    or owned by ``uid``. Every tier that mounts a host folder asks this, before it starts."""
+    p = Path(path)
+    for parent in reversed(p.parents):
+        st = parent.stat()
+        if st.st_uid != uid and not st.st_mode & stat.S_IXOTH:
+            return f"{parent} is not searchable by others (chmod o+x {parent})"
+    st = p.stat()
+    need = stat.S_IROTH | stat.S_IXOTH | (stat.S_IWOTH if rw else 0)
+    if st.st_uid != uid and st.st_mode & need != need:
+        return (f"{p} is not {'writable' if rw else 'readable'} by others (chmod o+{'rwx' if rw else 'rx'} {p}, "
+                f"or chown {uid} {p})")
+    return ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -102,3 +102,37 @@ def test_two_providers_of_one_sandbox_name_both(make_runtime) -> None:
         rt.build_sandbox()
     with pytest.raises(PluginError, match="provided twice"):
         rt.build_sandbox("ns")
+
+
+def test_run_and_its_defaults_are_the_cores_one_signature(tmp_path: Path) -> None:
+    """A driver implements ``execute``; ``run``'s signature and defaults (no limits given is
+    ``Limits()``, ``/out`` the working folder) are decided once, in the core."""
+    from wbcore.sandbox import BuildSandboxDriver, SandboxRun
+
+    class Driver(BuildSandboxDriver):
+        def __init__(self) -> None:
+            self.jobs: list[SandboxRun] = []
+
+        def execute(self, job: SandboxRun) -> SandboxResult:
+            self.jobs.append(job)
+            return SandboxResult(job.argv, 0, b"", b"", 0.0, ("test",))
+
+        def probe(self) -> Availability:
+            return Availability.yes()
+
+        def system_binds(self) -> list[Bind]:
+            return []
+
+        def own_for_sandbox(self, root: Path) -> None:
+            pass
+
+    driver = Driver()
+    driver.run(["/bin/cc", "a.c"], out_dir=str(tmp_path))  # type: ignore[arg-type]
+    driver.run(["/bin/cc"], binds=[Bind(tmp_path, "/src")], out_dir=tmp_path, limits=Limits(wall_seconds=5),
+               env={"A": "1"}, cwd="/src", stdin=b"x")
+    first, second = driver.jobs
+    assert first == SandboxRun(("/bin/cc", "a.c"), tmp_path, (), Limits(), {}, "/out", None, None)
+    assert second.binds == (Bind(tmp_path, "/src"),) and second.limits.wall_seconds == 5
+    assert (second.env, second.cwd, second.stdin) == ({"A": "1"}, "/src", b"x")
+    with pytest.raises(TypeError):
+        type("Half", (BuildSandboxDriver,), {})()  # a driver that serves no execute cannot be made

@@ -63,3 +63,102 @@ def test_an_import_outside_wasi_and_wb_is_refused_at_link_with_the_secret(make_r
     assert "may import only" in str(bridge.refusal)
     with pytest.raises(frames.FrameError, match="wrong session secret"):
         frames.open_sealed(kind, payload, bytes(32))
+
+
+# --- one bridge for every tier: what a tier that reads its own channel relies on ------------
+
+
+def test_answer_is_the_decision_serve_makes(make_runtime, tmp_path) -> None:
+    """A tier whose channel interleaves its own frames (os_process) hands each caps frame to
+    ``answer``: the same checks as ``serve`` (the call's id, link before call, no second link)."""
+    bridge = _bridge(make_runtime, tmp_path)
+    with pytest.raises(frames.FrameError, match="not 7"):
+        bridge.answer(frames.LINK, frames.pack({"id": 8, "imports": []}))
+    with pytest.raises(frames.FrameError, match="before linking"):
+        bridge.answer(frames.BROKER_CALL, frames.pack({"id": 7, "cap": "kv"}, b""))
+    answer = bridge.answer(frames.LINK, frames.pack({"id": 7, "imports": [["wasi_snapshot_preview1", "fd_write"]]}))
+    obj, _ = frames.open_sealed(answer[4], answer[5:], bridge.secret)
+    assert obj["id"] == 7 and obj["caps"] == []
+    with pytest.raises(frames.FrameError, match="link twice"):
+        bridge.answer(frames.LINK, frames.pack({"id": 7, "imports": []}))
+    with pytest.raises(frames.FrameError, match="during a call"):
+        bridge.answer(frames.EXEC_RESULT, frames.pack({"id": 7}))
+
+
+def test_a_cap_not_linked_is_denied_without_running_the_dock_call(make_runtime, tmp_path) -> None:
+    ran: list[str] = []
+    bridge = _bridge(make_runtime, tmp_path)
+    bridge.run = lambda fn, *args: ran.append(args[1]) or fn(*args)
+    bridge.answer(frames.LINK, frames.pack({"id": 7, "imports": [["wasi_snapshot_preview1", "fd_write"]]}))
+    answer = bridge.answer(frames.BROKER_CALL, frames.pack({"id": 7, "cap": "kv"}, b"\xa0"))
+    obj, _ = frames.open_sealed(answer[4], answer[5:], bridge.secret)
+    assert obj["status"] != 0 and ran == [] and bridge.calls == 1
+
+
+def test_the_dock_context_gets_the_time_left_of_the_call(make_runtime, tmp_path) -> None:
+    bridge = _bridge(make_runtime, tmp_path)
+    bridge.deadline -= 4.0  # the call started 4 s ago
+    bridge.answer(frames.LINK, frames.pack({"id": 7, "imports": []}))
+    assert 0 < bridge.ctx.deadline - __import__("time").monotonic() <= 1.0 + 1e-3
+
+
+class _Chan:
+    def __init__(self, *incoming: bytes) -> None:
+        self.incoming = [(f[4], f[5:]) for f in incoming]
+        self.sent: list[bytes] = []
+
+    def recv(self) -> tuple[int, bytes]:
+        if not self.incoming:
+            raise frames.FrameError("eof", "the host hung up")
+        return self.incoming.pop(0)
+
+    def send_frame(self, frame: bytes) -> None:
+        self.sent.append(frame)
+
+
+def test_the_guest_side_ends_on_the_hosts_shutdown_and_refuses_a_forged_one() -> None:
+    from wbcore.capbridge import Ended, GuestCaps
+
+    secret = frames.new_secret()
+    chan = _Chan(frames.shutdown(bytes(32)), frames.shutdown(secret))
+    guest = GuestCaps(chan, secret, 3, wt=None)
+    with pytest.raises(Ended):
+        guest.expect(frames.BROKER_ANSWER)
+    assert [f[4] for f in chan.sent] == [frames.REFUSED]  # the forged Shutdown, answered and skipped
+
+
+def test_a_warm_guest_side_forgets_the_previous_call() -> None:
+    from wbcore.capbridge import GuestCaps
+
+    secret = frames.new_secret()
+    chan = _Chan(frames.seal(frames.BROKER_ANSWER, secret, {"id": 1, "status": 0}, b"old"),
+                 frames.seal(frames.BROKER_ANSWER, secret, {"id": 2, "status": 0}, b"new"))
+    guest = GuestCaps(chan, secret, 1, wt=None)
+    assert guest.ask("kv", {}, b"") == (0, b"old")
+    guest.pending, guest.info = b"old", b"info"
+    guest.begin(2)
+    assert (guest.id, guest.pending, guest.info) == (2, b"", b"")
+    assert guest.ask("kv", {}, b"") == (0, b"new")
+
+
+def test_a_posix_guests_call_goes_through_the_same_bridge(make_runtime, tmp_path) -> None:
+    """The microvm's ``wb-cap``: no link step (the Dock's grant check decides at the call), the
+    guest's body decoded by the tier; a body that does not decode is denied through the Dock."""
+    from wbcore.errors import InvalidArgs
+
+    ran: list[str] = []
+    bridge = _bridge(make_runtime, tmp_path)
+    bridge.run = lambda fn, *args: ran.append(args[1]) or fn(*args)
+
+    def decode(cap: str, body: bytes) -> bytes:
+        if body != b"ok":
+            raise InvalidArgs(f"{cap}: not JSON")
+        return b"\xa1bopcget"
+
+    answer = bridge.answer_posix(frames.pack({"id": 7, "cap": "kv"}, b"{oops"), decode, lambda a: b"J" + a)
+    obj, blobs = frames.open_sealed(answer[4], answer[5:], bridge.secret)
+    assert obj["id"] == 7 and obj["status"] != 0 and blobs[0].startswith(b"J") and ran == []
+    answer = bridge.answer_posix(frames.pack({"id": 7, "cap": "kv"}, b"ok"), decode, lambda a: a)
+    assert ran == ["kv"] and bridge.calls == 2 and bridge.ctx is not None
+    with pytest.raises(frames.FrameError, match="not 7"):
+        bridge.answer_posix(frames.pack({"id": 1, "cap": "kv"}, b"ok"), decode, lambda a: a)

@@ -132,3 +132,30 @@ def test_mounts_are_parsed_and_checked(tmp_path) -> None:
         terminal.parse_mount(f"{tmp_path}:/usr/bin")
     assert terminal.parse_mount(f"{tmp_path}:/data:rw") == terminal.Mount(str(tmp_path.resolve()), "/data", True)
     assert terminal.parse_mount(f"{tmp_path}:/data").rw is False
+
+
+def test_unreachable_by_names_the_folder_an_unprivileged_uid_cannot_use() -> None:
+    """The one check every tier that mounts a host folder makes (container, microvm)."""
+    import shutil
+    import stat
+    import tempfile
+    from pathlib import Path
+
+    from wbcore.terminal import unreachable_by
+
+    if not os.stat("/tmp").st_mode & stat.S_IXOTH:
+        pytest.skip("/tmp is not searchable by others here")
+    other = 0x5B00FFFF  # owns nothing, in no group
+    top = Path(tempfile.mkdtemp(dir="/tmp", prefix="wb-reach-"))
+    try:
+        inner = top / "data"
+        inner.mkdir()
+        top.chmod(0o755)
+        inner.chmod(0o755)
+        assert unreachable_by(str(inner), False, other) == ""
+        assert "not writable by others" in unreachable_by(str(inner), True, other)
+        top.chmod(0o700)
+        assert unreachable_by(str(inner), False, other) == f"{top} is not searchable by others (chmod o+x {top})"
+        assert unreachable_by(str(inner), False, os.stat(top).st_uid) == ""  # its owner may
+    finally:
+        shutil.rmtree(top)

@@ -9,7 +9,6 @@ the container could read); the allowlist and rlimits in ``/wb/agent.json``.
 """
 
 import json
-import os
 import sys
 
 
@@ -18,39 +17,17 @@ def main():
     import frames
     import terminal
 
-    fd = int(sys.argv[1])
-    secret = b""
-    while len(secret) < frames.SECRET_BYTES:
-        chunk = os.read(fd, frames.SECRET_BYTES - len(secret))
-        if not chunk:
-            break
-        secret += chunk
-    os.close(fd)
+    secret = frames.read_secret(int(sys.argv[1]))
     with open("/wb/agent.json", "rb") as fh:
         config = json.load(fh)
-    # fds 0 and 1 are the protocol; a stray print must not corrupt it, and no session child
-    # inherits them (they are close-on-exec).
-    chan = terminal.Channel(os.dup(0), os.dup(1))
-    for end in (chan.read_fd, chan.write_fd):
-        os.set_inheritable(end, False)
-    null = os.open("/dev/null", os.O_RDONLY)
-    os.dup2(null, 0)
-    os.dup2(2, 1)
-    os.close(null)
+    chan = frames.stdio_channel(terminal.Channel)  # a stray print cannot corrupt the protocol
     agent = terminal.Agent(chan, secret, config["allow"], nofile=int(config["nofile"]), nproc=int(config["nproc"]))
-    try:
+
+    def serve():
         agent.handshake()
         agent.serve()
-    except frames.FrameError as exc:
-        if exc.reason != "eof":
-            try:
-                chan.send_frame(frames.refused(exc.reason, exc.message))
-            except OSError:
-                pass
-            sys.stderr.write(f"wb-agent: {exc.message}\n")
-            sys.exit(3)
-    except BrokenPipeError:
-        pass
+
+    frames.serve_host(chan, serve, "wb-agent")
 
 
 if __name__ == "__main__":

@@ -54,7 +54,7 @@ def main():
     linker = wasmtime.Linker(engine)
     linker.define_wasi()
     if capbridge.GuestCaps.needs_link(module):
-        guest = capbridge.GuestCaps(Pipe(from_host, to_host), read_secret(secret_fd, frames), int(call["id"]), wasmtime)
+        guest = capbridge.GuestCaps(frames.Channel(from_host, to_host), frames.read_secret(secret_fd), int(call["id"]), wasmtime)
         try:
             caps = guest.link(module)
         except capbridge.Refused:
@@ -90,33 +90,6 @@ def main():
         if isinstance(mem, wasmtime.Memory):
             report["peak"] = mem.data_len(store)
     return finish(status_fd, report)
-
-
-class Pipe:
-    """Frames over the host's two pipes."""
-
-    def __init__(self, read_fd, write_fd):
-        self.read_fd, self.write_fd = read_fd, write_fd
-
-    def recv(self):
-        import frames
-
-        return frames.read_frame(lambda n: os.read(self.read_fd, n))
-
-    def send_frame(self, frame):
-        view = memoryview(frame)
-        while view:
-            view = view[os.write(self.write_fd, view):]
-
-
-def read_secret(fd, frames):
-    secret = b""
-    while len(secret) < frames.SECRET_BYTES:
-        chunk = os.read(fd, frames.SECRET_BYTES - len(secret))
-        if not chunk:
-            break
-        secret += chunk
-    return secret
 
 
 def finish(fd, report):

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 from wbcore import hookimpl
-from wbcore.records import Availability, ExecShape, IsolationTier
+from wbcore.records import ExecShape, IsolationTier, deferred
 
 from wb_container import shapes as _shapes
 
@@ -14,18 +13,6 @@ from wb_container import shapes as _shapes
 @hookimpl
 def wbcore_exec_shapes() -> Iterator[ExecShape]:
     yield from _shapes.shapes()
-
-
-def _tier(runtime: Any) -> Any:
-    from wb_container.tiers import factory
-
-    return factory(runtime)
-
-
-def _available() -> Availability:
-    from wb_container.tiers import available
-
-    return available()
 
 
 @hookimpl
@@ -38,8 +25,8 @@ def wbcore_isolation_tiers() -> Iterator[IsolationTier]:
         "(WB_TOOLKIT_EXEC=1) and "
         "interactive shells (wbx shell)",
         rung=2,
-        factory=_tier,
-        available=_available,
+        factory=deferred("wb_container.tiers", "factory"),
+        available=deferred("wb_container.tiers", "available"),
         kinds=frozenset({"command", "posix", "shell", "task"}),
         bridges_caps=True,
     )

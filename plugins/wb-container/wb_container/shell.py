@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 import subprocess
 import time
 from pathlib import Path
 
 from wbcore import frames
 from wbcore.errors import InvalidArgs, NotFound
-from wbcore.terminal import Channel, Mount, ShellRequest, handshake
+from wbcore.terminal import Channel, Mount, ShellRequest, handshake, unreachable_by
 
 from wb_container import bwrap, rootfs
 
@@ -56,22 +55,6 @@ class ContainerShell:
         self.running.close()
 
 
-def reachable(path: str, rw: bool, uid: int) -> str:
-    """Why ``uid`` (which owns nothing and is in no group) cannot use host folder ``path``,
-    or ``""``: every ancestor must be searchable by others, the folder readable (and for
-    ``rw`` writable) by others or owned by ``uid``."""
-    p = Path(path)
-    for parent in reversed(p.parents):
-        st = parent.stat()
-        if st.st_uid != uid and not st.st_mode & stat.S_IXOTH:
-            return f"{parent} is not searchable by others (chmod o+x {parent})"
-    st = p.stat()
-    need = stat.S_IROTH | stat.S_IXOTH | (stat.S_IWOTH if rw else 0)
-    if st.st_uid != uid and st.st_mode & need != need:
-        return f"{p} is not {'writable' if rw else 'readable'} by others (chmod o+{'rwx' if rw else 'rx'} {p}, or chown {uid} {p})"
-    return ""
-
-
 def open_shell(root: rootfs.Root, request: ShellRequest) -> ContainerShell:
     """Start the container, complete the agent's handshake and return the open shell."""
     shell = start_agent(root, request)
@@ -97,7 +80,7 @@ def start_agent(root: rootfs.Root, request: ShellRequest) -> ContainerShell:
         raise NotFound("the container's shell agent needs python3 in the root (apt-get install python3)")
     dropping = os.geteuid() == 0
     for mount in request.mounts:
-        why = reachable(mount.host, mount.rw, bwrap.HOST_UID) if dropping else ""
+        why = unreachable_by(mount.host, mount.rw, bwrap.HOST_UID) if dropping else ""
         if why:
             raise InvalidArgs(f"--mount {mount.host}:{mount.guest}: the container runs as host uid {bwrap.HOST_UID}, "
                               f"which cannot use it: {why}")

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wbcore.builder import read_posix_manifest
-from wbcore.calls import CallResult, CommandRequest, GuestTrap, LimitExceeded, Usage
+from wbcore.calls import CallResult, CommandRequest, GuestTrap, LimitExceeded, Usage, check_guest_end
 from wbcore import frames
 from wbcore.capbridge import HostBridge
 from wbcore.errors import Internal, InvalidArgs, NotFound, Timeout
@@ -44,7 +44,6 @@ from wb_container import bwrap, rootfs
 if TYPE_CHECKING:
     from wbcore.runtime import Runtime
 
-PAGE = 65536
 RUNNER = Path(__file__).with_name("_wasm_run.py")
 PYTHON = "/usr/bin/python3"  # the root's (Debian's) interpreter, not this process's
 #: Processes a posix call may have at once (its own and the container's two bwrap processes).
@@ -71,11 +70,6 @@ def available() -> Availability:
     wasm = "wasm commands" if _wasmtime_dir() is not None and Path(PYTHON).exists() else \
         "no wasm commands (needs python3 in the root and wasmtime importable)"
     return Availability.yes(f"backend bubblewrap: {reason}; posix CLIs and {wasm}")
-
-
-def near_memory_cap(peak: int, cap: int) -> bool:
-    """The instance tier's rule: a guest that failed within 1/16 of its memory cap was refused memory."""
-    return peak + max(PAGE, cap // 16) > cap
 
 
 class ContainerTier:
@@ -194,16 +188,7 @@ class ContainerTier:
         if report.get("no_start"):
             raise InvalidArgs(f"{name}: artifact {req.sha256[:12]}… exports no _start (is it a WASI command?)")
         exit_code = int(report.get("exit") or 0)
-        at_cap = near_memory_cap(peak, prof.memory_bytes)
-        trap = report.get("trap")
-        if trap:
-            if at_cap:
-                raise LimitExceeded(f"{name}: hit the {prof.memory_bytes >> 20} MiB memory limit of profile {prof.name} "
-                                    f"(it had {peak / (1 << 20):.1f} MiB; {trap})", limit="memory")
-            raise GuestTrap(f"{name}: guest trapped: {trap}")
-        if exit_code != 0 and at_cap:
-            raise LimitExceeded(f"{name}: exited {exit_code} at the {prof.memory_bytes >> 20} MiB memory limit of "
-                                f"profile {prof.name}", limit="memory")
+        check_guest_end(req, wall=out.wall_s, trap=report.get("trap") or None, exit_code=exit_code, peak=peak)
         usage = Usage(wall_s=out.wall_s, peak_memory=peak, bytes_out=len(out.stdout) + len(out.stderr))
         return CallResult(out.stdout, out.stderr, exit_code, usage)
 

@@ -3,22 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 from wbcore import hookimpl
-from wbcore.records import Availability, IsolationTier
-
-
-def _tier(runtime: Any) -> Any:
-    from wb_microvm.tiers import factory
-
-    return factory(runtime)
-
-
-def _available() -> Availability:
-    from wb_microvm.tiers import available
-
-    return available()
+from wbcore.records import IsolationTier, deferred
 
 
 @hookimpl
@@ -30,8 +17,8 @@ def wbcore_isolation_tiers() -> Iterator[IsolationTier]:
         "command allowlist, rlimits, uid 1000, SIGKILL at the deadline inside and VM teardown outside; posix "
         "commands of its busybox image; caps bridged to the host's Dock; interactive shells (wbx shell, --mount over virtio-9p)",
         rung=3,
-        factory=_tier,
-        available=_available,
+        factory=deferred("wb_microvm.tiers", "factory"),
+        available=deferred("wb_microvm.tiers", "available"),
         kinds=frozenset({"command", "posix", "shell"}),
         bridges_caps=True,
     )

@@ -36,7 +36,7 @@ from wb_microvm import tiers
 from wb_microvm import vm as _vm
 from wbcore import frames
 from wbcore.errors import InvalidArgs, NotFound, Timeout
-from wbcore.terminal import Channel, Mount, ShellRequest
+from wbcore.terminal import Channel, Mount, ShellRequest, unreachable_by
 
 #: The host's watchdog ends the VM this long after the session's deadline.
 GRACE_S = 1.0
@@ -70,23 +70,6 @@ class MicrovmShell:
         self.vm.kill()
 
 
-def reachable(path: str, rw: bool, uid: int) -> str:
-    """Why host ``uid`` (which owns nothing and is in no group) cannot use folder ``path``,
-    or ``""``: every ancestor searchable by others, the folder readable (and for ``rw``
-    writable) by others or owned by ``uid``."""
-    p = Path(path)
-    for parent in reversed(p.parents):
-        st = parent.stat()
-        if st.st_uid != uid and not st.st_mode & stat.S_IXOTH:
-            return f"{parent} is not searchable by others (chmod o+x {parent})"
-    st = p.stat()
-    need = stat.S_IROTH | stat.S_IXOTH | (stat.S_IWOTH if rw else 0)
-    if st.st_uid != uid and st.st_mode & need != need:
-        return (f"{p} is not {'writable' if rw else 'readable'} by others (chmod o+{'rwx' if rw else 'rx'} {p}, "
-                f"or chown {uid} {p})")
-    return ""
-
-
 def check_mounts(request: ShellRequest) -> None:
     """At most :data:`MOUNT_SLOTS` host folders, each reachable by the QEMU that exports it."""
     if len(request.mounts) > MOUNT_SLOTS:
@@ -100,7 +83,7 @@ def check_mounts(request: ShellRequest) -> None:
     if os.geteuid() != 0:
         return
     for m in request.mounts:
-        why = reachable(m.host, m.rw, _vm.QEMU_UID)
+        why = unreachable_by(m.host, m.rw, _vm.QEMU_UID)
         if why:
             raise InvalidArgs(f"--mount {m.host}:{m.guest}: the micro-VM's QEMU runs as host uid {_vm.QEMU_UID}, "
                               f"which cannot use it: {why}")

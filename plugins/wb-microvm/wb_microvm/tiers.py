@@ -14,7 +14,8 @@ snapshot (``-incoming fd:N``, QEMU's seccomp sandbox on, no network device) — 
 3. each ``wb-cap <cap> <json>`` of the command is a ``BrokerCall``; the host answers it with
    the Dock (``Dock.call_raw`` under a context made from the request: principal, caps,
    deadline, allowed hosts, toolkit), converting the guest's JSON to the Dock's CBOR and
-   back, on a broker thread while the caller keeps the deadline;
+   back, on a broker thread while the caller keeps the deadline — the core's one caps
+   bridge (``wbcore.capbridge.HostBridge.answer_posix``), as at os_process and container;
 4. ``ExecResult``: exit code and output, mapped to the results and errors of the other
    tiers (``Timeout``, ``LimitExceeded``, ``GuestTrap``).
 
@@ -42,7 +43,8 @@ from wb_microvm import vm as _vm
 from wbcore import frames
 from wbcore.builder import read_posix_manifest
 from wbcore.calls import CallResult, CommandRequest, GuestTrap, LimitExceeded, Usage
-from wbcore.errors import CapabilityDenied, Internal, InvalidArgs, NotFound, Timeout, WbError
+from wbcore.capbridge import HostBridge
+from wbcore.errors import CapabilityDenied, Internal, InvalidArgs, NotFound, Timeout
 from wbcore.records import Availability
 
 if TYPE_CHECKING:
@@ -400,7 +402,6 @@ class _Call:
 
     def __init__(self, runtime: Runtime, snap: Snapshot, req: CommandRequest, cli: str) -> None:
         self.runtime, self.snap, self.req, self.cli = runtime, snap, req, cli
-        self.ctx: Any = None
         self.killed_by_watchdog = False
         self.cancelled = False
 
@@ -409,6 +410,9 @@ class _Call:
         # The call's deadline counts from here: restoring the VM is part of the call.
         started = time.monotonic()
         deadline = started + req.timeout_s
+        # The guest's wb-cap calls: the core's one caps bridge answers them through the Dock.
+        bridge = HostBridge(self.runtime, req, snap.secret, 1, req.timeout_s,
+                            run=lambda fn, *args: _on_broker_thread(fn, deadline, *args))
         pooled = pool(snap).take()
         vm = pooled or _vm.Vm(snap.image, snap.accel, snap.secret, incoming=snap.path)
         done = threading.Event()
@@ -431,7 +435,7 @@ class _Call:
                                "run the call again (delete the cache's snapshots folder if it persists)") from None
             self.send_exec(vm, deadline)
             try:
-                return self.conversation(vm, started, deadline)
+                return self.conversation(vm, bridge, started, deadline)
             except frames.FrameError as exc:  # whatever the guest sends is untrusted input
                 raise Internal(f"{req.name}: the guest agent sent a frame the host refuses ({exc.message}); "
                                "its micro-VM was killed") from None
@@ -463,7 +467,7 @@ class _Call:
                "rlimit_cpu": max(1, math.ceil(req.timeout_s) + 1), "rlimit_fsize": FILE_BYTES}
         vm.send_frame(frames.seal(frames.EXEC, self.snap.secret, obj, stdin))
 
-    def conversation(self, vm: _vm.Vm, started: float, deadline: float) -> CallResult:
+    def conversation(self, vm: _vm.Vm, bridge: HostBridge, started: float, deadline: float) -> CallResult:
         req = self.req
         while True:
             try:
@@ -479,7 +483,7 @@ class _Call:
             if kind == frames.EXEC_RESULT:
                 return self.finish(*frames.unpack(payload), started)
             if kind == frames.BROKER_CALL:
-                self.broker(vm, *frames.unpack(payload), deadline)
+                vm.send_frame(bridge.answer_posix(payload, _json_to_cbor, _cbor_to_json))
             elif kind == frames.REFUSED:
                 obj, _ = frames.unpack(payload)
                 raise Internal(f"{req.name}: the guest agent refused the call ({obj.get('reason')}: {obj.get('message')})")
@@ -507,27 +511,6 @@ class _Call:
             raise GuestTrap(f"{req.name}: {self.cli} was killed by signal {sig} in the micro-VM")
         usage = Usage(wall_s=wall, peak_memory=0, bytes_out=len(out) + len(err), isolation=self.snap.accel)
         return CallResult(out, err, code, usage)
-
-    # --- caps: the guest asks, the Dock decides -----------------------------------------------
-
-    def broker(self, vm: _vm.Vm, obj: dict[str, Any], blobs: list[bytes], deadline: float) -> None:
-        req = self.req
-        cap = frames.field(obj, "cap", str)
-        body = frames.blobs_of(blobs, 1, frames.BROKER_CALL)[0]
-        dock = self.runtime.dock
-        if self.ctx is None:
-            self.ctx = dock.context(principal=req.principal, caps=req.caps,
-                                    timeout=max(0.0, deadline - time.monotonic()),
-                                    allowed_hosts=req.allowed_hosts, toolkit=req.toolkit)
-        ctx = self.ctx
-        try:
-            request = _json_to_cbor(cap, body)  # the Dock decides the grant, as for any guest
-        except WbError as exc:
-            status, answer = dock.deny(ctx, cap, exc, nreq=len(body))
-        else:
-            status, answer = _on_broker_thread(dock.call_raw, deadline, ctx, cap, request)
-        vm.send_frame(frames.seal(frames.BROKER_ANSWER, self.snap.secret, {"id": 1, "status": status},
-                                  _cbor_to_json(answer)))
 
 
 def _cap(profile_cap: int) -> int:

@@ -224,3 +224,15 @@ def test_a_missing_namespace_is_named(tmp_path: Path) -> None:
     pytest.importorskip("pyseccomp")
     out = subprocess.run([sys.executable, "-c", script, str(tmp_path / "o")], capture_output=True, text=True, timeout=60)
     assert "missing: net namespace" in out.stdout, out.stdout + out.stderr
+
+
+def test_the_served_driver_is_the_sandbox_with_the_cores_one_run() -> None:
+    """``run`` (signature, defaults) is the core's; the sandbox and the driver a lane gets
+    implement only ``execute``, so the two cannot drift apart."""
+    from wbcore.sandbox import BuildSandboxDriver
+
+    from wb_process.sandbox import Sandbox, SandboxDriver
+
+    assert issubclass(SandboxDriver, Sandbox) and issubclass(Sandbox, BuildSandboxDriver)
+    assert Sandbox.run is BuildSandboxDriver.run and SandboxDriver.run is BuildSandboxDriver.run
+    assert SandboxDriver.execute is Sandbox.execute

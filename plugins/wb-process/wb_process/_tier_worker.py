@@ -1,6 +1,6 @@
 """A warm worker of the ``os_process`` tier: one sandboxed Python that imported wasmtime once.
 
-``python -I -S _tier_worker.py <wasmtime-parent-dir> <folder-of-frames.py>``, started by
+``python -I -S _tier_worker.py <wasmtime-parent-dir> <folder-of-frames.py-and-capbridge.py>``, started by
 ``Sandbox.spawn`` (no network, no host files but its binds, uid 1000, seccomp, rlimits),
 with the session secret in ``WB_WORKER_SECRET`` (hex). It speaks ``frames`` on fds 0 and 1
 (anything else that writes to stdout goes to stderr) and serves one call at a time:
@@ -13,9 +13,11 @@ stream it cannot read as frames ends the worker (the host replaces it).
 Each call runs the guest in a fresh ``Store``: the call's memory limit, WASI with argv
 and stdin only (output to private files in the sandbox's /tmp), and a wall-clock deadline
 and output caps watched by a ticker thread that ends the guest through the engine's epoch.
-The worker decides no policy: which ``wb.*`` imports may link is the host's answer to
-``Link``, and every ``wb.<cap>`` call is forwarded to the host, which answers it through its
-Dock. The worker holds no credential and cannot open a connection to anything.
+The worker decides no policy: its ``wb.*`` imports are linked by the core's one caps bridge
+(``wbcore/capbridge.py``, ``GuestCaps``, bound next to ``frames.py``, as in the container
+tier's runner): which may link is the host's answer to ``Link``, and every ``wb.<cap>`` call
+is forwarded to the host, which answers it through its Dock. The worker holds no credential
+and cannot open a connection to anything.
 """
 
 import hashlib
@@ -25,19 +27,9 @@ import threading
 import time
 from collections import OrderedDict
 
-WASI = "wasi_snapshot_preview1"
-CAPS = "wb"
-ALWAYS_LINKED = ("fetch", "info")
 MAX_MODULES = 32
-MAX_REQUEST = 64 << 20
 TICK_S = 0.005
-PAGE = 65536
 TMP = "/tmp"
-STATUS_INTERNAL = 5
-
-
-class Stop(Exception):
-    """The host asked this worker to end (a valid Shutdown)."""
 
 
 class LinkError(Exception):
@@ -95,28 +87,18 @@ class Ticker:
 
 
 class Loaded:
-    __slots__ = ("bad_abi", "imports", "module", "pres")
+    __slots__ = ("bad_abi", "module", "needs_link", "pres")
 
-    def __init__(self, module, wasmtime):
+    def __init__(self, module, wasmtime, capbridge):
         self.module = module
-        self.imports = [(i.module, i.name or "") for i in module.imports]
-        self.pres = {}  # linked caps → InstancePre (the host functions read the running call)
-        self.bad_abi = ""
-        for imp in module.imports:
-            if imp.module != CAPS:
-                continue
-            ty = imp.type
-            want = (["i32", "i32"] if imp.name in ALWAYS_LINKED else ["i32"] * 4, ["i64"])
-            if not isinstance(ty, wasmtime.FuncType) or ([str(p) for p in ty.params], [str(r) for r in ty.results]) != want:
-                self.bad_abi = (f"import {CAPS}.{imp.name} has the wrong signature; the Dock ABI is "
-                                + ("(i32 ptr, i32 cap) -> i64" if imp.name in ALWAYS_LINKED
-                                   else "(i32 req_ptr, i32 req_len, i32 resp_ptr, i32 resp_cap) -> i64"))
-                break
+        self.pres = {}  # linked caps → InstancePre (the bridge's functions read the running call)
+        self.needs_link = capbridge.GuestCaps.needs_link(module)
+        self.bad_abi = capbridge.GuestCaps.bad_abi(module, wasmtime)
 
 
 class Worker:
-    def __init__(self, chan, secret, frames, wasmtime):
-        self.chan, self.secret, self.F, self.wt = chan, secret, frames, wasmtime
+    def __init__(self, chan, secret, frames, wasmtime, capbridge):
+        self.chan, self.secret, self.F, self.wt, self.cb = chan, secret, frames, wasmtime, capbridge
         cfg = wasmtime.Config()
         cfg.epoch_interruption = True
         cfg.cranelift_opt_level = "speed"
@@ -124,8 +106,9 @@ class Worker:
         self.ticker = Ticker(self.engine)
         self.modules = OrderedDict()
         self.call_id = None
-        self.pending = b""  # the last wb.* answer of the running call (for wb.fetch)
-        self.info = b""
+        # One bridge for the worker's life: the functions it links into a module's cached
+        # InstancePre read the running call's id and answers.
+        self.guest = capbridge.GuestCaps(chan, secret, 0, wasmtime)
 
     # --- the channel ----------------------------------------------------------------
 
@@ -156,25 +139,6 @@ class Worker:
             except F.FrameError as exc:
                 self.chan.send_frame(F.refused(exc.reason, exc.message))
 
-    def expect(self, want):
-        """The host's answer of type ``want`` for the running call; refused frames are
-        answered and skipped (an answer must carry the secret and the call's id)."""
-        F = self.F
-        while True:
-            kind, payload = self.chan.recv()
-            try:
-                if kind == F.SHUTDOWN:
-                    F.check_shutdown(payload, self.secret)
-                    raise Stop()
-                if kind != want:
-                    raise F.FrameError("unexpected", f"expected {F.name(want)}, got {F.name(kind)}")
-                obj, blobs = F.open_sealed(kind, payload, self.secret)
-                if obj.get("id") != self.call_id:
-                    raise F.FrameError("unexpected", f"{F.name(kind)} for call {obj.get('id')!r}, not {self.call_id}")
-                return obj, blobs
-            except F.FrameError as exc:
-                self.chan.send_frame(F.refused(exc.reason, exc.message))
-
     def result(self, obj, stdout=b"", stderr=b""):
         F = self.F
         obj = {"id": self.call_id, "cpu": time.process_time(), **obj}
@@ -191,7 +155,7 @@ class Worker:
             return None
         if hashlib.sha256(blob).hexdigest() != sha:
             raise ValueError(f"the module bytes do not hash to {sha[:12]}…")
-        mod = Loaded(self.wt.Module(self.engine, blob), self.wt)
+        mod = Loaded(self.wt.Module(self.engine, blob), self.wt, self.cb)
         self.modules[sha] = mod
         while len(self.modules) > MAX_MODULES:
             self.modules.popitem(last=False)
@@ -200,6 +164,7 @@ class Worker:
     def execute(self, obj, blobs):
         F, wt = self.F, self.wt
         self.call_id = F.field(obj, "id", int)
+        self.guest.begin(self.call_id)
         sha = F.field(obj, "sha256", str)
         argv = F.field(obj, "argv", list)
         if not all(isinstance(a, str) for a in argv):
@@ -220,19 +185,17 @@ class Worker:
             return self.result({"error": {"kind": "invalid-args", "message": f"artifact {sha[:12]}… is not a valid module: {exc}"}})
         if mod is None:
             return self.result({"missing": True})
-        caps, info = (), b""
-        if any(m != WASI for m, _ in mod.imports):
-            self.chan.send_frame(F.encode(F.LINK, F.pack({"id": self.call_id, "imports": [list(i) for i in mod.imports]})))
-            answer, ablobs = self.expect(F.LINK_ANSWER)
-            if answer.get("refused"):
+        caps = []
+        if mod.needs_link:
+            try:
+                caps = self.guest.link(mod.module)
+            except self.cb.Refused:
                 return self.result({"refused": True})
-            caps = [c for c in F.field(answer, "caps", list) if isinstance(c, str)]
-            info = ablobs[0] if ablobs else b""
             if mod.bad_abi:
                 return self.result({"error": {"kind": "invalid-args", "message": mod.bad_abi}})
-        return self.run(mod, argv, blobs[0], memory, deadline, out_cap, err_cap, caps, info)
+        return self.run(mod, argv, blobs[0], memory, deadline, out_cap, err_cap, caps)
 
-    def run(self, mod, argv, stdin, memory, deadline, out_cap, err_cap, caps, info):
+    def run(self, mod, argv, stdin, memory, deadline, out_cap, err_cap, caps):
         wt = self.wt
         out_path, err_path, in_path = f"{TMP}/stdout", f"{TMP}/stderr", f"{TMP}/stdin"
         for path in (out_path, err_path):
@@ -259,7 +222,7 @@ class Worker:
         self.ticker.arm(deadline, (("stdout", out_path, out_cap), ("stderr", err_path, err_cap)))
         try:
             try:
-                instance = self.instantiate(store, mod, caps, info)
+                instance = self.instantiate(store, mod, caps)
                 start = instance.exports(store).get("_start")
                 if start is None:
                     no_start = True
@@ -296,78 +259,20 @@ class Worker:
             "out_size": out_size, "err_size": err_size,
         }, stdout, stderr)
 
-    def instantiate(self, store, mod, caps, info):
+    def instantiate(self, store, mod, caps):
         """A new instance in ``store`` from the module's pre-linked form for this set of
-        caps (built once: the ``wb.*`` functions read the running call's state)."""
-        self.pending, self.info = b"", info
+        caps (built once: the bridge's ``wb.*`` functions read the running call's state)."""
         key = tuple(sorted(caps))
         pre = mod.pres.get(key)
         if pre is None:
-            wt = self.wt
-            linker = wt.Linker(self.engine)
+            linker = self.wt.Linker(self.engine)
             linker.define_wasi()
-            i32, i64 = wt.ValType.i32(), wt.ValType.i64()
-            call_ty = wt.FuncType([i32, i32, i32, i32], [i64])
-            slot_ty = wt.FuncType([i32, i32], [i64])
-            wanted = {n for m, n in mod.imports if m == CAPS}
-            for cap in key:
-                if cap in wanted and cap not in ALWAYS_LINKED:
-                    linker.define_func(CAPS, cap, call_ty, self.cap_func(cap), access_caller=True)
-            if "fetch" in wanted:
-                linker.define_func(CAPS, "fetch", slot_ty, self.slot_func(False), access_caller=True)
-            if "info" in wanted:
-                linker.define_func(CAPS, "info", slot_ty, self.slot_func(True), access_caller=True)
+            self.guest.define(linker, mod.module, list(key))
             try:
                 pre = mod.pres[key] = linker.instantiate_pre(mod.module)
-            except wt.WasmtimeError as exc:
+            except self.wt.WasmtimeError as exc:
                 raise LinkError(str(exc).strip()) from None
         return pre.instantiate(store)
-
-    def cap_func(self, cap):
-        def host(caller, req_ptr, req_len, resp_ptr, resp_cap):
-            try:
-                mem = caller["memory"]
-                size = mem.data_len(caller)
-                req_ptr &= 0xFFFFFFFF
-                req_len &= 0xFFFFFFFF
-                if req_ptr + req_len > size:
-                    status, body = self.broker(cap, {"outside": [req_ptr, req_len]}, b"")
-                elif req_len > MAX_REQUEST:
-                    status, body = self.broker(cap, {"too_large": req_len}, b"")
-                else:
-                    status, body = self.broker(cap, {}, bytes(mem.read(caller, req_ptr, req_ptr + req_len)))
-                self.pending = body
-                return _deliver(caller, mem, body, resp_ptr, resp_cap, status)
-            except (Stop, OSError, self.F.FrameError):
-                os._exit(0)  # the host is gone or asked us to end: nothing left to answer
-            except Exception:  # noqa: BLE001 - a trap would kill the guest; report internal
-                return -STATUS_INTERNAL
-
-        return host
-
-    def slot_func(self, info):
-        """``wb.info`` (the host's answer for this call) or ``wb.fetch`` (the pending answer)."""
-        def slot(caller, ptr, cap):
-            if info:
-                self.pending = self.info
-            return _deliver(caller, caller["memory"], self.pending, ptr, cap, 0)
-
-        return slot
-
-    def broker(self, cap, extra, request):
-        F = self.F
-        self.chan.send_frame(F.encode(F.BROKER_CALL, F.pack({"id": self.call_id, "cap": cap, **extra}, request)))
-        obj, blobs = self.expect(F.BROKER_ANSWER)
-        status = F.field(obj, "status", int)
-        return status, blobs[0] if blobs else b""
-
-
-def _deliver(caller, mem, body, ptr, cap, status):
-    ptr &= 0xFFFFFFFF
-    cap &= 0xFFFFFFFF
-    if len(body) <= cap and ptr + len(body) <= mem.data_len(caller):
-        mem.write(caller, body, ptr)
-    return -status if status else len(body)
 
 
 def _size(path):
@@ -392,31 +297,20 @@ def _describe(exc):
 
 def main():
     sys.path[:0] = [sys.argv[2], sys.argv[1]]
+    import capbridge
     import frames
 
     secret = bytes.fromhex(os.environ.pop("WB_WORKER_SECRET", ""))
-    # fds 0 and 1 are the protocol; stray prints must not corrupt it.
-    chan = frames.Channel(os.dup(0), os.dup(1))
-    null = os.open("/dev/null", os.O_RDONLY)
-    os.dup2(null, 0)
-    os.dup2(2, 1)
-    os.close(null)
-    try:
+    chan = frames.stdio_channel()
+
+    def serve():
         import wasmtime
 
-        worker = Worker(chan, secret, frames, wasmtime)
+        worker = Worker(chan, secret, frames, wasmtime, capbridge)
         worker.handshake()
         worker.serve()
-    except frames.FrameError as exc:
-        if exc.reason != "eof":
-            try:
-                chan.send_frame(frames.refused(exc.reason, exc.message))
-            except OSError:
-                pass
-            sys.stderr.write(f"wb-worker: {exc.message}\n")
-            sys.exit(3)
-    except (Stop, BrokenPipeError):
-        pass
+
+    frames.serve_host(chan, serve, "wb-worker", ends=(capbridge.Ended,))
 
 
 if __name__ == "__main__":

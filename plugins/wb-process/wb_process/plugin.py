@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from wbcore import hookimpl
-from wbcore.records import Availability, BuildSandbox, ExecShape, IsolationTier
+from wbcore.records import BuildSandbox, ExecShape, IsolationTier, deferred
 
 from wb_process import shapes as _shapes
 
@@ -17,18 +17,6 @@ def wbcore_exec_shapes() -> Iterator[ExecShape]:
     yield from _shapes.shapes()
 
 
-def _tier(runtime: Any) -> Any:
-    from wb_process.tiers import factory
-
-    return factory(runtime)
-
-
-def _tier_available() -> Availability:
-    from wb_process.tiers import available
-
-    return available()
-
-
 @hookimpl
 def wbcore_isolation_tiers() -> Iterator[IsolationTier]:
     yield IsolationTier(
@@ -36,8 +24,8 @@ def wbcore_isolation_tiers() -> Iterator[IsolationTier]:
         summary="a command in a warm sandboxed worker process (namespaces, no network, seccomp, rlimits, "
         "SIGKILL watchdog) on top of wasm isolation; caps bridged to this host's Dock over a framed channel",
         rung=1,
-        factory=_tier,
-        available=_tier_available,
+        factory=deferred("wb_process.tiers", "factory"),
+        available=deferred("wb_process.tiers", "available"),
         kinds=frozenset({"command"}),
         bridges_caps=True,
     )
@@ -49,12 +37,6 @@ def _sandbox(runtime: Any) -> Any:
     return SandboxDriver()
 
 
-def _sandbox_available() -> Availability:
-    from wb_process.sandbox import availability
-
-    return availability()
-
-
 @hookimpl
 def wbcore_build_sandboxes() -> Iterator[BuildSandbox]:
     yield BuildSandbox(
@@ -62,5 +44,5 @@ def wbcore_build_sandboxes() -> Iterator[BuildSandbox]:
         summary="user/mount/pid/net/ipc/uts/cgroup namespaces, read-only binds, no network, uid 1000, "
         "seccomp, rlimits, a SIGKILL deadline, size-capped /tmp and /out",
         factory=_sandbox,
-        available=_sandbox_available,
+        available=deferred("wb_process.sandbox", "availability"),
     )

@@ -2,7 +2,7 @@
 
 A worker is ``_tier_worker.py`` run by ``Sandbox.spawn`` (new user, mount, pid, net, ipc,
 uts and cgroup namespaces; a read-only root holding only the Python runtime, wasmtime and
-the worker's two files; uid 1000 without capabilities; ``no_new_privs``; seccomp; rlimits)
+the worker's three files; uid 1000 without capabilities; ``no_new_privs``; seccomp; rlimits)
 — a fresh ``exec`` of Python, never a fork of a process that compiled wasm. It imports
 wasmtime once and answers the handshake (``Ping`` with its 32-byte session secret →
 ``Pong`` with the protocol version); then it is ready, and serves calls one at a time.
@@ -39,6 +39,7 @@ from wbcore import frames
 
 WORKER = Path(__file__).with_name("_tier_worker.py")
 FRAMES = Path(frames.__file__)  # wbcore/frames.py: standard library only, bound into the sandbox
+CAPBRIDGE = FRAMES.with_name("capbridge.py")  # the core's one caps bridge (its guest side), bound next to it
 DEFAULT_WORKERS = 2
 MAX_WORKERS = 16
 MAX_EXTRA = 8
@@ -357,6 +358,7 @@ def spawn_worker() -> Worker:
         Bind(site, "/wb/site"),
         Bind(WORKER, "/wb/worker.py"),
         Bind(FRAMES, "/wb/lib/frames.py"),
+        Bind(CAPBRIDGE, "/wb/lib/capbridge.py"),
     ]
     # wasmtime reserves address space (guard regions) per linear memory, so RLIMIT_AS is
     # loose; a guest's memory is capped by its store's limits. /tmp holds one call's

@@ -45,7 +45,7 @@ from pathlib import Path
 from wbcore import leftovers
 from wbcore.errors import Internal, InvalidArgs, Timeout, WbError
 from wbcore.records import Availability
-from wbcore.sandbox import Bind, Limits, SandboxResult
+from wbcore.sandbox import Bind, BuildSandboxDriver, Limits, SandboxResult, SandboxRun
 
 INIT = Path(__file__).with_name("_sandbox_init.py")
 #: Outer uid/gid the sandboxed program runs as when the host process is root.
@@ -118,48 +118,55 @@ def own_for_sandbox(root: Path) -> None:
     os.lchown(root, SANDBOX_HOST_ID, SANDBOX_HOST_ID)
 
 
-class Sandbox:
-    """Runs programs in the namespace sandbox. Construct once, ``run`` many times."""
+class Sandbox(BuildSandboxDriver):
+    """Runs programs in the namespace sandbox. Construct once, ``run`` many times.
 
-    def __init__(self, *, seccomp: bool | None = None, _probing: bool = False) -> None:
+    The core's ``BuildSandboxDriver``: ``run`` (its one signature) hands :meth:`execute` the
+    defaulted :class:`~wbcore.sandbox.SandboxRun`. ``lazy``: the seccomp filter and the
+    probe wait for the first run (a lane's driver costs nothing until it builds)."""
+
+    def __init__(self, *, seccomp: bool | None = None, _probing: bool = False, lazy: bool = False) -> None:
+        self._want_seccomp, self._probing = seccomp, _probing
+        self._seccomp: bytes | None = None
+        self._ready = False
+        if not lazy:
+            self._prepare()
+
+    def _prepare(self) -> None:
+        if self._ready:
+            return
         from wb_process.seccomp import bpf
 
-        self._seccomp = bpf() if seccomp is not False else None
-        if seccomp is True and self._seccomp is None:
+        self._seccomp = bpf() if self._want_seccomp is not False else None
+        if self._want_seccomp is True and self._seccomp is None:
             raise SandboxUnavailable("seccomp was required but pyseccomp/libseccomp is not loadable here")
-        if not _probing:
+        if not self._probing:
             ok, reason, _ = probe()
             if not ok:
                 raise SandboxUnavailable(f"the build sandbox is unavailable: {reason}")
+        self._ready = True
 
     @property
     def features(self) -> tuple[str, ...]:
         feats = tuple(f"ns:{n}" for n in NAMESPACES) + ("rlimits", "deadline", "uid-drop", "no-new-privs")
         return feats + (("seccomp",) if self._seccomp else ())
 
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        binds: Sequence[Bind] = (),
-        out_dir: Path,
-        limits: Limits | None = None,
-        env: Mapping[str, str] | None = None,
-        cwd: str = "/out",
-        stdin: bytes | None = None,
-        seed_out: Path | None = None,
-    ) -> SandboxResult:
-        """Run ``argv`` (an absolute path inside the sandbox) and copy ``/out`` to ``out_dir``.
+    def execute(self, job: SandboxRun) -> SandboxResult:
+        """Run ``job.argv`` (an absolute path inside the sandbox) and copy ``/out`` to ``job.out_dir``;
+        ``job.seed_out``: a host folder whose files start in ``/out`` (writable copies)."""
+        self._prepare()
+        env = _launch(job.argv, job.binds, job.env)
+        job.out_dir.mkdir(parents=True, exist_ok=True)
+        return self._run_sandboxed(job.argv, job.binds, job.out_dir, job.limits, env, job.cwd, job.stdin, job.seed_out)
 
-        ``seed_out``: a host folder whose files start in ``/out`` (writable copies).
-        """
-        limits = limits or Limits()
-        _check_launch(argv, binds)
-        out_dir = Path(out_dir)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        full_env = {"PATH": DEFAULT_PATH, "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8"}
-        full_env.update(env or {})
-        return self._run_sandboxed(argv, binds, out_dir, limits, full_env, cwd, stdin, seed_out)
+    def probe(self) -> Availability:
+        return availability()
+
+    def system_binds(self) -> list[Bind]:
+        return system_binds()
+
+    def own_for_sandbox(self, root: Path) -> None:
+        own_for_sandbox(root)
 
     # --- the namespace path ------------------------------------------------------------
 
@@ -278,10 +285,9 @@ class Sandbox:
         wall-clock deadline of its own (``limits.wall_seconds`` is not used): the caller
         ends it with :meth:`SandboxedProcess.kill` or :meth:`SandboxedProcess.close`.
         """
+        self._prepare()
         limits = limits or Limits()
-        _check_launch(argv, binds)
-        full_env = {"PATH": DEFAULT_PATH, "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8"}
-        full_env.update(env or {})
+        full_env = _launch(argv, binds, env or {})
         scratch = Path(tempfile.mkdtemp(prefix="wb-spawn-"))
         try:
             proc, sync_r, go_w, status_r = self._start(scratch, argv, binds, limits, full_env, cwd,
@@ -399,10 +405,17 @@ def _pump(proc: subprocess.Popen, stdin: bytes | None, limits: Limits, deadline:
 
 
 
+def _launch(argv: Sequence[str], binds: Sequence[Bind], env: Mapping[str, str]) -> dict[str, str]:
+    """The checked launch of ``argv`` with ``binds`` (both ``run`` and ``spawn``): the
+    environment the program gets, ``env`` over the sandbox's defaults."""
+    _check_launch(argv, binds)
+    return {"PATH": DEFAULT_PATH, "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8", **env}
+
+
 def _check_launch(argv: Sequence[str], binds: Sequence[Bind]) -> None:
     """Refuse a relative program or a bind that would cover the sandbox's own mounts."""
     if not argv or not argv[0].startswith("/"):
-        raise InvalidArgs(f"sandbox argv[0] must be an absolute path inside the sandbox, got {argv[:1]!r}")
+        raise InvalidArgs(f"sandbox argv[0] must be an absolute path inside the sandbox, got {list(argv[:1])!r}")
     for b in binds:
         if not b.dst.startswith("/") or ".." in Path(b.dst).parts or b.dst.rstrip("/") in ("", "/out", "/tmp", "/proc", "/dev"):
             raise InvalidArgs(f"bind target {b.dst!r} must be an absolute path outside /out, /tmp, /proc, /dev")
@@ -548,36 +561,10 @@ def availability() -> Availability:
     return Availability.yes(reason) if ok else Availability.no(reason)
 
 
-class SandboxDriver:
+class SandboxDriver(Sandbox):
     """The ``wbcore.sandbox.BuildSandboxDriver`` this plugin serves: what a lane gets from
-    ``runtime.build_sandbox()``. The namespace sandbox starts on the first ``run``, so a
+    ``runtime.build_sandbox()``. The namespace sandbox is checked on the first ``run``, so a
     machine without namespaces fails there with the missing feature named."""
 
     def __init__(self) -> None:
-        self._box: Sandbox | None = None
-
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        binds: Sequence[Bind] = (),
-        out_dir: Path,
-        limits: Limits | None = None,
-        env: Mapping[str, str] | None = None,
-        cwd: str = "/out",
-        stdin: bytes | None = None,
-        seed_out: Path | None = None,
-    ) -> SandboxResult:
-        if self._box is None:
-            self._box = Sandbox()
-        return self._box.run(argv, binds=binds, out_dir=out_dir, limits=limits, env=env, cwd=cwd, stdin=stdin,
-                             seed_out=seed_out)
-
-    def probe(self) -> Availability:
-        return availability()
-
-    def system_binds(self) -> list[Bind]:
-        return system_binds()
-
-    def own_for_sandbox(self, root: Path) -> None:
-        own_for_sandbox(root)
+        super().__init__(lazy=True)

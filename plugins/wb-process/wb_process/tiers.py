@@ -13,7 +13,9 @@ top of wasm's own linear-memory isolation. One call, in frames (:mod:`wbcore.fra
 3. each ``wb.<cap>`` call of the guest is a ``BrokerCall``; the host answers it with
    ``Dock.call_raw`` under a context made from the request (principal, caps, the call's
    deadline, allowed hosts, toolkit) — the full cadence, audited, in this process — on a
-   broker thread, while the caller keeps the deadline;
+   broker thread, while the caller keeps the deadline. Steps 2 and 3 are the core's one
+   caps bridge (:mod:`wbcore.capbridge`: ``HostBridge`` here, ``GuestCaps`` in the worker),
+   the container tier's too;
 4. ``ExecResult``: exit code, output, and how the guest ended; the host maps it to the
    same result or error the instance tier gives (Timeout, LimitExceeded, GuestTrap).
 
@@ -32,7 +34,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from wbcore.calls import CallResult, CommandRequest, GuestTrap, LimitExceeded, Usage
+from wbcore.calls import CallResult, CommandRequest, Usage, check_guest_end
+from wbcore.capbridge import HostBridge
 from wbcore.errors import CapabilityDenied, Internal, InvalidArgs, NotFound, Timeout, WbError
 from wbcore.records import Availability
 
@@ -40,12 +43,8 @@ from wbcore import frames
 from wb_process.pool import GRACE_S, Pool, Worker, _wasmtime_dir, shared
 
 if TYPE_CHECKING:
-    from wbcore.dock import DockContext
     from wbcore.runtime import Runtime
 
-WASI = "wasi_snapshot_preview1"
-CAPS = "wb"
-PAGE = 65536
 _ids = itertools.count(1)
 _ERRORS: dict[str, type[WbError]] = {
     "not-found": NotFound, "invalid-args": InvalidArgs, "timeout": Timeout,
@@ -60,12 +59,6 @@ def available() -> Availability:
         return Availability.no("wasmtime is not importable (pip install wasmtime)")
     ok, reason, _ = probe()
     return Availability.yes(f"sandbox: {reason}") if ok else Availability.no(f"the build sandbox is unavailable: {reason}")
-
-
-def near_memory_cap(peak: int, cap: int) -> bool:
-    """Whether a guest that failed was plausibly refused memory (the instance tier's rule:
-    within 1/16 of the cap, at least one page — ``memory.grow`` fails silently)."""
-    return peak + max(PAGE, cap // 16) > cap
 
 
 class OsProcessTier:
@@ -111,9 +104,10 @@ class _Call:
         self.runtime, self.worker, self.req = runtime, worker, req
         self.start, self.deadline = start, deadline
         self.id = next(_ids)
-        self.ctx: DockContext | None = None
-        self.linked: frozenset[str] = frozenset()
-        self.refusal: WbError | None = None
+        # The caps of this call: the core's one bridge decides (Link, BrokerCall), its Dock
+        # calls run on a broker thread while this one keeps the deadline.
+        self.bridge = HostBridge(runtime, req, worker.secret, self.id, max(0.0, deadline - time.monotonic()),
+                                 run=self.on_broker_thread)
         self.in_flight = False  # an Exec was sent and its ExecResult has not arrived
 
     # --- the conversation ---------------------------------------------------------------
@@ -136,10 +130,8 @@ class _Call:
                     if isinstance(cpu, (int, float)) and not isinstance(cpu, bool):
                         w.cpu = float(cpu)
                     return self.finish(obj, blobs)
-                if kind == F.LINK:
-                    self.link(*F.unpack(payload))
-                elif kind == F.BROKER_CALL:
-                    self.broker(*F.unpack(payload))
+                if kind in (F.LINK, F.BROKER_CALL):
+                    w.chan.send_frame(self.bridge.answer(kind, payload))
                 elif kind == F.REFUSED:
                     obj, _ = F.unpack(payload)
                     raise F.FrameError("unexpected", f"the worker refused the call: {obj.get('reason')}: {obj.get('message')}")
@@ -190,62 +182,6 @@ class _Call:
         return Internal(f"{req.name}: the os_process worker died ({why}); it {w.death()}. "
                         "The pool starts a new one; run the call again")
 
-    # --- caps: the worker asks, the Dock decides ------------------------------------------
-
-    def link(self, obj: dict[str, Any], blobs: list[bytes]) -> None:
-        self.check_id(obj)
-        if self.ctx is not None:
-            raise frames.FrameError("unexpected", "the worker asked to link twice in one call")
-        raw = frames.field(obj, "imports", list)
-        imports = [(i[0], i[1]) for i in raw if isinstance(i, list) and len(i) == 2
-                   and isinstance(i[0], str) and isinstance(i[1], str)]
-        if len(imports) != len(raw):
-            raise frames.FrameError("malformed", "Link imports must be [module, name] pairs of strings")
-        req = self.req
-        dock = self.runtime.dock
-        self.ctx = dock.context(principal=req.principal, caps=req.caps, timeout=max(0.0, self.deadline - time.monotonic()),
-                                allowed_hosts=req.allowed_hosts, toolkit=req.toolkit)
-        caps: list[str] = []
-        try:
-            for module, item in imports:
-                if module not in (WASI, CAPS):
-                    raise CapabilityDenied(f"{req.name}: imports {module}.{item}; a guest may import only {WASI} "
-                                           f"(stdio) and {CAPS}.<cap> (brokered caps)")
-            caps = _linkable(dock, [item for module, item in imports if module == CAPS], self.ctx)
-        except CapabilityDenied as exc:
-            self.refusal = exc if exc.message.startswith(f"{req.name}: ") else CapabilityDenied(f"{req.name}: {exc.message}")
-        except WbError as exc:
-            self.refusal = exc
-        w = self.worker
-        if self.refusal is not None:
-            w.chan.send_frame(frames.seal(frames.LINK_ANSWER, w.secret, {"id": self.id, "refused": True}))
-            return
-        self.linked = frozenset(caps)
-        w.chan.send_frame(frames.seal(frames.LINK_ANSWER, w.secret, {"id": self.id, "caps": caps}, _info(dock, self.ctx)))
-
-    def broker(self, obj: dict[str, Any], blobs: list[bytes]) -> None:
-        self.check_id(obj)
-        ctx = self.ctx
-        if ctx is None:
-            raise frames.FrameError("unexpected", "the worker called a cap before linking any")
-        cap = frames.field(obj, "cap", str)
-        request = frames.blobs_of(blobs, 1, frames.BROKER_CALL)[0]
-        dock = self.runtime.dock
-        if cap not in self.linked:
-            status, body = _deny(dock, ctx, cap, CapabilityDenied(f"cap {cap!r} was not linked for {ctx.principal}"))
-        elif "outside" in obj:
-            ptr, n = (frames.field(obj, "outside", list) + [0, 0])[:2]
-            status, body = _deny(dock, ctx, cap, InvalidArgs(f"{cap}: request [{ptr}, +{n}) lies outside guest memory"))
-        elif "too_large" in obj:
-            exc = InvalidArgs(f"{cap}: request of {frames.field(obj, 'too_large', int)} bytes exceeds the "
-                              f"{frames.MAX_FRAME}-byte cap")
-            exc.reason = "too-large"  # type: ignore[attr-defined]
-            status, body = _deny(dock, ctx, cap, exc)
-        else:
-            status, body = self.on_broker_thread(dock.call_raw, ctx, cap, request)
-        w = self.worker
-        w.chan.send_frame(frames.seal(frames.BROKER_ANSWER, w.secret, {"id": self.id, "status": status}, body))
-
     def on_broker_thread(self, fn: Any, *args: Any) -> Any:
         """``fn(*args)`` on a broker thread while this one keeps the deadline: a broker
         that blocks cannot hold the caller past deadline + grace (the result that comes
@@ -270,9 +206,9 @@ class _Call:
         req, prof, F = self.req, self.req.profile, frames
         name = req.name
         if obj.get("refused") is True:
-            if self.refusal is None:
+            if self.bridge.refusal is None:
                 raise F.FrameError("unexpected", "the worker reported a refusal the host did not make")
-            raise self.refusal
+            raise self.bridge.refusal
         err = obj.get("error")
         if isinstance(err, dict):
             cls = _ERRORS.get(str(err.get("kind")), Internal)
@@ -285,35 +221,18 @@ class _Call:
         peak = F.field(obj, "peak", int)
         wall = float(F.field(obj, "wall", (int, float)))
         out_size, err_size = F.field(obj, "out_size", int), F.field(obj, "err_size", int)
-        at_memory_cap = near_memory_cap(peak, prof.memory_bytes)
         over = reason if reason in ("stdout", "stderr") else (
             "stdout" if out_size > prof.stdout_bytes or len(stdout) > prof.stdout_bytes else
             "stderr" if err_size > prof.stderr_bytes or len(stderr) > prof.stderr_bytes else "")
-        if reason == "timeout":
-            raise Timeout(f"{name}: stopped after {wall:.3f} s: over its {req.timeout_s:g} s deadline")
-        if over:
-            cap = prof.stdout_bytes if over == "stdout" else prof.stderr_bytes
-            raise LimitExceeded(f"{name}: {over} passed the {cap}-byte cap of profile {prof.name}; output stopped",
-                                limit=over)
-        if trap_code == "INTERRUPT":
-            raise Timeout(f"{name}: stopped after {wall:.3f} s: over its {req.timeout_s:g} s deadline")
-        if obj.get("no_start") is True:
+        if obj.get("no_start") is True and not over and reason != "timeout":
             raise InvalidArgs(f"{name}: artifact {req.sha256[:12]}… exports no _start (is it a WASI command?)")
-        if trap is not None:
-            if at_memory_cap:
-                raise LimitExceeded(
-                    f"{name}: hit the {prof.memory_bytes >> 20} MiB memory limit of profile {prof.name} "
-                    f"(it had {peak / (1 << 20):.1f} MiB; {trap})", limit="memory")
-            raise GuestTrap(f"{name}: guest trapped: {trap}")
-        if exit_code != 0 and at_memory_cap:
-            raise LimitExceeded(
-                f"{name}: exited {exit_code} at the {prof.memory_bytes >> 20} MiB memory limit of profile {prof.name}",
-                limit="memory")
+        check_guest_end(req, wall=wall, stopped="timeout" if reason == "timeout" else "", over=over, trap=trap,
+                        trap_code=trap_code, exit_code=exit_code, peak=peak)
         usage = Usage(wall_s=time.monotonic() - self.start, peak_memory=peak, bytes_out=len(stdout) + len(stderr))
         return CallResult(stdout, stderr, exit_code, usage)
 
 
-# --- the Dock's decisions, asked by name ----------------------------------------------------
+# --- the threads that run bridged Dock calls ----------------------------------------------
 
 
 _broker_lock = threading.Lock()
@@ -336,20 +255,6 @@ def _forget_brokers_after_fork() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_brokers_after_fork)
-
-
-def _linkable(dock: Any, names: list[str], ctx: DockContext) -> list[str]:
-    """The caps to link for ``wb.<name>`` imports: the Dock's link-time decision (an
-    ungranted or unknown cap is CapabilityDenied naming it; an uninstalled broker NotFound)."""
-    return list(dock.linkable(names, ctx))
-
-
-def _info(dock: Any, ctx: DockContext) -> bytes:
-    return dock.info(ctx)
-
-
-def _deny(dock: Any, ctx: DockContext, cap: str, exc: WbError) -> tuple[int, bytes]:
-    return dock.deny(ctx, cap, exc)
 
 
 def factory(runtime: Runtime) -> OsProcessTier:

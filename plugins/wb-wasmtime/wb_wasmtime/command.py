@@ -28,13 +28,12 @@ from typing import TYPE_CHECKING, Any
 
 from wb_wasmtime import engine as _engine
 from wb_wasmtime import fastpath
-from wbcore.calls import CallResult, CommandRequest, GuestTrap, LimitExceeded, Usage
+from wbcore.calls import CallResult, CommandRequest, Usage, check_guest_end
 from wbcore.errors import InvalidArgs, Timeout
 
 if TYPE_CHECKING:
     from wbcore.runtime import Runtime
 
-PAGE = 65536
 DEFAULT_FUEL = 10_000_000_000
 
 
@@ -106,13 +105,6 @@ def describe_trap(exc: BaseException) -> str:
         if ln.startswith("wasm trap:"):
             return ln
     return lines[-1] if lines else type(exc).__name__
-
-
-def near_memory_cap(peak: int, cap: int) -> bool:
-    """Whether a guest that failed was plausibly refused memory: store limits make
-    ``memory.grow`` return -1 without telling the host, so "within 1/16 of the cap (at
-    least one page)" is the signal."""
-    return peak + max(PAGE, cap // 16) > cap
 
 
 class CommandRunner:
@@ -216,7 +208,6 @@ class CommandRunner:
                 fuel_used = None
         del store, wasi, instance  # closes the output files before they are read
         out_size, err_size = _size(out_path), _size(err_path)
-        at_memory_cap = near_memory_cap(peak, prof.memory_bytes)
         over = guard.reason if guard.reason in ("stdout", "stderr") else (
             "stdout" if out_size > prof.stdout_bytes else "stderr" if err_size > prof.stderr_bytes else "")
         stdout = stderr = b""
@@ -228,30 +219,11 @@ class CommandRunner:
             if size:
                 os.truncate(path, 0)
 
-        if guard.reason == "timeout":
-            raise Timeout(f"{req.name}: stopped after {wall:.3f} s: over its {req.timeout_s:g} s deadline")
-        if guard.reason == "cancelled":
-            raise Timeout(f"{req.name}: cancelled by the caller after {wall:.3f} s; the guest was stopped")
-        if over:
-            cap = prof.stdout_bytes if over == "stdout" else prof.stderr_bytes
-            raise LimitExceeded(
-                f"{req.name}: {over} passed the {cap}-byte cap of profile {prof.name}; output stopped",
-                limit=over)
-        if failure is not None:
-            code = getattr(failure, "trap_code", None)
-            if code == wasmtime.TrapCode.INTERRUPT:
-                raise Timeout(f"{req.name}: stopped after {wall:.3f} s: over its {req.timeout_s:g} s deadline")
-            if code == wasmtime.TrapCode.OUT_OF_FUEL:
-                raise LimitExceeded(f"{req.name}: ran out of fuel ({req.fuel or DEFAULT_FUEL} units)", limit="fuel")
-            if at_memory_cap:
-                raise LimitExceeded(
-                    f"{req.name}: hit the {prof.memory_bytes >> 20} MiB memory limit of profile {prof.name} "
-                    f"(it had {peak / (1 << 20):.1f} MiB; {describe_trap(failure)})", limit="memory")
-            raise GuestTrap(f"{req.name}: guest trapped: {describe_trap(failure)}")
-        if exit_code != 0 and at_memory_cap:
-            raise LimitExceeded(
-                f"{req.name}: exited {exit_code} at the {prof.memory_bytes >> 20} MiB memory limit of profile {prof.name}",
-                limit="memory")
+        code = getattr(failure, "trap_code", None)
+        check_guest_end(req, wall=wall, stopped=guard.reason if guard.reason in ("timeout", "cancelled") else "",
+                        over=over, trap=describe_trap(failure) if failure is not None else None,
+                        trap_code=code.name if code is not None else "", exit_code=exit_code, peak=peak,
+                        fuel=req.fuel or DEFAULT_FUEL)
         usage = Usage(wall_s=wall, fuel=fuel_used, peak_memory=peak, bytes_out=len(stdout) + len(stderr))
         return CallResult(stdout, stderr, exit_code, usage)
 

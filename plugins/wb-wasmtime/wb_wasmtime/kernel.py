@@ -130,7 +130,7 @@ class KernelInstance:
 
         if not isinstance(exc, (wasmtime.Trap, wasmtime.WasmtimeError)):
             return
-        from wb_wasmtime.command import near_memory_cap
+        from wbcore.calls import near_memory_cap
 
         size = self._k.memory_size() if self._k is not None else 0
         self._poison()
