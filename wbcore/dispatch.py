@@ -204,6 +204,17 @@ def orphaned(runtime: Runtime, entry: Entry) -> bool:
 # --- tiers -------------------------------------------------------------------------------
 
 
+def registry(runtime: Runtime, which: str) -> Any:
+    """``runtime.shapes`` / ``tiers`` / ``lanes``: the collected registry once the plugins
+    are loaded, before that the same records from the plugin index in the home
+    (``wbcore.plugin_index``), so resolving a call does not import every plugin."""
+    got = runtime.__dict__.get(which)
+    if got is None:
+        index = getattr(runtime, "plugin_index", None)
+        got = index.registry(which) if index is not None else getattr(runtime, which)
+    return got
+
+
 def _tier_serves(runtime: Runtime, record: Any, entry: Entry, caps: frozenset[str]) -> str | None:
     """Why tier ``record`` cannot run this entry (``None``: it can)."""
     if record.name == INSTANCE:
@@ -226,7 +237,7 @@ def _lane_runners(runtime: Runtime) -> frozenset[str]:
     cache = runtime.__dict__.get("_wb_lane_runners")
     if cache is None:
         cache = runtime.__dict__["_wb_lane_runners"] = frozenset(
-            lane.name for lane in runtime.lanes if getattr(lane, "runner", None) is not None)
+            lane.name for lane in registry(runtime, "lanes") if getattr(lane, "runner", None) is not None)
     return cache
 
 
@@ -236,7 +247,7 @@ def choose_tier(runtime: Runtime, entry: Entry, trust: str, caps: frozenset[str]
     ``instance``; third-party escalates one rung to the weakest stronger tier that can
     run it here; an explicit ``requested`` tier is honoured when it can run the call and
     is not weaker than what trust requires."""
-    ladder = sorted(runtime.tiers, key=lambda t: t.rung)
+    ladder = sorted(registry(runtime, "tiers"), key=lambda t: t.rung)
     by_name = {t.name: t for t in ladder}
     considered: list[tuple[str, str]] = []
     if _shape_tier(runtime, entry) != INSTANCE:
@@ -277,9 +288,10 @@ def choose_tier(runtime: Runtime, entry: Entry, trust: str, caps: frozenset[str]
 def _shape_tier(runtime: Runtime, entry: Entry) -> str:
     """The tier an entry's shape names as its floor (``ExecShape.default_tier``); a shape
     that names one other than instance never runs in this process (posix: native code)."""
-    if entry.shape not in runtime.shapes.names():
+    shapes = registry(runtime, "shapes")
+    if entry.shape not in shapes.names():
         return INSTANCE
-    return runtime.shapes.get(entry.shape).default_tier
+    return shapes.get(entry.shape).default_tier
 
 
 def _shape_bound(runtime: Runtime, entry: Entry, caps: frozenset[str], requested: str | None,
@@ -320,7 +332,7 @@ def _target(runtime: Runtime, entry: Entry, tier: str) -> Any:
     cache = runtime.__dict__.setdefault("_wb_tier_drivers", {})
     driver = cache.get(tier)
     if driver is None:
-        driver = cache[tier] = runtime.tiers.get(tier).factory(runtime)
+        driver = cache[tier] = registry(runtime, "tiers").get(tier).factory(runtime)
     return driver
 
 
@@ -334,7 +346,7 @@ def _runner(runtime: Runtime, shape: str) -> Any:
     cache = runtime.__dict__.setdefault("_wb_runners", {})
     runner = cache.get(shape)
     if runner is None:
-        record = runtime.shapes.get(shape)
+        record = registry(runtime, "shapes").get(shape)
         if record.runner is None:
             raise InvalidArgs(f"shape {shape!r} has no runner (it is discovery-only)")
         runner = cache[shape] = record.runner(runtime)
@@ -349,8 +361,9 @@ def runner_for(runtime: Runtime, entry: Entry) -> Any:
         cache = runtime.__dict__.setdefault("_wb_runners", {})
         key = ("lane", lane)
         runner = cache.get(key)
-        if runner is None and lane in runtime.lanes:
-            factory = getattr(runtime.lanes.get(lane), "runner", None)
+        lanes = registry(runtime, "lanes")
+        if runner is None and lane in lanes:
+            factory = getattr(lanes.get(lane), "runner", None)
             if factory is not None:
                 runner = cache[key] = factory(runtime)
         if runner is not None:

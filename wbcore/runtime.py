@@ -54,11 +54,30 @@ class Runtime:
         self.resolved_calls: dict[tuple[str, str, str | None], Any] = {}
         #: Moves whenever a resolution is made anew or the cache is forgotten (wbcore.dispatch).
         self.resolve_epoch = 0
+        #: Whether this runtime's plugins are every installed one, loaded on first use: only
+        #: then may dispatch read them from the plugin index in the home (wbcore.plugin_index).
+        self.indexed_plugins = False
 
     def _loaded(self) -> None:
         if self._pm is None:
             assert self._load_plugins is not None
             self._pm, self._plugin_infos = self._load_plugins()
+            if self.indexed_plugins and self.__dict__.get("plugin_index") is None:
+                from wbcore import plugin_index
+
+                if plugin_index.load(self) is None:  # missing or stale: describe the plugins just loaded
+                    plugin_index.write(self)
+
+    @cached_property
+    def plugin_index(self) -> Any:
+        """The plugin index (``wbcore.plugin_index.Index``) when this runtime loads every
+        installed plugin and the home's index matches them; else ``None``. Dispatch reads
+        shapes, tiers and lanes from it without importing the plugins."""
+        if not self.indexed_plugins:
+            return None
+        from wbcore import plugin_index
+
+        return plugin_index.load(self)
 
     @property
     def pm(self) -> pluggy.PluginManager:
@@ -76,6 +95,9 @@ class Runtime:
         """The hook relay when a plugin implements the call hooks, else ``None``: calls
         check this attribute, so hooks nobody implements cost nothing per call."""
         _ = self.tracer  # a tracer registers itself as a plugin implementing the call hooks: open it first
+        index = self.plugin_index if self._pm is None else None
+        if index is not None and not index.watches_calls:
+            return None  # no installed plugin implements them (and no tracer registered one)
         return self._call_hooks()
 
     @cached_property
@@ -111,7 +133,7 @@ class Runtime:
             pm, infos = _plugins.load(plugins, cache_dir=home_path)
             return cls(pm, infos, home=home_path, env=env, cwd=Path(cwd) if cwd is not None else Path.cwd(),
                        roots=[Path(r) for r in roots] if roots is not None else None)
-        return cls(
+        rt = cls(
             None,
             None,
             load_plugins=load_all,
@@ -120,6 +142,8 @@ class Runtime:
             cwd=Path(cwd) if cwd is not None else Path.cwd(),
             roots=[Path(r) for r in roots] if roots is not None else None,
         )
+        rt.indexed_plugins = True
+        return rt
 
     @property
     def hook(self) -> Any:
@@ -129,6 +153,8 @@ class Runtime:
         """Add an in-process plugin to this runtime after it was opened (tests, embedders).
         Caches that depend on the plugin set (which hooks have implementations) are reset."""
         self.pm.register(plugin, name=name)
+        self.indexed_plugins = False  # the index describes the installed plugins, not this one
+        self.__dict__["plugin_index"] = None
         self.call_hooks = self._call_hooks()
 
     def _call_hooks(self) -> Any:

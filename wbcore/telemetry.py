@@ -84,8 +84,14 @@ _NULL = nullcontext(NOOP)
 def open_tracer(runtime: Runtime) -> Tracer | None:
     """The tracer a plugin serves for ``runtime`` (``None``: telemetry is off). A tracer
     that fails to start is a warning, never a runtime that does not open."""
+    # Plugins not loaded yet and indexed (wbcore.plugin_index): call the same hook
+    # implementations, in pluggy's order, without importing every plugin to find them.
+    index = getattr(runtime, "plugin_index", None) if getattr(runtime, "_pm", True) is None else None
     try:
-        tracer = runtime.pm.hook.wbcore_tracer(runtime=runtime)
+        if index is not None:
+            tracer = index.call_first("wbcore_tracer", runtime=runtime)
+        else:
+            tracer = runtime.pm.hook.wbcore_tracer(runtime=runtime)
     except Exception as exc:  # noqa: BLE001 - a broken exporter must not take the runtime down
         log.warning("telemetry is off: the tracer failed to start (%s: %s)", type(exc).__name__, exc)
         return None
