@@ -16,9 +16,6 @@ from __future__ import annotations
 
 import os
 import re
-import secrets
-import shutil
-import tempfile
 from functools import cache
 from pathlib import Path
 
@@ -61,11 +58,15 @@ def owner_tag() -> str:
 
 def unique(prefix: str, suffix: str = "") -> str:
     """A fresh name carrying this process as its owner."""
+    import secrets
+
     return f"{prefix}{owner_tag()}-{secrets.token_hex(4)}{suffix}"
 
 
 def mkdtemp(prefix: str, dir: Path | str | None = None) -> Path:
     """``tempfile.mkdtemp`` with the owner in the name (mode 0700)."""
+    import tempfile
+
     base = Path(dir) if dir is not None else Path(tempfile.gettempdir())
     for _ in range(100):
         path = base / unique(prefix)
@@ -92,6 +93,8 @@ def replace_dir(new: Path, dest: Path) -> None:
         os.replace(dest, old)
     os.replace(new, dest)
     if old is not None:
+        import shutil
+
         shutil.rmtree(old, ignore_errors=True)
 
 
@@ -106,6 +109,8 @@ def owner_alive(name: str, prefix: str) -> bool | None:
 
 
 def _remove(path: Path) -> None:
+    import shutil
+
     try:
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path, ignore_errors=True)
@@ -158,6 +163,8 @@ def sweep_home(home: Path) -> list[Path]:
     # home/cache: the start-up caches (entry points, manifests, digests) write their temp files there.
     for sub in (home, home / "cache", home / "build" / "cache", home / "build" / "logs", home / "artifacts" / ARTIFACT_TMP):
         removed += sweep_tmp_files(sub)
+    import tempfile
+
     for prefix in SYSTEM_TEMP_PREFIXES:
         removed += sweep(Path(tempfile.gettempdir()), prefix)
     return removed

@@ -10,7 +10,7 @@ Importing and registering every plugin to learn that is most of a ``wbx run``'s 
 
 - written after a full plugin load in which every plugin loaded and no two providers
   claimed one name (a partial or conflicting set is never indexed: it loads fully again);
-- keyed by the installed distributions (:func:`wbcore.plugins.installed_key`) and by the
+- keyed by the installed distributions (:func:`wbcore.installed.installed_key`) and by the
   identity (inode, size, mtime, ctime) of every ``.py`` file of every plugin's package, so
   an install, an upgrade or an edit of an editable plugin re-indexes;
 - static fields kept as they are; callables kept as import references (``module:qualname``),
@@ -242,13 +242,13 @@ def _path(home: Path) -> Path:
 
 def load(runtime: Any) -> Index | None:
     """The runtime's index if the file matches the installed plugin set now, else ``None``."""
-    from wbcore import plugins
+    from wbcore.installed import installed_key
 
     try:
         data = json.loads(_path(runtime.home).read_bytes())
         if data.get("format") != FORMAT:
             return None
-        key, racy = plugins.installed_key()
+        key, racy = installed_key()
         if racy or data.get("key") != key:
             return None
         files = data["files"]
@@ -262,9 +262,9 @@ def load(runtime: Any) -> Index | None:
 def write(runtime: Any) -> bool:
     """Index the runtime's loaded plugins (every plugin loaded, no conflicts); ``False``
     when they cannot be indexed or the home cannot be written."""
-    from wbcore import plugins
+    from wbcore.installed import installed_key
 
-    key, racy = plugins.installed_key()
+    key, racy = installed_key()
     if racy or any(not info.loaded for info in runtime.plugin_infos):
         return False
     modules: set[str] = set()
