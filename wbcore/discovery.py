@@ -16,11 +16,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from wbcore import manifest as _manifest
+from typing import TYPE_CHECKING
+
 from wbcore import paths
 from wbcore.errors import ManifestError, NotFound, unknown_name
-from wbcore.manifest_cache import ManifestCache
-from wbcore.toolkit import Toolkit
+
+if TYPE_CHECKING:  # the manifest parser loads with discovery itself, not with roots()
+    from wbcore import manifest as _manifest
+    from wbcore.manifest_cache import ManifestCache
+    from wbcore.toolkit import Toolkit
 
 MANIFEST = "manifest.org"
 
@@ -110,6 +114,8 @@ def _toolkit_folder(search: paths.Root, entry: os.DirEntry[str]) -> paths.Root |
 
 def _load(folder: paths.Root, path: Path, name: str, cache: ManifestCache | None) -> _manifest.Manifest:
     """The folder's manifest: from the cache when the file is the one parsed before."""
+    from wbcore import manifest as _manifest
+
     if cache is None:
         return _manifest.load(path, folder)
     try:
@@ -126,6 +132,10 @@ def _load(folder: paths.Root, path: Path, name: str, cache: ManifestCache | None
 def discover_root(root: Path, home: Path | None = None) -> tuple[list[Toolkit], list[ManifestError]]:
     """The toolkits in ``root``; with ``home``, parsed manifests are cached there
     (:mod:`wbcore.manifest_cache`)."""
+    from wbcore import manifest as _manifest
+    from wbcore.manifest_cache import ManifestCache
+    from wbcore.toolkit import Toolkit
+
     toolkits: list[Toolkit] = []
     errors: list[ManifestError] = []
     search = paths.Root.at(root, paths.SEARCH_ROOT)
@@ -166,6 +176,8 @@ def discover_root(root: Path, home: Path | None = None) -> tuple[list[Toolkit], 
 
 def discover(search: list[Path], home: Path | None = None) -> Discovery:
     """Every toolkit on the search path (first root wins); ``home`` caches parsed manifests."""
+    from wbcore.toolkit import Toolkit
+
     result = Discovery(roots=list(search))
     for root in search:
         found, errors = discover_root(root, home)

@@ -460,6 +460,21 @@ def resolve(runtime: Runtime, kind: str, name: str, *, tier: str | None = None) 
     return resolved
 
 
+def adopt(runtime: Runtime, resolved: Resolved, generation: int) -> None:
+    """Take ``resolved`` as this runtime's resolution of its name, made when the change
+    counter read ``generation``: ``wbcore.runcache`` hands over one kept in the home after
+    checking that none of its inputs changed. Later calls re-check it as any other."""
+    runtime.resolve_epoch += 1
+    runtime.resolved_calls[(resolved.kind, resolved.name, None)] = (
+        generation, _monotonic(), _world(runtime, resolved), resolved)
+
+
+def resolved_generation(runtime: Runtime, kind: str, name: str, tier: str | None = None) -> int | None:
+    """The change counter the cached resolution of ``name`` was made at (``None``: none)."""
+    hit = runtime.resolved_calls.get((kind, name, tier))
+    return hit[0] if hit is not None else None
+
+
 def _world(runtime: Runtime, resolved: Resolved) -> Any:
     """What a cached resolution depends on outside the home's change counter."""
     from wbcore import trust

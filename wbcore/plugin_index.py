@@ -127,9 +127,11 @@ class View:
 class Index:
     """The plugin index of one runtime: registry views and the call hooks' implementations."""
 
-    def __init__(self, runtime: Any, data: dict[str, Any]) -> None:
+    def __init__(self, runtime: Any, data: dict[str, Any], ident: str = "") -> None:
         self.runtime = runtime
         self._data = data
+        #: The index file's content digest: what a kept resolution was made with (wbcore.runcache).
+        self.ident = ident
         self._views: dict[str, View] = {}
         self.hooks: dict[str, list[Ref]] = {h: [Ref(r) for r in data["hooks"].get(h, [])] for h in HOOKS}
 
@@ -244,8 +246,11 @@ def load(runtime: Any) -> Index | None:
     """The runtime's index if the file matches the installed plugin set now, else ``None``."""
     from wbcore.installed import installed_key
 
+    import hashlib
+
     try:
-        data = json.loads(_path(runtime.home).read_bytes())
+        raw = _path(runtime.home).read_bytes()
+        data = json.loads(raw)
         if data.get("format") != FORMAT:
             return None
         key, racy = installed_key()
@@ -254,7 +259,7 @@ def load(runtime: Any) -> Index | None:
         files = data["files"]
         if _files_state([f[0] for f in files]) != files:
             return None
-        return Index(runtime, data)
+        return Index(runtime, data, hashlib.sha256(raw).hexdigest())
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return None
 

@@ -13,13 +13,14 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from wbcore import discovery as _discovery
 from wbcore.errors import ManifestError
 from wbcore.errors import NotFound as _NotFound
-from wbcore.toolkit import Toolkit
 
 if TYPE_CHECKING:  # pluggy, the plugins and the records load with the first plugin use
     import pluggy
+
+    from wbcore import discovery as _discovery
+    from wbcore.toolkit import Toolkit
 
     from wbcore import plugins as _plugins
     from wbcore.records import Broker, BuildLane, ExecShape, FederationSource, IsolationTier, SourcePrefix
@@ -67,6 +68,7 @@ class Runtime:
 
                 if plugin_index.load(self) is None:  # missing or stale: describe the plugins just loaded
                     plugin_index.write(self)
+                    self.__dict__.pop("plugin_index", None)  # read again: the one just written
 
     @cached_property
     def plugin_index(self) -> Any:
@@ -120,6 +122,8 @@ class Runtime:
     ) -> Runtime:
         """Open a runtime. ``plugins=None`` loads every installed plugin (tolerant);
         a list selects entry-point names and/or in-process plugin objects (strict)."""
+        from wbcore import discovery as _discovery
+
         env = dict(os.environ if env is None else env)
         home_path = Path(home).expanduser() if home is not None else _discovery.default_home(env, Path(cwd) if cwd is not None else None)
         def load_all() -> tuple[pluggy.PluginManager, list[_plugins.PluginInfo]]:
@@ -361,12 +365,16 @@ class Runtime:
 
     @property
     def roots(self) -> list[Path]:
+        from wbcore import discovery as _discovery
+
         if self._roots is not None:
             return [r for r in self._roots if r.is_dir()]
         return _discovery.roots(self.env, self.cwd, self.home)
 
     def discover(self, *, refresh: bool = False) -> _discovery.Discovery:
         if self._discovery is None or refresh:
+            from wbcore import discovery as _discovery
+
             self._discovery = _discovery.discover(self.roots, self.home)
         return self._discovery
 

@@ -72,7 +72,18 @@ def read_stdin(cap: int = MAX_STDIN) -> bytes:
 
 def run(runtime: Any, req: RunArgs) -> int:
     """Run the registered command: stdin → stdout/stderr; returns its exit code."""
-    runtime.resolve("command", req.name, tier=req.tier)  # unknown or unavailable fails before stdin is read
+    from wbcore import runcache
+
+    # A resolution kept by the last `wbx run` of this name, if nothing it was made from has
+    # changed (wbcore.runcache); else the full one, kept for the next run.
+    if req.tier is not None or not runcache.recall(runtime, "command", req.name):
+        resolved = runtime.resolve("command", req.name, tier=req.tier)  # unknown or unavailable fails before stdin is read
+        if req.tier is None:
+            from wbcore import dispatch
+
+            gen = dispatch.resolved_generation(runtime, "command", req.name)
+            if gen is not None:
+                runcache.remember(runtime, resolved, gen)
     result = runtime.call(req.name, list(req.args), read_stdin(), timeout=req.timeout, tier=req.tier)
     for stream, data in ((sys.stdout, result.stdout), (sys.stderr, result.stderr)):
         raw = getattr(stream, "buffer", None)
