@@ -63,11 +63,22 @@ def unique(prefix: str, suffix: str = "") -> str:
     return f"{prefix}{owner_tag()}-{secrets.token_hex(4)}{suffix}"
 
 
-def mkdtemp(prefix: str, dir: Path | str | None = None) -> Path:
-    """``tempfile.mkdtemp`` with the owner in the name (mode 0700)."""
+def system_tmp() -> Path:
+    """The system temp folder :func:`mkdtemp` uses and :func:`sweep_home` sweeps: the first
+    of ``$TMPDIR``, ``$TEMP``, ``$TMP`` and ``/tmp`` that is a folder this process may
+    write, else tempfile's choice. Both use this one function, so they always agree; it
+    does not import tempfile (and shutil, bz2, lzma, random) on every command's start."""
+    for cand in (os.environ.get("TMPDIR"), os.environ.get("TEMP"), os.environ.get("TMP"), "/tmp"):
+        if cand and os.path.isdir(cand) and os.access(cand, os.W_OK | os.X_OK):
+            return Path(os.path.abspath(cand))
     import tempfile
 
-    base = Path(dir) if dir is not None else Path(tempfile.gettempdir())
+    return Path(tempfile.gettempdir())
+
+
+def mkdtemp(prefix: str, dir: Path | str | None = None) -> Path:
+    """``tempfile.mkdtemp`` with the owner in the name (mode 0700)."""
+    base = Path(dir) if dir is not None else system_tmp()
     for _ in range(100):
         path = base / unique(prefix)
         try:
@@ -163,8 +174,6 @@ def sweep_home(home: Path) -> list[Path]:
     # home/cache: the start-up caches (entry points, manifests, digests) write their temp files there.
     for sub in (home, home / "cache", home / "build" / "cache", home / "build" / "logs", home / "artifacts" / ARTIFACT_TMP):
         removed += sweep_tmp_files(sub)
-    import tempfile
-
     for prefix in SYSTEM_TEMP_PREFIXES:
-        removed += sweep(Path(tempfile.gettempdir()), prefix)
+        removed += sweep(system_tmp(), prefix)
     return removed

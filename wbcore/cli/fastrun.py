@@ -11,18 +11,31 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 from wbcore.errors import InvalidArgs
 
 MAX_STDIN = 64 << 20
 
 
-class RunArgs(NamedTuple):
-    name: str
-    args: tuple[str, ...]
-    timeout: float | None = None
-    tier: str | None = None
+class RunArgs:
+    """A plain ``wbx run``: NAME, the guest's arguments, ``--timeout`` and ``--tier``.
+    (A plain class: a NamedTuple's class creation is a measurable part of the start-up.)"""
+
+    __slots__ = ("args", "name", "tier", "timeout")
+
+    def __init__(self, name: str, args: tuple[str, ...], timeout: float | None = None,
+                 tier: str | None = None) -> None:
+        self.name, self.args, self.timeout, self.tier = name, args, timeout, tier
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RunArgs) and (self.name, self.args, self.timeout, self.tier) == (
+            other.name, other.args, other.timeout, other.tier)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"RunArgs(name={self.name!r}, args={self.args!r}, timeout={self.timeout!r}, tier={self.tier!r})"
 
 
 def parse(argv: Sequence[str]) -> RunArgs | None:

@@ -5,9 +5,19 @@ is off. Nothing of OpenTelemetry is imported unless tracing is on."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from wb_otel.settings import enabled
+ENDPOINT = "OTEL_EXPORTER_OTLP_ENDPOINT"
+TRACES_ENDPOINT = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+DISABLED = "OTEL_SDK_DISABLED"
+
+
+def enabled(env: Mapping[str, str]) -> bool:
+    """Whether the environment turns tracing on (``wb_otel.settings`` reads the rest)."""
+    if env.get(DISABLED, "").strip().lower() == "true":
+        return False
+    return bool(env.get(TRACES_ENDPOINT) or env.get(ENDPOINT))
 
 
 def wbcore_tracer(runtime: Any) -> Any:
