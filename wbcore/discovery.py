@@ -15,14 +15,13 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
-from wbcore import paths
 from wbcore.errors import ManifestError, NotFound, unknown_name
 
-if TYPE_CHECKING:  # the manifest parser loads with discovery itself, not with roots()
+if TYPE_CHECKING:  # the manifest parser and containment load with discovery itself, not with roots()
     from wbcore import manifest as _manifest
+    from wbcore import paths
     from wbcore.manifest_cache import ManifestCache
     from wbcore.toolkit import Toolkit
 
@@ -101,6 +100,8 @@ class Discovery:
 
 def _toolkit_folder(search: paths.Root, entry: os.DirEntry[str]) -> paths.Root | None:
     """The entry as a toolkit's containment root; ``None`` when it is not a folder."""
+    from wbcore import paths
+
     if entry.is_dir(follow_symlinks=False):
         # scandir already knows it is a real folder: no second lstat (1,000 toolkits stay fast).
         return paths.Root(search.shown / entry.name, os.path.join(search.real, entry.name))
@@ -115,6 +116,7 @@ def _toolkit_folder(search: paths.Root, entry: os.DirEntry[str]) -> paths.Root |
 def _load(folder: paths.Root, path: Path, name: str, cache: ManifestCache | None) -> _manifest.Manifest:
     """The folder's manifest: from the cache when the file is the one parsed before."""
     from wbcore import manifest as _manifest
+    from wbcore import paths
 
     if cache is None:
         return _manifest.load(path, folder)
@@ -133,6 +135,7 @@ def discover_root(root: Path, home: Path | None = None) -> tuple[list[Toolkit], 
     """The toolkits in ``root``; with ``home``, parsed manifests are cached there
     (:mod:`wbcore.manifest_cache`)."""
     from wbcore import manifest as _manifest
+    from wbcore import paths
     from wbcore.manifest_cache import ManifestCache
     from wbcore.toolkit import Toolkit
 

@@ -41,10 +41,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wbcore import policy, preopen
-from wbcore.calls import CallRecord, CallResult, CommandRequest, KernelRequest, KernelSpec, Principal
+from wbcore.calls import CallRecord, CallResult, CommandRequest, Principal
 from wbcore.errors import CapabilityDenied, InvalidArgs, NotFound, WbError, unknown_name
 
 if TYPE_CHECKING:
+    from wbcore.kernel_calls import KernelRequest, KernelSpec
     from wbcore.policy import Profile
     from wbcore.registry import Entry
     from wbcore.runtime import Runtime
@@ -274,7 +275,7 @@ def choose_tier(runtime: Runtime, entry: Entry, trust: str, caps: frozenset[str]
         return TierChoice(required, why, tuple(considered))
     if requested != INSTANCE and requested not in by_name:
         raise InvalidArgs(unknown_name("tier", requested, sorted({INSTANCE, *by_name})))
-    rung = lambda name: by_name[name].rung if name in by_name else 0  # noqa: E731 - instance is rung 0
+    rung = lambda name: by_name[name].rung if name in by_name else 0
     if rung(requested) < rung(required):
         raise CapabilityDenied(f"tier {requested} is weaker than {required}, which the #+TRUST {trust} of "
                                f"{entry.toolkit or entry.name} requires here; choose {required} or a stronger tier")
@@ -425,7 +426,11 @@ def _resolve_uncached(runtime: Runtime, kind: str, name: str, tier: str | None) 
                                       declared=prov.get("caps", ()), profile=prof)
         hosts = tuple(prov.get("hosts", ()))
     choice = choose_tier(runtime, entry, trust_, caps, tier)
-    spec = KernelSpec.from_options(entry.options) if kind == "kernel" else None
+    spec = None
+    if kind == "kernel":
+        from wbcore.kernel_calls import KernelSpec
+
+        spec = KernelSpec.from_options(entry.options)
     return Resolved(
         kind=kind, name=name, entry=entry, sha256=entry.sha256, artifact=runtime.artifacts.path(entry.sha256),
         toolkit=entry.toolkit, trust=trust_, signer=signer, profile=prof, caps=caps, allowed_hosts=hosts,
@@ -610,6 +615,8 @@ def call_command(runtime: Runtime, name: str, argv: Sequence[str] = (), stdin: b
 
 def kernel_request(resolved: Resolved, *, principal: Principal | None = None,
                    timeout: float | None = None) -> KernelRequest:
+    from wbcore.kernel_calls import KernelRequest, KernelSpec
+
     spec = resolved.kernel or KernelSpec()
     if timeout is not None:
         spec = KernelSpec(spec.entry, spec.in_off, spec.out_off, _deadline(resolved.profile, timeout, spec.timeout_s))

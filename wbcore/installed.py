@@ -22,12 +22,13 @@ def installed_key() -> tuple[str, bool]:
     :data:`RACY_SECONDS` could change again within the same timestamp tick (an install
     under way), so a scan made now is not cached (as git treats a racy index).
     """
-    import hashlib
     import os
     import sys
     import time
 
-    h = hashlib.sha256(f"{sys.executable}\0{sys.prefix}\0{sys.version}".encode())
+    from wbcore.digest import sha256
+
+    h = sha256(f"{sys.executable}\0{sys.prefix}\0{sys.version}".encode())
     newest = 0
     for entry in sys.path:
         h.update(f"\0\0{entry}".encode())

@@ -244,9 +244,8 @@ def _path(home: Path) -> Path:
 
 def load(runtime: Any) -> Index | None:
     """The runtime's index if the file matches the installed plugin set now, else ``None``."""
+    from wbcore.digest import sha256
     from wbcore.installed import installed_key
-
-    import hashlib
 
     try:
         raw = _path(runtime.home).read_bytes()
@@ -259,7 +258,7 @@ def load(runtime: Any) -> Index | None:
         files = data["files"]
         if _files_state([f[0] for f in files]) != files:
             return None
-        return Index(runtime, data, hashlib.sha256(raw).hexdigest())
+        return Index(runtime, data, sha256(raw).hexdigest())
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return None
 

@@ -25,6 +25,7 @@ import pluggy
 
 from wbcore import hookspecs
 from wbcore.errors import NotFound, PluginError, unknown_name
+from wbcore.installed import RACY_SECONDS, installed_key  # noqa: F401 - re-exported: plugins.installed_key
 
 log = logging.getLogger(__name__)
 
@@ -62,9 +63,6 @@ def _scan() -> list[tuple[str, str, str, str]]:
                 seen.add((ep.name, ep.value))
                 found.append((ep.name, ep.value, dist.metadata["Name"], dist.version))
     return found
-
-
-from wbcore.installed import RACY_SECONDS, installed_key  # noqa: E402 - re-exported: plugins.installed_key
 
 
 def entry_points(cache_dir: Any = None) -> list[tuple[str, str, str, str]]:

@@ -20,10 +20,9 @@ if TYPE_CHECKING:  # pluggy, the plugins and the records load with the first plu
     import pluggy
 
     from wbcore import discovery as _discovery
-    from wbcore.toolkit import Toolkit
-
     from wbcore import plugins as _plugins
     from wbcore.records import Broker, BuildLane, ExecShape, FederationSource, IsolationTier, SourcePrefix
+    from wbcore.toolkit import Toolkit
 
 
 class Runtime:

@@ -19,8 +19,8 @@ import pytest
 
 pytest.importorskip("wasmtime")
 
-from wbcore import builder, consent, runcache  # noqa: E402
-from wbcore.testing import CliResult  # noqa: E402
+from wbcore import builder, consent, runcache
+from wbcore.testing import CliResult
 
 SHIPPED = Path(__file__).resolve().parents[2] / "toolkits"
 HELLO = b"hello from the kept resolution\n"

@@ -21,7 +21,6 @@
 from __future__ import annotations
 
 import functools
-import hashlib
 import itertools
 import json
 import os
@@ -32,6 +31,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from wbcore.digest import sha256
 from wbcore.errors import CapabilityDenied, InvalidArgs
 
 if TYPE_CHECKING:
@@ -141,7 +141,7 @@ class Engine:
     def cache_key(self) -> str:
         """``wasmtime-<version>-<arch>-<config digest>``: the compiled-cache key."""
         blob = json.dumps(self.config, sort_keys=True).encode()
-        digest = hashlib.sha256(blob).hexdigest()[:16]
+        digest = sha256(blob).hexdigest()[:16]
         return f"wasmtime-{self.config['wasmtime']}-{self.config['arch']}-{digest}"
 
 
