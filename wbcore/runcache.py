@@ -95,9 +95,11 @@ def _code_state() -> list[Any]:
 
 
 def _newest(value: Any) -> int:
-    """The newest mtime/ctime in a stamp (idents are [ino, mode, size, mtime, ctime])."""
+    """The newest mtime/ctime in a stamp. Both kinds of file record in it keep mtime and
+    ctime at positions 3 and 4: an identity ``[ino, mode, size, mtime, ctime]`` and a
+    :func:`wbcore.trust.folder_state` entry ``[path, ino, size, mtime, ctime]``."""
     if isinstance(value, list):
-        if len(value) == 5 and all(isinstance(v, int) for v in value):
+        if len(value) == 5 and isinstance(value[3], int) and isinstance(value[4], int):
             return max(value[3], value[4])
         return max((_newest(v) for v in value), default=0)
     if isinstance(value, dict):

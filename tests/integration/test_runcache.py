@@ -204,3 +204,15 @@ def test_not_kept_while_racy_or_for_an_explicit_tier(b64: Path, wb_home: Path, w
     assert res.exit_code == 0 and not kept(wb_home).exists()
     res, _ = run(wbx, make_runtime)
     assert kept(wb_home).exists()
+
+
+def test_the_stamp_sees_a_just_changed_toolkit_file(b64: Path, make_runtime: Any) -> None:
+    """A file changed within the racy window keeps the resolution from being kept: the
+    stamp's newest time covers the toolkit folder, not only the roots and the code."""
+    src = b64 / "src" / "b64.wat"
+    src.write_text(src.read_text() + "\n")
+    stamp = runcache.stamp(make_runtime(), str(b64))
+    assert stamp is not None
+    st = src.stat()
+    assert runcache._newest(stamp) >= max(st.st_mtime_ns, st.st_ctime_ns)
+    assert runcache._newest(stamp["toolkit"]) >= st.st_ctime_ns
