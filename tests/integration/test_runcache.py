@@ -216,3 +216,52 @@ def test_the_stamp_sees_a_just_changed_toolkit_file(b64: Path, make_runtime: Any
     st = src.stat()
     assert runcache._newest(stamp) >= max(st.st_mtime_ns, st.st_ctime_ns)
     assert runcache._newest(stamp["toolkit"]) >= st.st_ctime_ns
+
+
+#: A kv guest (tests/integration/test_dispatch.py): gets key "k" through wb.kv, writes the answer.
+KV_WAT = """(module
+  (import "wasi_snapshot_preview1" "fd_write" (func $w (param i32 i32 i32 i32) (result i32)))
+  (import "wb" "kv" (func $kv (param i32 i32 i32 i32) (result i64)))
+  (memory (export "memory") 2)
+  (data (i32.const 64) "\\a2\\62op\\63get\\63key\\61k")
+  (func (export "_start") (local $n i64)
+    (local.set $n (call $kv (i32.const 64) (i32.const 14) (i32.const 4096) (i32.const 60000)))
+    (if (i64.lt_s (local.get $n) (i64.const 0)) (then (local.set $n (i64.const 0))))
+    (i32.store (i32.const 0) (i32.const 4096)) (i32.store (i32.const 4) (i32.wrap_i64 (local.get $n)))
+    (drop (call $w (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))
+"""
+
+
+def test_a_command_with_caps_audits_alike_on_both_paths(monkeypatch: pytest.MonkeyPatch, wb_home: Path,
+                                                        toolkit_root: Path, wbx: Any, make_runtime: Any) -> None:
+    """The kept resolution carries the effective caps; the Dock brokers and audits them as
+    on the full path (the brokers load when the guest first calls one)."""
+    from wbcore.audit import AuditLog
+    from wbcore.testing import manifest_text, write_toolkit
+
+    monkeypatch.setattr(runcache, "RACY_SECONDS", 0.0)
+    real, hits = runcache.recall, []
+    monkeypatch.setattr(runcache, "recall", lambda *a, **kw: hits.append(real(*a, **kw)) or hits[-1])
+    fields = {"BUILD_LANG": "wat", "BUILD_SRC": "path:src/main.wat", "CLI_BIN": "kvget"}
+    write_toolkit(toolkit_root, "kvget", manifest_text("kvget", exec="command", caps="kv", extra=fields),
+                  files={"src/main.wat": KV_WAT})
+    builder.build(make_runtime(), "kvget")
+
+    def go() -> tuple[CliResult, list[dict[str, Any]]]:
+        log = AuditLog.for_home(wb_home)
+        before = len(list(log.entries()))
+        res = wbx("run", "kvget", runtime=make_runtime(), input=b"")
+        volatile = {"seq", "ts", "time", "prev", "hash", "chain", "ms", "pid"}
+        new = [{k: v for k, v in e.items() if k not in volatile} for e in list(log.entries())[before:]]
+        return res, new
+
+    first, _ = go()
+    assert first.exit_code == 0, first.stderr
+    assert (wb_home / runcache.FOLDER / "command.kvget.json").is_file()
+    fast, fast_audit = go()
+    assert hits[-1] is True
+    runcache.forget(wb_home, "command", "kvget")
+    full, full_audit = go()
+    assert hits[-1] is False
+    assert (fast.exit_code, fast.stdout_bytes, fast.stderr) == (full.exit_code, full.stdout_bytes, full.stderr)
+    assert fast_audit and fast_audit == full_audit, (fast_audit, full_audit)
