@@ -80,6 +80,11 @@ class Runtime:
 
         return plugin_index.load(self)
 
+    def index_until_loaded(self) -> Any:
+        """The plugin index while the plugins are not loaded yet (``None`` once they are, or
+        when there is none): what a hook caller may read instead of importing them."""
+        return self.plugin_index if self._pm is None else None
+
     @property
     def pm(self) -> pluggy.PluginManager:
         """The plugin manager (plugins are imported on first use)."""
@@ -96,7 +101,7 @@ class Runtime:
         """The hook relay when a plugin implements the call hooks, else ``None``: calls
         check this attribute, so hooks nobody implements cost nothing per call."""
         _ = self.tracer  # a tracer registers itself as a plugin implementing the call hooks: open it first
-        index = self.plugin_index if self._pm is None else None
+        index = self.index_until_loaded()
         if index is not None and not index.watches_calls:
             return None  # no installed plugin implements them (and no tracer registered one)
         return self._call_hooks()

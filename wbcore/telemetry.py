@@ -27,11 +27,11 @@ if TYPE_CHECKING:
     from wbcore.runtime import Runtime
 
 
-
 def _log() -> Any:
     import logging  # only to warn: a call with telemetry off never imports it
 
     return logging.getLogger(__name__)
+
 
 #: Attribute names shared by every tracer (OpenTelemetry GenAI names where one exists).
 MODEL = "gen_ai.request.model"
@@ -90,7 +90,8 @@ def open_tracer(runtime: Runtime) -> Tracer | None:
     that fails to start is a warning, never a runtime that does not open."""
     # Plugins not loaded yet and indexed (wbcore.plugin_index): call the same hook
     # implementations, in pluggy's order, without importing every plugin to find them.
-    index = getattr(runtime, "plugin_index", None) if getattr(runtime, "_pm", True) is None else None
+    until = getattr(runtime, "index_until_loaded", None)
+    index = until() if until is not None else None
     try:
         if index is not None:
             tracer = index.call_first("wbcore_tracer", runtime=runtime)
