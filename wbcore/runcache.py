@@ -34,6 +34,9 @@ an explicit ``--tier``, any tier but ``instance``, a runtime whose plugins were 
 and any stamp with a file changed in the last :data:`RACY_SECONDS` (it could change again
 within the same timestamp tick, unseen). The artifact itself is checked by the runner on
 every call, on both paths (``ArtifactStore``: digest and file identity).
+
+The kept file is trusted as the rest of the home is (the registry, the grants, the digest
+cache beside it): whoever can write the home can already grant caps and register commands.
 """
 
 from __future__ import annotations
@@ -52,7 +55,8 @@ RACY_SECONDS = 2.0
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 #: The core modules whose code decides a resolution (their identity is part of the stamp).
 _DECIDERS = ("dispatch", "policy", "consent", "trust", "discovery", "home", "registry", "paths",
-             "manifest", "manifest_cache", "toolkit", "plugin_index", "runcache", "preopen", "calls")
+             "manifest", "manifest_cache", "toolkit", "plugin_index", "runcache", "preopen", "calls",
+             "generation", "installed", "runtime")
 MANIFEST = "manifest.org"
 
 
