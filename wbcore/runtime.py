@@ -66,7 +66,12 @@ class Runtime:
                 from wbcore import plugin_index
 
                 if plugin_index.load(self) is None:  # missing or stale: describe the plugins just loaded
-                    plugin_index.write(self)
+                    try:
+                        plugin_index.write(self)
+                    except Exception as exc:  # noqa: BLE001 - an optimisation: never a command's failure
+                        import logging
+
+                        logging.getLogger(__name__).debug("plugin index not written: %s", exc)
                     self.__dict__.pop("plugin_index", None)  # read again: the one just written
 
     @cached_property

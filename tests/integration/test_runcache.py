@@ -265,3 +265,33 @@ def test_a_command_with_caps_audits_alike_on_both_paths(monkeypatch: pytest.Monk
     assert hits[-1] is False
     assert (fast.exit_code, fast.stdout_bytes, fast.stderr) == (full.exit_code, full.stdout_bytes, full.stderr)
     assert fast_audit and fast_audit == full_audit, (fast_audit, full_audit)
+
+
+def test_the_plugin_index_names_runners_and_defers_misses(wb_home: Path, make_runtime: Any) -> None:
+    """The index hands dispatch the same records without importing the plugins; a name it
+    does not hold is asked of the real registry (same error); a changed plugin file makes
+    it stale."""
+    from wbcore import plugin_index
+    from wbcore.errors import WbError
+
+    full = make_runtime()
+    full.collect_all()  # loads every plugin: the index is written
+    rt = make_runtime()
+    index = rt.plugin_index
+    assert index is not None
+    command = index.registry("shapes").get("command")
+    assert isinstance(command.runner, plugin_index.Ref) and command.default_tier == "instance"
+    assert command.runner.resolve() is full.shapes.get("command").runner
+    assert sorted(t.name for t in index.registry("tiers")) == full.tiers.names()
+    assert rt._pm is None, "reading the index imports no plugin"
+    with pytest.raises(WbError) as via_index:
+        index.registry("shapes").get("no-such-shape")
+    with pytest.raises(WbError) as real:
+        full.shapes.get("no-such-shape")
+    assert str(via_index.value) == str(real.value)
+
+    path = wb_home / plugin_index.INDEX_FILE
+    data = json.loads(path.read_text())
+    data["files"][0][3] += 1  # as if a plugin's source file was edited since
+    path.write_text(json.dumps(data))
+    assert plugin_index.load(make_runtime()) is None
