@@ -19,7 +19,6 @@ The store knows nothing about wasmtime: the engine hands ``compiled()`` its own
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import threading
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from wbcore import faults, leftovers
+from wbcore.digest import sha256
 from wbcore.errors import Internal, InvalidArgs, NotFound
 
 T = TypeVar("T")
@@ -51,11 +51,11 @@ class Artifact:
 
 
 def sha256_bytes(data: bytes | bytearray | memoryview) -> str:
-    return hashlib.sha256(data).hexdigest()
+    return sha256(data).hexdigest()
 
 
 def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
+    h = sha256()
     with path.open("rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)

@@ -15,12 +15,15 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from wbcore import manifest as _manifest
-from wbcore import paths
 from wbcore.errors import ManifestError, NotFound, unknown_name
-from wbcore.manifest_cache import ManifestCache
-from wbcore.toolkit import Toolkit
+
+if TYPE_CHECKING:  # the manifest parser and containment load with discovery itself, not with roots()
+    from wbcore import manifest as _manifest
+    from wbcore import paths
+    from wbcore.manifest_cache import ManifestCache
+    from wbcore.toolkit import Toolkit
 
 MANIFEST = "manifest.org"
 
@@ -97,6 +100,8 @@ class Discovery:
 
 def _toolkit_folder(search: paths.Root, entry: os.DirEntry[str]) -> paths.Root | None:
     """The entry as a toolkit's containment root; ``None`` when it is not a folder."""
+    from wbcore import paths
+
     if entry.is_dir(follow_symlinks=False):
         # scandir already knows it is a real folder: no second lstat (1,000 toolkits stay fast).
         return paths.Root(search.shown / entry.name, os.path.join(search.real, entry.name))
@@ -110,6 +115,9 @@ def _toolkit_folder(search: paths.Root, entry: os.DirEntry[str]) -> paths.Root |
 
 def _load(folder: paths.Root, path: Path, name: str, cache: ManifestCache | None) -> _manifest.Manifest:
     """The folder's manifest: from the cache when the file is the one parsed before."""
+    from wbcore import manifest as _manifest
+    from wbcore import paths
+
     if cache is None:
         return _manifest.load(path, folder)
     try:
@@ -126,6 +134,11 @@ def _load(folder: paths.Root, path: Path, name: str, cache: ManifestCache | None
 def discover_root(root: Path, home: Path | None = None) -> tuple[list[Toolkit], list[ManifestError]]:
     """The toolkits in ``root``; with ``home``, parsed manifests are cached there
     (:mod:`wbcore.manifest_cache`)."""
+    from wbcore import manifest as _manifest
+    from wbcore import paths
+    from wbcore.manifest_cache import ManifestCache
+    from wbcore.toolkit import Toolkit
+
     toolkits: list[Toolkit] = []
     errors: list[ManifestError] = []
     search = paths.Root.at(root, paths.SEARCH_ROOT)
@@ -166,6 +179,8 @@ def discover_root(root: Path, home: Path | None = None) -> tuple[list[Toolkit], 
 
 def discover(search: list[Path], home: Path | None = None) -> Discovery:
     """Every toolkit on the search path (first root wins); ``home`` caches parsed manifests."""
+    from wbcore.toolkit import Toolkit
+
     result = Discovery(roots=list(search))
     for root in search:
         found, errors = discover_root(root, home)

@@ -41,10 +41,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wbcore import policy, preopen
-from wbcore.calls import CallRecord, CallResult, CommandRequest, KernelRequest, KernelSpec, Principal
+from wbcore.calls import CallRecord, CallResult, CommandRequest, Principal
 from wbcore.errors import CapabilityDenied, InvalidArgs, NotFound, WbError, unknown_name
 
 if TYPE_CHECKING:
+    from wbcore.kernel_calls import KernelRequest, KernelSpec
     from wbcore.policy import Profile
     from wbcore.registry import Entry
     from wbcore.runtime import Runtime
@@ -204,6 +205,17 @@ def orphaned(runtime: Runtime, entry: Entry) -> bool:
 # --- tiers -------------------------------------------------------------------------------
 
 
+def registry(runtime: Runtime, which: str) -> Any:
+    """``runtime.shapes`` / ``tiers`` / ``lanes``: the collected registry once the plugins
+    are loaded, before that the same records from the plugin index in the home
+    (``wbcore.plugin_index``), so resolving a call does not import every plugin."""
+    got = runtime.__dict__.get(which)
+    if got is None:
+        index = getattr(runtime, "plugin_index", None)
+        got = index.registry(which) if index is not None else getattr(runtime, which)
+    return got
+
+
 def _tier_serves(runtime: Runtime, record: Any, entry: Entry, caps: frozenset[str]) -> str | None:
     """Why tier ``record`` cannot run this entry (``None``: it can)."""
     if record.name == INSTANCE:
@@ -226,7 +238,7 @@ def _lane_runners(runtime: Runtime) -> frozenset[str]:
     cache = runtime.__dict__.get("_wb_lane_runners")
     if cache is None:
         cache = runtime.__dict__["_wb_lane_runners"] = frozenset(
-            lane.name for lane in runtime.lanes if getattr(lane, "runner", None) is not None)
+            lane.name for lane in registry(runtime, "lanes") if getattr(lane, "runner", None) is not None)
     return cache
 
 
@@ -236,7 +248,7 @@ def choose_tier(runtime: Runtime, entry: Entry, trust: str, caps: frozenset[str]
     ``instance``; third-party escalates one rung to the weakest stronger tier that can
     run it here; an explicit ``requested`` tier is honoured when it can run the call and
     is not weaker than what trust requires."""
-    ladder = sorted(runtime.tiers, key=lambda t: t.rung)
+    ladder = sorted(registry(runtime, "tiers"), key=lambda t: t.rung)
     by_name = {t.name: t for t in ladder}
     considered: list[tuple[str, str]] = []
     if _shape_tier(runtime, entry) != INSTANCE:
@@ -263,7 +275,7 @@ def choose_tier(runtime: Runtime, entry: Entry, trust: str, caps: frozenset[str]
         return TierChoice(required, why, tuple(considered))
     if requested != INSTANCE and requested not in by_name:
         raise InvalidArgs(unknown_name("tier", requested, sorted({INSTANCE, *by_name})))
-    rung = lambda name: by_name[name].rung if name in by_name else 0  # noqa: E731 - instance is rung 0
+    rung = lambda name: by_name[name].rung if name in by_name else 0
     if rung(requested) < rung(required):
         raise CapabilityDenied(f"tier {requested} is weaker than {required}, which the #+TRUST {trust} of "
                                f"{entry.toolkit or entry.name} requires here; choose {required} or a stronger tier")
@@ -277,9 +289,10 @@ def choose_tier(runtime: Runtime, entry: Entry, trust: str, caps: frozenset[str]
 def _shape_tier(runtime: Runtime, entry: Entry) -> str:
     """The tier an entry's shape names as its floor (``ExecShape.default_tier``); a shape
     that names one other than instance never runs in this process (posix: native code)."""
-    if entry.shape not in runtime.shapes.names():
+    shapes = registry(runtime, "shapes")
+    if entry.shape not in shapes.names():
         return INSTANCE
-    return runtime.shapes.get(entry.shape).default_tier
+    return shapes.get(entry.shape).default_tier
 
 
 def _shape_bound(runtime: Runtime, entry: Entry, caps: frozenset[str], requested: str | None,
@@ -320,7 +333,7 @@ def _target(runtime: Runtime, entry: Entry, tier: str) -> Any:
     cache = runtime.__dict__.setdefault("_wb_tier_drivers", {})
     driver = cache.get(tier)
     if driver is None:
-        driver = cache[tier] = runtime.tiers.get(tier).factory(runtime)
+        driver = cache[tier] = registry(runtime, "tiers").get(tier).factory(runtime)
     return driver
 
 
@@ -334,7 +347,7 @@ def _runner(runtime: Runtime, shape: str) -> Any:
     cache = runtime.__dict__.setdefault("_wb_runners", {})
     runner = cache.get(shape)
     if runner is None:
-        record = runtime.shapes.get(shape)
+        record = registry(runtime, "shapes").get(shape)
         if record.runner is None:
             raise InvalidArgs(f"shape {shape!r} has no runner (it is discovery-only)")
         runner = cache[shape] = record.runner(runtime)
@@ -349,8 +362,9 @@ def runner_for(runtime: Runtime, entry: Entry) -> Any:
         cache = runtime.__dict__.setdefault("_wb_runners", {})
         key = ("lane", lane)
         runner = cache.get(key)
-        if runner is None and lane in runtime.lanes:
-            factory = getattr(runtime.lanes.get(lane), "runner", None)
+        lanes = registry(runtime, "lanes")
+        if runner is None and lane in lanes:
+            factory = getattr(lanes.get(lane), "runner", None)
             if factory is not None:
                 runner = cache[key] = factory(runtime)
         if runner is not None:
@@ -412,7 +426,11 @@ def _resolve_uncached(runtime: Runtime, kind: str, name: str, tier: str | None) 
                                       declared=prov.get("caps", ()), profile=prof)
         hosts = tuple(prov.get("hosts", ()))
     choice = choose_tier(runtime, entry, trust_, caps, tier)
-    spec = KernelSpec.from_options(entry.options) if kind == "kernel" else None
+    spec = None
+    if kind == "kernel":
+        from wbcore.kernel_calls import KernelSpec
+
+        spec = KernelSpec.from_options(entry.options)
     return Resolved(
         kind=kind, name=name, entry=entry, sha256=entry.sha256, artifact=runtime.artifacts.path(entry.sha256),
         toolkit=entry.toolkit, trust=trust_, signer=signer, profile=prof, caps=caps, allowed_hosts=hosts,
@@ -445,6 +463,21 @@ def resolve(runtime: Runtime, kind: str, name: str, *, tier: str | None = None) 
         cache.clear()
     cache[key] = (gen, _monotonic(), _world(runtime, resolved), resolved)
     return resolved
+
+
+def adopt(runtime: Runtime, resolved: Resolved, generation: int) -> None:
+    """Take ``resolved`` as this runtime's resolution of its name, made when the change
+    counter read ``generation``: ``wbcore.runcache`` hands over one kept in the home after
+    checking that none of its inputs changed. Later calls re-check it as any other."""
+    runtime.resolve_epoch += 1
+    runtime.resolved_calls[(resolved.kind, resolved.name, None)] = (
+        generation, _monotonic(), _world(runtime, resolved), resolved)
+
+
+def resolved_generation(runtime: Runtime, kind: str, name: str, tier: str | None = None) -> int | None:
+    """The change counter the cached resolution of ``name`` was made at (``None``: none)."""
+    hit = runtime.resolved_calls.get((kind, name, tier))
+    return hit[0] if hit is not None else None
 
 
 def _world(runtime: Runtime, resolved: Resolved) -> Any:
@@ -582,6 +615,8 @@ def call_command(runtime: Runtime, name: str, argv: Sequence[str] = (), stdin: b
 
 def kernel_request(resolved: Resolved, *, principal: Principal | None = None,
                    timeout: float | None = None) -> KernelRequest:
+    from wbcore.kernel_calls import KernelRequest, KernelSpec
+
     spec = resolved.kernel or KernelSpec()
     if timeout is not None:
         spec = KernelSpec(spec.entry, spec.in_off, spec.out_off, _deadline(resolved.profile, timeout, spec.timeout_s))

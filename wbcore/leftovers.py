@@ -16,9 +16,6 @@ from __future__ import annotations
 
 import os
 import re
-import secrets
-import shutil
-import tempfile
 from functools import cache
 from pathlib import Path
 
@@ -61,12 +58,27 @@ def owner_tag() -> str:
 
 def unique(prefix: str, suffix: str = "") -> str:
     """A fresh name carrying this process as its owner."""
+    import secrets
+
     return f"{prefix}{owner_tag()}-{secrets.token_hex(4)}{suffix}"
+
+
+def system_tmp() -> Path:
+    """The system temp folder :func:`mkdtemp` uses and :func:`sweep_home` sweeps: the first
+    of ``$TMPDIR``, ``$TEMP``, ``$TMP`` and ``/tmp`` that is a folder this process may
+    write, else tempfile's choice. Both use this one function, so they always agree; it
+    does not import tempfile (and shutil, bz2, lzma, random) on every command's start."""
+    for cand in (os.environ.get("TMPDIR"), os.environ.get("TEMP"), os.environ.get("TMP"), "/tmp"):
+        if cand and os.path.isdir(cand) and os.access(cand, os.W_OK | os.X_OK):
+            return Path(os.path.abspath(cand))
+    import tempfile
+
+    return Path(tempfile.gettempdir())
 
 
 def mkdtemp(prefix: str, dir: Path | str | None = None) -> Path:
     """``tempfile.mkdtemp`` with the owner in the name (mode 0700)."""
-    base = Path(dir) if dir is not None else Path(tempfile.gettempdir())
+    base = Path(dir) if dir is not None else system_tmp()
     for _ in range(100):
         path = base / unique(prefix)
         try:
@@ -92,6 +104,8 @@ def replace_dir(new: Path, dest: Path) -> None:
         os.replace(dest, old)
     os.replace(new, dest)
     if old is not None:
+        import shutil
+
         shutil.rmtree(old, ignore_errors=True)
 
 
@@ -106,6 +120,8 @@ def owner_alive(name: str, prefix: str) -> bool | None:
 
 
 def _remove(path: Path) -> None:
+    import shutil
+
     try:
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path, ignore_errors=True)
@@ -159,5 +175,5 @@ def sweep_home(home: Path) -> list[Path]:
     for sub in (home, home / "cache", home / "build" / "cache", home / "build" / "logs", home / "artifacts" / ARTIFACT_TMP):
         removed += sweep_tmp_files(sub)
     for prefix in SYSTEM_TEMP_PREFIXES:
-        removed += sweep(Path(tempfile.gettempdir()), prefix)
+        removed += sweep(system_tmp(), prefix)
     return removed

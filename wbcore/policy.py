@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from wbcore.records import Check
+if TYPE_CHECKING:  # the records load with verify, not with every call's resolution
+    from wbcore.records import Check
 
 MiB = 1 << 20
 
@@ -91,6 +93,8 @@ def effective_caps(
 
 
 def cap_checks(caps: Iterable[str]) -> list[Check]:
+    from wbcore.records import Check
+
     caps = list(caps)
     if not caps:
         return [Check(True, "caps", "none declared (pure compute + stdio)")]

@@ -17,7 +17,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from wbcore import paths
 from wbcore.errors import InvalidArgs, NotFound
 
 #: The registry entry option that carries a command's preopen.
@@ -42,6 +41,8 @@ def option(toolkit_dir: Path, value: str | None) -> dict[str, Any]:
     must exist inside ``toolkit_dir`` (``Refused``/``InvalidArgs`` naming it otherwise)."""
     if not value:
         return {}
+    from wbcore import paths
+
     folder, guest = parse(value)
     try:
         paths.inside(toolkit_dir, folder, expect="dir")
@@ -58,6 +59,8 @@ def resolve(options: Mapping[str, Any]) -> tuple[str, str] | None:
         return None
     if not isinstance(spec, Mapping):
         raise InvalidArgs(f"registry entry option {OPTION!r} is malformed; rebuild the toolkit")
+    from wbcore import paths
+
     folder, guest = parse(f"{spec.get('dir', '')} {spec.get('guest', '')}")
     host = paths.inside(Path(str(spec.get("root", ""))), folder, expect="dir")
     return str(host), guest

@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import json
 import re
-import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wbcore.errors import InvalidArgs, NotFound, unknown_name
 from wbcore.generation import Generation
+
+if TYPE_CHECKING:  # SQLite loads with the first query: a cached `wbx run` resolution makes none
+    import sqlite3
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 RESERVED = frozenset({"upper", "jq", "grep", "wbox"})
@@ -112,6 +114,8 @@ class Registry:
 
     def _db(self) -> sqlite3.Connection:
         if self._conn is None:
+            import sqlite3
+
             self.path.parent.mkdir(parents=True, exist_ok=True)
             wal = _is_wal(self.path)
             conn = sqlite3.connect(self.path, timeout=10.0, check_same_thread=False, isolation_level=None)

@@ -13,16 +13,16 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from wbcore import discovery as _discovery
 from wbcore.errors import ManifestError
 from wbcore.errors import NotFound as _NotFound
-from wbcore.toolkit import Toolkit
 
 if TYPE_CHECKING:  # pluggy, the plugins and the records load with the first plugin use
     import pluggy
 
+    from wbcore import discovery as _discovery
     from wbcore import plugins as _plugins
     from wbcore.records import Broker, BuildLane, ExecShape, FederationSource, IsolationTier, SourcePrefix
+    from wbcore.toolkit import Toolkit
 
 
 class Runtime:
@@ -54,11 +54,41 @@ class Runtime:
         self.resolved_calls: dict[tuple[str, str, str | None], Any] = {}
         #: Moves whenever a resolution is made anew or the cache is forgotten (wbcore.dispatch).
         self.resolve_epoch = 0
+        #: Whether this runtime's plugins are every installed one, loaded on first use: only
+        #: then may dispatch read them from the plugin index in the home (wbcore.plugin_index).
+        self.indexed_plugins = False
 
     def _loaded(self) -> None:
         if self._pm is None:
             assert self._load_plugins is not None
             self._pm, self._plugin_infos = self._load_plugins()
+            if self.indexed_plugins and self.__dict__.get("plugin_index") is None:
+                from wbcore import plugin_index
+
+                if plugin_index.load(self) is None:  # missing or stale: describe the plugins just loaded
+                    try:
+                        plugin_index.write(self)
+                    except Exception as exc:  # noqa: BLE001 - an optimisation: never a command's failure
+                        import logging
+
+                        logging.getLogger(__name__).debug("plugin index not written: %s", exc)
+                    self.__dict__.pop("plugin_index", None)  # read again: the one just written
+
+    @cached_property
+    def plugin_index(self) -> Any:
+        """The plugin index (``wbcore.plugin_index.Index``) when this runtime loads every
+        installed plugin and the home's index matches them; else ``None``. Dispatch reads
+        shapes, tiers and lanes from it without importing the plugins."""
+        if not self.indexed_plugins:
+            return None
+        from wbcore import plugin_index
+
+        return plugin_index.load(self)
+
+    def index_until_loaded(self) -> Any:
+        """The plugin index while the plugins are not loaded yet (``None`` once they are, or
+        when there is none): what a hook caller may read instead of importing them."""
+        return self.plugin_index if self._pm is None else None
 
     @property
     def pm(self) -> pluggy.PluginManager:
@@ -76,6 +106,9 @@ class Runtime:
         """The hook relay when a plugin implements the call hooks, else ``None``: calls
         check this attribute, so hooks nobody implements cost nothing per call."""
         _ = self.tracer  # a tracer registers itself as a plugin implementing the call hooks: open it first
+        index = self.index_until_loaded()
+        if index is not None and not index.watches_calls:
+            return None  # no installed plugin implements them (and no tracer registered one)
         return self._call_hooks()
 
     @cached_property
@@ -98,6 +131,8 @@ class Runtime:
     ) -> Runtime:
         """Open a runtime. ``plugins=None`` loads every installed plugin (tolerant);
         a list selects entry-point names and/or in-process plugin objects (strict)."""
+        from wbcore import discovery as _discovery
+
         env = dict(os.environ if env is None else env)
         home_path = Path(home).expanduser() if home is not None else _discovery.default_home(env, Path(cwd) if cwd is not None else None)
         def load_all() -> tuple[pluggy.PluginManager, list[_plugins.PluginInfo]]:
@@ -111,7 +146,7 @@ class Runtime:
             pm, infos = _plugins.load(plugins, cache_dir=home_path)
             return cls(pm, infos, home=home_path, env=env, cwd=Path(cwd) if cwd is not None else Path.cwd(),
                        roots=[Path(r) for r in roots] if roots is not None else None)
-        return cls(
+        rt = cls(
             None,
             None,
             load_plugins=load_all,
@@ -120,6 +155,8 @@ class Runtime:
             cwd=Path(cwd) if cwd is not None else Path.cwd(),
             roots=[Path(r) for r in roots] if roots is not None else None,
         )
+        rt.indexed_plugins = True
+        return rt
 
     @property
     def hook(self) -> Any:
@@ -129,6 +166,8 @@ class Runtime:
         """Add an in-process plugin to this runtime after it was opened (tests, embedders).
         Caches that depend on the plugin set (which hooks have implementations) are reset."""
         self.pm.register(plugin, name=name)
+        self.indexed_plugins = False  # the index describes the installed plugins, not this one
+        self.__dict__["plugin_index"] = None
         self.call_hooks = self._call_hooks()
 
     def _call_hooks(self) -> Any:
@@ -335,12 +374,16 @@ class Runtime:
 
     @property
     def roots(self) -> list[Path]:
+        from wbcore import discovery as _discovery
+
         if self._roots is not None:
             return [r for r in self._roots if r.is_dir()]
         return _discovery.roots(self.env, self.cwd, self.home)
 
     def discover(self, *, refresh: bool = False) -> _discovery.Discovery:
         if self._discovery is None or refresh:
+            from wbcore import discovery as _discovery
+
             self._discovery = _discovery.discover(self.roots, self.home)
         return self._discovery
 

@@ -19,7 +19,6 @@ Seams: :mod:`wbcore.pipeline` (pipeline, stage), :mod:`wbcore.fabric` (one span 
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -27,7 +26,12 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     from wbcore.runtime import Runtime
 
-log = logging.getLogger(__name__)
+
+def _log() -> Any:
+    import logging  # only to warn: a call with telemetry off never imports it
+
+    return logging.getLogger(__name__)
+
 
 #: Attribute names shared by every tracer (OpenTelemetry GenAI names where one exists).
 MODEL = "gen_ai.request.model"
@@ -84,10 +88,17 @@ _NULL = nullcontext(NOOP)
 def open_tracer(runtime: Runtime) -> Tracer | None:
     """The tracer a plugin serves for ``runtime`` (``None``: telemetry is off). A tracer
     that fails to start is a warning, never a runtime that does not open."""
+    # Plugins not loaded yet and indexed (wbcore.plugin_index): call the same hook
+    # implementations, in pluggy's order, without importing every plugin to find them.
+    until = getattr(runtime, "index_until_loaded", None)
+    index = until() if until is not None else None
     try:
-        tracer = runtime.pm.hook.wbcore_tracer(runtime=runtime)
+        if index is not None:
+            tracer = index.call_first("wbcore_tracer", runtime=runtime)
+        else:
+            tracer = runtime.pm.hook.wbcore_tracer(runtime=runtime)
     except Exception as exc:  # noqa: BLE001 - a broken exporter must not take the runtime down
-        log.warning("telemetry is off: the tracer failed to start (%s: %s)", type(exc).__name__, exc)
+        _log().warning("telemetry is off: the tracer failed to start (%s: %s)", type(exc).__name__, exc)
         return None
     if tracer is not None:
         runtime.pm.register(tracer, name="wbcore-tracer")  # it may implement the call hooks
@@ -102,7 +113,7 @@ def flush(runtime: Runtime, timeout_s: float = 10.0) -> None:
         try:
             tracer.flush(timeout_s)
         except Exception as exc:  # noqa: BLE001 - a collector that is down must not keep a worker alive
-            log.warning("telemetry: the last spans were not exported (%s: %s)", type(exc).__name__, exc)
+            _log().warning("telemetry: the last spans were not exported (%s: %s)", type(exc).__name__, exc)
 
 
 def span(runtime: Runtime, name: str, attributes: Mapping[str, Any] | None = None) -> AbstractContextManager[Span]:

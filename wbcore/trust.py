@@ -13,13 +13,12 @@ A mismatch, or a third-party signature that does not verify, makes the toolkit
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
-from wbcore import paths
 from wbcore.artifacts import IntegrityError as _StoreIntegrityError
+from wbcore.digest import sha256
 from wbcore.errors import ErrorKind, NotFound
 
 if TYPE_CHECKING:
@@ -45,7 +44,7 @@ def sha256_file(path: Path, *, limit: int = 1 << 30) -> str:
 
 
 def _sha256_stream(fh: BinaryIO, shown: Path, limit: int = 1 << 30) -> str:
-    h = hashlib.sha256()
+    h = sha256()
     total = 0
     for chunk in iter(lambda: fh.read(1 << 20), b""):
         total += len(chunk)
@@ -96,6 +95,8 @@ def shipped_artifact(manifest: Manifest) -> Path | None:
     """The local file ``#+SHA256`` pins, when ``#+BUILD_SRC`` is ``wasm:``/``archive:`` + a path:
     its checked, symlink-free path (:mod:`wbcore.paths`), ``None`` when there is none, and
     :class:`~wbcore.paths.Refused` when it is not a single-linked regular file inside the toolkit."""
+    from wbcore import paths
+
     rel = _shipped_relative(manifest)
     if rel is None:
         return None
@@ -107,6 +108,8 @@ def shipped_artifact(manifest: Manifest) -> Path | None:
 
 def _check_shipped(manifest: Manifest) -> bool:
     """Hash the shipped file through containment; True when there is one (and it matched)."""
+    from wbcore import paths
+
     rel = _shipped_relative(manifest)
     if rel is None or not manifest.sha256:
         return False
@@ -123,6 +126,8 @@ def _check_shipped(manifest: Manifest) -> bool:
 
 def integrity_reason(toolkit: Toolkit, runtime: Runtime) -> str | None:
     """Why ``#+SHA256`` fails for this toolkit, or ``None`` (also when nothing is pinned)."""
+    from wbcore import paths
+
     m = toolkit.manifest
     if not m.sha256:
         return None
@@ -183,7 +188,7 @@ RACY_SECONDS = 2.0
 
 
 def _digest_file(runtime: Runtime, folder: Path) -> Path:
-    return runtime.home / "cache" / "digests" / f"{hashlib.sha256(str(folder).encode()).hexdigest()[:24]}.json"
+    return runtime.home / "cache" / "digests" / f"{sha256(str(folder).encode()).hexdigest()[:24]}.json"
 
 
 def _state_key(state: tuple[tuple[str, int, int, int, int], ...]) -> tuple[str, bool]:
@@ -191,7 +196,7 @@ def _state_key(state: tuple[tuple[str, int, int, int, int], ...]) -> tuple[str, 
     import time
 
     newest = max((max(e[3], e[4]) for e in state), default=0)
-    return hashlib.sha256(repr(state).encode()).hexdigest(), time.time_ns() - newest < RACY_SECONDS * 1e9
+    return sha256(repr(state).encode()).hexdigest(), time.time_ns() - newest < RACY_SECONDS * 1e9
 
 
 def content_digest(toolkit: Toolkit, runtime: Runtime) -> str:
@@ -221,7 +226,7 @@ def content_digest(toolkit: Toolkit, runtime: Runtime) -> str:
     except (OSError, ValueError, AttributeError):
         pass
     form = _canonical(toolkit)
-    digest = hashlib.sha256(form).hexdigest()
+    digest = sha256(form).hexdigest()
     cache[key] = (state, digest, form)
     if not racy:
         from wbcore.artifacts import atomic_write
@@ -250,8 +255,8 @@ def _current_form(toolkit: Toolkit, runtime: Runtime) -> tuple[str, bytes]:
     form = entry[2]
     if form is None:
         form = _canonical(toolkit)
-        if hashlib.sha256(form).hexdigest() != digest:  # changed between the two reads: what was read now
-            digest = hashlib.sha256(form).hexdigest()
+        if sha256(form).hexdigest() != digest:  # changed between the two reads: what was read now
+            digest = sha256(form).hexdigest()
             entry = (folder_state(toolkit.dir), digest, form)
         runtime.__dict__["_wb_content_digests"][str(toolkit.dir)] = (entry[0], digest, form)
     return digest, form

@@ -21,7 +21,7 @@ from wbcore.cli.app import main
 code = main(sys.argv[1:])
 sys.stdout.flush()
 print("\\n" + json.dumps({"code": code, "modules": sorted(m for m in sys.modules
-      if m.split(".")[0] in ("typer", "wasmtime", "stevedore", "importlib_metadata", "orgparse")
+      if m.split(".")[0] in ("typer", "wasmtime", "stevedore", "importlib_metadata", "orgparse", "pluggy", "sqlite3")
       or m == "importlib.metadata" or m.startswith("wb_"))}))
 """
 
@@ -43,6 +43,10 @@ def test_run_imports_no_typer_and_list_no_plugin(tmp_path: Path) -> None:
     assert ran["code"] == 0
     assert "wasmtime" in ran["modules"] and not any(m.startswith("typer") for m in ran["modules"]), ran
     assert "importlib.metadata" not in ran["modules"] and "orgparse" not in ran["modules"], ran
+    # The resolution was kept by the runs before (wbcore.runcache): no plugin manager, no
+    # registry query, and of the plugins only the runner's and the tracer check's modules.
+    assert "pluggy" not in ran["modules"] and "sqlite3" not in ran["modules"], ran
+    assert {m.split(".")[0] for m in ran["modules"] if m.startswith("wb_")} <= {"wb_wasmtime", "wb_otel"}, ran
 
     listed = probe(home, "toolkit", "list")
     assert listed["code"] == 0

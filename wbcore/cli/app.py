@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import sys
-import traceback
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -211,6 +210,8 @@ def main(argv: Sequence[str] | None = None, *, runtime: Any = None) -> int:
         return _typer_main(args, runtime)
     except WbError as exc:
         if debug:
+            import traceback
+
             traceback.print_exc()
         print(f"wbx: {exc.name}: {exc.message}", file=sys.stderr)
         return exc.exit_code
@@ -218,6 +219,8 @@ def main(argv: Sequence[str] | None = None, *, runtime: Any = None) -> int:
         return 0
     except Exception as exc:  # the last line of defence: one line, traceback on --debug
         if debug:
+            import traceback
+
             traceback.print_exc()
         full = _disk_full(exc)
         if full is not None:

@@ -11,18 +11,31 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 from wbcore.errors import InvalidArgs
 
 MAX_STDIN = 64 << 20
 
 
-class RunArgs(NamedTuple):
-    name: str
-    args: tuple[str, ...]
-    timeout: float | None = None
-    tier: str | None = None
+class RunArgs:
+    """A plain ``wbx run``: NAME, the guest's arguments, ``--timeout`` and ``--tier``.
+    (A plain class: a NamedTuple's class creation is a measurable part of the start-up.)"""
+
+    __slots__ = ("args", "name", "tier", "timeout")
+
+    def __init__(self, name: str, args: tuple[str, ...], timeout: float | None = None,
+                 tier: str | None = None) -> None:
+        self.name, self.args, self.timeout, self.tier = name, args, timeout, tier
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RunArgs) and (self.name, self.args, self.timeout, self.tier) == (
+            other.name, other.args, other.timeout, other.tier)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"RunArgs(name={self.name!r}, args={self.args!r}, timeout={self.timeout!r}, tier={self.tier!r})"
 
 
 def parse(argv: Sequence[str]) -> RunArgs | None:
@@ -72,7 +85,18 @@ def read_stdin(cap: int = MAX_STDIN) -> bytes:
 
 def run(runtime: Any, req: RunArgs) -> int:
     """Run the registered command: stdin → stdout/stderr; returns its exit code."""
-    runtime.resolve("command", req.name, tier=req.tier)  # unknown or unavailable fails before stdin is read
+    from wbcore import runcache
+
+    # A resolution kept by the last `wbx run` of this name, if nothing it was made from has
+    # changed (wbcore.runcache); else the full one, kept for the next run.
+    if req.tier is not None or not runcache.recall(runtime, "command", req.name):
+        resolved = runtime.resolve("command", req.name, tier=req.tier)  # unknown or unavailable fails before stdin is read
+        if req.tier is None:
+            from wbcore import dispatch
+
+            gen = dispatch.resolved_generation(runtime, "command", req.name)
+            if gen is not None:
+                runcache.remember(runtime, resolved, gen)
     result = runtime.call(req.name, list(req.args), read_stdin(), timeout=req.timeout, tier=req.tier)
     for stream, data in ((sys.stdout, result.stdout), (sys.stderr, result.stderr)):
         raw = getattr(stream, "buffer", None)

@@ -2,18 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from wb_otel.settings import enabled
+from wb_otel import hook
 from wbcore import hookimpl
 
-
-@hookimpl
-def wbcore_tracer(runtime: Any) -> Any:
-    """A tracer when ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or ``…_TRACES_ENDPOINT``) is set in the
-    runtime's environment and ``OTEL_SDK_DISABLED`` is not ``true``; else ``None`` (no cost)."""
-    if not enabled(runtime.env):
-        return None
-    from wb_otel.tracer import OtelTracer
-
-    return OtelTracer.from_env(runtime.env)
+#: The function itself lives in wb_otel.hook (importable without pluggy); marked here.
+wbcore_tracer = hookimpl(hook.wbcore_tracer)

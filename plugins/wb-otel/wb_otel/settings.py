@@ -5,26 +5,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from wb_otel.hook import DISABLED, ENDPOINT, TRACES_ENDPOINT, enabled  # noqa: F401 - defined there, without a dataclass
 from wbcore.errors import InvalidArgs
 
-ENDPOINT = "OTEL_EXPORTER_OTLP_ENDPOINT"
-TRACES_ENDPOINT = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
 PROTOCOL = "OTEL_EXPORTER_OTLP_PROTOCOL"
 TRACES_PROTOCOL = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
 HEADERS = "OTEL_EXPORTER_OTLP_HEADERS"
 TRACES_HEADERS = "OTEL_EXPORTER_OTLP_TRACES_HEADERS"
 TIMEOUT = "OTEL_EXPORTER_OTLP_TIMEOUT"
 SERVICE = "OTEL_SERVICE_NAME"
-DISABLED = "OTEL_SDK_DISABLED"
 #: What the exporter may use per export (milliseconds, the OTel spec's unit); capped.
 DEFAULT_TIMEOUT_MS = 10_000
 MAX_TIMEOUT_MS = 60_000
-
-
-def enabled(env: Mapping[str, str]) -> bool:
-    if env.get(DISABLED, "").strip().lower() == "true":
-        return False
-    return bool(env.get(TRACES_ENDPOINT) or env.get(ENDPOINT))
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,11 +21,9 @@
 from __future__ import annotations
 
 import functools
-import hashlib
 import itertools
 import json
 import os
-import platform
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -33,6 +31,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from wbcore.digest import sha256
 from wbcore.errors import CapabilityDenied, InvalidArgs
 
 if TYPE_CHECKING:
@@ -142,7 +141,7 @@ class Engine:
     def cache_key(self) -> str:
         """``wasmtime-<version>-<arch>-<config digest>``: the compiled-cache key."""
         blob = json.dumps(self.config, sort_keys=True).encode()
-        digest = hashlib.sha256(blob).hexdigest()[:16]
+        digest = sha256(blob).hexdigest()[:16]
         return f"wasmtime-{self.config['wasmtime']}-{self.config['arch']}-{digest}"
 
 
@@ -165,7 +164,7 @@ def get() -> Engine:
             cfg.wasm_exceptions = True
             config = {
                 "wasmtime": wasmtime_version(),
-                "arch": platform.machine(),
+                "arch": os.uname().machine,  # platform.machine(), without importing platform
                 "epoch_interruption": True,
                 "consume_fuel": fuel,
                 "opt": "speed",

@@ -5,6 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from wb_wasmtime.runners import command_runner as _command_runner
+from wb_wasmtime.runners import component_runner as _component_runner
+from wb_wasmtime.runners import kernel_runner as _kernel_runner
 from wbcore import sources
 from wbcore.records import Check, ExecShape, VerifyContext
 
@@ -75,24 +78,6 @@ def verify_component(ctx: VerifyContext) -> Iterator[Check]:
         yield Check(True, "exec", f"component (WIT world {world}); not registered and no #+BUILD_SRC", warning=True)
     else:
         yield buildable
-
-
-def _component_runner(runtime: Any) -> Any:
-    from wb_wasmtime.component import ComponentRunner
-
-    return ComponentRunner(runtime)
-
-
-def _command_runner(runtime: Any) -> Any:
-    from wb_wasmtime.command import CommandRunner
-
-    return CommandRunner(runtime)
-
-
-def _kernel_runner(runtime: Any) -> Any:
-    from wb_wasmtime.kernel import KernelRunner
-
-    return KernelRunner(runtime)
 
 
 def shapes() -> Iterator[ExecShape]:
