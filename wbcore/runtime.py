@@ -168,6 +168,10 @@ class Runtime:
         self.pm.register(plugin, name=name)
         self.indexed_plugins = False  # the index describes the installed plugins, not this one
         self.__dict__["plugin_index"] = None
+        # Registries collected before (writing the plugin index collects shapes, tiers and
+        # lanes when the plugins load) are collected again with this plugin in them.
+        for which in ("shapes", "tiers", "lanes"):
+            self.__dict__.pop(which, None)
         self.call_hooks = self._call_hooks()
 
     def _call_hooks(self) -> Any:
