@@ -24,7 +24,9 @@ gives it a WAT compiler (``compile_wat``); it is imported only by tests.
 Two suites live here. :class:`TierConformance` runs wasm commands (WAT guests) at a tier and
 speaks to its guest agent frame by frame; :class:`PosixTierConformance` runs ``posix``
 commands (POSIX ``sh`` scripts) at a tier that runs native code — the container and microvm
-tiers run it; the microvm tier runs no wasm.
+tiers run it; the microvm tier runs no wasm. The guests, :func:`command_request`,
+:func:`outcome` and :class:`PtySessions` (a shell sandbox's PTY sessions, frame by frame)
+also serve a tier's own tests beyond the suite.
 """
 
 from __future__ import annotations
