@@ -30,41 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import fresh_runtime, machine, table
 
-BURN = """(module
-  (import "wasi_snapshot_preview1" "fd_write" (func $fd_write (param i32 i32 i32 i32) (result i32)))
-  (memory (export "memory") 1)
-  (data (i32.const 100) "ok")
-  (func (export "_start") (local $i i32) (local $x i32)
-    (block $e (loop $l
-      (br_if $e (i32.ge_u (local.get $i) (i32.const ITER)))
-      (local.set $x (i32.add (i32.mul (local.get $x) (i32.const 1664525)) (i32.const 1013904223)))
-      (local.set $i (i32.add (local.get $i) (i32.const 1)))
-      (br $l)))
-    (if (i32.eq (local.get $x) (i32.const 7)) (then unreachable))
-    (i32.store (i32.const 0) (i32.const 100)) (i32.store (i32.const 4) (i32.const 2))
-    (drop (call $fd_write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))"""
-
-K_UPPER = """(module (memory (export "memory") 2)
-  (func (export "process") (param $n i32) (result i32) (local $i i32) (local $c i32)
-    (block $e (loop $l
-      (br_if $e (i32.ge_u (local.get $i) (local.get $n)))
-      (local.set $c (i32.load8_u offset=1024 (local.get $i)))
-      (if (i32.lt_u (i32.sub (local.get $c) (i32.const 97)) (i32.const 26))
-        (then (local.set $c (i32.sub (local.get $c) (i32.const 32)))))
-      (i32.store8 offset=65536 (local.get $i) (local.get $c))
-      (local.set $i (i32.add (local.get $i) (i32.const 1)))
-      (br $l)))
-    (local.get $n)))"""
-
-
-def _register(rt, name: str, wat: str, kind: str = "command") -> None:
-    import wasmtime
-
-    from wbcore.registry import Entry
-
-    art = rt.artifacts.put_bytes(bytes(wasmtime.wat2wasm(wat)))
-    rt.registry.register(Entry(kind=kind, name=name, sha256=art.sha256, shape=kind, toolkit=None))
-
+from wbcore.testing import K_UPPER, burn, register_wat
 
 def _rss_mib() -> float:
     with open("/proc/self/status") as fh:
@@ -127,8 +93,8 @@ def main() -> None:
                     help="the kernel rows through fabric.map, fabric.map_chunks (bulk), or both")
     args = ap.parse_args()
     rt = fresh_runtime()
-    _register(rt, "burn", BURN.replace("ITER", str(args.burn)))
-    _register(rt, "kup", K_UPPER, "kernel")
+    register_wat(rt, "burn", burn(args.burn))
+    register_wat(rt, "kup", K_UPPER, "kernel")
     rt.install_builtins(["upper"])
     from wb_fabric_local.processes import start_method
 

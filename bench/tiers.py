@@ -47,33 +47,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ROOT, machine, table
 
-ECHO_WAT = """(module
-  (import "wasi_snapshot_preview1" "fd_read" (func $r (param i32 i32 i32 i32) (result i32)))
-  (import "wasi_snapshot_preview1" "fd_write" (func $w (param i32 i32 i32 i32) (result i32)))
-  (memory (export "memory") 2)
-  (func (export "_start") (local $n i32)
-    (loop $l
-      (i32.store (i32.const 0) (i32.const 1024)) (i32.store (i32.const 4) (i32.const 65536))
-      (drop (call $r (i32.const 0) (i32.const 0) (i32.const 1) (i32.const 8)))
-      (local.set $n (i32.load (i32.const 8)))
-      (if (i32.eqz (local.get $n)) (then (return)))
-      (i32.store (i32.const 16) (i32.const 1024)) (i32.store (i32.const 20) (local.get $n))
-      (drop (call $w (i32.const 1) (i32.const 16) (i32.const 1) (i32.const 8)))
-      (br $l))))"""
-
-
-def kv_wat(req: bytes) -> str:
-    data = "".join(f"\\{b:02x}" for b in req)
-    return f"""(module
-  (import "wasi_snapshot_preview1" "fd_write" (func $w (param i32 i32 i32 i32) (result i32)))
-  (import "wb" "kv" (func $kv (param i32 i32 i32 i32) (result i64)))
-  (memory (export "memory") 2)
-  (data (i32.const 64) "{data}")
-  (func (export "_start") (local $n i64)
-    (local.set $n (call $kv (i32.const 64) (i32.const {len(req)}) (i32.const 4096) (i32.const 60000)))
-    (i32.store (i32.const 0) (i32.const 4096)) (i32.store (i32.const 4) (i32.wrap_i64 (local.get $n)))
-    (drop (call $w (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))"""
-
+from wbcore.conformance import ECHO_WAT, kv_wat
 
 def main() -> None:
     ap = argparse.ArgumentParser()

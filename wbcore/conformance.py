@@ -24,7 +24,9 @@ gives it a WAT compiler (``compile_wat``); it is imported only by tests.
 Two suites live here. :class:`TierConformance` runs wasm commands (WAT guests) at a tier and
 speaks to its guest agent frame by frame; :class:`PosixTierConformance` runs ``posix``
 commands (POSIX ``sh`` scripts) at a tier that runs native code — the container and microvm
-tiers run it; the microvm tier runs no wasm.
+tiers run it; the microvm tier runs no wasm. The guests, :func:`command_request`,
+:func:`outcome` and :class:`PtySessions` (a shell sandbox's PTY sessions, frame by frame)
+also serve a tier's own tests beyond the suite.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ import os
 import select
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -118,11 +120,16 @@ SOCKET_WAT = errno_wat('(import "wasi_snapshot_preview1" "sock_accept" (func $f 
                        '|(call $f (i32.const 3) (i32.const 0) (i32.const 100))')
 
 
+def cbor_data(blob: bytes) -> str:
+    """``blob`` as the body of a WAT data string (every byte escaped)."""
+    return "".join(f"\\{b:02x}" for b in blob)
+
+
 def kv_wat(*reqs: bytes) -> str:
     """A guest that sends each CBOR request through ``wb.kv`` and writes the last answer to
     stdout; a Dock error becomes its exit status."""
     calls = [(64 + 512 * i, r) for i, r in enumerate(reqs)]
-    data = "".join('(data (i32.const {}) "{}")'.format(at, "".join(f"\\{b:02x}" for b in r)) for at, r in calls)
+    data = "".join(f'(data (i32.const {at}) "{cbor_data(r)}")' for at, r in calls)
     body = "".join(
         f"(local.set $n (call $kv (i32.const {at}) (i32.const {len(r)}) (i32.const 8192) (i32.const 60000)))"
         "(if (i64.lt_s (local.get $n) (i64.const 0)) (then (call $exit (i32.wrap_i64 (i64.sub (i64.const 0) (local.get $n))))))"
@@ -150,6 +157,15 @@ SHIPPED: dict[str, list[tuple[list[str], bytes]]] = {
     "notes": [(["put", "todo"], b"buy milk\n"), (["get", "todo"], b""), (["list", "to"], b"")],
 }
 CHEAP = frozenset({"b64"})
+
+
+def command_request(rt: Any, wasm: bytes, **fields: Any) -> CommandRequest:
+    """A call of the module ``wasm`` (stored in ``rt``'s artifacts) as a command of toolkit
+    "guest": no argv or stdin, the compute profile, a 5 s deadline; ``fields`` override any."""
+    art = rt.artifacts.put_bytes(bytes(wasm))
+    base = CommandRequest(name="guest", sha256=art.sha256, artifact=rt.artifacts.path(art.sha256), argv=(),
+                          stdin=b"", profile=profile("compute"), timeout_s=5.0, principal=Principal(toolkit="guest"))
+    return dataclasses.replace(base, **fields)
 
 
 def outcome(fn: Callable[[], Any]) -> tuple[Any, ...]:
@@ -195,6 +211,103 @@ class Agent:
         while self.alive() and time.monotonic() < end:
             time.sleep(0.05)
         return not self.alive()
+
+
+class PtySessions:
+    """Drives the PTY sessions of a shell sandbox's agent frame by frame (``wbx shell``'s
+    protocol: PtyOpen, PtyData, PtyResize, PtyClose). ``box`` is what a tier's shell opener
+    returns; its ``channel`` and ``secret`` are read at each call (a test may replace the
+    channel). ``timeout`` bounds each wait; ``env`` goes with every PtyOpen that gives none
+    (``None``: the frame carries no env)."""
+
+    def __init__(self, timeout: float = 10.0, env: Mapping[str, str] | None = None) -> None:
+        self.timeout = timeout
+        self.env = env
+
+    def open(self, box: Any, sid: int, program: str = "/bin/sh", args: Sequence[str] = (),
+             secret: bytes | None = None, rows: int = 24, cols: int = 80,
+             env: Mapping[str, str] | None = None) -> tuple[int, Any]:
+        """Opens session ``sid`` -> the PtyOpened (or Refused) frame's kind and object."""
+        body: dict[str, Any] = {"session": sid, "program": program, "args": list(args), "rows": rows, "cols": cols}
+        if (env := env or self.env) is not None:
+            body["env"] = dict(env)
+        box.channel.send_frame(frames.seal(frames.PTY_OPEN, secret or box.secret, body))
+        return self.next(box, {frames.PTY_OPENED, frames.REFUSED})
+
+    def next(self, box: Any, kinds: set[int], timeout: float | None = None) -> tuple[int, Any]:
+        """The next frame of one of ``kinds`` (other frames are skipped), decoded."""
+        timeout = self.timeout if timeout is None else timeout
+        end = time.monotonic() + timeout
+        while True:
+            ready, _, _ = select.select([box.channel.read_fd], [], [], max(0.0, end - time.monotonic()))
+            assert ready, f"no {sorted(frames.name(k) for k in kinds)} within {timeout} s"
+            kind, payload = box.channel.recv()
+            if kind in kinds:
+                return kind, (frames.unpack(payload)[0] if kind not in frames.RAW else frames.open_pty_data(payload))
+
+    def type(self, box: Any, sid: int, text: bytes) -> None:
+        box.channel.send_frame(frames.pty_data(sid, text, box.secret))
+
+    def output_until(self, box: Any, sid: int, needle: bytes, timeout: float | None = None) -> bytes:
+        """Session ``sid``'s output up to (and a little past) ``needle``."""
+        seen = b""
+        end = time.monotonic() + (self.timeout if timeout is None else timeout)
+        while needle not in seen:
+            kind, got = self.next(box, {frames.PTY_DATA}, max(0.1, end - time.monotonic()))
+            if got[0] == sid:
+                seen += got[1]
+        return seen
+
+    def until_closed(self, box: Any) -> tuple[bytes, dict[str, Any]]:
+        """Every byte of output until the next PtyClosed, and that frame's object."""
+        seen = b""
+        while True:
+            kind, got = self.next(box, {frames.PTY_DATA, frames.PTY_CLOSED})
+            if kind == frames.PTY_CLOSED:
+                return seen, got
+            seen += got[1]
+
+    def drain(self, box: Any) -> bytes:
+        """The output waiting on the channel (until it is quiet for 0.2 s)."""
+        seen = b""
+        while select.select([box.channel.read_fd], [], [], 0.2)[0]:
+            kind, payload = box.channel.recv()
+            if kind == frames.PTY_DATA:
+                seen += frames.open_pty_data(payload)[1]
+        return seen
+
+    def paste(self, box: Any, typed: bytes, seconds: float) -> tuple[int, bytes]:
+        """Types ``typed`` through ``terminal.attach`` (as ``wbx shell`` does) while reading all
+        it writes back, both at once, within ``seconds`` -> (the exit code, the output)."""
+        import threading
+
+        from wbcore import terminal
+
+        in_r, in_w = os.pipe()
+        out_r, out_w = os.pipe()
+        seen = bytearray()
+
+        def feed() -> None:
+            with os.fdopen(in_w, "wb") as fh:
+                fh.write(typed)
+
+        def drain() -> None:
+            while chunk := os.read(out_r, 1 << 16):
+                seen.extend(chunk)
+
+        threads = [threading.Thread(target=feed, daemon=True), threading.Thread(target=drain, daemon=True)]
+        for t in threads:
+            t.start()
+        try:
+            code = terminal.attach(box.channel, box.secret, terminal.ShellRequest(), stdin_fd=in_r, stdout_fd=out_w,
+                                   deadline=time.monotonic() + seconds)
+        finally:
+            os.close(out_w)
+            os.close(in_r)
+        threads[1].join(10)
+        if not threads[1].is_alive():
+            os.close(out_r)
+        return code, bytes(seen)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -249,16 +362,9 @@ class TierConformance:
         return rt.tiers.get("instance").factory(rt), rt.tiers.get(self.tier).factory(rt)
 
     def request(self, rt: Any, wat: str, **kw: Any) -> Any:
-        from wbcore.calls import CommandRequest, Principal
-        from wbcore.policy import profile
-
         if self.compile_wat is None:
             pytest.skip("the tier's test module gives no WAT compiler (compile_wat)")
-        art = rt.artifacts.put_bytes(bytes(self.compile_wat(wat)))
-        base = CommandRequest(name="guest", sha256=art.sha256, artifact=rt.artifacts.path(art.sha256), argv=(),
-                              stdin=b"", profile=profile("compute"), timeout_s=5.0,
-                              principal=Principal(toolkit="guest"))
-        return dataclasses.replace(base, **kw)
+        return command_request(rt, self.compile_wat(wat), **kw)
 
     # --- the same answers as the instance tier ---------------------------------------------
 

@@ -7,16 +7,24 @@
 ``broken_dist``  a fake installed distribution whose ``wbcore.plugins`` entry point cannot import
 ``build_sandbox`` the installed build sandbox (``runtime.build_sandbox()``), or a skip saying why
 ``oci_registry``  a distribution registry (Debian's ``docker-registry``) on loopback, or a skip saying why
+``file_server``  a :class:`FileServer` (loopback HTTP: ``files``, ``routes``, ``hits``, ``url``) for the test
+``tmux``         ``(cmd, name)``: a private tmux server to drive a command in a real terminal (``wait_pane``)
+
+Shared test guests in WebAssembly text (``wasi``, ``K_UPPER``, ``ECHO_OR_TRAP``, ``burn``) and
+``register_wat(rt, name, wat, kind)`` serve the plugins' tests and the benches alike.
 """
 
 from __future__ import annotations
 
 import gzip
 import io
+import shutil
+import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Callable, Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -357,3 +365,188 @@ def otlp_receiver() -> Iterator[OtlpReceiver]:
     r = OtlpReceiver()
     yield r
     r.close()
+
+
+# --- test guests in WebAssembly text ----------------------------------------------------------
+
+#: WASI preview-1 imports the guests below use, by name: the signature of each.
+WASI_SIGS = {
+    "fd_read": "(param i32 i32 i32 i32) (result i32)",
+    "fd_write": "(param i32 i32 i32 i32) (result i32)",
+    "proc_exit": "(param i32)",
+    "environ_sizes_get": "(param i32 i32) (result i32)",
+    "args_sizes_get": "(param i32 i32) (result i32)",
+}
+
+
+def wasi(*names: str) -> str:
+    """The import lines for WASI calls ``names``, each bound to ``$<name>``."""
+    return "\n".join(f'(import "wasi_snapshot_preview1" "{n}" (func ${n} {WASI_SIGS[n]}))' for n in names)
+
+
+#: ``(func $w (param $p i32) (param $n i32))``: writes memory[p:p+n] to stdout (iovec at 16,
+#: written count at 24); for a guest that imports ``fd_write``.
+WAT_WRITE = """(func $w (param $p i32) (param $n i32)
+    (i32.store (i32.const 16) (local.get $p)) (i32.store (i32.const 20) (local.get $n))
+    (drop (call $fd_write (i32.const 1) (i32.const 16) (i32.const 1) (i32.const 24))))"""
+
+#: command: stdin → stdout; traps (an error, not an exit code) when stdin starts with "!"
+ECHO_OR_TRAP = ("(module " + wasi("fd_read", "fd_write") + """
+  (memory (export "memory") 2) """ + WAT_WRITE + """
+  (func (export "_start") (local $n i32) (local $first i32) (local.set $first (i32.const 1))
+    (loop $l
+      (i32.store (i32.const 0) (i32.const 1024)) (i32.store (i32.const 4) (i32.const 65536))
+      (drop (call $fd_read (i32.const 0) (i32.const 0) (i32.const 1) (i32.const 8)))
+      (local.set $n (i32.load (i32.const 8)))
+      (if (i32.and (local.get $first) (i32.and (i32.gt_u (local.get $n) (i32.const 0))
+                                               (i32.eq (i32.load8_u (i32.const 1024)) (i32.const 33))))
+        (then unreachable))
+      (local.set $first (i32.const 0))
+      (if (i32.gt_u (local.get $n) (i32.const 0)) (then (call $w (i32.const 1024) (local.get $n)) (br $l))))))""")
+
+#: kernel: output = input with ASCII upper-cased; in_off 1024, out_off 65536
+K_UPPER = """(module (memory (export "memory") 2)
+  (func (export "process") (param $n i32) (result i32) (local $i i32) (local $c i32)
+    (block $e (loop $l
+      (br_if $e (i32.ge_u (local.get $i) (local.get $n)))
+      (local.set $c (i32.load8_u offset=1024 (local.get $i)))
+      (if (i32.lt_u (i32.sub (local.get $c) (i32.const 97)) (i32.const 26))
+        (then (local.set $c (i32.sub (local.get $c) (i32.const 32)))))
+      (i32.store8 offset=65536 (local.get $i) (local.get $c))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br $l)))
+    (local.get $n)))"""
+
+
+def burn(iterations: int) -> str:
+    """A CPU-bound command: ``iterations`` rounds of integer mixing, then "ok"."""
+    return ("(module " + wasi("fd_write") + """
+  (memory (export "memory") 1)
+  (data (i32.const 100) "ok") """ + WAT_WRITE + """
+  (func (export "_start") (local $i i32) (local $x i32)
+    (block $e (loop $l
+      (br_if $e (i32.ge_u (local.get $i) (i32.const """ + str(iterations) + """)))
+      (local.set $x (i32.add (i32.mul (local.get $x) (i32.const 1664525)) (i32.const 1013904223)))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br $l)))
+    (if (i32.eq (local.get $x) (i32.const 7)) (then unreachable))
+    (call $w (i32.const 100) (i32.const 2))))""")
+
+
+def register_wat(rt: Any, name: str, wat: str, kind: str = "command", *, profile: str = "compute",
+                 arg_mode: str = "argv", **options: Any) -> Any:
+    """Compile ``wat`` (wasmtime's ``wat2wasm``), store it and register it as a ``kind``
+    (command or kernel) named ``name`` with deployer trust (no toolkit, no caps) -> ``Entry``."""
+    import wasmtime
+
+    from wbcore.registry import Entry
+
+    art = rt.artifacts.put_bytes(bytes(wasmtime.wat2wasm(wat)))
+    return rt.registry.register(Entry(kind=kind, name=name, sha256=art.sha256, shape=kind, toolkit=None,
+                                      arg_mode=arg_mode, profile=profile, options=options))
+
+
+# --- a loopback file server --------------------------------------------------------------------
+
+#: A test's own answer to a GET (a redirect, a stall, an endless body): given the handler.
+Route = Callable[[BaseHTTPRequestHandler], None]
+
+
+class FileServer:
+    """An HTTP (or, with ``tls=(cert, key)``, HTTPS) server on loopback for download tests.
+
+    GET ``path`` answers the first of ``routes`` whose key ``path`` starts with, else
+    ``files[path]`` with its Content-Length, else 404; ``hits`` lists every path asked for.
+    ``files`` is used as given (not copied), so servers can share one. Use it as a context
+    manager (serving inside), or through the ``file_server`` fixture.
+    """
+
+    def __init__(self, files: dict[str, bytes] | None = None, routes: Mapping[str, Route] | None = None,
+                 tls: tuple[Path, Path] | None = None) -> None:
+        self.files: dict[str, bytes] = files if files is not None else {}
+        self.routes: dict[str, Route] = dict(routes or {})
+        self.hits: list[str] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                outer.hits.append(self.path)
+                route = next((r for prefix, r in outer.routes.items() if self.path.startswith(prefix)), None)
+                if route is not None:
+                    route(self)
+                    return
+                body = outer.files.get(self.path)
+                if body is None:
+                    self.send_response(404)
+                    self.end_headers()
+                    return
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *a: object) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        if tls is not None:
+            import ssl
+
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(*tls)
+            self.httpd.socket = ctx.wrap_socket(self.httpd.socket, server_side=True)
+        self.port: int = self.httpd.server_address[1]
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    def __enter__(self) -> FileServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def file_server() -> Iterator[FileServer]:
+    """A :class:`FileServer` serving for the test, stopped after it."""
+    with FileServer() as server:
+        yield server
+
+
+# --- a command in a real terminal (tmux) -------------------------------------------------------
+
+
+def wbx_executable() -> str:
+    """The ``wbx`` entry point next to this interpreter (a skip when it is not installed)."""
+    exe = Path(sys.executable).with_name("wbx")
+    if not exe.exists():
+        pytest.skip("the wbx entry point is not installed next to this interpreter")
+    return str(exe)
+
+
+@pytest.fixture
+def tmux(tmp_path: Path) -> Iterator[tuple[Callable[..., str], str]]:
+    """``(cmd, name)``: ``cmd(*args)`` runs a tmux command against a server of the test's own
+    (its socket in ``tmp_path``, killed after the test); ``name`` is the session name to use."""
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed (apt-get install tmux)")
+    sock = str(tmp_path / "tmux.sock")
+
+    def cmd(*args: str) -> str:
+        return subprocess.run(["tmux", "-S", sock, *args], check=True, capture_output=True, text=True,
+                              timeout=10).stdout
+
+    yield cmd, "wbshell"
+    subprocess.run(["tmux", "-S", sock, "kill-server"], capture_output=True, timeout=10)
+
+
+def wait_pane(cmd: Callable[..., str], name: str, needle: str, timeout: float = 20.0, every: float = 0.1) -> str:
+    """The pane's last 50 lines once they show ``needle``, or as they are at ``timeout``."""
+    end = time.monotonic() + timeout
+    while True:
+        pane = cmd("capture-pane", "-p", "-t", name, "-S", "-50")
+        if needle in pane or time.monotonic() > end:
+            return pane
+        time.sleep(every)

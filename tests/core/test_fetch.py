@@ -8,9 +8,7 @@ import http.server
 import io
 import ipaddress
 import socket
-import ssl
 import tarfile
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,43 +18,36 @@ import pytest
 from wbcore import fetch
 from wbcore.errors import DnsError, InvalidArgs, Timeout, TlsError, Unreachable
 from wbcore.netguard import EgressDenied, NetGuard
+from wbcore.testing import FileServer
 
 ALLOW = {"WB_ALLOW_PRIVATE_SOURCES": "1"}
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
-    files: dict[str, bytes] = {}
+#: What both module servers (HTTP and HTTPS) serve, by path; tests add to it.
+FILES: dict[str, bytes] = {}
 
-    def do_GET(self) -> None:  # noqa: N802
-        if self.path == "/stall":
-            self.send_response(200)
-            self.send_header("Content-Length", "1000")
-            self.end_headers()
-            self.wfile.write(b"x")
-            self.wfile.flush()
-            time.sleep(3)
-            return
-        if self.path == "/endless":  # no Content-Length: the cap must hold while streaming
-            self.send_response(200)
-            self.end_headers()
-            try:
-                for _ in range(1000):
-                    self.wfile.write(b"\0" * 65536)
-            except (BrokenPipeError, ConnectionResetError):
-                pass
-            return
-        body = self.files.get(self.path)
-        if body is None:
-            self.send_response(404)
-            self.end_headers()
-            return
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
 
-    def log_message(self, *a: object) -> None:
+def _stall(handler: http.server.BaseHTTPRequestHandler) -> None:
+    handler.send_response(200)
+    handler.send_header("Content-Length", "1000")
+    handler.end_headers()
+    handler.wfile.write(b"x")
+    handler.wfile.flush()
+    time.sleep(3)
+
+
+def _endless(handler: http.server.BaseHTTPRequestHandler) -> None:
+    """No Content-Length: the cap must hold while streaming."""
+    handler.send_response(200)
+    handler.end_headers()
+    try:
+        for _ in range(1000):
+            handler.wfile.write(b"\0" * 65536)
+    except (BrokenPipeError, ConnectionResetError):
         pass
+
+
+ROUTES = {"/stall": _stall, "/endless": _endless}
 
 
 @pytest.fixture(scope="module")
@@ -97,18 +88,8 @@ def pki(tmp_path_factory) -> tuple[Path, Path, Path]:
 
 
 def _serve(tls: tuple[Path, Path] | None) -> Iterator[int]:
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    if tls is not None:
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.load_cert_chain(*tls)
-        srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
-    t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    t.start()
-    try:
-        yield srv.server_address[1]
-    finally:
-        srv.shutdown()
-        srv.server_close()
+    with FileServer(FILES, ROUTES, tls=tls) as srv:
+        yield srv.port
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +105,7 @@ def http_port() -> Iterator[int]:
 
 def test_https_through_a_private_ca_in_ssl_cert_file(pki, https_port):
     ca, _, _ = pki
-    _Handler.files["/x"] = b"hello over tls"
+    FILES["/x"] = b"hello over tls"
     env = {**ALLOW, "SSL_CERT_FILE": str(ca)}
     body, got = fetch.get_bytes(f"https://localhost:{https_port}/x", guard=NetGuard.from_env(env),
                                 limits=fetch.Limits(), env=env)
@@ -146,7 +127,7 @@ def test_https_through_a_private_ca_in_ssl_cert_file(pki, https_port):
 def test_without_the_ca_tls_fails_with_its_own_kind(pki, https_port, tmp_path, monkeypatch):
     monkeypatch.delenv("SSL_CERT_FILE", raising=False)
     monkeypatch.delenv("SSL_CERT_DIR", raising=False)
-    _Handler.files["/x"] = b"hello"
+    FILES["/x"] = b"hello"
     with pytest.raises(TlsError) as exc:
         fetch.get_bytes(f"https://localhost:{https_port}/x", guard=NetGuard.from_env(ALLOW), limits=fetch.Limits(),
                         env=ALLOW)
@@ -169,7 +150,7 @@ def test_wbx_install_over_https_with_the_proxy_ca(pki, https_port, tmp_path, wbx
     ca, _, _ = pki
     monkeypatch.delenv("SSL_CERT_FILE", raising=False)
     body = _tarball(tmp_path)
-    _Handler.files["/fp.tar.gz"] = body
+    FILES["/fp.tar.gz"] = body
     url = f"https://localhost:{https_port}/fp.tar.gz"
     pin = hashlib.sha256(body).hexdigest()
     rt = make_runtime(env={**ALLOW, "PATH": "/usr/bin:/bin"})

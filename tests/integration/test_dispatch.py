@@ -16,25 +16,11 @@ import pytest
 pytest.importorskip("wasmtime")
 
 from wbcore import builder, dispatch  # noqa: E402
+from wbcore.conformance import ECHO_WAT  # noqa: E402
 from wbcore.errors import CapabilityDenied, InvalidArgs  # noqa: E402
 from wbcore.testing import manifest_text, write_toolkit  # noqa: E402
 
 
-#: A WASI command that copies stdin to stdout.
-ECHO_WAT = """(module
-  (import "wasi_snapshot_preview1" "fd_read" (func $r (param i32 i32 i32 i32) (result i32)))
-  (import "wasi_snapshot_preview1" "fd_write" (func $w (param i32 i32 i32 i32) (result i32)))
-  (memory (export "memory") 2)
-  (func (export "_start") (local $n i32)
-    (loop $l
-      (i32.store (i32.const 0) (i32.const 1024)) (i32.store (i32.const 4) (i32.const 65536))
-      (drop (call $r (i32.const 0) (i32.const 0) (i32.const 1) (i32.const 8)))
-      (local.set $n (i32.load (i32.const 8)))
-      (if (i32.eqz (local.get $n)) (then (return)))
-      (i32.store (i32.const 16) (i32.const 1024)) (i32.store (i32.const 20) (local.get $n))
-      (drop (call $w (i32.const 1) (i32.const 16) (i32.const 1) (i32.const 8)))
-      (br $l))))
-"""
 #: A kv guest: gets key "k" through wb.kv and writes the CBOR answer.
 KV_WAT = """(module
   (import "wasi_snapshot_preview1" "fd_write" (func $w (param i32 i32 i32 i32) (result i32)))

@@ -20,42 +20,10 @@ pytestmark = pytest.mark.skipif(not bwrap.probe()[0], reason=f"bubblewrap unavai
 from wbcore import builder  # noqa: E402
 from wbcore.calls import LimitExceeded  # noqa: E402
 from wbcore.errors import CapabilityDenied, NotFound, Timeout  # noqa: E402
-from wbcore.conformance import kv_wat  # noqa: E402
+from wbcore.conformance import ECHO_WAT, command_request, kv_wat  # noqa: E402
 from wbcore.testing import manifest_text, write_toolkit  # noqa: E402
 
 from wb_container.tiers import ContainerTier  # noqa: E402
-
-FD_WRITE = '(import "wasi_snapshot_preview1" "fd_write" (func $w (param i32 i32 i32 i32) (result i32)))'
-FD_READ = '(import "wasi_snapshot_preview1" "fd_read" (func $r (param i32 i32 i32 i32) (result i32)))'
-PROC_EXIT = '(import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))'
-ECHO_WAT = f"""(module {FD_READ} {FD_WRITE}
-  (memory (export "memory") 2)
-  (func (export "_start") (local $n i32)
-    (loop $l
-      (i32.store (i32.const 0) (i32.const 1024)) (i32.store (i32.const 4) (i32.const 65536))
-      (drop (call $r (i32.const 0) (i32.const 0) (i32.const 1) (i32.const 8)))
-      (local.set $n (i32.load (i32.const 8)))
-      (if (i32.eqz (local.get $n)) (then (return)))
-      (i32.store (i32.const 16) (i32.const 1024)) (i32.store (i32.const 20) (local.get $n))
-      (drop (call $w (i32.const 1) (i32.const 16) (i32.const 1) (i32.const 8)))
-      (br $l))))"""
-STDERR_WAT = f"""(module {FD_WRITE} {PROC_EXIT}
-  (memory (export "memory") 1)
-  (data (i32.const 100) "oops")
-  (func (export "_start")
-    (i32.store (i32.const 0) (i32.const 100)) (i32.store (i32.const 4) (i32.const 4))
-    (drop (call $w (i32.const 2) (i32.const 0) (i32.const 1) (i32.const 8)))
-    (call $exit (i32.const 7))))"""
-LOOP_WAT = '(module (memory (export "memory") 1) (func (export "_start") (loop $l (br $l))))'
-GROW_WAT = """(module (memory (export "memory") 1)
-  (func (export "_start")
-    (loop $l (br_if $l (i32.ne (memory.grow (i32.const 16)) (i32.const -1))))
-    unreachable))"""
-FLOOD_WAT = f"""(module {FD_WRITE}
-  (memory (export "memory") 2)
-  (func (export "_start")
-    (i32.store (i32.const 0) (i32.const 1024)) (i32.store (i32.const 4) (i32.const 65536))
-    (loop $l (drop (call $w (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8))) (br $l))))"""
 
 
 def needs_wasm() -> None:
@@ -240,18 +208,12 @@ def test_cancel_kills_the_container(rt, toolkit_root) -> None:
 
 
 def _kv_request(rt, wat: str, **kw):
-    import dataclasses
-
     import wasmtime
 
-    from wbcore.calls import CommandRequest, Principal
     from wbcore.policy import profile
 
-    art = rt.artifacts.put_bytes(wasmtime.wat2wasm(wat))
-    base = CommandRequest(name="guest", sha256=art.sha256, artifact=rt.artifacts.path(art.sha256), argv=(), stdin=b"",
-                          profile=profile("minimal"), timeout_s=10.0, principal=Principal(toolkit="guest"),
-                          caps=frozenset({"kv"}))
-    return dataclasses.replace(base, **kw)
+    fields = {"profile": profile("minimal"), "timeout_s": 10.0, "caps": frozenset({"kv"}), **kw}
+    return command_request(rt, wasmtime.wat2wasm(wat), **fields)
 
 
 def test_an_ungranted_cap_is_refused_before_the_guest_runs(rt) -> None:

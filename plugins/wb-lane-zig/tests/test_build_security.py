@@ -6,9 +6,7 @@ Runs the whole `wbx toolkit build` path (source prefix → lane → sandbox → 
 from __future__ import annotations
 
 import hashlib
-import http.server
 import os
-import threading
 from pathlib import Path
 
 import pytest
@@ -53,34 +51,14 @@ def test_exponential_preprocessor_input_ends_at_its_limit(rt, wbx, make_toolkit)
     assert res.exit_code in (2, 124)  # a failed compile or the deadline, never a hung host
 
 
-def test_wrong_sha256_never_reaches_the_lane(rt, wbx, make_toolkit) -> None:
+def test_wrong_sha256_never_reaches_the_lane(rt, wbx, make_toolkit, file_server) -> None:
     body = b"\0asm\x01\0\0\0"
-    hits: list[str] = []
-
-    class H(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802
-            hits.append(self.path)
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *a: object) -> None:
-            pass
-
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-    t = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    t.start()
-    try:
-        url = f"http://127.0.0.1:{httpd.server_address[1]}/tool.wasm"
-        make_toolkit("pinned", exec="command", extra={"BUILD_SRC": f"wasm:{url}", "SHA256": "ab" * 32, "CLI_BIN": "pinned"},
-                     drawer={"CLI_BIN": "pinned"})
-        res = wbx("toolkit", "build", "pinned", runtime=rt)
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    file_server.files["/tool.wasm"] = body
+    make_toolkit("pinned", exec="command", extra={"BUILD_SRC": f"wasm:{file_server.url}/tool.wasm", "SHA256": "ab" * 32,
+                                                  "CLI_BIN": "pinned"}, drawer={"CLI_BIN": "pinned"})
+    res = wbx("toolkit", "build", "pinned", runtime=rt)
     assert res.exit_code == 126 and "sha256 mismatch" in res.stderr  # capability-denied, as docs/signing.md says
-    assert hits == ["/tool.wasm"]
+    assert file_server.hits == ["/tool.wasm"]
     assert rt.registry.lookup("command", "pinned") is None
     assert hashlib.sha256(body).hexdigest() not in res.stdout
 

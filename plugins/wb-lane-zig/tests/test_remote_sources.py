@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import hashlib
-import http.server
 import io
 import os
 import subprocess
 import tarfile
-import threading
 from pathlib import Path
 
 import pytest
@@ -24,7 +22,7 @@ def rt(make_runtime, zig_cache: Path):
                              "PATH": os.environ.get("PATH", "")})
 
 
-def test_archive_of_c_source_is_built_and_run(rt, wbx, make_toolkit) -> None:
+def test_archive_of_c_source_is_built_and_run(rt, wbx, make_toolkit, file_server) -> None:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tf:
         data = (MAIN_C % "from an archive").encode()
@@ -32,28 +30,11 @@ def test_archive_of_c_source_is_built_and_run(rt, wbx, make_toolkit) -> None:
         info.size = len(data)
         tf.addfile(info, io.BytesIO(data))
     body = buf.getvalue()
-
-    class H(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *a: object) -> None:
-            pass
-
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{httpd.server_address[1]}/src.tgz"
-        make_toolkit("fromtar", exec="command", drawer={"CLI_BIN": "fromtar"},
-                     extra={"BUILD_SRC": f"archive:{url}", "BUILD_LANG": "c", "CLI_BIN": "fromtar",
-                            "SHA256": hashlib.sha256(body).hexdigest()})
-        res = wbx("toolkit", "build", "fromtar", runtime=rt)
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    file_server.files["/src.tgz"] = body
+    make_toolkit("fromtar", exec="command", drawer={"CLI_BIN": "fromtar"},
+                 extra={"BUILD_SRC": f"archive:{file_server.url}/src.tgz", "BUILD_LANG": "c", "CLI_BIN": "fromtar",
+                        "SHA256": hashlib.sha256(body).hexdigest()})
+    res = wbx("toolkit", "build", "fromtar", runtime=rt)
     assert res.exit_code == 0, res.stderr
     assert rt.call("fromtar").stdout == b"from an archive\n"
 
@@ -83,7 +64,7 @@ def test_git_pinned_commit_is_built_and_run(rt, wbx, make_toolkit, tmp_path: Pat
     assert rt.call("fromgit").stdout == b"pinned commit\n"
 
 
-def test_prebuilt_archive_bundle_registers_its_module(make_runtime, wbx, make_toolkit) -> None:
+def test_prebuilt_archive_bundle_registers_its_module(make_runtime, wbx, make_toolkit, file_server) -> None:
     wasmtime = pytest.importorskip("wasmtime")
     module = wasmtime.wat2wasm('(module (memory (export "memory") 1) (func (export "_start")))')
     buf = io.BytesIO()
@@ -93,29 +74,13 @@ def test_prebuilt_archive_bundle_registers_its_module(make_runtime, wbx, make_to
             info.size = len(data)
             tf.addfile(info, io.BytesIO(data))
     body = buf.getvalue()
-
-    class H(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *a: object) -> None:
-            pass
-
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    file_server.files["/b.tgz"] = body
     rt = make_runtime(env={"WB_SOURCES_ALLOW_PRIVATE": "1"})
-    try:
-        url = f"http://127.0.0.1:{httpd.server_address[1]}/b.tgz"
-        make_toolkit("bundled", exec="command", drawer={"CLI_BIN": "bundled"},
-                     extra={"BUILD_SRC": f"archive:{url}", "CLI_BIN": "bundled", "WASM_PATH": "bundle/bin/tool.wasm",
-                            "PREOPEN": "bundle/data", "SHA256": hashlib.sha256(body).hexdigest()})
-        res = wbx("toolkit", "build", "bundled", runtime=rt)
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    make_toolkit("bundled", exec="command", drawer={"CLI_BIN": "bundled"},
+                 extra={"BUILD_SRC": f"archive:{file_server.url}/b.tgz", "CLI_BIN": "bundled",
+                        "WASM_PATH": "bundle/bin/tool.wasm", "PREOPEN": "bundle/data",
+                        "SHA256": hashlib.sha256(body).hexdigest()})
+    res = wbx("toolkit", "build", "bundled", runtime=rt)
     assert res.exit_code == 0, res.stderr
     assert hashlib.sha256(module).hexdigest() in res.stdout
     assert rt.call("bundled").exit_code == 0

@@ -10,11 +10,8 @@ the image and boot it cold once (the snapshot is kept under ``$WB_MICROVM_CACHE`
 from __future__ import annotations
 
 import os
-import select
 import shlex
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,11 +19,15 @@ import pytest
 from wb_microvm import shell, tiers
 
 from wbcore import frames, terminal
+from wbcore.conformance import PtySessions
 from wbcore.errors import InvalidArgs
+from wbcore.testing import wait_pane, wbx_executable
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not tiers._probe_tools()[0], reason=f"microvm unavailable: {tiers._probe_tools()[1]}")]
 
+#: A VM restored under TCG answers slower than a container; its shell wants a plain terminal.
+pty = PtySessions(timeout=30.0, env={"TERM": "dumb"})
 CACHE = Path(os.environ.get("WB_MICROVM_CACHE") or Path.home() / ".cache" / "wbcore" / "microvm")
 
 
@@ -42,154 +43,80 @@ def box(snapshot):
     vm.close()
 
 
-def _open(box, sid: int, program: str = "/bin/sh", args=(), secret: bytes | None = None, rows=24, cols=80, env=None):
-    box.channel.send_frame(frames.seal(frames.PTY_OPEN, secret or box.secret,
-                                       {"session": sid, "program": program, "args": list(args), "rows": rows,
-                                        "cols": cols, "env": env or {"TERM": "dumb"}}))
-    return _next(box, {frames.PTY_OPENED, frames.REFUSED})
-
-
-def _next(box, kinds, timeout: float = 30.0):
-    """The next frame of one of ``kinds`` (other frames are skipped), within ``timeout``."""
-    end = time.monotonic() + timeout
-    while True:
-        ready, _, _ = select.select([box.channel.read_fd], [], [], max(0.0, end - time.monotonic()))
-        assert ready, f"no {sorted(frames.name(k) for k in kinds)} within {timeout} s"
-        kind, payload = box.channel.recv()
-        if kind in kinds:
-            return kind, (frames.unpack(payload)[0] if kind not in frames.RAW else frames.open_pty_data(payload))
-
-
-def _type(box, sid: int, text: bytes) -> None:
-    box.channel.send_frame(frames.pty_data(sid, text, box.secret))
-
-
-def _output_until(box, sid: int, needle: bytes, timeout: float = 30.0) -> bytes:
-    seen = b""
-    end = time.monotonic() + timeout
-    while needle not in seen:
-        kind, got = _next(box, {frames.PTY_DATA}, max(0.1, end - time.monotonic()))
-        if got[0] == sid:
-            seen += got[1]
-    return seen
-
-
 def test_a_session_runs_unprivileged_on_a_tty_without_network_and_reports_its_exit_code(box) -> None:
-    kind, obj = _open(box, 1, env={"TERM": "dumb", "LD_PRELOAD": "/tmp/x.so"})
+    kind, obj = pty.open(box, 1, env={"TERM": "dumb", "LD_PRELOAD": "/tmp/x.so"})
     assert kind == frames.PTY_OPENED and obj["ok"] is True, obj
-    _type(box, 1, b"echo uid=$(id -u) tty=$(tty) net=$(ls /sys/class/net | wc -l) pre=${LD_PRELOAD:-none}; exit 7\n")
-    out, closed = _until_closed(box)
+    pty.type(box, 1, b"echo uid=$(id -u) tty=$(tty) net=$(ls /sys/class/net | wc -l) pre=${LD_PRELOAD:-none}; exit 7\n")
+    out, closed = pty.until_closed(box)
     assert b"uid=1000 tty=/dev/pts/" in out and b"net=1 " in out, out  # only lo
     assert b"pre=none" in out, out
     assert closed == {"session": 1, "exit_code": 7, "blobs": []}
 
 
-def _until_closed(box, timeout: float = 30.0) -> tuple[bytes, dict]:
-    """Every byte of output until the next PtyClosed, and that frame's object."""
-    seen = b""
-    while True:
-        kind, got = _next(box, {frames.PTY_DATA, frames.PTY_CLOSED}, timeout)
-        if kind == frames.PTY_CLOSED:
-            return seen, got
-        seen += got[1]
-
-
-def _drain(box) -> bytes:
-    seen = b""
-    while select.select([box.channel.read_fd], [], [], 0.2)[0]:
-        kind, payload = box.channel.recv()
-        if kind == frames.PTY_DATA:
-            seen += frames.open_pty_data(payload)[1]
-    return seen
-
-
 def test_at_most_four_sessions_per_sandbox(box) -> None:
     for sid in range(1, terminal.MAX_SESSIONS + 1):
-        assert _open(box, sid)[1]["ok"] is True
-    kind, obj = _open(box, 99)
+        assert pty.open(box, sid)[1]["ok"] is True
+    kind, obj = pty.open(box, 99)
     assert kind == frames.PTY_OPENED and obj["ok"] is False and "4 terminal sessions" in obj["error"]
-    kind, obj = _open(box, 2)  # an id in use
+    kind, obj = pty.open(box, 2)  # an id in use
     assert obj["ok"] is False and "already open" in obj["error"]
-    _type(box, 2, b"exit 0\n")
-    assert _next(box, {frames.PTY_CLOSED})[1] == {"session": 2, "exit_code": 0, "blobs": []}
-    assert _open(box, 5)[1]["ok"] is True  # a closed session frees its place
+    pty.type(box, 2, b"exit 0\n")
+    assert pty.next(box, {frames.PTY_CLOSED})[1] == {"session": 2, "exit_code": 0, "blobs": []}
+    assert pty.open(box, 5)[1]["ok"] is True  # a closed session frees its place
     # a call's Exec would sweep every uid-1000 process: refused while sessions run
     box.channel.send_frame(frames.seal(frames.EXEC, box.secret, {"id": 1, "argv": ["true"]}, b""))
-    assert "terminal sessions are open" in _next(box, {frames.REFUSED})[1]["message"]
+    assert "terminal sessions are open" in pty.next(box, {frames.REFUSED})[1]["message"]
 
 
 def test_resize_reaches_the_terminal_and_close_hangs_up(box) -> None:
-    assert _open(box, 1, rows=30, cols=100)[1]["ok"]
-    _type(box, 1, b"stty size\n")
-    assert b"30 100" in _output_until(box, 1, b"30 100")
+    assert pty.open(box, 1, rows=30, cols=100)[1]["ok"]
+    pty.type(box, 1, b"stty size\n")
+    assert b"30 100" in pty.output_until(box, 1, b"30 100")
     box.channel.send_frame(frames.seal(frames.PTY_RESIZE, box.secret, {"session": 1, "rows": 50, "cols": 132}))
-    _type(box, 1, b"stty size\n")
-    assert b"50 132" in _output_until(box, 1, b"50 132")
-    _type(box, 1, b"sleep 100\n")
+    pty.type(box, 1, b"stty size\n")
+    assert b"50 132" in pty.output_until(box, 1, b"50 132")
+    pty.type(box, 1, b"sleep 100\n")
     time.sleep(0.5)
     box.channel.send_frame(frames.seal(frames.PTY_CLOSE, box.secret, {"session": 1}))
-    assert _next(box, {frames.PTY_CLOSED})[1]["exit_code"] == 128 + 1  # SIGHUP
+    assert pty.next(box, {frames.PTY_CLOSED})[1]["exit_code"] == 128 + 1  # SIGHUP
 
 
 def test_only_allowlisted_programs_start(box) -> None:
     for program in ("/sbin/wb-agent", "/sbin/insmod", "sh", "/bin/../sbin/reboot", "/no/such"):
-        kind, obj = _open(box, 1, program=program)
+        kind, obj = pty.open(box, 1, program=program)
         assert kind == frames.PTY_OPENED and obj["ok"] is False and "allowlist" in obj["error"], (program, obj)
-    kind, obj = _open(box, 1, program="/bin/sh", args=["-c", "echo args ok; exit 4"])
+    kind, obj = pty.open(box, 1, program="/bin/sh", args=["-c", "echo args ok; exit 4"])
     assert obj["ok"] is True
-    out, closed = _until_closed(box)
+    out, closed = pty.until_closed(box)
     assert b"args ok" in out and closed["exit_code"] == 4
 
 
 def test_frames_without_the_secret_are_refused_and_the_agent_survives(box) -> None:
     wrong = bytes(32)
-    kind, obj = _open(box, 1, secret=wrong)
+    kind, obj = pty.open(box, 1, secret=wrong)
     assert kind == frames.REFUSED and obj["reason"] == "secret"
     box.channel.send_frame(frames.encode(frames.PTY_OPEN, frames.pack({"session": 1, "program": "/bin/sh"})))
-    assert _next(box, {frames.REFUSED})[1]["reason"] == "secret"
+    assert pty.next(box, {frames.REFUSED})[1]["reason"] == "secret"
     box.channel.send_frame(frames.pty_data(1, b"id\n"))  # no secret
-    assert _next(box, {frames.REFUSED})[1]["reason"] == "secret"
+    assert pty.next(box, {frames.REFUSED})[1]["reason"] == "secret"
     box.channel.send_frame(frames.encode(frames.PTY_RESIZE, b"\x01\x02"))  # malformed json payload
-    assert _next(box, {frames.REFUSED})[1]["reason"] == "malformed"
+    assert pty.next(box, {frames.REFUSED})[1]["reason"] == "malformed"
     box.channel.send_frame(frames.seal(frames.PTY_OPEN, box.secret, {"session": 1, "program": "/bin/sh",
                                                                      "rows": 10 ** 6}))
-    assert _next(box, {frames.REFUSED})[1]["reason"] == "malformed"
+    assert pty.next(box, {frames.REFUSED})[1]["reason"] == "malformed"
     box.channel.send_frame(frames.seal(frames.PTY_OPEN, box.secret, {"session": 1, "program": "/bin/sh",
                                                                      "args": [1, 2]}))
-    assert _next(box, {frames.REFUSED})[1]["reason"] == "malformed"
-    assert _open(box, 1)[1]["ok"] is True  # still serving
-    _type(box, 1, b"echo alive\n")
-    assert b"alive" in _output_until(box, 1, b"alive")
+    assert pty.next(box, {frames.REFUSED})[1]["reason"] == "malformed"
+    assert pty.open(box, 1)[1]["ok"] is True  # still serving
+    pty.type(box, 1, b"echo alive\n")
+    assert b"alive" in pty.output_until(box, 1, b"alive")
 
 
 def test_a_paste_larger_than_the_channel_while_the_terminal_echoes_does_not_deadlock(box) -> None:
     """512 KB typed into ``cat`` on a tty that echoes: both directions full at once."""
-    import threading
-
     lines = 5_000
     typed = b"cat; echo done=$?; exit 0\n" + (b"a" * 99 + b"\n") * lines
-    in_r, in_w = os.pipe()
-    out_r, out_w = os.pipe()
-    seen = bytearray()
-
-    def feed() -> None:
-        with os.fdopen(in_w, "wb") as fh:
-            fh.write(typed)
-
-    def drain() -> None:
-        while chunk := os.read(out_r, 1 << 16):
-            seen.extend(chunk)
-
-    threads = [threading.Thread(target=feed, daemon=True), threading.Thread(target=drain, daemon=True)]
-    for t in threads:
-        t.start()
-    try:
-        code = terminal.attach(box.channel, box.secret, terminal.ShellRequest(), stdin_fd=in_r, stdout_fd=out_w,
-                               deadline=time.monotonic() + 100)
-    finally:
-        os.close(out_w)
-        os.close(in_r)
-    threads[1].join(10)
+    code, seen = pty.paste(box, typed, 100)
     assert code == 0
     assert b"done=0" in seen and seen.count(b"a" * 99) >= lines
 
@@ -197,11 +124,11 @@ def test_a_paste_larger_than_the_channel_while_the_terminal_echoes_does_not_dead
 def test_the_host_hanging_up_ends_every_session(snapshot) -> None:
     box = shell.open_shell(snapshot, terminal.ShellRequest(timeout_s=60))
     try:
-        assert _open(box, 1)[1]["ok"]
-        _type(box, 1, b"sleep 1000 &\necho bg\n")
-        _output_until(box, 1, b"bg")
+        assert pty.open(box, 1)[1]["ok"]
+        pty.type(box, 1, b"sleep 1000 &\necho bg\n")
+        pty.output_until(box, 1, b"bg")
         time.sleep(0.5)
-        _drain(box)  # (a guest writing to a port with no host blocks until one connects)
+        pty.drain(box)  # (a guest writing to a port with no host blocks until one connects)
         box.vm.hangup()  # the host's end of the channel goes away
         time.sleep(1.5)
         box.vm.connect(time.monotonic() + 10)
@@ -210,9 +137,9 @@ def test_the_host_hanging_up_ends_every_session(snapshot) -> None:
         box.channel = terminal.Channel(box.vm.sock.fileno(), box.vm.sock.fileno())
         # the sessions are gone: the cap is free again, and no uid-1000 process survived
         for sid in range(1, terminal.MAX_SESSIONS + 1):
-            assert _open(box, sid)[1]["ok"] is True
-        _type(box, 1, b"ps -o user,args | grep -c '[s]leep 1000'\n")
-        out = _output_until(box, 1, b"\n0")
+            assert pty.open(box, sid)[1]["ok"] is True
+        pty.type(box, 1, b"ps -o user,args | grep -c '[s]leep 1000'\n")
+        out = pty.output_until(box, 1, b"\n0")
         assert b"\n0" in out
     finally:
         box.close()
@@ -244,8 +171,8 @@ def test_mounted_folders_are_read_only_unless_rw_and_stay_inside(folders, snapsh
         script = ("cat /data/in.txt; echo x > /data/no.txt; echo ma > /tmp/out/out.txt; echo de >> /tmp/out/out.txt; "
                   "mkdir /tmp/out/sub && echo deep > /tmp/out/sub/f && chmod 4755 /tmp/out/sub/f; cat /data/leak; "
                   "ls /data/.. | wc -l; mount | grep -c 'nosuid,nodev'; exit 3")
-        assert _open(box, 1, args=["-c", script])[1]["ok"] is True
-        out, closed = _until_closed(box)
+        assert pty.open(box, 1, args=["-c", script])[1]["ok"] is True
+        out, closed = pty.until_closed(box)
         assert b"from the host" in out and b"Read-only file system" in out, out
         assert b"/data/leak" in out and b"No such file" in out, out  # the guest has no /etc/shadow
         assert closed["exit_code"] == 3
@@ -254,7 +181,7 @@ def test_mounted_folders_are_read_only_unless_rw_and_stay_inside(folders, snapsh
         assert (rw / "sub" / "f").stat().st_mode & 0o7777 == 0o600  # no guest-chosen mode (setuid) on the host
         # mounts are made before the first session only
         box.channel.send_frame(frames.seal(frames.MOUNT, box.secret, {"slot": 2, "guest": "/late", "rw": True}))
-        obj = _next(box, {frames.MOUNTED})[1]
+        obj = pty.next(box, {frames.MOUNTED})[1]
         assert obj["ok"] is False and "before the first terminal session" in obj["error"]
     finally:
         box.close()
@@ -268,10 +195,10 @@ def test_mount_requests_are_checked_on_both_sides(folders, snapshot, make_runtim
         # the guest refuses system folders, unnormalised paths and unknown slots itself
         for slot, guest in ((1, "/etc/x"), (1, "/proc"), (1, "/a/../etc"), (1, "/a//b"), (1, "relative"), (9, "/ok")):
             box.channel.send_frame(frames.seal(frames.MOUNT, box.secret, {"slot": slot, "guest": guest}))
-            obj = _next(box, {frames.MOUNTED})[1]
+            obj = pty.next(box, {frames.MOUNTED})[1]
             assert obj["ok"] is False, (slot, guest, obj)
         box.channel.send_frame(frames.seal(frames.MOUNT, bytes(32), {"slot": 1, "guest": "/x"}))
-        assert _next(box, {frames.REFUSED})[1]["reason"] == "secret"
+        assert pty.next(box, {frames.REFUSED})[1]["reason"] == "secret"
     finally:
         box.close()
     too_many = tuple(terminal.Mount(str(ro), f"/d{i}") for i in range(shell.MOUNT_SLOTS + 1))
@@ -326,56 +253,25 @@ def test_the_deadline_tears_the_vm_down(snapshot) -> None:
 # --- wbx shell in a real terminal (tmux) ------------------------------------------------------
 
 
-def _wbx() -> str:
-    exe = Path(sys.executable).with_name("wbx")
-    if not exe.exists():
-        pytest.skip("the wbx entry point is not installed next to this interpreter")
-    return str(exe)
-
-
-@pytest.fixture
-def tmux(tmp_path: Path):
-    if shutil.which("tmux") is None:
-        pytest.skip("tmux is not installed (apt-get install tmux)")
-    sock = str(tmp_path / "tmux.sock")
-    name = "wbshell"
-
-    def cmd(*args: str) -> str:
-        return subprocess.run(["tmux", "-S", sock, *args], check=True, capture_output=True, text=True,
-                              timeout=10).stdout
-
-    yield cmd, name
-    subprocess.run(["tmux", "-S", sock, "kill-server"], capture_output=True, timeout=10)
-
-
-def _wait_pane(cmd, name: str, needle: str, timeout: float = 60.0) -> str:
-    end = time.monotonic() + timeout
-    while True:
-        pane = cmd("capture-pane", "-p", "-t", name, "-S", "-50")
-        if needle in pane or time.monotonic() > end:
-            return pane
-        time.sleep(0.2)
-
-
 def test_wbx_shell_in_tmux_with_a_rw_mount_resizes_and_propagates_the_exit_code(tmux, wb_home, tmp_path, snapshot,
                                                                                folders) -> None:
     cmd, name = tmux
     done = tmp_path / "exit"
     _, rw = folders
     line = (f"WB_MICROVM_CACHE={shlex.quote(str(CACHE))} WB_MICROVM_POOL=0 WB_HOME={shlex.quote(str(wb_home))} "
-            f"{shlex.quote(_wbx())} shell --tier microvm --mount {shlex.quote(str(rw))}:/data:rw; "
+            f"{shlex.quote(wbx_executable())} shell --tier microvm --mount {shlex.quote(str(rw))}:/data:rw; "
             f"echo $? > {shlex.quote(str(done))}")
     cmd("new-session", "-d", "-s", name, "-x", "120", "-y", "40", "sh", "-c", line)
-    pane = _wait_pane(cmd, name, "~ $")  # busybox ash in /tmp/w (HOME); tmux trims the trailing space
+    pane = wait_pane(cmd, name, "~ $", 60.0, 0.2)  # busybox ash in /tmp/w (HOME); tmux trims the trailing space
     assert "~ $" in pane, pane
     cmd("send-keys", "-t", name, "echo uid=$(id -u) > /data/who; stty size; echo $((6*7))x", "Enter")
-    pane = _wait_pane(cmd, name, "42x")
+    pane = wait_pane(cmd, name, "42x", 60.0, 0.2)
     assert "42x" in pane and "40 120" in pane, pane
     assert (rw / "who").read_text() == "uid=1000\n"
     cmd("resize-window", "-t", name, "-x", "100", "-y", "30")
     time.sleep(0.5)
     cmd("send-keys", "-t", name, "stty size", "Enter")
-    pane = _wait_pane(cmd, name, "30 100")
+    pane = wait_pane(cmd, name, "30 100", 60.0, 0.2)
     assert "30 100" in pane, pane
     cmd("send-keys", "-t", name, "exit 5", "Enter")
     end = time.monotonic() + 20

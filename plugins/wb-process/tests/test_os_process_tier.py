@@ -4,7 +4,6 @@ and the worker behind it refuses anything that is not its host speaking the prot
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shutil
 import threading
@@ -19,69 +18,17 @@ wasmtime = pytest.importorskip("wasmtime")
 pytestmark = pytest.mark.skipif(not probe()[0], reason=f"sandbox unavailable here: {probe()[1]}")
 
 from wbcore.calls import CommandRequest, GuestTrap, LimitExceeded, Principal  # noqa: E402
-from wbcore.errors import CapabilityDenied, Internal, InvalidArgs, Timeout, WbError  # noqa: E402
+from wbcore.errors import CapabilityDenied, Internal, InvalidArgs, Timeout  # noqa: E402
 from wbcore.policy import profile  # noqa: E402
 
-from wbcore import frames  # noqa: E402
+from wbcore import conformance, frames  # noqa: E402
+from wbcore.conformance import (  # noqa: E402
+    ARGS_WAT, BOMB_WAT, ECHO_WAT, FD_WRITE, FLOOD_WAT, PREOPEN_WAT, SPIN_WAT, STDERR_WAT, TRAP_WAT, cbor_data,
+    command_request, kv_wat)
 from wb_process.pool import Pool, spawn_worker  # noqa: E402
 from wb_process.tiers import OsProcessTier  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]
-FD_WRITE = '(import "wasi_snapshot_preview1" "fd_write" (func $w (param i32 i32 i32 i32) (result i32)))'
-FD_READ = '(import "wasi_snapshot_preview1" "fd_read" (func $r (param i32 i32 i32 i32) (result i32)))'
-PROC_EXIT = '(import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))'
-
-#: stdin → stdout, any length.
-ECHO_WAT = f"""(module {FD_READ} {FD_WRITE}
-  (memory (export "memory") 2)
-  (func (export "_start") (local $n i32)
-    (loop $l
-      (i32.store (i32.const 0) (i32.const 1024)) (i32.store (i32.const 4) (i32.const 65536))
-      (drop (call $r (i32.const 0) (i32.const 0) (i32.const 1) (i32.const 8)))
-      (local.set $n (i32.load (i32.const 8)))
-      (if (i32.eqz (local.get $n)) (then (return)))
-      (i32.store (i32.const 16) (i32.const 1024)) (i32.store (i32.const 20) (local.get $n))
-      (drop (call $w (i32.const 1) (i32.const 16) (i32.const 1) (i32.const 8)))
-      (br $l))))"""
-#: argv, NUL-separated, on stdout.
-ARGS_WAT = f"""(module {FD_WRITE}
-  (import "wasi_snapshot_preview1" "args_sizes_get" (func $sizes (param i32 i32) (result i32)))
-  (import "wasi_snapshot_preview1" "args_get" (func $args (param i32 i32) (result i32)))
-  (memory (export "memory") 1)
-  (func (export "_start")
-    (drop (call $sizes (i32.const 0) (i32.const 4)))
-    (drop (call $args (i32.const 64) (i32.const 1024)))
-    (i32.store (i32.const 16) (i32.const 1024)) (i32.store (i32.const 20) (i32.load (i32.const 4)))
-    (drop (call $w (i32.const 1) (i32.const 16) (i32.const 1) (i32.const 8)))))"""
-#: "oops" on stderr, exit 7.
-STDERR_WAT = f"""(module {FD_WRITE} {PROC_EXIT}
-  (memory (export "memory") 1)
-  (data (i32.const 100) "oops")
-  (func (export "_start")
-    (i32.store (i32.const 0) (i32.const 100)) (i32.store (i32.const 4) (i32.const 4))
-    (drop (call $w (i32.const 2) (i32.const 0) (i32.const 1) (i32.const 8)))
-    (call $exit (i32.const 7))))"""
-TRAP_WAT = '(module (memory (export "memory") 1) (func (export "_start") unreachable))'
-SPIN_WAT = '(module (memory (export "memory") 1) (func (export "_start") (loop $l (br $l))))'
-#: Grows memory 16 pages at a time until refused, then traps.
-BOMB_WAT = """(module (memory (export "memory") 1)
-  (func (export "_start")
-    (loop $l (br_if $l (i32.ne (memory.grow (i32.const 16)) (i32.const -1))))
-    unreachable))"""
-#: Writes 64 KiB to stdout forever.
-FLOOD_WAT = f"""(module {FD_WRITE}
-  (memory (export "memory") 2)
-  (func (export "_start")
-    (i32.store (i32.const 0) (i32.const 1024)) (i32.store (i32.const 4) (i32.const 65536))
-    (loop $l (drop (call $w (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8))) (br $l))))"""
-#: Asks WASI for a preopened folder (fd 3) and writes the errno as one byte: 8 = EBADF, none.
-PREOPEN_WAT = f"""(module {FD_WRITE}
-  (import "wasi_snapshot_preview1" "fd_prestat_get" (func $pre (param i32 i32) (result i32)))
-  (memory (export "memory") 1)
-  (func (export "_start")
-    (i32.store8 (i32.const 200) (call $pre (i32.const 3) (i32.const 100)))
-    (i32.store (i32.const 0) (i32.const 200)) (i32.store (i32.const 4) (i32.const 1))
-    (drop (call $w (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))"""
 #: Sleeps 100 s inside a WASI call (where the epoch cannot stop it): only the watchdog can.
 SLEEP_WAT = """(module
   (import "wasi_snapshot_preview1" "poll_oneoff" (func $poll (param i32 i32 i32 i32) (result i32)))
@@ -89,27 +36,6 @@ SLEEP_WAT = """(module
   (func (export "_start")
     (i64.store (i32.const 24) (i64.const 100000000000))
     (drop (call $poll (i32.const 0) (i32.const 256) (i32.const 1) (i32.const 512)))))"""
-
-
-def cbor_data(blob: bytes) -> str:
-    return "".join(f"\\{b:02x}" for b in blob)
-
-
-def kv_wat(first: bytes, second: bytes | None = None) -> str:
-    """A guest that sends ``first`` (then ``second``) through wb.kv and writes the last
-    answer to stdout; a Dock error is its exit status."""
-    calls = [(64, first)] + ([(512, second)] if second else [])
-    data = "".join(f'(data (i32.const {at}) "{cbor_data(req)}")' for at, req in calls)
-    body = "".join(
-        f"(local.set $n (call $kv (i32.const {at}) (i32.const {len(req)}) (i32.const 4096) (i32.const 60000)))"
-        "(if (i64.lt_s (local.get $n) (i64.const 0)) (then (call $exit (i32.wrap_i64 (i64.sub (i64.const 0) (local.get $n))))))"
-        for at, req in calls)
-    return f"""(module {FD_WRITE} {PROC_EXIT}
-  (import "wb" "kv" (func $kv (param i32 i32 i32 i32) (result i64)))
-  (memory (export "memory") 2) {data}
-  (func (export "_start") (local $n i64) {body}
-    (i32.store (i32.const 0) (i32.const 4096)) (i32.store (i32.const 4) (i32.wrap_i64 (local.get $n)))
-    (drop (call $w (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))"""
 
 
 @pytest.fixture
@@ -124,19 +50,12 @@ def tiers(rt):
 
 
 def request(rt, wat: str, **kw) -> CommandRequest:
-    art = rt.artifacts.put_bytes(wasmtime.wat2wasm(wat))
-    base = CommandRequest(name="guest", sha256=art.sha256, artifact=rt.artifacts.path(art.sha256), argv=(),
-                          stdin=b"", profile=profile("compute"), timeout_s=5.0, principal=Principal(toolkit="guest"))
-    return dataclasses.replace(base, **kw)
+    return command_request(rt, wasmtime.wat2wasm(wat), **kw)
 
 
 def outcome(tier, req):
     """What a call gives, comparable across tiers: the result, or the error's class and limit."""
-    try:
-        res = tier.call(req)
-    except WbError as exc:
-        return type(exc).__name__, getattr(exc, "limit", None)
-    return res.stdout, res.stderr, res.exit_code
+    return conformance.outcome(lambda: tier.call(req))
 
 
 def worker_pid(worker) -> int:

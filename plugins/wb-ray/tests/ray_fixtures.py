@@ -2,37 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-#: kernel: ASCII upper-case (in_off 1024, out_off 65536)
-K_UPPER = """(module (memory (export "memory") 2)
-  (func (export "process") (param $n i32) (result i32) (local $i i32) (local $c i32)
-    (block $e (loop $l
-      (br_if $e (i32.ge_u (local.get $i) (local.get $n)))
-      (local.set $c (i32.load8_u offset=1024 (local.get $i)))
-      (if (i32.lt_u (i32.sub (local.get $c) (i32.const 97)) (i32.const 26))
-        (then (local.set $c (i32.sub (local.get $c) (i32.const 32)))))
-      (i32.store8 offset=65536 (local.get $i) (local.get $c))
-      (local.set $i (i32.add (local.get $i) (i32.const 1)))
-      (br $l)))
-    (local.get $n)))"""
-
-#: command: stdin → stdout; traps when stdin starts with "!"
-ECHO = """(module
-  (import "wasi_snapshot_preview1" "fd_read" (func $fd_read (param i32 i32 i32 i32) (result i32)))
-  (import "wasi_snapshot_preview1" "fd_write" (func $fd_write (param i32 i32 i32 i32) (result i32)))
-  (memory (export "memory") 2)
-  (func (export "_start") (local $n i32)
-    (i32.store (i32.const 0) (i32.const 1024)) (i32.store (i32.const 4) (i32.const 65536))
-    (drop (call $fd_read (i32.const 0) (i32.const 0) (i32.const 1) (i32.const 8)))
-    (local.set $n (i32.load (i32.const 8)))
-    (if (i32.and (i32.gt_u (local.get $n) (i32.const 0)) (i32.eq (i32.load8_u (i32.const 1024)) (i32.const 33)))
-      (then unreachable))
-    (i32.store (i32.const 16) (i32.const 1024)) (i32.store (i32.const 20) (local.get $n))
-    (drop (call $fd_write (i32.const 1) (i32.const 16) (i32.const 1) (i32.const 24)))))"""
+from wbcore.testing import ECHO_OR_TRAP as ECHO  # noqa: F401 (the suite's tests import them from here)
+from wbcore.testing import K_UPPER, register_wat  # noqa: F401
 
 #: Each node's object store (Ray's minimum is 75 MiB): the cluster stays small.
 OBJECT_STORE = 80 << 20
@@ -48,15 +25,8 @@ def rt(make_runtime: Callable[..., Any]) -> Any:
 
 @pytest.fixture
 def register(rt: Any) -> Callable[..., Any]:
-    def reg(name: str, wat: str, kind: str = "command") -> Any:
-        import wasmtime
-
-        from wbcore.registry import Entry
-
-        art = rt.artifacts.put_bytes(bytes(wasmtime.wat2wasm(wat)))
-        return rt.registry.register(Entry(kind=kind, name=name, sha256=art.sha256, shape=kind, toolkit=None))
-
-    return reg
+    """``register(name, wat, kind="command") -> Entry`` on ``rt``."""
+    return functools.partial(register_wat, rt)
 
 
 @pytest.fixture(scope="module")

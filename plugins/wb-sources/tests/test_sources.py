@@ -8,9 +8,7 @@ import io
 import os
 import subprocess
 import tarfile
-import threading
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,55 +17,22 @@ from wbcore import sources
 from wbcore.build import SourceRequest
 from wbcore.errors import CapabilityDenied, InvalidArgs, NotFound, WbError
 from wbcore.manifest import parse
-from wbcore.testing import manifest_text
+from wbcore.testing import FileServer, manifest_text
 
 WASM = b"\0asm\x01\0\0\0"
 
 
-class Server:
-    def __init__(self) -> None:
-        self.files: dict[str, bytes] = {}
-        self.hits: list[str] = []
-        files, hits = self.files, self.hits
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
-                hits.append(self.path)
-                if self.path.startswith("/redirect-to/"):
-                    self.send_response(302)
-                    self.send_header("Location", "http://169.254.169.254/latest")
-                    self.end_headers()
-                    return
-                body = files.get(self.path)
-                if body is None:
-                    self.send_response(404)
-                    self.end_headers()
-                    return
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *a: object) -> None:
-                pass
-
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-
-    def __enter__(self) -> Server:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+def _redirect_to_metadata(handler: http.server.BaseHTTPRequestHandler) -> None:
+    handler.send_response(302)
+    handler.send_header("Location", "http://169.254.169.254/latest")
+    handler.end_headers()
 
 
 @pytest.fixture
-def server() -> Iterator[Server]:
-    with Server() as s:
-        yield s
+def server(file_server: FileServer) -> FileServer:
+    """The file server, and ``/redirect-to/...`` answers a redirect to a cloud metadata address."""
+    file_server.routes["/redirect-to/"] = _redirect_to_metadata
+    return file_server
 
 
 @pytest.fixture

@@ -3,23 +3,13 @@ compiles WAT, stores it and registers it as a command or kernel."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-WASI = '(import "wasi_snapshot_preview1" "{name}" (func ${name} {sig}))'
-SIGS = {
-    "fd_read": "(param i32 i32 i32 i32) (result i32)",
-    "fd_write": "(param i32 i32 i32 i32) (result i32)",
-    "proc_exit": "(param i32)",
-    "environ_sizes_get": "(param i32 i32) (result i32)",
-    "args_sizes_get": "(param i32 i32) (result i32)",
-}
-
-
-def wasi(*names: str) -> str:
-    return "\n".join(WASI.format(name=n, sig=SIGS[n]) for n in names)
+from wbcore.testing import K_UPPER, register_wat, wasi  # noqa: F401 (the suite's tests import them from here)
 
 
 @pytest.fixture
@@ -29,18 +19,8 @@ def rt(make_runtime: Callable[..., Any]) -> Any:
 
 @pytest.fixture
 def register(rt: Any) -> Callable[..., Any]:
-    """``register(name, wat, kind="command", profile="compute", **options) -> Entry``."""
-    import wasmtime
-
-    from wbcore.registry import Entry
-
-    def reg(name: str, wat: str, kind: str = "command", profile: str = "compute", arg_mode: str = "argv",
-            **options: Any) -> Any:
-        art = rt.artifacts.put_bytes(bytes(wasmtime.wat2wasm(wat)))
-        return rt.registry.register(Entry(kind=kind, name=name, sha256=art.sha256, shape=kind, toolkit=None,
-                                          arg_mode=arg_mode, profile=profile, options=options))
-
-    return reg
+    """``register(name, wat, kind="command", profile="compute", arg_mode="argv", **options) -> Entry``."""
+    return functools.partial(register_wat, rt)
 
 
 # --- guests ------------------------------------------------------------------------------
@@ -102,19 +82,6 @@ WANTS_ENV = """(module
   (import "env" "system" (func $system (param i32) (result i32)))
   (memory (export "memory") 1)
   (func (export "_start")))"""
-
-#: kernel: output = input with ASCII upper-cased; in_off 1024, out_off 65536
-K_UPPER = """(module (memory (export "memory") 2)
-  (func (export "process") (param $n i32) (result i32) (local $i i32) (local $c i32)
-    (block $e (loop $l
-      (br_if $e (i32.ge_u (local.get $i) (local.get $n)))
-      (local.set $c (i32.load8_u offset=1024 (local.get $i)))
-      (if (i32.lt_u (i32.sub (local.get $c) (i32.const 97)) (i32.const 26))
-        (then (local.set $c (i32.sub (local.get $c) (i32.const 32)))))
-      (i32.store8 offset=65536 (local.get $i) (local.get $c))
-      (local.set $i (i32.add (local.get $i) (i32.const 1)))
-      (br $l)))
-    (local.get $n)))"""
 
 #: kernel that claims a huge out_len
 K_LIAR = """(module (memory (export "memory") 2)

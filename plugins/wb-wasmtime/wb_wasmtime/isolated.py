@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from wbcore.calls import Usage
-from wbcore.errors import CapabilityDenied, ErrorKind, Internal, InvalidArgs, NotFound, Timeout, WbError
+from wbcore.errors import CapabilityDenied, Internal, InvalidArgs, Timeout, WbError, of_kind
 
 #: Interpreter start, ``import wasmtime`` and a cached component's deserialization.
 STARTUP_GRACE_S = 10.0
@@ -49,13 +49,6 @@ POLL_S = 0.005
 MAX_IDLE = 2
 #: Busy workers at once; a call beyond waits for a slot, within its deadline.
 MAX_WORKERS = 8
-
-
-#: A worker's error kind → the class raised here, so callers catch what an in-process call raises.
-KIND_ERRORS: dict[ErrorKind, type[WbError]] = {
-    ErrorKind.NOT_FOUND: NotFound, ErrorKind.INVALID_ARGS: InvalidArgs, ErrorKind.TIMEOUT: Timeout,
-    ErrorKind.CAPABILITY_DENIED: CapabilityDenied, ErrorKind.INTERNAL: Internal,
-}
 
 
 class StreamAnswer(InvalidArgs):
@@ -221,8 +214,8 @@ def call(request: Any, artifacts_root: Path, needed: frozenset[str]) -> Any:
         e = answer["error"]
         if e.get("detail_set"):
             raise ComponentError(e["message"], e.get("detail"))
-        kind = ErrorKind(e["kind"])
-        raise KIND_ERRORS.get(kind, WbError)(e["message"], kind=kind)
+        # the class an in-process call raises, so callers catch the same thing either way
+        raise of_kind(e["kind"], e["message"])
     usage = Usage(wall_s=time.perf_counter() - t0, fuel=answer.get("fuel"), bytes_out=answer.get("bytes_out", 0))
     return ComponentResult(answer["value"], _unhex(answer.get("stdout")), _unhex(answer.get("stderr")), usage)
 
