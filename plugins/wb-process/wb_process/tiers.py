@@ -34,22 +34,17 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from wb_process.pool import GRACE_S, Pool, Worker, _wasmtime_dir, shared
+from wbcore import errors, frames
 from wbcore.calls import CallResult, CommandRequest, Usage, check_guest_end
 from wbcore.capbridge import HostBridge
-from wbcore.errors import CapabilityDenied, Internal, InvalidArgs, NotFound, Timeout, WbError
+from wbcore.errors import Internal, InvalidArgs, Timeout, WbError
 from wbcore.records import Availability
-
-from wbcore import frames
-from wb_process.pool import GRACE_S, Pool, Worker, _wasmtime_dir, shared
 
 if TYPE_CHECKING:
     from wbcore.runtime import Runtime
 
 _ids = itertools.count(1)
-_ERRORS: dict[str, type[WbError]] = {
-    "not-found": NotFound, "invalid-args": InvalidArgs, "timeout": Timeout,
-    "capability-denied": CapabilityDenied, "internal": Internal,
-}
 
 
 def available() -> Availability:
@@ -211,8 +206,7 @@ class _Call:
             raise self.bridge.refusal
         err = obj.get("error")
         if isinstance(err, dict):
-            cls = _ERRORS.get(str(err.get("kind")), Internal)
-            raise cls(f"{name}: {str(err.get('message', ''))[:2000]}")
+            raise errors.of_kind(str(err.get("kind")), f"{name}: {str(err.get('message', ''))[:2000]}")
         stdout, stderr = F.blobs_of(blobs, 2, F.EXEC_RESULT)
         exit_code = F.field(obj, "exit", int)
         reason = F.field(obj, "reason", str)
