@@ -162,6 +162,9 @@ def main() -> int:
                     help="also time the build sandbox itself: Sandbox.run(/bin/true) N times against subprocess.run")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    # The machine-wide zig cache dev.py and CI use (unset, each fresh home would warm its own:
+    # a "cold" zig build would then time zig compiling wasi-libc, not the build).
+    os.environ.setdefault("WB_ZIG_CACHE", str(Path.home() / ".cache" / "wbcore" / "zig"))
     lanes = [x for x in args.lanes.split(",") if x]
     unknown = [x for x in lanes if x not in CASES]
     if unknown or not 1 <= args.rounds <= 50:
