@@ -20,6 +20,7 @@
 
 from __future__ import annotations
 
+import atexit
 import functools
 import itertools
 import json
@@ -446,3 +447,31 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _release_at_exit() -> None:
+    """Hand this process's cached wasmtime objects back while wasmtime's FFI still exists.
+
+    wasmtime-py frees an object in ``__del__``; at interpreter teardown its FFI functions
+    are already ``None`` when the last references go, so every cached module, pre-linked
+    instance and the engine printed an "Exception ignored … TypeError" in an embedder's
+    process. ``atexit`` runs first: modules and pre-linked instances are closed here (the
+    native objects are reference counted, so a store still using one keeps it alive). The
+    engine is not freed: the epoch ticker thread holds its raw pointer until the process
+    ends, so its Python handle only lets go of the pointer (the OS reclaims it)."""
+    mods = _modules
+    with mods._lock:
+        loaded = list(mods._mods.values())
+        mods._mods.clear()
+    for lm in loaded:
+        for obj in (lm._pre, lm.module):
+            if obj is not None:
+                obj.close()
+    eng = _engine
+    if eng is not None:
+        consume = getattr(eng.wasm, "_consume", None)  # wasmtime-py's "take the pointer, free nothing"
+        if consume is not None:
+            consume()
+
+
+atexit.register(_release_at_exit)
