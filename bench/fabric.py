@@ -93,8 +93,10 @@ def main() -> None:
                     help="the kernel rows through fabric.map, fabric.map_chunks (bulk), or both")
     args = ap.parse_args()
     rt = fresh_runtime()
-    register_wat(rt, "burn", burn(args.burn))
-    register_wat(rt, "kup", K_UPPER, "kernel")
+    import wasmtime
+
+    register_wat(rt, "burn", burn(args.burn), wat2wasm=wasmtime.wat2wasm)
+    register_wat(rt, "kup", K_UPPER, "kernel", wat2wasm=wasmtime.wat2wasm)
     rt.install_builtins(["upper"])
     from wb_fabric_local.processes import start_method
 

@@ -11,7 +11,7 @@
 ``tmux``         ``(cmd, name)``: a private tmux server to drive a command in a real terminal (``wait_pane``)
 
 Shared test guests in WebAssembly text (``wasi``, ``K_UPPER``, ``ECHO_OR_TRAP``, ``burn``) and
-``register_wat(rt, name, wat, kind)`` serve the plugins' tests and the benches alike.
+``register_wat(rt, name, wat, kind, wat2wasm=...)`` serve the plugins' tests and the benches alike.
 """
 
 from __future__ import annotations
@@ -433,15 +433,14 @@ def burn(iterations: int) -> str:
     (call $w (i32.const 100) (i32.const 2))))""")
 
 
-def register_wat(rt: Any, name: str, wat: str, kind: str = "command", *, profile: str = "compute",
-                 arg_mode: str = "argv", **options: Any) -> Any:
-    """Compile ``wat`` (wasmtime's ``wat2wasm``), store it and register it as a ``kind``
-    (command or kernel) named ``name`` with deployer trust (no toolkit, no caps) -> ``Entry``."""
-    import wasmtime
-
+def register_wat(rt: Any, name: str, wat: str, kind: str = "command", *, wat2wasm: Callable[[str], bytes],
+                 profile: str = "compute", arg_mode: str = "argv", **options: Any) -> Any:
+    """Compile ``wat`` with the engine's ``wat2wasm`` (the caller's: the core imports no
+    engine, e.g. ``wasmtime.wat2wasm``), store it and register it as a ``kind`` (command or
+    kernel) named ``name`` with deployer trust (no toolkit, no caps) -> ``Entry``."""
     from wbcore.registry import Entry
 
-    art = rt.artifacts.put_bytes(bytes(wasmtime.wat2wasm(wat)))
+    art = rt.artifacts.put_bytes(bytes(wat2wasm(wat)))
     return rt.registry.register(Entry(kind=kind, name=name, sha256=art.sha256, shape=kind, toolkit=None,
                                       arg_mode=arg_mode, profile=profile, options=options))
 

@@ -131,29 +131,15 @@ def test_default_rate_is_120000_per_minute_and_configurable(make_runtime):
 
 
 
-#: Test support shipped in the core (the pytest11 plugin): loaded by pytest, never by a
-#: runtime. It may compile a test's WAT with wasmtime, inside the function that needs it
-#: only, so the core's own tests still import it with no engine installed.
-TEST_SUPPORT = {"testing.py"}
-
-
 def test_the_core_never_imports_wasmtime():
-    """The core describes, engines live in plugins: no module under wbcore/ imports wasmtime
-    (test support only inside a function, never at import)."""
+    """The core describes, engines live in plugins: no module under wbcore/ imports wasmtime."""
     offenders = []
     for path in sorted(Path(wbcore.__file__).parent.rglob("*.py")):
-        tree = ast.parse(path.read_text(), str(path))
-        top = set(map(id, tree.body))
-        for node in ast.walk(tree):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else []
-            if path.name in TEST_SUPPORT and id(node) not in top:
-                continue
             offenders += [f"{path.name}:{node.lineno}: {n}" for n in names if n.split(".")[0] == "wasmtime"]
     assert offenders == []
-    runtime_modules = [p for p in Path(wbcore.__file__).parent.rglob("*.py") if p.name not in TEST_SUPPORT]
-    users = [p.name for p in runtime_modules if "wbcore.testing" in p.read_text() and p.name != "conformance.py"]
-    assert users == [], "runtime modules must not import the test support"
 
 
 def test_linkable_decides_on_plain_import_names(dock):

@@ -53,4 +53,6 @@ def rt(make_runtime: Callable[..., Any]) -> Any:
 @pytest.fixture
 def register(rt: Any) -> Callable[..., Any]:
     """``register(name, wat, kind="command", **options) -> Entry`` on ``rt``."""
-    return functools.partial(register_wat, rt)
+    import wasmtime
+
+    return functools.partial(register_wat, rt, wat2wasm=wasmtime.wat2wasm)

@@ -26,7 +26,9 @@ def rt(make_runtime: Callable[..., Any]) -> Any:
 @pytest.fixture
 def register(rt: Any) -> Callable[..., Any]:
     """``register(name, wat, kind="command") -> Entry`` on ``rt``."""
-    return functools.partial(register_wat, rt)
+    import wasmtime
+
+    return functools.partial(register_wat, rt, wat2wasm=wasmtime.wat2wasm)
 
 
 @pytest.fixture(scope="module")

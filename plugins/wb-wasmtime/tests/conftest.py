@@ -20,7 +20,9 @@ def rt(make_runtime: Callable[..., Any]) -> Any:
 @pytest.fixture
 def register(rt: Any) -> Callable[..., Any]:
     """``register(name, wat, kind="command", profile="compute", arg_mode="argv", **options) -> Entry``."""
-    return functools.partial(register_wat, rt)
+    import wasmtime
+
+    return functools.partial(register_wat, rt, wat2wasm=wasmtime.wat2wasm)
 
 
 # --- guests ------------------------------------------------------------------------------

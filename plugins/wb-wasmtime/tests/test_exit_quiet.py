@@ -14,6 +14,8 @@ import pytest
 SCRIPT = textwrap.dedent("""
     import sys
     from pathlib import Path
+
+    import wasmtime
     from wbcore.runtime import Runtime
     from wbcore.testing import ECHO_OR_TRAP, K_UPPER, register_wat
 
@@ -26,8 +28,8 @@ SCRIPT = textwrap.dedent("""
         rt = Runtime.open(home=Path(sys.argv[1]), roots=[Path(sys.argv[2])])
         build(rt, "b64")
         assert rt.call("b64", [], stdin=b"hello").stdout == b"aGVsbG8=\\n"
-        register_wat(rt, "echo", ECHO_OR_TRAP)
-        register_wat(rt, "kup", K_UPPER, kind="kernel")
+        register_wat(rt, "echo", ECHO_OR_TRAP, wat2wasm=wasmtime.wat2wasm)
+        register_wat(rt, "kup", K_UPPER, kind="kernel", wat2wasm=wasmtime.wat2wasm)
         assert rt.call("echo", [], stdin=b"hi").stdout == b"hi"
         assert rt.kernel_call("kup", b"abc") == b"ABC"
         print("ran")
