@@ -433,6 +433,20 @@ def burn(iterations: int) -> str:
     (call $w (i32.const 100) (i32.const 2))))""")
 
 
+#: A kv guest: gets key "k" through ``wb.kv`` and writes the CBOR answer to stdout.
+KV_GET = """(module
+  (import "wasi_snapshot_preview1" "fd_write" (func $w (param i32 i32 i32 i32) (result i32)))
+  (import "wb" "kv" (func $kv (param i32 i32 i32 i32) (result i64)))
+  (memory (export "memory") 2)
+  (data (i32.const 64) "\\a2\\62op\\63get\\63key\\61k")
+  (func (export "_start") (local $n i64)
+    (local.set $n (call $kv (i32.const 64) (i32.const 14) (i32.const 4096) (i32.const 60000)))
+    (if (i64.lt_s (local.get $n) (i64.const 0)) (then (local.set $n (i64.const 0))))
+    (i32.store (i32.const 0) (i32.const 4096)) (i32.store (i32.const 4) (i32.wrap_i64 (local.get $n)))
+    (drop (call $w (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))
+"""
+
+
 def register_wat(rt: Any, name: str, wat: str, kind: str = "command", *, wat2wasm: Callable[[str], bytes],
                  profile: str = "compute", arg_mode: str = "argv", **options: Any) -> Any:
     """Compile ``wat`` with the engine's ``wat2wasm`` (the caller's: the core imports no

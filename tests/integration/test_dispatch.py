@@ -18,21 +18,11 @@ pytest.importorskip("wasmtime")
 from wbcore import builder, dispatch  # noqa: E402
 from wbcore.conformance import ECHO_WAT  # noqa: E402
 from wbcore.errors import CapabilityDenied, InvalidArgs  # noqa: E402
-from wbcore.testing import manifest_text, write_toolkit  # noqa: E402
+from wbcore.testing import KV_GET, manifest_text, write_toolkit  # noqa: E402
+
+KV_WAT = KV_GET
 
 
-#: A kv guest: gets key "k" through wb.kv and writes the CBOR answer.
-KV_WAT = """(module
-  (import "wasi_snapshot_preview1" "fd_write" (func $w (param i32 i32 i32 i32) (result i32)))
-  (import "wb" "kv" (func $kv (param i32 i32 i32 i32) (result i64)))
-  (memory (export "memory") 2)
-  (data (i32.const 64) "\\a2\\62op\\63get\\63key\\61k")
-  (func (export "_start") (local $n i64)
-    (local.set $n (call $kv (i32.const 64) (i32.const 14) (i32.const 4096) (i32.const 60000)))
-    (if (i64.lt_s (local.get $n) (i64.const 0)) (then (local.set $n (i64.const 0))))
-    (i32.store (i32.const 0) (i32.const 4096)) (i32.store (i32.const 4) (i32.wrap_i64 (local.get $n)))
-    (drop (call $w (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))
-"""
 
 
 #: A seed-004 kernel that copies its input (in at 1024, out at 65536).

@@ -218,18 +218,7 @@ def test_the_stamp_sees_a_just_changed_toolkit_file(b64: Path, make_runtime: Any
     assert runcache._newest(stamp["toolkit"]) >= st.st_ctime_ns
 
 
-#: A kv guest (tests/integration/test_dispatch.py): gets key "k" through wb.kv, writes the answer.
-KV_WAT = """(module
-  (import "wasi_snapshot_preview1" "fd_write" (func $w (param i32 i32 i32 i32) (result i32)))
-  (import "wb" "kv" (func $kv (param i32 i32 i32 i32) (result i64)))
-  (memory (export "memory") 2)
-  (data (i32.const 64) "\\a2\\62op\\63get\\63key\\61k")
-  (func (export "_start") (local $n i64)
-    (local.set $n (call $kv (i32.const 64) (i32.const 14) (i32.const 4096) (i32.const 60000)))
-    (if (i64.lt_s (local.get $n) (i64.const 0)) (then (local.set $n (i64.const 0))))
-    (i32.store (i32.const 0) (i32.const 4096)) (i32.store (i32.const 4) (i32.wrap_i64 (local.get $n)))
-    (drop (call $w (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))
-"""
+from wbcore.testing import KV_GET as KV_WAT  # noqa: E402
 
 
 def test_a_command_with_caps_audits_alike_on_both_paths(monkeypatch: pytest.MonkeyPatch, wb_home: Path,
