@@ -75,6 +75,7 @@ def _ensure_venv(env: Path, dists: list[Path] | None, tag: str) -> None:
     stamp = _stamp()
     if stamp_file.exists() and stamp_file.read_text() == stamp:
         return
+    _drop_stale_metadata()
     if not (env / "bin" / "python").exists():
         print(f"dev: creating {env}", flush=True)
         venv.EnvBuilder(with_pip=True, clear=False).create(env)
@@ -94,9 +95,22 @@ def _ensure_venv(env: Path, dists: list[Path] | None, tag: str) -> None:
     stamp_file.write_text(stamp)
 
 
+def _drop_stale_metadata() -> None:
+    """An editable install leaves ``<name>.egg-info`` in each source folder, and that folder is on
+    sys.path: metadata of a distribution since renamed would still announce its old entry points."""
+    import re
+    import shutil
+
+    for dist in [ROOT, *PLUGINS]:
+        keep = re.sub(r"[-.]+", "_", _pyproject(dist)["name"]) + ".egg-info"
+        for info in dist.glob("*.egg-info"):
+            if info.name != keep:
+                shutil.rmtree(info, ignore_errors=True)
+
+
 def run(cmd: list[str], **kw: object) -> int:
     env = dict(os.environ)
-    # No WB_HOME here: wbx finds ./.wb-home through ./wbx.toml (wbcore/home.py), so the demo,
+    # No WB_HOME here: wbx finds ./.wb-home through ./wbx.toml (wbcore_runtime/home.py), so the demo,
     # the tests and a `wbx` typed later in any shell inside the project share one home.
     # One zig cache (wasi-libc, compiler_rt) shared by every WB_HOME the tests create.
     env.setdefault("WB_ZIG_CACHE", str(Path.home() / ".cache" / "wbcore" / "zig"))
@@ -105,13 +119,13 @@ def run(cmd: list[str], **kw: object) -> int:
 
 def warm(env: Path) -> None:
     """Fill the shared compiler caches once, before the tests time their builds."""
-    probe = subprocess.run([_bin(env, "python"), "-c", "import wb_lane_zig"], capture_output=True)
+    probe = subprocess.run([_bin(env, "python"), "-c", "import wbcore_lane_zig"], capture_output=True)
     if probe.returncode == 0:
         print("dev: warming the zig cache (once per machine, about a minute)", flush=True)
-        run([_bin(env, "python"), "-m", "wb_lane_zig", "warm"])
+        run([_bin(env, "python"), "-m", "wbcore_lane_zig", "warm"])
         fetch_jq(env)
     warm_go(env)
-    probe = subprocess.run([_bin(env, "python"), "-c", "import wb_lane_js"], capture_output=True)
+    probe = subprocess.run([_bin(env, "python"), "-c", "import wbcore_lane_js"], capture_output=True)
     if probe.returncode == 0:  # the ts lane's compiler from npm (once per machine; tests then need no network)
         fetch_typescript(env)
         fetch_svelte(env)
@@ -119,11 +133,11 @@ def warm(env: Path) -> None:
 
 def warm_go(env: Path) -> None:
     """The go lane's build cache (the wasip1 standard library), once per machine: a new home's
-    first go build starts from a checked copy of it (wb_lane_go.cache), not from nothing."""
-    probe = subprocess.run([_bin(env, "python"), "-c", "import wb_lane_go"], capture_output=True)
+    first go build starts from a checked copy of it (wbcore_lane_go.cache), not from nothing."""
+    probe = subprocess.run([_bin(env, "python"), "-c", "import wbcore_lane_go"], capture_output=True)
     if probe.returncode == 0:
         print("dev: the go build cache (warmed once per machine: ~10-40 s the first time)", flush=True)
-        run([_bin(env, "python"), "-m", "wb_lane_go", "warm"])
+        run([_bin(env, "python"), "-m", "wbcore_lane_go", "warm"])
 
 
 def fetch_jq(env: Path) -> None:
@@ -132,19 +146,19 @@ def fetch_jq(env: Path) -> None:
     import tempfile
 
     py = _bin(env, "python")
-    if subprocess.run([py, "-c", "import sys, wb_lane_zig.builtins.jqsrc as j; sys.exit(j.sources() is None)"]).returncode == 0:
+    if subprocess.run([py, "-c", "import sys, wbcore_lane_zig.builtins.jqsrc as j; sys.exit(j.sources() is None)"]).returncode == 0:
         return
-    version = subprocess.run([py, "-c", "import wb_lane_zig.builtins.jqsrc as j; print(j.SDIST_VERSION)"],
+    version = subprocess.run([py, "-c", "import wbcore_lane_zig.builtins.jqsrc as j; print(j.SDIST_VERSION)"],
                              capture_output=True, text=True, check=True).stdout.strip()
     with tempfile.TemporaryDirectory() as tmp:
         got = subprocess.run([py, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-d", tmp, f"jq=={version}"],
                              capture_output=True, text=True)
         sdist = Path(tmp) / f"jq-{version}.tar.gz"
         if got.returncode == 0 and sdist.is_file():
-            run([py, "-m", "wb_lane_zig", "fetch-jq", "--from", str(sdist)])
+            run([py, "-m", "wbcore_lane_zig", "fetch-jq", "--from", str(sdist)])
             return
         print(f"dev: pip download jq=={version} failed ({got.stderr.strip()[-200:]}); trying wbcore's fetcher", flush=True)
-    run([py, "-m", "wb_lane_zig", "fetch-jq"])
+    run([py, "-m", "wbcore_lane_zig", "fetch-jq"])
 
 
 def fetch_typescript(env: Path) -> None:
@@ -154,21 +168,21 @@ def fetch_typescript(env: Path) -> None:
     import tempfile
 
     py = _bin(env, "python")
-    if subprocess.run([py, "-c", "import sys, wb_lane_js.ts as t; sys.exit(t.compiler() is None)"]).returncode == 0:
+    if subprocess.run([py, "-c", "import sys, wbcore_lane_js.ts as t; sys.exit(t.compiler() is None)"]).returncode == 0:
         return
     npm = shutil.which("npm")
     if npm:
         with tempfile.TemporaryDirectory() as tmp:
-            version = subprocess.run([py, "-c", "import wb_lane_js.ts as t; print(t.TYPESCRIPT_VERSION)"],
+            version = subprocess.run([py, "-c", "import wbcore_lane_js.ts as t; print(t.TYPESCRIPT_VERSION)"],
                                      capture_output=True, text=True, check=True).stdout.strip()
             packed = subprocess.run([npm, "pack", f"typescript@{version}", "--pack-destination", tmp],
                                     capture_output=True, text=True)
             tgz = Path(tmp) / f"typescript-{version}.tgz"
             if packed.returncode == 0 and tgz.is_file():
-                run([py, "-m", "wb_lane_js", "fetch", "--from", str(tgz)])
+                run([py, "-m", "wbcore_lane_js", "fetch", "--from", str(tgz)])
                 return
             print(f"dev: npm pack typescript@{version} failed ({packed.stderr.strip()[-200:]}); trying wbcore's fetcher", flush=True)
-    run([py, "-m", "wb_lane_js", "fetch"])
+    run([py, "-m", "wbcore_lane_js", "fetch"])
 
 
 def fetch_svelte(env: Path) -> None:
@@ -178,20 +192,20 @@ def fetch_svelte(env: Path) -> None:
     import tempfile
 
     py = _bin(env, "python")
-    if subprocess.run([py, "-c", "import sys, wb_lane_js.svelte as s; sys.exit(bool(s.missing()))"]).returncode == 0:
+    if subprocess.run([py, "-c", "import sys, wbcore_lane_js.svelte as s; sys.exit(bool(s.missing()))"]).returncode == 0:
         return
     npm = shutil.which("npm")
     if npm:
         with tempfile.TemporaryDirectory() as tmp:
-            specs = subprocess.run([py, "-c", "import wb_lane_js.svelte as s; print(' '.join(f'{p.name}@{p.version}' for p in s.PACKAGES))"],
+            specs = subprocess.run([py, "-c", "import wbcore_lane_js.svelte as s; print(' '.join(f'{p.name}@{p.version}' for p in s.PACKAGES))"],
                                    capture_output=True, text=True, check=True).stdout.split()
             packed = subprocess.run([npm, "pack", *specs, "--pack-destination", tmp], capture_output=True, text=True)
             tgzs = sorted(Path(tmp).glob("*.tgz"))
             if packed.returncode == 0 and len(tgzs) == len(specs):
-                run([py, "-m", "wb_lane_js", "fetch", "svelte", *(a for t in tgzs for a in ("--from", str(t)))])
+                run([py, "-m", "wbcore_lane_js", "fetch", "svelte", *(a for t in tgzs for a in ("--from", str(t)))])
                 return
             print(f"dev: npm pack {' '.join(specs)} failed ({packed.stderr.strip()[-200:]}); trying wbcore's fetcher", flush=True)
-    run([py, "-m", "wb_lane_js", "fetch", "svelte"])
+    run([py, "-m", "wbcore_lane_js", "fetch", "svelte"])
 
 
 def run_suites(env: Path, suites: list[Path], rest: list[str]) -> int:

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def fresh_runtime(home: str | None = None, **kw: Any) -> Any:
-    from wbcore.runtime import Runtime
+    from wbcore_runtime.runtime import Runtime
 
     return Runtime.open(home=home or tempfile.mkdtemp(prefix="wb-bench-"), roots=[ROOT / "toolkits"], **kw)
 

@@ -16,9 +16,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from wbcore.runtime import Runtime
-from wbcore.scripted_llm import ScriptedLlm, reply, tool
-from wbcore.testing import write_toolkit
+from wbcore_runtime.runtime import Runtime
+from wbcore_runtime.scripted_llm import ScriptedLlm, reply, tool
+from wbcore_runtime.testing import write_toolkit
 
 STEPS = 40
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Cold and cached build times of every build lane, wall and CPU, over N rounds.
 
-Each lane builds its shipped toolkit through ``wbcore.builder.build`` (the path of
+Each lane builds its shipped toolkit through ``wbcore_runtime.builder.build`` (the path of
 ``wbx toolkit build``); every measurement runs in a fresh Python process, so no in-process
 cache (a compiled compiler module, an imported plugin) carries from one to the next:
 
@@ -49,7 +49,7 @@ CASES = {
     "rust": "freq",
 }
 #: The machine-level warm-ups ``dev.py setup`` / CI run, by the lanes that use them.
-WARMUPS = {("c", "zig"): ["-m", "wb_lane_zig", "warm"], ("go",): ["-m", "wb_lane_go", "warm"]}
+WARMUPS = {("c", "zig"): ["-m", "wbcore_lane_zig", "warm"], ("go",): ["-m", "wbcore_lane_go", "warm"]}
 
 
 def _cpu() -> float:
@@ -59,8 +59,8 @@ def _cpu() -> float:
 
 def child(home: str, root: str, ident: str) -> None:
     """One build in its own process: prints {"wall", "cpu", "sha256", "cached"}."""
-    from wbcore import builder
-    from wbcore.runtime import Runtime
+    from wbcore_runtime import builder
+    from wbcore_runtime.runtime import Runtime
 
     rt = Runtime.open(home=home, roots=[root])
     c0, t0 = _cpu(), time.perf_counter()
@@ -107,7 +107,7 @@ def lane_row(lane: str, rounds: int, work: Path) -> dict:
 
 
 def sandbox_overhead(n: int) -> dict:
-    from wb_process.sandbox import Sandbox, probe, system_binds
+    from wbcore_process.sandbox import Sandbox, probe, system_binds
 
     ok, reason, _ = probe()
     if not ok:
@@ -169,7 +169,7 @@ def main() -> int:
     unknown = [x for x in lanes if x not in CASES]
     if unknown or not 1 <= args.rounds <= 50:
         ap.error(f"unknown lane(s) {', '.join(unknown)} (known: {', '.join(CASES)})" if unknown else "--rounds: 1 to 50")
-    from wbcore.runtime import Runtime
+    from wbcore_runtime.runtime import Runtime
 
     result: dict = {"load_before": os.getloadavg(), "cpus": os.cpu_count(), "warmups": warm_machine(lanes), "lanes": []}
     probe_home = tempfile.mkdtemp(prefix="wb-bench-probe-")

@@ -29,12 +29,12 @@ FLAGS = {"76_dollars_in_identifiers": ("-fdollars-in-identifiers",)}
 def main() -> int:
     import wasmtime
 
-    from wbcore.build import BuildFailed, BuildRequest, ResolvedSource
-    from wbcore.manifest import parse
+    from wbcore_runtime.build import BuildFailed, BuildRequest, ResolvedSource
+    from wbcore_runtime.manifest import parse
 
-    from wbcore import wasm_guest as guest
-    from wb_lane_c_wasm.lane import CWasmLane
-    from wb_lane_c_wasm.toolchain import _assets
+    from wbcore_runtime import wasm_guest as guest
+    from wbcore_lane_c_wasm.lane import CWasmLane
+    from wbcore_lane_c_wasm.toolchain import _assets
 
     assets = _assets()
     if assets is None:

@@ -9,7 +9,7 @@ time, ``time.process_time``: every thread, the audit writer's included) / n, med
 Rows:
 - bare host import: the same ``(i32,i32,i32,i32)->i64`` signature bound to a Python
   function that returns 0 — through wasmtime's unchecked C callback (the path the Dock
-  links, ``wb_wasmtime/dock_fast.py``; the ratio's denominator) and through wasmtime-py's
+  links, ``wbcore_wasmtime/dock_fast.py``; the ratio's denominator) and through wasmtime-py's
   public ``Linker.define_func``;
 - bare import + copy: the floor plus reading the request and writing a 16-byte answer;
 - wb.kv get / wb.vfs read: the full Dock path (memory read, CBOR decode, default-deny,
@@ -69,9 +69,9 @@ def main() -> None:
     import cbor2
     import wasmtime
 
-    from wb_wasmtime import dock_link
-    from wbcore.calls import Principal
-    from wbcore.runtime import Runtime
+    from wbcore_wasmtime import dock_link
+    from wbcore_runtime.calls import Principal
+    from wbcore_runtime.runtime import Runtime
 
     rt = Runtime.open(plugins=["brokers-state"], home=tempfile.mkdtemp(prefix="wb-bench-dock-"),
                       env={"WB_DOCK_RATE": "1000000000/60"})

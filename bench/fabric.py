@@ -11,7 +11,7 @@
    per input is what bounds the speed-up of short calls.
 3. 100k kernel inputs of 1 KiB (100 MiB through) streamed: the parent's RSS growth (< 100 MiB).
 4. Cost vs number of short command calls (1k, 10k, 100k ``upper``): threads vs processes, width 2.
-5. With ``--ray`` (wb-ray installed): a 2-node Ray cluster on this machine (``ray.cluster_utils``,
+5. With ``--ray`` (wbcore-ray installed): a 2-node Ray cluster on this machine (``ray.cluster_utils``,
    one CPU per node): kernel calls over --ray-n inputs at width 2 by chunk size (Ray's per-call
    cost, and the chunk size that amortizes it), against the local engine at width 2.
 Rounds are interleaved (w1, w2, w1, w2 ...) so both sides see the same load; the load is printed.
@@ -30,7 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import fresh_runtime, machine, table
 
-from wbcore.testing import K_UPPER, burn, register_wat
+from wbcore_runtime.testing import K_UPPER, burn, register_wat
 
 def _rss_mib() -> float:
     with open("/proc/self/status") as fh:
@@ -52,7 +52,7 @@ def _cpu() -> float:
 def _run(rt, name: str, inputs, bulk: bool = False, **kw) -> tuple[float, int]:
     """One map, consumed as a user would: per result through ``map``, per chunk through
     ``map_chunks`` (``bulk``), counting the failures either way."""
-    from wbcore import fabric
+    from wbcore_runtime import fabric
 
     c0, t0 = _cpu(), time.perf_counter()
     if bulk:
@@ -98,7 +98,7 @@ def main() -> None:
     register_wat(rt, "burn", burn(args.burn), wat2wasm=wasmtime.wat2wasm)
     register_wat(rt, "kup", K_UPPER, "kernel", wat2wasm=wasmtime.wat2wasm)
     rt.install_builtins(["upper"])
-    from wb_fabric_local.processes import start_method
+    from wbcore_fabric_local.processes import start_method
 
     print(f"# fabric bench · {machine()} · start method {start_method()}")
 
@@ -149,7 +149,7 @@ def main() -> None:
     if args.only == "kernel":
         return None
 
-    from wbcore import fabric
+    from wbcore_runtime import fabric
 
     n = 100_000
     blob = b"x" * 1000
@@ -209,7 +209,7 @@ def _ray(rt, args) -> None:
     finally:
         import shutil
 
-        from wb_ray.actor import node_home
+        from wbcore_ray.actor import node_home
 
         ids = [n["NodeID"] for n in ray.nodes()] if ray.is_initialized() else []
         ray.shutdown()

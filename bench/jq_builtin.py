@@ -4,7 +4,7 @@
 
 Each build opens a fresh ``WB_HOME`` (no build cache) and registers the built-in, which
 compiles it with the c lane in the build sandbox; then ``jq -c .a`` on a tiny document is
-timed: the first call (which compiles the module to machine code) and the next ones. Needs the sources fetched (``python -m wb_lane_zig fetch-jq``).
+timed: the first call (which compiles the module to machine code) and the next ones. Needs the sources fetched (``python -m wbcore_lane_zig fetch-jq``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ def main() -> None:
     ap.add_argument("--builds", type=int, default=2)
     ap.add_argument("--calls", type=int, default=20)
     args = ap.parse_args()
-    from wbcore.runtime import Runtime
+    from wbcore_runtime.runtime import Runtime
 
     env = {"PATH": os.environ.get("PATH", ""), **{k: v for k, v in os.environ.items() if k in ("WB_ZIG_CACHE", "WB_JQ_CACHE")}}
     for i in range(args.builds):

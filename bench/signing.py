@@ -23,9 +23,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=20)
     args = ap.parse_args()
 
-    from wbcore import consent, identity, signing
-    from wbcore.runtime import Runtime
-    from wbcore.testing import write_toolkit
+    from wbcore_runtime import consent, identity, signing
+    from wbcore_runtime.runtime import Runtime
+    from wbcore_runtime.testing import write_toolkit
 
     tmp = Path(tempfile.mkdtemp(prefix="wb-bench-sign-"))
     root = tmp / "toolkits"

@@ -14,7 +14,7 @@ call on a new pool: sandbox + Python + wasmtime import + handshake + compile.
 
 Guests: ``echo`` (a WAT command copying stdin, empty stdin), the shipped ``b64``
 toolkit (built by the wat lane) encoding 4 KiB, and a ``kv`` guest making one bridged
-``wb.kv`` get (needs wb-brokers-state).
+``wb.kv`` get (needs wbcore-brokers-state).
 
 The container tier has no warm state but its root and its bwrap probe: every call starts a
 new container (and, for wasm, the root's python3 + wasmtime import + compile), so it is
@@ -25,12 +25,12 @@ written, bwrap probed); ``warm`` the median after. Its rows: the wasm guests (th
 crosses the container's caps bridge: pipes to this process's Dock) and a posix
 ``sha256sum`` of 4 KiB from the Debian root.
 
-The microvm tier (wb-microvm) runs posix commands only: ``cold`` is a VM booted from its
+The microvm tier (wbcore-microvm) runs posix commands only: ``cold`` is a VM booted from its
 kernel to the guest agent's answer plus one ``sha256sum`` call (the image and snapshot are
 prepared first, outside the figure, in ``$WB_MICROVM_CACHE``); ``restored`` is the tier's
 own call path — a new QEMU restored from the snapshot, handshake, exec, teardown —
 ``--microvm-calls`` times per guest (``sha256sum`` of 4 KiB, and a bridged ``wb-cap kv``
-get with wb-brokers-state); ``pooled`` is a call that finds a VM the tier's pool restored
+get with wbcore-brokers-state); ``pooled`` is a call that finds a VM the tier's pool restored
 and authenticated ahead of it (the bench waits for the pool between calls). The accelerator (kvm or tcg) is printed with the rows.
 """
 
@@ -47,7 +47,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ROOT, machine, table
 
-from wbcore.conformance import ECHO_WAT, kv_wat
+from wbcore_runtime.conformance import ECHO_WAT, kv_wat
 
 def main() -> None:
     ap = argparse.ArgumentParser()
@@ -58,13 +58,13 @@ def main() -> None:
     args = ap.parse_args()
 
     import wasmtime
-    from wb_process.pool import Pool
-    from wb_process.tiers import OsProcessTier
+    from wbcore_process.pool import Pool
+    from wbcore_process.tiers import OsProcessTier
 
-    from wbcore import builder
-    from wbcore.calls import CommandRequest, Principal
-    from wbcore.policy import profile
-    from wbcore.runtime import Runtime
+    from wbcore_runtime import builder
+    from wbcore_runtime.calls import CommandRequest, Principal
+    from wbcore_runtime.policy import profile
+    from wbcore_runtime.runtime import Runtime
 
     work = Path(tempfile.mkdtemp(prefix="wb-bench-tiers-"))
     roots = work / "toolkits"
@@ -84,14 +84,14 @@ def main() -> None:
     guests["b64 4 KiB"] = req(built.sha256, bytes(range(256)) * 16)
     try:
         import cbor2
-        import wb_brokers_state  # noqa: F401
+        import wbcore_brokers_state  # noqa: F401
 
         ctx = rt.dock.context(principal=principal, caps={"kv"}, timeout=5)
         rt.dock.call(ctx, "kv", "put", {"key": "k", "value": b"v" * 32})
         kv = rt.artifacts.put_bytes(wasmtime.wat2wasm(kv_wat(cbor2.dumps({"op": "get", "key": "k"}))))
         guests["kv get (bridged)"] = req(kv.sha256, caps=frozenset({"kv"}), prof="minimal")
     except ImportError:
-        print("(no kv row: wb-brokers-state is not installed)")
+        print("(no kv row: wbcore-brokers-state is not installed)")
 
     print(f"machine: {machine()}")
     pool = Pool(2)
@@ -145,12 +145,12 @@ def container(rt: object, guests: dict, req: object, calls: int) -> None:
     """The container tier: a new bubblewrap container per call (see the module docstring)."""
     import json
 
-    from wbcore import builder
+    from wbcore_runtime import builder
 
     try:
-        from wb_container.tiers import ContainerTier, available
+        from wbcore_container.tiers import ContainerTier, available
     except ImportError:
-        print("\n(no container rows: wb-container is not installed)")
+        print("\n(no container rows: wbcore-container is not installed)")
         return
     avail = available()
     if not avail.ok:
@@ -188,12 +188,12 @@ def microvm(rt: object, req: object, calls: int) -> None:
     import json
     import os
 
-    from wbcore import builder, frames
+    from wbcore_runtime import builder, frames
 
     try:
-        from wb_microvm import image, tiers, vm
+        from wbcore_microvm import image, tiers, vm
     except ImportError:
-        print("\n(no microvm rows: wb-microvm is not installed)")
+        print("\n(no microvm rows: wbcore-microvm is not installed)")
         return
     avail = tiers.available()
     if not avail.ok:
@@ -208,13 +208,13 @@ def microvm(rt: object, req: object, calls: int) -> None:
     posix = rt.artifacts.put_bytes(builder.POSIX_MAGIC + json.dumps({"cli_bin": "sha256sum"}).encode())  # type: ignore[attr-defined]
     rows_in = {"posix sha256sum 4 KiB": req(posix.sha256, data)}  # type: ignore[operator]
     try:
-        import wb_brokers_state  # noqa: F401
+        import wbcore_brokers_state  # noqa: F401
 
         cap = rt.artifacts.put_bytes(builder.POSIX_MAGIC + json.dumps({"cli_bin": "wb-cap"}).encode())  # type: ignore[attr-defined]
         kv = req(cap.sha256, b"", frozenset({"kv"}), "minimal")  # type: ignore[operator]
         rows_in["wb-cap kv get (bridged)"] = dataclasses.replace(kv, argv=("kv", json.dumps({"op": "get", "key": "k"})))
     except ImportError:
-        print("(no microvm kv row: wb-brokers-state is not installed)")
+        print("(no microvm kv row: wbcore-brokers-state is not installed)")
     # cold: boot from the kernel to the agent's Pong, then one call
     t0 = time.perf_counter()
     v = vm.Vm(snap.image, snap.accel, snap.secret, sandbox=False)

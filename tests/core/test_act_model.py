@@ -1,4 +1,4 @@
-"""The ACT model in the core (wbcore.act): CBOR vectors, metadata, sections, model helpers."""
+"""The ACT model in the core (wbcore_runtime.act): CBOR vectors, metadata, sections, model helpers."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 import cbor2
 import pytest
 
-from wbcore.act import cbor, sections, wire
-from wbcore.act.model import (
+from wbcore_runtime.act import cbor, sections, wire
+from wbcore_runtime.act.model import (
     STD_DESTRUCTIVE,
     STD_IDEMPOTENT,
     STD_READ_ONLY,
@@ -18,8 +18,8 @@ from wbcore.act.model import (
     ToolCall,
     ToolDefinition,
 )
-from wbcore.errors import InvalidArgs
-from wbcore.testing import add_custom_section
+from wbcore_runtime.errors import InvalidArgs
+from wbcore_runtime.testing import add_custom_section
 
 MINIMAL_COMPONENT = bytes.fromhex("0061736d0d000100")  # an empty component (layer 1)
 

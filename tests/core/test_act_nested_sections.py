@@ -8,9 +8,9 @@ import tarfile
 import cbor2
 import pytest
 
-from wbcore.act import sections
-from wbcore.errors import InvalidArgs
-from wbcore.testing import add_custom_section
+from wbcore_runtime.act import sections
+from wbcore_runtime.errors import InvalidArgs
+from wbcore_runtime.testing import add_custom_section
 
 MODULE = b"\x00asm\x01\x00\x00\x00"
 COMPONENT = b"\x00asm\x0d\x00\x01\x00"

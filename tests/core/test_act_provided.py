@@ -7,9 +7,9 @@ import base64
 import cbor2
 import pytest
 
-from wbcore.act import wire
-from wbcore.act.model import Content, Error, ErrorKind, MetadataEvent
-from wbcore.errors import InvalidArgs
+from wbcore_runtime.act import wire
+from wbcore_runtime.act.model import Content, Error, ErrorKind, MetadataEvent
+from wbcore_runtime.errors import InvalidArgs
 
 
 def _b64(value: object) -> str:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from wbcore import export, native_audit, skill_import
-from wbcore.errors import InvalidArgs
+from wbcore_runtime import export, native_audit, skill_import
+from wbcore_runtime.errors import InvalidArgs
 
 LONG_DESCRIPTION = (
     "Fill, extract and merge PDF forms and documents. "

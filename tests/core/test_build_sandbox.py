@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from wbcore import hookimpl
-from wbcore.errors import InvalidArgs, NotFound, PluginError
-from wbcore.records import Availability, BuildLane, BuildSandbox
-from wbcore.sandbox import NONE_INSTALLED, Bind, Limits, SandboxResult
+from wbcore_runtime import hookimpl
+from wbcore_runtime.errors import InvalidArgs, NotFound, PluginError
+from wbcore_runtime.records import Availability, BuildLane, BuildSandbox
+from wbcore_runtime.sandbox import NONE_INSTALLED, Bind, Limits, SandboxResult
 
 
 class Recorder:
@@ -58,7 +58,7 @@ def test_no_sandbox_served_names_what_to_install(make_runtime) -> None:
     rt = make_runtime(plugins=[native_lane()])
     with pytest.raises(NotFound) as err:
         rt.build_sandbox()
-    assert err.value.message == NONE_INSTALLED == "no build sandbox is installed; pip install wb-process"
+    assert err.value.message == NONE_INSTALLED == "no build sandbox is installed; pip install wbcore-process"
     avail = rt.lanes.get("cc").availability(rt)
     assert (avail.ok, avail.reason) == (False, NONE_INSTALLED)
 
@@ -107,7 +107,7 @@ def test_two_providers_of_one_sandbox_name_both(make_runtime) -> None:
 def test_run_and_its_defaults_are_the_cores_one_signature(tmp_path: Path) -> None:
     """A driver implements ``execute``; ``run``'s signature and defaults (no limits given is
     ``Limits()``, ``/out`` the working folder) are decided once, in the core."""
-    from wbcore.sandbox import BuildSandboxDriver, SandboxRun
+    from wbcore_runtime.sandbox import BuildSandboxDriver, SandboxRun
 
     class Driver(BuildSandboxDriver):
         def __init__(self) -> None:

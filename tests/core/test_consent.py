@@ -9,9 +9,9 @@ import os
 
 import pytest
 
-from wbcore import consent, trust
-from wbcore.errors import ErrorKind
-from wbcore.registry import Entry
+from wbcore_runtime import consent, trust
+from wbcore_runtime.errors import ErrorKind
+from wbcore_runtime.registry import Entry
 
 SEED0 = base64.b64encode(bytes(32)).decode()
 SEED1 = base64.b64encode(bytes(31) + b"\x01").decode()

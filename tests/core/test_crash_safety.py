@@ -1,8 +1,8 @@
 """Crash safety: a SIGKILL at any step of an install or a build leaves the old state or the new one.
 
-Each test runs ``wbx`` in a subprocess with ``WB_FAULT_AT=<step>`` (``wbcore/faults.py``), so the
+Each test runs ``wbx`` in a subprocess with ``WB_FAULT_AT=<step>`` (``wbcore_runtime/faults.py``), so the
 process dies at that step as it would from ``kill -9``; then runs the next command, which
-finishes or undoes what was left (``wbcore.leftovers.sweep_home``), and checks the home: the
+finishes or undoes what was left (``wbcore_runtime.leftovers.sweep_home``), and checks the home: the
 user root and ``wbx.lock`` all old or all new, every registered artifact intact, and no
 staging, temp or sandbox leftovers.
 """
@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from wbcore import leftovers, signing, trust
-from wbcore.artifacts import ArtifactStore
-from wbcore.registry import Registry
+from wbcore_runtime import leftovers, signing, trust
+from wbcore_runtime.artifacts import ArtifactStore
+from wbcore_runtime.registry import Registry
 
 pytestmark = pytest.mark.slow
 
@@ -40,7 +40,7 @@ def wbx(home: Path, root: Path, *args: str, fault: str | None = None, timeout: f
            "HOME": str(home.parent), "LANG": "C.UTF-8"}
     if fault:
         env["WB_FAULT_AT"] = fault
-    return subprocess.run([sys.executable, "-m", "wbcore", *args], env=env, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "wbcore_runtime", *args], env=env, capture_output=True, text=True,
                           timeout=timeout, cwd=home.parent)
 
 
@@ -158,7 +158,7 @@ def test_a_kill_at_every_step_of_a_build(built, step):
     r = wbx(home, root_v2, "toolkit", "build", "b64")
     assert r.returncode == 0, r.stderr
     assert build_state(home, old) == "new"
-    out = subprocess.run([sys.executable, "-m", "wbcore", "run", "b64"], input=b"hi", capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "wbcore_runtime", "run", "b64"], input=b"hi", capture_output=True,
                          env={"PATH": os.environ["PATH"], "WB_HOME": str(home), "WB_TOOLKITS_ROOT": str(root_v2)})
     assert out.stdout == b"aGk=\n", out.stderr
 
@@ -168,8 +168,8 @@ def test_ten_random_kills_leave_nothing_behind(installed, built):
     bbase, bhome, broot, old = built
     home = base / "home-random"
     shutil.copytree(home_v1, home, symlinks=True)
-    # the build sandbox's scratch root, owned by a process that is then killed (the same helper wb-process uses)
-    owner = subprocess.Popen([sys.executable, "-c", "import sys, time; from wbcore import leftovers; "
+    # the build sandbox's scratch root, owned by a process that is then killed (the same helper wbcore-process uses)
+    owner = subprocess.Popen([sys.executable, "-c", "import sys, time; from wbcore_runtime import leftovers; "
                               "print(leftovers.mkdtemp('wb-sbx-'), flush=True); time.sleep(60)"],
                              stdout=subprocess.PIPE, text=True)
     scratch = Path(owner.stdout.readline().strip())
@@ -182,7 +182,7 @@ def test_ten_random_kills_leave_nothing_behind(installed, built):
                    "WB_TOOLKITS_ROOT": str(root if n % 2 == 0 else broot), "LANG": "C.UTF-8"}
             args = ["toolkit", "install", "--force", str(sources[n // 2 % 2])] if n % 2 == 0 else \
                 ["toolkit", "build", "b64", "--force"]
-            p = subprocess.Popen([sys.executable, "-m", "wbcore", *args], env=env, stdout=subprocess.DEVNULL,
+            p = subprocess.Popen([sys.executable, "-m", "wbcore_runtime", *args], env=env, stdout=subprocess.DEVNULL,
                                  stderr=subprocess.DEVNULL)
             time.sleep(rng.uniform(0.2, 1.2))
             p.send_signal(signal.SIGKILL)
@@ -215,7 +215,7 @@ def test_a_full_home_disk_has_its_own_exit_code_and_a_run_still_works(tmp_path):
         shutil.copytree(REPO / "toolkits" / "b64", root / "b64")
         assert wbx(home, root, "toolkit", "build", "b64").returncode == 0
         env = {"PATH": os.environ["PATH"], "WB_HOME": str(home), "WB_TOOLKITS_ROOT": str(root)}
-        warm = subprocess.run([sys.executable, "-m", "wbcore", "run", "b64"], input=b"hi", capture_output=True, env=env)
+        warm = subprocess.run([sys.executable, "-m", "wbcore_runtime", "run", "b64"], input=b"hi", capture_output=True, env=env)
         assert warm.stdout == b"aGk=\n", warm.stderr
         with open(mnt / "filler", "wb", buffering=0) as fh:  # fill the disk to the last block (unbuffered: no flush at close)
             try:
@@ -223,7 +223,7 @@ def test_a_full_home_disk_has_its_own_exit_code_and_a_run_still_works(tmp_path):
                     fh.write(b"\0" * 65536)
             except OSError:
                 pass
-        run = subprocess.run([sys.executable, "-m", "wbcore", "run", "b64"], input=b"hi", capture_output=True, env=env)
+        run = subprocess.run([sys.executable, "-m", "wbcore_runtime", "run", "b64"], input=b"hi", capture_output=True, env=env)
         assert run.returncode == 0 and run.stdout == b"aGk=\n", run.stderr  # a run that needs no write does not write
         src = write_toolkits(tmp_path, "1.0.0")
         r = wbx(home, root, "toolkit", "install", str(src))
@@ -242,7 +242,7 @@ def test_a_pure_compute_run_writes_nothing_to_the_home(tmp_path):
     env = {"PATH": os.environ["PATH"], "WB_HOME": str(home), "WB_TOOLKITS_ROOT": str(root)}
 
     def run() -> bytes:
-        done = subprocess.run([sys.executable, "-m", "wbcore", "run", "b64"], input=b"hi", capture_output=True, env=env)
+        done = subprocess.run([sys.executable, "-m", "wbcore_runtime", "run", "b64"], input=b"hi", capture_output=True, env=env)
         assert done.returncode == 0, done.stderr
         return done.stdout
 

@@ -10,12 +10,12 @@ from pathlib import Path
 import cbor2
 import pytest
 
-from wbcore import hookimpl
-from wbcore.calls import Principal
-import wbcore
-from wbcore.dock import STATUS
-from wbcore.errors import CapabilityDenied, ErrorKind, InvalidArgs, NotFound, Timeout
-from wbcore.records import Broker
+from wbcore_runtime import hookimpl
+from wbcore_runtime.calls import Principal
+import wbcore_runtime
+from wbcore_runtime.dock import STATUS
+from wbcore_runtime.errors import CapabilityDenied, ErrorKind, InvalidArgs, NotFound, Timeout
+from wbcore_runtime.records import Broker
 
 
 class _EchoDriver:
@@ -132,9 +132,9 @@ def test_default_rate_is_120000_per_minute_and_configurable(make_runtime):
 
 
 def test_the_core_never_imports_wasmtime():
-    """The core describes, engines live in plugins: no module under wbcore/ imports wasmtime."""
+    """The core describes, engines live in plugins: no module under wbcore_runtime/ imports wasmtime."""
     offenders = []
-    for path in sorted(Path(wbcore.__file__).parent.rglob("*.py")):
+    for path in sorted(Path(wbcore_runtime.__file__).parent.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else []

@@ -6,11 +6,11 @@ import dataclasses
 
 import pytest
 
-from wbcore import fabric, hookimpl
-from wbcore.calls import CallResult
-from wbcore.errors import ErrorKind, InvalidArgs, NotFound, PluginError
-from wbcore.records import Availability, Check, ExecShape, FabricEngine
-from wbcore.registry import Entry
+from wbcore_runtime import fabric, hookimpl
+from wbcore_runtime.calls import CallResult
+from wbcore_runtime.errors import ErrorKind, InvalidArgs, NotFound, PluginError
+from wbcore_runtime.records import Availability, Check, ExecShape, FabricEngine
+from wbcore_runtime.registry import Entry
 
 
 class EchoRunner:
@@ -28,7 +28,7 @@ class InlineEngine:
         self.jobs = []
 
     def chunks(self, job, work, *, cancel=None):
-        from wbcore import dispatch
+        from wbcore_runtime import dispatch
 
         self.jobs.append(job)
         target = dispatch.target_for(self.runtime, job.entry, job.tier)
@@ -84,7 +84,7 @@ def test_map_resolves_once_and_hands_the_engine_a_job(registered):
 
 def test_no_engine_installed_says_what_to_install(make_runtime):
     rt = make_runtime(plugins=[])
-    with pytest.raises(NotFound, match="pip install wb-fabric-local"):
+    with pytest.raises(NotFound, match="pip install wbcore-fabric-local"):
         fabric.engine(rt, "local")
 
 
@@ -173,7 +173,7 @@ def test_chunk_results_put_each_error_at_its_input_index(registered):
 
 
 def test_an_error_kind_crosses_a_boundary_as_its_class():
-    from wbcore import errors
+    from wbcore_runtime import errors
 
     for exc in (NotFound("x"), InvalidArgs("y"), errors.Timeout("z"), errors.CapabilityDenied("w")):
         back = fabric.error_from_wire(*fabric.error_wire(exc))

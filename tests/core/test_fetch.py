@@ -1,4 +1,4 @@
-"""The one fetcher (wbcore.fetch): TLS against SSL_CERT_FILE, error kinds of their own, caps while streaming."""
+"""The one fetcher (wbcore_runtime.fetch): TLS against SSL_CERT_FILE, error kinds of their own, caps while streaming."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from wbcore import fetch
-from wbcore.errors import DnsError, InvalidArgs, Timeout, TlsError, Unreachable
-from wbcore.netguard import EgressDenied, NetGuard
-from wbcore.testing import FileServer
+from wbcore_runtime import fetch
+from wbcore_runtime.errors import DnsError, InvalidArgs, Timeout, TlsError, Unreachable
+from wbcore_runtime.netguard import EgressDenied, NetGuard
+from wbcore_runtime.testing import FileServer
 
 ALLOW = {"WB_ALLOW_PRIVATE_SOURCES": "1"}
 
@@ -198,16 +198,16 @@ def test_caps_hold_while_streaming(http_port, tmp_path):
 
 
 def test_one_fetcher():
-    """No module but wbcore/fetch.py makes an httpx client (the issue-11 acceptance grep)."""
+    """No module but wbcore_runtime/fetch.py makes an httpx client (the issue-11 acceptance grep)."""
     import re
 
     root = Path(fetch.__file__).resolve().parents[1]
     pattern = re.compile(r"httpx\.(get|Client|stream|AsyncClient|post)\b")
     found = []
-    for base in (root / "wbcore", root / "plugins"):
+    for base in (root / "wbcore_runtime", root / "plugins"):
         for path in base.rglob("*.py"):
             if "/tests/" in path.as_posix() or ".venv" in path.parts:
                 continue
             if pattern.search(path.read_text(encoding="utf-8", errors="replace")):
                 found.append(path.relative_to(root).as_posix())
-    assert found == ["wbcore/fetch.py"]
+    assert found == ["wbcore_runtime/fetch.py"]

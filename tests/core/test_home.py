@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from wbcore import discovery, home
-from wbcore.errors import InvalidArgs
-from wbcore.runtime import Runtime
-from wbcore.testing import write_toolkit
+from wbcore_runtime import discovery, home
+from wbcore_runtime.errors import InvalidArgs
+from wbcore_runtime.runtime import Runtime
+from wbcore_runtime.testing import write_toolkit
 
 
 def _project(tmp_path: Path, text: str = 'home = ".wb-home"\ntoolkits = ["kits"]\n') -> Path:
@@ -43,7 +43,7 @@ def test_runtime_cli_and_demo_share_the_project_home(tmp_path: Path) -> None:
 
 def test_the_repository_marks_itself() -> None:
     repo = Path(__file__).resolve().parents[2]
-    project = home.find_project(repo / "wbcore" / "cli")
+    project = home.find_project(repo / "wbcore_runtime" / "cli")
     assert project is not None and project.home == repo / ".wb-home"
 
 

@@ -1,4 +1,4 @@
-"""wbcore.httpguard: who may talk to an HTTP surface (MCP, engine) — one function per question."""
+"""wbcore_runtime.httpguard: who may talk to an HTTP surface (MCP, engine) — one function per question."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from wbcore import httpguard
-from wbcore.errors import InvalidArgs
+from wbcore_runtime import httpguard
+from wbcore_runtime.errors import InvalidArgs
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "a-token-of-enough-length-123"
@@ -93,7 +93,7 @@ def test_no_http_surface_compares_tokens_itself():
     """The token question has one home: no other module of the core or a plugin does a
     constant-time comparison of an Authorization header, nor parses 'Bearer '."""
     offenders = []
-    for path in [*ROOT.joinpath("wbcore").rglob("*.py"), *ROOT.joinpath("plugins").glob("*/wb_*/**/*.py")]:
+    for path in [*ROOT.joinpath("wbcore_runtime").rglob("*.py"), *ROOT.joinpath("plugins").glob("*/wbcore_*/**/*.py")]:
         if path.name == "httpguard.py" or "/tests/" in path.as_posix():
             continue
         text = path.read_text()

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from wbcore import export, markup, native_audit, skill_import
-from wbcore.errors import InvalidArgs
-from wbcore.registry import Entry
+from wbcore_runtime import export, markup, native_audit, skill_import
+from wbcore_runtime.errors import InvalidArgs
+from wbcore_runtime.registry import Entry
 
 SKILL_MD = """---
 name: pdf-tools

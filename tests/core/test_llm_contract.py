@@ -1,13 +1,13 @@
-"""The LLM provider contract (wbcore.llm): settings, model specs, the one retry policy, cost,
+"""The LLM provider contract (wbcore_runtime.llm): settings, model specs, the one retry policy, cost,
 and the key kept out of reprs and errors. Core only: providers here are in-process plugins."""
 
 from __future__ import annotations
 
 import pytest
 
-from wbcore import hookimpl
-from wbcore.errors import InvalidArgs, NotFound
-from wbcore.llm import (
+from wbcore_runtime import hookimpl
+from wbcore_runtime.errors import InvalidArgs, NotFound
+from wbcore_runtime.llm import (
     ChatResponse,
     LlmSettings,
     Message,
@@ -19,7 +19,7 @@ from wbcore.llm import (
     split_model,
     with_retries,
 )
-from wbcore.records import RECORD_KINDS, Availability, LlmProvider
+from wbcore_runtime.records import RECORD_KINDS, Availability, LlmProvider
 
 YES = Availability.yes()
 
@@ -59,7 +59,7 @@ def test_settings_precedence_cli_then_agent_then_env(make_runtime):
 
 
 def test_settings_errors_say_what_to_do(make_runtime):
-    with pytest.raises(NotFound, match="pip install wb-llm-openai"):
+    with pytest.raises(NotFound, match="pip install wbcore-llm-openai"):
         settings(make_runtime(plugins=[]), model="m")
     two = make_runtime(plugins=[provider("alpha"), provider("beta")])
     with pytest.raises(InvalidArgs, match="WB_LLM_PROVIDER"):
@@ -142,5 +142,5 @@ def test_messages_round_trip_and_arguments():
 
 
 def test_no_agent_loop_says_what_to_install(make_runtime):
-    with pytest.raises(NotFound, match="pip install wb-agent"):
+    with pytest.raises(NotFound, match="pip install wbcore-agent"):
         make_runtime(plugins=[]).agent("a.org", "task")

@@ -8,9 +8,9 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from wbcore import manifest
-from wbcore.errors import ManifestError
-from wbcore.testing import manifest_text
+from wbcore_runtime import manifest
+from wbcore_runtime.errors import ManifestError
+from wbcore_runtime.testing import manifest_text
 
 P = Path("/fuzz/demo/manifest.org")
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from wbcore.testing import write_toolkit
+from wbcore_runtime.testing import write_toolkit
 
 HERE = Path(__file__).resolve().parent.parent
 
@@ -27,7 +27,7 @@ def test_pip_installed_plugin_serves_a_new_shape(tmp_path: Path):
     root = tmp_path / "toolkits"
     write_toolkit(root, "proxy", exec="wasi-http", extra={"HANDLER": "handle"})
     env = dict(os.environ, PYTHONPATH=str(target), WB_HOME=str(tmp_path / "home"), WB_TOOLKITS_ROOT=str(root))
-    wbx = [sys.executable, "-m", "wbcore"]
+    wbx = [sys.executable, "-m", "wbcore_runtime"]
     out = subprocess.run([*wbx, "toolkit", "verify", "proxy"], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "✓ exec: wasi-http handler handle" in out.stdout

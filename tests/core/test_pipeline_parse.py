@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from wbcore.errors import ManifestError
-from wbcore.pipeline import Box, parse
+from wbcore_runtime.errors import ManifestError
+from wbcore_runtime.pipeline import Box, parse
 
 FLOW = """* flow :pipeline:
 ** pipe :stage:

@@ -17,7 +17,7 @@ PLUGINS = Path(__file__).resolve().parents[2] / "plugins"
 
 
 def _distributions() -> dict[Path, set[str]]:
-    """Each plugin folder and the top-level packages it ships (``wb_lane_zig`` ...)."""
+    """Each plugin folder and the top-level packages it ships (``wbcore_lane_zig`` ...)."""
     out: dict[Path, set[str]] = {}
     for dist in sorted(p for p in PLUGINS.iterdir() if (p / "pyproject.toml").is_file()):
         out[dist] = {p.name for p in dist.iterdir() if (p / "__init__.py").is_file() and p.name != "tests"}
@@ -77,14 +77,14 @@ def test_the_walk_catches_a_crossing(tmp_path: Path) -> None:
     (dist / "wb_lane_x").mkdir(parents=True)
     (dist / "wb_lane_x" / "__init__.py").write_text("")
     (dist / "wb_lane_x" / "lane.py").write_text(
-        "import os\nfrom wbcore.sandbox import Bind\nfrom wb_lane_x import lane\n\n"
-        "def build():\n    from wb_process.sandbox import Sandbox\n    import wb_act.model as m\n"
-        "    return lazy('wb_lane_x.lane:build'), plugins.lazy('wb_process.sandbox:probe')\n")
+        "import os\nfrom wbcore_runtime.sandbox import Bind\nfrom wb_lane_x import lane\n\n"
+        "def build():\n    from wbcore_process.sandbox import Sandbox\n    import wbcore_act.model as m\n"
+        "    return lazy('wb_lane_x.lane:build'), plugins.lazy('wbcore_process.sandbox:probe')\n")
     (dist / "tests").mkdir()
-    (dist / "tests" / "test_x.py").write_text("from wb_process.sandbox import probe\n")  # tests may cross
-    every = {"wb_lane_x", "wb_process", "wb_act"}
+    (dist / "tests" / "test_x.py").write_text("from wbcore_process.sandbox import probe\n")  # tests may cross
+    every = {"wb_lane_x", "wbcore_process", "wbcore_act"}
     assert crossings(dist, {"wb_lane_x"}, every) == [
-        "wb-lane-x/wb_lane_x/lane.py:6: imports wb_process.sandbox",
-        "wb-lane-x/wb_lane_x/lane.py:7: imports wb_act.model",
-        "wb-lane-x/wb_lane_x/lane.py:8: imports wb_process.sandbox",
+        "wb-lane-x/wb_lane_x/lane.py:6: imports wbcore_process.sandbox",
+        "wb-lane-x/wb_lane_x/lane.py:7: imports wbcore_act.model",
+        "wb-lane-x/wb_lane_x/lane.py:8: imports wbcore_process.sandbox",
     ]

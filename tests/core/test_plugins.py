@@ -6,10 +6,10 @@ import time
 
 import pytest
 
-from wbcore import hookimpl, plugins
-from wbcore.errors import NotFound, PluginError
-from wbcore.records import Check, ExecShape, SourcePrefix
-from wbcore.runtime import Runtime
+from wbcore_runtime import hookimpl, plugins
+from wbcore_runtime.errors import NotFound, PluginError
+from wbcore_runtime.records import Check, ExecShape, SourcePrefix
+from wbcore_runtime.runtime import Runtime
 
 
 def _shape(name: str) -> ExecShape:
@@ -89,7 +89,7 @@ def test_plugin_import_does_not_import_heavy_modules(tmp_path):
     code = textwrap.dedent(
         """
         import sys
-        from wbcore.runtime import Runtime
+        from wbcore_runtime.runtime import Runtime
         rt = Runtime.open()
         rt.collect_all()
         heavy = [m for m in ("wasmtime", "httpx", "aiosqlite", "mcp", "ray") if m in sys.modules]

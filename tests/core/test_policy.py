@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from wbcore import policy
+from wbcore_runtime import policy
 
 
 @pytest.mark.parametrize("name", [None, "", "Compute", "minmal", "root", "posix ", "network\n"])

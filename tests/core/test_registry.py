@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from wbcore.errors import InvalidArgs, NotFound
-from wbcore.registry import MAX_DYNAMIC, Entry, Registry
+from wbcore_runtime.errors import InvalidArgs, NotFound
+from wbcore_runtime.registry import MAX_DYNAMIC, Entry, Registry
 
 SHA = "a" * 64
 

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from wbcore import skills
-from wbcore.errors import InvalidArgs, NotFound
-from wbcore.testing import write_toolkit
+from wbcore_runtime import skills
+from wbcore_runtime.errors import InvalidArgs, NotFound
+from wbcore_runtime.testing import write_toolkit
 
 
 @pytest.fixture

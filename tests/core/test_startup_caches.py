@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from wbcore import discovery, manifest_cache, signing, trust
-from wbcore.runtime import Runtime
-from wbcore.testing import write_toolkit
+from wbcore_runtime import discovery, manifest_cache, signing, trust
+from wbcore_runtime.runtime import Runtime
+from wbcore_runtime.testing import write_toolkit
 
 
 @pytest.fixture(autouse=True)

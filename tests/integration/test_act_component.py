@@ -21,8 +21,8 @@ RFC3339_TOKYO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?\+09:00$")
 
 
 def _register_time(make_runtime: Any, toolkit_root: Path) -> Any:
-    from wbcore import builder
-    from wbcore.testing import manifest_text, write_toolkit
+    from wbcore_runtime import builder
+    from wbcore_runtime.testing import manifest_text, write_toolkit
 
     write_toolkit(toolkit_root, "time", manifest_text("time", exec="component",
                                                       tagline="Current time in any timezone (act-cli's fixture)."))
@@ -38,8 +38,8 @@ def time_rt(make_runtime: Any, toolkit_root: Path) -> Any:
 
 
 def test_provider_lists_the_components_own_tools(time_rt: Any) -> None:
-    from wbcore.act.model import STD_READ_ONLY, STD_SKILL
-    from wbcore.act.provider import ToolkitProvider
+    from wbcore_runtime.act.model import STD_READ_ONLY, STD_SKILL
+    from wbcore_runtime.act.provider import ToolkitProvider
 
     tools = ToolkitProvider(time_rt).tools()
     assert set(tools) == {"time.get_current_time"}  # not the raw list-tools / call-tool
@@ -88,8 +88,8 @@ def test_wbx_act_tools_call_and_info(wbx: Any, time_rt: Any) -> None:
 
 
 def test_act_tool_call_carries_cbor_arguments_and_error_events(time_rt: Any) -> None:
-    from wbcore.act.model import Content, Error, ErrorKind, ToolCall
-    from wbcore.act.provider import ToolkitProvider
+    from wbcore_runtime.act.model import Content, Error, ErrorKind, ToolCall
+    from wbcore_runtime.act.provider import ToolkitProvider
 
     provider = ToolkitProvider(time_rt)
     out = provider.call_tool(ToolCall("time.get_current_time", cbor2.dumps({"timezone": "Asia/Tokyo"})))
@@ -111,7 +111,7 @@ def test_mcp_client_lists_and_calls_the_act_tool(make_runtime: Any, toolkit_root
     _register_time(make_runtime, toolkit_root)
     env = {"WB_HOME": str(wb_home), "WB_TOOLKITS_ROOT": str(toolkit_root), "PATH": os.environ.get("PATH", "")}
     params = StdioServerParameters(command=sys.executable,
-                                   args=["-c", "from wbcore.cli.app import run; run()", "mcp", "serve"], env=env)
+                                   args=["-c", "from wbcore_runtime.cli.app import run; run()", "mcp", "serve"], env=env)
 
     async def main() -> None:
         async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
@@ -139,8 +139,8 @@ ECHO_WAT = Path(__file__).resolve().parents[1] / "data" / "act" / "echo_provider
 def echo_rt(make_runtime: Any, toolkit_root: Path) -> Any:
     import wasmtime
 
-    from wbcore import builder
-    from wbcore.testing import manifest_text, write_toolkit
+    from wbcore_runtime import builder
+    from wbcore_runtime.testing import manifest_text, write_toolkit
 
     write_toolkit(toolkit_root, "echo", manifest_text("echo", exec="component"))
     rt = make_runtime()
@@ -150,8 +150,8 @@ def echo_rt(make_runtime: Any, toolkit_root: Path) -> Any:
 
 
 def test_built_provider_lists_its_tools_with_annotations(echo_rt: Any) -> None:
-    from wbcore.act.model import STD_DESTRUCTIVE, STD_IDEMPOTENT, STD_READ_ONLY, STD_SKILL
-    from wbcore.act.provider import ToolkitProvider
+    from wbcore_runtime.act.model import STD_DESTRUCTIVE, STD_IDEMPOTENT, STD_READ_ONLY, STD_SKILL
+    from wbcore_runtime.act.provider import ToolkitProvider
 
     tools = ToolkitProvider(echo_rt).tools()
     assert set(tools) == {"echo.echo", "echo.meta", "echo.two", "echo.fail", "echo.spin", "echo.stream"}
@@ -164,8 +164,8 @@ def test_built_provider_lists_its_tools_with_annotations(echo_rt: Any) -> None:
 
 
 def test_arguments_reach_the_provider_as_deterministic_cbor(echo_rt: Any) -> None:
-    from wbcore.act.model import ToolCall
-    from wbcore.act.provider import ToolkitProvider
+    from wbcore_runtime.act.model import ToolCall
+    from wbcore_runtime.act.provider import ToolkitProvider
 
     provider = ToolkitProvider(echo_rt)
     out = provider.call_json("echo.echo", {"zeta": 1, "alpha": [1.5, "x"], "text": "héllo"})
@@ -181,8 +181,8 @@ def test_arguments_reach_the_provider_as_deterministic_cbor(echo_rt: Any) -> Non
 
 
 def test_call_metadata_reaches_the_provider(echo_rt: Any) -> None:
-    from wbcore.act.model import Metadata, ToolCall
-    from wbcore.act.provider import ToolkitProvider
+    from wbcore_runtime.act.model import Metadata, ToolCall
+    from wbcore_runtime.act.provider import ToolkitProvider
 
     tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
     out = ToolkitProvider(echo_rt).call_tool(ToolCall("echo.meta", cbor2.dumps({}), Metadata({"std:traceparent": tp})))
@@ -190,8 +190,8 @@ def test_call_metadata_reaches_the_provider(echo_rt: Any) -> None:
 
 
 def test_several_events_and_custom_error_kinds(echo_rt: Any, wbx: Any) -> None:
-    from wbcore.act.model import ErrorKind
-    from wbcore.act.provider import ToolkitProvider
+    from wbcore_runtime.act.model import ErrorKind
+    from wbcore_runtime.act.provider import ToolkitProvider
 
     provider = ToolkitProvider(echo_rt)
     assert provider.call_json("echo.two", {}).text() == "onetwo"
@@ -218,8 +218,8 @@ def test_a_spinning_async_call_stops_at_its_deadline(echo_rt: Any, wbx: Any) -> 
 def test_a_streaming_answer_is_a_clear_error_and_the_host_survives(echo_rt: Any, wbx: Any) -> None:
     """Lifting a stream aborts inside wasmtime-py's C API: the call runs in an isolated
     worker, so the answer is an error event and this process (and the next call) carry on."""
-    from wbcore.act.model import ErrorKind
-    from wbcore.act.provider import ToolkitProvider
+    from wbcore_runtime.act.model import ErrorKind
+    from wbcore_runtime.act.provider import ToolkitProvider
 
     provider = ToolkitProvider(echo_rt)
     err = provider.call_json("echo.stream", {}).error
@@ -231,7 +231,7 @@ def test_cancelling_an_isolated_call_stops_its_worker(echo_rt: Any) -> None:
     import threading
     import time
 
-    from wbcore.act.provider import ToolkitProvider
+    from wbcore_runtime.act.provider import ToolkitProvider
 
     provider = ToolkitProvider(echo_rt)
     provider.tools()

@@ -9,12 +9,12 @@ import os
 
 import pytest
 
-from wbcore import builder
-from wbcore.scripted_llm import ScriptedLlm, failure, reply, tool
+from wbcore_runtime import builder
+from wbcore_runtime.scripted_llm import ScriptedLlm, failure, reply, tool
 
-pytest.importorskip("wb_agent")
-pytest.importorskip("wb_llm_openai")
-pytest.importorskip("wb_llm_anthropic")
+pytest.importorskip("wbcore_agent")
+pytest.importorskip("wbcore_llm_openai")
+pytest.importorskip("wbcore_llm_anthropic")
 
 PLUGINS = ["wasmtime", "sources", "brokers-state", "brokers-build", "agent", "llm-openai", "llm-anthropic"]
 KEY = "sk-integration-secret"
@@ -120,7 +120,7 @@ def test_five_step_run_over_real_http(world, llm):
     assert rec.usage.input_tokens == 55 and rec.usage.output_tokens == 35
     assert KEY not in (rec.workdir / "_steps.jsonl").read_text()
     # the VFS write landed in the run's VFS, where a resumed run (or a person) finds it
-    from wbcore.calls import Principal
+    from wbcore_runtime.calls import Principal
 
     ctx = rt.dock.context(principal=Principal("dev", "agent.greeter"), caps={"vfs"}, instance=f"agent-{rec.run_id}")
     assert rt.dock.call(ctx, "vfs", "read", {"path": "greeting.txt"})["data"] == b"hello from shout"
@@ -214,17 +214,17 @@ def test_agent_makes_a_toolkit_used_only_in_its_session_until_promoted(world, ll
     assert (ws.path.parent / "workspace.org").read_text().startswith("#+WORKSPACE: echoer\n")
     assert not (rt.home / "toolkits" / "echoer").exists() and rt.registry.lookup("command", "echoer") is None
     try:  # the workspace ships as a signed .wbundle holding the signed toolkit in its VFS
-        from wb_publish import bundle
+        from wbcore_publish import bundle
     except ImportError:
         bundle = None
     if bundle is not None:
-        from wbcore import identity
+        from wbcore_runtime import identity
 
         shipped = bundle.ship(ws.path.parent, rt.home / "echoer.wbundle", home=rt.home,
                               ident=identity.load(rt.home, rt.env), env=rt.env)
         seen = bundle.inspect(shipped.path, env=rt.env, resolve_web=False)
         assert seen.verified and seen.manifest["workspace"]["instance"] == "ws-echoer"
-        from wb_publish import vfsfile
+        from wbcore_publish import vfsfile
 
         rows = vfsfile.read_rows(vfsfile.db_path(rt.home, "ws-echoer"), ("workspace",))
         assert len(rows) == seen.manifest["vfs"]["rows"]
@@ -257,10 +257,10 @@ def test_against_a_real_local_model_server(make_runtime, make_toolkit, tmp_path)
 
 @pytest.mark.slow
 def test_shell_runs_in_the_wbox_shell_when_served(make_runtime, make_toolkit, tmp_path):
-    """With the wbox built-in installed (wb-lane-zig), ``shell`` is the in-WASM shell:
+    """With the wbox built-in installed (wbcore-lane-zig), ``shell`` is the in-WASM shell:
     sequencing and variables work, and every command is a registered one."""
-    pytest.importorskip("wb_lane_zig")
-    from wb_lane_zig.toolchain import available
+    pytest.importorskip("wbcore_lane_zig")
+    from wbcore_lane_zig.toolchain import available
 
     if not available().ok:
         pytest.skip(f"the wbox built-in cannot be built here: {available().reason}")
@@ -309,13 +309,13 @@ def test_pipeline_with_an_agent_stage_is_traced_to_an_otlp_receiver(make_runtime
     toolkit, answers with done) → pipe (upper): the agent's result is carried on, and the
     spans pipeline → stage → agent step → tool call → broker decision arrive over OTLP with
     their attributes."""
-    pytest.importorskip("wb_otel")
-    from wbcore import pipeline as _pipeline
+    pytest.importorskip("wbcore_otel")
+    from wbcore_runtime import pipeline as _pipeline
 
     make_toolkit("shout", SHOUT_MANIFEST, files={"main.wat": SHOUT_WAT},
                  skills={"overview": "#+TITLE: shout overview\n\nRun `shout`: it prints a greeting.\n"})
     env = {"WB_LLM_BASE_URL": llm.base_url, "WB_LLM_API_KEY": KEY, "WB_LLM_PRICES": "scripted-model=1.0/2.0",
-           "OTEL_EXPORTER_OTLP_ENDPOINT": otlp_receiver.endpoint, "OTEL_SERVICE_NAME": "wb-agent-pipeline"}
+           "OTEL_EXPORTER_OTLP_ENDPOINT": otlp_receiver.endpoint, "OTEL_SERVICE_NAME": "wbcore-agent-pipeline"}
     rt = make_runtime(plugins=[*PLUGINS, "otel"], env=env, roots=[toolkit_root])
     builder.build(rt, "shout")
     agent = tmp_path / "summarizer.org"

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from wbcore import native_audit
-from wbcore.testing import write_toolkit
+from wbcore_runtime import native_audit
+from wbcore_runtime.testing import write_toolkit
 
 SKILL = """\
 #+TITLE: Use it

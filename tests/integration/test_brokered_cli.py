@@ -15,9 +15,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 TOOLKITS = ROOT / "toolkits"
 
-pytest.importorskip("wb_lane_js")
-pytest.importorskip("wb_brokers_net")
-pytest.importorskip("wb_wasmtime")
+pytest.importorskip("wbcore_lane_js")
+pytest.importorskip("wbcore_brokers_net")
+pytest.importorskip("wbcore_wasmtime")
 
 WHEEL = b"PK\x03\x04 not really a wheel, but bytes with a hash\x00\xff" * 50
 SDIST = b"\x1f\x8b sdist bytes" * 30
@@ -120,8 +120,8 @@ def allow(rt, root: Path, ident: str, hosts: str, wbx) -> None:
 def guard(rt) -> None:
     """DNS for the test: public.test is a "public" address on a dedicated loopback
     (127.0.0.7, the guard's test seam); internal.test is RFC 1918; everything else real."""
-    from wb_brokers_net.brokers import NetBroker
-    from wb_brokers_net.guard import NetGuard
+    from wbcore_brokers_net.brokers import NetBroker
+    from wbcore_brokers_net.guard import NetGuard
 
     table = {"public.test": ["127.0.0.7"], "internal.test": ["10.1.2.3"], "127.0.0.1": ["127.0.0.1"]}
     rt.dock.set_driver("net", NetBroker(NetGuard(resolver=lambda h, p: table[h], public=frozenset({"127.0.0.7"}))))
@@ -129,13 +129,13 @@ def guard(rt) -> None:
 
 def test_the_js_sdk_has_one_copy_and_the_lane_adds_it():
     """http and pip-fetch import './wb_dock.js' and ship no copy: the js lane adds the
-    core's (a toolkit's own wb_dock.js is refused, see wb-lane-js's tests)."""
+    core's (a toolkit's own wb_dock.js is refused, see wbcore-lane-js's tests)."""
     import subprocess
 
     listed = subprocess.run(["git", "ls-files", "*wb_dock.js"], cwd=ROOT, capture_output=True, text=True)
     if listed.returncode != 0:
         pytest.skip("not a git checkout")
-    assert listed.stdout.split() == ["wbcore/sdk/wb_dock.js"]
+    assert listed.stdout.split() == ["wbcore_runtime/sdk/wb_dock.js"]
     for ident in ("http", "pip-fetch"):
         assert "from './wb_dock.js'" in (TOOLKITS / ident / "src" / "main.js").read_text()
 

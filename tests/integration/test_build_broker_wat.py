@@ -5,9 +5,9 @@ from __future__ import annotations
 import cbor2
 import pytest
 
-from wbcore import consent
-from wbcore.calls import Principal
-from wbcore.dock import KIND_OF_STATUS
+from wbcore_runtime import consent
+from wbcore_runtime.calls import Principal
+from wbcore_runtime.dock import KIND_OF_STATUS
 
 HELLO = r"""
 (module

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from wbcore import builder, hookimpl
-from wbcore.build import BuildOutput, BuildRequest, cache, pipeline, products
-from wbcore.records import BuildLane
+from wbcore_runtime import builder, hookimpl
+from wbcore_runtime.build import BuildOutput, BuildRequest, cache, pipeline, products
+from wbcore_runtime.records import BuildLane
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -102,15 +102,15 @@ def _sha256_of_json(node: ast.AST) -> bool:
 
 
 def test_no_second_cache_key_recipe_exists() -> None:
-    """Only wbcore/build/cache.py hashes a JSON of build inputs; the BuildBroker and the
+    """Only wbcore_runtime/build/cache.py hashes a JSON of build inputs; the BuildBroker and the
     built-ins go through the pipeline (and so through ``cache.key``)."""
-    files = [p for p in (REPO / "wbcore").rglob("*.py")]
-    files += [p for p in (REPO / "plugins").glob("*/wb_*/**/*.py") if "vendor" not in p.parts]
+    files = [p for p in (REPO / "wbcore_runtime").rglob("*.py")]
+    files += [p for p in (REPO / "plugins").glob("*/wbcore_*/**/*.py") if "vendor" not in p.parts]
     # Content addresses of other things than builds (each named, with what it addresses):
     not_builds = {
-        REPO / "wbcore" / "build" / "cache.py",  # the build-cache key itself
-        REPO / "plugins" / "wb-container" / "wb_container" / "rootfs.py",  # the container root's recipe
-        REPO / "plugins" / "wb-microvm" / "wb_microvm" / "image.py",  # the micro-VM guest image's recipe
+        REPO / "wbcore_runtime" / "build" / "cache.py",  # the build-cache key itself
+        REPO / "plugins" / "wbcore-container" / "wbcore_container" / "rootfs.py",  # the container root's recipe
+        REPO / "plugins" / "wbcore-microvm" / "wbcore_microvm" / "image.py",  # the micro-VM guest image's recipe
     }
     offenders = []
     for path in files:
@@ -119,12 +119,12 @@ def test_no_second_cache_key_recipe_exists() -> None:
             if _sha256_of_json(node) and path not in not_builds:
                 offenders.append(f"{path.relative_to(REPO)}:{node.lineno}")
     assert offenders == []
-    broker = (REPO / "plugins/wb-brokers-build/wb_brokers_build/broker.py").read_text()
-    builtins = (REPO / "plugins/wb-lane-zig/wb_lane_zig/builtins/__init__.py").read_text()
-    builder_src = (REPO / "wbcore/builder.py").read_text()
+    broker = (REPO / "plugins/wbcore-brokers-build/wbcore_brokers_build/broker.py").read_text()
+    builtins = (REPO / "plugins/wbcore-lane-zig/wbcore_lane_zig/builtins/__init__.py").read_text()
+    builder_src = (REPO / "wbcore_runtime/builder.py").read_text()
     assert "pipeline.compile_source(" in broker and "pipeline.compile_source(" in builtins
     assert "pipeline.cache_key(" in builtins and "pipeline.compile_source(" in builder_src
-    pipeline_src = (REPO / "wbcore/build/pipeline.py").read_text()
+    pipeline_src = (REPO / "wbcore_runtime/build/pipeline.py").read_text()
     assert "cache.key(" in pipeline_src
 
 
@@ -239,7 +239,7 @@ def test_json_streams_one_event_per_line(rt_factory, make_toolkit, wbx) -> None:
 
 def test_a_long_phase_ticks_on_a_tty(rt_factory, make_toolkit, wbx, monkeypatch) -> None:
     """A lane step of 12 s prints its phase with the elapsed time at least twice."""
-    from wbcore.cli import build as cli_build
+    from wbcore_runtime.cli import build as cli_build
 
     monkeypatch.setattr(cli_build, "interactive", lambda: True)
     pyish_toolkit(make_toolkit, "slow")
@@ -259,8 +259,8 @@ def test_not_a_tty_prints_phase_lines_only(rt_factory, make_toolkit, wbx) -> Non
 
 
 def test_manifest_fields_read_keywords_and_core_fields(tmp_path: Path) -> None:
-    from wbcore.manifest import parse
-    from wbcore.testing import manifest_text
+    from wbcore_runtime.manifest import parse
+    from wbcore_runtime.testing import manifest_text
 
     m = parse(manifest_text("kern", exec="kernel", extra={"CLI_BIN": "k", "KERNEL_ENTRY": "run", "PY_MODULE": "app"}),
               tmp_path / "manifest.org")

@@ -15,10 +15,10 @@ import pytest
 
 pytest.importorskip("wasmtime")
 
-from wbcore import builder, dispatch  # noqa: E402
-from wbcore.conformance import ECHO_WAT  # noqa: E402
-from wbcore.errors import CapabilityDenied, InvalidArgs  # noqa: E402
-from wbcore.testing import KV_GET, manifest_text, write_toolkit  # noqa: E402
+from wbcore_runtime import builder, dispatch  # noqa: E402
+from wbcore_runtime.conformance import ECHO_WAT  # noqa: E402
+from wbcore_runtime.errors import CapabilityDenied, InvalidArgs  # noqa: E402
+from wbcore_runtime.testing import KV_GET, manifest_text, write_toolkit  # noqa: E402
 
 KV_WAT = KV_GET
 
@@ -97,8 +97,8 @@ def test_a_tampered_signed_toolkit_is_refused_on_every_surface(rt, wbx, toolkit_
     assert r.exit_code == 126 and "not built" in r.stderr
     assert "- tp:" not in wbx("agent", "prompt", str(agent), runtime=rt).stdout
 
-    pytest.importorskip("wb_mcp")
-    from wb_mcp.server import _skills, build_server
+    pytest.importorskip("wbcore_mcp")
+    from wbcore_mcp.server import _skills, build_server
 
     server = build_server(rt)
     assert not [n for n in server.wb_provider.tools() if n.startswith("tp.")]
@@ -119,7 +119,7 @@ def test_content_changed_since_build_refuses_until_rebuilt(rt, toolkit_root) -> 
 
 
 def test_a_planted_same_id_manifest_gains_no_caps(make_runtime, wbx, tmp_path, signer) -> None:
-    pytest.importorskip("wb_brokers_state")
+    pytest.importorskip("wbcore_brokers_state")
     installed = tmp_path / "installed"
     planted = tmp_path / "cwd-toolkits"
     installed.mkdir()
@@ -143,7 +143,7 @@ def test_a_planted_same_id_manifest_gains_no_caps(make_runtime, wbx, tmp_path, s
 
 
 def test_caps_come_from_the_build_not_from_a_later_manifest(rt, toolkit_root) -> None:
-    pytest.importorskip("wb_brokers_state")
+    pytest.importorskip("wbcore_brokers_state")
     d = wat_toolkit(toolkit_root, "kvless", wat=KV_WAT)
     rt.discover(refresh=True)
     builder.build(rt, "kvless")
@@ -195,8 +195,8 @@ def test_orphaned_commands_are_listed_and_not_served(rt, wbx, toolkit_root) -> N
     assert all(r["state"] == "built-in" for r in rows if r["toolkit"] is None)
     with pytest.raises(CapabilityDenied, match="left the search path"):
         rt.call("gone")
-    pytest.importorskip("wb_mcp")
-    from wb_mcp.server import build_server
+    pytest.importorskip("wbcore_mcp")
+    from wbcore_mcp.server import build_server
 
     assert "gone" not in {t.target for t in build_server(rt).wb_provider.tools().values()}
     assert wbx("commands", "remove", "gone", runtime=rt).exit_code == 0
@@ -207,7 +207,7 @@ def test_orphaned_commands_are_listed_and_not_served(rt, wbx, toolkit_root) -> N
 
 
 def test_tiers_explain_and_an_explicit_os_process_tier(rt, wbx, toolkit_root) -> None:
-    pytest.importorskip("wb_process")
+    pytest.importorskip("wbcore_process")
     if not rt.tiers.get("os_process").available().ok:
         pytest.skip(f"os_process unavailable here: {rt.tiers.get('os_process').available().reason}")
     wat_toolkit(toolkit_root, "tiered")
@@ -222,7 +222,7 @@ def test_tiers_explain_and_an_explicit_os_process_tier(rt, wbx, toolkit_root) ->
 
 
 def test_third_party_escalates_one_rung_and_says_so(rt, wbx, toolkit_root, signer) -> None:
-    pytest.importorskip("wb_process")
+    pytest.importorskip("wbcore_process")
     _signed_third_party(rt, wbx, toolkit_root, "esc")
     builder.build(rt, "esc")
     resolved = rt.resolve("command", "esc")
@@ -239,8 +239,8 @@ def test_third_party_escalates_one_rung_and_says_so(rt, wbx, toolkit_root, signe
 
 def test_a_third_party_call_with_caps_escalates_to_os_process_with_its_caps_bridged(
         rt, wbx, toolkit_root, signer) -> None:
-    pytest.importorskip("wb_process")
-    pytest.importorskip("wb_brokers_state")
+    pytest.importorskip("wbcore_process")
+    pytest.importorskip("wbcore_brokers_state")
     import cbor2
 
     _signed_third_party(rt, wbx, toolkit_root, "capped", wat=KV_WAT, caps="kv")
@@ -271,7 +271,7 @@ def test_effective_caps_are_computed_in_one_function() -> None:
     import ast
 
     here = Path(__file__).resolve().parents[2]
-    files = [*sorted((here / "wbcore").rglob("*.py")),
+    files = [*sorted((here / "wbcore_runtime").rglob("*.py")),
              *sorted(p for p in (here / "plugins").rglob("*.py") if "/tests/" not in str(p))]
     callers = []
     for path in files:
@@ -283,9 +283,9 @@ def test_effective_caps_are_computed_in_one_function() -> None:
                 if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                         and node.func.attr == "effective_caps" and getattr(node.func.value, "id", "") == "policy"):
                     callers.append(f"{path.relative_to(here)}:{fn.name}")
-    assert callers == ["wbcore/consent.py:effective_caps"]
+    assert callers == ["wbcore_runtime/consent.py:effective_caps"]
     # dispatch, show/verify (runtime) and describe all reach the grants through it
-    src = (here / "wbcore" / "dispatch.py").read_text() + (here / "wbcore" / "runtime.py").read_text()
+    src = (here / "wbcore_runtime" / "dispatch.py").read_text() + (here / "wbcore_runtime" / "runtime.py").read_text()
     assert src.count("consent.effective_caps(") == 2
 
 

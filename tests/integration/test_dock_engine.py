@@ -6,11 +6,11 @@ import cbor2
 import pytest
 import wasmtime
 
-from wbcore import builder
-from wbcore.calls import Principal
-from wbcore.errors import CapabilityDenied
+from wbcore_runtime import builder
+from wbcore_runtime.calls import Principal
+from wbcore_runtime.errors import CapabilityDenied
 
-pytest.importorskip("wb_brokers_state")
+pytest.importorskip("wbcore_brokers_state")
 
 
 def _hex(data: bytes) -> str:

@@ -1,4 +1,4 @@
-"""wbcore/sdk/wb_dock.js against the real Dock, over a stand-in bridge (node on stdio)."""
+"""wbcore_runtime/sdk/wb_dock.js against the real Dock, over a stand-in bridge (node on stdio)."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from wbcore.calls import Principal
+from wbcore_runtime.calls import Principal
 
 DEMO = Path(__file__).resolve().parents[1] / "data" / "js" / "bridge_demo.mjs"
 
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
 def test_js_shim_speaks_the_dock_abi(make_runtime):
-    pytest.importorskip("wb_brokers_state")
+    pytest.importorskip("wbcore_brokers_state")
     rt = make_runtime(plugins=["brokers-state"])
     ctx = rt.dock.context(principal=Principal("t", "jsguest"), caps={"kv"})
     proc = subprocess.Popen(["node", str(DEMO)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)

@@ -22,7 +22,7 @@ def test_the_c_sdk_header_has_one_copy_in_the_repository():
     built-in ships a copy that could drift (or be planted with other code)."""
     import subprocess
 
-    from wbcore.dock import SDK_C
+    from wbcore_runtime.dock import SDK_C
 
     listed = subprocess.run(["git", "ls-files", "*wb_dock.h"], cwd=ROOT, capture_output=True, text=True)
     if listed.returncode != 0:
@@ -35,10 +35,10 @@ def test_the_c_sdk_header_has_one_copy_in_the_repository():
 @pytest.fixture(scope="session")
 def zig_env(request, tmp_path_factory, build_sandbox):
     try:
-        from wb_lane_zig import cache
-        from wb_lane_zig.toolchain import available, find
+        from wbcore_lane_zig import cache
+        from wbcore_lane_zig.toolchain import available, find
     except ImportError as exc:
-        pytest.skip(f"the c lane (wb-lane-zig) is not installed: {exc}")
+        pytest.skip(f"the c lane (wbcore-lane-zig) is not installed: {exc}")
     av = available()
     if not av.ok:
         pytest.skip(f"c lane unavailable here: {av.reason}")
@@ -109,8 +109,8 @@ class _Page(BaseHTTPRequestHandler):
 
 @pytest.mark.slow
 def test_fetch_goes_through_netguard_and_its_allowlist(built, wbx):
-    from wb_brokers_net.brokers import NetBroker
-    from wb_brokers_net.guard import NetGuard
+    from wbcore_brokers_net.brokers import NetBroker
+    from wbcore_brokers_net.guard import NetGuard
 
     rt, root = built
     srv = ThreadingHTTPServer(("127.0.0.7", 0), _Page)

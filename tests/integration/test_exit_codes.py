@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from wbcore.testing import manifest_text
+from wbcore_runtime.testing import manifest_text
 
 REPO = Path(__file__).resolve().parents[2]
 #: code → where it is checked (this file unless named).
@@ -21,7 +21,7 @@ CHECKED = {
     74: "tests/core/test_crash_safety.py (disk-full)",
     76: "tests/core/test_fetch.py, tests/core/test_identity.py (tls)",
     70: "test_audit_verify_0_and_70, test_trap_is_70",
-    77: "plugins/wb-lane-js/tests/test_dock_bridge.py (a guest's own capability-denied exit)",
+    77: "plugins/wbcore-lane-js/tests/test_dock_bridge.py (a guest's own capability-denied exit)",
     124: "test_timeout_is_124",
     126: "test_sha256_mismatch_is_126",
     127: "test_not_found_is_127",
@@ -94,7 +94,7 @@ def test_sha256_mismatch_is_126(rt, wbx):
 
 
 def test_audit_verify_0_and_70(rt, wbx):
-    from wbcore.audit import AuditLog
+    from wbcore_runtime.audit import AuditLog
 
     log = AuditLog.for_home(rt.home, rt.env)
     for i in range(3):

@@ -8,12 +8,12 @@ import time
 
 import pytest
 
-from wbcore.calls import Principal
-from wbcore.errors import InvalidArgs, WbError
-from wbcore.scripted_llm import ScriptedLlm, Turn, failure, reply
+from wbcore_runtime.calls import Principal
+from wbcore_runtime.errors import InvalidArgs, WbError
+from wbcore_runtime.scripted_llm import ScriptedLlm, Turn, failure, reply
 
-pytest.importorskip("wb_llm")
-pytest.importorskip("wb_llm_anthropic")
+pytest.importorskip("wbcore_llm")
+pytest.importorskip("wbcore_llm_anthropic")
 
 KEY = "sk-broker-secret"
 

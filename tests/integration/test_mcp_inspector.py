@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from wbcore import buildable
-from wbcore.runtime import Runtime
+from wbcore_runtime import buildable
+from wbcore_runtime.runtime import Runtime
 
 pytestmark = pytest.mark.slow
 

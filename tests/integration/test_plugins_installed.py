@@ -7,16 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from wbcore import hookimpl, plugins
-from wbcore.errors import NotFound, PluginError
-from wbcore.records import Check, ExecShape, SourcePrefix
-from wbcore.runtime import Runtime
+from wbcore_runtime import hookimpl, plugins
+from wbcore_runtime.errors import NotFound, PluginError
+from wbcore_runtime.records import Check, ExecShape, SourcePrefix
+from wbcore_runtime.runtime import Runtime
 
 
 
 def test_strict_selection_by_entry_point_name(wb_home):
     rt = Runtime.open(plugins=["process"], home=wb_home)
-    assert rt.shapes.names() == ["task"]  # posix is wb-container's (it runs only in the container tier)
+    assert rt.shapes.names() == ["task"]  # posix is wbcore-container's (it runs only in the container tier)
     with pytest.raises(PluginError, match=r"unknown plugin 'nosuch'; known: .*process"):
         Runtime.open(plugins=["nosuch"], home=wb_home)
 
@@ -39,4 +39,4 @@ def test_wbx_plugins_lists_the_failure(broken_dist, wbx, make_runtime):
     assert r.exit_code == 0
     assert "broken · wb-broken 9.9 · FAILED" in r.stdout
     assert "error: ModuleNotFoundError" in r.stdout
-    assert "wasmtime · wb-wasmtime" in r.stdout
+    assert "wasmtime · wbcore-wasmtime" in r.stdout

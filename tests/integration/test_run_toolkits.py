@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from wbcore import builder
-from wbcore.artifacts import IntegrityError
-from wbcore.errors import InvalidArgs
+from wbcore_runtime import builder
+from wbcore_runtime.artifacts import IntegrityError
+from wbcore_runtime.errors import InvalidArgs
 
 TOOLKITS = Path(__file__).resolve().parents[2] / "toolkits"
 

@@ -10,19 +10,19 @@ import subprocess
 import sys
 from pathlib import Path
 
-from wbcore import builder
-from wbcore.runtime import Runtime
+from wbcore_runtime import builder
+from wbcore_runtime.runtime import Runtime
 
 TOOLKITS = Path(__file__).resolve().parents[2] / "toolkits"
 
 PROBE = """
 import json, sys
-from wbcore.cli.app import main
+from wbcore_runtime.cli.app import main
 code = main(sys.argv[1:])
 sys.stdout.flush()
 print("\\n" + json.dumps({"code": code, "modules": sorted(m for m in sys.modules
       if m.split(".")[0] in ("typer", "wasmtime", "stevedore", "importlib_metadata", "orgparse", "pluggy", "sqlite3")
-      or m == "importlib.metadata" or m.startswith("wb_"))}))
+      or m == "importlib.metadata" or (m.startswith("wbcore_") and not m.startswith("wbcore_runtime")))}))
 """
 
 
@@ -43,12 +43,12 @@ def test_run_imports_no_typer_and_list_no_plugin(tmp_path: Path) -> None:
     assert ran["code"] == 0
     assert "wasmtime" in ran["modules"] and not any(m.startswith("typer") for m in ran["modules"]), ran
     assert "importlib.metadata" not in ran["modules"] and "orgparse" not in ran["modules"], ran
-    # The resolution was kept by the runs before (wbcore.runcache): no plugin manager, no
+    # The resolution was kept by the runs before (wbcore_runtime.runcache): no plugin manager, no
     # registry query, and of the plugins only the runner's and the tracer check's modules.
     assert "pluggy" not in ran["modules"] and "sqlite3" not in ran["modules"], ran
-    assert {m.split(".")[0] for m in ran["modules"] if m.startswith("wb_")} <= {"wb_wasmtime", "wb_otel"}, ran
+    assert {m.split(".")[0] for m in ran["modules"] if m.startswith("wbcore_") and not m.startswith("wbcore_runtime")} <= {"wbcore_wasmtime", "wbcore_otel"}, ran
 
     listed = probe(home, "toolkit", "list")
     assert listed["code"] == 0
-    assert not [m for m in listed["modules"] if m.startswith(("wasmtime", "wb_"))], listed
+    assert not [m for m in listed["modules"] if m.startswith(("wasmtime", "wbcore_")) and not m.startswith("wbcore_runtime")], listed
     assert "importlib.metadata" not in listed["modules"] and "orgparse" not in listed["modules"], listed

@@ -1,5 +1,5 @@
 """``verify`` says ✗ for exactly what ``build`` refuses, with the same reason and fix
-(``wbcore.buildable``), and re-hashes registered artifacts."""
+(``wbcore_runtime.buildable``), and re-hashes registered artifacts."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from wbcore import buildable, builder, hookimpl
-from wbcore.errors import WbError
-from wbcore.records import Availability, BuildLane
-from wbcore.testing import manifest_text
+from wbcore_runtime import buildable, builder, hookimpl
+from wbcore_runtime.errors import WbError
+from wbcore_runtime.records import Availability, BuildLane
+from wbcore_runtime.testing import manifest_text
 
 TOOLKITS = Path(__file__).resolve().parents[2] / "toolkits"
 WAT = (TOOLKITS / "b64" / "src" / "b64.wat").read_text()
@@ -123,7 +123,7 @@ def test_build_all_one_line_each_goes_on_past_failures(make_toolkit, make_runtim
     assert [ln.split(":")[0] for ln in lines[:4]] == ["✓ aaa-good", "✗ bbb-bad-flag", "- ccc-no-lane", "✓ ddd-good"]
     assert "flag '--sysroot=/etc' is not allowed" in lines[1] and "needs the frobnicator" in lines[2]
     # the same source and lane, but two toolkits: the cache key carries the toolkit id, so
-    # no build is shared between toolkits (wbcore.build.cache); a second --all is all hits
+    # no build is shared between toolkits (wbcore_runtime.build.cache); a second --all is all hits
     assert lines[4] == "4 buildable toolkit(s): 2 built, 0 cached, 1 skipped, 1 failed"
     rows = json.loads(wbx("toolkit", "build", "--all", "--json", runtime=rt).stdout)
     assert [(row["toolkit"], row["state"]) for row in rows] == [

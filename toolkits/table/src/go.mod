@@ -1,3 +1,3 @@
-module wbcore.local/table
+module wbcore_runtime.local/table
 
 go 1.21

@@ -1,1 +1,0 @@
-"""wb-agent: the agent loop (LLM ↔ tools ↔ VFS), sessions, and toolkits agents make."""

@@ -1,1 +1,0 @@
-"""wb-brokers-build: the BuildBroker (cap ``build``, seed 004)."""

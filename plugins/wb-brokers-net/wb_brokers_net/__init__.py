@@ -1,1 +1,0 @@
-"""wb-brokers-net: host-mediated egress for the Dock (net, browse, tcp, udp, tls)."""

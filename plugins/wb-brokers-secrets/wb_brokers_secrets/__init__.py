@@ -1,1 +1,0 @@
-"""wb-brokers-secrets: the ``secrets`` cap — a guest may have data signed, never read a key."""

@@ -1,1 +1,0 @@
-"""wb-brokers-state: the vfs, kv and queue caps of the Dock, on SQLite under $WB_HOME."""

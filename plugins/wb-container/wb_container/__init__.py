@@ -1,1 +1,0 @@
-"""wb-container: the container isolation tier on bubblewrap."""

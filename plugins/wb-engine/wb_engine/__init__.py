@@ -1,1 +1,0 @@
-"""wb-engine: ``wbx engine serve``, the engine service (an ASGI app on starlette + uvicorn)."""

@@ -1,3 +1,0 @@
-"""Fixtures for wb-fabric-local's tests (guests live in ``fabric_guests``)."""
-
-from fabric_guests import register, rt  # noqa: F401

@@ -1,1 +1,0 @@
-"""wb-fabric-local: the fabric's engines on one machine (``local`` processes, ``threads``)."""

@@ -1,1 +1,0 @@
-"""wb-federation: the federation shape (REST/JSON sources queried as tables)."""

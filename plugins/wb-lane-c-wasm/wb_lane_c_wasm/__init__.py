@@ -1,1 +1,0 @@
-"""wb-lane-c-wasm: C compiled by TinyCC running as WebAssembly inside wasmtime."""

@@ -1,1 +1,0 @@
-"""wb-lane-go: Go → wasip1/wasm inside the build sandbox."""

@@ -1,3 +1,0 @@
-module wbcore.local/go-warmup
-
-go 1.21

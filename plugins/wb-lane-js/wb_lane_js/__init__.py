@@ -1,1 +1,0 @@
-"""wb-lane-js: JavaScript (and type-stripped TypeScript) on QuickJS-NG's reactor wasm."""

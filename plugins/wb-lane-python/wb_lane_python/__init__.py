@@ -1,1 +1,0 @@
-"""wb-lane-python: the python build lane (componentize-py → a WIT-typed component)."""

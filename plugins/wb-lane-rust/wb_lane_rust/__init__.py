@@ -1,1 +1,0 @@
-"""wb-lane-rust: Rust → wasm32-wasi(p1) inside the build sandbox."""

@@ -1,1 +1,0 @@
-"""wb-llm-anthropic: the ``anthropic`` LLM provider (Messages API) on the official anthropic SDK."""

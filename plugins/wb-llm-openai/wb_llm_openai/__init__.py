@@ -1,1 +1,0 @@
-"""wb-llm-openai: the ``openai`` LLM provider (chat completions) on the official openai SDK."""

@@ -1,1 +1,0 @@
-"""wb-llm: the ``llm`` cap (llm-complete) on an OpenAI-compatible chat completions endpoint."""

@@ -1,1 +1,0 @@
-"""wb-mcp: an MCP server (official mcp SDK) serving every toolkit's tools and skills."""

@@ -1,1 +1,0 @@
-"""wb-microvm: the microvm isolation tier on QEMU (kvm where a guest answers, else tcg)."""

@@ -1,1 +1,0 @@
-"""wb-otel: OpenTelemetry traces of wbcore's seams, exported over OTLP when configured."""

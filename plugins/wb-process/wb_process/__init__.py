@@ -1,1 +1,0 @@
-"""wb-process: the build sandbox, the os_process tier, and the task shape."""

@@ -1,1 +1,0 @@
-"""wb-ray: the ray fabric engine and the node tier."""

@@ -1,1 +1,0 @@
-"""wb-sources: the BUILD_SRC prefixes."""

@@ -1,1 +1,0 @@
-"""wb-wasmtime: the command, kernel and component shapes on wasmtime, in-process."""

@@ -1,0 +1,1 @@
+"""wbcore-agent: the agent loop (LLM ↔ tools ↔ VFS), sessions, and toolkits agents make."""

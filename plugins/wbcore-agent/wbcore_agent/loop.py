@@ -1,0 +1,399 @@
+"""The agent loop (seed 004 "Agent loop"): call the model → run the tools it asks for →
+append the results → loop, until it calls ``done``, stops asking for tools, runs out of
+``max_steps``, is cancelled, or the provider fails after its retries.
+
+Every step is appended to ``<workdir>/_steps.jsonl`` (one JSON object per line, the key
+redacted) and the run's state (conversation, step count, usage, the toolkits it built)
+is written to the run's VFS (instance ``agent-<run id>``, volume ``memory``, path
+``agent/state.json``) after every step, so ``resume=<run id>`` continues a crashed run
+from its last whole step. Every tool call is bounded (``tool_timeout``, 150 s by
+default): an overrun stops the guest (its cancel event) and the model gets a tool error.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import os
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from wbcore_agent import tools as _tools
+from wbcore_agent.made import MadeToolkits
+from wbcore_agent.review import ReviewQueue
+from wbcore_runtime import agents as _agents
+from wbcore_runtime import telemetry
+from wbcore_runtime.calls import Principal
+from wbcore_runtime.errors import InvalidArgs, NotFound, Timeout, WbError
+from wbcore_runtime.llm import ChatRequest, Message, ToolSpec, ToolUse, Usage
+
+MAX_STEPS = 12
+SESSION_MAX_STEPS = 40
+TOOL_TIMEOUT_S = 150.0
+STATE_PATH = "agent/state.json"
+STATE_VOLUME = "memory"
+STEPS_FILE = "_steps.jsonl"
+DEFAULT_PROFILE = "network"
+RUN_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+#: Run statuses (docs/agents.md): how a run ended.
+DONE, MAX_STEPS_REACHED, FAILED, CANCELLED, RUNNING = "done", "max-steps", "error", "cancelled", "running"
+
+
+class StepLimit(Timeout):
+    """The run used ``max_steps`` steps without calling ``done``."""
+
+
+class Cancelled(WbError):
+    """The run was cancelled (``Session.cancel``)."""
+
+
+@dataclass
+class RunRecord:
+    """How a run ended: ``status`` is done | max-steps | error | cancelled."""
+
+    run_id: str
+    agent: str
+    status: str
+    result: str | None
+    error: str | None
+    steps: int
+    usage: Usage
+    workdir: Path
+    model: str
+    provider: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "agent": self.agent, "status": self.status, "result": self.result,
+                "error": self.error, "steps": self.steps, "usage": self.usage.as_dict(), "workdir": str(self.workdir),
+                "model": self.model, "provider": self.provider}
+
+
+def find_agent(runtime: Any, spec: Any) -> _agents.AgentDef:
+    """An ``AgentDef``, a path to an ``.org`` definition, or an agent id looked up as
+    ``agents/<id>.org`` under the working folder and ``$WB_HOME``."""
+    if isinstance(spec, _agents.AgentDef):
+        return spec
+    p = Path(str(spec))
+    if p.suffix == ".org" or p.is_file():
+        if not p.is_absolute():
+            p = Path(runtime.cwd) / p
+        if not p.is_file():
+            raise NotFound(f"agent definition {spec} does not exist")
+        return _agents.load(p)
+    where = [Path(runtime.cwd) / "agents", Path(runtime.home) / "agents"]
+    for d in where:
+        if (d / f"{spec}.org").is_file():
+            return _agents.load(d / f"{spec}.org")
+    raise NotFound(f"no agent {spec!r}: looked for {', '.join(str(d / f'{spec}.org') for d in where)}")
+
+
+@dataclass
+class Run:
+    """One run's host-side state: what the tools reach. Built by :func:`run_agent`."""
+
+    runtime: Any
+    agent: _agents.AgentDef
+    task: str
+    run_id: str
+    workdir: Path
+    llm: Any
+    max_steps: int
+    tool_timeout: float
+    tenant: str
+    exec_grant: bool
+    profile: str
+    caps: frozenset[str]
+    review: ReviewQueue
+    host_tools: dict[str, _tools.HostTool] = field(default_factory=dict)
+    on_step: Callable[[dict[str, Any]], None] | None = None
+    on_text: Callable[[str], None] | None = None
+    cancel_event: threading.Event = field(default_factory=threading.Event)
+    messages: list[Message] = field(default_factory=list)
+    step: int = 0
+    usage: Usage = field(default_factory=Usage)
+
+    def __post_init__(self) -> None:
+        #: Set to stop the guest of the tool call running now (a timeout or a cancel).
+        self.tool_cancel = threading.Event()
+        self.principal = Principal(self.tenant, f"agent.{self.agent.id}")
+        self.ctx = self.runtime.dock.context(principal=self.principal, caps=self.caps, instance=f"agent-{self.run_id}")
+        self.made = MadeToolkits(self)
+        self._typed: dict[str, tuple[str, str]] = {}  # model-facing name → (kind, real name)
+        self._provider: Any = None
+
+    @property
+    def toolkits(self) -> tuple[str, ...]:
+        return self.agent.toolkits
+
+    # --- brokered services (through the Dock's cadence) ---------------------------
+
+    def dock(self, cap: str, op: str, args: Mapping[str, Any]) -> Any:
+        ctx = self.ctx.child(deadline=time.monotonic() + self.tool_timeout)
+        return self.runtime.dock.call(ctx, cap, op, dict(args))
+
+    def vfs_read(self, path: str, volume: str = "workspace") -> bytes:
+        return bytes(self.dock("vfs", "read", {"path": path, "volume": volume})["data"])
+
+    def vfs_write(self, path: str, data: bytes, volume: str = "workspace") -> None:
+        self.dock("vfs", "write", {"path": path, "data": data, "volume": volume})
+
+    def vfs_list(self, prefix: str = "", volume: str = "workspace") -> list[dict[str, Any]]:
+        return list(self.dock("vfs", "list", {"prefix": prefix, "volume": volume})["entries"])
+
+    def call_command(self, name: str, argv: list[str], stdin: bytes) -> Any:
+        return self.runtime.call(name, argv, stdin, principal=self.principal, timeout=self.tool_timeout,
+                                 cancel=self.tool_cancel)
+
+    # --- tools --------------------------------------------------------------------
+
+    def provider(self) -> Any:
+        from wbcore_runtime.act.provider import ToolkitProvider
+
+        if self._provider is None:
+            self._provider = ToolkitProvider(self.runtime, principal=self.principal, only=self.toolkits)
+        return self._provider
+
+    def tool_specs(self) -> list[ToolSpec]:
+        specs = [_tools.SPECS[n] for n in _tools.base_names(self)]
+        self._typed = {}
+        if self.toolkits:
+            for tool in self.provider().tools().values():
+                name = _tools.tool_name(tool.name)
+                self._typed[name] = ("toolkit", tool.name)
+                specs.append(ToolSpec(name, tool.description, dict(tool.definition.input_schema or {"type": "object"})))
+        for made in self.made.list():
+            for bin_name, schema, desc in made.tools():
+                name = _tools.tool_name(f"{made.id}.{bin_name}", "local__")
+                self._typed[name] = ("local", f"{made.id}\0{bin_name}")
+                specs.append(ToolSpec(name, desc, schema))
+        specs += [t.spec for t in self.host_tools.values()]
+        return specs
+
+    def _invoke(self, use: ToolUse) -> str:
+        args = dict(use.arguments)
+        if "_invalid_json" in args:
+            raise InvalidArgs(f"{use.name}: the arguments are not a JSON object: {args['_invalid_json'][:200]}")
+        if use.name in self.host_tools:
+            return self.host_tools[use.name].handler(self, args)
+        typed = self._typed.get(use.name)
+        if typed is not None and typed[0] == "toolkit":
+            out = self.provider().call_json(typed[1], args, cancel=self.tool_cancel, timeout=self.tool_timeout)
+            if out.error is not None:
+                raise WbError(f"{out.error.kind_name}: {out.error.text}\n{_tools.clip(out.text(), 4000)}")
+            return out.text()
+        if typed is not None and typed[0] == "local":
+            ident, bin_name = typed[1].split("\0")
+            return self.made.call(ident, bin_name, args)
+        if use.name in _tools.base_names(self):
+            return _tools.HANDLERS[use.name](self, args)
+        raise NotFound(f"no tool {use.name!r}; offered: {', '.join(s.name for s in self.tool_specs())}")
+
+    def run_tool(self, use: ToolUse) -> tuple[bool, str, float]:
+        """One tool call, bounded by ``tool_timeout`` while it runs: ``(ok, text, ms)``."""
+        box: dict[str, Any] = {}
+        t0 = time.monotonic()
+        self.tool_cancel = threading.Event()
+
+        def work() -> None:
+            try:
+                box["text"] = self._invoke(use)
+            except WbError as exc:
+                box["error"] = f"{exc.name}: {exc.message}"
+            except Exception as exc:  # noqa: BLE001 - a tool bug is the model's error text, never the run's end
+                box["error"] = f"internal: {use.name} failed ({type(exc).__name__}: {exc})"
+
+        # in a copy of this context: the tool's call and broker spans nest under the step's
+        worker = threading.Thread(target=contextvars.copy_context().run, args=(work,), name=f"agent-tool-{use.name}",
+                                  daemon=True)
+        worker.start()
+        deadline = t0 + self.tool_timeout
+        while worker.is_alive() and (left := deadline - time.monotonic()) > 0:
+            worker.join(min(0.1, left))
+            if self.cancel_event.is_set():  # the run is cancelled: stop this tool's guest too
+                self.tool_cancel.set()
+                worker.join(1.0)
+                return False, f"cancelled: the run was cancelled while {use.name} ran", (time.monotonic() - t0) * 1000
+        ms = (time.monotonic() - t0) * 1000
+        if worker.is_alive():
+            # Stop the guest at its next epoch tick; the thread is left to finish on its own.
+            self.tool_cancel.set()
+            worker.join(1.0)
+            return False, f"timeout: tool {use.name} did not finish within {self.tool_timeout:g} s (stopped)", ms
+        if "error" in box:
+            return False, self.llm.settings.redact(box["error"]), ms
+        return True, self.llm.settings.redact(_tools.clip(str(box.get("text", "")))), ms
+
+    # --- persistence --------------------------------------------------------------
+
+    def save(self, status: str, result: str | None = None, error: str | None = None) -> None:
+        state = {"run_id": self.run_id, "agent": self.agent.as_dict(), "task": self.task, "step": self.step,
+                 "messages": [m.as_dict() for m in self.messages], "usage": self.usage.as_dict(), "status": status,
+                 "result": result, "error": error, "made": self.made.state(), "workdir": str(self.workdir),
+                 "model": self.llm.settings.model, "provider": self.llm.settings.provider}
+        text = self.llm.settings.redact(json.dumps(state))
+        self.vfs_write(STATE_PATH, text.encode(), volume=STATE_VOLUME)
+
+    def append_step(self, record: dict[str, Any]) -> None:
+        line = self.llm.settings.redact(json.dumps(record, default=str)) + "\n"
+        with open(self.workdir / STEPS_FILE, "a", encoding="utf-8") as f:
+            f.write(line)
+            f.flush()
+            os.fsync(f.fileno())
+        if self.on_step is not None:
+            self.on_step(json.loads(line))
+
+
+def load_state(runtime: Any, run_id: str, tenant: str, agent_id: str) -> dict[str, Any] | None:
+    """A run's saved state from its VFS, or ``None`` when it has none."""
+    ctx = runtime.dock.context(principal=Principal(tenant, f"agent.{agent_id}"), caps={"vfs"}, instance=f"agent-{run_id}")
+    try:
+        got = runtime.dock.call(ctx, "vfs", "read", {"path": STATE_PATH, "volume": STATE_VOLUME})
+    except NotFound:
+        return None
+    return json.loads(bytes(got["data"]))
+
+
+def run_caps(runtime: Any, profile: str, allow_build: bool) -> frozenset[str]:
+    """What the run's own Dock context may reach: its profile's share of vfs / browse /
+    web_search, plus ``build`` only when the deployer allows it (a consent-only cap)."""
+    from wbcore_runtime import policy
+
+    prof = policy.profile(profile)
+    caps = {"vfs"} | ({"browse"} & prof.caps)
+    if "web_search" in runtime.brokers and prof.allow_http:
+        caps.add("web_search")
+    if allow_build:
+        caps.add("build")
+    return frozenset(caps)
+
+
+def run_agent(runtime: Any, agent: Any, task: str | None, *, model: str | None = None, max_steps: int = MAX_STEPS,
+              tool_timeout: float = TOOL_TIMEOUT_S, workdir: Path | str | None = None, tenant: str = "dev",
+              exec_grant: bool = False, profile: str = DEFAULT_PROFILE, allow_build: bool = False,
+              resume: str | None = None, run_id: str | None = None,
+              on_step: Callable[[dict[str, Any]], None] | None = None, on_text: Callable[[str], None] | None = None,
+              host_tools: Iterable[_tools.HostTool] = (), cancel: threading.Event | None = None,
+              review: ReviewQueue | None = None, llm: Any = None,
+              inputs: Mapping[str, bytes] | None = None) -> RunRecord:
+    """Run ``agent`` on ``task`` to its end (or continue the run ``resume``). ``inputs``:
+    files written to the run's VFS (workspace volume) before its first step — how a
+    pipeline hands an agent box its stage input (``input.json``)."""
+    agent_def = find_agent(runtime, agent)
+    if not 1 <= max_steps <= 1000:
+        raise InvalidArgs(f"max_steps must be 1..1000, got {max_steps}")
+    if not 0 < tool_timeout <= 3600:
+        raise InvalidArgs(f"tool_timeout must be in (0, 3600] seconds, got {tool_timeout}")
+    state = None
+    if resume is not None:
+        run_id = resume
+        state = load_state(runtime, resume, tenant, agent_def.id)
+        if state is None:
+            raise NotFound(f"run {resume!r} has no saved state in its VFS (nothing to resume)")
+        if state["status"] != RUNNING:
+            raise InvalidArgs(f"run {resume!r} already ended ({state['status']}); start a new run")
+        task = state["task"]
+        workdir = workdir or state.get("workdir")
+    if not task:
+        raise InvalidArgs("give the agent a task")
+    run_id = run_id or time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:8]
+    if not RUN_ID.match(run_id):
+        raise InvalidArgs(f"run id {run_id!r} must match {RUN_ID.pattern}")
+    wd = Path(workdir) if workdir else Path(runtime.home) / "agents" / "runs" / run_id
+    wd.mkdir(parents=True, exist_ok=True)
+    if llm is None:
+        if model is None and state is not None:
+            model = f"{state['provider']}:{state['model']}"
+        llm = runtime.llm(model, agent_model=agent_def.model)
+    host_tools = list(host_tools)
+    taken = [t.spec.name for t in host_tools if t.spec.name in _tools.SPECS or "__" in t.spec.name]
+    if taken:
+        raise InvalidArgs(f"host tool name(s) {', '.join(taken)} collide with the loop's own tools "
+                          "(base tools, <toolkit>__<tool>, local__…); rename them")
+    run = Run(runtime=runtime, agent=agent_def, task=task, run_id=run_id, workdir=wd, llm=llm, max_steps=max_steps,
+              tool_timeout=tool_timeout, tenant=tenant, exec_grant=exec_grant, profile=profile,
+              caps=run_caps(runtime, profile, allow_build), review=review or ReviewQueue(wd / "_review.jsonl"),
+              host_tools={t.spec.name: t for t in host_tools}, on_step=on_step, on_text=on_text,
+              cancel_event=cancel or threading.Event())
+    if state is not None:
+        run.messages = [Message.from_dict(m) for m in state["messages"]]
+        run.step = int(state["step"])
+        u = state.get("usage") or {}
+        run.usage = Usage(u.get("input_tokens", 0), u.get("output_tokens", 0), u.get("cost_usd"))
+        run.made.restore(state.get("made") or [])
+    else:
+        run.messages = [Message("user", task)]
+        for path, data in (inputs or {}).items():
+            run.vfs_write(path, bytes(data))
+    return drive(run)
+
+
+def system_prompt(run: Run) -> str:
+    from wbcore_runtime import trust
+
+    return _agents.prompt(run.agent, run.runtime.discover(), lambda tk: trust.unavailable_reason(tk, run.runtime))
+
+
+def drive(run: Run) -> RunRecord:
+    """The loop itself, from the run's current state."""
+    settings = run.llm.settings
+    system = system_prompt(run)
+    outer_cancel = run.cancel_event
+    status, result, error = FAILED, None, None
+    try:
+        run.save(RUNNING)
+        while True:
+            if outer_cancel.is_set():
+                raise Cancelled(f"run {run.run_id} was cancelled at step {run.step}")
+            if run.step >= run.max_steps:
+                raise StepLimit(f"max-steps: the run used its {run.max_steps} steps without calling done")
+            specs = run.tool_specs()
+            t0 = time.monotonic()
+            # one span per step (the LLM turn and the tool calls it asks for), when telemetry is on
+            with telemetry.agent_step(run.runtime, step=run.step + 1, agent=run.agent.id, model=settings.model,
+                                      provider=settings.provider, session=run.run_id) as span:
+                answer = run.llm.complete(ChatRequest(system, tuple(run.messages), tuple(specs)), on_text=run.on_text)
+                run.step += 1
+                run.usage = run.usage + answer.usage
+                span.set(telemetry.TOKENS_IN, answer.usage.input_tokens)
+                span.set(telemetry.TOKENS_OUT, answer.usage.output_tokens)
+                if answer.usage.cost_usd is not None:
+                    span.set(telemetry.COST, answer.usage.cost_usd)
+                run.messages.append(answer.message())
+                results = []
+                finished: str | None = None
+                for use in answer.tool_calls:
+                    if outer_cancel.is_set():
+                        break
+                    ok, text, ms = run.run_tool(use)
+                    results.append({"id": use.id, "name": use.name, "ok": ok, "text": text[:4000], "ms": round(ms, 1)})
+                    run.messages.append(Message("tool", text, tool_call_id=use.id, is_error=not ok))
+                    if use.name == "done" and ok:
+                        finished = text
+                span.set(telemetry.OUTCOME, "done" if finished is not None or not answer.tool_calls else "ok")
+            if finished is None and answer.tool_calls:
+                run.save(RUNNING)  # before the step is announced: a crash after it loses nothing
+            run.append_step({"run": run.run_id, "step": run.step, "t": time.time(), "model": answer.model,
+                             "text": answer.text, "tool_calls": [u.as_dict() for u in answer.tool_calls],
+                             "results": results, "usage": answer.usage.as_dict(), "attempts": answer.attempts,
+                             "llm_ms": round((time.monotonic() - t0) * 1000, 1)})
+            if finished is not None or not answer.tool_calls:
+                status, result = DONE, finished if finished is not None else answer.text
+                break
+    except StepLimit as exc:
+        status, error = MAX_STEPS_REACHED, exc.message
+    except Cancelled as exc:
+        status, error = CANCELLED, exc.message
+    except WbError as exc:
+        status, error = FAILED, settings.redact(f"{exc.name}: {exc.message}")
+    run.save(status, result, error)
+    run.append_step({"run": run.run_id, "step": run.step, "t": time.time(), "event": status, "result": result,
+                     "error": error, "usage": run.usage.as_dict()})
+    return RunRecord(run.run_id, run.agent.id, status, result, error, run.step, run.usage, run.workdir,
+                     settings.model, settings.provider)
+

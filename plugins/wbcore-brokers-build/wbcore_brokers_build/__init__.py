@@ -1,0 +1,1 @@
+"""wbcore-brokers-build: the BuildBroker (cap ``build``, seed 004)."""

@@ -1,0 +1,67 @@
+"""serve: the host listens on loopback, a guest (here driven from Python) answers."""
+
+from __future__ import annotations
+
+import threading
+
+import httpx
+import pytest
+
+from wbcore_runtime.calls import Principal
+from wbcore_runtime.errors import CapabilityDenied, InvalidArgs
+
+
+def _guest(dock, ctx, sid, answers):
+    while True:
+        try:
+            req = dock.call(ctx, "serve", "next", {"serve_id": sid, "timeout": 2})["request"]
+        except CapabilityDenied:
+            return
+        if req is None:
+            continue
+        body = answers(req)
+        try:
+            dock.call(ctx, "serve", "respond", {"serve_id": sid, "id": req["id"], "status": 200, "body": body})
+        except InvalidArgs:
+            pass
+        if req["path"] == "/stop":
+            return
+
+
+def test_serve_roundtrip_caps_and_revocation(make_runtime):
+    rt = make_runtime(plugins=["brokers-net"])
+    dock = rt.dock
+    ctx = dock.context(principal=Principal("t", "server"), caps={"serve"}, timeout=30)
+    got = dock.call(ctx, "serve", "listen")
+    sid, url = got["serve_id"], got["url"]
+    assert url.startswith("http://127.0.0.1:")
+
+    def answers(req):
+        if req["path"] == "/big":
+            return b"x" * ((16 << 20) + 1)
+        return b"you asked for " + req["path"].encode() + b" with " + req["body"]
+
+    t = threading.Thread(target=_guest, args=(dock, ctx, sid, answers), daemon=True)
+    t.start()
+    with httpx.Client(trust_env=False, timeout=10) as client:
+        r = client.post(url + "hello", content=b"data")
+        assert (r.status_code, r.content) == (200, b"you asked for /hello with data")
+        assert client.get(url + "big").status_code == 502  # over the response cap
+        assert client.post(url + "x", content=b"y" * ((1 << 20) + 1)).status_code == 413
+        dock.revoke(ctx.principal, "serve")
+        assert client.get(url + "after").status_code == 403
+    t.join(5)
+    assert not t.is_alive()
+    reasons = [e["reason"] for e in dock.audit.entries() if e["outcome"] == "denied"]
+    assert "too-large" in reasons and "revoked" in reasons
+
+
+def test_listener_quota(make_runtime):
+    rt = make_runtime(plugins=["brokers-net"])
+    ctx = rt.dock.context(principal=Principal("t", "many"), caps={"serve"})
+    for _ in range(4):
+        rt.dock.call(ctx, "serve", "listen")
+    with pytest.raises(CapabilityDenied, match="cap 4"):
+        rt.dock.call(ctx, "serve", "listen")
+    for lst in list(rt.dock.driver("serve").listeners.values()):
+        lst.close()

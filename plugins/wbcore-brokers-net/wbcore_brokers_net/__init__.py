@@ -1,0 +1,1 @@
+"""wbcore-brokers-net: host-mediated egress for the Dock (net, browse, tcp, udp, tls)."""

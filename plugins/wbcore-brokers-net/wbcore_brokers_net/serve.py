@@ -1,0 +1,193 @@
+"""The ``serve`` cap (ServeBroker): the host listens on loopback, the guest answers.
+
+``listen`` opens an HTTP listener on 127.0.0.1 (an ephemeral port) and returns its
+``serve_id`` and port. Each inbound request waits in that listener's channel until the
+guest takes it with ``next`` (``{id, method, path, headers, body}``, or ``null`` after
+``timeout``) and answers with ``respond`` (``{serve_id, id, status, headers?, body?}``).
+Guards: loopback only; ≤ 4 listeners per principal; request bodies ≤ 1 MiB and ≤ 64
+waiting requests (else 413 / 503); a response body over 16 MiB is refused with
+``too-large`` and the client gets 502; a request the guest does not answer within 30 s
+gets 504; every inbound request re-checks revocation (403 once revoked) and every
+guest call goes through the Dock's cadence. A listener closes on ``close``, at its
+context's deadline, or after 60 s without a ``next``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from wbcore_runtime.budget import ByteBudget
+from wbcore_runtime.dock import BrokerCall, refuse
+from wbcore_runtime.errors import CapabilityDenied, InvalidArgs, NotFound
+
+MAX_LISTENERS = 4
+MAX_REQUEST_BODY = 1 << 20
+MAX_RESPONSE_BODY = 16 << 20
+MAX_WAITING = 64
+ANSWER_WAIT = 30.0
+IDLE = 60.0
+
+
+@dataclass
+class _Pending:
+    id: int
+    method: str
+    path: str
+    headers: list[list[str]]
+    body: bytes
+    done: threading.Event = field(default_factory=threading.Event)
+    answer: tuple[int, list[list[str]], bytes] | None = None
+
+
+class Listener:
+    def __init__(self, owner: str, deadline: float | None, revoked: Any) -> None:
+        self.id = uuid.uuid4().hex[:16]
+        self.owner = owner
+        self.deadline = deadline
+        self.waiting: queue.Queue[_Pending] = queue.Queue(MAX_WAITING)
+        self.inflight: dict[int, _Pending] = {}
+        self.ids = itertools.count(1)
+        self.last_next = time.monotonic()
+        self.closed = False
+        listener = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a: Any) -> None:
+                pass
+
+            def _handle(self) -> None:
+                if revoked(owner):
+                    return self._reply(403, [], b"revoked\n")
+                n = int(self.headers.get("Content-Length") or 0)
+                if n > MAX_REQUEST_BODY:
+                    self.close_connection = True  # the unread body must not be parsed as a request
+                    return self._reply(413, [["Connection", "close"]], b"request body too large\n")
+                body = self.rfile.read(n) if n else b""
+                p = _Pending(next(listener.ids), self.command, self.path, [[k, v] for k, v in self.headers.items()], body)
+                try:
+                    listener.waiting.put_nowait(p)
+                except queue.Full:
+                    return self._reply(503, [], b"busy\n")
+                if not p.done.wait(ANSWER_WAIT) or p.answer is None:
+                    listener.inflight.pop(p.id, None)
+                    return self._reply(504, [], b"the guest did not answer\n")
+                self._reply(*p.answer)
+
+            def _reply(self, status: int, headers: list[list[str]], body: bytes) -> None:
+                self.send_response(status)
+                for k, v in headers:
+                    if k.lower() not in ("content-length", "transfer-encoding"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = _handle
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
+        self.thread.start()
+
+    def expired(self) -> bool:
+        now = time.monotonic()
+        return self.closed or (self.deadline is not None and now > self.deadline) or now - self.last_next > IDLE
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.server.shutdown()
+            self.server.server_close()
+            for p in list(self.inflight.values()):
+                p.done.set()
+
+
+class ServeBroker:
+    def __init__(self, revoked: Any) -> None:
+        self._revoked = revoked
+        self._lock = threading.Lock()
+        self.listeners: dict[str, Listener] = {}
+
+    def _reap(self) -> None:
+        for sid, lst in list(self.listeners.items()):
+            if lst.expired():
+                lst.close()
+                self.listeners.pop(sid, None)
+
+    def _get(self, call: BrokerCall) -> Listener:
+        sid = call.arg("serve_id", str)
+        with self._lock:
+            self._reap()
+            lst = self.listeners.get(sid)
+        if lst is None or lst.owner != str(call.ctx.principal):
+            raise NotFound(f"serve: no open listener {sid!r} for {call.ctx.principal}")
+        return lst
+
+    def handle(self, call: BrokerCall) -> Any:
+        who = str(call.ctx.principal)
+        if call.op == "listen":
+            with self._lock:
+                self._reap()
+                mine = sum(1 for lst in self.listeners.values() if lst.owner == who)
+                if mine >= MAX_LISTENERS:
+                    raise refuse(CapabilityDenied, "quota", f"serve: {who} already has {mine} listeners (cap {MAX_LISTENERS})")
+                lst = Listener(who, call.ctx.deadline, lambda owner: self._revoked(owner, "serve"))
+                self.listeners[lst.id] = lst
+            call.target(f"http://127.0.0.1:{lst.port}/")
+            return {"serve_id": lst.id, "port": lst.port, "url": f"http://127.0.0.1:{lst.port}/"}
+        lst = self._get(call)
+        if call.op == "next":
+            lst.last_next = time.monotonic()
+            wait = min(float(call.arg("timeout", (int, float), 5.0)), call.ctx.remaining(30.0), 30.0)
+            try:
+                p = lst.waiting.get(timeout=max(wait, 0.0))
+            except queue.Empty:
+                return {"request": None}
+            try:  # a request the guest's answer cannot carry is answered 413, not lost in flight
+                ByteBudget.for_call(call, None, "serve.next").take(
+                    len(p.body) + len(p.path) + sum(len(k) + len(v) for k, v in p.headers))
+            except InvalidArgs:
+                p.answer = (413, [], b"the request is larger than the guest can take\n")
+                p.done.set()
+                raise
+            lst.inflight[p.id] = p
+            return {"request": {"id": p.id, "method": p.method, "path": p.path, "headers": p.headers, "body": p.body}}
+        if call.op == "respond":
+            rid = call.arg("id", int)
+            p = lst.inflight.pop(rid, None)
+            if p is None:
+                raise NotFound(f"serve: request {rid} is not waiting for an answer (answered, or timed out)")
+            status = call.arg("status", int, 200)
+            headers = call.arg("headers", list, [])
+            body = call.args.get("body", b"")
+            if isinstance(body, str):
+                body = body.encode()
+            if not isinstance(body, bytes) or not 100 <= status <= 599:
+                p.answer = (502, [], b"bad answer from the guest\n")
+                p.done.set()
+                raise InvalidArgs("serve.respond: body must be bytes/text and status 100..599")
+            if len(body) > MAX_RESPONSE_BODY:
+                p.answer = (502, [], b"the guest's answer was too large\n")
+                p.done.set()
+                raise refuse(InvalidArgs, "too-large", f"serve.respond: body of {len(body)} bytes exceeds {MAX_RESPONSE_BODY}")
+            if not all(isinstance(h, list) and len(h) == 2 and all(isinstance(x, str) for x in h) for h in headers):
+                headers = []
+            p.answer = (status, headers[:64], body)
+            p.done.set()
+            return {"ok": True}
+        if call.op == "close":
+            with self._lock:
+                self.listeners.pop(lst.id, None)
+            lst.close()
+            return {"closed": True}
+        raise InvalidArgs(f"serve: unknown operation {call.op!r}")

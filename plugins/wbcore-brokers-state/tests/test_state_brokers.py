@@ -1,0 +1,121 @@
+"""kv, queue and vfs through the Dock: limits refused with their own errors, nothing lost."""
+
+from __future__ import annotations
+
+import pytest
+
+from wbcore_runtime.calls import Principal
+from wbcore_runtime.errors import CapabilityDenied, InvalidArgs, NotFound
+
+MiB = 1 << 20
+
+
+@pytest.fixture
+def rt(make_runtime):
+    return make_runtime(plugins=["brokers-state"])
+
+
+def ctx(rt, tenant="acme", caps=("kv", "queue", "vfs"), **kw):
+    return rt.dock.context(principal=Principal(tenant, "notes"), caps=caps, **kw)
+
+
+def test_kv_roundtrip_and_tenant_isolation(rt):
+    a, b = ctx(rt, "acme"), ctx(rt, "other")
+    d = rt.dock
+    assert d.call(a, "kv", "put", {"key": "k", "value": b"v1"}) == {"ok": True, "created": True}
+    assert d.call(a, "kv", "get", {"key": "k"}) == {"value": b"v1"}
+    with pytest.raises(NotFound):
+        d.call(b, "kv", "get", {"key": "k"})
+    d.call(a, "kv", "put", {"key": "k2", "value": "text"})
+    assert d.call(a, "kv", "list", {"prefix": "k"}) == {"keys": ["k", "k2"]}
+    assert d.call(a, "kv", "delete", {"key": "k"}) == {"deleted": True}
+    assert d.call(a, "kv", "count") == {"count": 1, "cap": 10_000}
+
+
+def test_kv_value_over_1mib_is_refused_and_old_value_kept(rt):
+    c, d = ctx(rt), rt.dock
+    d.call(c, "kv", "put", {"key": "big", "value": b"a" * MiB})
+    with pytest.raises(InvalidArgs, match="exceeds the 1048576-byte cap") as exc:
+        d.call(c, "kv", "put", {"key": "big", "value": b"b" * (MiB + 1)})
+    assert exc.value.reason == "too-large"
+    assert d.call(c, "kv", "get", {"key": "big"})["value"] == b"a" * MiB
+
+
+def test_kv_key_quota(rt):
+    from wbcore_brokers_state.kv import KvBroker
+
+    drv = rt.dock.driver("kv")
+    assert isinstance(drv, KvBroker)
+    drv.max_keys = 3  # the same code path as 10k, without writing 10k rows
+    c, d = ctx(rt), rt.dock
+    for i in range(3):
+        d.call(c, "kv", "put", {"key": f"k{i}", "value": b"x"})
+    with pytest.raises(CapabilityDenied, match="cap 3") as exc:
+        d.call(c, "kv", "put", {"key": "k3", "value": b"x"})
+    assert exc.value.reason == "quota"
+    d.call(c, "kv", "put", {"key": "k0", "value": b"overwrite is fine"})
+    assert d.call(c, "kv", "count")["count"] == 3
+
+
+def test_queue_fifo_and_the_1001st_message(rt):
+    c, d = ctx(rt), rt.dock
+    for i in range(1000):
+        d.call(c, "queue", "push", {"queue": "q", "message": b"m%d" % i})
+    with pytest.raises(CapabilityDenied, match="is full") as exc:
+        d.call(c, "queue", "push", {"queue": "q", "message": b"one too many"})
+    assert exc.value.reason == "queue-full"
+    assert d.call(c, "queue", "depth", {"queue": "q"})["depth"] == 1000
+    assert d.call(c, "queue", "pop", {"queue": "q"})["message"] == b"m0"
+    assert d.call(c, "queue", "peek", {"queue": "q"})["message"] == b"m1"
+    assert d.call(ctx(rt, "other"), "queue", "pop", {"queue": "q"})["message"] is None
+
+
+def test_queue_message_over_256k(rt):
+    c, d = ctx(rt), rt.dock
+    with pytest.raises(InvalidArgs, match="message of 262145 bytes"):
+        d.call(c, "queue", "push", {"message": b"x" * (256 * 1024 + 1)})
+    assert d.call(c, "queue", "depth")["depth"] == 0
+
+
+def test_vfs_volumes_and_tmp_cleared_on_resume(rt, make_runtime, wb_home):
+    c, d = ctx(rt, instance="inst-1"), rt.dock
+    for vol in ("workspace", "memory", "tmp"):
+        d.call(c, "vfs", "write", {"volume": vol, "path": "/notes/a.txt", "data": vol.encode()})
+    assert d.call(c, "vfs", "read", {"path": "notes/a.txt"}) == {"data": b"workspace"}
+    assert d.call(c, "vfs", "read", {"volume": "tmp", "path": "notes/a.txt"}) == {"data": b"tmp"}
+    with pytest.raises(InvalidArgs, match="'..'"):
+        d.call(c, "vfs", "read", {"path": "../x"})
+    with pytest.raises(InvalidArgs, match="unknown volume"):
+        d.call(c, "vfs", "read", {"volume": "etc", "path": "x"})
+    q = d.call(c, "vfs", "query", {"sql": "SELECT volume, path FROM files ORDER BY volume"})
+    assert q["rows"] == [["memory", "notes/a.txt"], ["tmp", "notes/a.txt"], ["workspace", "notes/a.txt"]]
+    rt2 = make_runtime(plugins=["brokers-state"])  # a new process-like runtime: resume
+    c2 = ctx(rt2, instance="inst-1")
+    assert rt2.dock.call(c2, "vfs", "read", {"volume": "memory", "path": "notes/a.txt"}) == {"data": b"memory"}
+    with pytest.raises(NotFound):
+        rt2.dock.call(c2, "vfs", "read", {"volume": "tmp", "path": "notes/a.txt"})
+
+
+@pytest.mark.parametrize("sql", [
+    "DELETE FROM files",
+    "INSERT INTO files VALUES ('workspace','x',x'00',1,0)",
+    "ATTACH DATABASE '/tmp/evil.db' AS evil",
+    "PRAGMA writable_schema=1",
+    "SELECT * FROM sqlite_master",
+])
+def test_vfs_query_is_read_only_over_files(rt, sql):
+    c, d = ctx(rt, instance="inst-q"), rt.dock
+    d.call(c, "vfs", "write", {"path": "keep", "data": b"safe"})
+    with pytest.raises(InvalidArgs):
+        d.call(c, "vfs", "query", {"sql": sql})
+    assert d.call(c, "vfs", "read", {"path": "keep"}) == {"data": b"safe"}
+
+
+def test_vfs_query_deadline(rt):
+    c, d = ctx(rt, instance="inst-slow", timeout=0.3), rt.dock
+    d.call(c, "vfs", "write", {"path": "x", "data": b"1"})
+    slow = "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n+1 FROM r) SELECT count(*) FROM r"
+    from wbcore_runtime.errors import Timeout
+
+    with pytest.raises(Timeout):
+        d.call(c, "vfs", "query", {"sql": slow})

@@ -1,0 +1,1 @@
+"""wbcore-container: the container isolation tier on bubblewrap."""

@@ -1,0 +1,1 @@
+"""wbcore-engine: ``wbx engine serve``, the engine service (an ASGI app on starlette + uvicorn)."""

@@ -1,0 +1,64 @@
+"""``wbx engine serve``: the engine API on uvicorn (loopback, bearer token)."""
+
+from __future__ import annotations
+
+import secrets
+import sys
+import threading
+from typing import Any
+
+import typer
+
+TOKEN_ENV = "WB_ENGINE_TOKEN"
+
+
+def build(runtime: Any) -> typer.Typer:
+    app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None)
+
+    @app.command("serve")
+    def serve_cmd(
+        host: str = typer.Option("127.0.0.1", "--host", help="Bind address (loopback by default)."),
+        port: int = typer.Option(8766, "--port", help="TCP port."),
+        token: str = typer.Option(None, "--token", envvar=TOKEN_ENV, show_envvar=True,
+                                  help="Require 'Authorization: Bearer <token>' (≥ 16 characters); "
+                                       "without one a random token is made and printed."),
+        allow_host: list[str] = typer.Option(None, "--allow-host",
+                                             help="Another Host/Origin name clients use to reach this engine."),
+    ) -> None:
+        """Serve toolkits, push, calls, agent sessions and the audit trail over HTTP (docs/engine.md)."""
+        serve(runtime, host=host, port=port, token=token, allow_hosts=allow_host or ())
+
+    return app
+
+
+def serve(runtime: Any, *, host: str = "127.0.0.1", port: int = 8766, token: str | None = None,
+          allow_hosts: Any = (), ready: threading.Event | None = None, server_out: list[Any] | None = None) -> None:
+    """Serve until interrupted. Without a token one is made and printed: the engine never
+    runs without one (it can install toolkits and run commands)."""
+    import uvicorn
+
+    from wbcore_engine import app as _app
+    from wbcore_runtime import httpguard
+
+    made = not token
+    token = httpguard.check_token(token or secrets.token_urlsafe(32), option=f"--token / {TOKEN_ENV}")
+    asgi = _app.build(runtime, token=token, bind=host, allow_hosts=allow_hosts)
+    # bounded waits: idle keep-alive connections close, a graceful stop does not wait forever
+    config = uvicorn.Config(asgi, host=host, port=port, log_level="warning", lifespan="off",
+                            timeout_keep_alive=15, timeout_graceful_shutdown=10, limit_concurrency=256)
+    uv = uvicorn.Server(config)
+    if server_out is not None:
+        server_out.append(uv)
+    if made:
+        print(f"wbx engine: token (send as 'Authorization: Bearer <token>'; set {TOKEN_ENV} to choose one): {token}",
+              file=sys.stderr, flush=True)
+    print(f"wbx engine: serving on http://{host}:{port} (OpenAPI: /openapi.json)", file=sys.stderr, flush=True)
+    if ready is not None:
+        orig = uv.startup
+
+        async def startup(sockets: Any = None) -> None:
+            await orig(sockets)
+            ready.set()
+
+        uv.startup = startup  # type: ignore[method-assign]
+    uv.run()

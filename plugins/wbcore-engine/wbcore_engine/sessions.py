@@ -1,0 +1,125 @@
+"""The protocol the engine's session endpoints speak to, and where it comes from.
+
+The agent loop (issue 15 items 2-3) owns sessions; the engine only serves them. A
+*session host* is any object with these six operations; the engine takes it from the
+runtime — the agent loop's ``runtime.agents.sessions`` (``start``/``get`` and ``Session``
+objects, adapted by :class:`LoopSessions`), or an object that already speaks this protocol
+at ``runtime.sessions`` — or from its embedder (``wbcore_engine.app.build(runtime,
+sessions=...)``). With none, every session endpoint answers ``501`` with
+:data:`NOT_AVAILABLE`.
+
+Every call is bounded: :meth:`SessionHost.events` waits at most ``timeout`` seconds and
+returns what it has (possibly nothing), so the SSE loop can send heartbeats, notice a
+client that left, and stop at the stream's own deadline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+#: The statuses after which a session's event stream ends.
+TERMINAL = frozenset({"done", "failed", "cancelled", "error", "finished", "max-steps", "timeout"})
+#: What an HTTP client may set for a run (``options``); grants (``exec``, ``build``), the
+#: workdir and the tenant are the deployer's, on the engine's host, never a request's.
+RUN_OPTIONS = {"model": str, "max_steps": int, "tool_timeout": (int, float)}
+
+NOT_AVAILABLE = ("agent sessions are not available in this engine: no session host is installed "
+                 "(the agent loop provides Runtime.agent / runtime.sessions; issue 15 items 2-3). "
+                 "Toolkits, push, calls and the audit trail work without it.")
+
+
+@runtime_checkable
+class SessionHost(Protocol):
+    """What the engine needs from the agent loop's sessions."""
+
+    def create(self, *, agent: Any, task: str, options: Mapping[str, Any]) -> str:
+        """Start a run in the background; return its session id (``[A-Za-z0-9._-]+``).
+        ``agent`` is an agent id, or a ``wbcore_runtime.agents.AgentDef`` the client sent as Org."""
+
+    def status(self, session: str) -> Mapping[str, Any]:
+        """``{"id", "status", ...}``; ``status`` in :data:`TERMINAL` once it ended.
+        Raises ``wbcore_runtime.errors.NotFound`` for an unknown id."""
+
+    def events(self, session: str, *, after: int, timeout: float) -> Sequence[Mapping[str, Any]]:
+        """The events with ``seq > after`` (each a JSON-shaped mapping with an int ``seq``),
+        waiting at most ``timeout`` seconds for the first one."""
+
+    def put_review(self, session: str, item: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Add an item to the session's review queue; return it as stored."""
+
+    def take_review(self, session: str, *, limit: int) -> Sequence[Mapping[str, Any]]:
+        """Remove and return up to ``limit`` items of the review queue, oldest first."""
+
+    def cancel(self, session: str) -> Mapping[str, Any]:
+        """Stop the run; return its status."""
+
+
+class LoopSessions:
+    """:class:`SessionHost` over the agent loop's sessions (``runtime.agents.sessions``:
+    ``start(agent, task, **options) -> Session``, ``get(id)``; a ``Session`` has ``id``,
+    ``status()``, ``poll(after, timeout)``, ``put_review(item) -> position``,
+    ``take_review() -> item | None`` and ``cancel()``). Duck-typed: plugins never import
+    each other."""
+
+    def __init__(self, sessions: Any) -> None:
+        self.sessions = sessions
+
+    def create(self, *, agent: Any, task: str, options: Mapping[str, Any]) -> str:
+        from wbcore_runtime.errors import InvalidArgs
+
+        run: dict[str, Any] = {}
+        for key, value in options.items():
+            typ = RUN_OPTIONS.get(key)
+            if typ is None:
+                raise InvalidArgs(f"option {key!r} cannot be set over HTTP; allowed: {', '.join(sorted(RUN_OPTIONS))} "
+                                  "(grants and the workdir are set on the engine's host)")
+            if not isinstance(value, typ) or isinstance(value, bool):
+                raise InvalidArgs(f"option {key!r} has the wrong type ({type(value).__name__})")
+            run[key] = value
+        return str(self.sessions.start(agent, task, **run).id)
+
+    def status(self, session: str) -> Mapping[str, Any]:
+        return dict(self.sessions.get(session).status())
+
+    def events(self, session: str, *, after: int, timeout: float) -> Sequence[Mapping[str, Any]]:
+        return list(self.sessions.get(session).poll(after, timeout))
+
+    def put_review(self, session: str, item: Mapping[str, Any]) -> Mapping[str, Any]:
+        position = self.sessions.get(session).put_review(dict(item))
+        return {"position": position, "item": dict(item)}
+
+    def take_review(self, session: str, *, limit: int) -> Sequence[Mapping[str, Any]]:
+        s = self.sessions.get(session)
+        out = []
+        while len(out) < limit:
+            item = s.take_review()
+            if item is None:
+                break
+            out.append(item)
+        return out
+
+    def cancel(self, session: str) -> Mapping[str, Any]:
+        s = self.sessions.get(session)
+        s.cancel()
+        return dict(s.status())
+
+
+def host_for(runtime: Any) -> SessionHost | None:
+    """The runtime's session host: the agent loop's ``runtime.agents.sessions`` (adapted),
+    or an object speaking :class:`SessionHost` at ``runtime.sessions``; ``None`` without."""
+    from wbcore_runtime.errors import WbError
+
+    direct = getattr(runtime, "sessions", None)
+    if isinstance(direct, SessionHost):
+        return direct
+    try:
+        agents = getattr(runtime, "agents", None)  # the loop driver; raises NotFound with no loop installed
+    except WbError:
+        return None
+    sessions = getattr(agents, "sessions", None) if agents is not None else None
+    if isinstance(sessions, SessionHost):
+        return sessions
+    if sessions is not None and callable(getattr(sessions, "start", None)) and callable(getattr(sessions, "get", None)):
+        return LoopSessions(sessions)
+    return None

@@ -1,0 +1,1 @@
+"""wbcore-federation: the federation shape (REST/JSON sources queried as tables)."""

@@ -1,0 +1,1 @@
+"""wbcore-lane-c-wasm: C compiled by TinyCC running as WebAssembly inside wasmtime."""

@@ -1,0 +1,191 @@
+"""The c-wasm lane driver: compile a C source folder with tcc running in wasmtime.
+
+The compiler guest sees exactly four directories: ``/src`` (the resolved source,
+read-only), ``/out`` (the lane's output folder, the only writable one), ``/tcc`` and
+``/wasi-sysroot`` (the toolchain, read-only). It runs under an epoch deadline and a
+linear-memory cap; its stdout/stderr are captured and capped. ``#include
+"/etc/passwd"`` finds nothing: no host path outside those four exists for it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import os
+import re
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from wbcore_runtime import wasm_guest as guest
+from wbcore_runtime.build import BuildFailed, BuildOutput, BuildRequest
+from wbcore_runtime.dock import SDK_C, sdk_c_digest
+from wbcore_runtime.errors import InvalidArgs, Timeout
+
+from wbcore_lane_c_wasm.toolchain import Toolchain, stage
+
+#: Largest program the lane hands back, and most .c files it compiles in one build.
+MAX_ARTIFACT_BYTES = 64 << 20
+MAX_SOURCES = 2000
+#: Flags a manifest or caller may pass through to tcc; everything else is refused
+#: (``-o``, ``-run``, ``-B``, ``-L``... would change what the lane controls).
+#: (``-Wl,``/``-Wa,``/``-Wp,`` would pass anything to the linker, assembler or preprocessor.)
+FLAG_RE = re.compile(r"^-(D[A-Za-z_][A-Za-z0-9_]*(=.*)?|U[A-Za-z_][A-Za-z0-9_]*|W(?![alp],)[A-Za-z0-9,=_-]*|O[0-3s]?|g|std=[a-z0-9]+|f[a-z0-9-]+|l(m|c))$")
+_MODULES: dict[Path, Any] = {}
+_MODULES_LOCK = threading.Lock()
+# Drop compiled modules before interpreter teardown unloads wasmtime's bindings.
+atexit.register(_MODULES.clear)
+
+
+def check_flags(flags: tuple[str, ...]) -> None:
+    """The c-wasm lane's ``#+BUILD_FLAGS`` allowlist (build and verify both call it)."""
+    for flag in flags:
+        if not FLAG_RE.match(flag):
+            raise InvalidArgs(f"c-wasm: flag {flag!r} is not allowed (allowed: -D -U -W -O -g -std= -f -lm -lc); "
+                              "remove it from #+BUILD_FLAGS")
+
+
+def _path_chmod(caller: Any, path_ptr: int, path_len: int, mode: int) -> int:
+    """``shellsim.path_chmod``: the one non-WASI import of tcc-shellsim.wasm.
+
+    tcc calls it once, after writing the linked program, to mark it executable.
+    WASI Preview 1 has no permission bits and the lane sets none: this reads no
+    guest memory, touches no host file and returns 0 (success). It cannot grant
+    the guest anything, since it does nothing.
+    """
+    return 0
+
+
+def _link_chmod(linker: Any, _store: Any) -> None:
+    import wasmtime
+
+    i32 = wasmtime.ValType.i32()
+    linker.define_func("shellsim", "path_chmod", wasmtime.FuncType([i32, i32, i32], [i32]), _path_chmod, access_caller=True)
+
+
+def compiler_module(tc: Toolchain) -> Any:
+    """The compiled tcc module: in memory per process, on disk per wasmtime version."""
+    with _MODULES_LOCK:
+        mod = _MODULES.get(tc.compiler)
+        if mod is not None:
+            return mod
+        import importlib.metadata
+
+        import wasmtime
+
+        eng = guest.engine(wasmtime)
+        data = tc.compiler.read_bytes()
+        key = hashlib.sha256(data + importlib.metadata.version("wasmtime").encode()).hexdigest()[:24]
+        cwasm = tc.tcc_dir.parent / f"tcc-{key}.cwasm"
+        mod = None
+        if cwasm.is_file() and Path(str(cwasm) + ".sha256").is_file():
+            blob = cwasm.read_bytes()
+            if hashlib.sha256(blob).hexdigest() == Path(str(cwasm) + ".sha256").read_text().strip():
+                try:
+                    mod = wasmtime.Module.deserialize(eng, blob)
+                except wasmtime.WasmtimeError:
+                    mod = None
+        if mod is None:
+            mod = wasmtime.Module(eng, data)
+            blob = mod.serialize()
+            for target, content in ((cwasm, blob), (Path(str(cwasm) + ".sha256"), hashlib.sha256(blob).hexdigest().encode())):
+                tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+                tmp.write_bytes(content)
+                os.replace(tmp, target)
+        _MODULES[tc.compiler] = mod
+        return mod
+
+
+def _sources(root: Path, entry: str | None) -> tuple[str, list[str]]:
+    """(include dir, .c files) as guest paths under /src."""
+    base = root
+    if entry:
+        target = (root / entry)
+        if target.is_file():
+            if target.suffix != ".c":
+                raise InvalidArgs(f"c-wasm builds .c files; {entry!r} is not one")
+            return "/src/" + os.path.dirname(entry) if os.path.dirname(entry) else "/src", ["/src/" + entry]
+        base = target
+    files: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(base, followlinks=False):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in sorted(filenames):
+            if name.endswith(".c"):
+                files.append("/src/" + (Path(dirpath) / name).relative_to(root).as_posix())
+                if len(files) > MAX_SOURCES:
+                    raise InvalidArgs(f"c-wasm: more than {MAX_SOURCES} .c files under {base}")
+    if not files:
+        raise InvalidArgs(f"c-wasm: no .c files under {base}")
+    inc = "/src" if base == root else "/src/" + base.relative_to(root).as_posix()
+    return inc, files
+
+
+@dataclass
+class CWasmLane:
+    """Compiles every ``*.c`` of the source folder (or the one ``entry``) into one WASI module."""
+
+    home: Path
+    limits: guest.Limits = field(default_factory=lambda: guest.Limits(timeout_s=60.0, memory_bytes=512 << 20))
+    _toolchain: Toolchain | None = None
+
+    @classmethod
+    def for_runtime(cls, runtime: Any) -> CWasmLane:
+        env = getattr(runtime, "env", {}) or {}
+        timeout = float(env.get("WB_BUILD_TIMEOUT", "60"))
+        return cls(home=Path(runtime.home), limits=guest.Limits(timeout_s=timeout, memory_bytes=512 << 20))
+
+    @property
+    def toolchain(self) -> Toolchain:
+        if self._toolchain is None:
+            self._toolchain = stage(self.home)
+        return self._toolchain
+
+    @property
+    def version(self) -> str:
+        return f"{self.toolchain.version}; wb_dock.h {sdk_c_digest()[:12]}"
+
+    def build(self, request: BuildRequest) -> BuildOutput:
+        src = request.source.dir
+        if src is None:
+            raise InvalidArgs("c-wasm builds a source folder; this BUILD_SRC resolved to a prebuilt artifact")
+        check_flags(request.flags)
+        inc, files = _sources(src, request.source.entry)
+        name = (request.manifest.cli_bin or request.manifest.id) + ".wasm"
+        outdir = request.outdir
+        outdir.mkdir(parents=True, exist_ok=True)
+        tc = self.toolchain
+        argv = ["tcc", f"-I{inc}", "-I/wb-sdk", *request.flags, "-o", f"/out/{name}", *files]
+        if request.progress:
+            request.progress(f"tcc (in wasm): compiling {len(files)} file(s)")
+        result = guest.run(
+            compiler_module(tc),
+            argv,
+            preopens=[
+                guest.Preopen(src, "/src"),
+                guest.Preopen(outdir, "/out", writable=True),
+                guest.Preopen(tc.tcc_dir, "/tcc"),
+                guest.Preopen(tc.sysroot, "/wasi-sysroot"),
+                guest.Preopen(SDK_C, "/wb-sdk"),  # the Dock's C SDK (wb_dock.h), one copy in the core
+            ],
+            limits=self.limits,
+            extra_imports=_link_chmod,
+        )
+        log = (result.stdout + result.stderr).decode("utf-8", "replace")
+        if result.truncated:
+            log += f"\n[c-wasm: compiler output cut at {self.limits.output_bytes} bytes]"
+        cmdline = " ".join(argv)
+        if result.timed_out:
+            raise Timeout(f"c-wasm: tcc did not finish within {self.limits.timeout_s:g}s ({cmdline})")
+        if result.exit_code != 0:
+            why = result.trap or f"exit {result.exit_code}"
+            first = next((ln for ln in log.splitlines() if ln.strip()), why)
+            raise BuildFailed(f"c-wasm: tcc failed ({why}): {first}", log=f"$ {cmdline}\n{log}")
+        artifact = outdir / name
+        if not artifact.is_file():
+            raise BuildFailed(f"c-wasm: tcc exited 0 but wrote no /out/{name}", log=log)
+        size = artifact.stat().st_size
+        if size > MAX_ARTIFACT_BYTES:
+            artifact.unlink()
+            raise BuildFailed(f"c-wasm: output is {size} bytes, over the {MAX_ARTIFACT_BYTES}-byte cap", log=log)
+        return BuildOutput(artifact=artifact, log=f"$ {cmdline}\n{log}")

@@ -1,0 +1,1 @@
+"""wbcore-lane-go: Go → wasip1/wasm inside the build sandbox."""

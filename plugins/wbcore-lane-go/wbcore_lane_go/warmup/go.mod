@@ -1,0 +1,3 @@
+module wbcore_runtime.local/go-warmup
+
+go 1.21

@@ -1,0 +1,1 @@
+"""wbcore-lane-js: JavaScript (and type-stripped TypeScript) on QuickJS-NG's reactor wasm."""

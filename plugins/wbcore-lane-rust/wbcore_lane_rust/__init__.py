@@ -1,0 +1,1 @@
+"""wbcore-lane-rust: Rust → wasm32-wasi(p1) inside the build sandbox."""

@@ -1,0 +1,69 @@
+"""The openai provider against a scripted OpenAI-compatible server on loopback (real HTTP)."""
+
+from __future__ import annotations
+
+import pytest
+
+from wbcore_runtime.llm import ChatRequest, Message, ProviderError, ToolSpec, ToolUse
+from wbcore_runtime.scripted_llm import ScriptedLlm, failure, reply, tool
+
+KEY = "sk-openai-test-secret"
+SCHEMA = {"type": "object", "properties": {"op": {"type": "string"}}, "required": ["op"]}
+
+
+@pytest.fixture
+def llm():
+    with ScriptedLlm("openai") as server:
+        yield server
+
+
+def driver(make_runtime, llm, **env):
+    rt = make_runtime(plugins=["llm-openai"], env={"WB_LLM_BASE_URL": llm.base_url, "WB_LLM_API_KEY": KEY,
+                                                    "WB_LLM_BACKOFF": "0.01", "WB_LLM_PRICES": "gpt-x=2/8", **env})
+    return rt.llm("openai:gpt-x")
+
+
+def test_streamed_tool_calls_text_usage_and_cost(make_runtime, llm):
+    llm.script = [reply(tool("wb", op="list"), tool("done", result="ok"), text="let me look")]
+    d = driver(make_runtime, llm)
+    deltas: list[str] = []
+    got = d.complete(ChatRequest("be brief", (Message("user", "hi"),), (ToolSpec("wb", "toolkits", SCHEMA),)),
+                     on_text=deltas.append)
+    assert got.text == "let me look" and len(deltas) == 3  # streamed word by word
+    assert got.tool_calls == (ToolUse("call_0", "wb", {"op": "list"}), ToolUse("call_1", "done", {"result": "ok"}))
+    assert got.usage.input_tokens == 11 and got.usage.output_tokens == 7
+    assert got.usage.cost_usd == pytest.approx((11 * 2 + 7 * 8) / 1e6)
+    req = llm.requests[0]
+    assert req.path == "/v1/chat/completions" and req.headers["authorization"] == f"Bearer {KEY}"
+    assert req.body["stream"] is True and req.body["messages"][0] == {"role": "system", "content": "be brief"}
+    assert req.body["tools"][0]["function"]["name"] == "wb"
+    assert KEY not in repr(d)
+
+
+def test_tool_results_go_back_in_native_form(make_runtime, llm):
+    llm.script = [reply(text="fine")]
+    d = driver(make_runtime, llm)
+    msgs = (Message("user", "go"), Message("assistant", "", (ToolUse("call_0", "wb", {"op": "list"}),)),
+            Message("tool", "[]", tool_call_id="call_0"))
+    d.complete(ChatRequest("", msgs))
+    sent = llm.requests[0].body["messages"]
+    assert sent[1]["tool_calls"][0]["function"] == {"name": "wb", "arguments": '{"op": "list"}'}
+    assert sent[2] == {"role": "tool", "tool_call_id": "call_0", "content": "[]"}
+
+
+def test_rate_limits_and_server_faults_are_retried_then_surfaced(make_runtime, llm):
+    llm.script = [failure(429), failure(503), reply(text="at last")]
+    d = driver(make_runtime, llm, WB_LLM_RETRIES="3")
+    got = d.complete(ChatRequest("", (Message("user", "x"),)))
+    assert got.text == "at last" and got.attempts == 3
+    llm.script = [failure(500)] * 3
+    with pytest.raises(ProviderError, match=r"HTTP 500.*after 3 attempts") as exc:
+        driver(make_runtime, llm, WB_LLM_RETRIES="2").complete(ChatRequest("", (Message("user", "x"),)))
+    assert KEY not in str(exc.value)
+
+
+def test_a_refused_key_is_not_retried_and_not_shown(make_runtime, llm):
+    llm.script = [failure(401), reply(text="never")]
+    with pytest.raises(ProviderError, match="refused the deployer's key") as exc:
+        driver(make_runtime, llm).complete(ChatRequest("", (Message("user", "x"),)))
+    assert len(llm.requests) == 1 and KEY not in str(exc.value)

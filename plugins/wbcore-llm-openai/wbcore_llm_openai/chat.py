@@ -1,0 +1,123 @@
+"""Chat completions on the official ``openai`` SDK: native tool calls, streamed answers.
+
+The SDK's own retries are off (``max_retries=0``): every provider retries through the
+core's one policy (``wbcore_runtime.llm.with_retries``). The HTTP client ignores proxy settings
+from the environment (the deployer's endpoint is reached directly, as ``wbcore_runtime.fetch``
+does). The key is handed to the SDK and nowhere else; errors carry the status and a
+redacted, shortened message.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from wbcore_runtime.llm import (
+    ChatRequest,
+    ChatResponse,
+    LlmSettings,
+    Message,
+    ProviderError,
+    ToolUse,
+    Usage,
+    parse_arguments,
+    provider_error,
+    with_retries,
+)
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+
+def wire_messages(system: str, messages: tuple[Message, ...]) -> list[dict[str, Any]]:
+    """Provider-neutral turns as chat-completions messages."""
+    out: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+    for m in messages:
+        if m.role == "tool":
+            out.append({"role": "tool", "tool_call_id": m.tool_call_id or "", "content": m.text})
+        elif m.role == "assistant":
+            msg: dict[str, Any] = {"role": "assistant", "content": m.text or None}
+            if m.tool_calls:
+                msg["tool_calls"] = [{"id": c.id, "type": "function",
+                                      "function": {"name": c.name, "arguments": json.dumps(dict(c.arguments))}}
+                                     for c in m.tool_calls]
+            out.append(msg)
+        else:
+            out.append({"role": "user", "content": m.text})
+    return out
+
+
+class OpenAIChat:
+    def __init__(self, settings: LlmSettings) -> None:
+        import openai
+
+        self.settings = settings
+        self._openai = openai
+        self._client = openai.OpenAI(
+            api_key=settings.api_key or "not-needed",  # local servers take any key; the SDK wants one
+            base_url=settings.base_url or DEFAULT_BASE_URL, max_retries=0, timeout=settings.timeout_s,
+            http_client=openai.DefaultHttpxClient(trust_env=False, timeout=settings.timeout_s))
+
+    def __repr__(self) -> str:  # never the key
+        return f"OpenAIChat({self.settings.base_url or DEFAULT_BASE_URL}, model={self.settings.model!r})"
+
+    def close(self) -> None:
+        self._client.close()
+
+    def complete(self, request: ChatRequest, *, on_text: Callable[[str], None] | None = None) -> ChatResponse:
+        return with_retries(lambda: self._once(request, on_text), self.settings, deadline=request.deadline)
+
+    def _error(self, exc: Exception) -> ProviderError:
+        sdk = self._openai
+        return provider_error("openai", exc, self.settings, status_error=sdk.APIStatusError,
+                              connection_error=sdk.APIConnectionError)
+
+    def _once(self, request: ChatRequest, on_text: Callable[[str], None] | None) -> ChatResponse:
+        s = self.settings
+        kw: dict[str, Any] = {
+            "model": s.model, "messages": wire_messages(request.system, request.messages), "stream": True,
+            "stream_options": {"include_usage": True}, "max_tokens": request.max_tokens or s.max_tokens,
+        }
+        if request.tools:
+            kw["tools"] = [{"type": "function", "function": {"name": t.name, "description": t.description,
+                                                             "parameters": dict(t.input_schema)}} for t in request.tools]
+        if request.temperature is not None:
+            kw["temperature"] = request.temperature
+        text: list[str] = []
+        calls: dict[int, dict[str, str]] = {}
+        stop, model = "", s.model
+        usage = Usage()
+        try:
+            client = self._client if request.deadline is None else self._client.with_options(
+                timeout=request.timeout(s.timeout_s))
+            stream = client.chat.completions.create(**kw)
+            try:
+                for chunk in stream:
+                    model = getattr(chunk, "model", None) or model
+                    u = getattr(chunk, "usage", None)
+                    if u is not None:
+                        usage = Usage(u.prompt_tokens or 0, u.completion_tokens or 0)
+                    for choice in chunk.choices or ():
+                        d = choice.delta
+                        if d is not None and d.content:
+                            text.append(d.content)
+                            if on_text is not None:
+                                on_text(d.content)
+                        for tc in (d.tool_calls if d is not None else None) or ():
+                            slot = calls.setdefault(tc.index if tc.index is not None else len(calls),
+                                                    {"id": "", "name": "", "args": ""})
+                            if tc.id:
+                                slot["id"] = tc.id
+                            if tc.function is not None:
+                                slot["name"] += tc.function.name or ""
+                                slot["args"] += tc.function.arguments or ""
+                        if choice.finish_reason:
+                            stop = choice.finish_reason
+            finally:
+                stream.close()
+        except self._openai.OpenAIError as exc:
+            raise self._error(exc) from None
+        uses = tuple(ToolUse(c["id"] or f"call_{i}", c["name"], parse_arguments(c["args"], c["name"]))
+                     for i, c in sorted(calls.items()))
+        usage = Usage(usage.input_tokens, usage.output_tokens, s.cost(model, usage.input_tokens, usage.output_tokens))
+        return ChatResponse("".join(text), uses, stop or ("tool_calls" if uses else "stop"), usage, model)

@@ -1,0 +1,60 @@
+"""llm.complete reads the endpoint's answer under a byte budget while it streams: an
+endpoint that never stops answering is cancelled at min(4 MiB, max_response) plus one read."""
+
+from __future__ import annotations
+
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from wbcore_runtime.calls import Principal
+from wbcore_runtime.errors import InvalidArgs
+
+MiB = 1 << 20
+SENT = [0]
+
+
+class _Endless(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.0"  # the body ends when the connection does: never, here
+
+    def log_message(self, *a):
+        pass
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        try:
+            self.wfile.write(b'{"choices": [{"message": {"content": "')
+            while True:
+                self.wfile.write(b"a" * 65536)
+                SENT[0] += 65536
+        except OSError:
+            pass
+
+
+@pytest.fixture
+def endless():
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Endless)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}/v1"
+    srv.shutdown()
+    srv.server_close()
+
+
+@pytest.mark.parametrize("max_response, cap", [(None, 4 * MiB), (256 << 10, 256 << 10)])
+def test_endless_answer_is_cancelled_at_the_cap(make_runtime, endless, max_response, cap):
+    rt = make_runtime(plugins=["llm"], env={"WB_LLM_BASE_URL": endless, "WB_LLM_MODEL": "tiny"})
+    kw = {"max_response": max_response} if max_response else {}
+    c = rt.dock.context(principal=Principal("t", "agent"), caps={"llm"}, timeout=30, **kw)
+    sent0, t0 = SENT[0], time.monotonic()
+    with pytest.raises(InvalidArgs, match=f"passed the {cap}-byte cap") as exc:
+        rt.dock.call(c, "llm", "complete", {"prompt": "go on forever"})
+    assert exc.value.reason == "too-large"
+    assert time.monotonic() - t0 < 10, "stopped by the cap, not by the 30 s deadline"
+    time.sleep(0.2)
+    assert SENT[0] - sent0 < cap + 16 * MiB  # the cap plus what loopback socket buffers hold

@@ -1,0 +1,1 @@
+"""wbcore-llm: the ``llm`` cap (llm-complete) on an OpenAI-compatible chat completions endpoint."""

@@ -1,0 +1,1 @@
+"""wbcore-mcp: an MCP server (official mcp SDK) serving every toolkit's tools and skills."""

@@ -1,0 +1,24 @@
+"""Entry point of wbcore-microvm: the microvm tier (rung 3)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from wbcore_runtime import hookimpl
+from wbcore_runtime.records import IsolationTier, deferred
+
+
+@hookimpl
+def wbcore_isolation_tiers() -> Iterator[IsolationTier]:
+    yield IsolationTier(
+        name="microvm",
+        summary="a call in a QEMU micro-VM restored from a snapshot (kvm where a guest answers, else tcg): its own "
+        "kernel, no network device, a guest agent speaking the framed protocol with the session secret, the "
+        "command allowlist, rlimits, uid 1000, SIGKILL at the deadline inside and VM teardown outside; posix "
+        "commands of its busybox image; caps bridged to the host's Dock; interactive shells (wbx shell, --mount over virtio-9p)",
+        rung=3,
+        factory=deferred("wbcore_microvm.tiers", "factory"),
+        available=deferred("wbcore_microvm.tiers", "available"),
+        kinds=frozenset({"command", "posix", "shell"}),
+        bridges_caps=True,
+    )

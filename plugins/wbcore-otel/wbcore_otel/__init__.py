@@ -1,0 +1,1 @@
+"""wbcore-otel: OpenTelemetry traces of wbcore's seams, exported over OTLP when configured."""

@@ -1,0 +1,95 @@
+"""``wbx publish oci``: a signed toolkit or a ``.wbundle`` as an OCI artifact in a registry.
+
+What is published is checked first, the way an install will check it: a toolkit's
+signature must verify (a third-party toolkit that does not would be refused on every
+install anyway), a bundle must inspect clean. The artifact formats are the core's
+(:mod:`wbcore_runtime.oci`): the installer and this publisher share one definition.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from wbcore_runtime import manifest as _manifest
+from wbcore_runtime import oci, signing
+from wbcore_runtime.errors import InvalidArgs
+
+MAX_BUNDLE = oci.MAX_BLOB
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    kind: str  # "toolkit" | "bundle"
+    name: str
+    reference: str  # pinned: oci://host/repo@sha256:…
+    tag: str | None
+    digest: str
+    blobs_sent: int
+
+
+def _reference(target: str) -> oci.Reference:
+    ref = oci.Reference.parse(target if target.startswith("oci://") else "oci://" + target)
+    if ref.tag is None or ref.digest is not None:
+        raise InvalidArgs(f"{target}: publish to <registry>/<repo>:<tag>; the digest is computed from what is published")
+    return ref
+
+
+def toolkit(folder: Path, target: str, *, env: Mapping[str, str]) -> Published:
+    m = _manifest.load(folder / signing.MANIFEST)
+    verdict = signing.verify(folder, env=env)
+    if not verdict.ok:
+        raise InvalidArgs(f"{m.id}: signature {verdict.code}: {verdict.message}; sign it first "
+                          f"(wbx toolkit sign {m.id}): installs refuse an unsigned third-party toolkit")
+    ref = _reference(target)
+    config = {"id": m.id, "version": m.version, "digest": verdict.digest or signing.content_digest(folder),
+              "signer": verdict.signer, "trust": m.trust}
+    pushed = oci.push(
+        ref, artifact_type=oci.TOOLKIT_TYPE,
+        config=(json.dumps(config, sort_keys=True, separators=(",", ":")).encode(), oci.TOOLKIT_CONFIG),
+        layers=[(oci.toolkit_layer(folder), oci.TOOLKIT_LAYER, {"org.opencontainers.image.title": f"{m.id}.tar.gz"})],
+        annotations={"org.opencontainers.image.version": m.version, "dev.wbcore.toolkit.id": m.id},
+        env=env,
+    )
+    return Published("toolkit", m.id, pushed.reference.text(), ref.tag, pushed.manifest.digest, pushed.blobs_sent)
+
+
+def bundle(path: Path, target: str, *, env: Mapping[str, str]) -> Published:
+    from wbcore_publish import bundle as _bundle
+
+    size = path.stat().st_size
+    if size > MAX_BUNDLE:
+        raise InvalidArgs(f"{path}: {size} bytes is over the {MAX_BUNDLE}-byte cap for a published bundle")
+    ins = _bundle.inspect(path, env=env, resolve_web=False)
+    if not ins.verified:
+        raise InvalidArgs(f"{path}: the bundle does not verify ({ins.signature.reason}; "
+                          f"{'; '.join(ins.changes) or 'members hold'}); not published")
+    ref = _reference(target)
+    name = str(ins.manifest.get("workspace", {}).get("name") or path.stem)
+    config = {"workspace": name, "signer": ins.signature.signer}
+    pushed = oci.push(
+        ref, artifact_type=oci.BUNDLE_TYPE,
+        config=(json.dumps(config, sort_keys=True, separators=(",", ":")).encode(), oci.BUNDLE_CONFIG),
+        layers=[(path.read_bytes(), oci.BUNDLE_LAYER, {"org.opencontainers.image.title": path.name})],
+        env=env,
+    )
+    return Published("bundle", name, pushed.reference.text(), ref.tag, pushed.manifest.digest, pushed.blobs_sent)
+
+
+def fetch_bundle(reference: str, dest: Path, *, env: Mapping[str, str]) -> Path:
+    """Pull a published ``.wbundle`` (digest and size checked as it streams) to ``dest``;
+    ``wbx bundle restore`` then verifies its signature and members before anything lands."""
+    work = dest.with_name(f".{dest.name}.oci")
+    try:
+        pulled = oci.pull(reference, work, artifact_types=(oci.BUNDLE_TYPE,), env=env)
+        desc, layer = pulled.layers[0]
+        if len(pulled.layers) != 1 or desc.media_type != oci.BUNDLE_LAYER:
+            raise InvalidArgs(f"{reference}: a bundle artifact has one {oci.BUNDLE_LAYER} layer")
+        layer.replace(dest)
+        return dest
+    finally:
+        import shutil
+
+        shutil.rmtree(work, ignore_errors=True)

@@ -1,0 +1,1 @@
+"""wbcore-ray: the ray fabric engine and the node tier."""

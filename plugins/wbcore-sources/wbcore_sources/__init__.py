@@ -1,0 +1,1 @@
+"""wbcore-sources: the BUILD_SRC prefixes."""

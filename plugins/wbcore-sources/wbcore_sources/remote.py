@@ -1,0 +1,141 @@
+"""``wasm:<where>`` and ``archive:<where>``: fetched, checked against ``#+SHA256`` before any
+use, then handed over (a module) or unpacked safely (a bundle with ``#+WASM_PATH`` and
+``#+PREOPEN``, or source for the manifest's ``#+BUILD_LANG``).
+
+``<where>`` is an ``https://`` / ``http://`` URL (through the core's one fetcher,
+``wbcore_runtime.fetch``: SSRF guard on every hop, capped and bounded while streaming), a
+``file://`` URL, or a path inside the toolkit (``wasm:bin/tool.wasm``). All three are
+pinned by ``#+SHA256`` alike; unpacking is the core's ``wbcore_runtime.unpack``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import stat
+from pathlib import Path
+from typing import Any
+
+from wbcore_runtime import fetch, unpack
+from wbcore_runtime.build import ResolvedSource, SourceRequest
+from wbcore_runtime.errors import InvalidArgs, NotFound
+from wbcore_runtime.netguard import NetGuard
+from wbcore_runtime.trust import IntegrityError
+
+from wbcore_sources.local import inside
+
+
+def pinned(manifest: Any, rest: str, what: str) -> str:
+    """The ``#+SHA256`` a fetched source is checked against; refused without one. The
+    ``check`` of the ``wasm:``/``archive:`` records, so ``verify`` says what ``build`` would."""
+    want = (manifest.sha256 or "").strip().lower()
+    if not want:
+        raise InvalidArgs(f"{what}{rest} needs #+SHA256: a fetched source is pinned by its digest; "
+                          f"add #+SHA256: <sha256 of the file> to the manifest (sha256sum prints it)")
+    return want
+
+
+def _pinned(request: SourceRequest, what: str) -> str:
+    return pinned(request.manifest, request.rest, what)
+
+
+def _limits(env: dict[str, str]) -> fetch.Limits:
+    return fetch.Limits(max_bytes=int(env.get("WB_SOURCE_MAX_BYTES", 256 << 20)),
+                        timeout=float(env.get("WB_SOURCE_TIMEOUT", 120)))
+
+
+def _copy_local(src: Path, dest: Path, limits: fetch.Limits, shown: str) -> str:
+    """Copy a local regular file (never a device, FIFO or link target swapped in), capped, hashed."""
+    try:
+        fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise NotFound(f"{shown}: no such file") from None
+    except OSError as exc:
+        raise InvalidArgs(f"{shown}: cannot open ({exc.strerror})") from None
+    h = hashlib.sha256()
+    total = 0
+    with os.fdopen(fd, "rb") as fh, dest.open("wb") as out:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise InvalidArgs(f"{shown}: not a regular file")
+        for chunk in iter(lambda: fh.read(1 << 16), b""):
+            total += len(chunk)
+            if total > limits.max_bytes:
+                raise InvalidArgs(f"{shown}: over the {limits.max_bytes}-byte cap")
+            h.update(chunk)
+            out.write(chunk)
+    return h.hexdigest()
+
+
+def _fetch(request: SourceRequest, env: dict[str, str], what: str, name: str) -> Path:
+    want = _pinned(request, what)
+    request.workdir.mkdir(parents=True, exist_ok=True)
+    dest = request.workdir / name
+    limits = _limits(env)
+    spec = request.rest.strip()
+    local = fetch.local_path(spec, request.manifest.dir)
+    try:
+        if local is None:
+            got = fetch.download(spec, dest, guard=NetGuard.from_env(env), limits=limits, env=env).sha256
+        else:
+            if not spec.startswith("file://"):  # a path inside the toolkit, never outside it
+                local = inside(request.manifest.dir, spec, what)
+            got = _copy_local(local, dest, limits, f"{what}{spec}")
+    except BaseException:
+        dest.unlink(missing_ok=True)
+        raise
+    if got != want:
+        dest.unlink(missing_ok=True)
+        raise IntegrityError(f"{what}{spec}: sha256 mismatch: #+SHA256 is {want}, the file is {got}; nothing was used")
+    return dest
+
+
+class WasmSource:
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
+
+    def resolve(self, request: SourceRequest) -> ResolvedSource:
+        dest = _fetch(request, self.env, "wasm:", "module.wasm")
+        with dest.open("rb") as fh:
+            if fh.read(4) != b"\0asm":
+                raise InvalidArgs(f"wasm:{request.rest} is not a WebAssembly module")
+        return ResolvedSource(digest=request.manifest.sha256 or "", artifact=dest)
+
+
+class ArchiveSource:
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
+
+    def resolve(self, request: SourceRequest) -> ResolvedSource:
+        archive = _fetch(request, self.env, "archive:", "bundle.archive")
+        root = request.workdir / "bundle"
+        if root.exists():
+            shutil.rmtree(root)
+        unpack.unpack(archive, root, unpack.Caps(max_bytes=int(self.env.get("WB_ARCHIVE_MAX_BYTES", 512 << 20)),
+                                                 max_files=int(self.env.get("WB_ARCHIVE_MAX_FILES", 20000))))
+        archive.unlink()
+        digest = request.manifest.sha256 or ""
+        m = request.manifest
+        preopen = inside(root, m.preopen, "the archive") if m.preopen else None
+        if preopen is not None and not preopen.is_dir():
+            raise InvalidArgs(f"#+PREOPEN {m.preopen!r} is not a folder in the archive")
+        if m.wasm_path:
+            wasm = inside(root, m.wasm_path, "the archive")
+            if not wasm.is_file():
+                raise InvalidArgs(f"#+WASM_PATH {m.wasm_path!r} is not a file in the archive")
+            return ResolvedSource(digest=digest, artifact=wasm, dir=root, preopen=preopen, sha256_pins_source=True)
+        if m.build_lang:
+            return ResolvedSource(digest=digest, dir=root, preopen=preopen, sha256_pins_source=True)
+        found = sorted(p for p in root.rglob("*.wasm") if p.is_file() and not p.is_symlink())
+        if len(found) != 1:
+            listed = ", ".join(p.relative_to(root).as_posix() for p in found[:10]) or "none"
+            raise InvalidArgs(f"archive:{request.rest}: say which module with #+WASM_PATH (found: {listed})")
+        return ResolvedSource(digest=digest, artifact=found[0], dir=root, preopen=preopen, sha256_pins_source=True)
+
+
+def wasm(runtime: Any) -> WasmSource:
+    return WasmSource(dict(getattr(runtime, "env", {}) or {}))
+
+
+def archive(runtime: Any) -> ArchiveSource:
+    return ArchiveSource(dict(getattr(runtime, "env", {}) or {}))

@@ -1,0 +1,1 @@
+"""wbcore-wasmtime: the command, kernel and component shapes on wasmtime, in-process."""

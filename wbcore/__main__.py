@@ -1,5 +1,0 @@
-"""``python -m wbcore`` is ``wbx``."""
-
-from wbcore.cli.app import run
-
-run()

@@ -1,5 +1,0 @@
-"""The ``wbx`` command line (``wb`` is an alias)."""
-
-from wbcore.cli.app import build_app, main
-
-__all__ = ["build_app", "main"]

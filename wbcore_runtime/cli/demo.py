@@ -1,0 +1,233 @@
+"""``wbx demo``: walk the shipped toolkits through what works today: discover, build,
+run (commands, kernels, the ``upper`` built-in) and verify."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+if TYPE_CHECKING:
+    from wbcore_runtime.runtime import Runtime
+
+
+def register(app: typer.Typer, runtime: Runtime) -> None:
+    @app.command("demo")
+    def demo() -> None:
+        """Discover the shipped toolkits, build and run the buildable ones, verify all."""
+        from wbcore_runtime import buildable
+
+        found = runtime.discover()
+        typer.echo(f"== discover: {len(found.toolkits)} toolkit(s) in {', '.join(map(str, found.roots))}")
+        for tk in found.toolkits.values():
+            typer.echo(f"  {tk.id} · {tk.manifest.status} · {tk.manifest.exec or 'discovery-only'} · {tk.manifest.tagline}")
+        for err in found.errors:
+            typer.echo(f"  (malformed) {err}")
+        failed, built = _build_and_run(runtime, found)
+        failed += mcp_session(runtime)
+        for tk in found.toolkits.values():
+            typer.echo(f"\n== verify {tk.id}")
+            report = runtime.verify(tk.id)
+            typer.echo(report.render())
+            missing = [e for e in buildable.refusals(runtime, tk.manifest) if isinstance(e, buildable.LaneUnavailable)]
+            if missing and not report.ok:  # explained, not a failure of the demo: this machine lacks the lane
+                typer.echo(f"-- {tk.id} cannot be built on this machine: {missing[0].message}")
+            failed += not report.ok and not missing
+            if tk.skills:
+                first = tk.skills[0]
+                typer.echo(f"-- skill {tk.id}/{first.slug}: {first.summary}")
+        typer.echo(f"\n== {len(found.toolkits)} toolkit(s) verified; {failed} step(s) failed")
+        typer.echo(next_steps(runtime, built))
+        if failed:
+            raise typer.Exit(1)
+
+
+DEMO_INPUT = "hello from wbx demo\n"
+
+
+def next_steps(runtime: Runtime, built: list[tuple[str, str]]) -> str:
+    """The closing lines: which home the demo used, and commands that work as printed in a
+    new shell (an absolute ``cd``, the venv's own ``wbx``, ``WB_HOME`` only when it chose)."""
+    import os
+    import shlex
+    import sys
+    from pathlib import Path
+
+    from wbcore_runtime import home as _home
+
+    chosen = _home.choose(runtime.env, runtime.cwd)
+    if chosen.path.resolve() != runtime.home.resolve():  # an embedder passed home= explicitly
+        chosen = _home.Home(runtime.home, "WB_HOME")
+    lines = [f"\n== home: {chosen.describe()}"]
+    exe = Path(sys.executable).parent / "wbx"
+    wbx = str(exe) if exe.is_file() else "wbx"
+    cwd = Path(os.path.abspath(runtime.cwd))
+    if exe.is_file() and exe.is_relative_to(cwd):
+        wbx = str(exe.relative_to(cwd))
+    lines.append("next, in a new shell:")
+    lines.append(f"  cd {shlex.quote(str(cwd))}")
+    if chosen.source == "WB_HOME":
+        lines.append(f"  export WB_HOME={shlex.quote(str(chosen.path))}")
+    lines.append(f"  {wbx} toolkit list")
+    commands = [name for kind, name in built if kind == "command"]
+    if commands:
+        first = "b64" if "b64" in commands else commands[0]
+        lines.append(f"  echo hello | {wbx} run {first}")
+    kernels = [name for kind, name in built if kind == "kernel"]
+    if kernels:
+        lines.append(f"  echo hello | {wbx} kernel run {kernels[0]}")
+    shown = next((tk for tk in runtime.discover().toolkits.values() if tk.skills), None)
+    if shown is not None:
+        lines.append(f"  {wbx} toolkit show {shown.id} {shown.skills[0].slug}")
+    from importlib.util import find_spec
+
+    if find_spec("wbcore_mcp") is not None:
+        lines.append(f"  {wbx} mcp serve   # the built commands as MCP tools over stdio")
+    return "\n".join(lines)
+
+
+def _steps(m: object) -> list[list[str]]:
+    """``#+DEMO_ARGS``: one invocation, or several joined by `` && `` (shell words each)."""
+    import shlex
+
+    text = m.extra("DEMO_ARGS") or ""  # type: ignore[attr-defined]
+    return [shlex.split(part) for part in text.split(" && ")] if text.strip() else [[]]
+
+
+def _explain(runtime: Runtime, tk: object) -> str:
+    """What a toolkit that the demo does not build is for, and how to use it."""
+    m = tk.manifest  # type: ignore[attr-defined]
+    exec_ = m.exec or "discovery-only"
+    summary = ""
+    if m.exec and m.exec in runtime.shapes:
+        summary = runtime.shapes.get(m.exec).summary
+    if exec_ == "discovery-only":
+        summary = "skills only: an agent reads them to do the work with the tools it has"
+    skills = ", ".join(s.slug for s in tk.skills[:4])  # type: ignore[attr-defined]
+    return (f"  {tk.id}: {exec_} — {summary or 'not a buildable shape'}; nothing to build. "  # type: ignore[attr-defined]
+            f"Skills: {skills or '(none)'} (wbx toolkit show {tk.id})")  # type: ignore[attr-defined]
+
+
+def _build_and_run(runtime: Runtime, found: object) -> tuple[int, list[tuple[str, str]]]:
+    """Build every command/kernel/component toolkit whose lane is available and run it with
+    its demo input: stdin ``#+DEMO_STDIN``, arguments ``#+DEMO_ARGS`` (several invocations
+    joined by `` && ``; stdin goes to the first), a component's ``#+DEMO_CALL``
+    (``function {json args}``); explain the toolkits that build nothing; call the built-in
+    ``upper``. Returns how many steps failed (a command's own exit code is only shown)
+    and the (kind, name) of each artifact it registered."""
+    import json
+    import time
+
+    from wbcore_runtime import builder
+    from wbcore_runtime.errors import WbError
+
+    typer.echo("\n== build & run (wbx toolkit build <id>; wbx run / wbx kernel run / wbx call)")
+    failed = 0
+    built: list[tuple[str, str]] = []
+    for tk in found.toolkits.values():  # type: ignore[attr-defined]
+        m = tk.manifest
+        if m.exec not in ("command", "kernel", "component") or not m.build_src:
+            typer.echo(_explain(runtime, tk))
+            continue
+        lane = m.build_lang
+        if lane and (lane not in runtime.lanes or not runtime.lanes.get(lane).availability(runtime).ok):
+            why = runtime.lanes.get(lane).availability(runtime).message if lane in runtime.lanes else "no plugin serves it"
+            typer.echo(f"  {tk.id}: cannot be built here: lane {lane} is unavailable ({why})")
+            continue
+        try:
+            t0 = time.monotonic()
+            res = builder.build(runtime, tk.id)
+            built.append((res.kind, res.name))
+            how = "cached" if res.cached else f"built by lane {res.lane or 'prebuilt'} in {time.monotonic() - t0:.1f}s"
+            typer.echo(f"  {tk.id}: {res.kind} {res.name} {how} → {res.sha256[:12]}…")
+            stdin = (m.extra("DEMO_STDIN") or DEMO_INPUT.rstrip("\n")).encode() + b"\n"
+            if res.kind == "command":
+                for i, args in enumerate(_steps(m)):
+                    data = stdin if i == 0 else b""
+                    out = runtime.call(res.name, args, data)
+                    text = (out.stdout or out.stderr).decode("utf-8", "replace").strip()
+                    shown = " ⏎ ".join(text.splitlines()[:3])[:110]
+                    feed = f"echo {data.decode().strip()!r} | " if data else ""
+                    typer.echo(f"    $ {feed}wbx run {' '.join([res.name, *args])}  →  {shown}"
+                               f"  (exit {out.exit_code}, {out.usage.wall_s * 1e3:.1f} ms)")
+            elif res.kind == "kernel":
+                body = runtime.kernel_call(res.name, stdin)
+                typer.echo(f"    $ echo {stdin.decode().strip()!r} | wbx kernel run {res.name}  →  "
+                           f"{body.decode('utf-8', 'replace')[:80]}")
+            else:
+                fn, _, raw = (m.extra("DEMO_CALL") or "").partition(" ")
+                if fn:
+                    result = runtime.component_call(res.name, fn, json.loads(raw or "{}"))
+                    value = getattr(result, "value", result)
+                    typer.echo(f"    $ wbx call {res.name}.{fn} --args '{raw}'  →  "
+                               f"{json.dumps(value, ensure_ascii=False, default=str)[:110]}")
+        except WbError as exc:
+            failed += 1
+            typer.echo(f"  {tk.id}: FAILED: {exc.kind.value}: {exc.message}")
+    try:
+        out = runtime.call("upper", [], DEMO_INPUT.encode())
+        typer.echo(f"  built-in upper (WAT-built WASM): {out.stdout.decode().strip()}")
+    except WbError as exc:
+        failed += 1
+        typer.echo(f"  built-in upper: FAILED: {exc.message}")
+    return failed, built
+
+
+def mcp_session(runtime: Runtime, *, timeout: float = 120.0) -> int:
+    """An MCP client (the official SDK, over stdio) against ``wbx mcp serve`` on this
+    runtime's home: list the tools, call ``b64.b64``, list and read a skill. Returns how
+    many steps failed; skipped, saying why, when the SDK or the MCP plugin is missing."""
+    import os
+    import sys
+    from importlib.util import find_spec
+
+    typer.echo("\n== MCP: an MCP client session against `wbx mcp serve` (stdio)")
+    if find_spec("mcp") is None or find_spec("wbcore_mcp") is None:
+        typer.echo("  skipped: the MCP plugin (wbcore-mcp) is not installed")
+        return 0
+    import anyio
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    env = {**os.environ, "WB_HOME": str(runtime.home)}
+    params = StdioServerParameters(command=sys.executable, args=["-m", "wbcore_runtime", "mcp", "serve"], env=env,
+                                   cwd=str(runtime.cwd))
+
+    errlog: Any = sys.stderr  # the server's own messages (a build's progress) show as they come
+    try:
+        errlog.fileno()
+    except (OSError, ValueError, AttributeError):  # a captured stderr (tests): the server's stays quiet
+        errlog = open(os.devnull, "w")  # noqa: SIM115 - closed below
+
+    async def session() -> None:
+        with anyio.fail_after(timeout):
+            async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as client:
+                init = await client.initialize()
+                typer.echo(f"  initialize → {init.server_info.name} {init.server_info.version}")
+                tools = (await client.list_tools()).tools
+                names = [t.name for t in tools]
+                typer.echo(f"  tools/list → {len(names)} tools: {', '.join(names[:12])}{' …' if len(names) > 12 else ''}")
+                if "b64.b64" in names:
+                    called = await client.call_tool("b64.b64", {"stdin": "hello from MCP"})
+                    text = "".join(getattr(c, "text", "") for c in called.content).strip()
+                    typer.echo(f"  tools/call b64.b64 {{stdin: 'hello from MCP'}} → {text}"
+                               + ("  (error)" if called.is_error else ""))
+                resources = (await client.list_resources()).resources
+                typer.echo(f"  resources/list → {len(resources)} skills (skill://<toolkit>/<slug>)")
+                uri = "skill://b64/SKILL.md"
+                if any(str(r.uri) == uri for r in resources):
+                    read = await client.read_resource(uri)
+                    first = next((ln for ln in read.contents[0].text.splitlines() if ln.startswith("description:")), "")
+                    typer.echo(f"  resources/read {uri} → {first[:110]}")
+
+    try:
+        anyio.run(session)
+    except Exception as exc:  # noqa: BLE001 - a failed session is a failed demo step, shown with its cause
+        while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+            exc = exc.exceptions[0]  # type: ignore[assignment]
+        typer.echo(f"  FAILED: {type(exc).__name__}: {exc}")
+        return 1
+    finally:
+        if errlog is not sys.stderr:
+            errlog.close()
+    return 0

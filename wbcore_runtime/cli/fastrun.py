@@ -1,0 +1,109 @@
+"""``wbx run NAME [ARGS…]`` without Typer: the call path every script and agent takes.
+
+``wbx run`` is the one command whose cost is paid per use, so its plain form (optional
+``--timeout``/``--tier`` before NAME, then NAME and the guest's own arguments) is parsed
+here and never imports Typer or builds the CLI tree. Anything else (``--help``, an option
+this parser does not know, a malformed value) returns ``None`` from :func:`parse` and goes
+through Typer, which prints the usual usage and errors.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from wbcore_runtime.errors import InvalidArgs
+
+MAX_STDIN = 64 << 20
+
+
+class RunArgs:
+    """A plain ``wbx run``: NAME, the guest's arguments, ``--timeout`` and ``--tier``.
+    (A plain class: a NamedTuple's class creation is a measurable part of the start-up.)"""
+
+    __slots__ = ("args", "name", "tier", "timeout")
+
+    def __init__(self, name: str, args: tuple[str, ...], timeout: float | None = None,
+                 tier: str | None = None) -> None:
+        self.name, self.args, self.timeout, self.tier = name, args, timeout, tier
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RunArgs) and (self.name, self.args, self.timeout, self.tier) == (
+            other.name, other.args, other.timeout, other.tier)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"RunArgs(name={self.name!r}, args={self.args!r}, timeout={self.timeout!r}, tier={self.tier!r})"
+
+
+def parse(argv: Sequence[str]) -> RunArgs | None:
+    """``RunArgs`` for a plain ``[--debug] run [--timeout S] [--tier T] NAME [ARGS…]``.
+
+    As Typer parses ``wbx run`` (no interspersed options): every word after NAME belongs
+    to the guest, ``--help`` included."""
+    i = 0
+    while i < len(argv) and argv[i] == "--debug":
+        i += 1
+    if i >= len(argv) or argv[i] != "run":
+        return None
+    i += 1
+    opts: dict[str, str] = {}
+    while i < len(argv) and argv[i].startswith("-"):
+        word = argv[i]
+        key, eq, value = word.partition("=")
+        if key not in ("--timeout", "--tier") or key in opts:
+            return None
+        if not eq:
+            if i + 1 >= len(argv):
+                return None
+            i += 1
+            value = argv[i]
+        opts[key] = value
+        i += 1
+    if i >= len(argv):
+        return None
+    timeout: float | None = None
+    if "--timeout" in opts:
+        try:
+            timeout = float(opts["--timeout"])
+        except ValueError:
+            return None
+    return RunArgs(argv[i], tuple(argv[i + 1:]), timeout, opts.get("--tier"))
+
+
+def read_stdin(cap: int = MAX_STDIN) -> bytes:
+    stream = getattr(sys.stdin, "buffer", None)
+    if stream is None or sys.stdin.isatty():
+        return b""
+    data = stream.read(cap + 1)
+    if len(data) > cap:
+        raise InvalidArgs(f"stdin is over the {cap}-byte cap")
+    return data
+
+
+def run(runtime: Any, req: RunArgs) -> int:
+    """Run the registered command: stdin → stdout/stderr; returns its exit code."""
+    from wbcore_runtime import runcache
+
+    # A resolution kept by the last `wbx run` of this name, if nothing it was made from has
+    # changed (wbcore_runtime.runcache); else the full one, kept for the next run.
+    if req.tier is not None or not runcache.recall(runtime, "command", req.name):
+        resolved = runtime.resolve("command", req.name, tier=req.tier)  # unknown or unavailable fails before stdin is read
+        if req.tier is None:
+            from wbcore_runtime import dispatch
+
+            gen = dispatch.resolved_generation(runtime, "command", req.name)
+            if gen is not None:
+                runcache.remember(runtime, resolved, gen)
+    result = runtime.call(req.name, list(req.args), read_stdin(), timeout=req.timeout, tier=req.tier)
+    for stream, data in ((sys.stdout, result.stdout), (sys.stderr, result.stderr)):
+        raw = getattr(stream, "buffer", None)
+        if raw is not None:
+            stream.flush()
+            raw.write(data)
+            raw.flush()
+        else:
+            stream.write(data.decode("utf-8", "replace"))
+    return int(result.exit_code)

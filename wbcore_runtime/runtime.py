@@ -1,0 +1,418 @@
+"""The ``Runtime``: one plugin set, one ``$WB_HOME``, one view of the toolkits.
+
+Embed the core with ``Runtime.open()`` (every installed plugin) or
+``Runtime.open(plugins=["wasmtime", my_module])`` (a chosen set). Nothing is global:
+two runtimes in one process have separate plugin managers and state.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from wbcore_runtime.errors import ManifestError
+from wbcore_runtime.errors import NotFound as _NotFound
+
+if TYPE_CHECKING:  # pluggy, the plugins and the records load with the first plugin use
+    import pluggy
+
+    from wbcore_runtime import discovery as _discovery
+    from wbcore_runtime import plugins as _plugins
+    from wbcore_runtime.records import Broker, BuildLane, ExecShape, FederationSource, IsolationTier, SourcePrefix
+    from wbcore_runtime.toolkit import Toolkit
+
+
+class Runtime:
+    def __init__(
+        self,
+        pm: pluggy.PluginManager | None,
+        plugin_infos: list[_plugins.PluginInfo] | None,
+        *,
+        home: Path,
+        env: Mapping[str, str],
+        cwd: Path,
+        roots: Sequence[Path] | None = None,
+        load_plugins: Callable[[], tuple[pluggy.PluginManager, list[_plugins.PluginInfo]]] | None = None,
+    ) -> None:
+        """``pm``/``plugin_infos`` as loaded, or ``None`` and ``load_plugins``: then the
+        plugins are imported on first use of :attr:`pm` (a command that only reads
+        toolkits, such as ``wbx toolkit list``, never imports one)."""
+        if pm is None and load_plugins is None:
+            raise TypeError("Runtime needs a plugin manager or load_plugins")
+        self._pm = pm
+        self._plugin_infos = plugin_infos
+        self._load_plugins = load_plugins
+        self.home = home
+        self.env = dict(env)
+        self.cwd = cwd
+        self._roots = list(roots) if roots is not None else None
+        self._discovery: _discovery.Discovery | None = None
+        #: ``wbcore_runtime.dispatch``'s cache: (kind, name, tier) → (generation, checked at, world, Resolved).
+        self.resolved_calls: dict[tuple[str, str, str | None], Any] = {}
+        #: Moves whenever a resolution is made anew or the cache is forgotten (wbcore_runtime.dispatch).
+        self.resolve_epoch = 0
+        #: Whether this runtime's plugins are every installed one, loaded on first use: only
+        #: then may dispatch read them from the plugin index in the home (wbcore_runtime.plugin_index).
+        self.indexed_plugins = False
+
+    def _loaded(self) -> None:
+        if self._pm is None:
+            assert self._load_plugins is not None
+            self._pm, self._plugin_infos = self._load_plugins()
+            if self.indexed_plugins and self.__dict__.get("plugin_index") is None:
+                from wbcore_runtime import plugin_index
+
+                if plugin_index.load(self) is None:  # missing or stale: describe the plugins just loaded
+                    try:
+                        plugin_index.write(self)
+                    except Exception as exc:  # noqa: BLE001 - an optimisation: never a command's failure
+                        import logging
+
+                        logging.getLogger(__name__).debug("plugin index not written: %s", exc)
+                    self.__dict__.pop("plugin_index", None)  # read again: the one just written
+
+    @cached_property
+    def plugin_index(self) -> Any:
+        """The plugin index (``wbcore_runtime.plugin_index.Index``) when this runtime loads every
+        installed plugin and the home's index matches them; else ``None``. Dispatch reads
+        shapes, tiers and lanes from it without importing the plugins."""
+        if not self.indexed_plugins:
+            return None
+        from wbcore_runtime import plugin_index
+
+        return plugin_index.load(self)
+
+    def index_until_loaded(self) -> Any:
+        """The plugin index while the plugins are not loaded yet (``None`` once they are, or
+        when there is none): what a hook caller may read instead of importing them."""
+        return self.plugin_index if self._pm is None else None
+
+    @property
+    def pm(self) -> pluggy.PluginManager:
+        """The plugin manager (plugins are imported on first use)."""
+        self._loaded()
+        return self._pm  # type: ignore[return-value]
+
+    @property
+    def plugin_infos(self) -> list[_plugins.PluginInfo]:
+        self._loaded()
+        return self._plugin_infos  # type: ignore[return-value]
+
+    @cached_property
+    def call_hooks(self) -> Any:
+        """The hook relay when a plugin implements the call hooks, else ``None``: calls
+        check this attribute, so hooks nobody implements cost nothing per call."""
+        _ = self.tracer  # a tracer registers itself as a plugin implementing the call hooks: open it first
+        index = self.index_until_loaded()
+        if index is not None and not index.watches_calls:
+            return None  # no installed plugin implements them (and no tracer registered one)
+        return self._call_hooks()
+
+    @cached_property
+    def tracer(self) -> Any:
+        """The tracer of ``wbcore_tracer`` (``None``: telemetry off, the seams cost nothing).
+        Opened on first use, with the plugins."""
+        from wbcore_runtime import telemetry
+
+        return telemetry.open_tracer(self)
+
+    @classmethod
+    def open(
+        cls,
+        *,
+        plugins: Sequence[str | object] | None = None,
+        home: Path | str | None = None,
+        roots: Sequence[Path | str] | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | str | None = None,
+    ) -> Runtime:
+        """Open a runtime. ``plugins=None`` loads every installed plugin (tolerant);
+        a list selects entry-point names and/or in-process plugin objects (strict)."""
+        from wbcore_runtime import discovery as _discovery
+
+        env = dict(os.environ if env is None else env)
+        home_path = Path(home).expanduser() if home is not None else _discovery.default_home(env, Path(cwd) if cwd is not None else None)
+        def load_all() -> tuple[pluggy.PluginManager, list[_plugins.PluginInfo]]:
+            from wbcore_runtime import plugins as _plugins
+
+            return _plugins.load(None, cache_dir=home_path)
+
+        if plugins is not None:  # a selection is strict: a bad name fails here, not at first use
+            from wbcore_runtime import plugins as _plugins
+
+            pm, infos = _plugins.load(plugins, cache_dir=home_path)
+            return cls(pm, infos, home=home_path, env=env, cwd=Path(cwd) if cwd is not None else Path.cwd(),
+                       roots=[Path(r) for r in roots] if roots is not None else None)
+        rt = cls(
+            None,
+            None,
+            load_plugins=load_all,
+            home=home_path,
+            env=env,
+            cwd=Path(cwd) if cwd is not None else Path.cwd(),
+            roots=[Path(r) for r in roots] if roots is not None else None,
+        )
+        rt.indexed_plugins = True
+        return rt
+
+    @property
+    def hook(self) -> Any:
+        return self.pm.hook
+
+    def register_plugin(self, plugin: object, name: str | None = None) -> None:
+        """Add an in-process plugin to this runtime after it was opened (tests, embedders).
+        Caches that depend on the plugin set (which hooks have implementations) are reset."""
+        self.pm.register(plugin, name=name)
+        self.indexed_plugins = False  # the index describes the installed plugins, not this one
+        self.__dict__["plugin_index"] = None
+        # Registries collected before (writing the plugin index collects shapes, tiers and
+        # lanes when the plugins load) are collected again with this plugin in them.
+        for which in ("shapes", "tiers", "lanes"):
+            self.__dict__.pop(which, None)
+        self.call_hooks = self._call_hooks()
+
+    def _call_hooks(self) -> Any:
+        relay = self.pm.hook
+        used = relay.wbcore_call_started.get_hookimpls() or relay.wbcore_call_finished.get_hookimpls()
+        return relay if used else None
+
+    # --- registries (collected lazily, once) ---------------------------------------
+
+    def _collect(self, hook: str, kind: type | str, what: str) -> _plugins.Registry[Any]:
+        from wbcore_runtime import plugins as _plugins
+        from wbcore_runtime import records
+
+        record_type = getattr(records, kind) if isinstance(kind, str) else kind
+        return _plugins.collect(self.pm, hook, record_type, what, self.plugin_infos)
+
+    @cached_property
+    def shapes(self) -> _plugins.Registry[ExecShape]:
+        return self._collect("wbcore_exec_shapes", "ExecShape", "EXEC shape")
+
+    @cached_property
+    def lanes(self) -> _plugins.Registry[BuildLane]:
+        return self._collect("wbcore_build_lanes", "BuildLane", "BUILD_LANG lane")
+
+    @cached_property
+    def prefixes(self) -> _plugins.Registry[SourcePrefix]:
+        return self._collect("wbcore_source_prefixes", "SourcePrefix", "BUILD_SRC prefix")
+
+    @cached_property
+    def brokers(self) -> _plugins.Registry[Broker]:
+        return self._collect("wbcore_brokers", "Broker", "cap broker")
+
+    @cached_property
+    def tiers(self) -> _plugins.Registry[IsolationTier]:
+        return self._collect("wbcore_isolation_tiers", "IsolationTier", "isolation tier")
+
+    @cached_property
+    def federation_sources(self) -> _plugins.Registry[FederationSource]:
+        return self._collect("wbcore_federation_sources", "FederationSource", "federation source")
+
+    @cached_property
+    def build_sandboxes(self) -> _plugins.Registry[Any]:
+        """Build sandboxes served by plugins (``wbcore_build_sandboxes``): a lane's service."""
+        from wbcore_runtime.records import BuildSandbox
+
+        return self._collect("wbcore_build_sandboxes", BuildSandbox, "build sandbox")
+
+    @cached_property
+    def fabric_engines(self) -> _plugins.Registry[Any]:
+        """Engines that map one call over many inputs (``wbcore_fabric_engines``)."""
+        from wbcore_runtime.records import FabricEngine
+
+        return self._collect("wbcore_fabric_engines", FabricEngine, "fabric engine")
+
+    @cached_property
+    def llm_providers(self) -> _plugins.Registry[Any]:
+        """LLM providers (``wbcore_llm_providers``): the agent loop's model APIs."""
+        from wbcore_runtime.records import LlmProvider
+
+        return self._collect("wbcore_llm_providers", LlmProvider, "LLM provider")
+
+    def llm(self, model: str | None = None, *, agent_model: str | None = None) -> Any:
+        """A ``wbcore_runtime.llm.LlmDriver`` for ``model`` (``provider:model`` or a bare model
+        name), the agent's ``:MODEL:`` or ``WB_LLM_*`` (``wbcore_runtime.llm.settings``)."""
+        from wbcore_runtime import llm
+
+        return llm.driver(self, llm.settings(self, model=model, agent_model=agent_model))
+
+    @cached_property
+    def agent_loops(self) -> _plugins.Registry[Any]:
+        """Agent loop engines (``wbcore_agent_loops``): runs and sessions."""
+        from wbcore_runtime.records import AgentLoop
+
+        return self._collect("wbcore_agent_loops", AgentLoop, "agent loop")
+
+    @cached_property
+    def agents(self) -> Any:
+        """The agent loop driver (``wbcore_runtime.records.AgentLoopDriver``): ``run``, ``sessions``.
+        ``$WB_AGENT_LOOP`` or the only one installed; ``NotFound`` naming what to install."""
+        reg = self.agent_loops
+        name = self.env.get("WB_AGENT_LOOP") or (reg.names()[0] if len(reg) == 1 else None)
+        if name is None:
+            if not len(reg):
+                raise _NotFound("no agent loop is installed; pip install wbcore-agent")
+            raise _NotFound(f"several agent loops are installed ({', '.join(reg.names())}); choose with WB_AGENT_LOOP")
+        return reg.get(name).factory(self)
+
+    def agent(self, agent: Any, task: str, **kw: Any) -> Any:
+        """Run an agent (an ``agent.org`` path, an agent id, or a ``wbcore_runtime.agents.AgentDef``)
+        on ``task`` to its end and return the run record (``AgentLoopDriver.run``)."""
+        return self.agents.run(agent, task, **kw)
+
+    def fabric(self, name: str, inputs: Any, **kw: Any) -> Any:
+        """``wbcore_runtime.fabric.map(self, name, inputs, **kw)``: results in input order, streamed."""
+        from wbcore_runtime import fabric
+
+        return fabric.map(self, name, inputs, **kw)
+
+    def build_sandbox(self, name: str | None = None) -> Any:
+        """The build-sandbox driver a lane runs its compiler in (``wbcore_runtime.sandbox``):
+        ``name``, ``$WB_BUILD_SANDBOX`` or the only one served; ``NotFound`` naming what
+        to install when none is."""
+        from wbcore_runtime import sandbox
+
+        return sandbox.select(self, name).factory(self)
+
+    def collect_all(self) -> None:
+        """Collect every registry (``wbx plugins`` shows what each plugin serves)."""
+        for name in ("shapes", "lanes", "prefixes", "brokers", "tiers", "federation_sources", "build_sandboxes",
+                     "fabric_engines", "llm_providers", "agent_loops"):
+            getattr(self, name)
+
+    # --- state under $WB_HOME -----------------------------------------------------
+
+    @cached_property
+    def registry(self) -> Any:
+        """The persistent command/kernel registry (``$WB_HOME/registry.db``)."""
+        from wbcore_runtime.registry import Registry
+
+        return Registry(self.home / "registry.db")
+
+    @cached_property
+    def artifacts(self) -> Any:
+        """The content-addressed artifact store (``$WB_HOME/artifacts``, ``wbcore_runtime.artifacts``)."""
+        from wbcore_runtime.artifacts import ArtifactStore
+
+        return ArtifactStore(self.home / "artifacts")
+
+    @cached_property
+    def builtins(self) -> _plugins.Registry[Any]:
+        """Reserved built-in commands served by plugins (``wbcore_builtin_commands``)."""
+        from wbcore_runtime.records import BuiltinCommand
+
+        return self._collect("wbcore_builtin_commands", BuiltinCommand, "built-in command")
+
+    def install_builtins(self, names: Sequence[str] | None = None, *, force: bool = False) -> list[Any]:
+        """Store and register the built-in commands (also done lazily on first call)."""
+        from wbcore_runtime import dispatch
+
+        return dispatch.install_builtins(self, list(names) if names is not None else None, force=force)
+
+    # --- calls (every one through wbcore_runtime.dispatch: resolved once, run at its tier) ----
+
+    def resolve(self, kind: str, name: str, *, tier: str | None = None) -> Any:
+        """The resolved call for a registered command / kernel / component
+        (``wbcore_runtime.dispatch.Resolved``): trust, caps, limits and tier, decided once."""
+        from wbcore_runtime import dispatch
+
+        return dispatch.resolve(self, kind, name, tier=tier)
+
+    def call(self, name: str, argv: Sequence[str] = (), stdin: bytes = b"", *,
+             principal: Any = None, timeout: float | None = None, cancel: Any = None, tier: str | None = None) -> Any:
+        """Run the registered command ``name``: a fresh sandboxed instance per call.
+
+        Returns a ``CallResult`` (stdout, stderr, exit_code, usage); a limit or a fault
+        raises its ``WbError`` (``Timeout``, ``LimitExceeded``, ``GuestTrap``...).
+        ``timeout`` may shorten the profile's deadline, never extend it; setting the
+        ``cancel`` event (a ``threading.Event``) stops the guest at its next epoch tick.
+        ``tier`` asks for an isolation tier (never weaker than the toolkit's trust needs).
+        """
+        from wbcore_runtime import dispatch
+
+        return dispatch.call_command(self, name, argv, stdin, principal=principal, timeout=timeout, cancel=cancel,
+                                     tier=tier)
+
+    def kernel(self, name: str, *, principal: Any = None, timeout: float | None = None, tier: str | None = None) -> Any:
+        """Open the registered kernel ``name`` once; ``inst.call(data) -> bytes`` many times."""
+        from wbcore_runtime import dispatch
+
+        return dispatch.open_kernel(self, name, principal=principal, timeout=timeout, tier=tier)
+
+    def kernel_call(self, name: str, data: bytes, *, principal: Any = None, timeout: float | None = None) -> bytes:
+        """One kernel call through a per-thread instance, reopened when the resolution changes.
+
+        (The first call binds ``self.kernel_call`` to ``wbcore_runtime.dispatch.KernelCalls.call``,
+        a function with this signature: later calls of a ~2 µs kernel skip this frame.)
+        """
+        calls = self._kernel_calls.call
+        self.kernel_call = calls  # type: ignore[method-assign]
+        return calls(name, data, principal=principal, timeout=timeout)
+
+    @cached_property
+    def _kernel_calls(self) -> Any:
+        from wbcore_runtime.dispatch import KernelCalls
+
+        return KernelCalls(self)
+
+    def component_call(self, name: str, function: str, args: Mapping[str, Any], *, principal: Any = None,
+                       timeout: float | None = None, cancel: Any = None) -> Any:
+        """Call ``function`` of the registered component ``name`` with JSON-shaped ``args``."""
+        from wbcore_runtime import dispatch
+
+        return dispatch.call_component(self, name, function, dict(args), principal=principal, timeout=timeout,
+                                       cancel=cancel)
+
+    @cached_property
+    def dock(self) -> Any:
+        """The Dock: every granted cap as a brokered host import (``wbcore_runtime.dock``)."""
+        from wbcore_runtime.dock import Dock
+
+        return Dock(self)
+
+    # --- toolkits ----------------------------------------------------------------
+
+    @property
+    def roots(self) -> list[Path]:
+        from wbcore_runtime import discovery as _discovery
+
+        if self._roots is not None:
+            return [r for r in self._roots if r.is_dir()]
+        return _discovery.roots(self.env, self.cwd, self.home)
+
+    def discover(self, *, refresh: bool = False) -> _discovery.Discovery:
+        if self._discovery is None or refresh:
+            from wbcore_runtime import discovery as _discovery
+
+            self._discovery = _discovery.discover(self.roots, self.home)
+        return self._discovery
+
+    def toolkit(self, ident: str) -> Toolkit:
+        return self.discover().get(ident)
+
+    def verify(self, ident: str) -> Any:
+        from wbcore_runtime import verify as _verify
+
+        try:
+            tk = self.toolkit(ident)
+        except ManifestError as exc:
+            return _verify.broken(ident, exc)
+        return _verify.verify(tk, self)
+
+    def effective_caps(self, toolkit: Toolkit) -> frozenset[str]:
+        """What ``toolkit`` as it is now would be granted (``show``, ``verify``, ``grant``):
+        profile ∩ ``#+CAPS`` ∩ deployer grants, by :func:`wbcore_runtime.consent.effective_caps`.
+        A third-party toolkit whose signature does not verify now gets nothing (fail closed).
+        Calls never use this: they use the caps recorded at build time (``wbcore_runtime.dispatch``).
+        """
+        from wbcore_runtime import consent, policy, trust
+
+        m = toolkit.manifest
+        if m.trust == "third-party" and not trust.signature_ok(toolkit, self):
+            return frozenset()
+        return consent.effective_caps(self.home, toolkit_id=m.id, trust=m.trust, signer=m.author_did, declared=m.caps,
+                                      profile=policy.profile_for(m.extra("PROFILE"), m.caps))
