@@ -153,7 +153,7 @@ class BuildLane:
     kind: str = "compile-to-wasm"  # or compile-and-run / compile-to-c (seed 004)
     #: compile-and-run lanes: builds the runner that executes this lane's artifacts under
     #: the command contract (``call(CommandRequest) -> CallResult``); the run engine hands
-    #: it artifacts registered with ``lane`` = this name (or whose ``wbcore_runtime.runner`` wasm
+    #: it artifacts registered with ``lane`` = this name (or whose ``wbcore.runner`` wasm
     #: custom section names it). ``None``: the artifact is a plain WASI command.
     runner: Callable[[Runtime], ShapeRunner] | None = None
     #: The lane runs a native compiler in the runtime's build sandbox

@@ -279,7 +279,7 @@ def oci_registry(tmp_path: Path) -> Iterator[OciRegistry]:
 
 def add_custom_section(wasm: bytes, name: str, payload: bytes) -> bytes:
     """``wasm`` with a custom section appended (how a test embeds ``act:component``,
-    ``act:skill`` or ``wbcore_runtime.runner`` into a module or component)."""
+    ``act:skill`` or ``wbcore.runner`` into a module or component)."""
 
     def uleb(n: int) -> bytes:
         out = bytearray()

@@ -293,8 +293,8 @@ def git(run: Run, args: Mapping[str, Any]) -> str:
     if not message or len(message) > 2000 or "\0" in message:
         raise InvalidArgs("git: 'message' must be 1..2000 characters")
     env = {"PATH": run.runtime.env.get("PATH", "/usr/bin:/bin"), "HOME": str(run.workdir), "GIT_CONFIG_NOSYSTEM": "1",
-           "GIT_AUTHOR_NAME": f"agent {run.agent.id}", "GIT_AUTHOR_EMAIL": "agent@wbcore_runtime.invalid",
-           "GIT_COMMITTER_NAME": f"agent {run.agent.id}", "GIT_COMMITTER_EMAIL": "agent@wbcore_runtime.invalid"}
+           "GIT_AUTHOR_NAME": f"agent {run.agent.id}", "GIT_AUTHOR_EMAIL": "agent@wbcore.invalid",
+           "GIT_COMMITTER_NAME": f"agent {run.agent.id}", "GIT_COMMITTER_EMAIL": "agent@wbcore.invalid"}
     wait = min(run.tool_timeout, GIT_TIMEOUT_S)
 
     def git_run(*argv: str) -> str:

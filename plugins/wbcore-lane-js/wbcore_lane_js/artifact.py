@@ -4,10 +4,10 @@ One ``.wasm`` file, so runtime and source are content-addressed together (one
 sha256 names both). It is the reactor's bytes, unchanged, followed by two custom
 sections (ignored by every wasm engine, so the file stays a valid module)::
 
-    wbcore_runtime.runner      b"js"                   which lane's runner executes it
-    wbcore_runtime.js-bundle   JSON {"format": 1, "entry": "main.js",
+    wbcore.runner      b"js"                   which lane's runner executes it
+    wbcore.js-bundle   JSON {"format": 1, "entry": "main.js",
                              "files": {"main.js": "...", "__wb_entry.mjs": "..."}}
-    wbcore_runtime.js-snapshot b"1"                    the module is the reactor pre-initialized
+    wbcore.js-snapshot b"1"                    the module is the reactor pre-initialized
                                                (wbcore_lane_js.snapshot): QuickJS and the entry
                                                set up, ``__wb_main`` defined
 
@@ -26,10 +26,10 @@ from typing import Mapping
 
 from wbcore_runtime.errors import InvalidArgs
 
-RUNNER_SECTION = "wbcore_runtime.runner"
-BUNDLE_SECTION = "wbcore_runtime.js-bundle"
+RUNNER_SECTION = "wbcore.runner"
+BUNDLE_SECTION = "wbcore.js-bundle"
 #: Present (payload b"1") when the module is a pre-initialized snapshot (wbcore_lane_js.snapshot).
-SNAPSHOT_SECTION = "wbcore_runtime.js-snapshot"
+SNAPSHOT_SECTION = "wbcore.js-snapshot"
 FORMAT = 1
 MAGIC = b"\0asm\x01\0\0\0"
 #: Largest bundle a js artifact may carry (source text, not the runtime).
@@ -108,7 +108,7 @@ def code_part(data: bytes) -> bytes:
 
 
 def runner_of(path: Path) -> str | None:
-    """The lane named by an artifact's ``wbcore_runtime.runner`` section, if any."""
+    """The lane named by an artifact's ``wbcore.runner`` section, if any."""
     data = path.read_bytes()
     for name, payload in custom_sections(data):
         if name == RUNNER_SECTION:

@@ -2,7 +2,7 @@
 
 ``JsRunner.call`` takes the same ``wbcore_runtime.calls.CommandRequest`` the wasmtime command
 runner takes and returns a ``CallResult``, so the run engine can hand it any artifact
-whose ``wbcore_runtime.runner`` custom section names ``js`` (see ``artifact.runner_of``).
+whose ``wbcore.runner`` custom section names ``js`` (see ``artifact.runner_of``).
 
 What the guest sees: argv (as ``scriptArgs``), stdin, and ``/app`` (the artifact's
 own sources, extracted once per artifact sha256 under ``$WB_HOME/cache/js/``,
@@ -147,7 +147,7 @@ def prepare(path: Path, home: Path, sha256: str | None = None) -> Prepared:
     sections = {n: bytes(p) for n, p in artifact.custom_sections(data) if n.startswith("wbcore.")}
     runner = sections.get(artifact.RUNNER_SECTION, b"").decode("utf-8", "replace") or None
     if runner != "js":
-        raise InvalidArgs(f"{path.name} is not a js artifact (no wbcore_runtime.runner=js section)")
+        raise InvalidArgs(f"{path.name} is not a js artifact (no wbcore.runner=js section)")
     sha = hashlib.sha256(data).hexdigest()
     if sha256 is not None and sha != sha256:
         from wbcore_runtime.artifacts import IntegrityError

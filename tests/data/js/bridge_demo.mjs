@@ -1,7 +1,7 @@
 // A JS "guest" for tests/test_dock_js_sdk.py: the Dock bridge is a line protocol on
 // stdio (hex request out, "status hex" back), standing in for the JS lane's wasm import.
 import { readSync, writeSync } from "node:fs";
-import { wb, DockError, encode, decode } from "../../../wbcore/sdk/wb_dock.js";
+import { wb, DockError, encode, decode } from "../../../wbcore_runtime/sdk/wb_dock.js";
 
 function readLine() {
   const buf = Buffer.alloc(1);
