@@ -39,6 +39,22 @@ def test_build_b64_then_run_it(rt, wbx):
     assert rt.call("b64", ["--bogus"]).exit_code == 2
 
 
+def test_run_grammar_wbx_options_before_the_name_the_programs_after(rt, wbx):
+    """``wbx run [wbx options] NAME [--] [ARGS…]``: one ``--`` after NAME is the separator; a word
+    spelled like wbx's own option after NAME goes to the program, with one note saying so."""
+    assert wbx("toolkit", "build", "b64", runtime=rt).exit_code == 0
+    r = wbx("run", "b64", "--", "decode", runtime=rt, input=b"aGVsbG8=")
+    assert (r.exit_code, r.stdout_bytes, r.stderr) == (0, b"hello", "")
+    r = wbx("run", "--tier", "instance", "--timeout", "5", "b64", runtime=rt, input=b"hi")
+    assert (r.exit_code, r.stdout_bytes) == (0, b"aGk=\n"), r.stderr
+    r = wbx("run", "b64", "--tier", "instance", runtime=rt, input=b"hi")
+    assert r.exit_code == 2  # b64 itself refuses the option it was handed
+    assert r.stderr.count("wbx: note: --tier after the command name is passed to the program") == 1, r.stderr
+    assert "wbx run --tier … NAME" in r.stderr
+    r = wbx("run", "b64", "--", "--tier", runtime=rt, input=b"hi")
+    assert r.exit_code == 2 and "note" not in r.stderr  # after the separator, no note: the user said so
+
+
 def test_unchanged_toolkit_rebuilds_from_cache(rt):
     first = builder.build(rt, "b64")
     second = builder.build(rt, "b64")

@@ -83,9 +83,35 @@ def read_stdin(cap: int = MAX_STDIN) -> bytes:
     return data
 
 
+#: wbx's own ``run`` options: written after NAME they are the program's, and a note says so.
+OWN_OPTIONS = ("--timeout", "--tier")
+
+
+def guest_args(args: Sequence[str]) -> tuple[tuple[str, ...], str | None]:
+    """The program's arguments and, at most once, a note for the user.
+
+    The grammar is ``wbx run [wbx options] NAME [--] [ARGS…]``: every word after NAME is the
+    program's. One ``--`` right after NAME is the separator and is dropped (so a program can
+    still be given a literal ``--`` as ``NAME -- -- …``). Without it, a word spelled like one of
+    wbx's own options is passed on as written, and the note says where wbx's options go."""
+    if args and args[0] == "--":
+        return tuple(args[1:]), None
+    for word in args:
+        key = word.partition("=")[0]
+        if key in OWN_OPTIONS:
+            return tuple(args), (f"wbx: note: {key} after the command name is passed to the program; "
+                                 f"put wbx's options before the name (wbx run {key} … NAME), or write "
+                                 "NAME -- ARGS to say the arguments are the program's")
+    return tuple(args), None
+
+
 def run(runtime: Any, req: RunArgs) -> int:
     """Run the registered command: stdin → stdout/stderr; returns its exit code."""
     from wbcore_runtime import runcache
+
+    args, note = guest_args(req.args)
+    if note:
+        print(note, file=sys.stderr, flush=True)
 
     # A resolution kept by the last `wbx run` of this name, if nothing it was made from has
     # changed (wbcore_runtime.runcache); else the full one, kept for the next run.
@@ -97,7 +123,7 @@ def run(runtime: Any, req: RunArgs) -> int:
             gen = dispatch.resolved_generation(runtime, "command", req.name)
             if gen is not None:
                 runcache.remember(runtime, resolved, gen)
-    result = runtime.call(req.name, list(req.args), read_stdin(), timeout=req.timeout, tier=req.tier)
+    result = runtime.call(req.name, list(args), read_stdin(), timeout=req.timeout, tier=req.tier)
     for stream, data in ((sys.stdout, result.stdout), (sys.stderr, result.stderr)):
         raw = getattr(stream, "buffer", None)
         if raw is not None:

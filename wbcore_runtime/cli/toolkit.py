@@ -187,11 +187,13 @@ def build(runtime: Runtime, only: str | None = None) -> typer.Typer:
         from wbcore_runtime import tasks
         from wbcore_runtime.cli.run import read_stdin
 
-        argv = list(args or ())
-        if argv[:1] == ["--"]:
-            argv = argv[1:]
+        from wbcore_runtime.cli.fastrun import guest_args
+
+        argv, note = guest_args(args or ())
+        if note:
+            print(note, file=sys.stderr, flush=True)
         stdin = read_stdin() if tasks.exec_allowed(runtime.env) else b""
-        result = tasks.run_task(runtime, ident, task, argv, stdin, tier=tier, timeout=timeout)
+        result = tasks.run_task(runtime, ident, task, list(argv), stdin, tier=tier, timeout=timeout)
         for stream, data in ((sys.stdout, result.stdout), (sys.stderr, result.stderr)):
             stream.flush()
             raw = getattr(stream, "buffer", None)
