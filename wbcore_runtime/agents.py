@@ -85,11 +85,19 @@ def load(path: Path | str) -> AgentDef:
     return parse(read_text(p), p)
 
 
+#: How a reader with a shell reads a skill (``wbx agent prompt`` for agents outside wbcore).
+READ_SKILL_SHELL = "`wbx toolkit show <toolkit> <skill>`"
+#: How an agent of the agent loop reads one: it has no shell, only its tools.
+READ_SKILL_TOOL = 'the `wb` tool (`{"op": "skill", "toolkit": <toolkit>, "skill": <skill>}`)'
+
+
 def toolkit_index(discovery: Any, names: tuple[str, ...] | list[str],
-                  unavailable: Callable[[Any], str | None] | None = None) -> str:
+                  unavailable: Callable[[Any], str | None] | None = None, *,
+                  read_skill: str = READ_SKILL_SHELL) -> str:
     """One line per known, available toolkit in declared order, plus up to eight skill
     names. ``unavailable(toolkit)`` says why a toolkit may not be used (then it is left
-    out: a tampered toolkit's text never reaches a prompt)."""
+    out: a tampered toolkit's text never reaches a prompt). ``read_skill`` tells the reader
+    how it reads a skill with what it has (a shell, or the agent loop's tools)."""
     lines: list[str] = []
     for name in names:
         try:
@@ -108,15 +116,16 @@ def toolkit_index(discovery: Any, names: tuple[str, ...] | list[str],
         return ""
     head = (
         "## Toolkits\n"
-        "You may use these toolkits. Before using one, read its skill with "
-        "`wbx toolkit show <toolkit> <skill>` (start with `overview`)."
+        f"You may use these toolkits. Before using one, read its skill with {read_skill} "
+        "(start with `overview`)."
     )
     return head + "\n" + "\n".join(lines)
 
 
-def prompt(agent: AgentDef, discovery: Any, unavailable: Callable[[Any], str | None] | None = None) -> str:
+def prompt(agent: AgentDef, discovery: Any, unavailable: Callable[[Any], str | None] | None = None, *,
+           read_skill: str = READ_SKILL_SHELL) -> str:
     """The system prompt with the toolkit index injected after it."""
-    index = toolkit_index(discovery, agent.toolkits, unavailable)
+    index = toolkit_index(discovery, agent.toolkits, unavailable, read_skill=read_skill)
     if not index:
         return agent.system_prompt
     return f"{agent.system_prompt}\n\n{index}" if agent.system_prompt else index

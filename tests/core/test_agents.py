@@ -70,3 +70,4 @@ def test_index_declared_order_unknown_dropped_eight_skills(make_toolkit, make_ru
     assert res.exit_code == 0, res.stderr
     assert res.stdout.startswith("You are careful.")
     assert "- beta: Use beta for b things." in res.stdout
+    assert "`wbx toolkit show <toolkit> <skill>`" in res.stdout  # a reader outside wbcore has a shell

@@ -104,6 +104,8 @@ def test_run_lists_reads_writes_and_finishes(setup):
     rec = rt.agent(agent, "find the answer")
     assert rec.status == "done" and rec.result == "the answer is 42" and rec.steps == 5
     assert "You help." in script.seen[0].system and "- notes:" in script.seen[0].system
+    # The loop's agent has no shell: its prompt says to read skills with its `wb` tool.
+    assert '`{"op": "skill"' in script.seen[0].system and "wbx toolkit show" not in script.seen[0].system
     got = steps(rec)
     assert [s["step"] for s in got] == [1, 2, 3, 4, 5, 5] and got[-1]["event"] == "done"
     assert json.loads(got[0]["results"][0]["text"])[0]["id"] == "notes"

@@ -336,7 +336,8 @@ def run_agent(runtime: Any, agent: Any, task: str | None, *, model: str | None =
 def system_prompt(run: Run) -> str:
     from wbcore_runtime import trust
 
-    return _agents.prompt(run.agent, run.runtime.discover(), lambda tk: trust.unavailable_reason(tk, run.runtime))
+    return _agents.prompt(run.agent, run.runtime.discover(), lambda tk: trust.unavailable_reason(tk, run.runtime),
+                          read_skill=_agents.READ_SKILL_TOOL)  # the loop's agent has no shell
 
 
 def drive(run: Run) -> RunRecord:
