@@ -136,6 +136,10 @@ class ChatResponse:
         return Message("assistant", self.text, self.tool_calls)
 
 
+#: Keys shorter than this are redacted only as whole tokens (:meth:`LlmSettings.redact`).
+SHORT_KEY = 8
+
+
 @dataclass(frozen=True, slots=True)
 class LlmSettings:
     """Which endpoint and model a driver talks to. The key never appears in a repr."""
@@ -158,8 +162,20 @@ class LlmSettings:
         return round((input_tokens * price[0] + output_tokens * price[1]) / 1_000_000, 8)
 
     def redact(self, text: str) -> str:
-        """``text`` with the key replaced: what any error or log line carries."""
-        return text.replace(self.api_key, "[redacted]") if self.api_key else text
+        """``text`` with the key replaced: what any error or log line carries.
+
+        A key shorter than :data:`SHORT_KEY` characters (a local server takes any key, and
+        people type ``x``) is replaced only where it stands as a whole token: replacing every
+        occurrence of a one-letter key would garble every result, and such a key guards nothing
+        a substring could leak."""
+        key = self.api_key
+        if not key:
+            return text
+        if len(key) >= SHORT_KEY:
+            return text.replace(key, "[redacted]")
+        import re
+
+        return re.sub(rf"(?<![A-Za-z0-9_\-]){re.escape(key)}(?![A-Za-z0-9_\-])", "[redacted]", text)
 
 
 class LlmDriver(Protocol):

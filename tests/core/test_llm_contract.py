@@ -127,6 +127,10 @@ def test_cost_and_redaction():
     assert s.cost("m", 1_000_000, 100_000) == pytest.approx(4.5)
     assert LlmSettings("p", "m").cost("m", 10, 10) is None  # unpriced: no made-up figure
     assert s.redact("key sk-abc leaked") == "key [redacted] leaked"
+    # A short key (local servers take any) is redacted as a whole token, never letter by letter.
+    short = LlmSettings("p", "m", api_key="x")
+    assert short.redact("max(x, y) = x; box") == "max([redacted], y) = [redacted]; box"
+    assert LlmSettings("p", "m", api_key="k1").redact("k1k1 k1") == "k1k1 [redacted]"
     assert (Usage(1, 2, 0.5) + Usage(3, 4, None)).as_dict() == {"input_tokens": 4, "output_tokens": 6, "cost_usd": 0.5}
 
 

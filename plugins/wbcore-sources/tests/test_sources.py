@@ -282,8 +282,10 @@ def test_git_unknown_commit(rt, bare_repo, tmp_path: Path) -> None:
 
 
 def test_script_is_refused_and_unknown_prefixes_list_known(rt, tmp_path: Path) -> None:
-    with pytest.raises(InvalidArgs, match="refused"):
+    with pytest.raises(InvalidArgs, match="refused") as refused:
         sources.parse("script:build.sh", rt.prefixes)
+    # The message says why and what to do, in the user's words (no internal reference).
+    assert "use path: with a BUILD_LANG lane" in str(refused.value) and "wb-" not in str(refused.value)
     with pytest.raises(InvalidArgs, match="known: archive:, crate:, git\\+, gobuild:, path:, script:, wasm:, zigbuild:"):
         sources.parse("svn:repo", rt.prefixes)
 

@@ -84,5 +84,5 @@ def wbcore_source_prefixes() -> Iterator[SourcePrefix]:
     yield SourcePrefix(
         name="script:",
         summary="removed: native build scripts",
-        refused="native build scripts were removed (wb-9ja); use path: with a BUILD_LANG lane",
+        refused="native build scripts run on the host, outside any sandbox, so they are not supported; put the sources in the toolkit and use path: with a BUILD_LANG lane (wbx lanes lists them)",
     )
