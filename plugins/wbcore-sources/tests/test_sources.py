@@ -184,6 +184,26 @@ def test_zip_archive_with_a_single_module(rt, server: Server, tmp_path: Path) ->
     assert res.artifact.name == "tool.wasm"
 
 
+@pytest.mark.parametrize("payload, match", [
+    (b"#!/bin/sh\necho hi\n", "is not a WebAssembly binary"),
+    (b"(module)", "WebAssembly text"),
+    (b"\0asm\x02\x00\x00\x00", "unsupported version"),
+])
+def test_a_payload_that_is_not_webassembly_is_refused_at_build(rt, server: Server, tmp_path: Path,
+                                                                 payload: bytes, match: str) -> None:
+    """``archive:`` (found or named by #+WASM_PATH) and ``wasm:`` hand over only WebAssembly:
+    a shell script named tool.wasm stops the build, not its first call."""
+    body = tar_bytes([(file_info("bin/tool.wasm"), payload)])
+    server.files["/b.tgz"] = body
+    with pytest.raises(InvalidArgs, match=f"bin/tool.wasm in archive:.*{match}"):
+        resolve(rt, tmp_path, f"archive:{server.url}/b.tgz", SHA256=sha(body))
+    with pytest.raises(InvalidArgs, match=f"#\\+WASM_PATH 'bin/tool.wasm' in archive:.*{match}"):
+        resolve(rt, tmp_path, f"archive:{server.url}/b.tgz", SHA256=sha(body), WASM_PATH="bin/tool.wasm")
+    server.files["/m.wasm"] = payload
+    with pytest.raises(InvalidArgs, match=f"wasm:.*{match}"):
+        resolve(rt, tmp_path, f"wasm:{server.url}/m.wasm", SHA256=sha(payload))
+
+
 @pytest.mark.parametrize(
     "members, match",
     [

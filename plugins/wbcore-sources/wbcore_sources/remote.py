@@ -90,16 +90,32 @@ def _fetch(request: SourceRequest, env: dict[str, str], what: str, name: str) ->
     return dest
 
 
+#: The preamble of a binary WebAssembly module (magic + version 1) and of a component (layer 1).
+MODULE_PREAMBLE = b"\0asm\x01\x00\x00\x00"
+COMPONENT_PREAMBLE = b"\0asm\x0d\x00\x01\x00"
+
+
+def webassembly(path: Path, what: str) -> Path:
+    """``path`` when it holds a binary WebAssembly module or component; else the build stops
+    here, naming what was found, instead of registering bytes that fail at their first call."""
+    with path.open("rb") as fh:
+        head = fh.read(8)
+    if head in (MODULE_PREAMBLE, COMPONENT_PREAMBLE):
+        return path
+    if head.startswith(b"\0asm"):
+        raise InvalidArgs(f"{what}: a WebAssembly binary of an unsupported version ({head[4:].hex()}); "
+                          "a module (version 1) or a component is needed")
+    kind = "WebAssembly text (build it with #+BUILD_LANG: wat)" if head.lstrip()[:1] == b"(" else f"starts with {head[:8]!r}"
+    raise InvalidArgs(f"{what} is not a WebAssembly binary ({kind}); point it at a .wasm module or component")
+
+
 class WasmSource:
     def __init__(self, env: dict[str, str]) -> None:
         self.env = env
 
     def resolve(self, request: SourceRequest) -> ResolvedSource:
         dest = _fetch(request, self.env, "wasm:", "module.wasm")
-        with dest.open("rb") as fh:
-            if fh.read(4) != b"\0asm":
-                raise InvalidArgs(f"wasm:{request.rest} is not a WebAssembly module")
-        return ResolvedSource(digest=request.manifest.sha256 or "", artifact=dest)
+        return ResolvedSource(digest=request.manifest.sha256 or "", artifact=webassembly(dest, f"wasm:{request.rest}"))
 
 
 class ArchiveSource:
@@ -123,14 +139,16 @@ class ArchiveSource:
             wasm = inside(root, m.wasm_path, "the archive")
             if not wasm.is_file():
                 raise InvalidArgs(f"#+WASM_PATH {m.wasm_path!r} is not a file in the archive")
-            return ResolvedSource(digest=digest, artifact=wasm, dir=root, preopen=preopen, sha256_pins_source=True)
+            return ResolvedSource(digest=digest, artifact=webassembly(wasm, f"#+WASM_PATH {m.wasm_path!r} in archive:{request.rest}"),
+                                  dir=root, preopen=preopen, sha256_pins_source=True)
         if m.build_lang:
             return ResolvedSource(digest=digest, dir=root, preopen=preopen, sha256_pins_source=True)
         found = sorted(p for p in root.rglob("*.wasm") if p.is_file() and not p.is_symlink())
         if len(found) != 1:
             listed = ", ".join(p.relative_to(root).as_posix() for p in found[:10]) or "none"
             raise InvalidArgs(f"archive:{request.rest}: say which module with #+WASM_PATH (found: {listed})")
-        return ResolvedSource(digest=digest, artifact=found[0], dir=root, preopen=preopen, sha256_pins_source=True)
+        module = webassembly(found[0], f"{found[0].relative_to(root).as_posix()} in archive:{request.rest}")
+        return ResolvedSource(digest=digest, artifact=module, dir=root, preopen=preopen, sha256_pins_source=True)
 
 
 def wasm(runtime: Any) -> WasmSource:
