@@ -45,13 +45,22 @@ class Usage:
     bytes_out: int = 0
     #: How the tier isolated the call when it is worth naming (microvm: ``kvm`` or ``tcg``).
     isolation: str = ""
+    #: The tier the call ran at (set by the call path, ``dispatch.call_command``).
+    tier: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"wall_s": self.wall_s, "fuel": self.fuel, "peak_memory": self.peak_memory,
                                "bytes_out": self.bytes_out}
+        if self.tier:
+            out["tier"] = self.tier
         if self.isolation:
             out["isolation"] = self.isolation
         return out
+
+    def describe(self) -> str:
+        """One line for ``wbx run -v``: where the call ran and how it was isolated."""
+        where = f"tier {self.tier or '?'}" + (f" ({self.isolation})" if self.isolation else "")
+        return f"{where}, {self.wall_s * 1000:.1f} ms wall, peak memory {self.peak_memory >> 10} KiB"
 
 
 @dataclass(frozen=True, slots=True)

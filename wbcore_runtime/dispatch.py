@@ -607,10 +607,13 @@ def call_command(runtime: Runtime, name: str, argv: Sequence[str] = (), stdin: b
     req = command_request(resolved, argv, stdin, principal=principal, timeout=timeout, cancel=cancel)
     hook = runtime.call_hooks
     if hook is None:
-        return resolved.target.call(req)
-    record = CallRecord(name=name, shape=resolved.entry.shape, principal=req.principal, argv=req.argv,
-                        toolkit=resolved.toolkit, tier=resolved.tier.name, caps=resolved.caps)
-    return audited(hook, record, resolved.target.call, req)  # type: ignore[no-any-return]
+        result: CallResult = resolved.target.call(req)
+    else:
+        record = CallRecord(name=name, shape=resolved.entry.shape, principal=req.principal, argv=req.argv,
+                            toolkit=resolved.toolkit, tier=resolved.tier.name, caps=resolved.caps)
+        result = audited(hook, record, resolved.target.call, req)
+    result.usage.tier = resolved.tier.name  # every surface can say where the call ran
+    return result
 
 
 def kernel_request(resolved: Resolved, *, principal: Principal | None = None,

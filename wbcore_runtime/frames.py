@@ -29,7 +29,7 @@ carries it — raw frames in their first 32 bytes, json frames as ``"secret"`` (
 compared in constant time; a frame without it, or with another, is refused.
 
 Standard library only: the worker imports this file by path inside its sandbox. The
-microvm guest agent (``wbcore_microvm/agent/wbcore_agent.c``) is a C rendering of the guest half.
+microvm guest agent (``wbcore_microvm/agent/wb_agent.c``) is a C rendering of the guest half.
 """
 
 from __future__ import annotations

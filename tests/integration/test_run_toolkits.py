@@ -53,6 +53,9 @@ def test_run_grammar_wbx_options_before_the_name_the_programs_after(rt, wbx):
     assert "wbx run --tier … NAME" in r.stderr
     r = wbx("run", "b64", "--", "--tier", runtime=rt, input=b"hi")
     assert r.exit_code == 2 and "note" not in r.stderr  # after the separator, no note: the user said so
+    r = wbx("run", "-v", "--tier", "instance", "b64", runtime=rt, input=b"hi")
+    assert r.exit_code == 0 and r.stdout_bytes == b"aGk=\n"
+    assert r.stderr.startswith("wbx: b64: tier instance, ") and " ms wall" in r.stderr, r.stderr
 
 
 def test_unchanged_toolkit_rebuilds_from_cache(rt):

@@ -22,24 +22,25 @@ class RunArgs:
     """A plain ``wbx run``: NAME, the guest's arguments, ``--timeout`` and ``--tier``.
     (A plain class: a NamedTuple's class creation is a measurable part of the start-up.)"""
 
-    __slots__ = ("args", "name", "tier", "timeout")
+    __slots__ = ("args", "name", "tier", "timeout", "verbose")
 
     def __init__(self, name: str, args: tuple[str, ...], timeout: float | None = None,
-                 tier: str | None = None) -> None:
-        self.name, self.args, self.timeout, self.tier = name, args, timeout, tier
+                 tier: str | None = None, verbose: bool = False) -> None:
+        self.name, self.args, self.timeout, self.tier, self.verbose = name, args, timeout, tier, verbose
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, RunArgs) and (self.name, self.args, self.timeout, self.tier) == (
-            other.name, other.args, other.timeout, other.tier)
+        return isinstance(other, RunArgs) and (self.name, self.args, self.timeout, self.tier, self.verbose) == (
+            other.name, other.args, other.timeout, other.tier, other.verbose)
 
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        return f"RunArgs(name={self.name!r}, args={self.args!r}, timeout={self.timeout!r}, tier={self.tier!r})"
+        return (f"RunArgs(name={self.name!r}, args={self.args!r}, timeout={self.timeout!r}, tier={self.tier!r}, "
+                f"verbose={self.verbose!r})")
 
 
 def parse(argv: Sequence[str]) -> RunArgs | None:
-    """``RunArgs`` for a plain ``[--debug] run [--timeout S] [--tier T] NAME [ARGS…]``.
+    """``RunArgs`` for a plain ``[--debug] run [-v] [--timeout S] [--tier T] NAME [ARGS…]``.
 
     As Typer parses ``wbx run`` (no interspersed options): every word after NAME belongs
     to the guest, ``--help`` included."""
@@ -52,6 +53,10 @@ def parse(argv: Sequence[str]) -> RunArgs | None:
     opts: dict[str, str] = {}
     while i < len(argv) and argv[i].startswith("-"):
         word = argv[i]
+        if word in ("-v", "--verbose") and "-v" not in opts:
+            opts["-v"] = ""
+            i += 1
+            continue
         key, eq, value = word.partition("=")
         if key not in ("--timeout", "--tier") or key in opts:
             return None
@@ -70,7 +75,7 @@ def parse(argv: Sequence[str]) -> RunArgs | None:
             timeout = float(opts["--timeout"])
         except ValueError:
             return None
-    return RunArgs(argv[i], tuple(argv[i + 1:]), timeout, opts.get("--tier"))
+    return RunArgs(argv[i], tuple(argv[i + 1:]), timeout, opts.get("--tier"), "-v" in opts)
 
 
 def read_stdin(cap: int = MAX_STDIN) -> bytes:
@@ -132,4 +137,6 @@ def run(runtime: Any, req: RunArgs) -> int:
             raw.flush()
         else:
             stream.write(data.decode("utf-8", "replace"))
+    if req.verbose:
+        print(f"wbx: {req.name}: {result.usage.describe()}", file=sys.stderr, flush=True)
     return int(result.exit_code)

@@ -76,9 +76,14 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
         args: list[str] | None = typer.Argument(None, metavar="[ARGS]..."),
         timeout: float | None = typer.Option(None, "--timeout", help="Seconds (at most the profile's)."),
         tier: str | None = typer.Option(None, "--tier", help="Isolation tier (default: from #+TRUST; see wbx tiers --explain)."),
+        verbose: bool = typer.Option(False, "-v", "--verbose",
+                                     help="Then one stderr line: the tier it ran at, its isolation (kvm/tcg), time, memory."),
     ) -> None:
-        """Run a registered command: stdin → stdout; its exit code passes through."""
-        code = run_command(runtime, RunArgs(name, tuple(args or ()), timeout, tier))
+        """Run a registered command: stdin → stdout; its exit code passes through.
+
+        wbx's options go before NAME; every word after NAME is the program's (one `--` after
+        NAME is dropped as the separator)."""
+        code = run_command(runtime, RunArgs(name, tuple(args or ()), timeout, tier, verbose))
         if code:
             raise typer.Exit(code)
 

@@ -1,6 +1,8 @@
 """``python -m wbcore_microvm prepare [--cache DIR]``: build the guest image, probe the
-accelerator, boot cold once and snapshot, printing each step and its time (CI runs it once
-before the slow suite, with ``WB_MICROVM_CACHE`` shared by every test home)."""
+accelerator, boot cold once and snapshot, printing each step and its time. It fills the cache
+the tier reads (``image.cache_root``: ``$WB_MICROVM_CACHE``, else the home's ``tiers/microvm``),
+so the first call after it restores instead of booting cold. CI runs it once before the slow
+suite, with ``WB_MICROVM_CACHE`` shared by every test home."""
 
 from __future__ import annotations
 
@@ -15,14 +17,24 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m wbcore_microvm")
     ap.add_argument("command", choices=["prepare"])
     ap.add_argument("--cache", type=Path, default=None,
-                    help="the image and snapshot cache (default: $WB_MICROVM_CACHE, else ~/.cache/wbcore/microvm)")
+                    help="the image and snapshot cache (default: the one the tier reads: $WB_MICROVM_CACHE, "
+                         "else $WB_HOME/tiers/microvm of the home wbx would use here)")
     ap.add_argument("--shell-mounts", action="store_true",
                     help="also the snapshot with virtio-9p slots that wbx shell --tier microvm --mount restores")
     args = ap.parse_args(argv)
     from wbcore_microvm import tiers
     from wbcore_runtime.errors import WbError
 
-    cache = args.cache or Path(os.environ.get("WB_MICROVM_CACHE") or Path.home() / ".cache" / "wbcore" / "microvm")
+    if args.cache is not None:
+        cache = args.cache
+    else:
+        from wbcore_microvm.image import cache_root
+        from wbcore_runtime.home import choose
+
+        home = choose(os.environ)
+        cache = cache_root(home.path, dict(os.environ))
+        print(f"microvm: cache {cache} ({'from $WB_MICROVM_CACHE' if os.environ.get('WB_MICROVM_CACHE') else 'in the home ' + home.describe()})",
+              flush=True)
     ok, why = tiers._probe_tools()
     if not ok:
         print(f"microvm: unavailable: {why}", file=sys.stderr)

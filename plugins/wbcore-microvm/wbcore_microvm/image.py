@@ -6,7 +6,7 @@ owner root — the same inputs give the same bytes. It holds:
 - ``/bin/busybox`` from Debian's ``busybox-static`` and a link per applet (``busybox
   --list-full``), the guest's whole userland;
 - ``/sbin/wbcore-agent`` (and its multi-call name ``/usr/bin/wb-cap``), the guest agent,
-  compiled here from ``agent/wbcore_agent.c`` with ``gcc -static`` (or ``zig cc -target
+  compiled here from ``agent/wb_agent.c`` with ``gcc -static`` (or ``zig cc -target
   x86_64-linux-musl``);
 - the kernel modules the virtio-serial channel needs, from the same kernel package
   (``virtio_ring`` before ``virtio``, then PCI transport, then ``virtio_console``), and
@@ -37,7 +37,7 @@ from pathlib import Path
 
 from wbcore_runtime.errors import NotFound
 
-AGENT_SRC = Path(__file__).with_name("agent") / "wbcore_agent.c"
+AGENT_SRC = Path(__file__).with_name("agent") / "wb_agent.c"
 RECIPE = 1  # bumped when the layout below changes
 MODULES = ("virtio_ring", "virtio", "virtio_pci_legacy_dev", "virtio_pci_modern_dev", "virtio_pci", "virtio_console",
            # virtio-9p: host folders of ``wbx shell --tier microvm --mount`` (mounted by the agent on request)

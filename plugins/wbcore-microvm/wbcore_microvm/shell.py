@@ -4,7 +4,7 @@ agent serving terminal sessions.
 The VM is the one a posix call gets (no network device, QEMU's seccomp sandbox, an
 unprivileged QEMU when this process is root, the session secret on the guest's kernel
 command line, restored from the snapshot in a few seconds) but for one session's life
-instead of one call's. The guest agent (``agent/wbcore_agent.c``) speaks the same PTY frames
+instead of one call's. The guest agent (``agent/wb_agent.c``) speaks the same PTY frames
 as the container tier's (:mod:`wbcore_runtime.terminal`): it starts only programs on the image's
 allowlist (``/bin/sh`` is busybox's), as uid 1000 on a fresh pty, at most four at once.
 The host relays the terminal with :func:`wbcore_runtime.terminal.attach` over the VM's
