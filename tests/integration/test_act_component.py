@@ -77,6 +77,8 @@ def test_wbx_act_tools_call_and_info(wbx: Any, time_rt: Any) -> None:
     assert res.exit_code == 0, res.stderr
     (event,) = json.loads(res.stdout)
     assert event["tag"] == "content" and event["value"]["mime-type"] == "text/plain"
+    # text/plain data is shown as the text it is (guessed as CBOR, "2026-…" read as -19)
+    assert isinstance(event["value"]["data"], str) and event["value"]["data"].endswith("+09:00"), event
 
     res = wbx("act", "call", "time.nope", runtime=time_rt)
     assert res.exit_code == 127 and "time.get_current_time" in res.stderr  # unknown tool lists the known ones

@@ -73,8 +73,27 @@ def build(runtime: Any) -> Any:
     return call
 
 
+def _content_json(data: bytes, mime: Any) -> Any:
+    """A content part's ``data`` as its MIME type says: text as a string, CBOR decoded as
+    ``{"cbor": value}``, anything else as ``{"hex": …}``. (Guessing CBOR first showed text like
+    "2…" as ``{"cbor": -19}``: a text byte is a valid CBOR integer.)"""
+    kind = str(mime or "application/cbor").split(";", 1)[0].strip().lower()
+    if kind.startswith("text/") or kind in ("application/json", "application/xml") or kind.endswith(("+json", "+xml")):
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            return {"hex": data.hex()}
+    if kind == "application/cbor":
+        return _wire_json(data)
+    return {"hex": data.hex()}
+
+
 def _wire_json(value: Any) -> Any:
-    """Wire values as JSON: CBOR byte strings decoded and shown as {"cbor": value}."""
+    """Wire values as JSON: a content part's data by its MIME type (:func:`_content_json`),
+    other CBOR byte strings decoded and shown as {"cbor": value}."""
+    if isinstance(value, dict) and isinstance(value.get("data"), (bytes, bytearray)) and "mime-type" in value:
+        return {str(k): (_content_json(bytes(v), value.get("mime-type")) if k == "data" else _wire_json(v))
+                for k, v in value.items()}
     if isinstance(value, (bytes, bytearray)):
         from wbcore_runtime.act import cbor
 
