@@ -74,6 +74,12 @@ def test_an_unsigned_toolkit_is_not_published(allowed, toolkit_root, wbx):
     r = wbx("publish", "oci", "bare", f"{allowed.host}/wb/bare:1")
     assert r.exit_code == 2 and "signature missing" in r.stderr and "sign it first" in r.stderr, r.stderr
     assert list(allowed.storage.rglob("data")) == []
+    # A first-party toolkit cannot be signed (wbx toolkit sign refuses it): the message says what works.
+    write_toolkit(toolkit_root, "mine", trust="first-party")
+    r = wbx("publish", "oci", "mine", f"{allowed.host}/wb/mine:1")
+    assert r.exit_code == 2 and "set #+TRUST: third-party" in r.stderr and "wbx toolkit sign mine" in r.stderr, r.stderr
+    assert wbx("toolkit", "sign", "mine").exit_code != 0  # the advice is not "sign it" alone: sign refuses
+    assert list(allowed.storage.rglob("data")) == []
 
 
 def test_a_tampered_layer_is_refused_on_install(allowed, signed_tk, wbx, make_runtime, tmp_path):

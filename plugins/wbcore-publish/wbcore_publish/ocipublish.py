@@ -41,6 +41,11 @@ def toolkit(folder: Path, target: str, *, env: Mapping[str, str]) -> Published:
     m = _manifest.load(folder / signing.MANIFEST)
     verdict = signing.verify(folder, env=env)
     if not verdict.ok:
+        if m.trust != "third-party":
+            # `wbx toolkit sign` refuses first-party toolkits: say the step that works.
+            raise InvalidArgs(f"{m.id} is first-party and first-party toolkits are not signed; what is published "
+                              "to a registry is installed as third-party and must be signed: set #+TRUST: "
+                              f"third-party in its manifest, then wbx toolkit sign {m.id}, then publish")
         raise InvalidArgs(f"{m.id}: signature {verdict.code}: {verdict.message}; sign it first "
                           f"(wbx toolkit sign {m.id}): installs refuse an unsigned third-party toolkit")
     ref = _reference(target)
