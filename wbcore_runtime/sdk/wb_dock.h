@@ -12,7 +12,9 @@
  *
  * The C lanes put this header on every build's include path (-I/wb-sdk): write
  * #include "wb_dock.h" and ship no copy. To build elsewhere with clang / zig cc
- * --target=wasm32-wasi, add -I$(python -c 'import wbcore.dock as d; print(d.SDK_C)').
+ * --target=wasm32-wasi, add -I$(python -c 'import wbcore_runtime.dock as d; print(d.SDK_C)').
+ * tcc (the c-wasm lane) names an import by an asm label "module.name" instead of clang's
+ * import_module/import_name attributes: the declarations below spell both.
  *
  *   wb_buf req = {0};
  *   wb_map(&req, 2); wb_text(&req, "op"); wb_text(&req, "get");
@@ -30,9 +32,60 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define WB_IMPORT(n) __attribute__((import_module("wb"), import_name(#n)))
 typedef int64_t (*wb_fn)(const void *req, uint32_t req_len, void *resp, uint32_t resp_cap);
-
+#if defined(__TINYC__)
+/* tcc (the c-wasm lane): an import is a symbol's asm label, "wb.<cap>", and tcc learns an
+ * import's signature only from a direct call, so each cap is a small function calling its
+ * import directly. tcc keeps every function it compiles, so only the caps the lane names
+ * with -DWB_CAP_<cap> (the manifest's #+CAPS) are defined: a module that imported every cap
+ * would not instantiate without every grant. fetch and info are always linked. */
+#define WB_CAP_THUNK(n) int64_t wb_import_##n(const void *, uint32_t, void *, uint32_t) __asm__("wb." #n); \
+    static int64_t wb_##n(const void *q, uint32_t ql, void *r, uint32_t rc) { return wb_import_##n(q, ql, r, rc); }
+int64_t wb_import_fetch(void *, uint32_t) __asm__("wb.fetch");
+static int64_t wb_fetch(void *r, uint32_t rc) { return wb_import_fetch(r, rc); }
+int64_t wb_import_info(void *, uint32_t) __asm__("wb.info");
+static int64_t wb_info(void *r, uint32_t rc) { return wb_import_info(r, rc); }
+#ifdef WB_CAP_vfs
+WB_CAP_THUNK(vfs)
+#endif
+#ifdef WB_CAP_kv
+WB_CAP_THUNK(kv)
+#endif
+#ifdef WB_CAP_queue
+WB_CAP_THUNK(queue)
+#endif
+#ifdef WB_CAP_secrets
+WB_CAP_THUNK(secrets)
+#endif
+#ifdef WB_CAP_net
+WB_CAP_THUNK(net)
+#endif
+#ifdef WB_CAP_browse
+WB_CAP_THUNK(browse)
+#endif
+#ifdef WB_CAP_tcp
+WB_CAP_THUNK(tcp)
+#endif
+#ifdef WB_CAP_udp
+WB_CAP_THUNK(udp)
+#endif
+#ifdef WB_CAP_tls
+WB_CAP_THUNK(tls)
+#endif
+#ifdef WB_CAP_llm
+WB_CAP_THUNK(llm)
+#endif
+#ifdef WB_CAP_exec
+WB_CAP_THUNK(exec)
+#endif
+#ifdef WB_CAP_commands
+WB_CAP_THUNK(commands)
+#endif
+#ifdef WB_CAP_parallel
+WB_CAP_THUNK(parallel)
+#endif
+#else
+#define WB_IMPORT(n) __attribute__((import_module("wb"), import_name(#n)))
 WB_IMPORT(vfs) int64_t wb_vfs(const void *, uint32_t, void *, uint32_t);
 WB_IMPORT(kv) int64_t wb_kv(const void *, uint32_t, void *, uint32_t);
 WB_IMPORT(queue) int64_t wb_queue(const void *, uint32_t, void *, uint32_t);
@@ -48,6 +101,7 @@ WB_IMPORT(commands) int64_t wb_commands(const void *, uint32_t, void *, uint32_t
 WB_IMPORT(parallel) int64_t wb_parallel(const void *, uint32_t, void *, uint32_t);
 WB_IMPORT(fetch) int64_t wb_fetch(void *, uint32_t);
 WB_IMPORT(info) int64_t wb_info(void *, uint32_t);
+#endif
 
 enum { WB_OK = 0, WB_NOT_FOUND = 1, WB_INVALID_ARGS = 2, WB_TIMEOUT = 3, WB_CAPABILITY_DENIED = 4, WB_INTERNAL = 5,
        WB_GUEST_ERROR = 6 /* the guest's own problem: out of memory, malformed response */ };

@@ -121,6 +121,12 @@ def _sources(root: Path, entry: str | None) -> tuple[str, list[str]]:
     return inc, files
 
 
+#: A cap name that can be a C identifier suffix (-DWB_CAP_<cap>).
+_CAP_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
+#: tcc's message for a Dock function of a cap the manifest does not declare.
+_UNDECLARED_CAP = re.compile(r"'wb_([a-z][a-z0-9_]*)' undeclared")
+
+
 @dataclass
 class CWasmLane:
     """Compiles every ``*.c`` of the source folder (or the one ``entry``) into one WASI module."""
@@ -155,7 +161,11 @@ class CWasmLane:
         outdir = request.outdir
         outdir.mkdir(parents=True, exist_ok=True)
         tc = self.toolchain
-        argv = ["tcc", f"-I{inc}", "-I/wb-sdk", *request.flags, "-o", f"/out/{name}", *files]
+        # tcc knows an import's signature only from a direct call, so wb_dock.h gives it one
+        # thunk per cap; -DWB_CAP_<cap> for each #+CAPS cap keeps the others out of the module
+        # (a module importing an ungranted cap does not instantiate).
+        caps = [f"-DWB_CAP_{c}" for c in sorted(request.manifest.caps) if _CAP_NAME.fullmatch(c)]
+        argv = ["tcc", f"-I{inc}", "-I/wb-sdk", *caps, *request.flags, "-o", f"/out/{name}", *files]
         if request.progress:
             request.progress(f"tcc (in wasm): compiling {len(files)} file(s)")
         result = guest.run(
@@ -180,6 +190,10 @@ class CWasmLane:
         if result.exit_code != 0:
             why = result.trap or f"exit {result.exit_code}"
             first = next((ln for ln in log.splitlines() if ln.strip()), why)
+            used = sorted(set(_UNDECLARED_CAP.findall(log)))
+            if used:
+                first += (f" — the program calls the Dock's {', '.join(f'wb_{c}' for c in used)}: declare "
+                          f"#+CAPS: {' '.join(used)} in the manifest (the c-wasm lane links the caps it declares)")
             raise BuildFailed(f"c-wasm: tcc failed ({why}): {first}", log=f"$ {cmdline}\n{log}")
         artifact = outdir / name
         if not artifact.is_file():

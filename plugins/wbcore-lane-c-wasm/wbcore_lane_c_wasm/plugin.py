@@ -19,5 +19,6 @@ def wbcore_build_lanes() -> Iterator[BuildLane]:
         factory=lazy("wbcore_lane_c_wasm.lane:CWasmLane.for_runtime"),
         available=lazy("wbcore_lane_c_wasm.toolchain:check"),
         check_flags=lazy("wbcore_lane_c_wasm.lane:check_flags"),
-        output_fields=("BUILD_FLAGS",),
+        # CAPS: tcc links a thunk per declared cap (wb_dock.h), so the caps shape the module.
+        output_fields=("BUILD_FLAGS", "CAPS"),
     )
