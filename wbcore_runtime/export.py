@@ -26,6 +26,7 @@ from typing import Any
 
 from wbcore_runtime import markup, unpack
 from wbcore_runtime.errors import InvalidArgs
+from wbcore_runtime.skill_import import GENERATED_KEY, ORIGINAL_DIR, generated_digest
 from wbcore_runtime.toolkit import Toolkit
 
 INDEX_SCHEMA = "https://schemas.agentskills.io/discovery/0.2.0/schema.json"
@@ -76,6 +77,47 @@ def _doc_path(skill_text: str, slug: str) -> str:
     return f"references/{slug}.md"
 
 
+def _original_package(toolkit: Toolkit) -> dict[str, bytes] | None:
+    """The package an import kept (``agent-skill/``), while what the import generated from it
+    is unchanged (``skill_import.generated_digest``); else ``None`` (render the edited skills)."""
+    recorded = toolkit.manifest.extra(GENERATED_KEY)
+    original = toolkit.manifest.extra("AGENT_SKILL")
+    if not recorded or original != ORIGINAL_DIR:
+        return None
+    folder = toolkit.folder()
+    try:
+        manifest = folder.read("manifest.org", MAX_PACKAGE_BYTES)
+        now = generated_digest(lambda rel: folder.read(rel, MAX_PACKAGE_BYTES), manifest,
+                                            [s.slug for s in toolkit.skills])
+    except (OSError, InvalidArgs):
+        return None
+    if now != recorded.strip():
+        return None
+    return _walk_files(toolkit, original)
+
+
+def _walk_files(toolkit: Toolkit, under: str) -> dict[str, bytes]:
+    """Every regular file below ``under`` of the toolkit, relative to it (links not followed)."""
+    folder = toolkit.folder()
+    base = toolkit.dir / under
+    files: dict[str, bytes] = {}
+    total = 0
+    for dirpath, dirnames, filenames in os.walk(base, followlinks=False):
+        dirnames.sort()
+        for name in sorted(filenames):
+            path = Path(dirpath) / name
+            if path.is_symlink():
+                continue
+            if len(files) >= MAX_PACKAGE_FILES:
+                raise InvalidArgs(f"{toolkit.dir}: more than {MAX_PACKAGE_FILES} files to export")
+            data = folder.read(path.relative_to(toolkit.dir).as_posix(), MAX_PACKAGE_BYTES - total)
+            total += len(data)
+            if total >= MAX_PACKAGE_BYTES:
+                raise InvalidArgs(f"{toolkit.dir}: more than {MAX_PACKAGE_BYTES} bytes to export")
+            files[path.relative_to(base).as_posix()] = data
+    return files
+
+
 def _package_files(toolkit: Toolkit) -> dict[str, bytes]:
     """The toolkit's files that belong to the package, as bytes (data: nothing here runs).
 
@@ -89,7 +131,7 @@ def _package_files(toolkit: Toolkit) -> dict[str, bytes]:
     for dirpath, dirnames, filenames in os.walk(toolkit.dir, followlinks=False):
         rel_dir = Path(dirpath).relative_to(toolkit.dir)
         if rel_dir == Path("."):
-            dirnames[:] = [d for d in dirnames if d != "skills" and (imported or d in PACKAGE_DIRS)]
+            dirnames[:] = [d for d in dirnames if d not in ("skills", ORIGINAL_DIR) and (imported or d in PACKAGE_DIRS)]
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         for name in sorted(filenames):
             rel = (rel_dir / name).as_posix()
@@ -146,10 +188,15 @@ def _frontmatter(toolkit: Toolkit, name: str, description: str) -> list[str]:
 def render(toolkit: Toolkit) -> dict[str, bytes]:
     """The package's files (relative path → bytes), without writing anything.
 
-    SKILL.md is ``# title`` + the overview skill (headings one level down); each other skill
+    A toolkit imported from an Agent Skills package and not edited since gives back that
+    package byte for byte (:func:`_original_package`). Otherwise SKILL.md is ``# title`` +
+    the overview skill (headings one level down); each other skill
     is a markdown document at its ``#+SOURCE`` path (else ``references/<slug>.md``); what the
     body does not name yet is listed under ``## References``, so a package imported back
     exports to the same bytes."""
+    original = _original_package(toolkit)
+    if original is not None:
+        return original
     m = toolkit.manifest
     name = skill_name(m.id)
     description = " ".join(m.tagline.split())

@@ -26,6 +26,7 @@ from typing import Any
 
 from wbcore_runtime import markup, paths
 from wbcore_runtime.errors import WbError
+from wbcore_runtime.skill_import import ORIGINAL_DIR
 
 SCRIPT_SUFFIXES = (".sh", ".bash", ".zsh", ".py", ".js", ".mjs", ".cjs", ".ts", ".rb", ".pl", ".ps1", ".bat", ".cmd", ".php", ".lua")
 SHELL_LANGS = frozenset({"bash", "sh", "shell", "zsh", "console", "shell-session", "fish"})
@@ -271,7 +272,10 @@ def audit(root: Path, registered: Iterable[str] = ()) -> Report:
     declared = _declared_requires(manifest_text)
     native_clis: dict[str, tuple[str, int]] = {}
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        dirnames[:] = sorted(d for d in dirnames if d not in (".git", "__pycache__"))
+        # The import's kept copy of an Agent Skills package (skill_import.ORIGINAL_DIR) repeats
+        # the files audited at their own paths: one finding per file, not two.
+        dirnames[:] = sorted(d for d in dirnames if d not in (".git", "__pycache__")
+                             and not (dirpath == str(root) and d == ORIGINAL_DIR))
         for name in sorted(filenames):
             path = Path(dirpath) / name
             rel = path.relative_to(root).as_posix()

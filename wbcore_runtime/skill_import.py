@@ -293,12 +293,45 @@ def _relink(org_text: str, links: dict[str, str], tid: str) -> str:
     return re.sub(r"\[\[([^\]\n]+)\](?:\[([^\]\n]+)\])?\]", swap, org_text)
 
 
+#: The folder of a toolkit imported from Agent Skills that keeps the package byte for byte
+#: (SKILL.md and every file), so an export gives back exactly what was imported.
+ORIGINAL_DIR = "agent-skill"
+#: The manifest keyword holding :func:`generated_digest` of what the import generated.
+GENERATED_KEY = "AGENT_SKILL_GENERATED"
+
+
+def generated_digest(read: Any, manifest: bytes, skills: list[str]) -> str:
+    """sha256 of what an import generated from the original package: the manifest (less its
+    own ``#+AGENT_SKILL_GENERATED`` line) and ``skills/<slug>.org`` of each skill. While it
+    still matches, nobody edited the toolkit since the import and the original is what export
+    writes; once it differs, export renders the edited skills instead."""
+    import hashlib
+
+    h = hashlib.sha256()
+    kept = b"".join(ln for ln in manifest.splitlines(keepends=True) if not ln.startswith(f"#+{GENERATED_KEY}:".encode()))
+    h.update(b"manifest.org\0" + kept + b"\0")
+    for slug in sorted(set(skills)):
+        rel = f"skills/{slug}.org"
+        h.update(rel.encode() + b"\0" + read(rel) + b"\0")
+    return h.hexdigest()
+
+
+def _package_paths(plan: _Plan, source: Path) -> list[Path]:
+    """Every file of the package: the SKILL.md, its documents and the other files."""
+    paths = [path.relative_to(source) for _, path in plan.refs] + list(plan.copies)
+    if plan.main is not None:
+        paths.append(plan.main.relative_to(source))
+    return paths
+
+
 @dataclass(frozen=True)
 class Imported:
     id: str
     path: Path
     skills: tuple[str, ...]
     copied: tuple[str, ...]
+    #: What the import accepted but a person should know (a SKILL.md name that differs from its folder).
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass
@@ -311,6 +344,7 @@ class _Plan:
     refs: list[tuple[str, Path]]  # (slug hint, document)
     copies: list[Path]
     kind: str  # agent-skills, markdown, folder
+    warnings: list[str] = field(default_factory=list)
 
 
 def _plan(source: Path, ident: str | None, *, check_dir: bool) -> _Plan:
@@ -327,11 +361,21 @@ def _plan(source: Path, ident: str | None, *, check_dir: bool) -> _Plan:
     where: dict[str, int] = {}
     body = ""
     kind = "folder"
+    warning = ""
     if main is not None:
         front, body, where = read_frontmatter(_read_doc(main))
         if main.name.lower() == "skill.md":
             kind = "agent-skills"
-            check_skill_front(front, where, main, source.resolve().name if check_dir else None)
+            dir_name = source.resolve().name if check_dir else None
+            if ident is not None and dir_name is not None and isinstance(front.get("name"), str) \
+                    and front["name"].strip() != dir_name:
+                # --as names the toolkit: the folder's name decides nothing, so say it and go on.
+                check_skill_front(front, where, main, None)
+                warning = (f"{main}:{where.get('name', 1)}: name: {front['name'].strip()!r} does not match its folder "
+                           f"{dir_name!r} (the specification wants them equal); imported as {ident} (--as)")
+            else:
+                check_skill_front(front, where, main, dir_name)
+                warning = ""
     refs: list[tuple[str, Path]] = []
     copies: list[Path] = []
     for dirpath, dirnames, filenames in os.walk(source, followlinks=False):
@@ -348,7 +392,10 @@ def _plan(source: Path, ident: str | None, *, check_dir: bool) -> _Plan:
             if len(refs) + len(copies) > MAX_FILES:
                 raise InvalidArgs(f"{source}: more than {MAX_FILES} files to import")
     name = ident or _exported_id(front) or str(front.get("name") or source.name)
-    return _Plan(name, front, where, main, body, refs, copies, kind)
+    plan = _Plan(name, front, where, main, body, refs, copies, kind)
+    if kind == "agent-skills" and warning:
+        plan.warnings.append(warning)
+    return plan
 
 
 def _exported_id(front: dict[str, Any]) -> str | None:
@@ -483,7 +530,15 @@ def import_skill(source: Path, out_root: Path, *, ident: str | None = None, forc
         else:
             made = _write_sections(stage, plan, doc, title, tagline, tid)
         copied = _copy_files(source, stage, plan.copies)
-        (stage / "manifest.org").write_text(_manifest(tid, title, tagline, front, kind, source, documents), encoding="utf-8")
+        manifest_text = _manifest(tid, title, tagline, front, kind, source, documents)
+        if kind == "agent-skills" and source.is_dir():
+            _copy_files(source, stage / ORIGINAL_DIR, sorted(_package_paths(plan, source)))
+            manifest_text = manifest_text.replace(
+                f"#+IMPORTED_FROM: {kind}: ", f"#+AGENT_SKILL: {ORIGINAL_DIR}\n#+IMPORTED_FROM: {kind}: ", 1)
+            skills_written = ["overview", *made]
+            digest = generated_digest(lambda rel: (stage / rel).read_bytes(), manifest_text.encode("utf-8"), skills_written)
+            manifest_text = manifest_text.replace("#+AGENT_SKILL: ", f"#+{GENERATED_KEY}: {digest}\n#+AGENT_SKILL: ", 1)
+        (stage / "manifest.org").write_text(manifest_text, encoding="utf-8")
         if target.exists() or target.is_symlink():
             trash = Path(tempfile.mkdtemp(prefix=f".old-{tid}-", dir=out_root))
             os.rename(target, trash / tid)
@@ -491,7 +546,7 @@ def import_skill(source: Path, out_root: Path, *, ident: str | None = None, forc
             unpack.remove_tree(trash)
         else:
             os.rename(stage, target)
-        return Imported(tid, target, tuple(made), tuple(copied))
+        return Imported(tid, target, tuple(made), tuple(copied), tuple(plan.warnings))
     finally:
         if stage.exists():
             unpack.remove_tree(stage)

@@ -148,9 +148,11 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
         done = skill_import.import_source(source, out or runtime.cwd / "toolkits", ident=as_, force=force, sha256=sha256)
         report = native_audit.audit(done.path, _registered())
         runtime.discover(refresh=True)
+        for warning in done.warnings:
+            typer.echo(f"wbx: warning: {warning}", err=True)
         if json_:
             emit_json({"id": done.id, "path": str(done.path), "skills": list(done.skills), "copied": list(done.copied),
-                       "audit": report.as_dict()})
+                       "warnings": list(done.warnings), "audit": report.as_dict()})
             return
         typer.echo(f"imported {done.id} → {done.path}")
         typer.echo(f"  skills: overview {' '.join(done.skills)}".rstrip())
