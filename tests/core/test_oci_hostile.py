@@ -1,0 +1,155 @@
+"""A hostile OCI registry (issue 22's red-team list): an index with many platforms, a manifest
+with too many layers, a blob that keeps growing past its descriptor, a blob redirected to a
+host the deployer did not allow, and a toolkit layer that is an archive bomb. Each is refused
+with a message that says what, and nothing lands. The registry is scripted here (test
+support): a real one would never serve these."""
+
+from __future__ import annotations
+
+import gzip
+import http.server
+import io
+import json
+import tarfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from wbcore_runtime import install, oci
+from wbcore_runtime.netguard import EgressDenied
+
+
+class Hostile:
+    """Serves one manifest under any tag and blobs by digest; ``grow`` names a blob streamed
+    without end, ``redirect`` a blob answered with a 307 to another origin."""
+
+    def __init__(self) -> None:
+        self.manifest = b""
+        self.manifest_type = oci.MANIFEST_TYPE
+        self.blobs: dict[str, bytes] = {}
+        self.grow: set[str] = set()
+        self.redirect: dict[str, str] = {}
+        self.blob_gets: list[str] = []
+        self.streamed = 0
+        fake = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *a: object) -> None:
+                pass
+
+            def _reply(self, status: int, body: bytes = b"", headers: tuple[tuple[str, str], ...] = ()) -> None:
+                self.send_response(status)
+                for k, v in headers:
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self) -> None:
+                if self.path == "/v2/":
+                    self._reply(200, b"{}")
+                elif "/manifests/" in self.path:
+                    self._reply(200, fake.manifest, (("Content-Type", fake.manifest_type),))
+                elif "/blobs/" in self.path:
+                    digest = self.path.rsplit("/", 1)[-1]
+                    fake.blob_gets.append(digest)
+                    if digest in fake.redirect:
+                        self._reply(307, b"", (("Location", fake.redirect[digest]),))
+                    elif digest in fake.grow:
+                        self.send_response(200)
+                        self.end_headers()  # no length: it just keeps coming
+                        try:
+                            for _ in range(64 << 10):  # at most 1 GiB, in 16 KiB chunks
+                                self.wfile.write(b"\0" * (16 << 10))
+                                fake.streamed += 16 << 10
+                        except OSError:
+                            pass  # the client hung up: what we want
+                    else:
+                        self._reply(200, fake.blobs[digest])
+                else:
+                    self._reply(404)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.host = f"127.0.0.1:{self.server.server_address[1]}"
+
+    def put(self, data: bytes, media_type: str) -> oci.Descriptor:
+        d = oci.Descriptor.of(data, media_type)
+        self.blobs[d.digest] = data
+        return d
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def hostile(monkeypatch: pytest.MonkeyPatch) -> Iterator[Hostile]:
+    reg = Hostile()
+    monkeypatch.setenv("WB_OCI_PLAIN_HTTP", reg.host)
+    monkeypatch.setenv("WB_ALLOW_PRIVATE_HOSTS", "127.0.0.1")
+    yield reg
+    reg.close()
+
+
+def _toolkit_manifest(reg: Hostile, layers: list[oci.Descriptor]) -> bytes:
+    cfg = reg.put(b"{}", oci.TOOLKIT_CONFIG)
+    return oci.manifest_bytes(artifact_type=oci.TOOLKIT_TYPE, config=cfg, layers=layers)
+
+
+def test_an_index_of_many_platforms_is_refused_without_fetching_them(hostile: Hostile, tmp_path: Path) -> None:
+    entries = [{"mediaType": oci.MANIFEST_TYPE, "digest": "sha256:" + f"{i:064x}", "size": 500,
+                "platform": {"architecture": f"arch{i}", "os": "linux"}} for i in range(5000)]
+    hostile.manifest_type = "application/vnd.oci.image.index.v1+json"
+    hostile.manifest = json.dumps({"schemaVersion": 2, "mediaType": hostile.manifest_type,
+                                   "manifests": entries}).encode()
+    with pytest.raises(oci.OciError, match="an index or a Docker image is not a wbcore artifact"):
+        oci.pull(f"oci://{hostile.host}/wb/x:1", tmp_path / "out", artifact_types=(oci.TOOLKIT_TYPE,))
+    assert hostile.blob_gets == []
+
+
+def test_too_many_layers_are_refused_before_any_blob(hostile: Hostile, tmp_path: Path) -> None:
+    layers = [hostile.put(bytes([i]), oci.TOOLKIT_LAYER) for i in range(oci.MAX_LAYERS + 1)]
+    hostile.manifest = _toolkit_manifest(hostile, layers)
+    with pytest.raises(oci.OciError, match=f"expected 1..{oci.MAX_LAYERS} layers"):
+        oci.pull(f"oci://{hostile.host}/wb/x:1", tmp_path / "out", artifact_types=(oci.TOOLKIT_TYPE,))
+    assert hostile.blob_gets == []
+
+
+def test_a_blob_growing_past_its_descriptor_is_cut_at_its_size(hostile: Hostile, tmp_path: Path) -> None:
+    layer = hostile.put(b"small layer", oci.TOOLKIT_LAYER)
+    hostile.grow.add(layer.digest)
+    hostile.manifest = _toolkit_manifest(hostile, [layer])
+    with pytest.raises(oci.OciError, match=r"more than the 11 bytes|sent \d+ bytes"):
+        oci.pull(f"oci://{hostile.host}/wb/x:1", tmp_path / "out", artifact_types=(oci.TOOLKIT_TYPE,))
+    # The client stopped reading at the declared size (plus the socket's buffers), not at 1 GiB.
+    assert hostile.streamed < 64 << 20, hostile.streamed
+    assert not any(p.stat().st_size > layer.size for p in (tmp_path / "out").rglob("*") if p.is_file())
+
+
+def test_a_blob_redirected_to_a_host_not_allowed_is_refused(hostile: Hostile, tmp_path: Path) -> None:
+    layer = hostile.put(b"layer", oci.TOOLKIT_LAYER)
+    hostile.redirect[layer.digest] = "http://169.254.169.254/latest/meta-data/"  # cloud metadata
+    hostile.manifest = _toolkit_manifest(hostile, [layer])
+    with pytest.raises(EgressDenied, match="SSRF guard"):
+        oci.pull(f"oci://{hostile.host}/wb/x:1", tmp_path / "out", artifact_types=(oci.TOOLKIT_TYPE,))
+
+
+def test_a_toolkit_layer_that_is_an_archive_bomb_lands_nothing(hostile: Hostile, tmp_path: Path) -> None:
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as tf:
+        for i in range(install.TREE_CAPS.max_files + 1):  # many entries, each tiny: a file-count bomb
+            info = tarfile.TarInfo(f"tk/f{i}")
+            info.size = 0
+            tf.addfile(info, io.BytesIO(b""))
+    layer = hostile.put(gzip.compress(raw.getvalue(), mtime=0), oci.TOOLKIT_LAYER)
+    hostile.manifest = _toolkit_manifest(hostile, [layer])
+    home = tmp_path / "home"
+    with pytest.raises(Exception, match=r"files|entries"):
+        install.install(home, f"oci://{hostile.host}/wb/bomb:1")
+    landed = home / "toolkits"
+    assert not landed.exists() or not any(landed.iterdir())
+    assert not (Path("wbx.lock").exists() and "bomb" in Path("wbx.lock").read_text())
