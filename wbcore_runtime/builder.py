@@ -217,6 +217,27 @@ def _audit_handover(runtime: Runtime, kind: str, name: str, old: str, new: str) 
         target=f"{kind} {name}: {old} -> {new}")
 
 
+def wants_build(manifest: Any) -> bool:
+    """A toolkit ``wbx toolkit build`` builds: a buildable ``#+EXEC`` and a ``#+BUILD_SRC``."""
+    return manifest.exec in KINDS and bool(manifest.build_src)
+
+
+def build_row(runtime: Runtime, ident: str, *, force: bool = False) -> dict[str, Any]:
+    """Build ``ident`` and say how it went as one row, never raising for the build's own
+    failure: ``state`` is built / cached / skipped (its lane cannot run here) / failed, with
+    the error kind and message. ``wbx toolkit build --all`` and the engine's push print these."""
+    from wbcore_runtime import buildable
+    from wbcore_runtime.errors import WbError
+
+    try:
+        res = build(runtime, ident, force=force)
+    except buildable.LaneUnavailable as exc:
+        return {"toolkit": ident, "state": "skipped", "kind": exc.kind.value, "error": exc.message}
+    except WbError as exc:
+        return {"toolkit": ident, "state": "failed", "kind": exc.kind.value, "error": exc.message}
+    return {"toolkit": ident, "state": "cached" if res.cached else "built", **res.as_dict()}
+
+
 def build(runtime: Runtime, ident: str, which: str | None = None, *, progress: Progress | None = None,
           force: bool = False, replace_command: str | None = None) -> BuildResult:
     """Build toolkit ``ident`` and register its artifact. ``which`` picks the registry

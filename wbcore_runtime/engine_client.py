@@ -80,11 +80,18 @@ def call(base: str, path: str, *, token: str | None, method: str = "GET", query:
         raise Timeout(f"engine {url}: no answer within {timeout:g} s") from None
 
 
+#: A push that builds waits for the engine's compilers (a first build of a lane can take minutes).
+BUILD_TIMEOUT = 900.0
+
+
 def push(base: str, archive: bytes, *, name: str, token: str | None, dry_run: bool = False, force: bool = False,
-         first_party: bool = False, timeout: float = DEFAULT_TIMEOUT) -> Any:
-    """Upload a toolkit archive to ``POST /v1/toolkits``."""
+         first_party: bool = False, build: bool = True, timeout: float | None = None) -> Any:
+    """Upload a toolkit archive to ``POST /v1/toolkits``; the engine builds what landed unless
+    ``build`` is false."""
+    wait = timeout if timeout is not None else (BUILD_TIMEOUT if build and not dry_run else DEFAULT_TIMEOUT)
     return call(base, "/v1/toolkits", token=token, method="POST", body=archive, content_type="application/gzip",
-                query={"name": name, "dry_run": dry_run, "force": force, "first_party": first_party}, timeout=timeout)
+                query={"name": name, "dry_run": dry_run, "force": force, "first_party": first_party,
+                       "build": "1" if build else "0"}, timeout=wait)
 
 
 def events(base: str, path: str, *, token: str | None, wait: float = 3600.0,

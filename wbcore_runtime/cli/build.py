@@ -6,7 +6,7 @@ import json
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import typer
 
@@ -122,33 +122,30 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
             typer.echo("  run it: " + (f"wbx run {result.name}" if result.kind == "command" else f"wbx kernel run {result.name}"))
 
 
+def build_line(row: dict[str, Any]) -> str:
+    """One ``builder.build_row`` as the line ``--all`` (and ``wbx toolkit push``) prints."""
+    tid, state = row["toolkit"], row["state"]
+    if state == "skipped":
+        return f"- {tid}: skipped: {row['error']}"
+    if state == "failed":
+        return f"✗ {tid}: {row['kind']}: {row['error']}"
+    return f"✓ {tid}: {row['kind']} {row['name']} {state} in {float(row['seconds']):.2f}s → {str(row['sha256'])[:12]}…"
+
+
 def build_all(runtime: Runtime, *, force: bool, json_: bool) -> None:
     """``wbx toolkit build --all``: every toolkit with a buildable ``#+EXEC`` and a
     ``#+BUILD_SRC``, in search-path order; one line each (✓ built or cached, ✗ failed with
     the reason, - skipped when its lane cannot run on this machine); exit 1 if any failed."""
-    from wbcore_runtime import buildable, builder
-    from wbcore_runtime.errors import WbError
+    from wbcore_runtime import builder
 
     rows: list[dict[str, object]] = []
     for tk in runtime.discover().toolkits.values():
-        m = tk.manifest
-        if m.exec not in builder.KINDS or not m.build_src:
+        if not builder.wants_build(tk.manifest):
             continue
-        try:
-            res = builder.build(runtime, tk.id, force=force)
-        except buildable.LaneUnavailable as exc:
-            row: dict[str, object] = {"toolkit": tk.id, "state": "skipped", "kind": exc.kind.value, "error": exc.message}
-            line = f"- {tk.id}: skipped: {exc.message}"
-        except WbError as exc:
-            row = {"toolkit": tk.id, "state": "failed", "kind": exc.kind.value, "error": exc.message}
-            line = f"✗ {tk.id}: {exc.kind.value}: {exc.message}"
-        else:
-            row = {"toolkit": tk.id, "state": "cached" if res.cached else "built", **res.as_dict()}
-            line = (f"✓ {tk.id}: {res.kind} {res.name} {'cached' if res.cached else 'built'} in {res.seconds:.2f}s"
-                    f" → {res.sha256[:12]}…")
+        row = builder.build_row(runtime, tk.id, force=force)
         rows.append(row)
         if not json_:
-            typer.echo(line)
+            typer.echo(build_line(row))
     failed = sum(1 for r in rows if r["state"] == "failed")
     if json_:
         emit_json(rows)

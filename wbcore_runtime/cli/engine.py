@@ -31,16 +31,19 @@ def register_push(app: typer.Typer, runtime: Runtime) -> None:
         force: bool = typer.Option(False, "--force", help="Replace the toolkit if the engine has it installed."),
         first_party: bool = typer.Option(False, "--first-party",
                                          help="Vouch for a first-party toolkit (it gets its profile's caps there)."),
+        no_build: bool = typer.Option(False, "--no-build", help="Land it only; build later (POST /v1/toolkits/ID/build)."),
         token: str = typer.Option(None, "--token", envvar="WB_ENGINE_TOKEN", show_envvar=True, help=TOKEN_HELP),
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
-        """Ship a toolkit onto a running engine: verified there, then landed (all or nothing)."""
+        """Ship a toolkit onto a running engine: verified there, then landed (all or nothing),
+        then built in the engine's own build sandbox so its commands answer at once."""
         from wbcore_runtime import engine_client
+        from wbcore_runtime.cli.build import build_line
 
         tk = runtime.toolkit(ident)
         archive = engine_client.toolkit_archive(Path(tk.dir), tk.id)
         answer = engine_client.push(engine, archive, name=f"{tk.id}.tar.gz", token=token or None, dry_run=dry_run,
-                                    force=force, first_party=first_party)
+                                    force=force, first_party=first_party, build=not no_build)
         if json_:
             emit_json(answer)
             return
@@ -55,6 +58,11 @@ def register_push(app: typer.Typer, runtime: Runtime) -> None:
             signer = f", signed by {item['signer']}" if item.get("signer") else ""
             typer.echo(f"{verb} {item['id']} {item['version']} on {engine} ({item['trust']}{signer}); "
                        f"requests caps: {' '.join(item.get('caps', [])) or 'none'}")
+        rows = answer.get("builds", [])
+        for row in rows:
+            typer.echo(f"  build on the engine: {build_line(row)}")
+        if any(row.get("state") == "failed" for row in rows):
+            raise typer.Exit(1)
 
 
 def run_on_engine(engine: str, agent: str, task: str, *, token: str | None, options: dict[str, Any],

@@ -214,10 +214,13 @@ class Engine:
         if not data:
             raise HttpError(400, "invalid-args", "the body is empty: send the toolkit archive (wbx toolkit push packs one)")
         dry = _flag(request, "dry_run")
-        result = await self.thread(self._push, data, name, dry, _flag(request, "force"), _flag(request, "first_party"))
+        build = request.query_params.get("build", "1").lower() not in ("0", "false", "no")
+        result = await self.thread(self._push, data, name, dry, _flag(request, "force"), _flag(request, "first_party"),
+                                   build)
         return JSONResponse(result)
 
-    def _push(self, data: bytes, name: str, dry: bool, force: bool, first_party: bool) -> dict[str, Any]:
+    def _push(self, data: bytes, name: str, dry: bool, force: bool, first_party: bool,
+              build: bool = True) -> dict[str, Any]:
         from wbcore_runtime import install, leftovers, unpack
 
         home = self.runtime.home
@@ -242,12 +245,36 @@ class Engine:
                     raise
                 self._audit_push(data, name, "allowed", t0, target=" ".join(i.entry.id for i in landed))
                 self.runtime.discover(refresh=True)
+                # A pushed toolkit is built here, in the engine's own build sandbox, so its
+                # commands answer at once (?build=0 lands it only; POST …/build later).
+                built = [self._build(i.entry.id) for i in landed] if build else []
             return {"dry_run": False, "installed": [
                 {"id": i.entry.id, "version": i.entry.version, "trust": i.entry.trust, "signer": i.entry.signer,
                  "digest": i.entry.digest, "caps": list(i.caps), "unchanged": i.unchanged, "path": str(i.path)}
-                for i in landed]}
+                for i in landed], "builds": [b for b in built if b is not None]}
         finally:
             unpack.remove_tree(work)
+
+    def _build(self, ident: str, *, force: bool = False) -> dict[str, Any] | None:
+        """``builder.build_row`` for a toolkit that has something to build (else ``None``)."""
+        from wbcore_runtime import builder
+
+        if not builder.wants_build(self.runtime.toolkit(ident).manifest):
+            return None
+        return builder.build_row(self.runtime, ident, force=force)
+
+    async def build(self, request: Request) -> Response:
+        ident = request.path_params["ident"]
+        force = _flag(request, "force")
+
+        def run() -> dict[str, Any]:
+            with self.lock:
+                row = self._build(ident, force=force)
+            if row is None:
+                raise HttpError(400, "invalid-args", f"{ident} has nothing to build (no buildable #+EXEC with #+BUILD_SRC)")
+            return row
+
+        return JSONResponse(await self.thread(run))
 
     def _audit_push(self, data: bytes, name: str, outcome: str, t0: float, **kw: Any) -> None:
         """One audit line per push that was meant to land: who (the engine's token holder),
@@ -449,6 +476,7 @@ def build(runtime: Any, *, token: str | None, bind: str = "127.0.0.1", allow_hos
         Route("/openapi.json", _wrap(engine.openapi), methods=["GET"]),
         Route("/v1/toolkits", _wrap(engine.toolkits), methods=["GET"]),
         Route("/v1/toolkits", _wrap(engine.push), methods=["POST"]),
+        Route("/v1/toolkits/{ident}/build", _wrap(engine.build), methods=["POST"]),
         Route("/v1/toolkits/{ident}", _wrap(engine.toolkit), methods=["GET"]),
         Route("/v1/toolkits/{ident}/verify", _wrap(engine.verify), methods=["GET"]),
         Route("/v1/calls/{name}", _wrap(engine.call), methods=["POST"]),
