@@ -211,10 +211,35 @@ def load(
             if selected is not None:  # strict selection: a chosen plugin must load
                 raise PluginError(f"selected plugin {name!r} failed to load: {info.error}") from None
             continue
-        pm.register(plugin, name=name)
+        problem = register_checked(pm, plugin, name)
+        if problem:
+            info.error = problem
+            failures[name] = info
+            log.warning("plugin %s refused: %s", name, problem)
+            if selected is not None:
+                raise PluginError(f"selected plugin {name!r} cannot be used: {problem}")
+            continue
         infos.append(info)
     infos.extend(failures.values())
     return pm, _register_objects(pm, objects, infos)
+
+
+def register_checked(pm: pluggy.PluginManager, plugin: object, name: str | None) -> str:
+    """Register ``plugin`` and check every hook implementation against the specs
+    (``check_pending``): a misspelled ``@hookimpl`` would otherwise never be called and
+    the plugin would serve nothing, silently. A plugin that fails is unregistered again;
+    the answer says what is wrong ("" when nothing is)."""
+    try:
+        pm.register(plugin, name=name)
+    except pluggy.PluginValidationError as exc:
+        return f"a hook implementation does not match its spec: {exc}"
+    try:
+        pm.check_pending()
+    except pluggy.PluginValidationError as exc:
+        pm.unregister(plugin=plugin)
+        known = ", ".join(sorted(n for n in dir(hookspecs) if n.startswith(hookspecs.PROJECT + "_")))
+        return f"{exc} (the hooks are: {known})"
+    return ""
 
 
 def load_target(target: str) -> Any:
@@ -249,7 +274,9 @@ def _register_objects(pm: pluggy.PluginManager, objects: Sequence[object], infos
         else:
             name = type(obj).__name__
             target = f"{type(obj).__module__}.{type(obj).__qualname__}"
-        pm.register(obj, name=name)
+        problem = register_checked(pm, obj, name)
+        if problem:  # an in-process plugin is chosen by its embedder: strict
+            raise PluginError(f"plugin {name!r} cannot be used: {problem}")
         infos.append(PluginInfo(name=name, target=target, in_process=True))
     return sorted(infos, key=lambda i: i.name)
 

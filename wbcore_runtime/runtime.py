@@ -164,8 +164,13 @@ class Runtime:
 
     def register_plugin(self, plugin: object, name: str | None = None) -> None:
         """Add an in-process plugin to this runtime after it was opened (tests, embedders).
-        Caches that depend on the plugin set (which hooks have implementations) are reset."""
-        self.pm.register(plugin, name=name)
+        Caches that depend on the plugin set (which hooks have implementations) are reset.
+        A hook implementation no spec declares (a misspelled ``@hookimpl``) is refused."""
+        from wbcore_runtime import plugins as _plugins
+
+        problem = _plugins.register_checked(self.pm, plugin, name)
+        if problem:
+            raise _plugins.PluginError(f"plugin {name or plugin!r} cannot be used: {problem}")
         self.indexed_plugins = False  # the index describes the installed plugins, not this one
         self.__dict__["plugin_index"] = None
         # Registries collected before (writing the plugin index collects shapes, tiers and

@@ -173,3 +173,46 @@ def test_lazy_imports_its_target_at_the_first_call_only() -> None:
     assert "colorsys" in sys.modules
     with pytest.raises(ModuleNotFoundError):
         plugins.lazy("wb_no_such_plugin.lane:Lane")()
+
+
+MISSPELLED = '''
+import pluggy
+hookimpl = pluggy.HookimplMarker("wbcore")
+
+@hookimpl
+def wbcore_exec_shape():  # the hook is wbcore_exec_shapes: pluggy alone would never call this
+    return []
+'''
+
+
+def test_a_misspelled_hook_implementation_is_refused_not_silently_ignored(tmp_path, monkeypatch, make_runtime):
+    """pluggy registers a ``@hookimpl`` no spec declares and never calls it; the core checks
+    every plugin as it registers it (``check_pending``): tolerant for installed plugins (the
+    plugin is listed with the reason, the others load), strict for selected or in-process ones."""
+    import os
+
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.syspath_prepend(str(site))
+    _install_fake_dist(site, "wbtypo")
+    (site / "wbtypo_mod.py").write_text(MISSPELLED)
+    old = time.time() - 60
+    os.utime(site / "wbtypo-1.0.dist-info", (old, old))
+    home = tmp_path / "home"
+    pm, infos = plugins.load(cache_dir=home)
+    typo = next(i for i in infos if i.name == "wbtypo")
+    assert not typo.loaded and "unknown hook 'wbcore_exec_shape'" in (typo.error or "")
+    assert "wbcore_exec_shapes" in (typo.error or "")  # the message lists the real hooks
+    assert pm.get_plugin("wbtypo") is None
+    with pytest.raises(plugins.PluginError, match="selected plugin 'wbtypo' cannot be used: unknown hook"):
+        plugins.load(["wbtypo"], cache_dir=home)
+    import types
+
+    module = types.ModuleType("typo_inproc")
+    exec(MISSPELLED, module.__dict__)
+    with pytest.raises(plugins.PluginError, match="unknown hook 'wbcore_exec_shape'"):
+        plugins.load([module])
+    rt = make_runtime(plugins=[])
+    with pytest.raises(plugins.PluginError, match="unknown hook 'wbcore_exec_shape'"):
+        rt.register_plugin(module, name="typo")
+    assert rt.pm.get_plugin("typo") is None
