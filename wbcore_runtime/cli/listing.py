@@ -27,6 +27,9 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
         if json_:
             emit_json([{**i.as_dict(), "declared_caps": declared(i)} for i in infos])
             return
+        from wbcore_runtime.plugins import core_origin
+
+        typer.echo(f"core · {core_origin()}")
         if not infos:
             typer.echo("no plugins installed")
         for info in infos:
