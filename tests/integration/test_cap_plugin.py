@@ -9,6 +9,8 @@ still grants nothing.
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -36,6 +38,10 @@ DICE_WAT = """(module
     (i32.store (i32.const 0) (i32.const 4096)) (i32.store (i32.const 4) (i32.wrap_i64 (local.get $n)))
     (drop (call $w (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))
 """
+
+
+def _has(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
 
 
 def _wbx(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -74,6 +80,12 @@ def test_pip_installed_plugin_adds_a_cap(tmp_path: Path) -> None:
     assert granted.returncode == 0, granted.stdout + granted.stderr
     assert "dice: roll dice with the host's random source (declared by example-wbcore-dice 0.2.0)" in granted.stdout
     assert "effective: dice" in granted.stdout
+
+    if _has("wbcore_mcp"):  # the MCP door shows the plugin's cap with its meaning
+        tools = json.loads(_wbx(env, tmp_path, "mcp", "tools", "--json", "--only", "rolls").stdout)
+        (tool,) = [t for t in tools if t["name"] == "rolls.rolls"]
+        assert "[plugin caps: dice: roll dice with the host's random source, from example-wbcore-dice 0.2.0]" in tool["description"]
+        assert tool["annotations"]["openWorldHint"] is True and tool["annotations"]["readOnlyHint"] is False
 
     ran = subprocess.run([sys.executable, "-m", "wbcore_runtime", "run", "rolls"], capture_output=True, env=env,
                          cwd=tmp_path, timeout=120)
