@@ -55,25 +55,6 @@ CONSENT_ONLY: frozenset[str] = frozenset({"build", "serve"})
 #: The core's caps: every cap that can be granted without a plugin declaring it.
 CAP_UNIVERSE: frozenset[str] = _POSIX | CONSENT_ONLY
 FAIL_CLOSED = "compute"
-#: What each core cap lets a guest do (``wbx plugins``, ``wbx toolkit grant``, MCP tool descriptions).
-CORE_MEANINGS: dict[str, str] = {
-    "vfs": "a private per-instance file system",
-    "commands": "call other registered commands",
-    "exec": "run registered commands as child calls",
-    "kv": "durable per-tenant key/value store",
-    "secrets": "read secrets the deployer stored for the tenant",
-    "queue": "per-tenant FIFO queues",
-    "tcp": "outbound TCP connections to allowed hosts",
-    "udp": "UDP datagrams to allowed hosts",
-    "tls": "TLS connections to allowed hosts",
-    "net": "HTTP(S) requests to allowed hosts",
-    "llm": "ask the deployer's language model",
-    "browse": "fetch and read web pages",
-    "posix": "run a POSIX program in a sandbox",
-    "parallel": "map a call over many inputs (fabric)",
-    "build": "build toolkits from source",
-    "serve": "serve HTTP on a local port",
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,14 +85,21 @@ class Universe:
             n: frozenset(c.name for c in self.plugin_caps.values() if n in c.profiles) for n in PROFILES}
 
     @classmethod
-    def from_brokers(cls, brokers: Iterable[Any], origin_of: Mapping[str, str] | None = None) -> Universe:
+    def from_brokers(cls, brokers: Iterable[Any], origin_of: Mapping[str, str] | None = None,
+                     reserved: Iterable[str] = ()) -> Universe:
         """The universe declared by broker records (``wbcore_runtime.records.Broker``);
-        ``origin_of`` maps a cap to the distribution that serves it, for messages."""
+        ``origin_of`` maps a cap to the distribution that serves it, for messages;
+        ``reserved`` are import names no cap may take (the Dock's always-linked ones)."""
         caps: list[Cap] = []
         problems: list[str] = []
+        reserved = frozenset(reserved)
         for b in brokers:
             origin = (origin_of or {}).get(b.name, "a plugin")
             profiles = tuple(getattr(b, "profiles", ()) or ())
+            if b.name in reserved:
+                problems.append(f"cap {b.name!r} ({origin}): the name is reserved (wb.{b.name} is linked for every "
+                                f"guest; reserved: {', '.join(sorted(reserved))}); left out: it grants nothing")
+                continue
             if b.name in CAP_UNIVERSE:
                 if profiles:
                     problems.append(f"cap {b.name!r} ({origin}): a core cap; its profiles are the core's, "
@@ -133,10 +121,6 @@ class Universe:
         """What ``prof`` grants here: its own caps plus the plugin caps that name it."""
         extra = self._by_profile.get(prof.name)
         return prof.caps | extra if extra else prof.caps
-
-    def meaning(self, cap: str) -> str:
-        got = self.plugin_caps.get(cap)
-        return got.meaning if got is not None else CORE_MEANINGS.get(cap, "")
 
     def grantable_by(self, cap: str) -> tuple[str, ...]:
         """The profiles that grant ``cap`` (empty: explicit deployer consent only, or unknown)."""

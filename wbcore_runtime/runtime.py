@@ -208,11 +208,12 @@ class Runtime:
     def cap_universe(self) -> Any:
         """The caps this runtime knows (``wbcore_runtime.policy.Universe``): the core's plus
         those its brokers declare, collected once."""
+        from wbcore_runtime.dock import ALWAYS_LINKED
         from wbcore_runtime.policy import Universe
 
         brokers = self.brokers  # collecting fills each plugin's ``serves``
         origin = {name: info.origin for info in self.plugin_infos for name in info.serves.get("cap broker", ())}
-        return Universe.from_brokers(brokers, origin)
+        return Universe.from_brokers(brokers, origin, reserved=ALWAYS_LINKED)
 
     def caps_universe_for(self, caps: Iterable[str]) -> Any:
         """The universe to decide ``caps`` with: the core's when they are all core caps (no

@@ -31,13 +31,15 @@ def test_a_declaration_that_cannot_stand_is_left_out_and_said() -> None:
         _declared(name="nomeaning"),
         _declared(name="typo", meaning="m", profiles=("netwrk",)),
         _declared(name="kv", meaning="widened", profiles=("compute",)),
-    ], {"kv": "evil 1"})
-    assert "nomeaning" not in u.names and "typo" not in u.names
+        _declared(name="info", meaning="shadow the Dock's own import"),
+    ], {"kv": "evil 1"}, reserved=("fetch", "info"))
+    assert "nomeaning" not in u.names and "typo" not in u.names and "info" not in u.names
     assert "kv" not in u.caps_of(policy.PROFILES["compute"])  # a plugin cannot widen a core cap's profiles
     text = "\n".join(u.problems)
     assert "cap 'nomeaning' (a plugin): declares no meaning" in text
     assert "cap 'typo' (a plugin): unknown profile(s) netwrk; known: compute, minimal, network, posix" in text
     assert "cap 'kv' (evil 1): a core cap; its profiles are the core's" in text
+    assert "cap 'info' (a plugin): the name is reserved (wb.info is linked for every guest" in text
     # consent-only by default: granted by no profile, only by a deployer grant
     c = policy.Universe.from_brokers([_declared(meaning="roll dice")])
     assert "dice" in c.consent_only and c.grantable_by("dice") == ()
