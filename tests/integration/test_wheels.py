@@ -74,7 +74,8 @@ def _closure(roots: list[str]) -> set[str]:
 def _repack(name: str, out: Path) -> Path:
     """A wheel of the installed distribution ``name``, made from the files its RECORD lists."""
     dist = metadata.distribution(name)
-    info = Path(str(dist._path))  # type: ignore[attr-defined]  # the .dist-info folder: PathDistribution's
+    wheel_file = next(f for f in dist.files or () if f.name == "WHEEL" and f.parent.name.endswith(".dist-info"))
+    info = Path(str(wheel_file.locate())).parent  # the .dist-info folder
     wheel_meta = (info / "WHEEL").read_text()
     tags = [t.split("-") for t in re.findall(r"^Tag: (\S+)$", wheel_meta, re.M)]
     # several Tag lines (py2-none-any, py3-none-any) compress into one file-name tag (py2.py3-none-any)
