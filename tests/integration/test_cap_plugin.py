@@ -22,6 +22,9 @@ import pytest
 pytest.importorskip("wasmtime")
 cbor2 = pytest.importorskip("cbor2")
 
+from wbcore_runtime import builder, hookimpl  # noqa: E402
+from wbcore_runtime.errors import CapabilityDenied  # noqa: E402
+from wbcore_runtime.records import Broker  # noqa: E402
 from wbcore_runtime.testing import manifest_text, write_toolkit  # noqa: E402
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -100,3 +103,37 @@ def test_pip_installed_plugin_adds_a_cap(tmp_path: Path) -> None:
     verify = _wbx(env, tmp_path, "toolkit", "verify", "rolls")
     assert verify.returncode == 1 and "unknown cap(s): dice" in verify.stdout
 
+
+
+class _ProfiledDice:
+    """The same broker, in-process, declaring that the network profile grants its cap."""
+
+    @staticmethod
+    def _driver(runtime: object) -> object:
+        import secrets
+
+        class Driver:
+            def handle(self, call: object) -> object:
+                return {"faces": bytes(1 + secrets.randbelow(6) for _ in range(call.arg("count", int)))}  # type: ignore[attr-defined]
+
+        return Driver()
+
+    @hookimpl
+    def wbcore_brokers(self):  # noqa: ANN201 - a hook implementation
+        yield Broker(name="dice", summary="dice", factory=self._driver, meaning="roll dice", profiles=("network",))
+
+
+def test_a_profile_named_by_the_declaration_grants_the_cap(make_runtime, toolkit_root: Path) -> None:
+    for ident, profile in (("netdice", "network"), ("mindice", "minimal")):
+        write_toolkit(toolkit_root, ident, manifest_text(ident, exec="command", caps="dice", extra={
+            "BUILD_LANG": "wat", "BUILD_SRC": "path:src/main.wat", "CLI_BIN": ident, "PROFILE": profile}),
+            files={"src/main.wat": DICE_WAT})
+    rt = make_runtime(plugins=["wasmtime", "sources", _ProfiledDice()])
+    builder.build(rt, "netdice")
+    builder.build(rt, "mindice")
+    assert rt.resolve("command", "netdice").caps == {"dice"}  # first-party: the profile grants it, no consent step
+    faces = cbor2.loads(rt.call("netdice").stdout)["faces"]
+    assert len(faces) == 4 and all(1 <= f <= 6 for f in faces)
+    assert rt.resolve("command", "mindice").caps == frozenset()  # a profile it did not name grants nothing
+    with pytest.raises(CapabilityDenied, match="not granted"):
+        rt.call("mindice")
