@@ -41,10 +41,12 @@ def test_the_plugin_map_names_every_plugin_and_what_it_serves(wb_home: Path) -> 
         assert info.loaded, f"{info.name}: {info.error}"
         entry, serves = rows[info.distribution]
         assert entry == f"`{info.name}`", f"{info.distribution}: entry point {info.name!r}, the table says {entry}"
+        readme = (REPO / "plugins" / info.distribution / "README.md").read_text()
         for kind, names in info.serves.items():
             for name in names:
                 assert f"`{name}`" in serves and kind in serves, \
                     f"{info.distribution} serves {kind} {name!r}; docs/plugins.md says: {serves}"
+                assert f"`{name}`" in readme, f"plugins/{info.distribution}/README.md does not name {kind} {name!r}"
 
 
 @pytest.mark.parametrize("folder", FOLDERS, ids=lambda f: f.name if f != REPO else "wbcore-runtime")
