@@ -124,7 +124,7 @@ def _register(runtime: Runtime, tk: Toolkit, kind: str, name: str, sha256: str, 
     opts: dict[str, Any] = {"caps": list(m.caps), "pinned": pinned, **options, dispatch.PROVENANCE: prov}
     if kind == "kernel":
         opts.update(kernel_spec(tk).as_options())
-    prof = policy.profile_for(m.extra("PROFILE"), m.caps)
+    prof = policy.profile_for(m.extra("PROFILE"), m.caps, runtime.caps_universe_for(m.caps))
     entry = runtime.registry.register(Entry(
         kind=kind, name=name, sha256=sha256, shape=shape or (m.exec if m.exec in KINDS else kind), toolkit=m.id,
         arg_mode=m.arg_mode, profile=prof.name, builtin=False, options=opts,

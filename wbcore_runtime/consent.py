@@ -127,14 +127,15 @@ class ConsentStore:
             return grants.get(toolkit_id)
 
 
-def check_caps(toolkit: Toolkit, caps: Iterable[str]) -> list[str]:
-    """The caps as given, refusing unknown ones and ones the toolkit does not request."""
+def check_caps(toolkit: Toolkit, caps: Iterable[str], universe: policy.Universe = policy.CORE) -> list[str]:
+    """The caps as given, refusing unknown ones (outside ``universe``) and ones the toolkit
+    does not request."""
     caps = list(dict.fromkeys(caps))
     if not caps:
         raise InvalidArgs("name at least one cap")
     for cap in caps:
-        if cap not in policy.CAP_UNIVERSE:
-            raise InvalidArgs(unknown_name("cap", cap, sorted(policy.CAP_UNIVERSE)))
+        if cap not in universe.names:
+            raise InvalidArgs(unknown_name("cap", cap, sorted(universe.names)))
     declared = toolkit.manifest.caps
     extra = [c for c in caps if c not in declared]
     if extra:
@@ -144,13 +145,14 @@ def check_caps(toolkit: Toolkit, caps: Iterable[str]) -> list[str]:
 
 
 def effective_caps(home: Path, *, toolkit_id: str, trust: str, signer: str | None, declared: Iterable[str],
-                   profile: policy.Profile) -> frozenset[str]:
+                   profile: policy.Profile, universe: policy.Universe = policy.CORE) -> frozenset[str]:
     """THE effective cap set of a toolkit: profile ∩ declared ∩ granted.
 
     The one place the grants are applied; every surface asks this function (calls with
     the caps recorded at build time, ``show``/``verify`` with the manifest as it is).
     First-party: the profile's defaults plus explicitly granted consent-only caps.
-    Third-party: only what the deployer granted to this signer.
+    Third-party: only what the deployer granted to this signer. ``universe`` is the
+    runtime's (``Runtime.caps_universe_for``); with the core's alone, a plugin cap grants nothing.
     """
     g = ConsentStore(home).get(toolkit_id)
     if trust == "third-party":
@@ -159,7 +161,7 @@ def effective_caps(home: Path, *, toolkit_id: str, trust: str, signer: str | Non
     else:
         given = None
         consented = g.caps if g is not None else frozenset()
-    return policy.effective_caps(profile, declared, given, consented)
+    return policy.effective_caps(profile, declared, given, consented, universe)
 
 
 def granted(home: Path, toolkit: Toolkit) -> frozenset[str] | None:
@@ -183,10 +185,10 @@ def explicit(home: Path, toolkit: Toolkit) -> frozenset[str]:
     return g.caps
 
 
-def describe(home: Path, toolkit: Toolkit) -> dict[str, Any]:
+def describe(home: Path, toolkit: Toolkit, universe: policy.Universe = policy.CORE) -> dict[str, Any]:
     """Requested vs granted vs effective caps, for ``show`` and ``verify``."""
     m = toolkit.manifest
-    prof = policy.profile_for(m.extra("PROFILE"), m.caps)
+    prof = policy.profile_for(m.extra("PROFILE"), m.caps, universe)
     given = granted(home, toolkit)
     consented = given if given is not None else explicit(home, toolkit)
     stale = None
@@ -195,7 +197,7 @@ def describe(home: Path, toolkit: Toolkit) -> dict[str, Any]:
         if g is not None and g.signer != m.author_did:
             stale = g.signer
     shown = given
-    if given is None and policy.CONSENT_ONLY & set(m.caps):
+    if given is None and universe.consent_only & set(m.caps):
         shown = consented  # first-party, but build/serve still need the deployer's grant
     return {
         "trust": m.trust,
@@ -203,14 +205,14 @@ def describe(home: Path, toolkit: Toolkit) -> dict[str, Any]:
         "requested": list(m.caps),
         "granted": None if shown is None else sorted(shown),
         "effective": sorted(effective_caps(home, toolkit_id=m.id, trust=m.trust, signer=m.author_did,
-                                           declared=m.caps, profile=prof)),
+                                           declared=m.caps, profile=prof, universe=universe)),
         "stale_signer": stale,
     }
 
 
-def show_rows(home: Path, toolkit: Toolkit) -> list[tuple[str, str | None]]:
+def show_rows(home: Path, toolkit: Toolkit, universe: policy.Universe = policy.CORE) -> list[tuple[str, str | None]]:
     """``wbx toolkit show`` rows: requested vs granted vs effective caps."""
-    info = describe(home, toolkit)
+    info = describe(home, toolkit, universe)
     if not info["requested"]:
         return []
     granted_text = "n/a (first-party: profile defaults)" if info["granted"] is None else (" ".join(info["granted"]) or "none")

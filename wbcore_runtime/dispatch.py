@@ -114,7 +114,7 @@ def provenance(runtime: Runtime, toolkit: Any) -> dict[str, Any]:
     reason = trust.source_reason(toolkit, runtime)
     if reason:
         raise Unavailable(f"{m.id} is unavailable and is not built: {reason}")
-    prof = policy.profile_for(m.extra("PROFILE"), m.caps)
+    prof = policy.profile_for(m.extra("PROFILE"), m.caps, runtime.caps_universe_for(m.caps))
     signer = m.author_did if (m.trust == "third-party" or m.signature) else None
     return {
         "dir": os.path.realpath(toolkit.dir),
@@ -422,8 +422,9 @@ def _resolve_uncached(runtime: Runtime, kind: str, name: str, tier: str | None) 
         _check_provenance(runtime, entry, prov)
         prof = policy.profile(prov.get("profile"))
         trust_, signer = str(prov.get("trust")), prov.get("signer")
+        declared = prov.get("caps", ())
         caps = consent.effective_caps(runtime.home, toolkit_id=entry.toolkit or "", trust=trust_, signer=signer,
-                                      declared=prov.get("caps", ()), profile=prof)
+                                      declared=declared, profile=prof, universe=runtime.caps_universe_for(declared))
         hosts = tuple(prov.get("hosts", ()))
     choice = choose_tier(runtime, entry, trust_, caps, tier)
     spec = None

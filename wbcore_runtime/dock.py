@@ -489,14 +489,13 @@ class Dock:
         :class:`CapabilityDenied` naming it; a granted cap whose broker is not installed
         is :class:`NotFound` listing the installed ones.
         """
-        from wbcore_runtime.policy import CAP_UNIVERSE
-
         caps = []
         for name in names:
             if name in ALWAYS_LINKED:
                 continue
-            if name not in CAP_UNIVERSE:
-                raise refuse(CapabilityDenied, "unknown-cap", f"module imports {IMPORT_MODULE}.{name}: " + unknown_name("cap", name, sorted(CAP_UNIVERSE)))
+            known = self.runtime.caps_universe_for((name,)).names
+            if name not in known:
+                raise refuse(CapabilityDenied, "unknown-cap", f"module imports {IMPORT_MODULE}.{name}: " + unknown_name("cap", name, sorted(known)))
             if name not in ctx.caps:
                 granted = ", ".join(sorted(ctx.caps)) or "(none)"
                 raise refuse(CapabilityDenied, "not-granted",

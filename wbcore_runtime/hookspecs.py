@@ -100,11 +100,13 @@ def wbcore_source_prefixes() -> Iterable[SourcePrefix]:
 def wbcore_brokers() -> Iterable[Broker]:
     """Called once per runtime, when a guest is linked with its granted caps.
 
-    Returns the brokers this plugin serves; ``name`` is the ``#+CAPS`` word::
+    Returns the brokers this plugin serves; ``name`` is the ``#+CAPS`` word. A broker for a
+    new cap declares what it means and which profiles grant it (none: deployer grant only)::
 
         @hookimpl
         def wbcore_brokers():
             yield Broker(name="kv", summary="durable per-tenant K/V", factory=_driver)
+            yield Broker(name="dice", summary="dice rolls", factory=_dice, meaning="roll dice", profiles=("network",))
     """
 
 

@@ -152,6 +152,23 @@ class PluginInfo:
         }
 
 
+#: The core's distribution: the project that serves ``wbcore_runtime`` (``wbx plugins`` names it first).
+CORE_DISTRIBUTION = "wbcore-runtime"
+
+
+def core_origin() -> str:
+    """The installed core as ``distribution version`` (``wbx plugins``' first line), or what
+    runs when the core is imported from a folder no distribution describes."""
+    from importlib import metadata
+
+    from wbcore_runtime import __version__
+
+    try:
+        return f"{CORE_DISTRIBUTION} {metadata.version(CORE_DISTRIBUTION)}"
+    except metadata.PackageNotFoundError:
+        return f"wbcore_runtime {__version__} (no distribution found)"
+
+
 def _cause(exc: BaseException) -> str:
     return "".join(traceback.format_exception_only(type(exc), exc)).strip()
 

@@ -202,12 +202,20 @@ class SourcePrefix:
 
 @dataclass(frozen=True, slots=True)
 class Broker:
-    """Delivers the capability ``name`` (a ``#+CAPS`` word) as host imports."""
+    """Delivers the capability ``name`` (a ``#+CAPS`` word) as host imports.
+
+    A broker for a cap the core does not know declares it: ``meaning`` (one line: what a
+    guest granted it can do) and ``profiles``, the profiles that grant it (empty: only an
+    explicit deployer grant, ``wbx toolkit grant``, does). The runtime adds it to its cap
+    universe (``wbcore_runtime.policy.Universe``); a core cap's profiles stay the core's.
+    """
 
     name: str
     summary: str
     factory: Callable[[Runtime], BrokerDriver]
     operations: tuple[str, ...] = ()
+    meaning: str = ""
+    profiles: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,7 @@ two runtimes in one process have separate plugin managers and state.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -208,6 +208,24 @@ class Runtime:
     @cached_property
     def brokers(self) -> _plugins.Registry[Broker]:
         return self._collect("wbcore_brokers", "Broker", "cap broker")
+
+    @cached_property
+    def cap_universe(self) -> Any:
+        """The caps this runtime knows (``wbcore_runtime.policy.Universe``): the core's plus
+        those its brokers declare, collected once."""
+        from wbcore_runtime.dock import ALWAYS_LINKED
+        from wbcore_runtime.policy import Universe
+
+        brokers = self.brokers  # collecting fills each plugin's ``serves``
+        origin = {name: info.origin for info in self.plugin_infos for name in info.serves.get("cap broker", ())}
+        return Universe.from_brokers(brokers, origin, reserved=ALWAYS_LINKED)
+
+    def caps_universe_for(self, caps: Iterable[str]) -> Any:
+        """The universe to decide ``caps`` with: the core's when they are all core caps (no
+        plugin is imported for that), else :attr:`cap_universe` (the plugins load)."""
+        from wbcore_runtime.policy import CAP_UNIVERSE, CORE
+
+        return CORE if CAP_UNIVERSE.issuperset(caps) else self.cap_universe
 
     @cached_property
     def tiers(self) -> _plugins.Registry[IsolationTier]:
@@ -419,5 +437,6 @@ class Runtime:
         m = toolkit.manifest
         if m.trust == "third-party" and not trust.signature_ok(toolkit, self):
             return frozenset()
+        universe = self.caps_universe_for(m.caps)
         return consent.effective_caps(self.home, toolkit_id=m.id, trust=m.trust, signer=m.author_did, declared=m.caps,
-                                      profile=policy.profile_for(m.extra("PROFILE"), m.caps))
+                                      profile=policy.profile_for(m.extra("PROFILE"), m.caps, universe), universe=universe)

@@ -347,7 +347,7 @@ def _consent_check(toolkit: Toolkit, runtime: Runtime) -> Check | None:
     from wbcore_runtime import consent as _consent
     from wbcore_runtime.records import Check
 
-    info = _consent.describe(runtime.home, toolkit)
+    info = _consent.describe(runtime.home, toolkit, runtime.caps_universe_for(toolkit.manifest.caps))
     if not info["requested"]:
         return None
     requested = " ".join(info["requested"])

@@ -117,7 +117,7 @@ def verify(toolkit: Toolkit, runtime: Runtime) -> Report:
         add(Check(False, "skills", str(problem)))
     report.checks.extend(exec_checks(toolkit, runtime))
     report.checks.extend(artifact_checks(toolkit, runtime))
-    report.checks.extend(policy.cap_checks(m.caps))
+    report.checks.extend(policy.cap_checks(m.caps, runtime.caps_universe_for(m.caps)))
     report.checks.extend(trust_checks(toolkit, runtime))
     report.checks.extend(pre_block_checks(toolkit))
     for extra in runtime.hook.wbcore_verify_checks(toolkit=toolkit, runtime=runtime):

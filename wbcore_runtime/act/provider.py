@@ -209,6 +209,15 @@ def command_argv(name: str, declared: Sequence[DeclaredArg], args: Mapping[str, 
     return argv + pos, data
 
 
+def cap_note(runtime: Runtime, caps: frozenset[str]) -> str:
+    """What a tool's plugin-declared caps let it do, for its description (core caps are
+    known to clients; a plugin's are named with their meaning and who declared them)."""
+    universe = runtime.caps_universe_for(caps)
+    notes = [f"{c}: {universe.plugin_caps[c].meaning}, from {universe.plugin_caps[c].origin}"
+             for c in sorted(caps) if c in universe.plugin_caps]
+    return f" [plugin caps: {'; '.join(notes)}]" if notes else ""
+
+
 def _annotations(caps: frozenset[str], flags: frozenset[str], timeout_s: float | None) -> Metadata:
     read_only = not (caps - READ_ONLY_CAPS)
     ann: dict[str, Any] = {
@@ -311,14 +320,15 @@ class ToolkitProvider:
                 text = _skill_text(tk, entry.name) if tk is not None else ""
                 declared = declared_args(text)
                 name = prefix + entry.name
-                desc = f"{_lead(tk, entry.name, tagline)} (runs the sandboxed command `{entry.name}`: argv + stdin → stdout)"
+                desc = (f"{_lead(tk, entry.name, tagline)} (runs the sandboxed command `{entry.name}`: argv + stdin → stdout)"
+                        + cap_note(rt, caps))
                 td = ToolDefinition(name, LocalizedString(plain=desc), command_schema(declared),
                                     _annotations(caps, skill_flags(text), prof.timeout_s))
                 tools[name] = Tool(td, "command", entry.name, entry.toolkit, declared=declared, caps=caps, skills=skills)
             elif entry.kind == "kernel":
                 name = prefix + entry.name
                 text = _skill_text(tk, entry.name) if tk is not None else ""
-                desc = f"{_lead(tk, entry.name, tagline)} (kernel `{entry.name}`: bytes in → bytes out)"
+                desc = f"{_lead(tk, entry.name, tagline)} (kernel `{entry.name}`: bytes in → bytes out)" + cap_note(rt, caps)
                 td = ToolDefinition(name, LocalizedString(plain=desc), dict(KERNEL_SCHEMA),
                                     _annotations(caps, skill_flags(text), prof.timeout_s))
                 tools[name] = Tool(td, "kernel", entry.name, entry.toolkit, caps=caps, skills=skills)

@@ -18,9 +18,18 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
         """List plugins, their distributions, what they serve, and load failures."""
         runtime.collect_all()
         infos = runtime.plugin_infos
+        universe = runtime.cap_universe
+
+        def declared(info: Any) -> list[dict[str, Any]]:
+            caps = (universe.plugin_caps.get(n) for n in info.serves.get("cap broker", ()))
+            return [{"cap": c.name, "meaning": c.meaning, "profiles": list(c.profiles)} for c in caps if c is not None]
+
         if json_:
-            emit_json([i.as_dict() for i in infos])
+            emit_json([{**i.as_dict(), "declared_caps": declared(i)} for i in infos])
             return
+        from wbcore_runtime.plugins import core_origin
+
+        typer.echo(f"core · {core_origin()}")
         if not infos:
             typer.echo("no plugins installed")
         for info in infos:
@@ -28,10 +37,15 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
             typer.echo(f"{info.name} · {info.origin} · {state}")
             for kind, names in sorted(info.serves.items()):
                 typer.echo(f"  {kind}: {', '.join(names)}")
+            for cap in declared(info):
+                granted_by = f"profiles {', '.join(cap['profiles'])}" if cap["profiles"] else "an explicit grant only (wbx toolkit grant)"
+                typer.echo(f"  new cap {cap['cap']}: {cap['meaning']}; granted by {granted_by}")
             if info.error:
                 typer.echo(f"  error: {info.error}")
             for warning in info.warnings:
                 typer.echo(f"  warning: {warning}")
+        for problem in universe.problems:
+            typer.echo(f"warning: {problem}")
         for reg in (runtime.shapes, runtime.lanes, runtime.prefixes, runtime.brokers, runtime.tiers,
                     runtime.build_sandboxes, runtime.fabric_engines):
             for name, owners in reg.conflicts.items():

@@ -45,13 +45,14 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
 
         tk = runtime.toolkit(ident)
         m = tk.manifest
-        wanted = consent.check_caps(tk, caps)
+        universe = runtime.caps_universe_for(caps)
+        wanted = consent.check_caps(tk, caps, universe)
         if m.trust != "third-party":
-            profiled = [c for c in wanted if c not in policy.CONSENT_ONLY]
+            profiled = [c for c in wanted if c not in universe.consent_only]
             if profiled:
                 raise InvalidArgs(
                     f"{m.id} is first-party: {' '.join(profiled)} come from its profile and need no grant "
-                    f"(only {', '.join(sorted(policy.CONSENT_ONLY))} do)"
+                    f"(only {', '.join(sorted(universe.consent_only))} do)"
                 )
             signer = m.author_did
         else:
@@ -61,6 +62,10 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
             signer = verdict.signer
         g = consent.ConsentStore(runtime.home).grant(m.id, wanted, signer)
         typer.echo(f"granted {m.id}" + (f" ({signer})" if signer else "") + f": {' '.join(sorted(g.caps))}")
+        for cap in wanted:
+            if cap in universe.plugin_caps:  # a plugin's cap: say what was just granted, and who serves it
+                d = universe.plugin_caps[cap]
+                typer.echo(f"  {cap}: {d.meaning} (declared by {d.origin})")
         typer.echo(f"  effective: {' '.join(sorted(runtime.effective_caps(tk))) or 'none'}")
 
     @app.command("revoke")

@@ -84,7 +84,7 @@ def build(runtime: Runtime, only: str | None = None) -> typer.Typer:
         if json_:
             from wbcore_runtime import consent as _consent_json
 
-            emit_json({**tk.as_dict(), "consent": _consent_json.describe(runtime.home, tk)})
+            emit_json({**tk.as_dict(), "consent": _consent_json.describe(runtime.home, tk, runtime.caps_universe_for(tk.manifest.caps))})
             return
         m = tk.manifest
         typer.echo(f"{m.title} ({m.id} {m.version}, {m.status})")
@@ -97,7 +97,7 @@ def build(runtime: Runtime, only: str | None = None) -> typer.Typer:
         ]
         from wbcore_runtime import consent as _consent
 
-        rows[4:4] = _consent.show_rows(runtime.home, tk)
+        rows[4:4] = _consent.show_rows(runtime.home, tk, runtime.caps_universe_for(m.caps))
         for key, value in rows:
             if value:
                 typer.echo(f"  {key + ':':10} {value}")

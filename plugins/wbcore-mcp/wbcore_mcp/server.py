@@ -29,6 +29,8 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from wbcore_runtime.policy import CAP_UNIVERSE
+
 if TYPE_CHECKING:
     from wbcore_runtime.runtime import Runtime
 
@@ -70,7 +72,8 @@ def _mcp_tool(tool: Any) -> Any:
         read_only_hint=d.read_only,
         destructive_hint=False if d.read_only else d.destructive,
         idempotent_hint=d.idempotent,
-        open_world_hint=bool(tool.caps & {"net", "browse", "llm", "tcp", "udp", "tls"}),
+        # a plugin's cap may reach anything: the hint errs open
+        open_world_hint=bool(tool.caps & {"net", "browse", "llm", "tcp", "udp", "tls"} or tool.caps - CAP_UNIVERSE),
     )
     out_schema = None
     if tool.output_schema is not None:

@@ -141,8 +141,10 @@ class ServedProvider(ToolkitProvider):
             if why:
                 unserved.append(Unserved(tk_id, why))
                 continue
-            prof = policy.profile_for(m.extra("PROFILE"), m.caps)
-            caps = frozenset(m.caps) & prof.caps  # an upper bound until built and granted
+            universe = rt.caps_universe_for(m.caps)
+            prof = policy.profile_for(m.extra("PROFILE"), m.caps, universe)
+            # an upper bound until built and granted
+            caps = frozenset(m.caps) & universe.caps_of(prof)
             skills = tuple(s.slug for s in tk.skills)
             tagline = m.tagline or tk_id
             if kind == "component":

@@ -1,0 +1,1 @@
+"""The dice cap for wbcore: ``wb.dice`` rolls dice from the host's random source."""
