@@ -25,7 +25,9 @@ from wbcore_runtime.runtime import Runtime
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-INSPECTOR = os.environ.get("WB_MCP_INSPECTOR", "@modelcontextprotocol/inspector")
+#: The current Inspector, pinned: an unpinned `npx -y` takes whatever version npx has cached
+#: (0.15.0 here, which implements no MCP extension at all).
+INSPECTOR = os.environ.get("WB_MCP_INSPECTOR", "@modelcontextprotocol/inspector@2.12.0")
 #: npm's words for "the registry is not reachable from here".
 OFFLINE = re.compile(r"ENOTFOUND|EAI_AGAIN|ECONNREFUSED|ETIMEDOUT|ECONNRESET|ENETUNREACH|network|E404|E403|fetch failed",
                      re.IGNORECASE)
@@ -101,3 +103,8 @@ def test_inspector_lists_every_shipped_toolkit_calls_one_and_reads_a_skill(inspe
     read = inspector("resources/read", "--uri", "skill://b64/SKILL.md")
     text = read["contents"][0]["text"]
     assert text.startswith("---\n") and "name: b64" in text, text[:300]
+
+    # The skills extension: the Inspector asks only a server that declares it under
+    # capabilities.extensions (else "Server does not declare the … extension").
+    skills = {s["frontmatter"]["name"]: s for s in inspector("skills/list")["skills"]}
+    assert "b64" in skills and skills["b64"]["uri"] == "skill://b64/SKILL.md", sorted(skills)[:20]

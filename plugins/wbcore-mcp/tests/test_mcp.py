@@ -102,7 +102,7 @@ async def _exercise(session: ClientSession) -> None:
 
     # a runaway command is stopped at the deadline the client asked for
     t0 = time.monotonic()
-    r = await session.call_tool("loopkit.spin", {}, meta={"wbcore_runtime/timeout-ms": 300})
+    r = await session.call_tool("loopkit.spin", {}, meta={"wbcore/timeout-ms": 300})
     assert r.is_error and "timeout" in _text(r)
     assert time.monotonic() - t0 < 5.0
 

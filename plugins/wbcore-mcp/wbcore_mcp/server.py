@@ -50,7 +50,7 @@ SKILL_NAME_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 PROGRESS_EVERY_S = 1.0
 MAX_SEARCH_RESULTS = 50
 #: ``_meta`` key a client may set on ``tools/call`` to shorten the deadline (milliseconds).
-TIMEOUT_META = "wbcore_runtime/timeout-ms"
+TIMEOUT_META = "wbcore/timeout-ms"
 
 SEARCH_SCHEMA = {
     "type": "object",
@@ -61,6 +61,22 @@ SEARCH_SCHEMA = {
     "required": ["query"],
     "additionalProperties": False,
 }
+
+
+async def _declare_extensions(ctx: Any, call_next: Any) -> Any:
+    """Put ``capabilities.extensions`` on every ``initialize`` answer. The SDK serialises the
+    answer with the negotiated version's schema, and the 2025-11-25 schema has no
+    ``extensions``, so the SDK drops it there; clients of that version that implement SEP-2133
+    extensions (the official MCP Inspector 2.x: "Server does not declare the
+    io.modelcontextprotocol/skills extension") look for it nowhere else. An unknown field
+    is ignored by every other client; ``experimental`` keeps the declaration for older ones."""
+    result = await call_next(ctx)
+    if getattr(ctx, "method", None) == "initialize" and isinstance(result, dict):
+        caps = result.get("capabilities")
+        if isinstance(caps, dict):
+            declared = caps.get("extensions") if isinstance(caps.get("extensions"), dict) else {}
+            caps["extensions"] = {**declared, SKILLS_EXTENSION: declared.get(SKILLS_EXTENSION, {})}
+    return result
 
 
 def _mcp_tool(tool: Any) -> Any:
@@ -431,6 +447,7 @@ def build_server(runtime: Runtime, *, only: Iterable[str] | None = None, search_
     server.add_request_handler("skills/list", SkillsListParams, skills_list)
     server.add_request_handler("skills/get", SkillsGetParams, skills_get)
     server.extensions[SKILLS_EXTENSION] = {}  # declared in initialize: capabilities.extensions
+    server.middleware.append(_declare_extensions)
     server.wb_provider = provider  # type: ignore[attr-defined]
     server.wb_answer = answer  # type: ignore[attr-defined]  # the lean paths' entry (wbcore_mcp.fastpath)
     server.wb_search_tool = search_tool  # type: ignore[attr-defined]
