@@ -131,7 +131,7 @@ def _build_and_run(runtime: Runtime, found: object) -> tuple[int, list[tuple[str
             continue
         lane = m.build_lang
         if lane and (lane not in runtime.lanes or not runtime.lanes.get(lane).availability(runtime).ok):
-            why = runtime.lanes.get(lane).availability(runtime).message if lane in runtime.lanes else "no plugin serves it"
+            why = runtime.lanes.get(lane).availability(runtime).reason if lane in runtime.lanes else "no plugin serves it"
             typer.echo(f"  {tk.id}: cannot be built here: lane {lane} is unavailable ({why})")
             continue
         try:
