@@ -244,7 +244,7 @@ def warm(env: Path) -> None:
     """Fill the shared compiler caches once, before the tests time their builds."""
     probe = subprocess.run([_bin(env, "python"), "-c", "import wbcore_lane_zig"], capture_output=True)
     if probe.returncode == 0:
-        print("dev: warming the zig cache (once per machine, about a minute)", flush=True)
+        print("dev: the zig cache (warmed once per machine: about a minute the first time)", flush=True)
         run([_bin(env, "python"), "-m", "wbcore_lane_zig", "warm"])
         fetch_jq(env)
     warm_go(env)
