@@ -34,9 +34,10 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
             typer.echo(f"\n== verify {tk.id}")
             report = runtime.verify(tk.id)
             typer.echo(report.render())
-            missing = [e for e in buildable.refusals(runtime, tk.manifest) if isinstance(e, buildable.LaneUnavailable)]
-            if missing and not report.ok:  # explained, not a failure of the demo: this machine lacks the lane
-                typer.echo(f"-- {tk.id} cannot be built on this machine: {missing[0].message}")
+            missing = [e.message for e in buildable.refusals(runtime, tk.manifest)
+                       if isinstance(e, buildable.LaneUnavailable)] or _tier_missing(runtime, tk.manifest)
+            if missing and not report.ok:  # explained, not a failure of the demo: this machine lacks the lane or tier
+                typer.echo(f"-- {tk.id} cannot run on this machine: {missing[0]}")
             failed += not report.ok and not missing
             if tk.skills:
                 first = tk.skills[0]
@@ -48,6 +49,28 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
 
 
 DEMO_INPUT = "hello from wbx demo\n"
+
+
+def _tier_missing(runtime: Runtime, manifest: object) -> list[str]:
+    """Why no tier that runs the toolkit's shape is available here ([] when one is, or the
+    shape runs in-process): the line that explains a toolkit this machine cannot run."""
+    exec_ = manifest.exec  # type: ignore[attr-defined]
+    if not exec_ or exec_ not in runtime.shapes:
+        return []
+    wanted = runtime.shapes.get(exec_).default_tier
+    if wanted == "instance":
+        return []
+    tiers = [t for t in runtime.tiers if exec_ in t.kinds] or \
+        [t for t in runtime.tiers if t.name == wanted]
+    if not tiers:
+        return [f"its shape {exec_} runs in tier {wanted}, which no installed plugin serves"]
+    reasons = []
+    for tier in tiers:
+        avail = tier.available()
+        if avail.ok:
+            return []
+        reasons.append(f"tier {tier.name}: {avail.reason}")
+    return [f"its shape {exec_} needs a tier this machine lacks ({'; '.join(reasons)})"]
 
 
 def next_steps(runtime: Runtime, built: list[tuple[str, str]]) -> str:
