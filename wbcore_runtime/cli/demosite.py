@@ -124,8 +124,8 @@ class _Handler(BaseHTTPRequestHandler):
             sent: object = json.loads(body)
         except ValueError:
             sent = body
-        self._json({"method": self.command, "path": self.path, "content_type": self.headers.get("Content-Type"),
-                    "received": sent}, 201)
+        self._json({"received": sent, "content_type": self.headers.get("Content-Type"), "method": self.command,
+                    "path": self.path}, 201)
 
 
 class DemoSite:
