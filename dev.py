@@ -235,8 +235,6 @@ def run(cmd: list[str], **kw: object) -> int:
     # the tests and a `wbx` typed later in any shell inside the project share one home.
     # One zig cache (wasi-libc, compiler_rt) shared by every WB_HOME the tests create.
     env.setdefault("WB_ZIG_CACHE", str(Path.home() / ".cache" / "wbcore" / "zig"))
-    # The microvm tier's image and snapshot, likewise built once and shared by every test home.
-    env.setdefault("WB_MICROVM_CACHE", str(Path.home() / ".cache" / "wbcore" / "microvm"))
     return subprocess.call(cmd, env=env, **kw)  # type: ignore[arg-type]
 
 
@@ -423,6 +421,8 @@ def test(argv: list[str]) -> int:
     quiet = ["-q", "-p", "no:cacheprovider"]
     worst = run_suites(VENV, suites, [*quiet, "-m", "not slow"], totals)
     stamp("default suite")
+    # From here on (as CI did): one microvm image and snapshot for every test home, built once.
+    os.environ.setdefault("WB_MICROVM_CACHE", str(Path.home() / ".cache" / "wbcore" / "microvm"))
     prepare_microvm(VENV)
     stamp("microvm image + cold boot + snapshot")
     worst = run_suites(VENV, suites, [*quiet, "-m", "slow"], totals) or worst
