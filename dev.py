@@ -199,7 +199,13 @@ def _ensure_venv(env: Path, dists: list[Path] | None, tag: str) -> None:
     _drop_stale_metadata()
     if not (env / "bin" / "python").exists():
         print(f"dev: creating {env}", flush=True)
-        venv.EnvBuilder(with_pip=True, clear=False).create(env)
+        try:
+            venv.EnvBuilder(with_pip=True, clear=False).create(env)
+        except subprocess.CalledProcessError:  # Debian/Ubuntu ship venv's pip bootstrap apart from Python
+            print("dev: this Python cannot create an environment with pip (ensurepip failed); on Debian/Ubuntu: "
+                  f"apt-get install python3-venv (or python{sys.version_info[0]}.{sys.version_info[1]}-venv)",
+                  flush=True)
+            raise
     # editable_mode=compat puts each source folder on a .pth line instead of installing an
     # import-hook finder per distribution: start-up stays as fast as a regular install.
     args = [_bin(env, "python"), "-m", "pip", "install", "--disable-pip-version-check", "-q",
@@ -461,6 +467,9 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    if sys.version_info < (3, 11):
+        print(f"dev: wbcore needs Python 3.11 or newer; this is {sys.version.split()[0]} ({sys.executable})")
+        sys.exit(2)
     try:
         sys.exit(main(sys.argv[1:]))
     except subprocess.CalledProcessError as exc:  # a step that must work did not: one line, no traceback
