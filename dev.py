@@ -71,7 +71,7 @@ SYSTEM_PACKAGES: list[tuple[str, str, str]] = [
     # qemu-system-x86 + busybox-static: the microvm tier (its guest kernel is Debian's
     # linux-image-amd64, fetched by `apt-get download` when the image is first built).
     ("qemu-system-x86", "cmd:qemu-system-x86_64", "the microvm tier"),
-    ("busybox-static", "cmd:busybox", "the microvm tier's guest userland"),
+    ("busybox-static", "pkg", "the microvm tier's guest userland (a static busybox)"),
 ]
 # node + npm (npx runs the official MCP Inspector CLI in the slow suite; npm packs the pinned ts
 # and svelte compilers): Debian's only where the machine has none of its own (a node from
