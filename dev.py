@@ -1,12 +1,21 @@
 #!/usr/bin/env python3
-"""The dev loop: one file, standard library only, so a fresh machine needs just Python.
+"""The dev loop: one file, standard library only, so a fresh machine needs just Python and git.
 
-    python3 dev.py setup       # set up .venv with the core and every plugin; warm the go build cache
-    python3 dev.py demo        # set up .venv with the core and every plugin, run the demo
-    python3 dev.py test        # set up, then run every distribution's tests
-    python3 dev.py test -k x   # extra arguments go to pytest
-    python3 dev.py isolated    # tests/core with only the core, then each plugin installed alone with it
-    python3 dev.py bench       # the benchmarks in bench/
+    python3 dev.py demo             # set up, then build and run every shipped toolkit (offline)
+    python3 dev.py test             # set up, then everything CI runs: the default suite, the microvm
+                                    # image, the slow suite, each plugin installed alone with the core
+    python3 dev.py test --quick     # set up, then the default suite only (-m "not slow")
+    python3 dev.py test -k x        # set up, then one pass over every suite; the arguments go to pytest
+    python3 dev.py test --quick -k x
+    python3 dev.py setup            # set up only
+    python3 dev.py isolated         # tests/core with only the core, then each plugin installed alone with it
+    python3 dev.py bench            # the benchmarks in bench/
+
+Set-up: the system packages the product uses (apt-get, when run as root on Debian/Ubuntu;
+otherwise one message naming what is missing and the command that installs it), .venv with
+the core and every plugin, and the per-machine compiler caches (zig, go, the ts and svelte
+compilers, jq's sources). Settings: WB_SYSTEM_PACKAGES=0 never runs apt-get (it only reports
+what is missing); WB_VENV=<path> uses that environment instead of ./.venv.
 """
 
 from __future__ import annotations
@@ -32,6 +41,118 @@ def _stamp() -> str:
     for p in [ROOT / "pyproject.toml", *(p / "pyproject.toml" for p in PLUGINS)]:
         h.update(p.read_bytes())
     return h.hexdigest()
+
+
+# The system packages the product uses (Debian/Ubuntu names): what needs each, and how dev.py
+# tells it is there — a command on PATH ("cmd:<name>"), or for a library dpkg's record ("pkg").
+# Every one is optional: a lane or tier whose toolchain is missing says so and the rest runs.
+SYSTEM_PACKAGES: list[tuple[str, str, str]] = [
+    ("git", "cmd:git", "git+ sources and installs"),
+    # rustc + the wasm32-wasi std: the rust lane.
+    ("rustc", "cmd:rustc", "the rust lane"),
+    ("cargo", "cmd:cargo", "the rust lane's crate: sources"),
+    ("libstd-rust-dev-wasm32", "pkg", "the rust lane's wasm32-wasi standard library"),
+    # lld-14: rust-lld, the wasm linker Debian's rustc names (only "suggested" by rustc).
+    ("lld-14", "cmd:wasm-ld-14", "rust-lld, the rust lane's wasm linker"),
+    # clang-22 + wasm-ld + wasm32 compiler-rt + wasi-libc: the c lane (prebuilt sysroot, no zig
+    # warm-up; without them the c lane uses zig cc).
+    ("clang-22", "cmd:clang-22", "the c lane's compiler (else zig cc, slower to warm)"),
+    ("lld-22", "cmd:wasm-ld-22", "the c lane's wasm linker"),
+    ("libclang-rt-22-dev-wasm32", "pkg", "the c lane's wasm32 compiler-rt"),
+    ("wasi-libc", "pkg", "the c lane's prebuilt WASI sysroot"),
+    # bubblewrap: the container tier.
+    ("bubblewrap", "cmd:bwrap", "the container tier"),
+    # imagemagick: a real Debian CLI the posix tests run.
+    ("imagemagick", "cmd:convert", "a real CLI the posix-shape tests run"),
+    # docker-registry: the OCI distribution registry the OCI publish/install tests start on loopback.
+    ("docker-registry", "cmd:docker-registry", "the OCI registry the publish tests start on loopback"),
+    # tmux: the terminal `wbx shell` is tested in (send-keys / capture-pane).
+    ("tmux", "cmd:tmux", "the terminal wbx shell is tested in"),
+    # qemu-system-x86 + busybox-static: the microvm tier (its guest kernel is Debian's
+    # linux-image-amd64, fetched by `apt-get download` when the image is first built).
+    ("qemu-system-x86", "cmd:qemu-system-x86_64", "the microvm tier"),
+    ("busybox-static", "pkg", "the microvm tier's guest userland (a static busybox)"),
+]
+# node + npm (npx runs the official MCP Inspector CLI in the slow suite; npm packs the pinned ts
+# and svelte compilers): Debian's only where the machine has none of its own (a node from
+# elsewhere makes Debian's nodejs/npm uninstallable, "held broken packages").
+NODE_PACKAGES: list[tuple[str, str, str]] = [
+    ("nodejs", "cmd:node", "npx runs the MCP Inspector in the slow suite"),
+    ("npm", "cmd:npx", "packs the ts and svelte compilers; runs the MCP Inspector"),
+]
+APT_UPDATE_TIMEOUT = 300.0
+APT_INSTALL_TIMEOUT = 1800.0
+
+
+def _dpkg_has(package: str) -> bool | None:
+    """dpkg's record of ``package`` (None where there is no dpkg: then nothing is claimed)."""
+    import shutil
+
+    if not shutil.which("dpkg-query"):
+        return None
+    got = subprocess.run(["dpkg-query", "-W", "-f=${Status}", package], capture_output=True, text=True)
+    return got.returncode == 0 and got.stdout.strip().endswith(" installed")
+
+
+def missing_system_packages() -> list[tuple[str, str, str]]:
+    """The packages of :data:`SYSTEM_PACKAGES` (and node's, when no npx) this machine lacks."""
+    import shutil
+
+    wanted = SYSTEM_PACKAGES + (NODE_PACKAGES if not shutil.which("npx") else [])
+    out = []
+    for package, probe, why in wanted:
+        kind, _, name = probe.partition(":")
+        there = shutil.which(name) is not None if kind == "cmd" else _dpkg_has(package) is not False
+        if not there:
+            out.append((package, probe, why))
+    return out
+
+
+def _apt(args: list[str], timeout: float) -> str | None:
+    """One quiet apt-get step: None when it worked, else why not (a line)."""
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    try:
+        got = subprocess.run(["apt-get", *args], env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return f"apt-get {args[0]} took longer than {timeout:.0f} s"
+    if got.returncode != 0:
+        tail = (got.stderr.strip() or got.stdout.strip()).splitlines()[-1:] or [f"exit {got.returncode}"]
+        return f"apt-get {args[0]} failed: {tail[0][:200]}"
+    return None
+
+
+def system_packages() -> None:
+    """Install the missing system packages with apt-get when this runs as root on a machine that
+    has it (unless WB_SYSTEM_PACKAGES=0); otherwise — or for what apt could not install — say once
+    what is missing and the command that installs it. Never fails: the rest goes on without."""
+    import shutil
+
+    missing = missing_system_packages()
+    if not missing:
+        return
+    can_apt = (os.environ.get("WB_SYSTEM_PACKAGES", "1") != "0" and shutil.which("apt-get") is not None
+               and hasattr(os, "geteuid") and os.geteuid() == 0)
+    if can_apt:
+        names = [m[0] for m in missing]
+        print(f"dev: installing system packages with apt-get: {' '.join(names)}", flush=True)
+        problem = _apt(["update", "-qq"], APT_UPDATE_TIMEOUT)
+        if problem:
+            print(f"dev: {problem}; installing from the package lists already on this machine", flush=True)
+        problem = _apt(["install", "-y", "-qq", "--no-install-recommends", *names], APT_INSTALL_TIMEOUT)
+        if problem:  # one unavailable package fails the whole line: retry them one by one
+            for name in names:
+                _apt(["install", "-y", "-qq", "--no-install-recommends", name], APT_INSTALL_TIMEOUT)
+        missing = missing_system_packages()
+        if not missing:
+            return
+    print("dev: this machine lacks system packages the product can use; what needs them will say it is "
+          "unavailable, and everything else runs:", flush=True)
+    for package, probe, why in missing:
+        kind, _, name = probe.partition(":")
+        print(f"dev:   {package}" + (f" (no {name} on PATH)" if kind == "cmd" else "") + f": {why}", flush=True)
+    sudo = "" if hasattr(os, "geteuid") and os.geteuid() == 0 else "sudo "
+    print(f"dev: to install them (Debian/Ubuntu): {sudo}apt-get install -y --no-install-recommends "
+          + " ".join(m[0] for m in missing), flush=True)
 
 
 def ensure_venv(env: Path = VENV, dists: list[Path] | None = None, tag: str = "all") -> None:
@@ -78,7 +199,13 @@ def _ensure_venv(env: Path, dists: list[Path] | None, tag: str) -> None:
     _drop_stale_metadata()
     if not (env / "bin" / "python").exists():
         print(f"dev: creating {env}", flush=True)
-        venv.EnvBuilder(with_pip=True, clear=False).create(env)
+        try:
+            venv.EnvBuilder(with_pip=True, clear=False).create(env)
+        except subprocess.CalledProcessError:  # Debian/Ubuntu ship venv's pip bootstrap apart from Python
+            print("dev: this Python cannot create an environment with pip (ensurepip failed); on Debian/Ubuntu: "
+                  f"apt-get install python3-venv (or python{sys.version_info[0]}.{sys.version_info[1]}-venv)",
+                  flush=True)
+            raise
     # editable_mode=compat puts each source folder on a .pth line instead of installing an
     # import-hook finder per distribution: start-up stays as fast as a regular install.
     args = [_bin(env, "python"), "-m", "pip", "install", "--disable-pip-version-check", "-q",
@@ -121,7 +248,7 @@ def warm(env: Path) -> None:
     """Fill the shared compiler caches once, before the tests time their builds."""
     probe = subprocess.run([_bin(env, "python"), "-c", "import wbcore_lane_zig"], capture_output=True)
     if probe.returncode == 0:
-        print("dev: warming the zig cache (once per machine, about a minute)", flush=True)
+        print("dev: the zig cache (warmed once per machine: about a minute the first time)", flush=True)
         run([_bin(env, "python"), "-m", "wbcore_lane_zig", "warm"])
         fetch_jq(env)
     warm_go(env)
@@ -208,13 +335,12 @@ def fetch_svelte(env: Path) -> None:
     run([py, "-m", "wbcore_lane_js", "fetch", "svelte"])
 
 
-def run_suites(env: Path, suites: list[Path], rest: list[str]) -> int:
+def run_suites(env: Path, suites: list[Path], rest: list[str], totals: dict[str, int]) -> int:
     """One pytest run per distribution's tests (each keeps its own conftest and helper
-    modules, as when installed alone), then one closing line with the totals."""
+    modules, as when installed alone), its counts added to ``totals``."""
     import tempfile
     import xml.etree.ElementTree as ET
 
-    totals = {"passed": 0, "failed": 0, "skipped": 0}
     worst = 0
     bad: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -235,45 +361,123 @@ def run_suites(env: Path, suites: list[Path], rest: list[str]) -> int:
                 bad.append(name)
     if bad:
         print(f"dev: failing suites: {', '.join(bad)}", flush=True)
+    return worst
+
+
+def closing(totals: dict[str, int]) -> None:
+    """The last line of a test run (CI reads it): the totals over every suite that ran."""
     print(f"{totals['passed']} passed, {totals['failed']} failed, {totals['skipped']} skipped", flush=True)
+
+
+def setup(env: Path = VENV) -> None:
+    """What `demo` and `test` need before they run: system packages, the environment, the caches."""
+    system_packages()
+    ensure_venv(env)
+    warm(env)
+
+
+def prepare_microvm(env: Path) -> None:
+    """The microvm tier's image and snapshot, built once (one cold boot) and shared by every test
+    home of the slow suite; its steps and times are printed."""
+    probe = subprocess.run([_bin(env, "python"), "-c", "import wbcore_microvm"], capture_output=True)
+    if probe.returncode != 0:
+        return
+    if run([_bin(env, "python"), "-m", "wbcore_microvm", "prepare"]) != 0:
+        print("dev: the microvm tier is unavailable here; its tests will skip, saying why", flush=True)
+
+
+def isolated(rest: list[str], totals: dict[str, int]) -> int:
+    """tests/core with only the core installed, then each plugin's tests with only it and the core."""
+    env = ROOT / ".venvs" / "wbcore"
+    ensure_venv(env, [], tag="core")
+    print("dev: wbcore alone (tests/core)", flush=True)
+    worst = run_suites(env, [ROOT / "tests" / "core"], ["-p", "no:cacheprovider", *rest], totals)
+    for plugin in PLUGINS:
+        env = ROOT / ".venvs" / plugin.name
+        ensure_venv(env, [plugin], tag=plugin.name)
+        warm(env)
+        print(f"dev: {plugin.name} alone with the core", flush=True)
+        code = run_suites(env, [plugin / "tests"], ["-p", "no:cacheprovider", *rest], totals)
+        worst = worst or code  # every plugin's suite runs, whatever failed before it
+    return worst
+
+
+def test(argv: list[str]) -> int:
+    """``dev.py test``: everything CI runs, stage by stage with the time each ended; with
+    ``--quick`` the default suite only; with other arguments one pass over every suite, the
+    arguments going to pytest. The closing line is the totals over every stage."""
+    import time
+
+    start = time.monotonic()
+
+    def stamp(what: str) -> None:
+        print(f"dev: {what} at {time.monotonic() - start:.0f} s", flush=True)
+
+    quick = "--quick" in argv
+    rest = [a for a in argv if a != "--quick"]
+    setup()
+    stamp("set-up")
+    suites = [ROOT / "tests", *(p / "tests" for p in PLUGINS if (p / "tests").is_dir())]
+    totals = {"passed": 0, "failed": 0, "skipped": 0}
+    if quick or rest:
+        worst = run_suites(VENV, suites, ["-m", "not slow", *rest] if quick else rest, totals)
+        stamp("default suite" if quick else "every suite")
+        closing(totals)
+        return worst
+    quiet = ["-q", "-p", "no:cacheprovider"]
+    worst = run_suites(VENV, suites, [*quiet, "-m", "not slow"], totals)
+    stamp("default suite")
+    # From here on (as CI did): one microvm image and snapshot for every test home, built once.
+    os.environ.setdefault("WB_MICROVM_CACHE", str(Path.home() / ".cache" / "wbcore" / "microvm"))
+    prepare_microvm(VENV)
+    stamp("microvm image + cold boot + snapshot")
+    worst = run_suites(VENV, suites, [*quiet, "-m", "slow"], totals) or worst
+    stamp("slow suite")
+    worst = isolated(["-q", "-m", "not slow"], totals) or worst
+    stamp("isolated plugin suites")
+    closing(totals)
     return worst
 
 
 def main(argv: list[str]) -> int:
     what = argv[0] if argv else "demo"
     rest = argv[1:]
+    if what in ("-h", "--help", "help") or "--help" in rest[:1] or "-h" in rest[:1]:
+        print(__doc__)
+        return 0
     if what == "setup":
-        ensure_venv()
-        warm_go(VENV)  # so that a fresh home's first go build takes seconds, not half a minute
+        setup()
         return 0
     if what == "demo":
-        ensure_venv()
+        setup()
         return run([_bin(VENV, "wbx"), "demo", *rest], cwd=ROOT)
     if what == "test":
-        ensure_venv()
-        suites = [ROOT / "tests", *(p / "tests" for p in PLUGINS if (p / "tests").is_dir())]
-        warm(VENV)
-        return run_suites(VENV, suites, rest)
+        return test(rest)
     if what == "isolated":
-        # The core alone first: tests/core must pass with no plugin installed.
-        env = ROOT / ".venvs" / "wbcore"
-        ensure_venv(env, [], tag="core")
-        print("dev: wbcore alone (tests/core)", flush=True)
-        worst = run_suites(env, [ROOT / "tests" / "core"], ["-p", "no:cacheprovider", *rest])
-        for plugin in PLUGINS:
-            env = ROOT / ".venvs" / plugin.name
-            ensure_venv(env, [plugin], tag=plugin.name)
-            warm(env)
-            print(f"dev: {plugin.name} alone with the core", flush=True)
-            code = run_suites(env, [plugin / "tests"], ["-p", "no:cacheprovider", *rest])
-            worst = worst or code  # every plugin's suite runs, whatever failed before it
+        totals = {"passed": 0, "failed": 0, "skipped": 0}
+        worst = isolated(rest, totals)
+        closing(totals)
         return worst
     if what == "bench":
         ensure_venv()
         return run([_bin(VENV, "python"), str(ROOT / "bench" / "run.py"), *rest], cwd=ROOT)
+    print(f"dev: unknown command {what!r}; the commands are setup, demo, test, isolated, bench")
     print(__doc__)
     return 2
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    if sys.version_info < (3, 11):
+        print(f"dev: wbcore needs Python 3.11 or newer; this is {sys.version.split()[0]} ({sys.executable})")
+        sys.exit(2)
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except subprocess.CalledProcessError as exc:  # a step that must work did not: one line, no traceback
+        cmd = " ".join(map(str, exc.cmd)) if isinstance(exc.cmd, list) else str(exc.cmd)
+        print(f"dev: this step failed (exit {exc.returncode}): {cmd[:300]}", file=sys.stderr)
+        sys.exit(exc.returncode or 1)
+    except KeyboardInterrupt:
+        print("dev: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except BrokenPipeError:  # the reader went away (dev.py … | head)
+        sys.exit(0)

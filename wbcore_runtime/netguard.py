@@ -24,6 +24,10 @@ Allowances, for local mirrors, corporate proxies and tests — explicit, never i
 - ``private_hosts`` (``WB_ALLOW_PRIVATE_HOSTS="mirror.corp 10.1.2.0/24"``): names, or
   address literals and networks, whose private addresses are allowed; every other
   destination keeps the full check.
+- ``WB_NET_ALLOW_PRIVATE_HOSTS`` (:meth:`NetGuard.for_guests`): the same form, for a *guest's*
+  egress (the net, browse, tcp, udp and tls brokers) — a separate setting, so opening a
+  private source mirror never opens it to every guest. A toolkit's ``#+ALLOWED_HOSTS`` still
+  narrows what its guest may reach. ``wbx demo`` sets it to ``127.0.0.1`` for its own process.
 - ``public`` — a test seam, never set by the product: addresses to *treat as public*, so a
   test can serve a "public" target on a dedicated loopback address (127.0.0.7) while every
   other loopback form stays denied. ``resolver`` replaces DNS in tests the same way.
@@ -44,6 +48,7 @@ Resolver = Callable[[str, int], list[str]]
 ENV_ALLOW_PRIVATE = "WB_ALLOW_PRIVATE_SOURCES"
 ENV_ALLOW_PRIVATE_OLD = "WB_SOURCES_ALLOW_PRIVATE"  # the earlier spelling, still honoured
 ENV_PRIVATE_HOSTS = "WB_ALLOW_PRIVATE_HOSTS"
+ENV_NET_PRIVATE_HOSTS = "WB_NET_ALLOW_PRIVATE_HOSTS"
 
 _V4 = [
     ("0.0.0.0/8", "this-network"), ("10.0.0.0/8", "RFC 1918 private"), ("100.64.0.0/10", "CGNAT"),
@@ -121,6 +126,11 @@ def why_denied(ip: IPAddress) -> str | None:
     return None
 
 
+def _host_list(text: str) -> frozenset[str]:
+    """A deployer's list of names, addresses and networks (space- or comma-separated)."""
+    return frozenset(h.strip().lower() for h in re.split(r"[\s,]+", text) if h.strip())
+
+
 def system_resolver(host: str, port: int) -> list[str]:
     infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
@@ -149,13 +159,23 @@ class NetGuard:
     #: How a name that does not resolve is reported: brokers deny it (a guest learns
     #: nothing more); sources and installs say it is a DNS failure (a person fixes it).
     unresolved_is_dns_error: bool = False
+    #: The setting a refusal names as the deployer's way to allow a private host.
+    allowance_hint: str = f"{ENV_ALLOW_PRIVATE}=1 or {ENV_PRIVATE_HOSTS}=<host>"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], **kw: object) -> NetGuard:
         """The guard for sources, installs and did:web, with the deployer's allowances."""
         allow = env.get(ENV_ALLOW_PRIVATE, "") == "1" or env.get(ENV_ALLOW_PRIVATE_OLD, "") == "1"
-        hosts = frozenset(h.strip().lower() for h in re.split(r"[\s,]+", env.get(ENV_PRIVATE_HOSTS, "")) if h.strip())
+        hosts = _host_list(env.get(ENV_PRIVATE_HOSTS, ""))
         return cls(allow_private=allow, private_hosts=hosts, unresolved_is_dns_error=True, **kw)  # type: ignore[arg-type]
+
+    @classmethod
+    def for_guests(cls, env: Mapping[str, str], **kw: object) -> NetGuard:
+        """The guard for a guest's egress (the egress brokers): the full check, opened only for the
+        private hosts the deployer names in ``WB_NET_ALLOW_PRIVATE_HOSTS`` (never the source and
+        install allowances above); a name that does not resolve is a denial, not a DNS error."""
+        return cls(private_hosts=_host_list(env.get(ENV_NET_PRIVATE_HOSTS, "")),
+                   allowance_hint=f"{ENV_NET_PRIVATE_HOSTS}=<host>", **kw)  # type: ignore[arg-type]
 
     def _allowed_private(self, ip: IPAddress, host: str) -> bool:
         if self.allow_private or host.lower().rstrip(".") in self.private_hosts:
@@ -175,7 +195,7 @@ class NetGuard:
         if why and not self._allowed_private(ip, shown):
             raise EgressDenied(
                 f"egress to {shown} denied: {ip} is {why} (SSRF guard; a deployer allows local mirrors with "
-                f"{ENV_ALLOW_PRIVATE}=1 or {ENV_PRIVATE_HOSTS}=<host>)"
+                f"{self.allowance_hint})"
             )
 
     def _unresolved(self, host: str, why: str) -> Exception:

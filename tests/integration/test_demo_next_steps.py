@@ -65,3 +65,29 @@ def test_demo_args_hold_several_invocations(tmp_path: Path) -> None:
     write_toolkit(tmp_path, "t", extra={"DEMO_ARGS": "put 'a note' && get x && list"})
     m = Runtime.open(plugins=[], home=tmp_path / "home", roots=[tmp_path]).toolkit("t").manifest
     assert demo._steps(m) == [["put", "a note"], ["get", "x"], ["list"]]
+
+
+def test_the_demo_network_steps_read_its_local_site(tmp_path: Path, capsys) -> None:
+    """http and pip-fetch, as shipped, reach the demo's site on 127.0.0.1 only through the deployer
+    setting the demo prints; each step shows a real result (exit 0), none the public internet."""
+    import pytest
+
+    pytest.importorskip("wbcore_lane_js")
+    from wbcore_runtime.cli.demosite import DemoSite
+
+    proj = tmp_path / "proj"
+    for ident in ("http", "pip-fetch"):
+        shutil.copytree(TOOLKITS / ident, proj / "toolkits" / ident)
+    (proj / "wbx.toml").write_text('home = ".wb-home"\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WB_")}
+    rt = Runtime.open(env=env, cwd=proj)
+    with DemoSite() as site:
+        demo._open_to(rt, site)
+        failed, built = demo._build_and_run(rt, rt.discover(), site.url)
+    out = capsys.readouterr().out
+    assert failed == 0, out
+    assert "WB_NET_ALLOW_PRIVATE_HOSTS=127.0.0.1" in out
+    assert '"version": "1.0.0"' in out and '"received": {"title": "hello", "tags": ["demo"]}' in out
+    assert f"wb_greeting-1.0.0-py3-none-any.whl {site.wheel_sha256}" in out
+    assert f"sha256 {site.wheel_sha256} ok" in out
+    assert sorted(built) == [("command", "http"), ("command", "pip-fetch")]

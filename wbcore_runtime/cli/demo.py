@@ -1,5 +1,6 @@
 """``wbx demo``: walk the shipped toolkits through what works today: discover, build,
-run (commands, kernels, the ``upper`` built-in) and verify."""
+run (commands, kernels, the ``upper`` built-in) and verify — offline: the network toolkits
+read a local web site the demo serves on 127.0.0.1 (:mod:`wbcore_runtime.cli.demosite`)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
     def demo() -> None:
         """Discover the shipped toolkits, build and run the buildable ones, verify all."""
         from wbcore_runtime import buildable
+        from wbcore_runtime.cli.demosite import DemoSite
 
         found = runtime.discover()
         typer.echo(f"== discover: {len(found.toolkits)} toolkit(s) in {', '.join(map(str, found.roots))}")
@@ -23,15 +25,19 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
             typer.echo(f"  {tk.id} · {tk.manifest.status} · {tk.manifest.exec or 'discovery-only'} · {tk.manifest.tagline}")
         for err in found.errors:
             typer.echo(f"  (malformed) {err}")
-        failed, built = _build_and_run(runtime, found)
+        with DemoSite() as site:
+            _open_to(runtime, site)
+            failed, built = _build_and_run(runtime, found, site.url)
+            failed += federation(runtime, site.url)
         failed += mcp_session(runtime)
         for tk in found.toolkits.values():
             typer.echo(f"\n== verify {tk.id}")
             report = runtime.verify(tk.id)
             typer.echo(report.render())
-            missing = [e for e in buildable.refusals(runtime, tk.manifest) if isinstance(e, buildable.LaneUnavailable)]
-            if missing and not report.ok:  # explained, not a failure of the demo: this machine lacks the lane
-                typer.echo(f"-- {tk.id} cannot be built on this machine: {missing[0].message}")
+            missing = [e.message for e in buildable.refusals(runtime, tk.manifest)
+                       if isinstance(e, buildable.LaneUnavailable)] or _tier_missing(runtime, tk.manifest)
+            if missing and not report.ok:  # explained, not a failure of the demo: this machine lacks the lane or tier
+                typer.echo(f"-- {tk.id} cannot run on this machine: {missing[0]}")
             failed += not report.ok and not missing
             if tk.skills:
                 first = tk.skills[0]
@@ -43,6 +49,28 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
 
 
 DEMO_INPUT = "hello from wbx demo\n"
+
+
+def _tier_missing(runtime: Runtime, manifest: object) -> list[str]:
+    """Why no tier that runs the toolkit's shape is available here ([] when one is, or the
+    shape runs in-process): the line that explains a toolkit this machine cannot run."""
+    exec_ = manifest.exec  # type: ignore[attr-defined]
+    if not exec_ or exec_ not in runtime.shapes:
+        return []
+    wanted = runtime.shapes.get(exec_).default_tier
+    if wanted == "instance":
+        return []
+    tiers = [t for t in runtime.tiers if exec_ in t.kinds] or \
+        [t for t in runtime.tiers if t.name == wanted]
+    if not tiers:
+        return [f"its shape {exec_} runs in tier {wanted}, which no installed plugin serves"]
+    reasons = []
+    for tier in tiers:
+        avail = tier.available()
+        if avail.ok:
+            return []
+        reasons.append(f"tier {tier.name}: {avail.reason}")
+    return [f"its shape {exec_} needs a tier this machine lacks ({'; '.join(reasons)})"]
 
 
 def next_steps(runtime: Runtime, built: list[tuple[str, str]]) -> str:
@@ -86,12 +114,43 @@ def next_steps(runtime: Runtime, built: list[tuple[str, str]]) -> str:
     return "\n".join(lines)
 
 
-def _steps(m: object) -> list[list[str]]:
-    """``#+DEMO_ARGS``: one invocation, or several joined by `` && `` (shell words each)."""
+def _steps(m: object, site: str = "") -> list[list[str]]:
+    """``#+DEMO_ARGS``: one invocation, or several joined by `` && `` (shell words each);
+    ``{site}`` is the base URL of the demo's local web site."""
     import shlex
 
-    text = m.extra("DEMO_ARGS") or ""  # type: ignore[attr-defined]
+    text = (m.extra("DEMO_ARGS") or "").replace("{site}", site)  # type: ignore[attr-defined]
     return [shlex.split(part) for part in text.split(" && ")] if text.strip() else [[]]
+
+
+def _open_to(runtime: Runtime, site: object) -> None:
+    """The deployer settings that let this demo's calls reach its site on 127.0.0.1 (for this
+    process only; NetGuard refuses loopback otherwise), said out loud."""
+    from wbcore_runtime.netguard import ENV_NET_PRIVATE_HOSTS, ENV_PRIVATE_HOSTS
+
+    host = "127.0.0.1"
+    for name in (ENV_NET_PRIVATE_HOSTS, ENV_PRIVATE_HOSTS):
+        runtime.env[name] = " ".join(dict.fromkeys([*runtime.env.get(name, "").split(), host]))  # type: ignore[index]
+    typer.echo(f"\n== a local web site for the network toolkits: {site.url} (in this process; no internet needed)")  # type: ignore[attr-defined]
+    typer.echo(f"  deployer settings, for this demo only: {ENV_NET_PRIVATE_HOSTS}={host} (a guest's net cap may "
+               f"reach it; #+ALLOWED_HOSTS still narrows), {ENV_PRIVATE_HOSTS}={host} (the federation source)")
+
+
+def _shown(stdout: bytes, stderr: bytes) -> str:
+    """What a step printed, on one line: its text, or for binary output its size and what it said on stderr."""
+    if b"\0" in stdout[:4096] or not _is_text(stdout):
+        said = " ⏎ ".join(stderr.decode("utf-8", "replace").strip().splitlines()[:2])
+        return f"{len(stdout)} bytes of binary output" + (f"; stderr: {said}" if said else "")
+    text = (stdout or stderr).decode("utf-8", "replace").strip()
+    return " ⏎ ".join(text.splitlines()[:3])[:110]
+
+
+def _is_text(data: bytes) -> bool:
+    try:
+        data[:4096].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return exc.start > 4090  # cut inside a character at the slice's end: still text
+    return True
 
 
 def _explain(runtime: Runtime, tk: object) -> str:
@@ -108,7 +167,7 @@ def _explain(runtime: Runtime, tk: object) -> str:
             f"Skills: {skills or '(none)'} (wbx toolkit show {tk.id})")  # type: ignore[attr-defined]
 
 
-def _build_and_run(runtime: Runtime, found: object) -> tuple[int, list[tuple[str, str]]]:
+def _build_and_run(runtime: Runtime, found: object, site: str = "") -> tuple[int, list[tuple[str, str]]]:
     """Build every command/kernel/component toolkit whose lane is available and run it with
     its demo input: stdin ``#+DEMO_STDIN``, arguments ``#+DEMO_ARGS`` (several invocations
     joined by `` && ``; stdin goes to the first), a component's ``#+DEMO_CALL``
@@ -116,6 +175,7 @@ def _build_and_run(runtime: Runtime, found: object) -> tuple[int, list[tuple[str
     ``upper``. Returns how many steps failed (a command's own exit code is only shown)
     and the (kind, name) of each artifact it registered."""
     import json
+    import shlex
     import time
 
     from wbcore_runtime import builder
@@ -131,8 +191,8 @@ def _build_and_run(runtime: Runtime, found: object) -> tuple[int, list[tuple[str
             continue
         lane = m.build_lang
         if lane and (lane not in runtime.lanes or not runtime.lanes.get(lane).availability(runtime).ok):
-            why = runtime.lanes.get(lane).availability(runtime).message if lane in runtime.lanes else "no plugin serves it"
-            typer.echo(f"  {tk.id}: cannot be built here: lane {lane} is unavailable ({why})")
+            why = runtime.lanes.get(lane).availability(runtime).reason if lane in runtime.lanes else "no plugin serves it"
+            typer.echo(f"  {tk.id}: skipped: lane {lane} is unavailable here ({why})")
             continue
         try:
             t0 = time.monotonic()
@@ -141,14 +201,16 @@ def _build_and_run(runtime: Runtime, found: object) -> tuple[int, list[tuple[str
             how = "cached" if res.cached else f"built by lane {res.lane or 'prebuilt'} in {time.monotonic() - t0:.1f}s"
             typer.echo(f"  {tk.id}: {res.kind} {res.name} {how} → {res.sha256[:12]}…")
             stdin = (m.extra("DEMO_STDIN") or DEMO_INPUT.rstrip("\n")).encode() + b"\n"
+            if "{site}" in (m.extra("DEMO_ARGS") or "") and not m.extra("DEMO_STDIN"):
+                stdin = b""  # a request to the site: its arguments say everything
             if res.kind == "command":
-                for i, args in enumerate(_steps(m)):
+                for i, args in enumerate(_steps(m, site)):
                     data = stdin if i == 0 else b""
                     out = runtime.call(res.name, args, data)
-                    text = (out.stdout or out.stderr).decode("utf-8", "replace").strip()
-                    shown = " ⏎ ".join(text.splitlines()[:3])[:110]
+                    shown = _shown(out.stdout, out.stderr)
+                    failed += out.exit_code != 0  # a demo step shows a real result, never a usage error
                     feed = f"echo {data.decode().strip()!r} | " if data else ""
-                    typer.echo(f"    $ {feed}wbx run {' '.join([res.name, *args])}  →  {shown}"
+                    typer.echo(f"    $ {feed}wbx run {shlex.join([res.name, *args])}  →  {shown}"
                                f"  (exit {out.exit_code}, {out.usage.wall_s * 1e3:.1f} ms)")
             elif res.kind == "kernel":
                 body = runtime.kernel_call(res.name, stdin)
@@ -171,6 +233,66 @@ def _build_and_run(runtime: Runtime, found: object) -> tuple[int, list[tuple[str
         failed += 1
         typer.echo(f"  built-in upper: FAILED: {exc.message}")
     return failed, built
+
+
+FEDERATION_TOOLKIT = """#+TITLE: Demo releases
+#+TOOLKIT: demo-releases
+#+VERSION: 0.1.0
+#+STATUS: experimental
+#+TAGLINE: The demo site's release history as a table, read page by page from its REST API.
+#+EXEC: federation
+#+CAPS: net
+#+URL: {site}/api/releases
+#+ROWS_PATH: items
+#+PAGINATION: link
+#+KEY: id
+
+* Demo releases :toolkit:
+  :PROPERTIES:
+  :ID:       demo-releases
+  :STATUS:   experimental
+  :END:
+
+A federation toolkit the demo declares for its local site: every page (RFC 8288 Link: rel=next).
+"""
+
+
+def federation(runtime: Runtime, site: str, *, timeout: float = 120.0) -> int:
+    """The federation shape against the demo site's REST API: a toolkit declared for it in a
+    scratch folder (on WB_TOOLKIT_PATH), read by ``wbx fed query`` — every page, through the
+    SSRF guard, audited. Returns how many steps failed; skipped, saying why, without the plugin."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+    from importlib.util import find_spec
+    from pathlib import Path
+
+    typer.echo("\n== federation: a REST/JSON source as a table (wbx fed query)")
+    if find_spec("wbcore_federation") is None:
+        typer.echo("  skipped: the federation plugin (wbcore-federation) is not installed")
+        return 0
+    with tempfile.TemporaryDirectory(prefix="wbx-demo-fed-") as tmp:
+        folder = Path(tmp) / "demo-releases"
+        folder.mkdir()
+        (folder / "manifest.org").write_text(FEDERATION_TOOLKIT.replace("{site}", site), encoding="utf-8")
+        typer.echo(f"  declared demo-releases (#+EXEC: federation, #+URL: {site}/api/releases, "
+                   "#+PAGINATION: link) in a scratch folder on WB_TOOLKIT_PATH")
+        env = {**os.environ, **runtime.env, "WB_HOME": str(runtime.home), "WB_TOOLKIT_PATH": tmp}
+        cmd = ["fed", "query", "demo-releases", "demo_releases"]
+        try:
+            done = subprocess.run([sys.executable, "-m", "wbcore_runtime", *cmd], env=env, cwd=str(runtime.cwd),
+                                  capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            typer.echo(f"  FAILED: wbx {' '.join(cmd)} took longer than {timeout:.0f} s")
+            return 1
+    typer.echo(f"    $ wbx {' '.join(cmd)}")
+    if done.returncode != 0:
+        typer.echo(f"  FAILED (exit {done.returncode}): {done.stderr.strip()[-300:]}")
+        return 1
+    for line in done.stdout.rstrip().splitlines()[:8]:
+        typer.echo(f"      {line}")
+    return 0
 
 
 def mcp_session(runtime: Runtime, *, timeout: float = 120.0) -> int:

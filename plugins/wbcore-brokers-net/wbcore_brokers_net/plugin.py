@@ -1,7 +1,9 @@
 """Entry point of wbcore-brokers-net. httpx loads on the first egress, not at import.
 
 Deployer settings (from the runtime's environment): ``WB_NET_CA_FILE`` — a CA bundle
-that ``net``/``browse``/``tls`` verify peers against instead of the system store.
+that ``net``/``browse``/``tls`` verify peers against instead of the system store;
+``WB_NET_ALLOW_PRIVATE_HOSTS`` — private names, addresses or networks a guest may reach
+(``NetGuard.for_guests``; every other private address stays refused).
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from wbcore_runtime.records import Broker
 def _net(text_only: bool) -> Any:
     def factory(runtime: Any) -> Any:
         from wbcore_brokers_net.brokers import NetBroker
+        from wbcore_brokers_net.guard import NetGuard
 
-        return NetBroker(verify=runtime.env.get("WB_NET_CA_FILE") or True, text_only=text_only)
+        return NetBroker(NetGuard.for_guests(runtime.env), verify=runtime.env.get("WB_NET_CA_FILE") or True, text_only=text_only)
 
     return factory
 
@@ -25,8 +28,9 @@ def _net(text_only: bool) -> Any:
 def _socket(kind: str) -> Any:
     def factory(runtime: Any) -> Any:
         from wbcore_brokers_net.brokers import SocketBroker
+        from wbcore_brokers_net.guard import NetGuard
 
-        return SocketBroker(kind, cafile=runtime.env.get("WB_NET_CA_FILE") or None)
+        return SocketBroker(kind, NetGuard.for_guests(runtime.env), cafile=runtime.env.get("WB_NET_CA_FILE") or None)
 
     return factory
 
