@@ -278,7 +278,9 @@ def fetch_jq(env: Path) -> None:
     version = subprocess.run([py, "-c", "import wbcore_lane_zig.builtins.jqsrc as j; print(j.SDIST_VERSION)"],
                              capture_output=True, text=True, check=True).stdout.strip()
     with tempfile.TemporaryDirectory() as tmp:
-        got = subprocess.run([py, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-d", tmp, f"jq=={version}"],
+        # --no-binary jq, not :all: (which also builds the sdist's build requirements, Cython
+        # among them, from source: minutes of compiling for a file we only unpack).
+        got = subprocess.run([py, "-m", "pip", "download", "--no-deps", "--no-binary", "jq", "-d", tmp, f"jq=={version}"],
                              capture_output=True, text=True)
         sdist = Path(tmp) / f"jq-{version}.tar.gz"
         if got.returncode == 0 and sdist.is_file():
