@@ -1,9 +1,14 @@
 """The SSRF decision: may the host connect to this name, and to which checked address.
 
 One function decides for every surface that opens a connection on a toolkit's behalf or
-fetches what a toolkit names — the net/tcp/udp/tls brokers, ``BUILD_SRC`` sources,
-``wbx toolkit install`` and did:web resolution (all through :mod:`wbcore_runtime.fetch` or
-:meth:`NetGuard.pin`).
+fetches what a toolkit names — the net/tcp/udp/tls brokers, ``BUILD_SRC`` sources (HTTP
+through :mod:`wbcore_runtime.fetch`, git through :mod:`wbcore_runtime.gitfetch`),
+``wbx toolkit install``, OCI, did:web, federation sources and the lanes' compiler and
+upstream-source downloads from the configured package registries
+(:mod:`wbcore_runtime.registries`). Every fetch the product makes for a person or a build
+takes its guard from :meth:`NetGuard.from_env` (the deployer's allowances below); only a
+guest's own egress (the brokers) uses a bare ``NetGuard()``, which no setting widens. A
+refusal names only the settings that change the refusing guard's decision.
 
 A destination is allowed only when *every* address its name resolves to is a public
 unicast address; the connection then goes to that checked address (the *pin*), so a DNS
@@ -44,6 +49,11 @@ Resolver = Callable[[str, int], list[str]]
 ENV_ALLOW_PRIVATE = "WB_ALLOW_PRIVATE_SOURCES"
 ENV_ALLOW_PRIVATE_OLD = "WB_SOURCES_ALLOW_PRIVATE"  # the earlier spelling, still honoured
 ENV_PRIVATE_HOSTS = "WB_ALLOW_PRIVATE_HOSTS"
+#: The refusal advice of :meth:`NetGuard.from_env` (every fetch the product makes for a person
+#: or a build) and of a bare ``NetGuard()`` (a guest's own egress through the brokers).
+DEPLOYER_ADVICE = (f"a deployer allows a private mirror with {ENV_PRIVATE_HOSTS}=<host or network> "
+                   f"or every private address with {ENV_ALLOW_PRIVATE}=1")
+BROKER_ADVICE = "a toolkit's own egress never reaches private addresses: no setting widens it"
 
 _V4 = [
     ("0.0.0.0/8", "this-network"), ("10.0.0.0/8", "RFC 1918 private"), ("100.64.0.0/10", "CGNAT"),
@@ -149,13 +159,17 @@ class NetGuard:
     #: How a name that does not resolve is reported: brokers deny it (a guest learns
     #: nothing more); sources and installs say it is a DNS failure (a person fixes it).
     unresolved_is_dns_error: bool = False
+    #: What a refusal advises: only the settings that change *this* guard's decision (a
+    #: refusal that names a setting the path ignores sends a deployer the wrong way).
+    advice: str = BROKER_ADVICE
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], **kw: object) -> NetGuard:
         """The guard for sources, installs and did:web, with the deployer's allowances."""
         allow = env.get(ENV_ALLOW_PRIVATE, "") == "1" or env.get(ENV_ALLOW_PRIVATE_OLD, "") == "1"
         hosts = frozenset(h.strip().lower() for h in re.split(r"[\s,]+", env.get(ENV_PRIVATE_HOSTS, "")) if h.strip())
-        return cls(allow_private=allow, private_hosts=hosts, unresolved_is_dns_error=True, **kw)  # type: ignore[arg-type]
+        return cls(allow_private=allow, private_hosts=hosts, unresolved_is_dns_error=True,  # type: ignore[arg-type]
+                   advice=DEPLOYER_ADVICE, **kw)
 
     def _allowed_private(self, ip: IPAddress, host: str) -> bool:
         if self.allow_private or host.lower().rstrip(".") in self.private_hosts:
@@ -173,10 +187,7 @@ class NetGuard:
             return
         why = why_denied(ip)
         if why and not self._allowed_private(ip, shown):
-            raise EgressDenied(
-                f"egress to {shown} denied: {ip} is {why} (SSRF guard; a deployer allows local mirrors with "
-                f"{ENV_ALLOW_PRIVATE}=1 or {ENV_PRIVATE_HOSTS}=<host>)"
-            )
+            raise EgressDenied(f"egress to {shown} denied: {ip} is {why} (SSRF guard; {self.advice})")
 
     def _unresolved(self, host: str, why: str) -> Exception:
         if self.unresolved_is_dns_error:
