@@ -6,9 +6,11 @@ through :mod:`wbcore_runtime.fetch`, git through :mod:`wbcore_runtime.gitfetch`)
 ``wbx toolkit install``, OCI, did:web, federation sources and the lanes' compiler and
 upstream-source downloads from the configured package registries
 (:mod:`wbcore_runtime.registries`). Every fetch the product makes for a person or a build
-takes its guard from :meth:`NetGuard.from_env` (the deployer's allowances below); only a
-guest's own egress (the brokers) uses a bare ``NetGuard()``, which no setting widens. A
-refusal names only the settings that change the refusing guard's decision.
+takes its guard from :meth:`NetGuard.from_env` (the deployer's allowances below); a guest's
+own egress (the net/browse/tcp/udp/tls brokers) takes it from :meth:`NetGuard.for_guests`,
+which honours only ``WB_NET_ALLOW_PRIVATE_HOSTS`` (named hosts and networks, never a blanket
+switch: every toolkit with a net cap would get it). A refusal names only the settings that
+change the refusing guard's decision.
 
 A destination is allowed only when *every* address its name resolves to is a public
 unicast address; the connection then goes to that checked address (the *pin*), so a DNS
@@ -24,7 +26,8 @@ are the addresses they encode.
 
 Allowances, for local mirrors, corporate proxies and tests — explicit, never implied:
 
-- ``allow_private=True`` (for sources and installs: ``WB_ALLOW_PRIVATE_SOURCES=1``) lifts
+- ``allow_private=True`` (for sources, installs and every other product fetch:
+  ``WB_ALLOW_PRIVATE_SOURCES=1``) lifts
   the address check entirely; a name must still resolve, and is still pinned.
 - ``private_hosts`` (``WB_ALLOW_PRIVATE_HOSTS="mirror.corp 10.1.2.0/24"``): names, or
   address literals and networks, whose private addresses are allowed; every other
@@ -49,11 +52,14 @@ Resolver = Callable[[str, int], list[str]]
 ENV_ALLOW_PRIVATE = "WB_ALLOW_PRIVATE_SOURCES"
 ENV_ALLOW_PRIVATE_OLD = "WB_SOURCES_ALLOW_PRIVATE"  # the earlier spelling, still honoured
 ENV_PRIVATE_HOSTS = "WB_ALLOW_PRIVATE_HOSTS"
+ENV_GUEST_PRIVATE_HOSTS = "WB_NET_ALLOW_PRIVATE_HOSTS"
 #: The refusal advice of :meth:`NetGuard.from_env` (every fetch the product makes for a person
-#: or a build) and of a bare ``NetGuard()`` (a guest's own egress through the brokers).
+#: or a build), of :meth:`NetGuard.for_guests` (a guest's own egress through the brokers) and
+#: of a guard built by hand (tests), which no setting changes.
 DEPLOYER_ADVICE = (f"a deployer allows a private mirror with {ENV_PRIVATE_HOSTS}=<host or network> "
                    f"or every private address with {ENV_ALLOW_PRIVATE}=1")
-BROKER_ADVICE = "a toolkit's own egress never reaches private addresses: no setting widens it"
+GUEST_ADVICE = (f"a deployer lets toolkits reach a private host with {ENV_GUEST_PRIVATE_HOSTS}=<host or network>")
+FIXED_ADVICE = "private and reserved addresses are refused"
 
 _V4 = [
     ("0.0.0.0/8", "this-network"), ("10.0.0.0/8", "RFC 1918 private"), ("100.64.0.0/10", "CGNAT"),
@@ -73,6 +79,11 @@ _V4_NETS = [(ipaddress.ip_network(n), why) for n, why in _V4]
 _V6_NETS = [(ipaddress.ip_network(n), why) for n, why in _V6]
 _NAT64 = [ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48")]
 _NUMERIC = re.compile(r"^[0-9a-fA-FxX.]+$")
+
+
+def _host_list(text: str) -> frozenset[str]:
+    """``"mirror.corp, 10.1.2.0/24 127.0.0.1"`` as a set of lower-case entries."""
+    return frozenset(h.strip().lower().rstrip(".") for h in re.split(r"[\s,]+", text) if h.strip())
 
 
 class EgressDenied(CapabilityDenied):
@@ -161,15 +172,23 @@ class NetGuard:
     unresolved_is_dns_error: bool = False
     #: What a refusal advises: only the settings that change *this* guard's decision (a
     #: refusal that names a setting the path ignores sends a deployer the wrong way).
-    advice: str = BROKER_ADVICE
+    advice: str = FIXED_ADVICE
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], **kw: object) -> NetGuard:
-        """The guard for sources, installs and did:web, with the deployer's allowances."""
+        """The guard for every fetch the product makes for a person or a build (sources, installs,
+        OCI, did:web, federation, the lanes' registry downloads), with the deployer's allowances."""
         allow = env.get(ENV_ALLOW_PRIVATE, "") == "1" or env.get(ENV_ALLOW_PRIVATE_OLD, "") == "1"
-        hosts = frozenset(h.strip().lower() for h in re.split(r"[\s,]+", env.get(ENV_PRIVATE_HOSTS, "")) if h.strip())
+        hosts = _host_list(env.get(ENV_PRIVATE_HOSTS, ""))
         return cls(allow_private=allow, private_hosts=hosts, unresolved_is_dns_error=True,  # type: ignore[arg-type]
                    advice=DEPLOYER_ADVICE, **kw)
+
+    @classmethod
+    def for_guests(cls, env: Mapping[str, str], **kw: object) -> NetGuard:
+        """The guard for a guest's own egress: only the hosts and networks the deployer named in
+        ``WB_NET_ALLOW_PRIVATE_HOSTS``; a name that does not resolve is a denial."""
+        return cls(private_hosts=_host_list(env.get(ENV_GUEST_PRIVATE_HOSTS, "")), advice=GUEST_ADVICE,  # type: ignore[arg-type]
+                   **kw)
 
     def _allowed_private(self, ip: IPAddress, host: str) -> bool:
         if self.allow_private or host.lower().rstrip(".") in self.private_hosts:

@@ -1,7 +1,9 @@
 """Entry point of wbcore-brokers-net. httpx loads on the first egress, not at import.
 
 Deployer settings (from the runtime's environment): ``WB_NET_CA_FILE`` — a CA bundle
-that ``net``/``browse``/``tls`` verify peers against instead of the system store.
+that ``net``/``browse``/``tls`` verify peers against instead of the system store;
+``WB_NET_ALLOW_PRIVATE_HOSTS`` — hosts or networks on private addresses that a toolkit's
+egress may reach (a package mirror, an internal API): :meth:`NetGuard.for_guests`.
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ def _net(text_only: bool) -> Any:
     def factory(runtime: Any) -> Any:
         from wbcore_brokers_net.brokers import NetBroker
 
-        return NetBroker(verify=runtime.env.get("WB_NET_CA_FILE") or True, text_only=text_only)
+        from wbcore_runtime.netguard import NetGuard
+
+        return NetBroker(NetGuard.for_guests(runtime.env), verify=runtime.env.get("WB_NET_CA_FILE") or True,
+                         text_only=text_only)
 
     return factory
 
@@ -26,7 +31,9 @@ def _socket(kind: str) -> Any:
     def factory(runtime: Any) -> Any:
         from wbcore_brokers_net.brokers import SocketBroker
 
-        return SocketBroker(kind, cafile=runtime.env.get("WB_NET_CA_FILE") or None)
+        from wbcore_runtime.netguard import NetGuard
+
+        return SocketBroker(kind, NetGuard.for_guests(runtime.env), cafile=runtime.env.get("WB_NET_CA_FILE") or None)
 
     return factory
 
