@@ -1,6 +1,7 @@
 """``wbx toolkit install``: bring toolkits into the user root, verified, recorded in ``wbx.lock``.
 
-Sources: a folder; ``git+file://…[@commit]``; ``git+https://…@<commit>`` or a plain
+Sources: a folder; ``git+file://…[@commit]``; ``git+https://…@<commit>`` (or ``git+http://``, a
+mirror; the pinned commit is what makes either trustworthy) or a plain
 ``https://….git@<commit>`` (a pin is required); an archive (``.tar.gz``, ``.tgz``, ``.tar``, ``.zip``) as a local file or an
 ``http(s)://`` URL with ``--sha256`` (required for URLs); an OCI artifact
 ``oci://host/repo:tag`` or ``…@sha256:<manifest digest>`` (``wbcore_runtime.oci``: every blob
@@ -159,11 +160,11 @@ def parse_source(text: str, sha256: str | None = None) -> Source:
             url, commit = rest[:at], rest[at + 1 :].lower()
             if not COMMIT_RE.match(commit):
                 raise InvalidArgs(f"{text}: {commit!r} is not a commit id (hex)")
-        if url.startswith("https://"):
+        if url.startswith(("https://", "http://")):
             if commit is None:
                 raise InvalidArgs(f"{text}: pin a commit (git+https://…@<commit>) so the install is reproducible")
         elif not url.startswith("file://"):
-            raise InvalidArgs(f"{text}: git sources are git+file://… or git+https://…@<commit>")
+            raise InvalidArgs(f"{text}: git sources are git+file://… or git+https://…@<commit> (git+http:// too)")
         return Source("git", url, commit)
     if text.startswith("oci://"):
         if pin is not None:
