@@ -146,7 +146,7 @@ class _Run:
         for item in self.config:
             argv += ["-c", item]
         try:
-            done = subprocess.run([*argv, *args], cwd=cwd, env=self.env, capture_output=True, timeout=left,
+            done = subprocess.run([*argv, *args], cwd=cwd, env=self.env, capture_output=True, timeout=left, check=False,
                                   stdin=subprocess.DEVNULL, preexec_fn=self._cap)
         except FileNotFoundError:
             raise NotFound("git sources need the git command (apt-get install git)") from None

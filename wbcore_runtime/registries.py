@@ -51,7 +51,7 @@ def _http_url(url: str, where: str) -> str:
 def _ask(argv: list[str], env: Mapping[str, str]) -> str | None:
     """A configuration tool's answer (stdout), or None when it is missing or fails."""
     try:
-        done = subprocess.run(argv, env=dict(env), capture_output=True, text=True, timeout=ASK_TIMEOUT_S,
+        done = subprocess.run(argv, env=dict(env), capture_output=True, text=True, timeout=ASK_TIMEOUT_S, check=False,
                               stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired):
         return None

@@ -65,10 +65,9 @@ def test_redirects_are_not_followed(tmp_path: Path) -> None:
         h.send_header("Content-Length", "0")
         h.end_headers()
 
-    with FileServer(routes={"/": moved}) as server:
-        with pytest.raises(NotFound, match="git fetch failed"):
-            gitfetch.checkout(f"{server.url}/tk.git", tmp_path / "t", commit="a" * 40,
-                              guard=NetGuard.from_env({"WB_ALLOW_PRIVATE_HOSTS": "127.0.0.1"}))
+    with FileServer(routes={"/": moved}) as server, pytest.raises(NotFound, match="git fetch failed"):
+        gitfetch.checkout(f"{server.url}/tk.git", tmp_path / "t", commit="a" * 40,
+                          guard=NetGuard.from_env({"WB_ALLOW_PRIVATE_HOSTS": "127.0.0.1"}))
 
 
 def test_other_transports_and_odd_urls_are_refused(tmp_path: Path) -> None:

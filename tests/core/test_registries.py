@@ -36,7 +36,7 @@ def test_npm_registry_follows_npms_own_configuration(tmp_path: Path) -> None:
 
 
 def test_npm_registry_asks_npm_when_it_is_installed(tmp_path: Path) -> None:
-    npm = subprocess.run(["sh", "-c", "command -v npm"], capture_output=True, text=True).stdout.strip()
+    npm = subprocess.run(["sh", "-c", "command -v npm"], capture_output=True, text=True, check=False).stdout.strip()
     if not npm:
         pytest.skip("npm is not installed")
     rc = tmp_path / "npmrc"
@@ -53,7 +53,8 @@ def test_pip_index_follows_pips_own_configuration(tmp_path: Path) -> None:
     assert registries.pip_index({**env, "PIP_INDEX_URL": "http://10.9.8.7/simple"}) == "http://10.9.8.7/simple"
     conf.write_text("[global]\ntimeout = 5\n")
     default = registries.pip_index(env)  # pip's own default, as pip itself states it
-    said = subprocess.run([sys.executable, "-c", registries._PIP_DEFAULT], capture_output=True, text=True).stdout
+    said = subprocess.run([sys.executable, "-c", registries._PIP_DEFAULT], capture_output=True, text=True,
+                          check=True).stdout
     assert default == said.strip().rstrip("/")
 
 

@@ -117,7 +117,7 @@ def test_sources_wasm_archive_and_git(servers, make_runtime, tmp_path: Path) -> 
          reached=lambda got: not isinstance(got, WbError))
     walk(lambda e: resolve(f"archive:{web.url}/a.tar.gz", e), lambda: len(web.hits), names=PRODUCT, advised=loop)
     walk(lambda e: resolve(f"git+{git.url}/tk.git@{commit}#tool", e), lambda: len(git.hits), names=PRODUCT,
-         advised={ENV_ALLOW_PRIVATE: "1"}, reached=lambda got: (getattr(got, "dir") / "main.c").is_file())
+         advised={ENV_ALLOW_PRIVATE: "1"}, reached=lambda got: (got.dir / "main.c").is_file())
 
 
 def test_installs_archive_git_and_oci(servers, tmp_path: Path) -> None:

@@ -17,9 +17,9 @@ from wbcore_runtime.records import Broker
 
 def _net(text_only: bool) -> Any:
     def factory(runtime: Any) -> Any:
-        from wbcore_brokers_net.brokers import NetBroker
-
         from wbcore_runtime.netguard import NetGuard
+
+        from wbcore_brokers_net.brokers import NetBroker
 
         return NetBroker(NetGuard.for_guests(runtime.env), verify=runtime.env.get("WB_NET_CA_FILE") or True,
                          text_only=text_only)
@@ -29,9 +29,9 @@ def _net(text_only: bool) -> Any:
 
 def _socket(kind: str) -> Any:
     def factory(runtime: Any) -> Any:
-        from wbcore_brokers_net.brokers import SocketBroker
-
         from wbcore_runtime.netguard import NetGuard
+
+        from wbcore_brokers_net.brokers import SocketBroker
 
         return SocketBroker(kind, NetGuard.for_guests(runtime.env), cafile=runtime.env.get("WB_NET_CA_FILE") or None)
 
