@@ -27,6 +27,7 @@ The result is a plain folder (no ``.git``) at the pinned commit.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import resource
@@ -40,12 +41,15 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from wbcore_runtime.errors import InvalidArgs, NotFound, Timeout
-from wbcore_runtime.netguard import NetGuard
+from wbcore_runtime.netguard import NetGuard, parse_literal
 
 MiB = 1 << 20
 DEFAULT_PORTS = {"http": 80, "https": 443}
 FULL_COMMIT_RE = re.compile(r"^[0-9a-f]{40}$|^[0-9a-f]{64}$")
 COMMIT_RE = re.compile(r"^[0-9a-f]{7,64}$")
+_PLAIN_HOST = re.compile(r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$|^[0-9a-f:.]+$")
+#: ``http.curloptResolve`` (the pin) arrived in git 2.37; an older git would ignore it.
+MIN_GIT = (2, 37)
 
 #: Set on every git run: none of it can be changed by the repository or the environment.
 SAFE_CONFIG = (
@@ -93,6 +97,10 @@ def check_url(url: str, *, allow_file: bool) -> Target:
     host = parts.hostname or ""
     if not host:
         raise InvalidArgs(f"git URL {url}: names no host")
+    if not _PLAIN_HOST.match(host) and not host.startswith("["):
+        # The pin is matched by name inside curl: a name curl would rewrite (IDNA, a trailing
+        # dot) could miss it and be resolved again, so only the plain ASCII form is taken.
+        raise InvalidArgs(f"git URL {url}: write the host in plain ASCII (punycode for IDNA), without a trailing dot")
     try:
         port = parts.port or DEFAULT_PORTS[scheme]
     except ValueError:
@@ -127,7 +135,9 @@ class _Run:
 
     def __init__(self, target: Target, pin_ip: str, env: dict[str, str], limits: Limits) -> None:
         self.config = [*SAFE_CONFIG, f"protocol.{target.scheme}.allow=always"]
-        if target.scheme != "file":
+        if target.scheme != "file" and parse_literal(target.host) is None:
+            # A name: curl connects to the checked address only. (An address literal is
+            # connected to as written, and it is what the guard checked.)
             ip = f"[{pin_ip}]" if ":" in pin_ip else pin_ip
             self.config.append(f"http.curloptResolve={target.host}:{target.port}:{ip}")
         self.env = env
@@ -156,6 +166,26 @@ class _Run:
             why = done.stderr.decode("utf-8", "replace").strip()[-600:]
             raise NotFound(f"git {args[0]} failed: {why}")
         return done.stdout.decode("utf-8", "replace").strip()
+
+
+@functools.lru_cache(maxsize=4)
+def _git_version(path: str) -> tuple[int, int]:
+    try:
+        said = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return (0, 0)
+    found = re.search(r"(\d+)\.(\d+)", said)
+    return (int(found.group(1)), int(found.group(2))) if found else (0, 0)
+
+
+def _check_git(target: Target) -> None:
+    found = shutil.which("git")
+    if found is None:
+        raise NotFound("git sources need the git command (apt-get install git)")
+    if target.scheme != "file" and _git_version(found) < MIN_GIT:
+        have = ".".join(map(str, _git_version(found)))
+        raise NotFound(f"git {have} cannot pin its connection to the checked address (http.curloptResolve needs git "
+                       f"{MIN_GIT[0]}.{MIN_GIT[1]} or newer); upgrade git to fetch {target.url}")
 
 
 def _measure(tree: Path, limits: Limits, what: str) -> None:
@@ -196,6 +226,7 @@ def checkout(
         if not COMMIT_RE.match(commit):
             raise InvalidArgs(f"{url}: {commit!r} is not a commit id (7 to 64 hex digits)")
     pin_ip = guard.pin(target.host, target.port).ip if target.scheme != "file" else ""
+    _check_git(target)
     if dest.exists():
         shutil.rmtree(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)

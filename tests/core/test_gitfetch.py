@@ -73,7 +73,8 @@ def test_redirects_are_not_followed(tmp_path: Path) -> None:
 def test_other_transports_and_odd_urls_are_refused(tmp_path: Path) -> None:
     guard = NetGuard.from_env({"WB_ALLOW_PRIVATE_SOURCES": "1"})
     for url in ("ext::sh -c touch% /tmp/pwned", "ssh://host/repo", "git://host/repo", "-uhttp://x/",
-                "https://user:pw@host/repo", "file:///tmp/repo", "http://host/re po"):
+                "https://user:pw@host/repo", "file:///tmp/repo", "http://host/re po", "https://bücher.example/r",
+                "https://host.example./r"):
         with pytest.raises(InvalidArgs):
             gitfetch.checkout(url, tmp_path / "t", commit="a" * 40, guard=guard)
 
