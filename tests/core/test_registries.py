@@ -103,3 +103,23 @@ def test_every_product_fetch_takes_the_deployers_guard() -> None:
         ("plugins/wbcore-brokers-net/wbcore_brokers_net/brokers.py", "self.guard = guard or NetGuard()"),
         ("wbcore_runtime/did.py", "guard = NetGuard(allow_private=True, unresolved_is_dns_error=True)"),
     ], built
+
+
+def test_no_registry_host_is_written_in_the_tree() -> None:
+    """The hosts npm and pip would use by default (asked of them, never written here) appear
+    nowhere in the repository: wbcore fetches from whatever registry the user configured."""
+    hosts = set()
+    npm = subprocess.run(["sh", "-c", "npm config get registry"], capture_output=True, text=True, check=False,
+                         env={"PATH": os.environ["PATH"], "HOME": "/nonexistent"})
+    if npm.returncode == 0 and "://" in npm.stdout:
+        hosts.add(npm.stdout.strip().split("://", 1)[1].split("/", 1)[0].split(":", 1)[0])
+    said = subprocess.run([sys.executable, "-c", registries._PIP_DEFAULT], capture_output=True, text=True, check=False)
+    if "://" in said.stdout:
+        index_host = said.stdout.strip().split("://", 1)[1].split("/", 1)[0]
+        hosts.add(index_host)
+    if not hosts:
+        pytest.skip("neither npm nor pip states a default registry here")
+    for host in sorted(hosts):
+        found = subprocess.run(["git", "grep", "-n", "-i", "-F", host], cwd=ROOT, capture_output=True, text=True,
+                               check=False)
+        assert found.returncode == 1, f"a registry host is written in the tree:\n{found.stdout[:2000]}"
