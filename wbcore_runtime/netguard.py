@@ -180,15 +180,15 @@ class NetGuard:
         OCI, did:web, federation, the lanes' registry downloads), with the deployer's allowances."""
         allow = env.get(ENV_ALLOW_PRIVATE, "") == "1" or env.get(ENV_ALLOW_PRIVATE_OLD, "") == "1"
         hosts = _host_list(env.get(ENV_PRIVATE_HOSTS, ""))
-        return cls(allow_private=allow, private_hosts=hosts, unresolved_is_dns_error=True,  # type: ignore[arg-type]
-                   advice=DEPLOYER_ADVICE, **kw)
+        return cls(allow_private=allow, private_hosts=hosts, unresolved_is_dns_error=True,
+                   advice=DEPLOYER_ADVICE, **kw)  # type: ignore[arg-type]
 
     @classmethod
     def for_guests(cls, env: Mapping[str, str], **kw: object) -> NetGuard:
         """The guard for a guest's own egress: only the hosts and networks the deployer named in
         ``WB_NET_ALLOW_PRIVATE_HOSTS``; a name that does not resolve is a denial."""
-        return cls(private_hosts=_host_list(env.get(ENV_GUEST_PRIVATE_HOSTS, "")), advice=GUEST_ADVICE,  # type: ignore[arg-type]
-                   **kw)
+        hosts = _host_list(env.get(ENV_GUEST_PRIVATE_HOSTS, ""))
+        return cls(private_hosts=hosts, advice=GUEST_ADVICE, **kw)  # type: ignore[arg-type]
 
     def _allowed_private(self, ip: IPAddress, host: str) -> bool:
         if self.allow_private or host.lower().rstrip(".") in self.private_hosts:

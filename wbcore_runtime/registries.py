@@ -161,8 +161,8 @@ def pypi_file(project: str, filename: str, sha256: str, *, guard: NetGuard,
         for href, text in parser.links:
             url, _, frag = href.partition("#")
             if text == filename or url.rsplit("/", 1)[-1] == filename:
-                stated = re.search(r"sha256=([0-9a-fA-F]{64})", frag)
-                found.append((url, stated.group(1).lower() if stated else ""))
+                digest = re.search(r"sha256=([0-9a-fA-F]{64})", frag)
+                found.append((url, digest.group(1).lower() if digest else ""))
     if not found:
         raise NotFound(f"{page_url}: the index lists no {filename} (is the index a full mirror of {project}?)")
     url, stated = found[0]
