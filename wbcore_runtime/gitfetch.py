@@ -19,8 +19,9 @@ rules as :mod:`wbcore_runtime.fetch`:
   or credential helper from the environment, no terminal prompt, hooks pointed at
   nothing, no submodules, objects checked as they arrive (``transfer.fsckObjects``).
 - **Bounded**: one deadline for the whole fetch and checkout, every file git writes
-  capped (``RLIMIT_FSIZE``), the checked-out tree's bytes and entries counted, and a
-  stalled transfer ends (``http.lowSpeedLimit``).
+  capped (``RLIMIT_FSIZE``), the commit's entries and bytes counted from the object store
+  (streaming) *before* checkout writes any of them, so a small pack that expands is refused,
+  and a stalled transfer ends (``http.lowSpeedLimit``).
 
 The result is a plain folder (no ``.git``) at the pinned commit.
 """
@@ -146,7 +147,9 @@ class _Run:
 
     def _cap(self) -> None:
         # In the child between fork and exec: one C call on a module imported at load time.
-        resource.setrlimit(resource.RLIMIT_FSIZE, (self.limits.max_bytes, self.limits.max_bytes))
+        # (Never below 1 MiB: git's own config and index files must fit.)
+        cap = max(self.limits.max_bytes, MiB)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (cap, cap))
 
     def __call__(self, args: list[str], cwd: Path) -> str:
         left = self.deadline - time.monotonic()
@@ -166,6 +169,44 @@ class _Run:
             why = done.stderr.decode("utf-8", "replace").strip()[-600:]
             raise NotFound(f"git {args[0]} failed: {why}")
         return done.stdout.decode("utf-8", "replace").strip()
+
+
+    def bound_tree(self, commit: str, cwd: Path, what: str) -> None:
+        """Count the commit's entries and bytes from the object store, streaming, so a tree
+        that would fill the disk (a small pack that expands) is refused before checkout."""
+        argv = ["git"]
+        for item in self.config:
+            argv += ["-c", item]
+        proc = subprocess.Popen([*argv, "ls-tree", "-r", "-t", "-l", "-z", "--full-tree", commit], cwd=cwd, env=self.env,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+        out = proc.stdout
+        assert out is not None
+        entries = size = 0
+        over = ""
+        try:
+            pending = b""
+            for chunk in iter(lambda: out.read(1 << 16), b""):
+                *records, pending = (pending + chunk).split(b"\0")
+                for record in records:
+                    entries += 1
+                    fields = record.split(b"\t", 1)[0].split()
+                    if len(fields) == 4 and fields[3].isdigit():
+                        size += int(fields[3])
+                if entries > self.limits.max_files:
+                    over = f"{what}: more than {self.limits.max_files} entries"
+                elif size > self.limits.max_bytes:
+                    over = f"{what}: over the {self.limits.max_bytes}-byte cap"
+                elif time.monotonic() > self.deadline:
+                    over = "timeout"
+                if over:
+                    break
+        finally:
+            proc.kill()
+            proc.wait()
+        if over == "timeout":
+            raise Timeout(f"git ls-tree: the fetch did not finish within {self.limits.timeout:g}s")
+        if over:
+            raise InvalidArgs(over)
 
 
 @functools.lru_cache(maxsize=4)
@@ -249,9 +290,11 @@ def checkout(
                 # tag, then look for the commit among them.
                 run([*fetch, "+refs/heads/*:refs/remotes/src/heads/*", "+refs/tags/*:refs/remotes/src/tags/*"], dest)
         try:
-            run(["checkout", "-q", "--detach", f"{want}^{{commit}}"], dest)
+            resolved = run(["rev-parse", "--verify", "--quiet", f"{want}^{{commit}}"], dest)
         except NotFound:
             raise NotFound(f"git checkout failed: commit {commit} is not in {url}") from None
+        run.bound_tree(resolved, dest, f"{url}@{resolved}")  # before a byte of the tree is written
+        run(["checkout", "-q", "--detach", resolved], dest)
         got = run(["rev-parse", "HEAD"], dest).lower()
         if commit is not None and not got.startswith(commit):
             raise InvalidArgs(f"{url}: checked out {got}, not the pinned {commit}")
