@@ -1,6 +1,7 @@
 """``wbx toolkit install``: bring toolkits into the user root, verified, recorded in ``wbx.lock``.
 
-Sources: a folder; ``git+file://…[@commit]``; ``git+https://…@<commit>`` or a plain
+Sources: a folder; ``git+file://…[@commit]``; ``git+https://…@<commit>`` (or ``git+http://``, a
+mirror; the pinned commit is what makes either trustworthy) or a plain
 ``https://….git@<commit>`` (a pin is required); an archive (``.tar.gz``, ``.tgz``, ``.tar``, ``.zip``) as a local file or an
 ``http(s)://`` URL with ``--sha256`` (required for URLs); an OCI artifact
 ``oci://host/repo:tag`` or ``…@sha256:<manifest digest>`` (``wbcore_runtime.oci``: every blob
@@ -25,7 +26,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -34,9 +34,10 @@ from typing import Any
 
 from wbcore_runtime import faults, leftovers, signing, unpack
 from wbcore_runtime import fetch as _fetch
+from wbcore_runtime import gitfetch as _gitfetch
 from wbcore_runtime import manifest as _manifest
 from wbcore_runtime import oci as _oci
-from wbcore_runtime.errors import InvalidArgs, ManifestError, NotFound, Timeout
+from wbcore_runtime.errors import InvalidArgs, ManifestError, NotFound
 from wbcore_runtime.netguard import NetGuard
 
 LOCKFILE = "wbx.lock"
@@ -46,7 +47,7 @@ STAGING_PREFIX = leftovers.STAGING_PREFIX
 LOCK_FORMAT = 1
 MAX_DOWNLOAD = 64 << 20
 HTTP_TIMEOUT_S = 60.0
-GIT_TIMEOUT_S = 300.0
+GIT_LIMITS = _gitfetch.Limits(max_bytes=256 << 20, max_files=5000, timeout=300.0)
 COMMIT_RE = re.compile(r"^[0-9a-f]{7,64}$")
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 #: What one install may bring in: entries and bytes, counted as written.
@@ -159,11 +160,11 @@ def parse_source(text: str, sha256: str | None = None) -> Source:
             url, commit = rest[:at], rest[at + 1 :].lower()
             if not COMMIT_RE.match(commit):
                 raise InvalidArgs(f"{text}: {commit!r} is not a commit id (hex)")
-        if url.startswith("https://"):
+        if url.startswith(("https://", "http://")):
             if commit is None:
                 raise InvalidArgs(f"{text}: pin a commit (git+https://…@<commit>) so the install is reproducible")
         elif not url.startswith("file://"):
-            raise InvalidArgs(f"{text}: git sources are git+file://… or git+https://…@<commit>")
+            raise InvalidArgs(f"{text}: git sources are git+file://… or git+https://…@<commit> (git+http:// too)")
         return Source("git", url, commit)
     if text.startswith("oci://"):
         if pin is not None:
@@ -201,23 +202,6 @@ def _download(url: str, dest: Path, env: Mapping[str, str] | None) -> None:
                     limits=_fetch.Limits(max_bytes=MAX_DOWNLOAD, timeout=HTTP_TIMEOUT_S), env=seen)
 
 
-def _git(args: list[str], cwd: Path | None = None) -> str:
-    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR")}
-    env.update(GIT_TERMINAL_PROMPT="0", GIT_CONFIG_NOSYSTEM="1", GIT_ASKPASS="/bin/false")
-    base = ["git", "-c", "protocol.allow=never", "-c", "protocol.file.allow=always", "-c", "protocol.https.allow=always",
-            "-c", "core.hooksPath=/dev/null", "-c", "advice.detachedHead=false"]
-    try:
-        done = subprocess.run(base + args, cwd=cwd, env=env, capture_output=True, text=True,
-                              timeout=GIT_TIMEOUT_S, check=False)
-    except FileNotFoundError:
-        raise InstallError("git is not installed (needed for git+ sources)") from None
-    except subprocess.TimeoutExpired:
-        raise Timeout(f"git {args[0]} took longer than {GIT_TIMEOUT_S:g}s") from None
-    if done.returncode != 0:
-        raise InstallError(f"git {args[0]} failed: {done.stderr.strip()[-400:]}")
-    return done.stdout.strip()
-
-
 def fetch(source: Source, work: Path, env: Mapping[str, str] | None = None) -> tuple[Path, str | None, str | None]:
     """Bring the source into ``work/tree``; returns (tree, resolved commit, archive sha256)."""
     tree = work / "tree"
@@ -225,13 +209,15 @@ def fetch(source: Source, work: Path, env: Mapping[str, str] | None = None) -> t
         unpack.copy_tree(Path(source.location), tree, TREE_CAPS)
         return tree, None, None
     if source.kind == "git":
+        # The one git fetcher: the SSRF guard with the deployer's allowances, the connection
+        # pinned, only the URL's transport (file:// here: a person named a local repository).
+        seen = os.environ if env is None else env
         repo = work / "repo"
-        _git(["clone", "--quiet", "--no-checkout", "--", source.location, str(repo)])
-        if source.commit:
-            _git(["checkout", "--quiet", "--detach", source.commit], cwd=repo)
-        else:
-            _git(["checkout", "--quiet", "--detach", "HEAD"], cwd=repo)
-        commit = _git(["rev-parse", "HEAD"], cwd=repo)
+        try:
+            commit = _gitfetch.checkout(source.location, repo, commit=source.commit, guard=NetGuard.from_env(seen),
+                                        limits=GIT_LIMITS, env=seen, allow_file=True)
+        except NotFound as exc:
+            raise InstallError(exc.message) from None
         unpack.copy_tree(repo, tree, TREE_CAPS)
         return tree, commit, None
     if source.kind == "oci":

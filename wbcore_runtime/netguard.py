@@ -1,9 +1,16 @@
 """The SSRF decision: may the host connect to this name, and to which checked address.
 
 One function decides for every surface that opens a connection on a toolkit's behalf or
-fetches what a toolkit names — the net/tcp/udp/tls brokers, ``BUILD_SRC`` sources,
-``wbx toolkit install`` and did:web resolution (all through :mod:`wbcore_runtime.fetch` or
-:meth:`NetGuard.pin`).
+fetches what a toolkit names — the net/tcp/udp/tls brokers, ``BUILD_SRC`` sources (HTTP
+through :mod:`wbcore_runtime.fetch`, git through :mod:`wbcore_runtime.gitfetch`),
+``wbx toolkit install``, OCI, did:web, federation sources and the lanes' compiler and
+upstream-source downloads from the configured package registries
+(:mod:`wbcore_runtime.registries`). Every fetch the product makes for a person or a build
+takes its guard from :meth:`NetGuard.from_env` (the deployer's allowances below); a guest's
+own egress (the net/browse/tcp/udp/tls brokers) takes it from :meth:`NetGuard.for_guests`,
+which honours only ``WB_NET_ALLOW_PRIVATE_HOSTS`` (named hosts and networks, never a blanket
+switch: every toolkit with a net cap would get it). A refusal names only the settings that
+change the refusing guard's decision.
 
 A destination is allowed only when *every* address its name resolves to is a public
 unicast address; the connection then goes to that checked address (the *pin*), so a DNS
@@ -19,15 +26,12 @@ are the addresses they encode.
 
 Allowances, for local mirrors, corporate proxies and tests — explicit, never implied:
 
-- ``allow_private=True`` (for sources and installs: ``WB_ALLOW_PRIVATE_SOURCES=1``) lifts
+- ``allow_private=True`` (for sources, installs and every other product fetch:
+  ``WB_ALLOW_PRIVATE_SOURCES=1``) lifts
   the address check entirely; a name must still resolve, and is still pinned.
 - ``private_hosts`` (``WB_ALLOW_PRIVATE_HOSTS="mirror.corp 10.1.2.0/24"``): names, or
   address literals and networks, whose private addresses are allowed; every other
   destination keeps the full check.
-- ``WB_NET_ALLOW_PRIVATE_HOSTS`` (:meth:`NetGuard.for_guests`): the same form, for a *guest's*
-  egress (the net, browse, tcp, udp and tls brokers) — a separate setting, so opening a
-  private source mirror never opens it to every guest. A toolkit's ``#+ALLOWED_HOSTS`` still
-  narrows what its guest may reach. ``wbx demo`` sets it to ``127.0.0.1`` for its own process.
 - ``public`` — a test seam, never set by the product: addresses to *treat as public*, so a
   test can serve a "public" target on a dedicated loopback address (127.0.0.7) while every
   other loopback form stays denied. ``resolver`` replaces DNS in tests the same way.
@@ -48,7 +52,14 @@ Resolver = Callable[[str, int], list[str]]
 ENV_ALLOW_PRIVATE = "WB_ALLOW_PRIVATE_SOURCES"
 ENV_ALLOW_PRIVATE_OLD = "WB_SOURCES_ALLOW_PRIVATE"  # the earlier spelling, still honoured
 ENV_PRIVATE_HOSTS = "WB_ALLOW_PRIVATE_HOSTS"
-ENV_NET_PRIVATE_HOSTS = "WB_NET_ALLOW_PRIVATE_HOSTS"
+ENV_GUEST_PRIVATE_HOSTS = "WB_NET_ALLOW_PRIVATE_HOSTS"
+#: The refusal advice of :meth:`NetGuard.from_env` (every fetch the product makes for a person
+#: or a build), of :meth:`NetGuard.for_guests` (a guest's own egress through the brokers) and
+#: of a guard built by hand (tests), which no setting changes.
+DEPLOYER_ADVICE = (f"a deployer allows a private mirror with {ENV_PRIVATE_HOSTS}=<host or network> "
+                   f"or every private address with {ENV_ALLOW_PRIVATE}=1")
+GUEST_ADVICE = (f"a deployer lets toolkits reach a private host with {ENV_GUEST_PRIVATE_HOSTS}=<host or network>")
+FIXED_ADVICE = "private and reserved addresses are refused"
 
 _V4 = [
     ("0.0.0.0/8", "this-network"), ("10.0.0.0/8", "RFC 1918 private"), ("100.64.0.0/10", "CGNAT"),
@@ -68,6 +79,11 @@ _V4_NETS = [(ipaddress.ip_network(n), why) for n, why in _V4]
 _V6_NETS = [(ipaddress.ip_network(n), why) for n, why in _V6]
 _NAT64 = [ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48")]
 _NUMERIC = re.compile(r"^[0-9a-fA-FxX.]+$")
+
+
+def _host_list(text: str) -> frozenset[str]:
+    """``"mirror.corp, 10.1.2.0/24 127.0.0.1"`` as a set of lower-case entries."""
+    return frozenset(h.strip().lower().rstrip(".") for h in re.split(r"[\s,]+", text) if h.strip())
 
 
 class EgressDenied(CapabilityDenied):
@@ -126,11 +142,6 @@ def why_denied(ip: IPAddress) -> str | None:
     return None
 
 
-def _host_list(text: str) -> frozenset[str]:
-    """A deployer's list of names, addresses and networks (space- or comma-separated)."""
-    return frozenset(h.strip().lower() for h in re.split(r"[\s,]+", text) if h.strip())
-
-
 def system_resolver(host: str, port: int) -> list[str]:
     infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
@@ -159,23 +170,25 @@ class NetGuard:
     #: How a name that does not resolve is reported: brokers deny it (a guest learns
     #: nothing more); sources and installs say it is a DNS failure (a person fixes it).
     unresolved_is_dns_error: bool = False
-    #: The setting a refusal names as the deployer's way to allow a private host.
-    allowance_hint: str = f"{ENV_ALLOW_PRIVATE}=1 or {ENV_PRIVATE_HOSTS}=<host>"
+    #: What a refusal advises: only the settings that change *this* guard's decision (a
+    #: refusal that names a setting the path ignores sends a deployer the wrong way).
+    advice: str = FIXED_ADVICE
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], **kw: object) -> NetGuard:
-        """The guard for sources, installs and did:web, with the deployer's allowances."""
+        """The guard for every fetch the product makes for a person or a build (sources, installs,
+        OCI, did:web, federation, the lanes' registry downloads), with the deployer's allowances."""
         allow = env.get(ENV_ALLOW_PRIVATE, "") == "1" or env.get(ENV_ALLOW_PRIVATE_OLD, "") == "1"
         hosts = _host_list(env.get(ENV_PRIVATE_HOSTS, ""))
-        return cls(allow_private=allow, private_hosts=hosts, unresolved_is_dns_error=True, **kw)  # type: ignore[arg-type]
+        return cls(allow_private=allow, private_hosts=hosts, unresolved_is_dns_error=True,
+                   advice=DEPLOYER_ADVICE, **kw)  # type: ignore[arg-type]
 
     @classmethod
     def for_guests(cls, env: Mapping[str, str], **kw: object) -> NetGuard:
-        """The guard for a guest's egress (the egress brokers): the full check, opened only for the
-        private hosts the deployer names in ``WB_NET_ALLOW_PRIVATE_HOSTS`` (never the source and
-        install allowances above); a name that does not resolve is a denial, not a DNS error."""
-        return cls(private_hosts=_host_list(env.get(ENV_NET_PRIVATE_HOSTS, "")),
-                   allowance_hint=f"{ENV_NET_PRIVATE_HOSTS}=<host>", **kw)  # type: ignore[arg-type]
+        """The guard for a guest's own egress: only the hosts and networks the deployer named in
+        ``WB_NET_ALLOW_PRIVATE_HOSTS``; a name that does not resolve is a denial."""
+        hosts = _host_list(env.get(ENV_GUEST_PRIVATE_HOSTS, ""))
+        return cls(private_hosts=hosts, advice=GUEST_ADVICE, **kw)  # type: ignore[arg-type]
 
     def _allowed_private(self, ip: IPAddress, host: str) -> bool:
         if self.allow_private or host.lower().rstrip(".") in self.private_hosts:
@@ -193,10 +206,7 @@ class NetGuard:
             return
         why = why_denied(ip)
         if why and not self._allowed_private(ip, shown):
-            raise EgressDenied(
-                f"egress to {shown} denied: {ip} is {why} (SSRF guard; a deployer allows local mirrors with "
-                f"{self.allowance_hint})"
-            )
+            raise EgressDenied(f"egress to {shown} denied: {ip} is {why} (SSRF guard; {self.advice})")
 
     def _unresolved(self, host: str, why: str) -> Exception:
         if self.unresolved_is_dns_error:

@@ -8,6 +8,7 @@
 ``build_sandbox`` the installed build sandbox (``runtime.build_sandbox()``), or a skip saying why
 ``oci_registry``  a distribution registry (Debian's ``docker-registry``) on loopback, or a skip saying why
 ``file_server``  a :class:`FileServer` (loopback HTTP: ``files``, ``routes``, ``hits``, ``url``) for the test
+``git_server``   a :class:`GitHttpServer` (git's own smart HTTP on loopback) over bare repos made by ``git_repo``
 ``tmux``         ``(cmd, name)``: a private tmux server to drive a command in a real terminal (``wait_pane``)
 
 Shared test guests in WebAssembly text (``wasi``, ``K_UPPER``, ``ECHO_OR_TRAP``, ``burn``) and
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
 import shutil
 import subprocess
 import sys
@@ -525,6 +527,120 @@ class FileServer:
 def file_server() -> Iterator[FileServer]:
     """A :class:`FileServer` serving for the test, stopped after it."""
     with FileServer() as server:
+        yield server
+
+
+# --- a loopback git server (smart HTTP) --------------------------------------------------------
+
+
+def git_repo(where: Path, files: Mapping[str, str], *, commits: int = 1) -> tuple[Path, str]:
+    """A bare repository ``where`` holding ``files`` in its first commit (``commits`` - 1 more
+    change a file called ``later``); returns (bare path, the first commit's id)."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(where.parent), "GIT_CONFIG_NOSYSTEM": "1",
+           "GIT_CONFIG_GLOBAL": os.devnull, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@e"}
+
+    def git(*args: str, cwd: Path) -> str:
+        return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout.strip()
+
+    work = where.with_name(where.name + ".work")
+    work.mkdir(parents=True)
+    git("init", "-q", "-b", "main", ".", cwd=work)
+    for rel, text in files.items():
+        (work / rel).parent.mkdir(parents=True, exist_ok=True)
+        (work / rel).write_text(text)
+    git("add", "-A", cwd=work)
+    git("commit", "-q", "-m", "one", cwd=work)
+    first = git("rev-parse", "HEAD", cwd=work)
+    for i in range(1, commits):
+        (work / "later").write_text(f"{i}\n")
+        git("add", "-A", cwd=work)
+        git("commit", "-q", "-m", f"change {i}", cwd=work)
+    git("clone", "-q", "--bare", str(work), str(where), cwd=where.parent)
+    return where, first
+
+
+class GitHttpServer:
+    """git's own smart-HTTP server (``git http-backend`` as CGI) on loopback, serving the bare
+    repositories under ``root`` at ``/<name>``. ``hits`` lists (method, path, Host header)."""
+
+    def __init__(self, root: Path) -> None:
+        backend = shutil.which("git-http-backend") or "/usr/lib/git-core/git-http-backend"
+        if not os.path.exists(backend):
+            pytest.skip("git http-backend is not installed (apt-get install git)")
+        self.root = root
+        self.hits: list[tuple[str, str, str]] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.0"
+
+            def _cgi(self) -> None:
+                outer.hits.append((self.command, self.path, self.headers.get("Host", "")))
+                body = b""
+                if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                    while True:
+                        size = int(self.rfile.readline().strip() or b"0", 16)
+                        if size == 0:
+                            self.rfile.readline()
+                            break
+                        body += self.rfile.read(size)
+                        self.rfile.readline()
+                elif self.headers.get("Content-Length"):
+                    body = self.rfile.read(int(self.headers["Content-Length"]))
+                path, _, query = self.path.partition("?")
+                env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GIT_PROJECT_ROOT": str(outer.root),
+                       "GIT_HTTP_EXPORT_ALL": "1", "REQUEST_METHOD": self.command, "PATH_INFO": path,
+                       "QUERY_STRING": query, "CONTENT_TYPE": self.headers.get("Content-Type", ""),
+                       "CONTENT_LENGTH": str(len(body)), "REMOTE_ADDR": "127.0.0.1",
+                       "HTTP_CONTENT_ENCODING": self.headers.get("Content-Encoding", ""),
+                       "HTTP_GIT_PROTOCOL": self.headers.get("Git-Protocol", ""),
+                       "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "HOME": str(outer.root)}
+                done = subprocess.run([backend], input=body, env=env, capture_output=True, timeout=60, check=False)
+                head, _, out = done.stdout.partition(b"\r\n\r\n")
+                if not _:
+                    head, _, out = done.stdout.partition(b"\n\n")
+                status, headers = 200, []
+                for line in head.decode("latin-1").splitlines():
+                    name, _, value = line.partition(":")
+                    if name.lower() == "status":
+                        status = int(value.strip().split()[0])
+                    elif name:
+                        headers.append((name, value.strip()))
+                self.send_response(status)
+                for name, value in headers:
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+            do_GET = _cgi
+            do_POST = _cgi
+
+            def log_message(self, *a: object) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port: int = self.httpd.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    def __enter__(self) -> GitHttpServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def git_server(tmp_path: Path) -> Iterator[GitHttpServer]:
+    """A :class:`GitHttpServer` over ``tmp_path/git-served`` (make repositories there with
+    :func:`git_repo`), stopped after the test."""
+    root = tmp_path / "git-served"
+    root.mkdir()
+    with GitHttpServer(root) as server:
         yield server
 
 

@@ -204,7 +204,7 @@ def test_pip_fetch_lists_and_downloads_hash_checked(tools, served, wbx, json_ind
 
 
 def test_pip_fetch_default_index_is_refused_outside_its_allowlist_offline(tools, served, wbx):
-    """The shipped manifest allows only pypi.org: the test's index is refused by the host
+    """The shipped manifest allows https only: the test's http index is refused by the host
     before any request (no network needed)."""
     rt, _ = tools
     assert wbx("toolkit", "build", "pip-fetch", runtime=rt).exit_code == 0

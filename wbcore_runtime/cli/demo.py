@@ -126,13 +126,13 @@ def _steps(m: object, site: str = "") -> list[list[str]]:
 def _open_to(runtime: Runtime, site: object) -> None:
     """The deployer settings that let this demo's calls reach its site on 127.0.0.1 (for this
     process only; NetGuard refuses loopback otherwise), said out loud."""
-    from wbcore_runtime.netguard import ENV_NET_PRIVATE_HOSTS, ENV_PRIVATE_HOSTS
+    from wbcore_runtime.netguard import ENV_GUEST_PRIVATE_HOSTS, ENV_PRIVATE_HOSTS
 
     host = "127.0.0.1"
-    for name in (ENV_NET_PRIVATE_HOSTS, ENV_PRIVATE_HOSTS):
+    for name in (ENV_GUEST_PRIVATE_HOSTS, ENV_PRIVATE_HOSTS):
         runtime.env[name] = " ".join(dict.fromkeys([*runtime.env.get(name, "").split(), host]))  # type: ignore[index]
     typer.echo(f"\n== a local web site for the network toolkits: {site.url} (in this process; no internet needed)")  # type: ignore[attr-defined]
-    typer.echo(f"  deployer settings, for this demo only: {ENV_NET_PRIVATE_HOSTS}={host} (a guest's net cap may "
+    typer.echo(f"  deployer settings, for this demo only: {ENV_GUEST_PRIVATE_HOSTS}={host} (a guest's net cap may "
                f"reach it; #+ALLOWED_HOSTS still narrows), {ENV_PRIVATE_HOSTS}={host} (the federation source)")
 
 

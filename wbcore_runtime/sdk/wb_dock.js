@@ -3,7 +3,7 @@
 //
 //   import { wb, DockError } from "./wb_dock.js";   // the js and ts lanes add this file to every bundle
 //   const { value } = wb.kv.get({ key: "greeting" });       // throws DockError on -status
-//   wb.call("net", "fetch", { url: "https://pypi.org/simple/" });
+//   wb.call("net", "fetch", { url: "https://example.org/" });
 //
 // Requests and responses are the same CBOR maps a C guest sends (wb_dock.h, beside this file). The
 // transport is one host function the JS runner installs before the module runs:

@@ -3,10 +3,10 @@
 The decision — which addresses are public, resolve-then-pin, every answer checked, host
 literals parsed like ``inet_aton`` — lives in the core, so the brokers, sources, installs
 and did:web cannot drift apart. What is broker-specific is only the policy
-``NetGuard.for_guests`` has: a guest's egress never gets the deployer's private-source
+``NetGuard.for_guests`` gives: a guest's egress never gets the deployer's private-source
 allowances (``WB_ALLOW_PRIVATE_SOURCES`` / ``WB_ALLOW_PRIVATE_HOSTS`` are read by
-``NetGuard.from_env``, which the brokers do not use), only the hosts the deployer opens to
-guests (``WB_NET_ALLOW_PRIVATE_HOSTS``); and a name that does not resolve is a denial (reason
+``NetGuard.from_env``, which the brokers do not use), only the hosts and networks named in
+``WB_NET_ALLOW_PRIVATE_HOSTS``; and a name that does not resolve is a denial (reason
 ``ssrf``), not a DNS error a guest could probe with.
 
 Test seam (never used by the product): ``NetGuard(resolver=..., public=...)``, see the core module.

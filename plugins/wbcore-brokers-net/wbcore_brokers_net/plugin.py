@@ -2,8 +2,8 @@
 
 Deployer settings (from the runtime's environment): ``WB_NET_CA_FILE`` — a CA bundle
 that ``net``/``browse``/``tls`` verify peers against instead of the system store;
-``WB_NET_ALLOW_PRIVATE_HOSTS`` — private names, addresses or networks a guest may reach
-(``NetGuard.for_guests``; every other private address stays refused).
+``WB_NET_ALLOW_PRIVATE_HOSTS`` — hosts or networks on private addresses that a toolkit's
+egress may reach (a package mirror, an internal API): :meth:`NetGuard.for_guests`.
 """
 
 from __future__ import annotations
@@ -17,18 +17,21 @@ from wbcore_runtime.records import Broker
 
 def _net(text_only: bool) -> Any:
     def factory(runtime: Any) -> Any:
-        from wbcore_brokers_net.brokers import NetBroker
-        from wbcore_brokers_net.guard import NetGuard
+        from wbcore_runtime.netguard import NetGuard
 
-        return NetBroker(NetGuard.for_guests(runtime.env), verify=runtime.env.get("WB_NET_CA_FILE") or True, text_only=text_only)
+        from wbcore_brokers_net.brokers import NetBroker
+
+        return NetBroker(NetGuard.for_guests(runtime.env), verify=runtime.env.get("WB_NET_CA_FILE") or True,
+                         text_only=text_only)
 
     return factory
 
 
 def _socket(kind: str) -> Any:
     def factory(runtime: Any) -> Any:
+        from wbcore_runtime.netguard import NetGuard
+
         from wbcore_brokers_net.brokers import SocketBroker
-        from wbcore_brokers_net.guard import NetGuard
 
         return SocketBroker(kind, NetGuard.for_guests(runtime.env), cafile=runtime.env.get("WB_NET_CA_FILE") or None)
 

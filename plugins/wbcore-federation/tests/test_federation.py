@@ -130,6 +130,7 @@ def test_a_source_on_a_private_address_is_refused_unless_allowed(api, toolkit_ro
     rt = make_runtime(plugins=["federation"])
     r = wbx("fed", "query", "tracker", "issues", runtime=rt)
     assert r.exit_code == 126 and "SSRF guard" in r.stderr and "loopback" in r.stderr, r.stderr
+    assert "WB_ALLOW_PRIVATE_HOSTS" in r.stderr and "WB_NET_ALLOW_PRIVATE_HOSTS" not in r.stderr  # the setting that applies
     assert api.seen == []  # not one request reached the server
     audit = [json.loads(ln) for ln in _audit_text(rt).splitlines()]
     denied = [e for e in audit if e["op"] == "fed.get"]

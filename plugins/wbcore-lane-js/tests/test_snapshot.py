@@ -105,6 +105,7 @@ REPO_TOOLKITS = Path(__file__).resolve().parents[3] / "toolkits"
     ("http", [], 65, "http: no URL\nusage: http"),
     ("pip-fetch", ["--help"], 0, "usage: pip-fetch [--index URL]"),
     ("pip-fetch", [], 65, "pip-fetch: give NAME VERSION [FILE]\nusage: pip-fetch"),
+    ("pip-fetch", ["requests", "2.32.3"], 65, "pip-fetch: give --index URL: your pip index"),
 ])
 def test_shipped_dock_toolkits_answer_as_before_with_and_without_the_bridge(tk, argv, code, usage, tmp_path, wb_home):
     d = REPO_TOOLKITS / tk

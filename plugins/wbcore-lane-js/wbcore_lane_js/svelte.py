@@ -57,9 +57,11 @@ class Package:
     def tgz(self) -> str:
         return f"{self.name}-{self.version}.tgz"
 
-    @property
-    def url(self) -> str:
-        return f"https://registry.npmjs.org/{self.name}/-/{self.tgz}"
+    def url(self, env: Any = None) -> str:
+        """Its tarball on the npm registry the user configured (``npm config get registry``)."""
+        from wbcore_runtime import registries
+
+        return registries.npm_tarball(self.name, self.version, env)
 
 
 SVELTE = Package("svelte", "5.57.3", "afda776761670addcd6f4345c1b4b0665c8dd11b82961cbfee9696d5d9f4546a")
@@ -111,7 +113,7 @@ def compiler_ok(env: Any = None) -> str:
         return (f"{where / bad[0].tgz} is not the pinned {bad[0].name} {bad[0].version} (sha256 {bad[0].sha256[:12]}…): "
                 "delete it and run `python -m wbcore_lane_js fetch svelte`")
     names = " ".join(f"{p.name}@{p.version}" for p in gone)
-    return (f"{names} not fetched yet: run `python -m wbcore_lane_js fetch svelte` (from registry.npmjs.org, sha256-pinned, "
+    return (f"{names} not fetched yet: run `python -m wbcore_lane_js fetch svelte` (from your npm registry: `npm config get registry`; sha256-pinned, "
             f"into {where}), or `npm pack {names}` then `python -m wbcore_lane_js fetch svelte --from <each .tgz>`")
 
 
@@ -141,11 +143,14 @@ def fetch(env: Any = None, progress: Any = None, *, tarballs: list[Path] | None 
             elif tarballs:
                 continue  # only what was given; the rest stays missing (compiler_ok says which)
             else:
+                seen = env if env is not None else os.environ
+                url = pkg.url(seen)
                 if progress:
-                    progress(f"svelte lane: fetching {pkg.url}")
-                _fetch.download(pkg.url, tgz, guard=NetGuard(), limits=_fetch.Limits(max_bytes=MAX_TGZ, timeout=300.0),
-                                env=env if env is not None else os.environ)
-                origin = pkg.url
+                    progress(f"svelte lane: fetching {url}")
+                # the deployer's allowances apply (a registry mirror on a private address)
+                _fetch.download(url, tgz, guard=NetGuard.from_env(seen), limits=_fetch.Limits(max_bytes=MAX_TGZ, timeout=300.0),
+                                env=seen)
+                origin = url
             got = hashlib.sha256(tgz.read_bytes()).hexdigest()
             if got != pkg.sha256:
                 raise InvalidArgs(f"{origin}: sha256 {got} is not the pinned {pkg.sha256} ({pkg.name} {pkg.version}); nothing was kept")
@@ -188,7 +193,7 @@ def check() -> Any:
         return Availability.yes(f"svelte {SVELTE.version} compiler in {base.reason}")
     if any((cache_dir() / p.tgz).exists() for p in gone):
         return Availability.no(compiler_ok())  # a tarball that is not the pinned one: never run it
-    return Availability.yes(f"svelte {SVELTE.version} (fetched from registry.npmjs.org by the first svelte build, "
+    return Availability.yes(f"svelte {SVELTE.version} (fetched from the configured npm registry by the first svelte build, "
                             f"or now with `python -m wbcore_lane_js fetch svelte`) in {base.reason}")
 
 

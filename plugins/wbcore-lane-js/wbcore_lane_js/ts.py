@@ -40,7 +40,6 @@ from wbcore_lane_js.plugin import no_flags
 
 TYPESCRIPT_VERSION = "5.9.3"
 TYPESCRIPT_SHA256 = "3ae902c92cc44dace175c0e69e13a4b0899f6983c6121d76b9ab8dd5795e7675"  # package/lib/typescript.js
-TYPESCRIPT_TGZ = f"https://registry.npmjs.org/typescript/-/typescript-{TYPESCRIPT_VERSION}.tgz"
 TYPESCRIPT_TGZ_SHA256 = "10e108c9cf7d5f2879053dff18515fb405abf2ccef63eaaf017d9c571687a1d3"
 #: What is kept from the tarball: the compiler and its license texts (Apache-2.0).
 KEEP = {"package/lib/typescript.js": "typescript.js", "package/LICENSE.txt": "LICENSE.txt",
@@ -81,8 +80,9 @@ def compiler_ok(env: Any = None) -> str:
     where = compiler_dir(env)
     if (where / "typescript.js").exists():
         return f"{where / 'typescript.js'} is not the pinned typescript {TYPESCRIPT_VERSION} (sha256 {TYPESCRIPT_SHA256[:12]}…): delete it and run `python -m wbcore_lane_js fetch`"
-    return (f"typescript {TYPESCRIPT_VERSION} is not fetched yet: run `python -m wbcore_lane_js fetch` (downloads {TYPESCRIPT_TGZ}, "
-            f"sha256-pinned, into {where}), or `npm pack typescript@{TYPESCRIPT_VERSION}` then "
+    return (f"typescript {TYPESCRIPT_VERSION} is not fetched yet: run `python -m wbcore_lane_js fetch` (downloads "
+            f"typescript-{TYPESCRIPT_VERSION}.tgz from your npm registry (`npm config get registry`), sha256-pinned, "
+            f"into {where}), or `npm pack typescript@{TYPESCRIPT_VERSION}` then "
             f"`python -m wbcore_lane_js fetch --from typescript-{TYPESCRIPT_VERSION}.tgz`")
 
 
@@ -92,7 +92,7 @@ def fetch(env: Any = None, progress: Any = None, *, tarball: Path | None = None)
     Raises the fetcher's errors (dns/unreachable/tls/...) or ``InvalidArgs`` for a tarball
     that is not the pinned one; nothing is kept then."""
     from wbcore_runtime import fetch as _fetch
-    from wbcore_runtime import unpack
+    from wbcore_runtime import registries, unpack
     from wbcore_runtime.netguard import NetGuard
 
     have = compiler(env)
@@ -103,11 +103,15 @@ def fetch(env: Any = None, progress: Any = None, *, tarball: Path | None = None)
     with tempfile.TemporaryDirectory(prefix=".typescript-", dir=where.parent) as tmp:
         tgz = Path(tmp) / "typescript.tgz"
         if tarball is None:
+            seen = env if env is not None else os.environ
+            # The registry the user configured for npm; the deployer's allowances apply to it
+            # (a mirror on a private address: WB_ALLOW_PRIVATE_HOSTS=<its host>).
+            url = registries.npm_tarball("typescript", TYPESCRIPT_VERSION, seen)
             if progress:
-                progress(f"typescript {TYPESCRIPT_VERSION}: fetching {TYPESCRIPT_TGZ}")
-            _fetch.download(TYPESCRIPT_TGZ, tgz, guard=NetGuard(), limits=_fetch.Limits(max_bytes=64 << 20, timeout=300.0),
-                            env=env if env is not None else os.environ)
-            origin = TYPESCRIPT_TGZ
+                progress(f"typescript {TYPESCRIPT_VERSION}: fetching {url}")
+            _fetch.download(url, tgz, guard=NetGuard.from_env(seen), limits=_fetch.Limits(max_bytes=64 << 20, timeout=300.0),
+                            env=seen)
+            origin = url
         else:
             shutil.copyfile(tarball, tgz)
             origin = str(tarball)
@@ -143,7 +147,7 @@ def check() -> Any:
         return Availability.yes(f"typescript {TYPESCRIPT_VERSION} in {base.reason}")
     if (compiler_dir() / "typescript.js").exists():
         return Availability.no(compiler_ok())  # a file that is not the pinned one: never run it
-    return Availability.yes(f"typescript {TYPESCRIPT_VERSION} (fetched from registry.npmjs.org by the first ts build, "
+    return Availability.yes(f"typescript {TYPESCRIPT_VERSION} (fetched from the configured npm registry by the first ts build, "
                             f"or now with `python -m wbcore_lane_js fetch`) in {base.reason}")
 
 

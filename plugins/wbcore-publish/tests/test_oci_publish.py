@@ -64,6 +64,7 @@ def test_the_guard_refuses_loopback_unless_allowed(oci_registry, signed_tk, wbx,
     monkeypatch.delenv("WB_ALLOW_PRIVATE_SOURCES", raising=False)
     r = wbx("publish", "oci", "hello", f"{oci_registry.host}/wb/hello:0.1.0")
     assert r.exit_code == 126 and "SSRF guard" in r.stderr and "loopback" in r.stderr, r.stderr
+    assert "WB_ALLOW_PRIVATE_HOSTS" in r.stderr and "WB_NET_ALLOW_PRIVATE_HOSTS" not in r.stderr  # the setting that applies
     r = wbx("toolkit", "install", f"oci://{oci_registry.host}/wb/hello:0.1.0")
     assert r.exit_code == 126 and "SSRF guard" in r.stderr, r.stderr
     assert list(oci_registry.storage.rglob("data")) == []  # nothing reached the registry

@@ -4,8 +4,8 @@ import * as std from 'qjs:std';
 import { wb, DockError } from './wb_dock.js';
 import { sha256hex } from './sha256.js';
 
-const USAGE = 'usage: pip-fetch [--index URL] [--json] [-m BYTES] [-t SECONDS] NAME VERSION [FILE|sdist|wheel]\n';
-const DEFAULT_INDEX = 'https://pypi.org/simple';
+const USAGE = 'usage: pip-fetch [--index URL] [--json] [-m BYTES] [-t SECONDS] NAME VERSION [FILE|sdist|wheel]\n' +
+  '  --index: your pip index (python -m pip config get global.index-url, or $PIP_INDEX_URL)\n';
 const ACCEPT = 'application/vnd.pypi.simple.v1+json, text/html;q=0.2';
 const SDIST = ['.tar.gz', '.zip', '.tar.bz2', '.tgz'];
 
@@ -97,7 +97,9 @@ function header(resp, name) {
 }
 
 export function parseArgs(args) {
-  const opt = { index: DEFAULT_INDEX, json: false, max: 0, timeout: 0, rest: [] };
+  // No built-in index: the guest cannot read the user's pip configuration, and wbcore names
+  // no registry host of its own, so the caller passes the index they configured.
+  const opt = { index: '', json: false, max: 0, timeout: 0, rest: [] };
   for (let i = 0; i < args.length; i++) {
     const a = args[i];
     const value = () => { if (i + 1 >= args.length) throw new Fail(`${a} needs a value`, 65); return args[++i]; };
@@ -110,6 +112,7 @@ export function parseArgs(args) {
     else opt.rest.push(a);
   }
   if (opt.rest.length < 2 || opt.rest.length > 3) throw new Fail('give NAME VERSION [FILE]', 65);
+  if (!opt.index) throw new Fail('give --index URL: your pip index (python -m pip config get global.index-url)', 65);
   if (!/^https?:\/\//i.test(opt.index)) throw new Fail(`--index ${opt.index}: use an http(s) URL`, 65);
   if (!/^[A-Za-z0-9._-]+$/.test(opt.rest[0])) throw new Fail(`package name ${JSON.stringify(opt.rest[0])} is not a valid name`, 65);
   return opt;

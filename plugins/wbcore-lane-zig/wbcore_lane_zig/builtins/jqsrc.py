@@ -42,8 +42,8 @@ from wbcore_runtime.errors import InvalidArgs
 
 JQ_VERSION = "1.8.2"
 SDIST_VERSION = "1.13.0"
-SDIST_URL = ("https://files.pythonhosted.org/packages/67/67/bd53dc762c2e7728b7b32bdbe59ecb74ae6bc6b7609e5063e6e44553b44f/"
-             f"jq-{SDIST_VERSION}.tar.gz")
+#: The sdist's file name on the Python package index the user configured for pip.
+SDIST_NAME = f"jq-{SDIST_VERSION}.tar.gz"
 SDIST_SHA256 = "e62bdddeab3b8a0a404581a7bb6f1e8c4cc6082280870031f746074f4cac52c0"
 #: ``deps/jq-1.8.2.tar.gz`` inside the sdist: upstream's release tarball.
 TARBALL_MEMBER = f"jq-{SDIST_VERSION}/deps/jq-{JQ_VERSION}.tar.gz"
@@ -130,7 +130,7 @@ def missing(env: Any = None) -> str:
     if sources(env) is not None:
         return ""
     return (f"the jq {JQ_VERSION} sources are not fetched yet ({cache_dir(env)}): run `python -m wbcore_lane_zig fetch-jq` "
-            f"(downloads the PyPI sdist jq=={SDIST_VERSION}, sha256-pinned), or `pip download --no-deps --no-binary :all: "
+            f"(downloads the sdist jq=={SDIST_VERSION} from your pip index, sha256-pinned), or `pip download --no-deps --no-binary :all: "
             f"jq=={SDIST_VERSION}` then `python -m wbcore_lane_zig fetch-jq --from jq-{SDIST_VERSION}.tar.gz`")
 
 
@@ -139,7 +139,7 @@ def fetch(env: Any = None, progress: Any = None, *, sdist: Path | None = None) -
     tarballs, keep upstream's files. Raises the fetcher's errors or ``InvalidArgs`` for a
     file that is not the pinned one; nothing is kept then."""
     from wbcore_runtime import fetch as _fetch
-    from wbcore_runtime import unpack
+    from wbcore_runtime import registries, unpack
     from wbcore_runtime.build import tree_digest
     from wbcore_runtime.netguard import NetGuard
 
@@ -152,14 +152,16 @@ def fetch(env: Any = None, progress: Any = None, *, sdist: Path | None = None) -
         work = Path(tmp)
         tgz = work / "sdist.tar.gz"
         if sdist is None:
-            if progress:
-                progress(f"jq {JQ_VERSION}: fetching {SDIST_URL}")
             seen = env if env is not None else os.environ
-            # the deployer's allowances apply (WB_ALLOW_PRIVATE_HOSTS=files.pythonhosted.org for a
-            # mirror or a resolver that answers with a private address), as for installs
-            _fetch.download(SDIST_URL, tgz, guard=NetGuard.from_env(seen), limits=_fetch.Limits(max_bytes=16 << 20, timeout=300.0),
-                            env=seen)
-            origin = SDIST_URL
+            # The index the user configured for pip; the deployer's allowances apply to the
+            # index and the host it serves files from (a mirror, or a resolver that answers
+            # with a private address: WB_ALLOW_PRIVATE_HOSTS=<host>), as for installs.
+            guard = NetGuard.from_env(seen)
+            url = registries.pypi_file("jq", SDIST_NAME, SDIST_SHA256, guard=guard, env=seen)
+            if progress:
+                progress(f"jq {JQ_VERSION}: fetching {url}")
+            _fetch.download(url, tgz, guard=guard, limits=_fetch.Limits(max_bytes=16 << 20, timeout=300.0), env=seen)
+            origin = url
         else:
             shutil.copyfile(sdist, tgz)
             origin = str(sdist)
