@@ -550,6 +550,7 @@ class KernelCalls:
               timeout: float | None) -> bytes:
         runtime = self.runtime
         resolved = resolve(runtime, "kernel", name)
+        check_reach(resolved, principal)  # instances are kept per principal: checked once per instance
         epoch = runtime.resolve_epoch
         stamp = runtime.resolved_calls[("kernel", name, None)]
         if hit is None or hit[0] is not resolved:
@@ -581,6 +582,32 @@ def audited(hook: Any, record: CallRecord, call: Callable[[Any], Any], arg: Any)
     return out
 
 
+def check_reach(resolved: Resolved, principal: Principal | None) -> None:
+    """THE allowlist decision: a caller with a ``reach`` (an agent's ``:TOOLKITS:``,
+    carried by its principal into every nested call) runs only commands of those toolkits
+    and the reserved built-ins. Every path that runs a registered artifact for a caller
+    (``call_command``, ``open_kernel``, components, kernel calls) passes here."""
+    if principal is None or principal.reach is None:
+        return
+    from wbcore_runtime.registry import RESERVED
+
+    if resolved.trust == "built-in" and resolved.name in RESERVED:
+        return
+    if resolved.toolkit is not None and resolved.toolkit in principal.reach:
+        return
+    owner = f"toolkit {resolved.toolkit!r}" if resolved.toolkit else "no toolkit the caller lists"
+    allowed = ", ".join(sorted(principal.reach)) or "(none)"
+    raise refuse_reach(f"{principal}: {resolved.kind} {resolved.name!r} belongs to {owner}; this caller may reach "
+                       f"only the toolkits {allowed} and the built-ins {', '.join(sorted(RESERVED))} (an agent "
+                       "opts into more with :REACH: in its definition)")
+
+
+def refuse_reach(message: str) -> CapabilityDenied:
+    exc = CapabilityDenied(message)
+    exc.reason = "not-in-reach"  # type: ignore[attr-defined]
+    return exc
+
+
 def command_request(resolved: Resolved, argv: Sequence[str], stdin: bytes, *, principal: Principal | None = None,
                     timeout: float | None = None, cancel: Any = None) -> CommandRequest:
     prof = resolved.profile
@@ -602,6 +629,7 @@ def call_command(runtime: Runtime, name: str, argv: Sequence[str] = (), stdin: b
             raise InvalidArgs(f"stdin must be bytes, got {type(stdin).__name__}")
         stdin = bytes(stdin)
     resolved = resolve(runtime, "command", name, tier=tier)
+    check_reach(resolved, principal)
     if argv and not isinstance(argv, tuple):
         argv = tuple(str(a) for a in argv)
     req = command_request(resolved, argv, stdin, principal=principal, timeout=timeout, cancel=cancel)
@@ -631,6 +659,7 @@ def open_kernel(runtime: Runtime, name: str, *, principal: Principal | None = No
                 tier: str | None = None) -> Any:
     """A live kernel instance: ``inst.call(data) -> bytes``, ``inst.close()``."""
     resolved = resolve(runtime, "kernel", name, tier=tier)
+    check_reach(resolved, principal)
     return resolved.target.open(kernel_request(resolved, principal=principal, timeout=timeout))
 
 
@@ -638,6 +667,7 @@ def component_fields(runtime: Runtime, name: str, function: str, args: dict[str,
                      principal: Principal | None = None, timeout: float | None = None, cancel: Any = None) -> dict[str, Any]:
     """The resolved fields of one component call (``ComponentRunner.invoke(**fields)``)."""
     resolved = resolve(runtime, "component", name)
+    check_reach(resolved, principal)
     prof = resolved.profile
     return {
         "name": resolved.toolkit or name, "sha256": resolved.sha256, "function": function, "args": dict(args),

@@ -147,7 +147,8 @@ class Run:
     def __post_init__(self) -> None:
         #: Set to stop the guest of the tool call running now (a timeout or a cancel).
         self.tool_cancel = threading.Event()
-        self.principal = Principal(self.tenant, f"agent.{self.agent.id}")
+        # its reach (the :TOOLKITS: allowlist, docs/agents.md) rides along into every nested call
+        self.principal = Principal(self.tenant, f"agent.{self.agent.id}", self.agent.allowlist())
         self.ctx = self.runtime.dock.context(principal=self.principal, caps=self.caps, instance=f"agent-{self.run_id}")
         self.made = MadeToolkits(self)
         self._typed: dict[str, tuple[str, str]] = {}  # model-facing name → (kind, real name)
