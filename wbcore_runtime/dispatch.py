@@ -632,13 +632,28 @@ def call_command(runtime: Runtime, name: str, argv: Sequence[str] = (), stdin: b
     check_reach(resolved, principal)
     if argv and not isinstance(argv, tuple):
         argv = tuple(str(a) for a in argv)
-    req = command_request(resolved, argv, stdin, principal=principal, timeout=timeout, cancel=cancel)
-    hook = runtime.call_hooks
-    if hook is None:
-        return resolved.target.call(req)
-    record = CallRecord(name=name, shape=resolved.entry.shape, principal=req.principal, argv=req.argv,
-                        toolkit=resolved.toolkit, tier=resolved.tier.name, caps=resolved.caps)
-    return audited(hook, record, resolved.target.call, req)  # type: ignore[no-any-return]
+    # entered in the running table: a revocation that lands while it runs cuts it off
+    table = runtime.running
+    n, running = table.enter(resolved, principal or resolved.principal, cancel)
+    try:
+        req = command_request(resolved, argv, stdin, principal=principal, timeout=timeout, cancel=running.cancel)
+        hook = runtime.call_hooks
+        try:
+            if hook is None:
+                out = resolved.target.call(req)
+            else:
+                record = CallRecord(name=name, shape=resolved.entry.shape, principal=req.principal, argv=req.argv,
+                                    toolkit=resolved.toolkit, tier=resolved.tier.name, caps=resolved.caps)
+                out = audited(hook, record, resolved.target.call, req)
+        except WbError:
+            if running.cut is not None:
+                raise table.refusal(running) from None
+            raise
+        if running.cut is not None:
+            raise table.refusal(running)
+        return out  # type: ignore[no-any-return]
+    finally:
+        table.leave(n)
 
 
 def kernel_request(resolved: Resolved, *, principal: Principal | None = None,

@@ -359,8 +359,10 @@ class Dock:
     # --- revocation -----------------------------------------------------------------
 
     def revoke(self, principal: Principal | str, cap: str = "*", *, persist: bool = False) -> None:
-        """Stop ``principal`` (every cap, or one): its next call is denied, mid-flight too."""
+        """Stop ``principal`` (every cap, or one): its next call is denied, and a call of it
+        running now is cut off (``wbcore_runtime.running``)."""
         self.revocations.revoke(str(principal), cap, persist=persist)
+        self.runtime.running.sweep()
 
     def restore(self, principal: Principal | str, cap: str = "*") -> None:
         self.revocations.restore(str(principal), cap)
