@@ -31,6 +31,7 @@ import os
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -108,7 +109,12 @@ def reason_of(exc: WbError) -> str:
     return getattr(exc, "reason", None) or exc.kind.value
 
 
-@dataclass(frozen=True, slots=True)
+#: The name prefix of a call's own instance (one made without a name): it carries its
+#: owner process (``wbcore_runtime.leftovers``), and its state is released when the context goes.
+EPHEMERAL_PREFIX = "call-"
+
+
+@dataclass(frozen=True, slots=True, weakref_slot=True)
 class DockContext:
     """What one guest instance (or one Python caller) may reach through the Dock."""
 
@@ -337,16 +343,36 @@ class Dock:
             deadline = outer.deadline if deadline is None else min(deadline, outer.deadline)
         if allowed_hosts is None:
             allowed_hosts = self._allowed_hosts(toolkit)
-        return DockContext(
+        ephemeral = not instance
+        if ephemeral:
+            from wbcore_runtime import leftovers
+
+            instance = leftovers.unique(EPHEMERAL_PREFIX)
+        ctx = DockContext(
             principal=principal,
             caps=frozenset(caps),
-            instance=instance or uuid.uuid4().hex,
+            instance=instance,
             depth=depth,
             deadline=deadline,
             allowed_hosts=tuple(allowed_hosts),
             max_response=max_response,
             toolkit=toolkit,
         )
+        if ephemeral:
+            # a call's own instance lives as long as its context: then the brokers drop its
+            # state (the vfs database), and a killed process's is swept by the broker's start
+            weakref.finalize(ctx, self.release, instance)
+        return ctx
+
+    def release(self, instance: str) -> None:
+        """Drop what the opened brokers keep for ``instance`` (a driver's ``release``)."""
+        for drv in list(self._drivers.values()):
+            release = getattr(drv, "release", None)
+            if release is not None:
+                try:
+                    release(instance)
+                except Exception:  # noqa: BLE001 - a finalizer must not raise; the start-up sweep retries
+                    pass
 
     def _allowed_hosts(self, toolkit: str | None) -> tuple[str, ...]:
         if not toolkit:

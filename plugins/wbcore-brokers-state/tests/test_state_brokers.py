@@ -119,3 +119,33 @@ def test_vfs_query_deadline(rt):
 
     with pytest.raises(Timeout):
         d.call(c, "vfs", "query", {"sql": slow})
+
+
+def test_a_calls_own_vfs_database_goes_with_its_context_and_named_ones_stay(rt):
+    import gc
+
+    d = rt.dock
+    root = rt.home / "vfs"
+    for i in range(100):  # 100 calls, each with its own instance (what a tier makes per guest)
+        c = ctx(rt)
+        assert c.instance.startswith("call-")
+        d.call(c, "vfs", "write", {"path": "f", "data": b"x" * 100})
+        del c
+    gc.collect()
+    assert not [p for p in root.iterdir() if p.name.startswith("call-")]
+    named = ctx(rt, instance="agent-run-1")
+    d.call(named, "vfs", "write", {"path": "f", "data": b"kept"})
+    del named
+    gc.collect()
+    assert (root / "agent-run-1.db").exists()
+
+
+def test_a_dead_processs_call_databases_are_swept_at_start(make_runtime, wb_home):
+    root = wb_home / "vfs"
+    root.mkdir(parents=True, exist_ok=True)
+    for suffix in (".db", ".db-wal", ".db-shm"):
+        (root / f"call-999999999-1-deadbeef{suffix}").write_bytes(b"")
+    (root / "agent-kept.db").write_bytes(b"")
+    rt = make_runtime(plugins=["brokers-state"])
+    rt.dock.driver("vfs")
+    assert sorted(p.name for p in root.iterdir()) == ["agent-kept.db"]

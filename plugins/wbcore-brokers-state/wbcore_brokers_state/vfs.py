@@ -6,7 +6,9 @@ persists across freeze/resume) and ``tmp`` (scratch, cleared on resume). Opening
 existing instance database is a *resume*: the first open in a process clears ``tmp``.
 ``query`` is the raw vfs-query import: one read-only SELECT over ``files`` (it sees the
 volume column), on a read-only connection with an authorizer that allows reading
-``files`` and nothing else. Every answer is bounded while it is gathered (a
+``files`` and nothing else. A call's own instance (a Dock context made without a name,
+``call-<owner>-…``) is released with its context: its database is closed and removed; one
+a killed process left is swept when a broker opens the folder. Every answer is bounded while it is gathered (a
 :class:`~wbcore_runtime.budget.ByteBudget` of ``min(max_response, own cap)``): ``query`` under
 the call's deadline, SQLite length and column limits and a per-row budget; ``list`` row
 by row; ``read`` checks the stored size before it loads the blob.
@@ -71,6 +73,23 @@ class VfsBroker:
         self.max_file, self.max_files, self.max_query = max_file, max_files, max_query
         self._open: OrderedDict[str, Any] = OrderedDict()
         self._lock = threading.Lock()
+        from wbcore_runtime import leftovers
+        from wbcore_runtime.dock import EPHEMERAL_PREFIX
+
+        leftovers.sweep(root, EPHEMERAL_PREFIX)  # databases (and -wal/-shm) of dead processes' calls
+
+    def release(self, instance: str) -> None:
+        """A call's own instance ended: close and remove its database (named instances stay)."""
+        from wbcore_runtime.dock import EPHEMERAL_PREFIX
+
+        if not instance.startswith(EPHEMERAL_PREFIX) or not _INSTANCE.match(instance):
+            return
+        with self._lock:
+            db = self._open.pop(instance, None)
+        if db is not None:
+            db.close()
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            (self.root / f"{instance}.db{suffix}").unlink(missing_ok=True)
 
     def path_of(self, instance: str) -> Path:
         if not _INSTANCE.match(instance):
