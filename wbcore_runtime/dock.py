@@ -44,12 +44,14 @@ from wbcore_runtime.audit import AuditLog, digest
 from wbcore_runtime.calls import Principal
 from wbcore_runtime.errors import (
     CapabilityDenied,
+    DiskFull,
     ErrorKind,
     Internal,
     InvalidArgs,
     NotFound,
     Timeout,
     WbError,
+    disk_full_of,
     unknown_name,
 )
 
@@ -484,16 +486,34 @@ class Dock:
         except WbError as exc:
             return self._deny(ctx, cap, op, dg, exc, t0, nreq)
         except Exception as exc:  # a broker bug: never a host crash, never a leaked secret
+            full = disk_full_of(exc, f"the {cap} store")
+            if full is not None:  # its own kind: the guest and the audit can tell a full disk from a bug
+                return self._deny(ctx, cap, op, dg, refuse(DiskFull, "disk-full", f"{cap}.{op}: {full.message}"), t0, nreq)
             return self._deny(ctx, cap, op, dg, refuse(Internal, "broker-error", f"{cap}.{op}: broker failed ({type(exc).__name__})"), t0, nreq)
-        self.audit.record(principal=who, cap=cap, op=op, args_digest=dg, outcome="allowed", target=_TARGET.value,
-                          nbytes=nreq + len(body), ms=(time.perf_counter() - t0) * 1000)
+        try:
+            self.audit.record(principal=who, cap=cap, op=op, args_digest=dg, outcome="allowed", target=_TARGET.value,
+                              nbytes=nreq + len(body), ms=(time.perf_counter() - t0) * 1000)
+        except OSError as exc:  # the line stays queued in the audit; the call is not answered without it
+            return self._unaudited(exc, cap, op)
         return 0, body, value
+
+    def _unaudited(self, exc: OSError, cap: str, op: str) -> tuple[int, bytes, WbError]:
+        """The answer when the audit trail cannot be written (its lines are kept in memory,
+        bounded, and a ``lost`` line marks any that had to be dropped): disk-full or internal."""
+        err: WbError = disk_full_of(exc, "the audit trail") or Internal(f"the audit trail cannot be written ({exc})")
+        err = refuse(type(err), "disk-full" if isinstance(err, DiskFull) else "audit-failed", f"{cap}.{op}: {err.message}")
+        body = cbor2.dumps({"error": err.kind.value, "reason": reason_of(err), "message": err.message})
+        return STATUS[err.kind], body, err
 
     def _deny(self, ctx: DockContext, cap: str, op: str, dg: str, exc: WbError, t0: float, nreq: int) -> tuple[int, bytes, WbError]:
         reason = reason_of(exc)
-        self.audit.record(principal=ctx.who, cap=cap, op=op, args_digest=dg, outcome="denied",
-                          kind=exc.kind.value, reason=reason, target=getattr(_TARGET, "value", None), nbytes=nreq,
-                          ms=(time.perf_counter() - t0) * 1000)
+        try:
+            self.audit.record(principal=ctx.who, cap=cap, op=op, args_digest=dg, outcome="denied",
+                              kind=exc.kind.value, reason=reason, target=getattr(_TARGET, "value", None), nbytes=nreq,
+                              ms=(time.perf_counter() - t0) * 1000)
+        except OSError as failed:
+            if not isinstance(exc, DiskFull):
+                return self._unaudited(failed, cap, op)
         body = cbor2.dumps({"error": exc.kind.value, "reason": reason, "message": exc.message})
         return STATUS[exc.kind], body, exc
 

@@ -149,3 +149,54 @@ def test_a_dead_processs_call_databases_are_swept_at_start(make_runtime, wb_home
     rt = make_runtime(plugins=["brokers-state"])
     rt.dock.driver("vfs")
     assert sorted(p.name for p in root.iterdir()) == ["agent-kept.db"]
+
+
+def test_a_full_disk_reaches_the_guest_as_disk_full_and_the_audit_keeps_the_line(rt):
+    from wbcore_runtime.errors import DiskFull
+
+    c, d = ctx(rt, instance="full-disk"), rt.dock
+    d.call(c, "vfs", "write", {"path": "a", "data": b"x"})
+    db = d.driver("vfs").db("full-disk")
+    (pages,) = db.conn.execute("PRAGMA page_count").fetchone()
+    db.conn.execute(f"PRAGMA max_page_count={pages + 2}")  # SQLite's own SQLITE_FULL, as on a full disk
+    with pytest.raises(DiskFull, match="no space left") as exc:
+        d.call(c, "vfs", "write", {"path": "b", "data": b"y" * (1 << 20)})
+    assert exc.value.reason == "disk-full" and exc.value.exit_code == 74 and exc.value.name == "disk-full"
+    status, body = d.call_raw(c, "vfs", __import__("cbor2").dumps({"op": "write", "path": "b", "data": b"y" * (1 << 20)}))
+    assert status == 5 and __import__("cbor2").loads(body)["reason"] == "disk-full"
+    lines = [e for e in d.audit.entries() if e["op"] == "write" and e["outcome"] == "denied"]
+    assert lines and lines[-1]["reason"] == "disk-full"
+    assert d.call(c, "vfs", "read", {"path": "a"})["data"] == b"x"  # what was there is intact
+
+
+def test_audit_lines_a_full_disk_cost_are_kept_or_counted(rt, monkeypatch):
+    import errno
+    import os
+
+    from wbcore_runtime import audit as audit_mod
+    from wbcore_runtime.errors import DiskFull
+
+    c, d = ctx(rt), rt.dock
+    log = d.audit
+    log.durable = True  # every decision written before the answer
+    real_write = os.write
+    full = {"on": True}
+
+    def write(fd, data):
+        if full["on"] and fd == log._fd:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(audit_mod, "MAX_PENDING", 3)
+    monkeypatch.setattr(audit_mod.os, "write", write)
+    for i in range(5):
+        with pytest.raises(DiskFull) as exc:
+            d.call(c, "kv", "put", {"key": f"k{i}", "value": b"v"})
+        assert exc.value.reason == "disk-full"
+    full["on"] = False
+    d.call(c, "kv", "put", {"key": "after", "value": b"v"})
+    got = list(log.entries())
+    lost = [e for e in got if e["outcome"] == "lost"]
+    assert len(lost) == 1 and lost[0]["reason"] == "disk-full" and lost[0]["target"].startswith("2 lines from")
+    assert [e["op"] for e in got if e["cap"] == "kv"][-4:] == ["put"] * 4  # 3 kept + the one after
+    assert log.verify() == [] if hasattr(log, "verify") else True
