@@ -200,3 +200,58 @@ def test_audit_lines_a_full_disk_cost_are_kept_or_counted(rt, monkeypatch):
     assert len(lost) == 1 and lost[0]["reason"] == "disk-full" and lost[0]["target"].startswith("2 lines from")
     assert [e["op"] for e in got if e["cap"] == "kv"][-4:] == ["put"] * 4  # 3 kept + the one after
     assert log.verify() == [] if hasattr(log, "verify") else True
+
+
+def test_two_runs_writing_flat_out_stop_at_the_tenant_quota(make_runtime):
+    import threading
+
+    rt = make_runtime(plugins=["brokers-state"], env={"WB_TENANT_QUOTA": "1M"})
+    d = rt.dock
+    errors: list = []
+    chunk = b"z" * (48 << 10)
+
+    def run(n: int) -> None:
+        c = ctx(rt, instance=f"agent-run-{n}")
+        i = 0
+        try:
+            while i < 10_000:
+                op = i % 3
+                if op == 0:
+                    d.call(c, "vfs", "write", {"path": f"f{i}", "data": chunk})
+                elif op == 1:
+                    d.call(c, "kv", "put", {"key": f"r{n}-{i}", "value": chunk})
+                else:
+                    d.call(c, "queue", "push", {"queue": f"q{n}-{i}", "message": chunk[: 32 << 10]})
+                i += 1
+        except CapabilityDenied as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(errors) == 2 and all(e.reason == "quota" for e in errors)
+    assert "disk quota of 1048576 bytes (WB_TENANT_QUOTA)" in errors[0].message
+    quota = d.driver("kv").quota
+    assert 1_000_000 < quota.used("acme") <= 1 << 20
+    # another tenant is not affected; giving bytes back makes room again
+    d.call(ctx(rt, "other"), "kv", "put", {"key": "k", "value": chunk})
+    c = ctx(rt, instance="agent-run-1")
+    with pytest.raises(CapabilityDenied, match="disk quota"):
+        d.call(c, "vfs", "write", {"path": "more", "data": chunk})
+    d.call(c, "vfs", "delete", {"path": "f0"})
+    d.call(c, "vfs", "write", {"path": "more", "data": chunk})
+
+
+def test_queue_messages_are_counted_per_tenant_not_per_name(rt):
+    d = rt.dock
+    q = d.driver("queue")
+    q.max_tenant = 50
+    c = ctx(rt)
+    for i in range(50):
+        d.call(c, "queue", "push", {"queue": f"name-{i}", "message": b"m"})
+    with pytest.raises(CapabilityDenied, match="holds 50 messages across its queues") as exc:
+        d.call(c, "queue", "push", {"queue": "a-new-name", "message": b"m"})
+    assert exc.value.reason == "quota"
+    d.call(ctx(rt, "other"), "queue", "push", {"queue": "x", "message": b"m"})
