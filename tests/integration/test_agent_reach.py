@@ -5,6 +5,7 @@ command. Real HTTP to a scripted model server, real WebAssembly guests."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import cbor2
 import pytest
@@ -94,3 +95,29 @@ def test_reach_star_opts_out(world):
     rec = rt.agent(agent, "reach it")
     answer = [m for m in llm.requests[1].body["messages"] if m["role"] == "tool"][0]["content"]
     assert rec.status == "done" and answer == "the other toolkit"
+
+
+SPIN = """(module (memory (export "memory") 1) (func (export "_start") (loop $l (br $l))))"""
+
+
+def test_wbx_max_steps_one_with_twelve_slow_tools_ends_within_the_run_budget(world, make_toolkit, wbx):
+    """The issue's case: 12 slow tool calls in one reply with --max-steps 1 took 12 x the
+    tool timeout; now the run budget bounds it, the rest are refused, the exit says so."""
+    import time
+
+    rt, llm, agent = world
+    make_toolkit("spinner", exec="command", extra={"CLI_BIN": "spinner"})
+    rt.discover(refresh=True)
+    builder.register_artifact(rt, "spinner", rt.artifacts.put_bytes(bytes(wasmtime.wat2wasm(SPIN))).sha256)
+    agent.write_text(AGENT.replace(":TOOLKITS: viaexec viacommands", ":TOOLKITS: spinner"))
+    llm.script = [reply(*[tool("shell", script="spinner")] * 12)]
+    t0 = time.monotonic()
+    res = wbx("agent", "run", str(agent), "spin", "--max-steps", "1", "--tool-timeout", "5", "--run-timeout", "2",
+              "--json", runtime=rt)
+    took = time.monotonic() - t0
+    assert took < 6, took  # not 12 x 5 s
+    rec = json.loads(res.stdout)
+    assert res.exit_code == 124 and rec["status"] in ("max-steps", "timeout"), res.stderr
+    results = json.loads((Path(rec["workdir"]) / "_steps.jsonl").read_text().splitlines()[0])["results"]
+    assert results[0]["text"].startswith("timeout: tool shell did not finish within")
+    assert all(r["text"].startswith("refused: the run's time budget of 2 s is spent") for r in results[1:])
