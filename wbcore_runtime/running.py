@@ -59,6 +59,9 @@ class Running:
     cancel: CallCancel
     #: Why it was cut off (``None`` while it may run).
     cut: str | None = field(default=None)
+    #: Its principal was already revoked when it started: the Dock refuses its broker calls
+    #: with a status the guest handles; only a change after its start cuts it off.
+    revoked_at_start: bool = False
 
 
 class RunningCalls:
@@ -75,6 +78,7 @@ class RunningCalls:
 
     def enter(self, resolved: Resolved, principal: Principal, cancel: Any = None) -> tuple[int, Running]:
         call = Running(resolved.kind, resolved.name, resolved.caps, principal.key, CallCancel(cancel))
+        call.revoked_at_start = self._revoked(call) is not None
         with self._lock:
             n = next(self._ids)
             self._calls[n] = call
@@ -130,17 +134,25 @@ class RunningCalls:
                         call.cut = why
                         call.cancel.set()
 
-    def _why(self, call: Running) -> str | None:
-        from wbcore_runtime import dispatch
-
+    def _revoked(self, call: Running) -> str | None:
         revoked = self.runtime.dock.revocations.revoked
         for cap in ("*", *sorted(call.caps)):
             if revoked(call.principal, cap):
                 return f"{call.principal} was revoked" + ("" if cap == "*" else f" for {cap!r}")
+        return None
+
+    def _why(self, call: Running) -> str | None:
+        from wbcore_runtime import dispatch
+
+        if not call.revoked_at_start:
+            why = self._revoked(call)
+            if why:
+                return why
         try:
             now = dispatch.resolve(self.runtime, call.kind, call.name)
-        except WbError as exc:
-            return f"it may no longer run ({exc.message})"
+        except WbError:
+            # not a revocation (an edited or rebuilt toolkit, say): its next call decides
+            return None
         lost = call.caps - now.caps
         if lost:
             return f"the grant of {', '.join(sorted(lost))} was withdrawn"
