@@ -1,7 +1,13 @@
 """Agent definitions authored as Org (seed 004 "Agent definitions") and their toolkit index.
 
 The first headline tagged ``:agent:`` is the agent. Its drawer gives ``:ID:``,
-``:MODEL:``, ``:TOOLKITS:`` (space- or comma-separated, in order) and ``:TAGLINE:``.
+``:MODEL:``, ``:TOOLKITS:`` (space- or comma-separated, in order), ``:REACH:`` and ``:TAGLINE:``.
+
+``:TOOLKITS:`` is the allowlist: the agent's tools, its shell and every command it reaches
+through ``commands`` / ``exec`` / ``parallel`` are limited to those toolkits plus the
+reserved built-ins (:meth:`AgentDef.allowlist`, enforced by ``wbcore_runtime.dispatch``).
+``:REACH:`` opts into more: further toolkit ids its commands may call (not offered as
+tools, not in the index), or ``*`` for every registered command.
 The system prompt is read only from under a ``** System prompt`` child heading; with
 no such heading it falls back to the node's own body, so an agent authored as a plain
 definition never silently runs prompt-less.
@@ -36,10 +42,19 @@ class AgentDef:
     system_prompt: str
     path: Path | None = None
     title: str = ""
+    #: ``:REACH:``: more toolkits its commands may reach, or ``("*",)`` for every command.
+    reach: tuple[str, ...] = ()
+
+    def allowlist(self) -> frozenset[str] | None:
+        """The toolkits this agent's calls may reach (``:TOOLKITS:`` + ``:REACH:``), or
+        ``None`` when ``:REACH: *`` opts out of the allowlist."""
+        if "*" in self.reach:
+            return None
+        return frozenset(self.toolkits) | frozenset(self.reach)
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "id": self.id, "model": self.model, "toolkits": list(self.toolkits),
+            "id": self.id, "model": self.model, "toolkits": list(self.toolkits), "reach": list(self.reach),
             "tagline": self.tagline, "system_prompt": self.system_prompt,
             "path": str(self.path) if self.path else None, "title": self.title,
         }
@@ -73,6 +88,7 @@ def parse(text: str, path: Path | str | None = None) -> AgentDef:
         id=props.get("ID") or where.stem,
         model=props.get("MODEL") or None,
         toolkits=toolkits,
+        reach=tuple(dict.fromkeys(t for t in _SPLIT.split(props.get("REACH", "")) if t)),
         tagline=props.get("TAGLINE", ""),
         system_prompt=prompt.strip(),
         path=Path(path) if path else None,

@@ -57,6 +57,8 @@ GENESIS = "0" * 64
 LOG_NAME = "audit.jsonl"
 HEAD_NAME = "audit.head"
 DEFAULT_MAX_BYTES = 64 << 20
+#: Decisions kept in memory while the trail cannot be written; older ones are counted as lost.
+MAX_PENDING = 100_000
 DEFAULT_KEEP = 16  # rotated segments kept: the trail is bounded at ~(keep + 1) x max_bytes
 ANCHOR_NAME = "audit.anchor"
 _HEAD_WIDTH = 96  # fixed-width head record, rewritten in place (one pwrite)
@@ -148,6 +150,9 @@ class AuditLog:
         self._queue_lock = threading.Lock()  # held for a list append: never across I/O
         self._write_lock = threading.Lock()  # one batch written at a time by this process
         self._failed: BaseException | None = None
+        #: (lines dropped, first ts, last ts) while writing failed (a full disk): written as
+        #: one ``lost`` line when writing works again.
+        self._lost: tuple[int, float, float] | None = None
         self._fd: int | None = None
         self._head_fd: int | None = None
         # What this process last wrote: lets it skip re-reading the chain head when alone.
@@ -189,16 +194,16 @@ class AuditLog:
         """Queue one decision; it is written within the batch window (at once when durable).
 
         Raises ``OSError`` when the log could not be written (a failed batch is retried
-        here first): a call is never answered while its audit trail is failing.
+        here first): a call is never answered while its audit trail is failing. The
+        decision stays queued even then (bounded by :data:`MAX_PENDING`, the excess
+        counted in a ``lost`` line), so a full disk loses no line it has room to keep.
         """
-        if self._failed is not None:
-            self.flush()
         entry = (round(time.time(), 6), principal, cap, op, args_digest, outcome, kind, reason, redact_target(target),
                  nbytes, round(ms, 3))
         with self._queue_lock:
             self._queue.append(entry)
             n = len(self._queue)
-        if self.durable or n >= self.batch:
+        if self._failed is not None or self.durable or n >= self.batch:
             self.flush()
         elif n == 1:
             _flusher.schedule(self)
@@ -210,13 +215,26 @@ class AuditLog:
                 batch, self._queue = self._queue, []
             if not batch:
                 return
+            lost = self._lost
+            if lost:  # the trail says how many lines a full disk cost, and when
+                batch.insert(0, (round(time.time(), 6), "-", "audit", "lost", "", "lost", "internal", "disk-full",
+                                 f"{lost[0]} lines from {lost[1]:.3f} to {lost[2]:.3f}", 0, 0.0))
             try:
                 self._append(batch)
             except BaseException as exc:
+                if lost:
+                    batch.pop(0)
                 with self._queue_lock:
                     self._queue[:0] = batch  # kept, in order, for the next attempt
+                    over = len(self._queue) - MAX_PENDING
+                    if over > 0:  # bounded while the disk stays full: the oldest go, counted
+                        first = self._lost[1] if self._lost else self._queue[0][0]
+                        n = self._lost[0] if self._lost else 0
+                        self._lost = (n + over, first, self._queue[over - 1][0])
+                        del self._queue[:over]
                 self._failed = exc
                 raise
+            self._lost = None
             self._failed = None
 
     def _append(self, batch: list[_Entry]) -> None:

@@ -17,10 +17,16 @@ _KEYS: dict[Principal, str] = {}
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """Who is calling: the key for rate limits, revocation, audit and storage."""
+    """Who is calling: the key for rate limits, revocation, audit and storage.
+
+    ``reach``: the toolkits this caller's calls may run (an agent's ``:TOOLKITS:``), or
+    ``None`` for no such limit. It travels with the principal into every nested call
+    (the exec brokers keep it when they name the nested toolkit), and
+    ``wbcore_runtime.dispatch.check_reach`` decides it; it is not part of the key."""
 
     tenant: str = "default"
     toolkit: str = ""
+    reach: frozenset[str] | None = None
 
     def __str__(self) -> str:
         return f"{self.tenant}/{self.toolkit}" if self.toolkit else self.tenant

@@ -551,6 +551,7 @@ class KernelCalls:
               timeout: float | None) -> bytes:
         runtime = self.runtime
         resolved = resolve(runtime, "kernel", name)
+        check_reach(resolved, principal)  # instances are kept per principal: checked once per instance
         epoch = runtime.resolve_epoch
         stamp = runtime.resolved_calls[("kernel", name, None)]
         if hit is None or hit[0] is not resolved:
@@ -582,6 +583,32 @@ def audited(hook: Any, record: CallRecord, call: Callable[[Any], Any], arg: Any)
     return out
 
 
+def check_reach(resolved: Resolved, principal: Principal | None) -> None:
+    """THE allowlist decision: a caller with a ``reach`` (an agent's ``:TOOLKITS:``,
+    carried by its principal into every nested call) runs only commands of those toolkits
+    and the reserved built-ins. Every path that runs a registered artifact for a caller
+    (``call_command``, ``open_kernel``, components, kernel calls) passes here."""
+    if principal is None or principal.reach is None:
+        return
+    from wbcore_runtime.registry import RESERVED
+
+    if resolved.trust == "built-in" and resolved.name in RESERVED:
+        return
+    if resolved.toolkit is not None and resolved.toolkit in principal.reach:
+        return
+    owner = f"toolkit {resolved.toolkit!r}" if resolved.toolkit else "no toolkit the caller lists"
+    allowed = ", ".join(sorted(principal.reach)) or "(none)"
+    raise refuse_reach(f"{principal}: {resolved.kind} {resolved.name!r} belongs to {owner}; this caller may reach "
+                       f"only the toolkits {allowed} and the built-ins {', '.join(sorted(RESERVED))} (an agent "
+                       "opts into more with :REACH: in its definition)")
+
+
+def refuse_reach(message: str) -> CapabilityDenied:
+    exc = CapabilityDenied(message)
+    exc.reason = "not-in-reach"  # type: ignore[attr-defined]
+    return exc
+
+
 def command_request(resolved: Resolved, argv: Sequence[str], stdin: bytes, *, principal: Principal | None = None,
                     timeout: float | None = None, cancel: Any = None) -> CommandRequest:
     prof = resolved.profile
@@ -603,18 +630,32 @@ def call_command(runtime: Runtime, name: str, argv: Sequence[str] = (), stdin: b
             raise InvalidArgs(f"stdin must be bytes, got {type(stdin).__name__}")
         stdin = bytes(stdin)
     resolved = resolve(runtime, "command", name, tier=tier)
+    check_reach(resolved, principal)
     if argv and not isinstance(argv, tuple):
         argv = tuple(str(a) for a in argv)
-    req = command_request(resolved, argv, stdin, principal=principal, timeout=timeout, cancel=cancel)
-    hook = runtime.call_hooks
-    if hook is None:
-        result: CallResult = resolved.target.call(req)
-    else:
-        record = CallRecord(name=name, shape=resolved.entry.shape, principal=req.principal, argv=req.argv,
-                            toolkit=resolved.toolkit, tier=resolved.tier.name, caps=resolved.caps)
-        result = audited(hook, record, resolved.target.call, req)
-    result.usage.tier = resolved.tier.name  # every surface can say where the call ran
-    return result
+    # entered in the running table: a revocation that lands while it runs cuts it off
+    table = runtime.running
+    n, running = table.enter(resolved, principal or resolved.principal, cancel)
+    try:
+        req = command_request(resolved, argv, stdin, principal=principal, timeout=timeout, cancel=running.cancel)
+        hook = runtime.call_hooks
+        try:
+            if hook is None:
+                out = resolved.target.call(req)
+            else:
+                record = CallRecord(name=name, shape=resolved.entry.shape, principal=req.principal, argv=req.argv,
+                                    toolkit=resolved.toolkit, tier=resolved.tier.name, caps=resolved.caps)
+                out = audited(hook, record, resolved.target.call, req)
+        except WbError:
+            if running.cut is not None:
+                raise table.refusal(running) from None
+            raise
+        if running.cut is not None:
+            raise table.refusal(running)
+        out.usage.tier = resolved.tier.name  # every surface can say where the call ran
+        return out  # type: ignore[no-any-return]
+    finally:
+        table.leave(n)
 
 
 def kernel_request(resolved: Resolved, *, principal: Principal | None = None,
@@ -635,6 +676,7 @@ def open_kernel(runtime: Runtime, name: str, *, principal: Principal | None = No
                 tier: str | None = None) -> Any:
     """A live kernel instance: ``inst.call(data) -> bytes``, ``inst.close()``."""
     resolved = resolve(runtime, "kernel", name, tier=tier)
+    check_reach(resolved, principal)
     return resolved.target.open(kernel_request(resolved, principal=principal, timeout=timeout))
 
 
@@ -642,6 +684,7 @@ def component_fields(runtime: Runtime, name: str, function: str, args: dict[str,
                      principal: Principal | None = None, timeout: float | None = None, cancel: Any = None) -> dict[str, Any]:
     """The resolved fields of one component call (``ComponentRunner.invoke(**fields)``)."""
     resolved = resolve(runtime, "component", name)
+    check_reach(resolved, principal)
     prof = resolved.profile
     return {
         "name": resolved.toolkit or name, "sha256": resolved.sha256, "function": function, "args": dict(args),

@@ -31,6 +31,7 @@ import os
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -43,12 +44,14 @@ from wbcore_runtime.audit import AuditLog, digest
 from wbcore_runtime.calls import Principal
 from wbcore_runtime.errors import (
     CapabilityDenied,
+    DiskFull,
     ErrorKind,
     Internal,
     InvalidArgs,
     NotFound,
     Timeout,
     WbError,
+    disk_full_of,
     unknown_name,
 )
 
@@ -108,7 +111,12 @@ def reason_of(exc: WbError) -> str:
     return getattr(exc, "reason", None) or exc.kind.value
 
 
-@dataclass(frozen=True, slots=True)
+#: The name prefix of a call's own instance (one made without a name): it carries its
+#: owner process (``wbcore_runtime.leftovers``), and its state is released when the context goes.
+EPHEMERAL_PREFIX = "call-"
+
+
+@dataclass(frozen=True, slots=True, weakref_slot=True)
 class DockContext:
     """What one guest instance (or one Python caller) may reach through the Dock."""
 
@@ -337,16 +345,36 @@ class Dock:
             deadline = outer.deadline if deadline is None else min(deadline, outer.deadline)
         if allowed_hosts is None:
             allowed_hosts = self._allowed_hosts(toolkit)
-        return DockContext(
+        ephemeral = not instance
+        if ephemeral:
+            from wbcore_runtime import leftovers
+
+            instance = leftovers.unique(EPHEMERAL_PREFIX)
+        ctx = DockContext(
             principal=principal,
             caps=frozenset(caps),
-            instance=instance or uuid.uuid4().hex,
+            instance=instance,
             depth=depth,
             deadline=deadline,
             allowed_hosts=tuple(allowed_hosts),
             max_response=max_response,
             toolkit=toolkit,
         )
+        if ephemeral:
+            # a call's own instance lives as long as its context: then the brokers drop its
+            # state (the vfs database), and a killed process's is swept by the broker's start
+            weakref.finalize(ctx, self.release, instance)
+        return ctx
+
+    def release(self, instance: str) -> None:
+        """Drop what the opened brokers keep for ``instance`` (a driver's ``release``)."""
+        for drv in list(self._drivers.values()):
+            release = getattr(drv, "release", None)
+            if release is not None:
+                try:
+                    release(instance)
+                except Exception:  # noqa: BLE001 - a finalizer must not raise; the start-up sweep retries
+                    pass
 
     def _allowed_hosts(self, toolkit: str | None) -> tuple[str, ...]:
         if not toolkit:
@@ -359,8 +387,10 @@ class Dock:
     # --- revocation -----------------------------------------------------------------
 
     def revoke(self, principal: Principal | str, cap: str = "*", *, persist: bool = False) -> None:
-        """Stop ``principal`` (every cap, or one): its next call is denied, mid-flight too."""
+        """Stop ``principal`` (every cap, or one): its next call is denied, and a call of it
+        running now is cut off (``wbcore_runtime.running``)."""
         self.revocations.revoke(str(principal), cap, persist=persist)
+        self.runtime.running.sweep()
 
     def restore(self, principal: Principal | str, cap: str = "*") -> None:
         self.revocations.restore(str(principal), cap)
@@ -456,16 +486,34 @@ class Dock:
         except WbError as exc:
             return self._deny(ctx, cap, op, dg, exc, t0, nreq)
         except Exception as exc:  # a broker bug: never a host crash, never a leaked secret
+            full = disk_full_of(exc, f"the {cap} store")
+            if full is not None:  # its own kind: the guest and the audit can tell a full disk from a bug
+                return self._deny(ctx, cap, op, dg, refuse(DiskFull, "disk-full", f"{cap}.{op}: {full.message}"), t0, nreq)
             return self._deny(ctx, cap, op, dg, refuse(Internal, "broker-error", f"{cap}.{op}: broker failed ({type(exc).__name__})"), t0, nreq)
-        self.audit.record(principal=who, cap=cap, op=op, args_digest=dg, outcome="allowed", target=_TARGET.value,
-                          nbytes=nreq + len(body), ms=(time.perf_counter() - t0) * 1000)
+        try:
+            self.audit.record(principal=who, cap=cap, op=op, args_digest=dg, outcome="allowed", target=_TARGET.value,
+                              nbytes=nreq + len(body), ms=(time.perf_counter() - t0) * 1000)
+        except OSError as exc:  # the line stays queued in the audit; the call is not answered without it
+            return self._unaudited(exc, cap, op)
         return 0, body, value
+
+    def _unaudited(self, exc: OSError, cap: str, op: str) -> tuple[int, bytes, WbError]:
+        """The answer when the audit trail cannot be written (its lines are kept in memory,
+        bounded, and a ``lost`` line marks any that had to be dropped): disk-full or internal."""
+        err: WbError = disk_full_of(exc, "the audit trail") or Internal(f"the audit trail cannot be written ({exc})")
+        err = refuse(type(err), "disk-full" if isinstance(err, DiskFull) else "audit-failed", f"{cap}.{op}: {err.message}")
+        body = cbor2.dumps({"error": err.kind.value, "reason": reason_of(err), "message": err.message})
+        return STATUS[err.kind], body, err
 
     def _deny(self, ctx: DockContext, cap: str, op: str, dg: str, exc: WbError, t0: float, nreq: int) -> tuple[int, bytes, WbError]:
         reason = reason_of(exc)
-        self.audit.record(principal=ctx.who, cap=cap, op=op, args_digest=dg, outcome="denied",
-                          kind=exc.kind.value, reason=reason, target=getattr(_TARGET, "value", None), nbytes=nreq,
-                          ms=(time.perf_counter() - t0) * 1000)
+        try:
+            self.audit.record(principal=ctx.who, cap=cap, op=op, args_digest=dg, outcome="denied",
+                              kind=exc.kind.value, reason=reason, target=getattr(_TARGET, "value", None), nbytes=nreq,
+                              ms=(time.perf_counter() - t0) * 1000)
+        except OSError as failed:
+            if not isinstance(exc, DiskFull):
+                return self._unaudited(failed, cap, op)
         body = cbor2.dumps({"error": exc.kind.value, "reason": reason, "message": exc.message})
         return STATUS[exc.kind], body, exc
 

@@ -129,6 +129,28 @@ def disk_full(exc: OSError, where: object) -> DiskFull | None:
                     "(wbx clears its own leftovers on the next command) and try again")
 
 
+#: SQLite's "database or disk is full" (SQLITE_FULL) as ``sqlite3`` reports it.
+_SQLITE_FULL = 13
+
+
+def disk_full_of(exc: BaseException, where: object) -> DiskFull | None:
+    """:func:`disk_full` for any write failure a broker may raise: an ``OSError`` with
+    ENOSPC/EDQUOT, or SQLite's SQLITE_FULL (``sqlite3`` gives no errno for it)."""
+    seen = 0
+    cur: BaseException | None = exc
+    while cur is not None and seen < 8:  # a failure while cleaning up may hide the full disk behind it
+        if isinstance(cur, OSError):
+            got = disk_full(cur, where)
+            if got is not None:
+                return got
+        code = getattr(cur, "sqlite_errorcode", None)
+        if code is not None and code & 0xFF == _SQLITE_FULL or "database or disk is full" in str(cur):
+            return DiskFull(f"no space left on the disk holding {where} (the database is full); free some space "
+                            "and try again")
+        cur, seen = cur.__cause__ or cur.__context__, seen + 1
+    return None
+
+
 class ManifestError(InvalidArgs):
     """A malformed manifest: names the file, the line and the field.
 

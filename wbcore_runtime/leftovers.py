@@ -19,8 +19,9 @@ import re
 from functools import cache
 from pathlib import Path
 
-#: Temp-folder prefixes in the system temp dir that are swept (the build sandbox's scratch roots).
-SYSTEM_TEMP_PREFIXES = ("wb-sbx-",)
+#: Temp-folder prefixes in the system temp dir that are swept (the build sandbox's scratch roots,
+#: the os_process tier's worker scratch folders).
+SYSTEM_TEMP_PREFIXES = ("wb-sbx-", "wb-spawn-")
 #: Marks a temp file of an atomic write (``.<name>.wbtmp-<owner>.tmp``).
 TMP_MARK = ".wbtmp-"
 #: Where things live under ``$WB_HOME`` (``wbcore_runtime.install`` and ``wbcore_runtime.artifacts`` use these names).

@@ -309,11 +309,13 @@ def with_retries(attempt: Callable[[], ChatResponse], llm_settings: LlmSettings,
     """THE retry policy of every provider: a retryable :class:`ProviderError` is retried up
     to ``max_retries`` times, waiting ``backoff_s · 2^n`` (capped at 8 s, or the server's
     ``retry-after`` when it is shorter than 8 s); the last error surfaces with the count.
-    With a ``deadline`` (``time.monotonic()``), no wait runs past it: the error surfaces."""
+    With a ``deadline`` (``time.monotonic()``), no wait runs past it: the error surfaces.
+    An empty answer (no text, no tool call) is a retryable error (:func:`check_answer`):
+    never an empty success."""
     tries = llm_settings.max_retries + 1
     for n in range(tries):
         try:
-            got = attempt()
+            got = check_answer(attempt(), llm_settings.provider)
             return replace(got, attempts=n + 1)
         except ProviderError as exc:
             if not exc.retryable or n == tries - 1:
@@ -328,6 +330,20 @@ def with_retries(attempt: Callable[[], ChatResponse], llm_settings: LlmSettings,
                 raise
             sleep(wait)
     raise AssertionError("unreachable")
+
+
+def check_answer(got: ChatResponse, vendor: str) -> ChatResponse:
+    """``got``, or a retryable :class:`ProviderError` naming why it is no answer: neither
+    text nor a tool call (a server that sent an empty stream, or a body the provider could
+    not read), or a tool call without a name."""
+    if not got.text.strip() and not got.tool_calls:
+        raise ProviderError(f"{vendor}: the model's answer was empty (no text and no tool call; stop reason "
+                            f"{got.stop_reason or 'none'!r}): the server sent nothing usable", retryable=True)
+    nameless = [c.id for c in got.tool_calls if not c.name]
+    if nameless:
+        raise ProviderError(f"{vendor}: malformed answer: tool call(s) {', '.join(nameless[:5])} have no name",
+                            retryable=True)
+    return got
 
 
 def parse_arguments(raw: str | Mapping[str, Any] | None, tool: str) -> dict[str, Any]:

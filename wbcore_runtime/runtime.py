@@ -112,6 +112,14 @@ class Runtime:
         return self._call_hooks()
 
     @cached_property
+    def running(self) -> Any:
+        """The calls running now and the watcher that cuts them off when their grant is
+        revoked (``wbcore_runtime.running.RunningCalls``)."""
+        from wbcore_runtime.running import RunningCalls
+
+        return RunningCalls(self)
+
+    @cached_property
     def tracer(self) -> Any:
         """The tracer of ``wbcore_tracer`` (``None``: telemetry off, the seams cost nothing).
         Opened on first use, with the plugins."""

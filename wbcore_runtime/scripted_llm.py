@@ -9,7 +9,10 @@ stream) or as one JSON body, from a script of turns given by the test::
         env = {"WB_LLM_BASE_URL": llm.base_url, ...}
 
 Each request takes the next turn; a turn is a :func:`reply`, a :func:`failure` or a
-callable ``(request_body) -> turn``. Requests are recorded (``llm.requests``: path,
+callable ``(request_body) -> turn``. Misbehaving servers are scripted too:
+:func:`plain` answers a streamed request with one JSON body (a server that ignores
+``stream``), :func:`empty` sends a stream with no text and no tool call, and :func:`raw`
+sends any bytes under any content type. Requests are recorded (``llm.requests``: path,
 headers, body) so a test can check what the provider sent. A test fixture, never a
 default: nothing in the product uses it.
 """
@@ -31,6 +34,11 @@ class Turn:
     input_tokens: int = 11
     output_tokens: int = 7
     delay_s: float = 0.0
+    #: Answer with one JSON body even when the request asked for a stream.
+    ignore_stream: bool = False
+    #: Send these bytes (under ``content_type``) instead of a well-formed answer.
+    body: bytes | None = None
+    content_type: str = "application/json"
 
 
 def tool(name: str, **arguments: Any) -> tuple[str, dict[str, Any]]:
@@ -43,6 +51,21 @@ def reply(*calls: tuple[str, dict[str, Any]], text: str = "", input_tokens: int 
 
 def failure(status: int) -> Turn:
     return Turn(status=status)
+
+
+def plain(turn: Turn) -> Turn:
+    """``turn`` sent as one JSON body whatever the request asked (a server ignoring ``stream``)."""
+    return Turn(**{**turn.__dict__, "ignore_stream": True})
+
+
+def empty() -> Turn:
+    """A well-formed answer with no text and no tool call."""
+    return Turn()
+
+
+def raw(body: bytes, content_type: str = "application/json") -> Turn:
+    """These bytes as the answer, under ``content_type`` (a broken or foreign server)."""
+    return Turn(body=body, content_type=content_type)
 
 
 @dataclass
@@ -126,8 +149,15 @@ class ScriptedLlm:
             extra = {"retry-after": "0"} if turn.status == 429 else {}
             return self._send(h, turn.status, {"error": {"type": "api_error", "message": f"scripted failure {turn.status}"}},
                               extra)
+        if turn.body is not None:
+            h.send_response(200)
+            h.send_header("Content-Type", turn.content_type)
+            h.send_header("Content-Length", str(len(turn.body)))
+            h.end_headers()
+            h.wfile.write(turn.body)
+            return None
         events = self._openai(turn, body) if self.format == "openai" else self._anthropic(turn, body)
-        if body.get("stream"):
+        if body.get("stream") and not turn.ignore_stream:
             data = b"".join(
                 (f"event: {name}\n" if name else "").encode() + b"data: " + (
                     payload if isinstance(payload, bytes) else json.dumps(payload).encode()) + b"\n\n"

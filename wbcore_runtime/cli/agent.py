@@ -45,6 +45,8 @@ def build(runtime: Runtime) -> typer.Typer:
         model: str = typer.Option(None, "--model", help="provider:model or a model name (else :MODEL:, WB_LLM_MODEL)."),
         max_steps: int = typer.Option(12, "--max-steps", help="Steps before the run ends with max-steps."),
         tool_timeout: float = typer.Option(150.0, "--tool-timeout", help="Seconds one tool call may take."),
+        max_calls: int = typer.Option(16, "--max-calls", help="Tool calls of one reply that run (the rest are refused)."),
+        run_timeout: float = typer.Option(1800.0, "--run-timeout", help="The run's wall-clock budget in seconds."),
         workdir: Path = typer.Option(None, "--workdir", help="Where _steps.jsonl goes (default under $WB_HOME/agents/runs)."),
         resume: str = typer.Option(None, "--resume", metavar="RUN_ID", help="Continue a crashed run from its VFS."),
         allow_build: bool = typer.Option(False, "--allow-build", help="Grant the build cap: the agent may make toolkits."),
@@ -62,7 +64,8 @@ def build(runtime: Runtime) -> typer.Typer:
         if engine is not None:
             from wbcore_runtime.cli.engine import run_on_engine
 
-            options: dict = {"max_steps": max_steps, "tool_timeout": tool_timeout}
+            options: dict = {"max_steps": max_steps, "tool_timeout": tool_timeout, "max_calls": max_calls,
+                             "run_timeout": run_timeout}
             if model:
                 options["model"] = model
             raise typer.Exit(run_on_engine(engine, agent, task, token=token or None, options=options,
@@ -75,7 +78,7 @@ def build(runtime: Runtime) -> typer.Typer:
             print(f"step {step['step']}: {names}", file=sys.stderr)
 
         rec = runtime.agent(agent, task or None, model=model, max_steps=max_steps, tool_timeout=tool_timeout,
-                            workdir=workdir, resume=resume, allow_build=allow_build, exec_grant=exec_grant,
+                            max_calls=max_calls, run_timeout=run_timeout, workdir=workdir, resume=resume, allow_build=allow_build, exec_grant=exec_grant,
                             on_step=None if json_ else show)
         if json_:
             emit_json(rec.as_dict())
@@ -86,7 +89,7 @@ def build(runtime: Runtime) -> typer.Typer:
             if rec.error:
                 print(f"wbx: {rec.error}", file=sys.stderr)
         if rec.status != "done":
-            raise typer.Exit(124 if rec.status == "max-steps" else 70)
+            raise typer.Exit(124 if rec.status in ("max-steps", "timeout") else 70)
 
     @app.command("promote")
     def promote_cmd(

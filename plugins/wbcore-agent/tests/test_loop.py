@@ -299,3 +299,89 @@ def test_a_session_resumes_a_crashed_run(setup):
     rec = s.wait(10)
     assert rec.status == "done" and rec.result == "back" and rec.steps == 3 and s.id == "s-crash"
     assert [e["data"]["step"] for e in s.poll(0) if e["type"] == "step"] == [2, 3, 3]
+
+
+# --- bounds (docs/agents.md "Bounds") -------------------------------------------------
+
+
+def saved_state(rt, rec):
+    from wbcore_agent.loop import load_state
+
+    return load_state(rt, rec.run_id, "dev", "helper")
+
+
+def test_ten_thousand_calls_in_one_reply_run_at_most_max_calls(setup):
+    rt, script, agent = setup
+    ran = []
+    count = HostTool(ToolSpec("count", "counts", {"type": "object", "properties": {}}), lambda run, a: ran.append(1) or "1")
+    script.turns = [[("count", {})] * 10_000, "stopped"]
+    rec = rt.agent(agent, "flood", host_tools=[count], max_calls=8)
+    assert len(ran) == 8 and rec.status == "done" and rec.result == "stopped"
+    answers = [m for m in script.seen[1].messages if m.role == "tool"]
+    assert len(answers) == 10_000  # every call id got its answer
+    assert all(not m.is_error for m in answers[:8]) and answers[8].is_error
+    assert answers[8].text.startswith("refused: this reply asked for 10000 tool calls; at most 8 run per reply")
+    first = steps(rec)[0]
+    assert first["calls"] == 10_000 and first["refused"] == 9_992 and len(first["results"]) <= 10
+    assert saved_state(rt, rec)["status"] == "done"
+
+
+def test_an_oversize_argument_is_a_tool_error_and_the_state_still_saves(setup):
+    rt, script, agent = setup
+    big = "x" * (17 << 20)
+    script.turns = [[("vfs_write", {"path": "big.txt", "content": big})], [("done", {"result": "gave up on it"})]]
+    rec = rt.agent(agent, "write a lot", run_id="bigarg")
+    assert rec.status == "done" and rec.result == "gave up on it"
+    seen = script.seen[1].messages
+    assert seen[-1].is_error and "over the 1048576-byte cap" in seen[-1].text
+    size = len(json.dumps({"path": "big.txt", "content": big}))
+    assert seen[-2].tool_calls[0].arguments == {"_dropped": f"{size} bytes over the cap"}
+    state = saved_state(rt, rec)
+    assert state["status"] == "done" and len(json.dumps(state)) < 1 << 20
+
+
+def test_a_conversation_over_its_cap_ends_the_run_with_its_state_saved(setup, monkeypatch):
+    from wbcore_agent import loop
+
+    monkeypatch.setattr(loop, "MAX_CONVERSATION", 200_000)
+    rt, script, agent = setup
+    echo = HostTool(ToolSpec("echo", "echoes", {"type": "object", "properties": {"s": {"type": "string"}}}),
+                    lambda run, a: a["s"])
+    script.turns = [[("echo", {"s": "y" * 15_000})] * 8] * 5
+    rec = rt.agent(agent, "grow", host_tools=[echo], run_id="grows")
+    assert rec.status == "error" and "over the 200000-byte cap" in rec.error
+    state = saved_state(rt, rec)
+    assert state["status"] == "error" and state["step"] == rec.steps
+
+
+def test_max_steps_one_with_twelve_slow_tools_ends_within_the_run_budget(setup):
+    rt, script, agent = setup
+    slow = HostTool(ToolSpec("slow", "sleeps", {"type": "object", "properties": {}}),
+                    lambda run, a: time.sleep(5) or "late")
+    script.turns = [[("slow", {})] * 12]
+    t0 = time.monotonic()
+    rec = rt.agent(agent, "be slow", host_tools=[slow], max_steps=1, run_timeout=1.5, tool_timeout=5)
+    took = time.monotonic() - t0
+    assert took < 4, took
+    assert rec.status in ("max-steps", "timeout")
+    texts = [r["text"] for r in steps(rec)[0]["results"]]
+    assert texts[0].startswith("timeout: tool slow did not finish within")
+    assert all(t.startswith("refused: the run's time budget of 1.5 s is spent") for t in texts[1:])
+    assert saved_state(rt, rec)["status"] == rec.status
+
+
+def test_the_run_budget_ends_a_run_that_keeps_going(setup):
+    rt, script, agent = setup
+    nap = HostTool(ToolSpec("nap", "naps", {"type": "object", "properties": {}}), lambda run, a: time.sleep(0.3) or "ok")
+    script.turns = [[("nap", {})]] * 20
+    rec = rt.agent(agent, "nap", host_tools=[nap], run_timeout=1.0, max_steps=20)
+    assert rec.status == "timeout" and "time budget of 1 s is spent" in rec.error and rec.steps < 6
+    assert saved_state(rt, rec)["status"] == "timeout"
+
+
+def test_an_empty_model_answer_fails_the_run_not_an_empty_success(setup):
+    rt, script, agent = setup
+    rt.env["WB_LLM_RETRIES"] = "1"
+    script.turns = [" ", ""]
+    rec = rt.agent(agent, "say nothing")
+    assert rec.status == "error" and "answer was empty" in rec.error and "after 2 attempts" in rec.error

@@ -8,6 +8,14 @@ is written to the run's VFS (instance ``agent-<run id>``, volume ``memory``, pat
 ``agent/state.json``) after every step, so ``resume=<run id>`` continues a crashed run
 from its last whole step. Every tool call is bounded (``tool_timeout``, 150 s by
 default): an overrun stops the guest (its cancel event) and the model gets a tool error.
+
+The run as a whole is bounded too (docs/agents.md "Bounds"): at most ``max_calls`` tool
+calls of one reply run (the rest are answered ``refused`` so the model sees why), the run
+has a wall-clock budget (``run_timeout``) that shortens each tool's and each model
+request's deadline and refuses calls once it is spent, a call's arguments are capped
+(``MAX_ARGUMENT``: an oversize call is a tool error and its arguments are not kept) and so
+is the conversation (``MAX_CONVERSATION``, below the VFS's file cap, so the state always
+saves). Whatever ends a run, its state is saved.
 """
 
 from __future__ import annotations
@@ -36,6 +44,16 @@ from wbcore_runtime.llm import ChatRequest, Message, ToolSpec, ToolUse, Usage
 MAX_STEPS = 12
 SESSION_MAX_STEPS = 40
 TOOL_TIMEOUT_S = 150.0
+#: Tool calls of one reply that run; the rest are answered "refused" (the model sees why).
+MAX_CALLS = 16
+MAX_CALLS_LIMIT = 256
+#: The wall-clock budget of one run (seconds): model requests and tool calls included.
+RUN_TIMEOUT_S = 1800.0
+#: One call's arguments as JSON: over this, the call is a tool error and its arguments are dropped.
+MAX_ARGUMENT = 1 << 20
+#: The conversation as JSON: over this the run ends with an error (the state still fits the
+#: VFS's 16 MiB file cap, so it is saved and can be read back).
+MAX_CONVERSATION = 8 << 20
 STATE_PATH = "agent/state.json"
 STATE_VOLUME = "memory"
 STEPS_FILE = "_steps.jsonl"
@@ -43,6 +61,8 @@ DEFAULT_PROFILE = "network"
 RUN_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 #: Run statuses (docs/agents.md): how a run ended.
 DONE, MAX_STEPS_REACHED, FAILED, CANCELLED, RUNNING = "done", "max-steps", "error", "cancelled", "running"
+#: The run's wall-clock budget ran out.
+OUT_OF_TIME = "timeout"
 
 
 class StepLimit(Timeout):
@@ -53,9 +73,13 @@ class Cancelled(WbError):
     """The run was cancelled (``Session.cancel``)."""
 
 
+class OutOfTime(Timeout):
+    """The run's wall-clock budget (``run_timeout``) is spent."""
+
+
 @dataclass
 class RunRecord:
-    """How a run ended: ``status`` is done | max-steps | error | cancelled."""
+    """How a run ended: ``status`` is done | max-steps | timeout | error | cancelled."""
 
     run_id: str
     agent: str
@@ -106,6 +130,8 @@ class Run:
     max_steps: int
     tool_timeout: float
     tenant: str
+    max_calls: int
+    run_timeout: float
     exec_grant: bool
     profile: str
     caps: frozenset[str]
@@ -121,11 +147,21 @@ class Run:
     def __post_init__(self) -> None:
         #: Set to stop the guest of the tool call running now (a timeout or a cancel).
         self.tool_cancel = threading.Event()
-        self.principal = Principal(self.tenant, f"agent.{self.agent.id}")
+        # its reach (the :TOOLKITS: allowlist, docs/agents.md) rides along into every nested call
+        self.principal = Principal(self.tenant, f"agent.{self.agent.id}", self.agent.allowlist())
         self.ctx = self.runtime.dock.context(principal=self.principal, caps=self.caps, instance=f"agent-{self.run_id}")
         self.made = MadeToolkits(self)
         self._typed: dict[str, tuple[str, str]] = {}  # model-facing name → (kind, real name)
         self._provider: Any = None
+        #: ``time.monotonic()`` instant the run's budget ends (set by :func:`drive`).
+        self.deadline = time.monotonic() + self.run_timeout
+
+    def time_left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def call_timeout(self) -> float:
+        """What one tool call may take now: ``tool_timeout``, shortened by the run's budget."""
+        return max(0.05, min(self.tool_timeout, self.time_left()))
 
     @property
     def toolkits(self) -> tuple[str, ...]:
@@ -134,7 +170,7 @@ class Run:
     # --- brokered services (through the Dock's cadence) ---------------------------
 
     def dock(self, cap: str, op: str, args: Mapping[str, Any]) -> Any:
-        ctx = self.ctx.child(deadline=time.monotonic() + self.tool_timeout)
+        ctx = self.ctx.child(deadline=time.monotonic() + self.call_timeout())
         return self.runtime.dock.call(ctx, cap, op, dict(args))
 
     def vfs_read(self, path: str, volume: str = "workspace") -> bytes:
@@ -147,7 +183,7 @@ class Run:
         return list(self.dock("vfs", "list", {"prefix": prefix, "volume": volume})["entries"])
 
     def call_command(self, name: str, argv: list[str], stdin: bytes) -> Any:
-        return self.runtime.call(name, argv, stdin, principal=self.principal, timeout=self.tool_timeout,
+        return self.runtime.call(name, argv, stdin, principal=self.principal, timeout=self.call_timeout(),
                                  cancel=self.tool_cancel)
 
     # --- tools --------------------------------------------------------------------
@@ -183,7 +219,7 @@ class Run:
             return self.host_tools[use.name].handler(self, args)
         typed = self._typed.get(use.name)
         if typed is not None and typed[0] == "toolkit":
-            out = self.provider().call_json(typed[1], args, cancel=self.tool_cancel, timeout=self.tool_timeout)
+            out = self.provider().call_json(typed[1], args, cancel=self.tool_cancel, timeout=self.call_timeout())
             if out.error is not None:
                 raise WbError(f"{out.error.kind_name}: {out.error.text}\n{_tools.clip(out.text(), 4000)}")
             return out.text()
@@ -195,10 +231,12 @@ class Run:
         raise NotFound(f"no tool {use.name!r}; offered: {', '.join(s.name for s in self.tool_specs())}")
 
     def run_tool(self, use: ToolUse) -> tuple[bool, str, float]:
-        """One tool call, bounded by ``tool_timeout`` while it runs: ``(ok, text, ms)``."""
+        """One tool call, bounded by ``tool_timeout`` (and the run's budget) while it runs:
+        ``(ok, text, ms)``."""
         box: dict[str, Any] = {}
         t0 = time.monotonic()
         self.tool_cancel = threading.Event()
+        limit = self.call_timeout()
 
         def work() -> None:
             try:
@@ -212,7 +250,7 @@ class Run:
         worker = threading.Thread(target=contextvars.copy_context().run, args=(work,), name=f"agent-tool-{use.name}",
                                   daemon=True)
         worker.start()
-        deadline = t0 + self.tool_timeout
+        deadline = t0 + limit
         while worker.is_alive() and (left := deadline - time.monotonic()) > 0:
             worker.join(min(0.1, left))
             if self.cancel_event.is_set():  # the run is cancelled: stop this tool's guest too
@@ -224,7 +262,8 @@ class Run:
             # Stop the guest at its next epoch tick; the thread is left to finish on its own.
             self.tool_cancel.set()
             worker.join(1.0)
-            return False, f"timeout: tool {use.name} did not finish within {self.tool_timeout:g} s (stopped)", ms
+            why = "" if limit >= self.tool_timeout else " (the run's time budget was nearly spent)"
+            return False, f"timeout: tool {use.name} did not finish within {limit:g} s{why} (stopped)", ms
         if "error" in box:
             return False, self.llm.settings.redact(box["error"]), ms
         return True, self.llm.settings.redact(_tools.clip(str(box.get("text", "")))), ms
@@ -280,15 +319,22 @@ def run_agent(runtime: Any, agent: Any, task: str | None, *, model: str | None =
               on_step: Callable[[dict[str, Any]], None] | None = None, on_text: Callable[[str], None] | None = None,
               host_tools: Iterable[_tools.HostTool] = (), cancel: threading.Event | None = None,
               review: ReviewQueue | None = None, llm: Any = None,
-              inputs: Mapping[str, bytes] | None = None) -> RunRecord:
+              inputs: Mapping[str, bytes] | None = None, max_calls: int = MAX_CALLS,
+              run_timeout: float = RUN_TIMEOUT_S) -> RunRecord:
     """Run ``agent`` on ``task`` to its end (or continue the run ``resume``). ``inputs``:
     files written to the run's VFS (workspace volume) before its first step — how a
-    pipeline hands an agent box its stage input (``input.json``)."""
+    pipeline hands an agent box its stage input (``input.json``). ``max_calls``: tool calls
+    of one reply that run (the rest are refused); ``run_timeout``: the run's wall-clock
+    budget in seconds (a resumed run gets a new one)."""
     agent_def = find_agent(runtime, agent)
     if not 1 <= max_steps <= 1000:
         raise InvalidArgs(f"max_steps must be 1..1000, got {max_steps}")
     if not 0 < tool_timeout <= 3600:
         raise InvalidArgs(f"tool_timeout must be in (0, 3600] seconds, got {tool_timeout}")
+    if not 1 <= max_calls <= MAX_CALLS_LIMIT:
+        raise InvalidArgs(f"max_calls must be 1..{MAX_CALLS_LIMIT}, got {max_calls}")
+    if not 0 < run_timeout <= 86400:
+        raise InvalidArgs(f"run_timeout must be in (0, 86400] seconds, got {run_timeout}")
     state = None
     if resume is not None:
         run_id = resume
@@ -316,7 +362,8 @@ def run_agent(runtime: Any, agent: Any, task: str | None, *, model: str | None =
         raise InvalidArgs(f"host tool name(s) {', '.join(taken)} collide with the loop's own tools "
                           "(base tools, <toolkit>__<tool>, local__…); rename them")
     run = Run(runtime=runtime, agent=agent_def, task=task, run_id=run_id, workdir=wd, llm=llm, max_steps=max_steps,
-              tool_timeout=tool_timeout, tenant=tenant, exec_grant=exec_grant, profile=profile,
+              tool_timeout=tool_timeout, tenant=tenant, max_calls=max_calls, run_timeout=run_timeout,
+              exec_grant=exec_grant, profile=profile,
               caps=run_caps(runtime, profile, allow_build), review=review or ReviewQueue(wd / "_review.jsonl"),
               host_tools={t.spec.name: t for t in host_tools}, on_step=on_step, on_text=on_text,
               cancel_event=cancel or threading.Event())
@@ -340,12 +387,47 @@ def system_prompt(run: Run) -> str:
                           read_skill=_agents.READ_SKILL_TOOL)  # the loop's agent has no shell
 
 
+def _arg_size(use: ToolUse) -> int:
+    try:
+        return len(json.dumps(dict(use.arguments), default=str))
+    except (TypeError, ValueError):
+        return MAX_ARGUMENT + 1
+
+
+def admit(run: Run, calls: tuple[ToolUse, ...]) -> tuple[tuple[ToolUse, ...], dict[str, str]]:
+    """The reply's calls as they are kept in the conversation, and the refusals: calls past
+    ``max_calls`` and calls whose arguments are over ``MAX_ARGUMENT`` are answered with
+    a tool error and keep no arguments (the conversation stays bounded whatever the model sent)."""
+    kept: list[ToolUse] = []
+    refused: dict[str, str] = {}
+    for n, use in enumerate(calls):
+        if n >= run.max_calls:
+            refused[use.id] = (f"refused: this reply asked for {len(calls)} tool calls; at most {run.max_calls} run "
+                               "per reply. Ask again for the ones you still need.")
+            kept.append(ToolUse(use.id, use.name, {}))
+            continue
+        size = _arg_size(use)
+        if size > MAX_ARGUMENT:
+            refused[use.id] = (f"invalid-args: the arguments of {use.name} are {size} bytes, over the "
+                               f"{MAX_ARGUMENT}-byte cap; write large data with vfs_write in parts and pass a path")
+            kept.append(ToolUse(use.id, use.name, {"_dropped": f"{size} bytes over the cap"}))
+            continue
+        kept.append(use)
+    return tuple(kept), refused
+
+
+def conversation_size(run: Run) -> int:
+    return sum(len(m.text) + sum(len(json.dumps(dict(c.arguments), default=str)) + len(c.name) + 64
+                                 for c in m.tool_calls) + 64 for m in run.messages)
+
+
 def drive(run: Run) -> RunRecord:
     """The loop itself, from the run's current state."""
     settings = run.llm.settings
     system = system_prompt(run)
     outer_cancel = run.cancel_event
     status, result, error = FAILED, None, None
+    run.deadline = time.monotonic() + run.run_timeout
     try:
         run.save(RUNNING)
         while True:
@@ -353,48 +435,75 @@ def drive(run: Run) -> RunRecord:
                 raise Cancelled(f"run {run.run_id} was cancelled at step {run.step}")
             if run.step >= run.max_steps:
                 raise StepLimit(f"max-steps: the run used its {run.max_steps} steps without calling done")
+            if run.time_left() <= 0:
+                raise OutOfTime(f"the run's time budget of {run.run_timeout:g} s is spent (at step {run.step}); "
+                                "resume it for a new budget")
             specs = run.tool_specs()
             t0 = time.monotonic()
             # one span per step (the LLM turn and the tool calls it asks for), when telemetry is on
             with telemetry.agent_step(run.runtime, step=run.step + 1, agent=run.agent.id, model=settings.model,
                                       provider=settings.provider, session=run.run_id) as span:
-                answer = run.llm.complete(ChatRequest(system, tuple(run.messages), tuple(specs)), on_text=run.on_text)
+                answer = run.llm.complete(ChatRequest(system, tuple(run.messages), tuple(specs), deadline=run.deadline),
+                                          on_text=run.on_text)
                 run.step += 1
                 run.usage = run.usage + answer.usage
                 span.set(telemetry.TOKENS_IN, answer.usage.input_tokens)
                 span.set(telemetry.TOKENS_OUT, answer.usage.output_tokens)
                 if answer.usage.cost_usd is not None:
                     span.set(telemetry.COST, answer.usage.cost_usd)
-                run.messages.append(answer.message())
+                calls, refused = admit(run, answer.tool_calls)
+                run.messages.append(Message("assistant", answer.text, calls))
                 results = []
                 finished: str | None = None
-                for use in answer.tool_calls:
-                    if outer_cancel.is_set():
-                        break
-                    ok, text, ms = run.run_tool(use)
-                    results.append({"id": use.id, "name": use.name, "ok": ok, "text": text[:4000], "ms": round(ms, 1)})
+                for use in calls:
+                    if use.id in refused:
+                        ok, text, ms = False, refused[use.id], 0.0
+                    elif outer_cancel.is_set():
+                        ok, text, ms = False, "cancelled: the run was cancelled before this call ran", 0.0
+                    elif run.time_left() <= 0:
+                        ok, text, ms = False, (f"refused: the run's time budget of {run.run_timeout:g} s is spent; "
+                                               "this call did not run"), 0.0
+                    else:
+                        ok, text, ms = run.run_tool(use)
+                    # every call gets an answer (both vendors require one per call id)
+                    if len(results) < run.max_calls + 1:
+                        results.append({"id": use.id, "name": use.name, "ok": ok, "text": text[:4000], "ms": round(ms, 1)})
                     run.messages.append(Message("tool", text, tool_call_id=use.id, is_error=not ok))
                     if use.name == "done" and ok:
                         finished = text
+                if len(calls) > len(results):
+                    results.append({"refused": len(calls) - len(results), "ms": 0.0})
                 span.set(telemetry.OUTCOME, "done" if finished is not None or not answer.tool_calls else "ok")
+            size = conversation_size(run)
+            if finished is None and answer.tool_calls and size > MAX_CONVERSATION:
+                raise InvalidArgs(f"the conversation is {size} bytes, over the {MAX_CONVERSATION}-byte cap; "
+                                  "the run stops here (its state is saved)")
             if finished is None and answer.tool_calls:
                 run.save(RUNNING)  # before the step is announced: a crash after it loses nothing
             run.append_step({"run": run.run_id, "step": run.step, "t": time.time(), "model": answer.model,
-                             "text": answer.text, "tool_calls": [u.as_dict() for u in answer.tool_calls],
-                             "results": results, "usage": answer.usage.as_dict(), "attempts": answer.attempts,
+                             "text": answer.text, "tool_calls": [u.as_dict() for u in calls[:run.max_calls]],
+                             "calls": len(calls), "refused": len(refused), "results": results,
+                             "usage": answer.usage.as_dict(), "attempts": answer.attempts,
                              "llm_ms": round((time.monotonic() - t0) * 1000, 1)})
             if finished is not None or not answer.tool_calls:
                 status, result = DONE, finished if finished is not None else answer.text
                 break
     except StepLimit as exc:
         status, error = MAX_STEPS_REACHED, exc.message
+    except OutOfTime as exc:
+        status, error = OUT_OF_TIME, f"timeout: {exc.message}"
     except Cancelled as exc:
         status, error = CANCELLED, exc.message
     except WbError as exc:
         status, error = FAILED, settings.redact(f"{exc.name}: {exc.message}")
-    run.save(status, result, error)
+    except Exception as exc:  # noqa: BLE001 - a loop bug ends the run as an error, its state still saved
+        status, error = FAILED, settings.redact(f"internal: {type(exc).__name__}: {exc}")
+    try:
+        run.save(status, result, error)
+    except WbError as exc:  # the trail says why the state could not be written; the run's outcome stands
+        error = (error + "; " if error else "") + settings.redact(f"state not saved: {exc.name}: {exc.message}")
+        status = FAILED if status == DONE else status
     run.append_step({"run": run.run_id, "step": run.step, "t": time.time(), "event": status, "result": result,
                      "error": error, "usage": run.usage.as_dict()})
     return RunRecord(run.run_id, run.agent.id, status, result, error, run.step, run.usage, run.workdir,
                      settings.model, settings.provider)
-

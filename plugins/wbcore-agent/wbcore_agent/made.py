@@ -134,7 +134,7 @@ class MadeToolkits:
                                       trust="first-party", signer=None, declared=made.caps, profile=prof)
         res = dispatch.call_artifact(self.run.runtime, name=f"local-{ident}", sha256=made.sha256, lane=made.lane,
                                      argv=argv, stdin=stdin, principal=self.run.principal,
-                                     timeout=min(self.run.tool_timeout, prof.timeout_s), profile=prof.name,
+                                     timeout=min(self.run.call_timeout(), prof.timeout_s), profile=prof.name,
                                      trust="first-party", caps=caps)
         out = res.stdout.decode("utf-8", "replace")
         if res.exit_code != 0:

@@ -113,7 +113,7 @@ def shell(run: Run, args: Mapping[str, Any]) -> str:
     stdin = _str(args, "stdin", "shell", "").encode()
     rt = run.runtime
     if "wbox" in rt.builtins:
-        res = rt.call("wbox", ["-c", script], stdin, principal=run.principal, timeout=run.tool_timeout,
+        res = rt.call("wbox", ["-c", script], stdin, principal=run.principal, timeout=run.call_timeout(),
                       cancel=run.tool_cancel)
         return _result_text(res)
     # No in-WASM shell served: a plain pipeline, each stage a registered command.
@@ -295,7 +295,7 @@ def git(run: Run, args: Mapping[str, Any]) -> str:
     env = {"PATH": run.runtime.env.get("PATH", "/usr/bin:/bin"), "HOME": str(run.workdir), "GIT_CONFIG_NOSYSTEM": "1",
            "GIT_AUTHOR_NAME": f"agent {run.agent.id}", "GIT_AUTHOR_EMAIL": "agent@wbcore.invalid",
            "GIT_COMMITTER_NAME": f"agent {run.agent.id}", "GIT_COMMITTER_EMAIL": "agent@wbcore.invalid"}
-    wait = min(run.tool_timeout, GIT_TIMEOUT_S)
+    wait = min(run.call_timeout(), GIT_TIMEOUT_S)
 
     def git_run(*argv: str) -> str:
         try:

@@ -119,3 +119,27 @@ def test_nested_call_uses_the_callees_caps_not_the_callers(rt, register_guest):
     register_guest(rt, "wants-kv", call_and_print("kv", {"op": "get", "key": "x"}))  # declares no caps
     with pytest.raises(CapabilityDenied, match="'kv'"):
         rt.dock.call(ctx(rt, caps=("exec", "kv")), "exec", "run", {"name": "wants-kv"})
+
+
+def test_a_callers_reach_holds_in_every_nested_call(rt, register_guest):
+    """An agent's :TOOLKITS: rides its principal: a relay it may run cannot run another
+    toolkit's command through exec, commands or parallel, and list shows only its reach."""
+    register_guest(rt, "hello", HELLO)
+    register_guest(rt, "relay", call_and_print("exec", {"op": "run", "name": "hello"}), caps="exec")
+    register_guest(rt, "relay2", call_and_print("commands", {"op": "run", "name": "hello"}), caps="commands")
+    register_guest(rt, "relay3", call_and_print("parallel", {"op": "map", "name": "hello", "inputs": [{}]}),
+                   caps="parallel")
+    agent = Principal("t", "agent.a", frozenset({"relay", "relay2", "relay3"}))
+    with pytest.raises(CapabilityDenied, match="belongs to toolkit 'hello'; this caller may reach only"):
+        rt.call("hello", principal=agent)
+    for relay in ("relay", "relay2"):
+        doc = cbor2.loads(rt.call(relay, principal=agent).stdout)
+        assert doc["reason"] == "not-in-reach" and "'hello'" in doc["message"], doc
+    doc = cbor2.loads(rt.call("relay3", principal=agent).stdout)
+    assert doc["results"][0]["reason"] == "not-in-reach"
+    # without a reach (or with hello in it) the same relays run hello
+    assert cbor2.loads(rt.call("relay", principal=Principal("t", "x")).stdout)["stdout"] == b"hello"
+    wide = Principal("t", "agent.a", frozenset({"relay", "hello"}))
+    assert cbor2.loads(rt.call("relay", principal=wide).stdout)["stdout"] == b"hello"
+    listed = rt.dock.call(rt.dock.context(principal=agent, caps={"commands"}), "commands", "list")["commands"]
+    assert "hello" not in listed and {"relay", "relay2", "relay3"} <= set(listed)

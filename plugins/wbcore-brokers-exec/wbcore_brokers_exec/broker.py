@@ -5,7 +5,9 @@
 strings (structural: no shell ever parses it), refuses nesting deeper than 8, and holds
 one of at most 64 concurrent slots per principal for the whole nested call. The nested
 command runs through ``Runtime.call`` under its *own* toolkit's caps (never the caller's),
-inside the caller's deadline, for the caller's tenant.
+inside the caller's deadline, for the caller's tenant, keeping the caller's ``reach`` (an
+agent's ``:TOOLKITS:`` allowlist): ``wbcore_runtime.dispatch.check_reach`` refuses a
+command outside it at the nested call, and ``list`` shows only what is in reach.
 
 Answers are bounded while they are gathered: a nested command's stdout/stderr are capped
 by *its* profile while it runs (the run engine checks them every tick), and its result is
@@ -17,6 +19,7 @@ batch with ``too-large`` — memory stays at the cap plus the results in flight 
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 import threading
 import weakref
@@ -24,7 +27,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from wbcore_runtime.budget import ByteBudget
-from wbcore_runtime.calls import Principal
 from wbcore_runtime.dock import BrokerCall, DockContext, nested, reason_of, refuse
 from wbcore_runtime.errors import CapabilityDenied, InvalidArgs, NotFound, WbError
 
@@ -123,6 +125,9 @@ class ExecBroker:
         if call.op == "list":
             budget = ByteBudget.for_call(call, None, f"{call.cap}.list")
             names = sorted(self.runtime.registry.names("command"))
+            reach = call.ctx.principal.reach
+            if reach is not None:  # what the caller may not run, it is not shown either
+                names = [n for n in names if self._in_reach(n, reach)]
             for n in names:
                 budget.take(ByteBudget.size_of(n))
             return {"commands": names}
@@ -137,6 +142,12 @@ class ExecBroker:
         if call.op == "map":
             return self.map(call)
         raise InvalidArgs(f"{call.cap}: unknown operation {call.op!r}")
+
+    def _in_reach(self, name: str, reach: frozenset[str]) -> bool:
+        from wbcore_runtime.registry import RESERVED
+
+        entry = self.runtime.registry.lookup("command", name)
+        return entry is not None and ((entry.builtin and name in RESERVED) or entry.toolkit in reach)
 
     def _structural(self, args: dict[str, Any], cap: str) -> tuple[str, list[str], bytes]:
         name = args.get("name")
@@ -169,7 +180,8 @@ class ExecBroker:
                 from wbcore_runtime.errors import Timeout
 
                 raise refuse(Timeout, "deadline", f"exec {name!r}: no time left in the caller's deadline")
-            who = Principal(ctx.principal.tenant, entry.toolkit or "")
+            # the nested call is the command's own toolkit, for the caller's tenant and reach
+            who = dataclasses.replace(ctx.principal, toolkit=entry.toolkit or "")
             with nested(ctx):
                 result = self.runtime.call(name, argv, stdin, principal=who,
                                            timeout=min(left, timeout) if timeout else left, cancel=cancel)

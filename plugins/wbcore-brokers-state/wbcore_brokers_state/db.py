@@ -50,7 +50,8 @@ class Db:
             try:
                 yield self.conn
             except BaseException:
-                self.conn.execute("ROLLBACK")
+                if self.conn.in_transaction:  # SQLite already rolled back on SQLITE_FULL: keep its error
+                    self.conn.execute("ROLLBACK")
                 raise
             self.conn.execute("COMMIT")
             if self.changes is not None:

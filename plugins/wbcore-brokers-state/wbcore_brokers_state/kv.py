@@ -45,11 +45,12 @@ class KvBroker:
     An entry is stored only if the counter did not move while it was read, so a value is
     never served after a write that committed before the read began."""
 
-    def __init__(self, path: Path, *, max_keys: int = MAX_KEYS, max_value: int = MAX_VALUE) -> None:
+    def __init__(self, path: Path, *, max_keys: int = MAX_KEYS, max_value: int = MAX_VALUE, quota: Any = None) -> None:
         from wbcore_brokers_state.db import Db
 
         self.db = Db(path, SCHEMA, changes=True)
         self.max_keys, self.max_value = max_keys, max_value
+        self.quota = quota  # wbcore_brokers_state.quota.TenantQuota, or None
         # (tenant, key) -> (counter value it was read at, value): an entry is served only
         # at its own counter value, so threads racing a clear cannot plant a stale one
         self._cache: dict[tuple[str, str], tuple[int, bytes]] = {}
@@ -104,18 +105,31 @@ class KvBroker:
         if op == "put":
             key = self._key(call)
             value = value_bytes(call, "value", self.max_value, "value")
-            with self.db.write() as c:
-                exists = c.execute("SELECT 1 FROM kv WHERE tenant=? AND key=?", (tenant, key)).fetchone()
-                if not exists:
-                    (n,) = c.execute("SELECT count(*) FROM kv WHERE tenant=?", (tenant,)).fetchone()
-                    if n >= self.max_keys:
-                        raise refuse(CapabilityDenied, "quota", f"kv.put: tenant {tenant!r} already holds {n} keys (cap {self.max_keys}); nothing was stored")
-                c.execute("INSERT OR REPLACE INTO kv VALUES (?,?,?,?)", (tenant, key, value, time.time()))
+            taken = 0
+            try:
+                with self.db.write() as c:
+                    exists = c.execute("SELECT length(value) FROM kv WHERE tenant=? AND key=?", (tenant, key)).fetchone()
+                    if not exists:
+                        (n,) = c.execute("SELECT count(*) FROM kv WHERE tenant=?", (tenant,)).fetchone()
+                        if n >= self.max_keys:
+                            raise refuse(CapabilityDenied, "quota", f"kv.put: tenant {tenant!r} already holds {n} keys (cap {self.max_keys}); nothing was stored")
+                    delta = len(value) - (exists[0] if exists else -len(key.encode()))
+                    if self.quota is not None:  # the tenant's disk quota, inside this write: refused = rolled back
+                        self.quota.take(tenant, "kv", delta, "kv.put")
+                        taken = delta
+                    c.execute("INSERT OR REPLACE INTO kv VALUES (?,?,?,?)", (tenant, key, value, time.time()))
+            except BaseException:
+                if taken > 0 and self.quota is not None:
+                    self.quota.take(tenant, "kv", -taken, "kv.put")
+                raise
             return {"ok": True, "created": not exists}
         if op == "delete":
             key = self._key(call)
             with self.db.write() as c:
+                row = c.execute("SELECT length(value) FROM kv WHERE tenant=? AND key=?", (tenant, key)).fetchone()
                 n = c.execute("DELETE FROM kv WHERE tenant=? AND key=?", (tenant, key)).rowcount
+            if row and self.quota is not None:
+                self.quota.take(tenant, "kv", -(row[0] + len(key.encode())), "kv.delete")
             return {"deleted": bool(n)}
         if op == "list":
             prefix = call.arg("prefix", str, "")

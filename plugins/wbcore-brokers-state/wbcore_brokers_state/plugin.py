@@ -9,22 +9,29 @@ from wbcore_runtime import hookimpl
 from wbcore_runtime.records import Broker
 
 
+def _quota(runtime: Any) -> Any:
+    """The tenant disk quota's ledger (one file per home, shared by the three brokers)."""
+    from wbcore_brokers_state.quota import TenantQuota, limit_from
+
+    return TenantQuota(runtime.home / "brokers" / "usage.db", limit_from(runtime.env))
+
+
 def _kv(runtime: Any) -> Any:
     from wbcore_brokers_state.kv import KvBroker
 
-    return KvBroker(runtime.home / "brokers" / "kv.db")
+    return KvBroker(runtime.home / "brokers" / "kv.db", quota=_quota(runtime))
 
 
 def _queue(runtime: Any) -> Any:
     from wbcore_brokers_state.queue import QueueBroker
 
-    return QueueBroker(runtime.home / "brokers" / "queue.db")
+    return QueueBroker(runtime.home / "brokers" / "queue.db", quota=_quota(runtime))
 
 
 def _vfs(runtime: Any) -> Any:
     from wbcore_brokers_state.vfs import VfsBroker
 
-    return VfsBroker(runtime.home / "vfs")
+    return VfsBroker(runtime.home / "vfs", quota=_quota(runtime))
 
 
 @hookimpl

@@ -6,7 +6,9 @@ persists across freeze/resume) and ``tmp`` (scratch, cleared on resume). Opening
 existing instance database is a *resume*: the first open in a process clears ``tmp``.
 ``query`` is the raw vfs-query import: one read-only SELECT over ``files`` (it sees the
 volume column), on a read-only connection with an authorizer that allows reading
-``files`` and nothing else. Every answer is bounded while it is gathered (a
+``files`` and nothing else. A call's own instance (a Dock context made without a name,
+``call-<owner>-…``) is released with its context: its database is closed and removed; one
+a killed process left is swept when a broker opens the folder. Every answer is bounded while it is gathered (a
 :class:`~wbcore_runtime.budget.ByteBudget` of ``min(max_response, own cap)``): ``query`` under
 the call's deadline, SQLite length and column limits and a per-row budget; ``list`` row
 by row; ``read`` checks the stored size before it loads the blob.
@@ -66,11 +68,31 @@ def normalize(path: str) -> str:
 
 class VfsBroker:
     def __init__(self, root: Path, *, max_file: int = MAX_FILE, max_files: int = MAX_FILES,
-                 max_query: int = MAX_QUERY) -> None:
+                 max_query: int = MAX_QUERY, quota: Any = None) -> None:
         self.root = root
+        self.quota = quota  # wbcore_brokers_state.quota.TenantQuota, or None
         self.max_file, self.max_files, self.max_query = max_file, max_files, max_query
         self._open: OrderedDict[str, Any] = OrderedDict()
         self._lock = threading.Lock()
+        from wbcore_runtime import leftovers
+        from wbcore_runtime.dock import EPHEMERAL_PREFIX
+
+        leftovers.sweep(root, EPHEMERAL_PREFIX)  # databases (and -wal/-shm) of dead processes' calls
+
+    def release(self, instance: str) -> None:
+        """A call's own instance ended: close and remove its database (named instances stay)."""
+        from wbcore_runtime.dock import EPHEMERAL_PREFIX
+
+        if not instance.startswith(EPHEMERAL_PREFIX) or not _INSTANCE.match(instance):
+            return
+        with self._lock:
+            db = self._open.pop(instance, None)
+        if db is not None:
+            db.close()
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            (self.root / f"{instance}.db{suffix}").unlink(missing_ok=True)
+        if self.quota is not None:
+            self.quota.drop_scope(f"vfs:{instance}")
 
     def path_of(self, instance: str) -> Path:
         if not _INSTANCE.match(instance):
@@ -136,17 +158,31 @@ class VfsBroker:
             return {"size": row[0], "mtime": row[1]}
         if call.op == "write":
             data = value_bytes(call, "data", self.max_file, "file")
-            with db.write() as c:
-                exists = c.execute("SELECT 1 FROM files WHERE volume=? AND path=?", (volume, path)).fetchone()
-                if not exists:
-                    (n,) = c.execute("SELECT count(*) FROM files").fetchone()
-                    if n >= self.max_files:
-                        raise refuse(CapabilityDenied, "quota", f"vfs.write: the instance holds {n} files (cap {self.max_files}); nothing was written")
-                c.execute("INSERT OR REPLACE INTO files VALUES (?,?,?,?,?)", (volume, path, data, len(data), time.time()))
+            tenant, scope, taken = call.ctx.principal.tenant, f"vfs:{call.ctx.instance}", 0
+            try:
+                with db.write() as c:
+                    exists = c.execute("SELECT size FROM files WHERE volume=? AND path=?", (volume, path)).fetchone()
+                    if not exists:
+                        (n,) = c.execute("SELECT count(*) FROM files").fetchone()
+                        if n >= self.max_files:
+                            raise refuse(CapabilityDenied, "quota", f"vfs.write: the instance holds {n} files (cap {self.max_files}); nothing was written")
+                    delta = len(data) - (exists[0] if exists else -len(path.encode()))
+                    if self.quota is not None:  # the tenant's disk quota: refused inside this write
+                        self.quota.take(tenant, scope, delta, "vfs.write")
+                        taken = delta
+                    c.execute("INSERT OR REPLACE INTO files VALUES (?,?,?,?,?)", (volume, path, data, len(data), time.time()))
+            except BaseException:
+                if taken > 0 and self.quota is not None:
+                    self.quota.take(tenant, scope, -taken, "vfs.write")
+                raise
             return {"bytes": len(data)}
         if call.op == "delete":
             with db.write() as c:
+                row = c.execute("SELECT size FROM files WHERE volume=? AND path=?", (volume, path)).fetchone()
                 n = c.execute("DELETE FROM files WHERE volume=? AND path=?", (volume, path)).rowcount
+            if row and self.quota is not None:
+                self.quota.take(call.ctx.principal.tenant, f"vfs:{call.ctx.instance}", -(row[0] + len(path.encode())),
+                                "vfs.delete")
             return {"deleted": bool(n)}
         raise InvalidArgs(f"vfs: unknown operation {call.op!r}")
 

@@ -22,7 +22,8 @@ from typing import Any, Protocol, runtime_checkable
 TERMINAL = frozenset({"done", "failed", "cancelled", "error", "finished", "max-steps", "timeout"})
 #: What an HTTP client may set for a run (``options``); grants (``exec``, ``build``), the
 #: workdir and the tenant are the deployer's, on the engine's host, never a request's.
-RUN_OPTIONS = {"model": str, "max_steps": int, "tool_timeout": (int, float)}
+RUN_OPTIONS = {"model": str, "max_steps": int, "tool_timeout": (int, float), "max_calls": int,
+               "run_timeout": (int, float)}
 
 NOT_AVAILABLE = ("agent sessions are not available in this engine: no session host is installed "
                  "(the agent loop provides Runtime.agent / runtime.sessions; issue 15 items 2-3). "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from wbcore_runtime.llm import ChatRequest, Message, ProviderError, ToolSpec, ToolUse
-from wbcore_runtime.scripted_llm import ScriptedLlm, failure, reply, tool
+from wbcore_runtime.scripted_llm import ScriptedLlm, empty, failure, plain, raw, reply, tool
 
 KEY = "sk-ant-test-secret"
 SCHEMA = {"type": "object", "properties": {"op": {"type": "string"}}, "required": ["op"]}
@@ -58,3 +58,29 @@ def test_overload_is_retried_then_surfaced(make_runtime, llm):
     with pytest.raises(ProviderError, match=r"HTTP 503.*after 2 attempts") as exc:
         driver(make_runtime, llm, WB_LLM_RETRIES="1").complete(ChatRequest("", (Message("user", "x"),)))
     assert KEY not in str(exc.value)
+
+
+def test_a_server_that_ignores_stream_is_read_as_its_json_body(make_runtime, llm):
+    llm.script = [plain(reply(tool("wb", op="list"), text="from a plain body"))]
+    deltas: list[str] = []
+    got = driver(make_runtime, llm).complete(ChatRequest("", (Message("user", "x"),)), on_text=deltas.append)
+    assert llm.requests[0].body["stream"] is True
+    assert got.text == "from a plain body" and deltas == ["from a plain body"]
+    assert [(c.name, dict(c.arguments)) for c in got.tool_calls] == [("wb", {"op": "list"})]
+    assert got.usage.input_tokens == 11 and got.usage.output_tokens == 7
+
+
+def test_an_empty_answer_is_retried_then_a_named_error(make_runtime, llm):
+    llm.script = [empty(), reply(text="second try")]
+    got = driver(make_runtime, llm, WB_LLM_RETRIES="2").complete(ChatRequest("", (Message("user", "x"),)))
+    assert got.text == "second try" and got.attempts == 2
+    llm.script = [empty(), raw(b'{"unexpected": true}'), empty()]
+    with pytest.raises(ProviderError, match=r"(empty|no content|no choices).*after 3 attempts"):
+        driver(make_runtime, llm, WB_LLM_RETRIES="2").complete(ChatRequest("", (Message("user", "x"),)))
+
+
+def test_a_foreign_content_type_is_named(make_runtime, llm):
+    llm.script = [raw(b"<html>a login page</html>", "text/html")]
+    with pytest.raises(ProviderError, match=r"text/html.*neither server-sent events nor JSON"):
+        driver(make_runtime, llm, WB_LLM_RETRIES="2").complete(ChatRequest("", (Message("user", "x"),)))
+    assert len(llm.requests) == 1  # not retried: a wrong endpoint does not heal

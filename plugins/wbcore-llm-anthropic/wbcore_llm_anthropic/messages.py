@@ -4,10 +4,13 @@ Tool results travel as ``tool_result`` blocks in a user turn (the API's rule), s
 consecutive ``tool`` messages are folded into one user message. The SDK's own retries
 are off: the core's one policy (``wbcore_runtime.llm.with_retries``) retries 429/5xx/529 and
 lost connections. Proxies from the environment are ignored; the key goes to the SDK only.
+A server that ignores ``stream`` and answers with one JSON body is read as that body; any
+other content type is a named error.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -90,20 +93,50 @@ class AnthropicMessages:
             client = self._client if request.deadline is None else self._client.with_options(
                 timeout=request.timeout(s.timeout_s))
             with client.messages.stream(**kw) as stream:
+                ctype = stream.response.headers.get("content-type", "")
+                if ctype.split(";")[0].strip().lower() != "text/event-stream":
+                    return self._whole(ctype, stream.response.read(), on_text)
                 for delta in stream.text_stream:
                     if on_text is not None and delta:
                         on_text(delta)
                 final = stream.get_final_message()
         except self._anthropic.AnthropicError as exc:
             raise self._error(exc) from None
-        text: list[str] = []
-        uses: list[ToolUse] = []
-        for block in final.content:
-            if block.type == "text":
-                text.append(block.text)
-            elif block.type == "tool_use":
-                uses.append(ToolUse(block.id, block.name, parse_arguments(block.input, block.name)))
+        blocks = [b.model_dump() if hasattr(b, "model_dump") else dict(b) for b in final.content]
         u = final.usage
         tin, tout = int(getattr(u, "input_tokens", 0) or 0), int(getattr(u, "output_tokens", 0) or 0)
-        return ChatResponse("".join(text), tuple(uses), final.stop_reason or "end_turn",
-                            Usage(tin, tout, s.cost(final.model or s.model, tin, tout)), final.model or s.model)
+        return self._answer(blocks, final.stop_reason or "end_turn", tin, tout, final.model or s.model)
+
+    def _answer(self, blocks: list[Any], stop: str, tin: int, tout: int, model: str) -> ChatResponse:
+        text: list[str] = []
+        uses: list[ToolUse] = []
+        for block in blocks:
+            if not isinstance(block, dict):
+                continue
+            if block.get("type") == "text":
+                text.append(str(block.get("text") or ""))
+            elif block.get("type") == "tool_use":
+                name = str(block.get("name") or "")
+                uses.append(ToolUse(str(block.get("id") or ""), name, parse_arguments(block.get("input"), name)))
+        return ChatResponse("".join(text), tuple(uses), stop, Usage(tin, tout, self.settings.cost(model, tin, tout)), model)
+
+    def _whole(self, ctype: str, raw: bytes, on_text: Callable[[str], None] | None) -> ChatResponse:
+        """A server that ignored ``stream``: its one JSON body, or a named error."""
+        ct = ctype.split(";")[0].strip().lower()
+        if ct != "application/json" and not ct.endswith("+json"):
+            raise ProviderError(f"anthropic: the server answered a streamed request with {ctype or 'no content type'} "
+                                f"({len(raw)} bytes), neither server-sent events nor JSON: is WB_LLM_BASE_URL a "
+                                "Messages API endpoint?")
+        try:
+            doc = json.loads(raw)
+        except ValueError as exc:
+            raise ProviderError(f"anthropic: the server's JSON body does not parse ({exc})", retryable=True) from None
+        if not isinstance(doc, dict) or not isinstance(doc.get("content"), list):
+            raise ProviderError("anthropic: the server answered a streamed request with a JSON body that has no "
+                                "content list", retryable=True)
+        u = doc.get("usage") or {}
+        got = self._answer(doc["content"], str(doc.get("stop_reason") or "end_turn"), int(u.get("input_tokens") or 0),
+                           int(u.get("output_tokens") or 0), str(doc.get("model") or self.settings.model))
+        if got.text and on_text is not None:
+            on_text(got.text)
+        return got

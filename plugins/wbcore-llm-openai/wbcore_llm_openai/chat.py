@@ -5,6 +5,9 @@ core's one policy (``wbcore_runtime.llm.with_retries``). The HTTP client ignores
 from the environment (the deployer's endpoint is reached directly, as ``wbcore_runtime.fetch``
 does). The key is handed to the SDK and nowhere else; errors carry the status and a
 redacted, shortened message.
+
+A server that ignores ``stream`` and answers with one JSON body (some local servers do) is
+read as that body (:func:`from_body`); any other content type is a named error.
 """
 
 from __future__ import annotations
@@ -27,6 +30,34 @@ from wbcore_runtime.llm import (
 )
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
+#: The most of a non-streamed body read (a chat answer is far smaller).
+MAX_BODY = 64 << 20
+
+
+def body_kind(content_type: str) -> str:
+    """``stream`` (server-sent events), ``json`` (a server that ignored ``stream``) or ``other``."""
+    ct = content_type.split(";")[0].strip().lower()
+    if ct == "text/event-stream":
+        return "stream"
+    return "json" if ct == "application/json" or ct.endswith("+json") else "other"
+
+
+def from_body(doc: Any, model: str) -> tuple[str, list[dict[str, str]], str, Usage, str]:
+    """A whole chat-completion body: ``(text, calls, stop reason, usage, model)``; a body
+    without ``choices`` is a named :class:`ProviderError`."""
+    choices = doc.get("choices") if isinstance(doc, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise ProviderError("openai: the server answered a streamed request with a JSON body that has no choices "
+                            f"(keys: {', '.join(sorted(doc)[:8]) if isinstance(doc, dict) else type(doc).__name__})",
+                            retryable=True)
+    msg = choices[0].get("message") or {}
+    calls = [{"id": str(c.get("id") or ""), "name": str((c.get("function") or {}).get("name") or ""),
+              "args": (c.get("function") or {}).get("arguments") or ""} for c in msg.get("tool_calls") or ()
+             if isinstance(c, dict)]
+    u = doc.get("usage") or {}
+    usage = Usage(int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0))
+    return (str(msg.get("content") or ""), calls, str(choices[0].get("finish_reason") or ""), usage,
+            str(doc.get("model") or model))
 
 
 def wire_messages(system: str, messages: tuple[Message, ...]) -> list[dict[str, Any]]:
@@ -91,8 +122,29 @@ class OpenAIChat:
             client = self._client if request.deadline is None else self._client.with_options(
                 timeout=request.timeout(s.timeout_s))
             stream = client.chat.completions.create(**kw)
+            kind = body_kind(stream.response.headers.get("content-type", ""))
+            if kind != "stream":
+                try:
+                    raw = stream.response.read()
+                finally:
+                    stream.close()
+                if kind == "other" or len(raw) > MAX_BODY:
+                    raise ProviderError(
+                        "openai: the server answered a streamed request with "
+                        f"{stream.response.headers.get('content-type') or 'no content type'} ({len(raw)} bytes), "
+                        "neither server-sent events nor JSON: is WB_LLM_BASE_URL a chat-completions endpoint?")
+                try:
+                    doc = json.loads(raw)
+                except ValueError as exc:
+                    raise ProviderError(f"openai: the server's JSON body does not parse ({exc})", retryable=True) from None
+                body_text, body_calls, stop, usage, model = from_body(doc, s.model)
+                if body_text and on_text is not None:
+                    on_text(body_text)
+                text.append(body_text)
+                calls = dict(enumerate(body_calls))
+                stream = None
             try:
-                for chunk in stream:
+                for chunk in stream or ():
                     model = getattr(chunk, "model", None) or model
                     u = getattr(chunk, "usage", None)
                     if u is not None:
@@ -114,7 +166,8 @@ class OpenAIChat:
                         if choice.finish_reason:
                             stop = choice.finish_reason
             finally:
-                stream.close()
+                if stream is not None:
+                    stream.close()
         except self._openai.OpenAIError as exc:
             raise self._error(exc) from None
         uses = tuple(ToolUse(c["id"] or f"call_{i}", c["name"], parse_arguments(c["args"], c["name"]))

@@ -580,3 +580,31 @@ def test_the_pool_size_comes_from_the_environment(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(pool_mod, "_pool", None)
     with pytest.raises(InvalidArgs, match=r"1\.\.16"):
         pool_mod.shared({"WB_OS_PROCESS_WORKERS": "0"})
+
+
+def test_worker_scratch_folders_are_removed_and_a_dead_owners_swept(rt, tmp_path, monkeypatch) -> None:
+    """100 calls (some ending at their deadline, so their worker is killed) leave no
+    ``wb-spawn-*`` folder once the pool closes; a dead process's folder is swept when a
+    pool starts."""
+    from wbcore_process import pool as pool_mod
+    from wbcore_runtime import leftovers
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    dead = tmp_path / "wb-spawn-999999999-1-deadbeef"  # no such pid: its owner is gone
+    (dead / "root").mkdir(parents=True)
+    mine = tmp_path / "wb-spawn-unrelated"  # no owner in the name: never touched
+    mine.mkdir()
+    pool_mod.shutdown()
+    tier = OsProcessTier(rt)
+    try:
+        assert dead.exists()
+        for i in range(100):
+            req = request(rt, SPIN_WAT if i % 25 == 0 else ECHO_WAT, stdin=b"x", timeout_s=0.3)
+            conformance.outcome(lambda: tier.call(req))
+            if i == 0:
+                assert not dead.exists() and mine.exists()  # swept when the pool started
+        live = [p for p in tmp_path.iterdir() if p.name.startswith(f"wb-spawn-{leftovers.owner_tag()}")]
+        assert len(live) <= pool_mod.shared().size, live  # only the warm workers' own
+    finally:
+        pool_mod.shutdown()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(f"wb-spawn-{leftovers.owner_tag()}")]

@@ -390,8 +390,18 @@ def shared(env: dict[str, str] | None = None) -> Pool:
                 size = int(raw) if raw.strip() else DEFAULT_WORKERS
             except ValueError:
                 raise InvalidArgs(f"WB_OS_PROCESS_WORKERS={raw!r}: expected a number of workers, e.g. 2") from None
+            _sweep_dead_workers()
             _pool = Pool(size)
         return _pool
+
+
+def _sweep_dead_workers() -> None:
+    """Remove the scratch folders of workers whose process was killed (``wb-spawn-<owner>…``)."""
+    from wbcore_runtime import leftovers
+
+    from wbcore_process.sandbox import SPAWN_PREFIX
+
+    leftovers.sweep(leftovers.system_tmp(), SPAWN_PREFIX)
 
 
 def shutdown() -> None:

@@ -47,6 +47,9 @@ from wbcore_runtime.errors import Internal, InvalidArgs, Timeout, WbError
 from wbcore_runtime.records import Availability
 from wbcore_runtime.sandbox import Bind, BuildSandboxDriver, Limits, SandboxResult, SandboxRun
 
+#: The host-side scratch folder of a spawned (long-lived) sandboxed process.
+SPAWN_PREFIX = "wb-spawn-"
+
 INIT = Path(__file__).with_name("_sandbox_init.py")
 #: Outer uid/gid the sandboxed program runs as when the host process is root.
 SANDBOX_HOST_ID = 0x5B000000 + 1000
@@ -288,7 +291,9 @@ class Sandbox(BuildSandboxDriver):
         self._prepare()
         limits = limits or Limits()
         full_env = _launch(argv, binds, env or {})
-        scratch = Path(tempfile.mkdtemp(prefix="wb-spawn-"))
+        # owner in the name: removed by close(), and swept (leftovers.sweep_home, the pool's
+        # start) once its owner is dead, if this process is killed before it closes the worker
+        scratch = leftovers.mkdtemp(SPAWN_PREFIX)
         try:
             proc, sync_r, go_w, status_r = self._start(scratch, argv, binds, limits, full_env, cwd,
                                                        stdin=True, seed_out=None)
