@@ -73,6 +73,8 @@ class Limits:
     #: Audit decisions sent per SSE read, and the bytes one read of the trail may take.
     audit_batch: int = 500
     audit_read_bytes: int = 1 * MiB
+    #: Worker threads the SSE streams' polls share (apart from the routes' default pool).
+    stream_threads: int = 8
     #: The connection-level bounds (request deadline, connection and stream caps, idle timeout).
     server: httpserve.ServerLimits = httpserve.ServerLimits()
 
@@ -175,9 +177,17 @@ class Engine:
         # the sessions this engine started and may still be running (the max_sessions cap)
         self.session_lock = threading.Lock()
         self.started: set[str] = set()
+        self._stream_limiter: anyio.CapacityLimiter | None = None  # made on the event loop, at first use
 
     async def thread(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await anyio.to_thread.run_sync(fn, *args)
+
+    async def stream_thread(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """A stream's poll, on threads of its own: however many subscribers poll, the other
+        routes keep the default pool (and a poll never blocks, so none holds a thread idle)."""
+        if self._stream_limiter is None:
+            self._stream_limiter = anyio.CapacityLimiter(self.limits.stream_threads)
+        return await anyio.to_thread.run_sync(fn, *args, limiter=self._stream_limiter)
 
     # --- toolkits ---------------------------------------------------------------------
 
@@ -326,7 +336,8 @@ class Engine:
                     return
                 entries: list[dict[str, Any]] = []
                 if cursor.pending():  # one stat on the event loop; a thread only when the trail grew
-                    entries = await self.thread(cursor.read, self.limits.audit_batch, self.limits.audit_read_bytes)
+                    entries = await self.stream_thread(cursor.read, self.limits.audit_batch,
+                                                       self.limits.audit_read_bytes)
                 for e in entries:
                     yield sse("audit", e, e.get("seq"))
                 if not entries:
@@ -419,23 +430,25 @@ class Engine:
         wait = _number(request, "wait", self.limits.max_stream_s, 0.1, self.limits.max_stream_s)
         await self.thread(host.status, sid)  # an unknown id is 404 before the stream starts
 
+        def poll(a: int) -> tuple[list[Any], dict[str, Any]]:
+            # never blocks: an idle subscriber holds no thread between polls
+            return list(host.events(sid, after=a, timeout=0)), dict(host.status(sid))
+
         async def stream() -> AsyncIterator[bytes]:
-            last, deadline = after, time.monotonic() + wait
+            last, deadline, beat = after, time.monotonic() + wait, time.monotonic()
             yield sse("ready", {"session": sid, "after": last})
             while time.monotonic() < deadline:
                 if await request.is_disconnected():
                     return
-                slice_s = min(self.limits.heartbeat_s, max(0.05, deadline - time.monotonic()))
-                events = await self.thread(lambda a=last, t=slice_s: host.events(sid, after=a, timeout=t))
+                events, status = await self.stream_thread(poll, last)
                 for ev in events:
                     last = int(ev.get("seq", last + 1))
                     yield sse(str(ev.get("type", "step")), dict(ev), last)
                     if ev.get("type") == "end":  # the host's own end event closes the stream
                         return
-                status = await self.thread(host.status, sid)
                 if status.get("status") in _sessions.TERMINAL:
                     # the run ended: what it logged before ending, then the end
-                    for ev in await self.thread(lambda a=last: host.events(sid, after=a, timeout=0)):
+                    for ev in (await self.stream_thread(poll, last))[0]:
                         last = int(ev.get("seq", last + 1))
                         yield sse(str(ev.get("type", "step")), dict(ev), last)
                         if ev.get("type") == "end":
@@ -443,7 +456,10 @@ class Engine:
                     yield sse("end", dict(status), last)
                     return
                 if not events:
-                    yield b": heartbeat\n\n"
+                    if time.monotonic() - beat >= self.limits.heartbeat_s:
+                        beat = time.monotonic()
+                        yield b": heartbeat\n\n"
+                    await anyio.sleep(self.limits.poll_s)
             yield sse("end", {"reason": "the stream's wait ended", "after": last})
 
         return _stream(stream())
