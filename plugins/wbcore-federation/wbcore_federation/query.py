@@ -63,7 +63,7 @@ class Result:
         return [dict(zip(self.columns, r, strict=True)) for r in self.rows]
 
 
-def scalar(value: Any, where: str = "a value") -> Any:
+def scalar(value: Any, where: str = "a field") -> Any:
     """A source value as SQLite stores it: scalars as they are, structures as canonical JSON;
     one over :data:`MAX_VALUE_BYTES` is refused (``where`` names it)."""
     if isinstance(value, bool):
