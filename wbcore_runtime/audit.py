@@ -558,15 +558,18 @@ class AuditCursor:
         self._path: Path | None = None
         self._ino = 0
         self._offset = 0
+        self._idle: tuple[int, int] = (-1, -1)  # the live file's (inode, size) when nothing was found
 
     def pending(self) -> bool:
         """Whether there may be decisions past the cursor (one ``stat``; no read)."""
-        if self._path is None or self._path != self.log.path:
-            return True
+        if self._path is not None and self._path != self.log.path:
+            return True  # inside a rotated segment: read on
         try:
-            st = os.stat(self._path)
+            st = os.stat(self.log.path)
         except FileNotFoundError:
             return False
+        if self._path is None:  # nothing located yet: only a live file that changed may hold more
+            return (st.st_ino, st.st_size) != self._idle
         return st.st_ino != self._ino or st.st_size > self._offset
 
     def read(self, limit: int, max_bytes: int = 1 << 20) -> list[dict[str, Any]]:
@@ -642,6 +645,11 @@ class AuditCursor:
                         return True  # the next read walks this block line by line
                     self._offset += cut + 1
         self._path = None
+        try:
+            st = os.stat(self.log.path)
+            self._idle = (st.st_ino, st.st_size)
+        except FileNotFoundError:
+            self._idle = (-1, -1)
         return False
 
 

@@ -241,3 +241,15 @@ def test_a_cursor_follows_the_trail_through_rotation_reading_only_what_is_new(wb
         seen += [e["seq"] for e in batch]
     assert seen == list(range(121, 321))
     assert [e["seq"] for e in log.cursor(-1).read(2)] == [1, 2]
+
+
+def test_a_cursor_on_an_empty_or_caught_up_trail_needs_no_read(wb_home):
+    log = AuditLog(wb_home / "audit")
+    cur = log.cursor(-1)
+    assert not cur.pending() and cur.read(10) == []  # no trail yet
+    _fill(log, 3)
+    assert cur.pending() and [e["seq"] for e in cur.read(10)] == [1, 2, 3]
+    late = log.cursor(3)
+    assert late.pending() and late.read(10) == [] and not late.pending()  # caught up: one stat per poll
+    _fill(log, 1)
+    assert late.pending() and [e["seq"] for e in late.read(10)] == [4]
