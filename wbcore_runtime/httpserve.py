@@ -7,14 +7,19 @@ request line plus headers larger than it is refused with 400). It has no deadlin
 request to *arrive*: a client that opens a socket and sends nothing, or one header byte
 every few seconds (slowloris), holds its connection for ever — uvicorn only times out the
 gap *after* a response. :func:`protocol_class` adds what is missing, at the depth where a
-connection exists (the asyncio protocol; nothing above it sees a request that never came):
+connection exists (the asyncio protocol; nothing above it sees a request that never came),
+on uvicorn's httptools protocol when httptools is installed (about twice h11's requests per
+second), else on h11:
 
 - **a deadline to receive a whole request** (request line, headers and body), started when
   the connection opens and again after each response: a request still incomplete then is
   answered ``408`` and the connection closed (an app already handling the request sees
   ``http.disconnect``);
 - **a cap on connections per client address and in all**: one past either is answered
-  ``503`` and closed at once, before it costs a request.
+  ``503`` and closed at once, before it costs a request;
+- on httptools, which has no limit of its own, **the request line plus headers** are
+  capped like h11's setting: past ``max_header_bytes`` without the end of the headers the
+  client gets ``431`` and the connection closes.
 
 :class:`StreamGate` caps the long-lived responses (SSE streams) per client and in all, and
 :func:`raise_nofile` lifts the process's open-file limit to what the caps need.
@@ -52,6 +57,8 @@ class ServerLimits:
 
 _REFUSED = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\n"
             b"retry-after: 5\r\ncontent-length: %d\r\n\r\n%s")
+_TOO_BIG = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
+            b"connection: close\r\ncontent-length: %d\r\n\r\n%s")
 _TIMED_OUT = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\n"
               b"content-length: %d\r\n\r\n%s")
 
@@ -67,17 +74,35 @@ def _canned(template: bytes, error: str, message: str) -> bytes:
     return template % (len(body), body)
 
 
-def protocol_class(limits: ServerLimits) -> type:
-    """uvicorn's h11 protocol with the request deadline and the connection caps of ``limits``
-    (one class per server: its counters are the server's)."""
-    from uvicorn.protocols.http.h11_impl import H11Protocol
+def _base_protocol() -> tuple[type, bool]:
+    """uvicorn's httptools protocol when httptools is installed, else its h11 one; and
+    whether the header cap must be ours (httptools has none)."""
+    try:
+        import httptools  # noqa: F401
 
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+    except ImportError:
+        from uvicorn.protocols.http.h11_impl import H11Protocol
+
+        return H11Protocol, False
+    return HttpToolsProtocol, True
+
+
+def protocol_class(limits: ServerLimits, *, base: type | None = None) -> type:
+    """uvicorn's HTTP protocol with the request deadline, the connection caps and the header
+    cap of ``limits`` (one class per server: its counters are the server's). ``base``:
+    uvicorn's ``H11Protocol`` or ``HttpToolsProtocol`` (default: httptools when installed)."""
+    if base is None:
+        base, own_header_cap = _base_protocol()
+    else:
+        own_header_cap = base.__name__ != "H11Protocol"
     per_client: dict[str, int] = {}
     total = [0]
 
-    class BoundedH11(H11Protocol):  # type: ignore[misc]
+    class Bounded(base):  # type: ignore[misc, valid-type]
         _counted: str | None = None
         _deadline: Any = None
+        _head_bytes = 0  # bytes received while the current request's headers are incomplete
 
         def connection_made(self, transport: Any) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -107,8 +132,24 @@ def protocol_class(limits: ServerLimits) -> type:
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
+            self._head_bytes = 0
             if not self.transport.is_closing():
                 self._arm()  # the next request on this connection has its own deadline
+
+        if own_header_cap:
+            def data_received(self, data: bytes) -> None:
+                before = self.cycle
+                super().data_received(data)
+                if self.cycle is not before:  # the headers ended in this chunk: a request began
+                    self._head_bytes = 0
+                    return
+                if before is not None and not before.response_complete:
+                    return  # body bytes of the request in progress
+                self._head_bytes += len(data)
+                if self._head_bytes > limits.max_header_bytes and not self.transport.is_closing():
+                    self.transport.write(_canned(_TOO_BIG, "too-large", "the request line and headers exceed "
+                                                 f"{limits.max_header_bytes} bytes"))
+                    self.transport.close()
 
         def _arm(self) -> None:
             self._disarm()
@@ -132,7 +173,7 @@ def protocol_class(limits: ServerLimits) -> type:
                                              f"{limits.request_deadline_s:g} s"))
             self.transport.close()
 
-    return BoundedH11
+    return Bounded
 
 
 def uvicorn_config(app: Any, *, host: str, port: int, limits: ServerLimits, **kw: Any) -> Any:

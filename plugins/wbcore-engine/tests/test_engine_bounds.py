@@ -15,6 +15,20 @@ import pytest
 
 from wbcore_runtime.httpserve import ServerLimits
 
+@pytest.fixture(autouse=True, params=["httptools", "h11"])
+def protocol(request, monkeypatch) -> str:
+    """Every bound holds on both of uvicorn's HTTP protocols (httptools is the default)."""
+    from wbcore_runtime import httpserve
+
+    if request.param == "h11":
+        from uvicorn.protocols.http.h11_impl import H11Protocol
+
+        monkeypatch.setattr(httpserve, "_base_protocol", lambda: (H11Protocol, False))
+    else:
+        pytest.importorskip("httptools")
+    return request.param
+
+
 SMALL = ServerLimits(request_deadline_s=1.5, max_connections=64, max_connections_per_client=24,
                      max_streams=8, max_streams_per_client=3)
 
@@ -201,3 +215,21 @@ def test_an_engine_on_another_loopback_address_accepts_its_own_host(make_runtime
         assert c.get(eng.url + "/v1/toolkits").status_code == 200  # Host: 127.0.0.2:<port>
         assert c.get(eng.url + "/v1/toolkits", headers={"host": "127.0.0.2"}).status_code == 200
         assert c.get(eng.url + "/v1/toolkits", headers={"host": "127.0.0.3"}).status_code == 421
+
+
+def test_headers_past_the_cap_are_refused(make_runtime, serve_engine, protocol):
+    eng = serve_engine(make_runtime(plugins=["engine"]), limits=_limits())
+    s = _connect(_port(eng.url), "127.0.0.3")
+    try:
+        s.sendall(b"GET /v1/toolkits HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        for i in range(SMALL.max_header_bytes // 1000 + 8):  # a header line at a time, never the end
+            try:
+                s.sendall(f"X-Pad-{i}: {'p' * 990}\r\n".encode())
+            except OSError:
+                break
+        got = _recv_all(s)
+        assert got.startswith(b"HTTP/1.1 431" if protocol == "httptools" else b"HTTP/1.1 400"), got[:80]
+    finally:
+        s.close()
+    r = httpx.get(eng.url + "/v1/toolkits", headers={**eng.auth, "x-fine": "f" * 8000}, timeout=5)
+    assert r.status_code == 200  # headers under the cap pass
