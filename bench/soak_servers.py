@@ -29,7 +29,6 @@ import argparse
 import json
 import os
 import resource
-import secrets
 import socket
 import statistics
 import subprocess
