@@ -43,6 +43,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import threading
 import time
 import weakref
@@ -407,7 +408,7 @@ class AuditLog:
         rotated = sorted(self.dir.glob("audit-*.jsonl"))
         return rotated + ([self.path] if self.path.exists() else [])
 
-    def entries(self) -> Iterator[dict[str, Any]]:
+    def entries(self) -> Iterator[dict[str, Any]]:  # the whole trail: verify and export, not servers
         """Every written decision, oldest first (this process's queue is written first)."""
         self.flush()
         for seg in self.segments():
@@ -419,6 +420,27 @@ class AuditLog:
                         yield json.loads(raw)
                     except ValueError:
                         yield {"seq": None, "unparseable": raw[:120].decode(errors="replace")}
+
+    def tail(self, n: int, *, after: int = -1) -> list[dict[str, Any]]:
+        """The last ``n`` decisions with ``seq > after``, oldest first, read backwards from the
+        end of the trail in blocks: memory stays at a block plus ``n`` lines, whatever the
+        trail's size (``GET /v1/audit?tail=``)."""
+        self.flush()
+        out: list[dict[str, Any]] = []
+        for seg in reversed(self.segments()):
+            for raw in _lines_backward(seg, live=seg == self.path):
+                entry = _parse(raw)
+                seq = entry.get("seq")
+                if isinstance(seq, int) and seq <= after:
+                    return out[::-1]
+                out.append(entry)
+                if len(out) >= n:
+                    return out[::-1]
+        return out[::-1]
+
+    def cursor(self, after: int) -> AuditCursor:
+        """A reader of the decisions with ``seq > after``, in order, as they are written."""
+        return AuditCursor(self, after)
 
     def verify(self) -> list[Problem]:
         """Check the whole chain; an empty list means it holds.
@@ -489,6 +511,164 @@ class AuditLog:
 _shared: weakref.WeakValueDictionary[tuple[Any, ...], AuditLog] = weakref.WeakValueDictionary()
 _shared_lock = threading.Lock()
 _all_logs: weakref.WeakSet[AuditLog] = weakref.WeakSet()
+
+
+_SEQ = re.compile(rb'"seq":(\d+)')
+_READ_BLOCK = 64 << 10
+#: A line longer than this is not a decision the Dock wrote: it is reported, not held.
+MAX_LINE = 1 << 20
+
+
+def _parse(raw: bytes) -> dict[str, Any]:
+    try:
+        entry = json.loads(raw)
+    except (ValueError, RecursionError):
+        entry = None
+    if not isinstance(entry, dict):
+        return {"seq": None, "unparseable": raw[:120].decode(errors="replace")}
+    return entry
+
+
+def _line_seq(raw: bytes) -> int | None:
+    # The key is written unescaped exactly once per line; inside a string it would read \"seq\"
+    m = _SEQ.search(raw)
+    return int(m.group(1)) if m else None
+
+
+def _lines_backward(path: Path, *, live: bool) -> Iterator[bytes]:
+    """The complete lines of ``path``, last first, read in blocks from the end (a torn last
+    line of the live segment is skipped; a line over :data:`MAX_LINE` is cut to its end)."""
+    try:
+        fh = path.open("rb")
+    except FileNotFoundError:
+        return
+    with fh:
+        pos, carry, final = fh.seek(0, os.SEEK_END), b"", True
+
+        def pieces() -> Iterator[bytes]:
+            nonlocal pos, carry
+            while pos > 0:
+                step = min(_READ_BLOCK, pos)
+                pos -= step
+                fh.seek(pos)
+                lines = (fh.read(step) + carry).split(b"\n")
+                carry = lines[0][-MAX_LINE:]
+                yield from reversed(lines[1:])
+            yield carry
+
+        for piece in pieces():
+            if final:  # the text after the file's last newline: empty, or a torn append
+                final = False
+                if not piece or live:
+                    continue
+            if piece:
+                yield piece
+
+
+class AuditCursor:
+    """Follows the trail from a ``seq`` on, reading only what is new: it keeps the file and
+    offset it reached and checks with one ``stat`` whether the live segment grew; a rotation
+    (the live file's inode changed) is followed by locating its seq again."""
+
+    def __init__(self, log: AuditLog, after: int) -> None:
+        self.log = log
+        self.last = after
+        self._path: Path | None = None
+        self._ino = 0
+        self._offset = 0
+        self._idle: tuple[int, int] = (-1, -1)  # the live file's (inode, size) when nothing was found
+
+    def pending(self) -> bool:
+        """Whether there may be decisions past the cursor (one ``stat``; no read)."""
+        if self._path is not None and self._path != self.log.path:
+            return True  # inside a rotated segment: read on
+        try:
+            st = os.stat(self.log.path)
+        except FileNotFoundError:
+            return False
+        if self._path is None:  # nothing located yet: only a live file that changed may hold more
+            return (st.st_ino, st.st_size) != self._idle
+        return st.st_ino != self._ino or st.st_size > self._offset
+
+    def read(self, limit: int, max_bytes: int = 1 << 20) -> list[dict[str, Any]]:
+        """Up to ``limit`` decisions past the cursor (at most about ``max_bytes`` read)."""
+        self.log.flush()
+        out: list[dict[str, Any]] = []
+        for _ in range(len(self.log.segments()) + 2):  # at most one move per segment
+            if self._path is None and not self._locate():
+                return out
+            assert self._path is not None
+            try:
+                fh = self._path.open("rb")
+            except FileNotFoundError:
+                self._path = None
+                continue
+            with fh:
+                st = os.fstat(fh.fileno())
+                if st.st_ino != self._ino:  # rotated or replaced since: find the seq again
+                    self._path = None
+                    continue
+                fh.seek(self._offset)
+                buf = fh.read(min(max_bytes, max(0, st.st_size - self._offset)))
+            complete = buf[: buf.rfind(b"\n") + 1]
+            if not complete and len(buf) >= max_bytes:
+                # one line longer than a read: not a line the Dock wrote; report it and move past it
+                out.append(_parse(buf))
+                self._offset += len(buf)
+                return out
+            for raw in complete.splitlines():
+                self._offset += len(raw) + 1
+                if not raw:
+                    continue
+                entry = _parse(raw)
+                seq = entry.get("seq")
+                if isinstance(seq, int):
+                    if seq <= self.last:
+                        continue
+                    self.last = seq
+                out.append(entry)
+                if len(out) >= limit:
+                    return out
+            if complete or self._path == self.log.path:
+                return out
+            self._path = None  # the end of a rotated segment: on to the next
+        return out
+
+    def _locate(self) -> bool:
+        """Point at the first line with ``seq > last``: the first segment that holds one
+        (rotated segments are named after their last seq), skipping whole blocks whose last
+        line is not past it."""
+        for seg in self.log.segments():
+            if seg != self.log.path:
+                try:
+                    if int(seg.stem.split("-", 1)[1]) <= self.last:
+                        continue
+                except ValueError:
+                    continue
+            try:
+                fh = seg.open("rb")
+            except FileNotFoundError:
+                continue
+            with fh:
+                self._path, self._ino, self._offset = seg, os.fstat(fh.fileno()).st_ino, 0
+                while True:
+                    fh.seek(self._offset)
+                    buf = fh.read(_READ_BLOCK * 16)
+                    cut = buf.rfind(b"\n")
+                    if cut < 0:
+                        return True
+                    last_line = buf[buf.rfind(b"\n", 0, cut) + 1: cut]
+                    seq = _line_seq(last_line)
+                    if seq is None or seq > self.last:
+                        return True  # the next read walks this block line by line
+                    self._offset += cut + 1
+        self._path = None
+        try:
+            st = os.stat(self.log.path)
+            self._idle = (st.st_ino, st.st_size)
+        except FileNotFoundError:
+            self._idle = (-1, -1)
+        return False
 
 
 class _Flusher:

@@ -66,7 +66,8 @@ def host_names(bind: str, extra: Iterable[str] = ()) -> list[str]:
         for n in {socket.gethostname(), socket.getfqdn()}:
             if n:
                 names.append(n)
-    elif not is_loopback(bind):
+    elif bind:
+        # any other bind names itself, loopback ones too: a server on 127.0.0.2 is reached as 127.0.0.2
         names.append(f"[{bind}]" if ":" in bind and not bind.startswith("[") else bind)
     names.extend(h for h in extra if h)
     return list(dict.fromkeys(names))

@@ -100,3 +100,12 @@ def test_no_http_surface_compares_tokens_itself():
         if re.search(r"compare_digest\([^)]*(header|authorization|token)", text, re.IGNORECASE) or 'b"bearer "' in text.lower():
             offenders.append(str(path.relative_to(ROOT)))
     assert offenders == []
+
+
+def test_a_non_default_loopback_bind_answers_to_its_own_address():
+    p = policy("127.0.0.2")
+    auth = f"Bearer {TOKEN}".encode()
+    for host in ("127.0.0.2", "127.0.0.2:8766", "localhost:8766"):
+        assert httpguard.refusal(p, authorization=auth, host=host, origin=f"http://{host}") is None, host
+    assert httpguard.refusal(p, authorization=auth, host="127.0.0.3", origin=None)[0] == 421
+    assert "[::1]" in httpguard.host_names("::1") and httpguard.host_names("::1").count("[::1]") == 1

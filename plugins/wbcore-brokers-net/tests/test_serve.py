@@ -65,3 +65,59 @@ def test_listener_quota(make_runtime):
         rt.dock.call(ctx, "serve", "listen")
     for lst in list(rt.dock.driver("serve").listeners.values()):
         lst.close()
+
+
+def _serve_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "wbcore-serve-conn" and t.is_alive()]
+
+
+def test_slow_clients_do_not_pin_host_threads_and_close_leaves_none(make_runtime, monkeypatch):
+    """Silent and dripping clients hold at most MAX_CONNECTIONS threads; the rest get 503; a
+    request that does not arrive within the deadline is cut; close joins every thread."""
+    import socket
+    import time
+
+    from wbcore_brokers_net import serve
+
+    monkeypatch.setattr(serve, "REQUEST_DEADLINE", 3.0)
+    rt = make_runtime(plugins=["brokers-net"])
+    ctx = rt.dock.context(principal=Principal("t", "slow"), caps={"serve"}, timeout=60)
+    got = rt.dock.call(ctx, "serve", "listen")
+    before = len(_serve_threads())
+    socks = []
+    try:
+        for i in range(serve.MAX_CONNECTIONS + 24):
+            s = socket.create_connection(("127.0.0.1", got["port"]), timeout=5)
+            if i < serve.MAX_CONNECTIONS:
+                s.sendall(b"GET / HTTP/1.1\r\n")  # a request that never finishes its headers
+                time.sleep(0.01)
+            socks.append(s)
+        time.sleep(0.3)
+        assert len(_serve_threads()) - before <= serve.MAX_CONNECTIONS
+        refused = 0
+        for s in socks[serve.MAX_CONNECTIONS:]:
+            s.settimeout(5)
+            if s.recv(64).startswith(b"HTTP/1.1 503"):
+                refused += 1
+        assert refused == 24
+        # past the deadline every held connection is cut: its read sees the end
+        for s in socks[: serve.MAX_CONNECTIONS]:
+            s.settimeout(5)
+            assert s.recv(64) == b""
+        deadline = time.monotonic() + 5
+        while len(_serve_threads()) > before and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(_serve_threads()) == before
+        # held again, then closed: close cuts them and joins every thread
+        held = [socket.create_connection(("127.0.0.1", got["port"]), timeout=5) for _ in range(8)]
+        time.sleep(0.2)
+        assert len(_serve_threads()) - before == 8
+        listener = rt.dock.driver("serve").listeners[got["serve_id"]]
+        rt.dock.call(ctx, "serve", "close", {"serve_id": got["serve_id"]})
+        assert len(_serve_threads()) == before
+        assert not listener.thread.is_alive()  # the accept loop too
+        for s in held:
+            s.close()
+    finally:
+        for s in socks:
+            s.close()

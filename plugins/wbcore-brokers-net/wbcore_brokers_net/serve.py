@@ -10,12 +10,19 @@ waiting requests (else 413 / 503); a response body over 16 MiB is refused with
 gets 504; every inbound request re-checks revocation (403 once revoked) and every
 guest call goes through the Dock's cadence. A listener closes on ``close``, at its
 context's deadline, or after 60 s without a ``next``.
+
+Host threads are bounded: a listener serves at most 16 connections at once (one thread
+each; the next is answered 503 and closed), each read waits at most 10 s, and a request
+(line, headers, body) must arrive whole within 15 s of the connection opening or the last
+answer, else its connection is cut. Closing a listener cuts its connections and joins
+their threads: none outlives ``close``.
 """
 
 from __future__ import annotations
 
 import itertools
 import queue
+import socket
 import threading
 import time
 import uuid
@@ -33,6 +40,90 @@ MAX_RESPONSE_BODY = 16 << 20
 MAX_WAITING = 64
 ANSWER_WAIT = 30.0
 IDLE = 60.0
+#: Connections served at once per listener (a host thread each), a read's wait, a request's.
+MAX_CONNECTIONS = 16
+READ_TIMEOUT = 10.0
+REQUEST_DEADLINE = 15.0
+_BUSY = b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 5\r\n\r\nbusy\n"
+
+
+class _BoundedServer(ThreadingHTTPServer):
+    """A thread per connection, at most :data:`MAX_CONNECTIONS` of them; a request that has
+    not arrived whole within :data:`REQUEST_DEADLINE` has its connection cut (checked on
+    each turn of ``serve_forever``); :meth:`cut_all` ends every connection and joins its thread."""
+
+    daemon_threads = True
+    request_queue_size = 128  # socketserver's 5 reorders a burst of clients (the kernel retries the rest later)
+
+    def __init__(self, address: tuple[str, int], handler: Any) -> None:
+        super().__init__(address, handler)
+        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.lock = threading.Lock()
+        #: socket -> the monotonic time its current request began to arrive (None: it arrived)
+        self.reading: dict[socket.socket, float | None] = {}
+        self.workers: set[threading.Thread] = set()
+        #: sockets cut past their deadline: what their handler parsed up to the cut is no request
+        self.cut: set[socket.socket] = set()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            try:
+                request.settimeout(1.0)
+                request.sendall(_BUSY)
+                request.setblocking(False)
+                request.recv(1 << 16)  # what already came: unread input would turn the close into a reset
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        with self.lock:
+            self.reading[request] = time.monotonic()
+        t = threading.Thread(target=self._work, args=(request, client_address), name="wbcore-serve-conn", daemon=True)
+        with self.lock:
+            self.workers.add(t)
+        t.start()
+
+    def _work(self, request: Any, client_address: Any) -> None:
+        try:
+            self.process_request_thread(request, client_address)
+        finally:
+            with self.lock:
+                self.reading.pop(request, None)
+                self.cut.discard(request)
+                self.workers.discard(threading.current_thread())
+            self.slots.release()
+
+    def arrived(self, request: Any, whole: bool) -> None:
+        """The handler's request arrived whole (``True``), or the next one begins (``False``)."""
+        with self.lock:
+            if request in self.reading:
+                self.reading[request] = None if whole else time.monotonic()
+
+    def service_actions(self) -> None:
+        now = time.monotonic()
+        with self.lock:
+            late = [s for s, since in self.reading.items() if since is not None and now - since > REQUEST_DEADLINE]
+        for s in late:
+            with self.lock:
+                self.cut.add(s)
+            _cut(s)
+
+    def cut_all(self, wait: float = 5.0) -> None:
+        with self.lock:
+            socks, workers = list(self.reading), list(self.workers)
+            self.cut.update(socks)
+        for s in socks:
+            _cut(s)
+        end = time.monotonic() + wait
+        for t in workers:
+            t.join(max(0.0, end - time.monotonic()))
+
+
+def _cut(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)  # the thread's blocked read returns at once
+    except OSError:
+        pass
 
 
 @dataclass
@@ -60,11 +151,15 @@ class Listener:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            timeout = READ_TIMEOUT  # every read of the socket waits at most this long
 
             def log_message(self, *a: Any) -> None:
                 pass
 
             def _handle(self) -> None:
+                if self.request in listener.server.cut:  # its headers ended at the cut, not the client's
+                    self.close_connection = True
+                    return None
                 if revoked(owner):
                     return self._reply(403, [], b"revoked\n")
                 n = int(self.headers.get("Content-Length") or 0)
@@ -72,6 +167,7 @@ class Listener:
                     self.close_connection = True  # the unread body must not be parsed as a request
                     return self._reply(413, [["Connection", "close"]], b"request body too large\n")
                 body = self.rfile.read(n) if n else b""
+                listener.server.arrived(self.request, True)
                 p = _Pending(next(listener.ids), self.command, self.path, [[k, v] for k, v in self.headers.items()], body)
                 try:
                     listener.waiting.put_nowait(p)
@@ -90,11 +186,11 @@ class Listener:
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
+                listener.server.arrived(self.request, False)  # the next request's deadline starts now
 
             do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = _handle
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.server = _BoundedServer(("127.0.0.1", 0), Handler)
         self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
         self.thread.start()
@@ -110,6 +206,13 @@ class Listener:
             self.server.server_close()
             for p in list(self.inflight.values()):
                 p.done.set()
+            while True:  # requests no guest will take: answered now, their threads end
+                try:
+                    self.waiting.get_nowait().done.set()
+                except queue.Empty:
+                    break
+            self.server.cut_all()
+            self.thread.join(5.0)
 
 
 class ServeBroker:

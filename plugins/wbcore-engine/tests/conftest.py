@@ -43,10 +43,15 @@ def serve_engine() -> Iterator[Any]:
     def start(runtime: Any, **kw: Any) -> Served:
         import uvicorn
         from wbcore_engine import app as _app
+        from wbcore_runtime import httpserve
 
         port = _free_port()
-        asgi = _app.build(runtime, token=TOKEN, bind="127.0.0.1", **kw)
-        uv = uvicorn.Server(uvicorn.Config(asgi, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
+        bind = kw.pop("bind", "127.0.0.1")
+        limits = kw.setdefault("limits", _app.Limits())
+        asgi = _app.build(runtime, token=TOKEN, bind=bind, **kw)
+        # the server as wbx engine serve runs it: every connection-level bound in force
+        uv = uvicorn.Server(httpserve.uvicorn_config(asgi, host=bind, port=port, limits=limits.server,
+                                                     log_level="warning", lifespan="off"))
         thread = threading.Thread(target=uv.run, daemon=True)
         thread.start()
         stops.append((uv, thread))
@@ -55,7 +60,7 @@ def serve_engine() -> Iterator[Any]:
                 break
             threading.Event().wait(0.025)
         assert uv.started, "the engine did not start"
-        return Served(f"http://127.0.0.1:{port}", TOKEN, runtime)
+        return Served(f"http://{bind}:{port}", TOKEN, runtime)
 
     yield start
     for uv, thread in stops:

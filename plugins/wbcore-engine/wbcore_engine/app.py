@@ -14,7 +14,10 @@ Routes (``/openapi.json`` describes them, :mod:`wbcore_engine.openapi`):
 
 Every request passes :func:`wbcore_runtime.httpguard.refusal` (bearer token, Host, Origin) first.
 Every body is read against a size cap while it arrives and within a deadline; every call,
-wait and stream has an upper bound (:class:`Limits`).
+wait and stream has an upper bound (:class:`Limits`); the connection-level bounds (a deadline
+for a whole request, connection and stream caps, the idle timeout) are
+:mod:`wbcore_runtime.httpserve`'s. The audit endpoints read from the end of the trail (tail)
+or follow it from a cursor (SSE): memory per request is a block and a batch, not the trail.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from wbcore_engine import sessions as _sessions
-from wbcore_runtime import httpguard
+from wbcore_runtime import httpguard, httpserve, jsonbound
 from wbcore_runtime.errors import ErrorKind, WbError
 
 MiB = 1 << 20
@@ -65,6 +68,15 @@ class Limits:
     poll_s: float = 0.25
     max_tail: int = 1000
     max_review: int = 100
+    #: Sessions alive at once (not yet done, failed or cancelled) started through this engine.
+    max_sessions: int = 32
+    #: Audit decisions sent per SSE read, and the bytes one read of the trail may take.
+    audit_batch: int = 500
+    audit_read_bytes: int = 1 * MiB
+    #: Worker threads the SSE streams' polls share (apart from the routes' default pool).
+    stream_threads: int = 8
+    #: The connection-level bounds (request deadline, connection and stream caps, idle timeout).
+    server: httpserve.ServerLimits = httpserve.ServerLimits()
 
 
 class HttpError(Exception):
@@ -132,9 +144,9 @@ async def read_json(request: Request, limits: Limits) -> dict[str, Any]:
     if not raw.strip():
         return {}
     try:
-        doc = json.loads(raw)
-    except ValueError as exc:
-        raise HttpError(400, "invalid-args", f"the body is not JSON ({exc})") from None
+        doc = jsonbound.loads(raw)  # too deep a document is a 400, never a RecursionError's 500
+    except jsonbound.JsonRefused as exc:
+        raise HttpError(exc.status, "invalid-args" if exc.status == 400 else "too-large", str(exc)) from None
     if not isinstance(doc, dict):
         raise HttpError(400, "invalid-args", "the body must be a JSON object")
     return doc
@@ -162,9 +174,20 @@ class Engine:
         self.limits = limits
         # discovery, installs and resolution share the runtime: one request at a time changes them
         self.lock = threading.Lock()
+        # the sessions this engine started and may still be running (the max_sessions cap)
+        self.session_lock = threading.Lock()
+        self.started: set[str] = set()
+        self._stream_limiter: anyio.CapacityLimiter | None = None  # made on the event loop, at first use
 
     async def thread(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await anyio.to_thread.run_sync(fn, *args)
+
+    async def stream_thread(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """A stream's poll, on threads of its own: however many subscribers poll, the other
+        routes keep the default pool (and a poll never blocks, so none holds a thread idle)."""
+        if self._stream_limiter is None:
+            self._stream_limiter = anyio.CapacityLimiter(self.limits.stream_threads)
+        return await anyio.to_thread.run_sync(fn, *args, limiter=self._stream_limiter)
 
     # --- toolkits ---------------------------------------------------------------------
 
@@ -320,37 +343,36 @@ class Engine:
 
     # --- the audit trail ------------------------------------------------------------------
 
-    def _audit_after(self, after: int, limit: int) -> list[dict[str, Any]]:
-        out = [e for e in self.runtime.dock.audit.entries() if isinstance(e.get("seq"), int) and e["seq"] > after]
-        return out[:limit]
-
     async def audit(self, request: Request) -> Response:
         tail = int(_number(request, "tail", 100, 1, self.limits.max_tail))
         after = int(_number(request, "after", -1, -1, 1 << 62))
-        entries = await self.thread(lambda: [e for e in self.runtime.dock.audit.entries()
-                                             if after < 0 or (isinstance(e.get("seq"), int) and e["seq"] > after)])
-        return JSONResponse({"entries": entries[-tail:]})
+        # read backwards from the end of the trail: a block and `tail` lines, whatever its size
+        entries = await self.thread(lambda: self.runtime.dock.audit.tail(tail, after=after))
+        return JSONResponse({"entries": entries})
 
     async def audit_events(self, request: Request) -> Response:
         after = _after(request, -1)
         wait = _number(request, "wait", self.limits.max_stream_s, 0.1, self.limits.max_stream_s)
 
         async def stream() -> AsyncIterator[bytes]:
-            last, deadline, beat = after, time.monotonic() + wait, time.monotonic()
-            yield sse("ready", {"after": last})
+            cursor = self.runtime.dock.audit.cursor(after)  # reads only what is new, a batch at a time
+            deadline, beat = time.monotonic() + wait, time.monotonic()
+            yield sse("ready", {"after": after})
             while time.monotonic() < deadline:
                 if await request.is_disconnected():
                     return
-                entries = await self.thread(self._audit_after, last, 500)
+                entries: list[dict[str, Any]] = []
+                if cursor.pending():  # one stat on the event loop; a thread only when the trail grew
+                    entries = await self.stream_thread(cursor.read, self.limits.audit_batch,
+                                                       self.limits.audit_read_bytes)
                 for e in entries:
-                    last = e["seq"]
-                    yield sse("audit", e, last)
+                    yield sse("audit", e, e.get("seq"))
                 if not entries:
                     if time.monotonic() - beat >= self.limits.heartbeat_s:
                         beat = time.monotonic()
                         yield b": heartbeat\n\n"
                     await anyio.sleep(self.limits.poll_s)
-            yield sse("end", {"reason": "the stream's wait ended", "after": last})
+            yield sse("end", {"reason": "the stream's wait ended", "after": cursor.last})
 
         return _stream(stream())
 
@@ -383,9 +405,28 @@ class Engine:
         options = doc.get("options", {})
         if not isinstance(options, dict):
             raise HttpError(400, "invalid-args", "'options' must be a JSON object")
-        sid = await self.thread(lambda: host.create(agent=agent, task=task, options=options))
+        options = _sessions.check_options(options)  # every number within its documented range, else 400
+        sid = await self.thread(lambda: self._create(host, agent, task, options))
         status = await self.thread(host.status, sid)
         return JSONResponse({"id": sid, **dict(status), "events": f"/v1/sessions/{sid}/events"}, status_code=201)
+
+    def _create(self, host: _sessions.SessionHost, agent: Any, task: str, options: dict[str, Any]) -> str:
+        """Start a session unless :attr:`Limits.max_sessions` are alive (429)."""
+        with self.session_lock:
+            alive = set()
+            for sid in self.started:
+                try:
+                    if host.status(sid).get("status") not in _sessions.TERMINAL:
+                        alive.add(sid)
+                except WbError:
+                    continue  # gone from the host: not alive
+            self.started = alive
+            if len(alive) >= self.limits.max_sessions:
+                raise HttpError(429, "too-many-sessions", f"{len(alive)} sessions are running (the cap is "
+                                                          f"{self.limits.max_sessions}); wait for one to end or cancel one")
+            sid = host.create(agent=agent, task=task, options=options)
+            self.started.add(sid)
+            return sid
 
     async def session_status(self, request: Request) -> Response:
         host = self._host()
@@ -416,23 +457,25 @@ class Engine:
         wait = _number(request, "wait", self.limits.max_stream_s, 0.1, self.limits.max_stream_s)
         await self.thread(host.status, sid)  # an unknown id is 404 before the stream starts
 
+        def poll(a: int) -> tuple[list[Any], dict[str, Any]]:
+            # never blocks: an idle subscriber holds no thread between polls
+            return list(host.events(sid, after=a, timeout=0)), dict(host.status(sid))
+
         async def stream() -> AsyncIterator[bytes]:
-            last, deadline = after, time.monotonic() + wait
+            last, deadline, beat = after, time.monotonic() + wait, time.monotonic()
             yield sse("ready", {"session": sid, "after": last})
             while time.monotonic() < deadline:
                 if await request.is_disconnected():
                     return
-                slice_s = min(self.limits.heartbeat_s, max(0.05, deadline - time.monotonic()))
-                events = await self.thread(lambda a=last, t=slice_s: host.events(sid, after=a, timeout=t))
+                events, status = await self.stream_thread(poll, last)
                 for ev in events:
                     last = int(ev.get("seq", last + 1))
                     yield sse(str(ev.get("type", "step")), dict(ev), last)
                     if ev.get("type") == "end":  # the host's own end event closes the stream
                         return
-                status = await self.thread(host.status, sid)
                 if status.get("status") in _sessions.TERMINAL:
                     # the run ended: what it logged before ending, then the end
-                    for ev in await self.thread(lambda a=last: host.events(sid, after=a, timeout=0)):
+                    for ev in (await self.stream_thread(poll, last))[0]:
                         last = int(ev.get("seq", last + 1))
                         yield sse(str(ev.get("type", "step")), dict(ev), last)
                         if ev.get("type") == "end":
@@ -440,7 +483,10 @@ class Engine:
                     yield sse("end", dict(status), last)
                     return
                 if not events:
-                    yield b": heartbeat\n\n"
+                    if time.monotonic() - beat >= self.limits.heartbeat_s:
+                        beat = time.monotonic()
+                        yield b": heartbeat\n\n"
+                    await anyio.sleep(self.limits.poll_s)
             yield sse("end", {"reason": "the stream's wait ended", "after": last})
 
         return _stream(stream())
@@ -492,5 +538,7 @@ def build(runtime: Any, *, token: str | None, bind: str = "127.0.0.1", allow_hos
     app.state.engine = engine
     policy = httpguard.Policy.for_bind(bind, httpguard.check_token(token, option="--token / WB_ENGINE_TOKEN"),
                                        allow_hosts, surface="wbx engine serve")
-    return httpguard.Guard(app, policy)
+    # the SSE routes hold their connection: capped per client and in all, behind the token check
+    gated = httpserve.StreamGate(app, limits.server, is_stream=lambda scope: scope["path"].endswith("/events"))
+    return httpguard.Guard(gated, policy)
 

@@ -38,14 +38,17 @@ def serve(runtime: Any, *, host: str = "127.0.0.1", port: int = 8766, token: str
     import uvicorn
 
     from wbcore_engine import app as _app
-    from wbcore_runtime import httpguard
+    from wbcore_runtime import httpguard, httpserve
 
     made = not token
     token = httpguard.check_token(token or secrets.token_urlsafe(32), option=f"--token / {TOKEN_ENV}")
-    asgi = _app.build(runtime, token=token, bind=host, allow_hosts=allow_hosts)
-    # bounded waits: idle keep-alive connections close, a graceful stop does not wait forever
-    config = uvicorn.Config(asgi, host=host, port=port, log_level="warning", lifespan="off",
-                            timeout_keep_alive=15, timeout_graceful_shutdown=10, limit_concurrency=256)
+    limits = _app.Limits()
+    asgi = _app.build(runtime, token=token, bind=host, allow_hosts=allow_hosts, limits=limits)
+    # every connection-level bound (docs/engine.md "Bounds"): a whole request within its deadline,
+    # connections per client and in all, the idle timeout; the open-file limit lifted to fit them
+    httpserve.raise_nofile(limits.server)
+    config = httpserve.uvicorn_config(asgi, host=host, port=port, limits=limits.server, log_level="warning",
+                                      lifespan="off")
     uv = uvicorn.Server(config)
     if server_out is not None:
         server_out.append(uv)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from wbcore_engine.sessions import MAX_MODEL_CHARS, RUN_RANGES
+
 _ERROR = {"description": "error", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
 _JSON = {"application/json": {"schema": {"type": "object"}}}
 _SSE = {"text/event-stream": {"schema": {"type": "string"}}}
@@ -33,6 +35,7 @@ def _query(name: str, desc: str, typ: str = "string") -> dict[str, Any]:
 
 
 _NO_SESSIONS = {"501": "no session host is installed (the agent loop)"}
+_STREAMS = {"503": "the stream cap (in all or for this client) is reached; retry after Retry-After"}
 
 
 def document() -> dict[str, Any]:
@@ -52,7 +55,13 @@ def document() -> dict[str, Any]:
                             "stdin": {"type": "string"}, "stdin_b64": {"type": "string"},
                             "timeout": {"type": "number"}, "tier": {"type": "string"}}},
                         "Session": {"type": "object", "required": ["agent", "task"], "properties": {
-                            "agent": {"type": "string"}, "task": {"type": "string"}, "options": {"type": "object"}}}},
+                            "agent": {"type": "string"}, "task": {"type": "string"}, "options": {
+                                "type": "object", "additionalProperties": False, "properties": {
+                                    "model": {"type": "string", "minLength": 1, "maxLength": MAX_MODEL_CHARS},
+                                    "max_steps": {"type": "integer", "minimum": RUN_RANGES["max_steps"][0],
+                                                  "maximum": RUN_RANGES["max_steps"][1]},
+                                    "tool_timeout": {"type": "number", "minimum": RUN_RANGES["tool_timeout"][0],
+                                                     "maximum": RUN_RANGES["tool_timeout"][1]}}}}}},
         },
         "security": [{"bearer": []}],
         "paths": {
@@ -78,14 +87,16 @@ def document() -> dict[str, Any]:
                                              body={"application/json": {"schema": {"$ref": "#/components/schemas/Call"}}})},
             "/v1/audit": {"get": _op("recent audit decisions", params=[_query("tail", "how many", "integer"),
                                                                          _query("after", "only seq > after", "integer")])},
-            "/v1/audit/events": {"get": _op("audit decisions as they happen (SSE)", stream=True,
+            "/v1/audit/events": {"get": _op("audit decisions as they happen (SSE)", stream=True, extra=_STREAMS,
                                             params=[_query("after", "start after this seq", "integer"),
                                                     _query("wait", "seconds before the stream ends", "number")])},
-            "/v1/sessions": {"post": _op("start an agent session", ok="201", extra=_NO_SESSIONS,
+            "/v1/sessions": {"post": _op("start an agent session", ok="201",
+                                         extra={**_NO_SESSIONS, "429": "the live-session cap is reached"},
                                          body={"application/json": {"schema": {"$ref": "#/components/schemas/Session"}}})},
             "/v1/sessions/{sid}": {"get": _op("session status", params=[sid], extra=_NO_SESSIONS),
                                    "delete": _op("cancel the session", params=[sid], extra=_NO_SESSIONS)},
-            "/v1/sessions/{sid}/events": {"get": _op("session step events (SSE)", stream=True, extra=_NO_SESSIONS,
+            "/v1/sessions/{sid}/events": {"get": _op("session step events (SSE)", stream=True,
+                                                     extra={**_NO_SESSIONS, **_STREAMS},
                                                      params=[sid, _query("after", "start after this seq", "integer"),
                                                              _query("wait", "seconds before the stream ends", "number")])},
             "/v1/sessions/{sid}/review": {"get": _op("take review items", params=[sid, _query("limit", "at most", "integer")],

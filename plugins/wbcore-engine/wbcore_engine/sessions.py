@@ -24,6 +24,36 @@ TERMINAL = frozenset({"done", "failed", "cancelled", "error", "finished", "max-s
 #: workdir and the tenant are the deployer's, on the engine's host, never a request's.
 RUN_OPTIONS = {"model": str, "max_steps": int, "tool_timeout": (int, float), "max_calls": int,
                "run_timeout": (int, float)}
+#: The documented range of each numeric option (inclusive; docs/engine.md), and the longest model name.
+RUN_RANGES: dict[str, tuple[float, float]] = {"max_steps": (1, 200), "tool_timeout": (0.1, 600.0),
+                                               "max_calls": (1, 1024), "run_timeout": (1.0, 86400.0)}
+MAX_MODEL_CHARS = 200
+
+
+def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` as a run may take them, or ``InvalidArgs`` naming the option, what was
+    wrong and the allowed range: checked before a session starts, so a bad value is a 400,
+    never a session that fails later."""
+    import math
+
+    from wbcore_runtime.errors import InvalidArgs
+
+    out: dict[str, Any] = {}
+    for key, value in options.items():
+        typ = RUN_OPTIONS.get(key)
+        if typ is None:
+            raise InvalidArgs(f"option {key!r} cannot be set over HTTP; allowed: {', '.join(sorted(RUN_OPTIONS))} "
+                              "(grants and the workdir are set on the engine's host)")
+        if not isinstance(value, typ) or isinstance(value, bool):
+            raise InvalidArgs(f"option {key!r} has the wrong type ({type(value).__name__})")
+        if key in RUN_RANGES:
+            low, high = RUN_RANGES[key]
+            if not (math.isfinite(value) and low <= value <= high):
+                raise InvalidArgs(f"option {key!r} = {value!r} is outside {low:g}..{high:g}")
+        if key == "model" and not 0 < len(value) <= MAX_MODEL_CHARS:
+            raise InvalidArgs(f"option 'model' must be 1..{MAX_MODEL_CHARS} characters")
+        out[key] = value
+    return out
 
 NOT_AVAILABLE = ("agent sessions are not available in this engine: no session host is installed "
                  "(the agent loop provides Runtime.agent / runtime.sessions; issue 15 items 2-3). "
@@ -67,18 +97,7 @@ class LoopSessions:
         self.sessions = sessions
 
     def create(self, *, agent: Any, task: str, options: Mapping[str, Any]) -> str:
-        from wbcore_runtime.errors import InvalidArgs
-
-        run: dict[str, Any] = {}
-        for key, value in options.items():
-            typ = RUN_OPTIONS.get(key)
-            if typ is None:
-                raise InvalidArgs(f"option {key!r} cannot be set over HTTP; allowed: {', '.join(sorted(RUN_OPTIONS))} "
-                                  "(grants and the workdir are set on the engine's host)")
-            if not isinstance(value, typ) or isinstance(value, bool):
-                raise InvalidArgs(f"option {key!r} has the wrong type ({type(value).__name__})")
-            run[key] = value
-        return str(self.sessions.start(agent, task, **run).id)
+        return str(self.sessions.start(agent, task, **check_options(options)).id)
 
     def status(self, session: str) -> Mapping[str, Any]:
         return dict(self.sessions.get(session).status())

@@ -390,3 +390,33 @@ def test_odd_rows_and_links_fail_cleanly(api, toolkit_root, make_runtime, wbx, m
     assert r.exit_code == 0, r.stderr
     assert json.loads(r.stdout)["columns"] == ["issues.id", "issues.title", "issues.state", "issues.owner_id",
                                                "issues.labels"]
+
+
+def test_query_streams_pages_and_caps_each_value(api, tracker, wbx):
+    """Rows go into the tables a page at a time: a value over the per-value cap on page 1
+    stops the read with the entity, row and field named, before page 2 is fetched."""
+    from wbcore_federation import query
+
+    api.issues[1]["title"] = "t" * (query.MAX_VALUE_BYTES + 1)
+    r = wbx("fed", "query", "tracker", "issues", runtime=tracker)
+    assert r.exit_code == 2
+    assert f"issues row 2 field 'title': a value of {query.MAX_VALUE_BYTES + 1} bytes exceeds" in r.stderr
+    assert [p for p in api.seen if p.startswith("/api/issues")] == ["/api/issues"]
+
+
+def test_a_field_first_seen_on_a_later_page_becomes_a_column(api, tracker, wbx):
+    api.users[3]["team"] = "infra"  # only on the users' third page
+    r = wbx("fed", "query", "tracker", "users", "--json", runtime=tracker)
+    assert r.exit_code == 0, r.stderr
+    rows = json.loads(r.stdout)["rows"]
+    assert [row["users.team"] for row in rows] == [None, None, None, "infra"]
+
+
+def test_the_query_database_is_capped(api, tracker, wbx, monkeypatch):
+    from wbcore_federation import query
+
+    monkeypatch.setattr(query, "MAX_DB_BYTES", 64 << 10)
+    for row in api.issues:
+        row["title"] = "x" * 20_000
+    r = wbx("fed", "query", "tracker", "issues", runtime=tracker)
+    assert r.exit_code == 2 and "the query's tables exceed" in r.stderr

@@ -9,6 +9,11 @@ the entity declares them pushable (``:PUSHDOWN: state owner_id``), and always ap
 again locally, so a source that ignores a parameter cannot widen the result.
 
 Rows are returned as ordered dicts whose keys are ``<entity>.<field>``.
+
+Memory is bounded while the tables fill: rows go into SQLite a page at a time as the
+connector streams them (a field first seen on a later page adds a column), every value is
+capped (:data:`MAX_VALUE_BYTES`, refused with the entity, row and field), and the
+database as a whole is capped (:data:`MAX_DB_BYTES`, SQLite's ``max_page_count``).
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +31,11 @@ from wbcore_runtime.errors import InvalidArgs
 MAX_SQL = 16 << 10
 MAX_RESULT_ROWS = 100_000
 SQL_TIMEOUT_S = 30.0
+#: One value as stored (a string's UTF-8 bytes, a structure's canonical JSON).
+MAX_VALUE_BYTES = 1 << 20
+#: Every table of one query together (the in-memory database's pages).
+MAX_DB_BYTES = 512 << 20
+_INSERT_BATCH = 1000
 _WORD_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _JOIN_RE = re.compile(r"^([a-z][a-z0-9_]{0,62}):([A-Za-z_][A-Za-z0-9_]{0,62})=([A-Za-z_][A-Za-z0-9_]{0,62})$")
 
@@ -53,13 +63,19 @@ class Result:
         return [dict(zip(self.columns, r, strict=True)) for r in self.rows]
 
 
-def scalar(value: Any) -> Any:
-    """A source value as SQLite stores it: scalars as they are, structures as canonical JSON."""
-    if value is None or isinstance(value, (str, int, float)) and not isinstance(value, bool):
-        return value
+def scalar(value: Any, where: str = "a field") -> Any:
+    """A source value as SQLite stores it: scalars as they are, structures as canonical JSON;
+    one over :data:`MAX_VALUE_BYTES` is refused (``where`` names it)."""
     if isinstance(value, bool):
         return int(value)
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+    if value is None or isinstance(value, (int, float)):
+        return value
+    out = value if isinstance(value, str) else json.dumps(value, sort_keys=True, separators=(",", ":"))
+    # a str's UTF-8 size is at most 4 bytes a character: encode only the ones that may be over
+    if len(out) * 4 > MAX_VALUE_BYTES and len(out.encode("utf-8", "surrogatepass")) > MAX_VALUE_BYTES:
+        raise InvalidArgs(f"{where}: a value of {len(out.encode('utf-8', 'surrogatepass'))} bytes exceeds the "
+                          f"{MAX_VALUE_BYTES}-byte cap per value; leave the field out (:FIELDS:) or narrow the query")
+    return out
 
 
 def columns_of(entity: Entity, rows: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -77,12 +93,59 @@ def columns_of(entity: Entity, rows: Sequence[Mapping[str, Any]]) -> list[str]:
     return list(seen)
 
 
-def materialize(db: sqlite3.Connection, entity: Entity, rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    cols = columns_of(entity, rows)
-    db.execute(f'CREATE TABLE "{entity.name}" ({", ".join(f"{chr(34)}{c}{chr(34)}" for c in cols)})')
-    marks = ", ".join("?" for _ in cols)
-    db.executemany(f'INSERT INTO "{entity.name}" VALUES ({marks})', ([scalar(r.get(c)) for c in cols] for r in rows))
-    return cols
+def open_db() -> sqlite3.Connection:
+    """An in-memory database capped at :data:`MAX_DB_BYTES` (past it a write fails: SQLITE_FULL)."""
+    db = sqlite3.connect(":memory:")
+    page = db.execute("PRAGMA page_size").fetchone()[0]
+    db.execute(f"PRAGMA max_page_count = {MAX_DB_BYTES // page}")
+    return db
+
+
+def stream_rows(connector: Any, entity: Entity,
+                params: Mapping[str, str] | None = None) -> Iterable[Sequence[Mapping[str, Any]]]:
+    """The entity's rows in batches as the connector reads them: a page at a time when it
+    can (``row_pages``), else its whole list in slices."""
+    each = getattr(connector, "row_pages", None)
+    if callable(each):
+        return each(entity, params)
+    rows = connector.rows(entity, params) if params else connector.rows(entity)
+    return (rows[i:i + _INSERT_BATCH] for i in range(0, len(rows), _INSERT_BATCH))
+
+
+def materialize(db: sqlite3.Connection, entity: Entity, batches: Iterable[Sequence[Mapping[str, Any]]]) -> list[str]:
+    """Load the rows into a table named after the entity, a batch (page) at a time: nothing
+    holds every row; the columns are the declared fields, else each field as it first appears."""
+    it: Iterator[Sequence[Mapping[str, Any]]] = iter(batches)
+    cols: list[str] = list(entity.fields) if entity.fields else []
+    folded = {c.lower() for c in cols}
+    created = False
+    n = 0
+    try:
+        while True:
+            got = next(it, None)
+            batch = list(got or ())
+            if not entity.fields:
+                new = columns_of(entity, batch) if not created else [
+                    c for c in columns_of(entity, batch) if c.lower() not in folded]
+                for c in new if created else []:
+                    db.execute(f'ALTER TABLE "{entity.name}" ADD COLUMN "{c}"')  # checked by FIELD_RE
+                cols += [c for c in new if c.lower() not in folded]
+                folded |= {c.lower() for c in new}
+            if not created:
+                db.execute(f'CREATE TABLE "{entity.name}" ({", ".join(f"{chr(34)}{c}{chr(34)}" for c in cols)})')
+                created = True
+            if got is None:
+                return cols
+            marks = ", ".join("?" for _ in cols)
+            db.executemany(f'INSERT INTO "{entity.name}" VALUES ({marks})',
+                           ([scalar(r.get(c), f"{entity.name} row {n + i + 1} field {c!r}") for c in cols]
+                            for i, r in enumerate(batch)))
+            n += len(batch)
+    except sqlite3.OperationalError as exc:
+        if "full" in str(exc):
+            raise InvalidArgs(f"{entity.name}: the query's tables exceed {MAX_DB_BYTES >> 20} MiB after {n} rows; "
+                              "narrow it (--where, fewer joins)") from None
+        raise
 
 
 def run(connector: Any, source: Source, base: str, *, joins: Iterable[Join] = (),
@@ -95,13 +158,13 @@ def run(connector: Any, source: Source, base: str, *, joins: Iterable[Join] = ()
         if j.entity == base:
             raise InvalidArgs(f"--join {j.entity}: joining an entity to itself is not supported")
     pushed = {k: v for k, v in where.items() if k in entity.pushdown}
-    db = sqlite3.connect(":memory:")
+    db = open_db()
     try:
-        cols: dict[str, list[str]] = {base: materialize(db, entity, connector.rows(entity, pushed))}
+        cols: dict[str, list[str]] = {base: materialize(db, entity, stream_rows(connector, entity, pushed))}
         for j in joins:
             if j.entity not in cols:
                 e = source.entity(j.entity)
-                cols[j.entity] = materialize(db, e, connector.rows(e))
+                cols[j.entity] = materialize(db, e, stream_rows(connector, e))
         for j in joins:
             if j.local not in cols[base]:
                 raise InvalidArgs(f"--join {j.entity}:{j.local}=…: {base} has no field {j.local!r} "
@@ -157,11 +220,11 @@ def run_sql(connector: Any, source: Source, sql: str) -> Result:
     if not names:
         known = ", ".join(e.name for e in source.entities)
         raise InvalidArgs(f"the query names no entity of {source.toolkit} (entities: {known})")
-    db = sqlite3.connect(":memory:")
+    db = open_db()
     try:
         for name in names:
             e = source.entity(name)
-            materialize(db, e, connector.rows(e))
+            materialize(db, e, stream_rows(connector, e))
         db.execute("PRAGMA query_only = ON")
         db.set_authorizer(_read_only)
         deadline = time.monotonic() + SQL_TIMEOUT_S

@@ -21,7 +21,6 @@ in the runtime's environment. Neither value is put in a message, a log or the au
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections import deque
@@ -189,10 +188,12 @@ class Connector:
 
     @staticmethod
     def _json(body: bytes, url: str) -> Any:
+        from wbcore_runtime import jsonbound
+
         try:
-            return json.loads(body)
-        except (ValueError, UnicodeDecodeError):
-            raise InvalidArgs(f"{_redacted(url)}: the answer is not JSON") from None
+            return jsonbound.loads(body, what="the page")  # too deep a page is refused, not a RecursionError
+        except jsonbound.JsonRefused as exc:
+            raise InvalidArgs(f"{_redacted(url)}: {exc}") from None
 
     # --- every page of an entity ----------------------------------------------------------
 
@@ -229,13 +230,17 @@ class Connector:
         raise InvalidArgs(f"{src.toolkit}/{entity.name}: more than #+MAX_PAGES {src.max_pages} pages; "
                           "raise #+MAX_PAGES or narrow the query")
 
-    def rows(self, entity: Entity, params: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
+    def row_pages(self, entity: Entity, params: Mapping[str, str] | None = None) -> Iterator[tuple[dict[str, Any], ...]]:
+        """Every row, a page at a time: a page is fetched when the one before is consumed."""
+        n = 0
         for page in self.pages(entity, params):
-            out.extend(page.rows)
-            if len(out) > MAX_ROWS:
+            n += len(page.rows)
+            if n > MAX_ROWS:
                 raise InvalidArgs(f"{self.source.toolkit}/{entity.name}: more than {MAX_ROWS} rows; narrow the query")
-        return out
+            yield page.rows
+
+    def rows(self, entity: Entity, params: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+        return [r for page in self.row_pages(entity, params) for r in page]
 
 
 def _has(doc: Any, path: str) -> bool:

@@ -55,7 +55,7 @@ class Synced:
 
 def inert(value: Any) -> str:
     """A value as one line of Org text that cannot start structure."""
-    v = scalar(value)
+    v = scalar(value, "a synced field")
     text = "" if v is None else str(v)
     return _CTRL.sub(" ", text).strip()
 

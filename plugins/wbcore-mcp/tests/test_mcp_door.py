@@ -466,3 +466,92 @@ def test_concurrent_first_calls_build_once(make_runtime, toolkit_root: Path, mon
         t.join(timeout=30)
     assert builds == ["lazycat"]
     assert [o.text() for o in outs] == ["z"] * 4 and all(o.error is None for o in outs)
+
+
+# --- parsers never crash the server ------------------------------------------------------
+
+DEEP = ("[" * 1000 + "]" * 1000).encode()
+
+
+def test_deep_and_broken_json_over_stdio_get_a_parse_error_and_the_server_goes_on(toolkit_root: Path,
+                                                                                    wb_home: Path) -> None:
+    from mcp_fixtures import populate
+
+    populate(toolkit_root, wb_home)
+    env = {"WB_HOME": str(wb_home), "WB_TOOLKITS_ROOT": str(toolkit_root), "PATH": os.environ.get("PATH", "")}
+    proc = subprocess.Popen(SERVE, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            bufsize=0)
+
+    def reply() -> dict[str, Any]:
+        line = proc.stdout.readline()
+        assert line, f"the server ended: {proc.stderr.read().decode()[-2000:]}"
+        return json.loads(line)
+
+    try:
+        proc.stdin.write(DEEP + b"\n")  # before the handshake: the SDK's path
+        got = reply()
+        assert got["id"] is None and got["error"]["code"] == -32700 and "1000 levels" in got["error"]["message"]
+        proc.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INIT["params"]}).encode()
+                         + b"\n")
+        assert reply()["result"]["protocolVersion"] == "2025-11-25"
+        proc.stdin.write(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')
+        for bad in (DEEP, b'{"jsonrpc": "2.0", "id": 2, "method": ', b'{"a": "\xff"'):  # the lean path's turn
+            proc.stdin.write(bad + b"\n")
+            assert reply()["error"]["code"] == -32700
+        proc.stdin.write(b'{"jsonrpc": "2.0", "id": 3, "method": "ping"}\n')
+        assert reply() == {"jsonrpc": "2.0", "id": 3, "result": {}}
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=20)
+    assert proc.returncode == 0
+
+
+def test_deep_json_over_http_is_400_not_500(http_server: int) -> None:
+    import httpx
+
+    url = f"http://127.0.0.1:{http_server}/mcp"
+    auth = {**ACCEPT, "authorization": f"Bearer {TOKEN}"}
+    with httpx.Client(timeout=30) as c:
+        r = c.post(url, content=DEEP, headers=auth)  # no session: the SDK's parser
+        assert r.status_code == 400
+        sid = c.post(url, json=INIT, headers=auth).headers["mcp-session-id"]
+        session = {**auth, "mcp-session-id": sid, "mcp-protocol-version": "2025-11-25"}
+        c.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session)
+        r = c.post(url, content=DEEP, headers=session)  # a live session: the lean path's parser
+        assert r.status_code == 400 and r.json()["error"]["code"] == -32700
+        r = c.post(url, json={"jsonrpc": "2.0", "id": 5, "method": "ping"}, headers=session)
+        assert r.status_code == 200
+
+
+def test_http_bound_to_another_loopback_address_accepts_its_own_host(toolkit_root: Path, wb_home: Path) -> None:
+    import httpx
+
+    from mcp_fixtures import populate
+
+    populate(toolkit_root, wb_home)
+    port = _free_port()
+    env = {**os.environ, "WB_HOME": str(wb_home), "WB_TOOLKITS_ROOT": str(toolkit_root), "WB_MCP_TOKEN": TOKEN}
+    proc = subprocess.Popen([*SERVE, "--http", "--host", "127.0.0.2", "--port", str(port)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.2", port), timeout=0.2).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(f"server did not start: {proc.stderr.read().decode()[-2000:]}")
+                time.sleep(0.1)
+        auth = {**ACCEPT, "authorization": f"Bearer {TOKEN}"}
+        with httpx.Client(timeout=30) as c:
+            r = c.post(f"http://127.0.0.2:{port}/mcp", json=INIT, headers=auth)  # Host: 127.0.0.2:<port>
+            assert r.status_code == 200, r.text
+            r = c.post(f"http://127.0.0.2:{port}/mcp", json=INIT, headers={**auth, "host": "127.0.0.3"})
+            assert r.status_code == 421
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()

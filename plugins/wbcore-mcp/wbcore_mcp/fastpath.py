@@ -128,6 +128,18 @@ def _dumps(payload: Any) -> bytes:
     return (json.dumps(payload, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
 
 
+def parse_error(reason: str) -> dict[str, Any]:
+    """The JSON-RPC answer to a message that is not JSON the server parses (``-32700``)."""
+    return {"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": f"Parse error: {reason}"}}
+
+
+def _parse(raw: bytes) -> Any:
+    """``raw`` as JSON, or :class:`wbcore_runtime.jsonbound.JsonRefused` (too deep, malformed)."""
+    from wbcore_runtime import jsonbound
+
+    return jsonbound.loads(raw, what="the message")
+
+
 async def serve_stdio(server: Any) -> None:
     """``server`` over this process's stdin/stdout with the lean ``tools/call`` path.
 
@@ -170,22 +182,39 @@ async def serve_stdio(server: Any) -> None:
         else:
             write(out_bytes)
 
+    async def skip_rest_of_line() -> None:
+        # readline dropped what it had of an over-long line; the rest, up to its newline, goes too
+        while True:
+            try:
+                await reader.readuntil(b"\n")
+                return
+            except asyncio.LimitOverrunError as exc:
+                await reader.readexactly(exc.consumed)
+            except asyncio.IncompleteReadError:
+                return
+
     async def read_loop(tg: Any) -> None:
+        from wbcore_runtime.jsonbound import JsonRefused
+
         async with to_sdk:
             while True:
                 try:
                     line = await reader.readline()
                 except (ValueError, asyncio.LimitOverrunError) as exc:
-                    await to_sdk.send(ValueError(f"message over {MAX_LINE} bytes: {exc}"))
-                    break
+                    # too long a message is refused like any unparseable one; the server goes on
+                    write(_dumps(parse_error(f"the message is longer than {MAX_LINE} bytes")))
+                    if "not found" in str(exc):
+                        await skip_rest_of_line()
+                    continue
                 if not line:
                     break
                 if not line.strip():
                     continue
                 try:
-                    msg = json.loads(line)
-                except ValueError:
-                    msg = None
+                    msg = _parse(line)
+                except JsonRefused as exc:
+                    write(_dumps(parse_error(str(exc))))  # -32700, and the next line is read as usual
+                    continue
                 if lean.eligible(msg):
                     tg.start_soon(answer, msg)
                     continue
@@ -278,10 +307,16 @@ class LeanHTTP:
             if not message.get("more_body"):
                 break
         body = b"".join(chunks)
+        from wbcore_runtime.jsonbound import JsonRefused
+
         try:
-            msg = json.loads(body)
-        except ValueError:
-            msg = None
+            msg = _parse(body)
+        except JsonRefused as exc:  # too deep or malformed: 400 with -32700, never a RecursionError's 500
+            out = json.dumps(parse_error(str(exc))).encode()
+            await send({"type": "http.response.start", "status": 400, "headers": [
+                (b"content-type", b"application/json"), (b"content-length", str(len(out)).encode())]})
+            await send({"type": "http.response.body", "body": out})
+            return
         if not self.lean.callable(msg):
             self.lean.cancelled(msg, session_id)  # a lean call's cancellation; the SDK sees it too
             replayed = False

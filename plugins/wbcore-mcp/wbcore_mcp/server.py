@@ -51,6 +51,10 @@ PROGRESS_EVERY_S = 1.0
 MAX_SEARCH_RESULTS = 50
 #: ``_meta`` key a client may set on ``tools/call`` to shorten the deadline (milliseconds).
 TIMEOUT_META = "wbcore/timeout-ms"
+#: Streamable HTTP: stateful sessions open at once, and the idle time after which one closes
+#: (the SDK's own settings; its defaults are 10,000 and 30 minutes).
+MAX_SESSIONS = 256
+SESSION_IDLE_S = 600.0
 
 SEARCH_SCHEMA = {
     "type": "object",
@@ -521,19 +525,27 @@ async def anyio_to_thread(fn: Any, *args: Any) -> Any:
 
 
 def http_app(server: Any, *, host: str, path: str = "/mcp", token: str | None = None,
-             allow_hosts: Iterable[str] = (), lean: bool = True) -> Any:
+             allow_hosts: Iterable[str] = (), lean: bool = True, limits: Any = None) -> Any:
     """The ASGI app of ``server`` over streamable HTTP, guarded (``wbcore_mcp.http_guard``):
-    Host/Origin checked on every bind address, and the bearer token when one is set."""
+    Host/Origin checked on every bind address, and the bearer token when one is set; the SDK's
+    session cap and idle expiry (:data:`MAX_SESSIONS`, :data:`SESSION_IDLE_S`), and its
+    standalone SSE streams (``GET``) capped per client and in all
+    (:class:`wbcore_runtime.httpserve.StreamGate`)."""
+    from wbcore_runtime import httpserve
+
     from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE
 
     from wbcore_mcp import http_guard
 
     security = http_guard.security_settings(host, allow_hosts)
-    app = server.streamable_http_app(streamable_http_path=path, host=host, transport_security=security)
+    app = server.streamable_http_app(streamable_http_path=path, host=host, transport_security=security,
+                                     max_sessions=MAX_SESSIONS, session_idle_timeout=SESSION_IDLE_S)
     if lean:
         from wbcore_mcp.fastpath import LeanHTTP
 
         app = LeanHTTP(app, server, path=path, security=security, max_body=DEFAULT_MAX_REQUEST_BODY_SIZE)
+    app = httpserve.StreamGate(app, limits or httpserve.ServerLimits(),
+                               is_stream=lambda scope: scope["method"] == "GET" and scope["path"] == path)
     token = http_guard.check_token(token)
     return http_guard.BearerAuth(app, token) if token else app
 
@@ -545,13 +557,17 @@ def serve_http(runtime: Runtime, *, host: str = "127.0.0.1", port: int = 8765, p
     import uvicorn
 
     from wbcore_mcp import http_guard
+    from wbcore_runtime import httpserve
 
     token = http_guard.check_token(token)
+    limits = httpserve.ServerLimits()
     server = build_server(runtime, warm=True, **kw)
-    app = http_app(server, host=host, path=path, token=token, allow_hosts=allow_hosts, lean=lean)
+    app = http_app(server, host=host, path=path, token=token, allow_hosts=allow_hosts, lean=lean, limits=limits)
     if build:
         build_all(server)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+    # a whole request within its deadline, connections per client and in all, the idle timeout
+    httpserve.raise_nofile(limits)
+    config = httpserve.uvicorn_config(app, host=host, port=port, limits=limits, log_level="warning", lifespan="on")
     uv = uvicorn.Server(config)
     warn = http_guard.warning(host, token)
     if warn:

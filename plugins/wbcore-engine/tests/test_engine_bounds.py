@@ -1,0 +1,235 @@
+"""The engine's bounds: a request's deadline, connection and stream caps per client and in
+all, bounded JSON, run options within their documented ranges, the live-session cap, and
+the Host check on a non-default loopback bind. Misbehaving clients connect from other
+loopback addresses (127.0.0.3, 127.0.0.4) so the per-client caps are what they meet."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from wbcore_runtime.httpserve import ServerLimits
+
+@pytest.fixture(autouse=True, params=["httptools", "h11"])
+def protocol(request, monkeypatch) -> str:
+    """Every bound holds on both of uvicorn's HTTP protocols (httptools is the default)."""
+    from wbcore_runtime import httpserve
+
+    if request.param == "h11":
+        from uvicorn.protocols.http.h11_impl import H11Protocol
+
+        monkeypatch.setattr(httpserve, "_base_protocol", lambda: (H11Protocol, False))
+    else:
+        pytest.importorskip("httptools")
+    return request.param
+
+
+SMALL = ServerLimits(request_deadline_s=1.5, max_connections=64, max_connections_per_client=24,
+                     max_streams=8, max_streams_per_client=3)
+
+
+def _limits(**kw: Any) -> Any:
+    from wbcore_engine.app import Limits
+
+    return Limits(server=SMALL, **kw)
+
+
+def _port(url: str) -> int:
+    return int(url.rsplit(":", 1)[1])
+
+
+def _connect(port: int, source: str) -> socket.socket:
+    s = socket.socket()
+    s.settimeout(5)
+    s.bind((source, 0))
+    s.connect(("127.0.0.1", port))
+    return s
+
+
+def _recv_all(s: socket.socket) -> bytes:
+    out = b""
+    while True:
+        try:
+            chunk = s.recv(4096)
+        except (ConnectionResetError, TimeoutError):
+            return out
+        if not chunk:
+            return out
+        out += chunk
+
+
+def test_silent_and_dripping_clients_are_cut_at_the_deadline_and_capped_per_client(make_runtime, serve_engine):
+    eng = serve_engine(make_runtime(plugins=["engine"]), limits=_limits())
+    port = _port(eng.url)
+    silent = [_connect(port, "127.0.0.3") for _ in range(30)]  # 6 past the per-client cap
+    drip = _connect(port, "127.0.0.4")
+    try:
+        t0 = time.monotonic()
+        r = httpx.get(eng.url + "/v1/toolkits", headers=eng.auth, timeout=5)
+        assert r.status_code == 200 and time.monotonic() - t0 < 1.0  # the good client is not blocked
+        answers = [_recv_all(s) for s in silent[24:]]  # refused at once, before any request
+        assert all(a.startswith(b"HTTP/1.1 503") and b"too-many-connections" in a for a in answers), answers
+        for byte in b"GET /v1/toolkits HTTP/1.1\r\nHost: 127.0.0.1\r\n":  # a header byte every 0.1 s
+            try:
+                drip.send(bytes([byte]))
+            except OSError:
+                break
+            time.sleep(0.1)
+        assert _recv_all(drip).startswith(b"HTTP/1.1 408")  # the drip did not extend its deadline
+        for s in silent[:24]:
+            assert _recv_all(s).startswith(b"HTTP/1.1 408")
+        # the cap is free again
+        again = _connect(port, "127.0.0.3")
+        again.sendall(b"GET /v1/toolkits HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        assert _recv_all(again).startswith(b"HTTP/1.1 401")  # reached the app: no token sent
+        again.close()
+    finally:
+        for s in [*silent, drip]:
+            s.close()
+
+
+def test_a_body_that_does_not_arrive_in_time_is_cut(make_runtime, serve_engine):
+    eng = serve_engine(make_runtime(plugins=["engine"]), limits=_limits())
+    s = _connect(_port(eng.url), "127.0.0.3")
+    try:
+        s.sendall(f"POST /v1/calls/x HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {eng.token}\r\n"
+                  "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{".encode())
+        t0 = time.monotonic()
+        got = _recv_all(s)
+        assert time.monotonic() - t0 < 5
+        assert got.startswith(b"HTTP/1.1 408") or got == b""  # answered 408 by whichever layer saw it first
+    finally:
+        s.close()
+
+
+def test_streams_are_capped_per_client(make_runtime, serve_engine):
+    eng = serve_engine(make_runtime(plugins=["engine"]), limits=_limits())
+    with httpx.Client(timeout=10) as c:
+        held = []
+        try:
+            for _ in range(SMALL.max_streams_per_client):
+                cm = c.stream("GET", eng.url + "/v1/audit/events", headers=eng.auth, params={"wait": 10})
+                resp = cm.__enter__()
+                assert resp.status_code == 200
+                held.append(cm)
+            r = c.get(eng.url + "/v1/audit/events", headers=eng.auth, params={"wait": 10})
+            assert r.status_code == 503 and r.json()["error"] == "too-many-streams" and r.headers["retry-after"]
+            assert c.get(eng.url + "/v1/toolkits", headers=eng.auth).status_code == 200  # other routes are not streams
+        finally:
+            for cm in held:
+                cm.__exit__(None, None, None)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:  # the server notices the streams ended
+            r = c.get(eng.url + "/v1/audit/events", headers=eng.auth, params={"wait": 0.1})
+            if r.status_code == 200:
+                break
+            time.sleep(0.1)
+        assert r.status_code == 200
+
+
+def test_deep_and_oversized_json_is_400_or_413_not_500(make_runtime, serve_engine):
+    eng = serve_engine(make_runtime(plugins=["engine"]))
+    with httpx.Client(base_url=eng.url, headers=eng.auth, timeout=30) as c:
+        r = c.post("/v1/calls/anything", content=b"[" * 1000 + b"]" * 1000)
+        assert r.status_code == 400 and "1000 levels deep" in r.json()["message"]
+        r = c.post("/v1/calls/anything", content=b'{"argv": [' + b'"x",' * (1_100_000) + b'"x"]}')
+        assert r.status_code == 413
+        assert c.get("/v1/toolkits").status_code == 200
+
+
+class _Hold:
+    """A session host whose runs stay 'running' until cancelled (the live-session cap)."""
+
+    def __init__(self) -> None:
+        self.runs: dict[str, str] = {}
+        self.lock = threading.Lock()
+
+    def create(self, *, agent: Any, task: str, options: Any) -> str:
+        with self.lock:
+            sid = f"h{len(self.runs) + 1}"
+            self.runs[sid] = "running"
+            return sid
+
+    def status(self, session: str) -> dict[str, Any]:
+        from wbcore_runtime.errors import NotFound
+
+        if session not in self.runs:
+            raise NotFound(f"no session {session!r}")
+        return {"id": session, "status": self.runs[session]}
+
+    def events(self, session: str, *, after: int, timeout: float) -> list[dict[str, Any]]:
+        return []
+
+    def put_review(self, session: str, item: Any) -> dict[str, Any]:
+        return dict(item)
+
+    def take_review(self, session: str, *, limit: int) -> list[Any]:
+        return []
+
+    def cancel(self, session: str) -> dict[str, Any]:
+        self.runs[session] = "cancelled"
+        return self.status(session)
+
+
+@pytest.mark.parametrize(("options", "says"), [
+    ({"max_steps": 0}, "'max_steps' = 0 is outside 1..200"),
+    ({"max_steps": 10**9}, "outside 1..200"),
+    ({"tool_timeout": -1}, "'tool_timeout' = -1 is outside 0.1..600"),
+    ({"tool_timeout": 1e308}, "outside 0.1..600"),
+    ({"tool_timeout": "5"}, "wrong type"),
+    ({"max_steps": True}, "wrong type"),
+    ({"model": ""}, "1..200 characters"),
+    ({"workdir": "/"}, "cannot be set over HTTP"),
+])
+def test_run_options_outside_their_range_are_400(make_runtime, serve_engine, options, says):
+    host = _Hold()
+    eng = serve_engine(make_runtime(plugins=["engine"]), sessions=host)
+    r = httpx.post(eng.url + "/v1/sessions", headers=eng.auth, timeout=10,
+                   json={"agent": "helper", "task": "t", "options": options})
+    assert r.status_code == 400 and says in r.json()["message"], r.text
+    assert host.runs == {}  # refused before any session started
+
+
+def test_live_sessions_are_capped(make_runtime, serve_engine):
+    host = _Hold()
+    eng = serve_engine(make_runtime(plugins=["engine"]), sessions=host, limits=_limits(max_sessions=3))
+    with httpx.Client(base_url=eng.url, headers=eng.auth, timeout=10) as c:
+        made = [c.post("/v1/sessions", json={"agent": "helper", "task": "t", "options": {"max_steps": 5}})
+                for _ in range(3)]
+        assert [m.status_code for m in made] == [201, 201, 201]
+        r = c.post("/v1/sessions", json={"agent": "helper", "task": "t"})
+        assert r.status_code == 429 and "3 sessions are running" in r.json()["message"]
+        c.delete(f"/v1/sessions/{made[0].json()['id']}")
+        assert c.post("/v1/sessions", json={"agent": "helper", "task": "t"}).status_code == 201
+
+
+def test_an_engine_on_another_loopback_address_accepts_its_own_host(make_runtime, serve_engine):
+    eng = serve_engine(make_runtime(plugins=["engine"]), bind="127.0.0.2")
+    assert eng.url.startswith("http://127.0.0.2:")
+    with httpx.Client(headers=eng.auth, timeout=10) as c:
+        assert c.get(eng.url + "/v1/toolkits").status_code == 200  # Host: 127.0.0.2:<port>
+        assert c.get(eng.url + "/v1/toolkits", headers={"host": "127.0.0.2"}).status_code == 200
+        assert c.get(eng.url + "/v1/toolkits", headers={"host": "127.0.0.3"}).status_code == 421
+
+
+def test_headers_past_the_cap_are_refused(make_runtime, serve_engine, protocol):
+    eng = serve_engine(make_runtime(plugins=["engine"]), limits=_limits())
+    s = _connect(_port(eng.url), "127.0.0.3")
+    try:
+        s.sendall(b"GET /v1/toolkits HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        for i in range(SMALL.max_header_bytes // 1000 + 8):  # a header line at a time, never the end
+            try:
+                s.sendall(f"X-Pad-{i}: {'p' * 990}\r\n".encode())
+            except OSError:
+                break
+        got = _recv_all(s)
+        assert got.startswith(b"HTTP/1.1 431" if protocol == "httptools" else b"HTTP/1.1 400"), got[:80]
+    finally:
+        s.close()
+    r = httpx.get(eng.url + "/v1/toolkits", headers={**eng.auth, "x-fine": "f" * 8000}, timeout=5)
+    assert r.status_code == 200  # headers under the cap pass

@@ -1,0 +1,236 @@
+"""How every wbcore HTTP server is bounded (``wbx engine serve``, ``wbx mcp serve --http``).
+
+Both serve an ASGI app on uvicorn. uvicorn brings some bounds of its own, used as they are:
+``timeout_keep_alive`` (an idle keep-alive connection closes), ``limit_concurrency`` (a
+backstop: 503 past it) and, on its h11 protocol, ``h11_max_incomplete_event_size`` (a
+request line plus headers larger than it is refused with 400). It has no deadline for a
+request to *arrive*: a client that opens a socket and sends nothing, or one header byte
+every few seconds (slowloris), holds its connection for ever — uvicorn only times out the
+gap *after* a response. :func:`protocol_class` adds what is missing, at the depth where a
+connection exists (the asyncio protocol; nothing above it sees a request that never came),
+on uvicorn's httptools protocol when httptools is installed (about twice h11's requests per
+second), else on h11:
+
+- **a deadline to receive a whole request** (request line, headers and body), started when
+  the connection opens and again after each response: a request still incomplete then is
+  answered ``408`` and the connection closed (an app already handling the request sees
+  ``http.disconnect``);
+- **a cap on connections per client address and in all**: one past either is answered
+  ``503`` and closed at once, before it costs a request;
+- on httptools, which has no limit of its own, **the request line plus headers** are
+  capped like h11's setting: past ``max_header_bytes`` without the end of the headers the
+  client gets ``431`` and the connection closes.
+
+:class:`StreamGate` caps the long-lived responses (SSE streams) per client and in all, and
+:func:`raise_nofile` lifts the process's open-file limit to what the caps need.
+"""
+
+from __future__ import annotations
+
+import resource
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+KiB = 1 << 10
+
+
+@dataclass(frozen=True, slots=True)
+class ServerLimits:
+    """The four bounds of a wbcore HTTP server (seconds, counts, bytes); docs/engine.md lists them."""
+
+    #: A whole request (line, headers, body) must arrive within this many seconds.
+    request_deadline_s: float = 30.0
+    #: Idle keep-alive connections close after this many seconds (uvicorn's ``timeout_keep_alive``).
+    idle_s: int = 15
+    #: Open connections in all, and from one client address.
+    max_connections: int = 1024
+    max_connections_per_client: int = 256
+    #: Concurrent long-lived streams (SSE) in all, and from one client address.
+    max_streams: int = 512
+    max_streams_per_client: int = 128
+    #: The request line plus headers (h11's ``max_incomplete_event_size``).
+    max_header_bytes: int = 32 * KiB
+    #: How long a graceful stop waits for responses in progress.
+    graceful_s: int = 10
+
+
+_REFUSED = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\n"
+            b"retry-after: 5\r\ncontent-length: %d\r\n\r\n%s")
+_TOO_BIG = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
+            b"connection: close\r\ncontent-length: %d\r\n\r\n%s")
+_TIMED_OUT = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\n"
+              b"content-length: %d\r\n\r\n%s")
+
+
+def _body(error: str, message: str) -> bytes:
+    import json
+
+    return json.dumps({"error": error, "message": message}).encode()
+
+
+def _canned(template: bytes, error: str, message: str) -> bytes:
+    body = _body(error, message)
+    return template % (len(body), body)
+
+
+def _base_protocol() -> tuple[type, bool]:
+    """uvicorn's httptools protocol when httptools is installed, else its h11 one; and
+    whether the header cap must be ours (httptools has none)."""
+    try:
+        import httptools  # noqa: F401
+
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+    except ImportError:
+        from uvicorn.protocols.http.h11_impl import H11Protocol
+
+        return H11Protocol, False
+    return HttpToolsProtocol, True
+
+
+def protocol_class(limits: ServerLimits, *, base: type | None = None) -> type:
+    """uvicorn's HTTP protocol with the request deadline, the connection caps and the header
+    cap of ``limits`` (one class per server: its counters are the server's). ``base``:
+    uvicorn's ``H11Protocol`` or ``HttpToolsProtocol`` (default: httptools when installed)."""
+    if base is None:
+        base, own_header_cap = _base_protocol()
+    else:
+        own_header_cap = base.__name__ != "H11Protocol"
+    per_client: dict[str, int] = {}
+    total = [0]
+
+    class Bounded(base):  # type: ignore[misc, valid-type]
+        _counted: str | None = None
+        _deadline: Any = None
+        _head_bytes = 0  # bytes received while the current request's headers are incomplete
+
+        def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            who = self.client[0] if self.client else "?"
+            if total[0] >= limits.max_connections or per_client.get(who, 0) >= limits.max_connections_per_client:
+                scope = "in all" if total[0] >= limits.max_connections else f"from {who}"
+                transport.write(_canned(_REFUSED, "too-many-connections",
+                                        f"this server holds its cap of open connections {scope}; retry later"))
+                transport.close()
+                return
+            self._counted = who
+            total[0] += 1
+            per_client[who] = per_client.get(who, 0) + 1
+            self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            who, self._counted = self._counted, None
+            if who is not None:
+                total[0] -= 1
+                left = per_client.get(who, 1) - 1
+                if left > 0:
+                    per_client[who] = left
+                else:
+                    per_client.pop(who, None)
+            super().connection_lost(exc)
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._head_bytes = 0
+            if not self.transport.is_closing():
+                self._arm()  # the next request on this connection has its own deadline
+
+        if own_header_cap:
+            def data_received(self, data: bytes) -> None:
+                before = self.cycle
+                super().data_received(data)
+                if self.cycle is not before:  # the headers ended in this chunk: a request began
+                    self._head_bytes = 0
+                    return
+                if before is not None and not before.response_complete:
+                    return  # body bytes of the request in progress
+                self._head_bytes += len(data)
+                if self._head_bytes > limits.max_header_bytes and not self.transport.is_closing():
+                    self.transport.write(_canned(_TOO_BIG, "too-large", "the request line and headers exceed "
+                                                 f"{limits.max_header_bytes} bytes"))
+                    self.transport.close()
+
+        def _arm(self) -> None:
+            self._disarm()
+            self._deadline = self.loop.call_later(limits.request_deadline_s, self._expired)
+
+        def _disarm(self) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
+
+        def _expired(self) -> None:
+            self._deadline = None
+            cycle = self.cycle
+            waiting = cycle is None or cycle.response_complete  # no request since the last response
+            if not waiting and not cycle.more_body:
+                return  # the whole request arrived: the app's own bounds take over
+            if self.transport.is_closing():
+                return
+            if waiting or not cycle.response_started:
+                self.transport.write(_canned(_TIMED_OUT, "timeout", "the request did not arrive within "
+                                             f"{limits.request_deadline_s:g} s"))
+            self.transport.close()
+
+    return Bounded
+
+
+def uvicorn_config(app: Any, *, host: str, port: int, limits: ServerLimits, **kw: Any) -> Any:
+    """A ``uvicorn.Config`` for ``app`` with every bound of ``limits`` (its own settings first)."""
+    import uvicorn
+
+    return uvicorn.Config(app, host=host, port=port, http=protocol_class(limits),
+                          timeout_keep_alive=limits.idle_s, timeout_graceful_shutdown=limits.graceful_s,
+                          limit_concurrency=limits.max_connections + 1,
+                          h11_max_incomplete_event_size=limits.max_header_bytes, **kw)
+
+
+def raise_nofile(limits: ServerLimits, *, spare: int = 256) -> int:
+    """Lift the soft open-file limit so the connection cap (plus ``spare`` for files, pipes
+    and guests) fits, as far as the hard limit allows; return the soft limit in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = limits.max_connections + spare
+    if soft != resource.RLIM_INFINITY and soft < want:
+        new = want if hard == resource.RLIM_INFINITY else min(want, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+        soft = new
+    return soft
+
+
+class StreamGate:
+    """ASGI middleware: the requests ``is_stream`` picks (long-lived responses, such as SSE)
+    are admitted up to ``limits.max_streams`` in all and ``limits.max_streams_per_client``
+    per client address; one past either is answered ``503`` with ``Retry-After``."""
+
+    def __init__(self, app: Any, limits: ServerLimits, is_stream: Callable[[dict[str, Any]], bool]) -> None:
+        self.app = app
+        self.limits = limits
+        self.is_stream = is_stream
+        self.total = 0
+        self.per_client: dict[str, int] = {}
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or not self.is_stream(scope):
+            await self.app(scope, receive, send)
+            return
+        who = (scope.get("client") or ("?", 0))[0]
+        if self.total >= self.limits.max_streams or self.per_client.get(who, 0) >= self.limits.max_streams_per_client:
+            where = "in all" if self.total >= self.limits.max_streams else f"from {who}"
+            body = _body("too-many-streams", f"this server holds its cap of open streams {where}; close one or retry later")
+            await send({"type": "http.response.start", "status": 503, "headers": [
+                (b"content-type", b"application/json"), (b"retry-after", b"5"),
+                (b"content-length", str(len(body)).encode())]})
+            await send({"type": "http.response.body", "body": body})
+            return
+        self.total += 1
+        self.per_client[who] = self.per_client.get(who, 0) + 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.total -= 1
+            left = self.per_client.get(who, 1) - 1
+            if left > 0:
+                self.per_client[who] = left
+            else:
+                self.per_client.pop(who, None)
