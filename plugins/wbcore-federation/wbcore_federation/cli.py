@@ -26,6 +26,21 @@ def _where(pairs: list[str]) -> dict[str, str]:
     return out
 
 
+def _params(pairs: list[str]) -> dict[str, str]:
+    """``--param name=value`` (repeatable): the values of the source's ``{name}`` URL placeholders."""
+    from wbcore_runtime.errors import InvalidArgs
+
+    out: dict[str, str] = {}
+    for p in pairs:
+        name, sep, value = p.partition("=")
+        if not sep or not name:
+            raise InvalidArgs(f"--param {p!r}: write it as <name>=<value> (e.g. --param package=httpx)")
+        if name in out:
+            raise InvalidArgs(f"--param {name} is given twice")
+        out[name] = value
+    return out
+
+
 def _interval(text: str) -> float:
     from wbcore_runtime.errors import InvalidArgs
 
@@ -46,6 +61,7 @@ def fed_app(runtime: Any) -> typer.Typer:
         join: list[str] = typer.Option([], "--join", help="Also read ENTITY and join it: <entity>:<base field>=<entity field>."),
         where: list[str] = typer.Option([], "--where", help="Keep rows whose <field>=<value> (pushed to the source where declared)."),
         limit: int | None = typer.Option(None, "--limit", min=1, help="At most this many rows."),
+        param: list[str] = typer.Option([], "--param", help="Fill a {name} placeholder of the source's URL: <name>=<value>."),
         csv_: bool = typer.Option(False, "--csv", help="Print CSV."),
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
@@ -57,9 +73,9 @@ def fed_app(runtime: Any) -> typer.Typer:
         if " " in entity.strip():
             if join or where or limit is not None:
                 raise InvalidArgs("--join, --where and --limit go with an entity name; write them into the SELECT")
-            r = engine.sql(runtime, toolkit, entity)
+            r = engine.sql(runtime, toolkit, entity, params=_params(param))
         else:
-            r = engine.query(runtime, toolkit, entity, joins=join, where=_where(where), limit=limit)
+            r = engine.query(runtime, toolkit, entity, joins=join, where=_where(where), limit=limit, params=_params(param))
         if json_:
             emit_json({"columns": list(r.columns), "rows": r.dicts()})
             return
@@ -83,6 +99,7 @@ def fed_app(runtime: Any) -> typer.Typer:
         entity: str | None = typer.Option(None, "--entity", help="The entity to mirror (default: #+SYNC's)."),
         every: str | None = typer.Option(None, "--every", help="Sync again every INTERVAL (300, 30s, 5m, 1h) until interrupted."),
         times: int | None = typer.Option(None, "--times", min=1, help="With --every: stop after this many syncs."),
+        param: list[str] = typer.Option([], "--param", help="Fill a {name} placeholder of the source's URL: <name>=<value>."),
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
         """Mirror an entity into :task: nodes of an Org file (stable ids, updated in place)."""
@@ -92,7 +109,7 @@ def fed_app(runtime: Any) -> typer.Typer:
         interval = None if every is None else _interval(every)
         n = 0
         while True:
-            s = engine.sync(runtime, toolkit, out=target, entity=entity)
+            s = engine.sync(runtime, toolkit, out=target, entity=entity, params=_params(param))
             n += 1
             if json_:
                 emit_json({"path": str(s.path), "written": s.written, "added": s.added, "updated": s.updated,

@@ -41,34 +41,41 @@ class RowSource(Protocol):
 class HttpJson:
     """The ``http-json`` connector kind: :class:`wbcore_federation.source.Connector`."""
 
-    def connect(self, runtime: Any, source: _spec.Source, *, caps: frozenset[str], tenant: str) -> RowSource:
-        return Connector(runtime, source, caps=caps, tenant=tenant)
+    def connect(self, runtime: Any, source: _spec.Source, *, caps: frozenset[str], tenant: str,
+                params: Mapping[str, str] | None = None) -> RowSource:
+        return Connector(runtime, source, caps=caps, tenant=tenant, url_params=params)
 
 
-def connect(runtime: Any, toolkit_id: str, *, tenant: str = "default") -> tuple[_spec.Source, RowSource]:
+def connect(runtime: Any, toolkit_id: str, *, tenant: str = "default",
+            params: Mapping[str, str] | None = None) -> tuple[_spec.Source, RowSource]:
     """The toolkit's source and a connection from the connector its ``#+SOURCE`` names
-    (a ``wbcore_federation_sources`` registration), under the toolkit's effective caps."""
+    (a ``wbcore_federation_sources`` registration), under the toolkit's effective caps.
+    ``params`` fill the source's ``{name}`` URL placeholders (``--param name=value``)."""
     tk = runtime.toolkit(toolkit_id)
     src = source_of(tk)
     caps = frozenset(runtime.effective_caps(tk))
     kind = runtime.federation_sources.get(src.kind).factory(runtime)
-    return src, kind.connect(runtime, src, caps=caps, tenant=tenant)
+    if params or src.params:
+        return src, kind.connect(runtime, src, caps=caps, tenant=tenant, params=dict(params or {}))
+    return src, kind.connect(runtime, src, caps=caps, tenant=tenant)  # a connector that takes no params
 
 
 def query(runtime: Any, toolkit_id: str, entity: str, *, joins: Iterable[str] = (),
-          where: Mapping[str, str] | None = None, limit: int | None = None, tenant: str = "default") -> _query.Result:
-    src, conn = connect(runtime, toolkit_id, tenant=tenant)
+          where: Mapping[str, str] | None = None, limit: int | None = None, tenant: str = "default",
+          params: Mapping[str, str] | None = None) -> _query.Result:
+    src, conn = connect(runtime, toolkit_id, tenant=tenant, params=params)
     return _query.run(conn, src, entity, joins=[_query.Join.parse(j) for j in joins], where=where, limit=limit)
 
 
-def sql(runtime: Any, toolkit_id: str, text: str, *, tenant: str = "default") -> _query.Result:
-    src, conn = connect(runtime, toolkit_id, tenant=tenant)
+def sql(runtime: Any, toolkit_id: str, text: str, *, tenant: str = "default",
+        params: Mapping[str, str] | None = None) -> _query.Result:
+    src, conn = connect(runtime, toolkit_id, tenant=tenant, params=params)
     return _query.run_sql(conn, src, text)
 
 
 def sync(runtime: Any, toolkit_id: str, *, out: Path | None = None, entity: str | None = None,
-         tenant: str = "default") -> _sync.Synced:
-    src, conn = connect(runtime, toolkit_id, tenant=tenant)
+         tenant: str = "default", params: Mapping[str, str] | None = None) -> _sync.Synced:
+    src, conn = connect(runtime, toolkit_id, tenant=tenant, params=params)
     name = entity or src.sync_entity
     if name is None:
         raise InvalidArgs(f"{toolkit_id} declares no #+SYNC: <entity> <file>.org; pass --entity and --out")

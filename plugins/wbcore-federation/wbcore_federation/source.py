@@ -73,7 +73,7 @@ class Connector:
     """One source's connection state: its guard, its Dock context, its byte budget."""
 
     def __init__(self, runtime: Any, source: Source, *, caps: frozenset[str], tenant: str = "default",
-                 timeout: float = TIMEOUT_S) -> None:
+                 timeout: float = TIMEOUT_S, url_params: Mapping[str, str] | None = None) -> None:
         self.runtime = runtime
         self.source = source
         self.env: Mapping[str, str] = runtime.env
@@ -84,7 +84,9 @@ class Connector:
         self.ctx = self.dock.context(principal=self.principal, caps=caps, timeout=timeout, toolkit=source.toolkit)
         self.deadline = time.monotonic() + timeout
         self.spent = 0
-        origin = urlsplit(source.base_url)
+        #: The values of the source's ``{name}`` placeholders (``--param``), checked here, once.
+        self.url_params = dict(url_params or {})
+        origin = urlsplit(source.url(source.entities[0], self.url_params, self.env))
         self.origin = (origin.scheme, (origin.hostname or "").lower(), origin.port)
         self.cache: PageCache | None = None
         if source.cache_ttl > 0:
@@ -166,7 +168,7 @@ class Connector:
             if left <= 0 or budget <= 0:
                 raise InvalidArgs(f"{self.source.toolkit}: the read is over its "
                                   f"{'deadline' if left <= 0 else f'{TOTAL_BYTES}-byte budget'}; stopped")
-            headers = {"Accept": "application/json", **self._auth_headers(url)}
+            headers = {"Accept": self.source.accept, **self._auth_headers(url)}
             if cached is not None and cached.etag:
                 headers["If-None-Match"] = cached.etag
             body, got = _fetch.get_bytes(
@@ -199,7 +201,7 @@ class Connector:
 
     def pages(self, entity: Entity, params: Mapping[str, str] | None = None) -> Iterator[Page]:
         src = self.source
-        url = src.base_url + entity.path
+        url = src.url(entity, self.url_params, self.env)
         if params:
             url += "?" + urlencode(sorted(params.items()))
         page_no = 1

@@ -35,6 +35,7 @@ Every value is checked here, once, with the file and line in the message.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -43,7 +44,7 @@ from wbcore_runtime.errors import InvalidArgs
 
 ENTITY_RE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 FIELD_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
-PATH_RE = re.compile(r"^/[A-Za-z0-9._~/-]*$")
+PATH_RE = re.compile(r"^/(?:[A-Za-z0-9._~/-]|\{[a-z][a-z0-9_]{0,62}\})*$")  # {name}: a --param
 SECRET_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 ENV_RE = re.compile(r"^[A-Z_][A-Z0-9_]{0,127}$")
 MAX_PAGES = 1000
@@ -95,6 +96,16 @@ class Source:
     sync_file: str | None
     cache_ttl: int = 0  # seconds; 0 = no cache
     rate: tuple[int, float] | None = None  # (requests, per seconds)
+    #: The ``{name}`` placeholders of ``#+URL`` and the entities' paths, each a value the
+    #: caller gives (``--param name=value``), filled in percent-encoded as one path segment.
+    params: tuple[str, ...] = ()
+    #: ``#+ACCEPT``: the JSON media type the source is asked for (a package index answers its
+    #: JSON form, PEP 691, only to ``application/vnd.pypi.simple.v1+json``).
+    accept: str = "application/json"
+
+    def url(self, entity: Entity, values: Mapping[str, str], env: Mapping[str, str]) -> str:
+        """The entity's URL with its placeholders filled: :func:`fill`."""
+        return fill(self.base_url + entity.path, values, env, self.toolkit)
 
     def entity(self, name: str) -> Entity:
         for e in self.entities:
@@ -117,7 +128,15 @@ def load(toolkit_id: str, manifest_path: Path, keywords: dict[str, str], lines: 
     if not re.match(r"^[a-z][a-z0-9-]{0,62}$", kind):
         raise _fail(manifest_path, at("SOURCE"), "#+SOURCE", f"{kind!r} is not a connector name (e.g. {DEFAULT_KIND})")
     url = (keywords.get("URL") or "").strip()
-    parts = urlsplit(url)
+    bad = [n for n in PLACEHOLDER_RE.findall(url) if n != PIP_INDEX and not PARAM_RE.match(n)]
+    if bad or url.count("{") != len(PLACEHOLDER_RE.findall(url)) or url.count("}") != url.count("{"):
+        raise _fail(manifest_path, at("URL"), "#+URL", f"{url!r}: a placeholder is {{name}} (lowercase letters, digits, "
+                    f"_) in the path, or {{{PIP_INDEX}}} first (the deployer's pip index)")
+    if PIP_INDEX in PLACEHOLDER_RE.findall(url) and not url.startswith("{" + PIP_INDEX + "}"):
+        raise _fail(manifest_path, at("URL"), "#+URL", f"{{{PIP_INDEX}}} stands for an index URL: write it first "
+                    f"({{{PIP_INDEX}}}/{{package}}/)")
+    # Validated with every placeholder standing for a plain value: a placeholder never names a host.
+    parts = urlsplit(PLACEHOLDER_RE.sub(lambda m: "https://index.invalid" if m.group(1) == PIP_INDEX else "x", url))
     if url or kind == DEFAULT_KIND:
         if parts.scheme not in ("https", "http") or not parts.hostname:
             raise _fail(manifest_path, at("URL"), "#+URL", f"{url!r} is not an http(s) base URL (e.g. https://api.example/v1)")
@@ -169,8 +188,60 @@ def load(toolkit_id: str, manifest_path: Path, keywords: dict[str, str], lines: 
             raise _fail(manifest_path, at("RATE_LIMIT"), "#+RATE_LIMIT", f"{keywords['RATE_LIMIT']!r}: write "
                         "<requests>/<seconds> (10/1: at most ten requests a second)")
         rate = (int(m.group(1)), float(m.group(2)))
-    return Source(toolkit_id, kind, dict(keywords), url.rstrip("/"), auth, pagination, int(raw_pages), tuple(entities),
-                  sync_entity, sync_file, int(raw_ttl), rate)
+    names = [n for n in PLACEHOLDER_RE.findall(url + "".join(e.path for e in entities)) if n != PIP_INDEX]
+    accept = (keywords.get("ACCEPT") or "application/json").strip()
+    if not ACCEPT_RE.match(accept):
+        raise _fail(manifest_path, at("ACCEPT"), "#+ACCEPT", f"{accept!r}: a JSON media type "
+                    "(application/json, application/<vendor>+json)")
+    # A base URL is joined with entity paths (/items): no trailing slash. The seed form's one
+    # entity reads #+URL itself, where a trailing slash is the address (PEP 503 pages end in one).
+    base = url if all(not e.path for e in entities) else url.rstrip("/")
+    return Source(toolkit_id, kind, dict(keywords), base, auth, pagination, int(raw_pages), tuple(entities),
+                  sync_entity, sync_file, int(raw_ttl), rate, tuple(dict.fromkeys(names)), accept)
+
+
+#: ``#+ACCEPT``: JSON, in one media type of its own (no parameters, no list).
+ACCEPT_RE = re.compile(r"^application/(?:json|[a-z0-9.+-]{1,100}\+json)$")
+
+
+#: ``{name}`` in ``#+URL`` or an entity's ``:PATH:``.
+PLACEHOLDER_RE = re.compile(r"\{([^{}/]*)\}")
+PARAM_RE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
+#: ``{pip-index}``: the simple index the deployer's pip is configured with, without its trailing
+#: slash (``wbcore_runtime.registries.pip_index``: ``PIP_INDEX_URL``, pip's configuration, pip's
+#: default), so a toolkit reading a package index names no host of its own.
+PIP_INDEX = "pip-index"
+#: One filled value: percent-encoded as a single path segment, so it can never add a path,
+#: a query or a host.
+MAX_PARAM_CHARS = 512
+
+
+def fill(template: str, values: Mapping[str, str], env: Mapping[str, str], toolkit: str) -> str:
+    """``template`` with ``{pip-index}`` and every ``{name}`` filled; a missing or unknown
+    value is an :class:`InvalidArgs` that names the ``--param`` to give."""
+    from urllib.parse import quote, urlsplit as _split
+
+    wanted = [n for n in PLACEHOLDER_RE.findall(template) if n != PIP_INDEX]
+    unknown = sorted(set(values) - set(wanted))
+    if unknown:
+        raise InvalidArgs(f"{toolkit}: no placeholder {', '.join(unknown)} in its URL; "
+                          f"it takes {', '.join('--param ' + n + '=VALUE' for n in wanted) or 'no --param'}")
+    missing = [n for n in dict.fromkeys(wanted) if not values.get(n)]
+    if missing:
+        raise InvalidArgs(f"{toolkit}: its URL needs {' '.join('--param ' + n + '=VALUE' for n in missing)}")
+    for name, value in values.items():
+        if len(value) > MAX_PARAM_CHARS:
+            raise InvalidArgs(f"--param {name}: {len(value)} characters (at most {MAX_PARAM_CHARS})")
+
+    def one(m: re.Match[str]) -> str:
+        if m.group(1) == PIP_INDEX:
+            from wbcore_runtime import registries
+
+            index = _split(registries.pip_index(env))  # credentials in the index URL stay with pip
+            return f"{index.scheme}://{index.netloc.rsplit('@', 1)[-1]}{index.path}".rstrip("/")
+        return quote(values[m.group(1)], safe="")
+
+    return PLACEHOLDER_RE.sub(one, template)
 
 
 def _auth(raw: str, path: Path, line: int) -> Auth:
