@@ -124,6 +124,12 @@ def _remove(path: Path) -> None:
 
     try:
         if path.is_dir() and not path.is_symlink():
+            # A build's snapshot is read-only (wbcore_runtime.build.snapshot): open each
+            # folder up before removing what is in it.
+            for dirpath, dirnames, _files in os.walk(path):
+                for d in dirnames:
+                    if not os.path.islink(os.path.join(dirpath, d)):
+                        os.chmod(os.path.join(dirpath, d), 0o700)
             shutil.rmtree(path, ignore_errors=True)
         else:
             path.unlink(missing_ok=True)
