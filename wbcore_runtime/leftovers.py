@@ -177,8 +177,10 @@ def sweep_home(home: Path) -> list[Path]:
         install.recover(home)
     removed += sweep(home / STAGING, STAGING_PREFIX)
     removed += sweep(home / "build" / "tmp", "build-")
+    removed += sweep(home / "store" / "trees", ".tmp-")  # a tree being stored (wbcore_runtime.build.snapshot)
     # home/cache: the start-up caches (entry points, manifests, digests) write their temp files there.
-    for sub in (home, home / "cache", home / "build" / "cache", home / "build" / "logs", home / "artifacts" / ARTIFACT_TMP):
+    for sub in (home, home / "cache", home / "build" / "cache", home / "build" / "logs", home / "build" / "provenance",
+                home / "artifacts" / ARTIFACT_TMP):
         removed += sweep_tmp_files(sub)
     for prefix in SYSTEM_TEMP_PREFIXES:
         removed += sweep(system_tmp(), prefix)
