@@ -303,3 +303,21 @@ def test_a_folder_swapped_for_a_link_mid_walk_is_refused(tmp_path: Path, monkeyp
     with pytest.raises(Refused, match="sub"):
         snapshot.take(src, tmp_path / "snap")
     assert not (tmp_path / "snap").exists()
+
+
+def test_only_the_pipeline_hands_a_lane_its_request() -> None:
+    """Every lane gets the snapshot by construction: the one place a ``BuildRequest`` is
+    made is ``compile_source``, right after the snapshot is taken."""
+    import ast
+
+    repo = Path(__file__).resolve().parents[2]
+    files = [*(repo / "wbcore_runtime").rglob("*.py"),
+             *(p for p in (repo / "plugins").glob("*/wbcore_*/**/*.py") if "vendor" not in p.parts)]
+    makers = []
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "BuildRequest":
+                makers.append(path.relative_to(repo).as_posix())
+    assert makers == ["wbcore_runtime/build/pipeline.py"]
+    src = (repo / "wbcore_runtime/build/pipeline.py").read_text()
+    assert src.index("snapshot.take(resolved.dir") < src.index("driver.build(BuildRequest(")
