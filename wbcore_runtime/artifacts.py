@@ -15,6 +15,10 @@ produce a whole file and the last rename wins, never a torn one.
 
 The store knows nothing about wasmtime: the engine hands ``compiled()`` its own
 ``compile`` and ``load`` callbacks.
+
+Beside it, ``$WB_HOME/store/trees/<digest>/`` holds read-only folders named by their
+content digest (``#+PREOPEN`` data a call maps), written by
+:func:`wbcore_runtime.build.snapshot.store_tree` and found by :func:`tree_path`.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 KEY_RE = re.compile(r"^[A-Za-z0-9_.-]{1,120}$")
 #: The largest module the store accepts (a 1.5 MB module compiles in ~1.5 s; 256 MiB is generous).
 MAX_ARTIFACT_BYTES = 256 << 20
+#: Content-addressed folders under ``$WB_HOME`` (see the module docstring).
+TREES = "store/trees"
 
 
 class IntegrityError(Internal):
@@ -99,6 +105,15 @@ def check_sha(sha: str) -> str:
     if not SHA_RE.match(sha):
         raise InvalidArgs(f"artifact digest {sha!r} is not a lowercase sha256 hex digest")
     return sha
+
+
+def tree_path(home: Path, digest: str) -> Path:
+    """The stored tree ``digest`` under ``home`` (``NotFound`` when it is not there as a folder)."""
+    check_sha(digest)
+    p = Path(home) / TREES / digest
+    if not p.is_dir() or p.is_symlink():
+        raise NotFound(f"stored tree {digest[:12]}… is missing from {home}")
+    return p
 
 
 class ArtifactStore:

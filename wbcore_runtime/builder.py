@@ -14,7 +14,6 @@ log attached (``BuildFailed.log``) and its path in the message.
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,12 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 from wbcore_runtime import buildable, faults, leftovers, policy
 from wbcore_runtime.artifacts import atomic_write
-from wbcore_runtime.build import BuildFailed, pipeline
+from wbcore_runtime.build import BuildFailed, ResolvedSource, pipeline
 from wbcore_runtime.calls import KernelSpec
 from wbcore_runtime.errors import InvalidArgs, WbError
 from wbcore_runtime.registry import Entry
 
 if TYPE_CHECKING:
+    from wbcore_runtime.manifest import Manifest
     from wbcore_runtime.runtime import Runtime
     from wbcore_runtime.toolkit import Toolkit
 
@@ -134,15 +134,42 @@ def _register(runtime: Runtime, tk: Toolkit, kind: str, name: str, sha256: str, 
     return entry
 
 
-def _preopen(tk: Toolkit, kind: str) -> dict[str, Any]:
-    """A command's ``#+PREOPEN`` folder of its own toolkit (``archive:`` bundles keep theirs
-    inside the archive, checked by their source plugin)."""
+def _preopen(runtime: Runtime, m: Manifest, kind: str, resolved: ResolvedSource) -> dict[str, Any]:
+    """A command's ``#+PREOPEN`` folder, copied into the home's content-addressed tree
+    store now (:func:`wbcore_runtime.preopen.option`): from the toolkit's verified snapshot
+    (``m`` is the snapshot's manifest), or from inside an ``archive:`` bundle (checked by
+    its source plugin). Calls read the stored copy, never the toolkit folder."""
     from wbcore_runtime import preopen
 
-    m = tk.manifest
-    if kind != "command" or (m.build_src or "").startswith("archive:"):
+    if kind != "command" or not m.preopen:
         return {}
-    return preopen.option(tk.dir, m.preopen)
+    if (m.build_src or "").startswith("archive:"):
+        if resolved.preopen is None:
+            return {}
+        return preopen.option(resolved.preopen.parent, m.preopen, home=runtime.home,
+                              folder=resolved.preopen.name)
+    return preopen.option(m.dir, m.preopen, home=runtime.home)
+
+
+def _verified_snapshot(runtime: Runtime, tk: Toolkit, prov: dict[str, Any], work: Path) -> Manifest:
+    """The toolkit folder copied into ``work`` (:func:`wbcore_runtime.build.snapshot.take`,
+    ``.git`` left out as the signed form leaves it out) and checked to be the very content
+    the provenance recorded (``signing.content_digest`` of the copy == ``prov['digest']``):
+    the manifest of the copy, from which the build resolves its source and reads its
+    ``#+PREOPEN``. A file changed between the check and the copy is caught here, and one
+    changed after the copy is never seen by the build."""
+    from wbcore_runtime import dispatch, signing
+    from wbcore_runtime.build import snapshot
+    from wbcore_runtime.manifest import load
+
+    try:
+        snap = snapshot.take(tk.dir, work / "toolkit", label=f"toolkit {tk.id}",
+                             skip_dirs=signing.EXCLUDED_DIRS)
+    except ValueError as exc:
+        raise InvalidArgs(f"{tk.id}: {exc}") from None
+    if signing.content_digest(snap.dir) != prov["digest"]:
+        raise dispatch.Unavailable(f"{tk.id}: its files changed while it was being built; build it again")
+    return load(snap.dir / "manifest.org")
 
 
 def register_artifact(runtime: Runtime, ident: str, sha256: str, kind: str | None = None, *,
@@ -299,7 +326,9 @@ def build(runtime: Runtime, ident: str, which: str | None = None, *, progress: P
     lane_name: str | None = None
     cached = False
     try:
-        resolved = pipeline.resolve(runtime, m, work, progress=note)
+        # Everything below reads the verified copy, never the toolkit folder.
+        snap_m = _verified_snapshot(runtime, tk, prov, work)
+        resolved = pipeline.resolve(runtime, snap_m, work, progress=note)
         if resolved.artifact is not None:
             note("fetch", f"prebuilt module {resolved.artifact.name}")
             art = runtime.artifacts.put_file(resolved.artifact)
@@ -309,8 +338,9 @@ def build(runtime: Runtime, ident: str, which: str | None = None, *, progress: P
             lane_name = buildable.lane(runtime, m).name  # the lane verify names (third-party C → c-wasm)
             flags = buildable.flags(m)
             try:
-                done = pipeline.compile_source(runtime, lane_name, m, resolved, work=work, flags=flags, force=force,
-                                               cache_dir=runtime.home / "build" / "cache", progress=note)
+                done = pipeline.compile_source(runtime, lane_name, snap_m, resolved, work=work, flags=flags,
+                                               force=force, cache_dir=runtime.home / "build" / "cache", progress=note,
+                                               signer=prov.get("signer"))
             except BuildFailed as exc:
                 log.append(exc.log or "")
                 note("error", exc.message)
@@ -319,6 +349,8 @@ def build(runtime: Runtime, ident: str, which: str | None = None, *, progress: P
             if done.log:
                 log.append(done.log.rstrip("\n"))
             sha256, size, cached = done.sha256, done.size, done.cached
+            resolved = ResolvedSource(digest=done.source_digest, dir=resolved.dir, entry=resolved.entry,
+                                      preopen=resolved.preopen, sha256_pins_source=resolved.sha256_pins_source)
         if m.sha256 and not resolved.sha256_pins_source and m.sha256 != sha256:
             note("error", f"#+SHA256 {m.sha256} != built {sha256}")
             save_log()
@@ -328,7 +360,8 @@ def build(runtime: Runtime, ident: str, which: str | None = None, *, progress: P
                 f"{m.id}: built artifact {sha256[:12]}… does not match #+SHA256 {m.sha256[:12]}…; not registered")
         entry = _register(runtime, tk, kind, name, sha256, prov, owner,
                           pinned=bool(m.sha256) and not resolved.sha256_pins_source,
-                          options={"lane": lane_name, "source_digest": resolved.digest, **_preopen(tk, kind)})
+                          options={"lane": lane_name, "source_digest": resolved.digest,
+                                   **_preopen(runtime, snap_m, kind, resolved)})
         if owner and owner != m.id:
             note("register", f"{kind} {name} handed over from toolkit {owner} (--replace-command, audited)")
         note("register", f"{kind} {name} → {sha256[:12]}… (profile {entry.profile})")
@@ -341,4 +374,6 @@ def build(runtime: Runtime, ident: str, which: str | None = None, *, progress: P
         save_log()
         raise
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        from wbcore_runtime.build import snapshot
+
+        snapshot.discard(work)  # its snapshots are read-only

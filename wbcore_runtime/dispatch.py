@@ -93,6 +93,9 @@ class Resolved:
     #: The object whose ``call(request)`` (commands) / ``open(request)`` (kernels) runs it.
     target: Any = field(repr=False, compare=False, default=None)
     kernel: KernelSpec | None = None
+    #: The home whose stores hold what a call reads besides its stdin (the artifact, a
+    #: ``#+PREOPEN`` tree): never the toolkit folder.
+    home: Path | None = None
 
     @property
     def principal(self) -> Principal:
@@ -436,6 +439,7 @@ def _resolve_uncached(runtime: Runtime, kind: str, name: str, tier: str | None) 
         kind=kind, name=name, entry=entry, sha256=entry.sha256, artifact=runtime.artifacts.path(entry.sha256),
         toolkit=entry.toolkit, trust=trust_, signer=signer, profile=prof, caps=caps, allowed_hosts=hosts,
         tier=choice, target=_target(runtime, entry, choice.name) if kind != "component" else None, kernel=spec,
+        home=runtime.home,
     )
 
 
@@ -609,6 +613,16 @@ def refuse_reach(message: str) -> CapabilityDenied:
     return exc
 
 
+def _preopen(resolved: Resolved) -> tuple[str, str] | None:
+    """The stored ``#+PREOPEN`` tree of a toolkit's command (:func:`wbcore_runtime.preopen.resolve`)."""
+    if not resolved.toolkit or not resolved.entry.options.get(preopen.OPTION):
+        return None
+    if resolved.home is None:
+        raise InvalidArgs(f"{resolved.kind} {resolved.name!r}: resolved without a home, so its #+PREOPEN data "
+                          "cannot be found in the store")
+    return preopen.resolve(resolved.entry.options, resolved.home)
+
+
 def command_request(resolved: Resolved, argv: Sequence[str], stdin: bytes, *, principal: Principal | None = None,
                     timeout: float | None = None, cancel: Any = None) -> CommandRequest:
     prof = resolved.profile
@@ -617,7 +631,7 @@ def command_request(resolved: Resolved, argv: Sequence[str], stdin: bytes, *, pr
         stdin=stdin, profile=prof, timeout_s=_deadline(prof, timeout, prof.timeout_s),
         principal=principal or resolved.principal, caps=resolved.caps, arg_mode=resolved.entry.arg_mode,
         toolkit=resolved.toolkit, cancel=cancel, allowed_hosts=resolved.allowed_hosts, tier=resolved.tier.name,
-        preopen=preopen.resolve(resolved.entry.options) if resolved.toolkit else None,
+        preopen=_preopen(resolved),
     )
 
 
@@ -719,7 +733,7 @@ def call_artifact(runtime: Runtime, *, name: str, sha256: str, lane: str | None,
     choice = choose_tier(runtime, entry, trust, caps)
     resolved = Resolved(kind="command", name=name, entry=entry, sha256=sha256, artifact=runtime.artifacts.path(sha256),
                         toolkit=toolkit, trust=trust, signer=None, profile=prof, caps=caps,
-                        allowed_hosts=(), tier=choice, target=_target(runtime, entry, choice.name))
+                        allowed_hosts=(), tier=choice, target=_target(runtime, entry, choice.name), home=runtime.home)
     req = command_request(resolved, tuple(argv), bytes(stdin), principal=principal, timeout=timeout)
     return resolved.target.call(req)
 

@@ -125,6 +125,12 @@ def _remove(path: Path) -> None:
 
     try:
         if path.is_dir() and not path.is_symlink():
+            # A build's snapshot is read-only (wbcore_runtime.build.snapshot): open each
+            # folder up before removing what is in it.
+            for dirpath, dirnames, _files in os.walk(path):
+                for d in dirnames:
+                    if not os.path.islink(os.path.join(dirpath, d)):
+                        os.chmod(os.path.join(dirpath, d), 0o700)
             shutil.rmtree(path, ignore_errors=True)
         else:
             path.unlink(missing_ok=True)
@@ -172,8 +178,10 @@ def sweep_home(home: Path) -> list[Path]:
         install.recover(home)
     removed += sweep(home / STAGING, STAGING_PREFIX)
     removed += sweep(home / "build" / "tmp", "build-")
+    removed += sweep(home / "store" / "trees", ".tmp-")  # a tree being stored (wbcore_runtime.build.snapshot)
     # home/cache: the start-up caches (entry points, manifests, digests) write their temp files there.
-    for sub in (home, home / "cache", home / "build" / "cache", home / "build" / "logs", home / "artifacts" / ARTIFACT_TMP):
+    for sub in (home, home / "cache", home / "build" / "cache", home / "build" / "logs", home / "build" / "provenance",
+                home / "artifacts" / ARTIFACT_TMP):
         removed += sweep_tmp_files(sub)
     for prefix in SYSTEM_TEMP_PREFIXES:
         removed += sweep(system_tmp(), prefix)

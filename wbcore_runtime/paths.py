@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Literal
@@ -216,3 +217,104 @@ def open_file(root: Path | str, relative: str, *, label: str = TOOLKIT_ROOT) -> 
 def read_file(root: Path | str, relative: str, max_bytes: int, *, label: str = TOOLKIT_ROOT) -> bytes:
     """Read the regular file ``root/relative`` through :func:`inside`, at most ``max_bytes``."""
     return Root.at(root, label).read(relative, max_bytes)
+
+
+# --- walking a whole tree, anchored to open folders --------------------------------------
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+Kind = Literal["file", "link", "empty"]
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """One thing :func:`walk` found: a regular ``file`` (``fd`` open on the very inode that
+    was checked; the walk closes it when the consumer asks for the next node), a ``link``
+    (``target`` is its text, never followed) or an ``empty`` folder."""
+
+    rel: str
+    kind: Kind
+    fd: int = -1
+    target: str = ""
+    executable: bool = False
+
+
+def walk(root: Path | str, *, label: str = TOOLKIT_ROOT, skip_dirs: frozenset[str] = frozenset(),
+         max_files: int = 20_000) -> Iterator[Node]:
+    """Every file, link and empty folder under ``root``, each folder's files and links first
+    (sorted by name), then its subfolders (sorted), depth first — the order
+    :func:`wbcore_runtime.build.cache.tree_digest` hashes in.
+
+    The walk never goes through a path string below ``root``: each folder is opened with
+    ``O_DIRECTORY | O_NOFOLLOW`` relative to its parent's descriptor and each file with
+    ``O_NOFOLLOW`` relative to its folder's (``openat``), so a folder swapped for a symlink
+    while the walk runs is refused (``ELOOP``/``ENOTDIR``), never followed out. What is opened
+    is checked by the same rule as :meth:`Root.open` (a regular file with one link; FIFOs,
+    devices and sockets refused). Links are yielded as text; whether they stay inside is
+    the consumer's question (ask :meth:`Root.stays_inside` of a copy nobody else writes).
+    Folders named in ``skip_dirs`` are left out at every depth."""
+    shown = Path(root)
+    try:
+        top = os.open(os.path.realpath(root), _DIR_FLAGS)
+    except OSError as exc:
+        raise Refused(shown, f"cannot open the folder ({exc.strerror})") from None
+    count = [0]
+    try:
+        yield from _walk_fd(top, "", shown, label, skip_dirs, max_files, count)
+    finally:
+        os.close(top)
+
+
+def _walk_fd(dfd: int, prefix: str, shown: Path, label: str, skip: frozenset[str], max_files: int,
+             count: list[int]) -> Iterator[Node]:
+    try:
+        names = sorted(os.listdir(dfd))
+    except OSError as exc:
+        raise Refused(shown / prefix, f"cannot list the folder ({exc.strerror})") from None
+    if prefix and not names:
+        yield Node(prefix.rstrip("/"), "empty")
+        return
+    subdirs: list[str] = []
+    for name in names:
+        rel = prefix + name
+        count[0] += 1
+        if count[0] > max_files:
+            raise Refused(shown, f"more than {max_files} files in {label}")
+        try:
+            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+        except OSError as exc:
+            raise Refused(shown / rel, f"cannot read ({exc.strerror})") from None
+        if stat.S_ISDIR(st.st_mode):
+            if name not in skip:
+                subdirs.append(name)
+            continue
+        if stat.S_ISLNK(st.st_mode):
+            try:
+                target = os.readlink(name, dir_fd=dfd)
+            except OSError as exc:  # replaced between the lstat and here
+                raise Refused(shown / rel, f"cannot read the link ({exc.strerror})") from None
+            yield Node(rel, "link", target=target)
+            continue
+        _check_kind(shown / rel, st, "file")
+        try:
+            fd = os.open(name, _OPEN_FLAGS, dir_fd=dfd)
+        except OSError as exc:  # ELOOP: it became a symlink after the lstat
+            raise Refused(shown / rel, f"cannot open ({exc.strerror})") from None
+        try:
+            now = os.fstat(fd)
+            if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+                raise Refused(shown / rel, "replaced while it was being read")
+            _check_kind(shown / rel, now, "file")
+            yield Node(rel, "file", fd=fd, executable=bool(now.st_mode & 0o111))
+        finally:
+            os.close(fd)
+    for name in subdirs:
+        try:
+            sub = os.open(name, _DIR_FLAGS, dir_fd=dfd)
+        except OSError as exc:  # ELOOP/ENOTDIR: swapped for a link or a file after the listing
+            raise Refused(shown / (prefix + name), f"cannot open the folder ({exc.strerror}); "
+                          f"was it replaced while {label} was being read?") from None
+        try:
+            yield from _walk_fd(sub, prefix + name + "/", shown, label, skip, max_files, count)
+        finally:
+            os.close(sub)

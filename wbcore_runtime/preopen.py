@@ -1,11 +1,14 @@
 """``#+PREOPEN``: a read-only folder of a command's own toolkit, seen by the guest at a path.
 
 ``#+PREOPEN: <folder> [<guest path>]`` (guest path default ``/<folder>``): the folder is
-resolved inside the toolkit folder by the one containment rule (:func:`wbcore_runtime.paths.inside`:
-relative, no ``..``, every symlink staying inside), recorded at build time in the
-registry entry's options (``preopen``), and checked again by the same rule when a call
-applies it, so a folder swapped for a link out after the build is refused, not followed.
-The command runner maps it read-only (WASI cannot create, write, rename or delete there).
+resolved inside the toolkit's verified build snapshot by the one containment rule
+(:func:`wbcore_runtime.paths.inside`: relative, no ``..``, every symlink staying inside),
+copied at build time into the home's content-addressed tree store
+(``$WB_HOME/store/trees/<digest>``, read-only), and the registry entry's options
+(``preopen``) record that digest. A call maps the stored copy, never the toolkit folder:
+a file changed there after the build (by any means, stat identity kept or not) changes
+nothing a call sees until the toolkit is verified and built again. The command runner
+maps it read-only (WASI cannot create, write, rename or delete there).
 A guest that would read ``/dev/urandom`` gets WASI's ``random_get`` instead (wasi-libc's
 ``getentropy``/``arc4random``): no host device is ever preopened.
 """
@@ -36,31 +39,46 @@ def parse(value: str) -> tuple[str, str]:
     return folder, norm
 
 
-def option(toolkit_dir: Path, value: str | None) -> dict[str, Any]:
-    """The entry options a build records for ``#+PREOPEN`` (``{}`` without one); the folder
-    must exist inside ``toolkit_dir`` (``Refused``/``InvalidArgs`` naming it otherwise)."""
+def option(toolkit_dir: Path, value: str | None, *, home: Path, folder: str | None = None) -> dict[str, Any]:
+    """The entry options a build records for ``#+PREOPEN`` (``{}`` without one): the folder
+    (``folder``, default the one ``value`` names) must exist inside ``toolkit_dir``
+    (``Refused``/``InvalidArgs`` naming it otherwise); it is copied into ``home``'s
+    content-addressed tree store (:func:`wbcore_runtime.build.snapshot.store_tree`) and the
+    entry records the tree's digest."""
     if not value:
         return {}
     from wbcore_runtime import paths
+    from wbcore_runtime.build import snapshot
 
-    folder, guest = parse(value)
+    named, guest = parse(value)
+    folder = folder or named
     try:
-        paths.inside(toolkit_dir, folder, expect="dir")
+        host = paths.inside(toolkit_dir, folder, expect="dir")
     except NotFound:
         raise InvalidArgs(f"#+PREOPEN: {folder!r} is not a folder inside {toolkit_dir}") from None
-    return {OPTION: {"root": str(toolkit_dir), "dir": folder, "guest": guest}}
+    digest, _ = snapshot.store_tree(Path(home), host, label=f"the #+PREOPEN folder {folder!r}")
+    return {OPTION: {"tree": digest, "dir": named, "guest": guest}}
 
 
-def resolve(options: Mapping[str, Any]) -> tuple[str, str] | None:
-    """``(host folder, guest path)`` to preopen for a call, re-checked by the containment
-    rule now; ``None`` when the entry records none."""
+def resolve(options: Mapping[str, Any], home: Path) -> tuple[str, str] | None:
+    """``(host folder, guest path)`` to preopen for a call: the stored tree the build
+    recorded, in ``home``'s tree store; ``None`` when the entry records none. An entry from
+    before the store (it names a live folder) is refused with the fix."""
     spec = options.get(OPTION)
     if not spec:
         return None
     if not isinstance(spec, Mapping):
         raise InvalidArgs(f"registry entry option {OPTION!r} is malformed; rebuild the toolkit")
-    from wbcore_runtime import paths
+    from wbcore_runtime.artifacts import tree_path
 
     folder, guest = parse(f"{spec.get('dir', '')} {spec.get('guest', '')}")
-    host = paths.inside(Path(str(spec.get("root", ""))), folder, expect="dir")
+    tree = spec.get("tree")
+    if not isinstance(tree, str):
+        raise InvalidArgs(f"#+PREOPEN {folder!r}: the registry entry names no stored copy (it was built before "
+                          "preopened data was kept in the store); rebuild the toolkit (wbx toolkit build <id>)")
+    try:
+        host = tree_path(Path(home), tree)
+    except (NotFound, InvalidArgs):
+        raise NotFound(f"#+PREOPEN {folder!r}: the stored copy {tree[:12]}… is missing from {home}; rebuild the "
+                       "toolkit (wbx toolkit build <id>)") from None
     return str(host), guest

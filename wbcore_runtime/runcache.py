@@ -169,7 +169,7 @@ def _rebuild(runtime: Any, kind: str, name: str, res: dict[str, Any]) -> Any:
         kind=kind, name=name, entry=entry, sha256=entry.sha256, artifact=runtime.artifacts.path(entry.sha256),
         toolkit=entry.toolkit, trust=res["trust"], signer=res["signer"], profile=policy.profile(res["profile"]),
         caps=frozenset(res["caps"]), allowed_hosts=tuple(res["hosts"]), tier=tier,
-        target=dispatch.target_for(runtime, entry, tier.name),
+        target=dispatch.target_for(runtime, entry, tier.name), home=runtime.home,
     )
 
 

@@ -4,9 +4,12 @@ A cache hit hands one toolkit's build product to another, so the key must cover 
 input that can change the output — otherwise a toolkit can build bytes that are then
 served as a hit for another toolkit's sources (cache poisoning). :func:`key` covers:
 
-- the **source tree exactly as the lane sees it** (:func:`tree_digest`): every file and
-  symlink under the bound folder, *including* ``.git`` and ``__pycache__`` — the sandbox
-  mounts the whole folder, so nothing it shows is skipped here;
+- the **source tree exactly as the lane sees it**: the digest of the private, read-only
+  snapshot the lane compiles (:func:`wbcore_runtime.build.snapshot.take`, in
+  :func:`tree_digest`'s form): every file and symlink under the bound folder, *including*
+  ``.git`` and ``__pycache__`` — the sandbox mounts the whole snapshot, never the live
+  folder, so the key names the very bytes compiled;
+- the **toolkit** it is built for: its ``ID`` (below) and its **signer** (the signing DID);
 - the **entry** inside that tree the lane builds;
 - the **lane's name and its driver's version**, which names the toolchain's identity
   (``zig 0.x; recipe``, ``go1.x``, ``rustc 1.x``, ``componentize-py x on CPython y``);
@@ -33,7 +36,7 @@ from wbcore_runtime.errors import WbError
 from wbcore_runtime.manifest import Manifest
 
 #: Bumped when what the key covers changes: every older entry becomes a miss.
-KEY_FORMAT = 2
+KEY_FORMAT = 3
 #: Manifest fields every lane's key covers: the artifact is named after ``CLI_BIN``/``ID``
 #: (and a build is never shared between toolkits); ``EXEC`` and the kernel ABI say what
 #: the module is built to be, for lanes that shape their output by them.
@@ -95,12 +98,14 @@ def manifest_fields(manifest: Manifest, names: Iterable[str]) -> dict[str, str |
 
 
 def key(*, lane: str, version: str, source_digest: str, flags: Iterable[str] = (), entry: str | None = None,
-        fields: Mapping[str, str | None] | None = None) -> str:
+        fields: Mapping[str, str | None] | None = None, signer: str | None = None) -> str:
     """THE build-cache key: sha256 over every input that changes a lane's output (see the
-    module docstring). ``version`` is the lane driver's, which includes its toolchain."""
+    module docstring). ``version`` is the lane driver's, which includes its toolchain;
+    ``source_digest`` is the digest of the snapshot the lane compiles; ``signer`` the
+    toolkit's signing identity (a build is never shared between signers)."""
     blob = json.dumps({
         "format": KEY_FORMAT, "lane": lane, "version": version, "source": source_digest,
-        "flags": list(flags), "entry": entry, "fields": dict(sorted((fields or {}).items())),
+        "flags": list(flags), "entry": entry, "fields": dict(sorted((fields or {}).items())), "signer": signer,
     }, separators=(",", ":"), sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()
 

@@ -229,7 +229,6 @@ def test_preopen_folder_swapped_for_a_link_after_the_build_is_refused(rt, wbx, r
     import shutil
 
     from wbcore_runtime import preopen
-    from wbcore_runtime.paths import Refused
 
     tk = reader(roots, "data /data")
     assert wbx("toolkit", "build", "reader", runtime=rt).exit_code == 0
@@ -239,8 +238,10 @@ def test_preopen_folder_swapped_for_a_link_after_the_build_is_refused(rt, wbx, r
     (secret / "words.txt").write_text("host secret\n")
     shutil.rmtree(tk / "data")
     (tk / "data").symlink_to(secret)
-    with pytest.raises(Refused):
-        preopen.resolve(options)  # what every call asks before it preopens
+    # what every call asks before it preopens: the copy stored at build time, not the folder
+    host, guest = preopen.resolve(options, rt.home)
+    assert guest == "/data" and (Path(host) / "words.txt").read_text() == "alpha beta\n"
+    assert Path(host).is_relative_to(rt.home) and not Path(host).is_relative_to(tk)
     from wbcore_runtime.errors import WbError
 
     try:
@@ -249,6 +250,80 @@ def test_preopen_folder_swapped_for_a_link_after_the_build_is_refused(rt, wbx, r
         assert "host secret" not in exc.message
     else:
         assert b"host secret" not in out.stdout + out.stderr
+
+
+def _mmap_write(path: Path, data: bytes) -> None:
+    """Change ``path`` in place through a shared mapping: the page is dirtied once by a
+    write(2) of the same bytes (which moves mtime/ctime), then the stat is taken, then the
+    new bytes go through the mapping (a store to an already-dirty page may update neither)."""
+    import mmap
+
+    with open(path, "r+b") as fh:
+        old = fh.read()
+        fh.seek(0)
+        fh.write(old)
+        fh.flush()
+        with mmap.mmap(fh.fileno(), len(old), mmap.MAP_SHARED) as mm:
+            mm[: len(data)] = data
+            mm.flush()
+
+
+def _rewrite_keep_times(path: Path, data: bytes) -> None:
+    """A same-size rewrite with mtime (and atime) set back: only ctime can tell."""
+    st = path.stat()
+    path.write_bytes(data)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def _rewrite_in_place_keep_times(path: Path, data: bytes) -> None:
+    """Overwrite through the same inode (no rename), then utime back."""
+    st = path.stat()
+    with open(path, "r+b") as fh:
+        fh.write(data)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+@pytest.mark.parametrize("change", [_mmap_write, _rewrite_keep_times, _rewrite_in_place_keep_times])
+def test_preopened_data_changed_after_the_build_is_never_seen(rt, wbx, roots: Path, change, make_runtime,
+                                                             zig_cache: Path) -> None:
+    """Data a call reads besides its stdin comes from the home's store: a change to the toolkit
+    folder after the build, however it hides from a stat, is never served."""
+    from wbcore_runtime.errors import WbError
+
+    tk = reader(roots, "data /data")
+    assert wbx("toolkit", "build", "reader", runtime=rt).exit_code == 0
+    assert rt.call("reader", [], b"").stdout == b"alpha beta\nwrite refused\n"
+    words = tk / "data" / "words.txt"
+    before = words.stat()
+    change(words, b"EVIL!12345\n")
+    assert words.read_bytes() == b"EVIL!12345\n" and words.stat().st_ino == before.st_ino
+    for fresh in (rt, None):  # this runtime, then a new one (a new process resolves afresh)
+        runtime = fresh or make_runtime(roots=[roots], env={"WB_ZIG_CACHE": str(zig_cache),
+                                                            "PATH": os.environ.get("PATH", "")})
+        try:
+            out = runtime.call("reader", [], b"")
+        except WbError as exc:  # refused as changed since its build: also never the new bytes
+            assert "EVIL" not in exc.message
+        else:
+            assert out.stdout == b"alpha beta\nwrite refused\n", out.stdout
+
+
+def test_shipped_source_changed_after_the_build_is_never_run(rt, wbx, roots: Path) -> None:
+    """The artifact a call runs is the one in the store, built from the verified snapshot:
+    a source file rewritten in place after the build (stat times put back) changes nothing."""
+    from wbcore_runtime.errors import WbError
+
+    tk = toolkit(roots, "hello", {"src/main.c": '#include <stdio.h>\nint main(void){puts("hello A");return 0;}\n'})
+    assert wbx("toolkit", "build", "hello", runtime=rt).exit_code == 0
+    sha = rt.registry.lookup("command", "hello").sha256
+    _mmap_write(tk / "src" / "main.c", b'#include <stdio.h>\nint main(void){puts("hello B");return 0;}\n')
+    try:
+        out = rt.call("hello", [], b"")
+    except WbError as exc:
+        assert "hello B" not in exc.message
+    else:
+        assert out.stdout == b"hello A\n"
+    assert rt.registry.lookup("command", "hello").sha256 == sha
 
 
 @pytest.mark.slow
