@@ -36,6 +36,10 @@ POLL_S = 0.1
 IDLE_S = 5.0
 
 
+#: How often a wait on a call's cancel event also looks at the caller's own event.
+PARENT_POLL_S = 0.02
+
+
 class CallCancel(threading.Event):
     """A call's cancel event: set by a revocation, and set whenever the caller's own event
     (``parent``) is — tiers only ask ``is_set()``."""
@@ -46,6 +50,21 @@ class CallCancel(threading.Event):
 
     def is_set(self) -> bool:
         return super().is_set() or (self.parent is not None and self.parent.is_set())
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for either event. The caller's own event cannot wake this one, so a guest
+        sleeping on it (``poll_oneoff``) looks at the caller's every :data:`PARENT_POLL_S`."""
+        if self.parent is None:
+            return super().wait(timeout)
+        import time
+
+        end = None if timeout is None else time.monotonic() + timeout
+        while not self.is_set():
+            left = PARENT_POLL_S if end is None else min(PARENT_POLL_S, end - time.monotonic())
+            if left <= 0:
+                return False
+            super().wait(left)
+        return True
 
 
 @dataclass(eq=False)
