@@ -26,7 +26,7 @@ Resolutions are cached per runtime and (kind, name, tier). A cached one is reuse
 the home's change counter (``wbcore_runtime.generation``: registry, consent) is unchanged; the
 toolkit folder and the search roots are re-checked (a ``stat`` walk) at most every
 :data:`RECHECK_S` seconds, so a long-running server notices an edited toolkit within
-that window while a call costs a dictionary lookup and a memory read. A new process
+that window while a call costs a dictionary lookup and a counter read (a stat and a pread). A new process
 always checks everything.
 """
 

@@ -107,7 +107,7 @@ class Registry:
         self._conn: sqlite3.Connection | None = None
         self._synced = False
         # Lookups are cached until the home's change counter moves (every registry write,
-        # from any process, bumps it): a memory read per lookup, no SQLite statement.
+        # from any process, bumps it): a stat and a pread per lookup, no SQLite statement.
         self.generation = Generation(path.parent)
         self._cache: dict[tuple[str, str], Entry | None] = {}
         self._seen: int | None = None
