@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from wbcore_runtime.artifacts import IntegrityError as _StoreIntegrityError
 from wbcore_runtime.digest import sha256
@@ -349,18 +349,41 @@ def _consent_check(toolkit: Toolkit, runtime: Runtime) -> Check | None:
 
     info = _consent.describe(runtime.home, toolkit)
     if not info["requested"]:
-        return None
+        return _env_check(toolkit, info)
     requested = " ".join(info["requested"])
     effective = " ".join(info["effective"]) or "none"
     if info["granted"] is None:
-        return Check(True, "consent", f"requested {requested}; profile {info['profile']} grants {effective} (first-party)")
+        msg = f"requested {requested}; profile {info['profile']} grants {effective} (first-party)"
+        env = _env_check(toolkit, info)
+        if env is not None:
+            return Check(True, "consent", f"{msg}; {env.message}", warning=env.warning)
+        return Check(True, "consent", msg)
     granted = " ".join(info["granted"]) or "none"
     note = f"; grants were given to {info['stale_signer']}, not this signer" if info["stale_signer"] else ""
     pending = [c for c in info["requested"] if c not in info["granted"]]
     msg = f"requested {requested}; granted {granted}; effective {effective}{note}"
     if pending:
         msg += f" (grant with: wbx toolkit grant {toolkit.id} {' '.join(pending)})"
+    env = _env_check(toolkit, info)
+    if env is not None:
+        msg += f"; {env.message}"
+        pending = pending or ["env"]
     return Check(True, "consent", msg, warning=bool(pending))
+
+
+def _env_check(toolkit: Toolkit, info: dict[str, Any]) -> Check | None:
+    """The deployer variables the manifest reads, and which the deployer granted (a read of an
+    ungranted one is refused at the call: ``consent.check_env``)."""
+    from wbcore_runtime.records import Check
+
+    if not info["env_requested"]:
+        return None
+    missing = [v for v in info["env_requested"] if v not in info["env_granted"]]
+    msg = (f"reads the deployer's environment: {' '.join(info['env_requested'])}; "
+           f"granted: {' '.join(info['env_granted']) or 'none'}")
+    if missing:
+        msg += f" (grant with: wbx toolkit grant {toolkit.id} {' '.join('--env ' + v for v in missing)})"
+    return Check(True, "consent", msg, warning=bool(missing))
 
 
 def checks(toolkit: Toolkit, runtime: Runtime) -> list[Check]:
