@@ -151,9 +151,9 @@ def _check_provenance(runtime: Runtime, entry: Entry, prov: dict[str, Any]) -> A
     if tk.manifest.trust != prov.get("trust"):
         raise _refuse(entry, f"#+TRUST changed from {prov.get('trust')} to {tk.manifest.trust} since the build", rebuild)
     if prov.get("trust") == "third-party":
-        verdict = trust.signature_verdict(tk, runtime)
-        if not verdict.ok:
-            raise _refuse(entry, f"signature: {verdict.message}",
+        refused = trust.refusal(trust.signature_verdict(tk, runtime))
+        if refused:
+            raise _refuse(entry, refused,
                           f"restore the signed files or re-sign the toolkit (wbx toolkit sign {ident}), then {rebuild}")
         if tk.manifest.author_did != prov.get("signer"):
             raise _refuse(entry, f"the signer changed from {prov.get('signer')} to {tk.manifest.author_did}",

@@ -35,6 +35,7 @@ from typing import Any
 from wbcore_runtime import faults, leftovers, signing, unpack
 from wbcore_runtime import fetch as _fetch
 from wbcore_runtime import consent as _consent
+from wbcore_runtime import trust as _trust
 from wbcore_runtime import manifest as _manifest
 from wbcore_runtime import oci as _oci
 from wbcore_runtime.errors import InvalidArgs, ManifestError, NotFound, Timeout
@@ -324,8 +325,8 @@ def _stage(source: Source, work: Path, env: Mapping[str, str] | None, only: set[
                 "if it is yours; third-party toolkits must be signed and granted caps explicitly"
             )
         if m.trust == "third-party":
-            verdict = signing.verify(d, env=env)
-            if not verdict.ok:
+            verdict = _trust.folder_verdict(d, env)
+            if _trust.refusal(verdict):
                 raise InstallError(f"refusing to install {m.id}: signature {verdict.code}: {verdict.message}")
             signer = verdict.signer
             digest = verdict.digest or signing.content_digest(d)

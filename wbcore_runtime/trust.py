@@ -14,6 +14,7 @@ A mismatch, or a third-party signature that does not verify, makes the toolkit
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -167,6 +168,31 @@ def folder_state(folder: Path) -> tuple[tuple[str, int, int, int, int], ...]:
     return tuple(out)
 
 
+def refusal(verdict: signing.Verdict, *, offline: bool = False) -> str | None:
+    """THE trust verdict: why a signature verdict refuses the toolkit, or ``None``.
+
+    One rule for an unresolved ``did:web`` (docs/security.md): wherever the signature decides
+    (run, build, grant, install, publish, caps), a signer that could not be resolved is a
+    failure: fail closed. Only an ``offline`` look (a listing that resolves nothing: ``wbx
+    toolkit list``, an agent's prompt) leaves it pending, never verified: the first call
+    resolves it and refuses it if it still cannot be."""
+    from wbcore_runtime import signing
+
+    if verdict.ok:
+        return None
+    if offline and verdict.code == signing.UNRESOLVED:
+        return None
+    return f"signature: {verdict.message}"
+
+
+def folder_verdict(folder: Path, env: Mapping[str, str] | None) -> signing.Verdict:
+    """The signature verdict of a folder that is not (yet) a discovered toolkit (install,
+    grant, publish): did:web resolved. Judge it with :func:`refusal`."""
+    from wbcore_runtime import signing
+
+    return signing.verify(folder, env=env)
+
+
 def signature_verdict(toolkit: Toolkit, runtime: Runtime, *, resolve_web: bool = True) -> signing.Verdict:
     """The signature verdict, remembered per runtime until any file of the folder changes."""
     from wbcore_runtime import signing
@@ -296,15 +322,13 @@ def source_reason(toolkit: Toolkit, runtime: Runtime) -> str | None:
         except IntegrityError as exc:
             return f"integrity: {exc.message}"
     if m.trust == "third-party":
-        verdict = signature_verdict(toolkit, runtime, resolve_web=True)
-        if not verdict.ok:
-            return f"signature: {verdict.message}"
+        return refusal(signature_verdict(toolkit, runtime, resolve_web=True))
     return None
 
 
 def signature_ok(toolkit: Toolkit, runtime: Runtime) -> bool:
     """True for a third-party toolkit whose signature verifies now (did:web resolved)."""
-    return signature_verdict(toolkit, runtime).ok
+    return refusal(signature_verdict(toolkit, runtime)) is None
 
 
 def unavailable_reason(toolkit: Toolkit, runtime: Runtime, *, resolve_web: bool = False) -> str | None:
@@ -313,11 +337,7 @@ def unavailable_reason(toolkit: Toolkit, runtime: Runtime, *, resolve_web: bool 
     if reason:
         return reason
     if toolkit.manifest.trust == "third-party":
-        from wbcore_runtime import signing
-
-        verdict = signature_verdict(toolkit, runtime, resolve_web=resolve_web)
-        if not verdict.ok and verdict.code != signing.UNRESOLVED:
-            return f"signature: {verdict.message}"
+        return refusal(signature_verdict(toolkit, runtime, resolve_web=resolve_web), offline=not resolve_web)
     return None
 
 

@@ -43,7 +43,7 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
     ) -> None:
         """Grant caps a toolkit requests (any for third-party, whose signature must verify; build/serve for
         first-party) and, with --env, each deployer environment variable its manifest may read."""
-        from wbcore_runtime import consent, policy, signing
+        from wbcore_runtime import consent, policy, trust
 
         tk = runtime.toolkit(ident)
         m = tk.manifest
@@ -67,9 +67,10 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
                 )
             signer = m.author_did
         else:
-            verdict = signing.verify(tk.dir, env=runtime.env)
-            if not verdict.ok:
-                raise InvalidArgs(f"refusing to grant to {m.id}: {verdict.message}")
+            verdict = trust.folder_verdict(tk.dir, runtime.env)
+            refused = trust.refusal(verdict)
+            if refused:
+                raise InvalidArgs(f"refusing to grant to {m.id}: {refused}")
             signer = verdict.signer
         g = consent.ConsentStore(runtime.home).grant(m.id, wanted, signer, env=names)
         typer.echo(f"granted {m.id}" + (f" ({signer})" if signer else "") + f": {' '.join(sorted(g.caps)) or 'no caps'}"
