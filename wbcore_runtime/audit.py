@@ -30,6 +30,16 @@ cuts it off before appending. Complete lines past the head (killed between the l
 and the head write) are valid: ``verify`` accepts a head that names an earlier line of
 the chain, never one that is ahead of it or differs.
 
+**Signed heads.** A chain alone proves nothing to someone who can rewrite it: recompute
+every hash after an edit, or cut the tail and write a matching head. So the head and the
+anchor also carry an Ed25519 signature of ``(seq, hash)`` by the tenant's key
+(``wbcore_runtime.identity``; :meth:`AuditLog.for_home` logs are signed), and ``verify``
+checks it: a recomputed chain, a cut tail with a rewritten head, a missing head or a forged
+anchor each fail with a message saying which. What this does not prove: that nobody holding
+the key rewrote it (keep the key out of the home with ``WB_SIGNING_KEY`` for that), nor that
+the tail was not cut back to an earlier *signed* head restored from a copy (only a head kept
+elsewhere, e.g. shipped to a collector, shows that).
+
 The live segment rotates at ``WB_AUDIT_MAX_BYTES`` (default 64 MiB) into
 ``audit-<seq>.jsonl``; the chain runs on across segments and ``verify`` walks them in
 order. At most ``WB_AUDIT_KEEP`` (default 16) rotated segments are kept; pruning the
@@ -47,7 +57,7 @@ import re
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from json.encoder import encode_basestring_ascii as _json_str  # type: ignore[attr-defined]
 from pathlib import Path
@@ -62,7 +72,10 @@ DEFAULT_MAX_BYTES = 64 << 20
 MAX_PENDING = 100_000
 DEFAULT_KEEP = 16  # rotated segments kept: the trail is bounded at ~(keep + 1) x max_bytes
 ANCHOR_NAME = "audit.anchor"
-_HEAD_WIDTH = 96  # fixed-width head record, rewritten in place (one pwrite)
+_HEAD_WIDTH = 256  # fixed-width head record "seq hash [signature]", rewritten in place (one pwrite)
+#: What a head and an anchor signature cover (domain-separated: one is never the other).
+_HEAD_DOMAIN = b"wbcore-audit-head\n"
+_ANCHOR_DOMAIN = b"wbcore-audit-anchor\n"
 #: A batch is written at most this long after its first line ...
 DEFAULT_WINDOW_S = 0.005
 #: ... or as soon as it holds this many lines.
@@ -136,8 +149,14 @@ class AuditLog:
     """One hash-chained log directory. Thread- and process-safe, batched appends."""
 
     def __init__(self, directory: Path, *, max_bytes: int | None = None, keep: int | None = None, fsync: bool = False,
-                 durable: bool = False, window: float = DEFAULT_WINDOW_S, batch: int = DEFAULT_BATCH) -> None:
+                 durable: bool = False, window: float = DEFAULT_WINDOW_S, batch: int = DEFAULT_BATCH,
+                 signer: Callable[[], Any] | None = None) -> None:
+        """``signer`` returns the :class:`wbcore_runtime.identity.Identity` whose key signs the
+        head and the anchor (called once, at the first write or verify: no key is read at start);
+        without one, heads are unsigned and :meth:`verify` says so."""
         self.dir = Path(directory)
+        self._signer_of = signer
+        self._signer: Any = None
         self.path = self.dir / LOG_NAME
         self.head_path = self.dir / HEAD_NAME
         self.anchor_path = self.dir / ANCHOR_NAME
@@ -172,8 +191,15 @@ class AuditLog:
         with _shared_lock:
             log = _shared.get(key)
             if log is None:
-                log = _shared[key] = cls(Path(home) / "audit", max_bytes=max_bytes, keep=keep, fsync=fsync,
-                                         durable=durable)
+                home_path = Path(home)
+
+                def tenant_key() -> Any:
+                    from wbcore_runtime import identity
+
+                    return identity.load(home_path, env)
+
+                log = _shared[key] = cls(home_path / "audit", max_bytes=max_bytes, keep=keep, fsync=fsync,
+                                         durable=durable, signer=tenant_key)
         return log
 
     # --- writing ------------------------------------------------------------------------
@@ -261,7 +287,7 @@ class AuditLog:
                 while view:  # a regular file takes it whole; a short write (disk full) is finished
                     view = view[os.write(fd, view):]
             assert self._head_fd is not None
-            os.pwrite(self._head_fd, f"{seq} {prev}".ljust(_HEAD_WIDTH - 1).encode() + b"\n", 0)
+            os.pwrite(self._head_fd, self._signed(_HEAD_DOMAIN, seq, prev).ljust(_HEAD_WIDTH - 1).encode() + b"\n", 0)
             if self.fsync:
                 os.fsync(fd)
                 os.fsync(self._head_fd)
@@ -269,6 +295,19 @@ class AuditLog:
             self._known = (self._known[0], size, seq, prev)
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def identity(self) -> Any:
+        """The key that signs this log's head (``None``: an unsigned log)."""
+        if self._signer is None and self._signer_of is not None:
+            self._signer = self._signer_of()
+        return self._signer
+
+    def _signed(self, domain: bytes, seq: int, hash_: str) -> str:
+        """``"seq hash signature"`` (hex), or ``"seq hash"`` for an unsigned log."""
+        key = self.identity()
+        if key is None:
+            return f"{seq} {hash_}"
+        return f"{seq} {hash_} {key.sign(domain + f'{seq} {hash_}'.encode()).hex()}"
 
     def _open(self) -> int:
         if self._fd is None:
@@ -376,8 +415,8 @@ class AuditLog:
                     pass
             try:
                 entry = json.loads(last)
-                anchor = f"{entry['seq']} {entry['hash']}\n"
-            except (ValueError, KeyError):
+                anchor = self._signed(_ANCHOR_DOMAIN, int(entry["seq"]), str(entry["hash"])) + "\n"
+            except (ValueError, KeyError, TypeError):
                 return  # an unreadable segment is evidence: keep it for verify to report
             tmp = self.anchor_path.with_suffix(".tmp")
             tmp.write_text(anchor)
@@ -464,6 +503,27 @@ class AuditLog:
             if lock is not None:
                 os.close(lock)
 
+    def _check_signature(self, name: str, domain: bytes, words: list[str], problems: list[Problem]) -> None:
+        """A head's or an anchor's signature must be the tenant key's over its ``seq hash``."""
+        key = self.identity()
+        if key is None:
+            return  # an unsigned log (no tenant key): the chain is all verify can check
+        from wbcore_runtime import identity
+
+        what = "head" if domain == _HEAD_DOMAIN else "anchor"
+        if len(words) < 3:
+            problems.append(Problem(name, 1, f"the {what} carries no signature by the tenant key ({key.did}): "
+                                             f"written by something other than wbx, or rewritten"))
+            return
+        try:
+            sig = bytes.fromhex(words[2])
+        except ValueError:
+            sig = b""
+        if not identity.verify(key.public_key, domain + f"{words[0]} {words[1]}".encode(), sig):
+            why = ("the chain was recomputed, or its tail cut, and the head rewritten" if what == "head"
+                   else "the anchor was forged: the pruned segments did not end there")
+            problems.append(Problem(name, 1, f"the {what}'s signature is not the tenant key's ({key.did}): {why}"))
+
     def _verify(self) -> list[Problem]:
         problems: list[Problem] = []
         prev, seq = GENESIS, 0
@@ -471,11 +531,15 @@ class AuditLog:
             raw = self.anchor_path.read_text().split()
             if len(raw) >= 2 and raw[0].isdigit():
                 seq, prev = int(raw[0]), raw[1]
+                self._check_signature(ANCHOR_NAME, _ANCHOR_DOMAIN, raw, problems)
+            else:
+                problems.append(Problem(ANCHOR_NAME, 1, "unreadable anchor record"))
         head: tuple[int, str] | None = None
         if self.head_path.exists():
             words = self.head_path.read_text().split()
             if len(words) >= 2 and words[0].isdigit():
                 head = int(words[0]), words[1]
+                self._check_signature(HEAD_NAME, _HEAD_DOMAIN, words, problems)
             elif words:
                 problems.append(Problem(HEAD_NAME, 1, "unreadable head record"))
         head_seen = head is None or head == (seq, prev)
@@ -503,6 +567,9 @@ class AuditLog:
         if head is not None and not head_seen:
             problems.append(Problem(HEAD_NAME, 1, f"head records seq {head[0]} but the log ends at seq {seq} "
                                                   "(the tail was deleted or edited)"))
+        if head is None and seq > 0 and self.identity() is not None:
+            problems.append(Problem(HEAD_NAME, 1, f"the log holds {seq} entries but no signed head: the head file was "
+                                                  "deleted (a cut or rewritten log would pass without it)"))
         return problems
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wbcore_runtime import generation, policy
-from wbcore_runtime.errors import InvalidArgs, unknown_name
+from wbcore_runtime.errors import CapabilityDenied, InvalidArgs, unknown_name
 
 if TYPE_CHECKING:
     from wbcore_runtime.toolkit import Toolkit
@@ -31,15 +32,22 @@ FORMAT = 1
 MAX_FILE_BYTES = 4 << 20
 
 
+#: The one pattern of a deployer environment variable a manifest may name.
+ENV_RE = re.compile(r"^[A-Z_][A-Z0-9_]{0,127}$")
+
+
 @dataclass(frozen=True, slots=True)
 class Grant:
     toolkit: str
     caps: frozenset[str]
     signer: str | None
     granted_at: float
+    #: Deployer environment variables the toolkit may read (``wbx toolkit grant ID --env VAR``).
+    env: frozenset[str] = frozenset()
 
     def as_dict(self) -> dict[str, Any]:
-        return {"caps": sorted(self.caps), "signer": self.signer, "granted_at": self.granted_at}
+        return {"caps": sorted(self.caps), "signer": self.signer, "granted_at": self.granted_at,
+                "env": sorted(self.env)}
 
 
 class ConsentStore:
@@ -76,7 +84,8 @@ class ConsentStore:
         try:
             data = json.loads(raw)
             grants = {
-                tid: Grant(tid, frozenset(g["caps"]), g.get("signer"), float(g.get("granted_at", 0)))
+                tid: Grant(tid, frozenset(g["caps"]), g.get("signer"), float(g.get("granted_at", 0)),
+                           frozenset(g.get("env", ())))
                 for tid, g in data["grants"].items()
             }
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -100,27 +109,35 @@ class ConsentStore:
     def get(self, toolkit_id: str) -> Grant | None:
         return self.load().get(toolkit_id)
 
-    def grant(self, toolkit_id: str, caps: Iterable[str], signer: str | None) -> Grant:
-        """Add ``caps`` to the grant (a grant to another signer is replaced, not merged)."""
+    def grant(self, toolkit_id: str, caps: Iterable[str], signer: str | None, *,
+              env: Iterable[str] = ()) -> Grant:
+        """Add ``caps`` (and environment variables ``env``) to the grant (a grant to another
+        signer is replaced, not merged)."""
         with self._locked():
             grants = self.load()
             old = grants.get(toolkit_id)
-            keep = old.caps if old is not None and old.signer == signer else frozenset()
-            new = Grant(toolkit_id, keep | frozenset(caps), signer, time.time())
+            same = old is not None and old.signer == signer
+            keep = old.caps if same and old is not None else frozenset()
+            keep_env = old.env if same and old is not None else frozenset()
+            new = Grant(toolkit_id, keep | frozenset(caps), signer, time.time(), keep_env | frozenset(env))
             grants[toolkit_id] = new
             self._save(grants)
             return new
 
-    def revoke(self, toolkit_id: str, caps: Iterable[str] | None = None) -> Grant | None:
-        """Withdraw ``caps`` (all of them when ``None``); returns what remains granted."""
+    def revoke(self, toolkit_id: str, caps: Iterable[str] | None = None, *,
+               env: Iterable[str] | None = None) -> Grant | None:
+        """Withdraw ``caps`` and ``env`` variables (everything when both are ``None``);
+        returns what remains granted."""
         with self._locked():
             grants = self.load()
             old = grants.get(toolkit_id)
             if old is None:
                 return None
-            left = frozenset() if caps is None else old.caps - frozenset(caps)
-            if left:
-                grants[toolkit_id] = Grant(toolkit_id, left, old.signer, time.time())
+            everything = caps is None and env is None
+            left = frozenset() if everything else old.caps - frozenset(caps or ())
+            left_env = frozenset() if everything else old.env - frozenset(env or ())
+            if left or left_env:
+                grants[toolkit_id] = Grant(toolkit_id, left, old.signer, time.time(), left_env)
             else:
                 del grants[toolkit_id]
             self._save(grants)
@@ -185,6 +202,39 @@ def explicit(home: Path, toolkit: Toolkit) -> frozenset[str]:
     return g.caps
 
 
+def requested_env(manifest: Any) -> list[str]:
+    """The deployer environment variables a manifest asks to read — every way a manifest can
+    name one: ``#+AUTH: bearer-env VAR`` and ``#+ENV_KEYS: VAR ...`` (federation sources).
+    Reading any of them needs the deployer's grant naming it (:func:`check_env`)."""
+    m = manifest
+    out: list[str] = []
+    auth = (m.extra("AUTH") or "").split()
+    if len(auth) == 2 and auth[0] == "bearer-env":
+        out.append(auth[1])
+    out.extend((m.extra("ENV_KEYS") or "").replace(",", " ").split())
+    return list(dict.fromkeys(out))
+
+
+def env_granted(home: Path, toolkit: Toolkit) -> frozenset[str]:
+    """Environment variables the deployer granted this toolkit (whatever its trust: a manifest
+    never picks a deployer variable on its own). A third-party grant counts only while its
+    signer is unchanged."""
+    m = toolkit.manifest
+    g = ConsentStore(home).get(m.id)
+    if g is None or (m.trust == "third-party" and g.signer != m.author_did):
+        return frozenset()
+    return g.env
+
+
+def check_env(home: Path, toolkit: Toolkit, name: str) -> None:
+    """THE check before a toolkit's manifest reads deployer variable ``name``: refused unless
+    a grant names it (``wbx toolkit grant ID --env NAME``)."""
+    if name not in env_granted(home, toolkit):
+        raise CapabilityDenied(
+            f"{toolkit.id} reads the deployer's environment variable {name}, which no grant names; "
+            f"if {toolkit.id} may send it, grant it: wbx toolkit grant {toolkit.id} --env {name}")
+
+
 def describe(home: Path, toolkit: Toolkit, universe: policy.Universe = policy.CORE) -> dict[str, Any]:
     """Requested vs granted vs effective caps, for ``show`` and ``verify``."""
     m = toolkit.manifest
@@ -207,15 +257,21 @@ def describe(home: Path, toolkit: Toolkit, universe: policy.Universe = policy.CO
         "effective": sorted(effective_caps(home, toolkit_id=m.id, trust=m.trust, signer=m.author_did,
                                            declared=m.caps, profile=prof, universe=universe)),
         "stale_signer": stale,
+        "env_requested": requested_env(m),
+        "env_granted": sorted(env_granted(home, toolkit)),
     }
 
 
 def show_rows(home: Path, toolkit: Toolkit, universe: policy.Universe = policy.CORE) -> list[tuple[str, str | None]]:
     """``wbx toolkit show`` rows: requested vs granted vs effective caps."""
     info = describe(home, toolkit, universe)
+    env_rows: list[tuple[str, str | None]] = []
+    if info["env_requested"]:
+        env_rows.append(("reads env", " ".join(info["env_requested"])))
+        env_rows.append(("env granted", " ".join(info["env_granted"]) or "none"))
     if not info["requested"]:
-        return []
+        return env_rows
     granted_text = "n/a (first-party: profile defaults)" if info["granted"] is None else (" ".join(info["granted"]) or "none")
     if info["stale_signer"]:
         granted_text += f" (grants to {info['stale_signer']} do not apply to this signer)"
-    return [("granted", granted_text), ("effective", " ".join(info["effective"]) or "none")]
+    return [("granted", granted_text), ("effective", " ".join(info["effective"]) or "none"), *env_rows]

@@ -26,7 +26,7 @@ Resolutions are cached per runtime and (kind, name, tier). A cached one is reuse
 the home's change counter (``wbcore_runtime.generation``: registry, consent) is unchanged; the
 toolkit folder and the search roots are re-checked (a ``stat`` walk) at most every
 :data:`RECHECK_S` seconds, so a long-running server notices an edited toolkit within
-that window while a call costs a dictionary lookup and a memory read. A new process
+that window while a call costs a dictionary lookup and a counter read (a stat and a pread). A new process
 always checks everything.
 """
 
@@ -154,9 +154,9 @@ def _check_provenance(runtime: Runtime, entry: Entry, prov: dict[str, Any]) -> A
     if tk.manifest.trust != prov.get("trust"):
         raise _refuse(entry, f"#+TRUST changed from {prov.get('trust')} to {tk.manifest.trust} since the build", rebuild)
     if prov.get("trust") == "third-party":
-        verdict = trust.signature_verdict(tk, runtime)
-        if not verdict.ok:
-            raise _refuse(entry, f"signature: {verdict.message}",
+        refused = trust.refusal(trust.signature_verdict(tk, runtime))
+        if refused:
+            raise _refuse(entry, refused,
                           f"restore the signed files or re-sign the toolkit (wbx toolkit sign {ident}), then {rebuild}")
         if tk.manifest.author_did != prov.get("signer"):
             raise _refuse(entry, f"the signer changed from {prov.get('signer')} to {tk.manifest.author_did}",

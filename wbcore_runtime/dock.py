@@ -214,7 +214,7 @@ class Revocations:
     """Revoked principals (or principal+cap pairs), shared with other processes through
     ``$WB_HOME/dock/revoked`` (one ``principal`` or ``principal cap`` per line), written
     only through :meth:`revoke` / :meth:`restore`, which bump the home's change counter:
-    a call reads the counter (a memory read) and re-reads the file only when it moved.
+    a call reads the counter (a stat and a pread) and re-reads the file only when it moved.
     The file is created empty up front, so the per-call ``stat`` does not pay for a
     missing-file exception."""
 
@@ -222,7 +222,7 @@ class Revocations:
         self.path = path
         self._where = str(path)
         # The home's change counter (wbcore_runtime.generation): revoke/restore bump it, so a call
-        # checks revocations with a memory read and stats the file only after a change.
+        # checks revocations with a counter read and stats the file only after a change.
         self._gen = generation
         self._seen_gen: int | None = None
         self._lock = threading.Lock()

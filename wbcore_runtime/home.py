@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from wbcore_runtime.errors import InvalidArgs
+from wbcore_runtime.errors import InvalidArgs, NotFound
 
 MARKER = "wbx.toml"
 USER_HOME = Path("~") / ".workbooks"
@@ -73,12 +73,28 @@ def find_project(cwd: Path) -> Project | None:
 def _inside(root: Path, rel: object, marker: Path, key: str) -> Path:
     if not isinstance(rel, str) or not rel.strip():
         raise InvalidArgs(f"{marker}: {key}: want a folder name relative to this file, got {rel!r}")
-    target = Path(os.path.realpath(root / os.path.expanduser(rel)))
+    from wbcore_runtime import paths
+
     base = os.path.realpath(root)
-    if target != Path(base) and not str(target).startswith(base + os.sep):
-        raise InvalidArgs(f"{marker}: {key}: {rel!r} resolves outside the project folder {base}; "
+    outside = InvalidArgs(f"{marker}: {key}: {rel!r} resolves outside the project folder {base}; "
                           f"name a folder inside it, or set WB_HOME instead")
-    return target
+    parts = [p for p in rel.replace(os.sep, "/").split("/") if p not in ("", ".")]
+    if rel.startswith(("/", "~")) or ".." in parts:
+        raise outside
+    # The core's one containment function checks the part that exists (a folder made later,
+    # e.g. a home not created yet, has no link to follow); the rest is plain names under it.
+    for cut in range(len(parts), -1, -1):
+        try:
+            found = paths.inside(base, "/".join(parts[:cut]) or ".", expect="dir", label="the project folder")
+        except paths.Refused as exc:
+            raise InvalidArgs(f"{marker}: {key}: {rel!r}: {exc.reason}; name a folder inside the project "
+                              f"folder {base}, or set WB_HOME instead") from None
+        except NotFound:  # not made yet: check the folder above it
+            if cut == 0:
+                raise outside from None
+            continue
+        return Path(found, *parts[cut:])
+    raise outside
 
 
 def parse_marker(text: str, marker: Path) -> dict[str, object]:

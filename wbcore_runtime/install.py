@@ -35,6 +35,8 @@ from typing import Any
 from wbcore_runtime import faults, leftovers, signing, unpack
 from wbcore_runtime import fetch as _fetch
 from wbcore_runtime import gitfetch as _gitfetch
+from wbcore_runtime import consent as _consent
+from wbcore_runtime import trust as _trust
 from wbcore_runtime import manifest as _manifest
 from wbcore_runtime import oci as _oci
 from wbcore_runtime.errors import InvalidArgs, ManifestError, NotFound
@@ -309,8 +311,8 @@ def _stage(source: Source, work: Path, env: Mapping[str, str] | None, only: set[
                 "if it is yours; third-party toolkits must be signed and granted caps explicitly"
             )
         if m.trust == "third-party":
-            verdict = signing.verify(d, env=env)
-            if not verdict.ok:
+            verdict = _trust.folder_verdict(d, env)
+            if _trust.refusal(verdict):
                 raise InstallError(f"refusing to install {m.id}: signature {verdict.code}: {verdict.message}")
             signer = verdict.signer
             digest = verdict.digest or signing.content_digest(d)
@@ -499,6 +501,8 @@ class Change:
     trust: tuple[str | None, str]
     signer: tuple[str | None, str | None]
     why: str = ""
+    #: Deployer environment variables the incoming manifest reads (each needs a grant naming it).
+    env: tuple[str, ...] = ()
 
     def lines(self) -> list[str]:
         """The diff as text: ``-`` what goes, ``+`` what comes, per field."""
@@ -516,13 +520,18 @@ class Change:
         for field_name, (old, new) in (("trust", self.trust), ("signer", self.signer)):
             if old != new:
                 out.append(f"  {field_name}: {old or '(none)'} -> {new or '(none)'}")
+        if self.env:
+            names = " ".join(self.env)
+            out.append(f"  env: reads the deployer's {names} (sent nowhere until granted: "
+                       f"wbx toolkit grant {self.id} " + " ".join(f"--env {v}" for v in self.env) + ")")
         return out
 
     def as_dict(self) -> dict[str, Any]:
         return {"id": self.id, "action": self.action, "version": list(self.version),
                 "caps": {"installed": list(self.caps[0]) if self.caps[0] is not None else None,
                          "incoming": list(self.caps[1])},
-                "trust": list(self.trust), "signer": list(self.signer), "why": self.why, "diff": self.lines()}
+                "trust": list(self.trust), "signer": list(self.signer), "why": self.why, "env": list(self.env),
+                "diff": self.lines()}
 
 
 def preview(home: Path, source_text: str, *, sha256: str | None = None, force: bool = False,
@@ -554,9 +563,13 @@ def preview(home: Path, source_text: str, *, sha256: str | None = None, force: b
                     action, why = "refused", f"already installed at {target} (push or install with --force to replace it)"
                 else:
                     action, why = ("replace" if present else "new"), ""
+                try:
+                    env = tuple(_consent.requested_env(_manifest.load(s.dir / signing.MANIFEST)))
+                except ManifestError:
+                    env = ()
                 out.append(Change(s.entry.id, action, (old_version, s.entry.version), (old_caps, tuple(s.caps)),
                                   (old.trust if old else None, s.entry.trust), (old.signer if old else None, s.entry.signer),
-                                  why))
+                                  why, env))
             return out
         finally:
             unpack.remove_tree(work)

@@ -11,6 +11,7 @@ import json
 import re
 import threading
 import time
+import unicodedata
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -81,6 +82,31 @@ class OwnedName(InvalidArgs):
         self.owner = owner
 
 
+def name_key(name: str) -> str:
+    """The one comparison of command names: NFKC-normalised, case-folded, without trailing dots.
+
+    Two names with the same key look alike to a person and to an agent (``Upper``, ``UPPER``,
+    ``upper.`` all read as ``upper``), so the registry lets one owner hold a key: the reserved
+    built-ins own theirs, and a toolkit cannot register a look-alike of another toolkit's name."""
+    return unicodedata.normalize("NFKC", name).casefold().rstrip(".")
+
+
+_RESERVED_KEYS = {name_key(n): n for n in RESERVED}
+
+
+class LookAlikeName(InvalidArgs):
+    """A command name that reads as one owned by a built-in or by another toolkit."""
+
+    def __init__(self, name: str, like: str, owner: str, claimant: str | None) -> None:
+        who = claimant or "this entry"
+        super().__init__(
+            f"command {name!r} looks like {like!r} ({owner}): names are compared case-folded, "
+            f"NFKC-normalised and without trailing dots. Rename #+CLI_BIN in {who} to a name "
+            f"that does not read as {like!r}")
+        self.like = like
+        self.owner = owner
+
+
 def check_name(name: str) -> str:
     if not name or len(name) > MAX_NAME or not NAME_RE.match(name):
         raise InvalidArgs(f"command name {name!r} must match {NAME_RE.pattern} (at most {MAX_NAME} chars)")
@@ -107,7 +133,7 @@ class Registry:
         self._conn: sqlite3.Connection | None = None
         self._synced = False
         # Lookups are cached until the home's change counter moves (every registry write,
-        # from any process, bumps it): a memory read per lookup, no SQLite statement.
+        # from any process, bumps it): a stat and a pread per lookup, no SQLite statement.
         self.generation = Generation(path.parent)
         self._cache: dict[tuple[str, str], Entry | None] = {}
         self._seen: int | None = None
@@ -175,6 +201,8 @@ class Registry:
                              (entry.kind, entry.name)).fetchone()
             if entry.name in RESERVED and entry.kind == "command" and not entry.builtin:
                 raise InvalidArgs(f"{entry.name!r} is a reserved built-in command and cannot be shadowed")
+            if entry.kind == "command" and not entry.builtin:
+                self._refuse_look_alike(db, entry, take_from)
             if row is not None and row[0] and not entry.builtin:
                 raise InvalidArgs(f"{entry.name!r} is a built-in and cannot be shadowed")
             if row is not None and not replace:
@@ -192,6 +220,24 @@ class Registry:
                  entry.profile, int(entry.builtin), json.dumps(dict(entry.options), sort_keys=True), time.time()),
             )
         return entry
+
+    @staticmethod
+    def _refuse_look_alike(db: sqlite3.Connection, entry: Entry, take_from: str | None) -> None:
+        """Refuse a command name whose :func:`name_key` is a reserved built-in's or another
+        owner's (the same toolkit re-registering its own look-alike, or a deployer handing the
+        owner's name over with ``take_from``, is not refused here)."""
+        key = name_key(entry.name)
+        reserved = _RESERVED_KEYS.get(key)
+        if reserved is not None and reserved != entry.name:
+            raise LookAlikeName(entry.name, reserved, "a reserved built-in command", entry.toolkit)
+        for name, toolkit, builtin in db.execute(
+                "SELECT name, toolkit, builtin FROM entries WHERE kind='command' AND name<>?", (entry.name,)):
+            if name_key(name) != key:
+                continue
+            if builtin:
+                raise LookAlikeName(entry.name, name, "a built-in command", entry.toolkit)
+            if toolkit != entry.toolkit and take_from != toolkit:
+                raise LookAlikeName(entry.name, name, f"owned by toolkit {toolkit}", entry.toolkit)
 
     def unregister(self, kind: str, name: str) -> None:
         with self._tx() as db:

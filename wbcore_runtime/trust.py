@@ -14,8 +14,9 @@ A mismatch, or a third-party signature that does not verify, makes the toolkit
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from wbcore_runtime.artifacts import IntegrityError as _StoreIntegrityError
 from wbcore_runtime.digest import sha256
@@ -167,6 +168,31 @@ def folder_state(folder: Path) -> tuple[tuple[str, int, int, int, int], ...]:
     return tuple(out)
 
 
+def refusal(verdict: signing.Verdict, *, offline: bool = False) -> str | None:
+    """THE trust verdict: why a signature verdict refuses the toolkit, or ``None``.
+
+    One rule for an unresolved ``did:web`` (docs/security.md): wherever the signature decides
+    (run, build, grant, install, publish, caps), a signer that could not be resolved is a
+    failure: fail closed. Only an ``offline`` look (a listing that resolves nothing: ``wbx
+    toolkit list``, an agent's prompt) leaves it pending, never verified: the first call
+    resolves it and refuses it if it still cannot be."""
+    from wbcore_runtime import signing
+
+    if verdict.ok:
+        return None
+    if offline and verdict.code == signing.UNRESOLVED:
+        return None
+    return f"signature: {verdict.message}"
+
+
+def folder_verdict(folder: Path, env: Mapping[str, str] | None) -> signing.Verdict:
+    """The signature verdict of a folder that is not (yet) a discovered toolkit (install,
+    grant, publish): did:web resolved. Judge it with :func:`refusal`."""
+    from wbcore_runtime import signing
+
+    return signing.verify(folder, env=env)
+
+
 def signature_verdict(toolkit: Toolkit, runtime: Runtime, *, resolve_web: bool = True) -> signing.Verdict:
     """The signature verdict, remembered per runtime until any file of the folder changes."""
     from wbcore_runtime import signing
@@ -296,15 +322,13 @@ def source_reason(toolkit: Toolkit, runtime: Runtime) -> str | None:
         except IntegrityError as exc:
             return f"integrity: {exc.message}"
     if m.trust == "third-party":
-        verdict = signature_verdict(toolkit, runtime, resolve_web=True)
-        if not verdict.ok:
-            return f"signature: {verdict.message}"
+        return refusal(signature_verdict(toolkit, runtime, resolve_web=True))
     return None
 
 
 def signature_ok(toolkit: Toolkit, runtime: Runtime) -> bool:
     """True for a third-party toolkit whose signature verifies now (did:web resolved)."""
-    return signature_verdict(toolkit, runtime).ok
+    return refusal(signature_verdict(toolkit, runtime)) is None
 
 
 def unavailable_reason(toolkit: Toolkit, runtime: Runtime, *, resolve_web: bool = False) -> str | None:
@@ -313,11 +337,7 @@ def unavailable_reason(toolkit: Toolkit, runtime: Runtime, *, resolve_web: bool 
     if reason:
         return reason
     if toolkit.manifest.trust == "third-party":
-        from wbcore_runtime import signing
-
-        verdict = signature_verdict(toolkit, runtime, resolve_web=resolve_web)
-        if not verdict.ok and verdict.code != signing.UNRESOLVED:
-            return f"signature: {verdict.message}"
+        return refusal(signature_verdict(toolkit, runtime, resolve_web=resolve_web), offline=not resolve_web)
     return None
 
 
@@ -349,18 +369,41 @@ def _consent_check(toolkit: Toolkit, runtime: Runtime) -> Check | None:
 
     info = _consent.describe(runtime.home, toolkit, runtime.caps_universe_for(toolkit.manifest.caps))
     if not info["requested"]:
-        return None
+        return _env_check(toolkit, info)
     requested = " ".join(info["requested"])
     effective = " ".join(info["effective"]) or "none"
     if info["granted"] is None:
-        return Check(True, "consent", f"requested {requested}; profile {info['profile']} grants {effective} (first-party)")
+        msg = f"requested {requested}; profile {info['profile']} grants {effective} (first-party)"
+        env = _env_check(toolkit, info)
+        if env is not None:
+            return Check(True, "consent", f"{msg}; {env.message}", warning=env.warning)
+        return Check(True, "consent", msg)
     granted = " ".join(info["granted"]) or "none"
     note = f"; grants were given to {info['stale_signer']}, not this signer" if info["stale_signer"] else ""
     pending = [c for c in info["requested"] if c not in info["granted"]]
     msg = f"requested {requested}; granted {granted}; effective {effective}{note}"
     if pending:
         msg += f" (grant with: wbx toolkit grant {toolkit.id} {' '.join(pending)})"
+    env = _env_check(toolkit, info)
+    if env is not None:
+        msg += f"; {env.message}"
+        pending = pending or ["env"]
     return Check(True, "consent", msg, warning=bool(pending))
+
+
+def _env_check(toolkit: Toolkit, info: dict[str, Any]) -> Check | None:
+    """The deployer variables the manifest reads, and which the deployer granted (a read of an
+    ungranted one is refused at the call: ``consent.check_env``)."""
+    from wbcore_runtime.records import Check
+
+    if not info["env_requested"]:
+        return None
+    missing = [v for v in info["env_requested"] if v not in info["env_granted"]]
+    msg = (f"reads the deployer's environment: {' '.join(info['env_requested'])}; "
+           f"granted: {' '.join(info['env_granted']) or 'none'}")
+    if missing:
+        msg += f" (grant with: wbx toolkit grant {toolkit.id} {' '.join('--env ' + v for v in missing)})"
+    return Check(True, "consent", msg, warning=bool(missing))
 
 
 def checks(toolkit: Toolkit, runtime: Runtime) -> list[Check]:

@@ -14,6 +14,7 @@ import shutil
 import stat
 import tarfile
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -182,6 +183,68 @@ def unpack_zip(archive: Path, dest: Path, caps: Caps = Caps()) -> None:
             except (zipfile.BadZipFile, RuntimeError, NotImplementedError) as exc:
                 raise UnsafeArchive(f"{what}: cannot read {rel!r} ({exc})") from None
     _final_check(dest, what)
+
+
+def read_files(data: bytes, caps: Caps = Caps(), *, what: str, only: Callable[[str], bool] | None = None,
+               max_file: int | None = None) -> dict[str, bytes]:
+    """The regular files of an untrusted archive (tar, any compression, or zip) read in memory,
+    by their :func:`safe_name`: nothing is written to disk. The rules of :func:`unpack`: every
+    name checked (absolute, ``..``, NUL refused), entries counted and bytes counted as read
+    (``caps``; a lying header stops at the cap). Links, devices and folders are skipped, never
+    followed (nothing is on disk to follow them to). ``only(name)`` selects the files to read
+    (the rest are counted, not read); ``max_file`` refuses one selected file larger than it."""
+    import io
+
+    budget = _Budget(caps, what)
+    out: dict[str, bytes] = {}
+
+    def take(rel: str, size: int, src: IO[bytes] | None) -> None:
+        if max_file is not None and size > max_file:
+            raise UnsafeArchive(f"{what}: {rel!r} has {size} bytes, over the {max_file}-byte cap")
+        if src is None:
+            raise UnsafeArchive(f"{what}: cannot read {rel!r}")
+        limit = caps.max_bytes - budget.bytes + 1
+        chunk = src.read(min(limit, max_file + 1 if max_file is not None else limit))
+        budget.add(len(chunk), rel)
+        if max_file is not None and len(chunk) > max_file:
+            raise UnsafeArchive(f"{what}: {rel!r} is over the {max_file}-byte cap")
+        out[rel] = chunk
+
+    if data[:4] in (b"PK\x03\x04", b"PK\x05\x06"):
+        try:
+            zf = zipfile.ZipFile(io.BytesIO(data))
+        except zipfile.BadZipFile as exc:
+            raise UnsafeArchive(f"{what}: not a readable zip archive ({exc})") from None
+        with zf:
+            for info in zf.infolist():
+                budget.entry(info.filename)
+                rel = safe_name(info.filename, what)
+                mode = info.external_attr >> 16
+                if not rel or info.is_dir() or (stat.S_IFMT(mode) and not stat.S_ISREG(mode)):
+                    continue
+                if only is not None and not only(rel):
+                    continue
+                try:
+                    with zf.open(info) as src:
+                        take(rel, info.file_size, src)
+                except (zipfile.BadZipFile, RuntimeError, NotImplementedError) as exc:
+                    raise UnsafeArchive(f"{what}: cannot read {rel!r} ({exc})") from None
+        return out
+    try:
+        tf = tarfile.open(fileobj=io.BytesIO(data), mode="r:*")
+    except tarfile.TarError as exc:
+        raise UnsafeArchive(f"{what}: not a readable archive ({exc})") from None
+    with tf:
+        try:
+            for member in tf:
+                budget.entry(member.name)
+                rel = safe_name(member.name, what)
+                if not rel or not member.isreg() or (only is not None and not only(rel)):
+                    continue
+                take(rel, member.size, tf.extractfile(member))
+        except (tarfile.TarError, EOFError, OSError) as exc:
+            raise UnsafeArchive(f"{what}: corrupt archive ({exc})") from None
+    return out
 
 
 def is_archive(name: str) -> bool:

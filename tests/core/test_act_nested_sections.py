@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import io
 import tarfile
 
@@ -89,6 +91,13 @@ def test_act_skill_tar_gives_its_skill_md() -> None:
 
 def test_act_skill_tar_path_tricks_are_only_read_in_memory(tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
-    raw = _tar({"../../evil/SKILL.md": b"# evil", "/abs/SKILL.md": b"# abs"})
-    assert sections.skill_text(raw) in ("# evil", "# abs")
+    import pytest
+
+    from wbcore_runtime.unpack import UnsafeArchive
+
+    # The core's unpacker reads it: a path trick refuses the archive, naming the entry.
+    for name, says in (("../../evil/SKILL.md", "climbs out with '..'"), ("/abs/SKILL.md", "absolute path")):
+        with pytest.raises(UnsafeArchive, match=re.escape(says)):
+            sections.skill_text(_tar({name: b"# evil"}))
+    assert sections.skill_text(_tar({"skill/SKILL.md": b"# fine"})) == "# fine"
     assert list(tmp_path.iterdir()) == []  # nothing written anywhere

@@ -253,3 +253,79 @@ def test_a_cursor_on_an_empty_or_caught_up_trail_needs_no_read(wb_home):
     assert late.pending() and late.read(10) == [] and not late.pending()  # caught up: one stat per poll
     _fill(log, 1)
     assert late.pending() and [e["seq"] for e in late.read(10)] == [4]
+
+
+# --- the signed head (issue 22 item 5) -----------------------------------------------------------------
+
+
+def _recompute(lines: list[str], upto: int | None = None) -> tuple[list[str], int, str]:
+    """What someone who can write the log but holds no key does: edit, then re-chain every line."""
+    from wbcore_runtime.audit import GENESIS, _chain
+
+    out, prev, seq = [], GENESIS, 0
+    for raw in lines[:upto]:
+        entry = json.loads(raw)
+        entry.pop("hash")
+        entry["prev"] = prev
+        entry["hash"] = prev = _chain(prev, entry)
+        seq = entry["seq"]
+        out.append(json.dumps(entry, sort_keys=True, separators=(",", ":")))
+    return out, seq, prev
+
+
+def test_a_recomputed_chain_fails_verify_with_its_reason(wb_home, wbx):
+    log = AuditLog.for_home(wb_home)
+    _fill(log, 5)
+    assert wbx("audit", "--verify").exit_code == 0
+    lines = log.path.read_text().splitlines()
+    edited = json.loads(lines[2])
+    edited["outcome"] = "denied"
+    lines[2] = json.dumps(edited)
+    chained, seq, head = _recompute(lines)
+    log.path.write_text("\n".join(chained) + "\n")
+    (wb_home / "audit" / "audit.head").write_text(f"{seq} {head}\n")  # the head matches the new chain
+    bad = wbx("audit", "--verify")
+    assert bad.exit_code == 70
+    assert "no signature by the tenant key" in bad.stdout, bad.stdout
+    # ... and keeping the old signature on the new hash is caught too
+    old_sig = "ab" * 64
+    (wb_home / "audit" / "audit.head").write_text(f"{seq} {head} {old_sig}\n")
+    bad = wbx("audit", "--verify")
+    assert bad.exit_code == 70 and "recomputed, or its tail cut, and the head rewritten" in bad.stdout, bad.stdout
+
+
+def test_a_cut_tail_with_a_rewritten_head_fails_verify(wb_home, wbx):
+    log = AuditLog.for_home(wb_home)
+    _fill(log, 6)
+    signed = (wb_home / "audit" / "audit.head").read_text().split()
+    lines = log.path.read_text().splitlines()
+    log.path.write_text("\n".join(lines[:3]) + "\n")
+    cut = json.loads(lines[2])
+    # the cut log's last (seq, hash) under the signature of the real head
+    (wb_home / "audit" / "audit.head").write_text(f"{cut['seq']} {cut['hash']} {signed[2]}\n")
+    bad = wbx("audit", "--verify")
+    assert bad.exit_code == 70 and "head's signature is not the tenant key's" in bad.stdout, bad.stdout
+    (wb_home / "audit" / "audit.head").unlink()  # no head at all
+    bad = wbx("audit", "--verify")
+    assert bad.exit_code == 70 and "no signed head" in bad.stdout, bad.stdout
+
+
+def test_a_forged_anchor_fails_verify(wb_home, wbx, monkeypatch):
+    monkeypatch.setenv("WB_AUDIT_MAX_BYTES", "400")
+    monkeypatch.setenv("WB_AUDIT_KEEP", "2")
+    log = AuditLog.for_home(wb_home, {"WB_AUDIT_MAX_BYTES": "400", "WB_AUDIT_KEEP": "2"})
+    _fill(log, 30)
+    anchor = wb_home / "audit" / "audit.anchor"
+    words = anchor.read_text().split()
+    assert len(words) == 3, "the anchor is signed"
+    assert log.verify() == []
+    # drop the oldest retained segment and move the anchor to where it ended (unsigned, or re-using the
+    # old signature): both are refused, saying the anchor was forged
+    first = sorted((wb_home / "audit").glob("audit-*.jsonl"))[0]
+    last = json.loads(first.read_text().splitlines()[-1])
+    first.unlink()
+    anchor.write_text(f"{last['seq']} {last['hash']} {words[2]}\n")
+    problems = [str(p) for p in log.verify()]
+    assert any("anchor was forged" in p for p in problems), problems
+    bad = wbx("audit", "--verify")
+    assert bad.exit_code == 70 and "anchor" in bad.stdout

@@ -162,7 +162,8 @@ def test_show_json_carries_consent(signed_tp, wbx):
     wbx("toolkit", "grant", "tp", "kv")
     data = json.loads(wbx("toolkit", "show", "tp", "--json").stdout)
     assert data["consent"] == {"trust": "third-party", "profile": "network", "requested": ["net", "kv"],
-                               "granted": ["kv"], "effective": ["kv"], "stale_signer": None}
+                               "granted": ["kv"], "effective": ["kv"], "stale_signer": None,
+                               "env_requested": [], "env_granted": []}
 
 
 def test_first_party_grants_only_consent_only_caps(make_toolkit, make_runtime, wbx):
@@ -179,3 +180,29 @@ def test_first_party_grants_only_consent_only_caps(make_toolkit, make_runtime, w
     assert "granted:   build" in r.stdout and "effective: build vfs" in r.stdout
     assert wbx("toolkit", "revoke", "builder", "build").exit_code == 0
     assert rt.effective_caps(tk) == frozenset({"vfs"})
+
+
+def test_env_grants_name_each_variable_and_show_in_dry_run_diffs(tmp_path):
+    """A manifest's deployer variables need a grant naming each (issue 22 item 5)."""
+    from types import SimpleNamespace
+
+    from wbcore_runtime.consent import ConsentStore, check_env, env_granted, requested_env
+    from wbcore_runtime.errors import CapabilityDenied
+    from wbcore_runtime.install import Change
+
+    m = SimpleNamespace(id="fed", trust="first-party", author_did=None,
+                        extra=lambda k, d=None: {"AUTH": "bearer-env TOKEN_A", "ENV_KEYS": "TOKEN_B"}.get(k, d))
+    tk = SimpleNamespace(id="fed", manifest=m)
+    assert requested_env(m) == ["TOKEN_A", "TOKEN_B"]
+    with pytest.raises(CapabilityDenied, match="wbx toolkit grant fed --env TOKEN_A"):
+        check_env(tmp_path, tk, "TOKEN_A")
+    store = ConsentStore(tmp_path)
+    store.grant("fed", [], None, env=["TOKEN_A"])
+    check_env(tmp_path, tk, "TOKEN_A")
+    with pytest.raises(CapabilityDenied):
+        check_env(tmp_path, tk, "TOKEN_B")
+    assert env_granted(tmp_path, tk) == {"TOKEN_A"}
+    store.revoke("fed", env=["TOKEN_A"])
+    assert env_granted(tmp_path, tk) == frozenset()
+    change = Change("fed", "new", (None, "1.0"), (None, ("net",)), (None, "third-party"), (None, None), env=("TOKEN_A",))
+    assert any("reads the deployer's TOKEN_A" in line and "--env TOKEN_A" in line for line in change.lines())

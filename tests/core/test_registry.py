@@ -62,3 +62,29 @@ def test_lookups_see_writes_from_this_and_other_connections(tmp_path):
     assert b.lookup("command", "x").sha256 == "b" * 64
     b.unregister("command", "x")
     assert a.lookup("command", "x") is None
+
+
+@pytest.mark.parametrize("look_alike", ["Upper", "UPPER", "upper.", "jq.", "Grep..", "WBOX"])
+def test_look_alikes_of_reserved_builtins_are_refused(tmp_path, look_alike):
+    from wbcore_runtime.registry import LookAlikeName
+    reg = Registry(tmp_path / "r.db")
+    with pytest.raises(LookAlikeName, match=r"looks like '(upper|jq|grep|wbox)' \(a reserved built-in") as err:
+        reg.register(Entry("command", look_alike, SHA, "command", toolkit="tk"))
+    assert "Rename #+CLI_BIN in tk" in str(err.value)
+    assert reg.lookup("command", look_alike) is None
+
+
+def test_look_alikes_between_toolkits_are_refused(tmp_path):
+    from wbcore_runtime.registry import LookAlikeName, name_key
+    reg = Registry(tmp_path / "r.db")
+    reg.register(Entry("command", "fmt", SHA, "command", toolkit="a"))
+    for other in ("FMT", "fmt.", "Fmt..."):
+        with pytest.raises(LookAlikeName, match="owned by toolkit a"):
+            reg.register(Entry("command", other, SHA, "command", toolkit="b"))
+    # the owner may re-register its own name, and a deployer may hand it over explicitly
+    reg.register(Entry("command", "fmt", SHA, "command", toolkit="a"))
+    reg.register(Entry("command", "Fmt", SHA, "command", toolkit="b"), take_from="a")
+    # the one comparison: NFKC (full-width letters, ligatures), case folding, trailing dots
+    assert name_key("ｕｐｐｅｒ") == name_key("UPPER.") == "upper"
+    assert name_key("ﬁnd") == "find"
+    assert name_key("upper-2") != "upper"

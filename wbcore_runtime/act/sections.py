@@ -115,21 +115,15 @@ def skill_text(raw: bytes) -> str:
     markdown. The archive is read in memory only (nothing is extracted to disk) and
     ``SKILL.md`` is capped at ``MAX_SKILL_BYTES``."""
     if len(raw) >= 512 and raw[257:262] == b"ustar":
-        import io
-        import tarfile
+        from wbcore_runtime import unpack
 
-        try:
-            with tarfile.open(fileobj=io.BytesIO(raw), mode="r:") as tar:
-                found = sorted((m for m in tar.getmembers() if m.isfile()
-                                and m.name.rsplit("/", 1)[-1] == "SKILL.md"), key=lambda m: m.name.count("/"))
-                if not found:
-                    raise InvalidArgs("act:skill archive has no SKILL.md")
-                if found[0].size > MAX_SKILL_BYTES:
-                    raise InvalidArgs(f"act:skill SKILL.md of {found[0].size} bytes is over the {MAX_SKILL_BYTES}-byte cap")
-                fh = tar.extractfile(found[0])
-                data = fh.read(MAX_SKILL_BYTES) if fh is not None else b""
-        except tarfile.TarError as exc:
-            raise InvalidArgs(f"act:skill archive is malformed: {exc}") from None
+        # The core's unpacker reads it (names checked, entries and bytes capped), in memory.
+        found = unpack.read_files(raw, unpack.Caps(max_files=4096, max_bytes=8 * MAX_SKILL_BYTES),
+                                  what="act:skill archive", only=lambda n: n.rsplit("/", 1)[-1] == "SKILL.md",
+                                  max_file=MAX_SKILL_BYTES)
+        if not found:
+            raise InvalidArgs("act:skill archive has no SKILL.md")
+        data = found[min(found, key=lambda n: (n.count("/"), n))]
         return data.decode("utf-8", errors="replace")
     return raw.decode("utf-8", errors="replace")
 

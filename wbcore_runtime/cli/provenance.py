@@ -36,17 +36,29 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
     @app.command("grant")
     def grant(
         ident: str = typer.Argument(..., metavar="ID"),
-        caps: list[str] = typer.Argument(..., metavar="CAP..."),
+        caps: Optional[list[str]] = typer.Argument(None, metavar="[CAP...]"),
+        env: Optional[list[str]] = typer.Option(
+            None, "--env", metavar="VAR",
+            help="A deployer environment variable the toolkit may read and send (e.g. its #+AUTH: bearer-env VAR); repeat per variable."),
     ) -> None:
-        """Grant caps a toolkit requests: any for third-party (signature must verify); build/serve for first-party."""
-        from wbcore_runtime import consent, signing
-
-        from wbcore_runtime import policy
+        """Grant caps a toolkit requests (any for third-party, whose signature must verify; build/serve for
+        first-party) and, with --env, each deployer environment variable its manifest may read."""
+        from wbcore_runtime import consent, policy, trust
 
         tk = runtime.toolkit(ident)
         m = tk.manifest
         universe = runtime.caps_universe_for(caps)
-        wanted = consent.check_caps(tk, caps, universe)
+        names = list(dict.fromkeys(env or ()))
+        if not caps and not names:
+            raise InvalidArgs(f"name at least one cap or --env VAR to grant {m.id}")
+        wanted = consent.check_caps(tk, caps, universe) if caps else []
+        asked = consent.requested_env(m)
+        for name in names:
+            if not consent.ENV_RE.match(name):
+                raise InvalidArgs(f"--env {name!r} is not an environment variable name (A-Z, 0-9, _)")
+            if name not in asked:
+                raise InvalidArgs(f"{m.id} does not read {name} (its manifest reads: {' '.join(asked) or 'no variable'}); "
+                                  "grant only what the manifest names")
         if m.trust != "third-party":
             profiled = [c for c in wanted if c not in universe.consent_only]
             if profiled:
@@ -56,32 +68,40 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
                 )
             signer = m.author_did
         else:
-            verdict = signing.verify(tk.dir, env=runtime.env)
-            if not verdict.ok:
-                raise InvalidArgs(f"refusing to grant caps to {m.id}: {verdict.message}")
+            verdict = trust.folder_verdict(tk.dir, runtime.env)
+            refused = trust.refusal(verdict)
+            if refused:
+                raise InvalidArgs(f"refusing to grant to {m.id}: {refused}")
             signer = verdict.signer
-        g = consent.ConsentStore(runtime.home).grant(m.id, wanted, signer)
-        typer.echo(f"granted {m.id}" + (f" ({signer})" if signer else "") + f": {' '.join(sorted(g.caps))}")
+        g = consent.ConsentStore(runtime.home).grant(m.id, wanted, signer, env=names)
+        typer.echo(f"granted {m.id}" + (f" ({signer})" if signer else "") + f": {' '.join(sorted(g.caps)) or 'no caps'}"
+                   + (f"; env {' '.join(sorted(g.env))}" if g.env else ""))
         for cap in wanted:
             if cap in universe.plugin_caps:  # a plugin's cap: say what was just granted, and who serves it
                 d = universe.plugin_caps[cap]
                 typer.echo(f"  {cap}: {d.meaning} (declared by {d.origin})")
         typer.echo(f"  effective: {' '.join(sorted(runtime.effective_caps(tk))) or 'none'}")
+        if names:
+            runtime.dock.audit.record(principal="deployer", cap="consent", op="grant.env",
+                                      args_digest="", outcome="allowed", target=f"{m.id}:{','.join(names)}")
 
     @app.command("revoke")
     def revoke(
         ident: str = typer.Argument(..., metavar="ID"),
         caps: Optional[list[str]] = typer.Argument(None, metavar="[CAP...]", help="Caps to withdraw (default: all)."),
+        env: Optional[list[str]] = typer.Option(None, "--env", metavar="VAR", help="An environment variable grant to withdraw."),
     ) -> None:
-        """Withdraw granted caps (all of them when none are named)."""
+        """Withdraw granted caps and env variables (everything when none are named)."""
         from wbcore_runtime import consent
 
         store = consent.ConsentStore(runtime.home)
         if store.get(ident) is None:
             raise InvalidArgs(f"{ident} has no grants to revoke")
-        left = store.revoke(ident, caps or None)
-        typer.echo(f"revoked {ident}: {' '.join(caps) if caps else 'all caps'}")
-        typer.echo(f"  still granted: {' '.join(sorted(left.caps)) if left else 'none'}")
+        left = store.revoke(ident, caps or None, env=env or None)
+        what = " ".join([*(caps or ()), *(f"--env {v}" for v in env or ())]) or "everything"
+        typer.echo(f"revoked {ident}: {what}")
+        typer.echo(f"  still granted: {' '.join(sorted(left.caps)) if left else 'none'}"
+                   + (f"; env {' '.join(sorted(left.env))}" if left and left.env else ""))
 
     @app.command("install")
     def install(

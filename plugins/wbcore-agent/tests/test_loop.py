@@ -215,15 +215,22 @@ def test_exec_tools_only_under_the_exec_grant(setup, tmp_path):
 
     rt, script, agent = setup
     rt.env["WB_AGENT_PUBLISH_DIR"] = str(tmp_path / "pub")
-    script.turns = [[("vfs_write", {"path": "site/index.html", "content": "<p>hi</p>"})],
-                    [("publish", {"path": "site/index.html"}), ("publish", {"path": "../etc/passwd"})],
+    (tmp_path / "pub").mkdir()
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "pub" / "out").symlink_to(tmp_path / "outside")  # a link planted in the publish folder
+    script.turns = [[("vfs_write", {"path": "site/index.html", "content": "<p>hi</p>"}),
+                     ("vfs_write", {"path": "out/new/x.html", "content": "x"})],
+                    [("publish", {"path": "site/index.html"}), ("publish", {"path": "../etc/passwd"}),
+                     ("publish", {"path": "out/new/x.html"})],
                     [("git", {"message": "first commit"})], [("done", {"result": "shipped"})]]
     rec = rt.agent(agent, "ship it", exec_grant=True)
     names = [t.name for t in script.seen[0].tools]
     assert names[-2:] == ["git", "publish"]
-    pub, escape = steps(rec)[1]["results"]
+    pub, escape, linked = steps(rec)[1]["results"]
     assert pub["ok"] and (tmp_path / "pub" / "site" / "index.html").read_text() == "<p>hi</p>"
     assert not escape["ok"] and "'..'" in escape["text"]
+    assert not linked["ok"] and "leaves the publish folder" in linked["text"], linked
+    assert not (tmp_path / "outside" / "new").exists()
     g = steps(rec)[2]["results"][0]
     if shutil.which("git"):
         assert g["ok"] and g["text"].startswith("committed ") and (rec.workdir / ".git").is_dir(), g

@@ -272,14 +272,35 @@ def publish(run: Run, args: Mapping[str, Any]) -> str:
     parts = PurePosixPath(rel).parts
     if not parts or PurePosixPath(rel).is_absolute() or ".." in parts:
         raise InvalidArgs(f"publish: {rel!r} must be a relative path without '..'")
-    root = Path(target_root).resolve()
-    dest = root.joinpath(*parts)
-    if not dest.parent.resolve().is_relative_to(root) if dest.parent.exists() else False:
-        raise InvalidArgs(f"publish: {rel!r} leaves the publish folder")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(dest.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, dest)
+    from wbcore_runtime import paths
+
+    root = Path(target_root)
+    root.mkdir(parents=True, exist_ok=True)
+    root = root.resolve()
+    # Each folder on the way is checked by the core's one containment function before it is
+    # used or made: a symlink (existing, or planted between two steps) cannot lead out.
+    folder = root
+    for i in range(1, len(parts)):
+        prefix = "/".join(parts[:i])
+        try:
+            folder = paths.inside(root, prefix, expect="dir", label="the publish folder")
+        except paths.Refused as exc:
+            raise InvalidArgs(f"publish: {rel!r} leaves the publish folder ({exc.reason})") from None
+        except NotFound:
+            os.mkdir(folder / parts[i - 1], 0o755)
+            folder = paths.inside(root, prefix, expect="dir", label="the publish folder")
+    dest = folder / parts[-1]
+    # A fresh temporary name, created exclusively and never through a link; the rename
+    # replaces whatever ``dest`` was (a link included) with the file itself.
+    tmp = folder / f".{parts[-1]}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, dest)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return f"published {rel} ({len(data)} bytes)"
 
 

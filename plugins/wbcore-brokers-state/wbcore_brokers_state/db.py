@@ -22,7 +22,7 @@ from wbcore_runtime.generation import Generation
 class Db:
     """``changes=True`` keeps a change counter beside the file (``<name>.changes``, a
     :class:`wbcore_runtime.generation.Generation`): every write transaction bumps it after its
-    commit, so a read cache in any process stays valid while the counter (a memory read)
+    commit, so a read cache in any process stays valid while the counter (a stat and a pread)
     is unchanged. Every writer of such a file must go through :meth:`write`."""
 
     def __init__(self, path: Path, schema: str, *, changes: bool = False) -> None:

@@ -41,7 +41,7 @@ def value_bytes(call: BrokerCall, name: str, cap: int, what: str) -> bytes:
 class KvBroker:
     """Reads are served from a per-process cache while the database's change counter
     (``kv.db.changes``, bumped by every committed write in any process) is unchanged: a
-    ``get`` of a value read before is a dict lookup and a memory read, not a SQLite query.
+    ``get`` of a value read before is a dict lookup and a counter read (stat + pread), not a SQLite query.
     An entry is stored only if the counter did not move while it was read, so a value is
     never served after a write that committed before the read began."""
 

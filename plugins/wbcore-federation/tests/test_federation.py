@@ -20,7 +20,22 @@ def allow_loopback(monkeypatch):
 def tracker(api, toolkit_root, make_runtime, monkeypatch, allow_loopback):
     write_toolkit(toolkit_root, "tracker", tracker_manifest(api.base))
     monkeypatch.setenv("TRACKER_TOKEN", TOKEN)
-    return make_runtime(plugins=["federation"])
+    rt = make_runtime(plugins=["federation"])
+    grant_env(rt, "tracker", "TRACKER_TOKEN")
+    return rt
+
+
+def granted(rt):
+    """``rt`` with the tracker's token granted, as a deployer who consented would have it."""
+    grant_env(rt, "tracker", "TRACKER_TOKEN")
+    return rt
+
+
+def grant_env(rt, tid: str, name: str) -> None:
+    """The deployer's consent to read ``name`` for ``tid`` (``wbx toolkit grant tid --env name``)."""
+    from wbcore_runtime.consent import ConsentStore
+
+    ConsentStore(rt.home).grant(tid, [], None, env=[name])
 
 
 def _audit_text(rt) -> str:
@@ -127,7 +142,7 @@ def test_a_source_on_a_private_address_is_refused_unless_allowed(api, toolkit_ro
     monkeypatch.setenv("TRACKER_TOKEN", TOKEN)
     monkeypatch.delenv("WB_ALLOW_PRIVATE_HOSTS", raising=False)
     monkeypatch.delenv("WB_ALLOW_PRIVATE_SOURCES", raising=False)
-    rt = make_runtime(plugins=["federation"])
+    rt = granted(make_runtime(plugins=["federation"]))
     r = wbx("fed", "query", "tracker", "issues", runtime=rt)
     assert r.exit_code == 126 and "SSRF guard" in r.stderr and "loopback" in r.stderr, r.stderr
     assert "WB_ALLOW_PRIVATE_HOSTS" in r.stderr and "WB_NET_ALLOW_PRIVATE_HOSTS" not in r.stderr  # the setting that applies
@@ -137,7 +152,7 @@ def test_a_source_on_a_private_address_is_refused_unless_allowed(api, toolkit_ro
     assert denied and denied[0]["outcome"] == "denied" and denied[0]["reason"] == "ssrf"
     assert denied[0]["principal"] == "default/tracker"
     monkeypatch.setenv("WB_ALLOW_PRIVATE_HOSTS", "127.0.0.1")
-    rt = make_runtime(plugins=["federation"])
+    rt = granted(make_runtime(plugins=["federation"]))
     assert wbx("fed", "query", "tracker", "issues", runtime=rt).exit_code == 0
 
 
@@ -146,14 +161,14 @@ def test_a_next_link_off_the_origin_is_not_followed(api, toolkit_root, make_runt
     manifest = manifest.replace(":PAGINATION: cursor next_cursor cursor", ":PAGINATION: link")
     write_toolkit(toolkit_root, "tracker", manifest)
     monkeypatch.setenv("TRACKER_TOKEN", TOKEN)
-    r = wbx("fed", "query", "tracker", "users", runtime=make_runtime(plugins=["federation"]))
+    r = wbx("fed", "query", "tracker", "users", runtime=granted(make_runtime(plugins=["federation"])))
     assert r.exit_code == 126 and "off the source's origin" in r.stderr, r.stderr
 
 
 def test_a_page_over_its_byte_budget_is_stopped(api, toolkit_root, make_runtime, wbx, monkeypatch, allow_loopback):
     write_toolkit(toolkit_root, "tracker", tracker_manifest(api.base).replace(":PATH: /users", ":PATH: /huge"))
     monkeypatch.setenv("TRACKER_TOKEN", TOKEN)
-    r = wbx("fed", "query", "tracker", "users", runtime=make_runtime(plugins=["federation"]))
+    r = wbx("fed", "query", "tracker", "users", runtime=granted(make_runtime(plugins=["federation"])))
     assert r.exit_code == 2 and "byte cap" in r.stderr, r.stderr
 
 
@@ -166,7 +181,7 @@ def test_the_token_never_appears_in_output_or_audit(api, tracker, wbx, monkeypat
     assert all(r.exit_code == 0 for r in results)
     assert api.headers[0]["Authorization"] == f"Bearer {TOKEN}"  # it was sent to the source ...
     monkeypatch.setenv("TRACKER_TOKEN", "WRONG-tok-31337")  # ... and a refusal does not echo it either
-    results.append(wbx("fed", "query", "tracker", "issues", runtime=make_runtime(plugins=["federation"])))
+    results.append(wbx("fed", "query", "tracker", "issues", runtime=granted(make_runtime(plugins=["federation"]))))
     assert results[-1].exit_code != 0 and "401" in results[-1].stderr
     audit = _audit_text(tracker)
     assert "fed.get" in audit
@@ -214,7 +229,7 @@ def test_verify_checks_the_declaration(api, toolkit_root, make_runtime):
     write_toolkit(toolkit_root, "tracker", tracker_manifest(api.base))
     write_toolkit(toolkit_root, "bad", tracker_manifest(api.base).replace("#+TOOLKIT: tracker", "#+TOOLKIT: bad")
                   .replace(":ID: tracker", ":ID: bad").replace(":PATH: /issues", ":PATH: /../x"))
-    rt = make_runtime(plugins=["federation"])
+    rt = granted(make_runtime(plugins=["federation"]))
     ok = rt.verify("tracker")
     assert ok.ok, [c.render() for c in ok.checks]
     assert any("entities: issues, users; syncs issues → tracker.org" in c.message for c in ok.checks)
@@ -328,7 +343,7 @@ def test_pages_are_cached_for_the_ttl_then_revalidated_by_etag(api, toolkit_root
 
     write_toolkit(toolkit_root, "tracker", tracker_manifest(api.base, extra="#+CACHE_TTL: 300"))
     monkeypatch.setenv("TRACKER_TOKEN", TOKEN)
-    rt = make_runtime(plugins=["federation"])
+    rt = granted(make_runtime(plugins=["federation"]))
     first = wbx("fed", "query", "tracker", "issues", "--json", runtime=rt)
     assert first.exit_code == 0 and len(api.seen) == 3
     again = wbx("fed", "query", "tracker", "issues", "--json", runtime=rt)
@@ -354,14 +369,14 @@ def test_the_rate_limit_paces_requests(api, toolkit_root, make_runtime, wbx, mon
 
     write_toolkit(toolkit_root, "tracker", tracker_manifest(api.base, extra="#+RATE_LIMIT: 2/0.4"))
     monkeypatch.setenv("TRACKER_TOKEN", TOKEN)
-    rt = make_runtime(plugins=["federation"])
+    rt = granted(make_runtime(plugins=["federation"]))
     t0 = time.monotonic()
     r = wbx("fed", "query", "tracker", "issues", "--join", "users:owner_id=id", runtime=rt)
     assert r.exit_code == 0, r.stderr
     assert len(api.seen) == 6 and time.monotonic() - t0 >= 0.8  # 6 requests at 2 per 0.4 s
     bad = tracker_manifest(api.base, extra="#+RATE_LIMIT: fast")
     write_toolkit(toolkit_root, "tracker", bad)
-    assert not make_runtime(plugins=["federation"]).verify("tracker").ok
+    assert not granted(make_runtime(plugins=["federation"])).verify("tracker").ok
 
 
 def test_sync_every_interval(api, tracker, wbx, tmp_path, monkeypatch):
@@ -385,7 +400,7 @@ def test_odd_rows_and_links_fail_cleanly(api, toolkit_root, make_runtime, wbx, m
     monkeypatch.setenv("TRACKER_TOKEN", TOKEN)
     api.issues[0]["ID"] = "shadow"  # differs from "id" only in case
     api.issues[1]["bad name; DROP"] = 1  # not a field name: not a column
-    rt = make_runtime(plugins=["federation"])
+    rt = granted(make_runtime(plugins=["federation"]))
     r = wbx("fed", "query", "tracker", "issues", "--json", runtime=rt)
     assert r.exit_code == 0, r.stderr
     assert json.loads(r.stdout)["columns"] == ["issues.id", "issues.title", "issues.state", "issues.owner_id",
@@ -420,3 +435,33 @@ def test_the_query_database_is_capped(api, tracker, wbx, monkeypatch):
         row["title"] = "x" * 20_000
     r = wbx("fed", "query", "tracker", "issues", runtime=tracker)
     assert r.exit_code == 2 and "the query's tables exceed" in r.stderr
+
+
+def test_bearer_env_needs_a_grant_naming_the_variable(api, toolkit_root, make_runtime, wbx, monkeypatch,
+                                                      allow_loopback):
+    """A manifest picks #+AUTH: bearer-env VAR and #+URL; without the deployer's grant naming VAR,
+    nothing is sent, and the audit names the variable, never its value (issue 22 item 5)."""
+    write_toolkit(toolkit_root, "tracker", tracker_manifest(api.base, auth="bearer-env WB_ENGINE_TOKEN"))
+    monkeypatch.setenv("WB_ENGINE_TOKEN", TOKEN)
+    rt = make_runtime(plugins=["federation"])
+    shown = rt.verify("tracker")
+    text = "\n".join(c.render() for c in shown.checks)
+    assert "reads the deployer's environment: WB_ENGINE_TOKEN" in text
+    assert "wbx toolkit grant tracker --env WB_ENGINE_TOKEN" in text
+    r = wbx("fed", "query", "tracker", "issues", runtime=rt)
+    assert r.exit_code == 126 and "wbx toolkit grant tracker --env WB_ENGINE_TOKEN" in r.stderr, r.stderr
+    assert api.seen == [], "a request left without the grant"
+    # a grant for another variable does not cover it, and a variable the manifest does not name is refused
+    r = wbx("toolkit", "grant", "tracker", "--env", "HOME_KEY", runtime=rt)
+    assert r.exit_code == 2 and "does not read HOME_KEY" in r.stderr, r.stderr
+    audit = _audit_text(rt)
+    assert "WB_ENGINE_TOKEN" in audit and '"env.read"' in audit and TOKEN not in audit
+    r = wbx("toolkit", "grant", "tracker", "--env", "WB_ENGINE_TOKEN", runtime=rt)
+    assert r.exit_code == 0, r.stderr
+    r = wbx("fed", "query", "tracker", "issues", "--json", runtime=rt)
+    assert r.exit_code == 0, r.stderr
+    assert api.seen and TOKEN not in _audit_text(rt)
+    r = wbx("toolkit", "revoke", "tracker", "--env", "WB_ENGINE_TOKEN", runtime=rt)
+    assert r.exit_code == 0, r.stderr
+    r = wbx("fed", "query", "tracker", "issues", runtime=rt)
+    assert r.exit_code == 126, r.stderr

@@ -43,6 +43,8 @@ def test_the_single_source_form_reads_and_syncs(api, make_toolkit, make_runtime,
                  extra={"URL": api.base + "/issues", "ROWS_PATH": "data.items", "ENV_KEYS": "API_TOKEN",
                         "PAGINATION": "link"})
     rt = make_runtime(plugins=[plugin])
+    g = wbx("toolkit", "grant", "issues-feed", "--env", "API_TOKEN", runtime=rt)
+    assert g.exit_code == 0 and "env API_TOKEN" in g.stdout, g.stderr
     r = wbx("fed", "query", "issues-feed", "issues_feed", "--json", runtime=rt)
     assert r.exit_code == 0, r.stderr
     assert [row["issues_feed.id"] for row in json.loads(r.stdout)["rows"]] == [1, 2, 3, 4, 5, 6, 7]

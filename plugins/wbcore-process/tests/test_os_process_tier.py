@@ -608,3 +608,16 @@ def test_worker_scratch_folders_are_removed_and_a_dead_owners_swept(rt, tmp_path
     finally:
         pool_mod.shutdown()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(f"wb-spawn-{leftovers.owner_tag()}")]
+
+
+def test_the_session_secret_is_in_no_process_environment(raw_worker) -> None:
+    """The secret arrives on an inherited pipe read and closed at start (issue 22 item 5):
+    /proc/<pid>/environ of the worker and of its sandbox's pid 1 hold no trace of it."""
+    w = raw_worker
+    w.chan.send_frame(frames.ping(w.secret))
+    assert recv(w)[0] == frames.PONG  # it read the secret from the pipe
+    pid = worker_pid(w)
+    for p in (pid, w.box.init_pid):
+        environ = Path(f"/proc/{p}/environ").read_bytes()
+        assert w.secret.hex().encode() not in environ and w.secret not in environ
+        assert b"SECRET=" not in environ.replace(b"WB_SECRET_FD=", b"")

@@ -247,7 +247,16 @@ def become_worker(cfg, filt):
     if filt is not None:
         load_seccomp(filt)
     os.chdir(cfg["cwd"])
-    os.closerange(3, 1 << 16)
+    secret_r = cfg.get("secret_r")
+    if secret_r is not None:
+        # The secret pipe becomes fd 3 of the program (it reads and closes it at start): a
+        # secret in the environment would be readable in /proc/<pid>/environ for its life.
+        if secret_r != 3:
+            os.dup2(secret_r, 3)
+        os.set_inheritable(3, True)
+        os.closerange(4, 1 << 16)
+    else:
+        os.closerange(3, 1 << 16)
     os.execve(cfg["argv"][0], cfg["argv"], cfg["env"])
 
 
@@ -330,6 +339,8 @@ def init_main(cfg, status_fd):
         os._exit(111)
     stdin_fd = os.open("/dev/null", os.O_RDONLY) if cfg["stdin"] == "null" else 0
     worker = os.fork()
+    if worker != 0 and cfg.get("secret_r") is not None:
+        os.close(cfg["secret_r"])  # only the program holds the secret pipe
     if worker == 0:
         try:
             if stdin_fd != 0:
@@ -405,6 +416,8 @@ def main():
         prctl(PR_SET_DUMPABLE, 0)
         os.close(sync_w)
         init_main(cfg, status_fd)
+    if cfg.get("secret_r") is not None:
+        os.close(cfg["secret_r"])  # G has its copy; this process never reads it
     os.write(sync_w, f"{g}\n".encode())
     os.close(sync_w)
     _, st = os.waitpid(g, 0)

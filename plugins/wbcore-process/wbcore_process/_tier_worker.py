@@ -2,7 +2,7 @@
 
 ``python -I -S _tier_worker.py <wasmtime-parent-dir> <folder-of-frames.py-and-capbridge.py>``, started by
 ``Sandbox.spawn`` (no network, no host files but its binds, uid 1000, seccomp, rlimits),
-with the session secret in ``WB_WORKER_SECRET`` (hex). It speaks ``frames`` on fds 0 and 1
+with the session secret on an inherited pipe (fd ``WB_SECRET_FD``, read and closed at start). It speaks ``frames`` on fds 0 and 1
 (anything else that writes to stdout goes to stderr) and serves one call at a time:
 
 ``Ping`` (the secret) → ``Pong``; then per call ``Exec`` → [``Link`` → ``LinkAnswer``]
@@ -295,12 +295,30 @@ def _describe(exc):
     return lines[-1] if lines else type(exc).__name__
 
 
+def _read_secret():
+    """The session secret, read to the end from the inherited pipe ``WB_SECRET_FD`` names and
+    closed: it never sits in this process's environment (``/proc/<pid>/environ``)."""
+    fd = int(os.environ.get("WB_SECRET_FD", "-1"))
+    if fd < 0:
+        return b""  # no secret: every host frame is refused
+    chunks = []
+    try:
+        while sum(map(len, chunks)) < 4096:
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
+
+
 def main():
     sys.path[:0] = [sys.argv[2], sys.argv[1]]
     import capbridge
     import frames
 
-    secret = bytes.fromhex(os.environ.pop("WB_WORKER_SECRET", ""))
+    secret = _read_secret()
     chan = frames.stdio_channel()
 
     def serve():

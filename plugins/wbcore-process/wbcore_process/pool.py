@@ -368,7 +368,7 @@ def spawn_worker() -> Worker:
     secret = frames.new_secret()
     box = Sandbox().spawn(
         [str(_python()), "-I", "-S", "/wb/worker.py", "/wb/site", "/wb/lib"],
-        binds=binds, limits=limits, env={"WB_WORKER_SECRET": secret.hex()}, start_timeout=START_TIMEOUT_S,
+        binds=binds, limits=limits, secret=secret, start_timeout=START_TIMEOUT_S,
     )
     return Worker(box, secret)
 

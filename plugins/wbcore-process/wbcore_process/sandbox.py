@@ -55,6 +55,8 @@ INIT = Path(__file__).with_name("_sandbox_init.py")
 SANDBOX_HOST_ID = 0x5B000000 + 1000
 NAMESPACES = ("user", "mount", "pid", "net", "ipc", "uts", "cgroup")
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+#: The fd a spawned program reads its secret from (an inherited pipe; see Sandbox.spawn).
+SECRET_FD = 3
 
 
 class SandboxUnavailable(WbError):
@@ -221,9 +223,12 @@ class Sandbox(BuildSandboxDriver):
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
 
-    def _start(self, scratch: Path, argv, binds, limits, env, cwd, *, stdin: bool, seed_out) -> tuple:
+    def _start(self, scratch: Path, argv, binds, limits, env, cwd, *, stdin: bool, seed_out,
+               secret: bytes | None = None) -> tuple:
         """Write the init's config into ``scratch`` (0700) and start it: ``(proc, sync_r,
-        go_w, status_r)``; the caller runs :meth:`_handshake` next."""
+        go_w, status_r)``; the caller runs :meth:`_handshake` next. ``secret`` goes to the
+        program over an inherited pipe (its fd :data:`SECRET_FD`), never through a file or
+        the environment (``/proc/<pid>/environ`` is readable by the same user)."""
         os.chmod(scratch, 0o700)
         (scratch / "root").mkdir()
         export = scratch / "export"
@@ -231,6 +236,15 @@ class Sandbox(BuildSandboxDriver):
         sync_r, sync_w = os.pipe()
         go_r, go_w = os.pipe()
         status_r, status_w = os.pipe()
+        secret_r: int | None = None
+        if secret is not None:
+            if len(secret) > 4096:
+                raise InvalidArgs("a sandbox secret is at most 4096 bytes (one pipe write)")
+            secret_r, secret_w = os.pipe()
+            try:
+                os.write(secret_w, secret)  # fits the pipe's buffer: never blocks
+            finally:
+                os.close(secret_w)
         cfg = {
             "namespaces": list(NAMESPACES),
             "root": str(scratch / "root"),
@@ -248,10 +262,11 @@ class Sandbox(BuildSandboxDriver):
             "sync_w": sync_w,
             "go_r": go_r,
             "status_w": status_w,
+            "secret_r": secret_r,
         }
         cfg_path = scratch / "config.marshal"
         cfg_path.write_bytes(marshal.dumps(cfg))
-        fds = (sync_w, go_r, status_w)
+        fds = (sync_w, go_r, status_w) + ((secret_r,) if secret_r is not None else ())
         try:
             proc = subprocess.Popen(
                 [sys.executable, "-I", "-S", str(INIT), str(cfg_path)],
@@ -280,6 +295,7 @@ class Sandbox(BuildSandboxDriver):
         env: Mapping[str, str] | None = None,
         cwd: str = "/tmp",
         start_timeout: float = 30.0,
+        secret: bytes | None = None,
     ) -> SandboxedProcess:
         """Start ``argv`` in the sandbox and return at once: a long-lived program the caller
         speaks to over its stdin and stdout (the ``os_process`` tier's workers).
@@ -287,16 +303,18 @@ class Sandbox(BuildSandboxDriver):
         The same root, namespaces, uid drop, seccomp and rlimits as :meth:`run`; no
         wall-clock deadline of its own (``limits.wall_seconds`` is not used): the caller
         ends it with :meth:`SandboxedProcess.kill` or :meth:`SandboxedProcess.close`.
+        ``secret`` is readable once on the program's fd :data:`SECRET_FD` (``WB_SECRET_FD``
+        names it): the program reads it to the end and closes it at start.
         """
         self._prepare()
         limits = limits or Limits()
-        full_env = _launch(argv, binds, env or {})
+        full_env = _launch(argv, binds, {**(env or {}), **({"WB_SECRET_FD": str(SECRET_FD)} if secret else {})})
         # owner in the name: removed by close(), and swept (leftovers.sweep_home, the pool's
         # start) once its owner is dead, if this process is killed before it closes the worker
         scratch = leftovers.mkdtemp(SPAWN_PREFIX)
         try:
             proc, sync_r, go_w, status_r = self._start(scratch, argv, binds, limits, full_env, cwd,
-                                                       stdin=True, seed_out=None)
+                                                       stdin=True, seed_out=None, secret=secret)
         except BaseException:
             shutil.rmtree(scratch, ignore_errors=True)
             raise

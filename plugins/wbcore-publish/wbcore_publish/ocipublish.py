@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wbcore_runtime import manifest as _manifest
-from wbcore_runtime import oci, signing
+from wbcore_runtime import oci, signing, trust
 from wbcore_runtime.errors import InvalidArgs
 
 MAX_BUNDLE = oci.MAX_BLOB
@@ -39,8 +39,8 @@ def _reference(target: str) -> oci.Reference:
 
 def toolkit(folder: Path, target: str, *, env: Mapping[str, str]) -> Published:
     m = _manifest.load(folder / signing.MANIFEST)
-    verdict = signing.verify(folder, env=env)
-    if not verdict.ok:
+    verdict = trust.folder_verdict(folder, env)
+    if trust.refusal(verdict):
         if m.trust != "third-party":
             # `wbx toolkit sign` refuses first-party toolkits: say the step that works.
             raise InvalidArgs(f"{m.id} is first-party and first-party toolkits are not signed; what is published "

@@ -1,0 +1,98 @@
+"""The change counters survive their file: a replaced or truncated counter is re-read, never
+served stale, never a crash (issue 22, item 3).
+
+Each scenario runs its reader in a subprocess: a SIGBUS from a truncated mapping would show as a
+failed exit there instead of killing pytest.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+# The reader reads, lets the parent (this script, in-line) break the file, then reads again after
+# the next write: the value must differ from the one before (a cache stamped with it would be stale).
+_SCRIPT = textwrap.dedent("""
+    import os, sys, struct
+    from pathlib import Path
+    from wbcore_runtime.generation import Generation
+    home, name, how = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+    reader = Generation(home, name)
+    writer = Generation(home, name)
+    reader.ensure()
+    for _ in range(5):
+        writer.bump()
+    before = reader.value()
+    assert reader.value() == before, "a counter nobody wrote to must read the same"
+    path = home / name
+    if how == "replace":
+        tmp = path.with_name(name + ".tmp")
+        tmp.write_bytes(struct.pack("<Q", 0))
+        os.replace(tmp, path)
+    elif how == "replace-same-value":
+        # the worst case: a new file holding the very value the reader last saw
+        raw = path.read_bytes()
+        tmp = path.with_name(name + ".tmp")
+        tmp.write_bytes(raw)
+        os.replace(tmp, path)
+    elif how == "truncate":
+        os.truncate(path, 0)
+        mid = reader.value()  # read while it is short: must not crash, must not equal before
+        assert mid != before, "a truncated counter read as its old value"
+    elif how == "truncate-rewind":
+        os.truncate(path, 0)
+    writer.bump()  # the next write
+    after = reader.value()
+    assert after != before, f"stale: {how} left the reader at {before}"
+    writer.bump()
+    assert reader.value() != after, "the reader does not follow writes to the new file"
+    # a reader made before the change and one made after agree on what moved
+    fresh = Generation(home, name)
+    v = fresh.value(); writer.bump(); assert fresh.value() != v
+    print("ok", before, after)
+""")
+
+
+@pytest.mark.parametrize("name", ["generation", "kv.db.changes"])
+@pytest.mark.parametrize("how", ["replace", "replace-same-value", "truncate", "truncate-rewind"])
+def test_counter_survives_its_file(tmp_path: Path, name: str, how: str) -> None:
+    proc = subprocess.run([sys.executable, "-c", _SCRIPT, str(tmp_path), name, how],
+                          capture_output=True, text=True, timeout=60)
+    if proc.returncode < 0:
+        pytest.fail(f"the reader died of signal {signal.Signals(-proc.returncode).name} ({how})")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("ok"), proc.stdout
+
+
+def test_kv_reader_serves_no_stale_value_after_counter_replaced(tmp_path: Path) -> None:
+    """The kv broker's read cache: a replaced ``kv.db.changes`` must not keep an old value."""
+    pytest.importorskip("wbcore_brokers_state")
+    script = textwrap.dedent("""
+        import os, sys, struct
+        from pathlib import Path
+        from wbcore_brokers_state.db import Db
+        from wbcore_runtime.generation import Generation
+        p = Path(sys.argv[1]) / "kv.db"
+        db = Db(p, "CREATE TABLE IF NOT EXISTS t (k TEXT PRIMARY KEY, v TEXT);", changes=True)
+        other = Db(p, "CREATE TABLE IF NOT EXISTS t (k TEXT PRIMARY KEY, v TEXT);", changes=True)
+        with db.write() as c: c.execute("INSERT INTO t VALUES ('a', 'one')")
+        seen = db.changes.value()
+        ch = p.with_name("kv.db.changes")
+        tmp = p.with_name("x.tmp"); tmp.write_bytes(ch.read_bytes()); os.replace(tmp, ch)
+        with other.write() as c: c.execute("UPDATE t SET v='two'")
+        assert db.changes.value() != seen, "a cache stamped before the replacement would be served"
+        os.truncate(ch, 0)
+        db.changes.value()
+        with other.write() as c: c.execute("UPDATE t SET v='three'")
+        assert db.changes.value() != seen
+        print("ok")
+    """)
+    proc = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr)
