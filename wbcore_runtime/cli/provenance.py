@@ -47,6 +47,7 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
 
         tk = runtime.toolkit(ident)
         m = tk.manifest
+        caps = list(caps or ())  # `--env VAR` alone names no cap
         universe = runtime.caps_universe_for(caps)
         names = list(dict.fromkeys(env or ()))
         if not caps and not names:
