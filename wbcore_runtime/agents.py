@@ -1,7 +1,9 @@
 """Agent definitions authored as Org (seed 004 "Agent definitions") and their toolkit index.
 
 The first headline tagged ``:agent:`` is the agent. Its drawer gives ``:ID:``,
-``:MODEL:``, ``:TOOLKITS:`` (space- or comma-separated, in order) and ``:TAGLINE:``.
+``:MODEL:``, ``:TOOLKITS:`` (space- or comma-separated, in order), ``:TAGLINE:`` and
+``:TOOL_CHOICE:`` (one choice per step — ``auto``, ``required``, ``none`` or a tool's name —
+the last one holding for every later step; see :func:`tool_choice_at`).
 The system prompt is read only from under a ``** System prompt`` child heading; with
 no such heading it falls back to the node's own body, so an agent authored as a plain
 definition never silently runs prompt-less.
@@ -36,12 +38,15 @@ class AgentDef:
     system_prompt: str
     path: Path | None = None
     title: str = ""
+    #: ``:TOOL_CHOICE:``: the tool choice of steps 1, 2, …; the last holds after them.
+    tool_choice: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "id": self.id, "model": self.model, "toolkits": list(self.toolkits),
             "tagline": self.tagline, "system_prompt": self.system_prompt,
             "path": str(self.path) if self.path else None, "title": self.title,
+            "tool_choice": list(self.tool_choice),
         }
 
 
@@ -77,7 +82,18 @@ def parse(text: str, path: Path | str | None = None) -> AgentDef:
         system_prompt=prompt.strip(),
         path=Path(path) if path else None,
         title=node.heading,
+        tool_choice=tuple(t for t in _SPLIT.split(props.get("TOOL_CHOICE", "")) if t),
     )
+
+
+def tool_choice_at(agent: AgentDef, done_steps: int) -> str | None:
+    """The tool choice for the step after ``done_steps`` steps: ``:TOOL_CHOICE:``'s entry
+    for that step, else its last entry, else ``None`` (the endpoint's default). A small
+    model that never calls a tool on its own can be made to: ``b64__b64 auto`` names the
+    tool of the first step, then lets the model choose."""
+    if not agent.tool_choice:
+        return None
+    return agent.tool_choice[min(done_steps, len(agent.tool_choice) - 1)]
 
 
 def load(path: Path | str) -> AgentDef:

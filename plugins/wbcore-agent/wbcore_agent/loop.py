@@ -31,7 +31,7 @@ from wbcore_runtime import agents as _agents
 from wbcore_runtime import telemetry
 from wbcore_runtime.calls import Principal
 from wbcore_runtime.errors import InvalidArgs, NotFound, Timeout, WbError
-from wbcore_runtime.llm import ChatRequest, Message, ToolSpec, ToolUse, Usage
+from wbcore_runtime.llm import ChatRequest, Message, ToolSpec, ToolUse, Usage, check_tool_choice
 
 MAX_STEPS = 12
 SESSION_MAX_STEPS = 40
@@ -324,7 +324,8 @@ def run_agent(runtime: Any, agent: Any, task: str | None, *, model: str | None =
         run.messages = [Message.from_dict(m) for m in state["messages"]]
         run.step = int(state["step"])
         u = state.get("usage") or {}
-        run.usage = Usage(u.get("input_tokens", 0), u.get("output_tokens", 0), u.get("cost_usd"))
+        run.usage = Usage(u.get("input_tokens", 0), u.get("output_tokens", 0), u.get("cost_usd"),
+                          bool(u.get("estimated", False)))
         run.made.restore(state.get("made") or [])
     else:
         run.messages = [Message("user", task)]
@@ -353,11 +354,14 @@ def drive(run: Run) -> RunRecord:
             if run.step >= run.max_steps:
                 raise StepLimit(f"max-steps: the run used its {run.max_steps} steps without calling done")
             specs = run.tool_specs()
+            # the definition's :TOOL_CHOICE: for this step (a named tool must be offered now)
+            choice = check_tool_choice(_agents.tool_choice_at(run.agent, run.step), specs)
             t0 = time.monotonic()
             # one span per step (the LLM turn and the tool calls it asks for), when telemetry is on
             with telemetry.agent_step(run.runtime, step=run.step + 1, agent=run.agent.id, model=settings.model,
                                       provider=settings.provider, session=run.run_id) as span:
-                answer = run.llm.complete(ChatRequest(system, tuple(run.messages), tuple(specs)), on_text=run.on_text)
+                answer = run.llm.complete(ChatRequest(system, tuple(run.messages), tuple(specs), tool_choice=choice),
+                                          on_text=run.on_text)
                 run.step += 1
                 run.usage = run.usage + answer.usage
                 span.set(telemetry.TOKENS_IN, answer.usage.input_tokens)
