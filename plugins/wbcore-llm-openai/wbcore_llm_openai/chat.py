@@ -37,7 +37,9 @@ def wire_messages(system: str, messages: tuple[Message, ...]) -> list[dict[str, 
         if m.role == "tool":
             out.append({"role": "tool", "tool_call_id": m.tool_call_id or "", "content": m.text})
         elif m.role == "assistant":
-            msg: dict[str, Any] = {"role": "assistant", "content": m.text or None}
+            # a string even when the turn was only tool calls: llama-cpp-python's server refuses
+            # null there (its schema and its chat template both read it), hosted APIs take ""
+            msg: dict[str, Any] = {"role": "assistant", "content": m.text}
             if m.tool_calls:
                 msg["tool_calls"] = [{"id": c.id, "type": "function",
                                       "function": {"name": c.name, "arguments": json.dumps(dict(c.arguments))}}
