@@ -126,6 +126,25 @@ def test_five_step_run_over_real_http(world, llm):
     assert rt.dock.call(ctx, "vfs", "read", {"path": "greeting.txt"})["data"] == b"hello from shout"
 
 
+def test_tool_choice_per_step_reaches_the_wire_and_an_unoffered_name_ends_the_run(world, llm, tmp_path):
+    """``:TOOL_CHOICE: shout__shout done``: step 1 names shout, step 2 and later name done,
+    in each vendor's form; a name not offered ends the run with a message naming the offer."""
+    rt, agent = world
+    agent.write_text(agent.read_text().replace(":TOOLKITS: shout\n", ":TOOLKITS: shout\n  :TOOL_CHOICE: shout__shout done\n"))
+    llm.script = [reply(tool("shout__shout")), reply(tool("done", result="ok"))]
+    rec = rt.agent(agent, "greet")
+    assert rec.status == "done" and rec.result == "ok", rec.error
+    sent = [r.body.get("tool_choice") for r in llm.requests]
+    if llm.format == "openai":
+        assert sent == [{"type": "function", "function": {"name": n}} for n in ("shout__shout", "done")]
+    else:
+        assert sent == [{"type": "tool", "name": n} for n in ("shout__shout", "done")]
+    agent.write_text(agent.read_text().replace(":TOOL_CHOICE: shout__shout done", ":TOOL_CHOICE: nosuch"))
+    rec = rt.agent(agent, "greet")
+    assert rec.status == "error" and rec.steps == 0
+    assert "tool_choice 'nosuch' is neither auto, required, none nor an offered tool (offered: shell," in rec.error
+
+
 def test_provider_error_mid_run_is_retried_then_surfaced(world, llm):
     rt, agent = world
     llm.script = [reply(tool("wb", op="list")), failure(503), reply(tool("wb", op="list")), failure(500), failure(502),

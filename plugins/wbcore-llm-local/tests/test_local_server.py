@@ -76,3 +76,36 @@ def test_the_real_server_answers_with_its_key_only_and_streams_a_named_tool_call
     assert calls and calls[0]["function"]["name"] == "echo"
     assert "text" in json.loads(calls[0]["function"]["arguments"])  # grammar-constrained to the schema
     assert any(e.get("usage", {}).get("prompt_tokens", 0) > 0 for e in events)
+
+
+@pytest.mark.slow
+def test_serve_local_detached_prints_settings_and_a_pid_to_stop(tmp_path) -> None:
+    """``python -m wbcore_llm_local --detach`` (= ``wbx llm serve-local --detach``): eval-able
+    settings of a server that answers, and the pid that stops it."""
+    import os
+    import re
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = subprocess.run([sys.executable, "-m", "wbcore_llm_local", "--detach", "--log", str(tmp_path / "s.log")],
+                         capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr
+    env = dict(re.findall(r"^export (WB_LLM_\w+)=(\S+)$", out.stdout, re.M))
+    pid = int(re.search(r"kill (\d+)", out.stdout).group(1))
+    try:
+        assert env["WB_LLM_BASE_URL"].startswith(f"http://{LOOPBACK}:") and env["WB_LLM_MODEL"] == MODEL_ALIAS
+        srv = LocalServer(port=int(env["WB_LLM_BASE_URL"].rsplit(":", 1)[1].split("/")[0]))
+        srv.key = env["WB_LLM_API_KEY"].strip("'")
+        assert srv.get("/v1/models")[0] == 200
+    finally:
+        os.kill(pid, signal.SIGTERM)
+    for _ in range(100):  # bounded: 10 s (the server is not our child: it left with --detach)
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"the detached server {pid} did not stop on SIGTERM")

@@ -2,7 +2,13 @@
 
 import sys
 
+import click
+import typer
+
 from wbcore_llm_local.cli import build
 
 if __name__ == "__main__":
-    sys.exit(build()(["serve-local", *sys.argv[1:]], prog_name="python -m wbcore_llm_local"))
+    command = typer.main.get_command(build())
+    # a Typer app of one command collapses into that command: its name is then no argument
+    argv = ["serve-local", *sys.argv[1:]] if isinstance(command, click.Group) else sys.argv[1:]
+    sys.exit(command(argv, prog_name="python -m wbcore_llm_local"))
