@@ -81,35 +81,47 @@ def _skill_first(rows: list[dict[str, Any]]) -> bool:
 
 
 TASKS = [
-    Task("b64-encode", ("b64",), "Encode the text 'wbcore agent' as base64 with the b64 tool. Answer with the base64 text.",
+    Task("b64-encode", ("b64",),
+         "Encode the text 'wbcore agent' as base64 with the b64 tool. Answer with the base64 text.",
          _b64("wbcore agent"), "b64__b64"),
     Task("b64-encode-2", ("b64",), "What is the base64 encoding of 'tool calls'? Use the b64 tool.",
          _b64("tool calls"), "b64__b64"),
-    Task("b64-decode", ("b64",), f"Decode this base64 with the b64 tool (argument 'decode'): {_b64('hello world')}",
+    Task("b64-decode", ("b64",),
+         f"Decode this base64 with the b64 tool (argument 'decode'): {_b64('hello world')}",
          "hello world", "b64__b64"),
     Task("b64-decode-2", ("b64",), f"The b64 tool decodes base64 when given the argument 'decode'. Decode: "
          f"{_b64('small model')}", "small model", "b64__b64"),
-    Task("freq-top-word", ("freq",), f"Which word occurs most often in this text? Use the freq tool (words).\n{WORDS}",
+    Task("freq-top-word", ("freq",),
+         f"Which word occurs most often in this text? Use the freq tool (words).\n{WORDS}",
          _top_word(), "freq__freq"),
-    Task("freq-top-line", ("freq",), f"Which line repeats most often in this log? Use the freq tool (lines).\n{LOG}",
+    Task("freq-top-line", ("freq",),
+         f"Which line repeats most often in this log? Use the freq tool (lines).\n{LOG}",
          collections.Counter(LOG.splitlines()).most_common(1)[0][0], "freq__freq"),
-    Task("freq-count", ("freq",), f"How many times does the line 'GET /a 200' occur in this log? Use freq (lines).\n{LOG}",
+    Task("freq-count", ("freq",),
+         f"How many times does the line 'GET /a 200' occur in this log? Use freq (lines).\n{LOG}",
          str(LOG.splitlines().count("GET /a 200")), "freq__freq"),
-    Task("lines-count", ("lines",), f"How many lines contain ERROR? Use the lines tool (grep-count ERROR).\n{ERRLOG}",
+    Task("lines-count", ("lines",),
+         f"How many lines contain ERROR? Use the lines tool (grep-count ERROR).\n{ERRLOG}",
          str(sum("ERROR" in x for x in ERRLOG.splitlines())), "lines__lines"),
-    Task("lines-stats", ("lines",), f"How many lines does this text have? Use the lines tool (stats).\n{ERRLOG}",
+    Task("lines-stats", ("lines",),
+         f"How many lines does this text have? Use the lines tool (stats).\n{ERRLOG}",
          str(len(ERRLOG.splitlines())), "lines__lines"),
-    Task("csv-max", ("csv",), f"What is the highest price in this CSV? Use the csv tool (stats price).\n{PRICES}",
+    Task("csv-max", ("csv",),
+         f"What is the highest price in this CSV? Use the csv tool (stats price).\n{PRICES}",
          _max_price(), "csv__csv"),
-    Task("csv-rows", ("csv",), f"How many data rows does this CSV have? Use the csv tool (columns).\n{PRICES}",
+    Task("csv-rows", ("csv",),
+         f"How many data rows does this CSV have? Use the csv tool (columns).\n{PRICES}",
          str(len(PRICES.splitlines()) - 1), "csv__csv"),
     Task("table-keys", ("table",), "Which field is present in only one record? Use the table tool (keys).\n"
          + json.dumps(ROWS), "lead", "table__table"),
-    Task("chain-b64-csv", ("b64", "csv"), "This base64 text is a CSV. Decode it with the b64 tool, then find the "
+    Task("chain-b64-csv", ("b64", "csv"),
+         "This base64 text is a CSV. Decode it with the b64 tool, then find the "
          f"highest price with the csv tool: {_b64(PRICES)}", _max_price(), "b64__b64"),
-    Task("chain-b64-freq", ("b64", "freq"), "Decode this base64 with the b64 tool, then find the most frequent word "
+    Task("chain-b64-freq", ("b64", "freq"),
+         "Decode this base64 with the b64 tool, then find the most frequent word "
          f"with the freq tool: {_b64(WORDS)}", _top_word(), "b64__b64"),
-    Task("skill-then-b64", ("b64",), "First read the b64 toolkit's 'encode' skill with the wb tool (op skill), then "
+    Task("skill-then-b64", ("b64",),
+         "First read the b64 toolkit's 'encode' skill with the wb tool (op skill), then "
          "encode 'read first' with the b64 tool.", _b64("read first"), "wb", _skill_first),
 ]
 
