@@ -11,6 +11,9 @@ Imported only inside the server process (``python -m wbcore_llm_local.serve``).
    token usage in a last chunk.
 3. ``required`` (the model must call some tool) is refused with a clear message rather
    than an assertion: name the tool instead, or use ``auto``.
+4. ``auto`` generates its text answer and its tool arguments with no token limit (upstream
+   passes ``max_tokens=None``: up to the whole context, minutes on 2 cores): the
+   request's ``max_tokens`` bounds every completion of the answer.
 
 A request without tools streams token by token as upstream does; that path reports no
 usage (the client estimates it and says so).
@@ -24,6 +27,8 @@ from typing import Any
 from llama_cpp import llama_chat_format
 
 NAME = "wbcore-chatml-tools"
+#: The bound of an ``auto`` answer's completions when the request sets none.
+DEFAULT_MAX_TOKENS = 512
 
 
 def _chunks(resp: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -44,6 +49,22 @@ def _chunks(resp: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield {**base, "choices": [], "usage": resp["usage"]}
 
 
+class _Capped:
+    """``llama`` whose ``create_completion`` gets ``limit`` where the caller passed no
+    ``max_tokens`` (the upstream handler's ``auto`` path); everything else is ``llama``'s."""
+
+    def __init__(self, llama: Any, limit: int) -> None:
+        self._llama, self._limit = llama, limit
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._llama, name)
+
+    def create_completion(self, *args: Any, **kw: Any) -> Any:
+        if kw.get("max_tokens") is None:
+            kw["max_tokens"] = self._limit
+        return self._llama.create_completion(*args, **kw)
+
+
 def handler(llama: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
             tool_choice: Any = None, stream: bool = False, **kw: Any) -> Any:
     if tools and tool_choice is None:
@@ -57,8 +78,9 @@ def handler(llama: Any, messages: list[dict[str, Any]], tools: list[dict[str, An
         return upstream(llama, messages, tools=tools, tool_choice=tool_choice, stream=stream, **kw)
     if isinstance(tool_choice, dict):  # a named tool: the whole call, then its chunks (with usage)
         return _chunks(upstream(llama, messages, tools=tools, tool_choice=tool_choice, stream=False, **kw))
-    # auto: the answer (a message or tool calls) is made whole, then sent as chunks
-    return _chunks(upstream(llama, messages, tools=tools, tool_choice="auto", stream=False, **kw))
+    # auto: the answer (a message or tool calls) is made whole, bounded, then sent as chunks
+    limit = kw.get("max_tokens") or DEFAULT_MAX_TOKENS
+    return _chunks(upstream(_Capped(llama, limit), messages, tools=tools, tool_choice="auto", stream=False, **kw))
 
 
 def register() -> None:

@@ -59,8 +59,9 @@ class LocalServer:
 
     def settings(self) -> dict[str, str]:
         """The ``WB_LLM_*`` settings the agent loop reads (docs/agents.md, "Providers")."""
+        # an answer cap that fits the 4096-token context beside the prompt (the default, 4096, does not)
         return {"WB_LLM_PROVIDER": "openai", "WB_LLM_BASE_URL": self.base_url, "WB_LLM_MODEL": MODEL_ALIAS,
-                "WB_LLM_API_KEY": self.key}
+                "WB_LLM_API_KEY": self.key, "WB_LLM_MAX_TOKENS": "512"}
 
     def start(self, timeout: float = START_TIMEOUT_S) -> LocalServer:
         model_path()  # a missing model is said now, not as a server crash
