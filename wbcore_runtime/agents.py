@@ -1,7 +1,9 @@
 """Agent definitions authored as Org (seed 004 "Agent definitions") and their toolkit index.
 
 The first headline tagged ``:agent:`` is the agent. Its drawer gives ``:ID:``,
-``:MODEL:``, ``:TOOLKITS:`` (space- or comma-separated, in order), ``:REACH:`` and ``:TAGLINE:``.
+``:MODEL:``, ``:TOOLKITS:`` (space- or comma-separated, in order), ``:REACH:``, ``:TAGLINE:`` and
+``:TOOL_CHOICE:`` (one choice per step — ``auto``, ``required``, ``none`` or a tool's name —
+the last one holding for every later step; see :func:`tool_choice_at`).
 
 ``:TOOLKITS:`` is the allowlist: the agent's tools, its shell and every command it reaches
 through ``commands`` / ``exec`` / ``parallel`` are limited to those toolkits plus the
@@ -52,11 +54,15 @@ class AgentDef:
             return None
         return frozenset(self.toolkits) | frozenset(self.reach)
 
+    #: ``:TOOL_CHOICE:``: the tool choice of steps 1, 2, …; the last holds after them.
+    tool_choice: tuple[str, ...] = ()
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "id": self.id, "model": self.model, "toolkits": list(self.toolkits), "reach": list(self.reach),
             "tagline": self.tagline, "system_prompt": self.system_prompt,
             "path": str(self.path) if self.path else None, "title": self.title,
+            "tool_choice": list(self.tool_choice),
         }
 
 
@@ -93,7 +99,18 @@ def parse(text: str, path: Path | str | None = None) -> AgentDef:
         system_prompt=prompt.strip(),
         path=Path(path) if path else None,
         title=node.heading,
+        tool_choice=tuple(t for t in _SPLIT.split(props.get("TOOL_CHOICE", "")) if t),
     )
+
+
+def tool_choice_at(agent: AgentDef, done_steps: int) -> str | None:
+    """The tool choice for the step after ``done_steps`` steps: ``:TOOL_CHOICE:``'s entry
+    for that step, else its last entry, else ``None`` (the endpoint's default). A small
+    model that never calls a tool on its own can be made to: ``b64__b64 auto`` names the
+    tool of the first step, then lets the model choose."""
+    if not agent.tool_choice:
+        return None
+    return agent.tool_choice[min(done_steps, len(agent.tool_choice) - 1)]
 
 
 def load(path: Path | str) -> AgentDef:

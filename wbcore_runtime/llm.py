@@ -95,13 +95,37 @@ class Usage:
     output_tokens: int = 0
     #: USD, ``None`` when the model has no price in ``WB_LLM_PRICES``.
     cost_usd: float | None = None
+    #: The counts are :func:`estimate_usage`'s (the endpoint reported none), not the server's.
+    estimated: bool = False
 
     def __add__(self, other: Usage) -> Usage:
         cost = None if self.cost_usd is None and other.cost_usd is None else (self.cost_usd or 0.0) + (other.cost_usd or 0.0)
-        return Usage(self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens, cost)
+        return Usage(self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens, cost,
+                     self.estimated or other.estimated)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens, "cost_usd": self.cost_usd}
+        out: dict[str, Any] = {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
+                               "cost_usd": self.cost_usd}
+        if self.estimated:  # only when true: records of reported usage keep their shape
+            out["estimated"] = True
+        return out
+
+
+#: Characters per token assumed by :func:`estimate_usage` (English text and JSON with
+#: common BPE vocabularies run 3.5–4.5).
+CHARS_PER_TOKEN = 4
+
+
+def estimate_usage(request: ChatRequest, text: str, tool_calls: Sequence[ToolUse] = ()) -> Usage:
+    """Token counts guessed from characters (``CHARS_PER_TOKEN``), marked ``estimated``:
+    what a provider reports when the endpoint's answer carried no usage (a streaming
+    server that ignores ``stream_options.include_usage``). Input: the system prompt, every
+    message and every tool's name, description and schema; output: the text and calls."""
+    chars = len(request.system) + sum(len(m.text) + len(json.dumps([c.as_dict() for c in m.tool_calls]))
+                                      for m in request.messages)
+    chars += sum(len(t.name) + len(t.description) + len(json.dumps(dict(t.input_schema))) for t in request.tools)
+    out = len(text) + sum(len(c.name) + len(json.dumps(dict(c.arguments))) for c in tool_calls)
+    return Usage(-(-chars // CHARS_PER_TOKEN), -(-out // CHARS_PER_TOKEN), None, True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +138,9 @@ class ChatRequest:
     #: A ``time.monotonic()`` instant the answer (retries included) must not pass: each
     #: request waits at most until then, and no retry starts that could not end before it.
     deadline: float | None = None
+    #: Which tool the model may or must call: ``None`` (the endpoint's default), ``auto``,
+    #: ``required`` (some tool), ``none``, or a tool's name (that tool). See :func:`check_tool_choice`.
+    tool_choice: str | None = None
 
     def timeout(self, default: float) -> float:
         """Seconds one request may wait now: ``default``, shortened by the deadline."""
@@ -344,6 +371,21 @@ def check_answer(got: ChatResponse, vendor: str) -> ChatResponse:
         raise ProviderError(f"{vendor}: malformed answer: tool call(s) {', '.join(nameless[:5])} have no name",
                             retryable=True)
     return got
+
+
+TOOL_CHOICE_WORDS = ("auto", "required", "none")
+
+
+def check_tool_choice(choice: str | None, tools: Sequence[ToolSpec]) -> str | None:
+    """``choice`` when it is a word of :data:`TOOL_CHOICE_WORDS` or the name of an offered
+    tool; anything else is an :class:`InvalidArgs` naming what may be chosen."""
+    if choice is None or choice in TOOL_CHOICE_WORDS:
+        return choice
+    names = [t.name for t in tools]
+    if choice not in names:
+        raise InvalidArgs(f"tool_choice {choice!r} is neither {', '.join(TOOL_CHOICE_WORDS)} nor an offered tool "
+                          f"(offered: {', '.join(names) or 'none'})")
+    return choice
 
 
 def parse_arguments(raw: str | Mapping[str, Any] | None, tool: str) -> dict[str, Any]:

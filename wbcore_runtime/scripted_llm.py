@@ -39,14 +39,18 @@ class Turn:
     #: Send these bytes (under ``content_type``) instead of a well-formed answer.
     body: bytes | None = None
     content_type: str = "application/json"
+    #: False: the openai stream carries no usage chunk, as some local servers send none
+    usage: bool = True
 
 
 def tool(name: str, **arguments: Any) -> tuple[str, dict[str, Any]]:
     return (name, arguments)
 
 
-def reply(*calls: tuple[str, dict[str, Any]], text: str = "", input_tokens: int = 11, output_tokens: int = 7) -> Turn:
-    return Turn(text=text, tool_calls=tuple(calls), input_tokens=input_tokens, output_tokens=output_tokens)
+def reply(*calls: tuple[str, dict[str, Any]], text: str = "", input_tokens: int = 11, output_tokens: int = 7,
+          usage: bool = True) -> Turn:
+    return Turn(text=text, tool_calls=tuple(calls), input_tokens=input_tokens, output_tokens=output_tokens,
+                usage=usage)
 
 
 def failure(status: int) -> Turn:
@@ -217,7 +221,7 @@ class ScriptedLlm:
                                               "function": {"name": name, "arguments": text[:half]}}]}))
             out.append(chunk({"tool_calls": [{"index": i, "function": {"arguments": text[half:]}}]}))
         out.append(chunk({}, "tool_calls" if turn.tool_calls else "stop"))
-        if (body.get("stream_options") or {}).get("include_usage"):
+        if turn.usage and (body.get("stream_options") or {}).get("include_usage"):
             out.append((None, {"id": "cmpl-1", "object": "chat.completion.chunk", "created": 0, "model": model,
                                "choices": [], "usage": {"prompt_tokens": turn.input_tokens,
                                                         "completion_tokens": turn.output_tokens,

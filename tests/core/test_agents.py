@@ -71,3 +71,12 @@ def test_index_declared_order_unknown_dropped_eight_skills(make_toolkit, make_ru
     assert res.stdout.startswith("You are careful.")
     assert "- beta: Use beta for b things." in res.stdout
     assert "`wbx toolkit show <toolkit> <skill>`" in res.stdout  # a reader outside wbcore has a shell
+
+
+def test_tool_choice_per_step_the_last_holding() -> None:
+    """``:TOOL_CHOICE:`` gives steps 1, 2, … their choice; the last entry holds after them."""
+    a = agents.parse("* A :agent:\n  :PROPERTIES:\n  :ID: a\n  :TOOL_CHOICE: b64__b64, done\n  :END:\n")
+    assert a.tool_choice == ("b64__b64", "done") and a.as_dict()["tool_choice"] == ["b64__b64", "done"]
+    assert [agents.tool_choice_at(a, n) for n in range(3)] == ["b64__b64", "done", "done"]
+    plain = agents.parse("* A :agent:\n  :PROPERTIES:\n  :ID: a\n  :END:\n")
+    assert plain.tool_choice == () and agents.tool_choice_at(plain, 0) is None

@@ -148,3 +148,19 @@ def test_messages_round_trip_and_arguments():
 def test_no_agent_loop_says_what_to_install(make_runtime):
     with pytest.raises(NotFound, match="pip install wbcore-agent"):
         make_runtime(plugins=[]).agent("a.org", "task")
+
+
+def test_tool_choice_is_a_word_or_an_offered_tool_and_usage_estimates_are_marked() -> None:
+    from wbcore_runtime.llm import ChatRequest, ToolSpec, check_tool_choice, estimate_usage
+
+    tools = (ToolSpec("wb", "toolkits", {"type": "object"}),)
+    assert [check_tool_choice(c, tools) for c in (None, "auto", "required", "none", "wb")] == \
+        [None, "auto", "required", "none", "wb"]
+    with pytest.raises(InvalidArgs, match=r"'b64__b64' is neither auto, required, none nor an offered tool \(offered: wb\)"):
+        check_tool_choice("b64__b64", tools)
+    req = ChatRequest("s" * 40, (Message("user", "u" * 400),), tools)
+    u = estimate_usage(req, "t" * 40, (ToolUse("c", "wb", {"op": "list"}),))
+    assert u.estimated and u.input_tokens >= 110 and u.output_tokens >= 10 and u.as_dict()["estimated"] is True
+    total = Usage(5, 5) + u
+    assert total.estimated and total.input_tokens == 5 + u.input_tokens
+    assert "estimated" not in Usage(1, 2).as_dict() and not (Usage(1, 2) + Usage(3, 4)).estimated

@@ -85,7 +85,8 @@ def build(runtime: Runtime) -> typer.Typer:
         else:
             typer.echo(rec.result if rec.result is not None else "")
             print(f"{rec.status} after {rec.steps} step(s); tokens in/out {rec.usage.input_tokens}/"
-                  f"{rec.usage.output_tokens}; steps in {rec.workdir / '_steps.jsonl'}", file=sys.stderr)
+                  f"{rec.usage.output_tokens}{' (estimated)' if rec.usage.estimated else ''}; "
+                  f"steps in {rec.workdir / '_steps.jsonl'}", file=sys.stderr)
             if rec.error:
                 print(f"wbx: {rec.error}", file=sys.stderr)
         if rec.status != "done":

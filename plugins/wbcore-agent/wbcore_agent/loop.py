@@ -39,7 +39,7 @@ from wbcore_runtime import agents as _agents
 from wbcore_runtime import telemetry
 from wbcore_runtime.calls import Principal
 from wbcore_runtime.errors import InvalidArgs, NotFound, Timeout, WbError
-from wbcore_runtime.llm import ChatRequest, Message, ToolSpec, ToolUse, Usage
+from wbcore_runtime.llm import ChatRequest, Message, ToolSpec, ToolUse, Usage, check_tool_choice
 
 MAX_STEPS = 12
 SESSION_MAX_STEPS = 40
@@ -371,7 +371,8 @@ def run_agent(runtime: Any, agent: Any, task: str | None, *, model: str | None =
         run.messages = [Message.from_dict(m) for m in state["messages"]]
         run.step = int(state["step"])
         u = state.get("usage") or {}
-        run.usage = Usage(u.get("input_tokens", 0), u.get("output_tokens", 0), u.get("cost_usd"))
+        run.usage = Usage(u.get("input_tokens", 0), u.get("output_tokens", 0), u.get("cost_usd"),
+                          bool(u.get("estimated", False)))
         run.made.restore(state.get("made") or [])
     else:
         run.messages = [Message("user", task)]
@@ -439,11 +440,14 @@ def drive(run: Run) -> RunRecord:
                 raise OutOfTime(f"the run's time budget of {run.run_timeout:g} s is spent (at step {run.step}); "
                                 "resume it for a new budget")
             specs = run.tool_specs()
+            # the definition's :TOOL_CHOICE: for this step (a named tool must be offered now)
+            choice = check_tool_choice(_agents.tool_choice_at(run.agent, run.step), specs)
             t0 = time.monotonic()
             # one span per step (the LLM turn and the tool calls it asks for), when telemetry is on
             with telemetry.agent_step(run.runtime, step=run.step + 1, agent=run.agent.id, model=settings.model,
                                       provider=settings.provider, session=run.run_id) as span:
-                answer = run.llm.complete(ChatRequest(system, tuple(run.messages), tuple(specs), deadline=run.deadline),
+                answer = run.llm.complete(ChatRequest(system, tuple(run.messages), tuple(specs), deadline=run.deadline,
+                                                      tool_choice=choice),
                                           on_text=run.on_text)
                 run.step += 1
                 run.usage = run.usage + answer.usage

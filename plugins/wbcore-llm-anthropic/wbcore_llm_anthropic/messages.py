@@ -87,6 +87,10 @@ class AnthropicMessages:
         if request.tools:
             kw["tools"] = [{"name": t.name, "description": t.description, "input_schema": dict(t.input_schema)}
                            for t in request.tools]
+            if request.tool_choice is not None:  # the Messages API's words: auto, any (= required), none, tool
+                kw["tool_choice"] = ({"type": {"required": "any"}.get(request.tool_choice, request.tool_choice)}
+                                     if request.tool_choice in ("auto", "required", "none")
+                                     else {"type": "tool", "name": request.tool_choice})
         if request.temperature is not None:
             kw["temperature"] = request.temperature
         try:

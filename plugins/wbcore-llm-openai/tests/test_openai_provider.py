@@ -93,3 +93,19 @@ def test_a_foreign_content_type_is_named(make_runtime, llm):
     with pytest.raises(ProviderError, match=r"text/html.*neither server-sent events nor JSON"):
         driver(make_runtime, llm, WB_LLM_RETRIES="2").complete(ChatRequest("", (Message("user", "x"),)))
     assert len(llm.requests) == 1  # not retried: a wrong endpoint does not heal
+
+
+def test_tool_choice_goes_on_the_wire_and_missing_usage_is_estimated(make_runtime, llm):
+    """``tool_choice``: words as they are, a tool's name in the named-function form; a stream
+    without a usage chunk gives counts estimated from characters, marked ``estimated``."""
+    llm.script = [reply(tool("wb", op="list"), usage=False), reply(text="fine")]
+    d = driver(make_runtime, llm)
+    tools = (ToolSpec("wb", "toolkits", SCHEMA),)
+    got = d.complete(ChatRequest("be brief", (Message("user", "x" * 400),), tools, tool_choice="wb"))
+    assert llm.requests[0].body["tool_choice"] == {"type": "function", "function": {"name": "wb"}}
+    assert got.usage.estimated and got.usage.input_tokens >= 100 and got.usage.output_tokens >= 1
+    assert got.usage.as_dict()["estimated"] is True
+    got = d.complete(ChatRequest("be brief", (Message("user", "hi"),), tools, tool_choice="required"))
+    assert llm.requests[1].body["tool_choice"] == "required"
+    assert not got.usage.estimated and (got.usage.input_tokens, got.usage.output_tokens) == (11, 7)
+    assert "estimated" not in got.usage.as_dict()

@@ -24,6 +24,7 @@ from wbcore_runtime.llm import (
     ProviderError,
     ToolUse,
     Usage,
+    estimate_usage,
     parse_arguments,
     provider_error,
     with_retries,
@@ -67,7 +68,9 @@ def wire_messages(system: str, messages: tuple[Message, ...]) -> list[dict[str, 
         if m.role == "tool":
             out.append({"role": "tool", "tool_call_id": m.tool_call_id or "", "content": m.text})
         elif m.role == "assistant":
-            msg: dict[str, Any] = {"role": "assistant", "content": m.text or None}
+            # a string even when the turn was only tool calls: llama-cpp-python's server refuses
+            # null there (its schema and its chat template both read it), hosted APIs take ""
+            msg: dict[str, Any] = {"role": "assistant", "content": m.text}
             if m.tool_calls:
                 msg["tool_calls"] = [{"id": c.id, "type": "function",
                                       "function": {"name": c.name, "arguments": json.dumps(dict(c.arguments))}}
@@ -76,6 +79,13 @@ def wire_messages(system: str, messages: tuple[Message, ...]) -> list[dict[str, 
         else:
             out.append({"role": "user", "content": m.text})
     return out
+
+
+def wire_tool_choice(choice: str) -> str | dict[str, Any]:
+    """``auto`` / ``required`` / ``none`` as they are; a tool's name as the named-function form."""
+    if choice in ("auto", "required", "none"):
+        return choice
+    return {"type": "function", "function": {"name": choice}}
 
 
 class OpenAIChat:
@@ -112,12 +122,14 @@ class OpenAIChat:
         if request.tools:
             kw["tools"] = [{"type": "function", "function": {"name": t.name, "description": t.description,
                                                              "parameters": dict(t.input_schema)}} for t in request.tools]
+            if request.tool_choice is not None:
+                kw["tool_choice"] = wire_tool_choice(request.tool_choice)
         if request.temperature is not None:
             kw["temperature"] = request.temperature
         text: list[str] = []
         calls: dict[int, dict[str, str]] = {}
         stop, model = "", s.model
-        usage = Usage()
+        usage: Usage | None = None  # None: the stream carried no usage (then it is estimated)
         try:
             client = self._client if request.deadline is None else self._client.with_options(
                 timeout=request.timeout(s.timeout_s))
@@ -172,5 +184,8 @@ class OpenAIChat:
             raise self._error(exc) from None
         uses = tuple(ToolUse(c["id"] or f"call_{i}", c["name"], parse_arguments(c["args"], c["name"]))
                      for i, c in sorted(calls.items()))
-        usage = Usage(usage.input_tokens, usage.output_tokens, s.cost(model, usage.input_tokens, usage.output_tokens))
+        if usage is None:
+            usage = estimate_usage(request, "".join(text), uses)
+        usage = Usage(usage.input_tokens, usage.output_tokens, s.cost(model, usage.input_tokens, usage.output_tokens),
+                      usage.estimated)
         return ChatResponse("".join(text), uses, stop or ("tool_calls" if uses else "stop"), usage, model)
