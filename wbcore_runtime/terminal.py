@@ -383,7 +383,14 @@ def _set_size(fd: int, size: tuple[int, int]) -> None:
 def _signal_group(pid: int, sig: int) -> None:
     try:
         os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
+    except ProcessLookupError:
+        # A child forked a moment ago may not have made its session (setsid) yet, so there is
+        # no group of that id: signal the child itself, or a close right after an open is lost.
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+    except PermissionError:
         pass
 
 
