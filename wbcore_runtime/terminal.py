@@ -341,6 +341,11 @@ class Agent:
         self.by_fd.clear()
 
 
+#: Signals a session's program gets back at their default action (see :func:`_fork_pty`).
+CHILD_DEFAULT_SIGNALS = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGPIPE,
+                         signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU, signal.SIGCHLD)
+
+
 def _fork_pty(program: str, args: list[str], env: dict[str, str], size: tuple[int, int], nofile: int,
               nproc: int) -> tuple[int, int]:
     """forkpty: the child is a session leader on a new pty, with its rlimits, unprivileged."""
@@ -360,6 +365,12 @@ def _fork_pty(program: str, args: list[str], env: dict[str, str], size: tuple[in
                 os.setgid(CHILD_UID)
                 os.setuid(CHILD_UID)
             os.closerange(3, 65536)
+            # An ignored signal stays ignored across exec: started under `nohup` (or by a parent
+            # that ignores SIGHUP), the shell would outlive every PtyClose. The session's
+            # program starts with the default dispositions and an empty signal mask.
+            for sig in CHILD_DEFAULT_SIGNALS:
+                signal.signal(sig, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_SETMASK, [])
             os.execve(program, [program, *args], env)
         except BaseException as exc:  # noqa: BLE001 - the child must never return into the agent
             os.write(2, f"wbcore-agent: cannot start {program}: {exc}\r\n".encode())

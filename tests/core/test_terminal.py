@@ -26,11 +26,15 @@ agent.serve()
 """
 
 
-@pytest.fixture
-def agent():
+@pytest.fixture(params=["default", "sighup-ignored"])
+def agent(request):
+    """The agent as a tier starts it; and as started by a parent that ignores SIGHUP (``nohup``):
+    an ignored signal survives exec, and a session's shell must still hang up on PtyClose."""
     secret = frames.new_secret()
-    proc = subprocess.Popen([sys.executable, "-c", AGENT, secret.hex()], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE)
+    argv = [sys.executable, "-c", AGENT, secret.hex()]
+    if request.param == "sighup-ignored":  # what `nohup` does, by a shell (no Python between fork and exec)
+        argv = ["/bin/sh", "-c", 'trap "" HUP; exec "$0" "$@"', *argv]
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     chan = terminal.Channel(proc.stdout.fileno(), proc.stdin.fileno())
     terminal.handshake(chan, secret)
     yield chan, secret
