@@ -72,6 +72,9 @@ SYSTEM_PACKAGES: list[tuple[str, str, str]] = [
     # linux-image-amd64, fetched by `apt-get download` when the image is first built).
     ("qemu-system-x86", "cmd:qemu-system-x86_64", "the microvm tier"),
     ("busybox-static", "pkg", "the microvm tier's guest userland (a static busybox)"),
+    # chromium: the real headless browser the engine console's slow tests drive (Playwright is
+    # pointed at /usr/bin/chromium; no browser is downloaded).
+    ("chromium", "cmd:chromium", "the browser the engine console's slow tests drive"),
 ]
 # node + npm (npx runs the official MCP Inspector CLI in the slow suite; npm packs the pinned ts
 # and svelte compilers): Debian's only where the machine has none of its own (a node from

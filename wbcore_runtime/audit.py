@@ -477,6 +477,30 @@ class AuditLog:
                     return out[::-1]
         return out[::-1]
 
+    def page(self, n: int, *, before: int | None = None, match: Callable[[dict[str, Any]], bool] | None = None,
+             scan: int = 10_000) -> tuple[list[dict[str, Any]], int | None]:
+        """Up to ``n`` decisions with ``seq < before`` (newest first) that ``match`` keeps,
+        read backwards from the end in blocks, looking at no more than ``scan`` lines: a
+        filtered page of a trail of any size costs at most ``scan`` lines (the engine
+        console's audit page). Returns the page and the ``before`` of the next (older) page,
+        or ``None`` when the trail's start was reached."""
+        self.flush()
+        out: list[dict[str, Any]] = []
+        seen, last = 0, None
+        for seg in reversed(self.segments()):
+            for raw in _lines_backward(seg, live=seg == self.path):
+                if before is not None and (_line_seq(raw) or -1) >= before:
+                    continue  # newer than the page: its seq alone is read, not the line
+                entry = _parse(raw)
+                seq = entry.get("seq")
+                seen += 1
+                last = seq if isinstance(seq, int) else last
+                if match is None or match(entry):
+                    out.append(entry)
+                if len(out) >= n or seen >= scan:
+                    return out, last
+        return out, None
+
     def cursor(self, after: int) -> AuditCursor:
         """A reader of the decisions with ``seq > after``, in order, as they are written."""
         return AuditCursor(self, after)

@@ -144,6 +144,41 @@ class ConsentStore:
             return grants.get(toolkit_id)
 
 
+def checked_grant(runtime: Any, toolkit: Toolkit, caps: list[str], env: list[str]) -> tuple[list[str], str | None]:
+    """Whether ``caps`` and ``env`` variables may be granted to ``toolkit``: the caps as
+    granted and the signer the grant binds to, else ``InvalidArgs`` saying why (unknown or
+    unrequested caps, a variable its manifest does not read, a first-party toolkit's profile
+    caps, a third-party signature that does not verify). ``wbx toolkit grant`` and the
+    engine console both ask this one function."""
+    from wbcore_runtime import trust
+
+    m = toolkit.manifest
+    universe = runtime.caps_universe_for(caps)
+    if not caps and not env:
+        raise InvalidArgs(f"name at least one cap or --env VAR to grant {m.id}")
+    wanted = check_caps(toolkit, caps, universe) if caps else []
+    asked = requested_env(m)
+    for name in env:
+        if not ENV_RE.match(name):
+            raise InvalidArgs(f"--env {name!r} is not an environment variable name (A-Z, 0-9, _)")
+        if name not in asked:
+            raise InvalidArgs(f"{m.id} does not read {name} (its manifest reads: {' '.join(asked) or 'no variable'}); "
+                              "grant only what the manifest names")
+    if m.trust != "third-party":
+        profiled = [c for c in wanted if c not in universe.consent_only]
+        if profiled:
+            raise InvalidArgs(
+                f"{m.id} is first-party: {' '.join(profiled)} come from its profile and need no grant "
+                f"(only {', '.join(sorted(universe.consent_only))} do)"
+            )
+        return wanted, m.author_did
+    verdict = trust.folder_verdict(toolkit.dir, runtime.env)
+    refused = trust.refusal(verdict)
+    if refused:
+        raise InvalidArgs(f"refusing to grant to {m.id}: {refused}")
+    return wanted, verdict.signer
+
+
 def check_caps(toolkit: Toolkit, caps: Iterable[str], universe: policy.Universe = policy.CORE) -> list[str]:
     """The caps as given, refusing unknown ones (outside ``universe``) and ones the toolkit
     does not request."""

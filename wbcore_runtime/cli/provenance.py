@@ -43,37 +43,14 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
     ) -> None:
         """Grant caps a toolkit requests (any for third-party, whose signature must verify; build/serve for
         first-party) and, with --env, each deployer environment variable its manifest may read."""
-        from wbcore_runtime import consent, policy, trust
+        from wbcore_runtime import consent
 
         tk = runtime.toolkit(ident)
         m = tk.manifest
         caps = list(caps or ())  # `--env VAR` alone names no cap
         universe = runtime.caps_universe_for(caps)
         names = list(dict.fromkeys(env or ()))
-        if not caps and not names:
-            raise InvalidArgs(f"name at least one cap or --env VAR to grant {m.id}")
-        wanted = consent.check_caps(tk, caps, universe) if caps else []
-        asked = consent.requested_env(m)
-        for name in names:
-            if not consent.ENV_RE.match(name):
-                raise InvalidArgs(f"--env {name!r} is not an environment variable name (A-Z, 0-9, _)")
-            if name not in asked:
-                raise InvalidArgs(f"{m.id} does not read {name} (its manifest reads: {' '.join(asked) or 'no variable'}); "
-                                  "grant only what the manifest names")
-        if m.trust != "third-party":
-            profiled = [c for c in wanted if c not in universe.consent_only]
-            if profiled:
-                raise InvalidArgs(
-                    f"{m.id} is first-party: {' '.join(profiled)} come from its profile and need no grant "
-                    f"(only {', '.join(sorted(universe.consent_only))} do)"
-                )
-            signer = m.author_did
-        else:
-            verdict = trust.folder_verdict(tk.dir, runtime.env)
-            refused = trust.refusal(verdict)
-            if refused:
-                raise InvalidArgs(f"refusing to grant to {m.id}: {refused}")
-            signer = verdict.signer
+        wanted, signer = consent.checked_grant(runtime, tk, caps, names)
         g = consent.ConsentStore(runtime.home).grant(m.id, wanted, signer, env=names)
         typer.echo(f"granted {m.id}" + (f" ({signer})" if signer else "") + f": {' '.join(sorted(g.caps)) or 'no caps'}"
                    + (f"; env {' '.join(sorted(g.env))}" if g.env else ""))

@@ -126,6 +126,18 @@ class Session:
     def take_review(self) -> dict[str, Any] | None:
         return self.review.take()
 
+    def review_items(self) -> list[dict[str, Any]]:
+        """Every item of the queue with its position and decision (``None`` while undecided)."""
+        decided = self.review.decisions()
+        return [{"position": i, "item": item, "decision": decided.get(i)} for i, item in enumerate(self.review.items())]
+
+    def decide_review(self, position: int, decision: str, note: str = "") -> dict[str, Any]:
+        """A person's decision on one item: recorded, announced as a ``review-decision`` event,
+        and read by the agent's ``review_decisions`` tool."""
+        d = self.review.decide(position, decision, note)
+        self.emit("review-decision", d)
+        return d
+
     def cancel(self) -> None:
         self.cancel_event.set()
 

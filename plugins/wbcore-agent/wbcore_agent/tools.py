@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 MAX_TOOL_TEXT = 16 << 10  # what one tool result may put into the conversation
 MAX_VFS_WRITE = 4 << 20
 MAX_PIPELINE = 8
-BASE_TOOLS = ("shell", "wb", "search", "fetch", "web_search", "vfs_read", "vfs_write", "file_issue", "done")
+BASE_TOOLS = ("shell", "wb", "search", "fetch", "web_search", "vfs_read", "vfs_write", "file_issue", "done",
+              "review_decisions")
 EXEC_TOOLS = ("git", "publish")
 GIT_TIMEOUT_S = 60.0
 _NAME_OK = re.compile(r"[^A-Za-z0-9_-]")
@@ -74,6 +75,8 @@ SPECS: dict[str, ToolSpec] = {
     "file_issue": ToolSpec("file_issue", "File an issue for a human to review (the session's review queue).",
                            _obj({"title": _S, "body": _S}, ("title",))),
     "done": ToolSpec("done", "Finish the task with its result.", _obj({"result": _S}, ("result",))),
+    "review_decisions": ToolSpec("review_decisions", "The decisions people made on the issues you filed "
+                                 "(approved or rejected, with their note); undecided ones are pending.", _obj({}, ())),
     "git": ToolSpec("git", "Commit the run's workdir with a message (and push it when the deployer configured a "
                     "remote). Exec grant only: a fixed host command, never a command line you choose.",
                     _obj({"message": _S}, ("message",))),
@@ -256,6 +259,14 @@ def file_issue(run: Run, args: Mapping[str, Any]) -> str:
     return "filed for review"
 
 
+def review_decisions(run: Run, args: Mapping[str, Any]) -> str:
+    decided = run.review.decisions()
+    rows = [{"position": i, "title": item.get("title", ""), **({"decision": decided[i]["decision"],
+             "note": decided[i]["note"]} if i in decided else {"decision": "pending"})}
+            for i, item in enumerate(run.review.items())]
+    return json.dumps(rows, ensure_ascii=False)
+
+
 def done(run: Run, args: Mapping[str, Any]) -> str:
     return _str(args, "result", "done")
 
@@ -343,5 +354,6 @@ def git(run: Run, args: Mapping[str, Any]) -> str:
 
 HANDLERS: dict[str, Callable[[Run, Mapping[str, Any]], str]] = {
     "shell": shell, "wb": wb, "search": search, "fetch": fetch, "web_search": web_search, "vfs_read": vfs_read,
-    "vfs_write": vfs_write, "file_issue": file_issue, "done": done, "git": git, "publish": publish,
+    "vfs_write": vfs_write, "file_issue": file_issue, "done": done, "review_decisions": review_decisions,
+    "git": git, "publish": publish,
 }

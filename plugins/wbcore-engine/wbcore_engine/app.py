@@ -11,6 +11,8 @@ Routes (``/openapi.json`` describes them, :mod:`wbcore_engine.openapi`):
   ``POST|GET /v1/sessions/{id}/review`` · ``DELETE /v1/sessions/{id}`` — the agent loop's
   sessions through :class:`wbcore_engine.sessions.SessionHost` (``501`` when none is installed)
 - ``GET  /v1/audit`` · ``GET /v1/audit/events`` (SSE) — the Dock's audit trail
+- ``/console/…`` — the web console (:mod:`wbcore_engine.console`): pages over the same
+  engine, logged in with the same token, behind the same Host/Origin rules
 
 Every request passes :func:`wbcore_runtime.httpguard.refusal` (bearer token, Host, Origin) first.
 Every body is read against a size cap while it arrives and within a deadline; every call,
@@ -538,7 +540,12 @@ def build(runtime: Any, *, token: str | None, bind: str = "127.0.0.1", allow_hos
     app.state.engine = engine
     policy = httpguard.Policy.for_bind(bind, httpguard.check_token(token, option="--token / WB_ENGINE_TOKEN"),
                                        allow_hosts, surface="wbx engine serve")
-    # the SSE routes hold their connection: capped per client and in all, behind the token check
-    gated = httpserve.StreamGate(app, limits.server, is_stream=lambda scope: scope["path"].endswith("/events"))
-    return httpguard.Guard(gated, policy)
+    # the web console (/console): same process, same Host/Origin names, the token as its login
+    from wbcore_engine import console
+
+    both = console.Paths(console.app(engine, policy), app)
+    # the SSE routes (API and console) hold their connection: capped per client and in all,
+    # behind the token (or login) check
+    gated = httpserve.StreamGate(both, limits.server, is_stream=lambda scope: scope["path"].endswith("/events"))
+    return console.Split(gated, httpguard.Guard(gated, policy), policy)
 

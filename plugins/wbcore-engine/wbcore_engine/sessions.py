@@ -124,6 +124,22 @@ class LoopSessions:
         s.cancel()
         return dict(s.status())
 
+    # Optional operations the console's review page uses (a host without them has no decisions).
+
+    def review_items(self, session: str) -> Sequence[Mapping[str, Any]] | None:
+        """Every review item with its position and decision, or ``None`` when the loop keeps none."""
+        items = getattr(self.sessions.get(session), "review_items", None)
+        return list(items()) if callable(items) else None
+
+    def decide_review(self, session: str, position: int, decision: str, note: str) -> Mapping[str, Any]:
+        """A person's decision on one item (approved / rejected, with a note); the agent reads it."""
+        decide = getattr(self.sessions.get(session), "decide_review", None)
+        if not callable(decide):
+            from wbcore_runtime.errors import InvalidArgs
+
+            raise InvalidArgs("this agent loop keeps no review decisions")
+        return dict(decide(position, decision, note))
+
 
 def host_for(runtime: Any) -> SessionHost | None:
     """The runtime's session host: the agent loop's ``runtime.agents.sessions`` (adapted),
