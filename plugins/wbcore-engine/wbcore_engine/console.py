@@ -119,16 +119,16 @@ class Console:
 
     # --- rendering ----------------------------------------------------------------------
 
-    def page(self, request: Request, template: str, status: int = 200, **ctx: Any) -> HTMLResponse:
+    def page(self, request: Request, template: str, code: int = 200, **ctx: Any) -> HTMLResponse:
         html = self.env.get_template(template).render(prefix=PREFIX, csrf=self.csrf_of(request),
                                                       path=request.url.path, **ctx)
-        return HTMLResponse(html, status_code=status, headers=_HEADERS)
+        return HTMLResponse(html, status_code=code, headers=_HEADERS)
 
     def need_login(self, request: Request) -> HTMLResponse:
-        return self.page(request, "needed.html", status=401, next=request.url.path)
+        return self.page(request, "needed.html", code=401, next=request.url.path)
 
     def problem(self, request: Request, status: int, title: str, message: str) -> HTMLResponse:
-        return self.page(request, "problem.html", status=status, title=title, message=message)
+        return self.page(request, "problem.html", code=status, title=title, message=message)
 
     async def form(self, request: Request, *, limit: int = MAX_FORM) -> dict[str, str]:
         """A urlencoded form, read against ``limit`` bytes and the API's body deadline."""
@@ -196,7 +196,7 @@ async def login_page(c: Console, request: Request) -> Response:
         raise Refused(403, "CSRF token missing or wrong", "reload the login page and enter the token again")
     given = form.get("token", "")
     if c.policy.token is None or not httpguard.token_matches(b"Bearer " + given.encode("utf-8"), c.policy.token):
-        return c.page(request, "login.html", status=401, login_csrf=sent, next=_next(form.get("next")),
+        return c.page(request, "login.html", code=401, login_csrf=sent, next=_next(form.get("next")),
                       error="that is not this engine's token")
     sid, _ = c.login()
     resp = RedirectResponse(_next(form.get("next")), status_code=303, headers=_HEADERS)

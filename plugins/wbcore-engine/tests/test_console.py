@@ -1,0 +1,276 @@
+"""The engine console (/console): login, CSRF on every form, Host/Origin, no secret shown,
+grant/revoke with a confirmation, review decisions, audit paging. Fast: httpx, no browser
+(test_console_browser.py drives chromium)."""
+
+from __future__ import annotations
+
+import base64
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from wbcore_engine import console
+from wbcore_runtime import signing
+from wbcore_runtime.testing import write_toolkit
+
+SEED0 = base64.b64encode(bytes(32)).decode()
+SECRET = "sk-console-secret-value-0123"
+
+
+def _hidden(html: str, name: str) -> str:
+    m = re.search(rf'name="{name}" value="([^"]*)"', html)
+    assert m, f"no hidden {name} in the page"
+    return m.group(1)
+
+
+def login(c: httpx.Client, token: str) -> str:
+    """Log in through the form; returns the page CSRF token."""
+    page = c.get("/console/login")
+    assert page.status_code == 200
+    r = c.post("/console/login", data={"login_csrf": _hidden(page.text, "login_csrf"), "token": token,
+                                       "next": "/console/toolkits"})
+    assert r.status_code == 303 and r.headers["location"] == "/console/toolkits", r.text
+    return _hidden(c.get("/console/toolkits").text, "csrf")
+
+
+class Host:
+    """A session host with a review queue that keeps decisions (the protocol's optional ops)."""
+
+    def __init__(self) -> None:
+        self.items: list[dict[str, Any]] = [{"title": "publish the report", "body": "ready"}]
+        self.decided: dict[int, dict[str, Any]] = {}
+        self.runs: dict[str, dict[str, Any]] = {}
+
+    def create(self, *, agent: Any, task: str, options: Any) -> str:
+        sid = f"s{len(self.runs) + 1}"
+        self.runs[sid] = {"id": sid, "agent": agent, "status": "running", "step": 0}
+        return sid
+
+    def status(self, session: str) -> dict[str, Any]:
+        from wbcore_runtime.errors import NotFound
+
+        if session not in self.runs:
+            raise NotFound(f"no session {session}")
+        return dict(self.runs[session])
+
+    def events(self, session: str, *, after: int, timeout: float) -> list[dict[str, Any]]:
+        evs = [{"seq": 1, "type": "step", "t": time.time(),
+                "data": {"step": 1, "tool_calls": [{"name": "wb", "args": {"op": "list"}, "result": "[]", "ms": 3}]}}]
+        return [e for e in evs if e["seq"] > after]
+
+    def put_review(self, session: str, item: Any) -> Any:
+        self.items.append(dict(item))
+        return item
+
+    def take_review(self, session: str, *, limit: int) -> list[Any]:
+        return []
+
+    def cancel(self, session: str) -> dict[str, Any]:
+        self.runs[session]["status"] = "cancelled"
+        return self.status(session)
+
+    def review_items(self, session: str) -> list[dict[str, Any]]:
+        return [{"position": i, "item": it, "decision": self.decided.get(i)} for i, it in enumerate(self.items)]
+
+    def decide_review(self, session: str, position: int, decision: str, note: str) -> dict[str, Any]:
+        self.decided[position] = {"decision": decision, "note": note}
+        return self.decided[position]
+
+
+@pytest.fixture
+def served(tmp_path, monkeypatch, make_runtime, serve_engine, wb_home):
+    """An engine with a signed third-party toolkit 'tp' (requests net and kv) and a session host."""
+    monkeypatch.setenv("WB_SIGNING_KEY", SEED0)
+    from wbcore_runtime import identity
+
+    root = tmp_path / "tks"
+    d = write_toolkit(root, "tp", trust="third-party", caps="net kv", files={"bin/tool.wasm": b"\0asm\x01\0\0\0"})
+    signing.sign(d, identity.Identity.from_seed(bytes(32)))
+    host = Host()
+    rt = make_runtime(plugins=["engine"], roots=[root], env={"SOME_API_KEY": SECRET})
+    eng = serve_engine(rt, sessions=host)
+    with httpx.Client(base_url=eng.url, timeout=30) as c:
+        csrf = login(c, eng.token)
+        host_sid = c.post("/console/sessions", data={"csrf": csrf, "agent": "helper", "task": "t"})
+        assert host_sid.status_code == 303
+    return eng, host, wb_home
+
+
+#: Every state-changing form of the console, with a body that would be accepted.
+FORMS = {
+    "/console/logout": {},
+    "/console/toolkits/{ident}/{action:str}": {"caps": "net", "confirm": "1"},
+    "/console/push": {"staged": "x"},
+    "/console/sessions": {"agent": "helper", "task": "again"},
+    "/console/sessions/{sid}/cancel": {},
+    "/console/review/{sid}/{pos}": {"decision": "approved", "note": "fine"},
+    "/console/audit/verify": {},
+}
+CONCRETE = {"/console/toolkits/{ident}/{action:str}": "/console/toolkits/tp/grant",
+            "/console/sessions/{sid}/cancel": "/console/sessions/s1/cancel",
+            "/console/review/{sid}/{pos}": "/console/review/s1/0"}
+GETS = ["/console/toolkits", "/console/toolkits/tp", "/console/push", "/console/sessions", "/console/sessions/s1",
+        "/console/review", "/console/audit", "/console/pipelines"]
+
+
+def test_every_form_is_listed_here():
+    posts = {console.PREFIX + path for path, methods, _, _ in console.ROUTES if "POST" in methods}
+    assert posts - {"/console/login"} == set(FORMS), "a console form without CSRF/Origin/token tests"
+
+
+def _state(home: Path) -> tuple[bytes | None, int]:
+    consent = home / "consent.json"
+    return (consent.read_bytes() if consent.exists() else None), len(Host().items)
+
+
+def test_without_login_every_page_only_says_the_token_is_needed(served):
+    eng, host, _ = served
+    with httpx.Client(base_url=eng.url, timeout=30) as c:
+        for path in GETS + ["/console/sessions/s1/events", "/console/audit/events"]:
+            r = c.get(path)
+            assert r.status_code == 401, path
+            assert "token is needed" in r.text, path
+            # nothing of the engine's: no table, no toolkit's caps, no session, no form but the link to log in
+            assert "<table" not in r.text and "net kv" not in r.text and "<form" not in r.text, path
+        for path in FORMS:
+            r = c.post(CONCRETE.get(path, path), data={**FORMS[path], "csrf": "guess"})
+            assert r.status_code == 401, path
+        # a console login cookie that was never issued is no login
+        c.cookies.set(console.COOKIE, "made-up", path="/console")
+        assert c.get("/console/toolkits").status_code == 401
+    assert not host.decided and host.runs["s1"]["status"] == "running"
+
+
+def test_every_form_refuses_a_missing_or_wrong_csrf_token_and_changes_nothing(served):
+    eng, host, home = served
+    before = _state(home)
+    with httpx.Client(base_url=eng.url, timeout=30) as c:
+        csrf = login(c, eng.token)
+        with httpx.Client(base_url=eng.url, timeout=30) as other:  # another login's token is not this one's
+            other_csrf = login(other, eng.token)
+        for path, body in FORMS.items():
+            url = CONCRETE.get(path, path)
+            for bad in ({}, {"csrf": ""}, {"csrf": csrf + "x"}, {"csrf": other_csrf}):
+                r = c.post(url, data={**body, **bad})
+                assert r.status_code == 403 and "CSRF" in r.text, (url, bad, r.status_code)
+        # still logged in, nothing changed
+        assert c.get("/console/toolkits").status_code == 200
+    assert _state(home) == before and not host.decided and host.runs["s1"]["status"] == "running"
+    assert len(host.runs) == 1
+
+
+def test_every_page_and_form_keeps_the_engines_host_and_origin_rules(served):
+    eng, host, home = served
+    with httpx.Client(base_url=eng.url, timeout=30) as c:
+        csrf = login(c, eng.token)
+        for path in GETS + ["/console/login"]:
+            assert c.get(path, headers={"host": "evil.example"}).status_code == 421, path
+            assert c.get(path, headers={"origin": "http://evil.example"}).status_code == 403, path
+        for path, body in FORMS.items():
+            url = CONCRETE.get(path, path)
+            r = c.post(url, data={**body, "csrf": csrf}, headers={"origin": "http://evil.example"})
+            assert r.status_code == 403 and "invalid-origin" in r.text, url
+            r = c.post(url, data={**body, "csrf": csrf}, headers={"host": "rebound.example"})
+            assert r.status_code == 421, url
+        # the login form too: a page of another site cannot post the token for you
+        page = c.get("/console/login")
+        r = c.post("/console/login", data={"login_csrf": _hidden(page.text, "login_csrf"), "token": eng.token},
+                   headers={"origin": "http://evil.example"})
+        assert r.status_code == 403
+    assert not host.decided and host.runs["s1"]["status"] == "running" and len(host.runs) == 1
+
+
+def test_login_takes_the_engine_token_once_and_keeps_only_an_http_only_cookie(served):
+    eng, _, _ = served
+    with httpx.Client(base_url=eng.url, timeout=30) as c:
+        page = c.get("/console/login")
+        login_csrf = _hidden(page.text, "login_csrf")
+        # the login form's own CSRF (double submit): a post without the cookie's twin is refused
+        assert c.post("/console/login", data={"login_csrf": "other", "token": eng.token}).status_code == 403
+        wrong = c.post("/console/login", data={"login_csrf": login_csrf, "token": "not-the-token-at-all"})
+        assert wrong.status_code == 401 and "not this engine" in wrong.text
+        ok = c.post("/console/login", data={"login_csrf": login_csrf, "token": eng.token})
+        assert ok.status_code == 303
+        cookie = next(h for h in ok.headers.get_list("set-cookie") if h.startswith(console.COOKIE + "="))
+        low = cookie.lower()
+        assert "httponly" in low and "samesite=strict" in low and "path=/console" in low
+        assert eng.token not in cookie
+        for path in GETS:
+            r = c.get(path)
+            assert r.status_code == 200, (path, r.text[:300])
+            assert eng.token not in r.text and SECRET not in r.text, path
+            assert "frame-ancestors 'none'" in r.headers["content-security-policy"]
+        # the cookie is the console's: the API still wants the bearer token
+        assert c.get("/v1/toolkits").status_code == 401
+        # logging out ends the login
+        csrf = _hidden(c.get("/console/toolkits").text, "csrf")
+        assert c.post("/console/logout", data={"csrf": csrf}).status_code == 303
+        c.cookies.set(console.COOKIE, cookie.split(";")[0].split("=", 1)[1], path="/console")
+        assert c.get("/console/toolkits").status_code == 401
+        # a login goes back only to a console page, never another site
+        page = c.get("/console/login")
+        r = c.post("/console/login", data={"login_csrf": _hidden(page.text, "login_csrf"), "token": eng.token,
+                                           "next": "//evil.example/x"})
+        assert r.headers["location"] == "/console/toolkits"
+
+
+def test_grant_shows_what_changes_then_grants_and_audits_and_revoke_withdraws(served):
+    eng, _, home = served
+    with httpx.Client(base_url=eng.url, timeout=30) as c:
+        csrf = login(c, eng.token)
+        page = c.get("/console/toolkits/tp").text
+        assert "✓" in page and "net kv" in page
+        preview = c.post("/console/toolkits/tp/grant", data={"csrf": csrf, "caps": "net"})
+        assert preview.status_code == 200 and '<tr class="add"><th>+</th><td class="mono">net</td>' in preview.text
+        assert not (home / "consent.json").exists()  # the confirmation changed nothing
+        done = c.post("/console/toolkits/tp/grant", data={"csrf": csrf, "caps": "net", "confirm": "1"})
+        assert done.status_code == 303
+        shown = c.get(done.headers["location"]).text
+        assert 'id="granted">net' in shown
+        # a cap the toolkit does not request is refused by the one grant decision, with the reason
+        bad = c.post("/console/toolkits/tp/grant", data={"csrf": csrf, "caps": "exec", "confirm": "1"})
+        assert bad.status_code == 400 and "exec" in bad.text
+        audit = c.get("/console/audit", params={"cap": "consent"}).text
+        assert "grant" in audit and "tp:net" in audit
+        rev = c.post("/console/toolkits/tp/revoke", data={"csrf": csrf, "caps": "net"})
+        assert '<tr class="del"><th>−</th><td class="mono">net</td>' in rev.text
+        assert c.post("/console/toolkits/tp/revoke", data={"csrf": csrf, "caps": "net", "confirm": "1"}).status_code == 303
+        assert 'id="granted">none' in c.get("/console/toolkits/tp").text
+
+
+def test_review_decision_reaches_the_host_and_audit_pages_older_lines(served):
+    eng, host, _ = served
+    rt = eng.runtime
+    for i in range(120):
+        rt.dock.audit.record(principal=f"tk{i % 3}", cap="net", op="fetch", args_digest="", outcome="allowed")
+    with httpx.Client(base_url=eng.url, timeout=30) as c:
+        csrf = login(c, eng.token)
+        assert "publish the report" in c.get("/console/review").text
+        r = c.post("/console/review/s1/0", data={"csrf": csrf, "decision": "approved", "note": "ship it"})
+        assert r.status_code == 303 and host.decided[0] == {"decision": "approved", "note": "ship it"}
+        assert "approved: ship it" in c.get("/console/review").text
+        assert c.post("/console/review/s1/0", data={"csrf": csrf, "decision": "maybe"}).status_code == 400
+        first = c.get("/console/audit").text
+        older = re.search(r'before=(\d+)" rel="next"', first)
+        assert older, "no link to older lines"
+        second = c.get(f"/console/audit?before={older.group(1)}").text
+        seqs = lambda html: [int(s) for s in re.findall(r"<tr class=\"[a-z]*\"><td>(\d+)</td>", html)]  # noqa: E731
+        assert seqs(first) and seqs(second) and max(seqs(second)) < min(seqs(first))
+        only = c.get("/console/audit", params={"toolkit": "tk1"}).text
+        assert "tk1" in only and "tk2" not in only
+        assert c.get("/console/audit", params={"before": "x"}).status_code == 400
+        # the chain's verify status
+        assert c.post("/console/audit/verify", data={"csrf": csrf}).status_code == 303
+        assert "the chain holds" in c.get("/console/audit").text
+
+
+def test_a_console_form_body_is_bounded(served):
+    eng, _, _ = served
+    with httpx.Client(base_url=eng.url, timeout=30) as c:
+        csrf = login(c, eng.token)
+        r = c.post("/console/sessions", data={"csrf": csrf, "agent": "a", "task": "x" * (console.MAX_FORM + 1)})
+        assert r.status_code == 413
