@@ -59,7 +59,8 @@ class Host:
 
     def events(self, session: str, *, after: int, timeout: float) -> list[dict[str, Any]]:
         evs = [{"seq": 1, "type": "step", "t": time.time(),
-                "data": {"step": 1, "tool_calls": [{"name": "wb", "args": {"op": "list"}, "result": "[]", "ms": 3}]}}]
+                "data": {"step": 1, "text": "Listing.", "tool_calls": [{"id": "c1", "name": "wb", "arguments": {"op": "list"}}],
+                         "results": [{"id": "c1", "name": "wb", "ok": True, "text": "[]", "ms": 3.0}]}}]
         return [e for e in evs if e["seq"] > after]
 
     def put_review(self, session: str, item: Any) -> Any:
@@ -249,6 +250,8 @@ def test_review_decision_reaches_the_host_and_audit_pages_older_lines(served):
         rt.dock.audit.record(principal=f"tk{i % 3}", cap="net", op="fetch", args_digest="", outcome="allowed")
     with httpx.Client(base_url=eng.url, timeout=30) as c:
         csrf = login(c, eng.token)
+        step = c.get("/console/sessions/s1").text  # each tool call: its input, output and time
+        assert "<td>wb</td>" in step and "&#34;op&#34;: &#34;list&#34;" in step and "3.0 ms" in step
         assert "publish the report" in c.get("/console/review").text
         r = c.post("/console/review/s1/0", data={"csrf": csrf, "decision": "approved", "note": "ship it"})
         assert r.status_code == 303 and host.decided[0] == {"decision": "approved", "note": "ship it"}

@@ -64,7 +64,9 @@ _HEADERS = {
     "cache-control": "no-store",
     "x-frame-options": "DENY",
     "x-content-type-options": "nosniff",
-    "referrer-policy": "no-referrer",
+    # same-origin, not no-referrer: under no-referrer a browser sends "Origin: null" with a form
+    # post, which the engine's Origin rule (rightly) refuses
+    "referrer-policy": "same-origin",
     # everything is served by the engine: no CDN, no inline script
     "content-security-policy": "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
                                "connect-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
@@ -431,12 +433,14 @@ def _steps(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
         data = ev.get("data")
         row = {"seq": ev.get("seq"), "type": ev.get("type"), "t": ev.get("t"), "data": data, "calls": []}
         if ev.get("type") == "step" and isinstance(data, dict):
-            for call in data.get("tool_calls") or data.get("calls") or []:
+            # the agent loop's step: tool_calls [{id, name, arguments}] and results [{id, ok, text, ms}]
+            results = {r.get("id"): r for r in data.get("results") or [] if isinstance(r, dict)}
+            for call in data.get("tool_calls") or []:
                 if isinstance(call, dict):
-                    row["calls"].append({"name": call.get("name") or call.get("tool"),
-                                         "input": call.get("args", call.get("input", call.get("arguments"))),
-                                         "output": call.get("result", call.get("output")),
-                                         "ms": call.get("ms", call.get("wall_ms"))})
+                    res = results.get(call.get("id"), {})
+                    row["calls"].append({"name": call.get("name"), "input": call.get("arguments", {}),
+                                         "output": res.get("text", ""), "ok": res.get("ok"), "ms": res.get("ms")})
+            row["text"] = data.get("text") or ""
         out.append(row)
     return out
 

@@ -34,20 +34,30 @@
     seq.textContent = " #" + ev.seq + " " + when(ev.t);
     li.appendChild(kind);
     li.appendChild(seq);
-    var data = ev.data, calls = data && (data.tool_calls || data.calls);
+    var data = ev.data, calls = data && data.tool_calls;
+    if (type === "step" && data && data.text) {
+      var p = document.createElement("p");
+      p.className = "model-text";
+      p.textContent = clip(data.text);
+      li.appendChild(p);
+    }
     if (type === "step" && calls && calls.length) {
+      // the agent loop's step: tool_calls [{id, name, arguments}], results [{id, ok, text, ms}]
+      var results = {};
+      (data.results || []).forEach(function (r) { if (r.id !== undefined) results[r.id] = r; });
       var table = document.createElement("table");
       table.className = "calls";
       calls.forEach(function (c) {
+        var r = results[c.id] || {};
         var tr = document.createElement("tr");
-        cell(tr, c.name || c.tool);
-        cell(tr, clip(text(c.args !== undefined ? c.args : (c.input !== undefined ? c.input : c.arguments))), "mono");
-        cell(tr, clip(text(c.result !== undefined ? c.result : c.output)), "mono");
-        cell(tr, c.ms !== undefined ? c.ms + " ms" : "");
+        cell(tr, c.name);
+        cell(tr, clip(text(c.arguments || {})), "mono");
+        cell(tr, clip(text(r.text || "")), r.ok === false ? "mono bad" : "mono");
+        cell(tr, r.ms !== undefined ? r.ms + " ms" : "");
         table.appendChild(tr);
       });
       li.appendChild(table);
-    } else {
+    } else if (type !== "step" || !data || !data.text) {
       var pre = document.createElement("pre");
       pre.className = "data";
       pre.textContent = clip(text(data));
