@@ -478,12 +478,13 @@ class AuditLog:
         return out[::-1]
 
     def page(self, n: int, *, before: int | None = None, match: Callable[[dict[str, Any]], bool] | None = None,
-             scan: int = 10_000) -> tuple[list[dict[str, Any]], int | None]:
+             scan: int = 10_000, contains: tuple[bytes, ...] = ()) -> tuple[list[dict[str, Any]], int | None]:
         """Up to ``n`` decisions with ``seq < before`` (newest first) that ``match`` keeps,
         read backwards from the end in blocks, looking at no more than ``scan`` lines: a
         filtered page of a trail of any size costs at most ``scan`` lines (the engine
         console's audit page). Returns the page and the ``before`` of the next (older) page,
-        or ``None`` when the trail's start was reached."""
+        or ``None`` when the trail's start was reached. ``contains``: byte strings a line must
+        hold to be parsed at all (a cheap first sieve before ``match``)."""
         self.flush()
         out: list[dict[str, Any]] = []
         seen, last = 0, None
@@ -491,9 +492,14 @@ class AuditLog:
             for raw in _lines_backward(seg, live=seg == self.path):
                 if before is not None and (_line_seq(raw) or -1) >= before:
                     continue  # newer than the page: its seq alone is read, not the line
+                seen += 1
+                if contains and not all(c in raw for c in contains):
+                    last = _line_seq(raw) or last
+                    if seen >= scan:
+                        return out, last
+                    continue
                 entry = _parse(raw)
                 seq = entry.get("seq")
-                seen += 1
                 last = seq if isinstance(seq, int) else last
                 if match is None or match(entry):
                     out.append(entry)

@@ -430,6 +430,8 @@ def _steps(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The events as the page shows them: one row each, a step's tool calls with their input, output and time."""
     out = []
     for ev in events:
+        if ev.get("type") == "text":
+            continue  # the model's streamed text deltas: the step that follows carries the whole text
         data = ev.get("data")
         row = {"seq": ev.get("seq"), "type": ev.get("type"), "t": ev.get("t"), "data": data, "calls": []}
         if ev.get("type") == "step" and isinstance(data, dict):
@@ -534,7 +536,11 @@ async def audit_page(c: Console, request: Request) -> Response:
 
     keep = match if any(filters.values()) else None
     audit = c.engine.runtime.dock.audit
-    rows, older = await c.engine.thread(lambda: audit.page(AUDIT_PAGE, before=before, match=keep, scan=AUDIT_SCAN))
+    # a line lacking a filter's text is skipped unparsed (json escapes aside, a value that
+    # appears in a field appears in its line); `match` then decides on the parsed line
+    sieve = tuple(json.dumps(v)[1:-1].encode() for v in filters.values() if v)
+    rows, older = await c.engine.thread(lambda: audit.page(AUDIT_PAGE, before=before, match=keep, scan=AUDIT_SCAN,
+                                                           contains=sieve))
     newest = rows[0].get("seq") if rows and not before else None
     return c.page(request, "audit.html", rows=rows, older=older, filters=filters, chain=c.chain,
                   newest=newest if isinstance(newest, int) else -1, paged=before is not None,

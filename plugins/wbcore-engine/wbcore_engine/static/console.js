@@ -82,7 +82,8 @@
         }
       };
     }
-    ["step", "text", "review", "review-decision", "tool", "error"].forEach(function (t) {
+    // "text" deltas are not shown one by one: the step that follows carries the model's whole text
+    ["started", "step", "review", "review-decision", "tool", "error"].forEach(function (t) {
       es.addEventListener(t, add(t));
     });
     es.addEventListener("end", function (msg) {
