@@ -226,6 +226,29 @@ def test_tail_reads_backwards_across_segments_and_skips_a_torn_line(wb_home):
     assert [e["seq"] for e in log.tail(2)] == [299, 300]
 
 
+def test_page_reads_newest_first_before_a_seq_filtered_and_within_its_scan(wb_home):
+    log = AuditLog(wb_home / "audit", max_bytes=4000, keep=100)
+    for i in range(300):
+        log.record(principal=f"t/tk{i % 3}", cap="kv", op="get", args_digest="", outcome="denied" if i % 10 == 0
+                   else "allowed")
+    log.flush()
+    rows, older = log.page(50)
+    assert [e["seq"] for e in rows] == list(range(300, 250, -1)) and older == 251
+    rows, older = log.page(50, before=older)  # across rotated segments
+    assert [e["seq"] for e in rows] == list(range(250, 200, -1)) and older == 201
+    rows, older = log.page(500, before=11)
+    assert [e["seq"] for e in rows] == list(range(10, 0, -1)) and older is None  # the trail's start
+    denied = lambda e: e["outcome"] == "denied"  # noqa: E731
+    rows, _ = log.page(5, match=denied)
+    assert [e["seq"] for e in rows] == [291, 281, 271, 261, 251]
+    # at most `scan` lines are looked at: a filter that matches nothing stops there, and says where
+    rows, older = log.page(5, match=lambda e: False, scan=40)
+    assert rows == [] and older == 261
+    # the byte sieve skips lines unparsed and agrees with the parsed filter
+    rows, _ = log.page(5, match=denied, contains=(b"denied", b"t/tk0"))
+    assert [e["seq"] for e in rows] == [271, 241, 211, 181, 151] and all(e["principal"] == "t/tk0" for e in rows)
+
+
 def test_a_cursor_follows_the_trail_through_rotation_reading_only_what_is_new(wb_home):
     log = AuditLog(wb_home / "audit", max_bytes=4000, keep=100)
     _fill(log, 120)
