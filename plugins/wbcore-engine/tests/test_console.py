@@ -92,7 +92,7 @@ def served(tmp_path, monkeypatch, make_runtime, serve_engine, wb_home):
     d = write_toolkit(root, "tp", trust="third-party", caps="net kv", files={"bin/tool.wasm": b"\0asm\x01\0\0\0"})
     signing.sign(d, identity.Identity.from_seed(bytes(32)))
     host = Host()
-    rt = make_runtime(plugins=["engine"], roots=[root], env={"SOME_API_KEY": SECRET})
+    rt = make_runtime(plugins=["engine"], roots=[root, wb_home / "toolkits"], env={"SOME_API_KEY": SECRET})
     eng = serve_engine(rt, sessions=host)
     with httpx.Client(base_url=eng.url, timeout=30) as c:
         csrf = login(c, eng.token)
@@ -277,3 +277,29 @@ def test_a_console_form_body_is_bounded(served):
         csrf = login(c, eng.token)
         r = c.post("/console/sessions", data={"csrf": csrf, "agent": "a", "task": "x" * (console.MAX_FORM + 1)})
         assert r.status_code == 413
+
+
+def test_push_shows_the_dry_run_diff_before_landing(tmp_path, served):
+    from wbcore_runtime import engine_client, identity
+
+    eng, _, home = served
+    src = tmp_path / "push-src"
+    d = write_toolkit(src, "newtk", trust="third-party", caps="net", files={"bin/tool.wasm": b"\0asm\x01\0\0\0"})
+    signing.sign(d, identity.Identity.from_seed(bytes(32)))
+    archive = engine_client.toolkit_archive(d, "newtk")
+    with httpx.Client(base_url=eng.url, timeout=60) as c:
+        csrf = login(c, eng.token)
+        files = {"archive": ("newtk.tar.gz", archive, "application/gzip")}
+        # the upload form carries the CSRF token too
+        assert c.post("/console/push", data={"csrf": "nope"}, files=files).status_code == 403
+        preview = c.post("/console/push", data={"csrf": csrf}, files=files)
+        assert preview.status_code == 200 and "newtk" in preview.text and 'id="land"' in preview.text
+        assert not (home / "toolkits" / "newtk").exists()  # the dry run landed nothing
+        landed = c.post("/console/push", data={"csrf": csrf, "staged": _hidden(preview.text, "staged")})
+        assert landed.status_code == 200 and "newtk" in landed.text
+        assert (home / "toolkits" / "newtk").is_dir()
+        # a staged archive lands once
+        again = c.post("/console/push", data={"csrf": csrf, "staged": _hidden(preview.text, "staged")})
+        assert again.status_code == 400 and "upload it again" in again.text
+        audit = c.get("/console/audit", params={"cap": "engine"}).text
+        assert "push" in audit and "allowed" in audit
