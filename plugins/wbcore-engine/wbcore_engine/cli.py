@@ -55,7 +55,8 @@ def serve(runtime: Any, *, host: str = "127.0.0.1", port: int = 8766, token: str
     if made:
         print(f"wbx engine: token (send as 'Authorization: Bearer <token>'; set {TOKEN_ENV} to choose one): {token}",
               file=sys.stderr, flush=True)
-    print(f"wbx engine: serving on http://{host}:{port} (OpenAPI: /openapi.json)", file=sys.stderr, flush=True)
+    print(f"wbx engine: serving on http://{host}:{port} (OpenAPI: /openapi.json; the console: /console)",
+          file=sys.stderr, flush=True)
     if ready is not None:
         orig = uv.startup
 
