@@ -192,6 +192,37 @@ def test_session_streams_events_reviews_and_cancels(setup):
     assert "sk-secret-123" not in json.dumps(s.poll(0)) + json.dumps(s.status())
 
 
+def test_a_review_decision_reaches_the_agent_through_its_tool(setup):
+    from wbcore_runtime.errors import InvalidArgs
+
+    rt, script, agent = setup
+    gate = threading.Event()
+    wait = HostTool(ToolSpec("wait", "waits", {"type": "object", "properties": {}}), lambda run, a: gate.wait(10) and "go")
+    script.turns = [[("file_issue", {"title": "ship it?", "body": "v2"}), ("file_issue", {"title": "and this?"})],
+                    [("wait", {})], [("review_decisions", {})], [("done", {"result": "ok"})]]
+    s = rt.agents.sessions.start(agent, "ask first", host_tools=[wait])
+    for ev in s.events(timeout=10):
+        if ev["type"] == "step" and ev["data"]["step"] == 1:
+            break
+    items = s.review_items()
+    assert [i["item"]["title"] for i in items] == ["ship it?", "and this?"] and items[0]["decision"] is None
+    d = s.decide_review(0, "approved", "go ahead")
+    assert d["decision"] == "approved" and d["title"] == "ship it?"
+    with pytest.raises(InvalidArgs, match="already decided"):
+        s.decide_review(0, "rejected")
+    with pytest.raises(InvalidArgs, match="does not exist"):
+        s.decide_review(7, "approved")
+    with pytest.raises(InvalidArgs, match="approved, rejected"):
+        s.decide_review(1, "maybe")
+    gate.set()
+    rec = s.wait(10)
+    assert rec.status == "done"
+    seen = json.loads(steps(rec)[2]["results"][0]["text"])
+    assert seen == [{"position": 0, "title": "ship it?", "decision": "approved", "note": "go ahead"},
+                    {"position": 1, "title": "and this?", "decision": "pending"}]
+    assert "review-decision" in [e["type"] for e in s.poll(0)]
+
+
 def test_host_tools_may_not_shadow_the_loops_tools(setup):
     from wbcore_runtime.errors import InvalidArgs
 
