@@ -6,7 +6,8 @@ A real engine on loopback (uvicorn, every bound in force), a console login over 
 each page fetched ``--runs`` times (after a warm-up) by a keep-alive client; the floor is
 measured in the same run: a bare API call (``GET /v1/audit?tail=1``, bearer token) and the
 console's static script. Target (issue 27): every page under 300 ms. Pages are bounded
-reads: one page of toolkits (50 rows) is built, not 1,000; the audit trail is read
+reads: one page of toolkits (50 rows, each verified: a fourth of them third-party, signed)
+is built, not 1,000; the audit trail is read
 backwards a block at a time, 50 lines a page, a filtered page looking at no more than
 20,000 lines.
 """
@@ -31,9 +32,17 @@ TOKEN = "bench-console-token-0123456789"
 
 
 def generate(root: Path, n: int) -> None:
+    """``n`` toolkits; every fourth third-party and signed (its page row verifies the signature)."""
+    from wbcore_runtime import identity, signing
+
+    key = identity.Identity.from_seed(bytes(32))
     for i in range(n):
-        write_toolkit(root, f"tk{i:04d}", exec="command", caps="vfs kv", tagline=f"generated toolkit {i}",
-                      extra={"CLI_BIN": f"tk{i}", "BUILD_LANG": "c", "BUILD_SRC": "path:src"})
+        third = i % 4 == 0
+        d = write_toolkit(root, f"tk{i:04d}", exec="command", caps="vfs kv", tagline=f"generated toolkit {i}",
+                          trust="third-party" if third else "first-party",
+                          extra={"CLI_BIN": f"tk{i}", "BUILD_LANG": "c", "BUILD_SRC": "path:src"})
+        if third:
+            signing.sign(d, key)
 
 
 def fill_audit(rt: object, n: int) -> float:

@@ -197,7 +197,8 @@ def check_caps(toolkit: Toolkit, caps: Iterable[str], universe: policy.Universe 
 
 
 def effective_caps(home: Path, *, toolkit_id: str, trust: str, signer: str | None, declared: Iterable[str],
-                   profile: policy.Profile, universe: policy.Universe = policy.CORE) -> frozenset[str]:
+                   profile: policy.Profile, universe: policy.Universe = policy.CORE,
+                   assume: Grant | None = None) -> frozenset[str]:
     """THE effective cap set of a toolkit: profile ∩ declared ∩ granted.
 
     The one place the grants are applied; every surface asks this function (calls with
@@ -205,8 +206,10 @@ def effective_caps(home: Path, *, toolkit_id: str, trust: str, signer: str | Non
     First-party: the profile's defaults plus explicitly granted consent-only caps.
     Third-party: only what the deployer granted to this signer. ``universe`` is the
     runtime's (``Runtime.caps_universe_for``); with the core's alone, a plugin cap grants nothing.
+    ``assume``: the grant as it would be after a change (the console's confirmation shows the
+    effective caps a grant or revoke would leave), instead of the stored one.
     """
-    g = ConsentStore(home).get(toolkit_id)
+    g = assume if assume is not None else ConsentStore(home).get(toolkit_id)
     if trust == "third-party":
         given: frozenset[str] | None = g.caps if g is not None and g.signer == signer else frozenset()
         consented = given

@@ -434,11 +434,12 @@ class Runtime:
             return _verify.broken(ident, exc)
         return _verify.verify(tk, self)
 
-    def effective_caps(self, toolkit: Toolkit) -> frozenset[str]:
+    def effective_caps(self, toolkit: Toolkit, *, assume: Any = None) -> frozenset[str]:
         """What ``toolkit`` as it is now would be granted (``show``, ``verify``, ``grant``):
         profile ∩ ``#+CAPS`` ∩ deployer grants, by :func:`wbcore_runtime.consent.effective_caps`.
         A third-party toolkit whose signature does not verify now gets nothing (fail closed).
         Calls never use this: they use the caps recorded at build time (``wbcore_runtime.dispatch``).
+        ``assume``: a ``consent.Grant`` to apply instead of the stored one (what a change would leave).
         """
         from wbcore_runtime import consent, policy, trust
 
@@ -447,4 +448,5 @@ class Runtime:
             return frozenset()
         universe = self.caps_universe_for(m.caps)
         return consent.effective_caps(self.home, toolkit_id=m.id, trust=m.trust, signer=m.author_did, declared=m.caps,
-                                      profile=policy.profile_for(m.extra("PROFILE"), m.caps, universe), universe=universe)
+                                      profile=policy.profile_for(m.extra("PROFILE"), m.caps, universe), universe=universe,
+                                      assume=assume)

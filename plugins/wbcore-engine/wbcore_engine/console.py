@@ -243,8 +243,16 @@ async def toolkits(c: Console, request: Request) -> Response:
         with c.engine.lock:
             found = rt.discover(refresh=refresh)
             ids = sorted(i for i in found.toolkits if not q or q in i.lower())
-            chosen = ids[(page - 1) * PAGE: page * PAGE]  # only one page's rows are built
-            return [_row(rt, found.toolkits[i]) for i in chosen], len(ids), [str(e)[:300] for e in found.errors[:20]]
+            chosen = ids[(page - 1) * PAGE: page * PAGE]  # only one page's rows are built (and verified)
+            rows = []
+            for i in chosen:
+                row = _row(rt, found.toolkits[i])
+                report = rt.verify(i)
+                failed = [c for c in report.checks if not c.ok and not c.warning]
+                row["verified"] = report.ok
+                row["verify_note"] = f"{failed[0].area}: {failed[0].message}"[:200] if failed else ""
+                rows.append(row)
+            return rows, len(ids), [str(e)[:300] for e in found.errors[:20]]
 
     rows, total, errors = await c.engine.thread(read)
     return c.page(request, "toolkits.html", rows=rows, total=total, page=page, pages=max(1, -(-total // PAGE)),
@@ -303,9 +311,12 @@ async def change_caps(c: Console, request: Request) -> Response:
                     raise Refused(400, "not granted", f"{ident} holds no grant of {' '.join(unknown)}")
                 wanted, signer = caps, old.signer
                 after = sorted(set(before) - set(caps)) if caps else []
+            # the effective caps the change would leave, by the one effective-caps function
+            would = consent.Grant(ident, frozenset(after), signer, time.time(), old.env if old else frozenset())
             return {"before": before, "after": after, "added": sorted(set(after) - set(before)),
                     "removed": sorted(set(before) - set(after)), "signer": signer, "wanted": wanted,
-                    "effective": sorted(rt.effective_caps(tk))}
+                    "effective": sorted(rt.effective_caps(tk)),
+                    "effective_after": sorted(rt.effective_caps(tk, assume=would))}
 
     p = await c.engine.thread(plan)
     if form.get("confirm") != "1":
