@@ -304,3 +304,20 @@ def test_push_shows_the_dry_run_diff_before_landing(tmp_path, served):
         assert again.status_code == 400 and "upload it again" in again.text
         audit = c.get("/console/audit", params={"cap": "engine"}).text
         assert "push" in audit and "allowed" in audit
+
+
+def test_a_pipeline_runs_stages_timings_and_failure_are_shown(served):
+    from wbcore_runtime.pipeline import Pipeline
+
+    eng, _, _ = served
+    # a real run (its box is not installed here: the run fails at stage 0 and says why)
+    res = Pipeline.named("shout", "no-such-box").run(eng.runtime, b"hello", timeout=30)
+    assert not res.success and res.folder is not None
+    with httpx.Client(base_url=eng.url, timeout=30) as c:
+        login(c, eng.token)
+        listing = c.get("/console/pipelines").text
+        assert res.run_id in listing and "✗ failed" in listing
+        run = c.get(f"/console/pipelines/{res.run_id}").text
+        assert "no-such-box" in run and "unknown command" in run and " s</span>" in run
+        assert c.get("/console/pipelines/nope").status_code == 404
+        assert c.get("/console/pipelines/..%2Fetc").status_code in (400, 404)

@@ -143,14 +143,23 @@ def test_console_in_a_real_browser(tmp_path, monkeypatch, make_runtime, serve_en
             page.wait_for_selector("#chain .good")
             page.goto(eng.url + "/console/audit")
             shot("audit")
+            # a pipeline run's stages with their timings and results
+            from wbcore_runtime.pipeline import Pipeline
+
+            run = Pipeline.named("shout", "upper").fan_out(["upper", "upper"]).run(rt, b"hello", timeout=60)
+            assert run.success, run.error
             page.goto(eng.url + "/console/pipelines")
             shot("pipelines")
+            page.click(f"text={run.run_id}")
+            assert page.inner_text("#stages").count("upper") == 3 and "HELLO" in page.inner_text("#output")
+            assert page.locator("pre.carried").first.inner_text() == "HELLO"  # stage 0's result
+            shot("pipeline")
             browser.close()
     assert llm.requests and len(llm.requests) == 3, "the agent did not reach its last turn"
     for name, path in shots.items():
         assert path.stat().st_size > 1000, name
     if os.environ.get("WB_CONSOLE_DOCS_IMG") == "1":  # refresh docs/engine.md's screenshots
         DOCS_IMG.mkdir(exist_ok=True)
-        for name in ("toolkit", "grant-confirm", "session", "review", "audit"):
+        for name in ("toolkits", "toolkit", "grant-confirm", "session", "review", "audit", "pipeline"):
             shutil.copy(shots[name], DOCS_IMG / f"console-{name}.png")
     print(json.dumps({k: str(v) for k, v in shots.items()}))

@@ -619,6 +619,22 @@ def _result(folder: Path) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
+def _kept(folder: Path, name: Any) -> str | None:
+    """The start of what a stage carried on (its kept ``NN-op.out`` file), at most :data:`MAX_SHOWN` bytes."""
+    if not isinstance(name, str) or "/" in name or name.startswith("."):
+        return None
+    path = folder / name
+    try:
+        if path.is_symlink():
+            return None
+        with path.open("rb") as fh:
+            data = fh.read(MAX_SHOWN + 1)
+    except OSError:
+        return None
+    text = data[:MAX_SHOWN].decode("utf-8", errors="replace")
+    return text + ("…" if len(data) > MAX_SHOWN else "")
+
+
 async def pipelines(c: Console, request: Request) -> Response:
     runs = await c.engine.thread(_runs, c.engine.runtime.home)
     return c.page(request, "pipelines.html", runs=runs)
@@ -628,7 +644,15 @@ async def pipeline_run(c: Console, request: Request) -> Response:
     from wbcore_engine.app import _ident
 
     run_id = _ident(request.path_params["run"], "run id")
-    res = await c.engine.thread(_result, c.engine.runtime.home / "pipelines" / run_id)
+    folder = c.engine.runtime.home / "pipelines" / run_id
+
+    def read() -> dict[str, Any] | None:
+        res = _result(folder)
+        for stage in (res or {}).get("stages", []):
+            stage["carried"] = _kept(folder, stage.get("kept"))
+        return res
+
+    res = await c.engine.thread(read)
     if res is None:
         raise Refused(404, "no such run", f"no finished pipeline run {run_id!r} under $WB_HOME/pipelines")
     return c.page(request, "pipeline.html", run=res)
