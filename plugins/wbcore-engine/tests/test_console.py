@@ -321,3 +321,25 @@ def test_a_pipeline_runs_stages_timings_and_failure_are_shown(served):
         assert "no-such-box" in run and "unknown command" in run and " s</span>" in run
         assert c.get("/console/pipelines/nope").status_code == 404
         assert c.get("/console/pipelines/..%2Fetc").status_code in (400, 404)
+
+
+def test_console_streams_share_the_engines_per_client_stream_cap(make_runtime, serve_engine):
+    from wbcore_engine.app import Limits
+    from wbcore_runtime.httpserve import ServerLimits
+
+    eng = serve_engine(make_runtime(plugins=["engine"]),
+                       limits=Limits(server=ServerLimits(max_streams_per_client=1), heartbeat_s=0.2))
+    with httpx.Client(base_url=eng.url, timeout=30) as c:
+        login(c, eng.token)
+        with c.stream("GET", "/console/audit/events", params={"wait": 5}) as first:
+            assert first.status_code == 200 and first.headers["content-type"].startswith("text/event-stream")
+            assert next(first.iter_lines()).startswith("event: ready")
+            # a second stream from this client, console or API, is past the cap
+            assert c.get("/console/audit/events", params={"wait": 1}).status_code == 503
+            assert c.get("/v1/audit/events", params={"wait": 1}, headers=eng_auth(eng)).status_code == 503
+        # a stream's ?wait= is the API's, bounded the same way
+        assert c.get("/console/audit/events", params={"wait": 999999}).status_code == 400
+
+
+def eng_auth(eng: Any) -> dict[str, str]:
+    return {"authorization": f"Bearer {eng.token}"}

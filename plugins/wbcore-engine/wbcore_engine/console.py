@@ -90,6 +90,7 @@ class Console:
         self.started: OrderedDict[str, dict[str, Any]] = OrderedDict()  # session id -> what started it
         self.staged: OrderedDict[str, tuple[bytes, str, bool, bool, float]] = OrderedDict()
         self.chain: dict[str, Any] | None = None  # the last chain verification
+        self.verifying = False  # one verification of the whole chain at a time
 
     # --- login state --------------------------------------------------------------------
 
@@ -571,14 +572,13 @@ async def audit_verify(c: Console, request: Request) -> Response:
                 "ms": round((time.perf_counter() - t0) * 1000, 1), "at": time.time()}
 
     with c.lock:
-        busy = getattr(c, "_verifying", False)
-        c._verifying = True  # type: ignore[attr-defined]
+        busy, c.verifying = c.verifying, True
     if busy:
         raise Refused(429, "already verifying", "a verification of the chain is running; reload in a moment")
     try:
         c.chain = await c.engine.thread(run)
     finally:
-        c._verifying = False  # type: ignore[attr-defined]
+        c.verifying = False
     return RedirectResponse(f"{PREFIX}/audit", status_code=303, headers=_HEADERS)
 
 
