@@ -331,6 +331,8 @@ def test_console_streams_share_the_engines_per_client_stream_cap(make_runtime, s
                        limits=Limits(server=ServerLimits(max_streams_per_client=1), heartbeat_s=0.2))
     with httpx.Client(base_url=eng.url, timeout=30) as c:
         login(c, eng.token)
+        # a stream's ?wait= is the API's, bounded the same way
+        assert c.get("/console/audit/events", params={"wait": 999999}).status_code == 400
         with c.stream("GET", "/console/audit/events", params={"wait": 5}) as first:
             assert first.status_code == 200 and first.headers["content-type"].startswith("text/event-stream")
             lines = first.iter_lines()  # kept: a dropped line iterator closes the connection
@@ -339,8 +341,6 @@ def test_console_streams_share_the_engines_per_client_stream_cap(make_runtime, s
             second = c.get("/console/audit/events", params={"wait": 1})
             assert second.status_code == 503, second.text[:500]
             assert c.get("/v1/audit/events", params={"wait": 1}, headers=eng_auth(eng)).status_code == 503
-        # a stream's ?wait= is the API's, bounded the same way
-        assert c.get("/console/audit/events", params={"wait": 999999}).status_code == 400
 
 
 def eng_auth(eng: Any) -> dict[str, str]:
