@@ -6,7 +6,8 @@ built-in is served; else a pipeline of registered commands, each through
 and ``build`` of a toolkit written into the run's VFS), ``search``, ``fetch`` (the
 ``browse`` broker: NetGuard, capped body), ``web_search`` (only when a ``web_search``
 broker is installed), ``vfs_read`` / ``vfs_write`` (the run's VFS through the ``vfs``
-broker), ``file_issue`` (the review queue) and ``done``. Exec-only tools (``publish``: a
+broker), ``file_issue`` (the review queue), ``done`` and ``review_decisions`` (what people
+decided on the issues it filed). Exec-only tools (``publish``: a
 constrained copy of a VFS file to the deployer's folder; ``git``: a fixed commit, and push
 to the deployer's remote, of the workdir) exist only under the ``exec`` grant. Every granted toolkit's tools are typed tools with the schemas MCP serves
 (``wbcore_runtime.act.provider.ToolkitProvider``), named ``<toolkit>__<tool>``; toolkits the
