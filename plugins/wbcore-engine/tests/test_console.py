@@ -258,6 +258,13 @@ def test_review_decision_reaches_the_host_and_audit_pages_older_lines(served):
         assert r.status_code == 303 and host.decided[0] == {"decision": "approved", "note": "ship it"}
         assert "approved: ship it" in c.get("/console/review").text
         assert c.post("/console/review/s1/0", data={"csrf": csrf, "decision": "maybe"}).status_code == 400
+        # cancel, from the session's page
+        assert c.post("/console/sessions/s1/cancel", data={"csrf": csrf}).status_code == 303
+        assert host.runs["s1"]["status"] == "cancelled" and "cancelled" in c.get("/console/sessions").text
+        # a session started over the API is listed too
+        api = httpx.post(eng.url + "/v1/sessions", json={"agent": "helper", "task": "from the API"},
+                         headers=eng_auth(eng), timeout=30)
+        assert api.status_code == 201 and api.json()["id"] in c.get("/console/sessions").text
         first = c.get("/console/audit").text
         older = re.search(r'before=(\d+)" rel="next"', first)
         assert older, "no link to older lines"

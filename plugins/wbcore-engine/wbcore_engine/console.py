@@ -396,6 +396,18 @@ async def _push_preview(c: Console, request: Request) -> Response:
 # --- sessions ---
 
 
+def _known(c: Console) -> list[tuple[str, dict[str, Any]]]:
+    """The sessions the console lists, newest first: those it started (the last
+    :data:`MAX_SESSIONS_LISTED`) and those still alive that the API started (at most the
+    engine's ``max_sessions``)."""
+    with c.lock:
+        mine = list(c.started.items())
+    with c.engine.session_lock:
+        api = [s for s in c.engine.started if s not in c.started]
+    return [(sid, info) for sid, info in reversed(mine)] + [(sid, {"id": sid, "agent": "", "task": "(started over the API)",
+                                                              "started": None}) for sid in sorted(api)]
+
+
 def _host(c: Console) -> _sessions.SessionHost:
     if c.engine.sessions is None:
         raise Refused(501, "no agent sessions", _sessions.NOT_AVAILABLE)
@@ -427,14 +439,15 @@ async def sessions_page(c: Console, request: Request) -> Response:
         return RedirectResponse(f"{PREFIX}/sessions/{quote(sid)}", status_code=303, headers=_HEADERS)
     rows = []
     host = c.engine.sessions
-    for sid, info in reversed(list(c.started.items())):
+    for sid, info in _known(c):
         status: dict[str, Any] = {}
         if host is not None:
             try:
                 status = dict(await c.engine.thread(host.status, sid))
             except WbError:
                 status = {"status": "gone"}
-        rows.append({**info, "status": status.get("status", "?"), "step": status.get("step", "")})
+        rows.append({**info, "agent": info["agent"] or status.get("agent", ""), "status": status.get("status", "?"),
+                     "step": status.get("step", "")})
     return c.page(request, "sessions.html", rows=rows, available=host is not None)
 
 
@@ -498,7 +511,7 @@ def _review_of(host: Any, sid: str) -> list[dict[str, Any]] | None:
 async def review_page(c: Console, request: Request) -> Response:
     host = _host(c)
     groups, unsupported = [], False
-    for sid, info in reversed(list(c.started.items())):
+    for sid, info in _known(c):
         try:
             items = await c.engine.thread(_review_of, host, sid)
         except WbError:
