@@ -9,11 +9,13 @@ Never downloads a browser: without /usr/bin/chromium it is skipped, saying so.""
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import re
 import shutil
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,15 @@ CHROMIUM = "/usr/bin/chromium"
 SEED0 = base64.b64encode(bytes(32)).decode()
 #: Where docs/engine.md's screenshots come from (copied when WB_CONSOLE_DOCS_IMG=1).
 DOCS_IMG = Path(__file__).resolve().parents[3] / "docs" / "img"
+
+
+@contextlib.contextmanager
+def releasing(event: threading.Event) -> Iterator[None]:
+    """Set ``event`` on the way out: a failed step never leaves the scripted model waiting."""
+    try:
+        yield
+    finally:
+        event.set()
 
 
 @pytest.fixture
@@ -72,7 +83,7 @@ def test_console_in_a_real_browser(tmp_path, monkeypatch, make_runtime, serve_en
         rt = make_runtime(plugins=["engine", "wasmtime", "agent", "llm-openai", "brokers-state"], roots=[root],
                           env=env)
         eng = serve_engine(rt)
-        with sync_api.sync_playwright() as pw:
+        with releasing(decided), sync_api.sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
             page = browser.new_page(viewport={"width": 1280, "height": 800})
             page.set_default_timeout(30_000)
