@@ -84,6 +84,7 @@ class Console:
         self.env = jinja2.Environment(loader=jinja2.PackageLoader("wbcore_engine", "templates"),
                                       autoescape=True, trim_blocks=True, lstrip_blocks=True)
         self.env.filters["clip"] = _clip
+        self.env.filters["short"] = lambda v: v if not v or len(v) <= 32 else f"{v[:22]}…{v[-6:]}"
         self.env.filters["when"] = lambda t: time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(float(t))) if t else ""
         self.lock = threading.Lock()
         self.logins: OrderedDict[str, tuple[str, float]] = OrderedDict()  # login id -> (csrf, expiry)
