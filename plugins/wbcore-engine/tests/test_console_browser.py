@@ -153,6 +153,12 @@ def test_console_in_a_real_browser(tmp_path, monkeypatch, make_runtime, serve_en
             page.click("#verify button")
             page.wait_for_selector("#chain .good")
             page.goto(eng.url + "/console/audit")
+            # a decision made now arrives live (the page follows the API's audit stream)
+            rt.dock.audit.record(principal="dev/tp", cap="net", op="fetch", args_digest="", outcome="denied",
+                                 reason="not-granted")
+            rt.dock.audit.flush()
+            page.wait_for_selector("#audit tr.live.denied", timeout=30_000)
+            assert "not-granted" in page.inner_text("#audit tr.live")
             shot("audit")
             # a pipeline run's stages with their timings and results
             from wbcore_runtime.pipeline import Pipeline
