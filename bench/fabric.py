@@ -30,7 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import fresh_runtime, machine, table
 
-from wbcore_runtime.testing import K_UPPER, burn, register_wat
+from wbcore_testing.fixtures import K_UPPER, burn, register_wat
 
 def _rss_mib() -> float:
     with open("/proc/self/status") as fh:

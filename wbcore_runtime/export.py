@@ -24,10 +24,11 @@ import tempfile
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from wbcore_runtime import markup, unpack
-from wbcore_runtime.errors import InvalidArgs
+from wbcore_runtime.toolkit import markup
+from wbcore_runtime.guard import unpack
+from wbcore_runtime.contract.errors import InvalidArgs
 from wbcore_runtime.skill_import import GENERATED_KEY, ORIGINAL_DIR, generated_digest
-from wbcore_runtime.toolkit import Toolkit
+from wbcore_runtime.toolkit.loaded import Toolkit
 
 INDEX_SCHEMA = "https://schemas.agentskills.io/discovery/0.2.0/schema.json"
 WELL_KNOWN = Path(".well-known") / "agent-skills"

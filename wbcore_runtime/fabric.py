@@ -1,7 +1,7 @@
 """The fabric: one registered command or kernel mapped over many inputs.
 
 ``map(runtime, name, inputs, width=…, tier=…, engine=…)`` resolves the call **once**, here,
-through :func:`wbcore_runtime.dispatch.resolve` (trust, caps, profile, tier), builds a :class:`Job`
+through :func:`wbcore_runtime.dispatch.dispatcher.resolve` (trust, caps, profile, tier), builds a :class:`Job`
 from that resolution and hands it to an engine plugin (``wbcore_fabric_engines``), which
 runs the job's request over the inputs and never decides anything about it again.
 
@@ -40,11 +40,11 @@ from itertools import accumulate, chain, count, islice, repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-from wbcore_runtime.calls import CallRecord, CallResult, CommandRequest, KernelRequest, Principal, Usage
-from wbcore_runtime.errors import InvalidArgs, NotFound, Timeout, WbError, of_kind, unknown_name
+from wbcore_runtime.contract.calls import CallRecord, CallResult, CommandRequest, KernelRequest, Principal, Usage
+from wbcore_runtime.contract.errors import InvalidArgs, NotFound, Timeout, WbError, of_kind, unknown_name
 
 if TYPE_CHECKING:
-    from wbcore_runtime.registry import Entry
+    from wbcore_runtime.store.registry import Entry
     from wbcore_runtime.runtime import Runtime
 
 KINDS = ("command", "kernel")
@@ -240,8 +240,8 @@ def engine(runtime: Runtime, name: str = DEFAULT_ENGINE) -> FabricDriver:
 def job(runtime: Runtime, name: str, *, kind: str = "command", width: int | None = None, tier: str | None = None,
         deadline: float | None = None, principal: Principal | None = None, timeout: float | None = None,
         batch: int | None = None, joined: bool = False) -> Job:
-    """Resolve ``kind`` ``name`` once (``wbcore_runtime.dispatch``) and describe the batch."""
-    from wbcore_runtime import dispatch
+    """Resolve ``kind`` ``name`` once (``wbcore_runtime.dispatch.dispatcher``) and describe the batch."""
+    from wbcore_runtime.dispatch import dispatcher as dispatch
 
     if kind not in KINDS:
         raise InvalidArgs(unknown_name("fabric kind", kind, list(KINDS)))
@@ -298,7 +298,7 @@ def _chunks(runtime: Runtime, spec: Job, engine: str, inputs: Iterable[Any], can
     tracer = getattr(runtime, "tracer", None)
     if tracer is None:
         return driver.chunks(spec, work(kind, inputs), cancel=cancel)
-    from wbcore_runtime import telemetry
+    from wbcore_runtime.contract import telemetry
 
     span = tracer.start("wb.fabric.map", {"wb.command": name, "wb.kind": kind, telemetry.TIER: spec.tier,
                                           "wb.engine": engine, "wb.width": spec.width,
@@ -505,7 +505,7 @@ def _b64(value: Any, key: str) -> bytes:
 
 def run_command(runtime: Runtime, job: Job, target: Any, item: CommandInput, *, cancel: Any = None) -> CallResult:
     """Run ``job``'s resolved command request on one input with ``target`` (the tier that
-    runs it, :func:`wbcore_runtime.dispatch.target_for`), inside the batch deadline, with the
+    runs it, :func:`wbcore_runtime.dispatch.dispatcher.target_for`), inside the batch deadline, with the
     runtime's call hooks (audit) around it — as ``dispatch.call_command`` does."""
     req = job.request
     assert isinstance(req, CommandRequest)
@@ -514,7 +514,7 @@ def run_command(runtime: Runtime, job: Job, target: Any, item: CommandInput, *, 
     hook = runtime.call_hooks
     if hook is None:
         return target.call(req)  # type: ignore[no-any-return]
-    from wbcore_runtime.dispatch import audited
+    from wbcore_runtime.dispatch.dispatcher import audited
 
     record = CallRecord(name=job.name, shape=job.entry.shape, principal=req.principal, argv=req.argv,
                         toolkit=req.toolkit, tier=job.tier, caps=job.caps)
@@ -535,7 +535,7 @@ def run_kernel(runtime: Runtime, job: Job, inst: Any, data: bytes) -> bytes:
     hook = runtime.call_hooks
     if hook is None:
         return inst.call(data)  # type: ignore[no-any-return]
-    from wbcore_runtime.dispatch import audited
+    from wbcore_runtime.dispatch.dispatcher import audited
 
     req = job.request
     record = CallRecord(name=job.name, shape="kernel", principal=req.principal, toolkit=req.toolkit, tier=job.tier,
@@ -725,7 +725,7 @@ def runner(runtime: Runtime, job: Job, *, tier: str | None = None) -> Any:
     opened here and kept (seed 004's instantiate-once loop); for a command, ``(argv, stdin)
     -> result_wire``. ``tier`` overrides the job's (a node runs a ``node``-tier job at
     ``instance``: it *is* the other node)."""
-    from wbcore_runtime import dispatch
+    from wbcore_runtime.dispatch import dispatcher as dispatch
 
     target = dispatch.target_for(runtime, job.entry, tier or job.tier)
     if job.kind == "command":

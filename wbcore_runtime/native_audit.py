@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wbcore_runtime import markup, paths
-from wbcore_runtime.errors import WbError
+from wbcore_runtime.toolkit import markup
+from wbcore_runtime.guard import paths
+from wbcore_runtime.contract.errors import WbError
 from wbcore_runtime.skill_import import ORIGINAL_DIR
 
 SCRIPT_SUFFIXES = (".sh", ".bash", ".zsh", ".py", ".js", ".mjs", ".cjs", ".ts", ".rb", ".pl", ".ps1", ".bat", ".cmd", ".php", ".lua")
@@ -236,7 +237,7 @@ def shell_lines(lines: Iterable[str], *, session: bool = False) -> list[tuple[in
 
 
 def _text(root: Path, rel: str) -> str | None:
-    """A toolkit file's text, read through containment (:mod:`wbcore_runtime.paths`); ``None`` when it
+    """A toolkit file's text, read through containment (:mod:`wbcore_runtime.guard.paths`); ``None`` when it
     is refused, too big for a scan or not UTF-8."""
     try:
         return paths.read_file(root, rel, MAX_SCAN_BYTES).decode("utf-8")

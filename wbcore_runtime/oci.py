@@ -3,7 +3,7 @@
 Toolkits (``wbx toolkit install oci://…``) and bundles travel through any registry that
 speaks the distribution spec (``/v2/<name>/manifests/<ref>``, ``/v2/<name>/blobs/<digest>``,
 ``POST …/blobs/uploads/`` then ``PUT <location>?digest=``). Every request goes through the
-one fetcher (:mod:`wbcore_runtime.fetch`): the SSRF guard on every hop — a registry on a private or
+one fetcher (:mod:`wbcore_runtime.guard.fetch`): the SSRF guard on every hop — a registry on a private or
 loopback address is refused unless the deployer allows it (``WB_ALLOW_PRIVATE_HOSTS`` /
 ``WB_ALLOW_PRIVATE_SOURCES``) — and every body is capped while it streams.
 
@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode, urljoin, urlsplit
 
-from wbcore_runtime import fetch as _fetch
-from wbcore_runtime.errors import InvalidArgs, NotFound
-from wbcore_runtime.netguard import NetGuard
+from wbcore_runtime.guard import fetch as _fetch
+from wbcore_runtime.contract.errors import InvalidArgs, NotFound
+from wbcore_runtime.guard.netguard import NetGuard
 
 MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
 #: wbcore's artifacts: a toolkit (its folder as one deterministic tar.gz layer, the config

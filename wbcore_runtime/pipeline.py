@@ -7,7 +7,7 @@ its tool calls run each at its toolkit's resolved tier). A ``pipe`` stage
 runs one box on the carried bytes; a ``fan_out`` stage runs each of its boxes on the same
 bytes, concurrently, and carries their outputs merged as a JSON array (each element the
 box's stdout parsed as JSON when it parses, else its text). Every box runs through
-:mod:`wbcore_runtime.dispatch` (``call_command`` / ``open_kernel``): its own trust, caps and tier,
+:mod:`wbcore_runtime.dispatch.dispatcher` (``call_command`` / ``open_kernel``): its own trust, caps and tier,
 in a fresh instance per stage. A box that exits non-zero, or fails, ends the run there.
 
 Authored in Python::
@@ -50,10 +50,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from wbcore_runtime.errors import InvalidArgs, ManifestError, Timeout, WbError
+from wbcore_runtime.contract.errors import InvalidArgs, ManifestError, Timeout, WbError
 
 if TYPE_CHECKING:
-    from wbcore_runtime.calls import Principal
+    from wbcore_runtime.contract.calls import Principal
     from wbcore_runtime.runtime import Runtime
 
 OPS = ("pipe", "fan_out")
@@ -175,7 +175,7 @@ def run(runtime: Runtime, pipeline: Pipeline, data: bytes = b"", *, timeout: flo
     run_id = time.strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(4)
     if getattr(runtime, "tracer", None) is None:
         return _run(runtime, pipeline, data, run_id, timeout, principal, keep)
-    from wbcore_runtime import telemetry
+    from wbcore_runtime.contract import telemetry
 
     with telemetry.span(runtime, "wb.pipeline", {"wb.pipeline": pipeline.name, "wb.pipeline.run_id": run_id,
                                                  "wb.pipeline.stages": len(pipeline.stages)}) as s:
@@ -189,7 +189,7 @@ def run(runtime: Runtime, pipeline: Pipeline, data: bytes = b"", *, timeout: flo
 
 def _run(runtime: Runtime, pipeline: Pipeline, data: bytes, run_id: str, timeout: float | None,
          principal: Principal | None, keep: bool) -> PipelineResult:
-    from wbcore_runtime import telemetry
+    from wbcore_runtime.contract import telemetry
 
     folder = _folder(runtime, run_id) if keep else None
     if folder is not None:
@@ -235,7 +235,7 @@ def _run(runtime: Runtime, pipeline: Pipeline, data: bytes, run_id: str, timeout
 
 def _run_box(runtime: Runtime, box: Box, data: bytes, deadline: float | None,
              principal: Principal | None) -> BoxResult:
-    from wbcore_runtime import dispatch
+    from wbcore_runtime.dispatch import dispatcher as dispatch
 
     t0 = _clock()
     try:
@@ -387,7 +387,7 @@ def load(path: Path, name: str | None = None) -> Pipeline:
     for p in pipelines:
         if p.name == name:
             return p
-    from wbcore_runtime.errors import unknown_name
+    from wbcore_runtime.contract.errors import unknown_name
 
     raise InvalidArgs(f"{path}: " + unknown_name("pipeline", name, [p.name for p in pipelines]))
 

@@ -25,9 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wbcore_runtime import markup, unpack
-from wbcore_runtime.errors import InvalidArgs, NotFound
-from wbcore_runtime.manifest import NAME_RE
+from wbcore_runtime.toolkit import markup
+from wbcore_runtime.guard import unpack
+from wbcore_runtime.contract.errors import InvalidArgs, NotFound
+from wbcore_runtime.toolkit.manifest import NAME_RE
 
 MAX_DOC_BYTES = 1 << 20
 MAX_FILES = 5000
@@ -641,7 +642,7 @@ def import_source(text: str, out_root: Path, *, ident: str | None = None, force:
     """Import from a local path, or fetch ``git+…`` / an archive (as ``wbx toolkit install`` does) first."""
     if not text.startswith(("git+", "https://", "http://")):
         return import_skill(Path(text), out_root, ident=ident, force=force)
-    from wbcore_runtime import install
+    from wbcore_runtime.store import install
 
     source = install.parse_source(text, sha256)
     with tempfile.TemporaryDirectory(prefix="wb-import-") as tmp:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from wbcore_runtime import export, native_audit, skill_import
-from wbcore_runtime.errors import InvalidArgs
+from wbcore_runtime.contract.errors import InvalidArgs
 
 LONG_DESCRIPTION = (
     "Fill, extract and merge PDF forms and documents. "

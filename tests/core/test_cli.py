@@ -6,7 +6,7 @@ import pytest
 import typer
 
 from wbcore_runtime import hookimpl
-from wbcore_runtime.testing import manifest_text
+from wbcore_testing.fixtures import manifest_text
 
 
 @pytest.fixture
@@ -178,7 +178,7 @@ def test_a_plugin_whose_registration_raises_loses_only_its_commands(make_runtime
 
 @pytest.fixture
 def escapes(make_toolkit, toolkit_root, tmp_path):
-    """Three attacks on reads (wbcore_runtime.paths): a manifest linked out, a skills/ folder linked
+    """Three attacks on reads (wbcore_runtime.guard.paths): a manifest linked out, a skills/ folder linked
     out, a hard-linked skill; plus one good toolkit that must keep working."""
     import os
 

@@ -11,11 +11,11 @@ import cbor2
 import pytest
 
 from wbcore_runtime import hookimpl
-from wbcore_runtime.calls import Principal
+from wbcore_runtime.contract.calls import Principal
 import wbcore_runtime
-from wbcore_runtime.dock import STATUS
-from wbcore_runtime.errors import CapabilityDenied, ErrorKind, InvalidArgs, NotFound, Timeout
-from wbcore_runtime.records import Broker
+from wbcore_runtime.dispatch.dock import STATUS
+from wbcore_runtime.contract.errors import CapabilityDenied, ErrorKind, InvalidArgs, NotFound, Timeout
+from wbcore_runtime.contract.records import Broker
 
 
 class _EchoDriver:

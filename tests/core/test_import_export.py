@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from wbcore_runtime import export, markup, native_audit, skill_import
-from wbcore_runtime.errors import InvalidArgs
-from wbcore_runtime.registry import Entry
+from wbcore_runtime import export, native_audit, skill_import
+from wbcore_runtime.toolkit import markup
+from wbcore_runtime.contract.errors import InvalidArgs
+from wbcore_runtime.store.registry import Entry
 
 SKILL_MD = """---
 name: pdf-tools

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from wbcore_runtime.errors import ManifestError
+from wbcore_runtime.contract.errors import ManifestError
 from wbcore_runtime.pipeline import Box, parse
 
 FLOW = """* flow :pipeline:

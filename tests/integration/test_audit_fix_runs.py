@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from wbcore_runtime import native_audit
-from wbcore_runtime.testing import write_toolkit
+from wbcore_testing.fixtures import write_toolkit
 
 SKILL = """\
 #+TITLE: Use it

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from wbcore_runtime import __version__
-from wbcore_runtime.errors import EXIT_CODES, ErrorKind, WbError
+from wbcore_runtime.contract.errors import EXIT_CODES, ErrorKind, WbError
 
 if TYPE_CHECKING:  # Typer is imported by the commands that need it, never by `wbx run`
     import typer
@@ -78,7 +78,7 @@ def _version(value: bool) -> None:
 def open_runtime(runtime: Any = None) -> Any:
     """``runtime``, or one opened from the environment (``WB_PLUGINS`` selects plugins),
     after finishing or undoing what a killed command left in its home."""
-    from wbcore_runtime import leftovers
+    from wbcore_runtime.store import leftovers
 
     if runtime is None:
         from wbcore_runtime.runtime import Runtime
@@ -253,7 +253,7 @@ def _typer_main(args: list[str], runtime: Any) -> int:
 
 def _disk_full(exc: BaseException) -> WbError | None:
     """ENOSPC/EDQUOT anywhere (an OSError, or SQLite's "database or disk is full") as disk-full."""
-    from wbcore_runtime.errors import DiskFull, disk_full
+    from wbcore_runtime.contract.errors import DiskFull, disk_full
 
     home = os.environ.get("WB_HOME") or "~/.workbooks"
     seen: set[int] = set()

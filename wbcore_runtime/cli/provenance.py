@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import typer
 
 from wbcore_runtime.cli.output import JSON_HELP, emit_json, warn
-from wbcore_runtime.errors import InvalidArgs
+from wbcore_runtime.contract.errors import InvalidArgs
 
 if TYPE_CHECKING:
     from wbcore_runtime.runtime import Runtime
@@ -22,7 +22,7 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
         tenant: str = typer.Option("default", "--tenant", help="Which tenant's key signs."),
     ) -> None:
         """Sign a third-party toolkit: #+AUTHOR_DID and #+SIGNATURE over the whole folder."""
-        from wbcore_runtime import did, identity, signing
+        from wbcore_runtime.trust import did, identity, signing
 
         tk = runtime.toolkit(ident)
         key = identity.load(runtime.home, runtime.env, tenant=tenant)
@@ -43,7 +43,7 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
     ) -> None:
         """Grant caps a toolkit requests (any for third-party, whose signature must verify; build/serve for
         first-party) and, with --env, each deployer environment variable its manifest may read."""
-        from wbcore_runtime import consent, policy, trust
+        from wbcore_runtime.trust import consent, policy, verdict as trust
 
         tk = runtime.toolkit(ident)
         m = tk.manifest
@@ -93,7 +93,7 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
         env: Optional[list[str]] = typer.Option(None, "--env", metavar="VAR", help="An environment variable grant to withdraw."),
     ) -> None:
         """Withdraw granted caps and env variables (everything when none are named)."""
-        from wbcore_runtime import consent
+        from wbcore_runtime.trust import consent
 
         store = consent.ConsentStore(runtime.home)
         if store.get(ident) is None:
@@ -115,7 +115,7 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
         """Install toolkits into the user root ($WB_HOME/toolkits), verified, recorded in wbx.lock."""
-        from wbcore_runtime import install as _install
+        from wbcore_runtime.store import install as _install
 
         if locked:
             if source is not None:
@@ -147,7 +147,7 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
     @app.command("uninstall")
     def uninstall(ident: str = typer.Argument(..., metavar="ID")) -> None:
         """Remove a toolkit from the user root and its entry from wbx.lock, together."""
-        from wbcore_runtime import install as _install
+        from wbcore_runtime.store import install as _install
 
         entry = _install.uninstall(runtime.home, ident)
         runtime.discover(refresh=True)

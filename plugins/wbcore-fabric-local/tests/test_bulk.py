@@ -11,7 +11,7 @@ import pytest
 from fabric_guests import ECHO, K_UPPER, SPIN
 
 from wbcore_runtime import fabric
-from wbcore_runtime.errors import ErrorKind, Timeout
+from wbcore_runtime.contract.errors import ErrorKind, Timeout
 
 
 def _flat(chunks):

@@ -8,7 +8,7 @@ import pytest
 from fabric_guests import BRACE, ECHO, K_UPPER
 
 from wbcore_runtime import pipeline as pl
-from wbcore_runtime.errors import ManifestError
+from wbcore_runtime.contract.errors import ManifestError
 
 
 def test_wbx_fan_commands(rt, register, wbx):

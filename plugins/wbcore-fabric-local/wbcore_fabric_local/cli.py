@@ -11,7 +11,7 @@ from typing import Any
 
 import typer
 
-from wbcore_runtime.errors import InvalidArgs
+from wbcore_runtime.contract.errors import InvalidArgs
 
 #: One input line may hold at most this many bytes (a command's stdin travels inside it).
 MAX_LINE = 64 << 20

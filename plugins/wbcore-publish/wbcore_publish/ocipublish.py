@@ -13,9 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from wbcore_runtime import manifest as _manifest
-from wbcore_runtime import oci, signing, trust
-from wbcore_runtime.errors import InvalidArgs
+from wbcore_runtime.toolkit import manifest as _manifest
+from wbcore_runtime import oci
+from wbcore_runtime.trust import signing, verdict as trust
+from wbcore_runtime.contract.errors import InvalidArgs
 
 MAX_BUNDLE = oci.MAX_BLOB
 

@@ -1,0 +1,2 @@
+"""Dispatch: a call resolved (toolkit, tier, runner) and run, the Dock cadence of cap calls,
+budgets, and the running-call table."""
