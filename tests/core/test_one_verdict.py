@@ -65,7 +65,7 @@ def test_one_unpacker() -> None:
     read_files); writers of archives (export, oci push, the bundle's own zip) may use the modules."""
     home = {
         "wbcore_runtime/guard/unpack.py": "the unpacker",
-        "wbcore_runtime/export.py": "writes a tar (mode='w')",
+        "wbcore_runtime/store/archive.py": "writes a tar (mode='w')",
         "wbcore_runtime/oci.py": "writes a layer tar (mode='w')",
         "wbcore_runtime/cli/demosite.py": "writes the demo's wheel (a zip, mode 'w')",
         # re-packs the pinned, digest-checked jq source tarball the project ships (build input)

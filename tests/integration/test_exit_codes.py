@@ -94,7 +94,7 @@ def test_sha256_mismatch_is_126(rt, wbx):
 
 
 def test_audit_verify_0_and_70(rt, wbx):
-    from wbcore_runtime.trust.audit import AuditLog
+    from wbcore_runtime.dispatch.audit import AuditLog
 
     log = AuditLog.for_home(rt.home, rt.env)
     for i in range(3):

@@ -227,7 +227,7 @@ def test_a_command_with_caps_audits_alike_on_both_paths(monkeypatch: pytest.Monk
                                                         toolkit_root: Path, wbx: Any, make_runtime: Any) -> None:
     """The kept resolution carries the effective caps; the Dock brokers and audits them as
     on the full path (the brokers load when the guest first calls one)."""
-    from wbcore_runtime.trust.audit import AuditLog
+    from wbcore_runtime.dispatch.audit import AuditLog
     from wbcore_testing.fixtures import manifest_text, write_toolkit
 
     monkeypatch.setattr(runcache, "RACY_SECONDS", 0.0)

@@ -241,7 +241,7 @@ def register_posix(runtime: Runtime, tk: Toolkit, *, replace_command: str | None
 
 
 def _audit_handover(runtime: Runtime, kind: str, name: str, old: str, new: str) -> None:
-    from wbcore_runtime.trust.audit import AuditLog, digest
+    from wbcore_runtime.dispatch.audit import AuditLog, digest
 
     AuditLog.for_home(runtime.home, runtime.env).record(
         principal="deployer", cap="registry", op="replace-command",

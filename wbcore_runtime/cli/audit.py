@@ -33,7 +33,7 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
         """Show the Dock's audit trail (every broker decision, allowed and denied)."""
-        from wbcore_runtime.trust.audit import AuditLog
+        from wbcore_runtime.dispatch.audit import AuditLog
 
         log = AuditLog.for_home(runtime.home, runtime.env)
         if verify:

@@ -134,7 +134,7 @@ def toolkit_archive(folder: Path, ident: str) -> bytes:
     import os
     import stat
 
-    from wbcore_runtime import export
+    from wbcore_runtime.store.archive import deterministic_targz
     from wbcore_runtime.guard import paths
     from wbcore_runtime.trust import signing
 
@@ -152,4 +152,4 @@ def toolkit_archive(folder: Path, ident: str) -> bytes:
                 data = paths.read_file(folder, rel, signing.MAX_BYTES - total)
                 total += len(data)
                 files[rel] = data
-    return export.deterministic_targz(ident, files)
+    return deterministic_targz(ident, files)

@@ -173,7 +173,7 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
     def commands_remove(name: str = typer.Argument(..., metavar="NAME"),
                         kind: str = typer.Option("command", "--kind", help="command, kernel or component")) -> None:
         """Unregister a command (e.g. an orphaned one); built-ins cannot be removed."""
-        from wbcore_runtime.trust.audit import AuditLog, digest
+        from wbcore_runtime.dispatch.audit import AuditLog, digest
 
         entry = runtime.registry.get(kind, name)
         runtime.registry.unregister(kind, name)

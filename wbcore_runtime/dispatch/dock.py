@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import cbor2
 
-from wbcore_runtime.trust.audit import AuditLog, digest
+from wbcore_runtime.dispatch.audit import AuditLog, digest
 from wbcore_runtime.contract.calls import Principal
 from wbcore_runtime.contract.errors import (
     CapabilityDenied,

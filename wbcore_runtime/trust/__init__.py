@@ -1,2 +1,2 @@
-"""Trust: identities and did:key/did:web, signing, consent, capability policy (effective caps),
-THE trust verdict (``verdict``) and the audit of a toolkit's provenance."""
+"""Trust: identities and did:key/did:web, signing, consent, capability policy (effective caps)
+and THE trust verdict (``verdict``): whether a toolkit may run, and with what."""

@@ -8,7 +8,7 @@ audited at each step.
    ``$WB_HOME/workspace/<toolkit>/``: its ``workspace.org`` (the wbcore-publish format) owns the
    VFS instance ``ws-<toolkit>`` holding them under ``toolkits/<toolkit>/``, so
    ``wbx bundle ship`` packs it as a signed ``.wbundle``; beside it, a deterministic
-   ``<toolkit>.tar.gz`` (``wbcore_runtime.export.deterministic_targz``) and ``promotion.json`` (run,
+   ``<toolkit>.tar.gz`` (``wbcore_runtime.store.archive.deterministic_targz``) and ``promotion.json`` (run,
    signer, sha256). Other sessions still do not see it.
 2. **workspace → installed** (:func:`to_installed`): the archive goes through the install
    path (``wbcore_runtime.store.install.install``: staged, signature verified, landed with the lockfile
@@ -72,7 +72,7 @@ def _write(path: Path, data: bytes) -> None:
 
 def to_workspace(runtime: Any, run_id: str, toolkit: str, *, tenant: str = "dev", by: str = "deployer") -> Promoted:
     """Copy the session toolkit ``toolkit`` of run ``run_id`` out of its VFS, signed, into the workspace."""
-    from wbcore_runtime import export
+    from wbcore_runtime.store.archive import deterministic_targz
     from wbcore_runtime.trust import identity, signing
 
     if not _ID.match(run_id) or not _ID.match(toolkit):
@@ -99,7 +99,7 @@ def to_workspace(runtime: Any, run_id: str, toolkit: str, *, tenant: str = "dev"
         (folder / "skills").mkdir(exist_ok=True)
         signing.sign(folder, ident)
         packed = {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
-    data = export.deterministic_targz(toolkit, packed)
+    data = deterministic_targz(toolkit, packed)
     sha = hashlib.sha256(data).hexdigest()
     out = workspace_dir(runtime, toolkit)
     out.mkdir(parents=True, exist_ok=True)

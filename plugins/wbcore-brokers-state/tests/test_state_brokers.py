@@ -173,7 +173,7 @@ def test_audit_lines_a_full_disk_cost_are_kept_or_counted(rt, monkeypatch):
     import errno
     import os
 
-    from wbcore_runtime.trust import audit as audit_mod
+    from wbcore_runtime.dispatch import audit as audit_mod
     from wbcore_runtime.contract.errors import DiskFull
 
     c, d = ctx(rt), rt.dock

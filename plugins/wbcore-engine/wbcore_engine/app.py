@@ -304,7 +304,7 @@ class Engine:
     def _audit_push(self, data: bytes, name: str, outcome: str, t0: float, **kw: Any) -> None:
         """One audit line per push that was meant to land: who (the engine's token holder),
         the archive's sha256, what landed or why it did not."""
-        from wbcore_runtime.trust.audit import digest
+        from wbcore_runtime.dispatch.audit import digest
 
         self.runtime.dock.audit.record(principal="engine", cap="engine", op="push", args_digest=digest(data),
                                        outcome=outcome, nbytes=len(data), ms=(time.perf_counter() - t0) * 1000,

@@ -32,7 +32,7 @@ from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
 from wbcore_federation.cache import PageCache
 from wbcore_federation.spec import Entity, Source
 from wbcore_runtime.guard import fetch as _fetch
-from wbcore_runtime.trust.audit import digest
+from wbcore_runtime.dispatch.audit import digest
 from wbcore_runtime.contract.calls import Principal
 from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs, Timeout, WbError
 from wbcore_runtime.guard.netguard import NetGuard

@@ -27,7 +27,7 @@ from typing import Any
 from wbcore_runtime.toolkit import markup
 from wbcore_runtime.guard import paths
 from wbcore_runtime.contract.errors import WbError
-from wbcore_runtime.skill_import import ORIGINAL_DIR
+from wbcore_agent_skills.skill_import import ORIGINAL_DIR
 
 SCRIPT_SUFFIXES = (".sh", ".bash", ".zsh", ".py", ".js", ".mjs", ".cjs", ".ts", ".rb", ".pl", ".ps1", ".bat", ".cmd", ".php", ".lua")
 SHELL_LANGS = frozenset({"bash", "sh", "shell", "zsh", "console", "shell-session", "fish"})

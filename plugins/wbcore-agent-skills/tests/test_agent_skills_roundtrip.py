@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from wbcore_runtime import export, native_audit, skill_import
+from wbcore_agent_skills import export, native_audit, skill_import
 from wbcore_runtime.contract.errors import InvalidArgs
 
 LONG_DESCRIPTION = (

@@ -1,4 +1,4 @@
-"""Public Agent Skills (tests/data/agent-skills: three of the anthropics/skills repository,
+"""Public Agent Skills (plugins/wbcore-agent-skills/tests/data/agent-skills: three of the anthropics/skills repository,
 Apache-2.0) survive import → export byte for byte, and re-importing drifts nothing: the import
 keeps the package as it came (``agent-skill/``) beside the Org manifest and skills it writes,
 and export gives that package back while the generated files are unedited."""
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from wbcore_runtime import export, skill_import
+from wbcore_agent_skills import export, skill_import
 
-PUBLIC = Path(__file__).resolve().parents[1] / "data" / "agent-skills"
+PUBLIC = Path(__file__).resolve().parent / "data" / "agent-skills"
 SKILLS = ("mcp-builder", "webapp-testing", "internal-comms")
 
 

@@ -5,7 +5,7 @@
 ``metadata``; the overview skill as its body, links to the documents it does not link yet),
 each other skill as a markdown document (its ``#+SOURCE`` path or ``references/<slug>.md``),
 and the toolkit's ``scripts/``, ``references/`` and ``assets/`` files as they are — the
-mapping :mod:`wbcore_runtime.skill_import` reads back, so export → import → export is byte-identical. ``--index DIR`` also writes
+mapping :mod:`wbcore_agent_skills.skill_import` reads back, so export → import → export is byte-identical. ``--index DIR`` also writes
 ``DIR/.well-known/agent-skills/index.json`` (discovery schema 0.2.0): one entry per
 toolkit, ``type`` ``skill-md`` (just SKILL.md) or ``archive`` (a deterministic
 ``.tar.gz`` of the package), with ``digest`` = ``sha256:`` of exactly those bytes.
@@ -13,13 +13,10 @@ toolkit, ``type`` ``skill-md`` (just SKILL.md) or ``archive`` (a deterministic
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import io
 import json
 import os
 import re
-import tarfile
 import tempfile
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -27,7 +24,8 @@ from typing import Any
 from wbcore_runtime.toolkit import markup
 from wbcore_runtime.guard import unpack
 from wbcore_runtime.contract.errors import InvalidArgs
-from wbcore_runtime.skill_import import GENERATED_KEY, ORIGINAL_DIR, generated_digest
+from wbcore_runtime.store.archive import deterministic_targz
+from wbcore_agent_skills.skill_import import GENERATED_KEY, ORIGINAL_DIR, generated_digest
 from wbcore_runtime.toolkit.loaded import Toolkit
 
 INDEX_SCHEMA = "https://schemas.agentskills.io/discovery/0.2.0/schema.json"
@@ -276,23 +274,6 @@ def export_agent_skills(toolkit: Toolkit, out_dir: Path, *, force: bool = False)
     target = out_dir / skill_name(toolkit.id)
     _write_package(render(toolkit), target, force=force)
     return target
-
-
-def deterministic_targz(name: str, files: dict[str, bytes]) -> bytes:
-    """The same files always give the same bytes (sorted, mtime 0, owner 0, fixed modes)."""
-    raw = io.BytesIO()
-    with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
-        with tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tf:
-            for rel in sorted(files):
-                data = files[rel]
-                info = tarfile.TarInfo(f"{name}/{rel}")
-                info.size = len(data)
-                info.mtime = 0
-                info.mode = 0o644
-                info.uid = info.gid = 0
-                info.uname = info.gname = ""
-                tf.addfile(info, io.BytesIO(data))
-    return raw.getvalue()
 
 
 def export_index(toolkits: list[Toolkit], site: Path, *, force: bool = True) -> Path:

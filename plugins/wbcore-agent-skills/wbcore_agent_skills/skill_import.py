@@ -5,11 +5,11 @@ Agent Skills (``SKILL.md`` with YAML frontmatter, plus ``scripts/``, ``reference
 specification (``file:line`` for what it refuses) and kept as manifest keywords; the body,
 headings and all, becomes ``skills/overview.org``; every other markdown document becomes a
 skill that remembers its path (``#+SOURCE``); every other file is copied as data. This is
-exactly what :mod:`wbcore_runtime.export` writes back, so export → import → export is byte-identical.
+exactly what :mod:`wbcore_agent_skills.export` writes back, so export → import → export is byte-identical.
 
 A plain markdown file or folder: ``skills/overview.org`` (the introduction and an index) +
 one skill per section + one per document. Nothing imported runs natively, and
-:mod:`wbcore_runtime.native_audit` reports each script. The toolkit is built in a staging folder
+:mod:`wbcore_agent_skills.native_audit` reports each script. The toolkit is built in a staging folder
 and renamed into place.
 """
 

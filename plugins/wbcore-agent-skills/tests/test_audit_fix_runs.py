@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from wbcore_runtime import native_audit
+from wbcore_agent_skills import native_audit
 from wbcore_testing.fixtures import write_toolkit
 
 SKILL = """\
