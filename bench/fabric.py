@@ -52,7 +52,7 @@ def _cpu() -> float:
 def _run(rt, name: str, inputs, bulk: bool = False, **kw) -> tuple[float, int]:
     """One map, consumed as a user would: per result through ``map``, per chunk through
     ``map_chunks`` (``bulk``), counting the failures either way."""
-    from wbcore_runtime import fabric
+    from wbcore_runtime.dispatch import fabric
 
     c0, t0 = _cpu(), time.perf_counter()
     if bulk:
@@ -149,7 +149,7 @@ def main() -> None:
     if args.only == "kernel":
         return None
 
-    from wbcore_runtime import fabric
+    from wbcore_runtime.dispatch import fabric
 
     n = 100_000
     blob = b"x" * 1000

@@ -296,8 +296,8 @@ class Runtime:
         return self.agents.run(agent, task, **kw)
 
     def fabric(self, name: str, inputs: Any, **kw: Any) -> Any:
-        """``wbcore_runtime.fabric.map(self, name, inputs, **kw)``: results in input order, streamed."""
-        from wbcore_runtime import fabric
+        """``wbcore_runtime.dispatch.fabric.map(self, name, inputs, **kw)``: results in input order, streamed."""
+        from wbcore_runtime.dispatch import fabric
 
         return fabric.map(self, name, inputs, **kw)
 

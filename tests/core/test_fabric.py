@@ -6,7 +6,8 @@ import dataclasses
 
 import pytest
 
-from wbcore_runtime import fabric, hookimpl
+from wbcore_runtime.dispatch import fabric
+from wbcore_runtime import hookimpl
 from wbcore_runtime.contract.calls import CallResult
 from wbcore_runtime.contract.errors import ErrorKind, InvalidArgs, NotFound, PluginError
 from wbcore_runtime.contract.records import Availability, Check, ExecShape, FabricEngine

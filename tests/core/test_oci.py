@@ -10,7 +10,7 @@ import pytest
 
 from wbcore_runtime.trust import identity, signing
 from wbcore_runtime.store import install
-from wbcore_runtime import oci
+from wbcore_runtime.guard import oci
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound
 from wbcore_runtime.guard.netguard import EgressDenied
 from wbcore_testing.fixtures import write_toolkit

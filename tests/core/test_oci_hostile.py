@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from wbcore_runtime.store import install
-from wbcore_runtime import oci
+from wbcore_runtime.guard import oci
 from wbcore_runtime.guard.netguard import EgressDenied
 
 

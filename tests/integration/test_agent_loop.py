@@ -336,7 +336,7 @@ def test_pipeline_with_an_agent_stage_is_traced_to_an_otlp_receiver(make_runtime
     spans pipeline → stage → agent step → tool call → broker decision arrive over OTLP with
     their attributes."""
     pytest.importorskip("wbcore_otel")
-    from wbcore_runtime import pipeline as _pipeline
+    from wbcore_fabric_local import pipeline as _pipeline
 
     make_toolkit("shout", SHOUT_MANIFEST, files={"main.wat": SHOUT_WAT},
                  skills={"overview": "#+TITLE: shout overview\n\nRun `shout`: it prints a greeting.\n"})

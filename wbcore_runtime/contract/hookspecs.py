@@ -163,7 +163,7 @@ def wbcore_build_sandboxes() -> Iterable[BuildSandbox]:
 
 @hookspec
 def wbcore_fabric_engines() -> Iterable[FabricEngine]:
-    """Called once per runtime, when ``wbcore_runtime.fabric.map`` (``wbx fan``, pipelines) first
+    """Called once per runtime, when ``wbcore_runtime.dispatch.fabric.map`` (``wbx fan``, pipelines) first
     needs an engine. Returns engines that run one resolved call over many inputs; the
     core resolves the call (trust, caps, tier) before an engine sees it::
 

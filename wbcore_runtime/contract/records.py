@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from wbcore_runtime.fabric import FabricDriver
+    from wbcore_runtime.dispatch.fabric import FabricDriver
     from wbcore_runtime.contract.llm import LlmDriver, LlmSettings
     from wbcore_runtime.runtime import Runtime
     from wbcore_runtime.contract.sandbox import BuildSandboxDriver
@@ -287,8 +287,8 @@ class BuiltinCommand:
 
 @dataclass(frozen=True, slots=True)
 class FabricEngine:
-    """Runs one resolved call over many inputs (``wbcore_runtime.fabric``). ``factory`` returns a
-    ``wbcore_runtime.fabric.FabricDriver``; ``available`` says whether it can run here, and why not."""
+    """Runs one resolved call over many inputs (``wbcore_runtime.dispatch.fabric``). ``factory`` returns a
+    ``wbcore_runtime.dispatch.fabric.FabricDriver``; ``available`` says whether it can run here, and why not."""
 
     name: str
     summary: str

@@ -12,7 +12,7 @@ The span tree (names and attributes: docs/telemetry.md)::
     wb.pipeline → wb.stage → wb.agent.step → wb.call → wb.broker
                            ↘ wb.call → wb.broker
 
-Seams: :mod:`wbcore_runtime.pipeline` (pipeline, stage), :mod:`wbcore_runtime.fabric` (one span per map),
+Seams: :mod:`wbcore_fabric_local.pipeline` (pipeline, stage), :mod:`wbcore_runtime.dispatch.fabric` (one span per map),
 :class:`wbcore_runtime.dispatch.dock.Dock` (each broker decision), the call hooks (each tool call), and
 :func:`agent_step` for the agent loop.
 """

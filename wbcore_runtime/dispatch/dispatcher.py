@@ -4,7 +4,7 @@ Every surface that runs a registered artifact — ``wbx run`` / ``call`` / ``ker
 ``Runtime.call``, MCP, ACT, the Dock's ``commands`` / ``exec`` / ``parallel``, the
 BuildBroker's ``run``, pipelines — goes through :func:`resolve` and then :func:`call_command`
 / :func:`open_kernel` / :func:`component_request`. Nothing else derives trust, caps,
-limits or the tier of a call. The fabric (``wbcore_runtime.fabric``) resolves once per batch and
+limits or the tier of a call. The fabric (``wbcore_runtime.dispatch.fabric``) resolves once per batch and
 its workers run that resolution with :func:`target_for`.
 
 Resolution binds trust to provenance. When a toolkit is built, the registry entry

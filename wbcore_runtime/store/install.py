@@ -4,7 +4,7 @@ Sources: a folder; ``git+file://…[@commit]``; ``git+https://…@<commit>`` (or
 mirror; the pinned commit is what makes either trustworthy) or a plain
 ``https://….git@<commit>`` (a pin is required); an archive (``.tar.gz``, ``.tgz``, ``.tar``, ``.zip``) as a local file or an
 ``http(s)://`` URL with ``--sha256`` (required for URLs); an OCI artifact
-``oci://host/repo:tag`` or ``…@sha256:<manifest digest>`` (``wbcore_runtime.oci``: every blob
+``oci://host/repo:tag`` or ``…@sha256:<manifest digest>`` (``wbcore_runtime.guard.oci``: every blob
 checked against its digest and size while it streams; the lock records the digest).
 
 Everything is staged under ``$WB_HOME/.staging`` (the same filesystem as the user root),
@@ -40,7 +40,7 @@ from wbcore_runtime.guard import gitfetch as _gitfetch
 from wbcore_runtime.trust import consent as _consent
 from wbcore_runtime.trust import verdict as _trust
 from wbcore_runtime.toolkit import manifest as _manifest
-from wbcore_runtime import oci as _oci
+from wbcore_runtime.guard import oci as _oci
 from wbcore_runtime.contract.errors import InvalidArgs, ManifestError, NotFound
 from wbcore_runtime.guard.netguard import NetGuard
 

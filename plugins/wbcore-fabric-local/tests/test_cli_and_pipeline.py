@@ -7,7 +7,7 @@ import json
 import pytest
 from fabric_guests import BRACE, ECHO, K_UPPER
 
-from wbcore_runtime import pipeline as pl
+from wbcore_fabric_local import pipeline as pl
 from wbcore_runtime.contract.errors import ManifestError
 
 

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from typing import Any
 
-from wbcore_runtime import fabric
+from wbcore_runtime.dispatch import fabric
 from wbcore_runtime.contract.errors import CapabilityDenied, Internal, InvalidArgs
 
 #: Chunks outstanding per worker: one running and two queued, so that a worker whose chunk
@@ -75,7 +75,7 @@ def start_method() -> str:
 
 
 #: Imported once by the fork server, so a worker forked from it starts with them loaded.
-PRELOAD = ("wbcore_runtime.runtime", "wbcore_runtime.dispatch.dispatcher", "wbcore_runtime.fabric", "wbcore_fabric_local.worker")
+PRELOAD = ("wbcore_runtime.runtime", "wbcore_runtime.dispatch.dispatcher", "wbcore_runtime.dispatch.fabric", "wbcore_fabric_local.worker")
 
 
 @functools.cache

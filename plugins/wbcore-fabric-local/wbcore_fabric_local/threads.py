@@ -15,7 +15,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
-from wbcore_runtime import fabric
+from wbcore_runtime.dispatch import fabric
 from wbcore_runtime.contract.errors import Timeout, WbError
 
 #: Inputs in flight per thread (taken from the iterable, not yet yielded).

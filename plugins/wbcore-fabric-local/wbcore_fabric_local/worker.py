@@ -28,7 +28,7 @@ import threading
 import time
 from typing import Any
 
-from wbcore_runtime import fabric
+from wbcore_runtime.dispatch import fabric
 from wbcore_runtime.contract.errors import WbError
 
 

@@ -10,7 +10,7 @@ from conftest import SEED_A, vfs_rows
 from wbcore_publish import bundle
 
 from wbcore_runtime.trust import identity, signing
-from wbcore_runtime import oci
+from wbcore_runtime.guard import oci
 from wbcore_testing.fixtures import write_toolkit
 
 

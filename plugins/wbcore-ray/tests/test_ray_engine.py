@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from ray_fixtures import ECHO, K_UPPER
 
-from wbcore_runtime import fabric
+from wbcore_runtime.dispatch import fabric
 from wbcore_runtime.contract.errors import ErrorKind, InvalidArgs
 
 

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from wbcore_runtime import fabric
+from wbcore_runtime.dispatch import fabric
 from wbcore_runtime.contract.errors import InvalidArgs
 
 NODE_TIER = "node"

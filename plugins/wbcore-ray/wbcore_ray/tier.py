@@ -17,7 +17,7 @@ from collections import OrderedDict
 from typing import Any, Self
 
 from wbcore_ray import cluster
-from wbcore_runtime import fabric
+from wbcore_runtime.dispatch import fabric
 from wbcore_runtime.contract.calls import CallResult, CommandRequest, KernelRequest
 from wbcore_runtime.contract.errors import Internal, Timeout
 

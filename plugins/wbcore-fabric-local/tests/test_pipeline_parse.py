@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from wbcore_runtime.contract.errors import ManifestError
-from wbcore_runtime.pipeline import Box, parse
+from wbcore_fabric_local.pipeline import Box, parse
 
 FLOW = """* flow :pipeline:
 ** pipe :stage:
