@@ -11,8 +11,7 @@ import time
 
 import pytest
 
-from wbcore_runtime.wire import frames
-from wbcore_runtime.wire import terminal
+from wbcore_runtime.wire import frames, terminal
 
 AGENT = """
 import os, sys

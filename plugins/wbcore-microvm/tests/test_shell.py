@@ -18,8 +18,7 @@ from pathlib import Path
 import pytest
 from wbcore_microvm import shell, tiers
 
-from wbcore_runtime.wire import frames
-from wbcore_runtime.wire import terminal
+from wbcore_runtime.wire import frames, terminal
 from wbcore_testing.conformance import PtySessions
 from wbcore_runtime.contract.errors import InvalidArgs
 from wbcore_testing.fixtures import wait_pane, wbx_executable
