@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import subprocess
 import sys
 import venv
@@ -30,6 +31,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 VENV = Path(os.environ.get("WB_VENV", ROOT / ".venv"))
 PLUGINS = sorted(p for p in (ROOT / "plugins").iterdir() if (p / "pyproject.toml").is_file())
+# Test support (the wbcore pytest plugin): every environment that runs a suite has it.
+TESTING = ROOT / "plugins" / "wbcore-testing"
 
 
 def _bin(env: Path, name: str) -> str:
@@ -175,7 +178,8 @@ def _pyproject(dist: Path) -> dict:
 
 
 def _local_deps(dists: list[Path]) -> list[Path]:
-    """``dists`` plus every plugin of this repository they depend on, transitively."""
+    """``dists`` plus every plugin of this repository they depend on (their test extras
+    included: wbcore-testing), transitively."""
     import re
 
     by_name = {_pyproject(p)["name"]: p for p in PLUGINS}
@@ -186,7 +190,8 @@ def _local_deps(dists: list[Path]) -> list[Path]:
         if d in out:
             continue
         out.append(d)
-        for req in _pyproject(d).get("dependencies", []):
+        project = _pyproject(d)
+        for req in [*project.get("dependencies", []), *project.get("optional-dependencies", {}).get("test", [])]:
             name = re.split(r"[ <>=!~;\[]", req, maxsplit=1)[0]
             if name in by_name:
                 todo.append(by_name[name])
@@ -194,7 +199,7 @@ def _local_deps(dists: list[Path]) -> list[Path]:
 
 
 def _ensure_venv(env: Path, dists: list[Path] | None, tag: str) -> None:
-    dists = PLUGINS if dists is None else _local_deps(dists)
+    dists = PLUGINS if dists is None else _local_deps([*dists, TESTING])
     stamp_file = env / f".wb-stamp-{tag}"
     stamp = _stamp()
     if stamp_file.exists() and stamp_file.read_text() == stamp:
@@ -219,7 +224,9 @@ def _ensure_venv(env: Path, dists: list[Path] | None, tag: str) -> None:
         # carry extras when one depends on another, so test extras are listed plainly.
         args += ["-e", str(d)]
         extras += _pyproject(d).get("optional-dependencies", {}).get("test", [])
-    args += sorted(set(extras))
+    # A test extra naming a distribution of this repository (wbcore-testing) is met by its -e above.
+    local = {_pyproject(p)["name"] for p in PLUGINS}
+    args += sorted({e for e in extras if re.split(r"[ <>=!~;\[]", e, maxsplit=1)[0] not in local})
     print("dev: installing the core and " + (", ".join(d.name for d in dists) or "no plugins"), flush=True)
     subprocess.run(args, check=True)
     stamp_file.write_text(stamp)
@@ -240,7 +247,7 @@ def _drop_stale_metadata() -> None:
 
 def run(cmd: list[str], **kw: object) -> int:
     env = dict(os.environ)
-    # No WB_HOME here: wbx finds ./.wb-home through ./wbx.toml (wbcore_runtime/home.py), so the demo,
+    # No WB_HOME here: wbx finds ./.wb-home through ./wbx.toml (wbcore_runtime/store/home.py), so the demo,
     # the tests and a `wbx` typed later in any shell inside the project share one home.
     # One zig cache (wasi-libc, compiler_rt) shared by every WB_HOME the tests create.
     env.setdefault("WB_ZIG_CACHE", str(Path.home() / ".cache" / "wbcore" / "zig"))

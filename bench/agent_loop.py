@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 from wbcore_runtime.runtime import Runtime
-from wbcore_runtime.scripted_llm import ScriptedLlm, reply, tool
-from wbcore_runtime.testing import write_toolkit
+from wbcore_testing.scripted_llm import ScriptedLlm, reply, tool
+from wbcore_testing.fixtures import write_toolkit
 
 STEPS = 40
 

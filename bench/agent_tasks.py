@@ -138,7 +138,7 @@ You solve the task with the tools you are given, then call done with the answer 
 def build(rt: Any, toolkit: str, cache: dict[str, str | None]) -> str | None:
     """Build ``toolkit`` once; ``None`` when it is ready, else why it is not."""
     if toolkit not in cache:
-        from wbcore_runtime import builder
+        from wbcore_runtime.build import builder
 
         try:
             builder.build(rt, toolkit)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Cold and cached build times of every build lane, wall and CPU, over N rounds.
 
-Each lane builds its shipped toolkit through ``wbcore_runtime.builder.build`` (the path of
+Each lane builds its shipped toolkit through ``wbcore_runtime.build.builder.build`` (the path of
 ``wbx toolkit build``); every measurement runs in a fresh Python process, so no in-process
 cache (a compiled compiler module, an imported plugin) carries from one to the next:
 
@@ -59,7 +59,7 @@ def _cpu() -> float:
 
 def child(home: str, root: str, ident: str) -> None:
     """One build in its own process: prints {"wall", "cpu", "sha256", "cached"}."""
-    from wbcore_runtime import builder
+    from wbcore_runtime.build import builder
     from wbcore_runtime.runtime import Runtime
 
     rt = Runtime.open(home=home, roots=[root])

@@ -30,7 +30,7 @@ def main() -> int:
     import wasmtime
 
     from wbcore_runtime.build import BuildFailed, BuildRequest, ResolvedSource
-    from wbcore_runtime.manifest import parse
+    from wbcore_runtime.toolkit.manifest import parse
 
     from wbcore_runtime import wasm_guest as guest
     from wbcore_lane_c_wasm.lane import CWasmLane

@@ -95,7 +95,7 @@ def main() -> int:
     args = ap.parse_args()
     import wasmtime
 
-    from wbcore_runtime.registry import Entry
+    from wbcore_runtime.store.registry import Entry
 
     rt = fresh_runtime(tempfile.mkdtemp(prefix="wb-bench-path-"))
     assert rt.call("upper", [], STDIN).stdout == STDIN.upper()

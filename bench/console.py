@@ -26,14 +26,14 @@ from pathlib import Path
 
 import httpx
 
-from wbcore_runtime.testing import write_toolkit
+from wbcore_testing.fixtures import write_toolkit
 
 TOKEN = "bench-console-token-0123456789"
 
 
 def generate(root: Path, n: int) -> None:
     """``n`` toolkits; every fourth third-party and signed (its page row verifies the signature)."""
-    from wbcore_runtime import identity, signing
+    from wbcore_runtime.trust import identity, signing
 
     key = identity.Identity.from_seed(bytes(32))
     for i in range(n):
@@ -78,7 +78,7 @@ def main() -> int:
     import uvicorn
 
     from wbcore_engine import app as _app
-    from wbcore_runtime import httpserve
+    from wbcore_runtime.guard import httpserve
     from wbcore_runtime.runtime import Runtime
 
     with tempfile.TemporaryDirectory(prefix="wb-bench-console-") as tmp:

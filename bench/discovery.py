@@ -17,8 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from wbcore_runtime import discovery
-from wbcore_runtime.testing import write_toolkit
+from wbcore_runtime.toolkit import discovery
+from wbcore_testing.fixtures import write_toolkit
 
 
 def _median_ms(samples: list[float]) -> str:

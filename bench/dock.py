@@ -70,7 +70,7 @@ def main() -> None:
     import wasmtime
 
     from wbcore_wasmtime import dock_link
-    from wbcore_runtime.calls import Principal
+    from wbcore_runtime.contract.calls import Principal
     from wbcore_runtime.runtime import Runtime
 
     rt = Runtime.open(plugins=["brokers-state"], home=tempfile.mkdtemp(prefix="wb-bench-dock-"),

@@ -30,7 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import fresh_runtime, machine, table
 
-from wbcore_runtime.testing import K_UPPER, burn, register_wat
+from wbcore_testing.fixtures import K_UPPER, burn, register_wat
 
 def _rss_mib() -> float:
     with open("/proc/self/status") as fh:
@@ -52,7 +52,7 @@ def _cpu() -> float:
 def _run(rt, name: str, inputs, bulk: bool = False, **kw) -> tuple[float, int]:
     """One map, consumed as a user would: per result through ``map``, per chunk through
     ``map_chunks`` (``bulk``), counting the failures either way."""
-    from wbcore_runtime import fabric
+    from wbcore_runtime.dispatch import fabric
 
     c0, t0 = _cpu(), time.perf_counter()
     if bulk:
@@ -149,7 +149,7 @@ def main() -> None:
     if args.only == "kernel":
         return None
 
-    from wbcore_runtime import fabric
+    from wbcore_runtime.dispatch import fabric
 
     n = 100_000
     blob = b"x" * 1000

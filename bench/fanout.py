@@ -94,7 +94,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=3.0)
     args = ap.parse_args()
-    from wbcore_runtime import builder
+    from wbcore_runtime.build import builder
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     width = max(1, min(2, cores))

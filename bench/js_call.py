@@ -42,7 +42,7 @@ def main() -> int:
     args = ap.parse_args()
     os.environ.setdefault("WB_ZIG_CACHE", str(Path.home() / ".cache" / "wbcore" / "zig"))
     rt = fresh_runtime(args.home or tempfile.mkdtemp(prefix="wb-bench-js-"))
-    from wbcore_runtime import builder
+    from wbcore_runtime.build import builder
 
     for ident in ("csv", "sha256"):  # built once (cached in --home), not timed
         builder.build(rt, ident)

@@ -49,8 +49,8 @@ def main() -> int:
     args = ap.parse_args()
     import wasmtime
 
-    from wbcore_runtime import builder
-    from wbcore_runtime.registry import Entry
+    from wbcore_runtime.build import builder
+    from wbcore_runtime.store.registry import Entry
 
     rt = fresh_runtime()
     builder.build(rt, "checksum")

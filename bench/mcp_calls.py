@@ -228,7 +228,7 @@ def http_run(env: dict[str, str], *, lean: bool, clients: int) -> dict[str, floa
 
 def main() -> int:
     from wbcore_runtime.act.provider import ToolkitProvider
-    from wbcore_runtime.builder import build
+    from wbcore_runtime.build.builder import build
     from wbcore_runtime.runtime import Runtime
 
     home = Path(os.environ.get("WB_BENCH_HOME") or tempfile.mkdtemp(prefix="wb-bench-mcp-"))

@@ -23,9 +23,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=20)
     args = ap.parse_args()
 
-    from wbcore_runtime import consent, identity, signing
+    from wbcore_runtime.trust import consent, identity, signing
     from wbcore_runtime.runtime import Runtime
-    from wbcore_runtime.testing import write_toolkit
+    from wbcore_testing.fixtures import write_toolkit
 
     tmp = Path(tempfile.mkdtemp(prefix="wb-bench-sign-"))
     root = tmp / "toolkits"

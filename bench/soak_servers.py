@@ -64,7 +64,7 @@ def _status(pid: int) -> dict[str, int]:
 
 def write_trail(home: Path, mb: int) -> int:
     """An audit trail of ``mb`` MiB in the Dock's line format (seq 1..N); returns N."""
-    from wbcore_runtime import audit
+    from wbcore_runtime.dispatch import audit
 
     d = home / "audit"
     d.mkdir(parents=True, exist_ok=True)

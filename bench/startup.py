@@ -111,7 +111,7 @@ def run_measured(cmd: list[str], env: dict[str, str], stdin: Path | None = None)
 
 
 def generate(root: Path, n: int) -> None:
-    from wbcore_runtime.testing import write_toolkit
+    from wbcore_testing.fixtures import write_toolkit
 
     for i in range(n):
         skills = {"overview": f"#+TITLE: tk{i} overview\n#+DESCRIPTION: generated\n"}
@@ -124,7 +124,7 @@ def prepare(tmp: Path, cmd: str) -> tuple[dict[str, str], Path, Path]:
     """A home with ``cmd`` built, the bare floor's precompiled module, and the stdin file."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("WB_")}
     env.update(WB_HOME=str(tmp / "home"), WB_TOOLKITS_ROOT=str(ROOT / "toolkits"), PYTHONDONTWRITEBYTECODE="")
-    from wbcore_runtime import builder
+    from wbcore_runtime.build import builder
     from wbcore_runtime.runtime import Runtime
 
     rt = Runtime.open(home=tmp / "home", roots=[ROOT / "toolkits"], env=env)

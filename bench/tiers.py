@@ -47,7 +47,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ROOT, machine, table
 
-from wbcore_runtime.conformance import ECHO_WAT, kv_wat
+from wbcore_testing.conformance import ECHO_WAT, kv_wat
 
 def main() -> None:
     ap = argparse.ArgumentParser()
@@ -61,9 +61,9 @@ def main() -> None:
     from wbcore_process.pool import Pool
     from wbcore_process.tiers import OsProcessTier
 
-    from wbcore_runtime import builder
-    from wbcore_runtime.calls import CommandRequest, Principal
-    from wbcore_runtime.policy import profile
+    from wbcore_runtime.build import builder
+    from wbcore_runtime.contract.calls import CommandRequest, Principal
+    from wbcore_runtime.trust.policy import profile
     from wbcore_runtime.runtime import Runtime
 
     work = Path(tempfile.mkdtemp(prefix="wb-bench-tiers-"))
@@ -145,7 +145,7 @@ def container(rt: object, guests: dict, req: object, calls: int) -> None:
     """The container tier: a new bubblewrap container per call (see the module docstring)."""
     import json
 
-    from wbcore_runtime import builder
+    from wbcore_runtime.build import builder
 
     try:
         from wbcore_container.tiers import ContainerTier, available
@@ -188,7 +188,8 @@ def microvm(rt: object, req: object, calls: int) -> None:
     import json
     import os
 
-    from wbcore_runtime import builder, frames
+    from wbcore_runtime.build import builder
+    from wbcore_runtime.wire import frames
 
     try:
         from wbcore_microvm import image, tiers, vm

@@ -1,7 +1,7 @@
 """wbcore: discover, verify, build, sign and run toolkits as sandboxed WebAssembly.
 
 The public API is small: :class:`~wbcore_runtime.runtime.Runtime` to embed the core,
-:data:`hookimpl` and the records in :mod:`wbcore_runtime.records` to write a plugin.
+:data:`hookimpl` and the records in :mod:`wbcore_runtime.contract.records` to write a plugin.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ __version__ = "0.1.0"
 __all__ = ["Runtime", "__version__", "hookimpl"]
 
 if TYPE_CHECKING:
-    from wbcore_runtime.hookspecs import hookimpl
+    from wbcore_runtime.contract.hookspecs import hookimpl
     from wbcore_runtime.runtime import Runtime
 
 
@@ -24,7 +24,7 @@ def __getattr__(name: str) -> Any:
 
         return Runtime
     if name == "hookimpl":
-        from wbcore_runtime.hookspecs import hookimpl
+        from wbcore_runtime.contract.hookspecs import hookimpl
 
         return hookimpl
     raise AttributeError(name)

@@ -13,16 +13,16 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from wbcore_runtime.errors import ManifestError
-from wbcore_runtime.errors import NotFound as _NotFound
+from wbcore_runtime.contract.errors import ManifestError
+from wbcore_runtime.contract.errors import NotFound as _NotFound
 
 if TYPE_CHECKING:  # pluggy, the plugins and the records load with the first plugin use
     import pluggy
 
-    from wbcore_runtime import discovery as _discovery
-    from wbcore_runtime import plugins as _plugins
-    from wbcore_runtime.records import Broker, BuildLane, ExecShape, FederationSource, IsolationTier, SourcePrefix
-    from wbcore_runtime.toolkit import Toolkit
+    from wbcore_runtime.toolkit import discovery as _discovery
+    from wbcore_runtime.plugins import manager as _plugins
+    from wbcore_runtime.contract.records import Broker, BuildLane, ExecShape, FederationSource, IsolationTier, SourcePrefix
+    from wbcore_runtime.toolkit.loaded import Toolkit
 
 
 class Runtime:
@@ -50,12 +50,12 @@ class Runtime:
         self.cwd = cwd
         self._roots = list(roots) if roots is not None else None
         self._discovery: _discovery.Discovery | None = None
-        #: ``wbcore_runtime.dispatch``'s cache: (kind, name, tier) → (generation, checked at, world, Resolved).
+        #: ``wbcore_runtime.dispatch.dispatcher``'s cache: (kind, name, tier) → (generation, checked at, world, Resolved).
         self.resolved_calls: dict[tuple[str, str, str | None], Any] = {}
-        #: Moves whenever a resolution is made anew or the cache is forgotten (wbcore_runtime.dispatch).
+        #: Moves whenever a resolution is made anew or the cache is forgotten (wbcore_runtime.dispatch.dispatcher).
         self.resolve_epoch = 0
         #: Whether this runtime's plugins are every installed one, loaded on first use: only
-        #: then may dispatch read them from the plugin index in the home (wbcore_runtime.plugin_index).
+        #: then may dispatch read them from the plugin index in the home (wbcore_runtime.plugins.index).
         self.indexed_plugins = False
 
     def _loaded(self) -> None:
@@ -63,7 +63,7 @@ class Runtime:
             assert self._load_plugins is not None
             self._pm, self._plugin_infos = self._load_plugins()
             if self.indexed_plugins and self.__dict__.get("plugin_index") is None:
-                from wbcore_runtime import plugin_index
+                from wbcore_runtime.plugins import index as plugin_index
 
                 if plugin_index.load(self) is None:  # missing or stale: describe the plugins just loaded
                     try:
@@ -76,12 +76,12 @@ class Runtime:
 
     @cached_property
     def plugin_index(self) -> Any:
-        """The plugin index (``wbcore_runtime.plugin_index.Index``) when this runtime loads every
+        """The plugin index (``wbcore_runtime.plugins.index.Index``) when this runtime loads every
         installed plugin and the home's index matches them; else ``None``. Dispatch reads
         shapes, tiers and lanes from it without importing the plugins."""
         if not self.indexed_plugins:
             return None
-        from wbcore_runtime import plugin_index
+        from wbcore_runtime.plugins import index as plugin_index
 
         return plugin_index.load(self)
 
@@ -114,8 +114,8 @@ class Runtime:
     @cached_property
     def running(self) -> Any:
         """The calls running now and the watcher that cuts them off when their grant is
-        revoked (``wbcore_runtime.running.RunningCalls``)."""
-        from wbcore_runtime.running import RunningCalls
+        revoked (``wbcore_runtime.dispatch.running.RunningCalls``)."""
+        from wbcore_runtime.dispatch.running import RunningCalls
 
         return RunningCalls(self)
 
@@ -123,7 +123,7 @@ class Runtime:
     def tracer(self) -> Any:
         """The tracer of ``wbcore_tracer`` (``None``: telemetry off, the seams cost nothing).
         Opened on first use, with the plugins."""
-        from wbcore_runtime import telemetry
+        from wbcore_runtime.contract import telemetry
 
         return telemetry.open_tracer(self)
 
@@ -139,17 +139,17 @@ class Runtime:
     ) -> Runtime:
         """Open a runtime. ``plugins=None`` loads every installed plugin (tolerant);
         a list selects entry-point names and/or in-process plugin objects (strict)."""
-        from wbcore_runtime import discovery as _discovery
+        from wbcore_runtime.toolkit import discovery as _discovery
 
         env = dict(os.environ if env is None else env)
         home_path = Path(home).expanduser() if home is not None else _discovery.default_home(env, Path(cwd) if cwd is not None else None)
         def load_all() -> tuple[pluggy.PluginManager, list[_plugins.PluginInfo]]:
-            from wbcore_runtime import plugins as _plugins
+            from wbcore_runtime.plugins import manager as _plugins
 
             return _plugins.load(None, cache_dir=home_path)
 
         if plugins is not None:  # a selection is strict: a bad name fails here, not at first use
-            from wbcore_runtime import plugins as _plugins
+            from wbcore_runtime.plugins import manager as _plugins
 
             pm, infos = _plugins.load(plugins, cache_dir=home_path)
             return cls(pm, infos, home=home_path, env=env, cwd=Path(cwd) if cwd is not None else Path.cwd(),
@@ -174,7 +174,7 @@ class Runtime:
         """Add an in-process plugin to this runtime after it was opened (tests, embedders).
         Caches that depend on the plugin set (which hooks have implementations) are reset.
         A hook implementation no spec declares (a misspelled ``@hookimpl``) is refused."""
-        from wbcore_runtime import plugins as _plugins
+        from wbcore_runtime.plugins import manager as _plugins
 
         problem = _plugins.register_checked(self.pm, plugin, name)
         if problem:
@@ -195,8 +195,8 @@ class Runtime:
     # --- registries (collected lazily, once) ---------------------------------------
 
     def _collect(self, hook: str, kind: type | str, what: str) -> _plugins.Registry[Any]:
-        from wbcore_runtime import plugins as _plugins
-        from wbcore_runtime import records
+        from wbcore_runtime.plugins import manager as _plugins
+        from wbcore_runtime.contract import records
 
         record_type = getattr(records, kind) if isinstance(kind, str) else kind
         return _plugins.collect(self.pm, hook, record_type, what, self.plugin_infos)
@@ -219,10 +219,10 @@ class Runtime:
 
     @cached_property
     def cap_universe(self) -> Any:
-        """The caps this runtime knows (``wbcore_runtime.policy.Universe``): the core's plus
+        """The caps this runtime knows (``wbcore_runtime.trust.policy.Universe``): the core's plus
         those its brokers declare, collected once."""
-        from wbcore_runtime.dock import ALWAYS_LINKED
-        from wbcore_runtime.policy import Universe
+        from wbcore_runtime.dispatch.dock import ALWAYS_LINKED
+        from wbcore_runtime.trust.policy import Universe
 
         brokers = self.brokers  # collecting fills each plugin's ``serves``
         origin = {name: info.origin for info in self.plugin_infos for name in info.serves.get("cap broker", ())}
@@ -231,7 +231,7 @@ class Runtime:
     def caps_universe_for(self, caps: Iterable[str]) -> Any:
         """The universe to decide ``caps`` with: the core's when they are all core caps (no
         plugin is imported for that), else :attr:`cap_universe` (the plugins load)."""
-        from wbcore_runtime.policy import CAP_UNIVERSE, CORE
+        from wbcore_runtime.trust.policy import CAP_UNIVERSE, CORE
 
         return CORE if CAP_UNIVERSE.issuperset(caps) else self.cap_universe
 
@@ -246,41 +246,41 @@ class Runtime:
     @cached_property
     def build_sandboxes(self) -> _plugins.Registry[Any]:
         """Build sandboxes served by plugins (``wbcore_build_sandboxes``): a lane's service."""
-        from wbcore_runtime.records import BuildSandbox
+        from wbcore_runtime.contract.records import BuildSandbox
 
         return self._collect("wbcore_build_sandboxes", BuildSandbox, "build sandbox")
 
     @cached_property
     def fabric_engines(self) -> _plugins.Registry[Any]:
         """Engines that map one call over many inputs (``wbcore_fabric_engines``)."""
-        from wbcore_runtime.records import FabricEngine
+        from wbcore_runtime.contract.records import FabricEngine
 
         return self._collect("wbcore_fabric_engines", FabricEngine, "fabric engine")
 
     @cached_property
     def llm_providers(self) -> _plugins.Registry[Any]:
         """LLM providers (``wbcore_llm_providers``): the agent loop's model APIs."""
-        from wbcore_runtime.records import LlmProvider
+        from wbcore_runtime.contract.records import LlmProvider
 
         return self._collect("wbcore_llm_providers", LlmProvider, "LLM provider")
 
     def llm(self, model: str | None = None, *, agent_model: str | None = None) -> Any:
-        """A ``wbcore_runtime.llm.LlmDriver`` for ``model`` (``provider:model`` or a bare model
-        name), the agent's ``:MODEL:`` or ``WB_LLM_*`` (``wbcore_runtime.llm.settings``)."""
-        from wbcore_runtime import llm
+        """A ``wbcore_runtime.contract.llm.LlmDriver`` for ``model`` (``provider:model`` or a bare model
+        name), the agent's ``:MODEL:`` or ``WB_LLM_*`` (``wbcore_runtime.contract.llm.settings``)."""
+        from wbcore_runtime.contract import llm
 
         return llm.driver(self, llm.settings(self, model=model, agent_model=agent_model))
 
     @cached_property
     def agent_loops(self) -> _plugins.Registry[Any]:
         """Agent loop engines (``wbcore_agent_loops``): runs and sessions."""
-        from wbcore_runtime.records import AgentLoop
+        from wbcore_runtime.contract.records import AgentLoop
 
         return self._collect("wbcore_agent_loops", AgentLoop, "agent loop")
 
     @cached_property
     def agents(self) -> Any:
-        """The agent loop driver (``wbcore_runtime.records.AgentLoopDriver``): ``run``, ``sessions``.
+        """The agent loop driver (``wbcore_runtime.contract.records.AgentLoopDriver``): ``run``, ``sessions``.
         ``$WB_AGENT_LOOP`` or the only one installed; ``NotFound`` naming what to install."""
         reg = self.agent_loops
         name = self.env.get("WB_AGENT_LOOP") or (reg.names()[0] if len(reg) == 1 else None)
@@ -291,21 +291,21 @@ class Runtime:
         return reg.get(name).factory(self)
 
     def agent(self, agent: Any, task: str, **kw: Any) -> Any:
-        """Run an agent (an ``agent.org`` path, an agent id, or a ``wbcore_runtime.agents.AgentDef``)
+        """Run an agent (an ``agent.org`` path, an agent id, or a ``wbcore_runtime.toolkit.agents.AgentDef``)
         on ``task`` to its end and return the run record (``AgentLoopDriver.run``)."""
         return self.agents.run(agent, task, **kw)
 
     def fabric(self, name: str, inputs: Any, **kw: Any) -> Any:
-        """``wbcore_runtime.fabric.map(self, name, inputs, **kw)``: results in input order, streamed."""
-        from wbcore_runtime import fabric
+        """``wbcore_runtime.dispatch.fabric.map(self, name, inputs, **kw)``: results in input order, streamed."""
+        from wbcore_runtime.dispatch import fabric
 
         return fabric.map(self, name, inputs, **kw)
 
     def build_sandbox(self, name: str | None = None) -> Any:
-        """The build-sandbox driver a lane runs its compiler in (``wbcore_runtime.sandbox``):
+        """The build-sandbox driver a lane runs its compiler in (``wbcore_runtime.contract.sandbox``):
         ``name``, ``$WB_BUILD_SANDBOX`` or the only one served; ``NotFound`` naming what
         to install when none is."""
-        from wbcore_runtime import sandbox
+        from wbcore_runtime.contract import sandbox
 
         return sandbox.select(self, name).factory(self)
 
@@ -320,36 +320,36 @@ class Runtime:
     @cached_property
     def registry(self) -> Any:
         """The persistent command/kernel registry (``$WB_HOME/registry.db``)."""
-        from wbcore_runtime.registry import Registry
+        from wbcore_runtime.store.registry import Registry
 
         return Registry(self.home / "registry.db")
 
     @cached_property
     def artifacts(self) -> Any:
-        """The content-addressed artifact store (``$WB_HOME/artifacts``, ``wbcore_runtime.artifacts``)."""
-        from wbcore_runtime.artifacts import ArtifactStore
+        """The content-addressed artifact store (``$WB_HOME/artifacts``, ``wbcore_runtime.store.artifacts``)."""
+        from wbcore_runtime.store.artifacts import ArtifactStore
 
         return ArtifactStore(self.home / "artifacts")
 
     @cached_property
     def builtins(self) -> _plugins.Registry[Any]:
         """Reserved built-in commands served by plugins (``wbcore_builtin_commands``)."""
-        from wbcore_runtime.records import BuiltinCommand
+        from wbcore_runtime.contract.records import BuiltinCommand
 
         return self._collect("wbcore_builtin_commands", BuiltinCommand, "built-in command")
 
     def install_builtins(self, names: Sequence[str] | None = None, *, force: bool = False) -> list[Any]:
         """Store and register the built-in commands (also done lazily on first call)."""
-        from wbcore_runtime import dispatch
+        from wbcore_runtime.dispatch import dispatcher as dispatch
 
         return dispatch.install_builtins(self, list(names) if names is not None else None, force=force)
 
-    # --- calls (every one through wbcore_runtime.dispatch: resolved once, run at its tier) ----
+    # --- calls (every one through wbcore_runtime.dispatch.dispatcher: resolved once, run at its tier) ----
 
     def resolve(self, kind: str, name: str, *, tier: str | None = None) -> Any:
         """The resolved call for a registered command / kernel / component
-        (``wbcore_runtime.dispatch.Resolved``): trust, caps, limits and tier, decided once."""
-        from wbcore_runtime import dispatch
+        (``wbcore_runtime.dispatch.dispatcher.Resolved``): trust, caps, limits and tier, decided once."""
+        from wbcore_runtime.dispatch import dispatcher as dispatch
 
         return dispatch.resolve(self, kind, name, tier=tier)
 
@@ -363,21 +363,21 @@ class Runtime:
         ``cancel`` event (a ``threading.Event``) stops the guest at its next epoch tick.
         ``tier`` asks for an isolation tier (never weaker than the toolkit's trust needs).
         """
-        from wbcore_runtime import dispatch
+        from wbcore_runtime.dispatch import dispatcher as dispatch
 
         return dispatch.call_command(self, name, argv, stdin, principal=principal, timeout=timeout, cancel=cancel,
                                      tier=tier)
 
     def kernel(self, name: str, *, principal: Any = None, timeout: float | None = None, tier: str | None = None) -> Any:
         """Open the registered kernel ``name`` once; ``inst.call(data) -> bytes`` many times."""
-        from wbcore_runtime import dispatch
+        from wbcore_runtime.dispatch import dispatcher as dispatch
 
         return dispatch.open_kernel(self, name, principal=principal, timeout=timeout, tier=tier)
 
     def kernel_call(self, name: str, data: bytes, *, principal: Any = None, timeout: float | None = None) -> bytes:
         """One kernel call through a per-thread instance, reopened when the resolution changes.
 
-        (The first call binds ``self.kernel_call`` to ``wbcore_runtime.dispatch.KernelCalls.call``,
+        (The first call binds ``self.kernel_call`` to ``wbcore_runtime.dispatch.dispatcher.KernelCalls.call``,
         a function with this signature: later calls of a ~2 µs kernel skip this frame.)
         """
         calls = self._kernel_calls.call
@@ -386,22 +386,22 @@ class Runtime:
 
     @cached_property
     def _kernel_calls(self) -> Any:
-        from wbcore_runtime.dispatch import KernelCalls
+        from wbcore_runtime.dispatch.dispatcher import KernelCalls
 
         return KernelCalls(self)
 
     def component_call(self, name: str, function: str, args: Mapping[str, Any], *, principal: Any = None,
                        timeout: float | None = None, cancel: Any = None) -> Any:
         """Call ``function`` of the registered component ``name`` with JSON-shaped ``args``."""
-        from wbcore_runtime import dispatch
+        from wbcore_runtime.dispatch import dispatcher as dispatch
 
         return dispatch.call_component(self, name, function, dict(args), principal=principal, timeout=timeout,
                                        cancel=cancel)
 
     @cached_property
     def dock(self) -> Any:
-        """The Dock: every granted cap as a brokered host import (``wbcore_runtime.dock``)."""
-        from wbcore_runtime.dock import Dock
+        """The Dock: every granted cap as a brokered host import (``wbcore_runtime.dispatch.dock``)."""
+        from wbcore_runtime.dispatch.dock import Dock
 
         return Dock(self)
 
@@ -409,7 +409,7 @@ class Runtime:
 
     @property
     def roots(self) -> list[Path]:
-        from wbcore_runtime import discovery as _discovery
+        from wbcore_runtime.toolkit import discovery as _discovery
 
         if self._roots is not None:
             return [r for r in self._roots if r.is_dir()]
@@ -417,7 +417,7 @@ class Runtime:
 
     def discover(self, *, refresh: bool = False) -> _discovery.Discovery:
         if self._discovery is None or refresh:
-            from wbcore_runtime import discovery as _discovery
+            from wbcore_runtime.toolkit import discovery as _discovery
 
             self._discovery = _discovery.discover(self.roots, self.home)
         return self._discovery
@@ -426,7 +426,7 @@ class Runtime:
         return self.discover().get(ident)
 
     def verify(self, ident: str) -> Any:
-        from wbcore_runtime import verify as _verify
+        from wbcore_runtime.toolkit import verify as _verify
 
         try:
             tk = self.toolkit(ident)
@@ -436,12 +436,12 @@ class Runtime:
 
     def effective_caps(self, toolkit: Toolkit, *, assume: Any = None) -> frozenset[str]:
         """What ``toolkit`` as it is now would be granted (``show``, ``verify``, ``grant``):
-        profile ∩ ``#+CAPS`` ∩ deployer grants, by :func:`wbcore_runtime.consent.effective_caps`.
+        profile ∩ ``#+CAPS`` ∩ deployer grants, by :func:`wbcore_runtime.trust.consent.effective_caps`.
         A third-party toolkit whose signature does not verify now gets nothing (fail closed).
-        Calls never use this: they use the caps recorded at build time (``wbcore_runtime.dispatch``).
+        Calls never use this: they use the caps recorded at build time (``wbcore_runtime.dispatch.dispatcher``).
         ``assume``: a ``consent.Grant`` to apply instead of the stored one (what a change would leave).
         """
-        from wbcore_runtime import consent, policy, trust
+        from wbcore_runtime.trust import consent, policy, verdict as trust
 
         m = toolkit.manifest
         if m.trust == "third-party" and not trust.signature_ok(toolkit, self):

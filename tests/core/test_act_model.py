@@ -18,8 +18,8 @@ from wbcore_runtime.act.model import (
     ToolCall,
     ToolDefinition,
 )
-from wbcore_runtime.errors import InvalidArgs
-from wbcore_runtime.testing import add_custom_section
+from wbcore_runtime.contract.errors import InvalidArgs
+from wbcore_testing.fixtures import add_custom_section
 
 MINIMAL_COMPONENT = bytes.fromhex("0061736d0d000100")  # an empty component (layer 1)
 

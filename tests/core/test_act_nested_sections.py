@@ -11,8 +11,8 @@ import cbor2
 import pytest
 
 from wbcore_runtime.act import sections
-from wbcore_runtime.errors import InvalidArgs
-from wbcore_runtime.testing import add_custom_section
+from wbcore_runtime.contract.errors import InvalidArgs
+from wbcore_testing.fixtures import add_custom_section
 
 MODULE = b"\x00asm\x01\x00\x00\x00"
 COMPONENT = b"\x00asm\x0d\x00\x01\x00"
@@ -93,7 +93,7 @@ def test_act_skill_tar_path_tricks_are_only_read_in_memory(tmp_path, monkeypatch
     monkeypatch.chdir(tmp_path)
     import pytest
 
-    from wbcore_runtime.unpack import UnsafeArchive
+    from wbcore_runtime.guard.unpack import UnsafeArchive
 
     # The core's unpacker reads it: a path trick refuses the archive, naming the entry.
     for name, says in (("../../evil/SKILL.md", "climbs out with '..'"), ("/abs/SKILL.md", "absolute path")):

@@ -9,7 +9,7 @@ import pytest
 
 from wbcore_runtime.act import wire
 from wbcore_runtime.act.model import Content, Error, ErrorKind, MetadataEvent
-from wbcore_runtime.errors import InvalidArgs
+from wbcore_runtime.contract.errors import InvalidArgs
 
 
 def _b64(value: object) -> str:

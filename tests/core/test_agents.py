@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from wbcore_runtime import agents
-from wbcore_runtime.errors import InvalidArgs
+from wbcore_runtime.toolkit import agents
+from wbcore_runtime.contract.errors import InvalidArgs
 
 AGENT = """\
 #+TITLE: Research helper

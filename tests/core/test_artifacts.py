@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
-from wbcore_runtime.artifacts import ArtifactStore, IntegrityError, atomic_write
-from wbcore_runtime.errors import InvalidArgs, NotFound
+from wbcore_runtime.store.artifacts import ArtifactStore, IntegrityError, atomic_write
+from wbcore_runtime.contract.errors import InvalidArgs, NotFound
 
 
 def test_put_is_content_addressed_and_idempotent(tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from wbcore_runtime.audit import AuditLog, redact_target
+from wbcore_runtime.dispatch.audit import AuditLog, redact_target
 
 
 def _fill(log: AuditLog, n: int) -> None:
@@ -96,7 +96,7 @@ def test_wbx_audit_filters(wb_home, wbx):
 _WRITER = """
 import sys, time
 from pathlib import Path
-from wbcore_runtime.audit import AuditLog
+from wbcore_runtime.dispatch.audit import AuditLog
 log = AuditLog.for_home(Path(sys.argv[1]), {})
 n = int(sys.argv[2])
 print("ready", flush=True)
@@ -115,7 +115,7 @@ def _writer(home, n: int, principal: str = "p/w"):
 
 
 def test_the_writer_encodes_exactly_the_canonical_json():
-    from wbcore_runtime.audit import _canonical, _encode
+    from wbcore_runtime.dispatch.audit import _canonical, _encode
 
     for entry in [
         (1763780000.123456, "t/a", "kv", "get", "sha256:ab", "allowed", None, None, None, 42, 0.08),
@@ -283,7 +283,7 @@ def test_a_cursor_on_an_empty_or_caught_up_trail_needs_no_read(wb_home):
 
 def _recompute(lines: list[str], upto: int | None = None) -> tuple[list[str], int, str]:
     """What someone who can write the log but holds no key does: edit, then re-chain every line."""
-    from wbcore_runtime.audit import GENESIS, _chain
+    from wbcore_runtime.dispatch.audit import GENESIS, _chain
 
     out, prev, seq = [], GENESIS, 0
     for raw in lines[:upto]:

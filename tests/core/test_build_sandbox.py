@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from wbcore_runtime import hookimpl
-from wbcore_runtime.errors import InvalidArgs, NotFound, PluginError
-from wbcore_runtime.records import Availability, BuildLane, BuildSandbox
-from wbcore_runtime.sandbox import NONE_INSTALLED, Bind, Limits, SandboxResult
+from wbcore_runtime.contract.errors import InvalidArgs, NotFound, PluginError
+from wbcore_runtime.contract.records import Availability, BuildLane, BuildSandbox
+from wbcore_runtime.contract.sandbox import NONE_INSTALLED, Bind, Limits, SandboxResult
 
 
 class Recorder:
@@ -107,7 +107,7 @@ def test_two_providers_of_one_sandbox_name_both(make_runtime) -> None:
 def test_run_and_its_defaults_are_the_cores_one_signature(tmp_path: Path) -> None:
     """A driver implements ``execute``; ``run``'s signature and defaults (no limits given is
     ``Limits()``, ``/out`` the working folder) are decided once, in the core."""
-    from wbcore_runtime.sandbox import BuildSandboxDriver, SandboxRun
+    from wbcore_runtime.contract.sandbox import BuildSandboxDriver, SandboxRun
 
     class Driver(BuildSandboxDriver):
         def __init__(self) -> None:

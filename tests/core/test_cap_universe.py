@@ -1,12 +1,12 @@
-"""The cap universe: the core's caps plus those plugin brokers declare (wbcore_runtime.policy.Universe).
+"""The cap universe: the core's caps plus those plugin brokers declare (wbcore_runtime.trust.policy.Universe).
 
 Unknown caps grant nothing; a declaration that cannot stand is left out and said.
 """
 
 from __future__ import annotations
 
-from wbcore_runtime import policy
-from wbcore_runtime.records import Broker
+from wbcore_runtime.trust import policy
+from wbcore_runtime.contract.records import Broker
 
 
 def _declared(**kw: object) -> Broker:

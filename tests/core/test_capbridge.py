@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from wbcore_runtime import frames
-from wbcore_runtime.capbridge import HostBridge
-from wbcore_runtime.calls import CommandRequest, Principal
-from wbcore_runtime.policy import profile
+from wbcore_runtime.wire import frames
+from wbcore_runtime.wire.capbridge import HostBridge
+from wbcore_runtime.contract.calls import CommandRequest, Principal
+from wbcore_runtime.trust.policy import profile
 
 
 def _bridge(make_runtime, tmp_path) -> HostBridge:
@@ -117,7 +117,7 @@ class _Chan:
 
 
 def test_the_guest_side_ends_on_the_hosts_shutdown_and_refuses_a_forged_one() -> None:
-    from wbcore_runtime.capbridge import Ended, GuestCaps
+    from wbcore_runtime.wire.capbridge import Ended, GuestCaps
 
     secret = frames.new_secret()
     chan = _Chan(frames.shutdown(bytes(32)), frames.shutdown(secret))
@@ -128,7 +128,7 @@ def test_the_guest_side_ends_on_the_hosts_shutdown_and_refuses_a_forged_one() ->
 
 
 def test_a_warm_guest_side_forgets_the_previous_call() -> None:
-    from wbcore_runtime.capbridge import GuestCaps
+    from wbcore_runtime.wire.capbridge import GuestCaps
 
     secret = frames.new_secret()
     chan = _Chan(frames.seal(frames.BROKER_ANSWER, secret, {"id": 1, "status": 0}, b"old"),
@@ -144,7 +144,7 @@ def test_a_warm_guest_side_forgets_the_previous_call() -> None:
 def test_a_posix_guests_call_goes_through_the_same_bridge(make_runtime, tmp_path) -> None:
     """The microvm's ``wb-cap``: no link step (the Dock's grant check decides at the call), the
     guest's body decoded by the tier; a body that does not decode is denied through the Dock."""
-    from wbcore_runtime.errors import InvalidArgs
+    from wbcore_runtime.contract.errors import InvalidArgs
 
     ran: list[str] = []
     bridge = _bridge(make_runtime, tmp_path)

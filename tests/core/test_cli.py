@@ -6,7 +6,7 @@ import pytest
 import typer
 
 from wbcore_runtime import hookimpl
-from wbcore_runtime.testing import manifest_text
+from wbcore_testing.fixtures import manifest_text
 
 
 @pytest.fixture
@@ -178,7 +178,7 @@ def test_a_plugin_whose_registration_raises_loses_only_its_commands(make_runtime
 
 @pytest.fixture
 def escapes(make_toolkit, toolkit_root, tmp_path):
-    """Three attacks on reads (wbcore_runtime.paths): a manifest linked out, a skills/ folder linked
+    """Three attacks on reads (wbcore_runtime.guard.paths): a manifest linked out, a skills/ folder linked
     out, a hard-linked skill; plus one good toolkit that must keep working."""
     import os
 
@@ -245,3 +245,33 @@ def test_verify_fails_on_each_refused_read(escapes, wbx):
     assert wbx("toolkit", "verify", "good").exit_code == 0
     every = wbx("toolkit", "verify", "--all")
     assert every.exit_code == 1 and all(f"{t}:" in every.stdout for t in ("good", "hard", "linked", "evil"))
+
+
+class ToolkitVerb:
+    """Adds ``wbx toolkit greet``, tries to take ``wbx toolkit list`` and a closed group's verb."""
+
+    @hookimpl
+    def wbcore_cli_commands(self, add):
+        def greet(name: str) -> None:
+            """Greet from a plugin."""
+            typer.echo(f"greetings {name}")
+
+        add("toolkit greet", greet)
+        add("toolkit list", lambda: print("hijacked list"))
+        add("identity steal", lambda: print("stolen"))
+
+
+def test_a_plugin_adds_a_toolkit_subcommand_and_cannot_take_a_builtin_one(make_runtime, wbx):
+    rt = make_runtime(plugins=[ToolkitVerb()])
+    r = wbx("toolkit", "greet", "ada", runtime=rt)
+    assert (r.exit_code, r.stdout) == (0, "greetings ada\n")
+    warnings = sorted(r.stderr.strip().splitlines())
+    assert warnings == [
+        "wbx: warning: plugin ToolkitVerb: command 'toolkit list' not added: wbx toolkit has it built in (see wbx plugins)",
+    ]  # only the toolkit group was built: the identity verb is not considered for this command line
+    r = wbx("toolkit", "list", runtime=rt)
+    assert r.exit_code == 0 and "hijacked" not in r.stdout  # the built-in list runs, on its fast path
+    r = wbx("toolkit", "--help", runtime=rt)
+    assert r.exit_code == 0 and "greet" in r.stdout and "Greet from a plugin." in r.stdout
+    r = wbx("--help", runtime=rt)
+    assert "command 'identity steal' not added: plugins add subcommands only to ['toolkit']" in r.stderr

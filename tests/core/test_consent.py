@@ -9,9 +9,9 @@ import os
 
 import pytest
 
-from wbcore_runtime import consent, trust
-from wbcore_runtime.errors import ErrorKind
-from wbcore_runtime.registry import Entry
+from wbcore_runtime.trust import consent, verdict as trust
+from wbcore_runtime.contract.errors import ErrorKind
+from wbcore_runtime.store.registry import Entry
 
 SEED0 = base64.b64encode(bytes(32)).decode()
 SEED1 = base64.b64encode(bytes(31) + b"\x01").decode()
@@ -186,9 +186,9 @@ def test_env_grants_name_each_variable_and_show_in_dry_run_diffs(tmp_path):
     """A manifest's deployer variables need a grant naming each (issue 22 item 5)."""
     from types import SimpleNamespace
 
-    from wbcore_runtime.consent import ConsentStore, check_env, env_granted, requested_env
-    from wbcore_runtime.errors import CapabilityDenied
-    from wbcore_runtime.install import Change
+    from wbcore_runtime.trust.consent import ConsentStore, check_env, env_granted, requested_env
+    from wbcore_runtime.contract.errors import CapabilityDenied
+    from wbcore_runtime.store.install import Change
 
     m = SimpleNamespace(id="fed", trust="first-party", author_did=None,
                         extra=lambda k, d=None: {"AUTH": "bearer-env TOKEN_A", "ENV_KEYS": "TOKEN_B"}.get(k, d))

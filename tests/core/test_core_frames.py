@@ -1,4 +1,4 @@
-"""wbcore_runtime.frames, the framed protocol every sandbox tier speaks with its guest (seed 003):
+"""wbcore_runtime.wire.frames, the framed protocol every sandbox tier speaks with its guest (seed 003):
 frames round-trip, and every malformed input is a FrameError saying why — never a crash,
 never an allocation a lying length asked for."""
 
@@ -9,8 +9,8 @@ import struct
 
 import pytest
 
-from wbcore_runtime import frames
-from wbcore_runtime.frames import FrameError
+from wbcore_runtime.wire import frames
+from wbcore_runtime.wire.frames import FrameError
 
 SECRET = bytes(range(32))
 

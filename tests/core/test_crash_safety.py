@@ -1,8 +1,8 @@
 """Crash safety: a SIGKILL at any step of an install or a build leaves the old state or the new one.
 
-Each test runs ``wbx`` in a subprocess with ``WB_FAULT_AT=<step>`` (``wbcore_runtime/faults.py``), so the
+Each test runs ``wbx`` in a subprocess with ``WB_FAULT_AT=<step>`` (``wbcore_runtime/store/faults.py``), so the
 process dies at that step as it would from ``kill -9``; then runs the next command, which
-finishes or undoes what was left (``wbcore_runtime.leftovers.sweep_home``), and checks the home: the
+finishes or undoes what was left (``wbcore_runtime.store.leftovers.sweep_home``), and checks the home: the
 user root and ``wbx.lock`` all old or all new, every registered artifact intact, and no
 staging, temp or sandbox leftovers.
 """
@@ -22,9 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from wbcore_runtime import leftovers, signing, trust
-from wbcore_runtime.artifacts import ArtifactStore
-from wbcore_runtime.registry import Registry
+from wbcore_runtime.store import leftovers
+from wbcore_runtime.trust import signing, verdict as trust
+from wbcore_runtime.store.artifacts import ArtifactStore
+from wbcore_runtime.store.registry import Registry
 
 pytestmark = pytest.mark.slow
 
@@ -169,7 +170,7 @@ def test_ten_random_kills_leave_nothing_behind(installed, built):
     home = base / "home-random"
     shutil.copytree(home_v1, home, symlinks=True)
     # the build sandbox's scratch root, owned by a process that is then killed (the same helper wbcore-process uses)
-    owner = subprocess.Popen([sys.executable, "-c", "import sys, time; from wbcore_runtime import leftovers; "
+    owner = subprocess.Popen([sys.executable, "-c", "import sys, time; from wbcore_runtime.store import leftovers; "
                               "print(leftovers.mkdtemp('wb-sbx-'), flush=True); time.sleep(60)"],
                              stdout=subprocess.PIPE, text=True)
     scratch = Path(owner.stdout.readline().strip())

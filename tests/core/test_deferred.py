@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from wbcore_runtime.records import deferred
+from wbcore_runtime.contract.records import deferred
 
 
 def test_a_deferred_factory_imports_its_module_only_when_called() -> None:

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from wbcore_runtime import discovery
-from wbcore_runtime.agents import toolkit_index
-from wbcore_runtime.testing import manifest_text, write_toolkit
+from wbcore_runtime.toolkit import discovery
+from wbcore_runtime.toolkit.agents import toolkit_index
+from wbcore_testing.fixtures import manifest_text, write_toolkit
 
 
 def test_roots_order_and_rules(tmp_path: Path):
@@ -113,7 +113,7 @@ def test_a_toolkit_folder_swapped_for_a_link_after_discovery_serves_nothing(tmp_
 
     import pytest
 
-    from wbcore_runtime.paths import Refused
+    from wbcore_runtime.guard.paths import Refused
 
     root = tmp_path / "root"
     write_toolkit(root, "kit")

@@ -6,11 +6,12 @@ import dataclasses
 
 import pytest
 
-from wbcore_runtime import fabric, hookimpl
-from wbcore_runtime.calls import CallResult
-from wbcore_runtime.errors import ErrorKind, InvalidArgs, NotFound, PluginError
-from wbcore_runtime.records import Availability, Check, ExecShape, FabricEngine
-from wbcore_runtime.registry import Entry
+from wbcore_runtime.dispatch import fabric
+from wbcore_runtime import hookimpl
+from wbcore_runtime.contract.calls import CallResult
+from wbcore_runtime.contract.errors import ErrorKind, InvalidArgs, NotFound, PluginError
+from wbcore_runtime.contract.records import Availability, Check, ExecShape, FabricEngine
+from wbcore_runtime.store.registry import Entry
 
 
 class EchoRunner:
@@ -28,7 +29,7 @@ class InlineEngine:
         self.jobs = []
 
     def chunks(self, job, work, *, cancel=None):
-        from wbcore_runtime import dispatch
+        from wbcore_runtime.dispatch import dispatcher as dispatch
 
         self.jobs.append(job)
         target = dispatch.target_for(self.runtime, job.entry, job.tier)
@@ -173,7 +174,7 @@ def test_chunk_results_put_each_error_at_its_input_index(registered):
 
 
 def test_an_error_kind_crosses_a_boundary_as_its_class():
-    from wbcore_runtime import errors
+    from wbcore_runtime.contract import errors
 
     for exc in (NotFound("x"), InvalidArgs("y"), errors.Timeout("z"), errors.CapabilityDenied("w")):
         back = fabric.error_from_wire(*fabric.error_wire(exc))

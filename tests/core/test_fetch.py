@@ -1,4 +1,4 @@
-"""The one fetcher (wbcore_runtime.fetch): TLS against SSL_CERT_FILE, error kinds of their own, caps while streaming."""
+"""The one fetcher (wbcore_runtime.guard.fetch): TLS against SSL_CERT_FILE, error kinds of their own, caps while streaming."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from wbcore_runtime import fetch
-from wbcore_runtime.errors import DnsError, InvalidArgs, Timeout, TlsError, Unreachable
-from wbcore_runtime.netguard import EgressDenied, NetGuard
-from wbcore_runtime.testing import FileServer
+from wbcore_runtime.guard import fetch
+from wbcore_runtime.contract.errors import DnsError, InvalidArgs, Timeout, TlsError, Unreachable
+from wbcore_runtime.guard.netguard import EgressDenied, NetGuard
+from wbcore_testing.fixtures import FileServer
 
 ALLOW = {"WB_ALLOW_PRIVATE_SOURCES": "1"}
 
@@ -198,10 +198,10 @@ def test_caps_hold_while_streaming(http_port, tmp_path):
 
 
 def test_one_fetcher():
-    """No module but wbcore_runtime/fetch.py makes an httpx client (the issue-11 acceptance grep)."""
+    """No module but wbcore_runtime/guard/fetch.py makes an httpx client (the issue-11 acceptance grep)."""
     import re
 
-    root = Path(fetch.__file__).resolve().parents[1]
+    root = Path(fetch.__file__).resolve().parents[2]
     pattern = re.compile(r"httpx\.(get|Client|stream|AsyncClient|post)\b")
     found = []
     for base in (root / "wbcore_runtime", root / "plugins"):
@@ -210,4 +210,4 @@ def test_one_fetcher():
                 continue
             if pattern.search(path.read_text(encoding="utf-8", errors="replace")):
                 found.append(path.relative_to(root).as_posix())
-    assert found == ["wbcore_runtime/fetch.py"]
+    assert found == ["wbcore_runtime/guard/fetch.py"]

@@ -12,8 +12,8 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from wbcore_runtime import frames  # noqa: E402
-from wbcore_runtime.frames import FrameError  # noqa: E402
+from wbcore_runtime.wire import frames  # noqa: E402
+from wbcore_runtime.wire.frames import FrameError  # noqa: E402
 
 SECRET = bytes(range(32))
 KINDS = sorted(frames.NAMES)

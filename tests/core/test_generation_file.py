@@ -21,7 +21,7 @@ import pytest
 _SCRIPT = textwrap.dedent("""
     import os, sys, struct
     from pathlib import Path
-    from wbcore_runtime.generation import Generation
+    from wbcore_runtime.store.generation import Generation
     home, name, how = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
     reader = Generation(home, name)
     writer = Generation(home, name)
@@ -77,7 +77,7 @@ def test_kv_reader_serves_no_stale_value_after_counter_replaced(tmp_path: Path) 
         import os, sys, struct
         from pathlib import Path
         from wbcore_brokers_state.db import Db
-        from wbcore_runtime.generation import Generation
+        from wbcore_runtime.store.generation import Generation
         p = Path(sys.argv[1]) / "kv.db"
         db = Db(p, "CREATE TABLE IF NOT EXISTS t (k TEXT PRIMARY KEY, v TEXT);", changes=True)
         other = Db(p, "CREATE TABLE IF NOT EXISTS t (k TEXT PRIMARY KEY, v TEXT);", changes=True)

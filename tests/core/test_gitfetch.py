@@ -1,4 +1,4 @@
-"""The one git fetcher (``wbcore_runtime.gitfetch``): the SSRF guard, the pin, the transports,
+"""The one git fetcher (``wbcore_runtime.guard.gitfetch``): the SSRF guard, the pin, the transports,
 the bounds — against git's own smart-HTTP server on loopback."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from wbcore_runtime import gitfetch
-from wbcore_runtime.errors import InvalidArgs, NotFound, Timeout
-from wbcore_runtime.netguard import EgressDenied, NetGuard
-from wbcore_runtime.testing import GitHttpServer, git_repo
+from wbcore_runtime.guard import gitfetch
+from wbcore_runtime.contract.errors import InvalidArgs, NotFound, Timeout
+from wbcore_runtime.guard.netguard import EgressDenied, NetGuard
+from wbcore_testing.fixtures import GitHttpServer, git_repo
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -57,7 +57,7 @@ def test_a_rebinding_name_is_refused_before_git_runs(served, tmp_path: Path) -> 
 
 
 def test_redirects_are_not_followed(tmp_path: Path) -> None:
-    from wbcore_runtime.testing import FileServer
+    from wbcore_testing.fixtures import FileServer
 
     def moved(h) -> None:  # type: ignore[no-untyped-def]
         h.send_response(302)
@@ -113,8 +113,8 @@ def test_one_git_fetcher() -> None:
                           r"""|["']git\s+(clone|fetch)\b""")
     found = []
     for rel in files:
-        if "/tests/" in f"/{rel}" or rel.endswith("wbcore_runtime/testing.py"):
+        if "/tests/" in f"/{rel}" or rel.endswith("plugins/wbcore-testing/wbcore_testing/fixtures.py"):
             continue
         if runs_git.search((ROOT / rel).read_text(errors="replace")):
             found.append(rel)
-    assert found == ["wbcore_runtime/gitfetch.py"], found
+    assert found == ["wbcore_runtime/guard/gitfetch.py"], found

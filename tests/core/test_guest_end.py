@@ -1,5 +1,5 @@
 """How a wasm command's guest ended, mapped to one result or error for every tier that runs
-wasm (``wbcore_runtime.calls.check_guest_end``: instance, os_process and container call it)."""
+wasm (``wbcore_runtime.contract.calls.check_guest_end``: instance, os_process and container call it)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from wbcore_runtime.calls import CommandRequest, GuestTrap, LimitExceeded, Principal, check_guest_end, near_memory_cap
-from wbcore_runtime.errors import Timeout
-from wbcore_runtime.policy import profile
+from wbcore_runtime.contract.calls import CommandRequest, GuestTrap, LimitExceeded, Principal, check_guest_end, near_memory_cap
+from wbcore_runtime.contract.errors import Timeout
+from wbcore_runtime.trust.policy import profile
 
 PROF = profile("compute")
 REQ = CommandRequest(name="g", sha256="0" * 64, artifact=Path("g.wasm"), argv=(), stdin=b"", profile=PROF,

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from wbcore_runtime import discovery, home
-from wbcore_runtime.errors import InvalidArgs
+from wbcore_runtime.toolkit import discovery
+from wbcore_runtime.store import home
+from wbcore_runtime.contract.errors import InvalidArgs
 from wbcore_runtime.runtime import Runtime
-from wbcore_runtime.testing import write_toolkit
+from wbcore_testing.fixtures import write_toolkit
 
 
 def _project(tmp_path: Path, text: str = 'home = ".wb-home"\ntoolkits = ["kits"]\n') -> Path:

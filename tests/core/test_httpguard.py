@@ -1,4 +1,4 @@
-"""wbcore_runtime.httpguard: who may talk to an HTTP surface (MCP, engine) — one function per question."""
+"""wbcore_runtime.guard.httpguard: who may talk to an HTTP surface (MCP, engine) — one function per question."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from wbcore_runtime import httpguard
-from wbcore_runtime.errors import InvalidArgs
+from wbcore_runtime.guard import httpguard
+from wbcore_runtime.contract.errors import InvalidArgs
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "a-token-of-enough-length-123"

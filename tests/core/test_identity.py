@@ -12,8 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from wbcore_runtime import did, identity
-from wbcore_runtime.errors import WbError, InvalidArgs
+from wbcore_runtime.trust import did, identity
+from wbcore_runtime.contract.errors import WbError, InvalidArgs
 
 # W3C CCG did-method-key, test-vectors/ed25519-x25519.json: seed → did:key, publicKeyBase58.
 W3C_VECTORS = [

@@ -17,8 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from wbcore_runtime import install, signing, unpack
-from wbcore_runtime.testing import write_toolkit
+from wbcore_runtime.store import install
+from wbcore_runtime.trust import signing
+from wbcore_runtime.guard import unpack
+from wbcore_testing.fixtures import write_toolkit
 
 SEED0 = base64.b64encode(bytes(32)).decode()
 
@@ -47,7 +49,7 @@ def snapshot(home: Path) -> dict[str, object]:
 def src(tmp_path, monkeypatch):
     """A folder holding a signed third-party toolkit 'tp' and a first-party 'fp'."""
     monkeypatch.setenv("WB_SIGNING_KEY", SEED0)
-    from wbcore_runtime import identity
+    from wbcore_runtime.trust import identity
 
     base = tmp_path / "src"
     write_toolkit(base, "tp", trust="third-party", caps="net", files={"bin/tool.wasm": b"\0asm\x01\0\0\0"})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from wbcore_runtime import jsonbound
+from wbcore_runtime.contract import jsonbound
 
 
 def test_depth_ignores_brackets_inside_strings():

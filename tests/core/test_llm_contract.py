@@ -1,4 +1,4 @@
-"""The LLM provider contract (wbcore_runtime.llm): settings, model specs, the one retry policy, cost,
+"""The LLM provider contract (wbcore_runtime.contract.llm): settings, model specs, the one retry policy, cost,
 and the key kept out of reprs and errors. Core only: providers here are in-process plugins."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from wbcore_runtime import hookimpl
-from wbcore_runtime.errors import InvalidArgs, NotFound
-from wbcore_runtime.llm import (
+from wbcore_runtime.contract.errors import InvalidArgs, NotFound
+from wbcore_runtime.contract.llm import (
     ChatResponse,
     LlmSettings,
     Message,
@@ -19,7 +19,7 @@ from wbcore_runtime.llm import (
     split_model,
     with_retries,
 )
-from wbcore_runtime.records import RECORD_KINDS, Availability, LlmProvider
+from wbcore_runtime.contract.records import RECORD_KINDS, Availability, LlmProvider
 
 YES = Availability.yes()
 
@@ -151,7 +151,7 @@ def test_no_agent_loop_says_what_to_install(make_runtime):
 
 
 def test_tool_choice_is_a_word_or_an_offered_tool_and_usage_estimates_are_marked() -> None:
-    from wbcore_runtime.llm import ChatRequest, ToolSpec, check_tool_choice, estimate_usage
+    from wbcore_runtime.contract.llm import ChatRequest, ToolSpec, check_tool_choice, estimate_usage
 
     tools = (ToolSpec("wb", "toolkits", {"type": "object"}),)
     assert [check_tool_choice(c, tools) for c in (None, "auto", "required", "none", "wb")] == \

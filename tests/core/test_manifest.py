@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from wbcore_runtime import manifest
-from wbcore_runtime.errors import ManifestError
-from wbcore_runtime.testing import manifest_text
+from wbcore_runtime.toolkit import manifest
+from wbcore_runtime.contract.errors import ManifestError
+from wbcore_testing.fixtures import manifest_text
 
 
 def parse(text: str) -> manifest.Manifest:
@@ -119,8 +119,8 @@ def test_oversized_and_non_utf8_files(tmp_path):
 
 @pytest.mark.parametrize("brk", ["\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"])
 def test_line_breaks_other_than_lf_and_crlf_are_refused(brk, tmp_path):
-    from wbcore_runtime import manifest as m
-    from wbcore_runtime.skills import read_skill
+    from wbcore_runtime.toolkit import manifest as m
+    from wbcore_runtime.toolkit.skills import read_skill
 
     text = manifest_text("demo") + f"\nsome body{brk}* Evil :toolkit:\n"
     line = text[: text.index(brk)].count("\n") + 1

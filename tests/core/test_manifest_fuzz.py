@@ -8,9 +8,9 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from wbcore_runtime import manifest
-from wbcore_runtime.errors import ManifestError
-from wbcore_runtime.testing import manifest_text
+from wbcore_runtime.toolkit import manifest
+from wbcore_runtime.contract.errors import ManifestError
+from wbcore_testing.fixtures import manifest_text
 
 P = Path("/fuzz/demo/manifest.org")
 

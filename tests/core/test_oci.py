@@ -8,10 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from wbcore_runtime import identity, install, oci, signing
-from wbcore_runtime.errors import InvalidArgs, NotFound
-from wbcore_runtime.netguard import EgressDenied
-from wbcore_runtime.testing import write_toolkit
+from wbcore_runtime.trust import identity, signing
+from wbcore_runtime.store import install
+from wbcore_runtime.guard import oci
+from wbcore_runtime.contract.errors import InvalidArgs, NotFound
+from wbcore_runtime.guard.netguard import EgressDenied
+from wbcore_testing.fixtures import write_toolkit
 
 SEED0 = base64.b64encode(bytes(32)).decode()
 
@@ -139,8 +141,8 @@ def test_a_body_is_never_resent_through_a_redirect(monkeypatch, tmp_path):
     import http.server
     import threading
 
-    from wbcore_runtime import fetch
-    from wbcore_runtime.netguard import NetGuard
+    from wbcore_runtime.guard import fetch
+    from wbcore_runtime.guard.netguard import NetGuard
 
     class Redirect(http.server.BaseHTTPRequestHandler):
         def log_message(self, *a):

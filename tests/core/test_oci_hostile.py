@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from wbcore_runtime import install, oci
-from wbcore_runtime.netguard import EgressDenied
+from wbcore_runtime.store import install
+from wbcore_runtime.guard import oci
+from wbcore_runtime.guard.netguard import EgressDenied
 
 
 class Hostile:

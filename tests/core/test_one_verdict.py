@@ -35,9 +35,9 @@ def _hits(pattern: str, allowed: dict[str, str]) -> list[str]:
 def test_one_trust_verdict() -> None:
     """Only trust.py asks for a signature verdict and judges it (trust.refusal: one rule for an
     unresolved did:web); everything else calls trust.signature_verdict/folder_verdict/refusal."""
-    home = {"wbcore_runtime/trust.py": "the verdict", "wbcore_runtime/signing.py": "the signature itself"}
+    home = {"wbcore_runtime/trust/verdict.py": "the verdict", "wbcore_runtime/trust/signing.py": "the signature itself"}
     calls = _hits(r"\bsigning\.verify\(", home)
-    assert not calls, "call wbcore_runtime.trust (folder_verdict + refusal) instead:\n" + "\n".join(calls)
+    assert not calls, "call wbcore_runtime.trust.verdict (folder_verdict + refusal) instead:\n" + "\n".join(calls)
     unresolved = _hits(r"\bUNRESOLVED\b", home)
     assert not unresolved, "an unresolved did:web is judged by trust.refusal only:\n" + "\n".join(unresolved)
     judged = _hits(r"verdict\.ok\b", home)
@@ -45,11 +45,11 @@ def test_one_trust_verdict() -> None:
 
 
 def test_one_containment_function() -> None:
-    """No walker decides containment itself: wbcore_runtime.paths (paths.inside / Root) does, and
+    """No walker decides containment itself: wbcore_runtime.guard.paths (paths.inside / Root) does, and
     the unpacker (which writes, and checks what it wrote) is its one sibling."""
     home = {
-        "wbcore_runtime/paths.py": "the containment function",
-        "wbcore_runtime/unpack.py": "the unpacker checks the tree it writes",
+        "wbcore_runtime/guard/paths.py": "the containment function",
+        "wbcore_runtime/guard/unpack.py": "the unpacker checks the tree it writes",
         # not containment of a walked tree: the interpreter the os_process workers run must
         # live under this Python's base prefix (a bind of that folder serves it)
         "plugins/wbcore-process/wbcore_process/pool.py": "interpreter location, not a walk",
@@ -57,16 +57,16 @@ def test_one_containment_function() -> None:
         "wbcore_runtime/cli/demo.py": "the demo's own executable",
     }
     copies = _hits(r"is_relative_to\(|commonpath\(|startswith\((str\()?(base|root)\b.*os\.sep|followlinks=True", home)
-    assert not copies, "call wbcore_runtime.paths.inside (or Root) instead:\n" + "\n".join(copies)
+    assert not copies, "call wbcore_runtime.guard.paths.inside (or Root) instead:\n" + "\n".join(copies)
 
 
 def test_one_unpacker() -> None:
-    """Every reader of an untrusted archive goes through wbcore_runtime/unpack.py (unpack,
+    """Every reader of an untrusted archive goes through wbcore_runtime/guard/unpack.py (unpack,
     read_files); writers of archives (export, oci push, the bundle's own zip) may use the modules."""
     home = {
-        "wbcore_runtime/unpack.py": "the unpacker",
-        "wbcore_runtime/export.py": "writes a tar (mode='w')",
-        "wbcore_runtime/oci.py": "writes a layer tar (mode='w')",
+        "wbcore_runtime/guard/unpack.py": "the unpacker",
+        "wbcore_runtime/store/archive.py": "writes a tar (mode='w')",
+        "wbcore_runtime/guard/oci.py": "writes a layer tar (mode='w')",
         "wbcore_runtime/cli/demosite.py": "writes the demo's wheel (a zip, mode 'w')",
         # re-packs the pinned, digest-checked jq source tarball the project ships (build input)
         "plugins/wbcore-lane-zig/wbcore_lane_zig/builtins/jqsrc.py": "pinned source, digest-checked",
@@ -75,4 +75,4 @@ def test_one_unpacker() -> None:
         "plugins/wbcore-publish/wbcore_publish/bundle.py": "pending: restore through unpack.read_files",
     }
     readers = _hits(r"tarfile\.open\(|zipfile\.ZipFile\(|\.extractall\(|\.extractfile\(", home)
-    assert not readers, "read untrusted archives with wbcore_runtime.unpack (unpack / read_files):\n" + "\n".join(readers)
+    assert not readers, "read untrusted archives with wbcore_runtime.guard.unpack (unpack / read_files):\n" + "\n".join(readers)

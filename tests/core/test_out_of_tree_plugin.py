@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from wbcore_runtime.testing import write_toolkit
+from wbcore_testing.fixtures import write_toolkit
 
 HERE = Path(__file__).resolve().parent.parent
 

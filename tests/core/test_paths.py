@@ -1,4 +1,4 @@
-"""wbcore_runtime.paths: the one containment rule. One case per escape trick."""
+"""wbcore_runtime.guard.paths: the one containment rule. One case per escape trick."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from wbcore_runtime import paths
-from wbcore_runtime.errors import InvalidArgs, NotFound
+from wbcore_runtime.guard import paths
+from wbcore_runtime.contract.errors import InvalidArgs, NotFound
 
 
 @pytest.fixture
@@ -168,7 +168,7 @@ def test_a_file_replaced_after_the_check_is_refused(tk: Path, tmp_path: Path, mo
 
 def test_discovery_reads_through_containment_without_extra_lookups(tk: Path, monkeypatch):
     """One lstat per component below the search root: 1,000 toolkits stay fast."""
-    from wbcore_runtime import discovery
+    from wbcore_runtime.toolkit import discovery
 
     (tk / "manifest.org").write_text(
         "#+TITLE: Demo\n#+TOOLKIT: demo\n#+VERSION: 0.1.0\n#+STATUS: stable\n#+TAGLINE: demo\n\n* Demo :toolkit:\n"

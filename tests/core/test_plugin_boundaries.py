@@ -77,7 +77,7 @@ def test_the_walk_catches_a_crossing(tmp_path: Path) -> None:
     (dist / "wb_lane_x").mkdir(parents=True)
     (dist / "wb_lane_x" / "__init__.py").write_text("")
     (dist / "wb_lane_x" / "lane.py").write_text(
-        "import os\nfrom wbcore_runtime.sandbox import Bind\nfrom wb_lane_x import lane\n\n"
+        "import os\nfrom wbcore_runtime.contract.sandbox import Bind\nfrom wb_lane_x import lane\n\n"
         "def build():\n    from wbcore_process.sandbox import Sandbox\n    import wbcore_act.model as m\n"
         "    return lazy('wb_lane_x.lane:build'), plugins.lazy('wbcore_process.sandbox:probe')\n")
     (dist / "tests").mkdir()

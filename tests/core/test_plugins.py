@@ -6,9 +6,10 @@ import time
 
 import pytest
 
-from wbcore_runtime import hookimpl, plugins
-from wbcore_runtime.errors import NotFound, PluginError
-from wbcore_runtime.records import Check, ExecShape, SourcePrefix
+from wbcore_runtime import hookimpl
+from wbcore_runtime.plugins import manager as plugins
+from wbcore_runtime.contract.errors import NotFound, PluginError
+from wbcore_runtime.contract.records import Check, ExecShape, SourcePrefix
 from wbcore_runtime.runtime import Runtime
 
 

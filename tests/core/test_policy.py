@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from wbcore_runtime import policy
+from wbcore_runtime.trust import policy
 
 
 @pytest.mark.parametrize("name", [None, "", "Compute", "minmal", "root", "posix ", "network\n"])

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from wbcore_runtime import registries
-from wbcore_runtime.errors import InvalidArgs, NotFound
-from wbcore_runtime.netguard import NetGuard
-from wbcore_runtime.testing import FileServer
+from wbcore_runtime.guard import registries
+from wbcore_runtime.contract.errors import InvalidArgs, NotFound
+from wbcore_runtime.guard.netguard import NetGuard
+from wbcore_testing.fixtures import FileServer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -93,7 +93,7 @@ def test_every_product_fetch_takes_the_deployers_guard() -> None:
     files = subprocess.run(["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
     built = []
     for rel in files:
-        if "/tests/" in f"/{rel}" or rel.endswith(("wbcore_runtime/testing.py", "wbcore_runtime/netguard.py")):
+        if "/tests/" in f"/{rel}" or rel.endswith(("plugins/wbcore-testing/wbcore_testing/fixtures.py", "wbcore_runtime/guard/netguard.py")):
             continue
         for line in (ROOT / rel).read_text(errors="replace").splitlines():
             if re.search(r"\bNetGuard\(", line) and "``" not in line:
@@ -101,7 +101,7 @@ def test_every_product_fetch_takes_the_deployers_guard() -> None:
     assert sorted(built) == [
         ("plugins/wbcore-brokers-net/wbcore_brokers_net/brokers.py", "self.guard = guard or NetGuard()"),
         ("plugins/wbcore-brokers-net/wbcore_brokers_net/brokers.py", "self.guard = guard or NetGuard()"),
-        ("wbcore_runtime/did.py", "guard = NetGuard(allow_private=True, unresolved_is_dns_error=True)"),
+        ("wbcore_runtime/trust/did.py", "guard = NetGuard(allow_private=True, unresolved_is_dns_error=True)"),
     ], built
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from wbcore_runtime.errors import InvalidArgs, NotFound
-from wbcore_runtime.registry import MAX_DYNAMIC, Entry, Registry
+from wbcore_runtime.contract.errors import InvalidArgs, NotFound
+from wbcore_runtime.store.registry import MAX_DYNAMIC, Entry, Registry
 
 SHA = "a" * 64
 
@@ -66,7 +66,7 @@ def test_lookups_see_writes_from_this_and_other_connections(tmp_path):
 
 @pytest.mark.parametrize("look_alike", ["Upper", "UPPER", "upper.", "jq.", "Grep..", "WBOX"])
 def test_look_alikes_of_reserved_builtins_are_refused(tmp_path, look_alike):
-    from wbcore_runtime.registry import LookAlikeName
+    from wbcore_runtime.store.registry import LookAlikeName
     reg = Registry(tmp_path / "r.db")
     with pytest.raises(LookAlikeName, match=r"looks like '(upper|jq|grep|wbox)' \(a reserved built-in") as err:
         reg.register(Entry("command", look_alike, SHA, "command", toolkit="tk"))
@@ -75,7 +75,7 @@ def test_look_alikes_of_reserved_builtins_are_refused(tmp_path, look_alike):
 
 
 def test_look_alikes_between_toolkits_are_refused(tmp_path):
-    from wbcore_runtime.registry import LookAlikeName, name_key
+    from wbcore_runtime.store.registry import LookAlikeName, name_key
     reg = Registry(tmp_path / "r.db")
     reg.register(Entry("command", "fmt", SHA, "command", toolkit="a"))
     for other in ("FMT", "fmt.", "Fmt..."):

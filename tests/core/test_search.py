@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from wbcore_runtime.search import _snippet
+from wbcore_runtime.toolkit.search import _snippet
 
 TEXT = ("The quick brown fox jumps over the lazy dog while the zebrafish swims in circles "
         "around the pond every single morning of the year.")

@@ -1,4 +1,4 @@
-"""The one seccomp filter builder (``wbcore_runtime.seccomp``): every tier that loads a filter builds it
+"""The one seccomp filter builder (``wbcore_runtime.guard.seccomp``): every tier that loads a filter builds it
 here from its policy (data), and the filter refuses what the module says it refuses."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from wbcore_runtime import seccomp
+from wbcore_runtime.guard import seccomp
 
 PR_SET_NO_NEW_PRIVS = 38
 PR_SET_SECCOMP = 22

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from wbcore_runtime import did, identity, signing
-from wbcore_runtime.errors import InvalidArgs
+from wbcore_runtime.trust import did, identity, signing
+from wbcore_runtime.contract.errors import InvalidArgs
 
 SEED0 = bytes(32)
 SEED1 = bytes(31) + b"\x01"
@@ -345,7 +345,7 @@ def test_text_after_cr_on_the_signature_line_is_refused(signed_vec, tmp_path):
     assert "manifest.org:9: file: a carriage return (CR, U+000D) not followed by LF" in v.message
     with pytest.raises(InvalidArgs, match="carriage return"):
         signing.content_digest(signed_vec)
-    from wbcore_runtime import manifest
+    from wbcore_runtime.toolkit import manifest
 
     with pytest.raises(InvalidArgs, match=r"manifest.org:9: file: .*replace it with a newline"):
         manifest.load(path)

@@ -15,8 +15,9 @@ from pathlib import Path
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from wbcore_runtime import identity, manifest, signing
-from wbcore_runtime.errors import InvalidArgs
+from wbcore_runtime.trust import identity, signing
+from wbcore_runtime.toolkit import manifest
+from wbcore_runtime.contract.errors import InvalidArgs
 
 from test_signing import SEED0, write_vec
 

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from wbcore_runtime import skills
-from wbcore_runtime.errors import InvalidArgs, NotFound
-from wbcore_runtime.testing import write_toolkit
+from wbcore_runtime.toolkit import skills
+from wbcore_runtime.contract.errors import InvalidArgs, NotFound
+from wbcore_testing.fixtures import write_toolkit
 
 
 @pytest.fixture

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from wbcore_runtime import discovery, manifest_cache, signing, trust
+from wbcore_runtime.toolkit import discovery, manifest_cache
+from wbcore_runtime.trust import signing, verdict as trust
 from wbcore_runtime.runtime import Runtime
-from wbcore_runtime.testing import write_toolkit
+from wbcore_testing.fixtures import write_toolkit
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,4 @@
-"""Terminal sessions over frames (``wbcore_runtime.terminal``), both ends, without any sandbox: the
+"""Terminal sessions over frames (``wbcore_runtime.wire.terminal``), both ends, without any sandbox: the
 agent runs in a child process of this test on pipes, as a tier's sandbox would run it."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import time
 
 import pytest
 
-from wbcore_runtime import frames, terminal
+from wbcore_runtime.wire import frames, terminal
 
 AGENT = """
 import os, sys
-from wbcore_runtime import terminal
+from wbcore_runtime.wire import terminal
 secret = bytes.fromhex(sys.argv[1])
 chan = terminal.Channel(os.dup(0), os.dup(1))
 for fd in (chan.read_fd, chan.write_fd):
@@ -145,7 +145,7 @@ def test_unreachable_by_names_the_folder_an_unprivileged_uid_cannot_use() -> Non
     import tempfile
     from pathlib import Path
 
-    from wbcore_runtime.terminal import unreachable_by
+    from wbcore_runtime.wire.terminal import unreachable_by
 
     if not os.stat("/tmp").st_mode & stat.S_IXOTH:
         pytest.skip("/tmp is not searchable by others here")

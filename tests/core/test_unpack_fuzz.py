@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from wbcore_runtime import unpack
-from wbcore_runtime.registry import name_key
+from wbcore_runtime.guard import unpack
+from wbcore_runtime.store.registry import name_key
 
 _segment = st.sampled_from(["a", "b", "..", ".", "", "SKILL.md", "x y", "\x00", "ü", "C:"])
 _names = st.lists(_segment, min_size=1, max_size=4).map("/".join) | st.text(max_size=30)

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from wbcore_runtime import hookimpl
-from wbcore_runtime.records import Check, ExecShape
+from wbcore_runtime.contract.records import Check, ExecShape
 
 
 def lines(report):
@@ -43,7 +43,7 @@ def test_third_party_requires_author_did_and_signature(make_toolkit, make_runtim
 
 
 def test_role_pre_blocks_reported_disabled(make_toolkit, make_runtime, toolkit_root):
-    from wbcore_runtime.testing import manifest_text
+    from wbcore_testing.fixtures import manifest_text
 
     text = manifest_text("pre") + "#+begin_src sh :role pre\nrm -rf /\n#+end_src\n"
     make_toolkit("pre", manifest=text)
@@ -61,7 +61,7 @@ def test_legacy_manifest_verify_warns_with_modern_equivalent(make_toolkit, make_
 
 
 def test_broken_manifest_verify_names_the_error(make_toolkit, make_runtime):
-    from wbcore_runtime.testing import manifest_text
+    from wbcore_testing.fixtures import manifest_text
 
     make_toolkit("broken", manifest=manifest_text("broken").replace("#+STATUS: stable", "#+STATUS: meh"))
     r = make_runtime().verify("broken")
@@ -94,12 +94,12 @@ def test_shape_from_in_process_plugin(make_toolkit, make_runtime):
 
 
 def test_a_shipped_artifact_outside_the_toolkit_is_unavailable(make_toolkit, make_runtime, tmp_path):
-    """#+SHA256 is checked on the file inside the toolkit, through wbcore_runtime.paths: a pinned
+    """#+SHA256 is checked on the file inside the toolkit, through wbcore_runtime.guard.paths: a pinned
     file that is a link out (even to the right bytes) or a hard link makes it unavailable."""
     import hashlib
     import os
 
-    from wbcore_runtime import trust
+    from wbcore_runtime.trust import verdict as trust
 
     data = b"\0asm\1\0\0\0"
     outside = tmp_path / "tool.wasm"

@@ -21,8 +21,8 @@ RFC3339_TOKYO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?\+09:00$")
 
 
 def _register_time(make_runtime: Any, toolkit_root: Path) -> Any:
-    from wbcore_runtime import builder
-    from wbcore_runtime.testing import manifest_text, write_toolkit
+    from wbcore_runtime.build import builder
+    from wbcore_testing.fixtures import manifest_text, write_toolkit
 
     write_toolkit(toolkit_root, "time", manifest_text("time", exec="component",
                                                       tagline="Current time in any timezone (act-cli's fixture)."))
@@ -141,8 +141,8 @@ ECHO_WAT = Path(__file__).resolve().parents[1] / "data" / "act" / "echo_provider
 def echo_rt(make_runtime: Any, toolkit_root: Path) -> Any:
     import wasmtime
 
-    from wbcore_runtime import builder
-    from wbcore_runtime.testing import manifest_text, write_toolkit
+    from wbcore_runtime.build import builder
+    from wbcore_testing.fixtures import manifest_text, write_toolkit
 
     write_toolkit(toolkit_root, "echo", manifest_text("echo", exec="component"))
     rt = make_runtime()

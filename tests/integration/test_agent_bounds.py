@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from wbcore_runtime.calls import Principal
-from wbcore_runtime.scripted_llm import ScriptedLlm, empty, plain, raw, reply, tool
+from wbcore_runtime.contract.calls import Principal
+from wbcore_testing.scripted_llm import ScriptedLlm, empty, plain, raw, reply, tool
 
 pytest.importorskip("wbcore_agent")
 pytest.importorskip("wbcore_llm_openai")

@@ -9,8 +9,8 @@ import os
 
 import pytest
 
-from wbcore_runtime import builder
-from wbcore_runtime.scripted_llm import ScriptedLlm, failure, reply, tool
+from wbcore_runtime.build import builder
+from wbcore_testing.scripted_llm import ScriptedLlm, failure, reply, tool
 
 pytest.importorskip("wbcore_agent")
 pytest.importorskip("wbcore_llm_openai")
@@ -121,7 +121,7 @@ def test_five_step_run_over_real_http(world, llm):
     assert rec.usage.input_tokens == 55 and rec.usage.output_tokens == 35
     assert KEY not in (rec.workdir / "_steps.jsonl").read_text()
     # the VFS write landed in the run's VFS, where a resumed run (or a person) finds it
-    from wbcore_runtime.calls import Principal
+    from wbcore_runtime.contract.calls import Principal
 
     ctx = rt.dock.context(principal=Principal("dev", "agent.greeter"), caps={"vfs"}, instance=f"agent-{rec.run_id}")
     assert rt.dock.call(ctx, "vfs", "read", {"path": "greeting.txt"})["data"] == b"hello from shout"
@@ -238,7 +238,7 @@ def test_agent_makes_a_toolkit_used_only_in_its_session_until_promoted(world, ll
     except ImportError:
         bundle = None
     if bundle is not None:
-        from wbcore_runtime import identity
+        from wbcore_runtime.trust import identity
 
         shipped = bundle.ship(ws.path.parent, rt.home / "echoer.wbundle", home=rt.home,
                               ident=identity.load(rt.home, rt.env), env=rt.env)
@@ -337,7 +337,7 @@ def test_pipeline_with_an_agent_stage_is_traced_to_an_otlp_receiver(make_runtime
     spans pipeline → stage → agent step → tool call → broker decision arrive over OTLP with
     their attributes."""
     pytest.importorskip("wbcore_otel")
-    from wbcore_runtime import pipeline as _pipeline
+    from wbcore_fabric_local import pipeline as _pipeline
 
     make_toolkit("shout", SHOUT_MANIFEST, files={"main.wat": SHOUT_WAT},
                  skills={"overview": "#+TITLE: shout overview\n\nRun `shout`: it prints a greeting.\n"})

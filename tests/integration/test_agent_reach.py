@@ -10,8 +10,8 @@ from pathlib import Path
 import cbor2
 import pytest
 
-from wbcore_runtime import builder
-from wbcore_runtime.scripted_llm import ScriptedLlm, reply, tool
+from wbcore_runtime.build import builder
+from wbcore_testing.scripted_llm import ScriptedLlm, reply, tool
 
 pytest.importorskip("wbcore_agent")
 pytest.importorskip("wbcore_llm_openai")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import cbor2
 import pytest
 
-from wbcore_runtime import consent
-from wbcore_runtime.calls import Principal
-from wbcore_runtime.dock import KIND_OF_STATUS
+from wbcore_runtime.trust import consent
+from wbcore_runtime.contract.calls import Principal
+from wbcore_runtime.dispatch.dock import KIND_OF_STATUS
 
 HELLO = r"""
 (module

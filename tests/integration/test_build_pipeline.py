@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from wbcore_runtime import builder, hookimpl
+from wbcore_runtime.build import builder
+from wbcore_runtime import hookimpl
 from wbcore_runtime.build import BuildOutput, BuildRequest, cache, pipeline, products
-from wbcore_runtime.records import BuildLane
+from wbcore_runtime.contract.records import BuildLane
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -121,7 +122,7 @@ def test_no_second_cache_key_recipe_exists() -> None:
     assert offenders == []
     broker = (REPO / "plugins/wbcore-brokers-build/wbcore_brokers_build/broker.py").read_text()
     builtins = (REPO / "plugins/wbcore-lane-zig/wbcore_lane_zig/builtins/__init__.py").read_text()
-    builder_src = (REPO / "wbcore_runtime/builder.py").read_text()
+    builder_src = (REPO / "wbcore_runtime/build/builder.py").read_text()
     assert "pipeline.compile_source(" in broker and "pipeline.compile_source(" in builtins
     assert "pipeline.cache_key(" in builtins and "pipeline.compile_source(" in builder_src
     pipeline_src = (REPO / "wbcore_runtime/build/pipeline.py").read_text()
@@ -259,8 +260,8 @@ def test_not_a_tty_prints_phase_lines_only(rt_factory, make_toolkit, wbx) -> Non
 
 
 def test_manifest_fields_read_keywords_and_core_fields(tmp_path: Path) -> None:
-    from wbcore_runtime.manifest import parse
-    from wbcore_runtime.testing import manifest_text
+    from wbcore_runtime.toolkit.manifest import parse
+    from wbcore_testing.fixtures import manifest_text
 
     m = parse(manifest_text("kern", exec="kernel", extra={"CLI_BIN": "k", "KERNEL_ENTRY": "run", "PY_MODULE": "app"}),
               tmp_path / "manifest.org")

@@ -26,10 +26,10 @@ from typing import Any
 
 import pytest
 
-from wbcore_runtime import builder
+from wbcore_runtime.build import builder
 from wbcore_runtime.build import BuildRequest, cache, snapshot
-from wbcore_runtime.errors import WbError
-from wbcore_runtime.testing import manifest_text
+from wbcore_runtime.contract.errors import WbError
+from wbcore_testing.fixtures import manifest_text
 
 BENIGN, EVIL, SECRET = "BENIGN-7f3a", "EVILX-19c2", "HOSTSECRET-55d1"
 
@@ -255,7 +255,7 @@ def test_snapshot_is_read_only_and_keyed_by_what_it_holds(tmp_path: Path) -> Non
 
 @pytest.mark.parametrize("make_bad", ["abs-link", "link-out", "chain-out", "fifo", "hardlink"])
 def test_snapshot_refuses_what_containment_refuses(tmp_path: Path, make_bad: str) -> None:
-    from wbcore_runtime.paths import Refused
+    from wbcore_runtime.guard.paths import Refused
 
     src = tmp_path / "src"
     (src / "d").mkdir(parents=True)
@@ -281,8 +281,8 @@ def test_snapshot_refuses_what_containment_refuses(tmp_path: Path, make_bad: str
 def test_a_folder_swapped_for_a_link_mid_walk_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The walk is anchored to open folders: a subfolder replaced by a link to a host folder
     after it was listed is never entered."""
-    from wbcore_runtime import paths
-    from wbcore_runtime.paths import Refused
+    from wbcore_runtime.guard import paths
+    from wbcore_runtime.guard.paths import Refused
 
     src = tmp_path / "src"
     (src / "sub").mkdir(parents=True)

@@ -22,10 +22,11 @@ import pytest
 pytest.importorskip("wasmtime")
 cbor2 = pytest.importorskip("cbor2")
 
-from wbcore_runtime import builder, hookimpl  # noqa: E402
-from wbcore_runtime.errors import CapabilityDenied  # noqa: E402
-from wbcore_runtime.records import Broker  # noqa: E402
-from wbcore_runtime.testing import manifest_text, write_toolkit  # noqa: E402
+from wbcore_runtime.build import builder
+from wbcore_runtime import hookimpl  # noqa: E402
+from wbcore_runtime.contract.errors import CapabilityDenied  # noqa: E402
+from wbcore_runtime.contract.records import Broker  # noqa: E402
+from wbcore_testing.fixtures import manifest_text, write_toolkit  # noqa: E402
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 

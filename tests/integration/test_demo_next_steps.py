@@ -8,7 +8,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from wbcore_runtime import builder
+from wbcore_runtime.build import builder
 from wbcore_runtime.cli import demo
 from wbcore_runtime.runtime import Runtime
 
@@ -60,7 +60,7 @@ def test_the_demo_mcp_session_lists_calls_and_reads_a_skill(tmp_path: Path, caps
 
 
 def test_demo_args_hold_several_invocations(tmp_path: Path) -> None:
-    from wbcore_runtime.testing import write_toolkit
+    from wbcore_testing.fixtures import write_toolkit
 
     write_toolkit(tmp_path, "t", extra={"DEMO_ARGS": "put 'a note' && get x && list"})
     m = Runtime.open(plugins=[], home=tmp_path / "home", roots=[tmp_path]).toolkit("t").manifest

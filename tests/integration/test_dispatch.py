@@ -15,10 +15,11 @@ import pytest
 
 pytest.importorskip("wasmtime")
 
-from wbcore_runtime import builder, dispatch  # noqa: E402
-from wbcore_runtime.conformance import ECHO_WAT  # noqa: E402
-from wbcore_runtime.errors import CapabilityDenied, InvalidArgs  # noqa: E402
-from wbcore_runtime.testing import KV_GET, manifest_text, write_toolkit  # noqa: E402
+from wbcore_runtime.build import builder
+from wbcore_runtime.dispatch import dispatcher as dispatch  # noqa: E402
+from wbcore_testing.conformance import ECHO_WAT  # noqa: E402
+from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs  # noqa: E402
+from wbcore_testing.fixtures import KV_GET, manifest_text, write_toolkit  # noqa: E402
 
 KV_WAT = KV_GET
 
@@ -283,9 +284,9 @@ def test_effective_caps_are_computed_in_one_function() -> None:
                 if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                         and node.func.attr == "effective_caps" and getattr(node.func.value, "id", "") == "policy"):
                     callers.append(f"{path.relative_to(here)}:{fn.name}")
-    assert callers == ["wbcore_runtime/consent.py:effective_caps"]
+    assert callers == ["wbcore_runtime/trust/consent.py:effective_caps"]
     # dispatch, show/verify (runtime) and describe all reach the grants through it
-    src = (here / "wbcore_runtime" / "dispatch.py").read_text() + (here / "wbcore_runtime" / "runtime.py").read_text()
+    src = (here / "wbcore_runtime" / "dispatch" / "dispatcher.py").read_text() + (here / "wbcore_runtime" / "runtime.py").read_text()
     assert src.count("consent.effective_caps(") == 2
 
 

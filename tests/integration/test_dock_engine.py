@@ -6,9 +6,9 @@ import cbor2
 import pytest
 import wasmtime
 
-from wbcore_runtime import builder
-from wbcore_runtime.calls import Principal
-from wbcore_runtime.errors import CapabilityDenied
+from wbcore_runtime.build import builder
+from wbcore_runtime.contract.calls import Principal
+from wbcore_runtime.contract.errors import CapabilityDenied
 
 pytest.importorskip("wbcore_brokers_state")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from wbcore_runtime.calls import Principal
+from wbcore_runtime.contract.calls import Principal
 
 DEMO = Path(__file__).resolve().parents[1] / "data" / "js" / "bridge_demo.mjs"
 

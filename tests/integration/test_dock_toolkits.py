@@ -22,7 +22,7 @@ def test_the_c_sdk_header_has_one_copy_in_the_repository():
     built-in ships a copy that could drift (or be planted with other code)."""
     import subprocess
 
-    from wbcore_runtime.dock import SDK_C
+    from wbcore_runtime.dispatch.dock import SDK_C
 
     listed = subprocess.run(["git", "ls-files", "*wb_dock.h"], cwd=ROOT, capture_output=True, text=True)
     if listed.returncode != 0:

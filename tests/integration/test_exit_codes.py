@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from wbcore_runtime.testing import manifest_text
+from wbcore_testing.fixtures import manifest_text
 
 REPO = Path(__file__).resolve().parents[2]
 #: code → where it is checked (this file unless named).
@@ -94,7 +94,7 @@ def test_sha256_mismatch_is_126(rt, wbx):
 
 
 def test_audit_verify_0_and_70(rt, wbx):
-    from wbcore_runtime.audit import AuditLog
+    from wbcore_runtime.dispatch.audit import AuditLog
 
     log = AuditLog.for_home(rt.home, rt.env)
     for i in range(3):

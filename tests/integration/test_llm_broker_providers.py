@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from wbcore_runtime.calls import Principal
-from wbcore_runtime.errors import InvalidArgs, WbError
-from wbcore_runtime.scripted_llm import ScriptedLlm, Turn, failure, reply
+from wbcore_runtime.contract.calls import Principal
+from wbcore_runtime.contract.errors import InvalidArgs, WbError
+from wbcore_testing.scripted_llm import ScriptedLlm, Turn, failure, reply
 
 pytest.importorskip("wbcore_llm")
 pytest.importorskip("wbcore_llm_anthropic")

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from wbcore_runtime import buildable
+from wbcore_runtime.build import buildable
 from wbcore_runtime.runtime import Runtime
 
 pytestmark = pytest.mark.slow

@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from wbcore_runtime import did, install
-from wbcore_runtime.errors import WbError
-from wbcore_runtime.netguard import ENV_ALLOW_PRIVATE, ENV_GUEST_PRIVATE_HOSTS, ENV_PRIVATE_HOSTS
-from wbcore_runtime.testing import FileServer, GitHttpServer, git_repo, manifest_text
+from wbcore_runtime.trust import did
+from wbcore_runtime.store import install
+from wbcore_runtime.contract.errors import WbError
+from wbcore_runtime.guard.netguard import ENV_ALLOW_PRIVATE, ENV_GUEST_PRIVATE_HOSTS, ENV_PRIVATE_HOSTS
+from wbcore_testing.fixtures import FileServer, GitHttpServer, git_repo, manifest_text
 
 PRODUCT = (ENV_PRIVATE_HOSTS, ENV_ALLOW_PRIVATE)
 EVERY = (*PRODUCT, ENV_GUEST_PRIVATE_HOSTS, "WB_SOURCES_ALLOW_PRIVATE")
@@ -95,9 +96,9 @@ def test_jq_sources_come_from_the_configured_pip_index(servers, tmp_path: Path) 
 
 
 def test_sources_wasm_archive_and_git(servers, make_runtime, tmp_path: Path) -> None:
-    from wbcore_runtime import sources
+    from wbcore_runtime.plugins import sources
     from wbcore_runtime.build import SourceRequest
-    from wbcore_runtime.manifest import parse
+    from wbcore_runtime.toolkit.manifest import parse
 
     web, git, commit = servers
     module = b"\0asm\x01\0\0\0"
@@ -152,7 +153,7 @@ def test_did_web(servers) -> None:
 
 def test_a_toolkits_own_egress_names_only_its_setting(servers, make_runtime) -> None:
     """What pip-fetch and http reach through the net broker: WB_ALLOW_PRIVATE_* never apply."""
-    from wbcore_runtime.calls import Principal
+    from wbcore_runtime.contract.calls import Principal
 
     web, _, _ = servers
     web.files["/simple/jq/"] = b"<html></html>"

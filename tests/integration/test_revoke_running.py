@@ -12,9 +12,10 @@ import time
 
 import pytest
 
-from wbcore_runtime import builder, consent
-from wbcore_runtime.calls import Principal
-from wbcore_runtime.errors import CapabilityDenied
+from wbcore_runtime.build import builder
+from wbcore_runtime.trust import consent
+from wbcore_runtime.contract.calls import Principal
+from wbcore_runtime.contract.errors import CapabilityDenied
 
 wasmtime = pytest.importorskip("wasmtime")
 pytest.importorskip("wbcore_wasmtime")
@@ -54,7 +55,7 @@ def test_a_consent_revoke_from_another_process_ends_a_running_call(rt):
     time.sleep(0.5)
     assert th.is_alive() and rt.running.running()  # it spins, entered in the table
     # what `wbx toolkit revoke spinner` does, in another process
-    subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; from wbcore_runtime import consent; "
+    subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; from wbcore_runtime.trust import consent; "
                     "consent.ConsentStore(Path(sys.argv[1])).revoke('spinner')", str(rt.home)], check=True)
     t_revoked = time.monotonic()
     th.join(5)

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from wbcore_runtime import builder
-from wbcore_runtime.artifacts import IntegrityError
-from wbcore_runtime.errors import InvalidArgs
+from wbcore_runtime.build import builder
+from wbcore_runtime.store.artifacts import IntegrityError
+from wbcore_runtime.contract.errors import InvalidArgs
 
 TOOLKITS = Path(__file__).resolve().parents[2] / "toolkits"
 

@@ -1,4 +1,4 @@
-"""``wbx run``'s kept resolution (``wbcore_runtime.runcache``): a later run of the same command
+"""``wbx run``'s kept resolution (``wbcore_runtime.store.runcache``): a later run of the same command
 skips the resolution only while nothing it was decided from has changed.
 
 Each attack is made after the resolution was kept, then run twice: on the fast path (the
@@ -19,8 +19,10 @@ import pytest
 
 pytest.importorskip("wasmtime")
 
-from wbcore_runtime import builder, consent, runcache
-from wbcore_runtime.testing import CliResult
+from wbcore_runtime.build import builder
+from wbcore_runtime.trust import consent
+from wbcore_runtime.store import runcache
+from wbcore_testing.fixtures import CliResult
 
 SHIPPED = Path(__file__).resolve().parents[2] / "toolkits"
 HELLO = b"hello from the kept resolution\n"
@@ -218,15 +220,15 @@ def test_the_stamp_sees_a_just_changed_toolkit_file(b64: Path, make_runtime: Any
     assert runcache._newest(stamp["toolkit"]) >= st.st_ctime_ns
 
 
-from wbcore_runtime.testing import KV_GET as KV_WAT  # noqa: E402
+from wbcore_testing.fixtures import KV_GET as KV_WAT  # noqa: E402
 
 
 def test_a_command_with_caps_audits_alike_on_both_paths(monkeypatch: pytest.MonkeyPatch, wb_home: Path,
                                                         toolkit_root: Path, wbx: Any, make_runtime: Any) -> None:
     """The kept resolution carries the effective caps; the Dock brokers and audits them as
     on the full path (the brokers load when the guest first calls one)."""
-    from wbcore_runtime.audit import AuditLog
-    from wbcore_runtime.testing import manifest_text, write_toolkit
+    from wbcore_runtime.dispatch.audit import AuditLog
+    from wbcore_testing.fixtures import manifest_text, write_toolkit
 
     monkeypatch.setattr(runcache, "RACY_SECONDS", 0.0)
     real, hits = runcache.recall, []
@@ -260,8 +262,8 @@ def test_the_plugin_index_names_runners_and_defers_misses(wb_home: Path, make_ru
     """The index hands dispatch the same records without importing the plugins; a name it
     does not hold is asked of the real registry (same error); a changed plugin file makes
     it stale."""
-    from wbcore_runtime import plugin_index
-    from wbcore_runtime.errors import WbError
+    from wbcore_runtime.plugins import index as plugin_index
+    from wbcore_runtime.contract.errors import WbError
 
     full = make_runtime()
     full.collect_all()  # loads every plugin: the index is written

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from wbcore_runtime import builder
+from wbcore_runtime.build import builder
 from wbcore_runtime.runtime import Runtime
 
 TOOLKITS = Path(__file__).resolve().parents[2] / "toolkits"
@@ -43,7 +43,7 @@ def test_run_imports_no_typer_and_list_no_plugin(tmp_path: Path) -> None:
     assert ran["code"] == 0
     assert "wasmtime" in ran["modules"] and not any(m.startswith("typer") for m in ran["modules"]), ran
     assert "importlib.metadata" not in ran["modules"] and "orgparse" not in ran["modules"], ran
-    # The resolution was kept by the runs before (wbcore_runtime.runcache): no plugin manager, no
+    # The resolution was kept by the runs before (wbcore_runtime.store.runcache): no plugin manager, no
     # registry query, and of the plugins only the runner's and the tracer check's modules.
     assert "pluggy" not in ran["modules"] and "sqlite3" not in ran["modules"], ran
     assert {m.split(".")[0] for m in ran["modules"] if m.startswith("wbcore_") and not m.startswith("wbcore_runtime")} <= {"wbcore_wasmtime", "wbcore_otel"}, ran

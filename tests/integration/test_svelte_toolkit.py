@@ -27,6 +27,6 @@ def test_wbx_builds_and_runs_the_report_html_toolkit(make_runtime, wbx):
     r = wbx("run", "report-html", runtime=rt, input=b'{"title": "T", "rows": [{"k": "v"}]}')
     assert r.exit_code == 0, r.stderr
     assert "<h1>T</h1>" in r.stdout and "<td>v</td>" in r.stdout and "1 row<" in r.stdout
-    from wbcore_runtime import builder
+    from wbcore_runtime.build import builder
 
     assert builder.build(rt, "report-html").cached

@@ -1,5 +1,5 @@
 """``verify`` says ✗ for exactly what ``build`` refuses, with the same reason and fix
-(``wbcore_runtime.buildable``), and re-hashes registered artifacts."""
+(``wbcore_runtime.build.buildable``), and re-hashes registered artifacts."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from wbcore_runtime import buildable, builder, hookimpl
-from wbcore_runtime.errors import WbError
-from wbcore_runtime.records import Availability, BuildLane
-from wbcore_runtime.testing import manifest_text
+from wbcore_runtime.build import buildable, builder
+from wbcore_runtime import hookimpl
+from wbcore_runtime.contract.errors import WbError
+from wbcore_runtime.contract.records import Availability, BuildLane
+from wbcore_testing.fixtures import manifest_text
 
 TOOLKITS = Path(__file__).resolve().parents[2] / "toolkits"
 WAT = (TOOLKITS / "b64" / "src" / "b64.wat").read_text()

@@ -29,8 +29,8 @@ import pytest
 pytest.importorskip("wasmtime")
 packaging_requirements = pytest.importorskip("packaging.requirements")
 
-from wbcore_runtime.conformance import ECHO_WAT  # noqa: E402
-from wbcore_runtime.testing import manifest_text, write_toolkit  # noqa: E402
+from wbcore_testing.conformance import ECHO_WAT  # noqa: E402
+from wbcore_testing.fixtures import manifest_text, write_toolkit  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 #: The core and the plugins installed in the fresh venv: one lane (wat, in wbcore-wasmtime), the

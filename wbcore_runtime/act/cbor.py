@@ -12,7 +12,7 @@ from typing import Any
 
 import cbor2
 
-from wbcore_runtime.errors import InvalidArgs
+from wbcore_runtime.contract.errors import InvalidArgs
 
 #: Arguments and metadata values are capped like every message (DESIGN.md: ≤ 64 MiB).
 MAX_CBOR_BYTES = 64 << 20

@@ -17,7 +17,7 @@ from enum import Enum
 from types import MappingProxyType
 from typing import Any, Union
 
-from wbcore_runtime.errors import WbError
+from wbcore_runtime.contract.errors import WbError
 
 # --- the std: keys (ACT-CONSTANTS) ---------------------------------------------------
 

@@ -33,8 +33,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from wbcore_runtime.calls import Principal
-from wbcore_runtime.errors import InvalidArgs, NotFound, WbError, unknown_name
+from wbcore_runtime.contract.calls import Principal
+from wbcore_runtime.contract.errors import InvalidArgs, NotFound, WbError, unknown_name
 
 from wbcore_runtime.act.model import (
     STD_DESTRUCTIVE,
@@ -294,7 +294,8 @@ class ToolkitProvider:
         return self.only is None or tool.name in self.only or (tool.toolkit or "") in self.only
 
     def _build(self) -> dict[str, Tool]:
-        from wbcore_runtime import dispatch, policy
+        from wbcore_runtime.dispatch import dispatcher as dispatch
+        from wbcore_runtime.trust import policy
 
         rt = self.runtime
         found = rt.discover()
@@ -408,7 +409,7 @@ class ToolkitProvider:
         return out
 
     def _runner(self, shape: str) -> Any:
-        from wbcore_runtime import dispatch
+        from wbcore_runtime.dispatch import dispatcher as dispatch
 
         return dispatch._runner(self.runtime, shape)
 

@@ -24,7 +24,7 @@ from wbcore_runtime.act.model import (
     ToolDefinition,
     ToolError,
 )
-from wbcore_runtime.errors import InvalidArgs
+from wbcore_runtime.contract.errors import InvalidArgs
 
 # --- reading generic wire values -------------------------------------------------------
 

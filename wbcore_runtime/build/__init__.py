@@ -4,7 +4,7 @@
 - :mod:`wbcore_runtime.build.cache` — the ONE build-cache key (:func:`~wbcore_runtime.build.cache.key`)
   and the source digest it covers (:func:`~wbcore_runtime.build.cache.tree_digest`);
 - :mod:`wbcore_runtime.build.pipeline` — the stages resolve → lane → store, with progress events,
-  used by ``wbx toolkit build`` (``wbcore_runtime.builder``), the BuildBroker and the built-ins.
+  used by ``wbx toolkit build`` (``wbcore_runtime.build.builder``), the BuildBroker and the built-ins.
 
 The names plugins import from ``wbcore_runtime.build`` stay here. See docs/build.md.
 """

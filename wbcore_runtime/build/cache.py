@@ -30,10 +30,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from wbcore_runtime import paths
-from wbcore_runtime.artifacts import atomic_write
-from wbcore_runtime.errors import WbError
-from wbcore_runtime.manifest import Manifest
+from wbcore_runtime.guard import paths
+from wbcore_runtime.store.artifacts import atomic_write
+from wbcore_runtime.contract.errors import WbError
+from wbcore_runtime.toolkit.manifest import Manifest
 
 #: Bumped when what the key covers changes: every older entry becomes a miss.
 KEY_FORMAT = 3

@@ -1,7 +1,7 @@
 """The build pipeline's stages: resolve → lane → store, each reporting progress.
 
 Every entry point that turns source into an artifact goes through here — ``wbx toolkit
-build`` (:func:`wbcore_runtime.builder.build`, which adds registration), the BuildBroker (a guest
+build`` (:func:`wbcore_runtime.build.builder.build`, which adds registration), the BuildBroker (a guest
 compiling files it sends) and the reserved built-ins — so the cache rule, the key
 (:func:`wbcore_runtime.build.cache.key`) and the progress events are the same for all of them.
 
@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING
 
 from wbcore_runtime.build import cache, snapshot
 from wbcore_runtime.build.request import BuildRequest, ResolvedSource, SourceRequest
-from wbcore_runtime.errors import InvalidArgs, NotFound
+from wbcore_runtime.contract.errors import InvalidArgs, NotFound
 
 if TYPE_CHECKING:
-    from wbcore_runtime.manifest import Manifest
+    from wbcore_runtime.toolkit.manifest import Manifest
     from wbcore_runtime.runtime import Runtime
 
 #: ``(phase, detail)``: one call per stage and per line a lane reports.
@@ -52,7 +52,7 @@ class Compiled:
 
 def resolve(runtime: Runtime, manifest: Manifest, work: Path, *, progress: Progress = _quiet) -> ResolvedSource:
     """Stage 1: ``#+BUILD_SRC`` → a read-only source folder (or a prebuilt artifact)."""
-    from wbcore_runtime import sources
+    from wbcore_runtime.plugins import sources
 
     if not manifest.build_src:
         raise InvalidArgs(f"{manifest.id}: no #+BUILD_SRC to build from ({manifest.path})")

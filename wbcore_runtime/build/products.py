@@ -13,7 +13,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from wbcore_runtime.errors import InvalidArgs
+from wbcore_runtime.contract.errors import InvalidArgs
 
 #: What the python lane refuses: CPython would import the bytecode instead of the source.
 PYTHON_PRODUCTS = (("__pycache__",), (".pyc", ".pyo"))

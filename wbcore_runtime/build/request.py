@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wbcore_runtime.errors import InvalidArgs
-from wbcore_runtime.manifest import Manifest
+from wbcore_runtime.contract.errors import InvalidArgs
+from wbcore_runtime.toolkit.manifest import Manifest
 
 
 @dataclass(frozen=True, slots=True)

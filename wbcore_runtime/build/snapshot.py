@@ -8,7 +8,7 @@ hashing the bytes as it writes them, into a folder under the home's work area th
 else writes, and everything after that — the cache key, the lane, the sandbox's ``/src``
 bind — uses the copy:
 
-- :func:`take` walks the source with :func:`wbcore_runtime.paths.walk` (``openat`` with
+- :func:`take` walks the source with :func:`wbcore_runtime.guard.paths.walk` (``openat`` with
   ``O_NOFOLLOW`` from open folders: a folder swapped for a link mid-walk is refused, never
   followed), refusing what containment refuses (FIFOs, devices, sockets, hard links, and
   links whose text is absolute or leads outside the copy); the digest is
@@ -26,8 +26,9 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from wbcore_runtime import leftovers, paths
-from wbcore_runtime.artifacts import TREES
+from wbcore_runtime.store import leftovers
+from wbcore_runtime.guard import paths
+from wbcore_runtime.store.artifacts import TREES
 
 #: The same bounds as :func:`wbcore_runtime.build.cache.tree_digest`.
 MAX_FILES = 20_000

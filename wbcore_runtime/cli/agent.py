@@ -23,8 +23,8 @@ def build(runtime: Runtime) -> typer.Typer:
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
         """Print the agent's system prompt with its toolkit index injected."""
-        from wbcore_runtime import agents
-        from wbcore_runtime import trust as _trust
+        from wbcore_runtime.toolkit import agents
+        from wbcore_runtime.trust import verdict as _trust
 
         agent = agents.load(path)
         found = runtime.discover()
@@ -112,10 +112,10 @@ def build(runtime: Runtime) -> typer.Typer:
 def _warn_missing(runtime: Runtime, names: tuple[str, ...] | list[str], found: object) -> None:
     """One stderr line per declared toolkit left out of the index, and why; with the
     search hint when none was found at all (the prompt alone would look complete)."""
-    from wbcore_runtime import trust
+    from wbcore_runtime.trust import verdict as trust
     from wbcore_runtime.cli.output import warn
     from wbcore_runtime.cli.toolkit import searched_hint
-    from wbcore_runtime.errors import WbError
+    from wbcore_runtime.contract.errors import WbError
 
     missing = []
     for name in names:
@@ -134,7 +134,7 @@ def _warn_missing(runtime: Runtime, names: tuple[str, ...] | list[str], found: o
 
 def _known(runtime: Runtime, ident: str) -> bool:
     """Found and available: the toolkits the injected index lists."""
-    from wbcore_runtime import trust
+    from wbcore_runtime.trust import verdict as trust
 
     try:
         tk = runtime.toolkit(ident)

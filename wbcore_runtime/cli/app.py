@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from wbcore_runtime import __version__
-from wbcore_runtime.errors import EXIT_CODES, ErrorKind, WbError
+from wbcore_runtime.contract.errors import EXIT_CODES, ErrorKind, WbError
 
 if TYPE_CHECKING:  # Typer is imported by the commands that need it, never by `wbx run`
     import typer
@@ -27,16 +27,25 @@ BUILTIN_COMMANDS = frozenset(
 )
 
 
+#: Built-in groups a plugin may add subcommands to: ``add("toolkit import", fn)``.
+OPEN_GROUPS = frozenset({"toolkit"})
+
+
 class Registrar:
     """The ``add`` handed to ``wbcore_cli_commands``.
+
+    ``add("GROUP SUB", fn)`` adds ``SUB`` to a built-in group of :data:`OPEN_GROUPS`
+    (``wbx toolkit import`` is wbcore-agent-skills'), refused when the group has it already.
 
     A built-in name, or one another plugin took first, is refused: the command is not
     added and the refusal is kept (``refused``, and on the plugin's ``wbx plugins`` line),
     so that one plugin's mistake never stops ``wbx`` for everything else.
     """
 
-    def __init__(self, app: typer.Typer, runtime: Any = None) -> None:
+    def __init__(self, app: typer.Typer, runtime: Any = None, only_group: str | None = None) -> None:
         self.app = app
+        #: Set when the app was built for one group's command: other names are skipped, unrefused.
+        self.only_group = only_group
         #: The runtime the app is built over: plugin commands act on it (``add.runtime``).
         self.runtime = runtime
         self.owners: dict[str, str] = {}
@@ -47,6 +56,12 @@ class Registrar:
     def __call__(self, name: str, command: typer.Typer | Callable[..., Any], help: str | None = None) -> None:
         import typer
 
+        group, _, sub = name.partition(" ")
+        if self.only_group is not None and group != self.only_group:
+            return
+        if sub:
+            self._add_to_group(name, group, sub, command, help)
+            return
         if name in BUILTIN_COMMANDS:
             self.refuse(f"command {name!r} not added: it is a built-in wbx command")
             return
@@ -58,6 +73,21 @@ class Registrar:
             self.app.add_typer(command, name=name, help=help)
         else:
             self.app.command(name=name, help=help)(command)
+
+    def _add_to_group(self, name: str, group: str, sub: str, command: Any, help: str | None) -> None:
+        if group not in OPEN_GROUPS:
+            self.refuse(f"command {name!r} not added: plugins add subcommands only to {sorted(OPEN_GROUPS)}")
+            return
+        target = next((g.typer_instance for g in self.app.registered_groups if g.name == group), None)
+        if target is None:  # the group was not built for this command line (wbx run ...)
+            return
+        if name in self.owners or any(c.name == sub for c in target.registered_commands):
+            owner = self.owners.get(name)
+            self.refuse(f"command {name!r} not added: " + (f"plugin {owner} registered it first" if owner
+                                                          else f"wbx {group} has it built in"))
+            return
+        self.owners[name] = self.current
+        target.command(name=sub, help=help)(command)
 
     def refuse(self, why: str) -> None:
         self.refused.append(f"plugin {self.current}: {why}")
@@ -78,7 +108,7 @@ def _version(value: bool) -> None:
 def open_runtime(runtime: Any = None) -> Any:
     """``runtime``, or one opened from the environment (``WB_PLUGINS`` selects plugins),
     after finishing or undoing what a killed command left in its home."""
-    from wbcore_runtime import leftovers
+    from wbcore_runtime.store import leftovers
 
     if runtime is None:
         from wbcore_runtime.runtime import Runtime
@@ -125,6 +155,7 @@ def build_app(runtime: Any = None, argv: Sequence[str] | None = None) -> typer.T
     runtime = open_runtime(runtime)
     word = _command_word(argv) if argv is not None else None
     only = word if word in BUILTIN_COMMANDS and word not in ("plugins", "help") else None
+    plugin_sub = False
 
     def wanted(*names: str) -> bool:
         return only is None or only in names
@@ -152,7 +183,10 @@ def build_app(runtime: Any = None, argv: Sequence[str] | None = None) -> typer.T
 
         words = [a for a in argv or () if not a.startswith("-")]
         sub = words[1] if only == "toolkit" and len(words) > 1 and not {"--help", "-h"} & set(argv or ()) else None
-        app.add_typer(toolkit.build(runtime, sub), name="toolkit", help="List, show, search, verify and build toolkits.")
+        toolkit_app = toolkit.build(runtime, sub)
+        app.add_typer(toolkit_app, name="toolkit", help="List, show, search, verify and build toolkits.")
+        # wbx toolkit <a plugin's subcommand> (or its help): plugins add their toolkit subcommands below.
+        plugin_sub = sub is None or sub not in {c.name for c in toolkit_app.registered_commands}
     if wanted("plugins", "shapes", "lanes", "tiers"):
         from wbcore_runtime.cli import listing
 
@@ -181,11 +215,12 @@ def build_app(runtime: Any = None, argv: Sequence[str] | None = None) -> typer.T
         from wbcore_runtime.cli import identity as _identity_cli
 
         app.add_typer(_identity_cli.build(runtime), name="identity", help="The signing identity: did:key and did:web.")
-    if only is not None:
+    if only is not None and not plugin_sub:
         _keep_subcommand(app, only, argv or ())
         return app
 
-    registrar = Registrar(app, runtime)
+    # Only one group built (wbx toolkit <a plugin's subcommand>): plugins add only into it.
+    registrar = Registrar(app, runtime, only_group=only)
     for impl in runtime.pm.hook.wbcore_cli_commands.get_hookimpls():
         registrar.current = impl.plugin_name
         try:
@@ -253,7 +288,7 @@ def _typer_main(args: list[str], runtime: Any) -> int:
 
 def _disk_full(exc: BaseException) -> WbError | None:
     """ENOSPC/EDQUOT anywhere (an OSError, or SQLite's "database or disk is full") as disk-full."""
-    from wbcore_runtime.errors import DiskFull, disk_full
+    from wbcore_runtime.contract.errors import DiskFull, disk_full
 
     home = os.environ.get("WB_HOME") or "~/.workbooks"
     seen: set[int] = set()

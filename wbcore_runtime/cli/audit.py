@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from wbcore_runtime.cli.output import JSON_HELP, emit_json
-from wbcore_runtime.errors import Internal
+from wbcore_runtime.contract.errors import Internal
 
 if TYPE_CHECKING:
     from wbcore_runtime.runtime import Runtime
@@ -33,7 +33,7 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
         """Show the Dock's audit trail (every broker decision, allowed and denied)."""
-        from wbcore_runtime.audit import AuditLog
+        from wbcore_runtime.dispatch.audit import AuditLog
 
         log = AuditLog.for_home(runtime.home, runtime.env)
         if verify:

@@ -16,7 +16,7 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
     @app.command("demo")
     def demo() -> None:
         """Discover the shipped toolkits, build and run the buildable ones, verify all."""
-        from wbcore_runtime import buildable
+        from wbcore_runtime.build import buildable
         from wbcore_runtime.cli.demosite import DemoSite
 
         found = runtime.discover()
@@ -81,7 +81,7 @@ def next_steps(runtime: Runtime, built: list[tuple[str, str]]) -> str:
     import sys
     from pathlib import Path
 
-    from wbcore_runtime import home as _home
+    from wbcore_runtime.store import home as _home
 
     chosen = _home.choose(runtime.env, runtime.cwd)
     if chosen.path.resolve() != runtime.home.resolve():  # an embedder passed home= explicitly
@@ -126,7 +126,7 @@ def _steps(m: object, site: str = "") -> list[list[str]]:
 def _open_to(runtime: Runtime, site: object) -> None:
     """The deployer settings that let this demo's calls reach its site on 127.0.0.1 (for this
     process only; NetGuard refuses loopback otherwise), said out loud."""
-    from wbcore_runtime.netguard import ENV_GUEST_PRIVATE_HOSTS, ENV_PRIVATE_HOSTS
+    from wbcore_runtime.guard.netguard import ENV_GUEST_PRIVATE_HOSTS, ENV_PRIVATE_HOSTS
 
     host = "127.0.0.1"
     for name in (ENV_GUEST_PRIVATE_HOSTS, ENV_PRIVATE_HOSTS):
@@ -178,8 +178,8 @@ def _build_and_run(runtime: Runtime, found: object, site: str = "") -> tuple[int
     import shlex
     import time
 
-    from wbcore_runtime import builder
-    from wbcore_runtime.errors import WbError
+    from wbcore_runtime.build import builder
+    from wbcore_runtime.contract.errors import WbError
 
     typer.echo("\n== build & run (wbx toolkit build <id>; wbx run / wbx kernel run / wbx call)")
     failed = 0

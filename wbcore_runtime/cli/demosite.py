@@ -5,8 +5,8 @@ It serves small, realistic content: an article page (``fetch``), a JSON API with
 (``http``), a PEP 503 simple index holding one real wheel with its sha256 (``pip-fetch``), and a
 paginated REST/JSON API (the federation shape). The guests reach it only through the Dock and
 the SSRF guard, which refuse loopback unless the deployer opens it
-(:data:`wbcore_runtime.netguard.ENV_GUEST_PRIVATE_HOSTS` for guests,
-:data:`~wbcore_runtime.netguard.ENV_PRIVATE_HOSTS` for host-side sources): the demo sets both,
+(:data:`wbcore_runtime.guard.netguard.ENV_GUEST_PRIVATE_HOSTS` for guests,
+:data:`~wbcore_runtime.guard.netguard.ENV_PRIVATE_HOSTS` for host-side sources): the demo sets both,
 for 127.0.0.1 only and for its own process only, and says so.
 """
 

@@ -1,7 +1,7 @@
 """The engine's client commands: ``wbx toolkit push`` and ``wbx agent run --engine``.
 
 Both speak HTTP to ``wbx engine serve`` (the wbcore-engine plugin) through
-:mod:`wbcore_runtime.engine_client`; neither needs that plugin installed on this side.
+:mod:`wbcore_runtime.cli.engine_client`; neither needs that plugin installed on this side.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from wbcore_runtime.cli.output import JSON_HELP, emit_json
-from wbcore_runtime.errors import InvalidArgs
+from wbcore_runtime.contract.errors import InvalidArgs
 
 if TYPE_CHECKING:
     from wbcore_runtime.runtime import Runtime
@@ -37,7 +37,7 @@ def register_push(app: typer.Typer, runtime: Runtime) -> None:
     ) -> None:
         """Ship a toolkit onto a running engine: verified there, then landed (all or nothing),
         then built in the engine's own build sandbox so its commands answer at once."""
-        from wbcore_runtime import engine_client
+        from wbcore_runtime.cli import engine_client
         from wbcore_runtime.cli.build import build_line
 
         tk = runtime.toolkit(ident)
@@ -68,7 +68,7 @@ def register_push(app: typer.Typer, runtime: Runtime) -> None:
 def run_on_engine(engine: str, agent: str, task: str, *, token: str | None, options: dict[str, Any],
                   follow: bool = True, json_: bool = False) -> int:
     """``POST /v1/sessions`` then follow its SSE events; exit 0 when the run ends done."""
-    from wbcore_runtime import engine_client
+    from wbcore_runtime.cli import engine_client
 
     doc: dict[str, Any] = {"task": task, "options": options}
     path = Path(agent)

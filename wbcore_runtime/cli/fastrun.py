@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from wbcore_runtime.errors import InvalidArgs
+from wbcore_runtime.contract.errors import InvalidArgs
 
 MAX_STDIN = 64 << 20
 
@@ -112,18 +112,18 @@ def guest_args(args: Sequence[str]) -> tuple[tuple[str, ...], str | None]:
 
 def run(runtime: Any, req: RunArgs) -> int:
     """Run the registered command: stdin → stdout/stderr; returns its exit code."""
-    from wbcore_runtime import runcache
+    from wbcore_runtime.store import runcache
 
     args, note = guest_args(req.args)
     if note:
         print(note, file=sys.stderr, flush=True)
 
     # A resolution kept by the last `wbx run` of this name, if nothing it was made from has
-    # changed (wbcore_runtime.runcache); else the full one, kept for the next run.
+    # changed (wbcore_runtime.store.runcache); else the full one, kept for the next run.
     if req.tier is not None or not runcache.recall(runtime, "command", req.name):
         resolved = runtime.resolve("command", req.name, tier=req.tier)  # unknown or unavailable fails before stdin is read
         if req.tier is None:
-            from wbcore_runtime import dispatch
+            from wbcore_runtime.dispatch import dispatcher as dispatch
 
             gen = dispatch.resolved_generation(runtime, "command", req.name)
             if gen is not None:

@@ -27,7 +27,7 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
         if json_:
             emit_json([{**i.as_dict(), "declared_caps": declared(i)} for i in infos])
             return
-        from wbcore_runtime.plugins import core_origin
+        from wbcore_runtime.plugins.manager import core_origin
 
         typer.echo(f"core · {core_origin()}")
         if not infos:
@@ -52,8 +52,8 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
                 typer.echo(f"conflict: {reg.what} {name!r} provided by {' and '.join(o.origin for o in owners)}")
 
     def _explain(ident: str, tier: str | None, json_: bool) -> None:
-        from wbcore_runtime import dispatch
-        from wbcore_runtime.errors import NotFound
+        from wbcore_runtime.dispatch import dispatcher as dispatch
+        from wbcore_runtime.contract.errors import NotFound
 
         names = []
         for kind in ("command", "kernel", "component"):

@@ -1,14 +1,15 @@
-"""``wbx toolkit`` provenance verbs: sign, grant, revoke, install, import, audit, export."""
+"""``wbx toolkit`` provenance verbs: sign, grant, revoke, install (import, audit and export of Agent
+Skills are wbcore-agent-skills' commands)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
 from wbcore_runtime.cli.output import JSON_HELP, emit_json, warn
-from wbcore_runtime.errors import InvalidArgs
+from wbcore_runtime.contract.errors import InvalidArgs
 
 if TYPE_CHECKING:
     from wbcore_runtime.runtime import Runtime
@@ -22,7 +23,7 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
         tenant: str = typer.Option("default", "--tenant", help="Which tenant's key signs."),
     ) -> None:
         """Sign a third-party toolkit: #+AUTHOR_DID and #+SIGNATURE over the whole folder."""
-        from wbcore_runtime import did, identity, signing
+        from wbcore_runtime.trust import did, identity, signing
 
         tk = runtime.toolkit(ident)
         key = identity.load(runtime.home, runtime.env, tenant=tenant)
@@ -43,7 +44,7 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
     ) -> None:
         """Grant caps a toolkit requests (any for third-party, whose signature must verify; build/serve for
         first-party) and, with --env, each deployer environment variable its manifest may read."""
-        from wbcore_runtime import consent
+        from wbcore_runtime.trust import consent
 
         tk = runtime.toolkit(ident)
         m = tk.manifest
@@ -70,7 +71,7 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
         env: Optional[list[str]] = typer.Option(None, "--env", metavar="VAR", help="An environment variable grant to withdraw."),
     ) -> None:
         """Withdraw granted caps and env variables (everything when none are named)."""
-        from wbcore_runtime import consent
+        from wbcore_runtime.trust import consent
 
         store = consent.ConsentStore(runtime.home)
         if store.get(ident) is None:
@@ -92,7 +93,7 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
         """Install toolkits into the user root ($WB_HOME/toolkits), verified, recorded in wbx.lock."""
-        from wbcore_runtime import install as _install
+        from wbcore_runtime.store import install as _install
 
         if locked:
             if source is not None:
@@ -124,106 +125,8 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
     @app.command("uninstall")
     def uninstall(ident: str = typer.Argument(..., metavar="ID")) -> None:
         """Remove a toolkit from the user root and its entry from wbx.lock, together."""
-        from wbcore_runtime import install as _install
+        from wbcore_runtime.store import install as _install
 
         entry = _install.uninstall(runtime.home, ident)
         runtime.discover(refresh=True)
         typer.echo(f"uninstalled {ident}" + (f" {entry.version} ({entry.source})" if entry else ""))
-
-    def _registered() -> list[str]:
-        try:
-            return runtime.registry.names("command")
-        except Exception:  # an unreadable registry means nothing counts as registered
-            return []
-
-    @app.command("import")
-    def import_(
-        source: str = typer.Argument(..., metavar="SOURCE", help="An Agent Skills folder (SKILL.md), a markdown file, a folder, git+… or an archive URL."),
-        as_: Optional[str] = typer.Option(None, "--as", help="The toolkit id (default: the skill's name)."),
-        sha256: Optional[str] = typer.Option(None, "--sha256", help="The archive's sha256 (required for archive URLs)."),
-        out: Optional[Path] = typer.Option(None, "-o", "--out", help="Folder to create the toolkit in (default: ./toolkits)."),
-        force: bool = typer.Option(False, "--force", help="Replace an existing toolkit folder."),
-        json_: bool = typer.Option(False, "--json", help=JSON_HELP),
-    ) -> None:
-        """Package an Agent Skills folder, a markdown file or a folder as a toolkit, then audit it."""
-        from wbcore_runtime import native_audit, skill_import
-
-        done = skill_import.import_source(source, out or runtime.cwd / "toolkits", ident=as_, force=force, sha256=sha256)
-        report = native_audit.audit(done.path, _registered())
-        runtime.discover(refresh=True)
-        for warning in done.warnings:
-            typer.echo(f"wbx: warning: {warning}", err=True)
-        if json_:
-            emit_json({"id": done.id, "path": str(done.path), "skills": list(done.skills), "copied": list(done.copied),
-                       "warnings": list(done.warnings), "audit": report.as_dict()})
-            return
-        typer.echo(f"imported {done.id} → {done.path}")
-        typer.echo(f"  skills: overview {' '.join(done.skills)}".rstrip())
-        if done.copied:
-            typer.echo(f"  copied: {' '.join(done.copied)}")
-        _print_audit(report, done.path)
-
-    def _print_audit(report: Any, root: Path) -> None:
-        if not report.findings:
-            typer.echo(f"audit: nothing in {root} assumes native execution")
-            return
-        fixable = sum(1 for f in report.findings if f.fixable)
-        hint = f" (wbx toolkit audit {root} --fix)" if fixable else ""
-        typer.echo(f"audit: {len(report.findings)} finding(s), {fixable} fixable{hint}")
-        for f in report.findings:
-            typer.echo(f"  {f.render()}")
-
-    @app.command("audit")
-    def audit(
-        folder: Path = typer.Argument(..., metavar="DIR", help="A toolkit folder (e.g. one made by import)."),
-        fix: bool = typer.Option(False, "--fix", help="Rewrite what can be rewritten."),
-        json_: bool = typer.Option(False, "--json", help=JSON_HELP),
-    ) -> None:
-        """Report what in a toolkit folder assumes native execution; --fix rewrites what it can.
-
-        Exits 1 while something still assumes native execution.
-        """
-        from wbcore_runtime import native_audit
-
-        if not folder.is_dir():
-            raise InvalidArgs(f"{folder} is not a folder")
-        signed = "SIGNATURE:" in ((folder / "manifest.org").read_text(errors="replace") if (folder / "manifest.org").is_file() else "")
-        report = native_audit.fix(folder, _registered()) if fix else native_audit.audit(folder, _registered())
-        if json_:
-            emit_json(report.as_dict())
-        else:
-            if fix:
-                typer.echo(f"fixed: {' '.join(report.fixed) or 'nothing to fix'}")
-                if report.fixed and signed:
-                    warn("the toolkit was signed: re-sign it (wbx toolkit sign <id>), its content changed")
-            _print_audit(report, folder)
-        if report.native:
-            raise typer.Exit(1)
-
-    @app.command("export")
-    def export(
-        idents: Optional[list[str]] = typer.Argument(None, metavar="ID...", help="Toolkits to export."),
-        agent_skills: Optional[Path] = typer.Option(None, "-o", "--out", "--agent-skills", metavar="DIR",
-                                                    help="Write <DIR>/<name>/SKILL.md packages."),
-        index: Optional[Path] = typer.Option(None, "--index", help="Write <DIR>/.well-known/agent-skills/ with index.json."),
-        all_: bool = typer.Option(False, "--all", help="Export every discovered toolkit."),
-        force: bool = typer.Option(False, "--force", help="Replace existing packages under --agent-skills."),
-    ) -> None:
-        """Export toolkits as Agent Skills packages and/or a well-known discovery index."""
-        from wbcore_runtime import export as _export
-
-        if agent_skills is None and index is None:
-            raise InvalidArgs("give -o DIR (Agent Skills packages) and/or --index DIR")
-        if all_:
-            toolkits = list(runtime.discover().toolkits.values())
-        elif idents:
-            toolkits = [runtime.toolkit(i) for i in idents]
-        else:
-            raise InvalidArgs("name at least one toolkit ID, or --all")
-        if agent_skills is not None:
-            for tk in toolkits:
-                path = _export.export_agent_skills(tk, agent_skills, force=force)
-                typer.echo(f"exported {tk.id} → {path / 'SKILL.md'}")
-        if index is not None:
-            path = _export.export_index(toolkits, index)
-            typer.echo(f"index {path} ({len(toolkits)} skill(s))")

@@ -18,7 +18,7 @@ from wbcore_runtime.cli.output import JSON_HELP, emit_json
 
 from wbcore_runtime.cli.fastrun import RunArgs, read_stdin
 from wbcore_runtime.cli.fastrun import run as run_command
-from wbcore_runtime.errors import InvalidArgs
+from wbcore_runtime.contract.errors import InvalidArgs
 
 if TYPE_CHECKING:
     from wbcore_runtime.runtime import Runtime
@@ -109,8 +109,8 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
                 out.write(inst.call(read_stdin()))
             out.flush()
             return
-        from wbcore_runtime.calls import CallRecord, Principal
-        from wbcore_runtime.errors import WbError
+        from wbcore_runtime.contract.calls import CallRecord, Principal
+        from wbcore_runtime.contract.errors import WbError
 
         with runtime.kernel(name, timeout=timeout, tier=tier) as inst:
             record = CallRecord(name=name, shape="kernel", principal=Principal(toolkit=inst.req.toolkit or ""),
@@ -150,7 +150,7 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
         """List registered commands, kernels and components, with their owner and state."""
         if ctx.invoked_subcommand is not None:
             return
-        from wbcore_runtime import dispatch
+        from wbcore_runtime.dispatch import dispatcher as dispatch
 
         rows = []
         for entry in runtime.registry.entries():
@@ -173,7 +173,7 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
     def commands_remove(name: str = typer.Argument(..., metavar="NAME"),
                         kind: str = typer.Option("command", "--kind", help="command, kernel or component")) -> None:
         """Unregister a command (e.g. an orphaned one); built-ins cannot be removed."""
-        from wbcore_runtime.audit import AuditLog, digest
+        from wbcore_runtime.dispatch.audit import AuditLog, digest
 
         entry = runtime.registry.get(kind, name)
         runtime.registry.unregister(kind, name)

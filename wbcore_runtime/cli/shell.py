@@ -3,7 +3,7 @@
 The tier's driver opens a sandbox whose guest agent serves terminal sessions
 (``open_shell(ShellRequest)``; tiers that offer it list ``shell`` in their kinds); this
 command relays the host terminal to one session over PtyOpen/PtyData/PtyResize/PtyClose
-frames (:mod:`wbcore_runtime.terminal`) and exits with the session's exit code.
+frames (:mod:`wbcore_runtime.wire.terminal`) and exits with the session's exit code.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 import typer
 
-from wbcore_runtime.errors import InvalidArgs, NotFound
+from wbcore_runtime.contract.errors import InvalidArgs, NotFound
 
 
 def shell_tier(runtime: Any, name: str) -> Any:
@@ -32,7 +32,7 @@ def shell_tier(runtime: Any, name: str) -> Any:
 
 def run_shell(runtime: Any, tier_name: str, mounts: list[str], program: str, args: list[str], timeout: float,
               stdin_fd: int = 0, stdout_fd: int = 1) -> int:
-    from wbcore_runtime import terminal
+    from wbcore_runtime.wire import terminal
 
     try:
         parsed = [terminal.parse_mount(m) for m in mounts]
@@ -47,7 +47,7 @@ def run_shell(runtime: Any, tier_name: str, mounts: list[str], program: str, arg
         return terminal.attach(sandbox.channel, sandbox.secret, request, stdin_fd=stdin_fd, stdout_fd=stdout_fd,
                                deadline=time.monotonic() + timeout)
     except terminal.PtyError as exc:
-        from wbcore_runtime.errors import Internal
+        from wbcore_runtime.contract.errors import Internal
 
         raise Internal(f"wbx shell: {exc}") from None
     finally:

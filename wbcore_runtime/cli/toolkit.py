@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 def searched_roots(runtime: Runtime) -> list[Path]:
     """Every folder discovery looked in, existing or not."""
-    from wbcore_runtime import discovery
+    from wbcore_runtime.toolkit import discovery
 
     pinned = runtime._roots  # an embedder's explicit roots are the whole search path
     return list(pinned) if pinned is not None else discovery.candidates(runtime.env, runtime.cwd, runtime.home)
@@ -23,7 +23,7 @@ def searched_roots(runtime: Runtime) -> list[Path]:
 
 def searched_hint(runtime: Runtime) -> str:
     """No toolkit found: which folders were searched and how to add one."""
-    from wbcore_runtime import discovery
+    from wbcore_runtime.toolkit import discovery
 
     return discovery.not_found_hint(searched_roots(runtime))
 
@@ -40,7 +40,7 @@ def build(runtime: Runtime, only: str | None = None) -> typer.Typer:
     @app.command("list")
     def list_(json_: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
         """List discoverable toolkits (id · status · tagline)."""
-        from wbcore_runtime import trust as _trust
+        from wbcore_runtime.trust import verdict as _trust
 
         found = runtime.discover()
         if json_:
@@ -82,7 +82,7 @@ def build(runtime: Runtime, only: str | None = None) -> typer.Typer:
                 typer.echo(text.rstrip("\n"))
             return
         if json_:
-            from wbcore_runtime import consent as _consent_json
+            from wbcore_runtime.trust import consent as _consent_json
 
             emit_json({**tk.as_dict(), "consent": _consent_json.describe(runtime.home, tk, runtime.caps_universe_for(tk.manifest.caps))})
             return
@@ -95,7 +95,7 @@ def build(runtime: Runtime, only: str | None = None) -> typer.Typer:
             ("arg mode", m.arg_mode if m.exec == "command" else None), ("sha256", m.sha256),
             ("author", m.author_did), ("format", m.format), ("path", str(m.path)),
         ]
-        from wbcore_runtime import consent as _consent
+        from wbcore_runtime.trust import consent as _consent
 
         rows[4:4] = _consent.show_rows(runtime.home, tk, runtime.caps_universe_for(m.caps))
         for key, value in rows:
@@ -118,7 +118,7 @@ def build(runtime: Runtime, only: str | None = None) -> typer.Typer:
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
         """Substring match across toolkits and their skills."""
-        from wbcore_runtime import search as _search
+        from wbcore_runtime.toolkit import search as _search
 
         found = runtime.discover()
         hits = _search.search(found, query)
@@ -184,7 +184,7 @@ def build(runtime: Runtime, only: str | None = None) -> typer.Typer:
         """Run a :role task recipe inside a sandbox tier (only with WB_TOOLKIT_EXEC=1)."""
         import sys
 
-        from wbcore_runtime import tasks
+        from wbcore_runtime.toolkit import tasks
         from wbcore_runtime.cli.run import read_stdin
 
         from wbcore_runtime.cli.fastrun import guest_args

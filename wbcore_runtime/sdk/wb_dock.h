@@ -12,7 +12,7 @@
  *
  * The C lanes put this header on every build's include path (-I/wb-sdk): write
  * #include "wb_dock.h" and ship no copy. To build elsewhere with clang / zig cc
- * --target=wasm32-wasi, add -I$(python -c 'import wbcore_runtime.dock as d; print(d.SDK_C)').
+ * --target=wasm32-wasi, add -I$(python -c 'import wbcore_runtime.dispatch.dock as d; print(d.SDK_C)').
  * tcc (the c-wasm lane) names an import by an asm label "module.name" instead of clang's
  * import_module/import_name attributes: the declarations below spell both.
  *

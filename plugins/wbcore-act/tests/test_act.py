@@ -21,8 +21,8 @@ from wbcore_runtime.act.model import (
     ToolCall,
     ToolError,
 )
-from wbcore_runtime.errors import CapabilityDenied, ErrorKind as WbKind, InvalidArgs, WbError
-from wbcore_runtime.testing import add_custom_section
+from wbcore_runtime.contract.errors import CapabilityDenied, ErrorKind as WbKind, InvalidArgs, WbError
+from wbcore_testing.fixtures import add_custom_section
 
 # --- CBOR --------------------------------------------------------------------------------
 # --- error kinds ---------------------------------------------------------------------

@@ -13,7 +13,7 @@ from typing import Any
 
 import typer
 
-from wbcore_runtime.errors import EXIT_CODES, ErrorKind, InvalidArgs
+from wbcore_runtime.contract.errors import EXIT_CODES, ErrorKind, InvalidArgs
 
 
 def _outcome_json(outcome: Any) -> dict[str, Any]:

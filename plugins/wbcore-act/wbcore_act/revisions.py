@@ -58,7 +58,7 @@ from wbcore_runtime.act.wire import get as _get
 from wbcore_runtime.act.wire import has as _has
 from wbcore_runtime.act.wire import localized as _localized
 from wbcore_runtime.act.wire import variant as _variant
-from wbcore_runtime.errors import InvalidArgs
+from wbcore_runtime.contract.errors import InvalidArgs
 
 REVISIONS = ("0.1", "seed", "0.2", "0.4")
 

@@ -11,8 +11,8 @@ import pytest
 from wbcore_agent.tools import HostTool
 
 from wbcore_runtime import hookimpl
-from wbcore_runtime.llm import ChatResponse, LlmSettings, ProviderError, ToolSpec, ToolUse, Usage, with_retries
-from wbcore_runtime.records import LlmProvider
+from wbcore_runtime.contract.llm import ChatResponse, LlmSettings, ProviderError, ToolSpec, ToolUse, Usage, with_retries
+from wbcore_runtime.contract.records import LlmProvider
 
 PLUGINS = ["agent", "brokers-state"]
 
@@ -193,7 +193,7 @@ def test_session_streams_events_reviews_and_cancels(setup):
 
 
 def test_a_review_decision_reaches_the_agent_through_its_tool(setup):
-    from wbcore_runtime.errors import InvalidArgs
+    from wbcore_runtime.contract.errors import InvalidArgs
 
     rt, script, agent = setup
     gate = threading.Event()
@@ -224,7 +224,7 @@ def test_a_review_decision_reaches_the_agent_through_its_tool(setup):
 
 
 def test_host_tools_may_not_shadow_the_loops_tools(setup):
-    from wbcore_runtime.errors import InvalidArgs
+    from wbcore_runtime.contract.errors import InvalidArgs
 
     rt, _script, agent = setup
     fake = HostTool(ToolSpec("shell", "an OS shell in disguise", {"type": "object"}), lambda run, a: "")
@@ -233,7 +233,7 @@ def test_host_tools_may_not_shadow_the_loops_tools(setup):
 
 
 def test_no_provider_says_what_to_install(make_runtime, tmp_path):
-    from wbcore_runtime.errors import NotFound
+    from wbcore_runtime.contract.errors import NotFound
 
     (tmp_path / "a.org").write_text(AGENT.replace("scripted:tiny", "tiny"))
     rt = make_runtime(plugins=PLUGINS)
@@ -309,7 +309,7 @@ def test_a_tampered_toolkit_text_never_reaches_the_model(make_runtime, make_tool
 
 
 def test_agents_are_found_by_id(setup, tmp_path):
-    from wbcore_runtime.errors import NotFound
+    from wbcore_runtime.contract.errors import NotFound
 
     rt, script, agent = setup
     (tmp_path / "agents").mkdir()

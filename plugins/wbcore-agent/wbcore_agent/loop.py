@@ -35,11 +35,11 @@ from typing import Any
 from wbcore_agent import tools as _tools
 from wbcore_agent.made import MadeToolkits
 from wbcore_agent.review import ReviewQueue
-from wbcore_runtime import agents as _agents
-from wbcore_runtime import telemetry
-from wbcore_runtime.calls import Principal
-from wbcore_runtime.errors import InvalidArgs, NotFound, Timeout, WbError
-from wbcore_runtime.llm import ChatRequest, Message, ToolSpec, ToolUse, Usage, check_tool_choice
+from wbcore_runtime.toolkit import agents as _agents
+from wbcore_runtime.contract import telemetry
+from wbcore_runtime.contract.calls import Principal
+from wbcore_runtime.contract.errors import InvalidArgs, NotFound, Timeout, WbError
+from wbcore_runtime.contract.llm import ChatRequest, Message, ToolSpec, ToolUse, Usage, check_tool_choice
 
 MAX_STEPS = 12
 SESSION_MAX_STEPS = 40
@@ -301,7 +301,7 @@ def load_state(runtime: Any, run_id: str, tenant: str, agent_id: str) -> dict[st
 def run_caps(runtime: Any, profile: str, allow_build: bool) -> frozenset[str]:
     """What the run's own Dock context may reach: its profile's share of vfs / browse /
     web_search, plus ``build`` only when the deployer allows it (a consent-only cap)."""
-    from wbcore_runtime import policy
+    from wbcore_runtime.trust import policy
 
     prof = policy.profile(profile)
     caps = {"vfs"} | ({"browse"} & prof.caps)
@@ -382,7 +382,7 @@ def run_agent(runtime: Any, agent: Any, task: str | None, *, model: str | None =
 
 
 def system_prompt(run: Run) -> str:
-    from wbcore_runtime import trust
+    from wbcore_runtime.trust import verdict as trust
 
     return _agents.prompt(run.agent, run.runtime.discover(), lambda tk: trust.unavailable_reason(tk, run.runtime),
                           read_skill=_agents.READ_SKILL_TOOL)  # the loop's agent has no shell

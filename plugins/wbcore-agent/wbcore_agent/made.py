@@ -7,8 +7,8 @@ the ``build`` cap, registered for that run only.
 ``build`` broker (the cadence, the lane's sandbox, the caps on size and count); the
 artifact is kept in this run's own table — never the command registry — so no other
 run, session, MCP client or ``wbx run`` sees it. It runs first-party but capped by the
-run's profile: caps = profile ∩ ``#+CAPS`` (``wbcore_runtime.consent.effective_caps``), through
-``wbcore_runtime.dispatch.call_artifact``. An id already used by an installed toolkit is refused
+run's profile: caps = profile ∩ ``#+CAPS`` (``wbcore_runtime.trust.consent.effective_caps``), through
+``wbcore_runtime.dispatch.dispatcher.call_artifact``. An id already used by an installed toolkit is refused
 (a session toolkit never shadows one). Promotion is explicit: ``wbcore_agent.promote``.
 """
 
@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from wbcore_runtime.errors import CapabilityDenied, InvalidArgs, NotFound, WbError
+from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs, NotFound, WbError
 
 if TYPE_CHECKING:
     from wbcore_agent.loop import Run
@@ -74,7 +74,7 @@ class MadeToolkits:
             self._made[r["id"]] = MadeToolkit(**r)
 
     def build(self, run: Run, path: str) -> MadeToolkit:
-        from wbcore_runtime import manifest as _manifest
+        from wbcore_runtime.toolkit import manifest as _manifest
 
         prefix = path.strip("/")
         if not prefix:
@@ -121,7 +121,8 @@ class MadeToolkits:
         return made
 
     def call(self, ident: str, bin_name: str, args: Mapping[str, Any]) -> str:
-        from wbcore_runtime import consent, dispatch, policy
+        from wbcore_runtime.trust import consent, policy
+        from wbcore_runtime.dispatch import dispatcher as dispatch
         from wbcore_runtime.act.provider import command_argv, declared_args
 
         made = self._made.get(ident)

@@ -7,7 +7,7 @@ from functools import cached_property
 from typing import Any
 
 from wbcore_runtime import hookimpl
-from wbcore_runtime.records import AgentLoop
+from wbcore_runtime.contract.records import AgentLoop
 
 
 class Loop:
@@ -32,7 +32,7 @@ class Loop:
         """``to="workspace"``: signed archive out of the run's VFS; ``to="installed"``:
         through the install path's verify-then-land, then built (``wbcore_agent.promote``)."""
         from wbcore_agent import promote
-        from wbcore_runtime.errors import InvalidArgs
+        from wbcore_runtime.contract.errors import InvalidArgs
 
         if to == "workspace":
             return promote.to_workspace(self.runtime, run_id, toolkit, tenant=tenant, by=by)

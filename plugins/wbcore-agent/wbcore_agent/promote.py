@@ -4,14 +4,14 @@ audited at each step.
 1. **session → workspace** (:func:`to_workspace`): the toolkit's files are read from the
    run's VFS into a folder, its manifest set to ``#+TRUST: third-party`` (an agent's tool is
    never the deployer's own code) and signed with the tenant's identity
-   (``wbcore_runtime.signing.sign``). The signed files land in a workspace,
+   (``wbcore_runtime.trust.signing.sign``). The signed files land in a workspace,
    ``$WB_HOME/workspace/<toolkit>/``: its ``workspace.org`` (the wbcore-publish format) owns the
    VFS instance ``ws-<toolkit>`` holding them under ``toolkits/<toolkit>/``, so
    ``wbx bundle ship`` packs it as a signed ``.wbundle``; beside it, a deterministic
-   ``<toolkit>.tar.gz`` (``wbcore_runtime.export.deterministic_targz``) and ``promotion.json`` (run,
+   ``<toolkit>.tar.gz`` (``wbcore_runtime.store.archive.deterministic_targz``) and ``promotion.json`` (run,
    signer, sha256). Other sessions still do not see it.
 2. **workspace → installed** (:func:`to_installed`): the archive goes through the install
-   path (``wbcore_runtime.install.install``: staged, signature verified, landed with the lockfile
+   path (``wbcore_runtime.store.install.install``: staged, signature verified, landed with the lockfile
    as one change, or nothing lands), then it is built like any installed toolkit. Its caps
    are what the deployer grants a third-party signer (``wbx toolkit grant``).
 """
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from wbcore_runtime.calls import Principal
-from wbcore_runtime.errors import InvalidArgs, NotFound
+from wbcore_runtime.contract.calls import Principal
+from wbcore_runtime.contract.errors import InvalidArgs, NotFound
 
 _ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
@@ -72,7 +72,8 @@ def _write(path: Path, data: bytes) -> None:
 
 def to_workspace(runtime: Any, run_id: str, toolkit: str, *, tenant: str = "dev", by: str = "deployer") -> Promoted:
     """Copy the session toolkit ``toolkit`` of run ``run_id`` out of its VFS, signed, into the workspace."""
-    from wbcore_runtime import export, identity, signing
+    from wbcore_runtime.store.archive import deterministic_targz
+    from wbcore_runtime.trust import identity, signing
 
     if not _ID.match(run_id) or not _ID.match(toolkit):
         raise InvalidArgs("promote: run id and toolkit id must match [A-Za-z0-9._-]{1,64}")
@@ -98,7 +99,7 @@ def to_workspace(runtime: Any, run_id: str, toolkit: str, *, tenant: str = "dev"
         (folder / "skills").mkdir(exist_ok=True)
         signing.sign(folder, ident)
         packed = {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
-    data = export.deterministic_targz(toolkit, packed)
+    data = deterministic_targz(toolkit, packed)
     sha = hashlib.sha256(data).hexdigest()
     out = workspace_dir(runtime, toolkit)
     out.mkdir(parents=True, exist_ok=True)
@@ -121,7 +122,7 @@ def to_workspace(runtime: Any, run_id: str, toolkit: str, *, tenant: str = "dev"
 
 def to_installed(runtime: Any, toolkit: str, *, by: str = "deployer", build: bool = True) -> Promoted:
     """Install the workspace copy of ``toolkit`` through verify-then-land, then build it."""
-    from wbcore_runtime import install
+    from wbcore_runtime.store import install
 
     if not _ID.match(toolkit):
         raise InvalidArgs("promote: toolkit id must match [A-Za-z0-9._-]{1,64}")
@@ -133,7 +134,7 @@ def to_installed(runtime: Any, toolkit: str, *, by: str = "deployer", build: boo
     done = install.install(Path(runtime.home), str(archive), sha256=meta["sha256"], force=True, env=runtime.env)
     runtime.discover(refresh=True)
     if build:
-        from wbcore_runtime import builder
+        from wbcore_runtime.build import builder
 
         builder.build(runtime, toolkit)
     _audit(runtime, by, "promote-installed", f"workspace:{toolkit} -> {done[0].path}", meta["sha256"])

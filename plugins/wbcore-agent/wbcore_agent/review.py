@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from wbcore_runtime.dock import refuse
-from wbcore_runtime.errors import InvalidArgs
+from wbcore_runtime.dispatch.dock import refuse
+from wbcore_runtime.contract.errors import InvalidArgs
 
 MAX_ITEM = 64 << 10
 MAX_ITEMS = 1000

@@ -31,7 +31,7 @@ from typing import Any
 
 from wbcore_agent.loop import RUNNING, SESSION_MAX_STEPS, RunRecord, find_agent, run_agent
 from wbcore_agent.review import ReviewQueue
-from wbcore_runtime.errors import InvalidArgs, NotFound, WbError
+from wbcore_runtime.contract.errors import InvalidArgs, NotFound, WbError
 
 MAX_EVENTS = 10_000
 MAX_TEXT_EVENTS_PER_STEP = 2000

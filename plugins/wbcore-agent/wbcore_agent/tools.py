@@ -25,8 +25,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from wbcore_runtime.errors import CapabilityDenied, InvalidArgs, NotFound, WbError, unknown_name
-from wbcore_runtime.llm import ToolSpec
+from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs, NotFound, WbError, unknown_name
+from wbcore_runtime.contract.llm import ToolSpec
 
 if TYPE_CHECKING:
     from wbcore_agent.loop import Run
@@ -159,9 +159,9 @@ def _result_text(res: Any) -> str:
 
 
 def unavailable(run: Run, tk: Any) -> str | None:
-    """Why ``tk`` may not be used (``wbcore_runtime.trust``: tampered, unsigned, pin mismatch), or
+    """Why ``tk`` may not be used (``wbcore_runtime.trust.verdict``: tampered, unsigned, pin mismatch), or
     ``None``: such a toolkit's text never reaches the model, as in the injected index."""
-    from wbcore_runtime import trust
+    from wbcore_runtime.trust import verdict as trust
 
     return trust.unavailable_reason(tk, run.runtime)
 
@@ -209,7 +209,7 @@ def wb(run: Run, args: Mapping[str, Any]) -> str:
         ident, slug = _str(args, "toolkit", "wb"), _str(args, "skill", "wb", "overview")
         return available_toolkit(run, ident).skill_text(slug)
     if op == "search":
-        from wbcore_runtime import search as _search
+        from wbcore_runtime.toolkit import search as _search
 
         hits = _search.search(rt.discover(), _str(args, "query", "wb"))
         return json.dumps([h.as_dict() for h in _verified(run, hits)[:30]], indent=1)
@@ -221,7 +221,7 @@ def wb(run: Run, args: Mapping[str, Any]) -> str:
 
 
 def search(run: Run, args: Mapping[str, Any]) -> str:
-    from wbcore_runtime import search as _search
+    from wbcore_runtime.toolkit import search as _search
 
     query = _str(args, "query", "search")
     hits = [h.as_dict() for h in _verified(run, _search.search(run.runtime.discover(), query))[:20]]
@@ -284,7 +284,7 @@ def publish(run: Run, args: Mapping[str, Any]) -> str:
     parts = PurePosixPath(rel).parts
     if not parts or PurePosixPath(rel).is_absolute() or ".." in parts:
         raise InvalidArgs(f"publish: {rel!r} must be a relative path without '..'")
-    from wbcore_runtime import paths
+    from wbcore_runtime.guard import paths
 
     root = Path(target_root)
     root.mkdir(parents=True, exist_ok=True)

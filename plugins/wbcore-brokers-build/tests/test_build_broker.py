@@ -11,9 +11,9 @@ import pytest
 from wbcore_brokers_build import plugin
 from wbcore_runtime import hookimpl
 from wbcore_runtime.build import BuildFailed, BuildOutput
-from wbcore_runtime.calls import CallResult, Principal
-from wbcore_runtime.errors import CapabilityDenied, InvalidArgs, NotFound
-from wbcore_runtime.records import Availability, BuildLane, Check, ExecShape
+from wbcore_runtime.contract.calls import CallResult, Principal
+from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs, NotFound
+from wbcore_runtime.contract.records import Availability, BuildLane, Check, ExecShape
 
 
 class EchoLane:

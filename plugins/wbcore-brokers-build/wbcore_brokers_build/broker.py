@@ -29,12 +29,13 @@ from collections import defaultdict
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from wbcore_runtime import dispatch, policy
+from wbcore_runtime.dispatch import dispatcher as dispatch
+from wbcore_runtime.trust import policy
 from wbcore_runtime.build import BuildFailed, ResolvedSource, pipeline, tree_digest
-from wbcore_runtime.calls import Principal
-from wbcore_runtime.dock import refuse
-from wbcore_runtime.errors import CapabilityDenied, InvalidArgs, NotFound, unknown_name
-from wbcore_runtime.manifest import Manifest
+from wbcore_runtime.contract.calls import Principal
+from wbcore_runtime.dispatch.dock import refuse
+from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs, NotFound, unknown_name
+from wbcore_runtime.toolkit.manifest import Manifest
 
 MAX_FILES = 256
 MAX_SOURCE_BYTES = 4 << 20

@@ -8,8 +8,8 @@ import time
 import cbor2
 import pytest
 
-from wbcore_runtime.calls import Principal
-from wbcore_runtime.errors import CapabilityDenied, InvalidArgs, NotFound
+from wbcore_runtime.contract.calls import Principal
+from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs, NotFound
 from wbcore_brokers_exec.broker import encode_request, parse_request
 
 from wbexec_guests import HELLO, SPIN, call_and_print

@@ -9,8 +9,8 @@ import threading
 import pytest
 
 from wbcore_runtime import hookimpl
-from wbcore_runtime.calls import Principal
-from wbcore_runtime.errors import InvalidArgs
+from wbcore_runtime.contract.calls import Principal
+from wbcore_runtime.contract.errors import InvalidArgs
 
 from wbexec_guests import HELLO, MEGABYTE
 

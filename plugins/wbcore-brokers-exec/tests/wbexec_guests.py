@@ -18,7 +18,7 @@ def wat_bytes(data: bytes) -> str:
 def register_guest(make_toolkit):
     import wasmtime
 
-    from wbcore_runtime import builder
+    from wbcore_runtime.build import builder
 
     def reg(rt: Any, name: str, wat: str, caps: str = "", profile: str | None = None) -> Any:
         extra = {"CLI_BIN": name, **({"PROFILE": profile} if profile else {})}

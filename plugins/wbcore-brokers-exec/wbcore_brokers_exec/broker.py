@@ -6,12 +6,12 @@ strings (structural: no shell ever parses it), refuses nesting deeper than 8, an
 one of at most 64 concurrent slots per principal for the whole nested call. The nested
 command runs through ``Runtime.call`` under its *own* toolkit's caps (never the caller's),
 inside the caller's deadline, for the caller's tenant, keeping the caller's ``reach`` (an
-agent's ``:TOOLKITS:`` allowlist): ``wbcore_runtime.dispatch.check_reach`` refuses a
+agent's ``:TOOLKITS:`` allowlist): ``wbcore_runtime.dispatch.dispatcher.check_reach`` refuses a
 command outside it at the nested call, and ``list`` shows only what is in reach.
 
 Answers are bounded while they are gathered: a nested command's stdout/stderr are capped
 by *its* profile while it runs (the run engine checks them every tick), and its result is
-taken from the caller's :class:`~wbcore_runtime.budget.ByteBudget` (``max_response``) before it is
+taken from the caller's :class:`~wbcore_runtime.dispatch.budget.ByteBudget` (``max_response``) before it is
 answered. ``parallel`` takes each result from one budget as it arrives; the first result
 that passes it cancels the tasks in flight, skips the ones not started and refuses the
 batch with ``too-large`` — memory stays at the cap plus the results in flight (≤ width).
@@ -26,9 +26,9 @@ import weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from wbcore_runtime.budget import ByteBudget
-from wbcore_runtime.dock import BrokerCall, DockContext, nested, reason_of, refuse
-from wbcore_runtime.errors import CapabilityDenied, InvalidArgs, NotFound, WbError
+from wbcore_runtime.dispatch.budget import ByteBudget
+from wbcore_runtime.dispatch.dock import BrokerCall, DockContext, nested, reason_of, refuse
+from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs, NotFound, WbError
 
 MAX_DEPTH = 8
 MAX_CONCURRENT = 64
@@ -144,7 +144,7 @@ class ExecBroker:
         raise InvalidArgs(f"{call.cap}: unknown operation {call.op!r}")
 
     def _in_reach(self, name: str, reach: frozenset[str]) -> bool:
-        from wbcore_runtime.registry import RESERVED
+        from wbcore_runtime.store.registry import RESERVED
 
         entry = self.runtime.registry.lookup("command", name)
         return entry is not None and ((entry.builtin and name in RESERVED) or entry.toolkit in reach)
@@ -177,7 +177,7 @@ class ExecBroker:
         try:
             left = ctx.remaining(60.0)
             if left <= 0:
-                from wbcore_runtime.errors import Timeout
+                from wbcore_runtime.contract.errors import Timeout
 
                 raise refuse(Timeout, "deadline", f"exec {name!r}: no time left in the caller's deadline")
             # the nested call is the command's own toolkit, for the caller's tenant and reach

@@ -9,8 +9,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from wbcore_runtime.calls import Principal
-from wbcore_runtime.errors import CapabilityDenied
+from wbcore_runtime.contract.calls import Principal
+from wbcore_runtime.contract.errors import CapabilityDenied
 
 
 class _Hello(BaseHTTPRequestHandler):

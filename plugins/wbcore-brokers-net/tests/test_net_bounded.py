@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from wbcore_runtime.calls import Principal
-from wbcore_runtime.errors import InvalidArgs
+from wbcore_runtime.contract.calls import Principal
+from wbcore_runtime.contract.errors import InvalidArgs
 from wbcore_brokers_net.brokers import NetBroker
 from wbcore_brokers_net.guard import NetGuard
 

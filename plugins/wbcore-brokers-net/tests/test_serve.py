@@ -7,8 +7,8 @@ import threading
 import httpx
 import pytest
 
-from wbcore_runtime.calls import Principal
-from wbcore_runtime.errors import CapabilityDenied, InvalidArgs
+from wbcore_runtime.contract.calls import Principal
+from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs
 
 
 def _guest(dock, ctx, sid, answers):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from wbcore_runtime.calls import Principal
-from wbcore_runtime.errors import CapabilityDenied, InvalidArgs, Timeout
+from wbcore_runtime.contract.calls import Principal
+from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs, Timeout
 from wbcore_brokers_net import allowlist
 from wbcore_brokers_net.brokers import NetBroker, SocketBroker
 from wbcore_brokers_net.guard import NetGuard, parse_literal, why_denied

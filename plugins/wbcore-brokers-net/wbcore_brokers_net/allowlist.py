@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from wbcore_runtime.dock import refuse
-from wbcore_runtime.errors import CapabilityDenied, InvalidArgs
+from wbcore_runtime.dispatch.dock import refuse
+from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 

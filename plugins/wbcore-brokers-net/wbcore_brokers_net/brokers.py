@@ -7,9 +7,9 @@ import re
 import time
 from typing import Any
 
-from wbcore_runtime.budget import ByteBudget
-from wbcore_runtime.dock import BrokerCall
-from wbcore_runtime.errors import InvalidArgs
+from wbcore_runtime.dispatch.budget import ByteBudget
+from wbcore_runtime.dispatch.dock import BrokerCall
+from wbcore_runtime.contract.errors import InvalidArgs
 
 from wbcore_brokers_net import allowlist, sockets
 from wbcore_brokers_net.guard import NetGuard

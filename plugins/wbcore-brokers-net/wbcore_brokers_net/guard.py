@@ -1,4 +1,4 @@
-"""NetGuard for the egress brokers: the core's SSRF decision (:mod:`wbcore_runtime.netguard`), as is.
+"""NetGuard for the egress brokers: the core's SSRF decision (:mod:`wbcore_runtime.guard.netguard`), as is.
 
 The decision — which addresses are public, resolve-then-pin, every answer checked, host
 literals parsed like ``inet_aton`` — lives in the core, so the brokers, sources, installs
@@ -14,6 +14,6 @@ Test seam (never used by the product): ``NetGuard(resolver=..., public=...)``, s
 
 from __future__ import annotations
 
-from wbcore_runtime.netguard import IPAddress, NetGuard, Pin, Resolver, parse_literal, system_resolver, why_denied
+from wbcore_runtime.guard.netguard import IPAddress, NetGuard, Pin, Resolver, parse_literal, system_resolver, why_denied
 
 __all__ = ["IPAddress", "NetGuard", "Pin", "Resolver", "parse_literal", "system_resolver", "why_denied"]

@@ -4,7 +4,7 @@ Each hop (the first request and every redirect) is checked by :class:`NetGuard` 
 the toolkit's ``#+ALLOWED_HOSTS``, then sent to the *pinned* address: the URL carries
 the checked IP, the ``Host`` header and TLS SNI carry the name, and the certificate is
 verified against the name. Bodies are streamed raw (no decompression) and every chunk is
-taken from a :class:`~wbcore_runtime.budget.ByteBudget` as it arrives: the exchange is cancelled
+taken from a :class:`~wbcore_runtime.dispatch.budget.ByteBudget` as it arrives: the exchange is cancelled
 the moment the body passes ``max_bytes`` (the caller passes ``min(max_bytes,
 max_response)``), holding at most the cap plus one network read (≤ 64 KiB). The
 deadline bounds connect, every read and the whole exchange. No connection pooling
@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
-from wbcore_runtime import fetch as _fetch
-from wbcore_runtime.budget import ByteBudget
-from wbcore_runtime.dock import refuse
-from wbcore_runtime.errors import CapabilityDenied, InvalidArgs, Timeout
+from wbcore_runtime.guard import fetch as _fetch
+from wbcore_runtime.dispatch.budget import ByteBudget
+from wbcore_runtime.dispatch.dock import refuse
+from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs, Timeout
 
 from wbcore_brokers_net import allowlist
 from wbcore_brokers_net.guard import NetGuard

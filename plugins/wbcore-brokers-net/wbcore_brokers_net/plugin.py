@@ -12,12 +12,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from wbcore_runtime import hookimpl
-from wbcore_runtime.records import Broker
+from wbcore_runtime.contract.records import Broker
 
 
 def _net(text_only: bool) -> Any:
     def factory(runtime: Any) -> Any:
-        from wbcore_runtime.netguard import NetGuard
+        from wbcore_runtime.guard.netguard import NetGuard
 
         from wbcore_brokers_net.brokers import NetBroker
 
@@ -29,7 +29,7 @@ def _net(text_only: bool) -> Any:
 
 def _socket(kind: str) -> Any:
     def factory(runtime: Any) -> Any:
-        from wbcore_runtime.netguard import NetGuard
+        from wbcore_runtime.guard.netguard import NetGuard
 
         from wbcore_brokers_net.brokers import SocketBroker
 
@@ -60,8 +60,8 @@ def wbcore_brokers() -> Iterator[Broker]:
 @hookimpl
 def wbcore_verify_checks(toolkit: Any, runtime: Any) -> Iterator[Any]:
     """``#+ALLOWED_HOSTS``: every entry parses, and the toolkit asks for a cap it narrows."""
-    from wbcore_runtime.errors import WbError
-    from wbcore_runtime.records import Check
+    from wbcore_runtime.contract.errors import WbError
+    from wbcore_runtime.contract.records import Check
 
     text = toolkit.manifest.extra("ALLOWED_HOSTS")
     if not text:

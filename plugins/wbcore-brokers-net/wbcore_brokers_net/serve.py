@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from wbcore_runtime.budget import ByteBudget
-from wbcore_runtime.dock import BrokerCall, refuse
-from wbcore_runtime.errors import CapabilityDenied, InvalidArgs, NotFound
+from wbcore_runtime.dispatch.budget import ByteBudget
+from wbcore_runtime.dispatch.dock import BrokerCall, refuse
+from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs, NotFound
 
 MAX_LISTENERS = 4
 MAX_REQUEST_BODY = 1 << 20

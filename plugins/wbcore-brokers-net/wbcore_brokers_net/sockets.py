@@ -12,8 +12,8 @@ import ssl
 import time
 from typing import Any
 
-from wbcore_runtime.dock import refuse
-from wbcore_runtime.errors import CapabilityDenied, InvalidArgs, Timeout
+from wbcore_runtime.dispatch.dock import refuse
+from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs, Timeout
 
 from wbcore_brokers_net.guard import Pin
 

@@ -8,8 +8,8 @@ import hmac
 import pytest
 from nacl.signing import VerifyKey
 
-from wbcore_runtime.calls import Principal
-from wbcore_runtime.errors import InvalidArgs, NotFound
+from wbcore_runtime.contract.calls import Principal
+from wbcore_runtime.contract.errors import InvalidArgs, NotFound
 
 
 @pytest.fixture

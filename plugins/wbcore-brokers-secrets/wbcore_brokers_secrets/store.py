@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from wbcore_runtime.dock import BrokerCall, refuse
-from wbcore_runtime.errors import InvalidArgs, NotFound
+from wbcore_runtime.dispatch.dock import BrokerCall, refuse
+from wbcore_runtime.contract.errors import InvalidArgs, NotFound
 
 ALGS = ("hmac-sha256", "ed25519")
 MAX_MESSAGE = 16 << 20

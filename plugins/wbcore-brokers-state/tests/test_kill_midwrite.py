@@ -9,14 +9,14 @@ import sys
 import textwrap
 import time
 
-from wbcore_runtime.calls import Principal
+from wbcore_runtime.contract.calls import Principal
 
 SIZE = 300_000  # large enough that a write spans many pages
 
 CHILD = textwrap.dedent(f"""
     import sys
     from wbcore_runtime.runtime import Runtime
-    from wbcore_runtime.calls import Principal
+    from wbcore_runtime.contract.calls import Principal
     rt = Runtime.open(plugins=["brokers-state"], home=sys.argv[1], env={{"WB_DOCK_RATE": "100000000/60"}})
     d = rt.dock
     c = d.context(principal=Principal("t", "w"), caps={{"kv", "queue", "vfs"}}, instance="killme")

@@ -12,8 +12,8 @@ import textwrap
 
 import pytest
 
-from wbcore_runtime.calls import Principal
-from wbcore_runtime.errors import InvalidArgs, NotFound
+from wbcore_runtime.contract.calls import Principal
+from wbcore_runtime.contract.errors import InvalidArgs, NotFound
 
 
 @pytest.fixture
@@ -28,7 +28,7 @@ def ctx(rt, tenant="acme", **kw):
 def other_process_put(home, tenant, key, value):
     """A put from a different interpreter on the same home (its own cache and counter map)."""
     code = textwrap.dedent(f"""
-        from wbcore_runtime.calls import Principal
+        from wbcore_runtime.contract.calls import Principal
         from wbcore_runtime.runtime import Runtime
         rt = Runtime.open(plugins=["brokers-state"], home={str(home)!r})
         c = rt.dock.context(principal=Principal({tenant!r}, "writer"), caps={{"kv"}})

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from wbcore_runtime.calls import Principal
-from wbcore_runtime.errors import InvalidArgs, Timeout
-from wbcore_runtime.policy import PROFILES
+from wbcore_runtime.contract.calls import Principal
+from wbcore_runtime.contract.errors import InvalidArgs, Timeout
+from wbcore_runtime.trust.policy import PROFILES
 
 MiB = 1 << 20
 COMPUTE = PROFILES["compute"]
@@ -26,9 +26,9 @@ EIGHT = "WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM r WHERE i<8)
 # set-up that wrote the database) has already raised the peak RSS it measures.
 PROBE = textwrap.dedent("""
     import json, resource, sys, time
-    from wbcore_runtime.calls import Principal
-    from wbcore_runtime.errors import WbError
-    from wbcore_runtime.policy import PROFILES
+    from wbcore_runtime.contract.calls import Principal
+    from wbcore_runtime.contract.errors import WbError
+    from wbcore_runtime.trust.policy import PROFILES
     from wbcore_runtime.runtime import Runtime
 
     home, instance, queries = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
@@ -207,7 +207,7 @@ def test_queue_pop_that_cannot_be_answered_keeps_the_message(rt):
 
 
 def test_byte_budget_decides_once():
-    from wbcore_runtime.budget import ByteBudget
+    from wbcore_runtime.dispatch.budget import ByteBudget
 
     b = ByteBudget(10, "thing")
     b.take(ByteBudget.size_of(b"12345"))

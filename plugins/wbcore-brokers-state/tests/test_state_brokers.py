@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from wbcore_runtime.calls import Principal
-from wbcore_runtime.errors import CapabilityDenied, InvalidArgs, NotFound
+from wbcore_runtime.contract.calls import Principal
+from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs, NotFound
 
 MiB = 1 << 20
 
@@ -115,7 +115,7 @@ def test_vfs_query_deadline(rt):
     c, d = ctx(rt, instance="inst-slow", timeout=0.3), rt.dock
     d.call(c, "vfs", "write", {"path": "x", "data": b"1"})
     slow = "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n+1 FROM r) SELECT count(*) FROM r"
-    from wbcore_runtime.errors import Timeout
+    from wbcore_runtime.contract.errors import Timeout
 
     with pytest.raises(Timeout):
         d.call(c, "vfs", "query", {"sql": slow})
@@ -152,7 +152,7 @@ def test_a_dead_processs_call_databases_are_swept_at_start(make_runtime, wb_home
 
 
 def test_a_full_disk_reaches_the_guest_as_disk_full_and_the_audit_keeps_the_line(rt):
-    from wbcore_runtime.errors import DiskFull
+    from wbcore_runtime.contract.errors import DiskFull
 
     c, d = ctx(rt, instance="full-disk"), rt.dock
     d.call(c, "vfs", "write", {"path": "a", "data": b"x"})
@@ -173,8 +173,8 @@ def test_audit_lines_a_full_disk_cost_are_kept_or_counted(rt, monkeypatch):
     import errno
     import os
 
-    from wbcore_runtime import audit as audit_mod
-    from wbcore_runtime.errors import DiskFull
+    from wbcore_runtime.dispatch import audit as audit_mod
+    from wbcore_runtime.contract.errors import DiskFull
 
     c, d = ctx(rt), rt.dock
     log = d.audit

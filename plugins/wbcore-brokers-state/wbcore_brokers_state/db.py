@@ -16,12 +16,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from wbcore_runtime.generation import Generation
+from wbcore_runtime.store.generation import Generation
 
 
 class Db:
     """``changes=True`` keeps a change counter beside the file (``<name>.changes``, a
-    :class:`wbcore_runtime.generation.Generation`): every write transaction bumps it after its
+    :class:`wbcore_runtime.store.generation.Generation`): every write transaction bumps it after its
     commit, so a read cache in any process stays valid while the counter (a stat and a pread)
     is unchanged. Every writer of such a file must go through :meth:`write`."""
 

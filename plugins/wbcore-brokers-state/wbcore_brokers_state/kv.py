@@ -7,9 +7,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from wbcore_runtime.budget import ByteBudget
-from wbcore_runtime.dock import BrokerCall, refuse
-from wbcore_runtime.errors import CapabilityDenied, InvalidArgs, NotFound
+from wbcore_runtime.dispatch.budget import ByteBudget
+from wbcore_runtime.dispatch.dock import BrokerCall, refuse
+from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs, NotFound
 
 MAX_VALUE = 1 << 20
 MAX_KEYS = 10_000

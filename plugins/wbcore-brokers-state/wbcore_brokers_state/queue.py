@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from wbcore_runtime.budget import ByteBudget
-from wbcore_runtime.dock import BrokerCall, refuse
-from wbcore_runtime.errors import CapabilityDenied, InvalidArgs
+from wbcore_runtime.dispatch.budget import ByteBudget
+from wbcore_runtime.dispatch.dock import BrokerCall, refuse
+from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs
 
 from wbcore_brokers_state.kv import value_bytes
 

@@ -16,8 +16,8 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-from wbcore_runtime.dock import refuse
-from wbcore_runtime.errors import CapabilityDenied, InvalidArgs
+from wbcore_runtime.dispatch.dock import refuse
+from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs
 
 DEFAULT_QUOTA = 1 << 30
 SETTING = "WB_TENANT_QUOTA"

@@ -9,7 +9,7 @@ volume column), on a read-only connection with an authorizer that allows reading
 ``files`` and nothing else. A call's own instance (a Dock context made without a name,
 ``call-<owner>-…``) is released with its context: its database is closed and removed; one
 a killed process left is swept when a broker opens the folder. Every answer is bounded while it is gathered (a
-:class:`~wbcore_runtime.budget.ByteBudget` of ``min(max_response, own cap)``): ``query`` under
+:class:`~wbcore_runtime.dispatch.budget.ByteBudget` of ``min(max_response, own cap)``): ``query`` under
 the call's deadline, SQLite length and column limits and a per-row budget; ``list`` row
 by row; ``read`` checks the stored size before it loads the blob.
 """
@@ -24,9 +24,9 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from wbcore_runtime.budget import ByteBudget
-from wbcore_runtime.dock import BrokerCall, refuse
-from wbcore_runtime.errors import CapabilityDenied, InvalidArgs, NotFound, Timeout, WbError
+from wbcore_runtime.dispatch.budget import ByteBudget
+from wbcore_runtime.dispatch.dock import BrokerCall, refuse
+from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs, NotFound, Timeout, WbError
 
 from wbcore_brokers_state.kv import value_bytes
 
@@ -74,14 +74,14 @@ class VfsBroker:
         self.max_file, self.max_files, self.max_query = max_file, max_files, max_query
         self._open: OrderedDict[str, Any] = OrderedDict()
         self._lock = threading.Lock()
-        from wbcore_runtime import leftovers
-        from wbcore_runtime.dock import EPHEMERAL_PREFIX
+        from wbcore_runtime.store import leftovers
+        from wbcore_runtime.dispatch.dock import EPHEMERAL_PREFIX
 
         leftovers.sweep(root, EPHEMERAL_PREFIX)  # databases (and -wal/-shm) of dead processes' calls
 
     def release(self, instance: str) -> None:
         """A call's own instance ended: close and remove its database (named instances stay)."""
-        from wbcore_runtime.dock import EPHEMERAL_PREFIX
+        from wbcore_runtime.dispatch.dock import EPHEMERAL_PREFIX
 
         if not instance.startswith(EPHEMERAL_PREFIX) or not _INSTANCE.match(instance):
             return

@@ -1,12 +1,12 @@
-"""The shared tier conformance suites (:mod:`wbcore_runtime.conformance`) at tier ``container``: wasm
+"""The shared tier conformance suites (:mod:`wbcore_testing.conformance`) at tier ``container``: wasm
 commands and the guest agent (TierConformance), posix commands (PosixTierConformance, slow)."""
 
 from __future__ import annotations
 
 import pytest
 
-from wbcore_runtime import frames
-from wbcore_runtime.conformance import Agent, PosixTierConformance, SandboxFacts, TierConformance
+from wbcore_runtime.wire import frames
+from wbcore_testing.conformance import Agent, PosixTierConformance, SandboxFacts, TierConformance
 
 from wbcore_container import bwrap
 
@@ -23,7 +23,7 @@ class TestContainerConformance(TierConformance):
         return {"session": 1, "program": "/bin/sh"}
 
     def open_agent(self, rt) -> Agent:
-        from wbcore_runtime.terminal import ShellRequest
+        from wbcore_runtime.wire.terminal import ShellRequest
 
         from wbcore_container import rootfs, shell
 
@@ -32,8 +32,8 @@ class TestContainerConformance(TierConformance):
                      secret=box.secret, alive=box.alive, close=box.close)
 
     def sandbox_facts(self, rt, probe_path: str) -> SandboxFacts:
-        from wbcore_runtime import builder
-        from wbcore_runtime.testing import manifest_text, write_toolkit
+        from wbcore_runtime.build import builder
+        from wbcore_testing.fixtures import manifest_text, write_toolkit
 
         if "sh" not in rt.registry.names("command"):
             write_toolkit(rt.roots[0], "conf-sh", manifest_text("conf-sh", exec="posix", extra={"CLI_BIN": "sh"}))

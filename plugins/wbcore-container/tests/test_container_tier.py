@@ -17,11 +17,11 @@ from wbcore_container import bwrap, rootfs
 
 pytestmark = pytest.mark.skipif(not bwrap.probe()[0], reason=f"bubblewrap unavailable here: {bwrap.probe()[1]}")
 
-from wbcore_runtime import builder  # noqa: E402
-from wbcore_runtime.calls import LimitExceeded  # noqa: E402
-from wbcore_runtime.errors import CapabilityDenied, NotFound, Timeout  # noqa: E402
-from wbcore_runtime.conformance import ECHO_WAT, command_request, kv_wat  # noqa: E402
-from wbcore_runtime.testing import manifest_text, write_toolkit  # noqa: E402
+from wbcore_runtime.build import builder  # noqa: E402
+from wbcore_runtime.contract.calls import LimitExceeded  # noqa: E402
+from wbcore_runtime.contract.errors import CapabilityDenied, NotFound, Timeout  # noqa: E402
+from wbcore_testing.conformance import ECHO_WAT, command_request, kv_wat  # noqa: E402
+from wbcore_testing.fixtures import manifest_text, write_toolkit  # noqa: E402
 
 from wbcore_container.tiers import ContainerTier  # noqa: E402
 
@@ -210,7 +210,7 @@ def test_cancel_kills_the_container(rt, toolkit_root) -> None:
 def _kv_request(rt, wat: str, **kw):
     import wasmtime
 
-    from wbcore_runtime.policy import profile
+    from wbcore_runtime.trust.policy import profile
 
     fields = {"profile": profile("minimal"), "timeout_s": 10.0, "caps": frozenset({"kv"}), **kw}
     return command_request(rt, wasmtime.wat2wasm(wat), **fields)
@@ -231,8 +231,8 @@ def test_an_ungranted_cap_is_refused_before_the_guest_runs(rt) -> None:
 
 
 def test_posix_with_the_container_unavailable_says_why(make_runtime, toolkit_root, monkeypatch) -> None:
-    from wbcore_runtime.records import Availability
-    from wbcore_runtime.dispatch import Unavailable
+    from wbcore_runtime.contract.records import Availability
+    from wbcore_runtime.dispatch.dispatcher import Unavailable
 
     from wbcore_container import tiers
 
@@ -251,7 +251,7 @@ def test_posix_with_the_container_unavailable_says_why(make_runtime, toolkit_roo
 
 
 def test_a_request_of_another_type_is_refused(rt) -> None:
-    from wbcore_runtime.errors import InvalidArgs
+    from wbcore_runtime.contract.errors import InvalidArgs
 
     with pytest.raises(InvalidArgs, match="commands only"):
         ContainerTier(rt).call(object())

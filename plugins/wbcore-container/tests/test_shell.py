@@ -18,10 +18,10 @@ from wbcore_container import bwrap
 
 pytestmark = pytest.mark.skipif(not bwrap.probe()[0], reason=f"bubblewrap unavailable here: {bwrap.probe()[1]}")
 
-from wbcore_runtime import frames, terminal  # noqa: E402
-from wbcore_runtime.conformance import PtySessions  # noqa: E402
-from wbcore_runtime.errors import InvalidArgs  # noqa: E402
-from wbcore_runtime.testing import wait_pane, wbx_executable  # noqa: E402
+from wbcore_runtime.wire import frames, terminal  # noqa: E402
+from wbcore_testing.conformance import PtySessions  # noqa: E402
+from wbcore_runtime.contract.errors import InvalidArgs  # noqa: E402
+from wbcore_testing.fixtures import wait_pane, wbx_executable  # noqa: E402
 
 from wbcore_container import rootfs, shell  # noqa: E402
 

@@ -11,8 +11,8 @@ from wbcore_container import bwrap
 
 pytestmark = pytest.mark.skipif(not bwrap.probe()[0], reason=f"bubblewrap unavailable here: {bwrap.probe()[1]}")
 
-from wbcore_runtime import tasks  # noqa: E402
-from wbcore_runtime.errors import CapabilityDenied, NotFound  # noqa: E402
+from wbcore_runtime.toolkit import tasks  # noqa: E402
+from wbcore_runtime.contract.errors import CapabilityDenied, NotFound  # noqa: E402
 
 MARK = "/tmp/wb-task-shape-never-on-the-host"
 
@@ -79,7 +79,7 @@ def test_tasks_never_run_in_a_weaker_tier_and_unknown_tasks_are_named(task_toolk
 
 
 def test_a_task_past_its_deadline_is_killed(make_toolkit, make_runtime) -> None:
-    from wbcore_runtime.errors import Timeout
+    from wbcore_runtime.contract.errors import Timeout
 
     spin = "#+TITLE: s\n#+begin_src sh :role task :name spin\nwhile :; do :; done\n#+end_src\n"
     make_toolkit("spin", exec="task", skills={"overview": "#+TITLE: o\n", "spin": spin})

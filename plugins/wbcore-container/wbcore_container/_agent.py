@@ -2,7 +2,7 @@
 
 The container's own Debian ``python3`` runs it as the container's entry (uid 1000, no
 capabilities, no network, read-only root). It speaks the framed protocol on fds 0 and 1
-(the host's pipes) and serves PTY sessions with :class:`terminal.Agent` (``wbcore_runtime/terminal.py``,
+(the host's pipes) and serves PTY sessions with :class:`terminal.Agent` (``wbcore_runtime/wire/terminal.py``,
 copied in next to ``frames.py``): the same frames the microvm guest agent reads. The
 session secret arrives on a pipe (never in the environment or a file another process of
 the container could read); the allowlist and rlimits in ``/wb/agent.json``.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from wbcore_runtime import hookimpl
-from wbcore_runtime.records import ExecShape, IsolationTier, deferred
+from wbcore_runtime.contract.records import ExecShape, IsolationTier, deferred
 
 from wbcore_container import shapes as _shapes
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from wbcore_runtime.records import Check, ExecShape, VerifyContext
+from wbcore_runtime.contract.records import Check, ExecShape, VerifyContext
 
 from wbcore_container import rootfs
 

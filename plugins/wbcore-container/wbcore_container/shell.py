@@ -17,9 +17,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from wbcore_runtime import frames
-from wbcore_runtime.errors import InvalidArgs, NotFound
-from wbcore_runtime.terminal import Channel, Mount, ShellRequest, handshake, unreachable_by
+from wbcore_runtime.wire import frames
+from wbcore_runtime.contract.errors import InvalidArgs, NotFound
+from wbcore_runtime.wire.terminal import Channel, Mount, ShellRequest, handshake, unreachable_by
 
 from wbcore_container import bwrap, rootfs
 

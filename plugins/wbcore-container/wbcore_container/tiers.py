@@ -7,7 +7,7 @@ Two kinds of payload, both through :func:`wbcore_container.bwrap.run` over the r
   wasmtime package bound read-only; the module and the call's argv and memory limit are
   copied in read-only; the guest's stdio is the container's. The guest is isolated twice
   (linear memory, then the container). Caps are bridged: a ``wb.<cap>`` call travels as
-  a ``BrokerCall`` frame on a pipe to this process, where :class:`wbcore_runtime.capbridge.HostBridge`
+  a ``BrokerCall`` frame on a pipe to this process, where :class:`wbcore_runtime.wire.capbridge.HostBridge`
   answers it through the Dock (the container holds no credential and has no network);
   the session secret (32 random bytes per call) reaches the runner on its own pipe.
 - a **posix command** (``#+EXEC: posix``, registered as a manifest naming ``#+CLI_BIN``):
@@ -31,13 +31,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from wbcore_runtime.builder import read_posix_manifest
-from wbcore_runtime.calls import CallResult, CommandRequest, GuestTrap, LimitExceeded, Usage, check_guest_end
-from wbcore_runtime import frames
-from wbcore_runtime.capbridge import HostBridge
-from wbcore_runtime.errors import Internal, InvalidArgs, NotFound, Timeout
-from wbcore_runtime.terminal import Channel
-from wbcore_runtime.records import Availability
+from wbcore_runtime.build.builder import read_posix_manifest
+from wbcore_runtime.contract.calls import CallResult, CommandRequest, GuestTrap, LimitExceeded, Usage, check_guest_end
+from wbcore_runtime.wire import frames
+from wbcore_runtime.wire.capbridge import HostBridge
+from wbcore_runtime.contract.errors import Internal, InvalidArgs, NotFound, Timeout
+from wbcore_runtime.wire.terminal import Channel
+from wbcore_runtime.contract.records import Availability
 
 from wbcore_container import bwrap, rootfs
 
@@ -205,10 +205,10 @@ class ContainerTier:
     # --- task ----------------------------------------------------------------------------
 
     def run_task(self, req: Any) -> CallResult:
-        """A ``:role task`` block (``wbcore_runtime.tasks.TaskRequest``; the opt-in was checked by the
+        """A ``:role task`` block (``wbcore_runtime.toolkit.tasks.TaskRequest``; the opt-in was checked by the
         caller): its interpreter from the root, the toolkit's files copied in read-only at
         /toolkit, cwd /tmp, the posix profile's limits, as the unprivileged host uid."""
-        from wbcore_runtime.policy import profile
+        from wbcore_runtime.trust.policy import profile
 
         ok, why = bwrap.probe()
         if not ok:

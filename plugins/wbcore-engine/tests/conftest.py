@@ -43,7 +43,7 @@ def serve_engine() -> Iterator[Any]:
     def start(runtime: Any, **kw: Any) -> Served:
         import uvicorn
         from wbcore_engine import app as _app
-        from wbcore_runtime import httpserve
+        from wbcore_runtime.guard import httpserve
 
         port = _free_port()
         bind = kw.pop("bind", "127.0.0.1")

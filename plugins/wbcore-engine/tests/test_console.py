@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from wbcore_engine import console
-from wbcore_runtime import signing
-from wbcore_runtime.testing import write_toolkit
+from wbcore_runtime.trust import signing
+from wbcore_testing.fixtures import write_toolkit
 
 SEED0 = base64.b64encode(bytes(32)).decode()
 SECRET = "sk-console-secret-value-0123"
@@ -51,7 +51,7 @@ class Host:
         return sid
 
     def status(self, session: str) -> dict[str, Any]:
-        from wbcore_runtime.errors import NotFound
+        from wbcore_runtime.contract.errors import NotFound
 
         if session not in self.runs:
             raise NotFound(f"no session {session}")
@@ -86,7 +86,7 @@ class Host:
 def served(tmp_path, monkeypatch, make_runtime, serve_engine, wb_home):
     """An engine with a signed third-party toolkit 'tp' (requests net and kv) and a session host."""
     monkeypatch.setenv("WB_SIGNING_KEY", SEED0)
-    from wbcore_runtime import identity
+    from wbcore_runtime.trust import identity
 
     root = tmp_path / "tks"
     d = write_toolkit(root, "tp", trust="third-party", caps="net kv", files={"bin/tool.wasm": b"\0asm\x01\0\0\0"})
@@ -288,7 +288,8 @@ def test_a_console_form_body_is_bounded(served):
 
 
 def test_push_shows_the_dry_run_diff_before_landing(tmp_path, served):
-    from wbcore_runtime import engine_client, identity
+    from wbcore_runtime.cli import engine_client
+    from wbcore_runtime.trust import identity
 
     eng, _, home = served
     src = tmp_path / "push-src"
@@ -314,7 +315,7 @@ def test_push_shows_the_dry_run_diff_before_landing(tmp_path, served):
 
 
 def test_a_pipeline_runs_stages_timings_and_failure_are_shown(served):
-    from wbcore_runtime.pipeline import Pipeline
+    from wbcore_fabric_local.pipeline import Pipeline
 
     eng, _, _ = served
     # a real run (its box is not installed here: the run fails at stage 0 and says why)
@@ -332,7 +333,7 @@ def test_a_pipeline_runs_stages_timings_and_failure_are_shown(served):
 
 def test_console_streams_share_the_engines_per_client_stream_cap(make_runtime, serve_engine):
     from wbcore_engine.app import Limits
-    from wbcore_runtime.httpserve import ServerLimits
+    from wbcore_runtime.guard.httpserve import ServerLimits
 
     eng = serve_engine(make_runtime(plugins=["engine"]),
                        limits=Limits(server=ServerLimits(max_streams_per_client=1), heartbeat_s=0.2))

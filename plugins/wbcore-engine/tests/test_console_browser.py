@@ -52,9 +52,9 @@ def test_console_in_a_real_browser(tmp_path, monkeypatch, make_runtime, serve_en
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the test extra)")
     if not os.access(CHROMIUM, os.X_OK):
         pytest.skip(f"{CHROMIUM} is missing: apt-get install chromium (python3 dev.py setup installs it)")
-    from wbcore_runtime import identity, signing
-    from wbcore_runtime.scripted_llm import ScriptedLlm, reply, tool
-    from wbcore_runtime.testing import write_toolkit
+    from wbcore_runtime.trust import identity, signing
+    from wbcore_testing.scripted_llm import ScriptedLlm, reply, tool
+    from wbcore_testing.fixtures import write_toolkit
 
     monkeypatch.setenv("WB_SIGNING_KEY", SEED0)
     root = tmp_path / "tks"
@@ -161,7 +161,7 @@ def test_console_in_a_real_browser(tmp_path, monkeypatch, make_runtime, serve_en
             assert "not-granted" in page.inner_text("#audit tr.live")
             shot("audit")
             # a pipeline run's stages with their timings and results
-            from wbcore_runtime.pipeline import Pipeline
+            from wbcore_fabric_local.pipeline import Pipeline
 
             run = Pipeline.named("shout", "upper").fan_out(["upper", "upper"]).run(rt, b"hello", timeout=60)
             assert run.success, run.error

@@ -14,8 +14,9 @@ from typing import Any
 import httpx
 import pytest
 
-from wbcore_runtime import install, signing
-from wbcore_runtime.testing import write_toolkit
+from wbcore_runtime.store import install
+from wbcore_runtime.trust import signing
+from wbcore_testing.fixtures import write_toolkit
 
 SEED0 = base64.b64encode(bytes(32)).decode()
 
@@ -35,7 +36,7 @@ def snapshot(home: Path) -> dict[str, object]:
 def signed(tmp_path, monkeypatch):
     """``signed(version, caps)``: a folder holding signed third-party toolkit 'tp'."""
     monkeypatch.setenv("WB_SIGNING_KEY", SEED0)
-    from wbcore_runtime import identity
+    from wbcore_runtime.trust import identity
 
     def make(version: str = "0.1.0", caps: str = "net", where: str = "src") -> Path:
         base = tmp_path / where
@@ -183,8 +184,8 @@ def read_sse(resp: Any, want: int, deadline_s: float = 20.0) -> list[tuple[str, 
 
 
 def test_audit_trail_streams_over_sse(make_runtime, serve_engine):
-    from wbcore_runtime.calls import Principal
-    from wbcore_runtime.errors import CapabilityDenied
+    from wbcore_runtime.contract.calls import Principal
+    from wbcore_runtime.contract.errors import CapabilityDenied
 
     rt = make_runtime(plugins=["engine"])
     eng = serve_engine(rt)
@@ -245,7 +246,7 @@ class ScriptedSessions:
                 self.cond.notify_all()
 
     def _run(self, sid: str) -> dict[str, Any]:
-        from wbcore_runtime.errors import NotFound
+        from wbcore_runtime.contract.errors import NotFound
 
         if sid not in self.runs:
             raise NotFound(f"no session {sid!r}")
@@ -314,7 +315,7 @@ def test_a_real_session_streams_events_over_sse(make_runtime, serve_engine, tmp_
     for mod in ("wbcore_agent", "wbcore_llm_openai", "wbcore_wasmtime", "wbcore_brokers_state"):
         pytest.importorskip(mod, reason=f"{mod} is not installed (the agent loop, a provider, the wasm engine)")
     from wbcore_engine.sessions import host_for
-    from wbcore_runtime.scripted_llm import ScriptedLlm, reply, tool
+    from wbcore_testing.scripted_llm import ScriptedLlm, reply, tool
 
     with ScriptedLlm("openai") as llm:
         llm.script = [reply(tool("wb", op="list"), text="Looking."), reply(tool("done", result="listed"))]
@@ -420,7 +421,7 @@ class LoopStandIn:
             return s
 
         def get(self, sid: str) -> Any:
-            from wbcore_runtime.errors import NotFound
+            from wbcore_runtime.contract.errors import NotFound
 
             if sid not in self.all:
                 raise NotFound(f"no session {sid!r}")

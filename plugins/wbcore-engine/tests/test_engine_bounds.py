@@ -13,12 +13,12 @@ from typing import Any
 import httpx
 import pytest
 
-from wbcore_runtime.httpserve import ServerLimits
+from wbcore_runtime.guard.httpserve import ServerLimits
 
 @pytest.fixture(autouse=True, params=["httptools", "h11"])
 def protocol(request, monkeypatch) -> str:
     """Every bound holds on both of uvicorn's HTTP protocols (httptools is the default)."""
-    from wbcore_runtime import httpserve
+    from wbcore_runtime.guard import httpserve
 
     if request.param == "h11":
         from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -156,7 +156,7 @@ class _Hold:
             return sid
 
     def status(self, session: str) -> dict[str, Any]:
-        from wbcore_runtime.errors import NotFound
+        from wbcore_runtime.contract.errors import NotFound
 
         if session not in self.runs:
             raise NotFound(f"no session {session!r}")

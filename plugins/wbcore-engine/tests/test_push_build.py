@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from wbcore_runtime import identity, signing
+from wbcore_runtime.trust import identity, signing
 
 pytest.importorskip("wbcore_wasmtime", reason="the wat lane and the command shape (wbcore-wasmtime) build and run it")
 pytest.importorskip("wbcore_sources", reason="the path: source prefix (wbcore-sources) resolves its source")

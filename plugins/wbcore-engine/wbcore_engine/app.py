@@ -4,9 +4,9 @@ Routes (``/openapi.json`` describes them, :mod:`wbcore_engine.openapi`):
 
 - ``GET  /v1/toolkits`` · ``GET /v1/toolkits/{id}`` · ``GET /v1/toolkits/{id}/verify``
 - ``POST /v1/toolkits`` — push: the body is a toolkit archive; it goes through the core
-  install path (:func:`wbcore_runtime.install.install`: staged, verified, then landed, all or
+  install path (:func:`wbcore_runtime.store.install.install`: staged, verified, then landed, all or
   nothing); ``?dry_run=1`` answers the diff of caps, trust and signer and lands nothing
-- ``POST /v1/calls/{name}`` — one call through :mod:`wbcore_runtime.dispatch`
+- ``POST /v1/calls/{name}`` — one call through :mod:`wbcore_runtime.dispatch.dispatcher`
 - ``POST /v1/sessions`` · ``GET /v1/sessions/{id}`` · ``GET /v1/sessions/{id}/events`` (SSE) ·
   ``POST|GET /v1/sessions/{id}/review`` · ``DELETE /v1/sessions/{id}`` — the agent loop's
   sessions through :class:`wbcore_engine.sessions.SessionHost` (``501`` when none is installed)
@@ -14,11 +14,11 @@ Routes (``/openapi.json`` describes them, :mod:`wbcore_engine.openapi`):
 - ``/console/…`` — the web console (:mod:`wbcore_engine.console`): pages over the same
   engine, logged in with the same token, behind the same Host/Origin rules
 
-Every request passes :func:`wbcore_runtime.httpguard.refusal` (bearer token, Host, Origin) first.
+Every request passes :func:`wbcore_runtime.guard.httpguard.refusal` (bearer token, Host, Origin) first.
 Every body is read against a size cap while it arrives and within a deadline; every call,
 wait and stream has an upper bound (:class:`Limits`); the connection-level bounds (a deadline
 for a whole request, connection and stream caps, the idle timeout) are
-:mod:`wbcore_runtime.httpserve`'s. The audit endpoints read from the end of the trail (tail)
+:mod:`wbcore_runtime.guard.httpserve`'s. The audit endpoints read from the end of the trail (tail)
 or follow it from a cursor (SSE): memory per request is a block and a batch, not the trail.
 """
 
@@ -41,8 +41,9 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from wbcore_engine import sessions as _sessions
-from wbcore_runtime import httpguard, httpserve, jsonbound
-from wbcore_runtime.errors import ErrorKind, WbError
+from wbcore_runtime.guard import httpguard, httpserve
+from wbcore_runtime.contract import jsonbound
+from wbcore_runtime.contract.errors import ErrorKind, WbError
 
 MiB = 1 << 20
 #: HTTP status per error kind.
@@ -194,7 +195,7 @@ class Engine:
     # --- toolkits ---------------------------------------------------------------------
 
     def _list(self) -> dict[str, Any]:
-        from wbcore_runtime import trust
+        from wbcore_runtime.trust import verdict as trust
 
         with self.lock:
             found = self.runtime.discover(refresh=True)
@@ -246,7 +247,8 @@ class Engine:
 
     def _push(self, data: bytes, name: str, dry: bool, force: bool, first_party: bool,
               build: bool = True) -> dict[str, Any]:
-        from wbcore_runtime import install, leftovers, unpack
+        from wbcore_runtime.store import install, leftovers
+        from wbcore_runtime.guard import unpack
 
         home = self.runtime.home
         base = home / install.STAGING
@@ -282,7 +284,7 @@ class Engine:
 
     def _build(self, ident: str, *, force: bool = False) -> dict[str, Any] | None:
         """``builder.build_row`` for a toolkit that has something to build (else ``None``)."""
-        from wbcore_runtime import builder
+        from wbcore_runtime.build import builder
 
         if not builder.wants_build(self.runtime.toolkit(ident).manifest):
             return None
@@ -304,7 +306,7 @@ class Engine:
     def _audit_push(self, data: bytes, name: str, outcome: str, t0: float, **kw: Any) -> None:
         """One audit line per push that was meant to land: who (the engine's token holder),
         the archive's sha256, what landed or why it did not."""
-        from wbcore_runtime.audit import digest
+        from wbcore_runtime.dispatch.audit import digest
 
         self.runtime.dock.audit.record(principal="engine", cap="engine", op="push", args_digest=digest(data),
                                        outcome=outcome, nbytes=len(data), ms=(time.perf_counter() - t0) * 1000,
@@ -338,7 +340,7 @@ class Engine:
                              **_text_or_b64("stderr", result.stderr), "usage": result.usage.as_dict()})
 
     def _call(self, name: str, argv: list[str], stdin: bytes, timeout: float, tier: Any, cancel: threading.Event) -> Any:
-        from wbcore_runtime import dispatch
+        from wbcore_runtime.dispatch import dispatcher as dispatch
 
         return dispatch.call_command(self.runtime, name, tuple(argv), stdin, timeout=timeout, cancel=cancel,
                                      tier=str(tier) if tier else None)
@@ -393,7 +395,7 @@ class Engine:
         if not isinstance(task, str) or not task:
             raise HttpError(400, "invalid-args", "send {\"agent\": <id> or \"agent_org\": <Org text>, \"task\": <text>}")
         if isinstance(doc.get("agent_org"), str):
-            from wbcore_runtime import agents
+            from wbcore_runtime.toolkit import agents
 
             agent = agents.parse(doc["agent_org"], "agent_org")  # the definition itself, as the client sent it
         elif not isinstance(agent, str) or not agent:
@@ -518,7 +520,7 @@ def _wrap(handler: Callable[[Request], Any]) -> Callable[[Request], Any]:
 
 def build(runtime: Any, *, token: str | None, bind: str = "127.0.0.1", allow_hosts: Any = (),
           sessions: _sessions.SessionHost | None = None, limits: Limits = Limits()) -> Any:
-    """The engine's ASGI app, guarded by :class:`wbcore_runtime.httpguard.Guard` (token, Host, Origin)."""
+    """The engine's ASGI app, guarded by :class:`wbcore_runtime.guard.httpguard.Guard` (token, Host, Origin)."""
     engine = Engine(runtime, sessions=sessions, limits=limits)
     routes = [
         Route("/openapi.json", _wrap(engine.openapi), methods=["GET"]),

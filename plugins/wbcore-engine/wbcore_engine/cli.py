@@ -38,7 +38,7 @@ def serve(runtime: Any, *, host: str = "127.0.0.1", port: int = 8766, token: str
     import uvicorn
 
     from wbcore_engine import app as _app
-    from wbcore_runtime import httpguard, httpserve
+    from wbcore_runtime.guard import httpguard, httpserve
 
     made = not token
     token = httpguard.check_token(token or secrets.token_urlsafe(32), option=f"--token / {TOKEN_ENV}")

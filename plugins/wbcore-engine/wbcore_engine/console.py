@@ -2,10 +2,10 @@
 
 Same process, same token, same Host/Origin rules as the API:
 
-- **Host / Origin** go through :func:`wbcore_runtime.httpguard.refusal` with the engine's
+- **Host / Origin** go through :func:`wbcore_runtime.guard.httpguard.refusal` with the engine's
   own names (421 / 403), before anything else;
 - **login** is the engine's token, entered once on ``/console/login`` and compared by
-  :func:`wbcore_runtime.httpguard.token_matches`; it opens a console session kept
+  :func:`wbcore_runtime.guard.httpguard.token_matches`; it opens a console session kept
   server-side, named by a random id in an http-only, ``SameSite=Strict`` cookie scoped to
   ``/console`` (the token itself is never put in a cookie or a page);
 - **CSRF**: every state-changing form (grant, revoke, push, start, cancel, review, logout)
@@ -17,7 +17,7 @@ Every read is bounded: toolkits and audit lines come a page at a time
 (:data:`PAGE`, :data:`AUDIT_PAGE`; a filtered audit page looks at no more than
 :data:`AUDIT_SCAN` lines), request bodies are read against the API's caps
 (:func:`wbcore_engine.app.read_body`), live views reuse the API's SSE streams (capped per
-client by :class:`wbcore_runtime.httpserve.StreamGate`), and the tables the console keeps
+client by :class:`wbcore_runtime.guard.httpserve.StreamGate`), and the tables the console keeps
 (logins, sessions it started, staged pushes) have fixed sizes.
 """
 
@@ -37,8 +37,8 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from wbcore_engine import sessions as _sessions
-from wbcore_runtime import httpguard
-from wbcore_runtime.errors import WbError
+from wbcore_runtime.guard import httpguard
+from wbcore_runtime.contract.errors import WbError
 
 PREFIX = "/console"
 COOKIE = "wbx_console"
@@ -262,7 +262,7 @@ async def toolkits(c: Console, request: Request) -> Response:
 
 
 def _show(c: Console, ident: str) -> dict[str, Any]:
-    from wbcore_runtime import consent
+    from wbcore_runtime.trust import consent
 
     rt = c.engine.runtime
     with c.engine.lock:
@@ -288,7 +288,7 @@ async def toolkit(c: Console, request: Request) -> Response:
 async def change_caps(c: Console, request: Request) -> Response:
     """Grant or revoke: first a confirmation showing exactly what changes, then (confirm=1) the change."""
     from wbcore_engine.app import _ident
-    from wbcore_runtime import consent
+    from wbcore_runtime.trust import consent
 
     ident = _ident(request.path_params["ident"], "toolkit id")
     action = request.path_params["action"]

@@ -83,7 +83,7 @@ def document() -> dict[str, Any]:
                                                       params=[tk, _query("force", "1: skip the build cache")])},
             "/v1/toolkits/{ident}/verify": {"get": _op("verify one toolkit", params=[tk],
                                                        extra={"422": "the report has failures"})},
-            "/v1/calls/{name}": {"post": _op("call a registered command (wbcore_runtime.dispatch)", params=[_path("name", "command")],
+            "/v1/calls/{name}": {"post": _op("call a registered command (wbcore_runtime.dispatch.dispatcher)", params=[_path("name", "command")],
                                              body={"application/json": {"schema": {"$ref": "#/components/schemas/Call"}}})},
             "/v1/audit": {"get": _op("recent audit decisions", params=[_query("tail", "how many", "integer"),
                                                                          _query("after", "only seq > after", "integer")])},

@@ -36,7 +36,7 @@ def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
     never a session that fails later."""
     import math
 
-    from wbcore_runtime.errors import InvalidArgs
+    from wbcore_runtime.contract.errors import InvalidArgs
 
     out: dict[str, Any] = {}
     for key, value in options.items():
@@ -66,11 +66,11 @@ class SessionHost(Protocol):
 
     def create(self, *, agent: Any, task: str, options: Mapping[str, Any]) -> str:
         """Start a run in the background; return its session id (``[A-Za-z0-9._-]+``).
-        ``agent`` is an agent id, or a ``wbcore_runtime.agents.AgentDef`` the client sent as Org."""
+        ``agent`` is an agent id, or a ``wbcore_runtime.toolkit.agents.AgentDef`` the client sent as Org."""
 
     def status(self, session: str) -> Mapping[str, Any]:
         """``{"id", "status", ...}``; ``status`` in :data:`TERMINAL` once it ended.
-        Raises ``wbcore_runtime.errors.NotFound`` for an unknown id."""
+        Raises ``wbcore_runtime.contract.errors.NotFound`` for an unknown id."""
 
     def events(self, session: str, *, after: int, timeout: float) -> Sequence[Mapping[str, Any]]:
         """The events with ``seq > after`` (each a JSON-shaped mapping with an int ``seq``),
@@ -135,7 +135,7 @@ class LoopSessions:
         """A person's decision on one item (approved / rejected, with a note); the agent reads it."""
         decide = getattr(self.sessions.get(session), "decide_review", None)
         if not callable(decide):
-            from wbcore_runtime.errors import InvalidArgs
+            from wbcore_runtime.contract.errors import InvalidArgs
 
             raise InvalidArgs("this agent loop keeps no review decisions")
         return dict(decide(position, decision, note))
@@ -144,7 +144,7 @@ class LoopSessions:
 def host_for(runtime: Any) -> SessionHost | None:
     """The runtime's session host: the agent loop's ``runtime.agents.sessions`` (adapted),
     or an object speaking :class:`SessionHost` at ``runtime.sessions``; ``None`` without."""
-    from wbcore_runtime.errors import WbError
+    from wbcore_runtime.contract.errors import WbError
 
     direct = getattr(runtime, "sessions", None)
     if isinstance(direct, SessionHost):

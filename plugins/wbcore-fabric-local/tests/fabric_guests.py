@@ -1,4 +1,4 @@
-"""WAT guests of this suite's own, with the shared ones from ``wbcore_runtime.testing``, and the
+"""WAT guests of this suite's own, with the shared ones from ``wbcore_testing.fixtures``, and the
 fixtures that register them (deployer trust: no toolkit, no caps)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from wbcore_runtime.testing import ECHO_OR_TRAP as ECHO  # noqa: F401 (the suite's tests import it from here)
-from wbcore_runtime.testing import K_UPPER, WAT_WRITE, register_wat, wasi  # noqa: F401
+from wbcore_testing.fixtures import ECHO_OR_TRAP as ECHO  # noqa: F401 (the suite's tests import it from here)
+from wbcore_testing.fixtures import K_UPPER, WAT_WRITE, register_wat, wasi  # noqa: F401
 
 _COPY = """(loop $l
       (i32.store (i32.const 0) (i32.const 1024)) (i32.store (i32.const 4) (i32.const 65536))

@@ -10,8 +10,8 @@ import time
 import pytest
 from fabric_guests import ECHO, K_UPPER, SPIN
 
-from wbcore_runtime import fabric
-from wbcore_runtime.errors import ErrorKind, Timeout
+from wbcore_runtime.dispatch import fabric
+from wbcore_runtime.contract.errors import ErrorKind, Timeout
 
 
 def _flat(chunks):

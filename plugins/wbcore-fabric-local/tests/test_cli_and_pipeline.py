@@ -7,8 +7,8 @@ import json
 import pytest
 from fabric_guests import BRACE, ECHO, K_UPPER
 
-from wbcore_runtime import pipeline as pl
-from wbcore_runtime.errors import ManifestError
+from wbcore_fabric_local import pipeline as pl
+from wbcore_runtime.contract.errors import ManifestError
 
 
 def test_wbx_fan_commands(rt, register, wbx):

@@ -9,8 +9,8 @@ import time
 import pytest
 from fabric_guests import ECHO, K_COUNT, K_UPPER, SPIN
 
-from wbcore_runtime import fabric
-from wbcore_runtime.errors import ErrorKind, InvalidArgs, NotFound, Timeout
+from wbcore_runtime.dispatch import fabric
+from wbcore_runtime.contract.errors import ErrorKind, InvalidArgs, NotFound, Timeout
 
 
 @pytest.mark.parametrize("engine", ["local", "threads"])
@@ -126,8 +126,8 @@ def test_calls_granted_caps_run_on_threads_not_in_workers(rt, make_toolkit):
     """A broker's per-process limits must not be multiplied by worker processes."""
     import wasmtime
 
-    from wbcore_runtime import builder
-    from wbcore_runtime.errors import CapabilityDenied
+    from wbcore_runtime.build import builder
+    from wbcore_runtime.contract.errors import CapabilityDenied
 
     make_toolkit("kvuser", exec="command", caps="kv", extra={"CLI_BIN": "kvuser"})
     rt.discover(refresh=True)

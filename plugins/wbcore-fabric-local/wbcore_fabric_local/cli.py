@@ -11,7 +11,7 @@ from typing import Any
 
 import typer
 
-from wbcore_runtime.errors import InvalidArgs
+from wbcore_runtime.contract.errors import InvalidArgs
 
 #: One input line may hold at most this many bytes (a command's stdin travels inside it).
 MAX_LINE = 64 << 20
@@ -86,7 +86,7 @@ def fan(runtime: Any) -> Any:
         {"input_base64": "..."}. Output: {"i": n, "exit": …, "stdout": …} or
         {"i": n, "error": {"kind": …, "message": …}}. Exit 1 when any input failed.
         """
-        from wbcore_runtime import fabric
+        from wbcore_runtime.dispatch import fabric
 
         kind = "kernel" if kernel else "command"
         if address:
@@ -123,7 +123,7 @@ def pipeline(runtime: Any) -> typer.Typer:
         json_: bool = typer.Option(False, "--json", help="Print the PipelineResult as JSON instead of the output."),
     ) -> None:
         """Run a pipeline: the final output on stdout, per-stage timings on stderr."""
-        from wbcore_runtime import pipeline as pl
+        from wbcore_fabric_local import pipeline as pl
 
         p = pl.load(file, name)
         if input_ is not None:

@@ -48,8 +48,8 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from typing import Any
 
-from wbcore_runtime import fabric
-from wbcore_runtime.errors import CapabilityDenied, Internal, InvalidArgs
+from wbcore_runtime.dispatch import fabric
+from wbcore_runtime.contract.errors import CapabilityDenied, Internal, InvalidArgs
 
 #: Chunks outstanding per worker: one running and two queued, so that a worker whose chunk
 #: waits behind a slower one's (results go out in input order) still has work.
@@ -75,7 +75,7 @@ def start_method() -> str:
 
 
 #: Imported once by the fork server, so a worker forked from it starts with them loaded.
-PRELOAD = ("wbcore_runtime.runtime", "wbcore_runtime.dispatch", "wbcore_runtime.fabric", "wbcore_fabric_local.worker")
+PRELOAD = ("wbcore_runtime.runtime", "wbcore_runtime.dispatch.dispatcher", "wbcore_runtime.dispatch.fabric", "wbcore_fabric_local.worker")
 
 
 @functools.cache
@@ -90,7 +90,7 @@ def preload() -> list[str]:
     the fork server starts once."""
     from importlib.metadata import entry_points
 
-    from wbcore_runtime import hookspecs
+    from wbcore_runtime.contract import hookspecs
 
     plugins = sorted({ep.module for ep in entry_points(group=hookspecs.ENTRY_POINT_GROUP)})
     loaded = [m for m in sys.modules if m == "wasmtime" or m.startswith(("wbcore_wasmtime.", "wasmtime."))]

@@ -15,8 +15,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
-from wbcore_runtime import fabric
-from wbcore_runtime.errors import Timeout, WbError
+from wbcore_runtime.dispatch import fabric
+from wbcore_runtime.contract.errors import Timeout, WbError
 
 #: Inputs in flight per thread (taken from the iterable, not yet yielded).
 K = 4
@@ -31,7 +31,7 @@ class ThreadEngine:
 
     def chunks(self, job: fabric.Job, work: Iterator[tuple[int, Any]], *,
                cancel: Any = None) -> Iterator[fabric.ResultChunk]:
-        from wbcore_runtime import dispatch
+        from wbcore_runtime.dispatch import dispatcher as dispatch
 
         target = dispatch.target_for(self.runtime, job.entry, job.tier)
         return _results(self.runtime, job, target, work, cancel)

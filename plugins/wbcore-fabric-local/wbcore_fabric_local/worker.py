@@ -28,8 +28,8 @@ import threading
 import time
 from typing import Any
 
-from wbcore_runtime import fabric
-from wbcore_runtime.errors import WbError
+from wbcore_runtime.dispatch import fabric
+from wbcore_runtime.contract.errors import WbError
 
 
 def main(conn: Any, job: fabric.Job) -> None:
@@ -81,7 +81,7 @@ def _exit(runtime: Any) -> None:
     skips the exporter's atexit flush)."""
     import sys
 
-    from wbcore_runtime import telemetry
+    from wbcore_runtime.contract import telemetry
 
     telemetry.flush(runtime)
     sys.stdout.flush()

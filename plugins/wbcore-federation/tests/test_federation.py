@@ -7,7 +7,7 @@ import json
 import pytest
 from conftest import HMAC_KEY, TOKEN, tracker_manifest
 
-from wbcore_runtime.testing import write_toolkit
+from wbcore_testing.fixtures import write_toolkit
 
 
 @pytest.fixture
@@ -33,7 +33,7 @@ def granted(rt):
 
 def grant_env(rt, tid: str, name: str) -> None:
     """The deployer's consent to read ``name`` for ``tid`` (``wbx toolkit grant tid --env name``)."""
-    from wbcore_runtime.consent import ConsentStore
+    from wbcore_runtime.trust.consent import ConsentStore
 
     ConsentStore(rt.home).grant(tid, [], None, env=[name])
 
@@ -244,7 +244,7 @@ def test_a_connector_from_another_plugin_serves_read_and_sync(toolkit_root, make
     from wbcore_federation import plugin
 
     from wbcore_runtime import hookimpl
-    from wbcore_runtime.records import FederationSource
+    from wbcore_runtime.contract.records import FederationSource
 
     data = {"notes": [{"id": "b", "text": "second", "tag": 1}, {"id": "a", "text": "first", "tag": 2}],
             "tags": [{"id": 1, "label": "one"}, {"id": 2, "label": "two"}]}

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from wbcore_runtime import leftovers
+from wbcore_runtime.store import leftovers
 
 MAX_ENTRY = 16 << 20
 

@@ -15,7 +15,7 @@ from wbcore_runtime.cli.output import JSON_HELP, emit_json
 
 
 def _where(pairs: list[str]) -> dict[str, str]:
-    from wbcore_runtime.errors import InvalidArgs
+    from wbcore_runtime.contract.errors import InvalidArgs
 
     out: dict[str, str] = {}
     for p in pairs:
@@ -28,7 +28,7 @@ def _where(pairs: list[str]) -> dict[str, str]:
 
 def _params(pairs: list[str]) -> dict[str, str]:
     """``--param name=value`` (repeatable): the values of the source's ``{name}`` URL placeholders."""
-    from wbcore_runtime.errors import InvalidArgs
+    from wbcore_runtime.contract.errors import InvalidArgs
 
     out: dict[str, str] = {}
     for p in pairs:
@@ -42,7 +42,7 @@ def _params(pairs: list[str]) -> dict[str, str]:
 
 
 def _interval(text: str) -> float:
-    from wbcore_runtime.errors import InvalidArgs
+    from wbcore_runtime.contract.errors import InvalidArgs
 
     m = re.match(r"^\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*$", text)
     seconds = float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)] if m else 0.0
@@ -68,7 +68,7 @@ def fed_app(runtime: Any) -> typer.Typer:
         """Read an entity (every page) from its source, optionally joined with others, or run a
         read-only SELECT over the entities it names."""
         from wbcore_federation import engine
-        from wbcore_runtime.errors import InvalidArgs
+        from wbcore_runtime.contract.errors import InvalidArgs
 
         if " " in entity.strip():
             if join or where or limit is not None:

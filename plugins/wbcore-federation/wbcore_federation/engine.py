@@ -19,7 +19,7 @@ from wbcore_federation import query as _query
 from wbcore_federation import spec as _spec
 from wbcore_federation import sync as _sync
 from wbcore_federation.source import Connector
-from wbcore_runtime.errors import InvalidArgs
+from wbcore_runtime.contract.errors import InvalidArgs
 
 
 def source_of(toolkit: Any) -> _spec.Source:

@@ -6,8 +6,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from wbcore_runtime import hookimpl
-from wbcore_runtime.errors import InvalidArgs
-from wbcore_runtime.records import Check, ExecShape, FederationSource, VerifyContext
+from wbcore_runtime.contract.errors import InvalidArgs
+from wbcore_runtime.contract.records import Check, ExecShape, FederationSource, VerifyContext
 
 
 def verify_federation(ctx: VerifyContext) -> Iterator[Check]:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from wbcore_federation.spec import FIELD_RE, Entity, Source
-from wbcore_runtime.errors import InvalidArgs
+from wbcore_runtime.contract.errors import InvalidArgs
 
 MAX_SQL = 16 << 10
 MAX_RESULT_ROWS = 100_000

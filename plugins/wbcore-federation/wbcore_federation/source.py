@@ -1,6 +1,6 @@
 """SOURCE: the generic REST/JSON connector — every page of an entity, as rows.
 
-Every request goes through the core's one fetcher and SSRF guard (``wbcore_runtime.fetch``,
+Every request goes through the core's one fetcher and SSRF guard (``wbcore_runtime.guard.fetch``,
 ``NetGuard.from_env``): a source on a private or loopback address is refused unless the
 deployer allows it (``WB_ALLOW_PRIVATE_HOSTS`` / ``WB_ALLOW_PRIVATE_SOURCES``), and so is a
 ``Link: rel=next`` that points off the source's origin. Each request is one audited
@@ -31,11 +31,11 @@ from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
 
 from wbcore_federation.cache import PageCache
 from wbcore_federation.spec import Entity, Source
-from wbcore_runtime import fetch as _fetch
-from wbcore_runtime.audit import digest
-from wbcore_runtime.calls import Principal
-from wbcore_runtime.errors import CapabilityDenied, InvalidArgs, Timeout, WbError
-from wbcore_runtime.netguard import NetGuard
+from wbcore_runtime.guard import fetch as _fetch
+from wbcore_runtime.dispatch.audit import digest
+from wbcore_runtime.contract.calls import Principal
+from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs, Timeout, WbError
+from wbcore_runtime.guard.netguard import NetGuard
 
 PAGE_BYTES = 8 << 20
 TOTAL_BYTES = 64 << 20
@@ -135,7 +135,7 @@ class Connector:
     def _consent_env(self, name: str) -> None:
         """The deployer's grant naming ``name`` (the core's ``consent.check_env``) before its
         value is read; audited with the variable's name, never its value."""
-        from wbcore_runtime import consent
+        from wbcore_runtime.trust import consent
 
         if name in self._env_ok:
             return
@@ -209,7 +209,7 @@ class Connector:
 
     @staticmethod
     def _json(body: bytes, url: str) -> Any:
-        from wbcore_runtime import jsonbound
+        from wbcore_runtime.contract import jsonbound
 
         try:
             return jsonbound.loads(body, what="the page")  # too deep a page is refused, not a RecursionError

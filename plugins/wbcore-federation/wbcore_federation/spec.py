@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from wbcore_runtime.errors import InvalidArgs
+from wbcore_runtime.contract.errors import InvalidArgs
 
 ENTITY_RE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 FIELD_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
@@ -208,7 +208,7 @@ ACCEPT_RE = re.compile(r"^application/(?:json|[a-z0-9.+-]{1,100}\+json)$")
 PLACEHOLDER_RE = re.compile(r"\{([^{}/]*)\}")
 PARAM_RE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 #: ``{pip-index}``: the simple index the deployer's pip is configured with, without its trailing
-#: slash (``wbcore_runtime.registries.pip_index``: ``PIP_INDEX_URL``, pip's configuration, pip's
+#: slash (``wbcore_runtime.guard.registries.pip_index``: ``PIP_INDEX_URL``, pip's configuration, pip's
 #: default), so a toolkit reading a package index names no host of its own.
 PIP_INDEX = "pip-index"
 #: One filled value: percent-encoded as a single path segment, so it can never add a path,
@@ -235,7 +235,7 @@ def fill(template: str, values: Mapping[str, str], env: Mapping[str, str], toolk
 
     def one(m: re.Match[str]) -> str:
         if m.group(1) == PIP_INDEX:
-            from wbcore_runtime import registries
+            from wbcore_runtime.guard import registries
 
             index = _split(registries.pip_index(env))  # credentials in the index URL stay with pip
             return f"{index.scheme}://{index.netloc.rsplit('@', 1)[-1]}{index.path}".rstrip("/")

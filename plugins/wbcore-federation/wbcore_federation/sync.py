@@ -36,7 +36,7 @@ from typing import Any
 
 from wbcore_federation.query import columns_of, scalar
 from wbcore_federation.spec import Entity
-from wbcore_runtime.errors import InvalidArgs
+from wbcore_runtime.contract.errors import InvalidArgs
 
 MAX_FILE = 64 << 20
 _CTRL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029\u0085]+")

@@ -10,9 +10,9 @@ import pytest
 
 from wbcore_runtime import wasm_guest as guest
 from wbcore_runtime.build import BuildFailed, BuildRequest, ResolvedSource, tree_digest
-from wbcore_runtime.errors import InvalidArgs
-from wbcore_runtime.manifest import load as parse
-from wbcore_runtime.testing import manifest_text
+from wbcore_runtime.contract.errors import InvalidArgs
+from wbcore_runtime.toolkit.manifest import load as parse
+from wbcore_testing.fixtures import manifest_text
 
 from wbcore_lane_c_wasm.lane import CWasmLane
 
@@ -118,7 +118,7 @@ def test_preprocessor_bomb_ends_at_its_deadline(make_runtime, tk, tmp_path):
     # each level doubles the expansion: 2**40 tokens never finish
     lines = ["#define L0 x"] + [f"#define L{i} L{i-1} L{i-1}" for i in range(1, 41)] + ["int a[] = { L40 };"]
     (tk / "src" / "util.c").write_text("\n".join(lines) + "\n")
-    from wbcore_runtime.errors import Timeout
+    from wbcore_runtime.contract.errors import Timeout
 
     with pytest.raises((Timeout, BuildFailed)):
         build(lane, tk, tmp_path / "out")
@@ -159,7 +159,7 @@ def test_hexdump_toolkit_builds_and_runs(lane, tmp_path):
 
 @pytest.mark.parametrize("flag", ["-Wl,-z,stack-size=1", "-Wa,-o,/out/x", "-Wp,-include,/etc/passwd"])
 def test_passthrough_flags_to_linker_assembler_preprocessor_are_refused(flag):
-    from wbcore_runtime.errors import InvalidArgs
+    from wbcore_runtime.contract.errors import InvalidArgs
 
     from wbcore_lane_c_wasm.lane import check_flags
 

@@ -45,7 +45,7 @@ class NativeC:
 
     @_hookimpl
     def wbcore_build_lanes(self):
-        from wbcore_runtime.records import BuildLane
+        from wbcore_runtime.contract.records import BuildLane
 
         def refuse(_rt):
             raise AssertionError("third-party C reached the native c lane")

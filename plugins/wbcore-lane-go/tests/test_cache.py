@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from wbcore_runtime.build import BuildRequest, ResolvedSource, tree_digest
-from wbcore_runtime.manifest import load
-from wbcore_runtime.testing import manifest_text
+from wbcore_runtime.toolkit.manifest import load
+from wbcore_testing.fixtures import manifest_text
 
 from wbcore_lane_go import cache
 from wbcore_lane_go import lane as golane

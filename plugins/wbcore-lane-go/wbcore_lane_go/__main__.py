@@ -12,7 +12,7 @@ def main(argv: list[str]) -> int:
     if argv != ["warm"]:
         print("usage: python -m wbcore_lane_go warm   (into $WB_GO_CACHE or ~/.cache/wbcore/go)", file=sys.stderr)
         return 2
-    from wbcore_runtime.sandbox import warm_command
+    from wbcore_runtime.contract.sandbox import warm_command
 
     from wbcore_lane_go import cache
     from wbcore_lane_go.lane import find

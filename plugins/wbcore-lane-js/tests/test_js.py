@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from wbcore_runtime.build import BuildFailed, BuildRequest, ResolvedSource, tree_digest
-from wbcore_runtime.errors import InvalidArgs
-from wbcore_runtime.manifest import load
-from wbcore_runtime.testing import manifest_text
+from wbcore_runtime.contract.errors import InvalidArgs
+from wbcore_runtime.toolkit.manifest import load
+from wbcore_testing.fixtures import manifest_text
 
 from wbcore_lane_js import artifact
 from wbcore_lane_js.runner import run_artifact
@@ -258,12 +258,12 @@ def test_a_timed_out_guest_ends_with_the_timeout_line_alone(tmp_path) -> None:
     pytest.importorskip("wbcore_sources", reason="building from path: needs wbcore-sources")
     pytest.importorskip("wbcore_wasmtime", reason="the js runner's host engine comes with wbcore-wasmtime")
     root = tmp_path / "toolkits"
-    from wbcore_runtime.testing import write_toolkit
+    from wbcore_testing.fixtures import write_toolkit
 
     write_toolkit(root, "spinjs", manifest_text("spinjs", exec="command", extra={
         "BUILD_LANG": "js", "BUILD_SRC": "path:src", "CLI_BIN": "spinjs"}), files={"src/main.js": "while (true) {}\n"})
     script = textwrap.dedent(f"""
-        from wbcore_runtime import builder
+        from wbcore_runtime.build import builder
         from wbcore_runtime.runtime import Runtime
         rt = Runtime.open(roots=[{str(root)!r}], home={str(tmp_path / 'home')!r})
         builder.build(rt, "spinjs")
@@ -314,7 +314,7 @@ def test_an_artifact_rewritten_in_place_is_read_again(lane, tk, tmp_path, wb_hom
 
 
 def test_a_tampered_artifact_is_refused_against_its_digest(lane, tk, tmp_path, wb_home):
-    from wbcore_runtime.artifacts import IntegrityError
+    from wbcore_runtime.store.artifacts import IntegrityError
 
     out = build(lane, tk, tmp_path / "out")
     sha = hashlib.sha256(out.artifact.read_bytes()).hexdigest()

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from wbcore_runtime.artifacts import IntegrityError
+from wbcore_runtime.store.artifacts import IntegrityError
 from wbcore_runtime.build import BuildRequest, ResolvedSource, tree_digest
-from wbcore_runtime.errors import InvalidArgs
-from wbcore_runtime.manifest import load
-from wbcore_runtime.testing import manifest_text
+from wbcore_runtime.contract.errors import InvalidArgs
+from wbcore_runtime.toolkit.manifest import load
+from wbcore_testing.fixtures import manifest_text
 
 from wbcore_lane_js import artifact, qjs, snapshot
 from wbcore_lane_js.lane import JsLane

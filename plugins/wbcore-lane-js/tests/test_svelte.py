@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from wbcore_runtime.build import BuildFailed, BuildRequest, ResolvedSource, tree_digest
-from wbcore_runtime.errors import InvalidArgs
-from wbcore_runtime.manifest import load
-from wbcore_runtime.testing import manifest_text
+from wbcore_runtime.contract.errors import InvalidArgs
+from wbcore_runtime.toolkit.manifest import load
+from wbcore_testing.fixtures import manifest_text
 
 from wbcore_lane_js import artifact, svelte
 from wbcore_lane_js.runner import run_artifact

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from wbcore_runtime.build import BuildFailed, BuildRequest, ResolvedSource, tree_digest
-from wbcore_runtime.manifest import load
-from wbcore_runtime.testing import manifest_text
+from wbcore_runtime.toolkit.manifest import load
+from wbcore_testing.fixtures import manifest_text
 
 from wbcore_lane_js import artifact
 from wbcore_lane_js.runner import run_artifact
@@ -131,7 +131,7 @@ def test_a_tarball_that_is_not_the_pinned_one_is_refused_and_nothing_kept(tmp_pa
     import io
     import tarfile
 
-    from wbcore_runtime.errors import InvalidArgs
+    from wbcore_runtime.contract.errors import InvalidArgs
 
     from wbcore_lane_js import ts
 

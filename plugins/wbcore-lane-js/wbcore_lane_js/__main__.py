@@ -22,7 +22,7 @@ def main(argv: list[str]) -> int:
         return 2
     from pathlib import Path
 
-    from wbcore_runtime.errors import WbError
+    from wbcore_runtime.contract.errors import WbError
 
     from wbcore_lane_js import svelte, ts
 

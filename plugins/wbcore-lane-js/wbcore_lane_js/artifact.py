@@ -24,7 +24,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping
 
-from wbcore_runtime.errors import InvalidArgs
+from wbcore_runtime.contract.errors import InvalidArgs
 
 RUNNER_SECTION = "wbcore.runner"
 BUNDLE_SECTION = "wbcore.js-bundle"

@@ -18,7 +18,7 @@ from typing import Any
 
 from wbcore_runtime import wasm_guest as guest
 from wbcore_runtime.build import BuildFailed, BuildOutput, BuildRequest
-from wbcore_runtime.errors import InvalidArgs, Timeout
+from wbcore_runtime.contract.errors import InvalidArgs, Timeout
 
 from wbcore_lane_js import artifact, qjs, snapshot
 from wbcore_lane_js.plugin import no_flags
@@ -62,7 +62,7 @@ def with_sdk(files: dict[str, str]) -> dict[str, str]:
     """``files`` plus the core's ``wb_dock.js`` at the bundle root (``import … from
     './wb_dock.js'``). A toolkit's own file of that name is refused: it could drift from
     the bridge the runner speaks, or carry other code under a trusted name."""
-    from wbcore_runtime.dock import SDK
+    from wbcore_runtime.dispatch.dock import SDK
 
     if SDK_FILE in files:
         raise InvalidArgs(f"js: {SDK_FILE} is the Dock SDK the lane adds to every bundle (wbcore_runtime/sdk/{SDK_FILE}); "
@@ -117,7 +117,7 @@ class JsLane:
     def version(self) -> str:
         r = qjs.reactor()
         parts = hashlib.sha256((JS_DIR / "entry.mjs").read_bytes() + (JS_DIR / "check.mjs").read_bytes()).hexdigest()
-        from wbcore_runtime.dock import sdk_digest
+        from wbcore_runtime.dispatch.dock import sdk_digest
 
         return (f"quickjs-ng reactor {r.version} ({r.sha256[:12]}); wbcore entry {parts[:12]}; "
                 f"snapshot {snapshot.DIGEST[:12]}; "

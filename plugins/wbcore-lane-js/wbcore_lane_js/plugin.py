@@ -6,8 +6,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from wbcore_runtime import hookimpl
-from wbcore_runtime.plugins import lazy
-from wbcore_runtime.records import BuildLane
+from wbcore_runtime.plugins.manager import lazy
+from wbcore_runtime.contract.records import BuildLane
 
 
 def no_flags(lane: str) -> Any:
@@ -15,7 +15,7 @@ def no_flags(lane: str) -> Any:
 
     def check(flags: tuple[str, ...]) -> None:
         if flags:
-            from wbcore_runtime.errors import InvalidArgs
+            from wbcore_runtime.contract.errors import InvalidArgs
 
             raise InvalidArgs(f"{lane} takes no build flags (got {' '.join(flags)}); remove #+BUILD_FLAGS")
 

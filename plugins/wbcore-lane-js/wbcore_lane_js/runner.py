@@ -1,6 +1,6 @@
 """Run a js artifact: the command shape's contract (argv + stdin → stdout + exit).
 
-``JsRunner.call`` takes the same ``wbcore_runtime.calls.CommandRequest`` the wasmtime command
+``JsRunner.call`` takes the same ``wbcore_runtime.contract.calls.CommandRequest`` the wasmtime command
 runner takes and returns a ``CallResult``, so the run engine can hand it any artifact
 whose ``wbcore.runner`` custom section names ``js`` (see ``artifact.runner_of``).
 
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from wbcore_runtime import wasm_guest as guest
-from wbcore_runtime.errors import InvalidArgs, Timeout
+from wbcore_runtime.contract.errors import InvalidArgs, Timeout
 
 from wbcore_lane_js import artifact, qjs
 from wbcore_lane_js.dock import DockSink, make_folder
@@ -150,7 +150,7 @@ def prepare(path: Path, home: Path, sha256: str | None = None) -> Prepared:
         raise InvalidArgs(f"{path.name} is not a js artifact (no wbcore.runner=js section)")
     sha = hashlib.sha256(data).hexdigest()
     if sha256 is not None and sha != sha256:
-        from wbcore_runtime.artifacts import IntegrityError
+        from wbcore_runtime.store.artifacts import IntegrityError
 
         raise IntegrityError(f"js artifact {path} does not match its sha256 {sha256[:12]}… (tampered or corrupt); "
                              "it will not run — rebuild the toolkit")
@@ -223,7 +223,7 @@ class JsRunner:
         self.runtime = runtime
 
     def call(self, req: Any) -> Any:
-        from wbcore_runtime.calls import CallResult, LimitExceeded, Usage
+        from wbcore_runtime.contract.calls import CallResult, LimitExceeded, Usage
 
         argv = [req.name, *req.argv]
         stdin = req.stdin
@@ -251,7 +251,7 @@ class JsRunner:
         if res.truncated:
             raise LimitExceeded(f"{req.name}: output passed the cap of profile {prof.name}; output stopped", limit="stdout")
         if res.trap:
-            from wbcore_runtime.calls import GuestTrap
+            from wbcore_runtime.contract.calls import GuestTrap
 
             raise GuestTrap(f"{req.name}: guest trapped: {res.trap}")
         return CallResult(res.stdout, res.stderr, res.exit_code, Usage(wall_s=wall, bytes_out=len(res.stdout) + len(res.stderr)))

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from wbcore_runtime import wasm_guest as guest
-from wbcore_runtime.errors import InvalidArgs
+from wbcore_runtime.contract.errors import InvalidArgs
 
 from wbcore_lane_js import artifact
 

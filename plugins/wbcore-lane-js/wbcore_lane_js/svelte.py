@@ -36,10 +36,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from wbcore_runtime import unpack
+from wbcore_runtime.guard import unpack
 from wbcore_runtime import wasm_guest as guest
 from wbcore_runtime.build import BuildFailed, BuildOutput, BuildRequest
-from wbcore_runtime.errors import InvalidArgs, Timeout
+from wbcore_runtime.contract.errors import InvalidArgs, Timeout
 
 from wbcore_lane_js import qjs
 from wbcore_lane_js.lane import JS_DIR, JsLane, collect, materialize, pick_entry, with_sdk
@@ -58,7 +58,7 @@ class Package:
 
     def url(self, env: Any = None) -> str:
         """Its tarball on the npm registry the user configured (``npm config get registry``)."""
-        from wbcore_runtime import registries
+        from wbcore_runtime.guard import registries
 
         return registries.npm_tarball(self.name, self.version, env)
 
@@ -120,8 +120,8 @@ def fetch(env: Any = None, progress: Any = None, *, tarballs: list[Path] | None 
     """Put every pinned tarball into the cache: from ``tarballs`` (e.g. made by ``npm pack``,
     matched to a package by file name) or through the core fetcher. A tarball that is not
     the pinned one raises ``InvalidArgs`` and is not kept."""
-    from wbcore_runtime import fetch as _fetch
-    from wbcore_runtime.netguard import NetGuard
+    from wbcore_runtime.guard import fetch as _fetch
+    from wbcore_runtime.guard.netguard import NetGuard
 
     where = cache_dir(env)
     given = {Path(t).name: Path(t) for t in tarballs or []}
@@ -170,7 +170,7 @@ def members(pkg: Package, env: Any = None) -> dict[str, bytes]:
 
 
 def check() -> Any:
-    from wbcore_runtime.records import Availability
+    from wbcore_runtime.contract.records import Availability
 
     base = qjs.check()
     if not base.ok:

@@ -32,7 +32,7 @@ from typing import Any
 
 from wbcore_runtime import wasm_guest as guest
 from wbcore_runtime.build import BuildFailed, BuildOutput, BuildRequest
-from wbcore_runtime.errors import InvalidArgs, Timeout
+from wbcore_runtime.contract.errors import InvalidArgs, Timeout
 
 from wbcore_lane_js import qjs
 from wbcore_lane_js.lane import JS_DIR, JsLane, collect, materialize, pick_entry, with_sdk
@@ -91,9 +91,9 @@ def fetch(env: Any = None, progress: Any = None, *, tarball: Path | None = None)
     by ``npm pack typescript@5.9.3``), check it, keep the compiler and its licenses.
     Raises the fetcher's errors (dns/unreachable/tls/...) or ``InvalidArgs`` for a tarball
     that is not the pinned one; nothing is kept then."""
-    from wbcore_runtime import fetch as _fetch
-    from wbcore_runtime import registries, unpack
-    from wbcore_runtime.netguard import NetGuard
+    from wbcore_runtime.guard import fetch as _fetch
+    from wbcore_runtime.guard import registries, unpack
+    from wbcore_runtime.guard.netguard import NetGuard
 
     have = compiler(env)
     if have is not None:
@@ -138,7 +138,7 @@ def fetch(env: Any = None, progress: Any = None, *, tarball: Path | None = None)
 
 
 def check() -> Any:
-    from wbcore_runtime.records import Availability
+    from wbcore_runtime.contract.records import Availability
 
     base = qjs.check()
     if not base.ok:

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from wbcore_runtime.build import BuildRequest, ResolvedSource
-from wbcore_runtime.errors import InvalidArgs, NotFound
-from wbcore_runtime.manifest import parse
-from wbcore_runtime.testing import manifest_text
+from wbcore_runtime.contract.errors import InvalidArgs, NotFound
+from wbcore_runtime.toolkit.manifest import parse
+from wbcore_testing.fixtures import manifest_text
 
 pytest.importorskip("componentize_py")
 
@@ -83,7 +83,7 @@ def test_without_a_build_sandbox_the_lane_says_what_to_install(make_runtime, wbx
 def test_shipped_toolkit_builds_in_the_sandbox_and_answers(make_runtime, build_sandbox, tmp_path: Path) -> None:
     for needed in ("wbcore_sources", "wbcore_wasmtime"):  # the cross-plugin path: path: source, component shape
         pytest.importorskip(needed)
-    from wbcore_runtime.builder import build
+    from wbcore_runtime.build.builder import build
 
     rt = make_runtime(roots=[SHIPPED.parent])
     result = build(rt, "text-tools")
@@ -108,7 +108,7 @@ def test_shipped_toolkit_builds_in_the_sandbox_and_answers(make_runtime, build_s
 def test_a_broken_app_fails_with_the_python_error_in_the_log(make_runtime, build_sandbox, toolkit_root: Path) -> None:
     pytest.importorskip("wbcore_sources")
     from wbcore_runtime.build import BuildFailed
-    from wbcore_runtime.builder import build
+    from wbcore_runtime.build.builder import build
 
     tk = toolkit_root / "broken"
     shutil.copytree(SHIPPED / "src", tk / "src")
@@ -174,7 +174,7 @@ def test_poisoned_bytecode_is_refused_and_never_served_to_the_victim(make_runtim
         pytest.importorskip(needed)
     from wbcore_runtime.act.provider import ToolkitProvider
     from wbcore_runtime.build.products import BuildProductInSource
-    from wbcore_runtime.builder import build
+    from wbcore_runtime.build.builder import build
 
     attacker = _text_tools(toolkit_root, "attacker")
     _text_tools(toolkit_root, "victim")
@@ -239,7 +239,7 @@ def test_module_code_at_build_time_sees_no_host(make_runtime, build_sandbox, too
         pytest.importorskip(needed)
     from wbcore_runtime.act.provider import ToolkitProvider
     from wbcore_runtime.build import BuildFailed
-    from wbcore_runtime.builder import build
+    from wbcore_runtime.build.builder import build
 
     (wb_home / "secret.txt").write_text("HOST-SECRET-PY\n")  # a real file in $WB_HOME the probe asks for
     _text_tools(toolkit_root, "probe", app=HOST_PROBE)

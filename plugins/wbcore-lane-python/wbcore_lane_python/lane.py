@@ -1,5 +1,5 @@
 """The python lane: ``componentize-py`` builds a Python toolkit against a WIT world into a
-component, inside the runtime's build sandbox (``runtime.build_sandbox()``, ``wbcore_runtime.sandbox``).
+component, inside the runtime's build sandbox (``runtime.build_sandbox()``, ``wbcore_runtime.contract.sandbox``).
 
 Manifest keywords the lane reads:
 
@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from wbcore_runtime.build import BuildFailed, BuildOutput, BuildRequest, products
-from wbcore_runtime import paths
-from wbcore_runtime.errors import InvalidArgs, NotFound, Timeout
-from wbcore_runtime.records import Availability
-from wbcore_runtime.sandbox import Bind, Limits
+from wbcore_runtime.guard import paths
+from wbcore_runtime.contract.errors import InvalidArgs, NotFound, Timeout
+from wbcore_runtime.contract.records import Availability
+from wbcore_runtime.contract.sandbox import Bind, Limits
 
 MAX_ARTIFACT_BYTES = 128 << 20
 MODULE_RE = r"^[A-Za-z_][A-Za-z0-9_]*$"

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from wbcore_runtime.build import BuildFailed, BuildOutput, BuildRequest
-from wbcore_runtime.errors import Internal, InvalidArgs, Timeout
-from wbcore_runtime.sandbox import Bind, BuildSandboxDriver, Limits, SandboxResult
+from wbcore_runtime.contract.errors import Internal, InvalidArgs, Timeout
+from wbcore_runtime.contract.sandbox import Bind, BuildSandboxDriver, Limits, SandboxResult
 
 from wbcore_lane_rust.toolchain import DEFAULT_CRATES, Rust, find
 

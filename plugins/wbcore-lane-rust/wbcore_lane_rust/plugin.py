@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from wbcore_runtime import hookimpl
-from wbcore_runtime.plugins import lazy
-from wbcore_runtime.records import BuildLane
+from wbcore_runtime.plugins.manager import lazy
+from wbcore_runtime.contract.records import BuildLane
 
 
 @hookimpl

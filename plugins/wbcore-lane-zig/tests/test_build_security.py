@@ -125,7 +125,7 @@ def test_object_files_in_the_source_are_refused_unless_declared(make_runtime, zi
 @pytest.mark.parametrize("flag", ["-Wl,-z,stack-size=1", "-Wl,--export=secret", "-Wa,-o,/out/x", "-Wp,-include,/etc/passwd"])
 def test_linker_assembler_and_preprocessor_passthrough_flags_are_refused(flag):
     """-W is for warnings: -Wl, / -Wa, / -Wp, would hand anything past the allowlist."""
-    from wbcore_runtime.errors import InvalidArgs
+    from wbcore_runtime.contract.errors import InvalidArgs
 
     from wbcore_lane_zig.lanes import check_c_flags
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from wbcore_lane_zig import toolchain
 
-from wbcore_runtime.testing import manifest_text
+from wbcore_testing.fixtures import manifest_text
 
 DATA = Path(__file__).parent / "data"
 
@@ -228,7 +228,7 @@ def test_preopen_outside_the_toolkit_is_refused(rt, wbx, roots: Path, tmp_path: 
 def test_preopen_folder_swapped_for_a_link_after_the_build_is_refused(rt, wbx, roots: Path, tmp_path: Path) -> None:
     import shutil
 
-    from wbcore_runtime import preopen
+    from wbcore_runtime.guard import preopen
 
     tk = reader(roots, "data /data")
     assert wbx("toolkit", "build", "reader", runtime=rt).exit_code == 0
@@ -242,7 +242,7 @@ def test_preopen_folder_swapped_for_a_link_after_the_build_is_refused(rt, wbx, r
     host, guest = preopen.resolve(options, rt.home)
     assert guest == "/data" and (Path(host) / "words.txt").read_text() == "alpha beta\n"
     assert Path(host).is_relative_to(rt.home) and not Path(host).is_relative_to(tk)
-    from wbcore_runtime.errors import WbError
+    from wbcore_runtime.contract.errors import WbError
 
     try:
         out = rt.call("reader", [], b"")
@@ -288,7 +288,7 @@ def test_preopened_data_changed_after_the_build_is_never_seen(rt, wbx, roots: Pa
                                                              zig_cache: Path) -> None:
     """Data a call reads besides its stdin comes from the home's store: a change to the toolkit
     folder after the build, however it hides from a stat, is never served."""
-    from wbcore_runtime.errors import WbError
+    from wbcore_runtime.contract.errors import WbError
 
     tk = reader(roots, "data /data")
     assert wbx("toolkit", "build", "reader", runtime=rt).exit_code == 0
@@ -311,7 +311,7 @@ def test_preopened_data_changed_after_the_build_is_never_seen(rt, wbx, roots: Pa
 def test_shipped_source_changed_after_the_build_is_never_run(rt, wbx, roots: Path) -> None:
     """The artifact a call runs is the one in the store, built from the verified snapshot:
     a source file rewritten in place after the build (stat times put back) changes nothing."""
-    from wbcore_runtime.errors import WbError
+    from wbcore_runtime.contract.errors import WbError
 
     tk = toolkit(roots, "hello", {"src/main.c": '#include <stdio.h>\nint main(void){puts("hello A");return 0;}\n'})
     assert wbx("toolkit", "build", "hello", runtime=rt).exit_code == 0
@@ -345,7 +345,7 @@ def test_sjlj_detection_reads_regular_files_only(tmp_path: Path) -> None:
     from wbcore_lane_zig.lanes import wants_sjlj
 
     from wbcore_runtime.build import BuildRequest, ResolvedSource
-    from wbcore_runtime.manifest import parse
+    from wbcore_runtime.toolkit.manifest import parse
 
     src = tmp_path / "src"
     src.mkdir()

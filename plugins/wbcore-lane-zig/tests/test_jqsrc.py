@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from wbcore_lane_zig.builtins import jqsrc
-from wbcore_runtime.errors import InvalidArgs
+from wbcore_runtime.contract.errors import InvalidArgs
 
 
 @pytest.fixture

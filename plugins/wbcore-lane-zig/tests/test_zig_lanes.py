@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from wbcore_runtime.build import BuildFailed, BuildRequest, ResolvedSource, tree_digest
-from wbcore_runtime.errors import InvalidArgs, NotFound, Timeout
-from wbcore_runtime.manifest import parse
-from wbcore_runtime.testing import manifest_text
+from wbcore_runtime.contract.errors import InvalidArgs, NotFound, Timeout
+from wbcore_runtime.toolkit.manifest import parse
+from wbcore_testing.fixtures import manifest_text
 
 from wbcore_lane_zig.lanes import CLane, ZigLane
 

@@ -11,7 +11,7 @@ def fetch_jq(argv: list[str]) -> int:
     """``fetch-jq [--from jq-1.13.0.tar.gz]``: the jq built-in's pinned sources, once."""
     from pathlib import Path
 
-    from wbcore_runtime.errors import WbError
+    from wbcore_runtime.contract.errors import WbError
 
     from wbcore_lane_zig.builtins import jqsrc
 
@@ -38,7 +38,7 @@ def main(argv: list[str]) -> int:
     from pathlib import Path
 
     from wbcore_runtime.runtime import Runtime
-    from wbcore_runtime.sandbox import BuildSandboxDriver, warm_command
+    from wbcore_runtime.contract.sandbox import BuildSandboxDriver, warm_command
 
     from wbcore_lane_zig import cache
     from wbcore_lane_zig.toolchain import find

@@ -18,9 +18,9 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from wbcore_runtime import leftovers
+from wbcore_runtime.store import leftovers
 from wbcore_runtime.build import BuildFailed
-from wbcore_runtime.sandbox import Bind, BuildSandboxDriver, Limits
+from wbcore_runtime.contract.sandbox import Bind, BuildSandboxDriver, Limits
 
 from wbcore_lane_zig.toolchain import Zig
 

@@ -10,7 +10,7 @@ read-only for clang, whose sysroot is bound at ``/sysroot``), ``/src`` (the reso
 source, read-only), zig's warmed global cache at ``/zig-cache`` through a private overlay,
 a private ``/tmp`` and ``/out`` (copied back to the request's ``outdir``). No network,
 no ``/etc``, no home, uid 1000 without capabilities, seccomp, rlimits and a deadline
-(the runtime's build sandbox, ``wbcore_runtime.sandbox``). Paths inside are fixed and source paths
+(the runtime's build sandbox, ``wbcore_runtime.contract.sandbox``). Paths inside are fixed and source paths
 are mapped to ``.`` (``-ffile-prefix-map``), so the same source and flags give the same
 bytes on any machine.
 
@@ -30,17 +30,17 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from wbcore_runtime.build import BuildFailed, BuildOutput, BuildRequest, products
-from wbcore_runtime import paths
-from wbcore_runtime.dock import SDK_C, sdk_c_digest
-from wbcore_runtime.errors import InvalidArgs, NotFound, Timeout
-from wbcore_runtime.sandbox import Bind, BuildSandboxDriver, Limits
+from wbcore_runtime.guard import paths
+from wbcore_runtime.dispatch.dock import SDK_C, sdk_c_digest
+from wbcore_runtime.contract.errors import InvalidArgs, NotFound, Timeout
+from wbcore_runtime.contract.sandbox import Bind, BuildSandboxDriver, Limits
 
 from wbcore_lane_zig import cache as _cache
 from wbcore_lane_zig.toolchain import WASI_INCLUDE, WASI_LIB, Clang, Zig, c_toolchain, find
 
 MAX_ARTIFACT_BYTES = 64 << 20
 MAX_SOURCES = 2000
-#: Where the core's C SDK folder (``wbcore_runtime.dock.SDK_C``) is bound, read-only, in a build.
+#: Where the core's C SDK folder (``wbcore_runtime.dispatch.dock.SDK_C``) is bound, read-only, in a build.
 SDK_GUEST = "/wb-sdk"
 #: Flags a manifest or caller may add to ``zig cc``; the lane owns target, output and paths.
 C_FLAG_RE = re.compile(
@@ -187,7 +187,7 @@ def artifact_name(request: BuildRequest) -> str:
 
 
 def _inside(root: Path, entry: str | None) -> Path:
-    """The build entry by the core's one containment rule (:mod:`wbcore_runtime.paths`)."""
+    """The build entry by the core's one containment rule (:mod:`wbcore_runtime.guard.paths`)."""
     if not entry:
         return root
     try:

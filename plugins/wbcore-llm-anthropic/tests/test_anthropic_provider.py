@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from wbcore_runtime.llm import ChatRequest, Message, ProviderError, ToolSpec, ToolUse
-from wbcore_runtime.scripted_llm import ScriptedLlm, empty, failure, plain, raw, reply, tool
+from wbcore_runtime.contract.llm import ChatRequest, Message, ProviderError, ToolSpec, ToolUse
+from wbcore_testing.scripted_llm import ScriptedLlm, empty, failure, plain, raw, reply, tool
 
 KEY = "sk-ant-test-secret"
 SCHEMA = {"type": "object", "properties": {"op": {"type": "string"}}, "required": ["op"]}

@@ -2,7 +2,7 @@
 
 Tool results travel as ``tool_result`` blocks in a user turn (the API's rule), so
 consecutive ``tool`` messages are folded into one user message. The SDK's own retries
-are off: the core's one policy (``wbcore_runtime.llm.with_retries``) retries 429/5xx/529 and
+are off: the core's one policy (``wbcore_runtime.contract.llm.with_retries``) retries 429/5xx/529 and
 lost connections. Proxies from the environment are ignored; the key goes to the SDK only.
 A server that ignores ``stream`` and answers with one JSON body is read as that body; any
 other content type is a named error.
@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from wbcore_runtime.llm import (
+from wbcore_runtime.contract.llm import (
     ChatRequest,
     ChatResponse,
     LlmSettings,

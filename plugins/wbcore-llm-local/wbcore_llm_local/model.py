@@ -7,7 +7,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from wbcore_runtime.errors import NotFound
+from wbcore_runtime.contract.errors import NotFound
 
 #: The name clients send as the model (the server's alias for the file).
 MODEL_ALIAS = "smollm2-135m-instruct"

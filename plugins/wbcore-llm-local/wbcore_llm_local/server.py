@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from wbcore_runtime.errors import Timeout, WbError
+from wbcore_runtime.contract.errors import Timeout, WbError
 from wbcore_llm_local.model import LOOPBACK, MODEL_ALIAS, model_path
 
 #: Seconds to wait for the server to load the model and answer (a cold page cache and a

@@ -1,8 +1,8 @@
 """Chat completions on the official ``openai`` SDK: native tool calls, streamed answers.
 
 The SDK's own retries are off (``max_retries=0``): every provider retries through the
-core's one policy (``wbcore_runtime.llm.with_retries``). The HTTP client ignores proxy settings
-from the environment (the deployer's endpoint is reached directly, as ``wbcore_runtime.fetch``
+core's one policy (``wbcore_runtime.contract.llm.with_retries``). The HTTP client ignores proxy settings
+from the environment (the deployer's endpoint is reached directly, as ``wbcore_runtime.guard.fetch``
 does). The key is handed to the SDK and nowhere else; errors carry the status and a
 redacted, shortened message.
 
@@ -16,7 +16,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from wbcore_runtime.llm import (
+from wbcore_runtime.contract.llm import (
     ChatRequest,
     ChatResponse,
     LlmSettings,

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from wbcore_runtime import hookimpl
-from wbcore_runtime.records import Availability, LlmProvider
+from wbcore_runtime.contract.records import Availability, LlmProvider
 
 
 def _available() -> Availability:

@@ -6,9 +6,9 @@ appended), ``WB_LLM_API_KEY`` (sent as a bearer token, never shown), ``WB_LLM_MO
 (the default model) and optionally ``WB_LLM_MODELS`` (space-separated models a guest
 may pick). Because the deployer chose it, the endpoint is not subject to NetGuard (it
 may be a local server); the guest cannot change it. The connection is made by the core
-fetcher's client (``wbcore_runtime.fetch.client``: system trust store, no proxies from the environment).
+fetcher's client (``wbcore_runtime.guard.fetch.client``: system trust store, no proxies from the environment).
 Prompts, completions, tokens and the wait are all capped; the endpoint's answer is read raw
-(``Accept-Encoding: identity``, no decompression) and taken from a :class:`~wbcore_runtime.budget.ByteBudget`
+(``Accept-Encoding: identity``, no decompression) and taken from a :class:`~wbcore_runtime.dispatch.budget.ByteBudget`
 of ``min(4 MiB, max_response)`` chunk by chunk, so a runaway answer is cancelled at the cap
 plus one network read.
 
@@ -24,10 +24,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from wbcore_runtime import fetch as _fetch
-from wbcore_runtime.budget import ByteBudget
-from wbcore_runtime.dock import BrokerCall, refuse
-from wbcore_runtime.errors import CapabilityDenied, Internal, InvalidArgs, NotFound, Timeout
+from wbcore_runtime.guard import fetch as _fetch
+from wbcore_runtime.dispatch.budget import ByteBudget
+from wbcore_runtime.dispatch.dock import BrokerCall, refuse
+from wbcore_runtime.contract.errors import CapabilityDenied, Internal, InvalidArgs, NotFound, Timeout
 
 MAX_PROMPT = 1 << 20
 MAX_RESPONSE = 4 << 20
@@ -79,7 +79,7 @@ class LlmBroker:
         return self._post(body, call.ctx.remaining(60.0), ByteBudget.for_call(call, MAX_RESPONSE, "llm.complete: endpoint answer"))
 
     def _via_provider(self, call: BrokerCall, body: dict[str, Any]) -> dict[str, Any]:
-        from wbcore_runtime import llm
+        from wbcore_runtime.contract import llm
 
         wait = call.ctx.remaining(60.0)
         if wait <= 0:

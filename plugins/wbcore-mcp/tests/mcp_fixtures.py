@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from wbcore_runtime.testing import manifest_text, write_toolkit
+from wbcore_testing.fixtures import manifest_text, write_toolkit
 
 DATA = Path(__file__).parent / "data"
 CAPUSER = Path(__file__).parents[2] / "wbcore-wasmtime" / "tests" / "data" / "capuser.wat"
@@ -24,7 +24,7 @@ def populate(root: Path, home: Path) -> None:
     """Write the fixture toolkits under ``root`` and register their artifacts in ``home``."""
     import wasmtime
 
-    from wbcore_runtime import builder
+    from wbcore_runtime.build import builder
     from wbcore_runtime.runtime import Runtime
 
     rt = Runtime.open(home=home, roots=[root])

@@ -246,7 +246,7 @@ def test_shipped_toolkits_over_stdio(wb_home: Path) -> None:
     built by `wbx toolkit build`, served to the SDK client with their skills."""
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
-    from wbcore_runtime.builder import build
+    from wbcore_runtime.build.builder import build
     from wbcore_runtime.runtime import Runtime
 
     shipped = Path(__file__).parents[3] / "toolkits"
@@ -284,10 +284,10 @@ def test_act_sections_of_a_component_are_read_natively(make_runtime, toolkit_roo
     import wasmtime
 
     from wbcore_runtime.act import sections
-    from wbcore_runtime.testing import add_custom_section
+    from wbcore_testing.fixtures import add_custom_section
     from wbcore_mcp.server import build_server
-    from wbcore_runtime import builder
-    from wbcore_runtime.testing import manifest_text, write_toolkit
+    from wbcore_runtime.build import builder
+    from wbcore_testing.fixtures import manifest_text, write_toolkit
 
     wasm = bytes(wasmtime.wat2wasm((Path(__file__).parent / "data" / "calc.wat").read_text()))
     wasm = add_custom_section(wasm, sections.ACT_COMPONENT, cbor2.dumps(
@@ -317,8 +317,8 @@ def test_a_toolkit_built_while_serving_shows_up(demo_runtime) -> None:
     import wasmtime
 
     from wbcore_mcp.server import build_server
-    from wbcore_runtime import builder
-    from wbcore_runtime.testing import write_toolkit
+    from wbcore_runtime.build import builder
+    from wbcore_testing.fixtures import write_toolkit
 
     server = build_server(demo_runtime)
     assert "late.upcase2" not in server.wb_provider.tools()
@@ -335,12 +335,12 @@ def test_a_toolkit_built_while_serving_shows_up(demo_runtime) -> None:
 
 
 def test_refused_skills_are_not_resources(make_runtime, toolkit_root: Path, wb_home: Path, tmp_path: Path) -> None:
-    """Skills reach MCP only through wbcore_runtime.skills: one linked out of skills/ and one hard-linked
+    """Skills reach MCP only through wbcore_runtime.toolkit.skills: one linked out of skills/ and one hard-linked
     to a file elsewhere are absent from resources/list and skills/list, and reading them says why."""
     from mcp import Client
 
     from wbcore_mcp.server import build_server
-    from wbcore_runtime.testing import write_toolkit
+    from wbcore_testing.fixtures import write_toolkit
 
     secret = tmp_path / "secret.org"
     secret.write_text("#+TITLE: Secret\nTOP-SECRET\n")

@@ -24,7 +24,7 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcp_fixtures import DATA
 
-from wbcore_runtime.testing import manifest_text, write_toolkit
+from wbcore_testing.fixtures import manifest_text, write_toolkit
 
 SERVE = [sys.executable, "-c", "from wbcore_runtime.cli.app import run; run()", "mcp", "serve"]
 TOKEN = "t0ken-for-the-door-test-0123456789"
@@ -254,7 +254,7 @@ def test_host_checks_on_a_wildcard_bind_and_the_warning() -> None:
     from mcp.server.transport_security import TransportSecurityMiddleware
     from wbcore_mcp import http_guard
 
-    from wbcore_runtime.errors import InvalidArgs
+    from wbcore_runtime.contract.errors import InvalidArgs
 
     mw = TransportSecurityMiddleware(http_guard.security_settings("0.0.0.0", ["mcp.internal"]))
     assert mw.settings.enable_dns_rebinding_protection
@@ -443,7 +443,7 @@ def test_concurrent_first_calls_build_once(make_runtime, toolkit_root: Path, mon
     import threading
 
     from wbcore_mcp.unbuilt import ServedProvider
-    from wbcore_runtime import builder
+    from wbcore_runtime.build import builder
 
     _lazy_toolkits(toolkit_root)
     rt = make_runtime()

@@ -134,8 +134,8 @@ def parse_error(reason: str) -> dict[str, Any]:
 
 
 def _parse(raw: bytes) -> Any:
-    """``raw`` as JSON, or :class:`wbcore_runtime.jsonbound.JsonRefused` (too deep, malformed)."""
-    from wbcore_runtime import jsonbound
+    """``raw`` as JSON, or :class:`wbcore_runtime.contract.jsonbound.JsonRefused` (too deep, malformed)."""
+    from wbcore_runtime.contract import jsonbound
 
     return jsonbound.loads(raw, what="the message")
 
@@ -194,7 +194,7 @@ async def serve_stdio(server: Any) -> None:
                 return
 
     async def read_loop(tg: Any) -> None:
-        from wbcore_runtime.jsonbound import JsonRefused
+        from wbcore_runtime.contract.jsonbound import JsonRefused
 
         async with to_sdk:
             while True:
@@ -307,7 +307,7 @@ class LeanHTTP:
             if not message.get("more_body"):
                 break
         body = b"".join(chunks)
-        from wbcore_runtime.jsonbound import JsonRefused
+        from wbcore_runtime.contract.jsonbound import JsonRefused
 
         try:
             msg = _parse(body)

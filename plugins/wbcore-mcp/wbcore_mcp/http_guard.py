@@ -1,5 +1,5 @@
 """Who may talk to ``wbx mcp serve --http``: a bearer token and the Host/Origin checks,
-decided by the core's one function per question (:mod:`wbcore_runtime.httpguard`, shared with
+decided by the core's one function per question (:mod:`wbcore_runtime.guard.httpguard`, shared with
 ``wbx engine serve``).
 
 - **Token** (``--token`` or ``WB_MCP_TOKEN``): every HTTP request must carry
@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from wbcore_runtime import httpguard
-from wbcore_runtime.httpguard import LOOPBACK_NAMES, WILDCARD_BINDS, is_loopback  # noqa: F401 - re-exported
+from wbcore_runtime.guard import httpguard
+from wbcore_runtime.guard.httpguard import LOOPBACK_NAMES, WILDCARD_BINDS, is_loopback  # noqa: F401 - re-exported
 
 TOKEN_ENV = "WB_MCP_TOKEN"
 MIN_TOKEN_CHARS = httpguard.MIN_TOKEN_CHARS
@@ -32,7 +32,7 @@ def check_token(token: str | None) -> str | None:
 
 def security_settings(bind: str, allow_hosts: Iterable[str] = ()) -> Any:
     """``TransportSecuritySettings`` with DNS-rebinding protection on, for any bind address,
-    from the core's list of names (:func:`wbcore_runtime.httpguard.host_names`)."""
+    from the core's list of names (:func:`wbcore_runtime.guard.httpguard.host_names`)."""
     from mcp.server.transport_security import TransportSecuritySettings
 
     names = httpguard.host_names(bind, allow_hosts)
@@ -49,7 +49,7 @@ def warning(bind: str, token: str | None) -> str | None:
 
 class BearerAuth(httpguard.Guard):
     """ASGI middleware: refuse every HTTP request without the bearer token (401), by
-    :func:`wbcore_runtime.httpguard.refusal`; Host/Origin are checked by the SDK's transport
+    :func:`wbcore_runtime.guard.httpguard.refusal`; Host/Origin are checked by the SDK's transport
     security with the same names (:func:`security_settings`)."""
 
     def __init__(self, app: Any, token: str) -> None:

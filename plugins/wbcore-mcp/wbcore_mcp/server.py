@@ -29,7 +29,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from wbcore_runtime.policy import CAP_UNIVERSE
+from wbcore_runtime.trust.policy import CAP_UNIVERSE
 
 if TYPE_CHECKING:
     from wbcore_runtime.runtime import Runtime
@@ -119,7 +119,7 @@ def search(provider: Any, query: str, limit: int = 20) -> list[dict[str, Any]]:
 
 
 def _skills(runtime: Runtime, toolkits: Iterable[str] | None) -> list[tuple[Any, Any]]:
-    from wbcore_runtime import trust
+    from wbcore_runtime.trust import verdict as trust
 
     found = runtime.discover()
     wanted = set(toolkits) if toolkits is not None else None
@@ -183,7 +183,7 @@ def _digest(data: bytes) -> dict[str, Any]:
 def skill_entry(tk: Any) -> dict[str, Any] | None:
     """The extension's ``Skill`` entry for a toolkit: its ``SKILL.md`` URI, the frontmatter,
     and every file with its digest (the bytes ``resources/read`` returns)."""
-    from wbcore_runtime.errors import WbError
+    from wbcore_runtime.contract.errors import WbError
 
     md = skill_md(tk)
     if md is None:
@@ -378,8 +378,8 @@ def build_server(runtime: Runtime, *, only: Iterable[str] | None = None, search_
         scope = only_toolkits()
         if scope is not None and tk_id not in scope:
             raise MCPError(INVALID_PARAMS, f"unknown resource {uri!r}")
-        from wbcore_runtime import trust
-        from wbcore_runtime.errors import WbError
+        from wbcore_runtime.trust import verdict as trust
+        from wbcore_runtime.contract.errors import WbError
 
         try:
             tk = runtime.toolkit(tk_id)
@@ -464,7 +464,7 @@ def warm_components(provider: Any) -> int:
     """Build the tool list now: this loads every component the server offers (compiling
     it once, else deserializing the cached form), so neither the first ``tools/list`` nor
     the first call pays a compile that can outlast a client's timeout."""
-    from wbcore_runtime.errors import WbError
+    from wbcore_runtime.contract.errors import WbError
 
     try:
         return sum(1 for t in provider.tools().values() if t.kind == "component")
@@ -530,8 +530,8 @@ def http_app(server: Any, *, host: str, path: str = "/mcp", token: str | None = 
     Host/Origin checked on every bind address, and the bearer token when one is set; the SDK's
     session cap and idle expiry (:data:`MAX_SESSIONS`, :data:`SESSION_IDLE_S`), and its
     standalone SSE streams (``GET``) capped per client and in all
-    (:class:`wbcore_runtime.httpserve.StreamGate`)."""
-    from wbcore_runtime import httpserve
+    (:class:`wbcore_runtime.guard.httpserve.StreamGate`)."""
+    from wbcore_runtime.guard import httpserve
 
     from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE
 
@@ -557,7 +557,7 @@ def serve_http(runtime: Runtime, *, host: str = "127.0.0.1", port: int = 8765, p
     import uvicorn
 
     from wbcore_mcp import http_guard
-    from wbcore_runtime import httpserve
+    from wbcore_runtime.guard import httpserve
 
     token = http_guard.check_token(token)
     limits = httpserve.ServerLimits()

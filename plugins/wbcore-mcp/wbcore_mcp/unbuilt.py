@@ -2,10 +2,10 @@
 
 :class:`ServedProvider` is the core's :class:`~wbcore_runtime.act.provider.ToolkitProvider` plus
 the toolkits found on the search path that nothing is registered for yet but that a build
-would accept (``wbcore_runtime.verify`` passes and ``wbcore_runtime.buildable.refusals`` is empty). Their
+would accept (``wbcore_runtime.toolkit.verify`` passes and ``wbcore_runtime.build.buildable.refusals`` is empty). Their
 tools are listed as they will be once built (a command's ``<toolkit>.<CLI_BIN>`` with the
 schema its skill declares, a kernel's ``<toolkit>.<name>``); the first call builds the
-toolkit (``wbcore_runtime.builder.build``, the one build path) and then runs. A component's
+toolkit (``wbcore_runtime.build.builder.build``, the one build path) and then runs. A component's
 functions are known only from its built artifact, so an unbuilt component is listed as one
 tool named after the toolkit whose call builds it and answers with the functions now served
 (the server then sends ``notifications/tools/list_changed``).
@@ -34,12 +34,12 @@ from wbcore_runtime.act.provider import (
     declared_args,
     skill_flags,
 )
-from wbcore_runtime.errors import WbError
+from wbcore_runtime.contract.errors import WbError
 
 if TYPE_CHECKING:
     from wbcore_runtime.runtime import Runtime
 
-#: ``(stage, detail)`` of a build step, as ``wbcore_runtime.builder.build`` reports it.
+#: ``(stage, detail)`` of a build step, as ``wbcore_runtime.build.builder.build`` reports it.
 BuildProgress = Callable[[str, str], None]
 #: Input of an unbuilt component's one tool: nothing (the call builds it).
 BUILD_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
@@ -55,8 +55,9 @@ class Unserved:
 
 def _first_failure(tk: Any, runtime: Runtime) -> str | None:
     """What ``wbx toolkit verify`` and a build would refuse first, or ``None``."""
-    from wbcore_runtime import buildable, trust
-    from wbcore_runtime.verify import verify
+    from wbcore_runtime.build import buildable
+    from wbcore_runtime.trust import verdict as trust
+    from wbcore_runtime.toolkit.verify import verify
 
     why = trust.unavailable_reason(tk, runtime)
     if why:
@@ -107,7 +108,9 @@ class ServedProvider(ToolkitProvider):
         return list(self._unserved)
 
     def _scan(self) -> tuple[dict[str, Tool], dict[str, str], list[Unserved]]:
-        from wbcore_runtime import builder, dispatch, policy
+        from wbcore_runtime.build import builder
+        from wbcore_runtime.dispatch import dispatcher as dispatch
+        from wbcore_runtime.trust import policy
 
         rt = self.runtime
         found = rt.discover()
@@ -186,7 +189,7 @@ class ServedProvider(ToolkitProvider):
         """Build ``toolkit`` unless something is registered for it already (one build at a
         time per toolkit; a second caller waits and then finds it built). Returns whether
         this call built it."""
-        from wbcore_runtime import builder
+        from wbcore_runtime.build import builder
 
         with self._toolkit_lock(toolkit):
             if any(e.toolkit == toolkit for e in self.runtime.registry.entries()):

@@ -8,7 +8,7 @@ import json
 import pytest
 from wbcore_microvm import image, tiers
 
-from wbcore_runtime.errors import InvalidArgs
+from wbcore_runtime.contract.errors import InvalidArgs
 
 
 def test_cpio_is_sorted_reproducible_and_owned_by_root() -> None:

@@ -1,4 +1,4 @@
-"""The microvm tier: the shared conformance suite (wbcore_runtime.conformance) in a QEMU guest restored
+"""The microvm tier: the shared conformance suite (wbcore_testing.conformance) in a QEMU guest restored
 from a snapshot, and the guest agent's protocol: the session secret is required, malformed
 frames are refused without a crash, the allowlist holds, the accelerator is reported.
 
@@ -20,9 +20,9 @@ from wbcore_microvm import tiers
 from wbcore_microvm import vm as _vm
 from wbcore_microvm.tiers import MicrovmTier
 
-from wbcore_runtime import frames
-from wbcore_runtime.conformance import PosixTierConformance
-from wbcore_runtime.errors import CapabilityDenied, InvalidArgs, Timeout
+from wbcore_runtime.wire import frames
+from wbcore_testing.conformance import PosixTierConformance
+from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs, Timeout
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not tiers._probe_tools()[0], reason=f"microvm unavailable: {tiers._probe_tools()[1]}")]
@@ -250,8 +250,8 @@ def test_a_posix_toolkit_runs_in_the_microvm_through_the_call_path(rt, wbx, tool
         pytest.skip("the posix shape is not installed (pip install wbcore-container)")
     import hashlib
 
-    from wbcore_runtime import builder
-    from wbcore_runtime.testing import manifest_text, write_toolkit
+    from wbcore_runtime.build import builder
+    from wbcore_testing.fixtures import manifest_text, write_toolkit
 
     write_toolkit(toolkit_root, "hash", manifest_text("hash", exec="posix", extra={"CLI_BIN": "sha256sum"}))
     rt.discover(refresh=True)
@@ -327,8 +327,8 @@ def test_a_bomb_the_size_of_the_guest_takes_only_itself(rt) -> None:
     """The posix profile's 256 MiB address space is the whole guest: the limit or the guest's
     OOM killer ends the command, never the agent (oom_score_adj -1000): the call still gets
     its answer (a failed command, or GuestTrap for a kill by signal)."""
-    from wbcore_runtime.calls import GuestTrap
-    from wbcore_runtime.policy import profile
+    from wbcore_runtime.contract.calls import GuestTrap
+    from wbcore_runtime.trust.policy import profile
 
     script = "x=a; i=0; while [ $i -lt 31 ]; do x=\"$x$x\"; i=$((i+1)); done; echo survived"
     try:
@@ -342,8 +342,8 @@ def test_a_bomb_the_size_of_the_guest_takes_only_itself(rt) -> None:
 def test_big_output_fits_one_frame_and_the_cap_is_the_guests(rt) -> None:
     """The posix profile allows 64 MiB of stdout; one ExecResult carries at most
     ``OUTPUT_CAP`` of each stream, so that is the cap the call meets."""
-    from wbcore_runtime.calls import LimitExceeded
-    from wbcore_runtime.policy import profile
+    from wbcore_runtime.contract.calls import LimitExceeded
+    from wbcore_runtime.trust.policy import profile
 
     with pytest.raises(LimitExceeded, match=f"{tiers.OUTPUT_CAP}-byte cap") as info:
         call(rt, "sh", ["-c", "head -c 40000000 /dev/zero"], profile=profile("posix"), timeout_s=60.0)

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 from wbcore_microvm import shell, tiers
 
-from wbcore_runtime import frames, terminal
-from wbcore_runtime.conformance import PtySessions
-from wbcore_runtime.errors import InvalidArgs
-from wbcore_runtime.testing import wait_pane, wbx_executable
+from wbcore_runtime.wire import frames, terminal
+from wbcore_testing.conformance import PtySessions
+from wbcore_runtime.contract.errors import InvalidArgs
+from wbcore_testing.fixtures import wait_pane, wbx_executable
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not tiers._probe_tools()[0], reason=f"microvm unavailable: {tiers._probe_tools()[1]}")]

@@ -23,13 +23,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="also the snapshot with virtio-9p slots that wbx shell --tier microvm --mount restores")
     args = ap.parse_args(argv)
     from wbcore_microvm import tiers
-    from wbcore_runtime.errors import WbError
+    from wbcore_runtime.contract.errors import WbError
 
     if args.cache is not None:
         cache = args.cache
     else:
         from wbcore_microvm.image import cache_root
-        from wbcore_runtime.home import choose
+        from wbcore_runtime.store.home import choose
 
         home = choose(os.environ)
         cache = cache_root(home.path, dict(os.environ))

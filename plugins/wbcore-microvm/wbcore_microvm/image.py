@@ -35,7 +35,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from wbcore_runtime.errors import NotFound
+from wbcore_runtime.contract.errors import NotFound
 
 AGENT_SRC = Path(__file__).with_name("agent") / "wb_agent.c"
 RECIPE = 1  # bumped when the layout below changes

@@ -15,7 +15,7 @@ snapshot (``-incoming fd:N``, QEMU's seccomp sandbox on, no network device) — 
    the Dock (``Dock.call_raw`` under a context made from the request: principal, caps,
    deadline, allowed hosts, toolkit), converting the guest's JSON to the Dock's CBOR and
    back, on a broker thread while the caller keeps the deadline — the core's one caps
-   bridge (``wbcore_runtime.capbridge.HostBridge.answer_posix``), as at os_process and container;
+   bridge (``wbcore_runtime.wire.capbridge.HostBridge.answer_posix``), as at os_process and container;
 4. ``ExecResult``: exit code and output, mapped to the results and errors of the other
    tiers (``Timeout``, ``LimitExceeded``, ``GuestTrap``).
 
@@ -40,12 +40,12 @@ from typing import TYPE_CHECKING, Any
 
 from wbcore_microvm import image as _image
 from wbcore_microvm import vm as _vm
-from wbcore_runtime import frames
-from wbcore_runtime.builder import read_posix_manifest
-from wbcore_runtime.calls import CallResult, CommandRequest, GuestTrap, LimitExceeded, Usage
-from wbcore_runtime.capbridge import HostBridge
-from wbcore_runtime.errors import CapabilityDenied, Internal, InvalidArgs, NotFound, Timeout
-from wbcore_runtime.records import Availability
+from wbcore_runtime.wire import frames
+from wbcore_runtime.build.builder import read_posix_manifest
+from wbcore_runtime.contract.calls import CallResult, CommandRequest, GuestTrap, LimitExceeded, Usage
+from wbcore_runtime.wire.capbridge import HostBridge
+from wbcore_runtime.contract.errors import CapabilityDenied, Internal, InvalidArgs, NotFound, Timeout
+from wbcore_runtime.contract.records import Availability
 
 if TYPE_CHECKING:
     from wbcore_runtime.runtime import Runtime

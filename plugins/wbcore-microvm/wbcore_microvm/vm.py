@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from wbcore_microvm.image import Image
-from wbcore_runtime import frames
-from wbcore_runtime.errors import NotFound, Timeout
+from wbcore_runtime.wire import frames
+from wbcore_runtime.contract.errors import NotFound, Timeout
 
 MEMORY_MB = 256
 QEMU = "qemu-system-x86_64"

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from wbcore_runtime import telemetry
+from wbcore_runtime.contract import telemetry
 
 
 @pytest.fixture
@@ -31,7 +31,7 @@ def test_no_tracer_and_no_call_hooks_when_the_endpoint_is_unset(make_runtime, mo
 def test_settings_follow_the_standard_variables_and_hide_headers():
     from wbcore_otel.settings import Settings
 
-    from wbcore_runtime.errors import InvalidArgs
+    from wbcore_runtime.contract.errors import InvalidArgs
 
     s = Settings.from_env({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318/",
                            "OTEL_EXPORTER_OTLP_HEADERS": "authorization=Bearer s3cret,x-team=a",
@@ -50,9 +50,9 @@ def test_a_broken_setting_leaves_telemetry_off_not_the_runtime(make_runtime, cap
 
 def test_pipeline_stage_agent_step_call_and_broker_spans_reach_an_otlp_receiver(make_runtime, receiver):
     pytest.importorskip("wbcore_wasmtime")
-    from wbcore_runtime.calls import Principal
-    from wbcore_runtime.errors import CapabilityDenied
-    from wbcore_runtime.pipeline import Box, Pipeline
+    from wbcore_runtime.contract.calls import Principal
+    from wbcore_runtime.contract.errors import CapabilityDenied
+    from wbcore_fabric_local.pipeline import Box, Pipeline
 
     rt = make_runtime(plugins=["otel", "wasmtime"], env={"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
                                                          "OTEL_SERVICE_NAME": "wb-test"})
@@ -104,8 +104,8 @@ def test_pipeline_stage_agent_step_call_and_broker_spans_reach_an_otlp_receiver(
 def test_broker_decisions_nest_under_the_call_that_made_them(make_runtime, receiver):
     """A guest's broker call (here the Dock used from inside a call hook's span, as a
     wasmtime host import does on the calling thread) is a child of the wb.call span."""
-    from wbcore_runtime.calls import CallRecord, Principal
-    from wbcore_runtime.errors import CapabilityDenied
+    from wbcore_runtime.contract.calls import CallRecord, Principal
+    from wbcore_runtime.contract.errors import CapabilityDenied
 
     rt = make_runtime(plugins=["otel"], env={"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint})
     record = CallRecord(name="probe", shape="command", principal=Principal("t", "tk"), toolkit="tk", tier="instance",
@@ -130,8 +130,8 @@ class _Shout:
         self.runtime = runtime
 
     def call(self, req: Any) -> Any:
-        from wbcore_runtime.calls import CallResult
-        from wbcore_runtime.errors import CapabilityDenied
+        from wbcore_runtime.contract.calls import CallResult
+        from wbcore_runtime.contract.errors import CapabilityDenied
 
         ctx = self.runtime.dock.context(principal=req.principal, caps=req.caps, toolkit="shout-tk")
         with pytest.raises(CapabilityDenied):
@@ -144,7 +144,7 @@ class ShoutShape:
 
     @hookimpl
     def wbcore_exec_shapes(self):
-        from wbcore_runtime.records import ExecShape
+        from wbcore_runtime.contract.records import ExecShape
 
         yield ExecShape(name="test-shout", summary="test shape", verify=lambda ctx: (), runner=_Shout)
 
@@ -152,8 +152,8 @@ class ShoutShape:
 def test_pipeline_to_broker_chain_with_only_the_core_and_wb_otel(make_runtime, receiver):
     """pipeline → stage → call → broker decision, end to end, with no engine plugin: the
     call runs through dispatch on an in-process test shape."""
-    from wbcore_runtime.pipeline import Box, Pipeline
-    from wbcore_runtime.registry import Entry
+    from wbcore_fabric_local.pipeline import Box, Pipeline
+    from wbcore_runtime.store.registry import Entry
 
     rt = make_runtime(plugins=["otel", ShoutShape()], env={"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint})
     sha = rt.artifacts.put_bytes(b"\0asm\x01\0\0\0").sha256

@@ -1,6 +1,6 @@
 """The ``wbcore_tracer`` implementation, in a module that does not import pluggy:
 ``wbcore_otel.plugin`` marks it as the hook implementation, and a ``wbx run`` that reads its
-plugins from the index (``wbcore_runtime.plugin_index``) imports only this to learn that tracing
+plugins from the index (``wbcore_runtime.plugins.index``) imports only this to learn that tracing
 is off. Nothing of OpenTelemetry is imported unless tracing is on."""
 
 from __future__ import annotations

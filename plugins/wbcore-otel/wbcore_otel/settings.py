@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from wbcore_otel.hook import DISABLED, ENDPOINT, TRACES_ENDPOINT, enabled  # noqa: F401 - defined there, without a dataclass
-from wbcore_runtime.errors import InvalidArgs
+from wbcore_runtime.contract.errors import InvalidArgs
 
 PROTOCOL = "OTEL_EXPORTER_OTLP_PROTOCOL"
 TRACES_PROTOCOL = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"

@@ -28,7 +28,8 @@ from opentelemetry.trace import Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from wbcore_otel.settings import Settings
-from wbcore_runtime import hookimpl, telemetry
+from wbcore_runtime import hookimpl
+from wbcore_runtime.contract import telemetry
 
 
 def _value(value: Any) -> Any:
@@ -41,7 +42,7 @@ def _value(value: Any) -> Any:
 
 
 class _Span:
-    """:class:`wbcore_runtime.telemetry.Span` over an OpenTelemetry span."""
+    """:class:`wbcore_runtime.contract.telemetry.Span` over an OpenTelemetry span."""
 
     __slots__ = ("outcome", "span")
 
@@ -100,7 +101,7 @@ class OtelTracer:
             return self.parent
         return None
 
-    # --- wbcore_runtime.telemetry.Tracer --------------------------------------------------------
+    # --- wbcore_runtime.contract.telemetry.Tracer --------------------------------------------------------
 
     @contextmanager
     def span(self, name: str, attributes: Mapping[str, Any]) -> Iterator[_Span]:

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from wbcore_runtime import sandbox as contract
-from wbcore_runtime.errors import NotFound
-from wbcore_runtime.records import BuildLane
-from wbcore_runtime.sandbox import Bind, Limits, SandboxResult
+from wbcore_runtime.contract import sandbox as contract
+from wbcore_runtime.contract.errors import NotFound
+from wbcore_runtime.contract.records import BuildLane
+from wbcore_runtime.contract.sandbox import Bind, Limits, SandboxResult
 
 from wbcore_process.sandbox import SandboxDriver, probe
 

@@ -1,4 +1,4 @@
-"""The os_process tier bridges caps with the core's one bridge (``wbcore_runtime.capbridge``), as the
+"""The os_process tier bridges caps with the core's one bridge (``wbcore_runtime.wire.capbridge``), as the
 container tier does: its worker links ``wb.*`` with ``GuestCaps`` and its host answers with
 ``HostBridge``; no second copy of the link check, the grant check or the framing exists."""
 
@@ -14,7 +14,7 @@ wasmtime = pytest.importorskip("wasmtime")
 if not probe()[0]:
     pytest.skip(f"the build sandbox is unavailable: {probe()[1]}", allow_module_level=True)
 
-from wbcore_runtime import capbridge, frames  # noqa: E402
+from wbcore_runtime.wire import capbridge, frames  # noqa: E402
 from wbcore_process import pool, tiers  # noqa: E402
 from wbcore_process.pool import spawn_worker  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""The shared tier conformance suite (:mod:`wbcore_runtime.conformance`) at tier ``os_process``."""
+"""The shared tier conformance suite (:mod:`wbcore_testing.conformance`) at tier ``os_process``."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from wbcore_runtime import frames
-from wbcore_runtime.conformance import Agent, SandboxFacts, TierConformance
+from wbcore_runtime.wire import frames
+from wbcore_testing.conformance import Agent, SandboxFacts, TierConformance
 
 from wbcore_process.sandbox import probe
 

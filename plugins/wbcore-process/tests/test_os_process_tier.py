@@ -17,12 +17,13 @@ from wbcore_process.sandbox import probe
 wasmtime = pytest.importorskip("wasmtime")
 pytestmark = pytest.mark.skipif(not probe()[0], reason=f"sandbox unavailable here: {probe()[1]}")
 
-from wbcore_runtime.calls import CommandRequest, GuestTrap, LimitExceeded, Principal  # noqa: E402
-from wbcore_runtime.errors import CapabilityDenied, Internal, InvalidArgs, Timeout  # noqa: E402
-from wbcore_runtime.policy import profile  # noqa: E402
+from wbcore_runtime.contract.calls import CommandRequest, GuestTrap, LimitExceeded, Principal  # noqa: E402
+from wbcore_runtime.contract.errors import CapabilityDenied, Internal, InvalidArgs, Timeout  # noqa: E402
+from wbcore_runtime.trust.policy import profile  # noqa: E402
 
-from wbcore_runtime import conformance, frames  # noqa: E402
-from wbcore_runtime.conformance import (  # noqa: E402
+from wbcore_testing import conformance
+from wbcore_runtime.wire import frames  # noqa: E402
+from wbcore_testing.conformance import (  # noqa: E402
     ARGS_WAT, BOMB_WAT, ECHO_WAT, FD_WRITE, FLOOD_WAT, PREOPEN_WAT, SPIN_WAT, STDERR_WAT, TRAP_WAT, cbor_data,
     command_request, kv_wat)
 from wbcore_process.pool import Pool, spawn_worker  # noqa: E402
@@ -87,7 +88,7 @@ def test_output_equals_the_instance_tier(rt, tiers, wat, argv, stdin, mode) -> N
 
 
 def test_the_shipped_b64_toolkit_matches_the_instance_tier(make_runtime, toolkit_root) -> None:
-    from wbcore_runtime import builder
+    from wbcore_runtime.build import builder
 
     shutil.copytree(REPO / "toolkits" / "b64", toolkit_root / "b64")
     rt = make_runtime()
@@ -325,8 +326,8 @@ def test_nested_commands_at_os_process_each_get_a_worker(make_runtime, toolkit_r
 
     import cbor2
 
-    from wbcore_runtime import builder
-    from wbcore_runtime.testing import manifest_text, write_toolkit
+    from wbcore_runtime.build import builder
+    from wbcore_testing.fixtures import manifest_text, write_toolkit
 
     monkeypatch.setenv("WB_SIGNING_KEY", base64.b64encode(bytes(range(32))).decode())
     req = cbor2.dumps({"op": "run", "name": "nest"})
@@ -349,7 +350,7 @@ def test_nested_commands_at_os_process_each_get_a_worker(make_runtime, toolkit_r
     builder.build(rt, "nest")
     assert wbx("toolkit", "grant", "nest", "exec", runtime=rt).exit_code == 0
     assert rt.resolve("command", "nest").tier.name == "os_process"
-    from wbcore_runtime import dispatch
+    from wbcore_runtime.dispatch import dispatcher as dispatch
 
     pool = Pool(9)  # a private pool, warmed first: nine calls are in flight at the deepest point
     rt.__dict__.setdefault("_wb_tier_drivers", {})["os_process"] = OsProcessTier(rt, pool)
@@ -587,7 +588,7 @@ def test_worker_scratch_folders_are_removed_and_a_dead_owners_swept(rt, tmp_path
     ``wb-spawn-*`` folder once the pool closes; a dead process's folder is swept when a
     pool starts."""
     from wbcore_process import pool as pool_mod
-    from wbcore_runtime import leftovers
+    from wbcore_runtime.store import leftovers
 
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     dead = tmp_path / "wb-spawn-999999999-1-deadbeef"  # no such pid: its owner is gone

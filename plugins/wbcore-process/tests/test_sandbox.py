@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from wbcore_process.sandbox import Bind, Limits, Sandbox, SandboxUnavailable, probe, system_binds
-from wbcore_runtime.errors import InvalidArgs, Timeout
+from wbcore_runtime.contract.errors import InvalidArgs, Timeout
 
 ok, reason, _ = probe()
 pytestmark = pytest.mark.skipif(not ok, reason=f"sandbox unavailable here: {reason}")
@@ -229,7 +229,7 @@ def test_a_missing_namespace_is_named(tmp_path: Path) -> None:
 def test_the_served_driver_is_the_sandbox_with_the_cores_one_run() -> None:
     """``run`` (signature, defaults) is the core's; the sandbox and the driver a lane gets
     implement only ``execute``, so the two cannot drift apart."""
-    from wbcore_runtime.sandbox import BuildSandboxDriver
+    from wbcore_runtime.contract.sandbox import BuildSandboxDriver
 
     from wbcore_process.sandbox import Sandbox, SandboxDriver
 

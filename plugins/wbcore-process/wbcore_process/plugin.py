@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from wbcore_runtime import hookimpl
-from wbcore_runtime.records import BuildSandbox, ExecShape, IsolationTier, deferred
+from wbcore_runtime.contract.records import BuildSandbox, ExecShape, IsolationTier, deferred
 
 from wbcore_process import shapes as _shapes
 

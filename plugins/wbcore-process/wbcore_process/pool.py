@@ -33,12 +33,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from wbcore_runtime.errors import Internal, InvalidArgs, Timeout
+from wbcore_runtime.contract.errors import Internal, InvalidArgs, Timeout
 
-from wbcore_runtime import frames
+from wbcore_runtime.wire import frames
 
 WORKER = Path(__file__).with_name("_tier_worker.py")
-FRAMES = Path(frames.__file__)  # wbcore_runtime/frames.py: standard library only, bound into the sandbox
+FRAMES = Path(frames.__file__)  # wbcore_runtime/wire/frames.py: standard library only, bound into the sandbox
 CAPBRIDGE = FRAMES.with_name("capbridge.py")  # the core's one caps bridge (its guest side), bound next to it
 DEFAULT_WORKERS = 2
 MAX_WORKERS = 16
@@ -397,7 +397,7 @@ def shared(env: dict[str, str] | None = None) -> Pool:
 
 def _sweep_dead_workers() -> None:
     """Remove the scratch folders of workers whose process was killed (``wb-spawn-<owner>…``)."""
-    from wbcore_runtime import leftovers
+    from wbcore_runtime.store import leftovers
 
     from wbcore_process.sandbox import SPAWN_PREFIX
 

@@ -2,7 +2,7 @@
 
 Lanes reach it through their runtime (``runtime.build_sandbox()`` returns a
 :class:`SandboxDriver`, served by this plugin's ``wbcore_build_sandboxes``) and speak the
-core's contract (``wbcore_runtime.sandbox``: ``Bind``, ``Limits``, ``SandboxResult``); the
+core's contract (``wbcore_runtime.contract.sandbox``: ``Bind``, ``Limits``, ``SandboxResult``); the
 ``os_process`` tier uses :class:`Sandbox` directly::
 
     box = Sandbox()                       # raises SandboxUnavailable naming the missing feature
@@ -42,10 +42,10 @@ from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
 
-from wbcore_runtime import leftovers
-from wbcore_runtime.errors import Internal, InvalidArgs, Timeout, WbError
-from wbcore_runtime.records import Availability
-from wbcore_runtime.sandbox import Bind, BuildSandboxDriver, Limits, SandboxResult, SandboxRun
+from wbcore_runtime.store import leftovers
+from wbcore_runtime.contract.errors import Internal, InvalidArgs, Timeout, WbError
+from wbcore_runtime.contract.records import Availability
+from wbcore_runtime.contract.sandbox import Bind, BuildSandboxDriver, Limits, SandboxResult, SandboxRun
 
 #: The host-side scratch folder of a spawned (long-lived) sandboxed process.
 SPAWN_PREFIX = "wb-spawn-"
@@ -127,7 +127,7 @@ class Sandbox(BuildSandboxDriver):
     """Runs programs in the namespace sandbox. Construct once, ``run`` many times.
 
     The core's ``BuildSandboxDriver``: ``run`` (its one signature) hands :meth:`execute` the
-    defaulted :class:`~wbcore_runtime.sandbox.SandboxRun`. ``lazy``: the seccomp filter and the
+    defaulted :class:`~wbcore_runtime.contract.sandbox.SandboxRun`. ``lazy``: the seccomp filter and the
     probe wait for the first run (a lane's driver costs nothing until it builds)."""
 
     def __init__(self, *, seccomp: bool | None = None, _probing: bool = False, lazy: bool = False) -> None:
@@ -585,7 +585,7 @@ def availability() -> Availability:
 
 
 class SandboxDriver(Sandbox):
-    """The ``wbcore_runtime.sandbox.BuildSandboxDriver`` this plugin serves: what a lane gets from
+    """The ``wbcore_runtime.contract.sandbox.BuildSandboxDriver`` this plugin serves: what a lane gets from
     ``runtime.build_sandbox()``. The namespace sandbox is checked on the first ``run``, so a
     machine without namespaces fails there with the missing feature named."""
 

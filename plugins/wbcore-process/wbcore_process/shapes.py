@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from wbcore_runtime.records import Check, ExecShape, VerifyContext
+from wbcore_runtime.contract.records import Check, ExecShape, VerifyContext
 
 TASK_BLOCK_RE = re.compile(r"^[ \t]*#\+begin_src\b[^\n]*:role[ \t]+task\b", re.IGNORECASE | re.MULTILINE)
 

@@ -3,7 +3,7 @@
 The worker (``_tier_worker.py``, lent by :mod:`wbcore_process.pool`) is a Python inside the
 build sandbox — its own namespaces, no network (not even loopback), no host files but the
 Python runtime and wasmtime, read-only; uid 1000, no capabilities, seccomp, rlimits — on
-top of wasm's own linear-memory isolation. One call, in frames (:mod:`wbcore_runtime.frames`):
+top of wasm's own linear-memory isolation. One call, in frames (:mod:`wbcore_runtime.wire.frames`):
 
 1. ``Exec``: the module's sha256 (and its bytes, the first time this worker sees it),
    argv, stdin, the profile's memory limit and output caps, the time left;
@@ -14,7 +14,7 @@ top of wasm's own linear-memory isolation. One call, in frames (:mod:`wbcore_run
    ``Dock.call_raw`` under a context made from the request (principal, caps, the call's
    deadline, allowed hosts, toolkit) — the full cadence, audited, in this process — on a
    broker thread, while the caller keeps the deadline. Steps 2 and 3 are the core's one
-   caps bridge (:mod:`wbcore_runtime.capbridge`: ``HostBridge`` here, ``GuestCaps`` in the worker),
+   caps bridge (:mod:`wbcore_runtime.wire.capbridge`: ``HostBridge`` here, ``GuestCaps`` in the worker),
    the container tier's too;
 4. ``ExecResult``: exit code, output, and how the guest ended; the host maps it to the
    same result or error the instance tier gives (Timeout, LimitExceeded, GuestTrap).
@@ -35,11 +35,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from wbcore_process.pool import GRACE_S, Pool, Worker, _wasmtime_dir, shared
-from wbcore_runtime import errors, frames
-from wbcore_runtime.calls import CallResult, CommandRequest, Usage, check_guest_end
-from wbcore_runtime.capbridge import HostBridge
-from wbcore_runtime.errors import Internal, InvalidArgs, Timeout, WbError
-from wbcore_runtime.records import Availability
+from wbcore_runtime.contract import errors
+from wbcore_runtime.wire import frames
+from wbcore_runtime.contract.calls import CallResult, CommandRequest, Usage, check_guest_end
+from wbcore_runtime.wire.capbridge import HostBridge
+from wbcore_runtime.contract.errors import Internal, InvalidArgs, Timeout, WbError
+from wbcore_runtime.contract.records import Availability
 
 if TYPE_CHECKING:
     from wbcore_runtime.runtime import Runtime

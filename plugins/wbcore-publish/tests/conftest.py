@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from wbcore_runtime import identity
+from wbcore_runtime.trust import identity
 
 SEED_A = bytes(range(32))
 SEED_B = bytes(range(1, 33))

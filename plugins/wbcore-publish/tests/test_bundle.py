@@ -9,8 +9,8 @@ import pytest
 from conftest import SEED_A, vfs_rows
 from wbcore_publish import bundle, canonical, vfsfile
 
-from wbcore_runtime.errors import InvalidArgs
-from wbcore_runtime.unpack import UnsafeArchive
+from wbcore_runtime.contract.errors import InvalidArgs
+from wbcore_runtime.guard.unpack import UnsafeArchive
 
 
 def _rezip(src: Path, dst: Path, change: dict[str, bytes | None], extra: dict[str, bytes] | None = None,
@@ -288,7 +288,7 @@ def test_a_did_web_signed_bundle_restores_when_that_did_is_trusted(workspace, wb
     import http.server
     import threading
 
-    from wbcore_runtime import did
+    from wbcore_runtime.trust import did
 
     class Quiet(http.server.SimpleHTTPRequestHandler):
         def log_message(self, *args):

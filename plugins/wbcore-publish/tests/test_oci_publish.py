@@ -9,8 +9,9 @@ import pytest
 from conftest import SEED_A, vfs_rows
 from wbcore_publish import bundle
 
-from wbcore_runtime import identity, oci, signing
-from wbcore_runtime.testing import write_toolkit
+from wbcore_runtime.trust import identity, signing
+from wbcore_runtime.guard import oci
+from wbcore_testing.fixtures import write_toolkit
 
 
 @pytest.fixture

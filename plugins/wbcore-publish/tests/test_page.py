@@ -10,8 +10,8 @@ import pytest
 from conftest import SEED_A
 from wbcore_publish import canonical, page
 
-from wbcore_runtime import did
-from wbcore_runtime.errors import InvalidArgs
+from wbcore_runtime.trust import did
+from wbcore_runtime.contract.errors import InvalidArgs
 
 PAGE = (b"<!doctype html>\n<html><head><title>Report</title>\n"
         b"<link rel=\"stylesheet\" href=\"css/site.css?v=2\">\n</head>\n<body>\n"
@@ -204,7 +204,7 @@ def test_cli_sign_and_verify_json(site, wbx, monkeypatch):
 
 
 def test_canonical_json_vector_and_refusals():
-    from wbcore_runtime.errors import InvalidArgs as _IA
+    from wbcore_runtime.contract.errors import InvalidArgs as _IA
 
     obj = {"signature": "ignored", "b": [1, True, None], "a": "é<\U0001F600", "A": {"z": 0, "y": ""}}
     assert canonical.canonical(obj) == b'{"A":{"y":"","z":0},"a":"\\u00e9<\\ud83d\\ude00","b":[1,true,null]}'

@@ -28,10 +28,10 @@ from typing import Any
 from wbcore_publish import canonical, vfsfile
 from wbcore_publish import page as _page
 from wbcore_publish import workspace as _ws
-from wbcore_runtime import identity as _identity
-from wbcore_runtime.artifacts import atomic_write
-from wbcore_runtime.errors import InvalidArgs
-from wbcore_runtime.unpack import Caps, UnsafeArchive, safe_name
+from wbcore_runtime.trust import identity as _identity
+from wbcore_runtime.store.artifacts import atomic_write
+from wbcore_runtime.contract.errors import InvalidArgs
+from wbcore_runtime.guard.unpack import Caps, UnsafeArchive, safe_name
 
 FORMAT = "wbundle/1"
 MANIFEST = "wbundle.json"

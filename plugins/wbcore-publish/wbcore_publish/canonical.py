@@ -19,9 +19,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from wbcore_runtime import did as _did
-from wbcore_runtime import identity as _identity
-from wbcore_runtime.errors import InvalidArgs, WbError
+from wbcore_runtime.trust import did as _did
+from wbcore_runtime.trust import identity as _identity
+from wbcore_runtime.contract.errors import InvalidArgs, WbError
 
 MAX_DEPTH = 16
 
@@ -130,7 +130,7 @@ def check_signature(obj: Mapping[str, Any], *, env: Mapping[str, str] | None = N
     """Does ``signature`` verify over the canonical form under a key of ``signer``?
 
     The one signature decision of wbcore-publish: bundles, pages and the library all call it.
-    A did:web signer is resolved through the core (``wbcore_runtime.did``: one fetcher, SSRF guard).
+    A did:web signer is resolved through the core (``wbcore_runtime.trust.did``: one fetcher, SSRF guard).
     """
     signer = obj.get("signer")
     if not isinstance(signer, str) or not signer.startswith(("did:key:", "did:web:")):

@@ -13,7 +13,7 @@ from wbcore_runtime.cli.output import JSON_HELP, emit_json
 
 
 def _ident(runtime: Any, tenant: str) -> Any:
-    from wbcore_runtime import identity
+    from wbcore_runtime.trust import identity
 
     return identity.load(runtime.home, runtime.env, tenant=tenant)
 
@@ -69,7 +69,7 @@ def bundle_app(runtime: Any) -> typer.Typer:
             from wbcore_publish.workspace import NAME_RE
 
             if not isinstance(name, str) or not NAME_RE.match(name) or name in (".", ".."):
-                from wbcore_runtime.errors import InvalidArgs
+                from wbcore_runtime.contract.errors import InvalidArgs
 
                 raise InvalidArgs(f"{bpath.name}: the manifest names no usable workspace folder; pass --into")
             target = Path(runtime.cwd) / name
@@ -109,7 +109,7 @@ def _pulled_bundle(runtime: Any, reference: str) -> Iterator[Path]:
     import shutil
 
     from wbcore_publish import ocipublish
-    from wbcore_runtime import leftovers
+    from wbcore_runtime.store import leftovers
 
     base = Path(runtime.home) / leftovers.STAGING
     base.mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,7 @@ from typing import Any
 from wbcore_publish import bundle as _bundle
 from wbcore_publish import page as _page
 from wbcore_publish import workspace as _ws
-from wbcore_runtime.errors import WbError
+from wbcore_runtime.contract.errors import WbError
 
 ENV_LIBRARY_PATH = "WB_LIBRARY_PATH"
 MAX_DEPTH = 4

@@ -3,7 +3,7 @@
 What is published is checked first, the way an install will check it: a toolkit's
 signature must verify (a third-party toolkit that does not would be refused on every
 install anyway), a bundle must inspect clean. The artifact formats are the core's
-(:mod:`wbcore_runtime.oci`): the installer and this publisher share one definition.
+(:mod:`wbcore_runtime.guard.oci`): the installer and this publisher share one definition.
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from wbcore_runtime import manifest as _manifest
-from wbcore_runtime import oci, signing, trust
-from wbcore_runtime.errors import InvalidArgs
+from wbcore_runtime.toolkit import manifest as _manifest
+from wbcore_runtime.guard import oci
+from wbcore_runtime.trust import signing, verdict as trust
+from wbcore_runtime.contract.errors import InvalidArgs
 
 MAX_BUNDLE = oci.MAX_BLOB
 

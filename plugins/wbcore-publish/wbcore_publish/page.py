@@ -34,9 +34,9 @@ from urllib.parse import unquote
 
 from wbcore_publish import canonical
 from wbcore_publish.workspace import read_regular
-from wbcore_runtime import identity as _identity
-from wbcore_runtime.artifacts import atomic_write
-from wbcore_runtime.errors import InvalidArgs, WbError
+from wbcore_runtime.trust import identity as _identity
+from wbcore_runtime.store.artifacts import atomic_write
+from wbcore_runtime.contract.errors import InvalidArgs, WbError
 
 FORMAT = "workbooks-c2pa/1"
 MEDIA_TYPE = "application/workbooks-c2pa+json"

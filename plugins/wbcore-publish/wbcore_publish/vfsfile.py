@@ -15,7 +15,7 @@ import sqlite3
 import tempfile
 from pathlib import Path
 
-from wbcore_runtime.errors import InvalidArgs
+from wbcore_runtime.contract.errors import InvalidArgs
 
 #: The contract's schema, verbatim (``docs/dock.md``). A bundled database holds exactly this.
 SCHEMA = (

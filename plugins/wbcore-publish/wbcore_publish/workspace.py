@@ -18,7 +18,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from wbcore_runtime.errors import InvalidArgs, NotFound
+from wbcore_runtime.contract.errors import InvalidArgs, NotFound
 
 MANIFEST = "workspace.org"
 MAX_MANIFEST_BYTES = 64 << 10

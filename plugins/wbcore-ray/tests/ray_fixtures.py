@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from wbcore_runtime.testing import ECHO_OR_TRAP as ECHO  # noqa: F401 (the suite's tests import them from here)
-from wbcore_runtime.testing import K_UPPER, register_wat  # noqa: F401
+from wbcore_testing.fixtures import ECHO_OR_TRAP as ECHO  # noqa: F401 (the suite's tests import them from here)
+from wbcore_testing.fixtures import K_UPPER, register_wat  # noqa: F401
 
 #: Each node's object store (Ray's minimum is 75 MiB): the cluster stays small.
 OBJECT_STORE = 80 << 20

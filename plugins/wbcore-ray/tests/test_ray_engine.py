@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from ray_fixtures import ECHO, K_UPPER
 
-from wbcore_runtime import fabric
-from wbcore_runtime.errors import ErrorKind, InvalidArgs
+from wbcore_runtime.dispatch import fabric
+from wbcore_runtime.contract.errors import ErrorKind, InvalidArgs
 
 
 def test_the_engine_and_the_tier_are_registered(make_runtime, monkeypatch):
@@ -28,7 +28,7 @@ def test_calls_granted_caps_or_host_folders_never_leave_the_machine(make_runtime
     rt = make_runtime()
     from wbcore_ray.cluster import refuse_remote
 
-    from wbcore_runtime.registry import Entry
+    from wbcore_runtime.store.registry import Entry
 
     entry = Entry(kind="command", name="x", sha256="0" * 64, shape="command")
     with pytest.raises(InvalidArgs, match="granted caps.*local or threads"):
@@ -90,7 +90,7 @@ def test_commands_with_per_input_errors_on_the_cluster_and_the_node_tier(rt, reg
     assert result.stdout == b"far away"
     import ray
 
-    from wbcore_runtime import dispatch
+    from wbcore_runtime.dispatch import dispatcher as dispatch
 
     tier = dispatch.target_for(rt, rt.resolve("command", "echo").entry, "node")
     (handle,) = tier._actors.values()
@@ -107,7 +107,7 @@ def test_the_batch_deadline_ends_spinning_calls_on_the_cluster(rt, register, two
 
     import ray
 
-    from wbcore_runtime.errors import Timeout
+    from wbcore_runtime.contract.errors import Timeout
 
     register("spin", SPIN)
     t0 = time.monotonic()

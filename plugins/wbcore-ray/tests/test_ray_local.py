@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from ray_fixtures import K_UPPER
 
-from wbcore_runtime import fabric
+from wbcore_runtime.dispatch import fabric
 
 
 @pytest.mark.slow

@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from wbcore_runtime import fabric
-from wbcore_runtime.errors import InvalidArgs
+from wbcore_runtime.dispatch import fabric
+from wbcore_runtime.contract.errors import InvalidArgs
 
 NODE_TIER = "node"
 
@@ -57,7 +57,7 @@ class NodeWorker:
     def load(self, wasm: bytes) -> dict[str, Any]:
         """Put the module into this node's store and load it (compiling it if no actor of
         this node has); for a kernel, open the instance every chunk reuses."""
-        from wbcore_runtime import dispatch
+        from wbcore_runtime.dispatch import dispatcher as dispatch
         from wbcore_runtime.runtime import Runtime
 
         t0 = time.perf_counter()

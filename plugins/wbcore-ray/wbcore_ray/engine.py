@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wbcore_ray import cluster
-from wbcore_runtime import fabric
-from wbcore_runtime.errors import Internal, Timeout, WbError
+from wbcore_runtime.dispatch import fabric
+from wbcore_runtime.contract.errors import Internal, Timeout, WbError
 
 K = 3  # chunks outstanding per actor: one running, two queued (as the local engine)
 MAX_BATCH = 4096

@@ -17,9 +17,9 @@ from collections import OrderedDict
 from typing import Any, Self
 
 from wbcore_ray import cluster
-from wbcore_runtime import fabric
-from wbcore_runtime.calls import CallResult, CommandRequest, KernelRequest
-from wbcore_runtime.errors import Internal, Timeout
+from wbcore_runtime.dispatch import fabric
+from wbcore_runtime.contract.calls import CallResult, CommandRequest, KernelRequest
+from wbcore_runtime.contract.errors import Internal, Timeout
 
 MAX_ACTORS = 8
 #: Seconds beyond the call's own timeout that a round trip to the node may take.
@@ -44,7 +44,7 @@ class NodeTier:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         from wbcore_ray.actor import NodeWorker
-        from wbcore_runtime.registry import Entry
+        from wbcore_runtime.store.registry import Entry
 
         cluster.refuse_remote(self.runtime, kind, req.name, req.caps, req, None, "tier node")
         ray = cluster.connect(start_local=False)

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from wbcore_runtime import sources
+from wbcore_runtime.plugins import sources
 from wbcore_runtime.build import SourceRequest
-from wbcore_runtime.errors import CapabilityDenied, InvalidArgs, NotFound, WbError
-from wbcore_runtime.manifest import parse
-from wbcore_runtime.testing import FileServer, manifest_text
+from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs, NotFound, WbError
+from wbcore_runtime.toolkit.manifest import parse
+from wbcore_testing.fixtures import FileServer, manifest_text
 
 WASM = b"\0asm\x01\0\0\0"
 
@@ -115,8 +115,8 @@ def test_private_addresses_are_refused_by_default(make_runtime, server: Server, 
 
 
 def test_redirects_are_rechecked(make_runtime, server: Server, tmp_path: Path) -> None:
-    from wbcore_runtime import fetch
-    from wbcore_runtime.netguard import NetGuard
+    from wbcore_runtime.guard import fetch
+    from wbcore_runtime.guard.netguard import NetGuard
 
     # Loopback is treated as public for the first hop only; the redirect to a link-local address is re-checked.
     guard = NetGuard(public=frozenset({"127.0.0.1"}))
@@ -224,7 +224,7 @@ def test_hostile_archives_are_refused(rt, server: Server, tmp_path: Path, member
 
 
 def test_link_inside_then_write_through_it_cannot_escape(tmp_path: Path) -> None:
-    from wbcore_runtime.unpack import unpack
+    from wbcore_runtime.guard.unpack import unpack
 
     link = file_info("sub")
     link.type = tarfile.SYMTYPE
@@ -236,7 +236,7 @@ def test_link_inside_then_write_through_it_cannot_escape(tmp_path: Path) -> None
 
 
 def test_archive_caps(tmp_path: Path) -> None:
-    from wbcore_runtime.unpack import Caps, unpack
+    from wbcore_runtime.guard.unpack import Caps, unpack
 
     arch = tmp_path / "a.tgz"
     arch.write_bytes(tar_bytes([(file_info("zeros"), b"\0" * 100_000)]))  # compresses to almost nothing
@@ -338,9 +338,9 @@ def test_gobuild_and_zigbuild_resolve_to_the_toolkit_and_an_entry(rt, tmp_path: 
 
 
 def test_path_source_reads_stay_inside_the_toolkit(rt, tmp_path: Path) -> None:
-    """path: goes through wbcore_runtime.paths: a folder linked out, a file linked out and a hard link
+    """path: goes through wbcore_runtime.guard.paths: a folder linked out, a file linked out and a hard link
     are refused with `file: reason`; a link that stays inside is followed."""
-    from wbcore_runtime import paths
+    from wbcore_runtime.guard import paths
 
     tk = tmp_path / "tk"
     (tk / "src").mkdir(parents=True)

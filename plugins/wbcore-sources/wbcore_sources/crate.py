@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from wbcore_runtime.build import ResolvedSource, SourceRequest, tree_digest
-from wbcore_runtime.errors import InvalidArgs, NotFound
+from wbcore_runtime.contract.errors import InvalidArgs, NotFound
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 VERSION_RE = re.compile(r"^\d+\.\d+\.\d+([-+][0-9A-Za-z.-]+)?$")

@@ -1,6 +1,6 @@
 """``git+<url>@<commit>``: a pinned commit fetched by the core's one git fetcher, then built like ``path:``.
 
-:mod:`wbcore_runtime.gitfetch` does the fetch: the SSRF guard with the deployer's allowances
+:mod:`wbcore_runtime.guard.gitfetch` does the fetch: the SSRF guard with the deployer's allowances
 (``WB_ALLOW_PRIVATE_HOSTS`` / ``WB_ALLOW_PRIVATE_SOURCES``) and the connection pinned to the
 checked address, only the URL's own transport, no system or global git config, hooks pointed
 at nothing, no credential prompts, no submodules, no redirects, a deadline
@@ -12,10 +12,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from wbcore_runtime import gitfetch
+from wbcore_runtime.guard import gitfetch
 from wbcore_runtime.build import ResolvedSource, SourceRequest, tree_digest
-from wbcore_runtime.errors import InvalidArgs, NotFound
-from wbcore_runtime.netguard import NetGuard
+from wbcore_runtime.contract.errors import InvalidArgs, NotFound
+from wbcore_runtime.guard.netguard import NetGuard
 
 from wbcore_sources.local import inside
 

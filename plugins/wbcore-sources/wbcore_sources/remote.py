@@ -3,9 +3,9 @@ use, then handed over (a module) or unpacked safely (a bundle with ``#+WASM_PATH
 ``#+PREOPEN``, or source for the manifest's ``#+BUILD_LANG``).
 
 ``<where>`` is an ``https://`` / ``http://`` URL (through the core's one fetcher,
-``wbcore_runtime.fetch``: SSRF guard on every hop, capped and bounded while streaming), a
+``wbcore_runtime.guard.fetch``: SSRF guard on every hop, capped and bounded while streaming), a
 ``file://`` URL, or a path inside the toolkit (``wasm:bin/tool.wasm``). All three are
-pinned by ``#+SHA256`` alike; unpacking is the core's ``wbcore_runtime.unpack``.
+pinned by ``#+SHA256`` alike; unpacking is the core's ``wbcore_runtime.guard.unpack``.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from wbcore_runtime import fetch, unpack
+from wbcore_runtime.guard import fetch, unpack
 from wbcore_runtime.build import ResolvedSource, SourceRequest
-from wbcore_runtime.errors import InvalidArgs, NotFound
-from wbcore_runtime.netguard import NetGuard
-from wbcore_runtime.trust import IntegrityError
+from wbcore_runtime.contract.errors import InvalidArgs, NotFound
+from wbcore_runtime.guard.netguard import NetGuard
+from wbcore_runtime.trust.verdict import IntegrityError
 
 from wbcore_sources.local import inside
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from wbcore_runtime.testing import K_UPPER, register_wat, wasi  # noqa: F401 (the suite's tests import them from here)
+from wbcore_testing.fixtures import K_UPPER, register_wat, wasi  # noqa: F401 (the suite's tests import them from here)
 
 
 @pytest.fixture

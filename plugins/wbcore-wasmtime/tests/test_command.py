@@ -9,9 +9,9 @@ import time
 import pytest
 from conftest import ARGS_ENV, BOMB, ECHO, EXIT3, FLOOD, LOOP, TRAP, WANTS_CAP, WANTS_ENV, wasi
 
-from wbcore_runtime.artifacts import IntegrityError
-from wbcore_runtime.calls import GuestTrap, LimitExceeded
-from wbcore_runtime.errors import CapabilityDenied, NotFound, Timeout
+from wbcore_runtime.store.artifacts import IntegrityError
+from wbcore_runtime.contract.calls import GuestTrap, LimitExceeded
+from wbcore_runtime.contract.errors import CapabilityDenied, NotFound, Timeout
 
 
 def test_builtin_upper_is_real_wasm(rt):
@@ -203,7 +203,7 @@ def test_dock_imports_are_linked_through_the_seam(rt, register):
         (local.set $n (i32.wrap_i64 (call $info (i32.const 1024) (i32.const 4096))))
         (i32.store (i32.const 0) (i32.const 1024)) (i32.store (i32.const 4) (local.get $n))
         (drop (call $w (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))""")
-    from wbcore_runtime.calls import Principal
+    from wbcore_runtime.contract.calls import Principal
 
     res = rt.call("whoami", principal=Principal(tenant="acme", toolkit="tk"))
     info = cbor2.loads(res.stdout)
@@ -213,7 +213,7 @@ def test_dock_imports_are_linked_through_the_seam(rt, register):
 def test_a_stale_builtin_is_rebuilt_on_first_use(make_runtime, register, rt):
     import wasmtime
 
-    from wbcore_runtime.registry import Entry
+    from wbcore_runtime.store.registry import Entry
 
     # an "old version" of upper: echo, registered as the built-in
     art = rt.artifacts.put_bytes(bytes(wasmtime.wat2wasm(ECHO)))
@@ -271,9 +271,10 @@ def test_a_command_run_from_inside_a_command_keeps_both_outputs(make_runtime, ma
     on the same thread while the outer guest is mid-call: each keeps its own stdout."""
     import wasmtime
 
-    from wbcore_runtime import builder, hookimpl
-    from wbcore_runtime.records import Broker
-    from wbcore_runtime.registry import Entry
+    from wbcore_runtime.build import builder
+    from wbcore_runtime import hookimpl
+    from wbcore_runtime.contract.records import Broker
+    from wbcore_runtime.store.registry import Entry
 
     inner: list[bytes] = []
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import cbor2
 import pytest
 
-from wbcore_runtime import policy
-from wbcore_runtime.calls import Principal
-from wbcore_runtime.errors import CapabilityDenied, InvalidArgs, NotFound, Timeout
+from wbcore_runtime.trust import policy
+from wbcore_runtime.contract.calls import Principal
+from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs, NotFound, Timeout
 
 wasmtime = pytest.importorskip("wasmtime")
 

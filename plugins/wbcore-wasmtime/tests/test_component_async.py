@@ -10,9 +10,9 @@ from pathlib import Path
 import cbor2
 import pytest
 
-from wbcore_runtime import policy
-from wbcore_runtime.calls import Principal
-from wbcore_runtime.errors import CapabilityDenied
+from wbcore_runtime.trust import policy
+from wbcore_runtime.contract.calls import Principal
+from wbcore_runtime.contract.errors import CapabilityDenied
 
 wasmtime = pytest.importorskip("wasmtime")
 
@@ -165,7 +165,7 @@ def test_isolated_workers_are_reused_and_bounded(echo) -> None:
 def test_an_isolated_call_keeps_its_deadline(echo) -> None:
     import time
 
-    from wbcore_runtime.errors import Timeout
+    from wbcore_runtime.contract.errors import Timeout
 
     _, runner, sha = echo
     started = time.monotonic()

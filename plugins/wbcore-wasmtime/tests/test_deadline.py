@@ -11,9 +11,11 @@ import cbor2
 import pytest
 import wasmtime
 
-from wbcore_runtime import builder, hookimpl, policy
-from wbcore_runtime.errors import NotFound, Timeout
-from wbcore_runtime.records import Broker
+from wbcore_runtime.build import builder
+from wbcore_runtime import hookimpl
+from wbcore_runtime.trust import policy
+from wbcore_runtime.contract.errors import NotFound, Timeout
+from wbcore_runtime.contract.records import Broker
 
 POLL = '(import "wasi_snapshot_preview1" "poll_oneoff" (func $poll (param i32 i32 i32 i32) (result i32)))'
 WRITE = '(import "wasi_snapshot_preview1" "fd_write" (func $w (param i32 i32 i32 i32) (result i32)))'

@@ -9,10 +9,10 @@ import wasmtime
 
 from wbcore_wasmtime import dock_link
 from wbcore_runtime import hookimpl
-from wbcore_runtime.calls import Principal
-from wbcore_runtime.dock import STATUS, Dock
-from wbcore_runtime.errors import CapabilityDenied, ErrorKind, InvalidArgs, NotFound
-from wbcore_runtime.records import Broker
+from wbcore_runtime.contract.calls import Principal
+from wbcore_runtime.dispatch.dock import STATUS, Dock
+from wbcore_runtime.contract.errors import CapabilityDenied, ErrorKind, InvalidArgs, NotFound
+from wbcore_runtime.contract.records import Broker
 
 class _EchoDriver:
     def handle(self, call):

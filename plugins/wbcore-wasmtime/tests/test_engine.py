@@ -9,7 +9,7 @@ from conftest import ECHO
 from wbcore_wasmtime import engine
 
 from wbcore_runtime.build import BuildRequest, ResolvedSource
-from wbcore_runtime.errors import InvalidArgs
+from wbcore_runtime.contract.errors import InvalidArgs
 
 
 def test_one_engine_and_its_cache_key():
@@ -60,7 +60,7 @@ def test_wat_lane_builds_and_reports_errors(tmp_path):
 def test_instance_tier_runs_commands_and_kernels(rt, register):
     from conftest import K_UPPER
 
-    from wbcore_runtime import dispatch
+    from wbcore_runtime.dispatch import dispatcher as dispatch
 
     register("echo", ECHO)
     register("kup", K_UPPER, kind="kernel")
@@ -68,8 +68,8 @@ def test_instance_tier_runs_commands_and_kernels(rt, register):
     assert tier.rung == 0 and tier.available().ok
     driver = tier.factory(rt)
     entry = rt.registry.get("command", "echo")
-    from wbcore_runtime.calls import CommandRequest, Principal
-    from wbcore_runtime.policy import profile
+    from wbcore_runtime.contract.calls import CommandRequest, Principal
+    from wbcore_runtime.trust.policy import profile
 
     req = CommandRequest(name="echo", sha256=entry.sha256, artifact=rt.artifacts.path(entry.sha256), argv=(),
                          stdin=b"via tier", profile=profile("compute"), timeout_s=1.0, principal=Principal())

@@ -17,10 +17,10 @@ SCRIPT = textwrap.dedent("""
 
     import wasmtime
     from wbcore_runtime.runtime import Runtime
-    from wbcore_runtime.testing import ECHO_OR_TRAP, K_UPPER, register_wat
+    from wbcore_testing.fixtures import ECHO_OR_TRAP, K_UPPER, register_wat
 
     def main():
-        from wbcore_runtime.builder import build
+        from wbcore_runtime.build.builder import build
 
         # a toolkit built by the wat lane and called by name (its resolution cached in the
         # runtime, which lives in a reference cycle: the garbage collector frees it at

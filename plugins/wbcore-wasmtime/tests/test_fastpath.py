@@ -39,7 +39,7 @@ def _results(rt, register):
 def test_lean_and_public_paths_agree(make_runtime, tmp_path, monkeypatch):
     import wasmtime
 
-    from wbcore_runtime.registry import Entry
+    from wbcore_runtime.store.registry import Entry
 
     results = {}
     for name in ("lean", "public"):

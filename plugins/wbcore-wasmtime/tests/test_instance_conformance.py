@@ -1,11 +1,11 @@
-"""The shared tier conformance suite (:mod:`wbcore_runtime.conformance`) at tier ``instance``: the
+"""The shared tier conformance suite (:mod:`wbcore_testing.conformance`) at tier ``instance``: the
 reference the other tiers are compared with holds the same rows (no channel, no agent)."""
 
 from __future__ import annotations
 
 import pytest
 
-from wbcore_runtime.conformance import TierConformance
+from wbcore_testing.conformance import TierConformance
 
 
 class TestInstanceConformance(TierConformance):

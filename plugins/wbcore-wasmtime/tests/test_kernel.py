@@ -7,8 +7,8 @@ import time
 import pytest
 from conftest import K_LIAR, K_LOOP, K_TRAP_ONCE, K_UPPER
 
-from wbcore_runtime.calls import GuestTrap, KernelABIError
-from wbcore_runtime.errors import InvalidArgs, Timeout
+from wbcore_runtime.contract.calls import GuestTrap, KernelABIError
+from wbcore_runtime.contract.errors import InvalidArgs, Timeout
 
 
 def test_kernel_round_trip_reuses_one_instance(rt, register):
@@ -144,7 +144,7 @@ def test_100_bad_kernel_calls_leave_rss_flat(rt, register):
 
 
 def test_kernel_memory_bomb_is_a_memory_limit(rt, register):
-    from wbcore_runtime.calls import LimitExceeded
+    from wbcore_runtime.contract.calls import LimitExceeded
 
     register("kbomb", """(module (memory (export "memory") 2)
       (func (export "process") (param $n i32) (result i32)

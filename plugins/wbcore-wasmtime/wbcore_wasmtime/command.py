@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 from wbcore_wasmtime import engine as _engine
 from wbcore_wasmtime import fastpath
-from wbcore_runtime.calls import CallResult, CommandRequest, Usage, check_guest_end
-from wbcore_runtime.errors import InvalidArgs, Timeout
+from wbcore_runtime.contract.calls import CallResult, CommandRequest, Usage, check_guest_end
+from wbcore_runtime.contract.errors import InvalidArgs, Timeout
 
 if TYPE_CHECKING:
     from wbcore_runtime.runtime import Runtime
@@ -175,7 +175,7 @@ class CommandRunner:
             self.path.wasi_stdin(wasi, stdin)
         wasi.stdout_file = out_path
         wasi.stderr_file = err_path
-        if req.preopen:  # #+PREOPEN: the toolkit's own folder, read-only (wbcore_runtime.preopen)
+        if req.preopen:  # #+PREOPEN: the toolkit's own folder, read-only (wbcore_runtime.guard.preopen)
             wasi.preopen_dir(req.preopen[0], req.preopen[1], fs_mutable=False)
         store.set_wasi(wasi)
 

@@ -46,14 +46,14 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from wbcore_runtime.calls import Principal, Usage
-from wbcore_runtime.errors import CapabilityDenied, Internal, InvalidArgs, NotFound, Timeout, WbError, unknown_name
+from wbcore_runtime.contract.calls import Principal, Usage
+from wbcore_runtime.contract.errors import CapabilityDenied, Internal, InvalidArgs, NotFound, Timeout, WbError, unknown_name
 
 from wbcore_wasmtime import engine as _engine
 from wbcore_wasmtime import wit_values
 
 if TYPE_CHECKING:
-    from wbcore_runtime.policy import Profile
+    from wbcore_runtime.trust.policy import Profile
     from wbcore_runtime.runtime import Runtime
 
 HOST_PACKAGE = "wb:host"
@@ -388,7 +388,7 @@ components = _Components()
 def artifact_store(runtime: Runtime) -> Any:
     store = getattr(runtime, "artifacts", None)
     if store is None:
-        from wbcore_runtime.artifacts import ArtifactStore
+        from wbcore_runtime.store.artifacts import ArtifactStore
 
         store = ArtifactStore(runtime.home / "artifacts")
     return store

@@ -1,6 +1,6 @@
 """The Dock's guest ABI on wasmtime: ``wb.<cap>`` host imports in front of ``Dock.call_raw``.
 
-The core Dock (``wbcore_runtime.dock``) takes bytes and gives bytes; this module is where they
+The core Dock (``wbcore_runtime.dispatch.dock``) takes bytes and gives bytes; this module is where they
 come from and go to in a wasmtime guest (the ABI is in ``docs/dock.md``):
 
 - ``wb.<cap>(req_ptr, req_len, resp_ptr, resp_cap) -> i64``: the request is read from
@@ -32,13 +32,13 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from wbcore_runtime.dock import ALWAYS_LINKED, IMPORT_MODULE, STATUS, DockContext
-from wbcore_runtime.errors import ErrorKind, InvalidArgs
+from wbcore_runtime.dispatch.dock import ALWAYS_LINKED, IMPORT_MODULE, STATUS, DockContext
+from wbcore_runtime.contract.errors import ErrorKind, InvalidArgs
 
 if TYPE_CHECKING:
     import wasmtime
 
-    from wbcore_runtime.dock import Dock
+    from wbcore_runtime.dispatch.dock import Dock
 
 CALL_SIGNATURE = "(i32 req_ptr, i32 req_len, i32 resp_ptr, i32 resp_cap) -> i64"
 SLOT_SIGNATURE = "(i32 ptr, i32 cap) -> i64"

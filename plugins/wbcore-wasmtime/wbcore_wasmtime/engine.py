@@ -32,13 +32,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from wbcore_runtime.digest import sha256
-from wbcore_runtime.errors import CapabilityDenied, InvalidArgs
+from wbcore_runtime.store.digest import sha256
+from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs
 
 if TYPE_CHECKING:
     import wasmtime
 
-    from wbcore_runtime.calls import Principal
+    from wbcore_runtime.contract.calls import Principal
     from wbcore_runtime.runtime import Runtime
 
 TICK_S = 0.005
@@ -298,7 +298,7 @@ def link_caps(linker: wasmtime.Linker, store: Any, caps: frozenset[str], princip
               toolkit: str | None = None, allowed_hosts: tuple[str, ...] = ()) -> list[str]:
     """Link the ``wb.<cap>`` host imports ``module`` uses, for granted ``caps`` only.
 
-    The seam between the engine and the Dock (``wbcore_runtime.dock``): a per-instance
+    The seam between the engine and the Dock (``wbcore_runtime.dispatch.dock``): a per-instance
     ``DockContext`` (principal, caps, deadline, toolkit) is made and
     ``dock_link.link`` defines one host function per imported, granted cap on
     ``linker`` (which must not be shared with another call). A module importing a cap

@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from wbcore_runtime.calls import Usage
-from wbcore_runtime.errors import CapabilityDenied, Internal, InvalidArgs, Timeout, WbError, of_kind
+from wbcore_runtime.contract.calls import Usage
+from wbcore_runtime.contract.errors import CapabilityDenied, Internal, InvalidArgs, Timeout, WbError, of_kind
 
 #: Interpreter start, ``import wasmtime`` and a cached component's deserialization.
 STARTUP_GRACE_S = 10.0
@@ -227,9 +227,9 @@ def _unhex(text: str | None) -> bytes:
 def _serve() -> int:
     """The worker: one JSON request per line on stdin, one JSON answer per line on stdout."""
     from wbcore_wasmtime.component import ComponentError, ComponentRequest, ComponentRunner
-    from wbcore_runtime import policy
-    from wbcore_runtime.artifacts import ArtifactStore
-    from wbcore_runtime.calls import Principal
+    from wbcore_runtime.trust import policy
+    from wbcore_runtime.store.artifacts import ArtifactStore
+    from wbcore_runtime.contract.calls import Principal
 
     runners: dict[str, ComponentRunner] = {}
     for line in iter(lambda: sys.stdin.buffer.readline(MAX_ANSWER), b""):

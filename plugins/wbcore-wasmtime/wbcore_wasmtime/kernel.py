@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from wbcore_wasmtime import engine as _engine
 from wbcore_wasmtime import fastpath
-from wbcore_runtime.calls import GuestTrap, KernelABIError, KernelRequest, LimitExceeded
-from wbcore_runtime.errors import InvalidArgs, Timeout
+from wbcore_runtime.contract.calls import GuestTrap, KernelABIError, KernelRequest, LimitExceeded
+from wbcore_runtime.contract.errors import InvalidArgs, Timeout
 
 if TYPE_CHECKING:
     from wbcore_runtime.runtime import Runtime
@@ -130,7 +130,7 @@ class KernelInstance:
 
         if not isinstance(exc, (wasmtime.Trap, wasmtime.WasmtimeError)):
             return
-        from wbcore_runtime.calls import near_memory_cap
+        from wbcore_runtime.contract.calls import near_memory_cap
 
         size = self._k.memory_size() if self._k is not None else 0
         self._poison()

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from wbcore_runtime.build import BuildOutput, BuildRequest
-from wbcore_runtime.errors import InvalidArgs, NotFound
+from wbcore_runtime.contract.errors import InvalidArgs, NotFound
 
 if TYPE_CHECKING:
     from wbcore_runtime.runtime import Runtime

@@ -7,7 +7,7 @@ from typing import Any
 
 from wbcore_wasmtime import shapes as _shapes
 from wbcore_runtime import hookimpl
-from wbcore_runtime.records import Availability, BuildLane, BuiltinCommand, ExecShape, IsolationTier
+from wbcore_runtime.contract.records import Availability, BuildLane, BuiltinCommand, ExecShape, IsolationTier
 
 
 @hookimpl

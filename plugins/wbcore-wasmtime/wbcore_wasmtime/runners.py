@@ -1,5 +1,5 @@
 """The shapes' runner factories, in a module that imports nothing: the plugin index
-(``wbcore_runtime.plugin_index``) names them, and ``wbx run`` imports only this and the runner."""
+(``wbcore_runtime.plugins.index``) names them, and ``wbx run`` imports only this and the runner."""
 
 from __future__ import annotations
 

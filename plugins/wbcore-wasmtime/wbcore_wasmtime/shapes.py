@@ -8,14 +8,14 @@ from typing import Any
 from wbcore_wasmtime.runners import command_runner as _command_runner
 from wbcore_wasmtime.runners import component_runner as _component_runner
 from wbcore_wasmtime.runners import kernel_runner as _kernel_runner
-from wbcore_runtime import sources
-from wbcore_runtime.records import Check, ExecShape, VerifyContext
+from wbcore_runtime.plugins import sources
+from wbcore_runtime.contract.records import Check, ExecShape, VerifyContext
 
 
 def _buildable(ctx: VerifyContext) -> Check | None:
     """Not registered yet: whether ``wbx toolkit build`` would go ahead, by the very
-    checks the build makes (``wbcore_runtime.buildable``), so verify and build never disagree."""
-    from wbcore_runtime import buildable
+    checks the build makes (``wbcore_runtime.build.buildable``), so verify and build never disagree."""
+    from wbcore_runtime.build import buildable
 
     m = ctx.toolkit.manifest
     if not m.build_src:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from wbcore_runtime.calls import CommandRequest, KernelRequest
-from wbcore_runtime.errors import InvalidArgs
+from wbcore_runtime.contract.calls import CommandRequest, KernelRequest
+from wbcore_runtime.contract.errors import InvalidArgs
 
 if TYPE_CHECKING:
     from wbcore_runtime.runtime import Runtime

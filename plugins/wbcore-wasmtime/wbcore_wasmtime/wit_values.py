@@ -23,7 +23,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from wbcore_runtime.errors import InvalidArgs
+from wbcore_runtime.contract.errors import InvalidArgs
 
 _INT_RANGES = {
     "S8": (-(1 << 7), (1 << 7) - 1), "S16": (-(1 << 15), (1 << 15) - 1),

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from wbcore_runtime.build import ResolvedSource, pipeline, tree_digest
-from wbcore_runtime.manifest import Manifest
+from wbcore_runtime.toolkit.manifest import Manifest
 
 NAMES = ("grep", "jq", "wbox")
 #: What one built-in's source tree holds: exactly these files, staged apart from the
@@ -92,12 +92,12 @@ def build(runtime: Any, name: str) -> bytes:
     if name == "wbox":
         # wbox composes the other built-ins through the commands cap, which runs only
         # registered names: register them along with it.
-        from wbcore_runtime.registry import RESERVED
+        from wbcore_runtime.store.registry import RESERVED
 
         runtime.install_builtins(sorted(RESERVED - {"wbox"}))
     if name == "jq":
         from wbcore_lane_zig.builtins import jqsrc
-        from wbcore_runtime.errors import InvalidArgs, WbError
+        from wbcore_runtime.contract.errors import InvalidArgs, WbError
 
         if jqsrc.sources() is None:
             try:

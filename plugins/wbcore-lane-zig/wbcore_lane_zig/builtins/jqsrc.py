@@ -38,7 +38,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-from wbcore_runtime.errors import InvalidArgs
+from wbcore_runtime.contract.errors import InvalidArgs
 
 JQ_VERSION = "1.8.2"
 SDIST_VERSION = "1.13.0"
@@ -138,10 +138,10 @@ def fetch(env: Any = None, progress: Any = None, *, sdist: Path | None = None) -
     """Download the pinned sdist through the core fetcher (or take ``sdist``), check both
     tarballs, keep upstream's files. Raises the fetcher's errors or ``InvalidArgs`` for a
     file that is not the pinned one; nothing is kept then."""
-    from wbcore_runtime import fetch as _fetch
-    from wbcore_runtime import registries, unpack
+    from wbcore_runtime.guard import fetch as _fetch
+    from wbcore_runtime.guard import registries, unpack
     from wbcore_runtime.build import tree_digest
-    from wbcore_runtime.netguard import NetGuard
+    from wbcore_runtime.guard.netguard import NetGuard
 
     have = sources(env)
     if have is not None:

@@ -10,8 +10,8 @@ import secrets
 from typing import Any
 
 from wbcore_runtime import hookimpl
-from wbcore_runtime.errors import InvalidArgs
-from wbcore_runtime.records import Broker
+from wbcore_runtime.contract.errors import InvalidArgs
+from wbcore_runtime.contract.records import Broker
 
 #: Bounds on one call: a guest cannot make the host draw without limit.
 MAX_DICE = 64

@@ -1,7 +1,7 @@
 """A plugin that lives outside the wbcore workspace: the `wasi-http` EXEC shape."""
 
 from wbcore_runtime import hookimpl
-from wbcore_runtime.records import Check, ExecShape
+from wbcore_runtime.contract.records import Check, ExecShape
 
 
 def _verify(ctx):

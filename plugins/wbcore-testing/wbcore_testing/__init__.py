@@ -1,0 +1,8 @@
+"""Test support for wbcore and its plugin authors: the pytest plugin, the conformance suites, the
+scripted model server.
+
+``wbcore_testing.fixtures`` is the ``wbcore`` pytest11 plugin (``wb_home``, ``make_runtime``,
+``wbx``, ...); ``wbcore_testing.conformance`` holds the suites a tier or shape runner inherits;
+``wbcore_testing.scripted_llm`` serves scripted chat answers on loopback. The runtime never
+imports this package: install it with a plugin's ``test`` extra.
+"""

@@ -1,0 +1,206 @@
+"""The records of one call: who asked, what ran, what it cost, what came back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from wbcore_runtime.contract.errors import Internal, Timeout
+
+if TYPE_CHECKING:
+    from wbcore_runtime.trust.policy import Profile
+
+
+_KEYS: dict[Principal, str] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who is calling: the key for rate limits, revocation, audit and storage.
+
+    ``reach``: the toolkits this caller's calls may run (an agent's ``:TOOLKITS:``), or
+    ``None`` for no such limit. It travels with the principal into every nested call
+    (the exec brokers keep it when they name the nested toolkit), and
+    ``wbcore_runtime.dispatch.dispatcher.check_reach`` decides it; it is not part of the key."""
+
+    tenant: str = "default"
+    toolkit: str = ""
+    reach: frozenset[str] | None = None
+
+    def __str__(self) -> str:
+        return f"{self.tenant}/{self.toolkit}" if self.toolkit else self.tenant
+
+    @property
+    def key(self) -> str:
+        """``str(self)``, computed once (the Dock keys every broker call by it)."""
+        try:
+            return _KEYS[self]
+        except KeyError:
+            if len(_KEYS) > 4096:
+                _KEYS.clear()
+            k = _KEYS[self] = str(self)
+            return k
+
+
+@dataclass(slots=True)
+class Usage:
+    wall_s: float = 0.0
+    fuel: int | None = None
+    peak_memory: int = 0
+    bytes_out: int = 0
+    #: How the tier isolated the call when it is worth naming (microvm: ``kvm`` or ``tcg``).
+    isolation: str = ""
+    #: The tier the call ran at (set by the call path, ``dispatch.call_command``).
+    tier: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"wall_s": self.wall_s, "fuel": self.fuel, "peak_memory": self.peak_memory,
+                               "bytes_out": self.bytes_out}
+        if self.tier:
+            out["tier"] = self.tier
+        if self.isolation:
+            out["isolation"] = self.isolation
+        return out
+
+    def describe(self) -> str:
+        """One line for ``wbx run -v``: where the call ran and how it was isolated."""
+        where = f"tier {self.tier or '?'}" + (f" ({self.isolation})" if self.isolation else "")
+        return f"{where}, {self.wall_s * 1000:.1f} ms wall, peak memory {self.peak_memory >> 10} KiB"
+
+
+@dataclass(frozen=True, slots=True)
+class CallResult:
+    stdout: bytes
+    stderr: bytes
+    exit_code: int
+    usage: Usage = field(default_factory=Usage)
+
+
+@dataclass(frozen=True, slots=True)
+class CallRecord:
+    """Handed to ``wbcore_call_started`` / ``wbcore_call_finished``."""
+
+    name: str
+    shape: str
+    principal: Principal
+    argv: tuple[str, ...] = ()
+    toolkit: str | None = None
+    #: The isolation tier the call was resolved to, and its granted caps (telemetry, audit).
+    tier: str | None = None
+    caps: frozenset[str] = frozenset()
+
+
+# --- what a shape runner is handed ----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CommandRequest:
+    """One command call, resolved: the verified artifact, the limits, the caps.
+
+    ``wbcore_runtime.dispatch.dispatcher`` builds it from the resolved call and hands it to the tier that
+    runs it (in this process: the shape's runner, ``ExecShape.runner(runtime).call``),
+    which returns a :class:`CallResult` or raises a ``WbError``.
+    """
+
+    name: str
+    sha256: str
+    artifact: Path
+    argv: tuple[str, ...]
+    stdin: bytes
+    profile: Profile
+    timeout_s: float
+    principal: Principal
+    caps: frozenset[str] = frozenset()
+    arg_mode: str = "argv"
+    fuel: int | None = None
+    toolkit: str | None = None
+    #: A ``threading.Event``: once set (the caller cancelled), the guest stops at the next tick.
+    cancel: Any = None
+    #: ``#+ALLOWED_HOSTS`` of the toolkit as it was verified at build time.
+    allowed_hosts: tuple[str, ...] = ()
+    #: The isolation tier the call was resolved to (``wbcore_runtime.dispatch.dispatcher.choose_tier``).
+    tier: str = "instance"
+    #: ``(host folder, guest path)`` preopened read-only (``#+PREOPEN``, :mod:`wbcore_runtime.guard.preopen`).
+    preopen: tuple[str, str] | None = None
+
+
+def __getattr__(name: str) -> Any:
+    # The kernel records live in wbcore_runtime.contract.kernel_calls, imported with the first kernel: a
+    # command's start-up does not define them (each frozen record class costs ~1 ms).
+    if name in ("KernelSpec", "KernelRequest"):
+        from wbcore_runtime.contract import kernel_calls
+
+        return getattr(kernel_calls, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# --- how a call can end, besides its own exit code ----------------------------------
+
+
+class LimitExceeded(Internal):
+    """A profile limit ended the call (memory, stdout, stderr, fuel). ``limit`` names it."""
+
+    limit: str = "limit"
+
+    def __init__(self, message: str, *, limit: str | None = None) -> None:
+        super().__init__(message)
+        if limit is not None:
+            self.limit = limit
+
+
+class GuestTrap(Internal):
+    """The guest trapped (unreachable, out-of-bounds access, stack overflow ...)."""
+
+
+#: A wasm page: the least a ``memory.grow`` can be refused.
+PAGE = 65536
+
+
+def near_memory_cap(peak: int, cap: int) -> bool:
+    """Whether a guest that failed was plausibly refused memory: store limits make
+    ``memory.grow`` return -1 without telling the host, so "within 1/16 of the cap (at
+    least one page)" is the signal."""
+    return peak + max(PAGE, cap // 16) > cap
+
+
+def check_guest_end(req: CommandRequest, *, wall: float, stopped: str = "", over: str = "", trap: str | None = None,
+                    trap_code: str = "", exit_code: int = 0, peak: int = 0, fuel: int = 0) -> None:
+    """Raise the error for how a wasm command's guest ended, the same at every tier that runs
+    wasm (instance, os_process, container); return if it ended on its own.
+
+    ``stopped``: ``"timeout"`` or ``"cancelled"`` when the host stopped it; ``over``: the
+    stream (``stdout``/``stderr``) that passed its cap; ``trap``: the trap's text and
+    ``trap_code`` its wasmtime ``TrapCode`` name (``INTERRUPT`` is the deadline's epoch,
+    ``OUT_OF_FUEL`` the ``fuel`` budget); ``peak``: the guest memory's size at its end, so that a
+    trap or a failing exit at the profile's memory cap is ``LimitExceeded(limit="memory")``.
+    """
+    name, prof = req.name, req.profile
+    deadline = f"{name}: stopped after {wall:.3f} s: over its {req.timeout_s:g} s deadline"
+    if stopped == "timeout":
+        raise Timeout(deadline)
+    if stopped == "cancelled":
+        raise Timeout(f"{name}: cancelled by the caller after {wall:.3f} s; the guest was stopped")
+    if over:
+        cap = prof.stdout_bytes if over == "stdout" else prof.stderr_bytes
+        raise LimitExceeded(f"{name}: {over} passed the {cap}-byte cap of profile {prof.name}; output stopped",
+                            limit=over)
+    if trap_code == "INTERRUPT":
+        raise Timeout(deadline)
+    at_memory_cap = near_memory_cap(peak, prof.memory_bytes)
+    if trap is not None:
+        if trap_code == "OUT_OF_FUEL":
+            raise LimitExceeded(f"{name}: ran out of fuel ({fuel} units)", limit="fuel")
+        if at_memory_cap:
+            raise LimitExceeded(
+                f"{name}: hit the {prof.memory_bytes >> 20} MiB memory limit of profile {prof.name} "
+                f"(it had {peak / (1 << 20):.1f} MiB; {trap})", limit="memory")
+        raise GuestTrap(f"{name}: guest trapped: {trap}")
+    if exit_code != 0 and at_memory_cap:
+        raise LimitExceeded(
+            f"{name}: exited {exit_code} at the {prof.memory_bytes >> 20} MiB memory limit of profile {prof.name}",
+            limit="memory")
+
+
+class KernelABIError(Internal):
+    """A kernel broke its ABI: a missing export, or an out_len/offset outside its memory."""

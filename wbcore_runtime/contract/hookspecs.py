@@ -1,0 +1,259 @@
+"""The wbcore plugin contract: the only place hooks are declared.
+
+Project name, entry-point group and hook prefix agree: ``wbcore``, ``wbcore.plugins``,
+``wbcore_*``. A plugin is any object (usually a module) with ``@hookimpl`` functions,
+exposed through an entry point::
+
+    [project.entry-points."wbcore.plugins"]
+    my-plugin = "my_package.plugin"
+
+Registry hooks yield typed frozen records (:mod:`wbcore_runtime.contract.records`) with a user-facing
+``name``; the core collects them, refuses two providers of one name (naming both
+distributions), and never lets plugins see each other. Heavy imports belong in a
+record's factory, never at plugin import time.
+
+All hooks are called with keyword arguments only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    from wbcore_runtime.contract.records import (
+        AgentLoop,
+        Broker,
+        BuildLane,
+        BuildSandbox,
+        BuiltinCommand,
+        Check,
+        ExecShape,
+        FabricEngine,
+        FederationSource,
+        IsolationTier,
+        LlmProvider,
+        SourcePrefix,
+    )
+    from wbcore_runtime.runtime import CallRecord, Runtime
+    from wbcore_runtime.contract.telemetry import Tracer
+    from wbcore_runtime.toolkit.loaded import Toolkit
+
+PROJECT = "wbcore"
+ENTRY_POINT_GROUP = "wbcore.plugins"
+
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+#: ``add(name, command, help=...)``: the registrar handed to ``wbcore_cli_commands``.
+#: ``command`` is a ``typer.Typer`` (a command group) or a plain function.
+CliRegistrar = Callable[..., None]
+
+
+# --- registry hooks: one per capability kind ---------------------------------------
+
+
+@hookspec
+def wbcore_exec_shapes() -> Iterable[ExecShape]:
+    """Called once per runtime, when a shape is first needed (verify, build, run).
+
+    Returns the ``#+EXEC`` shapes this plugin serves. Each shape's ``verify`` yields
+    its contract checks; its ``runner`` factory imports the engine lazily::
+
+        @hookimpl
+        def wbcore_exec_shapes():
+            yield ExecShape(name="wasi-http", summary="...", verify=_verify)
+    """
+
+
+@hookspec
+def wbcore_build_lanes() -> Iterable[BuildLane]:
+    """Called once per runtime, when a lane is first needed (build, ``wbx lanes``).
+
+    Returns the ``#+BUILD_LANG`` lanes this plugin serves, each with an honest
+    ``where`` label and an ``available()`` probe that says why not. A lane that runs a
+    native compiler sets ``needs_build_sandbox`` and takes its sandbox from
+    ``runtime.build_sandbox()`` (see ``wbcore_build_sandboxes``)::
+
+        @hookimpl
+        def wbcore_build_lanes():
+            yield BuildLane(name="c", summary="C via zig cc", where="...", factory=_driver)
+    """
+
+
+@hookspec
+def wbcore_source_prefixes() -> Iterable[SourcePrefix]:
+    """Called once per runtime, when a ``#+BUILD_SRC`` is parsed or resolved.
+
+    Returns the source prefixes this plugin serves (``name`` includes the separator:
+    ``"path:"``, ``"git+"``)::
+
+        @hookimpl
+        def wbcore_source_prefixes():
+            yield SourcePrefix(name="hg+", summary="Mercurial, pinned", factory=_driver)
+    """
+
+
+@hookspec
+def wbcore_brokers() -> Iterable[Broker]:
+    """Called once per runtime, when a guest is linked with its granted caps.
+
+    Returns the brokers this plugin serves; ``name`` is the ``#+CAPS`` word. A broker for a
+    new cap declares what it means and which profiles grant it (none: deployer grant only)::
+
+        @hookimpl
+        def wbcore_brokers():
+            yield Broker(name="kv", summary="durable per-tenant K/V", factory=_driver)
+            yield Broker(name="dice", summary="dice rolls", factory=_dice, meaning="roll dice", profiles=("network",))
+    """
+
+
+@hookspec
+def wbcore_isolation_tiers() -> Iterable[IsolationTier]:
+    """Called once per runtime, when a tier is resolved for a call.
+
+    Returns isolation tiers; ``rung`` orders the ladder (instance=0 ... node)::
+
+        @hookimpl
+        def wbcore_isolation_tiers():
+            yield IsolationTier(name="container", summary="bwrap", rung=2, factory=_driver)
+    """
+
+
+@hookspec
+def wbcore_federation_sources() -> Iterable[FederationSource]:
+    """Called once per runtime, when a federation toolkit's source is resolved.
+
+    Returns data-source connectors for ``#+EXEC: federation``::
+
+        @hookimpl
+        def wbcore_federation_sources():
+            yield FederationSource(name="http-json", summary="REST/JSON", factory=_src)
+    """
+
+
+@hookspec
+def wbcore_builtin_commands() -> Iterable[BuiltinCommand]:
+    """Called once per runtime, when a reserved built-in command is first needed.
+
+    Returns built-ins (``upper``, ``grep``, ``jq``, ``wbox``) as real WASM modules built
+    from source the plugin ships; the core stores and registers them::
+
+        @hookimpl
+        def wbcore_builtin_commands():
+            yield BuiltinCommand(name="upper", summary="ASCII upper-case", wasm=_build_upper)
+    """
+
+
+@hookspec
+def wbcore_build_sandboxes() -> Iterable[BuildSandbox]:
+    """Called once per runtime, when a lane first asks for ``runtime.build_sandbox()``.
+
+    Returns build sandboxes: a service, not a manifest value. A lane that compiles
+    natively takes its sandbox from the runtime, never from the plugin serving it; with
+    none served it says so ("no build sandbox is installed; pip install wbcore-process")::
+
+        @hookimpl
+        def wbcore_build_sandboxes():
+            yield BuildSandbox(name="bwrap", summary="bubblewrap", factory=_driver, available=_probe)
+    """
+
+
+@hookspec
+def wbcore_fabric_engines() -> Iterable[FabricEngine]:
+    """Called once per runtime, when ``wbcore_runtime.dispatch.fabric.map`` (``wbx fan``, pipelines) first
+    needs an engine. Returns engines that run one resolved call over many inputs; the
+    core resolves the call (trust, caps, tier) before an engine sees it::
+
+        @hookimpl
+        def wbcore_fabric_engines():
+            yield FabricEngine(name="local", summary="worker processes", factory=_driver)
+    """
+
+
+@hookspec
+def wbcore_llm_providers() -> Iterable[LlmProvider]:
+    """Called once per runtime, when a model is first chosen (the agent loop, ``wbx agent``).
+
+    Returns LLM providers; ``name`` is what a model spec's ``provider:`` prefix and
+    ``WB_LLM_PROVIDER`` name. The factory gets the run's ``wbcore_runtime.contract.llm.LlmSettings``::
+
+        @hookimpl
+        def wbcore_llm_providers():
+            yield LlmProvider(name="openai", summary="chat completions", factory=_driver)
+    """
+
+
+@hookspec
+def wbcore_agent_loops() -> Iterable[AgentLoop]:
+    """Called once per runtime, when ``Runtime.agent`` / ``Runtime.agents`` is first used.
+
+    Returns agent loop engines (runs, sessions); surfaces such as an engine service reach
+    sessions through ``runtime.agents.sessions``, never by importing the loop's plugin::
+
+        @hookimpl
+        def wbcore_agent_loops():
+            yield AgentLoop(name="wb", summary="LLM ↔ tools ↔ VFS", factory=_driver)
+    """
+
+
+# --- surface and lifecycle hooks ---------------------------------------------------
+
+
+@hookspec
+def wbcore_cli_commands(add: CliRegistrar) -> None:
+    """Called when the ``wbx`` app is built. Register sub-commands with ``add``.
+
+    ``add`` refuses built-in command names (``toolkit``, ``plugins``, ``run``...) and
+    names another plugin took: the command is not added, and ``wbx plugins`` and one
+    stderr warning line say why (never an error that stops ``wbx``)::
+
+        @hookimpl
+        def wbcore_cli_commands(add):
+            add("lanes", lanes_app, help="List build lanes")
+    """
+
+
+@hookspec
+def wbcore_verify_checks(toolkit: Toolkit, runtime: Runtime) -> Iterable[Check] | None:
+    """Called by ``verify`` after the core checks. Returns extra ✓/✗ lines::
+
+        @hookimpl
+        def wbcore_verify_checks(toolkit, runtime):
+            yield Check(ok=True, area="license", message="SPDX MIT")
+    """
+
+
+@hookspec
+def wbcore_call_started(call: CallRecord) -> None:
+    """Called before a command, kernel or component call runs (audit, telemetry)::
+
+        @hookimpl
+        def wbcore_call_started(call):
+            log.info("start %s for %s", call.name, call.principal)
+    """
+
+
+@hookspec
+def wbcore_call_finished(call: CallRecord, result: Any) -> None:
+    """Called after a call ends, with its result or the ``WbError`` it raised::
+
+        @hookimpl
+        def wbcore_call_finished(call, result):
+            metrics.observe(call.name, call.usage.wall_s)
+    """
+
+
+@hookspec(firstresult=True)
+def wbcore_tracer(runtime: Runtime) -> Tracer | None:
+    """Called once when a runtime opens. Returns the tracer its seams open spans with
+    (:mod:`wbcore_runtime.contract.telemetry`: pipeline, stage, agent step, broker decision), or ``None``
+    when telemetry is off — then the seams cost one ``None`` test. The tracer is
+    registered as a plugin of that runtime, so it may implement the call hooks::
+
+        @hookimpl
+        def wbcore_tracer(runtime):
+            return MyTracer() if runtime.env.get("MY_TRACING") else None
+    """

@@ -1,0 +1,345 @@
+"""Typed, frozen records that plugins yield from the registry hooks.
+
+Each record has a user-facing ``name`` (the manifest value it serves) and a small
+``summary``. Anything heavy (wasmtime, httpx, a compiler) is reached only through a
+record's *factory*, called the first time the capability is actually used, so that
+importing a plugin stays cheap and ``wbx --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from wbcore_runtime.dispatch.fabric import FabricDriver
+    from wbcore_runtime.contract.llm import LlmDriver, LlmSettings
+    from wbcore_runtime.runtime import Runtime
+    from wbcore_runtime.contract.sandbox import BuildSandboxDriver
+    from wbcore_runtime.toolkit.loaded import Toolkit
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One ✓/✗ line of a verify report. ``warning`` lines never fail the report."""
+
+    ok: bool
+    area: str
+    message: str
+    warning: bool = False
+
+    def render(self) -> str:
+        mark = "⚠" if self.warning else ("✓" if self.ok else "✗")
+        return f"{mark} {self.area}: {self.message}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "area": self.area, "message": self.message, "warning": self.warning}
+
+
+@dataclass(frozen=True, slots=True)
+class Availability:
+    """Whether a lane or tier can run on this machine, and if not, exactly why."""
+
+    ok: bool
+    reason: str = ""
+
+    @classmethod
+    def yes(cls, detail: str = "") -> Availability:
+        return cls(True, detail)
+
+    @classmethod
+    def no(cls, reason: str) -> Availability:
+        return cls(False, reason)
+
+
+def _always() -> Availability:
+    return Availability.yes()
+
+
+def deferred(module: str, name: str) -> Callable[..., Any]:
+    """``module.name(*args)``, imported on the first call: a record's ``factory`` or
+    ``available`` that keeps the plugin's import cheap (the heavy module loads when the
+    capability is used), e.g. ``IsolationTier(..., factory=deferred("wb_x.tiers", "factory"))``."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        import importlib
+
+        return getattr(importlib.import_module(module), name)(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = f"{module}.{name}, imported when first called."
+    return call
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyContext:
+    """What a shape's verify contract may look at: the toolkit and the runtime."""
+
+    toolkit: Toolkit
+    runtime: Runtime
+
+
+# --- driver protocols: what a record's factory returns ------------------------------
+
+
+class ShapeRunner(Protocol):
+    """Runs artifacts of one EXEC shape. Returned by ``ExecShape.runner(runtime)``."""
+
+    def call(self, request: Any) -> Any: ...
+
+
+class LaneDriver(Protocol):
+    """Compiles resolved source into a ``.wasm`` artifact (see ``wbcore_runtime.build``)."""
+
+    version: str
+
+    def build(self, request: Any) -> Any: ...
+
+
+class SourceDriver(Protocol):
+    """Turns a ``#+BUILD_SRC`` spec into a local source folder or prebuilt artifact."""
+
+    def resolve(self, request: Any) -> Any: ...
+
+
+class BrokerDriver(Protocol):
+    """Performs one capability's operations. The Dock (``wbcore_runtime.dispatch.dock``) links the host
+    import, runs the common cadence (deny, revocation, rate, caps, audit) and hands each
+    admitted operation to ``handle`` (a ``wbcore_runtime.dispatch.dock.BrokerCall``); the return value is
+    CBOR-encoded for the guest, a ``WbError`` becomes its status."""
+
+    def handle(self, call: Any) -> Any: ...
+
+
+class TierDriver(Protocol):
+    """Runs a call at one isolation depth."""
+
+    def call(self, request: Any) -> Any: ...
+
+
+# --- the registry records ------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ExecShape:
+    """An ``#+EXEC`` invocation contract (command, posix, task, federation, ...).
+
+    ``verify`` yields the shape's contract checks for a toolkit; ``runner`` builds the
+    object that runs it (``None`` for discovery-only shapes such as ``task``).
+    """
+
+    name: str
+    summary: str
+    verify: Callable[[VerifyContext], Iterable[Check]]
+    runner: Callable[[Runtime], ShapeRunner] | None = None
+    default_tier: str = "instance"
+    registers_commands: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class BuildLane:
+    """A ``#+BUILD_LANG`` compiler path from source to a ``.wasm`` artifact.
+
+    ``where`` is the honest label shown by ``wbx lanes``: what runs, and where
+    (e.g. "native zig cc inside the build sandbox", "tcc compiled to wasm").
+    """
+
+    name: str
+    summary: str
+    where: str
+    factory: Callable[[Runtime], LaneDriver]
+    available: Callable[[], Availability] = _always
+    kind: str = "compile-to-wasm"  # or compile-and-run / compile-to-c (seed 004)
+    #: compile-and-run lanes: builds the runner that executes this lane's artifacts under
+    #: the command contract (``call(CommandRequest) -> CallResult``); the run engine hands
+    #: it artifacts registered with ``lane`` = this name (or whose ``wbcore.runner`` wasm
+    #: custom section names it). ``None``: the artifact is a plain WASI command.
+    runner: Callable[[Runtime], ShapeRunner] | None = None
+    #: The lane runs a native compiler in the runtime's build sandbox
+    #: (``Runtime.build_sandbox()``): it can build only where one is served and works.
+    needs_build_sandbox: bool = False
+    #: Raises ``InvalidArgs`` naming a ``#+BUILD_FLAGS`` word the lane refuses; the same
+    #: function the driver's ``build`` calls, so ``verify`` and ``build`` agree
+    #: (``wbcore_runtime.build.buildable``). ``None``: the lane checks nothing before it runs.
+    check_flags: Callable[[tuple[str, ...]], None] | None = None
+    #: Manifest keywords that change this lane's output (python: ``PY_MODULE``, ``WIT_WORLD``,
+    #: ``WASI``; c/zig: ``BUILD_FLAGS``): the build-cache key covers their values
+    #: (``wbcore_runtime.build.cache.key``), so two toolkits differing only there never share a build.
+    output_fields: tuple[str, ...] = ()
+
+    def availability(self, runtime: Runtime) -> Availability:
+        """Whether this lane can build here: its own ``available()`` and, when it
+        ``needs_build_sandbox``, the runtime's build sandbox; every missing piece is named."""
+        own = self.available()
+        if not self.needs_build_sandbox:
+            return own
+        from wbcore_runtime.contract.sandbox import availability
+
+        box = availability(runtime)
+        if own.ok and box.ok:
+            return Availability.yes("; ".join(r for r in (own.reason, box.reason) if r))
+        return Availability.no("; ".join(a.reason for a in (own, box) if not a.ok))
+
+
+@dataclass(frozen=True, slots=True)
+class SourcePrefix:
+    """A ``#+BUILD_SRC`` scheme such as ``path:`` or ``git+``.
+
+    ``refused`` is set for prefixes that exist only to be refused with a reason
+    (``script:`` was removed: native build scripts are banned).
+    """
+
+    name: str
+    summary: str
+    factory: Callable[[Runtime], SourceDriver] | None = None
+    refused: str | None = None
+    #: ``check(manifest, rest)`` raises what ``resolve`` would refuse without fetching
+    #: anything (a fetched source without ``#+SHA256``, an unpinned ``git+``); the driver
+    #: calls the same function, so ``verify`` and ``build`` agree (``wbcore_runtime.build.buildable``).
+    check: Callable[[Any, str], None] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Broker:
+    """Delivers the capability ``name`` (a ``#+CAPS`` word) as host imports.
+
+    A broker for a cap the core does not know declares it: ``meaning`` (one line: what a
+    guest granted it can do) and ``profiles``, the profiles that grant it (empty: only an
+    explicit deployer grant, ``wbx toolkit grant``, does). The runtime adds it to its cap
+    universe (``wbcore_runtime.trust.policy.Universe``); a core cap's profiles stay the core's.
+    """
+
+    name: str
+    summary: str
+    factory: Callable[[Runtime], BrokerDriver]
+    operations: tuple[str, ...] = ()
+    meaning: str = ""
+    profiles: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class IsolationTier:
+    """An isolation depth. ``rung`` orders the ladder (0 = instance, higher = stronger).
+
+    ``kinds`` are the registry kinds its driver runs (``command``, ``kernel``, ``posix``)
+    and the sandbox services it offers: ``shell`` (the driver has
+    ``open_shell(wbcore_runtime.wire.terminal.ShellRequest)``, for ``wbx shell``) and ``task`` (it has
+    ``run_task(wbcore_runtime.toolkit.tasks.TaskRequest)``, for ``:role task`` blocks);
+    ``bridges_caps`` says whether a guest's broker calls reach the host's Dock from it.
+    Dispatch (``wbcore_runtime.dispatch.dispatcher.choose_tier``) reads both to pick a tier that can run
+    the call, and ``wbx tiers --explain`` reports why stronger ones were passed over.
+    """
+
+    name: str
+    summary: str
+    rung: int
+    factory: Callable[[Runtime], TierDriver]
+    available: Callable[[], Availability] = _always
+    kinds: frozenset[str] = frozenset({"command", "kernel"})
+    bridges_caps: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class FederationSource:
+    """A data-source connector for ``#+EXEC: federation`` toolkits."""
+
+    name: str
+    summary: str
+    factory: Callable[[Runtime], Any]
+    options: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class BuildSandbox:
+    """A service lanes ask the runtime for: runs a native compiler with nothing of the
+    host (``wbcore_runtime.contract.sandbox``). ``factory`` returns a ``BuildSandboxDriver``; ``available``
+    says whether it works on this machine and, if not, the missing feature."""
+
+    name: str
+    summary: str
+    factory: Callable[[Runtime], BuildSandboxDriver]
+    available: Callable[[], Availability] = _always
+
+
+@dataclass(frozen=True, slots=True)
+class BuiltinCommand:
+    """A reserved built-in command (seed 000: ``upper``, ``grep``, ``jq``, ``wbox``).
+
+    ``wasm(runtime)`` returns the module's bytes, built from source the plugin ships
+    (never a host-Python stand-in). The core stores them content-addressed and
+    registers ``name`` as a built-in on first use (``Runtime.install_builtins``).
+    """
+
+    name: str
+    summary: str
+    wasm: Callable[[Runtime], bytes]
+    shape: str = "command"
+    arg_mode: str = "argv"
+    profile: str = "compute"
+    #: changes when the module would change (e.g. a digest of its source): a registered
+    #: built-in with another version is rebuilt on first use.
+    version: str = ""
+    #: Dock caps the built-in itself is granted (``wbox`` needs ``commands`` and ``vfs``),
+    #: always bounded by ``profile``: a cap the profile cannot grant is never linked.
+    caps: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class FabricEngine:
+    """Runs one resolved call over many inputs (``wbcore_runtime.dispatch.fabric``). ``factory`` returns a
+    ``wbcore_runtime.dispatch.fabric.FabricDriver``; ``available`` says whether it can run here, and why not."""
+
+    name: str
+    summary: str
+    factory: Callable[[Runtime], FabricDriver]
+    available: Callable[[], Availability] = _always
+
+
+@dataclass(frozen=True, slots=True)
+class LlmProvider:
+    """A model API family (``openai``, ``anthropic``) on its vendor's SDK (``wbcore_runtime.contract.llm``).
+    ``factory(runtime, settings)`` returns a ``wbcore_runtime.contract.llm.LlmDriver`` bound to one endpoint
+    and model; the host holds the key it is given. ``available`` says whether the SDK is
+    importable here, and if not what to install."""
+
+    name: str
+    summary: str
+    factory: Callable[[Runtime, LlmSettings], LlmDriver]
+    available: Callable[[], Availability] = _always
+
+
+class AgentLoopDriver(Protocol):
+    """The agent loop (seed 004): ``run`` drives one run to its end and returns its record;
+    ``sessions`` starts runs in the background (status, live step events, review queue,
+    cancel) — what the engine service serves over HTTP. See docs/agents.md."""
+
+    def run(self, agent: Any, task: str, **kw: Any) -> Any: ...
+
+    @property
+    def sessions(self) -> Any: ...
+
+
+@dataclass(frozen=True, slots=True)
+class AgentLoop:
+    """An agent loop engine; ``factory(runtime)`` returns an :class:`AgentLoopDriver`."""
+
+    name: str
+    summary: str
+    factory: Callable[[Runtime], AgentLoopDriver]
+
+
+#: The registry kinds, by hook name: what ``wbx plugins`` lists per plugin.
+RECORD_KINDS: dict[str, type] = {
+    "wbcore_exec_shapes": ExecShape,
+    "wbcore_build_lanes": BuildLane,
+    "wbcore_source_prefixes": SourcePrefix,
+    "wbcore_brokers": Broker,
+    "wbcore_isolation_tiers": IsolationTier,
+    "wbcore_federation_sources": FederationSource,
+    "wbcore_builtin_commands": BuiltinCommand,
+    "wbcore_build_sandboxes": BuildSandbox,
+    "wbcore_fabric_engines": FabricEngine,
+    "wbcore_llm_providers": LlmProvider,
+    "wbcore_agent_loops": AgentLoop,
+}

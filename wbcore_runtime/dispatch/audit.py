@@ -1,0 +1,827 @@
+"""The Dock's audit trail: append-only, hash-chained JSON lines under ``$WB_HOME/audit``.
+
+Every broker decision (allowed or denied) is one line::
+
+    {"seq": 7, "ts": 1763780000.123, "principal": "default/notes", "cap": "kv", "op": "get",
+     "args": "sha256:…", "outcome": "allowed", "kind": null, "reason": null, "target": null,
+     "bytes": 42, "ms": 0.08, "prev": "<hash of line 6>", "hash": "<sha256 of this line>"}
+
+``hash = sha256(prev + canonical-json(line without "hash"))``, so editing any line breaks
+its own hash and deleting one breaks the next line's ``prev`` and the ``seq`` run; a
+``head`` file beside the log remembers the last ``(seq, hash)`` so deleting the *tail*
+is caught as well. Arguments are never written, only their digest; ``target`` (a URL,
+a host) is stripped of user-info, query and fragment first, so secrets stay out.
+
+**Writing is batched.** :meth:`AuditLog.record` queues the decision in memory (a list
+append); one writer per log and process appends the queue as one ``write`` when it holds
+``batch`` lines or ``window`` seconds after its first line (a daemon thread), before any
+read (``entries``/``verify``), at exit, before ``fork``, and — when the log is
+``durable`` (``WB_AUDIT_DURABLE=1``, implied by ``WB_AUDIT_FSYNC=1``) — before
+``record`` returns, so before the call's result reaches the guest. Each batch takes the
+log's ``flock`` once: several processes share one chain. A writer keeps the chain head it
+wrote last and re-reads it from the file only when the file is not as it left it (one
+``fstat`` and one ``stat`` per batch: another process appended or rotated).
+
+**Crashes.** A process killed before its batch is written loses those lines (at most one
+window; none in durable mode) and nothing else. A process killed *mid-write* may leave an
+unterminated last line: it was never acknowledged (the head was not moved past it), so
+``verify`` ignores an unterminated final line of the live segment and the next writer
+cuts it off before appending. Complete lines past the head (killed between the log write
+and the head write) are valid: ``verify`` accepts a head that names an earlier line of
+the chain, never one that is ahead of it or differs.
+
+**Signed heads.** A chain alone proves nothing to someone who can rewrite it: recompute
+every hash after an edit, or cut the tail and write a matching head. So the head and the
+anchor also carry an Ed25519 signature of ``(seq, hash)`` by the tenant's key
+(``wbcore_runtime.trust.identity``; :meth:`AuditLog.for_home` logs are signed), and ``verify``
+checks it: a recomputed chain, a cut tail with a rewritten head, a missing head or a forged
+anchor each fail with a message saying which. What this does not prove: that nobody holding
+the key rewrote it (keep the key out of the home with ``WB_SIGNING_KEY`` for that), nor that
+the tail was not cut back to an earlier *signed* head restored from a copy (only a head kept
+elsewhere, e.g. shipped to a collector, shows that).
+
+The live segment rotates at ``WB_AUDIT_MAX_BYTES`` (default 64 MiB) into
+``audit-<seq>.jsonl``; the chain runs on across segments and ``verify`` walks them in
+order. At most ``WB_AUDIT_KEEP`` (default 16) rotated segments are kept; pruning the
+oldest writes ``audit.anchor`` (its last seq and hash), where ``verify`` then starts.
+"""
+
+from __future__ import annotations
+
+import atexit
+import fcntl
+import hashlib
+import json
+import os
+import re
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from json.encoder import encode_basestring_ascii as _json_str  # type: ignore[attr-defined]
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+GENESIS = "0" * 64
+LOG_NAME = "audit.jsonl"
+HEAD_NAME = "audit.head"
+DEFAULT_MAX_BYTES = 64 << 20
+#: Decisions kept in memory while the trail cannot be written; older ones are counted as lost.
+MAX_PENDING = 100_000
+DEFAULT_KEEP = 16  # rotated segments kept: the trail is bounded at ~(keep + 1) x max_bytes
+ANCHOR_NAME = "audit.anchor"
+_HEAD_WIDTH = 256  # fixed-width head record "seq hash [signature]", rewritten in place (one pwrite)
+#: What a head and an anchor signature cover (domain-separated: one is never the other).
+_HEAD_DOMAIN = b"wbcore-audit-head\n"
+_ANCHOR_DOMAIN = b"wbcore-audit-anchor\n"
+#: A batch is written at most this long after its first line ...
+DEFAULT_WINDOW_S = 0.005
+#: ... or as soon as it holds this many lines.
+DEFAULT_BATCH = 256
+_TAIL_READ = 8192  # bytes read back from the end of the log to find the chain head
+
+
+def digest(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def redact_target(target: str | None) -> str | None:
+    """Keep scheme://host:port/path of a URL; drop user-info, query and fragment."""
+    if not target:
+        return target
+    if "://" not in target:
+        return target[:256]
+    try:
+        parts = urlsplit(target)
+        host = parts.hostname or ""
+        if ":" in host:
+            host = f"[{host}]"
+        netloc = f"{host}:{parts.port}" if parts.port else host
+        return urlunsplit((parts.scheme, netloc, parts.path, "", ""))[:256]
+    except ValueError:
+        return "<unparseable target>"
+
+
+def _canonical(entry: dict[str, Any]) -> bytes:
+    return json.dumps(entry, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+
+
+def _chain(prev: str, body: dict[str, Any]) -> str:
+    return hashlib.sha256(prev.encode() + _canonical(body)).hexdigest()
+
+
+#: A queued decision: (ts, principal, cap, op, args, outcome, kind, reason, target, bytes, ms).
+_Entry = tuple[float, str, str, str, str, str, "str | None", "str | None", "str | None", int, float]
+
+_LINE = ('{"args":%s,"bytes":%d,"cap":%s,"kind":%s,"ms":%r,"op":%s,"outcome":%s,"prev":"%s",'
+         '"principal":%s,"reason":%s,"seq":%d,"target":%s,"ts":%r}')
+
+
+def _encode(seq: int, prev: str, e: _Entry) -> tuple[bytes, str]:
+    """The line for ``e`` (with its hash) and that hash: ``_canonical`` of the same fields,
+    formatted by hand in sorted-key order — the writer's hot loop (a test pins them equal:
+    JSON strings by json's own C encoder, floats by ``repr`` as json writes them)."""
+    ts, principal, cap, op, args, outcome, kind, reason, target, nbytes, ms = e
+    q = _json_str
+    canon = (_LINE % (q(args), nbytes, q(cap), "null" if kind is None else q(kind), float(ms), q(op), q(outcome),
+                      prev, q(principal), "null" if reason is None else q(reason), seq,
+                      "null" if target is None else q(target), float(ts))).encode()
+    h = hashlib.sha256(prev.encode() + canon).hexdigest()
+    # verify() re-canonicalises without "hash", so appending it keeps one encode
+    return canon[:-1] + b',"hash":"' + h.encode() + b'"}\n', h
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One place where the chain does not hold."""
+
+    segment: str
+    line: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.segment}:{self.line}: {self.message}"
+
+
+class AuditLog:
+    """One hash-chained log directory. Thread- and process-safe, batched appends."""
+
+    def __init__(self, directory: Path, *, max_bytes: int | None = None, keep: int | None = None, fsync: bool = False,
+                 durable: bool = False, window: float = DEFAULT_WINDOW_S, batch: int = DEFAULT_BATCH,
+                 signer: Callable[[], Any] | None = None) -> None:
+        """``signer`` returns the :class:`wbcore_runtime.trust.identity.Identity` whose key signs the
+        head and the anchor (called once, at the first write or verify: no key is read at start);
+        without one, heads are unsigned and :meth:`verify` says so."""
+        self.dir = Path(directory)
+        self._signer_of = signer
+        self._signer: Any = None
+        self.path = self.dir / LOG_NAME
+        self.head_path = self.dir / HEAD_NAME
+        self.anchor_path = self.dir / ANCHOR_NAME
+        self.max_bytes = max_bytes or DEFAULT_MAX_BYTES
+        self.keep = keep or DEFAULT_KEEP
+        self.fsync = fsync
+        self.durable = durable or fsync
+        self.window = window
+        self.batch = max(1, batch)
+        self._queue: list[_Entry] = []
+        self._queue_lock = threading.Lock()  # held for a list append: never across I/O
+        self._write_lock = threading.Lock()  # one batch written at a time by this process
+        self._failed: BaseException | None = None
+        #: (lines dropped, first ts, last ts) while writing failed (a full disk): written as
+        #: one ``lost`` line when writing works again.
+        self._lost: tuple[int, float, float] | None = None
+        self._fd: int | None = None
+        self._head_fd: int | None = None
+        # What this process last wrote: lets it skip re-reading the chain head when alone.
+        self._known: tuple[int, int, int, str] | None = None  # (inode, file size, seq, hash)
+        _all_logs.add(self)
+
+    @classmethod
+    def for_home(cls, home: Path, env: dict[str, str] | None = None) -> AuditLog:
+        """The process's one writer for ``$home/audit`` (shared by every Dock on that home)."""
+        env = env if env is not None else dict(os.environ)
+        max_bytes = int(env.get("WB_AUDIT_MAX_BYTES", "0") or 0) or None
+        keep = int(env.get("WB_AUDIT_KEEP", "0") or 0) or None
+        fsync = env.get("WB_AUDIT_FSYNC") == "1"
+        durable = env.get("WB_AUDIT_DURABLE") == "1"
+        key = (str(Path(home).resolve() / "audit"), max_bytes, keep, fsync, durable)
+        with _shared_lock:
+            log = _shared.get(key)
+            if log is None:
+                home_path = Path(home)
+
+                def tenant_key() -> Any:
+                    from wbcore_runtime.trust import identity
+
+                    return identity.load(home_path, env)
+
+                log = _shared[key] = cls(home_path / "audit", max_bytes=max_bytes, keep=keep, fsync=fsync,
+                                         durable=durable, signer=tenant_key)
+        return log
+
+    # --- writing ------------------------------------------------------------------------
+
+    def record(
+        self,
+        *,
+        principal: str,
+        cap: str,
+        op: str,
+        args_digest: str,
+        outcome: str,
+        kind: str | None = None,
+        reason: str | None = None,
+        target: str | None = None,
+        nbytes: int = 0,
+        ms: float = 0.0,
+    ) -> None:
+        """Queue one decision; it is written within the batch window (at once when durable).
+
+        Raises ``OSError`` when the log could not be written (a failed batch is retried
+        here first): a call is never answered while its audit trail is failing. The
+        decision stays queued even then (bounded by :data:`MAX_PENDING`, the excess
+        counted in a ``lost`` line), so a full disk loses no line it has room to keep.
+        """
+        entry = (round(time.time(), 6), principal, cap, op, args_digest, outcome, kind, reason, redact_target(target),
+                 nbytes, round(ms, 3))
+        with self._queue_lock:
+            self._queue.append(entry)
+            n = len(self._queue)
+        if self._failed is not None or self.durable or n >= self.batch:
+            self.flush()
+        elif n == 1:
+            _flusher.schedule(self)
+
+    def flush(self) -> None:
+        """Write every queued decision now (one locked append for the whole batch)."""
+        with self._write_lock:
+            with self._queue_lock:
+                batch, self._queue = self._queue, []
+            if not batch:
+                return
+            lost = self._lost
+            if lost:  # the trail says how many lines a full disk cost, and when
+                batch.insert(0, (round(time.time(), 6), "-", "audit", "lost", "", "lost", "internal", "disk-full",
+                                 f"{lost[0]} lines from {lost[1]:.3f} to {lost[2]:.3f}", 0, 0.0))
+            try:
+                self._append(batch)
+            except BaseException as exc:
+                if lost:
+                    batch.pop(0)
+                with self._queue_lock:
+                    self._queue[:0] = batch  # kept, in order, for the next attempt
+                    over = len(self._queue) - MAX_PENDING
+                    if over > 0:  # bounded while the disk stays full: the oldest go, counted
+                        first = self._lost[1] if self._lost else self._queue[0][0]
+                        n = self._lost[0] if self._lost else 0
+                        self._lost = (n + over, first, self._queue[over - 1][0])
+                        del self._queue[:over]
+                self._failed = exc
+                raise
+            self._lost = None
+            self._failed = None
+
+    def _append(self, batch: list[_Entry]) -> None:
+        fd = self._open()
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            fd, size, seq, prev = self._sync(fd)
+            out: list[bytes] = []
+            for entry in batch:
+                if size >= self.max_bytes:
+                    if out:
+                        os.write(fd, b"".join(out))
+                        out = []
+                    fd = self._rotate(seq)
+                    size = 0
+                seq += 1
+                line, prev = _encode(seq, prev, entry)
+                out.append(line)
+                size += len(line)
+            if out:
+                data = b"".join(out)
+                view = memoryview(data)
+                while view:  # a regular file takes it whole; a short write (disk full) is finished
+                    view = view[os.write(fd, view):]
+            assert self._head_fd is not None
+            os.pwrite(self._head_fd, self._signed(_HEAD_DOMAIN, seq, prev).ljust(_HEAD_WIDTH - 1).encode() + b"\n", 0)
+            if self.fsync:
+                os.fsync(fd)
+                os.fsync(self._head_fd)
+            assert self._known is not None  # set by _sync / _rotate
+            self._known = (self._known[0], size, seq, prev)
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def identity(self) -> Any:
+        """The key that signs this log's head (``None``: an unsigned log)."""
+        if self._signer is None and self._signer_of is not None:
+            self._signer = self._signer_of()
+        return self._signer
+
+    def _signed(self, domain: bytes, seq: int, hash_: str) -> str:
+        """``"seq hash signature"`` (hex), or ``"seq hash"`` for an unsigned log."""
+        key = self.identity()
+        if key is None:
+            return f"{seq} {hash_}"
+        return f"{seq} {hash_} {key.sign(domain + f'{seq} {hash_}'.encode()).hex()}"
+
+    def _open(self) -> int:
+        if self._fd is None:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+            self._head_fd = os.open(self.head_path, os.O_RDWR | os.O_CREAT, 0o600)
+            self._known = None
+        return self._fd
+
+    def _sync(self, fd: int) -> tuple[int, int, int, str]:
+        """Under the lock: the live fd, its size and the chain head (seq, hash) to append to.
+
+        Alone, the file is as this process left it (same inode, same size): the remembered
+        head holds. Otherwise another process appended or rotated: follow the live file and
+        read the head back from its last complete line (cutting off a torn one)."""
+        while True:
+            st = os.fstat(fd)
+            try:
+                live = os.stat(self.path).st_ino == st.st_ino
+            except FileNotFoundError:
+                live = False
+            if live:
+                break
+            fcntl.flock(fd, fcntl.LOCK_UN)  # rotated by another process: reopen the live file
+            os.close(fd)
+            os.close(self._head_fd)  # type: ignore[arg-type]
+            self._fd = None
+            fd = self._open()
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        known = self._known
+        if known is not None and known[0] == st.st_ino and known[1] == st.st_size:
+            return fd, st.st_size, known[2], known[3]
+        size = st.st_size
+        seq, prev, size = self._tail(fd, size)
+        self._known = (st.st_ino, size, seq, prev)
+        return fd, size, seq, prev
+
+    def _tail(self, fd: int, size: int) -> tuple[int, str, int]:
+        """The chain head from the live file's last complete line: ``(seq, hash, size)``,
+        after cutting off an unterminated last line (a writer killed mid-write)."""
+        buf, start = b"", size
+        while start > 0 and buf.count(b"\n") < 2:  # back to the line before the last complete one
+            begin = max(0, start - _TAIL_READ)
+            buf = os.pread(fd, start - begin, begin) + buf
+            start = begin
+        if not buf.endswith(b"\n"):
+            cut = buf.rfind(b"\n") + 1
+            size = start + cut
+            os.ftruncate(fd, size)  # the torn append was never acknowledged: drop it
+            buf = buf[:cut]
+        if not buf:
+            seq, prev = self._head_before_live()
+            return seq, prev, size
+        last = buf[buf.rfind(b"\n", 0, len(buf) - 1) + 1:]
+        try:
+            entry = json.loads(last)
+            return int(entry["seq"]), str(entry["hash"]), size
+        except (ValueError, KeyError, TypeError):
+            seq, prev = self._read_head()  # a damaged last line: verify reports it; chain on from the head
+            return seq, prev, size
+
+    def _head_before_live(self) -> tuple[int, str]:
+        """The chain head for an empty live file: the newest rotated segment's last line,
+        else the head file, else the start of the chain."""
+        rotated = sorted(self.dir.glob("audit-*.jsonl"))
+        if rotated:
+            last = b""
+            with rotated[-1].open("rb") as fh:
+                for last in fh:  # noqa: B007 - the last line carries the head
+                    pass
+            try:
+                entry = json.loads(last)
+                return int(entry["seq"]), str(entry["hash"])
+            except (ValueError, KeyError, TypeError):
+                pass
+        return self._read_head()
+
+    def _read_head(self) -> tuple[int, str]:
+        assert self._head_fd is not None
+        raw = os.pread(self._head_fd, _HEAD_WIDTH, 0).decode(errors="replace").split()
+        if len(raw) >= 2 and raw[0].isdigit():
+            return int(raw[0]), raw[1]
+        return 0, GENESIS
+
+    def _rotate(self, seq: int) -> int:
+        assert self._fd is not None
+        os.rename(self.path, self.dir / f"audit-{seq:012d}.jsonl")
+        old = self._fd
+        self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        fcntl.flock(old, fcntl.LOCK_UN)
+        os.close(old)
+        self._known = (os.fstat(self._fd).st_ino, 0, seq, "")
+        self._prune()
+        return self._fd
+
+    def _prune(self) -> None:
+        """Drop the oldest rotated segments beyond ``keep``; the anchor file records where
+        the retained chain starts (the last seq and hash of what was dropped)."""
+        rotated = sorted(self.dir.glob("audit-*.jsonl"))
+        for seg in rotated[: max(0, len(rotated) - self.keep)]:
+            last = b""
+            with seg.open("rb") as fh:
+                for last in fh:  # noqa: B007 - the last line anchors the chain
+                    pass
+            try:
+                entry = json.loads(last)
+                anchor = self._signed(_ANCHOR_DOMAIN, int(entry["seq"]), str(entry["hash"])) + "\n"
+            except (ValueError, KeyError, TypeError):
+                return  # an unreadable segment is evidence: keep it for verify to report
+            tmp = self.anchor_path.with_suffix(".tmp")
+            tmp.write_text(anchor)
+            os.replace(tmp, self.anchor_path)
+            seg.unlink()
+
+    def close(self) -> None:
+        self.flush()
+        with self._write_lock:
+            for fd in (self._fd, self._head_fd):
+                if fd is not None:
+                    os.close(fd)
+            self._fd = self._head_fd = None
+            self._known = None
+
+    def _after_fork_in_child(self) -> None:
+        # The child inherits the parent's descriptors, whose flock is shared with the
+        # parent's (one open file description): it must open its own.
+        self._queue = []
+        self._queue_lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        self._fd = self._head_fd = None
+        self._known = None
+
+    # --- reading ------------------------------------------------------------------------
+
+    def segments(self) -> list[Path]:
+        rotated = sorted(self.dir.glob("audit-*.jsonl"))
+        return rotated + ([self.path] if self.path.exists() else [])
+
+    def entries(self) -> Iterator[dict[str, Any]]:  # the whole trail: verify and export, not servers
+        """Every written decision, oldest first (this process's queue is written first)."""
+        self.flush()
+        for seg in self.segments():
+            with seg.open("rb") as fh:
+                for raw in fh:
+                    if not raw.endswith(b"\n") and seg == self.path:
+                        break  # a torn append (see the module docstring)
+                    try:
+                        yield json.loads(raw)
+                    except ValueError:
+                        yield {"seq": None, "unparseable": raw[:120].decode(errors="replace")}
+
+    def tail(self, n: int, *, after: int = -1) -> list[dict[str, Any]]:
+        """The last ``n`` decisions with ``seq > after``, oldest first, read backwards from the
+        end of the trail in blocks: memory stays at a block plus ``n`` lines, whatever the
+        trail's size (``GET /v1/audit?tail=``)."""
+        self.flush()
+        out: list[dict[str, Any]] = []
+        for seg in reversed(self.segments()):
+            for raw in _lines_backward(seg, live=seg == self.path):
+                entry = _parse(raw)
+                seq = entry.get("seq")
+                if isinstance(seq, int) and seq <= after:
+                    return out[::-1]
+                out.append(entry)
+                if len(out) >= n:
+                    return out[::-1]
+        return out[::-1]
+
+    def page(self, n: int, *, before: int | None = None, match: Callable[[dict[str, Any]], bool] | None = None,
+             scan: int = 10_000, contains: tuple[bytes, ...] = ()) -> tuple[list[dict[str, Any]], int | None]:
+        """Up to ``n`` decisions with ``seq < before`` (newest first) that ``match`` keeps,
+        read backwards from the end in blocks, looking at no more than ``scan`` lines: a
+        filtered page of a trail of any size costs at most ``scan`` lines (the engine
+        console's audit page). Returns the page and the ``before`` of the next (older) page,
+        or ``None`` when the trail's start was reached. ``contains``: byte strings a line must
+        hold to be parsed at all (a cheap first sieve before ``match``)."""
+        self.flush()
+        out: list[dict[str, Any]] = []
+        seen, last = 0, None
+        for seg in reversed(self.segments()):
+            for raw in _lines_backward(seg, live=seg == self.path):
+                if before is not None and (_line_seq(raw) or -1) >= before:
+                    continue  # newer than the page: its seq alone is read, not the line
+                seen += 1
+                if contains and not all(c in raw for c in contains):
+                    last = _line_seq(raw) or last
+                    if seen >= scan:
+                        return out, last
+                    continue
+                entry = _parse(raw)
+                seq = entry.get("seq")
+                last = seq if isinstance(seq, int) else last
+                if match is None or match(entry):
+                    out.append(entry)
+                if len(out) >= n or seen >= scan:
+                    return out, last
+        return out, None
+
+    def cursor(self, after: int) -> AuditCursor:
+        """A reader of the decisions with ``seq > after``, in order, as they are written."""
+        return AuditCursor(self, after)
+
+    def verify(self) -> list[Problem]:
+        """Check the whole chain; an empty list means it holds.
+
+        Runs under a shared lock on the live segment, so another process's batch is seen
+        whole or not at all. An unterminated final line of the live segment is a torn,
+        unacknowledged append and is not part of the chain; the head file may name an
+        earlier line of the chain (a writer killed between the two writes), never a later
+        or a different one.
+        """
+        self.flush()
+        lock = None
+        try:
+            lock = os.open(self.path, os.O_RDONLY)
+            fcntl.flock(lock, fcntl.LOCK_SH)
+        except FileNotFoundError:
+            pass
+        try:
+            return self._verify()
+        finally:
+            if lock is not None:
+                os.close(lock)
+
+    def _check_signature(self, name: str, domain: bytes, words: list[str], problems: list[Problem]) -> None:
+        """A head's or an anchor's signature must be the tenant key's over its ``seq hash``."""
+        key = self.identity()
+        if key is None:
+            return  # an unsigned log (no tenant key): the chain is all verify can check
+        from wbcore_runtime.trust import identity
+
+        what = "head" if domain == _HEAD_DOMAIN else "anchor"
+        if len(words) < 3:
+            problems.append(Problem(name, 1, f"the {what} carries no signature by the tenant key ({key.did}): "
+                                             f"written by something other than wbx, or rewritten"))
+            return
+        try:
+            sig = bytes.fromhex(words[2])
+        except ValueError:
+            sig = b""
+        if not identity.verify(key.public_key, domain + f"{words[0]} {words[1]}".encode(), sig):
+            why = ("the chain was recomputed, or its tail cut, and the head rewritten" if what == "head"
+                   else "the anchor was forged: the pruned segments did not end there")
+            problems.append(Problem(name, 1, f"the {what}'s signature is not the tenant key's ({key.did}): {why}"))
+
+    def _verify(self) -> list[Problem]:
+        problems: list[Problem] = []
+        prev, seq = GENESIS, 0
+        if self.anchor_path.exists():  # older segments were pruned by policy (WB_AUDIT_KEEP)
+            raw = self.anchor_path.read_text().split()
+            if len(raw) >= 2 and raw[0].isdigit():
+                seq, prev = int(raw[0]), raw[1]
+                self._check_signature(ANCHOR_NAME, _ANCHOR_DOMAIN, raw, problems)
+            else:
+                problems.append(Problem(ANCHOR_NAME, 1, "unreadable anchor record"))
+        head: tuple[int, str] | None = None
+        if self.head_path.exists():
+            words = self.head_path.read_text().split()
+            if len(words) >= 2 and words[0].isdigit():
+                head = int(words[0]), words[1]
+                self._check_signature(HEAD_NAME, _HEAD_DOMAIN, words, problems)
+            elif words:
+                problems.append(Problem(HEAD_NAME, 1, "unreadable head record"))
+        head_seen = head is None or head == (seq, prev)
+        for seg in self.segments():
+            with seg.open("rb") as fh:
+                for n, raw in enumerate(fh, 1):
+                    where = seg.name
+                    if not raw.endswith(b"\n") and seg == self.path:
+                        break  # a torn append: never acknowledged, not part of the chain
+                    try:
+                        entry = json.loads(raw)
+                        claimed = entry.pop("hash")
+                    except (ValueError, KeyError, AttributeError):
+                        problems.append(Problem(where, n, "unparseable line"))
+                        continue
+                    if entry.get("seq") != seq + 1:
+                        problems.append(Problem(where, n, f"sequence jumps from {seq} to {entry.get('seq')} (line(s) deleted or reordered)"))
+                    if entry.get("prev") != prev:
+                        problems.append(Problem(where, n, "prev does not match the preceding line's hash (a line was deleted or edited)"))
+                    if _chain(entry.get("prev", ""), entry) != claimed:
+                        problems.append(Problem(where, n, "hash does not match the line's content (the line was edited)"))
+                    prev, seq = claimed, entry.get("seq") if isinstance(entry.get("seq"), int) else seq + 1
+                    if head is not None and seq == head[0]:
+                        head_seen = head[1] == claimed
+        if head is not None and not head_seen:
+            problems.append(Problem(HEAD_NAME, 1, f"head records seq {head[0]} but the log ends at seq {seq} "
+                                                  "(the tail was deleted or edited)"))
+        if head is None and seq > 0 and self.identity() is not None:
+            problems.append(Problem(HEAD_NAME, 1, f"the log holds {seq} entries but no signed head: the head file was "
+                                                  "deleted (a cut or rewritten log would pass without it)"))
+        return problems
+
+
+# --- one writer per log and process -------------------------------------------------------
+
+_shared: weakref.WeakValueDictionary[tuple[Any, ...], AuditLog] = weakref.WeakValueDictionary()
+_shared_lock = threading.Lock()
+_all_logs: weakref.WeakSet[AuditLog] = weakref.WeakSet()
+
+
+_SEQ = re.compile(rb'"seq":(\d+)')
+_READ_BLOCK = 64 << 10
+#: A line longer than this is not a decision the Dock wrote: it is reported, not held.
+MAX_LINE = 1 << 20
+
+
+def _parse(raw: bytes) -> dict[str, Any]:
+    try:
+        entry = json.loads(raw)
+    except (ValueError, RecursionError):
+        entry = None
+    if not isinstance(entry, dict):
+        return {"seq": None, "unparseable": raw[:120].decode(errors="replace")}
+    return entry
+
+
+def _line_seq(raw: bytes) -> int | None:
+    # The key is written unescaped exactly once per line; inside a string it would read \"seq\"
+    m = _SEQ.search(raw)
+    return int(m.group(1)) if m else None
+
+
+def _lines_backward(path: Path, *, live: bool) -> Iterator[bytes]:
+    """The complete lines of ``path``, last first, read in blocks from the end (a torn last
+    line of the live segment is skipped; a line over :data:`MAX_LINE` is cut to its end)."""
+    try:
+        fh = path.open("rb")
+    except FileNotFoundError:
+        return
+    with fh:
+        pos, carry, final = fh.seek(0, os.SEEK_END), b"", True
+
+        def pieces() -> Iterator[bytes]:
+            nonlocal pos, carry
+            while pos > 0:
+                step = min(_READ_BLOCK, pos)
+                pos -= step
+                fh.seek(pos)
+                lines = (fh.read(step) + carry).split(b"\n")
+                carry = lines[0][-MAX_LINE:]
+                yield from reversed(lines[1:])
+            yield carry
+
+        for piece in pieces():
+            if final:  # the text after the file's last newline: empty, or a torn append
+                final = False
+                if not piece or live:
+                    continue
+            if piece:
+                yield piece
+
+
+class AuditCursor:
+    """Follows the trail from a ``seq`` on, reading only what is new: it keeps the file and
+    offset it reached and checks with one ``stat`` whether the live segment grew; a rotation
+    (the live file's inode changed) is followed by locating its seq again."""
+
+    def __init__(self, log: AuditLog, after: int) -> None:
+        self.log = log
+        self.last = after
+        self._path: Path | None = None
+        self._ino = 0
+        self._offset = 0
+        self._idle: tuple[int, int] = (-1, -1)  # the live file's (inode, size) when nothing was found
+
+    def pending(self) -> bool:
+        """Whether there may be decisions past the cursor (one ``stat``; no read)."""
+        if self._path is not None and self._path != self.log.path:
+            return True  # inside a rotated segment: read on
+        try:
+            st = os.stat(self.log.path)
+        except FileNotFoundError:
+            return False
+        if self._path is None:  # nothing located yet: only a live file that changed may hold more
+            return (st.st_ino, st.st_size) != self._idle
+        return st.st_ino != self._ino or st.st_size > self._offset
+
+    def read(self, limit: int, max_bytes: int = 1 << 20) -> list[dict[str, Any]]:
+        """Up to ``limit`` decisions past the cursor (at most about ``max_bytes`` read)."""
+        self.log.flush()
+        out: list[dict[str, Any]] = []
+        for _ in range(len(self.log.segments()) + 2):  # at most one move per segment
+            if self._path is None and not self._locate():
+                return out
+            assert self._path is not None
+            try:
+                fh = self._path.open("rb")
+            except FileNotFoundError:
+                self._path = None
+                continue
+            with fh:
+                st = os.fstat(fh.fileno())
+                if st.st_ino != self._ino:  # rotated or replaced since: find the seq again
+                    self._path = None
+                    continue
+                fh.seek(self._offset)
+                buf = fh.read(min(max_bytes, max(0, st.st_size - self._offset)))
+            complete = buf[: buf.rfind(b"\n") + 1]
+            if not complete and len(buf) >= max_bytes:
+                # one line longer than a read: not a line the Dock wrote; report it and move past it
+                out.append(_parse(buf))
+                self._offset += len(buf)
+                return out
+            for raw in complete.splitlines():
+                self._offset += len(raw) + 1
+                if not raw:
+                    continue
+                entry = _parse(raw)
+                seq = entry.get("seq")
+                if isinstance(seq, int):
+                    if seq <= self.last:
+                        continue
+                    self.last = seq
+                out.append(entry)
+                if len(out) >= limit:
+                    return out
+            if complete or self._path == self.log.path:
+                return out
+            self._path = None  # the end of a rotated segment: on to the next
+        return out
+
+    def _locate(self) -> bool:
+        """Point at the first line with ``seq > last``: the first segment that holds one
+        (rotated segments are named after their last seq), skipping whole blocks whose last
+        line is not past it."""
+        for seg in self.log.segments():
+            if seg != self.log.path:
+                try:
+                    if int(seg.stem.split("-", 1)[1]) <= self.last:
+                        continue
+                except ValueError:
+                    continue
+            try:
+                fh = seg.open("rb")
+            except FileNotFoundError:
+                continue
+            with fh:
+                self._path, self._ino, self._offset = seg, os.fstat(fh.fileno()).st_ino, 0
+                while True:
+                    fh.seek(self._offset)
+                    buf = fh.read(_READ_BLOCK * 16)
+                    cut = buf.rfind(b"\n")
+                    if cut < 0:
+                        return True
+                    last_line = buf[buf.rfind(b"\n", 0, cut) + 1: cut]
+                    seq = _line_seq(last_line)
+                    if seq is None or seq > self.last:
+                        return True  # the next read walks this block line by line
+                    self._offset += cut + 1
+        self._path = None
+        try:
+            st = os.stat(self.log.path)
+            self._idle = (st.st_ino, st.st_size)
+        except FileNotFoundError:
+            self._idle = (-1, -1)
+        return False
+
+
+class _Flusher:
+    """The daemon thread that writes each log's queue ``window`` seconds after its first line."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._due: dict[int, tuple[float, AuditLog]] = {}  # strong refs while a queue waits
+        self._thread: threading.Thread | None = None
+
+    def schedule(self, log: AuditLog) -> None:
+        with self._cond:
+            self._due.setdefault(id(log), (time.monotonic() + log.window, log))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="wb-audit-writer", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._due:
+                    self._cond.wait()
+                now = time.monotonic()
+                ready = [log for at, log in self._due.values() if at <= now]
+                if not ready:
+                    self._cond.wait(min(at for at, _ in self._due.values()) - now)
+                    continue
+                for log in ready:
+                    del self._due[id(log)]
+            for log in ready:
+                try:
+                    log.flush()
+                except Exception:  # noqa: BLE001 - kept queued; the next record() retries and raises
+                    pass
+
+
+_flusher = _Flusher()
+
+
+def flush_all() -> None:
+    """Write every queued decision of this process (at exit and before ``fork``)."""
+    for log in list(_all_logs):
+        try:
+            log.flush()
+        except Exception:  # noqa: BLE001 - at exit there is no caller left to tell
+            pass
+
+
+def _after_fork_in_child() -> None:
+    global _flusher
+    _flusher = _Flusher()  # threads do not survive fork
+    for log in list(_all_logs):
+        log._after_fork_in_child()
+
+
+atexit.register(flush_all)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=flush_all, after_in_child=_after_fork_in_child)

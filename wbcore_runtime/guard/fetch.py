@@ -1,0 +1,297 @@
+"""The one fetcher: every URL wbcore downloads on a toolkit's or a person's behalf.
+
+``BUILD_SRC`` ``wasm:``/``archive:`` sources, ``wbx toolkit install <url>`` and did:web
+documents all come through :func:`download` / :func:`get_bytes`; the net and llm brokers
+open their connections with :func:`client` (the same TLS and no-environment rules).
+
+- **SSRF guard on every hop**: the first request and every redirect are checked by
+  :class:`wbcore_runtime.guard.netguard.NetGuard` and sent to the *pinned* address (the URL carries the
+  checked IP, ``Host`` and TLS SNI carry the name; the certificate is verified against
+  the name). Private ranges are refused unless the deployer allows them
+  (``WB_ALLOW_PRIVATE_SOURCES=1``, ``WB_ALLOW_PRIVATE_HOSTS``; see ``wbcore_runtime.guard.netguard``).
+- **Credentials stay with their origin**: ``Authorization``, ``Proxy-Authorization`` and
+  ``Cookie`` headers a caller passes are dropped when a redirect leaves the origin
+  (scheme, host, port) they were sent to.
+- **Bounded while streaming**: the byte cap is counted chunk by chunk as the body
+  arrives (a lying or absent ``Content-Length`` changes nothing) and one deadline bounds
+  connect, every read and the whole exchange, redirects included. No decompression
+  (``Accept-Encoding: identity``): the capped bytes are the bytes on the wire.
+- **TLS against the system trust store** (``truststore``), plus ``SSL_CERT_FILE`` and
+  ``SSL_CERT_DIR`` (from the process or the runtime's environment), so a corporate
+  TLS-intercepting proxy's CA works. No proxy or ``.netrc`` is taken from the environment.
+- **Failures say what failed**: a name that does not resolve is ``dns`` (exit 68), a
+  refused connection ``unreachable`` (69), a certificate or handshake failure ``tls``
+  (76), a 404 ``not-found``, the deadline ``timeout``, a cap ``invalid-args``.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import ssl
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urljoin, urlsplit, urlunsplit
+
+from wbcore_runtime.contract.errors import InvalidArgs, NotFound, Timeout, TlsError, Unreachable, WbError
+from wbcore_runtime.guard.netguard import NetGuard
+
+MiB = 1 << 20
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_bytes: int = 256 * MiB
+    timeout: float = 120.0  # the whole exchange: every hop, every read
+    max_redirects: int = 5
+    schemes: tuple[str, ...] = ("https", "http")
+
+
+@dataclass(frozen=True, slots=True)
+class Fetched:
+    url: str  # after redirects
+    status: int
+    size: int
+    sha256: str
+    content_type: str = ""
+    #: The final response's headers (lower-cased names), for callers that page (``Link``),
+    #: cache (``ETag``) or follow a protocol (``Location``, ``Docker-Content-Digest``).
+    headers: tuple[tuple[str, str], ...] = ()
+
+    def header(self, name: str) -> str:
+        name = name.lower()
+        return next((v for k, v in self.headers if k == name), "")
+
+
+_CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie"})
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    p = urlsplit(url)
+    try:
+        port = p.port
+    except ValueError:
+        port = None
+    scheme = p.scheme.lower()
+    return scheme, (p.hostname or "").lower(), port or DEFAULT_PORTS.get(scheme)
+
+
+def ssl_context(env: Mapping[str, str] | None = None) -> ssl.SSLContext:
+    """Verify peers against the system trust store and any ``SSL_CERT_FILE`` / ``SSL_CERT_DIR``."""
+    seen = os.environ if env is None else env
+    cafile = seen.get("SSL_CERT_FILE") or os.environ.get("SSL_CERT_FILE") or ""
+    cadirs = seen.get("SSL_CERT_DIR") or os.environ.get("SSL_CERT_DIR") or ""
+    return _context(cafile, cadirs)
+
+
+@functools.lru_cache(maxsize=8)
+def _context(cafile: str, cadirs: str) -> ssl.SSLContext:
+    # One context per trust configuration: building one reads the whole CA store.
+    import truststore
+
+    ctx: ssl.SSLContext = truststore.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    try:
+        if cafile:
+            ctx.load_verify_locations(cafile=cafile)
+        for d in cadirs.split(os.pathsep):
+            if d and os.path.isdir(d):
+                ctx.load_verify_locations(capath=d)
+    except (OSError, ssl.SSLError) as exc:
+        raise TlsError(f"SSL_CERT_FILE/SSL_CERT_DIR cannot be loaded ({exc}); point them at PEM certificates") from None
+    return ctx
+
+
+def client(*, timeout: float, verify: Any = None, env: Mapping[str, str] | None = None) -> Any:
+    """The one place wbcore makes an ``httpx.Client``: no proxies or credentials from the
+    environment, no redirects followed (callers re-check each hop), TLS from :func:`ssl_context`.
+
+    ``verify``: an ``ssl.SSLContext``, a CA bundle path the deployer configured, or None
+    for the system trust store.
+    """
+    import httpx
+
+    if verify is None or verify is True:
+        verify = ssl_context(env)
+    elif isinstance(verify, (str, os.PathLike)):
+        verify = ssl.create_default_context(cafile=os.fspath(verify))
+    return httpx.Client(verify=verify, trust_env=False, follow_redirects=False, timeout=httpx.Timeout(timeout))
+
+
+def _ssl_cause(exc: BaseException) -> ssl.SSLError | None:
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, ssl.SSLError):
+            return cur
+        cur = cur.__cause__ or cur.__context__
+    return None
+
+
+def transport_error(exc: Exception, url: str) -> WbError:
+    """An httpx failure as the error a person can act on (tls, unreachable, timeout)."""
+    import httpx
+
+    if isinstance(exc, httpx.TimeoutException):
+        return Timeout(f"{url}: no answer in time ({type(exc).__name__})")
+    cause = _ssl_cause(exc)
+    text = str(exc)
+    if cause is not None or "CERTIFICATE_VERIFY_FAILED" in text or "[SSL" in text:
+        why = getattr(cause, "verify_message", None) or getattr(cause, "reason", None) or text[:200]
+        return TlsError(
+            f"{url}: TLS failed ({why}); the certificate is checked against the system trust store and "
+            "SSL_CERT_FILE / SSL_CERT_DIR — behind a TLS-intercepting proxy, point SSL_CERT_FILE at its CA"
+        )
+    return Unreachable(f"{url}: cannot connect ({type(exc).__name__}: {text[:200]})")
+
+
+def stream(
+    url: str,
+    sink: Callable[[bytes], None],
+    *,
+    guard: NetGuard,
+    limits: Limits = Limits(),
+    env: Mapping[str, str] | None = None,
+    headers: Mapping[str, str] | None = None,
+    method: str = "GET",
+    body: bytes | None = None,
+    ok: tuple[int, ...] = (200,),
+) -> Fetched:
+    """GET ``url`` hop by hop through ``guard``, handing the body to ``sink`` as it streams.
+
+    ``method``/``body``/``ok`` serve protocols beyond a download (the OCI distribution API's
+    HEAD, POST and PUT): a request with a body never follows a redirect (it would resend the
+    body somewhere the caller did not name), and any status outside ``ok`` is an error.
+    """
+    import httpx
+
+    deadline = time.monotonic() + limits.timeout
+    for _hop in range(limits.max_redirects + 1):
+        parts = urlsplit(url)
+        scheme = parts.scheme.lower()
+        if scheme not in limits.schemes:
+            raise InvalidArgs(f"{url}: only {', '.join(limits.schemes)} URLs are fetched")
+        if parts.username or parts.password:
+            raise InvalidArgs(f"{url}: credentials in the URL are not allowed")
+        host = parts.hostname or ""
+        if not host:
+            raise InvalidArgs(f"{url}: the URL names no host")
+        try:
+            port = parts.port or DEFAULT_PORTS[scheme]
+        except ValueError:
+            raise InvalidArgs(f"{url}: bad port") from None
+        pin = guard.pin(host, port)
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise Timeout(f"{url}: not fetched within {limits.timeout:g}s")
+        pinned = urlunsplit((scheme, f"{pin.ip_for_url}:{port}", parts.path or "/", parts.query, ""))
+        sent = {"Accept-Encoding": "identity", **(headers or {})}
+        shown_host = f"[{host}]" if ":" in host else host
+        sent["Host"] = shown_host if port == DEFAULT_PORTS[scheme] else f"{shown_host}:{port}"
+        extensions = {"sni_hostname": pin.host} if scheme == "https" else {}
+        with client(timeout=min(30.0, remaining), env=env) as c:
+            req = c.build_request(method, pinned, headers=sent, content=body, extensions=extensions)
+            try:
+                resp = c.send(req, stream=True)
+            except httpx.HTTPError as exc:
+                raise transport_error(exc, url) from None
+            try:
+                if resp.is_redirect and resp.status_code not in ok:
+                    if body is not None:
+                        raise InvalidArgs(f"{url}: HTTP {resp.status_code} redirect of a {method} with a body; not followed")
+                    location = resp.headers.get("location")
+                    if not location:
+                        raise InvalidArgs(f"{url}: HTTP {resp.status_code} redirect without a Location")
+                    nxt = urljoin(url, location)
+                    if _origin(nxt) != _origin(url) and headers:
+                        # Credentials are for the origin the caller named: a redirect to another
+                        # host (a registry's storage, a CDN) never carries them along.
+                        headers = {k: v for k, v in headers.items() if k.lower() not in _CREDENTIAL_HEADERS}
+                    url = nxt
+                    continue
+                if resp.status_code in (404, 410):
+                    raise NotFound(f"{url}: HTTP {resp.status_code} (not found)")
+                if resp.status_code not in ok:
+                    cls = Unreachable if resp.status_code >= 500 else InvalidArgs
+                    raise cls(f"{url}: answered HTTP {resp.status_code}")
+                declared = resp.headers.get("content-length", "")
+                if method != "HEAD" and declared.isdigit() and int(declared) > limits.max_bytes:
+                    raise InvalidArgs(f"{url}: {declared} bytes is over the {limits.max_bytes}-byte cap")
+                h = hashlib.sha256()
+                total = 0
+                try:
+                    for chunk in resp.iter_raw(1 << 16):
+                        total += len(chunk)
+                        if total > limits.max_bytes:
+                            raise InvalidArgs(f"{url}: over the {limits.max_bytes}-byte cap; download stopped")
+                        if time.monotonic() > deadline:
+                            raise Timeout(f"{url}: not fetched within {limits.timeout:g}s; download stopped")
+                        h.update(chunk)
+                        sink(chunk)
+                except httpx.HTTPError as exc:
+                    raise transport_error(exc, url) from None
+                kept = tuple((k.lower(), v) for k, v in resp.headers.multi_items())
+                return Fetched(url, resp.status_code, total, h.hexdigest(), resp.headers.get("content-type", ""), kept)
+            finally:
+                resp.close()
+    raise InvalidArgs(f"{url}: more than {limits.max_redirects} redirects")
+
+
+def download(
+    url: str,
+    dest: Path,
+    *,
+    guard: NetGuard,
+    limits: Limits = Limits(),
+    env: Mapping[str, str] | None = None,
+) -> Fetched:
+    """Stream ``url`` into ``dest`` (written beside it, renamed when complete); the digest is of the bytes."""
+    part = dest.with_name(f".{dest.name}.part")
+    try:
+        with part.open("wb") as fh:
+            got = stream(url, fh.write, guard=guard, limits=limits, env=env)
+        os.replace(part, dest)
+        return got
+    finally:
+        part.unlink(missing_ok=True)
+
+
+def get_bytes(
+    url: str,
+    *,
+    guard: NetGuard,
+    limits: Limits,
+    env: Mapping[str, str] | None = None,
+    headers: Mapping[str, str] | None = None,
+    method: str = "GET",
+    body: bytes | None = None,
+    ok: tuple[int, ...] = (200,),
+) -> tuple[bytes, Fetched]:
+    """A small body in memory (bounded by ``limits.max_bytes`` while it streams)."""
+    got_body = bytearray()
+    got = stream(url, got_body.extend, guard=guard, limits=limits, env=env, headers=headers,
+                 method=method, body=body, ok=ok)
+    return bytes(got_body), got
+
+
+def local_path(spec: str, base: Path) -> Path | None:
+    """The local file a ``file://`` URL or a toolkit-relative path names (None for http(s))."""
+    if spec.startswith(("http://", "https://")):
+        return None
+    if spec.startswith("file://"):
+        rest = spec[len("file://"):]
+        if rest.startswith("localhost/"):
+            rest = rest[len("localhost"):]
+        if not rest.startswith("/"):
+            raise InvalidArgs(f"{spec}: a file:// URL names an absolute path (file:///path/to/file)")
+        from urllib.parse import unquote
+
+        return Path(unquote(rest))
+    if "://" in spec:
+        raise InvalidArgs(f"{spec}: only https://, http://, file:// URLs or paths inside the toolkit are fetched")
+    return base / spec

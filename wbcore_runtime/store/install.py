@@ -1,0 +1,655 @@
+"""``wbx toolkit install``: bring toolkits into the user root, verified, recorded in ``wbx.lock``.
+
+Sources: a folder; ``git+file://…[@commit]``; ``git+https://…@<commit>`` (or ``git+http://``, a
+mirror; the pinned commit is what makes either trustworthy) or a plain
+``https://….git@<commit>`` (a pin is required); an archive (``.tar.gz``, ``.tgz``, ``.tar``, ``.zip``) as a local file or an
+``http(s)://`` URL with ``--sha256`` (required for URLs); an OCI artifact
+``oci://host/repo:tag`` or ``…@sha256:<manifest digest>`` (``wbcore_runtime.guard.oci``: every blob
+checked against its digest and size while it streams; the lock records the digest).
+
+Everything is staged under ``$WB_HOME/.staging`` (the same filesystem as the user root),
+checked there — safe unpack, manifest parse, the signature of every third-party
+toolkit — and only then renamed into ``$WB_HOME/toolkits/<id>``. Any failure removes
+the stage: the user root and the lockfile are exactly as before. The folders and the
+lockfile land as one change through a journal (see "landing" below): a kill at any
+instant leaves all of the old state or all of the new once the next command ran. ``wbx.lock`` records
+id, version, source (with the resolved commit), content digest (sha256 of the
+canonical form, ``wbcore_runtime.trust.signing``), trust and signer; ``install --locked`` refetches
+every entry and fails, landing nothing, on any drift.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from wbcore_runtime.store import faults, leftovers
+from wbcore_runtime.trust import signing
+from wbcore_runtime.guard import unpack
+from wbcore_runtime.guard import fetch as _fetch
+from wbcore_runtime.guard import gitfetch as _gitfetch
+from wbcore_runtime.trust import consent as _consent
+from wbcore_runtime.trust import verdict as _trust
+from wbcore_runtime.toolkit import manifest as _manifest
+from wbcore_runtime.guard import oci as _oci
+from wbcore_runtime.contract.errors import InvalidArgs, ManifestError, NotFound
+from wbcore_runtime.guard.netguard import NetGuard
+
+LOCKFILE = "wbx.lock"
+JOURNAL = leftovers.JOURNAL
+STAGING = leftovers.STAGING
+STAGING_PREFIX = leftovers.STAGING_PREFIX
+LOCK_FORMAT = 1
+MAX_DOWNLOAD = 64 << 20
+HTTP_TIMEOUT_S = 60.0
+GIT_LIMITS = _gitfetch.Limits(max_bytes=256 << 20, max_files=5000, timeout=300.0)
+COMMIT_RE = re.compile(r"^[0-9a-f]{7,64}$")
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+#: What one install may bring in: entries and bytes, counted as written.
+TREE_CAPS = unpack.Caps(max_files=5000, max_bytes=256 << 20)
+
+
+class InstallError(InvalidArgs):
+    """An install refused or failed; nothing was changed."""
+
+
+@dataclass(frozen=True, slots=True)
+class LockEntry:
+    id: str
+    version: str
+    source: str
+    digest: str
+    trust: str
+    signer: str | None = None
+    sha256: str | None = None  # the archive's pin, for archive sources
+    path: str = ""  # where inside the fetched tree the toolkit sat ("" = its root)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v not in (None, "")}
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    kind: str  # "dir", "git", "archive"
+    location: str  # path, clone URL or archive URL/path
+    commit: str | None = None
+    sha256: str | None = None
+
+    def text(self, commit: str | None = None) -> str:
+        if self.kind == "git":
+            pin = commit or self.commit
+            return f"git+{self.location}" + (f"@{pin}" if pin else "")
+        if self.kind == "oci" and commit:
+            return _oci.Reference.parse(self.location).pinned(commit).text()  # the manifest digest pins it
+        return self.location
+
+
+@dataclass(frozen=True, slots=True)
+class Installed:
+    entry: LockEntry
+    path: Path
+    caps: tuple[str, ...]
+    unchanged: bool = False
+
+
+# --- the lockfile -----------------------------------------------------------------------
+
+
+def read_lock(path: Path) -> dict[str, LockEntry]:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return {}
+    try:
+        data = json.loads(raw)
+        if data.get("format") != LOCK_FORMAT:
+            raise ValueError(f"format {data.get('format')!r}, expected {LOCK_FORMAT}")
+        return {tid: LockEntry(id=tid, **{k: v for k, v in e.items() if k != "id"}) for tid, e in data["toolkits"].items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise InvalidArgs(f"{path} is not a wbx lockfile ({exc})") from None
+
+
+def lock_bytes(entries: Mapping[str, LockEntry]) -> bytes:
+    data = {"format": LOCK_FORMAT, "toolkits": {tid: entries[tid].as_dict() for tid in sorted(entries)}}
+    return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8")
+
+
+def _atomic_write(path: Path, data: bytes) -> Path:
+    """Write ``data`` to a temp file beside ``path`` (named after its owner); the caller renames it."""
+    tmp = path.parent / leftovers.unique(f".{path.name}{leftovers.TMP_MARK}", ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return tmp
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# --- sources ----------------------------------------------------------------------------
+
+
+def parse_source(text: str, sha256: str | None = None) -> Source:
+    text = text.strip()
+    pin = sha256.lower() if sha256 else None
+    if pin is not None and not SHA256_RE.match(pin):
+        raise InvalidArgs("--sha256 must be 64 hex digits")
+    if text.startswith(("https://", "file://")) and re.search(r"\.git(@[0-9A-Fa-f]+)?/?$", text):
+        text = "git+" + text  # seed 001: `wb toolkit install <git url>`
+    if text.startswith("git+"):
+        rest = text[4:]
+        url, commit = rest, None
+        at = rest.rfind("@")
+        if at > rest.find("://") + 3 and "/" not in rest[at:]:
+            url, commit = rest[:at], rest[at + 1 :].lower()
+            if not COMMIT_RE.match(commit):
+                raise InvalidArgs(f"{text}: {commit!r} is not a commit id (hex)")
+        if url.startswith(("https://", "http://")):
+            if commit is None:
+                raise InvalidArgs(f"{text}: pin a commit (git+https://…@<commit>) so the install is reproducible")
+        elif not url.startswith("file://"):
+            raise InvalidArgs(f"{text}: git sources are git+file://… or git+https://…@<commit> (git+http:// too)")
+        return Source("git", url, commit)
+    if text.startswith("oci://"):
+        if pin is not None:
+            raise InvalidArgs(f"{text}: --sha256 is for archives; pin an OCI artifact with …@sha256:<manifest digest>")
+        return Source("oci", _oci.Reference.parse(text).text())
+    if text.startswith(("https://", "http://")):
+        name = text.split("?", 1)[0]
+        if not unpack.is_archive(name):
+            raise InvalidArgs(f"{text}: an archive URL must end in .tar.gz, .tgz, .tar or .zip")
+        if pin is None:
+            raise InvalidArgs(f"{text}: an archive URL needs --sha256 <hex> (the archive's digest)")
+        return Source("archive", text, sha256=pin)
+    path = Path(text.removeprefix("file://")).expanduser()
+    if path.is_dir():
+        return Source("dir", str(path.resolve()))
+    if path.is_file() and unpack.is_archive(path.name):
+        return Source("archive", str(path.resolve()), sha256=pin)
+    if not path.exists():
+        raise NotFound(f"install source {text!r} does not exist")
+    raise InvalidArgs(f"{text}: not a folder, git+ URL or archive (.tar.gz, .tgz, .tar, .zip)")
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _download(url: str, dest: Path, env: Mapping[str, str] | None) -> None:
+    """Through the one fetcher: SSRF guard on every hop, capped and bounded while streaming."""
+    seen = os.environ if env is None else env
+    _fetch.download(url, dest, guard=NetGuard.from_env(seen),
+                    limits=_fetch.Limits(max_bytes=MAX_DOWNLOAD, timeout=HTTP_TIMEOUT_S), env=seen)
+
+
+def fetch(source: Source, work: Path, env: Mapping[str, str] | None = None) -> tuple[Path, str | None, str | None]:
+    """Bring the source into ``work/tree``; returns (tree, resolved commit, archive sha256)."""
+    tree = work / "tree"
+    if source.kind == "dir":
+        unpack.copy_tree(Path(source.location), tree, TREE_CAPS)
+        return tree, None, None
+    if source.kind == "git":
+        # The one git fetcher: the SSRF guard with the deployer's allowances, the connection
+        # pinned, only the URL's transport (file:// here: a person named a local repository).
+        seen = os.environ if env is None else env
+        repo = work / "repo"
+        try:
+            commit = _gitfetch.checkout(source.location, repo, commit=source.commit, guard=NetGuard.from_env(seen),
+                                        limits=GIT_LIMITS, env=seen, allow_file=True)
+        except NotFound as exc:
+            raise InstallError(exc.message) from None
+        unpack.copy_tree(repo, tree, TREE_CAPS)
+        return tree, commit, None
+    if source.kind == "oci":
+        # Every blob is checked against its digest and size while it streams; the layer is
+        # then unpacked with the same caps as any archive, and signatures are checked by _stage.
+        seen = os.environ if env is None else env
+        pulled = _oci.pull(source.location, work / "oci", artifact_types=(_oci.TOOLKIT_TYPE,), env=seen)
+        desc, layer = pulled.layers[0]
+        if len(pulled.layers) != 1 or desc.media_type != _oci.TOOLKIT_LAYER:
+            raise InstallError(f"{source.location}: a toolkit artifact has one {_oci.TOOLKIT_LAYER} layer")
+        archive = layer.rename(layer.with_name("toolkit.tar.gz"))
+        unpack.unpack(archive, tree, TREE_CAPS)
+        return tree, pulled.reference.digest, None
+    base = re.sub(r"[^A-Za-z0-9._-]", "_", source.location.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1])
+    archive = work / (base if unpack.is_archive(base) else "archive")  # messages name the archive
+    if source.location.startswith(("https://", "http://")):
+        _download(source.location, archive, env)
+    else:
+        size = Path(source.location).stat().st_size
+        if size > MAX_DOWNLOAD:
+            raise InstallError(f"{source.location}: over the {MAX_DOWNLOAD}-byte archive cap")
+        shutil.copyfile(source.location, archive)
+    digest = _sha256_file(archive)
+    if source.sha256 and digest != source.sha256:
+        raise InstallError(f"{source.location}: sha256 is {digest} but --sha256 pins {source.sha256}")
+    unpack.unpack(archive, tree, TREE_CAPS)
+    return tree, None, digest
+
+
+def find_toolkits(tree: Path) -> list[Path]:
+    """The toolkit folders in a fetched tree: its root, or ``<dir>/`` / ``toolkits/<dir>/`` below it."""
+    if (tree / signing.MANIFEST).is_file():
+        return [tree]
+    found: list[Path] = []
+    for base in (tree, tree / "toolkits"):
+        if base.is_dir() and not base.is_symlink():
+            found += sorted(p for p in base.iterdir() if p.is_dir() and not p.is_symlink() and (p / signing.MANIFEST).is_file())
+    if not found:
+        entries = [p for p in tree.iterdir() if not p.name.startswith(".")] if tree.is_dir() else []
+        if len(entries) == 1 and entries[0].is_dir() and not entries[0].is_symlink():
+            return find_toolkits(entries[0])  # an archive wrapping everything in one folder
+    return found
+
+
+# --- install --------------------------------------------------------------------------
+
+
+@contextmanager
+def _home_lock(home: Path) -> Iterator[None]:
+    home.mkdir(parents=True, exist_ok=True)
+    with open(home / (LOCKFILE + ".lock"), "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        _recover_locked(home)  # a landing a kill interrupted is finished or undone first
+        yield
+
+
+@dataclass
+class _Staged:
+    entry: LockEntry
+    dir: Path
+    caps: tuple[str, ...]
+
+
+def _check_id(ident: str, where: object) -> str:
+    if not _manifest.NAME_RE.match(ident) or ident.startswith("."):
+        raise InstallError(f"toolkit id {ident!r} (from {where}) cannot name a folder in the user root")
+    return ident
+
+
+def _stage(source: Source, work: Path, env: Mapping[str, str] | None, only: set[str] | None = None,
+           *, allow_first_party: bool = False) -> list[_Staged]:
+    tree, commit, archive_sha = fetch(source, work, env)
+    dirs = find_toolkits(tree)
+    if not dirs:
+        raise InstallError(f"{source.text()}: no manifest.org found (looked at the root, */ and toolkits/*/)")
+    staged: list[_Staged] = []
+    for d in dirs:
+        try:
+            m = _manifest.load(d / signing.MANIFEST)
+        except ManifestError as exc:
+            raise InstallError(f"{source.text()}: {exc.message}") from None
+        if only is not None and m.id not in only:
+            continue
+        _check_id(m.id, source)
+        if m.trust != "third-party" and source.kind != "dir" and not allow_first_party:
+            raise InstallError(
+                f"{m.id} from {source.text()} declares itself first-party: it would run under its profile's "
+                f"default caps ({' '.join(m.caps) or 'none requested'}) with no consent step. Pass --first-party "
+                "if it is yours; third-party toolkits must be signed and granted caps explicitly"
+            )
+        if m.trust == "third-party":
+            verdict = _trust.folder_verdict(d, env)
+            if _trust.refusal(verdict):
+                raise InstallError(f"refusing to install {m.id}: signature {verdict.code}: {verdict.message}")
+            signer = verdict.signer
+            digest = verdict.digest or signing.content_digest(d)
+        else:
+            signer = m.author_did
+            digest = signing.content_digest(d)
+        rel = d.relative_to(tree).as_posix() if d != tree else ""
+        entry = LockEntry(m.id, m.version, source.text(commit), digest, m.trust, signer, archive_sha, rel)
+        staged.append(_Staged(entry, d, m.caps))
+    ids = [s.entry.id for s in staged]
+    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    if dupes:
+        raise InstallError(f"{source.text()}: toolkit id(s) {', '.join(dupes)} appear more than once")
+    return staged
+
+
+# --- landing: one journal, one commit point ----------------------------------------------
+#
+# Several toolkits land as one change. Before the first rename, the journal
+# ($WB_HOME/.install-journal.json, written atomically) lists every move and the new
+# lockfile's temp name; then old folders go aside into the staging folder, new ones come
+# in, and renaming the new lockfile into place is the commit point. The next command that
+# finds a journal (``recover``, run by every ``wbx`` command through
+# ``wbcore_runtime.store.leftovers.sweep_home``) rolls forward if the lockfile was committed (drops what
+# went aside) and otherwise rolls back every move it finds done, so the user root and
+# ``wbx.lock`` always agree: all old, or all new.
+
+
+def _journal_path(home: Path) -> Path:
+    return home / JOURNAL
+
+
+def _write_journal(home: Path, doc: dict[str, Any]) -> None:
+    tmp = _atomic_write(_journal_path(home), json.dumps(doc, indent=1).encode())
+    os.replace(tmp, _journal_path(home))
+    _fsync_dir(home)
+
+
+def _rel(home: Path, path: Path | None) -> str | None:
+    return None if path is None else os.path.relpath(path, home)
+
+
+def _replay(home: Path, doc: dict[str, Any]) -> str:
+    """Finish (lockfile committed) or undo (not committed) the journalled landing; returns which."""
+    lock_tmp = home / doc["lock_tmp"]
+    if not lock_tmp.exists():  # the lockfile was renamed into place: the new state is the state
+        outcome = "rolled forward"
+        for mv in doc["moves"]:
+            aside = home / mv["aside"]
+            if aside.exists() or aside.is_symlink():
+                unpack.remove_tree(aside)
+    else:
+        outcome = "rolled back"
+        for mv in reversed(doc["moves"]):
+            target, aside = home / mv["target"], home / mv["aside"]
+            new = home / mv["new"] if mv.get("new") else None
+            if new is not None and not (new.exists() or new.is_symlink()) and (target.exists() or target.is_symlink()):
+                os.rename(target, new)  # the new folder had landed: take it back out
+            if aside.exists() or aside.is_symlink():
+                os.rename(aside, target)
+        lock_tmp.unlink(missing_ok=True)
+    if (home / "toolkits").is_dir():
+        _fsync_dir(home / "toolkits")
+    _journal_path(home).unlink(missing_ok=True)
+    _fsync_dir(home)
+    return outcome
+
+
+def recover(home: Path) -> str | None:
+    """Replay a journal a killed install left (under the install lock); None when there is none.
+
+    Never waits: when another process holds the install lock, its landing is live, not
+    interrupted, and is left to it.
+    """
+    jpath = _journal_path(home)
+    if not jpath.exists():
+        return None
+    with open(home / (LOCKFILE + ".lock"), "a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return None
+        return _recover_locked(home)
+
+
+def _recover_locked(home: Path) -> str | None:
+    jpath = _journal_path(home)
+    try:
+        doc = json.loads(jpath.read_bytes())
+    except FileNotFoundError:
+        return None
+    except ValueError:  # never half-written (write-then-rename); an unreadable one is not ours
+        raise InstallError(f"{jpath} is not an install journal; move it away and check {home / 'toolkits'}") from None
+    return _replay(home, doc)
+
+
+def _land(home: Path, staged: list[_Staged], new_lock: Mapping[str, LockEntry], work: Path, *, replace: set[str],
+          remove: tuple[str, ...] = ()) -> None:
+    """Move the staged folders in (and ``remove`` out) and ``new_lock`` into place, as one change."""
+    root = home / "toolkits"
+    root.mkdir(parents=True, exist_ok=True)
+    moves: list[dict[str, str | None]] = []
+    for s in staged:
+        target = root / s.entry.id
+        if (target.exists() or target.is_symlink()) and s.entry.id not in replace:
+            raise InstallError(f"{target} exists (use --force to replace it)")
+        moves.append({"id": s.entry.id, "new": _rel(home, s.dir), "target": _rel(home, target),
+                      "aside": _rel(home, work / f"old-{s.entry.id}")})
+    for ident in remove:
+        moves.append({"id": ident, "new": None, "target": _rel(home, root / ident),
+                      "aside": _rel(home, work / f"old-{ident}")})
+    tmp_lock = _atomic_write(home / LOCKFILE, lock_bytes(new_lock))
+    faults.point("land:prepared")
+    doc = {"format": 1, "owner": leftovers.owner_tag(), "lock_tmp": _rel(home, tmp_lock), "moves": moves}
+    try:
+        _write_journal(home, doc)
+        faults.point("land:journal")
+        for i, mv in enumerate(moves):
+            target = home / str(mv["target"])
+            if target.exists() or target.is_symlink():
+                os.rename(target, home / str(mv["aside"]))
+                faults.point(f"land:aside-{i}")
+            if mv["new"] is not None:
+                os.rename(home / str(mv["new"]), target)
+                faults.point(f"land:moved-{i}")
+        os.replace(tmp_lock, home / LOCKFILE)  # the commit point
+        faults.point("land:committed")
+    except BaseException:
+        if _journal_path(home).exists():
+            _replay(home, doc)  # the same undo a later command would do
+        tmp_lock.unlink(missing_ok=True)
+        raise
+    _replay(home, doc)
+    faults.point("land:done")
+
+
+def _staging(home: Path) -> Path:
+    base = home / STAGING
+    base.mkdir(parents=True, exist_ok=True)
+    return leftovers.mkdtemp(STAGING_PREFIX, dir=base)
+
+
+def install(home: Path, source_text: str, *, sha256: str | None = None, force: bool = False,
+            env: Mapping[str, str] | None = None, first_party: bool = False) -> list[Installed]:
+    """Install every toolkit of one source; all of them land, or none.
+
+    A first-party toolkit from a git or archive source needs ``first_party=True``: the
+    deployer says it is theirs, since it will get its profile's caps without consent.
+    """
+    source = parse_source(source_text, sha256)
+    with _home_lock(home):
+        work = _staging(home)
+        try:
+            staged = _stage(source, work, env, allow_first_party=first_party)
+            lock = read_lock(home / LOCKFILE)
+            root = home / "toolkits"
+            results: list[Installed] = []
+            to_land: list[_Staged] = []
+            for s in staged:
+                target = root / s.entry.id
+                if target.is_dir() and not target.is_symlink() and lock.get(s.entry.id) == s.entry:
+                    if _installed_digest(target) == s.entry.digest:
+                        results.append(Installed(s.entry, target, s.caps, unchanged=True))
+                        continue
+                if (target.exists() or target.is_symlink()) and not force:
+                    raise InstallError(f"{s.entry.id} is already installed at {target} (use --force to replace it)")
+                to_land.append(s)
+                results.append(Installed(s.entry, target, s.caps))
+            if to_land:
+                new_lock = {**lock, **{s.entry.id: s.entry for s in to_land}}
+                _land(home, to_land, new_lock, work, replace={s.entry.id for s in to_land} if force else set())
+            return results
+        finally:
+            unpack.remove_tree(work)
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """What installing one staged toolkit would change (``install --dry-run``, ``wbx toolkit
+    push --dry-run``): caps, trust and signer against what is installed now."""
+
+    id: str
+    action: str  # "new", "replace", "unchanged", "refused"
+    version: tuple[str | None, str]
+    caps: tuple[tuple[str, ...] | None, tuple[str, ...]]
+    trust: tuple[str | None, str]
+    signer: tuple[str | None, str | None]
+    why: str = ""
+    #: Deployer environment variables the incoming manifest reads (each needs a grant naming it).
+    env: tuple[str, ...] = ()
+
+    def lines(self) -> list[str]:
+        """The diff as text: ``-`` what goes, ``+`` what comes, per field."""
+        out = [f"{self.action} {self.id} {self.version[1]}" + (f" (installed: {self.version[0]})" if self.version[0] else "")
+               + (f": {self.why}" if self.why else "")]
+        old_caps, new_caps = self.caps
+        if old_caps is None:
+            out.append(f"  caps: + {' '.join(new_caps) or '(none)'}")
+        else:
+            gone, come = sorted(set(old_caps) - set(new_caps)), sorted(set(new_caps) - set(old_caps))
+            if gone or come:
+                out.append("  caps: " + " ".join([*(f"-{c}" for c in gone), *(f"+{c}" for c in come)]))
+            else:
+                out.append(f"  caps: unchanged ({' '.join(new_caps) or 'none'})")
+        for field_name, (old, new) in (("trust", self.trust), ("signer", self.signer)):
+            if old != new:
+                out.append(f"  {field_name}: {old or '(none)'} -> {new or '(none)'}")
+        if self.env:
+            names = " ".join(self.env)
+            out.append(f"  env: reads the deployer's {names} (sent nowhere until granted: "
+                       f"wbx toolkit grant {self.id} " + " ".join(f"--env {v}" for v in self.env) + ")")
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "action": self.action, "version": list(self.version),
+                "caps": {"installed": list(self.caps[0]) if self.caps[0] is not None else None,
+                         "incoming": list(self.caps[1])},
+                "trust": list(self.trust), "signer": list(self.signer), "why": self.why, "env": list(self.env),
+                "diff": self.lines()}
+
+
+def preview(home: Path, source_text: str, *, sha256: str | None = None, force: bool = False,
+            env: Mapping[str, str] | None = None, first_party: bool = False) -> list[Change]:
+    """What :func:`install` would do with the same arguments, landing nothing: the source is
+    staged and verified exactly as an install would (a refusal raises the same error)."""
+    source = parse_source(source_text, sha256)
+    with _home_lock(home):
+        work = _staging(home)
+        try:
+            staged = _stage(source, work, env, allow_first_party=first_party)
+            lock = read_lock(home / LOCKFILE)
+            out = []
+            for s in staged:
+                target = home / "toolkits" / s.entry.id
+                old = lock.get(s.entry.id)
+                old_caps: tuple[str, ...] | None = None
+                old_version = old.version if old else None
+                if (target / signing.MANIFEST).is_file():
+                    try:
+                        m = _manifest.load(target / signing.MANIFEST)
+                        old_caps, old_version = tuple(m.caps), m.version
+                    except ManifestError:
+                        old_caps = ()
+                present = target.exists() or target.is_symlink()
+                if present and old == s.entry and _installed_digest(target) == s.entry.digest:
+                    action, why = "unchanged", ""
+                elif present and not force:
+                    action, why = "refused", f"already installed at {target} (push or install with --force to replace it)"
+                else:
+                    action, why = ("replace" if present else "new"), ""
+                try:
+                    env = tuple(_consent.requested_env(_manifest.load(s.dir / signing.MANIFEST)))
+                except ManifestError:
+                    env = ()
+                out.append(Change(s.entry.id, action, (old_version, s.entry.version), (old_caps, tuple(s.caps)),
+                                  (old.trust if old else None, s.entry.trust), (old.signer if old else None, s.entry.signer),
+                                  why, env))
+            return out
+        finally:
+            unpack.remove_tree(work)
+
+
+def _installed_digest(path: Path) -> str | None:
+    try:
+        return signing.content_digest(path)
+    except (InvalidArgs, OSError):
+        return None
+
+
+def install_locked(home: Path, lockfile: Path | None = None, *, env: Mapping[str, str] | None = None) -> list[Installed]:
+    """Reproduce exactly the set in the lockfile; any drift fails and nothing lands."""
+    lock_path = lockfile or home / LOCKFILE
+    wanted = read_lock(lock_path)
+    if not wanted and not lock_path.exists():
+        raise NotFound(f"no lockfile at {lock_path}")
+    for tid in wanted:
+        _check_id(tid, lock_path)
+    with _home_lock(home):
+        work = _staging(home)
+        try:
+            current = read_lock(home / LOCKFILE)
+            root = home / "toolkits"
+            drift: list[str] = []
+            results: list[Installed] = []
+            to_land: list[_Staged] = []
+            by_source: dict[str, list[LockEntry]] = {}
+            for e in wanted.values():
+                by_source.setdefault(e.source, []).append(e)
+            for n, (text, entries) in enumerate(sorted(by_source.items())):
+                pin = entries[0].sha256 if entries[0].sha256 else None
+                source = parse_source(text, pin)
+                sub = work / f"src-{n}"
+                sub.mkdir()
+                # The lock records the deployer's decisions, first-party ones included.
+                got = {s.entry.id: s for s in _stage(source, sub, env, only={e.id for e in entries}, allow_first_party=True)}
+                for e in entries:
+                    s = got.get(e.id)
+                    if s is None:
+                        drift.append(f"{e.id}: no longer in {text}")
+                        continue
+                    for name in ("version", "digest", "signer", "trust"):
+                        if getattr(s.entry, name) != getattr(e, name):
+                            drift.append(f"{e.id}: {name} is {getattr(s.entry, name)} but the lock says {getattr(e, name)}")
+                    target = root / e.id
+                    if target.exists() or target.is_symlink():
+                        have = _installed_digest(target)
+                        if have != e.digest:
+                            drift.append(f"{e.id}: installed copy {target} has digest {have} but the lock says {e.digest}")
+                        else:
+                            results.append(Installed(e, target, s.caps, unchanged=True))
+                        continue
+                    to_land.append(_Staged(e, s.dir, s.caps))
+                    results.append(Installed(e, target, s.caps))
+            extra = sorted(set(current) - set(wanted))
+            drift += [f"{tid}: installed and locked here but not in {lock_path}" for tid in extra]
+            if drift:
+                raise InstallError("install --locked found drift; nothing was installed:\n  " + "\n  ".join(drift))
+            _land(home, to_land, wanted, work, replace=set())
+            return results
+        finally:
+            unpack.remove_tree(work)
+
+
+def uninstall(home: Path, ident: str) -> LockEntry | None:
+    """Remove an installed toolkit and its lock entry together; returns the entry it had."""
+    _check_id(ident, "uninstall")
+    with _home_lock(home):
+        lock = read_lock(home / LOCKFILE)
+        target = home / "toolkits" / ident
+        if not (target.exists() or target.is_symlink()) and ident not in lock:
+            raise NotFound(f"{ident} is not installed in {home / 'toolkits'}")
+        entry = lock.pop(ident, None)
+        work = _staging(home)
+        try:
+            _land(home, [], lock, work, replace=set(), remove=(ident,))
+            return entry
+        finally:
+            unpack.remove_tree(work)

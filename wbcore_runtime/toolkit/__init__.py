@@ -1,0 +1,2 @@
+"""Toolkits: the Org manifest and its markup, discovery over the roots, skills, agents,
+search, task blocks and verification (``wbx toolkit verify``)."""

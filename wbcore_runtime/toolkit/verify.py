@@ -1,0 +1,125 @@
+"""``wbx toolkit verify``: structural, exec-contract, cap and trust checks (seed 000).
+
+Each check is a ✓/✗ line; warnings (⚠) inform but never fail. The EXEC contract is
+delegated to the plugin that serves the shape; other plugins may add lines through
+``wbcore_verify_checks``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from wbcore_runtime.trust import policy
+from wbcore_runtime.contract.errors import ManifestError, WbError
+from wbcore_runtime.contract.records import Check, VerifyContext
+
+if TYPE_CHECKING:
+    from wbcore_runtime.runtime import Runtime
+    from wbcore_runtime.toolkit.loaded import Toolkit
+
+PRE_BLOCK_RE = re.compile(r"^[ \t]*#\+begin_src\b[^\n]*:role[ \t]+pre\b", re.IGNORECASE | re.MULTILINE)
+
+
+@dataclass
+class Report:
+    toolkit: str
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok or c.warning for c in self.checks)
+
+    def render(self) -> str:
+        return "\n".join(c.render() for c in self.checks)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"toolkit": self.toolkit, "ok": self.ok, "checks": [c.as_dict() for c in self.checks]}
+
+
+def broken(ident: str, error: ManifestError) -> Report:
+    return Report(ident, [Check(False, "manifest", f"{error}")])
+
+
+def exec_checks(toolkit: Toolkit, runtime: Runtime) -> list[Check]:
+    mode = toolkit.manifest.exec
+    if mode is None:
+        return [Check(True, "exec", "none declared (discovery-only toolkit)")]
+    try:
+        shape = runtime.shapes.get(mode)
+    except WbError as exc:
+        return [Check(False, "exec", f"unknown mode: {exc.message}")]
+    try:
+        return list(shape.verify(VerifyContext(toolkit=toolkit, runtime=runtime)))
+    except WbError as exc:
+        return [Check(False, "exec", f"{mode}: {exc.message}")]
+
+
+def trust_checks(toolkit: Toolkit, runtime: Runtime) -> list[Check]:
+    from wbcore_runtime.trust import verdict as trust
+
+    return trust.checks(toolkit, runtime)
+
+
+def artifact_checks(toolkit: Toolkit, runtime: Runtime) -> list[Check]:
+    """Each artifact registered for this toolkit, re-hashed from disk (a corrupted or
+    replaced file is ✗), and, once something is registered, what a rebuild would refuse
+    (``wbcore_runtime.build.buildable``: ✗, or ⚠ for a lane missing on this machine — the registered
+    artifact still runs). Unregistered toolkits get the build refusals from their shape."""
+    from wbcore_runtime.build import buildable
+
+    m = toolkit.manifest
+    try:
+        entries = [e for e in runtime.registry.entries() if e.toolkit == m.id]
+    except WbError as exc:
+        return [Check(False, "artifact", f"the command registry cannot be read: {exc.message}")]
+    out: list[Check] = []
+    for e in entries:
+        try:
+            runtime.artifacts.verify(e.sha256)
+        except WbError as exc:
+            out.append(Check(False, "artifact", f"{e.kind} {e.name!r}: {exc.message}: wbx toolkit build {m.id}"))
+        else:
+            out.append(Check(True, "artifact", f"{e.kind} {e.name!r}: bytes match {e.sha256[:12]}…"))
+    if entries:
+        for exc in buildable.refusals(runtime, m):
+            lane_missing = isinstance(exc, buildable.LaneUnavailable)
+            out.append(Check(lane_missing, "build", f"a rebuild would be refused: {exc.message}", warning=lane_missing))
+    return out
+
+
+def pre_block_checks(toolkit: Toolkit) -> list[Check]:
+    from wbcore_runtime.toolkit import manifest as _manifest
+
+    try:
+        text = _manifest.read_text(toolkit.manifest.path)
+    except ManifestError:
+        return []  # discovery read it a moment ago; a file swapped since is reported by the next discovery
+    count = len(PRE_BLOCK_RE.findall(text))
+    if not count:
+        return []
+    return [Check(True, "pre", f"{count} :role pre block(s) DISABLED, never run (native exec is banned)", warning=True)]
+
+
+def verify(toolkit: Toolkit, runtime: Runtime) -> Report:
+    m = toolkit.manifest
+    report = Report(m.id)
+    add = report.checks.append
+    add(Check(True, "manifest", f"{m.path.name} present ({m.format})"))
+    for note in m.notes:
+        add(Check(True, "manifest", note, warning=True))
+    if any(s.slug == "overview" for s in toolkit.skills):
+        add(Check(True, "skills", f"skills/overview.org present ({len(toolkit.skills)} skill(s))"))
+    else:
+        add(Check(False, "skills", "skills/overview.org missing"))
+    for problem in toolkit.skill_problems:
+        add(Check(False, "skills", str(problem)))
+    report.checks.extend(exec_checks(toolkit, runtime))
+    report.checks.extend(artifact_checks(toolkit, runtime))
+    report.checks.extend(policy.cap_checks(m.caps, runtime.caps_universe_for(m.caps)))
+    report.checks.extend(trust_checks(toolkit, runtime))
+    report.checks.extend(pre_block_checks(toolkit))
+    for extra in runtime.hook.wbcore_verify_checks(toolkit=toolkit, runtime=runtime):
+        report.checks.extend(extra or ())
+    return report

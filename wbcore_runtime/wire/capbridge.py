@@ -1,0 +1,313 @@
+"""Caps across a sandbox boundary: a guest's ``wb.<cap>`` calls answered by the host's Dock.
+
+A sandbox tier that runs wasm away from this process (the os_process tier's warm worker,
+the container tier's runner) links the guest's ``wb.*`` imports to functions that forward
+each call over the framed protocol (:mod:`wbcore_runtime.wire.frames`) and wait for the host's answer;
+the sandbox holds no credential and opens no socket, and every decision stays the Dock's.
+This is the one bridge: every tier that bridges wasm caps uses these two classes, so the
+link check, the grant and revocation checks, the nesting depth and the framing of a
+bridged cap are one code path:
+
+    guest side (:class:`GuestCaps`)                  host side (:class:`HostBridge`)
+    Link{id, imports}                        →        Dock.linkable: which caps link, or the refusal
+                                             ←        LinkAnswer{id, caps | refused, secret} + wb.info body
+    BrokerCall{id, cap} + CBOR request       →        Dock.call_raw (or Dock.deny: not linked,
+                                                      outside guest memory, over the frame cap)
+                                             ←        BrokerAnswer{id, status, secret} + CBOR body
+
+Host frames carry the session secret (refused without it, :func:`frames.open_sealed`) and
+the call's id; a valid ``Shutdown`` (the secret) while the guest waits ends the sandbox
+(:class:`Ended`). :class:`GuestCaps` is standard library only, with ``wasmtime`` handed in,
+so a sandbox loads this file by path (the tiers bind it next to ``frames.py``). The ABI is the instance tier's: ``wb.<cap>(req_ptr, req_len,
+resp_ptr, resp_cap) -> i64`` (length, or minus a status), ``wb.fetch`` / ``wb.info``
+``(ptr, cap) -> i64``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+if __package__:
+    from wbcore_runtime.wire import frames
+else:  # loaded by path inside a sandbox, next to frames.py (whatever else its sys.path holds)
+    import frames  # type: ignore[no-redef]
+
+WASI = "wasi_snapshot_preview1"
+CAPS = "wb"
+SLOTS = ("fetch", "info")  # (ptr, cap) -> i64: the pending answer, the host's wb.info body
+MAX_REQUEST = 64 << 20
+STATUS_INTERNAL = 5
+
+
+# --- the host side --------------------------------------------------------------------------
+
+
+class HostBridge:
+    """Answers one call's Link and BrokerCall frames through ``runtime.dock``.
+
+    ``serve(recv, send)`` runs until the guest's end closes (the sandbox ended); a tier
+    that reads the channel itself (its own frames interleave) hands each caps frame to
+    ``answer``. The refusal made at link time is kept in ``refusal`` for the tier to raise,
+    and a guest that broke the protocol leaves its reason in ``broken`` (the tier reports
+    it). The Dock's context gets the time left of the ``timeout_s`` counted from here;
+    ``run(fn, *args)`` runs each ``Dock.call_raw`` (default: on the serving thread; a tier
+    may run it on a broker thread that keeps the call's deadline).
+    """
+
+    def __init__(self, runtime: Any, request: Any, secret: bytes, call_id: int, timeout_s: float,
+                 *, run: Any = None) -> None:
+        self.runtime, self.req, self.secret, self.id = runtime, request, secret, call_id
+        self.deadline = time.monotonic() + timeout_s
+        self.run = run if run is not None else (lambda fn, *args: fn(*args))
+        self.ctx: Any = None
+        self.linked: frozenset[str] = frozenset()
+        self.refusal: Exception | None = None
+        self.broken = ""
+        self.calls = 0
+
+    def serve(self, recv: Any, send: Any) -> None:
+        try:
+            while True:
+                send(self.answer(*recv()))
+        except frames.FrameError as exc:
+            if exc.reason != "eof":
+                self.broken = exc.message
+        except OSError as exc:
+            self.broken = f"{type(exc).__name__}: {exc}"
+
+    def answer(self, kind: int, payload: bytes) -> bytes:
+        """The sealed answer to one ``Link`` or ``BrokerCall`` frame of this call
+        (``FrameError`` for anything else, or a frame for another call)."""
+        obj, blobs = frames.unpack(payload)
+        if obj.get("id") != self.id:
+            raise frames.FrameError("unexpected", f"{frames.name(kind)} for call {obj.get('id')!r}, not {self.id}")
+        if kind == frames.LINK:
+            return self.link(obj)
+        if kind == frames.BROKER_CALL:
+            return self.broker(obj, blobs)
+        raise frames.FrameError("unexpected", f"the guest sent {frames.name(kind)} during a call")
+
+    def link(self, obj: dict[str, Any]) -> bytes:
+        from wbcore_runtime.contract.errors import CapabilityDenied, WbError
+
+        if self.ctx is not None:
+            raise frames.FrameError("unexpected", "the guest asked to link twice in one call")
+        raw = frames.field(obj, "imports", list)
+        imports = [(i[0], i[1]) for i in raw if isinstance(i, list) and len(i) == 2
+                   and isinstance(i[0], str) and isinstance(i[1], str)]
+        if len(imports) != len(raw):
+            raise frames.FrameError("malformed", "Link imports must be [module, name] pairs of strings")
+        req, dock = self.req, self.runtime.dock
+        self.context()
+        try:
+            for module, item in imports:
+                if module not in (WASI, CAPS):
+                    raise CapabilityDenied(f"{req.name}: imports {module}.{item}; a guest may import only {WASI} "
+                                           f"(stdio) and {CAPS}.<cap> (brokered caps)")
+            caps = list(dock.linkable([item for module, item in imports if module == CAPS], self.ctx))
+        except CapabilityDenied as exc:
+            self.refusal = exc if exc.message.startswith(f"{req.name}: ") else CapabilityDenied(f"{req.name}: {exc.message}")
+        except WbError as exc:
+            self.refusal = exc
+        if self.refusal is not None:
+            return frames.seal(frames.LINK_ANSWER, self.secret, {"id": self.id, "refused": True})
+        self.linked = frozenset(caps)
+        return frames.seal(frames.LINK_ANSWER, self.secret, {"id": self.id, "caps": caps}, dock.info(self.ctx))
+
+    def context(self) -> Any:
+        """The call's one Dock context (made on first use): the request's principal, caps,
+        allowed hosts and toolkit, and the time left of the call."""
+        if self.ctx is None:
+            req = self.req
+            self.ctx = self.runtime.dock.context(
+                principal=req.principal, caps=req.caps, timeout=max(0.0, self.deadline - time.monotonic()),
+                allowed_hosts=req.allowed_hosts, toolkit=req.toolkit)
+        return self.ctx
+
+    def answer_posix(self, payload: bytes, decode: Any, encode: Any) -> bytes:
+        """The sealed answer to a posix guest's ``BrokerCall`` (the microvm's ``wb-cap``): no
+        link step — the Dock's grant check decides at the call. ``decode(cap, body)`` turns
+        the guest's body into the Dock's CBOR request (a ``WbError`` is denied through the
+        Dock, audited), ``encode(answer)`` the Dock's answer back."""
+        from wbcore_runtime.contract.errors import WbError
+
+        obj, blobs = frames.unpack(payload)
+        if obj.get("id") != self.id:
+            raise frames.FrameError("unexpected", f"BrokerCall for call {obj.get('id')!r}, not {self.id}")
+        cap = frames.field(obj, "cap", str)
+        body = frames.blobs_of(blobs, 1, frames.BROKER_CALL)[0]
+        ctx, dock = self.context(), self.runtime.dock
+        try:
+            request = decode(cap, body)
+        except WbError as exc:
+            status, answer = dock.deny(ctx, cap, exc, nreq=len(body))
+        else:
+            status, answer = self.run(dock.call_raw, ctx, cap, request)
+        self.calls += 1
+        return frames.seal(frames.BROKER_ANSWER, self.secret, {"id": self.id, "status": status}, encode(answer))
+
+    def broker(self, obj: dict[str, Any], blobs: list[bytes]) -> bytes:
+        from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs
+
+        ctx, dock = self.ctx, self.runtime.dock
+        if ctx is None:
+            raise frames.FrameError("unexpected", "the guest called a cap before linking any")
+        cap = frames.field(obj, "cap", str)
+        request = frames.blobs_of(blobs, 1, frames.BROKER_CALL)[0]
+        if cap not in self.linked:
+            status, body = dock.deny(ctx, cap, CapabilityDenied(f"cap {cap!r} was not linked for {ctx.principal}"))
+        elif "outside" in obj:
+            ptr, n = (frames.field(obj, "outside", list) + [0, 0])[:2]
+            status, body = dock.deny(ctx, cap, InvalidArgs(f"{cap}: request [{ptr}, +{n}) lies outside guest memory"))
+        elif "too_large" in obj:
+            exc = InvalidArgs(f"{cap}: request of {frames.field(obj, 'too_large', int)} bytes exceeds the "
+                              f"{frames.MAX_FRAME}-byte cap")
+            exc.reason = "too-large"  # type: ignore[attr-defined]
+            status, body = dock.deny(ctx, cap, exc)
+        else:
+            status, body = self.run(dock.call_raw, ctx, cap, request)
+        self.calls += 1
+        return frames.seal(frames.BROKER_ANSWER, self.secret, {"id": self.id, "status": status}, body)
+
+    def start(self, recv: Any, send: Any) -> threading.Thread:
+        """``serve`` on a daemon thread (the tier's thread keeps the call's deadline)."""
+        thread = threading.Thread(target=self.serve, args=(recv, send), name="wb-capbridge", daemon=True)
+        thread.start()
+        return thread
+
+
+# --- the guest side (inside the sandbox) -----------------------------------------------------
+
+
+class Refused(Exception):
+    """The host refused to link the guest's imports (its reason stays on the host)."""
+
+
+class Ended(Exception):
+    """The host asked the sandbox to end (a valid ``Shutdown``) while the guest waited."""
+
+
+class GuestCaps:
+    """Links a module's ``wb.*`` imports to functions that ask the host over ``chan``.
+
+    ``chan`` has ``send_frame(bytes)`` and ``recv() -> (kind, payload)``; ``wt`` is the
+    wasmtime package. A host frame without the secret or for another call is answered
+    ``Refused`` and skipped; a channel that fails ends the sandboxed process (its host is
+    gone), and so does a valid ``Shutdown``. A warm sandbox that serves many calls keeps
+    one ``GuestCaps`` (the functions ``define`` links read it) and calls ``begin`` per call.
+    """
+
+    def __init__(self, chan: Any, secret: bytes, call_id: int, wt: Any) -> None:
+        self.chan, self.secret, self.wt = chan, secret, wt
+        self.begin(call_id)
+
+    def begin(self, call_id: int) -> None:
+        """Serve call ``call_id`` next: nothing of the previous call's answers is left."""
+        self.id = call_id
+        self.pending = b""
+        self.info = b""
+
+    @staticmethod
+    def needs_link(module: Any) -> bool:
+        return any(i.module != WASI for i in module.imports)
+
+    @staticmethod
+    def bad_abi(module: Any, wt: Any) -> str:
+        """Why a ``wb.*`` import has the wrong signature, or ``""``."""
+        for imp in module.imports:
+            if imp.module != CAPS:
+                continue
+            want = (["i32", "i32"] if imp.name in SLOTS else ["i32"] * 4, ["i64"])
+            ty = imp.type
+            if not isinstance(ty, wt.FuncType) or ([str(p) for p in ty.params], [str(r) for r in ty.results]) != want:
+                return (f"import {CAPS}.{imp.name} has the wrong signature; the Dock ABI is "
+                        + ("(i32 ptr, i32 cap) -> i64" if imp.name in SLOTS
+                           else "(i32 req_ptr, i32 req_len, i32 resp_ptr, i32 resp_cap) -> i64"))
+        return ""
+
+    def link(self, module: Any) -> list[str]:
+        """Ask the host which caps link (``Refused`` if it refuses the imports)."""
+        imports = [[i.module, i.name or ""] for i in module.imports]
+        self.chan.send_frame(frames.encode(frames.LINK, frames.pack({"id": self.id, "imports": imports})))
+        answer, blobs = self.expect(frames.LINK_ANSWER)
+        if answer.get("refused"):
+            raise Refused()
+        self.info = blobs[0] if blobs else b""
+        return [c for c in frames.field(answer, "caps", list) if isinstance(c, str)]
+
+    def define(self, linker: Any, module: Any, caps: list[str]) -> None:
+        wt = self.wt
+        i32, i64 = wt.ValType.i32(), wt.ValType.i64()
+        wanted = {i.name for i in module.imports if i.module == CAPS}
+        for cap in caps:
+            if cap in wanted and cap not in SLOTS:
+                linker.define_func(CAPS, cap, wt.FuncType([i32] * 4, [i64]), self._cap(cap), access_caller=True)
+        for slot in SLOTS:
+            if slot in wanted:
+                linker.define_func(CAPS, slot, wt.FuncType([i32, i32], [i64]), self._slot(slot == "info"),
+                                   access_caller=True)
+
+    def expect(self, want: int) -> tuple[dict[str, Any], list[bytes]]:
+        while True:
+            kind, payload = self.chan.recv()
+            try:
+                if kind == frames.SHUTDOWN:
+                    frames.check_shutdown(payload, self.secret)
+                    raise Ended()
+                if kind != want:
+                    raise frames.FrameError("unexpected", f"expected {frames.name(want)}, got {frames.name(kind)}")
+                obj, blobs = frames.open_sealed(kind, payload, self.secret)
+                if obj.get("id") != self.id:
+                    raise frames.FrameError("unexpected", f"{frames.name(kind)} for call {obj.get('id')!r}, not {self.id}")
+                return obj, blobs
+            except frames.FrameError as exc:
+                self.chan.send_frame(frames.refused(exc.reason, exc.message))
+
+    def ask(self, cap: str, extra: dict[str, Any], request: bytes) -> tuple[int, bytes]:
+        self.chan.send_frame(frames.encode(frames.BROKER_CALL, frames.pack({"id": self.id, "cap": cap, **extra}, request)))
+        obj, blobs = self.expect(frames.BROKER_ANSWER)
+        return frames.field(obj, "status", int), (blobs[0] if blobs else b"")
+
+    def _cap(self, cap: str) -> Any:
+        import os
+
+        def host(caller: Any, req_ptr: int, req_len: int, resp_ptr: int, resp_cap: int) -> int:
+            try:
+                mem = caller["memory"]
+                size = mem.data_len(caller)
+                req_ptr &= 0xFFFFFFFF
+                req_len &= 0xFFFFFFFF
+                if req_ptr + req_len > size:
+                    status, body = self.ask(cap, {"outside": [req_ptr, req_len]}, b"")
+                elif req_len > MAX_REQUEST:
+                    status, body = self.ask(cap, {"too_large": req_len}, b"")
+                else:
+                    status, body = self.ask(cap, {}, bytes(mem.read(caller, req_ptr, req_ptr + req_len)))
+                self.pending = body
+                return _deliver(caller, mem, body, resp_ptr, resp_cap, status)
+            except Ended:
+                os._exit(0)  # the host asked us to end: nothing left to answer
+            except (OSError, frames.FrameError):
+                os._exit(70)  # the host is gone: nothing left to answer
+            except Exception:  # noqa: BLE001 - a trap would kill the guest; report internal
+                return -STATUS_INTERNAL
+
+        return host
+
+    def _slot(self, info: bool) -> Any:
+        def slot(caller: Any, ptr: int, cap: int) -> int:
+            if info:
+                self.pending = self.info
+            return _deliver(caller, caller["memory"], self.pending, ptr, cap, 0)
+
+        return slot
+
+
+def _deliver(caller: Any, mem: Any, body: bytes, ptr: int, cap: int, status: int) -> int:
+    ptr &= 0xFFFFFFFF
+    cap &= 0xFFFFFFFF
+    if len(body) <= cap and ptr + len(body) <= mem.data_len(caller):
+        mem.write(caller, body, ptr)
+    return -status if status else len(body)

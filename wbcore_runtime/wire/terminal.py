@@ -1,0 +1,548 @@
+"""Interactive terminal sessions over the framed protocol (seed 003's PTY): both ends.
+
+A sandbox tier that offers ``wbx shell`` starts a *guest agent* inside its sandbox (the
+container tier a process in its container, the microvm tier the agent in its guest) and
+hands the host a :class:`Channel` to it plus the session secret. Then the same frames flow
+whatever the tier:
+
+    host                                           agent (in the sandbox)
+    Ping(secret, version)                    →
+                                             ←     Pong(version)
+    PtyOpen{session, program, args, cols, rows, env, secret}  →   allowlist, forkpty, exec
+                                             ←     PtyOpened{session, ok, error}
+    PtyData(secret + session + keystrokes)   →     written to the session's pty master
+                                             ←     PtyData(session + terminal output)
+    PtyResize{session, cols, rows, secret}   →     TIOCSWINSZ (the child gets SIGWINCH)
+    PtyClose{session, secret}                →     SIGHUP to the child's process group
+                                             ←     PtyClosed{session, exit_code}
+    Shutdown(secret)                         →     the agent hangs up every session and exits
+
+The agent side (:class:`Agent`) is standard library only and imports ``frames`` by name
+when it is loaded by path inside a sandbox (the container tier binds both files in); a
+guest agent written in another language speaks the same frames (``wbcore_runtime.wire.frames``).
+Every host → agent frame carries the secret and is refused without it; at most
+:data:`MAX_SESSIONS` sessions run at once per agent; only programs on the agent's
+allowlist are started; the child drops to an unprivileged uid when the agent runs as root.
+Interactive sessions keep RLIMIT_NOFILE and RLIMIT_NPROC but not RLIMIT_FSIZE (seed 003).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import select
+import signal
+import stat
+import struct
+import termios
+import time
+import tty
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+try:
+    from wbcore_runtime.wire import frames
+except ImportError:  # loaded by path inside a sandbox, next to frames.py
+    import frames  # type: ignore[no-redef]
+
+#: Concurrent sessions one agent (one sandbox) serves; the next PtyOpen is refused.
+MAX_SESSIONS = 4
+#: Read size on a pty master or the host's stdin (one PtyData frame at most this big).
+CHUNK = 1 << 16
+#: Keystrokes buffered for children that are not reading (agent) or frames for an agent that
+#: is not reading (host): past it the side stops reading its input until the other drains,
+#: so the pipes push back instead of either side blocking in a write (no deadlock).
+PENDING_CAP = 1 << 20
+#: The uid a session's child drops to when the agent runs as root (seed 003: uid 1000).
+CHILD_UID = 1000
+#: Environment names a PtyOpen may set (anything else, e.g. LD_PRELOAD, is dropped).
+ENV_NAMES = frozenset({"TERM", "LANG", "LC_ALL", "COLUMNS", "LINES", "PS1", "HOME", "USER", "PATH", "SHELL"})
+MAX_ARGS = 256
+MAX_ARG_BYTES = 64 << 10
+
+
+class PtyError(Exception):
+    """A session could not be opened or its agent went away (the message says which)."""
+
+
+# --- what the host asks for ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Mount:
+    """A host folder the sandbox sees at ``guest`` (``rw=False``: read-only)."""
+
+    host: str
+    guest: str
+    rw: bool = False
+
+
+#: Guest paths a mount may not cover: the sandbox's own system folders.
+RESERVED = ("/proc", "/dev", "/sys", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc", "/wb", "/run")
+
+
+def parse_mount(spec: str) -> Mount:
+    """``host:guest[:ro|rw]`` (default ``ro``) → :class:`Mount`, or ``ValueError`` saying
+    what is wrong. The host side must be an existing folder; the guest side an absolute,
+    normalised path outside the sandbox's system folders."""
+    parts = spec.split(":")
+    if len(parts) == 2:
+        parts.append("ro")
+    if len(parts) != 3 or not parts[0] or not parts[1]:
+        raise ValueError(f"--mount {spec!r}: expected HOST:GUEST[:ro|rw], e.g. ./data:/data:ro")
+    host, guest, mode = parts
+    if mode not in ("ro", "rw"):
+        raise ValueError(f"--mount {spec!r}: the mode must be ro or rw, not {mode!r}")
+    real = os.path.realpath(host)
+    if not os.path.isdir(real):
+        raise ValueError(f"--mount {spec!r}: host folder {host!r} does not exist (or is not a folder)")
+    if not guest.startswith("/") or os.path.normpath(guest) != guest or guest == "/":
+        raise ValueError(f"--mount {spec!r}: the guest path must be absolute and normalised (no '..', no trailing "
+                         "'/'), e.g. /data")
+    for sys_dir in RESERVED:
+        if guest == sys_dir or guest.startswith(sys_dir + "/"):
+            raise ValueError(f"--mount {spec!r}: {sys_dir} belongs to the sandbox; mount under another path "
+                             "(e.g. /data or /tmp/work)")
+    return Mount(real, guest, mode == "rw")
+
+
+def unreachable_by(path: str, rw: bool, uid: int) -> str:
+    """Why host ``uid`` (which owns nothing and is in no group: the unprivileged uid a tier
+    runs its sandbox as) cannot use the mounted folder ``path``, or ``""``: every ancestor
+    must be searchable by others, the folder readable (and for ``rw`` writable) by others
+    or owned by ``uid``. Every tier that mounts a host folder asks this, before it starts."""
+    p = Path(path)
+    for parent in reversed(p.parents):
+        st = parent.stat()
+        if st.st_uid != uid and not st.st_mode & stat.S_IXOTH:
+            return f"{parent} is not searchable by others (chmod o+x {parent})"
+    st = p.stat()
+    need = stat.S_IROTH | stat.S_IXOTH | (stat.S_IWOTH if rw else 0)
+    if st.st_uid != uid and st.st_mode & need != need:
+        return (f"{p} is not {'writable' if rw else 'readable'} by others (chmod o+{'rwx' if rw else 'rx'} {p}, "
+                f"or chown {uid} {p})")
+    return ""
+
+
+@dataclass(frozen=True, slots=True)
+class ShellRequest:
+    """What ``wbx shell`` asks a tier for: a sandbox whose agent serves terminal sessions."""
+
+    program: str = "/bin/sh"
+    args: Sequence[str] = ()
+    mounts: Sequence[Mount] = ()
+    timeout_s: float = 3600.0
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+class Channel:
+    """Frames over two file descriptors (the sandbox's end of a pipe pair or a socket)."""
+
+    def __init__(self, read_fd: int, write_fd: int) -> None:
+        self.read_fd, self.write_fd = read_fd, write_fd
+
+    def recv(self) -> tuple[int, bytes]:
+        return frames.read_frame(self._read)
+
+    def _read(self, n: int) -> bytes:
+        while True:
+            try:
+                return os.read(self.read_fd, n)
+            except BlockingIOError:  # one socket both ways (a VM's channel), non-blocking for the relay's writes
+                select.select([self.read_fd], [], [], 1.0)
+
+    def send_frame(self, frame: bytes) -> None:
+        view = memoryview(frame)
+        while view:
+            view = view[os.write(self.write_fd, view):]
+
+
+# --- the agent side ----------------------------------------------------------------------
+
+
+class _Session:
+    __slots__ = ("fd", "id", "pending", "pid")
+
+    def __init__(self, sid: int, pid: int, fd: int) -> None:
+        self.id, self.pid, self.fd = sid, pid, fd
+        self.pending = bytearray()  # keystrokes the child has not taken yet
+
+
+class Agent:
+    """Serves PTY sessions on ``chan`` for the host that holds ``secret``.
+
+    ``allow`` is the command allowlist (absolute paths); ``nofile``/``nproc`` the rlimits
+    each child gets. One thread, one ``select`` over the channel and the pty masters.
+    """
+
+    def __init__(self, chan: Channel, secret: bytes, allow: Iterable[str], *, nofile: int = 256,
+                 nproc: int = 64) -> None:
+        self.chan, self.secret = chan, secret
+        self.allow = frozenset(allow)
+        self.nofile, self.nproc = nofile, nproc
+        self.sessions: dict[int, _Session] = {}
+        self.by_fd: dict[int, _Session] = {}
+
+    def handshake(self) -> None:
+        kind, payload = self.chan.recv()
+        if kind != frames.PING:
+            raise frames.FrameError("unexpected", f"the first frame must be Ping, got {frames.name(kind)}")
+        frames.check_ping(payload, self.secret)
+        self.chan.send_frame(frames.pong())
+
+    def serve(self) -> None:
+        """Until Shutdown or the host hangs up; a refused frame is answered and skipped."""
+        try:
+            while True:
+                backlog = sum(len(s.pending) for s in self.sessions.values())
+                fds = ([self.chan.read_fd] if backlog < PENDING_CAP else []) + list(self.by_fd)
+                wfds = [s.fd for s in self.sessions.values() if s.pending and s.fd in self.by_fd]
+                ready, writable, _ = select.select(fds, wfds, [], 0.2)
+                for fd in writable:
+                    self.to_pty(self.by_fd[fd])
+                for fd in ready:
+                    if fd == self.chan.read_fd:
+                        if not self.from_host():
+                            return
+                    elif fd in self.by_fd:
+                        self.from_pty(self.by_fd[fd])
+                self.reap()
+        finally:
+            self.hang_up()
+
+    def from_host(self) -> bool:
+        kind, payload = self.chan.recv()  # a stream that is not frames ends the agent (FrameError)
+        try:
+            if kind == frames.SHUTDOWN:
+                frames.check_shutdown(payload, self.secret)
+                return False
+            if kind == frames.PING:
+                frames.check_ping(payload, self.secret)
+                self.chan.send_frame(frames.pong())
+            elif kind == frames.PTY_DATA:
+                sid, data = frames.open_pty_data(payload, self.secret)
+                session = self.sessions.get(sid)
+                if session is not None and session.fd in self.by_fd:
+                    session.pending += data
+                    self.to_pty(session)
+            elif kind in (frames.PTY_OPEN, frames.PTY_RESIZE, frames.PTY_CLOSE):
+                obj, _ = frames.open_sealed(kind, payload, self.secret)
+                sid = frames.field(obj, "session", int)
+                if kind == frames.PTY_OPEN:
+                    self.open(sid, obj)
+                elif kind == frames.PTY_RESIZE:
+                    session = self.sessions.get(sid)
+                    if session is not None:
+                        _set_size(session.fd, _size(obj))
+                elif sid in self.sessions:
+                    _signal_group(self.sessions[sid].pid, signal.SIGHUP)
+            else:
+                raise frames.FrameError("unexpected", f"{frames.name(kind)} is not a terminal-session frame")
+        except frames.FrameError as exc:
+            self.chan.send_frame(frames.refused(exc.reason, exc.message))
+        return True
+
+    def open(self, sid: int, obj: dict[str, Any]) -> None:
+        def no(why: str) -> None:
+            self.chan.send_frame(frames.encode(frames.PTY_OPENED, frames.pack({"session": sid, "ok": False,
+                                                                               "error": why})))
+
+        program = frames.field(obj, "program", str)
+        args = frames.field(obj, "args", list, [])
+        env = frames.field(obj, "env", dict, {})
+        if not all(isinstance(a, str) for a in args) or len(args) > MAX_ARGS or sum(map(len, args)) > MAX_ARG_BYTES:
+            raise frames.FrameError("malformed", f"args must be at most {MAX_ARGS} strings")
+        if sid in self.sessions or not 0 < sid < 1 << 32:
+            return no(f"session {sid} is already open or not a valid id")
+        if len(self.sessions) >= MAX_SESSIONS:
+            return no(f"this sandbox already serves {MAX_SESSIONS} terminal sessions (the most at once); "
+                      "close one first")
+        if program not in self.allow:
+            return no(f"{program!r} is not on this sandbox's command allowlist ({', '.join(sorted(self.allow))})")
+        rows, cols = _size(obj)
+        child_env = {"TERM": "xterm-256color", "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"}
+        child_env.update({k: v for k, v in env.items() if k in ENV_NAMES and isinstance(v, str) and "\0" not in v})
+        pid, fd = _fork_pty(program, args, child_env, (rows, cols), self.nofile, self.nproc)
+        session = _Session(sid, pid, fd)
+        self.sessions[sid] = session
+        self.by_fd[fd] = session
+        self.chan.send_frame(frames.encode(frames.PTY_OPENED, frames.pack({"session": sid, "ok": True})))
+
+    def to_pty(self, session: _Session) -> None:
+        """As much of the session's pending input as its pty takes now (never blocks)."""
+        try:
+            n = os.write(session.fd, session.pending[:CHUNK])
+        except BlockingIOError:
+            return
+        except OSError:  # the child is gone: its input goes nowhere
+            n = len(session.pending)
+        del session.pending[:n]
+
+    def from_pty(self, session: _Session) -> None:
+        try:
+            data = os.read(session.fd, CHUNK)
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            if exc.errno != errno.EIO:  # EIO: every slave fd closed (the child and its heirs are gone)
+                raise
+            data = b""
+        if data:
+            self.chan.send_frame(frames.pty_data(session.id, data))
+            return
+        self.by_fd.pop(session.fd, None)  # output is over; reap() reports the exit
+
+    def reap(self) -> None:
+        for session in list(self.sessions.values()):
+            if session.fd in self.by_fd:
+                # Output still flows; a child that exited while a background process holds
+                # the pty ends the session too (what it wrote so far is relayed first).
+                pid, status = os.waitpid(session.pid, os.WNOHANG)
+                if pid == 0:
+                    continue
+                self.drain(session)
+                _signal_group(session.pid, signal.SIGHUP)
+                self.by_fd.pop(session.fd, None)
+            else:
+                _, status = os.waitpid(session.pid, 0)
+            self.close(session, _exit_code(status))
+
+    def drain(self, session: _Session) -> None:
+        for _ in range(64):
+            try:
+                data = os.read(session.fd, CHUNK)
+            except OSError:
+                return
+            if not data:
+                return
+            self.chan.send_frame(frames.pty_data(session.id, data))
+
+    def close(self, session: _Session, code: int) -> None:
+        os.close(session.fd)
+        del self.sessions[session.id]
+        self.chan.send_frame(frames.encode(frames.PTY_CLOSED, frames.pack({"session": session.id, "exit_code": code})))
+
+    def hang_up(self) -> None:
+        for session in list(self.sessions.values()):
+            _signal_group(session.pid, signal.SIGHUP)
+            _signal_group(session.pid, signal.SIGKILL)
+            try:
+                os.waitpid(session.pid, 0)
+            except ChildProcessError:
+                pass
+            try:
+                os.close(session.fd)
+            except OSError:
+                pass
+        self.sessions.clear()
+        self.by_fd.clear()
+
+
+#: Signals a session's program gets back at their default action (see :func:`_fork_pty`).
+CHILD_DEFAULT_SIGNALS = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGPIPE,
+                         signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU, signal.SIGCHLD)
+
+
+def _fork_pty(program: str, args: list[str], env: dict[str, str], size: tuple[int, int], nofile: int,
+              nproc: int) -> tuple[int, int]:
+    """forkpty: the child is a session leader on a new pty, with its rlimits, unprivileged."""
+    import pty
+    import resource
+
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: only async-signal-safe-ish work, then exec or _exit
+        try:
+            _set_size(0, size)
+            for which, value in ((resource.RLIMIT_NOFILE, nofile), (resource.RLIMIT_NPROC, nproc)):
+                hard = resource.getrlimit(which)[1]
+                value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+                resource.setrlimit(which, (value, value))
+            if os.getuid() == 0:
+                os.setgroups([])
+                os.setgid(CHILD_UID)
+                os.setuid(CHILD_UID)
+            os.closerange(3, 65536)
+            # An ignored signal stays ignored across exec: started under `nohup` (or by a parent
+            # that ignores SIGHUP), the shell would outlive every PtyClose. The session's
+            # program starts with the default dispositions and an empty signal mask.
+            for sig in CHILD_DEFAULT_SIGNALS:
+                signal.signal(sig, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_SETMASK, [])
+            os.execve(program, [program, *args], env)
+        except BaseException as exc:  # noqa: BLE001 - the child must never return into the agent
+            os.write(2, f"wbcore-agent: cannot start {program}: {exc}\r\n".encode())
+        os._exit(127)
+    fcntl.fcntl(fd, fcntl.F_SETFD, fcntl.FD_CLOEXEC)
+    os.set_blocking(fd, False)
+    return pid, fd
+
+
+def _size(obj: dict[str, Any]) -> tuple[int, int]:
+    rows, cols = frames.field(obj, "rows", int, 24), frames.field(obj, "cols", int, 80)
+    if not (1 <= rows <= 1000 and 1 <= cols <= 1000):
+        raise frames.FrameError("malformed", f"terminal size {cols}x{rows} is out of range (1..1000)")
+    return rows, cols
+
+
+def _set_size(fd: int, size: tuple[int, int]) -> None:
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", size[0], size[1], 0, 0))
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        # A child forked a moment ago may not have made its session (setsid) yet, so there is
+        # no group of that id: signal the child itself, or a close right after an open is lost.
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+    except PermissionError:
+        pass
+
+
+def _exit_code(status: int) -> int:
+    if os.WIFSIGNALED(status):
+        return 128 + os.WTERMSIG(status)
+    return os.WEXITSTATUS(status)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view):]
+        except BlockingIOError:
+            select.select([], [fd], [], 1.0)
+
+
+# --- the host side -----------------------------------------------------------------------
+
+
+def handshake(chan: Channel, secret: bytes) -> None:
+    """Ping the agent with the secret; its Pong names the same protocol version."""
+    chan.send_frame(frames.ping(secret))
+    kind, payload = chan.recv()
+    if kind != frames.PONG:
+        raise PtyError(f"the sandbox's agent answered Ping with {frames.name(kind)}")
+    frames.check_pong(payload)
+
+
+def terminal_size(fd: int) -> tuple[int, int]:
+    """``(rows, cols)`` of the terminal on ``fd``, 24x80 when it is not one."""
+    try:
+        size = os.get_terminal_size(fd)
+        return size.lines, size.columns
+    except OSError:
+        return 24, 80
+
+
+def attach(chan: Channel, secret: bytes, request: ShellRequest, *, stdin_fd: int = 0, stdout_fd: int = 1,
+           session: int = 1, deadline: float | None = None) -> int:
+    """Open terminal session ``session`` and relay it until its child exits; its exit code.
+
+    The host's terminal is in raw mode meanwhile (restored on every way out); SIGWINCH
+    becomes PtyResize; a stdin that is not a terminal ends with one EOT (Ctrl-D) sent.
+    Past ``deadline`` (monotonic) the session is closed and :class:`PtyError` raised.
+    """
+    rows, cols = terminal_size(stdout_fd)
+    env = {"TERM": os.environ.get("TERM", "xterm-256color"), **dict(request.env)}
+    chan.send_frame(frames.seal(frames.PTY_OPEN, secret, {"session": session, "program": request.program,
+                                                          "args": list(request.args), "rows": rows, "cols": cols,
+                                                          "env": env, "interactive": True}))
+    kind, payload = chan.recv()
+    if kind == frames.REFUSED:
+        obj, _ = frames.unpack(payload)
+        raise PtyError(f"the sandbox refused PtyOpen: {obj.get('message')}")
+    if kind != frames.PTY_OPENED:
+        raise PtyError(f"the sandbox answered PtyOpen with {frames.name(kind)}")
+    obj, _ = frames.unpack(payload)
+    if obj.get("ok") is not True:
+        raise PtyError(f"the sandbox could not open a terminal: {obj.get('error')}")
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    old_handler = None
+    saved = None
+    if os.isatty(stdin_fd):
+        saved = termios.tcgetattr(stdin_fd)
+        tty.setraw(stdin_fd)
+    try:
+        try:
+            old_handler = signal.signal(signal.SIGWINCH, lambda *_: _poke(wake_w))
+        except ValueError:  # not the main thread: no resize relay
+            old_handler = None
+        return _relay(chan, secret, session, stdin_fd, stdout_fd, wake_r, deadline)
+    finally:
+        os.set_blocking(chan.write_fd, True)
+        if saved is not None:
+            termios.tcsetattr(stdin_fd, termios.TCSADRAIN, saved)
+        if old_handler is not None:
+            signal.signal(signal.SIGWINCH, old_handler)
+        os.close(wake_r)
+        os.close(wake_w)
+
+
+def _poke(fd: int) -> None:
+    try:
+        os.write(fd, b"w")
+    except OSError:
+        pass
+
+
+def _relay(chan: Channel, secret: bytes, sid: int, stdin_fd: int, stdout_fd: int, wake_r: int,
+           deadline: float | None) -> int:
+    reading_stdin = True
+    out = bytearray()  # frames for the agent not written yet (the pipe is non-blocking)
+    os.set_blocking(chan.write_fd, False)
+
+    def queue(frame: bytes) -> None:
+        out.extend(frame)
+
+    while True:
+        if deadline is not None and time.monotonic() >= deadline:
+            os.set_blocking(chan.write_fd, True)
+            chan.send_frame(frames.seal(frames.PTY_CLOSE, secret, {"session": sid}))
+            raise PtyError("the shell reached its deadline; its session was closed")
+        fds = [chan.read_fd, wake_r] + ([stdin_fd] if reading_stdin and len(out) < PENDING_CAP else [])
+        wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+        ready, writable, _ = select.select(fds, [chan.write_fd] if out else [], [], wait)
+        if writable:
+            try:
+                del out[:os.write(chan.write_fd, out[:CHUNK * 4])]
+            except BlockingIOError:
+                pass
+            except BrokenPipeError:
+                raise PtyError("the sandbox went away") from None
+        if wake_r in ready:
+            os.read(wake_r, 64)
+            rows, cols = terminal_size(stdout_fd)
+            queue(frames.seal(frames.PTY_RESIZE, secret, {"session": sid, "rows": rows, "cols": cols}))
+        if stdin_fd in ready and reading_stdin:
+            data = os.read(stdin_fd, CHUNK)
+            if data:
+                queue(frames.pty_data(sid, data, secret))
+            else:
+                reading_stdin = False
+                if not os.isatty(stdin_fd):
+                    queue(frames.pty_data(sid, b"\x04", secret))
+        if chan.read_fd in ready:
+            try:
+                kind, payload = chan.recv()
+            except frames.FrameError as exc:
+                raise PtyError(f"the sandbox went away ({exc.message})") from None
+            if kind == frames.PTY_DATA:
+                got, data = frames.open_pty_data(payload)
+                if got == sid:
+                    _write_all(stdout_fd, data)
+            elif kind == frames.PTY_CLOSED:
+                obj, _ = frames.unpack(payload)
+                if obj.get("session") == sid:
+                    code = frames.field(obj, "exit_code", int)
+                    return code if 0 <= code <= 255 else 255
+            elif kind == frames.REFUSED:
+                obj, _ = frames.unpack(payload)
+                raise PtyError(f"the sandbox refused a frame: {obj.get('message')}")
