@@ -364,8 +364,16 @@ class MicrovmTier:
         return _image.cache_root(self.runtime.home, dict(self.runtime.env))
 
     def snapshot(self) -> Snapshot:
+        """The tier's snapshot, or the named one ``$WB_MICROVM_SNAPSHOT`` selects (``wbx
+        snapshot save``: a guest prepared ahead, e.g. with a toolkit's files in place)."""
         if self._snap is None:
-            self._snap = prepare(self.cache)
+            named = self.runtime.env.get("WB_MICROVM_SNAPSHOT")
+            if named:
+                from wbcore_microvm import snapshots
+
+                self._snap = snapshots.as_tier_snapshot(self.runtime, snapshots.get(self.runtime.home, named))
+            else:
+                self._snap = prepare(self.cache)
         return self._snap
 
     def call(self, request: Any) -> CallResult:
