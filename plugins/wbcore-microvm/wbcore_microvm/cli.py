@@ -65,12 +65,13 @@ def build(runtime: Any) -> typer.Typer:
         name: str = typer.Argument(..., help="The snapshot."),
         argv: list[str] = typer.Argument(None, help="A command to run in the restored guest (after --)."),
         timeout: float = typer.Option(60.0, "--timeout", help="Seconds for the restore and the command."),
+        with_stdin: bool = typer.Option(False, "--stdin", help="Pass this command's stdin to the guest command."),
         json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
         """Restore NAME into a new micro-VM, run a command in it (if given), tear it down."""
         from wbcore_microvm import snapshots
 
-        stdin = b"" if sys.stdin is None or sys.stdin.isatty() else sys.stdin.buffer.read(snapshots.OUTPUT_CAP + 1)
+        stdin = sys.stdin.buffer.read(snapshots.OUTPUT_CAP + 1) if with_stdin else b""
         if len(stdin) > snapshots.OUTPUT_CAP:
             from wbcore_runtime.calls import LimitExceeded
 
@@ -80,9 +81,13 @@ def build(runtime: Any) -> typer.Typer:
             emit_json({"name": r.name, "isolation": r.accel, "restore_s": round(r.restore_s, 4), "exit": r.exit,
                        "stdout": r.stdout.decode(errors="replace"), "stderr": r.stderr.decode(errors="replace")})
         else:
-            sys.stdout.buffer.write(r.stdout)
+            out = getattr(sys.stdout, "buffer", None)
+            if out is not None:
+                out.write(r.stdout)
+            else:
+                sys.stdout.write(r.stdout.decode(errors="replace"))
             sys.stdout.flush()
-            sys.stderr.buffer.write(r.stderr)
+            sys.stderr.write(r.stderr.decode(errors="replace"))
             print(f"snapshot {r.name}: restored in {r.restore_s:.3f} s (isolation {r.accel})", file=sys.stderr)
         if r.exit:
             raise typer.Exit(r.exit if r.exit < 256 else 1)
