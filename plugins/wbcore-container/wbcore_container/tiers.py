@@ -309,7 +309,16 @@ def _skill_binds(runtime: Runtime, posix: dict[str, Any]) -> list[tuple[str, str
     from wbcore_runtime import skill_images
 
     images = skill_images.parse(" ".join(f"{r}={m}" for r, m in entries))
-    return [(str(skill_images.resolve(runtime.home, im, runtime.env)), im.mount) for im in images]
+    out = [(str(skill_images.resolve(runtime.home, im, runtime.env)), im.mount) for im in images]
+    if os.geteuid() == 0:  # bwrap then runs as the unprivileged host uid: it must reach the trees
+        from wbcore_runtime.terminal import unreachable_by
+
+        for host, guest in out:
+            why = unreachable_by(host, False, bwrap.HOST_UID)
+            if why:
+                raise InvalidArgs(f"skill image at {guest}: the container runs as host uid {bwrap.HOST_UID}, which cannot "
+                                  f"read its cache folder {host}: {why}")
+    return out
 
 
 def _argv(req: CommandRequest) -> list[str]:
