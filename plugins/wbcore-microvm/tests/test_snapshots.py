@@ -130,12 +130,14 @@ def test_save_restore_list_delete_and_layers(vm_home, wbx, tmp_path: Path) -> No
     mode = (snapshots.store_root(rt.home) / "tk").stat().st_mode & 0o777
     assert mode == 0o700  # it holds the guest's secret
     # the tier's calls restore a named snapshot when WB_MICROVM_SNAPSHOT selects it
-    from test_microvm_tier import TestMicrovmConformance
-    from wbcore_microvm.tiers import MicrovmTier
+    from wbcore_runtime import builder
+    from wbcore_runtime.testing import manifest_text, write_toolkit
 
     rt2 = vm_home(env={**os.environ, "WB_MICROVM_SNAPSHOT": "tk", "WB_MICROVM_POOL": "0"})
-    res = MicrovmTier(rt2).call(TestMicrovmConformance().request(rt2, "cat", ["/tmp/tk/state"]))
-    assert res.stdout == b"warmed\n"
+    write_toolkit(rt2.roots[0], "snapcat", manifest_text("snapcat", exec="posix", extra={"CLI_BIN": "cat"}))
+    rt2.discover(refresh=True)
+    res = rt2.call(builder.build(rt2, "snapcat").name, ["/tmp/tk/state"], b"", tier="microvm")
+    assert res.stdout == b"warmed\n" and res.usage.isolation in ("kvm", "tcg")
     r = wbx("snapshot", "delete", "prep", runtime=rt)
     assert r.exit_code == 0 and "deleted snapshot prep" in r.stdout
     r = wbx("snapshot", "restore", "prep", runtime=rt)
