@@ -395,6 +395,9 @@ class MicrovmTier:
             from wbcore_runtime import skill_images
             from wbcore_runtime.terminal import Mount, unreachable_by
 
+            if self.runtime.env.get("WB_MICROVM_SNAPSHOT"):
+                raise InvalidArgs(f"{request.name}: its skill images need the tier's snapshot with virtio-9p slots; "
+                                  "a named snapshot (WB_MICROVM_SNAPSHOT) has none: unset it for this toolkit")
             parsed = skill_images.parse(" ".join(f"{r}={m}" for r, m in images))
             mounts = [Mount(str(skill_images.resolve(self.runtime.home, im, self.runtime.env)), im.mount) for im in parsed]
             if len(mounts) > MOUNT_SLOTS:
