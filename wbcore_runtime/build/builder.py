@@ -206,7 +206,13 @@ def posix_manifest(tk: Toolkit) -> bytes:
     if not m.cli_bin:
         raise InvalidArgs(f"{m.id}: a posix toolkit needs #+CLI_BIN (the native CLI to run, found inside the "
                           "container tier's root)")
-    return POSIX_MAGIC + json.dumps({"cli_bin": m.cli_bin, "toolkit": m.id}, sort_keys=True).encode()
+    obj: dict[str, Any] = {"cli_bin": m.cli_bin, "toolkit": m.id}
+    images = m.keywords.get("SKILL_IMAGES")
+    if images:  # OCI skill images its calls see read-only (wbcore_runtime.skill_images)
+        from wbcore_runtime import skill_images
+
+        obj["skill_images"] = [[s.reference, s.mount] for s in skill_images.parse(images, f"{m.id}: #+SKILL_IMAGES")]
+    return POSIX_MAGIC + json.dumps(obj, sort_keys=True).encode()
 
 
 def read_posix_manifest(data: bytes) -> dict[str, Any] | None:

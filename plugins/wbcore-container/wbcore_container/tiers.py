@@ -100,12 +100,12 @@ class ContainerTier:
         data = self.runtime.artifacts.read_verified(request.sha256)  # a tampered artifact never runs
         posix = read_posix_manifest(data)
         if posix is not None:
-            return self._posix(request, str(posix["cli_bin"]))
+            return self._posix(request, str(posix["cli_bin"]), _skill_binds(self.runtime, posix))
         return self._wasm(request, data)
 
     # --- posix ---------------------------------------------------------------------------
 
-    def _posix(self, req: CommandRequest, cli: str) -> CallResult:
+    def _posix(self, req: CommandRequest, cli: str, binds: list[tuple[str, str]] | None = None) -> CallResult:
         path = rootfs.resolve_cli(cli)
         if path is None:
             raise NotFound(f"{req.name}: #+CLI_BIN {cli!r} is not in the container root ({', '.join(rootfs.ROOT_PATH)} "
@@ -114,7 +114,7 @@ class ContainerTier:
         limits = bwrap.Limits(memory=prof.memory_bytes, processes=POSIX_PROCESSES, cpu_s=_cpu(req.timeout_s),
                               deadline_s=req.timeout_s, stdout_cap=prof.stdout_bytes, stderr_cap=prof.stderr_bytes)
         spec = bwrap.Spec(argv=[path, *_argv(req)[1:]], stdin=_stdin(req), limits=limits, unprivileged=True,
-                          cancel=req.cancel)
+                          cancel=req.cancel, binds=binds or [])
         out = bwrap.run(spec, self.root)
         self._limits(req, out)
         if out.exit_code < 0:
@@ -298,6 +298,27 @@ def _sender(chan: Channel):  # type: ignore[no-untyped-def]
             raise frames.FrameError("eof", "the container ended") from None
 
     return send
+
+
+def _skill_binds(runtime: Runtime, posix: dict[str, Any]) -> list[tuple[str, str]]:
+    """The toolkit's OCI skill images (``#+SKILL_IMAGES``), pulled once and verified by
+    digest (:func:`wbcore_runtime.skill_images.resolve`), as read-only binds at their paths."""
+    entries = posix.get("skill_images") or []
+    if not entries:
+        return []
+    from wbcore_runtime import skill_images
+
+    images = skill_images.parse(" ".join(f"{r}={m}" for r, m in entries))
+    out = [(str(skill_images.resolve(runtime.home, im, runtime.env)), im.mount) for im in images]
+    if os.geteuid() == 0:  # bwrap then runs as the unprivileged host uid: it must reach the trees
+        from wbcore_runtime.terminal import unreachable_by
+
+        for host, guest in out:
+            why = unreachable_by(host, False, bwrap.HOST_UID)
+            if why:
+                raise InvalidArgs(f"skill image at {guest}: the container runs as host uid {bwrap.HOST_UID}, which cannot "
+                                  f"read its cache folder {host}: {why}")
+    return out
 
 
 def _argv(req: CommandRequest) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from wbcore_runtime import hookimpl
 from wbcore_runtime.contract.records import IsolationTier, deferred
@@ -22,3 +23,11 @@ def wbcore_isolation_tiers() -> Iterator[IsolationTier]:
         kinds=frozenset({"command", "posix", "shell"}),
         bridges_caps=True,
     )
+
+
+@hookimpl
+def wbcore_cli_commands(add: Any) -> None:
+    from wbcore_microvm import cli
+
+    add("snapshot", cli.build(getattr(add, "runtime", None)),
+        help="Named snapshots of prepared micro-VMs: save, restore, list, delete (tier microvm).")

@@ -364,8 +364,16 @@ class MicrovmTier:
         return _image.cache_root(self.runtime.home, dict(self.runtime.env))
 
     def snapshot(self) -> Snapshot:
+        """The tier's snapshot, or the named one ``$WB_MICROVM_SNAPSHOT`` selects (``wbx
+        snapshot save``: a guest prepared ahead, e.g. with a toolkit's files in place)."""
         if self._snap is None:
-            self._snap = prepare(self.cache)
+            named = self.runtime.env.get("WB_MICROVM_SNAPSHOT")
+            if named:
+                from wbcore_microvm import snapshots
+
+                self._snap = snapshots.as_tier_snapshot(self.runtime, snapshots.get(self.runtime.home, named))
+            else:
+                self._snap = prepare(self.cache)
         return self._snap
 
     def call(self, request: Any) -> CallResult:
@@ -379,6 +387,29 @@ class MicrovmTier:
         if posix is None:
             raise InvalidArgs(f"{request.name}: tier microvm runs posix commands (native CLIs of its guest image); "
                               "a wasm command runs in tiers instance, os_process or container")
+        images = posix.get("skill_images") or []
+        if images:
+            # OCI skill images (#+SKILL_IMAGES), pulled once and verified by digest, exported
+            # read-only over virtio-9p: the VM comes from the snapshot with 9p slots.
+            from wbcore_microvm.shell import MOUNT_SLOTS
+            from wbcore_runtime import skill_images
+            from wbcore_runtime.terminal import Mount, unreachable_by
+
+            if self.runtime.env.get("WB_MICROVM_SNAPSHOT"):
+                raise InvalidArgs(f"{request.name}: its skill images need the tier's snapshot with virtio-9p slots; "
+                                  "a named snapshot (WB_MICROVM_SNAPSHOT) has none: unset it for this toolkit")
+            parsed = skill_images.parse(" ".join(f"{r}={m}" for r, m in images))
+            mounts = [Mount(str(skill_images.resolve(self.runtime.home, im, self.runtime.env)), im.mount) for im in parsed]
+            if len(mounts) > MOUNT_SLOTS:
+                raise InvalidArgs(f"{request.name}: tier microvm mounts at most {MOUNT_SLOTS} skill images")
+            if os.geteuid() == 0:
+                for m in mounts:
+                    why = unreachable_by(m.host, False, _vm.QEMU_UID)
+                    if why:
+                        raise InvalidArgs(f"skill image at {m.guest}: the micro-VM's QEMU runs as host uid {_vm.QEMU_UID}, "
+                                          f"which cannot read its cache folder {m.host}: {why}")
+            snap = prepare(self.cache, mount_slots=MOUNT_SLOTS)
+            return _Call(self.runtime, snap, request, str(posix["cli_bin"]), mounts).run()
         snap = self.snapshot()
         return _Call(self.runtime, snap, request, str(posix["cli_bin"])).run()
 
@@ -400,8 +431,10 @@ class MicrovmTier:
 class _Call:
     """One call: restore a VM, authenticate, exec, bridge caps, tear the VM down."""
 
-    def __init__(self, runtime: Runtime, snap: Snapshot, req: CommandRequest, cli: str) -> None:
+    def __init__(self, runtime: Runtime, snap: Snapshot, req: CommandRequest, cli: str, mounts: list[Any] | None = None) -> None:
         self.runtime, self.snap, self.req, self.cli = runtime, snap, req, cli
+        #: Read-only folders (``terminal.Mount``) exported over the snapshot's virtio-9p slots.
+        self.mounts = mounts or []
         self.killed_by_watchdog = False
         self.cancelled = False
 
@@ -413,8 +446,13 @@ class _Call:
         # The guest's wb-cap calls: the core's one caps bridge answers them through the Dock.
         bridge = HostBridge(self.runtime, req, snap.secret, 1, req.timeout_s,
                             run=lambda fn, *args: _on_broker_thread(fn, deadline, *args))
-        pooled = pool(snap).take()
-        vm = pooled or _vm.Vm(snap.image, snap.accel, snap.secret, incoming=snap.path)
+        shares: list[tuple[str | None, bool]] | None = None
+        if self.mounts:
+            from wbcore_microvm.shell import MOUNT_SLOTS
+
+            shares = [(m.host, False) for m in self.mounts] + [(None, False)] * (MOUNT_SLOTS - len(self.mounts))
+        pooled = pool(snap).take() if shares is None else None
+        vm = pooled or _vm.Vm(snap.image, snap.accel, snap.secret, incoming=snap.path, shares=shares)
         done = threading.Event()
         watchdog = threading.Thread(target=self._watchdog, args=(vm, deadline + GRACE_S, done), daemon=True,
                                     name="wbcore-microvm-watchdog")
@@ -425,6 +463,10 @@ class _Call:
                 if pooled is None:
                     vm.connect(end)
                     vm.handshake(end)
+                if self.mounts:
+                    from wbcore_microvm.shell import _mount_all
+
+                    _mount_all(vm, snap.secret, self.mounts, end)
             except (Timeout, _vm.GuestGone, frames.FrameError) as exc:
                 if self.cancelled:
                     raise Timeout(f"{req.name}: cancelled by the caller; its micro-VM was killed") from None
