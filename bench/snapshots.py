@@ -41,7 +41,7 @@ def main() -> None:
     from wbcore_microvm import image, snapshots, tiers
     from wbcore_microvm import vm as _vm
 
-    from wbcore_runtime import frames
+    from wbcore_runtime.wire import frames
     from wbcore_runtime.runtime import Runtime
 
     ok, why = tiers._probe_tools()

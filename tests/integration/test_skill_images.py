@@ -15,10 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from wbcore_runtime import builder, oci, skill_images
-from wbcore_runtime.errors import InvalidArgs
-from wbcore_runtime.netguard import EgressDenied
-from wbcore_runtime.testing import manifest_text, write_toolkit
+from wbcore_runtime.build import builder
+from wbcore_runtime.guard import oci
+from wbcore_runtime.store import skill_images
+from wbcore_runtime.contract.errors import InvalidArgs
+from wbcore_runtime.guard.netguard import EgressDenied
+from wbcore_testing.fixtures import manifest_text, write_toolkit
 
 
 def _layer(files: dict[str, bytes]) -> bytes:

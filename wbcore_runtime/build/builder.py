@@ -208,8 +208,8 @@ def posix_manifest(tk: Toolkit) -> bytes:
                           "container tier's root)")
     obj: dict[str, Any] = {"cli_bin": m.cli_bin, "toolkit": m.id}
     images = m.keywords.get("SKILL_IMAGES")
-    if images:  # OCI skill images its calls see read-only (wbcore_runtime.skill_images)
-        from wbcore_runtime import skill_images
+    if images:  # OCI skill images its calls see read-only (wbcore_runtime.store.skill_images)
+        from wbcore_runtime.store import skill_images
 
         obj["skill_images"] = [[s.reference, s.mount] for s in skill_images.parse(images, f"{m.id}: #+SKILL_IMAGES")]
     return POSIX_MAGIC + json.dumps(obj, sort_keys=True).encode()

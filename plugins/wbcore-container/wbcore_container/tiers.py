@@ -302,16 +302,16 @@ def _sender(chan: Channel):  # type: ignore[no-untyped-def]
 
 def _skill_binds(runtime: Runtime, posix: dict[str, Any]) -> list[tuple[str, str]]:
     """The toolkit's OCI skill images (``#+SKILL_IMAGES``), pulled once and verified by
-    digest (:func:`wbcore_runtime.skill_images.resolve`), as read-only binds at their paths."""
+    digest (:func:`wbcore_runtime.store.skill_images.resolve`), as read-only binds at their paths."""
     entries = posix.get("skill_images") or []
     if not entries:
         return []
-    from wbcore_runtime import skill_images
+    from wbcore_runtime.store import skill_images
 
     images = skill_images.parse(" ".join(f"{r}={m}" for r, m in entries))
     out = [(str(skill_images.resolve(runtime.home, im, runtime.env)), im.mount) for im in images]
     if os.geteuid() == 0:  # bwrap then runs as the unprivileged host uid: it must reach the trees
-        from wbcore_runtime.terminal import unreachable_by
+        from wbcore_runtime.wire.terminal import unreachable_by
 
         for host, guest in out:
             why = unreachable_by(host, False, bwrap.HOST_UID)

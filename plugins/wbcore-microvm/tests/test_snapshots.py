@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from wbcore_microvm import snapshots, tiers
 
-from wbcore_runtime.errors import InvalidArgs, NotFound
+from wbcore_runtime.contract.errors import InvalidArgs, NotFound
 
 CACHE = Path(os.environ.get("WB_MICROVM_CACHE") or Path.home() / ".cache" / "wbcore" / "microvm")
 MICROVM = pytest.mark.skipif(not tiers._probe_tools()[0], reason=f"microvm unavailable: {tiers._probe_tools()[1]}")
@@ -130,8 +130,8 @@ def test_save_restore_list_delete_and_layers(vm_home, wbx, tmp_path: Path) -> No
     mode = (snapshots.store_root(rt.home) / "tk").stat().st_mode & 0o777
     assert mode == 0o700  # it holds the guest's secret
     # the tier's calls restore a named snapshot when WB_MICROVM_SNAPSHOT selects it
-    from wbcore_runtime import builder
-    from wbcore_runtime.testing import manifest_text, write_toolkit
+    from wbcore_runtime.build import builder
+    from wbcore_testing.fixtures import manifest_text, write_toolkit
 
     rt2 = vm_home(env={**os.environ, "WB_MICROVM_SNAPSHOT": "tk", "WB_MICROVM_POOL": "0"})
     write_toolkit(rt2.roots[0], "snapcat", manifest_text("snapcat", exec="posix", extra={"CLI_BIN": "cat"}))

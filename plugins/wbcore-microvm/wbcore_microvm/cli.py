@@ -73,7 +73,7 @@ def build(runtime: Any) -> typer.Typer:
 
         stdin = sys.stdin.buffer.read(snapshots.OUTPUT_CAP + 1) if with_stdin else b""
         if len(stdin) > snapshots.OUTPUT_CAP:
-            from wbcore_runtime.calls import LimitExceeded
+            from wbcore_runtime.contract.calls import LimitExceeded
 
             raise LimitExceeded(f"stdin over {snapshots.OUTPUT_CAP} bytes", limit="stdin")
         r = snapshots.restore(rt(), name, list(argv or []), stdin, timeout)

@@ -51,9 +51,9 @@ from typing import Any
 from wbcore_microvm import image as _image
 from wbcore_microvm import tiers
 from wbcore_microvm import vm as _vm
-from wbcore_runtime import frames
-from wbcore_runtime.calls import LimitExceeded
-from wbcore_runtime.errors import InvalidArgs, NotFound, Timeout
+from wbcore_runtime.wire import frames
+from wbcore_runtime.contract.calls import LimitExceeded
+from wbcore_runtime.contract.errors import InvalidArgs, NotFound, Timeout
 
 #: The store's size budget when ``WB_SNAPSHOT_BUDGET`` is unset.
 DEFAULT_BUDGET = 2 << 30

@@ -392,8 +392,8 @@ class MicrovmTier:
             # OCI skill images (#+SKILL_IMAGES), pulled once and verified by digest, exported
             # read-only over virtio-9p: the VM comes from the snapshot with 9p slots.
             from wbcore_microvm.shell import MOUNT_SLOTS
-            from wbcore_runtime import skill_images
-            from wbcore_runtime.terminal import Mount, unreachable_by
+            from wbcore_runtime.store import skill_images
+            from wbcore_runtime.wire.terminal import Mount, unreachable_by
 
             if self.runtime.env.get("WB_MICROVM_SNAPSHOT"):
                 raise InvalidArgs(f"{request.name}: its skill images need the tier's snapshot with virtio-9p slots; "

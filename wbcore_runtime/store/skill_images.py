@@ -7,11 +7,11 @@ A posix toolkit declares them in its manifest (``docs/manifest.md``)::
 Each entry is ``REFERENCE=/guest/path``; entries are separated by spaces. At a call, the tier
 (container, microvm) asks :func:`resolve` for each image's folder and mounts it read-only
 at its path. An image is pulled **once**: through the core's one OCI client
-(:func:`wbcore_runtime.oci.pull`: the one fetcher, its SSRF guard — a loopback or private
+(:func:`wbcore_runtime.guard.oci.pull`: the one fetcher, its SSRF guard — a loopback or private
 registry needs the deployer's ``WB_ALLOW_PRIVATE_HOSTS``, plain http ``WB_OCI_PLAIN_HTTP``
 — the manifest's bytes checked against a pinned digest and every blob against its
 descriptor's digest and size), then its layers are unpacked in order by the one unpacker
-(:mod:`wbcore_runtime.unpack`: no path escapes, no devices or hard links, caps on files and
+(:mod:`wbcore_runtime.guard.unpack`: no path escapes, no devices or hard links, caps on files and
 bytes) into ``$WB_HOME/oci/skills/<manifest digest>/`` — content-addressed, built in a
 hidden folder and renamed into place, never written again. A tag reference is resolved
 to its manifest digest at its first pull and remembered (``refs.json``); pin a digest
@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from wbcore_runtime.errors import InvalidArgs
+from wbcore_runtime.contract.errors import InvalidArgs
 
 KEYWORD = "SKILL_IMAGES"
 IMAGE_CONFIG = "application/vnd.oci.image.config.v1+json"
@@ -62,7 +62,7 @@ class SkillImage:
 
 def parse(value: str | None, where: str = "#+SKILL_IMAGES") -> tuple[SkillImage, ...]:
     """The entries of a ``#+SKILL_IMAGES`` value (``REF=/guest/path`` …), checked."""
-    from wbcore_runtime import oci
+    from wbcore_runtime.guard import oci
 
     if not value or not value.strip():
         return ()
@@ -92,8 +92,8 @@ def cache_root(home: Path) -> Path:
 def resolve(home: Path, image: SkillImage, env: Mapping[str, str] | None = None) -> Path:
     """The unpacked, read-only tree of ``image``: from the cache, else pulled, verified and
     unpacked once. Returns ``$WB_HOME/oci/skills/<digest>/tree``."""
-    from wbcore_runtime import oci
-    from wbcore_runtime.unpack import Caps, UnsafeArchive, unpack_tar
+    from wbcore_runtime.guard import oci
+    from wbcore_runtime.guard.unpack import Caps, UnsafeArchive, unpack_tar
 
     root = cache_root(home)
     root.mkdir(parents=True, exist_ok=True)
