@@ -12,8 +12,8 @@ lane reads its source and starts the build sandbox) and at its end:
 - a writer that swaps the source while the toolkit is being copied is caught by the
   copy's check against the provenance digest (the build is refused, nothing registers).
 
-Each is run for the c, zig, go, js, rust and python lanes (skipped where a lane's toolchain
-is missing).
+Each is run for the c, c-wasm, zig, go, js, ts, rust and python lanes (skipped where a
+lane's toolchain is missing).
 """
 
 from __future__ import annotations
@@ -70,6 +70,8 @@ TEXT_TOOLS_WIT = (Path(__file__).resolve().parents[2] / "toolkits" / "text-tools
 #: lane → (source file, program printing the marker, other files)
 SOURCES: dict[str, tuple[str, str, dict[str, str]]] = {
     "rust": ("main.rs", 'fn main() { println!("%s"); }\n', {}),
+    "ts": ("main.ts", 'const mark: string = "%s";\nconsole.log(mark);\n', {}),
+    "c-wasm": ("main.c", '#include <stdio.h>\nint main(void) { puts("%s"); return 0; }\n', {}),
     "python": ("app.py", PYTHON, {"wit/world.wit": TEXT_TOOLS_WIT.read_text()}),
     "c": ("main.c", '#include <stdio.h>\nint main(void) { puts("%s"); return 0; }\n', {}),
     "zig": ("main.zig", ZIG, {}),
@@ -82,7 +84,7 @@ SOURCES: dict[str, tuple[str, str, dict[str, str]]] = {
 SLOW_LANES = {"zig", "python"}
 LANES = [pytest.param(name, marks=pytest.mark.slow) if name in SLOW_LANES else name for name in SOURCES]
 #: Lanes whose artifact is a command the test runs; a component is checked by its bytes.
-COMMANDS = {"c", "zig", "go", "js", "rust"}
+COMMANDS = {"c", "zig", "go", "js", "rust", "ts", "c-wasm"}
 
 
 def write_source(folder: Path, lane: str, marker: str) -> None:
