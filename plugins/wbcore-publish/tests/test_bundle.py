@@ -203,6 +203,12 @@ def test_a_decompression_bomb_stops_at_the_signed_size(workspace, wb_home, tmp_p
     b = tmp_path / "x.wbundle"
     bundle.ship(workspace, b, home=wb_home, ident=key_a)
     bad = _rezip(b, tmp_path / "bad.wbundle", {"workspace/notes.html": b"\0" * (8 << 20)})
+    # read at most what the manifest signs (+ 1 MiB): the bomb stops there, naming its member
+    with pytest.raises(UnsafeArchive, match=r"\(at 'workspace/notes.html'\); its manifest signs \d+ bytes"):
+        bundle.restore(bad, home=tmp_path / "h2", into=tmp_path / "out", trusted=[key_a.did])
+    _nothing_landed(tmp_path / "h2", tmp_path / "out")
+    # a member a little bigger than signed is read and named as changed
+    bad = _rezip(b, tmp_path / "bad2.wbundle", {"workspace/notes.html": b"\0" * 1000})
     with pytest.raises(bundle.TamperedBundle, match="notes.html changed"):
         bundle.restore(bad, home=tmp_path / "h2", into=tmp_path / "out", trusted=[key_a.did])
 

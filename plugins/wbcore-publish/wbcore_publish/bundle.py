@@ -170,10 +170,8 @@ def ship(ws_dir: Path, out: Path, *, home: Path, ident: _identity.Identity,
 # --- reading and verifying -----------------------------------------------------------------
 
 
-def _members(path: Path, what: str) -> dict[str, bytes]:
-    """Every member of the bundle at ``path``, read by the core's unpacker (``read_files``,
-    strict: files only, canonical names, no name twice, at most ``CAPS`` entries and bytes as
-    decompressed); the bundle file itself is read once, bounded."""
+def _bundle_bytes(path: Path, what: str) -> bytes:
+    """The bundle file, read once, bounded."""
     try:
         with path.open("rb") as fh:
             size = os.fstat(fh.fileno()).st_size
@@ -186,7 +184,28 @@ def _members(path: Path, what: str) -> dict[str, bytes]:
         raise UnsafeArchive(f"{what}: over the {MAX_BUNDLE}-byte cap for a bundle")
     if data[:4] not in (b"PK\x03\x04", b"PK\x05\x06"):
         raise UnsafeArchive(f"{what}: not a readable zip archive (a .wbundle is a zip)")
-    return unpack.read_files(data, CAPS, what=what, strict=True)
+    return data
+
+
+#: What a member may exceed its signed size by and still be read (and named as changed);
+#: beyond it the read stops at the cap, so memory stays bounded by what the manifest signed.
+SLACK = 1 << 20
+
+
+def _members(data: bytes, m: Mapping[str, Any], what: str) -> dict[str, bytes]:
+    """Every member but the manifest, read by the core's unpacker (strict: files only,
+    canonical names, no name twice), at most the signed sizes plus :data:`SLACK` in all as
+    decompressed (a bomb stops there, naming its member)."""
+    total = sum(e["size"] for e in m["members"])
+    cap = min(CAPS.max_bytes, total + SLACK)
+    try:
+        return unpack.read_files(data, Caps(max_files=CAPS.max_files, max_bytes=cap), what=what, strict=True,
+                                 only=lambda name: name != MANIFEST)
+    except UnsafeArchive as exc:
+        if cap >= CAPS.max_bytes or "bytes unpacked" not in exc.message:
+            raise
+        raise UnsafeArchive(f"{exc.message}; its manifest signs {total} bytes in all: the bundle was changed "
+                            "after it was signed") from None
 
 
 def _shape(m: Mapping[str, Any], what: str) -> None:
@@ -228,11 +247,12 @@ class Inspection:
         return self.signature.ok and not self.changes
 
 
-def _read_manifest(files: Mapping[str, bytes], what: str) -> dict[str, Any]:
+def _read_manifest(data: bytes, what: str) -> dict[str, Any]:
+    """The manifest, read first: this pass also checks every member's name and kind (strict)."""
+    files = unpack.read_files(data, CAPS, what=what, strict=True, only=lambda name: name == MANIFEST,
+                              max_file=MAX_MANIFEST)
     if MANIFEST not in files:
         raise TamperedBundle(f"{what}: no {MANIFEST}; not a .wbundle (or its manifest was removed)")
-    if len(files[MANIFEST]) > MAX_MANIFEST:
-        raise UnsafeArchive(f"{what}: {MANIFEST} is larger than {MAX_MANIFEST} bytes")
     m = canonical.parse(files[MANIFEST], f"{what}:{MANIFEST}")
     _shape(m, what)
     return m
@@ -242,7 +262,7 @@ def _check_members(files: Mapping[str, bytes], m: Mapping[str, Any], what: str, 
     """Hash every member against the manifest (writing it under ``sink`` if given); the changes."""
     changes: list[str] = []
     signed = {e["path"]: e for e in m["members"]}
-    for name in sorted(set(files) - set(signed) - {MANIFEST}):
+    for name in sorted(set(files) - set(signed)):
         changes.append(f"member {name} added (not in the signed manifest)")
     for name, e in sorted(signed.items()):
         if name not in files:
@@ -270,10 +290,10 @@ def inspect(path: Path, *, env: Mapping[str, str] | None = None, allow_http_loop
             resolve_web: bool = True) -> Inspection:
     """Read a bundle and check its signature and every member hash; nothing is written."""
     what = path.name
-    files = _members(path, what)
-    m = _read_manifest(files, what)
+    data = _bundle_bytes(path, what)
+    m = _read_manifest(data, what)
     sig = canonical.check_signature(m, env=env, allow_http_loopback=allow_http_loopback, resolve_web=resolve_web)
-    changes = _check_members(files, m, what, None)
+    changes = _check_members(_members(data, m, what), m, what, None)
     return Inspection(m, sig, tuple(changes))
 
 
@@ -283,8 +303,8 @@ def restore(path: Path, *, home: Path, into: Path, trusted: Sequence[str],
     what = path.name
     if os.path.lexists(into):
         raise InvalidArgs(f"{into} already exists; restore into a new folder (--into)")
-    files = _members(path, what)
-    m = _read_manifest(files, what)
+    data = _bundle_bytes(path, what)
+    m = _read_manifest(data, what)
     sig = canonical.check_signature(m, env=env, allow_http_loopback=allow_http_loopback)
     if not sig.ok:
         raise TamperedBundle(f"{what}: {MANIFEST} refused: {sig.reason}")
@@ -302,7 +322,7 @@ def restore(path: Path, *, home: Path, into: Path, trusted: Sequence[str],
     into.parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=".wbundle-stage-", dir=into.parent))
     try:
-        changes = _check_members(files, m, what, stage)
+        changes = _check_members(_members(data, m, what), m, what, stage)
         if changes:
             raise TamperedBundle(f"{what}: refused, it differs from what {sig.signer} signed: " + "; ".join(changes))
         ws = _ws.load(stage / "workspace")
