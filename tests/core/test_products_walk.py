@@ -27,3 +27,15 @@ def test_a_folder_holding_only_a_link_is_named_as_the_folder(tmp_path: Path) -> 
     (src / "__pycache__" / "x").symlink_to(tmp_path)
     with pytest.raises(products.BuildProductInSource, match=r"folder '__pycache__'"):
         products.refuse(src, lane="python", dirs=products.PYTHON_PRODUCTS[0], suffixes=products.PYTHON_PRODUCTS[1])
+
+
+def test_a_product_folder_that_is_a_link_is_named_never_walked(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / "host-file-name.txt").write_text("x")
+    (src / "__pycache__").symlink_to(host, target_is_directory=True)
+    with pytest.raises(products.BuildProductInSource, match=r"folder '__pycache__'") as err:
+        products.refuse(src, lane="python", dirs=products.PYTHON_PRODUCTS[0], suffixes=products.PYTHON_PRODUCTS[1])
+    assert "host-file-name" not in str(err.value)

@@ -56,6 +56,8 @@ def refuse(root: Path, *, lane: str, dirs: Iterable[str] = (), suffixes: Iterabl
 def _first_file(folder: Path) -> str | None:
     """The first regular file under ``folder`` (relative to it), through the containment walk
     (links never followed); ``None`` when there is none or the folder cannot be walked."""
+    if folder.is_symlink():  # os.walk lists a link to a folder among the folders: never walk it
+        return None
     try:
         return next((n.rel for n in paths.walk(folder, label="the source folder") if n.kind == "file"), None)
     except paths.Refused:
