@@ -54,3 +54,15 @@ def test_mutated_valid_manifest_never_crashes(at, insert):
     base = manifest_text("demo", exec="command", caps="vfs", extra={"CLI_BIN": "demo"})
     at = min(at, len(base))
     _check(base[:at] + insert + base[at:])
+
+
+def test_a_byte_order_mark_is_refused_by_name():
+    """A BOM made line 1 silently stop being a keyword (the error then blamed a missing TITLE)."""
+    import pytest
+
+    good = manifest_text("demo", exec="command", extra={"CLI_BIN": "demo"})
+    for text in ("\ufeff" + good, "\ufeff" + good.replace("\n", "\r\n")):
+        with pytest.raises(ManifestError, match="byte-order mark"):
+            manifest.parse(text, P)
+    assert manifest.parse(good.replace("\n", "\r\n"), P).id == "demo"
+    _check("\ufeff")

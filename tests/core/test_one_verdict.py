@@ -56,7 +56,8 @@ def test_one_containment_function() -> None:
         # a demo picks the wbx executable next to the current folder: no untrusted tree
         "wbcore_runtime/cli/demo.py": "the demo's own executable",
     }
-    copies = _hits(r"is_relative_to\(|commonpath\(|startswith\((str\()?(base|root)\b.*os\.sep|followlinks=True", home)
+    copies = _hits(r"is_relative_to\(|commonpath\(|startswith\((str\()?(base|root)\b.*os\.sep|followlinks=True"
+                   r"|realpath\(.*\)\.startswith\(", home)
     assert not copies, "call wbcore_runtime.guard.paths.inside (or Root) instead:\n" + "\n".join(copies)
 
 
@@ -70,9 +71,32 @@ def test_one_unpacker() -> None:
         "wbcore_runtime/cli/demosite.py": "writes the demo's wheel (a zip, mode 'w')",
         # re-packs the pinned, digest-checked jq source tarball the project ships (build input)
         "plugins/wbcore-lane-zig/wbcore_lane_zig/builtins/jqsrc.py": "pinned source, digest-checked",
-        # not done yet (issue 22 item 4): bundle restore reads its zip with its own member
-        # checks (canonical names through unpack.safe_name, files only, bounded reads)
-        "plugins/wbcore-publish/wbcore_publish/bundle.py": "pending: restore through unpack.read_files",
+        # ship writes the bundle's zip (mode 'w'); inspect and restore read it with
+        # unpack.read_files(strict=True), which test_bundle_reads_through_the_unpacker checks
+        "plugins/wbcore-publish/wbcore_publish/bundle.py": "writes the bundle's zip (mode 'w')",
     }
     readers = _hits(r"tarfile\.open\(|zipfile\.ZipFile\(|\.extractall\(|\.extractfile\(", home)
     assert not readers, "read untrusted archives with wbcore_runtime.guard.unpack (unpack / read_files):\n" + "\n".join(readers)
+
+
+def test_bundle_reads_through_the_unpacker() -> None:
+    """The bundle file is allowed above as a writer: its only zip opening is the writer's, and
+    its reading goes through unpack.read_files in strict (files-only) mode."""
+    src = ROOT.joinpath("plugins/wbcore-publish/wbcore_publish/bundle.py").read_text(encoding="utf-8")
+    openings = re.findall(r"zipfile\.ZipFile\(([^)]*)\)", src)
+    assert openings and all('"w"' in o for o in openings), openings
+    assert "unpack.read_files(" in src and "strict=True" in src
+
+
+def test_one_tree_walker() -> None:
+    """Walking a tree a toolkit (or a fetched source, or a build) controls goes through
+    wbcore_runtime.guard.paths.walk (openat + O_NOFOLLOW; links yielded as text, FIFOs and devices
+    refused). pathlib's rglob / recursive glob yields links and a consumer that reads by path
+    follows them out, so a new one outside the home fails here unless the tree is ours."""
+    home = {
+        "wbcore_runtime/guard/paths.py": "the containment walk",
+        # the kernel module tree of the microvm image this host built itself (not a toolkit's)
+        "plugins/wbcore-microvm/wbcore_microvm/image.py": "our own kernel build tree",
+    }
+    walkers = _hits(r"\.rglob\(|\.glob\(\s*[\"']\*\*", home)
+    assert not walkers, "walk toolkit-controlled trees with wbcore_runtime.guard.paths.walk:\n" + "\n".join(walkers)

@@ -13,6 +13,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from wbcore_runtime.guard import paths
 from wbcore_runtime.contract.errors import InvalidArgs
 
 #: What the python lane refuses: CPython would import the bytecode instead of the source.
@@ -44,9 +45,20 @@ def refuse(root: Path, *, lane: str, dirs: Iterable[str] = (), suffixes: Iterabl
             if bad:
                 what = "folder" if name in dirnames else "file"
                 if what == "folder":  # name the first file inside (the .pyc itself) when there is one
-                    inner = next((p for p in sorted((here / name).rglob("*")) if p.is_file()), None)
+                    inner = _first_file(here / name)
                     if inner is not None:
-                        what, rel = "file", inner.relative_to(root).as_posix()
+                        what, rel = "file", f"{rel}/{inner}"
                 raise BuildProductInSource(
                     f"{lane} lane: the source contains the build product {what} {rel!r}; a compiler could load it "
                     f"instead of the source. Remove it from the source folder{hint}")
+
+
+def _first_file(folder: Path) -> str | None:
+    """The first regular file under ``folder`` (relative to it), through the containment walk
+    (links never followed); ``None`` when there is none or the folder cannot be walked."""
+    if folder.is_symlink():  # os.walk lists a link to a folder among the folders: never walk it
+        return None
+    try:
+        return next((n.rel for n in paths.walk(folder, label="the source folder") if n.kind == "file"), None)
+    except paths.Refused:
+        return None

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from wbcore_runtime.guard import paths
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound, Timeout
 from wbcore_runtime.guard.netguard import NetGuard, parse_literal
 
@@ -230,16 +231,18 @@ def _check_git(target: Target) -> None:
 
 
 def _measure(tree: Path, limits: Limits, what: str) -> None:
-    size = files = 0
-    for dirpath, dirnames, filenames in os.walk(tree):
-        files += len(dirnames) + len(filenames)
-        for name in filenames:
-            st = os.lstat(os.path.join(dirpath, name))
-            size += st.st_size
-        if files > limits.max_files:
-            raise InvalidArgs(f"{what}: more than {limits.max_files} entries")
-        if size > limits.max_bytes:
-            raise InvalidArgs(f"{what}: over the {limits.max_bytes}-byte cap")
+    # The containment walk (openat + O_NOFOLLOW, links as text): a checkout's links are
+    # counted, never followed; it counts every entry against max_files itself.
+    size = 0
+    try:
+        for node in paths.walk(tree, label=what, max_files=limits.max_files):
+            size += os.fstat(node.fd).st_size if node.kind == "file" else len(node.target)
+            if size > limits.max_bytes:
+                raise InvalidArgs(f"{what}: over the {limits.max_bytes}-byte cap")
+    except paths.Refused as exc:
+        if f"more than {limits.max_files} files" in exc.reason:
+            raise InvalidArgs(f"{what}: more than {limits.max_files} entries") from None
+        raise
 
 
 def checkout(

@@ -240,7 +240,7 @@ class Node:
 
 
 def walk(root: Path | str, *, label: str = TOOLKIT_ROOT, skip_dirs: frozenset[str] = frozenset(),
-         max_files: int = 20_000) -> Iterator[Node]:
+         max_files: int = 20_000, skip_hidden: bool = False) -> Iterator[Node]:
     """Every file, link and empty folder under ``root``, each folder's files and links first
     (sorted by name), then its subfolders (sorted), depth first — the order
     :func:`wbcore_runtime.build.cache.tree_digest` hashes in.
@@ -252,7 +252,8 @@ def walk(root: Path | str, *, label: str = TOOLKIT_ROOT, skip_dirs: frozenset[st
     is checked by the same rule as :meth:`Root.open` (a regular file with one link; FIFOs,
     devices and sockets refused). Links are yielded as text; whether they stay inside is
     the consumer's question (ask :meth:`Root.stays_inside` of a copy nobody else writes).
-    Folders named in ``skip_dirs`` are left out at every depth."""
+    Folders named in ``skip_dirs`` are left out at every depth, and with ``skip_hidden`` so is
+    every name starting with ``.`` (files and folders: a ``.git`` is never entered)."""
     shown = Path(root)
     try:
         top = os.open(os.path.realpath(root), _DIR_FLAGS)
@@ -260,15 +261,15 @@ def walk(root: Path | str, *, label: str = TOOLKIT_ROOT, skip_dirs: frozenset[st
         raise Refused(shown, f"cannot open the folder ({exc.strerror})") from None
     count = [0]
     try:
-        yield from _walk_fd(top, "", shown, label, skip_dirs, max_files, count)
+        yield from _walk_fd(top, "", shown, label, skip_dirs, max_files, count, skip_hidden)
     finally:
         os.close(top)
 
 
 def _walk_fd(dfd: int, prefix: str, shown: Path, label: str, skip: frozenset[str], max_files: int,
-             count: list[int]) -> Iterator[Node]:
+             count: list[int], skip_hidden: bool = False) -> Iterator[Node]:
     try:
-        names = sorted(os.listdir(dfd))
+        names = sorted(n for n in os.listdir(dfd) if not (skip_hidden and n.startswith(".")))
     except OSError as exc:
         raise Refused(shown / prefix, f"cannot list the folder ({exc.strerror})") from None
     if prefix and not names:
@@ -315,6 +316,6 @@ def _walk_fd(dfd: int, prefix: str, shown: Path, label: str, skip: frozenset[str
             raise Refused(shown / (prefix + name), f"cannot open the folder ({exc.strerror}); "
                           f"was it replaced while {label} was being read?") from None
         try:
-            yield from _walk_fd(sub, prefix + name + "/", shown, label, skip, max_files, count)
+            yield from _walk_fd(sub, prefix + name + "/", shown, label, skip, max_files, count, skip_hidden)
         finally:
             os.close(sub)

@@ -186,17 +186,30 @@ def unpack_zip(archive: Path, dest: Path, caps: Caps = Caps()) -> None:
 
 
 def read_files(data: bytes, caps: Caps = Caps(), *, what: str, only: Callable[[str], bool] | None = None,
-               max_file: int | None = None) -> dict[str, bytes]:
+               max_file: int | None = None, strict: bool = False) -> dict[str, bytes]:
     """The regular files of an untrusted archive (tar, any compression, or zip) read in memory,
     by their :func:`safe_name`: nothing is written to disk. The rules of :func:`unpack`: every
     name checked (absolute, ``..``, NUL refused), entries counted and bytes counted as read
     (``caps``; a lying header stops at the cap). Links, devices and folders are skipped, never
     followed (nothing is on disk to follow them to). ``only(name)`` selects the files to read
-    (the rest are counted, not read); ``max_file`` refuses one selected file larger than it."""
+    (the rest are counted, not read); ``max_file`` refuses one selected file larger than it.
+    ``strict`` is for formats that hold only files (a ``.wbundle``): a link, special file or
+    folder entry, a name not in canonical form (``./x``, ``a//b``) and a name seen twice are
+    refused instead of skipped (two readers could disagree on which copy is the file)."""
     import io
 
     budget = _Budget(caps, what)
     out: dict[str, bytes] = {}
+    seen: set[str] = set()
+
+    def files_only(raw: str, rel: str, kind: str | None) -> None:
+        if kind is not None:
+            raise UnsafeArchive(f"{what}: entry {rel!r} is {kind}; this archive may hold only files")
+        if rel != raw:
+            raise UnsafeArchive(f"{what}: entry {raw!r} is not in canonical form (expected {rel!r})")
+        if rel in seen:
+            raise UnsafeArchive(f"{what}: entry {rel!r} appears twice")
+        seen.add(rel)
 
     def take(rel: str, size: int, src: IO[bytes] | None) -> None:
         if max_file is not None and size > max_file:
@@ -220,6 +233,9 @@ def read_files(data: bytes, caps: Caps = Caps(), *, what: str, only: Callable[[s
                 budget.entry(info.filename)
                 rel = safe_name(info.filename, what)
                 mode = info.external_attr >> 16
+                if strict:
+                    files_only(info.filename, rel, "a folder" if info.is_dir() else "a link or special file"
+                               if stat.S_IFMT(mode) and not stat.S_ISREG(mode) else None)
                 if not rel or info.is_dir() or (stat.S_IFMT(mode) and not stat.S_ISREG(mode)):
                     continue
                 if only is not None and not only(rel):
@@ -239,6 +255,9 @@ def read_files(data: bytes, caps: Caps = Caps(), *, what: str, only: Callable[[s
             for member in tf:
                 budget.entry(member.name)
                 rel = safe_name(member.name, what)
+                if strict:
+                    files_only(member.name, rel, None if member.isreg() else
+                               "a folder" if member.isdir() else "a link or special file")
                 if not rel or not member.isreg() or (only is not None and not only(rel)):
                     continue
                 take(rel, member.size, tf.extractfile(member))

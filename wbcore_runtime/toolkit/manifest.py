@@ -273,6 +273,8 @@ def parse(text: str, path: Path | str = "manifest.org") -> Manifest:
     if "\x00" in text:
         line = text[: text.index("\x00")].count("\n") + 1
         raise ManifestError(path, line, "file", "contains a NUL byte")
+    if text.startswith("\ufeff"):  # else line 1 reads "\ufeff#+TITLE" and is silently no keyword
+        raise ManifestError(path, 1, "file", "starts with a byte-order mark (U+FEFF); save it as UTF-8 without a BOM")
     text = normalized(text, path)
     keywords, lines = _keywords(text, path)
     node = _toolkit_node(text, path)

@@ -197,16 +197,25 @@ def signature_verdict(toolkit: Toolkit, runtime: Runtime, *, resolve_web: bool =
     """The signature verdict, remembered per runtime until any file of the folder changes."""
     from wbcore_runtime.trust import signing
 
+    import time
+
     cache = runtime.__dict__.setdefault("_wb_signature_verdicts", {})
     key = (str(toolkit.dir), resolve_web)
     state = folder_state(toolkit.dir)
     hit = cache.get(key)
-    if hit is not None and hit[0] == state:
+    # A did:web verdict rests on a document its owner may change (a rotated or withdrawn
+    # key): a long-lived runtime (engine, MCP server) asks again after DID_WEB_TTL_S.
+    if hit is not None and hit[0] == state and time.monotonic() < hit[2]:
         return hit[1]
     verdict = signing.verify(toolkit.dir, env=runtime.env, resolve_web=resolve_web)
     if verdict.code != signing.UNRESOLVED:  # a network failure is not remembered
-        cache[key] = (state, verdict)
+        web = (verdict.signer or "").startswith("did:web:")
+        cache[key] = (state, verdict, time.monotonic() + DID_WEB_TTL_S if web else float("inf"))
     return verdict
+
+
+#: How long a runtime remembers a verdict that rests on a did:web document.
+DID_WEB_TTL_S = 300.0
 
 
 #: A folder with a file changed this recently may change again within its timestamp tick.

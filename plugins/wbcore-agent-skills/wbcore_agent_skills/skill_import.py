@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from wbcore_runtime.toolkit import markup
-from wbcore_runtime.guard import unpack
+from wbcore_runtime.guard import paths, unpack
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound
 from wbcore_runtime.toolkit.manifest import NAME_RE
 
@@ -625,7 +625,9 @@ def _skill_root(tree: Path) -> Path:
     """The folder of the skill inside a fetched tree (a lone ``SKILL.md`` folder wins)."""
     if any((tree / n).is_file() for n in MAIN_DOCS):
         return tree
-    found = sorted({p.parent for p in tree.rglob("SKILL.md") if ".git" not in p.parts})
+    # the containment walk: a SKILL.md that is a link (or sits behind one) is not a skill here
+    found = sorted({(tree / n.rel).parent for n in paths.walk(tree, label="the fetched tree", skip_dirs=frozenset({".git"}))
+                    if n.kind == "file" and (n.rel == "SKILL.md" or n.rel.endswith("/SKILL.md"))})
     if len(found) == 1:
         return found[0]
     if len(found) > 1:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import tempfile
 from dataclasses import dataclass
@@ -70,10 +71,26 @@ def _write(path: Path, data: bytes) -> None:
     tmp.replace(path)
 
 
+def _packed(folder: Path) -> dict[str, bytes]:
+    """Every regular file of the signed folder, read through the containment walk (``openat``
+    with ``O_NOFOLLOW``): the folder is ours, but its names came from the agent's VFS."""
+    from wbcore_runtime.guard import paths
+
+    out: dict[str, bytes] = {}
+    for node in paths.walk(folder, label="the promoted toolkit"):
+        if node.kind == "link":
+            raise InvalidArgs(f"promote: {node.rel} is a link; a promoted toolkit holds only files")
+        if node.kind == "file":
+            with open(os.dup(node.fd), "rb") as fh:  # the walk closes node.fd itself
+                out[node.rel] = fh.read()
+    return out
+
+
 def to_workspace(runtime: Any, run_id: str, toolkit: str, *, tenant: str = "dev", by: str = "deployer") -> Promoted:
     """Copy the session toolkit ``toolkit`` of run ``run_id`` out of its VFS, signed, into the workspace."""
     from wbcore_runtime.store.archive import deterministic_targz
     from wbcore_runtime.trust import identity, signing
+    from wbcore_runtime.guard import unpack
 
     if not _ID.match(run_id) or not _ID.match(toolkit):
         raise InvalidArgs("promote: run id and toolkit id must match [A-Za-z0-9._-]{1,64}")
@@ -94,11 +111,12 @@ def to_workspace(runtime: Any, run_id: str, toolkit: str, *, tenant: str = "dev"
     with tempfile.TemporaryDirectory(prefix="wb-promote-") as tmp:
         folder = Path(tmp) / toolkit
         for rel, data in files.items():
+            rel = unpack.safe_name(rel, f"agent {agent_id}'s toolkit {toolkit}")  # no '..', no absolute path
             (folder / rel).parent.mkdir(parents=True, exist_ok=True)
             (folder / rel).write_bytes(data)
         (folder / "skills").mkdir(exist_ok=True)
         signing.sign(folder, ident)
-        packed = {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+        packed = _packed(folder)
     data = deterministic_targz(toolkit, packed)
     sha = hashlib.sha256(data).hexdigest()
     out = workspace_dir(runtime, toolkit)

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from wbcore_runtime.build.builder import read_posix_manifest
 from wbcore_runtime.contract.calls import CallResult, CommandRequest, GuestTrap, LimitExceeded, Usage, check_guest_end
 from wbcore_runtime.wire import frames
+from wbcore_runtime.guard import paths
 from wbcore_runtime.wire.capbridge import HostBridge
 from wbcore_runtime.contract.errors import Internal, InvalidArgs, NotFound, Timeout
 from wbcore_runtime.wire.terminal import Channel
@@ -275,18 +276,26 @@ TOOLKIT_BYTES = 32 << 20
 
 def _toolkit_files(folder: Path) -> list[bwrap.Data]:
     """The toolkit's regular files (no symlinks, nothing hidden), bounded in count and size:
-    copied in, so the unprivileged container reaches them wherever the folder lives."""
+    copied in, so the unprivileged container reaches them wherever the folder lives.
+
+    Read through the core's containment walk (``paths.walk``: ``openat`` + ``O_NOFOLLOW``, the
+    bytes read from the very inode checked), so a link, a folder swapped for a link or a FIFO
+    never brings a host file (or a hang) into the container."""
     out: list[bwrap.Data] = []
     total = 0
-    for path in sorted(folder.rglob("*")):
-        rel = path.relative_to(folder)
-        if any(part.startswith(".") for part in rel.parts) or path.is_symlink() or not path.is_file():
+    too_big = (f"toolkit folder {folder} is over {TOOLKIT_FILES} files or {TOOLKIT_BYTES >> 20} MiB; "
+               "a task sees at most that much of it")
+    for node in paths.walk(folder, skip_hidden=True, max_files=4 * TOOLKIT_FILES):
+        if node.kind != "file":  # links are not followed (as before, never copied in)
             continue
-        total += path.stat().st_size
-        if len(out) >= TOOLKIT_FILES or total > TOOLKIT_BYTES:
-            raise InvalidArgs(f"toolkit folder {folder} is over {TOOLKIT_FILES} files or {TOOLKIT_BYTES >> 20} MiB; "
-                              "a task sees at most that much of it")
-        out.append(bwrap.Data(f"/toolkit/{rel.as_posix()}", path=path))
+        if len(out) >= TOOLKIT_FILES:
+            raise InvalidArgs(too_big)
+        with os.fdopen(os.dup(node.fd), "rb") as fh:  # the walk closes node.fd itself
+            data = fh.read(TOOLKIT_BYTES - total + 1)
+        total += len(data)
+        if total > TOOLKIT_BYTES:
+            raise InvalidArgs(too_big)
+        out.append(bwrap.Data(f"/toolkit/{node.rel}", data=data))
     return out
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from wbcore_runtime.guard import paths
 from wbcore_runtime import wasm_guest as guest
 from wbcore_runtime.contract.errors import InvalidArgs, Timeout
 
@@ -37,14 +38,24 @@ from wbcore_lane_js.lane import materialize
 
 def _matches(dest: Path, files: Any) -> bool:
     """Whether ``dest`` holds exactly ``files`` (the artifact's own sources, byte for byte)."""
+    # The containment walk (openat + O_NOFOLLOW): a link, a FIFO or a folder swapped for a
+    # link is a mismatch, never followed, and each file is compared as the very inode opened.
+    seen: set[str] = set()
     try:
-        on_disk = {p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file() or p.is_symlink()}
-        if on_disk != set(files):
-            return False
-        return all(not (dest / rel).is_symlink() and (dest / rel).read_text(encoding="utf-8") == text
-                   for rel, text in files.items())
-    except (OSError, UnicodeDecodeError):
+        for node in paths.walk(dest, label="the js app folder"):
+            if node.kind == "empty":
+                continue
+            want = files.get(node.rel) if node.kind == "file" else None
+            if want is None:
+                return False
+            expected = want.encode("utf-8")
+            with os.fdopen(os.dup(node.fd), "rb") as fh:  # the walk closes node.fd itself
+                if fh.read(len(expected) + 1) != expected:
+                    return False
+            seen.add(node.rel)
+    except (OSError, paths.Refused):
         return False
+    return seen == set(files)
 
 
 def _tree_stamp(dest: Path) -> tuple[tuple[str, int, int, int, int], ...] | None:

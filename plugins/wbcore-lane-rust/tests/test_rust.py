@@ -286,3 +286,55 @@ pub fn seen(_input: proc_macro::TokenStream) -> proc_macro::TokenStream {
 }
 """)
     _no_leak(lane, tk, tmp_path)
+
+
+BUILD_RS = r"""
+use std::io::Write;
+fn main() {
+    // a build script runs on the build machine: try every way out it could take
+    let mut found = String::new();
+    for p in ["/etc/passwd", "/etc/shadow", "HOSTFILE", "/proc/1/environ", "/root/.cargo/credentials.toml"] {
+        if let Ok(s) = std::fs::read_to_string(p) { found.push_str(&s); }
+    }
+    let wrote = std::fs::write("/src/src/main.rs", "fn main() { println!(\"REWRITTEN\"); }").is_ok();
+    let net = std::net::TcpStream::connect("127.0.0.1:1").is_ok() || std::net::TcpStream::connect("1.1.1.1:443").is_ok();
+    let out = std::env::var("OUT_DIR").unwrap();
+    let mut f = std::fs::File::create(format!("{out}/leak.txt")).unwrap();
+    write!(f, "read={} wrote={} net={}", found.len(), wrote, net).unwrap();
+    f.write_all(found.as_bytes()).unwrap();
+}
+"""
+
+
+@pytest.mark.slow
+@needs_toolchain
+@needs_sandbox
+def test_a_build_script_reads_no_host_file_and_writes_no_source(lane, tk, tmp_path):
+    """Issue 22's untried case: a Cargo build script (host code at build time) reaches for
+    host files, rewrites the source and opens sockets. Here the build sandbox holds no host
+    linker, so a build script (or a proc-macro: host code too) cannot even be linked and the
+    build fails saying so; where one could be, none of what it tried may land anywhere."""
+    if find().cargo is None:
+        pytest.skip("no cargo beside rustc")
+    host = tmp_path / "host-secret.txt"
+    host.write_text("HOSTSECRET-31c7")
+    host.chmod(0o644)
+    src = tk / "src"
+    (src / "main.rs").unlink()
+    (src / "src").mkdir()
+    (src / "Cargo.toml").write_text('[package]\nname = "rstool"\nversion = "0.1.0"\nedition = "2021"\nbuild = "build.rs"\n')
+    (src / "build.rs").write_text(BUILD_RS.replace("HOSTFILE", str(host)))
+    main = 'fn main() { print!("{}", include_str!(concat!(env!("OUT_DIR"), "/leak.txt"))); }\n'
+    (src / "src" / "main.rs").write_text(main)
+    try:
+        out = build(lane, tk, tmp_path / "out")
+    except BuildFailed as exc:
+        assert "linker" in str(exc), str(exc)
+        assert "HOSTSECRET-31c7" not in exc.log and "root:" not in exc.log
+        assert (src / "src" / "main.rs").read_text() == main
+        return
+    code, stdout = run(out.artifact, ["rstool"], b"", tmp_path)
+    assert code == 0 and stdout.startswith(b"read=") and b"wrote=false net=false" in stdout, stdout[:200]
+    art = out.artifact.read_bytes()
+    assert b"HOSTSECRET-31c7" not in art and b"root:" not in art
+    assert (src / "src" / "main.rs").read_text() == main

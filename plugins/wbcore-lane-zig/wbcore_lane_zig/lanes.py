@@ -148,8 +148,12 @@ class ZigLaneBase:
                 (ln for ln in res.log.splitlines() if ln.strip()), why)
             raise BuildFailed(f"{self.lane} lane: compile failed ({why}): {first.strip()}", log=log)
         artifact = outdir / name
+        if artifact.is_symlink():  # the build wrote it: a link could name a host file
+            raise BuildFailed(f"{self.lane} lane: the compiler wrote {name} as a symlink, not a file", log=log)
         if not artifact.is_file():
-            found = sorted(outdir.rglob("*.wasm"))
+            # the containment walk: a .wasm link the build left is never followed out
+            found = [outdir / n.rel for n in paths.walk(outdir, label="the build's output folder")
+                     if n.kind == "file" and n.rel.endswith(".wasm")]
             if len(found) != 1:
                 raise BuildFailed(f"{self.lane} lane: the compiler exited 0 but wrote no {name}", log=log)
             os.replace(found[0], artifact)

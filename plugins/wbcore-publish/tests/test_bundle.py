@@ -10,6 +10,7 @@ from conftest import SEED_A, vfs_rows
 from wbcore_publish import bundle, canonical, vfsfile
 
 from wbcore_runtime.contract.errors import InvalidArgs
+from wbcore_runtime.guard import unpack
 from wbcore_runtime.guard.unpack import UnsafeArchive
 
 
@@ -202,6 +203,12 @@ def test_a_decompression_bomb_stops_at_the_signed_size(workspace, wb_home, tmp_p
     b = tmp_path / "x.wbundle"
     bundle.ship(workspace, b, home=wb_home, ident=key_a)
     bad = _rezip(b, tmp_path / "bad.wbundle", {"workspace/notes.html": b"\0" * (8 << 20)})
+    # read at most what the manifest signs (+ 1 MiB): the bomb stops there, naming its member
+    with pytest.raises(UnsafeArchive, match=r"\(at 'workspace/notes.html'\); its manifest signs \d+ bytes"):
+        bundle.restore(bad, home=tmp_path / "h2", into=tmp_path / "out", trusted=[key_a.did])
+    _nothing_landed(tmp_path / "h2", tmp_path / "out")
+    # a member a little bigger than signed is read and named as changed
+    bad = _rezip(b, tmp_path / "bad2.wbundle", {"workspace/notes.html": b"\0" * 1000})
     with pytest.raises(bundle.TamperedBundle, match="notes.html changed"):
         bundle.restore(bad, home=tmp_path / "h2", into=tmp_path / "out", trusted=[key_a.did])
 
@@ -333,3 +340,53 @@ def test_the_files_the_html_references_travel_with_it(workspace, wb_home, tmp_pa
     b2 = tmp_path / "y.wbundle"
     bundle.ship(r.workspace, b2, home=tmp_path / "h2", ident=key_a)
     assert b.read_bytes() == b2.read_bytes()
+
+
+# --- hostile archives: the core's unpacker (read_files, strict) reads every bundle -------------
+
+
+def test_a_folder_member_is_refused(workspace, wb_home, tmp_path, key_a):
+    b = tmp_path / "x.wbundle"
+    bundle.ship(workspace, b, home=wb_home, ident=key_a)
+    bad = _rezip(b, tmp_path / "bad.wbundle", {}, extra={"workspace/sub/": b""})
+    with pytest.raises(UnsafeArchive, match="'workspace/sub' is a folder"):
+        bundle.inspect(bad)
+
+
+def test_more_members_than_a_bundle_holds_are_refused(workspace, wb_home, tmp_path, key_a):
+    b = tmp_path / "x.wbundle"
+    bundle.ship(workspace, b, home=wb_home, ident=key_a)
+    extra = {f"workspace/f{i}": b"" for i in range(bundle.MAX_MEMBERS + 1)}
+    bad = _rezip(b, tmp_path / "bad.wbundle", {}, extra=extra)
+    with pytest.raises(UnsafeArchive, match=f"more than {bundle.MAX_MEMBERS} entries"):
+        bundle.restore(bad, home=tmp_path / "h2", into=tmp_path / "out", trusted=[key_a.did])
+    _nothing_landed(tmp_path / "h2", tmp_path / "out")
+
+
+def test_a_bomb_over_the_bundle_cap_stops_at_the_cap(workspace, wb_home, tmp_path, key_a, monkeypatch):
+    """Counted as decompressed, not as declared: a member whose header lies still stops."""
+    b = tmp_path / "x.wbundle"
+    bundle.ship(workspace, b, home=wb_home, ident=key_a)
+    monkeypatch.setattr(bundle, "CAPS", unpack.Caps(max_files=bundle.MAX_MEMBERS, max_bytes=1 << 20))
+    bad = _rezip(b, tmp_path / "bad.wbundle", {"vfs.db": b"\0" * (16 << 20)})
+    assert bad.stat().st_size < (1 << 20)  # deflated, it is small
+    with pytest.raises(UnsafeArchive, match=f"more than {1 << 20} bytes"):
+        bundle.restore(bad, home=tmp_path / "h2", into=tmp_path / "out", trusted=[key_a.did])
+    _nothing_landed(tmp_path / "h2", tmp_path / "out")
+
+
+def test_a_file_that_is_not_a_zip_is_refused(tmp_path):
+    bad = tmp_path / "bad.wbundle"
+    bad.write_bytes(b"#!/bin/sh\n" + b"PK\x03\x04" * 4)
+    with pytest.raises(UnsafeArchive, match="not a readable zip archive"):
+        bundle.inspect(bad)
+
+
+def test_a_zip_slip_never_writes_outside_the_stage(workspace, wb_home, tmp_path, key_a):
+    """A member named to climb out is refused before anything is staged or landed."""
+    b = tmp_path / "x.wbundle"
+    bundle.ship(workspace, b, home=wb_home, ident=key_a)
+    bad = _rezip(b, tmp_path / "bad.wbundle", {}, extra={"workspace/../../../slip.txt": b"x"})
+    with pytest.raises(UnsafeArchive, match="climbs out"):
+        bundle.restore(bad, home=tmp_path / "h2", into=tmp_path / "sub" / "out", trusted=[key_a.did])
+    assert not list(tmp_path.rglob("slip.txt"))

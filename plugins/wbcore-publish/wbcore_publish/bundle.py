@@ -29,8 +29,10 @@ from wbcore_publish import canonical, vfsfile
 from wbcore_publish import page as _page
 from wbcore_publish import workspace as _ws
 from wbcore_runtime.trust import identity as _identity
+from wbcore_runtime.guard import paths
 from wbcore_runtime.store.artifacts import atomic_write
 from wbcore_runtime.contract.errors import InvalidArgs
+from wbcore_runtime.guard import unpack
 from wbcore_runtime.guard.unpack import Caps, UnsafeArchive, safe_name
 
 FORMAT = "wbundle/1"
@@ -45,6 +47,7 @@ MAX_MEMBERS = 1024
 MAX_ASSETS = 1000
 MAX_MTIME = 1 << 36  # seconds: far past any real clock, well inside what utime(2) takes
 CAPS = Caps(max_files=MAX_MEMBERS, max_bytes=320 << 20)
+MAX_BUNDLE = CAPS.max_bytes + (64 << 20)  # members stored, not deflated, plus the zip's own headers
 
 
 class TamperedBundle(InvalidArgs):
@@ -98,9 +101,7 @@ def _zip(members: Mapping[str, bytes]) -> bytes:
 
 
 def _read_inside(ws: _ws.Workspace, rel: str) -> tuple[bytes, int]:
-    path = ws.dir / rel
-    if not os.path.realpath(path).startswith(os.path.realpath(ws.dir) + os.sep):
-        raise InvalidArgs(f"workspace {ws.name}: {rel} resolves outside the workspace folder")
+    path = paths.inside(ws.dir, rel, label=f"the workspace folder ({ws.name})")  # the one containment rule
     data = _ws.read_regular(path, MAX_HTML, f"workspace {ws.name}")
     return data, min(max(int(path.lstat().st_mtime), 0), MAX_MTIME - 1)
 
@@ -112,7 +113,7 @@ def _assets(ws: _ws.Workspace, html: bytes) -> list[str]:
     is shipped as it is, and ``wbx publish verify`` says what it lacks.
     """
     base = posixpath.dirname(ws.html or "")
-    real_root = os.path.realpath(ws.dir) + os.sep
+    root = paths.Root.at(ws.dir, f"the workspace folder ({ws.name})")
     out: set[str] = set()
     for ref in _page.discover(html):
         rel = posixpath.normpath(posixpath.join(base, ref))
@@ -123,7 +124,7 @@ def _assets(ws: _ws.Workspace, html: bytes) -> list[str]:
             regular = stat.S_ISREG(path.lstat().st_mode)
         except OSError:
             continue
-        if regular and os.path.realpath(path).startswith(real_root):
+        if regular and root.stays_inside(rel):
             out.add(rel)
     if len(out) > MAX_ASSETS:
         raise InvalidArgs(f"workspace {ws.name}: its HTML references more than {MAX_ASSETS} files")
@@ -169,37 +170,42 @@ def ship(ws_dir: Path, out: Path, *, home: Path, ident: _identity.Identity,
 # --- reading and verifying -----------------------------------------------------------------
 
 
-def _bounded_read(zf: zipfile.ZipFile, info: zipfile.ZipInfo, cap: int, what: str) -> bytes:
-    out = bytearray()
+def _bundle_bytes(path: Path, what: str) -> bytes:
+    """The bundle file, read once, bounded."""
     try:
-        with zf.open(info) as src:
-            while chunk := src.read(1 << 20):
-                out += chunk
-                if len(out) > cap:
-                    raise UnsafeArchive(f"{what}: member {info.filename!r} is larger than {cap} bytes")
-    except (zipfile.BadZipFile, RuntimeError, NotImplementedError, OSError) as exc:
-        raise UnsafeArchive(f"{what}: cannot read member {info.filename!r} ({exc})") from None
-    return bytes(out)
+        with path.open("rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size > MAX_BUNDLE:
+                raise UnsafeArchive(f"{what}: {size} bytes is over the {MAX_BUNDLE}-byte cap for a bundle")
+            data = fh.read(MAX_BUNDLE + 1)  # it may grow after fstat: the cap holds while reading
+    except OSError as exc:
+        raise UnsafeArchive(f"{what}: cannot read the bundle ({exc.strerror})") from None
+    if len(data) > MAX_BUNDLE:
+        raise UnsafeArchive(f"{what}: over the {MAX_BUNDLE}-byte cap for a bundle")
+    if data[:4] not in (b"PK\x03\x04", b"PK\x05\x06"):
+        raise UnsafeArchive(f"{what}: not a readable zip archive (a .wbundle is a zip)")
+    return data
 
 
-def _entries(zf: zipfile.ZipFile, what: str) -> dict[str, zipfile.ZipInfo]:
-    infos = zf.infolist()
-    if len(infos) > CAPS.max_files:
-        raise UnsafeArchive(f"{what}: more than {CAPS.max_files} members; a bundle has at most {MAX_MEMBERS}")
-    out: dict[str, zipfile.ZipInfo] = {}
-    for info in infos:
-        name = safe_name(info.filename, what)  # the core's rule: no absolute path, no '..', no NUL
-        if name != info.filename:
-            raise UnsafeArchive(f"{what}: member {info.filename!r} is not in canonical form (expected {name!r})")
-        if info.is_dir():
-            raise UnsafeArchive(f"{what}: member {name!r} is a folder; a bundle holds only files")
-        mode = info.external_attr >> 16
-        if stat.S_IFMT(mode) and not stat.S_ISREG(mode):  # unpack's rule: no type bits is a file
-            raise UnsafeArchive(f"{what}: member {name!r} is a link or special file; a bundle holds only files")
-        if name in out:
-            raise UnsafeArchive(f"{what}: member {name!r} appears twice")
-        out[name] = info
-    return out
+#: What a member may exceed its signed size by and still be read (and named as changed);
+#: beyond it the read stops at the cap, so memory stays bounded by what the manifest signed.
+SLACK = 1 << 20
+
+
+def _members(data: bytes, m: Mapping[str, Any], what: str) -> dict[str, bytes]:
+    """Every member but the manifest, read by the core's unpacker (strict: files only,
+    canonical names, no name twice), at most the signed sizes plus :data:`SLACK` in all as
+    decompressed (a bomb stops there, naming its member)."""
+    total = sum(e["size"] for e in m["members"])
+    cap = min(CAPS.max_bytes, total + SLACK)
+    try:
+        return unpack.read_files(data, Caps(max_files=CAPS.max_files, max_bytes=cap), what=what, strict=True,
+                                 only=lambda name: name != MANIFEST)
+    except UnsafeArchive as exc:
+        if cap >= CAPS.max_bytes or "bytes unpacked" not in exc.message:
+            raise
+        raise UnsafeArchive(f"{exc.message}; its manifest signs {total} bytes in all: the bundle was changed "
+                            "after it was signed") from None
 
 
 def _shape(m: Mapping[str, Any], what: str) -> None:
@@ -241,32 +247,30 @@ class Inspection:
         return self.signature.ok and not self.changes
 
 
-def _read_manifest(zf: zipfile.ZipFile, entries: Mapping[str, zipfile.ZipInfo], what: str) -> dict[str, Any]:
-    if MANIFEST not in entries:
+def _read_manifest(data: bytes, what: str) -> dict[str, Any]:
+    """The manifest, read first: this pass also checks every member's name and kind (strict)."""
+    files = unpack.read_files(data, CAPS, what=what, strict=True, only=lambda name: name == MANIFEST,
+                              max_file=MAX_MANIFEST)
+    if MANIFEST not in files:
         raise TamperedBundle(f"{what}: no {MANIFEST}; not a .wbundle (or its manifest was removed)")
-    m = canonical.parse(_bounded_read(zf, entries[MANIFEST], MAX_MANIFEST, what), f"{what}:{MANIFEST}")
+    m = canonical.parse(files[MANIFEST], f"{what}:{MANIFEST}")
     _shape(m, what)
     return m
 
 
-def _check_members(zf: zipfile.ZipFile, entries: Mapping[str, zipfile.ZipInfo], m: Mapping[str, Any],
-                   what: str, sink: Path | None) -> list[str]:
+def _check_members(files: Mapping[str, bytes], m: Mapping[str, Any], what: str, sink: Path | None) -> list[str]:
     """Hash every member against the manifest (writing it under ``sink`` if given); the changes."""
     changes: list[str] = []
     signed = {e["path"]: e for e in m["members"]}
-    for name in sorted(set(entries) - set(signed) - {MANIFEST}):
+    for name in sorted(set(files) - set(signed)):
         changes.append(f"member {name} added (not in the signed manifest)")
-    total = 0
     for name, e in sorted(signed.items()):
-        if name not in entries:
+        if name not in files:
             changes.append(f"member {name} removed")
             continue
-        total += e["size"]
-        if total > CAPS.max_bytes:
-            raise UnsafeArchive(f"{what}: members declare more than {CAPS.max_bytes} bytes")
-        data = _bounded_read(zf, entries[name], e["size"], what) if entries[name].file_size <= e["size"] else None
-        if data is None or len(data) != e["size"] or _sha(data) != e["sha256"]:
-            got = "bigger than signed" if data is None else f"sha256 {_sha(data)[:12]}…, {len(data)} bytes"
+        data = files[name]
+        if len(data) != e["size"] or _sha(data) != e["sha256"]:
+            got = "bigger than signed" if len(data) > e["size"] else f"sha256 {_sha(data)[:12]}…, {len(data)} bytes"
             changes.append(f"member {name} changed ({got}; signed sha256 {e['sha256'][:12]}…, {e['size']} bytes)")
             continue
         if sink is not None:
@@ -286,15 +290,10 @@ def inspect(path: Path, *, env: Mapping[str, str] | None = None, allow_http_loop
             resolve_web: bool = True) -> Inspection:
     """Read a bundle and check its signature and every member hash; nothing is written."""
     what = path.name
-    try:
-        zf = zipfile.ZipFile(path)
-    except (zipfile.BadZipFile, OSError) as exc:
-        raise UnsafeArchive(f"{what}: not a readable zip archive ({exc})") from None
-    with zf:
-        entries = _entries(zf, what)
-        m = _read_manifest(zf, entries, what)
-        sig = canonical.check_signature(m, env=env, allow_http_loopback=allow_http_loopback, resolve_web=resolve_web)
-        changes = _check_members(zf, entries, m, what, None)
+    data = _bundle_bytes(path, what)
+    m = _read_manifest(data, what)
+    sig = canonical.check_signature(m, env=env, allow_http_loopback=allow_http_loopback, resolve_web=resolve_web)
+    changes = _check_members(_members(data, m, what), m, what, None)
     return Inspection(m, sig, tuple(changes))
 
 
@@ -304,62 +303,57 @@ def restore(path: Path, *, home: Path, into: Path, trusted: Sequence[str],
     what = path.name
     if os.path.lexists(into):
         raise InvalidArgs(f"{into} already exists; restore into a new folder (--into)")
+    data = _bundle_bytes(path, what)
+    m = _read_manifest(data, what)
+    sig = canonical.check_signature(m, env=env, allow_http_loopback=allow_http_loopback)
+    if not sig.ok:
+        raise TamperedBundle(f"{what}: {MANIFEST} refused: {sig.reason}")
+    if sig.signer not in trusted:
+        raise InvalidArgs(f"{what}: signed by {sig.signer}, which is not a trusted signer "
+                          f"(trusted: {', '.join(trusted)}); pass --signer {sig.signer} to trust it")
+    ws_meta = m["workspace"]
+    instance = ws_meta.get("instance")
+    if not isinstance(instance, str) or not _ws.INSTANCE_RE.match(instance):
+        raise InvalidArgs(f"{what}: the manifest names no valid VFS instance")
+    present = vfsfile.exists(home, instance)
+    if present:
+        raise InvalidArgs(f"VFS instance {instance!r} already exists ({present[0]}); "
+                          "restore into another $WB_HOME or remove the instance first")
+    into.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=".wbundle-stage-", dir=into.parent))
     try:
-        zf = zipfile.ZipFile(path)
-    except (zipfile.BadZipFile, OSError) as exc:
-        raise UnsafeArchive(f"{what}: not a readable zip archive ({exc})") from None
-    with zf:
-        entries = _entries(zf, what)
-        m = _read_manifest(zf, entries, what)
-        sig = canonical.check_signature(m, env=env, allow_http_loopback=allow_http_loopback)
-        if not sig.ok:
-            raise TamperedBundle(f"{what}: {MANIFEST} refused: {sig.reason}")
-        if sig.signer not in trusted:
-            raise InvalidArgs(f"{what}: signed by {sig.signer}, which is not a trusted signer "
-                              f"(trusted: {', '.join(trusted)}); pass --signer {sig.signer} to trust it")
-        ws_meta = m["workspace"]
-        instance = ws_meta.get("instance")
-        if not isinstance(instance, str) or not _ws.INSTANCE_RE.match(instance):
-            raise InvalidArgs(f"{what}: the manifest names no valid VFS instance")
-        present = vfsfile.exists(home, instance)
-        if present:
-            raise InvalidArgs(f"VFS instance {instance!r} already exists ({present[0]}); "
-                              "restore into another $WB_HOME or remove the instance first")
-        into.parent.mkdir(parents=True, exist_ok=True)
-        stage = Path(tempfile.mkdtemp(prefix=".wbundle-stage-", dir=into.parent))
+        changes = _check_members(_members(data, m, what), m, what, stage)
+        if changes:
+            raise TamperedBundle(f"{what}: refused, it differs from what {sig.signer} signed: " + "; ".join(changes))
+        ws = _ws.load(stage / "workspace")
+        if (ws.name, ws.instance, ws.html, list(ws.volumes)) != (
+                ws_meta.get("name"), instance, ws_meta.get("html"), ws_meta.get("volumes")):
+            raise TamperedBundle(f"{what}: workspace.org does not describe the workspace the manifest names")
+        if ws.html and not (stage / "workspace" / ws.html).is_file():
+            raise TamperedBundle(f"{what}: the workspace's HTML {ws.html} is not in the bundle")
+        if not (stage / VFS_MEMBER).is_file():
+            raise TamperedBundle(f"{what}: no {VFS_MEMBER} member")
+        rows = vfsfile.check_db(stage / VFS_MEMBER)
+        # Land: the database first (link(2) refuses an existing one), then the folder.
+        final_db = vfsfile.db_path(home, instance)
+        final_db.parent.mkdir(parents=True, exist_ok=True)
+        db_tmp = final_db.parent / f".{final_db.name}.{os.getpid()}.{os.urandom(4).hex()}.wbundle-tmp"
+        shutil.copyfile(stage / VFS_MEMBER, db_tmp)
+        with db_tmp.open("rb+") as fh:
+            os.fsync(fh.fileno())
         try:
-            changes = _check_members(zf, entries, m, what, stage)
-            if changes:
-                raise TamperedBundle(f"{what}: refused, it differs from what {sig.signer} signed: " + "; ".join(changes))
-            ws = _ws.load(stage / "workspace")
-            if (ws.name, ws.instance, ws.html, list(ws.volumes)) != (
-                    ws_meta.get("name"), instance, ws_meta.get("html"), ws_meta.get("volumes")):
-                raise TamperedBundle(f"{what}: workspace.org does not describe the workspace the manifest names")
-            if ws.html and not (stage / "workspace" / ws.html).is_file():
-                raise TamperedBundle(f"{what}: the workspace's HTML {ws.html} is not in the bundle")
-            if not (stage / VFS_MEMBER).is_file():
-                raise TamperedBundle(f"{what}: no {VFS_MEMBER} member")
-            rows = vfsfile.check_db(stage / VFS_MEMBER)
-            # Land: the database first (link(2) refuses an existing one), then the folder.
-            final_db = vfsfile.db_path(home, instance)
-            final_db.parent.mkdir(parents=True, exist_ok=True)
-            db_tmp = final_db.parent / f".{final_db.name}.{os.getpid()}.{os.urandom(4).hex()}.wbundle-tmp"
-            shutil.copyfile(stage / VFS_MEMBER, db_tmp)
-            with db_tmp.open("rb+") as fh:
-                os.fsync(fh.fileno())
-            try:
-                os.link(db_tmp, final_db)
-            except FileExistsError:
-                raise InvalidArgs(f"VFS instance {instance!r} appeared while restoring; nothing was changed") from None
-            finally:
-                os.unlink(db_tmp)
-            try:
-                os.rename(stage / "workspace", into)
-            except OSError as exc:
-                os.unlink(final_db)
-                raise InvalidArgs(f"cannot place the workspace at {into} ({exc.strerror}); nothing was changed") from None
-            _fsync_dir(final_db.parent)
-            _fsync_dir(into.parent)
+            os.link(db_tmp, final_db)
+        except FileExistsError:
+            raise InvalidArgs(f"VFS instance {instance!r} appeared while restoring; nothing was changed") from None
         finally:
-            shutil.rmtree(stage, ignore_errors=True)
+            os.unlink(db_tmp)
+        try:
+            os.rename(stage / "workspace", into)
+        except OSError as exc:
+            os.unlink(final_db)
+            raise InvalidArgs(f"cannot place the workspace at {into} ({exc.strerror}); nothing was changed") from None
+        _fsync_dir(final_db.parent)
+        _fsync_dir(into.parent)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
     return Restored(into, final_db, sig.signer or "", m["signed_at"], rows)

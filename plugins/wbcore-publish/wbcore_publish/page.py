@@ -35,6 +35,7 @@ from urllib.parse import unquote
 from wbcore_publish import canonical
 from wbcore_publish.workspace import read_regular
 from wbcore_runtime.trust import identity as _identity
+from wbcore_runtime.guard import paths
 from wbcore_runtime.store.artifacts import atomic_write
 from wbcore_runtime.contract.errors import InvalidArgs, WbError
 
@@ -129,10 +130,8 @@ def _asset(root: Path, rel: str, where: str) -> bytes:
     norm = posixpath.normpath(rel)
     if rel.startswith("/") or norm == ".." or norm.startswith("../"):
         raise InvalidArgs(f"{where}: asset {rel!r} is outside the page's folder")
-    path = root / norm
-    real_root = os.path.realpath(root)
-    if not os.path.realpath(path).startswith(real_root + os.sep):
-        raise InvalidArgs(f"{where}: asset {rel!r} resolves outside the page's folder")
+    # the one containment rule (refuses a link out, a FIFO, a second hard link), then the read
+    path = paths.inside(root, norm, label="the page's folder")
     return read_regular(path, MAX_ASSET, where)
 
 

@@ -17,7 +17,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from wbcore_runtime.guard import fetch, unpack
+from wbcore_runtime.guard import fetch, paths, unpack
 from wbcore_runtime.build import ResolvedSource, SourceRequest
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound
 from wbcore_runtime.guard.netguard import NetGuard
@@ -143,7 +143,9 @@ class ArchiveSource:
                                   dir=root, preopen=preopen, sha256_pins_source=True)
         if m.build_lang:
             return ResolvedSource(digest=digest, dir=root, preopen=preopen, sha256_pins_source=True)
-        found = sorted(p for p in root.rglob("*.wasm") if p.is_file() and not p.is_symlink())
+        # the containment walk (openat + O_NOFOLLOW): links are never taken for a module
+        found = sorted(root / n.rel for n in paths.walk(root, label="the archive", skip_dirs=frozenset({".git"}))
+                       if n.kind == "file" and n.rel.endswith(".wasm"))
         if len(found) != 1:
             listed = ", ".join(p.relative_to(root).as_posix() for p in found[:10]) or "none"
             raise InvalidArgs(f"archive:{request.rest}: say which module with #+WASM_PATH (found: {listed})")
