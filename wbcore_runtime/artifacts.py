@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -68,9 +69,13 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def atomic_write(path: Path, data: bytes | bytearray | memoryview, *, mode: int = 0o644,
-                 tmp_dir: Path | None = None) -> None:
-    """Write ``data`` to ``path`` through a temp file + fsync + ``os.replace``.
+# --- atomic files: THE home of temp file + fsync + rename and of the folder's fsync ----------
+
+
+def write_temp(path: Path, data: bytes | bytearray | memoryview, *, mode: int = 0o644,
+               tmp_dir: Path | None = None) -> Path:
+    """Write ``data`` to a new temp file for ``path``, fsync'd, and return it: the caller
+    renames it into place (:func:`atomic_write`, or later, at a commit point of its own).
 
     The temp file is named after its owner (``wbcore_runtime.leftovers``), so one a kill leaves
     behind is swept by the next command, and never while its writer lives. ``tmp_dir``
@@ -90,6 +95,28 @@ def atomic_write(path: Path, data: bytes | bytearray | memoryview, *, mode: int 
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, mode)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return tmp
+
+
+def atomic_write(path: Path, data: bytes | bytearray | memoryview, *, mode: int | None = 0o644,
+                 tmp_dir: Path | None = None, sync_dir: bool = False) -> None:
+    """Write ``data`` to ``path`` through a temp file + fsync + ``os.replace``: a reader
+    sees the old file or the new one, never a part. ``mode`` ``None`` keeps the mode of the
+    file it replaces (0o644 for a new one); ``sync_dir`` also fsyncs the folder, so the
+    rename itself survives a crash (a journal, a synced page). See :func:`write_temp`."""
+    if mode is None:
+        try:
+            mode = stat.S_IMODE(path.stat().st_mode)
+        except FileNotFoundError:
+            mode = 0o644
+    tmp = write_temp(path, data, mode=mode, tmp_dir=tmp_dir)
+    try:
         faults.point(f"write:{path.suffix}:tmp")
         os.replace(tmp, path)
         faults.point(f"write:{path.suffix}:done")
@@ -99,6 +126,17 @@ def atomic_write(path: Path, data: bytes | bytearray | memoryview, *, mode: int 
         except OSError:
             pass
         raise
+    if sync_dir:
+        fsync_dir(path.parent)
+
+
+def fsync_dir(path: Path) -> None:
+    """fsync a folder: the renames and unlinks in it are on disk once this returns."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def check_sha(sha: str) -> str:

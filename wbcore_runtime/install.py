@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from wbcore_runtime.artifacts import fsync_dir, write_temp
 from wbcore_runtime import faults, leftovers, signing, unpack
 from wbcore_runtime import fetch as _fetch
 from wbcore_runtime import gitfetch as _gitfetch
@@ -121,27 +122,6 @@ def lock_bytes(entries: Mapping[str, LockEntry]) -> bytes:
     return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8")
 
 
-def _atomic_write(path: Path, data: bytes) -> Path:
-    """Write ``data`` to a temp file beside ``path`` (named after its owner); the caller renames it."""
-    tmp = path.parent / leftovers.unique(f".{path.name}{leftovers.TMP_MARK}", ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return tmp
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # --- sources ----------------------------------------------------------------------------
@@ -346,9 +326,9 @@ def _journal_path(home: Path) -> Path:
 
 
 def _write_journal(home: Path, doc: dict[str, Any]) -> None:
-    tmp = _atomic_write(_journal_path(home), json.dumps(doc, indent=1).encode())
+    tmp = write_temp(_journal_path(home), json.dumps(doc, indent=1).encode())
     os.replace(tmp, _journal_path(home))
-    _fsync_dir(home)
+    fsync_dir(home)
 
 
 def _rel(home: Path, path: Path | None) -> str | None:
@@ -375,9 +355,9 @@ def _replay(home: Path, doc: dict[str, Any]) -> str:
                 os.rename(aside, target)
         lock_tmp.unlink(missing_ok=True)
     if (home / "toolkits").is_dir():
-        _fsync_dir(home / "toolkits")
+        fsync_dir(home / "toolkits")
     _journal_path(home).unlink(missing_ok=True)
-    _fsync_dir(home)
+    fsync_dir(home)
     return outcome
 
 
@@ -424,7 +404,7 @@ def _land(home: Path, staged: list[_Staged], new_lock: Mapping[str, LockEntry], 
     for ident in remove:
         moves.append({"id": ident, "new": None, "target": _rel(home, root / ident),
                       "aside": _rel(home, work / f"old-{ident}")})
-    tmp_lock = _atomic_write(home / LOCKFILE, lock_bytes(new_lock))
+    tmp_lock = write_temp(home / LOCKFILE, lock_bytes(new_lock))
     faults.point("land:prepared")
     doc = {"format": 1, "owner": leftovers.owner_tag(), "lock_tmp": _rel(home, tmp_lock), "moves": moves}
     try:

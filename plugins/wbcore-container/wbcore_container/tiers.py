@@ -301,16 +301,11 @@ def _sender(chan: Channel):  # type: ignore[no-untyped-def]
 
 
 def _argv(req: CommandRequest) -> list[str]:
-    if req.arg_mode == "stdin1" and req.argv:
-        return [req.name]
-    return [req.name, *req.argv]
+    return req.guest_input()[0]
 
 
 def _stdin(req: CommandRequest) -> bytes:
-    if req.arg_mode == "stdin1" and req.argv:
-        # seed 000: the first stdin line is the argument (jq, grep)
-        return " ".join(req.argv).encode() + b"\n" + req.stdin
-    return req.stdin
+    return req.guest_input()[1]
 
 
 def _cpu(timeout_s: float) -> int:

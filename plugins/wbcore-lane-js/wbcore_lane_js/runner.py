@@ -225,11 +225,7 @@ class JsRunner:
     def call(self, req: Any) -> Any:
         from wbcore_runtime.calls import CallResult, LimitExceeded, Usage
 
-        argv = [req.name, *req.argv]
-        stdin = req.stdin
-        if req.arg_mode == "stdin1" and req.argv:
-            stdin = " ".join(req.argv).encode() + b"\n" + stdin
-            argv = [req.name]
+        argv, stdin = req.guest_input()
         prof = req.profile
         bridge: Callable[[str, bytes], tuple[int, bytes]] | None = None
         if req.caps:  # the Dock bridge, for the granted caps only (wbcore_lane_js.dock)

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from wbcore_runtime import wasm_guest as guest
+from wbcore_runtime.artifacts import atomic_write
 from wbcore_runtime.build import BuildFailed, BuildOutput, BuildRequest
 from wbcore_runtime.errors import InvalidArgs, Timeout
 
@@ -199,8 +200,8 @@ class TsLane(JsLane):
             res = qjs.run(mod, app, argv, stdin=None, limits=guest.Limits(self.limits.timeout_s, self.limits.memory_bytes, output_bytes=64 << 20))
         if res.exit_code != 0 or res.truncated or not res.stdout:
             return None
-        qjs._atomic(path, res.stdout)
-        qjs._atomic(sums, hashlib.sha256(res.stdout).hexdigest().encode())
+        atomic_write(path, res.stdout)
+        atomic_write(sums, hashlib.sha256(res.stdout).hexdigest().encode())
         return path
 
     def compiler(self, progress: Any = None) -> Path:

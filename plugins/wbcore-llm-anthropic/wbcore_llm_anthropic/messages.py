@@ -20,11 +20,10 @@ from wbcore_runtime.llm import (
     LlmSettings,
     Message,
     ProviderError,
+    SdkChat,
     ToolUse,
     Usage,
     parse_arguments,
-    provider_error,
-    with_retries,
 )
 
 
@@ -51,32 +50,14 @@ def wire_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
     return out
 
 
-class AnthropicMessages:
+class AnthropicMessages(SdkChat):
+    vendor = "anthropic"
+
     def __init__(self, settings: LlmSettings) -> None:
         import anthropic
 
-        self.settings = settings
-        self._anthropic = anthropic
-        kw: dict[str, Any] = {}
-        if settings.base_url:
-            kw["base_url"] = settings.base_url
-        self._client = anthropic.Anthropic(
-            api_key=settings.api_key or "not-needed", max_retries=0, timeout=settings.timeout_s,
-            http_client=anthropic.DefaultHttpxClient(trust_env=False, timeout=settings.timeout_s), **kw)
-
-    def __repr__(self) -> str:  # never the key
-        return f"AnthropicMessages({self.settings.base_url or 'default endpoint'}, model={self.settings.model!r})"
-
-    def close(self) -> None:
-        self._client.close()
-
-    def complete(self, request: ChatRequest, *, on_text: Callable[[str], None] | None = None) -> ChatResponse:
-        return with_retries(lambda: self._once(request, on_text), self.settings, deadline=request.deadline)
-
-    def _error(self, exc: Exception) -> ProviderError:
-        sdk = self._anthropic
-        return provider_error("anthropic", exc, self.settings, status_error=sdk.APIStatusError,
-                              connection_error=sdk.APIConnectionError)
+        super().__init__(settings, anthropic, anthropic.Anthropic,
+                         **({"base_url": settings.base_url} if settings.base_url else {}))
 
     def _once(self, request: ChatRequest, on_text: Callable[[str], None] | None) -> ChatResponse:
         s = self.settings
@@ -94,9 +75,7 @@ class AnthropicMessages:
         if request.temperature is not None:
             kw["temperature"] = request.temperature
         try:
-            client = self._client if request.deadline is None else self._client.with_options(
-                timeout=request.timeout(s.timeout_s))
-            with client.messages.stream(**kw) as stream:
+            with self._client_for(request).messages.stream(**kw) as stream:
                 ctype = stream.response.headers.get("content-type", "")
                 if ctype.split(";")[0].strip().lower() != "text/event-stream":
                     return self._whole(ctype, stream.response.read(), on_text)
@@ -104,7 +83,7 @@ class AnthropicMessages:
                     if on_text is not None and delta:
                         on_text(delta)
                 final = stream.get_final_message()
-        except self._anthropic.AnthropicError as exc:
+        except self._sdk.AnthropicError as exc:
             raise self._error(exc) from None
         blocks = [b.model_dump() if hasattr(b, "model_dump") else dict(b) for b in final.content]
         u = final.usage

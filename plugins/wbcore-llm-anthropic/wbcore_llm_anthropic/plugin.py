@@ -10,11 +10,9 @@ from wbcore_runtime.records import Availability, LlmProvider
 
 
 def _available() -> Availability:
-    import importlib.util
+    from wbcore_runtime.llm import sdk_availability
 
-    if importlib.util.find_spec("anthropic") is None:
-        return Availability.no("the anthropic SDK is not installed (pip install anthropic)")
-    return Availability.yes()
+    return sdk_availability("anthropic")
 
 
 def _driver(runtime: Any, settings: Any) -> Any:

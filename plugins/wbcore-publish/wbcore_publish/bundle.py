@@ -29,7 +29,7 @@ from wbcore_publish import canonical, vfsfile
 from wbcore_publish import page as _page
 from wbcore_publish import workspace as _ws
 from wbcore_runtime import identity as _identity
-from wbcore_runtime.artifacts import atomic_write
+from wbcore_runtime.artifacts import atomic_write, fsync_dir
 from wbcore_runtime.errors import InvalidArgs
 from wbcore_runtime.unpack import Caps, UnsafeArchive, safe_name
 
@@ -75,14 +75,6 @@ def _sha(data: bytes) -> str:
 
 def _iso(ts: int) -> str:
     return _dt.datetime.fromtimestamp(ts, _dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _zip(members: Mapping[str, bytes]) -> bytes:
@@ -358,8 +350,8 @@ def restore(path: Path, *, home: Path, into: Path, trusted: Sequence[str],
             except OSError as exc:
                 os.unlink(final_db)
                 raise InvalidArgs(f"cannot place the workspace at {into} ({exc.strerror}); nothing was changed") from None
-            _fsync_dir(final_db.parent)
-            _fsync_dir(into.parent)
+            fsync_dir(final_db.parent)
+            fsync_dir(into.parent)
         finally:
             shutil.rmtree(stage, ignore_errors=True)
     return Restored(into, final_db, sig.signer or "", m["signed_at"], rows)

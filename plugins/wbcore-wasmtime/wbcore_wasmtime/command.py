@@ -155,12 +155,7 @@ class CommandRunner:
         eng = self.engine
         loaded = self.modules.load(self.runtime.artifacts, req.sha256)
 
-        argv = [req.name, *req.argv]
-        stdin = req.stdin
-        if req.arg_mode == "stdin1" and req.argv:
-            # seed 000: the first stdin line is the argument (jq, grep)
-            stdin = " ".join(req.argv).encode() + b"\n" + stdin
-            argv = [req.name]
+        argv, stdin = req.guest_input()
 
         prof = req.profile
         depth = getattr(_local, "depth", 0)
