@@ -139,6 +139,46 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+# --- the compiled-module cache: THE home of "compile once, keep the engine's serialized form" --
+
+
+def compiled_file(cpath: Path, wasm: Callable[[], bytes], *, compile: Callable[[bytes], bytes],
+                  load: Callable[[Path], T], loads: Callable[[bytes], T] | None = None,
+                  tmp_dir: Path | None = None) -> tuple[T, bool]:
+    """The module kept compiled at ``cpath`` (its digest beside it, ``<cpath>.sha256``), or
+    compiled now from ``wasm()`` and kept: ``(module, built)``. Every compiled-module cache
+    calls this (the artifact store's, a lane's interpreter or compiler): the engine hands in
+    ``compile(wasm) -> serialized``, ``load(path)`` and ``loads(serialized)``; ``cpath``'s
+    name carries what makes a compiled form valid (the source digest, the engine's key).
+
+    A kept form is loaded only when its bytes match the digest written beside it; one that
+    does not (corrupt, torn, another engine's) is compiled again. The digest is written
+    first, then the module: a reader that sees a new module with an old digest (a
+    concurrent writer) just recompiles; it never loads a mismatch. A disk that refuses the
+    write (full, read-only) costs a compile, never the run, when ``loads`` is given.
+    """
+    dpath = cpath.with_name(cpath.name + ".sha256")
+    if cpath.is_file() and dpath.is_file():
+        try:
+            want = dpath.read_text().strip()
+            if want == sha256_file(cpath):
+                return load(cpath), False
+        except Exception:  # noqa: BLE001, S110 - a refused cache (other engine, corrupt) is rebuilt below
+            pass
+    serialized = bytes(compile(wasm()))
+    digest = sha256_bytes(serialized)
+    try:
+        atomic_write(dpath, (digest + "\n").encode(), tmp_dir=tmp_dir)
+        atomic_write(cpath, serialized, tmp_dir=tmp_dir)
+    except OSError:
+        if loads is not None:
+            return loads(serialized), True
+        raise
+    if loads is not None:
+        return loads(serialized), True
+    return load(cpath), True
+
+
 def check_sha(sha: str) -> str:
     if not SHA_RE.match(sha):
         raise InvalidArgs(f"artifact digest {sha!r} is not a lowercase sha256 hex digest")
@@ -281,31 +321,8 @@ class ArtifactStore:
         ``.wasm`` is hash-checked first in every case: a tampered module never compiles.
         """
         self.verify(sha)
-        cpath = self.compiled_path(sha, key)
-        dpath = cpath.with_name(cpath.name + ".sha256")
-        if cpath.is_file() and dpath.is_file():
-            try:
-                want = dpath.read_text().strip()
-                if want == sha256_file(cpath):
-                    return load(cpath), False
-            except Exception:  # noqa: BLE001, S110 - a refused cache (other engine, corrupt) is rebuilt below
-                pass
-        wasm = self.read_verified(sha)
-        serialized = bytes(compile(wasm))
-        digest = sha256_bytes(serialized)
-        # Digest first, then the module: a reader that sees a new module with an old
-        # digest (a concurrent writer) just recompiles; it never loads a mismatch.
-        try:
-            atomic_write(dpath, (digest + "\n").encode(), tmp_dir=self.tmp_dir)
-            atomic_write(cpath, serialized, tmp_dir=self.tmp_dir)
-        except OSError:
-            # The cache is an optimisation: a full or read-only disk must not fail a run.
-            if loads is not None:
-                return loads(serialized), True
-            raise
-        if loads is not None:
-            return loads(serialized), True
-        return load(cpath), True
+        return compiled_file(self.compiled_path(sha, key), lambda: self.read_verified(sha), compile=compile,
+                             load=load, loads=loads, tmp_dir=self.tmp_dir)
 
     def remove_compiled(self, sha: str) -> int:
         """Drop every compiled form of ``sha`` (all engines). Returns how many files went."""

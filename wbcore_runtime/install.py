@@ -50,7 +50,7 @@ STAGING_PREFIX = leftovers.STAGING_PREFIX
 LOCK_FORMAT = 1
 MAX_DOWNLOAD = 64 << 20
 HTTP_TIMEOUT_S = 60.0
-GIT_LIMITS = _gitfetch.Limits(max_bytes=256 << 20, max_files=5000, timeout=300.0)
+GIT_LIMITS = _gitfetch.GitLimits(max_bytes=256 << 20, max_files=5000, timeout=300.0)
 COMMIT_RE = re.compile(r"^[0-9a-f]{7,64}$")
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 #: What one install may bring in: entries and bytes, counted as written.
@@ -181,7 +181,7 @@ def _download(url: str, dest: Path, env: Mapping[str, str] | None) -> None:
     """Through the one fetcher: SSRF guard on every hop, capped and bounded while streaming."""
     seen = os.environ if env is None else env
     _fetch.download(url, dest, guard=NetGuard.from_env(seen),
-                    limits=_fetch.Limits(max_bytes=MAX_DOWNLOAD, timeout=HTTP_TIMEOUT_S), env=seen)
+                    limits=_fetch.FetchLimits(max_bytes=MAX_DOWNLOAD, timeout=HTTP_TIMEOUT_S), env=seen)
 
 
 def fetch(source: Source, work: Path, env: Mapping[str, str] | None = None) -> tuple[Path, str | None, str | None]:

@@ -157,7 +157,7 @@ def test_a_body_is_never_resent_through_a_redirect(monkeypatch, tmp_path):
     try:
         with pytest.raises(InvalidArgs, match="redirect of a PUT with a body; not followed"):
             fetch.get_bytes(f"http://127.0.0.1:{server.server_address[1]}/x", guard=NetGuard(allow_private=True),
-                            limits=fetch.Limits(max_bytes=1024, timeout=5), method="PUT", body=b"secret", ok=(201,))
+                            limits=fetch.FetchLimits(max_bytes=1024, timeout=5), method="PUT", body=b"secret", ok=(201,))
     finally:
         server.shutdown()
         server.server_close()

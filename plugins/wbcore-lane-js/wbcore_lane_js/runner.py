@@ -201,7 +201,7 @@ def run_artifact(
     prep = prepare(path, home, sha256)
     app = app_dir(home, prep)
     args = qjs.qjs_args("/app/__wb_entry.mjs", argv, memory_bytes=memory_bytes, stack_bytes=stack_bytes)
-    limits = guest.Limits(timeout_s=timeout_s, memory_bytes=memory_bytes, output_bytes=output_bytes)
+    limits = guest.GuestLimits(timeout_s=timeout_s, memory_bytes=memory_bytes, output_bytes=output_bytes)
     with _stdin_file(stdin) as stdin_path:
         def go(bridge: Any) -> guest.GuestResult:
             if prep.snapshot:
