@@ -13,6 +13,8 @@ from wbcore_runtime.errors import InvalidArgs, NotFound
 from wbcore_runtime.netguard import EgressDenied
 from wbcore_runtime.testing import write_toolkit
 
+from oci_scripted import ScriptedHandler
+
 SEED0 = base64.b64encode(bytes(32)).decode()
 
 
@@ -188,18 +190,7 @@ class _Fake:
                 self.end_headers()
                 self.wfile.write(data)
 
-        class Registry(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def _reply(self, status, body=b"", headers=()):
-                self.send_response(status)
-                for k, v in headers:
-                    self.send_header(k, v)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
+        class Registry(ScriptedHandler):
             def do_GET(self):
                 if self.path.startswith("/token"):
                     fake.token_queries.append(self.path)
