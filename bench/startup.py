@@ -155,7 +155,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--cmd", default="b64",
-                    help="the command `wbx run` runs: a shipped toolkit's (default b64) or a built-in (upper, jq)")
+                    help="what `wbx run` runs: a shipped toolkit's command (default b64) or a built-in (upper)")
     ap.add_argument("--toolkits", type=int, default=1000)
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="wb-startup-"))

@@ -96,12 +96,17 @@ def write_temp(path: Path, data: bytes | bytearray | memoryview, *, mode: int = 
             os.fsync(fh.fileno())
         os.chmod(tmp, mode)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        _drop(tmp)
         raise
     return tmp
+
+
+def _drop(tmp: Path) -> None:
+    """Remove a temp file that will not be renamed into place (already gone is fine)."""
+    try:
+        os.unlink(tmp)
+    except OSError:
+        pass
 
 
 def atomic_write(path: Path, data: bytes | bytearray | memoryview, *, mode: int | None = 0o644,
@@ -121,10 +126,7 @@ def atomic_write(path: Path, data: bytes | bytearray | memoryview, *, mode: int 
         os.replace(tmp, path)
         faults.point(f"write:{path.suffix}:done")
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        _drop(tmp)
         raise
     if sync_dir:
         fsync_dir(path.parent)

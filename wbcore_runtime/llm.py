@@ -252,6 +252,23 @@ def provider_error(vendor: str, exc: Exception, settings: Any, *, status_error: 
     return ProviderError(f"{vendor}: {type(exc).__name__}: {redact(str(exc))[:MAX_ERROR_TEXT]}")
 
 
+def sdk_provider(name: str, summary: str, driver: str) -> LlmProvider:
+    """The ``LlmProvider`` record of a provider on a vendor SDK: ``name`` is also the SDK's
+    module and pip name (checked by :func:`sdk_availability`, never imported by it);
+    ``driver`` names its :class:`SdkChat` subclass (``module:Class``), imported only when a
+    model is first asked, so loading the plugin imports no SDK."""
+    from wbcore_runtime.plugins import load_target
+    from wbcore_runtime.records import LlmProvider
+
+    def factory(_runtime: Any, llm_settings: LlmSettings) -> Any:
+        return load_target(driver)(llm_settings)
+
+    def available() -> Availability:
+        return sdk_availability(name)
+
+    return LlmProvider(name=name, summary=summary, factory=factory, available=available)
+
+
 def sdk_availability(module: str) -> Availability:
     """An SDK provider's ``LlmProvider.available``: whether its vendor SDK (``module``, also
     its pip name) can be imported here, found without importing it."""

@@ -14,17 +14,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from wbcore_runtime.llm import (
-    ChatRequest,
-    ChatResponse,
-    LlmSettings,
-    Message,
-    ProviderError,
-    SdkChat,
-    ToolUse,
-    Usage,
-    parse_arguments,
-)
+from wbcore_runtime.llm import ChatRequest, ChatResponse, LlmSettings, Message, ProviderError, ToolUse
+from wbcore_runtime.llm import SdkChat, Usage, parse_arguments
 
 
 def wire_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
