@@ -112,6 +112,14 @@ class Runtime:
         return self._call_hooks()
 
     @cached_property
+    def revocations(self) -> Any:
+        """Revoked principals (``wbcore_runtime.revocations.Revocations``): one per runtime,
+        shared by the Dock and the running-calls table, without importing the Dock."""
+        from wbcore_runtime.revocations import Revocations
+
+        return Revocations(self.home / "dock" / "revoked", self.registry.generation)
+
+    @cached_property
     def running(self) -> Any:
         """The calls running now and the watcher that cuts them off when their grant is
         revoked (``wbcore_runtime.running.RunningCalls``)."""
