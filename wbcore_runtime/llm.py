@@ -292,6 +292,10 @@ class SdkChat:
 
     #: The vendor's name in every error ("openai: HTTP 429: …").
     vendor = ""
+    #: What a right endpoint is, for the error a wrong one gets ("a chat-completions endpoint").
+    endpoint_kind = ""
+    #: The most of a non-streamed body read (a chat answer is far smaller).
+    max_body = 64 << 20
 
     def __init__(self, settings: LlmSettings, sdk: Any, client_class: Any, *, endpoint: str | None = None,
                  **client_kw: Any) -> None:
@@ -321,6 +325,21 @@ class SdkChat:
         if request.deadline is None:
             return self._client
         return self._client.with_options(timeout=request.timeout(self.settings.timeout_s))
+
+    def _whole_body(self, content_type: str, raw: bytes) -> Any:
+        """The one JSON body of a server that answered a streamed request without streaming
+        (some local servers do), parsed; any other content type, or too large a body, is a
+        named error that says which endpoint was expected."""
+        ct = content_type.split(";")[0].strip().lower()
+        if (ct != "application/json" and not ct.endswith("+json")) or len(raw) > self.max_body:
+            raise ProviderError(
+                f"{self.vendor}: the server answered a streamed request with {content_type or 'no content type'} "
+                f"({len(raw)} bytes), neither server-sent events nor JSON: is WB_LLM_BASE_URL a "
+                f"{self.endpoint_kind}?")
+        try:
+            return json.loads(raw)
+        except ValueError as exc:
+            raise ProviderError(f"{self.vendor}: the server's JSON body does not parse ({exc})", retryable=True) from None
 
     def _once(self, request: ChatRequest, on_text: Callable[[str], None] | None) -> ChatResponse:
         """One attempt (no retry): the provider's wire format on its SDK."""

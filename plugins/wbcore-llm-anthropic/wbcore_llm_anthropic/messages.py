@@ -10,7 +10,6 @@ other content type is a named error.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -43,6 +42,7 @@ def wire_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
 
 class AnthropicMessages(SdkChat):
     vendor = "anthropic"
+    endpoint_kind = "Messages API endpoint"
 
     def __init__(self, settings: LlmSettings) -> None:
         import anthropic
@@ -96,15 +96,7 @@ class AnthropicMessages(SdkChat):
 
     def _whole(self, ctype: str, raw: bytes, on_text: Callable[[str], None] | None) -> ChatResponse:
         """A server that ignored ``stream``: its one JSON body, or a named error."""
-        ct = ctype.split(";")[0].strip().lower()
-        if ct != "application/json" and not ct.endswith("+json"):
-            raise ProviderError(f"anthropic: the server answered a streamed request with {ctype or 'no content type'} "
-                                f"({len(raw)} bytes), neither server-sent events nor JSON: is WB_LLM_BASE_URL a "
-                                "Messages API endpoint?")
-        try:
-            doc = json.loads(raw)
-        except ValueError as exc:
-            raise ProviderError(f"anthropic: the server's JSON body does not parse ({exc})", retryable=True) from None
+        doc = self._whole_body(ctype, raw)
         if not isinstance(doc, dict) or not isinstance(doc.get("content"), list):
             raise ProviderError("anthropic: the server answered a streamed request with a JSON body that has no "
                                 "content list", retryable=True)

@@ -89,6 +89,8 @@ def wire_tool_choice(choice: str) -> str | dict[str, Any]:
 
 class OpenAIChat(SdkChat):
     vendor = "openai"
+    endpoint_kind = "chat-completions endpoint"
+    max_body = MAX_BODY
 
     def __init__(self, settings: LlmSettings) -> None:
         import openai
@@ -121,15 +123,7 @@ class OpenAIChat(SdkChat):
                     raw = stream.response.read()
                 finally:
                     stream.close()
-                if kind == "other" or len(raw) > MAX_BODY:
-                    raise ProviderError(
-                        "openai: the server answered a streamed request with "
-                        f"{stream.response.headers.get('content-type') or 'no content type'} ({len(raw)} bytes), "
-                        "neither server-sent events nor JSON: is WB_LLM_BASE_URL a chat-completions endpoint?")
-                try:
-                    doc = json.loads(raw)
-                except ValueError as exc:
-                    raise ProviderError(f"openai: the server's JSON body does not parse ({exc})", retryable=True) from None
+                doc = self._whole_body(stream.response.headers.get("content-type", ""), raw)
                 body_text, body_calls, stop, usage, model = from_body(doc, s.model)
                 if body_text and on_text is not None:
                     on_text(body_text)
