@@ -132,22 +132,8 @@ def describe_trap(exc: BaseException) -> str:
     return lines[-1] if lines else type(exc).__name__
 
 
-class CommandRunner:
+class CommandRunner(_engine.EngineRunner):
     """``ExecShape("command").runner(runtime)``: runs :class:`CommandRequest` s."""
-
-    def __init__(self, runtime: Runtime) -> None:
-        self.runtime = runtime
-        _engine.get()
-        self.path = fastpath.select()
-
-    # Read per call, not kept: a forked child gets its own engine (see engine._after_fork_in_child).
-    @property
-    def engine(self) -> _engine.Engine:
-        return _engine.get()
-
-    @property
-    def modules(self) -> _engine.Modules:
-        return _engine.modules()
 
     def call(self, req: CommandRequest) -> CallResult:
         import wasmtime

@@ -475,3 +475,25 @@ def _release_at_exit() -> None:
 
 
 atexit.register(_release_at_exit)
+
+
+class EngineRunner:
+    """What the command and kernel runners share: the process engine made when the runner
+    is (so its first call pays no set-up), the call path chosen once (``fastpath.select``),
+    and the engine and its module cache read per call, never kept: a forked child gets its
+    own engine (:func:`_after_fork_in_child`)."""
+
+    def __init__(self, runtime: Any) -> None:
+        from wbcore_wasmtime import fastpath
+
+        self.runtime = runtime
+        get()
+        self.path = fastpath.select()
+
+    @property
+    def engine(self) -> Engine:
+        return get()
+
+    @property
+    def modules(self) -> Modules:
+        return modules()
