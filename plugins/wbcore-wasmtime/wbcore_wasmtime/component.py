@@ -330,34 +330,6 @@ class LoadedComponent:
         return idx
 
 
-class _Components:
-    """Per-process cache of loaded components by (artifact root, sha256)."""
-
-    def __init__(self) -> None:
-        self._items: dict[tuple[str, str], LoadedComponent] = {}
-        self._lock = threading.Lock()
-        self.last_built = False
-
-    def load(self, artifacts: Any, sha: str) -> LoadedComponent:
-        artifacts.verify(sha)
-        key = (str(artifacts.root), sha)
-        got = self._items.get(key)
-        if got is not None:
-            return got
-        with self._lock:
-            got = self._items.get(key)
-            if got is None:
-                got = _compile_or_load(artifacts, sha)
-                if len(self._items) >= MAX_CACHED:
-                    self._items.pop(next(iter(self._items)))
-                self._items[key] = got
-        return got
-
-    def clear(self) -> None:
-        with self._lock:
-            self._items.clear()
-
-
 def _compile_or_load(artifacts: Any, sha: str) -> LoadedComponent:
     import wasmtime
     from wasmtime.component import Component
@@ -381,7 +353,7 @@ def _compile_or_load(artifacts: Any, sha: str) -> LoadedComponent:
     return LoadedComponent(sha, comp, eng)
 
 
-components = _Components()
+components = _engine.Modules(_compile_or_load, MAX_CACHED)
 
 
 def artifact_store(runtime: Runtime) -> Any:
