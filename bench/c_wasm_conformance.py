@@ -64,7 +64,7 @@ def main() -> int:
                 results[name] = "pass" if _norm(text, src) == _norm(expect.read_text(errors="replace"), src) else "compile-fail"
                 continue
             mod = wasmtime.Module.from_file(guest.engine(wasmtime), str(built.artifact))
-            res = guest.run(mod, [name, *ARGS.get(name, [])], preopens=[guest.Preopen(src, "/src")], limits=guest.Limits(timeout_s=20))
+            res = guest.run(mod, [name, *ARGS.get(name, [])], preopens=[guest.Preopen(src, "/src")], limits=guest.GuestLimits(timeout_s=20))
             got = (built.log.split("\n", 1)[-1] + (res.stdout + res.stderr).decode(errors="replace"))
             results[name] = "pass" if _norm(got, src) == _norm(expect.read_text(errors="replace"), src) else ("timeout" if res.timed_out else "wrong-output")
         seconds = time.perf_counter() - t0

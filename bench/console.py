@@ -89,7 +89,7 @@ def main() -> int:
         rt = Runtime.open(plugins=["engine"], home=home, roots=[root], cwd=Path(tmp))
         print(f"wrote {args.audit} audit lines in {fill_audit(rt, args.audit):.1f} s "
               f"({sum(p.stat().st_size for p in rt.dock.audit.segments()) / 1e6:.1f} MB)")
-        limits = _app.Limits()
+        limits = _app.EngineLimits()
         port = _port()
         asgi = _app.build(rt, token=TOKEN, limits=limits)
         uv = uvicorn.Server(httpserve.uvicorn_config(asgi, host="127.0.0.1", port=port, limits=limits.server,

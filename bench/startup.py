@@ -127,12 +127,18 @@ def prepare(tmp: Path, cmd: str) -> tuple[dict[str, str], Path, Path]:
     from wbcore_runtime.build import builder
     from wbcore_runtime.runtime import Runtime
 
+    from wbcore_runtime.store.registry import RESERVED
+
     rt = Runtime.open(home=tmp / "home", roots=[ROOT / "toolkits"], env=env)
-    res = builder.build(rt, cmd)
+    if cmd in RESERVED:  # a built-in (upper, jq): installed, as its first `wbx run` would
+        rt.install_builtins([cmd])
+        sha256 = rt.registry.lookup("command", cmd).sha256
+    else:
+        sha256 = builder.build(rt, cmd).sha256
     import wasmtime
 
     cwasm = tmp / f"{cmd}.cwasm"
-    cwasm.write_bytes(wasmtime.Module(wasmtime.Engine(), rt.artifacts.path(res.sha256).read_bytes()).serialize())
+    cwasm.write_bytes(wasmtime.Module(wasmtime.Engine(), rt.artifacts.path(sha256).read_bytes()).serialize())
     stdin = tmp / "stdin.txt"
     stdin.write_bytes(STDIN)
     (tmp / "typer_app.py").write_text(TYPER_APP)
@@ -148,7 +154,8 @@ def stats(xs: list[float]) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=15)
-    ap.add_argument("--cmd", default="b64", help="the shipped command `wbx run` runs (default b64)")
+    ap.add_argument("--cmd", default="b64",
+                    help="what `wbx run` runs: a shipped toolkit's command (default b64) or a built-in (upper)")
     ap.add_argument("--toolkits", type=int, default=1000)
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="wb-startup-"))

@@ -112,6 +112,14 @@ class Runtime:
         return self._call_hooks()
 
     @cached_property
+    def revocations(self) -> Any:
+        """Revoked principals (``wbcore_runtime.dispatch.revocations.Revocations``): one per runtime,
+        shared by the Dock and the running-calls table, without importing the Dock."""
+        from wbcore_runtime.dispatch.revocations import Revocations
+
+        return Revocations(self.home / "dock" / "revoked", self.registry.generation)
+
+    @cached_property
     def running(self) -> Any:
         """The calls running now and the watcher that cuts them off when their grant is
         revoked (``wbcore_runtime.dispatch.running.RunningCalls``)."""
@@ -194,7 +202,7 @@ class Runtime:
 
     # --- registries (collected lazily, once) ---------------------------------------
 
-    def _collect(self, hook: str, kind: type | str, what: str) -> _plugins.Registry[Any]:
+    def _collect(self, hook: str, kind: type | str, what: str) -> _plugins.RecordRegistry[Any]:
         from wbcore_runtime.plugins import manager as _plugins
         from wbcore_runtime.contract import records
 
@@ -202,19 +210,19 @@ class Runtime:
         return _plugins.collect(self.pm, hook, record_type, what, self.plugin_infos)
 
     @cached_property
-    def shapes(self) -> _plugins.Registry[ExecShape]:
+    def shapes(self) -> _plugins.RecordRegistry[ExecShape]:
         return self._collect("wbcore_exec_shapes", "ExecShape", "EXEC shape")
 
     @cached_property
-    def lanes(self) -> _plugins.Registry[BuildLane]:
+    def lanes(self) -> _plugins.RecordRegistry[BuildLane]:
         return self._collect("wbcore_build_lanes", "BuildLane", "BUILD_LANG lane")
 
     @cached_property
-    def prefixes(self) -> _plugins.Registry[SourcePrefix]:
+    def prefixes(self) -> _plugins.RecordRegistry[SourcePrefix]:
         return self._collect("wbcore_source_prefixes", "SourcePrefix", "BUILD_SRC prefix")
 
     @cached_property
-    def brokers(self) -> _plugins.Registry[Broker]:
+    def brokers(self) -> _plugins.RecordRegistry[Broker]:
         return self._collect("wbcore_brokers", "Broker", "cap broker")
 
     @cached_property
@@ -236,29 +244,29 @@ class Runtime:
         return CORE if CAP_UNIVERSE.issuperset(caps) else self.cap_universe
 
     @cached_property
-    def tiers(self) -> _plugins.Registry[IsolationTier]:
+    def tiers(self) -> _plugins.RecordRegistry[IsolationTier]:
         return self._collect("wbcore_isolation_tiers", "IsolationTier", "isolation tier")
 
     @cached_property
-    def federation_sources(self) -> _plugins.Registry[FederationSource]:
+    def federation_sources(self) -> _plugins.RecordRegistry[FederationSource]:
         return self._collect("wbcore_federation_sources", "FederationSource", "federation source")
 
     @cached_property
-    def build_sandboxes(self) -> _plugins.Registry[Any]:
+    def build_sandboxes(self) -> _plugins.RecordRegistry[Any]:
         """Build sandboxes served by plugins (``wbcore_build_sandboxes``): a lane's service."""
         from wbcore_runtime.contract.records import BuildSandbox
 
         return self._collect("wbcore_build_sandboxes", BuildSandbox, "build sandbox")
 
     @cached_property
-    def fabric_engines(self) -> _plugins.Registry[Any]:
+    def fabric_engines(self) -> _plugins.RecordRegistry[Any]:
         """Engines that map one call over many inputs (``wbcore_fabric_engines``)."""
         from wbcore_runtime.contract.records import FabricEngine
 
         return self._collect("wbcore_fabric_engines", FabricEngine, "fabric engine")
 
     @cached_property
-    def llm_providers(self) -> _plugins.Registry[Any]:
+    def llm_providers(self) -> _plugins.RecordRegistry[Any]:
         """LLM providers (``wbcore_llm_providers``): the agent loop's model APIs."""
         from wbcore_runtime.contract.records import LlmProvider
 
@@ -272,7 +280,7 @@ class Runtime:
         return llm.driver(self, llm.settings(self, model=model, agent_model=agent_model))
 
     @cached_property
-    def agent_loops(self) -> _plugins.Registry[Any]:
+    def agent_loops(self) -> _plugins.RecordRegistry[Any]:
         """Agent loop engines (``wbcore_agent_loops``): runs and sessions."""
         from wbcore_runtime.contract.records import AgentLoop
 
@@ -320,9 +328,9 @@ class Runtime:
     @cached_property
     def registry(self) -> Any:
         """The persistent command/kernel registry (``$WB_HOME/registry.db``)."""
-        from wbcore_runtime.store.registry import Registry
+        from wbcore_runtime.store.registry import CommandRegistry
 
-        return Registry(self.home / "registry.db")
+        return CommandRegistry(self.home / "registry.db")
 
     @cached_property
     def artifacts(self) -> Any:
@@ -332,7 +340,7 @@ class Runtime:
         return ArtifactStore(self.home / "artifacts")
 
     @cached_property
-    def builtins(self) -> _plugins.Registry[Any]:
+    def builtins(self) -> _plugins.RecordRegistry[Any]:
         """Reserved built-in commands served by plugins (``wbcore_builtin_commands``)."""
         from wbcore_runtime.contract.records import BuiltinCommand
 

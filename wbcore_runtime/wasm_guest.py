@@ -27,7 +27,7 @@ TICK_S = 0.05
 
 
 @dataclass(frozen=True, slots=True)
-class Limits:
+class GuestLimits:
     timeout_s: float = 60.0
     memory_bytes: int = 512 << 20
     output_bytes: int = 1 << 20  # per stream; more is dropped and reported
@@ -206,7 +206,7 @@ def run(
     preopens: Sequence[Preopen] = (),
     stdin: Path | None = None,
     env: Sequence[tuple[str, str]] = (),
-    limits: Limits = Limits(),
+    limits: GuestLimits = GuestLimits(),
     extra_imports: Callable[[Any, Any], None] | None = None,
     start: Callable[[Any, Any], int] | None = None,
     cancel: Any = None,

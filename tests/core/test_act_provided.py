@@ -8,7 +8,7 @@ import cbor2
 import pytest
 
 from wbcore_runtime.act import wire
-from wbcore_runtime.act.model import Content, Error, ErrorKind, MetadataEvent
+from wbcore_runtime.act.model import Content, Error, ToolErrorKind, MetadataEvent
 from wbcore_runtime.contract.errors import InvalidArgs
 
 
@@ -36,14 +36,14 @@ def test_bad_tool_definitions_say_what_is_wrong(wire_def, match) -> None:
 
 
 @pytest.mark.parametrize("kind, want", [
-    ("std:not-found", ErrorKind.NOT_FOUND), ("std:invalid-args", ErrorKind.INVALID_ARGS),
-    ("std:timeout", ErrorKind.TIMEOUT), ("std:capability-denied", ErrorKind.CAPABILITY_DENIED),
-    ("std:internal", ErrorKind.INTERNAL), ("acme:quota", ErrorKind.OTHER), ("std:other", ErrorKind.OTHER),
+    ("std:not-found", ToolErrorKind.NOT_FOUND), ("std:invalid-args", ToolErrorKind.INVALID_ARGS),
+    ("std:timeout", ToolErrorKind.TIMEOUT), ("std:capability-denied", ToolErrorKind.CAPABILITY_DENIED),
+    ("std:internal", ToolErrorKind.INTERNAL), ("acme:quota", ToolErrorKind.OTHER), ("std:other", ToolErrorKind.OTHER),
 ])
 def test_error_kinds(kind, want) -> None:
     err = wire.provided_error({"kind": kind, "message": {"tag": "localized", "value": [("en", "x")]}, "metadata": []})
     assert err.kind is want and err.text == "x"
-    if want is ErrorKind.OTHER:
+    if want is ToolErrorKind.OTHER:
         assert err.kind_name == kind
 
 
@@ -54,7 +54,7 @@ def test_immediate_results_and_their_events() -> None:
                                        "metadata": []}}
     events = wire.provided_result({"tag": "immediate", "value": [content, {"tag": "metadata", "value": []}, error]})
     assert [type(e) for e in events] == [Content, MetadataEvent, Error]
-    assert events[0].part.value() == "hi" and events[-1].error.kind is ErrorKind.TIMEOUT
+    assert events[0].part.value() == "hi" and events[-1].error.kind is ToolErrorKind.TIMEOUT
 
 
 def test_an_error_must_be_last_and_streams_are_refused_clearly() -> None:

@@ -115,7 +115,8 @@ def _writer(home, n: int, principal: str = "p/w"):
 
 
 def test_the_writer_encodes_exactly_the_canonical_json():
-    from wbcore_runtime.dispatch.audit import _canonical, _encode
+    from wbcore_runtime.dispatch.audit import _encode
+    from wbcore_runtime.contract.canonical import canonical_json
 
     for entry in [
         (1763780000.123456, "t/a", "kv", "get", "sha256:ab", "allowed", None, None, None, 42, 0.08),
@@ -124,7 +125,7 @@ def test_the_writer_encodes_exactly_the_canonical_json():
         line, h = _encode(7, "f" * 64, entry)
         parsed = json.loads(line)
         assert parsed.pop("hash") == h and line.endswith(b"\n")
-        assert line.startswith(_canonical(parsed)[:-1])
+        assert line.startswith(canonical_json(parsed)[:-1])
 
 
 def test_appends_are_batched_and_durable_logs_write_before_returning(wb_home):

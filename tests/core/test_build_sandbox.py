@@ -9,7 +9,7 @@ import pytest
 from wbcore_runtime import hookimpl
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound, PluginError
 from wbcore_runtime.contract.records import Availability, BuildLane, BuildSandbox
-from wbcore_runtime.contract.sandbox import NONE_INSTALLED, Bind, Limits, SandboxResult
+from wbcore_runtime.contract.sandbox import NONE_INSTALLED, Bind, SandboxLimits, SandboxResult
 
 
 class Recorder:
@@ -76,7 +76,7 @@ def test_every_missing_piece_is_named(make_runtime) -> None:
 def test_the_only_sandbox_is_the_lanes(make_runtime, tmp_path: Path) -> None:
     rt = make_runtime(plugins=[serving("ns")])
     box = rt.build_sandbox()
-    res = box.run(["/bin/true"], binds=[Bind(tmp_path, "/src")], out_dir=tmp_path, limits=Limits(wall_seconds=1))
+    res = box.run(["/bin/true"], binds=[Bind(tmp_path, "/src")], out_dir=tmp_path, limits=SandboxLimits(wall_seconds=1))
     assert res.ok and box.runs == [("/bin/true",)] and box.name == "ns"
     rt.collect_all()
     info = next(i for i in rt.plugin_infos if i.name == "Serves_ns")
@@ -106,7 +106,7 @@ def test_two_providers_of_one_sandbox_name_both(make_runtime) -> None:
 
 def test_run_and_its_defaults_are_the_cores_one_signature(tmp_path: Path) -> None:
     """A driver implements ``execute``; ``run``'s signature and defaults (no limits given is
-    ``Limits()``, ``/out`` the working folder) are decided once, in the core."""
+    ``SandboxLimits()``, ``/out`` the working folder) are decided once, in the core."""
     from wbcore_runtime.contract.sandbox import BuildSandboxDriver, SandboxRun
 
     class Driver(BuildSandboxDriver):
@@ -128,10 +128,10 @@ def test_run_and_its_defaults_are_the_cores_one_signature(tmp_path: Path) -> Non
 
     driver = Driver()
     driver.run(["/bin/cc", "a.c"], out_dir=str(tmp_path))  # type: ignore[arg-type]
-    driver.run(["/bin/cc"], binds=[Bind(tmp_path, "/src")], out_dir=tmp_path, limits=Limits(wall_seconds=5),
+    driver.run(["/bin/cc"], binds=[Bind(tmp_path, "/src")], out_dir=tmp_path, limits=SandboxLimits(wall_seconds=5),
                env={"A": "1"}, cwd="/src", stdin=b"x")
     first, second = driver.jobs
-    assert first == SandboxRun(("/bin/cc", "a.c"), tmp_path, (), Limits(), {}, "/out", None, None)
+    assert first == SandboxRun(("/bin/cc", "a.c"), tmp_path, (), SandboxLimits(), {}, "/out", None, None)
     assert second.binds == (Bind(tmp_path, "/src"),) and second.limits.wall_seconds == 5
     assert (second.env, second.cwd, second.stdin) == ({"A": "1"}, "/src", b"x")
     with pytest.raises(TypeError):

@@ -25,7 +25,7 @@ import pytest
 from wbcore_runtime.store import leftovers
 from wbcore_runtime.trust import signing, verdict as trust
 from wbcore_runtime.store.artifacts import ArtifactStore
-from wbcore_runtime.store.registry import Registry
+from wbcore_runtime.store.registry import CommandRegistry
 
 pytestmark = pytest.mark.slow
 
@@ -129,7 +129,7 @@ def built(tmp_path_factory):
     home = base / "home-v1"
     r = wbx(home, root, "toolkit", "build", "b64")
     assert r.returncode == 0, r.stderr
-    old = Registry(home / "registry.db").get("command", "b64").sha256
+    old = CommandRegistry(home / "registry.db").get("command", "b64").sha256
     wat = root / "b64" / "src" / "b64.wat"
     new_root = base / "root-v2"
     shutil.copytree(root, new_root)
@@ -140,7 +140,7 @@ def built(tmp_path_factory):
 
 
 def build_state(home: Path, old: str) -> str:
-    entry = Registry(home / "registry.db").get("command", "b64")
+    entry = CommandRegistry(home / "registry.db").get("command", "b64")
     ArtifactStore(home / "artifacts").verify(entry.sha256)  # intact, whichever it is
     return "old" if entry.sha256 == old else "new"
 

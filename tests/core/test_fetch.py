@@ -108,7 +108,7 @@ def test_https_through_a_private_ca_in_ssl_cert_file(pki, https_port):
     FILES["/x"] = b"hello over tls"
     env = {**ALLOW, "SSL_CERT_FILE": str(ca)}
     body, got = fetch.get_bytes(f"https://localhost:{https_port}/x", guard=NetGuard.from_env(env),
-                                limits=fetch.Limits(), env=env)
+                                limits=fetch.FetchLimits(), env=env)
     assert body == b"hello over tls" and got.sha256 == hashlib.sha256(body).hexdigest()
     # SSL_CERT_DIR works too (a hashed folder, as c_rehash / update-ca-certificates make)
     import subprocess
@@ -120,7 +120,7 @@ def test_https_through_a_private_ca_in_ssl_cert_file(pki, https_port):
         (d / f"{h.stdout.strip()}.0").write_bytes(ca.read_bytes())
         env = {**ALLOW, "SSL_CERT_DIR": str(d)}
         body, _ = fetch.get_bytes(f"https://localhost:{https_port}/x", guard=NetGuard.from_env(env),
-                                  limits=fetch.Limits(), env=env)
+                                  limits=fetch.FetchLimits(), env=env)
         assert body == b"hello over tls"
 
 
@@ -129,7 +129,7 @@ def test_without_the_ca_tls_fails_with_its_own_kind(pki, https_port, tmp_path, m
     monkeypatch.delenv("SSL_CERT_DIR", raising=False)
     FILES["/x"] = b"hello"
     with pytest.raises(TlsError) as exc:
-        fetch.get_bytes(f"https://localhost:{https_port}/x", guard=NetGuard.from_env(ALLOW), limits=fetch.Limits(),
+        fetch.get_bytes(f"https://localhost:{https_port}/x", guard=NetGuard.from_env(ALLOW), limits=fetch.FetchLimits(),
                         env=ALLOW)
     assert exc.value.name == "tls" and exc.value.exit_code == 76
     assert "SSL_CERT_FILE" in exc.value.message and "certificate" in exc.value.message.lower()
@@ -168,7 +168,7 @@ def test_dns_and_connection_failures_have_their_own_kinds(tmp_path):
         raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
 
     with pytest.raises(DnsError) as exc:
-        fetch.get_bytes("https://nowhere.example/x", guard=NetGuard.from_env({}, resolver=no_dns), limits=fetch.Limits())
+        fetch.get_bytes("https://nowhere.example/x", guard=NetGuard.from_env({}, resolver=no_dns), limits=fetch.FetchLimits())
     assert exc.value.name == "dns" and exc.value.exit_code == 68 and "nowhere.example" in exc.value.message
     # a broker's guard (no from_env) calls the same failure a denial: a guest learns nothing more
     with pytest.raises(EgressDenied):
@@ -178,7 +178,7 @@ def test_dns_and_connection_failures_have_their_own_kinds(tmp_path):
     port = closed.getsockname()[1]
     closed.close()
     with pytest.raises(Unreachable) as exc2:
-        fetch.get_bytes(f"http://127.0.0.1:{port}/x", guard=NetGuard.from_env(ALLOW), limits=fetch.Limits())
+        fetch.get_bytes(f"http://127.0.0.1:{port}/x", guard=NetGuard.from_env(ALLOW), limits=fetch.FetchLimits())
     assert exc2.value.exit_code == 69
 
 
@@ -186,12 +186,12 @@ def test_caps_hold_while_streaming(http_port, tmp_path):
     guard = NetGuard.from_env(ALLOW)
     with pytest.raises(InvalidArgs, match="over the 100000-byte cap; download stopped"):
         fetch.download(f"http://127.0.0.1:{http_port}/endless", tmp_path / "out",
-                       guard=guard, limits=fetch.Limits(max_bytes=100_000))
+                       guard=guard, limits=fetch.FetchLimits(max_bytes=100_000))
     assert list(tmp_path.iterdir()) == []  # no partial file left
     start = time.monotonic()
     with pytest.raises(Timeout):
         fetch.download(f"http://127.0.0.1:{http_port}/stall", tmp_path / "out", guard=guard,
-                       limits=fetch.Limits(timeout=1.0))
+                       limits=fetch.FetchLimits(timeout=1.0))
     assert time.monotonic() - start < 2.5
     with pytest.raises(EgressDenied, match="SSRF guard"):
         fetch.download(f"http://127.0.0.1:{http_port}/x", tmp_path / "out", guard=NetGuard.from_env({}))

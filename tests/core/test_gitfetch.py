@@ -94,14 +94,14 @@ def test_bounds_hold(served, tmp_path: Path) -> None:
     guard = NetGuard.from_env({"WB_ALLOW_PRIVATE_HOSTS": "127.0.0.1"})
     with pytest.raises(InvalidArgs, match="entries"):
         gitfetch.checkout(f"{server.url}/tk.git", tmp_path / "c", commit=commit, guard=guard,
-                          limits=gitfetch.Limits(max_files=1))
+                          limits=gitfetch.GitLimits(max_files=1))
     with pytest.raises(InvalidArgs, match="10-byte cap"):
         gitfetch.checkout(f"{server.url}/tk.git", tmp_path / "e", commit=commit, guard=guard,
-                          limits=gitfetch.Limits(max_bytes=10))
+                          limits=gitfetch.GitLimits(max_bytes=10))
     assert not (tmp_path / "e" / "tool").exists()  # refused from the object store, before checkout
     with pytest.raises(Timeout):
         gitfetch.checkout(f"{server.url}/tk.git", tmp_path / "d", commit=commit, guard=guard,
-                          limits=gitfetch.Limits(timeout=0.0))
+                          limits=gitfetch.GitLimits(timeout=0.0))
 
 
 def test_one_git_fetcher() -> None:

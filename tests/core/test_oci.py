@@ -15,6 +15,8 @@ from wbcore_runtime.contract.errors import InvalidArgs, NotFound
 from wbcore_runtime.guard.netguard import EgressDenied
 from wbcore_testing.fixtures import write_toolkit
 
+from oci_scripted import ScriptedHandler
+
 SEED0 = base64.b64encode(bytes(32)).decode()
 
 
@@ -159,7 +161,7 @@ def test_a_body_is_never_resent_through_a_redirect(monkeypatch, tmp_path):
     try:
         with pytest.raises(InvalidArgs, match="redirect of a PUT with a body; not followed"):
             fetch.get_bytes(f"http://127.0.0.1:{server.server_address[1]}/x", guard=NetGuard(allow_private=True),
-                            limits=fetch.Limits(max_bytes=1024, timeout=5), method="PUT", body=b"secret", ok=(201,))
+                            limits=fetch.FetchLimits(max_bytes=1024, timeout=5), method="PUT", body=b"secret", ok=(201,))
     finally:
         server.shutdown()
         server.server_close()
@@ -190,18 +192,7 @@ class _Fake:
                 self.end_headers()
                 self.wfile.write(data)
 
-        class Registry(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def _reply(self, status, body=b"", headers=()):
-                self.send_response(status)
-                for k, v in headers:
-                    self.send_header(k, v)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
+        class Registry(ScriptedHandler):
             def do_GET(self):
                 if self.path.startswith("/token"):
                     fake.token_queries.append(self.path)

@@ -21,6 +21,8 @@ from wbcore_runtime.store import install
 from wbcore_runtime.guard import oci
 from wbcore_runtime.guard.netguard import EgressDenied
 
+from oci_scripted import ScriptedHandler
+
 
 class Hostile:
     """Serves one manifest under any tag and blobs by digest; ``grow`` names a blob streamed
@@ -36,18 +38,7 @@ class Hostile:
         self.streamed = 0
         fake = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *a: object) -> None:
-                pass
-
-            def _reply(self, status: int, body: bytes = b"", headers: tuple[tuple[str, str], ...] = ()) -> None:
-                self.send_response(status)
-                for k, v in headers:
-                    self.send_header(k, v)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
+        class Handler(ScriptedHandler):
             def do_GET(self) -> None:
                 if self.path == "/v2/":
                     self._reply(200, b"{}")

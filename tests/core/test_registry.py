@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound
-from wbcore_runtime.store.registry import MAX_DYNAMIC, Entry, Registry
+from wbcore_runtime.store.registry import MAX_DYNAMIC, Entry, CommandRegistry
 
 SHA = "a" * 64
 
 
 def test_names_must_match_the_charset(tmp_path):
-    reg = Registry(tmp_path / "r.db")
+    reg = CommandRegistry(tmp_path / "r.db")
     for bad in ("", "has space", "semi;colon", "slash/x", "ünïcode", "x" * 200):
         with pytest.raises(InvalidArgs, match="must match"):
             reg.register(Entry("command", bad, SHA, "command"))
@@ -19,7 +19,7 @@ def test_names_must_match_the_charset(tmp_path):
 
 
 def test_reserved_builtins_cannot_be_shadowed_or_removed(tmp_path):
-    reg = Registry(tmp_path / "r.db")
+    reg = CommandRegistry(tmp_path / "r.db")
     with pytest.raises(InvalidArgs, match="reserved built-in"):
         reg.register(Entry("command", "upper", SHA, "command"))
     reg.register(Entry("command", "upper", SHA, "command", builtin=True))
@@ -30,7 +30,7 @@ def test_reserved_builtins_cannot_be_shadowed_or_removed(tmp_path):
 
 
 def test_at_most_max_dynamic_entries(tmp_path):
-    reg = Registry(tmp_path / "r.db")
+    reg = CommandRegistry(tmp_path / "r.db")
     db = reg._db()
     with reg._lock:
         db.executemany(
@@ -45,7 +45,7 @@ def test_at_most_max_dynamic_entries(tmp_path):
 
 
 def test_bad_digest_and_kind_are_refused(tmp_path):
-    reg = Registry(tmp_path / "r.db")
+    reg = CommandRegistry(tmp_path / "r.db")
     with pytest.raises(InvalidArgs, match="sha256"):
         reg.register(Entry("command", "x", "nothex", "command"))
     with pytest.raises(InvalidArgs, match="kind"):
@@ -53,7 +53,7 @@ def test_bad_digest_and_kind_are_refused(tmp_path):
 
 
 def test_lookups_see_writes_from_this_and_other_connections(tmp_path):
-    a, b = Registry(tmp_path / "r.db"), Registry(tmp_path / "r.db")
+    a, b = CommandRegistry(tmp_path / "r.db"), CommandRegistry(tmp_path / "r.db")
     assert a.lookup("command", "x") is None
     b.register(Entry("command", "x", SHA, "command"))
     assert a.lookup("command", "x").sha256 == SHA  # another connection's commit
@@ -67,7 +67,7 @@ def test_lookups_see_writes_from_this_and_other_connections(tmp_path):
 @pytest.mark.parametrize("look_alike", ["Upper", "UPPER", "upper.", "jq.", "Grep..", "WBOX"])
 def test_look_alikes_of_reserved_builtins_are_refused(tmp_path, look_alike):
     from wbcore_runtime.store.registry import LookAlikeName
-    reg = Registry(tmp_path / "r.db")
+    reg = CommandRegistry(tmp_path / "r.db")
     with pytest.raises(LookAlikeName, match=r"looks like '(upper|jq|grep|wbox)' \(a reserved built-in") as err:
         reg.register(Entry("command", look_alike, SHA, "command", toolkit="tk"))
     assert "Rename #+CLI_BIN in tk" in str(err.value)
@@ -76,7 +76,7 @@ def test_look_alikes_of_reserved_builtins_are_refused(tmp_path, look_alike):
 
 def test_look_alikes_between_toolkits_are_refused(tmp_path):
     from wbcore_runtime.store.registry import LookAlikeName, name_key
-    reg = Registry(tmp_path / "r.db")
+    reg = CommandRegistry(tmp_path / "r.db")
     reg.register(Entry("command", "fmt", SHA, "command", toolkit="a"))
     for other in ("FMT", "fmt.", "Fmt..."):
         with pytest.raises(LookAlikeName, match="owned by toolkit a"):

@@ -90,7 +90,7 @@ def test_wbx_act_tools_call_and_info(wbx: Any, time_rt: Any) -> None:
 
 
 def test_act_tool_call_carries_cbor_arguments_and_error_events(time_rt: Any) -> None:
-    from wbcore_runtime.act.model import Content, Error, ErrorKind, ToolCall
+    from wbcore_runtime.act.model import Content, Error, ToolErrorKind, ToolCall
     from wbcore_runtime.act.provider import ToolkitProvider
 
     provider = ToolkitProvider(time_rt)
@@ -98,9 +98,9 @@ def test_act_tool_call_carries_cbor_arguments_and_error_events(time_rt: Any) -> 
     (event,) = out.events
     assert isinstance(event, Content) and RFC3339_TOKYO.match(event.part.value())
     out = provider.call_tool(ToolCall("time.get_current_time", cbor2.dumps({"timezone": 7})))
-    assert isinstance(out.events[-1], Error) and out.error.kind is ErrorKind.INVALID_ARGS
+    assert isinstance(out.events[-1], Error) and out.error.kind is ToolErrorKind.INVALID_ARGS
     out = provider.call_tool(ToolCall("time.get_current_time", cbor2.dumps(["not", "a", "map"])))
-    assert out.error.kind is ErrorKind.INVALID_ARGS and "must be a map" in out.error.text
+    assert out.error.kind is ToolErrorKind.INVALID_ARGS and "must be a map" in out.error.text
 
 
 def test_mcp_client_lists_and_calls_the_act_tool(make_runtime: Any, toolkit_root: Path, wb_home: Path) -> None:
@@ -192,13 +192,13 @@ def test_call_metadata_reaches_the_provider(echo_rt: Any) -> None:
 
 
 def test_several_events_and_custom_error_kinds(echo_rt: Any, wbx: Any) -> None:
-    from wbcore_runtime.act.model import ErrorKind
+    from wbcore_runtime.act.model import ToolErrorKind
     from wbcore_runtime.act.provider import ToolkitProvider
 
     provider = ToolkitProvider(echo_rt)
     assert provider.call_json("echo.two", {}).text() == "onetwo"
     err = provider.call_json("echo.fail", {}).error
-    assert err.kind is ErrorKind.OTHER and err.kind_name == "acme:quota" and err.text == "quota exhausted"
+    assert err.kind is ToolErrorKind.OTHER and err.kind_name == "acme:quota" and err.text == "quota exhausted"
     res = wbx("act", "call", "echo.fail", "--revision", "0.4", runtime=echo_rt)
     (event,) = json.loads(res.stdout)
     assert event["value"]["kind"] == "acme:quota" and res.exit_code == 70
@@ -220,12 +220,12 @@ def test_a_spinning_async_call_stops_at_its_deadline(echo_rt: Any, wbx: Any) -> 
 def test_a_streaming_answer_is_a_clear_error_and_the_host_survives(echo_rt: Any, wbx: Any) -> None:
     """Lifting a stream aborts inside wasmtime-py's C API: the call runs in an isolated
     worker, so the answer is an error event and this process (and the next call) carry on."""
-    from wbcore_runtime.act.model import ErrorKind
+    from wbcore_runtime.act.model import ToolErrorKind
     from wbcore_runtime.act.provider import ToolkitProvider
 
     provider = ToolkitProvider(echo_rt)
     err = provider.call_json("echo.stream", {}).error
-    assert err is not None and err.kind is ErrorKind.INVALID_ARGS and "answered with a stream" in err.text
+    assert err is not None and err.kind is ToolErrorKind.INVALID_ARGS and "answered with a stream" in err.text
     assert provider.call_json("echo.two", {}).text() == "onetwo"
 
 

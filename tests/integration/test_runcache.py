@@ -40,9 +40,9 @@ def b64(monkeypatch: pytest.MonkeyPatch, wb_home: Path, toolkit_root: Path,
     monkeypatch.setattr(runcache, "RACY_SECONDS", 0.0)
     real = runcache.recall
 
-    def spy(*a: Any, **kw: Any) -> bool:
+    def spy(*a: Any, **kw: Any) -> Any:
         hit = real(*a, **kw)
-        RECALLS.append(hit)
+        RECALLS.append(hit is not None)
         return hit
 
     RECALLS.clear()
@@ -220,6 +220,49 @@ def test_the_stamp_sees_a_just_changed_toolkit_file(b64: Path, make_runtime: Any
     assert runcache._newest(stamp["toolkit"]) >= st.st_ctime_ns
 
 
+def test_a_builtin_resolves_once_and_is_kept(monkeypatch: pytest.MonkeyPatch, wb_home: Path, wbx: Any,
+                                             make_runtime: Any) -> None:
+    """``wbx run upper`` (a reserved built-in) resolves once per process, keeps the resolution
+    as a shipped command does, and the next process runs it without resolving or loading
+    the plugins; a registry change (a forced reinstall of the built-in) resolves in full."""
+    from wbcore_runtime.dispatch import dispatcher as dispatch
+
+    monkeypatch.setattr(runcache, "RACY_SECONDS", 0.0)
+    counts = {"resolve": 0, "full": 0}
+    resolve, full = dispatch.resolve, dispatch._resolve_uncached
+
+    def counted(key: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*a: Any, **kw: Any) -> Any:
+            counts[key] += 1
+            return fn(*a, **kw)
+        return call
+
+    monkeypatch.setattr(dispatch, "resolve", counted("resolve", resolve))
+    monkeypatch.setattr(dispatch, "_resolve_uncached", counted("full", full))
+    path = wb_home / runcache.FOLDER / "command.upper.json"
+    # Registered by an earlier use: the run that installs a built-in moves the change counter
+    # after reading it, so what it resolved is not kept (the next run keeps it).
+    make_runtime().install_builtins(["upper"])
+
+    first = wbx("run", "upper", runtime=make_runtime(), input=b"abc\n")
+    assert (first.exit_code, first.stdout_bytes) == (0, b"ABC\n"), first.stderr
+    assert counts == {"resolve": 1, "full": 1}, "one resolution for one run, not one more for the call"
+    assert path.is_file(), "a built-in's resolution is kept as a shipped command's is"
+    kept_stamp = json.loads(path.read_bytes())["stamp"]
+    assert any(e[0].endswith("upper.wat") for e in kept_stamp["builtin"]), "the serving package is in the stamp"
+
+    rt = make_runtime()
+    again = wbx("run", "upper", "ignored-arg", runtime=rt, input=b"xyz\n")
+    assert (again.exit_code, again.stdout_bytes) == (0, b"XYZ\n"), again.stderr
+    assert counts == {"resolve": 1, "full": 1}, "the kept resolution is used: nothing resolves again"
+    assert rt._pm is None, "the kept built-in runs without importing the plugins"
+
+    make_runtime().install_builtins(["upper"], force=True)  # a registry write: the counter moves
+    third = wbx("run", "upper", runtime=make_runtime(), input=b"q\n")
+    assert (third.exit_code, third.stdout_bytes) == (0, b"Q\n"), third.stderr
+    assert counts == {"resolve": 2, "full": 2}, "a changed registry is resolved in full"
+
+
 from wbcore_testing.fixtures import KV_GET as KV_WAT  # noqa: E402
 
 
@@ -250,10 +293,10 @@ def test_a_command_with_caps_audits_alike_on_both_paths(monkeypatch: pytest.Monk
     assert first.exit_code == 0, first.stderr
     assert (wb_home / runcache.FOLDER / "command.kvget.json").is_file()
     fast, fast_audit = go()
-    assert hits[-1] is True
+    assert hits[-1] is not None
     runcache.forget(wb_home, "command", "kvget")
     full, full_audit = go()
-    assert hits[-1] is False
+    assert hits[-1] is None
     assert (fast.exit_code, fast.stdout_bytes, fast.stderr) == (full.exit_code, full.stdout_bytes, full.stderr)
     assert fast_audit and fast_audit == full_audit, (fast_audit, full_audit)
 

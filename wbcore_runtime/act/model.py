@@ -104,7 +104,7 @@ class LocalizedString:
 # --- error kinds -----------------------------------------------------------------------
 
 
-class ErrorKind(str, Enum):
+class ToolErrorKind(str, Enum):
     NOT_FOUND = "not-found"
     INVALID_ARGS = "invalid-args"
     TIMEOUT = "timeout"
@@ -117,13 +117,13 @@ class ErrorKind(str, Enum):
 class ToolError:
     """A terminal error. ``other`` names a kind outside the well-known five."""
 
-    kind: ErrorKind
+    kind: ToolErrorKind
     message: LocalizedString | None = None
     other: str | None = None
     extensions: Metadata = field(default_factory=Metadata)
 
     def __post_init__(self) -> None:
-        if self.kind is ErrorKind.OTHER and not self.other:
+        if self.kind is ToolErrorKind.OTHER and not self.other:
             raise ValueError("error-kind other(...) needs its name")
 
     @property
@@ -132,11 +132,11 @@ class ToolError:
 
     @property
     def kind_name(self) -> str:
-        return self.other if self.kind is ErrorKind.OTHER and self.other else self.kind.value
+        return self.other if self.kind is ToolErrorKind.OTHER and self.other else self.kind.value
 
     @classmethod
     def from_wb(cls, exc: WbError) -> ToolError:
-        return cls(ErrorKind(exc.kind.value), LocalizedString(plain=exc.message))
+        return cls(ToolErrorKind(exc.kind.value), LocalizedString(plain=exc.message))
 
 
 # --- tools, calls, events --------------------------------------------------------------

@@ -45,7 +45,7 @@ from wbcore_runtime.act.model import (
     Content,
     ContentPart,
     Error,
-    ErrorKind,
+    ToolErrorKind,
     LocalizedString,
     Metadata,
     MetadataEvent,
@@ -472,7 +472,7 @@ class ToolkitProvider:
         if res.exit_code != 0:
             tail = res.stderr.decode("utf-8", errors="replace").strip()[-2000:]
             msg = f"{tool.target} exited with code {res.exit_code}" + (f": {tail}" if tail else "")
-            events.append(Error(ToolError(ErrorKind.OTHER, LocalizedString(plain=msg), other="wb:exit-code",
+            events.append(Error(ToolError(ToolErrorKind.OTHER, LocalizedString(plain=msg), other="wb:exit-code",
                                           extensions=Metadata({"wb:exit-code": res.exit_code}))))
         return CallOutcome(events, usage=usage)
 
@@ -509,7 +509,7 @@ class ToolkitProvider:
             detail = exc.detail  # type: ignore[attr-defined]
             part = ContentPart(json.dumps({"err": detail}).encode(), "application/json")
             return CallOutcome([Content(part), Error(ToolError(
-                ErrorKind.OTHER, LocalizedString(plain=exc.message), other="wb:result-err"))], structured={"err": detail})
+                ToolErrorKind.OTHER, LocalizedString(plain=exc.message), other="wb:result-err"))], structured={"err": detail})
         part = ContentPart(json.dumps(res.value, ensure_ascii=False).encode(), "application/json")
         return CallOutcome([Content(part)], structured=res.value, usage=res.usage.as_dict())
 

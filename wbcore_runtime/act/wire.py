@@ -16,7 +16,7 @@ from wbcore_runtime.act.model import (
     Content,
     ContentPart,
     Error,
-    ErrorKind,
+    ToolErrorKind,
     LocalizedString,
     Metadata,
     MetadataEvent,
@@ -175,9 +175,9 @@ def provided_error(obj: Any) -> ToolError:
     bare = kind[4:] if kind.startswith("std:") else None
     meta = metadata(get(obj, "metadata"), "error metadata")
     message = localized(get(obj, "message"))
-    if bare in {k.value for k in ErrorKind} - {ErrorKind.OTHER.value}:
-        return ToolError(ErrorKind(bare), message, extensions=meta)
-    return ToolError(ErrorKind.OTHER, message, other=kind or "unknown", extensions=meta)
+    if bare in {k.value for k in ToolErrorKind} - {ToolErrorKind.OTHER.value}:
+        return ToolError(ToolErrorKind(bare), message, extensions=meta)
+    return ToolError(ToolErrorKind.OTHER, message, other=kind or "unknown", extensions=meta)
 
 
 def provided_result(obj: Any) -> list[StreamEvent]:

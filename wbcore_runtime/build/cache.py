@@ -32,6 +32,7 @@ from typing import Any
 
 from wbcore_runtime.guard import paths
 from wbcore_runtime.store.artifacts import atomic_write
+from wbcore_runtime.contract.canonical import canonical_json
 from wbcore_runtime.contract.errors import WbError
 from wbcore_runtime.toolkit.manifest import Manifest
 
@@ -103,10 +104,10 @@ def key(*, lane: str, version: str, source_digest: str, flags: Iterable[str] = (
     module docstring). ``version`` is the lane driver's, which includes its toolchain;
     ``source_digest`` is the digest of the snapshot the lane compiles; ``signer`` the
     toolkit's signing identity (a build is never shared between signers)."""
-    blob = json.dumps({
+    blob = canonical_json({
         "format": KEY_FORMAT, "lane": lane, "version": version, "source": source_digest,
         "flags": list(flags), "entry": entry, "fields": dict(sorted((fields or {}).items())), "signer": signer,
-    }, separators=(",", ":"), sort_keys=True).encode()
+    })
     return hashlib.sha256(blob).hexdigest()
 
 

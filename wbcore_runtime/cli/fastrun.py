@@ -118,17 +118,19 @@ def run(runtime: Any, req: RunArgs) -> int:
     if note:
         print(note, file=sys.stderr, flush=True)
 
-    # A resolution kept by the last `wbx run` of this name, if nothing it was made from has
-    # changed (wbcore_runtime.store.runcache); else the full one, kept for the next run.
-    if req.tier is not None or not runcache.recall(runtime, "command", req.name):
-        resolved = runtime.resolve("command", req.name, tier=req.tier)  # unknown or unavailable fails before stdin is read
-        if req.tier is None:
-            from wbcore_runtime.dispatch import dispatcher as dispatch
+    from wbcore_runtime.dispatch import dispatcher as dispatch
 
+    # A resolution kept by the last `wbx run` of this name (a built-in's too), if nothing it
+    # was made from has changed (wbcore_runtime.store.runcache); else the full one, kept for the next
+    # run. Either way it is made once and the call runs it.
+    resolved = runcache.recall(runtime, "command", req.name) if req.tier is None else None
+    if resolved is None:
+        resolved = dispatch.resolve(runtime, "command", req.name, tier=req.tier)  # unknown or unavailable fails before stdin is read
+        if req.tier is None:
             gen = dispatch.resolved_generation(runtime, "command", req.name)
             if gen is not None:
                 runcache.remember(runtime, resolved, gen)
-    result = runtime.call(req.name, list(args), read_stdin(), timeout=req.timeout, tier=req.tier)
+    result = dispatch.call_resolved(runtime, resolved, args, read_stdin(), timeout=req.timeout)
     for stream, data in ((sys.stdout, result.stdout), (sys.stderr, result.stderr)):
         raw = getattr(stream, "buffer", None)
         if raw is not None:

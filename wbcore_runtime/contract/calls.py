@@ -124,6 +124,15 @@ class CommandRequest:
     #: ``(host folder, guest path)`` preopened read-only (``#+PREOPEN``, :mod:`wbcore_runtime.guard.preopen`).
     preopen: tuple[str, str] | None = None
 
+    def guest_input(self, program: str | None = None) -> tuple[list[str], bytes]:
+        """The guest's argv (``program``, default the command's name, first) and stdin: THE
+        ``ARG_MODE`` rule every runner and tier applies. ``stdin1`` (seed 000: jq, grep): the
+        arguments, joined by spaces, are the first stdin line and argv is the program alone."""
+        prog = self.name if program is None else program
+        if self.arg_mode == "stdin1" and self.argv:
+            return [prog], " ".join(self.argv).encode() + b"\n" + self.stdin
+        return [prog, *self.argv], self.stdin
+
 
 def __getattr__(name: str) -> Any:
     # The kernel records live in wbcore_runtime.contract.kernel_calls, imported with the first kernel: a

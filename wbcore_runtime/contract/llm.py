@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound, WbError, unknown_name
 
 if TYPE_CHECKING:
-    from wbcore_runtime.contract.records import LlmProvider
+    from wbcore_runtime.contract.records import Availability, LlmProvider
     from wbcore_runtime.runtime import Runtime
 
 DEFAULT_RETRIES = 3
@@ -250,6 +250,100 @@ def provider_error(vendor: str, exc: Exception, settings: Any, *, status_error: 
     if isinstance(exc, connection_error):  # timeouts included
         return ProviderError(f"{vendor}: endpoint unreachable or silent ({type(exc).__name__})", retryable=True)
     return ProviderError(f"{vendor}: {type(exc).__name__}: {redact(str(exc))[:MAX_ERROR_TEXT]}")
+
+
+def sdk_provider(name: str, summary: str, driver: str) -> LlmProvider:
+    """The ``LlmProvider`` record of a provider on a vendor SDK: ``name`` is also the SDK's
+    module and pip name (checked by :func:`sdk_availability`, never imported by it);
+    ``driver`` names its :class:`SdkChat` subclass (``module:Class``), imported only when a
+    model is first asked, so loading the plugin imports no SDK."""
+    from wbcore_runtime.plugins.manager import load_target
+    from wbcore_runtime.contract.records import LlmProvider
+
+    def factory(_runtime: Any, llm_settings: LlmSettings) -> Any:
+        return load_target(driver)(llm_settings)
+
+    def available() -> Availability:
+        return sdk_availability(name)
+
+    return LlmProvider(name=name, summary=summary, factory=factory, available=available)
+
+
+def sdk_availability(module: str) -> Availability:
+    """An SDK provider's ``LlmProvider.available``: whether its vendor SDK (``module``, also
+    its pip name) can be imported here, found without importing it."""
+    import importlib.util
+
+    from wbcore_runtime.contract.records import Availability
+
+    if importlib.util.find_spec(module) is None:
+        return Availability.no(f"the {module} SDK is not installed (pip install {module})")
+    return Availability.yes()
+
+
+class SdkChat:
+    """The shell every provider on a vendor's official SDK shares (``wbcore-llm-openai``,
+    ``wbcore-llm-anthropic``): the SDK's client made once, with its own retries off (every
+    provider retries through :func:`with_retries`, the one policy) and proxy settings from
+    the environment ignored (the deployer's endpoint is reached directly); the key handed to
+    the SDK and never shown (``repr`` names the endpoint and model); errors mapped by
+    :func:`provider_error`. A provider subclass sets :attr:`vendor`, passes its SDK module,
+    client class and extra client arguments, and writes one attempt (:meth:`_once`)."""
+
+    #: The vendor's name in every error ("openai: HTTP 429: …").
+    vendor = ""
+    #: What a right endpoint is, for the error a wrong one gets ("a chat-completions endpoint").
+    endpoint_kind = ""
+    #: The most of a non-streamed body read (a chat answer is far smaller).
+    max_body = 64 << 20
+
+    def __init__(self, settings: LlmSettings, sdk: Any, client_class: Any, *, endpoint: str | None = None,
+                 **client_kw: Any) -> None:
+        self.settings = settings
+        self._sdk = sdk
+        self._endpoint = endpoint or settings.base_url or "default endpoint"
+        self._client = client_class(
+            api_key=settings.api_key or "not-needed",  # local servers take any key; the SDK wants one
+            max_retries=0, timeout=settings.timeout_s,
+            http_client=sdk.DefaultHttpxClient(trust_env=False, timeout=settings.timeout_s), **client_kw)
+
+    def __repr__(self) -> str:  # never the key
+        return f"{type(self).__name__}({self._endpoint}, model={self.settings.model!r})"
+
+    def close(self) -> None:
+        self._client.close()
+
+    def complete(self, request: ChatRequest, *, on_text: Callable[[str], None] | None = None) -> ChatResponse:
+        return with_retries(lambda: self._once(request, on_text), self.settings, deadline=request.deadline)
+
+    def _error(self, exc: Exception) -> ProviderError:
+        return provider_error(self.vendor, exc, self.settings, status_error=self._sdk.APIStatusError,
+                              connection_error=self._sdk.APIConnectionError)
+
+    def _client_for(self, request: ChatRequest) -> Any:
+        """The client for one attempt: the request's deadline, when it has one, bounds it."""
+        if request.deadline is None:
+            return self._client
+        return self._client.with_options(timeout=request.timeout(self.settings.timeout_s))
+
+    def _whole_body(self, content_type: str, raw: bytes) -> Any:
+        """The one JSON body of a server that answered a streamed request without streaming
+        (some local servers do), parsed; any other content type, or too large a body, is a
+        named error that says which endpoint was expected."""
+        ct = content_type.split(";")[0].strip().lower()
+        if (ct != "application/json" and not ct.endswith("+json")) or len(raw) > self.max_body:
+            raise ProviderError(
+                f"{self.vendor}: the server answered a streamed request with {content_type or 'no content type'} "
+                f"({len(raw)} bytes), neither server-sent events nor JSON: is WB_LLM_BASE_URL a "
+                f"{self.endpoint_kind}?")
+        try:
+            return json.loads(raw)
+        except ValueError as exc:
+            raise ProviderError(f"{self.vendor}: the server's JSON body does not parse ({exc})", retryable=True) from None
+
+    def _once(self, request: ChatRequest, on_text: Callable[[str], None] | None) -> ChatResponse:
+        """One attempt (no retry): the provider's wire format on its SDK."""
+        raise NotImplementedError(f"{type(self).__name__} does not define _once")
 
 
 def _prices(raw: str) -> dict[str, tuple[float, float]]:

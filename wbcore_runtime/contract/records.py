@@ -57,21 +57,6 @@ def _always() -> Availability:
     return Availability.yes()
 
 
-def deferred(module: str, name: str) -> Callable[..., Any]:
-    """``module.name(*args)``, imported on the first call: a record's ``factory`` or
-    ``available`` that keeps the plugin's import cheap (the heavy module loads when the
-    capability is used), e.g. ``IsolationTier(..., factory=deferred("wb_x.tiers", "factory"))``."""
-
-    def call(*args: Any, **kwargs: Any) -> Any:
-        import importlib
-
-        return getattr(importlib.import_module(module), name)(*args, **kwargs)
-
-    call.__name__ = call.__qualname__ = name
-    call.__doc__ = f"{module}.{name}, imported when first called."
-    return call
-
-
 @dataclass(frozen=True, slots=True)
 class VerifyContext:
     """What a shape's verify contract may look at: the toolkit and the runtime."""

@@ -8,7 +8,7 @@ lane speaks only the types below::
     box = runtime.build_sandbox()        # NotFound naming what to install when none is served
     res = box.run(["/zig/zig", "cc", "-o", "/out/a.wasm", "/src/a.c"],
                   binds=[Bind(zig_dir, "/zig"), Bind(src, "/src")],   # read-only by default
-                  out_dir=out, limits=Limits(wall_seconds=60))
+                  out_dir=out, limits=SandboxLimits(wall_seconds=60))
     res.check("zig cc")                  # a WbError carrying the compiler's own message
 
 Whether a sandbox is served and works here is decided once, by :func:`availability`;
@@ -52,7 +52,7 @@ class Bind:
 
 
 @dataclass(frozen=True, slots=True)
-class Limits:
+class SandboxLimits:
     """Every bound of one sandboxed run. Sizes in bytes, times in seconds."""
 
     wall_seconds: float = 120.0
@@ -112,12 +112,12 @@ class SandboxResult:
 @dataclass(frozen=True, slots=True)
 class SandboxRun:
     """One run as a driver's ``execute`` receives it: ``run``'s arguments, defaulted here once
-    (no limits given is :class:`Limits`' defaults, ``/out`` the working folder)."""
+    (no limits given is :class:`SandboxLimits`' defaults, ``/out`` the working folder)."""
 
     argv: tuple[str, ...]
     out_dir: Path
     binds: tuple[Bind, ...] = ()
-    limits: Limits = field(default_factory=Limits)
+    limits: SandboxLimits = field(default_factory=SandboxLimits)
     env: Mapping[str, str] = field(default_factory=dict)
     cwd: str = "/out"
     stdin: bytes | None = None
@@ -137,7 +137,7 @@ class BuildSandboxDriver(ABC):
         *,
         binds: Sequence[Bind] = (),
         out_dir: Path,
-        limits: Limits | None = None,
+        limits: SandboxLimits | None = None,
         env: Mapping[str, str] | None = None,
         cwd: str = "/out",
         stdin: bytes | None = None,
@@ -145,7 +145,7 @@ class BuildSandboxDriver(ABC):
     ) -> SandboxResult:
         """Run ``argv`` (an absolute path inside) and copy ``/out`` to ``out_dir``;
         ``seed_out``: a host folder whose files start in ``/out``."""
-        return self.execute(SandboxRun(tuple(argv), Path(out_dir), tuple(binds), limits or Limits(), dict(env or {}),
+        return self.execute(SandboxRun(tuple(argv), Path(out_dir), tuple(binds), limits or SandboxLimits(), dict(env or {}),
                                        cwd, stdin, seed_out))
 
     @abstractmethod

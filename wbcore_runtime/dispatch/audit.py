@@ -64,6 +64,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from wbcore_runtime.contract.canonical import canonical_json
+
 GENESIS = "0" * 64
 LOG_NAME = "audit.jsonl"
 HEAD_NAME = "audit.head"
@@ -104,12 +106,8 @@ def redact_target(target: str | None) -> str | None:
         return "<unparseable target>"
 
 
-def _canonical(entry: dict[str, Any]) -> bytes:
-    return json.dumps(entry, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
-
-
 def _chain(prev: str, body: dict[str, Any]) -> str:
-    return hashlib.sha256(prev.encode() + _canonical(body)).hexdigest()
+    return hashlib.sha256(prev.encode() + canonical_json(body)).hexdigest()
 
 
 #: A queued decision: (ts, principal, cap, op, args, outcome, kind, reason, target, bytes, ms).

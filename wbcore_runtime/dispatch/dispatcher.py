@@ -644,7 +644,16 @@ def call_command(runtime: Runtime, name: str, argv: Sequence[str] = (), stdin: b
         if not isinstance(stdin, (bytearray, memoryview)):
             raise InvalidArgs(f"stdin must be bytes, got {type(stdin).__name__}")
         stdin = bytes(stdin)
-    resolved = resolve(runtime, "command", name, tier=tier)
+    return call_resolved(runtime, resolve(runtime, "command", name, tier=tier), argv, stdin, principal=principal,
+                         timeout=timeout, cancel=cancel)
+
+
+def call_resolved(runtime: Runtime, resolved: Resolved, argv: Sequence[str], stdin: bytes, *,
+                  principal: Principal | None = None, timeout: float | None = None,
+                  cancel: Any = None) -> CallResult:
+    """Run a command already resolved by :func:`resolve` (or kept by ``wbcore_runtime.store.runcache``
+    and adopted): ``wbx run`` resolves once and calls this, never resolving again."""
+    name = resolved.name
     check_reach(resolved, principal)
     if argv and not isinstance(argv, tuple):
         argv = tuple(str(a) for a in argv)

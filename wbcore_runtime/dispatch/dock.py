@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import os
 import threading
 import time
 import uuid
@@ -210,93 +209,6 @@ class RateLimiter:
             return True
 
 
-class Revocations:
-    """Revoked principals (or principal+cap pairs), shared with other processes through
-    ``$WB_HOME/dock/revoked`` (one ``principal`` or ``principal cap`` per line), written
-    only through :meth:`revoke` / :meth:`restore`, which bump the home's change counter:
-    a call reads the counter (a stat and a pread) and re-reads the file only when it moved.
-    The file is created empty up front, so the per-call ``stat`` does not pay for a
-    missing-file exception."""
-
-    def __init__(self, path: Path, generation: Any = None) -> None:
-        self.path = path
-        self._where = str(path)
-        # The home's change counter (wbcore_runtime.store.generation): revoke/restore bump it, so a call
-        # checks revocations with a counter read and stats the file only after a change.
-        self._gen = generation
-        self._seen_gen: int | None = None
-        self._lock = threading.Lock()
-        self._local: set[tuple[str, str]] = set()
-        self._file: frozenset[tuple[str, str]] = frozenset()
-        self._stamp: tuple[int, int, int] | None = None
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
-            if generation is not None:
-                generation.ensure()
-        except OSError:
-            pass  # a read-only home: a missing file is simply no revocations
-
-    def _refresh(self) -> None:
-        if self._gen is not None:
-            g = self._gen.value()
-            if g == self._seen_gen:
-                return
-            self._seen_gen = g
-        try:
-            st = os.stat(self._where)
-            stamp: tuple[int, int, int] | None = (st.st_ino, st.st_mtime_ns, st.st_size)
-        except FileNotFoundError:
-            stamp = None
-        if stamp == self._stamp:
-            return
-        with self._lock:
-            entries = set()
-            if stamp is not None:
-                try:
-                    text = self.path.read_text()
-                except FileNotFoundError:
-                    text = ""
-                for line in text.splitlines():
-                    words = line.split()
-                    if words:
-                        entries.add((words[0], words[1] if len(words) > 1 else "*"))
-            self._file, self._stamp = frozenset(entries), stamp
-
-    def revoked(self, principal: str, cap: str) -> bool:
-        self._refresh()
-        local, file = self._local, self._file
-        return ((principal, "*") in local or (principal, cap) in local
-                or (principal, "*") in file or (principal, cap) in file)
-
-    def revoke(self, principal: str, cap: str = "*", *, persist: bool = False) -> None:
-        with self._lock:
-            self._local.add((principal, cap))
-            if persist:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                lines = set(self.path.read_text().splitlines()) if self.path.exists() else set()
-                lines.add(principal if cap == "*" else f"{principal} {cap}")
-                tmp = self.path.with_suffix(".tmp")
-                tmp.write_text("\n".join(sorted(lines)) + "\n")
-                os.replace(tmp, self.path)
-                self._bump()
-
-    def restore(self, principal: str, cap: str = "*") -> None:
-        with self._lock:
-            self._local.discard((principal, cap))
-            if self.path.exists():
-                drop = principal if cap == "*" else f"{principal} {cap}"
-                lines = [ln for ln in self.path.read_text().splitlines() if ln.strip() != drop]
-                tmp = self.path.with_suffix(".tmp")
-                tmp.write_text("\n".join(lines) + ("\n" if lines else ""))
-                os.replace(tmp, self.path)
-                self._bump()
-
-    def _bump(self) -> None:
-        if self._gen is not None:
-            self._gen.bump()
-
-
 def _rate_from_env(env: dict[str, str]) -> tuple[int, float]:
     raw = env.get("WB_DOCK_RATE", "")
     if not raw:
@@ -315,7 +227,7 @@ class Dock:
         self.runtime = runtime
         self.audit = audit or AuditLog.for_home(runtime.home, runtime.env)
         self.limiter = RateLimiter(*(rate or _rate_from_env(runtime.env)))
-        self.revocations = Revocations(runtime.home / "dock" / "revoked", runtime.registry.generation)
+        self.revocations = runtime.revocations  # shared with the running-calls table
         self._drivers: dict[str, Any] = {}
         self._drivers_lock = threading.Lock()
 

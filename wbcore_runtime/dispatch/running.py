@@ -154,7 +154,7 @@ class RunningCalls:
                         call.cancel.set()
 
     def _revoked(self, call: Running) -> str | None:
-        revoked = self.runtime.dock.revocations.revoked
+        revoked = self.runtime.revocations.revoked
         for cap in ("*", *sorted(call.caps)):
             if revoked(call.principal, cap):
                 return f"{call.principal} was revoked" + ("" if cap == "*" else f" for {cap!r}")

@@ -45,7 +45,7 @@ DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 @dataclass(frozen=True, slots=True)
-class Limits:
+class FetchLimits:
     max_bytes: int = 256 * MiB
     timeout: float = 120.0  # the whole exchange: every hop, every read
     max_redirects: int = 5
@@ -155,7 +155,7 @@ def stream(
     sink: Callable[[bytes], None],
     *,
     guard: NetGuard,
-    limits: Limits = Limits(),
+    limits: FetchLimits = FetchLimits(),
     env: Mapping[str, str] | None = None,
     headers: Mapping[str, str] | None = None,
     method: str = "GET",
@@ -247,7 +247,7 @@ def download(
     dest: Path,
     *,
     guard: NetGuard,
-    limits: Limits = Limits(),
+    limits: FetchLimits = FetchLimits(),
     env: Mapping[str, str] | None = None,
 ) -> Fetched:
     """Stream ``url`` into ``dest`` (written beside it, renamed when complete); the digest is of the bytes."""
@@ -265,7 +265,7 @@ def get_bytes(
     url: str,
     *,
     guard: NetGuard,
-    limits: Limits,
+    limits: FetchLimits,
     env: Mapping[str, str] | None = None,
     headers: Mapping[str, str] | None = None,
     method: str = "GET",

@@ -64,7 +64,7 @@ SAFE_CONFIG = (
 
 
 @dataclass(frozen=True, slots=True)
-class Limits:
+class GitLimits:
     max_bytes: int = 256 * MiB  # the checked-out tree, and any one file git writes
     max_files: int = 20000
     timeout: float = 300.0  # the whole fetch and checkout
@@ -135,7 +135,7 @@ def _env(home: Path, env: Mapping[str, str]) -> dict[str, str]:
 class _Run:
     """git with the safe config, one deadline and a per-file size cap."""
 
-    def __init__(self, target: Target, pin_ip: str, env: dict[str, str], limits: Limits) -> None:
+    def __init__(self, target: Target, pin_ip: str, env: dict[str, str], limits: GitLimits) -> None:
         self.config = [*SAFE_CONFIG, f"protocol.{target.scheme}.allow=always"]
         if target.scheme != "file" and parse_literal(target.host) is None:
             # A name: curl connects to the checked address only. (An address literal is
@@ -230,7 +230,7 @@ def _check_git(target: Target) -> None:
                        f"{MIN_GIT[0]}.{MIN_GIT[1]} or newer); upgrade git to fetch {target.url}")
 
 
-def _measure(tree: Path, limits: Limits, what: str) -> None:
+def _measure(tree: Path, limits: GitLimits, what: str) -> None:
     # The containment walk (openat + O_NOFOLLOW, links as text): a checkout's links are
     # counted, never followed; it counts every entry against max_files itself.
     size = 0
@@ -251,7 +251,7 @@ def checkout(
     *,
     commit: str | None,
     guard: NetGuard,
-    limits: Limits = Limits(),
+    limits: GitLimits = GitLimits(),
     env: Mapping[str, str] | None = None,
     allow_file: bool = False,
 ) -> str:

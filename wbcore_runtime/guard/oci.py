@@ -31,6 +31,7 @@ from typing import Any
 from urllib.parse import quote, urlencode, urljoin, urlsplit
 
 from wbcore_runtime.guard import fetch as _fetch
+from wbcore_runtime.contract.canonical import canonical_json
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound
 from wbcore_runtime.guard.netguard import NetGuard
 
@@ -166,7 +167,7 @@ def _plain_http(env: Mapping[str, str]) -> frozenset[str]:
     return frozenset(h.strip().lower() for h in re.split(r"[\s,]+", env.get(ENV_PLAIN_HTTP, "")) if h.strip())
 
 
-class Registry:
+class OciClient:
     """One registry, spoken to through the one fetcher with the deployer's SSRF allowances."""
 
     def __init__(self, registry: str, env: Mapping[str, str] | None = None, *, guard: NetGuard | None = None) -> None:
@@ -179,7 +180,7 @@ class Registry:
 
     def _call(self, url: str, *, method: str = "GET", body: bytes | None = None, headers: Mapping[str, str] | None = None,
               ok: tuple[int, ...] = (200,), max_bytes: int = MAX_MANIFEST, sink: Any = None) -> tuple[bytes, _fetch.Fetched]:
-        limits = _fetch.Limits(max_bytes=max_bytes, timeout=TIMEOUT_S)
+        limits = _fetch.FetchLimits(max_bytes=max_bytes, timeout=TIMEOUT_S)
         sent = {**(headers or {}), **({"Authorization": f"Bearer {self._token}"} if self._token else {})}
         if sink is not None:
             # A blob: the token was obtained on the manifest or HEAD call before it, so a 401
@@ -221,7 +222,7 @@ class Registry:
                            f"{ENV_PLAIN_HTTP} to allow it")
         query = urlencode([(k, params[k]) for k in ("service", "scope") if params.get(k)])
         url = realm + (("&" if parts.query else "?") + query if query else "")
-        data, _ = _fetch.get_bytes(url, guard=self.guard, limits=_fetch.Limits(max_bytes=MAX_TOKEN, timeout=TIMEOUT_S),
+        data, _ = _fetch.get_bytes(url, guard=self.guard, limits=_fetch.FetchLimits(max_bytes=MAX_TOKEN, timeout=TIMEOUT_S),
                                    env=self.env, headers={"Accept": "application/json"})
         try:
             doc = json.loads(data)
@@ -355,7 +356,7 @@ def manifest_bytes(*, artifact_type: str, config: Descriptor, layers: list[Descr
     }
     if annotations:
         doc["annotations"] = dict(sorted(annotations.items()))
-    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    return canonical_json(doc)
 
 
 def push(reference: str | Reference, *, artifact_type: str, config: tuple[bytes, str],
@@ -365,7 +366,7 @@ def push(reference: str | Reference, *, artifact_type: str, config: tuple[bytes,
     ref = reference if isinstance(reference, Reference) else Reference.parse(reference)
     if ref.tag is None:
         raise InvalidArgs(f"{ref.text()}: publish to a tag (…:1.0); the digest is computed from the content")
-    reg = Registry(ref.registry, env, guard=guard)
+    reg = OciClient(ref.registry, env, guard=guard)
     cfg = Descriptor.of(config[0], config[1])
     descs = [Descriptor.of(data, mt, ann) for data, mt, ann in layers]
     sent = sum(reg.push_blob(ref.repository, data, d) for (data, _, _), d in zip(layers, descs, strict=True))
@@ -383,7 +384,7 @@ def pull(reference: str | Reference, dest: Path, *, artifact_types: tuple[str, .
     whose bytes do not match its descriptor.
     """
     ref = reference if isinstance(reference, Reference) else Reference.parse(reference)
-    reg = Registry(ref.registry, env, guard=guard)
+    reg = OciClient(ref.registry, env, guard=guard)
     body, digest = reg.pull_manifest(ref)
     where = ref.text()
     try:

@@ -145,7 +145,7 @@ def pypi_file(project: str, filename: str, sha256: str, *, guard: NetGuard,
     ``project`` (PEP 691 JSON or PEP 503 HTML), read through the one fetcher and ``guard``."""
     page_url = f"{pip_index(env)}/{_normalize(project)}/"
     body, got = _fetch.get_bytes(page_url, guard=guard, env=env,
-                                 limits=_fetch.Limits(max_bytes=INDEX_PAGE_MAX, timeout=timeout),
+                                 limits=_fetch.FetchLimits(max_bytes=INDEX_PAGE_MAX, timeout=timeout),
                                  headers={"Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.1"})
     found: list[tuple[str, str]] = []  # (url, sha256 the index states, or "")
     if "json" in got.content_type:

@@ -312,7 +312,7 @@ def _installed_names() -> list[str]:
     return sorted({name for name, *_ in entry_points()})
 
 
-class Registry(Generic[T]):
+class RecordRegistry(Generic[T]):
     """The records of one kind, by name, with the plugin that provided each.
 
     Two providers of one name make that name unusable (a :class:`PluginError` naming
@@ -376,10 +376,10 @@ def collect(
     record_type: type[T],
     what: str,
     infos: Sequence[PluginInfo],
-) -> Registry[T]:
+) -> RecordRegistry[T]:
     """Call one registry hook plugin by plugin, so every record keeps its provider."""
     by_name = {i.name: i for i in infos}
-    registry: Registry[T] = Registry(what, [i for i in infos if not i.loaded])
+    registry: RecordRegistry[T] = RecordRegistry(what, [i for i in infos if not i.loaded])
     caller = getattr(pm.hook, hook_name)
     for impl in caller.get_hookimpls():
         info = by_name.get(impl.plugin_name) or PluginInfo(impl.plugin_name, impl.plugin_name)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -68,9 +69,13 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def atomic_write(path: Path, data: bytes | bytearray | memoryview, *, mode: int = 0o644,
-                 tmp_dir: Path | None = None) -> None:
-    """Write ``data`` to ``path`` through a temp file + fsync + ``os.replace``.
+# --- atomic files: THE home of temp file + fsync + rename and of the folder's fsync ----------
+
+
+def write_temp(path: Path, data: bytes | bytearray | memoryview, *, mode: int = 0o644,
+               tmp_dir: Path | None = None) -> Path:
+    """Write ``data`` to a new temp file for ``path``, fsync'd, and return it: the caller
+    renames it into place (:func:`atomic_write`, or later, at a commit point of its own).
 
     The temp file is named after its owner (``wbcore_runtime.store.leftovers``), so one a kill leaves
     behind is swept by the next command, and never while its writer lives. ``tmp_dir``
@@ -90,15 +95,90 @@ def atomic_write(path: Path, data: bytes | bytearray | memoryview, *, mode: int 
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, mode)
+    except BaseException:
+        _drop(tmp)
+        raise
+    return tmp
+
+
+def _drop(tmp: Path) -> None:
+    """Remove a temp file that will not be renamed into place (already gone is fine)."""
+    try:
+        os.unlink(tmp)
+    except OSError:
+        pass
+
+
+def atomic_write(path: Path, data: bytes | bytearray | memoryview, *, mode: int | None = 0o644,
+                 tmp_dir: Path | None = None, sync_dir: bool = False) -> None:
+    """Write ``data`` to ``path`` through a temp file + fsync + ``os.replace``: a reader
+    sees the old file or the new one, never a part. ``mode`` ``None`` keeps the mode of the
+    file it replaces (0o644 for a new one); ``sync_dir`` also fsyncs the folder, so the
+    rename itself survives a crash (a journal, a synced page). See :func:`write_temp`."""
+    if mode is None:
+        try:
+            mode = stat.S_IMODE(path.stat().st_mode)
+        except FileNotFoundError:
+            mode = 0o644
+    tmp = write_temp(path, data, mode=mode, tmp_dir=tmp_dir)
+    try:
         faults.point(f"write:{path.suffix}:tmp")
         os.replace(tmp, path)
         faults.point(f"write:{path.suffix}:done")
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        _drop(tmp)
         raise
+    if sync_dir:
+        fsync_dir(path.parent)
+
+
+def fsync_dir(path: Path) -> None:
+    """fsync a folder: the renames and unlinks in it are on disk once this returns."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# --- the compiled-module cache: THE home of "compile once, keep the engine's serialized form" --
+
+
+def compiled_file(cpath: Path, wasm: Callable[[], bytes], *, compile: Callable[[bytes], bytes],
+                  load: Callable[[Path], T], loads: Callable[[bytes], T] | None = None,
+                  tmp_dir: Path | None = None) -> tuple[T, bool]:
+    """The module kept compiled at ``cpath`` (its digest beside it, ``<cpath>.sha256``), or
+    compiled now from ``wasm()`` and kept: ``(module, built)``. Every compiled-module cache
+    calls this (the artifact store's, a lane's interpreter or compiler): the engine hands in
+    ``compile(wasm) -> serialized``, ``load(path)`` and ``loads(serialized)``; ``cpath``'s
+    name carries what makes a compiled form valid (the source digest, the engine's key).
+
+    A kept form is loaded only when its bytes match the digest written beside it; one that
+    does not (corrupt, torn, another engine's) is compiled again. The digest is written
+    first, then the module: a reader that sees a new module with an old digest (a
+    concurrent writer) just recompiles; it never loads a mismatch. A disk that refuses the
+    write (full, read-only) costs a compile, never the run, when ``loads`` is given.
+    """
+    dpath = cpath.with_name(cpath.name + ".sha256")
+    if cpath.is_file() and dpath.is_file():
+        try:
+            want = dpath.read_text().strip()
+            if want == sha256_file(cpath):
+                return load(cpath), False
+        except Exception:  # noqa: BLE001, S110 - a refused cache (other engine, corrupt) is rebuilt below
+            pass
+    serialized = bytes(compile(wasm()))
+    digest = sha256_bytes(serialized)
+    try:
+        atomic_write(dpath, (digest + "\n").encode(), tmp_dir=tmp_dir)
+        atomic_write(cpath, serialized, tmp_dir=tmp_dir)
+    except OSError:
+        if loads is not None:
+            return loads(serialized), True
+        raise
+    if loads is not None:
+        return loads(serialized), True
+    return load(cpath), True
 
 
 def check_sha(sha: str) -> str:
@@ -243,31 +323,8 @@ class ArtifactStore:
         ``.wasm`` is hash-checked first in every case: a tampered module never compiles.
         """
         self.verify(sha)
-        cpath = self.compiled_path(sha, key)
-        dpath = cpath.with_name(cpath.name + ".sha256")
-        if cpath.is_file() and dpath.is_file():
-            try:
-                want = dpath.read_text().strip()
-                if want == sha256_file(cpath):
-                    return load(cpath), False
-            except Exception:  # noqa: BLE001, S110 - a refused cache (other engine, corrupt) is rebuilt below
-                pass
-        wasm = self.read_verified(sha)
-        serialized = bytes(compile(wasm))
-        digest = sha256_bytes(serialized)
-        # Digest first, then the module: a reader that sees a new module with an old
-        # digest (a concurrent writer) just recompiles; it never loads a mismatch.
-        try:
-            atomic_write(dpath, (digest + "\n").encode(), tmp_dir=self.tmp_dir)
-            atomic_write(cpath, serialized, tmp_dir=self.tmp_dir)
-        except OSError:
-            # The cache is an optimisation: a full or read-only disk must not fail a run.
-            if loads is not None:
-                return loads(serialized), True
-            raise
-        if loads is not None:
-            return loads(serialized), True
-        return load(cpath), True
+        return compiled_file(self.compiled_path(sha, key), lambda: self.read_verified(sha), compile=compile,
+                             load=load, loads=loads, tmp_dir=self.tmp_dir)
 
     def remove_compiled(self, sha: str) -> int:
         """Drop every compiled form of ``sha`` (all engines). Returns how many files went."""

@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from wbcore_runtime.store.artifacts import fsync_dir, write_temp
 from wbcore_runtime.store import faults, leftovers
 from wbcore_runtime.trust import signing
 from wbcore_runtime.guard import unpack
@@ -51,7 +52,7 @@ STAGING_PREFIX = leftovers.STAGING_PREFIX
 LOCK_FORMAT = 1
 MAX_DOWNLOAD = 64 << 20
 HTTP_TIMEOUT_S = 60.0
-GIT_LIMITS = _gitfetch.Limits(max_bytes=256 << 20, max_files=5000, timeout=300.0)
+GIT_LIMITS = _gitfetch.GitLimits(max_bytes=256 << 20, max_files=5000, timeout=300.0)
 COMMIT_RE = re.compile(r"^[0-9a-f]{7,64}$")
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 #: What one install may bring in: entries and bytes, counted as written.
@@ -123,27 +124,6 @@ def lock_bytes(entries: Mapping[str, LockEntry]) -> bytes:
     return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8")
 
 
-def _atomic_write(path: Path, data: bytes) -> Path:
-    """Write ``data`` to a temp file beside ``path`` (named after its owner); the caller renames it."""
-    tmp = path.parent / leftovers.unique(f".{path.name}{leftovers.TMP_MARK}", ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return tmp
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # --- sources ----------------------------------------------------------------------------
@@ -203,7 +183,7 @@ def _download(url: str, dest: Path, env: Mapping[str, str] | None) -> None:
     """Through the one fetcher: SSRF guard on every hop, capped and bounded while streaming."""
     seen = os.environ if env is None else env
     _fetch.download(url, dest, guard=NetGuard.from_env(seen),
-                    limits=_fetch.Limits(max_bytes=MAX_DOWNLOAD, timeout=HTTP_TIMEOUT_S), env=seen)
+                    limits=_fetch.FetchLimits(max_bytes=MAX_DOWNLOAD, timeout=HTTP_TIMEOUT_S), env=seen)
 
 
 def fetch(source: Source, work: Path, env: Mapping[str, str] | None = None) -> tuple[Path, str | None, str | None]:
@@ -348,9 +328,9 @@ def _journal_path(home: Path) -> Path:
 
 
 def _write_journal(home: Path, doc: dict[str, Any]) -> None:
-    tmp = _atomic_write(_journal_path(home), json.dumps(doc, indent=1).encode())
+    tmp = write_temp(_journal_path(home), json.dumps(doc, indent=1).encode())
     os.replace(tmp, _journal_path(home))
-    _fsync_dir(home)
+    fsync_dir(home)
 
 
 def _rel(home: Path, path: Path | None) -> str | None:
@@ -377,9 +357,9 @@ def _replay(home: Path, doc: dict[str, Any]) -> str:
                 os.rename(aside, target)
         lock_tmp.unlink(missing_ok=True)
     if (home / "toolkits").is_dir():
-        _fsync_dir(home / "toolkits")
+        fsync_dir(home / "toolkits")
     _journal_path(home).unlink(missing_ok=True)
-    _fsync_dir(home)
+    fsync_dir(home)
     return outcome
 
 
@@ -426,7 +406,7 @@ def _land(home: Path, staged: list[_Staged], new_lock: Mapping[str, LockEntry], 
     for ident in remove:
         moves.append({"id": ident, "new": None, "target": _rel(home, root / ident),
                       "aside": _rel(home, work / f"old-{ident}")})
-    tmp_lock = _atomic_write(home / LOCKFILE, lock_bytes(new_lock))
+    tmp_lock = write_temp(home / LOCKFILE, lock_bytes(new_lock))
     faults.point("land:prepared")
     doc = {"format": 1, "owner": leftovers.owner_tag(), "lock_tmp": _rel(home, tmp_lock), "moves": moves}
     try:

@@ -124,7 +124,7 @@ def _is_wal(path: Path) -> bool:
     return len(head) == 20 and head[18:20] == b"\x02\x02"
 
 
-class Registry:
+class CommandRegistry:
     """One SQLite file; each write is one transaction (old or new state, never torn)."""
 
     def __init__(self, path: Path) -> None:

@@ -29,10 +29,18 @@ parser, the consent store and the plugins all load to reach the same answer. So 
 A stamp that differs in anything means the full resolution runs again (and refuses, with
 its own message, what may not run); nothing here decides whether a call may run. What is
 never kept: third-party toolkits (their signature is verified by every process; it may
-rest on a did:web document), built-ins (installed and version-checked by the resolution),
-an explicit ``--tier``, any tier but ``instance``, a runtime whose plugins were selected,
-and any stamp with a file changed in the last :data:`RACY_SECONDS` (it could change again
-within the same timestamp tick, unseen). The artifact itself is checked by the runner on
+rest on a did:web document), an explicit ``--tier``, any tier but ``instance``, a runtime
+whose plugins were selected, and any stamp with a file changed in the last
+:data:`RACY_SECONDS` (it could change again within the same timestamp tick, unseen).
+
+A built-in (``upper``, ``jq``) is kept too: the full resolution installs it and checks its
+version against the plugin that serves it, so its stamp is that plugin's instead of a
+toolkit's: ``plugins`` (an install or upgrade, an edited ``.py`` file) and ``builtin``, the
+:func:`wbcore_runtime.trust.verdict.folder_state` of the package that serves it (an edited ``.wat`` or
+C source of an editable plugin), with no ``roots`` or ``toolkit`` (a reserved name is never
+a toolkit's). A compiler outside the Python distributions (a system clang) changing under a
+built-in is seen at the next full resolution only; the artifact it runs is still the one the
+registry names, checked by digest. The artifact itself is checked by the runner on
 every call, on both paths (``ArtifactStore``: digest and file identity).
 
 The kept file is trusted as the rest of the home is (the registry, the grants, the digest
@@ -112,50 +120,72 @@ def _newest(value: Any) -> int:
     return 0
 
 
-def stamp(runtime: Any, toolkit_dir: str) -> dict[str, Any] | None:
-    """The identity of a resolution's inputs now (``None``: the plugins are not indexed)."""
+def _package_state(folder: str) -> list[Any]:
+    """:func:`wbcore_runtime.trust.verdict.folder_state` of a plugin's package, without ``__pycache__``
+    (byte-code written by an import is not a change of what serves a built-in)."""
+    from wbcore_runtime.trust import verdict as trust
+
+    return [list(e) for e in trust.folder_state(Path(folder)) if "__pycache__" not in e[0]]
+
+
+def stamp(runtime: Any, toolkit_dir: str | None, builtin_dir: str | None = None) -> dict[str, Any] | None:
+    """The identity of a resolution's inputs now (``None``: the plugins are not indexed):
+    of a toolkit's command (``toolkit_dir``) or of a built-in (``builtin_dir``: the package
+    of the plugin that serves it)."""
     from wbcore_runtime.trust import verdict as trust
 
     index = runtime.plugin_index
     if index is None:
         return None
-    return {
-        "roots": _roots_state(runtime.roots),
-        "toolkit": [list(e) for e in trust.folder_state(Path(toolkit_dir))],
+    out: dict[str, Any] = {
         "consent": _ident(str(Path(runtime.home) / "consent.json")),
         "plugins": index.ident,
         "code": _code_state(),
     }
+    if toolkit_dir is not None:
+        out["roots"] = _roots_state(runtime.roots)
+        out["toolkit"] = [list(e) for e in trust.folder_state(Path(toolkit_dir))]
+    if builtin_dir is not None:
+        out["builtin"] = _package_state(builtin_dir)
+    return out
 
 
-def recall(runtime: Any, kind: str, name: str) -> bool:
-    """Hand dispatch the kept resolution of ``name`` if every input is as it was; ``True``
-    when it did (the call that follows uses it), ``False``: resolve as usual."""
+def _stamp_of(runtime: Any, kept: dict[str, Any]) -> dict[str, Any] | None:
+    """The stamp now of the inputs a kept resolution names (a toolkit's folder or a built-in's package)."""
+    if kept["entry"]["builtin"]:
+        return stamp(runtime, None, str(kept["builtin_dir"]))
+    return stamp(runtime, kept["entry"]["options"]["provenance"]["dir"])
+
+
+def recall(runtime: Any, kind: str, name: str) -> Any:
+    """The kept resolution of ``name`` if every input is as it was (``wbcore_runtime.dispatch.dispatcher.Resolved``,
+    adopted by dispatch, so later calls in this process re-check it as any other), else
+    ``None``: resolve as usual."""
     if not getattr(runtime, "indexed_plugins", False):
-        return False
+        return None
     path = _file(runtime.home, kind, name)
     if path is None:
-        return False
+        return None
     try:
         data = json.loads(path.read_bytes())
     except (OSError, ValueError):
-        return False
+        return None
     gen = runtime.registry.generation.value()  # before the stamp: a change after it shows next time
     try:
         if data.get("format") != FORMAT or data.get("generation") != gen or data.get("kind") != kind \
                 or data.get("name") != name:
-            return False
+            return None
         res = data["resolved"]
-        now = stamp(runtime, res["entry"]["options"]["provenance"]["dir"])
+        now = _stamp_of(runtime, res)
         if now is None or now != data["stamp"]:
-            return False
+            return None
         resolved = _rebuild(runtime, kind, name, res)
     except (KeyError, TypeError, ValueError):
-        return False
+        return None
     from wbcore_runtime.dispatch import dispatcher as dispatch
 
     dispatch.adopt(runtime, resolved, gen)
-    return True
+    return resolved
 
 
 def _rebuild(runtime: Any, kind: str, name: str, res: dict[str, Any]) -> Any:
@@ -180,12 +210,21 @@ def remember(runtime: Any, resolved: Any, generation: int) -> bool:
     counter as ``generation``) for the next ``wbx run``; ``False`` when it may not be kept."""
     entry = resolved.entry
     path = _file(runtime.home, resolved.kind, resolved.name)
-    prov = entry.options.get("provenance") if entry.options else None
-    if (path is None or not getattr(runtime, "indexed_plugins", False) or entry.builtin or entry.toolkit is None
-            or resolved.trust not in ("first-party",) or resolved.tier.name != "instance"
-            or not isinstance(prov, dict) or not isinstance(prov.get("dir"), str)):
+    if path is None or not getattr(runtime, "indexed_plugins", False) or resolved.tier.name != "instance":
         return False
-    now = stamp(runtime, prov["dir"])
+    extra: dict[str, Any] = {}
+    if entry.builtin:
+        builtin_dir = _builtin_package(runtime, entry.name) if resolved.trust == "built-in" else None
+        if builtin_dir is None:
+            return False
+        now = stamp(runtime, None, builtin_dir)
+        extra["builtin_dir"] = builtin_dir
+    else:
+        prov = entry.options.get("provenance") if entry.options else None
+        if (entry.toolkit is None or resolved.trust not in ("first-party",) or not isinstance(prov, dict)
+                or not isinstance(prov.get("dir"), str)):
+            return False
+        now = stamp(runtime, prov["dir"])
     if now is None or time.time_ns() - _newest(now) < RACY_SECONDS * 1e9:
         return False
     body = {
@@ -194,6 +233,7 @@ def remember(runtime: Any, resolved: Any, generation: int) -> bool:
             "entry": entry.as_dict(), "trust": resolved.trust, "signer": resolved.signer,
             "profile": resolved.profile.name, "caps": sorted(resolved.caps), "hosts": list(resolved.allowed_hosts),
             "tier": [resolved.tier.name, resolved.tier.reason, [list(c) for c in resolved.tier.considered]],
+            **extra,
         },
     }
     from wbcore_runtime.store.artifacts import atomic_write
@@ -203,6 +243,20 @@ def remember(runtime: Any, resolved: Any, generation: int) -> bool:
     except OSError:  # a read-only home: every run resolves in full
         return False
     return True
+
+
+def _builtin_package(runtime: Any, name: str) -> str | None:
+    """The folder of the package whose plugin serves built-in ``name`` (``None``: unknown).
+    Asked only after a full resolution, which loaded the plugins to install the built-in."""
+    import sys
+
+    record = runtime.builtins.get(name) if name in runtime.builtins else None
+    module = getattr(getattr(record, "wasm", None), "__module__", None)
+    top = sys.modules.get(module.partition(".")[0]) if isinstance(module, str) else None
+    origin = getattr(top, "__file__", None)
+    if not origin or os.path.basename(origin) != "__init__.py":
+        return None  # a single-module plugin: no package folder to fingerprint, never kept
+    return os.path.dirname(os.path.abspath(origin))
 
 
 def forget(home: Path, kind: str, name: str) -> None:

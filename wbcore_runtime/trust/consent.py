@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import fcntl
 import json
-import os
 import re
 import time
 from collections.abc import Iterable, Iterator
@@ -98,13 +97,9 @@ class ConsentStore:
 
     def _save(self, grants: dict[str, Grant]) -> None:
         data = {"format": FORMAT, "grants": {tid: g.as_dict() for tid, g in sorted(grants.items())}}
-        tmp = self.path.parent / f".{FILE}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=2, sort_keys=True)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.path)
+        from wbcore_runtime.store.artifacts import atomic_write
+
+        atomic_write(self.path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8"))
         generation.bump(self.home)  # cached call resolutions re-read the grants
 
     def get(self, toolkit_id: str) -> Grant | None:

@@ -167,7 +167,7 @@ def resolve_web(
     guard = NetGuard.from_env(env)
     if loopback:
         guard = NetGuard(allow_private=True, unresolved_is_dns_error=True)
-    limits = _fetch.Limits(max_bytes=max_bytes, timeout=timeout, max_redirects=0,
+    limits = _fetch.FetchLimits(max_bytes=max_bytes, timeout=timeout, max_redirects=0,
                            schemes=("http",) if loopback else ("https",))
     try:
         body, _ = _fetch.get_bytes(url, guard=guard, limits=limits, env=env,

@@ -250,23 +250,6 @@ def _with_fields(text: str, node_line: int, fields: list[tuple[str, str, str | N
     return "".join(lines)
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.parent / f".{path.name}.{os.getpid()}.{os.urandom(3).hex()}.tmp"
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        try:
-            os.chmod(tmp, stat.S_IMODE(path.stat().st_mode))
-        except FileNotFoundError:
-            pass
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
 @dataclass(frozen=True, slots=True)
 class Signed:
     author_did: str
@@ -301,8 +284,10 @@ def sign(toolkit_dir: Path, ident: _identity.Identity, *, author_did: str | None
     final = _with_fields(unsigned, _manifest.parse(unsigned, mpath).node_line, [("SIGNATURE", sig, "AUTHOR_DID")])
     if strip_signature(final.encode("utf-8")) != unsigned.encode("utf-8"):  # the invariant verification relies on
         raise SigningError(f"{mpath}: could not place #+SIGNATURE without changing the signed bytes")
-    _atomic_write(toolkit_dir / SIDECAR, form)
-    _atomic_write(mpath, final.encode("utf-8"))
+    from wbcore_runtime.store.artifacts import atomic_write
+
+    atomic_write(toolkit_dir / SIDECAR, form, mode=None)
+    atomic_write(mpath, final.encode("utf-8"), mode=None)
     return Signed(did, sig, _sha(form))
 
 

@@ -14,7 +14,7 @@ from wbcore_runtime.act.model import (
     Content,
     ContentPart,
     Error,
-    ErrorKind,
+    ToolErrorKind,
     LocalizedString,
     Metadata,
     MetadataEvent,
@@ -33,23 +33,23 @@ WELL_KNOWN = ["not-found", "invalid-args", "timeout", "capability-denied", "inte
 @pytest.mark.parametrize("kind", WELL_KNOWN)
 @pytest.mark.parametrize("rev", revisions.REVISIONS)
 def test_each_error_kind_round_trips_in_each_revision(kind: str, rev: str) -> None:
-    err = ToolError(ErrorKind(kind), LocalizedString(plain=f"{kind} happened"))
+    err = ToolError(ToolErrorKind(kind), LocalizedString(plain=f"{kind} happened"))
     wire = revisions.tool_error_to_wire(err, rev)
     back = revisions.tool_error(wire, rev)
-    assert back.kind is ErrorKind(kind) and back.text == f"{kind} happened"
-    assert ToolError.from_wb(WbError("x", kind=WbKind(kind))).kind is ErrorKind(kind)
+    assert back.kind is ToolErrorKind(kind) and back.text == f"{kind} happened"
+    assert ToolError.from_wb(WbError("x", kind=WbKind(kind))).kind is ToolErrorKind(kind)
 
 
 def test_other_error_kind() -> None:
-    err = ToolError(ErrorKind.OTHER, LocalizedString(plain="x"), other="acme:quota")
+    err = ToolError(ToolErrorKind.OTHER, LocalizedString(plain="x"), other="acme:quota")
     assert revisions.tool_error(revisions.tool_error_to_wire(err, "seed"), "seed").other == "acme:quota"
     assert revisions.tool_error(revisions.tool_error_to_wire(err, "0.4"), "0.4").kind_name == "acme:quota"
     with pytest.raises(ValueError):
-        ToolError(ErrorKind.OTHER)
+        ToolError(ToolErrorKind.OTHER)
 
 
 def test_wb_errors_map_to_act_kinds() -> None:
-    assert ToolError.from_wb(CapabilityDenied("no kv")).kind is ErrorKind.CAPABILITY_DENIED
+    assert ToolError.from_wb(CapabilityDenied("no kv")).kind is ToolErrorKind.CAPABILITY_DENIED
 
 
 # --- revision vectors (wire forms as each specification text writes them) -------------
@@ -126,7 +126,7 @@ def test_stream_vectors_each_revision() -> None:
     err = {"tag": "error", "value": {"kind": "std:timeout", "message": {"tag": "plain", "value": "slow"}, "metadata": []}}
     ev = revisions.stream([text, err], "0.2")
     assert isinstance(ev[0], Content) and ev[0].part.value() == "hi"
-    assert isinstance(ev[1], Error) and ev[1].error.kind is ErrorKind.TIMEOUT
+    assert isinstance(ev[1], Error) and ev[1].error.kind is ToolErrorKind.TIMEOUT
     # 0.4 wraps events in tool-result (immediate | streaming)
     ev4 = revisions.stream({"tag": "immediate", "value": [text]}, "0.4")
     assert ev4[0].part.data == b"hi"
@@ -144,12 +144,12 @@ def test_stream_vectors_each_revision() -> None:
 
 @pytest.mark.parametrize("rev", revisions.REVISIONS)
 def test_stream_event_round_trip(rev) -> None:
-    events = [Content(ContentPart(b"ok", "text/plain")), Error(ToolError(ErrorKind.NOT_FOUND, LocalizedString(plain="gone")))]
+    events = [Content(ContentPart(b"ok", "text/plain")), Error(ToolError(ToolErrorKind.NOT_FOUND, LocalizedString(plain="gone")))]
     if rev == "seed":
         events.insert(1, MetadataEvent(Metadata({"std:request-id": "1"})))
     wire = [revisions.stream_event_to_wire(e, rev) for e in events]
     back = revisions.stream(wire, rev)
-    assert back[0].part.value() == "ok" and back[-1].error.kind is ErrorKind.NOT_FOUND
+    assert back[0].part.value() == "ok" and back[-1].error.kind is ToolErrorKind.NOT_FOUND
 
 
 # --- the act:component and act:skill sections -------------------------------------------

@@ -45,7 +45,7 @@ from wbcore_runtime.act.model import (
     Content,
     ContentPart,
     Error,
-    ErrorKind,
+    ToolErrorKind,
     LocalizedString,
     Metadata,
     MetadataEvent,
@@ -286,7 +286,7 @@ def tool_call_to_wire(call: ToolCall, revision: str) -> dict[str, Any]:
 
 # --- errors ----------------------------------------------------------------------------
 
-_WELL_KNOWN = {k.value for k in ErrorKind if k is not ErrorKind.OTHER}
+_WELL_KNOWN = {k.value for k in ToolErrorKind if k is not ToolErrorKind.OTHER}
 
 
 def tool_error(wire: Any, revision: str | None = None) -> ToolError:
@@ -296,32 +296,32 @@ def tool_error(wire: Any, revision: str | None = None) -> ToolError:
         kind = str(_get(wire, "kind"))
         if kind not in _WELL_KNOWN:
             raise InvalidArgs(f"0.1 error-kind {kind!r} is not one of {', '.join(sorted(_WELL_KNOWN))}")
-        return ToolError(ErrorKind(kind), message, extensions=_ext_strings(_get(wire, "extensions")))
+        return ToolError(ToolErrorKind(kind), message, extensions=_ext_strings(_get(wire, "extensions")))
     if rev == "seed":
         tag, payload = _variant(_get(wire, "kind"))
         if tag == "other":
-            return ToolError(ErrorKind.OTHER, message, other=str(payload), extensions=_meta(_get(wire, "extensions")))
+            return ToolError(ToolErrorKind.OTHER, message, other=str(payload), extensions=_meta(_get(wire, "extensions")))
         if tag not in _WELL_KNOWN:
             raise InvalidArgs(f"error-kind has no case {tag!r}")
-        return ToolError(ErrorKind(tag), message, extensions=_meta(_get(wire, "extensions")))
+        return ToolError(ToolErrorKind(tag), message, extensions=_meta(_get(wire, "extensions")))
     kind = str(_get(wire, "kind"))
     bare = kind[4:] if kind.startswith("std:") else None
     meta = _meta(_get(wire, "metadata"))
     if bare in _WELL_KNOWN:
-        return ToolError(ErrorKind(bare), message, extensions=meta)
-    return ToolError(ErrorKind.OTHER, message, other=kind, extensions=meta)
+        return ToolError(ToolErrorKind(bare), message, extensions=meta)
+    return ToolError(ToolErrorKind.OTHER, message, other=kind, extensions=meta)
 
 
 def tool_error_to_wire(err: ToolError, revision: str) -> dict[str, Any]:
     rev = check_revision(revision)
     if rev == "0.1":
-        kind = err.kind.value if err.kind is not ErrorKind.OTHER else "internal"
-        text = err.text if err.kind is not ErrorKind.OTHER else f"{err.other}: {err.text}"
+        kind = err.kind.value if err.kind is not ToolErrorKind.OTHER else "internal"
+        text = err.text if err.kind is not ToolErrorKind.OTHER else f"{err.other}: {err.text}"
         return {"kind": kind, "message": [("en", text)], "extensions": [(k, str(v)) for k, v in err.extensions.items()]}
     if rev == "seed":
-        kind_wire: Any = {"tag": "other", "value": err.other} if err.kind is ErrorKind.OTHER else {"tag": err.kind.value}
+        kind_wire: Any = {"tag": "other", "value": err.other} if err.kind is ToolErrorKind.OTHER else {"tag": err.kind.value}
         return {"kind": kind_wire, "message": _localized_wire(err.message, rev), "extensions": cbor.encode_metadata(err.extensions) or None}
-    kind = err.other if err.kind is ErrorKind.OTHER else f"std:{err.kind.value}"
+    kind = err.other if err.kind is ToolErrorKind.OTHER else f"std:{err.kind.value}"
     return {"kind": kind, "message": _localized_wire(err.message or LocalizedString(plain=""), rev), "metadata": cbor.encode_metadata(err.extensions)}
 
 

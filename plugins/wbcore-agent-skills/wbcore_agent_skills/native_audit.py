@@ -26,6 +26,7 @@ from typing import Any
 
 from wbcore_runtime.toolkit import markup
 from wbcore_runtime.guard import paths
+from wbcore_runtime.store.artifacts import atomic_write
 from wbcore_runtime.contract.errors import WbError
 from wbcore_agent_skills.skill_import import ORIGINAL_DIR
 
@@ -352,12 +353,6 @@ def _scan_shell(rel: str, block: list[tuple[int, str]], session: bool, registere
 # --- fixes ----------------------------------------------------------------------------
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.parent / f".{path.name}.{os.getpid()}.tmp"
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 #: Commands whose first operand is a program or pattern, never an input file, and their
 #: options that take a value (the built-in ``jq`` and ``grep``).
 PROGRAM_FIRST: dict[str, frozenset[str]] = {"jq": frozenset(), "grep": frozenset({"-m"})}
@@ -474,14 +469,14 @@ def fix(root: Path, registered: Iterable[str] = ()) -> Report:
             continue
         new = _fix_org(_fix_org(text, reg), reg)  # the second pass rewrites blocks the first made from fences
         if new != text:
-            _atomic_write(path, new)
+            atomic_write(path, new.encode("utf-8"), mode=None)
             changed.append(rel)
     missing = [f.name for f in before.findings if f.kind == "requires"]
     if missing and (root / "manifest.org").is_file():
         text = _text(root, "manifest.org") or ""
         new = _add_requires(text, missing)
         if new != text:
-            _atomic_write(root / "manifest.org", new)
+            atomic_write(root / "manifest.org", new.encode("utf-8"), mode=None)
             if "manifest.org" not in changed:
                 changed.append("manifest.org")
     after = audit(root, registered)

@@ -47,7 +47,7 @@ ENV = {"PATH": ":".join(rootfs.ROOT_PATH), "HOME": "/tmp", "LANG": "C.UTF-8", "T
 
 
 @dataclass(frozen=True, slots=True)
-class Limits:
+class BwrapLimits:
     """What one container may use."""
 
     memory: int | None  # RLIMIT_AS, bytes (None: leave it to the payload, e.g. wasm's store limit)
@@ -85,7 +85,7 @@ class Data:
 class Spec:
     argv: Sequence[str]
     stdin: bytes
-    limits: Limits
+    limits: BwrapLimits
     files: list[Data] = field(default_factory=list)
     binds: list[tuple[str, str]] = field(default_factory=list)  # extra read-only (host, dest)
     rw_binds: list[tuple[str, str]] = field(default_factory=list)  # writable (host, dest): wbx shell --mount :rw
@@ -109,7 +109,7 @@ def probe() -> tuple[bool, str]:
         done = subprocess.run([exe, "--version"], capture_output=True, timeout=10, check=False)
         version = done.stdout.decode().strip()
         spec = Spec(argv=["/usr/bin/true"], stdin=b"",
-                    limits=Limits(memory=256 << 20, processes=16, cpu_s=5, deadline_s=10.0, stdout_cap=4096,
+                    limits=BwrapLimits(memory=256 << 20, processes=16, cpu_s=5, deadline_s=10.0, stdout_cap=4096,
                                   stderr_cap=4096))
         out = run(spec, root=None)
     except (OSError, subprocess.SubprocessError) as exc:

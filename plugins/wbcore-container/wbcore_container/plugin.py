@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from wbcore_runtime import hookimpl
-from wbcore_runtime.contract.records import ExecShape, IsolationTier, deferred
+from wbcore_runtime.plugins.manager import lazy
+from wbcore_runtime.contract.records import ExecShape, IsolationTier
 
 from wbcore_container import shapes as _shapes
 
@@ -25,8 +26,8 @@ def wbcore_isolation_tiers() -> Iterator[IsolationTier]:
         "(WB_TOOLKIT_EXEC=1) and "
         "interactive shells (wbx shell)",
         rung=2,
-        factory=deferred("wbcore_container.tiers", "factory"),
-        available=deferred("wbcore_container.tiers", "available"),
+        factory=lazy("wbcore_container.tiers:factory"),
+        available=lazy("wbcore_container.tiers:available"),
         kinds=frozenset({"command", "posix", "shell", "task"}),
         bridges_caps=True,
     )

@@ -91,7 +91,7 @@ def start_agent(root: rootfs.Root, request: ShellRequest) -> ContainerShell:
     config = json.dumps({"allow": [p for p in ALLOWED if Path(p).exists()], "nofile": bwrap.NOFILE,
                          "nproc": SHELL_PROCESSES}).encode()
     lib = Path(frames.__file__).parent
-    limits = bwrap.Limits(memory=SHELL_MEMORY, processes=SHELL_PROCESSES, cpu_s=max(1, int(request.timeout_s) + 1),
+    limits = bwrap.BwrapLimits(memory=SHELL_MEMORY, processes=SHELL_PROCESSES, cpu_s=max(1, int(request.timeout_s) + 1),
                           deadline_s=request.timeout_s, stdout_cap=0, stderr_cap=0, tmp_bytes=SHELL_TMP,
                           file_bytes=None)
     spec = bwrap.Spec(

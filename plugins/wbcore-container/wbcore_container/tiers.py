@@ -112,7 +112,7 @@ class ContainerTier:
             raise NotFound(f"{req.name}: #+CLI_BIN {cli!r} is not in the container root ({', '.join(rootfs.ROOT_PATH)} "
                            "from this host's Debian packages); install the package that ships it (apt-get install …)")
         prof = req.profile
-        limits = bwrap.Limits(memory=prof.memory_bytes, processes=POSIX_PROCESSES, cpu_s=_cpu(req.timeout_s),
+        limits = bwrap.BwrapLimits(memory=prof.memory_bytes, processes=POSIX_PROCESSES, cpu_s=_cpu(req.timeout_s),
                               deadline_s=req.timeout_s, stdout_cap=prof.stdout_bytes, stderr_cap=prof.stderr_bytes)
         spec = bwrap.Spec(argv=[path, *_argv(req)[1:]], stdin=_stdin(req), limits=limits, unprivileged=True,
                           cancel=req.cancel, binds=binds or [])
@@ -133,7 +133,7 @@ class ContainerTier:
         prof = req.profile
         call_id = next(_ids)
         call = json.dumps({"argv": _argv(req), "memory": prof.memory_bytes, "id": call_id}).encode()
-        limits = bwrap.Limits(memory=WASM_ADDRESS_SPACE, processes=POSIX_PROCESSES, cpu_s=_cpu(req.timeout_s),
+        limits = bwrap.BwrapLimits(memory=WASM_ADDRESS_SPACE, processes=POSIX_PROCESSES, cpu_s=_cpu(req.timeout_s),
                               deadline_s=req.timeout_s, stdout_cap=prof.stdout_bytes, stderr_cap=prof.stderr_bytes)
         # The caps channel: two pipes (frames each way) and a third that carries the session
         # secret once; the runner asks, the bridge answers through this runtime's Dock.
@@ -215,7 +215,7 @@ class ContainerTier:
         if not ok:
             raise NotFound(f"tier container is unavailable: {why}")
         prof = profile("posix")
-        limits = bwrap.Limits(memory=prof.memory_bytes, processes=POSIX_PROCESSES, cpu_s=_cpu(req.timeout_s),
+        limits = bwrap.BwrapLimits(memory=prof.memory_bytes, processes=POSIX_PROCESSES, cpu_s=_cpu(req.timeout_s),
                               deadline_s=req.timeout_s, stdout_cap=prof.stdout_bytes, stderr_cap=prof.stderr_bytes)
         spec = bwrap.Spec(argv=[req.interpreter, "-c", req.script, req.task, *req.args], stdin=req.stdin,
                           limits=limits, files=_toolkit_files(req.toolkit_dir), unprivileged=True)
@@ -331,16 +331,11 @@ def _skill_binds(runtime: Runtime, posix: dict[str, Any]) -> list[tuple[str, str
 
 
 def _argv(req: CommandRequest) -> list[str]:
-    if req.arg_mode == "stdin1" and req.argv:
-        return [req.name]
-    return [req.name, *req.argv]
+    return req.guest_input()[0]
 
 
 def _stdin(req: CommandRequest) -> bytes:
-    if req.arg_mode == "stdin1" and req.argv:
-        # seed 000: the first stdin line is the argument (jq, grep)
-        return " ".join(req.argv).encode() + b"\n" + req.stdin
-    return req.stdin
+    return req.guest_input()[1]
 
 
 def _cpu(timeout_s: float) -> int:

@@ -47,7 +47,7 @@ def serve_engine() -> Iterator[Any]:
 
         port = _free_port()
         bind = kw.pop("bind", "127.0.0.1")
-        limits = kw.setdefault("limits", _app.Limits())
+        limits = kw.setdefault("limits", _app.EngineLimits())
         asgi = _app.build(runtime, token=TOKEN, bind=bind, **kw)
         # the server as wbx engine serve runs it: every connection-level bound in force
         uv = uvicorn.Server(httpserve.uvicorn_config(asgi, host=bind, port=port, limits=limits.server,

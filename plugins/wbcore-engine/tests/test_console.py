@@ -332,11 +332,11 @@ def test_a_pipeline_runs_stages_timings_and_failure_are_shown(served):
 
 
 def test_console_streams_share_the_engines_per_client_stream_cap(make_runtime, serve_engine):
-    from wbcore_engine.app import Limits
+    from wbcore_engine.app import EngineLimits
     from wbcore_runtime.guard.httpserve import ServerLimits
 
     eng = serve_engine(make_runtime(plugins=["engine"]),
-                       limits=Limits(server=ServerLimits(max_streams_per_client=1), heartbeat_s=0.2))
+                       limits=EngineLimits(server=ServerLimits(max_streams_per_client=1), heartbeat_s=0.2))
     with httpx.Client(base_url=eng.url, timeout=30) as c:
         login(c, eng.token)
         # a stream's ?wait= is the API's, bounded the same way

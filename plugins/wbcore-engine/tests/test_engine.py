@@ -125,9 +125,9 @@ def test_a_tampered_signed_toolkit_is_refused_and_nothing_lands(signed, make_run
 
 
 def test_push_is_bounded_and_checks_its_input(make_runtime, serve_engine, wb_home):
-    from wbcore_engine.app import Limits
+    from wbcore_engine.app import EngineLimits
 
-    eng = serve_engine(make_runtime(plugins=["engine"]), limits=Limits(max_push=1000))
+    eng = serve_engine(make_runtime(plugins=["engine"]), limits=EngineLimits(max_push=1000))
     with httpx.Client(base_url=eng.url, headers=eng.auth, timeout=10) as c:
         big = c.post("/v1/toolkits", content=b"\0" * 5000, params={"name": "tp.tar.gz"})
         assert big.status_code == 413 and "1000-byte cap" in big.json()["message"]

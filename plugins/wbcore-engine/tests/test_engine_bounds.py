@@ -34,9 +34,9 @@ SMALL = ServerLimits(request_deadline_s=1.5, max_connections=64, max_connections
 
 
 def _limits(**kw: Any) -> Any:
-    from wbcore_engine.app import Limits
+    from wbcore_engine.app import EngineLimits
 
-    return Limits(server=SMALL, **kw)
+    return EngineLimits(server=SMALL, **kw)
 
 
 def _port(url: str) -> int:

@@ -16,7 +16,7 @@ Routes (``/openapi.json`` describes them, :mod:`wbcore_engine.openapi`):
 
 Every request passes :func:`wbcore_runtime.guard.httpguard.refusal` (bearer token, Host, Origin) first.
 Every body is read against a size cap while it arrives and within a deadline; every call,
-wait and stream has an upper bound (:class:`Limits`); the connection-level bounds (a deadline
+wait and stream has an upper bound (:class:`EngineLimits`); the connection-level bounds (a deadline
 for a whole request, connection and stream caps, the idle timeout) are
 :mod:`wbcore_runtime.guard.httpserve`'s. The audit endpoints read from the end of the trail (tail)
 or follow it from a cursor (SSE): memory per request is a block and a batch, not the trail.
@@ -59,7 +59,7 @@ _ARCHIVES = (".tar.gz", ".tgz", ".tar", ".zip")
 
 
 @dataclass(frozen=True, slots=True)
-class Limits:
+class EngineLimits:
     """Every size and wait the engine bounds (seconds, bytes)."""
 
     max_push: int = 64 * MiB
@@ -142,7 +142,7 @@ async def read_body(request: Request, limit: int, wait_s: float) -> bytes:
     return b"".join(chunks)
 
 
-async def read_json(request: Request, limits: Limits) -> dict[str, Any]:
+async def read_json(request: Request, limits: EngineLimits) -> dict[str, Any]:
     raw = await read_body(request, limits.max_json, limits.body_wait_s)
     if not raw.strip():
         return {}
@@ -171,7 +171,7 @@ def sse(event: str, data: Any, ident: Any = None) -> bytes:
 class Engine:
     """The routes' shared state: the runtime, the session host, the limits."""
 
-    def __init__(self, runtime: Any, *, sessions: _sessions.SessionHost | None = None, limits: Limits = Limits()) -> None:
+    def __init__(self, runtime: Any, *, sessions: _sessions.SessionHost | None = None, limits: EngineLimits = EngineLimits()) -> None:
         self.runtime = runtime
         self.sessions = sessions if sessions is not None else _sessions.host_for(runtime)
         self.limits = limits
@@ -415,7 +415,7 @@ class Engine:
         return JSONResponse({"id": sid, **dict(status), "events": f"/v1/sessions/{sid}/events"}, status_code=201)
 
     def _create(self, host: _sessions.SessionHost, agent: Any, task: str, options: dict[str, Any]) -> str:
-        """Start a session unless :attr:`Limits.max_sessions` are alive (429)."""
+        """Start a session unless :attr:`EngineLimits.max_sessions` are alive (429)."""
         with self.session_lock:
             alive = set()
             for sid in self.started:
@@ -519,7 +519,7 @@ def _wrap(handler: Callable[[Request], Any]) -> Callable[[Request], Any]:
 
 
 def build(runtime: Any, *, token: str | None, bind: str = "127.0.0.1", allow_hosts: Any = (),
-          sessions: _sessions.SessionHost | None = None, limits: Limits = Limits()) -> Any:
+          sessions: _sessions.SessionHost | None = None, limits: EngineLimits = EngineLimits()) -> Any:
     """The engine's ASGI app, guarded by :class:`wbcore_runtime.guard.httpguard.Guard` (token, Host, Origin)."""
     engine = Engine(runtime, sessions=sessions, limits=limits)
     routes = [

@@ -42,7 +42,7 @@ def serve(runtime: Any, *, host: str = "127.0.0.1", port: int = 8766, token: str
 
     made = not token
     token = httpguard.check_token(token or secrets.token_urlsafe(32), option=f"--token / {TOKEN_ENV}")
-    limits = _app.Limits()
+    limits = _app.EngineLimits()
     asgi = _app.build(runtime, token=token, bind=host, allow_hosts=allow_hosts, limits=limits)
     # every connection-level bound (docs/engine.md "Bounds"): a whole request within its deadline,
     # connections per client and in all, the idle timeout; the open-file limit lifted to fit them

@@ -199,7 +199,7 @@ async def login_page(c: Console, request: Request) -> Response:
     if not sent or not kept or not hmac.compare_digest(sent.encode(), kept.encode()):
         raise Refused(403, "CSRF token missing or wrong", "reload the login page and enter the token again")
     given = form.get("token", "")
-    if c.policy.token is None or not httpguard.token_matches(b"Bearer " + given.encode("utf-8"), c.policy.token):
+    if c.policy.token is None or not httpguard.secret_matches(given.strip().encode("utf-8"), c.policy.token):
         return c.page(request, "login.html", code=401, login_csrf=sent, next=_next(form.get("next")),
                       error="that is not this engine's token")
     sid, _ = c.login()

@@ -191,7 +191,7 @@ class Connector:
             if cached is not None and cached.etag:
                 headers["If-None-Match"] = cached.etag
             body, got = _fetch.get_bytes(
-                url, guard=self.guard, limits=_fetch.Limits(max_bytes=budget, timeout=left, max_redirects=0),
+                url, guard=self.guard, limits=_fetch.FetchLimits(max_bytes=budget, timeout=left, max_redirects=0),
                 env=self.env, headers=headers, ok=(200, 304) if cached is not None and cached.etag else (200,))
         except WbError as exc:
             self._audit(url, "denied", exc=exc, t0=t0)

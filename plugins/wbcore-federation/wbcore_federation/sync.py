@@ -27,7 +27,6 @@ Each row is one level-1 heading tagged ``:task:`` whose drawer carries a stable 
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from typing import Any
 
 from wbcore_federation.query import columns_of, scalar
 from wbcore_federation.spec import Entity
+from wbcore_runtime.store.artifacts import atomic_write
 from wbcore_runtime.contract.errors import InvalidArgs
 
 MAX_FILE = 64 << 20
@@ -210,20 +210,5 @@ def sync(path: Path, *, toolkit: str, entity: Entity, rows: Sequence[Mapping[str
     data = text.encode("utf-8")
     written = data != existing.encode("utf-8")
     if written:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-            dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
-        finally:
-            tmp.unlink(missing_ok=True)
+        atomic_write(path, data, sync_dir=True)
     return Synced(path, written, counts.added, counts.updated, counts.deleted, counts.unchanged)

@@ -61,7 +61,7 @@ def run(wasm: Path, argv: list[str], stdin: bytes, tmp_path: Path) -> guest.Gues
     inp = tmp_path / "stdin"
     inp.write_bytes(stdin)
     mod = wasmtime.Module.from_file(guest.engine(wasmtime), str(wasm))
-    return guest.run(mod, argv, stdin=inp, limits=guest.Limits(timeout_s=10))
+    return guest.run(mod, argv, stdin=inp, limits=guest.GuestLimits(timeout_s=10))
 
 
 def test_builds_multi_file_program_that_runs(lane, tk, tmp_path):

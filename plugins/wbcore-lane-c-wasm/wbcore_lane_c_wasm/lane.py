@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from wbcore_runtime import wasm_guest as guest
+from wbcore_runtime.store.artifacts import compiled_file
 from wbcore_runtime.build import BuildFailed, BuildOutput, BuildRequest
 from wbcore_runtime.dispatch.dock import SDK_C, sdk_c_digest
 from wbcore_runtime.contract.errors import InvalidArgs, Timeout
@@ -77,22 +78,10 @@ def compiler_module(tc: Toolchain) -> Any:
         eng = guest.engine(wasmtime)
         data = tc.compiler.read_bytes()
         key = hashlib.sha256(data + importlib.metadata.version("wasmtime").encode()).hexdigest()[:24]
-        cwasm = tc.tcc_dir.parent / f"tcc-{key}.cwasm"
-        mod = None
-        if cwasm.is_file() and Path(str(cwasm) + ".sha256").is_file():
-            blob = cwasm.read_bytes()
-            if hashlib.sha256(blob).hexdigest() == Path(str(cwasm) + ".sha256").read_text().strip():
-                try:
-                    mod = wasmtime.Module.deserialize(eng, blob)
-                except wasmtime.WasmtimeError:
-                    mod = None
-        if mod is None:
-            mod = wasmtime.Module(eng, data)
-            blob = mod.serialize()
-            for target, content in ((cwasm, blob), (Path(str(cwasm) + ".sha256"), hashlib.sha256(blob).hexdigest().encode())):
-                tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-                tmp.write_bytes(content)
-                os.replace(tmp, target)
+        mod, _built = compiled_file(
+            tc.tcc_dir.parent / f"tcc-{key}.cwasm", lambda: data, compile=lambda w: wasmtime.Module(eng, w).serialize(),
+            load=lambda p: wasmtime.Module.deserialize_file(eng, str(p)),
+            loads=lambda b: wasmtime.Module.deserialize(eng, b))
         _MODULES[tc.compiler] = mod
         return mod
 
@@ -132,14 +121,14 @@ class CWasmLane:
     """Compiles every ``*.c`` of the source folder (or the one ``entry``) into one WASI module."""
 
     home: Path
-    limits: guest.Limits = field(default_factory=lambda: guest.Limits(timeout_s=60.0, memory_bytes=512 << 20))
+    limits: guest.GuestLimits = field(default_factory=lambda: guest.GuestLimits(timeout_s=60.0, memory_bytes=512 << 20))
     _toolchain: Toolchain | None = None
 
     @classmethod
     def for_runtime(cls, runtime: Any) -> CWasmLane:
         env = getattr(runtime, "env", {}) or {}
         timeout = float(env.get("WB_BUILD_TIMEOUT", "60"))
-        return cls(home=Path(runtime.home), limits=guest.Limits(timeout_s=timeout, memory_bytes=512 << 20))
+        return cls(home=Path(runtime.home), limits=guest.GuestLimits(timeout_s=timeout, memory_bytes=512 << 20))
 
     @property
     def toolchain(self) -> Toolchain:

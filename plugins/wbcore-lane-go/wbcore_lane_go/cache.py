@@ -50,7 +50,7 @@ from typing import BinaryIO
 
 from wbcore_runtime.store import leftovers
 from wbcore_runtime.build import BuildFailed
-from wbcore_runtime.contract.sandbox import Bind, BuildSandboxDriver, Limits
+from wbcore_runtime.contract.sandbox import Bind, BuildSandboxDriver, SandboxLimits
 
 WARMUP = Path(__file__).parent / "warmup"
 MARKER = ".wb-warm"
@@ -214,9 +214,9 @@ def seed(machine: Path, target: Path, recipe_id: str, own: Callable[[Path], None
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def limits(wall: float) -> Limits:
+def limits(wall: float) -> SandboxLimits:
     # go build runs several compiler processes, each with many threads (RLIMIT_NPROC counts threads)
-    return Limits(wall_seconds=wall, cpu_seconds=int(wall * 2) + 10, processes=512, tmp_bytes=1 << 30,
+    return SandboxLimits(wall_seconds=wall, cpu_seconds=int(wall * 2) + 10, processes=512, tmp_bytes=1 << 30,
                   out_bytes=1 << 30, out_files=200_000)
 
 

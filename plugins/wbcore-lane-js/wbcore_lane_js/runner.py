@@ -212,7 +212,7 @@ def run_artifact(
     prep = prepare(path, home, sha256)
     app = app_dir(home, prep)
     args = qjs.qjs_args("/app/__wb_entry.mjs", argv, memory_bytes=memory_bytes, stack_bytes=stack_bytes)
-    limits = guest.Limits(timeout_s=timeout_s, memory_bytes=memory_bytes, output_bytes=output_bytes)
+    limits = guest.GuestLimits(timeout_s=timeout_s, memory_bytes=memory_bytes, output_bytes=output_bytes)
     with _stdin_file(stdin) as stdin_path:
         def go(bridge: Any) -> guest.GuestResult:
             if prep.snapshot:
@@ -236,11 +236,7 @@ class JsRunner:
     def call(self, req: Any) -> Any:
         from wbcore_runtime.contract.calls import CallResult, LimitExceeded, Usage
 
-        argv = [req.name, *req.argv]
-        stdin = req.stdin
-        if req.arg_mode == "stdin1" and req.argv:
-            stdin = " ".join(req.argv).encode() + b"\n" + stdin
-            argv = [req.name]
+        argv, stdin = req.guest_input()
         prof = req.profile
         bridge: Callable[[str, bytes], tuple[int, bytes]] | None = None
         if req.caps:  # the Dock bridge, for the granted caps only (wbcore_lane_js.dock)

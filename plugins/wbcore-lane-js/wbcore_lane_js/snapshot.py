@@ -248,7 +248,7 @@ def write_cstrings(store: Any, ex: Any, strings: Sequence[str]) -> list[int]:
     return ptrs
 
 
-def take(reactor: bytes, app: Path, argv: Sequence[str], *, limits: guest.Limits, cache_dir: Path | None) -> bytes:
+def take(reactor: bytes, app: Path, argv: Sequence[str], *, limits: guest.GuestLimits, cache_dir: Path | None) -> bytes:
     """Run ``qjs_init_argv(argv)`` on the instrumented reactor with ``app`` at ``/app`` (and an
     empty ``/wb-dock``, so the guest's descriptor table matches a call's) and freeze the state."""
     import tempfile

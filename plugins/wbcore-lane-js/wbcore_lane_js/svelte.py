@@ -147,7 +147,7 @@ def fetch(env: Any = None, progress: Any = None, *, tarballs: list[Path] | None 
                 if progress:
                     progress(f"svelte lane: fetching {url}")
                 # the deployer's allowances apply (a registry mirror on a private address)
-                _fetch.download(url, tgz, guard=NetGuard.from_env(seen), limits=_fetch.Limits(max_bytes=MAX_TGZ, timeout=300.0),
+                _fetch.download(url, tgz, guard=NetGuard.from_env(seen), limits=_fetch.FetchLimits(max_bytes=MAX_TGZ, timeout=300.0),
                                 env=seen)
                 origin = url
             got = hashlib.sha256(tgz.read_bytes()).hexdigest()
@@ -277,7 +277,7 @@ class SvelteLane(JsLane):
     @classmethod
     def for_runtime(cls, runtime: Any) -> SvelteLane:
         env = getattr(runtime, "env", {}) or {}
-        return cls(home=Path(runtime.home), limits=guest.Limits(timeout_s=float(env.get("WB_BUILD_TIMEOUT", "120")), memory_bytes=512 << 20))
+        return cls(home=Path(runtime.home), limits=guest.GuestLimits(timeout_s=float(env.get("WB_BUILD_TIMEOUT", "120")), memory_bytes=512 << 20))
 
     @property
     def version(self) -> str:
@@ -304,7 +304,7 @@ class SvelteLane(JsLane):
             (app / "__wb_svelte_compiler.js").write_bytes(rt.files["svelte"][COMPILER])
             shutil.copyfile(JS_DIR / "svelte.mjs", app / "__wb_svelte.mjs")
             argv = qjs.qjs_args("/app/__wb_svelte.mjs", ["/app/" + n for n in sorted(sources)], memory_bytes=self.limits.memory_bytes)
-            limits = guest.Limits(self.limits.timeout_s, self.limits.memory_bytes, output_bytes=64 << 20)
+            limits = guest.GuestLimits(self.limits.timeout_s, self.limits.memory_bytes, output_bytes=64 << 20)
             res = qjs.run(mod, app, argv, stdin=None, limits=limits)
         if res.timed_out:
             raise Timeout(f"svelte: the Svelte compiler took over {self.limits.timeout_s:g}s")

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from wbcore_runtime import wasm_guest as guest
+from wbcore_runtime.store.artifacts import atomic_write
 from wbcore_runtime.build import BuildFailed, BuildOutput, BuildRequest
 from wbcore_runtime.contract.errors import InvalidArgs, Timeout
 
@@ -109,7 +110,7 @@ def fetch(env: Any = None, progress: Any = None, *, tarball: Path | None = None)
             url = registries.npm_tarball("typescript", TYPESCRIPT_VERSION, seen)
             if progress:
                 progress(f"typescript {TYPESCRIPT_VERSION}: fetching {url}")
-            _fetch.download(url, tgz, guard=NetGuard.from_env(seen), limits=_fetch.Limits(max_bytes=64 << 20, timeout=300.0),
+            _fetch.download(url, tgz, guard=NetGuard.from_env(seen), limits=_fetch.FetchLimits(max_bytes=64 << 20, timeout=300.0),
                             env=seen)
             origin = url
         else:
@@ -176,7 +177,7 @@ class TsLane(JsLane):
     @classmethod
     def for_runtime(cls, runtime: Any) -> TsLane:
         env = getattr(runtime, "env", {}) or {}
-        return cls(home=Path(runtime.home), limits=guest.Limits(timeout_s=float(env.get("WB_BUILD_TIMEOUT", "120")), memory_bytes=1 << 30))
+        return cls(home=Path(runtime.home), limits=guest.GuestLimits(timeout_s=float(env.get("WB_BUILD_TIMEOUT", "120")), memory_bytes=1 << 30))
 
     @property
     def version(self) -> str:
@@ -196,11 +197,11 @@ class TsLane(JsLane):
             shutil.copyfile(self.compiler(), app / "__wb_typescript.js")
             shutil.copyfile(JS_DIR / "tsc-bytecode.mjs", app / "__wb_tsc_bytecode.mjs")
             argv = qjs.qjs_args("/app/__wb_tsc_bytecode.mjs", [], memory_bytes=self.limits.memory_bytes)
-            res = qjs.run(mod, app, argv, stdin=None, limits=guest.Limits(self.limits.timeout_s, self.limits.memory_bytes, output_bytes=64 << 20))
+            res = qjs.run(mod, app, argv, stdin=None, limits=guest.GuestLimits(self.limits.timeout_s, self.limits.memory_bytes, output_bytes=64 << 20))
         if res.exit_code != 0 or res.truncated or not res.stdout:
             return None
-        qjs._atomic(path, res.stdout)
-        qjs._atomic(sums, hashlib.sha256(res.stdout).hexdigest().encode())
+        atomic_write(path, res.stdout)
+        atomic_write(sums, hashlib.sha256(res.stdout).hexdigest().encode())
         return path
 
     def compiler(self, progress: Any = None) -> Path:
@@ -222,7 +223,7 @@ class TsLane(JsLane):
                 shutil.copyfile(tsc, app / "__wb_typescript.js")
             shutil.copyfile(JS_DIR / "tsc.mjs", app / "__wb_tsc.mjs")
             argv = qjs.qjs_args("/app/__wb_tsc.mjs", ["/app/" + n for n in names], memory_bytes=self.limits.memory_bytes)
-            limits = guest.Limits(self.limits.timeout_s, self.limits.memory_bytes, output_bytes=64 << 20)
+            limits = guest.GuestLimits(self.limits.timeout_s, self.limits.memory_bytes, output_bytes=64 << 20)
             res = qjs.run(mod, app, argv, stdin=None, limits=limits)
         if res.timed_out:
             raise Timeout(f"ts: the TypeScript compiler took over {self.limits.timeout_s:g}s")

@@ -32,7 +32,7 @@ from wbcore_runtime.build import BuildFailed, BuildOutput, BuildRequest, product
 from wbcore_runtime.guard import paths
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound, Timeout
 from wbcore_runtime.contract.records import Availability
-from wbcore_runtime.contract.sandbox import Bind, Limits
+from wbcore_runtime.contract.sandbox import Bind, SandboxLimits
 
 MAX_ARTIFACT_BYTES = 128 << 20
 MODULE_RE = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -148,7 +148,7 @@ class PythonLane:
             binds.append(Bind(self.tc.python.parent, str(self.tc.python.parent)))
         if request.progress:
             request.progress(f"componentize-py {self.tc.version}: building {m.id} (pre-initializes CPython; ~10-20 s)")
-        limits = Limits(wall_seconds=300, cpu_seconds=300, address_space=ADDRESS_SPACE, out_bytes=MAX_ARTIFACT_BYTES,
+        limits = SandboxLimits(wall_seconds=300, cpu_seconds=300, address_space=ADDRESS_SPACE, out_bytes=MAX_ARTIFACT_BYTES,
                         tmp_bytes=1 << 30)
         res = box.run(argv, binds=binds, out_dir=request.outdir, limits=limits,
                       env={"PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0", "SOURCE_DATE_EPOCH": "0"})

@@ -24,7 +24,7 @@ from typing import Any
 
 from wbcore_runtime.build import BuildFailed, BuildOutput, BuildRequest
 from wbcore_runtime.contract.errors import Internal, InvalidArgs, Timeout
-from wbcore_runtime.contract.sandbox import Bind, BuildSandboxDriver, Limits, SandboxResult
+from wbcore_runtime.contract.sandbox import Bind, BuildSandboxDriver, SandboxLimits, SandboxResult
 
 from wbcore_lane_rust.toolchain import DEFAULT_CRATES, Rust, find
 
@@ -41,8 +41,8 @@ def check_flags(flags: tuple[str, ...]) -> None:
                               "remove it from #+BUILD_FLAGS")
 
 
-def limits(wall: float) -> Limits:
-    return Limits(wall_seconds=wall, cpu_seconds=int(wall * 2) + 10, processes=512, tmp_bytes=2 << 30,
+def limits(wall: float) -> SandboxLimits:
+    return SandboxLimits(wall_seconds=wall, cpu_seconds=int(wall * 2) + 10, processes=512, tmp_bytes=2 << 30,
                   out_bytes=1 << 30, out_files=200_000)
 
 

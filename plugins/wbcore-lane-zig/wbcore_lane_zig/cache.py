@@ -20,7 +20,7 @@ from pathlib import Path
 
 from wbcore_runtime.store import leftovers
 from wbcore_runtime.build import BuildFailed
-from wbcore_runtime.contract.sandbox import Bind, BuildSandboxDriver, Limits
+from wbcore_runtime.contract.sandbox import Bind, BuildSandboxDriver, SandboxLimits
 
 from wbcore_lane_zig.toolchain import Zig
 
@@ -83,7 +83,7 @@ def warm(
             return 0.0
         if progress:
             progress(f"zig {zig.version}: building wasi-libc and compiler_rt into {cache} (once, about a minute)")
-        limits = Limits(wall_seconds=wall_seconds, cpu_seconds=int(wall_seconds) * 2, open_files=8192,
+        limits = SandboxLimits(wall_seconds=wall_seconds, cpu_seconds=int(wall_seconds) * 2, open_files=8192,
                         processes=512, out_bytes=2 << 30, out_files=50_000, tmp_bytes=2 << 30)
         staging = Path(tempfile.mkdtemp(prefix=f".{cache.name}.warming-", dir=cache.parent))
         try:

@@ -33,7 +33,7 @@ from wbcore_runtime.build import BuildFailed, BuildOutput, BuildRequest, product
 from wbcore_runtime.guard import paths
 from wbcore_runtime.dispatch.dock import SDK_C, sdk_c_digest
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound, Timeout
-from wbcore_runtime.contract.sandbox import Bind, BuildSandboxDriver, Limits
+from wbcore_runtime.contract.sandbox import Bind, BuildSandboxDriver, SandboxLimits
 
 from wbcore_lane_zig import cache as _cache
 from wbcore_lane_zig.toolchain import WASI_INCLUDE, WASI_LIB, Clang, Zig, c_toolchain, find
@@ -124,7 +124,7 @@ class ZigLaneBase:
                      Bind(WASI_LIB, "/sysroot/lib/wasm32-wasip1")]
             env = {"TMPDIR": "/tmp"}
         timeout = self._timeout()
-        limits = Limits(wall_seconds=timeout, cpu_seconds=int(timeout) * 2, open_files=8192, processes=256,
+        limits = SandboxLimits(wall_seconds=timeout, cpu_seconds=int(timeout) * 2, open_files=8192, processes=256,
                         out_bytes=MAX_ARTIFACT_BYTES * 2, tmp_bytes=1 << 30)
         if progress:
             progress(f"{self.lane}: " + " ".join(argv[1:6]) + " …")

@@ -10,22 +10,11 @@ other content type is a named error.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
-from wbcore_runtime.contract.llm import (
-    ChatRequest,
-    ChatResponse,
-    LlmSettings,
-    Message,
-    ProviderError,
-    ToolUse,
-    Usage,
-    parse_arguments,
-    provider_error,
-    with_retries,
-)
+from wbcore_runtime.contract.llm import ChatRequest, ChatResponse, LlmSettings, Message, ProviderError, ToolUse
+from wbcore_runtime.contract.llm import SdkChat, Usage, parse_arguments
 
 
 def wire_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
@@ -51,32 +40,15 @@ def wire_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
     return out
 
 
-class AnthropicMessages:
+class AnthropicMessages(SdkChat):
+    vendor = "anthropic"
+    endpoint_kind = "Messages API endpoint"
+
     def __init__(self, settings: LlmSettings) -> None:
         import anthropic
 
-        self.settings = settings
-        self._anthropic = anthropic
-        kw: dict[str, Any] = {}
-        if settings.base_url:
-            kw["base_url"] = settings.base_url
-        self._client = anthropic.Anthropic(
-            api_key=settings.api_key or "not-needed", max_retries=0, timeout=settings.timeout_s,
-            http_client=anthropic.DefaultHttpxClient(trust_env=False, timeout=settings.timeout_s), **kw)
-
-    def __repr__(self) -> str:  # never the key
-        return f"AnthropicMessages({self.settings.base_url or 'default endpoint'}, model={self.settings.model!r})"
-
-    def close(self) -> None:
-        self._client.close()
-
-    def complete(self, request: ChatRequest, *, on_text: Callable[[str], None] | None = None) -> ChatResponse:
-        return with_retries(lambda: self._once(request, on_text), self.settings, deadline=request.deadline)
-
-    def _error(self, exc: Exception) -> ProviderError:
-        sdk = self._anthropic
-        return provider_error("anthropic", exc, self.settings, status_error=sdk.APIStatusError,
-                              connection_error=sdk.APIConnectionError)
+        super().__init__(settings, anthropic, anthropic.Anthropic,
+                         **({"base_url": settings.base_url} if settings.base_url else {}))
 
     def _once(self, request: ChatRequest, on_text: Callable[[str], None] | None) -> ChatResponse:
         s = self.settings
@@ -94,9 +66,7 @@ class AnthropicMessages:
         if request.temperature is not None:
             kw["temperature"] = request.temperature
         try:
-            client = self._client if request.deadline is None else self._client.with_options(
-                timeout=request.timeout(s.timeout_s))
-            with client.messages.stream(**kw) as stream:
+            with self._client_for(request).messages.stream(**kw) as stream:
                 ctype = stream.response.headers.get("content-type", "")
                 if ctype.split(";")[0].strip().lower() != "text/event-stream":
                     return self._whole(ctype, stream.response.read(), on_text)
@@ -104,7 +74,7 @@ class AnthropicMessages:
                     if on_text is not None and delta:
                         on_text(delta)
                 final = stream.get_final_message()
-        except self._anthropic.AnthropicError as exc:
+        except self._sdk.AnthropicError as exc:
             raise self._error(exc) from None
         blocks = [b.model_dump() if hasattr(b, "model_dump") else dict(b) for b in final.content]
         u = final.usage
@@ -126,15 +96,7 @@ class AnthropicMessages:
 
     def _whole(self, ctype: str, raw: bytes, on_text: Callable[[str], None] | None) -> ChatResponse:
         """A server that ignored ``stream``: its one JSON body, or a named error."""
-        ct = ctype.split(";")[0].strip().lower()
-        if ct != "application/json" and not ct.endswith("+json"):
-            raise ProviderError(f"anthropic: the server answered a streamed request with {ctype or 'no content type'} "
-                                f"({len(raw)} bytes), neither server-sent events nor JSON: is WB_LLM_BASE_URL a "
-                                "Messages API endpoint?")
-        try:
-            doc = json.loads(raw)
-        except ValueError as exc:
-            raise ProviderError(f"anthropic: the server's JSON body does not parse ({exc})", retryable=True) from None
+        doc = self._whole_body(ctype, raw)
         if not isinstance(doc, dict) or not isinstance(doc.get("content"), list):
             raise ProviderError("anthropic: the server answered a streamed request with a JSON body that has no "
                                 "content list", retryable=True)

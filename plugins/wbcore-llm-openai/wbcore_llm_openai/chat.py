@@ -22,12 +22,11 @@ from wbcore_runtime.contract.llm import (
     LlmSettings,
     Message,
     ProviderError,
+    SdkChat,
     ToolUse,
     Usage,
     estimate_usage,
     parse_arguments,
-    provider_error,
-    with_retries,
 )
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -88,30 +87,16 @@ def wire_tool_choice(choice: str) -> str | dict[str, Any]:
     return {"type": "function", "function": {"name": choice}}
 
 
-class OpenAIChat:
+class OpenAIChat(SdkChat):
+    vendor = "openai"
+    endpoint_kind = "chat-completions endpoint"
+    max_body = MAX_BODY
+
     def __init__(self, settings: LlmSettings) -> None:
         import openai
 
-        self.settings = settings
-        self._openai = openai
-        self._client = openai.OpenAI(
-            api_key=settings.api_key or "not-needed",  # local servers take any key; the SDK wants one
-            base_url=settings.base_url or DEFAULT_BASE_URL, max_retries=0, timeout=settings.timeout_s,
-            http_client=openai.DefaultHttpxClient(trust_env=False, timeout=settings.timeout_s))
-
-    def __repr__(self) -> str:  # never the key
-        return f"OpenAIChat({self.settings.base_url or DEFAULT_BASE_URL}, model={self.settings.model!r})"
-
-    def close(self) -> None:
-        self._client.close()
-
-    def complete(self, request: ChatRequest, *, on_text: Callable[[str], None] | None = None) -> ChatResponse:
-        return with_retries(lambda: self._once(request, on_text), self.settings, deadline=request.deadline)
-
-    def _error(self, exc: Exception) -> ProviderError:
-        sdk = self._openai
-        return provider_error("openai", exc, self.settings, status_error=sdk.APIStatusError,
-                              connection_error=sdk.APIConnectionError)
+        endpoint = settings.base_url or DEFAULT_BASE_URL
+        super().__init__(settings, openai, openai.OpenAI, endpoint=endpoint, base_url=endpoint)
 
     def _once(self, request: ChatRequest, on_text: Callable[[str], None] | None) -> ChatResponse:
         s = self.settings
@@ -131,24 +116,14 @@ class OpenAIChat:
         stop, model = "", s.model
         usage: Usage | None = None  # None: the stream carried no usage (then it is estimated)
         try:
-            client = self._client if request.deadline is None else self._client.with_options(
-                timeout=request.timeout(s.timeout_s))
-            stream = client.chat.completions.create(**kw)
+            stream = self._client_for(request).chat.completions.create(**kw)
             kind = body_kind(stream.response.headers.get("content-type", ""))
             if kind != "stream":
                 try:
                     raw = stream.response.read()
                 finally:
                     stream.close()
-                if kind == "other" or len(raw) > MAX_BODY:
-                    raise ProviderError(
-                        "openai: the server answered a streamed request with "
-                        f"{stream.response.headers.get('content-type') or 'no content type'} ({len(raw)} bytes), "
-                        "neither server-sent events nor JSON: is WB_LLM_BASE_URL a chat-completions endpoint?")
-                try:
-                    doc = json.loads(raw)
-                except ValueError as exc:
-                    raise ProviderError(f"openai: the server's JSON body does not parse ({exc})", retryable=True) from None
+                doc = self._whole_body(stream.response.headers.get("content-type", ""), raw)
                 body_text, body_calls, stop, usage, model = from_body(doc, s.model)
                 if body_text and on_text is not None:
                     on_text(body_text)
@@ -180,7 +155,7 @@ class OpenAIChat:
             finally:
                 if stream is not None:
                     stream.close()
-        except self._openai.OpenAIError as exc:
+        except self._sdk.OpenAIError as exc:
             raise self._error(exc) from None
         uses = tuple(ToolUse(c["id"] or f"call_{i}", c["name"], parse_arguments(c["args"], c["name"]))
                      for i, c in sorted(calls.items()))

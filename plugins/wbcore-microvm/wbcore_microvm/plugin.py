@@ -6,7 +6,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from wbcore_runtime import hookimpl
-from wbcore_runtime.contract.records import IsolationTier, deferred
+from wbcore_runtime.plugins.manager import lazy
+from wbcore_runtime.contract.records import IsolationTier
 
 
 @hookimpl
@@ -18,8 +19,8 @@ def wbcore_isolation_tiers() -> Iterator[IsolationTier]:
         "command allowlist, rlimits, uid 1000, SIGKILL at the deadline inside and VM teardown outside; posix "
         "commands of its busybox image; caps bridged to the host's Dock; interactive shells (wbx shell, --mount over virtio-9p)",
         rung=3,
-        factory=deferred("wbcore_microvm.tiers", "factory"),
-        available=deferred("wbcore_microvm.tiers", "available"),
+        factory=lazy("wbcore_microvm.tiers:factory"),
+        available=lazy("wbcore_microvm.tiers:available"),
         kinds=frozenset({"command", "posix", "shell"}),
         bridges_caps=True,
     )

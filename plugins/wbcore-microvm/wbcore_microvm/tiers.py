@@ -500,9 +500,7 @@ class _Call:
 
     def send_exec(self, vm: _vm.Vm, deadline: float) -> None:
         req, prof = self.req, self.req.profile
-        argv = [self.cli, *req.argv] if not (req.arg_mode == "stdin1" and req.argv) else [self.cli]
-        stdin = req.stdin if not (req.arg_mode == "stdin1" and req.argv) else \
-            " ".join(req.argv).encode() + b"\n" + req.stdin
+        argv, stdin = req.guest_input(self.cli)
         obj = {"id": 1, "argv": argv, "deadline_ms": max(1, int((deadline - time.monotonic()) * 1000)),
                "stdout_cap": _cap(prof.stdout_bytes), "stderr_cap": _cap(prof.stderr_bytes),
                "rlimit_as": prof.memory_bytes, "rlimit_nproc": PROCESSES, "rlimit_nofile": NOFILE,

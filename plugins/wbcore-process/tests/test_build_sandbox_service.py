@@ -9,7 +9,7 @@ import pytest
 from wbcore_runtime.contract import sandbox as contract
 from wbcore_runtime.contract.errors import NotFound
 from wbcore_runtime.contract.records import BuildLane
-from wbcore_runtime.contract.sandbox import Bind, Limits, SandboxResult
+from wbcore_runtime.contract.sandbox import Bind, SandboxLimits, SandboxResult
 
 from wbcore_process.sandbox import SandboxDriver, probe
 
@@ -54,7 +54,7 @@ def test_a_run_through_the_service_speaks_the_core_types(make_runtime, tmp_path:
     src.mkdir()
     (src / "f").write_text("data")
     res = box.run(["/bin/sh", "-c", "cp /src/f /out/g; id -u"], binds=box.system_binds() + [Bind(src, "/src")],
-                  out_dir=tmp_path / "o", limits=Limits(wall_seconds=20))
+                  out_dir=tmp_path / "o", limits=SandboxLimits(wall_seconds=20))
     assert isinstance(res, SandboxResult) and res.ok, res.log
     assert res.stdout.split() == [b"1000"] and (tmp_path / "o" / "g").read_text() == "data"
     assert res.check("cp") is res

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from wbcore_process.sandbox import Bind, Limits, Sandbox, SandboxUnavailable, probe, system_binds
+from wbcore_process.sandbox import Bind, SandboxLimits, Sandbox, SandboxUnavailable, probe, system_binds
 from wbcore_runtime.contract.errors import InvalidArgs, Timeout
 
 ok, reason, _ = probe()
@@ -74,7 +74,7 @@ def test_writes_outside_out_and_tmp_fail(box: Sandbox, tmp_path: Path) -> None:
 def test_wall_clock_deadline_kills_everything(box: Sandbox, tmp_path: Path) -> None:
     marker = tmp_path / "o"
     start = time.monotonic()
-    res = sh(box, "(sleep 30 &) ; sleep 30", marker, limits=Limits(wall_seconds=1.0))
+    res = sh(box, "(sleep 30 &) ; sleep 30", marker, limits=SandboxLimits(wall_seconds=1.0))
     assert res.timed_out and res.limit == "wall-clock"
     assert time.monotonic() - start < 10
     with pytest.raises(Timeout):
@@ -82,7 +82,7 @@ def test_wall_clock_deadline_kills_everything(box: Sandbox, tmp_path: Path) -> N
 
 
 def test_cpu_limit(box: Sandbox, tmp_path: Path) -> None:
-    res = sh(box, "while :; do :; done", tmp_path / "o", limits=Limits(cpu_seconds=1, wall_seconds=20))
+    res = sh(box, "while :; do :; done", tmp_path / "o", limits=SandboxLimits(cpu_seconds=1, wall_seconds=20))
     assert res.limit == "cpu" and not res.ok
 
 
@@ -99,24 +99,24 @@ def test_fork_bomb_ends_at_process_limit(box: Sandbox, tmp_path: Path) -> None:
         "    print('stopped', n, e.errno)\n"
     )
     res = box.run(["/usr/bin/python3", "-c", script], binds=system_binds(), out_dir=tmp_path / "o",
-                  limits=Limits(processes=16, wall_seconds=20))
+                  limits=SandboxLimits(processes=16, wall_seconds=20))
     words = res.stdout.split()
     assert words[0] == b"stopped" and int(words[1]) < 16, res.log
     assert res.duration < 15  # the sleepers were killed with the namespace, not waited for
 
 
 def test_file_size_and_output_caps(box: Sandbox, tmp_path: Path) -> None:
-    res = sh(box, "head -c 2000000 /dev/zero > /out/big", tmp_path / "o", limits=Limits(file_size=1 << 20))
+    res = sh(box, "head -c 2000000 /dev/zero > /out/big", tmp_path / "o", limits=SandboxLimits(file_size=1 << 20))
     assert not res.ok
     res = sh(box, "head -c 300000 /dev/zero > /out/a; head -c 300000 /dev/zero > /out/b", tmp_path / "o2",
-             limits=Limits(out_bytes=400_000))
+             limits=SandboxLimits(out_bytes=400_000))
     assert not res.ok
     with pytest.raises(InvalidArgs):
         res.check()
 
 
 def test_captured_output_is_capped(box: Sandbox, tmp_path: Path) -> None:
-    res = sh(box, "head -c 5000000 /dev/zero", tmp_path / "o", limits=Limits(output_bytes=1000))
+    res = sh(box, "head -c 5000000 /dev/zero", tmp_path / "o", limits=SandboxLimits(output_bytes=1000))
     assert res.ok and len(res.stdout) == 1000 and res.stdout_truncated
 
 

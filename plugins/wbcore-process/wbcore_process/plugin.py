@@ -7,7 +7,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from wbcore_runtime import hookimpl
-from wbcore_runtime.contract.records import BuildSandbox, ExecShape, IsolationTier, deferred
+from wbcore_runtime.plugins.manager import lazy
+from wbcore_runtime.contract.records import BuildSandbox, ExecShape, IsolationTier
 
 from wbcore_process import shapes as _shapes
 
@@ -24,8 +25,8 @@ def wbcore_isolation_tiers() -> Iterator[IsolationTier]:
         summary="a command in a warm sandboxed worker process (namespaces, no network, seccomp, rlimits, "
         "SIGKILL watchdog) on top of wasm isolation; caps bridged to this host's Dock over a framed channel",
         rung=1,
-        factory=deferred("wbcore_process.tiers", "factory"),
-        available=deferred("wbcore_process.tiers", "available"),
+        factory=lazy("wbcore_process.tiers:factory"),
+        available=lazy("wbcore_process.tiers:available"),
         kinds=frozenset({"command"}),
         bridges_caps=True,
     )
@@ -44,5 +45,5 @@ def wbcore_build_sandboxes() -> Iterator[BuildSandbox]:
         summary="user/mount/pid/net/ipc/uts/cgroup namespaces, read-only binds, no network, uid 1000, "
         "seccomp, rlimits, a SIGKILL deadline, size-capped /tmp and /out",
         factory=_sandbox,
-        available=deferred("wbcore_process.sandbox", "availability"),
+        available=lazy("wbcore_process.sandbox:availability"),
     )

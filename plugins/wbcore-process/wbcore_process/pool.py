@@ -347,7 +347,7 @@ class Pool:
 
 def spawn_worker() -> Worker:
     """Start one sandboxed worker process (before its handshake) with a new session secret."""
-    from wbcore_process.sandbox import Bind, Limits, Sandbox, system_binds
+    from wbcore_process.sandbox import Bind, SandboxLimits, Sandbox, system_binds
 
     site = _wasmtime_dir()
     if site is None:
@@ -363,7 +363,7 @@ def spawn_worker() -> Worker:
     # wasmtime reserves address space (guard regions) per linear memory, so RLIMIT_AS is
     # loose; a guest's memory is capped by its store's limits. /tmp holds one call's
     # stdin, stdout and stderr files (each capped while the guest runs).
-    limits = Limits(cpu_seconds=CPU_LIMIT_S, address_space=64 << 30, file_size=160 << 20, open_files=256,
+    limits = SandboxLimits(cpu_seconds=CPU_LIMIT_S, address_space=64 << 30, file_size=160 << 20, open_files=256,
                     processes=64, tmp_bytes=256 << 20, out_bytes=1 << 20, out_files=16)
     secret = frames.new_secret()
     box = Sandbox().spawn(

@@ -2,7 +2,7 @@
 
 Lanes reach it through their runtime (``runtime.build_sandbox()`` returns a
 :class:`SandboxDriver`, served by this plugin's ``wbcore_build_sandboxes``) and speak the
-core's contract (``wbcore_runtime.contract.sandbox``: ``Bind``, ``Limits``, ``SandboxResult``); the
+core's contract (``wbcore_runtime.contract.sandbox``: ``Bind``, ``SandboxLimits``, ``SandboxResult``); the
 ``os_process`` tier uses :class:`Sandbox` directly::
 
     box = Sandbox()                       # raises SandboxUnavailable naming the missing feature
@@ -10,7 +10,7 @@ core's contract (``wbcore_runtime.contract.sandbox``: ``Bind``, ``Limits``, ``Sa
         ["/zig/zig", "cc", "-o", "/out/a.wasm", "/src/main.c"],
         binds=[Bind(zig_dir, "/zig"), Bind(src_dir, "/src")],   # read-only by default
         out_dir=host_out,                 # /out inside; its files are copied here afterwards
-        limits=Limits(wall_seconds=120),
+        limits=SandboxLimits(wall_seconds=120),
     )
     res.check()                           # raises a WbError with the program's own stderr
 
@@ -45,7 +45,7 @@ from pathlib import Path
 from wbcore_runtime.store import leftovers
 from wbcore_runtime.contract.errors import Internal, InvalidArgs, Timeout, WbError
 from wbcore_runtime.contract.records import Availability
-from wbcore_runtime.contract.sandbox import Bind, BuildSandboxDriver, Limits, SandboxResult, SandboxRun
+from wbcore_runtime.contract.sandbox import Bind, BuildSandboxDriver, SandboxLimits, SandboxResult, SandboxRun
 
 #: The host-side scratch folder of a spawned (long-lived) sandboxed process.
 SPAWN_PREFIX = "wb-spawn-"
@@ -86,7 +86,7 @@ def probe() -> tuple[bool, str, tuple[str, ...]]:
     with tempfile.TemporaryDirectory(prefix="wb-probe-") as tmp:
         try:
             res = Sandbox(_probing=True).run(["/bin/sh", "-c", "exit 0"], binds=_system_binds(), out_dir=Path(tmp),
-                                              limits=Limits(wall_seconds=20))
+                                              limits=SandboxLimits(wall_seconds=20))
         except SandboxUnavailable as exc:
             return False, exc.message, ()
         except WbError as exc:
@@ -291,7 +291,7 @@ class Sandbox(BuildSandboxDriver):
         argv: Sequence[str],
         *,
         binds: Sequence[Bind] = (),
-        limits: Limits | None = None,
+        limits: SandboxLimits | None = None,
         env: Mapping[str, str] | None = None,
         cwd: str = "/tmp",
         start_timeout: float = 30.0,
@@ -307,7 +307,7 @@ class Sandbox(BuildSandboxDriver):
         names it): the program reads it to the end and closes it at start.
         """
         self._prepare()
-        limits = limits or Limits()
+        limits = limits or SandboxLimits()
         full_env = _launch(argv, binds, {**(env or {}), **({"WB_SECRET_FD": str(SECRET_FD)} if secret else {})})
         # owner in the name: removed by close(), and swept (leftovers.sweep_home, the pool's
         # start) once its owner is dead, if this process is killed before it closes the worker
@@ -381,7 +381,7 @@ def _wait_readable(fd: int, deadline: float) -> bool:
         sel.close()
 
 
-def _pump(proc: subprocess.Popen, stdin: bytes | None, limits: Limits, deadline: float):
+def _pump(proc: subprocess.Popen, stdin: bytes | None, limits: SandboxLimits, deadline: float):
     """Feed stdin, read stdout/stderr up to their caps (draining the rest), stop at the deadline."""
     bufs = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}  # type: ignore[union-attr]
     trunc = dict.fromkeys(bufs, False)

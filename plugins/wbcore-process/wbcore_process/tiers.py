@@ -138,12 +138,7 @@ class _Call:
 
     def send_exec(self, *, with_module: bool) -> None:
         req, prof = self.req, self.req.profile
-        argv = [req.name, *req.argv]
-        stdin = req.stdin
-        if req.arg_mode == "stdin1" and req.argv:
-            # seed 000: the first stdin line is the argument (jq, grep)
-            stdin = " ".join(req.argv).encode() + b"\n" + stdin
-            argv = [req.name]
+        argv, stdin = req.guest_input()
         obj = {"id": self.id, "sha256": req.sha256, "argv": argv, "memory": prof.memory_bytes,
                "timeout_s": max(0.0, self.deadline - time.monotonic()),
                "stdout_cap": prof.stdout_bytes, "stderr_cap": prof.stderr_bytes}

@@ -21,6 +21,7 @@ from typing import Any
 
 from wbcore_runtime.trust import did as _did
 from wbcore_runtime.trust import identity as _identity
+from wbcore_runtime.contract.canonical import canonical_json
 from wbcore_runtime.contract.errors import InvalidArgs, WbError
 
 MAX_DEPTH = 16
@@ -56,13 +57,13 @@ def canonical(obj: Mapping[str, Any]) -> bytes:
     """The signed bytes: canonical JSON of ``obj`` without its ``signature`` member."""
     body = {k: v for k, v in obj.items() if k != "signature"}
     _check(body, "manifest")
-    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+    return canonical_json(body)
 
 
 def serialize(obj: Mapping[str, Any]) -> bytes:
     """A whole manifest (its signature included) in the same canonical JSON, as stored."""
     _check(dict(obj), "manifest")
-    return json.dumps(dict(obj), sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+    return canonical_json(dict(obj))
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -8,7 +8,6 @@ install anyway), a bundle must inspect clean. The artifact formats are the core'
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +15,7 @@ from pathlib import Path
 from wbcore_runtime.toolkit import manifest as _manifest
 from wbcore_runtime.guard import oci
 from wbcore_runtime.trust import signing, verdict as trust
+from wbcore_runtime.contract.canonical import canonical_json
 from wbcore_runtime.contract.errors import InvalidArgs
 
 MAX_BUNDLE = oci.MAX_BLOB
@@ -54,7 +54,7 @@ def toolkit(folder: Path, target: str, *, env: Mapping[str, str]) -> Published:
               "signer": verdict.signer, "trust": m.trust}
     pushed = oci.push(
         ref, artifact_type=oci.TOOLKIT_TYPE,
-        config=(json.dumps(config, sort_keys=True, separators=(",", ":")).encode(), oci.TOOLKIT_CONFIG),
+        config=(canonical_json(config), oci.TOOLKIT_CONFIG),
         layers=[(oci.toolkit_layer(folder), oci.TOOLKIT_LAYER, {"org.opencontainers.image.title": f"{m.id}.tar.gz"})],
         annotations={"org.opencontainers.image.version": m.version, "dev.wbcore.toolkit.id": m.id},
         env=env,
@@ -77,7 +77,7 @@ def bundle(path: Path, target: str, *, env: Mapping[str, str]) -> Published:
     config = {"workspace": name, "signer": ins.signature.signer}
     pushed = oci.push(
         ref, artifact_type=oci.BUNDLE_TYPE,
-        config=(json.dumps(config, sort_keys=True, separators=(",", ":")).encode(), oci.BUNDLE_CONFIG),
+        config=(canonical_json(config), oci.BUNDLE_CONFIG),
         layers=[(path.read_bytes(), oci.BUNDLE_LAYER, {"org.opencontainers.image.title": path.name})],
         env=env,
     )

@@ -41,7 +41,7 @@ def parse(rest: str) -> tuple[str, str, str | None]:
 class GitSource:
     def __init__(self, env: dict[str, str]) -> None:
         self.env = env
-        self.limits = gitfetch.Limits(max_bytes=int(env.get("WB_SOURCE_MAX_BYTES", 256 << 20)),
+        self.limits = gitfetch.GitLimits(max_bytes=int(env.get("WB_SOURCE_MAX_BYTES", 256 << 20)),
                                       timeout=float(env.get("WB_SOURCE_TIMEOUT", 120)))
 
     def resolve(self, request: SourceRequest) -> ResolvedSource:

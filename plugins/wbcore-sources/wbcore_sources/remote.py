@@ -40,12 +40,12 @@ def _pinned(request: SourceRequest, what: str) -> str:
     return pinned(request.manifest, request.rest, what)
 
 
-def _limits(env: dict[str, str]) -> fetch.Limits:
-    return fetch.Limits(max_bytes=int(env.get("WB_SOURCE_MAX_BYTES", 256 << 20)),
+def _limits(env: dict[str, str]) -> fetch.FetchLimits:
+    return fetch.FetchLimits(max_bytes=int(env.get("WB_SOURCE_MAX_BYTES", 256 << 20)),
                         timeout=float(env.get("WB_SOURCE_TIMEOUT", 120)))
 
 
-def _copy_local(src: Path, dest: Path, limits: fetch.Limits, shown: str) -> str:
+def _copy_local(src: Path, dest: Path, limits: fetch.FetchLimits, shown: str) -> str:
     """Copy a local regular file (never a device, FIFO or link target swapped in), capped, hashed."""
     try:
         fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)

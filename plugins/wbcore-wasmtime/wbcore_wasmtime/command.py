@@ -132,22 +132,8 @@ def describe_trap(exc: BaseException) -> str:
     return lines[-1] if lines else type(exc).__name__
 
 
-class CommandRunner:
+class CommandRunner(_engine.EngineRunner):
     """``ExecShape("command").runner(runtime)``: runs :class:`CommandRequest` s."""
-
-    def __init__(self, runtime: Runtime) -> None:
-        self.runtime = runtime
-        _engine.get()
-        self.path = fastpath.select()
-
-    # Read per call, not kept: a forked child gets its own engine (see engine._after_fork_in_child).
-    @property
-    def engine(self) -> _engine.Engine:
-        return _engine.get()
-
-    @property
-    def modules(self) -> _engine.Modules:
-        return _engine.modules()
 
     def call(self, req: CommandRequest) -> CallResult:
         import wasmtime
@@ -155,12 +141,7 @@ class CommandRunner:
         eng = self.engine
         loaded = self.modules.load(self.runtime.artifacts, req.sha256)
 
-        argv = [req.name, *req.argv]
-        stdin = req.stdin
-        if req.arg_mode == "stdin1" and req.argv:
-            # seed 000: the first stdin line is the argument (jq, grep)
-            stdin = " ".join(req.argv).encode() + b"\n" + stdin
-            argv = [req.name]
+        argv, stdin = req.guest_input()
 
         prof = req.profile
         depth = getattr(_local, "depth", 0)

@@ -38,7 +38,6 @@
 from __future__ import annotations
 
 import contextvars
-import ctypes
 import re
 import threading
 import time
@@ -331,34 +330,6 @@ class LoadedComponent:
         return idx
 
 
-class _Components:
-    """Per-process cache of loaded components by (artifact root, sha256)."""
-
-    def __init__(self) -> None:
-        self._items: dict[tuple[str, str], LoadedComponent] = {}
-        self._lock = threading.Lock()
-        self.last_built = False
-
-    def load(self, artifacts: Any, sha: str) -> LoadedComponent:
-        artifacts.verify(sha)
-        key = (str(artifacts.root), sha)
-        got = self._items.get(key)
-        if got is not None:
-            return got
-        with self._lock:
-            got = self._items.get(key)
-            if got is None:
-                got = _compile_or_load(artifacts, sha)
-                if len(self._items) >= MAX_CACHED:
-                    self._items.pop(next(iter(self._items)))
-                self._items[key] = got
-        return got
-
-    def clear(self) -> None:
-        with self._lock:
-            self._items.clear()
-
-
 def _compile_or_load(artifacts: Any, sha: str) -> LoadedComponent:
     import wasmtime
     from wasmtime.component import Component
@@ -382,7 +353,7 @@ def _compile_or_load(artifacts: Any, sha: str) -> LoadedComponent:
     return LoadedComponent(sha, comp, eng)
 
 
-components = _Components()
+components = _engine.Modules(_compile_or_load, MAX_CACHED)
 
 
 def artifact_store(runtime: Runtime) -> Any:
@@ -392,68 +363,6 @@ def artifact_store(runtime: Runtime) -> Any:
 
         store = ArtifactStore(runtime.home / "artifacts")
     return store
-
-
-# --- the epoch callback: deadline + cancellation ---------------------------------------
-
-
-class _Watch:
-    """Checked by the epoch callback every tick: past the deadline or cancelled → trap.
-
-    The C callback and finalizer are module-level (created once, never freed) and find
-    their watch by id: a store collected late (in a reference cycle, on another
-    thread) can never call into a freed ctypes thunk.
-    """
-
-    _lock = threading.Lock()
-    _next = 1
-    _live: dict[int, _Watch] = {}
-    _thunks: tuple[Any, Any] | None = None
-
-    def __init__(self, deadline: float, cancel: threading.Event | None) -> None:
-        self.deadline = deadline
-        self.cancel = cancel
-        self.reason: str | None = None
-
-    @classmethod
-    def _callbacks(cls) -> tuple[Any, Any]:
-        if cls._thunks is None:
-            from wasmtime import _bindings as ffi
-
-            # The ctypes prototypes of the C API's callback and finalizer (wasmtime-py pinned).
-            cb_type = ffi._wasmtime_store_epoch_deadline_callback.argtypes[1]
-            fin_type = ffi._wasmtime_store_epoch_deadline_callback.argtypes[3]
-
-            def tick(_ctx: Any, data: Any, delta: Any, kind: Any) -> int:
-                watch = cls._live.get(data or 0)
-                if watch is not None:
-                    if watch.cancel is not None and watch.cancel.is_set():
-                        watch.reason = "cancelled"
-                    elif time.monotonic() >= watch.deadline:
-                        watch.reason = "timeout"
-                    if watch.reason:
-                        msg = ctypes.create_string_buffer(f"wb: call {watch.reason}".encode())
-                        return ctypes.cast(ffi.wasmtime_error_new(msg), ctypes.c_void_p).value or 0
-                delta[0] = 1
-                kind[0] = 0  # WASMTIME_UPDATE_DEADLINE_CONTINUE
-                return 0
-
-            def finalize(data: Any) -> None:
-                cls._live.pop(data or 0, None)
-
-            cls._thunks = (cb_type(tick), fin_type(finalize))
-        return cls._thunks
-
-    def install(self, store: Any) -> None:
-        from wasmtime import _bindings as ffi
-
-        cb, fin = self._callbacks()
-        with self._lock:
-            key = _Watch._next
-            _Watch._next += 1
-            _Watch._live[key] = self
-        ffi.wasmtime_store_epoch_deadline_callback(store.ptr(), cb, ctypes.c_void_p(key), fin)
-        store.set_epoch_deadline(1)
 
 
 # --- the runner -----------------------------------------------------------------------
@@ -509,8 +418,6 @@ class ComponentRunner:
         store.set_limits(memory_size=request.profile.memory_bytes)
         if eng.fuel:
             store.set_fuel(request.fuel or DEFAULT_FUEL)
-        watch = _Watch(time.monotonic() + request.timeout_s, request.cancel)
-        watch.install(store)
 
         dock_ctx = None
         if needed:
@@ -518,6 +425,10 @@ class ComponentRunner:
                 principal=request.principal, caps=request.caps, timeout=request.timeout_s,
                 allowed_hosts=request.allowed_hosts, toolkit=request.toolkit,
             )
+        # The engine's one guard (wbcore_wasmtime.engine): the deadline and the cancel event,
+        # checked at every epoch tick as for a command.
+        watch = _engine.Guard(time.perf_counter() + request.timeout_s, cancel=request.cancel)
+        guard_id = _engine.attach_guard(store, watch)
         token = _dock_ctx.set(dock_ctx)
         try:
             with eng.ticker.ticking():
@@ -541,6 +452,7 @@ class ComponentRunner:
                         pass  # post-return is implicit in newer component ABIs
         finally:
             _dock_ctx.reset(token)
+            _engine.detach_guard(guard_id)
         usage = Usage(wall_s=time.perf_counter() - t0, bytes_out=out.size)
         if eng.fuel:
             try:
@@ -554,7 +466,7 @@ class ComponentRunner:
             raise exc
         return ComponentResult(value, out.value(), err.value(), usage)
 
-    def _trap(self, exc: Exception, watch: _Watch, request: ComponentRequest, where: str) -> WbError:
+    def _trap(self, exc: Exception, watch: _engine.Guard, request: ComponentRequest, where: str) -> WbError:
         if watch.reason == "cancelled":
             return Cancelled(f"{request.name}: {where} cancelled by the caller; the guest was stopped")
         if watch.reason == "timeout":
@@ -568,7 +480,7 @@ class ComponentRunner:
         return Internal(f"{request.name}: {where} trapped: {first}")
 
 
-def _call_async(func: Any, store: Any, fn: ComponentFunction, lowered: list[Any], watch: _Watch) -> Any:
+def _call_async(func: Any, store: Any, fn: ComponentFunction, lowered: list[Any], watch: _engine.Guard) -> Any:
     """Call an async-lifted export through the C API and poll it to completion.
 
     wasmtime runs the guest's event loop inside ``wasmtime_call_future_poll``; the epoch
@@ -596,10 +508,7 @@ def _call_async(func: Any, store: Any, fn: ComponentFunction, lowered: list[Any]
             raise wasmtime.WasmtimeError._from_ptr(err)
         try:
             while not ffi.wasmtime_call_future_poll(future):
-                if watch.cancel is not None and watch.cancel.is_set():
-                    watch.reason = "cancelled"
-                elif time.monotonic() >= watch.deadline:
-                    watch.reason = "timeout"
+                watch.reason = watch.reason or watch.check()
                 if watch.reason:
                     raise wasmtime.WasmtimeError(f"wb: call {watch.reason} while the guest was waiting")
                 time.sleep(ASYNC_POLL_S)

@@ -377,13 +377,20 @@ class LoadedModule:
 
 
 class Modules:
-    """Per-process cache of loaded modules by sha256 (artifacts verified on every load)."""
+    """Per-process cache of loaded modules by (artifact root, sha256), artifacts verified on
+    every load: the one in-memory cache of this plugin's compiled forms. ``compile_or_load``
+    makes an entry (default: a core module, :func:`_compile_or_load`; the component runner
+    passes its own), at most ``limit`` kept."""
 
-    def __init__(self) -> None:
-        self._mods: dict[tuple[str, str], LoadedModule] = {}
+    def __init__(self, compile_or_load: Any = None, limit: int = MAX_CACHED_MODULES) -> None:
+        self._mods: dict[tuple[str, str], Any] = {}
         self._lock = threading.Lock()
+        self._make = compile_or_load
+        self._limit = limit
+        #: Whether the last entry made was compiled now (``False``: from the serialized cache).
+        self.last_built = False
 
-    def load(self, artifacts: Any, sha: str) -> LoadedModule:
+    def load(self, artifacts: Any, sha: str) -> Any:
         """The module for ``sha``; its ``.wasm`` is checked against its digest each time
         (a stat compare after the first hash), so a tampered artifact never runs."""
         artifacts.verify(sha)
@@ -394,8 +401,8 @@ class Modules:
         with self._lock:
             mod = self._mods.get(key)
             if mod is None:
-                mod = _compile_or_load(artifacts, sha)
-                if len(self._mods) >= MAX_CACHED_MODULES:
+                mod = (self._make or _compile_or_load)(artifacts, sha)
+                if len(self._mods) >= self._limit:
                     self._mods.pop(next(iter(self._mods)))
                 self._mods[key] = mod
         return mod
@@ -475,3 +482,25 @@ def _release_at_exit() -> None:
 
 
 atexit.register(_release_at_exit)
+
+
+class EngineRunner:
+    """What the command and kernel runners share: the process engine made when the runner
+    is (so its first call pays no set-up), the call path chosen once (``fastpath.select``),
+    and the engine and its module cache read per call, never kept: a forked child gets its
+    own engine (:func:`_after_fork_in_child`)."""
+
+    def __init__(self, runtime: Any) -> None:
+        from wbcore_wasmtime import fastpath
+
+        self.runtime = runtime
+        get()
+        self.path = fastpath.select()
+
+    @property
+    def engine(self) -> Engine:
+        return get()
+
+    @property
+    def modules(self) -> Modules:
+        return modules()

@@ -181,23 +181,12 @@ def _first(exc: BaseException) -> str:
     return describe_trap(exc)
 
 
-class KernelRunner:
+class KernelRunner(_engine.EngineRunner):
     """``ExecShape("kernel").runner(runtime)``: opens :class:`KernelInstance` s."""
 
     def __init__(self, runtime: Runtime) -> None:
-        self.runtime = runtime
-        _engine.get()
-        self.path = fastpath.select()
+        super().__init__(runtime)
         self._lock = threading.Lock()
-
-    # Read per call, not kept: a forked child gets its own engine (see engine._after_fork_in_child).
-    @property
-    def engine(self) -> _engine.Engine:
-        return _engine.get()
-
-    @property
-    def modules(self) -> _engine.Modules:
-        return _engine.modules()
 
     def open(self, req: KernelRequest) -> KernelInstance:
         return KernelInstance(self, req)

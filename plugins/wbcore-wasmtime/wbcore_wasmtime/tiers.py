@@ -16,18 +16,27 @@ if TYPE_CHECKING:
 
 
 class InstanceTier:
+    """Built once per runtime (dispatch keeps tier drivers); its runners are made on first
+    use and kept, as dispatch keeps the shapes' runners: never one per call."""
+
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
+        self._command: Any = None
+        self._kernel: Any = None
 
     def call(self, request: Any) -> Any:
         if isinstance(request, CommandRequest):
-            from wbcore_wasmtime.command import CommandRunner
+            if self._command is None:
+                from wbcore_wasmtime.command import CommandRunner
 
-            return CommandRunner(self.runtime).call(request)
+                self._command = CommandRunner(self.runtime)
+            return self._command.call(request)
         if isinstance(request, KernelRequest):
-            from wbcore_wasmtime.kernel import KernelRunner
+            if self._kernel is None:
+                from wbcore_wasmtime.kernel import KernelRunner
 
-            return KernelRunner(self.runtime).call(request)
+                self._kernel = KernelRunner(self.runtime)
+            return self._kernel.call(request)
         raise InvalidArgs(f"tier instance cannot run a {type(request).__name__}")
 
 

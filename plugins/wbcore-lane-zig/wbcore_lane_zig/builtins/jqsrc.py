@@ -160,7 +160,7 @@ def fetch(env: Any = None, progress: Any = None, *, sdist: Path | None = None) -
             url = registries.pypi_file("jq", SDIST_NAME, SDIST_SHA256, guard=guard, env=seen)
             if progress:
                 progress(f"jq {JQ_VERSION}: fetching {url}")
-            _fetch.download(url, tgz, guard=guard, limits=_fetch.Limits(max_bytes=16 << 20, timeout=300.0), env=seen)
+            _fetch.download(url, tgz, guard=guard, limits=_fetch.FetchLimits(max_bytes=16 << 20, timeout=300.0), env=seen)
             origin = url
         else:
             shutil.copyfile(sdist, tgz)
