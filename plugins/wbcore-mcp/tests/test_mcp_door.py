@@ -199,7 +199,7 @@ def http_server(toolkit_root: Path, wb_home: Path) -> Any:
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
                 proc.kill()
-                raise AssertionError(f"server did not start: {proc.stderr.read().decode()[-2000:]}")
+                raise AssertionError(f"server did not start: {proc.stderr.read().decode()[-2000:]}") from None
             time.sleep(0.1)
     yield port
     proc.terminate()
@@ -541,7 +541,7 @@ def test_http_bound_to_another_loopback_address_accepts_its_own_host(toolkit_roo
                 break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(f"server did not start: {proc.stderr.read().decode()[-2000:]}")
+                    raise AssertionError(f"server did not start: {proc.stderr.read().decode()[-2000:]}") from None
                 time.sleep(0.1)
         auth = {**ACCEPT, "authorization": f"Bearer {TOKEN}"}
         with httpx.Client(timeout=30) as c:
