@@ -44,6 +44,15 @@ MiB = 1 << 20
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
+class StatusRefused(InvalidArgs):
+    """The server is there and answered a 4xx other than not-found; ``status`` says which, so a
+    caller can say what to do (credentials wanted, forbidden) without reading the message."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 @dataclass(frozen=True, slots=True)
 class FetchLimits:
     max_bytes: int = 256 * MiB
@@ -217,8 +226,9 @@ def stream(
                 if resp.status_code in (404, 410):
                     raise NotFound(f"{url}: HTTP {resp.status_code} (not found)")
                 if resp.status_code not in ok:
-                    cls = Unreachable if resp.status_code >= 500 else InvalidArgs
-                    raise cls(f"{url}: answered HTTP {resp.status_code}")
+                    if resp.status_code >= 500:
+                        raise Unreachable(f"{url}: answered HTTP {resp.status_code}")
+                    raise StatusRefused(f"{url}: answered HTTP {resp.status_code}", resp.status_code)
                 declared = resp.headers.get("content-length", "")
                 if method != "HEAD" and declared.isdigit() and int(declared) > limits.max_bytes:
                     raise InvalidArgs(f"{url}: {declared} bytes is over the {limits.max_bytes}-byte cap")

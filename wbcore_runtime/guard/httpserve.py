@@ -261,6 +261,5 @@ def listen(host: str, port: int, *, what: str, option: str = "--port") -> socket
                               f"choose another with {option}") from None
         raise InvalidArgs(f"{what}: cannot listen on {host}:{port} ({exc.strerror or exc}); "
                           f"check the address given with --host, or choose another port with {option}") from None
-    sock.set_inheritable(True)
     return sock
 

@@ -193,13 +193,13 @@ class OciClient:
                                          method=method, body=body, ok=(*ok, 401))
             if got.status == 401 and 401 not in ok:
                 if self._token or not self._anonymous_token(got.header("www-authenticate")):
-                    raise InvalidArgs(f"{url}: answered HTTP 401")
+                    raise _fetch.StatusRefused(f"{url}: answered HTTP 401", 401)
                 sent = {**(headers or {}), "Authorization": f"Bearer {self._token}"}
                 data, got = _fetch.get_bytes(url, guard=self.guard, limits=limits, env=self.env, headers=sent,
                                              method=method, body=body, ok=ok)
             return data, got
-        except InvalidArgs as exc:
-            if "answered HTTP 401" in exc.message or "answered HTTP 403" in exc.message:
+        except _fetch.StatusRefused as exc:
+            if exc.status in (401, 403):
                 raise OciError(f"{self.registry}: the registry wants credentials ({exc.message}); wbcore speaks to "
                                "registries that allow anonymous push/pull (with or without an anonymous token) "
                                "on this repository") from None

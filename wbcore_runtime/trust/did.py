@@ -173,11 +173,10 @@ def resolve_web(
         body, _ = _fetch.get_bytes(url, guard=guard, limits=limits, env=env,
                                    headers={"Accept": "application/did+json, application/json"})
     except WbError as exc:
-        refused = re.search(r"answered HTTP (401|403)\b", exc.message)
-        if refused:
+        if isinstance(exc, _fetch.StatusRefused) and exc.status in (401, 403):
             # the host is there and said no: not a malformed identity, and fixable by whoever runs it
             raise Unreachable(
-                f"{url} refused to serve the DID document (HTTP {refused.group(1)}: it wants credentials); "
+                f"{url} refused to serve the DID document (HTTP {exc.status}: it wants credentials); "
                 f"a did:web document must be public — serve it without authentication, or sign with a did:key"
             ) from None
         if isinstance(exc, InvalidArgs):

@@ -560,22 +560,9 @@ def test_http_bound_to_another_loopback_address_accepts_its_own_host(toolkit_roo
 def test_a_busy_port_is_refused_before_any_banner(tmp_path) -> None:
     """`wbx mcp serve --http` on a busy port says so and exits 2 before printing "serving" or
     building anything (it used to print the banner, then uvicorn exited 3)."""
-    import os
-    import socket
-    import subprocess
-    import sys
-    from pathlib import Path
+    from wbcore_testing.fixtures import serve_on_a_busy_port
 
-    busy = socket.socket()
-    busy.bind(("127.0.0.1", 0))
-    busy.listen()
-    port = busy.getsockname()[1]
-    try:
-        wbx = Path(sys.executable).with_name("wbx")
-        r = subprocess.run([str(wbx), "mcp", "serve", "--http", "--port", str(port)], capture_output=True, text=True,
-                           timeout=120, env={**os.environ, "WB_HOME": str(tmp_path / "home")})
-    finally:
-        busy.close()
+    port, r = serve_on_a_busy_port("mcp", "serve", "--http", home=tmp_path / "home")
     assert r.returncode == 2, r.stderr
     assert f"port {port} on 127.0.0.1 is already in use" in r.stderr and "--port" in r.stderr
     assert "serving" not in r.stderr + r.stdout

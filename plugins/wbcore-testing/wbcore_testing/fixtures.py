@@ -655,6 +655,20 @@ def wbx_executable() -> str:
     return str(exe)
 
 
+def serve_on_a_busy_port(*serve: str, home: Path) -> tuple[int, subprocess.CompletedProcess[str]]:
+    """Run ``wbx <serve…> --port P`` while something else listens on P (127.0.0.1): the port and
+    the finished process, for tests of how a server says its port is taken."""
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        done = subprocess.run([wbx_executable(), *serve, "--port", str(port)], capture_output=True, text=True,
+                              timeout=120, env={**os.environ, "WB_HOME": str(home)})
+    return port, done
+
+
 @pytest.fixture
 def tmux(tmp_path: Path) -> Iterator[tuple[Callable[..., str], str]]:
     """``(cmd, name)``: ``cmd(*args)`` runs a tmux command against a server of the test's own
