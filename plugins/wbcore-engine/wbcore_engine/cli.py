@@ -52,6 +52,10 @@ def serve(runtime: Any, *, host: str = "127.0.0.1", port: int = 8766, token: str
     uv = uvicorn.Server(config)
     if server_out is not None:
         server_out.append(uv)
+    # bound before anything says "serving": a busy port is a clear error (exit 2), not a
+    # "serving on …" line followed by uvicorn's own exit
+    sock = httpserve.listen(host, port, command="wbx engine serve")
+    port = sock.getsockname()[1]
     if made:
         print(f"wbx engine: token (send as 'Authorization: Bearer <token>'; set {TOKEN_ENV} to choose one): {token}",
               file=sys.stderr, flush=True)
@@ -65,4 +69,4 @@ def serve(runtime: Any, *, host: str = "127.0.0.1", port: int = 8766, token: str
             ready.set()
 
         uv.startup = startup  # type: ignore[method-assign]
-    uv.run()
+    uv.run(sockets=[sock])

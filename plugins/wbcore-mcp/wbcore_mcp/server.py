@@ -569,6 +569,9 @@ def serve_http(runtime: Runtime, *, host: str = "127.0.0.1", port: int = 8765, p
     httpserve.raise_nofile(limits)
     config = httpserve.uvicorn_config(app, host=host, port=port, limits=limits, log_level="warning", lifespan="on")
     uv = uvicorn.Server(config)
+    # bound before anything says "serving": a busy port is a clear error (exit 2)
+    sock = httpserve.listen(host, port, command="wbx mcp serve --http")
+    port = sock.getsockname()[1]
     warn = http_guard.warning(host, token)
     if warn:
         print(warn, file=sys.stderr, flush=True)
@@ -582,4 +585,4 @@ def serve_http(runtime: Runtime, *, host: str = "127.0.0.1", port: int = 8765, p
             ready.set()
 
         uv.startup = startup  # type: ignore[method-assign]
-    uv.run()
+    uv.run(sockets=[sock])
