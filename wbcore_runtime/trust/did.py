@@ -22,7 +22,7 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 from wbcore_runtime.trust import identity as _identity
-from wbcore_runtime.contract.errors import InvalidArgs, WbError
+from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs, WbError
 
 DID_WEB_PREFIX = "did:web:"
 ENV_HTTP_LOOPBACK = "WB_DID_WEB_HTTP_LOOPBACK"
@@ -172,6 +172,14 @@ def resolve_web(
     try:
         body, _ = _fetch.get_bytes(url, guard=guard, limits=limits, env=env,
                                    headers={"Accept": "application/did+json, application/json"})
+    except _fetch.HttpRefused as exc:
+        # the host answered and refused: not a malformed DID or signature, and the fix is the host's
+        why = {401: "it asks for credentials", 403: "access is forbidden",
+               407: "a proxy asks for credentials"}.get(exc.status, "it refused the request")
+        raise CapabilityDenied(
+            f"the did:web host {host} refused the DID document: HTTP {exc.status} ({why}) at {url}; a did:web "
+            f"document must be readable by anyone: ask the toolkit's publisher to serve {url} without a login "
+            f"(check with: curl -i {url}), or to sign with a did:key") from None
     except WbError as exc:
         raise type(exc)(f"{exc.message} (resolving {did} from {url})") from None
     try:
