@@ -19,28 +19,30 @@ MAX_STDIN = 64 << 20
 
 
 class RunArgs:
-    """A plain ``wbx run``: NAME, the guest's arguments, ``--timeout`` and ``--tier``.
-    (A plain class: a NamedTuple's class creation is a measurable part of the start-up.)"""
+    """A plain ``wbx run``: NAME, the guest's arguments, ``--timeout``, ``--tier``, ``-v`` and
+    ``--json``. (A plain class: a NamedTuple's class creation is a measurable part of the start-up.)"""
 
-    __slots__ = ("args", "name", "tier", "timeout", "verbose")
+    __slots__ = ("args", "json", "name", "tier", "timeout", "verbose")
 
     def __init__(self, name: str, args: tuple[str, ...], timeout: float | None = None,
-                 tier: str | None = None, verbose: bool = False) -> None:
+                 tier: str | None = None, verbose: bool = False, json: bool = False) -> None:
         self.name, self.args, self.timeout, self.tier, self.verbose = name, args, timeout, tier, verbose
+        self.json = json
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, RunArgs) and (self.name, self.args, self.timeout, self.tier, self.verbose) == (
-            other.name, other.args, other.timeout, other.tier, other.verbose)
+        return isinstance(other, RunArgs) and (
+            self.name, self.args, self.timeout, self.tier, self.verbose, self.json) == (
+            other.name, other.args, other.timeout, other.tier, other.verbose, other.json)
 
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
         return (f"RunArgs(name={self.name!r}, args={self.args!r}, timeout={self.timeout!r}, tier={self.tier!r}, "
-                f"verbose={self.verbose!r})")
+                f"verbose={self.verbose!r}, json={self.json!r})")
 
 
 def parse(argv: Sequence[str]) -> RunArgs | None:
-    """``RunArgs`` for a plain ``[--debug] run [-v] [--timeout S] [--tier T] NAME [ARGS…]``.
+    """``RunArgs`` for a plain ``[--debug] run [-v] [--json] [--timeout S] [--tier T] NAME [ARGS…]``.
 
     As Typer parses ``wbx run`` (no interspersed options): every word after NAME belongs
     to the guest, ``--help`` included."""
@@ -55,6 +57,10 @@ def parse(argv: Sequence[str]) -> RunArgs | None:
         word = argv[i]
         if word in ("-v", "--verbose") and "-v" not in opts:
             opts["-v"] = ""
+            i += 1
+            continue
+        if word == "--json" and word not in opts:
+            opts[word] = ""
             i += 1
             continue
         key, eq, value = word.partition("=")
@@ -75,7 +81,7 @@ def parse(argv: Sequence[str]) -> RunArgs | None:
             timeout = float(opts["--timeout"])
         except ValueError:
             return None
-    return RunArgs(argv[i], tuple(argv[i + 1:]), timeout, opts.get("--tier"), "-v" in opts)
+    return RunArgs(argv[i], tuple(argv[i + 1:]), timeout, opts.get("--tier"), "-v" in opts, "--json" in opts)
 
 
 def read_stdin(cap: int = MAX_STDIN) -> bytes:
@@ -89,7 +95,7 @@ def read_stdin(cap: int = MAX_STDIN) -> bytes:
 
 
 #: wbx's own ``run`` options: written after NAME they are the program's, and a note says so.
-OWN_OPTIONS = ("--timeout", "--tier")
+OWN_OPTIONS = ("--timeout", "--tier", "--json")
 
 
 def guest_args(args: Sequence[str]) -> tuple[tuple[str, ...], str | None]:
@@ -111,7 +117,47 @@ def guest_args(args: Sequence[str]) -> tuple[tuple[str, ...], str | None]:
 
 
 def run(runtime: Any, req: RunArgs) -> int:
-    """Run the registered command: stdin → stdout/stderr; returns its exit code."""
+    """Run the registered command: stdin → stdout/stderr (``--json``: one JSON object on stdout,
+    :func:`result_json`); returns its exit code."""
+    if req.json:
+        from wbcore_runtime.contract.errors import WbError
+
+        try:
+            return _run(runtime, req)
+        except WbError as exc:  # the same object shape, so a script reads one document either way
+            _print_json({"name": req.name, "exit_code": exc.exit_code,
+                         "error": {"kind": exc.name, "message": exc.message}})
+            raise
+    return _run(runtime, req)
+
+
+def result_json(name: str, result: Any) -> dict[str, Any]:
+    """``wbx run --json``'s document: the call as the engine API answers it (``exit_code``,
+    ``stdout`` / ``stderr`` as text, or ``stdout_b64`` / ``stderr_b64`` when not UTF-8) and its
+    usage with every key present: ``tier``, ``isolation`` (``kvm``/``tcg`` on microvm, else
+    null), ``wall_s``, ``peak_memory`` (bytes), ``fuel`` and ``bytes_out``."""
+    import base64
+
+    out: dict[str, Any] = {"name": name, "exit_code": int(result.exit_code)}
+    for key, data in (("stdout", result.stdout), ("stderr", result.stderr)):
+        try:
+            out[key] = data.decode("utf-8")
+        except UnicodeDecodeError:
+            out[f"{key}_b64"] = base64.b64encode(data).decode("ascii")
+    u = result.usage
+    out["usage"] = {"tier": u.tier or None, "isolation": u.isolation or None, "wall_s": u.wall_s,
+                    "peak_memory": u.peak_memory, "fuel": u.fuel, "bytes_out": u.bytes_out}
+    return out
+
+
+def _print_json(doc: dict[str, Any]) -> None:
+    import json
+
+    sys.stdout.write(json.dumps(doc, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+def _run(runtime: Any, req: RunArgs) -> int:
     from wbcore_runtime.store import runcache
 
     args, note = guest_args(req.args)
@@ -131,6 +177,11 @@ def run(runtime: Any, req: RunArgs) -> int:
             if gen is not None:
                 runcache.remember(runtime, resolved, gen)
     result = dispatch.call_resolved(runtime, resolved, args, read_stdin(), timeout=req.timeout)
+    if req.json:
+        _print_json(result_json(req.name, result))
+        if req.verbose:
+            print(f"wbx: {req.name}: {result.usage.describe()}", file=sys.stderr, flush=True)
+        return int(result.exit_code)
     for stream, data in ((sys.stdout, result.stdout), (sys.stderr, result.stderr)):
         raw = getattr(stream, "buffer", None)
         if raw is not None:
