@@ -4,8 +4,9 @@ A fenced block labelled ``sh``, ``bash``, ``shell`` or ``console`` is an example
 paste. Each one is run here, in document order, as a bash script with ``set -eo pipefail``, in a
 scratch folder holding a copy of the shipped toolkits, with a fresh ``WB_HOME``, the
 repository's ``.venv/bin`` first on ``PATH`` and no other ``WB_*`` setting; it must exit 0. A
-``console`` block runs its ``$ `` lines (with their ``\\`` continuations); the other lines are
-the output it shows. The demo's local web site (:mod:`wbcore_runtime.cli.demosite`: a page, a
+``console`` block runs its ``$ `` lines (with their ``\\`` continuations and here-documents);
+the other lines are the output it shows, and each one that elides nothing (no ``…``) and names
+no time must appear in what the commands printed. The demo's local web site (:mod:`wbcore_runtime.cli.demosite`: a page, a
 JSON API, a PEP 503 index, a paged REST API) serves on 127.0.0.1 for the whole run, opened to
 guests and host-side sources as ``wbx demo`` opens it, its base URL in ``$WB_DEMO_SITE``.
 
@@ -41,6 +42,7 @@ SHELL_LANGS = ("sh", "bash", "shell", "console")
 MARKS = ("not-runnable", "slow")
 FENCE = re.compile(r"^(?P<indent>\s*)```(?P<lang>[\w+-]*)\s*$")
 MARK = re.compile(r"^\s*<!--\s*(?P<kind>[a-z-]+)\s*:\s*(?P<reason>.*?)\s*-->\s*$")
+TIMED = re.compile(r"\d(\.\d+)? ?(ms|s)\b|\b\d{8}T\d{6}|/tmp/|\"wall_s\"")  # times and run folders vary
 HEREDOC = re.compile(r"<<-?\s*(['\"]?)(?P<word>\w+)\1")
 # The first line of an unlabelled fence that is a command a reader would type.
 LOOKS_LIKE_A_COMMAND = re.compile(r"^\s*(\$ |wbx |pip |python3? |export |[A-Z_]+=\S+ +\S)")
@@ -90,6 +92,17 @@ class Block:
             opened = HEREDOC.search(ln)
             heredoc = opened["word"] if opened else ""
         return "\n".join(out) + "\n"
+
+
+    def shown_output(self) -> list[str]:
+        """A console block's output lines a reader can expect verbatim: every line that is not a
+        command, its continuation or here-document, and does not elide (``…``) or time (``ms``)."""
+        if self.lang != "console":
+            return []
+        script = set(self.script().splitlines())
+        return [ln.strip() for ln in self.text.splitlines()
+                if ln.strip() and not ln.startswith("$ ") and ln not in script and "…" not in ln
+                and not TIMED.search(ln)]
 
 
 def docs() -> list[Path]:
@@ -160,24 +173,36 @@ def site() -> Iterator[DemoSite]:
         yield s
 
 
+@dataclass
+class Reader:
+    """One page's reader: a folder holding a copy of the shipped toolkits (examples write
+    beside them) and links to the repository's read-only folders an example names, and a
+    fresh home. The blocks of one page share it, in order; pages never share one."""
+
+    work: Path
+    env: dict[str, str]
+
+
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A reader's folder: the shipped toolkits (copied: examples may write beside them) and the
-    repository's read-only folders an example names (tests/data, bench, plugins)."""
-    work = tmp_path_factory.mktemp("docs-examples")
+def readers(site: DemoSite, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Reader]]:
+    made: dict[str, Reader] = {}
+    yield made
+
+
+def _reader(readers: dict[str, Reader], doc: str, site: DemoSite, tmp_path_factory: pytest.TempPathFactory) -> Reader:
+    if doc in readers:
+        return readers[doc]
+    work = tmp_path_factory.mktemp("docs-" + Path(doc).stem)
     shutil.copytree(ROOT / "toolkits", work / "toolkits", symlinks=False)
     for name in ("tests", "bench", "plugins", "wit", "dev.py"):
         (work / name).symlink_to(ROOT / name)
-    return work
-
-
-@pytest.fixture(scope="module")
-def env(workdir: Path, site: DemoSite, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    home = tmp_path_factory.mktemp("docs-home")
+    home = work / ".home"
     base = {k: v for k, v in os.environ.items() if not k.startswith(("WB_", "OTEL_", "PYTEST_"))}
-    return {**base, "WB_HOME": str(home), "PATH": f"{ROOT / '.venv' / 'bin'}{os.pathsep}{base.get('PATH', '')}",
-            "WB_DEMO_SITE": site.url, ENV_GUEST_PRIVATE_HOSTS: "127.0.0.1", ENV_PRIVATE_HOSTS: "127.0.0.1",
-            "VIRTUAL_ENV": str(ROOT / ".venv"), "PWD": str(workdir)}
+    env = {**base, "WB_HOME": str(home), "PATH": f"{ROOT / '.venv' / 'bin'}{os.pathsep}{base.get('PATH', '')}",
+           "WB_DEMO_SITE": site.url, ENV_GUEST_PRIVATE_HOSTS: "127.0.0.1", ENV_PRIVATE_HOSTS: "127.0.0.1",
+           "VIRTUAL_ENV": str(ROOT / ".venv"), "PWD": str(work)}
+    readers[doc] = Reader(work, env)
+    return readers[doc]
 
 
 def _params() -> list[object]:
@@ -191,15 +216,17 @@ def _params() -> list[object]:
 
 
 @pytest.mark.parametrize("block", _params())
-def test_docs_example_runs(block: Block, workdir: Path, env: dict[str, str]) -> None:
+def test_docs_example_runs(block: Block, readers: dict[str, Reader], site: DemoSite,
+                           tmp_path_factory: pytest.TempPathFactory) -> None:
     if not (ROOT / ".venv" / "bin" / "wbx").exists():
         pytest.skip("no .venv/bin/wbx: run `python3 dev.py setup` first")
+    reader = _reader(readers, block.doc, site, tmp_path_factory)
     timeout = SLOW_TIMEOUT_S if block.mark == "slow" else TIMEOUT_S
     script = "set -eo pipefail\n" + block.script()
     started = time.monotonic()
     # Its own session: a block may leave a server in the background (`wbx engine serve &`);
     # the whole group is ended when the block is done.
-    proc = subprocess.Popen(["bash", "-c", script], cwd=workdir, env=env, stdin=subprocess.DEVNULL,
+    proc = subprocess.Popen(["bash", "-c", script], cwd=reader.work, env=reader.env, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=timeout)
@@ -210,8 +237,11 @@ def test_docs_example_runs(block: Block, workdir: Path, env: dict[str, str]) -> 
                     f"--- stderr\n{err.decode()[-2000:]}")
     finally:
         _end_group(proc)
-    assert proc.returncode == 0, (
+    said = (out + err).decode(errors="replace")
+    missing = [ln for ln in block.shown_output() if ln not in said]
+    assert proc.returncode == 0 and not missing, (
         f"{block.id} exited {proc.returncode} after {time.monotonic() - started:.1f} s\n--- script\n{script}"
+        f"--- output the page shows that did not appear: {missing}\n"
         f"--- stdout\n{out.decode(errors='replace')[-3000:]}\n--- stderr\n{err.decode(errors='replace')[-3000:]}")
 
 
