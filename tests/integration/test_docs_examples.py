@@ -150,6 +150,9 @@ def test_every_command_block_is_run_or_marked_with_a_reason() -> None:
             problems.append(f"{b.id}: unknown mark '<!-- {b.mark}: … -->'; known: {', '.join(MARKS)}")
         if b.mark and not b.reason:
             problems.append(f"{b.id}: '<!-- {b.mark}: -->' needs a reason after the colon")
+        if b.lang in SHELL_LANGS and b.mark != "not-runnable" and not b.script().strip():
+            problems.append(f"{b.id}: a ```{b.lang} block with nothing to run (a console block's commands "
+                            "start with '$ ')")
         if b.mark and b.lang not in SHELL_LANGS:
             problems.append(f"{b.id}: a '{b.mark}' mark on a ```{b.lang} block, which is never run")
     assert not problems, "\n".join(problems)
@@ -163,6 +166,7 @@ def test_the_extraction_reads_marks_fences_and_console_prompts(tmp_path: Path) -
     first, second = list(blocks(md, tmp_path))
     assert (first.mark, first.reason, first.lang, first.line) == ("not-runnable", "needs a cluster", "sh", 3)
     assert second.mark == "" and second.script() == "echo a \\\n    b\ncat <<'EOF'\nx\nEOF\ntrue\n"
+    assert second.shown_output() == ["a b"]  # "x" is also a line of the script: not checked
 
 
 # ---- running them ------------------------------------------------------------------------------
@@ -184,9 +188,8 @@ class Reader:
 
 
 @pytest.fixture(scope="module")
-def readers(site: DemoSite, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Reader]]:
-    made: dict[str, Reader] = {}
-    yield made
+def readers() -> dict[str, Reader]:
+    return {}
 
 
 def _reader(readers: dict[str, Reader], doc: str, site: DemoSite, tmp_path_factory: pytest.TempPathFactory) -> Reader:
