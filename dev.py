@@ -414,6 +414,12 @@ def isolated(rest: list[str], totals: dict[str, int]) -> int:
     return worst
 
 
+def lint() -> int:
+    """ruff over the core, every plugin, the tests, the benchmarks and this file (rules in
+    pyproject.toml's [tool.ruff.lint]); its exit code."""
+    return run([_bin(VENV, "ruff"), "check", "wbcore_runtime", "plugins", "tests", "bench", "dev.py"], cwd=ROOT)
+
+
 def test(argv: list[str]) -> int:
     """``dev.py test``: everything CI runs, stage by stage with the time each ended; with
     ``--quick`` the default suite only; with other arguments one pass over every suite, the
@@ -431,13 +437,17 @@ def test(argv: list[str]) -> int:
     stamp("set-up")
     suites = [ROOT / "tests", *(p / "tests" for p in PLUGINS if (p / "tests").is_dir())]
     totals = {"passed": 0, "failed": 0, "skipped": 0}
+    linted = 0
+    if quick or not rest:
+        linted = lint()
+        stamp("lint" + (" FAILED" if linted else ""))
     if quick or rest:
-        worst = run_suites(VENV, suites, ["-m", "not slow", *rest] if quick else rest, totals)
+        worst = run_suites(VENV, suites, ["-m", "not slow", *rest] if quick else rest, totals) or linted
         stamp("default suite" if quick else "every suite")
         closing(totals)
         return worst
     quiet = ["-q", "-p", "no:cacheprovider"]
-    worst = run_suites(VENV, suites, [*quiet, "-m", "not slow"], totals)
+    worst = run_suites(VENV, suites, [*quiet, "-m", "not slow"], totals) or linted
     stamp("default suite")
     # From here on (as CI did): one microvm image and snapshot for every test home, built once.
     os.environ.setdefault("WB_MICROVM_CACHE", str(Path.home() / ".cache" / "wbcore" / "microvm"))

@@ -46,12 +46,6 @@ TIMED = re.compile(r"\d(\.\d+)? ?(ms|s)\b|\b\d{8}T\d{6}|/tmp/|\"wall_s\"")  # ti
 HEREDOC = re.compile(r"<<-?\s*(['\"]?)(?P<word>\w+)\1")
 # The first line of an unlabelled fence that is a command a reader would type.
 LOOKS_LIKE_A_COMMAND = re.compile(r"^\s*(\$ |wbx |pip |python3? |export |[A-Z_]+=\S+ +\S)")
-# README.md is merged by the lead alone (house rule): its marks wait here until the line
-# ``<!-- not-runnable: … -->`` lands before its fence; a mark in the file wins over this table.
-README_MARKS = {
-    "python3 dev.py demo": ("not-runnable", "sets the machine up (apt-get, pip) and runs the whole test suite, "
-                                            "this test among it; CI runs both"),
-}
 TIMEOUT_S = 180  # one default-suite block; a slow one gets SLOW_TIMEOUT_S
 SLOW_TIMEOUT_S = 1200
 
@@ -126,8 +120,6 @@ def blocks(path: Path, root: Path = ROOT) -> Iterator[Block]:
         body = "\n".join(ln[len(indent):] if ln.startswith(indent) else ln for ln in lines[i + 1:j]) + "\n"
         mark = MARK.match(lines[i - 1]) if i > 0 else None
         kind, reason = (mark["kind"], mark["reason"]) if mark else ("", "")
-        if not mark and rel == "README.md":
-            kind, reason = README_MARKS.get(body.split("#")[0].strip(), ("", ""))
         yield Block(rel, i + 1, m["lang"], body, kind, reason)
         i = j + 1
 

@@ -13,36 +13,36 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from wbcore_runtime.contract.errors import InvalidArgs
+from wbcore_runtime.contract.errors import InvalidArgs, WbError
 
 MAX_STDIN = 64 << 20
 
 
 class RunArgs:
-    """A plain ``wbx run``: NAME, the guest's arguments, ``--timeout``, ``--tier``, ``-v`` and
-    ``--json``. (A plain class: a NamedTuple's class creation is a measurable part of the start-up.)"""
+    """A plain ``wbx run``: NAME, the guest's arguments, ``--timeout`` and ``--tier``.
+    (A plain class: a NamedTuple's class creation is a measurable part of the start-up.)"""
 
-    __slots__ = ("args", "json", "name", "tier", "timeout", "verbose")
+    __slots__ = ("args", "as_json", "name", "tier", "timeout", "verbose")
 
     def __init__(self, name: str, args: tuple[str, ...], timeout: float | None = None,
-                 tier: str | None = None, verbose: bool = False, json: bool = False) -> None:
+                 tier: str | None = None, verbose: bool = False, as_json: bool = False) -> None:
         self.name, self.args, self.timeout, self.tier, self.verbose = name, args, timeout, tier, verbose
-        self.json = json
+        self.as_json = as_json
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, RunArgs) and (
-            self.name, self.args, self.timeout, self.tier, self.verbose, self.json) == (
-            other.name, other.args, other.timeout, other.tier, other.verbose, other.json)
+        mine = (self.name, self.args, self.timeout, self.tier, self.verbose, self.as_json)
+        return isinstance(other, RunArgs) and mine == (
+            other.name, other.args, other.timeout, other.tier, other.verbose, other.as_json)
 
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
         return (f"RunArgs(name={self.name!r}, args={self.args!r}, timeout={self.timeout!r}, tier={self.tier!r}, "
-                f"verbose={self.verbose!r}, json={self.json!r})")
+                f"verbose={self.verbose!r}, as_json={self.as_json!r})")
 
 
 def parse(argv: Sequence[str]) -> RunArgs | None:
-    """``RunArgs`` for a plain ``[--debug] run [-v] [--json] [--timeout S] [--tier T] NAME [ARGS…]``.
+    """``RunArgs`` for a plain ``[--debug] run [-v] [--timeout S] [--tier T] NAME [ARGS…]``.
 
     As Typer parses ``wbx run`` (no interspersed options): every word after NAME belongs
     to the guest, ``--help`` included."""
@@ -117,47 +117,54 @@ def guest_args(args: Sequence[str]) -> tuple[tuple[str, ...], str | None]:
 
 
 def run(runtime: Any, req: RunArgs) -> int:
-    """Run the registered command: stdin → stdout/stderr (``--json``: one JSON object on stdout,
-    :func:`result_json`); returns its exit code."""
-    if req.json:
-        from wbcore_runtime.contract.errors import WbError
-
-        try:
-            return _run(runtime, req)
-        except WbError as exc:  # the same object shape, so a script reads one document either way
-            _print_json({"name": req.name, "exit_code": exc.exit_code,
-                         "error": {"kind": exc.name, "message": exc.message}})
-            raise
-    return _run(runtime, req)
-
-
-def result_json(name: str, result: Any) -> dict[str, Any]:
-    """``wbx run --json``'s document: the call as the engine API answers it (``exit_code``,
-    ``stdout`` / ``stderr`` as text, or ``stdout_b64`` / ``stderr_b64`` when not UTF-8) and its
-    usage with every key present: ``tier``, ``isolation`` (``kvm``/``tcg`` on microvm, else
-    null), ``wall_s``, ``peak_memory`` (bytes), ``fuel`` and ``bytes_out``."""
-    import base64
-
-    out: dict[str, Any] = {"name": name, "exit_code": int(result.exit_code)}
-    for key, data in (("stdout", result.stdout), ("stderr", result.stderr)):
-        try:
-            out[key] = data.decode("utf-8")
-        except UnicodeDecodeError:
-            out[f"{key}_b64"] = base64.b64encode(data).decode("ascii")
-    u = result.usage
-    out["usage"] = {"tier": u.tier or None, "isolation": u.isolation or None, "wall_s": u.wall_s,
-                    "peak_memory": u.peak_memory, "fuel": u.fuel, "bytes_out": u.bytes_out}
-    return out
+    """Run the registered command: stdin → stdout/stderr; returns its exit code. With
+    ``--json``, one JSON object on stdout instead (see :func:`_run_json`)."""
+    if req.as_json:
+        return _run_json(runtime, req)
+    result = _call(runtime, req)
+    for stream, data in ((sys.stdout, result.stdout), (sys.stderr, result.stderr)):
+        raw = getattr(stream, "buffer", None)
+        if raw is not None:
+            stream.flush()
+            raw.write(data)
+            raw.flush()
+        else:
+            stream.write(data.decode("utf-8", "replace"))
+    if req.verbose:
+        print(f"wbx: {req.name}: {result.usage.describe()}", file=sys.stderr, flush=True)
+    return int(result.exit_code)
 
 
-def _print_json(doc: dict[str, Any]) -> None:
-    import json
+def _text_or_base64(key: str, data: bytes) -> dict[str, str]:
+    try:
+        return {key: data.decode("utf-8")}
+    except UnicodeDecodeError:
+        import base64  # only for output that is not text
 
-    sys.stdout.write(json.dumps(doc, ensure_ascii=False) + "\n")
+        return {f"{key}_base64": base64.b64encode(data).decode("ascii")}
+
+
+def _run_json(runtime: Any, req: RunArgs) -> int:
+    """``wbx run --json``: ``{"name", "exit_code", "stdout"|"stdout_base64", "stderr"|…, "usage"}``
+    (usage: wall time, peak memory, bytes out, fuel, tier, isolation), or
+    ``{"name", "exit_code", "error": {"kind", "message"}}`` when the call could not run; the
+    process exits with the same code either way."""
+    import json  # only for --json: the plain path stays light
+
+    try:
+        result = _call(runtime, req)
+    except WbError as exc:
+        out: dict[str, Any] = {"name": req.name, "exit_code": exc.exit_code,
+                               "error": {"kind": exc.name, "message": exc.message}}
+    else:
+        out = {"name": req.name, "exit_code": int(result.exit_code), **_text_or_base64("stdout", result.stdout),
+               **_text_or_base64("stderr", result.stderr), "usage": result.usage.as_dict()}
+    sys.stdout.write(json.dumps(out) + "\n")
     sys.stdout.flush()
+    return int(out["exit_code"])
 
 
-def _run(runtime: Any, req: RunArgs) -> int:
+def _call(runtime: Any, req: RunArgs) -> Any:
     from wbcore_runtime.store import runcache
 
     args, note = guest_args(req.args)
@@ -176,20 +183,4 @@ def _run(runtime: Any, req: RunArgs) -> int:
             gen = dispatch.resolved_generation(runtime, "command", req.name)
             if gen is not None:
                 runcache.remember(runtime, resolved, gen)
-    result = dispatch.call_resolved(runtime, resolved, args, read_stdin(), timeout=req.timeout)
-    if req.json:
-        _print_json(result_json(req.name, result))
-        if req.verbose:
-            print(f"wbx: {req.name}: {result.usage.describe()}", file=sys.stderr, flush=True)
-        return int(result.exit_code)
-    for stream, data in ((sys.stdout, result.stdout), (sys.stderr, result.stderr)):
-        raw = getattr(stream, "buffer", None)
-        if raw is not None:
-            stream.flush()
-            raw.write(data)
-            raw.flush()
-        else:
-            stream.write(data.decode("utf-8", "replace"))
-    if req.verbose:
-        print(f"wbx: {req.name}: {result.usage.describe()}", file=sys.stderr, flush=True)
-    return int(result.exit_code)
+    return dispatch.call_resolved(runtime, resolved, args, read_stdin(), timeout=req.timeout)

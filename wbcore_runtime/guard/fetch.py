@@ -44,17 +44,6 @@ MiB = 1 << 20
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
-class HttpRefused(InvalidArgs):
-    """The server answered, and refused: a 4xx other than 404/410 (401 and 403 ask for
-    credentials the request did not carry). ``status`` and ``url`` let a caller say what the
-    refusal means for it (a did:web document must be public)."""
-
-    def __init__(self, message: str, *, status: int, url: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.url = url
-
-
 @dataclass(frozen=True, slots=True)
 class FetchLimits:
     max_bytes: int = 256 * MiB
@@ -228,9 +217,8 @@ def stream(
                 if resp.status_code in (404, 410):
                     raise NotFound(f"{url}: HTTP {resp.status_code} (not found)")
                 if resp.status_code not in ok:
-                    if resp.status_code >= 500:
-                        raise Unreachable(f"{url}: answered HTTP {resp.status_code}")
-                    raise HttpRefused(f"{url}: answered HTTP {resp.status_code}", status=resp.status_code, url=url)
+                    cls = Unreachable if resp.status_code >= 500 else InvalidArgs
+                    raise cls(f"{url}: answered HTTP {resp.status_code}")
                 declared = resp.headers.get("content-length", "")
                 if method != "HEAD" and declared.isdigit() and int(declared) > limits.max_bytes:
                     raise InvalidArgs(f"{url}: {declared} bytes is over the {limits.max_bytes}-byte cap")

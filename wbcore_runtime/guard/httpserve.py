@@ -27,10 +27,14 @@ second), else on h11:
 
 from __future__ import annotations
 
+import errno
 import resource
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from wbcore_runtime.contract.errors import InvalidArgs
 
 KiB = 1 << 10
 
@@ -186,49 +190,6 @@ def uvicorn_config(app: Any, *, host: str, port: int, limits: ServerLimits, **kw
                           h11_max_incomplete_event_size=limits.max_header_bytes, **kw)
 
 
-def listen(host: str, port: int, *, command: str, backlog: int = 2048) -> Any:
-    """A listening TCP socket on ``host:port`` for a server to hand to uvicorn
-    (``Server.run(sockets=[sock])``), bound *before* the server says it serves: a busy port,
-    a port this user may not bind or an address that is not this machine's is an
-    :class:`~wbcore_runtime.contract.errors.InvalidArgs` naming the address and the option
-    that changes it (``command`` names the surface, e.g. ``wbx engine serve``). Port 0 takes a
-    free one: read it back with ``sock.getsockname()[1]``."""
-    import errno
-    import socket
-
-    from wbcore_runtime.contract.errors import InvalidArgs
-
-    where = f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except socket.gaierror as exc:
-        raise InvalidArgs(f"{command}: cannot listen on {where}: the address does not resolve ({exc.strerror}); "
-                          "give another with --host") from None
-    family, kind, proto, _, addr = infos[0]
-    sock = socket.socket(family, kind, proto)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: restarts reuse TIME_WAIT
-        if family == socket.AF_INET6:
-            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-        sock.bind(addr)
-        sock.listen(backlog)
-    except OSError as exc:
-        sock.close()
-        if exc.errno == errno.EADDRINUSE:
-            raise InvalidArgs(f"{command}: port {port} on {host} is busy (another process listens there); "
-                              f"choose another with --port N (--port 0 picks a free one), or stop that process "
-                              f"(see: ss -ltnp 'sport = :{port}')") from None
-        if exc.errno == errno.EACCES:
-            raise InvalidArgs(f"{command}: this user may not listen on port {port} (ports below 1024 need "
-                              "privileges); choose another with --port N") from None
-        if exc.errno == errno.EADDRNOTAVAIL:
-            raise InvalidArgs(f"{command}: {host} is not an address of this machine; give one of its "
-                              "addresses with --host (127.0.0.1 by default)") from None
-        raise InvalidArgs(f"{command}: cannot listen on {where}: {exc.strerror or exc}") from None
-    sock.set_inheritable(True)
-    return sock
-
-
 def raise_nofile(limits: ServerLimits, *, spare: int = 256) -> int:
     """Lift the soft open-file limit so the connection cap (plus ``spare`` for files, pipes
     and guests) fits, as far as the hard limit allows; return the soft limit in force."""
@@ -277,3 +238,30 @@ class StreamGate:
                 self.per_client[who] = left
             else:
                 self.per_client.pop(who, None)
+
+
+def listen(host: str, port: int, *, what: str, option: str = "--port") -> socket.socket:
+    """The server's socket, bound before anything says "serving": a busy or refused address is
+    an error that names it and what to do (exit 2), never a banner followed by uvicorn's exit 3.
+    Hand it to ``uvicorn.Server.run(sockets=[sock])``, which listens on it with the config's backlog."""
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    family = socket.AF_INET6 if ":" in bare else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        # as uvicorn binds: a port in TIME_WAIT after a restart is not "busy"
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((bare, port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise InvalidArgs(f"{what}: port {port} on {host} is already in use; stop what listens there, "
+                              f"or choose another port with {option}") from None
+        if exc.errno == errno.EACCES:
+            raise InvalidArgs(f"{what}: not allowed to listen on port {port} (ports below 1024 need privileges); "
+                              f"choose another with {option}") from None
+        raise InvalidArgs(f"{what}: cannot listen on {host}:{port} ({exc.strerror or exc}); "
+                          f"check the address given with --host, or choose another port with {option}") from None
+    sock.listen(2048)  # listening, not only bound: a client acting on "serving on" is queued, never refused
+    sock.set_inheritable(True)
+    return sock
+

@@ -22,7 +22,7 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 from wbcore_runtime.trust import identity as _identity
-from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs, WbError
+from wbcore_runtime.contract.errors import InvalidArgs, Unreachable, WbError
 
 DID_WEB_PREFIX = "did:web:"
 ENV_HTTP_LOOPBACK = "WB_DID_WEB_HTTP_LOOPBACK"
@@ -172,15 +172,17 @@ def resolve_web(
     try:
         body, _ = _fetch.get_bytes(url, guard=guard, limits=limits, env=env,
                                    headers={"Accept": "application/did+json, application/json"})
-    except _fetch.HttpRefused as exc:
-        # the host answered and refused: not a malformed DID or signature, and the fix is the host's
-        why = {401: "it asks for credentials", 403: "access is forbidden",
-               407: "a proxy asks for credentials"}.get(exc.status, "it refused the request")
-        raise CapabilityDenied(
-            f"the did:web host {host} refused the DID document: HTTP {exc.status} ({why}) at {url}; a did:web "
-            f"document must be readable by anyone: ask the toolkit's publisher to serve {url} without a login "
-            f"(check with: curl -i {url}), or to sign with a did:key") from None
     except WbError as exc:
+        refused = re.search(r"answered HTTP (401|403)\b", exc.message)
+        if refused:
+            # the host is there and said no: not a malformed identity, and fixable by whoever runs it
+            raise Unreachable(
+                f"{url} refused to serve the DID document (HTTP {refused.group(1)}: it wants credentials); "
+                f"a did:web document must be public — serve it without authentication, or sign with a did:key"
+            ) from None
+        if isinstance(exc, InvalidArgs):
+            # the fetch could not get a document (a status, a cap, the SSRF guard): unresolved, not malformed
+            raise Unreachable(f"{exc.message} (resolving {did} from {url})") from None
         raise type(exc)(f"{exc.message} (resolving {did} from {url})") from None
     try:
         doc = json.loads(bytes(body).decode("utf-8"))

@@ -42,6 +42,8 @@ def serve(runtime: Any, *, host: str = "127.0.0.1", port: int = 8766, token: str
 
     made = not token
     token = httpguard.check_token(token or secrets.token_urlsafe(32), option=f"--token / {TOKEN_ENV}")
+    sock = httpserve.listen(host, port, what="wbx engine serve")  # a busy port fails here, before any banner
+    port = sock.getsockname()[1]  # --port 0 took a free one: the banner names it
     limits = _app.EngineLimits()
     asgi = _app.build(runtime, token=token, bind=host, allow_hosts=allow_hosts, limits=limits)
     # every connection-level bound (docs/engine.md "Bounds"): a whole request within its deadline,
@@ -52,10 +54,6 @@ def serve(runtime: Any, *, host: str = "127.0.0.1", port: int = 8766, token: str
     uv = uvicorn.Server(config)
     if server_out is not None:
         server_out.append(uv)
-    # bound before anything says "serving": a busy port is a clear error (exit 2), not a
-    # "serving on …" line followed by uvicorn's own exit
-    sock = httpserve.listen(host, port, command="wbx engine serve")
-    port = sock.getsockname()[1]
     if made:
         print(f"wbx engine: token (send as 'Authorization: Bearer <token>'; set {TOKEN_ENV} to choose one): {token}",
               file=sys.stderr, flush=True)

@@ -560,6 +560,8 @@ def serve_http(runtime: Runtime, *, host: str = "127.0.0.1", port: int = 8765, p
     from wbcore_runtime.guard import httpserve
 
     token = http_guard.check_token(token)
+    sock = httpserve.listen(host, port, what="wbx mcp serve")  # a busy port fails here, before any banner or build
+    port = sock.getsockname()[1]  # --port 0 took a free one: the banner names it
     limits = httpserve.ServerLimits()
     server = build_server(runtime, warm=True, **kw)
     app = http_app(server, host=host, path=path, token=token, allow_hosts=allow_hosts, lean=lean, limits=limits)
@@ -569,9 +571,6 @@ def serve_http(runtime: Runtime, *, host: str = "127.0.0.1", port: int = 8765, p
     httpserve.raise_nofile(limits)
     config = httpserve.uvicorn_config(app, host=host, port=port, limits=limits, log_level="warning", lifespan="on")
     uv = uvicorn.Server(config)
-    # bound before anything says "serving": a busy port is a clear error (exit 2)
-    sock = httpserve.listen(host, port, command="wbx mcp serve --http")
-    port = sock.getsockname()[1]
     warn = http_guard.warning(host, token)
     if warn:
         print(warn, file=sys.stderr, flush=True)
