@@ -46,6 +46,7 @@ TIMED = re.compile(r"\d(\.\d+)? ?(ms|s)\b|\b\d{8}T\d{6}|/tmp/|\"wall_s\"")  # ti
 HEREDOC = re.compile(r"<<-?\s*(['\"]?)(?P<word>\w+)\1")
 # The first line of an unlabelled fence that is a command a reader would type.
 LOOKS_LIKE_A_COMMAND = re.compile(r"^\s*(\$ |wbx |pip |python3? |export |[A-Z_]+=\S+ +\S)")
+MACHINE_CACHES = ("WB_ZIG_CACHE", "WB_GO_CACHE", "WB_NPM_CACHE", "WB_JQ_CACHE", "WB_MICROVM_CACHE")
 TIMEOUT_S = 180  # one default-suite block; a slow one gets SLOW_TIMEOUT_S
 SLOW_TIMEOUT_S = 1200
 
@@ -192,7 +193,10 @@ def _reader(readers: dict[str, Reader], doc: str, site: DemoSite, tmp_path_facto
     for name in ("tests", "bench", "plugins", "wit", "dev.py"):
         (work / name).symlink_to(ROOT / name)
     home = work / ".home"
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("WB_", "OTEL_", "PYTEST_"))}
+    # no WB_* setting of this shell reaches a reader, but the machine's compiler and image
+    # caches (warmed once per machine by dev.py setup) are where CI put them
+    base = {k: v for k, v in os.environ.items()
+            if not k.startswith(("WB_", "OTEL_", "PYTEST_")) or k in MACHINE_CACHES}
     env = {**base, "WB_HOME": str(home), "PATH": f"{ROOT / '.venv' / 'bin'}{os.pathsep}{base.get('PATH', '')}",
            "WB_DEMO_SITE": site.url, ENV_GUEST_PRIVATE_HOSTS: "127.0.0.1", ENV_PRIVATE_HOSTS: "127.0.0.1",
            "VIRTUAL_ENV": str(ROOT / ".venv"), "PWD": str(work)}
