@@ -7,8 +7,9 @@ repository's ``.venv/bin`` first on ``PATH`` and no other ``WB_*`` setting; it m
 ``console`` block runs its ``$ `` lines (with their ``\\`` continuations and here-documents);
 the other lines are the output it shows, and each one that elides nothing (no ``…``) and names
 no time must appear in what the commands printed. The demo's local web site (:mod:`wbcore_runtime.cli.demosite`: a page, a
-JSON API, a PEP 503 index, a paged REST API) serves on 127.0.0.1 for the whole run, opened to
-guests and host-side sources as ``wbx demo`` opens it, its base URL in ``$WB_DEMO_SITE``.
+JSON API, a PEP 503 index, a paged REST API) serves on 127.0.0.1 for the whole run, its base URL
+in ``$WB_DEMO_SITE``; as for any reader, loopback stays closed to guests and sources until the
+example itself allows it (``WB_ALLOW_PRIVATE_HOSTS``, as ``wbx demo`` does for its own process).
 
 A block that cannot run here says so on the line right before its fence, with a reason:
 
@@ -35,7 +36,6 @@ from pathlib import Path
 import pytest
 
 from wbcore_runtime.cli.demosite import DemoSite
-from wbcore_runtime.guard.netguard import ENV_GUEST_PRIVATE_HOSTS, ENV_PRIVATE_HOSTS
 
 ROOT = Path(__file__).resolve().parents[2]
 SHELL_LANGS = ("sh", "bash", "shell", "console")
@@ -198,7 +198,7 @@ def _reader(readers: dict[str, Reader], doc: str, site: DemoSite, tmp_path_facto
     base = {k: v for k, v in os.environ.items()
             if not k.startswith(("WB_", "OTEL_", "PYTEST_")) or k in MACHINE_CACHES}
     env = {**base, "WB_HOME": str(home), "PATH": f"{ROOT / '.venv' / 'bin'}{os.pathsep}{base.get('PATH', '')}",
-           "WB_DEMO_SITE": site.url, ENV_GUEST_PRIVATE_HOSTS: "127.0.0.1", ENV_PRIVATE_HOSTS: "127.0.0.1",
+           "WB_DEMO_SITE": site.url,
            "VIRTUAL_ENV": str(ROOT / ".venv"), "PWD": str(work)}
     readers[doc] = Reader(work, env)
     return readers[doc]
