@@ -243,7 +243,7 @@ class StreamGate:
 def listen(host: str, port: int, *, what: str, option: str = "--port") -> socket.socket:
     """The server's socket, bound before anything says "serving": a busy or refused address is
     an error that names it and what to do (exit 2), never a banner followed by uvicorn's exit 3.
-    Hand it to ``uvicorn.Server.run(sockets=[sock])``, which listens on it with the config's backlog."""
+    Hand it to ``uvicorn.Server.run(sockets=[sock])``."""
     bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
     family = socket.AF_INET6 if ":" in bare else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -261,5 +261,6 @@ def listen(host: str, port: int, *, what: str, option: str = "--port") -> socket
                               f"choose another with {option}") from None
         raise InvalidArgs(f"{what}: cannot listen on {host}:{port} ({exc.strerror or exc}); "
                           f"check the address given with --host, or choose another port with {option}") from None
+    sock.listen(2048)  # listening, not only bound: a client acting on "serving on" is queued, never refused
     return sock
 

@@ -43,6 +43,7 @@ def serve(runtime: Any, *, host: str = "127.0.0.1", port: int = 8766, token: str
     made = not token
     token = httpguard.check_token(token or secrets.token_urlsafe(32), option=f"--token / {TOKEN_ENV}")
     sock = httpserve.listen(host, port, what="wbx engine serve")  # a busy port fails here, before any banner
+    port = sock.getsockname()[1]  # --port 0 took a free one: the banner names it
     limits = _app.EngineLimits()
     asgi = _app.build(runtime, token=token, bind=host, allow_hosts=allow_hosts, limits=limits)
     # every connection-level bound (docs/engine.md "Bounds"): a whole request within its deadline,

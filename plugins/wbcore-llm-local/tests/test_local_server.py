@@ -94,6 +94,7 @@ def test_serve_local_detached_prints_settings_and_a_pid_to_stop(tmp_path) -> Non
     assert out.returncode == 0, out.stderr
     env = dict(re.findall(r"^export (WB_LLM_\w+)=(\S+)$", out.stdout, re.M))
     pid = int(re.search(r"kill (\d+)", out.stdout).group(1))
+    assert env["WB_LLM_LOCAL_PID"] == str(pid)  # a script stops it: trap 'kill "$WB_LLM_LOCAL_PID"' EXIT
     try:
         assert env["WB_LLM_BASE_URL"].startswith(f"http://{LOOPBACK}:") and env["WB_LLM_MODEL"] == MODEL_ALIAS
         srv = LocalServer(port=int(env["WB_LLM_BASE_URL"].rsplit(":", 1)[1].split("/")[0]))

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+PID_ENV = "WB_LLM_LOCAL_PID"  # the detached server's pid, in the eval-able output
+
 
 def build() -> Any:
     import typer
@@ -31,6 +33,8 @@ def build() -> Any:
         typer.echo(exports(srv.settings()))
         if detach:
             pid = srv.detach()
+            # exported too, so a script can stop it (trap 'kill "$WB_LLM_LOCAL_PID"' EXIT)
+            typer.echo(f"export {PID_ENV}={pid}")
             typer.echo(f"# the server runs as pid {pid} (log: {srv.log_path}); stop it with: kill {pid}")
             return
         typer.echo(f"# serving on {srv.base_url} (log: {srv.log_path}); Ctrl-C stops it", err=False)

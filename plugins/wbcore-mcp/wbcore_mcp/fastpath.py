@@ -140,6 +140,43 @@ def _parse(raw: bytes) -> Any:
     return jsonbound.loads(raw, what="the message")
 
 
+class _ThreadReader:
+    """Feeds a StreamReader from a file that is not a pipe or socket (stdin from /dev/null or a
+    regular file): uvloop's pipe transport aborts the process on those (SIGABRT), and the
+    stdlib's refuses regular files. Closed like a transport."""
+
+    def __init__(self, loop: Any, reader: Any, fd: int) -> None:
+        self._file = os.fdopen(fd, "rb", buffering=0)
+        self._loop, self._reader = loop, reader
+        threading.Thread(target=self._pump, name="wbcore-mcp-stdin", daemon=True).start()
+
+    def _pump(self) -> None:
+        try:
+            while chunk := self._file.read(1 << 16):
+                self._loop.call_soon_threadsafe(self._reader.feed_data, chunk)
+        except (OSError, ValueError):
+            pass  # closed under us: the server is ending
+        finally:
+            self._loop.call_soon_threadsafe(self._reader.feed_eof)
+
+    def close(self) -> None:
+        pass  # the pump ends at end of file; the process is ending
+
+
+async def _read_into(loop: Any, reader: Any, fd: int) -> Any:
+    """Connect ``reader`` to ``fd``: the event loop's pipe transport for a pipe or socket (what
+    an MCP client gives), else a reading thread (:class:`_ThreadReader`)."""
+    import asyncio
+    import stat
+
+    mode = os.fstat(fd).st_mode
+    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+        transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader),
+                                                    os.fdopen(fd, "rb", buffering=0))
+        return transport
+    return _ThreadReader(loop, reader, fd)
+
+
 async def serve_stdio(server: Any) -> None:
     """``server`` over this process's stdin/stdout with the lean ``tools/call`` path.
 
@@ -168,8 +205,7 @@ async def serve_stdio(server: Any) -> None:
 
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=MAX_LINE)
-    transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader),
-                                                os.fdopen(wire_in, "rb", buffering=0))
+    transport = await _read_into(loop, reader, wire_in)
     to_sdk, sdk_in = create_context_streams[SessionMessage | Exception](0)
     sdk_out, from_sdk = create_context_streams[SessionMessage](0)
 

@@ -561,6 +561,7 @@ def serve_http(runtime: Runtime, *, host: str = "127.0.0.1", port: int = 8765, p
 
     token = http_guard.check_token(token)
     sock = httpserve.listen(host, port, what="wbx mcp serve")  # a busy port fails here, before any banner or build
+    port = sock.getsockname()[1]  # --port 0 took a free one: the banner names it
     limits = httpserve.ServerLimits()
     server = build_server(runtime, warm=True, **kw)
     app = http_app(server, host=host, path=path, token=token, allow_hosts=allow_hosts, lean=lean, limits=limits)
