@@ -279,7 +279,9 @@ def choose_tier(runtime: Runtime, entry: Entry, trust: str, caps: frozenset[str]
         return TierChoice(required, why, tuple(considered))
     if requested != INSTANCE and requested not in by_name:
         raise InvalidArgs(unknown_name("tier", requested, sorted({INSTANCE, *by_name})))
-    rung = lambda name: by_name[name].rung if name in by_name else 0
+    def rung(name: str) -> int:
+        return by_name[name].rung if name in by_name else 0
+
     if rung(requested) < rung(required):
         raise CapabilityDenied(f"tier {requested} is weaker than {required}, which the #+TRUST {trust} of "
                                f"{entry.toolkit or entry.name} requires here; choose {required} or a stronger tier")

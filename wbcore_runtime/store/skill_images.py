@@ -130,7 +130,7 @@ def resolve(home: Path, image: SkillImage, env: Mapping[str, str] | None = None)
                                                 "a skill image is one tree; squash its layers")
                 # Read-only for everyone but readable by all (the guest's uid and an
                 # unprivileged QEMU read it; nobody writes it again).
-                for dirpath, dirnames, filenames in os.walk(tree):
+                for dirpath, _dirnames, filenames in os.walk(tree):
                     for n in filenames:
                         p = os.path.join(dirpath, n)
                         if not os.path.islink(p):

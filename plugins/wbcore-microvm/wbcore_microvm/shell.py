@@ -30,7 +30,6 @@ import stat
 import threading
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 from wbcore_microvm import tiers
 from wbcore_microvm import vm as _vm

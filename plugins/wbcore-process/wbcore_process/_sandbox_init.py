@@ -189,7 +189,7 @@ def build_root(cfg):
 
 def _seed(src, dst):
     """Copy the caller's starting files into the private /out (before the pivot)."""
-    for dirpath, dirnames, filenames in os.walk(src, followlinks=False):
+    for dirpath, _dirnames, filenames in os.walk(src, followlinks=False):
         rel = os.path.relpath(dirpath, src)
         target = dst if rel == "." else os.path.join(dst, rel)
         os.makedirs(target, exist_ok=True)

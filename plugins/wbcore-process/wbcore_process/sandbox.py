@@ -553,7 +553,7 @@ def _read_status(fd: int) -> dict:
 
 def _move_out(export: Path, out_dir: Path) -> None:
     """Move the copied /out into ``out_dir`` (regular files and folders only)."""
-    for dirpath, dirnames, filenames in os.walk(export, followlinks=False):
+    for dirpath, _dirnames, filenames in os.walk(export, followlinks=False):
         rel = Path(dirpath).relative_to(export)
         target = out_dir / rel
         target.mkdir(parents=True, exist_ok=True)

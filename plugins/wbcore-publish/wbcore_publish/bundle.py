@@ -334,38 +334,9 @@ def restore(path: Path, *, home: Path, into: Path, trusted: Sequence[str],
         with db_tmp.open("rb+") as fh:
             os.fsync(fh.fileno())
         try:
-            changes = _check_members(zf, entries, m, what, stage)
-            if changes:
-                raise TamperedBundle(f"{what}: refused, it differs from what {sig.signer} signed: " + "; ".join(changes))
-            ws = _ws.load(stage / "workspace")
-            if (ws.name, ws.instance, ws.html, list(ws.volumes)) != (
-                    ws_meta.get("name"), instance, ws_meta.get("html"), ws_meta.get("volumes")):
-                raise TamperedBundle(f"{what}: workspace.org does not describe the workspace the manifest names")
-            if ws.html and not (stage / "workspace" / ws.html).is_file():
-                raise TamperedBundle(f"{what}: the workspace's HTML {ws.html} is not in the bundle")
-            if not (stage / VFS_MEMBER).is_file():
-                raise TamperedBundle(f"{what}: no {VFS_MEMBER} member")
-            rows = vfsfile.check_db(stage / VFS_MEMBER)
-            # Land: the database first (link(2) refuses an existing one), then the folder.
-            final_db = vfsfile.db_path(home, instance)
-            final_db.parent.mkdir(parents=True, exist_ok=True)
-            db_tmp = final_db.parent / f".{final_db.name}.{os.getpid()}.{os.urandom(4).hex()}.wbundle-tmp"
-            shutil.copyfile(stage / VFS_MEMBER, db_tmp)
-            with db_tmp.open("rb+") as fh:
-                os.fsync(fh.fileno())
-            try:
-                os.link(db_tmp, final_db)
-            except FileExistsError:
-                raise InvalidArgs(f"VFS instance {instance!r} appeared while restoring; nothing was changed") from None
-            finally:
-                os.unlink(db_tmp)
-            try:
-                os.rename(stage / "workspace", into)
-            except OSError as exc:
-                os.unlink(final_db)
-                raise InvalidArgs(f"cannot place the workspace at {into} ({exc.strerror}); nothing was changed") from None
-            fsync_dir(final_db.parent)
-            fsync_dir(into.parent)
+            os.link(db_tmp, final_db)
+        except FileExistsError:
+            raise InvalidArgs(f"VFS instance {instance!r} appeared while restoring; nothing was changed") from None
         finally:
             os.unlink(db_tmp)
         try:
@@ -373,8 +344,8 @@ def restore(path: Path, *, home: Path, into: Path, trusted: Sequence[str],
         except OSError as exc:
             os.unlink(final_db)
             raise InvalidArgs(f"cannot place the workspace at {into} ({exc.strerror}); nothing was changed") from None
-        _fsync_dir(final_db.parent)
-        _fsync_dir(into.parent)
+        fsync_dir(final_db.parent)
+        fsync_dir(into.parent)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
     return Restored(into, final_db, sig.signer or "", m["signed_at"], rows)

@@ -498,7 +498,7 @@ def _call_async(func: Any, store: Any, fn: ComponentFunction, lowered: list[Any]
     result = ffi.wasmtime_component_val_t()
     err = POINTER(ffi.wasmtime_error_t)()
     try:
-        for (_name, ty), val in zip(fn.params, lowered):
+        for (_name, ty), val in zip(fn.params, lowered, strict=True):
             ty.convert_to_c(store, val, pointer(params[done]))
             done += 1
         future = ffi.wasmtime_component_func_call_async(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 from wbcore_wasmtime.runners import command_runner as _command_runner
 from wbcore_wasmtime.runners import component_runner as _component_runner

@@ -159,7 +159,7 @@ def from_json(ty: Any, value: Any, where: str = "") -> Any:
         els = ty.elements
         if not isinstance(value, list) or len(value) != len(els):
             raise bad(f"an array of {len(els)}")
-        return tuple(from_json(t, v, f"{at}[{i}]") for i, (t, v) in enumerate(zip(els, value)))
+        return tuple(from_json(t, v, f"{at}[{i}]") for i, (t, v) in enumerate(zip(els, value, strict=True)))
     if k == "RecordType":
         if not isinstance(value, dict):
             raise bad("an object")
@@ -236,7 +236,7 @@ def to_json(ty: Any, value: Any) -> Any:
             return base64.b64encode(bytes(value)).decode("ascii")
         return [to_json(ty.element, v) for v in value]
     if k == "TupleType":
-        return [to_json(t, v) for t, v in zip(ty.elements, value)]
+        return [to_json(t, v) for t, v in zip(ty.elements, value, strict=True)]
     if k == "RecordType":
         return {n: to_json(t, getattr(value, n)) for n, t in ty.fields}
     if k == "OptionType":
