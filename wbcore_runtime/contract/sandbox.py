@@ -174,11 +174,14 @@ def select(runtime: Runtime, name: str | None = None) -> BuildSandbox:
     """
     registry = runtime.build_sandboxes
     want = name or runtime.env.get(ENV_CHOICE)
+    chosen: BuildSandbox  # the registry holds BuildSandbox records (runtime._collect checks each)
     if want:
-        return registry.get(want)
+        chosen = registry.get(want)
+        return chosen
     names = registry.names()
     if len(names) == 1:
-        return registry.get(names[0])
+        chosen = registry.get(names[0])
+        return chosen
     if names:
         raise InvalidArgs(f"several build sandboxes are installed ({', '.join(names)}); "
                           f"choose one with {ENV_CHOICE}=<name>")

@@ -92,6 +92,7 @@ def open_tracer(runtime: Runtime) -> Tracer | None:
     # implementations, in pluggy's order, without importing every plugin to find them.
     until = getattr(runtime, "index_until_loaded", None)
     index = until() if until is not None else None
+    tracer: Tracer | None  # what a plugin's wbcore_tracer returns (pluggy's calls are untyped)
     try:
         if index is not None:
             tracer = index.call_first("wbcore_tracer", runtime=runtime)
@@ -118,7 +119,7 @@ def flush(runtime: Runtime, timeout_s: float = 10.0) -> None:
 
 def span(runtime: Runtime, name: str, attributes: Mapping[str, Any] | None = None) -> AbstractContextManager[Span]:
     """``with telemetry.span(runtime, "wb.x", {...}) as s:`` — a no-op when telemetry is off."""
-    tracer = getattr(runtime, "tracer", None)
+    tracer: Tracer | None = getattr(runtime, "tracer", None)
     if tracer is None:
         return _NULL
     return tracer.span(name, attributes or {})
@@ -135,7 +136,7 @@ def agent_step(runtime: Runtime, *, step: int, agent: str | None = None, model: 
             s.set(telemetry.COST, reply.cost)
             ... run the tool calls ...
     """
-    tracer = getattr(runtime, "tracer", None)
+    tracer: Tracer | None = getattr(runtime, "tracer", None)
     if tracer is None:
         return _NULL
     attrs: dict[str, Any] = {"wb.agent.step": step}
