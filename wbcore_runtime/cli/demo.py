@@ -338,8 +338,9 @@ def mcp_session(runtime: Runtime, *, timeout: float = 120.0) -> int:
                 typer.echo(f"  resources/list → {len(resources)} skills (skill://<toolkit>/<slug>)")
                 uri = "skill://b64/SKILL.md"
                 if any(str(r.uri) == uri for r in resources):
-                    read = await client.read_resource(uri)
-                    first = next((ln for ln in read.contents[0].text.splitlines() if ln.startswith("description:")), "")
+                    got = await client.read_resource(uri)
+                    text = getattr(got.contents[0], "text", "")  # a skill is text; a blob has none
+                    first = next((ln for ln in text.splitlines() if ln.startswith("description:")), "")
                     typer.echo(f"  resources/read {uri} → {first[:110]}")
 
     try:

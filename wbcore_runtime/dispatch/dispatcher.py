@@ -279,10 +279,8 @@ def choose_tier(runtime: Runtime, entry: Entry, trust: str, caps: frozenset[str]
         return TierChoice(required, why, tuple(considered))
     if requested != INSTANCE and requested not in by_name:
         raise InvalidArgs(unknown_name("tier", requested, sorted({INSTANCE, *by_name})))
-    def rung(name: str) -> int:
-        return by_name[name].rung if name in by_name else 0
-
-    if rung(requested) < rung(required):
+    rung = {n: t.rung for n, t in by_name.items()}  # instance (no tier plugin) is rung 0
+    if rung.get(requested, 0) < rung.get(required, 0):
         raise CapabilityDenied(f"tier {requested} is weaker than {required}, which the #+TRUST {trust} of "
                                f"{entry.toolkit or entry.name} requires here; choose {required} or a stronger tier")
     if requested != INSTANCE:

@@ -38,9 +38,10 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate, chain, count, islice, repeat
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
 
-from wbcore_runtime.contract.calls import CallRecord, CallResult, CommandRequest, KernelRequest, Principal, Usage
+from wbcore_runtime.contract.calls import CallRecord, CallResult, CommandRequest, Principal, Usage
+from wbcore_runtime.contract.kernel_calls import KernelRequest
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound, Timeout, WbError, of_kind, unknown_name
 
 if TYPE_CHECKING:
@@ -68,7 +69,7 @@ class Result(NamedTuple):
     A ``NamedTuple`` rather than a frozen dataclass: one is built per input on the parent's
     hot path (a million kernel calls), and a tuple is built in about half the time."""
 
-    index: int
+    index: int  # type: ignore[assignment]  # shadows tuple.index on purpose: the input's position
     value: CallResult | bytes | None = None
     error: WbError | None = None
 
@@ -194,7 +195,7 @@ class Job:
     home: Path
     roots: tuple[Path, ...]
     cwd: Path
-    env: Mapping[str, str] = field(repr=False)
+    env: dict[str, str] = field(repr=False)  # the job's own copy: a traced map adds its carrier
     #: ``time.monotonic()`` by which the whole batch ends (``None``: only per-call limits).
     #: CLOCK_MONOTONIC is one clock for every process of a machine, so workers compare it too.
     deadline: float | None = None
@@ -681,7 +682,7 @@ class Stream(chain):  # type: ignore[type-arg]
 
     @classmethod
     def over(cls, chunks: Iterator[ResultChunk]) -> Stream:
-        stream = cls.from_iterable(_builtin_map(ResultChunk.results, chunks))
+        stream = cast(Stream, cls.from_iterable(_builtin_map(ResultChunk.results, chunks)))  # a subclass's builds one
         stream._chunks = chunks
         return stream
 
@@ -711,7 +712,7 @@ def chunk_results(job: Job, chunk: Chunk, outputs: Any, errors: list[tuple[int, 
 def failed_results(job: Job, chunk: Chunk, error: WbError | None) -> ResultChunk:
     """A chunk whose worker was lost: every input fails with ``error`` (or its own read error)."""
     start, n = chunk.start, len(chunk.items)
-    failed = {start + k: chunk.errors.get(k, error) for k in range(n)}
+    failed = {start + k: e for k in range(n) if (e := chunk.errors.get(k, error)) is not None}
     if job.kind != "kernel":
         return ResultChunk(start, [None] * n, failed)
     return ResultChunk(start, Outputs(b"", array("I", [0]) * n) if job.joined else [b""] * n, failed)
