@@ -46,11 +46,11 @@ def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
                               "(grants and the workdir are set on the engine's host)")
         if not isinstance(value, typ) or isinstance(value, bool):
             raise InvalidArgs(f"option {key!r} has the wrong type ({type(value).__name__})")
-        if key in RUN_RANGES:
+        if key in RUN_RANGES and isinstance(value, (int, float)):  # every ranged option is a number (RUN_OPTIONS)
             low, high = RUN_RANGES[key]
             if not (math.isfinite(value) and low <= value <= high):
                 raise InvalidArgs(f"option {key!r} = {value!r} is outside {low:g}..{high:g}")
-        if key == "model" and not 0 < len(value) <= MAX_MODEL_CHARS:
+        if key == "model" and isinstance(value, str) and not 0 < len(value) <= MAX_MODEL_CHARS:
             raise InvalidArgs(f"option 'model' must be 1..{MAX_MODEL_CHARS} characters")
         out[key] = value
     return out
