@@ -506,7 +506,7 @@ class ToolkitProvider:
         except WbError as exc:
             if not hasattr(exc, "detail"):
                 raise
-            detail = exc.detail  # type: ignore[attr-defined]
+            detail = exc.detail
             part = ContentPart(json.dumps({"err": detail}).encode(), "application/json")
             return CallOutcome([Content(part), Error(ToolError(
                 ToolErrorKind.OTHER, LocalizedString(plain=exc.message), other="wb:result-err"))], structured={"err": detail})

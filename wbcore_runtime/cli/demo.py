@@ -130,7 +130,7 @@ def _open_to(runtime: Runtime, site: object) -> None:
 
     host = "127.0.0.1"
     for name in (ENV_GUEST_PRIVATE_HOSTS, ENV_PRIVATE_HOSTS):
-        runtime.env[name] = " ".join(dict.fromkeys([*runtime.env.get(name, "").split(), host]))  # type: ignore[index]
+        runtime.env[name] = " ".join(dict.fromkeys([*runtime.env.get(name, "").split(), host]))
     typer.echo(f"\n== a local web site for the network toolkits: {site.url} (in this process; no internet needed)")  # type: ignore[attr-defined]
     typer.echo(f"  deployer settings, for this demo only: {ENV_GUEST_PRIVATE_HOSTS}={host} (a guest's net cap may "
                f"reach it; #+ALLOWED_HOSTS still narrows), {ENV_PRIVATE_HOSTS}={host} (the federation source)")

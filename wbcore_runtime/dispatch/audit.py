@@ -59,7 +59,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from json.encoder import encode_basestring_ascii as _json_str  # type: ignore[attr-defined]
+from json.encoder import encode_basestring_ascii as _json_str
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit

@@ -571,7 +571,7 @@ class KernelCalls:
             return inst.call(data)
         record = CallRecord(name=name, shape="kernel", principal=principal or resolved.principal,
                             toolkit=resolved.toolkit, tier=resolved.tier.name, caps=resolved.caps)
-        return audited(hook, record, inst.call, data)  # type: ignore[no-any-return]
+        return audited(hook, record, inst.call, data)
 
 
 def audited(hook: Any, record: CallRecord, call: Callable[[Any], Any], arg: Any) -> Any:
@@ -677,7 +677,7 @@ def call_resolved(runtime: Runtime, resolved: Resolved, argv: Sequence[str], std
         if running.cut is not None:
             raise table.refusal(running)
         out.usage.tier = resolved.tier.name  # every surface can say where the call ran
-        return out  # type: ignore[no-any-return]
+        return out
     finally:
         table.leave(n)
 

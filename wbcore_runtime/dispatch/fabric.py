@@ -514,12 +514,12 @@ def run_command(runtime: Runtime, job: Job, target: Any, item: CommandInput, *, 
                               cancel=cancel)
     hook = runtime.call_hooks
     if hook is None:
-        return target.call(req)  # type: ignore[no-any-return]
+        return target.call(req)
     from wbcore_runtime.dispatch.dispatcher import audited
 
     record = CallRecord(name=job.name, shape=job.entry.shape, principal=req.principal, argv=req.argv,
                         toolkit=req.toolkit, tier=job.tier, caps=job.caps)
-    return audited(hook, record, target.call, req)  # type: ignore[no-any-return]
+    return audited(hook, record, target.call, req)
 
 
 def kernel_request(job: Job) -> KernelRequest:
@@ -535,13 +535,13 @@ def run_kernel(runtime: Runtime, job: Job, inst: Any, data: bytes) -> bytes:
         raise Timeout(f"fabric: the batch deadline passed before this input of {job.name!r} ran")
     hook = runtime.call_hooks
     if hook is None:
-        return inst.call(data)  # type: ignore[no-any-return]
+        return inst.call(data)
     from wbcore_runtime.dispatch.dispatcher import audited
 
     req = job.request
     record = CallRecord(name=job.name, shape="kernel", principal=req.principal, toolkit=req.toolkit, tier=job.tier,
                         caps=job.caps)
-    return audited(hook, record, inst.call, data)  # type: ignore[no-any-return]
+    return audited(hook, record, inst.call, data)
 
 
 def _within(job: Job, timeout_s: float) -> float:
@@ -672,7 +672,7 @@ class Batch:
         return max(0.0, min(waits)) if waits else None
 
 
-class Stream(chain):  # type: ignore[type-arg]
+class Stream(chain):
     """The results of one ``map``: ``itertools.chain`` over its chunks' :meth:`ResultChunk.results`,
     so taking the next result is C code (chain → map → zip), and the engine's scheduler — a
     generator of chunks — runs once per chunk, not once per input. ``close()`` ends the batch

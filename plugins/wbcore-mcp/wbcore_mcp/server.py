@@ -216,7 +216,7 @@ def build_server(runtime: Runtime, *, only: Iterable[str] | None = None, search_
 
     provider = ServedProvider(runtime, only=only, build_missing=build_missing)
 
-    class _Server(Server):  # type: ignore[misc]
+    class _Server(Server):
         def create_initialization_options(self, notification_options: Any = None,
                                           experimental_capabilities: Any = None, extensions: Any = None) -> Any:
             # tools.listChanged: a toolkit built on its first call changes the list. The skills

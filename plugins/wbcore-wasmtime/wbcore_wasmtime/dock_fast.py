@@ -113,7 +113,7 @@ def _bindings() -> Any:
             else:  # fetch / info: (ptr, cap)
                 a0, a1 = (v & 0xFFFFFFFF for v in unpack("<i12xi", string_at(args, 20)))
                 if kind == "info":
-                    pending.body = handler(None)[1]  # type: ignore[misc]
+                    pending.body = handler(None)[1]
                 deliver(ctx, mem, pending.body, a0, a1)
                 i64_at(args).value = len(pending.body)
         except DeadlinePassed:
