@@ -8,7 +8,7 @@
     python3 dev.py test -k x        # set up, then one pass over every suite; the arguments go to pytest
     python3 dev.py test --quick -k x
     python3 dev.py setup            # set up only
-    python3 dev.py lint             # set up, then ruff and mypy on the core and every plugin package
+    python3 dev.py lint             # set up, then the lint stage alone (ruff, then mypy)
     python3 dev.py isolated         # tests/core with only the core, then each plugin installed alone with it
     python3 dev.py bench            # the benchmarks in bench/
 
@@ -200,8 +200,6 @@ def _local_deps(dists: list[Path]) -> list[Path]:
 
 
 def _ensure_venv(env: Path, dists: list[Path] | None, tag: str) -> None:
-    # The all-in environment also gets the lint tools (the lint stage runs there only).
-    extras = "test,lint" if dists is None else "test"
     dists = PLUGINS if dists is None else _local_deps([*dists, TESTING])
     stamp_file = env / f".wb-stamp-{tag}"
     stamp = _stamp()
@@ -220,16 +218,16 @@ def _ensure_venv(env: Path, dists: list[Path] | None, tag: str) -> None:
     # editable_mode=compat puts each source folder on a .pth line instead of installing an
     # import-hook finder per distribution: start-up stays as fast as a regular install.
     args = [_bin(env, "python"), "-m", "pip", "install", "--disable-pip-version-check", "-q",
-            "--config-settings", "editable_mode=compat", "-e", f"{ROOT}[{extras}]"]
-    tests: list[str] = []
+            "--config-settings", "editable_mode=compat", "-e", f"{ROOT}[test]"]
+    extras: list[str] = []
     for d in dists:
         # Plugins go in without "[test]": pip's resolver mis-orders local editables that
         # carry extras when one depends on another, so test extras are listed plainly.
         args += ["-e", str(d)]
-        tests += _pyproject(d).get("optional-dependencies", {}).get("test", [])
+        extras += _pyproject(d).get("optional-dependencies", {}).get("test", [])
     # A test extra naming a distribution of this repository (wbcore-testing) is met by its -e above.
     local = {_pyproject(p)["name"] for p in PLUGINS}
-    args += sorted({e for e in tests if re.split(r"[ <>=!~;\[]", e, maxsplit=1)[0] not in local})
+    args += sorted({e for e in extras if re.split(r"[ <>=!~;\[]", e, maxsplit=1)[0] not in local})
     print("dev: installing the core and " + (", ".join(d.name for d in dists) or "no plugins"), flush=True)
     subprocess.run(args, check=True)
     stamp_file.write_text(stamp)
@@ -385,15 +383,14 @@ def closing(totals: dict[str, int]) -> None:
 
 
 def lint(env: Path = VENV) -> int:
-    """The lint stage, first in every test run: ``ruff check`` and ``mypy`` over the core and
-    every plugin's import package (which rules and which modules: pyproject.toml's
-    [tool.ruff.lint] and [tool.mypy]). Both run even when the first fails; the worst exit wins."""
-    packages = [str(ROOT / "wbcore_runtime"),
-                *(str(d) for p in PLUGINS for d in sorted(p.glob("wbcore_*")) if (d / "__init__.py").is_file())]
-    print(f"dev: === lint: ruff on {len(packages)} packages", flush=True)
-    worst = run([_bin(env, "python"), "-m", "ruff", "check", "--quiet", *packages], cwd=ROOT)
+    """The lint stage, first in a test run: ``ruff check`` over the core, every plugin, the
+    tests, the benchmarks and this file ([tool.ruff.lint]), then ``mypy`` over the core and
+    every plugin's import package ([tool.mypy]; the contract modules strict). Both run even
+    when the first fails; the worst exit wins."""
+    print("dev: === lint: ruff (pyproject.toml [tool.ruff.lint])", flush=True)
+    worst = run([_bin(env, "ruff"), "check", "wbcore_runtime", "plugins", "tests", "bench", "dev.py"], cwd=ROOT)
     print("dev: === lint: mypy (pyproject.toml [tool.mypy])", flush=True)
-    code = run([_bin(env, "python"), "-m", "mypy"], cwd=ROOT)
+    code = run([_bin(env, "mypy")], cwd=ROOT)
     if worst or code:
         print("dev: lint failed: " + ", ".join(n for n, c in (("ruff", worst), ("mypy", code)) if c), flush=True)
     return worst or code
@@ -447,17 +444,19 @@ def test(argv: list[str]) -> int:
     rest = [a for a in argv if a != "--quick"]
     setup()
     stamp("set-up")
-    linted = lint(VENV)
-    stamp("lint")
     suites = [ROOT / "tests", *(p / "tests" for p in PLUGINS if (p / "tests").is_dir())]
     totals = {"passed": 0, "failed": 0, "skipped": 0}
+    linted = 0
+    if quick or not rest:
+        linted = lint()
+        stamp("lint" + (" FAILED" if linted else ""))
     if quick or rest:
-        worst = run_suites(VENV, suites, ["-m", "not slow", *rest] if quick else rest, totals)
+        worst = run_suites(VENV, suites, ["-m", "not slow", *rest] if quick else rest, totals) or linted
         stamp("default suite" if quick else "every suite")
         closing(totals)
-        return worst or linted
+        return worst
     quiet = ["-q", "-p", "no:cacheprovider"]
-    worst = run_suites(VENV, suites, [*quiet, "-m", "not slow"], totals)
+    worst = run_suites(VENV, suites, [*quiet, "-m", "not slow"], totals) or linted
     stamp("default suite")
     # From here on (as CI did): one microvm image and snapshot for every test home, built once.
     os.environ.setdefault("WB_MICROVM_CACHE", str(Path.home() / ".cache" / "wbcore" / "microvm"))
@@ -468,7 +467,7 @@ def test(argv: list[str]) -> int:
     worst = isolated(["-q", "-m", "not slow"], totals) or worst
     stamp("isolated plugin suites")
     closing(totals)
-    return worst or linted
+    return worst
 
 
 def main(argv: list[str]) -> int:

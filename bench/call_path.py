@@ -133,8 +133,8 @@ def main() -> int:
         print(f"{name:44} {n:>8} {w[0] * 1e6:>9.1f} ({w[1] * 1e6:.1f}–{w[2] * 1e6:.1f}) "
               f"{c[0] * 1e6:>9.1f} ({c[1] * 1e6:.1f}–{c[2] * 1e6:.1f})")
     names = list(variants)
-    cmd_ratio = [s[1] / f[1] for s, f in zip(samples[names[1]], samples[names[0]])]
-    k_ratio = [s[1] / f[1] for s, f in zip(samples[names[3]], samples[names[2]])]
+    cmd_ratio = [s[1] / f[1] for s, f in zip(samples[names[1]], samples[names[0]], strict=True)]
+    k_ratio = [s[1] / f[1] for s, f in zip(samples[names[3]], samples[names[2]], strict=True)]
     k_rate = 1 / stats(names[3], 0)[0]
     k_cpu_rate = 1 / stats(names[3], 1)[0]
     print(f"command call / bare floor (CPU, per round): median {statistics.median(cmd_ratio):.2f}x "

@@ -144,7 +144,6 @@ def main() -> None:
 
     n, rounds = args.calls, args.rounds
     bare_row = per_call(raw_loop(), n, rounds)
-    bare = bare_row[0]
     rows = [("bare host import (no-op, unchecked C callback)", bare_row)]
     rows.append(("bare host import (no-op, Linker.define_func)", per_call(bare_loop(False), n, rounds)))
     rows.append(("bare import + read req / write 16 B", per_call(bare_loop(True), n, rounds)))

@@ -155,7 +155,7 @@ def main() -> None:
     blob = b"x" * 1000
     base = peak = _rss_mib()
     t0 = time.perf_counter()
-    for i, r in enumerate(fabric.map(rt, "kup", (blob + b"%06d" % j for j in range(n)), kind="kernel", width=2)):
+    for i, _r in enumerate(fabric.map(rt, "kup", (blob + b"%06d" % j for j in range(n)), kind="kernel", width=2)):
         if i % 2000 == 0:
             peak = max(peak, _rss_mib())
     el = time.perf_counter() - t0

@@ -137,7 +137,7 @@ def http_server(env: dict[str, str], *, lean: bool) -> tuple[subprocess.Popen[by
             return proc, port
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("HTTP server did not start")
+                raise RuntimeError("HTTP server did not start") from None
             time.sleep(0.1)
 
 

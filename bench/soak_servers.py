@@ -95,7 +95,7 @@ def _start(args: list[str], env: dict[str, str], port: int, host: str = "127.0.0
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
                 proc.kill()
-                raise RuntimeError(f"server did not start: {proc.stderr.read().decode()[-2000:] if proc.stderr else ''}")
+                raise RuntimeError(f"server did not start: {proc.stderr.read().decode()[-2000:] if proc.stderr else ''}") from None
             time.sleep(0.1)
 
 
@@ -215,7 +215,7 @@ def soak(*, seconds: float = 20.0, silent: int = 300, sse: int = 300, trail_mb: 
             assert head.startswith(b"HTTP/1.1 200"), head
         held += _hold(mp, [f"127.0.0.{30 + i}" for i in range(2)], silent // 3, None)
         for sess in sessions:  # each session's standalone SSE stream, held
-            held += _hold(mp, ["127.0.0.35"], 1, (f"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n"
+            held += _hold(mp, ["127.0.0.35"], 1, ("GET /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n"
                                                  + "".join(f"{k}: {v}\r\n" for k, v in sess.items() if k != "content-type")
                                                  + "\r\n").encode())
         with httpx.Client(timeout=30) as c:

@@ -7,7 +7,6 @@ failed exit there instead of killing pytest.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from wbcore_runtime.trust import did, identity
-from wbcore_runtime.contract.errors import WbError, InvalidArgs
+from wbcore_runtime.contract.errors import InvalidArgs, Unreachable, WbError
 
 # W3C CCG did-method-key, test-vectors/ed25519-x25519.json: seed → did:key, publicKeyBase58.
 W3C_VECTORS = [
@@ -199,7 +199,8 @@ def test_did_web_document_size_cap_and_missing(serve):
     (root / ".well-known").mkdir()
     (root / ".well-known" / "did.json").write_text(json.dumps({"id": "x", "pad": "a" * 100_000}))
     web = did.did_for_host(host)
-    with pytest.raises(InvalidArgs, match="cap"):
+    # a document the fetch cannot take is unresolved (the host's side), not a malformed identity
+    with pytest.raises(Unreachable, match="cap"):
         did.resolve_web(web, env={}, allow_http_loopback=True)
     with pytest.raises(Exception, match="HTTP 404"):
         did.resolve_web(did.did_for_host(host + "/nobody"), env={}, allow_http_loopback=True)
@@ -246,3 +247,31 @@ from hypothesis import strategies as st  # noqa: E402
 @given(st.binary(max_size=80))
 def test_base58_roundtrips_any_bytes(raw):
     assert identity.b58decode(identity.b58encode(raw)) == raw
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_a_did_web_host_that_wants_credentials_is_named_as_such(status, tmp_path):
+    """A did:web host answering 401/403 is reported as refusing to serve the document (and what to
+    do), and a toolkit signed with it is 'unresolved' — it used to read "signature malformed"."""
+    import http.server
+    import threading
+
+    class Refuse(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+            self.send_response(status)
+            self.send_header("WWW-Authenticate", 'Basic realm="x"')
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *a: object) -> None:
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refuse)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        web = did.did_for_host(f"127.0.0.1:{srv.server_address[1]}")
+        with pytest.raises(Unreachable, match=rf"refused to serve the DID document \(HTTP {status}.*must be public"):
+            did.resolve_web(web, env={}, allow_http_loopback=True)
+    finally:
+        srv.shutdown()
+        srv.server_close()

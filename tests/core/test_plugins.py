@@ -59,7 +59,7 @@ def test_a_raising_hook_is_reported_not_fatal(wb_home):
 
 def test_wrong_record_type_is_an_error(wb_home):
     with pytest.raises(PluginError, match="yielded SourcePrefix from wbcore_exec_shapes; expected ExecShape"):
-        Runtime.open(plugins=[WrongType()], home=wb_home).shapes
+        _ = Runtime.open(plugins=[WrongType()], home=wb_home).shapes
 
 
 def test_unknown_name_lists_known(wb_home):

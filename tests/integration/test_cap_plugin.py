@@ -22,7 +22,7 @@ import pytest
 pytest.importorskip("wasmtime")
 cbor2 = pytest.importorskip("cbor2")
 
-from wbcore_runtime.build import builder
+from wbcore_runtime.build import builder  # noqa: E402  (after importorskip)
 from wbcore_runtime import hookimpl  # noqa: E402
 from wbcore_runtime.contract.errors import CapabilityDenied  # noqa: E402
 from wbcore_runtime.contract.records import Broker  # noqa: E402

@@ -1,16 +1,9 @@
 from __future__ import annotations
 
-import sys
-import textwrap
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from wbcore_runtime import hookimpl
-from wbcore_runtime.plugins import manager as plugins
 from wbcore_runtime.contract.errors import NotFound, PluginError
-from wbcore_runtime.contract.records import Check, ExecShape, SourcePrefix
 from wbcore_runtime.runtime import Runtime
 
 

@@ -140,3 +140,34 @@ def test_build_json_and_which(rt, wbx):
     assert r.exit_code == 2 and "choose one of" in r.stderr
     r = wbx("toolkit", "build", "toolkit-authoring", runtime=rt)
     assert r.exit_code == 2 and "does not build a registered artifact" in r.stderr
+
+
+def test_run_json_reports_the_result_and_its_usage(rt, wbx, tmp_path):
+    """``wbx run --json``: one JSON object (exit code, stdout or stdout_base64, stderr, usage with
+    the tier), or the error's kind and message; the exit code is the same either way."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from wbcore_runtime.cli import fastrun
+
+    assert wbx("toolkit", "build", "b64", runtime=rt).exit_code == 0
+    r = wbx("run", "--json", "--tier", "instance", "b64", "decode", runtime=rt, input=b"AP8=")
+    assert r.exit_code == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["exit_code"] == 0 and out["stdout_base64"] == "AP8=" and "stdout" not in out  # not text: base64
+    assert out["usage"]["tier"] == "instance" and out["usage"]["wall_s"] > 0 and out["usage"]["bytes_out"] == 2
+    r = wbx("run", "--json", "b64", "decode", runtime=rt, input=b"!!")
+    assert r.exit_code == 1 and json.loads(r.stdout)["exit_code"] == 1  # the command's own code passes through
+    r = wbx("run", "--json", "no-such-command", runtime=rt)
+    assert r.exit_code == 127 and json.loads(r.stdout)["error"]["kind"] == "not-found"
+    # the fast path (no Typer) parses it too, in a process of its own
+    assert fastrun.parse(["run", "--json", "upper"]).as_json
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("WB_")}, "WB_HOME": str(tmp_path / "home")}
+    wbx_bin = Path(sys.executable).with_name("wbx")
+    p = subprocess.run([str(wbx_bin), "run", "--json", "upper"], input=b"hi", capture_output=True, env=env,
+                       cwd=tmp_path, timeout=120)
+    assert p.returncode == 0, p.stderr
+    got = json.loads(p.stdout)
+    assert (got["name"], got["stdout"], got["usage"]["tier"]) == ("upper", "HI", "instance")

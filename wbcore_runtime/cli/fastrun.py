@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from wbcore_runtime.contract.errors import InvalidArgs
+from wbcore_runtime.contract.errors import InvalidArgs, WbError
 
 MAX_STDIN = 64 << 20
 
@@ -22,21 +22,23 @@ class RunArgs:
     """A plain ``wbx run``: NAME, the guest's arguments, ``--timeout`` and ``--tier``.
     (A plain class: a NamedTuple's class creation is a measurable part of the start-up.)"""
 
-    __slots__ = ("args", "name", "tier", "timeout", "verbose")
+    __slots__ = ("args", "as_json", "name", "tier", "timeout", "verbose")
 
     def __init__(self, name: str, args: tuple[str, ...], timeout: float | None = None,
-                 tier: str | None = None, verbose: bool = False) -> None:
+                 tier: str | None = None, verbose: bool = False, as_json: bool = False) -> None:
         self.name, self.args, self.timeout, self.tier, self.verbose = name, args, timeout, tier, verbose
+        self.as_json = as_json
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, RunArgs) and (self.name, self.args, self.timeout, self.tier, self.verbose) == (
-            other.name, other.args, other.timeout, other.tier, other.verbose)
+        mine = (self.name, self.args, self.timeout, self.tier, self.verbose, self.as_json)
+        return isinstance(other, RunArgs) and mine == (
+            other.name, other.args, other.timeout, other.tier, other.verbose, other.as_json)
 
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
         return (f"RunArgs(name={self.name!r}, args={self.args!r}, timeout={self.timeout!r}, tier={self.tier!r}, "
-                f"verbose={self.verbose!r})")
+                f"verbose={self.verbose!r}, as_json={self.as_json!r})")
 
 
 def parse(argv: Sequence[str]) -> RunArgs | None:
@@ -57,6 +59,10 @@ def parse(argv: Sequence[str]) -> RunArgs | None:
             opts["-v"] = ""
             i += 1
             continue
+        if word == "--json" and word not in opts:
+            opts[word] = ""
+            i += 1
+            continue
         key, eq, value = word.partition("=")
         if key not in ("--timeout", "--tier") or key in opts:
             return None
@@ -75,7 +81,7 @@ def parse(argv: Sequence[str]) -> RunArgs | None:
             timeout = float(opts["--timeout"])
         except ValueError:
             return None
-    return RunArgs(argv[i], tuple(argv[i + 1:]), timeout, opts.get("--tier"), "-v" in opts)
+    return RunArgs(argv[i], tuple(argv[i + 1:]), timeout, opts.get("--tier"), "-v" in opts, "--json" in opts)
 
 
 def read_stdin(cap: int = MAX_STDIN) -> bytes:
@@ -89,7 +95,7 @@ def read_stdin(cap: int = MAX_STDIN) -> bytes:
 
 
 #: wbx's own ``run`` options: written after NAME they are the program's, and a note says so.
-OWN_OPTIONS = ("--timeout", "--tier")
+OWN_OPTIONS = ("--timeout", "--tier", "--json")
 
 
 def guest_args(args: Sequence[str]) -> tuple[tuple[str, ...], str | None]:
@@ -111,7 +117,54 @@ def guest_args(args: Sequence[str]) -> tuple[tuple[str, ...], str | None]:
 
 
 def run(runtime: Any, req: RunArgs) -> int:
-    """Run the registered command: stdin → stdout/stderr; returns its exit code."""
+    """Run the registered command: stdin → stdout/stderr; returns its exit code. With
+    ``--json``, one JSON object on stdout instead (see :func:`_run_json`)."""
+    if req.as_json:
+        return _run_json(runtime, req)
+    result = _call(runtime, req)
+    for stream, data in ((sys.stdout, result.stdout), (sys.stderr, result.stderr)):
+        raw = getattr(stream, "buffer", None)
+        if raw is not None:
+            stream.flush()
+            raw.write(data)
+            raw.flush()
+        else:
+            stream.write(data.decode("utf-8", "replace"))
+    if req.verbose:
+        print(f"wbx: {req.name}: {result.usage.describe()}", file=sys.stderr, flush=True)
+    return int(result.exit_code)
+
+
+def _text_or_base64(key: str, data: bytes) -> dict[str, str]:
+    try:
+        return {key: data.decode("utf-8")}
+    except UnicodeDecodeError:
+        import base64  # only for output that is not text
+
+        return {f"{key}_base64": base64.b64encode(data).decode("ascii")}
+
+
+def _run_json(runtime: Any, req: RunArgs) -> int:
+    """``wbx run --json``: ``{"name", "exit_code", "stdout"|"stdout_base64", "stderr"|…, "usage"}``
+    (usage: wall time, peak memory, bytes out, fuel, tier, isolation), or
+    ``{"name", "exit_code", "error": {"kind", "message"}}`` when the call could not run; the
+    process exits with the same code either way."""
+    import json  # only for --json: the plain path stays light
+
+    try:
+        result = _call(runtime, req)
+    except WbError as exc:
+        out: dict[str, Any] = {"name": req.name, "exit_code": exc.exit_code,
+                               "error": {"kind": exc.name, "message": exc.message}}
+    else:
+        out = {"name": req.name, "exit_code": int(result.exit_code), **_text_or_base64("stdout", result.stdout),
+               **_text_or_base64("stderr", result.stderr), "usage": result.usage.as_dict()}
+    sys.stdout.write(json.dumps(out) + "\n")
+    sys.stdout.flush()
+    return int(out["exit_code"])
+
+
+def _call(runtime: Any, req: RunArgs) -> Any:
     from wbcore_runtime.store import runcache
 
     args, note = guest_args(req.args)
@@ -130,15 +183,4 @@ def run(runtime: Any, req: RunArgs) -> int:
             gen = dispatch.resolved_generation(runtime, "command", req.name)
             if gen is not None:
                 runcache.remember(runtime, resolved, gen)
-    result = dispatch.call_resolved(runtime, resolved, args, read_stdin(), timeout=req.timeout)
-    for stream, data in ((sys.stdout, result.stdout), (sys.stderr, result.stderr)):
-        raw = getattr(stream, "buffer", None)
-        if raw is not None:
-            stream.flush()
-            raw.write(data)
-            raw.flush()
-        else:
-            stream.write(data.decode("utf-8", "replace"))
-    if req.verbose:
-        print(f"wbx: {req.name}: {result.usage.describe()}", file=sys.stderr, flush=True)
-    return int(result.exit_code)
+    return dispatch.call_resolved(runtime, resolved, args, read_stdin(), timeout=req.timeout)

@@ -27,10 +27,14 @@ second), else on h11:
 
 from __future__ import annotations
 
+import errno
 import resource
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from wbcore_runtime.contract.errors import InvalidArgs
 
 KiB = 1 << 10
 
@@ -234,3 +238,29 @@ class StreamGate:
                 self.per_client[who] = left
             else:
                 self.per_client.pop(who, None)
+
+
+def listen(host: str, port: int, *, what: str, option: str = "--port") -> socket.socket:
+    """The server's socket, bound before anything says "serving": a busy or refused address is
+    an error that names it and what to do (exit 2), never a banner followed by uvicorn's exit 3.
+    Hand it to ``uvicorn.Server.run(sockets=[sock])``, which listens on it with the config's backlog."""
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    family = socket.AF_INET6 if ":" in bare else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        # as uvicorn binds: a port in TIME_WAIT after a restart is not "busy"
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((bare, port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise InvalidArgs(f"{what}: port {port} on {host} is already in use; stop what listens there, "
+                              f"or choose another port with {option}") from None
+        if exc.errno == errno.EACCES:
+            raise InvalidArgs(f"{what}: not allowed to listen on port {port} (ports below 1024 need privileges); "
+                              f"choose another with {option}") from None
+        raise InvalidArgs(f"{what}: cannot listen on {host}:{port} ({exc.strerror or exc}); "
+                          f"check the address given with --host, or choose another port with {option}") from None
+    sock.set_inheritable(True)
+    return sock
+

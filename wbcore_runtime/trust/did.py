@@ -22,7 +22,7 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 from wbcore_runtime.trust import identity as _identity
-from wbcore_runtime.contract.errors import InvalidArgs, WbError
+from wbcore_runtime.contract.errors import InvalidArgs, Unreachable, WbError
 
 DID_WEB_PREFIX = "did:web:"
 ENV_HTTP_LOOPBACK = "WB_DID_WEB_HTTP_LOOPBACK"
@@ -173,6 +173,16 @@ def resolve_web(
         body, _ = _fetch.get_bytes(url, guard=guard, limits=limits, env=env,
                                    headers={"Accept": "application/did+json, application/json"})
     except WbError as exc:
+        refused = re.search(r"answered HTTP (401|403)\b", exc.message)
+        if refused:
+            # the host is there and said no: not a malformed identity, and fixable by whoever runs it
+            raise Unreachable(
+                f"{url} refused to serve the DID document (HTTP {refused.group(1)}: it wants credentials); "
+                f"a did:web document must be public — serve it without authentication, or sign with a did:key"
+            ) from None
+        if isinstance(exc, InvalidArgs):
+            # the fetch could not get a document (a status, a cap, the SSRF guard): unresolved, not malformed
+            raise Unreachable(f"{exc.message} (resolving {did} from {url})") from None
         raise type(exc)(f"{exc.message} (resolving {did} from {url})") from None
     try:
         doc = json.loads(bytes(body).decode("utf-8"))

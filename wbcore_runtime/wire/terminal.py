@@ -352,7 +352,17 @@ def _fork_pty(program: str, args: list[str], env: dict[str, str], size: tuple[in
     import pty
     import resource
 
-    pid, fd = pty.fork()
+    # The close signal (SIGHUP) must not be lost in the window after fork: a child of an agent
+    # that ignores SIGHUP (nohup) inherits SIG_IGN until it resets it below, and a PtyClose
+    # arriving then was discarded, so the shell outlived it. Blocked around the fork, the signal
+    # stays pending in the child (Linux never discards a blocked signal) and is delivered when
+    # the child unblocks, after its dispositions are back to default.
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, CHILD_DEFAULT_SIGNALS)
+    try:
+        pid, fd = pty.fork()
+    except BaseException:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+        raise
     if pid == 0:  # the child: only async-signal-safe-ish work, then exec or _exit
         try:
             _set_size(0, size)
@@ -375,6 +385,7 @@ def _fork_pty(program: str, args: list[str], env: dict[str, str], size: tuple[in
         except BaseException as exc:  # noqa: BLE001 - the child must never return into the agent
             os.write(2, f"wbcore-agent: cannot start {program}: {exc}\r\n".encode())
         os._exit(127)
+    signal.pthread_sigmask(signal.SIG_SETMASK, before)  # the parent (this agent) as it was
     fcntl.fcntl(fd, fcntl.F_SETFD, fcntl.FD_CLOEXEC)
     os.set_blocking(fd, False)
     return pid, fd

@@ -126,7 +126,7 @@ def test_a_calls_own_vfs_database_goes_with_its_context_and_named_ones_stay(rt):
 
     d = rt.dock
     root = rt.home / "vfs"
-    for i in range(100):  # 100 calls, each with its own instance (what a tier makes per guest)
+    for _ in range(100):  # 100 calls, each with its own instance (what a tier makes per guest)
         c = ctx(rt)
         assert c.instance.startswith("call-")
         d.call(c, "vfs", "write", {"path": "f", "data": b"x" * 100})

@@ -315,6 +315,8 @@ def test_push_shows_the_dry_run_diff_before_landing(tmp_path, served):
 
 
 def test_a_pipeline_runs_stages_timings_and_failure_are_shown(served):
+    # the console only reads run folders; making a real run needs the plugin that runs pipelines
+    pytest.importorskip("wbcore_fabric_local", reason="pipelines are served by wbcore-fabric-local")
     from wbcore_fabric_local.pipeline import Pipeline
 
     eng, _, _ = served

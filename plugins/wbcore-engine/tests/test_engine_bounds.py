@@ -233,3 +233,27 @@ def test_headers_past_the_cap_are_refused(make_runtime, serve_engine, protocol):
         s.close()
     r = httpx.get(eng.url + "/v1/toolkits", headers={**eng.auth, "x-fine": "f" * 8000}, timeout=5)
     assert r.status_code == 200  # headers under the cap pass
+
+
+def test_a_busy_port_is_refused_before_any_banner(tmp_path) -> None:
+    """`wbx engine serve` on a port something already listens on says so and exits 2; it never
+    prints "serving on" first (it used to, then uvicorn exited 3)."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    port = busy.getsockname()[1]
+    try:
+        wbx = Path(sys.executable).with_name("wbx")
+        r = subprocess.run([str(wbx), "engine", "serve", "--port", str(port)], capture_output=True, text=True,
+                           timeout=120, env={**os.environ, "WB_HOME": str(tmp_path / "home")})
+    finally:
+        busy.close()
+    assert r.returncode == 2, r.stderr
+    assert f"port {port} on 127.0.0.1 is already in use" in r.stderr and "--port" in r.stderr
+    assert "serving on" not in r.stderr + r.stdout

@@ -42,6 +42,7 @@ def serve(runtime: Any, *, host: str = "127.0.0.1", port: int = 8766, token: str
 
     made = not token
     token = httpguard.check_token(token or secrets.token_urlsafe(32), option=f"--token / {TOKEN_ENV}")
+    sock = httpserve.listen(host, port, what="wbx engine serve")  # a busy port fails here, before any banner
     limits = _app.EngineLimits()
     asgi = _app.build(runtime, token=token, bind=host, allow_hosts=allow_hosts, limits=limits)
     # every connection-level bound (docs/engine.md "Bounds"): a whole request within its deadline,
@@ -65,4 +66,4 @@ def serve(runtime: Any, *, host: str = "127.0.0.1", port: int = 8766, token: str
             ready.set()
 
         uv.startup = startup  # type: ignore[method-assign]
-    uv.run()
+    uv.run(sockets=[sock])

@@ -155,7 +155,7 @@ def test_mcp_over_streamable_http(served: dict[str, str]) -> None:
                 break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(f"server did not start: {proc.stderr.read().decode()[-2000:]}")
+                    raise AssertionError(f"server did not start: {proc.stderr.read().decode()[-2000:]}") from None
                 time.sleep(0.1)
 
         async def main() -> None:

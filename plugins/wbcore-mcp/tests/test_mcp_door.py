@@ -199,7 +199,7 @@ def http_server(toolkit_root: Path, wb_home: Path) -> Any:
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
                 proc.kill()
-                raise AssertionError(f"server did not start: {proc.stderr.read().decode()[-2000:]}")
+                raise AssertionError(f"server did not start: {proc.stderr.read().decode()[-2000:]}") from None
             time.sleep(0.1)
     yield port
     proc.terminate()
@@ -541,7 +541,7 @@ def test_http_bound_to_another_loopback_address_accepts_its_own_host(toolkit_roo
                 break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(f"server did not start: {proc.stderr.read().decode()[-2000:]}")
+                    raise AssertionError(f"server did not start: {proc.stderr.read().decode()[-2000:]}") from None
                 time.sleep(0.1)
         auth = {**ACCEPT, "authorization": f"Bearer {TOKEN}"}
         with httpx.Client(timeout=30) as c:
@@ -555,3 +555,27 @@ def test_http_bound_to_another_loopback_address_accepts_its_own_host(toolkit_roo
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+def test_a_busy_port_is_refused_before_any_banner(tmp_path) -> None:
+    """`wbx mcp serve --http` on a busy port says so and exits 2 before printing "serving" or
+    building anything (it used to print the banner, then uvicorn exited 3)."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    port = busy.getsockname()[1]
+    try:
+        wbx = Path(sys.executable).with_name("wbx")
+        r = subprocess.run([str(wbx), "mcp", "serve", "--http", "--port", str(port)], capture_output=True, text=True,
+                           timeout=120, env={**os.environ, "WB_HOME": str(tmp_path / "home")})
+    finally:
+        busy.close()
+    assert r.returncode == 2, r.stderr
+    assert f"port {port} on 127.0.0.1 is already in use" in r.stderr and "--port" in r.stderr
+    assert "serving" not in r.stderr + r.stdout

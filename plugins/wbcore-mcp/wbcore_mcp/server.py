@@ -561,6 +561,7 @@ def serve_http(runtime: Runtime, *, host: str = "127.0.0.1", port: int = 8765, p
     from wbcore_runtime.guard import httpserve
 
     token = http_guard.check_token(token)
+    sock = httpserve.listen(host, port, what="wbx mcp serve")  # a busy port fails here, before any banner or build
     limits = httpserve.ServerLimits()
     server = build_server(runtime, warm=True, **kw)
     app = http_app(server, host=host, path=path, token=token, allow_hosts=allow_hosts, lean=lean, limits=limits)
@@ -583,4 +584,4 @@ def serve_http(runtime: Runtime, *, host: str = "127.0.0.1", port: int = 8765, p
             ready.set()
 
         uv.startup = startup  # type: ignore[method-assign]
-    uv.run()
+    uv.run(sockets=[sock])

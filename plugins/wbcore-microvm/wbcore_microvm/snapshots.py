@@ -53,6 +53,7 @@ from wbcore_microvm import tiers
 from wbcore_microvm import vm as _vm
 from wbcore_runtime.wire import frames
 from wbcore_runtime.contract.calls import LimitExceeded
+from wbcore_runtime.contract.canonical import canonical_json
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound, Timeout
 
 #: The store's size budget when ``WB_SNAPSHOT_BUDGET`` is unset.
@@ -92,7 +93,7 @@ def check_name(name: str) -> str:
 
 def layer_key(parent_key: str, steps: list[dict[str, Any]]) -> str:
     """A layer's cache identity: its parent's key and its steps (a put by its content's digest)."""
-    return hashlib.sha256(json.dumps([parent_key, steps], sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    return hashlib.sha256(canonical_json([parent_key, steps])).hexdigest()
 
 
 def base_key(snap: tiers.Snapshot) -> str:

@@ -52,6 +52,7 @@ def test_pipeline_stage_agent_step_call_and_broker_spans_reach_an_otlp_receiver(
     pytest.importorskip("wbcore_wasmtime")
     from wbcore_runtime.contract.calls import Principal
     from wbcore_runtime.contract.errors import CapabilityDenied
+    pytest.importorskip("wbcore_fabric_local", reason="pipelines are served by wbcore-fabric-local")
     from wbcore_fabric_local.pipeline import Box, Pipeline
 
     rt = make_runtime(plugins=["otel", "wasmtime"], env={"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
@@ -152,6 +153,7 @@ class ShoutShape:
 def test_pipeline_to_broker_chain_with_only_the_core_and_wb_otel(make_runtime, receiver):
     """pipeline → stage → call → broker decision, end to end, with no engine plugin: the
     call runs through dispatch on an in-process test shape."""
+    pytest.importorskip("wbcore_fabric_local", reason="pipelines are served by wbcore-fabric-local")
     from wbcore_fabric_local.pipeline import Box, Pipeline
     from wbcore_runtime.store.registry import Entry
 

@@ -207,11 +207,11 @@ time.sleep(120)
 
 
 def _spawn_evil(script: Path, reply: tuple[str, ...]):
-    from wbcore_process.sandbox import Bind, Limits, Sandbox, system_binds
+    from wbcore_process.sandbox import Bind, SandboxLimits, Sandbox, system_binds
 
     base = Path(sys.base_prefix).resolve()
     binds = system_binds() + [Bind(base, str(base)), Bind(script, "/wb/evil.py"), Bind(pool_mod.FRAMES, "/wb/lib/frames.py")]
-    limits = Limits(cpu_seconds=30, address_space=4 << 30, file_size=1 << 20, open_files=64, processes=8,
+    limits = SandboxLimits(cpu_seconds=30, address_space=4 << 30, file_size=1 << 20, open_files=64, processes=8,
                     tmp_bytes=1 << 20, out_bytes=1 << 20, out_files=4)
     secret = F.new_secret()
     box = Sandbox().spawn([str(pool_mod._python()), "-I", "-S", "/wb/evil.py", *reply], binds=binds,

@@ -21,7 +21,7 @@ from wbcore_runtime.contract.calls import CommandRequest, GuestTrap, LimitExceed
 from wbcore_runtime.contract.errors import CapabilityDenied, Internal, InvalidArgs, Timeout  # noqa: E402
 from wbcore_runtime.trust.policy import profile  # noqa: E402
 
-from wbcore_testing import conformance
+from wbcore_testing import conformance  # noqa: E402
 from wbcore_runtime.wire import frames  # noqa: E402
 from wbcore_testing.conformance import (  # noqa: E402
     ARGS_WAT, BOMB_WAT, ECHO_WAT, FD_WRITE, FLOOD_WAT, PREOPEN_WAT, SPIN_WAT, STDERR_WAT, TRAP_WAT, cbor_data,
@@ -601,7 +601,7 @@ def test_worker_scratch_folders_are_removed_and_a_dead_owners_swept(rt, tmp_path
         assert dead.exists()
         for i in range(100):
             req = request(rt, SPIN_WAT if i % 25 == 0 else ECHO_WAT, stdin=b"x", timeout_s=0.3)
-            conformance.outcome(lambda: tier.call(req))
+            conformance.outcome(lambda req=req: tier.call(req))
             if i == 0:
                 assert not dead.exists() and mine.exists()  # swept when the pool started
         live = [p for p in tmp_path.iterdir() if p.name.startswith(f"wb-spawn-{leftovers.owner_tag()}")]

@@ -76,14 +76,14 @@ def special(name: str, kind: bytes, linkname: str = "") -> tarfile.TarInfo:
     return info
 
 
-def test_wasm_source_is_fetched_and_checked(rt, server: Server, tmp_path: Path) -> None:
+def test_wasm_source_is_fetched_and_checked(rt, server: FileServer, tmp_path: Path) -> None:
     server.files["/m.wasm"] = WASM
     res = resolve(rt, tmp_path, f"wasm:{server.url}/m.wasm", SHA256=sha(WASM))
     assert res.artifact is not None and res.artifact.read_bytes() == WASM
     assert res.digest == sha(WASM)
 
 
-def test_wrong_sha256_never_reaches_the_lane(rt, server: Server, tmp_path: Path) -> None:
+def test_wrong_sha256_never_reaches_the_lane(rt, server: FileServer, tmp_path: Path) -> None:
     server.files["/m.wasm"] = WASM
     with pytest.raises(WbError, match="sha256 mismatch") as info:
         resolve(rt, tmp_path, f"wasm:{server.url}/m.wasm", SHA256="0" * 64)
@@ -91,14 +91,14 @@ def test_wrong_sha256_never_reaches_the_lane(rt, server: Server, tmp_path: Path)
     assert not any(p.is_file() for p in (tmp_path / "work").rglob("*"))
 
 
-def test_fetched_source_without_sha256_is_refused_before_fetching(rt, server: Server, tmp_path: Path) -> None:
+def test_fetched_source_without_sha256_is_refused_before_fetching(rt, server: FileServer, tmp_path: Path) -> None:
     server.files["/m.wasm"] = WASM
     with pytest.raises(InvalidArgs, match="needs #\\+SHA256"):
         resolve(rt, tmp_path, f"wasm:{server.url}/m.wasm")
     assert server.hits == []
 
 
-def test_download_size_cap(make_runtime, server: Server, tmp_path: Path) -> None:
+def test_download_size_cap(make_runtime, server: FileServer, tmp_path: Path) -> None:
     rt = make_runtime(env={"WB_ALLOW_PRIVATE_SOURCES": "1", "WB_SOURCE_MAX_BYTES": "1000"})
     body = WASM + b"\0" * 5000
     server.files["/big.wasm"] = body
@@ -106,7 +106,7 @@ def test_download_size_cap(make_runtime, server: Server, tmp_path: Path) -> None
         resolve(rt, tmp_path, f"wasm:{server.url}/big.wasm", SHA256=sha(body))
 
 
-def test_private_addresses_are_refused_by_default(make_runtime, server: Server, tmp_path: Path) -> None:
+def test_private_addresses_are_refused_by_default(make_runtime, server: FileServer, tmp_path: Path) -> None:
     rt = make_runtime(env={})
     server.files["/m.wasm"] = WASM
     with pytest.raises(CapabilityDenied, match="SSRF"):
@@ -114,7 +114,7 @@ def test_private_addresses_are_refused_by_default(make_runtime, server: Server, 
     assert server.hits == []
 
 
-def test_redirects_are_rechecked(make_runtime, server: Server, tmp_path: Path) -> None:
+def test_redirects_are_rechecked(make_runtime, server: FileServer, tmp_path: Path) -> None:
     from wbcore_runtime.guard import fetch
     from wbcore_runtime.guard.netguard import NetGuard
 
@@ -126,7 +126,7 @@ def test_redirects_are_rechecked(make_runtime, server: Server, tmp_path: Path) -
     assert not (tmp_path / "x").exists() and not (tmp_path / ".x.part").exists()
 
 
-def test_private_hosts_allowlist(make_runtime, server: Server, tmp_path: Path) -> None:
+def test_private_hosts_allowlist(make_runtime, server: FileServer, tmp_path: Path) -> None:
     server.files["/m.wasm"] = WASM
     rt = make_runtime(env={"WB_ALLOW_PRIVATE_HOSTS": "10.0.0.0/8 127.0.0.1"})
     assert resolve(rt, tmp_path, f"wasm:{server.url}/m.wasm", SHA256=sha(WASM)).artifact.read_bytes() == WASM
@@ -164,7 +164,7 @@ def test_local_sources_relative_and_file_urls(rt, tmp_path: Path) -> None:
         resolve(rt, tmp_path, "wasm:ftp://example.com/x.wasm", SHA256=sha(WASM))
 
 
-def test_archive_bundle_with_wasm_path_and_preopen(rt, server: Server, tmp_path: Path) -> None:
+def test_archive_bundle_with_wasm_path_and_preopen(rt, server: FileServer, tmp_path: Path) -> None:
     body = tar_bytes([(file_info("bin/tool.wasm"), WASM), (file_info("data/words.txt"), b"a b c"),
                       (file_info("README"), b"hi")])
     server.files["/b.tgz"] = body
@@ -174,7 +174,7 @@ def test_archive_bundle_with_wasm_path_and_preopen(rt, server: Server, tmp_path:
     assert (res.preopen / "words.txt").read_text() == "a b c"
 
 
-def test_zip_archive_with_a_single_module(rt, server: Server, tmp_path: Path) -> None:
+def test_zip_archive_with_a_single_module(rt, server: FileServer, tmp_path: Path) -> None:
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as zf:
         zf.writestr("x/tool.wasm", WASM)
@@ -189,7 +189,7 @@ def test_zip_archive_with_a_single_module(rt, server: Server, tmp_path: Path) ->
     (b"(module)", "WebAssembly text"),
     (b"\0asm\x02\x00\x00\x00", "unsupported version"),
 ])
-def test_a_payload_that_is_not_webassembly_is_refused_at_build(rt, server: Server, tmp_path: Path,
+def test_a_payload_that_is_not_webassembly_is_refused_at_build(rt, server: FileServer, tmp_path: Path,
                                                                  payload: bytes, match: str) -> None:
     """``archive:`` (found or named by #+WASM_PATH) and ``wasm:`` hand over only WebAssembly:
     a shell script named tool.wasm stops the build, not its first call."""
@@ -215,7 +215,7 @@ def test_a_payload_that_is_not_webassembly_is_refused_at_build(rt, server: Serve
         ([(special("dev", tarfile.CHRTYPE), None)], "device"),
     ],
 )
-def test_hostile_archives_are_refused(rt, server: Server, tmp_path: Path, members, match) -> None:
+def test_hostile_archives_are_refused(rt, server: FileServer, tmp_path: Path, members, match) -> None:
     body = tar_bytes(members)
     server.files["/h.tgz"] = body
     with pytest.raises(InvalidArgs, match=match):

@@ -274,7 +274,6 @@ def test_a_command_run_from_inside_a_command_keeps_both_outputs(make_runtime, ma
     from wbcore_runtime.build import builder
     from wbcore_runtime import hookimpl
     from wbcore_runtime.contract.records import Broker
-    from wbcore_runtime.store.registry import Entry
 
     inner: list[bytes] = []
 

@@ -16,7 +16,7 @@ from wbcore_runtime.contract.errors import CapabilityDenied
 
 wasmtime = pytest.importorskip("wasmtime")
 
-from wbcore_wasmtime import component as comp
+from wbcore_wasmtime import component as comp  # noqa: E402  (after importorskip)
 
 TIME_WASM = Path(__file__).resolve().parents[3] / "tests" / "data" / "act" / "time.wasm"
 PROVIDER = "act:tools/tool-provider@0.1.0"
