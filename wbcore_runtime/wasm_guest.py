@@ -182,7 +182,6 @@ def _watch_cancel(store: Any, cancel: Any, deadline: float) -> int:
             kind[0] = 0  # continue
             return 0
 
-        # (callback, finalizer): a NULL finalizer, the data being a plain id.
         _callback = (on_tick, ctypes.cast(ctypes.c_void_p(), ctypes.CFUNCTYPE(None, ctypes.c_void_p)))
     cid = next(_cancel_ids)
     _cancels[cid] = (cancel, deadline, [])

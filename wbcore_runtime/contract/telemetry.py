@@ -92,10 +92,9 @@ def open_tracer(runtime: Runtime) -> Tracer | None:
     # implementations, in pluggy's order, without importing every plugin to find them.
     until = getattr(runtime, "index_until_loaded", None)
     index = until() if until is not None else None
-    tracer: Tracer | None  # what a plugin's wbcore_tracer returns (pluggy's calls are untyped)
     try:
-        if index is not None:
-            tracer = index.call_first("wbcore_tracer", runtime=runtime)
+        if index is not None:  # pluggy's calls are untyped: the tracer is what wbcore_tracer returns
+            tracer: Tracer | None = index.call_first("wbcore_tracer", runtime=runtime)
         else:
             tracer = runtime.pm.hook.wbcore_tracer(runtime=runtime)
     except Exception as exc:  # noqa: BLE001 - a broken exporter must not take the runtime down

@@ -40,8 +40,7 @@ from itertools import accumulate, chain, count, islice, repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
 
-from wbcore_runtime.contract.calls import CallRecord, CallResult, CommandRequest, Principal, Usage
-from wbcore_runtime.contract.kernel_calls import KernelRequest
+from wbcore_runtime.contract.calls import CallRecord, CallResult, CommandRequest, KernelRequest, Principal, Usage
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound, Timeout, WbError, of_kind, unknown_name
 
 if TYPE_CHECKING:

@@ -309,10 +309,6 @@ def rescan() -> None:
     _scanned_dists.clear()
 
 
-def _installed_names() -> list[str]:
-    return sorted({name for name, *_ in entry_points()})
-
-
 class RecordRegistry(Generic[T]):
     """The records of one kind, by name, with the plugin that provided each.
 

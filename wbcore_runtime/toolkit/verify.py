@@ -85,8 +85,7 @@ def artifact_checks(toolkit: Toolkit, runtime: Runtime) -> list[Check]:
     if entries:
         for refusal in buildable.refusals(runtime, m):
             lane_missing = isinstance(refusal, buildable.LaneUnavailable)
-            out.append(Check(lane_missing, "build", f"a rebuild would be refused: {refusal.message}",
-                             warning=lane_missing))
+            out.append(Check(lane_missing, "build", f"a rebuild would be refused: {refusal.message}", warning=lane_missing))
     return out
 
 
