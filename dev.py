@@ -8,6 +8,7 @@
     python3 dev.py test -k x        # set up, then one pass over every suite; the arguments go to pytest
     python3 dev.py test --quick -k x
     python3 dev.py setup            # set up only
+    python3 dev.py lint             # set up, then the lint stage alone (ruff, then mypy)
     python3 dev.py isolated         # tests/core with only the core, then each plugin installed alone with it
     python3 dev.py bench            # the benchmarks in bench/
 
@@ -381,6 +382,20 @@ def closing(totals: dict[str, int]) -> None:
     print(f"{totals['passed']} passed, {totals['failed']} failed, {totals['skipped']} skipped", flush=True)
 
 
+def lint(env: Path = VENV) -> int:
+    """The lint stage, first in a test run: ``ruff check`` over the core, every plugin, the
+    tests, the benchmarks and this file ([tool.ruff.lint]), then ``mypy`` over the core and
+    every plugin's import package ([tool.mypy]; the contract modules strict). Both run even
+    when the first fails; the worst exit wins."""
+    print("dev: === lint: ruff (pyproject.toml [tool.ruff.lint])", flush=True)
+    worst = run([_bin(env, "ruff"), "check", "wbcore_runtime", "plugins", "tests", "bench", "dev.py"], cwd=ROOT)
+    print("dev: === lint: mypy (pyproject.toml [tool.mypy])", flush=True)
+    code = run([_bin(env, "mypy")], cwd=ROOT)
+    if worst or code:
+        print("dev: lint failed: " + ", ".join(n for n, c in (("ruff", worst), ("mypy", code)) if c), flush=True)
+    return worst or code
+
+
 def setup(env: Path = VENV) -> None:
     """What `demo` and `test` need before they run: system packages, the environment, the caches."""
     system_packages()
@@ -412,12 +427,6 @@ def isolated(rest: list[str], totals: dict[str, int]) -> int:
         code = run_suites(env, [plugin / "tests"], ["-p", "no:cacheprovider", *rest], totals)
         worst = worst or code  # every plugin's suite runs, whatever failed before it
     return worst
-
-
-def lint() -> int:
-    """ruff over the core, every plugin, the tests, the benchmarks and this file (rules in
-    pyproject.toml's [tool.ruff.lint]); its exit code."""
-    return run([_bin(VENV, "ruff"), "check", "wbcore_runtime", "plugins", "tests", "bench", "dev.py"], cwd=ROOT)
 
 
 def test(argv: list[str]) -> int:
@@ -470,6 +479,9 @@ def main(argv: list[str]) -> int:
     if what == "setup":
         setup()
         return 0
+    if what == "lint":
+        setup()
+        return lint(VENV)
     if what == "demo":
         setup()
         return run([_bin(VENV, "wbx"), "demo", *rest], cwd=ROOT)
@@ -483,7 +495,7 @@ def main(argv: list[str]) -> int:
     if what == "bench":
         ensure_venv()
         return run([_bin(VENV, "python"), str(ROOT / "bench" / "run.py"), *rest], cwd=ROOT)
-    print(f"dev: unknown command {what!r}; the commands are setup, demo, test, isolated, bench")
+    print(f"dev: unknown command {what!r}; the commands are setup, demo, test, lint, isolated, bench")
     print(__doc__)
     return 2
 

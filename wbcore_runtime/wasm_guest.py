@@ -182,7 +182,7 @@ def _watch_cancel(store: Any, cancel: Any, deadline: float) -> int:
             kind[0] = 0  # continue
             return 0
 
-        _callback = (on_tick, ctypes.cast(None, ctypes.CFUNCTYPE(None, ctypes.c_void_p)))
+        _callback = (on_tick, ctypes.cast(ctypes.c_void_p(), ctypes.CFUNCTYPE(None, ctypes.c_void_p)))
     cid = next(_cancel_ids)
     _cancels[cid] = (cancel, deadline, [])
     B._wasmtime_store_epoch_deadline_callback(store.ptr(), _callback[0], cid, _callback[1])

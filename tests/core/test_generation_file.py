@@ -95,3 +95,16 @@ def test_kv_reader_serves_no_stale_value_after_counter_replaced(tmp_path: Path) 
     proc = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 0, (proc.returncode, proc.stderr)
+
+
+def test_bump_returns_the_new_value(tmp_path: Path) -> None:
+    """``bump`` answers the value it wrote, on a fresh counter and on every later bump (the
+    answer once sat in the branch that trims an overlong file, so a normal bump gave None)."""
+    from wbcore_runtime.store.generation import Generation
+
+    gen = Generation(tmp_path, "changes")
+    first = gen.bump()
+    assert isinstance(first, int)
+    second = gen.bump()
+    assert second == first + 1
+    assert Generation(tmp_path, "changes").value() >= second

@@ -65,7 +65,7 @@ ACT_FUNCTIONS = ("list-tools", "call-tool")
 READ_ONLY_CAPS = frozenset({"browse", "llm"})
 ARG_RE = re.compile(r"^[ \t]*#\+ARG:[ \t]*([A-Za-z][A-Za-z0-9_-]*)(?::(string|integer|number|boolean))?(!)?[ \t]*(.*)$", re.M)
 FLAGS_RE = re.compile(r"^[ \t]*#\+FLAGS:[ \t]*(.*)$", re.M)
-ARG_TYPES = {"string": str, "integer": int, "number": (int, float), "boolean": bool}
+ARG_TYPES: dict[str, type | tuple[type, ...]] = {"string": str, "integer": int, "number": (int, float), "boolean": bool}
 MAX_STDIN = 64 << 20
 
 
@@ -506,7 +506,7 @@ class ToolkitProvider:
         except WbError as exc:
             if not hasattr(exc, "detail"):
                 raise
-            detail = exc.detail  # type: ignore[attr-defined]
+            detail = exc.detail
             part = ContentPart(json.dumps({"err": detail}).encode(), "application/json")
             return CallOutcome([Content(part), Error(ToolError(
                 ToolErrorKind.OTHER, LocalizedString(plain=exc.message), other="wb:result-err"))], structured={"err": detail})

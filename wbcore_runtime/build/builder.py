@@ -188,7 +188,7 @@ def register_artifact(runtime: Runtime, ident: str, sha256: str, kind: str | Non
     tk = runtime.toolkit(ident)
     m = tk.manifest
     kind = kind or KINDS.get(m.exec or "")
-    if kind not in KINDS.values():
+    if kind is None or kind not in KINDS.values():
         raise InvalidArgs(f"{m.id}: #+EXEC {m.exec or '(none)'} does not register an artifact")
     runtime.artifacts.verify(sha256)
     trust.check_digest(m, sha256)
@@ -293,7 +293,7 @@ def build(runtime: Runtime, ident: str, which: str | None = None, *, progress: P
     tk = runtime.toolkit(ident)
     m = tk.manifest
     if m.exec == "posix" and which in (None, "command"):
-        entry, owner = register_posix(runtime, tk, replace_command=replace_command)
+        entry, _owner = register_posix(runtime, tk, replace_command=replace_command)
         logs = runtime.home / "build" / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         log_path = logs / f"{m.id}.log"
@@ -304,7 +304,7 @@ def build(runtime: Runtime, ident: str, which: str | None = None, *, progress: P
                            cached=False, seconds=time.perf_counter() - t0, log_path=log_path, entry=entry,
                            notes=("posix: nothing compiled; the CLI is resolved inside the container root",))
     kind = which or KINDS.get(m.exec or "")
-    if kind not in KINDS.values():
+    if kind is None or kind not in KINDS.values():
         if which:
             raise InvalidArgs(f"build target {which!r}: choose one of {', '.join(sorted(set(KINDS.values())))}")
         raise InvalidArgs(f"{m.id}: #+EXEC {m.exec or '(none)'} does not build a registered artifact; "

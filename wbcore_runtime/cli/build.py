@@ -15,7 +15,6 @@ from wbcore_runtime.cli.output import emit_json
 if TYPE_CHECKING:
     from wbcore_runtime.runtime import Runtime
 
-STAGES = ("resolve", "fetch", "cache", "compile", "store", "register")
 #: On a TTY, the current phase is re-printed with its elapsed time this often while a
 #: step runs long (a first zig/go build compiles for minutes without a line of its own).
 TICK_S = 4.0

@@ -130,7 +130,7 @@ def _open_to(runtime: Runtime, site: object) -> None:
 
     host = "127.0.0.1"
     for name in (ENV_GUEST_PRIVATE_HOSTS, ENV_PRIVATE_HOSTS):
-        runtime.env[name] = " ".join(dict.fromkeys([*runtime.env.get(name, "").split(), host]))  # type: ignore[index]
+        runtime.env[name] = " ".join(dict.fromkeys([*runtime.env.get(name, "").split(), host]))
     typer.echo(f"\n== a local web site for the network toolkits: {site.url} (in this process; no internet needed)")  # type: ignore[attr-defined]
     typer.echo(f"  deployer settings, for this demo only: {ENV_GUEST_PRIVATE_HOSTS}={host} (a guest's net cap may "
                f"reach it; #+ALLOWED_HOSTS still narrows), {ENV_PRIVATE_HOSTS}={host} (the federation source)")
@@ -338,8 +338,9 @@ def mcp_session(runtime: Runtime, *, timeout: float = 120.0) -> int:
                 typer.echo(f"  resources/list → {len(resources)} skills (skill://<toolkit>/<slug>)")
                 uri = "skill://b64/SKILL.md"
                 if any(str(r.uri) == uri for r in resources):
-                    read = await client.read_resource(uri)
-                    first = next((ln for ln in read.contents[0].text.splitlines() if ln.startswith("description:")), "")
+                    got = await client.read_resource(uri)
+                    text = getattr(got.contents[0], "text", "")  # a skill is text; a blob has none
+                    first = next((ln for ln in text.splitlines() if ln.startswith("description:")), "")
                     typer.echo(f"  resources/read {uri} → {first[:110]}")
 
     try:

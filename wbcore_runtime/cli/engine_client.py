@@ -107,7 +107,7 @@ def events(base: str, path: str, *, token: str | None, wait: float = 3600.0,
     except urllib.error.URLError as exc:
         raise NotFound(f"engine {base}: cannot connect ({exc.reason})") from None
     with resp:
-        event, data = "message", []
+        event, data = "message", list[str]()
         while time.monotonic() < deadline:
             line = resp.readline(MAX_EVENT + 1)
             if not line:

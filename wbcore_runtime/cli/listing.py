@@ -119,9 +119,9 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
             return
         reg = runtime.tiers
         rows = []
-        for tier in sorted(reg, key=lambda t: t.rung):
-            avail = tier.available()
-            rows.append({"name": tier.name, "rung": tier.rung, "summary": tier.summary, "available": avail.ok,
+        for t in sorted(reg, key=lambda t: t.rung):
+            avail = t.available()
+            rows.append({"name": t.name, "rung": t.rung, "summary": t.summary, "available": avail.ok,
                          "reason": avail.reason,
                          # an available tier says with what (the container's backend, the microvm's accelerator)
                          "state": (f"available: {avail.reason}" if avail.reason else "available") if avail.ok

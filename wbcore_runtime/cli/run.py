@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import struct
 import sys
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, BinaryIO
 
 import typer
@@ -27,7 +28,7 @@ MAX_FRAME = 64 << 20
 _U32 = struct.Struct("<I")
 
 
-def frames(stream: BinaryIO, chunk: int = 1 << 20):  # type: ignore[no-untyped-def]
+def frames(stream: BinaryIO, chunk: int = 1 << 20) -> Iterator[bytes]:
     """Yield the payloads of u32-LE length-prefixed frames until a clean EOF.
 
     Reads in 1 MiB chunks and slices frames out of a buffer (a read per frame costs more

@@ -10,6 +10,7 @@ from wbcore_runtime.contract.errors import Internal, Timeout
 
 if TYPE_CHECKING:
     from wbcore_runtime.trust.policy import Profile
+    from wbcore_runtime.contract.kernel_calls import KernelRequest as KernelRequest, KernelSpec as KernelSpec
 
 
 _KEYS: dict[Principal, str] = {}

@@ -37,7 +37,8 @@ if TYPE_CHECKING:
         LlmProvider,
         SourcePrefix,
     )
-    from wbcore_runtime.runtime import CallRecord, Runtime
+    from wbcore_runtime.contract.calls import CallRecord
+    from wbcore_runtime.runtime import Runtime
     from wbcore_runtime.contract.telemetry import Tracer
     from wbcore_runtime.toolkit.loaded import Toolkit
 

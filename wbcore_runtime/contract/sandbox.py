@@ -21,7 +21,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound, Timeout, WbError
 from wbcore_runtime.contract.records import Availability
@@ -174,11 +174,11 @@ def select(runtime: Runtime, name: str | None = None) -> BuildSandbox:
     """
     registry = runtime.build_sandboxes
     want = name or runtime.env.get(ENV_CHOICE)
-    if want:
-        return registry.get(want)
+    if want:  # the registry holds BuildSandbox records (runtime._collect checks each)
+        return cast("BuildSandbox", registry.get(want))
     names = registry.names()
     if len(names) == 1:
-        return registry.get(names[0])
+        return cast("BuildSandbox", registry.get(names[0]))
     if names:
         raise InvalidArgs(f"several build sandboxes are installed ({', '.join(names)}); "
                           f"choose one with {ENV_CHOICE}=<name>")

@@ -93,8 +93,8 @@ def open_tracer(runtime: Runtime) -> Tracer | None:
     until = getattr(runtime, "index_until_loaded", None)
     index = until() if until is not None else None
     try:
-        if index is not None:
-            tracer = index.call_first("wbcore_tracer", runtime=runtime)
+        if index is not None:  # pluggy's calls are untyped: the tracer is what wbcore_tracer returns
+            tracer: Tracer | None = index.call_first("wbcore_tracer", runtime=runtime)
         else:
             tracer = runtime.pm.hook.wbcore_tracer(runtime=runtime)
     except Exception as exc:  # noqa: BLE001 - a broken exporter must not take the runtime down
@@ -118,7 +118,7 @@ def flush(runtime: Runtime, timeout_s: float = 10.0) -> None:
 
 def span(runtime: Runtime, name: str, attributes: Mapping[str, Any] | None = None) -> AbstractContextManager[Span]:
     """``with telemetry.span(runtime, "wb.x", {...}) as s:`` — a no-op when telemetry is off."""
-    tracer = getattr(runtime, "tracer", None)
+    tracer: Tracer | None = getattr(runtime, "tracer", None)
     if tracer is None:
         return _NULL
     return tracer.span(name, attributes or {})
@@ -135,7 +135,7 @@ def agent_step(runtime: Runtime, *, step: int, agent: str | None = None, model: 
             s.set(telemetry.COST, reply.cost)
             ... run the tool calls ...
     """
-    tracer = getattr(runtime, "tracer", None)
+    tracer: Tracer | None = getattr(runtime, "tracer", None)
     if tracer is None:
         return _NULL
     attrs: dict[str, Any] = {"wb.agent.step": step}

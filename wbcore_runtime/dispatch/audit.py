@@ -59,7 +59,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from json.encoder import encode_basestring_ascii as _json_str  # type: ignore[attr-defined]
+from json.encoder import encode_basestring_ascii as _json_str
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -556,10 +556,10 @@ class AuditLog:
         problems: list[Problem] = []
         prev, seq = GENESIS, 0
         if self.anchor_path.exists():  # older segments were pruned by policy (WB_AUDIT_KEEP)
-            raw = self.anchor_path.read_text().split()
-            if len(raw) >= 2 and raw[0].isdigit():
-                seq, prev = int(raw[0]), raw[1]
-                self._check_signature(ANCHOR_NAME, _ANCHOR_DOMAIN, raw, problems)
+            anchor = self.anchor_path.read_text().split()
+            if len(anchor) >= 2 and anchor[0].isdigit():
+                seq, prev = int(anchor[0]), anchor[1]
+                self._check_signature(ANCHOR_NAME, _ANCHOR_DOMAIN, anchor, problems)
             else:
                 problems.append(Problem(ANCHOR_NAME, 1, "unreadable anchor record"))
         head: tuple[int, str] | None = None

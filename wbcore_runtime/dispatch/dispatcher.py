@@ -279,8 +279,8 @@ def choose_tier(runtime: Runtime, entry: Entry, trust: str, caps: frozenset[str]
         return TierChoice(required, why, tuple(considered))
     if requested != INSTANCE and requested not in by_name:
         raise InvalidArgs(unknown_name("tier", requested, sorted({INSTANCE, *by_name})))
-    rung = lambda name: by_name[name].rung if name in by_name else 0
-    if rung(requested) < rung(required):
+    rung = {n: t.rung for n, t in by_name.items()}  # instance (no tier plugin) is rung 0
+    if rung.get(requested, 0) < rung.get(required, 0):
         raise CapabilityDenied(f"tier {requested} is weaker than {required}, which the #+TRUST {trust} of "
                                f"{entry.toolkit or entry.name} requires here; choose {required} or a stronger tier")
     if requested != INSTANCE:
@@ -571,7 +571,7 @@ class KernelCalls:
             return inst.call(data)
         record = CallRecord(name=name, shape="kernel", principal=principal or resolved.principal,
                             toolkit=resolved.toolkit, tier=resolved.tier.name, caps=resolved.caps)
-        return audited(hook, record, inst.call, data)  # type: ignore[no-any-return]
+        return audited(hook, record, inst.call, data)
 
 
 def audited(hook: Any, record: CallRecord, call: Callable[[Any], Any], arg: Any) -> Any:
@@ -677,7 +677,7 @@ def call_resolved(runtime: Runtime, resolved: Resolved, argv: Sequence[str], std
         if running.cut is not None:
             raise table.refusal(running)
         out.usage.tier = resolved.tier.name  # every surface can say where the call ran
-        return out  # type: ignore[no-any-return]
+        return out
     finally:
         table.leave(n)
 

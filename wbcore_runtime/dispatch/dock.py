@@ -258,7 +258,7 @@ class Dock:
         if allowed_hosts is None:
             allowed_hosts = self._allowed_hosts(toolkit)
         ephemeral = not instance
-        if ephemeral:
+        if not instance:
             from wbcore_runtime.store import leftovers
 
             instance = leftovers.unique(EPHEMERAL_PREFIX)

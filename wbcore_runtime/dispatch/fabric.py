@@ -38,7 +38,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate, chain, count, islice, repeat
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
 
 from wbcore_runtime.contract.calls import CallRecord, CallResult, CommandRequest, KernelRequest, Principal, Usage
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound, Timeout, WbError, of_kind, unknown_name
@@ -68,7 +68,7 @@ class Result(NamedTuple):
     A ``NamedTuple`` rather than a frozen dataclass: one is built per input on the parent's
     hot path (a million kernel calls), and a tuple is built in about half the time."""
 
-    index: int
+    index: int  # type: ignore[assignment]  # shadows tuple.index on purpose: the input's position
     value: CallResult | bytes | None = None
     error: WbError | None = None
 
@@ -194,7 +194,7 @@ class Job:
     home: Path
     roots: tuple[Path, ...]
     cwd: Path
-    env: Mapping[str, str] = field(repr=False)
+    env: dict[str, str] = field(repr=False)  # the job's own copy: a traced map adds its carrier
     #: ``time.monotonic()`` by which the whole batch ends (``None``: only per-call limits).
     #: CLOCK_MONOTONIC is one clock for every process of a machine, so workers compare it too.
     deadline: float | None = None
@@ -513,12 +513,12 @@ def run_command(runtime: Runtime, job: Job, target: Any, item: CommandInput, *, 
                               cancel=cancel)
     hook = runtime.call_hooks
     if hook is None:
-        return target.call(req)  # type: ignore[no-any-return]
+        return target.call(req)
     from wbcore_runtime.dispatch.dispatcher import audited
 
     record = CallRecord(name=job.name, shape=job.entry.shape, principal=req.principal, argv=req.argv,
                         toolkit=req.toolkit, tier=job.tier, caps=job.caps)
-    return audited(hook, record, target.call, req)  # type: ignore[no-any-return]
+    return audited(hook, record, target.call, req)
 
 
 def kernel_request(job: Job) -> KernelRequest:
@@ -534,13 +534,13 @@ def run_kernel(runtime: Runtime, job: Job, inst: Any, data: bytes) -> bytes:
         raise Timeout(f"fabric: the batch deadline passed before this input of {job.name!r} ran")
     hook = runtime.call_hooks
     if hook is None:
-        return inst.call(data)  # type: ignore[no-any-return]
+        return inst.call(data)
     from wbcore_runtime.dispatch.dispatcher import audited
 
     req = job.request
     record = CallRecord(name=job.name, shape="kernel", principal=req.principal, toolkit=req.toolkit, tier=job.tier,
                         caps=job.caps)
-    return audited(hook, record, inst.call, data)  # type: ignore[no-any-return]
+    return audited(hook, record, inst.call, data)
 
 
 def _within(job: Job, timeout_s: float) -> float:
@@ -671,7 +671,7 @@ class Batch:
         return max(0.0, min(waits)) if waits else None
 
 
-class Stream(chain):  # type: ignore[type-arg]
+class Stream(chain):
     """The results of one ``map``: ``itertools.chain`` over its chunks' :meth:`ResultChunk.results`,
     so taking the next result is C code (chain → map → zip), and the engine's scheduler — a
     generator of chunks — runs once per chunk, not once per input. ``close()`` ends the batch
@@ -681,7 +681,7 @@ class Stream(chain):  # type: ignore[type-arg]
 
     @classmethod
     def over(cls, chunks: Iterator[ResultChunk]) -> Stream:
-        stream = cls.from_iterable(_builtin_map(ResultChunk.results, chunks))
+        stream = cast(Stream, cls.from_iterable(_builtin_map(ResultChunk.results, chunks)))  # a subclass's builds one
         stream._chunks = chunks
         return stream
 
@@ -711,7 +711,7 @@ def chunk_results(job: Job, chunk: Chunk, outputs: Any, errors: list[tuple[int, 
 def failed_results(job: Job, chunk: Chunk, error: WbError | None) -> ResultChunk:
     """A chunk whose worker was lost: every input fails with ``error`` (or its own read error)."""
     start, n = chunk.start, len(chunk.items)
-    failed = {start + k: chunk.errors.get(k, error) for k in range(n)}
+    failed = {start + k: e for k in range(n) if (e := chunk.errors.get(k, error)) is not None}
     if job.kind != "kernel":
         return ResultChunk(start, [None] * n, failed)
     return ResultChunk(start, Outputs(b"", array("I", [0]) * n) if job.joined else [b""] * n, failed)

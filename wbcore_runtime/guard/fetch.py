@@ -161,7 +161,7 @@ def transport_error(exc: Exception, url: str) -> WbError:
 
 def stream(
     url: str,
-    sink: Callable[[bytes], None],
+    sink: Callable[[bytes], object],  # its return is ignored (a file's write returns a count)
     *,
     guard: NetGuard,
     limits: FetchLimits = FetchLimits(),

@@ -108,7 +108,7 @@ def protocol_class(limits: ServerLimits, *, base: type | None = None) -> type:
         _deadline: Any = None
         _head_bytes = 0  # bytes received while the current request's headers are incomplete
 
-        def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+        def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
             who = self.client[0] if self.client else "?"
             if total[0] >= limits.max_connections or per_client.get(who, 0) >= limits.max_connections_per_client:

@@ -88,6 +88,8 @@ class Record:
     """A registry record as the index holds it: the same attribute names and values,
     its callables as :class:`Ref` s."""
 
+    name: str  # every registry record has one (its key); the rest are read as attributes
+
     def __init__(self, fields: dict[str, Any]) -> None:
         self.__dict__.update(fields)
 

@@ -82,9 +82,10 @@ def entry_points(cache_dir: Any = None) -> list[tuple[str, str, str, str]]:
         try:
             data = json.loads(path.read_bytes())
             if data.get("key") == key and data.get("group") == hookspecs.ENTRY_POINT_GROUP:
-                found = [tuple(map(str, row)) for row in data["entry_points"] if len(row) == 4]
+                found = [(str(a), str(b), str(c), str(d))
+                         for a, b, c, d in (row for row in data["entry_points"] if len(row) == 4)]
                 _remember(found)
-                return found  # type: ignore[return-value]
+                return found
         except (OSError, ValueError, TypeError, KeyError):
             pass
     found = _scan()
@@ -306,10 +307,6 @@ def rescan() -> None:
     """
     _distributions_by_entry_point.cache_clear()
     _scanned_dists.clear()
-
-
-def _installed_names() -> list[str]:
-    return sorted({name for name, *_ in entry_points()})
 
 
 class RecordRegistry(Generic[T]):

@@ -141,7 +141,7 @@ class Generation:
             os.pwrite(fd, struct.pack("<Q", value), 0)
             if os.fstat(fd).st_size > _SIZE:
                 os.ftruncate(fd, _SIZE)
-                return value
+            return value
         finally:
             os.close(fd)  # closing releases the flock
 

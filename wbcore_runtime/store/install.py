@@ -546,12 +546,12 @@ def preview(home: Path, source_text: str, *, sha256: str | None = None, force: b
                 else:
                     action, why = ("replace" if present else "new"), ""
                 try:
-                    env = tuple(_consent.requested_env(_manifest.load(s.dir / signing.MANIFEST)))
+                    reads_env = tuple(_consent.requested_env(_manifest.load(s.dir / signing.MANIFEST)))
                 except ManifestError:
-                    env = ()
+                    reads_env = ()
                 out.append(Change(s.entry.id, action, (old_version, s.entry.version), (old_caps, tuple(s.caps)),
                                   (old.trust if old else None, s.entry.trust), (old.signer if old else None, s.entry.signer),
-                                  why, env))
+                                  why, reads_env))
             return out
         finally:
             unpack.remove_tree(work)

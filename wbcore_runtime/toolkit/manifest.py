@@ -46,13 +46,6 @@ ARG_MODES = ("argv", "stdin1")
 REQUIRED = ("TITLE", "TOOLKIT", "VERSION", "STATUS", "TAGLINE")
 #: Keywords mirrored into the :toolkit: drawer; the drawer value must equal the keyword.
 MIRRORED = {"ID": "TOOLKIT", "CLI_BIN": "CLI_BIN", "STATUS": "STATUS"}
-KNOWN_KEYWORDS = frozenset(
-    {
-        "TITLE", "TOOLKIT", "VERSION", "STATUS", "TAGLINE", "EXEC", "TRUST", "CAPS",
-        "BUILD_LANG", "BUILD_SRC", "CLI_BIN", "CLI_VERSION_RANGE", "REQUIRES", "ARG_MODE",
-        "SHA256", "WASM_PATH", "PREOPEN", "AUTHOR_DID", "SIGNATURE",
-    }
-)
 #: Seed 001's capability words, mapped to today's cap names where one exists.
 LEGACY_CAPS = {"network": "net", "read": "vfs", "write": "vfs"}
 LEGACY_ARG_MODES = {"positional": "argv", "flags": "argv"}

@@ -39,7 +39,7 @@ def stamp(st: os.stat_result) -> Stamp:
 
 
 def _encode(m: Manifest) -> dict[str, Any]:
-    data = {name: getattr(m, name) for name in Manifest.__slots__}  # type: ignore[attr-defined]
+    data = {name: getattr(m, name) for name in Manifest.__slots__}
     data["path"] = str(m.path)
     for name in ("keywords", "drawer", "lines"):
         data[name] = dict(data[name])

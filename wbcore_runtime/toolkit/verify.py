@@ -83,9 +83,9 @@ def artifact_checks(toolkit: Toolkit, runtime: Runtime) -> list[Check]:
         else:
             out.append(Check(True, "artifact", f"{e.kind} {e.name!r}: bytes match {e.sha256[:12]}…"))
     if entries:
-        for exc in buildable.refusals(runtime, m):
-            lane_missing = isinstance(exc, buildable.LaneUnavailable)
-            out.append(Check(lane_missing, "build", f"a rebuild would be refused: {exc.message}", warning=lane_missing))
+        for refusal in buildable.refusals(runtime, m):
+            lane_missing = isinstance(refusal, buildable.LaneUnavailable)
+            out.append(Check(lane_missing, "build", f"a rebuild would be refused: {refusal.message}", warning=lane_missing))
     return out
 
 

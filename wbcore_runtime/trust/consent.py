@@ -207,8 +207,8 @@ def effective_caps(home: Path, *, toolkit_id: str, trust: str, signer: str | Non
     """
     g = assume if assume is not None else ConsentStore(home).get(toolkit_id)
     if trust == "third-party":
-        given: frozenset[str] | None = g.caps if g is not None and g.signer == signer else frozenset()
-        consented = given
+        consented = g.caps if g is not None and g.signer == signer else frozenset()
+        given: frozenset[str] | None = consented
     else:
         given = None
         consented = g.caps if g is not None else frozenset()

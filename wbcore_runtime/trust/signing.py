@@ -59,8 +59,8 @@ def strip_signature(manifest_bytes: bytes, path: Path | str = MANIFEST) -> bytes
     try:
         text = manifest_bytes.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = manifest_bytes[: exc.start].count(b"\n") + 1
-        raise SigningError(f"{path}:{line}: not valid UTF-8") from None
+        at = manifest_bytes[: exc.start].count(b"\n") + 1
+        raise SigningError(f"{path}:{at}: not valid UTF-8") from None
     kept: list[str] = []
     kw = drawer = 0
     for line in _manifest.lines(text, path):

@@ -202,6 +202,7 @@ def serve_host(chan: Any, serve: Callable[[], None], who: str, ends: tuple[type[
     a stream that cannot be read as frames is answered ``Refused`` (while the host still
     listens), named on stderr as ``who``, and ends the process with exit 3.
     """
+    stop: tuple[type[BaseException], ...] = (BrokenPipeError, *ends)
     try:
         serve()
     except FrameError as exc:
@@ -212,7 +213,7 @@ def serve_host(chan: Any, serve: Callable[[], None], who: str, ends: tuple[type[
                 pass
             sys.stderr.write(f"{who}: {exc.message}\n")
             sys.exit(3)
-    except (BrokenPipeError, *ends):
+    except stop:
         pass
 
 

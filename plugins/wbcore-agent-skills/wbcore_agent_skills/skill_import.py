@@ -359,7 +359,7 @@ def _plan(source: Path, ident: str | None, *, check_dir: bool) -> _Plan:
         raise NotFound(f"import source {source} does not exist")
     main = next((source / n for n in MAIN_DOCS if (source / n).is_file()), None)
     front: dict[str, Any] = {}
-    where: dict[str, int] = {}
+    where = {}  # typed where the markdown-file branch binds it
     body = ""
     kind = "folder"
     warning = ""
@@ -441,7 +441,8 @@ def skill_fields(front: dict[str, Any]) -> dict[str, str]:
 
 
 def _version(front: dict[str, Any]) -> str:
-    meta = front.get("metadata") if isinstance(front.get("metadata"), dict) else {}
+    meta = front.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
     version = str(meta.get("version") or front.get("version") or "")
     return version if _is_semver(version) else "0.1.0"
 

@@ -457,7 +457,7 @@ def drive(run: Run) -> RunRecord:
                     span.set(telemetry.COST, answer.usage.cost_usd)
                 calls, refused = admit(run, answer.tool_calls)
                 run.messages.append(Message("assistant", answer.text, calls))
-                results = []
+                results: list[dict[str, Any]] = []
                 finished: str | None = None
                 for use in calls:
                     if use.id in refused:

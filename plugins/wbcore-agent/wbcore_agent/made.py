@@ -14,6 +14,7 @@ run's profile: caps = profile ∩ ``#+CAPS`` (``wbcore_runtime.trust.consent.eff
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
@@ -64,10 +65,10 @@ class MadeToolkits:
     def get(self, ident: str) -> MadeToolkit | None:
         return self._made.get(ident)
 
-    def state(self) -> list[dict[str, Any]]:
+    def state(self) -> builtins.list[dict[str, Any]]:  # builtins: the method list shadows it here
         return [m.as_dict() for m in self._made.values()]
 
-    def restore(self, rows: list[dict[str, Any]]) -> None:
+    def restore(self, rows: builtins.list[dict[str, Any]]) -> None:
         for r in rows:
             r = {k: v for k, v in r.items() if k != "session_local"}
             r["caps"] = tuple(r.get("caps") or ())

@@ -102,9 +102,9 @@ class CappedHttp:
             pinned = urlunsplit((scheme, f"{pin.ip_for_url}:{port}", parts.path or "/", parts.query, ""))
             default_port = allowlist.DEFAULT_PORTS[scheme] == port
             hdrs = dict(sent_headers)
-            hdrs["Host"] = parts.hostname if default_port else f"{parts.hostname}:{port}"
-            if ":" in (parts.hostname or "") and not hdrs["Host"].startswith("["):
-                hdrs["Host"] = f"[{parts.hostname}]" + ("" if default_port else f":{port}")
+            hdrs["Host"] = host if default_port else f"{host}:{port}"
+            if ":" in host and not hdrs["Host"].startswith("["):
+                hdrs["Host"] = f"[{host}]" + ("" if default_port else f":{port}")
             timeout = httpx.Timeout(remaining)
             with _fetch.client(timeout=remaining, verify=self.verify) as client:
                 req = client.build_request(method, pinned, headers=hdrs, content=body or None,

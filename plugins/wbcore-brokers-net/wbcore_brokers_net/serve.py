@@ -267,8 +267,8 @@ class ServeBroker:
             return {"request": {"id": p.id, "method": p.method, "path": p.path, "headers": p.headers, "body": p.body}}
         if call.op == "respond":
             rid = call.arg("id", int)
-            p = lst.inflight.pop(rid, None)
-            if p is None:
+            waiting = lst.inflight.pop(rid, None)
+            if waiting is None:
                 raise NotFound(f"serve: request {rid} is not waiting for an answer (answered, or timed out)")
             status = call.arg("status", int, 200)
             headers = call.arg("headers", list, [])
@@ -276,17 +276,17 @@ class ServeBroker:
             if isinstance(body, str):
                 body = body.encode()
             if not isinstance(body, bytes) or not 100 <= status <= 599:
-                p.answer = (502, [], b"bad answer from the guest\n")
-                p.done.set()
+                waiting.answer = (502, [], b"bad answer from the guest\n")
+                waiting.done.set()
                 raise InvalidArgs("serve.respond: body must be bytes/text and status 100..599")
             if len(body) > MAX_RESPONSE_BODY:
-                p.answer = (502, [], b"the guest's answer was too large\n")
-                p.done.set()
+                waiting.answer = (502, [], b"the guest's answer was too large\n")
+                waiting.done.set()
                 raise refuse(InvalidArgs, "too-large", f"serve.respond: body of {len(body)} bytes exceeds {MAX_RESPONSE_BODY}")
             if not all(isinstance(h, list) and len(h) == 2 and all(isinstance(x, str) for x in h) for h in headers):
                 headers = []
-            p.answer = (status, headers[:64], body)
-            p.done.set()
+            waiting.answer = (status, headers[:64], body)
+            waiting.done.set()
             return {"ok": True}
         if call.op == "close":
             with self._lock:

@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from wbcore_runtime.wire import frames
@@ -108,7 +109,7 @@ def start_agent(root: rootfs.Root, request: ShellRequest) -> ContainerShell:
     return ContainerShell(running, secret, time.monotonic() + request.timeout_s)
 
 
-def _with_deadline(fn, running: bwrap.Running, seconds: float):  # type: ignore[no-untyped-def]
+def _with_deadline(fn: Callable[[], None], running: bwrap.Running, seconds: float) -> None:
     """``fn()`` with the container killed if it has not returned in ``seconds`` (a hung agent
     cannot hold ``wbx shell`` at its handshake)."""
     import threading
@@ -121,7 +122,7 @@ def _with_deadline(fn, running: bwrap.Running, seconds: float):  # type: ignore[
 
     threading.Thread(target=watch, daemon=True).start()
     try:
-        return fn()
+        fn()
     finally:
         done.set()
 

@@ -27,6 +27,7 @@ import itertools
 import json
 import math
 import os
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -299,7 +300,7 @@ def _toolkit_files(folder: Path) -> list[bwrap.Data]:
     return out
 
 
-def _sender(chan: Channel):  # type: ignore[no-untyped-def]
+def _sender(chan: Channel) -> Callable[[bytes], None]:
     def send(frame: bytes) -> None:
         try:
             chan.send_frame(frame)

@@ -203,11 +203,11 @@ async def login_page(c: Console, request: Request) -> Response:
         return c.page(request, "login.html", code=401, login_csrf=sent, next=_next(form.get("next")),
                       error="that is not this engine's token")
     sid, _ = c.login()
-    resp = RedirectResponse(_next(form.get("next")), status_code=303, headers=_HEADERS)
-    resp.set_cookie(COOKIE, sid, max_age=int(LOGIN_TTL_S), path=PREFIX, httponly=True, samesite="strict",
+    done = RedirectResponse(_next(form.get("next")), status_code=303, headers=_HEADERS)
+    done.set_cookie(COOKIE, sid, max_age=int(LOGIN_TTL_S), path=PREFIX, httponly=True, samesite="strict",
                     secure=request.url.scheme == "https")
-    resp.delete_cookie(LOGIN_COOKIE, path=PREFIX)
-    return resp
+    done.delete_cookie(LOGIN_COOKIE, path=PREFIX)
+    return done
 
 
 def _next(raw: str | None) -> str:
@@ -459,7 +459,7 @@ def _steps(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if ev.get("type") == "text":
             continue  # the model's streamed text deltas: the step that follows carries the whole text
         data = ev.get("data")
-        row = {"seq": ev.get("seq"), "type": ev.get("type"), "t": ev.get("t"), "data": data, "calls": []}
+        row: dict[str, Any] = {"seq": ev.get("seq"), "type": ev.get("type"), "t": ev.get("t"), "data": data, "calls": []}
         if ev.get("type") == "step" and isinstance(data, dict):
             # the agent loop's step: tool_calls [{id, name, arguments}] and results [{id, ok, text, ms}]
             results = {r.get("id"): r for r in data.get("results") or [] if isinstance(r, dict)}

@@ -22,7 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 TERMINAL = frozenset({"done", "failed", "cancelled", "error", "finished", "max-steps", "timeout"})
 #: What an HTTP client may set for a run (``options``); grants (``exec``, ``build``), the
 #: workdir and the tenant are the deployer's, on the engine's host, never a request's.
-RUN_OPTIONS = {"model": str, "max_steps": int, "tool_timeout": (int, float), "max_calls": int,
+RUN_OPTIONS: dict[str, type | tuple[type, ...]] = {"model": str, "max_steps": int, "tool_timeout": (int, float), "max_calls": int,
                "run_timeout": (int, float)}
 #: The documented range of each numeric option (inclusive; docs/engine.md), and the longest model name.
 RUN_RANGES: dict[str, tuple[float, float]] = {"max_steps": (1, 200), "tool_timeout": (0.1, 600.0),
@@ -46,11 +46,11 @@ def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
                               "(grants and the workdir are set on the engine's host)")
         if not isinstance(value, typ) or isinstance(value, bool):
             raise InvalidArgs(f"option {key!r} has the wrong type ({type(value).__name__})")
-        if key in RUN_RANGES:
+        if key in RUN_RANGES and isinstance(value, (int, float)):  # every ranged option is a number (RUN_OPTIONS)
             low, high = RUN_RANGES[key]
             if not (math.isfinite(value) and low <= value <= high):
                 raise InvalidArgs(f"option {key!r} = {value!r} is outside {low:g}..{high:g}")
-        if key == "model" and not 0 < len(value) <= MAX_MODEL_CHARS:
+        if key == "model" and isinstance(value, str) and not 0 < len(value) <= MAX_MODEL_CHARS:
             raise InvalidArgs(f"option 'model' must be 1..{MAX_MODEL_CHARS} characters")
         out[key] = value
     return out
@@ -111,7 +111,7 @@ class LoopSessions:
 
     def take_review(self, session: str, *, limit: int) -> Sequence[Mapping[str, Any]]:
         s = self.sessions.get(session)
-        out = []
+        out: list[Mapping[str, Any]] = []
         while len(out) < limit:
             item = s.take_review()
             if item is None:

@@ -326,7 +326,7 @@ def _nodes(text: str) -> list[_Node]:
     for n, line in enumerate(text.splitlines(), 1):
         m = _HEADING.match(line)
         if m:
-            title, tags = m.group(2), ()
+            title, tags = m.group(2), tuple[str, ...]()
             t = _TAGS.match(title)
             if t:
                 title, tags = t.group(1), tuple(x for x in t.group(2).split(":") if x)

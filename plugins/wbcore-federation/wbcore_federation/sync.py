@@ -128,11 +128,11 @@ def render(existing: str, *, toolkit: str, entity: Entity, rows: Sequence[Mappin
         key = r.get(entity.key)
         if key is None:
             raise InvalidArgs(f"{toolkit}/{entity.name}: a row has no {entity.key!r} (the :KEY: field); cannot give it a stable id")
-        nid = node_id(toolkit, entity.name, key)
-        if nid in by_id:
+        rid = node_id(toolkit, entity.name, key)
+        if rid in by_id:
             raise InvalidArgs(f"{toolkit}/{entity.name}: two rows share the key {inert(key)!r}")
-        by_id[nid] = r
-        order.append((key, nid))
+        by_id[rid] = r
+        order.append((key, rid))
     if existing:
         pre, blocks = _split(existing)
     else:

@@ -79,7 +79,7 @@ def compiler_module(tc: Toolchain) -> Any:
         data = tc.compiler.read_bytes()
         key = hashlib.sha256(data + importlib.metadata.version("wasmtime").encode()).hexdigest()[:24]
         mod, _built = compiled_file(
-            tc.tcc_dir.parent / f"tcc-{key}.cwasm", lambda: data, compile=lambda w: wasmtime.Module(eng, w).serialize(),
+            tc.tcc_dir.parent / f"tcc-{key}.cwasm", lambda: data, compile=lambda w: bytes(wasmtime.Module(eng, w).serialize()),
             load=lambda p: wasmtime.Module.deserialize_file(eng, str(p)),
             loads=lambda b: wasmtime.Module.deserialize(eng, b))
         _MODULES[tc.compiler] = mod

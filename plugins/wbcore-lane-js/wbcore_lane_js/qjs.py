@@ -104,7 +104,7 @@ def module(wasm: bytes, cache_dir: Path | None) -> Any:
             mod = wasmtime.Module(eng, wasm)
         else:
             mod, _built = compiled_file(
-                cache_dir / f"qjs-{key}.cwasm", lambda: wasm, compile=lambda w: wasmtime.Module(eng, w).serialize(),
+                cache_dir / f"qjs-{key}.cwasm", lambda: wasm, compile=lambda w: bytes(wasmtime.Module(eng, w).serialize()),
                 load=lambda p: wasmtime.Module.deserialize_file(eng, str(p)),
                 loads=lambda b: wasmtime.Module.deserialize(eng, b))
         _modules[key] = mod
@@ -170,7 +170,11 @@ def _no_dock() -> Path:
             d = Path(tempfile.mkdtemp(prefix="wb-js-nodock-"))
             d.chmod(0o500)
             _empty_dock.append(d)
-            atexit.register(lambda: (d.chmod(0o700), d.rmdir()))
+            def _remove(d: Path = d) -> None:
+                d.chmod(0o700)
+                d.rmdir()
+
+            atexit.register(_remove)
         return _empty_dock[0]
 
 

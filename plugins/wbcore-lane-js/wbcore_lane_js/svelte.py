@@ -343,7 +343,8 @@ class SvelteLane(JsLane):
             if name in files:
                 raise InvalidArgs(f"svelte: {name} exists and is also emitted from {name[:-3]}")
             files[name] = text
-        want = request.source.entry
+        want: str | None = request.source.entry
+        component: str | None
         if want and want.endswith(".svelte"):
             component, want = want, None
         else:

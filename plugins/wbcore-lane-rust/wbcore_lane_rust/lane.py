@@ -63,7 +63,7 @@ def cargo_bin(manifest: Path, want: str | None) -> str:
         bins = [pkg]
     if not bins:
         raise InvalidArgs(f"rust: {manifest} names no [package] or [[bin]]")
-    return want if want in bins else bins[0]
+    return want if want is not None and want in bins else str(bins[0])
 
 
 @dataclass

@@ -45,7 +45,7 @@ def _has_linker(sysroot: Path) -> bool:
     if any(p.exists() for p in own):
         return True
     found = shutil.which("rust-lld")
-    return bool(found) and os.path.exists(found)
+    return found is not None and os.path.exists(found)
 
 
 def _probe(rustc: str) -> Rust | str:

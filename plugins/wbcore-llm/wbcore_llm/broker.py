@@ -22,12 +22,15 @@ same byte budget, delta by delta, so it is cut while it arrives.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wbcore_runtime.guard import fetch as _fetch
 from wbcore_runtime.dispatch.budget import ByteBudget
 from wbcore_runtime.dispatch.dock import BrokerCall, refuse
 from wbcore_runtime.contract.errors import CapabilityDenied, Internal, InvalidArgs, NotFound, Timeout
+
+if TYPE_CHECKING:
+    from wbcore_runtime.runtime import Runtime
 
 MAX_PROMPT = 1 << 20
 MAX_RESPONSE = 4 << 20
@@ -74,11 +77,11 @@ class LlmBroker:
         if "temperature" in call.args:
             body["temperature"] = float(call.arg("temperature", (int, float)))
         if self._runtime is not None:
-            return self._via_provider(call, body)
+            return self._via_provider(self._runtime, call, body)
         call.target(self.base_url + "/chat/completions")
         return self._post(body, call.ctx.remaining(60.0), ByteBudget.for_call(call, MAX_RESPONSE, "llm.complete: endpoint answer"))
 
-    def _via_provider(self, call: BrokerCall, body: dict[str, Any]) -> dict[str, Any]:
+    def _via_provider(self, runtime: Runtime, call: BrokerCall, body: dict[str, Any]) -> dict[str, Any]:
         from wbcore_runtime.contract import llm
 
         wait = call.ctx.remaining(60.0)
@@ -87,7 +90,7 @@ class LlmBroker:
         model = body["model"]
         drv = self._drivers.get(model)
         if drv is None:
-            drv = self._drivers[model] = llm.driver(self._runtime, llm.settings(self._runtime, model=model))
+            drv = self._drivers[model] = llm.driver(runtime, llm.settings(runtime, model=model))
         call.target(f"{drv.settings.provider}:{drv.settings.base_url or 'default'}")
         budget = ByteBudget.for_call(call, MAX_RESPONSE, "llm.complete: endpoint answer")
         system = "\n\n".join(m["content"] for m in body["messages"] if m["role"] == "system")

@@ -38,7 +38,7 @@ def build(runtime: Any) -> typer.Typer:
         """Serve every available toolkit's tools and skills over MCP (unbuilt ones build on first call)."""
         from wbcore_mcp import server
 
-        kw = {"only": _only(only), "search_tool": not no_search, "timeout": timeout or None,
+        kw: dict[str, Any] = {"only": _only(only), "search_tool": not no_search, "timeout": timeout or None,
               "build_missing": not no_build_on_call, "build": build, "lean": lean}
         if http:
             server.serve_http(runtime, host=host, port=port, path=path, token=token or None,

@@ -325,7 +325,7 @@ class LeanHTTP:
         headers = Headers(scope=scope)
         accept = headers.get("accept", "")
         session_id = headers.get("mcp-session-id")
-        if (headers.get("mcp-protocol-version") not in HANDSHAKE_ERA or not self._live(session_id)
+        if (headers.get("mcp-protocol-version") not in HANDSHAKE_ERA or not session_id or not self._live(session_id)
                 or "application/json" not in accept or "text/event-stream" not in accept):
             await self.app(scope, receive, send)
             return

@@ -78,7 +78,8 @@ async def _declare_extensions(ctx: Any, call_next: Any) -> Any:
     if getattr(ctx, "method", None) == "initialize" and isinstance(result, dict):
         caps = result.get("capabilities")
         if isinstance(caps, dict):
-            declared = caps.get("extensions") if isinstance(caps.get("extensions"), dict) else {}
+            declared = caps.get("extensions")
+            declared = declared if isinstance(declared, dict) else {}
             caps["extensions"] = {**declared, SKILLS_EXTENSION: declared.get(SKILLS_EXTENSION, {})}
     return result
 
@@ -123,7 +124,7 @@ def _skills(runtime: Runtime, toolkits: Iterable[str] | None) -> list[tuple[Any,
 
     found = runtime.discover()
     wanted = set(toolkits) if toolkits is not None else None
-    out = []
+    out: list[tuple[Any, Any]] = []
     for tk_id in sorted(found.toolkits):
         if wanted is not None and tk_id not in wanted:
             continue
@@ -215,7 +216,7 @@ def build_server(runtime: Runtime, *, only: Iterable[str] | None = None, search_
 
     provider = ServedProvider(runtime, only=only, build_missing=build_missing)
 
-    class _Server(Server):  # type: ignore[misc]
+    class _Server(Server):
         def create_initialization_options(self, notification_options: Any = None,
                                           experimental_capabilities: Any = None, extensions: Any = None) -> Any:
             # tools.listChanged: a toolkit built on its first call changes the list. The skills
@@ -345,7 +346,7 @@ def build_server(runtime: Runtime, *, only: Iterable[str] | None = None, search_
             elif structured is not None:
                 out["structuredContent"] = structured
             return out
-        content = [types.TextContent(text=t) for t in texts or [""]]
+        content: list[types.ContentBlock] = [types.TextContent(text=t) for t in texts or [""]]
         if err is not None:
             return types.CallToolResult(content=content, is_error=True)
         return types.CallToolResult(content=content, structured_content=structured)

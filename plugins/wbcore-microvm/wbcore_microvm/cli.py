@@ -100,7 +100,7 @@ def build(runtime: Any) -> typer.Typer:
         r = rt()
         saved = snapshots.list_saved(r.home)
         now = time.time()
-        rows = [{"name": s.name, "size": s.size, "age_s": round(now - float(s.meta.get("created", now))),
+        rows: list[dict[str, Any]] = [{"name": s.name, "size": s.size, "age_s": round(now - float(s.meta.get("created", now))),
                  "last_used_s": round(now - s.last_used), "parent": s.meta.get("parent"), "key": s.meta.get("key"),
                  "accel": s.meta.get("accel"), "steps": len(s.meta.get("steps") or [])} for s in saved]
         total = sum(x["size"] for x in rows)

@@ -67,8 +67,7 @@ class Image:
 def cache_root(home: Path, env: dict[str, str] | None = None) -> Path:
     """Where images and snapshots live: ``$WB_MICROVM_CACHE`` when set (CI and the tests
     share one across homes: the cold boot happens once), else ``<home>/tiers/microvm``."""
-    env = os.environ if env is None else env
-    override = env.get("WB_MICROVM_CACHE")
+    override = (os.environ if env is None else env).get("WB_MICROVM_CACHE")
     return Path(override) if override else home / "tiers" / "microvm"
 
 

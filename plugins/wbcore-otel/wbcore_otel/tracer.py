@@ -73,7 +73,7 @@ class OtelTracer:
         self._calls: dict[int, tuple[_Span, Any]] = {}
         self._lock = threading.Lock()
         ref = weakref.ref(self)
-        atexit.register(lambda: (t := ref()) is not None and t.shutdown())
+        atexit.register(lambda: None if (t := ref()) is None else t.shutdown())
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> OtelTracer:

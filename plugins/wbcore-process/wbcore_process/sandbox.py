@@ -63,7 +63,7 @@ class SandboxUnavailable(WbError):
     """A namespace or kernel feature the sandbox needs is missing here."""
 
 
-_SIGNAL_LIMITS = {signal.SIGXCPU: "cpu", signal.SIGXFSZ: "file-size"}
+_SIGNAL_LIMITS: dict[int, str] = {signal.SIGXCPU: "cpu", signal.SIGXFSZ: "file-size"}
 
 
 @lru_cache(maxsize=1)

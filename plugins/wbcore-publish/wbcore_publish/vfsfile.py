@@ -69,8 +69,8 @@ def canonical_db(rows: list[Row]) -> bytes:
             conn.execute("PRAGMA page_size=4096")
             conn.execute("BEGIN")
             conn.execute(SCHEMA)
-            conn.executemany("INSERT INTO files VALUES (?,?,?,?,?)",
-                             sorted(rows, key=lambda r: (r[0].encode("utf-8"), r[1].encode("utf-8"))))
+            ordered = sorted(rows, key=lambda r: (r[0].encode("utf-8"), r[1].encode("utf-8")))
+            conn.executemany("INSERT INTO files VALUES (?,?,?,?,?)", ordered)
             conn.execute("COMMIT")
         finally:
             conn.close()

@@ -67,7 +67,7 @@ def connect(*, start_local: bool = True) -> Any:
         if ray.is_initialized():
             return ray
         addr = address()
-        quiet = {"logging_level": logging.WARNING, "log_to_driver": False, "namespace": "wbcore"}
+        quiet: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": False, "namespace": "wbcore"}
         if addr is not None:
             try:
                 ray.init(address=addr, **quiet)

@@ -99,7 +99,7 @@ class NodeKernel:
 
     def call(self, data: bytes | bytearray | memoryview) -> bytes:
         out, _ = _one(self.ray, self.handle, bytes(data), self.request.spec.timeout_s)
-        return out  # type: ignore[no-any-return]
+        return out
 
     def close(self) -> None:
         if self.handle is not None:

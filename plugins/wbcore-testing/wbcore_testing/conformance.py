@@ -39,6 +39,7 @@ import select
 import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -402,8 +403,8 @@ class TierConformance:
                 raise
             pytest.skip(f"toolkit {name}: {exc.message}")  # e.g. a lane whose runner is in-process
         for argv, stdin in SHIPPED[name]:
-            want = outcome(lambda a=argv, i=stdin: rt.call(name, a, i, tier="instance"))
-            got = outcome(lambda a=argv, i=stdin: rt.call(name, a, i, tier=self.tier))
+            want = outcome(partial(rt.call, name, argv, stdin, tier="instance"))
+            got = outcome(partial(rt.call, name, argv, stdin, tier=self.tier))
             assert got == want, f"{name} {argv}: {self.tier} gave {got!r:.300}, instance {want!r:.300}"
 
     # --- limits ----------------------------------------------------------------------------
@@ -696,7 +697,7 @@ class PosixTierConformance:
         put = self.kv_argv({"op": "put", "key": "k", "value": f"from tier {self.tier}"})
         get = self.kv_argv({"op": "get", "key": "k"})
         assert put and get
-        kw = {"caps": frozenset({"kv"}), "profile": profile("minimal")}
+        kw: dict[str, Any] = {"caps": frozenset({"kv"}), "profile": profile("minimal")}
         res = self.driver(rt).call(self.request(rt, put[0], put[1:], **kw))
         assert res.exit_code == 0, res.stderr
         res = self.driver(rt).call(self.request(rt, get[0], get[1:], **kw))

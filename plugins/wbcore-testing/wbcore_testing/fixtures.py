@@ -136,7 +136,7 @@ def make_toolkit(toolkit_root: Path) -> Callable[..., Path]:
 
 
 @pytest.fixture
-def make_runtime(wb_home: Path, toolkit_root: Path, tmp_path: Path) -> Callable[..., Any]:
+def make_runtime(wb_home: Path, toolkit_root: Path, tmp_path: Path) -> Iterator[Callable[..., Any]]:
     from wbcore_runtime.runtime import Runtime
 
     opened: list[Any] = []
@@ -152,7 +152,7 @@ def make_runtime(wb_home: Path, toolkit_root: Path, tmp_path: Path) -> Callable[
         opened.append(rt)
         return rt
 
-    yield make  # type: ignore[misc]
+    yield make
     for rt in opened:
         close = getattr(rt, "close", None)
         if callable(close):

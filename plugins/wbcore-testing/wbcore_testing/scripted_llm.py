@@ -97,6 +97,7 @@ class ScriptedLlm:
     def base_url(self) -> str:
         assert self._server is not None, "start the server first"
         host, port = self._server.server_address[:2]
+        host = host.decode() if isinstance(host, bytes) else host  # an AF_UNIX server's is bytes; ours is IPv4
         return f"http://{host}:{port}" + ("/v1" if self.format == "openai" else "")
 
     def start(self) -> ScriptedLlm:

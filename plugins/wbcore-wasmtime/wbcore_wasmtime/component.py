@@ -136,6 +136,9 @@ class ComponentResult:
 class ComponentError(WbError):
     """A function returned ``err(E)``: an execution error whose ``detail`` is ``E`` as JSON."""
 
+    #: The call's output besides the error (stdout, stderr, usage), when it ran to the end.
+    result: ComponentResult | None = None
+
     def __init__(self, message: str, detail: Any) -> None:
         super().__init__(message, kind=None)
         self.detail = detail
@@ -461,9 +464,9 @@ class ComponentRunner:
                 pass
         if type(fn.result).__name__ == "ResultType" and isinstance(value, dict) and "err" in value:
             detail = value["err"]
-            exc = ComponentError(f"{request.name}.{fn.name} returned an error: {_brief(detail)}", detail)
-            exc.result = ComponentResult(value, out.value(), err.value(), usage)  # type: ignore[attr-defined]
-            raise exc
+            failed = ComponentError(f"{request.name}.{fn.name} returned an error: {_brief(detail)}", detail)
+            failed.result = ComponentResult(value, out.value(), err.value(), usage)
+            raise failed
         return ComponentResult(value, out.value(), err.value(), usage)
 
     def _trap(self, exc: Exception, watch: _engine.Guard, request: ComponentRequest, where: str) -> WbError:

@@ -37,8 +37,12 @@ INTERNAL = 5
 def _raw(name: str, restype: Any) -> Any:
     from wasmtime import _ffi
 
-    fn = ctypes.CFUNCTYPE(restype)(ctypes.cast(getattr(_ffi.dll, name), ctypes.c_void_p).value)
-    fn.argtypes = None
+    addr = ctypes.cast(getattr(_ffi.dll, name), ctypes.c_void_p).value
+    if not addr:
+        raise RuntimeError(f"wasmtime's C library exports {name} as a null pointer")
+    fn = ctypes.CFUNCTYPE(restype)(addr)
+    # None (not a sequence) turns ctypes' argument checks off; typeshed only allows a sequence.
+    fn.argtypes = None  # type: ignore[assignment]
     return fn
 
 
@@ -109,7 +113,7 @@ def _bindings() -> Any:
             else:  # fetch / info: (ptr, cap)
                 a0, a1 = (v & 0xFFFFFFFF for v in unpack("<i12xi", string_at(args, 20)))
                 if kind == "info":
-                    pending.body = handler(None)[1]  # type: ignore[misc]
+                    pending.body = handler(None)[1]
                 deliver(ctx, mem, pending.body, a0, a1)
                 i64_at(args).value = len(pending.body)
         except DeadlinePassed:

@@ -247,7 +247,7 @@ def _make_callback() -> tuple[Any, Any]:
         kind[0] = 0  # WASMTIME_UPDATE_DEADLINE_CONTINUE
         return 0
 
-    return on_tick, ctypes.cast(None, ctypes.CFUNCTYPE(None, ctypes.c_void_p))
+    return on_tick, ctypes.cast(ctypes.c_void_p(), ctypes.CFUNCTYPE(None, ctypes.c_void_p))  # a NULL finalizer
 
 
 _callback: tuple[Any, Any] | None = None

@@ -43,8 +43,11 @@ def _raw(name: str, restype: Any) -> Any:
     ctypes skips per-argument conversion (~1 µs a call); the hot loops pass ready-made
     ``c_void_p``/``c_size_t`` objects. The GIL is released during the call (CFUNCTYPE)."""
     addr = ctypes.cast(getattr(ffi.dll, name), ctypes.c_void_p).value
+    if not addr:
+        raise RuntimeError(f"wasmtime's C library exports {name} as a null pointer")
     fn = ctypes.CFUNCTYPE(restype)(addr)
-    fn.argtypes = None
+    # None (not a sequence) turns ctypes' argument checks off; typeshed only allows a sequence.
+    fn.argtypes = None  # type: ignore[assignment]
     return fn
 
 
