@@ -34,12 +34,13 @@ OVER_BUDGET = {
     "wbcore_runtime.wire.terminal": 548,
 }
 #: The package's size in lines (test support is its own distribution, wbcore-testing). The
-#: target is 12,000; until reached, the figure reached is the ceiling.
-MAX_TOTAL_LINES = 21_197
+#: target is 12,000; until reached, the figure reached is the ceiling (+150 for contract/host.py,
+#: the RuntimeServices Protocol that took runtime.py off the import cycle).
+MAX_TOTAL_LINES = 21_347
 #: In-function imports of a core module (each one hides an edge): the target is none.
-MAX_IN_FUNCTION = 240
+MAX_IN_FUNCTION = 239
 #: Modules on an import cycle: the target is none.
-MAX_ON_CYCLES = 30
+MAX_ON_CYCLES = 24
 
 
 @dataclass

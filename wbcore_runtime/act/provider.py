@@ -56,7 +56,7 @@ from wbcore_runtime.act.model import (
 )
 
 if TYPE_CHECKING:
-    from wbcore_runtime.runtime import Runtime
+    from wbcore_runtime.contract.host import RuntimeServices
 
 #: The interface an ACT tool-provider component exports (any version).
 ACT_PROVIDER_IFACE = "act:tools/tool-provider"
@@ -209,7 +209,7 @@ def command_argv(name: str, declared: Sequence[DeclaredArg], args: Mapping[str, 
     return argv + pos, data
 
 
-def cap_note(runtime: Runtime, caps: frozenset[str]) -> str:
+def cap_note(runtime: RuntimeServices, caps: frozenset[str]) -> str:
     """What a tool's plugin-declared caps let it do, for its description (core caps are
     known to clients; a plugin's are named with their meaning and who declared them)."""
     universe = runtime.caps_universe_for(caps)
@@ -239,7 +239,7 @@ class ToolkitProvider:
     ``only``: tool names (or toolkit ids) to expose; ``None`` exposes every tool.
     """
 
-    def __init__(self, runtime: Runtime, *, principal: Principal | None = None, only: Iterable[str] | None = None) -> None:
+    def __init__(self, runtime: RuntimeServices, *, principal: Principal | None = None, only: Iterable[str] | None = None) -> None:
         self.runtime = runtime
         self.principal = principal
         self.only = frozenset(only) if only is not None else None

@@ -31,7 +31,7 @@ from wbcore_runtime.store.registry import Entry
 
 if TYPE_CHECKING:
     from wbcore_runtime.toolkit.manifest import Manifest
-    from wbcore_runtime.runtime import Runtime
+    from wbcore_runtime.contract.host import RuntimeServices
     from wbcore_runtime.toolkit.loaded import Toolkit
 
 Progress = pipeline.Progress
@@ -101,7 +101,7 @@ def registered_name(tk: Toolkit, kind: str) -> str:
     return m.cli_bin or m.id
 
 
-def _claim(runtime: Runtime, tk: Toolkit, kind: str, name: str, replace_command: str | None) -> str | None:
+def _claim(runtime: RuntimeServices, tk: Toolkit, kind: str, name: str, replace_command: str | None) -> str | None:
     """The current owner of ``name``; raises unless it is free, ours, or handed over."""
     from wbcore_runtime.store.registry import OwnedName
 
@@ -113,7 +113,7 @@ def _claim(runtime: Runtime, tk: Toolkit, kind: str, name: str, replace_command:
     return owner
 
 
-def _register(runtime: Runtime, tk: Toolkit, kind: str, name: str, sha256: str, prov: dict[str, Any],
+def _register(runtime: RuntimeServices, tk: Toolkit, kind: str, name: str, sha256: str, prov: dict[str, Any],
               owner: str | None, *, pinned: bool, options: dict[str, Any], shape: str | None = None) -> Entry:
     """Register ``sha256`` for ``tk`` with its provenance: the one way a toolkit's artifact
     enters the registry (builds and :func:`register_artifact`)."""
@@ -137,7 +137,7 @@ def _register(runtime: Runtime, tk: Toolkit, kind: str, name: str, sha256: str, 
     return entry
 
 
-def _preopen(runtime: Runtime, m: Manifest, kind: str, resolved: ResolvedSource) -> dict[str, Any]:
+def _preopen(runtime: RuntimeServices, m: Manifest, kind: str, resolved: ResolvedSource) -> dict[str, Any]:
     """A command's ``#+PREOPEN`` folder, copied into the home's content-addressed tree
     store now (:func:`wbcore_runtime.guard.preopen.option`): from the toolkit's verified snapshot
     (``m`` is the snapshot's manifest), or from inside an ``archive:`` bundle (checked by
@@ -154,7 +154,7 @@ def _preopen(runtime: Runtime, m: Manifest, kind: str, resolved: ResolvedSource)
     return preopen.option(m.dir, m.preopen, home=runtime.home)
 
 
-def _verified_snapshot(runtime: Runtime, tk: Toolkit, prov: dict[str, Any], work: Path) -> Manifest:
+def _verified_snapshot(runtime: RuntimeServices, tk: Toolkit, prov: dict[str, Any], work: Path) -> Manifest:
     """The toolkit folder copied into ``work`` (:func:`wbcore_runtime.build.snapshot.take`,
     ``.git`` left out as the signed form leaves it out) and checked to be the very content
     the provenance recorded (``signing.content_digest`` of the copy == ``prov['digest']``):
@@ -176,7 +176,7 @@ def _verified_snapshot(runtime: Runtime, tk: Toolkit, prov: dict[str, Any], work
     return load(snap.dir / "manifest.org")
 
 
-def register_artifact(runtime: Runtime, ident: str, sha256: str, kind: str | None = None, *,
+def register_artifact(runtime: RuntimeServices, ident: str, sha256: str, kind: str | None = None, *,
                       replace_command: str | None = None) -> Entry:
     """Register an artifact already in the store for toolkit ``ident`` without building
     (an embedder that compiled it elsewhere). The same rules as a build: the toolkit must
@@ -230,7 +230,7 @@ def read_posix_manifest(data: bytes) -> dict[str, Any] | None:
     return obj
 
 
-def register_posix(runtime: Runtime, tk: Toolkit, *, replace_command: str | None = None) -> tuple[Entry, str]:
+def register_posix(runtime: RuntimeServices, tk: Toolkit, *, replace_command: str | None = None) -> tuple[Entry, str]:
     """Register a ``#+EXEC: posix`` toolkit as command ``#+CLI_BIN``, shape ``posix``: its
     artifact is :func:`posix_manifest` (nothing is compiled), with the same provenance as
     any build. Only a tier whose record lists ``posix`` in its kinds can run it."""
@@ -246,7 +246,7 @@ def register_posix(runtime: Runtime, tk: Toolkit, *, replace_command: str | None
     return entry, owner or ""
 
 
-def _audit_handover(runtime: Runtime, kind: str, name: str, old: str, new: str) -> None:
+def _audit_handover(runtime: RuntimeServices, kind: str, name: str, old: str, new: str) -> None:
     from wbcore_runtime.dispatch.audit import AuditLog, digest
 
     AuditLog.for_home(runtime.home, runtime.env).record(
@@ -260,7 +260,7 @@ def wants_build(manifest: Any) -> bool:
     return manifest.exec in KINDS and bool(manifest.build_src)
 
 
-def build_row(runtime: Runtime, ident: str, *, force: bool = False) -> dict[str, Any]:
+def build_row(runtime: RuntimeServices, ident: str, *, force: bool = False) -> dict[str, Any]:
     """Build ``ident`` and say how it went as one row, never raising for the build's own
     failure: ``state`` is built / cached / skipped (its lane cannot run here) / failed, with
     the error kind and message. ``wbx toolkit build --all`` and the engine's push print these."""
@@ -276,7 +276,7 @@ def build_row(runtime: Runtime, ident: str, *, force: bool = False) -> dict[str,
     return {"toolkit": ident, "state": "cached" if res.cached else "built", **res.as_dict()}
 
 
-def build(runtime: Runtime, ident: str, which: str | None = None, *, progress: Progress | None = None,
+def build(runtime: RuntimeServices, ident: str, which: str | None = None, *, progress: Progress | None = None,
           force: bool = False, replace_command: str | None = None) -> BuildResult:
     """Build toolkit ``ident`` and register its artifact. ``which`` picks the registry
     kind (``command`` / ``kernel``; default from ``#+EXEC``). ``force`` skips the cache.

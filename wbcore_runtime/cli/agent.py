@@ -11,10 +11,10 @@ import typer
 from wbcore_runtime.cli.output import JSON_HELP, emit_json
 
 if TYPE_CHECKING:
-    from wbcore_runtime.runtime import Runtime
+    from wbcore_runtime.contract.host import RuntimeServices
 
 
-def build(runtime: Runtime) -> typer.Typer:
+def build(runtime: RuntimeServices) -> typer.Typer:
     app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None)
 
     @app.command("prompt")
@@ -109,7 +109,7 @@ def build(runtime: Runtime) -> typer.Typer:
     return app
 
 
-def _warn_missing(runtime: Runtime, names: tuple[str, ...] | list[str], found: object) -> None:
+def _warn_missing(runtime: RuntimeServices, names: tuple[str, ...] | list[str], found: object) -> None:
     """One stderr line per declared toolkit left out of the index, and why; with the
     search hint when none was found at all (the prompt alone would look complete)."""
     from wbcore_runtime.trust import verdict as trust
@@ -132,7 +132,7 @@ def _warn_missing(runtime: Runtime, names: tuple[str, ...] | list[str], found: o
         warn(searched_hint(runtime))
 
 
-def _known(runtime: Runtime, ident: str) -> bool:
+def _known(runtime: RuntimeServices, ident: str) -> bool:
     """Found and available: the toolkits the injected index lists."""
     from wbcore_runtime.trust import verdict as trust
 
@@ -143,5 +143,5 @@ def _known(runtime: Runtime, ident: str) -> bool:
     return not trust.unavailable_reason(tk, runtime)
 
 
-def register(app: typer.Typer, runtime: Runtime) -> None:
+def register(app: typer.Typer, runtime: RuntimeServices) -> None:
     app.add_typer(build(runtime), name="agent", help="Agent definitions, runs of the agent loop, promotion of the toolkits agents make.")

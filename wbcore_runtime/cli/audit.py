@@ -10,7 +10,7 @@ from wbcore_runtime.cli.output import JSON_HELP, emit_json
 from wbcore_runtime.contract.errors import Internal
 
 if TYPE_CHECKING:
-    from wbcore_runtime.runtime import Runtime
+    from wbcore_runtime.contract.host import RuntimeServices
 
 
 def _line(e: dict) -> str:
@@ -22,7 +22,7 @@ def _line(e: dict) -> str:
             f"{target} {e.get('bytes')}B {e.get('ms')}ms")
 
 
-def register(app: typer.Typer, runtime: Runtime) -> None:
+def register(app: typer.Typer, runtime: RuntimeServices) -> None:
     @app.command("audit")
     def audit(
         verify: bool = typer.Option(False, "--verify", help="Check the hash chain; exit 70 if it is broken."),

@@ -13,7 +13,7 @@ import typer
 from wbcore_runtime.cli.output import emit_json
 
 if TYPE_CHECKING:
-    from wbcore_runtime.runtime import Runtime
+    from wbcore_runtime.contract.host import RuntimeServices
 
 STAGES = ("resolve", "fetch", "cache", "compile", "store", "register")
 #: On a TTY, the current phase is re-printed with its elapsed time this often while a
@@ -72,7 +72,7 @@ class Progress:
                           file=sys.stderr, flush=True)
 
 
-def register(app: typer.Typer, runtime: Runtime) -> None:
+def register(app: typer.Typer, runtime: RuntimeServices) -> None:
     @app.command("build")
     def build(
         ident: str | None = typer.Argument(None, metavar="ID"),
@@ -132,7 +132,7 @@ def build_line(row: dict[str, Any]) -> str:
     return f"✓ {tid}: {row['kind']} {row['name']} {state} in {float(row['seconds']):.2f}s → {str(row['sha256'])[:12]}…"
 
 
-def build_all(runtime: Runtime, *, force: bool, json_: bool) -> None:
+def build_all(runtime: RuntimeServices, *, force: bool, json_: bool) -> None:
     """``wbx toolkit build --all``: every toolkit with a buildable ``#+EXEC`` and a
     ``#+BUILD_SRC``, in search-path order; one line each (✓ built or cached, ✗ failed with
     the reason, - skipped when its lane cannot run on this machine); exit 1 if any failed."""

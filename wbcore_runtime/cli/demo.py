@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 if TYPE_CHECKING:
-    from wbcore_runtime.runtime import Runtime
+    from wbcore_runtime.contract.host import RuntimeServices
 
 
-def register(app: typer.Typer, runtime: Runtime) -> None:
+def register(app: typer.Typer, runtime: RuntimeServices) -> None:
     @app.command("demo")
     def demo() -> None:
         """Discover the shipped toolkits, build and run the buildable ones, verify all."""
@@ -51,7 +51,7 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
 DEMO_INPUT = "hello from wbx demo\n"
 
 
-def _tier_missing(runtime: Runtime, manifest: object) -> list[str]:
+def _tier_missing(runtime: RuntimeServices, manifest: object) -> list[str]:
     """Why no tier that runs the toolkit's shape is available here ([] when one is, or the
     shape runs in-process): the line that explains a toolkit this machine cannot run."""
     exec_ = manifest.exec  # type: ignore[attr-defined]
@@ -73,7 +73,7 @@ def _tier_missing(runtime: Runtime, manifest: object) -> list[str]:
     return [f"its shape {exec_} needs a tier this machine lacks ({'; '.join(reasons)})"]
 
 
-def next_steps(runtime: Runtime, built: list[tuple[str, str]]) -> str:
+def next_steps(runtime: RuntimeServices, built: list[tuple[str, str]]) -> str:
     """The closing lines: which home the demo used, and commands that work as printed in a
     new shell (an absolute ``cd``, the venv's own ``wbx``, ``WB_HOME`` only when it chose)."""
     import os
@@ -123,7 +123,7 @@ def _steps(m: object, site: str = "") -> list[list[str]]:
     return [shlex.split(part) for part in text.split(" && ")] if text.strip() else [[]]
 
 
-def _open_to(runtime: Runtime, site: object) -> None:
+def _open_to(runtime: RuntimeServices, site: object) -> None:
     """The deployer settings that let this demo's calls reach its site on 127.0.0.1 (for this
     process only; NetGuard refuses loopback otherwise), said out loud."""
     from wbcore_runtime.guard.netguard import ENV_GUEST_PRIVATE_HOSTS, ENV_PRIVATE_HOSTS
@@ -153,7 +153,7 @@ def _is_text(data: bytes) -> bool:
     return True
 
 
-def _explain(runtime: Runtime, tk: object) -> str:
+def _explain(runtime: RuntimeServices, tk: object) -> str:
     """What a toolkit that the demo does not build is for, and how to use it."""
     m = tk.manifest  # type: ignore[attr-defined]
     exec_ = m.exec or "discovery-only"
@@ -167,7 +167,7 @@ def _explain(runtime: Runtime, tk: object) -> str:
             f"Skills: {skills or '(none)'} (wbx toolkit show {tk.id})")  # type: ignore[attr-defined]
 
 
-def _build_and_run(runtime: Runtime, found: object, site: str = "") -> tuple[int, list[tuple[str, str]]]:
+def _build_and_run(runtime: RuntimeServices, found: object, site: str = "") -> tuple[int, list[tuple[str, str]]]:
     """Build every command/kernel/component toolkit whose lane is available and run it with
     its demo input: stdin ``#+DEMO_STDIN``, arguments ``#+DEMO_ARGS`` (several invocations
     joined by `` && ``; stdin goes to the first), a component's ``#+DEMO_CALL``
@@ -257,7 +257,7 @@ A federation toolkit the demo declares for its local site: every page (RFC 8288 
 """
 
 
-def federation(runtime: Runtime, site: str, *, timeout: float = 120.0) -> int:
+def federation(runtime: RuntimeServices, site: str, *, timeout: float = 120.0) -> int:
     """The federation shape against the demo site's REST API: a toolkit declared for it in a
     scratch folder (on WB_TOOLKIT_PATH), read by ``wbx fed query`` — every page, through the
     SSRF guard, audited. Returns how many steps failed; skipped, saying why, without the plugin."""
@@ -295,7 +295,7 @@ def federation(runtime: Runtime, site: str, *, timeout: float = 120.0) -> int:
     return 0
 
 
-def mcp_session(runtime: Runtime, *, timeout: float = 120.0) -> int:
+def mcp_session(runtime: RuntimeServices, *, timeout: float = 120.0) -> int:
     """An MCP client (the official SDK, over stdio) against ``wbx mcp serve`` on this
     runtime's home: list the tools, call ``b64.b64``, list and read a skill. Returns how
     many steps failed; skipped, saying why, when the SDK or the MCP plugin is missing."""

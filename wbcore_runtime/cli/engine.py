@@ -17,12 +17,12 @@ from wbcore_runtime.cli.output import JSON_HELP, emit_json
 from wbcore_runtime.contract.errors import InvalidArgs
 
 if TYPE_CHECKING:
-    from wbcore_runtime.runtime import Runtime
+    from wbcore_runtime.contract.host import RuntimeServices
 
 TOKEN_HELP = "The engine's bearer token (else $WB_ENGINE_TOKEN)."
 
 
-def register_push(app: typer.Typer, runtime: Runtime) -> None:
+def register_push(app: typer.Typer, runtime: RuntimeServices) -> None:
     @app.command("push")
     def push(
         ident: str = typer.Argument(..., metavar="ID", help="A toolkit id on this machine's search path."),

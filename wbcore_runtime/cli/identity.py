@@ -10,10 +10,10 @@ import typer
 from wbcore_runtime.cli.output import JSON_HELP, emit_json
 
 if TYPE_CHECKING:
-    from wbcore_runtime.runtime import Runtime
+    from wbcore_runtime.contract.host import RuntimeServices
 
 
-def build(runtime: Runtime) -> typer.Typer:
+def build(runtime: RuntimeServices) -> typer.Typer:
     app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None)
 
     @app.command("show")

@@ -9,10 +9,10 @@ import typer
 from wbcore_runtime.cli.output import JSON_HELP, emit_json
 
 if TYPE_CHECKING:
-    from wbcore_runtime.runtime import Runtime
+    from wbcore_runtime.contract.host import RuntimeServices
 
 
-def register(app: typer.Typer, runtime: Runtime) -> None:
+def register(app: typer.Typer, runtime: RuntimeServices) -> None:
     @app.command("plugins")
     def plugins(json_: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
         """List plugins, their distributions, what they serve, and load failures."""

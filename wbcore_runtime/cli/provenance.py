@@ -12,10 +12,10 @@ from wbcore_runtime.cli.output import JSON_HELP, emit_json, warn
 from wbcore_runtime.contract.errors import InvalidArgs
 
 if TYPE_CHECKING:
-    from wbcore_runtime.runtime import Runtime
+    from wbcore_runtime.contract.host import RuntimeServices
 
 
-def register(app: typer.Typer, runtime: Runtime) -> None:
+def register(app: typer.Typer, runtime: RuntimeServices) -> None:
     @app.command("sign")
     def sign(
         ident: str = typer.Argument(..., metavar="ID"),

@@ -21,7 +21,7 @@ from wbcore_runtime.cli.fastrun import run as run_command
 from wbcore_runtime.contract.errors import InvalidArgs
 
 if TYPE_CHECKING:
-    from wbcore_runtime.runtime import Runtime
+    from wbcore_runtime.contract.host import RuntimeServices
 
 MAX_FRAME = 64 << 20
 _U32 = struct.Struct("<I")
@@ -66,7 +66,7 @@ def frames(stream: BinaryIO, chunk: int = 1 << 20):  # type: ignore[no-untyped-d
         pos += 4 + n
 
 
-def register(app: typer.Typer, runtime: Runtime) -> None:
+def register(app: typer.Typer, runtime: RuntimeServices) -> None:
     @app.command(
         "run",
         context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False},

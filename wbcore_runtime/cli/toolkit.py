@@ -10,10 +10,10 @@ import typer
 from wbcore_runtime.cli.output import JSON_HELP, emit_json, warn
 
 if TYPE_CHECKING:
-    from wbcore_runtime.runtime import Runtime
+    from wbcore_runtime.contract.host import RuntimeServices
 
 
-def searched_roots(runtime: Runtime) -> list[Path]:
+def searched_roots(runtime: RuntimeServices) -> list[Path]:
     """Every folder discovery looked in, existing or not."""
     from wbcore_runtime.toolkit import discovery
 
@@ -21,7 +21,7 @@ def searched_roots(runtime: Runtime) -> list[Path]:
     return list(pinned) if pinned is not None else discovery.candidates(runtime.env, runtime.cwd, runtime.home)
 
 
-def searched_hint(runtime: Runtime) -> str:
+def searched_hint(runtime: RuntimeServices) -> str:
     """No toolkit found: which folders were searched and how to add one."""
     from wbcore_runtime.toolkit import discovery
 
@@ -32,7 +32,7 @@ def searched_hint(runtime: Runtime) -> str:
 OWN_COMMANDS = frozenset({"list", "show", "search", "verify"})
 
 
-def build(runtime: Runtime, only: str | None = None) -> typer.Typer:
+def build(runtime: RuntimeServices, only: str | None = None) -> typer.Typer:
     """The ``wbx toolkit`` group. ``only``: the subcommand about to run; when it is one of
     :data:`OWN_COMMANDS`, the provenance and build modules are not imported."""
     app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None)

@@ -28,7 +28,7 @@ from wbcore_runtime.contract.errors import InvalidArgs, NotFound, WbError, unkno
 
 if TYPE_CHECKING:
     from wbcore_runtime.contract.records import Availability, LlmProvider
-    from wbcore_runtime.runtime import Runtime
+    from wbcore_runtime.contract.host import RuntimeServices
 
 DEFAULT_RETRIES = 3
 MAX_RETRIES = 10
@@ -384,7 +384,7 @@ def split_model(spec: str | None, providers: Sequence[str]) -> tuple[str | None,
     return None, spec
 
 
-def settings(runtime: Runtime, *, model: str | None = None, agent_model: str | None = None) -> LlmSettings:
+def settings(runtime: RuntimeServices, *, model: str | None = None, agent_model: str | None = None) -> LlmSettings:
     """The settings for one run: the model from ``model`` (``--model``), else the agent
     definition's ``:MODEL:``, else ``WB_LLM_MODEL``; the provider from that spec's
     ``provider:`` prefix, else ``WB_LLM_PROVIDER``, else the only installed provider."""
@@ -416,7 +416,7 @@ def settings(runtime: Runtime, *, model: str | None = None, agent_model: str | N
     )
 
 
-def driver(runtime: Runtime, llm_settings: LlmSettings) -> LlmDriver:
+def driver(runtime: RuntimeServices, llm_settings: LlmSettings) -> LlmDriver:
     """The driver of the chosen provider, or the reason it cannot run here."""
     record: LlmProvider = runtime.llm_providers.get(llm_settings.provider)
     avail = record.available()

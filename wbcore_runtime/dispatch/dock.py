@@ -55,7 +55,7 @@ from wbcore_runtime.contract.errors import (
 )
 
 if TYPE_CHECKING:
-    from wbcore_runtime.runtime import Runtime
+    from wbcore_runtime.contract.host import RuntimeServices
 
 MiB = 1 << 20
 #: The guest import module of the Dock ABI (one function per granted cap).
@@ -223,7 +223,7 @@ def _rate_from_env(env: dict[str, str]) -> tuple[int, float]:
 class Dock:
     """The one place every broker call goes through. One per :class:`Runtime`."""
 
-    def __init__(self, runtime: Runtime, *, rate: tuple[int, float] | None = None, audit: AuditLog | None = None) -> None:
+    def __init__(self, runtime: RuntimeServices, *, rate: tuple[int, float] | None = None, audit: AuditLog | None = None) -> None:
         self.runtime = runtime
         self.audit = audit or AuditLog.for_home(runtime.home, runtime.env)
         self.limiter = RateLimiter(*(rate or _rate_from_env(runtime.env)))

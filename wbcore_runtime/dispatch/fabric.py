@@ -45,7 +45,7 @@ from wbcore_runtime.contract.errors import InvalidArgs, NotFound, Timeout, WbErr
 
 if TYPE_CHECKING:
     from wbcore_runtime.store.registry import Entry
-    from wbcore_runtime.runtime import Runtime
+    from wbcore_runtime.contract.host import RuntimeServices
 
 KINDS = ("command", "kernel")
 DEFAULT_ENGINE = "local"
@@ -221,7 +221,7 @@ class FabricDriver(Protocol):
 # --- the API ----------------------------------------------------------------------------------
 
 
-def engine(runtime: Runtime, name: str = DEFAULT_ENGINE) -> FabricDriver:
+def engine(runtime: RuntimeServices, name: str = DEFAULT_ENGINE) -> FabricDriver:
     """The driver of fabric engine ``name`` (one per runtime); unknown names list the known."""
     engines = runtime.fabric_engines
     if not len(engines) and not engines.conflicts:
@@ -237,7 +237,7 @@ def engine(runtime: Runtime, name: str = DEFAULT_ENGINE) -> FabricDriver:
     return driver
 
 
-def job(runtime: Runtime, name: str, *, kind: str = "command", width: int | None = None, tier: str | None = None,
+def job(runtime: RuntimeServices, name: str, *, kind: str = "command", width: int | None = None, tier: str | None = None,
         deadline: float | None = None, principal: Principal | None = None, timeout: float | None = None,
         batch: int | None = None, joined: bool = False) -> Job:
     """Resolve ``kind`` ``name`` once (``wbcore_runtime.dispatch.dispatcher``) and describe the batch."""
@@ -263,7 +263,7 @@ def job(runtime: Runtime, name: str, *, kind: str = "command", width: int | None
                joined=joined and kind == "kernel")
 
 
-def map(runtime: Runtime, name: str, inputs: Iterable[Any], *, kind: str = "command", width: int | None = None,
+def map(runtime: RuntimeServices, name: str, inputs: Iterable[Any], *, kind: str = "command", width: int | None = None,
         tier: str | None = None, engine: str = DEFAULT_ENGINE, deadline: float | None = None, cancel: Any = None,
         principal: Principal | None = None, timeout: float | None = None, batch: int | None = None) -> Iterator[Result]:
     """Run the registered ``kind`` ``name`` once per input on ``engine``: one :class:`Result`
@@ -278,7 +278,7 @@ def map(runtime: Runtime, name: str, inputs: Iterable[Any], *, kind: str = "comm
     return Stream.over(_chunks(runtime, spec, engine, inputs, cancel))
 
 
-def map_chunks(runtime: Runtime, name: str, inputs: Iterable[Any], *, kind: str = "command",
+def map_chunks(runtime: RuntimeServices, name: str, inputs: Iterable[Any], *, kind: str = "command",
                width: int | None = None, tier: str | None = None, engine: str = DEFAULT_ENGINE,
                deadline: float | None = None, cancel: Any = None, principal: Principal | None = None,
                timeout: float | None = None, batch: int | None = None) -> Iterator[ResultChunk]:
@@ -292,7 +292,7 @@ def map_chunks(runtime: Runtime, name: str, inputs: Iterable[Any], *, kind: str 
     return _chunks(runtime, spec, engine, inputs, cancel)
 
 
-def _chunks(runtime: Runtime, spec: Job, engine: str, inputs: Iterable[Any], cancel: Any) -> Iterator[ResultChunk]:
+def _chunks(runtime: RuntimeServices, spec: Job, engine: str, inputs: Iterable[Any], cancel: Any) -> Iterator[ResultChunk]:
     driver = _engine_driver(runtime, engine)
     kind, name = spec.kind, spec.name
     tracer = getattr(runtime, "tracer", None)
@@ -503,7 +503,7 @@ def _b64(value: Any, key: str) -> bytes:
 # --- running one input of a job (engines call this; worker processes too) -------------------
 
 
-def run_command(runtime: Runtime, job: Job, target: Any, item: CommandInput, *, cancel: Any = None) -> CallResult:
+def run_command(runtime: RuntimeServices, job: Job, target: Any, item: CommandInput, *, cancel: Any = None) -> CallResult:
     """Run ``job``'s resolved command request on one input with ``target`` (the tier that
     runs it, :func:`wbcore_runtime.dispatch.dispatcher.target_for`), inside the batch deadline, with the
     runtime's call hooks (audit) around it — as ``dispatch.call_command`` does."""
@@ -528,7 +528,7 @@ def kernel_request(job: Job) -> KernelRequest:
     return dataclasses.replace(req, spec=dataclasses.replace(req.spec, timeout_s=_within(job, req.spec.timeout_s)))
 
 
-def run_kernel(runtime: Runtime, job: Job, inst: Any, data: bytes) -> bytes:
+def run_kernel(runtime: RuntimeServices, job: Job, inst: Any, data: bytes) -> bytes:
     """One kernel call on an open instance, with the call hooks (as ``KernelCalls``)."""
     if job.deadline is not None and _monotonic() >= job.deadline:
         raise Timeout(f"fabric: the batch deadline passed before this input of {job.name!r} ran")
@@ -720,7 +720,7 @@ def failed_results(job: Job, chunk: Chunk, error: WbError | None) -> ResultChunk
 # --- running a chunk of a job in a worker (any engine's: a spawned process, a Ray actor) ------
 
 
-def runner(runtime: Runtime, job: Job, *, tier: str | None = None) -> Any:
+def runner(runtime: RuntimeServices, job: Job, *, tier: str | None = None) -> Any:
     """The function a worker calls per input: for a kernel, ``data -> bytes`` on one instance
     opened here and kept (seed 004's instantiate-once loop); for a command, ``(argv, stdin)
     -> result_wire``. ``tier`` overrides the job's (a node runs a ``node``-tier job at

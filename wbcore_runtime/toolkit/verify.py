@@ -16,7 +16,7 @@ from wbcore_runtime.contract.errors import ManifestError, WbError
 from wbcore_runtime.contract.records import Check, VerifyContext
 
 if TYPE_CHECKING:
-    from wbcore_runtime.runtime import Runtime
+    from wbcore_runtime.contract.host import RuntimeServices
     from wbcore_runtime.toolkit.loaded import Toolkit
 
 PRE_BLOCK_RE = re.compile(r"^[ \t]*#\+begin_src\b[^\n]*:role[ \t]+pre\b", re.IGNORECASE | re.MULTILINE)
@@ -42,7 +42,7 @@ def broken(ident: str, error: ManifestError) -> Report:
     return Report(ident, [Check(False, "manifest", f"{error}")])
 
 
-def exec_checks(toolkit: Toolkit, runtime: Runtime) -> list[Check]:
+def exec_checks(toolkit: Toolkit, runtime: RuntimeServices) -> list[Check]:
     mode = toolkit.manifest.exec
     if mode is None:
         return [Check(True, "exec", "none declared (discovery-only toolkit)")]
@@ -56,13 +56,13 @@ def exec_checks(toolkit: Toolkit, runtime: Runtime) -> list[Check]:
         return [Check(False, "exec", f"{mode}: {exc.message}")]
 
 
-def trust_checks(toolkit: Toolkit, runtime: Runtime) -> list[Check]:
+def trust_checks(toolkit: Toolkit, runtime: RuntimeServices) -> list[Check]:
     from wbcore_runtime.trust import verdict as trust
 
     return trust.checks(toolkit, runtime)
 
 
-def artifact_checks(toolkit: Toolkit, runtime: Runtime) -> list[Check]:
+def artifact_checks(toolkit: Toolkit, runtime: RuntimeServices) -> list[Check]:
     """Each artifact registered for this toolkit, re-hashed from disk (a corrupted or
     replaced file is ✗), and, once something is registered, what a rebuild would refuse
     (``wbcore_runtime.build.buildable``: ✗, or ⚠ for a lane missing on this machine — the registered
@@ -102,7 +102,7 @@ def pre_block_checks(toolkit: Toolkit) -> list[Check]:
     return [Check(True, "pre", f"{count} :role pre block(s) DISABLED, never run (native exec is banned)", warning=True)]
 
 
-def verify(toolkit: Toolkit, runtime: Runtime) -> Report:
+def verify(toolkit: Toolkit, runtime: RuntimeServices) -> Report:
     m = toolkit.manifest
     report = Report(m.id)
     add = report.checks.append

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from wbcore_runtime.trust import signing
     from wbcore_runtime.toolkit.manifest import Manifest
     from wbcore_runtime.contract.records import Check
-    from wbcore_runtime.runtime import Runtime
+    from wbcore_runtime.contract.host import RuntimeServices
     from wbcore_runtime.toolkit.loaded import Toolkit
 
 
@@ -125,7 +125,7 @@ def _check_shipped(manifest: Manifest) -> bool:
     return True
 
 
-def integrity_reason(toolkit: Toolkit, runtime: Runtime) -> str | None:
+def integrity_reason(toolkit: Toolkit, runtime: RuntimeServices) -> str | None:
     """Why ``#+SHA256`` fails for this toolkit, or ``None`` (also when nothing is pinned)."""
     from wbcore_runtime.guard import paths
 
@@ -193,7 +193,7 @@ def folder_verdict(folder: Path, env: Mapping[str, str] | None) -> signing.Verdi
     return signing.verify(folder, env=env)
 
 
-def signature_verdict(toolkit: Toolkit, runtime: Runtime, *, resolve_web: bool = True) -> signing.Verdict:
+def signature_verdict(toolkit: Toolkit, runtime: RuntimeServices, *, resolve_web: bool = True) -> signing.Verdict:
     """The signature verdict, remembered per runtime until any file of the folder changes."""
     from wbcore_runtime.trust import signing
 
@@ -222,7 +222,7 @@ DID_WEB_TTL_S = 300.0
 RACY_SECONDS = 2.0
 
 
-def _digest_file(runtime: Runtime, folder: Path) -> Path:
+def _digest_file(runtime: RuntimeServices, folder: Path) -> Path:
     return runtime.home / "cache" / "digests" / f"{sha256(str(folder).encode()).hexdigest()[:24]}.json"
 
 
@@ -234,7 +234,7 @@ def _state_key(state: tuple[tuple[str, int, int, int, int], ...]) -> tuple[str, 
     return sha256(repr(state).encode()).hexdigest(), time.time_ns() - newest < RACY_SECONDS * 1e9
 
 
-def content_digest(toolkit: Toolkit, runtime: Runtime) -> str:
+def content_digest(toolkit: Toolkit, runtime: RuntimeServices) -> str:
     """The toolkit folder's content digest (``signing.content_digest``: manifest fields,
     manifest bytes but the signature, every file and link), remembered until any file of
     the folder changes: per runtime, and across processes in ``$WB_HOME/cache/digests``
@@ -283,7 +283,7 @@ def _canonical(toolkit: Toolkit) -> bytes:
         raise IntegrityError(f"{toolkit.id}: cannot read {exc.filename or toolkit.dir}: {exc.strerror}") from None
 
 
-def _current_form(toolkit: Toolkit, runtime: Runtime) -> tuple[str, bytes]:
+def _current_form(toolkit: Toolkit, runtime: RuntimeServices) -> tuple[str, bytes]:
     """The current digest and the canonical form behind it (computed if only the digest was cached)."""
     digest = content_digest(toolkit, runtime)
     entry = runtime.__dict__["_wb_content_digests"][str(toolkit.dir)]
@@ -297,7 +297,7 @@ def _current_form(toolkit: Toolkit, runtime: Runtime) -> tuple[str, bytes]:
     return digest, form
 
 
-def remember_form(toolkit: Toolkit, runtime: Runtime) -> None:
+def remember_form(toolkit: Toolkit, runtime: RuntimeServices) -> None:
     """Keep the canonical form behind the current content digest (a build records it)."""
     from wbcore_runtime.store.artifacts import atomic_write
 
@@ -307,7 +307,7 @@ def remember_form(toolkit: Toolkit, runtime: Runtime) -> None:
         atomic_write(path, form)
 
 
-def changed_files(toolkit: Toolkit, runtime: Runtime, built_digest: str) -> list[str]:
+def changed_files(toolkit: Toolkit, runtime: RuntimeServices, built_digest: str) -> list[str]:
     """What changed in the folder since the build that recorded ``built_digest``."""
     from wbcore_runtime.trust import signing
 
@@ -320,7 +320,7 @@ def changed_files(toolkit: Toolkit, runtime: Runtime, built_digest: str) -> list
     return signing.diff(old, new)
 
 
-def source_reason(toolkit: Toolkit, runtime: Runtime) -> str | None:
+def source_reason(toolkit: Toolkit, runtime: RuntimeServices) -> str | None:
     """Why the toolkit's own files may not be used (built, served, injected), or ``None``:
     a third-party signature that does not verify, or a shipped artifact off its pin."""
     m = toolkit.manifest
@@ -335,12 +335,12 @@ def source_reason(toolkit: Toolkit, runtime: Runtime) -> str | None:
     return None
 
 
-def signature_ok(toolkit: Toolkit, runtime: Runtime) -> bool:
+def signature_ok(toolkit: Toolkit, runtime: RuntimeServices) -> bool:
     """True for a third-party toolkit whose signature verifies now (did:web resolved)."""
     return refusal(signature_verdict(toolkit, runtime)) is None
 
 
-def unavailable_reason(toolkit: Toolkit, runtime: Runtime, *, resolve_web: bool = False) -> str | None:
+def unavailable_reason(toolkit: Toolkit, runtime: RuntimeServices, *, resolve_web: bool = False) -> str | None:
     """Why the toolkit may not run, or ``None``. Offline by default (did:web not resolved)."""
     reason = integrity_reason(toolkit, runtime)
     if reason:
@@ -350,14 +350,14 @@ def unavailable_reason(toolkit: Toolkit, runtime: Runtime, *, resolve_web: bool 
     return None
 
 
-def check_available(toolkit: Toolkit, runtime: Runtime) -> None:
+def check_available(toolkit: Toolkit, runtime: RuntimeServices) -> None:
     """Raise :class:`IntegrityError` with the reason when the toolkit may not run (did:web resolved)."""
     reason = unavailable_reason(toolkit, runtime, resolve_web=True)
     if reason:
         raise IntegrityError(f"{toolkit.id} is unavailable: {reason}")
 
 
-def _signature_check(toolkit: Toolkit, runtime: Runtime) -> Check:
+def _signature_check(toolkit: Toolkit, runtime: RuntimeServices) -> Check:
     from wbcore_runtime.trust import signing
     from wbcore_runtime.contract.records import Check
 
@@ -372,7 +372,7 @@ def _signature_check(toolkit: Toolkit, runtime: Runtime) -> Check:
     return Check(False, "trust", f"signature {label}: {v.message}")
 
 
-def _consent_check(toolkit: Toolkit, runtime: Runtime) -> Check | None:
+def _consent_check(toolkit: Toolkit, runtime: RuntimeServices) -> Check | None:
     from wbcore_runtime.trust import consent as _consent
     from wbcore_runtime.contract.records import Check
 
@@ -415,7 +415,7 @@ def _env_check(toolkit: Toolkit, info: dict[str, Any]) -> Check | None:
     return Check(True, "consent", msg, warning=bool(missing))
 
 
-def checks(toolkit: Toolkit, runtime: Runtime) -> list[Check]:
+def checks(toolkit: Toolkit, runtime: RuntimeServices) -> list[Check]:
     from wbcore_runtime.contract.records import Check
 
     m = toolkit.manifest

@@ -52,7 +52,7 @@ def main(argv: list[str]) -> int:
         target = cache.cache_dir(zig, runtime.home, os.environ)
         return target, cache.warm(zig, target, box, progress=lambda m: print(m, file=sys.stderr))
 
-    return warm_command("zig cache", warm)
+    return warm_command("zig cache", warm, open_runtime=Runtime.open)
 
 
 if __name__ == "__main__":
