@@ -25,7 +25,7 @@ from wbcore_runtime.store import faults, leftovers
 from wbcore_runtime.trust import policy
 from wbcore_runtime.store.artifacts import atomic_write
 from wbcore_runtime.build import BuildFailed, ResolvedSource, pipeline
-from wbcore_runtime.contract.calls import KernelSpec
+from wbcore_runtime.contract.kernel_calls import KernelSpec
 from wbcore_runtime.contract.errors import InvalidArgs, WbError
 from wbcore_runtime.store.registry import Entry
 

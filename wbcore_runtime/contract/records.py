@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from wbcore_runtime.dispatch.fabric import FabricDriver
     from wbcore_runtime.contract.llm import LlmDriver, LlmSettings
     from wbcore_runtime.contract.host import RuntimeServices
     from wbcore_runtime.contract.sandbox import BuildSandboxDriver
@@ -277,7 +276,8 @@ class FabricEngine:
 
     name: str
     summary: str
-    factory: Callable[[RuntimeServices], FabricDriver]
+    #: Returns a ``FabricDriver``, named in words: the fabric's records live above the contract in the flow.
+    factory: Callable[[RuntimeServices], Any]
     available: Callable[[], Availability] = _always
 
 

@@ -40,7 +40,10 @@ from itertools import accumulate, chain, count, islice, repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-from wbcore_runtime.contract.calls import CallRecord, CallResult, CommandRequest, KernelRequest, Principal, Usage
+from wbcore_runtime.contract.calls import CallRecord, CallResult, CommandRequest, Principal, Usage
+from wbcore_runtime.contract.kernel_calls import KernelRequest
+from wbcore_runtime.dispatch import dispatcher as dispatch
+from wbcore_runtime.dispatch.dispatcher import audited
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound, Timeout, WbError, of_kind, unknown_name
 
 if TYPE_CHECKING:
@@ -241,8 +244,6 @@ def job(runtime: RuntimeServices, name: str, *, kind: str = "command", width: in
         deadline: float | None = None, principal: Principal | None = None, timeout: float | None = None,
         batch: int | None = None, joined: bool = False) -> Job:
     """Resolve ``kind`` ``name`` once (``wbcore_runtime.dispatch.dispatcher``) and describe the batch."""
-    from wbcore_runtime.dispatch import dispatcher as dispatch
-
     if kind not in KINDS:
         raise InvalidArgs(unknown_name("fabric kind", kind, list(KINDS)))
     width = _width(width)
@@ -514,8 +515,6 @@ def run_command(runtime: RuntimeServices, job: Job, target: Any, item: CommandIn
     hook = runtime.call_hooks
     if hook is None:
         return target.call(req)  # type: ignore[no-any-return]
-    from wbcore_runtime.dispatch.dispatcher import audited
-
     record = CallRecord(name=job.name, shape=job.entry.shape, principal=req.principal, argv=req.argv,
                         toolkit=req.toolkit, tier=job.tier, caps=job.caps)
     return audited(hook, record, target.call, req)  # type: ignore[no-any-return]
@@ -535,8 +534,6 @@ def run_kernel(runtime: RuntimeServices, job: Job, inst: Any, data: bytes) -> by
     hook = runtime.call_hooks
     if hook is None:
         return inst.call(data)  # type: ignore[no-any-return]
-    from wbcore_runtime.dispatch.dispatcher import audited
-
     req = job.request
     record = CallRecord(name=job.name, shape="kernel", principal=req.principal, toolkit=req.toolkit, tier=job.tier,
                         caps=job.caps)
@@ -725,8 +722,6 @@ def runner(runtime: RuntimeServices, job: Job, *, tier: str | None = None) -> An
     opened here and kept (seed 004's instantiate-once loop); for a command, ``(argv, stdin)
     -> result_wire``. ``tier`` overrides the job's (a node runs a ``node``-tier job at
     ``instance``: it *is* the other node)."""
-    from wbcore_runtime.dispatch import dispatcher as dispatch
-
     target = dispatch.target_for(runtime, job.entry, tier or job.tier)
     if job.kind == "command":
         def run_one(payload: tuple[tuple[str, ...], bytes]) -> Any:
