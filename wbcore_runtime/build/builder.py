@@ -28,6 +28,15 @@ from wbcore_runtime.build import BuildFailed, ResolvedSource, pipeline
 from wbcore_runtime.contract.kernel_calls import KernelSpec
 from wbcore_runtime.contract.errors import InvalidArgs, WbError
 from wbcore_runtime.store.registry import Entry
+from wbcore_runtime.store.registry import OwnedName
+from wbcore_runtime.dispatch import dispatcher as dispatch
+from wbcore_runtime.trust import verdict as trust
+from wbcore_runtime.guard import preopen
+from wbcore_runtime.trust import signing
+from wbcore_runtime.build import snapshot
+from wbcore_runtime.toolkit.manifest import load
+from wbcore_runtime.store import skill_images
+from wbcore_runtime.dispatch.audit import AuditLog, digest
 
 if TYPE_CHECKING:
     from wbcore_runtime.toolkit.manifest import Manifest
@@ -103,8 +112,6 @@ def registered_name(tk: Toolkit, kind: str) -> str:
 
 def _claim(runtime: RuntimeServices, tk: Toolkit, kind: str, name: str, replace_command: str | None) -> str | None:
     """The current owner of ``name``; raises unless it is free, ours, or handed over."""
-    from wbcore_runtime.store.registry import OwnedName
-
     if replace_command is not None and replace_command != name:
         raise InvalidArgs(f"--replace-command {replace_command}: {tk.id} registers {kind} {name!r}, not {replace_command!r}")
     owner = runtime.registry.owner(kind, name)
@@ -117,9 +124,6 @@ def _register(runtime: RuntimeServices, tk: Toolkit, kind: str, name: str, sha25
               owner: str | None, *, pinned: bool, options: dict[str, Any], shape: str | None = None) -> Entry:
     """Register ``sha256`` for ``tk`` with its provenance: the one way a toolkit's artifact
     enters the registry (builds and :func:`register_artifact`)."""
-    from wbcore_runtime.dispatch import dispatcher as dispatch
-    from wbcore_runtime.trust import verdict as trust
-
     m = tk.manifest
     if trust.content_digest(tk, runtime) != prov["digest"]:
         raise dispatch.Unavailable(f"{m.id}: its files changed while it was being built; build it again")
@@ -142,8 +146,6 @@ def _preopen(runtime: RuntimeServices, m: Manifest, kind: str, resolved: Resolve
     store now (:func:`wbcore_runtime.guard.preopen.option`): from the toolkit's verified snapshot
     (``m`` is the snapshot's manifest), or from inside an ``archive:`` bundle (checked by
     its source plugin). Calls read the stored copy, never the toolkit folder."""
-    from wbcore_runtime.guard import preopen
-
     if kind != "command" or not m.preopen:
         return {}
     if (m.build_src or "").startswith("archive:"):
@@ -161,11 +163,6 @@ def _verified_snapshot(runtime: RuntimeServices, tk: Toolkit, prov: dict[str, An
     the manifest of the copy, from which the build resolves its source and reads its
     ``#+PREOPEN``. A file changed between the check and the copy is caught here, and one
     changed after the copy is never seen by the build."""
-    from wbcore_runtime.dispatch import dispatcher as dispatch
-    from wbcore_runtime.trust import signing
-    from wbcore_runtime.build import snapshot
-    from wbcore_runtime.toolkit.manifest import load
-
     try:
         snap = snapshot.take(tk.dir, work / "toolkit", label=f"toolkit {tk.id}",
                              skip_dirs=signing.EXCLUDED_DIRS)
@@ -182,9 +179,6 @@ def register_artifact(runtime: RuntimeServices, ident: str, sha256: str, kind: s
     (an embedder that compiled it elsewhere). The same rules as a build: the toolkit must
     be available, ``#+SHA256`` must match, the name must be free or handed over, and the
     entry records the toolkit's provenance."""
-    from wbcore_runtime.dispatch import dispatcher as dispatch
-    from wbcore_runtime.trust import verdict as trust
-
     tk = runtime.toolkit(ident)
     m = tk.manifest
     kind = kind or KINDS.get(m.exec or "")
@@ -209,8 +203,6 @@ def posix_manifest(tk: Toolkit) -> bytes:
     obj: dict[str, Any] = {"cli_bin": m.cli_bin, "toolkit": m.id}
     images = m.keywords.get("SKILL_IMAGES")
     if images:  # OCI skill images its calls see read-only (wbcore_runtime.store.skill_images)
-        from wbcore_runtime.store import skill_images
-
         obj["skill_images"] = [[s.reference, s.mount] for s in skill_images.parse(images, f"{m.id}: #+SKILL_IMAGES")]
     return POSIX_MAGIC + json.dumps(obj, sort_keys=True).encode()
 
@@ -234,8 +226,6 @@ def register_posix(runtime: RuntimeServices, tk: Toolkit, *, replace_command: st
     """Register a ``#+EXEC: posix`` toolkit as command ``#+CLI_BIN``, shape ``posix``: its
     artifact is :func:`posix_manifest` (nothing is compiled), with the same provenance as
     any build. Only a tier whose record lists ``posix`` in its kinds can run it."""
-    from wbcore_runtime.dispatch import dispatcher as dispatch
-
     data = posix_manifest(tk)
     name = registered_name(tk, "command")
     owner = _claim(runtime, tk, "command", name, replace_command)
@@ -247,8 +237,6 @@ def register_posix(runtime: RuntimeServices, tk: Toolkit, *, replace_command: st
 
 
 def _audit_handover(runtime: RuntimeServices, kind: str, name: str, old: str, new: str) -> None:
-    from wbcore_runtime.dispatch.audit import AuditLog, digest
-
     AuditLog.for_home(runtime.home, runtime.env).record(
         principal="deployer", cap="registry", op="replace-command",
         args_digest=digest(f"{kind} {name} {old} {new}".encode()), outcome="allowed",
@@ -264,9 +252,6 @@ def build_row(runtime: RuntimeServices, ident: str, *, force: bool = False) -> d
     """Build ``ident`` and say how it went as one row, never raising for the build's own
     failure: ``state`` is built / cached / skipped (its lane cannot run here) / failed, with
     the error kind and message. ``wbx toolkit build --all`` and the engine's push print these."""
-    from wbcore_runtime.build import buildable
-    from wbcore_runtime.contract.errors import WbError
-
     try:
         res = build(runtime, ident, force=force)
     except buildable.LaneUnavailable as exc:
@@ -286,8 +271,6 @@ def build(runtime: RuntimeServices, ident: str, which: str | None = None, *, pro
     and the hand-over is written to the audit trail. A toolkit that may not run (a
     third-party signature that does not verify, a shipped artifact off its pin) is not
     built. The entry records the build's provenance (``wbcore_runtime.dispatch.dispatcher.provenance``)."""
-    from wbcore_runtime.dispatch import dispatcher as dispatch
-
     say = progress or (lambda _stage, _detail: None)
     t0 = time.perf_counter()
     tk = runtime.toolkit(ident)

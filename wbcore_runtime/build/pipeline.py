@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from wbcore_runtime.build import cache, snapshot
 from wbcore_runtime.build.request import BuildRequest, ResolvedSource, SourceRequest
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound
+from wbcore_runtime.plugins import sources
 
 if TYPE_CHECKING:
     from wbcore_runtime.toolkit.manifest import Manifest
@@ -52,8 +53,6 @@ class Compiled:
 
 def resolve(runtime: RuntimeServices, manifest: Manifest, work: Path, *, progress: Progress = _quiet) -> ResolvedSource:
     """Stage 1: ``#+BUILD_SRC`` → a read-only source folder (or a prebuilt artifact)."""
-    from wbcore_runtime.plugins import sources
-
     if not manifest.build_src:
         raise InvalidArgs(f"{manifest.id}: no #+BUILD_SRC to build from ({manifest.path})")
     src = sources.parse(manifest.build_src, runtime.prefixes)

@@ -33,7 +33,7 @@ def register(app: typer.Typer, runtime: RuntimeServices) -> None:
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
         """Show the Dock's audit trail (every broker decision, allowed and denied)."""
-        from wbcore_runtime.dispatch.audit import AuditLog
+        from wbcore_runtime.dispatch.audit import AuditLog  # deferred: keeps wbx start-up light
 
         log = AuditLog.for_home(runtime.home, runtime.env)
         if verify:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Self
 import typer
 
 from wbcore_runtime.cli.output import emit_json
+from wbcore_runtime.contract.errors import InvalidArgs
 
 if TYPE_CHECKING:
     from wbcore_runtime.contract.host import RuntimeServices
@@ -86,9 +87,8 @@ def register(app: typer.Typer, runtime: RuntimeServices) -> None:
         json_: bool = typer.Option(False, "--json", help="Stream one JSON object per line: phase events, then the result."),
     ) -> None:
         """Build a toolkit's artifact in its lane, store it by sha256 and register it."""
-        from wbcore_runtime.build import builder
-        from wbcore_runtime.build import BuildFailed
-        from wbcore_runtime.contract.errors import InvalidArgs
+        from wbcore_runtime.build import builder  # deferred: keeps wbx start-up light
+        from wbcore_runtime.build import BuildFailed  # deferred: keeps wbx start-up light
 
         if all_:
             if ident is not None or which is not None or replace_command is not None:
@@ -136,7 +136,7 @@ def build_all(runtime: RuntimeServices, *, force: bool, json_: bool) -> None:
     """``wbx toolkit build --all``: every toolkit with a buildable ``#+EXEC`` and a
     ``#+BUILD_SRC``, in search-path order; one line each (✓ built or cached, ✗ failed with
     the reason, - skipped when its lane cannot run on this machine); exit 1 if any failed."""
-    from wbcore_runtime.build import builder
+    from wbcore_runtime.build import builder  # deferred: keeps wbx start-up light
 
     rows: list[dict[str, object]] = []
     for tk in runtime.discover().toolkits.values():

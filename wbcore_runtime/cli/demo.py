@@ -7,6 +7,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import typer
+from wbcore_runtime.store import home as _home
+from wbcore_runtime.contract.errors import WbError
 
 if TYPE_CHECKING:
     from wbcore_runtime.contract.host import RuntimeServices
@@ -16,8 +18,8 @@ def register(app: typer.Typer, runtime: RuntimeServices) -> None:
     @app.command("demo")
     def demo() -> None:
         """Discover the shipped toolkits, build and run the buildable ones, verify all."""
-        from wbcore_runtime.build import buildable
-        from wbcore_runtime.cli.demosite import DemoSite
+        from wbcore_runtime.build import buildable  # deferred: keeps wbx start-up light
+        from wbcore_runtime.cli.demosite import DemoSite  # deferred: keeps wbx start-up light
 
         found = runtime.discover()
         typer.echo(f"== discover: {len(found.toolkits)} toolkit(s) in {', '.join(map(str, found.roots))}")
@@ -81,8 +83,6 @@ def next_steps(runtime: RuntimeServices, built: list[tuple[str, str]]) -> str:
     import sys
     from pathlib import Path
 
-    from wbcore_runtime.store import home as _home
-
     chosen = _home.choose(runtime.env, runtime.cwd)
     if chosen.path.resolve() != runtime.home.resolve():  # an embedder passed home= explicitly
         chosen = _home.Home(runtime.home, "WB_HOME")
@@ -126,7 +126,7 @@ def _steps(m: object, site: str = "") -> list[list[str]]:
 def _open_to(runtime: RuntimeServices, site: object) -> None:
     """The deployer settings that let this demo's calls reach its site on 127.0.0.1 (for this
     process only; NetGuard refuses loopback otherwise), said out loud."""
-    from wbcore_runtime.guard.netguard import ENV_GUEST_PRIVATE_HOSTS, ENV_PRIVATE_HOSTS
+    from wbcore_runtime.guard.netguard import ENV_GUEST_PRIVATE_HOSTS, ENV_PRIVATE_HOSTS  # deferred: keeps wbx start-up light
 
     host = "127.0.0.1"
     for name in (ENV_GUEST_PRIVATE_HOSTS, ENV_PRIVATE_HOSTS):
@@ -178,8 +178,7 @@ def _build_and_run(runtime: RuntimeServices, found: object, site: str = "") -> t
     import shlex
     import time
 
-    from wbcore_runtime.build import builder
-    from wbcore_runtime.contract.errors import WbError
+    from wbcore_runtime.build import builder  # deferred: keeps wbx start-up light
 
     typer.echo("\n== build & run (wbx toolkit build <id>; wbx run / wbx kernel run / wbx call)")
     failed = 0

@@ -257,8 +257,8 @@ def sdk_provider(name: str, summary: str, driver: str) -> LlmProvider:
     module and pip name (checked by :func:`sdk_availability`, never imported by it);
     ``driver`` names its :class:`SdkChat` subclass (``module:Class``), imported only when a
     model is first asked, so loading the plugin imports no SDK."""
-    from wbcore_runtime.plugins.manager import load_target
-    from wbcore_runtime.contract.records import LlmProvider
+    from wbcore_runtime.plugins.manager import load_target  # deferred: closes an import cycle
+    from wbcore_runtime.contract.records import LlmProvider  # deferred: closes an import cycle
 
     def factory(_runtime: Any, llm_settings: LlmSettings) -> Any:
         return load_target(driver)(llm_settings)
@@ -274,7 +274,7 @@ def sdk_availability(module: str) -> Availability:
     its pip name) can be imported here, found without importing it."""
     import importlib.util
 
-    from wbcore_runtime.contract.records import Availability
+    from wbcore_runtime.contract.records import Availability  # deferred: closes an import cycle
 
     if importlib.util.find_spec(module) is None:
         return Availability.no(f"the {module} SDK is not installed (pip install {module})")

@@ -158,7 +158,7 @@ class BuildLane:
         own = self.available()
         if not self.needs_build_sandbox:
             return own
-        from wbcore_runtime.contract.sandbox import availability
+        from wbcore_runtime.contract.sandbox import availability  # deferred: closes an import cycle
 
         box = availability(runtime)
         if own.ok and box.ok:

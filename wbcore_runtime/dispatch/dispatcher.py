@@ -44,11 +44,13 @@ from wbcore_runtime.trust import policy
 from wbcore_runtime.guard import preopen
 from wbcore_runtime.contract.calls import CallRecord, CallResult, CommandRequest, Principal
 from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs, NotFound, WbError, unknown_name
+from wbcore_runtime.trust import verdict as trust
+from wbcore_runtime.store.registry import RESERVED
+from wbcore_runtime.store.registry import Entry
 
 if TYPE_CHECKING:
     from wbcore_runtime.contract.kernel_calls import KernelRequest, KernelSpec
     from wbcore_runtime.trust.policy import Profile
-    from wbcore_runtime.store.registry import Entry
     from wbcore_runtime.contract.host import RuntimeServices
 
 _monotonic = time.monotonic
@@ -112,7 +114,7 @@ def provenance(runtime: RuntimeServices, toolkit: Any) -> dict[str, Any]:
     Refuses a toolkit that may not run at all (a third-party signature that does not
     verify, a shipped artifact that does not match its pin): it is not built.
     """
-    from wbcore_runtime.trust import consent, verdict as trust
+    from wbcore_runtime.trust import consent  # deferred: keeps wbx start-up light (a kept resolution skips it)
 
     m = toolkit.manifest
     reason = trust.source_reason(toolkit, runtime)
@@ -138,8 +140,6 @@ def _refuse(entry: Entry, why: str, fix: str) -> Unavailable:
 
 def _check_provenance(runtime: RuntimeServices, entry: Entry, prov: dict[str, Any]) -> Any:
     """The toolkit ``entry`` was built from, if it still is what was built; else raise."""
-    from wbcore_runtime.trust import verdict as trust
-
     ident = entry.toolkit
     rebuild = f"rebuild it: wbx toolkit build {ident}"
     found = runtime.discover()
@@ -381,8 +381,6 @@ def runner_for(runtime: RuntimeServices, entry: Entry) -> Any:
 
 def entry_for(runtime: RuntimeServices, kind: str, name: str) -> Entry:
     """The registry entry (built-ins are installed on first use); NotFound lists the names."""
-    from wbcore_runtime.store.registry import RESERVED
-
     if kind == "command" and name in RESERVED:
         checked = runtime.__dict__.setdefault("_wb_builtins_checked", set())
         if name not in checked:
@@ -406,7 +404,7 @@ def _roots_state(runtime: RuntimeServices) -> tuple[tuple[str, int], ...]:
 
 
 def _resolve_uncached(runtime: RuntimeServices, kind: str, name: str, tier: str | None) -> Resolved:
-    from wbcore_runtime.trust import consent
+    from wbcore_runtime.trust import consent  # deferred: keeps wbx start-up light (a kept resolution skips it)
 
     entry = entry_for(runtime, kind, name)
     if entry.builtin:
@@ -433,7 +431,7 @@ def _resolve_uncached(runtime: RuntimeServices, kind: str, name: str, tier: str 
     choice = choose_tier(runtime, entry, trust_, caps, tier)
     spec = None
     if kind == "kernel":
-        from wbcore_runtime.contract.kernel_calls import KernelSpec
+        from wbcore_runtime.contract.kernel_calls import KernelSpec  # deferred: keeps wbx start-up light
 
         spec = KernelSpec.from_options(entry.options)
     return Resolved(
@@ -488,8 +486,6 @@ def resolved_generation(runtime: RuntimeServices, kind: str, name: str, tier: st
 
 def _world(runtime: RuntimeServices, resolved: Resolved) -> Any:
     """What a cached resolution depends on outside the home's change counter."""
-    from wbcore_runtime.trust import verdict as trust
-
     if resolved.trust in ("built-in", DEPLOYER):
         return None
     prov = resolved.entry.options.get(PROVENANCE) or {}
@@ -595,7 +591,6 @@ def check_reach(resolved: Resolved, principal: Principal | None) -> None:
     (``call_command``, ``open_kernel``, components, kernel calls) passes here."""
     if principal is None or principal.reach is None:
         return
-    from wbcore_runtime.store.registry import RESERVED
 
     if resolved.trust == "built-in" and resolved.name in RESERVED:
         return
@@ -684,7 +679,7 @@ def call_resolved(runtime: RuntimeServices, resolved: Resolved, argv: Sequence[s
 
 def kernel_request(resolved: Resolved, *, principal: Principal | None = None,
                    timeout: float | None = None) -> KernelRequest:
-    from wbcore_runtime.contract.kernel_calls import KernelRequest, KernelSpec
+    from wbcore_runtime.contract.kernel_calls import KernelRequest, KernelSpec  # deferred: keeps wbx start-up light
 
     spec = resolved.kernel or KernelSpec()
     if timeout is not None:
@@ -734,8 +729,6 @@ def call_artifact(runtime: RuntimeServices, *, name: str, sha256: str, lane: str
     agent session's own toolkits (first-party, ``caps`` already narrowed to ``profile``
     by the caller through ``wbcore_runtime.trust.consent.effective_caps``). The caller vouches that
     ``sha256`` is its own build; caps outside ``profile`` are never granted."""
-    from wbcore_runtime.store.registry import Entry
-
     runtime.artifacts.verify(sha256)
     entry = Entry(kind="command", name=name, sha256=sha256, shape="command", options={"lane": lane} if lane else {})
     prof = policy.profile(profile)
@@ -754,8 +747,6 @@ def install_builtins(runtime: RuntimeServices, names: list[str] | None = None, *
     A built-in already registered with its artifact present is left alone unless
     ``force``. Returns the entries registered now.
     """
-    from wbcore_runtime.store.registry import Entry
-
     done = []
     for b in runtime.builtins:
         if names is not None and b.name not in names:

@@ -53,6 +53,8 @@ from wbcore_runtime.contract.errors import (
     disk_full_of,
     unknown_name,
 )
+from wbcore_runtime.store import leftovers
+from wbcore_runtime.dispatch import dispatcher as dispatch
 
 if TYPE_CHECKING:
     from wbcore_runtime.contract.host import RuntimeServices
@@ -259,8 +261,6 @@ class Dock:
             allowed_hosts = self._allowed_hosts(toolkit)
         ephemeral = not instance
         if ephemeral:
-            from wbcore_runtime.store import leftovers
-
             instance = leftovers.unique(EPHEMERAL_PREFIX)
         ctx = DockContext(
             principal=principal,
@@ -291,7 +291,6 @@ class Dock:
     def _allowed_hosts(self, toolkit: str | None) -> tuple[str, ...]:
         if not toolkit:
             return ()
-        from wbcore_runtime.dispatch import dispatcher as dispatch
 
         hosts = dispatch.recorded_hosts(self.runtime, toolkit)
         return (DENY_ALL_HOSTS,) if hosts is None else hosts  # nothing built and verified: fail closed

@@ -45,6 +45,7 @@ from wbcore_runtime.contract.kernel_calls import KernelRequest
 from wbcore_runtime.dispatch import dispatcher as dispatch
 from wbcore_runtime.dispatch.dispatcher import audited
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound, Timeout, WbError, of_kind, unknown_name
+from wbcore_runtime.contract import telemetry
 
 if TYPE_CHECKING:
     from wbcore_runtime.store.registry import Entry
@@ -299,7 +300,6 @@ def _chunks(runtime: RuntimeServices, spec: Job, engine: str, inputs: Iterable[A
     tracer = getattr(runtime, "tracer", None)
     if tracer is None:
         return driver.chunks(spec, work(kind, inputs), cancel=cancel)
-    from wbcore_runtime.contract import telemetry
 
     span = tracer.start("wb.fabric.map", {"wb.command": name, "wb.kind": kind, telemetry.TIER: spec.tier,
                                           "wb.engine": engine, "wb.width": spec.width,

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from wbcore_runtime.contract.errors import CapabilityDenied, WbError
+from wbcore_runtime.dispatch import dispatcher as dispatch
 
 if TYPE_CHECKING:
     from wbcore_runtime.contract.calls import Principal
@@ -161,8 +162,6 @@ class RunningCalls:
         return None
 
     def _why(self, call: Running) -> str | None:
-        from wbcore_runtime.dispatch import dispatcher as dispatch
-
         if not call.revoked_at_start:
             why = self._revoked(call)
             if why:

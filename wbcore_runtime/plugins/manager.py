@@ -26,6 +26,7 @@ import pluggy
 from wbcore_runtime.contract import hookspecs
 from wbcore_runtime.contract.errors import NotFound, PluginError, unknown_name
 from wbcore_runtime.plugins.installed import RACY_SECONDS, installed_key  # noqa: F401 - re-exported: plugins.installed_key
+from wbcore_runtime import __version__
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +91,7 @@ def entry_points(cache_dir: Any = None) -> list[tuple[str, str, str, str]]:
     found = _scan()
     _remember(found)
     if path is not None and not racy:
-        from wbcore_runtime.store.artifacts import atomic_write
+        from wbcore_runtime.store.artifacts import atomic_write  # deferred: keeps wbx start-up light
 
         body = {"key": key, "group": hookspecs.ENTRY_POINT_GROUP, "entry_points": found}
         try:
@@ -160,8 +161,6 @@ def core_origin() -> str:
     """The installed core as ``distribution version`` (``wbx plugins``' first line), or what
     runs when the core is imported from a folder no distribution describes."""
     from importlib import metadata
-
-    from wbcore_runtime import __version__
 
     try:
         return f"{CORE_DISTRIBUTION} {metadata.version(CORE_DISTRIBUTION)}"

@@ -14,6 +14,9 @@ from typing import TYPE_CHECKING, Any
 from wbcore_runtime.trust import policy
 from wbcore_runtime.contract.errors import ManifestError, WbError
 from wbcore_runtime.contract.records import Check, VerifyContext
+from wbcore_runtime.trust import verdict as trust
+from wbcore_runtime.build import buildable
+from wbcore_runtime.toolkit import manifest as _manifest
 
 if TYPE_CHECKING:
     from wbcore_runtime.contract.host import RuntimeServices
@@ -57,8 +60,6 @@ def exec_checks(toolkit: Toolkit, runtime: RuntimeServices) -> list[Check]:
 
 
 def trust_checks(toolkit: Toolkit, runtime: RuntimeServices) -> list[Check]:
-    from wbcore_runtime.trust import verdict as trust
-
     return trust.checks(toolkit, runtime)
 
 
@@ -67,8 +68,6 @@ def artifact_checks(toolkit: Toolkit, runtime: RuntimeServices) -> list[Check]:
     replaced file is ✗), and, once something is registered, what a rebuild would refuse
     (``wbcore_runtime.build.buildable``: ✗, or ⚠ for a lane missing on this machine — the registered
     artifact still runs). Unregistered toolkits get the build refusals from their shape."""
-    from wbcore_runtime.build import buildable
-
     m = toolkit.manifest
     try:
         entries = [e for e in runtime.registry.entries() if e.toolkit == m.id]
@@ -90,8 +89,6 @@ def artifact_checks(toolkit: Toolkit, runtime: RuntimeServices) -> list[Check]:
 
 
 def pre_block_checks(toolkit: Toolkit) -> list[Check]:
-    from wbcore_runtime.toolkit import manifest as _manifest
-
     try:
         text = _manifest.read_text(toolkit.manifest.path)
     except ManifestError:

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from wbcore_runtime.store.artifacts import IntegrityError as _StoreIntegrityError
 from wbcore_runtime.store.digest import sha256
 from wbcore_runtime.contract.errors import ErrorKind, NotFound
+from wbcore_runtime.guard import paths
+from wbcore_runtime.store.artifacts import atomic_write
 
 if TYPE_CHECKING:
     from wbcore_runtime.trust import signing
@@ -96,8 +98,6 @@ def shipped_artifact(manifest: Manifest) -> Path | None:
     """The local file ``#+SHA256`` pins, when ``#+BUILD_SRC`` is ``wasm:``/``archive:`` + a path:
     its checked, symlink-free path (:mod:`wbcore_runtime.guard.paths`), ``None`` when there is none, and
     :class:`~wbcore_runtime.guard.paths.Refused` when it is not a single-linked regular file inside the toolkit."""
-    from wbcore_runtime.guard import paths
-
     rel = _shipped_relative(manifest)
     if rel is None:
         return None
@@ -109,8 +109,6 @@ def shipped_artifact(manifest: Manifest) -> Path | None:
 
 def _check_shipped(manifest: Manifest) -> bool:
     """Hash the shipped file through containment; True when there is one (and it matched)."""
-    from wbcore_runtime.guard import paths
-
     rel = _shipped_relative(manifest)
     if rel is None or not manifest.sha256:
         return False
@@ -127,8 +125,6 @@ def _check_shipped(manifest: Manifest) -> bool:
 
 def integrity_reason(toolkit: Toolkit, runtime: RuntimeServices) -> str | None:
     """Why ``#+SHA256`` fails for this toolkit, or ``None`` (also when nothing is pinned)."""
-    from wbcore_runtime.guard import paths
-
     m = toolkit.manifest
     if not m.sha256:
         return None
@@ -176,7 +172,7 @@ def refusal(verdict: signing.Verdict, *, offline: bool = False) -> str | None:
     failure: fail closed. Only an ``offline`` look (a listing that resolves nothing: ``wbx
     toolkit list``, an agent's prompt) leaves it pending, never verified: the first call
     resolves it and refuses it if it still cannot be."""
-    from wbcore_runtime.trust import signing
+    from wbcore_runtime.trust import signing  # deferred: keeps wbx start-up light
 
     if verdict.ok:
         return None
@@ -188,14 +184,14 @@ def refusal(verdict: signing.Verdict, *, offline: bool = False) -> str | None:
 def folder_verdict(folder: Path, env: Mapping[str, str] | None) -> signing.Verdict:
     """The signature verdict of a folder that is not (yet) a discovered toolkit (install,
     grant, publish): did:web resolved. Judge it with :func:`refusal`."""
-    from wbcore_runtime.trust import signing
+    from wbcore_runtime.trust import signing  # deferred: keeps wbx start-up light
 
     return signing.verify(folder, env=env)
 
 
 def signature_verdict(toolkit: Toolkit, runtime: RuntimeServices, *, resolve_web: bool = True) -> signing.Verdict:
     """The signature verdict, remembered per runtime until any file of the folder changes."""
-    from wbcore_runtime.trust import signing
+    from wbcore_runtime.trust import signing  # deferred: keeps wbx start-up light
 
     import time
 
@@ -264,8 +260,6 @@ def content_digest(toolkit: Toolkit, runtime: RuntimeServices) -> str:
     digest = sha256(form).hexdigest()
     cache[key] = (state, digest, form)
     if not racy:
-        from wbcore_runtime.store.artifacts import atomic_write
-
         try:
             atomic_write(stored, json.dumps({"dir": key, "state": fingerprint, "digest": digest}).encode(),
                          tmp_dir=stored.parent.parent)
@@ -275,7 +269,7 @@ def content_digest(toolkit: Toolkit, runtime: RuntimeServices) -> str:
 
 
 def _canonical(toolkit: Toolkit) -> bytes:
-    from wbcore_runtime.trust import signing
+    from wbcore_runtime.trust import signing  # deferred: keeps wbx start-up light
 
     try:
         return signing.canonical(toolkit.dir)
@@ -299,8 +293,6 @@ def _current_form(toolkit: Toolkit, runtime: RuntimeServices) -> tuple[str, byte
 
 def remember_form(toolkit: Toolkit, runtime: RuntimeServices) -> None:
     """Keep the canonical form behind the current content digest (a build records it)."""
-    from wbcore_runtime.store.artifacts import atomic_write
-
     digest, form = _current_form(toolkit, runtime)
     path = runtime.home / "build" / "provenance" / f"{digest}.txt"
     if not path.exists():
@@ -309,7 +301,7 @@ def remember_form(toolkit: Toolkit, runtime: RuntimeServices) -> None:
 
 def changed_files(toolkit: Toolkit, runtime: RuntimeServices, built_digest: str) -> list[str]:
     """What changed in the folder since the build that recorded ``built_digest``."""
-    from wbcore_runtime.trust import signing
+    from wbcore_runtime.trust import signing  # deferred: keeps wbx start-up light
 
     path = runtime.home / "build" / "provenance" / f"{built_digest}.txt"
     try:
@@ -358,8 +350,8 @@ def check_available(toolkit: Toolkit, runtime: RuntimeServices) -> None:
 
 
 def _signature_check(toolkit: Toolkit, runtime: RuntimeServices) -> Check:
-    from wbcore_runtime.trust import signing
-    from wbcore_runtime.contract.records import Check
+    from wbcore_runtime.trust import signing  # deferred: keeps wbx start-up light
+    from wbcore_runtime.contract.records import Check  # deferred: keeps wbx start-up light
 
     v = signature_verdict(toolkit, runtime)
     label = {
@@ -373,8 +365,8 @@ def _signature_check(toolkit: Toolkit, runtime: RuntimeServices) -> Check:
 
 
 def _consent_check(toolkit: Toolkit, runtime: RuntimeServices) -> Check | None:
-    from wbcore_runtime.trust import consent as _consent
-    from wbcore_runtime.contract.records import Check
+    from wbcore_runtime.trust import consent as _consent  # deferred: closes an import cycle
+    from wbcore_runtime.contract.records import Check  # deferred: keeps wbx start-up light
 
     info = _consent.describe(runtime.home, toolkit, runtime.caps_universe_for(toolkit.manifest.caps))
     if not info["requested"]:
@@ -403,7 +395,7 @@ def _consent_check(toolkit: Toolkit, runtime: RuntimeServices) -> Check | None:
 def _env_check(toolkit: Toolkit, info: dict[str, Any]) -> Check | None:
     """The deployer variables the manifest reads, and which the deployer granted (a read of an
     ungranted one is refused at the call: ``consent.check_env``)."""
-    from wbcore_runtime.contract.records import Check
+    from wbcore_runtime.contract.records import Check  # deferred: keeps wbx start-up light
 
     if not info["env_requested"]:
         return None
@@ -416,7 +408,7 @@ def _env_check(toolkit: Toolkit, info: dict[str, Any]) -> Check | None:
 
 
 def checks(toolkit: Toolkit, runtime: RuntimeServices) -> list[Check]:
-    from wbcore_runtime.contract.records import Check
+    from wbcore_runtime.contract.records import Check  # deferred: keeps wbx start-up light
 
     m = toolkit.manifest
     out: list[Check] = []
