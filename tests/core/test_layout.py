@@ -34,12 +34,13 @@ OVER_BUDGET = {
     "wbcore_runtime.wire.terminal": 548,
 }
 #: The package's size in lines (test support is its own distribution, wbcore-testing). The
-#: target is 12,000; until reached, the figure reached is the ceiling.
-MAX_TOTAL_LINES = 21_248
+#: target is 12,000; until reached, the figure reached is the ceiling (contract/targets.py's 23 lines,
+#: load_target below the plugin manager, took four modules off the import cycle).
+MAX_TOTAL_LINES = 21_259
 #: In-function imports of a core module (each one hides an edge): the target is none.
-MAX_IN_FUNCTION = 130
+MAX_IN_FUNCTION = 129
 #: Modules on an import cycle: the target is none.
-MAX_ON_CYCLES = 11
+MAX_ON_CYCLES = 6
 
 
 @dataclass

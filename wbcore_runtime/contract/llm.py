@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound, WbError, unknown_name
+from wbcore_runtime.contract.targets import load_target
 
 if TYPE_CHECKING:
     from wbcore_runtime.contract.records import Availability, LlmProvider
@@ -257,7 +258,6 @@ def sdk_provider(name: str, summary: str, driver: str) -> LlmProvider:
     module and pip name (checked by :func:`sdk_availability`, never imported by it);
     ``driver`` names its :class:`SdkChat` subclass (``module:Class``), imported only when a
     model is first asked, so loading the plugin imports no SDK."""
-    from wbcore_runtime.plugins.manager import load_target  # deferred: closes an import cycle
     from wbcore_runtime.contract.records import LlmProvider  # deferred: closes an import cycle
 
     def factory(_runtime: Any, llm_settings: LlmSettings) -> Any:

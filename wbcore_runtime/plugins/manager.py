@@ -24,6 +24,7 @@ from typing import Any, Generic, TypeVar
 import pluggy
 
 from wbcore_runtime.contract import hookspecs
+from wbcore_runtime.contract.targets import load_target
 from wbcore_runtime.contract.errors import NotFound, PluginError, unknown_name
 from wbcore_runtime.plugins.installed import RACY_SECONDS, installed_key  # noqa: F401 - re-exported: plugins.installed_key
 from wbcore_runtime import __version__
@@ -256,18 +257,6 @@ def register_checked(pm: pluggy.PluginManager, plugin: object, name: str | None)
         known = ", ".join(sorted(n for n in dir(hookspecs) if n.startswith(hookspecs.PROJECT + "_")))
         return f"{exc} (the hooks are: {known})"
     return ""
-
-
-def load_target(target: str) -> Any:
-    """The object an entry point names: ``module`` or ``module:attr.attr`` (as
-    ``importlib.metadata.EntryPoint.load``, without importing importlib.metadata)."""
-    import importlib
-
-    module, _, attrs = target.partition(":")
-    obj: Any = importlib.import_module(module.strip())
-    for attr in filter(None, attrs.strip().split(".")):
-        obj = getattr(obj, attr)
-    return obj
 
 
 def lazy(target: str) -> Callable[..., Any]:
