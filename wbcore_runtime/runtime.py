@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 from wbcore_runtime.contract.errors import ManifestError
 from wbcore_runtime.contract.errors import NotFound as _NotFound
+from wbcore_runtime.toolkit import discovery as _discovery
 
 if TYPE_CHECKING:  # pluggy, the plugins and the records load with the first plugin use
     import pluggy
 
-    from wbcore_runtime.toolkit import discovery as _discovery
     from wbcore_runtime.plugins import manager as _plugins
     from wbcore_runtime.contract.records import Broker, BuildLane, ExecShape, FederationSource, IsolationTier, SourcePrefix
     from wbcore_runtime.toolkit.loaded import Toolkit
@@ -63,7 +63,7 @@ class Runtime:
             assert self._load_plugins is not None
             self._pm, self._plugin_infos = self._load_plugins()
             if self.indexed_plugins and self.__dict__.get("plugin_index") is None:
-                from wbcore_runtime.plugins import index as plugin_index
+                from wbcore_runtime.plugins import index as plugin_index  # deferred: keeps wbx start-up light
 
                 if plugin_index.load(self) is None:  # missing or stale: describe the plugins just loaded
                     try:
@@ -81,7 +81,7 @@ class Runtime:
         shapes, tiers and lanes from it without importing the plugins."""
         if not self.indexed_plugins:
             return None
-        from wbcore_runtime.plugins import index as plugin_index
+        from wbcore_runtime.plugins import index as plugin_index  # deferred: keeps wbx start-up light
 
         return plugin_index.load(self)
 
@@ -115,7 +115,7 @@ class Runtime:
     def revocations(self) -> Any:
         """Revoked principals (``wbcore_runtime.dispatch.revocations.Revocations``): one per runtime,
         shared by the Dock and the running-calls table, without importing the Dock."""
-        from wbcore_runtime.dispatch.revocations import Revocations
+        from wbcore_runtime.dispatch.revocations import Revocations  # deferred: keeps wbx start-up light
 
         return Revocations(self.home / "dock" / "revoked", self.registry.generation)
 
@@ -123,7 +123,7 @@ class Runtime:
     def running(self) -> Any:
         """The calls running now and the watcher that cuts them off when their grant is
         revoked (``wbcore_runtime.dispatch.running.RunningCalls``)."""
-        from wbcore_runtime.dispatch.running import RunningCalls
+        from wbcore_runtime.dispatch.running import RunningCalls  # deferred: keeps wbx start-up light
 
         return RunningCalls(self)
 
@@ -131,7 +131,7 @@ class Runtime:
     def tracer(self) -> Any:
         """The tracer of ``wbcore_tracer`` (``None``: telemetry off, the seams cost nothing).
         Opened on first use, with the plugins."""
-        from wbcore_runtime.contract import telemetry
+        from wbcore_runtime.contract import telemetry  # deferred: keeps wbx start-up light
 
         return telemetry.open_tracer(self)
 
@@ -147,17 +147,15 @@ class Runtime:
     ) -> Runtime:
         """Open a runtime. ``plugins=None`` loads every installed plugin (tolerant);
         a list selects entry-point names and/or in-process plugin objects (strict)."""
-        from wbcore_runtime.toolkit import discovery as _discovery
-
         env = dict(os.environ if env is None else env)
         home_path = Path(home).expanduser() if home is not None else _discovery.default_home(env, Path(cwd) if cwd is not None else None)
         def load_all() -> tuple[pluggy.PluginManager, list[_plugins.PluginInfo]]:
-            from wbcore_runtime.plugins import manager as _plugins
+            from wbcore_runtime.plugins import manager as _plugins  # deferred: keeps wbx start-up light
 
             return _plugins.load(None, cache_dir=home_path)
 
         if plugins is not None:  # a selection is strict: a bad name fails here, not at first use
-            from wbcore_runtime.plugins import manager as _plugins
+            from wbcore_runtime.plugins import manager as _plugins  # deferred: keeps wbx start-up light
 
             pm, infos = _plugins.load(plugins, cache_dir=home_path)
             return cls(pm, infos, home=home_path, env=env, cwd=Path(cwd) if cwd is not None else Path.cwd(),
@@ -182,7 +180,7 @@ class Runtime:
         """Add an in-process plugin to this runtime after it was opened (tests, embedders).
         Caches that depend on the plugin set (which hooks have implementations) are reset.
         A hook implementation no spec declares (a misspelled ``@hookimpl``) is refused."""
-        from wbcore_runtime.plugins import manager as _plugins
+        from wbcore_runtime.plugins import manager as _plugins  # deferred: keeps wbx start-up light
 
         problem = _plugins.register_checked(self.pm, plugin, name)
         if problem:
@@ -203,8 +201,8 @@ class Runtime:
     # --- registries (collected lazily, once) ---------------------------------------
 
     def _collect(self, hook: str, kind: type | str, what: str) -> _plugins.RecordRegistry[Any]:
-        from wbcore_runtime.plugins import manager as _plugins
-        from wbcore_runtime.contract import records
+        from wbcore_runtime.plugins import manager as _plugins  # deferred: keeps wbx start-up light
+        from wbcore_runtime.contract import records  # deferred: keeps wbx start-up light
 
         record_type = getattr(records, kind) if isinstance(kind, str) else kind
         return _plugins.collect(self.pm, hook, record_type, what, self.plugin_infos)
@@ -229,8 +227,8 @@ class Runtime:
     def cap_universe(self) -> Any:
         """The caps this runtime knows (``wbcore_runtime.trust.policy.Universe``): the core's plus
         those its brokers declare, collected once."""
-        from wbcore_runtime.dispatch.dock import ALWAYS_LINKED
-        from wbcore_runtime.trust.policy import Universe
+        from wbcore_runtime.dispatch.dock import ALWAYS_LINKED  # deferred: keeps wbx start-up light
+        from wbcore_runtime.trust.policy import Universe  # deferred: keeps wbx start-up light
 
         brokers = self.brokers  # collecting fills each plugin's ``serves``
         origin = {name: info.origin for info in self.plugin_infos for name in info.serves.get("cap broker", ())}
@@ -239,7 +237,7 @@ class Runtime:
     def caps_universe_for(self, caps: Iterable[str]) -> Any:
         """The universe to decide ``caps`` with: the core's when they are all core caps (no
         plugin is imported for that), else :attr:`cap_universe` (the plugins load)."""
-        from wbcore_runtime.trust.policy import CAP_UNIVERSE, CORE
+        from wbcore_runtime.trust.policy import CAP_UNIVERSE, CORE  # deferred: keeps wbx start-up light
 
         return CORE if CAP_UNIVERSE.issuperset(caps) else self.cap_universe
 
@@ -254,35 +252,35 @@ class Runtime:
     @cached_property
     def build_sandboxes(self) -> _plugins.RecordRegistry[Any]:
         """Build sandboxes served by plugins (``wbcore_build_sandboxes``): a lane's service."""
-        from wbcore_runtime.contract.records import BuildSandbox
+        from wbcore_runtime.contract.records import BuildSandbox  # deferred: keeps wbx start-up light
 
         return self._collect("wbcore_build_sandboxes", BuildSandbox, "build sandbox")
 
     @cached_property
     def fabric_engines(self) -> _plugins.RecordRegistry[Any]:
         """Engines that map one call over many inputs (``wbcore_fabric_engines``)."""
-        from wbcore_runtime.contract.records import FabricEngine
+        from wbcore_runtime.contract.records import FabricEngine  # deferred: keeps wbx start-up light
 
         return self._collect("wbcore_fabric_engines", FabricEngine, "fabric engine")
 
     @cached_property
     def llm_providers(self) -> _plugins.RecordRegistry[Any]:
         """LLM providers (``wbcore_llm_providers``): the agent loop's model APIs."""
-        from wbcore_runtime.contract.records import LlmProvider
+        from wbcore_runtime.contract.records import LlmProvider  # deferred: keeps wbx start-up light
 
         return self._collect("wbcore_llm_providers", LlmProvider, "LLM provider")
 
     def llm(self, model: str | None = None, *, agent_model: str | None = None) -> Any:
         """A ``wbcore_runtime.contract.llm.LlmDriver`` for ``model`` (``provider:model`` or a bare model
         name), the agent's ``:MODEL:`` or ``WB_LLM_*`` (``wbcore_runtime.contract.llm.settings``)."""
-        from wbcore_runtime.contract import llm
+        from wbcore_runtime.contract import llm  # deferred: keeps wbx start-up light
 
         return llm.driver(self, llm.settings(self, model=model, agent_model=agent_model))
 
     @cached_property
     def agent_loops(self) -> _plugins.RecordRegistry[Any]:
         """Agent loop engines (``wbcore_agent_loops``): runs and sessions."""
-        from wbcore_runtime.contract.records import AgentLoop
+        from wbcore_runtime.contract.records import AgentLoop  # deferred: keeps wbx start-up light
 
         return self._collect("wbcore_agent_loops", AgentLoop, "agent loop")
 
@@ -305,7 +303,7 @@ class Runtime:
 
     def fabric(self, name: str, inputs: Any, **kw: Any) -> Any:
         """``wbcore_runtime.dispatch.fabric.map(self, name, inputs, **kw)``: results in input order, streamed."""
-        from wbcore_runtime.dispatch import fabric
+        from wbcore_runtime.dispatch import fabric  # deferred: keeps wbx start-up light
 
         return fabric.map(self, name, inputs, **kw)
 
@@ -313,7 +311,7 @@ class Runtime:
         """The build-sandbox driver a lane runs its compiler in (``wbcore_runtime.contract.sandbox``):
         ``name``, ``$WB_BUILD_SANDBOX`` or the only one served; ``NotFound`` naming what
         to install when none is."""
-        from wbcore_runtime.contract import sandbox
+        from wbcore_runtime.contract import sandbox  # deferred: keeps wbx start-up light
 
         return sandbox.select(self, name).factory(self)
 
@@ -328,27 +326,27 @@ class Runtime:
     @cached_property
     def registry(self) -> Any:
         """The persistent command/kernel registry (``$WB_HOME/registry.db``)."""
-        from wbcore_runtime.store.registry import CommandRegistry
+        from wbcore_runtime.store.registry import CommandRegistry  # deferred: keeps wbx start-up light
 
         return CommandRegistry(self.home / "registry.db")
 
     @cached_property
     def artifacts(self) -> Any:
         """The content-addressed artifact store (``$WB_HOME/artifacts``, ``wbcore_runtime.store.artifacts``)."""
-        from wbcore_runtime.store.artifacts import ArtifactStore
+        from wbcore_runtime.store.artifacts import ArtifactStore  # deferred: keeps wbx start-up light
 
         return ArtifactStore(self.home / "artifacts")
 
     @cached_property
     def builtins(self) -> _plugins.RecordRegistry[Any]:
         """Reserved built-in commands served by plugins (``wbcore_builtin_commands``)."""
-        from wbcore_runtime.contract.records import BuiltinCommand
+        from wbcore_runtime.contract.records import BuiltinCommand  # deferred: keeps wbx start-up light
 
         return self._collect("wbcore_builtin_commands", BuiltinCommand, "built-in command")
 
     def install_builtins(self, names: Sequence[str] | None = None, *, force: bool = False) -> list[Any]:
         """Store and register the built-in commands (also done lazily on first call)."""
-        from wbcore_runtime.dispatch import dispatcher as dispatch
+        from wbcore_runtime.dispatch import dispatcher as dispatch  # deferred: keeps wbx start-up light
 
         return dispatch.install_builtins(self, list(names) if names is not None else None, force=force)
 
@@ -357,7 +355,7 @@ class Runtime:
     def resolve(self, kind: str, name: str, *, tier: str | None = None) -> Any:
         """The resolved call for a registered command / kernel / component
         (``wbcore_runtime.dispatch.dispatcher.Resolved``): trust, caps, limits and tier, decided once."""
-        from wbcore_runtime.dispatch import dispatcher as dispatch
+        from wbcore_runtime.dispatch import dispatcher as dispatch  # deferred: keeps wbx start-up light
 
         return dispatch.resolve(self, kind, name, tier=tier)
 
@@ -371,14 +369,14 @@ class Runtime:
         ``cancel`` event (a ``threading.Event``) stops the guest at its next epoch tick.
         ``tier`` asks for an isolation tier (never weaker than the toolkit's trust needs).
         """
-        from wbcore_runtime.dispatch import dispatcher as dispatch
+        from wbcore_runtime.dispatch import dispatcher as dispatch  # deferred: keeps wbx start-up light
 
         return dispatch.call_command(self, name, argv, stdin, principal=principal, timeout=timeout, cancel=cancel,
                                      tier=tier)
 
     def kernel(self, name: str, *, principal: Any = None, timeout: float | None = None, tier: str | None = None) -> Any:
         """Open the registered kernel ``name`` once; ``inst.call(data) -> bytes`` many times."""
-        from wbcore_runtime.dispatch import dispatcher as dispatch
+        from wbcore_runtime.dispatch import dispatcher as dispatch  # deferred: keeps wbx start-up light
 
         return dispatch.open_kernel(self, name, principal=principal, timeout=timeout, tier=tier)
 
@@ -394,14 +392,14 @@ class Runtime:
 
     @cached_property
     def _kernel_calls(self) -> Any:
-        from wbcore_runtime.dispatch.dispatcher import KernelCalls
+        from wbcore_runtime.dispatch.dispatcher import KernelCalls  # deferred: keeps wbx start-up light
 
         return KernelCalls(self)
 
     def component_call(self, name: str, function: str, args: Mapping[str, Any], *, principal: Any = None,
                        timeout: float | None = None, cancel: Any = None) -> Any:
         """Call ``function`` of the registered component ``name`` with JSON-shaped ``args``."""
-        from wbcore_runtime.dispatch import dispatcher as dispatch
+        from wbcore_runtime.dispatch import dispatcher as dispatch  # deferred: keeps wbx start-up light
 
         return dispatch.call_component(self, name, function, dict(args), principal=principal, timeout=timeout,
                                        cancel=cancel)
@@ -409,24 +407,24 @@ class Runtime:
     @cached_property
     def dock(self) -> Any:
         """The Dock: every granted cap as a brokered host import (``wbcore_runtime.dispatch.dock``)."""
-        from wbcore_runtime.dispatch.dock import Dock
+        from wbcore_runtime.dispatch.dock import Dock  # deferred: keeps wbx start-up light
 
         return Dock(self)
 
     # --- toolkits ----------------------------------------------------------------
 
     @property
-    def roots(self) -> list[Path]:
-        from wbcore_runtime.toolkit import discovery as _discovery
+    def pinned_roots(self) -> list[Path] | None:
+        return None if self._roots is None else list(self._roots)
 
+    @property
+    def roots(self) -> list[Path]:
         if self._roots is not None:
             return [r for r in self._roots if r.is_dir()]
         return _discovery.roots(self.env, self.cwd, self.home)
 
     def discover(self, *, refresh: bool = False) -> _discovery.Discovery:
         if self._discovery is None or refresh:
-            from wbcore_runtime.toolkit import discovery as _discovery
-
             self._discovery = _discovery.discover(self.roots, self.home)
         return self._discovery
 
@@ -434,7 +432,7 @@ class Runtime:
         return self.discover().get(ident)
 
     def verify(self, ident: str) -> Any:
-        from wbcore_runtime.toolkit import verify as _verify
+        from wbcore_runtime.toolkit import verify as _verify  # deferred: keeps wbx start-up light
 
         try:
             tk = self.toolkit(ident)
@@ -449,7 +447,7 @@ class Runtime:
         Calls never use this: they use the caps recorded at build time (``wbcore_runtime.dispatch.dispatcher``).
         ``assume``: a ``consent.Grant`` to apply instead of the stored one (what a change would leave).
         """
-        from wbcore_runtime.trust import consent, policy, verdict as trust
+        from wbcore_runtime.trust import consent, policy, verdict as trust  # deferred: keeps wbx start-up light
 
         m = toolkit.manifest
         if m.trust == "third-party" and not trust.signature_ok(toolkit, self):

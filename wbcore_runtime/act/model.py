@@ -18,6 +18,7 @@ from types import MappingProxyType
 from typing import Any, Union
 
 from wbcore_runtime.contract.errors import WbError
+from wbcore_runtime.act.cbor import loads
 
 # --- the std: keys (ACT-CONSTANTS) ---------------------------------------------------
 
@@ -174,8 +175,6 @@ class ToolCall:
 
     def args(self) -> Any:
         """The decoded arguments (``{}`` when absent)."""
-        from wbcore_runtime.act.cbor import loads
-
         return {} if self.arguments is None else loads(self.arguments)
 
 
@@ -195,8 +194,6 @@ class ContentPart:
         if mt.startswith("text/"):
             return data.decode("utf-8", errors="replace")
         if mt == "application/cbor":
-            from wbcore_runtime.act.cbor import loads
-
             return loads(data)
         if mt == "application/json":
             import json

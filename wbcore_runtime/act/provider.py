@@ -54,9 +54,14 @@ from wbcore_runtime.act.model import (
     ToolDefinition,
     ToolError,
 )
+from wbcore_runtime.dispatch import dispatcher as dispatch
+from wbcore_runtime.trust import policy
+from wbcore_runtime.act import sections
+from wbcore_runtime.act import wire
+from wbcore_runtime.act import cbor
 
 if TYPE_CHECKING:
-    from wbcore_runtime.runtime import Runtime
+    from wbcore_runtime.contract.host import RuntimeServices
 
 #: The interface an ACT tool-provider component exports (any version).
 ACT_PROVIDER_IFACE = "act:tools/tool-provider"
@@ -209,7 +214,7 @@ def command_argv(name: str, declared: Sequence[DeclaredArg], args: Mapping[str, 
     return argv + pos, data
 
 
-def cap_note(runtime: Runtime, caps: frozenset[str]) -> str:
+def cap_note(runtime: RuntimeServices, caps: frozenset[str]) -> str:
     """What a tool's plugin-declared caps let it do, for its description (core caps are
     known to clients; a plugin's are named with their meaning and who declared them)."""
     universe = runtime.caps_universe_for(caps)
@@ -239,7 +244,7 @@ class ToolkitProvider:
     ``only``: tool names (or toolkit ids) to expose; ``None`` exposes every tool.
     """
 
-    def __init__(self, runtime: Runtime, *, principal: Principal | None = None, only: Iterable[str] | None = None) -> None:
+    def __init__(self, runtime: RuntimeServices, *, principal: Principal | None = None, only: Iterable[str] | None = None) -> None:
         self.runtime = runtime
         self.principal = principal
         self.only = frozenset(only) if only is not None else None
@@ -294,9 +299,6 @@ class ToolkitProvider:
         return self.only is None or tool.name in self.only or (tool.toolkit or "") in self.only
 
     def _build(self) -> dict[str, Tool]:
-        from wbcore_runtime.dispatch import dispatcher as dispatch
-        from wbcore_runtime.trust import policy
-
         rt = self.runtime
         found = rt.discover()
         tools: dict[str, Tool] = {}
@@ -339,8 +341,6 @@ class ToolkitProvider:
 
     def _component_tools(self, entry: Any, tk: Any, caps: frozenset[str], prof: Any, skills: tuple[str, ...],
                          tagline: str) -> dict[str, Tool]:
-        from wbcore_runtime.act import sections
-
         runner = self._runner("component")
         try:
             fns = runner.functions(entry.sha256)
@@ -376,8 +376,6 @@ class ToolkitProvider:
     def _provided_tools(self, entry: Any, prefix: str, act_fns: Mapping[str, Any], caps: frozenset[str], prof: Any,
                         skills: tuple[str, ...], info: Any) -> dict[str, Tool]:
         """The tools an ACT tool-provider component lists itself (its ``list-tools``)."""
-        from wbcore_runtime.act import wire
-
         try:
             principal = Principal(self.principal.tenant, entry.toolkit or self.principal.toolkit) \
                 if self.principal is not None else Principal(toolkit=entry.toolkit or "")
@@ -409,8 +407,6 @@ class ToolkitProvider:
         return out
 
     def _runner(self, shape: str) -> Any:
-        from wbcore_runtime.dispatch import dispatcher as dispatch
-
         return dispatch._runner(self.runtime, shape)
 
     # -- calling --
@@ -519,8 +515,6 @@ class ToolkitProvider:
         """One ``call-tool`` of an ACT provider: arguments as deterministic CBOR, the
         call's metadata as CBOR pairs; its events (content, metadata, a terminal error
         with its own kind) are the outcome."""
-        from wbcore_runtime.act import cbor, wire
-
         payload = {
             "name": tool.act_tool,
             "arguments": base64.b64encode(cbor.dumps(dict(args))).decode("ascii"),

@@ -17,6 +17,7 @@ from wbcore_runtime.act import cbor
 from wbcore_runtime.act.model import ComponentInfo
 from wbcore_runtime.act.wire import component_info
 from wbcore_runtime.contract.errors import InvalidArgs
+from wbcore_runtime.guard import unpack
 
 MAGIC = b"\x00asm"
 ACT_COMPONENT = "act:component"
@@ -115,8 +116,6 @@ def skill_text(raw: bytes) -> str:
     markdown. The archive is read in memory only (nothing is extracted to disk) and
     ``SKILL.md`` is capped at ``MAX_SKILL_BYTES``."""
     if len(raw) >= 512 and raw[257:262] == b"ustar":
-        from wbcore_runtime.guard import unpack
-
         # The core's unpacker reads it (names checked, entries and bytes capped), in memory.
         found = unpack.read_files(raw, unpack.Caps(max_files=4096, max_bytes=8 * MAX_SKILL_BYTES),
                                   what="act:skill archive", only=lambda n: n.rsplit("/", 1)[-1] == "SKILL.md",

@@ -25,6 +25,7 @@ from wbcore_runtime.act.model import (
     ToolError,
 )
 from wbcore_runtime.contract.errors import InvalidArgs
+from wbcore_runtime.act import cbor
 
 # --- reading generic wire values -------------------------------------------------------
 
@@ -138,8 +139,6 @@ def wire_bytes(obj: Any, where: str) -> bytes:
 
 def metadata(pairs: Any, where: str = "metadata") -> Metadata:
     """``list<tuple<string, list<u8>>>`` (values CBOR) → decoded :class:`Metadata`."""
-    from wbcore_runtime.act import cbor
-
     out: dict[str, Any] = {}
     for pair in pairs or ():
         if not isinstance(pair, (list, tuple)) or len(pair) != 2:

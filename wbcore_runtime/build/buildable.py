@@ -25,7 +25,7 @@ from wbcore_runtime.contract.errors import InvalidArgs, NotFound, WbError
 if TYPE_CHECKING:
     from wbcore_runtime.toolkit.manifest import Manifest
     from wbcore_runtime.contract.records import BuildLane
-    from wbcore_runtime.runtime import Runtime
+    from wbcore_runtime.contract.host import RuntimeServices
 
 
 class LaneUnavailable(NotFound):
@@ -48,7 +48,7 @@ def compiles(manifest: Manifest, prefix: str) -> bool:
     return True
 
 
-def lane(runtime: Runtime, manifest: Manifest, source_text: str | None = None) -> BuildLane:
+def lane(runtime: RuntimeServices, manifest: Manifest, source_text: str | None = None) -> BuildLane:
     """The lane that compiles ``manifest`` here; raises what the build says when it cannot:
     no ``#+BUILD_LANG`` (invalid-args), not installed or not available (not-found)."""
     name = lane_for(manifest, runtime.lanes, runtime.env)  # third-party C → c-wasm
@@ -62,7 +62,7 @@ def lane(runtime: Runtime, manifest: Manifest, source_text: str | None = None) -
     return record
 
 
-def refusals(runtime: Runtime, manifest: Manifest) -> list[WbError]:
+def refusals(runtime: RuntimeServices, manifest: Manifest) -> list[WbError]:
     """Every refusal a build of ``manifest`` would meet before it fetches or compiles
     (empty: it would go ahead). A manifest without ``#+BUILD_SRC`` has none here."""
     if not manifest.build_src:
@@ -92,7 +92,7 @@ def refusals(runtime: Runtime, manifest: Manifest) -> list[WbError]:
     return out
 
 
-def check(runtime: Runtime, manifest: Manifest) -> None:
+def check(runtime: RuntimeServices, manifest: Manifest) -> None:
     """Raise the first refusal (``wbcore_runtime.build.builder.build`` calls this before any work)."""
     found = refusals(runtime, manifest)
     if found:

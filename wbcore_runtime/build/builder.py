@@ -25,13 +25,22 @@ from wbcore_runtime.store import faults, leftovers
 from wbcore_runtime.trust import policy
 from wbcore_runtime.store.artifacts import atomic_write
 from wbcore_runtime.build import BuildFailed, ResolvedSource, pipeline
-from wbcore_runtime.contract.calls import KernelSpec
+from wbcore_runtime.contract.kernel_calls import KernelSpec
 from wbcore_runtime.contract.errors import InvalidArgs, WbError
 from wbcore_runtime.store.registry import Entry
+from wbcore_runtime.store.registry import OwnedName
+from wbcore_runtime.dispatch import dispatcher as dispatch
+from wbcore_runtime.trust import verdict as trust
+from wbcore_runtime.guard import preopen
+from wbcore_runtime.trust import signing
+from wbcore_runtime.build import snapshot
+from wbcore_runtime.toolkit.manifest import load
+from wbcore_runtime.store import skill_images
+from wbcore_runtime.dispatch.audit import AuditLog, digest
 
 if TYPE_CHECKING:
     from wbcore_runtime.toolkit.manifest import Manifest
-    from wbcore_runtime.runtime import Runtime
+    from wbcore_runtime.contract.host import RuntimeServices
     from wbcore_runtime.toolkit.loaded import Toolkit
 
 Progress = pipeline.Progress
@@ -101,10 +110,8 @@ def registered_name(tk: Toolkit, kind: str) -> str:
     return m.cli_bin or m.id
 
 
-def _claim(runtime: Runtime, tk: Toolkit, kind: str, name: str, replace_command: str | None) -> str | None:
+def _claim(runtime: RuntimeServices, tk: Toolkit, kind: str, name: str, replace_command: str | None) -> str | None:
     """The current owner of ``name``; raises unless it is free, ours, or handed over."""
-    from wbcore_runtime.store.registry import OwnedName
-
     if replace_command is not None and replace_command != name:
         raise InvalidArgs(f"--replace-command {replace_command}: {tk.id} registers {kind} {name!r}, not {replace_command!r}")
     owner = runtime.registry.owner(kind, name)
@@ -113,13 +120,10 @@ def _claim(runtime: Runtime, tk: Toolkit, kind: str, name: str, replace_command:
     return owner
 
 
-def _register(runtime: Runtime, tk: Toolkit, kind: str, name: str, sha256: str, prov: dict[str, Any],
+def _register(runtime: RuntimeServices, tk: Toolkit, kind: str, name: str, sha256: str, prov: dict[str, Any],
               owner: str | None, *, pinned: bool, options: dict[str, Any], shape: str | None = None) -> Entry:
     """Register ``sha256`` for ``tk`` with its provenance: the one way a toolkit's artifact
     enters the registry (builds and :func:`register_artifact`)."""
-    from wbcore_runtime.dispatch import dispatcher as dispatch
-    from wbcore_runtime.trust import verdict as trust
-
     m = tk.manifest
     if trust.content_digest(tk, runtime) != prov["digest"]:
         raise dispatch.Unavailable(f"{m.id}: its files changed while it was being built; build it again")
@@ -137,13 +141,11 @@ def _register(runtime: Runtime, tk: Toolkit, kind: str, name: str, sha256: str, 
     return entry
 
 
-def _preopen(runtime: Runtime, m: Manifest, kind: str, resolved: ResolvedSource) -> dict[str, Any]:
+def _preopen(runtime: RuntimeServices, m: Manifest, kind: str, resolved: ResolvedSource) -> dict[str, Any]:
     """A command's ``#+PREOPEN`` folder, copied into the home's content-addressed tree
     store now (:func:`wbcore_runtime.guard.preopen.option`): from the toolkit's verified snapshot
     (``m`` is the snapshot's manifest), or from inside an ``archive:`` bundle (checked by
     its source plugin). Calls read the stored copy, never the toolkit folder."""
-    from wbcore_runtime.guard import preopen
-
     if kind != "command" or not m.preopen:
         return {}
     if (m.build_src or "").startswith("archive:"):
@@ -154,18 +156,13 @@ def _preopen(runtime: Runtime, m: Manifest, kind: str, resolved: ResolvedSource)
     return preopen.option(m.dir, m.preopen, home=runtime.home)
 
 
-def _verified_snapshot(runtime: Runtime, tk: Toolkit, prov: dict[str, Any], work: Path) -> Manifest:
+def _verified_snapshot(runtime: RuntimeServices, tk: Toolkit, prov: dict[str, Any], work: Path) -> Manifest:
     """The toolkit folder copied into ``work`` (:func:`wbcore_runtime.build.snapshot.take`,
     ``.git`` left out as the signed form leaves it out) and checked to be the very content
     the provenance recorded (``signing.content_digest`` of the copy == ``prov['digest']``):
     the manifest of the copy, from which the build resolves its source and reads its
     ``#+PREOPEN``. A file changed between the check and the copy is caught here, and one
     changed after the copy is never seen by the build."""
-    from wbcore_runtime.dispatch import dispatcher as dispatch
-    from wbcore_runtime.trust import signing
-    from wbcore_runtime.build import snapshot
-    from wbcore_runtime.toolkit.manifest import load
-
     try:
         snap = snapshot.take(tk.dir, work / "toolkit", label=f"toolkit {tk.id}",
                              skip_dirs=signing.EXCLUDED_DIRS)
@@ -176,15 +173,12 @@ def _verified_snapshot(runtime: Runtime, tk: Toolkit, prov: dict[str, Any], work
     return load(snap.dir / "manifest.org")
 
 
-def register_artifact(runtime: Runtime, ident: str, sha256: str, kind: str | None = None, *,
+def register_artifact(runtime: RuntimeServices, ident: str, sha256: str, kind: str | None = None, *,
                       replace_command: str | None = None) -> Entry:
     """Register an artifact already in the store for toolkit ``ident`` without building
     (an embedder that compiled it elsewhere). The same rules as a build: the toolkit must
     be available, ``#+SHA256`` must match, the name must be free or handed over, and the
     entry records the toolkit's provenance."""
-    from wbcore_runtime.dispatch import dispatcher as dispatch
-    from wbcore_runtime.trust import verdict as trust
-
     tk = runtime.toolkit(ident)
     m = tk.manifest
     kind = kind or KINDS.get(m.exec or "")
@@ -209,8 +203,6 @@ def posix_manifest(tk: Toolkit) -> bytes:
     obj: dict[str, Any] = {"cli_bin": m.cli_bin, "toolkit": m.id}
     images = m.keywords.get("SKILL_IMAGES")
     if images:  # OCI skill images its calls see read-only (wbcore_runtime.store.skill_images)
-        from wbcore_runtime.store import skill_images
-
         obj["skill_images"] = [[s.reference, s.mount] for s in skill_images.parse(images, f"{m.id}: #+SKILL_IMAGES")]
     return POSIX_MAGIC + json.dumps(obj, sort_keys=True).encode()
 
@@ -230,12 +222,10 @@ def read_posix_manifest(data: bytes) -> dict[str, Any] | None:
     return obj
 
 
-def register_posix(runtime: Runtime, tk: Toolkit, *, replace_command: str | None = None) -> tuple[Entry, str]:
+def register_posix(runtime: RuntimeServices, tk: Toolkit, *, replace_command: str | None = None) -> tuple[Entry, str]:
     """Register a ``#+EXEC: posix`` toolkit as command ``#+CLI_BIN``, shape ``posix``: its
     artifact is :func:`posix_manifest` (nothing is compiled), with the same provenance as
     any build. Only a tier whose record lists ``posix`` in its kinds can run it."""
-    from wbcore_runtime.dispatch import dispatcher as dispatch
-
     data = posix_manifest(tk)
     name = registered_name(tk, "command")
     owner = _claim(runtime, tk, "command", name, replace_command)
@@ -246,9 +236,7 @@ def register_posix(runtime: Runtime, tk: Toolkit, *, replace_command: str | None
     return entry, owner or ""
 
 
-def _audit_handover(runtime: Runtime, kind: str, name: str, old: str, new: str) -> None:
-    from wbcore_runtime.dispatch.audit import AuditLog, digest
-
+def _audit_handover(runtime: RuntimeServices, kind: str, name: str, old: str, new: str) -> None:
     AuditLog.for_home(runtime.home, runtime.env).record(
         principal="deployer", cap="registry", op="replace-command",
         args_digest=digest(f"{kind} {name} {old} {new}".encode()), outcome="allowed",
@@ -260,13 +248,10 @@ def wants_build(manifest: Any) -> bool:
     return manifest.exec in KINDS and bool(manifest.build_src)
 
 
-def build_row(runtime: Runtime, ident: str, *, force: bool = False) -> dict[str, Any]:
+def build_row(runtime: RuntimeServices, ident: str, *, force: bool = False) -> dict[str, Any]:
     """Build ``ident`` and say how it went as one row, never raising for the build's own
     failure: ``state`` is built / cached / skipped (its lane cannot run here) / failed, with
     the error kind and message. ``wbx toolkit build --all`` and the engine's push print these."""
-    from wbcore_runtime.build import buildable
-    from wbcore_runtime.contract.errors import WbError
-
     try:
         res = build(runtime, ident, force=force)
     except buildable.LaneUnavailable as exc:
@@ -276,7 +261,7 @@ def build_row(runtime: Runtime, ident: str, *, force: bool = False) -> dict[str,
     return {"toolkit": ident, "state": "cached" if res.cached else "built", **res.as_dict()}
 
 
-def build(runtime: Runtime, ident: str, which: str | None = None, *, progress: Progress | None = None,
+def build(runtime: RuntimeServices, ident: str, which: str | None = None, *, progress: Progress | None = None,
           force: bool = False, replace_command: str | None = None) -> BuildResult:
     """Build toolkit ``ident`` and register its artifact. ``which`` picks the registry
     kind (``command`` / ``kernel``; default from ``#+EXEC``). ``force`` skips the cache.
@@ -286,8 +271,6 @@ def build(runtime: Runtime, ident: str, which: str | None = None, *, progress: P
     and the hand-over is written to the audit trail. A toolkit that may not run (a
     third-party signature that does not verify, a shipped artifact off its pin) is not
     built. The entry records the build's provenance (``wbcore_runtime.dispatch.dispatcher.provenance``)."""
-    from wbcore_runtime.dispatch import dispatcher as dispatch
-
     say = progress or (lambda _stage, _detail: None)
     t0 = time.perf_counter()
     tk = runtime.toolkit(ident)

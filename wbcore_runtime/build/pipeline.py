@@ -21,10 +21,11 @@ from typing import TYPE_CHECKING
 from wbcore_runtime.build import cache, snapshot
 from wbcore_runtime.build.request import BuildRequest, ResolvedSource, SourceRequest
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound
+from wbcore_runtime.plugins import sources
 
 if TYPE_CHECKING:
     from wbcore_runtime.toolkit.manifest import Manifest
-    from wbcore_runtime.runtime import Runtime
+    from wbcore_runtime.contract.host import RuntimeServices
 
 #: ``(phase, detail)``: one call per stage and per line a lane reports.
 Progress = Callable[[str, str], None]
@@ -50,10 +51,8 @@ class Compiled:
     source_digest: str = ""
 
 
-def resolve(runtime: Runtime, manifest: Manifest, work: Path, *, progress: Progress = _quiet) -> ResolvedSource:
+def resolve(runtime: RuntimeServices, manifest: Manifest, work: Path, *, progress: Progress = _quiet) -> ResolvedSource:
     """Stage 1: ``#+BUILD_SRC`` → a read-only source folder (or a prebuilt artifact)."""
-    from wbcore_runtime.plugins import sources
-
     if not manifest.build_src:
         raise InvalidArgs(f"{manifest.id}: no #+BUILD_SRC to build from ({manifest.path})")
     src = sources.parse(manifest.build_src, runtime.prefixes)
@@ -75,7 +74,7 @@ def cache_key(*, lane: str, version: str, output_fields: tuple[str, ...], manife
                      fields=cache.manifest_fields(manifest, (*cache.ALWAYS_FIELDS, *output_fields)), signer=signer)
 
 
-def compile_source(runtime: Runtime, lane_name: str, manifest: Manifest, resolved: ResolvedSource, *, work: Path,
+def compile_source(runtime: RuntimeServices, lane_name: str, manifest: Manifest, resolved: ResolvedSource, *, work: Path,
                    cache_dir: Path, flags: tuple[str, ...] = (), env: Mapping[str, str] | None = None,
                    force: bool = False, progress: Progress = _quiet, signer: str | None = None) -> Compiled:
     """Stages 2 and 3: snapshot → the lane (or a cache hit) → the artifact store.

@@ -9,12 +9,16 @@ from typing import TYPE_CHECKING
 import typer
 
 from wbcore_runtime.cli.output import JSON_HELP, emit_json
+from wbcore_runtime.cli.engine import run_on_engine
+from wbcore_runtime.cli.output import warn
+from wbcore_runtime.cli.toolkit import searched_hint
+from wbcore_runtime.contract.errors import WbError
 
 if TYPE_CHECKING:
-    from wbcore_runtime.runtime import Runtime
+    from wbcore_runtime.contract.host import RuntimeServices
 
 
-def build(runtime: Runtime) -> typer.Typer:
+def build(runtime: RuntimeServices) -> typer.Typer:
     app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None)
 
     @app.command("prompt")
@@ -23,8 +27,8 @@ def build(runtime: Runtime) -> typer.Typer:
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
         """Print the agent's system prompt with its toolkit index injected."""
-        from wbcore_runtime.toolkit import agents
-        from wbcore_runtime.trust import verdict as _trust
+        from wbcore_runtime.toolkit import agents  # deferred: keeps wbx start-up light
+        from wbcore_runtime.trust import verdict as _trust  # deferred: keeps wbx start-up light
 
         agent = agents.load(path)
         found = runtime.discover()
@@ -62,8 +66,6 @@ def build(runtime: Runtime) -> typer.Typer:
         import sys
 
         if engine is not None:
-            from wbcore_runtime.cli.engine import run_on_engine
-
             options: dict = {"max_steps": max_steps, "tool_timeout": tool_timeout, "max_calls": max_calls,
                              "run_timeout": run_timeout}
             if model:
@@ -109,13 +111,10 @@ def build(runtime: Runtime) -> typer.Typer:
     return app
 
 
-def _warn_missing(runtime: Runtime, names: tuple[str, ...] | list[str], found: object) -> None:
+def _warn_missing(runtime: RuntimeServices, names: tuple[str, ...] | list[str], found: object) -> None:
     """One stderr line per declared toolkit left out of the index, and why; with the
     search hint when none was found at all (the prompt alone would look complete)."""
-    from wbcore_runtime.trust import verdict as trust
-    from wbcore_runtime.cli.output import warn
-    from wbcore_runtime.cli.toolkit import searched_hint
-    from wbcore_runtime.contract.errors import WbError
+    from wbcore_runtime.trust import verdict as trust  # deferred: keeps wbx start-up light
 
     missing = []
     for name in names:
@@ -132,9 +131,9 @@ def _warn_missing(runtime: Runtime, names: tuple[str, ...] | list[str], found: o
         warn(searched_hint(runtime))
 
 
-def _known(runtime: Runtime, ident: str) -> bool:
+def _known(runtime: RuntimeServices, ident: str) -> bool:
     """Found and available: the toolkits the injected index lists."""
-    from wbcore_runtime.trust import verdict as trust
+    from wbcore_runtime.trust import verdict as trust  # deferred: keeps wbx start-up light
 
     try:
         tk = runtime.toolkit(ident)
@@ -143,5 +142,5 @@ def _known(runtime: Runtime, ident: str) -> bool:
     return not trust.unavailable_reason(tk, runtime)
 
 
-def register(app: typer.Typer, runtime: Runtime) -> None:
+def register(app: typer.Typer, runtime: RuntimeServices) -> None:
     app.add_typer(build(runtime), name="agent", help="Agent definitions, runs of the agent loop, promotion of the toolkits agents make.")

@@ -14,6 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from wbcore_runtime import __version__
 from wbcore_runtime.contract.errors import EXIT_CODES, ErrorKind, WbError
+from wbcore_runtime.store import leftovers
+from wbcore_runtime.contract.errors import DiskFull, disk_full
+from wbcore_runtime.runtime import Runtime
 
 if TYPE_CHECKING:  # Typer is imported by the commands that need it, never by `wbx run`
     import typer
@@ -108,14 +111,14 @@ def _version(value: bool) -> None:
 def open_runtime(runtime: Any = None) -> Any:
     """``runtime``, or one opened from the environment (``WB_PLUGINS`` selects plugins),
     after finishing or undoing what a killed command left in its home."""
-    from wbcore_runtime.store import leftovers
-
     if runtime is None:
-        from wbcore_runtime.runtime import Runtime
-
         selected = [p.strip() for p in os.environ.get("WB_PLUGINS", "").split(",") if p.strip()]
         runtime = Runtime.open(plugins=selected or None)
     # Every command starts by finishing or undoing what a killed one left (reads only when nothing is).
+    if (runtime.home / leftovers.JOURNAL).exists():
+        from wbcore_runtime.store import install  # only when there is a journal: keeps every other start-up light
+
+        install.recover(runtime.home)
     leftovers.sweep_home(runtime.home)
     return runtime
 
@@ -179,7 +182,7 @@ def build_app(runtime: Any = None, argv: Sequence[str] | None = None) -> typer.T
         """wbx: toolkits as sandboxed WebAssembly."""
 
     if wanted("toolkit"):
-        from wbcore_runtime.cli import toolkit
+        from wbcore_runtime.cli import toolkit  # deferred: keeps wbx start-up light
 
         words = [a for a in argv or () if not a.startswith("-")]
         sub = words[1] if only == "toolkit" and len(words) > 1 and not {"--help", "-h"} & set(argv or ()) else None
@@ -188,31 +191,31 @@ def build_app(runtime: Any = None, argv: Sequence[str] | None = None) -> typer.T
         # wbx toolkit <a plugin's subcommand> (or its help): plugins add their toolkit subcommands below.
         plugin_sub = sub is None or sub not in {c.name for c in toolkit_app.registered_commands}
     if wanted("plugins", "shapes", "lanes", "tiers"):
-        from wbcore_runtime.cli import listing
+        from wbcore_runtime.cli import listing  # deferred: keeps wbx start-up light
 
         listing.register(app, runtime)
     if wanted("demo"):
-        from wbcore_runtime.cli import demo
+        from wbcore_runtime.cli import demo  # deferred: keeps wbx start-up light
 
         demo.register(app, runtime)
     if wanted("agent"):
-        from wbcore_runtime.cli import agent as _agent
+        from wbcore_runtime.cli import agent as _agent  # deferred: keeps wbx start-up light
 
         _agent.register(app, runtime)
     if wanted("audit"):
-        from wbcore_runtime.cli import audit as _audit_cli
+        from wbcore_runtime.cli import audit as _audit_cli  # deferred: keeps wbx start-up light
 
         _audit_cli.register(app, runtime)
     if wanted("run", "kernel", "commands"):
-        from wbcore_runtime.cli import run as _run_cli
+        from wbcore_runtime.cli import run as _run_cli  # deferred: keeps wbx start-up light
 
         _run_cli.register(app, runtime)
     if wanted("shell"):
-        from wbcore_runtime.cli import shell as _shell_cli
+        from wbcore_runtime.cli import shell as _shell_cli  # deferred: keeps wbx start-up light
 
         _shell_cli.register(app, runtime)
     if wanted("identity"):
-        from wbcore_runtime.cli import identity as _identity_cli
+        from wbcore_runtime.cli import identity as _identity_cli  # deferred: keeps wbx start-up light
 
         app.add_typer(_identity_cli.build(runtime), name="identity", help="The signing identity: did:key and did:web.")
     if only is not None and not plugin_sub:
@@ -288,8 +291,6 @@ def _typer_main(args: list[str], runtime: Any) -> int:
 
 def _disk_full(exc: BaseException) -> WbError | None:
     """ENOSPC/EDQUOT anywhere (an OSError, or SQLite's "database or disk is full") as disk-full."""
-    from wbcore_runtime.contract.errors import DiskFull, disk_full
-
     home = os.environ.get("WB_HOME") or "~/.workbooks"
     seen: set[int] = set()
     cur: BaseException | None = exc

@@ -10,7 +10,7 @@ from wbcore_runtime.cli.output import JSON_HELP, emit_json
 from wbcore_runtime.contract.errors import Internal
 
 if TYPE_CHECKING:
-    from wbcore_runtime.runtime import Runtime
+    from wbcore_runtime.contract.host import RuntimeServices
 
 
 def _line(e: dict) -> str:
@@ -22,7 +22,7 @@ def _line(e: dict) -> str:
             f"{target} {e.get('bytes')}B {e.get('ms')}ms")
 
 
-def register(app: typer.Typer, runtime: Runtime) -> None:
+def register(app: typer.Typer, runtime: RuntimeServices) -> None:
     @app.command("audit")
     def audit(
         verify: bool = typer.Option(False, "--verify", help="Check the hash chain; exit 70 if it is broken."),
@@ -33,7 +33,7 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
         """Show the Dock's audit trail (every broker decision, allowed and denied)."""
-        from wbcore_runtime.dispatch.audit import AuditLog
+        from wbcore_runtime.dispatch.audit import AuditLog  # deferred: keeps wbx start-up light
 
         log = AuditLog.for_home(runtime.home, runtime.env)
         if verify:

@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING, Any, Self
 import typer
 
 from wbcore_runtime.cli.output import emit_json
+from wbcore_runtime.contract.errors import InvalidArgs
 
 if TYPE_CHECKING:
-    from wbcore_runtime.runtime import Runtime
+    from wbcore_runtime.contract.host import RuntimeServices
 
 #: On a TTY, the current phase is re-printed with its elapsed time this often while a
 #: step runs long (a first zig/go build compiles for minutes without a line of its own).
@@ -71,7 +72,7 @@ class Progress:
                           file=sys.stderr, flush=True)
 
 
-def register(app: typer.Typer, runtime: Runtime) -> None:
+def register(app: typer.Typer, runtime: RuntimeServices) -> None:
     @app.command("build")
     def build(
         ident: str | None = typer.Argument(None, metavar="ID"),
@@ -85,9 +86,8 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
         json_: bool = typer.Option(False, "--json", help="Stream one JSON object per line: phase events, then the result."),
     ) -> None:
         """Build a toolkit's artifact in its lane, store it by sha256 and register it."""
-        from wbcore_runtime.build import builder
-        from wbcore_runtime.build import BuildFailed
-        from wbcore_runtime.contract.errors import InvalidArgs
+        from wbcore_runtime.build import builder  # deferred: keeps wbx start-up light
+        from wbcore_runtime.build import BuildFailed  # deferred: keeps wbx start-up light
 
         if all_:
             if ident is not None or which is not None or replace_command is not None:
@@ -131,11 +131,11 @@ def build_line(row: dict[str, Any]) -> str:
     return f"✓ {tid}: {row['kind']} {row['name']} {state} in {float(row['seconds']):.2f}s → {str(row['sha256'])[:12]}…"
 
 
-def build_all(runtime: Runtime, *, force: bool, json_: bool) -> None:
+def build_all(runtime: RuntimeServices, *, force: bool, json_: bool) -> None:
     """``wbx toolkit build --all``: every toolkit with a buildable ``#+EXEC`` and a
     ``#+BUILD_SRC``, in search-path order; one line each (✓ built or cached, ✗ failed with
     the reason, - skipped when its lane cannot run on this machine); exit 1 if any failed."""
-    from wbcore_runtime.build import builder
+    from wbcore_runtime.build import builder  # deferred: keeps wbx start-up light
 
     rows: list[dict[str, object]] = []
     for tk in runtime.discover().toolkits.values():

@@ -7,17 +7,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import typer
+from wbcore_runtime.store import home as _home
+from wbcore_runtime.contract.errors import WbError
 
 if TYPE_CHECKING:
-    from wbcore_runtime.runtime import Runtime
+    from wbcore_runtime.contract.host import RuntimeServices
 
 
-def register(app: typer.Typer, runtime: Runtime) -> None:
+def register(app: typer.Typer, runtime: RuntimeServices) -> None:
     @app.command("demo")
     def demo() -> None:
         """Discover the shipped toolkits, build and run the buildable ones, verify all."""
-        from wbcore_runtime.build import buildable
-        from wbcore_runtime.cli.demosite import DemoSite
+        from wbcore_runtime.build import buildable  # deferred: keeps wbx start-up light
+        from wbcore_runtime.cli.demosite import DemoSite  # deferred: keeps wbx start-up light
 
         found = runtime.discover()
         typer.echo(f"== discover: {len(found.toolkits)} toolkit(s) in {', '.join(map(str, found.roots))}")
@@ -51,7 +53,7 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
 DEMO_INPUT = "hello from wbx demo\n"
 
 
-def _tier_missing(runtime: Runtime, manifest: object) -> list[str]:
+def _tier_missing(runtime: RuntimeServices, manifest: object) -> list[str]:
     """Why no tier that runs the toolkit's shape is available here ([] when one is, or the
     shape runs in-process): the line that explains a toolkit this machine cannot run."""
     exec_ = manifest.exec  # type: ignore[attr-defined]
@@ -73,15 +75,13 @@ def _tier_missing(runtime: Runtime, manifest: object) -> list[str]:
     return [f"its shape {exec_} needs a tier this machine lacks ({'; '.join(reasons)})"]
 
 
-def next_steps(runtime: Runtime, built: list[tuple[str, str]]) -> str:
+def next_steps(runtime: RuntimeServices, built: list[tuple[str, str]]) -> str:
     """The closing lines: which home the demo used, and commands that work as printed in a
     new shell (an absolute ``cd``, the venv's own ``wbx``, ``WB_HOME`` only when it chose)."""
     import os
     import shlex
     import sys
     from pathlib import Path
-
-    from wbcore_runtime.store import home as _home
 
     chosen = _home.choose(runtime.env, runtime.cwd)
     if chosen.path.resolve() != runtime.home.resolve():  # an embedder passed home= explicitly
@@ -123,10 +123,10 @@ def _steps(m: object, site: str = "") -> list[list[str]]:
     return [shlex.split(part) for part in text.split(" && ")] if text.strip() else [[]]
 
 
-def _open_to(runtime: Runtime, site: object) -> None:
+def _open_to(runtime: RuntimeServices, site: object) -> None:
     """The deployer settings that let this demo's calls reach its site on 127.0.0.1 (for this
     process only; NetGuard refuses loopback otherwise), said out loud."""
-    from wbcore_runtime.guard.netguard import ENV_GUEST_PRIVATE_HOSTS, ENV_PRIVATE_HOSTS
+    from wbcore_runtime.guard.netguard import ENV_GUEST_PRIVATE_HOSTS, ENV_PRIVATE_HOSTS  # deferred: keeps wbx start-up light
 
     host = "127.0.0.1"
     for name in (ENV_GUEST_PRIVATE_HOSTS, ENV_PRIVATE_HOSTS):
@@ -153,7 +153,7 @@ def _is_text(data: bytes) -> bool:
     return True
 
 
-def _explain(runtime: Runtime, tk: object) -> str:
+def _explain(runtime: RuntimeServices, tk: object) -> str:
     """What a toolkit that the demo does not build is for, and how to use it."""
     m = tk.manifest  # type: ignore[attr-defined]
     exec_ = m.exec or "discovery-only"
@@ -167,7 +167,7 @@ def _explain(runtime: Runtime, tk: object) -> str:
             f"Skills: {skills or '(none)'} (wbx toolkit show {tk.id})")  # type: ignore[attr-defined]
 
 
-def _build_and_run(runtime: Runtime, found: object, site: str = "") -> tuple[int, list[tuple[str, str]]]:
+def _build_and_run(runtime: RuntimeServices, found: object, site: str = "") -> tuple[int, list[tuple[str, str]]]:
     """Build every command/kernel/component toolkit whose lane is available and run it with
     its demo input: stdin ``#+DEMO_STDIN``, arguments ``#+DEMO_ARGS`` (several invocations
     joined by `` && ``; stdin goes to the first), a component's ``#+DEMO_CALL``
@@ -178,8 +178,7 @@ def _build_and_run(runtime: Runtime, found: object, site: str = "") -> tuple[int
     import shlex
     import time
 
-    from wbcore_runtime.build import builder
-    from wbcore_runtime.contract.errors import WbError
+    from wbcore_runtime.build import builder  # deferred: keeps wbx start-up light
 
     typer.echo("\n== build & run (wbx toolkit build <id>; wbx run / wbx kernel run / wbx call)")
     failed = 0
@@ -257,7 +256,7 @@ A federation toolkit the demo declares for its local site: every page (RFC 8288 
 """
 
 
-def federation(runtime: Runtime, site: str, *, timeout: float = 120.0) -> int:
+def federation(runtime: RuntimeServices, site: str, *, timeout: float = 120.0) -> int:
     """The federation shape against the demo site's REST API: a toolkit declared for it in a
     scratch folder (on WB_TOOLKIT_PATH), read by ``wbx fed query`` — every page, through the
     SSRF guard, audited. Returns how many steps failed; skipped, saying why, without the plugin."""
@@ -295,7 +294,7 @@ def federation(runtime: Runtime, site: str, *, timeout: float = 120.0) -> int:
     return 0
 
 
-def mcp_session(runtime: Runtime, *, timeout: float = 120.0) -> int:
+def mcp_session(runtime: RuntimeServices, *, timeout: float = 120.0) -> int:
     """An MCP client (the official SDK, over stdio) against ``wbx mcp serve`` on this
     runtime's home: list the tools, call ``b64.b64``, list and read a skill. Returns how
     many steps failed; skipped, saying why, when the SDK or the MCP plugin is missing."""

@@ -15,14 +15,15 @@ import typer
 
 from wbcore_runtime.cli.output import JSON_HELP, emit_json
 from wbcore_runtime.contract.errors import InvalidArgs
+from wbcore_runtime.cli.build import build_line
 
 if TYPE_CHECKING:
-    from wbcore_runtime.runtime import Runtime
+    from wbcore_runtime.contract.host import RuntimeServices
 
 TOKEN_HELP = "The engine's bearer token (else $WB_ENGINE_TOKEN)."
 
 
-def register_push(app: typer.Typer, runtime: Runtime) -> None:
+def register_push(app: typer.Typer, runtime: RuntimeServices) -> None:
     @app.command("push")
     def push(
         ident: str = typer.Argument(..., metavar="ID", help="A toolkit id on this machine's search path."),
@@ -37,8 +38,7 @@ def register_push(app: typer.Typer, runtime: Runtime) -> None:
     ) -> None:
         """Ship a toolkit onto a running engine: verified there, then landed (all or nothing),
         then built in the engine's own build sandbox so its commands answer at once."""
-        from wbcore_runtime.cli import engine_client
-        from wbcore_runtime.cli.build import build_line
+        from wbcore_runtime.cli import engine_client  # deferred: keeps wbx start-up light
 
         tk = runtime.toolkit(ident)
         archive = engine_client.toolkit_archive(Path(tk.dir), tk.id)
@@ -68,7 +68,7 @@ def register_push(app: typer.Typer, runtime: Runtime) -> None:
 def run_on_engine(engine: str, agent: str, task: str, *, token: str | None, options: dict[str, Any],
                   follow: bool = True, json_: bool = False) -> int:
     """``POST /v1/sessions`` then follow its SSE events; exit 0 when the run ends done."""
-    from wbcore_runtime.cli import engine_client
+    from wbcore_runtime.cli import engine_client  # deferred: keeps wbx start-up light
 
     doc: dict[str, Any] = {"task": task, "options": options}
     path = Path(agent)

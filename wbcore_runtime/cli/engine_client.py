@@ -17,6 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from wbcore_runtime.contract.errors import CapabilityDenied, Internal, InvalidArgs, NotFound, Timeout, WbError
+from wbcore_runtime.store.archive import deterministic_targz
+from wbcore_runtime.guard import paths
+from wbcore_runtime.trust import signing
 
 TOKEN_ENV = "WB_ENGINE_TOKEN"
 MAX_ANSWER = 16 << 20
@@ -133,10 +136,6 @@ def toolkit_archive(folder: Path, ident: str) -> bytes:
     read through the folder's root so no symlink leads out; a symlink inside is refused."""
     import os
     import stat
-
-    from wbcore_runtime.store.archive import deterministic_targz
-    from wbcore_runtime.guard import paths
-    from wbcore_runtime.trust import signing
 
     files: dict[str, bytes] = {}
     total = 0

@@ -165,13 +165,13 @@ def _run_json(runtime: Any, req: RunArgs) -> int:
 
 
 def _call(runtime: Any, req: RunArgs) -> Any:
-    from wbcore_runtime.store import runcache
+    from wbcore_runtime.store import runcache  # deferred: keeps wbx start-up light
 
     args, note = guest_args(req.args)
     if note:
         print(note, file=sys.stderr, flush=True)
 
-    from wbcore_runtime.dispatch import dispatcher as dispatch
+    from wbcore_runtime.dispatch import dispatcher as dispatch  # deferred: keeps wbx start-up light
 
     # A resolution kept by the last `wbx run` of this name (a built-in's too), if nothing it
     # was made from has changed (wbcore_runtime.store.runcache); else the full one, kept for the next

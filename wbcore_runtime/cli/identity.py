@@ -10,10 +10,10 @@ import typer
 from wbcore_runtime.cli.output import JSON_HELP, emit_json
 
 if TYPE_CHECKING:
-    from wbcore_runtime.runtime import Runtime
+    from wbcore_runtime.contract.host import RuntimeServices
 
 
-def build(runtime: Runtime) -> typer.Typer:
+def build(runtime: RuntimeServices) -> typer.Typer:
     app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None)
 
     @app.command("show")
@@ -22,7 +22,7 @@ def build(runtime: Runtime) -> typer.Typer:
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
         """Show the signing identity (created on first use under $WB_HOME/identity)."""
-        from wbcore_runtime.trust import identity
+        from wbcore_runtime.trust import identity  # deferred: keeps wbx start-up light
 
         ident = identity.load(runtime.home, runtime.env, tenant=tenant)
         mb = identity.multibase_key(ident.public_key)
@@ -41,7 +41,7 @@ def build(runtime: Runtime) -> typer.Typer:
         tenant: str = typer.Option("default", "--tenant", help="Which tenant's key."),
     ) -> None:
         """Write the did:web document (did.json) for the same key as the did:key."""
-        from wbcore_runtime.trust import did, identity
+        from wbcore_runtime.trust import did, identity  # deferred: keeps wbx start-up light
 
         ident = identity.load(runtime.home, runtime.env, tenant=tenant)
         web = did.did_for_host(host)

@@ -7,12 +7,14 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from wbcore_runtime.cli.output import JSON_HELP, emit_json
+from wbcore_runtime.plugins.manager import core_origin
+from wbcore_runtime.contract.errors import NotFound
 
 if TYPE_CHECKING:
-    from wbcore_runtime.runtime import Runtime
+    from wbcore_runtime.contract.host import RuntimeServices
 
 
-def register(app: typer.Typer, runtime: Runtime) -> None:
+def register(app: typer.Typer, runtime: RuntimeServices) -> None:
     @app.command("plugins")
     def plugins(json_: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
         """List plugins, their distributions, what they serve, and load failures."""
@@ -27,7 +29,6 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
         if json_:
             emit_json([{**i.as_dict(), "declared_caps": declared(i)} for i in infos])
             return
-        from wbcore_runtime.plugins.manager import core_origin
 
         typer.echo(f"core · {core_origin()}")
         if not infos:
@@ -52,8 +53,7 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
                 typer.echo(f"conflict: {reg.what} {name!r} provided by {' and '.join(o.origin for o in owners)}")
 
     def _explain(ident: str, tier: str | None, json_: bool) -> None:
-        from wbcore_runtime.dispatch import dispatcher as dispatch
-        from wbcore_runtime.contract.errors import NotFound
+        from wbcore_runtime.dispatch import dispatcher as dispatch  # deferred: keeps wbx start-up light
 
         names = []
         for kind in ("command", "kernel", "component"):

@@ -12,10 +12,10 @@ from wbcore_runtime.cli.output import JSON_HELP, emit_json, warn
 from wbcore_runtime.contract.errors import InvalidArgs
 
 if TYPE_CHECKING:
-    from wbcore_runtime.runtime import Runtime
+    from wbcore_runtime.contract.host import RuntimeServices
 
 
-def register(app: typer.Typer, runtime: Runtime) -> None:
+def register(app: typer.Typer, runtime: RuntimeServices) -> None:
     @app.command("sign")
     def sign(
         ident: str = typer.Argument(..., metavar="ID"),
@@ -23,7 +23,7 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
         tenant: str = typer.Option("default", "--tenant", help="Which tenant's key signs."),
     ) -> None:
         """Sign a third-party toolkit: #+AUTHOR_DID and #+SIGNATURE over the whole folder."""
-        from wbcore_runtime.trust import did, identity, signing
+        from wbcore_runtime.trust import did, identity, signing  # deferred: keeps wbx start-up light
 
         tk = runtime.toolkit(ident)
         key = identity.load(runtime.home, runtime.env, tenant=tenant)
@@ -44,7 +44,7 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
     ) -> None:
         """Grant caps a toolkit requests (any for third-party, whose signature must verify; build/serve for
         first-party) and, with --env, each deployer environment variable its manifest may read."""
-        from wbcore_runtime.trust import consent
+        from wbcore_runtime.trust import consent  # deferred: keeps wbx start-up light
 
         tk = runtime.toolkit(ident)
         m = tk.manifest
@@ -71,7 +71,7 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
         env: Optional[list[str]] = typer.Option(None, "--env", metavar="VAR", help="An environment variable grant to withdraw."),
     ) -> None:
         """Withdraw granted caps and env variables (everything when none are named)."""
-        from wbcore_runtime.trust import consent
+        from wbcore_runtime.trust import consent  # deferred: keeps wbx start-up light
 
         store = consent.ConsentStore(runtime.home)
         if store.get(ident) is None:
@@ -93,7 +93,7 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
         """Install toolkits into the user root ($WB_HOME/toolkits), verified, recorded in wbx.lock."""
-        from wbcore_runtime.store import install as _install
+        from wbcore_runtime.store import install as _install  # deferred: keeps wbx start-up light
 
         if locked:
             if source is not None:
@@ -125,7 +125,7 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
     @app.command("uninstall")
     def uninstall(ident: str = typer.Argument(..., metavar="ID")) -> None:
         """Remove a toolkit from the user root and its entry from wbx.lock, together."""
-        from wbcore_runtime.store import install as _install
+        from wbcore_runtime.store import install as _install  # deferred: keeps wbx start-up light
 
         entry = _install.uninstall(runtime.home, ident)
         runtime.discover(refresh=True)

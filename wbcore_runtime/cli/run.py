@@ -20,9 +20,10 @@ from wbcore_runtime.cli.output import JSON_HELP, emit_json
 from wbcore_runtime.cli.fastrun import RunArgs, read_stdin
 from wbcore_runtime.cli.fastrun import run as run_command
 from wbcore_runtime.contract.errors import InvalidArgs
+from wbcore_runtime.contract.errors import WbError
 
 if TYPE_CHECKING:
-    from wbcore_runtime.runtime import Runtime
+    from wbcore_runtime.contract.host import RuntimeServices
 
 MAX_FRAME = 64 << 20
 _U32 = struct.Struct("<I")
@@ -67,7 +68,7 @@ def frames(stream: BinaryIO, chunk: int = 1 << 20) -> Iterator[bytes]:
         pos += 4 + n
 
 
-def register(app: typer.Typer, runtime: Runtime) -> None:
+def register(app: typer.Typer, runtime: RuntimeServices) -> None:
     @app.command(
         "run",
         context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False},
@@ -113,8 +114,7 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
                 out.write(inst.call(read_stdin()))
             out.flush()
             return
-        from wbcore_runtime.contract.calls import CallRecord, Principal
-        from wbcore_runtime.contract.errors import WbError
+        from wbcore_runtime.contract.calls import CallRecord, Principal  # deferred: keeps wbx start-up light
 
         with runtime.kernel(name, timeout=timeout, tier=tier) as inst:
             record = CallRecord(name=name, shape="kernel", principal=Principal(toolkit=inst.req.toolkit or ""),
@@ -154,7 +154,7 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
         """List registered commands, kernels and components, with their owner and state."""
         if ctx.invoked_subcommand is not None:
             return
-        from wbcore_runtime.dispatch import dispatcher as dispatch
+        from wbcore_runtime.dispatch import dispatcher as dispatch  # deferred: keeps wbx start-up light
 
         rows = []
         for entry in runtime.registry.entries():
@@ -177,7 +177,7 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
     def commands_remove(name: str = typer.Argument(..., metavar="NAME"),
                         kind: str = typer.Option("command", "--kind", help="command, kernel or component")) -> None:
         """Unregister a command (e.g. an orphaned one); built-ins cannot be removed."""
-        from wbcore_runtime.dispatch.audit import AuditLog, digest
+        from wbcore_runtime.dispatch.audit import AuditLog, digest  # deferred: keeps wbx start-up light
 
         entry = runtime.registry.get(kind, name)
         runtime.registry.unregister(kind, name)

@@ -32,7 +32,7 @@ def shell_tier(runtime: Any, name: str) -> Any:
 
 def run_shell(runtime: Any, tier_name: str, mounts: list[str], program: str, args: list[str], timeout: float,
               stdin_fd: int = 0, stdout_fd: int = 1) -> int:
-    from wbcore_runtime.wire import terminal
+    from wbcore_runtime.wire import terminal  # deferred: keeps wbx start-up light
 
     try:
         parsed = [terminal.parse_mount(m) for m in mounts]

@@ -8,23 +8,21 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from wbcore_runtime.cli.output import JSON_HELP, emit_json, warn
+from wbcore_runtime.toolkit import discovery
+from wbcore_runtime.cli.fastrun import guest_args
 
 if TYPE_CHECKING:
-    from wbcore_runtime.runtime import Runtime
+    from wbcore_runtime.contract.host import RuntimeServices
 
 
-def searched_roots(runtime: Runtime) -> list[Path]:
+def searched_roots(runtime: RuntimeServices) -> list[Path]:
     """Every folder discovery looked in, existing or not."""
-    from wbcore_runtime.toolkit import discovery
-
-    pinned = runtime._roots  # an embedder's explicit roots are the whole search path
+    pinned = runtime.pinned_roots  # an embedder's explicit roots are the whole search path
     return list(pinned) if pinned is not None else discovery.candidates(runtime.env, runtime.cwd, runtime.home)
 
 
-def searched_hint(runtime: Runtime) -> str:
+def searched_hint(runtime: RuntimeServices) -> str:
     """No toolkit found: which folders were searched and how to add one."""
-    from wbcore_runtime.toolkit import discovery
-
     return discovery.not_found_hint(searched_roots(runtime))
 
 
@@ -32,7 +30,7 @@ def searched_hint(runtime: Runtime) -> str:
 OWN_COMMANDS = frozenset({"list", "show", "search", "verify"})
 
 
-def build(runtime: Runtime, only: str | None = None) -> typer.Typer:
+def build(runtime: RuntimeServices, only: str | None = None) -> typer.Typer:
     """The ``wbx toolkit`` group. ``only``: the subcommand about to run; when it is one of
     :data:`OWN_COMMANDS`, the provenance and build modules are not imported."""
     app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None)
@@ -40,7 +38,7 @@ def build(runtime: Runtime, only: str | None = None) -> typer.Typer:
     @app.command("list")
     def list_(json_: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
         """List discoverable toolkits (id · status · tagline)."""
-        from wbcore_runtime.trust import verdict as _trust
+        from wbcore_runtime.trust import verdict as _trust  # deferred: keeps wbx start-up light
 
         found = runtime.discover()
         if json_:
@@ -82,7 +80,7 @@ def build(runtime: Runtime, only: str | None = None) -> typer.Typer:
                 typer.echo(text.rstrip("\n"))
             return
         if json_:
-            from wbcore_runtime.trust import consent as _consent_json
+            from wbcore_runtime.trust import consent as _consent_json  # deferred: keeps wbx start-up light
 
             emit_json({**tk.as_dict(), "consent": _consent_json.describe(runtime.home, tk, runtime.caps_universe_for(tk.manifest.caps))})
             return
@@ -95,7 +93,7 @@ def build(runtime: Runtime, only: str | None = None) -> typer.Typer:
             ("arg mode", m.arg_mode if m.exec == "command" else None), ("sha256", m.sha256),
             ("author", m.author_did), ("format", m.format), ("path", str(m.path)),
         ]
-        from wbcore_runtime.trust import consent as _consent
+        from wbcore_runtime.trust import consent as _consent  # deferred: keeps wbx start-up light
 
         rows[4:4] = _consent.show_rows(runtime.home, tk, runtime.caps_universe_for(m.caps))
         for key, value in rows:
@@ -118,7 +116,7 @@ def build(runtime: Runtime, only: str | None = None) -> typer.Typer:
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
         """Substring match across toolkits and their skills."""
-        from wbcore_runtime.toolkit import search as _search
+        from wbcore_runtime.toolkit import search as _search  # deferred: keeps wbx start-up light
 
         found = runtime.discover()
         hits = _search.search(found, query)
@@ -160,13 +158,13 @@ def build(runtime: Runtime, only: str | None = None) -> typer.Typer:
 
     if only in OWN_COMMANDS:
         return app
-    from wbcore_runtime.cli import provenance as _provenance
+    from wbcore_runtime.cli import provenance as _provenance  # deferred: keeps wbx start-up light
 
     _provenance.register(app, runtime)
-    from wbcore_runtime.cli import build as _build_cli
+    from wbcore_runtime.cli import build as _build_cli  # deferred: keeps wbx start-up light
 
     _build_cli.register(app, runtime)
-    from wbcore_runtime.cli import engine as _engine_cli
+    from wbcore_runtime.cli import engine as _engine_cli  # deferred: keeps wbx start-up light
 
     _engine_cli.register_push(app, runtime)
 
@@ -184,10 +182,8 @@ def build(runtime: Runtime, only: str | None = None) -> typer.Typer:
         """Run a :role task recipe inside a sandbox tier (only with WB_TOOLKIT_EXEC=1)."""
         import sys
 
-        from wbcore_runtime.toolkit import tasks
-        from wbcore_runtime.cli.run import read_stdin
-
-        from wbcore_runtime.cli.fastrun import guest_args
+        from wbcore_runtime.toolkit import tasks  # deferred: keeps wbx start-up light
+        from wbcore_runtime.cli.run import read_stdin  # deferred: keeps wbx start-up light
 
         argv, note = guest_args(args or ())
         if note:

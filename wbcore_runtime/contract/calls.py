@@ -10,7 +10,6 @@ from wbcore_runtime.contract.errors import Internal, Timeout
 
 if TYPE_CHECKING:
     from wbcore_runtime.trust.policy import Profile
-    from wbcore_runtime.contract.kernel_calls import KernelRequest as KernelRequest, KernelSpec as KernelSpec
 
 
 _KEYS: dict[Principal, str] = {}
@@ -134,15 +133,6 @@ class CommandRequest:
             return [prog], " ".join(self.argv).encode() + b"\n" + self.stdin
         return [prog, *self.argv], self.stdin
 
-
-def __getattr__(name: str) -> Any:
-    # The kernel records live in wbcore_runtime.contract.kernel_calls, imported with the first kernel: a
-    # command's start-up does not define them (each frozen record class costs ~1 ms).
-    if name in ("KernelSpec", "KernelRequest"):
-        from wbcore_runtime.contract import kernel_calls
-
-        return getattr(kernel_calls, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # --- how a call can end, besides its own exit code ----------------------------------

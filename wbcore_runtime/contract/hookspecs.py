@@ -38,7 +38,7 @@ if TYPE_CHECKING:
         SourcePrefix,
     )
     from wbcore_runtime.contract.calls import CallRecord
-    from wbcore_runtime.runtime import Runtime
+    from wbcore_runtime.contract.host import RuntimeServices
     from wbcore_runtime.contract.telemetry import Tracer
     from wbcore_runtime.toolkit.loaded import Toolkit
 
@@ -218,7 +218,7 @@ def wbcore_cli_commands(add: CliRegistrar) -> None:
 
 
 @hookspec
-def wbcore_verify_checks(toolkit: Toolkit, runtime: Runtime) -> Iterable[Check] | None:
+def wbcore_verify_checks(toolkit: Toolkit, runtime: RuntimeServices) -> Iterable[Check] | None:
     """Called by ``verify`` after the core checks. Returns extra ✓/✗ lines::
 
         @hookimpl
@@ -248,7 +248,7 @@ def wbcore_call_finished(call: CallRecord, result: Any) -> None:
 
 
 @hookspec(firstresult=True)
-def wbcore_tracer(runtime: Runtime) -> Tracer | None:
+def wbcore_tracer(runtime: RuntimeServices) -> Tracer | None:
     """Called once when a runtime opens. Returns the tracer its seams open spans with
     (:mod:`wbcore_runtime.contract.telemetry`: pipeline, stage, agent step, broker decision), or ``None``
     when telemetry is off — then the seams cost one ``None`` test. The tracer is

@@ -25,10 +25,11 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound, WbError, unknown_name
+from wbcore_runtime.contract.targets import load_target
 
 if TYPE_CHECKING:
     from wbcore_runtime.contract.records import Availability, LlmProvider
-    from wbcore_runtime.runtime import Runtime
+    from wbcore_runtime.contract.host import RuntimeServices
 
 DEFAULT_RETRIES = 3
 MAX_RETRIES = 10
@@ -257,8 +258,7 @@ def sdk_provider(name: str, summary: str, driver: str) -> LlmProvider:
     module and pip name (checked by :func:`sdk_availability`, never imported by it);
     ``driver`` names its :class:`SdkChat` subclass (``module:Class``), imported only when a
     model is first asked, so loading the plugin imports no SDK."""
-    from wbcore_runtime.plugins.manager import load_target
-    from wbcore_runtime.contract.records import LlmProvider
+    from wbcore_runtime.contract.records import LlmProvider  # deferred: closes an import cycle
 
     def factory(_runtime: Any, llm_settings: LlmSettings) -> Any:
         return load_target(driver)(llm_settings)
@@ -274,7 +274,7 @@ def sdk_availability(module: str) -> Availability:
     its pip name) can be imported here, found without importing it."""
     import importlib.util
 
-    from wbcore_runtime.contract.records import Availability
+    from wbcore_runtime.contract.records import Availability  # deferred: closes an import cycle
 
     if importlib.util.find_spec(module) is None:
         return Availability.no(f"the {module} SDK is not installed (pip install {module})")
@@ -384,7 +384,7 @@ def split_model(spec: str | None, providers: Sequence[str]) -> tuple[str | None,
     return None, spec
 
 
-def settings(runtime: Runtime, *, model: str | None = None, agent_model: str | None = None) -> LlmSettings:
+def settings(runtime: RuntimeServices, *, model: str | None = None, agent_model: str | None = None) -> LlmSettings:
     """The settings for one run: the model from ``model`` (``--model``), else the agent
     definition's ``:MODEL:``, else ``WB_LLM_MODEL``; the provider from that spec's
     ``provider:`` prefix, else ``WB_LLM_PROVIDER``, else the only installed provider."""
@@ -416,7 +416,7 @@ def settings(runtime: Runtime, *, model: str | None = None, agent_model: str | N
     )
 
 
-def driver(runtime: Runtime, llm_settings: LlmSettings) -> LlmDriver:
+def driver(runtime: RuntimeServices, llm_settings: LlmSettings) -> LlmDriver:
     """The driver of the chosen provider, or the reason it cannot run here."""
     record: LlmProvider = runtime.llm_providers.get(llm_settings.provider)
     avail = record.available()

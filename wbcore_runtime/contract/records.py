@@ -13,9 +13,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from wbcore_runtime.dispatch.fabric import FabricDriver
     from wbcore_runtime.contract.llm import LlmDriver, LlmSettings
-    from wbcore_runtime.runtime import Runtime
+    from wbcore_runtime.contract.host import RuntimeServices
     from wbcore_runtime.contract.sandbox import BuildSandboxDriver
     from wbcore_runtime.toolkit.loaded import Toolkit
 
@@ -62,7 +61,7 @@ class VerifyContext:
     """What a shape's verify contract may look at: the toolkit and the runtime."""
 
     toolkit: Toolkit
-    runtime: Runtime
+    runtime: RuntimeServices
 
 
 # --- driver protocols: what a record's factory returns ------------------------------
@@ -117,7 +116,7 @@ class ExecShape:
     name: str
     summary: str
     verify: Callable[[VerifyContext], Iterable[Check]]
-    runner: Callable[[Runtime], ShapeRunner] | None = None
+    runner: Callable[[RuntimeServices], ShapeRunner] | None = None
     default_tier: str = "instance"
     registers_commands: bool = False
 
@@ -133,14 +132,14 @@ class BuildLane:
     name: str
     summary: str
     where: str
-    factory: Callable[[Runtime], LaneDriver]
+    factory: Callable[[RuntimeServices], LaneDriver]
     available: Callable[[], Availability] = _always
     kind: str = "compile-to-wasm"  # or compile-and-run / compile-to-c (seed 004)
     #: compile-and-run lanes: builds the runner that executes this lane's artifacts under
     #: the command contract (``call(CommandRequest) -> CallResult``); the run engine hands
     #: it artifacts registered with ``lane`` = this name (or whose ``wbcore.runner`` wasm
     #: custom section names it). ``None``: the artifact is a plain WASI command.
-    runner: Callable[[Runtime], ShapeRunner] | None = None
+    runner: Callable[[RuntimeServices], ShapeRunner] | None = None
     #: The lane runs a native compiler in the runtime's build sandbox
     #: (``Runtime.build_sandbox()``): it can build only where one is served and works.
     needs_build_sandbox: bool = False
@@ -153,13 +152,13 @@ class BuildLane:
     #: (``wbcore_runtime.build.cache.key``), so two toolkits differing only there never share a build.
     output_fields: tuple[str, ...] = ()
 
-    def availability(self, runtime: Runtime) -> Availability:
+    def availability(self, runtime: RuntimeServices) -> Availability:
         """Whether this lane can build here: its own ``available()`` and, when it
         ``needs_build_sandbox``, the runtime's build sandbox; every missing piece is named."""
         own = self.available()
         if not self.needs_build_sandbox:
             return own
-        from wbcore_runtime.contract.sandbox import availability
+        from wbcore_runtime.contract.sandbox import availability  # deferred: closes an import cycle
 
         box = availability(runtime)
         if own.ok and box.ok:
@@ -177,7 +176,7 @@ class SourcePrefix:
 
     name: str
     summary: str
-    factory: Callable[[Runtime], SourceDriver] | None = None
+    factory: Callable[[RuntimeServices], SourceDriver] | None = None
     refused: str | None = None
     #: ``check(manifest, rest)`` raises what ``resolve`` would refuse without fetching
     #: anything (a fetched source without ``#+SHA256``, an unpinned ``git+``); the driver
@@ -197,7 +196,7 @@ class Broker:
 
     name: str
     summary: str
-    factory: Callable[[Runtime], BrokerDriver]
+    factory: Callable[[RuntimeServices], BrokerDriver]
     operations: tuple[str, ...] = ()
     meaning: str = ""
     profiles: tuple[str, ...] = ()
@@ -219,7 +218,7 @@ class IsolationTier:
     name: str
     summary: str
     rung: int
-    factory: Callable[[Runtime], TierDriver]
+    factory: Callable[[RuntimeServices], TierDriver]
     available: Callable[[], Availability] = _always
     kinds: frozenset[str] = frozenset({"command", "kernel"})
     bridges_caps: bool = True
@@ -231,7 +230,7 @@ class FederationSource:
 
     name: str
     summary: str
-    factory: Callable[[Runtime], Any]
+    factory: Callable[[RuntimeServices], Any]
     options: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -243,7 +242,7 @@ class BuildSandbox:
 
     name: str
     summary: str
-    factory: Callable[[Runtime], BuildSandboxDriver]
+    factory: Callable[[RuntimeServices], BuildSandboxDriver]
     available: Callable[[], Availability] = _always
 
 
@@ -258,7 +257,7 @@ class BuiltinCommand:
 
     name: str
     summary: str
-    wasm: Callable[[Runtime], bytes]
+    wasm: Callable[[RuntimeServices], bytes]
     shape: str = "command"
     arg_mode: str = "argv"
     profile: str = "compute"
@@ -277,7 +276,8 @@ class FabricEngine:
 
     name: str
     summary: str
-    factory: Callable[[Runtime], FabricDriver]
+    #: Returns a ``FabricDriver``, named in words: the fabric's records live above the contract in the flow.
+    factory: Callable[[RuntimeServices], Any]
     available: Callable[[], Availability] = _always
 
 
@@ -290,7 +290,7 @@ class LlmProvider:
 
     name: str
     summary: str
-    factory: Callable[[Runtime, LlmSettings], LlmDriver]
+    factory: Callable[[RuntimeServices, LlmSettings], LlmDriver]
     available: Callable[[], Availability] = _always
 
 
@@ -311,7 +311,7 @@ class AgentLoop:
 
     name: str
     summary: str
-    factory: Callable[[Runtime], AgentLoopDriver]
+    factory: Callable[[RuntimeServices], AgentLoopDriver]
 
 
 #: The registry kinds, by hook name: what ``wbx plugins`` lists per plugin.

@@ -21,14 +21,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound, Timeout, WbError
 from wbcore_runtime.contract.records import Availability
 
 if TYPE_CHECKING:
     from wbcore_runtime.contract.records import BuildSandbox
-    from wbcore_runtime.runtime import Runtime
+    from wbcore_runtime.contract.host import RuntimeServices
 
 #: What to say when no plugin serves a build sandbox.
 NONE_INSTALLED = "no build sandbox is installed; pip install wbcore-process"
@@ -166,7 +166,7 @@ class BuildSandboxDriver(ABC):
         ``overlay`` bind of it is writable inside."""
 
 
-def select(runtime: Runtime, name: str | None = None) -> BuildSandbox:
+def select(runtime: RuntimeServices, name: str | None = None) -> BuildSandbox:
     """The build sandbox to use: ``name``, else ``$WB_BUILD_SANDBOX``, else the only one.
 
     None served is ``NotFound`` naming what to install (and any plugin that failed to
@@ -175,10 +175,10 @@ def select(runtime: Runtime, name: str | None = None) -> BuildSandbox:
     registry = runtime.build_sandboxes
     want = name or runtime.env.get(ENV_CHOICE)
     if want:  # the registry holds BuildSandbox records (runtime._collect checks each)
-        return cast("BuildSandbox", registry.get(want))
+        return registry.get(want)
     names = registry.names()
     if len(names) == 1:
-        return cast("BuildSandbox", registry.get(names[0]))
+        return registry.get(names[0])
     if names:
         raise InvalidArgs(f"several build sandboxes are installed ({', '.join(names)}); "
                           f"choose one with {ENV_CHOICE}=<name>")
@@ -193,7 +193,7 @@ def select(runtime: Runtime, name: str | None = None) -> BuildSandbox:
     raise NotFound(message)
 
 
-def availability(runtime: Runtime, name: str | None = None) -> Availability:
+def availability(runtime: RuntimeServices, name: str | None = None) -> Availability:
     """Whether ``runtime`` can sandbox a build here: a sandbox is served and works."""
     try:
         record = select(runtime, name)
@@ -205,16 +205,16 @@ def availability(runtime: Runtime, name: str | None = None) -> Availability:
     return Availability.yes(f"sandbox {record.name}" + (f": {found.reason}" if found.reason else ""))
 
 
-def warm_command(label: str, warm: Callable[[Runtime, BuildSandboxDriver], tuple[Path, float]]) -> int:
+def warm_command(label: str, warm: Callable[[RuntimeServices, BuildSandboxDriver], tuple[Path, float]], *,
+                 open_runtime: Callable[[], RuntimeServices]) -> int:
     """The body of a lane's ``python -m <lane> warm``: ``warm(runtime, box)`` fills a compiler
     cache in the build sandbox of the installed plugins and returns (where, seconds spent,
-    0 when it was warm already); prints that, or the error, and returns the exit code."""
+    0 when it was warm already); prints that, or the error, and returns the exit code.
+    ``open_runtime`` is ``Runtime.open`` (passed in: the contract does not import the facade)."""
     import sys
 
-    from wbcore_runtime.runtime import Runtime
-
     try:
-        runtime = Runtime.open()  # the installed plugins: the build sandbox comes from one of them
+        runtime = open_runtime()  # the installed plugins: the build sandbox comes from one of them
         target, spent = warm(runtime, runtime.build_sandbox())
     except WbError as exc:
         print(exc.message, file=sys.stderr)

@@ -24,7 +24,7 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from wbcore_runtime.runtime import Runtime
+    from wbcore_runtime.contract.host import RuntimeServices
 
 
 def _log() -> Any:
@@ -85,7 +85,7 @@ NOOP: Span = _Noop()
 _NULL = nullcontext(NOOP)
 
 
-def open_tracer(runtime: Runtime) -> Tracer | None:
+def open_tracer(runtime: RuntimeServices) -> Tracer | None:
     """The tracer a plugin serves for ``runtime`` (``None``: telemetry is off). A tracer
     that fails to start is a warning, never a runtime that does not open."""
     # Plugins not loaded yet and indexed (wbcore_runtime.plugins.index): call the same hook
@@ -105,7 +105,7 @@ def open_tracer(runtime: Runtime) -> Tracer | None:
     return tracer
 
 
-def flush(runtime: Runtime, timeout_s: float = 10.0) -> None:
+def flush(runtime: RuntimeServices, timeout_s: float = 10.0) -> None:
     """Export what ``runtime``'s tracer buffered, if it opened one: for a process that ends
     with ``os._exit`` (a fabric worker), which skips the exporter's own atexit flush."""
     tracer = runtime.__dict__.get("tracer")  # never opens one (and loads plugins) just to flush
@@ -116,7 +116,7 @@ def flush(runtime: Runtime, timeout_s: float = 10.0) -> None:
             _log().warning("telemetry: the last spans were not exported (%s: %s)", type(exc).__name__, exc)
 
 
-def span(runtime: Runtime, name: str, attributes: Mapping[str, Any] | None = None) -> AbstractContextManager[Span]:
+def span(runtime: RuntimeServices, name: str, attributes: Mapping[str, Any] | None = None) -> AbstractContextManager[Span]:
     """``with telemetry.span(runtime, "wb.x", {...}) as s:`` — a no-op when telemetry is off."""
     tracer: Tracer | None = getattr(runtime, "tracer", None)
     if tracer is None:
@@ -124,7 +124,7 @@ def span(runtime: Runtime, name: str, attributes: Mapping[str, Any] | None = Non
     return tracer.span(name, attributes or {})
 
 
-def agent_step(runtime: Runtime, *, step: int, agent: str | None = None, model: str | None = None,
+def agent_step(runtime: RuntimeServices, *, step: int, agent: str | None = None, model: str | None = None,
                provider: str | None = None, session: str | None = None) -> AbstractContextManager[Span]:
     """The agent loop's seam: one span per step (an LLM turn and the tool calls it asks
     for). Tool calls made inside the block nest under it. Set what is known at the end::
@@ -145,7 +145,7 @@ def agent_step(runtime: Runtime, *, step: int, agent: str | None = None, model: 
     return tracer.span("wb.agent.step", attrs)
 
 
-def traced(runtime: Runtime, name: str, attributes: Mapping[str, Any], items: Iterator[Any],
+def traced(runtime: RuntimeServices, name: str, attributes: Mapping[str, Any], items: Iterator[Any],
            outcome: Any = None) -> Iterator[Any]:
     """``items`` inside a span that ends when the iteration does (fabric maps). ``outcome``,
     if given, is called per item and returns ``False`` for a failed one (counted)."""

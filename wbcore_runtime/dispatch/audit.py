@@ -192,7 +192,7 @@ class AuditLog:
                 home_path = Path(home)
 
                 def tenant_key() -> Any:
-                    from wbcore_runtime.trust import identity
+                    from wbcore_runtime.trust import identity  # deferred: keeps wbx start-up light
 
                     return identity.load(home_path, env)
 
@@ -536,7 +536,7 @@ class AuditLog:
         key = self.identity()
         if key is None:
             return  # an unsigned log (no tenant key): the chain is all verify can check
-        from wbcore_runtime.trust import identity
+        from wbcore_runtime.trust import identity  # deferred: keeps wbx start-up light
 
         what = "head" if domain == _HEAD_DOMAIN else "anchor"
         if len(words) < 3:

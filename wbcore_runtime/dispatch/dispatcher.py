@@ -44,12 +44,14 @@ from wbcore_runtime.trust import policy
 from wbcore_runtime.guard import preopen
 from wbcore_runtime.contract.calls import CallRecord, CallResult, CommandRequest, Principal
 from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs, NotFound, WbError, unknown_name
+from wbcore_runtime.trust import verdict as trust
+from wbcore_runtime.store.registry import RESERVED
+from wbcore_runtime.store.registry import Entry
 
 if TYPE_CHECKING:
     from wbcore_runtime.contract.kernel_calls import KernelRequest, KernelSpec
     from wbcore_runtime.trust.policy import Profile
-    from wbcore_runtime.store.registry import Entry
-    from wbcore_runtime.runtime import Runtime
+    from wbcore_runtime.contract.host import RuntimeServices
 
 _monotonic = time.monotonic
 #: How often a cached resolution re-checks its toolkit folder and the search roots.
@@ -106,13 +108,13 @@ class Resolved:
 # --- provenance: what a build records, what a call checks -------------------------------
 
 
-def provenance(runtime: Runtime, toolkit: Any) -> dict[str, Any]:
+def provenance(runtime: RuntimeServices, toolkit: Any) -> dict[str, Any]:
     """The record a build stores with its registry entry (call before registering).
 
     Refuses a toolkit that may not run at all (a third-party signature that does not
     verify, a shipped artifact that does not match its pin): it is not built.
     """
-    from wbcore_runtime.trust import consent, verdict as trust
+    from wbcore_runtime.trust import consent  # deferred: keeps wbx start-up light (a kept resolution skips it)
 
     m = toolkit.manifest
     reason = trust.source_reason(toolkit, runtime)
@@ -136,10 +138,8 @@ def _refuse(entry: Entry, why: str, fix: str) -> Unavailable:
     return Unavailable(f"{entry.kind} {entry.name!r} (toolkit {entry.toolkit}) may not run: {why}; {fix}")
 
 
-def _check_provenance(runtime: Runtime, entry: Entry, prov: dict[str, Any]) -> Any:
+def _check_provenance(runtime: RuntimeServices, entry: Entry, prov: dict[str, Any]) -> Any:
     """The toolkit ``entry`` was built from, if it still is what was built; else raise."""
-    from wbcore_runtime.trust import verdict as trust
-
     ident = entry.toolkit
     rebuild = f"rebuild it: wbx toolkit build {ident}"
     found = runtime.discover()
@@ -177,7 +177,7 @@ def _check_provenance(runtime: Runtime, entry: Entry, prov: dict[str, Any]) -> A
     return tk
 
 
-def availability(runtime: Runtime, entry: Entry) -> str | None:
+def availability(runtime: RuntimeServices, entry: Entry) -> str | None:
     """Why ``entry`` may not run now (``None``: it may). For listings (MCP, ``wbx``)."""
     if entry.builtin or entry.toolkit is None:
         return None
@@ -191,7 +191,7 @@ def availability(runtime: Runtime, entry: Entry) -> str | None:
     return None
 
 
-def recorded_hosts(runtime: Runtime, toolkit: str) -> tuple[str, ...] | None:
+def recorded_hosts(runtime: RuntimeServices, toolkit: str) -> tuple[str, ...] | None:
     """The ``#+ALLOWED_HOSTS`` recorded when ``toolkit`` was built (``None``: nothing of it
     is registered with provenance) — never read from the manifest as it is now."""
     for entry in runtime.registry.entries():
@@ -201,7 +201,7 @@ def recorded_hosts(runtime: Runtime, toolkit: str) -> tuple[str, ...] | None:
     return None
 
 
-def orphaned(runtime: Runtime, entry: Entry) -> bool:
+def orphaned(runtime: RuntimeServices, entry: Entry) -> bool:
     """A non-built-in entry whose toolkit is no longer on the search path."""
     return not entry.builtin and entry.toolkit is not None and entry.toolkit not in runtime.discover().toolkits
 
@@ -209,7 +209,7 @@ def orphaned(runtime: Runtime, entry: Entry) -> bool:
 # --- tiers -------------------------------------------------------------------------------
 
 
-def registry(runtime: Runtime, which: str) -> Any:
+def registry(runtime: RuntimeServices, which: str) -> Any:
     """``runtime.shapes`` / ``tiers`` / ``lanes``: the collected registry once the plugins
     are loaded, before that the same records from the plugin index in the home
     (``wbcore_runtime.plugins.index``), so resolving a call does not import every plugin."""
@@ -220,7 +220,7 @@ def registry(runtime: Runtime, which: str) -> Any:
     return got
 
 
-def _tier_serves(runtime: Runtime, record: Any, entry: Entry, caps: frozenset[str]) -> str | None:
+def _tier_serves(runtime: RuntimeServices, record: Any, entry: Entry, caps: frozenset[str]) -> str | None:
     """Why tier ``record`` cannot run this entry (``None``: it can)."""
     if record.name == INSTANCE:
         return None
@@ -238,7 +238,7 @@ def _tier_serves(runtime: Runtime, record: Any, entry: Entry, caps: frozenset[st
     return None
 
 
-def _lane_runners(runtime: Runtime) -> frozenset[str]:
+def _lane_runners(runtime: RuntimeServices) -> frozenset[str]:
     cache = runtime.__dict__.get("_wb_lane_runners")
     if cache is None:
         cache = runtime.__dict__["_wb_lane_runners"] = frozenset(
@@ -246,7 +246,7 @@ def _lane_runners(runtime: Runtime) -> frozenset[str]:
     return cache
 
 
-def choose_tier(runtime: Runtime, entry: Entry, trust: str, caps: frozenset[str],
+def choose_tier(runtime: RuntimeServices, entry: Entry, trust: str, caps: frozenset[str],
                 requested: str | None = None) -> TierChoice:
     """The tier for a call (seed 004 ``effective_tier``): first-party and built-ins run at
     ``instance``; third-party escalates one rung to the weakest stronger tier that can
@@ -290,7 +290,7 @@ def choose_tier(runtime: Runtime, entry: Entry, trust: str, caps: frozenset[str]
     return TierChoice(requested, f"requested explicitly (trust alone would choose {required})", tuple(considered))
 
 
-def _shape_tier(runtime: Runtime, entry: Entry) -> str:
+def _shape_tier(runtime: RuntimeServices, entry: Entry) -> str:
     """The tier an entry's shape names as its floor (``ExecShape.default_tier``); a shape
     that names one other than instance never runs in this process (posix: native code)."""
     shapes = registry(runtime, "shapes")
@@ -299,7 +299,7 @@ def _shape_tier(runtime: Runtime, entry: Entry) -> str:
     return shapes.get(entry.shape).default_tier
 
 
-def _shape_bound(runtime: Runtime, entry: Entry, caps: frozenset[str], requested: str | None,
+def _shape_bound(runtime: RuntimeServices, entry: Entry, caps: frozenset[str], requested: str | None,
                  ladder: list[Any]) -> TierChoice:
     """The tier for an entry whose shape runs only in tiers that list it in their ``kinds``,
     at or above its shape's default tier, whatever the trust: the weakest such tier that can
@@ -329,7 +329,7 @@ def _shape_bound(runtime: Runtime, entry: Entry, caps: frozenset[str], requested
                       f"{names}, and {why}")
 
 
-def _target(runtime: Runtime, entry: Entry, tier: str) -> Any:
+def _target(runtime: RuntimeServices, entry: Entry, tier: str) -> Any:
     """What runs the resolved call: the shape's (or lane's) runner in this process for the
     instance tier, else the tier plugin's driver."""
     if tier == INSTANCE:
@@ -341,13 +341,13 @@ def _target(runtime: Runtime, entry: Entry, tier: str) -> Any:
     return driver
 
 
-def target_for(runtime: Runtime, entry: Entry, tier: str) -> Any:
+def target_for(runtime: RuntimeServices, entry: Entry, tier: str) -> Any:
     """What runs a call resolved elsewhere (a fabric worker runs its parent's resolution:
     the same entry at the same tier, never a second decision)."""
     return _target(runtime, entry, tier)
 
 
-def _runner(runtime: Runtime, shape: str) -> Any:
+def _runner(runtime: RuntimeServices, shape: str) -> Any:
     cache = runtime.__dict__.setdefault("_wb_runners", {})
     runner = cache.get(shape)
     if runner is None:
@@ -358,7 +358,7 @@ def _runner(runtime: Runtime, shape: str) -> Any:
     return runner
 
 
-def runner_for(runtime: Runtime, entry: Entry) -> Any:
+def runner_for(runtime: RuntimeServices, entry: Entry) -> Any:
     """The in-process runner of an entry: its lane's runner when a compile-and-run lane
     built it (``BuildLane.runner``, e.g. js: interpreter + sources), else its shape's."""
     lane = entry.options.get("lane") if entry.options else None
@@ -379,10 +379,8 @@ def runner_for(runtime: Runtime, entry: Entry) -> Any:
 # --- resolve ------------------------------------------------------------------------------
 
 
-def entry_for(runtime: Runtime, kind: str, name: str) -> Entry:
+def entry_for(runtime: RuntimeServices, kind: str, name: str) -> Entry:
     """The registry entry (built-ins are installed on first use); NotFound lists the names."""
-    from wbcore_runtime.store.registry import RESERVED
-
     if kind == "command" and name in RESERVED:
         checked = runtime.__dict__.setdefault("_wb_builtins_checked", set())
         if name not in checked:
@@ -395,7 +393,7 @@ def entry_for(runtime: Runtime, kind: str, name: str) -> Entry:
     return entry
 
 
-def _roots_state(runtime: Runtime) -> tuple[tuple[str, int], ...]:
+def _roots_state(runtime: RuntimeServices) -> tuple[tuple[str, int], ...]:
     out = []
     for root in runtime.roots:
         try:
@@ -405,8 +403,8 @@ def _roots_state(runtime: Runtime) -> tuple[tuple[str, int], ...]:
     return tuple(out)
 
 
-def _resolve_uncached(runtime: Runtime, kind: str, name: str, tier: str | None) -> Resolved:
-    from wbcore_runtime.trust import consent
+def _resolve_uncached(runtime: RuntimeServices, kind: str, name: str, tier: str | None) -> Resolved:
+    from wbcore_runtime.trust import consent  # deferred: keeps wbx start-up light (a kept resolution skips it)
 
     entry = entry_for(runtime, kind, name)
     if entry.builtin:
@@ -433,7 +431,7 @@ def _resolve_uncached(runtime: Runtime, kind: str, name: str, tier: str | None) 
     choice = choose_tier(runtime, entry, trust_, caps, tier)
     spec = None
     if kind == "kernel":
-        from wbcore_runtime.contract.kernel_calls import KernelSpec
+        from wbcore_runtime.contract.kernel_calls import KernelSpec  # deferred: keeps wbx start-up light
 
         spec = KernelSpec.from_options(entry.options)
     return Resolved(
@@ -444,7 +442,7 @@ def _resolve_uncached(runtime: Runtime, kind: str, name: str, tier: str | None) 
     )
 
 
-def resolve(runtime: Runtime, kind: str, name: str, *, tier: str | None = None) -> Resolved:
+def resolve(runtime: RuntimeServices, kind: str, name: str, *, tier: str | None = None) -> Resolved:
     """Resolve a registered ``kind`` ``name`` for a call (cached; see the module docstring).
 
     Raises ``NotFound`` for an unknown name and :class:`Unavailable` (capability-denied,
@@ -471,7 +469,7 @@ def resolve(runtime: Runtime, kind: str, name: str, *, tier: str | None = None) 
     return resolved
 
 
-def adopt(runtime: Runtime, resolved: Resolved, generation: int) -> None:
+def adopt(runtime: RuntimeServices, resolved: Resolved, generation: int) -> None:
     """Take ``resolved`` as this runtime's resolution of its name, made when the change
     counter read ``generation``: ``wbcore_runtime.store.runcache`` hands over one kept in the home after
     checking that none of its inputs changed. Later calls re-check it as any other."""
@@ -480,23 +478,21 @@ def adopt(runtime: Runtime, resolved: Resolved, generation: int) -> None:
         generation, _monotonic(), _world(runtime, resolved), resolved)
 
 
-def resolved_generation(runtime: Runtime, kind: str, name: str, tier: str | None = None) -> int | None:
+def resolved_generation(runtime: RuntimeServices, kind: str, name: str, tier: str | None = None) -> int | None:
     """The change counter the cached resolution of ``name`` was made at (``None``: none)."""
     hit = runtime.resolved_calls.get((kind, name, tier))
     return hit[0] if hit is not None else None
 
 
-def _world(runtime: Runtime, resolved: Resolved) -> Any:
+def _world(runtime: RuntimeServices, resolved: Resolved) -> Any:
     """What a cached resolution depends on outside the home's change counter."""
-    from wbcore_runtime.trust import verdict as trust
-
     if resolved.trust in ("built-in", DEPLOYER):
         return None
     prov = resolved.entry.options.get(PROVENANCE) or {}
     return (_roots_state(runtime), trust.folder_state(Path(prov.get("dir", "/nonexistent"))))
 
 
-def forget(runtime: Runtime) -> None:
+def forget(runtime: RuntimeServices) -> None:
     """Drop every cached resolution of this runtime (tests, or after changing roots)."""
     runtime.resolved_calls.clear()
     runtime.resolve_epoch += 1
@@ -521,7 +517,7 @@ class KernelCalls:
     :attr:`call` is a plain function (cheaper to call than an object's ``__call__``) with
     everything the hot path reads bound as its locals."""
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: RuntimeServices) -> None:
         self.runtime = runtime
         self.local = threading.local()
         self.generation = runtime.registry.generation
@@ -595,7 +591,6 @@ def check_reach(resolved: Resolved, principal: Principal | None) -> None:
     (``call_command``, ``open_kernel``, components, kernel calls) passes here."""
     if principal is None or principal.reach is None:
         return
-    from wbcore_runtime.store.registry import RESERVED
 
     if resolved.trust == "built-in" and resolved.name in RESERVED:
         return
@@ -636,7 +631,7 @@ def command_request(resolved: Resolved, argv: Sequence[str], stdin: bytes, *, pr
     )
 
 
-def call_command(runtime: Runtime, name: str, argv: Sequence[str] = (), stdin: bytes = b"", *,
+def call_command(runtime: RuntimeServices, name: str, argv: Sequence[str] = (), stdin: bytes = b"", *,
                  principal: Principal | None = None, timeout: float | None = None, cancel: Any = None,
                  tier: str | None = None) -> CallResult:
     """Run the registered command ``name`` once, at its resolved tier."""
@@ -648,7 +643,7 @@ def call_command(runtime: Runtime, name: str, argv: Sequence[str] = (), stdin: b
                          timeout=timeout, cancel=cancel)
 
 
-def call_resolved(runtime: Runtime, resolved: Resolved, argv: Sequence[str], stdin: bytes, *,
+def call_resolved(runtime: RuntimeServices, resolved: Resolved, argv: Sequence[str], stdin: bytes, *,
                   principal: Principal | None = None, timeout: float | None = None,
                   cancel: Any = None) -> CallResult:
     """Run a command already resolved by :func:`resolve` (or kept by ``wbcore_runtime.store.runcache``
@@ -684,7 +679,7 @@ def call_resolved(runtime: Runtime, resolved: Resolved, argv: Sequence[str], std
 
 def kernel_request(resolved: Resolved, *, principal: Principal | None = None,
                    timeout: float | None = None) -> KernelRequest:
-    from wbcore_runtime.contract.kernel_calls import KernelRequest, KernelSpec
+    from wbcore_runtime.contract.kernel_calls import KernelRequest, KernelSpec  # deferred: keeps wbx start-up light
 
     spec = resolved.kernel or KernelSpec()
     if timeout is not None:
@@ -696,7 +691,7 @@ def kernel_request(resolved: Resolved, *, principal: Principal | None = None,
     )
 
 
-def open_kernel(runtime: Runtime, name: str, *, principal: Principal | None = None, timeout: float | None = None,
+def open_kernel(runtime: RuntimeServices, name: str, *, principal: Principal | None = None, timeout: float | None = None,
                 tier: str | None = None) -> Any:
     """A live kernel instance: ``inst.call(data) -> bytes``, ``inst.close()``."""
     resolved = resolve(runtime, "kernel", name, tier=tier)
@@ -704,7 +699,7 @@ def open_kernel(runtime: Runtime, name: str, *, principal: Principal | None = No
     return resolved.target.open(kernel_request(resolved, principal=principal, timeout=timeout))
 
 
-def component_fields(runtime: Runtime, name: str, function: str, args: dict[str, Any], *,
+def component_fields(runtime: RuntimeServices, name: str, function: str, args: dict[str, Any], *,
                      principal: Principal | None = None, timeout: float | None = None, cancel: Any = None) -> dict[str, Any]:
     """The resolved fields of one component call (``ComponentRunner.invoke(**fields)``)."""
     resolved = resolve(runtime, "component", name)
@@ -718,7 +713,7 @@ def component_fields(runtime: Runtime, name: str, function: str, args: dict[str,
     }
 
 
-def call_component(runtime: Runtime, name: str, function: str, args: dict[str, Any], *,
+def call_component(runtime: RuntimeServices, name: str, function: str, args: dict[str, Any], *,
                    principal: Principal | None = None, timeout: float | None = None, cancel: Any = None) -> Any:
     """Call ``function`` of the registered component ``name`` with JSON ``args``."""
     resolved = resolve(runtime, "component", name)
@@ -726,7 +721,7 @@ def call_component(runtime: Runtime, name: str, function: str, args: dict[str, A
     return _runner(runtime, resolved.entry.shape).invoke(**fields)
 
 
-def call_artifact(runtime: Runtime, *, name: str, sha256: str, lane: str | None, argv: Sequence[str], stdin: bytes,
+def call_artifact(runtime: RuntimeServices, *, name: str, sha256: str, lane: str | None, argv: Sequence[str], stdin: bytes,
                   principal: Principal, timeout: float, profile: str = "compute", trust: str = "third-party",
                   caps: frozenset[str] = frozenset(), toolkit: str | None = None) -> CallResult:
     """Run an artifact that is not registered under a toolkit: the build cap's ``run``
@@ -734,8 +729,6 @@ def call_artifact(runtime: Runtime, *, name: str, sha256: str, lane: str | None,
     agent session's own toolkits (first-party, ``caps`` already narrowed to ``profile``
     by the caller through ``wbcore_runtime.trust.consent.effective_caps``). The caller vouches that
     ``sha256`` is its own build; caps outside ``profile`` are never granted."""
-    from wbcore_runtime.store.registry import Entry
-
     runtime.artifacts.verify(sha256)
     entry = Entry(kind="command", name=name, sha256=sha256, shape="command", options={"lane": lane} if lane else {})
     prof = policy.profile(profile)
@@ -748,14 +741,12 @@ def call_artifact(runtime: Runtime, *, name: str, sha256: str, lane: str | None,
     return resolved.target.call(req)
 
 
-def install_builtins(runtime: Runtime, names: list[str] | None = None, *, force: bool = False) -> list[Entry]:
+def install_builtins(runtime: RuntimeServices, names: list[str] | None = None, *, force: bool = False) -> list[Entry]:
     """Store and register the plugins' built-in commands (all, or ``names``).
 
     A built-in already registered with its artifact present is left alone unless
     ``force``. Returns the entries registered now.
     """
-    from wbcore_runtime.store.registry import Entry
-
     done = []
     for b in runtime.builtins:
         if names is not None and b.name not in names:

@@ -53,9 +53,11 @@ from wbcore_runtime.contract.errors import (
     disk_full_of,
     unknown_name,
 )
+from wbcore_runtime.store import leftovers
+from wbcore_runtime.dispatch import dispatcher as dispatch
 
 if TYPE_CHECKING:
-    from wbcore_runtime.runtime import Runtime
+    from wbcore_runtime.contract.host import RuntimeServices
 
 MiB = 1 << 20
 #: The guest import module of the Dock ABI (one function per granted cap).
@@ -223,7 +225,7 @@ def _rate_from_env(env: dict[str, str]) -> tuple[int, float]:
 class Dock:
     """The one place every broker call goes through. One per :class:`Runtime`."""
 
-    def __init__(self, runtime: Runtime, *, rate: tuple[int, float] | None = None, audit: AuditLog | None = None) -> None:
+    def __init__(self, runtime: RuntimeServices, *, rate: tuple[int, float] | None = None, audit: AuditLog | None = None) -> None:
         self.runtime = runtime
         self.audit = audit or AuditLog.for_home(runtime.home, runtime.env)
         self.limiter = RateLimiter(*(rate or _rate_from_env(runtime.env)))
@@ -259,8 +261,6 @@ class Dock:
             allowed_hosts = self._allowed_hosts(toolkit)
         ephemeral = not instance
         if not instance:
-            from wbcore_runtime.store import leftovers
-
             instance = leftovers.unique(EPHEMERAL_PREFIX)
         ctx = DockContext(
             principal=principal,
@@ -291,7 +291,6 @@ class Dock:
     def _allowed_hosts(self, toolkit: str | None) -> tuple[str, ...]:
         if not toolkit:
             return ()
-        from wbcore_runtime.dispatch import dispatcher as dispatch
 
         hosts = dispatch.recorded_hosts(self.runtime, toolkit)
         return (DENY_ALL_HOSTS,) if hosts is None else hosts  # nothing built and verified: fail closed

@@ -40,12 +40,16 @@ from itertools import accumulate, chain, count, islice, repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
 
-from wbcore_runtime.contract.calls import CallRecord, CallResult, CommandRequest, KernelRequest, Principal, Usage
+from wbcore_runtime.contract.calls import CallRecord, CallResult, CommandRequest, Principal, Usage
+from wbcore_runtime.contract.kernel_calls import KernelRequest
+from wbcore_runtime.dispatch import dispatcher as dispatch
+from wbcore_runtime.dispatch.dispatcher import audited
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound, Timeout, WbError, of_kind, unknown_name
+from wbcore_runtime.contract import telemetry
 
 if TYPE_CHECKING:
     from wbcore_runtime.store.registry import Entry
-    from wbcore_runtime.runtime import Runtime
+    from wbcore_runtime.contract.host import RuntimeServices
 
 KINDS = ("command", "kernel")
 DEFAULT_ENGINE = "local"
@@ -221,7 +225,7 @@ class FabricDriver(Protocol):
 # --- the API ----------------------------------------------------------------------------------
 
 
-def engine(runtime: Runtime, name: str = DEFAULT_ENGINE) -> FabricDriver:
+def engine(runtime: RuntimeServices, name: str = DEFAULT_ENGINE) -> FabricDriver:
     """The driver of fabric engine ``name`` (one per runtime); unknown names list the known."""
     engines = runtime.fabric_engines
     if not len(engines) and not engines.conflicts:
@@ -237,12 +241,10 @@ def engine(runtime: Runtime, name: str = DEFAULT_ENGINE) -> FabricDriver:
     return driver
 
 
-def job(runtime: Runtime, name: str, *, kind: str = "command", width: int | None = None, tier: str | None = None,
+def job(runtime: RuntimeServices, name: str, *, kind: str = "command", width: int | None = None, tier: str | None = None,
         deadline: float | None = None, principal: Principal | None = None, timeout: float | None = None,
         batch: int | None = None, joined: bool = False) -> Job:
     """Resolve ``kind`` ``name`` once (``wbcore_runtime.dispatch.dispatcher``) and describe the batch."""
-    from wbcore_runtime.dispatch import dispatcher as dispatch
-
     if kind not in KINDS:
         raise InvalidArgs(unknown_name("fabric kind", kind, list(KINDS)))
     width = _width(width)
@@ -263,7 +265,7 @@ def job(runtime: Runtime, name: str, *, kind: str = "command", width: int | None
                joined=joined and kind == "kernel")
 
 
-def map(runtime: Runtime, name: str, inputs: Iterable[Any], *, kind: str = "command", width: int | None = None,
+def map(runtime: RuntimeServices, name: str, inputs: Iterable[Any], *, kind: str = "command", width: int | None = None,
         tier: str | None = None, engine: str = DEFAULT_ENGINE, deadline: float | None = None, cancel: Any = None,
         principal: Principal | None = None, timeout: float | None = None, batch: int | None = None) -> Iterator[Result]:
     """Run the registered ``kind`` ``name`` once per input on ``engine``: one :class:`Result`
@@ -278,7 +280,7 @@ def map(runtime: Runtime, name: str, inputs: Iterable[Any], *, kind: str = "comm
     return Stream.over(_chunks(runtime, spec, engine, inputs, cancel))
 
 
-def map_chunks(runtime: Runtime, name: str, inputs: Iterable[Any], *, kind: str = "command",
+def map_chunks(runtime: RuntimeServices, name: str, inputs: Iterable[Any], *, kind: str = "command",
                width: int | None = None, tier: str | None = None, engine: str = DEFAULT_ENGINE,
                deadline: float | None = None, cancel: Any = None, principal: Principal | None = None,
                timeout: float | None = None, batch: int | None = None) -> Iterator[ResultChunk]:
@@ -292,13 +294,12 @@ def map_chunks(runtime: Runtime, name: str, inputs: Iterable[Any], *, kind: str 
     return _chunks(runtime, spec, engine, inputs, cancel)
 
 
-def _chunks(runtime: Runtime, spec: Job, engine: str, inputs: Iterable[Any], cancel: Any) -> Iterator[ResultChunk]:
+def _chunks(runtime: RuntimeServices, spec: Job, engine: str, inputs: Iterable[Any], cancel: Any) -> Iterator[ResultChunk]:
     driver = _engine_driver(runtime, engine)
     kind, name = spec.kind, spec.name
     tracer = getattr(runtime, "tracer", None)
     if tracer is None:
         return driver.chunks(spec, work(kind, inputs), cancel=cancel)
-    from wbcore_runtime.contract import telemetry
 
     span = tracer.start("wb.fabric.map", {"wb.command": name, "wb.kind": kind, telemetry.TIER: spec.tier,
                                           "wb.engine": engine, "wb.width": spec.width,
@@ -503,7 +504,7 @@ def _b64(value: Any, key: str) -> bytes:
 # --- running one input of a job (engines call this; worker processes too) -------------------
 
 
-def run_command(runtime: Runtime, job: Job, target: Any, item: CommandInput, *, cancel: Any = None) -> CallResult:
+def run_command(runtime: RuntimeServices, job: Job, target: Any, item: CommandInput, *, cancel: Any = None) -> CallResult:
     """Run ``job``'s resolved command request on one input with ``target`` (the tier that
     runs it, :func:`wbcore_runtime.dispatch.dispatcher.target_for`), inside the batch deadline, with the
     runtime's call hooks (audit) around it — as ``dispatch.call_command`` does."""
@@ -514,8 +515,6 @@ def run_command(runtime: Runtime, job: Job, target: Any, item: CommandInput, *, 
     hook = runtime.call_hooks
     if hook is None:
         return target.call(req)
-    from wbcore_runtime.dispatch.dispatcher import audited
-
     record = CallRecord(name=job.name, shape=job.entry.shape, principal=req.principal, argv=req.argv,
                         toolkit=req.toolkit, tier=job.tier, caps=job.caps)
     return audited(hook, record, target.call, req)
@@ -528,15 +527,13 @@ def kernel_request(job: Job) -> KernelRequest:
     return dataclasses.replace(req, spec=dataclasses.replace(req.spec, timeout_s=_within(job, req.spec.timeout_s)))
 
 
-def run_kernel(runtime: Runtime, job: Job, inst: Any, data: bytes) -> bytes:
+def run_kernel(runtime: RuntimeServices, job: Job, inst: Any, data: bytes) -> bytes:
     """One kernel call on an open instance, with the call hooks (as ``KernelCalls``)."""
     if job.deadline is not None and _monotonic() >= job.deadline:
         raise Timeout(f"fabric: the batch deadline passed before this input of {job.name!r} ran")
     hook = runtime.call_hooks
     if hook is None:
         return inst.call(data)
-    from wbcore_runtime.dispatch.dispatcher import audited
-
     req = job.request
     record = CallRecord(name=job.name, shape="kernel", principal=req.principal, toolkit=req.toolkit, tier=job.tier,
                         caps=job.caps)
@@ -720,13 +717,11 @@ def failed_results(job: Job, chunk: Chunk, error: WbError | None) -> ResultChunk
 # --- running a chunk of a job in a worker (any engine's: a spawned process, a Ray actor) ------
 
 
-def runner(runtime: Runtime, job: Job, *, tier: str | None = None) -> Any:
+def runner(runtime: RuntimeServices, job: Job, *, tier: str | None = None) -> Any:
     """The function a worker calls per input: for a kernel, ``data -> bytes`` on one instance
     opened here and kept (seed 004's instantiate-once loop); for a command, ``(argv, stdin)
     -> result_wire``. ``tier`` overrides the job's (a node runs a ``node``-tier job at
     ``instance``: it *is* the other node)."""
-    from wbcore_runtime.dispatch import dispatcher as dispatch
-
     target = dispatch.target_for(runtime, job.entry, tier or job.tier)
     if job.kind == "command":
         def run_one(payload: tuple[tuple[str, ...], bytes]) -> Any:

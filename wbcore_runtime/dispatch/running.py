@@ -24,11 +24,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from wbcore_runtime.contract.errors import CapabilityDenied, WbError
+from wbcore_runtime.dispatch import dispatcher as dispatch
 
 if TYPE_CHECKING:
     from wbcore_runtime.contract.calls import Principal
     from wbcore_runtime.dispatch.dispatcher import Resolved
-    from wbcore_runtime.runtime import Runtime
+    from wbcore_runtime.contract.host import RuntimeServices
 
 #: How often the watcher reads the change counter while calls run (seconds).
 POLL_S = 0.1
@@ -86,7 +87,7 @@ class Running:
 class RunningCalls:
     """The table of running calls of one runtime and its revocation watcher."""
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: RuntimeServices) -> None:
         self.runtime = runtime
         self._lock = threading.Lock()
         self._calls: dict[int, Running] = {}
@@ -161,8 +162,6 @@ class RunningCalls:
         return None
 
     def _why(self, call: Running) -> str | None:
-        from wbcore_runtime.dispatch import dispatcher as dispatch
-
         if not call.revoked_at_start:
             why = self._revoked(call)
             if why:

@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound
+from wbcore_runtime.guard import paths
+from wbcore_runtime.store.artifacts import tree_path
 
 #: The registry entry option that carries a command's preopen.
 OPTION = "preopen"
@@ -47,8 +49,7 @@ def option(toolkit_dir: Path, value: str | None, *, home: Path, folder: str | No
     entry records the tree's digest."""
     if not value:
         return {}
-    from wbcore_runtime.guard import paths
-    from wbcore_runtime.build import snapshot
+    from wbcore_runtime.build import snapshot  # deferred: keeps wbx start-up light
 
     named, guest = parse(value)
     folder = folder or named
@@ -69,7 +70,6 @@ def resolve(options: Mapping[str, Any], home: Path) -> tuple[str, str] | None:
         return None
     if not isinstance(spec, Mapping):
         raise InvalidArgs(f"registry entry option {OPTION!r} is malformed; rebuild the toolkit")
-    from wbcore_runtime.store.artifacts import tree_path
 
     folder, guest = parse(f"{spec.get('dir', '')} {spec.get('guest', '')}")
     tree = spec.get("tree")

@@ -32,6 +32,8 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from wbcore_runtime.store.digest import sha256
+from wbcore_runtime.plugins.installed import installed_key
 
 FORMAT = 1
 INDEX_FILE = "cache/plugin-index.json"
@@ -246,9 +248,6 @@ def _path(home: Path) -> Path:
 
 def load(runtime: Any) -> Index | None:
     """The runtime's index if the file matches the installed plugin set now, else ``None``."""
-    from wbcore_runtime.store.digest import sha256
-    from wbcore_runtime.plugins.installed import installed_key
-
     try:
         raw = _path(runtime.home).read_bytes()
         data = json.loads(raw)
@@ -268,8 +267,6 @@ def load(runtime: Any) -> Index | None:
 def write(runtime: Any) -> bool:
     """Index the runtime's loaded plugins (every plugin loaded, no conflicts); ``False``
     when they cannot be indexed or the home cannot be written."""
-    from wbcore_runtime.plugins.installed import installed_key
-
     key, racy = installed_key()
     if racy or any(not info.loaded for info in runtime.plugin_infos):
         return False
@@ -302,7 +299,7 @@ def write(runtime: Any) -> bool:
         modules.add(name)
     body = {"format": FORMAT, "key": key, "files": _files_state(_package_files(modules)),
             "registries": registries, "hooks": hooks}
-    from wbcore_runtime.store.artifacts import atomic_write
+    from wbcore_runtime.store.artifacts import atomic_write  # deferred: keeps wbx start-up light
 
     path = _path(runtime.home)
     try:

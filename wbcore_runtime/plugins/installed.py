@@ -6,6 +6,7 @@ with it and loads no plugin.
 """
 
 from __future__ import annotations
+from wbcore_runtime.store.digest import sha256
 
 #: A folder changed this recently may change again within its clock tick unseen: no cache.
 RACY_SECONDS = 2.0
@@ -25,8 +26,6 @@ def installed_key() -> tuple[str, bool]:
     import os
     import sys
     import time
-
-    from wbcore_runtime.store.digest import sha256
 
     h = sha256(f"{sys.executable}\0{sys.prefix}\0{sys.version}".encode())
     newest = 0

@@ -24,8 +24,10 @@ from typing import Any, Generic, TypeVar
 import pluggy
 
 from wbcore_runtime.contract import hookspecs
+from wbcore_runtime.contract.targets import load_target
 from wbcore_runtime.contract.errors import NotFound, PluginError, unknown_name
 from wbcore_runtime.plugins.installed import RACY_SECONDS, installed_key  # noqa: F401 - re-exported: plugins.installed_key
+from wbcore_runtime import __version__
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +93,7 @@ def entry_points(cache_dir: Any = None) -> list[tuple[str, str, str, str]]:
     found = _scan()
     _remember(found)
     if path is not None and not racy:
-        from wbcore_runtime.store.artifacts import atomic_write
+        from wbcore_runtime.store.artifacts import atomic_write  # deferred: keeps wbx start-up light
 
         body = {"key": key, "group": hookspecs.ENTRY_POINT_GROUP, "entry_points": found}
         try:
@@ -161,8 +163,6 @@ def core_origin() -> str:
     """The installed core as ``distribution version`` (``wbx plugins``' first line), or what
     runs when the core is imported from a folder no distribution describes."""
     from importlib import metadata
-
-    from wbcore_runtime import __version__
 
     try:
         return f"{CORE_DISTRIBUTION} {metadata.version(CORE_DISTRIBUTION)}"
@@ -258,18 +258,6 @@ def register_checked(pm: pluggy.PluginManager, plugin: object, name: str | None)
         known = ", ".join(sorted(n for n in dir(hookspecs) if n.startswith(hookspecs.PROJECT + "_")))
         return f"{exc} (the hooks are: {known})"
     return ""
-
-
-def load_target(target: str) -> Any:
-    """The object an entry point names: ``module`` or ``module:attr.attr`` (as
-    ``importlib.metadata.EntryPoint.load``, without importing importlib.metadata)."""
-    import importlib
-
-    module, _, attrs = target.partition(":")
-    obj: Any = importlib.import_module(module.strip())
-    for attr in filter(None, attrs.strip().split(".")):
-        obj = getattr(obj, attr)
-    return obj
 
 
 def lazy(target: str) -> Callable[..., Any]:

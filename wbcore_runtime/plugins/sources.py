@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from wbcore_runtime.contract.errors import InvalidArgs, unknown_name
 
 if TYPE_CHECKING:
-    from wbcore_runtime.plugins.manager import RecordRegistry
+    from wbcore_runtime.contract.host import Registry
     from wbcore_runtime.contract.records import SourcePrefix
 
 
@@ -27,7 +27,7 @@ class SourceSpec:
         return f"{self.prefix.name}{self.rest}"
 
 
-def parse(spec: str, prefixes: RecordRegistry[SourcePrefix]) -> SourceSpec:
+def parse(spec: str, prefixes: Registry[SourcePrefix]) -> SourceSpec:
     spec = spec.strip()
     match = max((p for p in prefixes if spec.startswith(p.name)), key=lambda p: len(p.name), default=None)
     if match is None:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound
+from wbcore_runtime.guard import paths
 
 MARKER = "wbx.toml"
 USER_HOME = Path("~") / ".workbooks"
@@ -73,7 +74,6 @@ def find_project(cwd: Path) -> Project | None:
 def _inside(root: Path, rel: object, marker: Path, key: str) -> Path:
     if not isinstance(rel, str) or not rel.strip():
         raise InvalidArgs(f"{marker}: {key}: want a folder name relative to this file, got {rel!r}")
-    from wbcore_runtime.guard import paths
 
     base = os.path.realpath(root)
     outside = InvalidArgs(f"{marker}: {key}: {rel!r} resolves outside the project folder {base}; "

@@ -168,14 +168,12 @@ def sweep_tmp_files(folder: Path) -> list[Path]:
 
 
 def sweep_home(home: Path) -> list[Path]:
-    """Finish or undo an interrupted install, then sweep every dead process's leftovers."""
+    """Sweep every dead process's leftovers. An interrupted install (its journal, :data:`JOURNAL`)
+    is finished or undone first by the caller (``cli.app``: ``store.install.recover``), as
+    this module sits below the installer."""
     removed: list[Path] = []
     if not home.is_dir():
         return removed
-    if (home / JOURNAL).exists():
-        from wbcore_runtime.store import install  # only when there is a journal: keeps every other start-up light
-
-        install.recover(home)
     removed += sweep(home / STAGING, STAGING_PREFIX)
     removed += sweep(home / "build" / "tmp", "build-")
     removed += sweep(home / "store" / "trees", ".tmp-")  # a tree being stored (wbcore_runtime.build.snapshot)

@@ -55,6 +55,11 @@ import re
 import time
 from pathlib import Path
 from typing import Any
+from wbcore_runtime.trust import verdict as trust
+from wbcore_runtime.dispatch import dispatcher as dispatch
+from wbcore_runtime.trust import policy
+from wbcore_runtime.store.registry import Entry
+from wbcore_runtime.store.artifacts import atomic_write
 
 FORMAT = 1
 FOLDER = "cache/resolved"
@@ -123,8 +128,6 @@ def _newest(value: Any) -> int:
 def _package_state(folder: str) -> list[Any]:
     """:func:`wbcore_runtime.trust.verdict.folder_state` of a plugin's package, without ``__pycache__``
     (byte-code written by an import is not a change of what serves a built-in)."""
-    from wbcore_runtime.trust import verdict as trust
-
     return [list(e) for e in trust.folder_state(Path(folder)) if "__pycache__" not in e[0]]
 
 
@@ -132,8 +135,6 @@ def stamp(runtime: Any, toolkit_dir: str | None, builtin_dir: str | None = None)
     """The identity of a resolution's inputs now (``None``: the plugins are not indexed):
     of a toolkit's command (``toolkit_dir``) or of a built-in (``builtin_dir``: the package
     of the plugin that serves it)."""
-    from wbcore_runtime.trust import verdict as trust
-
     index = runtime.plugin_index
     if index is None:
         return None
@@ -182,17 +183,12 @@ def recall(runtime: Any, kind: str, name: str) -> Any:
         resolved = _rebuild(runtime, kind, name, res)
     except (KeyError, TypeError, ValueError):
         return None
-    from wbcore_runtime.dispatch import dispatcher as dispatch
 
     dispatch.adopt(runtime, resolved, gen)
     return resolved
 
 
 def _rebuild(runtime: Any, kind: str, name: str, res: dict[str, Any]) -> Any:
-    from wbcore_runtime.dispatch import dispatcher as dispatch
-    from wbcore_runtime.trust import policy
-    from wbcore_runtime.store.registry import Entry
-
     e = res["entry"]
     entry = Entry(kind=e["kind"], name=e["name"], sha256=e["sha256"], shape=e["shape"], toolkit=e["toolkit"],
                   arg_mode=e["arg_mode"], profile=e["profile"], builtin=bool(e["builtin"]), options=e["options"])
@@ -236,7 +232,6 @@ def remember(runtime: Any, resolved: Any, generation: int) -> bool:
             **extra,
         },
     }
-    from wbcore_runtime.store.artifacts import atomic_write
 
     try:
         atomic_write(path, json.dumps(body).encode(), tmp_dir=path.parent.parent)

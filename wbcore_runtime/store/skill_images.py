@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wbcore_runtime.contract.errors import InvalidArgs
+from wbcore_runtime.guard import oci
+from wbcore_runtime.guard.unpack import Caps, UnsafeArchive, unpack_tar
 
 KEYWORD = "SKILL_IMAGES"
 IMAGE_CONFIG = "application/vnd.oci.image.config.v1+json"
@@ -62,8 +64,6 @@ class SkillImage:
 
 def parse(value: str | None, where: str = "#+SKILL_IMAGES") -> tuple[SkillImage, ...]:
     """The entries of a ``#+SKILL_IMAGES`` value (``REF=/guest/path`` …), checked."""
-    from wbcore_runtime.guard import oci
-
     if not value or not value.strip():
         return ()
     out: list[SkillImage] = []
@@ -92,9 +92,6 @@ def cache_root(home: Path) -> Path:
 def resolve(home: Path, image: SkillImage, env: Mapping[str, str] | None = None) -> Path:
     """The unpacked, read-only tree of ``image``: from the cache, else pulled, verified and
     unpacked once. Returns ``$WB_HOME/oci/skills/<digest>/tree``."""
-    from wbcore_runtime.guard import oci
-    from wbcore_runtime.guard.unpack import Caps, UnsafeArchive, unpack_tar
-
     root = cache_root(home)
     root.mkdir(parents=True, exist_ok=True)
     ref = oci.Reference.parse(image.reference)

@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from wbcore_runtime.contract.errors import ManifestError, NotFound, unknown_name
+from wbcore_runtime.store import home as _home
+from wbcore_runtime.guard import paths
 
 if TYPE_CHECKING:  # the manifest parser and containment load with discovery itself, not with roots()
     from wbcore_runtime.toolkit import manifest as _manifest
-    from wbcore_runtime.guard import paths
     from wbcore_runtime.toolkit.manifest_cache import ManifestCache
     from wbcore_runtime.toolkit.loaded import Toolkit
 
@@ -31,15 +32,11 @@ MANIFEST = "manifest.org"
 def default_home(env: Mapping[str, str], cwd: Path | None = None) -> Path:
     """``$WB_HOME``, else the home named by the project's ``wbx.toml``, else ``~/.workbooks``
     (:func:`wbcore_runtime.store.home.choose`)."""
-    from wbcore_runtime.store import home as _home
-
     return _home.choose(env, cwd).path
 
 
 def candidates(env: Mapping[str, str], cwd: Path, home: Path) -> list[Path]:
     """Every folder the search path names, existing or not, in order (for messages)."""
-    from wbcore_runtime.store import home as _home
-
     found: list[Path] = []
     pinned = env.get("WB_TOOLKITS_ROOT")
     if pinned and Path(pinned).is_dir():
@@ -100,8 +97,6 @@ class Discovery:
 
 def _toolkit_folder(search: paths.Root, entry: os.DirEntry[str]) -> paths.Root | None:
     """The entry as a toolkit's containment root; ``None`` when it is not a folder."""
-    from wbcore_runtime.guard import paths
-
     if entry.is_dir(follow_symlinks=False):
         # scandir already knows it is a real folder: no second lstat (1,000 toolkits stay fast).
         return paths.Root(search.shown / entry.name, os.path.join(search.real, entry.name))
@@ -115,8 +110,7 @@ def _toolkit_folder(search: paths.Root, entry: os.DirEntry[str]) -> paths.Root |
 
 def _load(folder: paths.Root, path: Path, name: str, cache: ManifestCache | None) -> _manifest.Manifest:
     """The folder's manifest: from the cache when the file is the one parsed before."""
-    from wbcore_runtime.toolkit import manifest as _manifest
-    from wbcore_runtime.guard import paths
+    from wbcore_runtime.toolkit import manifest as _manifest  # deferred: keeps wbx start-up light
 
     if cache is None:
         return _manifest.load(path, folder)
@@ -134,10 +128,9 @@ def _load(folder: paths.Root, path: Path, name: str, cache: ManifestCache | None
 def discover_root(root: Path, home: Path | None = None) -> tuple[list[Toolkit], list[ManifestError]]:
     """The toolkits in ``root``; with ``home``, parsed manifests are cached there
     (:mod:`wbcore_runtime.toolkit.manifest_cache`)."""
-    from wbcore_runtime.toolkit import manifest as _manifest
-    from wbcore_runtime.guard import paths
-    from wbcore_runtime.toolkit.manifest_cache import ManifestCache
-    from wbcore_runtime.toolkit.loaded import Toolkit
+    from wbcore_runtime.toolkit import manifest as _manifest  # deferred: keeps wbx start-up light
+    from wbcore_runtime.toolkit.manifest_cache import ManifestCache  # deferred: keeps wbx start-up light
+    from wbcore_runtime.toolkit.loaded import Toolkit  # deferred: keeps wbx start-up light
 
     toolkits: list[Toolkit] = []
     errors: list[ManifestError] = []
@@ -179,7 +172,7 @@ def discover_root(root: Path, home: Path | None = None) -> tuple[list[Toolkit], 
 
 def discover(search: list[Path], home: Path | None = None) -> Discovery:
     """Every toolkit on the search path (first root wins); ``home`` caches parsed manifests."""
-    from wbcore_runtime.toolkit.loaded import Toolkit
+    from wbcore_runtime.toolkit.loaded import Toolkit  # deferred: keeps wbx start-up light
 
     result = Discovery(roots=list(search))
     for root in search:

@@ -24,6 +24,7 @@ from types import MappingProxyType
 from typing import Any
 
 from wbcore_runtime.toolkit.manifest import Manifest
+from wbcore_runtime.store.artifacts import atomic_write
 
 FORMAT = 1
 RACY_SECONDS = 2.0
@@ -98,7 +99,6 @@ class ManifestCache:
         the index is an optimisation, a read-only home still discovers."""
         if not self._dirty and self._new.keys() == self._old.keys():
             return
-        from wbcore_runtime.store.artifacts import atomic_write
 
         body = json.dumps({"format": FORMAT, "root": self.real, "entries": self._new}, separators=(",", ":"))
         try:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from wbcore_runtime.guard import paths
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound, unknown_name
+from wbcore_runtime.toolkit.manifest import normalized
 
 SLUG_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 MAX_SKILL_BYTES = 1 << 20
@@ -88,7 +89,6 @@ def read_skill(toolkit_dir: Path | paths.Root, slug: str) -> str:
         raw = root.read(f"{slug}{SKILL_SUFFIX}", MAX_SKILL_BYTES)
     except NotFound:
         raise NotFound(unknown_name("skill", slug, [s.slug for s in list_skills(toolkit_dir)])) from None
-    from wbcore_runtime.toolkit.manifest import normalized
 
     # The parser's lines: a skill cut differently by another reader (a lone CR, U+2028 ...)
     # is refused with file:line, as a manifest is.

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs, NotFound
+from wbcore_runtime.trust.policy import profile
 
 #: The deployer's opt-in (seed 000: ``exec_allowed?``).
 ENV = "WB_TOOLKIT_EXEC"
@@ -125,7 +126,6 @@ def run_task(runtime: Any, ident: str, task: str, args: Sequence[str], stdin: by
     if not exec_allowed(runtime.env):
         raise CapabilityDenied(f"task {task} of {ident} would run in tier {chosen.name}; :role task blocks run only "
                                f"when the deployer opts in: set {ENV}=1 (wbx toolkit run {ident} {task} ...)")
-    from wbcore_runtime.trust.policy import profile
 
     limit = profile("posix").timeout_s
     request = TaskRequest(toolkit=ident, task=task, interpreter=interpreter, script=block.script, args=tuple(args),

@@ -14,9 +14,12 @@ from typing import TYPE_CHECKING, Any
 from wbcore_runtime.trust import policy
 from wbcore_runtime.contract.errors import ManifestError, WbError
 from wbcore_runtime.contract.records import Check, VerifyContext
+from wbcore_runtime.trust import verdict as trust
+from wbcore_runtime.build import buildable
+from wbcore_runtime.toolkit import manifest as _manifest
 
 if TYPE_CHECKING:
-    from wbcore_runtime.runtime import Runtime
+    from wbcore_runtime.contract.host import RuntimeServices
     from wbcore_runtime.toolkit.loaded import Toolkit
 
 PRE_BLOCK_RE = re.compile(r"^[ \t]*#\+begin_src\b[^\n]*:role[ \t]+pre\b", re.IGNORECASE | re.MULTILINE)
@@ -42,7 +45,7 @@ def broken(ident: str, error: ManifestError) -> Report:
     return Report(ident, [Check(False, "manifest", f"{error}")])
 
 
-def exec_checks(toolkit: Toolkit, runtime: Runtime) -> list[Check]:
+def exec_checks(toolkit: Toolkit, runtime: RuntimeServices) -> list[Check]:
     mode = toolkit.manifest.exec
     if mode is None:
         return [Check(True, "exec", "none declared (discovery-only toolkit)")]
@@ -56,19 +59,15 @@ def exec_checks(toolkit: Toolkit, runtime: Runtime) -> list[Check]:
         return [Check(False, "exec", f"{mode}: {exc.message}")]
 
 
-def trust_checks(toolkit: Toolkit, runtime: Runtime) -> list[Check]:
-    from wbcore_runtime.trust import verdict as trust
-
+def trust_checks(toolkit: Toolkit, runtime: RuntimeServices) -> list[Check]:
     return trust.checks(toolkit, runtime)
 
 
-def artifact_checks(toolkit: Toolkit, runtime: Runtime) -> list[Check]:
+def artifact_checks(toolkit: Toolkit, runtime: RuntimeServices) -> list[Check]:
     """Each artifact registered for this toolkit, re-hashed from disk (a corrupted or
     replaced file is ✗), and, once something is registered, what a rebuild would refuse
     (``wbcore_runtime.build.buildable``: ✗, or ⚠ for a lane missing on this machine — the registered
     artifact still runs). Unregistered toolkits get the build refusals from their shape."""
-    from wbcore_runtime.build import buildable
-
     m = toolkit.manifest
     try:
         entries = [e for e in runtime.registry.entries() if e.toolkit == m.id]
@@ -90,8 +89,6 @@ def artifact_checks(toolkit: Toolkit, runtime: Runtime) -> list[Check]:
 
 
 def pre_block_checks(toolkit: Toolkit) -> list[Check]:
-    from wbcore_runtime.toolkit import manifest as _manifest
-
     try:
         text = _manifest.read_text(toolkit.manifest.path)
     except ManifestError:
@@ -102,7 +99,7 @@ def pre_block_checks(toolkit: Toolkit) -> list[Check]:
     return [Check(True, "pre", f"{count} :role pre block(s) DISABLED, never run (native exec is banned)", warning=True)]
 
 
-def verify(toolkit: Toolkit, runtime: Runtime) -> Report:
+def verify(toolkit: Toolkit, runtime: RuntimeServices) -> Report:
     m = toolkit.manifest
     report = Report(m.id)
     add = report.checks.append

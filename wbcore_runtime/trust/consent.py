@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from wbcore_runtime.store import generation
 from wbcore_runtime.trust import policy
 from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs, unknown_name
+from wbcore_runtime.store.artifacts import atomic_write
 
 if TYPE_CHECKING:
     from wbcore_runtime.toolkit.loaded import Toolkit
@@ -97,7 +98,6 @@ class ConsentStore:
 
     def _save(self, grants: dict[str, Grant]) -> None:
         data = {"format": FORMAT, "grants": {tid: g.as_dict() for tid, g in sorted(grants.items())}}
-        from wbcore_runtime.store.artifacts import atomic_write
 
         atomic_write(self.path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8"))
         generation.bump(self.home)  # cached call resolutions re-read the grants
@@ -146,7 +146,7 @@ def checked_grant(runtime: Any, toolkit: Toolkit, caps: list[str], env: list[str
     unrequested caps, a variable its manifest does not read, a first-party toolkit's profile
     caps, a third-party signature that does not verify). ``wbx toolkit grant`` and the
     engine console both ask this one function."""
-    from wbcore_runtime.trust import verdict as trust
+    from wbcore_runtime.trust import verdict as trust  # deferred: closes an import cycle
 
     m = toolkit.manifest
     universe = runtime.caps_universe_for(caps)

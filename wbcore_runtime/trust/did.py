@@ -23,6 +23,8 @@ from urllib.parse import quote, unquote
 
 from wbcore_runtime.trust import identity as _identity
 from wbcore_runtime.contract.errors import InvalidArgs, Unreachable, WbError
+from wbcore_runtime.guard import fetch as _fetch
+from wbcore_runtime.guard.netguard import NetGuard
 
 DID_WEB_PREFIX = "did:web:"
 ENV_HTTP_LOOPBACK = "WB_DID_WEB_HTTP_LOOPBACK"
@@ -154,8 +156,6 @@ def resolve_web(
 ) -> list[bytes]:
     """Fetch a did:web document and return its Ed25519 public keys (through the one fetcher)."""
     # The fetcher (ssl, the SSRF guard) loads only when a did:web is resolved, not with signing.
-    from wbcore_runtime.guard import fetch as _fetch
-    from wbcore_runtime.guard.netguard import NetGuard
 
     env = os.environ if env is None else env
     https_url = url_for(did)

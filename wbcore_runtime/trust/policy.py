@@ -174,7 +174,7 @@ def effective_caps(
 
 
 def cap_checks(caps: Iterable[str], universe: Universe = CORE) -> list[Check]:
-    from wbcore_runtime.contract.records import Check
+    from wbcore_runtime.contract.records import Check  # deferred: closes an import cycle
 
     caps = list(caps)
     if not caps:

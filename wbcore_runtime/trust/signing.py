@@ -33,6 +33,7 @@ from wbcore_runtime.trust import identity as _identity
 from wbcore_runtime.toolkit import manifest as _manifest
 from wbcore_runtime.guard import paths
 from wbcore_runtime.contract.errors import InvalidArgs, ManifestError, WbError
+from wbcore_runtime.store.artifacts import atomic_write
 
 HEADER = "wbcore-toolkit-signature/1"
 MANIFEST = "manifest.org"
@@ -284,7 +285,6 @@ def sign(toolkit_dir: Path, ident: _identity.Identity, *, author_did: str | None
     final = _with_fields(unsigned, _manifest.parse(unsigned, mpath).node_line, [("SIGNATURE", sig, "AUTHOR_DID")])
     if strip_signature(final.encode("utf-8")) != unsigned.encode("utf-8"):  # the invariant verification relies on
         raise SigningError(f"{mpath}: could not place #+SIGNATURE without changing the signed bytes")
-    from wbcore_runtime.store.artifacts import atomic_write
 
     atomic_write(toolkit_dir / SIDECAR, form, mode=None)
     atomic_write(mpath, final.encode("utf-8"), mode=None)

@@ -21,12 +21,14 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from wbcore_runtime.store.artifacts import IntegrityError as _StoreIntegrityError
 from wbcore_runtime.store.digest import sha256
 from wbcore_runtime.contract.errors import ErrorKind, NotFound
+from wbcore_runtime.guard import paths
+from wbcore_runtime.store.artifacts import atomic_write
 
 if TYPE_CHECKING:
     from wbcore_runtime.trust import signing
     from wbcore_runtime.toolkit.manifest import Manifest
     from wbcore_runtime.contract.records import Check
-    from wbcore_runtime.runtime import Runtime
+    from wbcore_runtime.contract.host import RuntimeServices
     from wbcore_runtime.toolkit.loaded import Toolkit
 
 
@@ -96,8 +98,6 @@ def shipped_artifact(manifest: Manifest) -> Path | None:
     """The local file ``#+SHA256`` pins, when ``#+BUILD_SRC`` is ``wasm:``/``archive:`` + a path:
     its checked, symlink-free path (:mod:`wbcore_runtime.guard.paths`), ``None`` when there is none, and
     :class:`~wbcore_runtime.guard.paths.Refused` when it is not a single-linked regular file inside the toolkit."""
-    from wbcore_runtime.guard import paths
-
     rel = _shipped_relative(manifest)
     if rel is None:
         return None
@@ -109,8 +109,6 @@ def shipped_artifact(manifest: Manifest) -> Path | None:
 
 def _check_shipped(manifest: Manifest) -> bool:
     """Hash the shipped file through containment; True when there is one (and it matched)."""
-    from wbcore_runtime.guard import paths
-
     rel = _shipped_relative(manifest)
     if rel is None or not manifest.sha256:
         return False
@@ -125,10 +123,8 @@ def _check_shipped(manifest: Manifest) -> bool:
     return True
 
 
-def integrity_reason(toolkit: Toolkit, runtime: Runtime) -> str | None:
+def integrity_reason(toolkit: Toolkit, runtime: RuntimeServices) -> str | None:
     """Why ``#+SHA256`` fails for this toolkit, or ``None`` (also when nothing is pinned)."""
-    from wbcore_runtime.guard import paths
-
     m = toolkit.manifest
     if not m.sha256:
         return None
@@ -176,7 +172,7 @@ def refusal(verdict: signing.Verdict, *, offline: bool = False) -> str | None:
     failure: fail closed. Only an ``offline`` look (a listing that resolves nothing: ``wbx
     toolkit list``, an agent's prompt) leaves it pending, never verified: the first call
     resolves it and refuses it if it still cannot be."""
-    from wbcore_runtime.trust import signing
+    from wbcore_runtime.trust import signing  # deferred: keeps wbx start-up light
 
     if verdict.ok:
         return None
@@ -188,14 +184,14 @@ def refusal(verdict: signing.Verdict, *, offline: bool = False) -> str | None:
 def folder_verdict(folder: Path, env: Mapping[str, str] | None) -> signing.Verdict:
     """The signature verdict of a folder that is not (yet) a discovered toolkit (install,
     grant, publish): did:web resolved. Judge it with :func:`refusal`."""
-    from wbcore_runtime.trust import signing
+    from wbcore_runtime.trust import signing  # deferred: keeps wbx start-up light
 
     return signing.verify(folder, env=env)
 
 
-def signature_verdict(toolkit: Toolkit, runtime: Runtime, *, resolve_web: bool = True) -> signing.Verdict:
+def signature_verdict(toolkit: Toolkit, runtime: RuntimeServices, *, resolve_web: bool = True) -> signing.Verdict:
     """The signature verdict, remembered per runtime until any file of the folder changes."""
-    from wbcore_runtime.trust import signing
+    from wbcore_runtime.trust import signing  # deferred: keeps wbx start-up light
 
     import time
 
@@ -222,7 +218,7 @@ DID_WEB_TTL_S = 300.0
 RACY_SECONDS = 2.0
 
 
-def _digest_file(runtime: Runtime, folder: Path) -> Path:
+def _digest_file(runtime: RuntimeServices, folder: Path) -> Path:
     return runtime.home / "cache" / "digests" / f"{sha256(str(folder).encode()).hexdigest()[:24]}.json"
 
 
@@ -234,7 +230,7 @@ def _state_key(state: tuple[tuple[str, int, int, int, int], ...]) -> tuple[str, 
     return sha256(repr(state).encode()).hexdigest(), time.time_ns() - newest < RACY_SECONDS * 1e9
 
 
-def content_digest(toolkit: Toolkit, runtime: Runtime) -> str:
+def content_digest(toolkit: Toolkit, runtime: RuntimeServices) -> str:
     """The toolkit folder's content digest (``signing.content_digest``: manifest fields,
     manifest bytes but the signature, every file and link), remembered until any file of
     the folder changes: per runtime, and across processes in ``$WB_HOME/cache/digests``
@@ -264,8 +260,6 @@ def content_digest(toolkit: Toolkit, runtime: Runtime) -> str:
     digest = sha256(form).hexdigest()
     cache[key] = (state, digest, form)
     if not racy:
-        from wbcore_runtime.store.artifacts import atomic_write
-
         try:
             atomic_write(stored, json.dumps({"dir": key, "state": fingerprint, "digest": digest}).encode(),
                          tmp_dir=stored.parent.parent)
@@ -275,7 +269,7 @@ def content_digest(toolkit: Toolkit, runtime: Runtime) -> str:
 
 
 def _canonical(toolkit: Toolkit) -> bytes:
-    from wbcore_runtime.trust import signing
+    from wbcore_runtime.trust import signing  # deferred: keeps wbx start-up light
 
     try:
         return signing.canonical(toolkit.dir)
@@ -283,7 +277,7 @@ def _canonical(toolkit: Toolkit) -> bytes:
         raise IntegrityError(f"{toolkit.id}: cannot read {exc.filename or toolkit.dir}: {exc.strerror}") from None
 
 
-def _current_form(toolkit: Toolkit, runtime: Runtime) -> tuple[str, bytes]:
+def _current_form(toolkit: Toolkit, runtime: RuntimeServices) -> tuple[str, bytes]:
     """The current digest and the canonical form behind it (computed if only the digest was cached)."""
     digest = content_digest(toolkit, runtime)
     entry = runtime.__dict__["_wb_content_digests"][str(toolkit.dir)]
@@ -297,19 +291,17 @@ def _current_form(toolkit: Toolkit, runtime: Runtime) -> tuple[str, bytes]:
     return digest, form
 
 
-def remember_form(toolkit: Toolkit, runtime: Runtime) -> None:
+def remember_form(toolkit: Toolkit, runtime: RuntimeServices) -> None:
     """Keep the canonical form behind the current content digest (a build records it)."""
-    from wbcore_runtime.store.artifacts import atomic_write
-
     digest, form = _current_form(toolkit, runtime)
     path = runtime.home / "build" / "provenance" / f"{digest}.txt"
     if not path.exists():
         atomic_write(path, form)
 
 
-def changed_files(toolkit: Toolkit, runtime: Runtime, built_digest: str) -> list[str]:
+def changed_files(toolkit: Toolkit, runtime: RuntimeServices, built_digest: str) -> list[str]:
     """What changed in the folder since the build that recorded ``built_digest``."""
-    from wbcore_runtime.trust import signing
+    from wbcore_runtime.trust import signing  # deferred: keeps wbx start-up light
 
     path = runtime.home / "build" / "provenance" / f"{built_digest}.txt"
     try:
@@ -320,7 +312,7 @@ def changed_files(toolkit: Toolkit, runtime: Runtime, built_digest: str) -> list
     return signing.diff(old, new)
 
 
-def source_reason(toolkit: Toolkit, runtime: Runtime) -> str | None:
+def source_reason(toolkit: Toolkit, runtime: RuntimeServices) -> str | None:
     """Why the toolkit's own files may not be used (built, served, injected), or ``None``:
     a third-party signature that does not verify, or a shipped artifact off its pin."""
     m = toolkit.manifest
@@ -335,12 +327,12 @@ def source_reason(toolkit: Toolkit, runtime: Runtime) -> str | None:
     return None
 
 
-def signature_ok(toolkit: Toolkit, runtime: Runtime) -> bool:
+def signature_ok(toolkit: Toolkit, runtime: RuntimeServices) -> bool:
     """True for a third-party toolkit whose signature verifies now (did:web resolved)."""
     return refusal(signature_verdict(toolkit, runtime)) is None
 
 
-def unavailable_reason(toolkit: Toolkit, runtime: Runtime, *, resolve_web: bool = False) -> str | None:
+def unavailable_reason(toolkit: Toolkit, runtime: RuntimeServices, *, resolve_web: bool = False) -> str | None:
     """Why the toolkit may not run, or ``None``. Offline by default (did:web not resolved)."""
     reason = integrity_reason(toolkit, runtime)
     if reason:
@@ -350,16 +342,16 @@ def unavailable_reason(toolkit: Toolkit, runtime: Runtime, *, resolve_web: bool 
     return None
 
 
-def check_available(toolkit: Toolkit, runtime: Runtime) -> None:
+def check_available(toolkit: Toolkit, runtime: RuntimeServices) -> None:
     """Raise :class:`IntegrityError` with the reason when the toolkit may not run (did:web resolved)."""
     reason = unavailable_reason(toolkit, runtime, resolve_web=True)
     if reason:
         raise IntegrityError(f"{toolkit.id} is unavailable: {reason}")
 
 
-def _signature_check(toolkit: Toolkit, runtime: Runtime) -> Check:
-    from wbcore_runtime.trust import signing
-    from wbcore_runtime.contract.records import Check
+def _signature_check(toolkit: Toolkit, runtime: RuntimeServices) -> Check:
+    from wbcore_runtime.trust import signing  # deferred: keeps wbx start-up light
+    from wbcore_runtime.contract.records import Check  # deferred: keeps wbx start-up light
 
     v = signature_verdict(toolkit, runtime)
     label = {
@@ -372,9 +364,9 @@ def _signature_check(toolkit: Toolkit, runtime: Runtime) -> Check:
     return Check(False, "trust", f"signature {label}: {v.message}")
 
 
-def _consent_check(toolkit: Toolkit, runtime: Runtime) -> Check | None:
-    from wbcore_runtime.trust import consent as _consent
-    from wbcore_runtime.contract.records import Check
+def _consent_check(toolkit: Toolkit, runtime: RuntimeServices) -> Check | None:
+    from wbcore_runtime.trust import consent as _consent  # deferred: closes an import cycle
+    from wbcore_runtime.contract.records import Check  # deferred: keeps wbx start-up light
 
     info = _consent.describe(runtime.home, toolkit, runtime.caps_universe_for(toolkit.manifest.caps))
     if not info["requested"]:
@@ -403,7 +395,7 @@ def _consent_check(toolkit: Toolkit, runtime: Runtime) -> Check | None:
 def _env_check(toolkit: Toolkit, info: dict[str, Any]) -> Check | None:
     """The deployer variables the manifest reads, and which the deployer granted (a read of an
     ungranted one is refused at the call: ``consent.check_env``)."""
-    from wbcore_runtime.contract.records import Check
+    from wbcore_runtime.contract.records import Check  # deferred: keeps wbx start-up light
 
     if not info["env_requested"]:
         return None
@@ -415,8 +407,8 @@ def _env_check(toolkit: Toolkit, info: dict[str, Any]) -> Check | None:
     return Check(True, "consent", msg, warning=bool(missing))
 
 
-def checks(toolkit: Toolkit, runtime: Runtime) -> list[Check]:
-    from wbcore_runtime.contract.records import Check
+def checks(toolkit: Toolkit, runtime: RuntimeServices) -> list[Check]:
+    from wbcore_runtime.contract.records import Check  # deferred: keeps wbx start-up light
 
     m = toolkit.manifest
     out: list[Check] = []

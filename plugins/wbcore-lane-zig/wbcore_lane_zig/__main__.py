@@ -37,6 +37,7 @@ def main(argv: list[str]) -> int:
         return 2
     from pathlib import Path
 
+    from wbcore_runtime.contract.host import RuntimeServices
     from wbcore_runtime.runtime import Runtime
     from wbcore_runtime.contract.sandbox import BuildSandboxDriver, warm_command
 
@@ -48,11 +49,11 @@ def main(argv: list[str]) -> int:
         print(zig, file=sys.stderr)
         return 1
 
-    def warm(runtime: Runtime, box: BuildSandboxDriver) -> tuple[Path, float]:
+    def warm(runtime: RuntimeServices, box: BuildSandboxDriver) -> tuple[Path, float]:
         target = cache.cache_dir(zig, runtime.home, os.environ)
         return target, cache.warm(zig, target, box, progress=lambda m: print(m, file=sys.stderr))
 
-    return warm_command("zig cache", warm)
+    return warm_command("zig cache", warm, open_runtime=Runtime.open)
 
 
 if __name__ == "__main__":

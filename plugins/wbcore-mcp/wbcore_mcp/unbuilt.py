@@ -37,6 +37,7 @@ from wbcore_runtime.act.provider import (
 from wbcore_runtime.contract.errors import WbError
 
 if TYPE_CHECKING:
+    from wbcore_runtime.contract.host import RuntimeServices
     from wbcore_runtime.runtime import Runtime
 
 #: ``(stage, detail)`` of a build step, as ``wbcore_runtime.build.builder.build`` reports it.
@@ -53,7 +54,7 @@ class Unserved:
     reason: str
 
 
-def _first_failure(tk: Any, runtime: Runtime) -> str | None:
+def _first_failure(tk: Any, runtime: RuntimeServices) -> str | None:
     """What ``wbx toolkit verify`` and a build would refuse first, or ``None``."""
     from wbcore_runtime.build import buildable
     from wbcore_runtime.trust import verdict as trust

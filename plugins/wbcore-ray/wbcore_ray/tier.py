@@ -18,7 +18,8 @@ from typing import Any, Self
 
 from wbcore_ray import cluster
 from wbcore_runtime.dispatch import fabric
-from wbcore_runtime.contract.calls import CallResult, CommandRequest, KernelRequest
+from wbcore_runtime.contract.calls import CallResult, CommandRequest
+from wbcore_runtime.contract.kernel_calls import KernelRequest
 from wbcore_runtime.contract.errors import Internal, Timeout
 
 MAX_ACTORS = 8

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from wbcore_wasmtime import engine as _engine
 from wbcore_wasmtime import fastpath
-from wbcore_runtime.contract.calls import GuestTrap, KernelABIError, KernelRequest, LimitExceeded
+from wbcore_runtime.contract.calls import GuestTrap, KernelABIError, LimitExceeded
+from wbcore_runtime.contract.kernel_calls import KernelRequest
 from wbcore_runtime.contract.errors import InvalidArgs, Timeout
 
 if TYPE_CHECKING:

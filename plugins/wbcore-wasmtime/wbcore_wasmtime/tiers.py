@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from wbcore_runtime.contract.calls import CommandRequest, KernelRequest
+from wbcore_runtime.contract.calls import CommandRequest
+from wbcore_runtime.contract.kernel_calls import KernelRequest
 from wbcore_runtime.contract.errors import InvalidArgs
 
 if TYPE_CHECKING:

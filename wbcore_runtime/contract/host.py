@@ -1,0 +1,153 @@
+"""What a module or a plugin may ask of the runtime: :class:`RuntimeServices`.
+
+The core's modules and the hook specs take the runtime as this Protocol, not as the
+``wbcore_runtime.runtime.Runtime`` class: the facade imports nearly every module (inside its
+methods, to keep ``wbx run`` light), so a module naming the class, even only under
+``TYPE_CHECKING``, closes an import cycle. ``Runtime`` satisfies the Protocol structurally;
+nothing in the core but the CLI, which opens one, imports ``runtime.py``.
+
+The registries are typed with the records they hold. Services whose classes live above the
+contract in the flow (the Dock, the command registry, the artifact store, a resolved call) are
+typed ``Any`` here: naming them would make the contract import the modules that take the
+runtime, the cycle this module exists to break. Their docstrings name the class.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    import pluggy
+
+    from wbcore_runtime.contract.records import (
+        AgentLoop,
+        Broker,
+        BuildLane,
+        BuildSandbox,
+        BuiltinCommand,
+        ExecShape,
+        FabricEngine,
+        FederationSource,
+        IsolationTier,
+        LlmProvider,
+        SourcePrefix,
+    )
+    from wbcore_runtime.toolkit.discovery import Discovery
+    from wbcore_runtime.toolkit.loaded import Toolkit
+
+R_co = TypeVar("R_co", covariant=True)
+
+
+class Registry(Protocol[R_co]):
+    """The records one registry hook collected, by name (``plugins.manager.RecordRegistry``)."""
+
+    @property
+    def what(self) -> str: ...  # what the records are, for messages ("shape", "lane", ...)
+    def get(self, name: str) -> R_co: ...
+    def names(self) -> list[str]: ...
+    def provider(self, name: str) -> Any: ...  # a ``plugins.manager.PluginInfo``
+    @property
+    def conflicts(self) -> dict[str, list[Any]]: ...  # names served twice → their providers
+    def __contains__(self, name: object) -> bool: ...
+    def __iter__(self) -> Iterator[R_co]: ...
+    def __len__(self) -> int: ...
+
+
+class RuntimeServices(Protocol):
+    """One plugin set, one ``$WB_HOME``, one view of the toolkits (``Runtime`` serves it)."""
+
+    home: Path
+    env: dict[str, str]
+    cwd: Path
+    #: ``dispatch.dispatcher``'s cache: (kind, name, tier) → (generation, checked at, world, Resolved).
+    resolved_calls: dict[tuple[str, str, str | None], Any]
+    #: Moves whenever a resolution is made anew or the cache is forgotten (``dispatch.dispatcher``).
+    resolve_epoch: int
+    #: Whether the plugins are every installed one, loaded on first use (``plugins.index``).
+    indexed_plugins: bool
+
+    # --- plugins -------------------------------------------------------------------
+    @property
+    def pm(self) -> pluggy.PluginManager: ...
+    @property
+    def plugin_infos(self) -> list[Any]: ...  # ``plugins.manager.PluginInfo``
+    @property
+    def hook(self) -> Any: ...
+    @property
+    def plugin_index(self) -> Any: ...  # ``plugins.index.Index`` or ``None``
+    def index_until_loaded(self) -> Any: ...
+    @property
+    def call_hooks(self) -> Any: ...
+    def register_plugin(self, plugin: object, name: str | None = None) -> None: ...
+
+    # --- registries ----------------------------------------------------------------
+    @property
+    def shapes(self) -> Registry[ExecShape]: ...
+    @property
+    def lanes(self) -> Registry[BuildLane]: ...
+    @property
+    def prefixes(self) -> Registry[SourcePrefix]: ...
+    @property
+    def brokers(self) -> Registry[Broker]: ...
+    @property
+    def tiers(self) -> Registry[IsolationTier]: ...
+    @property
+    def federation_sources(self) -> Registry[FederationSource]: ...
+    @property
+    def build_sandboxes(self) -> Registry[BuildSandbox]: ...
+    @property
+    def fabric_engines(self) -> Registry[FabricEngine]: ...
+    @property
+    def llm_providers(self) -> Registry[LlmProvider]: ...
+    @property
+    def agent_loops(self) -> Registry[AgentLoop]: ...
+    @property
+    def builtins(self) -> Registry[BuiltinCommand]: ...
+    def collect_all(self) -> None: ...
+    @property
+    def cap_universe(self) -> Any: ...  # ``trust.policy.Universe``
+    def caps_universe_for(self, caps: Iterable[str]) -> Any: ...
+
+    # --- services ------------------------------------------------------------------
+    @property
+    def tracer(self) -> Any: ...  # ``contract.telemetry.Tracer`` or ``None``
+    @property
+    def revocations(self) -> Any: ...  # ``dispatch.revocations.Revocations``
+    @property
+    def running(self) -> Any: ...  # ``dispatch.running.RunningCalls``
+    @property
+    def dock(self) -> Any: ...  # ``dispatch.dock.Dock``
+    @property
+    def registry(self) -> Any: ...  # ``store.registry.CommandRegistry``
+    @property
+    def artifacts(self) -> Any: ...  # ``store.artifacts.ArtifactStore``
+    @property
+    def agents(self) -> Any: ...  # ``contract.records.AgentLoopDriver``
+    def llm(self, model: str | None = None, *, agent_model: str | None = None) -> Any: ...
+    def agent(self, agent: Any, task: str, **kw: Any) -> Any: ...
+    def fabric(self, name: str, inputs: Any, **kw: Any) -> Any: ...
+    def build_sandbox(self, name: str | None = None) -> Any: ...  # ``contract.sandbox.BuildSandboxDriver``
+    def install_builtins(self, names: Sequence[str] | None = None, *, force: bool = False) -> list[Any]: ...
+
+    # --- calls ---------------------------------------------------------------------
+    def resolve(self, kind: str, name: str, *, tier: str | None = None) -> Any: ...
+    def call(self, name: str, argv: Sequence[str] = (), stdin: bytes = b"", *, principal: Any = None,
+             timeout: float | None = None, cancel: Any = None, tier: str | None = None) -> Any: ...
+    def kernel(self, name: str, *, principal: Any = None, timeout: float | None = None,
+               tier: str | None = None) -> Any: ...
+    def kernel_call(self, name: str, data: bytes, *, principal: Any = None,
+                    timeout: float | None = None) -> bytes: ...
+    def component_call(self, name: str, function: str, args: Mapping[str, Any], *, principal: Any = None,
+                       timeout: float | None = None, cancel: Any = None) -> Any: ...
+
+    # --- toolkits ------------------------------------------------------------------
+    @property
+    def roots(self) -> list[Path]: ...
+    @property
+    def pinned_roots(self) -> list[Path] | None: ...  # an embedder's explicit roots, else None
+    def discover(self, *, refresh: bool = False) -> Discovery: ...
+    def toolkit(self, ident: str) -> Toolkit: ...
+    def verify(self, ident: str) -> Any: ...
+    def effective_caps(self, toolkit: Toolkit, *, assume: Any = None) -> frozenset[str]: ...
