@@ -123,6 +123,9 @@ class CommandRequest:
     tier: str = "instance"
     #: ``(host folder, guest path)`` preopened read-only (``#+PREOPEN``, :mod:`wbcore_runtime.preopen`).
     preopen: tuple[str, str] | None = None
+    #: Host folders the deployer granted to this call (``wbx run --mount``): checked
+    #: ``wbcore_runtime.terminal.Mount`` records, bound by tiers that list ``mount`` in their kinds.
+    mounts: tuple[Any, ...] = ()
 
 
 def __getattr__(name: str) -> Any:

@@ -623,35 +623,71 @@ def _preopen(resolved: Resolved) -> tuple[str, str] | None:
     return preopen.resolve(resolved.entry.options, resolved.home)
 
 
+def mounts_for(runtime: Runtime, resolved: Resolved, mounts: Sequence[Any], principal: Principal | None) -> tuple[Any, ...]:
+    """The host folders a deployer grants to one call (``wbx run --mount``), checked: each
+    by :func:`wbcore_runtime.terminal.parse_mounts` (the one containment rule of
+    :func:`wbcore_runtime.paths.host_folder`); the call's tier must bind host folders (its
+    record lists ``mount``); ``:rw`` only for a toolkit whose effective caps hold
+    :data:`wbcore_runtime.policy.MOUNT_RW` (declared in ``#+CAPS`` and granted by the deployer).
+    Each grant is audited."""
+    from wbcore_runtime import terminal
+
+    parsed = terminal.parse_mounts(tuple(mounts), home=runtime.home)
+    tier = resolved.tier.name
+    binders = sorted(t.name for t in registry(runtime, "tiers") if "mount" in t.kinds)
+    if tier == INSTANCE or tier not in binders:
+        raise InvalidArgs(f"--mount: {resolved.kind} {resolved.name!r} runs at tier {tier}, which binds no host folder; "
+                          f"tiers that do: {', '.join(binders) or 'none installed (pip install wbcore-container)'} "
+                          f"(wbx run --tier {binders[0] if binders else 'container'} --mount HOST:GUEST {resolved.name} …)")
+    owner = resolved.toolkit or resolved.name
+    for m in parsed:
+        if m.rw and policy.MOUNT_RW not in resolved.caps:
+            raise CapabilityDenied(f"--mount {m.host}:{m.guest}:rw: {resolved.kind} {resolved.name!r} may not write to "
+                                   f"host folders: toolkit {owner} must list {policy.MOUNT_RW} in #+CAPS and the deployer "
+                                   f"grant it (wbx toolkit grant {owner} {policy.MOUNT_RW}); or mount it read-only")
+    if parsed and resolved.home is not None:
+        from wbcore_runtime.audit import AuditLog, digest
+
+        log = AuditLog.for_home(resolved.home, runtime.env)
+        who = str(principal or resolved.principal)
+        for m in parsed:
+            log.record(principal=who, cap="mount", op="rw" if m.rw else "ro", args_digest=digest(m.host.encode()),
+                       outcome="allowed", target=f"{m.host} → {m.guest} for {resolved.kind} {resolved.name} at {tier}")
+    return parsed
+
+
 def command_request(resolved: Resolved, argv: Sequence[str], stdin: bytes, *, principal: Principal | None = None,
-                    timeout: float | None = None, cancel: Any = None) -> CommandRequest:
+                    timeout: float | None = None, cancel: Any = None, mounts: tuple[Any, ...] = ()) -> CommandRequest:
     prof = resolved.profile
     return CommandRequest(
         name=resolved.name, sha256=resolved.sha256, artifact=resolved.artifact, argv=tuple(argv),
         stdin=stdin, profile=prof, timeout_s=_deadline(prof, timeout, prof.timeout_s),
         principal=principal or resolved.principal, caps=resolved.caps, arg_mode=resolved.entry.arg_mode,
         toolkit=resolved.toolkit, cancel=cancel, allowed_hosts=resolved.allowed_hosts, tier=resolved.tier.name,
-        preopen=_preopen(resolved),
+        preopen=_preopen(resolved), mounts=mounts,
     )
 
 
 def call_command(runtime: Runtime, name: str, argv: Sequence[str] = (), stdin: bytes = b"", *,
                  principal: Principal | None = None, timeout: float | None = None, cancel: Any = None,
-                 tier: str | None = None) -> CallResult:
-    """Run the registered command ``name`` once, at its resolved tier."""
+                 tier: str | None = None, mounts: Sequence[Any] = ()) -> CallResult:
+    """Run the registered command ``name`` once, at its resolved tier (``mounts``: host
+    folders granted to this call, :func:`mounts_for`)."""
     if not isinstance(stdin, bytes):
         if not isinstance(stdin, (bytearray, memoryview)):
             raise InvalidArgs(f"stdin must be bytes, got {type(stdin).__name__}")
         stdin = bytes(stdin)
     resolved = resolve(runtime, "command", name, tier=tier)
     check_reach(resolved, principal)
+    granted = mounts_for(runtime, resolved, mounts, principal) if mounts else ()
     if argv and not isinstance(argv, tuple):
         argv = tuple(str(a) for a in argv)
     # entered in the running table: a revocation that lands while it runs cuts it off
     table = runtime.running
     n, running = table.enter(resolved, principal or resolved.principal, cancel)
     try:
-        req = command_request(resolved, argv, stdin, principal=principal, timeout=timeout, cancel=running.cancel)
+        req = command_request(resolved, argv, stdin, principal=principal, timeout=timeout, cancel=running.cancel,
+                              mounts=granted)
         hook = runtime.call_hooks
         try:
             if hook is None:

@@ -78,12 +78,15 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
         tier: str | None = typer.Option(None, "--tier", help="Isolation tier (default: from #+TRUST; see wbx tiers --explain)."),
         verbose: bool = typer.Option(False, "-v", "--verbose",
                                      help="Then one stderr line: the tier it ran at, its isolation (kvm/tcg), time, memory."),
+        mount: list[str] = typer.Option([], "--mount", metavar="HOST[:GUEST][:ro|rw]",
+                                        help="A host folder the command sees (read-only unless :rw; guest path default: "
+                                             "the same path); tiers container and microvm; repeatable."),
     ) -> None:
         """Run a registered command: stdin → stdout; its exit code passes through.
 
         wbx's options go before NAME; every word after NAME is the program's (one `--` after
         NAME is dropped as the separator)."""
-        code = run_command(runtime, RunArgs(name, tuple(args or ()), timeout, tier, verbose))
+        code = run_command(runtime, RunArgs(name, tuple(args or ()), timeout, tier, verbose, tuple(mount)))
         if code:
             raise typer.Exit(code)
 
