@@ -624,35 +624,42 @@ def _preopen(resolved: Resolved) -> tuple[str, str] | None:
 
 
 def mounts_for(runtime: Runtime, resolved: Resolved, mounts: Sequence[Any], principal: Principal | None) -> tuple[Any, ...]:
-    """The host folders a deployer grants to one call (``wbx run --mount``), checked: each
-    by :func:`wbcore_runtime.terminal.parse_mounts` (the one containment rule of
-    :func:`wbcore_runtime.paths.host_folder`); the call's tier must bind host folders (its
-    record lists ``mount``); ``:rw`` only for a toolkit whose effective caps hold
-    :data:`wbcore_runtime.policy.MOUNT_RW` (declared in ``#+CAPS`` and granted by the deployer).
-    Each grant is audited."""
+    """The host folders a deployer grants to one call (``wbx run --mount``), through
+    :func:`grant_mounts` with the call's resolved tier and effective caps."""
+    return grant_mounts(runtime, mounts, tier=resolved.tier.name, caps=resolved.caps,
+                        owner=resolved.toolkit or resolved.name, what=f"{resolved.kind} {resolved.name!r}",
+                        principal=str(principal or resolved.principal))
+
+
+def grant_mounts(runtime: Runtime, mounts: Sequence[Any], *, tier: str, caps: frozenset[str], owner: str, what: str,
+                 principal: str) -> tuple[Any, ...]:
+    """THE check of host folders granted to a sandbox run (calls and tasks): each by
+    :func:`wbcore_runtime.terminal.parse_mounts` (the one containment rule of
+    :func:`wbcore_runtime.paths.host_folder`); the tier must bind host folders (its record
+    lists ``mount``); ``:rw`` only when ``caps`` (the run's effective caps) hold
+    :data:`wbcore_runtime.policy.MOUNT_RW`, which toolkit ``owner`` declares in ``#+CAPS`` and
+    the deployer grants. Each grant is audited."""
     from wbcore_runtime import terminal
 
     parsed = terminal.parse_mounts(tuple(mounts), home=runtime.home)
-    tier = resolved.tier.name
+    if not parsed:
+        return ()
     binders = sorted(t.name for t in registry(runtime, "tiers") if "mount" in t.kinds)
     if tier == INSTANCE or tier not in binders:
-        raise InvalidArgs(f"--mount: {resolved.kind} {resolved.name!r} runs at tier {tier}, which binds no host folder; "
+        raise InvalidArgs(f"--mount: {what} runs at tier {tier}, which binds no host folder; "
                           f"tiers that do: {', '.join(binders) or 'none installed (pip install wbcore-container)'} "
-                          f"(wbx run --tier {binders[0] if binders else 'container'} --mount HOST:GUEST {resolved.name} …)")
-    owner = resolved.toolkit or resolved.name
+                          f"(--tier {binders[0] if binders else 'container'} --mount HOST:GUEST)")
     for m in parsed:
-        if m.rw and policy.MOUNT_RW not in resolved.caps:
-            raise CapabilityDenied(f"--mount {m.host}:{m.guest}:rw: {resolved.kind} {resolved.name!r} may not write to "
-                                   f"host folders: toolkit {owner} must list {policy.MOUNT_RW} in #+CAPS and the deployer "
-                                   f"grant it (wbx toolkit grant {owner} {policy.MOUNT_RW}); or mount it read-only")
-    if parsed and resolved.home is not None:
-        from wbcore_runtime.audit import AuditLog, digest
+        if m.rw and policy.MOUNT_RW not in caps:
+            raise CapabilityDenied(f"--mount {m.host}:{m.guest}:rw: {what} may not write to host folders: toolkit "
+                                   f"{owner} must list {policy.MOUNT_RW} in #+CAPS and the deployer grant it "
+                                   f"(wbx toolkit grant {owner} {policy.MOUNT_RW}); or mount it read-only")
+    from wbcore_runtime.audit import AuditLog, digest
 
-        log = AuditLog.for_home(resolved.home, runtime.env)
-        who = str(principal or resolved.principal)
-        for m in parsed:
-            log.record(principal=who, cap="mount", op="rw" if m.rw else "ro", args_digest=digest(m.host.encode()),
-                       outcome="allowed", target=f"{m.host} → {m.guest} for {resolved.kind} {resolved.name} at {tier}")
+    log = AuditLog.for_home(runtime.home, runtime.env)
+    for m in parsed:
+        log.record(principal=principal, cap="mount", op="rw" if m.rw else "ro", args_digest=digest(m.host.encode()),
+                   outcome="allowed", target=f"{m.host} → {m.guest} for {what} at {tier}")
     return parsed
 
 

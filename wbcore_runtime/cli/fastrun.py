@@ -95,6 +95,10 @@ def read_stdin(cap: int = MAX_STDIN) -> bytes:
     return data
 
 
+#: ``--mount``'s help, the same on every command that runs something in a sandbox tier.
+MOUNT_HELP = ("A host folder HOST[:GUEST][:ro|rw] the program sees (read-only unless :rw, which needs the toolkit's "
+              "mount-rw cap; GUEST defaults to the host path); tiers container and microvm; repeatable.")
+
 #: wbx's own ``run`` options: written after NAME they are the program's, and a note says so.
 OWN_OPTIONS = ("--timeout", "--tier", "--mount")
 

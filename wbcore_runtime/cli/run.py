@@ -16,7 +16,7 @@ import typer
 
 from wbcore_runtime.cli.output import JSON_HELP, emit_json
 
-from wbcore_runtime.cli.fastrun import RunArgs, read_stdin
+from wbcore_runtime.cli.fastrun import MOUNT_HELP, RunArgs, read_stdin
 from wbcore_runtime.cli.fastrun import run as run_command
 from wbcore_runtime.errors import InvalidArgs
 
@@ -78,9 +78,7 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
         tier: str | None = typer.Option(None, "--tier", help="Isolation tier (default: from #+TRUST; see wbx tiers --explain)."),
         verbose: bool = typer.Option(False, "-v", "--verbose",
                                      help="Then one stderr line: the tier it ran at, its isolation (kvm/tcg), time, memory."),
-        mount: list[str] = typer.Option([], "--mount", metavar="HOST[:GUEST][:ro|rw]",
-                                        help="A host folder the command sees (read-only unless :rw; guest path default: "
-                                             "the same path); tiers container and microvm; repeatable."),
+        mount: list[str] = typer.Option([], "--mount", metavar="HOST[:GUEST][:ro|rw]", help=MOUNT_HELP),
     ) -> None:
         """Run a registered command: stdin → stdout; its exit code passes through.
 

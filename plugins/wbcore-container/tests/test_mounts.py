@@ -149,3 +149,24 @@ def test_each_grant_is_audited(rt, repo, wb_home) -> None:
     rows = [e for e in AuditLog.for_home(wb_home).entries() if e.get("cap") == "mount"]
     assert rows and rows[-1]["op"] == "ro" and rows[-1]["outcome"] == "allowed"
     assert str(repo) in rows[-1]["target"] and "/repo" in rows[-1]["target"]
+
+
+COUNT_TASK = """#+TITLE: count
+* Count
+#+begin_src sh :role task :name count
+git --no-pager -C "$1" rev-list --count HEAD; echo x > "$1/new" 2>/dev/null || echo read-only
+#+end_src
+"""
+
+
+def test_wbx_toolkit_run_mounts_a_folder_for_a_task(make_toolkit, make_runtime, wbx, repo) -> None:
+    make_toolkit("tk", exec="task", skills={"overview": "#+TITLE: o\n", "count": COUNT_TASK})
+    rt = make_runtime(env={"WB_TOOLKIT_EXEC": "1"})
+    r = wbx("toolkit", "run", "--mount", f"{repo}:/work/repo", "tk", "count", "--", "/work/repo", runtime=rt,
+            input=b"")
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout.split() == ["3", "read-only"]
+    assert not (repo / "new").exists()
+    r = wbx("toolkit", "run", "--mount", f"{repo}:/work/repo:rw", "tk", "count", "--", "/work/repo", runtime=rt,
+            input=b"")
+    assert r.exit_code != 0 and "mount-rw" in r.stderr
