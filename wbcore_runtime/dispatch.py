@@ -231,6 +231,8 @@ def _tier_serves(runtime: Runtime, record: Any, entry: Entry, caps: frozenset[st
         return f"does not bridge capabilities yet (this call is granted {' '.join(sorted(caps))})"
     if entry.options.get("lane") and entry.options.get("lane") in _lane_runners(runtime):
         return f"cannot host the {entry.options['lane']} lane's runner (it runs in-process)"
+    if (entry.options.get(preopen.OPTION) or entry.options.get(preopen.SCRATCH_OPTION)) and "preopen" not in record.kinds:
+        return "cannot map #+PREOPEN or #+SCRATCH folders"
     avail = record.available()
     if not avail.ok:
         return f"unavailable: {avail.reason}"
@@ -613,14 +615,20 @@ def refuse_reach(message: str) -> CapabilityDenied:
     return exc
 
 
-def _preopen(resolved: Resolved) -> tuple[str, str] | None:
-    """The stored ``#+PREOPEN`` tree of a toolkit's command (:func:`wbcore_runtime.preopen.resolve`)."""
+def _preopens(resolved: Resolved) -> tuple[tuple[str, str], ...]:
+    """The stored ``#+PREOPEN`` trees of a toolkit's command (:func:`wbcore_runtime.preopen.resolve_all`)."""
     if not resolved.toolkit or not resolved.entry.options.get(preopen.OPTION):
-        return None
+        return ()
     if resolved.home is None:
         raise InvalidArgs(f"{resolved.kind} {resolved.name!r}: resolved without a home, so its #+PREOPEN data "
                           "cannot be found in the store")
-    return preopen.resolve(resolved.entry.options, resolved.home)
+    return preopen.resolve_all(resolved.entry.options, resolved.home)
+
+
+def _scratch(resolved: Resolved) -> tuple[str, int] | None:
+    if not resolved.toolkit or not resolved.entry.options.get(preopen.SCRATCH_OPTION):
+        return None
+    return preopen.scratch_of(resolved.entry.options)
 
 
 def mounts_for(runtime: Runtime, resolved: Resolved, mounts: Sequence[Any], principal: Principal | None) -> tuple[Any, ...]:
@@ -671,7 +679,7 @@ def command_request(resolved: Resolved, argv: Sequence[str], stdin: bytes, *, pr
         stdin=stdin, profile=prof, timeout_s=_deadline(prof, timeout, prof.timeout_s),
         principal=principal or resolved.principal, caps=resolved.caps, arg_mode=resolved.entry.arg_mode,
         toolkit=resolved.toolkit, cancel=cancel, allowed_hosts=resolved.allowed_hosts, tier=resolved.tier.name,
-        preopen=_preopen(resolved), mounts=mounts,
+        preopens=_preopens(resolved), scratch=_scratch(resolved), mounts=mounts,
     )
 
 

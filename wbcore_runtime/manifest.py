@@ -50,9 +50,11 @@ KNOWN_KEYWORDS = frozenset(
     {
         "TITLE", "TOOLKIT", "VERSION", "STATUS", "TAGLINE", "EXEC", "TRUST", "CAPS",
         "BUILD_LANG", "BUILD_SRC", "CLI_BIN", "CLI_VERSION_RANGE", "REQUIRES", "ARG_MODE",
-        "SHA256", "WASM_PATH", "PREOPEN", "AUTHOR_DID", "SIGNATURE",
+        "SHA256", "WASM_PATH", "PREOPEN", "SCRATCH", "AUTHOR_DID", "SIGNATURE",
     }
 )
+#: Keywords that may be given more than once: their values are kept in order, one a line.
+REPEATABLE = frozenset({"PREOPEN"})
 #: Seed 001's capability words, mapped to today's cap names where one exists.
 LEGACY_CAPS = {"network": "net", "read": "vfs", "write": "vfs"}
 LEGACY_ARG_MODES = {"positional": "argv", "flags": "argv"}
@@ -198,6 +200,9 @@ def _keywords(text: str, path: Path) -> tuple[dict[str, str], dict[str, int]]:
         if not m:
             continue
         key = m.group(1).upper()
+        if key in values and key in REPEATABLE:
+            values[key] += "\n" + m.group(2)
+            continue
         if key in values:
             raise ManifestError(path, no, key, f"given twice (first on line {lines[key]})")
         values[key] = m.group(2)
