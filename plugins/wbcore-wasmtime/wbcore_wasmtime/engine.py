@@ -192,7 +192,7 @@ class Guard:
                  "scratch_files", "ticks")
 
     #: A scratch folder is measured every this many ticks (a walk of its tree).
-    SCRATCH_EVERY = 4
+    SCRATCH_EVERY = 2
 
     def __init__(self, deadline: float, out: str | None = None, err: str | None = None,
                  out_cap: int = 0, err_cap: int = 0, cancel: Any = None, scratch: str | None = None,
