@@ -22,6 +22,10 @@ snapshot (``-incoming fd:N``, QEMU's seccomp sandbox on, no network device) — 
 The host's watchdog SIGKILLs QEMU at the deadline + :data:`GRACE_S` whatever the guest
 does; every VM is torn down after its call (a call never sees another's guest).
 The call's usage names the accelerator (``isolation: kvm|tcg``).
+
+A call with ``--mount`` folders (``wbx run --mount``, checked by the core) restores the
+snapshot with virtio-9p slots that ``wbx shell --mount`` uses (:mod:`wbcore_microvm.shell`),
+its QEMU exporting the folders, and the agent mounts them before the ``Exec``.
 """
 
 from __future__ import annotations
@@ -379,6 +383,13 @@ class MicrovmTier:
         if posix is None:
             raise InvalidArgs(f"{request.name}: tier microvm runs posix commands (native CLIs of its guest image); "
                               "a wasm command runs in tiers instance, os_process or container")
+        if request.mounts:
+            # host folders over virtio-9p: a VM restored from the snapshot with mount slots
+            from wbcore_microvm.shell import MOUNT_SLOTS, check_call_mounts
+
+            check_call_mounts(request.mounts)
+            return _Call(self.runtime, prepare(self.cache, mount_slots=MOUNT_SLOTS), request,
+                         str(posix["cli_bin"])).run()
         snap = self.snapshot()
         return _Call(self.runtime, snap, request, str(posix["cli_bin"])).run()
 
@@ -413,8 +424,9 @@ class _Call:
         # The guest's wb-cap calls: the core's one caps bridge answers them through the Dock.
         bridge = HostBridge(self.runtime, req, snap.secret, 1, req.timeout_s,
                             run=lambda fn, *args: _on_broker_thread(fn, deadline, *args))
-        pooled = pool(snap).take()
-        vm = pooled or _vm.Vm(snap.image, snap.accel, snap.secret, incoming=snap.path)
+        shares = _shares(req.mounts)
+        pooled = pool(snap).take() if shares is None else None  # pooled VMs have no folders to export
+        vm = pooled or _vm.Vm(snap.image, snap.accel, snap.secret, incoming=snap.path, shares=shares)
         done = threading.Event()
         watchdog = threading.Thread(target=self._watchdog, args=(vm, deadline + GRACE_S, done), daemon=True,
                                     name="wbcore-microvm-watchdog")
@@ -425,6 +437,10 @@ class _Call:
                 if pooled is None:
                     vm.connect(end)
                     vm.handshake(end)
+                if req.mounts:
+                    from wbcore_microvm.shell import mount_all
+
+                    mount_all(vm, snap.secret, req.mounts, end)
             except (Timeout, _vm.GuestGone, frames.FrameError) as exc:
                 if self.cancelled:
                     raise Timeout(f"{req.name}: cancelled by the caller; its micro-VM was killed") from None
@@ -511,6 +527,17 @@ class _Call:
             raise GuestTrap(f"{req.name}: {self.cli} was killed by signal {sig} in the micro-VM")
         usage = Usage(wall_s=wall, peak_memory=0, bytes_out=len(out) + len(err), isolation=self.snap.accel)
         return CallResult(out, err, code, usage)
+
+
+def _shares(mounts: Any) -> list[tuple[str | None, bool]] | None:
+    """The virtio-9p exports of a call with ``--mount`` folders (every slot of the mount
+    snapshot, unused ones empty), or ``None`` for a call without."""
+    if not mounts:
+        return None
+    from wbcore_microvm.shell import MOUNT_SLOTS
+
+    shares: list[tuple[str | None, bool]] = [(m.host, m.rw) for m in mounts]
+    return shares + [(None, False)] * (MOUNT_SLOTS - len(shares))
 
 
 def _cap(profile_cap: int) -> int:
