@@ -267,6 +267,7 @@ def warm(env: Path) -> None:
     if probe.returncode == 0:  # the ts lane's compiler from npm (once per machine; tests then need no network)
         fetch_typescript(env)
         fetch_svelte(env)
+    fetch_wasi_tools(env)
 
 
 def warm_go(env: Path) -> None:
@@ -299,6 +300,29 @@ def fetch_jq(env: Path) -> None:
             return
         print(f"dev: pip download jq=={version} failed ({got.stderr.strip()[-200:]}); trying wbcore's fetcher", flush=True)
     run([py, "-m", "wbcore_lane_zig", "fetch-jq"])
+
+
+def fetch_wasi_tools(env: Path) -> None:
+    """The third-party WASI programs the tests run as shipped (tests/integration/wasi_tools.py:
+    svg-flatten from the svg-flatten-wasi wheel), pinned: by `pip download` (pip's own index
+    settings and CA apply); a failure is a note, and the tests that need them say how to fetch."""
+    import tempfile
+
+    py = _bin(env, "python")
+    helper = Path(__file__).resolve().parent / "tests" / "integration" / "wasi_tools.py"
+    if subprocess.run([py, "-c", f"import sys; sys.path.insert(0, {str(helper.parent)!r}); import wasi_tools as w; "
+                       "sys.exit(w.cached(w.SVG_FLATTEN) is None)"], capture_output=True).returncode == 0:
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        got = subprocess.run([py, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "-d", tmp,
+                              "svg-flatten-wasi==3.1.9"], capture_output=True, text=True)
+        wheels = list(Path(tmp).glob("svg_flatten_wasi-*.whl"))
+        if got.returncode != 0 or not wheels:
+            print(f"dev: note: pip download svg-flatten-wasi failed ({got.stderr.strip()[-200:]}); the tests that run "
+                  "it fetch it themselves or skip", flush=True)
+            return
+        if run([py, str(helper), "--from", str(wheels[0])]) != 0:
+            print("dev: note: the svg-flatten wheel was not the pinned one; the tests that run it skip", flush=True)
 
 
 def fetch_typescript(env: Path) -> None:

@@ -360,7 +360,8 @@ class Runtime:
         return dispatch.resolve(self, kind, name, tier=tier)
 
     def call(self, name: str, argv: Sequence[str] = (), stdin: bytes = b"", *,
-             principal: Any = None, timeout: float | None = None, cancel: Any = None, tier: str | None = None) -> Any:
+             principal: Any = None, timeout: float | None = None, cancel: Any = None, tier: str | None = None,
+             mounts: Sequence[Any] = ()) -> Any:
         """Run the registered command ``name``: a fresh sandboxed instance per call.
 
         Returns a ``CallResult`` (stdout, stderr, exit_code, usage); a limit or a fault
@@ -368,11 +369,14 @@ class Runtime:
         ``timeout`` may shorten the profile's deadline, never extend it; setting the
         ``cancel`` event (a ``threading.Event``) stops the guest at its next epoch tick.
         ``tier`` asks for an isolation tier (never weaker than the toolkit's trust needs).
+        ``mounts``: host folders to bind in (``"HOST[:GUEST][:ro|rw]"`` or
+        ``wbcore_runtime.wire.terminal.Mount``; read-only by default), for tiers that bind them
+        (container, microvm); checked by ``wbcore_runtime.dispatch.dispatcher.mounts_for``.
         """
         from wbcore_runtime.dispatch import dispatcher as dispatch  # deferred: keeps wbx start-up light
 
         return dispatch.call_command(self, name, argv, stdin, principal=principal, timeout=timeout, cancel=cancel,
-                                     tier=tier)
+                                     tier=tier, mounts=mounts)
 
     def kernel(self, name: str, *, principal: Any = None, timeout: float | None = None, tier: str | None = None) -> Any:
         """Open the registered kernel ``name`` once; ``inst.call(data) -> bytes`` many times."""

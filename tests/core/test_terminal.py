@@ -124,7 +124,9 @@ def _reader(data: bytes):
 
 
 def test_mounts_are_parsed_and_checked(tmp_path) -> None:
-    with pytest.raises(ValueError, match="HOST:GUEST"):
+    with pytest.raises(ValueError, match=r"HOST\[:GUEST\]"):
+        terminal.parse_mount(f"{tmp_path}:/a:/b:ro")
+    with pytest.raises(ValueError, match="does not exist"):
         terminal.parse_mount("nocolon")
     with pytest.raises(ValueError, match="does not exist"):
         terminal.parse_mount("/no/such/dir:/data")
@@ -136,6 +138,33 @@ def test_mounts_are_parsed_and_checked(tmp_path) -> None:
         terminal.parse_mount(f"{tmp_path}:/usr/bin")
     assert terminal.parse_mount(f"{tmp_path}:/data:rw") == terminal.Mount(str(tmp_path.resolve()), "/data", True)
     assert terminal.parse_mount(f"{tmp_path}:/data").rw is False
+    # the guest path defaults to the folder's own real path; the mode may follow the host alone
+    assert terminal.parse_mount(f"{tmp_path}:rw") == terminal.Mount(str(tmp_path.resolve()), str(tmp_path.resolve()), True)
+    assert terminal.parse_mount(str(tmp_path)) == terminal.Mount(str(tmp_path.resolve()), str(tmp_path.resolve()), False)
+
+
+def test_mount_host_folders_are_granted_by_the_one_containment_rule(tmp_path) -> None:
+    """paths.host_folder: links resolved once (the real folder is granted), no devices or
+    kernel views, not the whole host, never the home or a folder around it."""
+    home = tmp_path / "home"
+    (home / "keys").mkdir(parents=True)
+    data = tmp_path / "data"
+    data.mkdir()
+    (tmp_path / "link").symlink_to(data)
+    (tmp_path / "file").write_text("x")
+    assert terminal.parse_mount(f"{tmp_path / 'link'}:/d", home=home).host == str(data.resolve())
+    for spec, why in ((f"{home}:/d", "inside the wbcore home"), (f"{home / 'keys'}:/d", "inside the wbcore home"),
+                      (f"{tmp_path}:/d", "contains the wbcore home"), ("/:/d", "whole host"),
+                      ("/dev:/d", "kernel's own view"), ("/proc/self:/d", "kernel's own view"),
+                      (f"{tmp_path / 'file'}:/d", "not a folder"), ("/dev/null:/d", "a device")):
+        with pytest.raises(ValueError, match=why):
+            terminal.parse_mount(spec, home=home)
+    # a link into the home is the home
+    (tmp_path / "sneaky").symlink_to(home / "keys")
+    with pytest.raises(ValueError, match="inside the wbcore home"):
+        terminal.parse_mount(f"{tmp_path / 'sneaky'}:/d", home=home)
+    with pytest.raises(Exception, match="given twice"):
+        terminal.parse_mounts([f"{data}:/d", f"{data}:/d:rw"], home=home)
 
 
 def test_unreachable_by_names_the_folder_an_unprivileged_uid_cannot_use() -> None:

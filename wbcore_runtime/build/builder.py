@@ -142,18 +142,20 @@ def _register(runtime: RuntimeServices, tk: Toolkit, kind: str, name: str, sha25
 
 
 def _preopen(runtime: RuntimeServices, m: Manifest, kind: str, resolved: ResolvedSource) -> dict[str, Any]:
-    """A command's ``#+PREOPEN`` folder, copied into the home's content-addressed tree
-    store now (:func:`wbcore_runtime.guard.preopen.option`): from the toolkit's verified snapshot
-    (``m`` is the snapshot's manifest), or from inside an ``archive:`` bundle (checked by
-    its source plugin). Calls read the stored copy, never the toolkit folder."""
-    if kind != "command" or not m.preopen:
+    """A command's ``#+PREOPEN`` folders, copied into the home's content-addressed tree
+    store now, and its ``#+SCRATCH`` folder (:func:`wbcore_runtime.guard.preopen.option`): from the
+    toolkit's verified snapshot (``m`` is the snapshot's manifest), or from inside an
+    ``archive:`` bundle (checked by its source plugin). Calls read the stored copies, never
+    the toolkit folder."""
+    scratch = m.keywords.get("SCRATCH") or None
+    if kind != "command" or not (m.preopen or scratch):
         return {}
-    if (m.build_src or "").startswith("archive:"):
+    if (m.build_src or "").startswith("archive:") and m.preopen:
         if resolved.preopen is None:
-            return {}
+            return preopen.option(m.dir, None, home=runtime.home, scratch=scratch)
         return preopen.option(resolved.preopen.parent, m.preopen, home=runtime.home,
-                              folder=resolved.preopen.name)
-    return preopen.option(m.dir, m.preopen, home=runtime.home)
+                              folder=resolved.preopen.name, scratch=scratch)
+    return preopen.option(m.dir, m.preopen, home=runtime.home, scratch=scratch)
 
 
 def _verified_snapshot(runtime: RuntimeServices, tk: Toolkit, prov: dict[str, Any], work: Path) -> Manifest:

@@ -1,7 +1,7 @@
 """``wbx run NAME [ARGS…]`` without Typer: the call path every script and agent takes.
 
 ``wbx run`` is the one command whose cost is paid per use, so its plain form (optional
-``--timeout``/``--tier`` before NAME, then NAME and the guest's own arguments) is parsed
+``--timeout``/``--tier``/``--mount`` before NAME, then NAME and the guest's own arguments) is parsed
 here and never imports Typer or builds the CLI tree. Anything else (``--help``, an option
 this parser does not know, a malformed value) returns ``None`` from :func:`parse` and goes
 through Typer, which prints the usual usage and errors.
@@ -19,30 +19,32 @@ MAX_STDIN = 64 << 20
 
 
 class RunArgs:
-    """A plain ``wbx run``: NAME, the guest's arguments, ``--timeout`` and ``--tier``.
+    """A plain ``wbx run``: NAME, the guest's arguments, ``--timeout``, ``--tier`` and the
+    ``--mount`` specs (``HOST[:GUEST][:ro|rw]``, checked when the call is resolved).
     (A plain class: a NamedTuple's class creation is a measurable part of the start-up.)"""
 
-    __slots__ = ("args", "as_json", "name", "tier", "timeout", "verbose")
+    __slots__ = ("args", "as_json", "mounts", "name", "tier", "timeout", "verbose")
 
     def __init__(self, name: str, args: tuple[str, ...], timeout: float | None = None,
-                 tier: str | None = None, verbose: bool = False, as_json: bool = False) -> None:
+                 tier: str | None = None, verbose: bool = False, as_json: bool = False,
+                 mounts: tuple[str, ...] = ()) -> None:
         self.name, self.args, self.timeout, self.tier, self.verbose = name, args, timeout, tier, verbose
-        self.as_json = as_json
+        self.as_json, self.mounts = as_json, mounts
 
     def __eq__(self, other: object) -> bool:
-        mine = (self.name, self.args, self.timeout, self.tier, self.verbose, self.as_json)
+        mine = (self.name, self.args, self.timeout, self.tier, self.verbose, self.as_json, self.mounts)
         return isinstance(other, RunArgs) and mine == (
-            other.name, other.args, other.timeout, other.tier, other.verbose, other.as_json)
+            other.name, other.args, other.timeout, other.tier, other.verbose, other.as_json, other.mounts)
 
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
         return (f"RunArgs(name={self.name!r}, args={self.args!r}, timeout={self.timeout!r}, tier={self.tier!r}, "
-                f"verbose={self.verbose!r}, as_json={self.as_json!r})")
+                f"verbose={self.verbose!r}, as_json={self.as_json!r}, mounts={self.mounts!r})")
 
 
 def parse(argv: Sequence[str]) -> RunArgs | None:
-    """``RunArgs`` for a plain ``[--debug] run [-v] [--timeout S] [--tier T] NAME [ARGS…]``.
+    """``RunArgs`` for a plain ``[--debug] run [-v] [--timeout S] [--tier T] [--mount M]… NAME [ARGS…]``.
 
     As Typer parses ``wbx run`` (no interspersed options): every word after NAME belongs
     to the guest, ``--help`` included."""
@@ -53,6 +55,7 @@ def parse(argv: Sequence[str]) -> RunArgs | None:
         return None
     i += 1
     opts: dict[str, str] = {}
+    mounts: list[str] = []
     while i < len(argv) and argv[i].startswith("-"):
         word = argv[i]
         if word in ("-v", "--verbose") and "-v" not in opts:
@@ -64,14 +67,17 @@ def parse(argv: Sequence[str]) -> RunArgs | None:
             i += 1
             continue
         key, eq, value = word.partition("=")
-        if key not in ("--timeout", "--tier") or key in opts:
+        if key not in ("--timeout", "--tier", "--mount") or key in opts:
             return None
         if not eq:
             if i + 1 >= len(argv):
                 return None
             i += 1
             value = argv[i]
-        opts[key] = value
+        if key == "--mount":  # repeatable
+            mounts.append(value)
+        else:
+            opts[key] = value
         i += 1
     if i >= len(argv):
         return None
@@ -81,7 +87,8 @@ def parse(argv: Sequence[str]) -> RunArgs | None:
             timeout = float(opts["--timeout"])
         except ValueError:
             return None
-    return RunArgs(argv[i], tuple(argv[i + 1:]), timeout, opts.get("--tier"), "-v" in opts, "--json" in opts)
+    return RunArgs(argv[i], tuple(argv[i + 1:]), timeout, opts.get("--tier"), "-v" in opts, "--json" in opts,
+                   tuple(mounts))
 
 
 def read_stdin(cap: int = MAX_STDIN) -> bytes:
@@ -94,8 +101,12 @@ def read_stdin(cap: int = MAX_STDIN) -> bytes:
     return data
 
 
+#: ``--mount``'s help, the same on every command that runs something in a sandbox tier.
+MOUNT_HELP = ("A host folder HOST[:GUEST][:ro|rw] the program sees (read-only unless :rw, which needs the toolkit's "
+              "mount-rw cap; GUEST defaults to the host path); tiers container and microvm; repeatable.")
+
 #: wbx's own ``run`` options: written after NAME they are the program's, and a note says so.
-OWN_OPTIONS = ("--timeout", "--tier", "--json")
+OWN_OPTIONS = ("--timeout", "--tier", "--json", "--mount")
 
 
 def guest_args(args: Sequence[str]) -> tuple[tuple[str, ...], str | None]:
@@ -183,4 +194,4 @@ def _call(runtime: Any, req: RunArgs) -> Any:
             gen = dispatch.resolved_generation(runtime, "command", req.name)
             if gen is not None:
                 runcache.remember(runtime, resolved, gen)
-    return dispatch.call_resolved(runtime, resolved, args, read_stdin(), timeout=req.timeout)
+    return dispatch.call_resolved(runtime, resolved, args, read_stdin(), timeout=req.timeout, mounts=req.mounts)

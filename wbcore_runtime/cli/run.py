@@ -17,7 +17,7 @@ import typer
 
 from wbcore_runtime.cli.output import JSON_HELP, emit_json
 
-from wbcore_runtime.cli.fastrun import RunArgs, read_stdin
+from wbcore_runtime.cli.fastrun import MOUNT_HELP, RunArgs, read_stdin
 from wbcore_runtime.cli.fastrun import run as run_command
 from wbcore_runtime.contract.errors import InvalidArgs
 from wbcore_runtime.contract.errors import WbError
@@ -83,12 +83,13 @@ def register(app: typer.Typer, runtime: RuntimeServices) -> None:
         as_json: bool = typer.Option(False, "--json",
                                      help="Print one JSON object instead: exit code, stdout, stderr, usage (tier, isolation, "
                                           "time, memory), or the error's kind and message."),
+        mount: list[str] = typer.Option([], "--mount", metavar="HOST[:GUEST][:ro|rw]", help=MOUNT_HELP),
     ) -> None:
         """Run a registered command: stdin → stdout; its exit code passes through.
 
         wbx's options go before NAME; every word after NAME is the program's (one `--` after
         NAME is dropped as the separator)."""
-        code = run_command(runtime, RunArgs(name, tuple(args or ()), timeout, tier, verbose, as_json))
+        code = run_command(runtime, RunArgs(name, tuple(args or ()), timeout, tier, verbose, as_json, tuple(mount)))
         if code:
             raise typer.Exit(code)
 

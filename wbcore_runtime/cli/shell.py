@@ -34,10 +34,7 @@ def run_shell(runtime: Any, tier_name: str, mounts: list[str], program: str, arg
               stdin_fd: int = 0, stdout_fd: int = 1) -> int:
     from wbcore_runtime.wire import terminal  # deferred: keeps wbx start-up light
 
-    try:
-        parsed = [terminal.parse_mount(m) for m in mounts]
-    except ValueError as exc:
-        raise InvalidArgs(str(exc)) from None
+    parsed = terminal.parse_mounts(mounts, home=runtime.home)
     if not 0 < timeout <= 86400:
         raise InvalidArgs(f"wbx shell: --timeout must be within (0, 86400] seconds, got {timeout:g}")
     request = terminal.ShellRequest(program=program, args=tuple(args), mounts=tuple(parsed), timeout_s=timeout)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
+from wbcore_runtime.cli.fastrun import MOUNT_HELP
 from wbcore_runtime.cli.output import JSON_HELP, emit_json, warn
 from wbcore_runtime.toolkit import discovery
 from wbcore_runtime.cli.fastrun import guest_args
@@ -178,6 +179,7 @@ def build(runtime: RuntimeServices, only: str | None = None) -> typer.Typer:
         args: Optional[list[str]] = typer.Argument(None, metavar="[-- ARGS]..."),
         tier: Optional[str] = typer.Option(None, "--tier", help="A sandbox tier that runs tasks (default: the weakest)."),
         timeout: Optional[float] = typer.Option(None, "--timeout", help="Seconds (at most the posix profile's)."),
+        mount: list[str] = typer.Option([], "--mount", metavar="HOST[:GUEST][:ro|rw]", help=MOUNT_HELP),
     ) -> None:
         """Run a :role task recipe inside a sandbox tier (only with WB_TOOLKIT_EXEC=1)."""
         import sys
@@ -189,7 +191,7 @@ def build(runtime: RuntimeServices, only: str | None = None) -> typer.Typer:
         if note:
             print(note, file=sys.stderr, flush=True)
         stdin = read_stdin() if tasks.exec_allowed(runtime.env) else b""
-        result = tasks.run_task(runtime, ident, task, list(argv), stdin, tier=tier, timeout=timeout)
+        result = tasks.run_task(runtime, ident, task, list(argv), stdin, tier=tier, timeout=timeout, mounts=mount)
         for stream, data in ((sys.stdout, result.stdout), (sys.stderr, result.stderr)):
             stream.flush()
             raw = getattr(stream, "buffer", None)

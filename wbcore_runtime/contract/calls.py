@@ -121,8 +121,15 @@ class CommandRequest:
     allowed_hosts: tuple[str, ...] = ()
     #: The isolation tier the call was resolved to (``wbcore_runtime.dispatch.dispatcher.choose_tier``).
     tier: str = "instance"
-    #: ``(host folder, guest path)`` preopened read-only (``#+PREOPEN``, :mod:`wbcore_runtime.guard.preopen`).
-    preopen: tuple[str, str] | None = None
+    #: ``(host folder, guest path)`` of each folder preopened read-only (``#+PREOPEN``,
+    #: :mod:`wbcore_runtime.guard.preopen`); a runner that cannot map them all refuses the call.
+    preopens: tuple[tuple[str, str], ...] = ()
+    #: ``(guest path, byte cap)`` of the call's own writable scratch folder (``#+SCRATCH``),
+    #: made empty for the call and removed after it.
+    scratch: tuple[str, int] | None = None
+    #: Host folders the deployer granted to this call (``wbx run --mount``): checked
+    #: ``wbcore_runtime.wire.terminal.Mount`` records, bound by tiers that list ``mount`` in their kinds.
+    mounts: tuple[Any, ...] = ()
 
     def guest_input(self, program: str | None = None) -> tuple[list[str], bytes]:
         """The guest's argv (``program``, default the command's name, first) and stdin: THE
@@ -181,6 +188,9 @@ def check_guest_end(req: CommandRequest, *, wall: float, stopped: str = "", over
         raise Timeout(deadline)
     if stopped == "cancelled":
         raise Timeout(f"{name}: cancelled by the caller after {wall:.3f} s; the guest was stopped")
+    if over == "scratch" and req.scratch is not None:
+        raise LimitExceeded(f"{name}: its #+SCRATCH folder {req.scratch[0]} passed its {req.scratch[1]}-byte cap "
+                            "(or its file count); the guest was stopped", limit="scratch")
     if over:
         cap = prof.stdout_bytes if over == "stdout" else prof.stderr_bytes
         raise LimitExceeded(f"{name}: {over} passed the {cap}-byte cap of profile {prof.name}; output stopped",

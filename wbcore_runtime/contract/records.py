@@ -208,8 +208,11 @@ class IsolationTier:
 
     ``kinds`` are the registry kinds its driver runs (``command``, ``kernel``, ``posix``)
     and the sandbox services it offers: ``shell`` (the driver has
-    ``open_shell(wbcore_runtime.wire.terminal.ShellRequest)``, for ``wbx shell``) and ``task`` (it has
-    ``run_task(wbcore_runtime.toolkit.tasks.TaskRequest)``, for ``:role task`` blocks);
+    ``open_shell(wbcore_runtime.wire.terminal.ShellRequest)``, for ``wbx shell``), ``task`` (it has
+    ``run_task(wbcore_runtime.toolkit.tasks.TaskRequest)``, for ``:role task`` blocks), ``mount`` (it
+    binds the host folders of ``CommandRequest.mounts``/``TaskRequest.mounts``, ``wbx run
+    --mount``) and ``preopen`` (it maps ``CommandRequest.preopens`` and ``scratch``; tiers
+    without it are passed over for commands with ``#+PREOPEN``/``#+SCRATCH``);
     ``bridges_caps`` says whether a guest's broker calls reach the host's Dock from it.
     Dispatch (``wbcore_runtime.dispatch.dispatcher.choose_tier``) reads both to pick a tier that can run
     the call, and ``wbx tiers --explain`` reports why stronger ones were passed over.

@@ -232,6 +232,8 @@ def _tier_serves(runtime: RuntimeServices, record: Any, entry: Entry, caps: froz
         return f"does not bridge capabilities yet (this call is granted {' '.join(sorted(caps))})"
     if entry.options.get("lane") and entry.options.get("lane") in _lane_runners(runtime):
         return f"cannot host the {entry.options['lane']} lane's runner (it runs in-process)"
+    if (entry.options.get(preopen.OPTION) or entry.options.get(preopen.SCRATCH_OPTION)) and "preopen" not in record.kinds:
+        return "cannot map #+PREOPEN or #+SCRATCH folders"
     avail = record.available()
     if not avail.ok:
         return f"unavailable: {avail.reason}"
@@ -609,54 +611,104 @@ def refuse_reach(message: str) -> CapabilityDenied:
     return exc
 
 
-def _preopen(resolved: Resolved) -> tuple[str, str] | None:
-    """The stored ``#+PREOPEN`` tree of a toolkit's command (:func:`wbcore_runtime.guard.preopen.resolve`)."""
+def _preopens(resolved: Resolved) -> tuple[tuple[str, str], ...]:
+    """The stored ``#+PREOPEN`` trees of a toolkit's command (:func:`wbcore_runtime.guard.preopen.resolve_all`)."""
     if not resolved.toolkit or not resolved.entry.options.get(preopen.OPTION):
-        return None
+        return ()
     if resolved.home is None:
         raise InvalidArgs(f"{resolved.kind} {resolved.name!r}: resolved without a home, so its #+PREOPEN data "
                           "cannot be found in the store")
-    return preopen.resolve(resolved.entry.options, resolved.home)
+    return preopen.resolve_all(resolved.entry.options, resolved.home)
+
+
+def _scratch(resolved: Resolved) -> tuple[str, int] | None:
+    if not resolved.toolkit or not resolved.entry.options.get(preopen.SCRATCH_OPTION):
+        return None
+    return preopen.scratch_of(resolved.entry.options)
+
+
+def mounts_for(runtime: RuntimeServices, resolved: Resolved, mounts: Sequence[Any], principal: Principal | None) -> tuple[Any, ...]:
+    """The host folders a deployer grants to one call (``wbx run --mount``), through
+    :func:`grant_mounts` with the call's resolved tier and effective caps."""
+    return grant_mounts(runtime, mounts, tier=resolved.tier.name, caps=resolved.caps,
+                        owner=resolved.toolkit or resolved.name, what=f"{resolved.kind} {resolved.name!r}",
+                        principal=str(principal or resolved.principal))
+
+
+def grant_mounts(runtime: RuntimeServices, mounts: Sequence[Any], *, tier: str, caps: frozenset[str], owner: str, what: str,
+                 principal: str) -> tuple[Any, ...]:
+    """THE check of host folders granted to a sandbox run (calls and tasks): each by
+    :func:`wbcore_runtime.wire.terminal.parse_mounts` (the one containment rule of
+    :func:`wbcore_runtime.guard.paths.host_folder`); the tier must bind host folders (its record
+    lists ``mount``); ``:rw`` only when ``caps`` (the run's effective caps) hold
+    :data:`wbcore_runtime.trust.policy.MOUNT_RW`, which toolkit ``owner`` declares in ``#+CAPS`` and
+    the deployer grants. Each grant is audited."""
+    from wbcore_runtime.wire import terminal  # deferred: keeps wbx start-up light (only a call with --mount)
+
+    parsed = terminal.parse_mounts(tuple(mounts), home=runtime.home)
+    if not parsed:
+        return ()
+    binders = sorted(t.name for t in registry(runtime, "tiers") if "mount" in t.kinds)
+    if tier == INSTANCE or tier not in binders:
+        raise InvalidArgs(f"--mount: {what} runs at tier {tier}, which binds no host folder; "
+                          f"tiers that do: {', '.join(binders) or 'none installed (pip install wbcore-container)'} "
+                          f"(--tier {binders[0] if binders else 'container'} --mount HOST:GUEST)")
+    for m in parsed:
+        if m.rw and policy.MOUNT_RW not in caps:
+            raise CapabilityDenied(f"--mount {m.host}:{m.guest}:rw: {what} may not write to host folders: toolkit "
+                                   f"{owner} must list {policy.MOUNT_RW} in #+CAPS and the deployer grant it "
+                                   f"(wbx toolkit grant {owner} {policy.MOUNT_RW}); or mount it read-only")
+    from wbcore_runtime.dispatch.audit import AuditLog, digest  # deferred: keeps wbx start-up light
+
+    log = AuditLog.for_home(runtime.home, runtime.env)
+    for m in parsed:
+        log.record(principal=principal, cap="mount", op="rw" if m.rw else "ro", args_digest=digest(m.host.encode()),
+                   outcome="allowed", target=f"{m.host} → {m.guest} for {what} at {tier}")
+    return parsed
 
 
 def command_request(resolved: Resolved, argv: Sequence[str], stdin: bytes, *, principal: Principal | None = None,
-                    timeout: float | None = None, cancel: Any = None) -> CommandRequest:
+                    timeout: float | None = None, cancel: Any = None, mounts: tuple[Any, ...] = ()) -> CommandRequest:
     prof = resolved.profile
     return CommandRequest(
         name=resolved.name, sha256=resolved.sha256, artifact=resolved.artifact, argv=tuple(argv),
         stdin=stdin, profile=prof, timeout_s=_deadline(prof, timeout, prof.timeout_s),
         principal=principal or resolved.principal, caps=resolved.caps, arg_mode=resolved.entry.arg_mode,
         toolkit=resolved.toolkit, cancel=cancel, allowed_hosts=resolved.allowed_hosts, tier=resolved.tier.name,
-        preopen=_preopen(resolved),
+        preopens=_preopens(resolved), scratch=_scratch(resolved), mounts=mounts,
     )
 
 
 def call_command(runtime: RuntimeServices, name: str, argv: Sequence[str] = (), stdin: bytes = b"", *,
                  principal: Principal | None = None, timeout: float | None = None, cancel: Any = None,
-                 tier: str | None = None) -> CallResult:
-    """Run the registered command ``name`` once, at its resolved tier."""
+                 tier: str | None = None, mounts: Sequence[Any] = ()) -> CallResult:
+    """Run the registered command ``name`` once, at its resolved tier (``mounts``: host
+    folders granted to this call, :func:`mounts_for`)."""
     if not isinstance(stdin, bytes):
         if not isinstance(stdin, (bytearray, memoryview)):
             raise InvalidArgs(f"stdin must be bytes, got {type(stdin).__name__}")
         stdin = bytes(stdin)
     return call_resolved(runtime, resolve(runtime, "command", name, tier=tier), argv, stdin, principal=principal,
-                         timeout=timeout, cancel=cancel)
+                         timeout=timeout, cancel=cancel, mounts=mounts)
 
 
 def call_resolved(runtime: RuntimeServices, resolved: Resolved, argv: Sequence[str], stdin: bytes, *,
                   principal: Principal | None = None, timeout: float | None = None,
-                  cancel: Any = None) -> CallResult:
+                  cancel: Any = None, mounts: Sequence[Any] = ()) -> CallResult:
     """Run a command already resolved by :func:`resolve` (or kept by ``wbcore_runtime.store.runcache``
-    and adopted): ``wbx run`` resolves once and calls this, never resolving again."""
+    and adopted): ``wbx run`` resolves once and calls this, never resolving again. ``mounts``:
+    host folders asked for this call (``HOST[:GUEST][:ro|rw]``), granted by :func:`mounts_for`."""
     name = resolved.name
     check_reach(resolved, principal)
+    granted = mounts_for(runtime, resolved, mounts, principal) if mounts else ()
     if argv and not isinstance(argv, tuple):
         argv = tuple(str(a) for a in argv)
     # entered in the running table: a revocation that lands while it runs cuts it off
     table = runtime.running
     n, running = table.enter(resolved, principal or resolved.principal, cancel)
     try:
-        req = command_request(resolved, argv, stdin, principal=principal, timeout=timeout, cancel=running.cancel)
+        req = command_request(resolved, argv, stdin, principal=principal, timeout=timeout, cancel=running.cancel,
+                              mounts=granted)
         hook = runtime.call_hooks
         try:
             if hook is None:

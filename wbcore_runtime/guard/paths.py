@@ -124,7 +124,7 @@ class Root:
                     raise Refused(at, f"cannot read the link ({exc.strerror})") from None
                 if os.path.isabs(target):
                     norm = os.path.normpath(target)
-                    if norm != self.real and not norm.startswith(self.real + os.sep):
+                    if norm != self.real and not norm.startswith(self.real.rstrip(os.sep) + os.sep):  # root "/" too
                         raise Refused(at, f"symlink to a {noun} outside {self.label}")
                     cur = self.real
                     target = os.path.relpath(norm, self.real)
@@ -319,3 +319,44 @@ def _walk_fd(dfd: int, prefix: str, shown: Path, label: str, skip: frozenset[str
             yield from _walk_fd(sub, prefix + name + "/", shown, label, skip, max_files, count, skip_hidden)
         finally:
             os.close(sub)
+
+
+# --- host folders a deployer grants to a sandbox (wbx run/shell --mount) --------------------
+
+#: Host folders never granted, nor any folder inside them: the kernel's own views and
+#: devices (a mount of them is a device grant, not a folder of files).
+HOST_SYSTEM = ("/proc", "/sys", "/dev", "/run")
+HOST_LABEL = "the host"
+
+
+def host_folder(path: str, *, home: Path | str | None = None, what: str = "--mount") -> str:
+    """The symlink-free path of the host folder ``path`` that a deployer grants to a sandbox
+    (``--mount``), or :class:`Refused` / :class:`~wbcore_runtime.contract.errors.NotFound` saying why
+    not. It is walked from ``/`` by the rule of :class:`Root` (one component at a time, at most
+    :data:`MAX_SYMLINK_HOPS` symlinks, each ``lstat``-ed), so what is granted is the folder the
+    links named at this moment, never a link a tier would follow later; it must be a folder
+    (not a device, FIFO or socket), not ``/``, not inside :data:`HOST_SYSTEM`, and neither
+    inside ``home`` (its keys, grants and stores) nor a folder that contains it."""
+    shown = f"{what} {path}"
+    if not path or "\x00" in path:
+        raise Refused(shown, "an empty path or a NUL byte; give a host folder, e.g. ./repo")
+    absolute = os.path.abspath(path)
+    try:
+        real, _ = Root(Path("/"), "/", HOST_LABEL).resolve(absolute.lstrip("/"), "dir")
+    except NotFound:
+        raise NotFound(f"{shown}: {absolute} does not exist; give an existing host folder") from None
+    if real == "/":
+        raise Refused(shown, "the whole host file system; mount the folder the command needs")
+    for system in HOST_SYSTEM:
+        if real == system or real.startswith(system + "/"):
+            raise Refused(shown, f"{real} is inside {system}, the kernel's own view of devices and processes; "
+                          "mount a folder of files")
+    if home is not None:
+        home_real = os.path.realpath(home)
+        if real == home_real or real.startswith(home_real + "/"):
+            raise Refused(shown, f"{real} is inside the wbcore home {home_real} (keys, grants, stores); copy what the "
+                          "command needs to a folder of its own")
+        if home_real.startswith(real.rstrip("/") + "/"):
+            raise Refused(shown, f"{real} contains the wbcore home {home_real} (keys, grants, stores); mount a folder "
+                          "beside it instead")
+    return real

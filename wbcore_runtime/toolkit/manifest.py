@@ -46,6 +46,8 @@ ARG_MODES = ("argv", "stdin1")
 REQUIRED = ("TITLE", "TOOLKIT", "VERSION", "STATUS", "TAGLINE")
 #: Keywords mirrored into the :toolkit: drawer; the drawer value must equal the keyword.
 MIRRORED = {"ID": "TOOLKIT", "CLI_BIN": "CLI_BIN", "STATUS": "STATUS"}
+#: Keywords that may be given more than once: their values are kept in order, one a line.
+REPEATABLE = frozenset({"PREOPEN"})
 #: Seed 001's capability words, mapped to today's cap names where one exists.
 LEGACY_CAPS = {"network": "net", "read": "vfs", "write": "vfs"}
 LEGACY_ARG_MODES = {"positional": "argv", "flags": "argv"}
@@ -191,6 +193,9 @@ def _keywords(text: str, path: Path) -> tuple[dict[str, str], dict[str, int]]:
         if not m:
             continue
         key = m.group(1).upper()
+        if key in values and key in REPEATABLE:
+            values[key] += "\n" + m.group(2)
+            continue
         if key in values:
             raise ManifestError(path, no, key, f"given twice (first on line {lines[key]})")
         values[key] = m.group(2)

@@ -52,6 +52,9 @@ class TaskRequest:
     stdin: bytes
     toolkit_dir: Path
     timeout_s: float
+    #: Host folders the deployer granted (``wbx toolkit run --mount``), checked by
+    #: ``wbcore_runtime.dispatch.dispatcher.grant_mounts``: ``wbcore_runtime.wire.terminal.Mount`` records.
+    mounts: tuple[Any, ...] = ()
 
 
 def exec_allowed(env: Mapping[str, str]) -> bool:
@@ -109,8 +112,10 @@ def task_tier(runtime: Any, tier: str | None) -> Any:
 
 
 def run_task(runtime: Any, ident: str, task: str, args: Sequence[str], stdin: bytes, *, tier: str | None = None,
-             timeout: float | None = None) -> Any:
-    """Run task ``task`` of toolkit ``ident`` in a sandbox tier; its ``CallResult``."""
+             timeout: float | None = None, mounts: Sequence[Any] = ()) -> Any:
+    """Run task ``task`` of toolkit ``ident`` in a sandbox tier; its ``CallResult``.
+    ``mounts``: host folders to bind in (as ``wbx run --mount``); ``:rw`` needs the
+    toolkit's effective caps (posix profile) to hold ``mount-rw``."""
     tk = runtime.toolkit(ident)
     blocks = find_tasks(tk)
     block = next((b for b in blocks if b.name == task), None)
@@ -128,6 +133,16 @@ def run_task(runtime: Any, ident: str, task: str, args: Sequence[str], stdin: by
                                f"when the deployer opts in: set {ENV}=1 (wbx toolkit run {ident} {task} ...)")
 
     limit = profile("posix").timeout_s
+    granted: tuple[Any, ...] = ()
+    if mounts:
+        from wbcore_runtime.trust import consent
+        from wbcore_runtime.dispatch import dispatcher as dispatch
+
+        m = tk.manifest
+        caps = consent.effective_caps(runtime.home, toolkit_id=ident, trust=m.trust, signer=None, declared=m.caps,
+                                      profile=profile("posix"), universe=runtime.caps_universe_for(m.caps))
+        granted = dispatch.grant_mounts(runtime, mounts, tier=chosen.name, caps=caps, owner=ident,
+                                        what=f"task {task} of {ident}", principal="deployer")
     request = TaskRequest(toolkit=ident, task=task, interpreter=interpreter, script=block.script, args=tuple(args),
-                          stdin=stdin, toolkit_dir=tk.dir, timeout_s=min(timeout or limit, limit))
+                          stdin=stdin, toolkit_dir=tk.dir, timeout_s=min(timeout or limit, limit), mounts=granted)
     return chosen.factory(runtime).run_task(request)

@@ -51,7 +51,10 @@ PROFILES: dict[str, Profile] = {
 PROFILE_ORDER = ("compute", "minimal", "network", "posix")
 #: Caps no profile grants: they reach a guest only through an explicit deployer grant
 #: (``wbx toolkit grant``), whatever the toolkit's trust.
-CONSENT_ONLY: frozenset[str] = frozenset({"build", "serve"})
+CONSENT_ONLY: frozenset[str] = frozenset({"build", "serve", "mount-rw"})
+#: The cap a call needs before a deployer's ``--mount HOST:GUEST:rw`` may hand it a writable
+#: host folder (read-only mounts need none: the deployer's own act grants them).
+MOUNT_RW = "mount-rw"
 #: The core's caps: every cap that can be granted without a plugin declaring it.
 CAP_UNIVERSE: frozenset[str] = _POSIX | CONSENT_ONLY
 FAIL_CLOSED = "compute"

@@ -82,23 +82,33 @@ class Mount:
 
 #: Guest paths a mount may not cover: the sandbox's own system folders.
 RESERVED = ("/proc", "/dev", "/sys", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc", "/wb", "/run")
+#: Host folders one call or shell may mount (the micro-VM has as many virtio-9p slots).
+MAX_MOUNTS = 4
 
 
-def parse_mount(spec: str) -> Mount:
-    """``host:guest[:ro|rw]`` (default ``ro``) → :class:`Mount`, or ``ValueError`` saying
-    what is wrong. The host side must be an existing folder; the guest side an absolute,
-    normalised path outside the sandbox's system folders."""
+def parse_mount(spec: str, *, home: Path | str | None = None) -> Mount:
+    """``host[:guest][:ro|rw]`` (default ``ro``; guest default: the host folder's own real
+    path) → :class:`Mount`, or ``ValueError`` saying what is wrong. The host side is granted
+    by :func:`wbcore_runtime.guard.paths.host_folder` (an existing folder, symlinks resolved once,
+    no devices, never the wbcore ``home`` or a folder around it); the guest side must be an
+    absolute, normalised path outside the sandbox's system folders."""
+    from wbcore_runtime.guard import paths
+    from wbcore_runtime.contract.errors import WbError
+
     parts = spec.split(":")
-    if len(parts) == 2:
-        parts.append("ro")
-    if len(parts) != 3 or not parts[0] or not parts[1]:
-        raise ValueError(f"--mount {spec!r}: expected HOST:GUEST[:ro|rw], e.g. ./data:/data:ro")
-    host, guest, mode = parts
-    if mode not in ("ro", "rw"):
-        raise ValueError(f"--mount {spec!r}: the mode must be ro or rw, not {mode!r}")
-    real = os.path.realpath(host)
-    if not os.path.isdir(real):
-        raise ValueError(f"--mount {spec!r}: host folder {host!r} does not exist (or is not a folder)")
+    mode = "ro"
+    if len(parts) > 1 and parts[-1] in ("ro", "rw"):
+        mode = parts.pop()
+    elif len(parts) == 3:
+        raise ValueError(f"--mount {spec!r}: the mode must be ro or rw, not {parts[-1]!r}")
+    if len(parts) > 2 or not parts[0] or (len(parts) == 2 and not parts[1]):
+        raise ValueError(f"--mount {spec!r}: expected HOST[:GUEST][:ro|rw], e.g. ./data:/data:ro")
+    host = parts[0]
+    try:
+        real = paths.host_folder(host, home=home)
+    except WbError as exc:
+        raise ValueError(exc.message) from None
+    guest = parts[1] if len(parts) == 2 else real
     if not guest.startswith("/") or os.path.normpath(guest) != guest or guest == "/":
         raise ValueError(f"--mount {spec!r}: the guest path must be absolute and normalised (no '..', no trailing "
                          "'/'), e.g. /data")
@@ -107,6 +117,28 @@ def parse_mount(spec: str) -> Mount:
             raise ValueError(f"--mount {spec!r}: {sys_dir} belongs to the sandbox; mount under another path "
                              "(e.g. /data or /tmp/work)")
     return Mount(real, guest, mode == "rw")
+
+
+def parse_mounts(specs: Sequence[str | Mount], *, home: Path | str | None = None) -> tuple[Mount, ...]:
+    """Every ``--mount`` of one call, each through :func:`parse_mount` (a :class:`Mount` built
+    by an embedder is checked by the same rule), at most :data:`MAX_MOUNTS`, no guest path
+    twice; ``InvalidArgs`` naming the first that is wrong."""
+    from wbcore_runtime.contract.errors import InvalidArgs
+
+    if len(specs) > MAX_MOUNTS:
+        raise InvalidArgs(f"--mount: at most {MAX_MOUNTS} folders per call (got {len(specs)})")
+    out: list[Mount] = []
+    for spec in specs:
+        text = spec if isinstance(spec, str) else f"{spec.host}:{spec.guest}:{'rw' if spec.rw else 'ro'}"
+        try:
+            out.append(parse_mount(text, home=home))
+        except ValueError as exc:
+            raise InvalidArgs(str(exc)) from None
+    guests = [m.guest for m in out]
+    for g in guests:
+        if guests.count(g) > 1:
+            raise InvalidArgs(f"--mount: the guest path {g} is given twice")
+    return tuple(out)
 
 
 def unreachable_by(path: str, rw: bool, uid: int) -> str:

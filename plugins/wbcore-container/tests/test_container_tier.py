@@ -150,7 +150,7 @@ def test_no_host_file_is_visible(rt, toolkit_root, wb_home) -> None:
     for path in (str(wb_home), "/root", "/home", "/etc/shadow", "/work", "/var"):
         assert f"cannot access '{path}': No such file or directory" in out
     etc = next(line for line in out.splitlines() if line.startswith("etc: ")).split()[1:]
-    assert sorted(etc) == ["group", "hosts", "ld.so.cache", "nsswitch.conf", "passwd"]
+    assert sorted(etc) == ["gitconfig", "group", "hosts", "ld.so.cache", "nsswitch.conf", "passwd"]
     assert out.split()[-1] == str(rootfs.UID)
 
 

@@ -6,7 +6,8 @@ Nothing is pulled. The root is assembled from what ``dpkg`` installed on this ho
   merged-/usr system); ``/bin``, ``/sbin``, ``/lib``, ``/lib64`` are symlinks into it, as on
   the host. ``/usr/local`` (not dpkg's) is hidden under an empty tmpfs.
 - ``/etc`` holds only what this module generates: ``passwd`` and ``group`` naming the one
-  sandbox user, ``hosts`` (loopback only), ``nsswitch.conf`` (files only) and a copy of the
+  sandbox user, ``hosts`` (loopback only), ``nsswitch.conf`` (files only), ``gitconfig``
+  (every repository is safe: a mounted one belongs to another host uid) and a copy of the
   host's ``ld.so.cache`` (so multiarch libraries resolve as on the host). No ``/home``,
   no ``/root``, no ``/var``, no host ``/etc``: a secret in any of them is not there to read.
 - ``/proc`` (the container's own pid namespace), a minimal ``/dev``, a size-capped tmpfs ``/tmp``.
@@ -56,6 +57,10 @@ def _generated() -> dict[str, bytes]:
         "/etc/group": f"{USER}:x:{GID}:\n".encode(),
         "/etc/hosts": b"127.0.0.1 localhost\n",
         "/etc/nsswitch.conf": b"passwd: files\ngroup: files\nhosts: files\n",
+        # A repository the deployer mounts belongs to a host uid the sandbox user is not, and
+        # git refuses such "dubious ownership" unless told the folder is safe: here the
+        # container is the protection, and its only repositories are the deployer's grants.
+        "/etc/gitconfig": b"[safe]\n\tdirectory = *\n",
     }
     if ld:
         files["/etc/ld.so.cache"] = ld

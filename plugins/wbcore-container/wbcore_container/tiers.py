@@ -13,8 +13,10 @@ Two kinds of payload, both through :func:`wbcore_container.bwrap.run` over the r
 - a **posix command** (``#+EXEC: posix``, registered as a manifest naming ``#+CLI_BIN``):
   the CLI is resolved inside the root (``rootfs.resolve_cli``: Debian's ``/usr``, never
   this host's ``PATH``) and runs as ``argv + stdin → stdout/stderr/exit`` with no network
-  and no host file, under rlimits that hold for uid ≠ 0 (bwrap is started as
-  ``bwrap.HOST_UID``: a fork bomb meets ``RLIMIT_NPROC``).
+  and no host file but the folders the deployer granted to the call (``wbx run --mount``,
+  bound read-only unless ``:rw``; checked by ``wbcore_runtime.dispatch.dispatcher.mounts_for``), under
+  rlimits that hold for uid ≠ 0 (bwrap is started as ``bwrap.HOST_UID``: a fork bomb meets
+  ``RLIMIT_NPROC``).
 
 The same results and errors as the instance tier: ``Timeout`` past the deadline (the
 container is SIGKILLed), ``LimitExceeded`` at an output cap or the memory limit,
@@ -38,7 +40,7 @@ from wbcore_runtime.wire import frames
 from wbcore_runtime.guard import paths
 from wbcore_runtime.wire.capbridge import HostBridge
 from wbcore_runtime.contract.errors import Internal, InvalidArgs, NotFound, Timeout
-from wbcore_runtime.wire.terminal import Channel
+from wbcore_runtime.wire.terminal import Channel, unreachable_by
 from wbcore_runtime.contract.records import Availability
 
 from wbcore_container import bwrap, rootfs
@@ -115,8 +117,10 @@ class ContainerTier:
         prof = req.profile
         limits = bwrap.BwrapLimits(memory=prof.memory_bytes, processes=POSIX_PROCESSES, cpu_s=_cpu(req.timeout_s),
                               deadline_s=req.timeout_s, stdout_cap=prof.stdout_bytes, stderr_cap=prof.stderr_bytes)
+        mounted = _mount_binds(req.mounts)
         spec = bwrap.Spec(argv=[path, *_argv(req)[1:]], stdin=_stdin(req), limits=limits, unprivileged=True,
-                          cancel=req.cancel, binds=binds or [])
+                          cancel=req.cancel, binds=[*(binds or []), *mounted.get("binds", [])],
+                          rw_binds=mounted.get("rw_binds", []))
         out = bwrap.run(spec, self.root)
         self._limits(req, out)
         if out.exit_code < 0:
@@ -127,6 +131,9 @@ class ContainerTier:
     # --- wasm ----------------------------------------------------------------------------
 
     def _wasm(self, req: CommandRequest, module: bytes) -> CallResult:
+        if req.mounts:
+            raise InvalidArgs(f"{req.name}: --mount binds host folders for posix commands and tasks; a wasm command "
+                              "reads data through #+PREOPEN (docs/manifest.md)")
         site = _wasmtime_dir()
         if site is None or not Path(PYTHON).exists():
             raise InvalidArgs("tier container runs wasm with the root's python3 and this host's wasmtime; "
@@ -218,8 +225,10 @@ class ContainerTier:
         prof = profile("posix")
         limits = bwrap.BwrapLimits(memory=prof.memory_bytes, processes=POSIX_PROCESSES, cpu_s=_cpu(req.timeout_s),
                               deadline_s=req.timeout_s, stdout_cap=prof.stdout_bytes, stderr_cap=prof.stderr_bytes)
+        mounted = _mount_binds(getattr(req, "mounts", ()))
         spec = bwrap.Spec(argv=[req.interpreter, "-c", req.script, req.task, *req.args], stdin=req.stdin,
-                          limits=limits, files=_toolkit_files(req.toolkit_dir), unprivileged=True)
+                          limits=limits, files=_toolkit_files(req.toolkit_dir), unprivileged=True,
+                          binds=mounted.get("binds", []), rw_binds=mounted.get("rw_binds", []))
         out = bwrap.run(spec, self.root)
         name = f"task {req.task} of {req.toolkit}"
         if out.timed_out:
@@ -298,6 +307,21 @@ def _toolkit_files(folder: Path) -> list[bwrap.Data]:
             raise InvalidArgs(too_big)
         out.append(bwrap.Data(f"/toolkit/{node.rel}", data=data))
     return out
+
+
+def _mount_binds(mounts: Any) -> dict[str, list[tuple[str, str]]]:
+    """bwrap binds of a call's granted host folders (``Mount`` records, already checked by
+    the core); each must be reachable by the unprivileged host uid the container runs as."""
+    if not mounts:
+        return {}
+    if os.geteuid() == 0:
+        for m in mounts:
+            why = unreachable_by(m.host, m.rw, bwrap.HOST_UID)
+            if why:
+                raise InvalidArgs(f"--mount {m.host}:{m.guest}: the container runs as host uid {bwrap.HOST_UID}, "
+                                  f"which cannot use it: {why}")
+    return {"binds": [(m.host, m.guest) for m in mounts if not m.rw],
+            "rw_binds": [(m.host, m.guest) for m in mounts if m.rw]}
 
 
 def _sender(chan: Channel) -> Callable[[bytes], None]:

@@ -11,8 +11,13 @@ owner root — the same inputs give the same bytes. It holds:
 - the kernel modules the virtio-serial channel needs, from the same kernel package
   (``virtio_ring`` before ``virtio``, then PCI transport, then ``virtio_console``), and
   virtio-9p's (``netfs``, ``fscache``, ``9pnet``, ``9pnet_virtio``, ``9p``) for shell mounts;
+- the host CLIs of :data:`HOST_CLIS` (``git``, for the shipped git-history toolkit's recipes
+  against a repository given with ``--mount``) when the host has them: the binary from Debian's
+  ``/usr/bin`` and the shared libraries ``ldd`` names (at their host paths, the dynamic
+  loader among them), with an ``/etc/gitconfig`` that marks every repository safe (a mounted
+  one belongs to a host uid the guest's uid 1000 is not);
 - ``/etc/wb/allowed``, the command allowlist: the absolute paths of the user applets
-  (``/bin``, ``/usr/bin``) and ``wb-cap`` — nothing from ``/sbin``;
+  (``/bin``, ``/usr/bin``), the host CLIs and ``wb-cap`` — nothing from ``/sbin``;
 - ``/init``, a busybox shell (PID 1) that mounts ``/proc``, ``/sys``, ``/dev`` and a
   size-capped ``/tmp``, loads the modules, and keeps the agent running (the agent is never
   PID 1: its exit would panic the guest). No network interface is ever configured (the VM
@@ -38,11 +43,16 @@ from pathlib import Path
 from wbcore_runtime.contract.errors import NotFound
 
 AGENT_SRC = Path(__file__).with_name("agent") / "wb_agent.c"
-RECIPE = 1  # bumped when the layout below changes
+RECIPE = 2  # bumped when the layout below changes
 MODULES = ("virtio_ring", "virtio", "virtio_pci_legacy_dev", "virtio_pci_modern_dev", "virtio_pci", "virtio_console",
            # virtio-9p: host folders of ``wbx shell --tier microvm --mount`` (mounted by the agent on request)
            "netfs", "fscache", "9pnet", "9pnet_virtio", "9p")
 BUSYBOX = "/bin/busybox"
+#: Debian CLIs copied into the guest with their shared libraries, when this host has them.
+HOST_CLIS = ("git",)
+#: The most bytes the host CLIs and their libraries may add to the image.
+HOST_CLI_BYTES = 64 << 20
+GITCONFIG = b"[safe]\n\tdirectory = *\n"
 TMP_MB = 64
 INIT = f"""#!/bin/busybox sh
 /bin/busybox mount -t proc -o nosuid,nodev,noexec proc /proc
@@ -176,10 +186,42 @@ def _applets(bb: Path) -> list[str]:
     return sorted({ln.strip().lstrip("/") for ln in out.splitlines() if ln.strip() and ".." not in ln})
 
 
+def host_clis() -> dict[str, Path]:
+    """``guest path -> host file`` of every :data:`HOST_CLIS` binary this host has and the
+    shared libraries ``ldd`` resolves for it (links followed: the guest gets the file under
+    the name the loader asks for); a CLI whose libraries cannot all be found is left out."""
+    out: dict[str, Path] = {}
+    for name in HOST_CLIS:
+        exe = Path("/usr/bin") / name
+        if not exe.is_file() or not shutil.which("ldd"):
+            continue
+        done = subprocess.run(["ldd", str(exe)], capture_output=True, text=True, timeout=30, check=False)
+        if done.returncode != 0:
+            continue
+        found: dict[str, Path] = {f"/usr/bin/{name}": exe.resolve()}
+        for line in done.stdout.splitlines():
+            line = line.strip()
+            if "=>" in line:
+                path = line.split("=>", 1)[1].split("(")[0].strip()
+            elif line.startswith("/"):
+                path = line.split("(")[0].strip()
+            else:
+                continue  # linux-vdso: the kernel's
+            if not path.startswith("/") or ".." in path or not Path(path).is_file():
+                found = {}
+                break
+            found[path] = Path(path).resolve()
+        out.update(found)
+    if sum(p.stat().st_size for p in out.values()) > HOST_CLI_BYTES:
+        raise NotFound(f"the host CLIs for the guest ({', '.join(HOST_CLIS)}) are over {HOST_CLI_BYTES >> 20} MiB")
+    return out
+
+
 def build(cache: Path) -> Image:
     """The image for this machine's inputs, built once under ``cache/images/<digest>``."""
     version, vmlinuz, modtree = kernel(cache)
     bb = busybox()
+    clis = host_clis()
     cc = compiler()
     cc_version = subprocess.run([cc[0], "--version"], capture_output=True, text=True, check=False).stdout.split("\n")[0]
     modules = {name: _module(modtree, name) for name in MODULES}
@@ -187,6 +229,7 @@ def build(cache: Path) -> Image:
         "recipe": RECIPE, "kernel": version, "vmlinuz": _sha(vmlinuz), "busybox": _sha(bb),
         "agent": _sha(AGENT_SRC), "cc": [*cc, cc_version], "init": hashlib.sha256(INIT.encode()).hexdigest(),
         "modules": {name: _sha(path) for name, path in modules.items()},
+        "host_clis": {guest: _sha(path) for guest, path in sorted(clis.items())},
     }
     digest = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:32]
     final = cache / "images" / digest
@@ -200,7 +243,7 @@ def build(cache: Path) -> Image:
                               check=False)
         if done.returncode != 0:
             raise NotFound(f"the guest agent did not compile: {done.stderr.strip()[-600:]}")
-        entries = _entries(bb, agent, modules)
+        entries = _entries(bb, agent, modules, clis)
         (tmp / "initrd.cpio").write_bytes(cpio(entries))
         agent.unlink()
         shutil.copy2(vmlinuz, tmp / "vmlinuz")
@@ -220,7 +263,8 @@ def build(cache: Path) -> Image:
 DIR, FILE, LINK = 0o040000, 0o100000, 0o120000
 
 
-def _entries(bb: Path, agent: Path, modules: dict[str, Path]) -> dict[str, tuple[int, bytes]]:
+def _entries(bb: Path, agent: Path, modules: dict[str, Path],
+             clis: dict[str, Path] | None = None) -> dict[str, tuple[int, bytes]]:
     """``path -> (mode, data)`` (a symlink's data is its target)."""
     e: dict[str, tuple[int, bytes]] = {}
 
@@ -247,6 +291,13 @@ def _entries(bb: Path, agent: Path, modules: dict[str, Path]) -> dict[str, tuple
     add("sbin/wbcore-agent", FILE | 0o755, agent.read_bytes())
     add("usr/bin/wb-cap", LINK | 0o777, b"/sbin/wbcore-agent")
     allowed.append("/usr/bin/wb-cap")
+    for guest, host in sorted((clis or {}).items()):
+        binary = guest.startswith("/usr/bin/")
+        add(guest.lstrip("/"), FILE | (host.stat().st_mode & 0o755 | 0o444), host.read_bytes())
+        if binary:
+            allowed.append(guest)
+    if clis:
+        add("etc/gitconfig", FILE | 0o444, GITCONFIG)
     add("etc/wb/allowed", FILE | 0o444, ("\n".join(sorted(allowed)) + "\n").encode())
     add("etc/passwd", FILE | 0o444, b"root:x:0:0:root:/root:/bin/sh\nwb:x:1000:1000:wb:/tmp/w:/bin/sh\n")
     add("etc/group", FILE | 0o444, b"root:x:0:\nwb:x:1000:\n")

@@ -71,9 +71,14 @@ class MicrovmShell:
 
 def check_mounts(request: ShellRequest) -> None:
     """At most :data:`MOUNT_SLOTS` host folders, each reachable by the QEMU that exports it."""
-    if len(request.mounts) > MOUNT_SLOTS:
-        raise InvalidArgs(f"wbx shell --tier microvm: at most {MOUNT_SLOTS} --mount folders (got {len(request.mounts)})")
-    for m in request.mounts:
+    check_call_mounts(request.mounts, "wbx shell --tier microvm")
+
+
+def check_call_mounts(mounts: Sequence[Mount], what: str = "tier microvm") -> None:
+    """:func:`check_mounts` for any sandbox run of this tier (a shell's or a call's folders)."""
+    if len(mounts) > MOUNT_SLOTS:
+        raise InvalidArgs(f"{what}: at most {MOUNT_SLOTS} --mount folders (got {len(mounts)})")
+    for m in mounts:
         # The guest sees the folder's own host owner and mode (what it creates inside is its
         # own, mapped-xattr) and its shell is guest uid 1000, an "other" to the folder.
         if m.rw and not os.stat(m.host).st_mode & stat.S_IWOTH:
@@ -81,14 +86,15 @@ def check_mounts(request: ShellRequest) -> None:
                               f"host owner and mode and may write in it only if others may: chmod o+rwx {m.host}")
     if os.geteuid() != 0:
         return
-    for m in request.mounts:
+    for m in mounts:
         why = unreachable_by(m.host, m.rw, _vm.QEMU_UID)
         if why:
             raise InvalidArgs(f"--mount {m.host}:{m.guest}: the micro-VM's QEMU runs as host uid {_vm.QEMU_UID}, "
                               f"which cannot use it: {why}")
 
 
-def _mount_all(vm: _vm.Vm, secret: bytes, mounts: Sequence[Mount], deadline: float) -> None:
+def mount_all(vm: _vm.Vm, secret: bytes, mounts: Sequence[Mount], deadline: float) -> None:
+    """Ask the agent to mount each folder at its guest path (slot by slot, in order)."""
     for slot, m in enumerate(mounts):
         vm.send_frame(frames.seal(frames.MOUNT, secret, {"slot": slot, "guest": m.guest, "rw": m.rw}))
         while True:
@@ -115,7 +121,7 @@ def open_shell(snap: tiers.Snapshot, request: ShellRequest) -> MicrovmShell:
         end = min(started + tiers.RESTORE_S, started + request.timeout_s)
         vm.connect(end)
         vm.handshake(end)
-        _mount_all(vm, snap.secret, request.mounts, end)
+        mount_all(vm, snap.secret, request.mounts, end)
     except (Timeout, _vm.GuestGone, frames.FrameError, OSError) as exc:
         why = vm.stderr()
         vm.kill()
@@ -127,4 +133,4 @@ def open_shell(snap: tiers.Snapshot, request: ShellRequest) -> MicrovmShell:
     return MicrovmShell(vm, snap.secret, started + request.timeout_s)
 
 
-__all__ = ["GRACE_S", "MOUNT_SLOTS", "MicrovmShell", "check_mounts", "open_shell"]
+__all__ = ["GRACE_S", "MOUNT_SLOTS", "MicrovmShell", "check_call_mounts", "check_mounts", "mount_all", "open_shell"]

@@ -22,6 +22,10 @@ snapshot (``-incoming fd:N``, QEMU's seccomp sandbox on, no network device) — 
 The host's watchdog SIGKILLs QEMU at the deadline + :data:`GRACE_S` whatever the guest
 does; every VM is torn down after its call (a call never sees another's guest).
 The call's usage names the accelerator (``isolation: kvm|tcg``).
+
+A call with ``--mount`` folders (``wbx run --mount``, checked by the core) restores the
+snapshot with virtio-9p slots that ``wbx shell --mount`` uses (:mod:`wbcore_microvm.shell`),
+its QEMU exporting the folders, and the agent mounts them before the ``Exec``.
 """
 
 from __future__ import annotations
@@ -388,26 +392,33 @@ class MicrovmTier:
             raise InvalidArgs(f"{request.name}: tier microvm runs posix commands (native CLIs of its guest image); "
                               "a wasm command runs in tiers instance, os_process or container")
         images = posix.get("skill_images") or []
-        if images:
-            # OCI skill images (#+SKILL_IMAGES), pulled once and verified by digest, exported
-            # read-only over virtio-9p: the VM comes from the snapshot with 9p slots.
-            from wbcore_microvm.shell import MOUNT_SLOTS
+        if images or request.mounts:
+            # folders over virtio-9p, a VM restored from the snapshot with mount slots: OCI
+            # skill images (#+SKILL_IMAGES, pulled once and verified by digest, read-only) and
+            # the host folders granted to the call (wbx run --mount, checked by the core)
+            from wbcore_microvm.shell import MOUNT_SLOTS, check_call_mounts
             from wbcore_runtime.store import skill_images
             from wbcore_runtime.wire.terminal import Mount, unreachable_by
 
-            if self.runtime.env.get("WB_MICROVM_SNAPSHOT"):
-                raise InvalidArgs(f"{request.name}: its skill images need the tier's snapshot with virtio-9p slots; "
-                                  "a named snapshot (WB_MICROVM_SNAPSHOT) has none: unset it for this toolkit")
-            parsed = skill_images.parse(" ".join(f"{r}={m}" for r, m in images))
-            mounts = [Mount(str(skill_images.resolve(self.runtime.home, im, self.runtime.env)), im.mount) for im in parsed]
+            mounts: list[Any] = []
+            if images:
+                if self.runtime.env.get("WB_MICROVM_SNAPSHOT"):
+                    raise InvalidArgs(f"{request.name}: its skill images need the tier's snapshot with virtio-9p "
+                                      "slots; a named snapshot (WB_MICROVM_SNAPSHOT) has none: unset it for this toolkit")
+                parsed = skill_images.parse(" ".join(f"{r}={m}" for r, m in images))
+                mounts = [Mount(str(skill_images.resolve(self.runtime.home, im, self.runtime.env)), im.mount)
+                          for im in parsed]
+                if os.geteuid() == 0:
+                    for m in mounts:
+                        why = unreachable_by(m.host, False, _vm.QEMU_UID)
+                        if why:
+                            raise InvalidArgs(f"skill image at {m.guest}: the micro-VM's QEMU runs as host uid "
+                                              f"{_vm.QEMU_UID}, which cannot read its cache folder {m.host}: {why}")
+            check_call_mounts(request.mounts)
+            mounts += list(request.mounts)
             if len(mounts) > MOUNT_SLOTS:
-                raise InvalidArgs(f"{request.name}: tier microvm mounts at most {MOUNT_SLOTS} skill images")
-            if os.geteuid() == 0:
-                for m in mounts:
-                    why = unreachable_by(m.host, False, _vm.QEMU_UID)
-                    if why:
-                        raise InvalidArgs(f"skill image at {m.guest}: the micro-VM's QEMU runs as host uid {_vm.QEMU_UID}, "
-                                          f"which cannot read its cache folder {m.host}: {why}")
+                raise InvalidArgs(f"{request.name}: tier microvm exports at most {MOUNT_SLOTS} folders (skill images "
+                                  f"and --mount folders together; this call has {len(mounts)})")
             snap = prepare(self.cache, mount_slots=MOUNT_SLOTS)
             return _Call(self.runtime, snap, request, str(posix["cli_bin"]), mounts).run()
         snap = self.snapshot()
@@ -433,7 +444,8 @@ class _Call:
 
     def __init__(self, runtime: Runtime, snap: Snapshot, req: CommandRequest, cli: str, mounts: list[Any] | None = None) -> None:
         self.runtime, self.snap, self.req, self.cli = runtime, snap, req, cli
-        #: Read-only folders (``terminal.Mount``) exported over the snapshot's virtio-9p slots.
+        #: Folders (``terminal.Mount``) exported over the snapshot's virtio-9p slots: skill
+        #: images (read-only) and the call's granted ``--mount`` folders.
         self.mounts = mounts or []
         self.killed_by_watchdog = False
         self.cancelled = False
@@ -446,12 +458,8 @@ class _Call:
         # The guest's wb-cap calls: the core's one caps bridge answers them through the Dock.
         bridge = HostBridge(self.runtime, req, snap.secret, 1, req.timeout_s,
                             run=lambda fn, *args: _on_broker_thread(fn, deadline, *args))
-        shares: list[tuple[str | None, bool]] | None = None
-        if self.mounts:
-            from wbcore_microvm.shell import MOUNT_SLOTS
-
-            shares = [(m.host, False) for m in self.mounts] + [(None, False)] * (MOUNT_SLOTS - len(self.mounts))
-        pooled = pool(snap).take() if shares is None else None
+        shares = _shares(self.mounts)
+        pooled = pool(snap).take() if shares is None else None  # pooled VMs have no folders to export
         vm = pooled or _vm.Vm(snap.image, snap.accel, snap.secret, incoming=snap.path, shares=shares)
         done = threading.Event()
         watchdog = threading.Thread(target=self._watchdog, args=(vm, deadline + GRACE_S, done), daemon=True,
@@ -464,9 +472,9 @@ class _Call:
                     vm.connect(end)
                     vm.handshake(end)
                 if self.mounts:
-                    from wbcore_microvm.shell import _mount_all
+                    from wbcore_microvm.shell import mount_all
 
-                    _mount_all(vm, snap.secret, self.mounts, end)
+                    mount_all(vm, snap.secret, self.mounts, end)
             except (Timeout, _vm.GuestGone, frames.FrameError) as exc:
                 if self.cancelled:
                     raise Timeout(f"{req.name}: cancelled by the caller; its micro-VM was killed") from None
@@ -551,6 +559,17 @@ class _Call:
             raise GuestTrap(f"{req.name}: {self.cli} was killed by signal {sig} in the micro-VM")
         usage = Usage(wall_s=wall, peak_memory=0, bytes_out=len(out) + len(err), isolation=self.snap.accel)
         return CallResult(out, err, code, usage)
+
+
+def _shares(mounts: Any) -> list[tuple[str | None, bool]] | None:
+    """The virtio-9p exports of a call with ``--mount`` folders (every slot of the mount
+    snapshot, unused ones empty), or ``None`` for a call without."""
+    if not mounts:
+        return None
+    from wbcore_microvm.shell import MOUNT_SLOTS
+
+    shares: list[tuple[str | None, bool]] = [(m.host, m.rw) for m in mounts]
+    return shares + [(None, False)] * (MOUNT_SLOTS - len(shares))
 
 
 def _cap(profile_cap: int) -> int:

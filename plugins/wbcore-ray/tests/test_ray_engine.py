@@ -35,7 +35,8 @@ def test_calls_granted_caps_or_host_folders_never_leave_the_machine(make_runtime
         refuse_remote(rt, "command", "x", frozenset({"kv"}), None, entry, "fabric engine 'ray'")
 
     class Req:
-        preopen = ("/srv/data", "/data")
+        preopens = (("/srv/data", "/data"),)
+        scratch = None
 
     with pytest.raises(InvalidArgs, match="preopens a host folder"):
         refuse_remote(rt, "command", "x", frozenset(), Req(), entry, "fabric engine 'ray'")

@@ -124,8 +124,9 @@ def refuse_remote(runtime: Any, kind: str, name: str, caps: frozenset[str], requ
     if caps:
         raise InvalidArgs(f"{where}: {kind} {name!r} is granted caps ({' '.join(sorted(caps))}); a node of a Ray "
                           f"cluster cannot reach this host's Dock. Use the local or threads engine")
-    if getattr(request, "preopen", None):
-        raise InvalidArgs(f"{where}: {kind} {name!r} preopens a host folder ({request.preopen[0]}), which other "
+    if getattr(request, "preopens", None) or getattr(request, "scratch", None):
+        held = request.preopens[0][0] if request.preopens else "a #+SCRATCH folder"
+        raise InvalidArgs(f"{where}: {kind} {name!r} preopens a host folder ({held}), which other "
                           f"nodes do not have. Run it on this machine (local engine)")
     lane = (entry.options or {}).get("lane") if entry is not None else None
     if lane and lane in runtime.lanes and getattr(runtime.lanes.get(lane), "runner", None) is not None:

@@ -21,6 +21,7 @@ from wbcore_runtime.guard import fetch, paths, unpack
 from wbcore_runtime.build import ResolvedSource, SourceRequest
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound
 from wbcore_runtime.guard.netguard import NetGuard
+from wbcore_runtime.guard.preopen import parse_all as preopen_entries
 from wbcore_runtime.trust.verdict import IntegrityError
 
 from wbcore_sources.local import inside
@@ -132,7 +133,10 @@ class ArchiveSource:
         archive.unlink()
         digest = request.manifest.sha256 or ""
         m = request.manifest
-        preopen = inside(root, m.preopen, "the archive") if m.preopen else None
+        named = preopen_entries(m.preopen)
+        if len(named) > 1:
+            raise InvalidArgs("#+PREOPEN: an archive: bundle preopens one folder of the archive (give one #+PREOPEN)")
+        preopen = inside(root, named[0][0], "the archive") if named else None
         if preopen is not None and not preopen.is_dir():
             raise InvalidArgs(f"#+PREOPEN {m.preopen!r} is not a folder in the archive")
         if m.wasm_path:

@@ -156,15 +156,16 @@ class CommandRunner(_engine.EngineRunner):
             self.path.wasi_stdin(wasi, stdin)
         wasi.stdout_file = out_path
         wasi.stderr_file = err_path
-        if req.preopen:  # #+PREOPEN: the toolkit's own folder, read-only (wbcore_runtime.guard.preopen)
-            wasi.preopen_dir(req.preopen[0], req.preopen[1], fs_mutable=False)
+        folders = _GuestFolders(req) if req.preopens or req.scratch else None
+        if folders is not None:  # #+PREOPEN (read-only, from the store) and #+SCRATCH (wbcore_runtime.guard.preopen)
+            folders.preopen(wasi)
         store.set_wasi(wasi)
 
         exit_code = 0
         failure: BaseException | None = None
         t0 = time.perf_counter()
         guard = _engine.Guard(t0 + req.timeout_s, out_path, err_path, prof.stdout_bytes, prof.stderr_bytes,
-                              cancel=req.cancel)
+                              cancel=req.cancel, **(folders.guard() if folders is not None else {}))
         gid = _engine.attach_guard(store, guard)
         instance = None
         _local.depth = depth + 1
@@ -177,7 +178,7 @@ class CommandRunner(_engine.EngineRunner):
                                                   allowed_hosts=req.allowed_hosts)
                     if loaded.uses_caps:
                         job = _workers.start(functools.partial(_start, self.path, store, instance, eng),
-                                             functools.partial(_engine.detach_guard, gid))
+                                             functools.partial(_abandoned_cleanup, gid, folders))
                         if not job.wait(guard, req.cancel):
                             # the guest is blocked in a host call past its deadline: this call
                             # ends now; the guest traps when the broker returns (its result is
@@ -203,6 +204,11 @@ class CommandRunner(_engine.EngineRunner):
             _local.depth = depth
             if detach:
                 _engine.detach_guard(gid)
+            if folders is not None and detach:
+                scratch_over = folders.over()  # its last writes, after the last tick
+                folders.remove()
+            else:  # the guest still runs on its worker: its folders go when it ends (_abandoned_cleanup)
+                scratch_over = False
         wall = time.perf_counter() - t0
 
         peak = self.path.memory_size(store, instance) if instance is not None else 0
@@ -214,8 +220,9 @@ class CommandRunner(_engine.EngineRunner):
                 fuel_used = None
         del store, wasi, instance  # closes the output files before they are read
         out_size, err_size = _size(out_path), _size(err_path)
-        over = guard.reason if guard.reason in ("stdout", "stderr") else (
-            "stdout" if out_size > prof.stdout_bytes else "stderr" if err_size > prof.stderr_bytes else "")
+        over = guard.reason if guard.reason in ("stdout", "stderr", "scratch") else (
+            "stdout" if out_size > prof.stdout_bytes else "stderr" if err_size > prof.stderr_bytes else
+            "scratch" if folders is not None and scratch_over else "")
         stdout = stderr = b""
         if not over and guard.reason == "" and failure is None:
             stdout = _read_capped(out_path, out_size, prof.stdout_bytes)
@@ -233,6 +240,80 @@ class CommandRunner(_engine.EngineRunner):
         usage = Usage(wall_s=wall, fuel=fuel_used, peak_memory=peak, bytes_out=len(stdout) + len(stderr))
         return CallResult(stdout, stderr, exit_code, usage)
 
+
+
+# --- the folders a guest sees: #+PREOPEN, #+SCRATCH and the per-call /dev ------------------------
+
+
+class _GuestFolders:
+    """One call's folders (:mod:`wbcore_runtime.guard.preopen`): the stored ``#+PREOPEN`` trees,
+    read-only; an empty ``#+SCRATCH`` folder, writable and bounded by the call's guard; and,
+    under a ``/`` preopen, a ``/dev`` of two regular files of fresh random bytes. The
+    scratch folder and ``/dev`` live in a private 0700 folder made for the call and
+    removed after it."""
+
+    __slots__ = ("base", "dev", "req", "scratch")
+
+    def __init__(self, req: CommandRequest) -> None:
+        from wbcore_runtime.guard import preopen
+
+        self.req = req
+        self.base = self.dev = self.scratch = None
+        wants_dev = preopen.needs_dev(req.preopens)
+        if not (wants_dev or req.scratch):
+            return
+        import tempfile
+
+        self.base = tempfile.mkdtemp(prefix=f"wb-call-{os.getpid()}-")  # 0700, this process's
+        if wants_dev:
+            self.dev = os.path.join(self.base, "dev")
+            os.mkdir(self.dev, 0o700)
+            for name in ("urandom", "random"):
+                fd = os.open(os.path.join(self.dev, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
+                try:
+                    os.write(fd, os.urandom(preopen.RANDOM_BYTES))
+                finally:
+                    os.close(fd)
+        if req.scratch:
+            self.scratch = os.path.join(self.base, "scratch")
+            os.mkdir(self.scratch, 0o700)
+
+    def preopen(self, wasi: Any) -> None:
+        for host, guest in self.req.preopens:
+            wasi.preopen_dir(host, guest, fs_mutable=False)
+        if self.dev is not None:
+            wasi.preopen_dir(self.dev, "/dev", fs_mutable=False)
+        if self.scratch is not None and self.req.scratch is not None:
+            wasi.preopen_dir(self.scratch, self.req.scratch[0], fs_mutable=True)
+
+    def guard(self) -> dict[str, Any]:
+        from wbcore_runtime.guard.preopen import SCRATCH_FILES
+
+        if self.scratch is None or self.req.scratch is None:
+            return {}
+        return {"scratch": self.scratch, "scratch_bytes": self.req.scratch[1], "scratch_files": SCRATCH_FILES}
+
+    def over(self) -> bool:
+        from wbcore_runtime.guard.preopen import SCRATCH_FILES
+
+        if self.scratch is None or self.req.scratch is None:
+            return False
+        return _engine.scratch_over(self.scratch, self.req.scratch[1], SCRATCH_FILES)
+
+    def remove(self) -> None:
+        if self.base is not None:
+            import shutil
+
+            shutil.rmtree(self.base, ignore_errors=True)
+            self.base = None
+
+
+def _abandoned_cleanup(gid: int, folders: _GuestFolders | None) -> None:
+    """What an abandoned guest's worker does when the guest finally ends: unguard its store
+    and remove its folders (it held them open until then)."""
+    _engine.detach_guard(gid)
+    if folders is not None:
+        folders.remove()
 
 
 def _start(path: fastpath.CallPath, store: Any, instance: Any,

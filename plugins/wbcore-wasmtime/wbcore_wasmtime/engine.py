@@ -7,8 +7,9 @@
 - **Ticker**: a daemon thread increments the engine epoch every ``TICK_S`` while at
   least one call or kernel is active (``ticking()``), and sleeps otherwise.
 - **Guard**: each store gets an epoch deadline one tick ahead and a callback
-  (:func:`attach_guard`) that checks the wall-clock deadline, the caller's cancel event
-  and the output caps; a runaway guest stops within one tick of its deadline, the trap
+  (:func:`attach_guard`) that checks the wall-clock deadline, the caller's cancel event,
+  the output caps and a ``#+SCRATCH`` folder's size (every few ticks); a runaway guest
+  stops within one tick of its deadline, the trap
   unwinds only the guest, and the host thread carries on.
 - **Modules**: ``modules().load(artifacts, sha)`` loads a verified artifact once per
   process (the compiled form from the artifact store) with one WASI ``InstancePre``.
@@ -187,15 +188,23 @@ def get() -> Engine:
 
 
 class Guard:
-    __slots__ = ("cancel", "deadline", "err", "err_cap", "out", "out_cap", "reason")
+    __slots__ = ("cancel", "deadline", "err", "err_cap", "out", "out_cap", "reason", "scratch", "scratch_bytes",
+                 "scratch_files", "ticks")
+
+    #: A scratch folder is measured every this many ticks (a walk of its tree).
+    SCRATCH_EVERY = 2
 
     def __init__(self, deadline: float, out: str | None = None, err: str | None = None,
-                 out_cap: int = 0, err_cap: int = 0, cancel: Any = None) -> None:
+                 out_cap: int = 0, err_cap: int = 0, cancel: Any = None, scratch: str | None = None,
+                 scratch_bytes: int = 0, scratch_files: int = 0) -> None:
         self.deadline = deadline
         self.out, self.err = out, err
         self.out_cap, self.err_cap = out_cap, err_cap
         self.reason = ""
         self.cancel = cancel  # a threading.Event: once set, the guest stops at the next tick
+        # a call's #+SCRATCH folder: its bytes and files, bounded while the guest runs
+        self.scratch, self.scratch_bytes, self.scratch_files = scratch, scratch_bytes, scratch_files
+        self.ticks = 0
 
     def check(self) -> str:
         if self.cancel is not None and self.cancel.is_set():
@@ -210,7 +219,39 @@ class Guard:
                     return "stderr"
             except OSError:
                 pass
+        if self.scratch is not None:
+            self.ticks += 1
+            if self.ticks % self.SCRATCH_EVERY == 0 and scratch_over(self.scratch, self.scratch_bytes,
+                                                                      self.scratch_files):
+                return "scratch"
         return ""
+
+
+def scratch_over(folder: str, max_bytes: int, max_files: int) -> bool:
+    """Whether ``folder`` holds more than ``max_bytes`` (apparent sizes: a sparse file counts
+    whole) or ``max_files`` entries; the walk stops as soon as either is passed."""
+    total = count = 0
+    stack = [folder]
+    while stack:
+        try:
+            it = os.scandir(stack.pop())
+        except OSError:
+            continue
+        with it:
+            for e in it:
+                count += 1
+                if count > max_files:
+                    return True
+                try:
+                    if e.is_dir(follow_symlinks=False):
+                        stack.append(e.path)
+                    else:
+                        total += e.stat(follow_symlinks=False).st_size
+                except OSError:
+                    continue
+                if total > max_bytes:
+                    return True
+    return False
 
 
 _guards: dict[int, Guard] = {}
