@@ -241,3 +241,38 @@ def test_a_js_toolkits_broker_calls_nest_under_its_call_span(make_toolkit, make_
         ("kv", "allowed"), ("kv", "allowed"), ("net", "denied")], brokers
     for b in brokers:
         assert b["trace"] == call["trace"] and b["parent"] == call["id"], (b, call)
+
+
+def test_broker_calls_bridged_from_an_os_process_worker_nest_under_the_call_span(make_runtime, receiver):
+    """A tier that runs the guest away from this process answers its caps on threads of its
+    own (wbcore_runtime.wire.capbridge.HostBridge): those broker spans are children of the
+    call span too, in its trace."""
+    for mod in ("wasmtime", "wbcore_process", "wbcore_brokers_state"):
+        pytest.importorskip(mod, reason="needs wasmtime, wbcore-process and the kv broker (wbcore-brokers-state)")
+    import cbor2
+    import wasmtime
+    from wbcore_process.sandbox import probe
+    from wbcore_process.tiers import OsProcessTier
+
+    from wbcore_runtime.contract.calls import CallRecord
+    from wbcore_runtime.trust.policy import profile
+    from wbcore_testing.conformance import command_request, kv_wat
+
+    if not probe()[0]:
+        pytest.skip(f"the os_process sandbox is unavailable here: {probe()[1]}")
+    rt = make_runtime(env={"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint})
+    put = cbor2.dumps({"op": "put", "key": "k", "value": b"v"})
+    get = cbor2.dumps({"op": "get", "key": "k"})
+    req = command_request(rt, wasmtime.wat2wasm(kv_wat(put, get)), profile=profile("minimal"), caps=frozenset({"kv"}))
+    record = CallRecord(name="bridged", shape="command", principal=req.principal, toolkit="tk", tier="os_process",
+                        caps=req.caps)
+    rt.call_hooks.wbcore_call_started(call=record)
+    res = OsProcessTier(rt).call(req)
+    rt.call_hooks.wbcore_call_finished(call=record, result=res)
+    assert res.exit_code == 0 and cbor2.loads(res.stdout) == {"value": b"v"}, res.stderr
+    assert rt.tracer.flush(10)
+    call = next(s for s in receiver.spans if s["name"] == "wb.call bridged")
+    brokers = [s for s in receiver.spans if s["name"] == "wb.broker"]
+    assert [b["attrs"]["wb.outcome"] for b in brokers] == ["allowed", "allowed"]
+    for b in brokers:
+        assert b["trace"] == call["trace"] and b["parent"] == call["id"], (b, call)
