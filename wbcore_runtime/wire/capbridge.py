@@ -25,6 +25,7 @@ resp_ptr, resp_cap) -> i64`` (length, or minus a status), ``wb.fetch`` / ``wb.in
 
 from __future__ import annotations
 
+import contextvars
 import threading
 import time
 from typing import Any
@@ -61,6 +62,10 @@ class HostBridge:
         self.runtime, self.req, self.secret, self.id = runtime, request, secret, call_id
         self.deadline = time.monotonic() + timeout_s
         self.run = run if run is not None else (lambda fn, *args: fn(*args))
+        # The calling thread's context (its current span, so each broker span is the wb.call
+        # span's child): the bridge is served, and its Dock calls run, on threads of the tier's
+        # own, which start with an empty one. Made on the calling thread, as every tier does.
+        self.call_context = contextvars.copy_context()
         self.ctx: Any = None
         self.linked: frozenset[str] = frozenset()
         self.refusal: Exception | None = None
@@ -144,7 +149,7 @@ class HostBridge:
         except WbError as exc:
             status, answer = dock.deny(ctx, cap, exc, nreq=len(body))
         else:
-            status, answer = self.run(dock.call_raw, ctx, cap, request)
+            status, answer = self.run(self.call_raw, ctx, cap, request)
         self.calls += 1
         return frames.seal(frames.BROKER_ANSWER, self.secret, {"id": self.id, "status": status}, encode(answer))
 
@@ -167,9 +172,14 @@ class HostBridge:
             exc.reason = "too-large"  # type: ignore[attr-defined]
             status, body = dock.deny(ctx, cap, exc)
         else:
-            status, body = self.run(dock.call_raw, ctx, cap, request)
+            status, body = self.run(self.call_raw, ctx, cap, request)
         self.calls += 1
         return frames.seal(frames.BROKER_ANSWER, self.secret, {"id": self.id, "status": status}, body)
+
+    def call_raw(self, ctx: Any, cap: str, request: bytes) -> tuple[int, bytes]:
+        """``Dock.call_raw`` in a copy of the calling thread's context (one copy per call: a
+        broker call a tier gave up waiting for may still run in its own)."""
+        return self.call_context.copy().run(self.runtime.dock.call_raw, ctx, cap, request)
 
     def start(self, recv: Any, send: Any) -> threading.Thread:
         """``serve`` on a daemon thread (the tier's thread keeps the call's deadline)."""

@@ -15,10 +15,18 @@ The QuickJS reactor imports nothing but WASI, so the bridge rides on what WASI g
 
 Only calls with granted caps get the folder; without it ``__wb_dock`` is undefined and
 ``wbcore_runtime/sdk/wb_dock.js`` says the runner provides no bridge.
+
+wasmtime calls the stdout sink from one of its own runtime threads, not the thread that
+runs the call, and a thread starts with an empty ``contextvars`` context. So the sink
+answers each frame inside ``context``: a copy of the calling thread's context, taken
+when the call starts. Whatever the call set there (the current ``wb.call`` span, so
+each broker span is its child in the call's trace) holds for its Dock calls too, as it
+does for a ``wb.<cap>`` import, which runs on the calling thread.
 """
 
 from __future__ import annotations
 
+import contextvars
 import os
 import secrets
 from collections.abc import Callable
@@ -32,9 +40,11 @@ class DockSink:
     """A stdout callback: program bytes go to ``out``; Dock frames go to ``handle``."""
 
     def __init__(self, out: Callable[[bytes], int], handle: Callable[[str, bytes], tuple[int, bytes]],
-                 folder: Path, token: str) -> None:
+                 folder: Path, token: str, context: contextvars.Context | None = None) -> None:
         self.out = out
         self.handle = handle
+        #: The calling thread's context (see the module's doc); default: the one it is built in.
+        self.context = context if context is not None else contextvars.copy_context()
         self.folder = folder
         self.magic = b"\0WBDOCK:" + token.encode() + b"\n"
         self.buf = b""
@@ -96,7 +106,8 @@ class DockSink:
         previous = self.folder / str(self.seq)
         self.seq += 1
         self.calls += 1
-        status, body = self.handle(cap, request)
+        # one frame at a time (the guest waits for each answer), so the context is never entered twice
+        status, body = self.context.run(self.handle, cap, request)
         tmp = self.folder / f".{self.seq}.tmp"
         tmp.write_bytes(bytes([status & 0xFF]) + body)
         os.replace(tmp, self.folder / str(self.seq))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import contextvars
 import functools
 import hashlib
 import os
@@ -222,9 +223,11 @@ def run_artifact(
 
         if dock is None:
             return go(None)
+        # taken here, on the calling thread: wasmtime runs the sink on a thread of its own
+        context = contextvars.copy_context()
         with tempfile.TemporaryDirectory(prefix="wb-js-dock-") as tmp:
             folder, token = make_folder(Path(tmp))
-            return go((folder, lambda out: DockSink(out, dock, folder, token)))
+            return go((folder, lambda out: DockSink(out, dock, folder, token, context)))
 
 
 class JsRunner:

@@ -204,3 +204,75 @@ def test_fabric_worker_calls_nest_under_the_map_span(make_runtime, receiver):
     assert fan["attrs"]["wb.items"] == 3 and fan["attrs"]["wb.outcome"] == "ok" and fan["attrs"]["wb.engine"] == "local"
     calls = [s for s in receiver.spans if s["name"] == "wb.call upper"]
     assert len(calls) == 3 and all(c["parent"] == fan["id"] and c["trace"] == fan["trace"] for c in calls)
+
+
+#: A js toolkit that makes two granted broker calls (kv put, kv get) and one that is denied (net).
+_JS_MAIN = """import { wb, DockError } from './wb_dock.js';
+wb.kv.put({ key: 'k', value: new TextEncoder().encode('v') });
+console.log(new TextDecoder().decode(wb.kv.get({ key: 'k' }).value));
+try { wb.net.fetch({ url: 'http://127.0.0.1/' }); } catch (e) {
+  if (!(e instanceof DockError)) throw e;
+  console.log(e.kind);
+}
+"""
+
+
+def test_a_js_toolkits_broker_calls_nest_under_its_call_span(make_toolkit, make_runtime, wbx, receiver):
+    """The js lane answers its guest's Dock calls from wasmtime's stdout callback; every
+    broker span of the call is still a child of its wb.call span, in the call's one trace."""
+    for mod in ("wbcore_lane_js", "wbcore_wasmtime", "wbcore_sources", "wbcore_brokers_state"):
+        pytest.importorskip(mod, reason="a js toolkit with kv needs wbcore-lane-js, -wasmtime, -sources, -brokers-state")
+    make_toolkit("jsotel", exec="command", caps="kv",
+                 extra={"BUILD_LANG": "js", "BUILD_SRC": "path:src", "CLI_BIN": "jsotel"}, drawer={"CLI_BIN": "jsotel"},
+                 files={"src/main.js": _JS_MAIN})
+    rt = make_runtime(env={**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint})
+    assert rt.tracer is not None
+    built = wbx("toolkit", "build", "jsotel", runtime=rt)
+    assert built.exit_code == 0, built.stderr
+    res = rt.call("jsotel")
+    assert (res.exit_code, res.stdout) == (0, b"v\ncapability-denied\n"), res.stderr
+    assert rt.tracer.flush(10)
+    calls = [s for s in receiver.spans if s["name"] == "wb.call jsotel"]
+    assert len(calls) == 1, [s["name"] for s in receiver.spans]
+    call = calls[0]
+    assert call["attrs"]["wb.outcome"] == "ok" and call["attrs"]["wb.caps"] == ["kv"]
+    brokers = [s for s in receiver.spans if s["name"] == "wb.broker" and s["attrs"].get("wb.toolkit") == "jsotel"]
+    assert sorted((b["attrs"]["wb.cap"], b["attrs"]["wb.outcome"]) for b in brokers) == [
+        ("kv", "allowed"), ("kv", "allowed"), ("net", "denied")], brokers
+    for b in brokers:
+        assert b["trace"] == call["trace"] and b["parent"] == call["id"], (b, call)
+
+
+def test_broker_calls_bridged_from_an_os_process_worker_nest_under_the_call_span(make_runtime, receiver):
+    """A tier that runs the guest away from this process answers its caps on threads of its
+    own (wbcore_runtime.wire.capbridge.HostBridge): those broker spans are children of the
+    call span too, in its trace."""
+    for mod in ("wasmtime", "wbcore_process", "wbcore_brokers_state"):
+        pytest.importorskip(mod, reason="needs wasmtime, wbcore-process and the kv broker (wbcore-brokers-state)")
+    import cbor2
+    import wasmtime
+    from wbcore_process.sandbox import probe
+    from wbcore_process.tiers import OsProcessTier
+
+    from wbcore_runtime.contract.calls import CallRecord
+    from wbcore_runtime.trust.policy import profile
+    from wbcore_testing.conformance import command_request, kv_wat
+
+    if not probe()[0]:
+        pytest.skip(f"the os_process sandbox is unavailable here: {probe()[1]}")
+    rt = make_runtime(env={"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint})
+    put = cbor2.dumps({"op": "put", "key": "k", "value": b"v"})
+    get = cbor2.dumps({"op": "get", "key": "k"})
+    req = command_request(rt, wasmtime.wat2wasm(kv_wat(put, get)), profile=profile("minimal"), caps=frozenset({"kv"}))
+    record = CallRecord(name="bridged", shape="command", principal=req.principal, toolkit="tk", tier="os_process",
+                        caps=req.caps)
+    rt.call_hooks.wbcore_call_started(call=record)
+    res = OsProcessTier(rt).call(req)
+    rt.call_hooks.wbcore_call_finished(call=record, result=res)
+    assert res.exit_code == 0 and cbor2.loads(res.stdout) == {"value": b"v"}, res.stderr
+    assert rt.tracer.flush(10)
+    call = next(s for s in receiver.spans if s["name"] == "wb.call bridged")
+    brokers = [s for s in receiver.spans if s["name"] == "wb.broker"]
+    assert [b["attrs"]["wb.outcome"] for b in brokers] == ["allowed", "allowed"]
+    for b in brokers:
+        assert b["trace"] == call["trace"] and b["parent"] == call["id"], (b, call)
