@@ -370,8 +370,8 @@ class Runtime:
         ``cancel`` event (a ``threading.Event``) stops the guest at its next epoch tick.
         ``tier`` asks for an isolation tier (never weaker than the toolkit's trust needs).
         ``mounts``: host folders to bind in (``"HOST[:GUEST][:ro|rw]"`` or
-        ``wbcore_runtime.wire.terminal.Mount``; read-only by default), for tiers that bind them
-        (container, microvm); checked by ``wbcore_runtime.dispatch.dispatcher.mounts_for``.
+        ``wbcore_runtime.dispatch.mounts.Mount``; read-only by default), for tiers that bind them
+        (container, microvm); checked by ``wbcore_runtime.dispatch.mounts.grant``.
         """
         from wbcore_runtime.dispatch import dispatcher as dispatch  # deferred: keeps wbx start-up light
 

@@ -8,7 +8,7 @@ from wbcore_runtime.cli import fastrun
 
 def test_mounts_before_the_name_are_wbx_options() -> None:
     got = fastrun.parse(["run", "--mount", "/a:/a", "--mount=/b:/b:rw", "--tier", "container", "git", "log"])
-    assert got == fastrun.RunArgs("git", ("log",), None, "container", False, ("/a:/a", "/b:/b:rw"))
+    assert got == fastrun.RunArgs("git", ("log",), None, "container", False, mounts=("/a:/a", "/b:/b:rw"))
     assert fastrun.parse(["run", "git", "log"]).mounts == ()  # type: ignore[union-attr]
     assert fastrun.parse(["run", "--mount"]) is None  # no value: Typer prints the usage
 

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from wbcore_runtime.dispatch import mounts
 from wbcore_runtime.wire import frames, terminal
 
 AGENT = """
@@ -125,22 +126,22 @@ def _reader(data: bytes):
 
 def test_mounts_are_parsed_and_checked(tmp_path) -> None:
     with pytest.raises(ValueError, match=r"HOST\[:GUEST\]"):
-        terminal.parse_mount(f"{tmp_path}:/a:/b:ro")
+        mounts.parse_mount(f"{tmp_path}:/a:/b:ro")
     with pytest.raises(ValueError, match="does not exist"):
-        terminal.parse_mount("nocolon")
+        mounts.parse_mount("nocolon")
     with pytest.raises(ValueError, match="does not exist"):
-        terminal.parse_mount("/no/such/dir:/data")
+        mounts.parse_mount("/no/such/dir:/data")
     with pytest.raises(ValueError, match="ro or rw"):
-        terminal.parse_mount(f"{tmp_path}:/data:rx")
+        mounts.parse_mount(f"{tmp_path}:/data:rx")
     with pytest.raises(ValueError, match="normalised"):
-        terminal.parse_mount(f"{tmp_path}:/data/../etc")
+        mounts.parse_mount(f"{tmp_path}:/data/../etc")
     with pytest.raises(ValueError, match="belongs to the sandbox"):
-        terminal.parse_mount(f"{tmp_path}:/usr/bin")
-    assert terminal.parse_mount(f"{tmp_path}:/data:rw") == terminal.Mount(str(tmp_path.resolve()), "/data", True)
-    assert terminal.parse_mount(f"{tmp_path}:/data").rw is False
+        mounts.parse_mount(f"{tmp_path}:/usr/bin")
+    assert mounts.parse_mount(f"{tmp_path}:/data:rw") == mounts.Mount(str(tmp_path.resolve()), "/data", True)
+    assert mounts.parse_mount(f"{tmp_path}:/data").rw is False
     # the guest path defaults to the folder's own real path; the mode may follow the host alone
-    assert terminal.parse_mount(f"{tmp_path}:rw") == terminal.Mount(str(tmp_path.resolve()), str(tmp_path.resolve()), True)
-    assert terminal.parse_mount(str(tmp_path)) == terminal.Mount(str(tmp_path.resolve()), str(tmp_path.resolve()), False)
+    assert mounts.parse_mount(f"{tmp_path}:rw") == mounts.Mount(str(tmp_path.resolve()), str(tmp_path.resolve()), True)
+    assert mounts.parse_mount(str(tmp_path)) == mounts.Mount(str(tmp_path.resolve()), str(tmp_path.resolve()), False)
 
 
 def test_mount_host_folders_are_granted_by_the_one_containment_rule(tmp_path) -> None:
@@ -152,19 +153,19 @@ def test_mount_host_folders_are_granted_by_the_one_containment_rule(tmp_path) ->
     data.mkdir()
     (tmp_path / "link").symlink_to(data)
     (tmp_path / "file").write_text("x")
-    assert terminal.parse_mount(f"{tmp_path / 'link'}:/d", home=home).host == str(data.resolve())
+    assert mounts.parse_mount(f"{tmp_path / 'link'}:/d", home=home).host == str(data.resolve())
     for spec, why in ((f"{home}:/d", "inside the wbcore home"), (f"{home / 'keys'}:/d", "inside the wbcore home"),
                       (f"{tmp_path}:/d", "contains the wbcore home"), ("/:/d", "whole host"),
                       ("/dev:/d", "kernel's own view"), ("/proc/self:/d", "kernel's own view"),
                       (f"{tmp_path / 'file'}:/d", "not a folder"), ("/dev/null:/d", "a device")):
         with pytest.raises(ValueError, match=why):
-            terminal.parse_mount(spec, home=home)
+            mounts.parse_mount(spec, home=home)
     # a link into the home is the home
     (tmp_path / "sneaky").symlink_to(home / "keys")
     with pytest.raises(ValueError, match="inside the wbcore home"):
-        terminal.parse_mount(f"{tmp_path / 'sneaky'}:/d", home=home)
+        mounts.parse_mount(f"{tmp_path / 'sneaky'}:/d", home=home)
     with pytest.raises(Exception, match="given twice"):
-        terminal.parse_mounts([f"{data}:/d", f"{data}:/d:rw"], home=home)
+        mounts.parse_mounts([f"{data}:/d", f"{data}:/d:rw"], home=home)
 
 
 def test_unreachable_by_names_the_folder_an_unprivileged_uid_cannot_use() -> None:
@@ -174,7 +175,7 @@ def test_unreachable_by_names_the_folder_an_unprivileged_uid_cannot_use() -> Non
     import tempfile
     from pathlib import Path
 
-    from wbcore_runtime.wire.terminal import unreachable_by
+    from wbcore_runtime.dispatch.mounts import unreachable_by
 
     if not os.stat("/tmp").st_mode & stat.S_IXOTH:
         pytest.skip("/tmp is not searchable by others here")

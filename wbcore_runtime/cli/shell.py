@@ -32,9 +32,10 @@ def shell_tier(runtime: Any, name: str) -> Any:
 
 def run_shell(runtime: Any, tier_name: str, mounts: list[str], program: str, args: list[str], timeout: float,
               stdin_fd: int = 0, stdout_fd: int = 1) -> int:
+    from wbcore_runtime.dispatch.mounts import parse_mounts  # deferred: keeps wbx start-up light
     from wbcore_runtime.wire import terminal  # deferred: keeps wbx start-up light
 
-    parsed = terminal.parse_mounts(mounts, home=runtime.home)
+    parsed = parse_mounts(mounts, home=runtime.home)
     if not 0 < timeout <= 86400:
         raise InvalidArgs(f"wbx shell: --timeout must be within (0, 86400] seconds, got {timeout:g}")
     request = terminal.ShellRequest(program=program, args=tuple(args), mounts=tuple(parsed), timeout_s=timeout)

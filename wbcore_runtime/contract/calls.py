@@ -128,7 +128,7 @@ class CommandRequest:
     #: made empty for the call and removed after it.
     scratch: tuple[str, int] | None = None
     #: Host folders the deployer granted to this call (``wbx run --mount``): checked
-    #: ``wbcore_runtime.wire.terminal.Mount`` records, bound by tiers that list ``mount`` in their kinds.
+    #: ``wbcore_runtime.dispatch.mounts.Mount`` records, bound by tiers that list ``mount`` in their kinds.
     mounts: tuple[Any, ...] = ()
 
     def guest_input(self, program: str | None = None) -> tuple[list[str], bytes]:

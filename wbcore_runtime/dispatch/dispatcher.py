@@ -627,44 +627,15 @@ def _scratch(resolved: Resolved) -> tuple[str, int] | None:
     return preopen.scratch_of(resolved.entry.options)
 
 
-def mounts_for(runtime: RuntimeServices, resolved: Resolved, mounts: Sequence[Any], principal: Principal | None) -> tuple[Any, ...]:
-    """The host folders a deployer grants to one call (``wbx run --mount``), through
-    :func:`grant_mounts` with the call's resolved tier and effective caps."""
-    return grant_mounts(runtime, mounts, tier=resolved.tier.name, caps=resolved.caps,
-                        owner=resolved.toolkit or resolved.name, what=f"{resolved.kind} {resolved.name!r}",
-                        principal=str(principal or resolved.principal))
+def _granted_mounts(runtime: RuntimeServices, resolved: Resolved, mounts: Sequence[Any],
+                    principal: Principal | None) -> tuple[Any, ...]:
+    """The host folders a deployer grants to one call (``wbx run --mount``), by
+    :func:`wbcore_runtime.dispatch.mounts.grant` with the call's resolved tier and effective caps."""
+    from wbcore_runtime.dispatch import mounts as granting  # deferred: keeps wbx start-up light (--mount only)
 
-
-def grant_mounts(runtime: RuntimeServices, mounts: Sequence[Any], *, tier: str, caps: frozenset[str], owner: str, what: str,
-                 principal: str) -> tuple[Any, ...]:
-    """THE check of host folders granted to a sandbox run (calls and tasks): each by
-    :func:`wbcore_runtime.wire.terminal.parse_mounts` (the one containment rule of
-    :func:`wbcore_runtime.guard.paths.host_folder`); the tier must bind host folders (its record
-    lists ``mount``); ``:rw`` only when ``caps`` (the run's effective caps) hold
-    :data:`wbcore_runtime.trust.policy.MOUNT_RW`, which toolkit ``owner`` declares in ``#+CAPS`` and
-    the deployer grants. Each grant is audited."""
-    from wbcore_runtime.wire import terminal  # deferred: keeps wbx start-up light (only a call with --mount)
-
-    parsed = terminal.parse_mounts(tuple(mounts), home=runtime.home)
-    if not parsed:
-        return ()
-    binders = sorted(t.name for t in registry(runtime, "tiers") if "mount" in t.kinds)
-    if tier == INSTANCE or tier not in binders:
-        raise InvalidArgs(f"--mount: {what} runs at tier {tier}, which binds no host folder; "
-                          f"tiers that do: {', '.join(binders) or 'none installed (pip install wbcore-container)'} "
-                          f"(--tier {binders[0] if binders else 'container'} --mount HOST:GUEST)")
-    for m in parsed:
-        if m.rw and policy.MOUNT_RW not in caps:
-            raise CapabilityDenied(f"--mount {m.host}:{m.guest}:rw: {what} may not write to host folders: toolkit "
-                                   f"{owner} must list {policy.MOUNT_RW} in #+CAPS and the deployer grant it "
-                                   f"(wbx toolkit grant {owner} {policy.MOUNT_RW}); or mount it read-only")
-    from wbcore_runtime.dispatch.audit import AuditLog, digest  # deferred: keeps wbx start-up light
-
-    log = AuditLog.for_home(runtime.home, runtime.env)
-    for m in parsed:
-        log.record(principal=principal, cap="mount", op="rw" if m.rw else "ro", args_digest=digest(m.host.encode()),
-                   outcome="allowed", target=f"{m.host} → {m.guest} for {what} at {tier}")
-    return parsed
+    return granting.grant(runtime, mounts, tiers=registry(runtime, "tiers"), tier=resolved.tier.name,
+                          caps=resolved.caps, owner=resolved.toolkit or resolved.name,
+                          what=f"{resolved.kind} {resolved.name!r}", principal=str(principal or resolved.principal))
 
 
 def command_request(resolved: Resolved, argv: Sequence[str], stdin: bytes, *, principal: Principal | None = None,
@@ -683,7 +654,7 @@ def call_command(runtime: RuntimeServices, name: str, argv: Sequence[str] = (), 
                  principal: Principal | None = None, timeout: float | None = None, cancel: Any = None,
                  tier: str | None = None, mounts: Sequence[Any] = ()) -> CallResult:
     """Run the registered command ``name`` once, at its resolved tier (``mounts``: host
-    folders granted to this call, :func:`mounts_for`)."""
+    folders granted to this call, :func:`wbcore_runtime.dispatch.mounts.grant`)."""
     if not isinstance(stdin, bytes):
         if not isinstance(stdin, (bytearray, memoryview)):
             raise InvalidArgs(f"stdin must be bytes, got {type(stdin).__name__}")
@@ -697,10 +668,10 @@ def call_resolved(runtime: RuntimeServices, resolved: Resolved, argv: Sequence[s
                   cancel: Any = None, mounts: Sequence[Any] = ()) -> CallResult:
     """Run a command already resolved by :func:`resolve` (or kept by ``wbcore_runtime.store.runcache``
     and adopted): ``wbx run`` resolves once and calls this, never resolving again. ``mounts``:
-    host folders asked for this call (``HOST[:GUEST][:ro|rw]``), granted by :func:`mounts_for`."""
+    host folders asked for this call (``HOST[:GUEST][:ro|rw]``), granted by :func:`wbcore_runtime.dispatch.mounts.grant`."""
     name = resolved.name
     check_reach(resolved, principal)
-    granted = mounts_for(runtime, resolved, mounts, principal) if mounts else ()
+    granted = _granted_mounts(runtime, resolved, mounts, principal) if mounts else ()
     if argv and not isinstance(argv, tuple):
         argv = tuple(str(a) for a in argv)
     # entered in the running table: a revocation that lands while it runs cuts it off

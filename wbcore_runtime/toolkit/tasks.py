@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from wbcore_runtime.dispatch import mounts as granting
 from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs, NotFound
 from wbcore_runtime.trust.policy import profile
 
@@ -53,7 +54,7 @@ class TaskRequest:
     toolkit_dir: Path
     timeout_s: float
     #: Host folders the deployer granted (``wbx toolkit run --mount``), checked by
-    #: ``wbcore_runtime.dispatch.dispatcher.grant_mounts``: ``wbcore_runtime.wire.terminal.Mount`` records.
+    #: ``wbcore_runtime.dispatch.mounts.grant``: ``wbcore_runtime.dispatch.mounts.Mount`` records.
     mounts: tuple[Any, ...] = ()
 
 
@@ -141,8 +142,8 @@ def run_task(runtime: Any, ident: str, task: str, args: Sequence[str], stdin: by
         m = tk.manifest
         caps = consent.effective_caps(runtime.home, toolkit_id=ident, trust=m.trust, signer=None, declared=m.caps,
                                       profile=profile("posix"), universe=runtime.caps_universe_for(m.caps))
-        granted = dispatch.grant_mounts(runtime, mounts, tier=chosen.name, caps=caps, owner=ident,
-                                        what=f"task {task} of {ident}", principal="deployer")
+        granted = granting.grant(runtime, mounts, tiers=dispatch.registry(runtime, "tiers"), tier=chosen.name,
+                                 caps=caps, owner=ident, what=f"task {task} of {ident}", principal="deployer")
     request = TaskRequest(toolkit=ident, task=task, interpreter=interpreter, script=block.script, args=tuple(args),
                           stdin=stdin, toolkit_dir=tk.dir, timeout_s=min(timeout or limit, limit), mounts=granted)
     return chosen.factory(runtime).run_task(request)

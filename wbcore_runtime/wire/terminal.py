@@ -33,15 +33,16 @@ import fcntl
 import os
 import select
 import signal
-import stat
 import struct
 import termios
 import time
 import tty
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from wbcore_runtime.dispatch.mounts import Mount
 
 try:
     from wbcore_runtime.wire import frames
@@ -72,100 +73,12 @@ class PtyError(Exception):
 
 
 @dataclass(frozen=True, slots=True)
-class Mount:
-    """A host folder the sandbox sees at ``guest`` (``rw=False``: read-only)."""
-
-    host: str
-    guest: str
-    rw: bool = False
-
-
-#: Guest paths a mount may not cover: the sandbox's own system folders.
-RESERVED = ("/proc", "/dev", "/sys", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc", "/wb", "/run")
-#: Host folders one call or shell may mount (the micro-VM has as many virtio-9p slots).
-MAX_MOUNTS = 4
-
-
-def parse_mount(spec: str, *, home: Path | str | None = None) -> Mount:
-    """``host[:guest][:ro|rw]`` (default ``ro``; guest default: the host folder's own real
-    path) → :class:`Mount`, or ``ValueError`` saying what is wrong. The host side is granted
-    by :func:`wbcore_runtime.guard.paths.host_folder` (an existing folder, symlinks resolved once,
-    no devices, never the wbcore ``home`` or a folder around it); the guest side must be an
-    absolute, normalised path outside the sandbox's system folders."""
-    from wbcore_runtime.guard import paths
-    from wbcore_runtime.contract.errors import WbError
-
-    parts = spec.split(":")
-    mode = "ro"
-    if len(parts) > 1 and parts[-1] in ("ro", "rw"):
-        mode = parts.pop()
-    elif len(parts) == 3:
-        raise ValueError(f"--mount {spec!r}: the mode must be ro or rw, not {parts[-1]!r}")
-    if len(parts) > 2 or not parts[0] or (len(parts) == 2 and not parts[1]):
-        raise ValueError(f"--mount {spec!r}: expected HOST[:GUEST][:ro|rw], e.g. ./data:/data:ro")
-    host = parts[0]
-    try:
-        real = paths.host_folder(host, home=home)
-    except WbError as exc:
-        raise ValueError(exc.message) from None
-    guest = parts[1] if len(parts) == 2 else real
-    if not guest.startswith("/") or os.path.normpath(guest) != guest or guest == "/":
-        raise ValueError(f"--mount {spec!r}: the guest path must be absolute and normalised (no '..', no trailing "
-                         "'/'), e.g. /data")
-    for sys_dir in RESERVED:
-        if guest == sys_dir or guest.startswith(sys_dir + "/"):
-            raise ValueError(f"--mount {spec!r}: {sys_dir} belongs to the sandbox; mount under another path "
-                             "(e.g. /data or /tmp/work)")
-    return Mount(real, guest, mode == "rw")
-
-
-def parse_mounts(specs: Sequence[str | Mount], *, home: Path | str | None = None) -> tuple[Mount, ...]:
-    """Every ``--mount`` of one call, each through :func:`parse_mount` (a :class:`Mount` built
-    by an embedder is checked by the same rule), at most :data:`MAX_MOUNTS`, no guest path
-    twice; ``InvalidArgs`` naming the first that is wrong."""
-    from wbcore_runtime.contract.errors import InvalidArgs
-
-    if len(specs) > MAX_MOUNTS:
-        raise InvalidArgs(f"--mount: at most {MAX_MOUNTS} folders per call (got {len(specs)})")
-    out: list[Mount] = []
-    for spec in specs:
-        text = spec if isinstance(spec, str) else f"{spec.host}:{spec.guest}:{'rw' if spec.rw else 'ro'}"
-        try:
-            out.append(parse_mount(text, home=home))
-        except ValueError as exc:
-            raise InvalidArgs(str(exc)) from None
-    guests = [m.guest for m in out]
-    for g in guests:
-        if guests.count(g) > 1:
-            raise InvalidArgs(f"--mount: the guest path {g} is given twice")
-    return tuple(out)
-
-
-def unreachable_by(path: str, rw: bool, uid: int) -> str:
-    """Why host ``uid`` (which owns nothing and is in no group: the unprivileged uid a tier
-    runs its sandbox as) cannot use the mounted folder ``path``, or ``""``: every ancestor
-    must be searchable by others, the folder readable (and for ``rw`` writable) by others
-    or owned by ``uid``. Every tier that mounts a host folder asks this, before it starts."""
-    p = Path(path)
-    for parent in reversed(p.parents):
-        st = parent.stat()
-        if st.st_uid != uid and not st.st_mode & stat.S_IXOTH:
-            return f"{parent} is not searchable by others (chmod o+x {parent})"
-    st = p.stat()
-    need = stat.S_IROTH | stat.S_IXOTH | (stat.S_IWOTH if rw else 0)
-    if st.st_uid != uid and st.st_mode & need != need:
-        return (f"{p} is not {'writable' if rw else 'readable'} by others (chmod o+{'rwx' if rw else 'rx'} {p}, "
-                f"or chown {uid} {p})")
-    return ""
-
-
-@dataclass(frozen=True, slots=True)
 class ShellRequest:
     """What ``wbx shell`` asks a tier for: a sandbox whose agent serves terminal sessions."""
 
     program: str = "/bin/sh"
     args: Sequence[str] = ()
-    mounts: Sequence[Mount] = ()
+    mounts: Sequence[Mount] = ()  # granted by wbcore_runtime.dispatch.mounts.parse_mounts
     timeout_s: float = 3600.0
     env: Mapping[str, str] = field(default_factory=dict)
 

@@ -14,7 +14,7 @@ Two kinds of payload, both through :func:`wbcore_container.bwrap.run` over the r
   the CLI is resolved inside the root (``rootfs.resolve_cli``: Debian's ``/usr``, never
   this host's ``PATH``) and runs as ``argv + stdin → stdout/stderr/exit`` with no network
   and no host file but the folders the deployer granted to the call (``wbx run --mount``,
-  bound read-only unless ``:rw``; checked by ``wbcore_runtime.dispatch.dispatcher.mounts_for``), under
+  bound read-only unless ``:rw``; checked by ``wbcore_runtime.dispatch.mounts.grant``), under
   rlimits that hold for uid ≠ 0 (bwrap is started as ``bwrap.HOST_UID``: a fork bomb meets
   ``RLIMIT_NPROC``).
 
@@ -40,7 +40,8 @@ from wbcore_runtime.wire import frames
 from wbcore_runtime.guard import paths
 from wbcore_runtime.wire.capbridge import HostBridge
 from wbcore_runtime.contract.errors import Internal, InvalidArgs, NotFound, Timeout
-from wbcore_runtime.wire.terminal import Channel, unreachable_by
+from wbcore_runtime.dispatch.mounts import unreachable_by
+from wbcore_runtime.wire.terminal import Channel
 from wbcore_runtime.contract.records import Availability
 
 from wbcore_container import bwrap, rootfs
@@ -345,7 +346,7 @@ def _skill_binds(runtime: Runtime, posix: dict[str, Any]) -> list[tuple[str, str
     images = skill_images.parse(" ".join(f"{r}={m}" for r, m in entries))
     out = [(str(skill_images.resolve(runtime.home, im, runtime.env)), im.mount) for im in images]
     if os.geteuid() == 0:  # bwrap then runs as the unprivileged host uid: it must reach the trees
-        from wbcore_runtime.wire.terminal import unreachable_by
+        from wbcore_runtime.dispatch.mounts import unreachable_by
 
         for host, guest in out:
             why = unreachable_by(host, False, bwrap.HOST_UID)

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from wbcore_microvm import shell, tiers
 
+from wbcore_runtime.dispatch import mounts
 from wbcore_runtime.wire import frames, terminal
 from wbcore_testing.conformance import PtySessions
 from wbcore_runtime.contract.errors import InvalidArgs
@@ -164,8 +165,8 @@ def folders(request):
 def test_mounted_folders_are_read_only_unless_rw_and_stay_inside(folders, snapshot) -> None:
     ro, rw = folders
     slots = tiers.prepare(CACHE, mount_slots=shell.MOUNT_SLOTS)
-    req = terminal.ShellRequest(timeout_s=60, mounts=(terminal.parse_mount(f"{ro}:/data"),
-                                                      terminal.parse_mount(f"{rw}:/tmp/out:rw")))
+    req = terminal.ShellRequest(timeout_s=60, mounts=(mounts.parse_mount(f"{ro}:/data"),
+                                                      mounts.parse_mount(f"{rw}:/tmp/out:rw")))
     box = shell.open_shell(slots, req)
     try:
         script = ("cat /data/in.txt; echo x > /data/no.txt; echo ma > /tmp/out/out.txt; echo de >> /tmp/out/out.txt; "
@@ -190,7 +191,7 @@ def test_mounted_folders_are_read_only_unless_rw_and_stay_inside(folders, snapsh
 def test_mount_requests_are_checked_on_both_sides(folders, snapshot, make_runtime) -> None:
     ro, _ = folders
     slots = tiers.prepare(CACHE, mount_slots=shell.MOUNT_SLOTS)
-    box = shell.open_shell(slots, terminal.ShellRequest(timeout_s=60, mounts=(terminal.parse_mount(f"{ro}:/data"),)))
+    box = shell.open_shell(slots, terminal.ShellRequest(timeout_s=60, mounts=(mounts.parse_mount(f"{ro}:/data"),)))
     try:
         # the guest refuses system folders, unnormalised paths and unknown slots itself
         for slot, guest in ((1, "/etc/x"), (1, "/proc"), (1, "/a/../etc"), (1, "/a//b"), (1, "relative"), (9, "/ok")):
@@ -201,7 +202,7 @@ def test_mount_requests_are_checked_on_both_sides(folders, snapshot, make_runtim
         assert pty.next(box, {frames.REFUSED})[1]["reason"] == "secret"
     finally:
         box.close()
-    too_many = tuple(terminal.Mount(str(ro), f"/d{i}") for i in range(shell.MOUNT_SLOTS + 1))
+    too_many = tuple(mounts.Mount(str(ro), f"/d{i}") for i in range(shell.MOUNT_SLOTS + 1))
     with pytest.raises(InvalidArgs, match=f"at most {shell.MOUNT_SLOTS}"):
         tiers.MicrovmTier(make_runtime()).open_shell(terminal.ShellRequest(mounts=too_many))
     ro_only = Path(tempfile_dir())
@@ -209,7 +210,7 @@ def test_mount_requests_are_checked_on_both_sides(folders, snapshot, make_runtim
     try:
         with pytest.raises(InvalidArgs, match="chmod o\\+rwx"):
             tiers.MicrovmTier(make_runtime()).open_shell(
-                terminal.ShellRequest(mounts=(terminal.Mount(str(ro_only), "/data", True),)))
+                terminal.ShellRequest(mounts=(mounts.Mount(str(ro_only), "/data", True),)))
     finally:
         shutil.rmtree(ro_only, ignore_errors=True)
     if os.geteuid() == 0:
@@ -220,7 +221,7 @@ def test_mount_requests_are_checked_on_both_sides(folders, snapshot, make_runtim
         try:
             with pytest.raises(InvalidArgs, match="cannot use it"):
                 tiers.MicrovmTier(make_runtime()).open_shell(
-                    terminal.ShellRequest(mounts=(terminal.Mount(str(hidden), "/data", True),)))
+                    terminal.ShellRequest(mounts=(mounts.Mount(str(hidden), "/data", True),)))
         finally:
             shutil.rmtree(hidden.parent, ignore_errors=True)
 

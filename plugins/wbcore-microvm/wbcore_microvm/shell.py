@@ -35,7 +35,8 @@ from wbcore_microvm import tiers
 from wbcore_microvm import vm as _vm
 from wbcore_runtime.wire import frames
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound, Timeout
-from wbcore_runtime.wire.terminal import Channel, Mount, ShellRequest, unreachable_by
+from wbcore_runtime.dispatch.mounts import Mount, unreachable_by
+from wbcore_runtime.wire.terminal import Channel, ShellRequest
 
 #: The host's watchdog ends the VM this long after the session's deadline.
 GRACE_S = 1.0

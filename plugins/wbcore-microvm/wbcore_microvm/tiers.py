@@ -398,7 +398,7 @@ class MicrovmTier:
             # the host folders granted to the call (wbx run --mount, checked by the core)
             from wbcore_microvm.shell import MOUNT_SLOTS, check_call_mounts
             from wbcore_runtime.store import skill_images
-            from wbcore_runtime.wire.terminal import Mount, unreachable_by
+            from wbcore_runtime.dispatch.mounts import Mount, unreachable_by
 
             mounts: list[Any] = []
             if images:
