@@ -119,15 +119,23 @@ def module_ref(ray: Any, runtime: Any, sha: str) -> Any:
 
 def refuse_remote(runtime: Any, kind: str, name: str, caps: frozenset[str], request: Any, entry: Any,
                   where: str) -> None:
-    """What cannot run on another machine: caps (their brokers hold this host's state),
-    host folders (``#+PREOPEN``), modules that need their lane's runner (its sources)."""
+    """What cannot run on another machine: caps (their brokers hold this host's state) and
+    host folders (``#+PREOPEN``). A module built by a compile-and-run lane does go: its
+    artifact is all its runner needs (js: the reactor with the app's sources inside, one
+    sha256), and the node runs it with the same lane's runner (:func:`lane_runner`)."""
     if caps:
         raise InvalidArgs(f"{where}: {kind} {name!r} is granted caps ({' '.join(sorted(caps))}); a node of a Ray "
                           f"cluster cannot reach this host's Dock. Use the local or threads engine")
     if getattr(request, "preopen", None):
         raise InvalidArgs(f"{where}: {kind} {name!r} preopens a host folder ({request.preopen[0]}), which other "
                           f"nodes do not have. Run it on this machine (local engine)")
+
+
+def lane_runner(runtime: Any, entry: Any) -> str | None:
+    """The lane whose runner runs ``entry`` here (``BuildLane.runner``: a compile-and-run
+    lane built it), or ``None`` (the shape's runner does). A node is told so and refuses
+    the job when it cannot run that lane's artifacts, rather than run them otherwise."""
     lane = (entry.options or {}).get("lane") if entry is not None else None
     if lane and lane in runtime.lanes and getattr(runtime.lanes.get(lane), "runner", None) is not None:
-        raise InvalidArgs(f"{where}: {kind} {name!r} was built by the {lane} lane, whose runner needs its sources "
-                          f"on the node. Run it on this machine (local engine)")
+        return str(lane)
+    return None
