@@ -94,3 +94,23 @@ def test_a_js_toolkit_runs_on_the_cluster_and_the_node_tier_as_it_does_locally(m
     assert fan_ray.stdout == fan_local.stdout and fan_ray.stdout.count("\n") == 6, fan_ray.stderr
     run = wbx("run", "--tier", "node", "jsup", "x", runtime=rt, input="y")
     assert (run.exit_code, run.stdout) == (0, '{"args":["x"],"out":"Y!"}\n'), run.stderr
+
+
+@needs_js
+def test_dispatch_sends_a_js_module_to_the_node_tier_and_not_to_tiers_that_cannot_host_its_runner(make_runtime,
+                                                                                                  monkeypatch):
+    from wbcore_runtime.contract.errors import NotFound
+    from wbcore_runtime.dispatch.dispatcher import choose_tier
+
+    monkeypatch.setenv("WB_RAY_ADDRESS", "ray://head.example:10001")  # available; nothing is joined here
+    rt = make_runtime()
+    js = Entry(kind="command", name="x", sha256="0" * 64, shape="command", toolkit="t", options={"lane": "js"})
+    assert choose_tier(rt, js, "first-party", frozenset(), "node").name == "node"  # answered 127 before
+    choice = choose_tier(rt, js, "third-party", frozenset())
+    assert choice.name == "node", choice  # the first rung above instance that can host the js runner
+    hosting = {t.name for t in rt.tiers if t.hosts_lane_runners}
+    assert hosting == {"node"}
+    assert all("cannot host the js lane's runner" in why for _, why in choice.considered), choice
+    for name in {t.name for t in rt.tiers if "command" in t.kinds} - hosting - {"instance"}:
+        with pytest.raises(NotFound, match="cannot host the js lane's runner"):
+            choose_tier(rt, js, "first-party", frozenset(), name)
