@@ -97,6 +97,9 @@ class NodeWorker:
             modules = getattr(target, "modules", None)  # the shape's runner can load ahead of the first call
             if modules is not None:
                 modules.load(runtime.artifacts, sha)
+            ahead = getattr(target, "load_ahead", None)  # a lane's runner readies its artifact the same way
+            if ahead is not None:
+                ahead(req.artifact, sha)
             self.run = fabric.runner(runtime, job, tier=tier)
             self.compiled = self._compiled_forms(runtime, sha) > before
         self.load_s = time.perf_counter() - t0
