@@ -15,6 +15,7 @@ tasks) on that node read it.
 from __future__ import annotations
 
 import atexit
+import faulthandler
 import logging
 import os
 import threading
@@ -68,6 +69,7 @@ def connect(*, start_local: bool = True) -> Any:
             return ray
         addr = address()
         quiet: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": False, "namespace": "wbcore"}
+        faults_on = faulthandler.is_enabled()
         if addr is not None:
             try:
                 ray.init(address=addr, **quiet)
@@ -79,6 +81,12 @@ def connect(*, start_local: bool = True) -> Any:
             ray.init(num_cpus=os.cpu_count() or 1, object_store_memory=LOCAL_OBJECT_STORE_BYTES,
                      include_dashboard=False, **quiet)
             atexit.register(_forget_local_node, ray.get_runtime_context().get_node_id())
+        if not faults_on and faulthandler.is_enabled():
+            # ray.init turns Python's faulthandler on; its SIGILL/SIGSEGV handlers replace
+            # wasmtime's trap handlers, so a guest that traps in this process afterwards
+            # (an ``unreachable``, a stack overflow) would kill the driver instead of
+            # failing its call. Turning it off restores the handlers it replaced.
+            faulthandler.disable()
         return ray
 
 
