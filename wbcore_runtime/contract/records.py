@@ -225,6 +225,10 @@ class IsolationTier:
     available: Callable[[], Availability] = _always
     kinds: frozenset[str] = frozenset({"command", "kernel"})
     bridges_caps: bool = True
+    #: The driver runs an entry built by a compile-and-run lane with that lane's runner
+    #: (``BuildLane.runner``, e.g. js: interpreter + the artifact's own sources) where it runs
+    #: the call. ``False``: dispatch never sends such an entry to this tier.
+    hosts_lane_runners: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -230,7 +230,8 @@ def _tier_serves(runtime: RuntimeServices, record: Any, entry: Entry, caps: froz
         return f"cannot run {entry.shape} commands (native code)"
     if caps and not record.bridges_caps:
         return f"does not bridge capabilities yet (this call is granted {' '.join(sorted(caps))})"
-    if entry.options.get("lane") and entry.options.get("lane") in _lane_runners(runtime):
+    if (entry.options.get("lane") and entry.options.get("lane") in _lane_runners(runtime)
+            and not getattr(record, "hosts_lane_runners", False)):
         return f"cannot host the {entry.options['lane']} lane's runner (it runs in-process)"
     if (entry.options.get(preopen.OPTION) or entry.options.get(preopen.SCRATCH_OPTION)) and "preopen" not in record.kinds:
         return "cannot map #+PREOPEN or #+SCRATCH folders"

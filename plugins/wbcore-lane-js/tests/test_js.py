@@ -325,3 +325,21 @@ def test_a_tampered_artifact_is_refused_against_its_digest(lane, tk, tmp_path, w
     out.artifact.write_bytes(artifact.pack(artifact.code_part(data), artifact.Bundle(bundle.entry, files)))
     with pytest.raises(IntegrityError, match="does not match its sha256"):
         run_artifact(out.artifact, ["jstool"], home=wb_home, sha256=sha)
+
+
+def test_load_ahead_readies_the_sources_and_holds_the_artifact_to_its_digest(lane, tk, tmp_path, wb_home):
+    import types
+
+    from wbcore_runtime.store.artifacts import IntegrityError
+
+    from wbcore_lane_js.runner import JsRunner
+
+    out = build(lane, tk, tmp_path / "out")
+    data = out.artifact.read_bytes()
+    sha = hashlib.sha256(data).hexdigest()
+    runner = JsRunner(types.SimpleNamespace(home=wb_home))
+    with pytest.raises(IntegrityError, match="does not match its sha256"):
+        runner.load_ahead(out.artifact, "0" * 64)
+    runner.load_ahead(out.artifact, sha)  # what a fabric node does while it loads a job
+    app = wb_home / "cache" / "js" / "app" / sha
+    assert (app / "lib" / "text.js").read_text() == artifact.unpack(data).files["lib/text.js"]

@@ -236,6 +236,14 @@ class JsRunner:
     def __init__(self, runtime: Any) -> None:
         self.runtime = runtime
 
+    def load_ahead(self, path: Path, sha256: str) -> None:
+        """Ready the artifact at ``path`` before its first call: read and held to ``sha256``,
+        its reactor compiled (into ``cache/js``) and its sources extracted and checked. A
+        fabric node does this while it loads a job (``wbcore_ray.actor``), so the node's
+        actors do it once, under its load lock, rather than in their first calls."""
+        home = Path(self.runtime.home)
+        app_dir(home, prepare(path, home, sha256))
+
     def call(self, req: Any) -> Any:
         from wbcore_runtime.contract.calls import CallResult, LimitExceeded, Usage
 

@@ -39,6 +39,21 @@ def node_home(node_id: str) -> Path:
     return home
 
 
+def need_lane(runtime: Any, lane: str, node: str, job: fabric.Job) -> None:
+    """The node serves ``lane``'s runner, as the driver does: its artifacts (js: the
+    reactor with the app's sources inside) run only through it. The sources reach the
+    runner from the artifact just stored and verified here, never from a driver's path."""
+    rec = runtime.lanes.get(lane) if lane in runtime.lanes else None
+    if rec is None or getattr(rec, "runner", None) is None:
+        raise InvalidArgs(f"ray node {node[:12]}: {job.kind} {job.name!r} was built by the {lane} lane, whose runner "
+                          f"this node does not have; install the same wbcore plugins on every node as on the driver")
+    avail = rec.available()
+    if not avail.ok:
+        from wbcore_runtime.dispatch.dispatcher import Unavailable
+
+        raise Unavailable(f"ray node {node[:12]}: the {lane} lane cannot run {job.name!r} here: {avail.reason}")
+
+
 class NodeWorker:
     """Ray actor (``ray.remote(NodeWorker)``): one job, many chunks."""
 
@@ -54,9 +69,11 @@ class NodeWorker:
         self.inputs = self.chunks = 0
         self.load_s = 0.0
 
-    def load(self, wasm: bytes) -> dict[str, Any]:
+    def load(self, wasm: bytes, lane: str | None = None) -> dict[str, Any]:
         """Put the module into this node's store and load it (compiling it if no actor of
-        this node has); for a kernel, open the instance every chunk reuses."""
+        this node has); for a kernel, open the instance every chunk reuses. ``lane`` names
+        the compile-and-run lane whose runner runs it on the driver
+        (:func:`wbcore_ray.cluster.lane_runner`): this node must serve the same."""
         from wbcore_runtime.dispatch import dispatcher as dispatch
         from wbcore_runtime.runtime import Runtime
 
@@ -70,6 +87,8 @@ class NodeWorker:
             if art.sha256 != sha:
                 raise InvalidArgs(f"ray node {self.node[:12]}: the module received hashes to {art.sha256[:12]}…, "
                                   f"not the job's {sha[:12]}…; refused")
+            if lane is not None:
+                need_lane(runtime, lane, self.node, job)
             before = self._compiled_forms(runtime, sha)
             req = dataclasses.replace(job.request, artifact=runtime.artifacts.path(sha), tier="instance")
             self.job = job = dataclasses.replace(job, request=req)
@@ -78,6 +97,9 @@ class NodeWorker:
             modules = getattr(target, "modules", None)  # the shape's runner can load ahead of the first call
             if modules is not None:
                 modules.load(runtime.artifacts, sha)
+            ahead = getattr(target, "load_ahead", None)  # a lane's runner readies its artifact the same way
+            if ahead is not None:
+                ahead(req.artifact, sha)
             self.run = fabric.runner(runtime, job, tier=tier)
             self.compiled = self._compiled_forms(runtime, sha) > before
         self.load_s = time.perf_counter() - t0

@@ -15,6 +15,7 @@ tasks) on that node read it.
 from __future__ import annotations
 
 import atexit
+import faulthandler
 import logging
 import os
 import threading
@@ -68,6 +69,7 @@ def connect(*, start_local: bool = True) -> Any:
             return ray
         addr = address()
         quiet: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": False, "namespace": "wbcore"}
+        faults_on = faulthandler.is_enabled()
         if addr is not None:
             try:
                 ray.init(address=addr, **quiet)
@@ -79,6 +81,12 @@ def connect(*, start_local: bool = True) -> Any:
             ray.init(num_cpus=os.cpu_count() or 1, object_store_memory=LOCAL_OBJECT_STORE_BYTES,
                      include_dashboard=False, **quiet)
             atexit.register(_forget_local_node, ray.get_runtime_context().get_node_id())
+        if not faults_on and faulthandler.is_enabled():
+            # ray.init turns Python's faulthandler on; its SIGILL/SIGSEGV handlers replace
+            # wasmtime's trap handlers, so a guest that traps in this process afterwards
+            # (an ``unreachable``, a stack overflow) would kill the driver instead of
+            # failing its call. Turning it off restores the handlers it replaced.
+            faulthandler.disable()
         return ray
 
 
@@ -119,8 +127,10 @@ def module_ref(ray: Any, runtime: Any, sha: str) -> Any:
 
 def refuse_remote(runtime: Any, kind: str, name: str, caps: frozenset[str], request: Any, entry: Any,
                   where: str) -> None:
-    """What cannot run on another machine: caps (their brokers hold this host's state),
-    host folders (``#+PREOPEN``), modules that need their lane's runner (its sources)."""
+    """What cannot run on another machine: caps (their brokers hold this host's state) and
+    host folders (``#+PREOPEN``). A module built by a compile-and-run lane does go: its
+    artifact is all its runner needs (js: the reactor with the app's sources inside, one
+    sha256), and the node runs it with the same lane's runner (:func:`lane_runner`)."""
     if caps:
         raise InvalidArgs(f"{where}: {kind} {name!r} is granted caps ({' '.join(sorted(caps))}); a node of a Ray "
                           f"cluster cannot reach this host's Dock. Use the local or threads engine")
@@ -128,7 +138,13 @@ def refuse_remote(runtime: Any, kind: str, name: str, caps: frozenset[str], requ
         held = request.preopens[0][0] if request.preopens else "a #+SCRATCH folder"
         raise InvalidArgs(f"{where}: {kind} {name!r} preopens a host folder ({held}), which other "
                           f"nodes do not have. Run it on this machine (local engine)")
+
+
+def lane_runner(runtime: Any, entry: Any) -> str | None:
+    """The lane whose runner runs ``entry`` here (``BuildLane.runner``: a compile-and-run
+    lane built it), or ``None`` (the shape's runner does). A node is told so and refuses
+    the job when it cannot run that lane's artifacts, rather than run them otherwise."""
     lane = (entry.options or {}).get("lane") if entry is not None else None
     if lane and lane in runtime.lanes and getattr(runtime.lanes.get(lane), "runner", None) is not None:
-        raise InvalidArgs(f"{where}: {kind} {name!r} was built by the {lane} lane, whose runner needs its sources "
-                          f"on the node. Run it on this machine (local engine)")
+        return str(lane)
+    return None

@@ -53,7 +53,9 @@ class RayEngine:
         cluster.refuse_remote(self.runtime, job.kind, job.name, job.caps, job.request, job.entry, "fabric engine 'ray'")
         ray = cluster.connect()
         ref = cluster.module_ref(ray, self.runtime, job.entry.sha256)
-        return _Batch(self, ray, job, work, cancel, ref).chunks_in_order()
+        batch = _Batch(self, ray, job, work, cancel, ref)
+        batch.lane = cluster.lane_runner(self.runtime, job.entry)
+        return batch.chunks_in_order()
 
 
 class _Batch(fabric.Batch):
@@ -69,6 +71,7 @@ class _Batch(fabric.Batch):
         self.calls: dict[Any, tuple[_Actor, int]] = {}  # ObjectRef → (actor, seq)
         self.restarts = 0
         self.reports: list[dict[str, Any]] = []
+        self.lane: str | None = None  # the compile-and-run lane whose runner the nodes must serve
 
     # --- actors ------------------------------------------------------------------------
 
@@ -93,7 +96,7 @@ class _Batch(fabric.Batch):
         self._load(self.workers)
 
     def _load(self, actors: list[_Actor]) -> None:
-        loads = [a.handle.load.remote(self.ref) for a in actors]
+        loads = [a.handle.load.remote(self.ref, self.lane) for a in actors]
         left = self.job.remaining()
         timeout = START_TIMEOUT_S if left is None else max(0.1, min(left, START_TIMEOUT_S))
         try:

@@ -51,4 +51,5 @@ def wbcore_isolation_tiers() -> Iterator[IsolationTier]:
         available=_tier_available,
         kinds=frozenset({"command", "kernel"}),
         bridges_caps=False,
+        hosts_lane_runners=True,  # the node runs the lane's runner on the artifact it received (wbcore_ray.actor)
     )

@@ -45,7 +45,6 @@ class NodeTier:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         from wbcore_ray.actor import NodeWorker
-        from wbcore_runtime.store.registry import Entry
 
         cluster.refuse_remote(self.runtime, kind, req.name, req.caps, req, None, "tier node")
         ray = cluster.connect(start_local=False)
@@ -55,18 +54,29 @@ class NodeTier:
             if handle is not None:
                 return ray, handle
             node = self._node(ray)
-            entry = Entry(kind=kind, name=req.name, sha256=req.sha256, shape=kind, toolkit=req.toolkit)
+            entry = self._entry(kind, req)
             job = fabric.Job(kind=kind, name=req.name, tier="node", entry=entry, request=req, caps=req.caps, width=1,
                              home=self.runtime.home, roots=(), cwd=self.runtime.cwd, env={})
             handle = ray.remote(NodeWorker).options(
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False),
                 num_cpus=0, max_restarts=0).remote(job, None)
-            ray.get(handle.load.remote(cluster.module_ref(ray, self.runtime, req.sha256)), timeout=SLACK_S * 5)
+            ray.get(handle.load.remote(cluster.module_ref(ray, self.runtime, req.sha256),
+                                       cluster.lane_runner(self.runtime, entry)), timeout=SLACK_S * 5)
             if not fresh:
                 self._actors[key] = handle
                 while len(self._actors) > MAX_ACTORS:
                     ray.kill(self._actors.popitem(last=False)[1])
             return ray, handle
+
+    def _entry(self, kind: str, req: CommandRequest | KernelRequest) -> Any:
+        """The registry's entry of the resolved module (its options name the lane that built
+        it, whose runner the node runs it with), or a bare one for a module run by path."""
+        from wbcore_runtime.store.registry import Entry
+
+        entry = self.runtime.registry.lookup(kind, req.name)
+        if entry is not None and entry.sha256 == req.sha256:
+            return entry
+        return Entry(kind=kind, name=req.name, sha256=req.sha256, shape=kind, toolkit=req.toolkit)
 
     def call(self, request: CommandRequest) -> CallResult:
         request = dataclasses.replace(request, cancel=None)  # an Event does not cross machines
