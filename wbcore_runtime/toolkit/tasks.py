@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from wbcore_runtime.dispatch import dispatcher as dispatch
 from wbcore_runtime.dispatch import mounts as granting
+from wbcore_runtime.trust import consent
 from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs, NotFound
 from wbcore_runtime.trust.policy import profile
 
@@ -136,9 +138,6 @@ def run_task(runtime: Any, ident: str, task: str, args: Sequence[str], stdin: by
     limit = profile("posix").timeout_s
     granted: tuple[Any, ...] = ()
     if mounts:
-        from wbcore_runtime.trust import consent
-        from wbcore_runtime.dispatch import dispatcher as dispatch
-
         m = tk.manifest
         caps = consent.effective_caps(runtime.home, toolkit_id=ident, trust=m.trust, signer=None, declared=m.caps,
                                       profile=profile("posix"), universe=runtime.caps_universe_for(m.caps))
