@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from wbcore_runtime.contract.llm import LlmDriver, LlmSettings
     from wbcore_runtime.contract.host import RuntimeServices
+    from wbcore_runtime.contract.guest import GuestRunner
     from wbcore_runtime.contract.sandbox import BuildSandboxDriver
     from wbcore_runtime.toolkit.loaded import Toolkit
 
@@ -247,6 +248,18 @@ class BuildSandbox:
 
 
 @dataclass(frozen=True, slots=True)
+class GuestRunnerService:
+    """A service lanes ask the runtime for: runs a WASI guest (a compiler built to wasm)
+    bounded in time, memory and output (``wbcore_runtime.contract.guest``). ``factory``
+    returns a ``GuestRunner``."""
+
+    name: str
+    summary: str
+    factory: Callable[[RuntimeServices], GuestRunner]
+    available: Callable[[], Availability] = _always
+
+
+@dataclass(frozen=True, slots=True)
 class BuiltinCommand:
     """A reserved built-in command (seed 000: ``upper``, ``grep``, ``jq``, ``wbox``).
 
@@ -324,6 +337,7 @@ RECORD_KINDS: dict[str, type] = {
     "wbcore_federation_sources": FederationSource,
     "wbcore_builtin_commands": BuiltinCommand,
     "wbcore_build_sandboxes": BuildSandbox,
+    "wbcore_guest_runners": GuestRunnerService,
     "wbcore_fabric_engines": FabricEngine,
     "wbcore_llm_providers": LlmProvider,
     "wbcore_agent_loops": AgentLoop,

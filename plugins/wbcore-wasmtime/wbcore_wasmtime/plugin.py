@@ -7,7 +7,14 @@ from typing import Any
 
 from wbcore_wasmtime import shapes as _shapes
 from wbcore_runtime import hookimpl
-from wbcore_runtime.contract.records import Availability, BuildLane, BuiltinCommand, ExecShape, IsolationTier
+from wbcore_runtime.contract.records import (
+    Availability,
+    BuildLane,
+    BuiltinCommand,
+    ExecShape,
+    GuestRunnerService,
+    IsolationTier,
+)
 
 
 @hookimpl
@@ -54,6 +61,22 @@ def wbcore_isolation_tiers() -> Iterator[IsolationTier]:
         summary="in-process wasmtime, isolated by linear memory; fresh store per command call",
         rung=0,
         factory=_instance_tier,
+        available=_wasmtime_available,
+    )
+
+
+def _guest_runner(runtime: Any) -> Any:
+    from wbcore_wasmtime.guests import runner
+
+    return runner(runtime)
+
+
+@hookimpl
+def wbcore_guest_runners() -> Iterator[GuestRunnerService]:
+    yield GuestRunnerService(
+        name="wasmtime",
+        summary="WASI guests (the c-wasm and js lanes' compilers) in the process's wasmtime engine",
+        factory=_guest_runner,
         available=_wasmtime_available,
     )
 
