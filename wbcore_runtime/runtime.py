@@ -259,9 +259,7 @@ class Runtime:
     @cached_property
     def guest_runners(self) -> _plugins.RecordRegistry[Any]:
         """WASI guest runners served by plugins (``wbcore_guest_runners``): a lane's service."""
-        from wbcore_runtime.contract.records import GuestRunnerService  # deferred: keeps wbx start-up light
-
-        return self._collect("wbcore_guest_runners", GuestRunnerService, "guest runner")
+        return self._collect("wbcore_guest_runners", "GuestRunnerService", "guest runner")
 
     @cached_property
     def fabric_engines(self) -> _plugins.RecordRegistry[Any]:

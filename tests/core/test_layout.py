@@ -154,8 +154,7 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 def test_every_module_lives_in_a_folder_of_the_flow() -> None:
     graph = build_graph()
     stray = [m for m in graph.lines if m not in TOP and m.split(".")[1] not in FOLDERS]
-    # The engine still in the core (issue 23 item 4) is named here until it leaves.
-    assert set(stray) <= {"wbcore_runtime.wasm_guest"}, stray
+    assert stray == [], stray
     missing = [f for f in FOLDERS if not (ROOT / f / "__init__.py").is_file()]
     assert not missing, f"folders of docs/architecture.md missing: {missing}"
 

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from wbcore_runtime.contract.llm import LlmDriver, LlmSettings
     from wbcore_runtime.contract.host import RuntimeServices
-    from wbcore_runtime.contract.guest import GuestRunner
     from wbcore_runtime.contract.sandbox import BuildSandboxDriver
     from wbcore_runtime.toolkit.loaded import Toolkit
 
@@ -251,11 +250,12 @@ class BuildSandbox:
 class GuestRunnerService:
     """A service lanes ask the runtime for: runs a WASI guest (a compiler built to wasm)
     bounded in time, memory and output (``wbcore_runtime.contract.guest``). ``factory``
-    returns a ``GuestRunner``."""
+    returns a ``GuestRunner`` (typed ``Any`` here: naming it would make the records import the
+    guest contract, which takes the runtime, an import cycle)."""
 
     name: str
     summary: str
-    factory: Callable[[RuntimeServices], GuestRunner]
+    factory: Callable[[RuntimeServices], Any]
     available: Callable[[], Availability] = _always
 
 
