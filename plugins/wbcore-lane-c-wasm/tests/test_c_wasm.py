@@ -110,7 +110,7 @@ def test_source_is_read_only_and_nothing_lands_outside_out(lane, tk, tmp_path):
 
 
 def test_preprocessor_bomb_ends_at_its_deadline(make_runtime, tk, tmp_path):
-    rt = make_runtime(plugins=["lane-c-wasm"], env={"WB_BUILD_TIMEOUT": "2"})
+    rt = make_runtime(plugins=["lane-c-wasm", "wasmtime"], env={"WB_BUILD_TIMEOUT": "2"})
     lane = rt.lanes.get("c-wasm").factory(rt)
     # each level doubles the expansion: 2**40 tokens never finish
     lines = ["#define L0 x"] + [f"#define L{i} L{i-1} L{i-1}" for i in range(1, 41)] + ["int a[] = { L40 };"]
@@ -119,6 +119,14 @@ def test_preprocessor_bomb_ends_at_its_deadline(make_runtime, tk, tmp_path):
 
     with pytest.raises((Timeout, BuildFailed)):
         build(lane, tk, tmp_path / "out")
+
+
+def test_without_a_guest_runner_the_lane_names_what_to_install(make_runtime):
+    from wbcore_runtime.contract.errors import NotFound
+
+    rt = make_runtime(plugins=["lane-c-wasm"])
+    with pytest.raises(NotFound, match="pip install wbcore-wasmtime"):
+        rt.lanes.get("c-wasm").factory(rt)
 
 
 def test_single_entry_file_and_missing_sources(lane, tk, tmp_path):
