@@ -115,10 +115,12 @@ def runner(runtime: RuntimeServices, name: str | None = None) -> GuestRunner:
     registry = runtime.guest_runners
     want = name or runtime.env.get(ENV_CHOICE)
     if want:
-        return registry.get(want).factory(runtime)
+        served: GuestRunner = registry.get(want).factory(runtime)
+        return served
     names = registry.names()
     if len(names) == 1:
-        return registry.get(names[0]).factory(runtime)
+        only: GuestRunner = registry.get(names[0]).factory(runtime)
+        return only
     if names:
         raise InvalidArgs(f"several WASI guest runners are installed ({', '.join(names)}); "
                           f"choose one with {ENV_CHOICE}=<name>")

@@ -158,7 +158,8 @@ class WasiGuests:
                 try:
                     instance = linker.instantiate(store, module.handle)
                     if start is None:
-                        instance.exports(store)["_start"](store)
+                        entry: Any = instance.exports(store)["_start"]
+                        entry(store)
                     else:
                         code = start(store, instance)
                 except wasmtime.ExitTrap as exc:
