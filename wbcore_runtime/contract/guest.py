@@ -112,7 +112,10 @@ def runner(runtime: RuntimeServices, name: str | None = None) -> GuestRunner:
 
     None served is ``NotFound`` naming what to install (and any plugin that failed to load);
     several and no choice is ``InvalidArgs`` listing them."""
-    registry = runtime.guest_runners
+    # before the plugins load, the plugin index names the runner: a js command's `wbx run`
+    # imports the runner's module, not every plugin
+    index = runtime.index_until_loaded()
+    registry = index.registry("guest_runners") if index is not None else runtime.guest_runners
     want = name or runtime.env.get(ENV_CHOICE)
     if want:
         served: GuestRunner = registry.get(want).factory(runtime)

@@ -107,3 +107,14 @@ def test_a_module_runs_only_on_the_runner_that_compiled_it(guests):
     mod = WasiGuests().module(wasmtime.wat2wasm(LOOP))
     with pytest.raises(ValueError, match="runner that compiled it"):
         guests.run(mod, ["x"])
+
+
+def test_before_the_plugins_load_the_plugin_index_names_the_runner(make_runtime):
+    first = make_runtime()  # every installed plugin: loading them writes the home's plugin index
+    assert "wasmtime" in first.guest_runners.names()
+    second = make_runtime()
+    if second.plugin_index is None:
+        pytest.skip("no plugin index in this environment (an installed plugin failed to load)")
+    got = guest.runner(second)
+    assert second.index_until_loaded() is not None, "asking for the runner loaded every plugin"
+    assert got is guest.runner(first)

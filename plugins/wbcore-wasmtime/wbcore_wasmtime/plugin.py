@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from wbcore_wasmtime import shapes as _shapes
+from wbcore_wasmtime.runners import guest_runner
 from wbcore_runtime import hookimpl
 from wbcore_runtime.contract.records import (
     Availability,
@@ -65,18 +66,12 @@ def wbcore_isolation_tiers() -> Iterator[IsolationTier]:
     )
 
 
-def _guest_runner(runtime: Any) -> Any:
-    from wbcore_wasmtime.guests import runner
-
-    return runner(runtime)
-
-
 @hookimpl
 def wbcore_guest_runners() -> Iterator[GuestRunnerService]:
     yield GuestRunnerService(
         name="wasmtime",
         summary="WASI guests (the c-wasm and js lanes' compilers) in the process's wasmtime engine",
-        factory=_guest_runner,
+        factory=guest_runner,
         available=_wasmtime_available,
     )
 
