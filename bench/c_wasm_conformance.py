@@ -27,12 +27,11 @@ FLAGS = {"76_dollars_in_identifiers": ("-fdollars-in-identifiers",)}
 
 
 def main() -> int:
-    import wasmtime
-
     from wbcore_runtime.build import BuildFailed, BuildRequest, ResolvedSource
     from wbcore_runtime.toolkit.manifest import parse
 
-    from wbcore_runtime import wasm_guest as guest
+    from wbcore_runtime.contract import guest
+    from wbcore_runtime.runtime import Runtime
     from wbcore_lane_c_wasm.lane import CWasmLane
     from wbcore_lane_c_wasm.toolchain import _assets
 
@@ -48,7 +47,8 @@ def main() -> int:
             members = [m for m in tf.getmembers() if m.name.startswith(("tests/tests2/", "./tests/tests2/")) and m.isfile()]
             tf.extractall(root, members=members, filter="data")
         src = next(root.glob("**/tests/tests2"))
-        lane = CWasmLane(home=root / "home")
+        rt = Runtime.open(plugins=["lane-c-wasm", "wasmtime"], home=root / "home")
+        lane = CWasmLane(home=root / "home", guests=guest.runner(rt))
         manifest = parse("#+TITLE: t\n#+TOOLKIT: t\n#+VERSION: 1.0.0\n#+STATUS: stable\n#+TAGLINE: t\n\n* t :toolkit:\n  :PROPERTIES:\n  :ID: t\n  :STATUS: stable\n  :END:\n", root / "t" / "manifest.org")
         t0 = time.perf_counter()
         for c in sorted(src.glob("[0-9]*_*.c")):
@@ -63,7 +63,7 @@ def main() -> int:
                 text = exc.log.split("\n", 1)[-1]
                 results[name] = "pass" if _norm(text, src) == _norm(expect.read_text(errors="replace"), src) else "compile-fail"
                 continue
-            mod = wasmtime.Module.from_file(guest.engine(wasmtime), str(built.artifact))
+            mod = lane.guests.module(built.artifact.read_bytes())
             res = guest.run(mod, [name, *ARGS.get(name, [])], preopens=[guest.Preopen(src, "/src")], limits=guest.GuestLimits(timeout_s=20))
             got = (built.log.split("\n", 1)[-1] + (res.stdout + res.stderr).decode(errors="replace"))
             results[name] = "pass" if _norm(got, src) == _norm(expect.read_text(errors="replace"), src) else ("timeout" if res.timed_out else "wrong-output")

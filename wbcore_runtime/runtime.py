@@ -257,6 +257,11 @@ class Runtime:
         return self._collect("wbcore_build_sandboxes", BuildSandbox, "build sandbox")
 
     @cached_property
+    def guest_runners(self) -> _plugins.RecordRegistry[Any]:
+        """WASI guest runners served by plugins (``wbcore_guest_runners``): a lane's service."""
+        return self._collect("wbcore_guest_runners", "GuestRunnerService", "guest runner")
+
+    @cached_property
     def fabric_engines(self) -> _plugins.RecordRegistry[Any]:
         """Engines that map one call over many inputs (``wbcore_fabric_engines``)."""
         from wbcore_runtime.contract.records import FabricEngine  # deferred: keeps wbx start-up light
@@ -318,7 +323,7 @@ class Runtime:
     def collect_all(self) -> None:
         """Collect every registry (``wbx plugins`` shows what each plugin serves)."""
         for name in ("shapes", "lanes", "prefixes", "brokers", "tiers", "federation_sources", "build_sandboxes",
-                     "fabric_engines", "llm_providers", "agent_loops"):
+                     "guest_runners", "fabric_engines", "llm_providers", "agent_loops"):
             getattr(self, name)
 
     # --- state under $WB_HOME -----------------------------------------------------

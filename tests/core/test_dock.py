@@ -149,15 +149,14 @@ ENGINE_API = frozenset({
     "set_wasi", "preopen_dir", "stdout_custom", "stderr_custom", "wasm_exceptions", "ExitTrap", "TrapCode",
     "WasmtimeError", "define_func", "consume_fuel", "set_fuel",
 })
-#: Not out yet (issue 23 item 4): the lanes' guest runner moves to wbcore-wasmtime as a service;
-#: the sandbox side of the caps bridge (``GuestCaps.define``, copied into the tiers' sandboxes)
+#: Not out yet (issue 23 item 4): the sandbox side of the caps bridge (``GuestCaps.define``, copied into the tiers' sandboxes)
 #: links ``wb.*`` imports with the wasmtime a tier hands in.
-ENGINE_API_PENDING = {"wasm_guest.py", "capbridge.py"}
+ENGINE_API_PENDING = {"capbridge.py"}
 
 
 def test_the_core_uses_no_engine_api_by_attribute():
-    """Not importing wasmtime is not enough: a module handed in (``guest.engine(wasmtime)``)
-    is driven through its attributes; no core module names one of wasmtime's."""
+    """Not importing wasmtime is not enough: a module handed in (as ``wasm_guest.engine(wasmtime)``
+    took one before the guest runner moved to wbcore-wasmtime) is driven through its attributes; no core module names one of wasmtime's."""
     offenders, pending = [], set()
     for path in sorted(Path(wbcore_runtime.__file__).parent.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
         ExecShape,
         FabricEngine,
         FederationSource,
+        GuestRunnerService,
         IsolationTier,
         LlmProvider,
         SourcePrefix,
@@ -159,6 +160,20 @@ def wbcore_build_sandboxes() -> Iterable[BuildSandbox]:
         @hookimpl
         def wbcore_build_sandboxes():
             yield BuildSandbox(name="bwrap", summary="bubblewrap", factory=_driver, available=_probe)
+    """
+
+
+@hookspec
+def wbcore_guest_runners() -> Iterable[GuestRunnerService]:
+    """Called once per runtime, when a lane first asks for ``contract.guest.runner(runtime)``.
+
+    Returns WASI guest runners: a service for lanes whose compiler is a wasm guest (TinyCC,
+    QuickJS). The lane never imports the engine plugin; with none served it says so ("no
+    WASI guest runner is installed; pip install wbcore-wasmtime")::
+
+        @hookimpl
+        def wbcore_guest_runners():
+            yield GuestRunnerService(name="wasmtime", summary="in-process wasmtime", factory=_runner)
     """
 
 

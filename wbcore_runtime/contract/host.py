@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         ExecShape,
         FabricEngine,
         FederationSource,
+        GuestRunnerService,
         IsolationTier,
         LlmProvider,
         SourcePrefix,
@@ -97,6 +98,8 @@ class RuntimeServices(Protocol):
     def federation_sources(self) -> Registry[FederationSource]: ...
     @property
     def build_sandboxes(self) -> Registry[BuildSandbox]: ...
+    @property
+    def guest_runners(self) -> Registry[GuestRunnerService]: ...
     @property
     def fabric_engines(self) -> Registry[FabricEngine]: ...
     @property

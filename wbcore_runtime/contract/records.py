@@ -254,6 +254,19 @@ class BuildSandbox:
 
 
 @dataclass(frozen=True, slots=True)
+class GuestRunnerService:
+    """A service lanes ask the runtime for: runs a WASI guest (a compiler built to wasm)
+    bounded in time, memory and output (``wbcore_runtime.contract.guest``). ``factory``
+    returns a ``GuestRunner`` (typed ``Any`` here: naming it would make the records import the
+    guest contract, which takes the runtime, an import cycle)."""
+
+    name: str
+    summary: str
+    factory: Callable[[RuntimeServices], Any]
+    available: Callable[[], Availability] = _always
+
+
+@dataclass(frozen=True, slots=True)
 class BuiltinCommand:
     """A reserved built-in command (seed 000: ``upper``, ``grep``, ``jq``, ``wbox``).
 
@@ -331,6 +344,7 @@ RECORD_KINDS: dict[str, type] = {
     "wbcore_federation_sources": FederationSource,
     "wbcore_builtin_commands": BuiltinCommand,
     "wbcore_build_sandboxes": BuildSandbox,
+    "wbcore_guest_runners": GuestRunnerService,
     "wbcore_fabric_engines": FabricEngine,
     "wbcore_llm_providers": LlmProvider,
     "wbcore_agent_loops": AgentLoop,

@@ -35,13 +35,14 @@ from typing import Any
 from wbcore_runtime.store.digest import sha256
 from wbcore_runtime.plugins.installed import installed_key
 
-FORMAT = 1
+FORMAT = 2
 INDEX_FILE = "cache/plugin-index.json"
 #: The registries dispatch reads, with the record fields it may call.
 REGISTRIES = {
     "shapes": ("runner", "verify"),
     "tiers": ("factory", "available"),
     "lanes": ("runner", "factory", "available", "check_flags"),
+    "guest_runners": ("factory", "available"),  # a js command's call asks for its guest runner
 }
 #: Hooks a call may run: the index keeps the references of their implementations, in call order.
 HOOKS = ("wbcore_tracer", "wbcore_call_started", "wbcore_call_finished")

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from wbcore_runtime import wasm_guest as guest
+from wbcore_runtime.contract import guest
+from wbcore_testing.guests import guest_runner
 from wbcore_runtime.build import BuildFailed, BuildRequest, ResolvedSource, tree_digest
 from wbcore_runtime.contract.errors import InvalidArgs
 from wbcore_runtime.toolkit.manifest import load as parse
@@ -43,7 +44,7 @@ def tk(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def lane(make_runtime) -> CWasmLane:
-    rt = make_runtime(plugins=["lane-c-wasm"])
+    rt = make_runtime(plugins=["lane-c-wasm", "wasmtime"])
     lane = rt.lanes.get("c-wasm")
     assert lane.available().ok, lane.available().reason
     return lane.factory(rt)
@@ -56,21 +57,17 @@ def build(lane: CWasmLane, tk: Path, out: Path, src: str = "src", flags: tuple[s
 
 
 def run(wasm: Path, argv: list[str], stdin: bytes, tmp_path: Path) -> guest.GuestResult:
-    import wasmtime
-
     inp = tmp_path / "stdin"
     inp.write_bytes(stdin)
-    mod = wasmtime.Module.from_file(guest.engine(wasmtime), str(wasm))
+    mod = guest_runner().module(wasm.read_bytes())
     return guest.run(mod, argv, stdin=inp, limits=guest.GuestLimits(timeout_s=10))
 
 
 def test_builds_multi_file_program_that_runs(lane, tk, tmp_path):
     out = build(lane, tk, tmp_path / "out")
-    import wasmtime
-
-    mod = wasmtime.Module.from_file(guest.engine(wasmtime), str(out.artifact))
+    mod = guest_runner().module(out.artifact.read_bytes())
     # our bridge replaces shellsim's: the program imports WASI Preview 1 and nothing else
-    assert {i.module for i in mod.imports} == {"wasi_snapshot_preview1"}
+    assert {i.module for i in mod.handle.imports} == {"wasi_snapshot_preview1"}
     res = run(out.artifact, ["hello", "x"], b"a\nb\nc\n", tmp_path)
     assert (res.exit_code, res.stdout) == (0, b"x:3:42\n")
     assert run(out.artifact, ["hello", "x", "y"], b"", tmp_path).exit_code == 3
@@ -113,7 +110,7 @@ def test_source_is_read_only_and_nothing_lands_outside_out(lane, tk, tmp_path):
 
 
 def test_preprocessor_bomb_ends_at_its_deadline(make_runtime, tk, tmp_path):
-    rt = make_runtime(plugins=["lane-c-wasm"], env={"WB_BUILD_TIMEOUT": "2"})
+    rt = make_runtime(plugins=["lane-c-wasm", "wasmtime"], env={"WB_BUILD_TIMEOUT": "2"})
     lane = rt.lanes.get("c-wasm").factory(rt)
     # each level doubles the expansion: 2**40 tokens never finish
     lines = ["#define L0 x"] + [f"#define L{i} L{i-1} L{i-1}" for i in range(1, 41)] + ["int a[] = { L40 };"]
@@ -122,6 +119,14 @@ def test_preprocessor_bomb_ends_at_its_deadline(make_runtime, tk, tmp_path):
 
     with pytest.raises((Timeout, BuildFailed)):
         build(lane, tk, tmp_path / "out")
+
+
+def test_without_a_guest_runner_the_lane_names_what_to_install(make_runtime):
+    from wbcore_runtime.contract.errors import NotFound
+
+    rt = make_runtime(plugins=["lane-c-wasm"])
+    with pytest.raises(NotFound, match="pip install wbcore-wasmtime"):
+        rt.lanes.get("c-wasm").factory(rt)
 
 
 def test_single_entry_file_and_missing_sources(lane, tk, tmp_path):

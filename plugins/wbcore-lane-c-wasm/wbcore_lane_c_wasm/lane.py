@@ -10,7 +10,6 @@ linear-memory cap; its stdout/stderr are captured and capped. ``#include
 from __future__ import annotations
 
 import atexit
-import hashlib
 import os
 import re
 import threading
@@ -18,8 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wbcore_runtime import wasm_guest as guest
-from wbcore_runtime.store.artifacts import compiled_file
+from wbcore_runtime.contract import guest
 from wbcore_runtime.build import BuildFailed, BuildOutput, BuildRequest
 from wbcore_runtime.dispatch.dock import SDK_C, sdk_c_digest
 from wbcore_runtime.contract.errors import InvalidArgs, Timeout
@@ -65,23 +63,14 @@ def _link_chmod(linker: Any, _store: Any) -> None:
     linker.define_func("shellsim", "path_chmod", wasmtime.FuncType([i32, i32, i32], [i32]), _path_chmod, access_caller=True)
 
 
-def compiler_module(tc: Toolchain) -> Any:
-    """The compiled tcc module: in memory per process, on disk per wasmtime version."""
+def compiler_module(tc: Toolchain, guests: guest.GuestRunner) -> guest.GuestModule:
+    """The compiled tcc module, compiled by the runtime's guest runner: in memory per process,
+    on disk per engine (wasmtime version and config)."""
     with _MODULES_LOCK:
         mod = _MODULES.get(tc.compiler)
-        if mod is not None:
+        if mod is not None and mod.runner is guests:
             return mod
-        import importlib.metadata
-
-        import wasmtime
-
-        eng = guest.engine(wasmtime)
-        data = tc.compiler.read_bytes()
-        key = hashlib.sha256(data + importlib.metadata.version("wasmtime").encode()).hexdigest()[:24]
-        mod, _built = compiled_file(
-            tc.tcc_dir.parent / f"tcc-{key}.cwasm", lambda: data, compile=lambda w: bytes(wasmtime.Module(eng, w).serialize()),
-            load=lambda p: wasmtime.Module.deserialize_file(eng, str(p)),
-            loads=lambda b: wasmtime.Module.deserialize(eng, b))
+        mod = guests.module(tc.compiler.read_bytes(), cache_dir=tc.tcc_dir.parent, name="tcc")
         _MODULES[tc.compiler] = mod
         return mod
 
@@ -121,6 +110,7 @@ class CWasmLane:
     """Compiles every ``*.c`` of the source folder (or the one ``entry``) into one WASI module."""
 
     home: Path
+    guests: guest.GuestRunner  # the runtime's WASI guest runner (contract.guest.runner)
     limits: guest.GuestLimits = field(default_factory=lambda: guest.GuestLimits(timeout_s=60.0, memory_bytes=512 << 20))
     _toolchain: Toolchain | None = None
 
@@ -128,7 +118,7 @@ class CWasmLane:
     def for_runtime(cls, runtime: Any) -> CWasmLane:
         env = getattr(runtime, "env", {}) or {}
         timeout = float(env.get("WB_BUILD_TIMEOUT", "60"))
-        return cls(home=Path(runtime.home), limits=guest.GuestLimits(timeout_s=timeout, memory_bytes=512 << 20))
+        return cls(home=Path(runtime.home), guests=guest.runner(runtime), limits=guest.GuestLimits(timeout_s=timeout, memory_bytes=512 << 20))
 
     @property
     def toolchain(self) -> Toolchain:
@@ -158,7 +148,7 @@ class CWasmLane:
         if request.progress:
             request.progress(f"tcc (in wasm): compiling {len(files)} file(s)")
         result = guest.run(
-            compiler_module(tc),
+            compiler_module(tc, self.guests),
             argv,
             preopens=[
                 guest.Preopen(src, "/src"),

@@ -13,6 +13,7 @@ from wbcore_runtime.contract.errors import InvalidArgs
 from wbcore_runtime.toolkit.manifest import load
 from wbcore_testing.fixtures import manifest_text
 
+from wbcore_testing.guests import guest_runner
 from wbcore_lane_js import artifact
 from wbcore_lane_js.runner import run_artifact
 
@@ -39,7 +40,7 @@ def tk(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def rt(make_runtime):
-    return make_runtime(plugins=["lane-js"])
+    return make_runtime(plugins=["lane-js", "wasmtime"])
 
 
 @pytest.fixture
@@ -58,12 +59,12 @@ def build(lane, tk: Path, out: Path):
 def test_builds_and_runs_module_with_await_timers_and_exit_code(lane, tk, tmp_path, wb_home):
     out = build(lane, tk, tmp_path / "out")
     assert artifact.runner_of(out.artifact) == "js"
-    res = run_artifact(out.artifact, ["jstool", "a", "-b"], stdin=b"x\ny\n", home=wb_home)
+    res = run_artifact(out.artifact, ["jstool", "a", "-b"], stdin=b"x\ny\n", home=wb_home, guests=guest_runner())
     lines = res.stdout.decode().splitlines()
     assert res.exit_code == 0, res.stderr
     assert lines[0] == '{"args":["jstool","a","-b"],"lines":2,"s":"HI!"}'
     assert set(lines[1:]) == {"microtask ran", "late timer ran"}
-    assert run_artifact(out.artifact, ["jstool", "--fail"], home=wb_home).exit_code == 4
+    assert run_artifact(out.artifact, ["jstool", "--fail"], home=wb_home, guests=guest_runner()).exit_code == 4
 
 
 def test_artifact_is_runtime_plus_source_content_addressed(lane, tk, tmp_path):
@@ -92,7 +93,7 @@ def test_syntax_error_and_missing_import_fail_the_build(lane, tk, tmp_path):
 def test_uncaught_error_is_exit_1_with_stack(lane, tk, tmp_path, wb_home):
     (tk / "src" / "main.js").write_text("function f() { throw new TypeError('boom'); }\nf();\n")
     out = build(lane, tk, tmp_path / "out")
-    res = run_artifact(out.artifact, ["jstool"], home=wb_home)
+    res = run_artifact(out.artifact, ["jstool"], home=wb_home, guests=guest_runner())
     assert res.exit_code == 1 and b"TypeError: boom" in res.stderr
 
 
@@ -104,12 +105,12 @@ def test_limits_infinite_loop_memory_bomb_and_deep_recursion(lane, tk, tmp_path,
         "if (m === 'deep') { const f = (n) => f(n + 1) + 1; try { f(0); } catch (e) { console.log(e.name); } }\n"
     )
     out = build(lane, tk, tmp_path / "out")
-    res = run_artifact(out.artifact, ["t", "loop"], home=wb_home, timeout_s=0.5)
+    res = run_artifact(out.artifact, ["t", "loop"], home=wb_home, timeout_s=0.5, guests=guest_runner())
     assert res.timed_out and res.exit_code == 124
-    res = run_artifact(out.artifact, ["t", "mem"], home=wb_home, memory_bytes=48 << 20, timeout_s=10)
+    res = run_artifact(out.artifact, ["t", "mem"], home=wb_home, memory_bytes=48 << 20, timeout_s=10, guests=guest_runner())
     assert res.exit_code != 0 and not res.timed_out
     # wasmtime's own call-stack guard ends runaway recursion as a clean trap
-    res = run_artifact(out.artifact, ["t", "deep"], home=wb_home, timeout_s=10)
+    res = run_artifact(out.artifact, ["t", "deep"], home=wb_home, timeout_s=10, guests=guest_runner())
     assert res.exit_code == 134 and "call stack exhausted" in res.trap
 
 
@@ -121,7 +122,7 @@ def test_guest_sees_only_its_own_sources(lane, tk, tmp_path, wb_home):
         "console.log(r.join(' '));\n"
     )
     out = build(lane, tk, tmp_path / "out")
-    res = run_artifact(out.artifact, ["t"], home=wb_home)
+    res = run_artifact(out.artifact, ["t"], home=wb_home, guests=guest_runner())
     assert res.stdout == b"no open no ro\n", res.stderr
 
 
@@ -146,12 +147,12 @@ def csv_artifact(tmp_path_factory) -> Path:
         pytest.skip("toolkits/csv is not beside this plugin")
     home = tmp_path_factory.mktemp("home")
     s = tk / "src"
-    out = JsLane(home=home).build(BuildRequest(manifest=load(tk / "manifest.org"), source=ResolvedSource(digest=tree_digest(s), dir=s), outdir=home / "out"))
+    out = JsLane(home=home, guests=guest_runner()).build(BuildRequest(manifest=load(tk / "manifest.org"), source=ResolvedSource(digest=tree_digest(s), dir=s), outdir=home / "out"))
     return out.artifact
 
 
 def csv(artifact: Path, home: Path, *args: str, stdin: str = CSV):
-    res = run_artifact(artifact, ["csv", *args], stdin=stdin.encode(), home=home)
+    res = run_artifact(artifact, ["csv", *args], stdin=stdin.encode(), home=home, guests=guest_runner())
     return res.exit_code, res.stdout.decode(), res.stderr.decode()
 
 
@@ -189,19 +190,19 @@ def test_cancel_stops_a_running_guest(lane, tk, tmp_path, wb_home):
     cancel = threading.Event()
     threading.Timer(0.3, cancel.set).start()
     t0 = time.perf_counter()
-    res = run_artifact(out.artifact, ["t"], home=wb_home, timeout_s=30, cancel=cancel)
+    res = run_artifact(out.artifact, ["t"], home=wb_home, timeout_s=30, cancel=cancel, guests=guest_runner())
     assert res.cancelled and not res.timed_out and time.perf_counter() - t0 < 5
-    res = run_artifact(out.artifact, ["t"], home=wb_home, timeout_s=0.3, cancel=threading.Event())
+    res = run_artifact(out.artifact, ["t"], home=wb_home, timeout_s=0.3, cancel=threading.Event(), guests=guest_runner())
     assert res.timed_out and not res.cancelled
 
 
 def test_tampered_extracted_sources_are_replaced_not_run(lane, tk, tmp_path, wb_home):
     out = build(lane, tk, tmp_path / "out")
-    assert run_artifact(out.artifact, ["jstool"], home=wb_home).exit_code == 0
+    assert run_artifact(out.artifact, ["jstool"], home=wb_home, guests=guest_runner()).exit_code == 0
     app = next((wb_home / "cache" / "js" / "app").iterdir())
     (app / "lib" / "text.js").write_text("export const shout = () => 'PWNED';\n")
     (app / "extra.js").write_text("x")
-    res = run_artifact(out.artifact, ["jstool"], home=wb_home)
+    res = run_artifact(out.artifact, ["jstool"], home=wb_home, guests=guest_runner())
     assert b"PWNED" not in res.stdout and b'"s":"HI!"' in res.stdout
     assert not (app / "extra.js").exists()
 
@@ -221,18 +222,18 @@ def test_dock_bridge_carries_requests_and_answers_without_touching_stdout(lane, 
         seen.append((cap, request))
         return (0, b"\xa1\x62ok\xf5") if cap == "kv" else (4, bytes(300000))
 
-    res = run_artifact(out.artifact, ["t"], home=wb_home, dock=handler)
+    res = run_artifact(out.artifact, ["t"], home=wb_home, dock=handler, guests=guest_runner())
     assert res.stdout == b"before\nafter 0 161,98,111,107,245 4 300000\n", res.stderr
     assert seen == [("kv", bytes([0, 1, 2, 255, 10, 0])), ("net", bytes([7]) * 70000)]
     # without granted caps there is no bridge at all
-    res = run_artifact(out.artifact, ["t"], home=wb_home)
+    res = run_artifact(out.artifact, ["t"], home=wb_home, guests=guest_runner())
     assert res.exit_code == 1 and b"not a function" in res.stderr
 
 
 def test_program_output_that_looks_like_a_frame_is_just_output(lane, tk, tmp_path, wb_home):
     (tk / "src" / "main.js").write_text("std.out.puts('\\0WBDOCK:guess\\nkv\\0' + '3\\nabc');\n")
     out = build(lane, tk, tmp_path / "out")
-    res = run_artifact(out.artifact, ["t"], home=wb_home, dock=lambda cap, req: (0, b""))
+    res = run_artifact(out.artifact, ["t"], home=wb_home, dock=lambda cap, req: (0, b""), guests=guest_runner())
     assert res.stdout == b"\0WBDOCK:guess\nkv\x003\nabc"
 
 
@@ -243,7 +244,7 @@ def test_text_encoder_and_decoder_round_trip_utf8(lane, tk, tmp_path, wb_home):
         "console.log(Array.from(b).join(','), new TextDecoder().decode(b) === s, new TextDecoder().decode(new Uint8Array([0xff, 0x41])));\n"
     )
     out = build(lane, tk, tmp_path / "out")
-    res = run_artifact(out.artifact, ["t"], home=wb_home)
+    res = run_artifact(out.artifact, ["t"], home=wb_home, guests=guest_runner())
     assert res.stdout.decode() == "97,195,169,226,130,172,240,159,152,128,0,122 true \ufffdA\n", res.stderr
 
 
@@ -282,12 +283,12 @@ def test_sources_are_checked_byte_for_byte_once_per_tree_then_by_stamp(lane, tk,
     from wbcore_lane_js import runner
 
     out = build(lane, tk, tmp_path / "out")
-    assert run_artifact(out.artifact, ["jstool"], home=wb_home).exit_code == 0
+    assert run_artifact(out.artifact, ["jstool"], home=wb_home, guests=guest_runner()).exit_code == 0
     seen = []
     real = runner._matches
     monkeypatch.setattr(runner, "_matches", lambda dest, files: seen.append(dest) or real(dest, files))
     for _ in range(3):
-        assert b'"s":"HI!"' in run_artifact(out.artifact, ["jstool"], home=wb_home).stdout
+        assert b'"s":"HI!"' in run_artifact(out.artifact, ["jstool"], home=wb_home, guests=guest_runner()).stdout
     assert seen == []  # the tree's stamp is unchanged: no file is read again
     # a same-size rewrite with the old mtime put back still changes the ctime: checked, replaced
     app = next((wb_home / "cache" / "js" / "app").iterdir())
@@ -296,21 +297,21 @@ def test_sources_are_checked_byte_for_byte_once_per_tree_then_by_stamp(lane, tk,
     body = text.read_text()
     text.write_text(body.replace("toUpperCase()", "toLowerCase()"))
     os.utime(text, ns=(st.st_atime_ns, st.st_mtime_ns))
-    res = run_artifact(out.artifact, ["jstool"], home=wb_home)
+    res = run_artifact(out.artifact, ["jstool"], home=wb_home, guests=guest_runner())
     assert seen and b'"s":"HI!"' in res.stdout and text.read_text() == body
 
 
 def test_an_artifact_rewritten_in_place_is_read_again(lane, tk, tmp_path, wb_home):
     out = build(lane, tk, tmp_path / "out")
-    assert b'"s":"HI!"' in run_artifact(out.artifact, ["jstool"], home=wb_home).stdout
+    assert b'"s":"HI!"' in run_artifact(out.artifact, ["jstool"], home=wb_home, guests=guest_runner()).stdout
     (tk / "src" / "lib" / "text.js").write_text("export const shout = (s) => s + '?';\n")
     again = build(lane, tk, tmp_path / "out")
     assert again.artifact == out.artifact  # same path, new bytes
-    assert b'"s":"hi?"' in run_artifact(out.artifact, ["jstool"], home=wb_home).stdout
+    assert b'"s":"hi?"' in run_artifact(out.artifact, ["jstool"], home=wb_home, guests=guest_runner()).stdout
     # a file that is not a js artifact (no runner section) is refused, cached or not
     out.artifact.write_bytes(artifact.code_part(out.artifact.read_bytes()))
     with pytest.raises(InvalidArgs, match="not a js artifact"):
-        run_artifact(out.artifact, ["jstool"], home=wb_home)
+        run_artifact(out.artifact, ["jstool"], home=wb_home, guests=guest_runner())
 
 
 def test_a_tampered_artifact_is_refused_against_its_digest(lane, tk, tmp_path, wb_home):
@@ -318,13 +319,13 @@ def test_a_tampered_artifact_is_refused_against_its_digest(lane, tk, tmp_path, w
 
     out = build(lane, tk, tmp_path / "out")
     sha = hashlib.sha256(out.artifact.read_bytes()).hexdigest()
-    assert run_artifact(out.artifact, ["jstool"], home=wb_home, sha256=sha).exit_code == 0
+    assert run_artifact(out.artifact, ["jstool"], home=wb_home, sha256=sha, guests=guest_runner()).exit_code == 0
     data = out.artifact.read_bytes()
     bundle = artifact.unpack(data)
     files = dict(bundle.files, **{"lib/text.js": "export const shout = () => 'PWNED';\n"})
     out.artifact.write_bytes(artifact.pack(artifact.code_part(data), artifact.Bundle(bundle.entry, files)))
     with pytest.raises(IntegrityError, match="does not match its sha256"):
-        run_artifact(out.artifact, ["jstool"], home=wb_home, sha256=sha)
+        run_artifact(out.artifact, ["jstool"], home=wb_home, sha256=sha, guests=guest_runner())
 
 
 def test_load_ahead_readies_the_sources_and_holds_the_artifact_to_its_digest(lane, tk, tmp_path, wb_home):
@@ -337,7 +338,7 @@ def test_load_ahead_readies_the_sources_and_holds_the_artifact_to_its_digest(lan
     out = build(lane, tk, tmp_path / "out")
     data = out.artifact.read_bytes()
     sha = hashlib.sha256(data).hexdigest()
-    runner = JsRunner(types.SimpleNamespace(home=wb_home))
+    runner = JsRunner(types.SimpleNamespace(home=wb_home), guests=guest_runner())
     with pytest.raises(IntegrityError, match="does not match its sha256"):
         runner.load_ahead(out.artifact, "0" * 64)
     runner.load_ahead(out.artifact, sha)  # what a fabric node does while it loads a job

@@ -15,6 +15,7 @@ from wbcore_runtime.contract.errors import InvalidArgs
 from wbcore_runtime.toolkit.manifest import load
 from wbcore_testing.fixtures import manifest_text
 
+from wbcore_testing.guests import guest_runner
 from wbcore_lane_js import artifact, qjs, snapshot
 from wbcore_lane_js.lane import JsLane
 from wbcore_lane_js.runner import run_artifact
@@ -39,7 +40,7 @@ def tk(tmp_path: Path) -> Path:
 
 def build(home: Path, tk: Path, out: Path) -> Path:
     s = tk / "src"
-    lane = JsLane(home=home)
+    lane = JsLane(home=home, guests=guest_runner())
     req = BuildRequest(manifest=load(tk / "manifest.org"), source=ResolvedSource(digest=tree_digest(s), dir=s), outdir=out)
     return lane.build(req).artifact
 
@@ -60,8 +61,8 @@ def test_the_artifact_is_a_snapshot_and_the_same_bytes_from_a_fresh_home(tk, tmp
 def test_each_call_runs_the_program_afresh_with_its_own_argv_stdin_clock_and_random(tk, tmp_path, wb_home):
     art = build(wb_home, tk, tmp_path / "out")
     sha = hashlib.sha256(art.read_bytes()).hexdigest()
-    one = json.loads(run_artifact(art, ["snaptool", "x"], stdin=b"ab", home=wb_home, sha256=sha).stdout)
-    two = json.loads(run_artifact(art, ["snaptool", "y", "z"], stdin=b"c", home=wb_home, sha256=sha).stdout)
+    one = json.loads(run_artifact(art, ["snaptool", "x"], stdin=b"ab", home=wb_home, sha256=sha, guests=guest_runner()).stdout)
+    two = json.loads(run_artifact(art, ["snaptool", "y", "z"], stdin=b"c", home=wb_home, sha256=sha, guests=guest_runner()).stdout)
     assert (one["calls"], one["args"], one["input"]) == (1, ["snaptool", "x"], "abab")
     assert (two["calls"], two["args"], two["input"]) == (1, ["snaptool", "y", "z"], "cc")  # nothing carried over
     assert one["r"] != two["r"]  # Math.random reseeded per call, not the snapshot's sequence
@@ -72,12 +73,12 @@ def test_calls_with_other_limits_still_get_them(tk, tmp_path, wb_home):
     (tk / "src" / "main.js").write_text("const a = []; for (;;) a.push('x'.repeat(1 << 20));\n")
     art = build(wb_home, tk, tmp_path / "out")
     for mem in (32 << 20, qjs.SNAPSHOT_MEMORY, 128 << 20):
-        res = run_artifact(art, ["snaptool"], home=wb_home, memory_bytes=mem, timeout_s=10)
+        res = run_artifact(art, ["snaptool"], home=wb_home, memory_bytes=mem, timeout_s=10, guests=guest_runner())
         assert res.exit_code != 0 and not res.timed_out, (mem, res)
     (tk / "src" / "main.js").write_text("const f = (n) => f(n + 1) + 1; f(0);\n")
     art = build(wb_home, tk, tmp_path / "out2")
     for stack in (64 << 10, qjs.DEFAULT_STACK):  # QuickJS's own limit or wasmtime's guard: a clean stop
-        res = run_artifact(art, ["snaptool"], home=wb_home, stack_bytes=stack, timeout_s=10)
+        res = run_artifact(art, ["snaptool"], home=wb_home, stack_bytes=stack, timeout_s=10, guests=guest_runner())
         assert res.exit_code in (1, 134) and not res.timed_out, (stack, res)
 
 
@@ -88,7 +89,7 @@ def test_a_flipped_byte_in_the_snapshot_is_refused(tk, tmp_path, wb_home):
     data[len(data) // 3] ^= 0x01  # inside the frozen code or data
     art.write_bytes(bytes(data))
     with pytest.raises(IntegrityError):
-        run_artifact(art, ["snaptool"], home=wb_home, sha256=sha)
+        run_artifact(art, ["snaptool"], home=wb_home, sha256=sha, guests=guest_runner())
 
 
 def test_a_reactor_without_function_names_cannot_be_snapshotted():
@@ -113,7 +114,7 @@ def test_shipped_dock_toolkits_answer_as_before_with_and_without_the_bridge(tk, 
         pytest.skip(f"toolkits/{tk} is not beside this plugin")
     art = build(wb_home, d, tmp_path / "out")
     for dock in (None, lambda cap, req: (5, b"")):  # the bridge set up (caps granted) or not
-        res = run_artifact(art, [tk, *argv], home=wb_home, dock=dock)
+        res = run_artifact(art, [tk, *argv], home=wb_home, dock=dock, guests=guest_runner())
         assert (res.exit_code, res.stdout) == (code, b""), res
         assert res.stderr.decode().startswith(usage)
 

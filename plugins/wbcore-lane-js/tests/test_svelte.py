@@ -15,6 +15,7 @@ from wbcore_runtime.contract.errors import InvalidArgs
 from wbcore_runtime.toolkit.manifest import load
 from wbcore_testing.fixtures import manifest_text
 
+from wbcore_testing.guests import guest_runner
 from wbcore_lane_js import artifact, svelte
 from wbcore_lane_js.runner import run_artifact
 from wbcore_lane_js.svelte import SvelteLane
@@ -57,7 +58,7 @@ ITEM = """<script>
 
 
 def test_svelte_lane_is_listed_and_available(make_runtime):
-    rec = make_runtime(plugins=["lane-js"]).lanes.get("svelte")
+    rec = make_runtime(plugins=["lane-js", "wasmtime"]).lanes.get("svelte")
     assert rec.available().ok, rec.available().reason
     assert rec.kind == "compile-and-run" and "svelte" in rec.where and "QuickJS" in rec.where
 
@@ -65,22 +66,22 @@ def test_svelte_lane_is_listed_and_available(make_runtime):
 @needs_tarballs
 def test_a_component_with_props_each_and_if_renders(tmp_path, wb_home):
     tk = toolkit(tmp_path, {"App.svelte": APP, "Item.svelte": ITEM})
-    out = build(SvelteLane(home=wb_home), tk, tmp_path / "out")
+    out = build(SvelteLane(home=wb_home, guests=guest_runner()), tk, tmp_path / "out")
     files = artifact.unpack(out.artifact.read_bytes()).files
     assert "App.svelte.js" in files and "App.svelte" not in files
     assert any(f.startswith("__wb_svelte/svelte/src/internal/server/") for f in files)
     props = {"title": "Fruit <&>", "items": ["apple", "pear"], "show": True}
-    res = run_artifact(out.artifact, ["sv"], stdin=json.dumps(props).encode(), home=wb_home)
+    res = run_artifact(out.artifact, ["sv"], stdin=json.dumps(props).encode(), home=wb_home, guests=guest_runner())
     assert res.exit_code == 0, res.stderr
     html = res.stdout.decode()
     assert "<h1>Fruit &lt;&amp;></h1>" in html
     assert '<li class="first">0: apple</li>' in html and "<li>1: pear</li>" in html
     assert '<p class="on">shown</p>' in html and "hidden" not in html
-    res = run_artifact(out.artifact, ["sv"], stdin=b'{"title": "none"}', home=wb_home)
+    res = run_artifact(out.artifact, ["sv"], stdin=b'{"title": "none"}', home=wb_home, guests=guest_runner())
     assert res.exit_code == 0 and "<p>hidden</p>" in res.stdout.decode() and "<li" not in res.stdout.decode()
-    bad = run_artifact(out.artifact, ["sv"], stdin=b"[1, 2]", home=wb_home)
+    bad = run_artifact(out.artifact, ["sv"], stdin=b"[1, 2]", home=wb_home, guests=guest_runner())
     assert bad.exit_code == 2 and b"must be a JSON object" in bad.stderr
-    bad = run_artifact(out.artifact, ["sv"], stdin=b"{nope", home=wb_home)
+    bad = run_artifact(out.artifact, ["sv"], stdin=b"{nope", home=wb_home, guests=guest_runner())
     assert bad.exit_code == 2 and b"stdin is not JSON" in bad.stderr
 
 
@@ -90,21 +91,21 @@ def test_a_rune_module_is_compiled_with_compile_module(tmp_path, wb_home):
     app = ("<script>\n  import { counter } from './counter.svelte.js';\n  let { start = 0 } = $props();\n"
            "  const c = counter(start);\n  c.up();\n</script>\n<b>{c.n}</b>\n")
     tk = toolkit(tmp_path, {"App.svelte": app, "counter.svelte.js": counter})
-    out = build(SvelteLane(home=wb_home), tk, tmp_path / "out")
+    out = build(SvelteLane(home=wb_home, guests=guest_runner()), tk, tmp_path / "out")
     assert "$state" not in artifact.unpack(out.artifact.read_bytes()).files["counter.svelte.js"]
-    res = run_artifact(out.artifact, ["sv"], stdin=b'{"start": 41}', home=wb_home)
+    res = run_artifact(out.artifact, ["sv"], stdin=b'{"start": 41}', home=wb_home, guests=guest_runner())
     assert res.exit_code == 0 and "<b>42</b>" in res.stdout.decode(), res.stderr
     (tk / "src" / "App.svelte.js").write_text(counter)
     with pytest.raises(InvalidArgs, match="both a rune module"):
-        build(SvelteLane(home=wb_home), tk, tmp_path / "out2")
+        build(SvelteLane(home=wb_home, guests=guest_runner()), tk, tmp_path / "out2")
 
 
 @needs_tarballs
 def test_script_lang_ts_is_stripped_by_svelte(tmp_path, wb_home):
     app = ("<script lang=\"ts\">\n  interface Props { n?: number }\n  let { n = 1 }: Props = $props();\n"
            "  const twice = (v: number): number => v * 2;\n</script>\n<p>{twice(n)}</p>\n")
-    out = build(SvelteLane(home=wb_home), toolkit(tmp_path, {"App.svelte": app}), tmp_path / "out")
-    res = run_artifact(out.artifact, ["sv"], stdin=b'{"n": 21}', home=wb_home)
+    out = build(SvelteLane(home=wb_home, guests=guest_runner()), toolkit(tmp_path, {"App.svelte": app}), tmp_path / "out")
+    res = run_artifact(out.artifact, ["sv"], stdin=b'{"n": 21}', home=wb_home, guests=guest_runner())
     assert res.exit_code == 0 and "<p>42</p>" in res.stdout.decode(), res.stderr
 
 
@@ -112,7 +113,7 @@ def test_script_lang_ts_is_stripped_by_svelte(tmp_path, wb_home):
 def test_a_syntax_error_is_located_file_line(tmp_path, wb_home):
     tk = toolkit(tmp_path, {"App.svelte": "<h1>ok</h1>\n<ul>\n{#each items as}\n</ul>\n"})
     with pytest.raises(BuildFailed) as err:
-        build(SvelteLane(home=wb_home), tk, tmp_path / "out")
+        build(SvelteLane(home=wb_home, guests=guest_runner()), tk, tmp_path / "out")
     assert "App.svelte:3:" in str(err.value)
     assert not (tmp_path / "out").exists()
 
@@ -122,8 +123,8 @@ def test_own_main_js_may_import_svelte_server(tmp_path, wb_home):
     main = ("import { render } from 'svelte/server';\nimport App from './App.svelte';\n"
             "console.log(render(App, { props: { title: scriptArgs[1] } }).body);\n")
     tk = toolkit(tmp_path, {"App.svelte": APP, "Item.svelte": ITEM, "main.js": main})
-    out = build(SvelteLane(home=wb_home), tk, tmp_path / "out")
-    res = run_artifact(out.artifact, ["sv", "Hi"], home=wb_home)
+    out = build(SvelteLane(home=wb_home, guests=guest_runner()), tk, tmp_path / "out")
+    res = run_artifact(out.artifact, ["sv", "Hi"], home=wb_home, guests=guest_runner())
     assert res.exit_code == 0 and "<h1>Hi</h1>" in res.stdout.decode(), res.stderr
 
 
@@ -132,15 +133,15 @@ def test_report_html_toolkit(tmp_path, wb_home):
     tk = REPO_TOOLKITS / "report-html"
     if not tk.is_dir():
         pytest.skip("toolkits/report-html is not beside this plugin")
-    out = build(SvelteLane(home=wb_home), tk, tmp_path / "out")
+    out = build(SvelteLane(home=wb_home, guests=guest_runner()), tk, tmp_path / "out")
     props = {"title": "Q3", "rows": [{"region": "north", "sales": 12}, {"region": "<south>", "sales": 30}], "note": "draft"}
-    res = run_artifact(out.artifact, ["report-html"], stdin=json.dumps(props).encode(), home=wb_home)
+    res = run_artifact(out.artifact, ["report-html"], stdin=json.dumps(props).encode(), home=wb_home, guests=guest_runner())
     assert res.exit_code == 0, res.stderr
     html = res.stdout.decode()
     assert "<h1>Q3</h1>" in html and "<th>region</th>" in html and "<th>sales</th>" in html
     assert '<td class="num">12</td>' in html and "<td>&lt;south></td>" in html
     assert "<td>42</td>" in html and "2 rows" in html and "<footer>draft</footer>" in html
-    empty = run_artifact(out.artifact, ["report-html"], stdin=b"{}", home=wb_home)
+    empty = run_artifact(out.artifact, ["report-html"], stdin=b"{}", home=wb_home, guests=guest_runner())
     assert empty.exit_code == 0 and "No rows." in empty.stdout.decode()
 
 
@@ -151,13 +152,13 @@ def test_a_toolkit_cannot_plant_the_runtime_or_the_entry(tmp_path, wb_home):
     for rel in ("__wb_svelte/svelte/src/server/index.js", "__wb_svelte_main.mjs"):
         tk = toolkit(tmp_path / rel.replace("/", "_"), {"App.svelte": "<p>x</p>\n", rel: "export const render = () => ({ body: 'PLANTED' });\n"})
         with pytest.raises(InvalidArgs, match="reserves"):
-            build(SvelteLane(home=wb_home), tk, tmp_path / "out")
+            build(SvelteLane(home=wb_home, guests=guest_runner()), tk, tmp_path / "out")
 
 
 def test_no_svelte_file_is_refused(tmp_path, wb_home):
     tk = toolkit(tmp_path, {"main.js": "console.log(1);\n"})
     with pytest.raises(InvalidArgs, match="no .svelte files"):
-        build(SvelteLane(home=wb_home), tk, tmp_path / "out")
+        build(SvelteLane(home=wb_home, guests=guest_runner()), tk, tmp_path / "out")
 
 
 # --- the compiler is fetched, pinned, never vendored -----------------------------------
@@ -203,10 +204,10 @@ def test_a_planted_compiler_makes_the_lane_unavailable_and_is_never_read(tmp_pat
         svelte.members(svelte.SVELTE)
     tk = toolkit(tmp_path, {"App.svelte": "<p>x</p>\n"})
     with pytest.raises(InvalidArgs, match="is not the pinned"):
-        build(SvelteLane(home=wb_home), tk, tmp_path / "out")
+        build(SvelteLane(home=wb_home, guests=guest_runner()), tk, tmp_path / "out")
 
 
 def test_cache_key_names_the_pinned_tarballs(wb_home):
-    v = SvelteLane(home=wb_home).version
+    v = SvelteLane(home=wb_home, guests=guest_runner()).version
     for pkg in svelte.PACKAGES:
         assert f"{pkg.name} {pkg.version} ({pkg.sha256[:12]})" in v

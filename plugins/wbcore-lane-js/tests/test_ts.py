@@ -11,6 +11,7 @@ from wbcore_runtime.build import BuildFailed, BuildRequest, ResolvedSource, tree
 from wbcore_runtime.toolkit.manifest import load
 from wbcore_testing.fixtures import manifest_text
 
+from wbcore_testing.guests import guest_runner
 from wbcore_lane_js import artifact
 from wbcore_lane_js.runner import run_artifact
 from wbcore_lane_js.ts import TsLane
@@ -24,7 +25,7 @@ def build(lane: TsLane, tk: Path, out: Path, entry: str | None = None):
 
 
 def test_ts_lane_is_listed_and_available(make_runtime):
-    rec = make_runtime(plugins=["lane-js"]).lanes.get("ts")
+    rec = make_runtime(plugins=["lane-js", "wasmtime"]).lanes.get("ts")
     assert rec.available().ok, rec.available().reason
     assert rec.kind == "compile-and-run" and "typescript" in rec.where
 
@@ -39,10 +40,10 @@ def test_types_erased_enums_emitted_and_syntax_errors_located(tmp_path, wb_home)
                                         "class Box { constructor(private readonly p: P) {} get value(): number { return twice(this.p); } }\n"
                                         "const n: number = await Promise.resolve(new Box({ v: 21 }).value satisfies number);\n"
                                         "console.log(Mode.Up, n, (scriptArgs as string[]).slice(1).join(','));\n")
-    lane = TsLane(home=wb_home)
+    lane = TsLane(home=wb_home, guests=guest_runner())
     out = build(lane, tk, tmp_path / "out")
     assert "main.ts" not in artifact.unpack(out.artifact.read_bytes()).files
-    res = run_artifact(out.artifact, ["tstool", "a"], home=wb_home)
+    res = run_artifact(out.artifact, ["tstool", "a"], home=wb_home, guests=guest_runner())
     assert (res.exit_code, res.stdout) == (0, b"UP 42 a\n"), res.stderr
     (tk / "src" / "util.ts").write_text("export const twice = (p: { v: number }): number => {\n  return p.v * ;\n};\n")
     with pytest.raises(BuildFailed) as err:
@@ -56,7 +57,7 @@ def mdtext(tmp_path_factory) -> tuple[Path, Path]:
     if not tk.is_dir():
         pytest.skip("toolkits/mdtext is not beside this plugin")
     home = tmp_path_factory.mktemp("home")
-    return build(TsLane(home=home), tk, home / "out").artifact, home
+    return build(TsLane(home=home, guests=guest_runner()), tk, home / "out").artifact, home
 
 
 DOC = """Guide
@@ -81,7 +82,7 @@ Some *intro* with a [link](https://example.org "t") and `code [x](y)`.
 
 def md(mdtext, *args: str) -> tuple[int, str]:
     art, home = mdtext
-    res = run_artifact(art, ["mdtext", *args], stdin=DOC.encode(), home=home)
+    res = run_artifact(art, ["mdtext", *args], stdin=DOC.encode(), home=home, guests=guest_runner())
     return res.exit_code, res.stdout.decode()
 
 
@@ -106,7 +107,7 @@ def test_a_reference_path_outside_the_tree_is_refused(tmp_path, wb_home):
     (tk / "src").mkdir(parents=True)
     (tk / "manifest.org").write_text(manifest_text("reftool", exec="command", extra={"CLI_BIN": "reftool", "BUILD_LANG": "ts", "BUILD_SRC": "path:src"}, drawer={"CLI_BIN": "reftool"}))
     (tk / "src" / "main.ts").write_text('/// <reference path="../../outside.ts" />\nconsole.log("hi");\n')
-    lane = TsLane(home=wb_home)
+    lane = TsLane(home=wb_home, guests=guest_runner())
     with pytest.raises(Exception, match=r'main.ts:1: /// <reference path="../../outside.ts"> names a file outside') as err:
         build(lane, tk, tmp_path / "out")
     assert "HOST-SECRET-TS" not in str(err.value) and not (tmp_path / "out").exists()

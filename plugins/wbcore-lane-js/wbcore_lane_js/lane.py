@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wbcore_runtime import wasm_guest as guest
+from wbcore_runtime.contract import guest
 from wbcore_runtime.build import BuildFailed, BuildOutput, BuildRequest
 from wbcore_runtime.contract.errors import InvalidArgs, Timeout
 
@@ -106,12 +106,13 @@ class JsLane:
     """Checks and packs an ES-module program for QuickJS-NG."""
 
     home: Path
+    guests: guest.GuestRunner  # the runtime's WASI guest runner (contract.guest.runner)
     limits: guest.GuestLimits = field(default_factory=lambda: guest.GuestLimits(timeout_s=60.0, memory_bytes=256 << 20))
 
     @classmethod
     def for_runtime(cls, runtime: Any) -> JsLane:
         env = getattr(runtime, "env", {}) or {}
-        return cls(home=Path(runtime.home), limits=guest.GuestLimits(timeout_s=float(env.get("WB_BUILD_TIMEOUT", "60")), memory_bytes=256 << 20))
+        return cls(home=Path(runtime.home), guests=guest.runner(runtime), limits=guest.GuestLimits(timeout_s=float(env.get("WB_BUILD_TIMEOUT", "60")), memory_bytes=256 << 20))
 
     @property
     def version(self) -> str:
@@ -130,7 +131,7 @@ class JsLane:
     def check(self, files: dict[str, str], names: list[str]) -> str:
         """Compile ``names`` (and their imports) in QuickJS without running them; the log."""
         r = qjs.reactor()
-        mod = qjs.module(r.path.read_bytes(), self.cache_dir)
+        mod = qjs.module(r.path.read_bytes(), self.cache_dir, self.guests)
         with tempfile.TemporaryDirectory(prefix="wb-js-check-") as tmp:
             app = Path(tmp)
             materialize(files, app)
@@ -152,9 +153,9 @@ class JsLane:
             materialize(bundle.files, Path(tmp))
             argv = qjs.qjs_args("/app/__wb_entry.mjs", [], memory_bytes=qjs.SNAPSHOT_MEMORY)
             wasm = snapshot.take(qjs.reactor().path.read_bytes(), Path(tmp), argv, limits=self.limits,
-                                 cache_dir=self.cache_dir)
+                                 cache_dir=self.cache_dir, guests=self.guests)
         data = artifact.pack(wasm, bundle, snapshot=True)
-        qjs.module(wasm, self.cache_dir)  # compiled now (cached on disk), not at the first call
+        qjs.module(wasm, self.cache_dir, self.guests)  # compiled now (cached on disk), not at the first call
         outdir.mkdir(parents=True, exist_ok=True)
         out = outdir / f"{name}.wasm"
         out.write_bytes(data)

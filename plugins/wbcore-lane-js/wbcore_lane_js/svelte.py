@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from wbcore_runtime.guard import unpack
-from wbcore_runtime import wasm_guest as guest
+from wbcore_runtime.contract import guest
 from wbcore_runtime.build import BuildFailed, BuildOutput, BuildRequest
 from wbcore_runtime.contract.errors import InvalidArgs, Timeout
 
@@ -277,7 +277,7 @@ class SvelteLane(JsLane):
     @classmethod
     def for_runtime(cls, runtime: Any) -> SvelteLane:
         env = getattr(runtime, "env", {}) or {}
-        return cls(home=Path(runtime.home), limits=guest.GuestLimits(timeout_s=float(env.get("WB_BUILD_TIMEOUT", "120")), memory_bytes=512 << 20))
+        return cls(home=Path(runtime.home), guests=guest.runner(runtime), limits=guest.GuestLimits(timeout_s=float(env.get("WB_BUILD_TIMEOUT", "120")), memory_bytes=512 << 20))
 
     @property
     def version(self) -> str:
@@ -297,7 +297,7 @@ class SvelteLane(JsLane):
     def compile(self, rt: Runtime, sources: dict[str, str]) -> tuple[dict[str, str], list[str]]:
         """The emitted server modules (``X.svelte`` → ``X.svelte.js``) and the compiler's warnings."""
         r = qjs.reactor()
-        mod = qjs.module(r.path.read_bytes(), self.cache_dir)
+        mod = qjs.module(r.path.read_bytes(), self.cache_dir, self.guests)
         with tempfile.TemporaryDirectory(prefix="wb-svelte-") as tmp:
             app = Path(tmp)
             materialize(sources, app)

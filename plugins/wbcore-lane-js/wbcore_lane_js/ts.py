@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from wbcore_runtime import wasm_guest as guest
+from wbcore_runtime.contract import guest
 from wbcore_runtime.store.artifacts import atomic_write
 from wbcore_runtime.build import BuildFailed, BuildOutput, BuildRequest
 from wbcore_runtime.contract.errors import InvalidArgs, Timeout
@@ -177,7 +177,7 @@ class TsLane(JsLane):
     @classmethod
     def for_runtime(cls, runtime: Any) -> TsLane:
         env = getattr(runtime, "env", {}) or {}
-        return cls(home=Path(runtime.home), limits=guest.GuestLimits(timeout_s=float(env.get("WB_BUILD_TIMEOUT", "120")), memory_bytes=1 << 30))
+        return cls(home=Path(runtime.home), guests=guest.runner(runtime), limits=guest.GuestLimits(timeout_s=float(env.get("WB_BUILD_TIMEOUT", "120")), memory_bytes=1 << 30))
 
     @property
     def version(self) -> str:
@@ -211,7 +211,7 @@ class TsLane(JsLane):
     def transpile(self, sources: dict[str, str], progress: Any = None) -> dict[str, str]:
         tsc = self.compiler(progress)
         r = qjs.reactor()
-        mod = qjs.module(r.path.read_bytes(), self.cache_dir)
+        mod = qjs.module(r.path.read_bytes(), self.cache_dir, self.guests)
         names = sorted(sources)
         bytecode = self.bytecode(mod, r.sha256)
         with tempfile.TemporaryDirectory(prefix="wb-ts-") as tmp:

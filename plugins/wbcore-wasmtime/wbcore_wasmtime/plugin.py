@@ -6,8 +6,16 @@ from collections.abc import Iterator
 from typing import Any
 
 from wbcore_wasmtime import shapes as _shapes
+from wbcore_wasmtime.runners import guest_runner
 from wbcore_runtime import hookimpl
-from wbcore_runtime.contract.records import Availability, BuildLane, BuiltinCommand, ExecShape, IsolationTier
+from wbcore_runtime.contract.records import (
+    Availability,
+    BuildLane,
+    BuiltinCommand,
+    ExecShape,
+    GuestRunnerService,
+    IsolationTier,
+)
 
 
 @hookimpl
@@ -54,6 +62,16 @@ def wbcore_isolation_tiers() -> Iterator[IsolationTier]:
         summary="in-process wasmtime, isolated by linear memory; fresh store per command call",
         rung=0,
         factory=_instance_tier,
+        available=_wasmtime_available,
+    )
+
+
+@hookimpl
+def wbcore_guest_runners() -> Iterator[GuestRunnerService]:
+    yield GuestRunnerService(
+        name="wasmtime",
+        summary="WASI guests (the c-wasm and js lanes' compilers) in the process's wasmtime engine",
+        factory=guest_runner,
         available=_wasmtime_available,
     )
 

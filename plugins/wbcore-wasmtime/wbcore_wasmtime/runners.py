@@ -18,6 +18,12 @@ def command_runner(runtime: Any) -> Any:
     return CommandRunner(runtime)
 
 
+def guest_runner(runtime: Any) -> Any:
+    from wbcore_wasmtime.guests import runner
+
+    return runner(runtime)
+
+
 def kernel_runner(runtime: Any) -> Any:
     from wbcore_wasmtime.kernel import KernelRunner
 
