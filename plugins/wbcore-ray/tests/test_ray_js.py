@@ -40,7 +40,7 @@ def test_a_js_module_may_leave_the_machine_but_caps_and_host_folders_may_not(mak
     with pytest.raises(InvalidArgs, match="granted caps"):
         refuse_remote(rt, "command", "x", frozenset({"kv"}), None, js, "fabric engine 'ray'")
     with pytest.raises(InvalidArgs, match="preopens a host folder"):
-        refuse_remote(rt, "command", "x", frozenset(), types.SimpleNamespace(preopen=("/srv", "/data")), js, "tier node")
+        refuse_remote(rt, "command", "x", frozenset(), types.SimpleNamespace(preopens=(("/srv", "/data"),), scratch=None), js, "tier node")
     assert rt.tiers.get("node").hosts_lane_runners
 
 
