@@ -37,7 +37,7 @@ OVER_BUDGET = {
 #: target is 12,000; until reached, the figure reached is the ceiling (wasm_guest.py's 283 lines left
 #: for wbcore-wasmtime, contract/guest.py's records and Protocol stayed; +329 for wbx run --mount's
 #: dispatch/mounts.py, several #+PREOPEN and #+SCRATCH).
-MAX_TOTAL_LINES = 21_610
+MAX_TOTAL_LINES = 21_500
 #: In-function imports of a core module (each one hides an edge): the target is none.
 MAX_IN_FUNCTION = 131
 #: Modules on an import cycle: the target is none.
