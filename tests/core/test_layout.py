@@ -29,15 +29,16 @@ OVER_BUDGET = {
     "wbcore_runtime.act.provider": 549,
     "wbcore_runtime.dispatch.audit": 825,
     "wbcore_runtime.dispatch.dispatcher": 789,
-    "wbcore_runtime.dispatch.fabric": 840,
+    "wbcore_runtime.dispatch.fabric": 841,
     "wbcore_runtime.store.install": 635,
     "wbcore_runtime.wire.terminal": 504,
 }
 #: The package's size in lines (test support is its own distribution, wbcore-testing). The
 #: target is 12,000; until reached, the figure reached is the ceiling (wasm_guest.py's 283 lines left
 #: for wbcore-wasmtime, contract/guest.py's records and Protocol stayed; +329 for wbx run --mount's
-#: dispatch/mounts.py, several #+PREOPEN and #+SCRATCH).
-MAX_TOTAL_LINES = 21_500
+#: dispatch/mounts.py, several #+PREOPEN and #+SCRATCH; +20 for Tracer.current, which puts the
+#: threads engine's call spans under their map's span).
+MAX_TOTAL_LINES = 21_520
 #: In-function imports of a core module (each one hides an edge): the target is none.
 MAX_IN_FUNCTION = 131
 #: Modules on an import cycle: the target is none.

@@ -70,6 +70,11 @@ class Tracer(Protocol):
         """Environment variables that make ``span`` the parent of the spans a child
         process's runtime opens (W3C ``TRACEPARENT`` / ``TRACESTATE``): fabric workers."""
 
+    def current(self, span: Span) -> AbstractContextManager[Any]:
+        """``span`` (from :meth:`start`) made the current span inside the block, on this
+        thread: spans opened in the block, or in a thread started with a copy of its
+        ``contextvars`` context (the ``threads`` fabric engine's pool), are its children."""
+
 
 class _Noop:
     __slots__ = ()
@@ -155,13 +160,27 @@ def traced(runtime: RuntimeServices, name: str, attributes: Mapping[str, Any], i
     return spanning(tracer.start(name, attributes), items, outcome)
 
 
-def spanning(s: Span, items: Iterator[Any], outcome: Any = None, *, tally: Any = None) -> Iterator[Any]:
+def _each_within(tracer: Tracer, s: Span, items: Iterator[Any]) -> Iterator[Any]:
+    while True:
+        with tracer.current(s):
+            try:
+                item = next(items)
+            except StopIteration:
+                return
+        yield item
+
+
+def spanning(s: Span, items: Iterator[Any], outcome: Any = None, *, tally: Any = None,
+             current: Tracer | None = None) -> Iterator[Any]:
     """``items`` with the already started span ``s`` ended when the iteration ends. ``tally``,
-    for items that each stand for several inputs (a fabric chunk), returns ``(inputs, failed)``."""
+    for items that each stand for several inputs (a fabric chunk), returns ``(inputs, failed)``.
+    With ``current`` (the tracer that started ``s``), each item is produced with ``s`` current
+    (:meth:`Tracer.current`): work the producer starts on threads in a copy of its context nests
+    under ``s``."""
     n = failed = 0
     result = "error"
     try:
-        for item in items:
+        for item in items if current is None else _each_within(current, s, items):
             if tally is not None:
                 k, bad = tally(item)
                 n += k

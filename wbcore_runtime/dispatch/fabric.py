@@ -305,7 +305,8 @@ def _chunks(runtime: RuntimeServices, spec: Job, engine: str, inputs: Iterable[A
                                           "wb.engine": engine, "wb.width": spec.width,
                                           telemetry.TOOLKIT: spec.request.toolkit or ""})
     spec.env.update(tracer.carrier(span))  # worker processes' call spans are children of this one
-    return telemetry.spanning(span, driver.chunks(spec, work(kind, inputs), cancel=cancel), tally=_tally)
+    chunks = driver.chunks(spec, work(kind, inputs), cancel=cancel)
+    return telemetry.spanning(span, chunks, tally=_tally, current=tracer)  # threads engine calls nest under it
 
 
 def _tally(chunk: ResultChunk) -> tuple[int, int]:

@@ -8,6 +8,7 @@ docs/fabric.md for the measured numbers). Each thread keeps one kernel instance.
 
 from __future__ import annotations
 
+import contextvars
 import threading
 from collections import deque
 from collections.abc import Iterator
@@ -77,7 +78,9 @@ def _results(runtime: Any, job: fabric.Job, target: Any, work: Iterator[tuple[in
                 except StopIteration:
                     exhausted = True
                     break
-                pending.append((i, pool.submit(one, payload)))
+                # in a copy of this thread's context: a traced map's span is current here
+                # (wbcore_runtime.dispatch.fabric), so each call's span is its child
+                pending.append((i, pool.submit(contextvars.copy_context().run, one, payload)))
             if not pending:
                 return
             i, fut = pending[0]

@@ -206,6 +206,24 @@ def test_fabric_worker_calls_nest_under_the_map_span(make_runtime, receiver):
     assert len(calls) == 3 and all(c["parent"] == fan["id"] and c["trace"] == fan["trace"] for c in calls)
 
 
+def test_threads_engine_calls_nest_under_the_map_span(make_runtime, receiver):
+    """The in-process threads engine runs each call in a copy of the context the map's span
+    is current in: its call spans are children of wb.fabric.map, in its trace."""
+    pytest.importorskip("wbcore_wasmtime")
+    pytest.importorskip("wbcore_fabric_local")
+
+    rt = make_runtime(plugins=["otel", "wasmtime", "fabric-local"],
+                      env={**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint})
+    rt.install_builtins(["upper"])
+    results = list(rt.fabric("upper", [{"stdin": "a"}, {"stdin": "b"}, {"stdin": "c"}], width=2, engine="threads"))
+    assert [r.value.stdout for r in results] == [b"A", b"B", b"C"]
+    assert rt.tracer.flush(10)
+    fan = next(s for s in receiver.spans if s["name"] == "wb.fabric.map")
+    assert fan["attrs"]["wb.engine"] == "threads" and fan["attrs"]["wb.items"] == 3
+    calls = [s for s in receiver.spans if s["name"] == "wb.call upper"]
+    assert len(calls) == 3 and all(c["parent"] == fan["id"] and c["trace"] == fan["trace"] for c in calls)
+
+
 #: A js toolkit that makes two granted broker calls (kv put, kv get) and one that is denied (net).
 _JS_MAIN = """import { wb, DockError } from './wb_dock.js';
 wb.kv.put({ key: 'k', value: new TextEncoder().encode('v') });

@@ -16,7 +16,7 @@ import atexit
 import threading
 import weakref
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -123,6 +123,9 @@ class OtelTracer:
 
     def flush(self, timeout_s: float = 10.0) -> bool:
         return bool(self.provider.force_flush(int(timeout_s * 1000)))
+
+    def current(self, span: Any) -> AbstractContextManager[Any]:
+        return trace.use_span(span.span, end_on_exit=False)
 
     def carrier(self, span: Any) -> dict[str, str]:
         out: dict[str, str] = {}
