@@ -152,8 +152,9 @@ def _remote_roots(runtime: RuntimeServices, specs: Sequence[str | Mount], remote
         inside = os.path.isabs(host) and any(Path(os.path.normpath(host)).is_relative_to(base)
                                              for r in roots for base in (r.shown, r.real))
         if not inside:
-            why = (f"mount {host!r}: {what} was asked for by a remote caller ({remote}), which may mount only "
-                   f"absolute paths inside {ROOTS_ENV} ({raw}); see {DOCS}")
+            where = "outside" if os.path.isabs(host) else "not an absolute path inside"
+            why = (f"mount {host!r}: {what} was asked for by a remote caller ({remote}); the folder is {where} "
+                   f"{ROOTS_ENV} ({raw}); see {DOCS}")
             break
     if why:
         _refused(runtime, remote, why)
