@@ -455,7 +455,7 @@ def _mounts_of(path: Path | str, node: _Node, kind: str) -> tuple[str, ...]:
 
     value, line = node.props["MOUNTS"]
     if kind != "command":
-        raise ManifestError(path, line, "MOUNTS", f"a {kind} box binds no host folder; :MOUNTS: is for command boxes")
+        raise ManifestError(path, line, "MOUNTS", f"{kind} boxes bind no host folder; :MOUNTS: is for command boxes")
     try:
         return granting.requested(shlex.split(value), ":MOUNTS:")
     except ValueError as exc:
