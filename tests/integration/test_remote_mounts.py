@@ -154,6 +154,38 @@ def test_an_mcp_client_mounts_through_meta_only_inside_the_roots(runtime_with, s
     assert outside.is_error and "WB_MOUNT_ROOTS" in outside.content[0].text
 
 
+def test_wbx_mcp_serve_over_stdio_takes_the_mounts_from_meta_on_its_lean_path(
+        runtime_with, shared: Path, wb_home: Path, toolkit_root: Path) -> None:
+    """The served process (stdio answers tools/call on the lean path, ``wbcore_mcp.fastpath``)
+    reads ``WB_MOUNT_ROOTS`` from its own environment."""
+    import sys
+
+    import anyio
+    from mcp import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    runtime_with(None)  # builds catkit into wb_home
+    data = shared / "root" / "data"
+    env = {"WB_HOME": str(wb_home), "WB_TOOLKITS_ROOT": str(toolkit_root), "PATH": os.environ.get("PATH", ""),
+           mounts.ROOTS_ENV: str(shared / "root")}
+    params = StdioServerParameters(command=sys.executable, env=env, args=[
+        "-c", "from wbcore_runtime.cli.app import run; run()", "mcp", "serve"])
+
+    async def main() -> tuple[Any, Any]:
+        async with stdio_client(params) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                await session.list_tools()
+                args = {"args": ["/data/notes.txt"]}
+                ok = await session.call_tool("catkit.cat", args, meta={"wbcore/mounts": [f"{data}:/data"]})
+                out = await session.call_tool("catkit.cat", args, meta={"wbcore/mounts": [f"{shared}/root/escape:/data"]})
+                return ok, out
+
+    ok, out = anyio.run(main)
+    assert not ok.is_error and ok.content[0].text == SECRET, ok.content
+    assert out.is_error and "outside WB_MOUNT_ROOTS" in out.content[0].text
+
+
 def test_a_pipeline_box_mounts_for_the_deployer_and_for_a_remote_run_only_inside_the_roots(
         runtime_with, shared: Path) -> None:
     from wbcore_fabric_local import pipeline as pl
