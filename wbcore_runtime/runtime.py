@@ -366,7 +366,7 @@ class Runtime:
 
     def call(self, name: str, argv: Sequence[str] = (), stdin: bytes = b"", *,
              principal: Any = None, timeout: float | None = None, cancel: Any = None, tier: str | None = None,
-             mounts: Sequence[Any] = ()) -> Any:
+             mounts: Sequence[Any] = (), remote: str | None = None) -> Any:
         """Run the registered command ``name``: a fresh sandboxed instance per call.
 
         Returns a ``CallResult`` (stdout, stderr, exit_code, usage); a limit or a fault
@@ -376,12 +376,14 @@ class Runtime:
         ``tier`` asks for an isolation tier (never weaker than the toolkit's trust needs).
         ``mounts``: host folders to bind in (``"HOST[:GUEST][:ro|rw]"`` or
         ``wbcore_runtime.dispatch.mounts.Mount``; read-only by default), for tiers that bind them
-        (container, microvm); checked by ``wbcore_runtime.dispatch.mounts.grant``.
+        (container, microvm); checked by ``wbcore_runtime.dispatch.mounts.grant``. ``remote``: the
+        remote principal that asked for them (a server passing on its client's request), whose
+        folders must lie inside the deployer's ``WB_MOUNT_ROOTS``.
         """
         from wbcore_runtime.dispatch import dispatcher as dispatch  # deferred: keeps wbx start-up light
 
         return dispatch.call_command(self, name, argv, stdin, principal=principal, timeout=timeout, cancel=cancel,
-                                     tier=tier, mounts=mounts)
+                                     tier=tier, mounts=mounts, remote=remote)
 
     def kernel(self, name: str, *, principal: Any = None, timeout: float | None = None, tier: str | None = None) -> Any:
         """Open the registered kernel ``name`` once; ``inst.call(data) -> bytes`` many times."""

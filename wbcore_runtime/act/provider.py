@@ -430,13 +430,18 @@ class ToolkitProvider:
             return CallOutcome([Error(ToolError.from_wb(exc))])
 
     def call_json(self, name: str, args: Mapping[str, Any], *, cancel: threading.Event | None = None,
-                  timeout: float | None = None, progress: Callable[[float, str], None] | None = None) -> CallOutcome:
+                  timeout: float | None = None, progress: Callable[[float, str], None] | None = None,
+                  mounts: Sequence[str] = (), remote: str | None = None) -> CallOutcome:
+        """``mounts``: host folders for a command tool, asked for by ``remote`` (the core's
+        ``dispatch.mounts.grant`` decides: inside ``WB_MOUNT_ROOTS`` only)."""
         tool = self.tool(name)
         try:
+            if mounts and tool.kind != "command":
+                raise InvalidArgs(f"{tool.name}: host folders (mounts) bind only into commands; this is a {tool.kind}")
             if progress:
                 progress(0.0, f"starting {tool.name}")
             if tool.kind == "command":
-                out = self._call_command(tool, args, timeout, cancel)
+                out = self._call_command(tool, args, timeout, cancel, mounts, remote)
             elif tool.kind == "kernel":
                 out = self._call_kernel(tool, args, timeout)
             elif tool.act_tool is not None:
@@ -455,9 +460,12 @@ class ToolkitProvider:
         return Principal(toolkit=tool.toolkit or "")
 
     def _call_command(self, tool: Tool, args: Mapping[str, Any], timeout: float | None,
-                      cancel: threading.Event | None = None) -> CallOutcome:
+                      cancel: threading.Event | None = None, mounts: Sequence[str] = (),
+                      remote: str | None = None) -> CallOutcome:
         argv, data = command_argv(tool.name, tool.declared, args)
         kw: dict[str, Any] = {"cancel": cancel} if cancel is not None else {}
+        if mounts:
+            kw.update(mounts=mounts, remote=remote)
         res = self.runtime.call(tool.target, argv, data, principal=self._principal(tool), timeout=timeout, **kw)
         events: list[StreamEvent] = [Content(_bytes_part(res.stdout))]
         usage = res.usage.as_dict() if hasattr(res.usage, "as_dict") else {}

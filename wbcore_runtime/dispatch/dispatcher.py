@@ -629,14 +629,15 @@ def _scratch(resolved: Resolved) -> tuple[str, int] | None:
 
 
 def _granted_mounts(runtime: RuntimeServices, resolved: Resolved, mounts: Sequence[Any],
-                    principal: Principal | None) -> tuple[Any, ...]:
+                    principal: Principal | None, remote: str | None = None) -> tuple[Any, ...]:
     """The host folders a deployer grants to one call (``wbx run --mount``), by
     :func:`wbcore_runtime.dispatch.mounts.grant` with the call's resolved tier and effective caps."""
     from wbcore_runtime.dispatch import mounts as granting  # deferred: keeps wbx start-up light (--mount only)
 
     return granting.grant(runtime, mounts, tiers=registry(runtime, "tiers"), tier=resolved.tier.name,
                           caps=resolved.caps, owner=resolved.toolkit or resolved.name,
-                          what=f"{resolved.kind} {resolved.name!r}", principal=str(principal or resolved.principal))
+                          what=f"{resolved.kind} {resolved.name!r}", principal=str(principal or resolved.principal),
+                          remote=remote)
 
 
 def command_request(resolved: Resolved, argv: Sequence[str], stdin: bytes, *, principal: Principal | None = None,
@@ -653,26 +654,28 @@ def command_request(resolved: Resolved, argv: Sequence[str], stdin: bytes, *, pr
 
 def call_command(runtime: RuntimeServices, name: str, argv: Sequence[str] = (), stdin: bytes = b"", *,
                  principal: Principal | None = None, timeout: float | None = None, cancel: Any = None,
-                 tier: str | None = None, mounts: Sequence[Any] = ()) -> CallResult:
+                 tier: str | None = None, mounts: Sequence[Any] = (), remote: str | None = None) -> CallResult:
     """Run the registered command ``name`` once, at its resolved tier (``mounts``: host
-    folders granted to this call, :func:`wbcore_runtime.dispatch.mounts.grant`)."""
+    folders granted to this call, ``remote`` the remote principal that asked for them:
+    :func:`wbcore_runtime.dispatch.mounts.grant`)."""
     if not isinstance(stdin, bytes):
         if not isinstance(stdin, (bytearray, memoryview)):
             raise InvalidArgs(f"stdin must be bytes, got {type(stdin).__name__}")
         stdin = bytes(stdin)
     return call_resolved(runtime, resolve(runtime, "command", name, tier=tier), argv, stdin, principal=principal,
-                         timeout=timeout, cancel=cancel, mounts=mounts)
+                         timeout=timeout, cancel=cancel, mounts=mounts, remote=remote)
 
 
 def call_resolved(runtime: RuntimeServices, resolved: Resolved, argv: Sequence[str], stdin: bytes, *,
                   principal: Principal | None = None, timeout: float | None = None,
-                  cancel: Any = None, mounts: Sequence[Any] = ()) -> CallResult:
+                  cancel: Any = None, mounts: Sequence[Any] = (), remote: str | None = None) -> CallResult:
     """Run a command already resolved by :func:`resolve` (or kept by ``wbcore_runtime.store.runcache``
     and adopted): ``wbx run`` resolves once and calls this, never resolving again. ``mounts``:
-    host folders asked for this call (``HOST[:GUEST][:ro|rw]``), granted by :func:`wbcore_runtime.dispatch.mounts.grant`."""
+    host folders asked for this call (``HOST[:GUEST][:ro|rw]``), granted by :func:`wbcore_runtime.dispatch.mounts.grant`
+    (``remote``: who asked, when not the deployer — only inside ``WB_MOUNT_ROOTS``)."""
     name = resolved.name
     check_reach(resolved, principal)
-    granted = _granted_mounts(runtime, resolved, mounts, principal) if mounts else ()
+    granted = _granted_mounts(runtime, resolved, mounts, principal, remote) if mounts else ()
     if argv and not isinstance(argv, tuple):
         argv = tuple(str(a) for a in argv)
     # entered in the running table: a revocation that lands while it runs cuts it off

@@ -3,7 +3,11 @@
 (:func:`wbcore_runtime.guard.paths.host_folder`, the one containment rule: symlinks resolved
 once, no devices, never the home), and the grant: a tier that binds folders, ``:rw`` only
 with the consent-only cap ``mount-rw``, each grant audited. Tiers bind what this module
-returns (:class:`Mount` records) and ask :func:`unreachable_by` before they start."""
+returns (:class:`Mount` records) and ask :func:`unreachable_by` before they start.
+
+A remote caller (an engine API client, an MCP client, a pipeline run for one) is not the
+deployer: its mounts are granted only inside the folders the deployer lists in
+:data:`ROOTS_ENV`, by the same :func:`grant`; unset, it may mount nothing."""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs, WbError
 from wbcore_runtime.dispatch.audit import AuditLog, digest
@@ -37,6 +41,11 @@ class Mount:
 RESERVED = ("/proc", "/dev", "/sys", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc", "/wb", "/run")
 #: Host folders one call or shell may mount (the micro-VM has as many virtio-9p slots).
 MAX_MOUNTS = 4
+#: The deployer's setting (folders separated by ``:``) inside which a remote caller may mount.
+ROOTS_ENV = "WB_MOUNT_ROOTS"
+#: The longest spec a remote caller may send, in bytes of UTF-8.
+MAX_SPEC_BYTES = 4096
+DOCS = 'docs/running.md "Host folders for one call"'
 
 
 def parse_mount(spec: str, *, home: Path | str | None = None) -> Mount:
@@ -107,16 +116,93 @@ def unreachable_by(path: str, rw: bool, uid: int) -> str:
     return ""
 
 
+def requested(value: object, where: str) -> tuple[str, ...]:
+    """The mounts a remote request carries (JSON: a list of ``HOST[:GUEST][:ro|rw]`` strings),
+    bounded before anything looks at the disk: at most :data:`MAX_MOUNTS`, each at most
+    :data:`MAX_SPEC_BYTES`; ``InvalidArgs`` naming ``where`` (e.g. ``'mounts'``) otherwise."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise InvalidArgs(f"{where} must be a list of strings HOST[:GUEST][:ro|rw], e.g. [\"/srv/data/repo:/repo\"]")
+    if len(value) > MAX_MOUNTS:
+        raise InvalidArgs(f"{where}: at most {MAX_MOUNTS} folders per call (got {len(value)})")
+    for v in value:
+        if len(v.encode("utf-8", "surrogatepass")) > MAX_SPEC_BYTES:
+            raise InvalidArgs(f"{where}: a spec of more than {MAX_SPEC_BYTES} bytes ({v[:64]!r}…)")
+    return tuple(value)
+
+
+def _remote_roots(runtime: RuntimeServices, specs: Sequence[str | Mount], remote: str, what: str) -> list[paths.Root]:
+    """The roots of :data:`ROOTS_ENV` a ``remote`` caller's folders must lie in, or
+    ``CapabilityDenied``: the setting unset, or a host path not absolute or (as written,
+    before the disk is asked, so a refusal says nothing of what exists outside) outside
+    every root. Each refusal is audited under ``remote``."""
+    raw = runtime.env.get(ROOTS_ENV, "")
+    roots = [paths.Root.at(r, f"{ROOTS_ENV} root {r}") for r in raw.split(":") if r]
+    bad = [r.shown for r in roots if not r.shown.is_absolute()]
+    if bad:
+        raise InvalidArgs(f"{ROOTS_ENV}: {bad[0]} is not an absolute path; the deployer lists absolute folders, "
+                          "separated by ':'")
+    why = ""
+    if not roots:
+        why = (f"{what}: a remote caller ({remote}) may not mount host folders unless the deployer sets {ROOTS_ENV} "
+               f"(folders separated by ':') to the folders remote callers may mount inside; see {DOCS}")
+    for spec in specs if not why else ():
+        host = spec.split(":", 1)[0] if isinstance(spec, str) else spec.host
+        inside = os.path.isabs(host) and any(Path(os.path.normpath(host)).is_relative_to(base)
+                                             for r in roots for base in (r.shown, r.real))
+        if not inside:
+            where = "outside" if os.path.isabs(host) else "not an absolute path inside"
+            why = (f"mount {host!r}: {what} was asked for by a remote caller ({remote}); the folder is {where} "
+                   f"{ROOTS_ENV} ({raw}); see {DOCS}")
+            break
+    if why:
+        _refused(runtime, remote, why)
+    return roots
+
+
+def _inside(real: str, roots: Sequence[paths.Root]) -> bool:
+    """Whether the symlink-free folder ``real`` lies in one of ``roots``, by the containment
+    rule of :class:`wbcore_runtime.guard.paths.Root` (walked from the root, no link out)."""
+    for root in roots:
+        if not Path(real).is_relative_to(root.real):
+            continue
+        rel = os.path.relpath(real, root.real)
+        try:
+            if root.resolve("" if rel == os.curdir else rel, "dir")[0] == real:
+                return True
+        except WbError:
+            continue
+    return False
+
+
+def _refused(runtime: RuntimeServices, remote: str, why: str) -> NoReturn:
+    AuditLog.for_home(runtime.home, runtime.env).record(principal=remote, cap="mount", op="remote",
+                                                        args_digest=digest(why.encode()), outcome="denied",
+                                                        target=why[:300])
+    raise CapabilityDenied(why)
+
+
 def grant(runtime: RuntimeServices, mounts: Sequence[str | Mount], *, tiers: Iterable[IsolationTier], tier: str,
-          caps: frozenset[str], owner: str, what: str, principal: str) -> tuple[Mount, ...]:
+          caps: frozenset[str], owner: str, what: str, principal: str, remote: str | None = None) -> tuple[Mount, ...]:
     """THE check of host folders granted to a sandbox run (calls and tasks): each by
     :func:`parse_mounts`; the run's ``tier`` must be one of ``tiers`` that binds host folders
     (its record lists ``mount``); ``:rw`` only when ``caps`` (the run's effective caps) hold
     :data:`wbcore_runtime.trust.policy.MOUNT_RW`, which toolkit ``owner`` declares in ``#+CAPS``
-    and the deployer grants. Each grant is audited."""
-    parsed = parse_mounts(tuple(mounts), home=runtime.home)
+    and the deployer grants. ``remote``: the remote principal that asked (``"engine"``,
+    ``"mcp"``…), ``None`` for the deployer's own surfaces (the CLI, the Python API); a remote
+    caller's folders must lie, after :func:`wbcore_runtime.guard.paths.host_folder` resolved
+    them, inside a root of :data:`ROOTS_ENV`. Each grant is audited (under ``remote``)."""
+    specs = tuple(mounts)
+    roots = _remote_roots(runtime, specs, remote, what) if remote is not None and specs else None
+    parsed = parse_mounts(specs, home=runtime.home)
     if not parsed:
         return ()
+    if remote is not None and roots is not None:
+        for m in parsed:
+            if not _inside(m.host, roots):
+                _refused(runtime, remote, f"mount {m.host}: {what} was asked for by a remote caller ({remote}); the "
+                                          f"folder (its symlinks resolved) is outside {ROOTS_ENV}; see {DOCS}")
     binders = sorted(t.name for t in tiers if "mount" in t.kinds)
     if tier not in binders:
         raise InvalidArgs(f"--mount: {what} runs at tier {tier}, which binds no host folder; "
@@ -129,6 +215,7 @@ def grant(runtime: RuntimeServices, mounts: Sequence[str | Mount], *, tiers: Ite
                                    f"(wbx toolkit grant {owner} {policy.MOUNT_RW}); or mount it read-only")
     log = AuditLog.for_home(runtime.home, runtime.env)
     for m in parsed:
-        log.record(principal=principal, cap="mount", op="rw" if m.rw else "ro", args_digest=digest(m.host.encode()),
-                   outcome="allowed", target=f"{m.host} → {m.guest} for {what} at {tier}")
+        log.record(principal=remote or principal, cap="mount", op="rw" if m.rw else "ro",
+                   args_digest=digest(m.host.encode()), outcome="allowed",
+                   target=f"{m.host} → {m.guest} for {what} at {tier}" + (f" ({principal})" if remote else ""))
     return parsed

@@ -6,7 +6,8 @@ Routes (``/openapi.json`` describes them, :mod:`wbcore_engine.openapi`):
 - ``POST /v1/toolkits`` — push: the body is a toolkit archive; it goes through the core
   install path (:func:`wbcore_runtime.store.install.install`: staged, verified, then landed, all or
   nothing); ``?dry_run=1`` answers the diff of caps, trust and signer and lands nothing
-- ``POST /v1/calls/{name}`` — one call through :mod:`wbcore_runtime.dispatch.dispatcher`
+- ``POST /v1/calls/{name}`` — one call through :mod:`wbcore_runtime.dispatch.dispatcher`; its
+  ``mounts`` (host folders) are a remote caller's, granted only inside ``WB_MOUNT_ROOTS``
 - ``POST /v1/sessions`` · ``GET /v1/sessions/{id}`` · ``GET /v1/sessions/{id}/events`` (SSE) ·
   ``POST|GET /v1/sessions/{id}/review`` · ``DELETE /v1/sessions/{id}`` — the agent loop's
   sessions through :class:`wbcore_engine.sessions.SessionHost` (``501`` when none is installed)
@@ -54,6 +55,8 @@ STATUS = {
     ErrorKind.CAPABILITY_DENIED: 403,
     ErrorKind.INTERNAL: 500,
 }
+#: The principal a client of the engine is named by in the audit trail (pushes, mounts).
+REMOTE = "engine"
 _ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 _ARCHIVES = (".tar.gz", ".tgz", ".tar", ".zip")
 
@@ -308,7 +311,7 @@ class Engine:
         the archive's sha256, what landed or why it did not."""
         from wbcore_runtime.dispatch.audit import digest
 
-        self.runtime.dock.audit.record(principal="engine", cap="engine", op="push", args_digest=digest(data),
+        self.runtime.dock.audit.record(principal=REMOTE, cap="engine", op="push", args_digest=digest(data),
                                        outcome=outcome, nbytes=len(data), ms=(time.perf_counter() - t0) * 1000,
                                        **({"target": name} | kw))
 
@@ -331,19 +334,25 @@ class Engine:
         if not isinstance(timeout, (int, float)) or not 0 < timeout <= self.limits.max_call_s:
             raise HttpError(400, "invalid-args", f"'timeout' must be a number in (0, {self.limits.max_call_s:g}] seconds")
         tier = doc.get("tier")
+        from wbcore_runtime.dispatch import mounts as granting
+
+        # bounded here (count, bytes); granted by the core's one check, as the engine client's
+        mounts = granting.requested(doc.get("mounts"), "'mounts'")
         cancel = threading.Event()
         try:
-            result = await self.thread(self._call, name, argv, stdin, float(timeout), tier, cancel)
+            result = await self.thread(self._call, name, argv, stdin, float(timeout), tier, cancel, mounts)
         finally:
             cancel.set()  # a client that left stops the guest at its next tick
         return JSONResponse({"exit_code": result.exit_code, **_text_or_b64("stdout", result.stdout),
                              **_text_or_b64("stderr", result.stderr), "usage": result.usage.as_dict()})
 
-    def _call(self, name: str, argv: list[str], stdin: bytes, timeout: float, tier: Any, cancel: threading.Event) -> Any:
+    def _call(self, name: str, argv: list[str], stdin: bytes, timeout: float, tier: Any, cancel: threading.Event,
+              mounts: tuple[str, ...] = ()) -> Any:
         from wbcore_runtime.dispatch import dispatcher as dispatch
 
+        # the token holder is not the deployer: its mounts only inside WB_MOUNT_ROOTS, audited as "engine"
         return dispatch.call_command(self.runtime, name, tuple(argv), stdin, timeout=timeout, cancel=cancel,
-                                     tier=str(tier) if tier else None)
+                                     tier=str(tier) if tier else None, mounts=mounts, remote=REMOTE)
 
     # --- the audit trail ------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from wbcore_engine.sessions import MAX_MODEL_CHARS, RUN_RANGES
+from wbcore_runtime.dispatch.mounts import MAX_MOUNTS, MAX_SPEC_BYTES, ROOTS_ENV
 
 _ERROR = {"description": "error", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
 _JSON = {"application/json": {"schema": {"type": "object"}}}
@@ -53,7 +54,13 @@ def document() -> dict[str, Any]:
                         "Call": {"type": "object", "properties": {
                             "argv": {"type": "array", "items": {"type": "string"}},
                             "stdin": {"type": "string"}, "stdin_b64": {"type": "string"},
-                            "timeout": {"type": "number"}, "tier": {"type": "string"}}},
+                            "timeout": {"type": "number"}, "tier": {"type": "string"},
+                            "mounts": {"type": "array", "maxItems": MAX_MOUNTS,
+                                       "items": {"type": "string", "maxLength": MAX_SPEC_BYTES},
+                                       "description": "host folders for this call, HOST[:GUEST][:ro|rw] (at most "
+                                                      f"{MAX_SPEC_BYTES} bytes each), only inside the deployer's "
+                                                      f"{ROOTS_ENV} and at a tier that binds folders (container, "
+                                                      "microvm); 403 when unset or outside"}}},
                         "Session": {"type": "object", "required": ["agent", "task"], "properties": {
                             "agent": {"type": "string"}, "task": {"type": "string"}, "options": {
                                 "type": "object", "additionalProperties": False, "properties": {

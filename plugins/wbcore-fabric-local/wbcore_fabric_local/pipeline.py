@@ -18,7 +18,9 @@ or in Org (:func:`parse`): a heading tagged ``:pipeline:`` whose child headings 
 each titled ``pipe`` or ``fan_out``; a pipe stage names its box in ``:RUN:`` (the command
 name, then its arguments, split like a shell line but never run by a shell), a fan_out
 stage's child headings are its boxes, each with ``:RUN:``; ``:KIND: kernel`` / ``agent``
-(``:RUN: <agent id or .org> <task…>``) and ``:TIER:`` are optional on any box::
+(``:RUN: <agent id or .org> <task…>``) and ``:TIER:`` are optional on any box, and a command
+box may bind host folders with ``:MOUNTS: HOST[:GUEST][:ro|rw] …`` (at most 4, split like
+``:RUN:``; at a tier that binds folders, e.g. ``:TIER: container``)::
 
     * analysis :pipeline:
     ** pipe :stage:
@@ -33,6 +35,11 @@ stage's child headings are its boxes, each with ``:RUN:``; ``:KIND: kernel`` / `
 
 Each run keeps its input and every stage's output in ``$WB_HOME/pipelines/<run-id>/``
 (``result.json`` holds the :class:`PipelineResult`).
+
+A box's mounts are granted by the core's one check (``wbcore_runtime.dispatch.mounts.grant``):
+a pipeline the deployer runs (``wbx pipeline run``, :func:`run` without ``remote``) grants
+them as ``wbx run --mount`` does; one run for a remote caller (``remote="engine"``…) only
+inside the deployer's ``WB_MOUNT_ROOTS``.
 """
 
 from __future__ import annotations
@@ -71,6 +78,7 @@ class Box:
     argv: tuple[str, ...] = ()  # an agent box: the words of its task
     kind: str = "command"  # command | kernel | agent
     tier: str | None = None
+    mounts: tuple[str, ...] = ()  # host folders (HOST[:GUEST][:ro|rw]) for a command box
 
     def label(self) -> str:
         return " ".join((self.name, *self.argv))
@@ -154,8 +162,8 @@ class Pipeline:
         return replace(self, stages=(*self.stages, Stage("fan_out", tuple(_box(b) for b in boxes))))
 
     def run(self, runtime: Runtime, data: bytes = b"", *, timeout: float | None = None,
-            principal: Principal | None = None, keep: bool = True) -> PipelineResult:
-        return run(runtime, self, data, timeout=timeout, principal=principal, keep=keep)
+            principal: Principal | None = None, keep: bool = True, remote: str | None = None) -> PipelineResult:
+        return run(runtime, self, data, timeout=timeout, principal=principal, keep=keep, remote=remote)
 
 
 def _box(box: Box | str) -> Box:
@@ -166,20 +174,22 @@ def _box(box: Box | str) -> Box:
 
 
 def run(runtime: Runtime, pipeline: Pipeline, data: bytes = b"", *, timeout: float | None = None,
-        principal: Principal | None = None, keep: bool = True) -> PipelineResult:
-    """Run ``pipeline`` on ``data``; stop at the first stage that fails (its result says why)."""
+        principal: Principal | None = None, keep: bool = True, remote: str | None = None) -> PipelineResult:
+    """Run ``pipeline`` on ``data``; stop at the first stage that fails (its result says why).
+    ``remote``: the remote principal the run is for (its boxes' mounts only inside
+    ``WB_MOUNT_ROOTS``); ``None``: the deployer's own run."""
     if not pipeline.stages:
         raise InvalidArgs(f"pipeline {pipeline.name!r} has no stages")
     if timeout is not None and timeout <= 0:
         raise InvalidArgs(f"pipeline timeout must be > 0 seconds, got {timeout}")
     run_id = time.strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(4)
     if getattr(runtime, "tracer", None) is None:
-        return _run(runtime, pipeline, data, run_id, timeout, principal, keep)
+        return _run(runtime, pipeline, data, run_id, timeout, principal, keep, remote)
     from wbcore_runtime.contract import telemetry
 
     with telemetry.span(runtime, "wb.pipeline", {"wb.pipeline": pipeline.name, "wb.pipeline.run_id": run_id,
                                                  "wb.pipeline.stages": len(pipeline.stages)}) as s:
-        res = _run(runtime, pipeline, data, run_id, timeout, principal, keep)
+        res = _run(runtime, pipeline, data, run_id, timeout, principal, keep, remote)
         s.set("wb.wall_s", res.wall_s)
         if res.error:
             s.set("wb.error", res.error)
@@ -188,7 +198,7 @@ def run(runtime: Runtime, pipeline: Pipeline, data: bytes = b"", *, timeout: flo
 
 
 def _run(runtime: Runtime, pipeline: Pipeline, data: bytes, run_id: str, timeout: float | None,
-         principal: Principal | None, keep: bool) -> PipelineResult:
+         principal: Principal | None, keep: bool, remote: str | None = None) -> PipelineResult:
     from wbcore_runtime.contract import telemetry
 
     folder = _folder(runtime, run_id) if keep else None
@@ -204,12 +214,12 @@ def _run(runtime: Runtime, pipeline: Pipeline, data: bytes, run_id: str, timeout
         with telemetry.span(runtime, "wb.stage", {"wb.stage.index": index, "wb.stage.op": stage.op,
                                                   "wb.stage.boxes": [b.label() for b in stage.boxes]}) as span:
             if len(stage.boxes) == 1 and stage.op == "pipe":
-                boxes = [_run_box(runtime, stage.boxes[0], carry, deadline, principal)]
+                boxes = [_run_box(runtime, stage.boxes[0], carry, deadline, principal, remote)]
             else:
                 with ThreadPoolExecutor(max_workers=len(stage.boxes), thread_name_prefix="wb-pipeline") as pool:
                     # each box runs in a copy of this context: its call spans nest under the stage's
                     futures = [pool.submit(contextvars.copy_context().run, _run_box, runtime, b, carry, deadline,
-                                           principal) for b in stage.boxes]
+                                           principal, remote) for b in stage.boxes]
                     boxes = [f.result() for f in futures]
             span.set(telemetry.OUTCOME, "ok" if all(b.error is None and b.exit_code in (0, None) for b in boxes)
                      else "error")
@@ -234,7 +244,7 @@ def _run(runtime: Runtime, pipeline: Pipeline, data: bytes, run_id: str, timeout
 
 
 def _run_box(runtime: Runtime, box: Box, data: bytes, deadline: float | None,
-             principal: Principal | None) -> BoxResult:
+             principal: Principal | None, remote: str | None = None) -> BoxResult:
     from wbcore_runtime.dispatch import dispatcher as dispatch
 
     t0 = _clock()
@@ -242,6 +252,8 @@ def _run_box(runtime: Runtime, box: Box, data: bytes, deadline: float | None,
         left = None if deadline is None else deadline - time.monotonic()
         if left is not None and left <= 0:
             raise Timeout("the pipeline's deadline passed before this box ran")
+        if box.mounts and box.kind != "command":
+            raise InvalidArgs(f"box {box.label()!r}: host folders (mounts) bind only into a command box")
         if box.kind == "agent":
             return _run_agent_box(runtime, box, data, left, principal, t0)
         if box.kind == "kernel":
@@ -251,7 +263,8 @@ def _run_box(runtime: Runtime, box: Box, data: bytes, deadline: float | None,
             finally:
                 inst.close()
             return BoxResult(box.label(), None, out, b"", _clock() - t0)
-        res = dispatch.call_command(runtime, box.name, box.argv, data, principal=principal, timeout=left, tier=box.tier)
+        res = dispatch.call_command(runtime, box.name, box.argv, data, principal=principal, timeout=left, tier=box.tier,
+                                    mounts=box.mounts, remote=remote if box.mounts else None)
         return BoxResult(box.label(), res.exit_code, res.stdout, res.stderr, _clock() - t0)
     except WbError as exc:
         return BoxResult(box.label(), None, b"", b"", _clock() - t0, error=f"{exc.name}: {exc.message}")
@@ -430,4 +443,22 @@ def _box_of(path: Path | str, node: _Node) -> Box:
     if kind == "kernel" and len(words) > 1:
         raise ManifestError(path, line, "RUN", "a kernel takes no arguments, only its input bytes")
     tier = node.props.get("TIER", ("", line))[0] or None
-    return Box(words[0], tuple(words[1:]), kind, tier)
+    return Box(words[0], tuple(words[1:]), kind, tier, _mounts_of(path, node, kind))
+
+
+def _mounts_of(path: Path | str, node: _Node, kind: str) -> tuple[str, ...]:
+    """A box's ``:MOUNTS:`` (specs split like ``:RUN:``), bounded as a remote request's are;
+    each folder is checked when the box runs (``dispatch.mounts.grant``), not here."""
+    if "MOUNTS" not in node.props:
+        return ()
+    from wbcore_runtime.dispatch import mounts as granting
+
+    value, line = node.props["MOUNTS"]
+    if kind != "command":
+        raise ManifestError(path, line, "MOUNTS", f"{kind} boxes bind no host folder; :MOUNTS: is for command boxes")
+    try:
+        return granting.requested(shlex.split(value), ":MOUNTS:")
+    except ValueError as exc:
+        raise ManifestError(path, line, "MOUNTS", f"cannot split {value!r}: {exc}") from None
+    except InvalidArgs as exc:
+        raise ManifestError(path, line, "MOUNTS", exc.message) from None

@@ -29,6 +29,8 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from wbcore_runtime.contract.errors import WbError
+from wbcore_runtime.dispatch import mounts as granting
 from wbcore_runtime.trust.policy import CAP_UNIVERSE
 
 if TYPE_CHECKING:
@@ -51,6 +53,12 @@ PROGRESS_EVERY_S = 1.0
 MAX_SEARCH_RESULTS = 50
 #: ``_meta`` key a client may set on ``tools/call`` to shorten the deadline (milliseconds).
 TIMEOUT_META = "wbcore/timeout-ms"
+#: ``_meta`` key of host folders for a command tool's call (``["HOST[:GUEST][:ro|rw]", …]``):
+#: ``_meta`` rather than an argument, so no tool's input schema carries it; granted by the
+#: core's ``dispatch.mounts.grant`` as the MCP client's, only inside the deployer's ``WB_MOUNT_ROOTS``.
+MOUNTS_META = "wbcore/mounts"
+#: The principal an MCP client is named by in the audit trail.
+REMOTE = "mcp"
 #: Streamable HTTP: stateful sessions open at once, and the idle time after which one closes
 #: (the SDK's own settings; its defaults are 10,000 and 30 minutes).
 MAX_SESSIONS = 256
@@ -274,6 +282,10 @@ def build_server(runtime: Runtime, *, only: Iterable[str] | None = None, search_
             known = ", ".join(list(provider.tools())[:20])
             raise MCPError(INVALID_PARAMS, f"Unknown tool: {name}; known: {known}")
 
+        try:  # bounded (count, bytes) before the call; refused mounts are a result the model reads
+            mounts = granting.requested(meta.get(MOUNTS_META), f"_meta {MOUNTS_META!r}")
+        except WbError as exc:
+            return _error(f"{exc.name}: {exc.message}")
         deadline = timeout
         ms = meta.get(TIMEOUT_META)
         if isinstance(ms, int) and not isinstance(ms, bool) and ms > 0:
@@ -302,7 +314,8 @@ def build_server(runtime: Runtime, *, only: Iterable[str] | None = None, search_
 
         def run() -> Any:
             return provider.call_json(name, args, cancel=cancel, timeout=deadline,
-                                      progress=step if building else None)  # a no-op unless asked
+                                      progress=step if building else None,  # a no-op unless asked
+                                      mounts=mounts, remote=REMOTE if mounts else None)
 
         try:
             if not wants_progress:

@@ -17,7 +17,7 @@ for each (``wbx mcp tools --all``).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -217,11 +217,13 @@ class ServedProvider(ToolkitProvider):
     # -- calling --
 
     def call_json(self, name: str, args: Mapping[str, Any], *, cancel: threading.Event | None = None,
-                  timeout: float | None = None, progress: Callable[[float, str], None] | None = None) -> CallOutcome:
+                  timeout: float | None = None, progress: Callable[[float, str], None] | None = None,
+                  mounts: Sequence[str] = (), remote: str | None = None) -> CallOutcome:
         self.tools()
         toolkit = self.pending.get(name)
         if toolkit is None:
-            return super().call_json(name, args, cancel=cancel, timeout=timeout, progress=progress)
+            return super().call_json(name, args, cancel=cancel, timeout=timeout, progress=progress, mounts=mounts,
+                                     remote=remote)
         placeholder = self.tools()[name].kind == "component"
 
         def say(stage: str, detail: str) -> None:
@@ -236,4 +238,5 @@ class ServedProvider(ToolkitProvider):
             served = sorted(n for n, t in self.tools().items() if t.toolkit == toolkit and n not in self.pending)
             text = f"built {toolkit}; its tools: {', '.join(served) or '(none)'}"
             return CallOutcome([Content(ContentPart(text.encode(), "text/plain"))], structured={"tools": served})
-        return super().call_json(name, args, cancel=cancel, timeout=timeout, progress=progress)
+        return super().call_json(name, args, cancel=cancel, timeout=timeout, progress=progress, mounts=mounts,
+                                 remote=remote)
