@@ -38,9 +38,9 @@ OVER_BUDGET = {
 #: target is 12,000; until reached, the figure reached is the ceiling (wasm_guest.py's 283 lines left
 #: for wbcore-wasmtime, contract/guest.py's records and Protocol stayed; +329 for wbx run --mount's
 #: dispatch/mounts.py, several #+PREOPEN and #+SCRATCH; +20 for Tracer.current, which puts the
-#: threads engine's call spans under their map's span; +100 for mounts asked for by remote callers
+#: threads engine's call spans under their map's span; +107 for mounts asked for by remote callers
 #: under WB_MOUNT_ROOTS).
-MAX_TOTAL_LINES = 21_620
+MAX_TOTAL_LINES = 21_627
 #: In-function imports of a core module (each one hides an edge): the target is none.
 MAX_IN_FUNCTION = 131
 #: Modules on an import cycle: the target is none.

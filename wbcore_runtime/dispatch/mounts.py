@@ -149,8 +149,7 @@ def _remote_roots(runtime: RuntimeServices, specs: Sequence[str | Mount], remote
                f"(folders separated by ':') to the folders remote callers may mount inside; see {DOCS}")
     for spec in specs if not why else ():
         host = spec.split(":", 1)[0] if isinstance(spec, str) else spec.host
-        inside = os.path.isabs(host) and any(Path(os.path.normpath(host)).is_relative_to(base)
-                                             for r in roots for base in (r.shown, r.real))
+        inside = any(paths.lexically_within(host, base) for r in roots for base in (r.shown, r.real))
         if not inside:
             where = "outside" if os.path.isabs(host) else "not an absolute path inside"
             why = (f"mount {host!r}: {what} was asked for by a remote caller ({remote}); the folder is {where} "
@@ -165,7 +164,7 @@ def _inside(real: str, roots: Sequence[paths.Root]) -> bool:
     """Whether the symlink-free folder ``real`` lies in one of ``roots``, by the containment
     rule of :class:`wbcore_runtime.guard.paths.Root` (walked from the root, no link out)."""
     for root in roots:
-        if not Path(real).is_relative_to(root.real):
+        if not paths.lexically_within(real, root.real):
             continue
         rel = os.path.relpath(real, root.real)
         try:

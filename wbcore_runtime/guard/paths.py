@@ -329,6 +329,14 @@ HOST_SYSTEM = ("/proc", "/sys", "/dev", "/run")
 HOST_LABEL = "the host"
 
 
+def lexically_within(path: str | Path, base: str | Path) -> bool:
+    """Whether ``path``, normalised as written (no disk access, no link followed), is
+    ``base`` or below it. Only a pre-check that says nothing of what exists (a remote
+    mount outside ``WB_MOUNT_ROOTS`` is refused before the disk is asked); what is then
+    granted is decided by :meth:`Root.resolve` on the real folder."""
+    return os.path.isabs(path) and Path(os.path.normpath(path)).is_relative_to(base)
+
+
 def host_folder(path: str, *, home: Path | str | None = None, what: str = "--mount") -> str:
     """The symlink-free path of the host folder ``path`` that a deployer grants to a sandbox
     (``--mount``), or :class:`Refused` / :class:`~wbcore_runtime.contract.errors.NotFound` saying why
