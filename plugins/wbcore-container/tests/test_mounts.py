@@ -3,6 +3,7 @@ container — the shipped git-history toolkit's recipes against a real repositor
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shlex
@@ -135,9 +136,11 @@ def test_mounts_are_refused_with_the_reason(rt, make_runtime, repo, wb_home) -> 
         rt.call("git", ["status"], mounts=[f"{repo}:/usr/repo"])
     with pytest.raises(InvalidArgs, match="kernel's own view"):
         rt.call("git", ["status"], mounts=["/proc:/p"])
-    # a call that runs in this process binds nothing: the error names the tiers that do
-    with pytest.raises(InvalidArgs, match="tiers that do: container"):
-        rt.call("upper", [], b"x", mounts=[f"{repo}:/repo"])
+    # a call that runs in this process binds nothing: the error names the tiers that do (the
+    # built-in `upper` runs at tier instance, which wbcore-wasmtime serves)
+    if importlib.util.find_spec("wbcore_wasmtime") is not None:
+        with pytest.raises(InvalidArgs, match="tiers that do: container"):
+            rt.call("upper", [], b"x", mounts=[f"{repo}:/repo"])
 
 
 
