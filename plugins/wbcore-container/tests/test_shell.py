@@ -135,9 +135,13 @@ def test_wbx_shell_in_tmux_with_a_rw_mount_and_exit_code(tmux, wb_home, tmp_path
         os.chown(work, bwrap.HOST_UID, bwrap.HOST_UID)
     done = tmp_path / "exit"
     line = (f"WB_HOME={shlex.quote(str(wb_home))} {shlex.quote(wbx_executable())} shell --tier container "
-            f"--mount {shlex.quote(str(work))}:/data:rw; echo $? > {shlex.quote(str(done))}")
+            f"--mount {shlex.quote(str(work))}:/data:rw; echo $? > {shlex.quote(str(done))}; sleep 600")
+    # The trailing sleep keeps the pane after wbx ends, so a failed start shows its message
+    # here rather than as a vanished session. The prompt's "$ " is matched as "$": tmux's
+    # capture-pane drops trailing blanks from every line.
     cmd("new-session", "-d", "-s", name, "-x", "120", "-y", "40", "sh", "-c", line)
-    assert "$" in wait_pane(cmd, name, "$ ")
+    pane = wait_pane(cmd, name, "$")
+    assert pane.rstrip().endswith("$") and not done.exists(), pane
     cmd("send-keys", "-t", name, "cat /data/in.txt; echo made > /data/out.txt; stty size; echo $((6*7))x", "Enter")
     pane = wait_pane(cmd, name, "42x")
     assert "from the host" in pane and "42x" in pane and "40 120" in pane, pane

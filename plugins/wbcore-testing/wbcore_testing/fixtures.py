@@ -689,7 +689,10 @@ def wait_pane(cmd: Callable[..., str], name: str, needle: str, timeout: float = 
     """The pane's last 50 lines once they show ``needle``, or as they are at ``timeout``."""
     end = time.monotonic() + timeout
     while True:
-        pane = cmd("capture-pane", "-p", "-t", name, "-S", "-50")
+        try:
+            pane = cmd("capture-pane", "-p", "-t", name, "-S", "-50")
+        except subprocess.CalledProcessError as e:
+            raise AssertionError(f"the tmux session {name!r} ended before it showed {needle!r}: {e.stderr}") from e
         if needle in pane or time.monotonic() > end:
             return pane
         time.sleep(every)
