@@ -8,7 +8,8 @@ import pytest
 
 from wbcore_runtime import hookimpl
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound, PluginError
-from wbcore_runtime.contract.records import Availability, BuildLane, BuildSandbox
+from wbcore_runtime.contract.drivers import Availability
+from wbcore_runtime.contract.records import BuildLane, BuildSandbox
 from wbcore_runtime.contract.sandbox import NONE_INSTALLED, Bind, SandboxLimits, SandboxResult
 
 

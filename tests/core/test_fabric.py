@@ -10,7 +10,8 @@ from wbcore_runtime.dispatch import fabric
 from wbcore_runtime import hookimpl
 from wbcore_runtime.contract.calls import CallResult
 from wbcore_runtime.contract.errors import ErrorKind, InvalidArgs, NotFound, PluginError
-from wbcore_runtime.contract.records import Availability, Check, ExecShape, FabricEngine
+from wbcore_runtime.contract.drivers import Availability
+from wbcore_runtime.contract.records import Check, ExecShape, FabricEngine
 from wbcore_runtime.store.registry import Entry
 
 

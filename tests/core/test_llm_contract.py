@@ -19,7 +19,8 @@ from wbcore_runtime.contract.llm import (
     split_model,
     with_retries,
 )
-from wbcore_runtime.contract.records import RECORD_KINDS, Availability, LlmProvider
+from wbcore_runtime.contract.drivers import Availability
+from wbcore_runtime.contract.records import RECORD_KINDS, LlmProvider
 
 YES = Availability.yes()
 

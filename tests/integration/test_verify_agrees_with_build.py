@@ -11,7 +11,8 @@ import pytest
 from wbcore_runtime.build import buildable, builder
 from wbcore_runtime import hookimpl
 from wbcore_runtime.contract.errors import WbError
-from wbcore_runtime.contract.records import Availability, BuildLane
+from wbcore_runtime.contract.drivers import Availability
+from wbcore_runtime.contract.records import BuildLane
 from wbcore_testing.fixtures import manifest_text
 
 TOOLKITS = Path(__file__).resolve().parents[2] / "toolkits"

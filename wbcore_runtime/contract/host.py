@@ -6,10 +6,12 @@ methods, to keep ``wbx run`` light), so a module naming the class, even only und
 ``TYPE_CHECKING``, closes an import cycle. ``Runtime`` satisfies the Protocol structurally;
 nothing in the core but the CLI, which opens one, imports ``runtime.py``.
 
-The registries are typed with the records they hold. Services whose classes live above the
-contract in the flow (the Dock, the command registry, the artifact store, a resolved call) are
-typed ``Any`` here: naming them would make the contract import the modules that take the
-runtime, the cycle this module exists to break. Their docstrings name the class.
+The registries name the records they hold in words (``Registry[Any]``): the records' factories
+take this Protocol, so naming the records here would import them back, an import cycle.
+Services whose classes live above the contract in the flow (the Dock, the command registry,
+the artifact store, a resolved call) are typed ``Any`` for the same reason. Their comments
+name the class; a caller that wants the record's type annotates the variable it assigns
+(``lane: BuildLane = runtime.lanes.get(name)``).
 """
 
 from __future__ import annotations
@@ -21,20 +23,6 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 if TYPE_CHECKING:
     import pluggy
 
-    from wbcore_runtime.contract.records import (
-        AgentLoop,
-        Broker,
-        BuildLane,
-        BuildSandbox,
-        BuiltinCommand,
-        ExecShape,
-        FabricEngine,
-        FederationSource,
-        GuestRunnerService,
-        IsolationTier,
-        LlmProvider,
-        SourcePrefix,
-    )
     from wbcore_runtime.toolkit.discovery import Discovery
     from wbcore_runtime.toolkit.loaded import Toolkit
 
@@ -85,29 +73,29 @@ class RuntimeServices(Protocol):
 
     # --- registries ----------------------------------------------------------------
     @property
-    def shapes(self) -> Registry[ExecShape]: ...
+    def shapes(self) -> Registry[Any]: ...  # of ``records.ExecShape``
     @property
-    def lanes(self) -> Registry[BuildLane]: ...
+    def lanes(self) -> Registry[Any]: ...  # of ``records.BuildLane``
     @property
-    def prefixes(self) -> Registry[SourcePrefix]: ...
+    def prefixes(self) -> Registry[Any]: ...  # of ``records.SourcePrefix``
     @property
-    def brokers(self) -> Registry[Broker]: ...
+    def brokers(self) -> Registry[Any]: ...  # of ``records.Broker``
     @property
-    def tiers(self) -> Registry[IsolationTier]: ...
+    def tiers(self) -> Registry[Any]: ...  # of ``records.IsolationTier``
     @property
-    def federation_sources(self) -> Registry[FederationSource]: ...
+    def federation_sources(self) -> Registry[Any]: ...  # of ``records.FederationSource``
     @property
-    def build_sandboxes(self) -> Registry[BuildSandbox]: ...
+    def build_sandboxes(self) -> Registry[Any]: ...  # of ``records.BuildSandbox``
     @property
-    def guest_runners(self) -> Registry[GuestRunnerService]: ...
+    def guest_runners(self) -> Registry[Any]: ...  # of ``records.GuestRunnerService``
     @property
-    def fabric_engines(self) -> Registry[FabricEngine]: ...
+    def fabric_engines(self) -> Registry[Any]: ...  # of ``records.FabricEngine``
     @property
-    def llm_providers(self) -> Registry[LlmProvider]: ...
+    def llm_providers(self) -> Registry[Any]: ...  # of ``records.LlmProvider``
     @property
-    def agent_loops(self) -> Registry[AgentLoop]: ...
+    def agent_loops(self) -> Registry[Any]: ...  # of ``records.AgentLoop``
     @property
-    def builtins(self) -> Registry[BuiltinCommand]: ...
+    def builtins(self) -> Registry[Any]: ...  # of ``records.BuiltinCommand``
     def collect_all(self) -> None: ...
     @property
     def cap_universe(self) -> Any: ...  # ``trust.policy.Universe``

@@ -24,11 +24,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
+from wbcore_runtime.contract.drivers import Availability
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound, WbError, unknown_name
-from wbcore_runtime.contract.targets import load_target
 
 if TYPE_CHECKING:
-    from wbcore_runtime.contract.records import Availability, LlmProvider
     from wbcore_runtime.contract.host import RuntimeServices
 
 DEFAULT_RETRIES = 3
@@ -253,28 +252,10 @@ def provider_error(vendor: str, exc: Exception, settings: Any, *, status_error: 
     return ProviderError(f"{vendor}: {type(exc).__name__}: {redact(str(exc))[:MAX_ERROR_TEXT]}")
 
 
-def sdk_provider(name: str, summary: str, driver: str) -> LlmProvider:
-    """The ``LlmProvider`` record of a provider on a vendor SDK: ``name`` is also the SDK's
-    module and pip name (checked by :func:`sdk_availability`, never imported by it);
-    ``driver`` names its :class:`SdkChat` subclass (``module:Class``), imported only when a
-    model is first asked, so loading the plugin imports no SDK."""
-    from wbcore_runtime.contract.records import LlmProvider  # deferred: closes an import cycle
-
-    def factory(_runtime: Any, llm_settings: LlmSettings) -> Any:
-        return load_target(driver)(llm_settings)
-
-    def available() -> Availability:
-        return sdk_availability(name)
-
-    return LlmProvider(name=name, summary=summary, factory=factory, available=available)
-
-
 def sdk_availability(module: str) -> Availability:
     """An SDK provider's ``LlmProvider.available``: whether its vendor SDK (``module``, also
     its pip name) can be imported here, found without importing it."""
     import importlib.util
-
-    from wbcore_runtime.contract.records import Availability  # deferred: closes an import cycle
 
     if importlib.util.find_spec(module) is None:
         return Availability.no(f"the {module} SDK is not installed (pip install {module})")
@@ -418,11 +399,12 @@ def settings(runtime: RuntimeServices, *, model: str | None = None, agent_model:
 
 def driver(runtime: RuntimeServices, llm_settings: LlmSettings) -> LlmDriver:
     """The driver of the chosen provider, or the reason it cannot run here."""
-    record: LlmProvider = runtime.llm_providers.get(llm_settings.provider)
+    record = runtime.llm_providers.get(llm_settings.provider)  # a contract.records.LlmProvider
     avail = record.available()
     if not avail.ok:
         raise NotFound(f"LLM provider {record.name} is not available: {avail.reason}")
-    return record.factory(runtime, llm_settings)
+    found: LlmDriver = record.factory(runtime, llm_settings)
+    return found
 
 
 def with_retries(attempt: Callable[[], ChatResponse], llm_settings: LlmSettings, *,

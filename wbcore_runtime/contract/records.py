@@ -10,12 +10,25 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
+
+# The driver contracts sit below the records (they import no record back): the records name
+# what their factories return, and a lane's availability asks the build-sandbox contract.
+from wbcore_runtime.contract.drivers import (
+    AgentLoopDriver,
+    Availability,
+    BrokerDriver,
+    LaneDriver,
+    ShapeRunner,
+    SourceDriver,
+    TierDriver,
+)
+from wbcore_runtime.contract.llm import LlmDriver, LlmSettings, sdk_availability
+from wbcore_runtime.contract.sandbox import BuildSandboxDriver, availability
+from wbcore_runtime.contract.targets import load_target
 
 if TYPE_CHECKING:
-    from wbcore_runtime.contract.llm import LlmDriver, LlmSettings
     from wbcore_runtime.contract.host import RuntimeServices
-    from wbcore_runtime.contract.sandbox import BuildSandboxDriver
     from wbcore_runtime.toolkit.loaded import Toolkit
 
 
@@ -36,22 +49,6 @@ class Check:
         return {"ok": self.ok, "area": self.area, "message": self.message, "warning": self.warning}
 
 
-@dataclass(frozen=True, slots=True)
-class Availability:
-    """Whether a lane or tier can run on this machine, and if not, exactly why."""
-
-    ok: bool
-    reason: str = ""
-
-    @classmethod
-    def yes(cls, detail: str = "") -> Availability:
-        return cls(True, detail)
-
-    @classmethod
-    def no(cls, reason: str) -> Availability:
-        return cls(False, reason)
-
-
 def _always() -> Availability:
     return Availability.yes()
 
@@ -62,44 +59,6 @@ class VerifyContext:
 
     toolkit: Toolkit
     runtime: RuntimeServices
-
-
-# --- driver protocols: what a record's factory returns ------------------------------
-
-
-class ShapeRunner(Protocol):
-    """Runs artifacts of one EXEC shape. Returned by ``ExecShape.runner(runtime)``."""
-
-    def call(self, request: Any) -> Any: ...
-
-
-class LaneDriver(Protocol):
-    """Compiles resolved source into a ``.wasm`` artifact (see ``wbcore_runtime.build``)."""
-
-    version: str
-
-    def build(self, request: Any) -> Any: ...
-
-
-class SourceDriver(Protocol):
-    """Turns a ``#+BUILD_SRC`` spec into a local source folder or prebuilt artifact."""
-
-    def resolve(self, request: Any) -> Any: ...
-
-
-class BrokerDriver(Protocol):
-    """Performs one capability's operations. The Dock (``wbcore_runtime.dispatch.dock``) links the host
-    import, runs the common cadence (deny, revocation, rate, caps, audit) and hands each
-    admitted operation to ``handle`` (a ``wbcore_runtime.dispatch.dock.BrokerCall``); the return value is
-    CBOR-encoded for the guest, a ``WbError`` becomes its status."""
-
-    def handle(self, call: Any) -> Any: ...
-
-
-class TierDriver(Protocol):
-    """Runs a call at one isolation depth."""
-
-    def call(self, request: Any) -> Any: ...
 
 
 # --- the registry records ------------------------------------------------------------
@@ -158,8 +117,6 @@ class BuildLane:
         own = self.available()
         if not self.needs_build_sandbox:
             return own
-        from wbcore_runtime.contract.sandbox import availability  # deferred: closes an import cycle
-
         box = availability(runtime)
         if own.ok and box.ok:
             return Availability.yes("; ".join(r for r in (own.reason, box.reason) if r))
@@ -314,15 +271,20 @@ class LlmProvider:
     available: Callable[[], Availability] = _always
 
 
-class AgentLoopDriver(Protocol):
-    """The agent loop (seed 004): ``run`` drives one run to its end and returns its record;
-    ``sessions`` starts runs in the background (status, live step events, review queue,
-    cancel) — what the engine service serves over HTTP. See docs/agents.md."""
+def sdk_provider(name: str, summary: str, driver: str) -> LlmProvider:
+    """The ``LlmProvider`` record of a provider on a vendor SDK: ``name`` is also the SDK's
+    module and pip name (checked by ``contract.llm.sdk_availability``, never imported by it);
+    ``driver`` names its ``contract.llm.SdkChat`` subclass (``module:Class``), imported only when
+    a model is first asked, so loading the plugin imports no SDK."""
 
-    def run(self, agent: Any, task: str, **kw: Any) -> Any: ...
+    def factory(_runtime: RuntimeServices, llm_settings: LlmSettings) -> LlmDriver:
+        driver_class: Callable[[LlmSettings], LlmDriver] = load_target(driver)
+        return driver_class(llm_settings)
 
-    @property
-    def sessions(self) -> Any: ...
+    def available() -> Availability:
+        return sdk_availability(name)
+
+    return LlmProvider(name=name, summary=summary, factory=factory, available=available)
 
 
 @dataclass(frozen=True, slots=True)

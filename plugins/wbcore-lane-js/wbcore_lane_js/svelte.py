@@ -170,7 +170,7 @@ def members(pkg: Package, env: Any = None) -> dict[str, bytes]:
 
 
 def check() -> Any:
-    from wbcore_runtime.contract.records import Availability
+    from wbcore_runtime.contract.drivers import Availability
 
     base = qjs.check()
     if not base.ok:

@@ -139,7 +139,7 @@ def fetch(env: Any = None, progress: Any = None, *, tarball: Path | None = None)
 
 
 def check() -> Any:
-    from wbcore_runtime.contract.records import Availability
+    from wbcore_runtime.contract.drivers import Availability
 
     base = qjs.check()
     if not base.ok:

@@ -31,7 +31,7 @@ from typing import Any
 from wbcore_runtime.build import BuildFailed, BuildOutput, BuildRequest, products
 from wbcore_runtime.guard import paths
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound, Timeout
-from wbcore_runtime.contract.records import Availability
+from wbcore_runtime.contract.drivers import Availability
 from wbcore_runtime.contract.sandbox import Bind, SandboxLimits
 
 MAX_ARTIFACT_BYTES = 128 << 20

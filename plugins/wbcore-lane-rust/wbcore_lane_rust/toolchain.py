@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from wbcore_runtime.contract.records import Availability
+from wbcore_runtime.contract.drivers import Availability
 
 TARGETS = ("wasm32-wasip1", "wasm32-wasi")
 INSTALL_HINT = ("install one: apt-get install rustc libstd-rust-dev-wasm32 (Debian/Ubuntu), "

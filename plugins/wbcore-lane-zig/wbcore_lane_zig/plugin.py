@@ -7,7 +7,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from wbcore_runtime import hookimpl
-from wbcore_runtime.contract.records import Availability, BuildLane, BuiltinCommand
+from wbcore_runtime.contract.drivers import Availability
+from wbcore_runtime.contract.records import BuildLane, BuiltinCommand
 
 #: Manifest keywords that change a c/zig build's output (the cache key covers them).
 OUTPUT_FIELDS = ("BUILD_FLAGS", "BUILD_OBJECTS")

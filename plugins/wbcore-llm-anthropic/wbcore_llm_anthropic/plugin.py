@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from wbcore_runtime import hookimpl
-from wbcore_runtime.contract.llm import sdk_provider
+from wbcore_runtime.contract.records import sdk_provider
 from wbcore_runtime.contract.records import LlmProvider
 
 

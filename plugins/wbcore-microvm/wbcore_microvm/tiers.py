@@ -49,7 +49,7 @@ from wbcore_runtime.build.builder import read_posix_manifest
 from wbcore_runtime.contract.calls import CallResult, CommandRequest, GuestTrap, LimitExceeded, Usage
 from wbcore_runtime.wire.capbridge import HostBridge
 from wbcore_runtime.contract.errors import CapabilityDenied, Internal, InvalidArgs, NotFound, Timeout
-from wbcore_runtime.contract.records import Availability
+from wbcore_runtime.contract.drivers import Availability
 
 if TYPE_CHECKING:
     from wbcore_runtime.runtime import Runtime

@@ -44,7 +44,7 @@ from pathlib import Path
 
 from wbcore_runtime.store import leftovers
 from wbcore_runtime.contract.errors import Internal, InvalidArgs, Timeout, WbError
-from wbcore_runtime.contract.records import Availability
+from wbcore_runtime.contract.drivers import Availability
 from wbcore_runtime.contract.sandbox import Bind, BuildSandboxDriver, SandboxLimits, SandboxResult, SandboxRun
 
 #: The host-side scratch folder of a spawned (long-lived) sandboxed process.

@@ -40,7 +40,7 @@ from wbcore_runtime.wire import frames
 from wbcore_runtime.contract.calls import CallResult, CommandRequest, Usage, check_guest_end
 from wbcore_runtime.wire.capbridge import HostBridge
 from wbcore_runtime.contract.errors import Internal, InvalidArgs, Timeout, WbError
-from wbcore_runtime.contract.records import Availability
+from wbcore_runtime.contract.drivers import Availability
 
 if TYPE_CHECKING:
     from wbcore_runtime.runtime import Runtime

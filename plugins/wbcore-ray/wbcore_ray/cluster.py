@@ -22,7 +22,7 @@ import threading
 from typing import Any
 
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound
-from wbcore_runtime.contract.records import Availability
+from wbcore_runtime.contract.drivers import Availability
 
 ADDRESS_ENV = "WB_RAY_ADDRESS"
 #: Object store of a local Ray started for the run (Ray's minimum is 75 MiB): inputs and

@@ -6,7 +6,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from wbcore_runtime import hookimpl
-from wbcore_runtime.contract.records import Availability, FabricEngine, IsolationTier
+from wbcore_runtime.contract.drivers import Availability
+from wbcore_runtime.contract.records import FabricEngine, IsolationTier
 
 
 def _engine(runtime: Any) -> Any:
