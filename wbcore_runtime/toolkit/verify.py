@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from wbcore_runtime.trust import policy
 from wbcore_runtime.contract.errors import ManifestError, WbError
 from wbcore_runtime.contract.records import Check, VerifyContext
+from wbcore_runtime.trust import consent, signing
 from wbcore_runtime.trust import verdict as trust
 from wbcore_runtime.build import buildable
 from wbcore_runtime.toolkit import manifest as _manifest
@@ -59,8 +60,77 @@ def exec_checks(toolkit: Toolkit, runtime: RuntimeServices) -> list[Check]:
         return [Check(False, "exec", f"{mode}: {exc.message}")]
 
 
+# --- trust: the signature, #+SHA256 and consent lines (trust.verdict decides; these render) ---
+
+
+def _signature_check(toolkit: Toolkit, runtime: RuntimeServices) -> Check:
+    v = trust.signature_verdict(toolkit, runtime)
+    label = signing.LABELS.get(v.code)
+    if v.ok:
+        return Check(True, "trust", f"third-party, {v.message}")
+    return Check(False, "trust", f"signature {label}: {v.message}")
+
+
+def _consent_check(toolkit: Toolkit, runtime: RuntimeServices) -> Check | None:
+    info = consent.describe(runtime.home, toolkit, runtime.caps_universe_for(toolkit.manifest.caps))
+    if not info["requested"]:
+        return _env_check(toolkit, info)
+    requested = " ".join(info["requested"])
+    effective = " ".join(info["effective"]) or "none"
+    if info["granted"] is None:
+        msg = f"requested {requested}; profile {info['profile']} grants {effective} (first-party)"
+        env = _env_check(toolkit, info)
+        if env is not None:
+            return Check(True, "consent", f"{msg}; {env.message}", warning=env.warning)
+        return Check(True, "consent", msg)
+    granted = " ".join(info["granted"]) or "none"
+    note = f"; grants were given to {info['stale_signer']}, not this signer" if info["stale_signer"] else ""
+    pending = [c for c in info["requested"] if c not in info["granted"]]
+    msg = f"requested {requested}; granted {granted}; effective {effective}{note}"
+    if pending:
+        msg += f" (grant with: wbx toolkit grant {toolkit.id} {' '.join(pending)})"
+    env = _env_check(toolkit, info)
+    if env is not None:
+        msg += f"; {env.message}"
+        pending = pending or ["env"]
+    return Check(True, "consent", msg, warning=bool(pending))
+
+
+def _env_check(toolkit: Toolkit, info: dict[str, Any]) -> Check | None:
+    """The deployer variables the manifest reads, and which the deployer granted (a read of an
+    ungranted one is refused at the call: ``consent.check_env``)."""
+    if not info["env_requested"]:
+        return None
+    missing = [v for v in info["env_requested"] if v not in info["env_granted"]]
+    msg = (f"reads the deployer's environment: {' '.join(info['env_requested'])}; "
+           f"granted: {' '.join(info['env_granted']) or 'none'}")
+    if missing:
+        msg += f" (grant with: wbx toolkit grant {toolkit.id} {' '.join('--env ' + v for v in missing)})"
+    return Check(True, "consent", msg, warning=bool(missing))
+
+
 def trust_checks(toolkit: Toolkit, runtime: RuntimeServices) -> list[Check]:
-    return trust.checks(toolkit, runtime)
+    m = toolkit.manifest
+    out: list[Check] = []
+    if m.trust == "first-party":
+        out.append(Check(True, "trust", "first-party (runs under its profile's default caps)"))
+        if m.signature or m.author_did:
+            sig = _signature_check(toolkit, runtime)
+            out.append(Check(sig.ok, "trust", sig.message.removeprefix("third-party, ")))
+    else:
+        out.append(_signature_check(toolkit, runtime))
+    if m.sha256:
+        reason = trust.integrity_reason(toolkit, runtime)
+        if reason:
+            out.append(Check(False, "integrity", f"unavailable: {reason.removeprefix('integrity: ')}"))
+        else:
+            local = trust.shipped_artifact(m)  # checked just above: integrity_reason hashed it through containment
+            where = trust.shipped_relative(m) if local is not None else None
+            out.append(Check(True, "integrity", f"#+SHA256 {m.sha256[:16]}… matches " + (str(where) if where else "every registered artifact")))
+    consent_line = _consent_check(toolkit, runtime)
+    if consent_line is not None:
+        out.append(consent_line)
+    return out
 
 
 def artifact_checks(toolkit: Toolkit, runtime: RuntimeServices) -> list[Check]:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from wbcore_runtime.store import generation
 from wbcore_runtime.trust import policy
+from wbcore_runtime.trust import verdict as trust
 from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs, unknown_name
 from wbcore_runtime.store.artifacts import atomic_write
 
@@ -146,8 +147,6 @@ def checked_grant(runtime: Any, toolkit: Toolkit, caps: list[str], env: list[str
     unrequested caps, a variable its manifest does not read, a first-party toolkit's profile
     caps, a third-party signature that does not verify). ``wbx toolkit grant`` and the
     engine console both ask this one function."""
-    from wbcore_runtime.trust import verdict as trust  # deferred: closes an import cycle
-
     m = toolkit.manifest
     universe = runtime.caps_universe_for(caps)
     if not caps and not env:

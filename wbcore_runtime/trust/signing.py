@@ -297,6 +297,9 @@ def sign(toolkit_dir: Path, ident: _identity.Identity, *, author_did: str | None
 OK, MISSING, MALFORMED, KEY_TYPE, UNRESOLVED, WRONG_KEY, TAMPERED, INVALID = (
     "ok", "missing", "malformed", "key-type", "unresolved", "wrong-key", "tampered", "invalid",
 )
+#: Each ✗ code in words, for a verify line ("signature wrong key: ...").
+LABELS = {MISSING: "missing", MALFORMED: "malformed", KEY_TYPE: "wrong key type", UNRESOLVED: "unresolved",
+          WRONG_KEY: "wrong key", TAMPERED: "tampered", INVALID: "invalid"}
 
 
 @dataclass(frozen=True)

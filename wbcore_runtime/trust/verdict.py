@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from wbcore_runtime.store.artifacts import IntegrityError as _StoreIntegrityError
 from wbcore_runtime.store.digest import sha256
@@ -27,7 +27,6 @@ from wbcore_runtime.store.artifacts import atomic_write
 if TYPE_CHECKING:
     from wbcore_runtime.trust import signing
     from wbcore_runtime.toolkit.manifest import Manifest
-    from wbcore_runtime.contract.records import Check
     from wbcore_runtime.contract.host import RuntimeServices
     from wbcore_runtime.toolkit.loaded import Toolkit
 
@@ -85,7 +84,7 @@ def check_digest(manifest: Manifest, digest: str, what: str = "artifact") -> Non
         raise IntegrityError(f"{manifest.id}: {what} {digest[:16]}… does not match #+SHA256 {manifest.sha256[:16]}…")
 
 
-def _shipped_relative(manifest: Manifest) -> str | None:
+def shipped_relative(manifest: Manifest) -> str | None:
     src = manifest.build_src or ""
     for prefix in ("wasm:", "archive:"):
         if src.startswith(prefix):
@@ -98,7 +97,7 @@ def shipped_artifact(manifest: Manifest) -> Path | None:
     """The local file ``#+SHA256`` pins, when ``#+BUILD_SRC`` is ``wasm:``/``archive:`` + a path:
     its checked, symlink-free path (:mod:`wbcore_runtime.guard.paths`), ``None`` when there is none, and
     :class:`~wbcore_runtime.guard.paths.Refused` when it is not a single-linked regular file inside the toolkit."""
-    rel = _shipped_relative(manifest)
+    rel = shipped_relative(manifest)
     if rel is None:
         return None
     try:
@@ -109,7 +108,7 @@ def shipped_artifact(manifest: Manifest) -> Path | None:
 
 def _check_shipped(manifest: Manifest) -> bool:
     """Hash the shipped file through containment; True when there is one (and it matched)."""
-    rel = _shipped_relative(manifest)
+    rel = shipped_relative(manifest)
     if rel is None or not manifest.sha256:
         return False
     try:
@@ -347,87 +346,3 @@ def check_available(toolkit: Toolkit, runtime: RuntimeServices) -> None:
     reason = unavailable_reason(toolkit, runtime, resolve_web=True)
     if reason:
         raise IntegrityError(f"{toolkit.id} is unavailable: {reason}")
-
-
-def _signature_check(toolkit: Toolkit, runtime: RuntimeServices) -> Check:
-    from wbcore_runtime.trust import signing  # deferred: keeps wbx start-up light
-    from wbcore_runtime.contract.records import Check  # deferred: keeps wbx start-up light
-
-    v = signature_verdict(toolkit, runtime)
-    label = {
-        signing.MISSING: "missing", signing.MALFORMED: "malformed", signing.KEY_TYPE: "wrong key type",
-        signing.UNRESOLVED: "unresolved", signing.WRONG_KEY: "wrong key", signing.TAMPERED: "tampered",
-        signing.INVALID: "invalid",
-    }.get(v.code)
-    if v.ok:
-        return Check(True, "trust", f"third-party, {v.message}")
-    return Check(False, "trust", f"signature {label}: {v.message}")
-
-
-def _consent_check(toolkit: Toolkit, runtime: RuntimeServices) -> Check | None:
-    from wbcore_runtime.trust import consent as _consent  # deferred: closes an import cycle
-    from wbcore_runtime.contract.records import Check  # deferred: keeps wbx start-up light
-
-    info = _consent.describe(runtime.home, toolkit, runtime.caps_universe_for(toolkit.manifest.caps))
-    if not info["requested"]:
-        return _env_check(toolkit, info)
-    requested = " ".join(info["requested"])
-    effective = " ".join(info["effective"]) or "none"
-    if info["granted"] is None:
-        msg = f"requested {requested}; profile {info['profile']} grants {effective} (first-party)"
-        env = _env_check(toolkit, info)
-        if env is not None:
-            return Check(True, "consent", f"{msg}; {env.message}", warning=env.warning)
-        return Check(True, "consent", msg)
-    granted = " ".join(info["granted"]) or "none"
-    note = f"; grants were given to {info['stale_signer']}, not this signer" if info["stale_signer"] else ""
-    pending = [c for c in info["requested"] if c not in info["granted"]]
-    msg = f"requested {requested}; granted {granted}; effective {effective}{note}"
-    if pending:
-        msg += f" (grant with: wbx toolkit grant {toolkit.id} {' '.join(pending)})"
-    env = _env_check(toolkit, info)
-    if env is not None:
-        msg += f"; {env.message}"
-        pending = pending or ["env"]
-    return Check(True, "consent", msg, warning=bool(pending))
-
-
-def _env_check(toolkit: Toolkit, info: dict[str, Any]) -> Check | None:
-    """The deployer variables the manifest reads, and which the deployer granted (a read of an
-    ungranted one is refused at the call: ``consent.check_env``)."""
-    from wbcore_runtime.contract.records import Check  # deferred: keeps wbx start-up light
-
-    if not info["env_requested"]:
-        return None
-    missing = [v for v in info["env_requested"] if v not in info["env_granted"]]
-    msg = (f"reads the deployer's environment: {' '.join(info['env_requested'])}; "
-           f"granted: {' '.join(info['env_granted']) or 'none'}")
-    if missing:
-        msg += f" (grant with: wbx toolkit grant {toolkit.id} {' '.join('--env ' + v for v in missing)})"
-    return Check(True, "consent", msg, warning=bool(missing))
-
-
-def checks(toolkit: Toolkit, runtime: RuntimeServices) -> list[Check]:
-    from wbcore_runtime.contract.records import Check  # deferred: keeps wbx start-up light
-
-    m = toolkit.manifest
-    out: list[Check] = []
-    if m.trust == "first-party":
-        out.append(Check(True, "trust", "first-party (runs under its profile's default caps)"))
-        if m.signature or m.author_did:
-            sig = _signature_check(toolkit, runtime)
-            out.append(Check(sig.ok, "trust", sig.message.removeprefix("third-party, ")))
-    else:
-        out.append(_signature_check(toolkit, runtime))
-    if m.sha256:
-        reason = integrity_reason(toolkit, runtime)
-        if reason:
-            out.append(Check(False, "integrity", f"unavailable: {reason.removeprefix('integrity: ')}"))
-        else:
-            local = shipped_artifact(m)  # checked just above: integrity_reason hashed it through containment
-            where = _shipped_relative(m) if local is not None else None
-            out.append(Check(True, "integrity", f"#+SHA256 {m.sha256[:16]}… matches " + (str(where) if where else "every registered artifact")))
-    consent_line = _consent_check(toolkit, runtime)
-    if consent_line is not None:
-        out.append(consent_line)
-    return out
