@@ -200,28 +200,26 @@ class Runtime:
 
     # --- registries (collected lazily, once) ---------------------------------------
 
-    def _collect(self, hook: str, kind: type | str, what: str) -> _plugins.RecordRegistry[Any]:
-        from wbcore_runtime.plugins import manager as _plugins  # deferred: keeps wbx start-up light
-        from wbcore_runtime.contract import records  # deferred: keeps wbx start-up light
+    def _collect(self, hook: str, what: str) -> _plugins.RecordRegistry[Any]:
+        from wbcore_runtime.plugins import manager as _plugins  # deferred: keeps wbx start-up light (pluggy)
 
-        record_type = getattr(records, kind) if isinstance(kind, str) else kind
-        return _plugins.collect(self.pm, hook, record_type, what, self.plugin_infos)
+        return _plugins.collect_hook(self.pm, hook, what, self.plugin_infos)
 
     @cached_property
     def shapes(self) -> _plugins.RecordRegistry[ExecShape]:
-        return self._collect("wbcore_exec_shapes", "ExecShape", "EXEC shape")
+        return self._collect("wbcore_exec_shapes", "EXEC shape")
 
     @cached_property
     def lanes(self) -> _plugins.RecordRegistry[BuildLane]:
-        return self._collect("wbcore_build_lanes", "BuildLane", "BUILD_LANG lane")
+        return self._collect("wbcore_build_lanes", "BUILD_LANG lane")
 
     @cached_property
     def prefixes(self) -> _plugins.RecordRegistry[SourcePrefix]:
-        return self._collect("wbcore_source_prefixes", "SourcePrefix", "BUILD_SRC prefix")
+        return self._collect("wbcore_source_prefixes", "BUILD_SRC prefix")
 
     @cached_property
     def brokers(self) -> _plugins.RecordRegistry[Broker]:
-        return self._collect("wbcore_brokers", "Broker", "cap broker")
+        return self._collect("wbcore_brokers", "cap broker")
 
     @cached_property
     def cap_universe(self) -> Any:
@@ -243,37 +241,31 @@ class Runtime:
 
     @cached_property
     def tiers(self) -> _plugins.RecordRegistry[IsolationTier]:
-        return self._collect("wbcore_isolation_tiers", "IsolationTier", "isolation tier")
+        return self._collect("wbcore_isolation_tiers", "isolation tier")
 
     @cached_property
     def federation_sources(self) -> _plugins.RecordRegistry[FederationSource]:
-        return self._collect("wbcore_federation_sources", "FederationSource", "federation source")
+        return self._collect("wbcore_federation_sources", "federation source")
 
     @cached_property
     def build_sandboxes(self) -> _plugins.RecordRegistry[Any]:
         """Build sandboxes served by plugins (``wbcore_build_sandboxes``): a lane's service."""
-        from wbcore_runtime.contract.records import BuildSandbox  # deferred: keeps wbx start-up light
-
-        return self._collect("wbcore_build_sandboxes", BuildSandbox, "build sandbox")
+        return self._collect("wbcore_build_sandboxes", "build sandbox")
 
     @cached_property
     def guest_runners(self) -> _plugins.RecordRegistry[Any]:
         """WASI guest runners served by plugins (``wbcore_guest_runners``): a lane's service."""
-        return self._collect("wbcore_guest_runners", "GuestRunnerService", "guest runner")
+        return self._collect("wbcore_guest_runners", "guest runner")
 
     @cached_property
     def fabric_engines(self) -> _plugins.RecordRegistry[Any]:
         """Engines that map one call over many inputs (``wbcore_fabric_engines``)."""
-        from wbcore_runtime.contract.records import FabricEngine  # deferred: keeps wbx start-up light
-
-        return self._collect("wbcore_fabric_engines", FabricEngine, "fabric engine")
+        return self._collect("wbcore_fabric_engines", "fabric engine")
 
     @cached_property
     def llm_providers(self) -> _plugins.RecordRegistry[Any]:
         """LLM providers (``wbcore_llm_providers``): the agent loop's model APIs."""
-        from wbcore_runtime.contract.records import LlmProvider  # deferred: keeps wbx start-up light
-
-        return self._collect("wbcore_llm_providers", LlmProvider, "LLM provider")
+        return self._collect("wbcore_llm_providers", "LLM provider")
 
     def llm(self, model: str | None = None, *, agent_model: str | None = None) -> Any:
         """A ``wbcore_runtime.contract.llm.LlmDriver`` for ``model`` (``provider:model`` or a bare model
@@ -285,13 +277,11 @@ class Runtime:
     @cached_property
     def agent_loops(self) -> _plugins.RecordRegistry[Any]:
         """Agent loop engines (``wbcore_agent_loops``): runs and sessions."""
-        from wbcore_runtime.contract.records import AgentLoop  # deferred: keeps wbx start-up light
-
-        return self._collect("wbcore_agent_loops", AgentLoop, "agent loop")
+        return self._collect("wbcore_agent_loops", "agent loop")
 
     @cached_property
     def agents(self) -> Any:
-        """The agent loop driver (``wbcore_runtime.contract.records.AgentLoopDriver``): ``run``, ``sessions``.
+        """The agent loop driver (``wbcore_runtime.contract.drivers.AgentLoopDriver``): ``run``, ``sessions``.
         ``$WB_AGENT_LOOP`` or the only one installed; ``NotFound`` naming what to install."""
         reg = self.agent_loops
         name = self.env.get("WB_AGENT_LOOP") or (reg.names()[0] if len(reg) == 1 else None)
@@ -345,9 +335,7 @@ class Runtime:
     @cached_property
     def builtins(self) -> _plugins.RecordRegistry[Any]:
         """Reserved built-in commands served by plugins (``wbcore_builtin_commands``)."""
-        from wbcore_runtime.contract.records import BuiltinCommand  # deferred: keeps wbx start-up light
-
-        return self._collect("wbcore_builtin_commands", BuiltinCommand, "built-in command")
+        return self._collect("wbcore_builtin_commands", "built-in command")
 
     def install_builtins(self, names: Sequence[str] | None = None, *, force: bool = False) -> list[Any]:
         """Store and register the built-in commands (also done lazily on first call)."""

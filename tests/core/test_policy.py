@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 
 from wbcore_runtime.trust import policy
+from wbcore_runtime.toolkit.verify import cap_checks
 
 
 @pytest.mark.parametrize("name", [None, "", "Compute", "minmal", "root", "posix ", "network\n"])
@@ -38,9 +39,9 @@ def test_narrowest_profile_and_effective_caps():
 
 
 def test_cap_checks():
-    assert policy.cap_checks([])[0].ok
-    checks = policy.cap_checks(["net", "warp-drive"])
+    assert cap_checks([])[0].ok
+    checks = cap_checks(["net", "warp-drive"])
     bad = [c for c in checks if not c.ok]
     assert len(bad) == 1 and "unknown cap(s): warp-drive" in bad[0].message
-    good = policy.cap_checks(["net", "kv"])
+    good = cap_checks(["net", "kv"])
     assert all(c.ok for c in good) and "profile network" in good[0].message

@@ -350,9 +350,7 @@ def build(runtime: RuntimeServices, ident: str, which: str | None = None, *, pro
         if m.sha256 and not resolved.sha256_pins_source and m.sha256 != sha256:
             note("error", f"#+SHA256 {m.sha256} != built {sha256}")
             save_log()
-            from wbcore_runtime.trust.verdict import IntegrityError  # capability-denied (126), as docs/signing.md says
-
-            raise IntegrityError(
+            raise trust.IntegrityError(  # capability-denied (126), as docs/signing.md says
                 f"{m.id}: built artifact {sha256[:12]}… does not match #+SHA256 {m.sha256[:12]}…; not registered")
         entry = _register(runtime, tk, kind, name, sha256, prov, owner,
                           pinned=bool(m.sha256) and not resolved.sha256_pins_source,
@@ -370,6 +368,4 @@ def build(runtime: RuntimeServices, ident: str, which: str | None = None, *, pro
         save_log()
         raise
     finally:
-        from wbcore_runtime.build import snapshot
-
         snapshot.discard(work)  # its snapshots are read-only

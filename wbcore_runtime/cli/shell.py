@@ -14,7 +14,7 @@ from typing import Any
 
 import typer
 
-from wbcore_runtime.contract.errors import InvalidArgs, NotFound
+from wbcore_runtime.contract.errors import Internal, InvalidArgs, NotFound
 
 
 def shell_tier(runtime: Any, name: str) -> Any:
@@ -45,8 +45,6 @@ def run_shell(runtime: Any, tier_name: str, mounts: list[str], program: str, arg
         return terminal.attach(sandbox.channel, sandbox.secret, request, stdin_fd=stdin_fd, stdout_fd=stdout_fd,
                                deadline=time.monotonic() + timeout)
     except terminal.PtyError as exc:
-        from wbcore_runtime.contract.errors import Internal
-
         raise Internal(f"wbx shell: {exc}") from None
     finally:
         sandbox.close()

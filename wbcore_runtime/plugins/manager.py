@@ -24,6 +24,7 @@ from typing import Any, Generic, TypeVar
 import pluggy
 
 from wbcore_runtime.contract import hookspecs
+from wbcore_runtime.contract.records import RECORD_KINDS
 from wbcore_runtime.contract.targets import load_target
 from wbcore_runtime.contract.errors import NotFound, PluginError, unknown_name
 from wbcore_runtime.plugins.installed import RACY_SECONDS, installed_key  # noqa: F401 - re-exported: plugins.installed_key
@@ -353,6 +354,12 @@ class RecordRegistry(Generic[T]):
     @property
     def conflicts(self) -> dict[str, list[PluginInfo]]:
         return dict(self._conflicts)
+
+
+def collect_hook(pm: pluggy.PluginManager, hook_name: str, what: str, infos: Sequence[PluginInfo]) -> RecordRegistry[Any]:
+    """:func:`collect` of a registry hook, checked against the record type the hook yields
+    (``contract.records.RECORD_KINDS``)."""
+    return collect(pm, hook_name, RECORD_KINDS[hook_name], what, infos)
 
 
 def collect(

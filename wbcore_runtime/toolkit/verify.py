@@ -8,6 +8,7 @@ delegated to the plugin that serves the shape; other plugins may add lines throu
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -58,6 +59,34 @@ def exec_checks(toolkit: Toolkit, runtime: RuntimeServices) -> list[Check]:
         return list(shape.verify(VerifyContext(toolkit=toolkit, runtime=runtime)))
     except WbError as exc:
         return [Check(False, "exec", f"{mode}: {exc.message}")]
+
+
+def cap_checks(caps: Iterable[str], universe: policy.Universe = policy.CORE) -> list[Check]:
+    """The caps lines: each cap known, grantable by one profile or by consent only, and what a
+    plugin's cap means (``trust.policy`` decides; these render)."""
+    caps = list(caps)
+    if not caps:
+        return [Check(True, "caps", "none declared (pure compute + stdio)")]
+    checks: list[Check] = []
+    unknown = [c for c in caps if c not in universe.names]
+    if unknown:
+        checks.append(Check(False, "caps", f"unknown cap(s): {', '.join(unknown)}; known: {', '.join(sorted(universe.names))}"))
+    known = [c for c in caps if c in universe.names]
+    if known:
+        consent_only = [c for c in known if c in universe.consent_only]
+        profiled = [c for c in known if c not in consent_only]
+        whole = [n for n in policy.PROFILE_ORDER if set(profiled) <= universe.caps_of(policy.PROFILES[n])]
+        if whole or not profiled:
+            where = f"profile {whole[0]}" if whole else "deployer consent"
+            checks.append(Check(True, "caps", f"{' '.join(known)} grantable ({where})"))
+        else:
+            checks.append(Check(False, "caps", f"no single profile grants all of: {' '.join(profiled)}"))
+        if consent_only:
+            checks.append(Check(True, "caps", f"{' '.join(consent_only)} granted only by explicit consent", warning=True))
+        for cap in (c for c in known if c in universe.plugin_caps):
+            d = universe.plugin_caps[cap]
+            checks.append(Check(True, "caps", f"{cap}: {d.meaning} (declared by {d.origin})"))
+    return checks
 
 
 # --- trust: the signature, #+SHA256 and consent lines (trust.verdict decides; these render) ---
@@ -184,7 +213,7 @@ def verify(toolkit: Toolkit, runtime: RuntimeServices) -> Report:
         add(Check(False, "skills", str(problem)))
     report.checks.extend(exec_checks(toolkit, runtime))
     report.checks.extend(artifact_checks(toolkit, runtime))
-    report.checks.extend(policy.cap_checks(m.caps, runtime.caps_universe_for(m.caps)))
+    report.checks.extend(cap_checks(m.caps, runtime.caps_universe_for(m.caps)))
     report.checks.extend(trust_checks(toolkit, runtime))
     report.checks.extend(pre_block_checks(toolkit))
     for extra in runtime.hook.wbcore_verify_checks(toolkit=toolkit, runtime=runtime):

@@ -13,10 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:  # the records load with verify, not with every call's resolution
-    from wbcore_runtime.contract.records import Check
 
 MiB = 1 << 20
 
@@ -174,31 +172,3 @@ def effective_caps(
     if granted is not None:
         eff &= frozenset(granted)
     return eff | (universe.consent_only & declared & frozenset(consented))
-
-
-def cap_checks(caps: Iterable[str], universe: Universe = CORE) -> list[Check]:
-    from wbcore_runtime.contract.records import Check  # deferred: closes an import cycle
-
-    caps = list(caps)
-    if not caps:
-        return [Check(True, "caps", "none declared (pure compute + stdio)")]
-    checks: list[Check] = []
-    unknown = [c for c in caps if c not in universe.names]
-    if unknown:
-        checks.append(Check(False, "caps", f"unknown cap(s): {', '.join(unknown)}; known: {', '.join(sorted(universe.names))}"))
-    known = [c for c in caps if c in universe.names]
-    if known:
-        consent_only = [c for c in known if c in universe.consent_only]
-        profiled = [c for c in known if c not in consent_only]
-        whole = [n for n in PROFILE_ORDER if set(profiled) <= universe.caps_of(PROFILES[n])]
-        if whole or not profiled:
-            where = f"profile {whole[0]}" if whole else "deployer consent"
-            checks.append(Check(True, "caps", f"{' '.join(known)} grantable ({where})"))
-        else:
-            checks.append(Check(False, "caps", f"no single profile grants all of: {' '.join(profiled)}"))
-        if consent_only:
-            checks.append(Check(True, "caps", f"{' '.join(consent_only)} granted only by explicit consent", warning=True))
-        for cap in (c for c in known if c in universe.plugin_caps):
-            d = universe.plugin_caps[cap]
-            checks.append(Check(True, "caps", f"{cap}: {d.meaning} (declared by {d.origin})"))
-    return checks
