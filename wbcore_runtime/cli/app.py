@@ -17,6 +17,7 @@ from wbcore_runtime.contract.errors import EXIT_CODES, ErrorKind, WbError
 from wbcore_runtime.store import leftovers
 from wbcore_runtime.contract.errors import DiskFull, disk_full
 from wbcore_runtime.runtime import Runtime
+from wbcore_runtime.cli import fastrun
 
 if TYPE_CHECKING:  # Typer is imported by the commands that need it, never by `wbx run`
     import typer
@@ -240,8 +241,6 @@ def main(argv: Sequence[str] | None = None, *, runtime: Any = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     try:
-        from wbcore_runtime.cli import fastrun
-
         plain = fastrun.parse(args)
         if plain is not None:  # `wbx run NAME …`: no Typer (wbcore_runtime.cli.fastrun)
             return fastrun.run(open_runtime(runtime), plain)

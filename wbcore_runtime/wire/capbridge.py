@@ -32,6 +32,8 @@ from typing import Any
 
 if __package__:
     from wbcore_runtime.wire import frames
+    # The host side's errors (HostBridge); a sandbox loads only GuestCaps, which raises none of them.
+    from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs, WbError
 else:  # loaded by path inside a sandbox, next to frames.py (whatever else its sys.path holds)
     import frames  # type: ignore[no-redef]
 
@@ -95,8 +97,6 @@ class HostBridge:
         raise frames.FrameError("unexpected", f"the guest sent {frames.name(kind)} during a call")
 
     def link(self, obj: dict[str, Any]) -> bytes:
-        from wbcore_runtime.contract.errors import CapabilityDenied, WbError
-
         if self.ctx is not None:
             raise frames.FrameError("unexpected", "the guest asked to link twice in one call")
         raw = frames.field(obj, "imports", list)
@@ -136,8 +136,6 @@ class HostBridge:
         link step — the Dock's grant check decides at the call. ``decode(cap, body)`` turns
         the guest's body into the Dock's CBOR request (a ``WbError`` is denied through the
         Dock, audited), ``encode(answer)`` the Dock's answer back."""
-        from wbcore_runtime.contract.errors import WbError
-
         obj, blobs = frames.unpack(payload)
         if obj.get("id") != self.id:
             raise frames.FrameError("unexpected", f"BrokerCall for call {obj.get('id')!r}, not {self.id}")
@@ -154,8 +152,6 @@ class HostBridge:
         return frames.seal(frames.BROKER_ANSWER, self.secret, {"id": self.id, "status": status}, encode(answer))
 
     def broker(self, obj: dict[str, Any], blobs: list[bytes]) -> bytes:
-        from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs
-
         ctx, dock = self.ctx, self.runtime.dock
         if ctx is None:
             raise frames.FrameError("unexpected", "the guest called a cap before linking any")
