@@ -15,10 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 from wbcore_runtime.contract.errors import ManifestError
 from wbcore_runtime.contract.errors import NotFound as _NotFound
-from wbcore_runtime.toolkit import discovery as _discovery
+from wbcore_runtime.toolkit import roots as _roots
 
 if TYPE_CHECKING:  # pluggy, the plugins and the records load with the first plugin use
     import pluggy
+
+    from wbcore_runtime.toolkit import discovery as _discovery
 
     from wbcore_runtime.plugins import manager as _plugins
     from wbcore_runtime.contract.records import Broker, BuildLane, ExecShape, FederationSource, IsolationTier, SourcePrefix
@@ -148,7 +150,7 @@ class Runtime:
         """Open a runtime. ``plugins=None`` loads every installed plugin (tolerant);
         a list selects entry-point names and/or in-process plugin objects (strict)."""
         env = dict(os.environ if env is None else env)
-        home_path = Path(home).expanduser() if home is not None else _discovery.default_home(env, Path(cwd) if cwd is not None else None)
+        home_path = Path(home).expanduser() if home is not None else _roots.default_home(env, Path(cwd) if cwd is not None else None)
         def load_all() -> tuple[pluggy.PluginManager, list[_plugins.PluginInfo]]:
             from wbcore_runtime.plugins import manager as _plugins  # deferred: keeps wbx start-up light
 
@@ -420,10 +422,13 @@ class Runtime:
     def roots(self) -> list[Path]:
         if self._roots is not None:
             return [r for r in self._roots if r.is_dir()]
-        return _discovery.roots(self.env, self.cwd, self.home)
+        return _roots.roots(self.env, self.cwd, self.home)
 
     def discover(self, *, refresh: bool = False) -> _discovery.Discovery:
         if self._discovery is None or refresh:
+            # deferred: keeps wbx start-up light (the manifest parser loads with a listing, not with wbx run)
+            from wbcore_runtime.toolkit import discovery as _discovery
+
             self._discovery = _discovery.discover(self.roots, self.home)
         return self._discovery
 

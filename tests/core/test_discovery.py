@@ -3,6 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from wbcore_runtime.toolkit import discovery
+from wbcore_runtime.toolkit import roots as toolkit_roots
 from wbcore_runtime.toolkit.agents import toolkit_index
 from wbcore_testing.fixtures import manifest_text, write_toolkit
 
@@ -17,10 +18,10 @@ def test_roots_order_and_rules(tmp_path: Path):
     extra1.mkdir()
     env = {"WB_TOOLKIT_PATH": f"{extra1}:{tmp_path / 'missing'}:{extra2}"}
     # ./toolkits wins over ../toolkits; missing path entries are dropped.
-    assert discovery.roots(env, cwd, home) == [cwd / "toolkits", home / "toolkits", extra1]
+    assert toolkit_roots.roots(env, cwd, home) == [cwd / "toolkits", home / "toolkits", extra1]
     # ../toolkits when ./toolkits is absent
     (cwd / "toolkits").rmdir()
-    assert discovery.roots({}, cwd, home)[0] == tmp_path / "toolkits"
+    assert toolkit_roots.roots({}, cwd, home)[0] == tmp_path / "toolkits"
 
 
 def test_wb_toolkits_root_only_if_it_exists(tmp_path: Path):
@@ -28,9 +29,9 @@ def test_wb_toolkits_root_only_if_it_exists(tmp_path: Path):
     (cwd / "toolkits").mkdir()
     pinned = tmp_path / "pinned"
     home = tmp_path / "h"
-    assert discovery.roots({"WB_TOOLKITS_ROOT": str(pinned)}, cwd, home)[0] == cwd / "toolkits"
+    assert toolkit_roots.roots({"WB_TOOLKITS_ROOT": str(pinned)}, cwd, home)[0] == cwd / "toolkits"
     pinned.mkdir()
-    assert discovery.roots({"WB_TOOLKITS_ROOT": str(pinned)}, cwd, home) == [pinned]
+    assert toolkit_roots.roots({"WB_TOOLKITS_ROOT": str(pinned)}, cwd, home) == [pinned]
 
 
 def test_malformed_manifest_reported_others_continue(tmp_path: Path):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from wbcore_runtime.toolkit import discovery
+from wbcore_runtime.toolkit import roots as toolkit_roots
 from wbcore_runtime.store import home
 from wbcore_runtime.contract.errors import InvalidArgs
 from wbcore_runtime.runtime import Runtime
@@ -74,7 +74,7 @@ def test_list_outside_a_project_names_the_roots_searched_and_how_to_add_one(tmp_
     assert f"{tmp_path / 'nowhere' / 'toolkits'} (missing)" in res.stderr
     assert f"{tmp_path / 'h' / 'toolkits'} (missing)" in res.stderr
     assert "WB_TOOLKIT_PATH" in res.stderr and "wbx toolkit install" in res.stderr
-    assert discovery.roots(rt.env, empty, rt.home) == []
+    assert toolkit_roots.roots(rt.env, empty, rt.home) == []
 
 
 def test_agent_prompt_warns_about_each_toolkit_left_out(tmp_path: Path, wbx) -> None:

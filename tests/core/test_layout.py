@@ -40,10 +40,10 @@ OVER_BUDGET = {
 #: dispatch/mounts.py, several #+PREOPEN and #+SCRATCH; +20 for Tracer.current, which puts the
 #: threads engine's call spans under their map's span; +107 for mounts asked for by remote callers
 #: under WB_MOUNT_ROOTS).
-MAX_TOTAL_LINES = 21_605
+MAX_TOTAL_LINES = 21_606
 #: In-function imports of a core module (each one hides an edge): the target is none. Those
 #: left defer a module the paths measured in docs/architecture.md do not load (start-up).
-MAX_IN_FUNCTION = 105
+MAX_IN_FUNCTION = 101
 #: Modules on an import cycle: none, and none may come back.
 MAX_ON_CYCLES = 0
 

@@ -9,7 +9,7 @@ import typer
 
 from wbcore_runtime.cli.fastrun import MOUNT_HELP
 from wbcore_runtime.cli.output import JSON_HELP, emit_json, warn
-from wbcore_runtime.toolkit import discovery
+from wbcore_runtime.toolkit import roots as _roots
 from wbcore_runtime.cli.fastrun import guest_args
 
 if TYPE_CHECKING:
@@ -19,12 +19,12 @@ if TYPE_CHECKING:
 def searched_roots(runtime: RuntimeServices) -> list[Path]:
     """Every folder discovery looked in, existing or not."""
     pinned = runtime.pinned_roots  # an embedder's explicit roots are the whole search path
-    return list(pinned) if pinned is not None else discovery.candidates(runtime.env, runtime.cwd, runtime.home)
+    return list(pinned) if pinned is not None else _roots.candidates(runtime.env, runtime.cwd, runtime.home)
 
 
 def searched_hint(runtime: RuntimeServices) -> str:
     """No toolkit found: which folders were searched and how to add one."""
-    return discovery.not_found_hint(searched_roots(runtime))
+    return _roots.not_found_hint(searched_roots(runtime))
 
 
 #: The subcommands defined in this module; the others come from cli/provenance.py and cli/build.py.

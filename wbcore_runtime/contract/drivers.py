@@ -1,10 +1,6 @@
-"""Below the records: what a record's factory returns (the driver Protocols) and whether a
-record can run here (:class:`Availability`).
-
-The records (``contract.records``) name these in their factories' types, and the LLM and
-build-sandbox contracts (``contract.llm``, ``contract.sandbox``) judge availability with
-them: both sit above this module, so neither has to import the other back.
-"""
+"""Below the records: what a record's factory returns (the driver Protocols) and whether a record
+can run here (:class:`Availability`). The records, ``contract.llm`` and ``contract.sandbox`` import
+this module; it imports none of them, so none imports another back."""
 
 from __future__ import annotations
 

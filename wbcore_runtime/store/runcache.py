@@ -12,7 +12,7 @@ parser, the consent store and the plugins all load to reach the same answer. So 
   resolution was made. Every registry write (build, rebuild, removal, rename), every
   consent grant or revoke and every install bumps it: the registry's own lookup cache is
   keyed by it in the same way;
-- ``roots``: the search path as :func:`wbcore_runtime.toolkit.discovery.roots` computes it now, and for
+- ``roots``: the search path as :func:`wbcore_runtime.toolkit.roots.roots` computes it now, and for
   every root the identity (inode, mode, mtime, ctime) of each entry and of its
   ``manifest.org``: a toolkit added, removed, renamed or re-declared anywhere on the path
   (another root claiming the id included) changes it;
@@ -68,7 +68,7 @@ RACY_SECONDS = 2.0
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 #: The core modules whose code decides a resolution (their identity is part of the stamp).
 _DECIDERS = ("dispatch/dispatcher", "trust/policy", "trust/consent", "trust/verdict", "toolkit/discovery",
-             "store/home", "store/registry", "guard/paths", "toolkit/manifest", "toolkit/manifest_cache",
+             "toolkit/roots", "store/home", "store/registry", "guard/paths", "toolkit/manifest", "toolkit/manifest_cache",
              "toolkit/loaded", "plugins/index", "store/runcache", "guard/preopen", "contract/calls",
              "store/generation", "plugins/installed", "runtime")
 MANIFEST = "manifest.org"
