@@ -227,7 +227,7 @@ def http_run(env: dict[str, str], *, lean: bool, clients: int) -> dict[str, floa
 
 
 def main() -> int:
-    from wbcore_runtime.act.provider import ToolkitProvider
+    from wbcore_act.provider import ToolkitProvider
     from wbcore_runtime.build.builder import build
     from wbcore_runtime.runtime import Runtime
 

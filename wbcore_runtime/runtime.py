@@ -262,6 +262,11 @@ class Runtime:
         return self._collect("wbcore_guest_runners", "GuestRunnerService", "guest runner")
 
     @cached_property
+    def tool_providers(self) -> _plugins.RecordRegistry[Any]:
+        """Tool providers served by plugins (``wbcore_tool_providers``): the tool surfaces' service."""
+        return self._collect("wbcore_tool_providers", "ToolProviderService", "tool provider")
+
+    @cached_property
     def fabric_engines(self) -> _plugins.RecordRegistry[Any]:
         """Engines that map one call over many inputs (``wbcore_fabric_engines``)."""
         from wbcore_runtime.contract.records import FabricEngine  # deferred: keeps wbx start-up light
@@ -323,7 +328,7 @@ class Runtime:
     def collect_all(self) -> None:
         """Collect every registry (``wbx plugins`` shows what each plugin serves)."""
         for name in ("shapes", "lanes", "prefixes", "brokers", "tiers", "federation_sources", "build_sandboxes",
-                     "guest_runners", "fabric_engines", "llm_providers", "agent_loops"):
+                     "guest_runners", "tool_providers", "fabric_engines", "llm_providers", "agent_loops"):
             getattr(self, name)
 
     # --- state under $WB_HOME -----------------------------------------------------

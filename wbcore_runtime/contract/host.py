@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         IsolationTier,
         LlmProvider,
         SourcePrefix,
+        ToolProviderService,
     )
     from wbcore_runtime.toolkit.discovery import Discovery
     from wbcore_runtime.toolkit.loaded import Toolkit
@@ -100,6 +101,8 @@ class RuntimeServices(Protocol):
     def build_sandboxes(self) -> Registry[BuildSandbox]: ...
     @property
     def guest_runners(self) -> Registry[GuestRunnerService]: ...
+    @property
+    def tool_providers(self) -> Registry[ToolProviderService]: ...
     @property
     def fabric_engines(self) -> Registry[FabricEngine]: ...
     @property

@@ -91,7 +91,7 @@ def test_shipped_toolkit_builds_in_the_sandbox_and_answers(make_runtime, build_s
     again = build(rt, "text-tools")
     assert again.cached and again.sha256 == result.sha256
 
-    from wbcore_runtime.act.provider import ToolkitProvider
+    from wbcore_act.provider import ToolkitProvider
 
     provider = ToolkitProvider(rt, only=["text-tools"])
     assert set(provider.tools()) == {"text-tools.count", "text-tools.top-words", "text-tools.slugify", "text-tools.wrap"}
@@ -172,7 +172,7 @@ def test_poisoned_bytecode_is_refused_and_never_served_to_the_victim(make_runtim
 
     for needed in ("wbcore_sources", "wbcore_wasmtime"):
         pytest.importorskip(needed)
-    from wbcore_runtime.act.provider import ToolkitProvider
+    from wbcore_act.provider import ToolkitProvider
     from wbcore_runtime.build.products import BuildProductInSource
     from wbcore_runtime.build.builder import build
 
@@ -237,7 +237,7 @@ def test_module_code_at_build_time_sees_no_host(make_runtime, build_sandbox, too
     the host ($WB_HOME, ~/.ssh, /etc/shadow) — it runs inside wasmtime, in the sandbox."""
     for needed in ("wbcore_sources", "wbcore_wasmtime"):
         pytest.importorskip(needed)
-    from wbcore_runtime.act.provider import ToolkitProvider
+    from wbcore_act.provider import ToolkitProvider
     from wbcore_runtime.build import BuildFailed
     from wbcore_runtime.build.builder import build
 

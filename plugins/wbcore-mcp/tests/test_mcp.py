@@ -283,7 +283,7 @@ def test_act_sections_of_a_component_are_read_natively(make_runtime, toolkit_roo
     import cbor2
     import wasmtime
 
-    from wbcore_runtime.act import sections
+    from wbcore_act import sections
     from wbcore_testing.fixtures import add_custom_section
     from wbcore_mcp.server import build_server
     from wbcore_runtime.build import builder
