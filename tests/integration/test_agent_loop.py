@@ -309,11 +309,11 @@ def test_shell_runs_in_the_wbox_shell_when_served(make_runtime, make_toolkit, tm
 def test_wbx_agent_run_and_exit_codes(world, llm, wbx):
     rt, agent = world
     llm.script = [reply(tool("wb", op="list")), reply(tool("done", result="all greeted"))]
-    res = wbx("agent", "act", "run", str(agent), "greet", runtime=rt)
+    res = wbx("agent", "run", str(agent), "greet", runtime=rt)
     assert res.exit_code == 0 and res.stdout == "all greeted\n", res.stderr
     assert "step 1: wb" in res.stderr and "done after 2 step(s)" in res.stderr
     llm.default = reply(tool("wb", op="list"))
-    res = wbx("agent", "act", "run", str(agent), "loop", "--max-steps", "2", "--json", runtime=rt)
+    res = wbx("agent", "run", str(agent), "loop", "--max-steps", "2", "--json", runtime=rt)
     assert res.exit_code == 124 and json.loads(res.stdout)["status"] == "max-steps"
 
 

@@ -112,7 +112,7 @@ def test_wbx_max_steps_one_with_twelve_slow_tools_ends_within_the_run_budget(wor
     agent.write_text(AGENT.replace(":TOOLKITS: viaexec viacommands", ":TOOLKITS: spinner"))
     llm.script = [reply(*[tool("shell", script="spinner")] * 12)]
     t0 = time.monotonic()
-    res = wbx("agent", "act", "run", str(agent), "spin", "--max-steps", "1", "--tool-timeout", "5", "--run-timeout", "2",
+    res = wbx("agent", "run", str(agent), "spin", "--max-steps", "1", "--tool-timeout", "5", "--run-timeout", "2",
               "--json", runtime=rt)
     took = time.monotonic() - t0
     assert took < 6, took  # not 12 x 5 s

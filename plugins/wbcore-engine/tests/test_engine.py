@@ -304,7 +304,7 @@ def test_session_protocol_streams_events_and_keeps_a_review_queue(make_runtime, 
         made = c.post("/v1/sessions", json={"agent_org": org, "task": "t"})
         assert made.status_code == 201 and host.runs[made.json()["id"]]["agent"] == "helper2"
     # the client command follows the same stream
-    r = wbx("agent", "act", "run", "helper", "say hi", "--engine", eng.url, "--token", eng.token, runtime=eng.runtime)
+    r = wbx("agent", "run", "helper", "say hi", "--engine", eng.url, "--token", eng.token, runtime=eng.runtime)
     assert r.exit_code == 0, r.stderr
     assert "[1] step: thinking about say hi" in r.stdout and r.stdout.rstrip().endswith(": done")
 
@@ -457,6 +457,6 @@ def test_the_agent_loops_sessions_are_served_through_the_adapter(make_runtime, s
                                                                                          "item": {"title": "look"}}
         assert c.get(f"/v1/sessions/{sid}/review").json()["items"] == [{"title": "look"}]
         assert c.get(f"/v1/sessions/{sid}/review").json()["items"] == []
-    r = wbx("agent", "act", "run", "greeter", "greet", "--engine", eng.url, "--token", eng.token, runtime=rt)
+    r = wbx("agent", "run", "greeter", "greet", "--engine", eng.url, "--token", eng.token, runtime=rt)
     assert r.exit_code == 0, r.stderr
     assert "Hello" in r.stdout and "[3] step: wb list" in r.stdout and r.stdout.rstrip().endswith(": done")
