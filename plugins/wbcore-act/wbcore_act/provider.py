@@ -52,7 +52,7 @@ from wbcore_runtime.contract.tools import (
     ToolError,
     ToolErrorKind,
 )
-from wbcore_runtime.contract.tools import CallOutcome, DeclaredArg, Tool, events_text  # events_text: re-exported
+from wbcore_runtime.contract.tools import CallOutcome, DeclaredArg, Tool
 from wbcore_runtime.contract import cbor
 from wbcore_runtime.dispatch import dispatcher as dispatch
 from wbcore_runtime.trust import policy
