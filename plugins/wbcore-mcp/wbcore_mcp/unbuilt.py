@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from wbcore_runtime.contract import tools as _tools
-from wbcore_runtime.contract.errors import NotFound, WbError, unknown_name
+from wbcore_runtime.contract.errors import InvalidArgs, NotFound, WbError, unknown_name
 from wbcore_runtime.contract.tools import (
+    STD_TIMEOUT_MS,
     CallOutcome,
     Content,
     ContentPart,
@@ -270,5 +271,17 @@ class ServedProvider:
 
     def call_tool(self, call: ToolCall, *, cancel: threading.Event | None = None, timeout: float | None = None,
                   progress: Callable[[float, str], None] | None = None) -> CallOutcome:
-        """An ACT call of a registered tool (an unbuilt one is built by :meth:`call_json` first)."""
-        return self.base.call_tool(call, cancel=cancel, timeout=timeout, progress=progress)
+        """An ACT call: a registered tool's is the provider's; an unbuilt one is built first
+        (:meth:`call_json`), its deadline shortened by ``std:timeout-ms`` as the provider would."""
+        if call.name not in self.pending:
+            return self.base.call_tool(call, cancel=cancel, timeout=timeout, progress=progress)
+        ms = call.metadata.get(STD_TIMEOUT_MS)
+        if isinstance(ms, int) and ms > 0:
+            timeout = ms / 1000.0 if timeout is None else min(timeout, ms / 1000.0)
+        try:
+            args = call.args()
+            if not isinstance(args, dict):
+                raise InvalidArgs(f"{call.name}: arguments must be a map (JSON object), got {type(args).__name__}")
+        except WbError as exc:
+            return CallOutcome([Error(ToolError.from_wb(exc))])
+        return self.call_json(call.name, args, cancel=cancel, timeout=timeout, progress=progress)
