@@ -32,7 +32,7 @@ def one(fmt: str) -> str:
         agent = root / "a.org"
         agent.write_text(f"* A :agent:\n  :PROPERTIES:\n  :ID: a\n  :MODEL: {fmt}:m\n  :TOOLKITS: notes\n  :END:\n"
                          "** System prompt\nHi.\n")
-        rt = Runtime.open(plugins=["brokers-state", "agent", "llm-openai", "llm-anthropic"], home=root / "home",
+        rt = Runtime.open(plugins=["brokers-state", "agent", "act", "llm-openai", "llm-anthropic"], home=root / "home",
                           roots=[root / "tk"], env={"WB_LLM_BASE_URL": llm.base_url, "WB_LLM_API_KEY": "k"})
         llm.script = [reply(tool("vfs_write", path=f"f{i}.txt", content="x" * 100)) for i in range(STEPS - 1)]
         llm.script.append(reply(tool("done", result="ok")))

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-PLUGINS = ["wasmtime", "sources", "brokers-state", "brokers-build", "agent", "llm-openai",
+PLUGINS = ["wasmtime", "sources", "brokers-state", "brokers-build", "agent", "act", "llm-openai",
            "lane-rust", "lane-go", "lane-zig", "lane-js", "process"]
 
 

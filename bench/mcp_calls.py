@@ -227,7 +227,7 @@ def http_run(env: dict[str, str], *, lean: bool, clients: int) -> dict[str, floa
 
 
 def main() -> int:
-    from wbcore_runtime.act.provider import ToolkitProvider
+    from wbcore_runtime.contract import tools
     from wbcore_runtime.build.builder import build
     from wbcore_runtime.runtime import Runtime
 
@@ -239,7 +239,7 @@ def main() -> int:
     print(f"load average before: {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f} on {os.cpu_count()} CPUs; N={N}, "
           f"HTTP {SECONDS:.0f} s per row")
 
-    provider = ToolkitProvider(rt)
+    provider = tools.service(rt).provider()
     c0 = own_cpu()
     floor = summary(timed(lambda: provider.call_json("b64.b64", {"stdin": "hello"}), N))
     floor_cpu = (own_cpu() - c0) / (N + 50)

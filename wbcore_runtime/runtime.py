@@ -260,6 +260,11 @@ class Runtime:
         return self._collect("wbcore_guest_runners", "guest runner")
 
     @cached_property
+    def tool_providers(self) -> _plugins.RecordRegistry[Any]:
+        """Tool providers served by plugins (``wbcore_tool_providers``): the tool surfaces' service."""
+        return self._collect("wbcore_tool_providers", "tool provider")
+
+    @cached_property
     def fabric_engines(self) -> _plugins.RecordRegistry[Any]:
         """Engines that map one call over many inputs (``wbcore_fabric_engines``)."""
         return self._collect("wbcore_fabric_engines", "fabric engine")
@@ -315,7 +320,7 @@ class Runtime:
     def collect_all(self) -> None:
         """Collect every registry (``wbx plugins`` shows what each plugin serves)."""
         for name in ("shapes", "lanes", "prefixes", "brokers", "tiers", "federation_sources", "build_sandboxes",
-                     "guest_runners", "fabric_engines", "llm_providers", "agent_loops"):
+                     "guest_runners", "tool_providers", "fabric_engines", "llm_providers", "agent_loops"):
             getattr(self, name)
 
     # --- state under $WB_HOME -----------------------------------------------------

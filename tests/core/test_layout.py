@@ -19,15 +19,14 @@ ROOT = Path(wbcore_runtime.__file__).resolve().parent
 PACKAGE = "wbcore_runtime"
 
 #: The subpackages, one idea each, in the order of the flow from manifest to result.
-FOLDERS = ("contract", "plugins", "toolkit", "trust", "guard", "build", "store", "dispatch", "wire", "act", "cli")
+FOLDERS = ("contract", "plugins", "toolkit", "trust", "guard", "build", "store", "dispatch", "wire", "cli")
 #: Modules that stay at the top: the package itself, ``python -m wbcore_runtime`` and the facade.
 TOP = {"wbcore_runtime", "wbcore_runtime.__main__", "wbcore_runtime.runtime"}
 
 MAX_LINES = 500
 #: Modules still over MAX_LINES, with the most each may have: the list and the figures only shrink.
 OVER_BUDGET = {
-    # provider +8, dispatcher +3: mounts asked for by a remote caller (WB_MOUNT_ROOTS, issue 25 item 7)
-    "wbcore_runtime.act.provider": 557,
+    # dispatcher +3: mounts asked for by a remote caller (WB_MOUNT_ROOTS, issue 25 item 7)
     "wbcore_runtime.dispatch.audit": 825,
     "wbcore_runtime.dispatch.dispatcher": 792,
     "wbcore_runtime.dispatch.fabric": 841,
@@ -39,8 +38,9 @@ OVER_BUDGET = {
 #: for wbcore-wasmtime, contract/guest.py's records and Protocol stayed; +329 for wbx run --mount's
 #: dispatch/mounts.py, several #+PREOPEN and #+SCRATCH; +20 for Tracer.current, which puts the
 #: threads engine's call spans under their map's span; +107 for mounts asked for by remote callers
-#: under WB_MOUNT_ROOTS).
-MAX_TOTAL_LINES = 21_606
+#: under WB_MOUNT_ROOTS; -699 for the ACT engine (provider, wire, sections) left for wbcore-act, the
+#: records and the ToolProvider Protocol stayed as contract/tools.py).
+MAX_TOTAL_LINES = 20_906
 #: In-function imports of a core module (each one hides an edge): the target is none. Those
 #: left defer a module the paths measured in docs/architecture.md do not load (start-up).
 MAX_IN_FUNCTION = 101

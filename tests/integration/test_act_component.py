@@ -38,8 +38,8 @@ def time_rt(make_runtime: Any, toolkit_root: Path) -> Any:
 
 
 def test_provider_lists_the_components_own_tools(time_rt: Any) -> None:
-    from wbcore_runtime.act.model import STD_READ_ONLY, STD_SKILL
-    from wbcore_runtime.act.provider import ToolkitProvider
+    from wbcore_runtime.contract.tools import STD_READ_ONLY, STD_SKILL
+    from wbcore_act.provider import ToolkitProvider
 
     tools = ToolkitProvider(time_rt).tools()
     assert set(tools) == {"time.get_current_time"}  # not the raw list-tools / call-tool
@@ -90,8 +90,8 @@ def test_wbx_act_tools_call_and_info(wbx: Any, time_rt: Any) -> None:
 
 
 def test_act_tool_call_carries_cbor_arguments_and_error_events(time_rt: Any) -> None:
-    from wbcore_runtime.act.model import Content, Error, ToolErrorKind, ToolCall
-    from wbcore_runtime.act.provider import ToolkitProvider
+    from wbcore_runtime.contract.tools import Content, Error, ToolErrorKind, ToolCall
+    from wbcore_act.provider import ToolkitProvider
 
     provider = ToolkitProvider(time_rt)
     out = provider.call_tool(ToolCall("time.get_current_time", cbor2.dumps({"timezone": "Asia/Tokyo"})))
@@ -152,8 +152,8 @@ def echo_rt(make_runtime: Any, toolkit_root: Path) -> Any:
 
 
 def test_built_provider_lists_its_tools_with_annotations(echo_rt: Any) -> None:
-    from wbcore_runtime.act.model import STD_DESTRUCTIVE, STD_IDEMPOTENT, STD_READ_ONLY, STD_SKILL
-    from wbcore_runtime.act.provider import ToolkitProvider
+    from wbcore_runtime.contract.tools import STD_DESTRUCTIVE, STD_IDEMPOTENT, STD_READ_ONLY, STD_SKILL
+    from wbcore_act.provider import ToolkitProvider
 
     tools = ToolkitProvider(echo_rt).tools()
     assert set(tools) == {"echo.echo", "echo.meta", "echo.two", "echo.fail", "echo.spin", "echo.stream"}
@@ -166,8 +166,8 @@ def test_built_provider_lists_its_tools_with_annotations(echo_rt: Any) -> None:
 
 
 def test_arguments_reach_the_provider_as_deterministic_cbor(echo_rt: Any) -> None:
-    from wbcore_runtime.act.model import ToolCall
-    from wbcore_runtime.act.provider import ToolkitProvider
+    from wbcore_runtime.contract.tools import ToolCall
+    from wbcore_act.provider import ToolkitProvider
 
     provider = ToolkitProvider(echo_rt)
     out = provider.call_json("echo.echo", {"zeta": 1, "alpha": [1.5, "x"], "text": "héllo"})
@@ -183,8 +183,8 @@ def test_arguments_reach_the_provider_as_deterministic_cbor(echo_rt: Any) -> Non
 
 
 def test_call_metadata_reaches_the_provider(echo_rt: Any) -> None:
-    from wbcore_runtime.act.model import Metadata, ToolCall
-    from wbcore_runtime.act.provider import ToolkitProvider
+    from wbcore_runtime.contract.tools import Metadata, ToolCall
+    from wbcore_act.provider import ToolkitProvider
 
     tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
     out = ToolkitProvider(echo_rt).call_tool(ToolCall("echo.meta", cbor2.dumps({}), Metadata({"std:traceparent": tp})))
@@ -192,8 +192,8 @@ def test_call_metadata_reaches_the_provider(echo_rt: Any) -> None:
 
 
 def test_several_events_and_custom_error_kinds(echo_rt: Any, wbx: Any) -> None:
-    from wbcore_runtime.act.model import ToolErrorKind
-    from wbcore_runtime.act.provider import ToolkitProvider
+    from wbcore_runtime.contract.tools import ToolErrorKind
+    from wbcore_act.provider import ToolkitProvider
 
     provider = ToolkitProvider(echo_rt)
     assert provider.call_json("echo.two", {}).text() == "onetwo"
@@ -220,8 +220,8 @@ def test_a_spinning_async_call_stops_at_its_deadline(echo_rt: Any, wbx: Any) -> 
 def test_a_streaming_answer_is_a_clear_error_and_the_host_survives(echo_rt: Any, wbx: Any) -> None:
     """Lifting a stream aborts inside wasmtime-py's C API: the call runs in an isolated
     worker, so the answer is an error event and this process (and the next call) carry on."""
-    from wbcore_runtime.act.model import ToolErrorKind
-    from wbcore_runtime.act.provider import ToolkitProvider
+    from wbcore_runtime.contract.tools import ToolErrorKind
+    from wbcore_act.provider import ToolkitProvider
 
     provider = ToolkitProvider(echo_rt)
     err = provider.call_json("echo.stream", {}).error
@@ -233,7 +233,7 @@ def test_cancelling_an_isolated_call_stops_its_worker(echo_rt: Any) -> None:
     import threading
     import time
 
-    from wbcore_runtime.act.provider import ToolkitProvider
+    from wbcore_act.provider import ToolkitProvider
 
     provider = ToolkitProvider(echo_rt)
     provider.tools()

@@ -15,7 +15,7 @@ pytest.importorskip("wbcore_agent")
 pytest.importorskip("wbcore_llm_openai")
 pytest.importorskip("wbcore_llm_anthropic")
 
-PLUGINS = ["brokers-state", "agent", "llm-openai", "llm-anthropic"]
+PLUGINS = ["brokers-state", "agent", "act", "llm-openai", "llm-anthropic"]
 KEY = "sk-bounds-secret"
 AGENT = """* Bounded :agent:
   :PROPERTIES:

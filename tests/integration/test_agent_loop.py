@@ -16,7 +16,7 @@ pytest.importorskip("wbcore_agent")
 pytest.importorskip("wbcore_llm_openai")
 pytest.importorskip("wbcore_llm_anthropic")
 
-PLUGINS = ["wasmtime", "sources", "brokers-state", "brokers-build", "agent", "llm-openai", "llm-anthropic"]
+PLUGINS = ["wasmtime", "sources", "brokers-state", "brokers-build", "agent", "act", "llm-openai", "llm-anthropic"]
 KEY = "sk-integration-secret"
 
 SHOUT_WAT = r"""

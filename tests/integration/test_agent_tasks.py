@@ -14,7 +14,7 @@ pytest.importorskip("wbcore_agent")
 pytest.importorskip("wbcore_llm_openai")
 
 ROOT = Path(__file__).resolve().parents[2]
-PLUGINS = ["wasmtime", "sources", "brokers-state", "brokers-build", "agent", "llm-openai"]
+PLUGINS = ["wasmtime", "sources", "brokers-state", "brokers-build", "agent", "act", "llm-openai"]
 
 
 def _bench():

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
         IsolationTier,
         LlmProvider,
         SourcePrefix,
+        ToolProviderService,
     )
     from wbcore_runtime.contract.calls import CallRecord
     from wbcore_runtime.contract.host import RuntimeServices
@@ -174,6 +175,21 @@ def wbcore_guest_runners() -> Iterable[GuestRunnerService]:
         @hookimpl
         def wbcore_guest_runners():
             yield GuestRunnerService(name="wasmtime", summary="in-process wasmtime", factory=_runner)
+    """
+
+
+@hookspec
+def wbcore_tool_providers() -> Iterable[ToolProviderService]:
+    """Called once per runtime, when a tool surface first asks for ``contract.tools.service(runtime)``.
+
+    Returns tool providers: every registered toolkit as ACT tools (seed 002), their schemas
+    and one call path. MCP, ``wbx call`` and the agent loop speak only the records of
+    ``wbcore_runtime.contract.tools``; with none served they say so ("no tool provider is
+    installed; pip install wbcore-act")::
+
+        @hookimpl
+        def wbcore_tool_providers():
+            yield ToolProviderService(name="act", summary="toolkits as ACT tools", factory=_service)
     """
 
 

@@ -89,6 +89,8 @@ class RuntimeServices(Protocol):
     @property
     def guest_runners(self) -> Registry[Any]: ...  # of ``records.GuestRunnerService``
     @property
+    def tool_providers(self) -> Registry[Any]: ...  # of ``records.ToolProviderService``
+    @property
     def fabric_engines(self) -> Registry[Any]: ...  # of ``records.FabricEngine``
     @property
     def llm_providers(self) -> Registry[Any]: ...  # of ``records.LlmProvider``

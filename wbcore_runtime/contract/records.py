@@ -224,6 +224,18 @@ class GuestRunnerService:
 
 
 @dataclass(frozen=True, slots=True)
+class ToolProviderService:
+    """A service tool surfaces (MCP, ``wbx call``, the agent loop) ask the runtime for: every
+    registered toolkit as ACT tools (``wbcore_runtime.contract.tools``). ``factory`` returns a
+    ``ToolService`` (typed ``Any`` here: the tools contract takes the runtime, an import cycle)."""
+
+    name: str
+    summary: str
+    factory: Callable[[RuntimeServices], Any]
+    available: Callable[[], Availability] = _always
+
+
+@dataclass(frozen=True, slots=True)
 class BuiltinCommand:
     """A reserved built-in command (seed 000: ``upper``, ``grep``, ``jq``, ``wbox``).
 
@@ -307,6 +319,7 @@ RECORD_KINDS: dict[str, type] = {
     "wbcore_builtin_commands": BuiltinCommand,
     "wbcore_build_sandboxes": BuildSandbox,
     "wbcore_guest_runners": GuestRunnerService,
+    "wbcore_tool_providers": ToolProviderService,
     "wbcore_fabric_engines": FabricEngine,
     "wbcore_llm_providers": LlmProvider,
     "wbcore_agent_loops": AgentLoop,

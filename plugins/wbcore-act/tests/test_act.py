@@ -9,8 +9,9 @@ import cbor2
 import pytest
 
 from wbcore_act import revisions
-from wbcore_runtime.act import cbor, sections, wire
-from wbcore_runtime.act.model import (
+from wbcore_runtime.contract import cbor
+from wbcore_act import sections, wire
+from wbcore_runtime.contract.tools import (
     Content,
     ContentPart,
     Error,

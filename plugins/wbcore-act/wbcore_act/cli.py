@@ -17,7 +17,7 @@ from wbcore_runtime.contract.errors import EXIT_CODES, ErrorKind, InvalidArgs
 
 
 def _outcome_json(outcome: Any) -> dict[str, Any]:
-    from wbcore_runtime.act.model import Content, Error, MetadataEvent
+    from wbcore_runtime.contract.tools import Content, Error, MetadataEvent
 
     events: list[dict[str, Any]] = []
     for ev in outcome.events:
@@ -43,7 +43,7 @@ def build(runtime: Any) -> Any:
         json_: bool = typer.Option(False, "--json", help="Print the whole outcome (events, structured value) as JSON."),
     ) -> None:
         """Call one tool with JSON arguments, exactly as the MCP server would."""
-        from wbcore_runtime.act.provider import ToolkitProvider
+        from wbcore_act.provider import ToolkitProvider
 
         try:
             parsed = json.loads(args)
@@ -95,7 +95,7 @@ def _wire_json(value: Any) -> Any:
         return {str(k): (_content_json(bytes(v), value.get("mime-type")) if k == "data" else _wire_json(v))
                 for k, v in value.items()}
     if isinstance(value, (bytes, bytearray)):
-        from wbcore_runtime.act import cbor
+        from wbcore_runtime.contract import cbor
 
         try:
             return {"cbor": _wire_json(cbor.loads(bytes(value)))}
@@ -128,7 +128,7 @@ def build_act(runtime: Any) -> typer.Typer:
     ) -> None:
         """Print every tool as an ACT tool-definition of the chosen revision (JSON; CBOR values decoded)."""
         from wbcore_act import revisions
-        from wbcore_runtime.act.provider import ToolkitProvider
+        from wbcore_act.provider import ToolkitProvider
 
         revisions.check_revision(revision)
         names = [n for v in only or [] for n in v.replace(",", " ").split() if n] or None
@@ -148,9 +148,9 @@ def build_act(runtime: Any) -> typer.Typer:
         form (JSON; CBOR values decoded). Exits with the error kind's code when the stream
         ends in an error."""
         from wbcore_act import revisions
-        from wbcore_runtime.act import cbor
-        from wbcore_runtime.act.model import Metadata, MetadataEvent, ToolCall
-        from wbcore_runtime.act.provider import ToolkitProvider
+        from wbcore_runtime.contract import cbor
+        from wbcore_runtime.contract.tools import Metadata, MetadataEvent, ToolCall
+        from wbcore_act.provider import ToolkitProvider
 
         revisions.check_revision(revision)
         parsed, metadata = (_json_object(args, "--args"), _json_object(meta, "--meta"))
@@ -172,7 +172,7 @@ def build_act(runtime: Any) -> typer.Typer:
         """Read a binary's act:component and act:skill custom sections (nothing is run)."""
         from pathlib import Path
 
-        from wbcore_runtime.act import sections
+        from wbcore_act import sections
 
         p = Path(path)
         if not p.is_file():

@@ -1,10 +1,24 @@
-"""Entry point of wbcore-act: the ``wbx call`` and ``wbx act`` commands. Imports nothing heavy."""
+"""Entry point of wbcore-act: the tool provider (``wbcore_tool_providers``) and the ``wbx call`` /
+``wbx act`` commands. Imports nothing heavy."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from wbcore_runtime import hookimpl
+from wbcore_runtime.contract.records import ToolProviderService
+
+
+def _service(runtime: Any) -> Any:
+    from wbcore_act.service import ActToolService
+
+    return ActToolService(runtime)
+
+
+@hookimpl
+def wbcore_tool_providers() -> Iterator[ToolProviderService]:
+    yield ToolProviderService(name="act", summary="every registered toolkit as ACT tools", factory=_service)
 
 
 @hookimpl

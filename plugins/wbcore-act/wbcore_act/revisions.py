@@ -1,4 +1,4 @@
-"""One adapter for the public ACT revisions, to and from the core's model (:mod:`wbcore_runtime.act.model`).
+"""One adapter for the public ACT revisions, to and from the core's model (:mod:`wbcore_runtime.contract.tools`).
 
 Revisions differ in shape, not in meaning (sources: the ACT specification texts of
 ``act:core@0.1.1``/``0.1.2``, ``0.2.0``, ``act:core@0.4.0`` + ``act:tools@0.1.0``, and seed 002):
@@ -23,7 +23,7 @@ Revisions differ in shape, not in meaning (sources: the ACT specification texts 
           well-known keys under a ``std`` table (``name``, ``version``, ...).
 ========  ==========================================================================
 
-Wire values are read by :mod:`wbcore_runtime.act.wire` (every accepted form in one place); component
+Wire values are read by :mod:`wbcore_act.wire` (every accepted form in one place); component
 info (``act:component``) is read there too, and written here.
 """
 
@@ -33,8 +33,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from wbcore_runtime.act import cbor
-from wbcore_runtime.act.model import (
+from wbcore_runtime.contract import cbor
+from wbcore_runtime.contract.tools import (
     STD_DESTRUCTIVE,
     STD_IDEMPOTENT,
     STD_READ_ONLY,
@@ -54,10 +54,10 @@ from wbcore_runtime.act.model import (
     ToolDefinition,
     ToolError,
 )
-from wbcore_runtime.act.wire import get as _get
-from wbcore_runtime.act.wire import has as _has
-from wbcore_runtime.act.wire import localized as _localized
-from wbcore_runtime.act.wire import variant as _variant
+from wbcore_act.wire import get as _get
+from wbcore_act.wire import has as _has
+from wbcore_act.wire import localized as _localized
+from wbcore_act.wire import variant as _variant
 from wbcore_runtime.contract.errors import InvalidArgs
 
 REVISIONS = ("0.1", "seed", "0.2", "0.4")
@@ -385,7 +385,7 @@ def stream_event_to_wire(ev: StreamEvent, revision: str) -> dict[str, Any]:
     return {"tag": "content", "value": body}
 
 
-# --- component info (the act:component custom section; read by wbcore_runtime.act.wire) --------
+# --- component info (the act:component custom section; read by wbcore_act.wire) --------
 
 
 def component_info_to_section(info: ComponentInfo, revision: str) -> bytes:

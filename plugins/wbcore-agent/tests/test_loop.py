@@ -14,7 +14,7 @@ from wbcore_runtime import hookimpl
 from wbcore_runtime.contract.llm import ChatResponse, LlmSettings, ProviderError, ToolSpec, ToolUse, Usage, with_retries
 from wbcore_runtime.contract.records import LlmProvider
 
-PLUGINS = ["agent", "brokers-state"]
+PLUGINS = ["agent", "act", "brokers-state"]
 
 
 class Script:

@@ -189,10 +189,11 @@ class Run:
     # --- tools --------------------------------------------------------------------
 
     def provider(self) -> Any:
-        from wbcore_runtime.act.provider import ToolkitProvider
+        from wbcore_runtime.contract import tools as _contract_tools
 
         if self._provider is None:
-            self._provider = ToolkitProvider(self.runtime, principal=self.principal, only=self.toolkits)
+            # the runtime's tool provider (wbcore-act); NotFound naming it when none is installed
+            self._provider = _contract_tools.service(self.runtime).provider(principal=self.principal, only=self.toolkits)
         return self._provider
 
     def tool_specs(self) -> list[ToolSpec]:
@@ -204,7 +205,7 @@ class Run:
                 self._typed[name] = ("toolkit", tool.name)
                 specs.append(ToolSpec(name, tool.description, dict(tool.definition.input_schema or {"type": "object"})))
         for made in self.made.list():
-            for bin_name, schema, desc in made.tools():
+            for bin_name, schema, desc in made.tools(self.runtime):
                 name = _tools.tool_name(f"{made.id}.{bin_name}", "local__")
                 self._typed[name] = ("local", f"{made.id}\0{bin_name}")
                 specs.append(ToolSpec(name, desc, schema))

@@ -45,13 +45,14 @@ class MadeToolkit:
     def tool_names(self) -> list[str]:
         return [f"{self.id}.{self.cli_bin}"]
 
-    def tools(self) -> list[tuple[str, dict[str, Any], str]]:
-        """``(cli_bin, JSON Schema, description)``: the same schema MCP gives a command."""
-        from wbcore_runtime.act.provider import command_schema, declared_args
+    def tools(self, runtime: Any) -> list[tuple[str, dict[str, Any], str]]:
+        """``(cli_bin, JSON Schema, description)``: the same schema MCP gives a command (the
+        runtime's tool service, ``wbcore-act``, reads the skill's ``#+ARG:`` lines)."""
+        from wbcore_runtime.contract import tools
 
         text = self.skills.get(self.cli_bin) or self.skills.get("overview") or ""
         desc = f"{self.tagline} (session-local toolkit {self.id}: runs `{self.cli_bin}`: argv + stdin → stdout)"
-        return [(self.cli_bin, command_schema(declared_args(text)), desc)]
+        return [(self.cli_bin, tools.service(runtime).command_schema(text), desc)]
 
 
 class MadeToolkits:
@@ -124,13 +125,13 @@ class MadeToolkits:
     def call(self, ident: str, bin_name: str, args: Mapping[str, Any]) -> str:
         from wbcore_runtime.trust import consent, policy
         from wbcore_runtime.dispatch import dispatcher as dispatch
-        from wbcore_runtime.act.provider import command_argv, declared_args
+        from wbcore_runtime.contract import tools
 
         made = self._made.get(ident)
         if made is None or made.cli_bin != bin_name:
             raise NotFound(f"no session toolkit {ident}.{bin_name} in run {self.run.run_id}")
         text = made.skills.get(made.cli_bin) or made.skills.get("overview") or ""
-        argv, stdin = command_argv(f"{ident}.{bin_name}", declared_args(text), args)
+        argv, stdin = tools.service(self.run.runtime).command_argv(f"{ident}.{bin_name}", text, args)
         prof = policy.profile(self.run.profile)
         caps = consent.effective_caps(self.run.runtime.home, toolkit_id=f"session:{self.run.run_id}:{ident}",
                                       trust="first-party", signer=None, declared=made.caps, profile=prof)

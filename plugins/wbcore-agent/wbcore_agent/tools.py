@@ -10,7 +10,7 @@ broker), ``file_issue`` (the review queue), ``done`` and ``review_decisions`` (w
 decided on the issues it filed). Exec-only tools (``publish``: a
 constrained copy of a VFS file to the deployer's folder; ``git``: a fixed commit, and push
 to the deployer's remote, of the workdir) exist only under the ``exec`` grant. Every granted toolkit's tools are typed tools with the schemas MCP serves
-(``wbcore_runtime.act.provider.ToolkitProvider``), named ``<toolkit>__<tool>``; toolkits the
+(the runtime's tool provider, ``wbcore_runtime.contract.tools``), named ``<toolkit>__<tool>``; toolkits the
 run built are ``local__<toolkit>__<tool>``.
 
 A handler returns text for the model or raises ``WbError`` (a tool error the model sees).

@@ -320,7 +320,7 @@ def test_a_real_session_streams_events_over_sse(make_runtime, serve_engine, tmp_
     with ScriptedLlm("openai") as llm:
         llm.script = [reply(tool("wb", op="list"), text="Looking."), reply(tool("done", result="listed"))]
         env = {"WB_LLM_BASE_URL": llm.base_url, "WB_LLM_API_KEY": "sk-engine-test-key"}
-        rt = make_runtime(plugins=["engine", "wasmtime", "agent", "llm-openai", "brokers-state"], env=env)
+        rt = make_runtime(plugins=["engine", "wasmtime", "agent", "act", "llm-openai", "brokers-state"], env=env)
         assert host_for(rt) is not None
         agent = tmp_path / "lister.org"
         agent.write_text("* Lister :agent:\n  :PROPERTIES:\n  :ID: lister\n  :MODEL: openai:scripted-model\n"

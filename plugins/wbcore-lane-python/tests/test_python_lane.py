@@ -91,9 +91,9 @@ def test_shipped_toolkit_builds_in_the_sandbox_and_answers(make_runtime, build_s
     again = build(rt, "text-tools")
     assert again.cached and again.sha256 == result.sha256
 
-    from wbcore_runtime.act.provider import ToolkitProvider
+    from wbcore_runtime.contract import tools
 
-    provider = ToolkitProvider(rt, only=["text-tools"])
+    provider = tools.service(rt).provider(only=["text-tools"])
     assert set(provider.tools()) == {"text-tools.count", "text-tools.top-words", "text-tools.slugify", "text-tools.wrap"}
     out = provider.call_json("text-tools.count", {"text": "one two\nthree"})
     assert out.structured == {"lines": 2, "words": 3, "chars": 13}
@@ -172,7 +172,7 @@ def test_poisoned_bytecode_is_refused_and_never_served_to_the_victim(make_runtim
 
     for needed in ("wbcore_sources", "wbcore_wasmtime"):
         pytest.importorskip(needed)
-    from wbcore_runtime.act.provider import ToolkitProvider
+    from wbcore_runtime.contract import tools
     from wbcore_runtime.build.products import BuildProductInSource
     from wbcore_runtime.build.builder import build
 
@@ -189,7 +189,7 @@ def test_poisoned_bytecode_is_refused_and_never_served_to_the_victim(make_runtim
     assert rt.registry.lookup("component", "attacker") is None
     victim = build(rt, "victim")
     assert not victim.cached
-    out = ToolkitProvider(rt, only=["victim"]).call_json("victim.slugify", {"text": "Hello World"})
+    out = tools.service(rt).provider(only=["victim"]).call_json("victim.slugify", {"text": "Hello World"})
     assert out.structured == "hello-world"
 
 
@@ -237,7 +237,7 @@ def test_module_code_at_build_time_sees_no_host(make_runtime, build_sandbox, too
     the host ($WB_HOME, ~/.ssh, /etc/shadow) — it runs inside wasmtime, in the sandbox."""
     for needed in ("wbcore_sources", "wbcore_wasmtime"):
         pytest.importorskip(needed)
-    from wbcore_runtime.act.provider import ToolkitProvider
+    from wbcore_runtime.contract import tools
     from wbcore_runtime.build import BuildFailed
     from wbcore_runtime.build.builder import build
 
@@ -250,7 +250,7 @@ def test_module_code_at_build_time_sees_no_host(make_runtime, build_sandbox, too
     except BuildFailed as exc:  # refused inside the sandbox: also a pass, as long as nothing leaked
         assert "root:" not in exc.log and "HOST-SECRET-PY" not in exc.log
         return
-    seen = ToolkitProvider(rt, only=["probe"]).call_json("probe.slugify", {"text": ""}).structured
+    seen = tools.service(rt).provider(only=["probe"]).call_json("probe.slugify", {"text": ""}).structured
     assert "READ" not in seen and "root:" not in seen and "HOST-SECRET-PY" not in seen, seen
     assert "no /etc/shadow" in seen, seen
     env = next(part for part in seen.split(" | ") if part.startswith("env "))

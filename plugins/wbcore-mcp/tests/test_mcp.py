@@ -283,16 +283,15 @@ def test_act_sections_of_a_component_are_read_natively(make_runtime, toolkit_roo
     import cbor2
     import wasmtime
 
-    from wbcore_runtime.act import sections
     from wbcore_testing.fixtures import add_custom_section
     from wbcore_mcp.server import build_server
     from wbcore_runtime.build import builder
     from wbcore_testing.fixtures import manifest_text, write_toolkit
 
     wasm = bytes(wasmtime.wat2wasm((Path(__file__).parent / "data" / "calc.wat").read_text()))
-    wasm = add_custom_section(wasm, sections.ACT_COMPONENT, cbor2.dumps(
+    wasm = add_custom_section(wasm, "act:component", cbor2.dumps(
         {"std": {"name": "calc", "version": "1.0.0", "description": "Exact integer arithmetic"}}))
-    wasm = add_custom_section(wasm, sections.ACT_SKILL, b"# calc\nUse add for sums.")
+    wasm = add_custom_section(wasm, "act:skill", b"# calc\nUse add for sums.")
     write_toolkit(toolkit_root, "actcalc", manifest_text("actcalc", exec="component"))
     rt = make_runtime()
     sha = rt.artifacts.put_bytes(wasm).sha256

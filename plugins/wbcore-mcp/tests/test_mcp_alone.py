@@ -1,4 +1,5 @@
-"""wbcore-mcp installed alone with the core: its tool list comes from the core's ACT provider."""
+"""wbcore-mcp with the core and the tool provider alone (wbcore-act): its tool list comes from
+the runtime's provider; without one it says which distribution to install."""
 
 from __future__ import annotations
 
@@ -9,16 +10,27 @@ import pytest
 pytest.importorskip("mcp")
 
 
-def test_tools_are_listed_through_the_core_alone(make_runtime, wbx) -> None:
-    rt = make_runtime(plugins=["mcp"])  # no other plugin: the ACT model and provider are the core's
+def test_tools_are_listed_through_the_tool_provider_alone(make_runtime, wbx) -> None:
+    rt = make_runtime(plugins=["mcp", "act"])  # no other plugin: the provider is wbcore-act's
     r = wbx("mcp", "tools", runtime=rt)
     assert r.exit_code == 0 and r.stdout.startswith("no tools: register a command")
     r = wbx("mcp", "tools", "--json", runtime=rt)
     assert (r.exit_code, json.loads(r.stdout)) == (0, [])
 
 
-def test_the_server_builds_over_the_core_alone(make_runtime) -> None:
+def test_the_server_builds_over_the_tool_provider_alone(make_runtime) -> None:
     from wbcore_mcp.server import SERVER_NAME, build_server
 
-    server = build_server(make_runtime(plugins=["mcp"]), search_tool=True)
+    server = build_server(make_runtime(plugins=["mcp", "act"]), search_tool=True)
     assert server.name == SERVER_NAME
+
+
+def test_without_a_tool_provider_the_error_names_wbcore_act(make_runtime, wbx) -> None:
+    from wbcore_runtime.contract.errors import NotFound
+    from wbcore_mcp.server import build_server
+
+    rt = make_runtime(plugins=["mcp"])
+    with pytest.raises(NotFound, match="pip install wbcore-act"):
+        build_server(rt)
+    r = wbx("mcp", "tools", runtime=rt)
+    assert r.exit_code != 0 and "pip install wbcore-act" in r.stdout + r.stderr

@@ -84,6 +84,23 @@ def test_unbuilt_toolkits_are_listed_and_built_on_first_call(make_runtime, toolk
     assert changed, "no notifications/tools/list_changed after a build"
 
 
+def test_an_act_call_of_an_unbuilt_tool_builds_it_first(make_runtime, toolkit_root: Path) -> None:
+    import cbor2
+
+    from wbcore_mcp.server import build_server
+    from wbcore_runtime.contract.tools import Metadata, ToolCall
+
+    _lazy_toolkits(toolkit_root)
+    rt = make_runtime()
+    provider = build_server(rt).wb_provider
+    assert "lazyup.lup" in provider.pending
+    bad = provider.call_tool(ToolCall("lazyup.lup", cbor2.dumps([1])))
+    assert bad.error is not None and "must be a map" in bad.error.text and "lazyup.lup" in provider.pending
+    out = provider.call_tool(ToolCall("lazyup.lup", cbor2.dumps({"input": "abc"}), Metadata({"std:timeout-ms": 30_000})))
+    assert out.error is None and out.text() == "ABC"
+    assert rt.registry.lookup("kernel", "lup") is not None and "lazyup.lup" not in provider.pending
+
+
 async def _note_change(message: Any, seen: list[bool]) -> None:
     root = getattr(message, "root", message)
     if isinstance(root, types.ToolListChangedNotification):

@@ -220,7 +220,7 @@ def build_server(runtime: Runtime, *, only: Iterable[str] | None = None, search_
     from mcp_types import INVALID_PARAMS
 
     from wbcore_mcp.unbuilt import ServedProvider
-    from wbcore_runtime.act.model import Content
+    from wbcore_runtime.contract.tools import Content
 
     provider = ServedProvider(runtime, only=only, build_missing=build_missing)
 

@@ -1,7 +1,7 @@
 """Every discovered toolkit an MCP client can use, built or not.
 
-:class:`ServedProvider` is the core's :class:`~wbcore_runtime.act.provider.ToolkitProvider` plus
-the toolkits found on the search path that nothing is registered for yet but that a build
+:class:`ServedProvider` is the runtime's tool provider (``wbcore_runtime.contract.tools``, served by
+``wbcore-act``) plus the toolkits found on the search path that nothing is registered for yet but that a build
 would accept (``wbcore_runtime.toolkit.verify`` passes and ``wbcore_runtime.build.buildable.refusals`` is empty). Their
 tools are listed as they will be once built (a command's ``<toolkit>.<CLI_BIN>`` with the
 schema its skill declares, a kernel's ``<toolkit>.<name>``); the first call builds the
@@ -21,20 +21,20 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from wbcore_runtime.act.model import Content, ContentPart, Error, LocalizedString, ToolDefinition, ToolError
-from wbcore_runtime.act.provider import (
-    KERNEL_SCHEMA,
+from wbcore_runtime.contract import tools as _tools
+from wbcore_runtime.contract.errors import InvalidArgs, NotFound, WbError, unknown_name
+from wbcore_runtime.contract.tools import (
+    STD_TIMEOUT_MS,
     CallOutcome,
+    Content,
+    ContentPart,
+    Error,
+    LocalizedString,
     Tool,
-    ToolkitProvider,
-    _annotations,
-    _lead,
-    _skill_text,
-    command_schema,
-    declared_args,
-    skill_flags,
+    ToolCall,
+    ToolDefinition,
+    ToolError,
 )
-from wbcore_runtime.contract.errors import WbError
 
 if TYPE_CHECKING:
     from wbcore_runtime.contract.host import RuntimeServices
@@ -71,12 +71,20 @@ def _first_failure(tk: Any, runtime: RuntimeServices) -> str | None:
     return f"verify: {failed.area}: {failed.message}" if failed is not None else None
 
 
-class ServedProvider(ToolkitProvider):
-    """The tool provider MCP serves: registered tools, plus unbuilt toolkits built on first call."""
+class ServedProvider:
+    """The tool provider MCP serves: registered tools, plus unbuilt toolkits built on first call.
+
+    It wraps the runtime's provider (``contract.tools.service(runtime).provider``): the
+    registered tools and every call are that provider's; this adds the unbuilt ones."""
 
     def __init__(self, runtime: Runtime, *, only: Iterable[str] | None = None, build_missing: bool = True) -> None:
-        super().__init__(runtime, only=only)
+        self.runtime = runtime
+        self.service = _tools.service(runtime)  # NotFound naming wbcore-act when no provider is installed
+        self.base = self.service.provider(only=only)
+        self.only = self.base.only
         self.build_missing = build_missing
+        self._tools: dict[str, Tool] | None = None
+        self._lock = threading.Lock()
         self._pending: dict[str, str] = {}
         self._unserved: list[Unserved] = []
         self._build_locks: dict[str, threading.Lock] = {}
@@ -84,14 +92,46 @@ class ServedProvider(ToolkitProvider):
 
     # -- listing --
 
+    def tools(self) -> dict[str, Tool]:
+        if self._tools is None:
+            with self._lock:
+                if self._tools is None:
+                    self._tools = self._build()
+        return self._tools
+
+    def refresh_if_changed(self) -> bool:
+        """Forget the list when the registry changed (a toolkit was built or removed)."""
+        changed = self.base.refresh_if_changed()
+        if changed:
+            with self._lock:
+                self._tools = None
+        return changed
+
+    def list_tools(self) -> list[ToolDefinition]:
+        return [t.definition for t in self.tools().values()]
+
+    def tool(self, name: str) -> Tool:
+        found = self.tools().get(name)
+        if found is None and self.refresh_if_changed():
+            found = self.tools().get(name)
+        if found is None:
+            raise NotFound(unknown_name("tool", name, list(self.tools())))
+        return found
+
+    def selected(self, tool: Tool) -> bool:
+        return self.base.selected(tool)
+
+    def act_skills(self) -> dict[str, str]:
+        return self.base.act_skills()
+
     def _build(self) -> dict[str, Tool]:
-        tools = super()._build()
+        tools = dict(self.base.tools())
         pending: dict[str, str] = {}
         unserved: list[Unserved] = []
         if self.build_missing:
             extra, pending, unserved = self._scan()
             for name, tool in extra.items():
-                if name not in tools and self._selected(tool):
+                if name not in tools and self.selected(tool):
                     tools[name] = tool
         self._pending = {n: tk for n, tk in pending.items() if n in tools}
         self._unserved = unserved
@@ -149,34 +189,22 @@ class ServedProvider(ToolkitProvider):
             prof = policy.profile_for(m.extra("PROFILE"), m.caps, universe)
             # an upper bound until built and granted
             caps = frozenset(m.caps) & universe.caps_of(prof)
-            skills = tuple(s.slug for s in tk.skills)
-            tagline = m.tagline or tk_id
             if kind == "component":
                 name = tk_id
-                desc = (f"{tagline} (component toolkit {tk_id}, not built yet: calling this builds it, then its "
-                        "functions are listed as tools)")
+                desc = (f"{m.tagline or tk_id} (component toolkit {tk_id}, not built yet: calling this builds it, "
+                        "then its functions are listed as tools)")
                 td = ToolDefinition(name, LocalizedString(plain=desc), dict(BUILD_SCHEMA),
-                                    _annotations(caps, frozenset(), prof.timeout_s))
-                tools[name] = Tool(td, "component", tk_id, tk_id, caps=caps, skills=skills)
+                                    self.service.annotations(caps, frozenset(), prof.timeout_s))
+                tools[name] = Tool(td, "component", tk_id, tk_id, caps=caps, skills=tuple(s.slug for s in tk.skills))
             else:
                 try:
                     target = builder.registered_name(tk, kind)
                 except WbError as exc:
                     unserved.append(Unserved(tk_id, exc.message))
                     continue
-                text = _skill_text(tk, target)
-                name = f"{tk_id}.{target}"
-                if kind == "command":
-                    declared = declared_args(text)
-                    desc = f"{_lead(tk, target, tagline)} (runs the sandboxed command `{target}`: argv + stdin → stdout)"
-                    schema = command_schema(declared)
-                else:
-                    declared = ()
-                    desc = f"{_lead(tk, target, tagline)} (kernel `{target}`: bytes in → bytes out)"
-                    schema = dict(KERNEL_SCHEMA)
-                td = ToolDefinition(name, LocalizedString(plain=desc), schema,
-                                    _annotations(caps, skill_flags(text), prof.timeout_s))
-                tools[name] = Tool(td, kind, target, tk_id, declared=declared, caps=caps, skills=skills)
+                tool = self.service.draft(kind, target, tk, caps, prof.timeout_s)
+                name = tool.name
+                tools[name] = tool
             pending[name] = tk_id
         return tools, pending, unserved
 
@@ -222,8 +250,8 @@ class ServedProvider(ToolkitProvider):
         self.tools()
         toolkit = self.pending.get(name)
         if toolkit is None:
-            return super().call_json(name, args, cancel=cancel, timeout=timeout, progress=progress, mounts=mounts,
-                                     remote=remote)
+            return self.base.call_json(name, args, cancel=cancel, timeout=timeout, progress=progress, mounts=mounts,
+                                       remote=remote)
         placeholder = self.tools()[name].kind == "component"
 
         def say(stage: str, detail: str) -> None:
@@ -238,5 +266,22 @@ class ServedProvider(ToolkitProvider):
             served = sorted(n for n, t in self.tools().items() if t.toolkit == toolkit and n not in self.pending)
             text = f"built {toolkit}; its tools: {', '.join(served) or '(none)'}"
             return CallOutcome([Content(ContentPart(text.encode(), "text/plain"))], structured={"tools": served})
-        return super().call_json(name, args, cancel=cancel, timeout=timeout, progress=progress, mounts=mounts,
-                                 remote=remote)
+        return self.base.call_json(name, args, cancel=cancel, timeout=timeout, progress=progress, mounts=mounts,
+                                   remote=remote)
+
+    def call_tool(self, call: ToolCall, *, cancel: threading.Event | None = None, timeout: float | None = None,
+                  progress: Callable[[float, str], None] | None = None) -> CallOutcome:
+        """An ACT call: a registered tool's is the provider's; an unbuilt one is built first
+        (:meth:`call_json`), its deadline shortened by ``std:timeout-ms`` as the provider would."""
+        if call.name not in self.pending:
+            return self.base.call_tool(call, cancel=cancel, timeout=timeout, progress=progress)
+        ms = call.metadata.get(STD_TIMEOUT_MS)
+        if isinstance(ms, int) and ms > 0:
+            timeout = ms / 1000.0 if timeout is None else min(timeout, ms / 1000.0)
+        try:
+            args = call.args()
+            if not isinstance(args, dict):
+                raise InvalidArgs(f"{call.name}: arguments must be a map (JSON object), got {type(args).__name__}")
+        except WbError as exc:
+            return CallOutcome([Error(ToolError.from_wb(exc))])
+        return self.call_json(call.name, args, cancel=cancel, timeout=timeout, progress=progress)

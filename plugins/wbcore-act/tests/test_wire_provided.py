@@ -7,8 +7,8 @@ import base64
 import cbor2
 import pytest
 
-from wbcore_runtime.act import wire
-from wbcore_runtime.act.model import Content, Error, ToolErrorKind, MetadataEvent
+from wbcore_act import wire
+from wbcore_runtime.contract.tools import Content, Error, ToolErrorKind, MetadataEvent
 from wbcore_runtime.contract.errors import InvalidArgs
 
 

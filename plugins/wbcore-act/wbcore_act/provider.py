@@ -30,13 +30,11 @@ import json
 import re
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from wbcore_runtime.contract.calls import Principal
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound, WbError, unknown_name
-
-from wbcore_runtime.act.model import (
+from wbcore_runtime.contract.tools import (
     STD_DESTRUCTIVE,
     STD_IDEMPOTENT,
     STD_READ_ONLY,
@@ -45,7 +43,6 @@ from wbcore_runtime.act.model import (
     Content,
     ContentPart,
     Error,
-    ToolErrorKind,
     LocalizedString,
     Metadata,
     MetadataEvent,
@@ -53,12 +50,14 @@ from wbcore_runtime.act.model import (
     ToolCall,
     ToolDefinition,
     ToolError,
+    ToolErrorKind,
 )
+from wbcore_runtime.contract.tools import CallOutcome, DeclaredArg, Tool
+from wbcore_runtime.contract import cbor
 from wbcore_runtime.dispatch import dispatcher as dispatch
 from wbcore_runtime.trust import policy
-from wbcore_runtime.act import sections
-from wbcore_runtime.act import wire
-from wbcore_runtime.act import cbor
+
+from wbcore_act import sections, wire
 
 if TYPE_CHECKING:
     from wbcore_runtime.contract.host import RuntimeServices
@@ -72,54 +71,6 @@ ARG_RE = re.compile(r"^[ \t]*#\+ARG:[ \t]*([A-Za-z][A-Za-z0-9_-]*)(?::(string|in
 FLAGS_RE = re.compile(r"^[ \t]*#\+FLAGS:[ \t]*(.*)$", re.M)
 ARG_TYPES: dict[str, type | tuple[type, ...]] = {"string": str, "integer": int, "number": (int, float), "boolean": bool}
 MAX_STDIN = 64 << 20
-
-
-@dataclass(frozen=True, slots=True)
-class DeclaredArg:
-    name: str
-    type: str
-    required: bool
-    description: str
-
-
-@dataclass(frozen=True, slots=True)
-class Tool:
-    """A tool definition and what it runs: ``kind`` command | kernel | component."""
-
-    definition: ToolDefinition
-    kind: str
-    target: str  # the registry name (command / kernel / component)
-    toolkit: str | None
-    function: str | None = None  # component function
-    declared: tuple[DeclaredArg, ...] = ()
-    caps: frozenset[str] = frozenset()
-    skills: tuple[str, ...] = ()
-    output_schema: Mapping[str, Any] | None = None
-    act_tool: str | None = None  # the tool's name inside an ACT tool-provider component
-
-    @property
-    def name(self) -> str:
-        return self.definition.name
-
-    @property
-    def description(self) -> str:
-        return self.definition.description.text() if self.definition.description else ""
-
-
-@dataclass(slots=True)
-class CallOutcome:
-    """The events of one call plus what a surface needs beside them."""
-
-    events: list[StreamEvent]
-    structured: Any = None  # a JSON value (component results) for structured output
-    usage: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def error(self) -> ToolError | None:
-        return next((e.error for e in self.events if isinstance(e, Error)), None)
-
-    def text(self) -> str:
-        return events_text(self.events)
 
 
 # --- skills as argument declarations -------------------------------------------------
@@ -295,7 +246,7 @@ class ToolkitProvider:
                 out.setdefault(tool.toolkit or tool.target, text)
         return out
 
-    def _selected(self, tool: Tool) -> bool:
+    def selected(self, tool: Tool) -> bool:
         return self.only is None or tool.name in self.only or (tool.toolkit or "") in self.only
 
     def _build(self) -> dict[str, Tool]:
@@ -337,7 +288,7 @@ class ToolkitProvider:
                 tools[name] = Tool(td, "kernel", entry.name, entry.toolkit, caps=caps, skills=skills)
             elif entry.kind == "component":
                 tools.update(self._component_tools(entry, tk, caps, prof, skills, tagline))
-        return {n: t for n, t in sorted(tools.items()) if self._selected(t)}
+        return {n: t for n, t in sorted(tools.items()) if self.selected(t)}
 
     def _component_tools(self, entry: Any, tk: Any, caps: frozenset[str], prof: Any, skills: tuple[str, ...],
                          tagline: str) -> dict[str, Tool]:
@@ -545,13 +496,3 @@ def _bytes_part(data: bytes) -> ContentPart:
         return ContentPart(data.decode("utf-8").encode("utf-8"), "text/plain")
     except UnicodeDecodeError:
         return ContentPart(data, "application/octet-stream")
-
-
-def events_text(events: Iterable[StreamEvent]) -> str:
-    """All text content of a stream, joined (what a plain-text surface shows)."""
-    out: list[str] = []
-    for ev in events:
-        if isinstance(ev, Content):
-            v = ev.part.value()
-            out.append(v if isinstance(v, str) else json.dumps(v, default=repr) if not isinstance(v, bytes) else v.decode("utf-8", "replace"))
-    return "".join(out)

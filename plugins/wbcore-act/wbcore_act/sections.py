@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from wbcore_runtime.act import cbor
-from wbcore_runtime.act.model import ComponentInfo
-from wbcore_runtime.act.wire import component_info
+from wbcore_runtime.contract import cbor
+from wbcore_runtime.contract.tools import ComponentInfo
+from wbcore_act.wire import component_info
 from wbcore_runtime.contract.errors import InvalidArgs
 from wbcore_runtime.guard import unpack
 

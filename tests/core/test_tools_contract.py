@@ -1,14 +1,13 @@
-"""The ACT model in the core (wbcore_runtime.act): CBOR vectors, metadata, sections, model helpers."""
+"""The tools contract in the core (wbcore_runtime.contract.tools, .cbor): CBOR vectors, metadata, model helpers."""
 
 from __future__ import annotations
 
 import json
 
-import cbor2
 import pytest
 
-from wbcore_runtime.act import cbor, sections, wire
-from wbcore_runtime.act.model import (
+from wbcore_runtime.contract import cbor
+from wbcore_runtime.contract.tools import (
     STD_DESTRUCTIVE,
     STD_IDEMPOTENT,
     STD_READ_ONLY,
@@ -19,10 +18,6 @@ from wbcore_runtime.act.model import (
     ToolDefinition,
 )
 from wbcore_runtime.contract.errors import InvalidArgs
-from wbcore_testing.fixtures import add_custom_section
-
-MINIMAL_COMPONENT = bytes.fromhex("0061736d0d000100")  # an empty component (layer 1)
-
 
 @pytest.mark.parametrize("value", [
     {}, {"a": 1, "b": [1, 2, {"c": None}]}, {"bytes": b"\x00\xff", "f": 1.5, "neg": -(2**40)},
@@ -56,22 +51,6 @@ def test_metadata_wire_round_trip_and_secret_redaction() -> None:
     assert "sekrit" not in repr(Metadata(meta))
 
 
-def test_v01_get_info_record() -> None:
-    info = wire.component_info({
-        "name": "w", "version": "0.1.0", "default-language": "en", "description": [("en", "W")],
-        "capabilities": {"required": [{"id": "wasi:sockets/tcp"}], "optional": []}, "extensions": [],
-    })
-    assert info.revision == "0.1" and info.capabilities["wasi:sockets/tcp"]["required"]
-
-
-def test_no_sections_and_bad_binaries() -> None:
-    assert sections.read_act_info(MINIMAL_COMPONENT) is None
-    with pytest.raises(InvalidArgs, match="bad magic"):
-        list(sections.custom_sections(b"nope"))
-    with pytest.raises(InvalidArgs, match="past the end"):
-        list(sections.custom_sections(MINIMAL_COMPONENT + b"\x00\x7f"))
-
-
 def test_model_helpers() -> None:
     td = ToolDefinition("t", annotations=Metadata({STD_READ_ONLY: True, STD_DESTRUCTIVE: False, STD_IDEMPOTENT: True}))
     assert td.read_only and td.idempotent and not td.destructive
@@ -80,11 +59,10 @@ def test_model_helpers() -> None:
     assert LocalizedString(localized=(("en", "x"), ("de", "y"))).text("de-AT") == "y"
 
 
-def test_act_component_section_is_read_without_running() -> None:
-    payload = {"std": {"name": "weather-tools", "version": "1.2.0", "description": "Weather data tools"}}
-    wasm = add_custom_section(MINIMAL_COMPONENT, sections.ACT_COMPONENT, cbor2.dumps(payload))
-    wasm = add_custom_section(wasm, sections.ACT_SKILL, b"# Weather")
-    assert sections.is_component(wasm) and not sections.is_component(b"\0asm\x01\0\0\0")
-    info = sections.read_act_info(wasm)
-    assert (info.name, info.version, info.revision, info.skill) == ("weather-tools", "1.2.0", "0.4", "# Weather")
-    assert info.description.text() == "Weather data tools"
+def test_no_tool_provider_installed_names_the_distribution(make_runtime) -> None:
+    from wbcore_runtime.contract import tools
+    from wbcore_runtime.contract.errors import NotFound
+
+    rt = make_runtime(plugins=[])  # the core alone serves no tools
+    with pytest.raises(NotFound, match="no tool provider is installed.*pip install wbcore-act"):
+        tools.service(rt)

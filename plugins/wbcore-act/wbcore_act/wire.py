@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from wbcore_runtime.act.model import (
+from wbcore_runtime.contract.tools import (
     ComponentInfo,
     Content,
     ContentPart,
@@ -25,7 +25,7 @@ from wbcore_runtime.act.model import (
     ToolError,
 )
 from wbcore_runtime.contract.errors import InvalidArgs
-from wbcore_runtime.act import cbor
+from wbcore_runtime.contract import cbor
 
 # --- reading generic wire values -------------------------------------------------------
 

@@ -10,7 +10,7 @@ import tarfile
 import cbor2
 import pytest
 
-from wbcore_runtime.act import sections
+from wbcore_act import sections
 from wbcore_runtime.contract.errors import InvalidArgs
 from wbcore_testing.fixtures import add_custom_section
 
