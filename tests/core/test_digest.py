@@ -16,7 +16,7 @@ def test_every_size_gives_hashlibs_digest(tmp_path: Path) -> None:
         data = bytes(i % 251 for i in range(size))
         want = hashlib.sha256(data).hexdigest()
         assert digest.sha256(data).hexdigest() == want, size
-        h = digest.sha256_for(size)()
+        h = digest.sha256(size=size)
         h.update(data[: size // 2])
         h.update(data[size // 2:])
         assert h.hexdigest() == want, size
@@ -27,8 +27,7 @@ def test_every_size_gives_hashlibs_digest(tmp_path: Path) -> None:
 
 
 def test_big_inputs_use_openssl_and_small_ones_do_not() -> None:
-    if digest._own is None:  # a build without CPython's own sha256: OpenSSL's for all
-        return
-    assert digest.sha256_for(digest.LARGE - 1) is digest._own
-    assert digest.sha256_for(digest.LARGE) is digest._openssl()
-    assert type(digest.sha256(b"x")) is type(digest._own(b""))
+    openssl = type(digest._openssl()(b""))
+    assert type(digest.sha256(size=digest.LARGE)) is openssl
+    assert type(digest.sha256(bytes(digest.LARGE))) is openssl
+    assert type(digest.sha256(b"x", size=digest.LARGE - 1)) is not openssl

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from wbcore_runtime.store import faults, leftovers
-from wbcore_runtime.store.digest import sha256, sha256_for
+from wbcore_runtime.store.digest import sha256
 from wbcore_runtime.contract.errors import Internal, InvalidArgs, NotFound
 
 T = TypeVar("T")
@@ -63,7 +63,7 @@ def sha256_bytes(data: bytes | bytearray | memoryview) -> str:
 
 def sha256_file(path: Path) -> str:
     with path.open("rb") as fh:
-        h = sha256_for(os.fstat(fh.fileno()).st_size)()  # a big file: OpenSSL's, faster
+        h = sha256(size=os.fstat(fh.fileno()).st_size)  # a big file: OpenSSL's, faster
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from wbcore_runtime.store.artifacts import IntegrityError as _StoreIntegrityError
-from wbcore_runtime.store.digest import sha256, sha256_for
+from wbcore_runtime.store.digest import sha256
 from wbcore_runtime.contract.errors import ErrorKind, NotFound
 from wbcore_runtime.guard import paths
 from wbcore_runtime.store.artifacts import atomic_write
@@ -47,11 +47,9 @@ def sha256_file(path: Path, *, limit: int = 1 << 30) -> str:
 
 
 def _sha256_stream(fh: BinaryIO, shown: Path, limit: int = 1 << 30) -> str:
-    h = None
-    total = 0
+    h, total = None, 0
     for chunk in iter(lambda: fh.read(1 << 20), b""):
-        if h is None:  # sized by the first chunk: a big file gets OpenSSL's (wbcore_runtime.store.digest)
-            h = sha256_for(len(chunk))()
+        h = h or sha256(size=len(chunk))  # sized by the first chunk: a big file gets OpenSSL's
         total += len(chunk)
         if total > limit:
             raise IntegrityError(f"{shown}: over the {limit}-byte cap for hashing")
