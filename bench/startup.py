@@ -1,13 +1,15 @@
 """Start-up budget (issue 12 item 6): ``wbx`` against floors measured in the same run.
 
-    .venv/bin/python bench/startup.py [--rounds 15] [--cmd b64] [--toolkits 1000]
+    .venv/bin/python bench/startup.py [--rounds 15] [--cmd b64,upper,jq] [--toolkits 1000]
 
 Floors, each a fresh process like the ``wbx`` command it bounds:
   (a) ``python -c "import typer"``
   (b) a one-command Typer app's ``--help``
   (c) a bare wasmtime-py process that deserializes, instantiates and runs the same module
       ``wbx run <cmd>`` runs (compiled once for it, as ``wbx`` caches its compiled form),
-      with the same stdin
+      with the same stdin and argv the guest gets (a ``stdin1`` built-in such as ``jq`` reads
+      its filter from the first stdin line: the floor gets the same bytes); one floor per
+      command when ``--cmd`` names several (each ``wbx run`` is compared with its own)
 
 Budgets: ``wbx --help`` <= 1.0x (b); ``wbx toolkit list`` <= 1.3x (a); ``wbx run <cmd>``
 <= 1.5x (c); discovering 1,000 toolkits <= 300 ms CPU with the index warm (a fresh
@@ -37,6 +39,9 @@ ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 WBX = str(Path(PY).with_name("wbx"))
 STDIN = b"hello from the start-up bench\n"
+#: What ``wbx run <cmd>`` reads, where the default is not valid input (the first line of a
+#: ``stdin1`` command is its argument: jq's filter).
+STDIN_FOR = {"jq": b'.a\n{"a": "hello from the start-up bench"}\n'}
 
 TYPER_APP = textwrap.dedent('''
     import typer
@@ -61,7 +66,7 @@ BARE_WASMTIME = textwrap.dedent('''
     linker.define_wasi()
     store = wasmtime.Store(engine)
     wasi = wasmtime.WasiConfig()
-    wasi.argv = ["cmd"]
+    wasi.argv = [sys.argv[3]]
     wasi.stdin_file = sys.argv[2]
     wasi.inherit_stdout()
     wasi.inherit_stderr()
@@ -120,8 +125,9 @@ def generate(root: Path, n: int) -> None:
                       extra={"CLI_BIN": f"tk{i}", "BUILD_LANG": "c", "BUILD_SRC": "path:src"})
 
 
-def prepare(tmp: Path, cmd: str) -> tuple[dict[str, str], Path, Path]:
-    """A home with ``cmd`` built, the bare floor's precompiled module, and the stdin file."""
+def prepare(tmp: Path, cmds: list[str]) -> tuple[dict[str, str], dict[str, tuple[Path, Path]]]:
+    """A home with every command of ``cmds`` built or installed and, for each, the bare
+    floor's precompiled module and the stdin both read."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("WB_")}
     env.update(WB_HOME=str(tmp / "home"), WB_TOOLKITS_ROOT=str(ROOT / "toolkits"), PYTHONDONTWRITEBYTECODE="")
     from wbcore_runtime.build import builder
@@ -130,21 +136,28 @@ def prepare(tmp: Path, cmd: str) -> tuple[dict[str, str], Path, Path]:
     from wbcore_runtime.store.registry import RESERVED
 
     rt = Runtime.open(home=tmp / "home", roots=[ROOT / "toolkits"], env=env)
-    if cmd in RESERVED:  # a built-in (upper, jq): installed, as its first `wbx run` would
-        rt.install_builtins([cmd])
-        sha256 = rt.registry.lookup("command", cmd).sha256
-    else:
-        sha256 = builder.build(rt, cmd).sha256
     import wasmtime
 
-    cwasm = tmp / f"{cmd}.cwasm"
-    cwasm.write_bytes(wasmtime.Module(wasmtime.Engine(), rt.artifacts.path(sha256).read_bytes()).serialize())
-    stdin = tmp / "stdin.txt"
-    stdin.write_bytes(STDIN)
+    out: dict[str, tuple[Path, Path]] = {}
+    for cmd in cmds:
+        if cmd in RESERVED:  # a built-in (upper, jq): installed, as its first `wbx run` would
+            rt.install_builtins([cmd])
+            entry = rt.registry.lookup("command", cmd)
+        else:
+            builder.build(rt, cmd)
+            entry = rt.registry.lookup("command", cmd)
+        cwasm = tmp / f"{cmd}.cwasm"
+        cwasm.write_bytes(wasmtime.Module(wasmtime.Engine(), rt.artifacts.path(entry.sha256).read_bytes()).serialize())
+        data = STDIN_FOR.get(cmd, STDIN)
+        # `wbx run cmd` with no arguments: the guest's argv is the program alone and its stdin
+        # is what wbx read (a stdin1 guest's filter included), as the floor runs it
+        stdin = tmp / f"{cmd}.stdin"
+        stdin.write_bytes(data)
+        out[cmd] = (cwasm, stdin)
     (tmp / "typer_app.py").write_text(TYPER_APP)
     (tmp / "bare_wasmtime.py").write_text(BARE_WASMTIME)
     (tmp / "discover.py").write_text(DISCOVER)
-    return env, cwasm, stdin
+    return env, out
 
 
 def stats(xs: list[float]) -> str:
@@ -155,27 +168,39 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--cmd", default="b64",
-                    help="what `wbx run` runs: a shipped toolkit's command (default b64) or a built-in (upper)")
+                    help="what `wbx run` runs: a shipped toolkit's command (default b64) or a built-in "
+                         "(upper, jq); several, comma-separated, each against its own floor")
     ap.add_argument("--toolkits", type=int, default=1000)
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="wb-startup-"))
     try:
-        env, cwasm, stdin = prepare(tmp, args.cmd)
+        cmds = [c for c in args.cmd.split(",") if c]
+        env, prepared = prepare(tmp, cmds)
         many = tmp / "many"
         generate(many, args.toolkits)
         cases: list[tuple[str, list[str], Path | None]] = [
             ("(a) python -c 'import typer'", [PY, "-c", "import typer"], None),
             ("(b) typer app --help", [PY, str(tmp / "typer_app.py"), "--help"], None),
-            ("(c) bare wasmtime-py run", [PY, str(tmp / "bare_wasmtime.py"), str(cwasm), str(stdin)], stdin),
+        ]
+        for cmd, (cwasm, stdin) in prepared.items():
+            cases += [
+                (f"(c) bare wasmtime-py run {cmd}",
+                 [PY, str(tmp / "bare_wasmtime.py"), str(cwasm), str(stdin), cmd], stdin),
+                (f"wbx run {cmd}", [WBX, "run", cmd], stdin),
+            ]
+        cases += [
             ("wbx --help", [WBX, "--help"], None),
             ("wbx toolkit list", [WBX, "toolkit", "list"], None),
-            (f"wbx run {args.cmd}", [WBX, "run", args.cmd], stdin),
             (f"discover {args.toolkits} (whole process)", [PY, str(tmp / "discover.py"), str(tmp / "home"), str(many)], None),
         ]
         # Warm: page cache, byte-code, the entry-point and discovery caches, the compiled module.
+        outputs: dict[str, bytes] = {}
         for _ in range(2):
-            for _name, cmd, sin in cases:
-                run_measured(cmd, env, sin)
+            for name, cmd, sin in cases:
+                outputs[name] = run_measured(cmd, env, sin)[2]
+        for cmd in prepared:  # the floor did the same work: the same output
+            if outputs[f"wbx run {cmd}"] != outputs[f"(c) bare wasmtime-py run {cmd}"]:
+                raise SystemExit(f"bench: wbx run {cmd} and its floor printed different output")
         walls: dict[str, list[float]] = {c[0]: [] for c in cases}
         cpus: dict[str, list[float]] = {c[0]: [] for c in cases}
         disc: list[float] = []
@@ -203,7 +228,7 @@ def main() -> int:
         checks = [
             ("wbx --help", "(b) typer app --help", 1.0),
             ("wbx toolkit list", "(a) python -c 'import typer'", 1.3),
-            (f"wbx run {args.cmd}", "(c) bare wasmtime-py run", 1.5),
+            *((f"wbx run {cmd}", f"(c) bare wasmtime-py run {cmd}", 1.5) for cmd in prepared),
         ]
         print()
         ok = True

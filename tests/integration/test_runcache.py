@@ -329,3 +329,57 @@ def test_the_plugin_index_names_runners_and_defers_misses(wb_home: Path, make_ru
     data["files"][0][3] += 1  # as if a plugin's source file was edited since
     path.write_text(json.dumps(data))
     assert plugin_index.load(make_runtime()) is None
+
+
+def test_a_kept_builtin_still_refuses_a_changed_artifact_or_package(monkeypatch: pytest.MonkeyPatch, wb_home: Path,
+                                                                    tmp_path: Path, wbx: Any,
+                                                                    make_runtime: Any) -> None:
+    """The fast path of a built-in weakens no check: a tampered artifact is refused by the
+    runner exactly as the full path refuses it, and an edited file of the package that
+    serves the built-in (its ``.wat``) makes the next run resolve in full."""
+    monkeypatch.setattr(runcache, "RACY_SECONDS", 0.0)
+    real = runcache.recall
+    hits: list[bool] = []
+
+    def spy(*a: Any, **kw: Any) -> Any:
+        hit = real(*a, **kw)
+        hits.append(hit is not None)
+        return hit
+
+    monkeypatch.setattr(runcache, "recall", spy)
+    path = wb_home / runcache.FOLDER / "command.upper.json"
+    make_runtime().install_builtins(["upper"])
+    assert wbx("run", "upper", runtime=make_runtime(), input=b"a\n").exit_code == 0
+    assert path.is_file() and hits == [False]
+    ok = wbx("run", "upper", runtime=make_runtime(), input=b"b\n")
+    assert (ok.exit_code, ok.stdout_bytes, hits[-1]) == (0, b"B\n", True), ok.stderr
+
+    # A package the built-in is served from, edited after the resolution was kept: the stamp
+    # (taken of the folder the kept file names) differs, so the run does not use it.
+    kept = json.loads(path.read_bytes())
+    package = tmp_path / "served"
+    shutil.copytree(kept["resolved"]["builtin_dir"], package, ignore=shutil.ignore_patterns("__pycache__"))
+    kept["resolved"]["builtin_dir"] = str(package)
+    kept["stamp"] = runcache.stamp(make_runtime(), None, str(package))
+    path.write_text(json.dumps(kept))
+    assert wbx("run", "upper", runtime=make_runtime(), input=b"c\n").exit_code == 0
+    assert hits[-1] is True, "the re-stamped copy is what the kept file names now"
+    wat = next(package.rglob("upper.wat"))
+    wat.write_text(wat.read_text() + "\n;; edited\n")
+    edited = wbx("run", "upper", runtime=make_runtime(), input=b"d\n")
+    assert hits[-1] is False, "an edited serving package must not run from the kept resolution"
+    assert (edited.exit_code, edited.stdout_bytes) == (0, b"D\n"), edited.stderr
+
+    # Kept again by that full run; now the artifact the registry names is tampered with.
+    rt = make_runtime()
+    art = rt.artifacts.path(rt.registry.lookup("command", "upper").sha256)
+    art.chmod(0o644)
+    art.write_bytes(art.read_bytes() + b"\0")
+    fast = wbx("run", "upper", runtime=make_runtime(), input=b"e\n")
+    assert hits[-1] is True, "the artifact is not in the stamp: the runner checks it on every call"
+    runcache.forget(wb_home, "command", "upper")
+    full = wbx("run", "upper", runtime=make_runtime(), input=b"e\n")
+    assert hits[-1] is False
+    assert fast.exit_code == full.exit_code == 70, fast.stderr
+    assert "does not match its sha256" in fast.stderr and fast.stderr == full.stderr
+    assert fast.stdout_bytes == full.stdout_bytes == b""

@@ -31,16 +31,12 @@ class RunArgs:
         self.name, self.args, self.timeout, self.tier, self.verbose = name, args, timeout, tier, verbose
         self.as_json, self.mounts = as_json, mounts
 
-    def __eq__(self, other: object) -> bool:
-        mine = (self.name, self.args, self.timeout, self.tier, self.verbose, self.as_json, self.mounts)
-        return isinstance(other, RunArgs) and mine == (
-            other.name, other.args, other.timeout, other.tier, other.verbose, other.as_json, other.mounts)
-
-    __hash__ = None  # type: ignore[assignment]
+    def __eq__(self, other: object) -> bool:  # (and so unhashable, as __hash__ is not defined)
+        return isinstance(other, RunArgs) and all(getattr(self, k) == getattr(other, k)
+                                                  for k in self.__slots__)
 
     def __repr__(self) -> str:
-        return (f"RunArgs(name={self.name!r}, args={self.args!r}, timeout={self.timeout!r}, tier={self.tier!r}, "
-                f"verbose={self.verbose!r}, as_json={self.as_json!r}, mounts={self.mounts!r})")
+        return "RunArgs(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__) + ")"
 
 
 def parse(argv: Sequence[str]) -> RunArgs | None:

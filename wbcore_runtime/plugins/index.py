@@ -243,14 +243,10 @@ def _files_state(files: list[str]) -> list[list[Any]]:
     return state
 
 
-def _path(home: Path) -> Path:
-    return Path(home) / INDEX_FILE
-
-
 def load(runtime: Any) -> Index | None:
     """The runtime's index if the file matches the installed plugin set now, else ``None``."""
     try:
-        raw = _path(runtime.home).read_bytes()
+        raw = (Path(runtime.home) / INDEX_FILE).read_bytes()
         data = json.loads(raw)
         if data.get("format") != FORMAT:
             return None
@@ -295,14 +291,12 @@ def write(runtime: Any) -> bool:
             modules.update(r.partition(":")[0] for r in hooks[hook])
     except Unindexable:
         return False
-    for plugin in runtime.pm.get_plugins():
-        name = getattr(plugin, "__name__", None) or type(plugin).__module__
-        modules.add(name)
+    modules.update(getattr(p, "__name__", None) or type(p).__module__ for p in runtime.pm.get_plugins())
     body = {"format": FORMAT, "key": key, "files": _files_state(_package_files(modules)),
             "registries": registries, "hooks": hooks}
     from wbcore_runtime.store.artifacts import atomic_write  # deferred: keeps wbx start-up light
 
-    path = _path(runtime.home)
+    path = Path(runtime.home) / INDEX_FILE
     try:
         atomic_write(path, json.dumps(body).encode(), tmp_dir=path.parent)
     except OSError:

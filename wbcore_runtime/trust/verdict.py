@@ -46,14 +46,14 @@ def sha256_file(path: Path, *, limit: int = 1 << 30) -> str:
 
 
 def _sha256_stream(fh: BinaryIO, shown: Path, limit: int = 1 << 30) -> str:
-    h = sha256()
-    total = 0
+    h, total = None, 0
     for chunk in iter(lambda: fh.read(1 << 20), b""):
+        h = h or sha256(size=len(chunk))  # sized by the first chunk: a big file gets OpenSSL's
         total += len(chunk)
         if total > limit:
             raise IntegrityError(f"{shown}: over the {limit}-byte cap for hashing")
         h.update(chunk)
-    return h.hexdigest()
+    return (h or sha256()).hexdigest()
 
 
 def check_artifact(manifest: Manifest, path: Path | str) -> None:
