@@ -289,6 +289,64 @@ def get_bytes(
     return bytes(got_body), got
 
 
+def copy_local(src: Path, dest: Path, *, max_bytes: int, shown: str) -> str:
+    """Copy a local regular file into ``dest`` (never a device, FIFO or link target swapped in),
+    capped at ``max_bytes`` while it is read; its sha256. A file handed over stands where a
+    download would: the same cap, the same digest."""
+    import stat
+
+    try:
+        fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise NotFound(f"{shown}: no such file") from None
+    except OSError as exc:
+        raise InvalidArgs(f"{shown}: cannot open ({exc.strerror})") from None
+    h = hashlib.sha256()
+    total = 0
+    with os.fdopen(fd, "rb") as fh, dest.open("wb") as out:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise InvalidArgs(f"{shown}: not a regular file")
+        for chunk in iter(lambda: fh.read(1 << 16), b""):
+            total += len(chunk)
+            if total > max_bytes:
+                raise InvalidArgs(f"{shown}: over the {max_bytes}-byte cap")
+            h.update(chunk)
+            out.write(chunk)
+    return h.hexdigest()
+
+
+def pinned(
+    source: str | Path,
+    dest: Path,
+    sha256: str,
+    *,
+    what: str,
+    max_bytes: int,
+    timeout: float = 300.0,
+    env: Mapping[str, str] | None = None,
+) -> str:
+    """Bring one pinned file to ``dest``: ``source`` is a URL (downloaded by :func:`download`
+    under the deployer's :class:`NetGuard`, at most ``max_bytes`` within ``timeout``) or a
+    local file a person handed over (``npm pack``, ``pip download``: copied by
+    :func:`copy_local`, the same cap). Its bytes must have ``sha256``; otherwise
+    ``InvalidArgs`` names both digests and ``what`` (``typescript 5.9.3``), and ``dest`` is
+    gone. The toolchains' one way to fetch what they pin; returns where the bytes came from."""
+    origin = str(source)
+    try:
+        if isinstance(source, Path):
+            got = copy_local(source, dest, max_bytes=max_bytes, shown=origin)
+        else:
+            seen = os.environ if env is None else env
+            got = download(source, dest, guard=NetGuard.from_env(seen),
+                           limits=FetchLimits(max_bytes=max_bytes, timeout=timeout), env=seen).sha256
+        if got != sha256:
+            raise InvalidArgs(f"{origin}: sha256 {got} is not the pinned {sha256} ({what}); nothing was kept")
+    except BaseException:
+        dest.unlink(missing_ok=True)
+        raise
+    return origin
+
+
 def local_path(spec: str, base: Path) -> Path | None:
     """The local file a ``file://`` URL or a toolkit-relative path names (None for http(s))."""
     if spec.startswith(("http://", "https://")):
