@@ -39,8 +39,9 @@ OVER_BUDGET = {
 #: for wbcore-wasmtime, contract/guest.py's records and Protocol stayed; +329 for wbx run --mount's
 #: dispatch/mounts.py, several #+PREOPEN and #+SCRATCH; +20 for Tracer.current, which puts the
 #: threads engine's call spans under their map's span; +107 for mounts asked for by remote callers
-#: under WB_MOUNT_ROOTS).
-MAX_TOTAL_LINES = 21_627
+#: under WB_MOUNT_ROOTS; +35 for guard/fetch.pinned + copy_local, the one pinned download the lanes'
+#: and the tests' own loops (and wbcore-sources' local copy) became, and guard/paths.in_roots).
+MAX_TOTAL_LINES = 21_662
 #: In-function imports of a core module (each one hides an edge): the target is none.
 MAX_IN_FUNCTION = 131
 #: Modules on an import cycle: the target is none.

@@ -30,6 +30,7 @@ import functools
 import hashlib
 import os
 import ssl
+import stat
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -290,19 +291,15 @@ def get_bytes(
 
 
 def copy_local(src: Path, dest: Path, *, max_bytes: int, shown: str) -> str:
-    """Copy a local regular file into ``dest`` (never a device, FIFO or link target swapped in),
-    capped at ``max_bytes`` while it is read; its sha256. A file handed over stands where a
-    download would: the same cap, the same digest."""
-    import stat
-
+    """Copy a local regular file to ``dest`` (never a device, FIFO or link target swapped in),
+    capped at ``max_bytes`` as it is read, as a download is; its sha256."""
     try:
         fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         raise NotFound(f"{shown}: no such file") from None
     except OSError as exc:
         raise InvalidArgs(f"{shown}: cannot open ({exc.strerror})") from None
-    h = hashlib.sha256()
-    total = 0
+    h, total = hashlib.sha256(), 0
     with os.fdopen(fd, "rb") as fh, dest.open("wb") as out:
         if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
             raise InvalidArgs(f"{shown}: not a regular file")
@@ -315,36 +312,24 @@ def copy_local(src: Path, dest: Path, *, max_bytes: int, shown: str) -> str:
     return h.hexdigest()
 
 
-def pinned(
-    source: str | Path,
-    dest: Path,
-    sha256: str,
-    *,
-    what: str,
-    max_bytes: int,
-    timeout: float = 300.0,
-    env: Mapping[str, str] | None = None,
-) -> str:
-    """Bring one pinned file to ``dest``: ``source`` is a URL (downloaded by :func:`download`
-    under the deployer's :class:`NetGuard`, at most ``max_bytes`` within ``timeout``) or a
-    local file a person handed over (``npm pack``, ``pip download``: copied by
-    :func:`copy_local`, the same cap). Its bytes must have ``sha256``; otherwise
-    ``InvalidArgs`` names both digests and ``what`` (``typescript 5.9.3``), and ``dest`` is
-    gone. The toolchains' one way to fetch what they pin; returns where the bytes came from."""
-    origin = str(source)
+def pinned(source: str | Path, dest: Path, sha256: str, *, what: str, max_bytes: int, timeout: float = 300.0,
+           env: Mapping[str, str] | None = None) -> str:
+    """The one pinned fetch: ``source``, a URL (:func:`download` under the deployer's guard) or
+    a file a person handed over (:func:`copy_local`), at most ``max_bytes``, into ``dest``; bytes
+    without ``sha256`` are ``InvalidArgs`` naming both digests and ``what``, and no ``dest``."""
     try:
         if isinstance(source, Path):
-            got = copy_local(source, dest, max_bytes=max_bytes, shown=origin)
+            got = copy_local(source, dest, max_bytes=max_bytes, shown=str(source))
         else:
             seen = os.environ if env is None else env
             got = download(source, dest, guard=NetGuard.from_env(seen),
                            limits=FetchLimits(max_bytes=max_bytes, timeout=timeout), env=seen).sha256
         if got != sha256:
-            raise InvalidArgs(f"{origin}: sha256 {got} is not the pinned {sha256} ({what}); nothing was kept")
+            raise InvalidArgs(f"{source}: sha256 {got} is not the pinned {sha256} ({what}); nothing was kept")
     except BaseException:
         dest.unlink(missing_ok=True)
         raise
-    return origin
+    return str(source)
 
 
 def local_path(spec: str, base: Path) -> Path | None:
