@@ -211,3 +211,38 @@ def test_one_fetcher():
             if pattern.search(path.read_text(encoding="utf-8", errors="replace")):
                 found.append(path.relative_to(root).as_posix())
     assert found == ["wbcore_runtime/guard/fetch.py"]
+
+
+def test_a_pinned_file_comes_from_a_url_or_a_handed_over_file_and_must_match(http_port, tmp_path):
+    """``fetch.pinned``: the lanes' and the tests' one way to bring what they pin (D7/D8)."""
+    FILES["/pinned.tgz"] = body = b"pinned bytes " * 100
+    want = hashlib.sha256(body).hexdigest()
+    url = f"http://127.0.0.1:{http_port}/pinned.tgz"
+    dest = tmp_path / "got.tgz"
+    assert fetch.pinned(url, dest, want, what="thing 1.0", max_bytes=1 << 20, env=ALLOW) == url
+    assert dest.read_bytes() == body
+    handed = tmp_path / "handed.tgz"
+    handed.write_bytes(body)
+    dest.unlink()
+    assert fetch.pinned(handed, dest, want, what="thing 1.0", max_bytes=1 << 20) == str(handed)
+    assert dest.read_bytes() == body
+    # other bytes: refused, naming both digests and what was pinned; nothing is left behind
+    dest.unlink()
+    with pytest.raises(InvalidArgs, match=rf"sha256 {want} is not the pinned {'0' * 64} \(thing 1.0\); nothing was kept"):
+        fetch.pinned(url, dest, "0" * 64, what="thing 1.0", max_bytes=1 << 20, env=ALLOW)
+    assert not dest.exists()
+    with pytest.raises(InvalidArgs, match="is not the pinned"):
+        fetch.pinned(handed, dest, "0" * 64, what="thing 1.0", max_bytes=1 << 20)
+    assert not dest.exists()
+    # bounded either way, and the network guard holds (no allowance: loopback refused)
+    with pytest.raises(InvalidArgs, match="over the 100-byte cap"):
+        fetch.pinned(handed, dest, want, what="thing 1.0", max_bytes=100)
+    with pytest.raises(InvalidArgs, match="over the 100-byte cap"):
+        fetch.pinned(url, dest, want, what="thing 1.0", max_bytes=100, env=ALLOW)
+    with pytest.raises(EgressDenied):
+        fetch.pinned(url, dest, want, what="thing 1.0", max_bytes=1 << 20, env={})
+    assert not dest.exists()
+    link = tmp_path / "link.tgz"
+    link.symlink_to(handed)
+    with pytest.raises(InvalidArgs, match="cannot open"):
+        fetch.pinned(link, dest, want, what="thing 1.0", max_bytes=1 << 20)

@@ -39,8 +39,10 @@ OVER_BUDGET = {
 #: dispatch/mounts.py, several #+PREOPEN and #+SCRATCH; +20 for Tracer.current, which puts the
 #: threads engine's call spans under their map's span; +107 for mounts asked for by remote callers
 #: under WB_MOUNT_ROOTS; -699 for the ACT engine (provider, wire, sections) left for wbcore-act, the
-#: records and the ToolProvider Protocol stayed as contract/tools.py).
-MAX_TOTAL_LINES = 20_906
+#: records and the ToolProvider Protocol stayed as contract/tools.py;
+#: +35 for guard/fetch.pinned + copy_local, the one pinned download the lanes' and the tests' own
+#: loops (and wbcore-sources' local copy) became, and guard/paths.in_roots).
+MAX_TOTAL_LINES = 20_940
 #: In-function imports of a core module (each one hides an edge): the target is none. Those
 #: left defer a module the paths measured in docs/architecture.md do not load (start-up).
 MAX_IN_FUNCTION = 101

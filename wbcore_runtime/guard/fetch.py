@@ -30,6 +30,7 @@ import functools
 import hashlib
 import os
 import ssl
+import stat
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -287,6 +288,48 @@ def get_bytes(
     got = stream(url, got_body.extend, guard=guard, limits=limits, env=env, headers=headers,
                  method=method, body=body, ok=ok)
     return bytes(got_body), got
+
+
+def copy_local(src: Path, dest: Path, *, max_bytes: int, shown: str) -> str:
+    """Copy a local regular file to ``dest`` (never a device, FIFO or link target swapped in),
+    capped at ``max_bytes`` as it is read, as a download is; its sha256."""
+    try:
+        fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise NotFound(f"{shown}: no such file") from None
+    except OSError as exc:
+        raise InvalidArgs(f"{shown}: cannot open ({exc.strerror})") from None
+    h, total = hashlib.sha256(), 0
+    with os.fdopen(fd, "rb") as fh, dest.open("wb") as out:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise InvalidArgs(f"{shown}: not a regular file")
+        for chunk in iter(lambda: fh.read(1 << 16), b""):
+            total += len(chunk)
+            if total > max_bytes:
+                raise InvalidArgs(f"{shown}: over the {max_bytes}-byte cap")
+            h.update(chunk)
+            out.write(chunk)
+    return h.hexdigest()
+
+
+def pinned(source: str | Path, dest: Path, sha256: str, *, what: str, max_bytes: int, timeout: float = 300.0,
+           env: Mapping[str, str] | None = None) -> str:
+    """The one pinned fetch: ``source``, a URL (:func:`download` under the deployer's guard) or
+    a file a person handed over (:func:`copy_local`), at most ``max_bytes``, into ``dest``; bytes
+    without ``sha256`` are ``InvalidArgs`` naming both digests and ``what``, and no ``dest``."""
+    try:
+        if isinstance(source, Path):
+            got = copy_local(source, dest, max_bytes=max_bytes, shown=str(source))
+        else:
+            seen = os.environ if env is None else env
+            got = download(source, dest, guard=NetGuard.from_env(seen),
+                           limits=FetchLimits(max_bytes=max_bytes, timeout=timeout), env=seen).sha256
+        if got != sha256:
+            raise InvalidArgs(f"{source}: sha256 {got} is not the pinned {sha256} ({what}); nothing was kept")
+    except BaseException:
+        dest.unlink(missing_ok=True)
+        raise
+    return str(source)
 
 
 def local_path(spec: str, base: Path) -> Path | None:

@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Literal
 
-from wbcore_runtime.contract.errors import InvalidArgs, NotFound
+from wbcore_runtime.contract.errors import InvalidArgs, NotFound, WbError
 
 #: The kernel's own bound on symlink hops (``ELOOP``).
 MAX_SYMLINK_HOPS = 40
@@ -335,6 +335,27 @@ def lexically_within(path: str | Path, base: str | Path) -> bool:
     mount outside ``WB_MOUNT_ROOTS`` is refused before the disk is asked); what is then
     granted is decided by :meth:`Root.resolve` on the real folder."""
     return os.path.isabs(path) and Path(os.path.normpath(path)).is_relative_to(base)
+
+
+def in_roots(path: str, roots: Sequence[Root], *, resolved: bool) -> bool:
+    """Whether host folder ``path`` lies in one of ``roots`` (``WB_MOUNT_ROOTS``). Before the disk
+    is asked (``resolved=False``): as written, against each root as given or resolved, so a
+    refusal says nothing of what exists outside. After :func:`host_folder` (``resolved=True``):
+    the root's own walk (:meth:`Root.resolve`, no link out) must reach exactly ``path``."""
+    for root in roots:
+        if not resolved and lexically_within(path, root.shown):
+            return True
+        if not lexically_within(path, root.real):
+            continue
+        if not resolved:
+            return True
+        rel = os.path.relpath(path, root.real)
+        try:
+            if root.resolve("" if rel == os.curdir else rel, "dir")[0] == path:
+                return True
+        except WbError:
+            continue
+    return False
 
 
 def host_folder(path: str, *, home: Path | str | None = None, what: str = "--mount") -> str:

@@ -32,6 +32,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from wbcore_runtime.contract.targets import load_target
 from wbcore_runtime.store.digest import sha256
 from wbcore_runtime.plugins.installed import installed_key
 
@@ -53,7 +54,9 @@ class Unindexable(Exception):
 
 
 class Ref:
-    """A callable named by ``module:qualname``, imported on its first call."""
+    """A callable named by ``module:qualname``, imported on its first call: the one lazy
+    factory (a plugin's entry module names its factories with
+    :func:`wbcore_runtime.plugins.manager.lazy`, which is this, so the index keeps the name)."""
 
     __slots__ = ("_fn", "ref")
 
@@ -63,11 +66,15 @@ class Ref:
 
     def resolve(self) -> Any:
         if self._fn is None:
-            self._fn = _import(self.ref)
+            self._fn = load_target(self.ref)
         return self._fn
 
     def __call__(self, *args: Any, **kw: Any) -> Any:
         return self.resolve()(*args, **kw)
+
+    @property
+    def __name__(self) -> str:  # noqa: PLW3201 - read as a function's name (logs, ``wbx plugins``)
+        return self.ref.rpartition(":")[2].rpartition(".")[2] or self.ref
 
     def __repr__(self) -> str:
         return f"Ref({self.ref!r})"
@@ -165,23 +172,15 @@ class Index:
         return bool(self.hooks["wbcore_call_started"] or self.hooks["wbcore_call_finished"])
 
 
-def _import(ref: str) -> Any:
-    import importlib
-
-    module, _, qual = ref.partition(":")
-    obj: Any = importlib.import_module(module)
-    for part in qual.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
 def _reference(fn: Any) -> str:
+    if isinstance(fn, Ref):  # a lazy factory: named already, and kept unimported
+        return fn.ref
     module, qual = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
     if not module or not qual or "<" in qual:
         raise Unindexable(f"{fn!r} has no importable name")
     ref = f"{module}:{qual}"
     try:
-        same = _import(ref) is fn
+        same = load_target(ref) is fn
     except Exception:  # noqa: BLE001 - any failure to name it: kept as "ask the real record"
         same = False
     if not same:

@@ -27,6 +27,7 @@ from wbcore_runtime.contract import hookspecs
 from wbcore_runtime.contract.records import RECORD_KINDS
 from wbcore_runtime.contract.targets import load_target
 from wbcore_runtime.contract.errors import NotFound, PluginError, unknown_name
+from wbcore_runtime.plugins.index import Ref
 from wbcore_runtime.plugins.installed import RACY_SECONDS, installed_key  # noqa: F401 - re-exported: plugins.installed_key
 from wbcore_runtime import __version__
 
@@ -264,14 +265,10 @@ def register_checked(pm: pluggy.PluginManager, plugin: object, name: str | None)
 def lazy(target: str) -> Callable[..., Any]:
     """A function standing for ``target`` (``module:attr.attr``, as :func:`load_target`) that
     imports it at its first call: a plugin's entry module names its factories, checks and
-    runners with it, so loading the plugin imports nothing heavy (a compiler, wasmtime)."""
-
-    def call(*args: Any, **kwargs: Any) -> Any:
-        return load_target(target)(*args, **kwargs)
-
-    call.__name__ = call.__qualname__ = target.rpartition(":")[2] or target
-    call.__doc__ = f"{target}, imported when first called"
-    return call
+    runners with it, so loading the plugin imports nothing heavy (a compiler, wasmtime).
+    It is the plugin index's :class:`~wbcore_runtime.plugins.index.Ref`, so the index keeps
+    the name and a ``wbx run`` imports the target alone."""
+    return Ref(target)
 
 
 def _register_objects(pm: pluggy.PluginManager, objects: Sequence[object], infos: list[PluginInfo]) -> list[PluginInfo]:

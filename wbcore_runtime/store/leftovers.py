@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
@@ -140,30 +141,23 @@ def _remove(path: Path) -> None:
 
 def sweep(folder: Path, prefix: str) -> list[Path]:
     """Remove the entries of ``folder`` named ``<prefix><owner>…`` whose owner is dead."""
-    removed: list[Path] = []
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        return removed
-    for name in names:
-        if name.startswith(prefix) and owner_alive(name, prefix) is False:
-            _remove(folder / name)
-            removed.append(folder / name)
-    return removed
+    return _sweep(folder, lambda name: name.startswith(prefix) and owner_alive(name, prefix) is False)
 
 
 def sweep_tmp_files(folder: Path) -> list[Path]:
     """Remove ``.<name>.wbtmp-<owner>….tmp`` files (atomic writes a kill interrupted) of dead owners."""
-    removed: list[Path] = []
+    return _sweep(folder, lambda name: (name.find(TMP_MARK) > 0 and name.endswith(".tmp")
+                                        and owner_alive(name[name.find(TMP_MARK):], TMP_MARK) is False))
+
+
+def _sweep(folder: Path, dead: Callable[[str], bool]) -> list[Path]:
     try:
         names = os.listdir(folder)
     except OSError:
-        return removed
-    for name in names:
-        at = name.find(TMP_MARK)
-        if at > 0 and name.endswith(".tmp") and owner_alive(name[at:], TMP_MARK) is False:
-            _remove(folder / name)
-            removed.append(folder / name)
+        return []
+    removed = [folder / name for name in names if dead(name)]
+    for path in removed:
+        _remove(path)
     return removed
 
 

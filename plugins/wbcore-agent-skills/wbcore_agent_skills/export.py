@@ -25,6 +25,7 @@ from wbcore_runtime.toolkit import markup
 from wbcore_runtime.guard import unpack
 from wbcore_runtime.contract.errors import InvalidArgs
 from wbcore_runtime.store.archive import deterministic_targz
+from wbcore_runtime.store.artifacts import atomic_write
 from wbcore_agent_skills.skill_import import GENERATED_KEY, ORIGINAL_DIR, generated_digest
 from wbcore_runtime.toolkit.loaded import Toolkit
 
@@ -300,18 +301,13 @@ def export_index(toolkits: list[Toolkit], site: Path, *, force: bool = True) -> 
                      "url": f"/.well-known/agent-skills/{name}/SKILL.md"}
         else:
             data = deterministic_targz(name, files)
-            archive = base / f"{name}.tar.gz"
-            tmp = base / f".{name}.tar.gz.tmp"
-            tmp.write_bytes(data)
-            os.replace(tmp, archive)
+            atomic_write(base / f"{name}.tar.gz", data)
             entry = {"name": name, "type": "archive", "description": description,
                      "url": f"/.well-known/agent-skills/{name}.tar.gz"}
         entry["digest"] = "sha256:" + hashlib.sha256(data).hexdigest()
         entries[name] = entry
     index = {"$schema": INDEX_SCHEMA, "skills": [entries[k] for k in sorted(entries)]}
-    tmp = base / ".index.json.tmp"
-    tmp.write_text(json.dumps(index, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, index_path)
+    atomic_write(index_path, (json.dumps(index, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
     return index_path
 
 

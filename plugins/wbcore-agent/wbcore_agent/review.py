@@ -19,6 +19,7 @@ from typing import Any
 
 from wbcore_runtime.dispatch.dock import refuse
 from wbcore_runtime.contract.errors import InvalidArgs
+from wbcore_runtime.store.artifacts import atomic_write
 
 MAX_ITEM = 64 << 10
 MAX_ITEMS = 1000
@@ -72,9 +73,7 @@ class ReviewQueue:
             items, taken = self._items(), self._taken()
             if taken >= len(items):
                 return None
-            tmp = self._taken_path.with_suffix(".tmp")
-            tmp.write_text(str(taken + 1))
-            os.replace(tmp, self._taken_path)
+            atomic_write(self._taken_path, str(taken + 1).encode())
             return items[taken]
 
     def pending(self) -> list[dict[str, Any]]:

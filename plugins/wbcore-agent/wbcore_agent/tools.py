@@ -302,17 +302,11 @@ def publish(run: Run, args: Mapping[str, Any]) -> str:
             os.mkdir(folder / parts[i - 1], 0o755)
             folder = paths.inside(root, prefix, expect="dir", label="the publish folder")
     dest = folder / parts[-1]
-    # A fresh temporary name, created exclusively and never through a link; the rename
-    # replaces whatever ``dest`` was (a link included) with the file itself.
-    tmp = folder / f".{parts[-1]}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, dest)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    # The core's atomic write: a fresh temporary name, created exclusively and never through a
+    # link; the rename replaces whatever ``dest`` was (a link included) with the file itself.
+    from wbcore_runtime.store.artifacts import atomic_write
+
+    atomic_write(dest, data)
     return f"published {rel} ({len(data)} bytes)"
 
 

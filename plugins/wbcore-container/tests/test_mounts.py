@@ -8,8 +8,6 @@ import os
 import re
 import shlex
 import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -21,38 +19,15 @@ pytestmark = pytest.mark.skipif(not bwrap.probe()[0] or shutil.which("git") is N
 
 from wbcore_runtime.build import builder  # noqa: E402
 from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs  # noqa: E402
-from wbcore_testing.fixtures import manifest_text, write_toolkit  # noqa: E402
+from wbcore_testing.fixtures import git_in, manifest_text, write_toolkit  # noqa: E402
 
 SHIPPED = Path(__file__).resolve().parents[3] / "toolkits" / "git-history"
 
 
-def _git(repo: Path, *args: str) -> str:
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(repo),
-           "GIT_AUTHOR_NAME": "Ada", "GIT_AUTHOR_EMAIL": "ada@example.org", "GIT_COMMITTER_NAME": "Ada",
-           "GIT_COMMITTER_EMAIL": "ada@example.org"}
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env).stdout
-
-
 @pytest.fixture
-def repo(request) -> Path:
-    """A real repository with three commits by two authors, in a folder the container's
-    unprivileged host uid can reach (pytest's tmp_path is private to this user)."""
-    work = Path(tempfile.mkdtemp(prefix="wb-mount-test-"))
-    request.addfinalizer(lambda: shutil.rmtree(work, ignore_errors=True))
-    os.chmod(work, 0o755)
-    _git(work, "init", "-q", "-b", "main")
-    (work / "notes.txt").write_text("one\n")
-    _git(work, "add", "notes.txt")
-    _git(work, "commit", "-q", "-m", "first: add notes")
-    (work / "notes.txt").write_text("one\ntwo\n")
-    _git(work, "-c", "user.name=Bob", "commit", "-q", "-a", "-m", "second: a line by Ada",
-         "--author", "Bob <bob@example.org>")
-    (work / "other.txt").write_text("x\n")
-    _git(work, "add", "other.txt")
-    _git(work, "commit", "-q", "-m", "third: another file")
-    for path in [work, *work.rglob("*")]:  # readable by others, as a checkout usually is
-        os.chmod(path, 0o755 if path.is_dir() else 0o644)
-    return work
+def repo(history_repo: Path) -> Path:
+    """wbcore-testing's repository (three commits by two authors, readable by the container's uid)."""
+    return history_repo
 
 
 @pytest.fixture
@@ -78,7 +53,7 @@ def recipe(skill: str, repo: str, *tail: str) -> list[str]:
 
 
 def test_git_history_recipes_run_against_a_mounted_repository(rt, repo) -> None:
-    head = _git(repo, "rev-parse", "HEAD").strip()
+    head = git_in(repo, "rev-parse", "HEAD").strip()
     log = rt.call("git", recipe("log", "/repo"), mounts=[f"{repo}:/repo"])
     assert log.exit_code == 0, log.stderr
     rows = [ln.split("\t") for ln in log.stdout.decode().splitlines()]

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from wbcore_runtime.store import leftovers
+from wbcore_runtime.store.artifacts import atomic_write
 
 MAX_ENTRY = 16 << 20
 
@@ -57,15 +56,7 @@ class PageCache:
             return
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         data = json.dumps({"etag": etag, "link": link, "stored_at": time.time(), "body": text}).encode()
-        dest = self._path(url)
-        tmp = self.root / leftovers.unique(f".{dest.name}{leftovers.TMP_MARK}", ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-            os.replace(tmp, dest)
-        finally:
-            tmp.unlink(missing_ok=True)
+        atomic_write(self._path(url), data, mode=0o600, tmp_dir=self.root)
 
     def refresh(self, url: str, entry: Entry) -> None:
         self.put(url, etag=entry.etag, link=entry.link, body=entry.body)

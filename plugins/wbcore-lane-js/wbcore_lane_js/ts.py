@@ -94,7 +94,6 @@ def fetch(env: Any = None, progress: Any = None, *, tarball: Path | None = None)
     that is not the pinned one; nothing is kept then."""
     from wbcore_runtime.guard import fetch as _fetch
     from wbcore_runtime.guard import registries, unpack
-    from wbcore_runtime.guard.netguard import NetGuard
 
     have = compiler(env)
     if have is not None:
@@ -103,22 +102,16 @@ def fetch(env: Any = None, progress: Any = None, *, tarball: Path | None = None)
     where.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".typescript-", dir=where.parent) as tmp:
         tgz = Path(tmp) / "typescript.tgz"
+        seen = env if env is not None else os.environ
+        source: str | Path = Path(tarball) if tarball is not None else ""
         if tarball is None:
-            seen = env if env is not None else os.environ
             # The registry the user configured for npm; the deployer's allowances apply to it
             # (a mirror on a private address: WB_ALLOW_PRIVATE_HOSTS=<its host>).
-            url = registries.npm_tarball("typescript", TYPESCRIPT_VERSION, seen)
+            source = registries.npm_tarball("typescript", TYPESCRIPT_VERSION, seen)
             if progress:
-                progress(f"typescript {TYPESCRIPT_VERSION}: fetching {url}")
-            _fetch.download(url, tgz, guard=NetGuard.from_env(seen), limits=_fetch.FetchLimits(max_bytes=64 << 20, timeout=300.0),
-                            env=seen)
-            origin = url
-        else:
-            shutil.copyfile(tarball, tgz)
-            origin = str(tarball)
-        got = hashlib.sha256(tgz.read_bytes()).hexdigest()
-        if got != TYPESCRIPT_TGZ_SHA256:
-            raise InvalidArgs(f"{origin}: sha256 {got} is not the pinned {TYPESCRIPT_TGZ_SHA256} (typescript {TYPESCRIPT_VERSION}); nothing was kept")
+                progress(f"typescript {TYPESCRIPT_VERSION}: fetching {source}")
+        origin = _fetch.pinned(source, tgz, TYPESCRIPT_TGZ_SHA256, what=f"typescript {TYPESCRIPT_VERSION}",
+                               max_bytes=64 << 20, env=seen)
         tree = Path(tmp) / "tree"
         unpack.unpack_tar(tgz, tree, unpack.Caps(max_files=1000, max_bytes=128 << 20))
         keep = Path(tmp) / "keep"

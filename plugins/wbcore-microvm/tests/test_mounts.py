@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -33,27 +31,10 @@ def shared_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WB_MICROVM_CACHE", str(CACHE))
 
 
-def _git(repo: Path, *args: str) -> None:
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(repo),
-           "GIT_AUTHOR_NAME": "Ada", "GIT_AUTHOR_EMAIL": "ada@example.org", "GIT_COMMITTER_NAME": "Ada",
-           "GIT_COMMITTER_EMAIL": "ada@example.org"}
-    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, env=env)
-
-
 @pytest.fixture
-def repo(request) -> Path:
-    """Two commits, in a folder QEMU's unprivileged uid can read (pytest's tmp_path is private)."""
-    work = Path(tempfile.mkdtemp(prefix="wb-microvm-mount-"))
-    request.addfinalizer(lambda: shutil.rmtree(work, ignore_errors=True))
-    _git(work, "init", "-q", "-b", "main")
-    (work / "a.txt").write_text("one\n")
-    _git(work, "add", "a.txt")
-    _git(work, "commit", "-q", "-m", "first")
-    (work / "a.txt").write_text("one\ntwo\n")
-    _git(work, "commit", "-q", "-a", "-m", "second", "--author", "Bob <bob@example.org>")
-    for path in [work, *work.rglob("*")]:
-        os.chmod(path, 0o755 if path.is_dir() else 0o644)
-    return work
+def repo(history_repo: Path) -> Path:
+    """wbcore-testing's repository (three commits by two authors, readable by QEMU's uid)."""
+    return history_repo
 
 
 @pytest.fixture
@@ -71,8 +52,9 @@ def test_git_history_recipes_run_in_a_micro_vm_against_a_mounted_repository(rt, 
     assert log.exit_code == 0, log.stderr.decode()
     assert log.usage.isolation in ("kvm", "tcg") and log.usage.tier == "microvm"
     rows = [ln.split("\t") for ln in log.stdout.decode().splitlines()]
-    assert [(r[1], r[2]) for r in rows] == [("Bob", "second"), ("Ada", "first")]
-    blame = rt.call("git", ["--no-pager", "-C", "/repo", "blame", "--porcelain", "--", "a.txt"], tier="microvm",
+    assert [(r[1], r[2]) for r in rows] == [("Ada", "third: another file"), ("Bob", "second: a line by Ada"),
+                                            ("Ada", "first: add notes")]
+    blame = rt.call("git", ["--no-pager", "-C", "/repo", "blame", "--porcelain", "--", "notes.txt"], tier="microvm",
                     mounts=[f"{repo}:/repo"], timeout=60)
     assert blame.exit_code == 0 and b"author Ada" in blame.stdout and b"author Bob" in blame.stdout
     # read-only: the guest cannot write into the host's folder

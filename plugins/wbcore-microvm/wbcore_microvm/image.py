@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wbcore_runtime.contract.errors import NotFound
+from wbcore_runtime.store.artifacts import sha256_file
 
 AGENT_SRC = Path(__file__).with_name("agent") / "wb_agent.c"
 RECIPE = 2  # bumped when the layout below changes
@@ -79,14 +80,6 @@ def cache_root(home: Path, env: dict[str, str] | None = None) -> Path:
     share one across homes: the cold boot happens once), else ``<home>/tiers/microvm``."""
     override = (os.environ if env is None else env).get("WB_MICROVM_CACHE")
     return Path(override) if override else home / "tiers" / "microvm"
-
-
-def _sha(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def busybox() -> Path:
@@ -226,10 +219,10 @@ def build(cache: Path) -> Image:
     cc_version = subprocess.run([cc[0], "--version"], capture_output=True, text=True, check=False).stdout.split("\n")[0]
     modules = {name: _module(modtree, name) for name in MODULES}
     inputs = {
-        "recipe": RECIPE, "kernel": version, "vmlinuz": _sha(vmlinuz), "busybox": _sha(bb),
-        "agent": _sha(AGENT_SRC), "cc": [*cc, cc_version], "init": hashlib.sha256(INIT.encode()).hexdigest(),
-        "modules": {name: _sha(path) for name, path in modules.items()},
-        "host_clis": {guest: _sha(path) for guest, path in sorted(clis.items())},
+        "recipe": RECIPE, "kernel": version, "vmlinuz": sha256_file(vmlinuz), "busybox": sha256_file(bb),
+        "agent": sha256_file(AGENT_SRC), "cc": [*cc, cc_version], "init": hashlib.sha256(INIT.encode()).hexdigest(),
+        "modules": {name: sha256_file(path) for name, path in modules.items()},
+        "host_clis": {guest: sha256_file(path) for guest, path in sorted(clis.items())},
     }
     digest = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:32]
     final = cache / "images" / digest

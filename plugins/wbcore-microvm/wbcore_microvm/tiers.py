@@ -393,32 +393,9 @@ class MicrovmTier:
                               "a wasm command runs in tiers instance, os_process or container")
         images = posix.get("skill_images") or []
         if images or request.mounts:
-            # folders over virtio-9p, a VM restored from the snapshot with mount slots: OCI
-            # skill images (#+SKILL_IMAGES, pulled once and verified by digest, read-only) and
-            # the host folders granted to the call (wbx run --mount, checked by the core)
-            from wbcore_microvm.shell import MOUNT_SLOTS, check_call_mounts
-            from wbcore_runtime.store import skill_images
-            from wbcore_runtime.dispatch.mounts import Mount, unreachable_by
+            from wbcore_microvm.shell import MOUNT_SLOTS
 
-            mounts: list[Any] = []
-            if images:
-                if self.runtime.env.get("WB_MICROVM_SNAPSHOT"):
-                    raise InvalidArgs(f"{request.name}: its skill images need the tier's snapshot with virtio-9p "
-                                      "slots; a named snapshot (WB_MICROVM_SNAPSHOT) has none: unset it for this toolkit")
-                parsed = skill_images.parse(" ".join(f"{r}={m}" for r, m in images))
-                mounts = [Mount(str(skill_images.resolve(self.runtime.home, im, self.runtime.env)), im.mount)
-                          for im in parsed]
-                if os.geteuid() == 0:
-                    for m in mounts:
-                        why = unreachable_by(m.host, False, _vm.QEMU_UID)
-                        if why:
-                            raise InvalidArgs(f"skill image at {m.guest}: the micro-VM's QEMU runs as host uid "
-                                              f"{_vm.QEMU_UID}, which cannot read its cache folder {m.host}: {why}")
-            check_call_mounts(request.mounts)
-            mounts += list(request.mounts)
-            if len(mounts) > MOUNT_SLOTS:
-                raise InvalidArgs(f"{request.name}: tier microvm exports at most {MOUNT_SLOTS} folders (skill images "
-                                  f"and --mount folders together; this call has {len(mounts)})")
+            mounts = _call_mounts(self.runtime, request, images)
             snap = prepare(self.cache, mount_slots=MOUNT_SLOTS)
             return _Call(self.runtime, snap, request, str(posix["cli_bin"]), mounts).run()
         snap = self.snapshot()
@@ -437,6 +414,36 @@ class MicrovmTier:
 
             return open_shell(prepare(self.cache, mount_slots=MOUNT_SLOTS), request)
         return open_shell(self.snapshot(), request)
+
+
+def _call_mounts(runtime: Runtime, request: CommandRequest, images: list[Any]) -> list[Any]:
+    """The folders one call exports over virtio-9p (a VM restored from the snapshot with mount
+    slots): its OCI skill images (``#+SKILL_IMAGES``, pulled once and verified by digest,
+    read-only) and the host folders granted to the call (``wbx run --mount``, checked by the
+    core), at most ``MOUNT_SLOTS`` together; ``InvalidArgs`` saying which limit is hit."""
+    from wbcore_microvm.shell import MOUNT_SLOTS, check_call_mounts
+    from wbcore_runtime.store import skill_images
+    from wbcore_runtime.dispatch.mounts import Mount, unreachable_by
+
+    mounts: list[Any] = []
+    if images:
+        if runtime.env.get("WB_MICROVM_SNAPSHOT"):
+            raise InvalidArgs(f"{request.name}: its skill images need the tier's snapshot with virtio-9p "
+                              "slots; a named snapshot (WB_MICROVM_SNAPSHOT) has none: unset it for this toolkit")
+        parsed = skill_images.parse(" ".join(f"{r}={m}" for r, m in images))
+        mounts = [Mount(str(skill_images.resolve(runtime.home, im, runtime.env)), im.mount) for im in parsed]
+        if os.geteuid() == 0:
+            for m in mounts:
+                why = unreachable_by(m.host, False, _vm.QEMU_UID)
+                if why:
+                    raise InvalidArgs(f"skill image at {m.guest}: the micro-VM's QEMU runs as host uid "
+                                      f"{_vm.QEMU_UID}, which cannot read its cache folder {m.host}: {why}")
+    check_call_mounts(request.mounts)
+    mounts += list(request.mounts)
+    if len(mounts) > MOUNT_SLOTS:
+        raise InvalidArgs(f"{request.name}: tier microvm exports at most {MOUNT_SLOTS} folders (skill images "
+                          f"and --mount folders together; this call has {len(mounts)})")
+    return mounts
 
 
 class _Call:

@@ -7,6 +7,7 @@ from typing import Any
 
 from wbcore_runtime import hookimpl
 from wbcore_runtime.contract.records import SourcePrefix
+from wbcore_runtime.plugins.manager import lazy
 
 
 def _path(_runtime: Any) -> Any:
@@ -24,28 +25,10 @@ def _entry(prefix: str) -> Any:
     return factory
 
 
-def _crate(runtime: Any) -> Any:
-    from wbcore_sources.crate import crate
-
-    return crate(runtime)
-
-
-def _wasm(runtime: Any) -> Any:
-    from wbcore_sources.remote import wasm
-
-    return wasm(runtime)
-
-
-def _archive(runtime: Any) -> Any:
-    from wbcore_sources.remote import archive
-
-    return archive(runtime)
-
-
-def _git(runtime: Any) -> Any:
-    from wbcore_sources.git import git
-
-    return git(runtime)
+_crate = lazy("wbcore_sources.crate:crate")
+_wasm = lazy("wbcore_sources.remote:wasm")
+_archive = lazy("wbcore_sources.remote:archive")
+_git = lazy("wbcore_sources.git:git")
 
 
 def _check_wasm(manifest: Any, rest: str) -> None:

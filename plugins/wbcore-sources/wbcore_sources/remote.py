@@ -10,16 +10,13 @@ pinned by ``#+SHA256`` alike; unpacking is the core's ``wbcore_runtime.guard.unp
 
 from __future__ import annotations
 
-import hashlib
-import os
 import shutil
-import stat
 from pathlib import Path
 from typing import Any
 
 from wbcore_runtime.guard import fetch, paths, unpack
 from wbcore_runtime.build import ResolvedSource, SourceRequest
-from wbcore_runtime.contract.errors import InvalidArgs, NotFound
+from wbcore_runtime.contract.errors import InvalidArgs
 from wbcore_runtime.guard.netguard import NetGuard
 from wbcore_runtime.guard.preopen import parse_all as preopen_entries
 from wbcore_runtime.trust.verdict import IntegrityError
@@ -46,28 +43,6 @@ def _limits(env: dict[str, str]) -> fetch.FetchLimits:
                         timeout=float(env.get("WB_SOURCE_TIMEOUT", 120)))
 
 
-def _copy_local(src: Path, dest: Path, limits: fetch.FetchLimits, shown: str) -> str:
-    """Copy a local regular file (never a device, FIFO or link target swapped in), capped, hashed."""
-    try:
-        fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except FileNotFoundError:
-        raise NotFound(f"{shown}: no such file") from None
-    except OSError as exc:
-        raise InvalidArgs(f"{shown}: cannot open ({exc.strerror})") from None
-    h = hashlib.sha256()
-    total = 0
-    with os.fdopen(fd, "rb") as fh, dest.open("wb") as out:
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-            raise InvalidArgs(f"{shown}: not a regular file")
-        for chunk in iter(lambda: fh.read(1 << 16), b""):
-            total += len(chunk)
-            if total > limits.max_bytes:
-                raise InvalidArgs(f"{shown}: over the {limits.max_bytes}-byte cap")
-            h.update(chunk)
-            out.write(chunk)
-    return h.hexdigest()
-
-
 def _fetch(request: SourceRequest, env: dict[str, str], what: str, name: str) -> Path:
     want = _pinned(request, what)
     request.workdir.mkdir(parents=True, exist_ok=True)
@@ -81,7 +56,7 @@ def _fetch(request: SourceRequest, env: dict[str, str], what: str, name: str) ->
         else:
             if not spec.startswith("file://"):  # a path inside the toolkit, never outside it
                 local = inside(request.manifest.dir, spec, what)
-            got = _copy_local(local, dest, limits, f"{what}{spec}")
+            got = fetch.copy_local(local, dest, max_bytes=limits.max_bytes, shown=f"{what}{spec}")
     except BaseException:
         dest.unlink(missing_ok=True)
         raise

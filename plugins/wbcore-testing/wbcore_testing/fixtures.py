@@ -9,6 +9,8 @@
 ``oci_registry``  a distribution registry (Debian's ``docker-registry``) on loopback, or a skip saying why
 ``file_server``  a :class:`FileServer` (loopback HTTP: ``files``, ``routes``, ``hits``, ``url``) for the test
 ``git_server``   a :class:`GitHttpServer` (git's own smart HTTP on loopback) over bare repos made by ``git_repo``
+``history_repo`` a checked-out repository with three commits by two authors, readable by any uid (a mount's
+                 source); ``git_in(repo, *args)`` runs git there as its author
 ``tmux``         ``(cmd, name)``: a private tmux server to drive a command in a real terminal (``wait_pane``)
 
 Shared test guests in WebAssembly text (``wasi``, ``K_UPPER``, ``ECHO_OR_TRAP``, ``burn``) and
@@ -23,6 +25,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -528,6 +531,44 @@ def file_server() -> Iterator[FileServer]:
     """A :class:`FileServer` serving for the test, stopped after it."""
     with FileServer() as server:
         yield server
+
+
+# --- git repositories ---------------------------------------------------------------------------
+
+
+def git_in(repo: Path, *args: str) -> str:
+    """``git -C repo ARGS`` as Ada (no system or user config read); its standard output."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(repo),
+           "GIT_AUTHOR_NAME": "Ada", "GIT_AUTHOR_EMAIL": "ada@example.org", "GIT_COMMITTER_NAME": "Ada",
+           "GIT_COMMITTER_EMAIL": "ada@example.org"}
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env).stdout
+
+
+@pytest.fixture
+def history_repo() -> Iterator[Path]:
+    """A real repository with three commits by two authors: ``notes.txt`` (``one`` by Ada, ``two``
+    by Bob) and ``other.txt``; newest first, the subjects are ``third: another file``,
+    ``second: a line by Ada`` (authored by Bob) and ``first: add notes``. It lives in a folder
+    an isolation tier's unprivileged host uid can read (pytest's ``tmp_path`` is private to
+    this user), removed after the test."""
+    work = Path(tempfile.mkdtemp(prefix="wb-mount-test-"))
+    try:
+        os.chmod(work, 0o755)
+        git_in(work, "init", "-q", "-b", "main")
+        (work / "notes.txt").write_text("one\n")
+        git_in(work, "add", "notes.txt")
+        git_in(work, "commit", "-q", "-m", "first: add notes")
+        (work / "notes.txt").write_text("one\ntwo\n")
+        git_in(work, "-c", "user.name=Bob", "commit", "-q", "-a", "-m", "second: a line by Ada",
+               "--author", "Bob <bob@example.org>")
+        (work / "other.txt").write_text("x\n")
+        git_in(work, "add", "other.txt")
+        git_in(work, "commit", "-q", "-m", "third: another file")
+        for path in [work, *work.rglob("*")]:  # readable by others, as a checkout usually is
+            os.chmod(path, 0o755 if path.is_dir() else 0o644)
+        yield work
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 # --- a loopback git server (smart HTTP) --------------------------------------------------------

@@ -255,8 +255,7 @@ class LoadedComponent:
             short = path[-1] if counts[path[-1]] == 1 else ".".join([*(_short(p) for p in path[:-1]), path[-1]])
             self.functions[short] = ComponentFunction(short, path, tuple(fty.params), fty.result, _is_async(fty))
         self._indexes: dict[str, Any] = {}
-        self._linkers: dict[frozenset[str], Any] = {}
-        self._lock = threading.Lock()
+        self._linkers: _engine.Memo[frozenset[str], Any] = _engine.Memo()
 
     def needed_caps(self, name: str, granted: frozenset[str]) -> frozenset[str]:
         """The caps this component imports, all granted; else ``CapabilityDenied`` naming one."""
@@ -286,15 +285,7 @@ class LoadedComponent:
         return frozenset(needed)
 
     def linker(self, needed: frozenset[str], runtime: Runtime) -> Any:
-        linker = self._linkers.get(needed)
-        if linker is not None:
-            return linker
-        with self._lock:
-            linker = self._linkers.get(needed)
-            if linker is None:
-                linker = self._build_linker(needed, runtime)
-                self._linkers[needed] = linker
-        return linker
+        return self._linkers.get(needed, lambda: self._build_linker(needed, runtime))
 
     def _build_linker(self, needed: frozenset[str], runtime: Runtime) -> Any:
         from wasmtime.component import Linker

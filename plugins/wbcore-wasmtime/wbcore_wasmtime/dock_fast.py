@@ -34,23 +34,13 @@ _finalizer: Any = None
 INTERNAL = 5
 
 
-def _raw(name: str, restype: Any) -> Any:
-    from wasmtime import _ffi
-
-    addr = ctypes.cast(getattr(_ffi.dll, name), ctypes.c_void_p).value
-    if not addr:
-        raise RuntimeError(f"wasmtime's C library exports {name} as a null pointer")
-    fn = ctypes.CFUNCTYPE(restype)(addr)
-    # None (not a sequence) turns ctypes' argument checks off; typeshed only allows a sequence.
-    fn.argtypes = None  # type: ignore[assignment]
-    return fn
-
-
 def _bindings() -> Any:
     global _ffi, _callback, _finalizer
     if _ffi is not None:
         return _ffi
     from wasmtime import _bindings as ffi
+
+    from wbcore_wasmtime.fastpath import _raw  # deferred with wasmtime: the one bare-pointer binder
 
     mem_kind = 3  # WASMTIME_EXTERN_MEMORY
     # The C functions as bare pointers without argtypes (ctypes then converts nothing;

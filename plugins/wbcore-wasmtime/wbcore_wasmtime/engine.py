@@ -28,10 +28,10 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from wbcore_runtime.store.digest import sha256
 from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs
@@ -48,6 +48,8 @@ TICK_S = 0.005
 WASI_MODULE = "wasi_snapshot_preview1"
 CAP_MODULE = "wb"
 MAX_CACHED_MODULES = 256
+K = TypeVar("K")
+V = TypeVar("V")
 
 _lock = threading.Lock()
 _engine: Engine | None = None
@@ -417,6 +419,38 @@ class LoadedModule:
         return self._pre
 
 
+class Memo(Generic[K, V]):
+    """A per-process map whose entries are made once each under a lock (a reader that finds
+    its key takes no lock): the one shape of this plugin's caches of compiled forms (modules,
+    component linkers). At most ``limit`` entries are kept; the oldest leaves first."""
+
+    def __init__(self, limit: int | None = None) -> None:
+        self._items: dict[K, V] = {}
+        self._lock = threading.Lock()
+        self._limit = limit
+
+    def get(self, key: K, make: Callable[[], V]) -> V:
+        """The entry for ``key``, made by ``make()`` the first time (once, even when threads race)."""
+        item = self._items.get(key)
+        if item is not None:
+            return item
+        with self._lock:
+            item = self._items.get(key)
+            if item is None:
+                item = make()
+                if self._limit is not None and len(self._items) >= self._limit:
+                    self._items.pop(next(iter(self._items)))
+                self._items[key] = item
+        return item
+
+    def drain(self) -> list[V]:
+        """Forget every entry and hand them back (to be closed)."""
+        with self._lock:
+            items = list(self._items.values())
+            self._items.clear()
+        return items
+
+
 class Modules:
     """Per-process cache of loaded modules by (artifact root, sha256), artifacts verified on
     every load: the one in-memory cache of this plugin's compiled forms. ``compile_or_load``
@@ -424,10 +458,8 @@ class Modules:
     passes its own), at most ``limit`` kept."""
 
     def __init__(self, compile_or_load: Any = None, limit: int = MAX_CACHED_MODULES) -> None:
-        self._mods: dict[tuple[str, str], Any] = {}
-        self._lock = threading.Lock()
+        self._memo: Memo[tuple[str, str], Any] = Memo(limit)
         self._make = compile_or_load
-        self._limit = limit
         #: Whether the last entry made was compiled now (``False``: from the serialized cache).
         self.last_built = False
 
@@ -435,22 +467,10 @@ class Modules:
         """The module for ``sha``; its ``.wasm`` is checked against its digest each time
         (a stat compare after the first hash), so a tampered artifact never runs."""
         artifacts.verify(sha)
-        key = (str(artifacts.root), sha)
-        mod = self._mods.get(key)
-        if mod is not None:
-            return mod
-        with self._lock:
-            mod = self._mods.get(key)
-            if mod is None:
-                mod = (self._make or _compile_or_load)(artifacts, sha)
-                if len(self._mods) >= self._limit:
-                    self._mods.pop(next(iter(self._mods)))
-                self._mods[key] = mod
-        return mod
+        return self._memo.get((str(artifacts.root), sha), lambda: (self._make or _compile_or_load)(artifacts, sha))
 
     def clear(self) -> None:
-        with self._lock:
-            self._mods.clear()
+        self._memo.drain()
 
 
 def _compile_or_load(artifacts: Any, sha: str) -> LoadedModule:
@@ -507,11 +527,7 @@ def _release_at_exit() -> None:
     native objects are reference counted, so a store still using one keeps it alive). The
     engine is not freed: the epoch ticker thread holds its raw pointer until the process
     ends, so its Python handle only lets go of the pointer (the OS reclaims it)."""
-    mods = _modules
-    with mods._lock:
-        loaded = list(mods._mods.values())
-        mods._mods.clear()
-    for lm in loaded:
+    for lm in _modules._memo.drain():
         for obj in (lm._pre, lm.module):
             if obj is not None:
                 obj.close()

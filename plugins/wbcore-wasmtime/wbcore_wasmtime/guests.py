@@ -66,7 +66,7 @@ class WasiGuests:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._modules: dict[str, GuestModule] = {}
+        self._modules: _engine.Memo[str, GuestModule] = _engine.Memo(_engine.MAX_CACHED_MODULES)
         self._linker: tuple[Any, Any] | None = None  # (engine, linker)
 
     def module(self, wasm: bytes, *, cache_dir: Path | None = None, name: str = "guest") -> GuestModule:
@@ -75,10 +75,8 @@ class WasiGuests:
         eng = _engine.get()
         digest = sha256(wasm).hexdigest()
         key = sha256(f"{digest}\0{eng.cache_key}".encode()).hexdigest()[:24]
-        with self._lock:
-            mod = self._modules.get(key)
-            if mod is not None:
-                return mod
+
+        def make() -> GuestModule:
             if cache_dir is None:
                 handle = wasmtime.Module(eng.wasm, wasm)
             else:
@@ -87,9 +85,9 @@ class WasiGuests:
                     compile=lambda w: bytes(wasmtime.Module(eng.wasm, w).serialize()),
                     load=lambda p: wasmtime.Module.deserialize_file(eng.wasm, str(p)),
                     loads=lambda b: wasmtime.Module.deserialize(eng.wasm, b))
-            mod = GuestModule(self, handle, digest, tuple(e.name for e in handle.exports))
-            self._modules[key] = mod
-            return mod
+            return GuestModule(self, handle, digest, tuple(e.name for e in handle.exports))
+
+        return self._modules.get(key, make)
 
     def _wasi_linker(self, eng: Any) -> Any:
         import wasmtime
@@ -103,8 +101,8 @@ class WasiGuests:
 
     def clear(self) -> None:
         """Drop the compiled modules and the linker (a forked child, interpreter exit)."""
+        self._modules.drain()
         with self._lock:
-            self._modules.clear()
             self._linker = None
 
     def run(

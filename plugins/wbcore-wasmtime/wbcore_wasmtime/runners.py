@@ -1,30 +1,12 @@
-"""The shapes' runner factories, in a module that imports nothing: the plugin index
-(``wbcore_runtime.plugins.index``) names them, and ``wbx run`` imports only this and the runner."""
+"""The shapes' runner factories, in a module that imports nothing heavy: each is a
+:func:`~wbcore_runtime.plugins.manager.lazy` reference, which the plugin index
+(``wbcore_runtime.plugins.index``) keeps by name, so ``wbx run`` imports only the runner."""
 
 from __future__ import annotations
 
-from typing import Any
+from wbcore_runtime.plugins.manager import lazy
 
-
-def component_runner(runtime: Any) -> Any:
-    from wbcore_wasmtime.component import ComponentRunner
-
-    return ComponentRunner(runtime)
-
-
-def command_runner(runtime: Any) -> Any:
-    from wbcore_wasmtime.command import CommandRunner
-
-    return CommandRunner(runtime)
-
-
-def guest_runner(runtime: Any) -> Any:
-    from wbcore_wasmtime.guests import runner
-
-    return runner(runtime)
-
-
-def kernel_runner(runtime: Any) -> Any:
-    from wbcore_wasmtime.kernel import KernelRunner
-
-    return KernelRunner(runtime)
+component_runner = lazy("wbcore_wasmtime.component:ComponentRunner")
+command_runner = lazy("wbcore_wasmtime.command:CommandRunner")
+guest_runner = lazy("wbcore_wasmtime.guests:runner")
+kernel_runner = lazy("wbcore_wasmtime.kernel:KernelRunner")

@@ -142,6 +142,7 @@ def fetch(env: Any = None, progress: Any = None, *, sdist: Path | None = None) -
     from wbcore_runtime.guard import registries, unpack
     from wbcore_runtime.build import tree_digest
     from wbcore_runtime.guard.netguard import NetGuard
+    from wbcore_runtime.store.artifacts import sha256_file
 
     have = sources(env)
     if have is not None:
@@ -151,26 +152,19 @@ def fetch(env: Any = None, progress: Any = None, *, sdist: Path | None = None) -
     with tempfile.TemporaryDirectory(prefix=".jq-", dir=where.parent) as tmp:
         work = Path(tmp)
         tgz = work / "sdist.tar.gz"
+        seen = env if env is not None else os.environ
+        source: str | Path = Path(sdist) if sdist is not None else ""
         if sdist is None:
-            seen = env if env is not None else os.environ
             # The index the user configured for pip; the deployer's allowances apply to the
             # index and the host it serves files from (a mirror, or a resolver that answers
             # with a private address: WB_ALLOW_PRIVATE_HOSTS=<host>), as for installs.
-            guard = NetGuard.from_env(seen)
-            url = registries.pypi_file("jq", SDIST_NAME, SDIST_SHA256, guard=guard, env=seen)
+            source = registries.pypi_file("jq", SDIST_NAME, SDIST_SHA256, guard=NetGuard.from_env(seen), env=seen)
             if progress:
-                progress(f"jq {JQ_VERSION}: fetching {url}")
-            _fetch.download(url, tgz, guard=guard, limits=_fetch.FetchLimits(max_bytes=16 << 20, timeout=300.0), env=seen)
-            origin = url
-        else:
-            shutil.copyfile(sdist, tgz)
-            origin = str(sdist)
-        got = hashlib.sha256(tgz.read_bytes()).hexdigest()
-        if got != SDIST_SHA256:
-            raise InvalidArgs(f"{origin}: sha256 {got} is not the pinned {SDIST_SHA256} (jq=={SDIST_VERSION} sdist); nothing was kept")
+                progress(f"jq {JQ_VERSION}: fetching {source}")
+        origin = _fetch.pinned(source, tgz, SDIST_SHA256, what=f"jq=={SDIST_VERSION} sdist", max_bytes=16 << 20, env=seen)
         unpack.unpack_tar(tgz, work / "sdist", unpack.Caps(max_files=200, max_bytes=16 << 20))
         inner = work / "sdist" / TARBALL_MEMBER
-        if not inner.is_file() or inner.is_symlink() or hashlib.sha256(inner.read_bytes()).hexdigest() != TARBALL_SHA256:
+        if not inner.is_file() or inner.is_symlink() or sha256_file(inner) != TARBALL_SHA256:
             raise InvalidArgs(f"{origin}: {TARBALL_MEMBER} is missing or not the pinned jq {JQ_VERSION} tarball; nothing was kept")
         # Upstream's tarball holds one hard link (a docs file), which the core unpacker rightly
         # refuses: re-pack only the kept members (regular files and folders) and unpack that.
