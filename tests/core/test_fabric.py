@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from wbcore_runtime.dispatch import fabric
+from wbcore_runtime.dispatch import batch, fabric
 from wbcore_runtime import hookimpl
 from wbcore_runtime.contract.calls import CallResult
 from wbcore_runtime.contract.errors import ErrorKind, InvalidArgs, NotFound, PluginError
@@ -38,7 +38,7 @@ class InlineEngine:
             if isinstance(payload, Exception):
                 yield fabric.ResultChunk(i, [None], {i: payload})
             else:
-                yield fabric.ResultChunk(i, [fabric.run_command(self.runtime, job, target, payload)])
+                yield fabric.ResultChunk(i, [batch.run_command(self.runtime, job, target, payload)])
 
 
 def plugin(engines: list[InlineEngine], name: str = "inline", available: Availability | None = None,
@@ -162,22 +162,22 @@ def test_chunk_results_put_each_error_at_its_input_index(registered):
     job = fabric.job(rt, "say", kind="command")
     kjob = dataclasses.replace(job, kind="kernel")
     chunk = fabric.Chunk(10, [b"a", None, b"c", b"d"], {1: InvalidArgs("not bytes")})
-    done = fabric.chunk_results(kjob, chunk, [b"A", b"", b"", b"D"], [(2, "timeout", "too slow")])
+    done = batch.chunk_results(kjob, chunk, [b"A", b"", b"", b"D"], [(2, "timeout", "too slow")])
     assert done.start == 10 and done.stop == 14 and not done.ok and list(done.errors) == [11, 12]
     assert done.errors[12].kind is ErrorKind.TIMEOUT and done.errors[11].message == "not bytes"
     assert [(r.index, r.value, r.error and r.error.kind) for r in done.results()] == [
         (10, b"A", None), (11, None, ErrorKind.INVALID_ARGS), (12, None, ErrorKind.TIMEOUT), (13, b"D", None)]
-    lost = fabric.failed_results(dataclasses.replace(kjob, joined=True), chunk, InvalidArgs("worker gone"))
+    lost = batch.failed_results(dataclasses.replace(kjob, joined=True), chunk, InvalidArgs("worker gone"))
     assert isinstance(lost.values, fabric.Outputs) and list(lost.values) == [b""] * 4
     assert [e.message for e in lost.errors.values()] == ["worker gone", "not bytes", "worker gone", "worker gone"]
-    assert fabric.failed_results(job, chunk, None).values == [None] * 4
-    assert fabric.failed_results(kjob, chunk, None).values == [b""] * 4
+    assert batch.failed_results(job, chunk, None).values == [None] * 4
+    assert batch.failed_results(kjob, chunk, None).values == [b""] * 4
 
 
 def test_an_error_kind_crosses_a_boundary_as_its_class():
     from wbcore_runtime.contract import errors
 
     for exc in (NotFound("x"), InvalidArgs("y"), errors.Timeout("z"), errors.CapabilityDenied("w")):
-        back = fabric.error_from_wire(*fabric.error_wire(exc))
+        back = batch.error_from_wire(*batch.error_wire(exc))
         assert type(back) is type(exc) and back.message == exc.message
     assert type(errors.of_kind("no-such-kind", "m")) is errors.Internal

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
+from wbcore_runtime.contract.calls import CallResult
 from wbcore_runtime.contract.errors import InvalidArgs
+
+if TYPE_CHECKING:
+    from wbcore_runtime.dispatch.fabric import Result
 
 #: One input line may hold at most this many bytes (a command's stdin travels inside it).
 MAX_LINE = 64 << 20
@@ -38,6 +43,28 @@ def read_lines(stream: Any) -> Iterator[Any]:
             yield json.loads(line)
         except ValueError as exc:
             yield InvalidArgs(f"input line {n}: not JSON ({exc})")
+
+
+def as_json(result: Result, kind: str) -> dict[str, Any]:
+    """One result as the JSON line ``wbx fan`` prints (text when it decodes, else base64)."""
+    if result.error is not None:
+        return {"i": result.index, "error": {"kind": result.error.kind.value, "message": result.error.message}}
+    value = result.value
+    if isinstance(value, CallResult):
+        out: dict[str, Any] = {"i": result.index, "exit": value.exit_code}
+        out.update(_text("stdout", value.stdout))
+        if value.stderr:
+            out.update(_text("stderr", value.stderr))
+        return out
+    assert isinstance(value, bytes)
+    return {"i": result.index, **_text("output", value)}
+
+
+def _text(key: str, data: bytes) -> dict[str, str]:
+    try:
+        return {key: data.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {key + "_base64": base64.b64encode(data).decode()}
 
 
 class Progress:
@@ -99,7 +126,7 @@ def fan(runtime: Any) -> Any:
         out = sys.stdout
         try:
             for r in results:
-                out.write(json.dumps(fabric.as_json(r, kind), ensure_ascii=False) + "\n")
+                out.write(json.dumps(as_json(r, kind), ensure_ascii=False) + "\n")
                 progress.step(not r.ok)
         finally:
             progress.end()

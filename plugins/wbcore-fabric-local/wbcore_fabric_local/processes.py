@@ -10,7 +10,7 @@ starts in ~0.18 s instead of ~0.45 s for a ``spawn``ed one (measured, loaded mac
 ``WB_FABRIC_START=spawn`` starts each worker as a fresh interpreter instead.
 
 Scheduling, all in the consumer's thread (nothing runs unless the caller iterates; the loop
-is the core's ``fabric.Batch``, shared with the Ray engine — this module starts, feeds, waits
+is the core's ``batch.Batch``, shared with the Ray engine — this module starts, feeds, waits
 for and stops the processes):
 
 - inputs travel in **chunks** of consecutive inputs, one message (one pickled frame) each way
@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from typing import Any
 
-from wbcore_runtime.dispatch import fabric
+from wbcore_runtime.dispatch import batch, fabric
 from wbcore_runtime.contract.errors import CapabilityDenied, Internal, InvalidArgs
 
 #: Chunks outstanding per worker: one running and two queued, so that a worker whose chunk
@@ -126,7 +126,7 @@ class ProcessEngine:
         return _Batch(job, work, cancel, ctx).chunks_in_order()
 
 
-class _Batch(fabric.Batch):
+class _Batch(batch.Batch):
     def __init__(self, job: fabric.Job, work: fabric.Work, cancel: Any, ctx: Any) -> None:
         super().__init__(job, work, cancel, k=K, target_s=TARGET_S, max_batch=MAX_BATCH, chunk_bytes=CHUNK_BYTES)
         self.ctx = ctx
@@ -177,7 +177,7 @@ class _Batch(fabric.Batch):
                 elif msg[0] == "ready":
                     w.ready = True
                 elif msg[0] == "fatal":
-                    raise fabric.error_from_wire(msg[1], msg[2])
+                    raise batch.error_from_wire(msg[1], msg[2])
         except (EOFError, OSError):
             pass
         if w.out and not w.proc.is_alive():

@@ -16,7 +16,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
-from wbcore_runtime.dispatch import fabric
+from wbcore_runtime.dispatch import batch, fabric
 from wbcore_runtime.contract.errors import Timeout, WbError
 
 #: Inputs in flight per thread (taken from the iterable, not yet yielded).
@@ -55,13 +55,13 @@ def _results(runtime: Any, job: fabric.Job, target: Any, work: Iterator[tuple[in
             return failed, Timeout("fabric: the batch stopped before this input ran")
         try:
             if job.kind == "command":
-                return fabric.run_command(runtime, job, target, payload, cancel=stop), None
+                return batch.run_command(runtime, job, target, payload, cancel=stop), None
             inst = getattr(local, "inst", None)
             if inst is None:
-                inst = local.inst = target.open(fabric.kernel_request(job))
+                inst = local.inst = target.open(batch.kernel_request(job))
                 with lock:
                     opened.append(inst)
-            return fabric.run_kernel(runtime, job, inst, payload), None
+            return batch.run_kernel(runtime, job, inst, payload), None
         except WbError as exc:
             return failed, exc
 

@@ -28,16 +28,16 @@ import threading
 import time
 from typing import Any
 
-from wbcore_runtime.dispatch import fabric
+from wbcore_runtime.dispatch import batch, fabric
 from wbcore_runtime.contract.errors import WbError
 
 
 def main(conn: Any, job: fabric.Job) -> None:
     try:
         runtime = _open(job)
-        run = fabric.runner(runtime, job)
+        run = batch.runner(runtime, job)
     except WbError as exc:
-        conn.send(("fatal", *fabric.error_wire(exc)))
+        conn.send(("fatal", *batch.error_wire(exc)))
         return
     except Exception as exc:  # noqa: BLE001 - a worker that cannot start says why, in one line
         conn.send(("fatal", "internal", f"fabric worker could not start: {type(exc).__name__}: {exc}"))
@@ -46,7 +46,7 @@ def main(conn: Any, job: fabric.Job) -> None:
     inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
     threading.Thread(target=_read, args=(conn, inbox), name="wb-fabric-inbox", daemon=True).start()
     clock = time.perf_counter
-    chunk = fabric.run_chunk
+    chunk = batch.run_chunk
     while True:
         msg = inbox.get()
         if msg is None:

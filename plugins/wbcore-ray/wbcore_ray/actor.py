@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from wbcore_runtime.dispatch import fabric
+from wbcore_runtime.dispatch import batch, fabric
 from wbcore_runtime.contract.errors import InvalidArgs
 
 NODE_TIER = "node"
@@ -100,7 +100,7 @@ class NodeWorker:
             ahead = getattr(target, "load_ahead", None)  # a lane's runner readies its artifact the same way
             if ahead is not None:
                 ahead(req.artifact, sha)
-            self.run = fabric.runner(runtime, job, tier=tier)
+            self.run = batch.runner(runtime, job, tier=tier)
             self.compiled = self._compiled_forms(runtime, sha) > before
         self.load_s = time.perf_counter() - t0
         return self.stats()
@@ -112,7 +112,7 @@ class NodeWorker:
 
     def chunk(self, body: list[Any], skip: tuple[int, ...]) -> tuple[Any, list[tuple[int, str, str]], float]:
         t0 = time.perf_counter()
-        out, errors = fabric.run_chunk(self.job.kind, self.run, body, frozenset(skip), self.job.joined)
+        out, errors = batch.run_chunk(self.job.kind, self.run, body, frozenset(skip), self.job.joined)
         self.inputs += len(body)
         self.chunks += 1
         return out, errors, time.perf_counter() - t0

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wbcore_ray import cluster
-from wbcore_runtime.dispatch import fabric
+from wbcore_runtime.dispatch import batch, fabric
 from wbcore_runtime.contract.errors import Internal, Timeout, WbError
 
 K = 3  # chunks outstanding per actor: one running, two queued (as the local engine)
@@ -53,12 +53,12 @@ class RayEngine:
         cluster.refuse_remote(self.runtime, job.kind, job.name, job.caps, job.request, job.entry, "fabric engine 'ray'")
         ray = cluster.connect()
         ref = cluster.module_ref(ray, self.runtime, job.entry.sha256)
-        batch = _Batch(self, ray, job, work, cancel, ref)
-        batch.lane = cluster.lane_runner(self.runtime, job.entry)
-        return batch.chunks_in_order()
+        scheduler = _Batch(self, ray, job, work, cancel, ref)
+        scheduler.lane = cluster.lane_runner(self.runtime, job.entry)
+        return scheduler.chunks_in_order()
 
 
-class _Batch(fabric.Batch):
+class _Batch(batch.Batch):
     POLL_S = POLL_S
 
     def __init__(self, engine: RayEngine, ray: Any, job: fabric.Job, work: fabric.Work, cancel: Any, ref: Any) -> None:
@@ -110,7 +110,7 @@ class _Batch(fabric.Batch):
         except self.ray.exceptions.RayTaskError as exc:
             cause = exc.cause if isinstance(getattr(exc, "cause", None), WbError) else None
             if cause is not None:
-                raise fabric.error_from_wire(*fabric.error_wire(cause)) from None
+                raise batch.error_from_wire(*batch.error_wire(cause)) from None
             raise Internal(f"ray: an actor could not load {self.job.name!r}: {exc}") from None
 
     def _replace(self, actor: _Actor, why: str) -> None:

@@ -17,7 +17,7 @@ from collections import OrderedDict
 from typing import Any, Self
 
 from wbcore_ray import cluster
-from wbcore_runtime.dispatch import fabric
+from wbcore_runtime.dispatch import batch, fabric
 from wbcore_runtime.contract.calls import CallResult, CommandRequest
 from wbcore_runtime.contract.kernel_calls import KernelRequest
 from wbcore_runtime.contract.errors import Internal, Timeout
@@ -82,7 +82,7 @@ class NodeTier:
         request = dataclasses.replace(request, cancel=None)  # an Event does not cross machines
         ray, handle = self._actor("command", request)
         out, _ = _one(ray, handle, (request.argv, request.stdin), request.timeout_s)
-        return fabric.result_from_wire(out)
+        return batch.result_from_wire(out)
 
     def open(self, request: KernelRequest) -> NodeKernel:
         ray, handle = self._actor("kernel", request, fresh=True)  # an instance of its own, as open promises
@@ -98,7 +98,7 @@ def _one(ray: Any, handle: Any, payload: Any, timeout_s: float) -> tuple[Any, No
         raise Internal(f"tier node: the node's actor failed: {exc}") from None
     if errors:
         _, kind, message = errors[0]
-        raise fabric.error_from_wire(kind, message)
+        raise batch.error_from_wire(kind, message)
     return outs[0], None
 
 
