@@ -72,6 +72,7 @@ def main() -> None:
     from wbcore_wasmtime import dock_link
     from wbcore_runtime.contract.calls import Principal
     from wbcore_runtime.runtime import Runtime
+    from wbcore_runtime.dispatch import audit_read
 
     rt = Runtime.open(plugins=["brokers-state"], home=tempfile.mkdtemp(prefix="wb-bench-dock-"),
                       env={"WB_DOCK_RATE": "1000000000/60"})
@@ -157,7 +158,7 @@ def main() -> None:
             f"{1 / t:,.0f}/s"] for name, (t, c, lo, hi) in rows],
           ["path", "wall per call", "CPU per call (min–max)", "CPU vs bare import", "rate"])
     print(f"\nN = {n} calls per round ({n // 4} for the Python rows), {rounds} rounds; {machine()}")
-    assert dock.audit.verify() == []
+    assert audit_read.verify(dock.audit) == []
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from wbcore_runtime.dispatch import audit_read
 from wbcore_runtime.dispatch.audit import AuditLog, redact_target
 
 
@@ -16,13 +17,13 @@ def _fill(log: AuditLog, n: int) -> None:
 def test_chain_verifies_and_detects_an_edited_line(wb_home):
     log = AuditLog.for_home(wb_home)
     _fill(log, 5)
-    assert log.verify() == []
+    assert audit_read.verify(log) == []
     lines = log.path.read_text().splitlines()
     entry = json.loads(lines[2])
     entry["outcome"] = "denied"
     lines[2] = json.dumps(entry, sort_keys=True, separators=(",", ":"))
     log.path.write_text("\n".join(lines) + "\n")
-    problems = [str(p) for p in log.verify()]
+    problems = [str(p) for p in audit_read.verify(log)]
     assert any(":3:" in p and "edited" in p for p in problems), problems
 
 
@@ -31,9 +32,9 @@ def test_deleted_middle_and_tail_lines_are_detected(wb_home):
     _fill(log, 5)
     lines = log.path.read_text().splitlines()
     log.path.write_text("\n".join(lines[:1] + lines[2:]) + "\n")
-    assert any("deleted" in str(p) for p in log.verify())
+    assert any("deleted" in str(p) for p in audit_read.verify(log))
     log.path.write_text("\n".join(lines[:4]) + "\n")
-    problems = [str(p) for p in log.verify()]
+    problems = [str(p) for p in audit_read.verify(log)]
     assert problems and "tail" in problems[-1]
 
 
@@ -45,8 +46,8 @@ def test_chain_continues_across_instances_and_rotation(wb_home):
         writer.record(principal="p", cap="kv", op="put", args_digest="d", outcome="allowed")
         writer.flush()
     assert len(a.segments()) > 1
-    assert [e["seq"] for e in a.entries()] == list(range(1, 7))
-    assert a.verify() == []
+    assert [e["seq"] for e in audit_read.entries(a)] == list(range(1, 7))
+    assert audit_read.verify(a) == []
 
 
 def test_targets_are_redacted():
@@ -73,10 +74,10 @@ def test_pruned_segments_leave_a_verifiable_anchored_chain(wb_home):
     log.flush()
     assert len(list((wb_home / "audit").glob("audit-*.jsonl"))) == 2
     assert (wb_home / "audit" / "audit.anchor").exists()
-    assert log.verify() == []
+    assert audit_read.verify(log) == []
     first = sorted((wb_home / "audit").glob("audit-*.jsonl"))[0]
     first.unlink()  # deleting a retained segment is not pruning: it is caught
-    assert any("deleted" in str(p) for p in log.verify())
+    assert any("deleted" in str(p) for p in audit_read.verify(log))
 
 
 def test_wbx_audit_filters(wb_home, wbx):
@@ -134,7 +135,7 @@ def test_appends_are_batched_and_durable_logs_write_before_returning(wb_home):
     lazy = AuditLog(wb_home / "a", window=60)
     lazy.record(principal="p", cap="kv", op="get", args_digest="d", outcome="allowed")
     assert not lazy.path.exists() or lazy.path.read_bytes() == b""  # queued, not yet written
-    assert [e["seq"] for e in lazy.entries()] == [1]  # a read writes the queue first
+    assert [e["seq"] for e in audit_read.entries(lazy)] == [1]  # a read writes the queue first
 
     soon = AuditLog(wb_home / "b")  # the default window: written by the writer thread within ~5 ms
     soon.record(principal="p", cap="kv", op="get", args_digest="d", outcome="allowed")
@@ -155,10 +156,10 @@ def test_two_processes_appending_make_one_chain(wb_home):
     for p in procs:
         assert p.wait(timeout=120) == 0
     log = AuditLog.for_home(wb_home)
-    entries = list(log.entries())
+    entries = list(audit_read.entries(log))
     assert [e["seq"] for e in entries] == list(range(1, 6001))
     assert {e["principal"] for e in entries} == {"p/w0", "p/w1"}
-    assert log.verify() == []
+    assert audit_read.verify(log) == []
 
 
 def test_sigkill_mid_write_never_leaves_a_chain_that_verifies_wrongly(wb_home):
@@ -171,13 +172,13 @@ def test_sigkill_mid_write_never_leaves_a_chain_that_verifies_wrongly(wb_home):
         time.sleep(0.03 + 0.02 * round_)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        assert log.verify() == [], round_  # a torn last line is not part of the chain
-        seqs = [e["seq"] for e in log.entries()]
+        assert audit_read.verify(log) == [], round_  # a torn last line is not part of the chain
+        seqs = [e["seq"] for e in audit_read.entries(log)]
         assert seqs == list(range(1, len(seqs) + 1))
         log.record(principal="after", cap="kv", op="get", args_digest="d", outcome="allowed")
         log.flush()  # cuts off a torn line, then chains on from the last complete one
-        assert log.verify() == []
-        assert list(log.entries())[-1]["seq"] == len(seqs) + 1
+        assert audit_read.verify(log) == []
+        assert list(audit_read.entries(log))[-1]["seq"] == len(seqs) + 1
 
 
 def test_a_torn_line_is_ignored_then_cut_and_a_torn_committed_line_is_caught(wb_home):
@@ -186,16 +187,16 @@ def test_a_torn_line_is_ignored_then_cut_and_a_torn_committed_line_is_caught(wb_
     whole = log.path.read_bytes()
     with log.path.open("ab") as fh:
         fh.write(b'{"args":"sha256:x","bytes":1,"cap":"kv","ki')  # a writer died mid-write
-    assert log.verify() == [] and len(list(log.entries())) == 3
+    assert audit_read.verify(log) == [] and len(list(audit_read.entries(log))) == 3
     other = AuditLog(wb_home / "audit")  # another writer: must not chain after the fragment
     other.record(principal="t/b", cap="kv", op="put", args_digest="d", outcome="allowed")
     other.flush()
-    assert log.path.read_bytes().startswith(whole) and log.verify() == []
-    assert [e["seq"] for e in log.entries()] == [1, 2, 3, 4]
+    assert log.path.read_bytes().startswith(whole) and audit_read.verify(log) == []
+    assert [e["seq"] for e in audit_read.entries(log)] == [1, 2, 3, 4]
 
     data = log.path.read_bytes()
     log.path.write_bytes(data[:-40])  # the last *acknowledged* line cut short: the head says so
-    problems = [str(p) for p in log.verify()]
+    problems = [str(p) for p in audit_read.verify(log)]
     assert problems and "tail" in problems[-1]
 
 
@@ -204,9 +205,9 @@ def test_a_head_behind_the_log_is_accepted_only_on_the_chain(wb_home):
     _fill(log, 4)
     second = json.loads(log.path.read_bytes().splitlines()[1])
     log.head_path.write_text(f"2 {second['hash']}\n")  # killed between the log write and the head write
-    assert log.verify() == []
+    assert audit_read.verify(log) == []
     log.head_path.write_text(f"2 {'0' * 64}\n")
-    assert any("head records seq 2" in str(p) for p in log.verify())
+    assert any("head records seq 2" in str(p) for p in audit_read.verify(log))
 
 
 def _fill(log: AuditLog, n: int) -> None:
@@ -219,12 +220,12 @@ def test_tail_reads_backwards_across_segments_and_skips_a_torn_line(wb_home):
     log = AuditLog(wb_home / "audit", max_bytes=4000, keep=100)
     _fill(log, 300)
     assert len(log.segments()) > 5
-    assert [e["seq"] for e in log.tail(3)] == [298, 299, 300]
-    assert [e["seq"] for e in log.tail(100, after=290)] == list(range(291, 301))
-    assert [e["seq"] for e in log.tail(1000)] == list(range(1, 301))
+    assert [e["seq"] for e in audit_read.tail(log, 3)] == [298, 299, 300]
+    assert [e["seq"] for e in audit_read.tail(log, 100, after=290)] == list(range(291, 301))
+    assert [e["seq"] for e in audit_read.tail(log, 1000)] == list(range(1, 301))
     with log.path.open("ab") as fh:
         fh.write(b'{"seq": 301, "torn')  # a writer killed mid-append
-    assert [e["seq"] for e in log.tail(2)] == [299, 300]
+    assert [e["seq"] for e in audit_read.tail(log, 2)] == [299, 300]
 
 
 def test_page_reads_newest_first_before_a_seq_filtered_and_within_its_scan(wb_home):
@@ -233,27 +234,27 @@ def test_page_reads_newest_first_before_a_seq_filtered_and_within_its_scan(wb_ho
         log.record(principal=f"t/tk{i % 3}", cap="kv", op="get", args_digest="", outcome="denied" if i % 10 == 0
                    else "allowed")
     log.flush()
-    rows, older = log.page(50)
+    rows, older = audit_read.page(log, 50)
     assert [e["seq"] for e in rows] == list(range(300, 250, -1)) and older == 251
-    rows, older = log.page(50, before=older)  # across rotated segments
+    rows, older = audit_read.page(log, 50, before=older)  # across rotated segments
     assert [e["seq"] for e in rows] == list(range(250, 200, -1)) and older == 201
-    rows, older = log.page(500, before=11)
+    rows, older = audit_read.page(log, 500, before=11)
     assert [e["seq"] for e in rows] == list(range(10, 0, -1)) and older is None  # the trail's start
     denied = lambda e: e["outcome"] == "denied"  # noqa: E731
-    rows, _ = log.page(5, match=denied)
+    rows, _ = audit_read.page(log, 5, match=denied)
     assert [e["seq"] for e in rows] == [291, 281, 271, 261, 251]
     # at most `scan` lines are looked at: a filter that matches nothing stops there, and says where
-    rows, older = log.page(5, match=lambda e: False, scan=40)
+    rows, older = audit_read.page(log, 5, match=lambda e: False, scan=40)
     assert rows == [] and older == 261
     # the byte sieve skips lines unparsed and agrees with the parsed filter
-    rows, _ = log.page(5, match=denied, contains=(b"denied", b"t/tk0"))
+    rows, _ = audit_read.page(log, 5, match=denied, contains=(b"denied", b"t/tk0"))
     assert [e["seq"] for e in rows] == [271, 241, 211, 181, 151] and all(e["principal"] == "t/tk0" for e in rows)
 
 
 def test_a_cursor_follows_the_trail_through_rotation_reading_only_what_is_new(wb_home):
     log = AuditLog(wb_home / "audit", max_bytes=4000, keep=100)
     _fill(log, 120)
-    cur = log.cursor(50)
+    cur = audit_read.AuditCursor(log, 50)
     seen = []
     while batch := cur.read(7):
         seen += [e["seq"] for e in batch]
@@ -264,16 +265,16 @@ def test_a_cursor_follows_the_trail_through_rotation_reading_only_what_is_new(wb
     while batch := cur.read(1000, max_bytes=2000):
         seen += [e["seq"] for e in batch]
     assert seen == list(range(121, 321))
-    assert [e["seq"] for e in log.cursor(-1).read(2)] == [1, 2]
+    assert [e["seq"] for e in audit_read.AuditCursor(log, -1).read(2)] == [1, 2]
 
 
 def test_a_cursor_on_an_empty_or_caught_up_trail_needs_no_read(wb_home):
     log = AuditLog(wb_home / "audit")
-    cur = log.cursor(-1)
+    cur = audit_read.AuditCursor(log, -1)
     assert not cur.pending() and cur.read(10) == []  # no trail yet
     _fill(log, 3)
     assert cur.pending() and [e["seq"] for e in cur.read(10)] == [1, 2, 3]
-    late = log.cursor(3)
+    late = audit_read.AuditCursor(log, 3)
     assert late.pending() and late.read(10) == [] and not late.pending()  # caught up: one stat per poll
     _fill(log, 1)
     assert late.pending() and [e["seq"] for e in late.read(10)] == [4]
@@ -284,14 +285,14 @@ def test_a_cursor_on_an_empty_or_caught_up_trail_needs_no_read(wb_home):
 
 def _recompute(lines: list[str], upto: int | None = None) -> tuple[list[str], int, str]:
     """What someone who can write the log but holds no key does: edit, then re-chain every line."""
-    from wbcore_runtime.dispatch.audit import GENESIS, _chain
+    from wbcore_runtime.dispatch.audit import GENESIS, chain_hash
 
     out, prev, seq = [], GENESIS, 0
     for raw in lines[:upto]:
         entry = json.loads(raw)
         entry.pop("hash")
         entry["prev"] = prev
-        entry["hash"] = prev = _chain(prev, entry)
+        entry["hash"] = prev = chain_hash(prev, entry)
         seq = entry["seq"]
         out.append(json.dumps(entry, sort_keys=True, separators=(",", ":")))
     return out, seq, prev
@@ -342,14 +343,14 @@ def test_a_forged_anchor_fails_verify(wb_home, wbx, monkeypatch):
     anchor = wb_home / "audit" / "audit.anchor"
     words = anchor.read_text().split()
     assert len(words) == 3, "the anchor is signed"
-    assert log.verify() == []
+    assert audit_read.verify(log) == []
     # drop the oldest retained segment and move the anchor to where it ended (unsigned, or re-using the
     # old signature): both are refused, saying the anchor was forged
     first = sorted((wb_home / "audit").glob("audit-*.jsonl"))[0]
     last = json.loads(first.read_text().splitlines()[-1])
     first.unlink()
     anchor.write_text(f"{last['seq']} {last['hash']} {words[2]}\n")
-    problems = [str(p) for p in log.verify()]
+    problems = [str(p) for p in audit_read.verify(log)]
     assert any("anchor was forged" in p for p in problems), problems
     bad = wbx("audit", "--verify")
     assert bad.exit_code == 70 and "anchor" in bad.stdout

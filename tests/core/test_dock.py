@@ -10,6 +10,7 @@ from pathlib import Path
 import cbor2
 import pytest
 
+from wbcore_runtime.dispatch import audit_read
 from wbcore_runtime import hookimpl
 from wbcore_runtime.contract.calls import Principal
 import wbcore_runtime
@@ -88,7 +89,7 @@ def test_rate_limit_is_per_principal_and_audited(make_runtime, wb_home):
         dock.call(ctx, "kv", "echo")
     assert exc.value.reason == "rate-limited"
     dock.call(other, "kv", "echo")
-    entries = list(dock.audit.entries())
+    entries = list(audit_read.entries(dock.audit))
     assert [e["outcome"] for e in entries].count("denied") == 1
     assert entries[-2]["reason"] == "rate-limited"
 
@@ -112,7 +113,7 @@ def test_rate_limit_holds_under_threads(make_runtime):
     for t in threads:
         t.join()
     assert len(ok) == 200
-    assert dock.audit.verify() == []
+    assert audit_read.verify(dock.audit) == []
 
 
 def test_default_deny_from_python(dock):
@@ -187,7 +188,7 @@ def test_a_result_after_the_deadline_is_discarded_and_audited_as_timeout(dock):
     ctx = dock.context(principal=Principal("t", "late"), caps={"kv"}, timeout=0.05)
     with pytest.raises(Timeout, match="after the call's deadline"):
         dock.call(ctx, "kv", "slow", {"s": 0.2})
-    last = list(dock.audit.entries())[-1]
+    last = list(audit_read.entries(dock.audit))[-1]
     assert (last["outcome"], last["kind"], last["reason"]) == ("denied", "timeout", "deadline")
     status, body = dock.call_raw(ctx, "kv", cbor2.dumps({"op": "echo"}))
     assert status == STATUS[ErrorKind.TIMEOUT] and cbor2.loads(body)["reason"] == "deadline"

@@ -27,7 +27,6 @@ MAX_LINES = 500
 #: Modules still over MAX_LINES, with the most each may have: the list and the figures only shrink.
 OVER_BUDGET = {
     # dispatcher +3: mounts asked for by a remote caller (WB_MOUNT_ROOTS, issue 25 item 7)
-    "wbcore_runtime.dispatch.audit": 825,
     "wbcore_runtime.dispatch.dispatcher": 792,
     "wbcore_runtime.store.install": 635,
     "wbcore_runtime.wire.terminal": 504,
@@ -41,8 +40,9 @@ OVER_BUDGET = {
 #: records and the ToolProvider Protocol stayed as contract/tools.py;
 #: +35 for guard/fetch.pinned + copy_local, the one pinned download the lanes' and the tests' own
 #: loops (and wbcore-sources' local copy) became, and guard/paths.in_roots); +6 for dispatch/batch.py's
-#: docstring and imports (fabric's chunk machinery both engines share, split off; wbx fan's as_json left).
-MAX_TOTAL_LINES = 20_946
+#: docstring and imports (fabric's chunk machinery both engines share, split off; wbx fan's as_json left);
+#: +24 for dispatch/audit_read.py's header when the readers left dispatch/audit.
+MAX_TOTAL_LINES = 20_970
 #: In-function imports of a core module (each one hides an edge): the target is none. Those
 #: left defer a module the paths measured in docs/architecture.md do not load (start-up).
 MAX_IN_FUNCTION = 101

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from wbcore_runtime.dispatch import audit_read
 from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs
 from wbcore_runtime.contract.records import IsolationTier
 from wbcore_runtime.dispatch import mounts
@@ -37,7 +38,7 @@ def _grant(host: Host, specs: list[str], *, remote: str | None = "engine", caps:
 
 
 def _audit(host: Host) -> list[dict]:
-    return AuditLog.for_home(host.home, host.env).tail(5)
+    return audit_read.tail(AuditLog.for_home(host.home, host.env), 5)
 
 
 def test_a_remote_mount_is_refused_until_the_deployer_sets_the_roots(host: Host, tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ import pytest
 
 pytest.importorskip("wasmtime")
 
+from wbcore_runtime.dispatch import audit_read
 from wbcore_runtime.build import builder
 from wbcore_runtime.trust import consent
 from wbcore_runtime.store import runcache
@@ -283,10 +284,10 @@ def test_a_command_with_caps_audits_alike_on_both_paths(monkeypatch: pytest.Monk
 
     def go() -> tuple[CliResult, list[dict[str, Any]]]:
         log = AuditLog.for_home(wb_home)
-        before = len(list(log.entries()))
+        before = len(list(audit_read.entries(log)))
         res = wbx("run", "kvget", runtime=make_runtime(), input=b"")
         volatile = {"seq", "ts", "time", "prev", "hash", "chain", "ms", "pid"}
-        new = [{k: v for k, v in e.items() if k not in volatile} for e in list(log.entries())[before:]]
+        new = [{k: v for k, v in e.items() if k not in volatile} for e in list(audit_read.entries(log))[before:]]
         return res, new
 
     first, _ = go()

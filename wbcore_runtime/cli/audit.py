@@ -33,12 +33,12 @@ def register(app: typer.Typer, runtime: RuntimeServices) -> None:
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
         """Show the Dock's audit trail (every broker decision, allowed and denied)."""
-        from wbcore_runtime.dispatch.audit import AuditLog  # deferred: keeps wbx start-up light
+        from wbcore_runtime.dispatch import audit_read  # deferred: keeps wbx start-up light
 
-        log = AuditLog.for_home(runtime.home, runtime.env)
+        log = audit_read.AuditLog.for_home(runtime.home, runtime.env)  # the writer the readers read
         if verify:
-            problems = log.verify()
-            count = sum(1 for _ in log.entries())
+            problems = audit_read.verify(log)
+            count = sum(1 for _ in audit_read.entries(log))
             if json_:
                 emit_json({"ok": not problems, "entries": count, "problems": [str(p) for p in problems]})
             elif not problems:
@@ -49,7 +49,7 @@ def register(app: typer.Typer, runtime: RuntimeServices) -> None:
                         typer.echo(f"✗ {p}")
                 raise Internal(f"audit chain broken: {len(problems)} problem(s) in {log.dir}")
             return
-        entries = [e for e in log.entries()
+        entries = [e for e in audit_read.entries(log)
                    if (not principal or e.get("principal") == principal) and (not cap or e.get("cap") == cap)
                    and (not denied or e.get("outcome") == "denied")]
         if tail > 0:
