@@ -30,7 +30,6 @@ OVER_BUDGET = {
     "wbcore_runtime.dispatch.audit": 825,
     "wbcore_runtime.dispatch.dispatcher": 792,
     "wbcore_runtime.dispatch.fabric": 841,
-    "wbcore_runtime.store.install": 635,
     "wbcore_runtime.wire.terminal": 504,
 }
 #: The package's size in lines (test support is its own distribution, wbcore-testing). The
@@ -41,8 +40,9 @@ OVER_BUDGET = {
 #: under WB_MOUNT_ROOTS; -699 for the ACT engine (provider, wire, sections) left for wbcore-act, the
 #: records and the ToolProvider Protocol stayed as contract/tools.py;
 #: +35 for guard/fetch.pinned + copy_local, the one pinned download the lanes' and the tests' own
-#: loops (and wbcore-sources' local copy) became, and guard/paths.in_roots).
-MAX_TOTAL_LINES = 20_940
+#: loops (and wbcore-sources' local copy) became, and guard/paths.in_roots); +16 for the two
+#: modules' headers (docstring, imports) store/install split into: store/lockfile, store/journal.
+MAX_TOTAL_LINES = 20_956
 #: In-function imports of a core module (each one hides an edge): the target is none. Those
 #: left defer a module the paths measured in docs/architecture.md do not load (start-up).
 MAX_IN_FUNCTION = 101
