@@ -30,7 +30,6 @@ OVER_BUDGET = {
     "wbcore_runtime.dispatch.audit": 825,
     "wbcore_runtime.dispatch.dispatcher": 792,
     "wbcore_runtime.dispatch.fabric": 841,
-    "wbcore_runtime.wire.terminal": 504,
 }
 #: The package's size in lines (test support is its own distribution, wbcore-testing). The
 #: target is 12,000; until reached, the figure reached is the ceiling (wasm_guest.py's 283 lines left
@@ -41,8 +40,9 @@ OVER_BUDGET = {
 #: records and the ToolProvider Protocol stayed as contract/tools.py;
 #: +35 for guard/fetch.pinned + copy_local, the one pinned download the lanes' and the tests' own
 #: loops (and wbcore-sources' local copy) became, and guard/paths.in_roots); +16 for the two
-#: modules' headers (docstring, imports) store/install split into: store/lockfile, store/journal.
-MAX_TOTAL_LINES = 20_956
+#: modules' headers (docstring, imports) store/install split into: store/lockfile, store/journal;
+#: +12 for wire/attach's header, the host's end of wbx shell split from wire/terminal (the agent).
+MAX_TOTAL_LINES = 20_968
 #: In-function imports of a core module (each one hides an edge): the target is none. Those
 #: left defer a module the paths measured in docs/architecture.md do not load (start-up).
 MAX_IN_FUNCTION = 101
