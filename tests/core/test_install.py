@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from wbcore_runtime.store import install
+from wbcore_runtime.store import install, journal, lockfile
 from wbcore_runtime.trust import signing
 from wbcore_runtime.guard import unpack
 from wbcore_testing.fixtures import write_toolkit
@@ -40,7 +40,7 @@ def snapshot(home: Path) -> dict[str, object]:
                     out[rel] = p.read_bytes()
                 else:
                     out[rel] = "dir"
-    lock = home / install.LOCKFILE
+    lock = home / lockfile.LOCKFILE
     out["LOCK"] = lock.read_bytes() if lock.exists() else None
     return out
 
@@ -356,10 +356,10 @@ def test_a_failure_while_landing_rolls_everything_back(src, wbx, wb_home, monkey
             raise OSError(28, "No space left on device")
         return real_rename(a, b)
 
-    monkeypatch.setattr(install.os, "rename", flaky)
+    monkeypatch.setattr(journal.os, "rename", flaky)
     with pytest.raises(OSError):
         install.install(wb_home, str(src), force=True, env={"WB_SIGNING_KEY": SEED0})
-    monkeypatch.setattr(install.os, "rename", real_rename)
+    monkeypatch.setattr(journal.os, "rename", real_rename)
     assert snapshot(wb_home) == before
     assert not list((wb_home / ".staging").iterdir())
 

@@ -28,8 +28,6 @@ MAX_LINES = 500
 OVER_BUDGET = {
     # dispatcher +3: mounts asked for by a remote caller (WB_MOUNT_ROOTS, issue 25 item 7)
     "wbcore_runtime.dispatch.dispatcher": 792,
-    "wbcore_runtime.store.install": 635,
-    "wbcore_runtime.wire.terminal": 504,
 }
 #: The package's size in lines (test support is its own distribution, wbcore-testing). The
 #: target is 12,000; until reached, the figure reached is the ceiling (wasm_guest.py's 283 lines left
@@ -41,8 +39,10 @@ OVER_BUDGET = {
 #: +35 for guard/fetch.pinned + copy_local, the one pinned download the lanes' and the tests' own
 #: loops (and wbcore-sources' local copy) became, and guard/paths.in_roots); +6 for dispatch/batch.py's
 #: docstring and imports (fabric's chunk machinery both engines share, split off; wbx fan's as_json left);
-#: +24 for dispatch/audit_read.py's header when the readers left dispatch/audit.
-MAX_TOTAL_LINES = 20_970
+#: +24 for dispatch/audit_read.py's header when the readers left dispatch/audit;
+#: +16 for store/lockfile and store/journal's headers (store/install split); +12 for wire/attach's
+#: header, the host's end of wbx shell split from wire/terminal (the agent).
+MAX_TOTAL_LINES = 20_997
 #: In-function imports of a core module (each one hides an edge): the target is none. Those
 #: left defer a module the paths measured in docs/architecture.md do not load (start-up).
 MAX_IN_FUNCTION = 101

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from wbcore_runtime.dispatch import mounts
-from wbcore_runtime.wire import frames, terminal
+from wbcore_runtime.wire import attach, frames, terminal
 
 AGENT = """
 import os, sys
@@ -37,7 +37,7 @@ def agent(request):
         argv = ["/bin/sh", "-c", 'trap "" HUP; exec "$0" "$@"', *argv]
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     chan = terminal.Channel(proc.stdout.fileno(), proc.stdin.fileno())
-    terminal.handshake(chan, secret)
+    attach.handshake(chan, secret)
     yield chan, secret
     try:
         chan.send_frame(frames.shutdown(secret))

@@ -117,9 +117,9 @@ def open_runtime(runtime: Any = None) -> Any:
         runtime = Runtime.open(plugins=selected or None)
     # Every command starts by finishing or undoing what a killed one left (reads only when nothing is).
     if (runtime.home / leftovers.JOURNAL).exists():
-        from wbcore_runtime.store import install  # only when there is a journal: keeps every other start-up light
+        from wbcore_runtime.store import journal  # only when there is a journal: keeps every other start-up light
 
-        install.recover(runtime.home)
+        journal.recover(runtime.home)
     leftovers.sweep_home(runtime.home)
     return runtime
 

@@ -3,7 +3,7 @@
 The tier's driver opens a sandbox whose guest agent serves terminal sessions
 (``open_shell(ShellRequest)``; tiers that offer it list ``shell`` in their kinds); this
 command relays the host terminal to one session over PtyOpen/PtyData/PtyResize/PtyClose
-frames (:mod:`wbcore_runtime.wire.terminal`) and exits with the session's exit code.
+frames (:mod:`wbcore_runtime.wire.attach`) and exits with the session's exit code.
 """
 
 from __future__ import annotations
@@ -33,18 +33,18 @@ def shell_tier(runtime: Any, name: str) -> Any:
 def run_shell(runtime: Any, tier_name: str, mounts: list[str], program: str, args: list[str], timeout: float,
               stdin_fd: int = 0, stdout_fd: int = 1) -> int:
     from wbcore_runtime.dispatch.mounts import parse_mounts  # deferred: keeps wbx start-up light
-    from wbcore_runtime.wire import terminal  # deferred: keeps wbx start-up light
+    from wbcore_runtime.wire import attach  # deferred: keeps wbx start-up light (it brings wire.terminal)
 
     parsed = parse_mounts(mounts, home=runtime.home)
     if not 0 < timeout <= 86400:
         raise InvalidArgs(f"wbx shell: --timeout must be within (0, 86400] seconds, got {timeout:g}")
-    request = terminal.ShellRequest(program=program, args=tuple(args), mounts=tuple(parsed), timeout_s=timeout)
+    request = attach.ShellRequest(program=program, args=tuple(args), mounts=tuple(parsed), timeout_s=timeout)
     driver = shell_tier(runtime, tier_name).factory(runtime)
     sandbox = driver.open_shell(request)
     try:
-        return terminal.attach(sandbox.channel, sandbox.secret, request, stdin_fd=stdin_fd, stdout_fd=stdout_fd,
-                               deadline=time.monotonic() + timeout)
-    except terminal.PtyError as exc:
+        return attach.attach(sandbox.channel, sandbox.secret, request, stdin_fd=stdin_fd, stdout_fd=stdout_fd,
+                             deadline=time.monotonic() + timeout)
+    except attach.PtyError as exc:
         raise Internal(f"wbx shell: {exc}") from None
     finally:
         sandbox.close()

@@ -11,29 +11,23 @@ Everything is staged under ``$WB_HOME/.staging`` (the same filesystem as the use
 checked there — safe unpack, manifest parse, the signature of every third-party
 toolkit — and only then renamed into ``$WB_HOME/toolkits/<id>``. Any failure removes
 the stage: the user root and the lockfile are exactly as before. The folders and the
-lockfile land as one change through a journal (see "landing" below): a kill at any
-instant leaves all of the old state or all of the new once the next command ran. ``wbx.lock`` records
-id, version, source (with the resolved commit), content digest (sha256 of the
-canonical form, ``wbcore_runtime.trust.signing``), trust and signer; ``install --locked`` refetches
-every entry and fails, landing nothing, on any drift.
+lockfile (``store.lockfile``) land as one change through a journal (``store.journal``): after a
+kill, all old or all new. ``install --locked`` refetches every entry and fails, landing nothing, on drift.
 """
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
-import json
 import os
 import re
 import shutil
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from wbcore_runtime.store.artifacts import fsync_dir, write_temp
-from wbcore_runtime.store import faults, leftovers
+from wbcore_runtime.store import journal, leftovers
+from wbcore_runtime.store.lockfile import LOCKFILE, LockEntry, read_lock
 from wbcore_runtime.trust import signing
 from wbcore_runtime.guard import unpack
 from wbcore_runtime.guard import fetch as _fetch
@@ -45,11 +39,8 @@ from wbcore_runtime.guard import oci as _oci
 from wbcore_runtime.contract.errors import InvalidArgs, ManifestError, NotFound
 from wbcore_runtime.guard.netguard import NetGuard
 
-LOCKFILE = "wbx.lock"
-JOURNAL = leftovers.JOURNAL
 STAGING = leftovers.STAGING
 STAGING_PREFIX = leftovers.STAGING_PREFIX
-LOCK_FORMAT = 1
 MAX_DOWNLOAD = 64 << 20
 HTTP_TIMEOUT_S = 60.0
 GIT_LIMITS = _gitfetch.GitLimits(max_bytes=256 << 20, max_files=5000, timeout=300.0)
@@ -61,21 +52,6 @@ TREE_CAPS = unpack.Caps(max_files=5000, max_bytes=256 << 20)
 
 class InstallError(InvalidArgs):
     """An install refused or failed; nothing was changed."""
-
-
-@dataclass(frozen=True, slots=True)
-class LockEntry:
-    id: str
-    version: str
-    source: str
-    digest: str
-    trust: str
-    signer: str | None = None
-    sha256: str | None = None  # the archive's pin, for archive sources
-    path: str = ""  # where inside the fetched tree the toolkit sat ("" = its root)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v not in (None, "")}
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,30 +76,6 @@ class Installed:
     path: Path
     caps: tuple[str, ...]
     unchanged: bool = False
-
-
-# --- the lockfile -----------------------------------------------------------------------
-
-
-def read_lock(path: Path) -> dict[str, LockEntry]:
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return {}
-    try:
-        data = json.loads(raw)
-        if data.get("format") != LOCK_FORMAT:
-            raise ValueError(f"format {data.get('format')!r}, expected {LOCK_FORMAT}")
-        return {tid: LockEntry(id=tid, **{k: v for k, v in e.items() if k != "id"}) for tid, e in data["toolkits"].items()}
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise InvalidArgs(f"{path} is not a wbx lockfile ({exc})") from None
-
-
-def lock_bytes(entries: Mapping[str, LockEntry]) -> bytes:
-    data = {"format": LOCK_FORMAT, "toolkits": {tid: entries[tid].as_dict() for tid in sorted(entries)}}
-    return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8")
-
-
 
 
 # --- sources ----------------------------------------------------------------------------
@@ -249,15 +201,6 @@ def find_toolkits(tree: Path) -> list[Path]:
 # --- install --------------------------------------------------------------------------
 
 
-@contextmanager
-def _home_lock(home: Path) -> Iterator[None]:
-    home.mkdir(parents=True, exist_ok=True)
-    with open(home / (LOCKFILE + ".lock"), "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        _recover_locked(home)  # a landing a kill interrupted is finished or undone first
-        yield
-
-
 @dataclass
 class _Staged:
     entry: LockEntry
@@ -311,126 +254,6 @@ def _stage(source: Source, work: Path, env: Mapping[str, str] | None, only: set[
     return staged
 
 
-# --- landing: one journal, one commit point ----------------------------------------------
-#
-# Several toolkits land as one change. Before the first rename, the journal
-# ($WB_HOME/.install-journal.json, written atomically) lists every move and the new
-# lockfile's temp name; then old folders go aside into the staging folder, new ones come
-# in, and renaming the new lockfile into place is the commit point. The next command that
-# finds a journal (``recover``, run by every ``wbx`` command through
-# ``wbcore_runtime.store.leftovers.sweep_home``) rolls forward if the lockfile was committed (drops what
-# went aside) and otherwise rolls back every move it finds done, so the user root and
-# ``wbx.lock`` always agree: all old, or all new.
-
-
-def _journal_path(home: Path) -> Path:
-    return home / JOURNAL
-
-
-def _write_journal(home: Path, doc: dict[str, Any]) -> None:
-    tmp = write_temp(_journal_path(home), json.dumps(doc, indent=1).encode())
-    os.replace(tmp, _journal_path(home))
-    fsync_dir(home)
-
-
-def _rel(home: Path, path: Path | None) -> str | None:
-    return None if path is None else os.path.relpath(path, home)
-
-
-def _replay(home: Path, doc: dict[str, Any]) -> str:
-    """Finish (lockfile committed) or undo (not committed) the journalled landing; returns which."""
-    lock_tmp = home / doc["lock_tmp"]
-    if not lock_tmp.exists():  # the lockfile was renamed into place: the new state is the state
-        outcome = "rolled forward"
-        for mv in doc["moves"]:
-            aside = home / mv["aside"]
-            if aside.exists() or aside.is_symlink():
-                unpack.remove_tree(aside)
-    else:
-        outcome = "rolled back"
-        for mv in reversed(doc["moves"]):
-            target, aside = home / mv["target"], home / mv["aside"]
-            new = home / mv["new"] if mv.get("new") else None
-            if new is not None and not (new.exists() or new.is_symlink()) and (target.exists() or target.is_symlink()):
-                os.rename(target, new)  # the new folder had landed: take it back out
-            if aside.exists() or aside.is_symlink():
-                os.rename(aside, target)
-        lock_tmp.unlink(missing_ok=True)
-    if (home / "toolkits").is_dir():
-        fsync_dir(home / "toolkits")
-    _journal_path(home).unlink(missing_ok=True)
-    fsync_dir(home)
-    return outcome
-
-
-def recover(home: Path) -> str | None:
-    """Replay a journal a killed install left (under the install lock); None when there is none.
-
-    Never waits: when another process holds the install lock, its landing is live, not
-    interrupted, and is left to it.
-    """
-    jpath = _journal_path(home)
-    if not jpath.exists():
-        return None
-    with open(home / (LOCKFILE + ".lock"), "a") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return None
-        return _recover_locked(home)
-
-
-def _recover_locked(home: Path) -> str | None:
-    jpath = _journal_path(home)
-    try:
-        doc = json.loads(jpath.read_bytes())
-    except FileNotFoundError:
-        return None
-    except ValueError:  # never half-written (write-then-rename); an unreadable one is not ours
-        raise InstallError(f"{jpath} is not an install journal; move it away and check {home / 'toolkits'}") from None
-    return _replay(home, doc)
-
-
-def _land(home: Path, staged: list[_Staged], new_lock: Mapping[str, LockEntry], work: Path, *, replace: set[str],
-          remove: tuple[str, ...] = ()) -> None:
-    """Move the staged folders in (and ``remove`` out) and ``new_lock`` into place, as one change."""
-    root = home / "toolkits"
-    root.mkdir(parents=True, exist_ok=True)
-    moves: list[dict[str, str | None]] = []
-    for s in staged:
-        target = root / s.entry.id
-        if (target.exists() or target.is_symlink()) and s.entry.id not in replace:
-            raise InstallError(f"{target} exists (use --force to replace it)")
-        moves.append({"id": s.entry.id, "new": _rel(home, s.dir), "target": _rel(home, target),
-                      "aside": _rel(home, work / f"old-{s.entry.id}")})
-    for ident in remove:
-        moves.append({"id": ident, "new": None, "target": _rel(home, root / ident),
-                      "aside": _rel(home, work / f"old-{ident}")})
-    tmp_lock = write_temp(home / LOCKFILE, lock_bytes(new_lock))
-    faults.point("land:prepared")
-    doc = {"format": 1, "owner": leftovers.owner_tag(), "lock_tmp": _rel(home, tmp_lock), "moves": moves}
-    try:
-        _write_journal(home, doc)
-        faults.point("land:journal")
-        for i, mv in enumerate(moves):
-            target = home / str(mv["target"])
-            if target.exists() or target.is_symlink():
-                os.rename(target, home / str(mv["aside"]))
-                faults.point(f"land:aside-{i}")
-            if mv["new"] is not None:
-                os.rename(home / str(mv["new"]), target)
-                faults.point(f"land:moved-{i}")
-        os.replace(tmp_lock, home / LOCKFILE)  # the commit point
-        faults.point("land:committed")
-    except BaseException:
-        if _journal_path(home).exists():
-            _replay(home, doc)  # the same undo a later command would do
-        tmp_lock.unlink(missing_ok=True)
-        raise
-    _replay(home, doc)
-    faults.point("land:done")
-
-
 def _staging(home: Path) -> Path:
     base = home / STAGING
     base.mkdir(parents=True, exist_ok=True)
@@ -445,7 +268,7 @@ def install(home: Path, source_text: str, *, sha256: str | None = None, force: b
     deployer says it is theirs, since it will get its profile's caps without consent.
     """
     source = parse_source(source_text, sha256)
-    with _home_lock(home):
+    with journal.home_lock(home):
         work = _staging(home)
         try:
             staged = _stage(source, work, env, allow_first_party=first_party)
@@ -465,7 +288,7 @@ def install(home: Path, source_text: str, *, sha256: str | None = None, force: b
                 results.append(Installed(s.entry, target, s.caps))
             if to_land:
                 new_lock = {**lock, **{s.entry.id: s.entry for s in to_land}}
-                _land(home, to_land, new_lock, work, replace={s.entry.id for s in to_land} if force else set())
+                journal.land(home, {s.entry.id: s.dir for s in to_land}, new_lock, work, replace={s.entry.id for s in to_land} if force else set())
             return results
         finally:
             unpack.remove_tree(work)
@@ -521,7 +344,7 @@ def preview(home: Path, source_text: str, *, sha256: str | None = None, force: b
     """What :func:`install` would do with the same arguments, landing nothing: the source is
     staged and verified exactly as an install would (a refusal raises the same error)."""
     source = parse_source(source_text, sha256)
-    with _home_lock(home):
+    with journal.home_lock(home):
         work = _staging(home)
         try:
             staged = _stage(source, work, env, allow_first_party=first_party)
@@ -572,7 +395,7 @@ def install_locked(home: Path, lockfile: Path | None = None, *, env: Mapping[str
         raise NotFound(f"no lockfile at {lock_path}")
     for tid in wanted:
         _check_id(tid, lock_path)
-    with _home_lock(home):
+    with journal.home_lock(home):
         work = _staging(home)
         try:
             current = read_lock(home / LOCKFILE)
@@ -612,7 +435,7 @@ def install_locked(home: Path, lockfile: Path | None = None, *, env: Mapping[str
             drift += [f"{tid}: installed and locked here but not in {lock_path}" for tid in extra]
             if drift:
                 raise InstallError("install --locked found drift; nothing was installed:\n  " + "\n  ".join(drift))
-            _land(home, to_land, wanted, work, replace=set())
+            journal.land(home, {s.entry.id: s.dir for s in to_land}, wanted, work, replace=set())
             return results
         finally:
             unpack.remove_tree(work)
@@ -621,7 +444,7 @@ def install_locked(home: Path, lockfile: Path | None = None, *, env: Mapping[str
 def uninstall(home: Path, ident: str) -> LockEntry | None:
     """Remove an installed toolkit and its lock entry together; returns the entry it had."""
     _check_id(ident, "uninstall")
-    with _home_lock(home):
+    with journal.home_lock(home):
         lock = read_lock(home / LOCKFILE)
         target = home / "toolkits" / ident
         if not (target.exists() or target.is_symlink()) and ident not in lock:
@@ -629,7 +452,7 @@ def uninstall(home: Path, ident: str) -> LockEntry | None:
         entry = lock.pop(ident, None)
         work = _staging(home)
         try:
-            _land(home, [], lock, work, replace=set(), remove=(ident,))
+            journal.land(home, {}, lock, work, replace=set(), remove=(ident,))
             return entry
         finally:
             unpack.remove_tree(work)

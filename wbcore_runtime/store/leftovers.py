@@ -8,7 +8,7 @@ taken for the owner. :func:`sweep` removes an entry only when its owner is prova
 (no such pid, or a pid with another start time); a live process's folder and any name it
 cannot read are left alone. :func:`sweep_home` runs at the start of every ``wbx`` command
 and, holding the install lock, finishes or undoes an install a kill interrupted
-(``wbcore_runtime.store.install.recover``). When nothing is left over it reads and never writes, so a
+(``wbcore_runtime.store.journal.recover``). When nothing is left over it reads and never writes, so a
 pure-compute ``wbx run`` does not touch the disk.
 """
 
@@ -163,7 +163,7 @@ def _sweep(folder: Path, dead: Callable[[str], bool]) -> list[Path]:
 
 def sweep_home(home: Path) -> list[Path]:
     """Sweep every dead process's leftovers. An interrupted install (its journal, :data:`JOURNAL`)
-    is finished or undone first by the caller (``cli.app``: ``store.install.recover``), as
+    is finished or undone first by the caller (``cli.app``: ``store.journal.recover``), as
     this module sits below the installer."""
     removed: list[Path] = []
     if not home.is_dir():

@@ -1,4 +1,4 @@
-"""Interactive terminal sessions over the framed protocol (seed 003's PTY): both ends.
+"""Interactive terminal sessions over the framed protocol (seed 003's PTY): the agent's end.
 
 A sandbox tier that offers ``wbx shell`` starts a *guest agent* inside its sandbox (the
 container tier a process in its container, the microvm tier the agent in its guest) and
@@ -18,7 +18,8 @@ whatever the tier:
     Shutdown(secret)                         →     the agent hangs up every session and exits
 
 The agent side (:class:`Agent`) is standard library only and imports ``frames`` by name
-when it is loaded by path inside a sandbox (the container tier binds both files in); a
+when it is loaded by path inside a sandbox (the container tier binds both files in; the
+host's end, ``handshake`` and ``attach``, is :mod:`wbcore_runtime.wire.attach`, never copied); a
 guest agent written in another language speaks the same frames (``wbcore_runtime.wire.frames``).
 Every host → agent frame carries the secret and is refused without it; at most
 :data:`MAX_SESSIONS` sessions run at once per agent; only programs on the agent's
@@ -35,8 +36,6 @@ import select
 import signal
 import struct
 import termios
-import time
-import tty
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -367,138 +366,10 @@ def _exit_code(status: int) -> int:
     return os.WEXITSTATUS(status)
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         try:
             view = view[os.write(fd, view):]
         except BlockingIOError:
             select.select([], [fd], [], 1.0)
-
-
-# --- the host side -----------------------------------------------------------------------
-
-
-def handshake(chan: Channel, secret: bytes) -> None:
-    """Ping the agent with the secret; its Pong names the same protocol version."""
-    chan.send_frame(frames.ping(secret))
-    kind, payload = chan.recv()
-    if kind != frames.PONG:
-        raise PtyError(f"the sandbox's agent answered Ping with {frames.name(kind)}")
-    frames.check_pong(payload)
-
-
-def terminal_size(fd: int) -> tuple[int, int]:
-    """``(rows, cols)`` of the terminal on ``fd``, 24x80 when it is not one."""
-    try:
-        size = os.get_terminal_size(fd)
-        return size.lines, size.columns
-    except OSError:
-        return 24, 80
-
-
-def attach(chan: Channel, secret: bytes, request: ShellRequest, *, stdin_fd: int = 0, stdout_fd: int = 1,
-           session: int = 1, deadline: float | None = None) -> int:
-    """Open terminal session ``session`` and relay it until its child exits; its exit code.
-
-    The host's terminal is in raw mode meanwhile (restored on every way out); SIGWINCH
-    becomes PtyResize; a stdin that is not a terminal ends with one EOT (Ctrl-D) sent.
-    Past ``deadline`` (monotonic) the session is closed and :class:`PtyError` raised.
-    """
-    rows, cols = terminal_size(stdout_fd)
-    env = {"TERM": os.environ.get("TERM", "xterm-256color"), **dict(request.env)}
-    chan.send_frame(frames.seal(frames.PTY_OPEN, secret, {"session": session, "program": request.program,
-                                                          "args": list(request.args), "rows": rows, "cols": cols,
-                                                          "env": env, "interactive": True}))
-    kind, payload = chan.recv()
-    if kind == frames.REFUSED:
-        obj, _ = frames.unpack(payload)
-        raise PtyError(f"the sandbox refused PtyOpen: {obj.get('message')}")
-    if kind != frames.PTY_OPENED:
-        raise PtyError(f"the sandbox answered PtyOpen with {frames.name(kind)}")
-    obj, _ = frames.unpack(payload)
-    if obj.get("ok") is not True:
-        raise PtyError(f"the sandbox could not open a terminal: {obj.get('error')}")
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_w, False)
-    old_handler = None
-    saved = None
-    if os.isatty(stdin_fd):
-        saved = termios.tcgetattr(stdin_fd)
-        tty.setraw(stdin_fd)
-    try:
-        try:
-            old_handler = signal.signal(signal.SIGWINCH, lambda *_: _poke(wake_w))
-        except ValueError:  # not the main thread: no resize relay
-            old_handler = None
-        return _relay(chan, secret, session, stdin_fd, stdout_fd, wake_r, deadline)
-    finally:
-        os.set_blocking(chan.write_fd, True)
-        if saved is not None:
-            termios.tcsetattr(stdin_fd, termios.TCSADRAIN, saved)
-        if old_handler is not None:
-            signal.signal(signal.SIGWINCH, old_handler)
-        os.close(wake_r)
-        os.close(wake_w)
-
-
-def _poke(fd: int) -> None:
-    try:
-        os.write(fd, b"w")
-    except OSError:
-        pass
-
-
-def _relay(chan: Channel, secret: bytes, sid: int, stdin_fd: int, stdout_fd: int, wake_r: int,
-           deadline: float | None) -> int:
-    reading_stdin = True
-    out = bytearray()  # frames for the agent not written yet (the pipe is non-blocking)
-    os.set_blocking(chan.write_fd, False)
-
-    def queue(frame: bytes) -> None:
-        out.extend(frame)
-
-    while True:
-        if deadline is not None and time.monotonic() >= deadline:
-            os.set_blocking(chan.write_fd, True)
-            chan.send_frame(frames.seal(frames.PTY_CLOSE, secret, {"session": sid}))
-            raise PtyError("the shell reached its deadline; its session was closed")
-        fds = [chan.read_fd, wake_r] + ([stdin_fd] if reading_stdin and len(out) < PENDING_CAP else [])
-        wait = None if deadline is None else max(0.0, deadline - time.monotonic())
-        ready, writable, _ = select.select(fds, [chan.write_fd] if out else [], [], wait)
-        if writable:
-            try:
-                del out[:os.write(chan.write_fd, out[:CHUNK * 4])]
-            except BlockingIOError:
-                pass
-            except BrokenPipeError:
-                raise PtyError("the sandbox went away") from None
-        if wake_r in ready:
-            os.read(wake_r, 64)
-            rows, cols = terminal_size(stdout_fd)
-            queue(frames.seal(frames.PTY_RESIZE, secret, {"session": sid, "rows": rows, "cols": cols}))
-        if stdin_fd in ready and reading_stdin:
-            data = os.read(stdin_fd, CHUNK)
-            if data:
-                queue(frames.pty_data(sid, data, secret))
-            else:
-                reading_stdin = False
-                if not os.isatty(stdin_fd):
-                    queue(frames.pty_data(sid, b"\x04", secret))
-        if chan.read_fd in ready:
-            try:
-                kind, payload = chan.recv()
-            except frames.FrameError as exc:
-                raise PtyError(f"the sandbox went away ({exc.message})") from None
-            if kind == frames.PTY_DATA:
-                got, data = frames.open_pty_data(payload)
-                if got == sid:
-                    _write_all(stdout_fd, data)
-            elif kind == frames.PTY_CLOSED:
-                obj, _ = frames.unpack(payload)
-                if obj.get("session") == sid:
-                    code = frames.field(obj, "exit_code", int)
-                    return code if 0 <= code <= 255 else 255
-            elif kind == frames.REFUSED:
-                obj, _ = frames.unpack(payload)
-                raise PtyError(f"the sandbox refused a frame: {obj.get('message')}")

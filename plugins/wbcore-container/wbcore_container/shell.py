@@ -21,7 +21,8 @@ from pathlib import Path
 from wbcore_runtime.wire import frames
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound
 from wbcore_runtime.dispatch.mounts import Mount, unreachable_by
-from wbcore_runtime.wire.terminal import Channel, ShellRequest, handshake
+from wbcore_runtime.wire.attach import handshake
+from wbcore_runtime.wire.terminal import Channel, ShellRequest
 
 from wbcore_container import bwrap, rootfs
 

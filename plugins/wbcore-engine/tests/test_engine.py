@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from wbcore_runtime.dispatch import audit_read
-from wbcore_runtime.store import install
+from wbcore_runtime.store import install, lockfile
 from wbcore_runtime.trust import signing
 from wbcore_testing.fixtures import write_toolkit
 
@@ -28,7 +28,7 @@ def snapshot(home: Path) -> dict[str, object]:
     if root.exists():
         for p in sorted(root.rglob("*")):
             out[p.relative_to(home).as_posix()] = p.read_bytes() if p.is_file() else "dir"
-    lock = home / install.LOCKFILE
+    lock = home / lockfile.LOCKFILE
     out["LOCK"] = lock.read_bytes() if lock.exists() else None
     return out
 

@@ -19,7 +19,7 @@ import pytest
 from wbcore_microvm import shell, tiers
 
 from wbcore_runtime.dispatch import mounts
-from wbcore_runtime.wire import frames, terminal
+from wbcore_runtime.wire import attach, frames, terminal
 from wbcore_testing.conformance import PtySessions
 from wbcore_runtime.contract.errors import InvalidArgs
 from wbcore_testing.fixtures import wait_pane, wbx_executable
@@ -240,8 +240,8 @@ def test_the_deadline_tears_the_vm_down(snapshot) -> None:
             in_r, in_w = os.pipe()
             out_r, out_w = os.pipe()
             try:
-                terminal.attach(box.channel, box.secret, terminal.ShellRequest(), stdin_fd=in_r, stdout_fd=out_w,
-                                deadline=box.deadline)
+                attach.attach(box.channel, box.secret, terminal.ShellRequest(), stdin_fd=in_r, stdout_fd=out_w,
+                              deadline=box.deadline)
             finally:
                 for fd in (in_r, in_w, out_r, out_w):
                     os.close(fd)

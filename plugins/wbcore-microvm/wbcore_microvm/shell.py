@@ -7,7 +7,7 @@ command line, restored from the snapshot in a few seconds) but for one session's
 instead of one call's. The guest agent (``agent/wb_agent.c``) speaks the same PTY frames
 as the container tier's (:mod:`wbcore_runtime.wire.terminal`): it starts only programs on the image's
 allowlist (``/bin/sh`` is busybox's), as uid 1000 on a fresh pty, at most four at once.
-The host relays the terminal with :func:`wbcore_runtime.wire.terminal.attach` over the VM's
+The host relays the terminal with :func:`wbcore_runtime.wire.attach.attach` over the VM's
 virtio-serial channel; a watchdog SIGKILLs QEMU at the session's deadline + :data:`GRACE_S`.
 
 ``--mount`` folders travel over virtio-9p: QEMU restores exactly the devices it saved, so a

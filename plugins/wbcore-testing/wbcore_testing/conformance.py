@@ -278,11 +278,11 @@ class PtySessions:
         return seen
 
     def paste(self, box: Any, typed: bytes, seconds: float) -> tuple[int, bytes]:
-        """Types ``typed`` through ``terminal.attach`` (as ``wbx shell`` does) while reading all
+        """Types ``typed`` through ``attach.attach`` (as ``wbx shell`` does) while reading all
         it writes back, both at once, within ``seconds`` -> (the exit code, the output)."""
         import threading
 
-        from wbcore_runtime.wire import terminal
+        from wbcore_runtime.wire import attach, terminal
 
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
@@ -300,8 +300,8 @@ class PtySessions:
         for t in threads:
             t.start()
         try:
-            code = terminal.attach(box.channel, box.secret, terminal.ShellRequest(), stdin_fd=in_r, stdout_fd=out_w,
-                                   deadline=time.monotonic() + seconds)
+            code = attach.attach(box.channel, box.secret, terminal.ShellRequest(), stdin_fd=in_r, stdout_fd=out_w,
+                                 deadline=time.monotonic() + seconds)
         finally:
             os.close(out_w)
             os.close(in_r)
