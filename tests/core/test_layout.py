@@ -26,9 +26,7 @@ TOP = {"wbcore_runtime", "wbcore_runtime.__main__", "wbcore_runtime.runtime"}
 MAX_LINES = 500
 #: Modules still over MAX_LINES, with the most each may have: the list and the figures only shrink.
 OVER_BUDGET = {
-    # dispatcher +3: mounts asked for by a remote caller (WB_MOUNT_ROOTS, issue 25 item 7)
     "wbcore_runtime.dispatch.audit": 825,
-    "wbcore_runtime.dispatch.dispatcher": 792,
     "wbcore_runtime.dispatch.fabric": 841,
     "wbcore_runtime.store.install": 635,
     "wbcore_runtime.wire.terminal": 504,
@@ -41,8 +39,11 @@ OVER_BUDGET = {
 #: under WB_MOUNT_ROOTS; -699 for the ACT engine (provider, wire, sections) left for wbcore-act, the
 #: records and the ToolProvider Protocol stayed as contract/tools.py;
 #: +35 for guard/fetch.pinned + copy_local, the one pinned download the lanes' and the tests' own
-#: loops (and wbcore-sources' local copy) became, and guard/paths.in_roots).
-MAX_TOTAL_LINES = 20_940
+#: loops (and wbcore-sources' local copy) became, and guard/paths.in_roots);
+#: +12 for dispatch/resolve.py leaving dispatch/dispatcher.py (a second module's docstring head and
+#: import block) and store/runcache.resolved, the recall-or-resolve-and-keep that wbx run's fast
+#: path called inline (so fastrun imports no second dispatch module in a function).
+MAX_TOTAL_LINES = 20_952
 #: In-function imports of a core module (each one hides an edge): the target is none. Those
 #: left defer a module the paths measured in docs/architecture.md do not load (start-up).
 MAX_IN_FUNCTION = 101

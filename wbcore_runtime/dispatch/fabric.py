@@ -1,7 +1,7 @@
 """The fabric: one registered command or kernel mapped over many inputs.
 
 ``map(runtime, name, inputs, width=…, tier=…, engine=…)`` resolves the call **once**, here,
-through :func:`wbcore_runtime.dispatch.dispatcher.resolve` (trust, caps, profile, tier), builds a :class:`Job`
+through :func:`wbcore_runtime.dispatch.resolve.resolve` (trust, caps, profile, tier), builds a :class:`Job`
 from that resolution and hands it to an engine plugin (``wbcore_fabric_engines``), which
 runs the job's request over the inputs and never decides anything about it again.
 
@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
 from wbcore_runtime.contract.calls import CallRecord, CallResult, CommandRequest, Principal, Usage
 from wbcore_runtime.contract.kernel_calls import KernelRequest
 from wbcore_runtime.dispatch import dispatcher as dispatch
-from wbcore_runtime.dispatch.dispatcher import audited
+from wbcore_runtime.dispatch import resolve as resolution
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound, Timeout, WbError, of_kind, unknown_name
 from wbcore_runtime.contract import telemetry
 
@@ -244,7 +244,7 @@ def engine(runtime: RuntimeServices, name: str = DEFAULT_ENGINE) -> FabricDriver
 def job(runtime: RuntimeServices, name: str, *, kind: str = "command", width: int | None = None, tier: str | None = None,
         deadline: float | None = None, principal: Principal | None = None, timeout: float | None = None,
         batch: int | None = None, joined: bool = False) -> Job:
-    """Resolve ``kind`` ``name`` once (``wbcore_runtime.dispatch.dispatcher``) and describe the batch."""
+    """Resolve ``kind`` ``name`` once (``wbcore_runtime.dispatch.resolve``) and describe the batch."""
     if kind not in KINDS:
         raise InvalidArgs(unknown_name("fabric kind", kind, list(KINDS)))
     width = _width(width)
@@ -252,7 +252,7 @@ def job(runtime: RuntimeServices, name: str, *, kind: str = "command", width: in
         raise InvalidArgs(f"fabric: deadline must be > 0 seconds, got {deadline!r}")
     if batch is not None and (isinstance(batch, bool) or not 1 <= batch <= 65536):
         raise InvalidArgs(f"fabric: batch must be 1..65536 inputs per message, got {batch!r}")
-    resolved = dispatch.resolve(runtime, kind, name, tier=tier)
+    resolved = resolution.resolve(runtime, kind, name, tier=tier)
     if kind == "command":
         req: CommandRequest | KernelRequest = dispatch.command_request(resolved, (), b"", principal=principal,
                                                                        timeout=timeout)
@@ -507,7 +507,7 @@ def _b64(value: Any, key: str) -> bytes:
 
 def run_command(runtime: RuntimeServices, job: Job, target: Any, item: CommandInput, *, cancel: Any = None) -> CallResult:
     """Run ``job``'s resolved command request on one input with ``target`` (the tier that
-    runs it, :func:`wbcore_runtime.dispatch.dispatcher.target_for`), inside the batch deadline, with the
+    runs it, :func:`wbcore_runtime.dispatch.resolve.target_for`), inside the batch deadline, with the
     runtime's call hooks (audit) around it — as ``dispatch.call_command`` does."""
     req = job.request
     assert isinstance(req, CommandRequest)
@@ -518,7 +518,7 @@ def run_command(runtime: RuntimeServices, job: Job, target: Any, item: CommandIn
         return target.call(req)
     record = CallRecord(name=job.name, shape=job.entry.shape, principal=req.principal, argv=req.argv,
                         toolkit=req.toolkit, tier=job.tier, caps=job.caps)
-    return audited(hook, record, target.call, req)
+    return dispatch.audited(hook, record, target.call, req)
 
 
 def kernel_request(job: Job) -> KernelRequest:
@@ -538,7 +538,7 @@ def run_kernel(runtime: RuntimeServices, job: Job, inst: Any, data: bytes) -> by
     req = job.request
     record = CallRecord(name=job.name, shape="kernel", principal=req.principal, toolkit=req.toolkit, tier=job.tier,
                         caps=job.caps)
-    return audited(hook, record, inst.call, data)
+    return dispatch.audited(hook, record, inst.call, data)
 
 
 def _within(job: Job, timeout_s: float) -> float:
@@ -723,7 +723,7 @@ def runner(runtime: RuntimeServices, job: Job, *, tier: str | None = None) -> An
     opened here and kept (seed 004's instantiate-once loop); for a command, ``(argv, stdin)
     -> result_wire``. ``tier`` overrides the job's (a node runs a ``node``-tier job at
     ``instance``: it *is* the other node)."""
-    target = dispatch.target_for(runtime, job.entry, tier or job.tier)
+    target = resolution.target_for(runtime, job.entry, tier or job.tier)
     if job.kind == "command":
         def run_one(payload: tuple[tuple[str, ...], bytes]) -> Any:
             argv, stdin = payload
