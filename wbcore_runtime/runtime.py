@@ -52,9 +52,9 @@ class Runtime:
         self.cwd = cwd
         self._roots = list(roots) if roots is not None else None
         self._discovery: _discovery.Discovery | None = None
-        #: ``wbcore_runtime.dispatch.dispatcher``'s cache: (kind, name, tier) → (generation, checked at, world, Resolved).
+        #: ``wbcore_runtime.dispatch.resolve``'s cache: (kind, name, tier) → (generation, checked at, world, Resolved).
         self.resolved_calls: dict[tuple[str, str, str | None], Any] = {}
-        #: Moves whenever a resolution is made anew or the cache is forgotten (wbcore_runtime.dispatch.dispatcher).
+        #: Moves whenever a resolution is made anew or the cache is forgotten (wbcore_runtime.dispatch.resolve).
         self.resolve_epoch = 0
         #: Whether this runtime's plugins are every installed one, loaded on first use: only
         #: then may dispatch read them from the plugin index in the home (wbcore_runtime.plugins.index).
@@ -354,10 +354,10 @@ class Runtime:
 
     def resolve(self, kind: str, name: str, *, tier: str | None = None) -> Any:
         """The resolved call for a registered command / kernel / component
-        (``wbcore_runtime.dispatch.dispatcher.Resolved``): trust, caps, limits and tier, decided once."""
-        from wbcore_runtime.dispatch import dispatcher as dispatch  # deferred: keeps wbx start-up light
+        (``wbcore_runtime.dispatch.resolve.Resolved``): trust, caps, limits and tier, decided once."""
+        from wbcore_runtime.dispatch import resolve as resolution  # deferred: keeps wbx start-up light
 
-        return dispatch.resolve(self, kind, name, tier=tier)
+        return resolution.resolve(self, kind, name, tier=tier)
 
     def call(self, name: str, argv: Sequence[str] = (), stdin: bytes = b"", *,
              principal: Any = None, timeout: float | None = None, cancel: Any = None, tier: str | None = None,
@@ -453,7 +453,7 @@ class Runtime:
         """What ``toolkit`` as it is now would be granted (``show``, ``verify``, ``grant``):
         profile ∩ ``#+CAPS`` ∩ deployer grants, by :func:`wbcore_runtime.trust.consent.effective_caps`.
         A third-party toolkit whose signature does not verify now gets nothing (fail closed).
-        Calls never use this: they use the caps recorded at build time (``wbcore_runtime.dispatch.dispatcher``).
+        Calls never use this: they use the caps recorded at build time (``wbcore_runtime.dispatch.resolve``).
         ``assume``: a ``consent.Grant`` to apply instead of the stored one (what a change would leave).
         """
         from wbcore_runtime.trust import consent, policy, verdict as trust  # deferred: keeps wbx start-up light

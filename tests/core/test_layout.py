@@ -25,10 +25,7 @@ TOP = {"wbcore_runtime", "wbcore_runtime.__main__", "wbcore_runtime.runtime"}
 
 MAX_LINES = 500
 #: Modules still over MAX_LINES, with the most each may have: the list and the figures only shrink.
-OVER_BUDGET = {
-    # dispatcher +3: mounts asked for by a remote caller (WB_MOUNT_ROOTS, issue 25 item 7)
-    "wbcore_runtime.dispatch.dispatcher": 792,
-}
+OVER_BUDGET: dict[str, int] = {}  # empty: every module is within MAX_LINES, and none may leave it
 #: The package's size in lines (test support is its own distribution, wbcore-testing). The
 #: target is 12,000; until reached, the figure reached is the ceiling (wasm_guest.py's 283 lines left
 #: for wbcore-wasmtime, contract/guest.py's records and Protocol stayed; +329 for wbx run --mount's
@@ -41,8 +38,10 @@ OVER_BUDGET = {
 #: docstring and imports (fabric's chunk machinery both engines share, split off; wbx fan's as_json left);
 #: +24 for dispatch/audit_read.py's header when the readers left dispatch/audit;
 #: +16 for store/lockfile and store/journal's headers (store/install split); +12 for wire/attach's
-#: header, the host's end of wbx shell split from wire/terminal (the agent).
-MAX_TOTAL_LINES = 20_997
+#: header, the host's end of wbx shell split from wire/terminal (the agent);
+#: +12 for dispatch/resolve.py leaving dispatch/dispatcher.py and store/runcache.resolved (the
+#: recall-or-resolve-and-keep wbx run's fast path called inline).
+MAX_TOTAL_LINES = 21_010
 #: In-function imports of a core module (each one hides an edge): the target is none. Those
 #: left defer a module the paths measured in docs/architecture.md do not load (start-up).
 MAX_IN_FUNCTION = 101

@@ -226,11 +226,11 @@ def test_a_builtin_resolves_once_and_is_kept(monkeypatch: pytest.MonkeyPatch, wb
     """``wbx run upper`` (a reserved built-in) resolves once per process, keeps the resolution
     as a shipped command does, and the next process runs it without resolving or loading
     the plugins; a registry change (a forced reinstall of the built-in) resolves in full."""
-    from wbcore_runtime.dispatch import dispatcher as dispatch
+    from wbcore_runtime.dispatch import resolve as resolution
 
     monkeypatch.setattr(runcache, "RACY_SECONDS", 0.0)
     counts = {"resolve": 0, "full": 0}
-    resolve, full = dispatch.resolve, dispatch._resolve_uncached
+    resolve, full = resolution.resolve, resolution._resolve_uncached
 
     def counted(key: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def call(*a: Any, **kw: Any) -> Any:
@@ -238,8 +238,8 @@ def test_a_builtin_resolves_once_and_is_kept(monkeypatch: pytest.MonkeyPatch, wb
             return fn(*a, **kw)
         return call
 
-    monkeypatch.setattr(dispatch, "resolve", counted("resolve", resolve))
-    monkeypatch.setattr(dispatch, "_resolve_uncached", counted("full", full))
+    monkeypatch.setattr(resolution, "resolve", counted("resolve", resolve))
+    monkeypatch.setattr(resolution, "_resolve_uncached", counted("full", full))
     path = wb_home / runcache.FOLDER / "command.upper.json"
     # Registered by an earlier use: the run that installs a built-in moves the change counter
     # after reading it, so what it resolved is not kept (the next run keeps it).

@@ -29,7 +29,7 @@ from wbcore_runtime.contract.kernel_calls import KernelSpec
 from wbcore_runtime.contract.errors import InvalidArgs, WbError
 from wbcore_runtime.store.registry import Entry
 from wbcore_runtime.store.registry import OwnedName
-from wbcore_runtime.dispatch import dispatcher as dispatch
+from wbcore_runtime.dispatch import resolve as resolution
 from wbcore_runtime.trust import verdict as trust
 from wbcore_runtime.guard import preopen
 from wbcore_runtime.trust import signing
@@ -126,9 +126,9 @@ def _register(runtime: RuntimeServices, tk: Toolkit, kind: str, name: str, sha25
     enters the registry (builds and :func:`register_artifact`)."""
     m = tk.manifest
     if trust.content_digest(tk, runtime) != prov["digest"]:
-        raise dispatch.Unavailable(f"{m.id}: its files changed while it was being built; build it again")
+        raise resolution.Unavailable(f"{m.id}: its files changed while it was being built; build it again")
     trust.remember_form(tk, runtime)
-    opts: dict[str, Any] = {"caps": list(m.caps), "pinned": pinned, **options, dispatch.PROVENANCE: prov}
+    opts: dict[str, Any] = {"caps": list(m.caps), "pinned": pinned, **options, resolution.PROVENANCE: prov}
     if kind == "kernel":
         opts.update(kernel_spec(tk).as_options())
     prof = policy.profile_for(m.extra("PROFILE"), m.caps, runtime.caps_universe_for(m.caps))
@@ -171,7 +171,7 @@ def _verified_snapshot(runtime: RuntimeServices, tk: Toolkit, prov: dict[str, An
     except ValueError as exc:
         raise InvalidArgs(f"{tk.id}: {exc}") from None
     if signing.content_digest(snap.dir) != prov["digest"]:
-        raise dispatch.Unavailable(f"{tk.id}: its files changed while it was being built; build it again")
+        raise resolution.Unavailable(f"{tk.id}: its files changed while it was being built; build it again")
     return load(snap.dir / "manifest.org")
 
 
@@ -190,7 +190,7 @@ def register_artifact(runtime: RuntimeServices, ident: str, sha256: str, kind: s
     trust.check_digest(m, sha256)
     name = registered_name(tk, kind)
     owner = _claim(runtime, tk, kind, name, replace_command)
-    prov = dispatch.provenance(runtime, tk)
+    prov = resolution.provenance(runtime, tk)
     return _register(runtime, tk, kind, name, sha256, prov, owner, pinned=bool(m.sha256), options={})
 
 
@@ -231,7 +231,7 @@ def register_posix(runtime: RuntimeServices, tk: Toolkit, *, replace_command: st
     data = posix_manifest(tk)
     name = registered_name(tk, "command")
     owner = _claim(runtime, tk, "command", name, replace_command)
-    prov = dispatch.provenance(runtime, tk)
+    prov = resolution.provenance(runtime, tk)
     art = runtime.artifacts.put_bytes(data)
     entry = _register(runtime, tk, "command", name, art.sha256, prov, owner, pinned=False,
                       options={"posix": True}, shape="posix")
@@ -272,7 +272,7 @@ def build(runtime: RuntimeServices, ident: str, which: str | None = None, *, pro
     (the deployer's ``--replace-command NAME``) hands over a name another toolkit owns,
     and the hand-over is written to the audit trail. A toolkit that may not run (a
     third-party signature that does not verify, a shipped artifact off its pin) is not
-    built. The entry records the build's provenance (``wbcore_runtime.dispatch.dispatcher.provenance``)."""
+    built. The entry records the build's provenance (``wbcore_runtime.dispatch.resolve.provenance``)."""
     say = progress or (lambda _stage, _detail: None)
     t0 = time.perf_counter()
     tk = runtime.toolkit(ident)
@@ -298,7 +298,7 @@ def build(runtime: RuntimeServices, ident: str, which: str | None = None, *, pro
         raise InvalidArgs(f"{m.id}: no #+BUILD_SRC to build from ({m.path})")
     name = registered_name(tk, kind)
     owner = _claim(runtime, tk, kind, name, replace_command)
-    prov = dispatch.provenance(runtime, tk)
+    prov = resolution.provenance(runtime, tk)
     if kind == "kernel":
         kernel_spec(tk)  # a malformed ABI fails before anything is built
     logs = runtime.home / "build" / "logs"

@@ -180,14 +180,5 @@ def _call(runtime: Any, req: RunArgs) -> Any:
 
     from wbcore_runtime.dispatch import dispatcher as dispatch  # deferred: keeps wbx start-up light
 
-    # A resolution kept by the last `wbx run` of this name (a built-in's too), if nothing it
-    # was made from has changed (wbcore_runtime.store.runcache); else the full one, kept for the next
-    # run. Either way it is made once and the call runs it.
-    resolved = runcache.recall(runtime, "command", req.name) if req.tier is None else None
-    if resolved is None:
-        resolved = dispatch.resolve(runtime, "command", req.name, tier=req.tier)  # unknown or unavailable fails before stdin is read
-        if req.tier is None:
-            gen = dispatch.resolved_generation(runtime, "command", req.name)
-            if gen is not None:
-                runcache.remember(runtime, resolved, gen)
+    resolved = runcache.resolved(runtime, "command", req.name, req.tier)  # once: the call never resolves again
     return dispatch.call_resolved(runtime, resolved, args, read_stdin(), timeout=req.timeout, mounts=req.mounts)

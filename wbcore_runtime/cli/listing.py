@@ -53,7 +53,7 @@ def register(app: typer.Typer, runtime: RuntimeServices) -> None:
                 typer.echo(f"conflict: {reg.what} {name!r} provided by {' and '.join(o.origin for o in owners)}")
 
     def _explain(ident: str, tier: str | None, json_: bool) -> None:
-        from wbcore_runtime.dispatch import dispatcher as dispatch  # deferred: keeps wbx start-up light
+        from wbcore_runtime.dispatch import resolve as resolution  # deferred: keeps wbx start-up light
 
         names = []
         for kind in ("command", "kernel", "component"):
@@ -64,7 +64,7 @@ def register(app: typer.Typer, runtime: RuntimeServices) -> None:
             raise NotFound(f"nothing registered for {ident!r}: build it first (wbx toolkit build {ident})")
         rows = []
         for kind, name in names:
-            r = dispatch.resolve(runtime, kind, name, tier=tier)
+            r = resolution.resolve(runtime, kind, name, tier=tier)
             rows.append({"kind": kind, "name": name, "toolkit": r.toolkit, "trust": r.trust, "tier": r.tier.name,
                          "why": r.tier.reason, "caps": sorted(r.caps),
                          "not_chosen": [{"tier": t, "why": w} for t, w in r.tier.considered]})

@@ -154,16 +154,16 @@ def register(app: typer.Typer, runtime: RuntimeServices) -> None:
         """List registered commands, kernels and components, with their owner and state."""
         if ctx.invoked_subcommand is not None:
             return
-        from wbcore_runtime.dispatch import dispatcher as dispatch  # deferred: keeps wbx start-up light
+        from wbcore_runtime.dispatch import resolve as resolution  # deferred: keeps wbx start-up light
 
         rows = []
         for entry in runtime.registry.entries():
             if entry.builtin:
                 state = "built-in"
-            elif dispatch.orphaned(runtime, entry):
+            elif resolution.orphaned(runtime, entry):
                 state = "orphaned: its toolkit is no longer on the search path"
             else:
-                why = dispatch.availability(runtime, entry)
+                why = resolution.availability(runtime, entry)
                 state = "ok" if why is None else f"unavailable: {why}"
             rows.append({"kind": entry.kind, "name": entry.name, "toolkit": entry.toolkit, "sha256": entry.sha256,
                          "state": state})

@@ -119,7 +119,7 @@ class CommandRequest:
     cancel: Any = None
     #: ``#+ALLOWED_HOSTS`` of the toolkit as it was verified at build time.
     allowed_hosts: tuple[str, ...] = ()
-    #: The isolation tier the call was resolved to (``wbcore_runtime.dispatch.dispatcher.choose_tier``).
+    #: The isolation tier the call was resolved to (``wbcore_runtime.dispatch.resolve.choose_tier``).
     tier: str = "instance"
     #: ``(host folder, guest path)`` of each folder preopened read-only (``#+PREOPEN``,
     #: :mod:`wbcore_runtime.guard.preopen`); a runner that cannot map them all refuses the call.

@@ -50,9 +50,9 @@ class RuntimeServices(Protocol):
     home: Path
     env: dict[str, str]
     cwd: Path
-    #: ``dispatch.dispatcher``'s cache: (kind, name, tier) → (generation, checked at, world, Resolved).
+    #: ``dispatch.resolve``'s cache: (kind, name, tier) → (generation, checked at, world, Resolved).
     resolved_calls: dict[tuple[str, str, str | None], Any]
-    #: Moves whenever a resolution is made anew or the cache is forgotten (``dispatch.dispatcher``).
+    #: Moves whenever a resolution is made anew or the cache is forgotten (``dispatch.resolve``).
     resolve_epoch: int
     #: Whether the plugins are every installed one, loaded on first use (``plugins.index``).
     indexed_plugins: bool

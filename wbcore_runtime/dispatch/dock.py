@@ -54,7 +54,7 @@ from wbcore_runtime.contract.errors import (
     unknown_name,
 )
 from wbcore_runtime.store import leftovers
-from wbcore_runtime.dispatch import dispatcher as dispatch
+from wbcore_runtime.dispatch import resolve as resolution
 
 if TYPE_CHECKING:
     from wbcore_runtime.contract.host import RuntimeServices
@@ -250,7 +250,7 @@ class Dock:
         """A context for one guest instance. ``depth`` defaults to the nesting of the
         broker call this instance runs under (see :func:`nested`); ``allowed_hosts``
         defaults to the ``#+ALLOWED_HOSTS`` recorded when ``toolkit`` was built
-        (``wbcore_runtime.dispatch.dispatcher.recorded_hosts``; calls pass their resolved hosts explicitly)."""
+        (``wbcore_runtime.dispatch.resolve.recorded_hosts``; calls pass their resolved hosts explicitly)."""
         outer = getattr(_NEST, "ctx", None)
         if depth is None:
             depth = outer.depth + 1 if outer is not None else 0
@@ -292,7 +292,7 @@ class Dock:
         if not toolkit:
             return ()
 
-        hosts = dispatch.recorded_hosts(self.runtime, toolkit)
+        hosts = resolution.recorded_hosts(self.runtime, toolkit)
         return (DENY_ALL_HOSTS,) if hosts is None else hosts  # nothing built and verified: fail closed
 
     # --- revocation -----------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The fabric: one registered command or kernel mapped over many inputs.
 
 ``map(runtime, name, inputs, width=…, tier=…, engine=…)`` resolves the call **once**, here,
-through :func:`wbcore_runtime.dispatch.dispatcher.resolve` (trust, caps, profile, tier), builds a :class:`Job`
+through :func:`wbcore_runtime.dispatch.resolve.resolve` (trust, caps, profile, tier), builds a :class:`Job`
 from that resolution and hands it to an engine plugin (``wbcore_fabric_engines``), which
 runs the job's request over the inputs and never decides anything about it again.
 
@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
 from wbcore_runtime.contract.calls import CallResult, CommandRequest, Principal
 from wbcore_runtime.contract.kernel_calls import KernelRequest
 from wbcore_runtime.dispatch import dispatcher as dispatch
+from wbcore_runtime.dispatch import resolve as resolution
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound, WbError, unknown_name
 from wbcore_runtime.contract import telemetry
 
@@ -243,7 +244,7 @@ def engine(runtime: RuntimeServices, name: str = DEFAULT_ENGINE) -> FabricDriver
 def job(runtime: RuntimeServices, name: str, *, kind: str = "command", width: int | None = None, tier: str | None = None,
         deadline: float | None = None, principal: Principal | None = None, timeout: float | None = None,
         batch: int | None = None, joined: bool = False) -> Job:
-    """Resolve ``kind`` ``name`` once (``wbcore_runtime.dispatch.dispatcher``) and describe the batch."""
+    """Resolve ``kind`` ``name`` once (``wbcore_runtime.dispatch.resolve``) and describe the batch."""
     if kind not in KINDS:
         raise InvalidArgs(unknown_name("fabric kind", kind, list(KINDS)))
     width = _width(width)
@@ -251,7 +252,7 @@ def job(runtime: RuntimeServices, name: str, *, kind: str = "command", width: in
         raise InvalidArgs(f"fabric: deadline must be > 0 seconds, got {deadline!r}")
     if batch is not None and (isinstance(batch, bool) or not 1 <= batch <= 65536):
         raise InvalidArgs(f"fabric: batch must be 1..65536 inputs per message, got {batch!r}")
-    resolved = dispatch.resolve(runtime, kind, name, tier=tier)
+    resolved = resolution.resolve(runtime, kind, name, tier=tier)
     if kind == "command":
         req: CommandRequest | KernelRequest = dispatch.command_request(resolved, (), b"", principal=principal,
                                                                        timeout=timeout)

@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from wbcore_runtime.contract.errors import CapabilityDenied, WbError
-from wbcore_runtime.dispatch import dispatcher as dispatch
+from wbcore_runtime.dispatch import resolve as resolution
 
 if TYPE_CHECKING:
     from wbcore_runtime.contract.calls import Principal
-    from wbcore_runtime.dispatch.dispatcher import Resolved
+    from wbcore_runtime.dispatch.resolve import Resolved
     from wbcore_runtime.contract.host import RuntimeServices
 
 #: How often the watcher reads the change counter while calls run (seconds).
@@ -167,7 +167,7 @@ class RunningCalls:
             if why:
                 return why
         try:
-            now = dispatch.resolve(self.runtime, call.kind, call.name)
+            now = resolution.resolve(self.runtime, call.kind, call.name)
         except WbError:
             # not a revocation (an edited or rebuilt toolkit, say): its next call decides
             return None

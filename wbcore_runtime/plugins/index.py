@@ -1,7 +1,7 @@
 """What a call needs of the plugins, without importing them: the plugin index in the home.
 
 Running one registered command asks the plugins three things: which exec shapes, isolation
-tiers and build lanes exist (``wbcore_runtime.dispatch.dispatcher`` reads their static fields: a shape's
+tiers and build lanes exist (``wbcore_runtime.dispatch.resolve`` reads their static fields: a shape's
 default tier, a tier's rung, kinds and ``bridges_caps``) and what builds the object that
 runs the call (a shape's or lane's ``runner``, a tier's ``factory``), plus whether any
 plugin traces or watches calls (``wbcore_tracer``, ``wbcore_call_started/finished``).
@@ -19,7 +19,7 @@ Importing and registering every plugin to learn that is most of a ``wbx run``'s 
   record's own field. A static field the index cannot keep makes it refuse to be written.
 
 Nothing here decides anything. Dispatch still makes every decision with the same functions
-(provenance, trust, consent, :func:`wbcore_runtime.dispatch.dispatcher.choose_tier`); this only hands them the
+(provenance, trust, consent, :func:`wbcore_runtime.dispatch.resolve.choose_tier`); this only hands them the
 same records without importing the plugins that made them. A name the index does not hold
 is looked up in the real registry (the plugins load), so a miss behaves exactly as before.
 """

@@ -1,6 +1,6 @@
 """The home's change counter: one 8-byte file every writer of call-relevant state bumps.
 
-A resolved call (``wbcore_runtime.dispatch.dispatcher``) is cached per process; it stays valid while this
+A resolved call (``wbcore_runtime.dispatch.resolve``) is cached per process; it stays valid while this
 counter is unchanged. Writers (the command registry, consent grants, installs) bump it under an
 exclusive ``flock`` after their own write is durable, so a reader that sees the new value also
 sees the new state.

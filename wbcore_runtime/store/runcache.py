@@ -1,6 +1,6 @@
 """``wbx run``'s resolution kept in the home, with the identity of everything it was decided from.
 
-A call is resolved by :func:`wbcore_runtime.dispatch.dispatcher.resolve` (provenance, trust, effective caps,
+A call is resolved by :func:`wbcore_runtime.dispatch.resolve.resolve` (provenance, trust, effective caps,
 tier, runner: each decided by its one function). A new process has to resolve again, and
 that costs more than running a small command: the registry, discovery, the manifest
 parser, the consent store and the plugins all load to reach the same answer. So after
@@ -56,7 +56,7 @@ import time
 from pathlib import Path
 from typing import Any
 from wbcore_runtime.trust import verdict as trust
-from wbcore_runtime.dispatch import dispatcher as dispatch
+from wbcore_runtime.dispatch import resolve as resolution
 from wbcore_runtime.trust import policy
 from wbcore_runtime.store.registry import Entry
 from wbcore_runtime.store.artifacts import atomic_write
@@ -67,7 +67,7 @@ FOLDER = "cache/resolved"
 RACY_SECONDS = 2.0
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 #: The core modules whose code decides a resolution (their identity is part of the stamp).
-_DECIDERS = ("dispatch/dispatcher", "trust/policy", "trust/consent", "trust/verdict", "toolkit/discovery",
+_DECIDERS = ("dispatch/resolve", "trust/policy", "trust/consent", "trust/verdict", "toolkit/discovery",
              "toolkit/roots", "store/home", "store/registry", "guard/paths", "toolkit/manifest", "toolkit/manifest_cache",
              "toolkit/loaded", "plugins/index", "store/runcache", "guard/preopen", "contract/calls",
              "store/generation", "plugins/installed", "runtime")
@@ -159,8 +159,8 @@ def _stamp_of(runtime: Any, kept: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def recall(runtime: Any, kind: str, name: str) -> Any:
-    """The kept resolution of ``name`` if every input is as it was (``wbcore_runtime.dispatch.dispatcher.Resolved``,
-    adopted by dispatch, so later calls in this process re-check it as any other), else
+    """The kept resolution of ``name`` if every input is as it was (``wbcore_runtime.dispatch.resolve.Resolved``,
+    adopted by the resolution cache, so later calls in this process re-check it as any other), else
     ``None``: resolve as usual."""
     if not getattr(runtime, "indexed_plugins", False):
         return None
@@ -184,25 +184,37 @@ def recall(runtime: Any, kind: str, name: str) -> Any:
     except (KeyError, TypeError, ValueError):
         return None
 
-    dispatch.adopt(runtime, resolved, gen)
+    resolution.adopt(runtime, resolved, gen)
     return resolved
+
+
+def resolved(runtime: Any, kind: str, name: str, tier: str | None = None) -> Any:
+    """What ``wbx run`` calls, resolved once: the kept resolution if nothing it was made from
+    changed (:func:`recall`), else the full one, kept for the next run (:func:`remember`)."""
+    got = recall(runtime, kind, name) if tier is None else None
+    if got is None:
+        got = resolution.resolve(runtime, kind, name, tier=tier)  # unknown or unavailable: before stdin is read
+        gen = resolution.resolved_generation(runtime, kind, name) if tier is None else None
+        if gen is not None:
+            remember(runtime, got, gen)
+    return got
 
 
 def _rebuild(runtime: Any, kind: str, name: str, res: dict[str, Any]) -> Any:
     e = res["entry"]
     entry = Entry(kind=e["kind"], name=e["name"], sha256=e["sha256"], shape=e["shape"], toolkit=e["toolkit"],
                   arg_mode=e["arg_mode"], profile=e["profile"], builtin=bool(e["builtin"]), options=e["options"])
-    tier = dispatch.TierChoice(res["tier"][0], res["tier"][1], tuple(tuple(c) for c in res["tier"][2]))
-    return dispatch.Resolved(
+    tier = resolution.TierChoice(res["tier"][0], res["tier"][1], tuple(tuple(c) for c in res["tier"][2]))
+    return resolution.Resolved(
         kind=kind, name=name, entry=entry, sha256=entry.sha256, artifact=runtime.artifacts.path(entry.sha256),
         toolkit=entry.toolkit, trust=res["trust"], signer=res["signer"], profile=policy.profile(res["profile"]),
         caps=frozenset(res["caps"]), allowed_hosts=tuple(res["hosts"]), tier=tier,
-        target=dispatch.target_for(runtime, entry, tier.name), home=runtime.home,
+        target=resolution.target_for(runtime, entry, tier.name), home=runtime.home,
     )
 
 
 def remember(runtime: Any, resolved: Any, generation: int) -> bool:
-    """Keep ``resolved`` (made by :func:`wbcore_runtime.dispatch.dispatcher.resolve` after reading the change
+    """Keep ``resolved`` (made by :func:`wbcore_runtime.dispatch.resolve.resolve` after reading the change
     counter as ``generation``) for the next ``wbx run``; ``False`` when it may not be kept."""
     entry = resolved.entry
     path = _file(runtime.home, resolved.kind, resolved.name)

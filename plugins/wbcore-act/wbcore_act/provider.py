@@ -54,7 +54,7 @@ from wbcore_runtime.contract.tools import (
 )
 from wbcore_runtime.contract.tools import CallOutcome, DeclaredArg, Tool
 from wbcore_runtime.contract import cbor
-from wbcore_runtime.dispatch import dispatcher as dispatch
+from wbcore_runtime.dispatch import resolve as resolution
 from wbcore_runtime.trust import policy
 
 from wbcore_act import sections, wire
@@ -260,7 +260,7 @@ class ToolkitProvider:
                     tk = found.get(entry.toolkit)
                 except WbError:
                     tk = None
-            if not entry.builtin and (tk is None or dispatch.availability(rt, entry) is not None):
+            if not entry.builtin and (tk is None or resolution.availability(rt, entry) is not None):
                 continue  # orphaned or unavailable: never served (``wbx commands`` says why)
             try:
                 caps = rt.resolve(entry.kind, entry.name).caps
@@ -358,7 +358,7 @@ class ToolkitProvider:
         return out
 
     def _runner(self, shape: str) -> Any:
-        return dispatch._runner(self.runtime, shape)
+        return resolution.shape_runner(self.runtime, shape)
 
     # -- calling --
 

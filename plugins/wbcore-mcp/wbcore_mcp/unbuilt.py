@@ -150,7 +150,7 @@ class ServedProvider:
 
     def _scan(self) -> tuple[dict[str, Tool], dict[str, str], list[Unserved]]:
         from wbcore_runtime.build import builder
-        from wbcore_runtime.dispatch import dispatcher as dispatch
+        from wbcore_runtime.dispatch import resolve as resolution
         from wbcore_runtime.trust import policy
 
         rt = self.runtime
@@ -166,7 +166,7 @@ class ServedProvider:
             tk = found.toolkits[tk_id]
             m = tk.manifest
             if tk_id in registered:
-                whys = [w for w in (dispatch.availability(rt, e) for e in registered[tk_id]) if w]
+                whys = [w for w in (resolution.availability(rt, e) for e in registered[tk_id]) if w]
                 if whys:
                     unserved.append(Unserved(tk_id, whys[0]))
                 continue

@@ -350,11 +350,11 @@ def test_nested_commands_at_os_process_each_get_a_worker(make_runtime, toolkit_r
     builder.build(rt, "nest")
     assert wbx("toolkit", "grant", "nest", "exec", runtime=rt).exit_code == 0
     assert rt.resolve("command", "nest").tier.name == "os_process"
-    from wbcore_runtime.dispatch import dispatcher as dispatch
+    from wbcore_runtime.dispatch import resolve as resolution
 
     pool = Pool(9)  # a private pool, warmed first: nine calls are in flight at the deepest point
     rt.__dict__.setdefault("_wb_tier_drivers", {})["os_process"] = OsProcessTier(rt, pool)
-    dispatch.forget(rt)
+    resolution.forget(rt)
     try:
         OsProcessTier(rt, pool).call(request(rt, ECHO_WAT))
         deadline = time.monotonic() + 60
