@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 # The driver contracts sit below the records (they import no record back): the records name
@@ -216,7 +215,7 @@ class GuestRunnerService:
     """A service lanes ask the runtime for: runs a WASI guest (a compiler built to wasm)
     bounded in time, memory and output (``wbcore_runtime.contract.guest``). ``factory``
     returns a ``GuestRunner`` (typed ``Any`` here: naming it would make the records import the
-    guest contract, which takes the runtime, an import cycle). ``sandbox_caps`` is the file a
+    guest contract, which takes the runtime, an import cycle). ``sandbox_caps`` is the path of the file a
     sandbox tier binds next to ``frames.py`` to link a wasm guest's ``wb.*`` imports on this
     engine (the caps bridge's guest side: standard library only, the engine handed in)."""
 
@@ -224,7 +223,7 @@ class GuestRunnerService:
     summary: str
     factory: Callable[[RuntimeServices], Any]
     available: Callable[[], Availability] = _always
-    sandbox_caps: Path | None = None
+    sandbox_caps: str | None = None  # a path (a str: the plugin index keeps it)
 
 
 @dataclass(frozen=True, slots=True)

@@ -69,7 +69,7 @@ def wbcore_guest_runners() -> Iterator[GuestRunnerService]:
         factory=guest_runner,
         available=_wasmtime_available,
         # the caps bridge's guest side, bound by the sandbox tiers (os_process, container)
-        sandbox_caps=Path(__file__).with_name("sandbox_caps.py"),
+        sandbox_caps=str(Path(__file__).with_name("sandbox_caps.py")),
     )
 
 
