@@ -102,45 +102,6 @@ def test_the_dock_context_gets_the_time_left_of_the_call(make_runtime, tmp_path)
     assert 0 < bridge.ctx.deadline - __import__("time").monotonic() <= 1.0 + 1e-3
 
 
-class _Chan:
-    def __init__(self, *incoming: bytes) -> None:
-        self.incoming = [(f[4], f[5:]) for f in incoming]
-        self.sent: list[bytes] = []
-
-    def recv(self) -> tuple[int, bytes]:
-        if not self.incoming:
-            raise frames.FrameError("eof", "the host hung up")
-        return self.incoming.pop(0)
-
-    def send_frame(self, frame: bytes) -> None:
-        self.sent.append(frame)
-
-
-def test_the_guest_side_ends_on_the_hosts_shutdown_and_refuses_a_forged_one() -> None:
-    from wbcore_runtime.wire.capbridge import Ended, GuestCaps
-
-    secret = frames.new_secret()
-    chan = _Chan(frames.shutdown(bytes(32)), frames.shutdown(secret))
-    guest = GuestCaps(chan, secret, 3, wt=None)
-    with pytest.raises(Ended):
-        guest.expect(frames.BROKER_ANSWER)
-    assert [f[4] for f in chan.sent] == [frames.REFUSED]  # the forged Shutdown, answered and skipped
-
-
-def test_a_warm_guest_side_forgets_the_previous_call() -> None:
-    from wbcore_runtime.wire.capbridge import GuestCaps
-
-    secret = frames.new_secret()
-    chan = _Chan(frames.seal(frames.BROKER_ANSWER, secret, {"id": 1, "status": 0}, b"old"),
-                 frames.seal(frames.BROKER_ANSWER, secret, {"id": 2, "status": 0}, b"new"))
-    guest = GuestCaps(chan, secret, 1, wt=None)
-    assert guest.ask("kv", {}, b"") == (0, b"old")
-    guest.pending, guest.info = b"old", b"info"
-    guest.begin(2)
-    assert (guest.id, guest.pending, guest.info) == (2, b"", b"")
-    assert guest.ask("kv", {}, b"") == (0, b"new")
-
-
 def test_a_posix_guests_call_goes_through_the_same_bridge(make_runtime, tmp_path) -> None:
     """The microvm's ``wb-cap``: no link step (the Dock's grant check decides at the call), the
     guest's body decoded by the tier; a body that does not decode is denied through the Dock."""

@@ -133,3 +133,15 @@ def runner(runtime: RuntimeServices, name: str | None = None) -> GuestRunner:
         message += "; plugins that failed to load and might serve it: " + "; ".join(
             f"{i.name} ({i.origin}): {i.error}" for i in broken)
     raise NotFound(message)
+
+
+def sandbox_caps(runtime: RuntimeServices, tier: str) -> Path:
+    """The caps bridge's guest side a sandbox tier binds next to ``frames.py``: the file a served
+    guest runner offers (``GuestRunnerService.sandbox_caps``; the core drives no engine). None
+    offered is ``NotFound`` naming what to install."""
+    for name in runtime.guest_runners.names():
+        path = runtime.guest_runners.get(name).sandbox_caps
+        if path is not None:
+            return Path(path)
+    raise NotFound(f"tier {tier} links a wasm guest's wb.* imports with the caps bridge's guest side, which a "
+                   "WASI guest runner serves; none is installed: pip install wbcore-wasmtime")

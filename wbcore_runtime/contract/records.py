@@ -215,12 +215,15 @@ class GuestRunnerService:
     """A service lanes ask the runtime for: runs a WASI guest (a compiler built to wasm)
     bounded in time, memory and output (``wbcore_runtime.contract.guest``). ``factory``
     returns a ``GuestRunner`` (typed ``Any`` here: naming it would make the records import the
-    guest contract, which takes the runtime, an import cycle)."""
+    guest contract, which takes the runtime, an import cycle). ``sandbox_caps`` is the path of the file a
+    sandbox tier binds next to ``frames.py`` to link a wasm guest's ``wb.*`` imports on this
+    engine (the caps bridge's guest side: standard library only, the engine handed in)."""
 
     name: str
     summary: str
     factory: Callable[[RuntimeServices], Any]
     available: Callable[[], Availability] = _always
+    sandbox_caps: str | None = None  # a path (a str: the plugin index keeps it)
 
 
 @dataclass(frozen=True, slots=True)

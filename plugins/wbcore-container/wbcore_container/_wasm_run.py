@@ -9,8 +9,8 @@ inherited (stdin, stdout and stderr are the container's, read and capped by the 
 writes how the guest ended as one JSON object on the status fd. It decides nothing: the
 deadline and output caps are the host's (SIGKILL of the container); the memory limit is
 the store's. A module that imports ``wb.*`` asks the host which caps link and forwards
-each call to the host's Dock over the framed protocol (``/wb/lib/capbridge.py``,
-``frames.py``); the session secret arrives on a pipe and every host frame must carry it.
+each call to the host's Dock over the framed protocol (``/wb/lib/capbridge.py``, the caps
+bridge's guest side wbcore-wasmtime serves, next to ``frames.py``); the session secret arrives on a pipe and every host frame must carry it.
 """
 
 import json

@@ -38,6 +38,7 @@ from wbcore_runtime.build.builder import read_posix_manifest
 from wbcore_runtime.contract.calls import CallResult, CommandRequest, GuestTrap, LimitExceeded, Usage, check_guest_end
 from wbcore_runtime.wire import frames
 from wbcore_runtime.guard import paths
+from wbcore_runtime.contract import guest
 from wbcore_runtime.wire.capbridge import HostBridge
 from wbcore_runtime.contract.errors import Internal, InvalidArgs, NotFound, Timeout
 from wbcore_runtime.dispatch.mounts import unreachable_by
@@ -158,7 +159,7 @@ class ContainerTier:
                   str(secret_r)], stdin=_stdin(req), limits=limits,
             files=[bwrap.Data("/wb/run.py", path=RUNNER), bwrap.Data("/wb/call.json", data=call),
                    self._module_file(req.sha256, module), bwrap.Data("/wb/lib/frames.py", path=lib / "frames.py"),
-                   bwrap.Data("/wb/lib/capbridge.py", path=lib / "capbridge.py")],
+                   bwrap.Data("/wb/lib/capbridge.py", path=guest.sandbox_caps(self.runtime, "container"))],
             binds=[(str(site), "/wb/site/wasmtime")],
             # wasmtime lives in this process's environment, which the unprivileged host uid
             # may not reach; a wasm guest cannot fork, so RLIMIT_NPROC is not what holds it.

@@ -57,7 +57,7 @@ class Live:
         if w is None or not w.box.alive():
             if w is not None:
                 w.close()
-            w = cls.worker = spawn_worker()
+            w = cls.worker = spawn_worker(caps_lib())
             w.chan.send_frame(F.ping(w.secret))
             assert _answer(w) == (F.PONG, None)
         return w
@@ -261,9 +261,9 @@ def test_a_hostile_worker_ends_the_call_with_a_named_error_by_the_deadline(make_
     rt = make_runtime()
     script = tmp_path_factory.mktemp("evil") / "evil.py"
     script.write_text(EVIL)
-    pool = Pool(1)
+    pool = Pool(1, caps_lib())
     orig = pool_mod.spawn_worker
-    pool_mod.spawn_worker = lambda: _spawn_evil(script, reply)
+    pool_mod.spawn_worker = lambda _lib: _spawn_evil(script, reply)
     try:
         req = command_request(rt, wasmtime.wat2wasm(ECHO_WAT), stdin=b"hi", timeout_s=1.0)
         start = time.monotonic()
@@ -277,3 +277,14 @@ def test_a_hostile_worker_ends_the_call_with_a_named_error_by_the_deadline(make_
     finally:
         pool_mod.spawn_worker = orig
         pool.close()
+
+
+def caps_lib() -> Path:
+    """The caps bridge's guest side, as the tier takes it: served by the WASI guest runner's plugin."""
+    import tempfile
+
+    from wbcore_runtime.contract import guest
+    from wbcore_runtime.runtime import Runtime
+
+    with tempfile.TemporaryDirectory() as home:
+        return guest.sandbox_caps(Runtime.open(plugins=["wasmtime"], home=home), "os_process")

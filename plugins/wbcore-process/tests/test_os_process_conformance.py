@@ -27,7 +27,7 @@ class TestOsProcessConformance(TierConformance):
     def open_agent(self, rt) -> Agent:
         from wbcore_process.pool import spawn_worker
 
-        worker = spawn_worker()
+        worker = spawn_worker(caps_lib())
         return Agent(send=worker.chan.send_frame, recv=worker.chan.recv, read_fd=worker.box.stdout_fd,
                      secret=worker.secret, alive=worker.box.alive, close=worker.close)
 
@@ -43,3 +43,14 @@ class TestOsProcessConformance(TierConformance):
         isolated = os.readlink(f"/proc/{pid}/ns/net") != os.readlink("/proc/self/ns/net")
         return SandboxFacts(interfaces=devices, connect_refused=isolated,
                             visible=lambda path: os.path.lexists(f"/proc/{pid}/root{path}"))
+
+
+def caps_lib() -> Path:
+    """The caps bridge's guest side, as the tier takes it: served by the WASI guest runner's plugin."""
+    import tempfile
+
+    from wbcore_runtime.contract import guest
+    from wbcore_runtime.runtime import Runtime
+
+    with tempfile.TemporaryDirectory() as home:
+        return guest.sandbox_caps(Runtime.open(plugins=["wasmtime"], home=home), "os_process")

@@ -352,7 +352,7 @@ def test_nested_commands_at_os_process_each_get_a_worker(make_runtime, toolkit_r
     assert rt.resolve("command", "nest").tier.name == "os_process"
     from wbcore_runtime.dispatch import resolve as resolution
 
-    pool = Pool(9)  # a private pool, warmed first: nine calls are in flight at the deepest point
+    pool = Pool(9, caps_lib())  # a private pool, warmed first: nine calls are in flight at the deepest point
     rt.__dict__.setdefault("_wb_tier_drivers", {})["os_process"] = OsProcessTier(rt, pool)
     resolution.forget(rt)
     try:
@@ -379,7 +379,7 @@ def test_nested_commands_at_os_process_each_get_a_worker(make_runtime, toolkit_r
 @pytest.fixture
 def raw_worker():
     """A worker spawned outside any pool, spoken to frame by frame."""
-    worker = spawn_worker()
+    worker = spawn_worker(caps_lib())
     yield worker
     worker.close()
 
@@ -462,7 +462,7 @@ def test_a_broken_stream_is_refused_and_ends_the_worker_cleanly(raw_worker, bad:
 
 
 def test_a_worker_that_breaks_the_protocol_ends_the_call_and_is_replaced(rt) -> None:
-    pool = Pool(1)
+    pool = Pool(1, caps_lib())
     osp = OsProcessTier(rt, pool)
     try:
         assert osp.call(request(rt, ECHO_WAT, stdin=b"1")).stdout == b"1"
@@ -480,7 +480,7 @@ def test_a_call_that_fails_on_the_host_mid_conversation_retires_its_worker(rt, m
     pytest.importorskip("wbcore_brokers_state", reason="the kv broker (wbcore-brokers-state) is not installed")
     import cbor2
 
-    pool = Pool(1)
+    pool = Pool(1, caps_lib())
     osp = OsProcessTier(rt, pool)
     try:
         osp.call(request(rt, ECHO_WAT))
@@ -509,7 +509,7 @@ def test_a_call_that_fails_on_the_host_mid_conversation_retires_its_worker(rt, m
 
 
 def test_a_killed_idle_worker_is_replaced(rt) -> None:
-    pool = Pool(1)
+    pool = Pool(1, caps_lib())
     osp = OsProcessTier(rt, pool)
     try:
         assert osp.call(request(rt, ECHO_WAT, stdin=b"a")).stdout == b"a"
@@ -523,7 +523,7 @@ def test_a_killed_idle_worker_is_replaced(rt) -> None:
 
 
 def test_a_worker_killed_mid_call_fails_that_call_clearly(rt) -> None:
-    pool = Pool(1)
+    pool = Pool(1, caps_lib())
     osp = OsProcessTier(rt, pool)
     try:
         osp.call(request(rt, ECHO_WAT))
@@ -541,7 +541,7 @@ def test_a_worker_killed_mid_call_fails_that_call_clearly(rt) -> None:
 def test_workers_outlive_the_thread_that_first_needed_them(rt) -> None:
     # The sandbox's init dies with the *thread* that started it (PR_SET_PDEATHSIG): workers
     # must be started on the pool's own thread, not on a caller's short-lived one.
-    pool = Pool(1)
+    pool = Pool(1, caps_lib())
     osp = OsProcessTier(rt, pool)
     try:
         caller = threading.Thread(target=lambda: osp.call(request(rt, ECHO_WAT)))
@@ -557,7 +557,7 @@ def test_workers_outlive_the_thread_that_first_needed_them(rt) -> None:
 
 
 def test_a_closed_pool_shuts_its_workers_down(rt) -> None:
-    pool = Pool(2)
+    pool = Pool(2, caps_lib())
     osp = OsProcessTier(rt, pool)
     osp.call(request(rt, ECHO_WAT))
     deadline = time.monotonic() + 10
@@ -574,13 +574,13 @@ def test_the_pool_size_comes_from_the_environment(monkeypatch: pytest.MonkeyPatc
     from wbcore_process import pool as pool_mod
 
     monkeypatch.setattr(pool_mod, "_pool", None)
-    assert pool_mod.shared({"WB_OS_PROCESS_WORKERS": "3"}).size == 3
+    assert pool_mod.shared({"WB_OS_PROCESS_WORKERS": "3"}, caps_lib()).size == 3
     monkeypatch.setattr(pool_mod, "_pool", None)
     with pytest.raises(InvalidArgs, match="WB_OS_PROCESS_WORKERS"):
-        pool_mod.shared({"WB_OS_PROCESS_WORKERS": "many"})
+        pool_mod.shared({"WB_OS_PROCESS_WORKERS": "many"}, caps_lib())
     monkeypatch.setattr(pool_mod, "_pool", None)
     with pytest.raises(InvalidArgs, match=r"1\.\.16"):
-        pool_mod.shared({"WB_OS_PROCESS_WORKERS": "0"})
+        pool_mod.shared({"WB_OS_PROCESS_WORKERS": "0"}, caps_lib())
 
 
 def test_worker_scratch_folders_are_removed_and_a_dead_owners_swept(rt, tmp_path, monkeypatch) -> None:
@@ -605,7 +605,7 @@ def test_worker_scratch_folders_are_removed_and_a_dead_owners_swept(rt, tmp_path
             if i == 0:
                 assert not dead.exists() and mine.exists()  # swept when the pool started
         live = [p for p in tmp_path.iterdir() if p.name.startswith(f"wb-spawn-{leftovers.owner_tag()}")]
-        assert len(live) <= pool_mod.shared().size, live  # only the warm workers' own
+        assert len(live) <= pool_mod.shared(None, caps_lib()).size, live  # only the warm workers' own
     finally:
         pool_mod.shutdown()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(f"wb-spawn-{leftovers.owner_tag()}")]
@@ -622,3 +622,14 @@ def test_the_session_secret_is_in_no_process_environment(raw_worker) -> None:
         environ = Path(f"/proc/{p}/environ").read_bytes()
         assert w.secret.hex().encode() not in environ and w.secret not in environ
         assert b"SECRET=" not in environ.replace(b"WB_SECRET_FD=", b"")
+
+
+def caps_lib() -> Path:
+    """The caps bridge's guest side, as the tier takes it: served by the WASI guest runner's plugin."""
+    import tempfile
+
+    from wbcore_runtime.contract import guest
+    from wbcore_runtime.runtime import Runtime
+
+    with tempfile.TemporaryDirectory() as home:
+        return guest.sandbox_caps(Runtime.open(plugins=["wasmtime"], home=home), "os_process")

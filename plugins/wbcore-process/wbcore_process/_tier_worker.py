@@ -14,8 +14,8 @@ Each call runs the guest in a fresh ``Store``: the call's memory limit, WASI wit
 and stdin only (output to private files in the sandbox's /tmp), and a wall-clock deadline
 and output caps watched by a ticker thread that ends the guest through the engine's epoch.
 The worker decides no policy: its ``wb.*`` imports are linked by the core's one caps bridge
-(``wbcore_runtime/wire/capbridge.py``, ``GuestCaps``, bound next to ``frames.py``, as in the container
-tier's runner): which may link is the host's answer to ``Link``, and every ``wb.<cap>`` call
+(its guest side, ``GuestCaps``: the file wbcore-wasmtime serves, ``wbcore_wasmtime/sandbox_caps.py``,
+bound as ``capbridge.py`` next to ``frames.py``, as in the container tier's runner): which may link is the host's answer to ``Link``, and every ``wb.<cap>`` call
 is forwarded to the host, which answers it through its Dock. The worker holds no credential
 and cannot open a connection to anything.
 """

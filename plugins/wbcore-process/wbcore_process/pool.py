@@ -39,7 +39,6 @@ from wbcore_runtime.wire import frames
 
 WORKER = Path(__file__).with_name("_tier_worker.py")
 FRAMES = Path(frames.__file__)  # wbcore_runtime/wire/frames.py: standard library only, bound into the sandbox
-CAPBRIDGE = FRAMES.with_name("capbridge.py")  # the core's one caps bridge (its guest side), bound next to it
 DEFAULT_WORKERS = 2
 MAX_WORKERS = 16
 MAX_EXTRA = 8
@@ -182,10 +181,11 @@ class Watchdog:
 class Pool:
     """Warm sandboxed workers, lent one call at a time (see the module docstring)."""
 
-    def __init__(self, size: int = DEFAULT_WORKERS) -> None:
+    def __init__(self, size: int, caps_lib: Path) -> None:
         if not 1 <= size <= MAX_WORKERS:
             raise InvalidArgs(f"WB_OS_PROCESS_WORKERS must be 1..{MAX_WORKERS}, got {size}")
         self.size = size
+        self.caps_lib = caps_lib  # the caps bridge's guest side (contract.guest.sandbox_caps), bound per worker
         self.limit = size + MAX_EXTRA
         self.watchdog = Watchdog()
         self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wb-os-process-spawner")
@@ -303,7 +303,7 @@ class Pool:
         init asks for SIGKILL when the *thread* that started it ends (PR_SET_PDEATHSIG),
         so a worker started on a caller's short-lived thread would die with that thread.
         """
-        worker = self._spawner.submit(spawn_worker).result()
+        worker = self._spawner.submit(spawn_worker, self.caps_lib).result()
         self.watchdog.arm(worker, time.monotonic() + START_TIMEOUT_S, "start")
         try:
             worker.chan.send_frame(frames.ping(worker.secret))
@@ -345,8 +345,10 @@ class Pool:
         self._spawner.shutdown(wait=False)
 
 
-def spawn_worker() -> Worker:
-    """Start one sandboxed worker process (before its handshake) with a new session secret."""
+def spawn_worker(caps_lib: Path) -> Worker:
+    """Start one sandboxed worker process (before its handshake) with a new session secret;
+    ``caps_lib`` is the caps bridge's guest side (served by the WASI guest runner's plugin,
+    :func:`wbcore_runtime.contract.guest.sandbox_caps`), bound as ``capbridge.py`` next to ``frames.py``."""
     from wbcore_process.sandbox import Bind, SandboxLimits, Sandbox, system_binds
 
     site = _wasmtime_dir()
@@ -358,7 +360,7 @@ def spawn_worker() -> Worker:
         Bind(site, "/wb/site"),
         Bind(WORKER, "/wb/worker.py"),
         Bind(FRAMES, "/wb/lib/frames.py"),
-        Bind(CAPBRIDGE, "/wb/lib/capbridge.py"),
+        Bind(caps_lib, "/wb/lib/capbridge.py"),
     ]
     # wasmtime reserves address space (guard regions) per linear memory, so RLIMIT_AS is
     # loose; a guest's memory is capped by its store's limits. /tmp holds one call's
@@ -377,8 +379,9 @@ _lock = threading.Lock()
 _pool: Pool | None = None
 
 
-def shared(env: dict[str, str] | None = None) -> Pool:
-    """The process's pool (created on first use, sized by ``WB_OS_PROCESS_WORKERS``)."""
+def shared(env: dict[str, str] | None, caps_lib: Path) -> Pool:
+    """The process's pool (created on first use, sized by ``WB_OS_PROCESS_WORKERS``; its
+    workers bind ``caps_lib``, as :func:`spawn_worker`)."""
     global _pool
     pool = _pool
     if pool is not None:
@@ -391,7 +394,7 @@ def shared(env: dict[str, str] | None = None) -> Pool:
             except ValueError:
                 raise InvalidArgs(f"WB_OS_PROCESS_WORKERS={raw!r}: expected a number of workers, e.g. 2") from None
             _sweep_dead_workers()
-            _pool = Pool(size)
+            _pool = Pool(size, caps_lib)
         return _pool
 
 

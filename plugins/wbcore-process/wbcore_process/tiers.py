@@ -14,7 +14,8 @@ top of wasm's own linear-memory isolation. One call, in frames (:mod:`wbcore_run
    ``Dock.call_raw`` under a context made from the request (principal, caps, the call's
    deadline, allowed hosts, toolkit) — the full cadence, audited, in this process — on a
    broker thread, while the caller keeps the deadline. Steps 2 and 3 are the core's one
-   caps bridge (:mod:`wbcore_runtime.wire.capbridge`: ``HostBridge`` here, ``GuestCaps`` in the worker),
+   caps bridge (:mod:`wbcore_runtime.wire.capbridge`: ``HostBridge`` here, ``GuestCaps`` in the worker,
+   the file wbcore-wasmtime serves: ``contract.guest.sandbox_caps``),
    the container tier's too;
 4. ``ExecResult``: exit code, output, and how the guest ended; the host maps it to the
    same result or error the instance tier gives (Timeout, LimitExceeded, GuestTrap).
@@ -38,6 +39,7 @@ from wbcore_process.pool import GRACE_S, Pool, Worker, _wasmtime_dir, shared
 from wbcore_runtime.contract import errors
 from wbcore_runtime.wire import frames
 from wbcore_runtime.contract.calls import CallResult, CommandRequest, Usage, check_guest_end
+from wbcore_runtime.contract import guest
 from wbcore_runtime.wire.capbridge import HostBridge
 from wbcore_runtime.contract.errors import Internal, InvalidArgs, Timeout, WbError
 from wbcore_runtime.contract.drivers import Availability
@@ -67,7 +69,7 @@ class OsProcessTier:
     @property
     def pool(self) -> Pool:
         if self._pool is None:
-            self._pool = shared(self.runtime.env)
+            self._pool = shared(self.runtime.env, guest.sandbox_caps(self.runtime, "os_process"))
         return self._pool
 
     def call(self, request: Any) -> CallResult:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from wbcore_wasmtime import shapes as _shapes
@@ -67,6 +68,8 @@ def wbcore_guest_runners() -> Iterator[GuestRunnerService]:
         summary="WASI guests (the c-wasm and js lanes' compilers) in the process's wasmtime engine",
         factory=guest_runner,
         available=_wasmtime_available,
+        # the caps bridge's guest side, bound by the sandbox tiers (os_process, container)
+        sandbox_caps=str(Path(__file__).with_name("sandbox_caps.py")),
     )
 
 
