@@ -29,7 +29,6 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -99,9 +98,34 @@ def bwrap_path() -> str | None:
     return shutil.which("bwrap")
 
 
-@lru_cache(maxsize=1)
+#: The probe runs only ``/usr/bin/true``, but RLIMIT_NPROC counts every process :data:`HOST_UID`
+#: has on the host, a container that just ended included until it is reaped: a tight limit here
+#: would call the tier unavailable because of a neighbour.
+PROBE_PROCESSES = 4096
+#: bwrap's words for EAGAIN from clone (HOST_UID at its process limit): a passing state, retried.
+TRANSIENT = "Resource temporarily unavailable"
+_probed: tuple[bool, str] | None = None
+_probe_lock = threading.Lock()
+
+
 def probe() -> tuple[bool, str]:
-    """Whether bwrap can make the namespaces here (tried once per process)."""
+    """Whether bwrap can make the namespaces here. The answer is kept for the process once known;
+    a transient refusal (EAGAIN) is retried for about 3 s and never kept, so one busy moment
+    does not disable the tier for a long-running server."""
+    global _probed
+    with _probe_lock:
+        if _probed is not None:
+            return _probed
+        for delay in (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 0.0):
+            ok, why = _probe_once()
+            if ok or TRANSIENT not in why:
+                _probed = (ok, why)
+                return _probed
+            time.sleep(delay)
+        return ok, why
+
+
+def _probe_once() -> tuple[bool, str]:
     exe = bwrap_path()
     if exe is None:
         return False, "bwrap is not on PATH (install it: apt-get install bubblewrap)"
@@ -109,7 +133,7 @@ def probe() -> tuple[bool, str]:
         done = subprocess.run([exe, "--version"], capture_output=True, timeout=10, check=False)
         version = done.stdout.decode().strip()
         spec = Spec(argv=["/usr/bin/true"], stdin=b"",
-                    limits=BwrapLimits(memory=256 << 20, processes=16, cpu_s=5, deadline_s=10.0, stdout_cap=4096,
+                    limits=BwrapLimits(memory=256 << 20, processes=PROBE_PROCESSES, cpu_s=5, deadline_s=10.0, stdout_cap=4096,
                                   stderr_cap=4096))
         out = run(spec, root=None)
     except (OSError, subprocess.SubprocessError) as exc:
