@@ -372,6 +372,9 @@ def fetch_svelte(env: Path) -> None:
     run([py, "-m", "wbcore_lane_js", "fetch", "svelte"])
 
 
+FAILURES: list[str] = []  # every failed test of this run, named again just before the closing line
+
+
 def run_suites(env: Path, suites: list[Path], rest: list[str], totals: dict[str, int]) -> int:
     """One pytest run per distribution's tests (each keeps its own conftest and helper
     modules, as when installed alone), its counts added to ``totals``."""
@@ -393,6 +396,11 @@ def run_suites(env: Path, suites: list[Path], rest: list[str], totals: dict[str,
                     totals["passed"] += tests - fails - skips
                     totals["failed"] += fails
                     totals["skipped"] += skips
+                for case in ET.parse(report).getroot().iter("testcase"):
+                    for bad_case in (*case.iter("failure"), *case.iter("error")):
+                        where = f"{case.get('classname', '')}::{case.get('name', '')}"
+                        why = (bad_case.get("message") or "").splitlines()[:1]
+                        FAILURES.append(f"{name}: {where} - {why[0][:300] if why else '?'}")
             if code not in (0, 5):  # 5: nothing collected (e.g. every test deselected by -m)
                 worst = worst or code
                 bad.append(name)
@@ -402,7 +410,10 @@ def run_suites(env: Path, suites: list[Path], rest: list[str], totals: dict[str,
 
 
 def closing(totals: dict[str, int]) -> None:
-    """The last line of a test run (CI reads it): the totals over every suite that ran."""
+    """The last line of a test run (CI reads it): the totals over every suite that ran, after
+    the name and first message line of every failed test (a CI log may keep only its tail)."""
+    for failure in FAILURES:
+        print(f"dev: FAILED {failure}", flush=True)
     print(f"{totals['passed']} passed, {totals['failed']} failed, {totals['skipped']} skipped", flush=True)
 
 
