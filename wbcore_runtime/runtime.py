@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wbcore_runtime.contract.errors import ManifestError
-from wbcore_runtime.contract.errors import NotFound as _NotFound
+from wbcore_runtime.contract import host as _host
 from wbcore_runtime.toolkit import roots as _roots
 
 if TYPE_CHECKING:  # pluggy, the plugins and the records load with the first plugin use
@@ -289,14 +289,10 @@ class Runtime:
     @cached_property
     def agents(self) -> Any:
         """The agent loop driver (``wbcore_runtime.contract.drivers.AgentLoopDriver``): ``run``, ``sessions``.
-        ``$WB_AGENT_LOOP`` or the only one installed; ``NotFound`` naming what to install."""
-        reg = self.agent_loops
-        name = self.env.get("WB_AGENT_LOOP") or (reg.names()[0] if len(reg) == 1 else None)
-        if name is None:
-            if not len(reg):
-                raise _NotFound("no agent loop is installed; pip install wbcore-agent")
-            raise _NotFound(f"several agent loops are installed ({', '.join(reg.names())}); choose with WB_AGENT_LOOP")
-        return reg.get(name).factory(self)
+        ``$WB_AGENT_LOOP`` or the only one installed (``contract.host.chosen``)."""
+        record = _host.chosen(self, self.agent_loops, None, env="WB_AGENT_LOOP", noun=("agent loop", "agent loops"),
+                              none_installed="no agent loop is installed; pip install wbcore-agent")
+        return record.factory(self)
 
     def agent(self, agent: Any, task: str, **kw: Any) -> Any:
         """Run an agent (an ``agent.org`` path, an agent id, or a ``wbcore_runtime.toolkit.agents.AgentDef``)

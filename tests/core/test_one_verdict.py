@@ -102,3 +102,13 @@ def test_one_tree_walker() -> None:
     }
     walkers = _hits(r"\.rglob\(|\.glob\(\s*[\"']\*\*", home)
     assert not walkers, "walk toolkit-controlled trees with wbcore_runtime.guard.paths.walk:\n" + "\n".join(walkers)
+
+
+def test_one_service_chooser() -> None:
+    """Which of several interchangeable services serves (build sandbox, guest runner, tool
+    provider) is chosen in contract.host.chosen alone: by name, else the variable, else the
+    only one. The LLM settings choose a provider from a model's ``provider:`` prefix first, a
+    rule of their own."""
+    home = {"wbcore_runtime/contract/host.py": "the chooser", "wbcore_runtime/contract/llm.py": "provider:model"}
+    copies = _hits(r"len\(names\) == 1|several .* are installed", home)
+    assert not copies, "call wbcore_runtime.contract.host.chosen instead:\n" + "\n".join(copies)

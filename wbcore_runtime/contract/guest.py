@@ -22,12 +22,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-from wbcore_runtime.contract.errors import InvalidArgs, NotFound
-
-if TYPE_CHECKING:
-    from wbcore_runtime.contract.host import RuntimeServices
+from wbcore_runtime.contract.errors import NotFound
+from wbcore_runtime.contract.host import RuntimeServices, chosen
 
 #: What to say when no plugin serves a guest runner.
 NONE_INSTALLED = "no WASI guest runner is installed; pip install wbcore-wasmtime"
@@ -116,23 +114,10 @@ def runner(runtime: RuntimeServices, name: str | None = None) -> GuestRunner:
     # imports the runner's module, not every plugin
     index = runtime.index_until_loaded()
     registry = index.registry("guest_runners") if index is not None else runtime.guest_runners
-    want = name or runtime.env.get(ENV_CHOICE)
-    if want:
-        served: GuestRunner = registry.get(want).factory(runtime)
-        return served
-    names = registry.names()
-    if len(names) == 1:
-        only: GuestRunner = registry.get(names[0]).factory(runtime)
-        return only
-    if names:
-        raise InvalidArgs(f"several WASI guest runners are installed ({', '.join(names)}); "
-                          f"choose one with {ENV_CHOICE}=<name>")
-    message = NONE_INSTALLED
-    broken = [i for i in runtime.plugin_infos if not i.loaded]
-    if broken:
-        message += "; plugins that failed to load and might serve it: " + "; ".join(
-            f"{i.name} ({i.origin}): {i.error}" for i in broken)
-    raise NotFound(message)
+    record = chosen(runtime, registry, name, env=ENV_CHOICE, noun=("WASI guest runner", "WASI guest runners"),
+                    none_installed=NONE_INSTALLED)
+    served: GuestRunner = record.factory(runtime)
+    return served
 
 
 def sandbox_caps(runtime: RuntimeServices, tier: str) -> Path:

@@ -20,6 +20,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from wbcore_runtime.contract.errors import InvalidArgs, NotFound
+
 if TYPE_CHECKING:
     import pluggy
 
@@ -144,3 +146,32 @@ class RuntimeServices(Protocol):
     def toolkit(self, ident: str) -> Toolkit: ...
     def verify(self, ident: str) -> Any: ...
     def effective_caps(self, toolkit: Toolkit, *, assume: Any = None) -> frozenset[str]: ...
+
+
+def chosen(runtime: RuntimeServices, registry: Registry[R_co], name: str | None, *, env: str,
+           noun: tuple[str, str], none_installed: str) -> R_co:
+    """The record of one of several interchangeable services (the build sandbox, the WASI guest
+    runner, the tool provider), chosen the one way every surface chooses: ``name``, else the
+    ``env`` variable, else the only one served.
+
+    ``noun`` is the service's name, singular and plural, for messages. Several served and no
+    choice is ``InvalidArgs`` listing them; none is ``NotFound`` saying ``none_installed``, or
+    naming a service provided twice, and any plugin that failed to load and might serve it.
+    """
+    want = name or runtime.env.get(env)
+    if want:  # unknown: the registry lists the known; provided twice: it names both
+        return registry.get(want)
+    names = registry.names()
+    if len(names) == 1:
+        return registry.get(names[0])
+    if names:
+        raise InvalidArgs(f"several {noun[1]} are installed ({', '.join(names)}); choose one with {env}=<name>")
+    message = none_installed
+    if registry.conflicts:
+        message = "; ".join(f"{noun[0]} {n!r} is provided twice: by {' and '.join(p.origin for p in ps)}; "
+                            "uninstall one" for n, ps in registry.conflicts.items())
+    broken = [i for i in runtime.plugin_infos if not i.loaded]
+    if broken:
+        message += "; plugins that failed to load and might serve it: " + "; ".join(
+            f"{i.name} ({i.origin}): {i.error}" for i in broken)
+    raise NotFound(message)

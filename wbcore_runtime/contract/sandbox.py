@@ -21,13 +21,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from wbcore_runtime.contract.drivers import Availability
-from wbcore_runtime.contract.errors import InvalidArgs, NotFound, Timeout, WbError
-
-if TYPE_CHECKING:
-    from wbcore_runtime.contract.host import RuntimeServices
+from wbcore_runtime.contract.errors import InvalidArgs, Timeout, WbError
+from wbcore_runtime.contract.host import RuntimeServices, chosen
 
 #: What to say when no plugin serves a build sandbox.
 NONE_INSTALLED = "no build sandbox is installed; pip install wbcore-process"
@@ -173,25 +171,8 @@ def select(runtime: RuntimeServices, name: str | None = None) -> Any:
     None served is ``NotFound`` naming what to install (and any plugin that failed to
     load); several and no choice is ``InvalidArgs`` listing them.
     """
-    registry = runtime.build_sandboxes
-    want = name or runtime.env.get(ENV_CHOICE)
-    if want:  # the registry holds BuildSandbox records (runtime._collect checks each)
-        return registry.get(want)
-    names = registry.names()
-    if len(names) == 1:
-        return registry.get(names[0])
-    if names:
-        raise InvalidArgs(f"several build sandboxes are installed ({', '.join(names)}); "
-                          f"choose one with {ENV_CHOICE}=<name>")
-    message = NONE_INSTALLED
-    if registry.conflicts:
-        message = "; ".join(f"build sandbox {n!r} is provided twice: by {' and '.join(p.origin for p in ps)}; "
-                            "uninstall one" for n, ps in registry.conflicts.items())
-    broken = [i for i in runtime.plugin_infos if not i.loaded]
-    if broken:
-        message += "; plugins that failed to load and might serve it: " + "; ".join(
-            f"{i.name} ({i.origin}): {i.error}" for i in broken)
-    raise NotFound(message)
+    return chosen(runtime, runtime.build_sandboxes, name, env=ENV_CHOICE,
+                  noun=("build sandbox", "build sandboxes"), none_installed=NONE_INSTALLED)
 
 
 def availability(runtime: RuntimeServices, name: str | None = None) -> Availability:

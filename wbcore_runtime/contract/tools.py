@@ -29,11 +29,11 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol, Union
 
 from wbcore_runtime.contract.cbor import loads
-from wbcore_runtime.contract.errors import InvalidArgs, NotFound, WbError
+from wbcore_runtime.contract.errors import WbError
+from wbcore_runtime.contract.host import RuntimeServices, chosen
 
 if TYPE_CHECKING:
     from wbcore_runtime.contract.calls import Principal
-    from wbcore_runtime.contract.host import RuntimeServices
 
 #: What to say when no plugin serves a tool provider.
 NONE_INSTALLED = "no tool provider is installed (toolkits as ACT tools); pip install wbcore-act"
@@ -393,20 +393,7 @@ def service(runtime: RuntimeServices, name: str | None = None) -> ToolService:
 
     None served is ``NotFound`` naming what to install (and any plugin that failed to load);
     several and no choice is ``InvalidArgs`` listing them."""
-    registry = runtime.tool_providers
-    want = name or runtime.env.get(ENV_CHOICE)
-    if want:
-        chosen: ToolService = registry.get(want).factory(runtime)
-        return chosen
-    names = registry.names()
-    if len(names) == 1:
-        only: ToolService = registry.get(names[0]).factory(runtime)
-        return only
-    if names:
-        raise InvalidArgs(f"several tool providers are installed ({', '.join(names)}); choose one with {ENV_CHOICE}=<name>")
-    message = NONE_INSTALLED
-    broken = [i for i in runtime.plugin_infos if not i.loaded]
-    if broken:
-        message += "; plugins that failed to load and might serve it: " + "; ".join(
-            f"{i.name} ({i.origin}): {i.error}" for i in broken)
-    raise NotFound(message)
+    record = chosen(runtime, runtime.tool_providers, name, env=ENV_CHOICE, noun=("tool provider", "tool providers"),
+                    none_installed=NONE_INSTALLED)
+    served: ToolService = record.factory(runtime)
+    return served
