@@ -29,7 +29,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol, Union
 
 from wbcore_runtime.contract.cbor import loads
-from wbcore_runtime.contract.errors import WbError
+from wbcore_runtime.contract.errors import NotFound, WbError, unknown_name
 from wbcore_runtime.contract.host import RuntimeServices, chosen
 
 if TYPE_CHECKING:
@@ -317,6 +317,44 @@ def events_text(events: Iterable[StreamEvent]) -> str:
 
 #: ``progress(fraction, message)``: how a call reports how far it got.
 Progress = Callable[[float, str], None]
+
+
+class ToolTable:
+    """A provider's tools by name, built on first use and again after :meth:`refresh_if_changed`
+    forgot them; the one lookup rule every provider keeps (an unknown name is looked up once
+    more after a refresh, since a toolkit may have been built meanwhile, then ``NotFound``
+    naming the known). A subclass builds the table (``_build``) and says when it is stale."""
+
+    _tools: dict[str, Tool] | None = None
+    _lock: threading.Lock
+
+    def _build(self) -> dict[str, Tool]:
+        raise NotImplementedError
+
+    def refresh_if_changed(self) -> bool:
+        raise NotImplementedError
+
+    def _forget(self) -> None:
+        with self._lock:
+            self._tools = None
+
+    def tools(self) -> dict[str, Tool]:
+        if self._tools is None:
+            with self._lock:
+                if self._tools is None:
+                    self._tools = self._build()
+        return self._tools
+
+    def list_tools(self) -> list[ToolDefinition]:
+        return [t.definition for t in self.tools().values()]
+
+    def tool(self, name: str) -> Tool:
+        found = self.tools().get(name)
+        if found is None and self.refresh_if_changed():
+            found = self.tools().get(name)
+        if found is None:
+            raise NotFound(unknown_name("tool", name, list(self.tools())))
+        return found
 
 
 class ToolProvider(Protocol):

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from wbcore_runtime.contract.calls import Principal
-from wbcore_runtime.contract.errors import InvalidArgs, NotFound, WbError, unknown_name
+from wbcore_runtime.contract.errors import InvalidArgs, WbError
 from wbcore_runtime.contract.tools import (
     STD_DESTRUCTIVE,
     STD_IDEMPOTENT,
@@ -52,7 +52,7 @@ from wbcore_runtime.contract.tools import (
     ToolError,
     ToolErrorKind,
 )
-from wbcore_runtime.contract.tools import CallOutcome, DeclaredArg, Tool
+from wbcore_runtime.contract.tools import CallOutcome, DeclaredArg, Tool, ToolTable
 from wbcore_runtime.contract import cbor
 from wbcore_runtime.dispatch import resolve as resolution
 from wbcore_runtime.trust import policy
@@ -189,7 +189,7 @@ def _annotations(caps: frozenset[str], flags: frozenset[str], timeout_s: float |
 # --- the provider ---------------------------------------------------------------------
 
 
-class ToolkitProvider:
+class ToolkitProvider(ToolTable):
     """The ACT tool-provider over a :class:`~wbcore_runtime.runtime.Runtime`.
 
     ``only``: tool names (or toolkit ids) to expose; ``None`` exposes every tool.
@@ -218,24 +218,6 @@ class ToolkitProvider:
             self._tools = None
             self._seen = fp
         return True
-
-    def tools(self) -> dict[str, Tool]:
-        if self._tools is None:
-            with self._lock:
-                if self._tools is None:
-                    self._tools = self._build()
-        return self._tools
-
-    def list_tools(self) -> list[ToolDefinition]:
-        return [t.definition for t in self.tools().values()]
-
-    def tool(self, name: str) -> Tool:
-        found = self.tools().get(name)
-        if found is None and self.refresh_if_changed():
-            found = self.tools().get(name)
-        if found is None:
-            raise NotFound(unknown_name("tool", name, list(self.tools())))
-        return found
 
     def act_skills(self) -> dict[str, str]:
         """``act:skill`` texts carried by component artifacts, by toolkit (or component) name."""

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from wbcore_runtime.contract import tools as _tools
-from wbcore_runtime.contract.errors import InvalidArgs, NotFound, WbError, unknown_name
+from wbcore_runtime.contract.errors import InvalidArgs, WbError
 from wbcore_runtime.contract.tools import (
     STD_TIMEOUT_MS,
     CallOutcome,
@@ -71,7 +71,7 @@ def _first_failure(tk: Any, runtime: RuntimeServices) -> str | None:
     return f"verify: {failed.area}: {failed.message}" if failed is not None else None
 
 
-class ServedProvider:
+class ServedProvider(_tools.ToolTable):
     """The tool provider MCP serves: registered tools, plus unbuilt toolkits built on first call.
 
     It wraps the runtime's provider (``contract.tools.service(runtime).provider``): the
@@ -92,31 +92,12 @@ class ServedProvider:
 
     # -- listing --
 
-    def tools(self) -> dict[str, Tool]:
-        if self._tools is None:
-            with self._lock:
-                if self._tools is None:
-                    self._tools = self._build()
-        return self._tools
-
     def refresh_if_changed(self) -> bool:
         """Forget the list when the registry changed (a toolkit was built or removed)."""
         changed = self.base.refresh_if_changed()
         if changed:
-            with self._lock:
-                self._tools = None
+            self._forget()
         return changed
-
-    def list_tools(self) -> list[ToolDefinition]:
-        return [t.definition for t in self.tools().values()]
-
-    def tool(self, name: str) -> Tool:
-        found = self.tools().get(name)
-        if found is None and self.refresh_if_changed():
-            found = self.tools().get(name)
-        if found is None:
-            raise NotFound(unknown_name("tool", name, list(self.tools())))
-        return found
 
     def selected(self, tool: Tool) -> bool:
         return self.base.selected(tool)
@@ -247,12 +228,15 @@ class ServedProvider:
     def call_json(self, name: str, args: Mapping[str, Any], *, cancel: threading.Event | None = None,
                   timeout: float | None = None, progress: Callable[[float, str], None] | None = None,
                   mounts: Sequence[str] = (), remote: str | None = None) -> CallOutcome:
-        self.tools()
-        toolkit = self.pending.get(name)
-        if toolkit is None:
+        table = self.tools()
+        toolkit = self._pending.get(name)
+        drafted = table.get(name)
+        # a table read while another caller's build landed may predate it: the provider's own
+        # lookup (a refresh, then the registered tool) serves the name then
+        if toolkit is None or drafted is None:
             return self.base.call_json(name, args, cancel=cancel, timeout=timeout, progress=progress, mounts=mounts,
                                        remote=remote)
-        placeholder = self.tools()[name].kind == "component"
+        placeholder = drafted.kind == "component"
 
         def say(stage: str, detail: str) -> None:
             if progress is not None:
