@@ -313,11 +313,12 @@ class Runtime:
 
         return sandbox.select(self, name).factory(self)
 
-    def collect_all(self) -> None:
-        """Collect every registry (``wbx plugins`` shows what each plugin serves)."""
-        for name in ("shapes", "lanes", "prefixes", "brokers", "tiers", "federation_sources", "build_sandboxes",
-                     "guest_runners", "tool_providers", "fabric_engines", "llm_providers", "agent_loops"):
-            getattr(self, name)
+    def collect_all(self) -> list[_plugins.RecordRegistry[Any]]:
+        """Every registry, one per registry hook (``contract.records.RECORD_KINDS``), collected:
+        ``wbx plugins`` shows what each plugin serves and every name two plugins serve."""
+        return [getattr(self, name) for name in (
+            "shapes", "lanes", "prefixes", "brokers", "tiers", "federation_sources", "builtins", "build_sandboxes",
+            "guest_runners", "tool_providers", "fabric_engines", "llm_providers", "agent_loops")]
 
     # --- state under $WB_HOME -----------------------------------------------------
 

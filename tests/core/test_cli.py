@@ -275,3 +275,31 @@ def test_a_plugin_adds_a_toolkit_subcommand_and_cannot_take_a_builtin_one(make_r
     assert r.exit_code == 0 and "greet" in r.stdout and "Greet from a plugin." in r.stdout
     r = wbx("--help", runtime=rt)
     assert "command 'identity steal' not added: plugins add subcommands only to ['toolkit']" in r.stderr
+
+
+def _serving_tools(cls_name: str) -> object:
+    from wbcore_runtime.contract.records import ToolProviderService
+
+    def factory(runtime: object) -> object:
+        raise AssertionError("a provider served twice is never built")
+
+    class Plugin:
+        @hookimpl
+        def wbcore_tool_providers(self):
+            return [ToolProviderService("act", "ACT tools", factory)]
+
+    Plugin.__name__ = Plugin.__qualname__ = cls_name
+    return Plugin()
+
+
+def test_plugins_names_every_name_two_plugins_serve(make_runtime, wbx):
+    """Every registry's clashes show, the tool providers' included (the listing once named
+    eight registries by hand and missed the rest)."""
+    rt = make_runtime(plugins=[_serving_tools("ActOne"), _serving_tools("ActTwo")])
+    r = wbx("plugins", runtime=rt)
+    assert r.exit_code == 0
+    (line,) = [ln for ln in r.stdout.splitlines() if ln.startswith("conflict:")]
+    assert line.startswith("conflict: tool provider 'act' provided by ") and "ActOne" in line and "ActTwo" in line
+    from wbcore_runtime.contract.records import RECORD_KINDS
+
+    assert len(rt.collect_all()) == len(RECORD_KINDS)  # one registry per registry hook

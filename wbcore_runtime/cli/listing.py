@@ -47,8 +47,7 @@ def register(app: typer.Typer, runtime: RuntimeServices) -> None:
                 typer.echo(f"  warning: {warning}")
         for problem in universe.problems:
             typer.echo(f"warning: {problem}")
-        for reg in (runtime.shapes, runtime.lanes, runtime.prefixes, runtime.brokers, runtime.tiers,
-                    runtime.build_sandboxes, runtime.guest_runners, runtime.fabric_engines):
+        for reg in runtime.collect_all():
             for name, owners in reg.conflicts.items():
                 typer.echo(f"conflict: {reg.what} {name!r} provided by {' and '.join(o.origin for o in owners)}")
 

@@ -100,7 +100,7 @@ class RuntimeServices(Protocol):
     def agent_loops(self) -> Registry[Any]: ...  # of ``records.AgentLoop``
     @property
     def builtins(self) -> Registry[Any]: ...  # of ``records.BuiltinCommand``
-    def collect_all(self) -> None: ...
+    def collect_all(self) -> Sequence[Registry[Any]]: ...  # every registry, collected
     @property
     def cap_universe(self) -> Any: ...  # ``trust.policy.Universe``
     def caps_universe_for(self, caps: Iterable[str]) -> Any: ...
