@@ -43,5 +43,20 @@ def test_a_lasting_refusal_is_kept(fresh, monkeypatch) -> None:
     assert bwrap._probed == refused
 
 
-def test_the_probe_does_not_share_the_calls_tight_process_limit() -> None:
-    assert bwrap.PROBE_PROCESSES >= 1024
+def test_the_probe_does_not_share_the_calls_tight_process_limit(monkeypatch) -> None:
+    """The probe's container gets a process limit far above a call's: RLIMIT_NPROC counts every
+    process of HOST_UID, so at a call's limit a neighbour's containers make the probe fail."""
+    from wbcore_container import shell, tiers
+
+    seen: list[bwrap.Spec] = []
+
+    def ran(spec: bwrap.Spec, root: object) -> bwrap.Outcome:
+        seen.append(spec)
+        return bwrap.Outcome(0, b"", b"", b"", "", False, False, 0.0)
+
+    monkeypatch.setattr(bwrap, "bwrap_path", lambda: "/bin/true")
+    monkeypatch.setattr(bwrap, "run", ran)
+    assert bwrap._probe_once()[0]
+    (spec,) = seen
+    assert spec.limits.processes == bwrap.PROBE_PROCESSES
+    assert spec.limits.processes >= 16 * max(tiers.POSIX_PROCESSES, shell.SHELL_PROCESSES)
