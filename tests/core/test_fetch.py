@@ -20,6 +20,11 @@ from wbcore_runtime.contract.errors import DnsError, InvalidArgs, Timeout, TlsEr
 from wbcore_runtime.guard.netguard import EgressDenied, NetGuard
 from wbcore_testing.fixtures import FileServer
 
+#: How late a deadline or a cancel may show on a loaded 2-core CI machine. The bounds below rule
+#: out waiting for what the deadline cuts (a 30 s sleep, a spin), an order of magnitude longer;
+#: how fast the cut is belongs to bench/, not to a test.
+SLACK_S = 3.0
+
 ALLOW = {"WB_ALLOW_PRIVATE_SOURCES": "1"}
 
 
@@ -192,7 +197,7 @@ def test_caps_hold_while_streaming(http_port, tmp_path):
     with pytest.raises(Timeout):
         fetch.download(f"http://127.0.0.1:{http_port}/stall", tmp_path / "out", guard=guard,
                        limits=fetch.FetchLimits(timeout=1.0))
-    assert time.monotonic() - start < 2.5
+    assert time.monotonic() - start < 1.0 + SLACK_S
     with pytest.raises(EgressDenied, match="SSRF guard"):
         fetch.download(f"http://127.0.0.1:{http_port}/x", tmp_path / "out", guard=NetGuard.from_env({}))
 

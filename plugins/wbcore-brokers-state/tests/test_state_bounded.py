@@ -18,6 +18,11 @@ from wbcore_runtime.contract.calls import Principal
 from wbcore_runtime.contract.errors import InvalidArgs, Timeout
 from wbcore_runtime.trust.policy import PROFILES
 
+#: How late a deadline or a cancel may show on a loaded 2-core CI machine. The bounds below rule
+#: out waiting for what the deadline cuts (a 30 s sleep, a spin), an order of magnitude longer;
+#: how fast the cut is belongs to bench/, not to a test.
+SLACK_S = 3.0
+
 MiB = 1 << 20
 COMPUTE = PROFILES["compute"]
 EIGHT = "WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM r WHERE i<8) "
@@ -148,7 +153,7 @@ def test_slow_query_ends_at_the_deadline(rt):
     with pytest.raises(Timeout) as exc:
         rt.dock.call(c, "vfs", "query", {"sql": count})
     assert exc.value.reason == "deadline"
-    assert time.monotonic() - t0 < 1.0 + 1.0
+    assert time.monotonic() - t0 < 1.0 + SLACK_S
 
 
 def test_query_budget_follows_a_smaller_max_response(rt):

@@ -25,6 +25,11 @@ from wbcore_testing.fixtures import manifest_text, write_toolkit  # noqa: E402
 
 from wbcore_container.tiers import ContainerTier  # noqa: E402
 
+#: How late a deadline or a cancel may show on a loaded 2-core CI machine. The bounds below rule
+#: out waiting for what the deadline cuts (a 30 s sleep, a spin), an order of magnitude longer;
+#: how fast the cut is belongs to bench/, not to a test.
+SLACK_S = 3.0
+
 
 def needs_wasm() -> None:
     """The wasm rows build WAT and compare with the instance tier: both are wbcore-wasmtime's."""
@@ -165,7 +170,7 @@ def test_posix_deadline_kills_the_whole_container(rt, toolkit_root) -> None:
     t0 = time.monotonic()
     with pytest.raises(Timeout, match="deadline"):
         shell(rt, toolkit_root, "sleep 100 & sleep 100 & while :; do :; done", timeout=1.0)
-    assert time.monotonic() - t0 < 1.0 + 1.0
+    assert time.monotonic() - t0 < 1.0 + SLACK_S
     assert not _host_processes_of(bwrap.HOST_UID), _ps(bwrap.HOST_UID)
 
 
@@ -204,7 +209,7 @@ def test_cancel_kills_the_container(rt, toolkit_root) -> None:
     t0 = time.monotonic()
     with pytest.raises(Timeout, match="cancelled"):
         rt.call(name, ["-c", "sleep 30"], b"", timeout=20, cancel=cancel)
-    assert time.monotonic() - t0 < 2.0
+    assert time.monotonic() - t0 < 0.3 + SLACK_S
 
 
 def _kv_request(rt, wat: str, **kw):
@@ -346,6 +351,6 @@ def test_the_deadline_holds_while_a_bridged_broker_blocks(rt) -> None:
         t0 = time.monotonic()
         with pytest.raises(Timeout, match="deadline"):
             ContainerTier(rt).call(req)
-        assert time.monotonic() - t0 < 1.0 + 1.0
+        assert time.monotonic() - t0 < 1.0 + SLACK_S
     finally:
         release.set()

@@ -29,6 +29,11 @@ from wbcore_testing.conformance import (  # noqa: E402
 from wbcore_process.pool import Pool, spawn_worker  # noqa: E402
 from wbcore_process.tiers import OsProcessTier  # noqa: E402
 
+#: How late a deadline or a cancel may show on a loaded 2-core CI machine. The bounds below rule
+#: out waiting for what the deadline cuts (a 30 s sleep, a spin), an order of magnitude longer;
+#: how fast the cut is belongs to bench/, not to a test.
+SLACK_S = 3.0
+
 REPO = Path(__file__).resolve().parents[3]
 #: Sleeps 100 s inside a WASI call (where the epoch cannot stop it): only the watchdog can.
 SLEEP_WAT = """(module
@@ -188,7 +193,7 @@ def test_a_cancelled_call_ends_promptly(rt, tiers) -> None:
     t0 = time.monotonic()
     with pytest.raises(Timeout, match="cancelled"):
         osp.call(request(rt, SLEEP_WAT, timeout_s=5.0, cancel=cancel))
-    assert time.monotonic() - t0 < 2.0
+    assert time.monotonic() - t0 < 0.3 + SLACK_S  # and short of the 5 s deadline
 
 
 # --- what the worker is: no network, no host files, no privileges ------------------------------

@@ -18,6 +18,11 @@ wasmtime = pytest.importorskip("wasmtime")
 
 from wbcore_wasmtime import component as comp  # noqa: E402
 
+#: How late a deadline or a cancel may show on a loaded 2-core CI machine. The bounds below rule
+#: out waiting for what the deadline cuts (a 30 s sleep, a spin), an order of magnitude longer;
+#: how fast the cut is belongs to bench/, not to a test.
+SLACK_S = 3.0
+
 DATA = Path(__file__).parent / "data"
 
 
@@ -86,7 +91,7 @@ def test_runaway_guest_stops_at_deadline_and_host_carries_on(calc) -> None:
     t0 = time.monotonic()
     with pytest.raises(Timeout, match="deadline"):
         runner.call(_req(sha, "spin", {}, timeout=0.2))
-    assert time.monotonic() - t0 < 2.0
+    assert time.monotonic() - t0 < 0.2 + SLACK_S
     assert runner.call(_req(sha, "add", {"a": 1, "b": 1})).value == 2
 
 

@@ -18,6 +18,11 @@ from wbcore_runtime.trust import policy
 from wbcore_runtime.contract.errors import NotFound, Timeout
 from wbcore_runtime.contract.records import Broker
 
+#: How late a deadline or a cancel may show on a loaded 2-core CI machine. The bounds below rule
+#: out waiting for what the deadline cuts (a 30 s sleep, a spin), an order of magnitude longer;
+#: how fast the cut is belongs to bench/, not to a test.
+SLACK_S = 3.0
+
 POLL = '(import "wasi_snapshot_preview1" "poll_oneoff" (func $poll (param i32 i32 i32 i32) (result i32)))'
 WRITE = '(import "wasi_snapshot_preview1" "fd_write" (func $w (param i32 i32 i32 i32) (result i32)))'
 
@@ -61,11 +66,11 @@ def test_a_30s_sleep_under_compute_ends_at_its_deadline_with_exit_124(rt, regist
     r = wbx("run", "sleep30", runtime=rt, input=b"")
     took = time.monotonic() - t
     assert r.exit_code == 124, r.stderr
-    assert deadline - 0.1 <= took <= deadline + 0.5, took
+    assert deadline - 0.1 <= took <= deadline + SLACK_S, took
     t = time.monotonic()
     with pytest.raises(Timeout, match="deadline"):
         rt.call("sleep30", timeout=0.3)
-    assert time.monotonic() - t <= 0.8
+    assert time.monotonic() - t <= 0.3 + SLACK_S
 
 
 def test_cancel_stops_a_sleeping_guest(rt, register):
@@ -75,7 +80,7 @@ def test_cancel_stops_a_sleeping_guest(rt, register):
     t = time.monotonic()
     with pytest.raises(Timeout, match="cancelled"):
         rt.call("sleep30", cancel=cancel)
-    assert time.monotonic() - t < 1.5
+    assert time.monotonic() - t < 0.2 + SLACK_S
 
 
 # --- a broker that blocks ---------------------------------------------------------------
