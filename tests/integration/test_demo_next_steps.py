@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 from wbcore_runtime.build import builder
-from wbcore_runtime.cli import demo
+from wbcore_demo import demo
 from wbcore_runtime.runtime import Runtime
 
 TOOLKITS = Path(__file__).resolve().parents[2] / "toolkits"
@@ -73,7 +73,7 @@ def test_the_demo_network_steps_read_its_local_site(tmp_path: Path, capsys) -> N
     import pytest
 
     pytest.importorskip("wbcore_lane_js")
-    from wbcore_runtime.cli.demosite import DemoSite
+    from wbcore_demo.demosite import DemoSite
 
     proj = tmp_path / "proj"
     for ident in ("http", "pip-fetch"):
