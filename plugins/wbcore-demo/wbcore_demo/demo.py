@@ -65,12 +65,21 @@ def run(runtime: RuntimeServices) -> None:
 DEMO_INPUT = "hello from wbx demo\n"
 
 
+def _plugin_loaded(runtime: RuntimeServices, distribution: str) -> bool:
+    """Whether the runtime loaded ``distribution``'s plugin (installed, and selected by
+    ``WB_PLUGINS`` when that is set): the demo asks the runtime, never imports a plugin."""
+    return any(i.loaded and i.origin.partition(" ")[0] == distribution for i in runtime.plugin_infos)
+
+
 def _tier_missing(runtime: RuntimeServices, manifest: object) -> list[str]:
-    """Why no tier that runs the toolkit's shape is available here ([] when one is, or the
-    shape runs in-process): the line that explains a toolkit this machine cannot run."""
+    """Why this machine cannot run the toolkit's shape: no plugin serves the shape, or no tier
+    that runs it is available ([] when one is, or the shape runs in-process): the line that
+    explains a toolkit this machine cannot run."""
     exec_ = manifest.exec  # type: ignore[attr-defined]
-    if not exec_ or exec_ not in runtime.shapes:
+    if not exec_:
         return []
+    if exec_ not in runtime.shapes:
+        return [f"no installed plugin serves its shape {exec_} (wbx shapes lists those served)"]
     wanted = runtime.shapes.get(exec_).default_tier
     if wanted == "instance":
         return []
@@ -114,7 +123,7 @@ def next_steps(runtime: RuntimeServices, built: list[tuple[str, str]]) -> str:
     shown = next((tk for tk in runtime.discover().toolkits.values() if tk.skills), None)
     if shown is not None:
         lines.append(f"  {wbx} toolkit show {shown.id} {shown.skills[0].slug}")
-    if find_spec("wbcore_mcp") is not None:
+    if _plugin_loaded(runtime, "wbcore-mcp"):
         lines.append(f"  {wbx} mcp serve   # the built commands as MCP tools over stdio")
     return "\n".join(lines)
 
@@ -220,6 +229,9 @@ def _build_and_run(runtime: RuntimeServices, found: object, site: str = "") -> t
         except WbError as exc:
             failed += 1
             typer.echo(f"  {tk.id}: FAILED: {exc.kind.value}: {exc.message}")
+    if "upper" not in runtime.builtins:
+        typer.echo("  built-in upper: skipped: no installed plugin serves it (wbcore-wasmtime does)")
+        return failed, built
     try:
         out = runtime.call("upper", [], DEMO_INPUT.encode())
         typer.echo(f"  built-in upper (WAT-built WASM): {out.stdout.decode().strip()}")
@@ -256,8 +268,8 @@ def federation(runtime: RuntimeServices, site: str, *, timeout: float = 120.0) -
     scratch folder (on WB_TOOLKIT_PATH), read by ``wbx fed query`` — every page, through the
     SSRF guard, audited. Returns how many steps failed; skipped, saying why, without the plugin."""
     typer.echo("\n== federation: a REST/JSON source as a table (wbx fed query)")
-    if find_spec("wbcore_federation") is None:
-        typer.echo("  skipped: the federation plugin (wbcore-federation) is not installed")
+    if "federation" not in runtime.shapes:
+        typer.echo("  skipped: no installed plugin serves the federation shape (wbcore-federation does)")
         return 0
     with tempfile.TemporaryDirectory(prefix="wbx-demo-fed-") as tmp:
         folder = Path(tmp) / "demo-releases"
@@ -287,8 +299,8 @@ def mcp_session(runtime: RuntimeServices, *, timeout: float = 120.0) -> int:
     runtime's home: list the tools, call ``b64.b64``, list and read a skill. Returns how
     many steps failed; skipped, saying why, when the SDK or the MCP plugin is missing."""
     typer.echo("\n== MCP: an MCP client session against `wbx mcp serve` (stdio)")
-    if find_spec("mcp") is None or find_spec("wbcore_mcp") is None:
-        typer.echo("  skipped: the MCP plugin (wbcore-mcp) is not installed")
+    if not _plugin_loaded(runtime, "wbcore-mcp") or find_spec("mcp") is None:
+        typer.echo("  skipped: the MCP plugin (wbcore-mcp, with the mcp SDK) is not installed")
         return 0
     import anyio
     from mcp import ClientSession, StdioServerParameters
