@@ -79,6 +79,22 @@ def test_version_and_usage_errors(wbx):
     assert wbx("no-such-command").exit_code == 2
 
 
+def test_a_plugin_command_without_its_plugin_names_what_to_install(make_runtime, wbx):
+    """``wbx demo`` is wbcore-demo's: with only the core it says which distribution to install,
+    not Typer's bare "No such command"; the name is not reserved, so a plugin may take it."""
+    r = wbx("demo", runtime=make_runtime(plugins=[]))
+    assert r.exit_code == 127 and r.stdout == ""
+    assert "wbx demo is served by wbcore-demo" in r.stderr and "pip install wbcore-demo" in r.stderr
+
+    class Demo:
+        @hookimpl
+        def wbcore_cli_commands(self, add):
+            add("demo", lambda: typer.echo("a demo"), help="a demo")
+
+    r = wbx("demo", runtime=make_runtime(plugins=[Demo()]))
+    assert (r.exit_code, r.stdout, r.stderr) == (0, "a demo\n", "")
+
+
 class Boom:
     @hookimpl
     def wbcore_cli_commands(self, add):

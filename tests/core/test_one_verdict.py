@@ -54,7 +54,7 @@ def test_one_containment_function() -> None:
         # live under this Python's base prefix (a bind of that folder serves it)
         "plugins/wbcore-process/wbcore_process/pool.py": "interpreter location, not a walk",
         # a demo picks the wbx executable next to the current folder: no untrusted tree
-        "wbcore_runtime/cli/demo.py": "the demo's own executable",
+        "plugins/wbcore-demo/wbcore_demo/demo.py": "the demo's own executable",
     }
     copies = _hits(r"is_relative_to\(|commonpath\(|startswith\((str\()?(base|root)\b.*os\.sep|followlinks=True"
                    r"|realpath\(.*\)\.startswith\(", home)
@@ -68,7 +68,7 @@ def test_one_unpacker() -> None:
         "wbcore_runtime/guard/unpack.py": "the unpacker",
         "wbcore_runtime/store/archive.py": "writes a tar (mode='w')",
         "wbcore_runtime/guard/oci.py": "writes a layer tar (mode='w')",
-        "wbcore_runtime/cli/demosite.py": "writes the demo's wheel (a zip, mode 'w')",
+        "plugins/wbcore-demo/wbcore_demo/demosite.py": "writes the demo's wheel (a zip, mode 'w')",
         # re-packs the pinned, digest-checked jq source tarball the project ships (build input)
         "plugins/wbcore-lane-zig/wbcore_lane_zig/builtins/jqsrc.py": "pinned source, digest-checked",
         # ship writes the bundle's zip (mode 'w'); inspect and restore read it with

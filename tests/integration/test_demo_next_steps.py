@@ -8,8 +8,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from wbcore_demo import demo
 from wbcore_runtime.build import builder
-from wbcore_runtime.cli import demo
 from wbcore_runtime.runtime import Runtime
 
 TOOLKITS = Path(__file__).resolve().parents[2] / "toolkits"
@@ -39,12 +39,6 @@ def test_next_steps_work_as_printed_in_a_new_shell(tmp_path: Path) -> None:
     assert "b64 · stable" in done.stdout  # wbx toolkit list found the project's toolkits
 
 
-def test_a_home_from_wb_home_is_exported_in_the_next_steps(tmp_path: Path) -> None:
-    rt = Runtime.open(plugins=[], env={"WB_HOME": str(tmp_path / "mine")}, cwd=tmp_path)
-    text = demo.next_steps(rt, [("command", "b64")])
-    assert "(from $WB_HOME)" in text and f"export WB_HOME={tmp_path / 'mine'}" in text
-
-
 def test_the_demo_mcp_session_lists_calls_and_reads_a_skill(tmp_path: Path, capsys) -> None:
     proj = tmp_path / "proj"
     shutil.copytree(TOOLKITS / "b64", proj / "toolkits" / "b64")
@@ -59,21 +53,13 @@ def test_the_demo_mcp_session_lists_calls_and_reads_a_skill(tmp_path: Path, caps
     assert 'resources/read skill://b64/SKILL.md → description: "Encode bytes' in out
 
 
-def test_demo_args_hold_several_invocations(tmp_path: Path) -> None:
-    from wbcore_testing.fixtures import write_toolkit
-
-    write_toolkit(tmp_path, "t", extra={"DEMO_ARGS": "put 'a note' && get x && list"})
-    m = Runtime.open(plugins=[], home=tmp_path / "home", roots=[tmp_path]).toolkit("t").manifest
-    assert demo._steps(m) == [["put", "a note"], ["get", "x"], ["list"]]
-
-
 def test_the_demo_network_steps_read_its_local_site(tmp_path: Path, capsys) -> None:
     """http and pip-fetch, as shipped, reach the demo's site on 127.0.0.1 only through the deployer
     setting the demo prints; each step shows a real result (exit 0), none the public internet."""
     import pytest
 
     pytest.importorskip("wbcore_lane_js")
-    from wbcore_runtime.cli.demosite import DemoSite
+    from wbcore_demo.demosite import DemoSite
 
     proj = tmp_path / "proj"
     for ident in ("http", "pip-fetch"):

@@ -6,7 +6,7 @@ scratch folder holding a copy of the shipped toolkits, with a fresh ``WB_HOME``,
 repository's ``.venv/bin`` first on ``PATH`` and no other ``WB_*`` setting; it must exit 0. A
 ``console`` block runs its ``$ `` lines (with their ``\\`` continuations and here-documents);
 the other lines are the output it shows, and each one that elides nothing (no ``…``) and names
-no time must appear in what the commands printed. The demo's local web site (:mod:`wbcore_runtime.cli.demosite`: a page, a
+no time must appear in what the commands printed. The demo's local web site (:mod:`wbcore_demo.demosite`: a page, a
 JSON API, a PEP 503 index, a paged REST API) serves on 127.0.0.1 for the whole run, its base URL
 in ``$WB_DEMO_SITE``; as for any reader, loopback stays closed to guests and sources until the
 example itself allows it (``WB_ALLOW_PRIVATE_HOSTS``, as ``wbx demo`` does for its own process).
@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from wbcore_runtime.cli.demosite import DemoSite
+from wbcore_demo.demosite import DemoSite
 
 ROOT = Path(__file__).resolve().parents[2]
 SHELL_LANGS = ("sh", "bash", "shell", "console")

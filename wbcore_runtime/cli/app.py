@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from wbcore_runtime import __version__
-from wbcore_runtime.contract.errors import EXIT_CODES, ErrorKind, WbError
+from wbcore_runtime.contract.errors import EXIT_CODES, ErrorKind, NotFound, WbError
 from wbcore_runtime.store import leftovers
 from wbcore_runtime.contract.errors import DiskFull, disk_full
 from wbcore_runtime.runtime import Runtime
@@ -26,9 +26,13 @@ if TYPE_CHECKING:  # Typer is imported by the commands that need it, never by `w
 BUILTIN_COMMANDS = frozenset(
     {
         "toolkit", "plugins", "lanes", "tiers", "shapes", "run", "kernel",
-        "identity", "audit", "agent", "demo", "version", "help", "shell",
+        "identity", "audit", "agent", "version", "help", "shell",
     }
 )
+
+#: Commands one of our plugin distributions serves, and which: without it, ``wbx <command>``
+#: names what to install instead of Typer's bare "No such command".
+PLUGIN_COMMANDS = {"demo": "wbcore-demo"}
 
 
 #: Built-in groups a plugin may add subcommands to: ``add("toolkit import", fn)``.
@@ -195,10 +199,6 @@ def build_app(runtime: Any = None, argv: Sequence[str] | None = None) -> typer.T
         from wbcore_runtime.cli import listing  # deferred: keeps wbx start-up light
 
         listing.register(app, runtime)
-    if wanted("demo"):
-        from wbcore_runtime.cli import demo  # deferred: keeps wbx start-up light
-
-        demo.register(app, runtime)
     if wanted("agent"):
         from wbcore_runtime.cli import agent as _agent  # deferred: keeps wbx start-up light
 
@@ -233,7 +233,21 @@ def build_app(runtime: Any = None, argv: Sequence[str] | None = None) -> typer.T
             registrar.refuse(f"its commands were not added: wbcore_cli_commands raised {type(exc).__name__}: {exc}")
     for line in registrar.refused:
         print(f"wbx: warning: {line} (see wbx plugins)", file=sys.stderr)
+    if word in PLUGIN_COMMANDS and word not in registrar.owners:
+        raise _not_installed(runtime, word, PLUGIN_COMMANDS[word])
     return app
+
+
+def _not_installed(runtime: Any, command: str, dist: str) -> WbError:
+    """``wbx COMMAND`` when no plugin registered it: the distribution that serves it, and why it
+    is not there (not installed, failed to load, or left out by ``WB_PLUGINS``)."""
+    info = next((i for i in getattr(runtime, "plugin_infos", None) or [] if i.origin.partition(" ")[0] == dist), None)
+    if info is not None and not info.loaded:
+        return NotFound(f"wbx {command} is served by {dist}, which failed to load: {info.error}")
+    if info is not None:
+        return NotFound(f"wbx {command} is served by {dist}, which did not add it (see wbx plugins)")
+    return NotFound(f"wbx {command} is served by {dist}, which is not installed (or not selected by WB_PLUGINS): "
+                    f"pip install {dist}")
 
 
 def main(argv: Sequence[str] | None = None, *, runtime: Any = None) -> int:

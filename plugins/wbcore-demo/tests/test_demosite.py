@@ -1,4 +1,4 @@
-"""The demo's local web site (wbcore_runtime.cli.demosite): real content on 127.0.0.1 — an
+"""The demo's local web site (wbcore_demo.demosite): real content on 127.0.0.1 — an
 article, a JSON API, a PEP 503 index whose one wheel matches its sha256 and installs, and a
 paginated REST API."""
 
@@ -12,8 +12,8 @@ import sys
 import urllib.request
 from pathlib import Path
 
-from wbcore_runtime.cli.demosite import PACKAGE, RELEASES, WHEEL_NAME, DemoSite
-from wbcore_runtime.cli.demosite import wheel as build_wheel
+from wbcore_demo.demosite import PACKAGE, RELEASES, WHEEL_NAME, DemoSite
+from wbcore_demo.demosite import wheel as build_wheel
 
 
 def get(url: str) -> tuple[bytes, dict[str, str]]:

@@ -1,64 +1,85 @@
 """``wbx demo``: walk the shipped toolkits through what works today: discover, build,
 run (commands, kernels, the ``upper`` built-in) and verify — offline: the network toolkits
-read a local web site the demo serves on 127.0.0.1 (:mod:`wbcore_runtime.cli.demosite`)."""
+read a local web site the demo serves on 127.0.0.1 (:mod:`wbcore_demo.demosite`).
+
+What it needs beyond the core (lanes, tiers, the federation and MCP plugins) it finds through
+the runtime's registries; what this machine lacks is skipped and explained, never a failure."""
 
 from __future__ import annotations
 
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from importlib.util import find_spec
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
-from wbcore_runtime.store import home as _home
+from wbcore_runtime.build import buildable, builder
 from wbcore_runtime.contract.errors import WbError
+from wbcore_runtime.guard.netguard import ENV_GUEST_PRIVATE_HOSTS, ENV_PRIVATE_HOSTS
+from wbcore_runtime.store import home as _home
+
+from wbcore_demo.demosite import DemoSite
 
 if TYPE_CHECKING:
     from wbcore_runtime.contract.host import RuntimeServices
 
 
-def register(app: typer.Typer, runtime: RuntimeServices) -> None:
-    @app.command("demo")
-    def demo() -> None:
-        """Discover the shipped toolkits, build and run the buildable ones, verify all."""
-        from wbcore_runtime.build import buildable  # deferred: keeps wbx start-up light
-        from wbcore_runtime.cli.demosite import DemoSite  # deferred: keeps wbx start-up light
-
-        found = runtime.discover()
-        typer.echo(f"== discover: {len(found.toolkits)} toolkit(s) in {', '.join(map(str, found.roots))}")
-        for tk in found.toolkits.values():
-            typer.echo(f"  {tk.id} · {tk.manifest.status} · {tk.manifest.exec or 'discovery-only'} · {tk.manifest.tagline}")
-        for err in found.errors:
-            typer.echo(f"  (malformed) {err}")
-        with DemoSite() as site:
-            _open_to(runtime, site)
-            failed, built = _build_and_run(runtime, found, site.url)
-            failed += federation(runtime, site.url)
-        failed += mcp_session(runtime)
-        for tk in found.toolkits.values():
-            typer.echo(f"\n== verify {tk.id}")
-            report = runtime.verify(tk.id)
-            typer.echo(report.render())
-            missing = [e.message for e in buildable.refusals(runtime, tk.manifest)
-                       if isinstance(e, buildable.LaneUnavailable)] or _tier_missing(runtime, tk.manifest)
-            if missing and not report.ok:  # explained, not a failure of the demo: this machine lacks the lane or tier
-                typer.echo(f"-- {tk.id} cannot run on this machine: {missing[0]}")
-            failed += not report.ok and not missing
-            if tk.skills:
-                first = tk.skills[0]
-                typer.echo(f"-- skill {tk.id}/{first.slug}: {first.summary}")
-        typer.echo(f"\n== {len(found.toolkits)} toolkit(s) verified; {failed} step(s) failed")
-        typer.echo(next_steps(runtime, built))
-        if failed:
-            raise typer.Exit(1)
+def run(runtime: RuntimeServices) -> None:
+    """The demo, step by step on stdout; exits 1 (``typer.Exit``) when a step that this machine
+    can run failed."""
+    found = runtime.discover()
+    typer.echo(f"== discover: {len(found.toolkits)} toolkit(s) in {', '.join(map(str, found.roots))}")
+    for tk in found.toolkits.values():
+        typer.echo(f"  {tk.id} · {tk.manifest.status} · {tk.manifest.exec or 'discovery-only'} · {tk.manifest.tagline}")
+    for err in found.errors:
+        typer.echo(f"  (malformed) {err}")
+    with DemoSite() as site:
+        _open_to(runtime, site)
+        failed, built = _build_and_run(runtime, found, site.url)
+        failed += federation(runtime, site.url)
+    failed += mcp_session(runtime)
+    for tk in found.toolkits.values():
+        typer.echo(f"\n== verify {tk.id}")
+        report = runtime.verify(tk.id)
+        typer.echo(report.render())
+        missing = [e.message for e in buildable.refusals(runtime, tk.manifest)
+                   if isinstance(e, buildable.LaneUnavailable)] or _tier_missing(runtime, tk.manifest)
+        if missing and not report.ok:  # explained, not a failure of the demo: this machine lacks the lane or tier
+            typer.echo(f"-- {tk.id} cannot run on this machine: {missing[0]}")
+        failed += not report.ok and not missing
+        if tk.skills:
+            first = tk.skills[0]
+            typer.echo(f"-- skill {tk.id}/{first.slug}: {first.summary}")
+    typer.echo(f"\n== {len(found.toolkits)} toolkit(s) verified; {failed} step(s) failed")
+    typer.echo(next_steps(runtime, built))
+    if failed:
+        raise typer.Exit(1)
 
 
 DEMO_INPUT = "hello from wbx demo\n"
 
 
+def _plugin_loaded(runtime: RuntimeServices, distribution: str) -> bool:
+    """Whether the runtime loaded ``distribution``'s plugin (installed, and selected by
+    ``WB_PLUGINS`` when that is set): the demo asks the runtime, never imports a plugin."""
+    return any(i.loaded and i.origin.partition(" ")[0] == distribution for i in runtime.plugin_infos)
+
+
 def _tier_missing(runtime: RuntimeServices, manifest: object) -> list[str]:
-    """Why no tier that runs the toolkit's shape is available here ([] when one is, or the
-    shape runs in-process): the line that explains a toolkit this machine cannot run."""
+    """Why this machine cannot run the toolkit's shape: no plugin serves the shape, or no tier
+    that runs it is available ([] when one is, or the shape runs in-process): the line that
+    explains a toolkit this machine cannot run."""
     exec_ = manifest.exec  # type: ignore[attr-defined]
-    if not exec_ or exec_ not in runtime.shapes:
+    if not exec_:
         return []
+    if exec_ not in runtime.shapes:
+        return [f"no installed plugin serves its shape {exec_} (wbx shapes lists those served)"]
     wanted = runtime.shapes.get(exec_).default_tier
     if wanted == "instance":
         return []
@@ -78,11 +99,6 @@ def _tier_missing(runtime: RuntimeServices, manifest: object) -> list[str]:
 def next_steps(runtime: RuntimeServices, built: list[tuple[str, str]]) -> str:
     """The closing lines: which home the demo used, and commands that work as printed in a
     new shell (an absolute ``cd``, the venv's own ``wbx``, ``WB_HOME`` only when it chose)."""
-    import os
-    import shlex
-    import sys
-    from pathlib import Path
-
     chosen = _home.choose(runtime.env, runtime.cwd)
     if chosen.path.resolve() != runtime.home.resolve():  # an embedder passed home= explicitly
         chosen = _home.Home(runtime.home, "WB_HOME")
@@ -107,9 +123,7 @@ def next_steps(runtime: RuntimeServices, built: list[tuple[str, str]]) -> str:
     shown = next((tk for tk in runtime.discover().toolkits.values() if tk.skills), None)
     if shown is not None:
         lines.append(f"  {wbx} toolkit show {shown.id} {shown.skills[0].slug}")
-    from importlib.util import find_spec
-
-    if find_spec("wbcore_mcp") is not None:
+    if _plugin_loaded(runtime, "wbcore-mcp"):
         lines.append(f"  {wbx} mcp serve   # the built commands as MCP tools over stdio")
     return "\n".join(lines)
 
@@ -117,8 +131,6 @@ def next_steps(runtime: RuntimeServices, built: list[tuple[str, str]]) -> str:
 def _steps(m: object, site: str = "") -> list[list[str]]:
     """``#+DEMO_ARGS``: one invocation, or several joined by `` && `` (shell words each);
     ``{site}`` is the base URL of the demo's local web site."""
-    import shlex
-
     text = (m.extra("DEMO_ARGS") or "").replace("{site}", site)  # type: ignore[attr-defined]
     return [shlex.split(part) for part in text.split(" && ")] if text.strip() else [[]]
 
@@ -126,8 +138,6 @@ def _steps(m: object, site: str = "") -> list[list[str]]:
 def _open_to(runtime: RuntimeServices, site: object) -> None:
     """The deployer settings that let this demo's calls reach its site on 127.0.0.1 (for this
     process only; NetGuard refuses loopback otherwise), said out loud."""
-    from wbcore_runtime.guard.netguard import ENV_GUEST_PRIVATE_HOSTS, ENV_PRIVATE_HOSTS  # deferred: keeps wbx start-up light
-
     host = "127.0.0.1"
     for name in (ENV_GUEST_PRIVATE_HOSTS, ENV_PRIVATE_HOSTS):
         runtime.env[name] = " ".join(dict.fromkeys([*runtime.env.get(name, "").split(), host]))
@@ -174,12 +184,6 @@ def _build_and_run(runtime: RuntimeServices, found: object, site: str = "") -> t
     (``function {json args}``); explain the toolkits that build nothing; call the built-in
     ``upper``. Returns how many steps failed (a command's own exit code is only shown)
     and the (kind, name) of each artifact it registered."""
-    import json
-    import shlex
-    import time
-
-    from wbcore_runtime.build import builder  # deferred: keeps wbx start-up light
-
     typer.echo("\n== build & run (wbx toolkit build <id>; wbx run / wbx kernel run / wbx call)")
     failed = 0
     built: list[tuple[str, str]] = []
@@ -225,6 +229,9 @@ def _build_and_run(runtime: RuntimeServices, found: object, site: str = "") -> t
         except WbError as exc:
             failed += 1
             typer.echo(f"  {tk.id}: FAILED: {exc.kind.value}: {exc.message}")
+    if "upper" not in runtime.builtins:
+        typer.echo("  built-in upper: skipped: no installed plugin serves it (wbcore-wasmtime does)")
+        return failed, built
     try:
         out = runtime.call("upper", [], DEMO_INPUT.encode())
         typer.echo(f"  built-in upper (WAT-built WASM): {out.stdout.decode().strip()}")
@@ -260,16 +267,9 @@ def federation(runtime: RuntimeServices, site: str, *, timeout: float = 120.0) -
     """The federation shape against the demo site's REST API: a toolkit declared for it in a
     scratch folder (on WB_TOOLKIT_PATH), read by ``wbx fed query`` — every page, through the
     SSRF guard, audited. Returns how many steps failed; skipped, saying why, without the plugin."""
-    import os
-    import subprocess
-    import sys
-    import tempfile
-    from importlib.util import find_spec
-    from pathlib import Path
-
     typer.echo("\n== federation: a REST/JSON source as a table (wbx fed query)")
-    if find_spec("wbcore_federation") is None:
-        typer.echo("  skipped: the federation plugin (wbcore-federation) is not installed")
+    if "federation" not in runtime.shapes:
+        typer.echo("  skipped: no installed plugin serves the federation shape (wbcore-federation does)")
         return 0
     with tempfile.TemporaryDirectory(prefix="wbx-demo-fed-") as tmp:
         folder = Path(tmp) / "demo-releases"
@@ -298,13 +298,9 @@ def mcp_session(runtime: RuntimeServices, *, timeout: float = 120.0) -> int:
     """An MCP client (the official SDK, over stdio) against ``wbx mcp serve`` on this
     runtime's home: list the tools, call ``b64.b64``, list and read a skill. Returns how
     many steps failed; skipped, saying why, when the SDK or the MCP plugin is missing."""
-    import os
-    import sys
-    from importlib.util import find_spec
-
     typer.echo("\n== MCP: an MCP client session against `wbx mcp serve` (stdio)")
-    if find_spec("mcp") is None or find_spec("wbcore_mcp") is None:
-        typer.echo("  skipped: the MCP plugin (wbcore-mcp) is not installed")
+    if not _plugin_loaded(runtime, "wbcore-mcp") or find_spec("mcp") is None:
+        typer.echo("  skipped: the MCP plugin (wbcore-mcp, with the mcp SDK) is not installed")
         return 0
     import anyio
     from mcp import ClientSession, StdioServerParameters
