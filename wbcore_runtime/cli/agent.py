@@ -3,6 +3,7 @@ runs of the agent loop (``run``, ``promote``) through ``runtime.agents`` (a plug
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,6 +17,7 @@ from wbcore_runtime.contract.errors import WbError
 
 if TYPE_CHECKING:
     from wbcore_runtime.contract.host import RuntimeServices
+    from wbcore_runtime.toolkit.loaded import Toolkit
 
 
 def build(runtime: RuntimeServices) -> typer.Typer:
@@ -30,14 +32,17 @@ def build(runtime: RuntimeServices) -> typer.Typer:
         from wbcore_runtime.toolkit import agents  # deferred: keeps wbx start-up light
         from wbcore_runtime.trust import verdict as _trust  # deferred: keeps wbx start-up light
 
+        def unavailable(tk: Toolkit) -> str | None:
+            return _trust.unavailable_reason(tk, runtime)
+
         agent = agents.load(path)
         found = runtime.discover()
-        text = agents.prompt(agent, found, lambda tk: _trust.unavailable_reason(tk, runtime))
-        _warn_missing(runtime, agent.toolkits, found)
+        text = agents.prompt(agent, found, unavailable)
+        _warn_missing(runtime, agent.toolkits, found, unavailable)
         if json_:
             data = agent.as_dict()
             data["prompt"] = text
-            data["index"] = [t for t in agent.toolkits if _known(runtime, t)]
+            data["index"] = [t for t in agent.toolkits if _known(runtime, t, unavailable)]
             emit_json(data)
         else:
             typer.echo(text)
@@ -111,11 +116,11 @@ def build(runtime: RuntimeServices) -> typer.Typer:
     return app
 
 
-def _warn_missing(runtime: RuntimeServices, names: tuple[str, ...] | list[str], found: object) -> None:
-    """One stderr line per declared toolkit left out of the index, and why; with the
-    search hint when none was found at all (the prompt alone would look complete)."""
-    from wbcore_runtime.trust import verdict as trust  # deferred: keeps wbx start-up light
-
+def _warn_missing(runtime: RuntimeServices, names: tuple[str, ...] | list[str], found: object,
+                  unavailable: Callable[[Toolkit], str | None]) -> None:
+    """One stderr line per declared toolkit left out of the index, and why (``unavailable``:
+    ``trust.verdict.unavailable_reason`` over this runtime); with the search hint when none
+    was found at all (the prompt alone would look complete)."""
     missing = []
     for name in names:
         try:
@@ -124,22 +129,20 @@ def _warn_missing(runtime: RuntimeServices, names: tuple[str, ...] | list[str], 
             missing.append(name)
             warn(f"agent toolkit {name!r} left out of the index: {exc.message}")
             continue
-        why = trust.unavailable_reason(tk, runtime)
+        why = unavailable(tk)
         if why:
             warn(f"agent toolkit {name!r} left out of the index: unavailable: {why}")
     if missing and not found.toolkits:  # type: ignore[attr-defined]
         warn(searched_hint(runtime))
 
 
-def _known(runtime: RuntimeServices, ident: str) -> bool:
+def _known(runtime: RuntimeServices, ident: str, unavailable: Callable[[Toolkit], str | None]) -> bool:
     """Found and available: the toolkits the injected index lists."""
-    from wbcore_runtime.trust import verdict as trust  # deferred: keeps wbx start-up light
-
     try:
         tk = runtime.toolkit(ident)
     except Exception:
         return False
-    return not trust.unavailable_reason(tk, runtime)
+    return not unavailable(tk)
 
 
 def register(app: typer.Typer, runtime: RuntimeServices) -> None:

@@ -19,6 +19,7 @@ from wbcore_runtime.cli.output import JSON_HELP, emit_json
 
 from wbcore_runtime.cli.fastrun import MOUNT_HELP, RunArgs, read_stdin
 from wbcore_runtime.cli.fastrun import run as run_command
+from wbcore_runtime.contract.calls import CallRecord, Principal
 from wbcore_runtime.contract.errors import InvalidArgs
 from wbcore_runtime.contract.errors import WbError
 
@@ -114,8 +115,6 @@ def register(app: typer.Typer, runtime: RuntimeServices) -> None:
                 out.write(inst.call(read_stdin()))
             out.flush()
             return
-        from wbcore_runtime.contract.calls import CallRecord, Principal  # deferred: keeps wbx start-up light
-
         with runtime.kernel(name, timeout=timeout, tier=tier) as inst:
             record = CallRecord(name=name, shape="kernel", principal=Principal(toolkit=inst.req.toolkit or ""),
                                 argv=("--stream",), toolkit=inst.req.toolkit)

@@ -80,10 +80,10 @@ def build(runtime: RuntimeServices, only: str | None = None) -> typer.Typer:
             else:
                 typer.echo(text.rstrip("\n"))
             return
-        if json_:
-            from wbcore_runtime.trust import consent as _consent_json  # deferred: keeps wbx start-up light
+        from wbcore_runtime.trust import consent  # deferred: keeps wbx start-up light
 
-            emit_json({**tk.as_dict(), "consent": _consent_json.describe(runtime.home, tk, runtime.caps_universe_for(tk.manifest.caps))})
+        if json_:
+            emit_json({**tk.as_dict(), "consent": consent.describe(runtime.home, tk, runtime.caps_universe_for(tk.manifest.caps))})
             return
         m = tk.manifest
         typer.echo(f"{m.title} ({m.id} {m.version}, {m.status})")
@@ -94,9 +94,7 @@ def build(runtime: RuntimeServices, only: str | None = None) -> typer.Typer:
             ("arg mode", m.arg_mode if m.exec == "command" else None), ("sha256", m.sha256),
             ("author", m.author_did), ("format", m.format), ("path", str(m.path)),
         ]
-        from wbcore_runtime.trust import consent as _consent  # deferred: keeps wbx start-up light
-
-        rows[4:4] = _consent.show_rows(runtime.home, tk, runtime.caps_universe_for(m.caps))
+        rows[4:4] = consent.show_rows(runtime.home, tk, runtime.caps_universe_for(m.caps))
         for key, value in rows:
             if value:
                 typer.echo(f"  {key + ':':10} {value}")
