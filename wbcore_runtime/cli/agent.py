@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 import typer
 
 from wbcore_runtime.cli.output import JSON_HELP, emit_json
-from wbcore_runtime.cli.engine import run_on_engine
 from wbcore_runtime.cli.output import warn
 from wbcore_runtime.cli.toolkit import searched_hint
 from wbcore_runtime.contract.errors import WbError
@@ -71,6 +70,9 @@ def build(runtime: RuntimeServices) -> typer.Typer:
         import sys
 
         if engine is not None:
+            # deferred: urllib.request brings http.client and email, which a local run never needs
+            from wbcore_runtime.cli.engine_client import run_on_engine
+
             options: dict = {"max_steps": max_steps, "tool_timeout": tool_timeout, "max_calls": max_calls,
                              "run_timeout": run_timeout}
             if model:
