@@ -145,7 +145,3 @@ def _known(runtime: RuntimeServices, ident: str, unavailable: Callable[[Toolkit]
     except Exception:
         return False
     return not unavailable(tk)
-
-
-def register(app: typer.Typer, runtime: RuntimeServices) -> None:
-    app.add_typer(build(runtime), name="agent", help="Agent definitions, runs of the agent loop, promotion of the toolkits agents make.")
