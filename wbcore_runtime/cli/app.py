@@ -34,8 +34,8 @@ BUILTIN_COMMANDS = frozenset(
 #: Built-in groups a plugin may add subcommands to: ``add("toolkit import", fn)``.
 OPEN_GROUPS = frozenset({"toolkit"})
 
-#: The built-in groups the root's help (``wbx``, ``wbx --help``) names without building: their
-#: line of help is all it shows, so their modules (and what those import) are not loaded.
+#: The built-in groups the root's help (``wbx``, ``wbx --help``) and a plugin's command line name
+#: without building: their line of help is all that shows, so their modules are not loaded.
 GROUP_HELP = {
     "toolkit": "List, show, search, verify and build toolkits.",
     "agent": "Agent definitions, runs of the agent loop, promotion of the toolkits agents make.",
@@ -171,10 +171,11 @@ def build_app(runtime: Any = None, argv: Sequence[str] | None = None) -> typer.T
     word = _command_word(argv) if argv is not None else None
     only = word if word in BUILTIN_COMMANDS and word not in ("plugins", "help") else None
     plugin_sub = False
-    # The root's help names the groups of GROUP_HELP without building them; shell completion
-    # (no argv words, the line in _WBX_COMPLETE's variables) needs every group's commands.
-    unbuilt = frozenset(GROUP_HELP) if argv is not None and word is None and "_WBX_COMPLETE" not in os.environ \
-        else frozenset()
+    # The root's help and a plugin's command name the groups of GROUP_HELP without building them;
+    # wbx plugins (it shows refused subcommands) and shell completion (no argv words: the line is in
+    # _WBX_COMPLETE's variables) need every group's commands.
+    unbuilt = frozenset(GROUP_HELP) if (argv is not None and only is None and word != "plugins"
+                                        and "_WBX_COMPLETE" not in os.environ) else frozenset()
 
     def named_only(name: str) -> bool:
         """Add ``name`` as an empty group with its line of help, when the root's help is all that shows."""
