@@ -13,6 +13,8 @@ from wbcore_runtime.cli.output import JSON_HELP, emit_json
 from wbcore_runtime.cli.output import warn
 from wbcore_runtime.cli.toolkit import searched_hint
 from wbcore_runtime.contract.errors import WbError
+from wbcore_runtime.toolkit import agents
+from wbcore_runtime.trust import verdict as _trust
 
 if TYPE_CHECKING:
     from wbcore_runtime.contract.host import RuntimeServices
@@ -28,9 +30,6 @@ def build(runtime: RuntimeServices) -> typer.Typer:
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
         """Print the agent's system prompt with its toolkit index injected."""
-        from wbcore_runtime.toolkit import agents  # deferred: keeps wbx start-up light
-        from wbcore_runtime.trust import verdict as _trust  # deferred: keeps wbx start-up light
-
         def unavailable(tk: Toolkit) -> str | None:
             return _trust.unavailable_reason(tk, runtime)
 

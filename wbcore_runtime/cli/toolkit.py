@@ -9,6 +9,7 @@ import typer
 
 from wbcore_runtime.cli.output import JSON_HELP, emit_json, warn
 from wbcore_runtime.toolkit import roots as _roots
+from wbcore_runtime.trust import verdict as _trust
 
 if TYPE_CHECKING:
     from wbcore_runtime.contract.host import RuntimeServices
@@ -37,8 +38,6 @@ def build(runtime: RuntimeServices, only: str | None = None) -> typer.Typer:
     @app.command("list")
     def list_(json_: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
         """List discoverable toolkits (id · status · tagline)."""
-        from wbcore_runtime.trust import verdict as _trust  # deferred: keeps wbx start-up light
-
         found = runtime.discover()
         if json_:
             emit_json(
