@@ -3,7 +3,6 @@ runs of the agent loop (``run``, ``promote``) through ``runtime.agents`` (a plug
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,7 +17,6 @@ from wbcore_runtime.trust import verdict as _trust
 
 if TYPE_CHECKING:
     from wbcore_runtime.contract.host import RuntimeServices
-    from wbcore_runtime.toolkit.loaded import Toolkit
 
 
 def build(runtime: RuntimeServices) -> typer.Typer:
@@ -30,17 +28,14 @@ def build(runtime: RuntimeServices) -> typer.Typer:
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
         """Print the agent's system prompt with its toolkit index injected."""
-        def unavailable(tk: Toolkit) -> str | None:
-            return _trust.unavailable_reason(tk, runtime)
-
         agent = agents.load(path)
         found = runtime.discover()
-        text = agents.prompt(agent, found, unavailable)
-        _warn_missing(runtime, agent.toolkits, found, unavailable)
+        text = agents.prompt(agent, found, lambda tk: _trust.unavailable_reason(tk, runtime))
+        _warn_missing(runtime, agent.toolkits, found)
         if json_:
             data = agent.as_dict()
             data["prompt"] = text
-            data["index"] = [t for t in agent.toolkits if _known(runtime, t, unavailable)]
+            data["index"] = [t for t in agent.toolkits if _known(runtime, t)]
             emit_json(data)
         else:
             typer.echo(text)
@@ -117,11 +112,9 @@ def build(runtime: RuntimeServices) -> typer.Typer:
     return app
 
 
-def _warn_missing(runtime: RuntimeServices, names: tuple[str, ...] | list[str], found: object,
-                  unavailable: Callable[[Toolkit], str | None]) -> None:
-    """One stderr line per declared toolkit left out of the index, and why (``unavailable``:
-    ``trust.verdict.unavailable_reason`` over this runtime); with the search hint when none
-    was found at all (the prompt alone would look complete)."""
+def _warn_missing(runtime: RuntimeServices, names: tuple[str, ...] | list[str], found: object) -> None:
+    """One stderr line per declared toolkit left out of the index, and why; with the
+    search hint when none was found at all (the prompt alone would look complete)."""
     missing = []
     for name in names:
         try:
@@ -130,17 +123,17 @@ def _warn_missing(runtime: RuntimeServices, names: tuple[str, ...] | list[str], 
             missing.append(name)
             warn(f"agent toolkit {name!r} left out of the index: {exc.message}")
             continue
-        why = unavailable(tk)
+        why = _trust.unavailable_reason(tk, runtime)
         if why:
             warn(f"agent toolkit {name!r} left out of the index: unavailable: {why}")
     if missing and not found.toolkits:  # type: ignore[attr-defined]
         warn(searched_hint(runtime))
 
 
-def _known(runtime: RuntimeServices, ident: str, unavailable: Callable[[Toolkit], str | None]) -> bool:
+def _known(runtime: RuntimeServices, ident: str) -> bool:
     """Found and available: the toolkits the injected index lists."""
     try:
         tk = runtime.toolkit(ident)
     except Exception:
         return False
-    return not unavailable(tk)
+    return not _trust.unavailable_reason(tk, runtime)

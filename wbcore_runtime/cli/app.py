@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # Typer is imported by the commands that need it, never by `w
 BUILTIN_COMMANDS = frozenset(
     {
         "toolkit", "plugins", "lanes", "tiers", "shapes", "run", "kernel",
-        "identity", "audit", "agent", "demo", "version", "help", "shell",
+        "identity", "audit", "agent", "demo", "version", "help", "shell", "commands",
     }
 )
 
@@ -40,6 +40,8 @@ GROUP_HELP = {
     "toolkit": "List, show, search, verify and build toolkits.",
     "agent": "Agent definitions, runs of the agent loop, promotion of the toolkits agents make.",
     "identity": "The signing identity: did:key and did:web.",
+    "commands": "Registered commands: owners, state; remove orphans.",
+    "kernel": "Call kernels (bytes → bytes, instantiated once).",
 }
 
 
@@ -229,10 +231,17 @@ def build_app(runtime: Any = None, argv: Sequence[str] | None = None) -> typer.T
         from wbcore_runtime.cli import audit as _audit_cli  # deferred: keeps wbx start-up light
 
         _audit_cli.register(app, runtime)
-    if wanted("run", "kernel", "commands"):
+    if wanted("run"):
         from wbcore_runtime.cli import run as _run_cli  # deferred: keeps wbx start-up light
 
         _run_cli.register(app, runtime)
+    if wanted("commands", "kernel") and not (named_only("commands") and named_only("kernel")):
+        from wbcore_runtime.cli import registered  # deferred: keeps wbx start-up light (it brings dispatch)
+
+        if wanted("commands"):
+            app.add_typer(registered.build_commands(runtime), name="commands", help=GROUP_HELP["commands"])
+        if wanted("kernel"):
+            app.add_typer(registered.build_kernel(runtime), name="kernel", help=GROUP_HELP["kernel"])
     if wanted("shell"):
         from wbcore_runtime.cli import shell as _shell_cli  # deferred: keeps wbx start-up light
 

@@ -92,7 +92,7 @@ def register(app: typer.Typer, runtime: RuntimeServices) -> None:
         if all_:
             if ident is not None or which is not None or replace_command is not None:
                 raise InvalidArgs("--all builds every buildable toolkit: give no ID, WHICH or --replace-command")
-            # built one by one as build_all prints them (a generator: each line as its build ends)
+            # each buildable toolkit (#+EXEC and #+BUILD_SRC) in search-path order, built as its line prints
             build_all((builder.build_row(runtime, tk.id, force=force) for tk in runtime.discover().toolkits.values()
                        if builder.wants_build(tk.manifest)), json_=json_)
             return
@@ -134,10 +134,8 @@ def build_line(row: dict[str, Any]) -> str:
 
 
 def build_all(built: Iterable[dict[str, Any]], *, json_: bool) -> None:
-    """``wbx toolkit build --all``: ``built`` yields one ``builder.build_row`` per toolkit with
-    a buildable ``#+EXEC`` and a ``#+BUILD_SRC``, in search-path order; one line each (✓ built
-    or cached, ✗ failed with the reason, - skipped when its lane cannot run on this machine);
-    exit 1 if any failed."""
+    """``wbx toolkit build --all``: one line per ``builder.build_row`` of ``built`` (✓ built or
+    cached, ✗ failed with the reason, - skipped when its lane cannot run here); exit 1 if any failed."""
     rows: list[dict[str, Any]] = []
     for row in built:
         rows.append(row)
