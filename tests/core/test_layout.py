@@ -44,11 +44,12 @@ OVER_BUDGET: dict[str, int] = {}  # empty: every module is within MAX_LINES, and
 #: wbcore-wasmtime's sandbox_caps.py (the tiers get its path from GuestRunnerService.sandbox_caps);
 #: -493 for wbx demo and its local web site (cli/demo, cli/demosite), which left for wbcore-demo
 #: (+14 for the line naming the distribution to install when a plugin's command is missing); +38 for
-#: contract.tools.ToolTable and contract.host.chosen, one home each (their copies left plugins and contract modules).
-MAX_TOTAL_LINES = 20_407
+#: contract.tools.ToolTable and contract.host.chosen, one home each (their copies left plugins and contract modules);
+#: +18 for cli/toolkit_verbs and cli/registered (a command loads only its own group) and GROUP_HELP.
+MAX_TOTAL_LINES = 20_425
 #: In-function imports of a core module (each one hides an edge): the target is none. Those
 #: left defer a module the paths measured in docs/architecture.md do not load (start-up).
-MAX_IN_FUNCTION = 95
+MAX_IN_FUNCTION = 71
 #: Modules on an import cycle: none, and none may come back.
 MAX_ON_CYCLES = 0
 

@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING
 import typer
 
 from wbcore_runtime.cli.output import JSON_HELP, emit_json
-from wbcore_runtime.cli.engine import run_on_engine
 from wbcore_runtime.cli.output import warn
 from wbcore_runtime.cli.toolkit import searched_hint
 from wbcore_runtime.contract.errors import WbError
+from wbcore_runtime.toolkit import agents
+from wbcore_runtime.trust import verdict as _trust
 
 if TYPE_CHECKING:
     from wbcore_runtime.contract.host import RuntimeServices
@@ -27,9 +28,6 @@ def build(runtime: RuntimeServices) -> typer.Typer:
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
         """Print the agent's system prompt with its toolkit index injected."""
-        from wbcore_runtime.toolkit import agents  # deferred: keeps wbx start-up light
-        from wbcore_runtime.trust import verdict as _trust  # deferred: keeps wbx start-up light
-
         agent = agents.load(path)
         found = runtime.discover()
         text = agents.prompt(agent, found, lambda tk: _trust.unavailable_reason(tk, runtime))
@@ -66,6 +64,9 @@ def build(runtime: RuntimeServices) -> typer.Typer:
         import sys
 
         if engine is not None:
+            # deferred: urllib.request brings http.client and email, which a local run never needs
+            from wbcore_runtime.cli.engine_client import run_on_engine
+
             options: dict = {"max_steps": max_steps, "tool_timeout": tool_timeout, "max_calls": max_calls,
                              "run_timeout": run_timeout}
             if model:
@@ -114,8 +115,6 @@ def build(runtime: RuntimeServices) -> typer.Typer:
 def _warn_missing(runtime: RuntimeServices, names: tuple[str, ...] | list[str], found: object) -> None:
     """One stderr line per declared toolkit left out of the index, and why; with the
     search hint when none was found at all (the prompt alone would look complete)."""
-    from wbcore_runtime.trust import verdict as trust  # deferred: keeps wbx start-up light
-
     missing = []
     for name in names:
         try:
@@ -124,7 +123,7 @@ def _warn_missing(runtime: RuntimeServices, names: tuple[str, ...] | list[str], 
             missing.append(name)
             warn(f"agent toolkit {name!r} left out of the index: {exc.message}")
             continue
-        why = trust.unavailable_reason(tk, runtime)
+        why = _trust.unavailable_reason(tk, runtime)
         if why:
             warn(f"agent toolkit {name!r} left out of the index: unavailable: {why}")
     if missing and not found.toolkits:  # type: ignore[attr-defined]
@@ -133,14 +132,8 @@ def _warn_missing(runtime: RuntimeServices, names: tuple[str, ...] | list[str], 
 
 def _known(runtime: RuntimeServices, ident: str) -> bool:
     """Found and available: the toolkits the injected index lists."""
-    from wbcore_runtime.trust import verdict as trust  # deferred: keeps wbx start-up light
-
     try:
         tk = runtime.toolkit(ident)
     except Exception:
         return False
-    return not trust.unavailable_reason(tk, runtime)
-
-
-def register(app: typer.Typer, runtime: RuntimeServices) -> None:
-    app.add_typer(build(runtime), name="agent", help="Agent definitions, runs of the agent loop, promotion of the toolkits agents make.")
+    return not _trust.unavailable_reason(tk, runtime)

@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # Typer is imported by the commands that need it, never by `w
 BUILTIN_COMMANDS = frozenset(
     {
         "toolkit", "plugins", "lanes", "tiers", "shapes", "run", "kernel",
-        "identity", "audit", "agent", "version", "help", "shell",
+        "identity", "audit", "agent", "version", "help", "shell", "commands",
     }
 )
 
@@ -37,6 +37,16 @@ PLUGIN_COMMANDS = {"demo": "wbcore-demo"}
 
 #: Built-in groups a plugin may add subcommands to: ``add("toolkit import", fn)``.
 OPEN_GROUPS = frozenset({"toolkit"})
+
+#: The built-in groups the root's help (``wbx``, ``wbx --help``) and a plugin's command line name
+#: without building: their line of help is all that shows, so their modules are not loaded.
+GROUP_HELP = {
+    "toolkit": "List, show, search, verify and build toolkits.",
+    "agent": "Agent definitions, runs of the agent loop, promotion of the toolkits agents make.",
+    "identity": "The signing identity: did:key and did:web.",
+    "commands": "Registered commands: owners, state; remove orphans.",
+    "kernel": "Call kernels (bytes → bytes, instantiated once).",
+}
 
 
 class Registrar:
@@ -50,10 +60,13 @@ class Registrar:
     so that one plugin's mistake never stops ``wbx`` for everything else.
     """
 
-    def __init__(self, app: typer.Typer, runtime: Any = None, only_group: str | None = None) -> None:
+    def __init__(self, app: typer.Typer, runtime: Any = None, only_group: str | None = None,
+                 unbuilt: frozenset[str] = frozenset()) -> None:
         self.app = app
         #: Set when the app was built for one group's command: other names are skipped, unrefused.
         self.only_group = only_group
+        #: Groups added by name only (the root's help): subcommands for them are skipped, unrefused.
+        self.unbuilt = unbuilt
         #: The runtime the app is built over: plugin commands act on it (``add.runtime``).
         self.runtime = runtime
         self.owners: dict[str, str] = {}
@@ -87,7 +100,7 @@ class Registrar:
             self.refuse(f"command {name!r} not added: plugins add subcommands only to {sorted(OPEN_GROUPS)}")
             return
         target = next((g.typer_instance for g in self.app.registered_groups if g.name == group), None)
-        if target is None:  # the group was not built for this command line (wbx run ...)
+        if target is None or group in self.unbuilt:  # the group was not built for this command line
             return
         if name in self.owners or any(c.name == sub for c in target.registered_commands):
             owner = self.owners.get(name)
@@ -164,6 +177,17 @@ def build_app(runtime: Any = None, argv: Sequence[str] | None = None) -> typer.T
     word = _command_word(argv) if argv is not None else None
     only = word if word in BUILTIN_COMMANDS and word not in ("plugins", "help") else None
     plugin_sub = False
+    # The root's help and a plugin's command name the groups of GROUP_HELP without building them;
+    # wbx plugins (it shows refused subcommands) and shell completion (no argv words: the line is in
+    # _WBX_COMPLETE's variables) need every group's commands.
+    unbuilt = frozenset(GROUP_HELP) if (argv is not None and only is None and word != "plugins"
+                                        and "_WBX_COMPLETE" not in os.environ) else frozenset()
+
+    def named_only(name: str) -> bool:
+        """Add ``name`` as an empty group with its line of help, when the root's help is all that shows."""
+        if name in unbuilt:
+            app.add_typer(typer.Typer(add_completion=False, rich_markup_mode=None), name=name, help=GROUP_HELP[name])
+        return name in unbuilt
 
     def wanted(*names: str) -> bool:
         return only is None or only in names
@@ -186,45 +210,52 @@ def build_app(runtime: Any = None, argv: Sequence[str] | None = None) -> typer.T
     ) -> None:
         """wbx: toolkits as sandboxed WebAssembly."""
 
-    if wanted("toolkit"):
+    if wanted("toolkit") and not named_only("toolkit"):
         from wbcore_runtime.cli import toolkit  # deferred: keeps wbx start-up light
 
         words = [a for a in argv or () if not a.startswith("-")]
         sub = words[1] if only == "toolkit" and len(words) > 1 and not {"--help", "-h"} & set(argv or ()) else None
         toolkit_app = toolkit.build(runtime, sub)
-        app.add_typer(toolkit_app, name="toolkit", help="List, show, search, verify and build toolkits.")
+        app.add_typer(toolkit_app, name="toolkit", help=GROUP_HELP["toolkit"])
         # wbx toolkit <a plugin's subcommand> (or its help): plugins add their toolkit subcommands below.
         plugin_sub = sub is None or sub not in {c.name for c in toolkit_app.registered_commands}
     if wanted("plugins", "shapes", "lanes", "tiers"):
         from wbcore_runtime.cli import listing  # deferred: keeps wbx start-up light
 
         listing.register(app, runtime)
-    if wanted("agent"):
+    if wanted("agent") and not named_only("agent"):
         from wbcore_runtime.cli import agent as _agent  # deferred: keeps wbx start-up light
 
-        _agent.register(app, runtime)
+        app.add_typer(_agent.build(runtime), name="agent", help=GROUP_HELP["agent"])
     if wanted("audit"):
         from wbcore_runtime.cli import audit as _audit_cli  # deferred: keeps wbx start-up light
 
         _audit_cli.register(app, runtime)
-    if wanted("run", "kernel", "commands"):
+    if wanted("run"):
         from wbcore_runtime.cli import run as _run_cli  # deferred: keeps wbx start-up light
 
         _run_cli.register(app, runtime)
+    if wanted("commands", "kernel") and not (named_only("commands") and named_only("kernel")):
+        from wbcore_runtime.cli import registered  # deferred: keeps wbx start-up light (it brings dispatch)
+
+        if wanted("commands"):
+            app.add_typer(registered.build_commands(runtime), name="commands", help=GROUP_HELP["commands"])
+        if wanted("kernel"):
+            app.add_typer(registered.build_kernel(runtime), name="kernel", help=GROUP_HELP["kernel"])
     if wanted("shell"):
         from wbcore_runtime.cli import shell as _shell_cli  # deferred: keeps wbx start-up light
 
         _shell_cli.register(app, runtime)
-    if wanted("identity"):
+    if wanted("identity") and not named_only("identity"):
         from wbcore_runtime.cli import identity as _identity_cli  # deferred: keeps wbx start-up light
 
-        app.add_typer(_identity_cli.build(runtime), name="identity", help="The signing identity: did:key and did:web.")
+        app.add_typer(_identity_cli.build(runtime), name="identity", help=GROUP_HELP["identity"])
     if only is not None and not plugin_sub:
         _keep_subcommand(app, only, argv or ())
         return app
 
     # Only one group built (wbx toolkit <a plugin's subcommand>): plugins add only into it.
-    registrar = Registrar(app, runtime, only_group=only)
+    registrar = Registrar(app, runtime, only_group=only, unbuilt=unbuilt)
     for impl in runtime.pm.hook.wbcore_cli_commands.get_hookimpls():
         registrar.current = impl.plugin_name
         try:

@@ -8,6 +8,7 @@ import typer
 
 from wbcore_runtime.cli.output import JSON_HELP, emit_json
 from wbcore_runtime.contract.errors import Internal
+from wbcore_runtime.dispatch import audit_read
 
 if TYPE_CHECKING:
     from wbcore_runtime.contract.host import RuntimeServices
@@ -33,8 +34,6 @@ def register(app: typer.Typer, runtime: RuntimeServices) -> None:
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
         """Show the Dock's audit trail (every broker decision, allowed and denied)."""
-        from wbcore_runtime.dispatch import audit_read  # deferred: keeps wbx start-up light
-
         log = audit_read.AuditLog.for_home(runtime.home, runtime.env)  # the writer the readers read
         if verify:
             problems = audit_read.verify(log)

@@ -6,6 +6,7 @@ import json
 import sys
 import threading
 import time
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Self
 
 import typer
@@ -87,12 +88,13 @@ def register(app: typer.Typer, runtime: RuntimeServices) -> None:
     ) -> None:
         """Build a toolkit's artifact in its lane, store it by sha256 and register it."""
         from wbcore_runtime.build import builder  # deferred: keeps wbx start-up light
-        from wbcore_runtime.build import BuildFailed  # deferred: keeps wbx start-up light
 
         if all_:
             if ident is not None or which is not None or replace_command is not None:
                 raise InvalidArgs("--all builds every buildable toolkit: give no ID, WHICH or --replace-command")
-            build_all(runtime, force=force, json_=json_)
+            # each buildable toolkit (#+EXEC and #+BUILD_SRC) in search-path order, built as its line prints
+            build_all((builder.build_row(runtime, tk.id, force=force) for tk in runtime.discover().toolkits.values()
+                       if builder.wants_build(tk.manifest)), json_=json_)
             return
         if ident is None:
             raise InvalidArgs("give a toolkit ID, or --all")
@@ -103,7 +105,7 @@ def register(app: typer.Typer, runtime: RuntimeServices) -> None:
             with Progress(as_json=json_, tick=not json_ and interactive()) as progress:
                 result = builder.build(runtime, ident, which, progress=progress, force=force,
                                        replace_command=replace_command)
-        except BuildFailed as exc:
+        except builder.BuildFailed as exc:
             if exc.log:
                 tail = exc.log.rstrip("\n").splitlines()[-40:]
                 print("--- build log (last lines) ---", file=sys.stderr)
@@ -131,17 +133,11 @@ def build_line(row: dict[str, Any]) -> str:
     return f"✓ {tid}: {row['kind']} {row['name']} {state} in {float(row['seconds']):.2f}s → {str(row['sha256'])[:12]}…"
 
 
-def build_all(runtime: RuntimeServices, *, force: bool, json_: bool) -> None:
-    """``wbx toolkit build --all``: every toolkit with a buildable ``#+EXEC`` and a
-    ``#+BUILD_SRC``, in search-path order; one line each (✓ built or cached, ✗ failed with
-    the reason, - skipped when its lane cannot run on this machine); exit 1 if any failed."""
-    from wbcore_runtime.build import builder  # deferred: keeps wbx start-up light
-
-    rows: list[dict[str, object]] = []
-    for tk in runtime.discover().toolkits.values():
-        if not builder.wants_build(tk.manifest):
-            continue
-        row = builder.build_row(runtime, tk.id, force=force)
+def build_all(built: Iterable[dict[str, Any]], *, json_: bool) -> None:
+    """``wbx toolkit build --all``: one line per ``builder.build_row`` of ``built`` (✓ built or
+    cached, ✗ failed with the reason, - skipped when its lane cannot run here); exit 1 if any failed."""
+    rows: list[dict[str, Any]] = []
+    for row in built:
         rows.append(row)
         if not json_:
             typer.echo(build_line(row))

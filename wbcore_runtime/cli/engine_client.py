@@ -1,6 +1,6 @@
-"""The client side of the engine API (``wbx toolkit push``, ``wbx agent run --engine``).
+"""The client side of the engine API (``wbx toolkit push``; ``wbx agent run --engine``, :func:`run_on_engine`).
 
-Standard library only (urllib): the core depends on no HTTP client. Every request has a
+HTTP through the standard library only (urllib): the core depends on no HTTP client. Every request has a
 timeout; every answer is read against a size cap; an SSE stream ends at its deadline.
 The token comes from ``--token`` or ``WB_ENGINE_TOKEN`` and is never printed.
 """
@@ -8,6 +8,7 @@ The token comes from ``--token`` or ``WB_ENGINE_TOKEN`` and is never printed.
 from __future__ import annotations
 
 import json
+import sys
 import time
 import urllib.error
 import urllib.parse
@@ -16,6 +17,9 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import typer
+
+from wbcore_runtime.cli.output import emit_json
 from wbcore_runtime.contract.errors import CapabilityDenied, Internal, InvalidArgs, NotFound, Timeout, WbError
 from wbcore_runtime.store.archive import deterministic_targz
 from wbcore_runtime.guard import paths
@@ -152,3 +156,51 @@ def toolkit_archive(folder: Path, ident: str) -> bytes:
                 total += len(data)
                 files[rel] = data
     return deterministic_targz(ident, files)
+
+
+def run_on_engine(engine: str, agent: str, task: str, *, token: str | None, options: dict[str, Any],
+                  follow: bool = True, json_: bool = False) -> int:
+    """``POST /v1/sessions`` then follow its SSE events; exit 0 when the run ends done."""
+    doc: dict[str, Any] = {"task": task, "options": options}
+    path = Path(agent)
+    if agent.endswith(".org") or path.is_file():
+        try:
+            doc["agent_org"] = path.read_text(encoding="utf-8")  # the engine never reads our paths
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InvalidArgs(f"{agent}: cannot read the agent definition ({exc})") from None
+    else:
+        doc["agent"] = agent
+    created = call(engine, "/v1/sessions", token=token, method="POST",
+                   body=json.dumps(doc).encode(), content_type="application/json")
+    sid = created["id"]
+    print(f"session {sid} on {engine}", file=sys.stderr, flush=True)
+    if not follow:
+        emit_json(created) if json_ else typer.echo(sid)
+        return 0
+    final: dict[str, Any] = {}
+    for event, data in events(engine, f"/v1/sessions/{sid}/events", token=token):
+        # an agent loop's event is {"seq", "type", "data", "t"}; the engine's own end is the status
+        payload = data.get("data", data) if isinstance(data, dict) else data
+        if json_:
+            emit_json({"event": event, "data": data})
+        elif event == "text" and isinstance(payload, str):
+            sys.stdout.write(payload)
+            sys.stdout.flush()
+        elif event not in ("ready", "end"):
+            typer.echo(f"[{data.get('seq', '')}] {event}: {_brief(payload)}")
+        if event == "end":
+            final = payload if isinstance(payload, dict) else {}
+    status = final.get("status", "unknown")
+    if not json_:
+        typer.echo(f"session {sid}: {status}")
+    return 0 if status == "done" else 1
+
+
+def _brief(payload: Any, limit: int = 200) -> str:
+    if isinstance(payload, str):
+        text = payload
+    elif isinstance(payload, dict):
+        text = str(payload.get("summary") or payload.get("text") or json.dumps(payload, default=str))
+    else:
+        text = json.dumps(payload, default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from wbcore_runtime.cli.output import JSON_HELP, emit_json
+from wbcore_runtime.trust import did, identity
 
 if TYPE_CHECKING:
     from wbcore_runtime.contract.host import RuntimeServices
@@ -22,8 +23,6 @@ def build(runtime: RuntimeServices) -> typer.Typer:
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
         """Show the signing identity (created on first use under $WB_HOME/identity)."""
-        from wbcore_runtime.trust import identity  # deferred: keeps wbx start-up light
-
         ident = identity.load(runtime.home, runtime.env, tenant=tenant)
         mb = identity.multibase_key(ident.public_key)
         if json_:
@@ -41,8 +40,6 @@ def build(runtime: RuntimeServices) -> typer.Typer:
         tenant: str = typer.Option("default", "--tenant", help="Which tenant's key."),
     ) -> None:
         """Write the did:web document (did.json) for the same key as the did:key."""
-        from wbcore_runtime.trust import did, identity  # deferred: keeps wbx start-up light
-
         ident = identity.load(runtime.home, runtime.env, tenant=tenant)
         web = did.did_for_host(host)
         target = out or runtime.home / "identity" / "did-web" / web.removeprefix("did:web:").replace(":", "/") / "did.json"

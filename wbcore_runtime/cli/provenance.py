@@ -10,6 +10,7 @@ import typer
 
 from wbcore_runtime.cli.output import JSON_HELP, emit_json, warn
 from wbcore_runtime.contract.errors import InvalidArgs
+from wbcore_runtime.trust import consent, did, identity, signing
 
 if TYPE_CHECKING:
     from wbcore_runtime.contract.host import RuntimeServices
@@ -23,8 +24,6 @@ def register(app: typer.Typer, runtime: RuntimeServices) -> None:
         tenant: str = typer.Option("default", "--tenant", help="Which tenant's key signs."),
     ) -> None:
         """Sign a third-party toolkit: #+AUTHOR_DID and #+SIGNATURE over the whole folder."""
-        from wbcore_runtime.trust import did, identity, signing  # deferred: keeps wbx start-up light
-
         tk = runtime.toolkit(ident)
         key = identity.load(runtime.home, runtime.env, tenant=tenant)
         author = did.did_for_host(did_web) if did_web else None
@@ -44,8 +43,6 @@ def register(app: typer.Typer, runtime: RuntimeServices) -> None:
     ) -> None:
         """Grant caps a toolkit requests (any for third-party, whose signature must verify; build/serve for
         first-party) and, with --env, each deployer environment variable its manifest may read."""
-        from wbcore_runtime.trust import consent  # deferred: keeps wbx start-up light
-
         tk = runtime.toolkit(ident)
         m = tk.manifest
         caps = list(caps or ())  # `--env VAR` alone names no cap
@@ -71,8 +68,6 @@ def register(app: typer.Typer, runtime: RuntimeServices) -> None:
         env: Optional[list[str]] = typer.Option(None, "--env", metavar="VAR", help="An environment variable grant to withdraw."),
     ) -> None:
         """Withdraw granted caps and env variables (everything when none are named)."""
-        from wbcore_runtime.trust import consent  # deferred: keeps wbx start-up light
-
         store = consent.ConsentStore(runtime.home)
         if store.get(ident) is None:
             raise InvalidArgs(f"{ident} has no grants to revoke")
@@ -93,7 +88,8 @@ def register(app: typer.Typer, runtime: RuntimeServices) -> None:
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
         """Install toolkits into the user root ($WB_HOME/toolkits), verified, recorded in wbx.lock."""
-        from wbcore_runtime.store import install as _install  # deferred: keeps wbx start-up light
+        # deferred: it brings tarfile, zipfile and the git and OCI fetchers, which the other verbs do not need
+        from wbcore_runtime.store import install as _install
 
         if locked:
             if source is not None:
@@ -125,7 +121,7 @@ def register(app: typer.Typer, runtime: RuntimeServices) -> None:
     @app.command("uninstall")
     def uninstall(ident: str = typer.Argument(..., metavar="ID")) -> None:
         """Remove a toolkit from the user root and its entry from wbx.lock, together."""
-        from wbcore_runtime.store import install as _install  # deferred: keeps wbx start-up light
+        from wbcore_runtime.store import install as _install  # deferred: as in install
 
         entry = _install.uninstall(runtime.home, ident)
         runtime.discover(refresh=True)

@@ -7,10 +7,9 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from wbcore_runtime.cli.fastrun import MOUNT_HELP
 from wbcore_runtime.cli.output import JSON_HELP, emit_json, warn
 from wbcore_runtime.toolkit import roots as _roots
-from wbcore_runtime.cli.fastrun import guest_args
+from wbcore_runtime.trust import verdict as _trust
 
 if TYPE_CHECKING:
     from wbcore_runtime.contract.host import RuntimeServices
@@ -27,20 +26,18 @@ def searched_hint(runtime: RuntimeServices) -> str:
     return _roots.not_found_hint(searched_roots(runtime))
 
 
-#: The subcommands defined in this module; the others come from cli/provenance.py and cli/build.py.
+#: The subcommands defined in this module; the others come from cli/toolkit_verbs.py.
 OWN_COMMANDS = frozenset({"list", "show", "search", "verify"})
 
 
 def build(runtime: RuntimeServices, only: str | None = None) -> typer.Typer:
     """The ``wbx toolkit`` group. ``only``: the subcommand about to run; when it is one of
-    :data:`OWN_COMMANDS`, the provenance and build modules are not imported."""
+    :data:`OWN_COMMANDS`, cli/toolkit_verbs.py (with provenance, build and push) is not imported."""
     app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None)
 
     @app.command("list")
     def list_(json_: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
         """List discoverable toolkits (id · status · tagline)."""
-        from wbcore_runtime.trust import verdict as _trust  # deferred: keeps wbx start-up light
-
         found = runtime.discover()
         if json_:
             emit_json(
@@ -80,10 +77,10 @@ def build(runtime: RuntimeServices, only: str | None = None) -> typer.Typer:
             else:
                 typer.echo(text.rstrip("\n"))
             return
-        if json_:
-            from wbcore_runtime.trust import consent as _consent_json  # deferred: keeps wbx start-up light
+        from wbcore_runtime.trust import consent  # deferred: keeps wbx start-up light
 
-            emit_json({**tk.as_dict(), "consent": _consent_json.describe(runtime.home, tk, runtime.caps_universe_for(tk.manifest.caps))})
+        if json_:
+            emit_json({**tk.as_dict(), "consent": consent.describe(runtime.home, tk, runtime.caps_universe_for(tk.manifest.caps))})
             return
         m = tk.manifest
         typer.echo(f"{m.title} ({m.id} {m.version}, {m.status})")
@@ -94,9 +91,7 @@ def build(runtime: RuntimeServices, only: str | None = None) -> typer.Typer:
             ("arg mode", m.arg_mode if m.exec == "command" else None), ("sha256", m.sha256),
             ("author", m.author_did), ("format", m.format), ("path", str(m.path)),
         ]
-        from wbcore_runtime.trust import consent as _consent  # deferred: keeps wbx start-up light
-
-        rows[4:4] = _consent.show_rows(runtime.home, tk, runtime.caps_universe_for(m.caps))
+        rows[4:4] = consent.show_rows(runtime.home, tk, runtime.caps_universe_for(m.caps))
         for key, value in rows:
             if value:
                 typer.echo(f"  {key + ':':10} {value}")
@@ -159,48 +154,7 @@ def build(runtime: RuntimeServices, only: str | None = None) -> typer.Typer:
 
     if only in OWN_COMMANDS:
         return app
-    from wbcore_runtime.cli import provenance as _provenance  # deferred: keeps wbx start-up light
+    from wbcore_runtime.cli import toolkit_verbs  # deferred: keeps wbx toolkit list/show/search/verify light
 
-    _provenance.register(app, runtime)
-    from wbcore_runtime.cli import build as _build_cli  # deferred: keeps wbx start-up light
-
-    _build_cli.register(app, runtime)
-    from wbcore_runtime.cli import engine as _engine_cli  # deferred: keeps wbx start-up light
-
-    _engine_cli.register_push(app, runtime)
-
-    @app.command(
-        "run",
-        context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False},
-    )
-    def run_task(
-        ident: str = typer.Argument(..., metavar="ID"),
-        task: str = typer.Argument(..., metavar="TASK"),
-        args: Optional[list[str]] = typer.Argument(None, metavar="[-- ARGS]..."),
-        tier: Optional[str] = typer.Option(None, "--tier", help="A sandbox tier that runs tasks (default: the weakest)."),
-        timeout: Optional[float] = typer.Option(None, "--timeout", help="Seconds (at most the posix profile's)."),
-        mount: list[str] = typer.Option([], "--mount", metavar="HOST[:GUEST][:ro|rw]", help=MOUNT_HELP),
-    ) -> None:
-        """Run a :role task recipe inside a sandbox tier (only with WB_TOOLKIT_EXEC=1)."""
-        import sys
-
-        from wbcore_runtime.toolkit import tasks  # deferred: keeps wbx start-up light
-        from wbcore_runtime.cli.run import read_stdin  # deferred: keeps wbx start-up light
-
-        argv, note = guest_args(args or ())
-        if note:
-            print(note, file=sys.stderr, flush=True)
-        stdin = read_stdin() if tasks.exec_allowed(runtime.env) else b""
-        result = tasks.run_task(runtime, ident, task, list(argv), stdin, tier=tier, timeout=timeout, mounts=mount)
-        for stream, data in ((sys.stdout, result.stdout), (sys.stderr, result.stderr)):
-            stream.flush()
-            raw = getattr(stream, "buffer", None)
-            if raw is not None:
-                raw.write(data)
-                raw.flush()
-            else:
-                stream.write(data.decode("utf-8", "replace"))
-        if result.exit_code:
-            raise typer.Exit(result.exit_code)
-
+    toolkit_verbs.register(app, runtime)
     return app
