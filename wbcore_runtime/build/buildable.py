@@ -58,7 +58,8 @@ def lane(runtime: RuntimeServices, manifest: Manifest, source_text: str | None =
     record = runtime.lanes.get(name)  # unknown: lists the installed lanes and any plugin that failed to load
     avail = record.availability(runtime)
     if not avail.ok:
-        raise LaneUnavailable(f"lane {name} is not available here: {avail.reason} (wbx lanes shows each lane's state)")
+        raise LaneUnavailable(f"lane {name} is not available here: {avail.reason} "
+                              "(wbx lanes shows each lane's state)")
     return record
 
 

@@ -110,10 +110,12 @@ def registered_name(tk: Toolkit, kind: str) -> str:
     return m.cli_bin or m.id
 
 
-def _claim(runtime: RuntimeServices, tk: Toolkit, kind: str, name: str, replace_command: str | None) -> str | None:
+def _claim(runtime: RuntimeServices, tk: Toolkit, kind: str, name: str,
+           replace_command: str | None) -> str | None:
     """The current owner of ``name``; raises unless it is free, ours, or handed over."""
     if replace_command is not None and replace_command != name:
-        raise InvalidArgs(f"--replace-command {replace_command}: {tk.id} registers {kind} {name!r}, not {replace_command!r}")
+        raise InvalidArgs(f"--replace-command {replace_command}: {tk.id} registers {kind} {name!r}, "
+                          f"not {replace_command!r}")
     owner = runtime.registry.owner(kind, name)
     if owner and owner != tk.id and replace_command != name:
         raise OwnedName(kind, name, owner, tk.id)
@@ -133,8 +135,8 @@ def _register(runtime: RuntimeServices, tk: Toolkit, kind: str, name: str, sha25
         opts.update(kernel_spec(tk).as_options())
     prof = policy.profile_for(m.extra("PROFILE"), m.caps, runtime.caps_universe_for(m.caps))
     entry = runtime.registry.register(Entry(
-        kind=kind, name=name, sha256=sha256, shape=shape or (m.exec if m.exec in KINDS else kind), toolkit=m.id,
-        arg_mode=m.arg_mode, profile=prof.name, builtin=False, options=opts,
+        kind=kind, name=name, sha256=sha256, shape=shape or (m.exec if m.exec in KINDS else kind),
+        toolkit=m.id, arg_mode=m.arg_mode, profile=prof.name, builtin=False, options=opts,
     ), take_from=owner if owner and owner != m.id else None)
     if owner and owner != m.id:
         _audit_handover(runtime, kind, name, owner, m.id)
@@ -205,7 +207,8 @@ def posix_manifest(tk: Toolkit) -> bytes:
     obj: dict[str, Any] = {"cli_bin": m.cli_bin, "toolkit": m.id}
     images = m.keywords.get("SKILL_IMAGES")
     if images:  # OCI skill images its calls see read-only (wbcore_runtime.store.skill_images)
-        obj["skill_images"] = [[s.reference, s.mount] for s in skill_images.parse(images, f"{m.id}: #+SKILL_IMAGES")]
+        obj["skill_images"] = [[s.reference, s.mount]
+                               for s in skill_images.parse(images, f"{m.id}: #+SKILL_IMAGES")]
     return POSIX_MAGIC + json.dumps(obj, sort_keys=True).encode()
 
 
@@ -224,7 +227,8 @@ def read_posix_manifest(data: bytes) -> dict[str, Any] | None:
     return obj
 
 
-def register_posix(runtime: RuntimeServices, tk: Toolkit, *, replace_command: str | None = None) -> tuple[Entry, str]:
+def register_posix(runtime: RuntimeServices, tk: Toolkit, *,
+                   replace_command: str | None = None) -> tuple[Entry, str]:
     """Register a ``#+EXEC: posix`` toolkit as command ``#+CLI_BIN``, shape ``posix``: its
     artifact is :func:`posix_manifest` (nothing is compiled), with the same provenance as
     any build. Only a tier whose record lists ``posix`` in its kinds can run it."""
@@ -291,7 +295,8 @@ def build(runtime: RuntimeServices, ident: str, which: str | None = None, *, pro
     kind = which or KINDS.get(m.exec or "")
     if kind is None or kind not in KINDS.values():
         if which:
-            raise InvalidArgs(f"build target {which!r}: choose one of {', '.join(sorted(set(KINDS.values())))}")
+            raise InvalidArgs(f"build target {which!r}: "
+                              f"choose one of {', '.join(sorted(set(KINDS.values())))}")
         raise InvalidArgs(f"{m.id}: #+EXEC {m.exec or '(none)'} does not build a registered artifact; "
                           f"buildable shapes: {', '.join(sorted(KINDS))}")
     if not m.build_src:
@@ -304,7 +309,8 @@ def build(runtime: RuntimeServices, ident: str, which: str | None = None, *, pro
     logs = runtime.home / "build" / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     log_path = logs / f"{m.id}.log"
-    log: list[str] = [f"# build {m.id} {m.version} ({kind} {name}) at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}"]
+    log: list[str] = [f"# build {m.id} {m.version} ({kind} {name}) "
+                      f"at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}"]
 
     def note(stage: str, detail: str) -> None:
         log.append(f"[{stage}] {detail}")
@@ -335,8 +341,8 @@ def build(runtime: RuntimeServices, ident: str, which: str | None = None, *, pro
             flags = buildable.flags(m)
             try:
                 done = pipeline.compile_source(runtime, lane_name, snap_m, resolved, work=work, flags=flags,
-                                               force=force, cache_dir=runtime.home / "build" / "cache", progress=note,
-                                               signer=prov.get("signer"))
+                                               force=force, cache_dir=runtime.home / "build" / "cache",
+                                               progress=note, signer=prov.get("signer"))
             except BuildFailed as exc:
                 log.append(exc.log or "")
                 note("error", exc.message)
@@ -346,12 +352,14 @@ def build(runtime: RuntimeServices, ident: str, which: str | None = None, *, pro
                 log.append(done.log.rstrip("\n"))
             sha256, size, cached = done.sha256, done.size, done.cached
             resolved = ResolvedSource(digest=done.source_digest, dir=resolved.dir, entry=resolved.entry,
-                                      preopen=resolved.preopen, sha256_pins_source=resolved.sha256_pins_source)
+                                      preopen=resolved.preopen,
+                                      sha256_pins_source=resolved.sha256_pins_source)
         if m.sha256 and not resolved.sha256_pins_source and m.sha256 != sha256:
             note("error", f"#+SHA256 {m.sha256} != built {sha256}")
             save_log()
             raise trust.IntegrityError(  # capability-denied (126), as docs/signing.md says
-                f"{m.id}: built artifact {sha256[:12]}… does not match #+SHA256 {m.sha256[:12]}…; not registered")
+                f"{m.id}: built artifact {sha256[:12]}… does not match #+SHA256 {m.sha256[:12]}…; "
+                "not registered")
         entry = _register(runtime, tk, kind, name, sha256, prov, owner,
                           pinned=bool(m.sha256) and not resolved.sha256_pins_source,
                           options={"lane": lane_name, "source_digest": resolved.digest,

@@ -106,7 +106,8 @@ def key(*, lane: str, version: str, source_digest: str, flags: Iterable[str] = (
     toolkit's signing identity (a build is never shared between signers)."""
     blob = canonical_json({
         "format": KEY_FORMAT, "lane": lane, "version": version, "source": source_digest,
-        "flags": list(flags), "entry": entry, "fields": dict(sorted((fields or {}).items())), "signer": signer,
+        "flags": list(flags), "entry": entry, "fields": dict(sorted((fields or {}).items())),
+        "signer": signer,
     })
     return hashlib.sha256(blob).hexdigest()
 

@@ -51,7 +51,8 @@ class Compiled:
     source_digest: str = ""
 
 
-def resolve(runtime: RuntimeServices, manifest: Manifest, work: Path, *, progress: Progress = _quiet) -> ResolvedSource:
+def resolve(runtime: RuntimeServices, manifest: Manifest, work: Path, *,
+            progress: Progress = _quiet) -> ResolvedSource:
     """Stage 1: ``#+BUILD_SRC`` → a read-only source folder (or a prebuilt artifact)."""
     if not manifest.build_src:
         raise InvalidArgs(f"{manifest.id}: no #+BUILD_SRC to build from ({manifest.path})")
@@ -65,18 +66,21 @@ def resolve(runtime: RuntimeServices, manifest: Manifest, work: Path, *, progres
     return resolved
 
 
-def cache_key(*, lane: str, version: str, output_fields: tuple[str, ...], manifest: Manifest, source_digest: str,
-              entry: str | None, flags: tuple[str, ...], signer: str | None = None) -> str:
+def cache_key(*, lane: str, version: str, output_fields: tuple[str, ...], manifest: Manifest,
+              source_digest: str, entry: str | None, flags: tuple[str, ...],
+              signer: str | None = None) -> str:
     """The key of one lane build: the lane's identity, the snapshot's digest, the entry,
     the flags, the toolkit's id and signer and the manifest fields the lane declares
     output-relevant, through the one key function."""
     return cache.key(lane=lane, version=version, source_digest=source_digest, flags=flags, entry=entry,
-                     fields=cache.manifest_fields(manifest, (*cache.ALWAYS_FIELDS, *output_fields)), signer=signer)
+                     fields=cache.manifest_fields(manifest, (*cache.ALWAYS_FIELDS, *output_fields)),
+                     signer=signer)
 
 
-def compile_source(runtime: RuntimeServices, lane_name: str, manifest: Manifest, resolved: ResolvedSource, *, work: Path,
-                   cache_dir: Path, flags: tuple[str, ...] = (), env: Mapping[str, str] | None = None,
-                   force: bool = False, progress: Progress = _quiet, signer: str | None = None) -> Compiled:
+def compile_source(runtime: RuntimeServices, lane_name: str, manifest: Manifest, resolved: ResolvedSource, *,
+                   work: Path, cache_dir: Path, flags: tuple[str, ...] = (),
+                   env: Mapping[str, str] | None = None, force: bool = False, progress: Progress = _quiet,
+                   signer: str | None = None) -> Compiled:
     """Stages 2 and 3: snapshot → the lane (or a cache hit) → the artifact store.
 
     The lane never sees ``resolved.dir``: it gets a private, read-only snapshot of it
@@ -88,7 +92,8 @@ def compile_source(runtime: RuntimeServices, lane_name: str, manifest: Manifest,
     served to ``wbx toolkit build`` and back). A lane's failure propagates
     (``BuildFailed`` carries its log)."""
     if resolved.dir is None:
-        raise InvalidArgs(f"{manifest.id}: the {lane_name} lane builds a source folder, not a prebuilt artifact")
+        raise InvalidArgs(f"{manifest.id}: the {lane_name} lane builds a source folder, "
+                          "not a prebuilt artifact")
     lane = runtime.lanes.get(lane_name)
     avail = lane.availability(runtime)
     if not avail.ok:
@@ -114,14 +119,15 @@ def compile_source(runtime: RuntimeServices, lane_name: str, manifest: Manifest,
             return Compiled(sha256=hit, size=size, lane=lane.name, version=version, cached=True, key=k,
                             source_digest=snap.digest)
         progress("compile", f"lane {lane.name} ({lane.where})")
-        out = driver.build(BuildRequest(manifest=manifest, source=replace(resolved, dir=snap.dir, digest=snap.digest),
+        out = driver.build(BuildRequest(manifest=manifest,
+                                        source=replace(resolved, dir=snap.dir, digest=snap.digest),
                                         outdir=work / "out", flags=flags, env=dict(env or {}),
                                         progress=lambda line: progress("compile", line)))
         art = runtime.artifacts.put_file(out.artifact)
         progress("store", f"artifact {art.sha256[:12]}… ({art.size} bytes)")
         cache.remember(cache_dir, k, art.sha256, lane=lane.name, version=version, source=snap.digest,
                        toolkit=manifest.id, signer=signer, flags=list(flags), entry=resolved.entry)
-        return Compiled(sha256=art.sha256, size=art.size, lane=lane.name, version=version, cached=False, key=k,
-                        log=out.log or "", source_digest=snap.digest)
+        return Compiled(sha256=art.sha256, size=art.size, lane=lane.name, version=version, cached=False,
+                        key=k, log=out.log or "", source_digest=snap.digest)
     finally:
         snapshot.discard(snap_dir)

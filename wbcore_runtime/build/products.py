@@ -49,8 +49,8 @@ def refuse(root: Path, *, lane: str, dirs: Iterable[str] = (), suffixes: Iterabl
                     if inner is not None:
                         what, rel = "file", f"{rel}/{inner}"
                 raise BuildProductInSource(
-                    f"{lane} lane: the source contains the build product {what} {rel!r}; a compiler could load it "
-                    f"instead of the source. Remove it from the source folder{hint}")
+                    f"{lane} lane: the source contains the build product {what} {rel!r}; a compiler could "
+                    f"load it instead of the source. Remove it from the source folder{hint}")
 
 
 def _first_file(folder: Path) -> str | None:

@@ -45,8 +45,9 @@ class Snapshot:
     bytes: int
 
 
-def take(source: Path, dest: Path, *, label: str = "the source folder", skip_dirs: frozenset[str] = frozenset(),
-         max_files: int = MAX_FILES, max_bytes: int = MAX_BYTES) -> Snapshot:
+def take(source: Path, dest: Path, *, label: str = "the source folder",
+         skip_dirs: frozenset[str] = frozenset(), max_files: int = MAX_FILES,
+         max_bytes: int = MAX_BYTES) -> Snapshot:
     """Copy ``source`` into ``dest`` (which must not exist) and make the copy read-only.
 
     ``digest`` equals ``cache.tree_digest(dest)``: it is computed from the bytes as they
@@ -69,7 +70,8 @@ def take(source: Path, dest: Path, *, label: str = "the source folder", skip_dir
             files += 1
             if node.kind == "link":
                 if os.path.isabs(node.target):
-                    raise paths.Refused(Path(source) / node.rel, f"a symlink to an absolute path ({node.target!r}); "
+                    raise paths.Refused(Path(source) / node.rel,
+                                        f"a symlink to an absolute path ({node.target!r}); "
                                         f"a link in {label} must stay inside it, as relative text")
                 os.symlink(node.target, target)
                 h.update(b"L" + rel + b"\0" + node.target.encode() + b"\0")

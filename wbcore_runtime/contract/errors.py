@@ -85,8 +85,8 @@ class Internal(WbError):
     kind = ErrorKind.INTERNAL
 
 
-_BY_KIND: dict[str, type[WbError]] = {cls.kind.value: cls for cls in (NotFound, InvalidArgs, Timeout, CapabilityDenied,
-                                                                     Internal)}
+_BY_KIND: dict[str, type[WbError]] = {cls.kind.value: cls
+                                      for cls in (NotFound, InvalidArgs, Timeout, CapabilityDenied, Internal)}
 
 
 def of_kind(kind: str, message: str) -> WbError:
@@ -145,8 +145,8 @@ def disk_full_of(exc: BaseException, where: object) -> DiskFull | None:
                 return got
         code = getattr(cur, "sqlite_errorcode", None)
         if code is not None and code & 0xFF == _SQLITE_FULL or "database or disk is full" in str(cur):
-            return DiskFull(f"no space left on the disk holding {where} (the database is full); free some space "
-                            "and try again")
+            return DiskFull(f"no space left on the disk holding {where} (the database is full); "
+                            "free some space and try again")
         cur, seen = cur.__cause__ or cur.__context__, seen + 1
     return None
 

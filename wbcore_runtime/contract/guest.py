@@ -128,5 +128,5 @@ def sandbox_caps(runtime: RuntimeServices, tier: str) -> Path:
         path = runtime.guest_runners.get(name).sandbox_caps
         if path is not None:
             return Path(path)
-    raise NotFound(f"tier {tier} links a wasm guest's wb.* imports with the caps bridge's guest side, which a "
-                   "WASI guest runner serves; none is installed: pip install wbcore-wasmtime")
+    raise NotFound(f"tier {tier} links a wasm guest's wb.* imports with the caps bridge's guest side, "
+                   "which a WASI guest runner serves; none is installed: pip install wbcore-wasmtime")

@@ -109,7 +109,8 @@ def wbcore_brokers() -> Iterable[Broker]:
         @hookimpl
         def wbcore_brokers():
             yield Broker(name="kv", summary="durable per-tenant K/V", factory=_driver)
-            yield Broker(name="dice", summary="dice rolls", factory=_dice, meaning="roll dice", profiles=("network",))
+            yield Broker(name="dice", summary="dice rolls", factory=_dice, meaning="roll dice",
+                         profiles=("network",))
     """
 
 

@@ -165,7 +165,8 @@ def chosen(runtime: RuntimeServices, registry: Registry[R_co], name: str | None,
     if len(names) == 1:
         return registry.get(names[0])
     if names:
-        raise InvalidArgs(f"several {noun[1]} are installed ({', '.join(names)}); choose one with {env}=<name>")
+        raise InvalidArgs(f"several {noun[1]} are installed ({', '.join(names)}); "
+                          f"choose one with {env}=<name>")
     message = none_installed
     if registry.conflicts:
         message = "; ".join(f"{noun[0]} {n!r} is provided twice: by {' and '.join(p.origin for p in ps)}; "

@@ -39,12 +39,13 @@ def depth(raw: bytes) -> int:
     return max(accumulate(steps), default=0)
 
 
-def loads(raw: bytes | str, *, max_depth: int = MAX_DEPTH, max_bytes: int | None = None, what: str = "the body") -> Any:
+def loads(raw: bytes | str, *, max_depth: int = MAX_DEPTH, max_bytes: int | None = None,
+          what: str = "the body") -> Any:
     """``raw`` parsed, or :class:`JsonRefused` saying what is wrong (size, depth, syntax)."""
     data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else bytes(raw)
     if max_bytes is not None and len(data) > max_bytes:
         raise JsonRefused(f"{what} of {len(data)} bytes exceeds the {max_bytes}-byte cap", status=413)
-    if data.count(b"[") + data.count(b"{") > max_depth:  # cheap: only a document with many brackets is scanned
+    if data.count(b"[") + data.count(b"{") > max_depth:  # cheap: only a bracket-heavy body is scanned
         deepest = depth(data)
         if deepest > max_depth:
             raise JsonRefused(f"{what} nests {deepest} levels deep; at most {max_depth} are accepted")

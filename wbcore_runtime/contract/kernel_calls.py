@@ -37,7 +37,8 @@ class KernelSpec:
         )
 
     def as_options(self) -> dict[str, Any]:
-        return {"entry": self.entry, "in_off": self.in_off, "out_off": self.out_off, "timeout_s": self.timeout_s}
+        return {"entry": self.entry, "in_off": self.in_off, "out_off": self.out_off,
+                "timeout_s": self.timeout_s}
 
 
 @dataclass(frozen=True, slots=True)

@@ -85,7 +85,8 @@ class Message:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Message:
-        calls = tuple(ToolUse(c["id"], c["name"], dict(c.get("arguments") or {})) for c in d.get("tool_calls") or ())
+        calls = tuple(ToolUse(c["id"], c["name"], dict(c.get("arguments") or {}))
+                      for c in d.get("tool_calls") or ())
         return cls(d["role"], d.get("text", ""), calls, d.get("tool_call_id"), bool(d.get("is_error", False)))
 
 
@@ -99,7 +100,8 @@ class Usage:
     estimated: bool = False
 
     def __add__(self, other: Usage) -> Usage:
-        cost = None if self.cost_usd is None and other.cost_usd is None else (self.cost_usd or 0.0) + (other.cost_usd or 0.0)
+        cost = (None if self.cost_usd is None and other.cost_usd is None
+                else (self.cost_usd or 0.0) + (other.cost_usd or 0.0))
         return Usage(self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens, cost,
                      self.estimated or other.estimated)
 
@@ -123,7 +125,8 @@ def estimate_usage(request: ChatRequest, text: str, tool_calls: Sequence[ToolUse
     message and every tool's name, description and schema; output: the text and calls."""
     chars = len(request.system) + sum(len(m.text) + len(json.dumps([c.as_dict() for c in m.tool_calls]))
                                       for m in request.messages)
-    chars += sum(len(t.name) + len(t.description) + len(json.dumps(dict(t.input_schema))) for t in request.tools)
+    chars += sum(len(t.name) + len(t.description) + len(json.dumps(dict(t.input_schema)))
+                 for t in request.tools)
     out = len(text) + sum(len(c.name) + len(json.dumps(dict(c.arguments))) for c in tool_calls)
     return Usage(-(-chars // CHARS_PER_TOKEN), -(-out // CHARS_PER_TOKEN), None, True)
 
@@ -230,7 +233,8 @@ class ProviderError(WbError):
 MAX_ERROR_TEXT = 300
 
 
-def provider_error(vendor: str, exc: Exception, settings: Any, *, status_error: type, connection_error: type) -> ProviderError:
+def provider_error(vendor: str, exc: Exception, settings: Any, *, status_error: type,
+                   connection_error: type) -> ProviderError:
     """The one mapping of a vendor SDK's exception to :class:`ProviderError`: ``status_error``
     (has ``status_code``, ``response.headers``, ``message``) by HTTP status — retryable per
     :data:`RETRYABLE_STATUS`, ``Retry-After`` honoured, a refused key never quoted —,
@@ -248,7 +252,8 @@ def provider_error(vendor: str, exc: Exception, settings: Any, *, status_error: 
         return ProviderError(f"{vendor}: HTTP {status}: {text}", status=status,
                              retryable=status in RETRYABLE_STATUS, retry_after=retry_after)
     if isinstance(exc, connection_error):  # timeouts included
-        return ProviderError(f"{vendor}: endpoint unreachable or silent ({type(exc).__name__})", retryable=True)
+        return ProviderError(f"{vendor}: endpoint unreachable or silent ({type(exc).__name__})",
+                             retryable=True)
     return ProviderError(f"{vendor}: {type(exc).__name__}: {redact(str(exc))[:MAX_ERROR_TEXT]}")
 
 
@@ -314,13 +319,15 @@ class SdkChat:
         ct = content_type.split(";")[0].strip().lower()
         if (ct != "application/json" and not ct.endswith("+json")) or len(raw) > self.max_body:
             raise ProviderError(
-                f"{self.vendor}: the server answered a streamed request with {content_type or 'no content type'} "
+                f"{self.vendor}: the server answered a streamed request with "
+                f"{content_type or 'no content type'} "
                 f"({len(raw)} bytes), neither server-sent events nor JSON: is WB_LLM_BASE_URL a "
                 f"{self.endpoint_kind}?")
         try:
             return json.loads(raw)
         except ValueError as exc:
-            raise ProviderError(f"{self.vendor}: the server's JSON body does not parse ({exc})", retryable=True) from None
+            raise ProviderError(f"{self.vendor}: the server's JSON body does not parse ({exc})",
+                                retryable=True) from None
 
     def _once(self, request: ChatRequest, on_text: Callable[[str], None] | None) -> ChatResponse:
         """One attempt (no retry): the provider's wire format on its SDK."""
@@ -337,7 +344,8 @@ def _prices(raw: str) -> dict[str, tuple[float, float]]:
             a, _, b = pair.partition("/")
             out[model.strip()] = (float(a), float(b))
         except ValueError:
-            raise InvalidArgs(f"WB_LLM_PRICES: {part!r} is not MODEL=IN/OUT (USD per million tokens)") from None
+            raise InvalidArgs(f"WB_LLM_PRICES: {part!r} is not MODEL=IN/OUT "
+                              "(USD per million tokens)") from None
     return out
 
 
@@ -365,7 +373,8 @@ def split_model(spec: str | None, providers: Sequence[str]) -> tuple[str | None,
     return None, spec
 
 
-def settings(runtime: RuntimeServices, *, model: str | None = None, agent_model: str | None = None) -> LlmSettings:
+def settings(runtime: RuntimeServices, *, model: str | None = None,
+             agent_model: str | None = None) -> LlmSettings:
     """The settings for one run: the model from ``model`` (``--model``), else the agent
     definition's ``:MODEL:``, else ``WB_LLM_MODEL``; the provider from that spec's
     ``provider:`` prefix, else ``WB_LLM_PROVIDER``, else the only installed provider."""
@@ -379,13 +388,15 @@ def settings(runtime: RuntimeServices, *, model: str | None = None, agent_model:
     provider = provider or env.get("WB_LLM_PROVIDER") or (names[0] if len(names) == 1 else None)
     if provider is None:
         if not names:
-            raise NotFound("no LLM provider is installed; pip install wbcore-llm-openai or wbcore-llm-anthropic")
-        raise InvalidArgs("several LLM providers are installed; choose one with WB_LLM_PROVIDER or a model written "
-                          f"provider:model (installed: {', '.join(names)})")
+            raise NotFound("no LLM provider is installed; "
+                           "pip install wbcore-llm-openai or wbcore-llm-anthropic")
+        raise InvalidArgs("several LLM providers are installed; choose one with WB_LLM_PROVIDER "
+                          f"or a model written provider:model (installed: {', '.join(names)})")
     if provider not in names:
         raise NotFound(unknown_name("LLM provider", provider, names))
     if not chosen:
-        raise InvalidArgs("no model chosen: pass --model, set :MODEL: in the agent definition, or set WB_LLM_MODEL")
+        raise InvalidArgs("no model chosen: pass --model, set :MODEL: in the agent definition, "
+                          "or set WB_LLM_MODEL")
     return LlmSettings(
         provider=provider, model=chosen, base_url=env.get("WB_LLM_BASE_URL") or None,
         api_key=env.get("WB_LLM_API_KEY") or None,
@@ -444,8 +455,8 @@ def check_answer(got: ChatResponse, vendor: str) -> ChatResponse:
                             f"{got.stop_reason or 'none'!r}): the server sent nothing usable", retryable=True)
     nameless = [c.id for c in got.tool_calls if not c.name]
     if nameless:
-        raise ProviderError(f"{vendor}: malformed answer: tool call(s) {', '.join(nameless[:5])} have no name",
-                            retryable=True)
+        raise ProviderError(f"{vendor}: malformed answer: tool call(s) {', '.join(nameless[:5])} "
+                            "have no name", retryable=True)
     return got
 
 
@@ -459,8 +470,8 @@ def check_tool_choice(choice: str | None, tools: Sequence[ToolSpec]) -> str | No
         return choice
     names = [t.name for t in tools]
     if choice not in names:
-        raise InvalidArgs(f"tool_choice {choice!r} is neither {', '.join(TOOL_CHOICE_WORDS)} nor an offered tool "
-                          f"(offered: {', '.join(names) or 'none'})")
+        raise InvalidArgs(f"tool_choice {choice!r} is neither {', '.join(TOOL_CHOICE_WORDS)} "
+                          f"nor an offered tool (offered: {', '.join(names) or 'none'})")
     return choice
 
 

@@ -263,8 +263,9 @@ class BuiltinCommand:
 
 @dataclass(frozen=True, slots=True)
 class FabricEngine:
-    """Runs one resolved call over many inputs (``wbcore_runtime.dispatch.fabric``). ``factory`` returns a
-    ``wbcore_runtime.dispatch.fabric.FabricDriver``; ``available`` says whether it can run here, and why not."""
+    """Runs one resolved call over many inputs (``wbcore_runtime.dispatch.fabric``). ``factory``
+    returns a ``wbcore_runtime.dispatch.fabric.FabricDriver``; ``available`` says whether it can run
+    here, and why not."""
 
     name: str
     summary: str

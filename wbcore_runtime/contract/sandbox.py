@@ -98,7 +98,8 @@ class SandboxResult:
     def check(self, what: str = "sandboxed program") -> SandboxResult:
         """This result, or a WbError naming the limit hit or carrying the program's stderr."""
         if self.timed_out:
-            raise Timeout(f"{what} passed its {self.limit or 'wall-clock'} limit and was killed\n{self.log}".rstrip())
+            raise Timeout(f"{what} passed its {self.limit or 'wall-clock'} limit and was killed\n"
+                          f"{self.log}".rstrip())
         if self.limit:
             raise InvalidArgs(f"{what} ended at its {self.limit} limit\n{self.log}".rstrip())
         if self.returncode != 0:
@@ -142,8 +143,8 @@ class BuildSandboxDriver(ABC):
     ) -> SandboxResult:
         """Run ``argv`` (an absolute path inside) and copy ``/out`` to ``out_dir``;
         ``seed_out``: a host folder whose files start in ``/out``."""
-        return self.execute(SandboxRun(tuple(argv), Path(out_dir), tuple(binds), limits or SandboxLimits(), dict(env or {}),
-                                       cwd, stdin, seed_out))
+        return self.execute(SandboxRun(tuple(argv), Path(out_dir), tuple(binds), limits or SandboxLimits(),
+                                       dict(env or {}), cwd, stdin, seed_out))
 
     @abstractmethod
     def execute(self, job: SandboxRun) -> SandboxResult:

@@ -12,9 +12,9 @@ The span tree (names and attributes: docs/telemetry.md)::
     wb.pipeline → wb.stage → wb.agent.step → wb.call → wb.broker
                            ↘ wb.call → wb.broker
 
-Seams: :mod:`wbcore_fabric_local.pipeline` (pipeline, stage), :mod:`wbcore_runtime.dispatch.fabric` (one span per map),
-:class:`wbcore_runtime.dispatch.dock.Dock` (each broker decision), the call hooks (each tool call), and
-:func:`agent_step` for the agent loop.
+Seams: :mod:`wbcore_fabric_local.pipeline` (pipeline, stage), :mod:`wbcore_runtime.dispatch.fabric`
+(one span per map), :class:`wbcore_runtime.dispatch.dock.Dock` (each broker decision), the call
+hooks (each tool call), and :func:`agent_step` for the agent loop.
 """
 
 from __future__ import annotations
@@ -121,7 +121,8 @@ def flush(runtime: RuntimeServices, timeout_s: float = 10.0) -> None:
             _log().warning("telemetry: the last spans were not exported (%s: %s)", type(exc).__name__, exc)
 
 
-def span(runtime: RuntimeServices, name: str, attributes: Mapping[str, Any] | None = None) -> AbstractContextManager[Span]:
+def span(runtime: RuntimeServices, name: str,
+         attributes: Mapping[str, Any] | None = None) -> AbstractContextManager[Span]:
     """``with telemetry.span(runtime, "wb.x", {...}) as s:`` — a no-op when telemetry is off."""
     tracer: Tracer | None = getattr(runtime, "tracer", None)
     if tracer is None:

@@ -311,7 +311,8 @@ def events_text(events: Iterable[StreamEvent]) -> str:
     for ev in events:
         if isinstance(ev, Content):
             v = ev.part.value()
-            out.append(v if isinstance(v, str) else json.dumps(v, default=repr) if not isinstance(v, bytes) else v.decode("utf-8", "replace"))
+            out.append(v if isinstance(v, str) else json.dumps(v, default=repr) if not isinstance(v, bytes)
+                       else v.decode("utf-8", "replace"))
     return "".join(out)
 
 
@@ -388,8 +389,8 @@ class ToolProvider(Protocol):
         """``act:skill`` texts carried by component artifacts, by toolkit (or component) name."""
         ...
 
-    def call_tool(self, call: ToolCall, *, cancel: threading.Event | None = None, timeout: float | None = None,
-                  progress: Progress | None = None) -> CallOutcome:
+    def call_tool(self, call: ToolCall, *, cancel: threading.Event | None = None,
+                  timeout: float | None = None, progress: Progress | None = None) -> CallOutcome:
         """Run one ACT call; every expected failure is an error event (an unknown tool is ``NotFound``)."""
         ...
 
@@ -406,9 +407,11 @@ class ToolService(Protocol):
     the rules a surface needs to describe and run a command it serves itself (a toolkit not
     built yet, an agent's session toolkit) exactly as the provider would."""
 
-    def provider(self, *, principal: Principal | None = None, only: Iterable[str] | None = None) -> ToolProvider: ...
+    def provider(self, *, principal: Principal | None = None,
+                 only: Iterable[str] | None = None) -> ToolProvider: ...
 
-    def draft(self, kind: str, target: str, toolkit: Any, caps: frozenset[str], timeout_s: float | None) -> Tool:
+    def draft(self, kind: str, target: str, toolkit: Any, caps: frozenset[str],
+              timeout_s: float | None) -> Tool:
         """The ``command`` or ``kernel`` tool ``<toolkit>.<target>`` a loaded toolkit will serve
         once built (its skill declares the schema), granted at most ``caps``."""
         ...
@@ -422,7 +425,8 @@ class ToolService(Protocol):
         ...
 
     def command_argv(self, name: str, skill_text: str, args: Mapping[str, Any]) -> tuple[list[str], bytes]:
-        """A command's JSON arguments (:meth:`command_schema`) as ``(argv, stdin)``; bad ones are ``InvalidArgs``."""
+        """A command's JSON arguments (:meth:`command_schema`) as ``(argv, stdin)``; bad ones are
+        ``InvalidArgs``."""
         ...
 
 
@@ -431,7 +435,7 @@ def service(runtime: RuntimeServices, name: str | None = None) -> ToolService:
 
     None served is ``NotFound`` naming what to install (and any plugin that failed to load);
     several and no choice is ``InvalidArgs`` listing them."""
-    record = chosen(runtime, runtime.tool_providers, name, env=ENV_CHOICE, noun=("tool provider", "tool providers"),
-                    none_installed=NONE_INSTALLED)
+    record = chosen(runtime, runtime.tool_providers, name, env=ENV_CHOICE,
+                    noun=("tool provider", "tool providers"), none_installed=NONE_INSTALLED)
     served: ToolService = record.factory(runtime)
     return served

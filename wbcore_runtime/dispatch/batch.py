@@ -69,7 +69,8 @@ class Sizer:
 # --- running one input of a job (engines call this; worker processes too) -------------------
 
 
-def run_command(runtime: RuntimeServices, job: Job, target: Any, item: CommandInput, *, cancel: Any = None) -> CallResult:
+def run_command(runtime: RuntimeServices, job: Job, target: Any, item: CommandInput, *,
+                cancel: Any = None) -> CallResult:
     """Run ``job``'s resolved command request on one input with ``target`` (the tier that
     runs it, :func:`wbcore_runtime.dispatch.resolve.target_for`), inside the batch deadline, with the
     runtime's call hooks (audit) around it — as ``dispatch.call_command`` does."""
@@ -89,7 +90,8 @@ def kernel_request(job: Job) -> KernelRequest:
     """``job``'s kernel request with its per-call deadline shortened to the batch's."""
     req = job.request
     assert isinstance(req, KernelRequest)
-    return dataclasses.replace(req, spec=dataclasses.replace(req.spec, timeout_s=_within(job, req.spec.timeout_s)))
+    return dataclasses.replace(req, spec=dataclasses.replace(req.spec,
+                                                             timeout_s=_within(job, req.spec.timeout_s)))
 
 
 def run_kernel(runtime: RuntimeServices, job: Job, inst: Any, data: bytes) -> bytes:
@@ -100,8 +102,8 @@ def run_kernel(runtime: RuntimeServices, job: Job, inst: Any, data: bytes) -> by
     if hook is None:
         return inst.call(data)
     req = job.request
-    record = CallRecord(name=job.name, shape="kernel", principal=req.principal, toolkit=req.toolkit, tier=job.tier,
-                        caps=job.caps)
+    record = CallRecord(name=job.name, shape="kernel", principal=req.principal, toolkit=req.toolkit,
+                        tier=job.tier, caps=job.caps)
     return audited(hook, record, inst.call, data)
 
 
@@ -192,7 +194,8 @@ class Batch:
             self.begin()
             while True:
                 while not exhausted:  # fill: the least busy worker with room, while the window allows
-                    w = min((w for w in self.workers if len(w.out) < k), key=lambda w: len(w.out), default=None)
+                    w = min((w for w in self.workers if len(w.out) < k), key=lambda w: len(w.out),
+                            default=None)
                     room = self.window - (work.taken - done)
                     if w is None or room <= 0:
                         break
@@ -222,8 +225,8 @@ class Batch:
                     return
                 left = job.remaining()
                 if left is not None and left <= 0:
-                    raise Timeout(f"fabric: {job.kind} {job.name!r}: the batch deadline passed with {done} of "
-                                  f"{work.taken}+ results yielded")
+                    raise Timeout(f"fabric: {job.kind} {job.name!r}: the batch deadline passed "
+                                  f"with {done} of {work.taken}+ results yielded")
                 self.collect(found)
         finally:
             self.stop(graceful=clean)
@@ -241,7 +244,8 @@ def chunk_results(job: Job, chunk: Chunk, outputs: Any, errors: list[tuple[int, 
     the per-input errors the worker reported and the ones found while the chunk was read
     (``chunk.errors``), by input index."""
     start = chunk.start
-    values = outputs if job.kind == "kernel" else [None if v is None else result_from_wire(v) for v in outputs]
+    values = (outputs if job.kind == "kernel"
+              else [None if v is None else result_from_wire(v) for v in outputs])
     if not errors and not chunk.errors:
         return ResultChunk(start, values)
     failed = {start + k: error_from_wire(err_kind, message) for k, err_kind, message in errors}
@@ -299,10 +303,11 @@ def run_chunk(kind: str, run: Any, body: list[Any], skip: frozenset[int] = froze
 def _failure(k: int, exc: BaseException) -> tuple[int, str, str]:
     if isinstance(exc, WbError):
         return (k, *error_wire(exc))
-    return k, "internal", f"{type(exc).__name__}: {exc}"  # an engine bug: this input's error, not the worker's end
+    return k, "internal", f"{type(exc).__name__}: {exc}"  # an engine bug fails this input, not the worker
 
 
-def _kernel_chunk(run: Any, body: list[bytes], skip: frozenset[int]) -> tuple[list[Any], list[tuple[int, str, str]]]:
+def _kernel_chunk(run: Any, body: list[bytes],
+                  skip: frozenset[int]) -> tuple[list[Any], list[tuple[int, str, str]]]:
     """Run each input once, in order: ``list.extend(map(run, ...))`` is one C-level loop, and
     when an input raises, the outputs before it are already in ``outs`` (CPython's extend
     appends as it goes), so the loop goes on after the failed input."""
@@ -326,7 +331,8 @@ def _kernel_chunk(run: Any, body: list[bytes], skip: frozenset[int]) -> tuple[li
     return outs, errors
 
 
-def _command_chunk(run: Any, body: list[Any], skip: frozenset[int]) -> tuple[list[Any], list[tuple[int, str, str]]]:
+def _command_chunk(run: Any, body: list[Any],
+                   skip: frozenset[int]) -> tuple[list[Any], list[tuple[int, str, str]]]:
     outs: list[Any] = []
     errors: list[tuple[int, str, str]] = []
     for k, payload in enumerate(body):

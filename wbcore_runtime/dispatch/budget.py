@@ -52,7 +52,8 @@ class ByteBudget:
         if self.used > self.cap:
             raise refuse(InvalidArgs, "too-large",
                          f"{self.what}: the answer passed the {self.cap}-byte cap while it was gathered "
-                         f"({self.used} bytes so far); stopped — ask for less (a narrower query, a limit, a prefix)")
+                         f"({self.used} bytes so far); stopped — "
+                         "ask for less (a narrower query, a limit, a prefix)")
 
     @staticmethod
     def size_of(value: Any) -> int:

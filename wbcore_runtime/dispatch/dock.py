@@ -164,7 +164,8 @@ class BrokerCall:
         value = self.args[name]
         if isinstance(value, bool) and typ is int or not isinstance(value, typ):
             want = typ.__name__ if isinstance(typ, type) else "/".join(t.__name__ for t in typ)
-            raise InvalidArgs(f"{self.cap}.{self.op}: argument {name!r} must be {want}, got {type(value).__name__}")
+            raise InvalidArgs(f"{self.cap}.{self.op}: argument {name!r} must be {want}, "
+                              f"got {type(value).__name__}")
         return value
 
     def target(self, value: str) -> None:
@@ -225,7 +226,8 @@ def _rate_from_env(env: dict[str, str]) -> tuple[int, float]:
 class Dock:
     """The one place every broker call goes through. One per :class:`Runtime`."""
 
-    def __init__(self, runtime: RuntimeServices, *, rate: tuple[int, float] | None = None, audit: AuditLog | None = None) -> None:
+    def __init__(self, runtime: RuntimeServices, *, rate: tuple[int, float] | None = None,
+                 audit: AuditLog | None = None) -> None:
         self.runtime = runtime
         self.audit = audit or AuditLog.for_home(runtime.home, runtime.env)
         self.limiter = RateLimiter(*(rate or _rate_from_env(runtime.env)))
@@ -342,20 +344,23 @@ class Dock:
         dg = digest(request)
         try:
             if len(request) > MAX_REQUEST:
-                raise refuse(InvalidArgs, "too-large", f"{cap}: request of {len(request)} bytes exceeds the {MAX_REQUEST}-byte cap")
+                raise refuse(InvalidArgs, "too-large",
+                             f"{cap}: request of {len(request)} bytes exceeds the {MAX_REQUEST}-byte cap")
             req = cbor2.loads(request)
             if not isinstance(req, dict) or not isinstance(req.get("op"), str):
                 raise InvalidArgs(f"{cap}: the request must be a CBOR map with a text 'op'")
         except WbError as exc:
             return self._deny(ctx, cap, "?", dg, exc, time.perf_counter(), len(request))[:2]
         except Exception as exc:  # cbor2 raises several types on malformed input
-            return self._deny(ctx, cap, "?", dg, InvalidArgs(f"{cap}: request is not valid CBOR ({type(exc).__name__})"),
+            return self._deny(ctx, cap, "?", dg,
+                              InvalidArgs(f"{cap}: request is not valid CBOR ({type(exc).__name__})"),
                               time.perf_counter(), len(request))[:2]
         op = req.pop("op")
         status, body, _ = self._run(ctx, cap, op, req, dg, len(request))
         return status, body
 
-    def _run(self, ctx: DockContext, cap: str, op: str, args: dict[str, Any], dg: str, nreq: int) -> tuple[int, bytes, Any]:
+    def _run(self, ctx: DockContext, cap: str, op: str, args: dict[str, Any], dg: str,
+             nreq: int) -> tuple[int, bytes, Any]:
         tracer = self.runtime.tracer
         if tracer is None:
             return self._decide(ctx, cap, op, args, dg, nreq)
@@ -370,17 +375,21 @@ class Dock:
             span.set("wb.outcome", "denied" if status else "allowed")
             return status, body, value
 
-    def _decide(self, ctx: DockContext, cap: str, op: str, args: dict[str, Any], dg: str, nreq: int) -> tuple[int, bytes, Any]:
+    def _decide(self, ctx: DockContext, cap: str, op: str, args: dict[str, Any], dg: str,
+                nreq: int) -> tuple[int, bytes, Any]:
         t0 = time.perf_counter()
         _TARGET.value = None
         who = ctx.who
         try:
             if cap not in ctx.caps:
-                raise refuse(CapabilityDenied, "not-granted", f"cap {cap!r} is not granted to {who}; granted: {', '.join(sorted(ctx.caps)) or '(none)'}")
+                raise refuse(CapabilityDenied, "not-granted", f"cap {cap!r} is not granted to {who}; "
+                             f"granted: {', '.join(sorted(ctx.caps)) or '(none)'}")
             if self.revocations.revoked(who, cap):
-                raise refuse(CapabilityDenied, "revoked", f"{who} is revoked for {cap!r} (wbx/Dock.restore lifts it)")
+                raise refuse(CapabilityDenied, "revoked",
+                             f"{who} is revoked for {cap!r} (wbx/Dock.restore lifts it)")
             if not self.limiter.take(who):
-                raise refuse(CapabilityDenied, "rate-limited", f"{who} is over its rate limit of {self.limiter.limit} calls per {self.limiter.window:g} s")
+                raise refuse(CapabilityDenied, "rate-limited", f"{who} is over its rate limit of "
+                             f"{self.limiter.limit} calls per {self.limiter.window:g} s")
             if ctx.deadline is not None and time.monotonic() >= ctx.deadline:
                 raise refuse(Timeout, "deadline", f"{cap}.{op}: the call's deadline has passed")
             record = self.runtime.brokers.get(cap)
@@ -390,20 +399,26 @@ class Dock:
             if ctx.deadline is not None and time.monotonic() > ctx.deadline:
                 # the guest was stopped (or is about to be) at its deadline: a result that
                 # comes later is not delivered, and the audit says so
-                raise refuse(Timeout, "deadline", f"{cap}.{op}: the broker answered after the call's deadline; its result was discarded")
+                raise refuse(Timeout, "deadline", f"{cap}.{op}: the broker answered after the call's "
+                             "deadline; its result was discarded")
             body = cbor2.dumps(value)
             if len(body) > ctx.max_response:
-                raise refuse(InvalidArgs, "too-large", f"{cap}.{op}: response of {len(body)} bytes exceeds the {ctx.max_response}-byte cap")
+                raise refuse(InvalidArgs, "too-large", f"{cap}.{op}: response of {len(body)} bytes "
+                             f"exceeds the {ctx.max_response}-byte cap")
         except WbError as exc:
             return self._deny(ctx, cap, op, dg, exc, t0, nreq)
         except Exception as exc:  # a broker bug: never a host crash, never a leaked secret
             full = disk_full_of(exc, f"the {cap} store")
             if full is not None:  # its own kind: the guest and the audit can tell a full disk from a bug
-                return self._deny(ctx, cap, op, dg, refuse(DiskFull, "disk-full", f"{cap}.{op}: {full.message}"), t0, nreq)
-            return self._deny(ctx, cap, op, dg, refuse(Internal, "broker-error", f"{cap}.{op}: broker failed ({type(exc).__name__})"), t0, nreq)
+                return self._deny(ctx, cap, op, dg,
+                                  refuse(DiskFull, "disk-full", f"{cap}.{op}: {full.message}"), t0, nreq)
+            return self._deny(ctx, cap, op, dg, refuse(Internal, "broker-error",
+                                                       f"{cap}.{op}: broker failed ({type(exc).__name__})"),
+                              t0, nreq)
         try:
-            self.audit.record(principal=who, cap=cap, op=op, args_digest=dg, outcome="allowed", target=_TARGET.value,
-                              nbytes=nreq + len(body), ms=(time.perf_counter() - t0) * 1000)
+            self.audit.record(principal=who, cap=cap, op=op, args_digest=dg, outcome="allowed",
+                              target=_TARGET.value, nbytes=nreq + len(body),
+                              ms=(time.perf_counter() - t0) * 1000)
         except OSError as exc:  # the line stays queued in the audit; the call is not answered without it
             return self._unaudited(exc, cap, op)
         return 0, body, value
@@ -411,17 +426,20 @@ class Dock:
     def _unaudited(self, exc: OSError, cap: str, op: str) -> tuple[int, bytes, WbError]:
         """The answer when the audit trail cannot be written (its lines are kept in memory,
         bounded, and a ``lost`` line marks any that had to be dropped): disk-full or internal."""
-        err: WbError = disk_full_of(exc, "the audit trail") or Internal(f"the audit trail cannot be written ({exc})")
-        err = refuse(type(err), "disk-full" if isinstance(err, DiskFull) else "audit-failed", f"{cap}.{op}: {err.message}")
+        err: WbError = (disk_full_of(exc, "the audit trail")
+                        or Internal(f"the audit trail cannot be written ({exc})"))
+        err = refuse(type(err), "disk-full" if isinstance(err, DiskFull) else "audit-failed",
+                     f"{cap}.{op}: {err.message}")
         body = cbor2.dumps({"error": err.kind.value, "reason": reason_of(err), "message": err.message})
         return STATUS[err.kind], body, err
 
-    def _deny(self, ctx: DockContext, cap: str, op: str, dg: str, exc: WbError, t0: float, nreq: int) -> tuple[int, bytes, WbError]:
+    def _deny(self, ctx: DockContext, cap: str, op: str, dg: str, exc: WbError, t0: float,
+              nreq: int) -> tuple[int, bytes, WbError]:
         reason = reason_of(exc)
         try:
             self.audit.record(principal=ctx.who, cap=cap, op=op, args_digest=dg, outcome="denied",
-                              kind=exc.kind.value, reason=reason, target=getattr(_TARGET, "value", None), nbytes=nreq,
-                              ms=(time.perf_counter() - t0) * 1000)
+                              kind=exc.kind.value, reason=reason, target=getattr(_TARGET, "value", None),
+                              nbytes=nreq, ms=(time.perf_counter() - t0) * 1000)
         except OSError as failed:
             if not isinstance(exc, DiskFull):
                 return self._unaudited(failed, cap, op)
@@ -437,8 +455,9 @@ class Dock:
 
     def info(self, ctx: DockContext) -> bytes:
         """The CBOR answer of ``wb.info`` (read-only ids; grants nothing)."""
-        return cbor2.dumps({"principal": str(ctx.principal), "tenant": ctx.principal.tenant, "toolkit": ctx.toolkit,
-                            "instance": ctx.instance, "caps": sorted(ctx.caps), "depth": ctx.depth})
+        return cbor2.dumps({"principal": str(ctx.principal), "tenant": ctx.principal.tenant,
+                            "toolkit": ctx.toolkit, "instance": ctx.instance, "caps": sorted(ctx.caps),
+                            "depth": ctx.depth})
 
     def linkable(self, names: Iterable[str], ctx: DockContext) -> list[str]:
         """The caps to link for a module importing ``wb.<name>`` for each of ``names``.
@@ -454,12 +473,15 @@ class Dock:
                 continue
             known = self.runtime.caps_universe_for((name,)).names
             if name not in known:
-                raise refuse(CapabilityDenied, "unknown-cap", f"module imports {IMPORT_MODULE}.{name}: " + unknown_name("cap", name, sorted(known)))
+                raise refuse(CapabilityDenied, "unknown-cap", f"module imports {IMPORT_MODULE}.{name}: "
+                             + unknown_name("cap", name, sorted(known)))
             if name not in ctx.caps:
                 granted = ", ".join(sorted(ctx.caps)) or "(none)"
                 raise refuse(CapabilityDenied, "not-granted",
-                             f"module imports cap {name!r} ({IMPORT_MODULE}.{name}) which is not granted to {ctx.principal}; granted: {granted}")
+                             f"module imports cap {name!r} ({IMPORT_MODULE}.{name}) which is not granted "
+                             f"to {ctx.principal}; granted: {granted}")
             if name not in self.runtime.brokers:
-                raise NotFound(f"cap {name!r} is granted but " + unknown_name("cap broker", name, self.runtime.brokers.names()))
+                raise NotFound(f"cap {name!r} is granted but "
+                               + unknown_name("cap broker", name, self.runtime.brokers.names()))
             caps.append(name)
         return caps

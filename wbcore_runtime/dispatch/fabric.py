@@ -8,7 +8,8 @@ runs the job's request over the inputs and never decides anything about it again
 Two ways to take the results: ``map`` yields one :class:`Result` per input; ``map_chunks``
 (for throughput: millions of microsecond kernel calls) yields one :class:`ResultChunk` per
 chunk of consecutive inputs — their values (a kernel's outputs: one joined buffer), the
-failed ones in a sparse dict — so nothing is built per input in this process. ``map`` is ``map_chunks`` flattened: one path.
+failed ones in a sparse dict — so nothing is built per input in this process. ``map`` is
+``map_chunks`` flattened: one path.
 
 The contract every engine keeps (``FabricDriver.chunks``):
 
@@ -102,7 +103,7 @@ class Outputs(Sequence[bytes]):
     @classmethod
     def join(cls, outputs: list[bytes]) -> Outputs:
         lengths = array("I")
-        lengths.fromlist(list(_builtin_map(len, outputs)))  # a list first: ~4 ns an item less than from the map
+        lengths.fromlist(list(_builtin_map(len, outputs)))  # a list first: ~4 ns an item less than the map
         return cls(b"".join(outputs), lengths)
 
     def offsets(self) -> list[int]:
@@ -204,7 +205,8 @@ class Job:
     deadline: float | None = None
     #: Inputs per message an engine may group to amortize its per-message cost (``None``: adaptive).
     batch: int | None = None
-    #: Kernel outputs come back joined (:class:`Outputs`: ``map_chunks``) rather than as a list of bytes (``map``).
+    #: Kernel outputs come back joined (:class:`Outputs`: ``map_chunks``) rather than as a list of
+    #: bytes (``map``).
     joined: bool = False
 
     def remaining(self) -> float | None:
@@ -241,9 +243,9 @@ def engine(runtime: RuntimeServices, name: str = DEFAULT_ENGINE) -> FabricDriver
     return driver
 
 
-def job(runtime: RuntimeServices, name: str, *, kind: str = "command", width: int | None = None, tier: str | None = None,
-        deadline: float | None = None, principal: Principal | None = None, timeout: float | None = None,
-        batch: int | None = None, joined: bool = False) -> Job:
+def job(runtime: RuntimeServices, name: str, *, kind: str = "command", width: int | None = None,
+        tier: str | None = None, deadline: float | None = None, principal: Principal | None = None,
+        timeout: float | None = None, batch: int | None = None, joined: bool = False) -> Job:
     """Resolve ``kind`` ``name`` once (``wbcore_runtime.dispatch.resolve``) and describe the batch."""
     if kind not in KINDS:
         raise InvalidArgs(unknown_name("fabric kind", kind, list(KINDS)))
@@ -260,14 +262,15 @@ def job(runtime: RuntimeServices, name: str, *, kind: str = "command", width: in
         req = dispatch.kernel_request(resolved, principal=principal, timeout=timeout)
     entry = dataclasses.replace(resolved.entry, options=dict(resolved.entry.options))
     return Job(kind=kind, name=name, tier=resolved.tier.name, entry=entry, request=req, caps=resolved.caps,
-               width=width, home=runtime.home, roots=tuple(runtime.roots), cwd=runtime.cwd, env=dict(runtime.env),
-               deadline=None if deadline is None else _monotonic() + float(deadline), batch=batch,
-               joined=joined and kind == "kernel")
+               width=width, home=runtime.home, roots=tuple(runtime.roots), cwd=runtime.cwd,
+               env=dict(runtime.env), deadline=None if deadline is None else _monotonic() + float(deadline),
+               batch=batch, joined=joined and kind == "kernel")
 
 
-def map(runtime: RuntimeServices, name: str, inputs: Iterable[Any], *, kind: str = "command", width: int | None = None,
-        tier: str | None = None, engine: str = DEFAULT_ENGINE, deadline: float | None = None, cancel: Any = None,
-        principal: Principal | None = None, timeout: float | None = None, batch: int | None = None) -> Iterator[Result]:
+def map(runtime: RuntimeServices, name: str, inputs: Iterable[Any], *, kind: str = "command",
+        width: int | None = None, tier: str | None = None, engine: str = DEFAULT_ENGINE,
+        deadline: float | None = None, cancel: Any = None, principal: Principal | None = None,
+        timeout: float | None = None, batch: int | None = None) -> Iterator[Result]:
     """Run the registered ``kind`` ``name`` once per input on ``engine``: one :class:`Result`
     per input, in input order; see the module docstring.
 
@@ -294,7 +297,8 @@ def map_chunks(runtime: RuntimeServices, name: str, inputs: Iterable[Any], *, ki
     return _chunks(runtime, spec, engine, inputs, cancel)
 
 
-def _chunks(runtime: RuntimeServices, spec: Job, engine: str, inputs: Iterable[Any], cancel: Any) -> Iterator[ResultChunk]:
+def _chunks(runtime: RuntimeServices, spec: Job, engine: str, inputs: Iterable[Any],
+            cancel: Any) -> Iterator[ResultChunk]:
     driver = _engine_driver(runtime, engine)
     kind, name = spec.kind, spec.name
     tracer = getattr(runtime, "tracer", None)
@@ -306,7 +310,7 @@ def _chunks(runtime: RuntimeServices, spec: Job, engine: str, inputs: Iterable[A
                                           telemetry.TOOLKIT: spec.request.toolkit or ""})
     spec.env.update(tracer.carrier(span))  # worker processes' call spans are children of this one
     chunks = driver.chunks(spec, work(kind, inputs), cancel=cancel)
-    return telemetry.spanning(span, chunks, tally=_tally, current=tracer)  # threads engine calls nest under it
+    return telemetry.spanning(span, chunks, tally=_tally, current=tracer)  # engine calls' threads nest here
 
 
 def _tally(chunk: ResultChunk) -> tuple[int, int]:
@@ -416,10 +420,12 @@ def command_input(item: Any) -> CommandInput:
     if isinstance(item, (list, tuple)):
         item = {"argv": list(item)}
     if not isinstance(item, Mapping):
-        raise InvalidArgs(f"a command input must be a map {{\"argv\": [...], \"stdin\": \"...\"}}, got {type(item).__name__}")
+        raise InvalidArgs(f"a command input must be a map {{\"argv\": [...], \"stdin\": \"...\"}}, "
+                          f"got {type(item).__name__}")
     unknown = set(item) - {"argv", "stdin", "stdin_base64"}
     if unknown:
-        raise InvalidArgs(f"a command input has unknown keys {sorted(unknown)}; known: argv, stdin, stdin_base64")
+        raise InvalidArgs(f"a command input has unknown keys {sorted(unknown)}; "
+                          "known: argv, stdin, stdin_base64")
     argv = item.get("argv", [])
     if not isinstance(argv, (list, tuple)) or not all(isinstance(a, str) for a in argv):
         raise InvalidArgs("a command input's 'argv' must be a list of strings (no shell parses it)")
@@ -473,7 +479,8 @@ class Stream(chain):
 
     @classmethod
     def over(cls, chunks: Iterator[ResultChunk]) -> Stream:
-        stream = cast(Stream, cls.from_iterable(_builtin_map(ResultChunk.results, chunks)))  # a subclass's builds one
+        # a subclass's builds one
+        stream = cast(Stream, cls.from_iterable(_builtin_map(ResultChunk.results, chunks)))
         stream._chunks = chunks
         return stream
 

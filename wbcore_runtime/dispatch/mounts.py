@@ -69,8 +69,8 @@ def parse_mount(spec: str, *, home: Path | str | None = None) -> Mount:
         raise ValueError(exc.message) from None
     guest = parts[1] if len(parts) == 2 else real
     if not guest.startswith("/") or os.path.normpath(guest) != guest or guest == "/":
-        raise ValueError(f"--mount {spec!r}: the guest path must be absolute and normalised (no '..', no trailing "
-                         "'/'), e.g. /data")
+        raise ValueError(f"--mount {spec!r}: the guest path must be absolute and normalised "
+                         "(no '..', no trailing '/'), e.g. /data")
     for sys_dir in RESERVED:
         if guest == sys_dir or guest.startswith(sys_dir + "/"):
             raise ValueError(f"--mount {spec!r}: {sys_dir} belongs to the sandbox; mount under another path "
@@ -111,8 +111,8 @@ def unreachable_by(path: str, rw: bool, uid: int) -> str:
     st = p.stat()
     need = stat.S_IROTH | stat.S_IXOTH | (stat.S_IWOTH if rw else 0)
     if st.st_uid != uid and st.st_mode & need != need:
-        return (f"{p} is not {'writable' if rw else 'readable'} by others (chmod o+{'rwx' if rw else 'rx'} {p}, "
-                f"or chown {uid} {p})")
+        return (f"{p} is not {'writable' if rw else 'readable'} by others "
+                f"(chmod o+{'rwx' if rw else 'rx'} {p}, or chown {uid} {p})")
     return ""
 
 
@@ -123,7 +123,8 @@ def requested(value: object, where: str) -> tuple[str, ...]:
     if value is None:
         return ()
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise InvalidArgs(f"{where} must be a list of strings HOST[:GUEST][:ro|rw], e.g. [\"/srv/data/repo:/repo\"]")
+        raise InvalidArgs(f"{where} must be a list of strings HOST[:GUEST][:ro|rw], "
+                          "e.g. [\"/srv/data/repo:/repo\"]")
     if len(value) > MAX_MOUNTS:
         raise InvalidArgs(f"{where}: at most {MAX_MOUNTS} folders per call (got {len(value)})")
     for v in value:
@@ -132,7 +133,8 @@ def requested(value: object, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _remote_roots(runtime: RuntimeServices, specs: Sequence[str | Mount], remote: str, what: str) -> list[paths.Root]:
+def _remote_roots(runtime: RuntimeServices, specs: Sequence[str | Mount], remote: str,
+                  what: str) -> list[paths.Root]:
     """The roots of :data:`ROOTS_ENV` a ``remote`` caller's folders must lie in, or
     ``CapabilityDenied``: the setting unset, or a host path not absolute or (as written,
     before the disk is asked, so a refusal says nothing of what exists outside) outside
@@ -141,18 +143,19 @@ def _remote_roots(runtime: RuntimeServices, specs: Sequence[str | Mount], remote
     roots = [paths.Root.at(r, f"{ROOTS_ENV} root {r}") for r in raw.split(":") if r]
     bad = [r.shown for r in roots if not r.shown.is_absolute()]
     if bad:
-        raise InvalidArgs(f"{ROOTS_ENV}: {bad[0]} is not an absolute path; the deployer lists absolute folders, "
-                          "separated by ':'")
+        raise InvalidArgs(f"{ROOTS_ENV}: {bad[0]} is not an absolute path; "
+                          "the deployer lists absolute folders, separated by ':'")
     why = ""
     if not roots:
-        why = (f"{what}: a remote caller ({remote}) may not mount host folders unless the deployer sets {ROOTS_ENV} "
-               f"(folders separated by ':') to the folders remote callers may mount inside; see {DOCS}")
+        why = (f"{what}: a remote caller ({remote}) may not mount host folders unless the deployer sets "
+               f"{ROOTS_ENV} (folders separated by ':') to the folders remote callers may mount inside; "
+               f"see {DOCS}")
     for spec in specs if not why else ():
         host = spec.split(":", 1)[0] if isinstance(spec, str) else spec.host
         if not paths.in_roots(host, roots, resolved=False):
             where = "outside" if os.path.isabs(host) else "not an absolute path inside"
-            why = (f"mount {host!r}: {what} was asked for by a remote caller ({remote}); the folder is {where} "
-                   f"{ROOTS_ENV} ({raw}); see {DOCS}")
+            why = (f"mount {host!r}: {what} was asked for by a remote caller ({remote}); "
+                   f"the folder is {where} {ROOTS_ENV} ({raw}); see {DOCS}")
             break
     if why:
         _refused(runtime, remote, why)
@@ -166,8 +169,9 @@ def _refused(runtime: RuntimeServices, remote: str, why: str) -> NoReturn:
     raise CapabilityDenied(why)
 
 
-def grant(runtime: RuntimeServices, mounts: Sequence[str | Mount], *, tiers: Iterable[IsolationTier], tier: str,
-          caps: frozenset[str], owner: str, what: str, principal: str, remote: str | None = None) -> tuple[Mount, ...]:
+def grant(runtime: RuntimeServices, mounts: Sequence[str | Mount], *, tiers: Iterable[IsolationTier],
+          tier: str, caps: frozenset[str], owner: str, what: str, principal: str,
+          remote: str | None = None) -> tuple[Mount, ...]:
     """THE check of host folders granted to a sandbox run (calls and tasks): each by
     :func:`parse_mounts`; the run's ``tier`` must be one of ``tiers`` that binds host folders
     (its record lists ``mount``); ``:rw`` only when ``caps`` (the run's effective caps) hold
@@ -184,21 +188,24 @@ def grant(runtime: RuntimeServices, mounts: Sequence[str | Mount], *, tiers: Ite
     if remote is not None and roots is not None:
         for m in parsed:
             if not paths.in_roots(m.host, roots, resolved=True):
-                _refused(runtime, remote, f"mount {m.host}: {what} was asked for by a remote caller ({remote}); the "
-                                          f"folder (its symlinks resolved) is outside {ROOTS_ENV}; see {DOCS}")
+                _refused(runtime, remote, f"mount {m.host}: {what} was asked for by a remote caller "
+                                          f"({remote}); the folder (its symlinks resolved) is outside "
+                                          f"{ROOTS_ENV}; see {DOCS}")
     binders = sorted(t.name for t in tiers if "mount" in t.kinds)
     if tier not in binders:
-        raise InvalidArgs(f"--mount: {what} runs at tier {tier}, which binds no host folder; "
-                          f"tiers that do: {', '.join(binders) or 'none installed (pip install wbcore-container)'} "
+        raise InvalidArgs(f"--mount: {what} runs at tier {tier}, which binds no host folder; tiers that do: "
+                          f"{', '.join(binders) or 'none installed (pip install wbcore-container)'} "
                           f"(--tier {binders[0] if binders else 'container'} --mount HOST:GUEST)")
     for m in parsed:
         if m.rw and policy.MOUNT_RW not in caps:
-            raise CapabilityDenied(f"--mount {m.host}:{m.guest}:rw: {what} may not write to host folders: toolkit "
-                                   f"{owner} must list {policy.MOUNT_RW} in #+CAPS and the deployer grant it "
-                                   f"(wbx toolkit grant {owner} {policy.MOUNT_RW}); or mount it read-only")
+            raise CapabilityDenied(f"--mount {m.host}:{m.guest}:rw: {what} may not write to host folders: "
+                                   f"toolkit {owner} must list {policy.MOUNT_RW} in #+CAPS and the deployer "
+                                   f"grant it (wbx toolkit grant {owner} {policy.MOUNT_RW}); "
+                                   "or mount it read-only")
     log = AuditLog.for_home(runtime.home, runtime.env)
     for m in parsed:
         log.record(principal=remote or principal, cap="mount", op="rw" if m.rw else "ro",
                    args_digest=digest(m.host.encode()), outcome="allowed",
-                   target=f"{m.host} → {m.guest} for {what} at {tier}" + (f" ({principal})" if remote else ""))
+                   target=f"{m.host} → {m.guest} for {what} at {tier}"
+                   + (f" ({principal})" if remote else ""))
     return parsed

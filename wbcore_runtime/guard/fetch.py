@@ -112,7 +112,8 @@ def _context(cafile: str, cadirs: str) -> ssl.SSLContext:
             if d and os.path.isdir(d):
                 ctx.load_verify_locations(capath=d)
     except (OSError, ssl.SSLError) as exc:
-        raise TlsError(f"SSL_CERT_FILE/SSL_CERT_DIR cannot be loaded ({exc}); point them at PEM certificates") from None
+        raise TlsError(f"SSL_CERT_FILE/SSL_CERT_DIR cannot be loaded ({exc}); "
+                       "point them at PEM certificates") from None
     return ctx
 
 
@@ -129,7 +130,8 @@ def client(*, timeout: float, verify: Any = None, env: Mapping[str, str] | None 
         verify = ssl_context(env)
     elif isinstance(verify, (str, os.PathLike)):
         verify = ssl.create_default_context(cafile=os.fspath(verify))
-    return httpx.Client(verify=verify, trust_env=False, follow_redirects=False, timeout=httpx.Timeout(timeout))
+    return httpx.Client(verify=verify, trust_env=False, follow_redirects=False,
+                        timeout=httpx.Timeout(timeout))
 
 
 def _ssl_cause(exc: BaseException) -> ssl.SSLError | None:
@@ -213,7 +215,8 @@ def stream(
             try:
                 if resp.is_redirect and resp.status_code not in ok:
                     if body is not None:
-                        raise InvalidArgs(f"{url}: HTTP {resp.status_code} redirect of a {method} with a body; not followed")
+                        raise InvalidArgs(f"{url}: HTTP {resp.status_code} redirect of a {method} "
+                                          "with a body; not followed")
                     location = resp.headers.get("location")
                     if not location:
                         raise InvalidArgs(f"{url}: HTTP {resp.status_code} redirect without a Location")
@@ -239,7 +242,8 @@ def stream(
                     for chunk in resp.iter_raw(1 << 16):
                         total += len(chunk)
                         if total > limits.max_bytes:
-                            raise InvalidArgs(f"{url}: over the {limits.max_bytes}-byte cap; download stopped")
+                            raise InvalidArgs(f"{url}: over the {limits.max_bytes}-byte cap; "
+                                              "download stopped")
                         if time.monotonic() > deadline:
                             raise Timeout(f"{url}: not fetched within {limits.timeout:g}s; download stopped")
                         h.update(chunk)
@@ -247,7 +251,8 @@ def stream(
                 except httpx.HTTPError as exc:
                     raise transport_error(exc, url) from None
                 kept = tuple((k.lower(), v) for k, v in resp.headers.multi_items())
-                return Fetched(url, resp.status_code, total, h.hexdigest(), resp.headers.get("content-type", ""), kept)
+                return Fetched(url, resp.status_code, total, h.hexdigest(),
+                               resp.headers.get("content-type", ""), kept)
             finally:
                 resp.close()
     raise InvalidArgs(f"{url}: more than {limits.max_redirects} redirects")
@@ -346,5 +351,6 @@ def local_path(spec: str, base: Path) -> Path | None:
 
         return Path(unquote(rest))
     if "://" in spec:
-        raise InvalidArgs(f"{spec}: only https://, http://, file:// URLs or paths inside the toolkit are fetched")
+        raise InvalidArgs(f"{spec}: only https://, http://, file:// URLs or paths inside the toolkit "
+                          "are fetched")
     return base / spec

@@ -85,7 +85,8 @@ def check_url(url: str, *, allow_file: bool) -> Target:
     schemes = ("https", "http", "file") if allow_file else ("https", "http")
     shown = ", ".join(f"{s}://" for s in schemes)
     if not url or url.startswith("-") or any(c.isspace() or ord(c) < 32 for c in url):
-        raise InvalidArgs(f"git URL {url!r}: must not be empty, start with '-' or hold spaces; only {shown} are fetched")
+        raise InvalidArgs(f"git URL {url!r}: must not be empty, start with '-' or hold spaces; "
+                          f"only {shown} are fetched")
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     if scheme not in schemes or "::" in url.split("/", 1)[0]:
@@ -102,7 +103,8 @@ def check_url(url: str, *, allow_file: bool) -> Target:
     if not _PLAIN_HOST.match(host) and not host.startswith("["):
         # The pin is matched by name inside curl: a name curl would rewrite (IDNA, a trailing
         # dot) could miss it and be resolved again, so only the plain ASCII form is taken.
-        raise InvalidArgs(f"git URL {url}: write the host in plain ASCII (punycode for IDNA), without a trailing dot")
+        raise InvalidArgs(f"git URL {url}: write the host in plain ASCII (punycode for IDNA), "
+                          "without a trailing dot")
     try:
         port = parts.port or DEFAULT_PORTS[scheme]
     except ValueError:
@@ -160,12 +162,13 @@ class _Run:
         for item in self.config:
             argv += ["-c", item]
         try:
-            done = subprocess.run([*argv, *args], cwd=cwd, env=self.env, capture_output=True, timeout=left, check=False,
-                                  stdin=subprocess.DEVNULL, preexec_fn=self._cap)
+            done = subprocess.run([*argv, *args], cwd=cwd, env=self.env, capture_output=True, timeout=left,
+                                  check=False, stdin=subprocess.DEVNULL, preexec_fn=self._cap)
         except FileNotFoundError:
             raise NotFound("git sources need the git command (apt-get install git)") from None
         except subprocess.TimeoutExpired:
-            raise Timeout(f"git {args[0]}: the fetch did not finish within {self.limits.timeout:g}s") from None
+            raise Timeout(f"git {args[0]}: the fetch did not finish within "
+                          f"{self.limits.timeout:g}s") from None
         if done.returncode != 0:
             why = done.stderr.decode("utf-8", "replace").strip()[-600:]
             raise NotFound(f"git {args[0]} failed: {why}")
@@ -178,8 +181,9 @@ class _Run:
         argv = ["git"]
         for item in self.config:
             argv += ["-c", item]
-        proc = subprocess.Popen([*argv, "ls-tree", "-r", "-t", "-l", "-z", "--full-tree", commit], cwd=cwd, env=self.env,
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen([*argv, "ls-tree", "-r", "-t", "-l", "-z", "--full-tree", commit], cwd=cwd,
+                                env=self.env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                stdin=subprocess.DEVNULL)
         out = proc.stdout
         assert out is not None
         entries = size = 0
@@ -213,7 +217,8 @@ class _Run:
 @functools.lru_cache(maxsize=4)
 def _git_version(path: str) -> tuple[int, int]:
     try:
-        said = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30, check=False).stdout
+        said = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30,
+                              check=False).stdout
     except (OSError, subprocess.TimeoutExpired):
         return (0, 0)
     found = re.search(r"(\d+)\.(\d+)", said)
@@ -226,8 +231,9 @@ def _check_git(target: Target) -> None:
         raise NotFound("git sources need the git command (apt-get install git)")
     if target.scheme != "file" and _git_version(found) < MIN_GIT:
         have = ".".join(map(str, _git_version(found)))
-        raise NotFound(f"git {have} cannot pin its connection to the checked address (http.curloptResolve needs git "
-                       f"{MIN_GIT[0]}.{MIN_GIT[1]} or newer); upgrade git to fetch {target.url}")
+        raise NotFound(f"git {have} cannot pin its connection to the checked address "
+                       f"(http.curloptResolve needs git {MIN_GIT[0]}.{MIN_GIT[1]} or newer); "
+                       f"upgrade git to fetch {target.url}")
 
 
 def _measure(tree: Path, limits: GitLimits, what: str) -> None:
@@ -291,7 +297,8 @@ def checkout(
             except NotFound:
                 # Servers that refuse a want by id, and abbreviated ids: fetch every branch and
                 # tag, then look for the commit among them.
-                run([*fetch, "+refs/heads/*:refs/remotes/src/heads/*", "+refs/tags/*:refs/remotes/src/tags/*"], dest)
+                run([*fetch, "+refs/heads/*:refs/remotes/src/heads/*",
+                     "+refs/tags/*:refs/remotes/src/tags/*"], dest)
         try:
             resolved = run(["rev-parse", "--verify", "--quiet", f"{want}^{{commit}}"], dest)
         except NotFound:

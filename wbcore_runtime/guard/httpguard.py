@@ -120,7 +120,8 @@ def refusal(policy: Policy, *, authorization: bytes | None, host: str | None,
             origin: str | None) -> tuple[int, str, str] | None:
     """Whether one request may pass: ``None``, or ``(status, error, description)``."""
     if policy.token is not None and not token_matches(authorization, policy.token):
-        return 401, "unauthorized", f"send Authorization: Bearer <token> (the token {policy.surface} was given)"
+        return 401, "unauthorized", (f"send Authorization: Bearer <token> "
+                                     f"(the token {policy.surface} was given)")
     if not host_ok(host, policy.names):
         return 421, "invalid-host", (f"Host {host!r} is not a name this server answers to "
                                      f"({', '.join(policy.names)}); add it with --allow-host")
@@ -132,8 +133,8 @@ def refusal(policy: Policy, *, authorization: bytes | None, host: str | None,
 def warning(surface: str, bind: str, token: str | None, env: str) -> str | None:
     """What to say on stderr before serving, or ``None``."""
     if token is None and not is_loopback(bind):
-        return (f"{surface}: WARNING: serving on {bind or 'every address'} without a token: anyone who can reach this "
-                f"port can use it. Set --token or {env}, or bind 127.0.0.1.")
+        return (f"{surface}: WARNING: serving on {bind or 'every address'} without a token: "
+                f"anyone who can reach this port can use it. Set --token or {env}, or bind 127.0.0.1.")
     return None
 
 

@@ -111,10 +111,12 @@ def protocol_class(limits: ServerLimits, *, base: type | None = None) -> type:
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
             who = self.client[0] if self.client else "?"
-            if total[0] >= limits.max_connections or per_client.get(who, 0) >= limits.max_connections_per_client:
+            if (total[0] >= limits.max_connections
+                    or per_client.get(who, 0) >= limits.max_connections_per_client):
                 scope = "in all" if total[0] >= limits.max_connections else f"from {who}"
                 transport.write(_canned(_REFUSED, "too-many-connections",
-                                        f"this server holds its cap of open connections {scope}; retry later"))
+                                        f"this server holds its cap of open connections {scope}; "
+                                        "retry later"))
                 transport.close()
                 return
             self._counted = who
@@ -219,9 +221,11 @@ class StreamGate:
             await self.app(scope, receive, send)
             return
         who = (scope.get("client") or ("?", 0))[0]
-        if self.total >= self.limits.max_streams or self.per_client.get(who, 0) >= self.limits.max_streams_per_client:
+        if (self.total >= self.limits.max_streams
+                or self.per_client.get(who, 0) >= self.limits.max_streams_per_client):
             where = "in all" if self.total >= self.limits.max_streams else f"from {who}"
-            body = _body("too-many-streams", f"this server holds its cap of open streams {where}; close one or retry later")
+            body = _body("too-many-streams",
+                         f"this server holds its cap of open streams {where}; close one or retry later")
             await send({"type": "http.response.start", "status": 503, "headers": [
                 (b"content-type", b"application/json"), (b"retry-after", b"5"),
                 (b"content-length", str(len(body)).encode())]})
@@ -257,10 +261,11 @@ def listen(host: str, port: int, *, what: str, option: str = "--port") -> socket
             raise InvalidArgs(f"{what}: port {port} on {host} is already in use; stop what listens there, "
                               f"or choose another port with {option}") from None
         if exc.errno == errno.EACCES:
-            raise InvalidArgs(f"{what}: not allowed to listen on port {port} (ports below 1024 need privileges); "
-                              f"choose another with {option}") from None
+            raise InvalidArgs(f"{what}: not allowed to listen on port {port} "
+                              f"(ports below 1024 need privileges); choose another with {option}") from None
         raise InvalidArgs(f"{what}: cannot listen on {host}:{port} ({exc.strerror or exc}); "
-                          f"check the address given with --host, or choose another port with {option}") from None
+                          "check the address given with --host, "
+                          f"or choose another port with {option}") from None
     sock.listen(2048)  # listening, not only bound: a client acting on "serving on" is queued, never refused
     return sock
 

@@ -58,7 +58,8 @@ ENV_GUEST_PRIVATE_HOSTS = "WB_NET_ALLOW_PRIVATE_HOSTS"
 #: of a guard built by hand (tests), which no setting changes.
 DEPLOYER_ADVICE = (f"a deployer allows a private mirror with {ENV_PRIVATE_HOSTS}=<host or network> "
                    f"or every private address with {ENV_ALLOW_PRIVATE}=1")
-GUEST_ADVICE = (f"a deployer lets toolkits reach a private host with {ENV_GUEST_PRIVATE_HOSTS}=<host or network>")
+GUEST_ADVICE = ("a deployer lets toolkits reach a private host with "
+                f"{ENV_GUEST_PRIVATE_HOSTS}=<host or network>")
 FIXED_ADVICE = "private and reserved addresses are refused"
 
 _V4 = [

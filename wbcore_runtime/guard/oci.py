@@ -90,7 +90,8 @@ class Reference:
         if ":" in last:
             path, tag = path.rsplit(":", 1)
             if not _TAG_RE.match(tag):
-                raise InvalidArgs(f"{where}: {tag!r} is not a valid tag ([A-Za-z0-9_][A-Za-z0-9._-]{{0,127}})")
+                raise InvalidArgs(f"{where}: {tag!r} is not a valid tag "
+                                  f"([A-Za-z0-9_][A-Za-z0-9._-]{{0,127}})")
         if not _REPO_RE.match(path) or len(path) > 255:
             raise InvalidArgs(f"{where}: {path!r} is not a repository name (lower-case, '/'-separated)")
         if tag is None and digest is None:
@@ -129,7 +130,8 @@ class Descriptor:
 
     @classmethod
     def of(cls, data: bytes, media_type: str, annotations: Mapping[str, str] | None = None) -> Descriptor:
-        return cls(media_type, "sha256:" + hashlib.sha256(data).hexdigest(), len(data), dict(annotations or {}))
+        return cls(media_type, "sha256:" + hashlib.sha256(data).hexdigest(), len(data),
+                   dict(annotations or {}))
 
     @classmethod
     def from_json(cls, obj: object, where: str) -> Descriptor:
@@ -141,7 +143,8 @@ class Descriptor:
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
             raise OciError(f"{where}: descriptor size {size!r} is not a byte count")
         ann = obj.get("annotations") or {}
-        if not isinstance(ann, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in ann.items()):
+        if not isinstance(ann, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                for k, v in ann.items()):
             raise OciError(f"{where}: annotations must map strings to strings")
         return cls(mt, dg, size, ann)
 
@@ -170,7 +173,8 @@ def _plain_http(env: Mapping[str, str]) -> frozenset[str]:
 class OciClient:
     """One registry, spoken to through the one fetcher with the deployer's SSRF allowances."""
 
-    def __init__(self, registry: str, env: Mapping[str, str] | None = None, *, guard: NetGuard | None = None) -> None:
+    def __init__(self, registry: str, env: Mapping[str, str] | None = None, *,
+                 guard: NetGuard | None = None) -> None:
         self.env = os.environ if env is None else env
         self.registry = registry
         scheme = "http" if registry.lower() in _plain_http(self.env) else "https"
@@ -178,8 +182,9 @@ class OciClient:
         self.guard = guard or NetGuard.from_env(self.env)
         self._token: str | None = None  # an anonymous bearer token, when the registry asks for one
 
-    def _call(self, url: str, *, method: str = "GET", body: bytes | None = None, headers: Mapping[str, str] | None = None,
-              ok: tuple[int, ...] = (200,), max_bytes: int = MAX_MANIFEST, sink: Any = None) -> tuple[bytes, _fetch.Fetched]:
+    def _call(self, url: str, *, method: str = "GET", body: bytes | None = None,
+              headers: Mapping[str, str] | None = None, ok: tuple[int, ...] = (200,),
+              max_bytes: int = MAX_MANIFEST, sink: Any = None) -> tuple[bytes, _fetch.Fetched]:
         limits = _fetch.FetchLimits(max_bytes=max_bytes, timeout=TIMEOUT_S)
         sent = {**(headers or {}), **({"Authorization": f"Bearer {self._token}"} if self._token else {})}
         if sink is not None:
@@ -200,9 +205,9 @@ class OciClient:
             return data, got
         except _fetch.StatusRefused as exc:
             if exc.status in (401, 403):
-                raise OciError(f"{self.registry}: the registry wants credentials ({exc.message}); wbcore speaks to "
-                               "registries that allow anonymous push/pull (with or without an anonymous token) "
-                               "on this repository") from None
+                raise OciError(f"{self.registry}: the registry wants credentials ({exc.message}); "
+                               "wbcore speaks to registries that allow anonymous push/pull "
+                               "(with or without an anonymous token) on this repository") from None
             raise
 
     def _anonymous_token(self, challenge: str) -> bool:
@@ -218,16 +223,18 @@ class OciClient:
         if parts.scheme not in ("https", "http") or not parts.hostname:
             return False
         if parts.scheme == "http" and (parts.netloc.lower() not in _plain_http(self.env)):
-            raise OciError(f"{self.registry}: the token realm {parts.scheme}://{parts.netloc} is plain http; name it in "
-                           f"{ENV_PLAIN_HTTP} to allow it")
+            raise OciError(f"{self.registry}: the token realm {parts.scheme}://{parts.netloc} is plain http; "
+                           f"name it in {ENV_PLAIN_HTTP} to allow it")
         query = urlencode([(k, params[k]) for k in ("service", "scope") if params.get(k)])
         url = realm + (("&" if parts.query else "?") + query if query else "")
-        data, _ = _fetch.get_bytes(url, guard=self.guard, limits=_fetch.FetchLimits(max_bytes=MAX_TOKEN, timeout=TIMEOUT_S),
+        data, _ = _fetch.get_bytes(url, guard=self.guard,
+                                   limits=_fetch.FetchLimits(max_bytes=MAX_TOKEN, timeout=TIMEOUT_S),
                                    env=self.env, headers={"Accept": "application/json"})
         try:
             doc = json.loads(data)
         except (ValueError, UnicodeDecodeError):
-            raise OciError(f"{self.registry}: the token service answered something that is not JSON") from None
+            raise OciError(f"{self.registry}: the token service answered something "
+                           "that is not JSON") from None
         token = doc.get("token") or doc.get("access_token") if isinstance(doc, dict) else None
         if not isinstance(token, str) or not token or not re.match(r"^[A-Za-z0-9._~+/=-]+$", token):
             raise OciError(f"{self.registry}: the token service gave no usable token")
@@ -275,10 +282,12 @@ class OciClient:
     # --- pull -----------------------------------------------------------------------------
 
     def pull_manifest(self, ref: Reference) -> tuple[bytes, str]:
-        body, _ = self._call(self._v2(ref.repository, f"manifests/{ref.ref}"), headers={"Accept": MANIFEST_TYPE})
+        body, _ = self._call(self._v2(ref.repository, f"manifests/{ref.ref}"),
+                             headers={"Accept": MANIFEST_TYPE})
         digest = "sha256:" + hashlib.sha256(body).hexdigest()
         if ref.digest and digest != ref.digest:
-            raise OciError(f"{ref.text()}: the registry's manifest hashes to {digest}, not the pinned digest; refused")
+            raise OciError(f"{ref.text()}: the registry's manifest hashes to {digest}, "
+                           "not the pinned digest; refused")
         return body, digest
 
     def pull_blob(self, repository: str, desc: Descriptor, dest: Path, *, cap: int = MAX_BLOB) -> Path:
@@ -288,19 +297,21 @@ class OciClient:
         part = dest.with_name(f".{dest.name}.part")
         try:
             with part.open("wb") as fh:
-                got = self._call(self._v2(repository, f"blobs/{desc.digest}"), max_bytes=desc.size, sink=fh.write)[1]
+                got = self._call(self._v2(repository, f"blobs/{desc.digest}"), max_bytes=desc.size,
+                                 sink=fh.write)[1]
             actual = "sha256:" + got.sha256
             if got.size != desc.size or actual != desc.digest:
                 raise OciError(f"blob {desc.digest}: the registry sent {got.size} bytes hashing to {actual} "
-                               f"(the manifest says {desc.size} bytes, {desc.digest}); tampered or corrupt, refused")
+                               f"(the manifest says {desc.size} bytes, {desc.digest}); "
+                               "tampered or corrupt, refused")
             os.replace(part, dest)
             return dest
         except InvalidArgs as exc:
             if isinstance(exc, OciError):
                 raise
             if "-byte cap" in exc.message:
-                raise OciError(f"blob {desc.digest}: the registry sent more than the {desc.size} bytes the manifest "
-                               "declares; tampered or corrupt, refused") from None
+                raise OciError(f"blob {desc.digest}: the registry sent more than the {desc.size} bytes "
+                               "the manifest declares; tampered or corrupt, refused") from None
             raise
         finally:
             part.unlink(missing_ok=True)
@@ -325,7 +336,8 @@ def toolkit_layer(folder: Path, *, max_bytes: int = MAX_BLOB) -> bytes:
                 p = here / name
                 rel = p.relative_to(root).as_posix()
                 if p.is_symlink() or not (p.is_file() or p.is_dir()):
-                    raise InvalidArgs(f"{folder}: {rel} is a link or special file; a published toolkit holds plain files")
+                    raise InvalidArgs(f"{folder}: {rel} is a link or special file; "
+                                      "a published toolkit holds plain files")
                 info = tarfile.TarInfo(rel)
                 info.mtime = 0
                 info.uid = info.gid = 0
@@ -395,8 +407,8 @@ def pull(reference: str | Reference, dest: Path, *, artifact_types: tuple[str, .
         raise OciError(f"{where}: not an OCI image manifest (schemaVersion 2)")
     mt = doc.get("mediaType")
     if mt not in (None, MANIFEST_TYPE):
-        raise OciError(f"{where}: manifest media type {mt!r}; expected {MANIFEST_TYPE} (an index or a Docker image "
-                       "is not a wbcore artifact)")
+        raise OciError(f"{where}: manifest media type {mt!r}; expected {MANIFEST_TYPE} "
+                       "(an index or a Docker image is not a wbcore artifact)")
     config = Descriptor.from_json(doc.get("config"), f"{where} config")
     kind = doc.get("artifactType") or config.media_type
     if kind not in artifact_types:

@@ -51,8 +51,8 @@ def _http_url(url: str, where: str) -> str:
 def _ask(argv: list[str], env: Mapping[str, str]) -> str | None:
     """A configuration tool's answer (stdout), or None when it is missing or fails."""
     try:
-        done = subprocess.run(argv, env=dict(env), capture_output=True, text=True, timeout=ASK_TIMEOUT_S, check=False,
-                              stdin=subprocess.DEVNULL)
+        done = subprocess.run(argv, env=dict(env), capture_output=True, text=True, timeout=ASK_TIMEOUT_S,
+                              check=False, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired):
         return None
     return done.stdout if done.returncode == 0 else None
@@ -164,8 +164,10 @@ def pypi_file(project: str, filename: str, sha256: str, *, guard: NetGuard,
                 digest = re.search(r"sha256=([0-9a-fA-F]{64})", frag)
                 found.append((url, digest.group(1).lower() if digest else ""))
     if not found:
-        raise NotFound(f"{page_url}: the index lists no {filename} (is the index a full mirror of {project}?)")
+        raise NotFound(f"{page_url}: the index lists no {filename} "
+                       f"(is the index a full mirror of {project}?)")
     url, stated = found[0]
     if stated and stated != sha256:
-        raise InvalidArgs(f"{page_url}: the index states sha256 {stated} for {filename}, not the pinned {sha256}")
+        raise InvalidArgs(f"{page_url}: the index states sha256 {stated} for {filename}, "
+                          f"not the pinned {sha256}")
     return urljoin(got.url, url)

@@ -138,7 +138,8 @@ def unpack_tar(archive: Path, dest: Path, caps: Caps = Caps()) -> None:
                     raise UnsafeArchive(f"{what}: hard link {rel!r} refused")
                 elif member.isreg():
                     if member.size > caps.max_bytes:
-                        raise UnsafeArchive(f"{what}: entry {rel!r} declares {member.size} bytes, over the cap")
+                        raise UnsafeArchive(f"{what}: entry {rel!r} declares {member.size} bytes, "
+                                            "over the cap")
                     src = tf.extractfile(member)
                     if src is None:
                         raise UnsafeArchive(f"{what}: cannot read {rel!r}")

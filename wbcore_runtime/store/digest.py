@@ -1,6 +1,7 @@
-"""sha256 without :mod:`hashlib` (its import asks OpenSSL for every algorithm, ~3 ms). Loading OpenSSL costs ~2 ms
-more than CPython's own sha256, which hashes ~7x slower: below :data:`LARGE` bytes CPython's, from there OpenSSL's,
-so a ``wbx run`` of a small command never loads OpenSSL. Both give the same digest: no check depends on which."""
+"""sha256 without :mod:`hashlib` (its import asks OpenSSL for every algorithm, ~3 ms). Loading OpenSSL
+costs ~2 ms more than CPython's own sha256, which hashes ~7x slower: below :data:`LARGE` bytes
+CPython's, from there OpenSSL's, so a ``wbx run`` of a small command never loads OpenSSL. Both give
+the same digest: no check depends on which."""
 
 from __future__ import annotations
 

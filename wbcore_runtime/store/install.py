@@ -1,8 +1,8 @@
 """``wbx toolkit install``: bring toolkits into the user root, verified, recorded in ``wbx.lock``.
 
 Sources: a folder; ``git+file://…[@commit]``; ``git+https://…@<commit>`` (or ``git+http://``, a
-mirror; the pinned commit is what makes either trustworthy) or a plain
-``https://….git@<commit>`` (a pin is required); an archive (``.tar.gz``, ``.tgz``, ``.tar``, ``.zip``) as a local file or an
+mirror; the pinned commit is what makes either trustworthy) or a plain ``https://….git@<commit>``
+(a pin is required); an archive (``.tar.gz``, ``.tgz``, ``.tar``, ``.zip``) as a local file or an
 ``http(s)://`` URL with ``--sha256`` (required for URLs); an OCI artifact
 ``oci://host/repo:tag`` or ``…@sha256:<manifest digest>`` (``wbcore_runtime.guard.oci``: every blob
 checked against its digest and size while it streams; the lock records the digest).
@@ -98,13 +98,16 @@ def parse_source(text: str, sha256: str | None = None) -> Source:
                 raise InvalidArgs(f"{text}: {commit!r} is not a commit id (hex)")
         if url.startswith(("https://", "http://")):
             if commit is None:
-                raise InvalidArgs(f"{text}: pin a commit (git+https://…@<commit>) so the install is reproducible")
+                raise InvalidArgs(f"{text}: pin a commit (git+https://…@<commit>) "
+                                  "so the install is reproducible")
         elif not url.startswith("file://"):
-            raise InvalidArgs(f"{text}: git sources are git+file://… or git+https://…@<commit> (git+http:// too)")
+            raise InvalidArgs(f"{text}: git sources are git+file://… or git+https://…@<commit> "
+                              "(git+http:// too)")
         return Source("git", url, commit)
     if text.startswith("oci://"):
         if pin is not None:
-            raise InvalidArgs(f"{text}: --sha256 is for archives; pin an OCI artifact with …@sha256:<manifest digest>")
+            raise InvalidArgs(f"{text}: --sha256 is for archives; "
+                              "pin an OCI artifact with …@sha256:<manifest digest>")
         return Source("oci", _oci.Reference.parse(text).text())
     if text.startswith(("https://", "http://")):
         name = text.split("?", 1)[0]
@@ -138,7 +141,8 @@ def _download(url: str, dest: Path, env: Mapping[str, str] | None) -> None:
                     limits=_fetch.FetchLimits(max_bytes=MAX_DOWNLOAD, timeout=HTTP_TIMEOUT_S), env=seen)
 
 
-def fetch(source: Source, work: Path, env: Mapping[str, str] | None = None) -> tuple[Path, str | None, str | None]:
+def fetch(source: Source, work: Path,
+          env: Mapping[str, str] | None = None) -> tuple[Path, str | None, str | None]:
     """Bring the source into ``work/tree``; returns (tree, resolved commit, archive sha256)."""
     tree = work / "tree"
     if source.kind == "dir":
@@ -150,8 +154,9 @@ def fetch(source: Source, work: Path, env: Mapping[str, str] | None = None) -> t
         seen = os.environ if env is None else env
         repo = work / "repo"
         try:
-            commit = _gitfetch.checkout(source.location, repo, commit=source.commit, guard=NetGuard.from_env(seen),
-                                        limits=GIT_LIMITS, env=seen, allow_file=True)
+            commit = _gitfetch.checkout(source.location, repo, commit=source.commit,
+                                        guard=NetGuard.from_env(seen), limits=GIT_LIMITS, env=seen,
+                                        allow_file=True)
         except NotFound as exc:
             raise InstallError(exc.message) from None
         unpack.copy_tree(repo, tree, TREE_CAPS)
@@ -190,7 +195,8 @@ def find_toolkits(tree: Path) -> list[Path]:
     found: list[Path] = []
     for base in (tree, tree / "toolkits"):
         if base.is_dir() and not base.is_symlink():
-            found += sorted(p for p in base.iterdir() if p.is_dir() and not p.is_symlink() and (p / signing.MANIFEST).is_file())
+            found += sorted(p for p in base.iterdir()
+                            if p.is_dir() and not p.is_symlink() and (p / signing.MANIFEST).is_file())
     if not found:
         entries = [p for p in tree.iterdir() if not p.name.startswith(".")] if tree.is_dir() else []
         if len(entries) == 1 and entries[0].is_dir() and not entries[0].is_symlink():
@@ -231,9 +237,10 @@ def _stage(source: Source, work: Path, env: Mapping[str, str] | None, only: set[
         _check_id(m.id, source)
         if m.trust != "third-party" and source.kind != "dir" and not allow_first_party:
             raise InstallError(
-                f"{m.id} from {source.text()} declares itself first-party: it would run under its profile's "
-                f"default caps ({' '.join(m.caps) or 'none requested'}) with no consent step. Pass --first-party "
-                "if it is yours; third-party toolkits must be signed and granted caps explicitly"
+                f"{m.id} from {source.text()} declares itself first-party: it would run under its "
+                f"profile's default caps ({' '.join(m.caps) or 'none requested'}) with no consent step. "
+                "Pass --first-party if it is yours; third-party toolkits must be signed and granted caps "
+                "explicitly"
             )
         if m.trust == "third-party":
             verdict = _trust.folder_verdict(d, env)
@@ -283,12 +290,14 @@ def install(home: Path, source_text: str, *, sha256: str | None = None, force: b
                         results.append(Installed(s.entry, target, s.caps, unchanged=True))
                         continue
                 if (target.exists() or target.is_symlink()) and not force:
-                    raise InstallError(f"{s.entry.id} is already installed at {target} (use --force to replace it)")
+                    raise InstallError(f"{s.entry.id} is already installed at {target} "
+                                       "(use --force to replace it)")
                 to_land.append(s)
                 results.append(Installed(s.entry, target, s.caps))
             if to_land:
                 new_lock = {**lock, **{s.entry.id: s.entry for s in to_land}}
-                journal.land(home, {s.entry.id: s.dir for s in to_land}, new_lock, work, replace={s.entry.id for s in to_land} if force else set())
+                journal.land(home, {s.entry.id: s.dir for s in to_land}, new_lock, work,
+                             replace={s.entry.id for s in to_land} if force else set())
             return results
         finally:
             unpack.remove_tree(work)
@@ -311,7 +320,8 @@ class Change:
 
     def lines(self) -> list[str]:
         """The diff as text: ``-`` what goes, ``+`` what comes, per field."""
-        out = [f"{self.action} {self.id} {self.version[1]}" + (f" (installed: {self.version[0]})" if self.version[0] else "")
+        out = [f"{self.action} {self.id} {self.version[1]}"
+               + (f" (installed: {self.version[0]})" if self.version[0] else "")
                + (f": {self.why}" if self.why else "")]
         old_caps, new_caps = self.caps
         if old_caps is None:
@@ -335,8 +345,8 @@ class Change:
         return {"id": self.id, "action": self.action, "version": list(self.version),
                 "caps": {"installed": list(self.caps[0]) if self.caps[0] is not None else None,
                          "incoming": list(self.caps[1])},
-                "trust": list(self.trust), "signer": list(self.signer), "why": self.why, "env": list(self.env),
-                "diff": self.lines()}
+                "trust": list(self.trust), "signer": list(self.signer), "why": self.why,
+                "env": list(self.env), "diff": self.lines()}
 
 
 def preview(home: Path, source_text: str, *, sha256: str | None = None, force: bool = False,
@@ -365,16 +375,17 @@ def preview(home: Path, source_text: str, *, sha256: str | None = None, force: b
                 if present and old == s.entry and _installed_digest(target) == s.entry.digest:
                     action, why = "unchanged", ""
                 elif present and not force:
-                    action, why = "refused", f"already installed at {target} (push or install with --force to replace it)"
+                    action, why = "refused", (f"already installed at {target} "
+                                              "(push or install with --force to replace it)")
                 else:
                     action, why = ("replace" if present else "new"), ""
                 try:
                     reads_env = tuple(_consent.requested_env(_manifest.load(s.dir / signing.MANIFEST)))
                 except ManifestError:
                     reads_env = ()
-                out.append(Change(s.entry.id, action, (old_version, s.entry.version), (old_caps, tuple(s.caps)),
-                                  (old.trust if old else None, s.entry.trust), (old.signer if old else None, s.entry.signer),
-                                  why, reads_env))
+                out.append(Change(s.entry.id, action, (old_version, s.entry.version),
+                                  (old_caps, tuple(s.caps)), (old.trust if old else None, s.entry.trust),
+                                  (old.signer if old else None, s.entry.signer), why, reads_env))
             return out
         finally:
             unpack.remove_tree(work)
@@ -387,7 +398,8 @@ def _installed_digest(path: Path) -> str | None:
         return None
 
 
-def install_locked(home: Path, lockfile: Path | None = None, *, env: Mapping[str, str] | None = None) -> list[Installed]:
+def install_locked(home: Path, lockfile: Path | None = None, *,
+                   env: Mapping[str, str] | None = None) -> list[Installed]:
     """Reproduce exactly the set in the lockfile; any drift fails and nothing lands."""
     lock_path = lockfile or home / LOCKFILE
     wanted = read_lock(lock_path)
@@ -412,7 +424,8 @@ def install_locked(home: Path, lockfile: Path | None = None, *, env: Mapping[str
                 sub = work / f"src-{n}"
                 sub.mkdir()
                 # The lock records the deployer's decisions, first-party ones included.
-                got = {s.entry.id: s for s in _stage(source, sub, env, only={e.id for e in entries}, allow_first_party=True)}
+                got = {s.entry.id: s for s in _stage(source, sub, env, only={e.id for e in entries},
+                                                     allow_first_party=True)}
                 for e in entries:
                     s = got.get(e.id)
                     if s is None:
@@ -420,12 +433,14 @@ def install_locked(home: Path, lockfile: Path | None = None, *, env: Mapping[str
                         continue
                     for name in ("version", "digest", "signer", "trust"):
                         if getattr(s.entry, name) != getattr(e, name):
-                            drift.append(f"{e.id}: {name} is {getattr(s.entry, name)} but the lock says {getattr(e, name)}")
+                            drift.append(f"{e.id}: {name} is {getattr(s.entry, name)} "
+                                         f"but the lock says {getattr(e, name)}")
                     target = root / e.id
                     if target.exists() or target.is_symlink():
                         have = _installed_digest(target)
                         if have != e.digest:
-                            drift.append(f"{e.id}: installed copy {target} has digest {have} but the lock says {e.digest}")
+                            drift.append(f"{e.id}: installed copy {target} has digest {have} "
+                                         f"but the lock says {e.digest}")
                         else:
                             results.append(Installed(e, target, s.caps, unchanged=True))
                         continue
@@ -434,7 +449,8 @@ def install_locked(home: Path, lockfile: Path | None = None, *, env: Mapping[str
             extra = sorted(set(current) - set(wanted))
             drift += [f"{tid}: installed and locked here but not in {lock_path}" for tid in extra]
             if drift:
-                raise InstallError("install --locked found drift; nothing was installed:\n  " + "\n  ".join(drift))
+                raise InstallError("install --locked found drift; nothing was installed:\n  "
+                                   + "\n  ".join(drift))
             journal.land(home, {s.entry.id: s.dir for s in to_land}, wanted, work, replace=set())
             return results
         finally:

@@ -63,7 +63,8 @@ def _replay(home: Path, doc: dict[str, Any]) -> str:
         for mv in reversed(doc["moves"]):
             target, aside = home / mv["target"], home / mv["aside"]
             new = home / mv["new"] if mv.get("new") else None
-            if new is not None and not (new.exists() or new.is_symlink()) and (target.exists() or target.is_symlink()):
+            if (new is not None and not (new.exists() or new.is_symlink())
+                    and (target.exists() or target.is_symlink())):
                 os.rename(target, new)  # the new folder had landed: take it back out
             if aside.exists() or aside.is_symlink():
                 os.rename(aside, target)
@@ -99,12 +100,13 @@ def _recover_locked(home: Path) -> str | None:
     except FileNotFoundError:
         return None
     except ValueError:  # never half-written (write-then-rename); an unreadable one is not ours
-        raise InvalidArgs(f"{jpath} is not an install journal; move it away and check {home / 'toolkits'}") from None
+        raise InvalidArgs(f"{jpath} is not an install journal; "
+                          f"move it away and check {home / 'toolkits'}") from None
     return _replay(home, doc)
 
 
-def land(home: Path, new: Mapping[str, Path], new_lock: Mapping[str, LockEntry], work: Path, *, replace: set[str],
-         remove: tuple[str, ...] = ()) -> None:
+def land(home: Path, new: Mapping[str, Path], new_lock: Mapping[str, LockEntry], work: Path, *,
+         replace: set[str], remove: tuple[str, ...] = ()) -> None:
     """Move the staged folders ``new`` (id → folder) in, ``remove`` out and ``new_lock`` into
     place, as one change; ``work`` (a staging folder) holds what goes aside until the commit."""
     root = home / "toolkits"

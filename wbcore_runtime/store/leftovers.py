@@ -25,7 +25,8 @@ from pathlib import Path
 SYSTEM_TEMP_PREFIXES = ("wb-sbx-", "wb-spawn-")
 #: Marks a temp file of an atomic write (``.<name>.wbtmp-<owner>.tmp``).
 TMP_MARK = ".wbtmp-"
-#: Where things live under ``$WB_HOME`` (``wbcore_runtime.store.install`` and ``wbcore_runtime.store.artifacts`` use these names).
+#: Where things live under ``$WB_HOME`` (``wbcore_runtime.store.install`` and
+#: ``wbcore_runtime.store.artifacts`` use these names).
 STAGING = ".staging"
 STAGING_PREFIX = "install-"
 JOURNAL = ".install-journal.json"
@@ -172,8 +173,8 @@ def sweep_home(home: Path) -> list[Path]:
     removed += sweep(home / "build" / "tmp", "build-")
     removed += sweep(home / "store" / "trees", ".tmp-")  # a tree being stored (wbcore_runtime.build.snapshot)
     # home/cache: the start-up caches (entry points, manifests, digests) write their temp files there.
-    for sub in (home, home / "cache", home / "build" / "cache", home / "build" / "logs", home / "build" / "provenance",
-                home / "artifacts" / ARTIFACT_TMP):
+    for sub in (home, home / "cache", home / "build" / "cache", home / "build" / "logs",
+                home / "build" / "provenance", home / "artifacts" / ARTIFACT_TMP):
         removed += sweep_tmp_files(sub)
     for prefix in SYSTEM_TEMP_PREFIXES:
         removed += sweep(system_tmp(), prefix)

@@ -39,7 +39,8 @@ def read_lock(path: Path) -> dict[str, LockEntry]:
         data = json.loads(raw)
         if data.get("format") != LOCK_FORMAT:
             raise ValueError(f"format {data.get('format')!r}, expected {LOCK_FORMAT}")
-        return {tid: LockEntry(id=tid, **{k: v for k, v in e.items() if k != "id"}) for tid, e in data["toolkits"].items()}
+        return {tid: LockEntry(id=tid, **{k: v for k, v in e.items() if k != "id"})
+                for tid, e in data["toolkits"].items()}
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise InvalidArgs(f"{path} is not a wbx lockfile ({exc})") from None
 

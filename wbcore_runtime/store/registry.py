@@ -78,7 +78,8 @@ class OwnedName(InvalidArgs):
         who = claimant or "this entry"
         super().__init__(
             f"{kind} {name!r} belongs to toolkit {owner}; {who} may not take it. Rename #+CLI_BIN in {who}, "
-            f"or hand the name over explicitly (audited): wbx toolkit build {claimant or '<id>'} --replace-command {name}")
+            "or hand the name over explicitly (audited): "
+            f"wbx toolkit build {claimant or '<id>'} --replace-command {name}")
         self.owner = owner
 
 
@@ -217,7 +218,8 @@ class CommandRegistry:
             db.execute(
                 "INSERT OR REPLACE INTO entries VALUES (?,?,?,?,?,?,?,?,?,?)",
                 (entry.kind, entry.name, entry.sha256, entry.shape, entry.toolkit, entry.arg_mode,
-                 entry.profile, int(entry.builtin), json.dumps(dict(entry.options), sort_keys=True), time.time()),
+                 entry.profile, int(entry.builtin), json.dumps(dict(entry.options), sort_keys=True),
+                 time.time()),
             )
         return entry
 
@@ -269,7 +271,8 @@ class CommandRegistry:
                 self._seen = seen
             db = self._db()
             row = db.execute(
-                "SELECT kind,name,sha256,shape,toolkit,arg_mode,profile,builtin,options FROM entries WHERE kind=? AND name=?",
+                "SELECT kind,name,sha256,shape,toolkit,arg_mode,profile,builtin,options FROM entries "
+                "WHERE kind=? AND name=?",
                 key,
             ).fetchone()
             entry = None if row is None else Entry(
@@ -286,7 +289,8 @@ class CommandRegistry:
 
     def names(self, kind: str) -> list[str]:
         with self._lock:
-            rows = self._db().execute("SELECT name FROM entries WHERE kind=? ORDER BY name", (kind,)).fetchall()
+            rows = self._db().execute("SELECT name FROM entries WHERE kind=? ORDER BY name",
+                                      (kind,)).fetchall()
         return [r[0] for r in rows]
 
     def entries(self, kind: str | None = None) -> list[Entry]:

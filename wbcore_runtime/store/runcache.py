@@ -63,14 +63,15 @@ from wbcore_runtime.store.artifacts import atomic_write
 
 FORMAT = 1
 FOLDER = "cache/resolved"
-#: A stamp with a file changed this recently is not kept (as ``wbcore_runtime.trust.verdict`` does for digests).
+#: A stamp with a file changed this recently is not kept (as ``wbcore_runtime.trust.verdict`` does
+#: for digests).
 RACY_SECONDS = 2.0
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 #: The core modules whose code decides a resolution (their identity is part of the stamp).
 _DECIDERS = ("dispatch/resolve", "trust/policy", "trust/consent", "trust/verdict", "toolkit/discovery",
-             "toolkit/roots", "store/home", "store/registry", "guard/paths", "toolkit/manifest", "toolkit/manifest_cache",
-             "toolkit/loaded", "plugins/index", "store/runcache", "guard/preopen", "contract/calls",
-             "store/generation", "plugins/installed", "runtime")
+             "toolkit/roots", "store/home", "store/registry", "guard/paths", "toolkit/manifest",
+             "toolkit/manifest_cache", "toolkit/loaded", "plugins/index", "store/runcache", "guard/preopen",
+             "contract/calls", "store/generation", "plugins/installed", "runtime")
 MANIFEST = "manifest.org"
 
 
@@ -159,9 +160,9 @@ def _stamp_of(runtime: Any, kept: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def recall(runtime: Any, kind: str, name: str) -> Any:
-    """The kept resolution of ``name`` if every input is as it was (``wbcore_runtime.dispatch.resolve.Resolved``,
-    adopted by the resolution cache, so later calls in this process re-check it as any other), else
-    ``None``: resolve as usual."""
+    """The kept resolution of ``name`` if every input is as it was
+    (``wbcore_runtime.dispatch.resolve.Resolved``, adopted by the resolution cache, so later calls in
+    this process re-check it as any other), else ``None``: resolve as usual."""
     if not getattr(runtime, "indexed_plugins", False):
         return None
     path = _file(runtime.home, kind, name)
@@ -193,7 +194,7 @@ def resolved(runtime: Any, kind: str, name: str, tier: str | None = None) -> Any
     changed (:func:`recall`), else the full one, kept for the next run (:func:`remember`)."""
     got = recall(runtime, kind, name) if tier is None else None
     if got is None:
-        got = resolution.resolve(runtime, kind, name, tier=tier)  # unknown or unavailable: before stdin is read
+        got = resolution.resolve(runtime, kind, name, tier=tier)  # unknown/unavailable: before stdin is read
         gen = resolution.resolved_generation(runtime, kind, name) if tier is None else None
         if gen is not None:
             remember(runtime, got, gen)
@@ -203,11 +204,13 @@ def resolved(runtime: Any, kind: str, name: str, tier: str | None = None) -> Any
 def _rebuild(runtime: Any, kind: str, name: str, res: dict[str, Any]) -> Any:
     e = res["entry"]
     entry = Entry(kind=e["kind"], name=e["name"], sha256=e["sha256"], shape=e["shape"], toolkit=e["toolkit"],
-                  arg_mode=e["arg_mode"], profile=e["profile"], builtin=bool(e["builtin"]), options=e["options"])
+                  arg_mode=e["arg_mode"], profile=e["profile"], builtin=bool(e["builtin"]),
+                  options=e["options"])
     tier = resolution.TierChoice(res["tier"][0], res["tier"][1], tuple(tuple(c) for c in res["tier"][2]))
     return resolution.Resolved(
         kind=kind, name=name, entry=entry, sha256=entry.sha256, artifact=runtime.artifacts.path(entry.sha256),
-        toolkit=entry.toolkit, trust=res["trust"], signer=res["signer"], profile=policy.profile(res["profile"]),
+        toolkit=entry.toolkit, trust=res["trust"], signer=res["signer"],
+        profile=policy.profile(res["profile"]),
         caps=frozenset(res["caps"]), allowed_hosts=tuple(res["hosts"]), tier=tier,
         target=resolution.target_for(runtime, entry, tier.name), home=runtime.home,
     )
@@ -236,10 +239,12 @@ def remember(runtime: Any, resolved: Any, generation: int) -> bool:
     if now is None or time.time_ns() - _newest(now) < RACY_SECONDS * 1e9:
         return False
     body = {
-        "format": FORMAT, "kind": resolved.kind, "name": resolved.name, "generation": generation, "stamp": now,
+        "format": FORMAT, "kind": resolved.kind, "name": resolved.name, "generation": generation,
+        "stamp": now,
         "resolved": {
             "entry": entry.as_dict(), "trust": resolved.trust, "signer": resolved.signer,
-            "profile": resolved.profile.name, "caps": sorted(resolved.caps), "hosts": list(resolved.allowed_hosts),
+            "profile": resolved.profile.name, "caps": sorted(resolved.caps),
+            "hosts": list(resolved.allowed_hosts),
             "tier": [resolved.tier.name, resolved.tier.reason, [list(c) for c in resolved.tier.considered]],
             **extra,
         },

@@ -52,8 +52,8 @@ MAX_FILES = 20000
 MAX_BYTES = 512 << 20
 _GUEST_RE = re.compile(r"^/[A-Za-z0-9._/-]{1,200}$")
 #: Guest paths a skill image may not cover (the guest's own system and the call's scratch).
-_RESERVED = ("/", "/bin", "/sbin", "/usr", "/lib", "/lib64", "/etc", "/proc", "/sys", "/dev", "/tmp", "/tmp/w",
-             "/run", "/var", "/root", "/home", "/init")
+_RESERVED = ("/", "/bin", "/sbin", "/usr", "/lib", "/lib64", "/etc", "/proc", "/sys", "/dev", "/tmp",
+             "/tmp/w", "/run", "/var", "/root", "/home", "/init")
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,9 +74,11 @@ def parse(value: str | None, where: str = "#+SKILL_IMAGES") -> tuple[SkillImage,
         oci.Reference.parse(ref)  # a clear error for a malformed reference
         norm = os.path.normpath(mount)
         if not _GUEST_RE.match(mount) or norm != mount.rstrip("/") or ".." in mount.split("/"):
-            raise InvalidArgs(f"{where}: {item!r}: the mount must be an absolute guest path such as /skills/python")
+            raise InvalidArgs(f"{where}: {item!r}: the mount must be an absolute guest path "
+                              "such as /skills/python")
         if norm in _RESERVED or any(norm.startswith(r + "/") for r in ("/proc", "/sys", "/dev", "/tmp/w")):
-            raise InvalidArgs(f"{where}: {item!r}: {norm} is the guest's own; mount skills elsewhere (e.g. /skills/NAME)")
+            raise InvalidArgs(f"{where}: {item!r}: {norm} is the guest's own; "
+                              "mount skills elsewhere (e.g. /skills/NAME)")
         if any(s.mount == norm for s in out):
             raise InvalidArgs(f"{where}: two images at {norm}")
         out.append(SkillImage(ref, norm))
@@ -108,7 +110,8 @@ def resolve(home: Path, image: SkillImage, env: Mapping[str, str] | None = None)
             return root / digest.replace(":", "-") / "tree"
         work = root / f".pull-{os.getpid()}-{time.monotonic_ns()}"
         try:
-            pulled = oci.pull(ref, work / "blobs", artifact_types=(IMAGE_CONFIG, SKILL_CONFIG, SKILL_TYPE), env=env)
+            pulled = oci.pull(ref, work / "blobs", artifact_types=(IMAGE_CONFIG, SKILL_CONFIG, SKILL_TYPE),
+                              env=env)
             got = pulled.reference.digest
             assert got is not None
             final = root / got.replace(":", "-")
@@ -117,13 +120,15 @@ def resolve(home: Path, image: SkillImage, env: Mapping[str, str] | None = None)
                 caps = Caps(max_files=MAX_FILES, max_bytes=MAX_BYTES)
                 for desc, path in pulled.layers:
                     if desc.media_type not in LAYER_TYPES:
-                        raise InvalidArgs(f"{ref.text()}: layer {desc.digest} is {desc.media_type!r}; a skill image's "
-                                          f"layers are tar archives ({', '.join(LAYER_TYPES)})")
+                        raise InvalidArgs(f"{ref.text()}: layer {desc.digest} is {desc.media_type!r}; "
+                                          "a skill image's layers are tar archives "
+                                          f"({', '.join(LAYER_TYPES)})")
                     unpack_tar(path, tree, caps)
                 for dirpath, dirnames, filenames in os.walk(tree):
                     for n in filenames + dirnames:
                         if n.startswith(".wh."):
-                            raise UnsafeArchive(f"{ref.text()}: whiteout {n!r} in {dirpath[len(str(tree)):] or '/'}: "
+                            raise UnsafeArchive(f"{ref.text()}: whiteout {n!r} in "
+                                                f"{dirpath[len(str(tree)):] or '/'}: "
                                                 "a skill image is one tree; squash its layers")
                 # Read-only for everyone but readable by all (the guest's uid and an
                 # unprivileged QEMU read it; nobody writes it again).
@@ -133,8 +138,9 @@ def resolve(home: Path, image: SkillImage, env: Mapping[str, str] | None = None)
                         if not os.path.islink(p):
                             os.chmod(p, 0o555 if os.stat(p).st_mode & 0o111 else 0o444)
                     os.chmod(dirpath, 0o555)
-                (work / "meta.json").write_text(json.dumps({"reference": pulled.reference.text(), "digest": got,
-                                                            "pulled": time.time()}, indent=1) + "\n")
+                (work / "meta.json").write_text(
+                    json.dumps({"reference": pulled.reference.text(), "digest": got, "pulled": time.time()},
+                               indent=1) + "\n")
                 stage = work / "stage"
                 stage.mkdir()
                 os.rename(tree, stage / "tree")

@@ -272,7 +272,8 @@ def parse(text: str, path: Path | str = "manifest.org") -> Manifest:
         line = text[: text.index("\x00")].count("\n") + 1
         raise ManifestError(path, line, "file", "contains a NUL byte")
     if text.startswith("\ufeff"):  # else line 1 reads "\ufeff#+TITLE" and is silently no keyword
-        raise ManifestError(path, 1, "file", "starts with a byte-order mark (U+FEFF); save it as UTF-8 without a BOM")
+        raise ManifestError(path, 1, "file",
+                            "starts with a byte-order mark (U+FEFF); save it as UTF-8 without a BOM")
     text = normalized(text, path)
     keywords, lines = _keywords(text, path)
     node = _toolkit_node(text, path)
@@ -314,7 +315,8 @@ def _modern(path: Path, kw: dict[str, str], lines: dict[str, int], node: _Node) 
     line = lines.get
     ident = _check_name(path, line("TOOLKIT", 1), "TOOLKIT", kw["TOOLKIT"])
     if not SEMVER_RE.match(kw["VERSION"]):
-        raise ManifestError(path, line("VERSION", 1), "VERSION", f"{kw['VERSION']!r} is not semver (MAJOR.MINOR.PATCH)")
+        raise ManifestError(path, line("VERSION", 1), "VERSION",
+                            f"{kw['VERSION']!r} is not semver (MAJOR.MINOR.PATCH)")
     status = _choice(path, line("STATUS", 1), "STATUS", kw["STATUS"], STATUSES)
     trust = _choice(path, line("TRUST", 1), "TRUST", kw.get("TRUST", "first-party"), TRUSTS)
     arg_mode = _choice(path, line("ARG_MODE", 1), "ARG_MODE", kw.get("ARG_MODE", "argv"), ARG_MODES)
@@ -370,7 +372,8 @@ def _legacy(path: Path, kw: dict[str, str], lines: dict[str, int], node: _Node) 
     props, pl = node.props, node.prop_lines
     binary = props.get("EXEC", "")
     if not binary:
-        raise ManifestError(path, node.line, "drawer EXEC", "missing (drawer-only manifests name their binary in :EXEC:)")
+        raise ManifestError(path, node.line, "drawer EXEC",
+                            "missing (drawer-only manifests name their binary in :EXEC:)")
     _check_name(path, pl.get("EXEC", node.line), "drawer EXEC", binary)
     cli_bin = props.get("CLI_BIN") or binary
     _check_name(path, pl.get("CLI_BIN", node.line), "drawer CLI_BIN", cli_bin)
@@ -383,7 +386,8 @@ def _legacy(path: Path, kw: dict[str, str], lines: dict[str, int], node: _Node) 
             f"{raw_mode!r} is not one of positional, flags",
         )
     arg_mode = LEGACY_ARG_MODES.get(raw_mode, raw_mode)
-    caps = tuple(dict.fromkeys(LEGACY_CAPS.get(c, c) for c in _caps(path, pl.get("CAPS", node.line), props.get("CAPS", ""))))
+    caps = tuple(dict.fromkeys(LEGACY_CAPS.get(c, c)
+                               for c in _caps(path, pl.get("CAPS", node.line), props.get("CAPS", ""))))
     sha = props.get("SHA256")
     if sha is not None and not SHA256_RE.match(sha.lower()):
         raise ManifestError(path, pl.get("SHA256", node.line), "drawer SHA256", "must be 64 hex digits")
@@ -398,7 +402,8 @@ def _legacy(path: Path, kw: dict[str, str], lines: dict[str, int], node: _Node) 
     mapped = [f"{c}→{LEGACY_CAPS[c]}" for c in props.get("CAPS", "").split() if c in LEGACY_CAPS]
     if mapped:
         notes.append("legacy caps mapped: " + ", ".join(mapped))
-    first_line = next((ln.strip() for ln in node.body.splitlines() if ln.strip() and not ln.strip().startswith(":")), "")
+    first_line = next((ln.strip() for ln in node.body.splitlines()
+                       if ln.strip() and not ln.strip().startswith(":")), "")
     return Manifest(
         path=path,
         id=ident,

@@ -71,7 +71,8 @@ class ManifestCache:
         try:
             if self.path.stat().st_size <= MAX_INDEX_BYTES:
                 data = json.loads(self.path.read_bytes())
-                if data.get("format") == FORMAT and data.get("root") == real and isinstance(data.get("entries"), dict):
+                if (data.get("format") == FORMAT and data.get("root") == real
+                        and isinstance(data.get("entries"), dict)):
                     self._old = data["entries"]
         except (OSError, ValueError, AttributeError):
             pass

@@ -19,7 +19,8 @@ _ORG_SRC_BEGIN_RE = re.compile(r"^\s*#\+begin_(src|example)\b\s*([^\s]*)", re.IG
 _ORG_BLOCK_END_RE = re.compile(r"^\s*#\+end_(src|example)\b", re.IGNORECASE)
 _ORG_LINK_RE = re.compile(r"\[\[([^\]\n]+)\](?:\[([^\]\n]+)\])?\]")
 # ~code~ and =verbatim=: the closing mark must be the opening one (=x~ is not code).
-_ORG_CODE_RE = re.compile(r"(?<![\w~=])(?:~([^\s~](?:[^~\n]*[^\s~])?)~|=([^\s=](?:[^=\n]*[^\s=])?)=)(?![\w~=])")
+_ORG_CODE_RE = re.compile(r"(?<![\w~=])(?:~([^\s~](?:[^~\n]*[^\s~])?)~"
+                          r"|=([^\s=](?:[^=\n]*[^\s=])?)=)(?![\w~=])")
 _ORG_BOLD_RE = re.compile(r"(?<![\w*])\*([^\s*](?:[^*\n]*[^\s*])?)\*(?![\w*])")
 
 
@@ -48,7 +49,8 @@ def _md_inline(text: str) -> str:
         return f"\x00{len(codes) - 1}\x00"
 
     text = _INLINE_CODE_RE.sub(keep, text)
-    text = _MD_LINK_RE.sub(lambda m: f"[[{m.group(3)}]]" if m.group(1) else f"[[{m.group(3)}][{m.group(2)}]]", text)
+    text = _MD_LINK_RE.sub(lambda m: f"[[{m.group(3)}]]" if m.group(1) else f"[[{m.group(3)}][{m.group(2)}]]",
+                           text)
     text = _MD_BOLD_RE.sub(lambda m: f"*{m.group(1) or m.group(2)}*", text)
     return re.sub(r"\x00(\d+)\x00", lambda m: f"~{codes[int(m.group(1))]}~", text)
 
@@ -117,7 +119,8 @@ def _org_inline(text: str) -> str:
         return f"\x00{len(codes) - 1}\x00"
 
     text = _ORG_CODE_RE.sub(keep, text)
-    text = _ORG_LINK_RE.sub(lambda m: f"[{m.group(2)}]({m.group(1)})" if m.group(2) else f"<{m.group(1)}>", text)
+    text = _ORG_LINK_RE.sub(lambda m: f"[{m.group(2)}]({m.group(1)})" if m.group(2) else f"<{m.group(1)}>",
+                            text)
     text = _ORG_BOLD_RE.sub(lambda m: f"**{m.group(1)}**", text)
     return re.sub(r"\x00(\d+)\x00", lambda m: f"`{codes[int(m.group(1))]}`", text)
 

@@ -58,9 +58,9 @@ def check_slug(slug: str) -> str:
 
 
 def skills_root(toolkit: Path | paths.Root) -> paths.Root | None:
-    """``skills/`` of a toolkit folder (a path, or a :class:`~wbcore_runtime.guard.paths.Root` already checked)
-    as a containment root; ``None`` when there is none, :class:`~wbcore_runtime.guard.paths.Refused` when it is
-    not a folder inside the toolkit."""
+    """``skills/`` of a toolkit folder (a path, or a :class:`~wbcore_runtime.guard.paths.Root`
+    already checked) as a containment root; ``None`` when there is none,
+    :class:`~wbcore_runtime.guard.paths.Refused` when it is not a folder inside the toolkit."""
     folder = toolkit if isinstance(toolkit, paths.Root) else paths.Root.at(toolkit)
     try:
         return folder.folder(SKILLS_DIR, SKILLS_ROOT)
@@ -135,7 +135,8 @@ def scan(toolkit_dir: Path | paths.Root) -> Index:
             with root.open(name) as fh:
                 size = os.fstat(fh.fileno()).st_size
                 if size > MAX_SKILL_BYTES:
-                    raise paths.Refused(root.shown / name, f"{size} bytes is over the {MAX_SKILL_BYTES}-byte cap")
+                    raise paths.Refused(root.shown / name,
+                                        f"{size} bytes is over the {MAX_SKILL_BYTES}-byte cap")
                 head = fh.read(HEAD_BYTES).decode("utf-8", errors="replace")
         except paths.Refused as exc:
             problems.append(exc)

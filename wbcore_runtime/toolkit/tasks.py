@@ -99,7 +99,8 @@ def task_tier(runtime: Any, tier: str | None) -> Any:
     if tier is not None:
         chosen = next((t for t in able if t.name == tier), None)
         if chosen is None:
-            raise CapabilityDenied(f"tasks never run in tier {tier}: only in {', '.join(t.name for t in able)} "
+            raise CapabilityDenied(f"tasks never run in tier {tier}: only in "
+                                   f"{', '.join(t.name for t in able)} "
                                    "(a sandbox with its own root, no network and no host files)")
         avail = chosen.available()
         if not avail.ok:
@@ -114,8 +115,8 @@ def task_tier(runtime: Any, tier: str | None) -> Any:
     raise NotFound(f"tasks run only inside a sandbox tier, and none is available here: {'; '.join(reasons)}")
 
 
-def run_task(runtime: Any, ident: str, task: str, args: Sequence[str], stdin: bytes, *, tier: str | None = None,
-             timeout: float | None = None, mounts: Sequence[Any] = ()) -> Any:
+def run_task(runtime: Any, ident: str, task: str, args: Sequence[str], stdin: bytes, *,
+             tier: str | None = None, timeout: float | None = None, mounts: Sequence[Any] = ()) -> Any:
     """Run task ``task`` of toolkit ``ident`` in a sandbox tier; its ``CallResult``.
     ``mounts``: host folders to bind in (as ``wbx run --mount``); ``:rw`` needs the
     toolkit's effective caps (posix profile) to hold ``mount-rw``."""
@@ -127,22 +128,27 @@ def run_task(runtime: Any, ident: str, task: str, args: Sequence[str], stdin: by
         raise NotFound(f"toolkit {ident} has no :role task block named {task!r} (its tasks: {known})")
     interpreter = INTERPRETERS.get(block.lang)
     if interpreter is None:
-        raise InvalidArgs(f"task {task} of {ident} is a {block.lang} block; tasks are {', '.join(sorted(INTERPRETERS))}")
+        raise InvalidArgs(f"task {task} of {ident} is a {block.lang} block; "
+                          f"tasks are {', '.join(sorted(INTERPRETERS))}")
     if len(block.script.encode()) > MAX_SCRIPT:
         raise InvalidArgs(f"task {task} of {ident} is over {MAX_SCRIPT >> 10} KiB")
     chosen = task_tier(runtime, tier)
     if not exec_allowed(runtime.env):
-        raise CapabilityDenied(f"task {task} of {ident} would run in tier {chosen.name}; :role task blocks run only "
-                               f"when the deployer opts in: set {ENV}=1 (wbx toolkit run {ident} {task} ...)")
+        raise CapabilityDenied(f"task {task} of {ident} would run in tier {chosen.name}; "
+                               ":role task blocks run only when the deployer opts in: "
+                               f"set {ENV}=1 (wbx toolkit run {ident} {task} ...)")
 
     limit = profile("posix").timeout_s
     granted: tuple[Any, ...] = ()
     if mounts:
         m = tk.manifest
-        caps = consent.effective_caps(runtime.home, toolkit_id=ident, trust=m.trust, signer=None, declared=m.caps,
-                                      profile=profile("posix"), universe=runtime.caps_universe_for(m.caps))
-        granted = granting.grant(runtime, mounts, tiers=resolution.registry(runtime, "tiers"), tier=chosen.name,
-                                 caps=caps, owner=ident, what=f"task {task} of {ident}", principal="deployer")
-    request = TaskRequest(toolkit=ident, task=task, interpreter=interpreter, script=block.script, args=tuple(args),
-                          stdin=stdin, toolkit_dir=tk.dir, timeout_s=min(timeout or limit, limit), mounts=granted)
+        caps = consent.effective_caps(runtime.home, toolkit_id=ident, trust=m.trust, signer=None,
+                                      declared=m.caps, profile=profile("posix"),
+                                      universe=runtime.caps_universe_for(m.caps))
+        granted = granting.grant(runtime, mounts, tiers=resolution.registry(runtime, "tiers"),
+                                 tier=chosen.name, caps=caps, owner=ident, what=f"task {task} of {ident}",
+                                 principal="deployer")
+    request = TaskRequest(toolkit=ident, task=task, interpreter=interpreter, script=block.script,
+                          args=tuple(args), stdin=stdin, toolkit_dir=tk.dir,
+                          timeout_s=min(timeout or limit, limit), mounts=granted)
     return chosen.factory(runtime).run_task(request)

@@ -70,7 +70,8 @@ def cap_checks(caps: Iterable[str], universe: policy.Universe = policy.CORE) -> 
     checks: list[Check] = []
     unknown = [c for c in caps if c not in universe.names]
     if unknown:
-        checks.append(Check(False, "caps", f"unknown cap(s): {', '.join(unknown)}; known: {', '.join(sorted(universe.names))}"))
+        checks.append(Check(False, "caps", f"unknown cap(s): {', '.join(unknown)}; "
+                                           f"known: {', '.join(sorted(universe.names))}"))
     known = [c for c in caps if c in universe.names]
     if known:
         consent_only = [c for c in known if c in universe.consent_only]
@@ -82,7 +83,8 @@ def cap_checks(caps: Iterable[str], universe: policy.Universe = policy.CORE) -> 
         else:
             checks.append(Check(False, "caps", f"no single profile grants all of: {' '.join(profiled)}"))
         if consent_only:
-            checks.append(Check(True, "caps", f"{' '.join(consent_only)} granted only by explicit consent", warning=True))
+            checks.append(Check(True, "caps", f"{' '.join(consent_only)} granted only by explicit consent",
+                                warning=True))
         for cap in (c for c in known if c in universe.plugin_caps):
             d = universe.plugin_caps[cap]
             checks.append(Check(True, "caps", f"{cap}: {d.meaning} (declared by {d.origin})"))
@@ -153,9 +155,10 @@ def trust_checks(toolkit: Toolkit, runtime: RuntimeServices) -> list[Check]:
         if reason:
             out.append(Check(False, "integrity", f"unavailable: {reason.removeprefix('integrity: ')}"))
         else:
-            local = trust.shipped_artifact(m)  # checked just above: integrity_reason hashed it through containment
+            local = trust.shipped_artifact(m)  # integrity_reason, just above, hashed it through containment
             where = trust.shipped_relative(m) if local is not None else None
-            out.append(Check(True, "integrity", f"#+SHA256 {m.sha256[:16]}… matches " + (str(where) if where else "every registered artifact")))
+            out.append(Check(True, "integrity", f"#+SHA256 {m.sha256[:16]}… matches "
+                             + (str(where) if where else "every registered artifact")))
     consent_line = _consent_check(toolkit, runtime)
     if consent_line is not None:
         out.append(consent_line)
@@ -177,13 +180,15 @@ def artifact_checks(toolkit: Toolkit, runtime: RuntimeServices) -> list[Check]:
         try:
             runtime.artifacts.verify(e.sha256)
         except WbError as exc:
-            out.append(Check(False, "artifact", f"{e.kind} {e.name!r}: {exc.message}: wbx toolkit build {m.id}"))
+            out.append(Check(False, "artifact",
+                             f"{e.kind} {e.name!r}: {exc.message}: wbx toolkit build {m.id}"))
         else:
             out.append(Check(True, "artifact", f"{e.kind} {e.name!r}: bytes match {e.sha256[:12]}…"))
     if entries:
         for refusal in buildable.refusals(runtime, m):
             lane_missing = isinstance(refusal, buildable.LaneUnavailable)
-            out.append(Check(lane_missing, "build", f"a rebuild would be refused: {refusal.message}", warning=lane_missing))
+            out.append(Check(lane_missing, "build", f"a rebuild would be refused: {refusal.message}",
+                             warning=lane_missing))
     return out
 
 
@@ -195,7 +200,8 @@ def pre_block_checks(toolkit: Toolkit) -> list[Check]:
     count = len(PRE_BLOCK_RE.findall(text))
     if not count:
         return []
-    return [Check(True, "pre", f"{count} :role pre block(s) DISABLED, never run (native exec is banned)", warning=True)]
+    return [Check(True, "pre", f"{count} :role pre block(s) DISABLED, never run (native exec is banned)",
+                  warning=True)]
 
 
 def verify(toolkit: Toolkit, runtime: RuntimeServices) -> Report:

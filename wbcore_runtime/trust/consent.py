@@ -91,7 +91,8 @@ class ConsentStore:
                 for tid, g in data["grants"].items()
             }
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise InvalidArgs(f"{self.path} is not a consent file ({type(exc).__name__}); fix or move it aside") from None
+            raise InvalidArgs(f"{self.path} is not a consent file ({type(exc).__name__}); "
+                              "fix or move it aside") from None
         if len(_LOADED) > 64:
             _LOADED.clear()
         _LOADED[str(self.path)] = (key, grants)
@@ -141,7 +142,8 @@ class ConsentStore:
             return grants.get(toolkit_id)
 
 
-def checked_grant(runtime: Any, toolkit: Toolkit, caps: list[str], env: list[str]) -> tuple[list[str], str | None]:
+def checked_grant(runtime: Any, toolkit: Toolkit, caps: list[str],
+                  env: list[str]) -> tuple[list[str], str | None]:
     """Whether ``caps`` and ``env`` variables may be granted to ``toolkit``: the caps as
     granted and the signer the grant binds to, else ``InvalidArgs`` saying why (unknown or
     unrequested caps, a variable its manifest does not read, a first-party toolkit's profile
@@ -157,7 +159,8 @@ def checked_grant(runtime: Any, toolkit: Toolkit, caps: list[str], env: list[str
         if not ENV_RE.match(name):
             raise InvalidArgs(f"--env {name!r} is not an environment variable name (A-Z, 0-9, _)")
         if name not in asked:
-            raise InvalidArgs(f"{m.id} does not read {name} (its manifest reads: {' '.join(asked) or 'no variable'}); "
+            raise InvalidArgs(f"{m.id} does not read {name} "
+                              f"(its manifest reads: {' '.join(asked) or 'no variable'}); "
                               "grant only what the manifest names")
     if m.trust != "third-party":
         profiled = [c for c in wanted if c not in universe.consent_only]
@@ -295,7 +298,8 @@ def describe(home: Path, toolkit: Toolkit, universe: policy.Universe = policy.CO
     }
 
 
-def show_rows(home: Path, toolkit: Toolkit, universe: policy.Universe = policy.CORE) -> list[tuple[str, str | None]]:
+def show_rows(home: Path, toolkit: Toolkit,
+              universe: policy.Universe = policy.CORE) -> list[tuple[str, str | None]]:
     """``wbx toolkit show`` rows: requested vs granted vs effective caps."""
     info = describe(home, toolkit, universe)
     env_rows: list[tuple[str, str | None]] = []
@@ -304,7 +308,8 @@ def show_rows(home: Path, toolkit: Toolkit, universe: policy.Universe = policy.C
         env_rows.append(("env granted", " ".join(info["env_granted"]) or "none"))
     if not info["requested"]:
         return env_rows
-    granted_text = "n/a (first-party: profile defaults)" if info["granted"] is None else (" ".join(info["granted"]) or "none")
+    granted_text = ("n/a (first-party: profile defaults)" if info["granted"] is None
+                    else (" ".join(info["granted"]) or "none"))
     if info["stale_signer"]:
         granted_text += f" (grants to {info['stale_signer']} do not apply to this signer)"
     return [("granted", granted_text), ("effective", " ".join(info["effective"]) or "none"), *env_rows]

@@ -214,7 +214,8 @@ def _create_key_file(path: Path) -> None:
             pass
 
 
-def load(home: Path, env: Mapping[str, str] | None = None, *, tenant: str = "default", create: bool = True) -> Identity:
+def load(home: Path, env: Mapping[str, str] | None = None, *, tenant: str = "default",
+         create: bool = True) -> Identity:
     """The tenant's identity: ``WB_SIGNING_KEY`` if set, else the stored key (created if absent)."""
     env = os.environ if env is None else env
     override = env.get(ENV_SIGNING_KEY)

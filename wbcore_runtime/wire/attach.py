@@ -44,8 +44,8 @@ def attach(chan: Channel, secret: bytes, request: ShellRequest, *, stdin_fd: int
     rows, cols = terminal_size(stdout_fd)
     env = {"TERM": os.environ.get("TERM", "xterm-256color"), **dict(request.env)}
     chan.send_frame(frames.seal(frames.PTY_OPEN, secret, {"session": session, "program": request.program,
-                                                          "args": list(request.args), "rows": rows, "cols": cols,
-                                                          "env": env, "interactive": True}))
+                                                          "args": list(request.args), "rows": rows,
+                                                          "cols": cols, "env": env, "interactive": True}))
     kind, payload = chan.recv()
     if kind == frames.REFUSED:
         obj, _ = frames.unpack(payload)

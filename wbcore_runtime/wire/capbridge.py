@@ -81,7 +81,8 @@ class HostBridge:
         (``FrameError`` for anything else, or a frame for another call)."""
         obj, blobs = frames.unpack(payload)
         if obj.get("id") != self.id:
-            raise frames.FrameError("unexpected", f"{frames.name(kind)} for call {obj.get('id')!r}, not {self.id}")
+            raise frames.FrameError("unexpected",
+                                    f"{frames.name(kind)} for call {obj.get('id')!r}, not {self.id}")
         if kind == frames.LINK:
             return self.link(obj)
         if kind == frames.BROKER_CALL:
@@ -101,17 +102,20 @@ class HostBridge:
         try:
             for module, item in imports:
                 if module not in (WASI, CAPS):
-                    raise CapabilityDenied(f"{req.name}: imports {module}.{item}; a guest may import only {WASI} "
-                                           f"(stdio) and {CAPS}.<cap> (brokered caps)")
+                    raise CapabilityDenied(f"{req.name}: imports {module}.{item}; "
+                                           f"a guest may import only {WASI} (stdio) and {CAPS}.<cap> "
+                                           "(brokered caps)")
             caps = list(dock.linkable([item for module, item in imports if module == CAPS], self.ctx))
         except CapabilityDenied as exc:
-            self.refusal = exc if exc.message.startswith(f"{req.name}: ") else CapabilityDenied(f"{req.name}: {exc.message}")
+            self.refusal = (exc if exc.message.startswith(f"{req.name}: ")
+                            else CapabilityDenied(f"{req.name}: {exc.message}"))
         except WbError as exc:
             self.refusal = exc
         if self.refusal is not None:
             return frames.seal(frames.LINK_ANSWER, self.secret, {"id": self.id, "refused": True})
         self.linked = frozenset(caps)
-        return frames.seal(frames.LINK_ANSWER, self.secret, {"id": self.id, "caps": caps}, dock.info(self.ctx))
+        return frames.seal(frames.LINK_ANSWER, self.secret, {"id": self.id, "caps": caps},
+                           dock.info(self.ctx))
 
     def context(self) -> Any:
         """The call's one Dock context (made on first use): the request's principal, caps,
@@ -141,7 +145,8 @@ class HostBridge:
         else:
             status, answer = self.run(self.call_raw, ctx, cap, request)
         self.calls += 1
-        return frames.seal(frames.BROKER_ANSWER, self.secret, {"id": self.id, "status": status}, encode(answer))
+        return frames.seal(frames.BROKER_ANSWER, self.secret, {"id": self.id, "status": status},
+                           encode(answer))
 
     def broker(self, obj: dict[str, Any], blobs: list[bytes]) -> bytes:
         ctx, dock = self.ctx, self.runtime.dock
@@ -150,10 +155,12 @@ class HostBridge:
         cap = frames.field(obj, "cap", str)
         request = frames.blobs_of(blobs, 1, frames.BROKER_CALL)[0]
         if cap not in self.linked:
-            status, body = dock.deny(ctx, cap, CapabilityDenied(f"cap {cap!r} was not linked for {ctx.principal}"))
+            status, body = dock.deny(ctx, cap,
+                                     CapabilityDenied(f"cap {cap!r} was not linked for {ctx.principal}"))
         elif "outside" in obj:
             ptr, n = (frames.field(obj, "outside", list) + [0, 0])[:2]
-            status, body = dock.deny(ctx, cap, InvalidArgs(f"{cap}: request [{ptr}, +{n}) lies outside guest memory"))
+            status, body = dock.deny(ctx, cap,
+                                     InvalidArgs(f"{cap}: request [{ptr}, +{n}) lies outside guest memory"))
         elif "too_large" in obj:
             exc = InvalidArgs(f"{cap}: request of {frames.field(obj, 'too_large', int)} bytes exceeds the "
                               f"{frames.MAX_FRAME}-byte cap")

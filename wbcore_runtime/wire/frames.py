@@ -75,12 +75,13 @@ NAMES = {
     EXEC: "Exec", EXEC_RESULT: "ExecResult", PING: "Ping", PONG: "Pong", SHUTDOWN: "Shutdown",
     LINK: "Link", LINK_ANSWER: "LinkAnswer", BROKER_CALL: "BrokerCall", BROKER_ANSWER: "BrokerAnswer",
     REFUSED: "Refused", PTY_OPEN: "PtyOpen", PTY_OPENED: "PtyOpened", PTY_DATA: "PtyData",
-    PTY_RESIZE: "PtyResize", PTY_CLOSE: "PtyClose", PTY_CLOSED: "PtyClosed", MOUNT: "Mount", MOUNTED: "Mounted",
+    PTY_RESIZE: "PtyResize", PTY_CLOSE: "PtyClose", PTY_CLOSED: "PtyClosed", MOUNT: "Mount",
+    MOUNTED: "Mounted",
 }
 RAW = frozenset({PING, PONG, SHUTDOWN, PTY_DATA})
 #: What the host sends; each frame of these types must carry the session secret.
-FROM_HOST = frozenset({EXEC, PING, SHUTDOWN, LINK_ANSWER, BROKER_ANSWER, PTY_OPEN, PTY_DATA, PTY_RESIZE, PTY_CLOSE,
-                       MOUNT})
+FROM_HOST = frozenset({EXEC, PING, SHUTDOWN, LINK_ANSWER, BROKER_ANSWER, PTY_OPEN, PTY_DATA, PTY_RESIZE,
+                       PTY_CLOSE, MOUNT})
 
 
 class FrameError(Exception):
@@ -109,14 +110,16 @@ def encode(kind: int, payload: bytes | bytearray | memoryview = b"") -> bytes:
     if kind not in NAMES:
         raise FrameError("unknown-type", f"frame type 0x{kind:02x} is not part of protocol version {VERSION}")
     if len(payload) > MAX_FRAME:
-        raise FrameError("too-large", f"{name(kind)} payload of {len(payload)} bytes is over the {MAX_FRAME}-byte cap")
+        raise FrameError("too-large",
+                         f"{name(kind)} payload of {len(payload)} bytes is over the {MAX_FRAME}-byte cap")
     return HEADER.pack(len(payload), kind) + bytes(payload)
 
 
 def parse_header(header: bytes) -> tuple[int, int]:
     """``(length, type)`` of a 5-byte header, refused before anything is allocated."""
     if len(header) != HEADER.size:
-        raise FrameError("eof", f"the stream ended inside a frame header ({len(header)} of {HEADER.size} bytes)")
+        raise FrameError("eof", f"the stream ended inside a frame header "
+                                f"({len(header)} of {HEADER.size} bytes)")
     length, kind = HEADER.unpack(header)
     if kind not in NAMES:
         raise FrameError("unknown-type", f"frame type 0x{kind:02x} is not part of protocol version {VERSION}")
@@ -195,7 +198,8 @@ def read_secret(fd: int) -> bytes:
     return secret
 
 
-def serve_host(chan: Any, serve: Callable[[], None], who: str, ends: tuple[type[BaseException], ...] = ()) -> None:
+def serve_host(chan: Any, serve: Callable[[], None], who: str,
+               ends: tuple[type[BaseException], ...] = ()) -> None:
     """Run a sandboxed server's ``serve`` until its host is done with it.
 
     The end of the stream, a broken pipe or one of ``ends`` (the host's own Shutdown) return;
@@ -232,7 +236,8 @@ def unpack(payload: bytes) -> tuple[dict[str, Any], list[bytes]]:
         raise FrameError("malformed", f"a json payload starts with a 4-byte length; got {len(payload)} bytes")
     (n,) = _U32.unpack_from(payload)
     if n > len(payload) - _U32.size:
-        raise FrameError("malformed", f"the json header declares {n} bytes; {len(payload) - _U32.size} follow")
+        raise FrameError("malformed", f"the json header declares {n} bytes; "
+                                      f"{len(payload) - _U32.size} follow")
     try:
         obj = json.loads(payload[_U32.size:_U32.size + n].decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
@@ -314,7 +319,8 @@ def check_ping(payload: bytes, secret: bytes) -> int:
         raise FrameError("secret", "Ping without the session secret; refused")
     (version,) = _U16.unpack_from(payload, SECRET_BYTES)
     if version != VERSION:
-        raise FrameError("version", f"the host speaks protocol version {version}; this worker speaks {VERSION}")
+        raise FrameError("version", f"the host speaks protocol version {version}; "
+                                    f"this worker speaks {VERSION}")
     return version
 
 
@@ -327,7 +333,8 @@ def check_pong(payload: bytes) -> int:
         raise FrameError("malformed", f"Pong carries {len(payload)} bytes; expected a 2-byte version")
     (version,) = _U16.unpack(payload)
     if version != VERSION:
-        raise FrameError("version", f"the worker speaks protocol version {version}; this host speaks {VERSION}")
+        raise FrameError("version", f"the worker speaks protocol version {version}; "
+                                    f"this host speaks {VERSION}")
     return version
 
 
@@ -354,7 +361,8 @@ def open_pty_data(payload: bytes, secret: bytes | None = None) -> tuple[int, byt
             raise FrameError("secret", "PtyData without the session secret; refused")
         payload = payload[SECRET_BYTES:]
     if len(payload) < _U32.size:
-        raise FrameError("malformed", f"PtyData carries {len(payload)} bytes; it starts with a 4-byte session id")
+        raise FrameError("malformed", f"PtyData carries {len(payload)} bytes; "
+                                      "it starts with a 4-byte session id")
     (session,) = _U32.unpack_from(payload)
     return session, payload[_U32.size:]
 

@@ -95,7 +95,7 @@ class Channel:
         while True:
             try:
                 return os.read(self.read_fd, n)
-            except BlockingIOError:  # one socket both ways (a VM's channel), non-blocking for the relay's writes
+            except BlockingIOError:  # one socket both ways (a VM's channel), non-blocking for relay writes
                 select.select([self.read_fd], [], [], 1.0)
 
     def send_frame(self, frame: bytes) -> None:
@@ -197,7 +197,8 @@ class Agent:
         program = frames.field(obj, "program", str)
         args = frames.field(obj, "args", list, [])
         env = frames.field(obj, "env", dict, {})
-        if not all(isinstance(a, str) for a in args) or len(args) > MAX_ARGS or sum(map(len, args)) > MAX_ARG_BYTES:
+        if (not all(isinstance(a, str) for a in args) or len(args) > MAX_ARGS
+                or sum(map(len, args)) > MAX_ARG_BYTES):
             raise frames.FrameError("malformed", f"args must be at most {MAX_ARGS} strings")
         if sid in self.sessions or not 0 < sid < 1 << 32:
             return no(f"session {sid} is already open or not a valid id")
@@ -205,10 +206,13 @@ class Agent:
             return no(f"this sandbox already serves {MAX_SESSIONS} terminal sessions (the most at once); "
                       "close one first")
         if program not in self.allow:
-            return no(f"{program!r} is not on this sandbox's command allowlist ({', '.join(sorted(self.allow))})")
+            return no(f"{program!r} is not on this sandbox's command allowlist "
+                      f"({', '.join(sorted(self.allow))})")
         rows, cols = _size(obj)
-        child_env = {"TERM": "xterm-256color", "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"}
-        child_env.update({k: v for k, v in env.items() if k in ENV_NAMES and isinstance(v, str) and "\0" not in v})
+        child_env = {"TERM": "xterm-256color", "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp",
+                     "LANG": "C.UTF-8"}
+        child_env.update({k: v for k, v in env.items()
+                          if k in ENV_NAMES and isinstance(v, str) and "\0" not in v})
         pid, fd = _fork_pty(program, args, child_env, (rows, cols), self.nofile, self.nproc)
         session = _Session(sid, pid, fd)
         self.sessions[sid] = session
@@ -267,7 +271,8 @@ class Agent:
     def close(self, session: _Session, code: int) -> None:
         os.close(session.fd)
         del self.sessions[session.id]
-        self.chan.send_frame(frames.encode(frames.PTY_CLOSED, frames.pack({"session": session.id, "exit_code": code})))
+        self.chan.send_frame(frames.encode(frames.PTY_CLOSED,
+                                           frames.pack({"session": session.id, "exit_code": code})))
 
     def hang_up(self) -> None:
         for session in list(self.sessions.values()):
