@@ -15,7 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 from wbcore_runtime.contract.errors import ManifestError
 from wbcore_runtime.contract import host as _host
+from wbcore_runtime.contract import telemetry
+from wbcore_runtime.dispatch.revocations import Revocations
+from wbcore_runtime.plugins import index as plugin_index
+from wbcore_runtime.store.artifacts import ArtifactStore
 from wbcore_runtime.toolkit import roots as _roots
+from wbcore_runtime.trust import policy
+from wbcore_runtime.trust import verdict as trust
 
 if TYPE_CHECKING:  # pluggy, the plugins and the records load with the first plugin use
     import pluggy
@@ -65,8 +71,6 @@ class Runtime:
             assert self._load_plugins is not None
             self._pm, self._plugin_infos = self._load_plugins()
             if self.indexed_plugins and self.__dict__.get("plugin_index") is None:
-                from wbcore_runtime.plugins import index as plugin_index  # deferred: keeps wbx start-up light
-
                 if plugin_index.load(self) is None:  # missing or stale: describe the plugins just loaded
                     try:
                         plugin_index.write(self)
@@ -83,8 +87,6 @@ class Runtime:
         shapes, tiers and lanes from it without importing the plugins."""
         if not self.indexed_plugins:
             return None
-        from wbcore_runtime.plugins import index as plugin_index  # deferred: keeps wbx start-up light
-
         return plugin_index.load(self)
 
     def index_until_loaded(self) -> Any:
@@ -117,8 +119,6 @@ class Runtime:
     def revocations(self) -> Any:
         """Revoked principals (``wbcore_runtime.dispatch.revocations.Revocations``): one per runtime,
         shared by the Dock and the running-calls table, without importing the Dock."""
-        from wbcore_runtime.dispatch.revocations import Revocations  # deferred: keeps wbx start-up light
-
         return Revocations(self.home / "dock" / "revoked", self.registry.generation)
 
     @cached_property
@@ -133,8 +133,6 @@ class Runtime:
     def tracer(self) -> Any:
         """The tracer of ``wbcore_tracer`` (``None``: telemetry off, the seams cost nothing).
         Opened on first use, with the plugins."""
-        from wbcore_runtime.contract import telemetry  # deferred: keeps wbx start-up light
-
         return telemetry.open_tracer(self)
 
     @classmethod
@@ -228,18 +226,15 @@ class Runtime:
         """The caps this runtime knows (``wbcore_runtime.trust.policy.Universe``): the core's plus
         those its brokers declare, collected once."""
         from wbcore_runtime.dispatch.dock import ALWAYS_LINKED  # deferred: keeps wbx start-up light
-        from wbcore_runtime.trust.policy import Universe  # deferred: keeps wbx start-up light
 
         brokers = self.brokers  # collecting fills each plugin's ``serves``
         origin = {name: info.origin for info in self.plugin_infos for name in info.serves.get("cap broker", ())}
-        return Universe.from_brokers(brokers, origin, reserved=ALWAYS_LINKED)
+        return policy.Universe.from_brokers(brokers, origin, reserved=ALWAYS_LINKED)
 
     def caps_universe_for(self, caps: Iterable[str]) -> Any:
         """The universe to decide ``caps`` with: the core's when they are all core caps (no
         plugin is imported for that), else :attr:`cap_universe` (the plugins load)."""
-        from wbcore_runtime.trust.policy import CAP_UNIVERSE, CORE  # deferred: keeps wbx start-up light
-
-        return CORE if CAP_UNIVERSE.issuperset(caps) else self.cap_universe
+        return policy.CORE if policy.CAP_UNIVERSE.issuperset(caps) else self.cap_universe
 
     @cached_property
     def tiers(self) -> _plugins.RecordRegistry[IsolationTier]:
@@ -332,8 +327,6 @@ class Runtime:
     @cached_property
     def artifacts(self) -> Any:
         """The content-addressed artifact store (``$WB_HOME/artifacts``, ``wbcore_runtime.store.artifacts``)."""
-        from wbcore_runtime.store.artifacts import ArtifactStore  # deferred: keeps wbx start-up light
-
         return ArtifactStore(self.home / "artifacts")
 
     @cached_property
@@ -453,7 +446,7 @@ class Runtime:
         Calls never use this: they use the caps recorded at build time (``wbcore_runtime.dispatch.resolve``).
         ``assume``: a ``consent.Grant`` to apply instead of the stored one (what a change would leave).
         """
-        from wbcore_runtime.trust import consent, policy, verdict as trust  # deferred: keeps wbx start-up light
+        from wbcore_runtime.trust import consent  # deferred: not on wbx run's path (~1 ms: the grants' store)
 
         m = toolkit.manifest
         if m.trust == "third-party" and not trust.signature_ok(toolkit, self):
