@@ -17,7 +17,7 @@ from wbcore_runtime.contract.errors import ManifestError
 from wbcore_runtime.contract import host as _host
 from wbcore_runtime.contract import telemetry
 from wbcore_runtime.dispatch.revocations import Revocations
-from wbcore_runtime.plugins import index as plugin_index
+from wbcore_runtime.plugins import index as _index
 from wbcore_runtime.store.artifacts import ArtifactStore
 from wbcore_runtime.toolkit import roots as _roots
 from wbcore_runtime.trust import policy
@@ -71,9 +71,9 @@ class Runtime:
             assert self._load_plugins is not None
             self._pm, self._plugin_infos = self._load_plugins()
             if self.indexed_plugins and self.__dict__.get("plugin_index") is None:
-                if plugin_index.load(self) is None:  # missing or stale: describe the plugins just loaded
+                if _index.load(self) is None:  # missing or stale: describe the plugins just loaded
                     try:
-                        plugin_index.write(self)
+                        _index.write(self)
                     except Exception as exc:  # noqa: BLE001 - an optimisation: never a command's failure
                         import logging
 
@@ -81,15 +81,15 @@ class Runtime:
                     self.__dict__.pop("plugin_index", None)  # read again: the one just written
 
     @cached_property
-    def plugin_index(self) -> Any:
+    def plugin_index(self) -> _index.Index | None:
         """The plugin index (``wbcore_runtime.plugins.index.Index``) when this runtime loads every
         installed plugin and the home's index matches them; else ``None``. Dispatch reads
         shapes, tiers and lanes from it without importing the plugins."""
         if not self.indexed_plugins:
             return None
-        return plugin_index.load(self)
+        return _index.load(self)
 
-    def index_until_loaded(self) -> Any:
+    def index_until_loaded(self) -> _index.Index | None:
         """The plugin index while the plugins are not loaded yet (``None`` once they are, or
         when there is none): what a hook caller may read instead of importing them."""
         return self.plugin_index if self._pm is None else None
@@ -116,7 +116,7 @@ class Runtime:
         return self._call_hooks()
 
     @cached_property
-    def revocations(self) -> Any:
+    def revocations(self) -> Revocations:
         """Revoked principals (``wbcore_runtime.dispatch.revocations.Revocations``): one per runtime,
         shared by the Dock and the running-calls table, without importing the Dock."""
         return Revocations(self.home / "dock" / "revoked", self.registry.generation)
@@ -130,7 +130,7 @@ class Runtime:
         return RunningCalls(self)
 
     @cached_property
-    def tracer(self) -> Any:
+    def tracer(self) -> telemetry.Tracer | None:
         """The tracer of ``wbcore_tracer`` (``None``: telemetry off, the seams cost nothing).
         Opened on first use, with the plugins."""
         return telemetry.open_tracer(self)
@@ -325,7 +325,7 @@ class Runtime:
         return CommandRegistry(self.home / "registry.db")
 
     @cached_property
-    def artifacts(self) -> Any:
+    def artifacts(self) -> ArtifactStore:
         """The content-addressed artifact store (``$WB_HOME/artifacts``, ``wbcore_runtime.store.artifacts``)."""
         return ArtifactStore(self.home / "artifacts")
 
@@ -372,14 +372,14 @@ class Runtime:
 
     def kernel(self, name: str, *, principal: Any = None, timeout: float | None = None, tier: str | None = None) -> Any:
         """Open the registered kernel ``name`` once; ``inst.call(data) -> bytes`` many times."""
-        from wbcore_runtime.dispatch import dispatcher as dispatch  # deferred: keeps wbx start-up light
+        from wbcore_runtime.dispatch import kernels  # deferred: keeps wbx start-up light
 
-        return dispatch.open_kernel(self, name, principal=principal, timeout=timeout, tier=tier)
+        return kernels.open_kernel(self, name, principal=principal, timeout=timeout, tier=tier)
 
     def kernel_call(self, name: str, data: bytes, *, principal: Any = None, timeout: float | None = None) -> bytes:
         """One kernel call through a per-thread instance, reopened when the resolution changes.
 
-        (The first call binds ``self.kernel_call`` to ``wbcore_runtime.dispatch.dispatcher.KernelCalls.call``,
+        (The first call binds ``self.kernel_call`` to ``wbcore_runtime.dispatch.kernels.KernelCalls.call``,
         a function with this signature: later calls of a ~2 µs kernel skip this frame.)
         """
         calls = self._kernel_calls.call
@@ -388,7 +388,7 @@ class Runtime:
 
     @cached_property
     def _kernel_calls(self) -> Any:
-        from wbcore_runtime.dispatch.dispatcher import KernelCalls  # deferred: keeps wbx start-up light
+        from wbcore_runtime.dispatch.kernels import KernelCalls  # deferred: keeps wbx start-up light
 
         return KernelCalls(self)
 
