@@ -23,11 +23,12 @@ from wbcore_runtime.toolkit import roots as _roots
 from wbcore_runtime.trust import policy
 from wbcore_runtime.trust import verdict as trust
 
+# Imported inside a method: a module one of `wbx run`, `wbx toolkit list`, `wbx --help` never loads
+# (docs/architecture.md): the plugin manager (pluggy, every record), the dispatch chain (resolve,
+# registry: not a listing's), the Dock (cbor2), discovery and verify (the manifest parser, ssl).
 if TYPE_CHECKING:  # pluggy, the plugins and the records load with the first plugin use
     import pluggy
-
     from wbcore_runtime.toolkit import discovery as _discovery
-
     from wbcore_runtime.plugins import manager as _plugins
     from wbcore_runtime.contract.records import Broker, BuildLane, ExecShape, FederationSource, IsolationTier, SourcePrefix
     from wbcore_runtime.toolkit.loaded import Toolkit
@@ -149,21 +150,20 @@ class Runtime:
         a list selects entry-point names and/or in-process plugin objects (strict)."""
         env = dict(os.environ if env is None else env)
         home_path = Path(home).expanduser() if home is not None else _roots.default_home(env, Path(cwd) if cwd is not None else None)
-        def load_all() -> tuple[pluggy.PluginManager, list[_plugins.PluginInfo]]:
-            from wbcore_runtime.plugins import manager as _plugins  # deferred: keeps wbx start-up light
+        def load(selection: Sequence[str | object] | None = None) -> tuple[pluggy.PluginManager, list[_plugins.PluginInfo]]:
+            # deferred: the manager imports pluggy and every record, which wbx run and a listing never need
+            from wbcore_runtime.plugins import manager as _plugins
 
-            return _plugins.load(None, cache_dir=home_path)
+            return _plugins.load(selection, cache_dir=home_path)
 
         if plugins is not None:  # a selection is strict: a bad name fails here, not at first use
-            from wbcore_runtime.plugins import manager as _plugins  # deferred: keeps wbx start-up light
-
-            pm, infos = _plugins.load(plugins, cache_dir=home_path)
+            pm, infos = load(plugins)
             return cls(pm, infos, home=home_path, env=env, cwd=Path(cwd) if cwd is not None else Path.cwd(),
                        roots=[Path(r) for r in roots] if roots is not None else None)
         rt = cls(
             None,
             None,
-            load_plugins=load_all,
+            load_plugins=load,
             home=home_path,
             env=env,
             cwd=Path(cwd) if cwd is not None else Path.cwd(),

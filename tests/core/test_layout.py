@@ -45,7 +45,7 @@ OVER_BUDGET: dict[str, int] = {}  # empty: every module is within MAX_LINES, and
 MAX_TOTAL_LINES = 20_900
 #: In-function imports of a core module (each one hides an edge): the target is none. Those
 #: left defer a module the paths measured in docs/architecture.md do not load (start-up).
-MAX_IN_FUNCTION = 84
+MAX_IN_FUNCTION = 83
 #: Modules on an import cycle: none, and none may come back.
 MAX_ON_CYCLES = 0
 
