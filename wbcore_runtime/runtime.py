@@ -32,6 +32,9 @@ if TYPE_CHECKING:  # pluggy, the plugins and the records load with the first plu
     from wbcore_runtime.plugins import manager as _plugins
     from wbcore_runtime.contract.records import Broker, BuildLane, ExecShape, FederationSource, IsolationTier, SourcePrefix
     from wbcore_runtime.toolkit.loaded import Toolkit
+    from wbcore_runtime.dispatch.dock import Dock
+    from wbcore_runtime.dispatch.running import RunningCalls
+    from wbcore_runtime.store.registry import CommandRegistry
 
 
 class Runtime:
@@ -123,11 +126,10 @@ class Runtime:
         return Revocations(self.home / "dock" / "revoked", self.registry.generation)
 
     @cached_property
-    def running(self) -> Any:
+    def running(self) -> RunningCalls:
         """The calls running now and the watcher that cuts them off when their grant is
         revoked (``wbcore_runtime.dispatch.running.RunningCalls``)."""
         from wbcore_runtime.dispatch.running import RunningCalls  # deferred: keeps wbx start-up light
-
         return RunningCalls(self)
 
     @cached_property
@@ -318,10 +320,9 @@ class Runtime:
     # --- state under $WB_HOME -----------------------------------------------------
 
     @cached_property
-    def registry(self) -> Any:
+    def registry(self) -> CommandRegistry:
         """The persistent command/kernel registry (``$WB_HOME/registry.db``)."""
         from wbcore_runtime.store.registry import CommandRegistry  # deferred: keeps wbx start-up light
-
         return CommandRegistry(self.home / "registry.db")
 
     @cached_property
@@ -401,10 +402,9 @@ class Runtime:
                                        cancel=cancel)
 
     @cached_property
-    def dock(self) -> Any:
+    def dock(self) -> Dock:
         """The Dock: every granted cap as a brokered host import (``wbcore_runtime.dispatch.dock``)."""
         from wbcore_runtime.dispatch.dock import Dock  # deferred: keeps wbx start-up light
-
         return Dock(self)
 
     # --- toolkits ----------------------------------------------------------------
