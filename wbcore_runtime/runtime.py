@@ -15,16 +15,26 @@ from typing import TYPE_CHECKING, Any
 
 from wbcore_runtime.contract.errors import ManifestError
 from wbcore_runtime.contract import host as _host
+from wbcore_runtime.contract import telemetry
+from wbcore_runtime.dispatch.revocations import Revocations
+from wbcore_runtime.plugins import index as _index
+from wbcore_runtime.store.artifacts import ArtifactStore
 from wbcore_runtime.toolkit import roots as _roots
+from wbcore_runtime.trust import policy
+from wbcore_runtime.trust import verdict as trust
 
+# Imported inside a method: a module one of `wbx run`, `wbx toolkit list`, `wbx --help` never loads
+# (docs/architecture.md): the plugin manager (pluggy, every record), the dispatch chain (resolve,
+# registry: not a listing's), the Dock (cbor2), discovery and verify (the manifest parser, ssl).
 if TYPE_CHECKING:  # pluggy, the plugins and the records load with the first plugin use
     import pluggy
-
     from wbcore_runtime.toolkit import discovery as _discovery
-
     from wbcore_runtime.plugins import manager as _plugins
     from wbcore_runtime.contract.records import Broker, BuildLane, ExecShape, FederationSource, IsolationTier, SourcePrefix
     from wbcore_runtime.toolkit.loaded import Toolkit
+    from wbcore_runtime.dispatch.dock import Dock
+    from wbcore_runtime.dispatch.running import RunningCalls
+    from wbcore_runtime.store.registry import CommandRegistry
 
 
 class Runtime:
@@ -65,11 +75,9 @@ class Runtime:
             assert self._load_plugins is not None
             self._pm, self._plugin_infos = self._load_plugins()
             if self.indexed_plugins and self.__dict__.get("plugin_index") is None:
-                from wbcore_runtime.plugins import index as plugin_index  # deferred: keeps wbx start-up light
-
-                if plugin_index.load(self) is None:  # missing or stale: describe the plugins just loaded
+                if _index.load(self) is None:  # missing or stale: describe the plugins just loaded
                     try:
-                        plugin_index.write(self)
+                        _index.write(self)
                     except Exception as exc:  # noqa: BLE001 - an optimisation: never a command's failure
                         import logging
 
@@ -77,17 +85,15 @@ class Runtime:
                     self.__dict__.pop("plugin_index", None)  # read again: the one just written
 
     @cached_property
-    def plugin_index(self) -> Any:
+    def plugin_index(self) -> _index.Index | None:
         """The plugin index (``wbcore_runtime.plugins.index.Index``) when this runtime loads every
         installed plugin and the home's index matches them; else ``None``. Dispatch reads
         shapes, tiers and lanes from it without importing the plugins."""
         if not self.indexed_plugins:
             return None
-        from wbcore_runtime.plugins import index as plugin_index  # deferred: keeps wbx start-up light
+        return _index.load(self)
 
-        return plugin_index.load(self)
-
-    def index_until_loaded(self) -> Any:
+    def index_until_loaded(self) -> _index.Index | None:
         """The plugin index while the plugins are not loaded yet (``None`` once they are, or
         when there is none): what a hook caller may read instead of importing them."""
         return self.plugin_index if self._pm is None else None
@@ -114,27 +120,22 @@ class Runtime:
         return self._call_hooks()
 
     @cached_property
-    def revocations(self) -> Any:
+    def revocations(self) -> Revocations:
         """Revoked principals (``wbcore_runtime.dispatch.revocations.Revocations``): one per runtime,
         shared by the Dock and the running-calls table, without importing the Dock."""
-        from wbcore_runtime.dispatch.revocations import Revocations  # deferred: keeps wbx start-up light
-
         return Revocations(self.home / "dock" / "revoked", self.registry.generation)
 
     @cached_property
-    def running(self) -> Any:
+    def running(self) -> RunningCalls:
         """The calls running now and the watcher that cuts them off when their grant is
         revoked (``wbcore_runtime.dispatch.running.RunningCalls``)."""
         from wbcore_runtime.dispatch.running import RunningCalls  # deferred: keeps wbx start-up light
-
         return RunningCalls(self)
 
     @cached_property
-    def tracer(self) -> Any:
+    def tracer(self) -> telemetry.Tracer | None:
         """The tracer of ``wbcore_tracer`` (``None``: telemetry off, the seams cost nothing).
         Opened on first use, with the plugins."""
-        from wbcore_runtime.contract import telemetry  # deferred: keeps wbx start-up light
-
         return telemetry.open_tracer(self)
 
     @classmethod
@@ -151,21 +152,20 @@ class Runtime:
         a list selects entry-point names and/or in-process plugin objects (strict)."""
         env = dict(os.environ if env is None else env)
         home_path = Path(home).expanduser() if home is not None else _roots.default_home(env, Path(cwd) if cwd is not None else None)
-        def load_all() -> tuple[pluggy.PluginManager, list[_plugins.PluginInfo]]:
-            from wbcore_runtime.plugins import manager as _plugins  # deferred: keeps wbx start-up light
+        def load(selection: Sequence[str | object] | None = None) -> tuple[pluggy.PluginManager, list[_plugins.PluginInfo]]:
+            # deferred: the manager imports pluggy and every record, which wbx run and a listing never need
+            from wbcore_runtime.plugins import manager as _plugins
 
-            return _plugins.load(None, cache_dir=home_path)
+            return _plugins.load(selection, cache_dir=home_path)
 
         if plugins is not None:  # a selection is strict: a bad name fails here, not at first use
-            from wbcore_runtime.plugins import manager as _plugins  # deferred: keeps wbx start-up light
-
-            pm, infos = _plugins.load(plugins, cache_dir=home_path)
+            pm, infos = load(plugins)
             return cls(pm, infos, home=home_path, env=env, cwd=Path(cwd) if cwd is not None else Path.cwd(),
                        roots=[Path(r) for r in roots] if roots is not None else None)
         rt = cls(
             None,
             None,
-            load_plugins=load_all,
+            load_plugins=load,
             home=home_path,
             env=env,
             cwd=Path(cwd) if cwd is not None else Path.cwd(),
@@ -228,18 +228,15 @@ class Runtime:
         """The caps this runtime knows (``wbcore_runtime.trust.policy.Universe``): the core's plus
         those its brokers declare, collected once."""
         from wbcore_runtime.dispatch.dock import ALWAYS_LINKED  # deferred: keeps wbx start-up light
-        from wbcore_runtime.trust.policy import Universe  # deferred: keeps wbx start-up light
 
         brokers = self.brokers  # collecting fills each plugin's ``serves``
         origin = {name: info.origin for info in self.plugin_infos for name in info.serves.get("cap broker", ())}
-        return Universe.from_brokers(brokers, origin, reserved=ALWAYS_LINKED)
+        return policy.Universe.from_brokers(brokers, origin, reserved=ALWAYS_LINKED)
 
     def caps_universe_for(self, caps: Iterable[str]) -> Any:
         """The universe to decide ``caps`` with: the core's when they are all core caps (no
         plugin is imported for that), else :attr:`cap_universe` (the plugins load)."""
-        from wbcore_runtime.trust.policy import CAP_UNIVERSE, CORE  # deferred: keeps wbx start-up light
-
-        return CORE if CAP_UNIVERSE.issuperset(caps) else self.cap_universe
+        return policy.CORE if policy.CAP_UNIVERSE.issuperset(caps) else self.cap_universe
 
     @cached_property
     def tiers(self) -> _plugins.RecordRegistry[IsolationTier]:
@@ -323,17 +320,14 @@ class Runtime:
     # --- state under $WB_HOME -----------------------------------------------------
 
     @cached_property
-    def registry(self) -> Any:
+    def registry(self) -> CommandRegistry:
         """The persistent command/kernel registry (``$WB_HOME/registry.db``)."""
         from wbcore_runtime.store.registry import CommandRegistry  # deferred: keeps wbx start-up light
-
         return CommandRegistry(self.home / "registry.db")
 
     @cached_property
-    def artifacts(self) -> Any:
+    def artifacts(self) -> ArtifactStore:
         """The content-addressed artifact store (``$WB_HOME/artifacts``, ``wbcore_runtime.store.artifacts``)."""
-        from wbcore_runtime.store.artifacts import ArtifactStore  # deferred: keeps wbx start-up light
-
         return ArtifactStore(self.home / "artifacts")
 
     @cached_property
@@ -379,14 +373,14 @@ class Runtime:
 
     def kernel(self, name: str, *, principal: Any = None, timeout: float | None = None, tier: str | None = None) -> Any:
         """Open the registered kernel ``name`` once; ``inst.call(data) -> bytes`` many times."""
-        from wbcore_runtime.dispatch import dispatcher as dispatch  # deferred: keeps wbx start-up light
+        from wbcore_runtime.dispatch import kernels  # deferred: keeps wbx start-up light
 
-        return dispatch.open_kernel(self, name, principal=principal, timeout=timeout, tier=tier)
+        return kernels.open_kernel(self, name, principal=principal, timeout=timeout, tier=tier)
 
     def kernel_call(self, name: str, data: bytes, *, principal: Any = None, timeout: float | None = None) -> bytes:
         """One kernel call through a per-thread instance, reopened when the resolution changes.
 
-        (The first call binds ``self.kernel_call`` to ``wbcore_runtime.dispatch.dispatcher.KernelCalls.call``,
+        (The first call binds ``self.kernel_call`` to ``wbcore_runtime.dispatch.kernels.KernelCalls.call``,
         a function with this signature: later calls of a ~2 µs kernel skip this frame.)
         """
         calls = self._kernel_calls.call
@@ -395,7 +389,7 @@ class Runtime:
 
     @cached_property
     def _kernel_calls(self) -> Any:
-        from wbcore_runtime.dispatch.dispatcher import KernelCalls  # deferred: keeps wbx start-up light
+        from wbcore_runtime.dispatch.kernels import KernelCalls  # deferred: keeps wbx start-up light
 
         return KernelCalls(self)
 
@@ -408,10 +402,9 @@ class Runtime:
                                        cancel=cancel)
 
     @cached_property
-    def dock(self) -> Any:
+    def dock(self) -> Dock:
         """The Dock: every granted cap as a brokered host import (``wbcore_runtime.dispatch.dock``)."""
         from wbcore_runtime.dispatch.dock import Dock  # deferred: keeps wbx start-up light
-
         return Dock(self)
 
     # --- toolkits ----------------------------------------------------------------
@@ -453,7 +446,7 @@ class Runtime:
         Calls never use this: they use the caps recorded at build time (``wbcore_runtime.dispatch.resolve``).
         ``assume``: a ``consent.Grant`` to apply instead of the stored one (what a change would leave).
         """
-        from wbcore_runtime.trust import consent, policy, verdict as trust  # deferred: keeps wbx start-up light
+        from wbcore_runtime.trust import consent  # deferred: not on wbx run's path (~1 ms: the grants' store)
 
         m = toolkit.manifest
         if m.trust == "third-party" and not trust.signature_ok(toolkit, self):

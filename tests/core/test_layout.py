@@ -46,11 +46,11 @@ OVER_BUDGET: dict[str, int] = {}  # empty: every module is within MAX_LINES, and
 #: (+14 for the line naming the distribution to install when a plugin's command is missing); +38 for
 #: contract.tools.ToolTable and contract.host.chosen, one home each (their copies left plugins and contract modules);
 #: +18 for cli/toolkit_verbs and cli/registered (a command loads only its own group) and GROUP_HELP.
-#: +202 for the 110-column limit (E501): 263 long lines wrapped by hand, not by a formatter.
-MAX_TOTAL_LINES = 20_627
+#: +202 (+3 at the eagerimports merge) for the 110-column limit (E501): 263 long lines wrapped by hand, not by a formatter.
+MAX_TOTAL_LINES = 20_630
 #: In-function imports of a core module (each one hides an edge): the target is none. Those
 #: left defer a module the paths measured in docs/architecture.md do not load (start-up).
-MAX_IN_FUNCTION = 71
+MAX_IN_FUNCTION = 53
 #: Modules on an import cycle: none, and none may come back.
 MAX_ON_CYCLES = 0
 

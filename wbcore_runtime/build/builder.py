@@ -26,11 +26,12 @@ from wbcore_runtime.trust import policy
 from wbcore_runtime.store.artifacts import atomic_write
 from wbcore_runtime.build import BuildFailed, ResolvedSource, pipeline
 from wbcore_runtime.contract.kernel_calls import KernelSpec
-from wbcore_runtime.contract.errors import InvalidArgs, WbError
+from wbcore_runtime.contract.errors import InvalidArgs, NotFound, WbError
 from wbcore_runtime.store.registry import Entry
 from wbcore_runtime.store.registry import OwnedName
 from wbcore_runtime.dispatch import resolve as resolution
 from wbcore_runtime.trust import verdict as trust
+from wbcore_runtime.guard import paths as guard_paths
 from wbcore_runtime.guard import preopen
 from wbcore_runtime.trust import signing
 from wbcore_runtime.build import snapshot
@@ -143,9 +144,40 @@ def _register(runtime: RuntimeServices, tk: Toolkit, kind: str, name: str, sha25
     return entry
 
 
+def _preopen_option(toolkit_dir: Path, value: str | None, *, home: Path, folder: str | None = None,
+                    scratch: str | None = None) -> dict[str, Any]:
+    """The entry options a build records for ``#+PREOPEN`` and ``#+SCRATCH`` (``{}`` without
+    either): each folder must exist inside ``toolkit_dir`` (``Refused``/``InvalidArgs``
+    naming it otherwise); it is copied into ``home``'s content-addressed tree store
+    (:func:`wbcore_runtime.build.snapshot.store_tree`) and the entry records the tree's digest.
+    ``folder``: the folder of a single ``#+PREOPEN`` when it is stored elsewhere than its name
+    says (an ``archive:`` bundle's, resolved by its source plugin)."""
+    entries = preopen.parse_all(value)
+    out: dict[str, Any] = {}
+    sc = preopen.parse_scratch(scratch, [g for _, g in entries])
+    if sc is not None:
+        out[preopen.SCRATCH_OPTION] = sc
+    if not entries:
+        return out
+    if folder is not None and len(entries) != 1:
+        raise InvalidArgs("#+PREOPEN: an archive's folder is named once; "
+                          "give one #+PREOPEN for an archive: bundle")
+    stored = []
+    for named, guest in entries:
+        where = folder or named
+        try:
+            host = guard_paths.inside(toolkit_dir, where, expect="dir")
+        except NotFound:
+            raise InvalidArgs(f"#+PREOPEN: {where!r} is not a folder inside {toolkit_dir}") from None
+        digest, _ = snapshot.store_tree(Path(home), host, label=f"the #+PREOPEN folder {where!r}")
+        stored.append({"tree": digest, "dir": named, "guest": guest})
+    out[preopen.OPTION] = stored
+    return out
+
+
 def _preopen(runtime: RuntimeServices, m: Manifest, kind: str, resolved: ResolvedSource) -> dict[str, Any]:
     """A command's ``#+PREOPEN`` folders, copied into the home's content-addressed tree
-    store now, and its ``#+SCRATCH`` folder (:func:`wbcore_runtime.guard.preopen.option`): from the
+    store now, and its ``#+SCRATCH`` folder (:func:`_preopen_option`): from the
     toolkit's verified snapshot (``m`` is the snapshot's manifest), or from inside an
     ``archive:`` bundle (checked by its source plugin). Calls read the stored copies, never
     the toolkit folder."""
@@ -154,10 +186,10 @@ def _preopen(runtime: RuntimeServices, m: Manifest, kind: str, resolved: Resolve
         return {}
     if (m.build_src or "").startswith("archive:") and m.preopen:
         if resolved.preopen is None:
-            return preopen.option(m.dir, None, home=runtime.home, scratch=scratch)
-        return preopen.option(resolved.preopen.parent, m.preopen, home=runtime.home,
+            return _preopen_option(m.dir, None, home=runtime.home, scratch=scratch)
+        return _preopen_option(resolved.preopen.parent, m.preopen, home=runtime.home,
                               folder=resolved.preopen.name, scratch=scratch)
-    return preopen.option(m.dir, m.preopen, home=runtime.home, scratch=scratch)
+    return _preopen_option(m.dir, m.preopen, home=runtime.home, scratch=scratch)
 
 
 def _verified_snapshot(runtime: RuntimeServices, tk: Toolkit, prov: dict[str, Any], work: Path) -> Manifest:

@@ -64,6 +64,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from wbcore_runtime.contract.canonical import canonical_json
+from wbcore_runtime.trust import identity
 
 GENESIS = "0" * 64
 LOG_NAME = "audit.jsonl"
@@ -180,8 +181,6 @@ class AuditLog:
                 home_path = Path(home)
 
                 def tenant_key() -> Any:
-                    from wbcore_runtime.trust import identity  # deferred: keeps wbx start-up light
-
                     return identity.load(home_path, env)
 
                 log = _shared[key] = cls(home_path / "audit", max_bytes=max_bytes, keep=keep, fsync=fsync,

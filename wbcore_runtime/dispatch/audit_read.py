@@ -23,6 +23,7 @@ from typing import Any
 
 from wbcore_runtime.dispatch.audit import (ANCHOR_DOMAIN, ANCHOR_NAME, GENESIS, HEAD_DOMAIN, HEAD_NAME, AuditLog,
                                            chain_hash)
+from wbcore_runtime.trust import identity
 
 _SEQ = re.compile(rb'"seq":(\d+)')
 _READ_BLOCK = 64 << 10
@@ -285,8 +286,6 @@ def _check_signature(log: AuditLog, name: str, domain: bytes, words: list[str], 
     key = log.identity()
     if key is None:
         return  # an unsigned log (no tenant key): the chain is all verify can check
-    from wbcore_runtime.trust import identity  # deferred: keeps wbx start-up light
-
     what = "head" if domain == HEAD_DOMAIN else "anchor"
     if len(words) < 3:
         problems.append(Problem(name, 1, f"the {what} carries no signature by the tenant key ({key.did}): "

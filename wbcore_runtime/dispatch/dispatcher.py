@@ -3,7 +3,7 @@
 Every surface that runs a registered artifact — ``wbx run`` / ``call`` / ``kernel``, ``Runtime.call``,
 MCP, ACT, the Dock's ``commands`` / ``exec`` / ``parallel``, the BuildBroker's ``run``, pipelines —
 resolves it there (trust, caps, limits, tier: nothing else derives them) and runs it here with
-:func:`call_command` / :func:`open_kernel` / :func:`call_component`: the reach check, the request a
+:func:`call_command` / :func:`call_component` (kernels: :mod:`wbcore_runtime.dispatch.kernels`): the reach check, the request a
 runner takes (deadline, ``#+PREOPEN``, granted mounts), the running-calls table and the call hooks.
 The fabric (``wbcore_runtime.dispatch.fabric``) resolves once per batch; its workers run that
 resolution with ``resolve.target_for``. :func:`install_builtins` stores the plugins' built-ins.
@@ -11,9 +11,7 @@ resolution with ``resolve.target_for``. :func:`install_builtins` stores the plug
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
-from time import monotonic as _monotonic
 from typing import TYPE_CHECKING, Any
 
 from wbcore_runtime.trust import policy
@@ -21,81 +19,20 @@ from wbcore_runtime.guard import preopen
 from wbcore_runtime.contract.calls import CallRecord, CallResult, CommandRequest, Principal
 from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs, WbError
 from wbcore_runtime.store.registry import RESERVED, Entry
-from wbcore_runtime.dispatch.resolve import RECHECK_S, Resolved, choose_tier, registry, resolve, shape_runner, target_for
+from wbcore_runtime.dispatch.resolve import Resolved, choose_tier, registry, resolve, shape_runner, target_for
 
 if TYPE_CHECKING:
-    from wbcore_runtime.contract.kernel_calls import KernelRequest
     from wbcore_runtime.trust.policy import Profile
     from wbcore_runtime.contract.host import RuntimeServices
 
 
-def _deadline(prof: Profile, timeout: float | None, default: float) -> float:
+def deadline(prof: Profile, timeout: float | None, default: float) -> float:
+    """A call's deadline: ``timeout`` may shorten the profile's, never extend it."""
     if timeout is None:
         return default
     if timeout <= 0:
         raise InvalidArgs(f"timeout must be > 0 seconds, got {timeout}")
-    # A caller may shorten the deadline, never extend it past the profile's.
     return min(float(timeout), max(default, prof.timeout_s))
-
-
-class KernelCalls:
-    """``Runtime.kernel_call``: one open instance per (thread, name, principal, timeout),
-    reopened when the name's resolution changes (rebuilt, re-granted, revoked).
-
-    :attr:`call` is a plain function (cheaper to call than an object's ``__call__``) with
-    everything the hot path reads bound as its locals."""
-
-    def __init__(self, runtime: RuntimeServices) -> None:
-        self.runtime = runtime
-        self.local = threading.local()
-        self.generation = runtime.registry.generation
-        self.call = self._make()
-
-    def _make(self) -> Callable[..., bytes]:
-        runtime, local, gen_value, monotonic = self.runtime, self.local, self.generation.value, _monotonic
-        slow = self._slow
-
-        def kernel_call(name: str, data: bytes, *, principal: Principal | None = None,
-                        timeout: float | None = None) -> bytes:
-            try:
-                insts = local.instances
-            except AttributeError:
-                insts = local.instances = {}
-            hit = insts.get((name, principal, timeout))
-            # The hot path of a ~2 µs call: the instance was opened for a resolution that
-            # is still current (same change counter, checked within RECHECK_S; no
-            # resolution made anew or forgotten since) and no hooks run.
-            if (hit is not None and hit[2] == gen_value() and hit[4] == runtime.resolve_epoch
-                    and monotonic() - hit[3] < RECHECK_S and runtime.call_hooks is None):
-                return hit[1].call(data)
-            return slow(insts, hit, name, data, principal, timeout)
-
-        return kernel_call
-
-    def __call__(self, name: str, data: bytes, *, principal: Principal | None = None,
-                 timeout: float | None = None) -> bytes:
-        return self.call(name, data, principal=principal, timeout=timeout)
-
-    def _slow(self, insts: dict[Any, Any], hit: Any, name: str, data: bytes, principal: Principal | None,
-              timeout: float | None) -> bytes:
-        runtime = self.runtime
-        resolved = resolve(runtime, "kernel", name)
-        check_reach(resolved, principal)  # instances are kept per principal: checked once per instance
-        epoch = runtime.resolve_epoch
-        stamp = runtime.resolved_calls[("kernel", name, None)]
-        if hit is None or hit[0] is not resolved:
-            if hit is not None:
-                hit[1].close()
-            inst = resolved.target.open(kernel_request(resolved, principal=principal, timeout=timeout))
-        else:
-            inst = hit[1]
-        insts[(name, principal, timeout)] = (resolved, inst, stamp[0], stamp[1], epoch)
-        hook = runtime.call_hooks
-        if hook is None:
-            return inst.call(data)
-        record = CallRecord(name=name, shape="kernel", principal=principal or resolved.principal,
-                            toolkit=resolved.toolkit, tier=resolved.tier.name, caps=resolved.caps)
-        return audited(hook, record, inst.call, data)
 
 
 def audited(hook: Any, record: CallRecord, call: Callable[[Any], Any], arg: Any) -> Any:
@@ -116,7 +53,7 @@ def check_reach(resolved: Resolved, principal: Principal | None) -> None:
     """THE allowlist decision: a caller with a ``reach`` (an agent's ``:TOOLKITS:``,
     carried by its principal into every nested call) runs only commands of those toolkits
     and the reserved built-ins. Every path that runs a registered artifact for a caller
-    (``call_command``, ``open_kernel``, components, kernel calls) passes here."""
+    (``call_command``, components, ``dispatch.kernels``' kernel calls) passes here."""
     if principal is None or principal.reach is None:
         return
 
@@ -170,7 +107,7 @@ def command_request(resolved: Resolved, argv: Sequence[str], stdin: bytes, *, pr
     prof = resolved.profile
     return CommandRequest(
         name=resolved.name, sha256=resolved.sha256, artifact=resolved.artifact, argv=tuple(argv),
-        stdin=stdin, profile=prof, timeout_s=_deadline(prof, timeout, prof.timeout_s),
+        stdin=stdin, profile=prof, timeout_s=deadline(prof, timeout, prof.timeout_s),
         principal=principal or resolved.principal, caps=resolved.caps, arg_mode=resolved.entry.arg_mode,
         toolkit=resolved.toolkit, cancel=cancel, allowed_hosts=resolved.allowed_hosts, tier=resolved.tier.name,
         preopens=_preopens(resolved), scratch=_scratch(resolved), mounts=mounts,
@@ -229,28 +166,6 @@ def call_resolved(runtime: RuntimeServices, resolved: Resolved, argv: Sequence[s
         table.leave(n)
 
 
-def kernel_request(resolved: Resolved, *, principal: Principal | None = None,
-                   timeout: float | None = None) -> KernelRequest:
-    from wbcore_runtime.contract.kernel_calls import KernelRequest, KernelSpec  # deferred: keeps wbx start-up light
-
-    spec = resolved.kernel or KernelSpec()
-    if timeout is not None:
-        spec = KernelSpec(spec.entry, spec.in_off, spec.out_off, _deadline(resolved.profile, timeout, spec.timeout_s))
-    return KernelRequest(
-        name=resolved.name, sha256=resolved.sha256, artifact=resolved.artifact, spec=spec, profile=resolved.profile,
-        principal=principal or resolved.principal, caps=resolved.caps, toolkit=resolved.toolkit,
-        allowed_hosts=resolved.allowed_hosts, tier=resolved.tier.name,
-    )
-
-
-def open_kernel(runtime: RuntimeServices, name: str, *, principal: Principal | None = None, timeout: float | None = None,
-                tier: str | None = None) -> Any:
-    """A live kernel instance: ``inst.call(data) -> bytes``, ``inst.close()``."""
-    resolved = resolve(runtime, "kernel", name, tier=tier)
-    check_reach(resolved, principal)
-    return resolved.target.open(kernel_request(resolved, principal=principal, timeout=timeout))
-
-
 def component_fields(runtime: RuntimeServices, name: str, function: str, args: dict[str, Any], *,
                      principal: Principal | None = None, timeout: float | None = None, cancel: Any = None) -> dict[str, Any]:
     """The resolved fields of one component call (``ComponentRunner.invoke(**fields)``)."""
@@ -259,7 +174,7 @@ def component_fields(runtime: RuntimeServices, name: str, function: str, args: d
     prof = resolved.profile
     return {
         "name": resolved.toolkit or name, "sha256": resolved.sha256, "function": function, "args": dict(args),
-        "profile": prof, "timeout_s": _deadline(prof, timeout, prof.timeout_s),
+        "profile": prof, "timeout_s": deadline(prof, timeout, prof.timeout_s),
         "principal": principal or resolved.principal, "caps": resolved.caps, "toolkit": resolved.toolkit,
         "cancel": cancel, "allowed_hosts": resolved.allowed_hosts,
     }

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
 from wbcore_runtime.contract.calls import CallResult, CommandRequest, Principal
 from wbcore_runtime.contract.kernel_calls import KernelRequest
 from wbcore_runtime.dispatch import dispatcher as dispatch
+from wbcore_runtime.dispatch import kernels
 from wbcore_runtime.dispatch import resolve as resolution
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound, WbError, unknown_name
 from wbcore_runtime.contract import telemetry
@@ -259,7 +260,7 @@ def job(runtime: RuntimeServices, name: str, *, kind: str = "command", width: in
         req: CommandRequest | KernelRequest = dispatch.command_request(resolved, (), b"", principal=principal,
                                                                        timeout=timeout)
     else:
-        req = dispatch.kernel_request(resolved, principal=principal, timeout=timeout)
+        req = kernels.kernel_request(resolved, principal=principal, timeout=timeout)
     entry = dataclasses.replace(resolved.entry, options=dict(resolved.entry.options))
     return Job(kind=kind, name=name, tier=resolved.tier.name, entry=entry, request=req, caps=resolved.caps,
                width=width, home=runtime.home, roots=tuple(runtime.roots), cwd=runtime.cwd,

@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound
-from wbcore_runtime.guard import paths
 from wbcore_runtime.store.artifacts import tree_path
 
 #: The registry entry options that carry a command's preopens and scratch folder.
@@ -114,38 +113,6 @@ def parse_scratch(value: str | None, preopened: Sequence[str] = ()) -> dict[str,
         if not 0 < size <= SCRATCH_MAX:
             raise InvalidArgs(f"#+SCRATCH: {value!r}: size must be within 1 byte and {SCRATCH_MAX >> 20} MiB")
     return {"guest": guest, "bytes": size}
-
-
-def option(toolkit_dir: Path, value: str | None, *, home: Path, folder: str | None = None,
-           scratch: str | None = None) -> dict[str, Any]:
-    """The entry options a build records for ``#+PREOPEN`` and ``#+SCRATCH`` (``{}`` without
-    either): each folder must exist inside ``toolkit_dir`` (``Refused``/``InvalidArgs``
-    naming it otherwise); it is copied into ``home``'s content-addressed tree store
-    (:func:`wbcore_runtime.build.snapshot.store_tree`) and the entry records the tree's digest.
-    ``folder``: the folder of a single ``#+PREOPEN`` when it is stored elsewhere than its name
-    says (an ``archive:`` bundle's, resolved by its source plugin)."""
-    entries = parse_all(value)
-    out: dict[str, Any] = {}
-    sc = parse_scratch(scratch, [g for _, g in entries])
-    if sc is not None:
-        out[SCRATCH_OPTION] = sc
-    if not entries:
-        return out
-    from wbcore_runtime.build import snapshot  # deferred: keeps wbx start-up light
-
-    if folder is not None and len(entries) != 1:
-        raise InvalidArgs("#+PREOPEN: an archive's folder is named once; give one #+PREOPEN for an archive: bundle")
-    stored = []
-    for named, guest in entries:
-        where = folder or named
-        try:
-            host = paths.inside(toolkit_dir, where, expect="dir")
-        except NotFound:
-            raise InvalidArgs(f"#+PREOPEN: {where!r} is not a folder inside {toolkit_dir}") from None
-        digest, _ = snapshot.store_tree(Path(home), host, label=f"the #+PREOPEN folder {where!r}")
-        stored.append({"tree": digest, "dir": named, "guest": guest})
-    out[OPTION] = stored
-    return out
 
 
 def resolve_all(options: Mapping[str, Any], home: Path) -> tuple[tuple[str, str], ...]:

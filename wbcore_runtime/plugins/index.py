@@ -35,6 +35,7 @@ from typing import Any
 from wbcore_runtime.contract.targets import load_target
 from wbcore_runtime.store.digest import sha256
 from wbcore_runtime.plugins.installed import installed_key
+from wbcore_runtime.store.artifacts import atomic_write
 
 FORMAT = 2
 INDEX_FILE = "cache/plugin-index.json"
@@ -293,8 +294,6 @@ def write(runtime: Any) -> bool:
     modules.update(getattr(p, "__name__", None) or type(p).__module__ for p in runtime.pm.get_plugins())
     body = {"format": FORMAT, "key": key, "files": _files_state(_package_files(modules)),
             "registries": registries, "hooks": hooks}
-    from wbcore_runtime.store.artifacts import atomic_write  # deferred: keeps wbx start-up light
-
     path = Path(runtime.home) / INDEX_FILE
     try:
         atomic_write(path, json.dumps(body).encode(), tmp_dir=path.parent)

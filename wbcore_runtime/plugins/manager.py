@@ -28,6 +28,7 @@ from wbcore_runtime.contract.records import RECORD_KINDS
 from wbcore_runtime.contract.targets import load_target
 from wbcore_runtime.contract.errors import NotFound, PluginError, unknown_name
 from wbcore_runtime.plugins.index import Ref
+from wbcore_runtime.store.artifacts import atomic_write
 from wbcore_runtime.plugins.installed import RACY_SECONDS, installed_key  # noqa: F401 - re-exported: plugins.installed_key
 from wbcore_runtime import __version__
 
@@ -95,8 +96,6 @@ def entry_points(cache_dir: Any = None) -> list[tuple[str, str, str, str]]:
     found = _scan()
     _remember(found)
     if path is not None and not racy:
-        from wbcore_runtime.store.artifacts import atomic_write  # deferred: keeps wbx start-up light
-
         body = {"key": key, "group": hookspecs.ENTRY_POINT_GROUP, "entry_points": found}
         try:
             atomic_write(path, json.dumps(body).encode(), tmp_dir=path.parent)

@@ -7,7 +7,7 @@ its tool calls run each at its toolkit's resolved tier). A ``pipe`` stage
 runs one box on the carried bytes; a ``fan_out`` stage runs each of its boxes on the same
 bytes, concurrently, and carries their outputs merged as a JSON array (each element the
 box's stdout parsed as JSON when it parses, else its text). Every box runs through
-:mod:`wbcore_runtime.dispatch.dispatcher` (``call_command`` / ``open_kernel``): its own trust, caps and tier,
+:mod:`wbcore_runtime.dispatch.dispatcher` (``call_command``; a kernel ``dispatch.kernels.open_kernel``): its own trust, caps and tier,
 in a fresh instance per stage. A box that exits non-zero, or fails, ends the run there.
 
 Authored in Python::
@@ -246,6 +246,7 @@ def _run(runtime: Runtime, pipeline: Pipeline, data: bytes, run_id: str, timeout
 def _run_box(runtime: Runtime, box: Box, data: bytes, deadline: float | None,
              principal: Principal | None, remote: str | None = None) -> BoxResult:
     from wbcore_runtime.dispatch import dispatcher as dispatch
+    from wbcore_runtime.dispatch import kernels
 
     t0 = _clock()
     try:
@@ -257,7 +258,7 @@ def _run_box(runtime: Runtime, box: Box, data: bytes, deadline: float | None,
         if box.kind == "agent":
             return _run_agent_box(runtime, box, data, left, principal, t0)
         if box.kind == "kernel":
-            inst = dispatch.open_kernel(runtime, box.name, principal=principal, timeout=left, tier=box.tier)
+            inst = kernels.open_kernel(runtime, box.name, principal=principal, timeout=left, tier=box.tier)
             try:
                 out = inst.call(data)
             finally:

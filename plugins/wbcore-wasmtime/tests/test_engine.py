@@ -60,7 +60,7 @@ def test_wat_lane_builds_and_reports_errors(tmp_path):
 def test_instance_tier_runs_commands_and_kernels(rt, register):
     from conftest import K_UPPER
 
-    from wbcore_runtime.dispatch import dispatcher as dispatch
+    from wbcore_runtime.dispatch import kernels
 
     register("echo", ECHO)
     register("kup", K_UPPER, kind="kernel")
@@ -74,7 +74,7 @@ def test_instance_tier_runs_commands_and_kernels(rt, register):
     req = CommandRequest(name="echo", sha256=entry.sha256, artifact=rt.artifacts.path(entry.sha256), argv=(),
                          stdin=b"via tier", profile=profile("compute"), timeout_s=1.0, principal=Principal())
     assert driver.call(req).stdout == b"via tier"
-    assert driver.call(dispatch.kernel_request(rt.resolve("kernel", "kup"))) == b""
+    assert driver.call(kernels.kernel_request(rt.resolve("kernel", "kup"))) == b""
     with pytest.raises(InvalidArgs):
         driver.call("not a request")
 
