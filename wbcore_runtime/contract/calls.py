@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wbcore_runtime.contract.errors import Internal, Timeout
+from wbcore_runtime.contract.frozen import Frozen, Record, set_fields
 
 if TYPE_CHECKING:
     from wbcore_runtime.trust.policy import Profile
@@ -43,16 +44,21 @@ class Principal:
             return k
 
 
-@dataclass(slots=True)
-class Usage:
-    wall_s: float = 0.0
-    fuel: int | None = None
-    peak_memory: int = 0
-    bytes_out: int = 0
+class Usage(Record):
+    __slots__ = __match_args__ = ("wall_s", "fuel", "peak_memory", "bytes_out", "isolation", "tier")
+    wall_s: float
+    fuel: int | None
+    peak_memory: int
+    bytes_out: int
     #: How the tier isolated the call when it is worth naming (microvm: ``kvm`` or ``tcg``).
-    isolation: str = ""
+    isolation: str
     #: The tier the call ran at (set by the call path, ``dispatch.call_command``).
-    tier: str = ""
+    tier: str
+
+    def __init__(self, wall_s: float = 0.0, fuel: int | None = None, peak_memory: int = 0, bytes_out: int = 0,
+                 isolation: str = "", tier: str = "") -> None:
+        self.wall_s, self.fuel, self.peak_memory, self.bytes_out = wall_s, fuel, peak_memory, bytes_out
+        self.isolation, self.tier = isolation, tier
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"wall_s": self.wall_s, "fuel": self.fuel, "peak_memory": self.peak_memory,
@@ -69,26 +75,38 @@ class Usage:
         return f"{where}, {self.wall_s * 1000:.1f} ms wall, peak memory {self.peak_memory >> 10} KiB"
 
 
-@dataclass(frozen=True, slots=True)
-class CallResult:
+#: ``CallResult``'s default ``usage``: a new :class:`Usage` each time.
+_NEW_USAGE: Any = object()
+
+
+class CallResult(Frozen):
+    __slots__ = __match_args__ = ("stdout", "stderr", "exit_code", "usage")
     stdout: bytes
     stderr: bytes
     exit_code: int
-    usage: Usage = field(default_factory=Usage)
+    usage: Usage
+
+    def __init__(self, stdout: bytes, stderr: bytes, exit_code: int, usage: Usage = _NEW_USAGE) -> None:
+        set_fields(self, stdout=stdout, stderr=stderr, exit_code=exit_code,
+                   usage=Usage() if usage is _NEW_USAGE else usage)
 
 
-@dataclass(frozen=True, slots=True)
-class CallRecord:
+class CallRecord(Frozen):
     """Handed to ``wbcore_call_started`` / ``wbcore_call_finished``."""
 
+    __slots__ = __match_args__ = ("name", "shape", "principal", "argv", "toolkit", "tier", "caps")
     name: str
     shape: str
     principal: Principal
-    argv: tuple[str, ...] = ()
-    toolkit: str | None = None
+    argv: tuple[str, ...]
+    toolkit: str | None
     #: The isolation tier the call was resolved to, and its granted caps (telemetry, audit).
-    tier: str | None = None
-    caps: frozenset[str] = frozenset()
+    tier: str | None
+    caps: frozenset[str]
+
+    def __init__(self, name: str, shape: str, principal: Principal, argv: tuple[str, ...] = (),
+                 toolkit: str | None = None, tier: str | None = None, caps: frozenset[str] = frozenset()) -> None:
+        set_fields(self, name=name, shape=shape, principal=principal, argv=argv, toolkit=toolkit, tier=tier, caps=caps)
 
 
 # --- what a shape runner is handed ----------------------------------------------------

@@ -1,0 +1,77 @@
+"""Records written by hand with a dataclass's semantics, for the classes every ``wbx run`` imports.
+
+``@dataclass`` generates its methods with ``exec`` as each class is created (~0.5-1 ms a class, a
+dozen on the run path: docs/benchmarks.md). A :class:`Record` (as ``@dataclass(slots=True)``) or
+:class:`Frozen` (as ``@dataclass(frozen=True, slots=True)``) writes only its ``__init__`` and
+declares ``__slots__ = __match_args__ = (fields in __init__ order)``, plus ``_hidden``: the
+fields that were ``field(repr=False, compare=False)``. ``==``, hash, repr, frozenness and
+pickling match the dataclass (``tests/core/test_frozen_records.py`` compares each record with
+it); they are not dataclasses to ``dataclasses.replace``/``fields``: elsewhere, use a dataclass.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+_set = object.__setattr__
+
+
+class Record:
+    """A mutable record: ``@dataclass(slots=True)``'s ``==`` and repr, unhashable."""
+
+    __slots__ = ()
+    __match_args__: ClassVar[tuple[str, ...]] = ()
+    #: Fields left out of ``==``, the hash and the repr.
+    _hidden: ClassVar[frozenset[str]] = frozenset()
+    _compared: ClassVar[tuple[str, ...]] = ()
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        cls._compared = tuple(f for f in cls.__match_args__ if f not in cls._hidden)
+
+    def _values(self) -> tuple[Any, ...]:
+        return tuple([getattr(self, f) for f in self._compared])
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is self.__class__:
+            return self._values() == other._values()
+        return NotImplemented
+
+    __hash__: ClassVar[None] = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{f}={getattr(self, f)!r}" for f in self._compared)
+        return f"{self.__class__.__qualname__}({shown})"
+
+
+class Frozen(Record):
+    """A frozen record: ``@dataclass(frozen=True, slots=True)``'s ``==``, hash, repr and
+    frozenness; its ``__init__`` sets the fields with :func:`set_fields`."""
+
+    __slots__ = ()
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(self._values())
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        from dataclasses import FrozenInstanceError  # only on the error path: keeps wbx start-up light
+
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        from dataclasses import FrozenInstanceError  # only on the error path
+
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __getstate__(self) -> list[Any]:
+        return [getattr(self, f) for f in self.__match_args__]
+
+    def __setstate__(self, state: list[Any]) -> None:
+        for f, value in zip(self.__match_args__, state, strict=False):
+            _set(self, f, value)
+
+
+def set_fields(obj: Frozen, **values: Any) -> None:
+    """Set a frozen record's fields (its ``__init__``; assignment raises)."""
+    for name, value in values.items():
+        _set(obj, name, value)
