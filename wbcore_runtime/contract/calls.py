@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,8 +15,7 @@ if TYPE_CHECKING:
 _KEYS: dict[Principal, str] = {}
 
 
-@dataclass(frozen=True, slots=True)
-class Principal:
+class Principal(Frozen):
     """Who is calling: the key for rate limits, revocation, audit and storage.
 
     ``reach``: the toolkits this caller's calls may run (an agent's ``:TOOLKITS:``), or
@@ -25,9 +23,13 @@ class Principal:
     (the exec brokers keep it when they name the nested toolkit), and
     ``wbcore_runtime.dispatch.dispatcher.check_reach`` decides it; it is not part of the key."""
 
-    tenant: str = "default"
-    toolkit: str = ""
-    reach: frozenset[str] | None = None
+    __slots__ = __match_args__ = ("tenant", "toolkit", "reach")
+    tenant: str
+    toolkit: str
+    reach: frozenset[str] | None
+
+    def __init__(self, tenant: str = "default", toolkit: str = "", reach: frozenset[str] | None = None) -> None:
+        set_fields(self, tenant=tenant, toolkit=toolkit, reach=reach)
 
     def __str__(self) -> str:
         return f"{self.tenant}/{self.toolkit}" if self.toolkit else self.tenant
@@ -81,6 +83,7 @@ _NEW_USAGE: Any = object()
 
 class CallResult(Frozen):
     __slots__ = __match_args__ = ("stdout", "stderr", "exit_code", "usage")
+    _factories = {"usage": Usage}
     stdout: bytes
     stderr: bytes
     exit_code: int
@@ -112,8 +115,7 @@ class CallRecord(Frozen):
 # --- what a shape runner is handed ----------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class CommandRequest:
+class CommandRequest(Frozen):
     """One command call, resolved: the verified artifact, the limits, the caps.
 
     ``wbcore_runtime.dispatch.dispatcher`` builds it from the resolved call and hands it to the tier that
@@ -121,6 +123,9 @@ class CommandRequest:
     which returns a :class:`CallResult` or raises a ``WbError``.
     """
 
+    __slots__ = __match_args__ = ("name", "sha256", "artifact", "argv", "stdin", "profile", "timeout_s", "principal",
+                                  "caps", "arg_mode", "fuel", "toolkit", "cancel", "allowed_hosts", "tier",
+                                  "preopens", "scratch", "mounts")
     name: str
     sha256: str
     artifact: Path
@@ -129,25 +134,35 @@ class CommandRequest:
     profile: Profile
     timeout_s: float
     principal: Principal
-    caps: frozenset[str] = frozenset()
-    arg_mode: str = "argv"
-    fuel: int | None = None
-    toolkit: str | None = None
+    caps: frozenset[str]
+    arg_mode: str
+    fuel: int | None
+    toolkit: str | None
     #: A ``threading.Event``: once set (the caller cancelled), the guest stops at the next tick.
-    cancel: Any = None
+    cancel: Any
     #: ``#+ALLOWED_HOSTS`` of the toolkit as it was verified at build time.
-    allowed_hosts: tuple[str, ...] = ()
+    allowed_hosts: tuple[str, ...]
     #: The isolation tier the call was resolved to (``wbcore_runtime.dispatch.resolve.choose_tier``).
-    tier: str = "instance"
+    tier: str
     #: ``(host folder, guest path)`` of each folder preopened read-only (``#+PREOPEN``,
     #: :mod:`wbcore_runtime.guard.preopen`); a runner that cannot map them all refuses the call.
-    preopens: tuple[tuple[str, str], ...] = ()
+    preopens: tuple[tuple[str, str], ...]
     #: ``(guest path, byte cap)`` of the call's own writable scratch folder (``#+SCRATCH``),
     #: made empty for the call and removed after it.
-    scratch: tuple[str, int] | None = None
+    scratch: tuple[str, int] | None
     #: Host folders the deployer granted to this call (``wbx run --mount``): checked
     #: ``wbcore_runtime.dispatch.mounts.Mount`` records, bound by tiers that list ``mount`` in their kinds.
-    mounts: tuple[Any, ...] = ()
+    mounts: tuple[Any, ...]
+
+    def __init__(self, name: str, sha256: str, artifact: Path, argv: tuple[str, ...], stdin: bytes, profile: Profile,
+                 timeout_s: float, principal: Principal, caps: frozenset[str] = frozenset(), arg_mode: str = "argv",
+                 fuel: int | None = None, toolkit: str | None = None, cancel: Any = None,
+                 allowed_hosts: tuple[str, ...] = (), tier: str = "instance", preopens: tuple[tuple[str, str], ...] = (),
+                 scratch: tuple[str, int] | None = None, mounts: tuple[Any, ...] = ()) -> None:
+        set_fields(self, name=name, sha256=sha256, artifact=artifact, argv=argv, stdin=stdin, profile=profile,
+                   timeout_s=timeout_s, principal=principal, caps=caps, arg_mode=arg_mode, fuel=fuel, toolkit=toolkit,
+                   cancel=cancel, allowed_hosts=allowed_hosts, tier=tier, preopens=preopens, scratch=scratch,
+                   mounts=mounts)
 
     def guest_input(self, program: str | None = None) -> tuple[list[str], bytes]:
         """The guest's argv (``program``, default the command's name, first) and stdin: THE

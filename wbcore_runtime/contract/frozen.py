@@ -4,16 +4,49 @@
 dozen on the run path: docs/benchmarks.md). A :class:`Record` (as ``@dataclass(slots=True)``) or
 :class:`Frozen` (as ``@dataclass(frozen=True, slots=True)``) writes only its ``__init__`` and
 declares ``__slots__ = __match_args__ = (fields in __init__ order)``, plus ``_hidden``: the
-fields that were ``field(repr=False, compare=False)``. ``==``, hash, repr, frozenness and
-pickling match the dataclass (``tests/core/test_frozen_records.py`` compares each record with
-it); they are not dataclasses to ``dataclasses.replace``/``fields``: elsewhere, use a dataclass.
+fields that were ``field(repr=False, compare=False)``, and ``_factories``: the fields that had
+a ``default_factory``. ``==``, hash, repr, frozenness and pickling match the dataclass, and
+``dataclasses.replace``/``fields``/``asdict``/``is_dataclass`` treat it as one: its
+``__dataclass_fields__`` are made on first use (``tests/core/test_frozen_records.py`` compares
+each record with the dataclass it replaced). Elsewhere, use a dataclass.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from dataclasses import Field
 
 _set = object.__setattr__
+
+
+class _DataclassFields:
+    """A record's ``__dataclass_fields__``, made on first use from a dataclass with the same
+    fields (``dataclasses.make_dataclass``): only a caller that asks imports :mod:`dataclasses`."""
+
+    def __get__(self, obj: object, cls: type[Record]) -> dict[str, Field[Any]]:
+        made: dict[str, Field[Any]] | None = cls.__dict__.get("_made_fields")
+        if made is None:
+            import dataclasses  # only when asked (replace, fields, asdict): keeps wbx start-up light
+
+            code = cls.__init__.__code__
+            params = code.co_varnames[1:code.co_argcount]
+            defaults = dict(zip(params[len(params) - len(cls.__init__.__defaults__ or ()):],
+                                cls.__init__.__defaults__ or (), strict=True))
+            spec: list[Any] = []
+            for name in cls.__match_args__:
+                kind = cls.__annotations__.get(name, Any)
+                if name in cls._factories:
+                    spec.append((name, kind, dataclasses.field(default_factory=cls._factories[name])))
+                elif name in defaults:
+                    spec.append((name, kind, dataclasses.field(default=defaults[name], repr=name not in cls._hidden,
+                                                               compare=name not in cls._hidden)))
+                else:
+                    spec.append((name, kind))
+            made = vars(dataclasses.make_dataclass(cls.__name__, spec))["__dataclass_fields__"]
+            type.__setattr__(cls, "_made_fields", made)
+        return made
 
 
 class Record:
@@ -23,7 +56,10 @@ class Record:
     __match_args__: ClassVar[tuple[str, ...]] = ()
     #: Fields left out of ``==``, the hash and the repr.
     _hidden: ClassVar[frozenset[str]] = frozenset()
+    #: Fields whose default is made per instance (a dataclass's ``default_factory``).
+    _factories: ClassVar[dict[str, Any]] = {}
     _compared: ClassVar[tuple[str, ...]] = ()
+    __dataclass_fields__: ClassVar[dict[str, Field[Any]]] = _DataclassFields()  # type: ignore[assignment]
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
