@@ -42,9 +42,9 @@ OVER_BUDGET: dict[str, int] = {}  # empty: every module is within MAX_LINES, and
 #: +12 for dispatch/resolve.py leaving dispatch/dispatcher.py and store/runcache.resolved (the
 #: recall-or-resolve-and-keep wbx run's fast path called inline); -126 for the caps bridge's guest side (GuestCaps), which left for
 #: wbcore-wasmtime's sandbox_caps.py (the tiers get its path from GuestRunnerService.sandbox_caps);
-#: +184 for the run path's records written by hand (contract/frozen.py and sixteen __init__s: a
+#: +191 for the run path's records written by hand (contract/frozen.py and sixteen __init__s: a
 #: dataclass's generated methods cost every wbx run ~0.5-1 ms a class, and `dataclasses` ~8 ms).
-MAX_TOTAL_LINES = 21_066
+MAX_TOTAL_LINES = 21_073
 #: In-function imports of a core module (each one hides an edge): the target is none. Those
 #: left defer a module the paths measured in docs/architecture.md do not load (start-up).
 MAX_IN_FUNCTION = 101

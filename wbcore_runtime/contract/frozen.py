@@ -13,6 +13,8 @@ each record with the dataclass it replaced). Elsewhere, use a dataclass.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
@@ -61,16 +63,21 @@ class Record:
     _compared: ClassVar[tuple[str, ...]] = ()
     __dataclass_fields__: ClassVar[dict[str, Field[Any]]] = _DataclassFields()  # type: ignore[assignment]
 
+    #: The compared fields' values as a tuple (what a dataclass's ``__eq__`` and ``__hash__`` build).
+    _values: ClassVar[Callable[[Any], tuple[Any, ...]]] = staticmethod(lambda obj: ())
+
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
-        cls._compared = tuple(f for f in cls.__match_args__ if f not in cls._hidden)
-
-    def _values(self) -> tuple[Any, ...]:
-        return tuple([getattr(self, f) for f in self._compared])
+        cls._compared = compared = tuple(f for f in cls.__match_args__ if f not in cls._hidden)
+        if len(compared) > 1:  # attrgetter: a C call, as fast as the generated tuple
+            cls._values = staticmethod(attrgetter(*compared))
+        else:
+            cls._values = staticmethod(lambda obj: tuple(getattr(obj, f) for f in compared))
 
     def __eq__(self, other: object) -> bool:
         if other.__class__ is self.__class__:
-            return self._values() == other._values()
+            get = self.__class__._values
+            return get(self) == get(other)
         return NotImplemented
 
     __hash__: ClassVar[None] = None  # type: ignore[assignment]
@@ -87,7 +94,7 @@ class Frozen(Record):
     __slots__ = ()
 
     def __hash__(self) -> int:  # type: ignore[override]
-        return hash(self._values())
+        return hash(self.__class__._values(self))
 
     def __setattr__(self, name: str, value: Any) -> None:
         from dataclasses import FrozenInstanceError  # only on the error path: keeps wbx start-up light
