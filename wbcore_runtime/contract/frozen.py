@@ -1,14 +1,13 @@
 """Records written by hand with a dataclass's semantics, for the classes every ``wbx run`` imports.
 
-``@dataclass`` generates its methods with ``exec`` as each class is created (~0.5-1 ms a class, a
-dozen on the run path: docs/benchmarks.md). A :class:`Record` (as ``@dataclass(slots=True)``) or
-:class:`Frozen` (as ``@dataclass(frozen=True, slots=True)``) writes only its ``__init__`` and
-declares ``__slots__ = __match_args__ = (fields in __init__ order)``, plus ``_hidden``: the
-fields that were ``field(repr=False, compare=False)``, and ``_factories``: the fields that had
-a ``default_factory``. ``==``, hash, repr, frozenness and pickling match the dataclass, and
-``dataclasses.replace``/``fields``/``asdict``/``is_dataclass`` treat it as one: its
-``__dataclass_fields__`` are made on first use (``tests/core/test_frozen_records.py`` compares
-each record with the dataclass it replaced). Elsewhere, use a dataclass.
+``@dataclass`` generates its methods with ``exec`` per class (~0.5-1 ms; seventeen on the run path)
+and ``dataclasses`` imports ``inspect`` (~8 ms; docs/benchmarks.md). A :class:`Record` or :class:`Frozen`
+writes its ``__init__`` and declares ``__slots__ = __match_args__ = (fields in __init__ order)``, plus
+``_hidden`` (fields that were ``field(repr=False, compare=False)``) and ``_factories`` (those with a
+``default_factory``). ``==``, hash, repr, frozenness and pickling match the dataclass, and
+``dataclasses.replace``/``fields``/``asdict``/``is_dataclass`` take it as one (its ``__dataclass_fields__``
+are made on first use); ``tests/core/test_frozen_records.py`` compares each record with the dataclass it
+replaced. Elsewhere, use a dataclass.
 """
 
 from __future__ import annotations
@@ -52,7 +51,7 @@ class _DataclassFields:
 
 
 class Record:
-    """A mutable record: ``@dataclass(slots=True)``'s ``==`` and repr, unhashable."""
+    """A mutable record: ``@dataclass``'s ``==`` and repr, unhashable (slots if the subclass declares them)."""
 
     __slots__ = ()
     __match_args__: ClassVar[tuple[str, ...]] = ()
