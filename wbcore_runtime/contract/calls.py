@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wbcore_runtime.contract.errors import Internal, Timeout
+from wbcore_runtime.contract.frozen import Frozen, Record, set_fields
 
 if TYPE_CHECKING:
     from wbcore_runtime.trust.policy import Profile
@@ -15,8 +15,7 @@ if TYPE_CHECKING:
 _KEYS: dict[Principal, str] = {}
 
 
-@dataclass(frozen=True, slots=True)
-class Principal:
+class Principal(Frozen):
     """Who is calling: the key for rate limits, revocation, audit and storage.
 
     ``reach``: the toolkits this caller's calls may run (an agent's ``:TOOLKITS:``), or
@@ -24,9 +23,13 @@ class Principal:
     (the exec brokers keep it when they name the nested toolkit), and
     ``wbcore_runtime.dispatch.dispatcher.check_reach`` decides it; it is not part of the key."""
 
-    tenant: str = "default"
-    toolkit: str = ""
-    reach: frozenset[str] | None = None
+    __slots__ = __match_args__ = ("tenant", "toolkit", "reach")
+    tenant: str
+    toolkit: str
+    reach: frozenset[str] | None
+
+    def __init__(self, tenant: str = "default", toolkit: str = "", reach: frozenset[str] | None = None) -> None:
+        set_fields(self, tenant=tenant, toolkit=toolkit, reach=reach)
 
     def __str__(self) -> str:
         return f"{self.tenant}/{self.toolkit}" if self.toolkit else self.tenant
@@ -43,16 +46,21 @@ class Principal:
             return k
 
 
-@dataclass(slots=True)
-class Usage:
-    wall_s: float = 0.0
-    fuel: int | None = None
-    peak_memory: int = 0
-    bytes_out: int = 0
+class Usage(Record):
+    __slots__ = __match_args__ = ("wall_s", "fuel", "peak_memory", "bytes_out", "isolation", "tier")
+    wall_s: float
+    fuel: int | None
+    peak_memory: int
+    bytes_out: int
     #: How the tier isolated the call when it is worth naming (microvm: ``kvm`` or ``tcg``).
-    isolation: str = ""
+    isolation: str
     #: The tier the call ran at (set by the call path, ``dispatch.call_command``).
-    tier: str = ""
+    tier: str
+
+    def __init__(self, wall_s: float = 0.0, fuel: int | None = None, peak_memory: int = 0, bytes_out: int = 0,
+                 isolation: str = "", tier: str = "") -> None:
+        self.wall_s, self.fuel, self.peak_memory, self.bytes_out = wall_s, fuel, peak_memory, bytes_out
+        self.isolation, self.tier = isolation, tier
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"wall_s": self.wall_s, "fuel": self.fuel, "peak_memory": self.peak_memory,
@@ -69,33 +77,45 @@ class Usage:
         return f"{where}, {self.wall_s * 1000:.1f} ms wall, peak memory {self.peak_memory >> 10} KiB"
 
 
-@dataclass(frozen=True, slots=True)
-class CallResult:
+#: ``CallResult``'s default ``usage``: a new :class:`Usage` each time.
+_NEW_USAGE: Any = object()
+
+
+class CallResult(Frozen):
+    __slots__ = __match_args__ = ("stdout", "stderr", "exit_code", "usage")
+    _factories = {"usage": Usage}
     stdout: bytes
     stderr: bytes
     exit_code: int
-    usage: Usage = field(default_factory=Usage)
+    usage: Usage
+
+    def __init__(self, stdout: bytes, stderr: bytes, exit_code: int, usage: Usage = _NEW_USAGE) -> None:
+        set_fields(self, stdout=stdout, stderr=stderr, exit_code=exit_code,
+                   usage=Usage() if usage is _NEW_USAGE else usage)
 
 
-@dataclass(frozen=True, slots=True)
-class CallRecord:
+class CallRecord(Frozen):
     """Handed to ``wbcore_call_started`` / ``wbcore_call_finished``."""
 
+    __slots__ = __match_args__ = ("name", "shape", "principal", "argv", "toolkit", "tier", "caps")
     name: str
     shape: str
     principal: Principal
-    argv: tuple[str, ...] = ()
-    toolkit: str | None = None
+    argv: tuple[str, ...]
+    toolkit: str | None
     #: The isolation tier the call was resolved to, and its granted caps (telemetry, audit).
-    tier: str | None = None
-    caps: frozenset[str] = frozenset()
+    tier: str | None
+    caps: frozenset[str]
+
+    def __init__(self, name: str, shape: str, principal: Principal, argv: tuple[str, ...] = (),
+                 toolkit: str | None = None, tier: str | None = None, caps: frozenset[str] = frozenset()) -> None:
+        set_fields(self, name=name, shape=shape, principal=principal, argv=argv, toolkit=toolkit, tier=tier, caps=caps)
 
 
 # --- what a shape runner is handed ----------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class CommandRequest:
+class CommandRequest(Frozen):
     """One command call, resolved: the verified artifact, the limits, the caps.
 
     ``wbcore_runtime.dispatch.dispatcher`` builds it from the resolved call and hands it to the tier that
@@ -103,6 +123,9 @@ class CommandRequest:
     which returns a :class:`CallResult` or raises a ``WbError``.
     """
 
+    __slots__ = __match_args__ = ("name", "sha256", "artifact", "argv", "stdin", "profile", "timeout_s", "principal",
+                                  "caps", "arg_mode", "fuel", "toolkit", "cancel", "allowed_hosts", "tier",
+                                  "preopens", "scratch", "mounts")
     name: str
     sha256: str
     artifact: Path
@@ -111,25 +134,35 @@ class CommandRequest:
     profile: Profile
     timeout_s: float
     principal: Principal
-    caps: frozenset[str] = frozenset()
-    arg_mode: str = "argv"
-    fuel: int | None = None
-    toolkit: str | None = None
+    caps: frozenset[str]
+    arg_mode: str
+    fuel: int | None
+    toolkit: str | None
     #: A ``threading.Event``: once set (the caller cancelled), the guest stops at the next tick.
-    cancel: Any = None
+    cancel: Any
     #: ``#+ALLOWED_HOSTS`` of the toolkit as it was verified at build time.
-    allowed_hosts: tuple[str, ...] = ()
+    allowed_hosts: tuple[str, ...]
     #: The isolation tier the call was resolved to (``wbcore_runtime.dispatch.resolve.choose_tier``).
-    tier: str = "instance"
+    tier: str
     #: ``(host folder, guest path)`` of each folder preopened read-only (``#+PREOPEN``,
     #: :mod:`wbcore_runtime.guard.preopen`); a runner that cannot map them all refuses the call.
-    preopens: tuple[tuple[str, str], ...] = ()
+    preopens: tuple[tuple[str, str], ...]
     #: ``(guest path, byte cap)`` of the call's own writable scratch folder (``#+SCRATCH``),
     #: made empty for the call and removed after it.
-    scratch: tuple[str, int] | None = None
+    scratch: tuple[str, int] | None
     #: Host folders the deployer granted to this call (``wbx run --mount``): checked
     #: ``wbcore_runtime.dispatch.mounts.Mount`` records, bound by tiers that list ``mount`` in their kinds.
-    mounts: tuple[Any, ...] = ()
+    mounts: tuple[Any, ...]
+
+    def __init__(self, name: str, sha256: str, artifact: Path, argv: tuple[str, ...], stdin: bytes, profile: Profile,
+                 timeout_s: float, principal: Principal, caps: frozenset[str] = frozenset(), arg_mode: str = "argv",
+                 fuel: int | None = None, toolkit: str | None = None, cancel: Any = None,
+                 allowed_hosts: tuple[str, ...] = (), tier: str = "instance", preopens: tuple[tuple[str, str], ...] = (),
+                 scratch: tuple[str, int] | None = None, mounts: tuple[Any, ...] = ()) -> None:
+        set_fields(self, name=name, sha256=sha256, artifact=artifact, argv=argv, stdin=stdin, profile=profile,
+                   timeout_s=timeout_s, principal=principal, caps=caps, arg_mode=arg_mode, fuel=fuel, toolkit=toolkit,
+                   cancel=cancel, allowed_hosts=allowed_hosts, tier=tier, preopens=preopens, scratch=scratch,
+                   mounts=mounts)
 
     def guest_input(self, program: str | None = None) -> tuple[list[str], bytes]:
         """The guest's argv (``program``, default the command's name, first) and stdin: THE

@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wbcore_runtime.guard import preopen
+from wbcore_runtime.contract.frozen import Frozen, set_fields
 from wbcore_runtime.contract.calls import Principal
 from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs, NotFound, WbError, unknown_name
 from wbcore_runtime.trust import policy, verdict as trust
@@ -56,19 +56,24 @@ class Unavailable(CapabilityDenied):
     """The registered artifact may not run now; the message says why and how to fix it."""
 
 
-@dataclass(frozen=True, slots=True)
-class TierChoice:
+class TierChoice(Frozen):
     """Which tier a call uses, and why (``wbx tiers --explain``)."""
 
+    __slots__ = __match_args__ = ("name", "reason", "considered")
     name: str
     reason: str
-    considered: tuple[tuple[str, str], ...] = ()  # (tier, why it was not chosen)
+    considered: tuple[tuple[str, str], ...]  # (tier, why it was not chosen)
+
+    def __init__(self, name: str, reason: str, considered: tuple[tuple[str, str], ...] = ()) -> None:
+        set_fields(self, name=name, reason=reason, considered=considered)
 
 
-@dataclass(frozen=True, slots=True)
-class Resolved:
+class Resolved(Frozen):
     """One registry entry resolved for calls: everything a runner needs, decided once."""
 
+    __slots__ = __match_args__ = ("kind", "name", "entry", "sha256", "artifact", "toolkit", "trust", "signer",
+                                  "profile", "caps", "allowed_hosts", "tier", "target", "kernel", "home")
+    _hidden = frozenset({"target"})
     kind: str
     name: str
     entry: Entry
@@ -82,11 +87,19 @@ class Resolved:
     allowed_hosts: tuple[str, ...]
     tier: TierChoice
     #: The object whose ``call(request)`` (commands) / ``open(request)`` (kernels) runs it.
-    target: Any = field(repr=False, compare=False, default=None)
-    kernel: KernelSpec | None = None
+    target: Any
+    kernel: KernelSpec | None
     #: The home whose stores hold what a call reads besides its stdin (the artifact, a
     #: ``#+PREOPEN`` tree): never the toolkit folder.
-    home: Path | None = None
+    home: Path | None
+
+    def __init__(self, kind: str, name: str, entry: Entry, sha256: str, artifact: Path, toolkit: str | None,
+                 trust: str, signer: str | None, profile: Profile, caps: frozenset[str],
+                 allowed_hosts: tuple[str, ...], tier: TierChoice, target: Any = None,
+                 kernel: KernelSpec | None = None, home: Path | None = None) -> None:
+        set_fields(self, kind=kind, name=name, entry=entry, sha256=sha256, artifact=artifact, toolkit=toolkit,
+                   trust=trust, signer=signer, profile=profile, caps=caps, allowed_hosts=allowed_hosts, tier=tier,
+                   target=target, kernel=kernel, home=home)
 
     @property
     def principal(self) -> Principal:

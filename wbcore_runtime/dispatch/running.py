@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import itertools
 import threading
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from wbcore_runtime.contract.errors import CapabilityDenied, WbError
@@ -68,9 +67,9 @@ class CallCancel(threading.Event):
         return True
 
 
-@dataclass(eq=False)
 class Running:
-    """One call running now: what it was resolved as, who runs it, how to stop it."""
+    """One call running now: what it was resolved as, who runs it, how to stop it (as
+    ``@dataclass(eq=False)`` did, written by hand: ``wbcore_runtime.contract.frozen``)."""
 
     kind: str
     name: str
@@ -78,10 +77,20 @@ class Running:
     principal: str
     cancel: CallCancel
     #: Why it was cut off (``None`` while it may run).
-    cut: str | None = field(default=None)
+    cut: str | None
     #: Its principal was already revoked when it started: the Dock refuses its broker calls
     #: with a status the guest handles; only a change after its start cuts it off.
-    revoked_at_start: bool = False
+    revoked_at_start: bool
+    __match_args__ = ("kind", "name", "caps", "principal", "cancel", "cut", "revoked_at_start")
+
+    def __init__(self, kind: str, name: str, caps: frozenset[str], principal: str, cancel: CallCancel,
+                 cut: str | None = None, revoked_at_start: bool = False) -> None:
+        self.kind, self.name, self.caps, self.principal, self.cancel = kind, name, caps, principal, cancel
+        self.cut, self.revoked_at_start = cut, revoked_at_start
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{f}={getattr(self, f)!r}" for f in self.__match_args__)
+        return f"{self.__class__.__qualname__}({shown})"
 
 
 class RunningCalls:

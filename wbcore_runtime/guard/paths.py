@@ -23,11 +23,11 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Literal
 
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound, WbError
+from wbcore_runtime.contract.frozen import Frozen, set_fields
 
 #: The kernel's own bound on symlink hops (``ELOOP``).
 MAX_SYMLINK_HOPS = 40
@@ -48,14 +48,17 @@ class Refused(InvalidArgs):
         super().__init__(f"{path}: {reason}")
 
 
-@dataclass(frozen=True, slots=True)
-class Root:
+class Root(Frozen):
     """A folder that reads are confined to: ``shown`` names paths in messages, ``real`` is
     its symlink-free location (every walk starts there), ``label`` names it in refusals."""
 
+    __slots__ = __match_args__ = ("shown", "real", "label")
     shown: Path
     real: str
-    label: str = TOOLKIT_ROOT
+    label: str
+
+    def __init__(self, shown: Path, real: str, label: str = TOOLKIT_ROOT) -> None:
+        set_fields(self, shown=shown, real=real, label=label)
 
     @classmethod
     def at(cls, path: Path | str, label: str = TOOLKIT_ROOT) -> Root:
@@ -226,17 +229,20 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEX
 Kind = Literal["file", "link", "empty"]
 
 
-@dataclass(frozen=True, slots=True)
-class Node:
+class Node(Frozen):
     """One thing :func:`walk` found: a regular ``file`` (``fd`` open on the very inode that
     was checked; the walk closes it when the consumer asks for the next node), a ``link``
     (``target`` is its text, never followed) or an ``empty`` folder."""
 
+    __slots__ = __match_args__ = ("rel", "kind", "fd", "target", "executable")
     rel: str
     kind: Kind
-    fd: int = -1
-    target: str = ""
-    executable: bool = False
+    fd: int
+    target: str
+    executable: bool
+
+    def __init__(self, rel: str, kind: Kind, fd: int = -1, target: str = "", executable: bool = False) -> None:
+        set_fields(self, rel=rel, kind=kind, fd=fd, target=target, executable=executable)
 
 
 def walk(root: Path | str, *, label: str = TOOLKIT_ROOT, skip_dirs: frozenset[str] = frozenset(),

@@ -28,13 +28,13 @@ import re
 import stat
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
 from wbcore_runtime.store import faults, leftovers
 from wbcore_runtime.store.digest import sha256
 from wbcore_runtime.contract.errors import Internal, InvalidArgs, NotFound
+from wbcore_runtime.contract.frozen import Frozen, set_fields
 
 T = TypeVar("T")
 
@@ -50,11 +50,14 @@ class IntegrityError(Internal):
     """Stored bytes do not match their sha256: the artifact is unavailable, never run."""
 
 
-@dataclass(frozen=True, slots=True)
-class Artifact:
+class Artifact(Frozen):
+    __slots__ = __match_args__ = ("sha256", "path", "size")
     sha256: str
     path: Path
     size: int
+
+    def __init__(self, sha256: str, path: Path, size: int) -> None:
+        set_fields(self, sha256=sha256, path=path, size=size)
 
 
 def sha256_bytes(data: bytes | bytearray | memoryview) -> str:

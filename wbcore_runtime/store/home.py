@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound
+from wbcore_runtime.contract.frozen import Frozen, set_fields
 from wbcore_runtime.guard import paths
 
 MARKER = "wbx.toml"
@@ -32,23 +32,30 @@ _MAX_DEPTH = 64
 _MAX_MARKER_BYTES = 64 << 10
 
 
-@dataclass(frozen=True, slots=True)
-class Project:
+class Project(Frozen):
     """A folder with a ``wbx.toml``: its home and extra toolkit roots, resolved."""
 
+    __slots__ = __match_args__ = ("root", "marker", "home", "toolkits")
     root: Path
     marker: Path
-    home: Path | None = None
-    toolkits: tuple[Path, ...] = field(default=())
+    home: Path | None
+    toolkits: tuple[Path, ...]
+
+    def __init__(self, root: Path, marker: Path, home: Path | None = None,
+                 toolkits: tuple[Path, ...] = ()) -> None:
+        set_fields(self, root=root, marker=marker, home=home, toolkits=toolkits)
 
 
-@dataclass(frozen=True, slots=True)
-class Home:
+class Home(Frozen):
     """The chosen state folder and why (shown by the demo and ``toolkit list``)."""
 
+    __slots__ = __match_args__ = ("path", "source", "project")
     path: Path
     source: str  # "WB_HOME", "wbx.toml" or "default"
-    project: Project | None = None
+    project: Project | None
+
+    def __init__(self, path: Path, source: str, project: Project | None = None) -> None:
+        set_fields(self, path=path, source=source, project=project)
 
     def describe(self) -> str:
         if self.source == "WB_HOME":

@@ -14,11 +14,11 @@ import time
 import unicodedata
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound, unknown_name
+from wbcore_runtime.contract.frozen import Frozen, set_fields
 from wbcore_runtime.store.generation import Generation
 
 if TYPE_CHECKING:  # SQLite loads with the first query: a cached `wbx run` resolution makes none
@@ -48,17 +48,29 @@ CREATE TABLE IF NOT EXISTS entries (
 """
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
+#: ``Entry``'s default ``options``: a new dict each time.
+_NEW_DICT: Any = object()
+
+
+class Entry(Frozen):
+    __slots__ = __match_args__ = ("kind", "name", "sha256", "shape", "toolkit", "arg_mode", "profile",
+                                  "builtin", "options")
+    _factories = {"options": dict}
     kind: str
     name: str
     sha256: str
     shape: str
-    toolkit: str | None = None
-    arg_mode: str = "argv"
-    profile: str = "compute"
-    builtin: bool = False
-    options: Mapping[str, Any] = field(default_factory=dict)
+    toolkit: str | None
+    arg_mode: str
+    profile: str
+    builtin: bool
+    options: Mapping[str, Any]
+
+    def __init__(self, kind: str, name: str, sha256: str, shape: str, toolkit: str | None = None,
+                 arg_mode: str = "argv", profile: str = "compute", builtin: bool = False,
+                 options: Mapping[str, Any] = _NEW_DICT) -> None:
+        set_fields(self, kind=kind, name=name, sha256=sha256, shape=shape, toolkit=toolkit, arg_mode=arg_mode,
+                   profile=profile, builtin=builtin, options={} if options is _NEW_DICT else options)
 
     def as_dict(self) -> dict[str, Any]:
         return {

@@ -12,21 +12,27 @@ The cap universe is the core's caps plus the caps plugin brokers declare
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
+
+from wbcore_runtime.contract.frozen import Frozen, set_fields
 
 
 MiB = 1 << 20
 
 
-@dataclass(frozen=True, slots=True)
-class Profile:
+class Profile(Frozen):
+    __slots__ = __match_args__ = ("name", "memory_bytes", "timeout_s", "caps", "stdout_bytes", "stderr_bytes")
     name: str
     memory_bytes: int
     timeout_s: float
     caps: frozenset[str]
-    stdout_bytes: int = 16 * MiB
-    stderr_bytes: int = 1 * MiB
+    stdout_bytes: int
+    stderr_bytes: int
+
+    def __init__(self, name: str, memory_bytes: int, timeout_s: float, caps: frozenset[str],
+                 stdout_bytes: int = 16 * MiB, stderr_bytes: int = 1 * MiB) -> None:
+        set_fields(self, name=name, memory_bytes=memory_bytes, timeout_s=timeout_s, caps=caps,
+                   stdout_bytes=stdout_bytes, stderr_bytes=stderr_bytes)
 
     @property
     def allow_http(self) -> bool:
@@ -58,15 +64,18 @@ CAP_UNIVERSE: frozenset[str] = _POSIX | CONSENT_ONLY
 FAIL_CLOSED = "compute"
 
 
-@dataclass(frozen=True, slots=True)
-class Cap:
+class Cap(Frozen):
     """A cap a plugin declares: its ``meaning`` (one line) and the ``profiles`` that grant it
     (none: only an explicit deployer grant, ``wbx toolkit grant``, does)."""
 
+    __slots__ = __match_args__ = ("name", "meaning", "profiles", "origin")
     name: str
     meaning: str
     profiles: tuple[str, ...]
     origin: str
+
+    def __init__(self, name: str, meaning: str, profiles: tuple[str, ...], origin: str) -> None:
+        set_fields(self, name=name, meaning=meaning, profiles=profiles, origin=origin)
 
 
 class Universe:

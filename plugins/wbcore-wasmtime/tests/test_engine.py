@@ -94,3 +94,19 @@ def test_fuel_metering_is_reported_when_enabled(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, check=False)
     fuel_on, used, head = out.stdout.split()
     assert fuel_on == "True" and int(used) > 300 and head == "ABC", out.stderr
+
+
+def test_the_engine_record_behaves_as_the_dataclass_it_was() -> None:
+    """``Engine`` is written by hand (``wbcore_runtime.contract.frozen.Record``: every ``wbx run``
+    creates it): ``==``, repr, unhashability and ``dataclasses.replace`` as ``@dataclass`` gave."""
+    import dataclasses
+
+    ref = dataclasses.make_dataclass("Engine", ["wasm", "config", "fuel", "ticker"])
+    eng = engine.get()
+    mine, theirs = (cls(eng.wasm, eng.config, eng.fuel, eng.ticker) for cls in (engine.Engine, ref))
+    assert repr(mine) == repr(theirs) and mine == eng and mine is not eng and (mine == theirs) is False
+    assert engine.Engine.__hash__ is None and ref.__hash__ is None
+    assert [f.name for f in dataclasses.fields(mine)] == [f.name for f in dataclasses.fields(theirs)]
+    assert dataclasses.replace(mine, fuel=not eng.fuel) != mine
+    mine.fuel = not eng.fuel  # mutable, as before
+    assert mine != eng

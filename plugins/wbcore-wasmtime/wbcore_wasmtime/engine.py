@@ -30,11 +30,11 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from wbcore_runtime.store.digest import sha256
 from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs
+from wbcore_runtime.contract.frozen import Record
 
 if TYPE_CHECKING:
     import wasmtime
@@ -132,14 +132,18 @@ class Ticker:
 
 
 
-@dataclass
-class Engine:
-    """The process-wide engine, its config fingerprint and its epoch ticker."""
+class Engine(Record):
+    """The process-wide engine, its config fingerprint and its epoch ticker (as ``@dataclass``
+    did; written by hand, ``wbcore_runtime.contract.frozen``: it is on every ``wbx run``)."""
 
+    __match_args__ = ("wasm", "config", "fuel", "ticker")
     wasm: wasmtime.Engine
     config: dict[str, Any]
     fuel: bool
     ticker: Ticker
+
+    def __init__(self, wasm: wasmtime.Engine, config: dict[str, Any], fuel: bool, ticker: Ticker) -> None:
+        self.wasm, self.config, self.fuel, self.ticker = wasm, config, fuel, ticker
 
     @property
     def cache_key(self) -> str:
