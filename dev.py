@@ -156,7 +156,8 @@ def system_packages() -> None:
           "unavailable, and everything else runs:", flush=True)
     for package, probe, why in missing:
         kind, _, name = probe.partition(":")
-        print(f"dev:   {package}" + (f" (no {name} on PATH)" if kind == "cmd" else "") + f": {why}", flush=True)
+        print(f"dev:   {package}" + (f" (no {name} on PATH)" if kind == "cmd" else "") + f": {why}",
+              flush=True)
     sudo = "" if hasattr(os, "geteuid") and os.geteuid() == 0 else "sudo "
     print(f"dev: to install them (Debian/Ubuntu): {sudo}apt-get install -y --no-install-recommends "
           + " ".join(m[0] for m in missing), flush=True)
@@ -192,7 +193,8 @@ def _local_deps(dists: list[Path]) -> list[Path]:
             continue
         out.append(d)
         project = _pyproject(d)
-        for req in [*project.get("dependencies", []), *project.get("optional-dependencies", {}).get("test", [])]:
+        for req in [*project.get("dependencies", []),
+                    *project.get("optional-dependencies", {}).get("test", [])]:
             name = re.split(r"[ <>=!~;\[]", req, maxsplit=1)[0]
             if name in by_name:
                 todo.append(by_name[name])
@@ -211,8 +213,9 @@ def _ensure_venv(env: Path, dists: list[Path] | None, tag: str) -> None:
         try:
             venv.EnvBuilder(with_pip=True, clear=False).create(env)
         except subprocess.CalledProcessError:  # Debian/Ubuntu ship venv's pip bootstrap apart from Python
-            print("dev: this Python cannot create an environment with pip (ensurepip failed); on Debian/Ubuntu: "
-                  f"apt-get install python3-venv (or python{sys.version_info[0]}.{sys.version_info[1]}-venv)",
+            print("dev: this Python cannot create an environment with pip (ensurepip failed); on "
+                  "Debian/Ubuntu: apt-get install "
+                  f"python3-venv (or python{sys.version_info[0]}.{sys.version_info[1]}-venv)",
                   flush=True)
             raise
     # editable_mode=compat puts each source folder on a .pth line instead of installing an
@@ -264,7 +267,8 @@ def warm(env: Path) -> None:
         fetch_jq(env)
     warm_go(env)
     probe = subprocess.run([_bin(env, "python"), "-c", "import wbcore_lane_js"], capture_output=True)
-    if probe.returncode == 0:  # the ts lane's compiler from npm (once per machine; tests then need no network)
+    # the ts lane's compiler from npm (once per machine; tests then need no network)
+    if probe.returncode == 0:
         fetch_typescript(env)
         fetch_svelte(env)
     fetch_wasi_tools(env)
@@ -285,20 +289,24 @@ def fetch_jq(env: Path) -> None:
     import tempfile
 
     py = _bin(env, "python")
-    if subprocess.run([py, "-c", "import sys, wbcore_lane_zig.builtins.jqsrc as j; sys.exit(j.sources() is None)"]).returncode == 0:
+    if subprocess.run([py, "-c", "import sys, wbcore_lane_zig.builtins.jqsrc as j; "
+                                 "sys.exit(j.sources() is None)"]).returncode == 0:
         return
     version = subprocess.run([py, "-c", "import wbcore_lane_zig.builtins.jqsrc as j; print(j.SDIST_VERSION)"],
                              capture_output=True, text=True, check=True).stdout.strip()
     with tempfile.TemporaryDirectory() as tmp:
         # --no-binary jq, not :all: (which also builds the sdist's build requirements, Cython
         # among them, from source: minutes of compiling for a file we only unpack).
-        got = subprocess.run([py, "-m", "pip", "download", "--no-deps", "--no-binary", "jq", "-d", tmp, f"jq=={version}"],
+        got = subprocess.run([py, "-m", "pip", "download", "--no-deps", "--no-binary", "jq", "-d", tmp,
+                              f"jq=={version}"],
                              capture_output=True, text=True)
         sdist = Path(tmp) / f"jq-{version}.tar.gz"
         if got.returncode == 0 and sdist.is_file():
             run([py, "-m", "wbcore_lane_zig", "fetch-jq", "--from", str(sdist)])
             return
-        print(f"dev: pip download jq=={version} failed ({got.stderr.strip()[-200:]}); trying wbcore's fetcher", flush=True)
+        print(f"dev: pip download jq=={version} failed ({got.stderr.strip()[-200:]}); trying "
+              "wbcore's fetcher",
+              flush=True)
     run([py, "-m", "wbcore_lane_zig", "fetch-jq"])
 
 
@@ -310,19 +318,21 @@ def fetch_wasi_tools(env: Path) -> None:
 
     py = _bin(env, "python")
     helper = Path(__file__).resolve().parent / "tests" / "integration" / "wasi_tools.py"
-    if subprocess.run([py, "-c", f"import sys; sys.path.insert(0, {str(helper.parent)!r}); import wasi_tools as w; "
-                       "sys.exit(w.cached(w.SVG_FLATTEN) is None)"], capture_output=True).returncode == 0:
+    if subprocess.run([py, "-c", f"import sys; sys.path.insert(0, {str(helper.parent)!r}); "
+                                 "import wasi_tools as w; sys.exit(w.cached(w.SVG_FLATTEN) is None)"],
+                      capture_output=True).returncode == 0:
         return
     with tempfile.TemporaryDirectory() as tmp:
         got = subprocess.run([py, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "-d", tmp,
                               "svg-flatten-wasi==3.1.9"], capture_output=True, text=True)
         wheels = list(Path(tmp).glob("svg_flatten_wasi-*.whl"))
         if got.returncode != 0 or not wheels:
-            print(f"dev: note: pip download svg-flatten-wasi failed ({got.stderr.strip()[-200:]}); the tests that run "
-                  "it fetch it themselves or skip", flush=True)
+            print(f"dev: note: pip download svg-flatten-wasi failed ({got.stderr.strip()[-200:]}); the tests "
+                  "that run it fetch it themselves or skip", flush=True)
             return
         if run([py, str(helper), "--from", str(wheels[0])]) != 0:
-            print("dev: note: the svg-flatten wheel was not the pinned one; the tests that run it skip", flush=True)
+            print("dev: note: the svg-flatten wheel was not the pinned one; the tests that run it skip",
+                  flush=True)
 
 
 def fetch_typescript(env: Path) -> None:
@@ -332,7 +342,8 @@ def fetch_typescript(env: Path) -> None:
     import tempfile
 
     py = _bin(env, "python")
-    if subprocess.run([py, "-c", "import sys, wbcore_lane_js.ts as t; sys.exit(t.compiler() is None)"]).returncode == 0:
+    if subprocess.run([py, "-c", "import sys, wbcore_lane_js.ts as t; "
+                                 "sys.exit(t.compiler() is None)"]).returncode == 0:
         return
     npm = shutil.which("npm")
     if npm:
@@ -345,7 +356,8 @@ def fetch_typescript(env: Path) -> None:
             if packed.returncode == 0 and tgz.is_file():
                 run([py, "-m", "wbcore_lane_js", "fetch", "--from", str(tgz)])
                 return
-            print(f"dev: npm pack typescript@{version} failed ({packed.stderr.strip()[-200:]}); trying wbcore's fetcher", flush=True)
+            print(f"dev: npm pack typescript@{version} failed ({packed.stderr.strip()[-200:]}); trying "
+                  "wbcore's fetcher", flush=True)
     run([py, "-m", "wbcore_lane_js", "fetch"])
 
 
@@ -356,19 +368,24 @@ def fetch_svelte(env: Path) -> None:
     import tempfile
 
     py = _bin(env, "python")
-    if subprocess.run([py, "-c", "import sys, wbcore_lane_js.svelte as s; sys.exit(bool(s.missing()))"]).returncode == 0:
+    if subprocess.run([py, "-c", "import sys, wbcore_lane_js.svelte as s; "
+                                 "sys.exit(bool(s.missing()))"]).returncode == 0:
         return
     npm = shutil.which("npm")
     if npm:
         with tempfile.TemporaryDirectory() as tmp:
-            specs = subprocess.run([py, "-c", "import wbcore_lane_js.svelte as s; print(' '.join(f'{p.name}@{p.version}' for p in s.PACKAGES))"],
+            specs = subprocess.run([py, "-c", "import wbcore_lane_js.svelte as s; print(' '.join("
+                                              "f'{p.name}@{p.version}' for p in s.PACKAGES))"],
                                    capture_output=True, text=True, check=True).stdout.split()
-            packed = subprocess.run([npm, "pack", *specs, "--pack-destination", tmp], capture_output=True, text=True)
+            packed = subprocess.run([npm, "pack", *specs, "--pack-destination", tmp], capture_output=True,
+                                    text=True)
             tgzs = sorted(Path(tmp).glob("*.tgz"))
             if packed.returncode == 0 and len(tgzs) == len(specs):
-                run([py, "-m", "wbcore_lane_js", "fetch", "svelte", *(a for t in tgzs for a in ("--from", str(t)))])
+                run([py, "-m", "wbcore_lane_js", "fetch", "svelte",
+                     *(a for t in tgzs for a in ("--from", str(t)))])
                 return
-            print(f"dev: npm pack {' '.join(specs)} failed ({packed.stderr.strip()[-200:]}); trying wbcore's fetcher", flush=True)
+            print(f"dev: npm pack {' '.join(specs)} failed ({packed.stderr.strip()[-200:]}); trying wbcore's "
+                  "fetcher", flush=True)
     run([py, "-m", "wbcore_lane_js", "fetch", "svelte"])
 
 
@@ -388,10 +405,12 @@ def run_suites(env: Path, suites: list[Path], rest: list[str], totals: dict[str,
             name = suite.parent.name if suite.parent not in (ROOT, ROOT / "tests") else "wbcore"
             print(f"dev: === {name}", flush=True)
             report = Path(tmp) / f"{i}.xml"
-            code = run([_bin(env, "python"), "-m", "pytest", str(suite), f"--junit-xml={report}", *rest], cwd=suite.parent)
+            code = run([_bin(env, "python"), "-m", "pytest", str(suite), f"--junit-xml={report}", *rest],
+                       cwd=suite.parent)
             if report.exists():
                 for case in ET.parse(report).getroot().iter("testsuite"):
-                    tests, fails = int(case.get("tests", 0)), int(case.get("failures", 0)) + int(case.get("errors", 0))
+                    tests, fails = (int(case.get("tests", 0)),
+                                    int(case.get("failures", 0)) + int(case.get("errors", 0)))
                     skips = int(case.get("skipped", 0))
                     totals["passed"] += tests - fails - skips
                     totals["failed"] += fails
@@ -423,11 +442,13 @@ def lint(env: Path = VENV) -> int:
     every plugin's import package ([tool.mypy]; the contract modules strict). Both run even
     when the first fails; the worst exit wins."""
     print("dev: === lint: ruff (pyproject.toml [tool.ruff.lint])", flush=True)
-    worst = run([_bin(env, "ruff"), "check", "wbcore_runtime", "plugins", "tests", "bench", "dev.py"], cwd=ROOT)
+    worst = run([_bin(env, "ruff"), "check", "wbcore_runtime", "plugins", "tests", "bench", "dev.py"],
+                cwd=ROOT)
     print("dev: === lint: mypy (pyproject.toml [tool.mypy])", flush=True)
     code = run([_bin(env, "mypy")], cwd=ROOT)
     if worst or code:
-        print("dev: lint failed: " + ", ".join(n for n, c in (("ruff", worst), ("mypy", code)) if c), flush=True)
+        print("dev: lint failed: " + ", ".join(n for n, c in (("ruff", worst), ("mypy", code)) if c),
+              flush=True)
     return worst or code
 
 

@@ -52,7 +52,8 @@ def us(x: float) -> str:
 
 def summary(samples: list[float]) -> dict[str, float]:
     s = sorted(samples)
-    return {"median": statistics.median(s), "p10": s[len(s) // 10], "p90": s[(len(s) * 9) // 10], "mean": statistics.fmean(s)}
+    return {"median": statistics.median(s), "p10": s[len(s) // 10], "p90": s[(len(s) * 9) // 10],
+            "mean": statistics.fmean(s)}
 
 
 def table(rows: list[list[str]], header: list[str]) -> None:

@@ -30,10 +30,11 @@ def one(fmt: str) -> str:
         (root / "tk").mkdir()
         write_toolkit(root / "tk", "notes")
         agent = root / "a.org"
-        agent.write_text(f"* A :agent:\n  :PROPERTIES:\n  :ID: a\n  :MODEL: {fmt}:m\n  :TOOLKITS: notes\n  :END:\n"
-                         "** System prompt\nHi.\n")
-        rt = Runtime.open(plugins=["brokers-state", "agent", "act", "llm-openai", "llm-anthropic"], home=root / "home",
-                          roots=[root / "tk"], env={"WB_LLM_BASE_URL": llm.base_url, "WB_LLM_API_KEY": "k"})
+        agent.write_text(f"* A :agent:\n  :PROPERTIES:\n  :ID: a\n  :MODEL: {fmt}:m\n  :TOOLKITS: notes\n  "
+                         ":END:\n** System prompt\nHi.\n")
+        rt = Runtime.open(plugins=["brokers-state", "agent", "act", "llm-openai", "llm-anthropic"],
+                          home=root / "home", roots=[root / "tk"],
+                          env={"WB_LLM_BASE_URL": llm.base_url, "WB_LLM_API_KEY": "k"})
         llm.script = [reply(tool("vfs_write", path=f"f{i}.txt", content="x" * 100)) for i in range(STEPS - 1)]
         llm.script.append(reply(tool("done", result="ok")))
         rt.llm(f"{fmt}:m")
@@ -45,13 +46,14 @@ def one(fmt: str) -> str:
         model = sorted(r["llm_ms"] for r in rows)
         tools = sorted(r["results"][0]["ms"] for r in rows)
         over = (wall * 1000 - sum(model) - sum(tools)) / len(rows)
-        return (f"| {fmt} | {rec.status} | {len(rows)} | {wall / len(rows) * 1000:.1f} | {model[len(model) // 2]:.1f} | "
-                f"{tools[len(tools) // 2]:.2f} | {over:.1f} |")
+        return (f"| {fmt} | {rec.status} | {len(rows)} | {wall / len(rows) * 1000:.1f} | "
+                f"{model[len(model) // 2]:.1f} | {tools[len(tools) // 2]:.2f} | {over:.1f} |")
 
 
 def main() -> None:
     print(f"load average {os.getloadavg()[0]:.2f}")
-    print("| format | status | steps | ms/step | model call median ms | tool median ms | loop overhead ms/step |")
+    print("| format | status | steps | ms/step | model call median ms | tool median ms | loop overhead "
+          "ms/step |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for fmt in ("openai", "anthropic"):
         print(one(fmt))

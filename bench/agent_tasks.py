@@ -60,9 +60,11 @@ def _b64(s: str) -> str:
 
 WORDS = "the cat sat on the mat and the dog sat on the log while the bird sang"
 LOG = "\n".join(["GET /a 200", "GET /b 500", "GET /a 200", "POST /c 200", "GET /a 200", "GET /b 500"]) + "\n"
-ERRLOG = "\n".join(["INFO start", "ERROR disk full", "INFO retry", "ERROR disk full", "WARN slow", "ERROR timeout"])
+ERRLOG = "\n".join(["INFO start", "ERROR disk full", "INFO retry", "ERROR disk full", "WARN slow",
+                    "ERROR timeout"])
 PRICES = "item,price\napple,3\npear,7\nplum,5\nfig,11\n"
-ROWS = [{"name": "ada", "team": "core"}, {"name": "bob", "team": "lanes"}, {"name": "cy", "team": "core", "lead": True}]
+ROWS = [{"name": "ada", "team": "core"}, {"name": "bob", "team": "lanes"},
+        {"name": "cy", "team": "core", "lead": True}]
 
 
 def _max_price() -> str:
@@ -75,7 +77,8 @@ def _top_word() -> str:
 
 def _skill_first(rows: list[dict[str, Any]]) -> bool:
     """A ``wb`` skill read happened before the first b64 call."""
-    names = [c["name"] + ":" + str(c["arguments"].get("op", "")) for r in rows for c in r.get("tool_calls") or ()]
+    names = [c["name"] + ":" + str(c["arguments"].get("op", ""))
+             for r in rows for c in r.get("tool_calls") or ()]
     first_b64 = next((i for i, n in enumerate(names) if n.startswith("b64__")), None)
     return first_b64 is not None and any(n in ("wb:skill", "wb:show") for n in names[:first_b64])
 
@@ -155,7 +158,8 @@ def run_task(rt: Any, task: Task, workdir: Path, *, max_steps: int, first_tool: 
     agent = workdir / f"{task.id}.org"
     agent.write_text(AGENT.format(id=task.id, toolkits=" ".join(task.toolkits), choice=choice))
     t0 = time.perf_counter()
-    rec = rt.agent(agent, task.prompt, max_steps=max_steps, tool_timeout=tool_timeout, workdir=workdir / task.id)
+    rec = rt.agent(agent, task.prompt, max_steps=max_steps, tool_timeout=tool_timeout,
+                   workdir=workdir / task.id)
     wall = time.perf_counter() - t0
     rows = [json.loads(x) for x in (rec.workdir / "_steps.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "event" not in r]
@@ -164,11 +168,12 @@ def run_task(rt: Any, task: Task, workdir: Path, *, max_steps: int, first_tool: 
     ok = rec.status == "done" and rec.result is not None and task.answer in rec.result
     if ok and task.check is not None:
         ok = task.check(steps)
-    return {"task": task.id, "status": rec.status, "success": ok, "steps": rec.steps, "tool_calls": len(calls),
+    return {"task": task.id, "status": rec.status, "success": ok, "steps": rec.steps,
+            "tool_calls": len(calls),
             "tools_ok": sum(1 for x in results if x["ok"]), "tools": [c["name"] for c in calls],
             "tokens_in": rec.usage.input_tokens, "tokens_out": rec.usage.output_tokens,
-            "estimated": rec.usage.estimated, "wall_s": round(wall, 1), "result": (rec.result or rec.error or "")[:80],
-            "workdir": str(rec.workdir), "rows": rows}
+            "estimated": rec.usage.estimated, "wall_s": round(wall, 1),
+            "result": (rec.result or rec.error or "")[:80], "workdir": str(rec.workdir), "rows": rows}
 
 
 def open_runtime(env: dict[str, str], home: Path) -> Any:
@@ -192,8 +197,8 @@ def table(results: list[dict[str, Any]]) -> None:
     ran = [r for r in results if r["status"] != "unavailable"]
     if ran:
         print(f"| **total** ({len(ran)} run, {len(results) - len(ran)} unavailable) | "
-              f"{sum(r['status'] == 'done' for r in ran)} done | {sum(r['success'] for r in ran)}/{len(ran)} | "
-              f"{sum(r['steps'] for r in ran)} | {sum(r['tool_calls'] for r in ran)} "
+              f"{sum(r['status'] == 'done' for r in ran)} done | {sum(r['success'] for r in ran)}/{len(ran)} "
+              f"| {sum(r['steps'] for r in ran)} | {sum(r['tool_calls'] for r in ran)} "
               f"({sum(r['tools_ok'] for r in ran)}) | | {sum(r['tokens_in'] for r in ran)}/"
               f"{sum(r['tokens_out'] for r in ran)} | {sum(r['wall_s'] for r in ran):.1f} "
               f"(median {statistics.median(r['wall_s'] for r in ran):.1f}) |")
@@ -203,12 +208,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", nargs="*", help="task ids (default: all)")
     ap.add_argument("--max-steps", type=int, default=4)
-    ap.add_argument("--first-tool", action="store_true", help="name each task's first tool for step 1, then auto")
+    ap.add_argument("--first-tool", action="store_true",
+                    help="name each task's first tool for step 1, then auto")
     ap.add_argument("--json", type=Path, help="also write the per-task records here")
     args = ap.parse_args(argv)
     tasks = [t for t in TASKS if not args.only or t.id in args.only]
     if args.only and len(tasks) != len(args.only):
-        print(f"unknown task(s): {sorted(set(args.only) - {t.id for t in TASKS})}; known: {[t.id for t in TASKS]}",
+        print(f"unknown task(s): {sorted(set(args.only) - {t.id for t in TASKS})}; known: "
+              f"{[t.id for t in TASKS]}",
               file=sys.stderr)
         return 2
     server = None
@@ -221,14 +228,16 @@ def main(argv: list[str] | None = None) -> int:
 
         server = LocalServer().start()
         env = server.settings()
-        served = "llama.cpp server via llama-cpp-python " + _version("llama_cpp_python") + f" on {server.base_url}"
+        served = ("llama.cpp server via llama-cpp-python " + _version("llama_cpp_python")
+                  + f" on {server.base_url}")
     try:
         with tempfile.TemporaryDirectory(prefix="wb-agent-tasks-") as tmp:
             rt = open_runtime(env, Path(tmp) / "home")
             print(f"model {env.get('WB_LLM_MODEL')} ({env.get('WB_LLM_PROVIDER')}), server {served}")
             print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {os.cpu_count()} cpus, load "
                   f"{os.getloadavg()[0]:.2f} at start; max_steps {args.max_steps}; tool choice "
-                  f"{'first tool named, then auto' if args.first_tool else 'the model decides (auto)'}", flush=True)
+                  f"{'first tool named, then auto' if args.first_tool else 'the model decides (auto)'}",
+                  flush=True)
             built: dict[str, str | None] = {}
             results = []
             for task in tasks:
@@ -243,7 +252,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"load {os.getloadavg()[0]:.2f} at end")
             table(results)
             if args.json:
-                args.json.write_text(json.dumps([{k: v for k, v in r.items() if k != "rows"} for r in results],
+                args.json.write_text(json.dumps([{k: v for k, v in r.items() if k != "rows"}
+                                                 for r in results],
                                                 indent=1))
     finally:
         if server is not None:

@@ -18,7 +18,8 @@ each round a fresh home. The one-time machine warm-ups run first and are timed a
 ("already warm" when setup did them). The load average is printed before and after: the
 figures are for the docs only from an idle machine.
 
-    .venv/bin/python bench/build_lanes.py [--lanes c,c-wasm,zig,go,js,ts,svelte,python,rust] [--rounds 3] [--json]
+    .venv/bin/python bench/build_lanes.py [--lanes c,c-wasm,zig,go,js,ts,svelte,python,rust]
+        [--rounds 3] [--json]
 """
 
 from __future__ import annotations
@@ -72,7 +73,8 @@ def child(home: str, root: str, ident: str) -> None:
 def measure(home: Path, root: Path, ident: str) -> dict:
     code = ("import sys; sys.path.insert(0, sys.argv[1]); import build_lanes as b; "
             "b.child(sys.argv[2], sys.argv[3], sys.argv[4])")
-    proc = subprocess.run([sys.executable, "-c", code, str(Path(__file__).parent), str(home), str(root), ident],
+    proc = subprocess.run([sys.executable, "-c", code, str(Path(__file__).parent), str(home), str(root),
+                           ident],
                           capture_output=True, text=True, timeout=1800)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
@@ -94,15 +96,18 @@ def lane_row(lane: str, rounds: int, work: Path) -> dict:
         first = measure(home, root, ident)
         again = measure(home, root, ident)
         if first["cached"] or not again["cached"]:
-            raise RuntimeError(f"{lane}: expected a lane build then a cache hit, got cached={first['cached']}, {again['cached']}")
+            raise RuntimeError(f"{lane}: expected a lane build then a cache hit, got "
+                               f"cached={first['cached']}, {again['cached']}")
         cold.append(first)
         cached.append(again)
         shas.add(first["sha256"])
         shutil.rmtree(home, ignore_errors=True)
     return {
-        "lane": lane, "toolkit": ident, "rounds": rounds, "same_sha256": len(shas) == 1, "sha256": sorted(shas)[0],
+        "lane": lane, "toolkit": ident, "rounds": rounds, "same_sha256": len(shas) == 1,
+        "sha256": sorted(shas)[0],
         "cold_wall_s": spread([m["wall"] for m in cold]), "cold_cpu_s": spread([m["cpu"] for m in cold]),
-        "cached_wall_s": spread([m["wall"] for m in cached]), "cached_cpu_s": spread([m["cpu"] for m in cached]),
+        "cached_wall_s": spread([m["wall"] for m in cached]),
+        "cached_cpu_s": spread([m["cpu"] for m in cached]),
     }
 
 
@@ -145,21 +150,25 @@ def warm_machine(lanes: list[str]) -> dict[str, str]:
             continue
         t0 = time.perf_counter()
         proc = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=1800)
-        said = (proc.stdout.strip().splitlines() or proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+        said = (proc.stdout.strip().splitlines() or proc.stderr.strip().splitlines()
+                or [f"exit {proc.returncode}"])[-1]
         out[" ".join(argv[1:])] = f"{said} ({time.perf_counter() - t0:.1f} s wall)"
     return out
 
 
 def fmt(s: dict, unit: float = 1.0, suffix: str = " s", digits: int = 2) -> str:
-    return f"{s['median'] * unit:.{digits}f}{suffix} ({s['min'] * unit:.{digits}f}–{s['max'] * unit:.{digits}f})"
+    return (f"{s['median'] * unit:.{digits}f}{suffix} "
+            f"({s['min'] * unit:.{digits}f}–{s['max'] * unit:.{digits}f})")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--lanes", default=",".join(CASES), help=f"comma-separated, of {', '.join(CASES)}")
-    ap.add_argument("--rounds", type=int, default=3, help="fresh homes per lane (each: one cold and one cached build)")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="fresh homes per lane (each: one cold and one cached build)")
     ap.add_argument("--sandbox-runs", type=int, default=0, metavar="N",
-                    help="also time the build sandbox itself: Sandbox.run(/bin/true) N times against subprocess.run")
+                    help="also time the build sandbox itself: Sandbox.run(/bin/true) N times against "
+                         "subprocess.run")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     # The machine-wide zig cache dev.py and CI use (unset, each fresh home would warm its own:
@@ -168,17 +177,20 @@ def main() -> int:
     lanes = [x for x in args.lanes.split(",") if x]
     unknown = [x for x in lanes if x not in CASES]
     if unknown or not 1 <= args.rounds <= 50:
-        ap.error(f"unknown lane(s) {', '.join(unknown)} (known: {', '.join(CASES)})" if unknown else "--rounds: 1 to 50")
+        ap.error(f"unknown lane(s) {', '.join(unknown)} (known: {', '.join(CASES)})" if unknown
+                 else "--rounds: 1 to 50")
     from wbcore_runtime.runtime import Runtime
 
-    result: dict = {"load_before": os.getloadavg(), "cpus": os.cpu_count(), "warmups": warm_machine(lanes), "lanes": []}
+    result: dict = {"load_before": os.getloadavg(), "cpus": os.cpu_count(), "warmups": warm_machine(lanes),
+                    "lanes": []}
     probe_home = tempfile.mkdtemp(prefix="wb-bench-probe-")
     work = Path(tempfile.mkdtemp(prefix="wb-bench-lanes-"))
     try:
         rt = Runtime.open(home=probe_home, roots=[])
         for lane in lanes:
             if lane not in rt.lanes:
-                result["lanes"].append({"lane": lane, "toolkit": CASES[lane], "skipped": "lane not installed"})
+                result["lanes"].append({"lane": lane, "toolkit": CASES[lane],
+                                        "skipped": "lane not installed"})
                 continue
             avail = rt.lanes.get(lane).availability(rt)
             if not avail.ok:
@@ -187,7 +199,8 @@ def main() -> int:
             try:
                 result["lanes"].append(lane_row(lane, args.rounds, work))
             except RuntimeError as exc:
-                result["lanes"].append({"lane": lane, "toolkit": CASES[lane], "skipped": str(exc).splitlines()[0]})
+                result["lanes"].append({"lane": lane, "toolkit": CASES[lane],
+                                        "skipped": str(exc).splitlines()[0]})
     finally:
         shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(probe_home, ignore_errors=True)
@@ -198,10 +211,12 @@ def main() -> int:
         print(json.dumps(result, indent=2))
         return 0
     la, lb = result["load_before"], result["load_after"]
-    print(f"{result['cpus']} CPUs; load average before {la[0]:.2f} {la[1]:.2f} {la[2]:.2f}, after {lb[0]:.2f} {lb[1]:.2f} {lb[2]:.2f}")
+    print(f"{result['cpus']} CPUs; load average before {la[0]:.2f} {la[1]:.2f} {la[2]:.2f}, after "
+          f"{lb[0]:.2f} {lb[1]:.2f} {lb[2]:.2f}")
     for what, said in result["warmups"].items():
         print(f"machine warm-up `python -m {what}`: {said}")
-    print(f"\nmedian (min–max) of {args.rounds} round(s); cold: a fresh home, machine caches warm; cached: the same home again\n")
+    print(f"\nmedian (min–max) of {args.rounds} round(s); cold: a fresh home, machine caches warm; cached: "
+          "the same home again\n")
     print("| lane | toolkit | cold wall | cold CPU | cached wall | cached CPU | same sha256 every round |")
     print("| --- | --- | ---: | ---: | ---: | ---: | --- |")
     for r in result["lanes"]:
@@ -217,8 +232,10 @@ def main() -> int:
     elif sb:
         print("\n| /bin/true | median | p90 |\n| --- | --- | --- |")
         print(f"| subprocess.run | {sb['plain_ms']:.1f} ms | |")
-        print(f"| Sandbox().run (namespaces + seccomp) | {sb['sandbox_ms']:.1f} ms | {sb['sandbox_p90_ms']:.1f} ms |")
-        print(f"| Sandbox(seccomp=False).run | {sb['sandbox_no_seccomp_ms']:.1f} ms | {sb['sandbox_no_seccomp_p90_ms']:.1f} ms |")
+        print(f"| Sandbox().run (namespaces + seccomp) | {sb['sandbox_ms']:.1f} ms | "
+              f"{sb['sandbox_p90_ms']:.1f} ms |")
+        print(f"| Sandbox(seccomp=False).run | {sb['sandbox_no_seccomp_ms']:.1f} ms | "
+              f"{sb['sandbox_no_seccomp_p90_ms']:.1f} ms |")
     return 0
 
 

@@ -44,12 +44,15 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         with tarfile.open(tarball) as tf:
-            members = [m for m in tf.getmembers() if m.name.startswith(("tests/tests2/", "./tests/tests2/")) and m.isfile()]
+            members = [m for m in tf.getmembers()
+                       if m.name.startswith(("tests/tests2/", "./tests/tests2/")) and m.isfile()]
             tf.extractall(root, members=members, filter="data")
         src = next(root.glob("**/tests/tests2"))
         rt = Runtime.open(plugins=["lane-c-wasm", "wasmtime"], home=root / "home")
         lane = CWasmLane(home=root / "home", guests=guest.runner(rt))
-        manifest = parse("#+TITLE: t\n#+TOOLKIT: t\n#+VERSION: 1.0.0\n#+STATUS: stable\n#+TAGLINE: t\n\n* t :toolkit:\n  :PROPERTIES:\n  :ID: t\n  :STATUS: stable\n  :END:\n", root / "t" / "manifest.org")
+        manifest = parse("#+TITLE: t\n#+TOOLKIT: t\n#+VERSION: 1.0.0\n#+STATUS: stable\n#+TAGLINE: t\n\n* t "
+                         ":toolkit:\n  :PROPERTIES:\n  :ID: t\n  :STATUS: stable\n  :END:\n",
+                         root / "t" / "manifest.org")
         t0 = time.perf_counter()
         for c in sorted(src.glob("[0-9]*_*.c")):
             name = c.stem
@@ -58,15 +61,20 @@ def main() -> int:
                 continue
             out = root / "out" / name
             try:
-                built = lane.build(BuildRequest(manifest=manifest, source=ResolvedSource(digest="x", dir=src, entry=c.name), outdir=out, flags=FLAGS.get(name, ())))
+                built = lane.build(BuildRequest(manifest=manifest,
+                                                source=ResolvedSource(digest="x", dir=src, entry=c.name),
+                                                outdir=out, flags=FLAGS.get(name, ())))
             except BuildFailed as exc:
                 text = exc.log.split("\n", 1)[-1]
-                results[name] = "pass" if _norm(text, src) == _norm(expect.read_text(errors="replace"), src) else "compile-fail"
+                results[name] = ("pass" if _norm(text, src) == _norm(expect.read_text(errors="replace"), src)
+                                 else "compile-fail")
                 continue
             mod = lane.guests.module(built.artifact.read_bytes())
-            res = guest.run(mod, [name, *ARGS.get(name, [])], preopens=[guest.Preopen(src, "/src")], limits=guest.GuestLimits(timeout_s=20))
+            res = guest.run(mod, [name, *ARGS.get(name, [])], preopens=[guest.Preopen(src, "/src")],
+                            limits=guest.GuestLimits(timeout_s=20))
             got = (built.log.split("\n", 1)[-1] + (res.stdout + res.stderr).decode(errors="replace"))
-            results[name] = "pass" if _norm(got, src) == _norm(expect.read_text(errors="replace"), src) else ("timeout" if res.timed_out else "wrong-output")
+            results[name] = ("pass" if _norm(got, src) == _norm(expect.read_text(errors="replace"), src)
+                             else ("timeout" if res.timed_out else "wrong-output"))
         seconds = time.perf_counter() - t0
     passed = sum(1 for v in results.values() if v == "pass")
     summary = {"tests": len(results), "passed": passed, "seconds": round(seconds, 1),

@@ -141,8 +141,8 @@ def main() -> int:
           f"(min {min(cmd_ratio):.2f}, max {max(cmd_ratio):.2f}); budget ≤ 1.15x")
     print(f"kernel_call / kernel handle (CPU, per round): median {statistics.median(k_ratio):.2f}x "
           f"(min {min(k_ratio):.2f}, max {max(k_ratio):.2f}); budget ≤ 1.5x")
-    print(f"kernel_call rate: {k_rate:,.0f} calls/s of wall time, {k_cpu_rate:,.0f} per CPU-second (median round); "
-          "budget ≥ 200,000 on an idle core (where wall ≈ CPU)")
+    print(f"kernel_call rate: {k_rate:,.0f} calls/s of wall time, {k_cpu_rate:,.0f} per CPU-second (median "
+          "round); budget ≥ 200,000 on an idle core (where wall ≈ CPU)")
     return 0
 
 

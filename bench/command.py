@@ -42,14 +42,16 @@ def main() -> int:
     env = dict(os.environ, WB_HOME=home)
 
     def one_process() -> None:
-        out = subprocess.run([wbx, "run", "upper"], input=STDIN, capture_output=True, env=env, check=True).stdout
+        out = subprocess.run([wbx, "run", "upper"], input=STDIN, capture_output=True, env=env,
+                             check=True).stdout
         assert out == STDIN.upper()
 
     procs = summary(timed(one_process, args.procs, warm=2))
 
     print(f"command call, 1 KiB stdin, builtin `upper` (a WAT-built WASI command), {machine()}")
     rows = []
-    for name, s in (("in-process, lean path (Runtime.call)", lean), ("in-process, public wasmtime-py API", public),
+    for name, s in (("in-process, lean path (Runtime.call)", lean),
+                    ("in-process, public wasmtime-py API", public),
                     ("fresh `wbx run` process per call", procs)):
         rows.append([name, f"{s['median'] * 1e6:,.0f}", f"{s['p10'] * 1e6:,.0f}", f"{s['p90'] * 1e6:,.0f}",
                      f"{procs['median'] / s['median']:,.0f}x" if s is not procs else "1x"])

@@ -65,7 +65,8 @@ def _port() -> int:
 def ms(samples: list[float]) -> str:
     s = sorted(samples)
     p95 = s[min(len(s) - 1, int(len(s) * 0.95))]
-    return f"median {statistics.median(s) * 1000:7.1f} ms  p95 {p95 * 1000:7.1f} ms  max {s[-1] * 1000:7.1f} ms"
+    return (f"median {statistics.median(s) * 1000:7.1f} ms  p95 {p95 * 1000:7.1f} ms  "
+            f"max {s[-1] * 1000:7.1f} ms")
 
 
 def main() -> int:
@@ -102,13 +103,16 @@ def main() -> int:
         try:
             with httpx.Client(base_url=url, timeout=60) as c:
                 page = c.get("/console/login")
-                login_csrf = re.search(r'name="login_csrf" value="([^"]*)"', page.text).group(1)  # type: ignore[union-attr]
-                assert c.post("/console/login", data={"login_csrf": login_csrf, "token": TOKEN}).status_code == 303
+                login_csrf = re.search(r'name="login_csrf" value="([^"]*)"',
+                                       page.text).group(1)  # type: ignore[union-attr]
+                assert c.post("/console/login",
+                              data={"login_csrf": login_csrf, "token": TOKEN}).status_code == 303
                 first = c.get("/console/audit").text
                 older = re.search(r'before=(\d+)" rel="next"', first)
                 mid = args.audit // 2
                 targets = {
-                    "floor: GET /v1/audit?tail=1 (API, bearer)": ("/v1/audit?tail=1", {"authorization": f"Bearer {TOKEN}"}),
+                    "floor: GET /v1/audit?tail=1 (API, bearer)": ("/v1/audit?tail=1",
+                                                                  {"authorization": f"Bearer {TOKEN}"}),
                     "floor: GET /console/static/console.js": ("/console/static/console.js", {}),
                     "toolkits, page 1 of 20": ("/console/toolkits", {}),
                     "toolkits, page 20 of 20": ("/console/toolkits?page=20", {}),
@@ -117,13 +121,15 @@ def main() -> int:
                     "audit, newest 50": ("/console/audit", {}),
                     "audit, next page": (f"/console/audit?before={older.group(1) if older else mid}", {}),
                     f"audit, page at seq {mid}": (f"/console/audit?before={mid}", {}),
-                    "audit, filtered toolkit+cap+outcome": ("/console/audit?toolkit=tk0007&cap=fs&outcome=denied", {}),
+                    "audit, filtered toolkit+cap+outcome":
+                        ("/console/audit?toolkit=tk0007&cap=fs&outcome=denied", {}),
                     "audit, filter matching nothing (scan cap)": ("/console/audit?toolkit=nosuch", {}),
                     "sessions": ("/console/sessions", {}),
                     "pipelines": ("/console/pipelines", {}),
                 }
                 worst = 0.0
-                print(f"\n{args.runs} loads each (after 3 warm-ups), keep-alive client, 2-core shared machine:")
+                print(f"\n{args.runs} loads each (after 3 warm-ups), keep-alive client, 2-core shared "
+                      "machine:")
                 for name, (path, headers) in targets.items():
                     for _ in range(3):
                         r = c.get(path, headers=headers)
@@ -137,7 +143,8 @@ def main() -> int:
                     if not name.startswith("floor"):
                         worst = max(worst, statistics.median(samples))
                     print(f"  {name:45s} {ms(samples)}")
-                print(f"\nslowest page median: {worst * 1000:.1f} ms (target < 300 ms): {'ok' if worst < 0.3 else 'OVER'}")
+                print(f"\nslowest page median: {worst * 1000:.1f} ms (target < 300 ms): "
+                      f"{'ok' if worst < 0.3 else 'OVER'}")
                 return 0 if worst < 0.3 else 1
         finally:
             uv.should_exit = True

@@ -22,7 +22,8 @@ from wbcore_testing.fixtures import write_toolkit
 
 
 def _median_ms(samples: list[float]) -> str:
-    return f"{statistics.median(samples) * 1000:8.1f} ms (min {min(samples) * 1000:.1f}, max {max(samples) * 1000:.1f})"
+    return (f"{statistics.median(samples) * 1000:8.1f} ms (min {min(samples) * 1000:.1f}, "
+            f"max {max(samples) * 1000:.1f})")
 
 
 def generate(root: Path, n: int) -> None:
@@ -65,9 +66,12 @@ def main() -> int:
         env_small = dict(env, WB_TOOLKITS_ROOT=str(small))
         wall([wbx, "--help"], env, 2)  # warm the entry-point cache and the page cache
         print(f"discover {args.toolkits} toolkits (manifests + skill index): {_median_ms(times)}")
-        print(f"wbx --help:                                 {_median_ms(wall([wbx, '--help'], env, args.runs))}")
-        print(f"wbx toolkit list (10 toolkits):             {_median_ms(wall([wbx, 'toolkit', 'list'], env_small, args.runs))}")
-        print(f"wbx toolkit list ({args.toolkits} toolkits):         {_median_ms(wall([wbx, 'toolkit', 'list'], env, args.runs))}")
+        print("wbx --help:                                 "
+              f"{_median_ms(wall([wbx, '--help'], env, args.runs))}")
+        print("wbx toolkit list (10 toolkits):             "
+              f"{_median_ms(wall([wbx, 'toolkit', 'list'], env_small, args.runs))}")
+        print(f"wbx toolkit list ({args.toolkits} toolkits):         "
+              f"{_median_ms(wall([wbx, 'toolkit', 'list'], env, args.runs))}")
         base = wall([sys.executable, "-c", "pass"], env, args.runs)
         print(f"python -c pass (interpreter floor):         {_median_ms(base)}")
     return 0

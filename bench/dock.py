@@ -120,8 +120,8 @@ def main() -> None:
         keep.append(noop)
         store = wasmtime.Store(engine)
         linker = wasmtime.Linker(engine)
-        err = ffi.wasmtime_linker_define_func_unchecked(linker.ptr(), b"wb", 2, b"kv", 2, ty.ptr(), noop, None,
-                                                        ctypes.CFUNCTYPE(None, ctypes.c_void_p)(0))
+        err = ffi.wasmtime_linker_define_func_unchecked(linker.ptr(), b"wb", 2, b"kv", 2, ty.ptr(), noop,
+                                                        None, ctypes.CFUNCTYPE(None, ctypes.c_void_p)(0))
         assert not err
         inst = linker.instantiate(store, wasmtime.Module(engine, guest("kv", kv_req)))
         f = inst.exports(store)["loop"]
@@ -150,12 +150,16 @@ def main() -> None:
     rows.append(("bare import + read req / write 16 B", per_call(bare_loop(True), n, rounds)))
     rows.append(("wb.kv get (full Dock path)", per_call(dock_loop("kv", kv_req), n, rounds)))
     rows.append(("wb.vfs read (full Dock path)", per_call(dock_loop("vfs", vfs_req), n, rounds)))
-    rows.append(("Dock.call kv get from Python", per_call(lambda k: [dock.call(ctx, "kv", "get", {"key": "k"}) for _ in range(k)], n // 4, rounds)))
-    rows.append(("Dock.call vfs read from Python", per_call(lambda k: [dock.call(ctx, "vfs", "read", {"path": "f.txt"}) for _ in range(k)], n // 4, rounds)))
+    rows.append(("Dock.call kv get from Python",
+                 per_call(lambda k: [dock.call(ctx, "kv", "get", {"key": "k"}) for _ in range(k)],
+                          n // 4, rounds)))
+    rows.append(("Dock.call vfs read from Python",
+                 per_call(lambda k: [dock.call(ctx, "vfs", "read", {"path": "f.txt"}) for _ in range(k)],
+                          n // 4, rounds)))
     print(machine())
     print(f"{n} calls per round, median of {rounds} rounds; audit on (batched, no fsync), SQLite WAL\n")
-    table([[name, f"{t * 1e6:,.2f} µs", f"{c * 1e6:,.2f} µs ({lo * 1e6:,.2f}–{hi * 1e6:,.2f})", f"{c / bare_row[1]:,.1f}x",
-            f"{1 / t:,.0f}/s"] for name, (t, c, lo, hi) in rows],
+    table([[name, f"{t * 1e6:,.2f} µs", f"{c * 1e6:,.2f} µs ({lo * 1e6:,.2f}–{hi * 1e6:,.2f})",
+            f"{c / bare_row[1]:,.1f}x", f"{1 / t:,.0f}/s"] for name, (t, c, lo, hi) in rows],
           ["path", "wall per call", "CPU per call (min–max)", "CPU vs bare import", "rate"])
     print(f"\nN = {n} calls per round ({n // 4} for the Python rows), {rounds} rounds; {machine()}")
     assert audit_read.verify(dock.audit) == []

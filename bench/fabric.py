@@ -1,6 +1,7 @@
 """The fabric on one machine: how it scales with width and with the number of inputs.
 
-    .venv/bin/python bench/fabric.py [--rounds 2] [--kernel-n 1000000] [--max-n 100000] [--only kernel] [--api both|map|map_chunks]
+    .venv/bin/python bench/fabric.py [--rounds 2] [--kernel-n 1000000] [--max-n 100000] [--only kernel]
+        [--api both|map|map_chunks]
 
 1. A CPU-bound command (~30 ms of wasm per call) over 64 inputs, local engine, width 1 vs 2
    (worker start-up included: it is part of what a user waits for). Target on 2 idle cores: >= 1.8x.
@@ -86,7 +87,8 @@ def main() -> None:
     ap.add_argument("--kernel-n", type=int, default=1_000_000)
     ap.add_argument("--max-n", type=int, default=100_000)
     ap.add_argument("--burn", type=int, default=60_000_000, help="iterations per CPU-bound call")
-    ap.add_argument("--ray", action="store_true", help="also measure the ray engine on a 2-node local cluster")
+    ap.add_argument("--ray", action="store_true",
+                    help="also measure the ray engine on a 2-node local cluster")
     ap.add_argument("--ray-n", type=int, default=100_000)
     ap.add_argument("--only", choices=["kernel", "ray"], help="run only this part")
     ap.add_argument("--api", choices=["both", "map", "map_chunks"], default="both",
@@ -118,8 +120,8 @@ def main() -> None:
         w1.append(_run(rt, "burn", [{}] * 64, width=1)[0])
         w2.append(_run(rt, "burn", [{}] * 64, width=2)[0])
     if w1:
-        rows.append(["64 × burn, local", f"{min(w1):.2f} s", f"{min(w2):.2f} s", f"{min(w1) / min(w2):.2f}x", "",
-                     machine()])
+        rows.append(["64 × burn, local", f"{min(w1):.2f} s", f"{min(w2):.2f} s", f"{min(w1) / min(w2):.2f}x",
+                     "", machine()])
 
     data = [b"hello fab %06d" % i for i in range(1000)]  # 16 bytes each
     n = args.kernel_n
@@ -141,10 +143,10 @@ def main() -> None:
         t1, t2 = min(r[0] for r in one), min(r[0] for r in two)
         f1, f2 = min(r[1] for r in one), min(r[1] for r in two)
         p1, p2 = min(r[2] for r in one), min(r[2] for r in two)
-        rows.append([f"{n:,} kernel calls, local, {api}", f"{n / t1:,.0f}/s", f"{n / t2:,.0f}/s", f"{t1 / t2:.2f}x",
-                     f"{p1 / n * 1e6:.3f} / {p2 / n * 1e6:.3f} µs", machine()])
-        rows.append(["  same, after the first result", f"{n / f1:,.0f}/s", f"{n / f2:,.0f}/s", f"{f1 / f2:.2f}x", "",
-                     machine()])
+        rows.append([f"{n:,} kernel calls, local, {api}", f"{n / t1:,.0f}/s", f"{n / t2:,.0f}/s",
+                     f"{t1 / t2:.2f}x", f"{p1 / n * 1e6:.3f} / {p2 / n * 1e6:.3f} µs", machine()])
+        rows.append(["  same, after the first result", f"{n / f1:,.0f}/s", f"{n / f2:,.0f}/s",
+                     f"{f1 / f2:.2f}x", "", machine()])
     table(rows, ["what", "width 1", "width 2", "speed-up", "parent CPU per input (w1 / w2)", "machine after"])
     if args.only == "kernel":
         return None
@@ -155,12 +157,13 @@ def main() -> None:
     blob = b"x" * 1000
     base = peak = _rss_mib()
     t0 = time.perf_counter()
-    for i, _r in enumerate(fabric.map(rt, "kup", (blob + b"%06d" % j for j in range(n)), kind="kernel", width=2)):
+    for i, _r in enumerate(fabric.map(rt, "kup", (blob + b"%06d" % j for j in range(n)), kind="kernel",
+                                      width=2)):
         if i % 2000 == 0:
             peak = max(peak, _rss_mib())
     el = time.perf_counter() - t0
-    print(f"\n100,000 × 1 KiB kernel inputs streamed in {el:.1f} s: parent RSS {base:.0f} MiB → peak {peak:.0f} MiB "
-          f"(growth {peak - base:.0f} MiB; {machine()})")
+    print(f"\n100,000 × 1 KiB kernel inputs streamed in {el:.1f} s: parent RSS {base:.0f} MiB → peak "
+          f"{peak:.0f} MiB (growth {peak - base:.0f} MiB; {machine()})")
 
     rows = []
     for count in (1_000, 10_000, 100_000):
@@ -172,7 +175,8 @@ def main() -> None:
         rows.append([f"{count:,}", f"{th:.2f} s ({th / count * 1e6:.0f} µs/call)",
                      f"{pr:.2f} s ({pr / count * 1e6:.0f} µs/call)", f"{th / pr:.2f}x", machine()])
     print()
-    table(rows, ["short calls", "threads, width 2", "processes, width 2", "processes faster by", "machine after"])
+    table(rows,
+          ["short calls", "threads, width 2", "processes, width 2", "processes faster by", "machine after"])
     if args.ray:
         _ray(rt, args)
     return None
@@ -199,8 +203,10 @@ def _ray(rt, args) -> None:
         rows.append(["local, width 2, adaptive", f"{n / el:,.0f}/s", f"{n / STEADY[-1]:,.0f}/s", machine()])
         for batch in (1, 64, 512, 4096, None):
             count = min(n, 2000) if batch == 1 else n
-            el, _ = _run(rt, "kup", islice(cycle(data), count), kind="kernel", width=2, engine="ray", batch=batch)
-            label = f"ray, width 2, {batch or 'adaptive'} per call" + (f" ({count:,} inputs)" if count != n else "")
+            el, _ = _run(rt, "kup", islice(cycle(data), count), kind="kernel", width=2, engine="ray",
+                         batch=batch)
+            label = (f"ray, width 2, {batch or 'adaptive'} per call"
+                     + (f" ({count:,} inputs)" if count != n else ""))
             per_call = f" · {STEADY[-1] / count * 2 * 1e3:.2f} ms per call" if batch == 1 else ""
             rows.append([label, f"{count / el:,.0f}/s", f"{count / STEADY[-1]:,.0f}/s{per_call}", machine()])
         print(f"\n{n:,} kernel calls (16 B) on the 2-node cluster:")

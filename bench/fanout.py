@@ -72,7 +72,8 @@ def throughput(width: int, seconds: float, make_work) -> tuple[float, float]:  #
     ours = cpu * os.sysconf("SC_CLK_TCK")
     busy, total = m1[0] - m0[0], m1[1] - m0[1]
     LOG.append(f"{width} thread(s): this process used {cpu / el:.2f} cores; the rest of the machine "
-               f"kept {max(0.0, (busy - ours) / total * (os.cpu_count() or 1)) if total else 0:.2f} cores busy")
+               f"kept {max(0.0, (busy - ours) / total * (os.cpu_count() or 1)) if total else 0:.2f} "
+               "cores busy")
     return sum(counts) / el, cpu / el
 
 

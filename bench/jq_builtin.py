@@ -4,7 +4,8 @@
 
 Each build opens a fresh ``WB_HOME`` (no build cache) and registers the built-in, which
 compiles it with the c lane in the build sandbox; then ``jq -c .a`` on a tiny document is
-timed: the first call (which compiles the module to machine code) and the next ones. Needs the sources fetched (``python -m wbcore_lane_zig fetch-jq``).
+timed: the first call (which compiles the module to machine code) and the next ones. Needs the
+sources fetched (``python -m wbcore_lane_zig fetch-jq``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ def main() -> None:
     args = ap.parse_args()
     from wbcore_runtime.runtime import Runtime
 
-    env = {"PATH": os.environ.get("PATH", ""), **{k: v for k, v in os.environ.items() if k in ("WB_ZIG_CACHE", "WB_JQ_CACHE")}}
+    env = {"PATH": os.environ.get("PATH", ""),
+           **{k: v for k, v in os.environ.items() if k in ("WB_ZIG_CACHE", "WB_JQ_CACHE")}}
     for i in range(args.builds):
         home = tempfile.mkdtemp(prefix="wb-bench-jq-")
         try:
@@ -42,7 +44,8 @@ def main() -> None:
                 assert res.exit_code == 0 and res.stdout == b"1\n", res
             per_call = (time.perf_counter() - t) / args.calls
             print(f"build {i}: {wall:.1f}s wall, {cpu:.1f}s compiler CPU, module {size} bytes; "
-                  f"`jq -c .a` first call {first:.2f}s, then {per_call * 1000:.1f} ms/call (load {os.getloadavg()[0]:.1f})")
+                  f"`jq -c .a` first call {first:.2f}s, then {per_call * 1000:.1f} ms/call (load "
+                  f"{os.getloadavg()[0]:.1f})")
         finally:
             shutil.rmtree(home, ignore_errors=True)
 

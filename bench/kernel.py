@@ -9,8 +9,8 @@ Rows per size:
 - wb kernel, public API: the same through wasmtime-py's public ``Func``/``Memory`` calls;
 - Extism: the same transform as an Extism plugin (bench/guests/crc32_extism.wat) through
   the Extism Python SDK (``pip install extism==1.1.1``; skipped with the reason if absent).
-Each figure is the best of ``--rounds`` interleaved rounds. Targets (issue 3): >= 250,000 calls/s at 64 B; >= 5x Extism; at 1 MiB within 1.2x of the
-guest's own compute time.
+Each figure is the best of ``--rounds`` interleaved rounds. Targets (issue 3): >= 250,000 calls/s
+at 64 B; >= 5x Extism; at 1 MiB within 1.2x of the guest's own compute time.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ROOT, fresh_runtime, loop_rate, machine, table
 
-NOOP = '(module (memory (export "memory") 2) (func (export "process") (param i32) (result i32) (i32.const 0)))'
+NOOP = ('(module (memory (export "memory") 2) (func (export "process") (param i32) (result i32) '
+        '(i32.const 0)))')
 SIZES = [("64 B", 64), ("4 KiB", 4096), ("1 MiB", 1 << 20)]
 
 
@@ -87,9 +88,11 @@ def main() -> int:
             runs["lean"].append(loop_rate(lambda d=data: lean.call(d), secs, batch))
             runs["pub"].append(loop_rate(lambda d=data: public.call(d), secs, max(1, batch // 10)))
             if ext is not None:
-                runs["ext"].append(loop_rate(lambda e=ext, d=data: e.call("crc32", d), secs, max(1, batch // 10)))
+                runs["ext"].append(loop_rate(lambda e=ext, d=data: e.call("crc32", d), secs,
+                                             max(1, batch // 10)))
         med = {k: (max(v) if v else None) for k, v in runs.items()}
-        r_floor, r_compute, r_lean, r_pub, r_ext = med["floor"], med["compute"], med["lean"], med["pub"], med["ext"]
+        r_floor, r_compute, r_lean, r_pub, r_ext = (med["floor"], med["compute"], med["lean"], med["pub"],
+                                                    med["ext"])
         for name, r in (("raw call floor (no-op entry)", r_floor), ("guest compute (entry only)", r_compute),
                         ("wb kernel, lean path", r_lean), ("wb kernel, public API", r_pub),
                         ("Extism Python SDK", r_ext)):
@@ -99,12 +102,15 @@ def main() -> int:
             vs = f"{r_lean / r_ext:.1f}x" if r_ext and name == "wb kernel, lean path" else ""
             rows.append([label, name, f"{r:,.0f}", f"{1e6 / r:,.2f}", vs])
         if n == 64:
-            verdicts.append(f">= 250,000 calls/s at 64 B: {'met' if r_lean >= 250_000 else 'MISSED'} ({r_lean:,.0f})")
+            verdicts.append(f">= 250,000 calls/s at 64 B: {'met' if r_lean >= 250_000 else 'MISSED'} "
+                            f"({r_lean:,.0f})")
             if r_ext:
-                verdicts.append(f">= 5x Extism at 64 B: {'met' if r_lean / r_ext >= 5 else 'MISSED'} ({r_lean / r_ext:.1f}x)")
+                verdicts.append(f">= 5x Extism at 64 B: {'met' if r_lean / r_ext >= 5 else 'MISSED'} "
+                                f"({r_lean / r_ext:.1f}x)")
         if n == 1 << 20:
             ratio = r_compute / r_lean
-            verdicts.append(f"1 MiB within 1.2x of guest compute: {'met' if ratio <= 1.2 else 'MISSED'} ({ratio:.2f}x)")
+            verdicts.append(f"1 MiB within 1.2x of guest compute: {'met' if ratio <= 1.2 else 'MISSED'} "
+                            f"({ratio:.2f}x)")
     table(rows, ["input", "path", "calls/s", "µs/call", "lean vs Extism"])
     print("targets: " + "; ".join(verdicts))
     for k in (lean, noop, public):

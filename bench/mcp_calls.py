@@ -69,8 +69,8 @@ def stdio_run(env: dict[str, str], *, lean: bool, n: int, profile: str | None = 
         script.write_text("from wbcore_runtime.cli.app import run\nrun()\n")
         cmd = [sys.executable, "-m", "cProfile", "-o", profile, str(script), "mcp", "serve",
                *([] if lean else ["--sdk-only"])]
-    proc = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            bufsize=0)
+    proc = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, bufsize=0)
     rid = 0
 
     def rpc(method: str, params: dict[str, Any] | None = None, *, note: bool = False) -> Any:
@@ -94,7 +94,8 @@ def stdio_run(env: dict[str, str], *, lean: bool, n: int, profile: str | None = 
                     raise RuntimeError(got["error"])
                 return got["result"]
 
-    rpc("initialize", {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}})
+    rpc("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
+                       "clientInfo": {"name": "bench", "version": "0"}})
     rpc("notifications/initialized", note=True)
     rpc("tools/list")
     for _ in range(50):
@@ -128,8 +129,8 @@ def http_server(env: dict[str, str], *, lean: bool) -> tuple[subprocess.Popen[by
     import socket
 
     port = _free_port()
-    proc = subprocess.Popen([*SERVE, "--http", "--port", str(port), *([] if lean else ["--sdk-only"])], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen([*SERVE, "--http", "--port", str(port), *([] if lean else ["--sdk-only"])],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     while True:
         try:
@@ -151,7 +152,8 @@ def handshake(port: int) -> str:
     url = f"http://127.0.0.1:{port}/mcp"
     with httpx2.Client(timeout=30) as c:
         r = c.post(url, headers=HEADERS, json={"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}})
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "bench", "version": "0"}}})
         sid = r.headers["mcp-session-id"]
         session = {**HEADERS, "mcp-session-id": sid, "mcp-protocol-version": "2025-11-25"}
         c.post(url, headers=session, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
@@ -165,8 +167,9 @@ async def raw_client(port: int, sid: str, stop: float, lat: list[float]) -> int:
     n = 0
     while time.perf_counter() < stop:
         body = json.dumps({"jsonrpc": "2.0", "id": n + 1, "method": "tools/call", "params": CALL}).encode()
-        head = (f"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\naccept: application/json, text/event-stream\r\n"
-                f"content-type: application/json\r\nmcp-session-id: {sid}\r\nmcp-protocol-version: 2025-11-25\r\n"
+        head = (f"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\n"
+                "accept: application/json, text/event-stream\r\ncontent-type: application/json\r\n"
+                f"mcp-session-id: {sid}\r\nmcp-protocol-version: 2025-11-25\r\n"
                 f"content-length: {len(body)}\r\n\r\n").encode()
         t = time.perf_counter()
         writer.write(head + body)
@@ -191,7 +194,8 @@ async def sdk_client(port: int, sid: str, stop: float, lat: list[float]) -> int:
     async with httpx2.AsyncClient(timeout=30) as c:
         while time.perf_counter() < stop:
             t = time.perf_counter()
-            r = await c.post(f"http://127.0.0.1:{port}/mcp", json={"jsonrpc": "2.0", "id": n + 1, "method": "tools/call",
+            r = await c.post(f"http://127.0.0.1:{port}/mcp",
+                             json={"jsonrpc": "2.0", "id": n + 1, "method": "tools/call",
                                                                   "params": CALL},
                              headers={**HEADERS, "mcp-session-id": sid, "mcp-protocol-version": "2025-11-25"})
             lat.append(time.perf_counter() - t)
@@ -234,10 +238,11 @@ def main() -> int:
     home = Path(os.environ.get("WB_BENCH_HOME") or tempfile.mkdtemp(prefix="wb-bench-mcp-"))
     rt = Runtime.open(home=home, roots=[ROOT / "toolkits"])
     build(rt, "b64")
-    env = {"WB_HOME": str(home), "WB_TOOLKITS_ROOT": str(ROOT / "toolkits"), "PATH": os.environ.get("PATH", "")}
+    env = {"WB_HOME": str(home), "WB_TOOLKITS_ROOT": str(ROOT / "toolkits"),
+           "PATH": os.environ.get("PATH", "")}
     load0 = os.getloadavg()
-    print(f"load average before: {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f} on {os.cpu_count()} CPUs; N={N}, "
-          f"HTTP {SECONDS:.0f} s per row")
+    print(f"load average before: {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f} on {os.cpu_count()} CPUs; "
+          f"N={N}, HTTP {SECONDS:.0f} s per row")
 
     provider = tools.service(rt).provider()
     c0 = own_cpu()
@@ -248,20 +253,24 @@ def main() -> int:
     http = {(lean, c): http_run(env, lean=lean, clients=c) for lean in (True, False) for c in (1, 8)}
     load1 = os.getloadavg()
 
-    rows = [["in-process provider.call_json (floor)", ms(floor["median"]), ms(floor["p90"]), "-", ms(floor_cpu), "-"]]
+    rows = [["in-process provider.call_json (floor)", ms(floor["median"]), ms(floor["p90"]), "-",
+             ms(floor_cpu), "-"]]
     for lean in (True, False):
         r = stdio[lean]
         rows.append([f"stdio tools/call, {'lean' if lean else 'SDK only'}", ms(r["median"]), ms(r["p90"]),
                      f"{r['rate']:,.0f}", ms(r["server_cpu"]), ms(r["client_cpu"])])
     for (lean, c), r in http.items():
         rows.append([f"HTTP tools/call, {c} client{'s' if c > 1 else ''}, {'lean' if lean else 'SDK only'}",
-                     ms(r["median"]), ms(r["p90"]), f"{r['rate']:,.0f}", ms(r["server_cpu"]), ms(r["client_cpu"])])
+                     ms(r["median"]), ms(r["p90"]), f"{r['rate']:,.0f}", ms(r["server_cpu"]),
+                     ms(r["client_cpu"])])
     table(rows, ["b64 of 5 bytes", "median", "p90", "calls/s", "server CPU/call", "client CPU/call"])
     gap = stdio[True]["median"] - floor["median"]
     print(f"\nstdio adds {gap * 1e3:.3f} ms to the in-process call (budget ≤ 0.5 ms on an idle core: "
-          f"{'met' if gap <= 0.0005 else 'NOT met'} here); SDK-only adds {(stdio[False]['median'] - floor['median']) * 1e3:.3f} ms")
+          f"{'met' if gap <= 0.0005 else 'NOT met'} here); SDK-only adds "
+          f"{(stdio[False]['median'] - floor['median']) * 1e3:.3f} ms")
     rate = http[(True, 8)]["rate"]
-    print(f"HTTP, 8 clients: {rate:,.0f} calls/s (budget ≥ 1,000 on 2 cores: {'met' if rate >= 1000 else 'NOT met'} here)")
+    print(f"HTTP, 8 clients: {rate:,.0f} calls/s (budget ≥ 1,000 on 2 cores: "
+          f"{'met' if rate >= 1000 else 'NOT met'} here)")
     print(f"load average after: {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}")
 
     if "--profile" in sys.argv:

@@ -85,7 +85,8 @@ def write_trail(home: Path, mb: int) -> int:
     return seq
 
 
-def _start(args: list[str], env: dict[str, str], port: int, host: str = "127.0.0.1") -> subprocess.Popen[bytes]:
+def _start(args: list[str], env: dict[str, str], port: int,
+           host: str = "127.0.0.1") -> subprocess.Popen[bytes]:
     proc = subprocess.Popen([*SERVE, *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 60
     while True:
@@ -95,7 +96,8 @@ def _start(args: list[str], env: dict[str, str], port: int, host: str = "127.0.0
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
                 proc.kill()
-                raise RuntimeError(f"server did not start: {proc.stderr.read().decode()[-2000:] if proc.stderr else ''}") from None
+                raise RuntimeError("server did not start: "
+                                   f"{proc.stderr.read().decode()[-2000:] if proc.stderr else ''}") from None
             time.sleep(0.1)
 
 
@@ -135,8 +137,9 @@ def _raw(port: int, data: bytes, source: str, drip: float = 0.0, deadline: float
 
 
 def _post(path: str, host: str, body: bytes, extra: str = "") -> bytes:
-    return (f"POST {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\n"
-            f"Accept: application/json, text/event-stream\r\n{extra}Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    return (f"POST {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {TOKEN}\r\n"
+            "Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"
+            f"{extra}Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
             ).encode() + body
 
 
@@ -144,13 +147,16 @@ def _hostile(stop: threading.Event, engine: int, mcp: int, seen: dict[str, int])
     """Slowloris drips, deep and oversized JSON and garbage, in turn, until ``stop``."""
     kinds = [
         ("engine-deep", lambda: _raw(engine, _post("/v1/calls/x", "127.0.0.1", DEEP), "127.0.0.40")),
-        ("engine-huge", lambda: _raw(engine, _post("/v1/calls/x", "127.0.0.1", b"[" + b"1," * (3 << 20) + b"1]"),
+        ("engine-huge",
+         lambda: _raw(engine, _post("/v1/calls/x", "127.0.0.1", b"[" + b"1," * (3 << 20) + b"1]"),
                                      "127.0.0.40")),
         ("engine-garbage", lambda: _raw(engine, b"\x16\x03\x01garbage\r\n\r\n", "127.0.0.40")),
-        ("engine-drip", lambda: _raw(engine, b"GET /v1/toolkits HTTP/1.1\r\nHost: 127.0.0.1\r\n", "127.0.0.41",
+        ("engine-drip",
+         lambda: _raw(engine, b"GET /v1/toolkits HTTP/1.1\r\nHost: 127.0.0.1\r\n", "127.0.0.41",
                                      drip=0.5, deadline=3)),
         ("mcp-deep", lambda: _raw(mcp, _post("/mcp", "127.0.0.1", DEEP), "127.0.0.40")),
-        ("mcp-huge", lambda: _raw(mcp, _post("/mcp", "127.0.0.1", b'{"x":"' + b"a" * (5 << 20) + b'"}'), "127.0.0.40")),
+        ("mcp-huge",
+         lambda: _raw(mcp, _post("/mcp", "127.0.0.1", b'{"x":"' + b"a" * (5 << 20) + b'"}'), "127.0.0.40")),
         ("mcp-garbage", lambda: _raw(mcp, b"NOT HTTP AT ALL\r\n\r\n", "127.0.0.40")),
     ]
     i = 0
@@ -215,16 +221,18 @@ def soak(*, seconds: float = 20.0, silent: int = 300, sse: int = 300, trail_mb: 
             assert head.startswith(b"HTTP/1.1 200"), head
         held += _hold(mp, [f"127.0.0.{30 + i}" for i in range(2)], silent // 3, None)
         for sess in sessions:  # each session's standalone SSE stream, held
-            held += _hold(mp, ["127.0.0.35"], 1, ("GET /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n"
-                                                 + "".join(f"{k}: {v}\r\n" for k, v in sess.items() if k != "content-type")
-                                                 + "\r\n").encode())
+            held += _hold(mp, ["127.0.0.35"], 1,
+                          ("GET /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n"
+                           + "".join(f"{k}: {v}\r\n" for k, v in sess.items() if k != "content-type")
+                           + "\r\n").encode())
         with httpx.Client(timeout=30) as c:
             t0 = time.monotonic()
             c.get(eu + "/v1/toolkits", headers=auth).raise_for_status()
             out["first_call_s"] = time.monotonic() - t0
 
             stop, seen = threading.Event(), {}
-            hostile = [threading.Thread(target=_hostile, args=(stop, ep, mp, seen), daemon=True) for _ in range(2)]
+            hostile = [threading.Thread(target=_hostile, args=(stop, ep, mp, seen), daemon=True)
+                       for _ in range(2)]
             for t in hostile:
                 t.start()
             lat_e: list[float] = []
@@ -236,7 +244,8 @@ def soak(*, seconds: float = 20.0, silent: int = 300, sse: int = 300, trail_mb: 
                 c.get(eu + "/v1/toolkits", headers=auth).raise_for_status()
                 lat_e.append(time.perf_counter() - t)
                 t = time.perf_counter()
-                r = c.post(mu, json={"jsonrpc": "2.0", "id": n + 10, "method": "ping"}, headers=sessions[n % 3])
+                r = c.post(mu, json={"jsonrpc": "2.0", "id": n + 10, "method": "ping"},
+                           headers=sessions[n % 3])
                 r.raise_for_status()
                 lat_m.append(time.perf_counter() - t)
                 n += 1
@@ -276,12 +285,14 @@ def main() -> None:
     ap.add_argument("--trail-mb", type=int, default=100)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
-    runs = [soak(seconds=a.seconds, silent=a.silent, sse=a.sse, trail_mb=a.trail_mb) for _ in range(max(1, min(a.runs, 10)))]
+    runs = [soak(seconds=a.seconds, silent=a.silent, sse=a.sse, trail_mb=a.trail_mb)
+            for _ in range(max(1, min(a.runs, 10)))]
     if a.json:
         print(json.dumps(runs, indent=1))
         return
-    keys = ["first_call_s", "engine_p50_ms", "engine_p99_ms", "engine_max_ms", "mcp_p50_ms", "mcp_p99_ms", "mcp_max_ms",
-            "engine_rss_start_mb", "engine_rss_mb", "mcp_rss_start_mb", "mcp_rss_mb", "audit_tail_growth_mb"]
+    keys = ["first_call_s", "engine_p50_ms", "engine_p99_ms", "engine_max_ms", "mcp_p50_ms", "mcp_p99_ms",
+            "mcp_max_ms", "engine_rss_start_mb", "engine_rss_mb", "mcp_rss_start_mb", "mcp_rss_mb",
+            "audit_tail_growth_mb"]
     print(f"runs={len(runs)} seconds={a.seconds:g} silent={a.silent} sse={a.sse} trail={a.trail_mb} MiB "
           f"load {runs[0]['load_before']:.1f} -> {runs[-1]['load_after']:.1f}; "
           f"calls per run: engine {[r['engine_calls'] for r in runs]}, mcp {[r['mcp_calls'] for r in runs]}")
@@ -289,7 +300,8 @@ def main() -> None:
     for k in keys:
         vals = [r[k] for r in runs]
         ceiling = CEILINGS.get(k, CEILINGS.get("p99_ms") if k.endswith("p99_ms") else None)
-        print(f"| {k} | {statistics.median(vals):.2f} | {min(vals):.2f} | {max(vals):.2f} | {ceiling if ceiling else ''} |")
+        print(f"| {k} | {statistics.median(vals):.2f} | {min(vals):.2f} | {max(vals):.2f} | "
+              f"{ceiling if ceiling else ''} |")
     print("hostile requests (kind, answer head: count):", json.dumps(runs[-1]["hostile"]))
 
 

@@ -92,7 +92,8 @@ DISCOVER = textwrap.dedent('''
 ''')
 
 
-def run_measured(cmd: list[str], env: dict[str, str], stdin: Path | None = None) -> tuple[float, float, bytes]:
+def run_measured(cmd: list[str], env: dict[str, str],
+                 stdin: Path | None = None) -> tuple[float, float, bytes]:
     """One fresh process: (wall s, user+system CPU s from wait4, stdout)."""
     fin = open(stdin, "rb") if stdin else subprocess.DEVNULL  # noqa: SIM115
     r, w = os.pipe()
@@ -147,7 +148,8 @@ def prepare(tmp: Path, cmds: list[str]) -> tuple[dict[str, str], dict[str, tuple
             builder.build(rt, cmd)
             entry = rt.registry.lookup("command", cmd)
         cwasm = tmp / f"{cmd}.cwasm"
-        cwasm.write_bytes(wasmtime.Module(wasmtime.Engine(), rt.artifacts.path(entry.sha256).read_bytes()).serialize())
+        cwasm.write_bytes(wasmtime.Module(wasmtime.Engine(),
+                                          rt.artifacts.path(entry.sha256).read_bytes()).serialize())
         data = STDIN_FOR.get(cmd, STDIN)
         # `wbx run cmd` with no arguments: the guest's argv is the program alone and its stdin
         # is what wbx read (a stdin1 guest's filter included), as the floor runs it
@@ -191,7 +193,8 @@ def main() -> int:
         cases += [
             ("wbx --help", [WBX, "--help"], None),
             ("wbx toolkit list", [WBX, "toolkit", "list"], None),
-            (f"discover {args.toolkits} (whole process)", [PY, str(tmp / "discover.py"), str(tmp / "home"), str(many)], None),
+            (f"discover {args.toolkits} (whole process)",
+             [PY, str(tmp / "discover.py"), str(tmp / "home"), str(many)], None),
         ]
         # Warm: page cache, byte-code, the entry-point and discovery caches, the compiled module.
         outputs: dict[str, bytes] = {}
@@ -236,10 +239,12 @@ def main() -> int:
             ratio = cpu[name] / cpu[floor]
             good = ratio <= budget
             ok &= good
-            print(f"{name:<20} {ratio:5.2f}x {floor:<32} (budget {budget:.1f}x, CPU medians) {'ok' if good else 'OVER'}")
+            print(f"{name:<20} {ratio:5.2f}x {floor:<32} (budget {budget:.1f}x, CPU medians) "
+                  f"{'ok' if good else 'OVER'}")
         d = statistics.median(disc) * 1e3
         ok &= d <= 300
-        print(f"discover {args.toolkits:<11} {d:6.1f} ms CPU, index warm (budget 300 ms) {'ok' if d <= 300 else 'OVER'}")
+        print(f"discover {args.toolkits:<11} {d:6.1f} ms CPU, index warm (budget 300 ms) "
+              f"{'ok' if d <= 300 else 'OVER'}")
         return 0 if ok else 1
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -31,7 +31,8 @@ prepared first, outside the figure, in ``$WB_MICROVM_CACHE``); ``restored`` is t
 own call path — a new QEMU restored from the snapshot, handshake, exec, teardown —
 ``--microvm-calls`` times per guest (``sha256sum`` of 4 KiB, and a bridged ``wb-cap kv``
 get with wbcore-brokers-state); ``pooled`` is a call that finds a VM the tier's pool restored
-and authenticated ahead of it (the bench waits for the pool between calls). The accelerator (kvm or tcg) is printed with the rows.
+and authenticated ahead of it (the bench waits for the pool between calls). The accelerator (kvm
+or tcg) is printed with the rows.
 """
 
 from __future__ import annotations
@@ -75,7 +76,8 @@ def main() -> None:
         return
     principal = Principal(toolkit="bench")
 
-    def req(sha: str, stdin: bytes = b"", caps: frozenset[str] = frozenset(), prof: str = "compute") -> CommandRequest:
+    def req(sha: str, stdin: bytes = b"", caps: frozenset[str] = frozenset(),
+            prof: str = "compute") -> CommandRequest:
         return CommandRequest(name="bench", sha256=sha, artifact=rt.artifacts.path(sha), argv=(), stdin=stdin,
                               profile=profile(prof), timeout_s=10.0, principal=principal, caps=caps)
 
@@ -133,7 +135,8 @@ def main() -> None:
     pool.close()
     table(rows, ["guest", "tier", "wall median", "wall p90", "cpu/call", "vs instance"])
     print(f"\nos_process cold start (new pool, first call): {cold * 1e3:.0f} ms")
-    print(f"{args.rounds} interleaved rounds x {args.calls} calls per tier and guest; machine after: {machine()}")
+    print(f"{args.rounds} interleaved rounds x {args.calls} calls per tier and guest; machine after: "
+          f"{machine()}")
     if args.container_calls > 0:
         container(rt, guests, req, args.container_calls)
     if args.microvm_calls > 0:
@@ -178,7 +181,8 @@ def container(rt: object, guests: dict, req: object, calls: int) -> None:
                      f"{s[len(s) * 9 // 10] * 1e3:.1f} ms"])
     print(f"\ncontainer tier ({avail.reason})")
     table(rows, ["guest", "tier", "warm median", "warm p90"])
-    print(f"\ncontainer cold start (first call in this process: root recipe + bwrap probe + container): {cold * 1e3:.0f} ms")
+    print("\ncontainer cold start (first call in this process: root recipe + bwrap probe + container): "
+          f"{cold * 1e3:.0f} ms")
     print(f"{calls} calls per guest, sequential; machine after: {machine()}")
 
 
@@ -213,7 +217,8 @@ def microvm(rt: object, req: object, calls: int) -> None:
 
         cap = rt.artifacts.put_bytes(builder.POSIX_MAGIC + json.dumps({"cli_bin": "wb-cap"}).encode())  # type: ignore[attr-defined]
         kv = req(cap.sha256, b"", frozenset({"kv"}), "minimal")  # type: ignore[operator]
-        rows_in["wb-cap kv get (bridged)"] = dataclasses.replace(kv, argv=("kv", json.dumps({"op": "get", "key": "k"})))
+        rows_in["wb-cap kv get (bridged)"] = dataclasses.replace(
+            kv, argv=("kv", json.dumps({"op": "get", "key": "k"})))
     except ImportError:
         print("(no microvm kv row: wbcore-brokers-state is not installed)")
     # cold: boot from the kernel to the agent's Pong, then one call
@@ -224,8 +229,8 @@ def microvm(rt: object, req: object, calls: int) -> None:
         v.connect(end)
         v.handshake(end)
         booted = time.perf_counter() - t0
-        v.send_frame(frames.seal(frames.EXEC, snap.secret, {"id": 1, "argv": ["sha256sum"], "deadline_ms": 10000},
-                                 data))
+        v.send_frame(frames.seal(frames.EXEC, snap.secret,
+                                 {"id": 1, "argv": ["sha256sum"], "deadline_ms": 10000}, data))
         kind, _ = v.recv(time.monotonic() + 30)
         assert kind == frames.EXEC_RESULT
         cold = time.perf_counter() - t0

@@ -49,7 +49,8 @@ OVER_BUDGET: dict[str, int] = {}  # empty: every module is within MAX_LINES, and
 #: +202 (+3 at the eagerimports merge) for the 110-column limit (E501): 263 long lines wrapped by hand, not by a formatter.
 #: +191 for the run path's records written by hand (contract/frozen.py and sixteen __init__s: a
 #: dataclass's generated methods cost every wbx run ~0.5-1 ms a class, and `dataclasses` ~8 ms).
-MAX_TOTAL_LINES = 20_843
+#: +95 for the 110-column limit in cli/ (96 long lines wrapped by hand).
+MAX_TOTAL_LINES = 20_938
 #: In-function imports of a core module (each one hides an edge): the target is none. Those
 #: left defer a module the paths measured in docs/architecture.md do not load (start-up).
 MAX_IN_FUNCTION = 53

@@ -44,17 +44,26 @@ def build(runtime: RuntimeServices) -> typer.Typer:
     def run_cmd(
         agent: str = typer.Argument(..., help="An agent definition (.org) or an agent id (agents/<id>.org)."),
         task: str = typer.Argument("", help="The task. Omit with --resume."),
-        model: str = typer.Option(None, "--model", help="provider:model or a model name (else :MODEL:, WB_LLM_MODEL)."),
+        model: str = typer.Option(None, "--model",
+                                  help="provider:model or a model name (else :MODEL:, WB_LLM_MODEL)."),
         max_steps: int = typer.Option(12, "--max-steps", help="Steps before the run ends with max-steps."),
         tool_timeout: float = typer.Option(150.0, "--tool-timeout", help="Seconds one tool call may take."),
-        max_calls: int = typer.Option(16, "--max-calls", help="Tool calls of one reply that run (the rest are refused)."),
-        run_timeout: float = typer.Option(1800.0, "--run-timeout", help="The run's wall-clock budget in seconds."),
-        workdir: Path = typer.Option(None, "--workdir", help="Where _steps.jsonl goes (default under $WB_HOME/agents/runs)."),
-        resume: str = typer.Option(None, "--resume", metavar="RUN_ID", help="Continue a crashed run from its VFS."),
-        allow_build: bool = typer.Option(False, "--allow-build", help="Grant the build cap: the agent may make toolkits."),
-        exec_grant: bool = typer.Option(False, "--exec", help="The exec trust grant: host-brokered exec-only tools."),
-        engine: str = typer.Option(None, "--engine", help="Run it as a session on this engine (http://host:port) instead."),
-        detach: bool = typer.Option(False, "--detach", help="With --engine: print the session id and return."),
+        max_calls: int = typer.Option(16, "--max-calls",
+                                      help="Tool calls of one reply that run (the rest are refused)."),
+        run_timeout: float = typer.Option(1800.0, "--run-timeout",
+                                          help="The run's wall-clock budget in seconds."),
+        workdir: Path = typer.Option(None, "--workdir",
+                                     help="Where _steps.jsonl goes (default under $WB_HOME/agents/runs)."),
+        resume: str = typer.Option(None, "--resume", metavar="RUN_ID",
+                                   help="Continue a crashed run from its VFS."),
+        allow_build: bool = typer.Option(False, "--allow-build",
+                                         help="Grant the build cap: the agent may make toolkits."),
+        exec_grant: bool = typer.Option(False, "--exec",
+                                        help="The exec trust grant: host-brokered exec-only tools."),
+        engine: str = typer.Option(None, "--engine",
+                                   help="Run it as a session on this engine (http://host:port) instead."),
+        detach: bool = typer.Option(False, "--detach",
+                                    help="With --engine: print the session id and return."),
         token: str = typer.Option(None, "--token", envvar="WB_ENGINE_TOKEN", show_envvar=True,
                                   help="With --engine: the engine's bearer token."),
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
@@ -81,8 +90,8 @@ def build(runtime: RuntimeServices) -> typer.Typer:
             print(f"step {step['step']}: {names}", file=sys.stderr)
 
         rec = runtime.agent(agent, task or None, model=model, max_steps=max_steps, tool_timeout=tool_timeout,
-                            max_calls=max_calls, run_timeout=run_timeout, workdir=workdir, resume=resume, allow_build=allow_build, exec_grant=exec_grant,
-                            on_step=None if json_ else show)
+                            max_calls=max_calls, run_timeout=run_timeout, workdir=workdir, resume=resume,
+                            allow_build=allow_build, exec_grant=exec_grant, on_step=None if json_ else show)
         if json_:
             emit_json(rec.as_dict())
         else:
@@ -99,7 +108,8 @@ def build(runtime: RuntimeServices) -> typer.Typer:
     def promote_cmd(
         run_id: str = typer.Argument(..., help="The run that made the toolkit."),
         toolkit: str = typer.Argument(..., help="The session toolkit's id."),
-        to: str = typer.Option("workspace", "--to", help="workspace (signed, bundle-ready) or installed (verify-then-land)."),
+        to: str = typer.Option("workspace", "--to",
+                               help="workspace (signed, bundle-ready) or installed (verify-then-land)."),
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
         """Promote a toolkit an agent made: session → workspace → installed, each step audited."""

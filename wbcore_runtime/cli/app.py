@@ -134,7 +134,8 @@ def open_runtime(runtime: Any = None) -> Any:
         runtime = Runtime.open(plugins=selected or None)
     # Every command starts by finishing or undoing what a killed one left (reads only when nothing is).
     if (runtime.home / leftovers.JOURNAL).exists():
-        from wbcore_runtime.store import journal  # only when there is a journal: keeps every other start-up light
+        # only when there is a journal: keeps every other start-up light
+        from wbcore_runtime.store import journal
 
         journal.recover(runtime.home)
     leftovers.sweep_home(runtime.home)
@@ -186,7 +187,8 @@ def build_app(runtime: Any = None, argv: Sequence[str] | None = None) -> typer.T
     def named_only(name: str) -> bool:
         """Add ``name`` as an empty group with its line of help, when the root's help is all that shows."""
         if name in unbuilt:
-            app.add_typer(typer.Typer(add_completion=False, rich_markup_mode=None), name=name, help=GROUP_HELP[name])
+            app.add_typer(typer.Typer(add_completion=False, rich_markup_mode=None), name=name,
+                          help=GROUP_HELP[name])
         return name in unbuilt
 
     def wanted(*names: str) -> bool:
@@ -205,7 +207,8 @@ def build_app(runtime: Any = None, argv: Sequence[str] | None = None) -> typer.T
 
     @app.callback()
     def _root(
-        version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version and exit."),
+        version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                     help="Show the version and exit."),
         debug: bool = typer.Option(False, "--debug", help="Show tracebacks for internal errors."),
     ) -> None:
         """wbx: toolkits as sandboxed WebAssembly."""
@@ -214,7 +217,8 @@ def build_app(runtime: Any = None, argv: Sequence[str] | None = None) -> typer.T
         from wbcore_runtime.cli import toolkit  # deferred: keeps wbx start-up light
 
         words = [a for a in argv or () if not a.startswith("-")]
-        sub = words[1] if only == "toolkit" and len(words) > 1 and not {"--help", "-h"} & set(argv or ()) else None
+        sub = (words[1] if only == "toolkit" and len(words) > 1 and not {"--help", "-h"} & set(argv or ())
+               else None)
         toolkit_app = toolkit.build(runtime, sub)
         app.add_typer(toolkit_app, name="toolkit", help=GROUP_HELP["toolkit"])
         # wbx toolkit <a plugin's subcommand> (or its help): plugins add their toolkit subcommands below.
@@ -261,7 +265,8 @@ def build_app(runtime: Any = None, argv: Sequence[str] | None = None) -> typer.T
         try:
             impl.function(add=registrar)
         except Exception as exc:  # a broken plugin loses its commands, never wbx itself
-            registrar.refuse(f"its commands were not added: wbcore_cli_commands raised {type(exc).__name__}: {exc}")
+            registrar.refuse(f"its commands were not added: wbcore_cli_commands raised "
+                             f"{type(exc).__name__}: {exc}")
     for line in registrar.refused:
         print(f"wbx: warning: {line} (see wbx plugins)", file=sys.stderr)
     if word in PLUGIN_COMMANDS and word not in registrar.owners:
@@ -272,13 +277,14 @@ def build_app(runtime: Any = None, argv: Sequence[str] | None = None) -> typer.T
 def _not_installed(runtime: Any, command: str, dist: str) -> WbError:
     """``wbx COMMAND`` when no plugin registered it: the distribution that serves it, and why it
     is not there (not installed, failed to load, or left out by ``WB_PLUGINS``)."""
-    info = next((i for i in getattr(runtime, "plugin_infos", None) or [] if i.origin.partition(" ")[0] == dist), None)
+    info = next((i for i in getattr(runtime, "plugin_infos", None) or []
+                 if i.origin.partition(" ")[0] == dist), None)
     if info is not None and not info.loaded:
         return NotFound(f"wbx {command} is served by {dist}, which failed to load: {info.error}")
     if info is not None:
         return NotFound(f"wbx {command} is served by {dist}, which did not add it (see wbx plugins)")
-    return NotFound(f"wbx {command} is served by {dist}, which is not installed (or not selected by WB_PLUGINS): "
-                    f"pip install {dist}")
+    return NotFound(f"wbx {command} is served by {dist}, which is not installed (or not selected by "
+                    f"WB_PLUGINS): pip install {dist}")
 
 
 def main(argv: Sequence[str] | None = None, *, runtime: Any = None) -> int:
@@ -308,7 +314,8 @@ def main(argv: Sequence[str] | None = None, *, runtime: Any = None) -> int:
         if full is not None:
             print(f"wbx: {full.name}: {full.message}", file=sys.stderr)
             return full.exit_code
-        print(f"wbx: internal: {type(exc).__name__}: {exc} (run with --debug for the traceback)", file=sys.stderr)
+        print(f"wbx: internal: {type(exc).__name__}: {exc} (run with --debug for the traceback)",
+              file=sys.stderr)
         return EXIT_CODES[ErrorKind.INTERNAL]
 
 
@@ -343,7 +350,8 @@ def _disk_full(exc: BaseException) -> WbError | None:
         if isinstance(cur, OSError) and (full := disk_full(cur, cur.filename or home)) is not None:
             return full
         if type(cur).__name__ in ("OperationalError", "DatabaseError") and "disk is full" in str(cur):
-            return DiskFull(f"no space left on the disk holding {home} (SQLite: {cur}); free some space and try again")
+            return DiskFull(f"no space left on the disk holding {home} (SQLite: {cur}); free some space and "
+                            "try again")
         cur = cur.__cause__ or cur.__context__
     return None
 

@@ -41,7 +41,8 @@ class Progress:
         self.since = self.t0
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._ticker = threading.Thread(target=self._tick, name="wbx-build-ticker", daemon=True) if tick else None
+        self._ticker = (threading.Thread(target=self._tick, name="wbx-build-ticker", daemon=True)
+                        if tick else None)
 
     def __enter__(self) -> Self:
         if self._ticker is not None:
@@ -69,31 +70,36 @@ class Progress:
             with self._lock:
                 now = time.perf_counter()
                 if self.phase and now - self.since >= 1.0:  # a step past a second: say it is still running
-                    print(f"  {now - self.t0:6.2f}s {self.phase:<8} … still working ({now - self.since:.0f}s in this step)",
-                          file=sys.stderr, flush=True)
+                    print(f"  {now - self.t0:6.2f}s {self.phase:<8} … still working ({now - self.since:.0f}s "
+                          "in this step)", file=sys.stderr, flush=True)
 
 
 def register(app: typer.Typer, runtime: RuntimeServices) -> None:
     @app.command("build")
     def build(
         ident: str | None = typer.Argument(None, metavar="ID"),
-        which: str | None = typer.Argument(None, metavar="[WHICH]", help="command or kernel (default: from #+EXEC)"),
+        which: str | None = typer.Argument(None, metavar="[WHICH]",
+                                           help="command or kernel (default: from #+EXEC)"),
         all_: bool = typer.Option(False, "--all", help="Build every buildable toolkit on the search path, "
                                   "one line each; go on past failures, exit 1 if any failed."),
-        force: bool = typer.Option(False, "--force", help="Rebuild even when the build cache has this source."),
+        force: bool = typer.Option(False, "--force",
+                                   help="Rebuild even when the build cache has this source."),
         replace_command: str | None = typer.Option(
             None, "--replace-command", metavar="NAME",
             help="Take over NAME, which another toolkit registered (audited)."),
-        json_: bool = typer.Option(False, "--json", help="Stream one JSON object per line: phase events, then the result."),
+        json_: bool = typer.Option(False, "--json",
+                                   help="Stream one JSON object per line: phase events, then the result."),
     ) -> None:
         """Build a toolkit's artifact in its lane, store it by sha256 and register it."""
         from wbcore_runtime.build import builder  # deferred: keeps wbx start-up light
 
         if all_:
             if ident is not None or which is not None or replace_command is not None:
-                raise InvalidArgs("--all builds every buildable toolkit: give no ID, WHICH or --replace-command")
+                raise InvalidArgs("--all builds every buildable toolkit: give no ID, WHICH or "
+                                  "--replace-command")
             # each buildable toolkit (#+EXEC and #+BUILD_SRC) in search-path order, built as its line prints
-            build_all((builder.build_row(runtime, tk.id, force=force) for tk in runtime.discover().toolkits.values()
+            build_all((builder.build_row(runtime, tk.id, force=force)
+                       for tk in runtime.discover().toolkits.values()
                        if builder.wants_build(tk.manifest)), json_=json_)
             return
         if ident is None:
@@ -113,14 +119,17 @@ def register(app: typer.Typer, runtime: RuntimeServices) -> None:
             raise
         if json_:
             # The last line of the stream: the result object, one line like every event.
-            sys.stdout.write(json.dumps({"event": "result", **result.as_dict()}, ensure_ascii=False, default=str) + "\n")
+            sys.stdout.write(json.dumps({"event": "result", **result.as_dict()}, ensure_ascii=False,
+                                        default=str) + "\n")
             return
         how = "cached" if result.cached else "built"
         typer.echo(f"{result.kind} {result.name} {how} in {result.seconds:.2f}s → {result.sha256}")
         if result.kind == "component":
-            typer.echo(f"  call it: wbx call {result.toolkit}.<function> --args '{{...}}' (list: wbx mcp tools --only {result.toolkit})")
+            typer.echo(f"  call it: wbx call {result.toolkit}.<function> --args '{{...}}' (list: wbx mcp "
+                       f"tools --only {result.toolkit})")
         else:
-            typer.echo("  run it: " + (f"wbx run {result.name}" if result.kind == "command" else f"wbx kernel run {result.name}"))
+            typer.echo("  run it: " + (f"wbx run {result.name}" if result.kind == "command"
+                                       else f"wbx kernel run {result.name}"))
 
 
 def build_line(row: dict[str, Any]) -> str:
@@ -130,7 +139,8 @@ def build_line(row: dict[str, Any]) -> str:
         return f"- {tid}: skipped: {row['error']}"
     if state == "failed":
         return f"✗ {tid}: {row['kind']}: {row['error']}"
-    return f"✓ {tid}: {row['kind']} {row['name']} {state} in {float(row['seconds']):.2f}s → {str(row['sha256'])[:12]}…"
+    return (f"✓ {tid}: {row['kind']} {row['name']} {state} in {float(row['seconds']):.2f}s → "
+            f"{str(row['sha256'])[:12]}…")
 
 
 def build_all(built: Iterable[dict[str, Any]], *, json_: bool) -> None:
@@ -145,7 +155,8 @@ def build_all(built: Iterable[dict[str, Any]], *, json_: bool) -> None:
     if json_:
         emit_json(rows)
     else:
-        counts = {state: sum(1 for r in rows if r["state"] == state) for state in ("built", "cached", "skipped")}
+        counts = {state: sum(1 for r in rows if r["state"] == state)
+                  for state in ("built", "cached", "skipped")}
         typer.echo(f"{len(rows)} buildable toolkit(s): {counts['built']} built, {counts['cached']} cached, "
                    f"{counts['skipped']} skipped, {failed} failed")
     if failed:

@@ -1,4 +1,5 @@
-"""The client side of the engine API (``wbx toolkit push``; ``wbx agent run --engine``, :func:`run_on_engine`).
+"""The client side of the engine API (``wbx toolkit push``; ``wbx agent run --engine``,
+:func:`run_on_engine`).
 
 HTTP through the standard library only (urllib): the core depends on no HTTP client. Every request has a
 timeout; every answer is read against a size cap; an SSE stream ends at its deadline.
@@ -30,9 +31,9 @@ MAX_ANSWER = 16 << 20
 MAX_EVENT = 4 << 20
 DEFAULT_TIMEOUT = 120.0
 
-_KINDS: dict[int, type[WbError]] = {400: InvalidArgs, 401: CapabilityDenied, 403: CapabilityDenied, 404: NotFound,
-                                    408: Timeout, 413: InvalidArgs, 421: CapabilityDenied, 422: InvalidArgs,
-                                    501: NotFound, 504: Timeout}
+_KINDS: dict[int, type[WbError]] = {400: InvalidArgs, 401: CapabilityDenied, 403: CapabilityDenied,
+                                    404: NotFound, 408: Timeout, 413: InvalidArgs, 421: CapabilityDenied,
+                                    422: InvalidArgs, 501: NotFound, 504: Timeout}
 
 
 def _url(base: str, path: str, query: Mapping[str, Any] | None = None) -> str:
@@ -41,7 +42,8 @@ def _url(base: str, path: str, query: Mapping[str, Any] | None = None) -> str:
         raise InvalidArgs(f"engine URL {base!r}: use http(s)://host:port (e.g. http://127.0.0.1:8766)")
     url = base.rstrip("/") + path
     q = {k: v for k, v in (query or {}).items() if v not in (None, False)}
-    return url + ("?" + urllib.parse.urlencode({k: ("1" if v is True else v) for k, v in q.items()}) if q else "")
+    return url + ("?" + urllib.parse.urlencode({k: ("1" if v is True else v) for k, v in q.items()})
+                  if q else "")
 
 
 def _request(url: str, token: str | None, *, method: str = "GET", body: bytes | None = None,
@@ -71,8 +73,9 @@ def _raise(exc: urllib.error.HTTPError, url: str) -> WbError:
     return _KINDS.get(exc.code, Internal)(f"engine {url}: HTTP {exc.code}: {message}{hint}")
 
 
-def call(base: str, path: str, *, token: str | None, method: str = "GET", query: Mapping[str, Any] | None = None,
-         body: bytes | None = None, content_type: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> Any:
+def call(base: str, path: str, *, token: str | None, method: str = "GET",
+         query: Mapping[str, Any] | None = None, body: bytes | None = None, content_type: str | None = None,
+         timeout: float = DEFAULT_TIMEOUT) -> Any:
     """One JSON request; the parsed answer, or the ``WbError`` its status maps to."""
     url = _url(base, path, query)
     try:
@@ -91,12 +94,14 @@ def call(base: str, path: str, *, token: str | None, method: str = "GET", query:
 BUILD_TIMEOUT = 900.0
 
 
-def push(base: str, archive: bytes, *, name: str, token: str | None, dry_run: bool = False, force: bool = False,
-         first_party: bool = False, build: bool = True, timeout: float | None = None) -> Any:
+def push(base: str, archive: bytes, *, name: str, token: str | None, dry_run: bool = False,
+         force: bool = False, first_party: bool = False, build: bool = True,
+         timeout: float | None = None) -> Any:
     """Upload a toolkit archive to ``POST /v1/toolkits``; the engine builds what landed unless
     ``build`` is false."""
     wait = timeout if timeout is not None else (BUILD_TIMEOUT if build and not dry_run else DEFAULT_TIMEOUT)
-    return call(base, "/v1/toolkits", token=token, method="POST", body=archive, content_type="application/gzip",
+    return call(base, "/v1/toolkits", token=token, method="POST", body=archive,
+                content_type="application/gzip",
                 query={"name": name, "dry_run": dry_run, "force": force, "first_party": first_party,
                        "build": "1" if build else "0"}, timeout=wait)
 
@@ -150,7 +155,8 @@ def toolkit_archive(folder: Path, ident: str) -> bytes:
             rel = path.relative_to(folder).as_posix()
             mode = path.lstat().st_mode
             if stat.S_ISLNK(mode):
-                raise InvalidArgs(f"{path}: push packs regular files only; replace the symlink with the file it names")
+                raise InvalidArgs(f"{path}: push packs regular files only; replace the symlink with the file "
+                                  "it names")
             if stat.S_ISREG(mode):
                 data = paths.read_file(folder, rel, signing.MAX_BYTES - total)
                 total += len(data)

@@ -98,8 +98,9 @@ def read_stdin(cap: int = MAX_STDIN) -> bytes:
 
 
 #: ``--mount``'s help, the same on every command that runs something in a sandbox tier.
-MOUNT_HELP = ("A host folder HOST[:GUEST][:ro|rw] the program sees (read-only unless :rw, which needs the toolkit's "
-              "mount-rw cap; GUEST defaults to the host path); tiers container and microvm; repeatable.")
+MOUNT_HELP = ("A host folder HOST[:GUEST][:ro|rw] the program sees (read-only unless :rw, which needs the "
+              "toolkit's mount-rw cap; GUEST defaults to the host path); tiers container and microvm; "
+              "repeatable.")
 
 #: wbx's own ``run`` options: written after NAME they are the program's, and a note says so.
 OWN_OPTIONS = ("--timeout", "--tier", "--json", "--mount")
@@ -164,7 +165,8 @@ def _run_json(runtime: Any, req: RunArgs) -> int:
         out: dict[str, Any] = {"name": req.name, "exit_code": exc.exit_code,
                                "error": {"kind": exc.name, "message": exc.message}}
     else:
-        out = {"name": req.name, "exit_code": int(result.exit_code), **_text_or_base64("stdout", result.stdout),
+        out = {"name": req.name, "exit_code": int(result.exit_code),
+               **_text_or_base64("stdout", result.stdout),
                **_text_or_base64("stderr", result.stderr), "usage": result.usage.as_dict()}
     sys.stdout.write(json.dumps(out) + "\n")
     sys.stdout.flush()
@@ -180,5 +182,7 @@ def _call(runtime: Any, req: RunArgs) -> Any:
 
     from wbcore_runtime.dispatch import dispatcher as dispatch  # deferred: keeps wbx start-up light
 
-    resolved = runcache.resolved(runtime, "command", req.name, req.tier)  # once: the call never resolves again
-    return dispatch.call_resolved(runtime, resolved, args, read_stdin(), timeout=req.timeout, mounts=req.mounts)
+    # once: the call never resolves again
+    resolved = runcache.resolved(runtime, "command", req.name, req.tier)
+    return dispatch.call_resolved(runtime, resolved, args, read_stdin(), timeout=req.timeout,
+                                  mounts=req.mounts)

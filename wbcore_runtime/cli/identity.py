@@ -35,14 +35,18 @@ def build(runtime: RuntimeServices) -> typer.Typer:
 
     @app.command("did-web")
     def did_web(
-        host: str = typer.Argument(..., metavar="HOST", help="Host (optionally :port and /path) that will serve the document."),
-        out: Optional[Path] = typer.Option(None, "-o", "--out", help="Where to write did.json (default: under $WB_HOME/identity/did-web/)."),
+        host: str = typer.Argument(..., metavar="HOST",
+                                   help="Host (optionally :port and /path) that will serve the document."),
+        out: Optional[Path] = typer.Option(None, "-o", "--out",
+                                           help="Where to write did.json (default: under "
+                                                "$WB_HOME/identity/did-web/)."),
         tenant: str = typer.Option("default", "--tenant", help="Which tenant's key."),
     ) -> None:
         """Write the did:web document (did.json) for the same key as the did:key."""
         ident = identity.load(runtime.home, runtime.env, tenant=tenant)
         web = did.did_for_host(host)
-        target = out or runtime.home / "identity" / "did-web" / web.removeprefix("did:web:").replace(":", "/") / "did.json"
+        target = (out or runtime.home / "identity" / "did-web"
+                  / web.removeprefix("did:web:").replace(":", "/") / "did.json")
         if target.is_dir():
             target = target / "did.json"
         did.write_document(ident, host, target)

@@ -24,7 +24,8 @@ def register(app: typer.Typer, runtime: RuntimeServices) -> None:
 
         def declared(info: Any) -> list[dict[str, Any]]:
             caps = (universe.plugin_caps.get(n) for n in info.serves.get("cap broker", ()))
-            return [{"cap": c.name, "meaning": c.meaning, "profiles": list(c.profiles)} for c in caps if c is not None]
+            return [{"cap": c.name, "meaning": c.meaning,
+                     "profiles": list(c.profiles)} for c in caps if c is not None]
 
         if json_:
             emit_json([{**i.as_dict(), "declared_caps": declared(i)} for i in infos])
@@ -39,7 +40,8 @@ def register(app: typer.Typer, runtime: RuntimeServices) -> None:
             for kind, names in sorted(info.serves.items()):
                 typer.echo(f"  {kind}: {', '.join(names)}")
             for cap in declared(info):
-                granted_by = f"profiles {', '.join(cap['profiles'])}" if cap["profiles"] else "an explicit grant only (wbx toolkit grant)"
+                granted_by = (f"profiles {', '.join(cap['profiles'])}" if cap["profiles"]
+                              else "an explicit grant only (wbx toolkit grant)")
                 typer.echo(f"  new cap {cap['cap']}: {cap['meaning']}; granted by {granted_by}")
             if info.error:
                 typer.echo(f"  error: {info.error}")
@@ -49,7 +51,8 @@ def register(app: typer.Typer, runtime: RuntimeServices) -> None:
             typer.echo(f"warning: {problem}")
         for reg in runtime.collect_all():
             for name, owners in reg.conflicts.items():
-                typer.echo(f"conflict: {reg.what} {name!r} provided by {' and '.join(o.origin for o in owners)}")
+                typer.echo(f"conflict: {reg.what} {name!r} provided by "
+                           f"{' and '.join(o.origin for o in owners)}")
 
     def _explain(ident: str, tier: str | None, json_: bool) -> None:
         from wbcore_runtime.dispatch import resolve as resolution  # deferred: keeps wbx start-up light
@@ -64,14 +67,15 @@ def register(app: typer.Typer, runtime: RuntimeServices) -> None:
         rows = []
         for kind, name in names:
             r = resolution.resolve(runtime, kind, name, tier=tier)
-            rows.append({"kind": kind, "name": name, "toolkit": r.toolkit, "trust": r.trust, "tier": r.tier.name,
-                         "why": r.tier.reason, "caps": sorted(r.caps),
+            rows.append({"kind": kind, "name": name, "toolkit": r.toolkit, "trust": r.trust,
+                         "tier": r.tier.name, "why": r.tier.reason, "caps": sorted(r.caps),
                          "not_chosen": [{"tier": t, "why": w} for t, w in r.tier.considered]})
         if json_:
             emit_json(rows)
             return
         for row in rows:
-            typer.echo(f"{row['kind']} {row['name']} (toolkit {row['toolkit'] or '-'}, {row['trust']}) → tier {row['tier']}")
+            typer.echo(f"{row['kind']} {row['name']} (toolkit {row['toolkit'] or '-'}, {row['trust']}) → "
+                       f"tier {row['tier']}")
             typer.echo(f"  why: {row['why']}")
             for nc in row["not_chosen"]:
                 typer.echo(f"  not {nc['tier']}: {nc['why']}")
@@ -87,7 +91,8 @@ def register(app: typer.Typer, runtime: RuntimeServices) -> None:
     def shapes(json_: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
         """List EXEC shapes and the plugin serving each."""
         reg = runtime.shapes
-        rows = [{"name": s.name, "summary": s.summary, "tier": s.default_tier, "plugin": reg.provider(s.name).origin} for s in reg]
+        rows = [{"name": s.name, "summary": s.summary, "tier": s.default_tier,
+                 "plugin": reg.provider(s.name).origin} for s in reg]
         _table(rows, json_, "{name:12} {summary}  [{plugin}]")
 
     @app.command("lanes")
@@ -108,7 +113,8 @@ def register(app: typer.Typer, runtime: RuntimeServices) -> None:
     @app.command("tiers")
     def tiers(
         explain: str | None = typer.Option(None, "--explain", metavar="ID|NAME",
-                                           help="Say which tier a call of this toolkit (or registered name) would use, and why."),
+                                           help="Say which tier a call of this toolkit (or registered name) "
+                                                "would use, and why."),
         tier: str | None = typer.Option(None, "--tier", help="With --explain: the tier you would ask for."),
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
@@ -122,7 +128,8 @@ def register(app: typer.Typer, runtime: RuntimeServices) -> None:
             avail = t.available()
             rows.append({"name": t.name, "rung": t.rung, "summary": t.summary, "available": avail.ok,
                          "reason": avail.reason,
-                         # an available tier says with what (the container's backend, the microvm's accelerator)
+                         # an available tier says with what (the container's backend, the microvm's
+                         # accelerator)
                          "state": (f"available: {avail.reason}" if avail.reason else "available") if avail.ok
                          else f"unavailable: {avail.reason}"})
         _table(rows, json_, "{rung} {name:10} {state}  ({summary})")

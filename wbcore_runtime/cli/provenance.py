@@ -20,7 +20,8 @@ def register(app: typer.Typer, runtime: RuntimeServices) -> None:
     @app.command("sign")
     def sign(
         ident: str = typer.Argument(..., metavar="ID"),
-        did_web: Optional[str] = typer.Option(None, "--did-web", metavar="HOST", help="Sign as did:web:HOST (same key)."),
+        did_web: Optional[str] = typer.Option(None, "--did-web", metavar="HOST",
+                                              help="Sign as did:web:HOST (same key)."),
         tenant: str = typer.Option("default", "--tenant", help="Which tenant's key signs."),
     ) -> None:
         """Sign a third-party toolkit: #+AUTHOR_DID and #+SIGNATURE over the whole folder."""
@@ -39,7 +40,8 @@ def register(app: typer.Typer, runtime: RuntimeServices) -> None:
         caps: Optional[list[str]] = typer.Argument(None, metavar="[CAP...]"),
         env: Optional[list[str]] = typer.Option(
             None, "--env", metavar="VAR",
-            help="A deployer environment variable the toolkit may read and send (e.g. its #+AUTH: bearer-env VAR); repeat per variable."),
+            help="A deployer environment variable the toolkit may read and send (e.g. its #+AUTH: bearer-env "
+                 "VAR); repeat per variable."),
     ) -> None:
         """Grant caps a toolkit requests (any for third-party, whose signature must verify; build/serve for
         first-party) and, with --env, each deployer environment variable its manifest may read."""
@@ -50,7 +52,8 @@ def register(app: typer.Typer, runtime: RuntimeServices) -> None:
         names = list(dict.fromkeys(env or ()))
         wanted, signer = consent.checked_grant(runtime, tk, caps, names)
         g = consent.ConsentStore(runtime.home).grant(m.id, wanted, signer, env=names)
-        typer.echo(f"granted {m.id}" + (f" ({signer})" if signer else "") + f": {' '.join(sorted(g.caps)) or 'no caps'}"
+        typer.echo(f"granted {m.id}" + (f" ({signer})" if signer else "")
+                   + f": {' '.join(sorted(g.caps)) or 'no caps'}"
                    + (f"; env {' '.join(sorted(g.env))}" if g.env else ""))
         for cap in wanted:
             if cap in universe.plugin_caps:  # a plugin's cap: say what was just granted, and who serves it
@@ -64,8 +67,10 @@ def register(app: typer.Typer, runtime: RuntimeServices) -> None:
     @app.command("revoke")
     def revoke(
         ident: str = typer.Argument(..., metavar="ID"),
-        caps: Optional[list[str]] = typer.Argument(None, metavar="[CAP...]", help="Caps to withdraw (default: all)."),
-        env: Optional[list[str]] = typer.Option(None, "--env", metavar="VAR", help="An environment variable grant to withdraw."),
+        caps: Optional[list[str]] = typer.Argument(None, metavar="[CAP...]",
+                                                   help="Caps to withdraw (default: all)."),
+        env: Optional[list[str]] = typer.Option(None, "--env", metavar="VAR",
+                                                help="An environment variable grant to withdraw."),
     ) -> None:
         """Withdraw granted caps and env variables (everything when none are named)."""
         store = consent.ConsentStore(runtime.home)
@@ -79,12 +84,21 @@ def register(app: typer.Typer, runtime: RuntimeServices) -> None:
 
     @app.command("install")
     def install(
-        source: Optional[str] = typer.Argument(None, metavar="SOURCE", help="Folder, git+file://…, git+https://…@<commit>, archive (URL needs --sha256), or oci://host/repo:tag|@sha256:…."),
-        sha256: Optional[str] = typer.Option(None, "--sha256", help="The archive's sha256 (required for archive URLs)."),
-        force: bool = typer.Option(False, "--force", help="Replace toolkits already installed under these ids."),
-        first_party: bool = typer.Option(False, "--first-party", help="Accept first-party toolkits from a git or archive source (they get their profile's caps without consent)."),
-        locked: bool = typer.Option(False, "--locked", help="Reproduce exactly the set in the lockfile; fail on any drift."),
-        lockfile: Optional[Path] = typer.Option(None, "--lockfile", help="With --locked: the lockfile to reproduce (default: $WB_HOME/wbx.lock)."),
+        source: Optional[str] = typer.Argument(None, metavar="SOURCE",
+                                               help="Folder, git+file://…, git+https://…@<commit>, archive "
+                                                    "(URL needs --sha256), or oci://host/repo:tag|@sha256:…."),
+        sha256: Optional[str] = typer.Option(None, "--sha256",
+                                             help="The archive's sha256 (required for archive URLs)."),
+        force: bool = typer.Option(False, "--force",
+                                   help="Replace toolkits already installed under these ids."),
+        first_party: bool = typer.Option(False, "--first-party",
+                                         help="Accept first-party toolkits from a git or archive source "
+                                              "(they get their profile's caps without consent)."),
+        locked: bool = typer.Option(False, "--locked",
+                                    help="Reproduce exactly the set in the lockfile; fail on any drift."),
+        lockfile: Optional[Path] = typer.Option(None, "--lockfile",
+                                                help="With --locked: the lockfile to reproduce (default: "
+                                                     "$WB_HOME/wbx.lock)."),
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
         """Install toolkits into the user root ($WB_HOME/toolkits), verified, recorded in wbx.lock."""
@@ -100,10 +114,12 @@ def register(app: typer.Typer, runtime: RuntimeServices) -> None:
                 raise InvalidArgs("give a SOURCE, or --locked")
             if lockfile is not None:
                 raise InvalidArgs("--lockfile goes with --locked")
-            done = _install.install(runtime.home, source, sha256=sha256, force=force, env=runtime.env, first_party=first_party)
+            done = _install.install(runtime.home, source, sha256=sha256, force=force, env=runtime.env,
+                                    first_party=first_party)
         runtime.discover(refresh=True)
         if json_:
-            emit_json([{**d.entry.as_dict(), "path": str(d.path), "caps": list(d.caps), "unchanged": d.unchanged} for d in done])
+            emit_json([{**d.entry.as_dict(), "path": str(d.path), "caps": list(d.caps),
+                        "unchanged": d.unchanged} for d in done])
             return
         for d in done:
             e = d.entry
@@ -112,9 +128,11 @@ def register(app: typer.Typer, runtime: RuntimeServices) -> None:
             typer.echo(f"{state} {e.id} {e.version} ({who}) → {d.path}")
             typer.echo(f"  digest {e.digest}  source {e.source}")
             if d.caps and e.trust == "third-party":
-                typer.echo(f"  requests caps: {' '.join(d.caps)} (none granted; grant with: wbx toolkit grant {e.id} {' '.join(d.caps)})")
+                typer.echo(f"  requests caps: {' '.join(d.caps)} (none granted; grant with: wbx toolkit "
+                           f"grant {e.id} {' '.join(d.caps)})")
             elif d.caps:
-                typer.echo(f"  caps: {' '.join(d.caps)} (first-party: granted by its profile, no consent step)")
+                typer.echo(f"  caps: {' '.join(d.caps)} (first-party: granted by its profile, no consent "
+                           "step)")
         if not done:
             warn("nothing to install")
 

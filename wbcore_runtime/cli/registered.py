@@ -91,7 +91,8 @@ def build_kernel(runtime: RuntimeServices) -> typer.Typer:
             out.flush()
             return
         with runtime.kernel(name, timeout=timeout, tier=tier) as inst:
-            record = CallRecord(name=name, shape="kernel", principal=Principal(toolkit=inst.req.toolkit or ""),
+            record = CallRecord(name=name, shape="kernel",
+                                principal=Principal(toolkit=inst.req.toolkit or ""),
                                 argv=("--stream",), toolkit=inst.req.toolkit)
             runtime.hook.wbcore_call_started(call=record)
             n = 0
@@ -129,7 +130,8 @@ def build_commands(runtime: RuntimeServices) -> typer.Typer:
                                invoke_without_command=True)
 
     @commands_app.callback()
-    def commands_list(ctx: typer.Context, json_: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
+    def commands_list(ctx: typer.Context,
+                      json_: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
         """List registered commands, kernels and components, with their owner and state."""
         if ctx.invoked_subcommand is not None:
             return
@@ -142,8 +144,8 @@ def build_commands(runtime: RuntimeServices) -> typer.Typer:
             else:
                 why = resolution.availability(runtime, entry)
                 state = "ok" if why is None else f"unavailable: {why}"
-            rows.append({"kind": entry.kind, "name": entry.name, "toolkit": entry.toolkit, "sha256": entry.sha256,
-                         "state": state})
+            rows.append({"kind": entry.kind, "name": entry.name, "toolkit": entry.toolkit,
+                         "sha256": entry.sha256, "state": state})
         if json_:
             emit_json(rows)
             return
@@ -152,12 +154,14 @@ def build_commands(runtime: RuntimeServices) -> typer.Typer:
 
     @commands_app.command("remove")
     def commands_remove(name: str = typer.Argument(..., metavar="NAME"),
-                        kind: str = typer.Option("command", "--kind", help="command, kernel or component")) -> None:
+                        kind: str = typer.Option("command", "--kind",
+                                                 help="command, kernel or component")) -> None:
         """Unregister a command (e.g. an orphaned one); built-ins cannot be removed."""
         entry = runtime.registry.get(kind, name)
         runtime.registry.unregister(kind, name)
         AuditLog.for_home(runtime.home, runtime.env).record(
-            principal="deployer", cap="registry", op="remove-command", args_digest=digest(f"{kind} {name}".encode()),
+            principal="deployer", cap="registry", op="remove-command",
+            args_digest=digest(f"{kind} {name}".encode()),
             outcome="allowed", target=f"{kind} {name} (toolkit {entry.toolkit or '-'})")
         typer.echo(f"removed {kind} {name}")
 

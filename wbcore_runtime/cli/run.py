@@ -19,24 +19,30 @@ if TYPE_CHECKING:
 def register(app: typer.Typer, runtime: RuntimeServices) -> None:
     @app.command(
         "run",
-        context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False},
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True,
+                          "allow_interspersed_args": False},
     )
     def run(
         name: str = typer.Argument(..., metavar="NAME"),
         args: list[str] | None = typer.Argument(None, metavar="[ARGS]..."),
         timeout: float | None = typer.Option(None, "--timeout", help="Seconds (at most the profile's)."),
-        tier: str | None = typer.Option(None, "--tier", help="Isolation tier (default: from #+TRUST; see wbx tiers --explain)."),
+        tier: str | None = typer.Option(None, "--tier",
+                                        help="Isolation tier (default: from #+TRUST; see wbx tiers "
+                                             "--explain)."),
         verbose: bool = typer.Option(False, "-v", "--verbose",
-                                     help="Then one stderr line: the tier it ran at, its isolation (kvm/tcg), time, memory."),
+                                     help="Then one stderr line: the tier it ran at, its isolation "
+                                          "(kvm/tcg), time, memory."),
         as_json: bool = typer.Option(False, "--json",
-                                     help="Print one JSON object instead: exit code, stdout, stderr, usage (tier, isolation, "
-                                          "time, memory), or the error's kind and message."),
+                                     help="Print one JSON object instead: exit code, stdout, stderr, usage "
+                                          "(tier, isolation, time, memory), or the error's kind and "
+                                          "message."),
         mount: list[str] = typer.Option([], "--mount", metavar="HOST[:GUEST][:ro|rw]", help=MOUNT_HELP),
     ) -> None:
         """Run a registered command: stdin → stdout; its exit code passes through.
 
         wbx's options go before NAME; every word after NAME is the program's (one `--` after
         NAME is dropped as the separator)."""
-        code = run_command(runtime, RunArgs(name, tuple(args or ()), timeout, tier, verbose, as_json, tuple(mount)))
+        code = run_command(runtime,
+                           RunArgs(name, tuple(args or ()), timeout, tier, verbose, as_json, tuple(mount)))
         if code:
             raise typer.Exit(code)

@@ -53,9 +53,12 @@ def run_shell(runtime: Any, tier_name: str, mounts: list[str], program: str, arg
 def register(app: typer.Typer, runtime: Any) -> None:
     @app.command("shell", context_settings={"allow_interspersed_args": False})
     def shell(
-        tier: str = typer.Option("container", "--tier", help="A tier that offers shells (container, microvm)."),
-        mount: list[str] = typer.Option([], "--mount", help="HOST:GUEST[:ro|rw] folder to bind in (repeatable)."),
-        program: str = typer.Option("/bin/sh", "--program", help="The program to start (the tier's allowlist)."),
+        tier: str = typer.Option("container", "--tier",
+                                 help="A tier that offers shells (container, microvm)."),
+        mount: list[str] = typer.Option([], "--mount",
+                                        help="HOST:GUEST[:ro|rw] folder to bind in (repeatable)."),
+        program: str = typer.Option("/bin/sh", "--program",
+                                    help="The program to start (the tier's allowlist)."),
         timeout: float = typer.Option(3600.0, "--timeout", help="Seconds before the sandbox is ended."),
         args: list[str] | None = typer.Argument(None, metavar="[-- ARGS]..."),
     ) -> None:

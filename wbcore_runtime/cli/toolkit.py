@@ -50,13 +50,15 @@ def build(runtime: RuntimeServices, only: str | None = None) -> typer.Typer:
                          "unavailable": _trust.unavailable_reason(t, runtime)}
                         for t in found.toolkits.values()
                     ],
-                    "errors": [{"path": str(e.path), "line": e.line, "field": e.field, "problem": e.problem} for e in found.errors],
+                    "errors": [{"path": str(e.path), "line": e.line, "field": e.field,
+                                "problem": e.problem} for e in found.errors],
                 }
             )
             return
         for tk in found.toolkits.values():
             why = _trust.unavailable_reason(tk, runtime)
-            typer.echo(f"{tk.id} · {tk.manifest.status} · {tk.manifest.tagline}" + (f" · unavailable: {why}" if why else ""))
+            typer.echo(f"{tk.id} · {tk.manifest.status} · {tk.manifest.tagline}"
+                       + (f" · unavailable: {why}" if why else ""))
         for err in found.errors:
             warn(str(err))
         if not found.toolkits and not found.errors:
@@ -80,14 +82,17 @@ def build(runtime: RuntimeServices, only: str | None = None) -> typer.Typer:
         from wbcore_runtime.trust import consent  # deferred: keeps wbx start-up light
 
         if json_:
-            emit_json({**tk.as_dict(), "consent": consent.describe(runtime.home, tk, runtime.caps_universe_for(tk.manifest.caps))})
+            emit_json({**tk.as_dict(),
+                       "consent": consent.describe(runtime.home, tk,
+                                                   runtime.caps_universe_for(tk.manifest.caps))})
             return
         m = tk.manifest
         typer.echo(f"{m.title} ({m.id} {m.version}, {m.status})")
         typer.echo(f"  {m.tagline}")
         rows = [
             ("exec", m.exec or "none (discovery-only)"), ("cli", m.cli_bin), ("trust", m.trust),
-            ("caps", " ".join(m.caps) or "none"), ("build", " ".join(x for x in (m.build_lang, m.build_src) if x) or None),
+            ("caps", " ".join(m.caps) or "none"),
+            ("build", " ".join(x for x in (m.build_lang, m.build_src) if x) or None),
             ("arg mode", m.arg_mode if m.exec == "command" else None), ("sha256", m.sha256),
             ("author", m.author_did), ("format", m.format), ("path", str(m.path)),
         ]

@@ -30,12 +30,17 @@ def register(app: typer.Typer, runtime: RuntimeServices) -> None:
     def push(
         ident: str = typer.Argument(..., metavar="ID", help="A toolkit id on this machine's search path."),
         engine: str = typer.Argument(..., metavar="ENGINE_URL", help="e.g. http://127.0.0.1:8766"),
-        dry_run: bool = typer.Option(False, "--dry-run", help="Show the diff of caps, trust and signer; land nothing."),
-        force: bool = typer.Option(False, "--force", help="Replace the toolkit if the engine has it installed."),
+        dry_run: bool = typer.Option(False, "--dry-run",
+                                     help="Show the diff of caps, trust and signer; land nothing."),
+        force: bool = typer.Option(False, "--force",
+                                   help="Replace the toolkit if the engine has it installed."),
         first_party: bool = typer.Option(False, "--first-party",
-                                         help="Vouch for a first-party toolkit (it gets its profile's caps there)."),
-        no_build: bool = typer.Option(False, "--no-build", help="Land it only; build later (POST /v1/toolkits/ID/build)."),
-        token: str = typer.Option(None, "--token", envvar="WB_ENGINE_TOKEN", show_envvar=True, help=TOKEN_HELP),
+                                         help="Vouch for a first-party toolkit (it gets its profile's caps "
+                                              "there)."),
+        no_build: bool = typer.Option(False, "--no-build",
+                                      help="Land it only; build later (POST /v1/toolkits/ID/build)."),
+        token: str = typer.Option(None, "--token", envvar="WB_ENGINE_TOKEN", show_envvar=True,
+                                  help=TOKEN_HELP),
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
         """Ship a toolkit onto a running engine: verified there, then landed (all or nothing),
@@ -45,8 +50,8 @@ def register(app: typer.Typer, runtime: RuntimeServices) -> None:
 
         tk = runtime.toolkit(ident)
         archive = engine_client.toolkit_archive(Path(tk.dir), tk.id)
-        answer = engine_client.push(engine, archive, name=f"{tk.id}.tar.gz", token=token or None, dry_run=dry_run,
-                                    force=force, first_party=first_party, build=not no_build)
+        answer = engine_client.push(engine, archive, name=f"{tk.id}.tar.gz", token=token or None,
+                                    dry_run=dry_run, force=force, first_party=first_party, build=not no_build)
         if json_:
             emit_json(answer)
             return
@@ -69,14 +74,17 @@ def register(app: typer.Typer, runtime: RuntimeServices) -> None:
 
     @app.command(
         "run",
-        context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False},
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True,
+                          "allow_interspersed_args": False},
     )
     def run_task(
         ident: str = typer.Argument(..., metavar="ID"),
         task: str = typer.Argument(..., metavar="TASK"),
         args: Optional[list[str]] = typer.Argument(None, metavar="[-- ARGS]..."),
-        tier: Optional[str] = typer.Option(None, "--tier", help="A sandbox tier that runs tasks (default: the weakest)."),
-        timeout: Optional[float] = typer.Option(None, "--timeout", help="Seconds (at most the posix profile's)."),
+        tier: Optional[str] = typer.Option(None, "--tier",
+                                           help="A sandbox tier that runs tasks (default: the weakest)."),
+        timeout: Optional[float] = typer.Option(None, "--timeout",
+                                                help="Seconds (at most the posix profile's)."),
         mount: list[str] = typer.Option([], "--mount", metavar="HOST[:GUEST][:ro|rw]", help=MOUNT_HELP),
     ) -> None:
         """Run a :role task recipe inside a sandbox tier (only with WB_TOOLKIT_EXEC=1)."""
@@ -87,7 +95,8 @@ def register(app: typer.Typer, runtime: RuntimeServices) -> None:
         if note:
             print(note, file=sys.stderr, flush=True)
         stdin = read_stdin() if tasks.exec_allowed(runtime.env) else b""
-        result = tasks.run_task(runtime, ident, task, list(argv), stdin, tier=tier, timeout=timeout, mounts=mount)
+        result = tasks.run_task(runtime, ident, task, list(argv), stdin, tier=tier, timeout=timeout,
+                                mounts=mount)
         for stream, data in ((sys.stdout, result.stdout), (sys.stderr, result.stderr)):
             stream.flush()
             raw = getattr(stream, "buffer", None)
