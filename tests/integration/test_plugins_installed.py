@@ -34,3 +34,27 @@ def test_wbx_plugins_lists_the_failure(broken_dist, wbx, make_runtime):
     assert "broken · wb-broken 9.9 · FAILED" in r.stdout
     assert "error: ModuleNotFoundError" in r.stdout
     assert "wasmtime · wbcore-wasmtime" in r.stdout
+
+
+def test_every_plugin_command_names_its_distribution(wb_home):
+    """``cli.app.PLUGIN_COMMANDS`` (what ``wbx <command>`` names to install when the command's
+    plugin is missing) is exactly what our installed plugins add, each by its distribution."""
+    from wbcore_runtime.cli.app import PLUGIN_COMMANDS
+
+    rt = Runtime.open(home=wb_home)
+    origins = {i.name: i.origin.partition(" ")[0] for i in rt.plugin_infos}
+    served: dict[str, str] = {}
+
+    class Record:
+        runtime = rt
+
+        def __call__(self, name: str, command: object, help: str | None = None) -> None:
+            if " " not in name:  # a subcommand of a built-in group ("toolkit import") is not a command
+                served[name] = origins[self.plugin]
+
+    for impl in rt.pm.hook.wbcore_cli_commands.get_hookimpls():
+        add = Record()
+        add.plugin = impl.plugin_name
+        impl.function(add=add)
+    ours = {name: dist for name, dist in served.items() if dist.startswith("wbcore-")}
+    assert ours == PLUGIN_COMMANDS

@@ -32,7 +32,13 @@ BUILTIN_COMMANDS = frozenset(
 
 #: Commands one of our plugin distributions serves, and which: without it, ``wbx <command>``
 #: names what to install instead of Typer's bare "No such command".
-PLUGIN_COMMANDS = {"demo": "wbcore-demo"}
+PLUGIN_COMMANDS = {
+    "demo": "wbcore-demo", "call": "wbcore-act", "act": "wbcore-act", "mcp": "wbcore-mcp",
+    "engine": "wbcore-engine", "fan": "wbcore-fabric-local", "pipeline": "wbcore-fabric-local",
+    "fed": "wbcore-federation", "llm": "wbcore-llm-local", "snapshot": "wbcore-microvm",
+    "publish": "wbcore-publish", "bundle": "wbcore-publish", "library": "wbcore-publish",
+    "secrets": "wbcore-brokers-secrets",
+}
 
 
 #: Built-in groups a plugin may add subcommands to: ``add("toolkit import", fn)``.
