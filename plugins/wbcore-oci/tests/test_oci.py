@@ -10,7 +10,7 @@ import pytest
 
 from wbcore_runtime.trust import identity, signing
 from wbcore_runtime.store import install
-from wbcore_runtime.guard import oci
+from wbcore_oci import client as oci
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound
 from wbcore_runtime.guard.netguard import EgressDenied
 from wbcore_testing.fixtures import write_toolkit
@@ -98,7 +98,7 @@ def test_install_from_oci_pins_the_manifest_digest(oci_registry, signed, monkeyp
     assert lock["source"] == pushed.reference.text() and "@sha256:" in lock["source"]
     assert signing.content_digest(wb_home / "toolkits" / "tp") == signing.content_digest(signed)
     # --locked refetches by the digest and finds the same bytes
-    assert install.install_locked(wb_home)[0].unchanged
+    assert install.install_locked(wb_home, distribution=oci.OciDistribution)[0].unchanged
 
 
 def test_a_tampered_blob_is_refused_and_nothing_lands(oci_registry, signed, monkeypatch, wbx, wb_home):
