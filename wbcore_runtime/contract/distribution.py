@@ -162,6 +162,7 @@ def service(runtime: RuntimeServices, name: str | None = None) -> Distribution:
     None served is ``NotFound`` saying what to install; several and no choice is
     ``InvalidArgs`` listing them."""
     record = chosen(runtime, runtime.distributions, name, env=ENV_CHOICE,
-                    noun=("OCI distribution client", "OCI distribution clients"), none_installed=NONE_INSTALLED)
+                    noun=("OCI distribution client", "OCI distribution clients"),
+                    none_installed=NONE_INSTALLED)
     served: Distribution = record.factory(runtime)
     return served
