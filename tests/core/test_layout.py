@@ -47,9 +47,9 @@ OVER_BUDGET: dict[str, int] = {}  # empty: every module is within MAX_LINES, and
 #: contract.tools.ToolTable and contract.host.chosen, one home each (their copies left plugins and contract modules);
 #: +18 for cli/toolkit_verbs and cli/registered (a command loads only its own group) and GROUP_HELP.
 #: +202 for the 110-column limit (E501): 263 long lines wrapped by hand, not by a formatter.
-#: -207 for the OCI distribution client (guard/oci.py), which left for wbcore-oci; its references,
+#: -206 for the OCI distribution client (guard/oci.py), which left for wbcore-oci; its references,
 #: records, media types and the Distribution Protocol stayed as contract/distribution.py.
-MAX_TOTAL_LINES = 20_420
+MAX_TOTAL_LINES = 20_421
 #: In-function imports of a core module (each one hides an edge): the target is none. Those
 #: left defer a module the paths measured in docs/architecture.md do not load (start-up).
 MAX_IN_FUNCTION = 71
