@@ -20,21 +20,6 @@ from oci_scripted import ScriptedHandler
 SEED0 = base64.b64encode(bytes(32)).decode()
 
 
-def test_references_parse_and_refuse_nonsense():
-    r = oci.Reference.parse("oci://127.0.0.1:5000/wb/tools/hello:1.0")
-    assert (r.registry, r.repository, r.tag, r.digest) == ("127.0.0.1:5000", "wb/tools/hello", "1.0", None)
-    d = "sha256:" + "a" * 64
-    p = oci.Reference.parse(f"registry.example/hello@{d}")
-    assert p.ref == d and p.text() == f"oci://registry.example/hello@{d}"
-    assert r.pinned(d).text() == f"oci://127.0.0.1:5000/wb/tools/hello@{d}"
-    for bad, why in [("oci://host", "write it as"), ("oci://host/Hello:1", "repository name"),
-                     ("oci://host/hello", "name a tag"), ("oci://host/hello@sha256:12", "digest"),
-                     ("oci://ho st/x:1", "registry host"), ("oci://host/x:-bad", "valid tag"),
-                     ("oci://host/../x:1", "repository name")]:
-        with pytest.raises(InvalidArgs, match=why):
-            oci.Reference.parse(bad)
-
-
 def test_toolkit_layer_is_deterministic(tmp_path):
     a = write_toolkit(tmp_path / "a", "tk", files={"bin/x": b"1"})
     b = write_toolkit(tmp_path / "b", "tk", files={"bin/x": b"1"})
