@@ -262,6 +262,11 @@ class Runtime:
         return self._collect("wbcore_tool_providers", "tool provider")
 
     @cached_property
+    def distributions(self) -> _plugins.RecordRegistry[Any]:
+        """OCI distribution clients (``wbcore_distributions``): install's, skill images' and publish's."""
+        return self._collect("wbcore_distributions", "OCI distribution client")
+
+    @cached_property
     def fabric_engines(self) -> _plugins.RecordRegistry[Any]:
         """Engines that map one call over many inputs (``wbcore_fabric_engines``)."""
         return self._collect("wbcore_fabric_engines", "fabric engine")
@@ -315,7 +320,8 @@ class Runtime:
         ``wbx plugins`` shows what each plugin serves and every name two plugins serve."""
         return [getattr(self, name) for name in (
             "shapes", "lanes", "prefixes", "brokers", "tiers", "federation_sources", "builtins", "build_sandboxes",
-            "guest_runners", "tool_providers", "fabric_engines", "llm_providers", "agent_loops")]
+            "guest_runners", "tool_providers", "distributions", "fabric_engines", "llm_providers",
+            "agent_loops")]
 
     # --- state under $WB_HOME -----------------------------------------------------
 

@@ -50,7 +50,9 @@ OVER_BUDGET: dict[str, int] = {}  # empty: every module is within MAX_LINES, and
 #: +191 for the run path's records written by hand (contract/frozen.py and sixteen __init__s: a
 #: dataclass's generated methods cost every wbx run ~0.5-1 ms a class, and `dataclasses` ~8 ms).
 #: +95 for the 110-column limit in cli/ (96 long lines wrapped by hand).
-MAX_TOTAL_LINES = 20_938
+#: -206 for the OCI distribution client (guard/oci.py), which left for wbcore-oci; its references,
+#: records, media types and the Distribution Protocol stayed as contract/distribution.py.
+MAX_TOTAL_LINES = 20_737
 #: In-function imports of a core module (each one hides an edge): the target is none. Those
 #: left defer a module the paths measured in docs/architecture.md do not load (start-up).
 MAX_IN_FUNCTION = 53

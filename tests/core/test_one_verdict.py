@@ -67,7 +67,7 @@ def test_one_unpacker() -> None:
     home = {
         "wbcore_runtime/guard/unpack.py": "the unpacker",
         "wbcore_runtime/store/archive.py": "writes a tar (mode='w')",
-        "wbcore_runtime/guard/oci.py": "writes a layer tar (mode='w')",
+        "plugins/wbcore-oci/wbcore_oci/client.py": "writes a toolkit layer tar (mode='w')",
         "plugins/wbcore-demo/wbcore_demo/demosite.py": "writes the demo's wheel (a zip, mode 'w')",
         # re-packs the pinned, digest-checked jq source tarball the project ships (build input)
         "plugins/wbcore-lane-zig/wbcore_lane_zig/builtins/jqsrc.py": "pinned source, digest-checked",

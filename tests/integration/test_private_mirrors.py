@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from wbcore_runtime.trust import did
+from wbcore_oci.client import OciDistribution
 from wbcore_runtime.store import install
 from wbcore_runtime.contract.errors import WbError
 from wbcore_runtime.guard.netguard import ENV_ALLOW_PRIVATE, ENV_GUEST_PRIVATE_HOSTS, ENV_PRIVATE_HOSTS
@@ -129,7 +130,8 @@ def test_installs_archive_git_and_oci(servers, tmp_path: Path) -> None:
         def attempt(extra: Mapping[str, str]) -> object:
             work = tmp_path / f"w{next(n)}"
             work.mkdir()
-            return install.fetch(install.parse_source(text, sha), work, _env(tmp_path, **more, **extra))
+            return install.fetch(install.parse_source(text, sha), work, _env(tmp_path, **more, **extra),
+                                 OciDistribution)
 
         return attempt
 

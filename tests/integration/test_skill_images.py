@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from wbcore_runtime.build import builder
-from wbcore_runtime.guard import oci
+from wbcore_oci import client as oci
 from wbcore_runtime.store import skill_images
 from wbcore_runtime.contract.errors import InvalidArgs
 from wbcore_runtime.guard.netguard import EgressDenied
@@ -48,6 +48,7 @@ def push_image(reg, repo: str, tag: str, files: dict[str, bytes]) -> str:
     return r.push_manifest(repo, tag, body)
 
 
+CLIENT = oci.OciDistribution()
 FILES = {"README.md": b"# python skill\n", "bin/hello.sh": b"#!/bin/sh\necho hello from the skill image\n"}
 
 
@@ -80,18 +81,18 @@ def test_pulled_once_verified_and_content_addressed(registry, tmp_path, monkeypa
     home = tmp_path / "home"
     monkeypatch.delenv("WB_ALLOW_PRIVATE_HOSTS")
     with pytest.raises(EgressDenied, match="SSRF guard"):  # loopback needs the deployer's allowance
-        skill_images.resolve(home, im)
+        skill_images.resolve(home, im, client=CLIENT)
     monkeypatch.setenv("WB_ALLOW_PRIVATE_HOSTS", "127.0.0.1")
-    tree = skill_images.resolve(home, im)
+    tree = skill_images.resolve(home, im, client=CLIENT)
     assert tree == home / "oci" / "skills" / digest.replace(":", "-") / "tree"
     assert (tree / "bin" / "hello.sh").read_bytes() == FILES["bin/hello.sh"]
     assert not os.access(tree / "README.md", os.W_OK) or os.geteuid() == 0
     assert (tree / "README.md").stat().st_mode & 0o222 == 0
     # pulled once: with the registry's blobs gone the cache still serves the tag
     shutil.rmtree(registry.storage / "docker" / "registry" / "v2" / "blobs")
-    assert skill_images.resolve(home, im) == tree
+    assert skill_images.resolve(home, im, client=CLIENT) == tree
     pinned = skill_images.SkillImage(f"oci://{registry.host}/skills/python@{digest}", "/skills/python")
-    assert skill_images.resolve(home, pinned) == tree  # by digest: no request at all
+    assert skill_images.resolve(home, pinned, client=CLIENT) == tree  # by digest: no request at all
 
 
 def test_a_tampered_layer_is_refused(registry, tmp_path) -> None:
@@ -101,7 +102,7 @@ def test_a_tampered_layer_is_refused(registry, tmp_path) -> None:
     blob.write_bytes(layer[:-1] + bytes([layer[-1] ^ 1]))
     im = skill_images.SkillImage(f"oci://{registry.host}/skills/bad:1", "/skills/bad")
     with pytest.raises(oci.OciError, match="tampered or corrupt, refused"):
-        skill_images.resolve(tmp_path / "home", im)
+        skill_images.resolve(tmp_path / "home", im, client=CLIENT)
     assert not [p for p in (tmp_path / "home" / "oci" / "skills").iterdir() if not p.name.startswith(".lock")]
 
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from wbcore_runtime.cli.output import JSON_HELP, emit_json, warn
+from wbcore_runtime.contract import distribution
 from wbcore_runtime.contract.errors import InvalidArgs
 from wbcore_runtime.trust import consent, did, identity, signing
 
@@ -102,20 +103,23 @@ def register(app: typer.Typer, runtime: RuntimeServices) -> None:
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
         """Install toolkits into the user root ($WB_HOME/toolkits), verified, recorded in wbx.lock."""
-        # deferred: it brings tarfile, zipfile and the git and OCI fetchers, which the other verbs do not need
+        # deferred: it brings tarfile, zipfile and the git fetcher, which the other verbs do not need
         from wbcore_runtime.store import install as _install
+
+        def client() -> distribution.Distribution:  # asked only for an oci:// source (wbcore-oci serves it)
+            return distribution.service(runtime)
 
         if locked:
             if source is not None:
                 raise InvalidArgs("--locked takes no SOURCE (it installs what the lockfile records)")
-            done = _install.install_locked(runtime.home, lockfile, env=runtime.env)
+            done = _install.install_locked(runtime.home, lockfile, env=runtime.env, distribution=client)
         else:
             if source is None:
                 raise InvalidArgs("give a SOURCE, or --locked")
             if lockfile is not None:
                 raise InvalidArgs("--lockfile goes with --locked")
             done = _install.install(runtime.home, source, sha256=sha256, force=force, env=runtime.env,
-                                    first_party=first_party)
+                                    first_party=first_party, distribution=client)
         runtime.discover(refresh=True)
         if json_:
             emit_json([{**d.entry.as_dict(), "path": str(d.path), "caps": list(d.caps),

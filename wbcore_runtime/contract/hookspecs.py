@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         BuildSandbox,
         BuiltinCommand,
         Check,
+        DistributionService,
         ExecShape,
         FabricEngine,
         FederationSource,
@@ -191,6 +192,21 @@ def wbcore_tool_providers() -> Iterable[ToolProviderService]:
         @hookimpl
         def wbcore_tool_providers():
             yield ToolProviderService(name="act", summary="toolkits as ACT tools", factory=_service)
+    """
+
+
+@hookspec
+def wbcore_distributions() -> Iterable[DistributionService]:
+    """Called once per runtime, when install, skill images or publish first ask for
+    ``contract.distribution.service(runtime)``.
+
+    Returns OCI distribution clients: pull (verified) and push of wbcore's artifacts and skill
+    images, through the core's one fetcher and SSRF guard. With none served an ``oci://``
+    source says so ("no OCI distribution client is installed; pip install wbcore-oci")::
+
+        @hookimpl
+        def wbcore_distributions():
+            yield DistributionService(name="oci", summary="OCI distribution API", factory=_client)
     """
 
 

@@ -93,6 +93,8 @@ class RuntimeServices(Protocol):
     @property
     def tool_providers(self) -> Registry[Any]: ...  # of ``records.ToolProviderService``
     @property
+    def distributions(self) -> Registry[Any]: ...  # of ``records.DistributionService``
+    @property
     def fabric_engines(self) -> Registry[Any]: ...  # of ``records.FabricEngine``
     @property
     def llm_providers(self) -> Registry[Any]: ...  # of ``records.LlmProvider``

@@ -239,6 +239,18 @@ class ToolProviderService:
 
 
 @dataclass(frozen=True, slots=True)
+class DistributionService:
+    """A service install, skill images and publish ask the runtime for: an OCI registry client
+    (``wbcore_runtime.contract.distribution``). ``factory`` returns a ``Distribution`` (typed ``Any``
+    here: the distribution contract takes the runtime, an import cycle)."""
+
+    name: str
+    summary: str
+    factory: Callable[[RuntimeServices], Any]
+    available: Callable[[], Availability] = _always
+
+
+@dataclass(frozen=True, slots=True)
 class BuiltinCommand:
     """A reserved built-in command (seed 000: ``upper``, ``grep``, ``jq``, ``wbox``).
 
@@ -324,6 +336,7 @@ RECORD_KINDS: dict[str, type] = {
     "wbcore_build_sandboxes": BuildSandbox,
     "wbcore_guest_runners": GuestRunnerService,
     "wbcore_tool_providers": ToolProviderService,
+    "wbcore_distributions": DistributionService,
     "wbcore_fabric_engines": FabricEngine,
     "wbcore_llm_providers": LlmProvider,
     "wbcore_agent_loops": AgentLoop,

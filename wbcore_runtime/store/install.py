@@ -4,8 +4,9 @@ Sources: a folder; ``git+file://…[@commit]``; ``git+https://…@<commit>`` (or
 mirror; the pinned commit is what makes either trustworthy) or a plain ``https://….git@<commit>``
 (a pin is required); an archive (``.tar.gz``, ``.tgz``, ``.tar``, ``.zip``) as a local file or an
 ``http(s)://`` URL with ``--sha256`` (required for URLs); an OCI artifact
-``oci://host/repo:tag`` or ``…@sha256:<manifest digest>`` (``wbcore_runtime.guard.oci``: every blob
-checked against its digest and size while it streams; the lock records the digest).
+``oci://host/repo:tag`` or ``…@sha256:<manifest digest>`` (pulled by the runtime's OCI client,
+``contract.distribution``, served by wbcore-oci: every blob checked against its digest and size
+while it streams; the lock records the digest).
 
 Everything is staged under ``$WB_HOME/.staging`` (the same filesystem as the user root),
 checked there — safe unpack, manifest parse, the signature of every third-party
@@ -21,7 +22,7 @@ import hashlib
 import os
 import re
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,7 @@ from wbcore_runtime.guard import gitfetch as _gitfetch
 from wbcore_runtime.trust import consent as _consent
 from wbcore_runtime.trust import verdict as _trust
 from wbcore_runtime.toolkit import manifest as _manifest
-from wbcore_runtime.guard import oci as _oci
+from wbcore_runtime.contract import distribution as _dist
 from wbcore_runtime.contract.errors import InvalidArgs, ManifestError, NotFound
 from wbcore_runtime.guard.netguard import NetGuard
 
@@ -48,6 +49,9 @@ COMMIT_RE = re.compile(r"^[0-9a-f]{7,64}$")
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 #: What one install may bring in: entries and bytes, counted as written.
 TREE_CAPS = unpack.Caps(max_files=5000, max_bytes=256 << 20)
+#: How an install reaches the OCI client: asked only when a source is ``oci://``, so an install
+#: of a folder, git or archive loads no plugin (``wbx toolkit install`` passes its runtime's).
+Client = Callable[[], _dist.Distribution]
 
 
 class InstallError(InvalidArgs):
@@ -66,7 +70,7 @@ class Source:
             pin = commit or self.commit
             return f"git+{self.location}" + (f"@{pin}" if pin else "")
         if self.kind == "oci" and commit:
-            return _oci.Reference.parse(self.location).pinned(commit).text()  # the manifest digest pins it
+            return _dist.Reference.parse(self.location).pinned(commit).text()  # the manifest digest pins it
         return self.location
 
 
@@ -108,7 +112,7 @@ def parse_source(text: str, sha256: str | None = None) -> Source:
         if pin is not None:
             raise InvalidArgs(f"{text}: --sha256 is for archives; "
                               "pin an OCI artifact with …@sha256:<manifest digest>")
-        return Source("oci", _oci.Reference.parse(text).text())
+        return Source("oci", _dist.Reference.parse(text).text())
     if text.startswith(("https://", "http://")):
         name = text.split("?", 1)[0]
         if not unpack.is_archive(name):
@@ -141,8 +145,8 @@ def _download(url: str, dest: Path, env: Mapping[str, str] | None) -> None:
                     limits=_fetch.FetchLimits(max_bytes=MAX_DOWNLOAD, timeout=HTTP_TIMEOUT_S), env=seen)
 
 
-def fetch(source: Source, work: Path,
-          env: Mapping[str, str] | None = None) -> tuple[Path, str | None, str | None]:
+def fetch(source: Source, work: Path, env: Mapping[str, str] | None = None,
+          distribution: Client | None = None) -> tuple[Path, str | None, str | None]:
     """Bring the source into ``work/tree``; returns (tree, resolved commit, archive sha256)."""
     tree = work / "tree"
     if source.kind == "dir":
@@ -165,10 +169,14 @@ def fetch(source: Source, work: Path,
         # Every blob is checked against its digest and size while it streams; the layer is
         # then unpacked with the same caps as any archive, and signatures are checked by _stage.
         seen = os.environ if env is None else env
-        pulled = _oci.pull(source.location, work / "oci", artifact_types=(_oci.TOOLKIT_TYPE,), env=seen)
+        if distribution is None:
+            raise NotFound(f"{source.location}: an oci:// source is pulled by the runtime's OCI client "
+                           f"and none was given ({_dist.NONE_INSTALLED}, then install with wbx)")
+        pulled = distribution().pull(source.location, work / "oci", artifact_types=(_dist.TOOLKIT_TYPE,),
+                                     env=seen)
         desc, layer = pulled.layers[0]
-        if len(pulled.layers) != 1 or desc.media_type != _oci.TOOLKIT_LAYER:
-            raise InstallError(f"{source.location}: a toolkit artifact has one {_oci.TOOLKIT_LAYER} layer")
+        if len(pulled.layers) != 1 or desc.media_type != _dist.TOOLKIT_LAYER:
+            raise InstallError(f"{source.location}: a toolkit artifact has one {_dist.TOOLKIT_LAYER} layer")
         archive = layer.rename(layer.with_name("toolkit.tar.gz"))
         unpack.unpack(archive, tree, TREE_CAPS)
         return tree, pulled.reference.digest, None
@@ -221,8 +229,8 @@ def _check_id(ident: str, where: object) -> str:
 
 
 def _stage(source: Source, work: Path, env: Mapping[str, str] | None, only: set[str] | None = None,
-           *, allow_first_party: bool = False) -> list[_Staged]:
-    tree, commit, archive_sha = fetch(source, work, env)
+           *, allow_first_party: bool = False, distribution: Client | None = None) -> list[_Staged]:
+    tree, commit, archive_sha = fetch(source, work, env, distribution)
     dirs = find_toolkits(tree)
     if not dirs:
         raise InstallError(f"{source.text()}: no manifest.org found (looked at the root, */ and toolkits/*/)")
@@ -268,7 +276,8 @@ def _staging(home: Path) -> Path:
 
 
 def install(home: Path, source_text: str, *, sha256: str | None = None, force: bool = False,
-            env: Mapping[str, str] | None = None, first_party: bool = False) -> list[Installed]:
+            env: Mapping[str, str] | None = None, first_party: bool = False,
+            distribution: Client | None = None) -> list[Installed]:
     """Install every toolkit of one source; all of them land, or none.
 
     A first-party toolkit from a git or archive source needs ``first_party=True``: the
@@ -278,7 +287,7 @@ def install(home: Path, source_text: str, *, sha256: str | None = None, force: b
     with journal.home_lock(home):
         work = _staging(home)
         try:
-            staged = _stage(source, work, env, allow_first_party=first_party)
+            staged = _stage(source, work, env, allow_first_party=first_party, distribution=distribution)
             lock = read_lock(home / LOCKFILE)
             root = home / "toolkits"
             results: list[Installed] = []
@@ -350,14 +359,15 @@ class Change:
 
 
 def preview(home: Path, source_text: str, *, sha256: str | None = None, force: bool = False,
-            env: Mapping[str, str] | None = None, first_party: bool = False) -> list[Change]:
+            env: Mapping[str, str] | None = None, first_party: bool = False,
+            distribution: Client | None = None) -> list[Change]:
     """What :func:`install` would do with the same arguments, landing nothing: the source is
     staged and verified exactly as an install would (a refusal raises the same error)."""
     source = parse_source(source_text, sha256)
     with journal.home_lock(home):
         work = _staging(home)
         try:
-            staged = _stage(source, work, env, allow_first_party=first_party)
+            staged = _stage(source, work, env, allow_first_party=first_party, distribution=distribution)
             lock = read_lock(home / LOCKFILE)
             out = []
             for s in staged:
@@ -398,8 +408,8 @@ def _installed_digest(path: Path) -> str | None:
         return None
 
 
-def install_locked(home: Path, lockfile: Path | None = None, *,
-                   env: Mapping[str, str] | None = None) -> list[Installed]:
+def install_locked(home: Path, lockfile: Path | None = None, *, env: Mapping[str, str] | None = None,
+                   distribution: Client | None = None) -> list[Installed]:
     """Reproduce exactly the set in the lockfile; any drift fails and nothing lands."""
     lock_path = lockfile or home / LOCKFILE
     wanted = read_lock(lock_path)
@@ -425,7 +435,7 @@ def install_locked(home: Path, lockfile: Path | None = None, *,
                 sub.mkdir()
                 # The lock records the deployer's decisions, first-party ones included.
                 got = {s.entry.id: s for s in _stage(source, sub, env, only={e.id for e in entries},
-                                                     allow_first_party=True)}
+                                                     allow_first_party=True, distribution=distribution)}
                 for e in entries:
                     s = got.get(e.id)
                     if s is None:

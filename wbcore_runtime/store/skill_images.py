@@ -6,8 +6,9 @@ A posix toolkit declares them in its manifest (``docs/manifest.md``)::
 
 Each entry is ``REFERENCE=/guest/path``; entries are separated by spaces. At a call, the tier
 (container, microvm) asks :func:`resolve` for each image's folder and mounts it read-only
-at its path. An image is pulled **once**: through the core's one OCI client
-(:func:`wbcore_runtime.guard.oci.pull`: the one fetcher, its SSRF guard — a loopback or private
+at its path. An image is pulled **once**: through the runtime's OCI client
+(``contract.distribution.Distribution.pull``, served by wbcore-oci: the core's one fetcher, its
+SSRF guard — a loopback or private
 registry needs the deployer's ``WB_ALLOW_PRIVATE_HOSTS``, plain http ``WB_OCI_PLAIN_HTTP``
 — the manifest's bytes checked against a pinned digest and every blob against its
 descriptor's digest and size), then its layers are unpacked in order by the one unpacker
@@ -35,8 +36,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from wbcore_runtime.contract.distribution import Distribution, Reference
 from wbcore_runtime.contract.errors import InvalidArgs
-from wbcore_runtime.guard import oci
 from wbcore_runtime.guard.unpack import Caps, UnsafeArchive, unpack_tar
 
 KEYWORD = "SKILL_IMAGES"
@@ -71,7 +72,7 @@ def parse(value: str | None, where: str = "#+SKILL_IMAGES") -> tuple[SkillImage,
         ref, sep, mount = item.rpartition("=")
         if not sep or not ref:
             raise InvalidArgs(f"{where}: {item!r}: write each entry as oci://REGISTRY/REPO[:TAG|@sha256:…]=/guest/path")
-        oci.Reference.parse(ref)  # a clear error for a malformed reference
+        Reference.parse(ref)  # a clear error for a malformed reference
         norm = os.path.normpath(mount)
         if not _GUEST_RE.match(mount) or norm != mount.rstrip("/") or ".." in mount.split("/"):
             raise InvalidArgs(f"{where}: {item!r}: the mount must be an absolute guest path "
@@ -91,12 +92,14 @@ def cache_root(home: Path) -> Path:
     return home / "oci" / "skills"
 
 
-def resolve(home: Path, image: SkillImage, env: Mapping[str, str] | None = None) -> Path:
-    """The unpacked, read-only tree of ``image``: from the cache, else pulled, verified and
-    unpacked once. Returns ``$WB_HOME/oci/skills/<digest>/tree``."""
+def resolve(home: Path, image: SkillImage, env: Mapping[str, str] | None = None, *,
+            client: Distribution) -> Path:
+    """The unpacked, read-only tree of ``image``: from the cache, else pulled by ``client`` (the
+    runtime's: ``contract.distribution.service``), verified and unpacked once. Returns
+    ``$WB_HOME/oci/skills/<digest>/tree``."""
     root = cache_root(home)
     root.mkdir(parents=True, exist_ok=True)
-    ref = oci.Reference.parse(image.reference)
+    ref = Reference.parse(image.reference)
     with open(root / ".lock", "a+") as lockf:
         fcntl.flock(lockf, fcntl.LOCK_EX)  # one pull of an image at a time per home
         refs_path = root / "refs.json"
@@ -110,8 +113,8 @@ def resolve(home: Path, image: SkillImage, env: Mapping[str, str] | None = None)
             return root / digest.replace(":", "-") / "tree"
         work = root / f".pull-{os.getpid()}-{time.monotonic_ns()}"
         try:
-            pulled = oci.pull(ref, work / "blobs", artifact_types=(IMAGE_CONFIG, SKILL_CONFIG, SKILL_TYPE),
-                              env=env)
+            pulled = client.pull(ref, work / "blobs", artifact_types=(IMAGE_CONFIG, SKILL_CONFIG, SKILL_TYPE),
+                                 env=env)
             got = pulled.reference.digest
             assert got is not None
             final = root / got.replace(":", "-")

@@ -342,10 +342,12 @@ def _skill_binds(runtime: Runtime, posix: dict[str, Any]) -> list[tuple[str, str
     entries = posix.get("skill_images") or []
     if not entries:
         return []
+    from wbcore_runtime.contract import distribution
     from wbcore_runtime.store import skill_images
 
     images = skill_images.parse(" ".join(f"{r}={m}" for r, m in entries))
-    out = [(str(skill_images.resolve(runtime.home, im, runtime.env)), im.mount) for im in images]
+    client = distribution.service(runtime)  # wbcore-oci, through the runtime
+    out = [(str(skill_images.resolve(runtime.home, im, runtime.env, client=client)), im.mount) for im in images]
     if os.geteuid() == 0:  # bwrap then runs as the unprivileged host uid: it must reach the trees
         from wbcore_runtime.dispatch.mounts import unreachable_by
 

@@ -422,6 +422,7 @@ def _call_mounts(runtime: Runtime, request: CommandRequest, images: list[Any]) -
     read-only) and the host folders granted to the call (``wbx run --mount``, checked by the
     core), at most ``MOUNT_SLOTS`` together; ``InvalidArgs`` saying which limit is hit."""
     from wbcore_microvm.shell import MOUNT_SLOTS, check_call_mounts
+    from wbcore_runtime.contract import distribution
     from wbcore_runtime.store import skill_images
     from wbcore_runtime.dispatch.mounts import Mount, unreachable_by
 
@@ -431,7 +432,9 @@ def _call_mounts(runtime: Runtime, request: CommandRequest, images: list[Any]) -
             raise InvalidArgs(f"{request.name}: its skill images need the tier's snapshot with virtio-9p "
                               "slots; a named snapshot (WB_MICROVM_SNAPSHOT) has none: unset it for this toolkit")
         parsed = skill_images.parse(" ".join(f"{r}={m}" for r, m in images))
-        mounts = [Mount(str(skill_images.resolve(runtime.home, im, runtime.env)), im.mount) for im in parsed]
+        client = distribution.service(runtime)  # wbcore-oci, through the runtime
+        mounts = [Mount(str(skill_images.resolve(runtime.home, im, runtime.env, client=client)), im.mount)
+                  for im in parsed]
         if os.geteuid() == 0:
             for m in mounts:
                 why = unreachable_by(m.host, False, _vm.QEMU_UID)

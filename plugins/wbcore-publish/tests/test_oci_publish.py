@@ -10,7 +10,7 @@ from conftest import SEED_A, vfs_rows
 from wbcore_publish import bundle
 
 from wbcore_runtime.trust import identity, signing
-from wbcore_runtime.guard import oci
+from wbcore_runtime.contract import distribution
 from wbcore_testing.fixtures import write_toolkit
 
 
@@ -87,7 +87,8 @@ def test_an_unsigned_toolkit_is_not_published(allowed, toolkit_root, wbx):
 def test_a_tampered_layer_is_refused_on_install(allowed, signed_tk, wbx, make_runtime, tmp_path):
     ref = f"{allowed.host}/wb/hello:0.1.0"
     assert wbx("publish", "oci", "hello", ref).exit_code == 0
-    blob = allowed.blob_path(oci.Descriptor.of(oci.toolkit_layer(signed_tk), oci.TOOLKIT_LAYER).digest)
+    layer = distribution.service(make_runtime()).toolkit_layer(signed_tk)  # the runtime's client (wbcore-oci)
+    blob = allowed.blob_path(distribution.Descriptor.of(layer, distribution.TOOLKIT_LAYER).digest)
     data = bytearray(blob.read_bytes())
     data[-5] ^= 0x01
     blob.write_bytes(bytes(data))

@@ -10,6 +10,7 @@ from typing import Any
 import typer
 
 from wbcore_runtime.cli.output import JSON_HELP, emit_json
+from wbcore_runtime.contract import distribution
 
 
 def _ident(runtime: Any, tenant: str) -> Any:
@@ -115,7 +116,8 @@ def _pulled_bundle(runtime: Any, reference: str) -> Iterator[Path]:
     base.mkdir(parents=True, exist_ok=True)
     work = leftovers.mkdtemp(leftovers.STAGING_PREFIX, dir=base)  # swept like any stage if a kill leaves it
     try:
-        yield ocipublish.fetch_bundle(reference, work / "pulled.wbundle", env=runtime.env)
+        yield ocipublish.fetch_bundle(distribution.service(runtime), reference, work / "pulled.wbundle",
+                                      env=runtime.env)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -135,11 +137,12 @@ def publish_app(runtime: Any) -> typer.Typer:
         p = Path(source).expanduser()
         local = p if p.is_absolute() else Path(runtime.cwd) / p
         if local.is_file() and local.suffix == ".wbundle":
-            got = ocipublish.bundle(local, target, env=runtime.env)
+            got = ocipublish.bundle(distribution.service(runtime), local, target, env=runtime.env)
         elif local.is_dir() and (local / "manifest.org").is_file():
-            got = ocipublish.toolkit(local, target, env=runtime.env)
+            got = ocipublish.toolkit(distribution.service(runtime), local, target, env=runtime.env)
         else:
-            got = ocipublish.toolkit(runtime.toolkit(source).dir, target, env=runtime.env)
+            got = ocipublish.toolkit(distribution.service(runtime), runtime.toolkit(source).dir, target,
+                                     env=runtime.env)
         if json_:
             emit_json({"kind": got.kind, "name": got.name, "reference": got.reference, "tag": got.tag,
                        "digest": got.digest, "blobs_sent": got.blobs_sent})

@@ -3,7 +3,8 @@
 What is published is checked first, the way an install will check it: a toolkit's
 signature must verify (a third-party toolkit that does not would be refused on every
 install anyway), a bundle must inspect clean. The artifact formats are the core's
-(:mod:`wbcore_runtime.guard.oci`): the installer and this publisher share one definition.
+(:mod:`wbcore_runtime.contract.distribution`): the installer and this publisher share one
+definition; the registry client is the runtime's (``distribution.service``, wbcore-oci).
 """
 
 from __future__ import annotations
@@ -13,12 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wbcore_runtime.toolkit import manifest as _manifest
-from wbcore_runtime.guard import oci
+from wbcore_runtime.contract import distribution as oci
+from wbcore_runtime.contract.distribution import Distribution
 from wbcore_runtime.trust import signing, verdict as trust
 from wbcore_runtime.contract.canonical import canonical_json
 from wbcore_runtime.contract.errors import InvalidArgs
-
-MAX_BUNDLE = oci.MAX_BLOB
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +38,7 @@ def _reference(target: str) -> oci.Reference:
     return ref
 
 
-def toolkit(folder: Path, target: str, *, env: Mapping[str, str]) -> Published:
+def toolkit(client: Distribution, folder: Path, target: str, *, env: Mapping[str, str]) -> Published:
     m = _manifest.load(folder / signing.MANIFEST)
     verdict = trust.folder_verdict(folder, env)
     if trust.refusal(verdict):
@@ -52,22 +52,22 @@ def toolkit(folder: Path, target: str, *, env: Mapping[str, str]) -> Published:
     ref = _reference(target)
     config = {"id": m.id, "version": m.version, "digest": verdict.digest or signing.content_digest(folder),
               "signer": verdict.signer, "trust": m.trust}
-    pushed = oci.push(
+    pushed = client.push(
         ref, artifact_type=oci.TOOLKIT_TYPE,
         config=(canonical_json(config), oci.TOOLKIT_CONFIG),
-        layers=[(oci.toolkit_layer(folder), oci.TOOLKIT_LAYER, {"org.opencontainers.image.title": f"{m.id}.tar.gz"})],
+        layers=[(client.toolkit_layer(folder), oci.TOOLKIT_LAYER, {"org.opencontainers.image.title": f"{m.id}.tar.gz"})],
         annotations={"org.opencontainers.image.version": m.version, "dev.wbcore.toolkit.id": m.id},
         env=env,
     )
     return Published("toolkit", m.id, pushed.reference.text(), ref.tag, pushed.manifest.digest, pushed.blobs_sent)
 
 
-def bundle(path: Path, target: str, *, env: Mapping[str, str]) -> Published:
+def bundle(client: Distribution, path: Path, target: str, *, env: Mapping[str, str]) -> Published:
     from wbcore_publish import bundle as _bundle
 
     size = path.stat().st_size
-    if size > MAX_BUNDLE:
-        raise InvalidArgs(f"{path}: {size} bytes is over the {MAX_BUNDLE}-byte cap for a published bundle")
+    if size > client.max_blob:  # the client's cap on one blob: the registry would refuse it mid-way
+        raise InvalidArgs(f"{path}: {size} bytes is over the {client.max_blob}-byte cap for a published bundle")
     ins = _bundle.inspect(path, env=env, resolve_web=False)
     if not ins.verified:
         raise InvalidArgs(f"{path}: the bundle does not verify ({ins.signature.reason}; "
@@ -75,7 +75,7 @@ def bundle(path: Path, target: str, *, env: Mapping[str, str]) -> Published:
     ref = _reference(target)
     name = str(ins.manifest.get("workspace", {}).get("name") or path.stem)
     config = {"workspace": name, "signer": ins.signature.signer}
-    pushed = oci.push(
+    pushed = client.push(
         ref, artifact_type=oci.BUNDLE_TYPE,
         config=(canonical_json(config), oci.BUNDLE_CONFIG),
         layers=[(path.read_bytes(), oci.BUNDLE_LAYER, {"org.opencontainers.image.title": path.name})],
@@ -84,12 +84,12 @@ def bundle(path: Path, target: str, *, env: Mapping[str, str]) -> Published:
     return Published("bundle", name, pushed.reference.text(), ref.tag, pushed.manifest.digest, pushed.blobs_sent)
 
 
-def fetch_bundle(reference: str, dest: Path, *, env: Mapping[str, str]) -> Path:
+def fetch_bundle(client: Distribution, reference: str, dest: Path, *, env: Mapping[str, str]) -> Path:
     """Pull a published ``.wbundle`` (digest and size checked as it streams) to ``dest``;
     ``wbx bundle restore`` then verifies its signature and members before anything lands."""
     work = dest.with_name(f".{dest.name}.oci")
     try:
-        pulled = oci.pull(reference, work, artifact_types=(oci.BUNDLE_TYPE,), env=env)
+        pulled = client.pull(reference, work, artifact_types=(oci.BUNDLE_TYPE,), env=env)
         desc, layer = pulled.layers[0]
         if len(pulled.layers) != 1 or desc.media_type != oci.BUNDLE_LAYER:
             raise InvalidArgs(f"{reference}: a bundle artifact has one {oci.BUNDLE_LAYER} layer")

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from wbcore_runtime.store import install
-from wbcore_runtime.guard import oci
+from wbcore_oci import client as oci
 from wbcore_runtime.guard.netguard import EgressDenied
 
 from oci_scripted import ScriptedHandler
@@ -141,6 +141,6 @@ def test_a_toolkit_layer_that_is_an_archive_bomb_lands_nothing(hostile: Hostile,
     hostile.manifest = _toolkit_manifest(hostile, [layer])
     home = tmp_path / "home"
     with pytest.raises(Exception, match=r"files|entries"):
-        install.install(home, f"oci://{hostile.host}/wb/bomb:1")
+        install.install(home, f"oci://{hostile.host}/wb/bomb:1", distribution=oci.OciDistribution)
     landed = home / "toolkits"
     assert not landed.exists() or not any(landed.iterdir())

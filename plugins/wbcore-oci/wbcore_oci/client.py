@@ -1,5 +1,10 @@
 """The OCI distribution API, client side: push and pull one artifact (manifest, config, layers).
 
+Served to the core and the other plugins as ``contract.distribution.Distribution``
+(:class:`OciDistribution`, through ``wbcore_distributions``); the references, the records a
+pull and a push return and wbcore's media types are the contract's
+(``wbcore_runtime.contract.distribution``).
+
 Toolkits (``wbx toolkit install oci://…``) and bundles travel through any registry that
 speaks the distribution spec (``/v2/<name>/manifests/<ref>``, ``/v2/<name>/blobs/<digest>``,
 ``POST …/blobs/uploads/`` then ``PUT <location>?digest=``). Every request goes through the
@@ -24,26 +29,35 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode, urljoin, urlsplit
 
-from wbcore_runtime.guard import fetch as _fetch
 from wbcore_runtime.contract.canonical import canonical_json
+from wbcore_runtime.contract.distribution import (
+    BUNDLE_CONFIG,
+    BUNDLE_LAYER,
+    BUNDLE_TYPE,
+    DIGEST_RE,
+    MANIFEST_TYPE,
+    TOOLKIT_CONFIG,
+    TOOLKIT_LAYER,
+    TOOLKIT_TYPE,
+    Descriptor,
+    Layer,
+    Pulled,
+    Pushed,
+    Reference,
+)
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound
+from wbcore_runtime.guard import fetch as _fetch
 from wbcore_runtime.guard.netguard import NetGuard
 
-MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
-#: wbcore's artifacts: a toolkit (its folder as one deterministic tar.gz layer, the config
-#: naming id, version, content digest and signer) and a ``.wbundle`` (the zip as one layer).
-TOOLKIT_TYPE = "application/vnd.wbcore.toolkit.v1"
-TOOLKIT_CONFIG = "application/vnd.wbcore.toolkit.config.v1+json"
-TOOLKIT_LAYER = "application/vnd.wbcore.toolkit.layer.v1.tar+gzip"
-BUNDLE_TYPE = "application/vnd.wbcore.wbundle.v1"
-BUNDLE_CONFIG = "application/vnd.wbcore.wbundle.config.v1+json"
-BUNDLE_LAYER = "application/vnd.wbcore.wbundle.v1+zip"
+__all__ = ["BUNDLE_CONFIG", "BUNDLE_LAYER", "BUNDLE_TYPE", "MANIFEST_TYPE", "TOOLKIT_CONFIG", "TOOLKIT_LAYER",
+           "TOOLKIT_TYPE", "Descriptor", "OciClient", "OciDistribution", "OciError", "Pulled", "Pushed",
+           "Reference", "manifest_bytes", "pull", "push", "toolkit_layer"]
+
 ENV_PLAIN_HTTP = "WB_OCI_PLAIN_HTTP"
 MAX_MANIFEST = 4 << 20
 MAX_CONFIG = 1 << 20
@@ -52,118 +66,33 @@ TIMEOUT_S = 60.0
 MAX_LAYERS = 16
 MAX_TOKEN = 64 << 10
 
-_REPO_RE = re.compile(r"^[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*)*$")
-_TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
-_DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
-_REGISTRY_RE = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::[0-9]{1,5})?$")
-
 
 class OciError(InvalidArgs):
     """A registry answer that breaks the protocol or fails verification; nothing was kept."""
 
 
-@dataclass(frozen=True, slots=True)
-class Reference:
-    """``registry/repository`` and a ``tag`` or a ``digest`` (a digest pins the bytes)."""
-
-    registry: str
-    repository: str
-    tag: str | None = None
-    digest: str | None = None
-
-    @classmethod
-    def parse(cls, text: str) -> Reference:
-        raw = text.strip()
-        rest = raw.removeprefix("oci://")
-        where = f"OCI reference {text!r}"
-        registry, sep, path = rest.partition("/")
-        if not sep or not path:
-            raise InvalidArgs(f"{where}: write it as [oci://]host[:port]/repository:tag or …@sha256:<hex>")
-        if not _REGISTRY_RE.match(registry):
-            raise InvalidArgs(f"{where}: {registry!r} is not a registry host[:port]")
-        tag = digest = None
-        if "@" in path:
-            path, digest = path.rsplit("@", 1)
-            if not _DIGEST_RE.match(digest):
-                raise InvalidArgs(f"{where}: {digest!r} is not a sha256:<64 hex> digest")
-        last = path.rsplit("/", 1)[-1]
-        if ":" in last:
-            path, tag = path.rsplit(":", 1)
-            if not _TAG_RE.match(tag):
-                raise InvalidArgs(f"{where}: {tag!r} is not a valid tag "
-                                  f"([A-Za-z0-9_][A-Za-z0-9._-]{{0,127}})")
-        if not _REPO_RE.match(path) or len(path) > 255:
-            raise InvalidArgs(f"{where}: {path!r} is not a repository name (lower-case, '/'-separated)")
-        if tag is None and digest is None:
-            raise InvalidArgs(f"{where}: name a tag (…:1.0) or a digest (…@sha256:…)")
-        return cls(registry, path, tag, digest)
-
-    @property
-    def ref(self) -> str:
-        """What the manifest endpoint is asked for: the digest when pinned, else the tag."""
-        return self.digest or self.tag or ""
-
-    def pinned(self, digest: str) -> Reference:
-        return Reference(self.registry, self.repository, None, digest)
-
-    def text(self) -> str:
-        out = f"oci://{self.registry}/{self.repository}"
-        if self.tag:
-            out += f":{self.tag}"
-        if self.digest:
-            out += f"@{self.digest}"
-        return out
+def descriptor_json(desc: Descriptor) -> dict[str, Any]:
+    """A descriptor as a manifest writes it."""
+    out: dict[str, Any] = {"mediaType": desc.media_type, "digest": desc.digest, "size": desc.size}
+    if desc.annotations:
+        out["annotations"] = dict(sorted(desc.annotations.items()))
+    return out
 
 
-@dataclass(frozen=True, slots=True)
-class Descriptor:
-    media_type: str
-    digest: str
-    size: int
-    annotations: Mapping[str, str] = field(default_factory=dict)
-
-    def as_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"mediaType": self.media_type, "digest": self.digest, "size": self.size}
-        if self.annotations:
-            out["annotations"] = dict(sorted(self.annotations.items()))
-        return out
-
-    @classmethod
-    def of(cls, data: bytes, media_type: str, annotations: Mapping[str, str] | None = None) -> Descriptor:
-        return cls(media_type, "sha256:" + hashlib.sha256(data).hexdigest(), len(data),
-                   dict(annotations or {}))
-
-    @classmethod
-    def from_json(cls, obj: object, where: str) -> Descriptor:
-        if not isinstance(obj, dict):
-            raise OciError(f"{where}: a descriptor is not an object")
-        mt, dg, size = obj.get("mediaType"), obj.get("digest"), obj.get("size")
-        if not isinstance(mt, str) or not isinstance(dg, str) or not _DIGEST_RE.match(dg):
-            raise OciError(f"{where}: descriptor without a mediaType or a sha256 digest")
-        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-            raise OciError(f"{where}: descriptor size {size!r} is not a byte count")
-        ann = obj.get("annotations") or {}
-        if not isinstance(ann, dict) or not all(isinstance(k, str) and isinstance(v, str)
-                                                for k, v in ann.items()):
-            raise OciError(f"{where}: annotations must map strings to strings")
-        return cls(mt, dg, size, ann)
-
-
-@dataclass(frozen=True, slots=True)
-class Pushed:
-    reference: Reference  # pinned: the manifest digest
-    tag: str | None
-    manifest: Descriptor
-    blobs_sent: int  # blobs the registry did not already hold
-
-
-@dataclass(frozen=True, slots=True)
-class Pulled:
-    reference: Reference  # pinned: the manifest digest
-    artifact_type: str
-    config: bytes
-    layers: tuple[tuple[Descriptor, Path], ...]
-    annotations: Mapping[str, str]
+def descriptor_from_json(obj: object, where: str) -> Descriptor:
+    """A descriptor as a registry's manifest states it, checked (types, a sha256 digest, a size)."""
+    if not isinstance(obj, dict):
+        raise OciError(f"{where}: a descriptor is not an object")
+    mt, dg, size = obj.get("mediaType"), obj.get("digest"), obj.get("size")
+    if not isinstance(mt, str) or not isinstance(dg, str) or not DIGEST_RE.match(dg):
+        raise OciError(f"{where}: descriptor without a mediaType or a sha256 digest")
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        raise OciError(f"{where}: descriptor size {size!r} is not a byte count")
+    ann = obj.get("annotations") or {}
+    if not isinstance(ann, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                            for k, v in ann.items()):
+        raise OciError(f"{where}: annotations must map strings to strings")
+    return Descriptor(mt, dg, size, ann)
 
 
 def _plain_http(env: Mapping[str, str]) -> frozenset[str]:
@@ -363,8 +292,8 @@ def manifest_bytes(*, artifact_type: str, config: Descriptor, layers: list[Descr
         "schemaVersion": 2,
         "mediaType": MANIFEST_TYPE,
         "artifactType": artifact_type,
-        "config": config.as_json(),
-        "layers": [d.as_json() for d in layers],
+        "config": descriptor_json(config),
+        "layers": [descriptor_json(d) for d in layers],
     }
     if annotations:
         doc["annotations"] = dict(sorted(annotations.items()))
@@ -372,7 +301,7 @@ def manifest_bytes(*, artifact_type: str, config: Descriptor, layers: list[Descr
 
 
 def push(reference: str | Reference, *, artifact_type: str, config: tuple[bytes, str],
-         layers: list[tuple[bytes, str, Mapping[str, str]]], annotations: Mapping[str, str] | None = None,
+         layers: Sequence[Layer], annotations: Mapping[str, str] | None = None,
          env: Mapping[str, str] | None = None, guard: NetGuard | None = None) -> Pushed:
     """Push the blobs (skipping those the registry holds), then the manifest under the tag."""
     ref = reference if isinstance(reference, Reference) else Reference.parse(reference)
@@ -409,14 +338,14 @@ def pull(reference: str | Reference, dest: Path, *, artifact_types: tuple[str, .
     if mt not in (None, MANIFEST_TYPE):
         raise OciError(f"{where}: manifest media type {mt!r}; expected {MANIFEST_TYPE} "
                        "(an index or a Docker image is not a wbcore artifact)")
-    config = Descriptor.from_json(doc.get("config"), f"{where} config")
+    config = descriptor_from_json(doc.get("config"), f"{where} config")
     kind = doc.get("artifactType") or config.media_type
     if kind not in artifact_types:
         raise OciError(f"{where}: artifact type {kind!r}; expected {' or '.join(artifact_types)}")
     raw_layers = doc.get("layers")
     if not isinstance(raw_layers, list) or not raw_layers or len(raw_layers) > MAX_LAYERS:
         raise OciError(f"{where}: expected 1..{MAX_LAYERS} layers")
-    layers = [Descriptor.from_json(obj, f"{where} layer {i}") for i, obj in enumerate(raw_layers)]
+    layers = [descriptor_from_json(obj, f"{where} layer {i}") for i, obj in enumerate(raw_layers)]
     dest.mkdir(parents=True, exist_ok=True)
     cfg_path = reg.pull_blob(ref.repository, config, dest / "config.json", cap=MAX_CONFIG)
     got: list[tuple[Descriptor, Path]] = []
@@ -427,3 +356,29 @@ def pull(reference: str | Reference, dest: Path, *, artifact_types: tuple[str, .
         raise OciError(f"{where}: manifest annotations must be an object")
     return Pulled(ref.pinned(digest), str(kind), cfg_path.read_bytes(), tuple(got),
                   {str(k): str(v) for k, v in ann.items()})
+
+
+class OciDistribution:
+    """The served ``contract.distribution.Distribution``: the functions above, for callers that
+    reach the client through their runtime (the core's install and skill images, publish)."""
+
+    max_blob = MAX_BLOB
+
+    def pull(self, reference: str | Reference, dest: Path, *, artifact_types: tuple[str, ...],
+             env: Mapping[str, str] | None = None) -> Pulled:
+        return pull(reference, dest, artifact_types=artifact_types, env=env)
+
+    def push(self, reference: str | Reference, *, artifact_type: str, config: tuple[bytes, str],
+             layers: Sequence[Layer], annotations: Mapping[str, str] | None = None,
+             env: Mapping[str, str] | None = None) -> Pushed:
+        return push(reference, artifact_type=artifact_type, config=config, layers=layers,
+                    annotations=annotations, env=env)
+
+    def toolkit_layer(self, folder: Path) -> bytes:
+        return toolkit_layer(folder)
+
+
+def service(_runtime: Any) -> OciDistribution:
+    """``DistributionService.factory``: the client holds no state of the runtime's (each call
+    takes the deployer's environment)."""
+    return OciDistribution()

@@ -1,0 +1,1 @@
+"""wbcore-oci: the OCI distribution client (``oci://`` installs, skill images, ``wbx publish oci``)."""
