@@ -52,7 +52,8 @@ OVER_BUDGET: dict[str, int] = {}  # empty: every module is within MAX_LINES, and
 #: +95 for the 110-column limit in cli/ (96 long lines wrapped by hand).
 #: -206 for the OCI distribution client (guard/oci.py), which left for wbcore-oci; its references,
 #: records, media types and the Distribution Protocol stayed as contract/distribution.py.
-MAX_TOTAL_LINES = 20_737
+#: +1 for contract.distribution.Client (skill images ask for the OCI client only to pull).
+MAX_TOTAL_LINES = 20_738
 #: In-function imports of a core module (each one hides an edge): the target is none. Those
 #: left defer a module the paths measured in docs/architecture.md do not load (start-up).
 MAX_IN_FUNCTION = 53

@@ -81,18 +81,20 @@ def test_pulled_once_verified_and_content_addressed(registry, tmp_path, monkeypa
     home = tmp_path / "home"
     monkeypatch.delenv("WB_ALLOW_PRIVATE_HOSTS")
     with pytest.raises(EgressDenied, match="SSRF guard"):  # loopback needs the deployer's allowance
-        skill_images.resolve(home, im, client=CLIENT)
+        skill_images.resolve(home, im, client=lambda: CLIENT)
     monkeypatch.setenv("WB_ALLOW_PRIVATE_HOSTS", "127.0.0.1")
-    tree = skill_images.resolve(home, im, client=CLIENT)
+    tree = skill_images.resolve(home, im, client=lambda: CLIENT)
     assert tree == home / "oci" / "skills" / digest.replace(":", "-") / "tree"
     assert (tree / "bin" / "hello.sh").read_bytes() == FILES["bin/hello.sh"]
     assert not os.access(tree / "README.md", os.W_OK) or os.geteuid() == 0
     assert (tree / "README.md").stat().st_mode & 0o222 == 0
     # pulled once: with the registry's blobs gone the cache still serves the tag
     shutil.rmtree(registry.storage / "docker" / "registry" / "v2" / "blobs")
-    assert skill_images.resolve(home, im, client=CLIENT) == tree
+    assert skill_images.resolve(home, im, client=lambda: CLIENT) == tree
     pinned = skill_images.SkillImage(f"oci://{registry.host}/skills/python@{digest}", "/skills/python")
-    assert skill_images.resolve(home, pinned, client=CLIENT) == tree  # by digest: no request at all
+    assert skill_images.resolve(home, pinned, client=lambda: CLIENT) == tree  # by digest: no request at all
+    # a cached image asks for no client: it runs with no OCI plugin installed
+    assert skill_images.resolve(home, im, client=lambda: pytest.fail("a cached image asked for a client")) == tree
 
 
 def test_a_tampered_layer_is_refused(registry, tmp_path) -> None:
@@ -102,7 +104,7 @@ def test_a_tampered_layer_is_refused(registry, tmp_path) -> None:
     blob.write_bytes(layer[:-1] + bytes([layer[-1] ^ 1]))
     im = skill_images.SkillImage(f"oci://{registry.host}/skills/bad:1", "/skills/bad")
     with pytest.raises(oci.OciError, match="tampered or corrupt, refused"):
-        skill_images.resolve(tmp_path / "home", im, client=CLIENT)
+        skill_images.resolve(tmp_path / "home", im, client=lambda: CLIENT)
     assert not [p for p in (tmp_path / "home" / "oci" / "skills").iterdir() if not p.name.startswith(".lock")]
 
 

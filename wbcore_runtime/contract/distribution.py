@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -154,6 +154,10 @@ class Distribution(Protocol):
         """A toolkit folder as the tar.gz layer of a ``TOOLKIT_TYPE`` artifact, its bytes a
         function of its content alone (one content, one digest)."""
         ...
+
+
+#: A client asked for only to pull or push: a cached image or a folder install needs no plugin.
+Client = Callable[[], Distribution]
 
 
 def service(runtime: RuntimeServices, name: str | None = None) -> Distribution:

@@ -22,7 +22,7 @@ import hashlib
 import os
 import re
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,9 +49,6 @@ COMMIT_RE = re.compile(r"^[0-9a-f]{7,64}$")
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 #: What one install may bring in: entries and bytes, counted as written.
 TREE_CAPS = unpack.Caps(max_files=5000, max_bytes=256 << 20)
-#: How an install reaches the OCI client: asked only when a source is ``oci://``, so an install
-#: of a folder, git or archive loads no plugin (``wbx toolkit install`` passes its runtime's).
-Client = Callable[[], _dist.Distribution]
 
 
 class InstallError(InvalidArgs):
@@ -146,7 +143,7 @@ def _download(url: str, dest: Path, env: Mapping[str, str] | None) -> None:
 
 
 def fetch(source: Source, work: Path, env: Mapping[str, str] | None = None,
-          distribution: Client | None = None) -> tuple[Path, str | None, str | None]:
+          distribution: _dist.Client | None = None) -> tuple[Path, str | None, str | None]:
     """Bring the source into ``work/tree``; returns (tree, resolved commit, archive sha256)."""
     tree = work / "tree"
     if source.kind == "dir":
@@ -229,7 +226,7 @@ def _check_id(ident: str, where: object) -> str:
 
 
 def _stage(source: Source, work: Path, env: Mapping[str, str] | None, only: set[str] | None = None,
-           *, allow_first_party: bool = False, distribution: Client | None = None) -> list[_Staged]:
+           *, allow_first_party: bool = False, distribution: _dist.Client | None = None) -> list[_Staged]:
     tree, commit, archive_sha = fetch(source, work, env, distribution)
     dirs = find_toolkits(tree)
     if not dirs:
@@ -277,7 +274,7 @@ def _staging(home: Path) -> Path:
 
 def install(home: Path, source_text: str, *, sha256: str | None = None, force: bool = False,
             env: Mapping[str, str] | None = None, first_party: bool = False,
-            distribution: Client | None = None) -> list[Installed]:
+            distribution: _dist.Client | None = None) -> list[Installed]:
     """Install every toolkit of one source; all of them land, or none.
 
     A first-party toolkit from a git or archive source needs ``first_party=True``: the
@@ -360,7 +357,7 @@ class Change:
 
 def preview(home: Path, source_text: str, *, sha256: str | None = None, force: bool = False,
             env: Mapping[str, str] | None = None, first_party: bool = False,
-            distribution: Client | None = None) -> list[Change]:
+            distribution: _dist.Client | None = None) -> list[Change]:
     """What :func:`install` would do with the same arguments, landing nothing: the source is
     staged and verified exactly as an install would (a refusal raises the same error)."""
     source = parse_source(source_text, sha256)
@@ -409,7 +406,7 @@ def _installed_digest(path: Path) -> str | None:
 
 
 def install_locked(home: Path, lockfile: Path | None = None, *, env: Mapping[str, str] | None = None,
-                   distribution: Client | None = None) -> list[Installed]:
+                   distribution: _dist.Client | None = None) -> list[Installed]:
     """Reproduce exactly the set in the lockfile; any drift fails and nothing lands."""
     lock_path = lockfile or home / LOCKFILE
     wanted = read_lock(lock_path)

@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from wbcore_runtime.contract.distribution import Distribution, Reference
+from wbcore_runtime.contract.distribution import Client, Reference
 from wbcore_runtime.contract.errors import InvalidArgs
 from wbcore_runtime.guard.unpack import Caps, UnsafeArchive, unpack_tar
 
@@ -93,9 +93,9 @@ def cache_root(home: Path) -> Path:
 
 
 def resolve(home: Path, image: SkillImage, env: Mapping[str, str] | None = None, *,
-            client: Distribution) -> Path:
-    """The unpacked, read-only tree of ``image``: from the cache, else pulled by ``client`` (the
-    runtime's: ``contract.distribution.service``), verified and unpacked once. Returns
+            client: Client) -> Path:
+    """The unpacked, read-only tree of ``image``: from the cache, else pulled by ``client()`` (asked
+    for only then: ``contract.distribution.service``), verified and unpacked once. Returns
     ``$WB_HOME/oci/skills/<digest>/tree``."""
     root = cache_root(home)
     root.mkdir(parents=True, exist_ok=True)
@@ -113,8 +113,8 @@ def resolve(home: Path, image: SkillImage, env: Mapping[str, str] | None = None,
             return root / digest.replace(":", "-") / "tree"
         work = root / f".pull-{os.getpid()}-{time.monotonic_ns()}"
         try:
-            pulled = client.pull(ref, work / "blobs", artifact_types=(IMAGE_CONFIG, SKILL_CONFIG, SKILL_TYPE),
-                                 env=env)
+            pulled = client().pull(ref, work / "blobs", env=env,
+                                   artifact_types=(IMAGE_CONFIG, SKILL_CONFIG, SKILL_TYPE))
             got = pulled.reference.digest
             assert got is not None
             final = root / got.replace(":", "-")

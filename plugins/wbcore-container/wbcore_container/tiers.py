@@ -346,7 +346,10 @@ def _skill_binds(runtime: Runtime, posix: dict[str, Any]) -> list[tuple[str, str
     from wbcore_runtime.store import skill_images
 
     images = skill_images.parse(" ".join(f"{r}={m}" for r, m in entries))
-    client = distribution.service(runtime)  # wbcore-oci, through the runtime
+
+    def client() -> distribution.Distribution:  # wbcore-oci, through the runtime; only to pull
+        return distribution.service(runtime)
+
     out = [(str(skill_images.resolve(runtime.home, im, runtime.env, client=client)), im.mount) for im in images]
     if os.geteuid() == 0:  # bwrap then runs as the unprivileged host uid: it must reach the trees
         from wbcore_runtime.dispatch.mounts import unreachable_by

@@ -432,7 +432,11 @@ def _call_mounts(runtime: Runtime, request: CommandRequest, images: list[Any]) -
             raise InvalidArgs(f"{request.name}: its skill images need the tier's snapshot with virtio-9p "
                               "slots; a named snapshot (WB_MICROVM_SNAPSHOT) has none: unset it for this toolkit")
         parsed = skill_images.parse(" ".join(f"{r}={m}" for r, m in images))
-        client = distribution.service(runtime)  # wbcore-oci, through the runtime
+
+
+        def client() -> distribution.Distribution:  # wbcore-oci, through the runtime; only to pull
+            return distribution.service(runtime)
+
         mounts = [Mount(str(skill_images.resolve(runtime.home, im, runtime.env, client=client)), im.mount)
                   for im in parsed]
         if os.geteuid() == 0:
