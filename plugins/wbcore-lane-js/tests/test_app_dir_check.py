@@ -44,3 +44,33 @@ def test_an_extra_link_or_file_or_a_fifo_is_a_mismatch(tmp_path: Path) -> None:
     (dest / "lib" / "pipe").unlink()
     (dest / "lib" / "util.js").write_text("changed\n")
     assert not _matches(dest, FILES)
+
+
+def test_concurrent_first_calls_extract_once_and_all_see_the_whole_folder(tmp_path: Path) -> None:
+    """Two fabric workers' first calls of one artifact used to race: each found no folder,
+    extracted its own and renamed it over the other's, so one call either failed ("changed
+    while being written") or ran with its ``/app`` removed under it. One extraction at a
+    time per home now; each later caller finds the finished folder and uses it."""
+    import threading
+
+    from wbcore_lane_js import runner
+
+    def first_call(prep: object, start: threading.Barrier, got: list[object]) -> None:
+        start.wait()
+        try:
+            dest = runner.app_dir(tmp_path, prep)  # type: ignore[arg-type]
+            got.append(dest if _matches(dest, FILES) else f"{dest} does not hold the sources")
+        except Exception as exc:  # noqa: BLE001 - the failure is the finding
+            got.append(exc)
+
+    for round_ in range(12):
+        sha = f"{round_:064x}"
+        prep = runner.Prepared(sha, FILES, module=None)
+        start = threading.Barrier(8)
+        got: list[object] = []
+        threads = [threading.Thread(target=first_call, args=(prep, start, got)) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert got == [tmp_path / "cache" / "js" / "app" / sha] * 8, got

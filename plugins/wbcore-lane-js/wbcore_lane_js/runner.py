@@ -16,6 +16,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import contextvars
+import fcntl
 import functools
 import hashlib
 import os
@@ -80,6 +81,34 @@ def _tree_stamp(dest: Path) -> tuple[tuple[str, int, int, int, int], ...] | None
     return tuple(sorted(out))
 
 
+@contextlib.contextmanager
+def _extracting(base: Path) -> Iterator[None]:
+    """One extraction at a time per home: an exclusive ``flock`` on ``base/.extract.lock``.
+    Each open is its own lock, so it orders this process's threads as well as other
+    processes sharing the home."""
+    fd = os.open(base / ".extract.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the flock
+
+
+def _extract(files: Mapping[str, str], base: Path, dest: Path, sha: str) -> None:
+    """``files`` written to a fresh folder beside ``dest`` and renamed into place; a folder
+    already there (changed since it was extracted) is moved aside first and removed."""
+    tmp = Path(tempfile.mkdtemp(prefix=".x-", dir=base))
+    old = base / f".old-{sha}-{os.getpid()}"
+    try:
+        materialize(files, tmp)
+        if dest.exists():
+            os.replace(dest, old)
+        os.replace(tmp, dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
+
+
 #: Extracted app dirs checked byte for byte in this process: path → the tree's stamp then.
 _checked: dict[Path, tuple[tuple[str, int, int, int, int], ...]] = {}
 _checked_lock = threading.Lock()
@@ -101,16 +130,12 @@ def app_dir(home: Path, data: bytes | Prepared, sha256: str | None = None) -> Pa
     files = prep.files if prep is not None else artifact.unpack(data).files  # type: ignore[arg-type]
     if not _matches(dest, files):
         base.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".x-", dir=base))
-        old = base / f".old-{sha}-{os.getpid()}"
-        try:
-            materialize(files, tmp)
-            if dest.exists():
-                os.replace(dest, old)
-            os.replace(tmp, dest)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-            shutil.rmtree(old, ignore_errors=True)
+        with _extracting(base):
+            # checked again under the lock: another thread or process (two fabric workers'
+            # first calls) may have extracted it meanwhile, and renaming over its folder
+            # would pull /app from under the call it is running
+            if not _matches(dest, files):
+                _extract(files, base, dest, sha)
         # stamp first, then compare: a change after the stamp makes the next call's differ
         stamp = _tree_stamp(dest)
         if stamp is None or not _matches(dest, files):

@@ -69,7 +69,9 @@ def test_a_js_toolkit_runs_on_the_cluster_and_the_node_tier_as_it_does_locally(m
     assert rt.registry.get("command", "jsup").options.get("lane") == "js"
 
     inputs = [{"argv": [f"n{i}"], "stdin": f"line {i}" if i % 4 else f"!bang {i}"} for i in range(24)]
-    local = [(r.value.exit_code, r.value.stdout) for r in fabric.map(rt, "jsup", inputs, width=2, engine="local")]
+    ran = list(fabric.map(rt, "jsup", inputs, width=2, engine="local"))
+    assert all(r.ok for r in ran), [(r.index, r.error) for r in ran if not r.ok]
+    local = [(r.value.exit_code, r.value.stdout) for r in ran]  # type: ignore[union-attr]
     assert local[1] == (0, b'{"args":["n1"],"out":"LINE 1!"}\n') and local[0][0] == 3
     # the ray engine: two actors, one per node, each running the js lane's runner on the artifact it received
     got = [(r.value.exit_code, r.value.stdout) for r in fabric.map(rt, "jsup", inputs, width=2, engine="ray",
