@@ -11,20 +11,21 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 __all__ = ["Runtime", "__version__", "hookimpl"]
 
+from wbcore_runtime.contract import lazy
+
 if TYPE_CHECKING:
     from wbcore_runtime.contract.hookspecs import hookimpl
     from wbcore_runtime.runtime import Runtime
 
+# Imported on first use: `import wbcore_runtime` stays cheap, and a command that loads no plugin
+# (wbx toolkit list) never imports pluggy (hookspecs).
+_runtime = lazy.module("wbcore_runtime.runtime")
+_hookspecs = lazy.module("wbcore_runtime.contract.hookspecs")
+
 
 def __getattr__(name: str) -> Any:
-    # Runtime and hookimpl (pluggy) are imported on first use: `import wbcore_runtime` stays cheap,
-    # and a command that loads no plugin (wbx toolkit list) never imports pluggy.
     if name == "Runtime":
-        from wbcore_runtime.runtime import Runtime
-
-        return Runtime
+        return _runtime.Runtime
     if name == "hookimpl":
-        from wbcore_runtime.contract.hookspecs import hookimpl
-
-        return hookimpl
+        return _hookspecs.hookimpl
     raise AttributeError(name)

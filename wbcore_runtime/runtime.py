@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from wbcore_runtime.contract.errors import ManifestError
 from wbcore_runtime.contract import host as _host
+from wbcore_runtime.contract import lazy
 from wbcore_runtime.contract import telemetry
 from wbcore_runtime.dispatch.revocations import Revocations
 from wbcore_runtime.plugins import index as _index
@@ -23,18 +24,38 @@ from wbcore_runtime.toolkit import roots as _roots
 from wbcore_runtime.trust import policy
 from wbcore_runtime.trust import verdict as trust
 
-# Imported inside a method: a module one of `wbx run`, `wbx toolkit list`, `wbx --help` never loads
-# (docs/architecture.md): the plugin manager (pluggy, every record), the dispatch chain (resolve,
-# registry: not a listing's), the Dock (cbor2), discovery and verify (the manifest parser, ssl).
-if TYPE_CHECKING:  # pluggy, the plugins and the records load with the first plugin use
+# Imported on first use (contract.lazy): modules one of `wbx run`, `wbx toolkit list`, `wbx --help`
+# never loads (docs/architecture.md): the plugin manager (pluggy, every record), the dispatch
+# chain (resolve, registry: not a listing's), the Dock (cbor2), discovery and verify (the manifest
+# parser, ssl), the grants' store (~1 ms, not on wbx run's path).
+if TYPE_CHECKING:  # mypy reads the real modules
     import pluggy
-    from wbcore_runtime.toolkit import discovery as _discovery
-    from wbcore_runtime.plugins import manager as _plugins
+    from wbcore_runtime.contract import llm, sandbox
     from wbcore_runtime.contract.records import Broker, BuildLane, ExecShape, FederationSource, IsolationTier, SourcePrefix
+    from wbcore_runtime.dispatch import dispatcher, fabric, kernels
+    from wbcore_runtime.dispatch import dock as _dock
+    from wbcore_runtime.dispatch import running as _running
+    from wbcore_runtime.dispatch import resolve as resolution
+    from wbcore_runtime.plugins import manager as _plugins
+    from wbcore_runtime.store import registry as _registry
+    from wbcore_runtime.toolkit import discovery as _discovery
+    from wbcore_runtime.toolkit import verify as _verify
     from wbcore_runtime.toolkit.loaded import Toolkit
-    from wbcore_runtime.dispatch.dock import Dock
-    from wbcore_runtime.dispatch.running import RunningCalls
-    from wbcore_runtime.store.registry import CommandRegistry
+    from wbcore_runtime.trust import consent
+else:
+    llm = lazy.module("wbcore_runtime.contract.llm")
+    sandbox = lazy.module("wbcore_runtime.contract.sandbox")
+    dispatcher = lazy.module("wbcore_runtime.dispatch.dispatcher")
+    _dock = lazy.module("wbcore_runtime.dispatch.dock")
+    fabric = lazy.module("wbcore_runtime.dispatch.fabric")
+    kernels = lazy.module("wbcore_runtime.dispatch.kernels")
+    _running = lazy.module("wbcore_runtime.dispatch.running")
+    resolution = lazy.module("wbcore_runtime.dispatch.resolve")
+    _plugins = lazy.module("wbcore_runtime.plugins.manager")
+    _registry = lazy.module("wbcore_runtime.store.registry")
+    _discovery = lazy.module("wbcore_runtime.toolkit.discovery")
+    _verify = lazy.module("wbcore_runtime.toolkit.verify")
+    consent = lazy.module("wbcore_runtime.trust.consent")
 
 
 class Runtime:
@@ -126,11 +147,10 @@ class Runtime:
         return Revocations(self.home / "dock" / "revoked", self.registry.generation)
 
     @cached_property
-    def running(self) -> RunningCalls:
+    def running(self) -> _running.RunningCalls:
         """The calls running now and the watcher that cuts them off when their grant is
         revoked (``wbcore_runtime.dispatch.running.RunningCalls``)."""
-        from wbcore_runtime.dispatch.running import RunningCalls  # deferred: keeps wbx start-up light
-        return RunningCalls(self)
+        return _running.RunningCalls(self)
 
     @cached_property
     def tracer(self) -> telemetry.Tracer | None:
@@ -153,9 +173,6 @@ class Runtime:
         env = dict(os.environ if env is None else env)
         home_path = Path(home).expanduser() if home is not None else _roots.default_home(env, Path(cwd) if cwd is not None else None)
         def load(selection: Sequence[str | object] | None = None) -> tuple[pluggy.PluginManager, list[_plugins.PluginInfo]]:
-            # deferred: the manager imports pluggy and every record, which wbx run and a listing never need
-            from wbcore_runtime.plugins import manager as _plugins
-
             return _plugins.load(selection, cache_dir=home_path)
 
         if plugins is not None:  # a selection is strict: a bad name fails here, not at first use
@@ -182,8 +199,6 @@ class Runtime:
         """Add an in-process plugin to this runtime after it was opened (tests, embedders).
         Caches that depend on the plugin set (which hooks have implementations) are reset.
         A hook implementation no spec declares (a misspelled ``@hookimpl``) is refused."""
-        from wbcore_runtime.plugins import manager as _plugins  # deferred: keeps wbx start-up light
-
         problem = _plugins.register_checked(self.pm, plugin, name)
         if problem:
             raise _plugins.PluginError(f"plugin {name or plugin!r} cannot be used: {problem}")
@@ -203,8 +218,6 @@ class Runtime:
     # --- registries (collected lazily, once) ---------------------------------------
 
     def _collect(self, hook: str, what: str) -> _plugins.RecordRegistry[Any]:
-        from wbcore_runtime.plugins import manager as _plugins  # deferred: keeps wbx start-up light (pluggy)
-
         return _plugins.collect_hook(self.pm, hook, what, self.plugin_infos)
 
     @cached_property
@@ -227,11 +240,9 @@ class Runtime:
     def cap_universe(self) -> Any:
         """The caps this runtime knows (``wbcore_runtime.trust.policy.Universe``): the core's plus
         those its brokers declare, collected once."""
-        from wbcore_runtime.dispatch.dock import ALWAYS_LINKED  # deferred: keeps wbx start-up light
-
         brokers = self.brokers  # collecting fills each plugin's ``serves``
         origin = {name: info.origin for info in self.plugin_infos for name in info.serves.get("cap broker", ())}
-        return policy.Universe.from_brokers(brokers, origin, reserved=ALWAYS_LINKED)
+        return policy.Universe.from_brokers(brokers, origin, reserved=_dock.ALWAYS_LINKED)
 
     def caps_universe_for(self, caps: Iterable[str]) -> Any:
         """The universe to decide ``caps`` with: the core's when they are all core caps (no
@@ -279,8 +290,6 @@ class Runtime:
     def llm(self, model: str | None = None, *, agent_model: str | None = None) -> Any:
         """A ``wbcore_runtime.contract.llm.LlmDriver`` for ``model`` (``provider:model`` or a bare model
         name), the agent's ``:MODEL:`` or ``WB_LLM_*`` (``wbcore_runtime.contract.llm.settings``)."""
-        from wbcore_runtime.contract import llm  # deferred: keeps wbx start-up light
-
         return llm.driver(self, llm.settings(self, model=model, agent_model=agent_model))
 
     @cached_property
@@ -303,16 +312,12 @@ class Runtime:
 
     def fabric(self, name: str, inputs: Any, **kw: Any) -> Any:
         """``wbcore_runtime.dispatch.fabric.map(self, name, inputs, **kw)``: results in input order, streamed."""
-        from wbcore_runtime.dispatch import fabric  # deferred: keeps wbx start-up light
-
         return fabric.map(self, name, inputs, **kw)
 
     def build_sandbox(self, name: str | None = None) -> Any:
         """The build-sandbox driver a lane runs its compiler in (``wbcore_runtime.contract.sandbox``):
         ``name``, ``$WB_BUILD_SANDBOX`` or the only one served; ``NotFound`` naming what
         to install when none is."""
-        from wbcore_runtime.contract import sandbox  # deferred: keeps wbx start-up light
-
         return sandbox.select(self, name).factory(self)
 
     def collect_all(self) -> list[_plugins.RecordRegistry[Any]]:
@@ -326,10 +331,9 @@ class Runtime:
     # --- state under $WB_HOME -----------------------------------------------------
 
     @cached_property
-    def registry(self) -> CommandRegistry:
+    def registry(self) -> _registry.CommandRegistry:
         """The persistent command/kernel registry (``$WB_HOME/registry.db``)."""
-        from wbcore_runtime.store.registry import CommandRegistry  # deferred: keeps wbx start-up light
-        return CommandRegistry(self.home / "registry.db")
+        return _registry.CommandRegistry(self.home / "registry.db")
 
     @cached_property
     def artifacts(self) -> ArtifactStore:
@@ -343,17 +347,13 @@ class Runtime:
 
     def install_builtins(self, names: Sequence[str] | None = None, *, force: bool = False) -> list[Any]:
         """Store and register the built-in commands (also done lazily on first call)."""
-        from wbcore_runtime.dispatch import dispatcher as dispatch  # deferred: keeps wbx start-up light
-
-        return dispatch.install_builtins(self, list(names) if names is not None else None, force=force)
+        return dispatcher.install_builtins(self, list(names) if names is not None else None, force=force)
 
     # --- calls (every one through wbcore_runtime.dispatch.dispatcher: resolved once, run at its tier) ----
 
     def resolve(self, kind: str, name: str, *, tier: str | None = None) -> Any:
         """The resolved call for a registered command / kernel / component
         (``wbcore_runtime.dispatch.resolve.Resolved``): trust, caps, limits and tier, decided once."""
-        from wbcore_runtime.dispatch import resolve as resolution  # deferred: keeps wbx start-up light
-
         return resolution.resolve(self, kind, name, tier=tier)
 
     def call(self, name: str, argv: Sequence[str] = (), stdin: bytes = b"", *,
@@ -372,15 +372,11 @@ class Runtime:
         remote principal that asked for them (a server passing on its client's request), whose
         folders must lie inside the deployer's ``WB_MOUNT_ROOTS``.
         """
-        from wbcore_runtime.dispatch import dispatcher as dispatch  # deferred: keeps wbx start-up light
-
-        return dispatch.call_command(self, name, argv, stdin, principal=principal, timeout=timeout, cancel=cancel,
-                                     tier=tier, mounts=mounts, remote=remote)
+        return dispatcher.call_command(self, name, argv, stdin, principal=principal, timeout=timeout, cancel=cancel,
+                                       tier=tier, mounts=mounts, remote=remote)
 
     def kernel(self, name: str, *, principal: Any = None, timeout: float | None = None, tier: str | None = None) -> Any:
         """Open the registered kernel ``name`` once; ``inst.call(data) -> bytes`` many times."""
-        from wbcore_runtime.dispatch import kernels  # deferred: keeps wbx start-up light
-
         return kernels.open_kernel(self, name, principal=principal, timeout=timeout, tier=tier)
 
     def kernel_call(self, name: str, data: bytes, *, principal: Any = None, timeout: float | None = None) -> bytes:
@@ -395,23 +391,18 @@ class Runtime:
 
     @cached_property
     def _kernel_calls(self) -> Any:
-        from wbcore_runtime.dispatch.kernels import KernelCalls  # deferred: keeps wbx start-up light
-
-        return KernelCalls(self)
+        return kernels.KernelCalls(self)
 
     def component_call(self, name: str, function: str, args: Mapping[str, Any], *, principal: Any = None,
                        timeout: float | None = None, cancel: Any = None) -> Any:
         """Call ``function`` of the registered component ``name`` with JSON-shaped ``args``."""
-        from wbcore_runtime.dispatch import dispatcher as dispatch  # deferred: keeps wbx start-up light
-
-        return dispatch.call_component(self, name, function, dict(args), principal=principal, timeout=timeout,
-                                       cancel=cancel)
+        return dispatcher.call_component(self, name, function, dict(args), principal=principal, timeout=timeout,
+                                         cancel=cancel)
 
     @cached_property
-    def dock(self) -> Dock:
+    def dock(self) -> _dock.Dock:
         """The Dock: every granted cap as a brokered host import (``wbcore_runtime.dispatch.dock``)."""
-        from wbcore_runtime.dispatch.dock import Dock  # deferred: keeps wbx start-up light
-        return Dock(self)
+        return _dock.Dock(self)
 
     # --- toolkits ----------------------------------------------------------------
 
@@ -427,9 +418,6 @@ class Runtime:
 
     def discover(self, *, refresh: bool = False) -> _discovery.Discovery:
         if self._discovery is None or refresh:
-            # deferred: keeps wbx start-up light (the manifest parser loads with a listing, not with wbx run)
-            from wbcore_runtime.toolkit import discovery as _discovery
-
             self._discovery = _discovery.discover(self.roots, self.home)
         return self._discovery
 
@@ -437,8 +425,6 @@ class Runtime:
         return self.discover().get(ident)
 
     def verify(self, ident: str) -> Any:
-        from wbcore_runtime.toolkit import verify as _verify  # deferred: keeps wbx start-up light
-
         try:
             tk = self.toolkit(ident)
         except ManifestError as exc:
@@ -452,8 +438,6 @@ class Runtime:
         Calls never use this: they use the caps recorded at build time (``wbcore_runtime.dispatch.resolve``).
         ``assume``: a ``consent.Grant`` to apply instead of the stored one (what a change would leave).
         """
-        from wbcore_runtime.trust import consent  # deferred: not on wbx run's path (~1 ms: the grants' store)
-
         m = toolkit.manifest
         if m.trust == "third-party" and not trust.signature_ok(toolkit, self):
             return frozenset()

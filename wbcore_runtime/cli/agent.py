@@ -11,12 +11,16 @@ import typer
 from wbcore_runtime.cli.output import JSON_HELP, emit_json
 from wbcore_runtime.cli.output import warn
 from wbcore_runtime.cli.toolkit import searched_hint
+from wbcore_runtime.contract import lazy
 from wbcore_runtime.contract.errors import WbError
 from wbcore_runtime.toolkit import agents
 from wbcore_runtime.trust import verdict as _trust
 
 if TYPE_CHECKING:
     from wbcore_runtime.contract.host import RuntimeServices
+    from wbcore_runtime.cli import engine_client
+else:  # imported on first use: keeps wbx start-up light (a command loads only what it uses)
+    engine_client = lazy.module("wbcore_runtime.cli.engine_client")
 
 
 def build(runtime: RuntimeServices) -> typer.Typer:
@@ -74,14 +78,13 @@ def build(runtime: RuntimeServices) -> typer.Typer:
 
         if engine is not None:
             # deferred: urllib.request brings http.client and email, which a local run never needs
-            from wbcore_runtime.cli.engine_client import run_on_engine
 
             options: dict = {"max_steps": max_steps, "tool_timeout": tool_timeout, "max_calls": max_calls,
                              "run_timeout": run_timeout}
             if model:
                 options["model"] = model
-            raise typer.Exit(run_on_engine(engine, agent, task, token=token or None, options=options,
-                                           follow=not detach, json_=json_))
+            raise typer.Exit(engine_client.run_on_engine(engine, agent, task, token=token or None,
+                                                         options=options, follow=not detach, json_=json_))
 
         def show(step: dict) -> None:
             if "event" in step:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from wbcore_runtime import __version__
+from wbcore_runtime.contract import lazy
 from wbcore_runtime.contract.errors import EXIT_CODES, ErrorKind, NotFound, WbError
 from wbcore_runtime.store import leftovers
 from wbcore_runtime.contract.errors import DiskFull, disk_full
@@ -21,6 +22,25 @@ from wbcore_runtime.cli import fastrun
 
 if TYPE_CHECKING:  # Typer is imported by the commands that need it, never by `wbx run`
     import typer
+    from wbcore_runtime.cli import toolkit
+    from wbcore_runtime.cli import listing
+    from wbcore_runtime.cli import agent as _agent
+    from wbcore_runtime.cli import audit as _audit_cli
+    from wbcore_runtime.cli import run as _run_cli
+    from wbcore_runtime.cli import registered
+    from wbcore_runtime.cli import shell as _shell_cli
+    from wbcore_runtime.cli import identity as _identity_cli
+    from wbcore_runtime.store import journal
+else:  # imported on first use: a command's group loads only when that command runs (wbx start-up)
+    toolkit = lazy.module("wbcore_runtime.cli.toolkit")
+    listing = lazy.module("wbcore_runtime.cli.listing")
+    _agent = lazy.module("wbcore_runtime.cli.agent")
+    _audit_cli = lazy.module("wbcore_runtime.cli.audit")
+    _run_cli = lazy.module("wbcore_runtime.cli.run")
+    registered = lazy.module("wbcore_runtime.cli.registered")
+    _shell_cli = lazy.module("wbcore_runtime.cli.shell")
+    _identity_cli = lazy.module("wbcore_runtime.cli.identity")
+    journal = lazy.module("wbcore_runtime.store.journal")
 
 #: Names plugins may not take: the core's own commands, present and planned.
 BUILTIN_COMMANDS = frozenset(
@@ -141,7 +161,6 @@ def open_runtime(runtime: Any = None) -> Any:
     # Every command starts by finishing or undoing what a killed one left (reads only when nothing is).
     if (runtime.home / leftovers.JOURNAL).exists():
         # only when there is a journal: keeps every other start-up light
-        from wbcore_runtime.store import journal
 
         journal.recover(runtime.home)
     leftovers.sweep_home(runtime.home)
@@ -220,8 +239,6 @@ def build_app(runtime: Any = None, argv: Sequence[str] | None = None) -> typer.T
         """wbx: toolkits as sandboxed WebAssembly."""
 
     if wanted("toolkit") and not named_only("toolkit"):
-        from wbcore_runtime.cli import toolkit  # deferred: keeps wbx start-up light
-
         words = [a for a in argv or () if not a.startswith("-")]
         sub = (words[1] if only == "toolkit" and len(words) > 1 and not {"--help", "-h"} & set(argv or ())
                else None)
@@ -230,35 +247,21 @@ def build_app(runtime: Any = None, argv: Sequence[str] | None = None) -> typer.T
         # wbx toolkit <a plugin's subcommand> (or its help): plugins add their toolkit subcommands below.
         plugin_sub = sub is None or sub not in {c.name for c in toolkit_app.registered_commands}
     if wanted("plugins", "shapes", "lanes", "tiers"):
-        from wbcore_runtime.cli import listing  # deferred: keeps wbx start-up light
-
         listing.register(app, runtime)
     if wanted("agent") and not named_only("agent"):
-        from wbcore_runtime.cli import agent as _agent  # deferred: keeps wbx start-up light
-
         app.add_typer(_agent.build(runtime), name="agent", help=GROUP_HELP["agent"])
     if wanted("audit"):
-        from wbcore_runtime.cli import audit as _audit_cli  # deferred: keeps wbx start-up light
-
         _audit_cli.register(app, runtime)
     if wanted("run"):
-        from wbcore_runtime.cli import run as _run_cli  # deferred: keeps wbx start-up light
-
         _run_cli.register(app, runtime)
     if wanted("commands", "kernel") and not (named_only("commands") and named_only("kernel")):
-        from wbcore_runtime.cli import registered  # deferred: keeps wbx start-up light (it brings dispatch)
-
         if wanted("commands"):
             app.add_typer(registered.build_commands(runtime), name="commands", help=GROUP_HELP["commands"])
         if wanted("kernel"):
             app.add_typer(registered.build_kernel(runtime), name="kernel", help=GROUP_HELP["kernel"])
     if wanted("shell"):
-        from wbcore_runtime.cli import shell as _shell_cli  # deferred: keeps wbx start-up light
-
         _shell_cli.register(app, runtime)
     if wanted("identity") and not named_only("identity"):
-        from wbcore_runtime.cli import identity as _identity_cli  # deferred: keeps wbx start-up light
-
         app.add_typer(_identity_cli.build(runtime), name="identity", help=GROUP_HELP["identity"])
     if only is not None and not plugin_sub:
         _keep_subcommand(app, only, argv or ())

@@ -12,10 +12,14 @@ from typing import TYPE_CHECKING, Any, Self
 import typer
 
 from wbcore_runtime.cli.output import emit_json
+from wbcore_runtime.contract import lazy
 from wbcore_runtime.contract.errors import InvalidArgs
 
 if TYPE_CHECKING:
     from wbcore_runtime.contract.host import RuntimeServices
+    from wbcore_runtime.build import builder
+else:  # imported on first use: keeps wbx start-up light (a command loads only what it uses)
+    builder = lazy.module("wbcore_runtime.build.builder")
 
 #: On a TTY, the current phase is re-printed with its elapsed time this often while a
 #: step runs long (a first zig/go build compiles for minutes without a line of its own).
@@ -91,8 +95,6 @@ def register(app: typer.Typer, runtime: RuntimeServices) -> None:
                                    help="Stream one JSON object per line: phase events, then the result."),
     ) -> None:
         """Build a toolkit's artifact in its lane, store it by sha256 and register it."""
-        from wbcore_runtime.build import builder  # deferred: keeps wbx start-up light
-
         if all_:
             if ident is not None or which is not None or replace_command is not None:
                 raise InvalidArgs("--all builds every buildable toolkit: give no ID, WHICH or "

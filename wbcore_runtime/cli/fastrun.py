@@ -11,9 +11,17 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from wbcore_runtime.contract import lazy
 from wbcore_runtime.contract.errors import InvalidArgs, WbError
+
+if TYPE_CHECKING:
+    from wbcore_runtime.store import runcache
+    from wbcore_runtime.dispatch import dispatcher as dispatch
+else:  # imported on first use: a first run only (a kept resolution skips them)
+    runcache = lazy.module("wbcore_runtime.store.runcache")
+    dispatch = lazy.module("wbcore_runtime.dispatch.dispatcher")
 
 MAX_STDIN = 64 << 20
 
@@ -174,13 +182,10 @@ def _run_json(runtime: Any, req: RunArgs) -> int:
 
 
 def _call(runtime: Any, req: RunArgs) -> Any:
-    from wbcore_runtime.store import runcache  # deferred: keeps wbx start-up light
-
     args, note = guest_args(req.args)
     if note:
         print(note, file=sys.stderr, flush=True)
 
-    from wbcore_runtime.dispatch import dispatcher as dispatch  # deferred: keeps wbx start-up light
 
     # once: the call never resolves again
     resolved = runcache.resolved(runtime, "command", req.name, req.tier)

@@ -8,10 +8,14 @@ import typer
 
 from wbcore_runtime.cli.output import JSON_HELP, emit_json
 from wbcore_runtime.plugins.manager import core_origin
+from wbcore_runtime.contract import lazy
 from wbcore_runtime.contract.errors import NotFound
 
 if TYPE_CHECKING:
     from wbcore_runtime.contract.host import RuntimeServices
+    from wbcore_runtime.dispatch import resolve as resolution
+else:  # imported on first use: keeps wbx start-up light (a command loads only what it uses)
+    resolution = lazy.module("wbcore_runtime.dispatch.resolve")
 
 
 def register(app: typer.Typer, runtime: RuntimeServices) -> None:
@@ -55,8 +59,6 @@ def register(app: typer.Typer, runtime: RuntimeServices) -> None:
                            f"{' and '.join(o.origin for o in owners)}")
 
     def _explain(ident: str, tier: str | None, json_: bool) -> None:
-        from wbcore_runtime.dispatch import resolve as resolution  # deferred: keeps wbx start-up light
-
         names = []
         for kind in ("command", "kernel", "component"):
             for entry in runtime.registry.entries(kind):

@@ -10,11 +10,15 @@ import typer
 
 from wbcore_runtime.cli.output import JSON_HELP, emit_json, warn
 from wbcore_runtime.contract import distribution
+from wbcore_runtime.contract import lazy
 from wbcore_runtime.contract.errors import InvalidArgs
 from wbcore_runtime.trust import consent, did, identity, signing
 
 if TYPE_CHECKING:
     from wbcore_runtime.contract.host import RuntimeServices
+    from wbcore_runtime.store import install as _install
+else:  # imported on first use: keeps wbx start-up light (a command loads only what it uses)
+    _install = lazy.module("wbcore_runtime.store.install")
 
 
 def register(app: typer.Typer, runtime: RuntimeServices) -> None:
@@ -104,7 +108,6 @@ def register(app: typer.Typer, runtime: RuntimeServices) -> None:
     ) -> None:
         """Install toolkits into the user root ($WB_HOME/toolkits), verified, recorded in wbx.lock."""
         # deferred: it brings tarfile, zipfile and the git fetcher, which the other verbs do not need
-        from wbcore_runtime.store import install as _install
 
         def client() -> distribution.Distribution:  # asked only for an oci:// source (wbcore-oci serves it)
             return distribution.service(runtime)
@@ -143,8 +146,6 @@ def register(app: typer.Typer, runtime: RuntimeServices) -> None:
     @app.command("uninstall")
     def uninstall(ident: str = typer.Argument(..., metavar="ID")) -> None:
         """Remove a toolkit from the user root and its entry from wbx.lock, together."""
-        from wbcore_runtime.store import install as _install  # deferred: as in install
-
         entry = _install.uninstall(runtime.home, ident)
         runtime.discover(refresh=True)
         typer.echo(f"uninstalled {ident}" + (f" {entry.version} ({entry.source})" if entry else ""))

@@ -10,11 +10,19 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
+from wbcore_runtime.contract import lazy
 from wbcore_runtime.contract.errors import Internal, InvalidArgs, NotFound
+
+if TYPE_CHECKING:
+    from wbcore_runtime.dispatch import mounts as _mounts
+    from wbcore_runtime.wire import attach
+else:  # imported on first use: keeps wbx start-up light (a command loads only what it uses)
+    _mounts = lazy.module("wbcore_runtime.dispatch.mounts")
+    attach = lazy.module("wbcore_runtime.wire.attach")
 
 
 def shell_tier(runtime: Any, name: str) -> Any:
@@ -32,10 +40,7 @@ def shell_tier(runtime: Any, name: str) -> Any:
 
 def run_shell(runtime: Any, tier_name: str, mounts: list[str], program: str, args: list[str], timeout: float,
               stdin_fd: int = 0, stdout_fd: int = 1) -> int:
-    from wbcore_runtime.dispatch.mounts import parse_mounts  # deferred: keeps wbx start-up light
-    from wbcore_runtime.wire import attach  # deferred: keeps wbx start-up light (it brings wire.terminal)
-
-    parsed = parse_mounts(mounts, home=runtime.home)
+    parsed = _mounts.parse_mounts(mounts, home=runtime.home)
     if not 0 < timeout <= 86400:
         raise InvalidArgs(f"wbx shell: --timeout must be within (0, 86400] seconds, got {timeout:g}")
     request = attach.ShellRequest(program=program, args=tuple(args), mounts=tuple(parsed), timeout_s=timeout)

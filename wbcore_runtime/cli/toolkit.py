@@ -8,11 +8,19 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from wbcore_runtime.cli.output import JSON_HELP, emit_json, warn
+from wbcore_runtime.contract import lazy
 from wbcore_runtime.toolkit import roots as _roots
 from wbcore_runtime.trust import verdict as _trust
 
 if TYPE_CHECKING:
     from wbcore_runtime.contract.host import RuntimeServices
+    from wbcore_runtime.cli import toolkit_verbs
+    from wbcore_runtime.toolkit import search as _search
+    from wbcore_runtime.trust import consent
+else:  # imported on first use: wbx toolkit list/show/search/verify load only their own
+    toolkit_verbs = lazy.module("wbcore_runtime.cli.toolkit_verbs")
+    _search = lazy.module("wbcore_runtime.toolkit.search")
+    consent = lazy.module("wbcore_runtime.trust.consent")
 
 
 def searched_roots(runtime: RuntimeServices) -> list[Path]:
@@ -79,7 +87,6 @@ def build(runtime: RuntimeServices, only: str | None = None) -> typer.Typer:
             else:
                 typer.echo(text.rstrip("\n"))
             return
-        from wbcore_runtime.trust import consent  # deferred: keeps wbx start-up light
 
         if json_:
             emit_json({**tk.as_dict(),
@@ -117,8 +124,6 @@ def build(runtime: RuntimeServices, only: str | None = None) -> typer.Typer:
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
         """Substring match across toolkits and their skills."""
-        from wbcore_runtime.toolkit import search as _search  # deferred: keeps wbx start-up light
-
         found = runtime.discover()
         hits = _search.search(found, query)
         for problem in _search.problems(found):
@@ -159,7 +164,6 @@ def build(runtime: RuntimeServices, only: str | None = None) -> typer.Typer:
 
     if only in OWN_COMMANDS:
         return app
-    from wbcore_runtime.cli import toolkit_verbs  # deferred: keeps wbx toolkit list/show/search/verify light
 
     toolkit_verbs.register(app, runtime)
     return app

@@ -14,9 +14,15 @@ import typer
 from wbcore_runtime.cli import build, provenance
 from wbcore_runtime.cli.output import JSON_HELP, emit_json
 from wbcore_runtime.cli.fastrun import MOUNT_HELP, guest_args, read_stdin
+from wbcore_runtime.contract import lazy
 
 if TYPE_CHECKING:
     from wbcore_runtime.contract.host import RuntimeServices
+    from wbcore_runtime.cli import engine_client
+    from wbcore_runtime.toolkit import tasks
+else:  # imported on first use: keeps wbx start-up light (a command loads only what it uses)
+    engine_client = lazy.module("wbcore_runtime.cli.engine_client")
+    tasks = lazy.module("wbcore_runtime.toolkit.tasks")
 
 
 TOKEN_HELP = "The engine's bearer token (else $WB_ENGINE_TOKEN)."
@@ -46,7 +52,6 @@ def register(app: typer.Typer, runtime: RuntimeServices) -> None:
         """Ship a toolkit onto a running engine: verified there, then landed (all or nothing),
         then built in the engine's own build sandbox so its commands answer at once."""
         # deferred: urllib.request brings http.client and email, which no other command loads
-        from wbcore_runtime.cli import engine_client
 
         tk = runtime.toolkit(ident)
         archive = engine_client.toolkit_archive(Path(tk.dir), tk.id)
@@ -89,7 +94,6 @@ def register(app: typer.Typer, runtime: RuntimeServices) -> None:
     ) -> None:
         """Run a :role task recipe inside a sandbox tier (only with WB_TOOLKIT_EXEC=1)."""
         # deferred: it brings dispatch (resolve, mounts, audit), which wbx --help does not load
-        from wbcore_runtime.toolkit import tasks
 
         argv, note = guest_args(args or ())
         if note:

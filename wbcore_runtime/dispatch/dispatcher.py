@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from wbcore_runtime.trust import policy
 from wbcore_runtime.guard import preopen
+from wbcore_runtime.contract import lazy
 from wbcore_runtime.contract.calls import CallRecord, CallResult, CommandRequest, Principal
 from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs, WbError
 from wbcore_runtime.store.registry import RESERVED, Entry
@@ -24,6 +25,9 @@ from wbcore_runtime.dispatch.resolve import Resolved, choose_tier, registry, res
 if TYPE_CHECKING:
     from wbcore_runtime.trust.policy import Profile
     from wbcore_runtime.contract.host import RuntimeServices
+    from wbcore_runtime.dispatch import mounts as granting
+else:  # imported on first use: only a call with --mount needs it, which keeps wbx start-up light
+    granting = lazy.module("wbcore_runtime.dispatch.mounts")
 
 
 def deadline(prof: Profile, timeout: float | None, default: float) -> float:
@@ -94,8 +98,6 @@ def _granted_mounts(runtime: RuntimeServices, resolved: Resolved, mounts: Sequen
                     principal: Principal | None, remote: str | None = None) -> tuple[Any, ...]:
     """The host folders a deployer grants to one call (``wbx run --mount``), by
     :func:`wbcore_runtime.dispatch.mounts.grant` with the call's resolved tier and effective caps."""
-    from wbcore_runtime.dispatch import mounts as granting  # deferred: keeps wbx start-up light (--mount only)
-
     return granting.grant(runtime, mounts, tiers=registry(runtime, "tiers"), tier=resolved.tier.name,
                           caps=resolved.caps, owner=resolved.toolkit or resolved.name,
                           what=f"{resolved.kind} {resolved.name!r}", principal=str(principal or resolved.principal),

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wbcore_runtime.guard import preopen
+from wbcore_runtime.contract import lazy
 from wbcore_runtime.contract.frozen import Frozen, set_fields
 from wbcore_runtime.contract.calls import Principal
 from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs, NotFound, WbError, unknown_name
@@ -37,9 +38,13 @@ from wbcore_runtime.trust import policy, verdict as trust
 from wbcore_runtime.store.registry import RESERVED, Entry
 
 if TYPE_CHECKING:
-    from wbcore_runtime.contract.kernel_calls import KernelSpec
-    from wbcore_runtime.trust.policy import Profile
+    from wbcore_runtime.contract import kernel_calls
     from wbcore_runtime.contract.host import RuntimeServices
+    from wbcore_runtime.trust import consent
+    from wbcore_runtime.trust.policy import Profile
+else:  # imported on first use: a kept resolution (wbx run's fast path) needs neither
+    kernel_calls = lazy.module("wbcore_runtime.contract.kernel_calls")
+    consent = lazy.module("wbcore_runtime.trust.consent")
 
 _monotonic = time.monotonic
 #: How often a cached resolution re-checks its toolkit folder and the search roots.
@@ -88,7 +93,7 @@ class Resolved(Frozen):
     tier: TierChoice
     #: The object whose ``call(request)`` (commands) / ``open(request)`` (kernels) runs it.
     target: Any
-    kernel: KernelSpec | None
+    kernel: kernel_calls.KernelSpec | None
     #: The home whose stores hold what a call reads besides its stdin (the artifact, a
     #: ``#+PREOPEN`` tree): never the toolkit folder.
     home: Path | None
@@ -96,7 +101,7 @@ class Resolved(Frozen):
     def __init__(self, kind: str, name: str, entry: Entry, sha256: str, artifact: Path, toolkit: str | None,
                  trust: str, signer: str | None, profile: Profile, caps: frozenset[str],
                  allowed_hosts: tuple[str, ...], tier: TierChoice, target: Any = None,
-                 kernel: KernelSpec | None = None, home: Path | None = None) -> None:
+                 kernel: kernel_calls.KernelSpec | None = None, home: Path | None = None) -> None:
         set_fields(self, kind=kind, name=name, entry=entry, sha256=sha256, artifact=artifact, toolkit=toolkit,
                    trust=trust, signer=signer, profile=profile, caps=caps, allowed_hosts=allowed_hosts, tier=tier,
                    target=target, kernel=kernel, home=home)
@@ -115,8 +120,6 @@ def provenance(runtime: RuntimeServices, toolkit: Any) -> dict[str, Any]:
     Refuses a toolkit that may not run at all (a third-party signature that does not
     verify, a shipped artifact that does not match its pin): it is not built.
     """
-    from wbcore_runtime.trust import consent  # deferred: keeps wbx start-up light (a kept resolution skips it)
-
     m = toolkit.manifest
     reason = trust.source_reason(toolkit, runtime)
     if reason:
@@ -404,8 +407,6 @@ def _roots_state(runtime: RuntimeServices) -> tuple[tuple[str, int], ...]:
 
 
 def _resolve_uncached(runtime: RuntimeServices, kind: str, name: str, tier: str | None) -> Resolved:
-    from wbcore_runtime.trust import consent  # deferred: keeps wbx start-up light (a kept resolution skips it)
-
     entry = entry_for(runtime, kind, name)
     if entry.builtin:
         prof = policy.profile(entry.profile)
@@ -431,9 +432,7 @@ def _resolve_uncached(runtime: RuntimeServices, kind: str, name: str, tier: str 
     choice = choose_tier(runtime, entry, trust_, caps, tier)
     spec = None
     if kind == "kernel":
-        from wbcore_runtime.contract.kernel_calls import KernelSpec  # deferred: keeps wbx start-up light
-
-        spec = KernelSpec.from_options(entry.options)
+        spec = kernel_calls.KernelSpec.from_options(entry.options)
     return Resolved(
         kind=kind, name=name, entry=entry, sha256=entry.sha256, artifact=runtime.artifacts.path(entry.sha256),
         toolkit=entry.toolkit, trust=trust_, signer=signer, profile=prof, caps=caps, allowed_hosts=hosts,

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 from wbcore_runtime.store.artifacts import IntegrityError as _StoreIntegrityError
 from wbcore_runtime.store.digest import sha256
+from wbcore_runtime.contract import lazy
 from wbcore_runtime.contract.errors import ErrorKind, NotFound
 from wbcore_runtime.guard import paths
 from wbcore_runtime.store.artifacts import atomic_write
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
     from wbcore_runtime.toolkit.manifest import Manifest
     from wbcore_runtime.contract.host import RuntimeServices
     from wbcore_runtime.toolkit.loaded import Toolkit
+else:  # imported on first use: signing brings cryptography (~50 ms), which wbx start-up never needs
+    signing = lazy.module("wbcore_runtime.trust.signing")
 
 
 class IntegrityError(_StoreIntegrityError):
@@ -171,8 +174,6 @@ def refusal(verdict: signing.Verdict, *, offline: bool = False) -> str | None:
     failure: fail closed. Only an ``offline`` look (a listing that resolves nothing: ``wbx
     toolkit list``, an agent's prompt) leaves it pending, never verified: the first call
     resolves it and refuses it if it still cannot be."""
-    from wbcore_runtime.trust import signing  # deferred: keeps wbx start-up light
-
     if verdict.ok:
         return None
     if offline and verdict.code == signing.UNRESOLVED:
@@ -183,15 +184,11 @@ def refusal(verdict: signing.Verdict, *, offline: bool = False) -> str | None:
 def folder_verdict(folder: Path, env: Mapping[str, str] | None) -> signing.Verdict:
     """The signature verdict of a folder that is not (yet) a discovered toolkit (install,
     grant, publish): did:web resolved. Judge it with :func:`refusal`."""
-    from wbcore_runtime.trust import signing  # deferred: keeps wbx start-up light
-
     return signing.verify(folder, env=env)
 
 
 def signature_verdict(toolkit: Toolkit, runtime: RuntimeServices, *, resolve_web: bool = True) -> signing.Verdict:
     """The signature verdict, remembered per runtime until any file of the folder changes."""
-    from wbcore_runtime.trust import signing  # deferred: keeps wbx start-up light
-
     import time
 
     cache = runtime.__dict__.setdefault("_wb_signature_verdicts", {})
@@ -268,8 +265,6 @@ def content_digest(toolkit: Toolkit, runtime: RuntimeServices) -> str:
 
 
 def _canonical(toolkit: Toolkit) -> bytes:
-    from wbcore_runtime.trust import signing  # deferred: keeps wbx start-up light
-
     try:
         return signing.canonical(toolkit.dir)
     except OSError as exc:
@@ -300,8 +295,6 @@ def remember_form(toolkit: Toolkit, runtime: RuntimeServices) -> None:
 
 def changed_files(toolkit: Toolkit, runtime: RuntimeServices, built_digest: str) -> list[str]:
     """What changed in the folder since the build that recorded ``built_digest``."""
-    from wbcore_runtime.trust import signing  # deferred: keeps wbx start-up light
-
     path = runtime.home / "build" / "provenance" / f"{built_digest}.txt"
     try:
         old = path.read_bytes()
