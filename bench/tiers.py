@@ -96,7 +96,9 @@ def main() -> None:
         print("(no kv row: wbcore-brokers-state is not installed)")
 
     print(f"machine: {machine()}")
-    pool = Pool(2)
+    from wbcore_runtime.contract.guest import sandbox_caps
+
+    pool = Pool(2, sandbox_caps(rt, "os_process"))  # the caps bridge's guest side, as the tier binds it
     instance = rt.tiers.get("instance").factory(rt)
     osp = OsProcessTier(rt, pool)
     t0 = time.perf_counter()
