@@ -209,12 +209,13 @@ def build_app(runtime: Any = None, argv: Sequence[str] | None = None) -> typer.T
     unbuilt = frozenset(GROUP_HELP) if (argv is not None and only is None and word != "plugins"
                                         and "_WBX_COMPLETE" not in os.environ) else frozenset()
 
-    def named_only(name: str) -> bool:
-        """Add ``name`` as an empty group with its line of help, when the root's help is all that shows."""
-        if name in unbuilt:
-            app.add_typer(typer.Typer(add_completion=False, rich_markup_mode=None), name=name,
-                          help=GROUP_HELP[name])
-        return name in unbuilt
+    def group(name: str, build: Callable[[], typer.Typer]) -> typer.Typer | None:
+        """Add the group ``name``: built, or empty with its line of help when the root's help is all
+        that shows (then ``None``)."""
+        built = None if name in unbuilt else build()
+        empty = typer.Typer(add_completion=False, rich_markup_mode=None) if built is None else built
+        app.add_typer(empty, name=name, help=GROUP_HELP[name])
+        return built
 
     def wanted(*names: str) -> bool:
         return only is None or only in names
@@ -238,31 +239,30 @@ def build_app(runtime: Any = None, argv: Sequence[str] | None = None) -> typer.T
     ) -> None:
         """wbx: toolkits as sandboxed WebAssembly."""
 
-    if wanted("toolkit") and not named_only("toolkit"):
+    if wanted("toolkit"):
         words = [a for a in argv or () if not a.startswith("-")]
         sub = (words[1] if only == "toolkit" and len(words) > 1 and not {"--help", "-h"} & set(argv or ())
                else None)
-        toolkit_app = toolkit.build(runtime, sub)
-        app.add_typer(toolkit_app, name="toolkit", help=GROUP_HELP["toolkit"])
+        toolkit_app = group("toolkit", lambda: toolkit.build(runtime, sub))
         # wbx toolkit <a plugin's subcommand> (or its help): plugins add their toolkit subcommands below.
-        plugin_sub = sub is None or sub not in {c.name for c in toolkit_app.registered_commands}
+        if toolkit_app is not None:
+            plugin_sub = sub is None or sub not in {c.name for c in toolkit_app.registered_commands}
     if wanted("plugins", "shapes", "lanes", "tiers"):
         listing.register(app, runtime)
-    if wanted("agent") and not named_only("agent"):
-        app.add_typer(_agent.build(runtime), name="agent", help=GROUP_HELP["agent"])
+    if wanted("agent"):
+        group("agent", lambda: _agent.build(runtime))
     if wanted("audit"):
         _audit_cli.register(app, runtime)
     if wanted("run"):
         _run_cli.register(app, runtime)
-    if wanted("commands", "kernel") and not (named_only("commands") and named_only("kernel")):
-        if wanted("commands"):
-            app.add_typer(registered.build_commands(runtime), name="commands", help=GROUP_HELP["commands"])
-        if wanted("kernel"):
-            app.add_typer(registered.build_kernel(runtime), name="kernel", help=GROUP_HELP["kernel"])
+    if wanted("commands"):
+        group("commands", lambda: registered.build_commands(runtime))
+    if wanted("kernel"):
+        group("kernel", lambda: registered.build_kernel(runtime))
     if wanted("shell"):
         _shell_cli.register(app, runtime)
-    if wanted("identity") and not named_only("identity"):
-        app.add_typer(_identity_cli.build(runtime), name="identity", help=GROUP_HELP["identity"])
+    if wanted("identity"):
+        group("identity", lambda: _identity_cli.build(runtime))
     if only is not None and not plugin_sub:
         _keep_subcommand(app, only, argv or ())
         return app
