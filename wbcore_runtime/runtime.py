@@ -31,7 +31,8 @@ from wbcore_runtime.trust import verdict as trust
 if TYPE_CHECKING:  # mypy reads the real modules
     import pluggy
     from wbcore_runtime.contract import llm, sandbox
-    from wbcore_runtime.contract.records import Broker, BuildLane, ExecShape, FederationSource, IsolationTier, SourcePrefix
+    from wbcore_runtime.contract.records import (Broker, BuildLane, ExecShape, FederationSource,
+                                                 IsolationTier, SourcePrefix)
     from wbcore_runtime.dispatch import dispatcher, fabric, kernels
     from wbcore_runtime.dispatch import dock as _dock
     from wbcore_runtime.dispatch import running as _running
@@ -83,9 +84,11 @@ class Runtime:
         self.cwd = cwd
         self._roots = list(roots) if roots is not None else None
         self._discovery: _discovery.Discovery | None = None
-        #: ``wbcore_runtime.dispatch.resolve``'s cache: (kind, name, tier) → (generation, checked at, world, Resolved).
+        #: ``wbcore_runtime.dispatch.resolve``'s cache: (kind, name, tier) → (generation, checked at, world,
+        #: Resolved).
         self.resolved_calls: dict[tuple[str, str, str | None], Any] = {}
-        #: Moves whenever a resolution is made anew or the cache is forgotten (wbcore_runtime.dispatch.resolve).
+        #: Moves whenever a resolution is made anew or the cache is forgotten
+        #: (wbcore_runtime.dispatch.resolve).
         self.resolve_epoch = 0
         #: Whether this runtime's plugins are every installed one, loaded on first use: only
         #: then may dispatch read them from the plugin index in the home (wbcore_runtime.plugins.index).
@@ -171,8 +174,10 @@ class Runtime:
         """Open a runtime. ``plugins=None`` loads every installed plugin (tolerant);
         a list selects entry-point names and/or in-process plugin objects (strict)."""
         env = dict(os.environ if env is None else env)
-        home_path = Path(home).expanduser() if home is not None else _roots.default_home(env, Path(cwd) if cwd is not None else None)
-        def load(selection: Sequence[str | object] | None = None) -> tuple[pluggy.PluginManager, list[_plugins.PluginInfo]]:
+        home_path = (Path(home).expanduser() if home is not None
+                     else _roots.default_home(env, Path(cwd) if cwd is not None else None))
+        def load(selection: Sequence[str | object] | None = None
+                 ) -> tuple[pluggy.PluginManager, list[_plugins.PluginInfo]]:
             return _plugins.load(selection, cache_dir=home_path)
 
         if plugins is not None:  # a selection is strict: a bad name fails here, not at first use
@@ -241,7 +246,8 @@ class Runtime:
         """The caps this runtime knows (``wbcore_runtime.trust.policy.Universe``): the core's plus
         those its brokers declare, collected once."""
         brokers = self.brokers  # collecting fills each plugin's ``serves``
-        origin = {name: info.origin for info in self.plugin_infos for name in info.serves.get("cap broker", ())}
+        origin = {name: info.origin for info in self.plugin_infos
+                  for name in info.serves.get("cap broker", ())}
         return policy.Universe.from_brokers(brokers, origin, reserved=_dock.ALWAYS_LINKED)
 
     def caps_universe_for(self, caps: Iterable[str]) -> Any:
@@ -301,7 +307,8 @@ class Runtime:
     def agents(self) -> Any:
         """The agent loop driver (``wbcore_runtime.contract.drivers.AgentLoopDriver``): ``run``, ``sessions``.
         ``$WB_AGENT_LOOP`` or the only one installed (``contract.host.chosen``)."""
-        record = _host.chosen(self, self.agent_loops, None, env="WB_AGENT_LOOP", noun=("agent loop", "agent loops"),
+        record = _host.chosen(self, self.agent_loops, None, env="WB_AGENT_LOOP",
+                              noun=("agent loop", "agent loops"),
                               none_installed="no agent loop is installed; pip install wbcore-agent")
         return record.factory(self)
 
@@ -311,7 +318,8 @@ class Runtime:
         return self.agents.run(agent, task, **kw)
 
     def fabric(self, name: str, inputs: Any, **kw: Any) -> Any:
-        """``wbcore_runtime.dispatch.fabric.map(self, name, inputs, **kw)``: results in input order, streamed."""
+        """``wbcore_runtime.dispatch.fabric.map(self, name, inputs, **kw)``: results in input order,
+        streamed."""
         return fabric.map(self, name, inputs, **kw)
 
     def build_sandbox(self, name: str | None = None) -> Any:
@@ -324,7 +332,8 @@ class Runtime:
         """Every registry, one per registry hook (``contract.records.RECORD_KINDS``), collected:
         ``wbx plugins`` shows what each plugin serves and every name two plugins serve."""
         return [getattr(self, name) for name in (
-            "shapes", "lanes", "prefixes", "brokers", "tiers", "federation_sources", "builtins", "build_sandboxes",
+            "shapes", "lanes", "prefixes", "brokers", "tiers", "federation_sources", "builtins",
+            "build_sandboxes",
             "guest_runners", "tool_providers", "distributions", "fabric_engines", "llm_providers",
             "agent_loops")]
 
@@ -337,7 +346,8 @@ class Runtime:
 
     @cached_property
     def artifacts(self) -> ArtifactStore:
-        """The content-addressed artifact store (``$WB_HOME/artifacts``, ``wbcore_runtime.store.artifacts``)."""
+        """The content-addressed artifact store (``$WB_HOME/artifacts``,
+        ``wbcore_runtime.store.artifacts``)."""
         return ArtifactStore(self.home / "artifacts")
 
     @cached_property
@@ -372,14 +382,16 @@ class Runtime:
         remote principal that asked for them (a server passing on its client's request), whose
         folders must lie inside the deployer's ``WB_MOUNT_ROOTS``.
         """
-        return dispatcher.call_command(self, name, argv, stdin, principal=principal, timeout=timeout, cancel=cancel,
-                                       tier=tier, mounts=mounts, remote=remote)
+        return dispatcher.call_command(self, name, argv, stdin, principal=principal, timeout=timeout,
+                                       cancel=cancel, tier=tier, mounts=mounts, remote=remote)
 
-    def kernel(self, name: str, *, principal: Any = None, timeout: float | None = None, tier: str | None = None) -> Any:
+    def kernel(self, name: str, *, principal: Any = None, timeout: float | None = None,
+               tier: str | None = None) -> Any:
         """Open the registered kernel ``name`` once; ``inst.call(data) -> bytes`` many times."""
         return kernels.open_kernel(self, name, principal=principal, timeout=timeout, tier=tier)
 
-    def kernel_call(self, name: str, data: bytes, *, principal: Any = None, timeout: float | None = None) -> bytes:
+    def kernel_call(self, name: str, data: bytes, *, principal: Any = None,
+                    timeout: float | None = None) -> bytes:
         """One kernel call through a per-thread instance, reopened when the resolution changes.
 
         (The first call binds ``self.kernel_call`` to ``wbcore_runtime.dispatch.kernels.KernelCalls.call``,
@@ -396,8 +408,8 @@ class Runtime:
     def component_call(self, name: str, function: str, args: Mapping[str, Any], *, principal: Any = None,
                        timeout: float | None = None, cancel: Any = None) -> Any:
         """Call ``function`` of the registered component ``name`` with JSON-shaped ``args``."""
-        return dispatcher.call_component(self, name, function, dict(args), principal=principal, timeout=timeout,
-                                         cancel=cancel)
+        return dispatcher.call_component(self, name, function, dict(args), principal=principal,
+                                         timeout=timeout, cancel=cancel)
 
     @cached_property
     def dock(self) -> _dock.Dock:
@@ -442,6 +454,7 @@ class Runtime:
         if m.trust == "third-party" and not trust.signature_ok(toolkit, self):
             return frozenset()
         universe = self.caps_universe_for(m.caps)
-        return consent.effective_caps(self.home, toolkit_id=m.id, trust=m.trust, signer=m.author_did, declared=m.caps,
-                                      profile=policy.profile_for(m.extra("PROFILE"), m.caps, universe), universe=universe,
-                                      assume=assume)
+        return consent.effective_caps(self.home, toolkit_id=m.id, trust=m.trust, signer=m.author_did,
+                                      declared=m.caps,
+                                      profile=policy.profile_for(m.extra("PROFILE"), m.caps, universe),
+                                      universe=universe, assume=assume)

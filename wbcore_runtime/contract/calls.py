@@ -28,7 +28,8 @@ class Principal(Frozen):
     toolkit: str
     reach: frozenset[str] | None
 
-    def __init__(self, tenant: str = "default", toolkit: str = "", reach: frozenset[str] | None = None) -> None:
+    def __init__(self, tenant: str = "default", toolkit: str = "",
+                 reach: frozenset[str] | None = None) -> None:
         set_fields(self, tenant=tenant, toolkit=toolkit, reach=reach)
 
     def __str__(self) -> str:
@@ -108,8 +109,10 @@ class CallRecord(Frozen):
     caps: frozenset[str]
 
     def __init__(self, name: str, shape: str, principal: Principal, argv: tuple[str, ...] = (),
-                 toolkit: str | None = None, tier: str | None = None, caps: frozenset[str] = frozenset()) -> None:
-        set_fields(self, name=name, shape=shape, principal=principal, argv=argv, toolkit=toolkit, tier=tier, caps=caps)
+                 toolkit: str | None = None, tier: str | None = None,
+                 caps: frozenset[str] = frozenset()) -> None:
+        set_fields(self, name=name, shape=shape, principal=principal, argv=argv, toolkit=toolkit, tier=tier,
+                   caps=caps)
 
 
 # --- what a shape runner is handed ----------------------------------------------------
@@ -123,9 +126,9 @@ class CommandRequest(Frozen):
     which returns a :class:`CallResult` or raises a ``WbError``.
     """
 
-    __slots__ = __match_args__ = ("name", "sha256", "artifact", "argv", "stdin", "profile", "timeout_s", "principal",
-                                  "caps", "arg_mode", "fuel", "toolkit", "cancel", "allowed_hosts", "tier",
-                                  "preopens", "scratch", "mounts")
+    __slots__ = __match_args__ = ("name", "sha256", "artifact", "argv", "stdin", "profile", "timeout_s",
+                                  "principal", "caps", "arg_mode", "fuel", "toolkit", "cancel",
+                                  "allowed_hosts", "tier", "preopens", "scratch", "mounts")
     name: str
     sha256: str
     artifact: Path
@@ -154,15 +157,16 @@ class CommandRequest(Frozen):
     #: ``wbcore_runtime.dispatch.mounts.Mount`` records, bound by tiers that list ``mount`` in their kinds.
     mounts: tuple[Any, ...]
 
-    def __init__(self, name: str, sha256: str, artifact: Path, argv: tuple[str, ...], stdin: bytes, profile: Profile,
-                 timeout_s: float, principal: Principal, caps: frozenset[str] = frozenset(), arg_mode: str = "argv",
-                 fuel: int | None = None, toolkit: str | None = None, cancel: Any = None,
-                 allowed_hosts: tuple[str, ...] = (), tier: str = "instance", preopens: tuple[tuple[str, str], ...] = (),
+    def __init__(self, name: str, sha256: str, artifact: Path, argv: tuple[str, ...], stdin: bytes,
+                 profile: Profile, timeout_s: float, principal: Principal, caps: frozenset[str] = frozenset(),
+                 arg_mode: str = "argv", fuel: int | None = None, toolkit: str | None = None,
+                 cancel: Any = None, allowed_hosts: tuple[str, ...] = (), tier: str = "instance",
+                 preopens: tuple[tuple[str, str], ...] = (),
                  scratch: tuple[str, int] | None = None, mounts: tuple[Any, ...] = ()) -> None:
         set_fields(self, name=name, sha256=sha256, artifact=artifact, argv=argv, stdin=stdin, profile=profile,
-                   timeout_s=timeout_s, principal=principal, caps=caps, arg_mode=arg_mode, fuel=fuel, toolkit=toolkit,
-                   cancel=cancel, allowed_hosts=allowed_hosts, tier=tier, preopens=preopens, scratch=scratch,
-                   mounts=mounts)
+                   timeout_s=timeout_s, principal=principal, caps=caps, arg_mode=arg_mode, fuel=fuel,
+                   toolkit=toolkit, cancel=cancel, allowed_hosts=allowed_hosts, tier=tier, preopens=preopens,
+                   scratch=scratch, mounts=mounts)
 
     def guest_input(self, program: str | None = None) -> tuple[list[str], bytes]:
         """The guest's argv (``program``, default the command's name, first) and stdin: THE
@@ -204,8 +208,9 @@ def near_memory_cap(peak: int, cap: int) -> bool:
     return peak + max(PAGE, cap // 16) > cap
 
 
-def check_guest_end(req: CommandRequest, *, wall: float, stopped: str = "", over: str = "", trap: str | None = None,
-                    trap_code: str = "", exit_code: int = 0, peak: int = 0, fuel: int = 0) -> None:
+def check_guest_end(req: CommandRequest, *, wall: float, stopped: str = "", over: str = "",
+                    trap: str | None = None, trap_code: str = "", exit_code: int = 0, peak: int = 0,
+                    fuel: int = 0) -> None:
     """Raise the error for how a wasm command's guest ended, the same at every tier that runs
     wasm (instance, os_process, container); return if it ended on its own.
 
@@ -222,11 +227,13 @@ def check_guest_end(req: CommandRequest, *, wall: float, stopped: str = "", over
     if stopped == "cancelled":
         raise Timeout(f"{name}: cancelled by the caller after {wall:.3f} s; the guest was stopped")
     if over == "scratch" and req.scratch is not None:
-        raise LimitExceeded(f"{name}: its #+SCRATCH folder {req.scratch[0]} passed its {req.scratch[1]}-byte cap "
+        raise LimitExceeded(f"{name}: its #+SCRATCH folder {req.scratch[0]} passed its "
+                            f"{req.scratch[1]}-byte cap "
                             "(or its file count); the guest was stopped", limit="scratch")
     if over:
         cap = prof.stdout_bytes if over == "stdout" else prof.stderr_bytes
-        raise LimitExceeded(f"{name}: {over} passed the {cap}-byte cap of profile {prof.name}; output stopped",
+        raise LimitExceeded(f"{name}: {over} passed the {cap}-byte cap of profile {prof.name}; "
+                            "output stopped",
                             limit=over)
     if trap_code == "INTERRUPT":
         raise Timeout(deadline)
@@ -241,7 +248,8 @@ def check_guest_end(req: CommandRequest, *, wall: float, stopped: str = "", over
         raise GuestTrap(f"{name}: guest trapped: {trap}")
     if exit_code != 0 and at_memory_cap:
         raise LimitExceeded(
-            f"{name}: exited {exit_code} at the {prof.memory_bytes >> 20} MiB memory limit of profile {prof.name}",
+            f"{name}: exited {exit_code} at the {prof.memory_bytes >> 20} MiB memory limit of profile "
+            f"{prof.name}",
             limit="memory")
 
 

@@ -124,8 +124,8 @@ def _encode(seq: int, prev: str, e: _Entry) -> tuple[bytes, str]:
     JSON strings by json's own C encoder, floats by ``repr`` as json writes them)."""
     ts, principal, cap, op, args, outcome, kind, reason, target, nbytes, ms = e
     q = _json_str
-    canon = (_LINE % (q(args), nbytes, q(cap), "null" if kind is None else q(kind), float(ms), q(op), q(outcome),
-                      prev, q(principal), "null" if reason is None else q(reason), seq,
+    canon = (_LINE % (q(args), nbytes, q(cap), "null" if kind is None else q(kind), float(ms), q(op),
+                      q(outcome), prev, q(principal), "null" if reason is None else q(reason), seq,
                       "null" if target is None else q(target), float(ts))).encode()
     h = hashlib.sha256(prev.encode() + canon).hexdigest()
     # verify() re-canonicalises without "hash", so appending it keeps one encode
@@ -135,9 +135,9 @@ def _encode(seq: int, prev: str, e: _Entry) -> tuple[bytes, str]:
 class AuditLog:
     """One hash-chained log directory. Thread- and process-safe, batched appends."""
 
-    def __init__(self, directory: Path, *, max_bytes: int | None = None, keep: int | None = None, fsync: bool = False,
-                 durable: bool = False, window: float = DEFAULT_WINDOW_S, batch: int = DEFAULT_BATCH,
-                 signer: Callable[[], Any] | None = None) -> None:
+    def __init__(self, directory: Path, *, max_bytes: int | None = None, keep: int | None = None,
+                 fsync: bool = False, durable: bool = False, window: float = DEFAULT_WINDOW_S,
+                 batch: int = DEFAULT_BATCH, signer: Callable[[], Any] | None = None) -> None:
         """``signer`` returns the :class:`wbcore_runtime.trust.identity.Identity` whose key signs the
         head and the anchor (called once, at the first write or verify: no key is read at start);
         without one, heads are unsigned and :meth:`verify` says so."""
@@ -210,8 +210,8 @@ class AuditLog:
         decision stays queued even then (bounded by :data:`MAX_PENDING`, the excess
         counted in a ``lost`` line), so a full disk loses no line it has room to keep.
         """
-        entry = (round(time.time(), 6), principal, cap, op, args_digest, outcome, kind, reason, redact_target(target),
-                 nbytes, round(ms, 3))
+        entry = (round(time.time(), 6), principal, cap, op, args_digest, outcome, kind, reason,
+                 redact_target(target), nbytes, round(ms, 3))
         with self._queue_lock:
             self._queue.append(entry)
             n = len(self._queue)
@@ -229,8 +229,8 @@ class AuditLog:
                 return
             lost = self._lost
             if lost:  # the trail says how many lines a full disk cost, and when
-                batch.insert(0, (round(time.time(), 6), "-", "audit", "lost", "", "lost", "internal", "disk-full",
-                                 f"{lost[0]} lines from {lost[1]:.3f} to {lost[2]:.3f}", 0, 0.0))
+                batch.insert(0, (round(time.time(), 6), "-", "audit", "lost", "", "lost", "internal",
+                                 "disk-full", f"{lost[0]} lines from {lost[1]:.3f} to {lost[2]:.3f}", 0, 0.0))
             try:
                 self._append(batch)
             except BaseException as exc:
@@ -272,7 +272,8 @@ class AuditLog:
                 while view:  # a regular file takes it whole; a short write (disk full) is finished
                     view = view[os.write(fd, view):]
             assert self._head_fd is not None
-            os.pwrite(self._head_fd, self._signed(HEAD_DOMAIN, seq, prev).ljust(_HEAD_WIDTH - 1).encode() + b"\n", 0)
+            os.pwrite(self._head_fd,
+                      self._signed(HEAD_DOMAIN, seq, prev).ljust(_HEAD_WIDTH - 1).encode() + b"\n", 0)
             if self.fsync:
                 os.fsync(fd)
                 os.fsync(self._head_fd)

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from wbcore_runtime.dispatch.audit import (ANCHOR_DOMAIN, ANCHOR_NAME, GENESIS, HEAD_DOMAIN, HEAD_NAME, AuditLog,
-                                           chain_hash)
+from wbcore_runtime.dispatch.audit import (ANCHOR_DOMAIN, ANCHOR_NAME, GENESIS, HEAD_DOMAIN, HEAD_NAME,
+                                           AuditLog, chain_hash)
 from wbcore_runtime.trust import identity
 
 _SEQ = re.compile(rb'"seq":(\d+)')
@@ -227,8 +227,9 @@ def tail(log: AuditLog, n: int, *, after: int = -1) -> list[dict[str, Any]]:
     return out[::-1]
 
 
-def page(log: AuditLog, n: int, *, before: int | None = None, match: Callable[[dict[str, Any]], bool] | None = None,
-         scan: int = 10_000, contains: tuple[bytes, ...] = ()) -> tuple[list[dict[str, Any]], int | None]:
+def page(log: AuditLog, n: int, *, before: int | None = None,
+         match: Callable[[dict[str, Any]], bool] | None = None, scan: int = 10_000,
+         contains: tuple[bytes, ...] = ()) -> tuple[list[dict[str, Any]], int | None]:
     """Up to ``n`` decisions with ``seq < before`` (newest first) that ``match`` keeps,
     read backwards from the end in blocks, looking at no more than ``scan`` lines: a
     filtered page of a trail of any size costs at most ``scan`` lines (the engine
@@ -281,7 +282,8 @@ def verify(log: AuditLog) -> list[Problem]:
             os.close(lock)
 
 
-def _check_signature(log: AuditLog, name: str, domain: bytes, words: list[str], problems: list[Problem]) -> None:
+def _check_signature(log: AuditLog, name: str, domain: bytes, words: list[str],
+                     problems: list[Problem]) -> None:
     """A head's or an anchor's signature must be the tenant key's over its ``seq hash``."""
     key = log.identity()
     if key is None:
@@ -298,7 +300,8 @@ def _check_signature(log: AuditLog, name: str, domain: bytes, words: list[str], 
     if not identity.verify(key.public_key, domain + f"{words[0]} {words[1]}".encode(), sig):
         why = ("the chain was recomputed, or its tail cut, and the head rewritten" if what == "head"
                else "the anchor was forged: the pruned segments did not end there")
-        problems.append(Problem(name, 1, f"the {what}'s signature is not the tenant key's ({key.did}): {why}"))
+        problems.append(Problem(name, 1,
+                                f"the {what}'s signature is not the tenant key's ({key.did}): {why}"))
 
 
 def _verify(log: AuditLog) -> list[Problem]:
@@ -333,11 +336,14 @@ def _verify(log: AuditLog) -> list[Problem]:
                     problems.append(Problem(where, n, "unparseable line"))
                     continue
                 if entry.get("seq") != seq + 1:
-                    problems.append(Problem(where, n, f"sequence jumps from {seq} to {entry.get('seq')} (line(s) deleted or reordered)"))
+                    problems.append(Problem(where, n, f"sequence jumps from {seq} to {entry.get('seq')} "
+                                                      "(line(s) deleted or reordered)"))
                 if entry.get("prev") != prev:
-                    problems.append(Problem(where, n, "prev does not match the preceding line's hash (a line was deleted or edited)"))
+                    problems.append(Problem(where, n, "prev does not match the preceding line's hash "
+                                                      "(a line was deleted or edited)"))
                 if chain_hash(entry.get("prev", ""), entry) != claimed:
-                    problems.append(Problem(where, n, "hash does not match the line's content (the line was edited)"))
+                    problems.append(Problem(where, n, "hash does not match the line's content "
+                                                      "(the line was edited)"))
                 prev, seq = claimed, entry.get("seq") if isinstance(entry.get("seq"), int) else seq + 1
                 if head is not None and seq == head[0]:
                     head_seen = head[1] == claimed
@@ -345,6 +351,7 @@ def _verify(log: AuditLog) -> list[Problem]:
         problems.append(Problem(HEAD_NAME, 1, f"head records seq {head[0]} but the log ends at seq {seq} "
                                               "(the tail was deleted or edited)"))
     if head is None and seq > 0 and log.identity() is not None:
-        problems.append(Problem(HEAD_NAME, 1, f"the log holds {seq} entries but no signed head: the head file was "
-                                              "deleted (a cut or rewritten log would pass without it)"))
+        problems.append(Problem(HEAD_NAME, 1, f"the log holds {seq} entries but no signed head: the head "
+                                              "file was deleted (a cut or rewritten log would "
+                                              "pass without it)"))
     return problems

@@ -3,8 +3,9 @@
 Every surface that runs a registered artifact — ``wbx run`` / ``call`` / ``kernel``, ``Runtime.call``,
 MCP, ACT, the Dock's ``commands`` / ``exec`` / ``parallel``, the BuildBroker's ``run``, pipelines —
 resolves it there (trust, caps, limits, tier: nothing else derives them) and runs it here with
-:func:`call_command` / :func:`call_component` (kernels: :mod:`wbcore_runtime.dispatch.kernels`): the reach check, the request a
-runner takes (deadline, ``#+PREOPEN``, granted mounts), the running-calls table and the call hooks.
+:func:`call_command` / :func:`call_component` (kernels: :mod:`wbcore_runtime.dispatch.kernels`): the
+reach check, the request a runner takes (deadline, ``#+PREOPEN``, granted mounts), the running-calls
+table and the call hooks.
 The fabric (``wbcore_runtime.dispatch.fabric``) resolves once per batch; its workers run that
 resolution with ``resolve.target_for``. :func:`install_builtins` stores the plugins' built-ins.
 """
@@ -67,8 +68,9 @@ def check_reach(resolved: Resolved, principal: Principal | None) -> None:
         return
     owner = f"toolkit {resolved.toolkit!r}" if resolved.toolkit else "no toolkit the caller lists"
     allowed = ", ".join(sorted(principal.reach)) or "(none)"
-    raise refuse_reach(f"{principal}: {resolved.kind} {resolved.name!r} belongs to {owner}; this caller may reach "
-                       f"only the toolkits {allowed} and the built-ins {', '.join(sorted(RESERVED))} (an agent "
+    raise refuse_reach(f"{principal}: {resolved.kind} {resolved.name!r} belongs to {owner}; "
+                       f"this caller may reach only the toolkits {allowed} and the built-ins "
+                       f"{', '.join(sorted(RESERVED))} (an agent "
                        "opts into more with :REACH: in its definition)")
 
 
@@ -79,12 +81,13 @@ def refuse_reach(message: str) -> CapabilityDenied:
 
 
 def _preopens(resolved: Resolved) -> tuple[tuple[str, str], ...]:
-    """The stored ``#+PREOPEN`` trees of a toolkit's command (:func:`wbcore_runtime.guard.preopen.resolve_all`)."""
+    """The stored ``#+PREOPEN`` trees of a toolkit's command
+    (:func:`wbcore_runtime.guard.preopen.resolve_all`)."""
     if not resolved.toolkit or not resolved.entry.options.get(preopen.OPTION):
         return ()
     if resolved.home is None:
-        raise InvalidArgs(f"{resolved.kind} {resolved.name!r}: resolved without a home, so its #+PREOPEN data "
-                          "cannot be found in the store")
+        raise InvalidArgs(f"{resolved.kind} {resolved.name!r}: resolved without a home, so its #+PREOPEN "
+                          "data cannot be found in the store")
     return preopen.resolve_all(resolved.entry.options, resolved.home)
 
 
@@ -100,25 +103,28 @@ def _granted_mounts(runtime: RuntimeServices, resolved: Resolved, mounts: Sequen
     :func:`wbcore_runtime.dispatch.mounts.grant` with the call's resolved tier and effective caps."""
     return granting.grant(runtime, mounts, tiers=registry(runtime, "tiers"), tier=resolved.tier.name,
                           caps=resolved.caps, owner=resolved.toolkit or resolved.name,
-                          what=f"{resolved.kind} {resolved.name!r}", principal=str(principal or resolved.principal),
-                          remote=remote)
+                          what=f"{resolved.kind} {resolved.name!r}",
+                          principal=str(principal or resolved.principal), remote=remote)
 
 
-def command_request(resolved: Resolved, argv: Sequence[str], stdin: bytes, *, principal: Principal | None = None,
-                    timeout: float | None = None, cancel: Any = None, mounts: tuple[Any, ...] = ()) -> CommandRequest:
+def command_request(resolved: Resolved, argv: Sequence[str], stdin: bytes, *,
+                    principal: Principal | None = None, timeout: float | None = None, cancel: Any = None,
+                    mounts: tuple[Any, ...] = ()) -> CommandRequest:
     prof = resolved.profile
     return CommandRequest(
         name=resolved.name, sha256=resolved.sha256, artifact=resolved.artifact, argv=tuple(argv),
         stdin=stdin, profile=prof, timeout_s=deadline(prof, timeout, prof.timeout_s),
-        principal=principal or resolved.principal, caps=resolved.caps, arg_mode=resolved.entry.arg_mode,
-        toolkit=resolved.toolkit, cancel=cancel, allowed_hosts=resolved.allowed_hosts, tier=resolved.tier.name,
+        principal=principal or resolved.principal, caps=resolved.caps,
+        arg_mode=resolved.entry.arg_mode, toolkit=resolved.toolkit, cancel=cancel,
+        allowed_hosts=resolved.allowed_hosts, tier=resolved.tier.name,
         preopens=_preopens(resolved), scratch=_scratch(resolved), mounts=mounts,
     )
 
 
 def call_command(runtime: RuntimeServices, name: str, argv: Sequence[str] = (), stdin: bytes = b"", *,
                  principal: Principal | None = None, timeout: float | None = None, cancel: Any = None,
-                 tier: str | None = None, mounts: Sequence[Any] = (), remote: str | None = None) -> CallResult:
+                 tier: str | None = None, mounts: Sequence[Any] = (),
+                 remote: str | None = None) -> CallResult:
     """Run the registered command ``name`` once, at its resolved tier (``mounts``: host
     folders granted to this call, ``remote`` the remote principal that asked for them:
     :func:`wbcore_runtime.dispatch.mounts.grant`)."""
@@ -126,8 +132,8 @@ def call_command(runtime: RuntimeServices, name: str, argv: Sequence[str] = (), 
         if not isinstance(stdin, (bytearray, memoryview)):
             raise InvalidArgs(f"stdin must be bytes, got {type(stdin).__name__}")
         stdin = bytes(stdin)
-    return call_resolved(runtime, resolve(runtime, "command", name, tier=tier), argv, stdin, principal=principal,
-                         timeout=timeout, cancel=cancel, mounts=mounts, remote=remote)
+    return call_resolved(runtime, resolve(runtime, "command", name, tier=tier), argv, stdin,
+                         principal=principal, timeout=timeout, cancel=cancel, mounts=mounts, remote=remote)
 
 
 def call_resolved(runtime: RuntimeServices, resolved: Resolved, argv: Sequence[str], stdin: bytes, *,
@@ -135,8 +141,9 @@ def call_resolved(runtime: RuntimeServices, resolved: Resolved, argv: Sequence[s
                   cancel: Any = None, mounts: Sequence[Any] = (), remote: str | None = None) -> CallResult:
     """Run a command already resolved by :func:`resolve` (or kept by ``wbcore_runtime.store.runcache``
     and adopted): ``wbx run`` resolves once and calls this, never resolving again. ``mounts``:
-    host folders asked for this call (``HOST[:GUEST][:ro|rw]``), granted by :func:`wbcore_runtime.dispatch.mounts.grant`
-    (``remote``: who asked, when not the deployer — only inside ``WB_MOUNT_ROOTS``)."""
+    host folders asked for this call (``HOST[:GUEST][:ro|rw]``), granted by
+    :func:`wbcore_runtime.dispatch.mounts.grant` (``remote``: who asked, when not the deployer — only inside
+    ``WB_MOUNT_ROOTS``)."""
     name = resolved.name
     check_reach(resolved, principal)
     granted = _granted_mounts(runtime, resolved, mounts, principal, remote) if mounts else ()
@@ -146,15 +153,16 @@ def call_resolved(runtime: RuntimeServices, resolved: Resolved, argv: Sequence[s
     table = runtime.running
     n, running = table.enter(resolved, principal or resolved.principal, cancel)
     try:
-        req = command_request(resolved, argv, stdin, principal=principal, timeout=timeout, cancel=running.cancel,
-                              mounts=granted)
+        req = command_request(resolved, argv, stdin, principal=principal, timeout=timeout,
+                              cancel=running.cancel, mounts=granted)
         hook = runtime.call_hooks
         try:
             if hook is None:
                 out = resolved.target.call(req)
             else:
-                record = CallRecord(name=name, shape=resolved.entry.shape, principal=req.principal, argv=req.argv,
-                                    toolkit=resolved.toolkit, tier=resolved.tier.name, caps=resolved.caps)
+                record = CallRecord(name=name, shape=resolved.entry.shape, principal=req.principal,
+                                    argv=req.argv, toolkit=resolved.toolkit, tier=resolved.tier.name,
+                                    caps=resolved.caps)
                 out = audited(hook, record, resolved.target.call, req)
         except WbError:
             if running.cut is not None:
@@ -169,13 +177,15 @@ def call_resolved(runtime: RuntimeServices, resolved: Resolved, argv: Sequence[s
 
 
 def component_fields(runtime: RuntimeServices, name: str, function: str, args: dict[str, Any], *,
-                     principal: Principal | None = None, timeout: float | None = None, cancel: Any = None) -> dict[str, Any]:
+                     principal: Principal | None = None, timeout: float | None = None,
+                     cancel: Any = None) -> dict[str, Any]:
     """The resolved fields of one component call (``ComponentRunner.invoke(**fields)``)."""
     resolved = resolve(runtime, "component", name)
     check_reach(resolved, principal)
     prof = resolved.profile
     return {
-        "name": resolved.toolkit or name, "sha256": resolved.sha256, "function": function, "args": dict(args),
+        "name": resolved.toolkit or name, "sha256": resolved.sha256, "function": function,
+        "args": dict(args),
         "profile": prof, "timeout_s": deadline(prof, timeout, prof.timeout_s),
         "principal": principal or resolved.principal, "caps": resolved.caps, "toolkit": resolved.toolkit,
         "cancel": cancel, "allowed_hosts": resolved.allowed_hosts,
@@ -183,15 +193,18 @@ def component_fields(runtime: RuntimeServices, name: str, function: str, args: d
 
 
 def call_component(runtime: RuntimeServices, name: str, function: str, args: dict[str, Any], *,
-                   principal: Principal | None = None, timeout: float | None = None, cancel: Any = None) -> Any:
+                   principal: Principal | None = None, timeout: float | None = None,
+                   cancel: Any = None) -> Any:
     """Call ``function`` of the registered component ``name`` with JSON ``args``."""
     resolved = resolve(runtime, "component", name)
-    fields = component_fields(runtime, name, function, args, principal=principal, timeout=timeout, cancel=cancel)
+    fields = component_fields(runtime, name, function, args, principal=principal, timeout=timeout,
+                              cancel=cancel)
     return shape_runner(runtime, resolved.entry.shape).invoke(**fields)
 
 
-def call_artifact(runtime: RuntimeServices, *, name: str, sha256: str, lane: str | None, argv: Sequence[str], stdin: bytes,
-                  principal: Principal, timeout: float, profile: str = "compute", trust: str = "third-party",
+def call_artifact(runtime: RuntimeServices, *, name: str, sha256: str, lane: str | None, argv: Sequence[str],
+                  stdin: bytes, principal: Principal, timeout: float, profile: str = "compute",
+                  trust: str = "third-party",
                   caps: frozenset[str] = frozenset(), toolkit: str | None = None) -> CallResult:
     """Run an artifact that is not registered under a toolkit: the build cap's ``run``
     (no caps, trust third-party, so the tier escalates like any third-party call) and an
@@ -199,17 +212,20 @@ def call_artifact(runtime: RuntimeServices, *, name: str, sha256: str, lane: str
     by the caller through ``wbcore_runtime.trust.consent.effective_caps``). The caller vouches that
     ``sha256`` is its own build; caps outside ``profile`` are never granted."""
     runtime.artifacts.verify(sha256)
-    entry = Entry(kind="command", name=name, sha256=sha256, shape="command", options={"lane": lane} if lane else {})
+    entry = Entry(kind="command", name=name, sha256=sha256, shape="command",
+                  options={"lane": lane} if lane else {})
     prof = policy.profile(profile)
     caps = frozenset(caps) & prof.caps
     choice = choose_tier(runtime, entry, trust, caps)
-    resolved = Resolved(kind="command", name=name, entry=entry, sha256=sha256, artifact=runtime.artifacts.path(sha256),
-                        toolkit=toolkit, trust=trust, signer=None, profile=prof, caps=caps,
-                        allowed_hosts=(), tier=choice, target=target_for(runtime, entry, choice.name), home=runtime.home)
+    resolved = Resolved(kind="command", name=name, entry=entry, sha256=sha256,
+                        artifact=runtime.artifacts.path(sha256), toolkit=toolkit, trust=trust, signer=None,
+                        profile=prof, caps=caps, allowed_hosts=(), tier=choice,
+                        target=target_for(runtime, entry, choice.name), home=runtime.home)
     req = command_request(resolved, tuple(argv), bytes(stdin), principal=principal, timeout=timeout)
     return resolved.target.call(req)
 
-def install_builtins(runtime: RuntimeServices, names: list[str] | None = None, *, force: bool = False) -> list[Entry]:
+def install_builtins(runtime: RuntimeServices, names: list[str] | None = None, *,
+                     force: bool = False) -> list[Entry]:
     """Store and register the plugins' built-in commands (all, or ``names``).
 
     A built-in already registered with its artifact present is left alone unless
@@ -228,6 +244,7 @@ def install_builtins(runtime: RuntimeServices, names: list[str] | None = None, *
         done.append(runtime.registry.register(Entry(
             kind=kind, name=b.name, sha256=art.sha256, shape=b.shape, toolkit=None, arg_mode=b.arg_mode,
             profile=b.profile, builtin=True,
-            options={"summary": b.summary, "version": b.version, **({"builtin_caps": list(b.caps)} if b.caps else {})},
+            options={"summary": b.summary, "version": b.version,
+                     **({"builtin_caps": list(b.caps)} if b.caps else {})},
         )))
     return done

@@ -103,8 +103,8 @@ class Resolved(Frozen):
                  allowed_hosts: tuple[str, ...], tier: TierChoice, target: Any = None,
                  kernel: kernel_calls.KernelSpec | None = None, home: Path | None = None) -> None:
         set_fields(self, kind=kind, name=name, entry=entry, sha256=sha256, artifact=artifact, toolkit=toolkit,
-                   trust=trust, signer=signer, profile=profile, caps=caps, allowed_hosts=allowed_hosts, tier=tier,
-                   target=target, kernel=kernel, home=home)
+                   trust=trust, signer=signer, profile=profile, caps=caps, allowed_hosts=allowed_hosts,
+                   tier=tier, target=target, kernel=kernel, home=home)
 
     @property
     def principal(self) -> Principal:
@@ -150,7 +150,8 @@ def _check_provenance(runtime: RuntimeServices, entry: Entry, prov: dict[str, An
     tk = found.toolkits.get(ident or "")
     if tk is None:
         raise _refuse(entry, f"its toolkit left the search path (built from {prov.get('dir')})",
-                      f"reinstall the toolkit, or remove the orphaned entry: wbx commands remove {entry.name} --kind {entry.kind}")
+                      f"reinstall the toolkit, or remove the orphaned entry: wbx commands remove "
+                      f"{entry.name} --kind {entry.kind}")
     here = os.path.realpath(tk.dir)
     if here != prov.get("dir"):
         raise _refuse(entry, f"a different toolkit now owns id {ident!r} ({here}, first on the search path); "
@@ -161,8 +162,8 @@ def _check_provenance(runtime: RuntimeServices, entry: Entry, prov: dict[str, An
     if prov.get("trust") == "third-party":
         refused = trust.refusal(trust.signature_verdict(tk, runtime))
         if refused:
-            raise _refuse(entry, refused,
-                          f"restore the signed files or re-sign the toolkit (wbx toolkit sign {ident}), then {rebuild}")
+            raise _refuse(entry, refused, f"restore the signed files or re-sign the toolkit "
+                                          f"(wbx toolkit sign {ident}), then {rebuild}")
         if tk.manifest.author_did != prov.get("signer"):
             raise _refuse(entry, f"the signer changed from {prov.get('signer')} to {tk.manifest.author_did}",
                           f"{rebuild}, then grant its caps again (wbx toolkit grant {ident} …)")
@@ -237,7 +238,8 @@ def _tier_serves(runtime: RuntimeServices, record: Any, entry: Entry, caps: froz
     if (entry.options.get("lane") and entry.options.get("lane") in _lane_runners(runtime)
             and not getattr(record, "hosts_lane_runners", False)):
         return f"cannot host the {entry.options['lane']} lane's runner (it runs in-process)"
-    if (entry.options.get(preopen.OPTION) or entry.options.get(preopen.SCRATCH_OPTION)) and "preopen" not in record.kinds:
+    if ((entry.options.get(preopen.OPTION) or entry.options.get(preopen.SCRATCH_OPTION))
+            and "preopen" not in record.kinds):
         return "cannot map #+PREOPEN or #+SCRATCH folders"
     avail = record.available()
     if not avail.ok:
@@ -280,7 +282,8 @@ def choose_tier(runtime: RuntimeServices, entry: Entry, trust: str, caps: frozen
             considered.append((t.name, no))
         else:
             why = ("third-party: no stronger tier can run it here, so it runs at instance"
-                   + (f" ({'; '.join(f'{n}: {w}' for n, w in considered)})" if considered else " (no stronger tier is installed)"))
+                   + (f" ({'; '.join(f'{n}: {w}' for n, w in considered)})" if considered
+                      else " (no stronger tier is installed)"))
     if requested is None or requested == required:
         # instance needs no tier plugin: it is the shape's own runner, in this process.
         return TierChoice(required, why, tuple(considered))
@@ -318,8 +321,8 @@ def _shape_bound(runtime: RuntimeServices, entry: Entry, caps: frozenset[str], r
     if requested is not None:
         chosen = next((t for t in fit if t.name == requested), None)
         if chosen is None:
-            raise CapabilityDenied(f"tier {requested} cannot run {shape} command {entry.name!r}: {shape} commands "
-                                   f"run only in {names}")
+            raise CapabilityDenied(f"tier {requested} cannot run {shape} command {entry.name!r}: "
+                                   f"{shape} commands run only in {names}")
         no = _tier_serves(runtime, chosen, entry, caps)
         if no is not None:
             raise Unavailable(f"tier {requested} cannot run {shape} command {entry.name!r}: {no}")
@@ -332,8 +335,8 @@ def _shape_bound(runtime: RuntimeServices, entry: Entry, caps: frozenset[str], r
                               tuple(considered))
         considered.append((t.name, no))
     why = "; ".join(f"{n}: {w}" for n, w in considered) or "no tier plugin serves it"
-    raise Unavailable(f"{shape} command {entry.name!r} (toolkit {entry.toolkit}) may not run here: it runs only in "
-                      f"{names}, and {why}")
+    raise Unavailable(f"{shape} command {entry.name!r} (toolkit {entry.toolkit}) may not run here: "
+                      f"it runs only in {names}, and {why}")
 
 
 def target_for(runtime: RuntimeServices, entry: Entry, tier: str) -> Any:
@@ -436,8 +439,8 @@ def _resolve_uncached(runtime: RuntimeServices, kind: str, name: str, tier: str 
     return Resolved(
         kind=kind, name=name, entry=entry, sha256=entry.sha256, artifact=runtime.artifacts.path(entry.sha256),
         toolkit=entry.toolkit, trust=trust_, signer=signer, profile=prof, caps=caps, allowed_hosts=hosts,
-        tier=choice, target=target_for(runtime, entry, choice.name) if kind != "component" else None, kernel=spec,
-        home=runtime.home,
+        tier=choice, target=target_for(runtime, entry, choice.name) if kind != "component" else None,
+        kernel=spec, home=runtime.home,
     )
 
 
