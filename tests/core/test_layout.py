@@ -55,7 +55,9 @@ OVER_BUDGET: dict[str, int] = {}  # empty: every module is within MAX_LINES, and
 #: +1 for contract.distribution.Client (skill images ask for the OCI client only to pull).
 #: +63 for contract/lazy.py and the blocks that name, at each module's top, the core modules it
 #: imports on first use (the 63 in-function imports they replaced).
-MAX_TOTAL_LINES = 20_801
+#: +36 for the 110-column limit in guard/, plugins/, store/artifacts and trust/ (43 long lines
+#: wrapped by hand).
+MAX_TOTAL_LINES = 20_837
 #: In-function imports of a core module (each one hid an edge): none, and none may come back. A
 #: module another needs only on some paths (start-up, docs/architecture.md) is named at the top
 #: with contract.lazy.module, which this test reads as an edge.
