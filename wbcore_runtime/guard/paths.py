@@ -36,7 +36,8 @@ SEARCH_ROOT = "the search root"
 
 Expect = Literal["file", "dir", "any"]
 
-_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
+_OPEN_FLAGS = (os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+               | getattr(os, "O_NOCTTY", 0))
 
 
 class Refused(InvalidArgs):
@@ -127,7 +128,8 @@ class Root(Frozen):
                     raise Refused(at, f"cannot read the link ({exc.strerror})") from None
                 if os.path.isabs(target):
                     norm = os.path.normpath(target)
-                    if norm != self.real and not norm.startswith(self.real.rstrip(os.sep) + os.sep):  # root "/" too
+                    # The rstrip keeps a root of "/" working too.
+                    if norm != self.real and not norm.startswith(self.real.rstrip(os.sep) + os.sep):
                         raise Refused(at, f"symlink to a {noun} outside {self.label}")
                     cur = self.real
                     target = os.path.relpath(norm, self.real)
@@ -204,7 +206,8 @@ def _check_kind(shown: Path, st: os.stat_result, expect: Expect) -> None:
     if expect == "dir":
         raise Refused(shown, "a file, not a folder")
     if st.st_nlink > 1:
-        raise Refused(shown, f"has {st.st_nlink} hard links (another name may be outside the toolkit; copy the file instead)")
+        raise Refused(shown, f"has {st.st_nlink} hard links (another name may be outside the toolkit; "
+                             "copy the file instead)")
 
 
 def inside(root: Path | str, relative: str, *, expect: Expect = "file", label: str = TOOLKIT_ROOT) -> Path:
@@ -241,7 +244,8 @@ class Node(Frozen):
     target: str
     executable: bool
 
-    def __init__(self, rel: str, kind: Kind, fd: int = -1, target: str = "", executable: bool = False) -> None:
+    def __init__(self, rel: str, kind: Kind, fd: int = -1, target: str = "",
+                 executable: bool = False) -> None:
         set_fields(self, rel=rel, kind=kind, fd=fd, target=target, executable=executable)
 
 
@@ -384,14 +388,14 @@ def host_folder(path: str, *, home: Path | str | None = None, what: str = "--mou
         raise Refused(shown, "the whole host file system; mount the folder the command needs")
     for system in HOST_SYSTEM:
         if real == system or real.startswith(system + "/"):
-            raise Refused(shown, f"{real} is inside {system}, the kernel's own view of devices and processes; "
-                          "mount a folder of files")
+            raise Refused(shown, f"{real} is inside {system}, the kernel's own view of devices and "
+                          "processes; mount a folder of files")
     if home is not None:
         home_real = os.path.realpath(home)
         if real == home_real or real.startswith(home_real + "/"):
-            raise Refused(shown, f"{real} is inside the wbcore home {home_real} (keys, grants, stores); copy what the "
-                          "command needs to a folder of its own")
+            raise Refused(shown, f"{real} is inside the wbcore home {home_real} (keys, grants, stores); "
+                          "copy what the command needs to a folder of its own")
         if home_real.startswith(real.rstrip("/") + "/"):
-            raise Refused(shown, f"{real} contains the wbcore home {home_real} (keys, grants, stores); mount a folder "
-                          "beside it instead")
+            raise Refused(shown, f"{real} contains the wbcore home {home_real} (keys, grants, stores); "
+                          "mount a folder beside it instead")
     return real

@@ -58,12 +58,12 @@ def _guest(value: str, guest: str, keyword: str) -> str:
     norm = posixpath.normpath(guest) if guest else ""
     if (not guest.startswith("/") or norm != (guest.rstrip("/") or "/") or "\0" in guest
             or ".." in guest.split("/")):
-        raise InvalidArgs(f"#+{keyword}: {value!r}: guest path {guest!r} must be an absolute, normalised path "
-                          "(e.g. /data, or / for the guest's root)")
+        raise InvalidArgs(f"#+{keyword}: {value!r}: guest path {guest!r} must be an absolute, "
+                          "normalised path (e.g. /data, or / for the guest's root)")
     for reserved in RESERVED:
         if norm == reserved or norm.startswith(reserved + "/"):
-            raise InvalidArgs(f"#+{keyword}: {value!r}: {reserved} is the runner's own (a guest under a / preopen "
-                              f"gets {reserved}/urandom there); choose another guest path")
+            raise InvalidArgs(f"#+{keyword}: {value!r}: {reserved} is the runner's own (a guest under "
+                              f"a / preopen gets {reserved}/urandom there); choose another guest path")
     return norm
 
 
@@ -71,7 +71,8 @@ def parse(value: str) -> tuple[str, str]:
     """``(folder, guest path)`` of one ``#+PREOPEN`` value, or ``InvalidArgs`` saying what is wrong."""
     parts = value.split()
     if not parts or len(parts) > 2:
-        raise InvalidArgs(f"#+PREOPEN: {value!r}: write '<folder> [<guest path>]', e.g. '#+PREOPEN: data /data'")
+        raise InvalidArgs(f"#+PREOPEN: {value!r}: write '<folder> [<guest path>]', "
+                          "e.g. '#+PREOPEN: data /data'")
     folder = parts[0].strip("/") or "."
     guest = parts[1] if len(parts) == 2 else "/" + folder
     return folder, _guest(value, guest, "PREOPEN")
@@ -86,7 +87,8 @@ def parse_all(value: str | None) -> list[tuple[str, str]]:
     seen: dict[str, str] = {}
     for folder, guest in entries:
         if guest in seen:
-            raise InvalidArgs(f"#+PREOPEN: guest path {guest} is given twice ({seen[guest]!r} and {folder!r})")
+            raise InvalidArgs(f"#+PREOPEN: guest path {guest} is given twice "
+                              f"({seen[guest]!r} and {folder!r})")
         seen[guest] = folder
     return entries
 
@@ -108,7 +110,8 @@ def parse_scratch(value: str | None, preopened: Sequence[str] = ()) -> dict[str,
     if len(parts) == 2:
         m = _SIZE_RE.match(parts[1])
         if not m:
-            raise InvalidArgs(f"#+SCRATCH: {value!r}: size {parts[1]!r} is not a byte count like 64K, 16M or 1G")
+            raise InvalidArgs(f"#+SCRATCH: {value!r}: size {parts[1]!r} is not a byte count "
+                              "like 64K, 16M or 1G")
         size = int(m.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[m.group(2).upper()]
         if not 0 < size <= SCRATCH_MAX:
             raise InvalidArgs(f"#+SCRATCH: {value!r}: size must be within 1 byte and {SCRATCH_MAX >> 20} MiB")
@@ -134,13 +137,14 @@ def resolve_all(options: Mapping[str, Any], home: Path) -> tuple[tuple[str, str]
         folder, guest = parse(f"{one.get('dir', '')} {one.get('guest', '')}")
         tree = one.get("tree")
         if not isinstance(tree, str):
-            raise InvalidArgs(f"#+PREOPEN {folder!r}: the registry entry names no stored copy (it was built before "
-                              "preopened data was kept in the store); rebuild the toolkit (wbx toolkit build <id>)")
+            raise InvalidArgs(f"#+PREOPEN {folder!r}: the registry entry names no stored copy "
+                              "(it was built before preopened data was kept in the store); "
+                              "rebuild the toolkit (wbx toolkit build <id>)")
         try:
             host = tree_path(Path(home), tree)
         except (NotFound, InvalidArgs):
-            raise NotFound(f"#+PREOPEN {folder!r}: the stored copy {tree[:12]}… is missing from {home}; rebuild the "
-                           "toolkit (wbx toolkit build <id>)") from None
+            raise NotFound(f"#+PREOPEN {folder!r}: the stored copy {tree[:12]}… is missing from {home}; "
+                           "rebuild the toolkit (wbx toolkit build <id>)") from None
         out.append((str(host), guest))
     return tuple(out)
 

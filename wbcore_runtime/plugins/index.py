@@ -143,7 +143,8 @@ class Index:
     def __init__(self, runtime: Any, data: dict[str, Any], ident: str = "") -> None:
         self.runtime = runtime
         self._data = data
-        #: The index file's content digest: what a kept resolution was made with (wbcore_runtime.store.runcache).
+        #: The index file's content digest: what a kept resolution was made with
+        #: (wbcore_runtime.store.runcache).
         self.ident = ident
         self._views: dict[str, View] = {}
         self.hooks: dict[str, list[Ref]] = {h: [Ref(r) for r in data["hooks"].get(h, [])] for h in HOOKS}
@@ -154,7 +155,8 @@ class Index:
             records = []
             for fields in self._data["registries"][which]:
                 name = fields["name"]
-                records.append(Record({k: Deferred(self.runtime, which, name, k) if v == {"deferred": True} else _decode(v)
+                records.append(Record({k: Deferred(self.runtime, which, name, k) if v == {"deferred": True}
+                                       else _decode(v)
                                        for k, v in fields.items()}))
             view = self._views[which] = View(self.runtime, which, records)
         return view

@@ -270,7 +270,8 @@ def lazy(target: str) -> Callable[..., Any]:
     return Ref(target)
 
 
-def _register_objects(pm: pluggy.PluginManager, objects: Sequence[object], infos: list[PluginInfo]) -> list[PluginInfo]:
+def _register_objects(pm: pluggy.PluginManager, objects: Sequence[object],
+                      infos: list[PluginInfo]) -> list[PluginInfo]:
     for obj in objects:
         if isinstance(obj, types.ModuleType):
             name = target = obj.__name__
@@ -352,7 +353,8 @@ class RecordRegistry(Generic[T]):
         return dict(self._conflicts)
 
 
-def collect_hook(pm: pluggy.PluginManager, hook_name: str, what: str, infos: Sequence[PluginInfo]) -> RecordRegistry[Any]:
+def collect_hook(pm: pluggy.PluginManager, hook_name: str, what: str,
+                 infos: Sequence[PluginInfo]) -> RecordRegistry[Any]:
     """:func:`collect` of a registry hook, checked against the record type the hook yields
     (``contract.records.RECORD_KINDS``)."""
     return collect(pm, hook_name, RECORD_KINDS[hook_name], what, infos)

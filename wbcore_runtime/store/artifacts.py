@@ -204,7 +204,8 @@ class ArtifactStore:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.tmp_dir = root / leftovers.ARTIFACT_TMP  # temp files of writes in flight (swept if their writer died)
+        # Temp files of writes in flight (swept if their writer died).
+        self.tmp_dir = root / leftovers.ARTIFACT_TMP
         self._verified: dict[str, tuple[int, int, int]] = {}
         self._paths: dict[str, str] = {}
         self._path_cache: dict[str, Path] = {}

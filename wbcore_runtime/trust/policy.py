@@ -90,7 +90,8 @@ class Universe:
         self.plugin_caps: Mapping[str, Cap] = {c.name: c for c in declared}
         self.problems: tuple[str, ...] = tuple(problems)
         self.names: frozenset[str] = CAP_UNIVERSE | frozenset(self.plugin_caps)
-        self.consent_only: frozenset[str] = CONSENT_ONLY | frozenset(c.name for c in self.plugin_caps.values() if not c.profiles)
+        self.consent_only: frozenset[str] = CONSENT_ONLY | frozenset(c.name for c in self.plugin_caps.values()
+                                                                     if not c.profiles)
         self._by_profile: dict[str, frozenset[str]] = {
             n: frozenset(c.name for c in self.plugin_caps.values() if n in c.profiles) for n in PROFILES}
 
@@ -107,8 +108,9 @@ class Universe:
             origin = (origin_of or {}).get(b.name, "a plugin")
             profiles = tuple(getattr(b, "profiles", ()) or ())
             if b.name in reserved:
-                problems.append(f"cap {b.name!r} ({origin}): the name is reserved (wb.{b.name} is linked for every "
-                                f"guest; reserved: {', '.join(sorted(reserved))}); left out: it grants nothing")
+                problems.append(f"cap {b.name!r} ({origin}): the name is reserved (wb.{b.name} is linked "
+                                f"for every guest; reserved: {', '.join(sorted(reserved))}); "
+                                "left out: it grants nothing")
                 continue
             if b.name in CAP_UNIVERSE:
                 if profiles:
@@ -137,7 +139,8 @@ class Universe:
         return tuple(n for n in PROFILE_ORDER if cap in self.caps_of(PROFILES[n]))
 
 
-#: The core's caps alone: what a caller that has no runtime's universe knows (plugin caps grant nothing there).
+#: The core's caps alone: what a caller that has no runtime's universe knows (plugin caps grant
+#: nothing there).
 CORE = Universe()
 
 

@@ -123,7 +123,8 @@ def _entries(root: Path) -> list[tuple[str, str, str]]:
                 target = os.readlink(path)
                 # Absolute link text is refused even inside: the signed form must survive a move.
                 if os.path.isabs(target) or not root_in.stays_inside(rel):
-                    raise SigningError(f"{rel}: a link must stay inside the toolkit (it points to {target!r})")
+                    raise SigningError(f"{rel}: a link must stay inside the toolkit "
+                                       f"(it points to {target!r})")
                 found.append(("link", _sha(os.fsencode(target)), rel))
             elif stat.S_ISDIR(st.st_mode):
                 continue
@@ -268,10 +269,12 @@ def sign(toolkit_dir: Path, ident: _identity.Identity, *, author_did: str | None
     text = _manifest.normalized(_manifest.read_text(mpath), mpath)
     parsed = _manifest.parse(text, mpath)
     if parsed.format != "manifest":
-        raise InvalidArgs(f"{mpath}: only seed-000 manifests (#+TOOLKIT …) can be signed; this one is {parsed.format}")
+        raise InvalidArgs(f"{mpath}: only seed-000 manifests (#+TOOLKIT …) can be signed; "
+                          f"this one is {parsed.format}")
     if parsed.trust != "third-party":
         raise InvalidArgs(
-            f"{parsed.id} is first-party: signing is for third-party toolkits (set #+TRUST: third-party first)"
+            f"{parsed.id} is first-party: signing is for third-party toolkits "
+            "(set #+TRUST: third-party first)"
         )
     did = author_did or ident.did
     if did.startswith(_identity.DID_KEY_PREFIX) and _identity.public_key_from_did(did) != ident.public_key:
@@ -279,11 +282,14 @@ def sign(toolkit_dir: Path, ident: _identity.Identity, *, author_did: str | None
     if not did.startswith((_identity.DID_KEY_PREFIX, _did.DID_WEB_PREFIX)):
         raise InvalidArgs(f"AUTHOR_DID {did[:60]!r} must be a did:key or a did:web")
     unsigned = strip_signature(text.encode("utf-8")).decode("utf-8")
-    unsigned = _with_fields(unsigned, _manifest.parse(unsigned, mpath).node_line, [("AUTHOR_DID", did, "TRUST")])
+    unsigned = _with_fields(unsigned, _manifest.parse(unsigned, mpath).node_line,
+                            [("AUTHOR_DID", did, "TRUST")])
     form = canonical(toolkit_dir, unsigned.encode("utf-8"))
     sig = encode_signature(ident.sign(form))
-    final = _with_fields(unsigned, _manifest.parse(unsigned, mpath).node_line, [("SIGNATURE", sig, "AUTHOR_DID")])
-    if strip_signature(final.encode("utf-8")) != unsigned.encode("utf-8"):  # the invariant verification relies on
+    final = _with_fields(unsigned, _manifest.parse(unsigned, mpath).node_line,
+                         [("SIGNATURE", sig, "AUTHOR_DID")])
+    # Stripping the signature gives back the unsigned bytes: the invariant that verification relies on.
+    if strip_signature(final.encode("utf-8")) != unsigned.encode("utf-8"):
         raise SigningError(f"{mpath}: could not place #+SIGNATURE without changing the signed bytes")
 
     atomic_write(toolkit_dir / SIDECAR, form, mode=None)
@@ -370,11 +376,13 @@ def _placed_as_signed(raw: bytes, m: _manifest.Manifest, sig_text: str) -> str |
     except (SigningError, ManifestError) as exc:
         return str(exc)
     text = raw.decode("utf-8")
-    above = sum(1 for ln in _manifest.lines(text, m.path)[: m.node_line - 1] if SIG_LINE_RE.match(ln.encode("utf-8")))
+    above = sum(1 for ln in _manifest.lines(text, m.path)[: m.node_line - 1]
+                if SIG_LINE_RE.match(ln.encode("utf-8")))
     expected = _with_fields(unsigned, m.node_line - above, [("SIGNATURE", sig_text, "AUTHOR_DID")])
     if expected != text:
         return ("the #+SIGNATURE and :SIGNATURE: lines are not exactly as `wbx toolkit sign` writes them "
-                f"(LF line ends, right after #+AUTHOR_DID and :AUTHOR_DID:); re-sign with: wbx toolkit sign {m.id}")
+                "(LF line ends, right after #+AUTHOR_DID and :AUTHOR_DID:); "
+                f"re-sign with: wbx toolkit sign {m.id}")
     return None
 
 
@@ -436,11 +444,14 @@ def verify(
         shown = "; ".join(changes[:6]) + (f"; and {len(changes) - 6} more" if len(changes) > 6 else "")
         return Verdict(TAMPERED, f"content changed since it was signed: {shown}", did, digest, changes)
     if signed_form == form:
-        return Verdict(WRONG_KEY, f"signature was not made by the key of {did} (the content is as signed)", did, digest)
+        return Verdict(WRONG_KEY, f"signature was not made by the key of {did} (the content is as signed)",
+                       did, digest)
     if signed_form:
         found = diff(signed_form, form)
         if found and all(c.startswith("manifest") for c in found) and any("#+AUTHOR_DID" in c for c in found):
-            return Verdict(WRONG_KEY, f"signature was not made by {did} (#+AUTHOR_DID was changed after signing)", did, digest)
+            return Verdict(WRONG_KEY,
+                           f"signature was not made by {did} (#+AUTHOR_DID was changed after signing)",
+                           did, digest)
     return Verdict(
         INVALID,
         f"signature does not verify under {did}: the content changed since signing, or another key made it",

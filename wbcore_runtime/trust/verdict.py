@@ -77,14 +77,16 @@ def check_artifact(manifest: Manifest, path: Path | str) -> None:
 def _compare(manifest: Manifest, path: Path, actual: str) -> None:
     if actual != manifest.sha256:
         raise IntegrityError(
-            f"{manifest.id}: {path.name} has sha256 {actual[:16]}… but #+SHA256 pins {(manifest.sha256 or '')[:16]}…"
+            f"{manifest.id}: {path.name} has sha256 {actual[:16]}… "
+            f"but #+SHA256 pins {(manifest.sha256 or '')[:16]}…"
         )
 
 
 def check_digest(manifest: Manifest, digest: str, what: str = "artifact") -> None:
     """Like :func:`check_artifact` for bytes already hashed (a content-addressed store)."""
     if manifest.sha256 and digest != manifest.sha256:
-        raise IntegrityError(f"{manifest.id}: {what} {digest[:16]}… does not match #+SHA256 {manifest.sha256[:16]}…")
+        raise IntegrityError(f"{manifest.id}: {what} {digest[:16]}… "
+                             f"does not match #+SHA256 {manifest.sha256[:16]}…")
 
 
 def shipped_relative(manifest: Manifest) -> str | None:
@@ -98,8 +100,9 @@ def shipped_relative(manifest: Manifest) -> str | None:
 
 def shipped_artifact(manifest: Manifest) -> Path | None:
     """The local file ``#+SHA256`` pins, when ``#+BUILD_SRC`` is ``wasm:``/``archive:`` + a path:
-    its checked, symlink-free path (:mod:`wbcore_runtime.guard.paths`), ``None`` when there is none, and
-    :class:`~wbcore_runtime.guard.paths.Refused` when it is not a single-linked regular file inside the toolkit."""
+    its checked, symlink-free path (:mod:`wbcore_runtime.guard.paths`), ``None`` when there is none,
+    and :class:`~wbcore_runtime.guard.paths.Refused` when it is not a single-linked regular file inside
+    the toolkit."""
     rel = shipped_relative(manifest)
     if rel is None:
         return None
@@ -138,12 +141,14 @@ def integrity_reason(toolkit: Toolkit, runtime: RuntimeServices) -> str | None:
         return None  # the pin is the archive's; what it unpacks to is registered under its own digest
     names = {n for n in (m.cli_bin, m.id) if n}
     try:
-        entries = [e for e in runtime.registry.entries() if e.toolkit == m.id or (e.toolkit is None and e.name in names)]
+        entries = [e for e in runtime.registry.entries()
+                   if e.toolkit == m.id or (e.toolkit is None and e.name in names)]
     except Exception:  # an unreadable registry is reported by whoever owns it, not as an integrity failure
         entries = []
     for e in entries:
         if e.sha256 != m.sha256:
-            return f"integrity: registered {e.kind} {e.name!r} is {e.sha256[:16]}… but #+SHA256 pins {m.sha256[:16]}…"
+            return (f"integrity: registered {e.kind} {e.name!r} is {e.sha256[:16]}… "
+                    f"but #+SHA256 pins {m.sha256[:16]}…")
     return None
 
 
@@ -187,7 +192,8 @@ def folder_verdict(folder: Path, env: Mapping[str, str] | None) -> signing.Verdi
     return signing.verify(folder, env=env)
 
 
-def signature_verdict(toolkit: Toolkit, runtime: RuntimeServices, *, resolve_web: bool = True) -> signing.Verdict:
+def signature_verdict(toolkit: Toolkit, runtime: RuntimeServices, *,
+                      resolve_web: bool = True) -> signing.Verdict:
     """The signature verdict, remembered per runtime until any file of the folder changes."""
     import time
 
@@ -247,7 +253,8 @@ def content_digest(toolkit: Toolkit, runtime: RuntimeServices) -> str:
     stored = _digest_file(runtime, toolkit.dir)
     try:
         data = json.loads(stored.read_bytes())
-        if data.get("dir") == key and data.get("state") == fingerprint and isinstance(data.get("digest"), str):
+        if (data.get("dir") == key and data.get("state") == fingerprint
+                and isinstance(data.get("digest"), str)):
             cache[key] = (state, data["digest"], None)
             return data["digest"]
     except (OSError, ValueError, AttributeError):
@@ -268,7 +275,8 @@ def _canonical(toolkit: Toolkit) -> bytes:
     try:
         return signing.canonical(toolkit.dir)
     except OSError as exc:
-        raise IntegrityError(f"{toolkit.id}: cannot read {exc.filename or toolkit.dir}: {exc.strerror}") from None
+        raise IntegrityError(f"{toolkit.id}: cannot read {exc.filename or toolkit.dir}: "
+                             f"{exc.strerror}") from None
 
 
 def _current_form(toolkit: Toolkit, runtime: RuntimeServices) -> tuple[str, bytes]:
@@ -324,7 +332,8 @@ def signature_ok(toolkit: Toolkit, runtime: RuntimeServices) -> bool:
     return refusal(signature_verdict(toolkit, runtime)) is None
 
 
-def unavailable_reason(toolkit: Toolkit, runtime: RuntimeServices, *, resolve_web: bool = False) -> str | None:
+def unavailable_reason(toolkit: Toolkit, runtime: RuntimeServices, *,
+                       resolve_web: bool = False) -> str | None:
     """Why the toolkit may not run, or ``None``. Offline by default (did:web not resolved)."""
     reason = integrity_reason(toolkit, runtime)
     if reason:
