@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from wbcore_runtime.contract.host import RuntimeServices
     from wbcore_runtime.cli import engine_client
 else:  # imported on first use: keeps wbx start-up light (a command loads only what it uses)
+    # urllib.request brings http.client and email, which a local run never needs
     engine_client = lazy.module("wbcore_runtime.cli.engine_client")
 
 
@@ -77,8 +78,6 @@ def build(runtime: RuntimeServices) -> typer.Typer:
         import sys
 
         if engine is not None:
-            # deferred: urllib.request brings http.client and email, which a local run never needs
-
             options: dict = {"max_steps": max_steps, "tool_timeout": tool_timeout, "max_calls": max_calls,
                              "run_timeout": run_timeout}
             if model:

@@ -161,7 +161,6 @@ def open_runtime(runtime: Any = None) -> Any:
     # Every command starts by finishing or undoing what a killed one left (reads only when nothing is).
     if (runtime.home / leftovers.JOURNAL).exists():
         # only when there is a journal: keeps every other start-up light
-
         journal.recover(runtime.home)
     leftovers.sweep_home(runtime.home)
     return runtime

@@ -186,7 +186,6 @@ def _call(runtime: Any, req: RunArgs) -> Any:
     if note:
         print(note, file=sys.stderr, flush=True)
 
-
     # once: the call never resolves again
     resolved = runcache.resolved(runtime, "command", req.name, req.tier)
     return dispatch.call_resolved(runtime, resolved, args, read_stdin(), timeout=req.timeout,

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from wbcore_runtime.contract.host import RuntimeServices
     from wbcore_runtime.store import install as _install
 else:  # imported on first use: keeps wbx start-up light (a command loads only what it uses)
+    # it brings tarfile, zipfile and the git fetcher, which the other verbs do not need
     _install = lazy.module("wbcore_runtime.store.install")
 
 
@@ -107,8 +108,6 @@ def register(app: typer.Typer, runtime: RuntimeServices) -> None:
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
         """Install toolkits into the user root ($WB_HOME/toolkits), verified, recorded in wbx.lock."""
-        # deferred: it brings tarfile, zipfile and the git fetcher, which the other verbs do not need
-
         def client() -> distribution.Distribution:  # asked only for an oci:// source (wbcore-oci serves it)
             return distribution.service(runtime)
 

@@ -21,7 +21,9 @@ if TYPE_CHECKING:
     from wbcore_runtime.cli import engine_client
     from wbcore_runtime.toolkit import tasks
 else:  # imported on first use: keeps wbx start-up light (a command loads only what it uses)
+    # urllib.request brings http.client and email, which no other command loads
     engine_client = lazy.module("wbcore_runtime.cli.engine_client")
+    # it brings dispatch (resolve, mounts, audit), which wbx --help does not load
     tasks = lazy.module("wbcore_runtime.toolkit.tasks")
 
 
@@ -51,8 +53,6 @@ def register(app: typer.Typer, runtime: RuntimeServices) -> None:
     ) -> None:
         """Ship a toolkit onto a running engine: verified there, then landed (all or nothing),
         then built in the engine's own build sandbox so its commands answer at once."""
-        # deferred: urllib.request brings http.client and email, which no other command loads
-
         tk = runtime.toolkit(ident)
         archive = engine_client.toolkit_archive(Path(tk.dir), tk.id)
         answer = engine_client.push(engine, archive, name=f"{tk.id}.tar.gz", token=token or None,
@@ -93,8 +93,6 @@ def register(app: typer.Typer, runtime: RuntimeServices) -> None:
         mount: list[str] = typer.Option([], "--mount", metavar="HOST[:GUEST][:ro|rw]", help=MOUNT_HELP),
     ) -> None:
         """Run a :role task recipe inside a sandbox tier (only with WB_TOOLKIT_EXEC=1)."""
-        # deferred: it brings dispatch (resolve, mounts, audit), which wbx --help does not load
-
         argv, note = guest_args(args or ())
         if note:
             print(note, file=sys.stderr, flush=True)
