@@ -30,10 +30,10 @@ class InlineEngine:
         self.jobs = []
 
     def chunks(self, job, work, *, cancel=None):
-        from wbcore_runtime.dispatch import resolve as resolution
+        from wbcore_runtime.dispatch import tiers
 
         self.jobs.append(job)
-        target = resolution.target_for(self.runtime, job.entry, job.tier)
+        target = tiers.target_for(self.runtime, job.entry, job.tier)
         for i, payload in work:  # one input per chunk
             if isinstance(payload, Exception):
                 yield fabric.ResultChunk(i, [None], {i: payload})

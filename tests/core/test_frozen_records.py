@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from wbcore_runtime.contract.calls import CallRecord, CallResult, CommandRequest, Principal, Usage
-from wbcore_runtime.dispatch.resolve import Resolved, TierChoice
+from wbcore_runtime.dispatch.resolve import Resolved
+from wbcore_runtime.dispatch.tiers import TierChoice
 from wbcore_runtime.dispatch.running import Running
 from wbcore_runtime.guard.paths import TOOLKIT_ROOT, Node, Root
 from wbcore_runtime.store.artifacts import Artifact

@@ -57,7 +57,9 @@ OVER_BUDGET: dict[str, int] = {}  # empty: every module is within MAX_LINES, and
 #: imports on first use (the 63 in-function imports they replaced).
 #: +49 for the 110-column limit in runtime.py, contract/calls and dispatch/ (72 long lines wrapped by hand);
 #: +36 for it in guard/, plugins/, store/artifacts and trust/ (43 long lines wrapped by hand).
-MAX_TOTAL_LINES = 20_880
+#: +26 for dispatch/tiers.py's header (the tier choice split from dispatch/resolve, which was at 500
+#: lines with 8 long ones; every core file now passes E501).
+MAX_TOTAL_LINES = 20_906
 #: In-function imports of a core module (each one hid an edge): none, and none may come back. A
 #: module another needs only on some paths (start-up, docs/architecture.md) is named at the top
 #: with contract.lazy.module, which this test reads as an edge.

@@ -145,7 +145,7 @@ class CommandRequest(Frozen):
     cancel: Any
     #: ``#+ALLOWED_HOSTS`` of the toolkit as it was verified at build time.
     allowed_hosts: tuple[str, ...]
-    #: The isolation tier the call was resolved to (``wbcore_runtime.dispatch.resolve.choose_tier``).
+    #: The isolation tier the call was resolved to (``wbcore_runtime.dispatch.tiers.choose_tier``).
     tier: str
     #: ``(host folder, guest path)`` of each folder preopened read-only (``#+PREOPEN``,
     #: :mod:`wbcore_runtime.guard.preopen`); a runner that cannot map them all refuses the call.

@@ -81,6 +81,10 @@ class CapabilityDenied(WbError):
     kind = ErrorKind.CAPABILITY_DENIED
 
 
+class Unavailable(CapabilityDenied):
+    """The registered artifact may not run now; the message says why and how to fix it."""
+
+
 class Internal(WbError):
     kind = ErrorKind.INTERNAL
 

@@ -171,7 +171,7 @@ class IsolationTier:
     --mount``) and ``preopen`` (it maps ``CommandRequest.preopens`` and ``scratch``; tiers
     without it are passed over for commands with ``#+PREOPEN``/``#+SCRATCH``);
     ``bridges_caps`` says whether a guest's broker calls reach the host's Dock from it.
-    Dispatch (``wbcore_runtime.dispatch.resolve.choose_tier``) reads both to pick a tier that can run
+    Dispatch (``wbcore_runtime.dispatch.tiers.choose_tier``) reads both to pick a tier that can run
     the call, and ``wbx tiers --explain`` reports why stronger ones were passed over.
     """
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from wbcore_runtime.contract.calls import CallRecord, CallResult, CommandRequest, Usage
 from wbcore_runtime.contract.errors import Timeout, WbError, of_kind
 from wbcore_runtime.contract.kernel_calls import KernelRequest
-from wbcore_runtime.dispatch import resolve as resolution
+from wbcore_runtime.dispatch import tiers
 from wbcore_runtime.dispatch.dispatcher import audited
 from wbcore_runtime.dispatch.fabric import Chunk, CommandInput, Job, Outputs, ResultChunk, Work
 
@@ -72,7 +72,7 @@ class Sizer:
 def run_command(runtime: RuntimeServices, job: Job, target: Any, item: CommandInput, *,
                 cancel: Any = None) -> CallResult:
     """Run ``job``'s resolved command request on one input with ``target`` (the tier that
-    runs it, :func:`wbcore_runtime.dispatch.resolve.target_for`), inside the batch deadline, with the
+    runs it, :func:`wbcore_runtime.dispatch.tiers.target_for`), inside the batch deadline, with the
     runtime's call hooks (audit) around it — as ``dispatch.call_command`` does."""
     req = job.request
     assert isinstance(req, CommandRequest)
@@ -271,7 +271,7 @@ def runner(runtime: RuntimeServices, job: Job, *, tier: str | None = None) -> An
     opened here and kept (seed 004's instantiate-once loop); for a command, ``(argv, stdin)
     -> result_wire``. ``tier`` overrides the job's (a node runs a ``node``-tier job at
     ``instance``: it *is* the other node)."""
-    target = resolution.target_for(runtime, job.entry, tier or job.tier)
+    target = tiers.target_for(runtime, job.entry, tier or job.tier)
     if job.kind == "command":
         def run_one(payload: tuple[tuple[str, ...], bytes]) -> Any:
             argv, stdin = payload

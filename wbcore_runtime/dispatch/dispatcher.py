@@ -7,7 +7,7 @@ resolves it there (trust, caps, limits, tier: nothing else derives them) and run
 reach check, the request a runner takes (deadline, ``#+PREOPEN``, granted mounts), the running-calls
 table and the call hooks.
 The fabric (``wbcore_runtime.dispatch.fabric``) resolves once per batch; its workers run that
-resolution with ``resolve.target_for``. :func:`install_builtins` stores the plugins' built-ins.
+resolution with ``tiers.target_for``. :func:`install_builtins` stores the plugins' built-ins.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from wbcore_runtime.contract import lazy
 from wbcore_runtime.contract.calls import CallRecord, CallResult, CommandRequest, Principal
 from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs, WbError
 from wbcore_runtime.store.registry import RESERVED, Entry
-from wbcore_runtime.dispatch.resolve import Resolved, choose_tier, registry, resolve, shape_runner, target_for
+from wbcore_runtime.dispatch.resolve import Resolved, resolve
+from wbcore_runtime.dispatch.tiers import choose_tier, registry, shape_runner, target_for
 
 if TYPE_CHECKING:
     from wbcore_runtime.trust.policy import Profile

@@ -19,7 +19,7 @@ Importing and registering every plugin to learn that is most of a ``wbx run``'s 
   record's own field. A static field the index cannot keep makes it refuse to be written.
 
 Nothing here decides anything. Dispatch still makes every decision with the same functions
-(provenance, trust, consent, :func:`wbcore_runtime.dispatch.resolve.choose_tier`); this only hands them the
+(provenance, trust, consent, :func:`wbcore_runtime.dispatch.tiers.choose_tier`); this only hands them the
 same records without importing the plugins that made them. A name the index does not hold
 is looked up in the real registry (the plugins load), so a miss behaves exactly as before.
 """

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from wbcore_runtime.dispatch import resolve as resolution
+from wbcore_runtime.dispatch import tiers as tiering
 from wbcore_runtime.dispatch import mounts as granting
 from wbcore_runtime.trust import consent
 from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs, NotFound
@@ -145,7 +145,7 @@ def run_task(runtime: Any, ident: str, task: str, args: Sequence[str], stdin: by
         caps = consent.effective_caps(runtime.home, toolkit_id=ident, trust=m.trust, signer=None,
                                       declared=m.caps, profile=profile("posix"),
                                       universe=runtime.caps_universe_for(m.caps))
-        granted = granting.grant(runtime, mounts, tiers=resolution.registry(runtime, "tiers"),
+        granted = granting.grant(runtime, mounts, tiers=tiering.registry(runtime, "tiers"),
                                  tier=chosen.name, caps=caps, owner=ident, what=f"task {task} of {ident}",
                                  principal="deployer")
     request = TaskRequest(toolkit=ident, task=task, interpreter=interpreter, script=block.script,

@@ -54,7 +54,7 @@ from wbcore_runtime.contract.tools import (
 )
 from wbcore_runtime.contract.tools import CallOutcome, DeclaredArg, Tool, ToolTable
 from wbcore_runtime.contract import cbor
-from wbcore_runtime.dispatch import resolve as resolution
+from wbcore_runtime.dispatch import resolve as resolution, tiers
 from wbcore_runtime.trust import policy
 
 from wbcore_act import sections, wire
@@ -340,7 +340,7 @@ class ToolkitProvider(ToolTable):
         return out
 
     def _runner(self, shape: str) -> Any:
-        return resolution.shape_runner(self.runtime, shape)
+        return tiers.shape_runner(self.runtime, shape)
 
     # -- calling --
 

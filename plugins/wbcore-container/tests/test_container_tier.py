@@ -237,7 +237,7 @@ def test_an_ungranted_cap_is_refused_before_the_guest_runs(rt) -> None:
 
 def test_posix_with_the_container_unavailable_says_why(make_runtime, toolkit_root, monkeypatch) -> None:
     from wbcore_runtime.contract.drivers import Availability
-    from wbcore_runtime.dispatch.resolve import Unavailable
+    from wbcore_runtime.contract.errors import Unavailable
 
     from wbcore_container import tiers
 

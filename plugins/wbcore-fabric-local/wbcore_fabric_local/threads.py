@@ -32,9 +32,9 @@ class ThreadEngine:
 
     def chunks(self, job: fabric.Job, work: Iterator[tuple[int, Any]], *,
                cancel: Any = None) -> Iterator[fabric.ResultChunk]:
-        from wbcore_runtime.dispatch import resolve as resolution
+        from wbcore_runtime.dispatch import tiers
 
-        target = resolution.target_for(self.runtime, job.entry, job.tier)
+        target = tiers.target_for(self.runtime, job.entry, job.tier)
         return _results(self.runtime, job, target, work, cancel)
 
 

@@ -91,9 +91,9 @@ def test_commands_with_per_input_errors_on_the_cluster_and_the_node_tier(rt, reg
     assert result.stdout == b"far away"
     import ray
 
-    from wbcore_runtime.dispatch import resolve as resolution
+    from wbcore_runtime.dispatch import tiers
 
-    tier = resolution.target_for(rt, rt.resolve("command", "echo").entry, "node")
+    tier = tiers.target_for(rt, rt.resolve("command", "echo").entry, "node")
     (handle,) = tier._actors.values()
     where = ray.get(handle.stats.remote())
     assert where["node"] != ray.get_runtime_context().get_node_id() and where["inputs"] == 1

@@ -59,7 +59,7 @@ def test_a_js_toolkit_runs_on_the_cluster_and_the_node_tier_as_it_does_locally(m
                                                                               two_nodes):
     import ray
 
-    from wbcore_runtime.dispatch import resolve as resolution
+    from wbcore_runtime.dispatch import tiers
 
     make_toolkit("jsup", exec="command", extra={"BUILD_LANG": "js", "BUILD_SRC": "path:src", "CLI_BIN": "jsup"},
                  drawer={"CLI_BIN": "jsup"}, files={"src/main.js": MAIN, "src/lib/shout.js": SHOUT})
@@ -84,7 +84,7 @@ def test_a_js_toolkit_runs_on_the_cluster_and_the_node_tier_as_it_does_locally(m
     here = rt.call("jsup", argv=["far"], stdin=b"away")
     there = rt.call("jsup", argv=["far"], stdin=b"away", tier="node")
     assert (there.exit_code, there.stdout) == (here.exit_code, here.stdout) == (0, b'{"args":["far"],"out":"AWAY!"}\n')
-    tier = resolution.target_for(rt, rt.resolve("command", "jsup").entry, "node")
+    tier = tiers.target_for(rt, rt.resolve("command", "jsup").entry, "node")
     (handle,) = tier._actors.values()
     where = ray.get(handle.stats.remote())
     assert where["node"] != ray.get_runtime_context().get_node_id() and where["inputs"] == 1
@@ -102,7 +102,7 @@ def test_a_js_toolkit_runs_on_the_cluster_and_the_node_tier_as_it_does_locally(m
 def test_dispatch_sends_a_js_module_to_the_node_tier_and_not_to_tiers_that_cannot_host_its_runner(make_runtime,
                                                                                                   monkeypatch):
     from wbcore_runtime.contract.errors import NotFound
-    from wbcore_runtime.dispatch.resolve import choose_tier
+    from wbcore_runtime.dispatch.tiers import choose_tier
 
     monkeypatch.setenv("WB_RAY_ADDRESS", "ray://head.example:10001")  # available; nothing is joined here
     rt = make_runtime()

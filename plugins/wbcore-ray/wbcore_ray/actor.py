@@ -49,7 +49,7 @@ def need_lane(runtime: Any, lane: str, node: str, job: fabric.Job) -> None:
                           f"this node does not have; install the same wbcore plugins on every node as on the driver")
     avail = rec.available()
     if not avail.ok:
-        from wbcore_runtime.dispatch.resolve import Unavailable
+        from wbcore_runtime.contract.errors import Unavailable
 
         raise Unavailable(f"ray node {node[:12]}: the {lane} lane cannot run {job.name!r} here: {avail.reason}")
 
@@ -74,7 +74,7 @@ class NodeWorker:
         this node has); for a kernel, open the instance every chunk reuses. ``lane`` names
         the compile-and-run lane whose runner runs it on the driver
         (:func:`wbcore_ray.cluster.lane_runner`): this node must serve the same."""
-        from wbcore_runtime.dispatch import resolve as resolution
+        from wbcore_runtime.dispatch import tiers
         from wbcore_runtime.runtime import Runtime
 
         t0 = time.perf_counter()
@@ -93,7 +93,7 @@ class NodeWorker:
             req = dataclasses.replace(job.request, artifact=runtime.artifacts.path(sha), tier="instance")
             self.job = job = dataclasses.replace(job, request=req)
             tier = "instance" if job.tier == NODE_TIER else job.tier
-            target = resolution.target_for(runtime, job.entry, tier)
+            target = tiers.target_for(runtime, job.entry, tier)
             modules = getattr(target, "modules", None)  # the shape's runner can load ahead of the first call
             if modules is not None:
                 modules.load(runtime.artifacts, sha)
