@@ -59,7 +59,8 @@ OVER_BUDGET: dict[str, int] = {}  # empty: every module is within MAX_LINES, and
 #: +36 for it in guard/, plugins/, store/artifacts and trust/ (43 long lines wrapped by hand).
 #: +26 for dispatch/tiers.py's header (the tier choice split from dispatch/resolve, which was at 500
 #: lines with 8 long ones; every core file now passes E501).
-MAX_TOTAL_LINES = 20_906
+#: -183 for toolkit/markup (Markdown <-> Org), which only wbcore-agent-skills used: it went there.
+MAX_TOTAL_LINES = 20_723
 #: In-function imports of a core module (each one hid an edge): none, and none may come back. A
 #: module another needs only on some paths (start-up, docs/architecture.md) is named at the top
 #: with contract.lazy.module, which this test reads as an edge.

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from wbcore_agent_skills import export, native_audit, skill_import
-from wbcore_runtime.toolkit import markup
+from wbcore_agent_skills import markup
 from wbcore_runtime.contract.errors import InvalidArgs
 from wbcore_runtime.store.registry import Entry
 

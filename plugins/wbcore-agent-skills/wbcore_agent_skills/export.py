@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from wbcore_runtime.toolkit import markup
+from wbcore_agent_skills import markup
 from wbcore_runtime.guard import unpack
 from wbcore_runtime.contract.errors import InvalidArgs
 from wbcore_runtime.store.archive import deterministic_targz

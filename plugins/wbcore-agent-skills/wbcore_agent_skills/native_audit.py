@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wbcore_runtime.toolkit import markup
+from wbcore_agent_skills import markup
 from wbcore_runtime.guard import paths
 from wbcore_runtime.store.artifacts import atomic_write
 from wbcore_runtime.contract.errors import WbError

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wbcore_runtime.toolkit import markup
+from wbcore_agent_skills import markup
 from wbcore_runtime.guard import paths, unpack
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound
 from wbcore_runtime.toolkit.manifest import NAME_RE
