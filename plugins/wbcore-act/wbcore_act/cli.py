@@ -39,8 +39,10 @@ def build(runtime: Any) -> Any:
     def call(
         tool: str = typer.Argument(..., help="<toolkit>.<tool>; `wbx mcp tools` lists them."),
         args: str = typer.Option("{}", "--args", help="The arguments as a JSON object."),
-        timeout: float = typer.Option(0.0, "--timeout", help="Shorten the deadline (seconds; 0 = the profile's)."),
-        json_: bool = typer.Option(False, "--json", help="Print the whole outcome (events, structured value) as JSON."),
+        timeout: float = typer.Option(0.0, "--timeout",
+                                      help="Shorten the deadline (seconds; 0 = the profile's)."),
+        json_: bool = typer.Option(False, "--json",
+                                   help="Print the whole outcome (events, structured value) as JSON."),
     ) -> None:
         """Call one tool with JSON arguments, exactly as the MCP server would."""
         from wbcore_act.provider import ToolkitProvider
@@ -55,7 +57,8 @@ def build(runtime: Any) -> Any:
         provider.tool(tool)  # unknown tool: not-found, listing the known ones
         outcome = provider.call_json(tool, parsed, timeout=timeout or None)
         if json_:
-            sys.stdout.write(json.dumps(_outcome_json(outcome), indent=2, ensure_ascii=False, default=str) + "\n")
+            sys.stdout.write(json.dumps(_outcome_json(outcome), indent=2, ensure_ascii=False,
+                                        default=str) + "\n")
         else:
             text = outcome.text()
             if text:
@@ -66,7 +69,8 @@ def build(runtime: Any) -> Any:
         code = err.extensions.get("wb:exit-code")
         if isinstance(code, int) and code:
             raise typer.Exit(code)
-        kind = ErrorKind(err.kind.value) if err.kind.value in {k.value for k in ErrorKind} else ErrorKind.INTERNAL
+        kind = (ErrorKind(err.kind.value) if err.kind.value in {k.value for k in ErrorKind}
+                else ErrorKind.INTERNAL)
         print(f"wbx: {err.kind_name}: {err.text}", file=sys.stderr)
         raise typer.Exit(EXIT_CODES[kind])
 
@@ -78,7 +82,8 @@ def _content_json(data: bytes, mime: Any) -> Any:
     ``{"cbor": value}``, anything else as ``{"hex": …}``. (Guessing CBOR first showed text like
     "2…" as ``{"cbor": -19}``: a text byte is a valid CBOR integer.)"""
     kind = str(mime or "application/cbor").split(";", 1)[0].strip().lower()
-    if kind.startswith("text/") or kind in ("application/json", "application/xml") or kind.endswith(("+json", "+xml")):
+    if (kind.startswith("text/") or kind in ("application/json", "application/xml")
+            or kind.endswith(("+json", "+xml"))):
         try:
             return data.decode("utf-8")
         except UnicodeDecodeError:
@@ -123,7 +128,8 @@ def build_act(runtime: Any) -> typer.Typer:
 
     @app.command("tools")
     def tools(
-        revision: str = typer.Option("0.4", "--revision", help="ACT revision of the wire form: 0.1, seed, 0.2, 0.4."),
+        revision: str = typer.Option("0.4", "--revision",
+                                     help="ACT revision of the wire form: 0.1, seed, 0.2, 0.4."),
         only: list[str] = typer.Option(None, "--only", help="Only these tools or toolkits."),
     ) -> None:
         """Print every tool as an ACT tool-definition of the chosen revision (JSON; CBOR values decoded)."""
@@ -139,10 +145,14 @@ def build_act(runtime: Any) -> typer.Typer:
     @app.command("call")
     def call(
         tool: str = typer.Argument(..., help="<toolkit>.<tool>; `wbx act tools` lists them."),
-        args: str = typer.Option("{}", "--args", help="The arguments as a JSON object (sent to the tool as CBOR)."),
-        meta: str = typer.Option("{}", "--meta", help="Call metadata as a JSON object (std:traceparent ...)."),
-        revision: str = typer.Option("0.4", "--revision", help="ACT revision of the printed events: 0.1, seed, 0.2, 0.4."),
-        timeout: float = typer.Option(0.0, "--timeout", help="Shorten the deadline (seconds; 0 = the profile's)."),
+        args: str = typer.Option("{}", "--args",
+                                 help="The arguments as a JSON object (sent to the tool as CBOR)."),
+        meta: str = typer.Option("{}", "--meta",
+                                 help="Call metadata as a JSON object (std:traceparent ...)."),
+        revision: str = typer.Option("0.4", "--revision",
+                                     help="ACT revision of the printed events: 0.1, seed, 0.2, 0.4."),
+        timeout: float = typer.Option(0.0, "--timeout",
+                                      help="Shorten the deadline (seconds; 0 = the profile's)."),
     ) -> None:
         """Make one ACT tool-call and print its stream events in the chosen revision's wire
         form (JSON; CBOR values decoded). Exits with the error kind's code when the stream
@@ -156,14 +166,16 @@ def build_act(runtime: Any) -> typer.Typer:
         parsed, metadata = (_json_object(args, "--args"), _json_object(meta, "--meta"))
         provider = ToolkitProvider(runtime)
         provider.tool(tool)  # unknown tool: not-found, listing the known ones
-        outcome = provider.call_tool(ToolCall(tool, cbor.dumps(parsed), Metadata(metadata)), timeout=timeout or None)
+        outcome = provider.call_tool(ToolCall(tool, cbor.dumps(parsed), Metadata(metadata)),
+                                     timeout=timeout or None)
         # Only the seed revision has a metadata event; the others carry no such case.
         wire = [revisions.stream_event_to_wire(ev, revision) for ev in outcome.events
                 if revision == "seed" or not isinstance(ev, MetadataEvent)]
         sys.stdout.write(json.dumps(_wire_json(wire), indent=2, ensure_ascii=False, default=str) + "\n")
         err = outcome.error
         if err is not None:
-            kind = ErrorKind(err.kind.value) if err.kind.value in {k.value for k in ErrorKind} else ErrorKind.INTERNAL
+            kind = (ErrorKind(err.kind.value) if err.kind.value in {k.value for k in ErrorKind}
+                    else ErrorKind.INTERNAL)
             print(f"wbx: {err.kind_name}: {err.text}", file=sys.stderr)
             raise typer.Exit(EXIT_CODES[kind])
 

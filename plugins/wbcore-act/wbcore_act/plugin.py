@@ -25,5 +25,7 @@ def wbcore_tool_providers() -> Iterator[ToolProviderService]:
 def wbcore_cli_commands(add: Any) -> None:
     from wbcore_act import cli
 
-    add("call", cli.build(add.runtime), help="Call one tool with JSON arguments, exactly as the MCP server would.")
-    add("act", cli.build_act(add.runtime), help="The ACT view: tools as ACT tool-definitions; a binary's act:* sections.")
+    add("call", cli.build(add.runtime),
+        help="Call one tool with JSON arguments, exactly as the MCP server would.")
+    add("act", cli.build_act(add.runtime),
+        help="The ACT view: tools as ACT tool-definitions; a binary's act:* sections.")

@@ -67,9 +67,11 @@ ACT_PROVIDER_IFACE = "act:tools/tool-provider"
 ACT_FUNCTIONS = ("list-tools", "call-tool")
 #: Caps through which a guest cannot change anything the host keeps (fetching, asking a model).
 READ_ONLY_CAPS = frozenset({"browse", "llm"})
-ARG_RE = re.compile(r"^[ \t]*#\+ARG:[ \t]*([A-Za-z][A-Za-z0-9_-]*)(?::(string|integer|number|boolean))?(!)?[ \t]*(.*)$", re.M)
+ARG_RE = re.compile(r"^[ \t]*#\+ARG:[ \t]*([A-Za-z][A-Za-z0-9_-]*)(?::(string|integer|number|boolean))?"
+                    r"(!)?[ \t]*(.*)$", re.M)
 FLAGS_RE = re.compile(r"^[ \t]*#\+FLAGS:[ \t]*(.*)$", re.M)
-ARG_TYPES: dict[str, type | tuple[type, ...]] = {"string": str, "integer": int, "number": (int, float), "boolean": bool}
+ARG_TYPES: dict[str, type | tuple[type, ...]] = {"string": str, "integer": int, "number": (int, float),
+                                                 "boolean": bool}
 MAX_STDIN = 64 << 20
 
 
@@ -112,7 +114,8 @@ def command_schema(declared: Sequence[DeclaredArg]) -> dict[str, Any]:
     props: dict[str, Any] = {}
     for a in declared:
         props[a.name] = {"type": a.type, "description": a.description} if a.description else {"type": a.type}
-    props["args"] = {"type": "array", "items": {"type": "string"}, "description": "positional arguments (argv after the declared flags)"}
+    props["args"] = {"type": "array", "items": {"type": "string"},
+                     "description": "positional arguments (argv after the declared flags)"}
     props["stdin"] = {"type": "string", "description": "text written to the command's standard input"}
     schema: dict[str, Any] = {"type": "object", "properties": props, "additionalProperties": False}
     required = [a.name for a in declared if a.required]
@@ -131,13 +134,15 @@ KERNEL_SCHEMA: dict[str, Any] = {
 }
 
 
-def command_argv(name: str, declared: Sequence[DeclaredArg], args: Mapping[str, Any]) -> tuple[list[str], bytes]:
+def command_argv(name: str, declared: Sequence[DeclaredArg],
+                 args: Mapping[str, Any]) -> tuple[list[str], bytes]:
     """A command tool's JSON arguments (``command_schema``) as ``(argv, stdin)``: every
     surface that runs a command tool (MCP, ``wbx call``, the agent loop) converts here."""
     allowed = {a.name for a in declared} | {"args", "stdin"}
     unknown = sorted(set(args) - allowed)
     if unknown:
-        raise InvalidArgs(f"{name}: unknown argument(s) {', '.join(unknown)}; accepted: {', '.join(sorted(allowed))}")
+        raise InvalidArgs(f"{name}: unknown argument(s) {', '.join(unknown)}; accepted: "
+                          f"{', '.join(sorted(allowed))}")
     argv: list[str] = []
     for a in declared:
         if a.name not in args:
@@ -195,7 +200,8 @@ class ToolkitProvider(ToolTable):
     ``only``: tool names (or toolkit ids) to expose; ``None`` exposes every tool.
     """
 
-    def __init__(self, runtime: RuntimeServices, *, principal: Principal | None = None, only: Iterable[str] | None = None) -> None:
+    def __init__(self, runtime: RuntimeServices, *, principal: Principal | None = None,
+                 only: Iterable[str] | None = None) -> None:
         self.runtime = runtime
         self.principal = principal
         self.only = frozenset(only) if only is not None else None
@@ -256,15 +262,18 @@ class ToolkitProvider(ToolTable):
                 text = _skill_text(tk, entry.name) if tk is not None else ""
                 declared = declared_args(text)
                 name = prefix + entry.name
-                desc = (f"{_lead(tk, entry.name, tagline)} (runs the sandboxed command `{entry.name}`: argv + stdin → stdout)"
+                desc = (f"{_lead(tk, entry.name, tagline)} (runs the sandboxed command `{entry.name}`: argv "
+                        "+ stdin → stdout)"
                         + cap_note(rt, caps))
                 td = ToolDefinition(name, LocalizedString(plain=desc), command_schema(declared),
                                     _annotations(caps, skill_flags(text), prof.timeout_s))
-                tools[name] = Tool(td, "command", entry.name, entry.toolkit, declared=declared, caps=caps, skills=skills)
+                tools[name] = Tool(td, "command", entry.name, entry.toolkit, declared=declared, caps=caps,
+                                   skills=skills)
             elif entry.kind == "kernel":
                 name = prefix + entry.name
                 text = _skill_text(tk, entry.name) if tk is not None else ""
-                desc = f"{_lead(tk, entry.name, tagline)} (kernel `{entry.name}`: bytes in → bytes out)" + cap_note(rt, caps)
+                desc = (f"{_lead(tk, entry.name, tagline)} (kernel `{entry.name}`: bytes in → bytes out)"
+                        + cap_note(rt, caps))
                 td = ToolDefinition(name, LocalizedString(plain=desc), dict(KERNEL_SCHEMA),
                                     _annotations(caps, skill_flags(text), prof.timeout_s))
                 tools[name] = Tool(td, "kernel", entry.name, entry.toolkit, caps=caps, skills=skills)
@@ -306,8 +315,8 @@ class ToolkitProvider(ToolTable):
                              skills=skills, output_schema=fn.output_schema())
         return out
 
-    def _provided_tools(self, entry: Any, prefix: str, act_fns: Mapping[str, Any], caps: frozenset[str], prof: Any,
-                        skills: tuple[str, ...], info: Any) -> dict[str, Tool]:
+    def _provided_tools(self, entry: Any, prefix: str, act_fns: Mapping[str, Any], caps: frozenset[str],
+                        prof: Any, skills: tuple[str, ...], info: Any) -> dict[str, Tool]:
         """The tools an ACT tool-provider component lists itself (its ``list-tools``)."""
         try:
             principal = Principal(self.principal.tenant, entry.toolkit or self.principal.toolkit) \
@@ -333,7 +342,9 @@ class ToolkitProvider(ToolTable):
             desc = td.description.text() if td.description else ""
             if info is not None and info.description and not desc:
                 desc = info.description.text()
-            full = ToolDefinition(name, LocalizedString(plain=f"{desc} (ACT tool {td.name} of component {entry.name})"),
+            full = ToolDefinition(name,
+                                  LocalizedString(plain=f"{desc} (ACT tool {td.name} of component "
+                                                        f"{entry.name})"),
                                   td.input_schema or {"type": "object"}, Metadata(ann), Metadata(ext))
             out[name] = Tool(full, "component", entry.name, entry.toolkit, function=act_fns["call-tool"].name,
                              caps=caps, skills=skills, act_tool=td.name)
@@ -344,7 +355,8 @@ class ToolkitProvider(ToolTable):
 
     # -- calling --
 
-    def call_tool(self, call: ToolCall, *, cancel: threading.Event | None = None, timeout: float | None = None,
+    def call_tool(self, call: ToolCall, *, cancel: threading.Event | None = None,
+                  timeout: float | None = None,
                   progress: Callable[[float, str], None] | None = None) -> CallOutcome:
         """Run one tool call; every expected failure is an error event, never an exception
         (except an unknown tool, which is ``NotFound`` — a protocol error for MCP)."""
@@ -355,7 +367,8 @@ class ToolkitProvider(ToolTable):
         try:
             args = call.args()
             if not isinstance(args, dict):
-                raise InvalidArgs(f"{tool.name}: arguments must be a map (JSON object), got {type(args).__name__}")
+                raise InvalidArgs(f"{tool.name}: arguments must be a map (JSON object), got "
+                                  f"{type(args).__name__}")
             if tool.act_tool is not None:
                 return self._call_act(tool, args, cancel, timeout, call.metadata)
             return self.call_json(tool.name, args, cancel=cancel, timeout=timeout, progress=progress)
@@ -370,7 +383,8 @@ class ToolkitProvider(ToolTable):
         tool = self.tool(name)
         try:
             if mounts and tool.kind != "command":
-                raise InvalidArgs(f"{tool.name}: host folders (mounts) bind only into commands; this is a {tool.kind}")
+                raise InvalidArgs(f"{tool.name}: host folders (mounts) bind only into commands; this is a "
+                                  f"{tool.kind}")
             if progress:
                 progress(0.0, f"starting {tool.name}")
             if tool.kind == "command":
@@ -399,7 +413,8 @@ class ToolkitProvider(ToolTable):
         kw: dict[str, Any] = {"cancel": cancel} if cancel is not None else {}
         if mounts:
             kw.update(mounts=mounts, remote=remote)
-        res = self.runtime.call(tool.target, argv, data, principal=self._principal(tool), timeout=timeout, **kw)
+        res = self.runtime.call(tool.target, argv, data, principal=self._principal(tool), timeout=timeout,
+                                **kw)
         events: list[StreamEvent] = [Content(_bytes_part(res.stdout))]
         usage = res.usage.as_dict() if hasattr(res.usage, "as_dict") else {}
         meta = {"wb:exit-code": res.exit_code, "wb:usage": usage}
@@ -409,14 +424,16 @@ class ToolkitProvider(ToolTable):
         if res.exit_code != 0:
             tail = res.stderr.decode("utf-8", errors="replace").strip()[-2000:]
             msg = f"{tool.target} exited with code {res.exit_code}" + (f": {tail}" if tail else "")
-            events.append(Error(ToolError(ToolErrorKind.OTHER, LocalizedString(plain=msg), other="wb:exit-code",
+            events.append(Error(ToolError(ToolErrorKind.OTHER, LocalizedString(plain=msg),
+                                          other="wb:exit-code",
                                           extensions=Metadata({"wb:exit-code": res.exit_code}))))
         return CallOutcome(events, usage=usage)
 
     def _call_kernel(self, tool: Tool, args: Mapping[str, Any], timeout: float | None) -> CallOutcome:
         unknown = sorted(set(args) - {"input", "input_base64"})
         if unknown:
-            raise InvalidArgs(f"{tool.name}: unknown argument(s) {', '.join(unknown)}; accepted: input, input_base64")
+            raise InvalidArgs(f"{tool.name}: unknown argument(s) {', '.join(unknown)}; accepted: input, "
+                              "input_base64")
         if "input" in args and "input_base64" in args:
             raise InvalidArgs(f"{tool.name}: give 'input' or 'input_base64', not both")
         if "input_base64" in args:
@@ -446,20 +463,22 @@ class ToolkitProvider(ToolTable):
             detail = exc.detail
             part = ContentPart(json.dumps({"err": detail}).encode(), "application/json")
             return CallOutcome([Content(part), Error(ToolError(
-                ToolErrorKind.OTHER, LocalizedString(plain=exc.message), other="wb:result-err"))], structured={"err": detail})
+                ToolErrorKind.OTHER, LocalizedString(plain=exc.message), other="wb:result-err"))],
+                structured={"err": detail})
         part = ContentPart(json.dumps(res.value, ensure_ascii=False).encode(), "application/json")
         return CallOutcome([Content(part)], structured=res.value, usage=res.usage.as_dict())
 
 
-    def _call_act(self, tool: Tool, args: Mapping[str, Any], cancel: threading.Event | None, timeout: float | None,
-                  metadata: Mapping[str, Any] | None = None) -> CallOutcome:
+    def _call_act(self, tool: Tool, args: Mapping[str, Any], cancel: threading.Event | None,
+                  timeout: float | None, metadata: Mapping[str, Any] | None = None) -> CallOutcome:
         """One ``call-tool`` of an ACT provider: arguments as deterministic CBOR, the
         call's metadata as CBOR pairs; its events (content, metadata, a terminal error
         with its own kind) are the outcome."""
         payload = {
             "name": tool.act_tool,
             "arguments": base64.b64encode(cbor.dumps(dict(args))).decode("ascii"),
-            "metadata": [[k, base64.b64encode(v).decode("ascii")] for k, v in cbor.encode_metadata(metadata or {})],
+            "metadata": [[k, base64.b64encode(v).decode("ascii")]
+                         for k, v in cbor.encode_metadata(metadata or {})],
         }
         res = self.runtime.component_call(tool.target, tool.function or "", payload,
                                           principal=self._principal(tool), timeout=timeout, cancel=cancel)

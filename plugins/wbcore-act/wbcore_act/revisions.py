@@ -1,4 +1,5 @@
-"""One adapter for the public ACT revisions, to and from the core's model (:mod:`wbcore_runtime.contract.tools`).
+"""One adapter for the public ACT revisions, to and from the core's model
+(:mod:`wbcore_runtime.contract.tools`).
 
 Revisions differ in shape, not in meaning (sources: the ACT specification texts of
 ``act:core@0.1.1``/``0.1.2``, ``0.2.0``, ``act:core@0.4.0`` + ``act:tools@0.1.0``, and seed 002):
@@ -300,7 +301,8 @@ def tool_error(wire: Any, revision: str | None = None) -> ToolError:
     if rev == "seed":
         tag, payload = _variant(_get(wire, "kind"))
         if tag == "other":
-            return ToolError(ToolErrorKind.OTHER, message, other=str(payload), extensions=_meta(_get(wire, "extensions")))
+            return ToolError(ToolErrorKind.OTHER, message, other=str(payload),
+                             extensions=_meta(_get(wire, "extensions")))
         if tag not in _WELL_KNOWN:
             raise InvalidArgs(f"error-kind has no case {tag!r}")
         return ToolError(ToolErrorKind(tag), message, extensions=_meta(_get(wire, "extensions")))
@@ -317,12 +319,16 @@ def tool_error_to_wire(err: ToolError, revision: str) -> dict[str, Any]:
     if rev == "0.1":
         kind = err.kind.value if err.kind is not ToolErrorKind.OTHER else "internal"
         text = err.text if err.kind is not ToolErrorKind.OTHER else f"{err.other}: {err.text}"
-        return {"kind": kind, "message": [("en", text)], "extensions": [(k, str(v)) for k, v in err.extensions.items()]}
+        return {"kind": kind, "message": [("en", text)],
+                "extensions": [(k, str(v)) for k, v in err.extensions.items()]}
     if rev == "seed":
-        kind_wire: Any = {"tag": "other", "value": err.other} if err.kind is ToolErrorKind.OTHER else {"tag": err.kind.value}
-        return {"kind": kind_wire, "message": _localized_wire(err.message, rev), "extensions": cbor.encode_metadata(err.extensions) or None}
+        kind_wire: Any = ({"tag": "other", "value": err.other} if err.kind is ToolErrorKind.OTHER
+                          else {"tag": err.kind.value})
+        return {"kind": kind_wire, "message": _localized_wire(err.message, rev),
+                "extensions": cbor.encode_metadata(err.extensions) or None}
     kind = err.other if err.kind is ToolErrorKind.OTHER else f"std:{err.kind.value}"
-    return {"kind": kind, "message": _localized_wire(err.message or LocalizedString(plain=""), rev), "metadata": cbor.encode_metadata(err.extensions)}
+    return {"kind": kind, "message": _localized_wire(err.message or LocalizedString(plain=""), rev),
+            "metadata": cbor.encode_metadata(err.extensions)}
 
 
 # --- stream events ---------------------------------------------------------------------
@@ -334,9 +340,11 @@ def content_part(wire: Any, revision: str) -> ContentPart:
     if rev == "0.1" and mime is None:
         mime = "application/cbor"  # 0.1: an absent MIME type means CBOR
     if rev == "0.1":
-        return ContentPart(_bytes(_get(wire, "data")), mime, extensions=_ext_strings(_get(wire, "extensions")))
+        return ContentPart(_bytes(_get(wire, "data")), mime,
+                           extensions=_ext_strings(_get(wire, "extensions")))
     if rev == "seed":
-        return ContentPart(_bytes(_get(wire, "data")), mime, _meta(_get(wire, "annotations")), _meta(_get(wire, "extensions")))
+        return ContentPart(_bytes(_get(wire, "data")), mime, _meta(_get(wire, "annotations")),
+                           _meta(_get(wire, "extensions")))
     return ContentPart(_bytes(_get(wire, "data")), mime, _meta(_get(wire, "metadata")))
 
 
@@ -379,9 +387,11 @@ def stream_event_to_wire(ev: StreamEvent, revision: str) -> dict[str, Any]:
     if rev == "0.1":
         body: dict[str, Any] = {"data": part.data or b"", "mime-type": part.mime_type, "extensions": []}
     elif rev == "seed":
-        body = {"mime-type": part.mime_type, "data": part.data, "annotations": cbor.encode_metadata(part.annotations) or None, "extensions": None}
+        body = {"mime-type": part.mime_type, "data": part.data,
+                "annotations": cbor.encode_metadata(part.annotations) or None, "extensions": None}
     else:
-        body = {"data": part.data or b"", "mime-type": part.mime_type, "metadata": cbor.encode_metadata(part.annotations)}
+        body = {"data": part.data or b"", "mime-type": part.mime_type,
+                "metadata": cbor.encode_metadata(part.annotations)}
     return {"tag": "content", "value": body}
 
 

@@ -82,7 +82,8 @@ def nested_custom_sections(wasm: bytes) -> Iterator[tuple[str, bytes]]:
         view, depth, where = queue.pop(0)
         walked += 1
         if walked > MAX_BINARIES:
-            raise InvalidArgs(f"WASM binary nests more than {MAX_BINARIES} modules/components; refusing to read further")
+            raise InvalidArgs(f"WASM binary nests more than {MAX_BINARIES} modules/components; refusing to "
+                              "read further")
         component = bytes(view[6:8]) == b"\x01\x00"
         for sid, pos, body in _sections(view, where):
             if sid == 0:

@@ -27,7 +27,8 @@ class ActToolService:
                  only: Iterable[str] | None = None) -> _provider.ToolkitProvider:
         return _provider.ToolkitProvider(self.runtime, principal=principal, only=only)
 
-    def draft(self, kind: str, target: str, toolkit: Any, caps: frozenset[str], timeout_s: float | None) -> Tool:
+    def draft(self, kind: str, target: str, toolkit: Any, caps: frozenset[str],
+              timeout_s: float | None) -> Tool:
         text = _provider._skill_text(toolkit, target)
         tagline = toolkit.manifest.tagline or toolkit.id
         name = f"{toolkit.id}.{target}"

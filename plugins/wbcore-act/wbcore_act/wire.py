@@ -112,7 +112,8 @@ def component_info(value: Any, *, skill: str | None = None) -> ComponentInfo:
             get(value, "name"), get(value, "version"), localized(get(value, "description")),
             get(value, "default-language"), ids, skill, "0.1",
         )
-    return ComponentInfo(None, None, skill=skill, revision="0.2", extra=dict(value) if isinstance(value, Mapping) else {})
+    return ComponentInfo(None, None, skill=skill, revision="0.2",
+                         extra=dict(value) if isinstance(value, Mapping) else {})
 
 
 # --- a tool provider's own answers (act:tools/tool-provider, the 0.4 shapes) ----------

@@ -69,8 +69,8 @@ class BuildBroker:
         self._active: dict[str, int] = defaultdict(int)
         with self._db() as db:
             db.execute(
-                "CREATE TABLE IF NOT EXISTS built (tenant TEXT NOT NULL, sha256 TEXT NOT NULL, lane TEXT NOT NULL,"
-                " created REAL NOT NULL, PRIMARY KEY (tenant, sha256))"
+                "CREATE TABLE IF NOT EXISTS built (tenant TEXT NOT NULL, sha256 TEXT NOT NULL, lane TEXT NOT "
+                "NULL, created REAL NOT NULL, PRIMARY KEY (tenant, sha256))"
             )
 
     def _db(self) -> sqlite3.Connection:
@@ -107,7 +107,8 @@ class BuildBroker:
         if not files:
             raise InvalidArgs("build.compile: 'files' is empty")
         if len(files) > MAX_FILES:
-            raise refuse(InvalidArgs, "too-large", f"build.compile: {len(files)} files is over the {MAX_FILES}-file cap")
+            raise refuse(InvalidArgs, "too-large",
+                         f"build.compile: {len(files)} files is over the {MAX_FILES}-file cap")
         out: dict[str, bytes] = {}
         total = 0
         for raw_path, content in files.items():
@@ -118,7 +119,8 @@ class BuildBroker:
                 raise InvalidArgs(f"build.compile: file {rel!r} must be bytes or text")
             total += len(content)
             if total > MAX_SOURCE_BYTES:
-                raise refuse(InvalidArgs, "too-large", f"build.compile: source is over the {MAX_SOURCE_BYTES}-byte cap")
+                raise refuse(InvalidArgs, "too-large",
+                             f"build.compile: source is over the {MAX_SOURCE_BYTES}-byte cap")
             out[rel] = bytes(content)
         return out
 
@@ -172,15 +174,17 @@ class BuildBroker:
             try:
                 # The core's one pipeline and key; the broker's records live apart from the
                 # builder's (cache_dir), so a guest's build is never served to a toolkit build.
-                done = pipeline.compile_source(self.runtime, lane.name, manifest, resolved, work=work, flags=flags,
-                                               cache_dir=self.root / "cache")
+                done = pipeline.compile_source(self.runtime, lane.name, manifest, resolved, work=work,
+                                               flags=flags, cache_dir=self.root / "cache")
             except BuildFailed as exc:
                 raise BuildFailed(exc.message, log=(exc.log or "")[-MAX_LOG:]) from None
             sha, cached, log = done.sha256, done.cached, done.log[-MAX_LOG:]
             with self._db() as db:
-                db.execute("INSERT OR IGNORE INTO built VALUES (?,?,?,?)", (call.ctx.principal.tenant, sha, lane.name, time.time()))
+                db.execute("INSERT OR IGNORE INTO built VALUES (?,?,?,?)",
+                           (call.ctx.principal.tenant, sha, lane.name, time.time()))
             call.target(f"lane:{lane.name}")
-            return {"sha256": sha, "size": self.runtime.artifacts.path(sha).stat().st_size, "cached": cached, "log": log}
+            return {"sha256": sha, "size": self.runtime.artifacts.path(sha).stat().st_size, "cached": cached,
+                    "log": log}
         finally:
             shutil.rmtree(work, ignore_errors=True)
 
@@ -200,7 +204,8 @@ class BuildBroker:
             row = db.execute("SELECT lane FROM built WHERE tenant=? AND sha256=?", (tenant, sha)).fetchone()
         if row is None:
             raise refuse(CapabilityDenied, "not-built-here",
-                         f"build.run: artifact {sha[:12]}… was not built by the build cap for tenant {tenant!r}")
+                         f"build.run: artifact {sha[:12]}… was not built by the build cap for tenant "
+                         f"{tenant!r}")
         argv = tuple(call.arg("argv", list, []))
         if len(argv) > MAX_ARGS or not all(isinstance(a, str) for a in argv):
             raise InvalidArgs(f"build.run: 'argv' must be at most {MAX_ARGS} strings")
@@ -214,7 +219,8 @@ class BuildBroker:
         timeout = max(0.01, min(float(wanted), prof.timeout_s, call.ctx.remaining(prof.timeout_s)))
         # One call path: dispatch verifies the bytes, picks the tier (third-party escalates)
         # and runs it with no caps under the run profile.
-        result = dispatch.call_artifact(self.runtime, name=f"build-{sha[:12]}", sha256=sha, lane=row[0], argv=argv,
+        result = dispatch.call_artifact(self.runtime, name=f"build-{sha[:12]}", sha256=sha, lane=row[0],
+                                        argv=argv,
                                         stdin=bytes(stdin), principal=call.ctx.principal, timeout=timeout,
                                         profile=RUN_PROFILE)
         return {"stdout": result.stdout, "stderr": result.stderr, "exit_code": result.exit_code}

@@ -105,7 +105,8 @@ class ExecBroker:
     _by_runtime: weakref.WeakKeyDictionary[Any, ExecBroker] = weakref.WeakKeyDictionary()
     _shared_lock = threading.Lock()
 
-    def __init__(self, runtime: Any, *, max_concurrent: int = MAX_CONCURRENT, max_depth: int = MAX_DEPTH) -> None:
+    def __init__(self, runtime: Any, *, max_concurrent: int = MAX_CONCURRENT,
+                 max_depth: int = MAX_DEPTH) -> None:
         self.runtime = runtime
         self.slots = Slots(max_concurrent)
         self.max_depth = max_depth
@@ -134,7 +135,8 @@ class ExecBroker:
         if call.op == "wire":
             data = call.arg("request", bytes)
             name, argv, stdin = parse_request(data)
-            return _answer(ByteBudget.for_call(call, None, f"exec {name!r}"), self.run_one(call.ctx, name, argv, stdin))
+            return _answer(ByteBudget.for_call(call, None, f"exec {name!r}"),
+                           self.run_one(call.ctx, name, argv, stdin))
         if call.op == "run":
             name, argv, stdin = self._structural(call.args, call.cap)
             return _answer(ByteBudget.for_call(call, None, f"{call.cap} {name!r}"),
@@ -156,17 +158,19 @@ class ExecBroker:
         if not isinstance(name, str) or not name:
             raise InvalidArgs(f"{cap}: 'name' must be a registered command name")
         if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv) or len(argv) > MAX_ARGS:
-            raise InvalidArgs(f"{cap}: 'argv' must be a list of at most {MAX_ARGS} strings (no shell parses it)")
+            raise InvalidArgs(f"{cap}: 'argv' must be a list of at most {MAX_ARGS} strings (no shell parses "
+                              "it)")
         if isinstance(stdin, str):
             stdin = stdin.encode()
         if not isinstance(stdin, bytes) or len(stdin) > MAX_STDIN:
             raise InvalidArgs(f"{cap}: 'stdin' must be bytes (at most {MAX_STDIN})")
         return name, argv, stdin
 
-    def run_one(self, ctx: DockContext, name: str, argv: list[str], stdin: bytes, *, timeout: float | None = None,
-                cancel: threading.Event | None = None) -> dict[str, Any]:
+    def run_one(self, ctx: DockContext, name: str, argv: list[str], stdin: bytes, *,
+                timeout: float | None = None, cancel: threading.Event | None = None) -> dict[str, Any]:
         if ctx.depth + 1 > self.max_depth:
-            raise refuse(CapabilityDenied, "depth", f"exec {name!r}: nesting depth {ctx.depth + 1} exceeds {self.max_depth}")
+            raise refuse(CapabilityDenied, "depth",
+                         f"exec {name!r}: nesting depth {ctx.depth + 1} exceeds {self.max_depth}")
         entry = self.runtime.registry.lookup("command", name)
         if entry is None:
             raise NotFound(f"exec: {name!r} is not a registered command")
@@ -193,7 +197,8 @@ class ExecBroker:
         name = call.arg("name", str)
         inputs = call.arg("inputs", list)
         if len(inputs) > MAX_INPUTS:
-            raise refuse(InvalidArgs, "too-many-inputs", f"parallel: {len(inputs)} inputs exceeds {MAX_INPUTS}")
+            raise refuse(InvalidArgs, "too-many-inputs",
+                         f"parallel: {len(inputs)} inputs exceeds {MAX_INPUTS}")
         tasks = []
         for i, item in enumerate(inputs):
             if not isinstance(item, dict):

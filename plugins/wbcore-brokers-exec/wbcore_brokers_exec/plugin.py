@@ -17,9 +17,12 @@ def _exec(runtime: Any) -> Any:
 
 @hookimpl
 def wbcore_brokers() -> Iterator[Broker]:
-    yield Broker(name="exec", summary="ExecBroker: registered commands only, structural argv, depth <= 8, <= 64 concurrent/principal",
+    yield Broker(name="exec",
+                 summary="ExecBroker: registered commands only, structural argv, depth <= 8, <= 64 "
+                         "concurrent/principal",
                  factory=_exec, operations=("run", "wire"))
     yield Broker(name="commands", summary="run-command: compose registered commands (same limits as exec)",
                  factory=_exec, operations=("run", "list"))
-    yield Broker(name="parallel", summary="run-command-many: one command over <= 1024 inputs, per-task timeout",
+    yield Broker(name="parallel",
+                 summary="run-command-many: one command over <= 1024 inputs, per-task timeout",
                  factory=_exec, operations=("map",))

@@ -57,7 +57,8 @@ def parse_rule(text: str) -> Rule:
     else:
         host, _, port_text = rest.partition(":")
     if "*" in host and not (host == "*" or (host.startswith("*.") and "*" not in host[2:])):
-        raise InvalidArgs(f"#+ALLOWED_HOSTS entry {text!r}: '*' is allowed only as the whole host or a leading '*.' label")
+        raise InvalidArgs(f"#+ALLOWED_HOSTS entry {text!r}: '*' is allowed only as the whole host or a "
+                          "leading '*.' label")
     if port_text == "*":
         port = None
     elif port_text:

@@ -53,12 +53,15 @@ class NetBroker:
         asked = call.arg("max_bytes", int, None)
         got = self.http.fetch(url, method=method, headers=headers, body=_bytes(call, "body"),
                               allowed_hosts=call.ctx.allowed_hosts, deadline=_deadline(call),
-                              max_body=min(asked or call.ctx.max_response, call.ctx.max_response), on_hop=call.target)
+                              max_body=min(asked or call.ctx.max_response, call.ctx.max_response),
+                              on_hop=call.target)
         if self.text_only:
-            text = html_to_text(got.body)  # undecodable bytes become U+FFFD (3 bytes): the text is re-measured
+            # undecodable bytes become U+FFFD (3 bytes): the text is re-measured
+            text = html_to_text(got.body)
             ByteBudget.for_call(call, None, f"browse {got.url}").take(ByteBudget.size_of(text))
             return {"status": got.status, "url": got.url, "text": text}
-        return {"status": got.status, "url": got.url, "headers": got.headers, "body": got.body, "redirects": got.redirects}
+        return {"status": got.status, "url": got.url, "headers": got.headers, "body": got.body,
+                "redirects": got.redirects}
 
 
 _SCRIPT = re.compile(r"(?is)<(script|style|noscript)\b.*?</\1\s*>")

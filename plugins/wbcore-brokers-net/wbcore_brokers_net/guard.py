@@ -14,6 +14,7 @@ Test seam (never used by the product): ``NetGuard(resolver=..., public=...)``, s
 
 from __future__ import annotations
 
-from wbcore_runtime.guard.netguard import IPAddress, NetGuard, Pin, Resolver, parse_literal, system_resolver, why_denied
+from wbcore_runtime.guard.netguard import (IPAddress, NetGuard, Pin, Resolver, parse_literal, system_resolver,
+                                           why_denied)
 
 __all__ = ["IPAddress", "NetGuard", "Pin", "Resolver", "parse_literal", "system_resolver", "why_denied"]

@@ -74,7 +74,8 @@ class CappedHttp:
         if method not in METHODS:
             raise InvalidArgs(f"net: method {method!r} not supported; known: {', '.join(METHODS)}")
         if len(body) > MAX_REQUEST_BODY:
-            raise refuse(InvalidArgs, "too-large", f"net: request body of {len(body)} bytes exceeds the {MAX_REQUEST_BODY}-byte cap")
+            raise refuse(InvalidArgs, "too-large",
+                         f"net: request body of {len(body)} bytes exceeds the {MAX_REQUEST_BODY}-byte cap")
         sent_headers = {k: v for k, v in (headers or {}).items() if k.lower() not in _HOP_HEADERS}
         if not any(k.lower() == "accept-encoding" for k in sent_headers):
             sent_headers["Accept-Encoding"] = "identity"  # raw bytes are capped: no decompression bombs
@@ -84,7 +85,8 @@ class CappedHttp:
             parts = urlsplit(url)
             scheme = parts.scheme.lower()
             if scheme not in ("http", "https"):
-                raise refuse(CapabilityDenied, "scheme", f"net: scheme {scheme!r} is not allowed (http, https)")
+                raise refuse(CapabilityDenied, "scheme",
+                             f"net: scheme {scheme!r} is not allowed (http, https)")
             if parts.username or parts.password:
                 raise InvalidArgs("net: credentials in the URL are not allowed; send a header")
             host = parts.hostname or ""
@@ -108,14 +110,17 @@ class CappedHttp:
             timeout = httpx.Timeout(remaining)
             with _fetch.client(timeout=remaining, verify=self.verify) as client:
                 req = client.build_request(method, pinned, headers=hdrs, content=body or None,
-                                           extensions={"sni_hostname": pin.host, "timeout": timeout.as_dict()})
+                                           extensions={"sni_hostname": pin.host,
+                                                       "timeout": timeout.as_dict()})
                 try:
                     resp = client.send(req, stream=True)
                 except httpx.TimeoutException:
-                    raise refuse(Timeout, "deadline", f"net: {host} did not answer before the deadline") from None
+                    raise refuse(Timeout, "deadline",
+                                 f"net: {host} did not answer before the deadline") from None
                 except httpx.HTTPError as exc:
-                    raise refuse(CapabilityDenied if "certificate" in str(exc).lower() else InvalidArgs, "connect",
-                                 f"net: {method} {scheme}://{host}:{port} failed: {type(exc).__name__}: {str(exc)[:200]}") from None
+                    raise refuse(CapabilityDenied if "certificate" in str(exc).lower() else InvalidArgs,
+                                 "connect", f"net: {method} {scheme}://{host}:{port} failed: "
+                                            f"{type(exc).__name__}: {str(exc)[:200]}") from None
                 try:
                     if resp.is_redirect and "location" in resp.headers:
                         url = urljoin(url, resp.headers["location"])
@@ -129,12 +134,16 @@ class CappedHttp:
                             budget.take(len(chunk))  # before the chunk is kept
                             data += chunk
                             if time.monotonic() > deadline:
-                                raise refuse(Timeout, "deadline", f"net: body from {host} still streaming at the deadline; cancelled")
+                                raise refuse(Timeout, "deadline",
+                                             f"net: body from {host} still streaming at the deadline; "
+                                             "cancelled")
                     except httpx.TimeoutException:
                         raise refuse(Timeout, "deadline", f"net: {host} stalled past the deadline") from None
                     except httpx.HTTPError as exc:
-                        raise InvalidArgs(f"net: reading the body from {host} failed: {type(exc).__name__}") from None
-                    return Fetched(resp.status_code, url, [[k, v] for k, v in resp.headers.items()], bytes(data), hop)
+                        raise InvalidArgs(f"net: reading the body from {host} failed: "
+                                          f"{type(exc).__name__}") from None
+                    return Fetched(resp.status_code, url, [[k, v] for k, v in resp.headers.items()],
+                                   bytes(data), hop)
                 finally:
                     resp.close()
         raise refuse(InvalidArgs, "redirects", f"net: more than {MAX_REDIRECTS} redirects")

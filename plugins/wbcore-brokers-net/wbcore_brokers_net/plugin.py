@@ -33,7 +33,8 @@ def _socket(kind: str) -> Any:
 
         from wbcore_brokers_net.brokers import SocketBroker
 
-        return SocketBroker(kind, NetGuard.for_guests(runtime.env), cafile=runtime.env.get("WB_NET_CA_FILE") or None)
+        return SocketBroker(kind, NetGuard.for_guests(runtime.env),
+                            cafile=runtime.env.get("WB_NET_CA_FILE") or None)
 
     return factory
 
@@ -46,14 +47,17 @@ def _serve(runtime: Any) -> Any:
 
 @hookimpl
 def wbcore_brokers() -> Iterator[Broker]:
-    yield Broker(name="net", summary="HTTP(S) egress: NetGuard + pin + #+ALLOWED_HOSTS, capped body, deadline",
+    yield Broker(name="net",
+                 summary="HTTP(S) egress: NetGuard + pin + #+ALLOWED_HOSTS, capped body, deadline",
                  factory=_net(False), operations=("fetch",))
-    yield Broker(name="browse", summary="browse-fetch: GET a page as text, same guard as net", factory=_net(True),
-                 operations=("fetch",))
+    yield Broker(name="browse", summary="browse-fetch: GET a page as text, same guard as net",
+                 factory=_net(True), operations=("fetch",))
     for kind, what in (("tcp", "raw TCP request/response"), ("udp", "UDP send / receive one"),
                        ("tls", "TLS request/response, peer verified, SNI = host name")):
-        yield Broker(name=kind, summary=f"{what}; NetGuard + pin", factory=_socket(kind), operations=("exchange",))
-    yield Broker(name="serve", summary="inbound flip: the host listens on loopback, the guest answers; size-capped",
+        yield Broker(name=kind, summary=f"{what}; NetGuard + pin", factory=_socket(kind),
+                     operations=("exchange",))
+    yield Broker(name="serve",
+                 summary="inbound flip: the host listens on loopback, the guest answers; size-capped",
                  factory=_serve, operations=("listen", "next", "respond", "close"))
 
 
@@ -79,4 +83,5 @@ def wbcore_verify_checks(toolkit: Any, runtime: Any) -> Iterator[Any]:
     else:
         yield Check(True, "allowed-hosts", f"{len(text.split())} host rule(s) narrow egress")
     if not set(toolkit.manifest.caps) & {"net", "browse", "tcp", "udp", "tls"}:
-        yield Check(True, "allowed-hosts", "#+ALLOWED_HOSTS is set but #+CAPS asks for no egress cap", warning=True)
+        yield Check(True, "allowed-hosts", "#+ALLOWED_HOSTS is set but #+CAPS asks for no egress cap",
+                    warning=True)

@@ -53,7 +53,8 @@ class _BoundedServer(ThreadingHTTPServer):
     each turn of ``serve_forever``); :meth:`cut_all` ends every connection and joins its thread."""
 
     daemon_threads = True
-    request_queue_size = 128  # socketserver's 5 reorders a burst of clients (the kernel retries the rest later)
+    # socketserver's 5 reorders a burst of clients (the kernel retries the rest later)
+    request_queue_size = 128
 
     def __init__(self, address: tuple[str, int], handler: Any) -> None:
         super().__init__(address, handler)
@@ -78,7 +79,8 @@ class _BoundedServer(ThreadingHTTPServer):
             return
         with self.lock:
             self.reading[request] = time.monotonic()
-        t = threading.Thread(target=self._work, args=(request, client_address), name="wbcore-serve-conn", daemon=True)
+        t = threading.Thread(target=self._work, args=(request, client_address), name="wbcore-serve-conn",
+                             daemon=True)
         with self.lock:
             self.workers.add(t)
         t.start()
@@ -102,7 +104,8 @@ class _BoundedServer(ThreadingHTTPServer):
     def service_actions(self) -> None:
         now = time.monotonic()
         with self.lock:
-            late = [s for s, since in self.reading.items() if since is not None and now - since > REQUEST_DEADLINE]
+            late = [s for s, since in self.reading.items()
+                    if since is not None and now - since > REQUEST_DEADLINE]
         for s in late:
             with self.lock:
                 self.cut.add(s)
@@ -168,7 +171,8 @@ class Listener:
                     return self._reply(413, [["Connection", "close"]], b"request body too large\n")
                 body = self.rfile.read(n) if n else b""
                 listener.server.arrived(self.request, True)
-                p = _Pending(next(listener.ids), self.command, self.path, [[k, v] for k, v in self.headers.items()], body)
+                p = _Pending(next(listener.ids), self.command, self.path,
+                             [[k, v] for k, v in self.headers.items()], body)
                 try:
                     listener.waiting.put_nowait(p)
                 except queue.Full:
@@ -192,12 +196,14 @@ class Listener:
 
         self.server = _BoundedServer(("127.0.0.1", 0), Handler)
         self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.2},
+                                       daemon=True)
         self.thread.start()
 
     def expired(self) -> bool:
         now = time.monotonic()
-        return self.closed or (self.deadline is not None and now > self.deadline) or now - self.last_next > IDLE
+        return (self.closed or (self.deadline is not None and now > self.deadline)
+                or now - self.last_next > IDLE)
 
     def close(self) -> None:
         if not self.closed:
@@ -243,7 +249,8 @@ class ServeBroker:
                 self._reap()
                 mine = sum(1 for lst in self.listeners.values() if lst.owner == who)
                 if mine >= MAX_LISTENERS:
-                    raise refuse(CapabilityDenied, "quota", f"serve: {who} already has {mine} listeners (cap {MAX_LISTENERS})")
+                    raise refuse(CapabilityDenied, "quota",
+                                 f"serve: {who} already has {mine} listeners (cap {MAX_LISTENERS})")
                 lst = Listener(who, call.ctx.deadline, lambda owner: self._revoked(owner, "serve"))
                 self.listeners[lst.id] = lst
             call.target(f"http://127.0.0.1:{lst.port}/")
@@ -264,7 +271,8 @@ class ServeBroker:
                 p.done.set()
                 raise
             lst.inflight[p.id] = p
-            return {"request": {"id": p.id, "method": p.method, "path": p.path, "headers": p.headers, "body": p.body}}
+            return {"request": {"id": p.id, "method": p.method, "path": p.path, "headers": p.headers,
+                                "body": p.body}}
         if call.op == "respond":
             rid = call.arg("id", int)
             waiting = lst.inflight.pop(rid, None)
@@ -282,8 +290,10 @@ class ServeBroker:
             if len(body) > MAX_RESPONSE_BODY:
                 waiting.answer = (502, [], b"the guest's answer was too large\n")
                 waiting.done.set()
-                raise refuse(InvalidArgs, "too-large", f"serve.respond: body of {len(body)} bytes exceeds {MAX_RESPONSE_BODY}")
-            if not all(isinstance(h, list) and len(h) == 2 and all(isinstance(x, str) for x in h) for h in headers):
+                raise refuse(InvalidArgs, "too-large",
+                             f"serve.respond: body of {len(body)} bytes exceeds {MAX_RESPONSE_BODY}")
+            if not all(isinstance(h, list) and len(h) == 2 and all(isinstance(x, str) for x in h)
+                       for h in headers):
                 headers = []
             waiting.answer = (status, headers[:64], body)
             waiting.done.set()

@@ -61,7 +61,8 @@ def _exchange(sock: Any, pin: Pin, data: bytes, read_max: int, deadline: float, 
             out += chunk
         return bytes(out)
     except ssl.SSLError as exc:
-        raise refuse(CapabilityDenied, "tls", f"tls exchange with {what} failed: {exc.reason or exc}") from None
+        raise refuse(CapabilityDenied, "tls",
+                     f"tls exchange with {what} failed: {exc.reason or exc}") from None
     except OSError as exc:
         raise InvalidArgs(f"exchange with {what} failed: {exc.strerror or exc}") from None
 
@@ -81,10 +82,12 @@ def tls(pin: Pin, data: bytes, read_max: int, deadline: float, cafile: str | Non
         wrapped = ctx.wrap_socket(sock, server_hostname=pin.host)
     except ssl.SSLCertVerificationError as exc:
         sock.close()
-        raise refuse(CapabilityDenied, "tls-verify", f"tls: {pin.host}:{pin.port} certificate not accepted: {exc.verify_message}") from None
+        raise refuse(CapabilityDenied, "tls-verify",
+                     f"tls: {pin.host}:{pin.port} certificate not accepted: {exc.verify_message}") from None
     except (ssl.SSLError, OSError) as exc:
         sock.close()
-        raise refuse(CapabilityDenied, "tls", f"tls handshake with {pin.host}:{pin.port} failed: {exc}") from None
+        raise refuse(CapabilityDenied, "tls",
+                     f"tls handshake with {pin.host}:{pin.port} failed: {exc}") from None
     with wrapped:
         return _exchange(wrapped, pin, data, min(read_max, MAX_READ), deadline, half_close=False)
 
@@ -99,7 +102,9 @@ def udp(pin: Pin, data: bytes, read_max: int, deadline: float) -> bytes:
             sock.sendto(data, (pin.ip, pin.port))
             reply, _ = sock.recvfrom(min(read_max, MAX_DATAGRAM))
         except TimeoutError:
-            raise refuse(Timeout, "deadline", f"udp: no reply from {pin.host}:{pin.port} before the deadline") from None
+            raise refuse(Timeout, "deadline",
+                         f"udp: no reply from {pin.host}:{pin.port} before the deadline") from None
         except OSError as exc:
-            raise InvalidArgs(f"udp: exchange with {pin.host}:{pin.port} failed: {exc.strerror or exc}") from None
+            raise InvalidArgs(f"udp: exchange with {pin.host}:{pin.port} failed: "
+                              f"{exc.strerror or exc}") from None
     return reply

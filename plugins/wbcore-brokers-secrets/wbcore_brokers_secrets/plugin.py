@@ -32,7 +32,8 @@ def wbcore_brokers() -> Iterator[Broker]:
 def wbcore_cli_commands(add: Any) -> None:
     import typer
 
-    app = typer.Typer(no_args_is_help=True, help="Deployer-held secrets that guests can sign with (never read).")
+    app = typer.Typer(no_args_is_help=True,
+                      help="Deployer-held secrets that guests can sign with (never read).")
 
     def _rt() -> Any:
         from wbcore_runtime.runtime import Runtime
@@ -44,7 +45,8 @@ def wbcore_cli_commands(add: Any) -> None:
         name: str,
         tenant: str = typer.Option("default", "--tenant"),
         alg: str = typer.Option("hmac-sha256", "--alg", help="hmac-sha256 or ed25519"),
-        generate: bool = typer.Option(False, "--generate", help="Generate a random key instead of reading stdin."),
+        generate: bool = typer.Option(False, "--generate",
+                                      help="Generate a random key instead of reading stdin."),
     ) -> None:
         """Store a secret for TENANT; the key is read from stdin (raw bytes) unless --generate."""
         import os

@@ -59,19 +59,23 @@ class SecretStore:
         if not 0 < len(key) <= MAX_SECRET:
             raise InvalidArgs(f"a secret is 1..{MAX_SECRET} bytes")
         with self._lock:
-            self._conn.execute("INSERT OR REPLACE INTO secrets VALUES (?,?,?,?,?)", (tenant, name, alg, key, time.time()))
+            self._conn.execute("INSERT OR REPLACE INTO secrets VALUES (?,?,?,?,?)",
+                               (tenant, name, alg, key, time.time()))
 
     def delete(self, tenant: str, name: str) -> bool:
         with self._lock:
-            return bool(self._conn.execute("DELETE FROM secrets WHERE tenant=? AND name=?", (tenant, name)).rowcount)
+            return bool(self._conn.execute("DELETE FROM secrets WHERE tenant=? AND name=?",
+                                           (tenant, name)).rowcount)
 
     def names(self, tenant: str) -> list[tuple[str, str]]:
         with self._lock:
-            return [(n, a) for n, a in self._conn.execute("SELECT name, alg FROM secrets WHERE tenant=? ORDER BY name", (tenant,))]
+            return [(n, a) for n, a in self._conn.execute(
+                "SELECT name, alg FROM secrets WHERE tenant=? ORDER BY name", (tenant,))]
 
     def _key(self, tenant: str, name: str) -> tuple[str, bytes]:
         with self._lock:
-            row = self._conn.execute("SELECT alg, key FROM secrets WHERE tenant=? AND name=?", (tenant, name)).fetchone()
+            row = self._conn.execute("SELECT alg, key FROM secrets WHERE tenant=? AND name=?",
+                                     (tenant, name)).fetchone()
         if row is None:
             raise NotFound(f"secrets: tenant {tenant!r} has no secret {name!r}")
         return row[0], bytes(row[1])
@@ -111,7 +115,8 @@ class SecretBroker:
             if not isinstance(msg, bytes):
                 raise InvalidArgs("secrets.sign: 'message' must be bytes or text")
             if len(msg) > MAX_MESSAGE:
-                raise refuse(InvalidArgs, "too-large", f"secrets.sign: message of {len(msg)} bytes exceeds {MAX_MESSAGE}")
+                raise refuse(InvalidArgs, "too-large",
+                             f"secrets.sign: message of {len(msg)} bytes exceeds {MAX_MESSAGE}")
             alg, sig = self.store.sign(tenant, name, msg)
             return {"signature": sig, "alg": alg}
         raise InvalidArgs(f"secrets: unknown operation {call.op!r}; there is no read operation")

@@ -34,7 +34,9 @@ def value_bytes(call: BrokerCall, name: str, cap: int, what: str) -> bytes:
     if not isinstance(v, (bytes, bytearray)):
         raise InvalidArgs(f"{call.cap}.{call.op}: argument {name!r} must be bytes or text")
     if len(v) > cap:
-        raise refuse(InvalidArgs, "too-large", f"{call.cap}.{call.op}: {what} of {len(v)} bytes exceeds the {cap}-byte cap; nothing was stored")
+        raise refuse(InvalidArgs, "too-large",
+                     f"{call.cap}.{call.op}: {what} of {len(v)} bytes exceeds the {cap}-byte cap; nothing "
+                     "was stored")
     return bytes(v)
 
 
@@ -45,7 +47,8 @@ class KvBroker:
     An entry is stored only if the counter did not move while it was read, so a value is
     never served after a write that committed before the read began."""
 
-    def __init__(self, path: Path, *, max_keys: int = MAX_KEYS, max_value: int = MAX_VALUE, quota: Any = None) -> None:
+    def __init__(self, path: Path, *, max_keys: int = MAX_KEYS, max_value: int = MAX_VALUE,
+                 quota: Any = None) -> None:
         from wbcore_brokers_state.db import Db
 
         self.db = Db(path, SCHEMA, changes=True)
@@ -95,7 +98,8 @@ class KvBroker:
                 return {"value": hit}
             gen = self._cache_gen
             with self.db.read() as c:  # the length first: a value over the budget is never loaded
-                row = c.execute("SELECT length(value), CASE WHEN length(value) <= ? THEN value END FROM kv WHERE tenant=? AND key=?",
+                row = c.execute("SELECT length(value), CASE WHEN length(value) <= ? THEN value END FROM kv "
+                                "WHERE tenant=? AND key=?",
                                 (budget.left, tenant, key)).fetchone()
             if row is None:
                 raise NotFound(f"kv.get: no key {key!r}")
@@ -108,13 +112,17 @@ class KvBroker:
             taken = 0
             try:
                 with self.db.write() as c:
-                    exists = c.execute("SELECT length(value) FROM kv WHERE tenant=? AND key=?", (tenant, key)).fetchone()
+                    exists = c.execute("SELECT length(value) FROM kv WHERE tenant=? AND key=?",
+                                       (tenant, key)).fetchone()
                     if not exists:
                         (n,) = c.execute("SELECT count(*) FROM kv WHERE tenant=?", (tenant,)).fetchone()
                         if n >= self.max_keys:
-                            raise refuse(CapabilityDenied, "quota", f"kv.put: tenant {tenant!r} already holds {n} keys (cap {self.max_keys}); nothing was stored")
+                            raise refuse(CapabilityDenied, "quota",
+                                         f"kv.put: tenant {tenant!r} already holds {n} keys (cap "
+                                         f"{self.max_keys}); nothing was stored")
                     delta = len(value) - (exists[0] if exists else -len(key.encode()))
-                    if self.quota is not None:  # the tenant's disk quota, inside this write: refused = rolled back
+                    # the tenant's disk quota, inside this write: refused = rolled back
+                    if self.quota is not None:
                         self.quota.take(tenant, "kv", delta, "kv.put")
                         taken = delta
                     c.execute("INSERT OR REPLACE INTO kv VALUES (?,?,?,?)", (tenant, key, value, time.time()))
@@ -126,7 +134,8 @@ class KvBroker:
         if op == "delete":
             key = self._key(call)
             with self.db.write() as c:
-                row = c.execute("SELECT length(value) FROM kv WHERE tenant=? AND key=?", (tenant, key)).fetchone()
+                row = c.execute("SELECT length(value) FROM kv WHERE tenant=? AND key=?",
+                                (tenant, key)).fetchone()
                 n = c.execute("DELETE FROM kv WHERE tenant=? AND key=?", (tenant, key)).rowcount
             if row and self.quota is not None:
                 self.quota.take(tenant, "kv", -(row[0] + len(key.encode())), "kv.delete")
@@ -138,7 +147,8 @@ class KvBroker:
             budget = ByteBudget.for_call(call, None, "kv.list")
             keys = []
             with self.db.read() as c:
-                cur = c.execute("SELECT key FROM kv WHERE tenant=? AND key > ? AND substr(key, 1, ?) = ? ORDER BY key LIMIT ?",
+                cur = c.execute("SELECT key FROM kv WHERE tenant=? AND key > ? AND substr(key, 1, ?) = ? "
+                                "ORDER BY key LIMIT ?",
                                 (tenant, after, len(prefix), prefix, limit))
                 while (row := cur.fetchone()) is not None:
                     budget.take(ByteBudget.size_of(row[0]))

@@ -38,7 +38,7 @@ def _vfs(runtime: Any) -> Any:
 def wbcore_brokers() -> Iterator[Broker]:
     yield Broker(name="kv", summary="durable per-tenant K/V (value <= 1 MiB, <= 10k keys)", factory=_kv,
                  operations=("get", "put", "delete", "list", "count"))
-    yield Broker(name="queue", summary="per-tenant FIFO queues (message <= 256 KiB, depth <= 1000)", factory=_queue,
-                 operations=("push", "pop", "peek", "depth"))
-    yield Broker(name="vfs", summary="per-instance SQLite VFS: volumes workspace/memory/tmp; vfs-query", factory=_vfs,
-                 operations=("read", "write", "delete", "list", "stat", "query"))
+    yield Broker(name="queue", summary="per-tenant FIFO queues (message <= 256 KiB, depth <= 1000)",
+                 factory=_queue, operations=("push", "pop", "peek", "depth"))
+    yield Broker(name="vfs", summary="per-instance SQLite VFS: volumes workspace/memory/tmp; vfs-query",
+                 factory=_vfs, operations=("read", "write", "delete", "list", "stat", "query"))

@@ -49,16 +49,22 @@ class QueueBroker:
             taken = 0
             try:
                 with self.db.write() as c:
-                    (depth,) = c.execute("SELECT count(*) FROM messages WHERE tenant=? AND queue=?", (tenant, queue)).fetchone()
+                    (depth,) = c.execute("SELECT count(*) FROM messages WHERE tenant=? AND queue=?",
+                                         (tenant, queue)).fetchone()
                     if depth >= self.max_depth:
-                        raise refuse(CapabilityDenied, "queue-full", f"queue.push: queue {queue!r} is full ({depth} messages, cap {self.max_depth}); nothing was queued")
+                        raise refuse(CapabilityDenied, "queue-full",
+                                     f"queue.push: queue {queue!r} is full ({depth} messages, cap "
+                                     f"{self.max_depth}); nothing was queued")
                     (total,) = c.execute("SELECT count(*) FROM messages WHERE tenant=?", (tenant,)).fetchone()
                     if total >= self.max_tenant:
-                        raise refuse(CapabilityDenied, "quota", f"queue.push: tenant {tenant!r} holds {total} messages across its queues (cap {self.max_tenant}); nothing was queued")
+                        raise refuse(CapabilityDenied, "quota",
+                                     f"queue.push: tenant {tenant!r} holds {total} messages across its "
+                                     f"queues (cap {self.max_tenant}); nothing was queued")
                     if self.quota is not None:
                         self.quota.take(tenant, "queue", len(body), "queue.push")
                         taken = len(body)
-                    cur = c.execute("INSERT INTO messages (tenant, queue, body, enqueued) VALUES (?,?,?,?)", (tenant, queue, body, time.time()))
+                    cur = c.execute("INSERT INTO messages (tenant, queue, body, enqueued) VALUES (?,?,?,?)",
+                                    (tenant, queue, body, time.time()))
             except BaseException:
                 if taken and self.quota is not None:
                     self.quota.take(tenant, "queue", -taken, "queue.push")
@@ -68,8 +74,9 @@ class QueueBroker:
             budget = ByteBudget.for_call(call, None, f"queue.{call.op} {queue!r}")
             ctx = self.db.write() if call.op == "pop" else self.db.read()
             with ctx as c:  # the length first: a message the answer cannot carry stays queued, unloaded
-                row = c.execute("SELECT id, length(body), CASE WHEN length(body) <= ? THEN body END FROM messages "
-                                "WHERE tenant=? AND queue=? ORDER BY id LIMIT 1", (budget.left, tenant, queue)).fetchone()
+                row = c.execute("SELECT id, length(body), CASE WHEN length(body) <= ? THEN body END FROM "
+                                "messages WHERE tenant=? AND queue=? ORDER BY id LIMIT 1",
+                                (budget.left, tenant, queue)).fetchone()
                 if row is not None:
                     budget.take(row[1])
                     if call.op == "pop":
@@ -79,6 +86,7 @@ class QueueBroker:
             return {"id": row[0], "message": row[2]} if row else {"id": None, "message": None}
         if call.op == "depth":
             with self.db.read() as c:
-                (depth,) = c.execute("SELECT count(*) FROM messages WHERE tenant=? AND queue=?", (tenant, queue)).fetchone()
+                (depth,) = c.execute("SELECT count(*) FROM messages WHERE tenant=? AND queue=?",
+                                     (tenant, queue)).fetchone()
             return {"depth": depth, "cap": self.max_depth}
         raise InvalidArgs(f"queue: unknown operation {call.op!r}")

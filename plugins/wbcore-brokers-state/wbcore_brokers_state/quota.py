@@ -38,7 +38,8 @@ def limit_from(env: Mapping[str, str]) -> int:
         return DEFAULT_QUOTA
     m = _SIZE.match(raw)
     if m is None:
-        raise InvalidArgs(f"{SETTING}={raw!r}: expected bytes, optionally with K, M or G (e.g. 512M); 0 turns it off")
+        raise InvalidArgs(f"{SETTING}={raw!r}: expected bytes, optionally with K, M or G (e.g. 512M); 0 "
+                          "turns it off")
     return int(m.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[m.group(2).upper()]
 
 
@@ -61,12 +62,13 @@ class TenantQuota:
             return
         with self.db.write() as c:
             if delta > 0 and self.limit:
-                (n,) = c.execute("SELECT coalesce(sum(bytes), 0) FROM usage WHERE tenant=?", (tenant,)).fetchone()
+                (n,) = c.execute("SELECT coalesce(sum(bytes), 0) FROM usage WHERE tenant=?",
+                                 (tenant,)).fetchone()
                 if n + delta > self.limit:
                     raise refuse(CapabilityDenied, "quota",
-                                 f"{what}: tenant {tenant!r} holds {n} bytes; {delta} more would pass its disk quota of "
-                                 f"{self.limit} bytes ({SETTING}); delete something or ask the deployer to raise it. "
-                                 "Nothing was written")
+                                 f"{what}: tenant {tenant!r} holds {n} bytes; {delta} more would pass its "
+                                 f"disk quota of {self.limit} bytes ({SETTING}); delete something or ask the "
+                                 "deployer to raise it. Nothing was written")
             c.execute("INSERT INTO usage VALUES (?,?,max(0,?)) ON CONFLICT (tenant, scope) "
                       "DO UPDATE SET bytes=max(0, bytes + excluded.bytes)" if delta > 0 else
                       "UPDATE usage SET bytes=max(0, bytes + ?) WHERE tenant=? AND scope=?",

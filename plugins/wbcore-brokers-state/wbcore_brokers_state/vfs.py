@@ -135,7 +135,8 @@ class VfsBroker:
             budget = ByteBudget.for_call(call, None, "vfs.list")
             entries = []
             with db.read() as c:
-                cur = c.execute("SELECT path, size, mtime FROM files WHERE volume=? AND substr(path,1,?)=? ORDER BY path LIMIT ?",
+                cur = c.execute("SELECT path, size, mtime FROM files WHERE volume=? AND substr(path,1,?)=? "
+                                "ORDER BY path LIMIT ?",
                                 (volume, len(prefix), prefix, MAX_ROWS))
                 while (row := cur.fetchone()) is not None:
                     budget.take(ByteBudget.size_of(row[0]) + 16)
@@ -147,12 +148,15 @@ class VfsBroker:
                 row = c.execute("SELECT size FROM files WHERE volume=? AND path=?", (volume, path)).fetchone()
                 if row is None:
                     raise NotFound(f"vfs.read: no file {volume}:{path}")
-                ByteBudget.for_call(call, None, f"vfs.read {volume}:{path}").take(row[0])  # before the blob is loaded
-                (data,) = c.execute("SELECT data FROM files WHERE volume=? AND path=?", (volume, path)).fetchone()
+                # before the blob is loaded
+                ByteBudget.for_call(call, None, f"vfs.read {volume}:{path}").take(row[0])
+                (data,) = c.execute("SELECT data FROM files WHERE volume=? AND path=?",
+                                    (volume, path)).fetchone()
             return {"data": data}
         if call.op == "stat":
             with db.read() as c:
-                row = c.execute("SELECT size, mtime FROM files WHERE volume=? AND path=?", (volume, path)).fetchone()
+                row = c.execute("SELECT size, mtime FROM files WHERE volume=? AND path=?",
+                                (volume, path)).fetchone()
             if row is None:
                 raise NotFound(f"vfs.stat: no file {volume}:{path}")
             return {"size": row[0], "mtime": row[1]}
@@ -161,16 +165,20 @@ class VfsBroker:
             tenant, scope, taken = call.ctx.principal.tenant, f"vfs:{call.ctx.instance}", 0
             try:
                 with db.write() as c:
-                    exists = c.execute("SELECT size FROM files WHERE volume=? AND path=?", (volume, path)).fetchone()
+                    exists = c.execute("SELECT size FROM files WHERE volume=? AND path=?",
+                                       (volume, path)).fetchone()
                     if not exists:
                         (n,) = c.execute("SELECT count(*) FROM files").fetchone()
                         if n >= self.max_files:
-                            raise refuse(CapabilityDenied, "quota", f"vfs.write: the instance holds {n} files (cap {self.max_files}); nothing was written")
+                            raise refuse(CapabilityDenied, "quota",
+                                         f"vfs.write: the instance holds {n} files (cap {self.max_files}); "
+                                         "nothing was written")
                     delta = len(data) - (exists[0] if exists else -len(path.encode()))
                     if self.quota is not None:  # the tenant's disk quota: refused inside this write
                         self.quota.take(tenant, scope, delta, "vfs.write")
                         taken = delta
-                    c.execute("INSERT OR REPLACE INTO files VALUES (?,?,?,?,?)", (volume, path, data, len(data), time.time()))
+                    c.execute("INSERT OR REPLACE INTO files VALUES (?,?,?,?,?)",
+                              (volume, path, data, len(data), time.time()))
             except BaseException:
                 if taken > 0 and self.quota is not None:
                     self.quota.take(tenant, scope, -taken, "vfs.write")
@@ -181,8 +189,8 @@ class VfsBroker:
                 row = c.execute("SELECT size FROM files WHERE volume=? AND path=?", (volume, path)).fetchone()
                 n = c.execute("DELETE FROM files WHERE volume=? AND path=?", (volume, path)).rowcount
             if row and self.quota is not None:
-                self.quota.take(call.ctx.principal.tenant, f"vfs:{call.ctx.instance}", -(row[0] + len(path.encode())),
-                                "vfs.delete")
+                self.quota.take(call.ctx.principal.tenant, f"vfs:{call.ctx.instance}",
+                                -(row[0] + len(path.encode())), "vfs.delete")
             return {"deleted": bool(n)}
         raise InvalidArgs(f"vfs: unknown operation {call.op!r}")
 
@@ -242,11 +250,13 @@ def _query_error(exc: sqlite3.DatabaseError, per_value: int, budget: ByteBudget)
         return refuse(Timeout, "deadline", "vfs.query: the query ran past its deadline; stopped")
     if "too big" in text or "too large" in text:
         if budget.left < per_value:  # the limit had shrunk to what was left of the answer
-            return refuse(InvalidArgs, "too-large", f"vfs.query: the answer passed the {budget.cap}-byte cap after "
+            return refuse(InvalidArgs, "too-large",
+                          f"vfs.query: the answer passed the {budget.cap}-byte cap after "
                           f"{budget.used} bytes; stopped — narrow the query (a LIMIT, fewer columns)")
         return refuse(InvalidArgs, "too-large",
                       f"vfs.query: a value passed the {per_value}-byte per-value cap; stopped — select less "
                       "(substr(), length(), a LIMIT) or read the file with vfs.read")
     if "too many columns" in text:
-        return refuse(InvalidArgs, "too-large", f"vfs.query: more than {QUERY_COLUMNS} columns in a result row")
+        return refuse(InvalidArgs, "too-large",
+                      f"vfs.query: more than {QUERY_COLUMNS} columns in a result row")
     return InvalidArgs(f"vfs.query: {text} (only SELECT over the files table is allowed)")

@@ -21,7 +21,8 @@ def main():
     with open("/wb/agent.json", "rb") as fh:
         config = json.load(fh)
     chan = frames.stdio_channel(terminal.Channel)  # a stray print cannot corrupt the protocol
-    agent = terminal.Agent(chan, secret, config["allow"], nofile=int(config["nofile"]), nproc=int(config["nproc"]))
+    agent = terminal.Agent(chan, secret, config["allow"], nofile=int(config["nofile"]),
+                           nproc=int(config["nproc"]))
 
     def serve():
         agent.handshake()

@@ -10,7 +10,8 @@ writes how the guest ended as one JSON object on the status fd. It decides nothi
 deadline and output caps are the host's (SIGKILL of the container); the memory limit is
 the store's. A module that imports ``wb.*`` asks the host which caps link and forwards
 each call to the host's Dock over the framed protocol (``/wb/lib/capbridge.py``, the caps
-bridge's guest side wbcore-wasmtime serves, next to ``frames.py``); the session secret arrives on a pipe and every host frame must carry it.
+bridge's guest side wbcore-wasmtime serves, next to ``frames.py``); the session secret arrives on a pipe and
+every host frame must carry it.
 """
 
 import json
@@ -54,7 +55,8 @@ def main():
     linker = wasmtime.Linker(engine)
     linker.define_wasi()
     if capbridge.GuestCaps.needs_link(module):
-        guest = capbridge.GuestCaps(frames.Channel(from_host, to_host), frames.read_secret(secret_fd), int(call["id"]), wasmtime)
+        guest = capbridge.GuestCaps(frames.Channel(from_host, to_host), frames.read_secret(secret_fd),
+                                    int(call["id"]), wasmtime)
         try:
             caps = guest.link(module)
         except capbridge.Refused:
@@ -82,7 +84,8 @@ def main():
         report["exit"] = exc.code
     except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:
         lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
-        report["trap"] = next((ln for ln in lines if ln.startswith("wasm trap:")), lines[-1] if lines else "trap")
+        report["trap"] = next((ln for ln in lines if ln.startswith("wasm trap:")),
+                              lines[-1] if lines else "trap")
         code = getattr(exc, "trap_code", None)
         report["trap_code"] = code.name if code is not None else ""
     if instance is not None:

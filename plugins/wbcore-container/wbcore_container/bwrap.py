@@ -42,7 +42,8 @@ TMP_BYTES = 64 << 20
 FILE_BYTES = 64 << 20
 NOFILE = 256
 CHUNK = 1 << 16
-ENV = {"PATH": ":".join(rootfs.ROOT_PATH), "HOME": "/tmp", "LANG": "C.UTF-8", "TMPDIR": "/tmp", "USER": rootfs.USER}
+ENV = {"PATH": ":".join(rootfs.ROOT_PATH), "HOME": "/tmp", "LANG": "C.UTF-8", "TMPDIR": "/tmp",
+       "USER": rootfs.USER}
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +88,8 @@ class Spec:
     limits: BwrapLimits
     files: list[Data] = field(default_factory=list)
     binds: list[tuple[str, str]] = field(default_factory=list)  # extra read-only (host, dest)
-    rw_binds: list[tuple[str, str]] = field(default_factory=list)  # writable (host, dest): wbx shell --mount :rw
+    # writable (host, dest): wbx shell --mount :rw
+    rw_binds: list[tuple[str, str]] = field(default_factory=list)
     pass_fds: tuple[int, ...] = ()  # host fds the payload gets under the same numbers (frame channels)
     unprivileged: bool = True
     status_fd: bool = False
@@ -133,14 +135,15 @@ def _probe_once() -> tuple[bool, str]:
         done = subprocess.run([exe, "--version"], capture_output=True, timeout=10, check=False)
         version = done.stdout.decode().strip()
         spec = Spec(argv=["/usr/bin/true"], stdin=b"",
-                    limits=BwrapLimits(memory=256 << 20, processes=PROBE_PROCESSES, cpu_s=5, deadline_s=10.0, stdout_cap=4096,
-                                  stderr_cap=4096))
+                    limits=BwrapLimits(memory=256 << 20, processes=PROBE_PROCESSES, cpu_s=5, deadline_s=10.0,
+                                       stdout_cap=4096, stderr_cap=4096))
         out = run(spec, root=None)
     except (OSError, subprocess.SubprocessError) as exc:
         return False, f"bwrap could not start: {exc}"
     if out.exit_code != 0:
         why = out.stderr.decode(errors="replace").strip().splitlines()
-        return False, f"bwrap cannot create its namespaces here: {why[-1] if why else f'exit {out.exit_code}'}"
+        return (False, "bwrap cannot create its namespaces here: "
+                f"{why[-1] if why else f'exit {out.exit_code}'}")
     filt = "seccomp" if seccomp.bpf() is not None else "no seccomp filter (pip install pyseccomp)"
     return True, f"{version or 'bubblewrap'} ({exe}), {filt}"
 
@@ -270,7 +273,8 @@ def launch(spec: Spec, root: rootfs.Root, **popen: Any) -> Running:
     return Running(proc, info_r)
 
 
-def _popen(spec: Spec, root: rootfs.Root | None, **popen: Any) -> tuple[subprocess.Popen[bytes], float, int, int]:
+def _popen(spec: Spec, root: rootfs.Root | None,
+           **popen: Any) -> tuple[subprocess.Popen[bytes], float, int, int]:
     drop = spec.unprivileged and os.geteuid() == 0
     opened: list[int] = []
     fds: list[tuple[int, str]] = []
@@ -360,7 +364,8 @@ def _wait(proc: subprocess.Popen[bytes], spec: Spec, start: float, status_r: int
     deadline = start + lim.deadline_s
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
     bufs = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
-    caps = {proc.stdout.fileno(): ("stdout", lim.stdout_cap), proc.stderr.fileno(): ("stderr", lim.stderr_cap)}
+    caps = {proc.stdout.fileno(): ("stdout", lim.stdout_cap),
+            proc.stderr.fileno(): ("stderr", lim.stderr_cap)}
     status = bytearray()
     info = bytearray()
     sel = selectors.DefaultSelector()
@@ -449,6 +454,7 @@ def _wait(proc: subprocess.Popen[bytes], spec: Spec, start: float, status_r: int
         except OSError:
             pass
     values = list(bufs.values())  # stdout, stderr (registration order)
-    return Outcome(exit_code=code, stdout=bytes(values[0][:lim.stdout_cap]), stderr=bytes(values[1][:lim.stderr_cap]),
+    return Outcome(exit_code=code, stdout=bytes(values[0][:lim.stdout_cap]),
+                   stderr=bytes(values[1][:lim.stderr_cap]),
                    status=bytes(status), over=over, timed_out=timed_out, cancelled=cancelled,
                    wall_s=time.monotonic() - start)

@@ -20,11 +20,12 @@ def wbcore_exec_shapes() -> Iterator[ExecShape]:
 def wbcore_isolation_tiers() -> Iterator[IsolationTier]:
     yield IsolationTier(
         name="container",
-        summary="a call in a throwaway bubblewrap container: new user/pid/net/ipc/uts namespaces, no network, "
-        "a read-only root from this host's Debian packages, tmpfs /tmp, rlimits, SIGKILL at the deadline; "
-        "wasm commands (caps bridged to the host's Dock over the framed protocol), posix CLIs, :role task blocks "
-        "(WB_TOOLKIT_EXEC=1), "
-        "interactive shells (wbx shell) and host folders bound in for posix calls and tasks (wbx run --mount)",
+        summary="a call in a throwaway bubblewrap container: new user/pid/net/ipc/uts namespaces, no "
+        "network, a read-only root from this host's Debian packages, tmpfs /tmp, rlimits, SIGKILL at the "
+        "deadline; wasm commands (caps bridged to the host's Dock over the framed protocol), posix CLIs, "
+        ":role task blocks (WB_TOOLKIT_EXEC=1), "
+        "interactive shells (wbx shell) and host folders bound in for posix calls and tasks (wbx run "
+        "--mount)",
         rung=2,
         factory=lazy("wbcore_container.tiers:factory"),
         available=lazy("wbcore_container.tiers:available"),

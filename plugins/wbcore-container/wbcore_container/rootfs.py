@@ -118,6 +118,7 @@ def resolve_cli(name: str) -> str | None:
             continue
         real = os.path.realpath(candidate)
         if any(real == b or real.startswith(b + "/") for b in BINDS) and not any(
-                real.startswith(m + "/") for m in MASKED) and os.access(real, os.X_OK) and os.path.isfile(real):
+                real.startswith(m + "/") for m in MASKED) and os.access(real, os.X_OK) \
+                and os.path.isfile(real):
             return real
     return None

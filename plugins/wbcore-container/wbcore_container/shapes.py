@@ -28,7 +28,9 @@ def verify_posix(ctx: VerifyContext) -> Iterator[Check]:
                                    "install the package that ships it (apt-get install …)")
     tiers = [t for t in ctx.runtime.tiers if "posix" in t.kinds]
     if not tiers:
-        yield Check(False, "exec", f"posix commands run only in tier {TIER}, which is not installed (pip install wbcore-container)")
+        yield Check(False, "exec",
+                    f"posix commands run only in tier {TIER}, which is not installed (pip install "
+                    "wbcore-container)")
         return
     for t in sorted(tiers, key=lambda t: t.rung):
         avail = t.available()

@@ -29,7 +29,8 @@ from wbcore_container import bwrap, rootfs
 AGENT = Path(__file__).with_name("_agent.py")
 PYTHON = "/usr/bin/python3"
 #: The programs a session may start (seed 003's command allowlist): the root's shells and python3.
-ALLOWED = ("/bin/sh", "/bin/bash", "/bin/dash", "/usr/bin/sh", "/usr/bin/bash", "/usr/bin/dash", "/usr/bin/python3")
+ALLOWED = ("/bin/sh", "/bin/bash", "/bin/dash", "/usr/bin/sh", "/usr/bin/bash", "/usr/bin/dash",
+           "/usr/bin/python3")
 SHELL_MEMORY = 4 << 30  # RLIMIT_AS of every process in the container
 SHELL_PROCESSES = 64
 SHELL_TMP = 256 << 20
@@ -85,8 +86,8 @@ def start_agent(root: rootfs.Root, request: ShellRequest) -> ContainerShell:
     for mount in request.mounts:
         why = unreachable_by(mount.host, mount.rw, bwrap.HOST_UID) if dropping else ""
         if why:
-            raise InvalidArgs(f"--mount {mount.host}:{mount.guest}: the container runs as host uid {bwrap.HOST_UID}, "
-                              f"which cannot use it: {why}")
+            raise InvalidArgs(f"--mount {mount.host}:{mount.guest}: the container runs as host uid "
+                              f"{bwrap.HOST_UID}, which cannot use it: {why}")
     secret = frames.new_secret()
     sec_r, sec_w = os.pipe()
     os.write(sec_w, secret)
@@ -94,13 +95,16 @@ def start_agent(root: rootfs.Root, request: ShellRequest) -> ContainerShell:
     config = json.dumps({"allow": [p for p in ALLOWED if Path(p).exists()], "nofile": bwrap.NOFILE,
                          "nproc": SHELL_PROCESSES}).encode()
     lib = Path(frames.__file__).parent
-    limits = bwrap.BwrapLimits(memory=SHELL_MEMORY, processes=SHELL_PROCESSES, cpu_s=max(1, int(request.timeout_s) + 1),
+    limits = bwrap.BwrapLimits(memory=SHELL_MEMORY, processes=SHELL_PROCESSES,
+                               cpu_s=max(1, int(request.timeout_s) + 1),
                           deadline_s=request.timeout_s, stdout_cap=0, stderr_cap=0, tmp_bytes=SHELL_TMP,
                           file_bytes=None)
     spec = bwrap.Spec(
         argv=[PYTHON, "-I", "-S", "/wb/agent.py", str(sec_r)], stdin=b"", limits=limits,
-        files=[bwrap.Data("/wb/agent.py", path=AGENT), bwrap.Data("/wb/lib/frames.py", path=lib / "frames.py"),
-               bwrap.Data("/wb/lib/terminal.py", path=lib / "terminal.py"), bwrap.Data("/wb/agent.json", data=config)],
+        files=[bwrap.Data("/wb/agent.py", path=AGENT),
+               bwrap.Data("/wb/lib/frames.py", path=lib / "frames.py"),
+               bwrap.Data("/wb/lib/terminal.py", path=lib / "terminal.py"),
+               bwrap.Data("/wb/agent.json", data=config)],
         binds=[(m.host, m.guest) for m in request.mounts if not m.rw],
         rw_binds=[(m.host, m.guest) for m in request.mounts if m.rw],
         unprivileged=True, pass_fds=(sec_r,))

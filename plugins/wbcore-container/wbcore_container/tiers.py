@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wbcore_runtime.build.builder import read_posix_manifest
-from wbcore_runtime.contract.calls import CallResult, CommandRequest, GuestTrap, LimitExceeded, Usage, check_guest_end
+from wbcore_runtime.contract.calls import (CallResult, CommandRequest, GuestTrap, LimitExceeded, Usage,
+                                           check_guest_end)
 from wbcore_runtime.wire import frames
 from wbcore_runtime.guard import paths
 from wbcore_runtime.contract import guest
@@ -114,11 +115,13 @@ class ContainerTier:
     def _posix(self, req: CommandRequest, cli: str, binds: list[tuple[str, str]] | None = None) -> CallResult:
         path = rootfs.resolve_cli(cli)
         if path is None:
-            raise NotFound(f"{req.name}: #+CLI_BIN {cli!r} is not in the container root ({', '.join(rootfs.ROOT_PATH)} "
-                           "from this host's Debian packages); install the package that ships it (apt-get install …)")
+            raise NotFound(f"{req.name}: #+CLI_BIN {cli!r} is not in the container root "
+                           f"({', '.join(rootfs.ROOT_PATH)} from this host's Debian packages); install the "
+                           "package that ships it (apt-get install …)")
         prof = req.profile
-        limits = bwrap.BwrapLimits(memory=prof.memory_bytes, processes=POSIX_PROCESSES, cpu_s=_cpu(req.timeout_s),
-                              deadline_s=req.timeout_s, stdout_cap=prof.stdout_bytes, stderr_cap=prof.stderr_bytes)
+        limits = bwrap.BwrapLimits(memory=prof.memory_bytes, processes=POSIX_PROCESSES,
+                                   cpu_s=_cpu(req.timeout_s), deadline_s=req.timeout_s,
+                                   stdout_cap=prof.stdout_bytes, stderr_cap=prof.stderr_bytes)
         mounted = _mount_binds(req.mounts)
         spec = bwrap.Spec(argv=[path, *_argv(req)[1:]], stdin=_stdin(req), limits=limits, unprivileged=True,
                           cancel=req.cancel, binds=[*(binds or []), *mounted.get("binds", [])],
@@ -134,8 +137,8 @@ class ContainerTier:
 
     def _wasm(self, req: CommandRequest, module: bytes) -> CallResult:
         if req.mounts:
-            raise InvalidArgs(f"{req.name}: --mount binds host folders for posix commands and tasks; a wasm command "
-                              "reads data through #+PREOPEN (docs/manifest.md)")
+            raise InvalidArgs(f"{req.name}: --mount binds host folders for posix commands and tasks; a wasm "
+                              "command reads data through #+PREOPEN (docs/manifest.md)")
         site = _wasmtime_dir()
         if site is None or not Path(PYTHON).exists():
             raise InvalidArgs("tier container runs wasm with the root's python3 and this host's wasmtime; "
@@ -143,8 +146,9 @@ class ContainerTier:
         prof = req.profile
         call_id = next(_ids)
         call = json.dumps({"argv": _argv(req), "memory": prof.memory_bytes, "id": call_id}).encode()
-        limits = bwrap.BwrapLimits(memory=WASM_ADDRESS_SPACE, processes=POSIX_PROCESSES, cpu_s=_cpu(req.timeout_s),
-                              deadline_s=req.timeout_s, stdout_cap=prof.stdout_bytes, stderr_cap=prof.stderr_bytes)
+        limits = bwrap.BwrapLimits(memory=WASM_ADDRESS_SPACE, processes=POSIX_PROCESSES,
+                                   cpu_s=_cpu(req.timeout_s), deadline_s=req.timeout_s,
+                                   stdout_cap=prof.stdout_bytes, stderr_cap=prof.stderr_bytes)
         # The caps channel: two pipes (frames each way) and a third that carries the session
         # secret once; the runner asks, the bridge answers through this runtime's Dock.
         secret = frames.new_secret()
@@ -155,10 +159,11 @@ class ContainerTier:
         os.close(secret_w)
         lib = Path(frames.__file__).parent
         spec = bwrap.Spec(
-            argv=[PYTHON, "-I", "-S", "/wb/run.py", "/wb/site", "{status_fd}", str(to_guest_r), str(to_host_w),
-                  str(secret_r)], stdin=_stdin(req), limits=limits,
+            argv=[PYTHON, "-I", "-S", "/wb/run.py", "/wb/site", "{status_fd}", str(to_guest_r),
+                  str(to_host_w), str(secret_r)], stdin=_stdin(req), limits=limits,
             files=[bwrap.Data("/wb/run.py", path=RUNNER), bwrap.Data("/wb/call.json", data=call),
-                   self._module_file(req.sha256, module), bwrap.Data("/wb/lib/frames.py", path=lib / "frames.py"),
+                   self._module_file(req.sha256, module),
+                   bwrap.Data("/wb/lib/frames.py", path=lib / "frames.py"),
                    bwrap.Data("/wb/lib/capbridge.py", path=guest.sandbox_caps(self.runtime, "container"))],
             binds=[(str(site), "/wb/site/wasmtime")],
             # wasmtime lives in this process's environment, which the unprivileged host uid
@@ -182,8 +187,8 @@ class ContainerTier:
             report = None
         if not isinstance(report, dict):
             tail = out.stderr.decode(errors="replace").strip().splitlines()[-3:]
-            raise GuestTrap(f"{req.name}: the container's wasm runner ended (exit {out.exit_code}) without a report"
-                            + (f": {' | '.join(tail)}" if tail else ""))
+            raise GuestTrap(f"{req.name}: the container's wasm runner ended (exit {out.exit_code}) "
+                            "without a report" + (f": {' | '.join(tail)}" if tail else ""))
         name = req.name
         peak = int(report.get("peak") or 0)
         if report.get("refused"):
@@ -197,7 +202,8 @@ class ContainerTier:
         if report.get("link_error"):
             raise InvalidArgs(f"{name}: cannot link: {report['link_error']}")
         if report.get("no_start"):
-            raise InvalidArgs(f"{name}: artifact {req.sha256[:12]}… exports no _start (is it a WASI command?)")
+            raise InvalidArgs(f"{name}: artifact {req.sha256[:12]}… exports no _start (is it a WASI "
+                              "command?)")
         exit_code = int(report.get("exit") or 0)
         check_guest_end(req, wall=out.wall_s, trap=report.get("trap") or None, exit_code=exit_code, peak=peak)
         usage = Usage(wall_s=out.wall_s, peak_memory=peak, bytes_out=len(out.stdout) + len(out.stderr))
@@ -208,7 +214,8 @@ class ContainerTier:
         store's digest-checked cache (``/wb/module.cwasm``, deserialized in milliseconds by the
         same wasmtime inside), else the ``.wasm`` itself (compiled inside, per call)."""
         try:
-            path, _ = self.runtime.artifacts.compiled(sha, _cwasm_key(), compile=_precompile, load=lambda p: p)
+            path, _ = self.runtime.artifacts.compiled(sha, _cwasm_key(), compile=_precompile,
+                                                      load=lambda p: p)
             return bwrap.Data("/wb/module.cwasm", path=path)
         except Exception:  # noqa: BLE001 - an invalid module or a full disk: the runner compiles and reports
             return bwrap.Data("/wb/module.wasm", data=module)
@@ -225,8 +232,9 @@ class ContainerTier:
         if not ok:
             raise NotFound(f"tier container is unavailable: {why}")
         prof = profile("posix")
-        limits = bwrap.BwrapLimits(memory=prof.memory_bytes, processes=POSIX_PROCESSES, cpu_s=_cpu(req.timeout_s),
-                              deadline_s=req.timeout_s, stdout_cap=prof.stdout_bytes, stderr_cap=prof.stderr_bytes)
+        limits = bwrap.BwrapLimits(memory=prof.memory_bytes, processes=POSIX_PROCESSES,
+                                   cpu_s=_cpu(req.timeout_s), deadline_s=req.timeout_s,
+                                   stdout_cap=prof.stdout_bytes, stderr_cap=prof.stderr_bytes)
         mounted = _mount_binds(getattr(req, "mounts", ()))
         spec = bwrap.Spec(argv=[req.interpreter, "-c", req.script, req.task, *req.args], stdin=req.stdin,
                           limits=limits, files=_toolkit_files(req.toolkit_dir), unprivileged=True,
@@ -238,8 +246,8 @@ class ContainerTier:
                           "(its container was killed)")
         if out.over:
             cap = prof.stdout_bytes if out.over == "stdout" else prof.stderr_bytes
-            raise LimitExceeded(f"{name}: {out.over} passed the {cap}-byte cap; output stopped (its container was "
-                                "killed)", limit=out.over)
+            raise LimitExceeded(f"{name}: {out.over} passed the {cap}-byte cap; output stopped (its "
+                                "container was killed)", limit=out.over)
         code = out.exit_code if out.exit_code >= 0 else 128 - out.exit_code
         usage = Usage(wall_s=out.wall_s, peak_memory=0, bytes_out=len(out.stdout) + len(out.stderr))
         return CallResult(out.stdout, out.stderr, code, usage)
@@ -249,10 +257,11 @@ class ContainerTier:
     def _limits(self, req: CommandRequest, out: bwrap.Outcome) -> None:
         prof = req.profile
         if out.timed_out:
-            raise Timeout(f"{req.name}: stopped after {out.wall_s:.3f} s: over its {req.timeout_s:g} s deadline "
-                          "(its container was killed)")
+            raise Timeout(f"{req.name}: stopped after {out.wall_s:.3f} s: over its {req.timeout_s:g} s "
+                          "deadline (its container was killed)")
         if out.cancelled:
-            raise Timeout(f"{req.name}: cancelled by the caller after {out.wall_s:.3f} s; its container was killed")
+            raise Timeout(f"{req.name}: cancelled by the caller after {out.wall_s:.3f} s; its container was "
+                          "killed")
         if out.over:
             cap = prof.stdout_bytes if out.over == "stdout" else prof.stderr_bytes
             raise LimitExceeded(f"{req.name}: {out.over} passed the {cap}-byte cap of profile {prof.name}; "
@@ -320,8 +329,8 @@ def _mount_binds(mounts: Any) -> dict[str, list[tuple[str, str]]]:
         for m in mounts:
             why = unreachable_by(m.host, m.rw, bwrap.HOST_UID)
             if why:
-                raise InvalidArgs(f"--mount {m.host}:{m.guest}: the container runs as host uid {bwrap.HOST_UID}, "
-                                  f"which cannot use it: {why}")
+                raise InvalidArgs(f"--mount {m.host}:{m.guest}: the container runs as host uid "
+                                  f"{bwrap.HOST_UID}, which cannot use it: {why}")
     return {"binds": [(m.host, m.guest) for m in mounts if not m.rw],
             "rw_binds": [(m.host, m.guest) for m in mounts if m.rw]}
 
@@ -350,15 +359,16 @@ def _skill_binds(runtime: Runtime, posix: dict[str, Any]) -> list[tuple[str, str
     def client() -> distribution.Distribution:  # wbcore-oci, through the runtime; only to pull
         return distribution.service(runtime)
 
-    out = [(str(skill_images.resolve(runtime.home, im, runtime.env, client=client)), im.mount) for im in images]
+    out = [(str(skill_images.resolve(runtime.home, im, runtime.env, client=client)), im.mount)
+           for im in images]
     if os.geteuid() == 0:  # bwrap then runs as the unprivileged host uid: it must reach the trees
         from wbcore_runtime.dispatch.mounts import unreachable_by
 
         for host, guest in out:
             why = unreachable_by(host, False, bwrap.HOST_UID)
             if why:
-                raise InvalidArgs(f"skill image at {guest}: the container runs as host uid {bwrap.HOST_UID}, which cannot "
-                                  f"read its cache folder {host}: {why}")
+                raise InvalidArgs(f"skill image at {guest}: the container runs as host uid {bwrap.HOST_UID}, "
+                                  f"which cannot read its cache folder {host}: {why}")
     return out
 
 

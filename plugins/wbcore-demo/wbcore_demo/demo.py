@@ -36,7 +36,8 @@ def run(runtime: RuntimeServices) -> None:
     found = runtime.discover()
     typer.echo(f"== discover: {len(found.toolkits)} toolkit(s) in {', '.join(map(str, found.roots))}")
     for tk in found.toolkits.values():
-        typer.echo(f"  {tk.id} · {tk.manifest.status} · {tk.manifest.exec or 'discovery-only'} · {tk.manifest.tagline}")
+        typer.echo(f"  {tk.id} · {tk.manifest.status} · {tk.manifest.exec or 'discovery-only'} · "
+                   f"{tk.manifest.tagline}")
     for err in found.errors:
         typer.echo(f"  (malformed) {err}")
     with DemoSite() as site:
@@ -50,7 +51,8 @@ def run(runtime: RuntimeServices) -> None:
         typer.echo(report.render())
         missing = [e.message for e in buildable.refusals(runtime, tk.manifest)
                    if isinstance(e, buildable.LaneUnavailable)] or _tier_missing(runtime, tk.manifest)
-        if missing and not report.ok:  # explained, not a failure of the demo: this machine lacks the lane or tier
+        # explained, not a failure of the demo: this machine lacks the lane or tier
+        if missing and not report.ok:
             typer.echo(f"-- {tk.id} cannot run on this machine: {missing[0]}")
         failed += not report.ok and not missing
         if tk.skills:
@@ -141,13 +143,16 @@ def _open_to(runtime: RuntimeServices, site: object) -> None:
     host = "127.0.0.1"
     for name in (ENV_GUEST_PRIVATE_HOSTS, ENV_PRIVATE_HOSTS):
         runtime.env[name] = " ".join(dict.fromkeys([*runtime.env.get(name, "").split(), host]))
-    typer.echo(f"\n== a local web site for the network toolkits: {site.url} (in this process; no internet needed)")  # type: ignore[attr-defined]
-    typer.echo(f"  deployer settings, for this demo only: {ENV_GUEST_PRIVATE_HOSTS}={host} (a guest's net cap may "
-               f"reach it; #+ALLOWED_HOSTS still narrows), {ENV_PRIVATE_HOSTS}={host} (the federation source)")
+    typer.echo(f"\n== a local web site for the network toolkits: {site.url} "  # type: ignore[attr-defined]
+               "(in this process; no internet needed)")
+    typer.echo(f"  deployer settings, for this demo only: {ENV_GUEST_PRIVATE_HOSTS}={host} (a guest's net "
+               f"cap may reach it; #+ALLOWED_HOSTS still narrows), {ENV_PRIVATE_HOSTS}={host} (the "
+               "federation source)")
 
 
 def _shown(stdout: bytes, stderr: bytes) -> str:
-    """What a step printed, on one line: its text, or for binary output its size and what it said on stderr."""
+    """What a step printed, on one line: its text, or for binary output its size and what it said on
+    stderr."""
     if b"\0" in stdout[:4096] or not _is_text(stdout):
         said = " ⏎ ".join(stderr.decode("utf-8", "replace").strip().splitlines()[:2])
         return f"{len(stdout)} bytes of binary output" + (f"; stderr: {said}" if said else "")
@@ -177,7 +182,8 @@ def _explain(runtime: RuntimeServices, tk: object) -> str:
             f"Skills: {skills or '(none)'} (wbx toolkit show {tk.id})")  # type: ignore[attr-defined]
 
 
-def _build_and_run(runtime: RuntimeServices, found: object, site: str = "") -> tuple[int, list[tuple[str, str]]]:
+def _build_and_run(runtime: RuntimeServices, found: object,
+                   site: str = "") -> tuple[int, list[tuple[str, str]]]:
     """Build every command/kernel/component toolkit whose lane is available and run it with
     its demo input: stdin ``#+DEMO_STDIN``, arguments ``#+DEMO_ARGS`` (several invocations
     joined by `` && ``; stdin goes to the first), a component's ``#+DEMO_CALL``
@@ -194,14 +200,16 @@ def _build_and_run(runtime: RuntimeServices, found: object, site: str = "") -> t
             continue
         lane = m.build_lang
         if lane and (lane not in runtime.lanes or not runtime.lanes.get(lane).availability(runtime).ok):
-            why = runtime.lanes.get(lane).availability(runtime).reason if lane in runtime.lanes else "no plugin serves it"
+            why = (runtime.lanes.get(lane).availability(runtime).reason if lane in runtime.lanes
+                   else "no plugin serves it")
             typer.echo(f"  {tk.id}: skipped: lane {lane} is unavailable here ({why})")
             continue
         try:
             t0 = time.monotonic()
             res = builder.build(runtime, tk.id)
             built.append((res.kind, res.name))
-            how = "cached" if res.cached else f"built by lane {res.lane or 'prebuilt'} in {time.monotonic() - t0:.1f}s"
+            how = ("cached" if res.cached
+                   else f"built by lane {res.lane or 'prebuilt'} in {time.monotonic() - t0:.1f}s")
             typer.echo(f"  {tk.id}: {res.kind} {res.name} {how} → {res.sha256[:12]}…")
             stdin = (m.extra("DEMO_STDIN") or DEMO_INPUT.rstrip("\n")).encode() + b"\n"
             if "{site}" in (m.extra("DEMO_ARGS") or "") and not m.extra("DEMO_STDIN"):
@@ -280,8 +288,8 @@ def federation(runtime: RuntimeServices, site: str, *, timeout: float = 120.0) -
         env = {**os.environ, **runtime.env, "WB_HOME": str(runtime.home), "WB_TOOLKIT_PATH": tmp}
         cmd = ["fed", "query", "demo-releases", "demo_releases"]
         try:
-            done = subprocess.run([sys.executable, "-m", "wbcore_runtime", *cmd], env=env, cwd=str(runtime.cwd),
-                                  capture_output=True, text=True, timeout=timeout)
+            done = subprocess.run([sys.executable, "-m", "wbcore_runtime", *cmd], env=env,
+                                  cwd=str(runtime.cwd), capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             typer.echo(f"  FAILED: wbx {' '.join(cmd)} took longer than {timeout:.0f} s")
             return 1
@@ -307,8 +315,8 @@ def mcp_session(runtime: RuntimeServices, *, timeout: float = 120.0) -> int:
     from mcp.client.stdio import stdio_client
 
     env = {**os.environ, "WB_HOME": str(runtime.home)}
-    params = StdioServerParameters(command=sys.executable, args=["-m", "wbcore_runtime", "mcp", "serve"], env=env,
-                                   cwd=str(runtime.cwd))
+    params = StdioServerParameters(command=sys.executable, args=["-m", "wbcore_runtime", "mcp", "serve"],
+                                   env=env, cwd=str(runtime.cwd))
 
     errlog: Any = sys.stderr  # the server's own messages (a build's progress) show as they come
     try:
@@ -318,12 +326,14 @@ def mcp_session(runtime: RuntimeServices, *, timeout: float = 120.0) -> int:
 
     async def session() -> None:
         with anyio.fail_after(timeout):
-            async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as client:
+            async with stdio_client(params, errlog=errlog) as (read, write), \
+                    ClientSession(read, write) as client:
                 init = await client.initialize()
                 typer.echo(f"  initialize → {init.server_info.name} {init.server_info.version}")
                 tools = (await client.list_tools()).tools
                 names = [t.name for t in tools]
-                typer.echo(f"  tools/list → {len(names)} tools: {', '.join(names[:12])}{' …' if len(names) > 12 else ''}")
+                typer.echo(f"  tools/list → {len(names)} tools: "
+                           f"{', '.join(names[:12])}{' …' if len(names) > 12 else ''}")
                 if "b64.b64" in names:
                     called = await client.call_tool("b64.b64", {"stdin": "hello from MCP"})
                     text = "".join(getattr(c, "text", "") for c in called.content).strip()

@@ -59,10 +59,12 @@ def wheel() -> bytes:
         "wb_greeting/__init__.py": module,
         f"{info}/METADATA": (f"Metadata-Version: 2.1\nName: {PACKAGE}\nVersion: {VERSION}\n"
                              "Summary: Say hello (the wbx demo's package)\n").encode(),
-        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: wbx-demo\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: wbx-demo\nRoot-Is-Purelib: true\nTag: "
+                         b"py3-none-any\n",
     }
     record = "".join(
-        f"{name},sha256={urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},{len(data)}\n"
+        f"{name},sha256={urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},"
+        f"{len(data)}\n"
         for name, data in files.items()) + f"{info}/RECORD,,\n"
     files[f"{info}/RECORD"] = record.encode()
     buf = io.BytesIO()
@@ -99,7 +101,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(200, ARTICLE.encode(), "text/html; charset=utf-8")
         if path == "/api/releases/latest":
             return self._json(RELEASES[-1])
-        if path == "/api/releases":  # paginated (RFC 8288 Link: rel="next"), as the federation source reads it
+        # paginated (RFC 8288 Link: rel="next"), as the federation source reads it
+        if path == "/api/releases":
             page = int((query.get("page") or ["1"])[0]) if (query.get("page") or ["1"])[0].isdigit() else 1
             rows = RELEASES[(page - 1) * PAGE_SIZE: page * PAGE_SIZE]
             extra = {}
@@ -107,8 +110,10 @@ class _Handler(BaseHTTPRequestHandler):
                 extra["Link"] = f'<{site.url}/api/releases?page={page + 1}>; rel="next"'
             return self._json({"items": rows}, extra=extra)
         if path == f"/simple/{PACKAGE}/":
-            link = f'<a href="/packages/{WHEEL_NAME}#sha256={site.wheel_sha256}" data-requires-python="&gt;=3.8">{WHEEL_NAME}</a>'
-            page_html = f"<!DOCTYPE html><html><body><h1>Links for {PACKAGE}</h1>\n{link}<br/>\n</body></html>\n"
+            link = (f'<a href="/packages/{WHEEL_NAME}#sha256={site.wheel_sha256}" '
+                    f'data-requires-python="&gt;=3.8">{WHEEL_NAME}</a>')
+            page_html = (f"<!DOCTYPE html><html><body><h1>Links for {PACKAGE}</h1>\n{link}<br/>\n"
+                         "</body></html>\n")
             return self._send(200, page_html.encode(), "text/html")
         if path == f"/packages/{WHEEL_NAME}":
             return self._send(200, site.wheel, "application/octet-stream")
@@ -124,8 +129,8 @@ class _Handler(BaseHTTPRequestHandler):
             sent: object = json.loads(body)
         except ValueError:
             sent = body
-        self._json({"received": sent, "content_type": self.headers.get("Content-Type"), "method": self.command,
-                    "path": self.path}, 201)
+        self._json({"received": sent, "content_type": self.headers.get("Content-Type"),
+                    "method": self.command, "path": self.path}, 201)
 
 
 class DemoSite:

@@ -18,4 +18,5 @@ def wbcore_cli_commands(add: Any) -> None:
 
         _demo.run(runtime)
 
-    add("demo", demo, help="Discover the shipped toolkits, build and run the buildable ones, verify all (offline).")
+    add("demo", demo,
+        help="Discover the shipped toolkits, build and run the buildable ones, verify all (offline).")

@@ -48,7 +48,8 @@ def read_lines(stream: Any) -> Iterator[Any]:
 def as_json(result: Result, kind: str) -> dict[str, Any]:
     """One result as the JSON line ``wbx fan`` prints (text when it decodes, else base64)."""
     if result.error is not None:
-        return {"i": result.index, "error": {"kind": result.error.kind.value, "message": result.error.message}}
+        return {"i": result.index,
+                "error": {"kind": result.error.kind.value, "message": result.error.message}}
     value = result.value
     if isinstance(value, CallResult):
         out: dict[str, Any] = {"i": result.index, "exit": value.exit_code}
@@ -101,9 +102,12 @@ def fan(runtime: Any) -> Any:
         width: int = typer.Option(None, "--width", "-w", help="Parallel workers (default: the CPU count)."),
         tier: str = typer.Option(None, "--tier", help="Isolation tier (never weaker than trust needs)."),
         kernel: bool = typer.Option(False, "--kernel", help="NAME is a kernel: inputs are {\"input\": …}."),
-        engine: str = typer.Option("local", "--engine", help="Fabric engine: local (processes), threads, or ray."),
-        address: str = typer.Option(None, "--address", help="The cluster of a distributed engine (ray: its address, "
-                                    "as WB_RAY_ADDRESS; default: $WB_RAY_ADDRESS, $RAY_ADDRESS, else a local Ray)."),
+        engine: str = typer.Option("local", "--engine",
+                                   help="Fabric engine: local (processes), threads, or ray."),
+        address: str = typer.Option(None, "--address",
+                                    help="The cluster of a distributed engine (ray: its address, "
+                                    "as WB_RAY_ADDRESS; default: $WB_RAY_ADDRESS, $RAY_ADDRESS, else a local "
+                                    "Ray)."),
         deadline: float = typer.Option(None, "--deadline", help="Seconds for the whole batch."),
         batch: int = typer.Option(None, "--batch", help="Inputs per worker message (default: adaptive)."),
     ) -> None:
@@ -147,7 +151,8 @@ def pipeline(runtime: Any) -> typer.Typer:
         input_: Path = typer.Option(None, "--input", "-i", help="The first stage's input (default: stdin)."),
         name: str = typer.Option(None, "--name", help="Which :pipeline: heading, when the file has several."),
         timeout: float = typer.Option(None, "--timeout", help="Seconds for the whole run."),
-        json_: bool = typer.Option(False, "--json", help="Print the PipelineResult as JSON instead of the output."),
+        json_: bool = typer.Option(False, "--json",
+                                   help="Print the PipelineResult as JSON instead of the output."),
     ) -> None:
         """Run a pipeline: the final output on stdout, per-stage timings on stderr."""
         from wbcore_fabric_local import pipeline as pl

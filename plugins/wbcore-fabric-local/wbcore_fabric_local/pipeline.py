@@ -7,12 +7,14 @@ its tool calls run each at its toolkit's resolved tier). A ``pipe`` stage
 runs one box on the carried bytes; a ``fan_out`` stage runs each of its boxes on the same
 bytes, concurrently, and carries their outputs merged as a JSON array (each element the
 box's stdout parsed as JSON when it parses, else its text). Every box runs through
-:mod:`wbcore_runtime.dispatch.dispatcher` (``call_command``; a kernel ``dispatch.kernels.open_kernel``): its own trust, caps and tier,
-in a fresh instance per stage. A box that exits non-zero, or fails, ends the run there.
+:mod:`wbcore_runtime.dispatch.dispatcher` (``call_command``; a kernel ``dispatch.kernels.open_kernel``): its
+own trust, caps and tier, in a fresh instance per stage. A box that exits non-zero, or fails, ends the run
+there.
 
 Authored in Python::
 
-    Pipeline.named("analysis", Box("upper")).fan_out([Box("jq", ("-c", "{a: .}")), Box("wc")]).pipe(Box("jq", (".",)))
+    Pipeline.named("analysis", Box("upper")).fan_out([Box("jq", ("-c", "{a: .}")), Box("wc")]).pipe(
+        Box("jq", (".",)))
 
 or in Org (:func:`parse`): a heading tagged ``:pipeline:`` whose child headings are stages,
 each titled ``pipe`` or ``fan_out``; a pipe stage names its box in ``:RUN:`` (the command
@@ -132,12 +134,14 @@ class PipelineResult:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "name": self.name, "run_id": self.run_id, "success": self.success, "wall_s": round(self.wall_s, 6),
-            "output": self.output.decode("utf-8", errors="replace"), "error": self.error,
-            "folder": str(self.folder) if self.folder else None,
-            "stages": [{"index": s.index, "op": s.op, "wall_s": round(s.wall_s, 6), "kept": s.kept, "ok": s.ok,
-                        "boxes": [{"box": b.box, "exit": b.exit_code, "wall_s": round(b.wall_s, 6), "error": b.error,
-                                   "stderr": b.stderr.decode("utf-8", errors="replace")} for b in s.boxes]}
+            "name": self.name, "run_id": self.run_id, "success": self.success,
+            "wall_s": round(self.wall_s, 6), "output": self.output.decode("utf-8", errors="replace"),
+            "error": self.error, "folder": str(self.folder) if self.folder else None,
+            "stages": [{"index": s.index, "op": s.op, "wall_s": round(s.wall_s, 6), "kept": s.kept,
+                        "ok": s.ok,
+                        "boxes": [{"box": b.box, "exit": b.exit_code, "wall_s": round(b.wall_s, 6),
+                                   "error": b.error, "stderr": b.stderr.decode("utf-8", errors="replace")}
+                                  for b in s.boxes]}
                        for s in self.stages],
         }
 
@@ -162,7 +166,8 @@ class Pipeline:
         return replace(self, stages=(*self.stages, Stage("fan_out", tuple(_box(b) for b in boxes))))
 
     def run(self, runtime: Runtime, data: bytes = b"", *, timeout: float | None = None,
-            principal: Principal | None = None, keep: bool = True, remote: str | None = None) -> PipelineResult:
+            principal: Principal | None = None, keep: bool = True,
+            remote: str | None = None) -> PipelineResult:
         return run(runtime, self, data, timeout=timeout, principal=principal, keep=keep, remote=remote)
 
 
@@ -212,16 +217,19 @@ def _run(runtime: Runtime, pipeline: Pipeline, data: bytes, run_id: str, timeout
     for index, stage in enumerate(pipeline.stages):
         t0 = _clock()
         with telemetry.span(runtime, "wb.stage", {"wb.stage.index": index, "wb.stage.op": stage.op,
-                                                  "wb.stage.boxes": [b.label() for b in stage.boxes]}) as span:
+                                                  "wb.stage.boxes": [b.label() for b in stage.boxes]}) \
+                as span:
             if len(stage.boxes) == 1 and stage.op == "pipe":
                 boxes = [_run_box(runtime, stage.boxes[0], carry, deadline, principal, remote)]
             else:
-                with ThreadPoolExecutor(max_workers=len(stage.boxes), thread_name_prefix="wb-pipeline") as pool:
+                with ThreadPoolExecutor(max_workers=len(stage.boxes),
+                                        thread_name_prefix="wb-pipeline") as pool:
                     # each box runs in a copy of this context: its call spans nest under the stage's
-                    futures = [pool.submit(contextvars.copy_context().run, _run_box, runtime, b, carry, deadline,
-                                           principal, remote) for b in stage.boxes]
+                    futures = [pool.submit(contextvars.copy_context().run, _run_box, runtime, b, carry,
+                                           deadline, principal, remote) for b in stage.boxes]
                     boxes = [f.result() for f in futures]
-            span.set(telemetry.OUTCOME, "ok" if all(b.error is None and b.exit_code in (0, None) for b in boxes)
+            span.set(telemetry.OUTCOME,
+                     "ok" if all(b.error is None and b.exit_code in (0, None) for b in boxes)
                      else "error")
         out = boxes[0].output if stage.op == "pipe" else merge([b.output for b in boxes])
         kept = None
@@ -264,8 +272,8 @@ def _run_box(runtime: Runtime, box: Box, data: bytes, deadline: float | None,
             finally:
                 inst.close()
             return BoxResult(box.label(), None, out, b"", _clock() - t0)
-        res = dispatch.call_command(runtime, box.name, box.argv, data, principal=principal, timeout=left, tier=box.tier,
-                                    mounts=box.mounts, remote=remote if box.mounts else None)
+        res = dispatch.call_command(runtime, box.name, box.argv, data, principal=principal, timeout=left,
+                                    tier=box.tier, mounts=box.mounts, remote=remote if box.mounts else None)
         return BoxResult(box.label(), res.exit_code, res.stdout, res.stderr, _clock() - t0)
     except WbError as exc:
         return BoxResult(box.label(), None, b"", b"", _clock() - t0, error=f"{exc.name}: {exc.message}")
@@ -292,7 +300,8 @@ def _run_agent_box(runtime: Runtime, box: Box, data: bytes, left: float | None, 
             timer.cancel()
     if rec.status != "done":
         why = "the pipeline's deadline passed" if cancel.is_set() else (rec.error or rec.status)
-        return BoxResult(box.label(), None, b"", b"", _clock() - t0, error=f"agent {rec.status}: {why} (run {rec.run_id})")
+        return BoxResult(box.label(), None, b"", b"", _clock() - t0,
+                         error=f"agent {rec.status}: {why} (run {rec.run_id})")
     result = rec.result if isinstance(rec.result, str) else json.dumps(rec.result)
     return BoxResult(box.label(), None, (result or "").encode(), b"", _clock() - t0)
 
@@ -380,12 +389,14 @@ def parse(text: str, path: Path | str = "pipeline.org") -> list[Pipeline]:
         name = node.props.get("NAME", (node.title, node.line))[0] or f"pipeline-{node.line}"
         stages = [_stage(path, child) for child in node.children]
         if not stages:
-            raise ManifestError(path, node.line, "pipeline", f"{name!r} has no stage headings (** pipe / ** fan_out)")
+            raise ManifestError(path, node.line, "pipeline",
+                                f"{name!r} has no stage headings (** pipe / ** fan_out)")
         if len(stages) > MAX_STAGES:
             raise ManifestError(path, node.line, "pipeline", f"{len(stages)} stages exceed {MAX_STAGES}")
         found.append(Pipeline(name, tuple(stages)))
     if not found:
-        raise ManifestError(path, 1, "pipeline", "no heading tagged :pipeline: (e.g. '* analysis :pipeline:')")
+        raise ManifestError(path, 1, "pipeline",
+                            "no heading tagged :pipeline: (e.g. '* analysis :pipeline:')")
     return found
 
 
@@ -409,17 +420,20 @@ def load(path: Path, name: str | None = None) -> Pipeline:
 def _stage(path: Path | str, node: _Node) -> Stage:
     op = node.title.split()[0] if node.title else ""
     if op not in OPS:
-        raise ManifestError(path, node.line, "stage", f"heading {node.title!r} is not a stage; title it 'pipe' or 'fan_out'")
+        raise ManifestError(path, node.line, "stage",
+                            f"heading {node.title!r} is not a stage; title it 'pipe' or 'fan_out'")
     if op == "pipe":
         if node.children:
-            raise ManifestError(path, node.line, "stage", "a pipe stage runs one box (its :RUN:); sub-headings are for fan_out")
+            raise ManifestError(path, node.line, "stage",
+                                "a pipe stage runs one box (its :RUN:); sub-headings are for fan_out")
         return Stage(op, (_box_of(path, node),), node.line)
     boxes = [_box_of(path, child) for child in node.children]
     if "RUN" in node.props:
         raise ManifestError(path, node.props["RUN"][1], "RUN",
                             "a fan_out stage has no :RUN: of its own; give each box a sub-heading with :RUN:")
     if not boxes:
-        raise ManifestError(path, node.line, "stage", "fan_out needs sub-headings, one per box, each with :RUN:")
+        raise ManifestError(path, node.line, "stage",
+                            "fan_out needs sub-headings, one per box, each with :RUN:")
     if len(boxes) > MAX_FAN_OUT:
         raise ManifestError(path, node.line, "stage", f"fan_out of {len(boxes)} boxes exceeds {MAX_FAN_OUT}")
     return Stage(op, tuple(boxes), node.line)
@@ -427,7 +441,8 @@ def _stage(path: Path | str, node: _Node) -> Stage:
 
 def _box_of(path: Path | str, node: _Node) -> Box:
     if "RUN" not in node.props:
-        raise ManifestError(path, node.line, "RUN", f"{node.title!r} names no box: add ':RUN: <command> [args…]' "
+        raise ManifestError(path, node.line, "RUN",
+                            f"{node.title!r} names no box: add ':RUN: <command> [args…]' "
                                                     "in its :PROPERTIES: drawer")
     value, line = node.props["RUN"]
     try:
@@ -440,7 +455,9 @@ def _box_of(path: Path | str, node: _Node) -> Box:
     if kind not in ("command", "kernel", "agent"):
         raise ManifestError(path, node.props["KIND"][1], "KIND", f"{kind!r}; known: command, kernel, agent")
     if kind == "agent" and len(words) < 2:
-        raise ManifestError(path, line, "RUN", "an agent box names the agent, then its task: ':RUN: summarizer \"summarize input.json\"'")
+        raise ManifestError(path, line, "RUN",
+                            "an agent box names the agent, then its task: ':RUN: summarizer \"summarize "
+                            "input.json\"'")
     if kind == "kernel" and len(words) > 1:
         raise ManifestError(path, line, "RUN", "a kernel takes no arguments, only its input bytes")
     tier = node.props.get("TIER", ("", line))[0] or None
@@ -456,7 +473,8 @@ def _mounts_of(path: Path | str, node: _Node, kind: str) -> tuple[str, ...]:
 
     value, line = node.props["MOUNTS"]
     if kind != "command":
-        raise ManifestError(path, line, "MOUNTS", f"{kind} boxes bind no host folder; :MOUNTS: is for command boxes")
+        raise ManifestError(path, line, "MOUNTS",
+                            f"{kind} boxes bind no host folder; :MOUNTS: is for command boxes")
     try:
         return granting.requested(shlex.split(value), ":MOUNTS:")
     except ValueError as exc:

@@ -23,9 +23,11 @@ def _threads(runtime: Any) -> Any:
 
 @hookimpl
 def wbcore_fabric_engines() -> Iterator[FabricEngine]:
-    yield FabricEngine(name="local", summary="worker processes (spawn), compiled modules and kernels kept per worker",
+    yield FabricEngine(name="local",
+                       summary="worker processes (spawn), compiled modules and kernels kept per worker",
                        factory=_local)
-    yield FabricEngine(name="threads", summary="threads of this process (short calls share the GIL)", factory=_threads)
+    yield FabricEngine(name="threads", summary="threads of this process (short calls share the GIL)",
+                       factory=_threads)
 
 
 @hookimpl

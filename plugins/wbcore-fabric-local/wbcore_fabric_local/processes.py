@@ -23,8 +23,8 @@ for and stops the processes):
 - inputs are taken from the iterable only while fewer than ``width × K × MAX_BATCH`` are in
   flight (taken and not yet yielded): a slow consumer holds the producer back;
 - each worker has at most ``K`` chunks outstanding (one running, two queued, so it never
-  idles waiting for the parent or for an earlier chunk of the other worker); a chunk's size adapts so that it takes about
-  ``TARGET_S`` (one input for long calls, up to ``MAX_BATCH`` for microsecond kernels) and
+  idles waiting for the parent or for an earlier chunk of the other worker); a chunk's size adapts so that it
+  takes about ``TARGET_S`` (one input for long calls, up to ``MAX_BATCH`` for microsecond kernels) and
   holds at most about ``CHUNK_BYTES`` of input;
 - results are buffered only until the earlier chunks arrive, then yielded in input order;
 - a worker that dies (killed, out of memory) fails only the inputs it held, and is replaced;
@@ -70,12 +70,14 @@ def start_method() -> str:
     method = os.environ.get("WB_FABRIC_START", "forkserver")
     if method not in START_METHODS:
         raise InvalidArgs(f"WB_FABRIC_START={method!r}: the local fabric starts workers with one of "
-                          f"{', '.join(START_METHODS)} (never fork: it can deadlock after wasmtime compiled a module)")
+                          f"{', '.join(START_METHODS)} (never fork: it can deadlock after wasmtime compiled "
+                          "a module)")
     return method
 
 
 #: Imported once by the fork server, so a worker forked from it starts with them loaded.
-PRELOAD = ("wbcore_runtime.runtime", "wbcore_runtime.dispatch.dispatcher", "wbcore_runtime.dispatch.fabric", "wbcore_fabric_local.worker")
+PRELOAD = ("wbcore_runtime.runtime", "wbcore_runtime.dispatch.dispatcher", "wbcore_runtime.dispatch.fabric",
+           "wbcore_fabric_local.worker")
 
 
 @functools.cache
@@ -113,12 +115,13 @@ class ProcessEngine:
     def __init__(self, runtime: Any) -> None:
         self.runtime = runtime
 
-    def chunks(self, job: fabric.Job, work: fabric.Work, *, cancel: Any = None) -> Iterator[fabric.ResultChunk]:
+    def chunks(self, job: fabric.Job, work: fabric.Work, *,
+               cancel: Any = None) -> Iterator[fabric.ResultChunk]:
         if job.caps:
             raise CapabilityDenied(
-                f"fabric engine 'local': {job.kind} {job.name!r} is granted caps ({' '.join(sorted(job.caps))}); "
-                f"their brokers keep per-process limits that worker processes would multiply; "
-                f"use the threads engine (--engine threads)")
+                f"fabric engine 'local': {job.kind} {job.name!r} is granted caps "
+                f"({' '.join(sorted(job.caps))}); their brokers keep per-process limits that worker "
+                f"processes would multiply; use the threads engine (--engine threads)")
         method = start_method()
         ctx = multiprocessing.get_context(method)
         if method == "forkserver":
@@ -128,7 +131,8 @@ class ProcessEngine:
 
 class _Batch(batch.Batch):
     def __init__(self, job: fabric.Job, work: fabric.Work, cancel: Any, ctx: Any) -> None:
-        super().__init__(job, work, cancel, k=K, target_s=TARGET_S, max_batch=MAX_BATCH, chunk_bytes=CHUNK_BYTES)
+        super().__init__(job, work, cancel, k=K, target_s=TARGET_S, max_batch=MAX_BATCH,
+                         chunk_bytes=CHUNK_BYTES)
         self.ctx = ctx
         self.restarts = 0
         self.workers: list[_Worker] = []
@@ -137,7 +141,8 @@ class _Batch(batch.Batch):
         from wbcore_fabric_local import worker
 
         parent, child = self.ctx.Pipe(duplex=True)
-        proc = self.ctx.Process(target=worker.main, args=(child, self.job), name="wb-fabric-worker", daemon=True)
+        proc = self.ctx.Process(target=worker.main, args=(child, self.job), name="wb-fabric-worker",
+                                daemon=True)
         proc.start()
         child.close()
         return _Worker(proc, parent)
@@ -185,11 +190,13 @@ class _Batch(batch.Batch):
 
     def _replace(self, w: _Worker) -> None:
         w.proc.join(1)
-        self.lost(w, Internal(f"fabric: worker {w.proc.pid} exited (code {w.proc.exitcode}) while it held this input"))
+        self.lost(w, Internal(f"fabric: worker {w.proc.pid} exited (code {w.proc.exitcode}) while it held "
+                              "this input"))
         w.conn.close()
         self.restarts += 1
         if self.restarts > MAX_RESTARTS:
-            raise Internal(f"fabric: {self.job.kind} {self.job.name!r}: workers exited {self.restarts} times; stopped")
+            raise Internal(f"fabric: {self.job.kind} {self.job.name!r}: workers exited {self.restarts} "
+                           "times; stopped")
         self.workers[self.workers.index(w)] = self._start()
 
     def stop(self, *, graceful: bool) -> None:

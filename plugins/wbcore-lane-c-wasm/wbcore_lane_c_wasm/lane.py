@@ -30,7 +30,8 @@ MAX_SOURCES = 2000
 #: Flags a manifest or caller may pass through to tcc; everything else is refused
 #: (``-o``, ``-run``, ``-B``, ``-L``... would change what the lane controls).
 #: (``-Wl,``/``-Wa,``/``-Wp,`` would pass anything to the linker, assembler or preprocessor.)
-FLAG_RE = re.compile(r"^-(D[A-Za-z_][A-Za-z0-9_]*(=.*)?|U[A-Za-z_][A-Za-z0-9_]*|W(?![alp],)[A-Za-z0-9,=_-]*|O[0-3s]?|g|std=[a-z0-9]+|f[a-z0-9-]+|l(m|c))$")
+FLAG_RE = re.compile(r"^-(D[A-Za-z_][A-Za-z0-9_]*(=.*)?|U[A-Za-z_][A-Za-z0-9_]*|W(?![alp],)[A-Za-z0-9,=_-]*"
+                     r"|O[0-3s]?|g|std=[a-z0-9]+|f[a-z0-9-]+|l(m|c))$")
 _MODULES: dict[Path, Any] = {}
 _MODULES_LOCK = threading.Lock()
 # Drop compiled modules before interpreter teardown unloads wasmtime's bindings.
@@ -41,8 +42,8 @@ def check_flags(flags: tuple[str, ...]) -> None:
     """The c-wasm lane's ``#+BUILD_FLAGS`` allowlist (build and verify both call it)."""
     for flag in flags:
         if not FLAG_RE.match(flag):
-            raise InvalidArgs(f"c-wasm: flag {flag!r} is not allowed (allowed: -D -U -W -O -g -std= -f -lm -lc); "
-                              "remove it from #+BUILD_FLAGS")
+            raise InvalidArgs(f"c-wasm: flag {flag!r} is not allowed (allowed: -D -U -W -O -g -std= -f -lm "
+                              "-lc); remove it from #+BUILD_FLAGS")
 
 
 def _path_chmod(caller: Any, path_ptr: int, path_len: int, mode: int) -> int:
@@ -60,7 +61,8 @@ def _link_chmod(linker: Any, _store: Any) -> None:
     import wasmtime
 
     i32 = wasmtime.ValType.i32()
-    linker.define_func("shellsim", "path_chmod", wasmtime.FuncType([i32, i32, i32], [i32]), _path_chmod, access_caller=True)
+    linker.define_func("shellsim", "path_chmod", wasmtime.FuncType([i32, i32, i32], [i32]), _path_chmod,
+                       access_caller=True)
 
 
 def compiler_module(tc: Toolchain, guests: guest.GuestRunner) -> guest.GuestModule:
@@ -111,14 +113,16 @@ class CWasmLane:
 
     home: Path
     guests: guest.GuestRunner  # the runtime's WASI guest runner (contract.guest.runner)
-    limits: guest.GuestLimits = field(default_factory=lambda: guest.GuestLimits(timeout_s=60.0, memory_bytes=512 << 20))
+    limits: guest.GuestLimits = field(default_factory=lambda: guest.GuestLimits(timeout_s=60.0,
+                                                                                memory_bytes=512 << 20))
     _toolchain: Toolchain | None = None
 
     @classmethod
     def for_runtime(cls, runtime: Any) -> CWasmLane:
         env = getattr(runtime, "env", {}) or {}
         timeout = float(env.get("WB_BUILD_TIMEOUT", "60"))
-        return cls(home=Path(runtime.home), guests=guest.runner(runtime), limits=guest.GuestLimits(timeout_s=timeout, memory_bytes=512 << 20))
+        return cls(home=Path(runtime.home), guests=guest.runner(runtime),
+                   limits=guest.GuestLimits(timeout_s=timeout, memory_bytes=512 << 20))
 
     @property
     def toolchain(self) -> Toolchain:
@@ -172,7 +176,8 @@ class CWasmLane:
             used = sorted(set(_UNDECLARED_CAP.findall(log)))
             if used:
                 first += (f" — the program calls the Dock's {', '.join(f'wb_{c}' for c in used)}: declare "
-                          f"#+CAPS: {' '.join(used)} in the manifest (the c-wasm lane links the caps it declares)")
+                          f"#+CAPS: {' '.join(used)} in the manifest (the c-wasm lane links the caps it "
+                          "declares)")
             raise BuildFailed(f"c-wasm: tcc failed ({why}): {first}", log=f"$ {cmdline}\n{log}")
         artifact = outdir / name
         if not artifact.is_file():
@@ -180,5 +185,6 @@ class CWasmLane:
         size = artifact.stat().st_size
         if size > MAX_ARTIFACT_BYTES:
             artifact.unlink()
-            raise BuildFailed(f"c-wasm: output is {size} bytes, over the {MAX_ARTIFACT_BYTES}-byte cap", log=log)
+            raise BuildFailed(f"c-wasm: output is {size} bytes, over the {MAX_ARTIFACT_BYTES}-byte cap",
+                              log=log)
         return BuildOutput(artifact=artifact, log=f"$ {cmdline}\n{log}")

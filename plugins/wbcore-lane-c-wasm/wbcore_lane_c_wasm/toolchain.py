@@ -85,7 +85,8 @@ def _verified() -> tuple[Path, str] | str:
         except WbError as exc:
             return f"{PACKAGE} {name}/: {exc.message} (reinstall {PACKAGE}==0.1.34)"
         if got != want:
-            return f"{PACKAGE} {name}/ digest {got[:12]}… is not the pinned {want[:12]}… (reinstall {PACKAGE}==0.1.34)"
+            return (f"{PACKAGE} {name}/ digest {got[:12]}… is not the pinned {want[:12]}… "
+                    f"(reinstall {PACKAGE}==0.1.34)")
     return assets, importlib.metadata.version(PACKAGE)
 
 
@@ -125,7 +126,8 @@ def stage(home: Path) -> Toolchain:
                     raise
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-    version = f"tcc-wasm {PACKAGE} {pkg_version} (tree {TREE_SHA256['tcc'][:12]}); bridge {bridge[:12]}; wasmtime {_wasmtime_version()}"
+    version = (f"tcc-wasm {PACKAGE} {pkg_version} (tree {TREE_SHA256['tcc'][:12]}); bridge {bridge[:12]}; "
+               f"wasmtime {_wasmtime_version()}")
     return Toolchain(tcc_dir / "tcc-shellsim.wasm", tcc_dir, assets / "wasi-sysroot", version)
 
 

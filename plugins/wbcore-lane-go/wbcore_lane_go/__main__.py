@@ -10,7 +10,8 @@ import sys
 
 def main(argv: list[str]) -> int:
     if argv != ["warm"]:
-        print("usage: python -m wbcore_lane_go warm   (into $WB_GO_CACHE or ~/.cache/wbcore/go)", file=sys.stderr)
+        print("usage: python -m wbcore_lane_go warm   (into $WB_GO_CACHE or ~/.cache/wbcore/go)",
+              file=sys.stderr)
         return 2
     from wbcore_runtime.contract.sandbox import warm_command
     from wbcore_runtime.runtime import Runtime
@@ -24,7 +25,8 @@ def main(argv: list[str]) -> int:
         return 1
     target = cache.machine_dir(os.environ)
     return warm_command("go build cache", lambda runtime, box: (target, cache.warm(
-        go.goroot, go.version, target, box, for_sandbox=False, progress=lambda m: print(m, file=sys.stderr))), open_runtime=Runtime.open)
+        go.goroot, go.version, target, box, for_sandbox=False,
+        progress=lambda m: print(m, file=sys.stderr))), open_runtime=Runtime.open)
 
 
 if __name__ == "__main__":

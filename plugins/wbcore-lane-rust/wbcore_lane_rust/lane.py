@@ -114,7 +114,8 @@ class RustLane:
         box = self.sandbox()
         r = self.rust
         name = request.manifest.cli_bin or request.manifest.id
-        root = src / request.source.entry if request.source.entry and (src / request.source.entry).is_dir() else src
+        root = (src / request.source.entry if request.source.entry and (src / request.source.entry).is_dir()
+                else src)
         with tempfile.TemporaryDirectory(prefix="wb-rust-") as tmp:
             box_out = Path(tmp) / "out"
             if (root / "Cargo.toml").is_file():
@@ -123,9 +124,11 @@ class RustLane:
                 res, cmdline = self._rustc(request, box, r, src, name, box_out)
             log = f"$ {cmdline}\n{res.log}"
             if res.timed_out:
-                raise Timeout(f"rust: build passed its {self.wall:g}s deadline and was killed\n{res.log}".rstrip())
+                raise Timeout((f"rust: build passed its {self.wall:g}s deadline and was killed\n"
+                               f"{res.log}").rstrip())
             if not res.ok:
-                first = next((ln for ln in res.log.splitlines() if ln.startswith("error")), f"exit {res.returncode}")
+                first = next((ln for ln in res.log.splitlines() if ln.startswith("error")),
+                             f"exit {res.returncode}")
                 why = f"the {res.limit} limit" if res.limit else f"exit {res.returncode}"
                 raise BuildFailed(f"rust: build failed ({why}): {first}", log=log)
             built = box_out / f"{name}.wasm"
@@ -155,7 +158,8 @@ class RustLane:
                 "-o", f"/out/{name}.wasm", f"/src/{entry}"]
         if request.progress:
             request.progress(f"{r.version} → {r.target} in the build sandbox")
-        res = box.run(argv, binds=binds, out_dir=out, limits=limits(self.wall), env={"TMPDIR": "/tmp"}, cwd="/src")
+        res = box.run(argv, binds=binds, out_dir=out, limits=limits(self.wall), env={"TMPDIR": "/tmp"},
+                      cwd="/src")
         return res, " ".join(argv)
 
     def _cargo(self, request: BuildRequest, box: BuildSandboxDriver, r: Rust, root: Path, name: str,
@@ -176,7 +180,8 @@ class RustLane:
                       "--manifest-path", "/out/Cargo.toml", *features,
                       "--config", 'source.crates-io.replace-with="wb-local"',
                       "--config", f'source.wb-local.directory="{crates}"']
-        cfg_flags = " ".join(f.replace("--cfg=", "--cfg ", 1) for f in request.flags if f.startswith("--cfg="))
+        cfg_flags = " ".join(f.replace("--cfg=", "--cfg ", 1)
+                             for f in request.flags if f.startswith("--cfg="))
         env = {
             "CARGO_HOME": "/tmp/cargo-home", "CARGO_TARGET_DIR": "/tmp/target", "CARGO_NET_OFFLINE": "true",
             "RUSTC": rustc, "TMPDIR": "/tmp", "CARGO_TERM_COLOR": "never",

@@ -13,10 +13,11 @@ from wbcore_runtime.contract.records import BuildLane
 def wbcore_build_lanes() -> Iterator[BuildLane]:
     yield BuildLane(
         name="rust",
-        summary="Rust → wasm32-wasi(p1): one main.rs through rustc, or a Cargo package with crates from a local "
-        "directory source (vendor/ or the configured crate registry), offline",
-        where="native rustc/cargo inside the build sandbox (user/mount/pid/net namespaces, no network, read-only "
-        "source and crates, writable /out only, rlimits, deadline); build scripts and proc-macros run there too",
+        summary="Rust → wasm32-wasi(p1): one main.rs through rustc, or a Cargo package with crates from a "
+        "local directory source (vendor/ or the configured crate registry), offline",
+        where="native rustc/cargo inside the build sandbox (user/mount/pid/net namespaces, no network, "
+        "read-only source and crates, writable /out only, rlimits, deadline); build scripts and proc-macros "
+        "run there too",
         factory=lazy("wbcore_lane_rust.lane:RustLane.for_runtime"),
         available=lazy("wbcore_lane_rust.toolchain:check"),
         needs_build_sandbox=True,

@@ -50,8 +50,10 @@ def _has_linker(sysroot: Path) -> bool:
 
 def _probe(rustc: str) -> Rust | str:
     try:
-        version = subprocess.run([rustc, "--version"], capture_output=True, text=True, timeout=20).stdout.strip()
-        sysroot = subprocess.run([rustc, "--print", "sysroot"], capture_output=True, text=True, timeout=20).stdout.strip()
+        version = subprocess.run([rustc, "--version"], capture_output=True, text=True,
+                                 timeout=20).stdout.strip()
+        sysroot = subprocess.run([rustc, "--print", "sysroot"], capture_output=True, text=True,
+                                 timeout=20).stdout.strip()
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"{rustc}: {exc}"
     if not version or not sysroot:
@@ -64,8 +66,8 @@ def _probe(rustc: str) -> Rust | str:
         if (root / "lib" / "rustlib" / target / "lib").is_dir():
             real = root / "bin" / "rustc"
             cargo = root / "bin" / "cargo"
-            return Rust(real if real.is_file() else Path(rustc), cargo if cargo.is_file() else None, root, target,
-                        " ".join(version.split()[:2]))
+            return Rust(real if real.is_file() else Path(rustc), cargo if cargo.is_file() else None, root,
+                        target, " ".join(version.split()[:2]))
     return f"{version} ({rustc}) has no wasm32-wasi/wasm32-wasip1 standard library"
 
 

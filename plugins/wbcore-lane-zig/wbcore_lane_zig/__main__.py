@@ -16,12 +16,14 @@ def fetch_jq(argv: list[str]) -> int:
     from wbcore_lane_zig.builtins import jqsrc
 
     if len(argv) not in (0, 2) or (argv and argv[0] != "--from"):
-        print(f"usage: python -m wbcore_lane_zig fetch-jq [--from jq-{jqsrc.SDIST_VERSION}.tar.gz]   (into $WB_JQ_CACHE or ~/.cache/wbcore/jq)\n"
-              f"  --from: the PyPI sdist, e.g. from `pip download --no-deps --no-binary :all: jq=={jqsrc.SDIST_VERSION}`",
+        print(f"usage: python -m wbcore_lane_zig fetch-jq [--from jq-{jqsrc.SDIST_VERSION}.tar.gz]   (into "
+              "$WB_JQ_CACHE or ~/.cache/wbcore/jq)\n  --from: the PyPI sdist, e.g. from `pip download "
+              f"--no-deps --no-binary :all: jq=={jqsrc.SDIST_VERSION}`",
               file=sys.stderr)
         return 2
     try:
-        path = jqsrc.fetch(progress=lambda m: print(m, file=sys.stderr), sdist=Path(argv[1]) if argv else None)
+        path = jqsrc.fetch(progress=lambda m: print(m, file=sys.stderr),
+                           sdist=Path(argv[1]) if argv else None)
     except WbError as exc:
         print(f"wbcore_lane_zig: {exc.message}", file=sys.stderr)
         return exc.exit_code
@@ -33,7 +35,8 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["fetch-jq"]:
         return fetch_jq(argv[1:])
     if argv[:1] != ["warm"]:
-        print("usage: python -m wbcore_lane_zig warm   (uses $WB_ZIG_CACHE or $WB_HOME/cache/zig-<version>)", file=sys.stderr)
+        print("usage: python -m wbcore_lane_zig warm   (uses $WB_ZIG_CACHE or $WB_HOME/cache/zig-<version>)",
+              file=sys.stderr)
         return 2
     from pathlib import Path
 

@@ -57,7 +57,8 @@ def is_warm(cache: Path, zig: Zig) -> bool:
 
 def warm_argvs() -> list[list[str]]:
     return [
-        ["/zig/zig", "cc", "--target=wasm32-wasi", "-Oz", "-s", "-o", "/tmp/hello-c.wasm", "/warmup/hello.c", "-lm"],
+        ["/zig/zig", "cc", "--target=wasm32-wasi", "-Oz", "-s", "-o", "/tmp/hello-c.wasm", "/warmup/hello.c",
+         "-lm"],
         ["/zig/zig", "build-exe", "-target", "wasm32-wasi", "-O", "ReleaseSmall", "-fstrip",
          "-femit-bin=/tmp/hello-zig.wasm", "/warmup/hello.zig"],
     ]
@@ -82,7 +83,8 @@ def warm(
         if is_warm(cache, zig):
             return 0.0
         if progress:
-            progress(f"zig {zig.version}: building wasi-libc and compiler_rt into {cache} (once, about a minute)")
+            progress(f"zig {zig.version}: building wasi-libc and compiler_rt into {cache} (once, about a "
+                     "minute)")
         limits = SandboxLimits(wall_seconds=wall_seconds, cpu_seconds=int(wall_seconds) * 2, open_files=8192,
                         processes=512, out_bytes=2 << 30, out_files=50_000, tmp_bytes=2 << 30)
         staging = Path(tempfile.mkdtemp(prefix=f".{cache.name}.warming-", dir=cache.parent))
@@ -100,8 +102,8 @@ def warm(
                     limits=limits,
                 )
                 if not res.ok:
-                    raise BuildFailed(f"zig cache warm-up failed ({' '.join(argv[:2])}, exit {res.returncode}, "
-                                      f"limit {res.limit})", log=res.log)
+                    raise BuildFailed(f"zig cache warm-up failed ({' '.join(argv[:2])}, exit "
+                                      f"{res.returncode}, limit {res.limit})", log=res.log)
                 if seed is not None:
                     shutil.rmtree(seed)
                 seed = step

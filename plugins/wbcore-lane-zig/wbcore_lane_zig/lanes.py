@@ -51,8 +51,8 @@ C_FLAG_RE = re.compile(
 )
 #: ``-f`` flags that change the target, load host code or write outside ``/out``: the lane
 #: decides exceptions (setjmp/longjmp) and the linker itself.
-C_FLAG_DENY = re.compile(r"^-f(no-)?(wasm-|exceptions|cxx-exceptions|plugin|pass-plugin|use-ld|sanitize|profile|"
-                         r"coverage|embed|lto|modules|crash-diagnostics|save-optimization|record|time-trace)")
+C_FLAG_DENY = re.compile(r"^-f(no-)?(wasm-|exceptions|cxx-exceptions|plugin|pass-plugin|use-ld|sanitize|"
+                         r"profile|coverage|embed|lto|modules|crash-diagnostics|save-optimization|record|time-trace)")
 #: ``#include <setjmp.h>`` in a source or header: the program needs setjmp/longjmp.
 SETJMP_RE = re.compile(rb"^[ \t]*#[ \t]*include[ \t]*[<\"]setjmp\.h[>\"]", re.MULTILINE)
 SJLJ = Path(__file__).parent / "sjlj"
@@ -66,10 +66,12 @@ ZIG_SJLJ_FLAGS = ["-mexception-handling", *SJLJ_FLAGS]
 #: comes first in linear memory, so an overflow traps instead of overwriting data.
 STACK_BYTES = 1 << 20
 #: How the clang path compiles (part of the lane version, so of the build cache key).
-CLANG_RECIPE = "r1: clang --target=wasm32-wasip1 -Oz -s -ffile-prefix-map, 1 MiB stack; sjlj: exnref + wb rt.c"
+CLANG_RECIPE = ("r1: clang --target=wasm32-wasip1 -Oz -s -ffile-prefix-map, 1 MiB stack; "
+                "sjlj: exnref + wb rt.c")
 #: How the zig path compiles C, beyond the warm-up's recipe (part of the build cache key).
 ZIG_C_RECIPE = "c r2: -ffile-prefix-map; sjlj: -mexception-handling, zig's libc runtime + tag.c"
-ZIG_FLAG_RE = re.compile(r"^(-O(Debug|ReleaseSafe|ReleaseFast|ReleaseSmall)|-f(no-)?(strip|single-threaded)|-D[A-Za-z_][A-Za-z0-9_]*(=[^\s]*)?)$")
+ZIG_FLAG_RE = re.compile(r"^(-O(Debug|ReleaseSafe|ReleaseFast|ReleaseSmall)|-f(no-)?(strip|single-threaded)"
+                         r"|-D[A-Za-z_][A-Za-z0-9_]*(=[^\s]*)?)$")
 
 
 def lane_version(zig: Zig) -> str:
@@ -88,7 +90,8 @@ class ZigLaneBase:
 
     @classmethod
     def for_runtime(cls, runtime: Any) -> ZigLaneBase:
-        return cls(home=Path(runtime.home), env=dict(getattr(runtime, "env", {}) or {}), sandbox=runtime.build_sandbox)
+        return cls(home=Path(runtime.home), env=dict(getattr(runtime, "env", {}) or {}),
+                   sandbox=runtime.build_sandbox)
 
     @property
     def zig(self) -> Zig:
@@ -124,8 +127,8 @@ class ZigLaneBase:
                      Bind(WASI_LIB, "/sysroot/lib/wasm32-wasip1")]
             env = {"TMPDIR": "/tmp"}
         timeout = self._timeout()
-        limits = SandboxLimits(wall_seconds=timeout, cpu_seconds=int(timeout) * 2, open_files=8192, processes=256,
-                        out_bytes=MAX_ARTIFACT_BYTES * 2, tmp_bytes=1 << 30)
+        limits = SandboxLimits(wall_seconds=timeout, cpu_seconds=int(timeout) * 2, open_files=8192,
+                               processes=256, out_bytes=MAX_ARTIFACT_BYTES * 2, tmp_bytes=1 << 30)
         if progress:
             progress(f"{self.lane}: " + " ".join(argv[1:6]) + " …")
         outdir = request.outdir
@@ -149,7 +152,8 @@ class ZigLaneBase:
             raise BuildFailed(f"{self.lane} lane: compile failed ({why}): {first.strip()}", log=log)
         artifact = outdir / name
         if artifact.is_symlink():  # the build wrote it: a link could name a host file
-            raise BuildFailed(f"{self.lane} lane: the compiler wrote {name} as a symlink, not a file", log=log)
+            raise BuildFailed(f"{self.lane} lane: the compiler wrote {name} as a symlink, not a file",
+                              log=log)
         if not artifact.is_file():
             # the containment walk: a .wasm link the build left is never followed out
             found = [outdir / n.rel for n in paths.walk(outdir, label="the build's output folder")
@@ -162,7 +166,8 @@ class ZigLaneBase:
             magic = fh.read(4)
         if magic != b"\0asm" or size > MAX_ARTIFACT_BYTES:
             artifact.unlink()
-            raise BuildFailed(f"{self.lane} lane: {name} is not a wasm module under {MAX_ARTIFACT_BYTES} bytes", log=log)
+            raise BuildFailed(f"{self.lane} lane: {name} is not a wasm module under {MAX_ARTIFACT_BYTES} "
+                              "bytes", log=log)
         return BuildOutput(artifact=artifact, log=log)
 
 
@@ -171,7 +176,8 @@ def refuse_objects(request: BuildRequest) -> None:
     manifest lists them (``#+BUILD_OBJECTS: lib/libx.a ...``, paths inside the source)."""
     assert request.source.dir is not None
     declared = (request.manifest.extra("BUILD_OBJECTS") or "").split()
-    products.refuse(request.source.dir, lane=request.manifest.build_lang or "c", suffixes=products.NATIVE_PRODUCTS[1],
+    products.refuse(request.source.dir, lane=request.manifest.build_lang or "c",
+                    suffixes=products.NATIVE_PRODUCTS[1],
                     declared=declared, hint=", or list it in #+BUILD_OBJECTS if it is meant to be there")
 
 
@@ -179,7 +185,8 @@ def _user_env(request: BuildRequest) -> dict[str, str]:
     """Only plain ``[A-Z_]`` names pass, never the lane's own (``ZIG_*``, ``PATH``)."""
     out = {}
     for k, v in request.env.items():
-        if (not re.fullmatch(r"[A-Z][A-Z0-9_]*", k) or k.startswith(("ZIG_", "CLANG", "CCC_", "COMPILER_PATH"))
+        if (not re.fullmatch(r"[A-Z][A-Z0-9_]*", k)
+                or k.startswith(("ZIG_", "CLANG", "CCC_", "COMPILER_PATH"))
                 or k in ("PATH", "HOME", "TMPDIR", "CPATH", "C_INCLUDE_PATH", "LIBRARY_PATH")):
             raise InvalidArgs(f"build env {k!r} is not allowed")
         out[k] = v
@@ -209,8 +216,8 @@ def check_c_flags(flags: tuple[str, ...]) -> None:
     """The c lane's ``#+BUILD_FLAGS`` allowlist (build and verify both call it)."""
     for flag in flags:
         if not C_FLAG_RE.match(flag) or C_FLAG_DENY.match(flag):
-            raise InvalidArgs(f"c lane: flag {flag!r} is not allowed (allowed: -D -U -W -O -g -std= -f -lm -lc "
-                              "-lwasi-emulated-{signal,process-clocks,getpid,mman} -s; "
+            raise InvalidArgs(f"c lane: flag {flag!r} is not allowed (allowed: -D -U -W -O -g -std= -f -lm "
+                              "-lc -lwasi-emulated-{signal,process-clocks,getpid,mman} -s; "
                               "not the -f flags that pick exceptions, plugins, sanitizers or the linker); "
                               "remove it from #+BUILD_FLAGS")
 
@@ -287,7 +294,9 @@ class CLane(ZigLaneBase):
                 raise InvalidArgs(f"c lane: no .c files under {base}")
             inc = _guest(src, base)
         opt = [] if any(f.startswith("-O") for f in request.flags) else ["-Oz"]
-        includes = [f"-I{inc}"] + ([f"-I{inc}/include"] if (base if base.is_dir() else base.parent).joinpath("include").is_dir() else [])
+        includes = [f"-I{inc}"] + ([f"-I{inc}/include"]
+                                   if (base if base.is_dir() else base.parent).joinpath("include").is_dir()
+                                   else [])
         includes.append(f"-I{SDK_GUEST}")  # the Dock's C SDK (wb_dock.h), one copy in the core
         name = artifact_name(request)
         sjlj = wants_sjlj(request, base if base.is_dir() else base.parent)
@@ -295,15 +304,16 @@ class CLane(ZigLaneBase):
         if isinstance(tc, Clang):
             extra: tuple[Bind, ...] = (Bind(SJLJ, "/wb-sjlj"),) if sjlj else ()
             argv = [str(tc.binary), "--target=wasm32-wasip1", "--sysroot=/sysroot", *opt, "-s",
-                    "-ffile-prefix-map=/src=.", "-ffile-prefix-map=/wb-sjlj=wb-sjlj", f"-Wl,-z,stack-size={STACK_BYTES}",
+                    "-ffile-prefix-map=/src=.", "-ffile-prefix-map=/wb-sjlj=wb-sjlj",
+                    f"-Wl,-z,stack-size={STACK_BYTES}",
                     *(["-I/wb-sjlj/include", *SJLJ_FLAGS] if sjlj else []), *includes, *request.flags,
                     "-o", f"/out/{name}", *files, *(["/wb-sjlj/rt.c"] if sjlj else [])]
             if "-lm" not in request.flags:
                 argv.append("-lm")
             return self._compile(request, argv, name, clang=tc, extra_binds=extra)
         argv = ["/zig/zig", "cc", "--target=wasm32-wasi", *opt, "-s", "-ffile-prefix-map=/src=.",
-                "-ffile-prefix-map=/wb-sjlj=wb-sjlj", *includes, *(ZIG_SJLJ_FLAGS if sjlj else []), *request.flags,
-                "-o", f"/out/{name}", *files, *(["/wb-sjlj/tag.c"] if sjlj else [])]
+                "-ffile-prefix-map=/wb-sjlj=wb-sjlj", *includes, *(ZIG_SJLJ_FLAGS if sjlj else []),
+                *request.flags, "-o", f"/out/{name}", *files, *(["/wb-sjlj/tag.c"] if sjlj else [])]
         if "-lm" not in request.flags:
             argv.append("-lm")
         return self._compile(request, argv, name, extra_binds=(Bind(SJLJ, "/wb-sjlj"),) if sjlj else ())
@@ -320,7 +330,8 @@ class ZigLane(ZigLaneBase):
     def build(self, request: BuildRequest) -> BuildOutput:
         src = request.source.dir
         if src is None:
-            raise InvalidArgs("zig lane builds a source folder; this BUILD_SRC resolved to a prebuilt artifact")
+            raise InvalidArgs("zig lane builds a source folder; this BUILD_SRC resolved to a prebuilt "
+                              "artifact")
         check_zig_flags(request.flags)
         base = _inside(src, request.source.entry)
         name = artifact_name(request)
@@ -328,12 +339,14 @@ class ZigLane(ZigLaneBase):
             entry = next((base / c for c in ("src/main.zig", "main.zig") if (base / c).is_file()), None)
             if entry is None:
                 hint = (" (build.zig projects are not run: zig would compile its build runner natively for "
-                        "every build, minutes each; name the root .zig file instead)") if (base / "build.zig").is_file() else ""
+                        "every build, minutes each; name the root .zig file instead)"
+                        if (base / "build.zig").is_file() else "")
                 raise InvalidArgs(f"zig lane: no src/main.zig or main.zig under {base}{hint}")
             base = entry
         if base.suffix != ".zig":
             raise InvalidArgs(f"zig lane builds .zig files; {base.name!r} is not one")
-        opt = next((f[2:] for f in request.flags if f.startswith("-O") and not f.startswith("-D")), "ReleaseSmall")
+        opt = next((f[2:] for f in request.flags if f.startswith("-O") and not f.startswith("-D")),
+                   "ReleaseSmall")
         strip = [] if any("strip" in f for f in request.flags) else ["-fstrip"]
         extra = [f for f in request.flags if f.startswith("-f")]
         argv = ["/zig/zig", "build-exe", "-target", "wasm32-wasi", "-O", opt, *strip, *extra,

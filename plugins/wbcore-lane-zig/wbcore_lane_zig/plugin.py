@@ -12,8 +12,8 @@ from wbcore_runtime.contract.records import BuildLane, BuiltinCommand
 
 #: Manifest keywords that change a c/zig build's output (the cache key covers them).
 OUTPUT_FIELDS = ("BUILD_FLAGS", "BUILD_OBJECTS")
-WHERE = ("native zig {tool} (PyPI ziglang) inside the runtime's build sandbox (wbcore-process: user/mount/pid/net "
-         "namespaces, no network, read-only source, uid 1000, seccomp, rlimits, deadline)")
+WHERE = ("native zig {tool} (PyPI ziglang) inside the runtime's build sandbox (wbcore-process: "
+         "user/mount/pid/net namespaces, no network, read-only source, uid 1000, seccomp, rlimits, deadline)")
 
 
 def _c(runtime: Any) -> Any:
@@ -56,9 +56,10 @@ def _c_available() -> Availability:
 def wbcore_build_lanes() -> Iterator[BuildLane]:
     yield BuildLane(
         name="c",
-        summary=("C (C17 and GNU extensions, wasi-libc, setjmp/longjmp) -Oz -s; every *.c of the folder; Debian's "
-                 "clang + wasi-libc when installed, else zig cc (the availability line says which)"),
-        where=WHERE.format(tool="cc").replace("native zig cc (PyPI ziglang)", "native clang (Debian) or zig cc (PyPI ziglang)"),
+        summary=("C (C17 and GNU extensions, wasi-libc, setjmp/longjmp) -Oz -s; every *.c of the folder; "
+                 "Debian's clang + wasi-libc when installed, else zig cc (the availability line says which)"),
+        where=WHERE.format(tool="cc").replace("native zig cc (PyPI ziglang)",
+                                              "native clang (Debian) or zig cc (PyPI ziglang)"),
         factory=_c,
         available=_c_available,
         needs_build_sandbox=True,
@@ -67,7 +68,8 @@ def wbcore_build_lanes() -> Iterator[BuildLane]:
     )
     yield BuildLane(
         name="zig",
-        summary="Zig 0.17 with zig build-exe -target wasm32-wasi -O ReleaseSmall -fstrip (a root .zig file; build.zig is not run)",
+        summary="Zig 0.17 with zig build-exe -target wasm32-wasi -O ReleaseSmall -fstrip (a root .zig file; "
+                "build.zig is not run)",
         where=WHERE.format(tool="build-exe"),
         factory=_zig,
         available=_available,
@@ -98,21 +100,24 @@ def wbcore_builtin_commands() -> Iterator[BuiltinCommand]:
         return  # no zig: the built-ins cannot be built here (wbx lanes says why)
     yield BuiltinCommand(
         name="grep",
-        summary="lines of stdin matching a POSIX regex; first stdin line = '[-i -v -c -n -o -F -x -w -m N] PATTERN'",
+        summary="lines of stdin matching a POSIX regex; first stdin line = '[-i -v -c -n -o -F -x -w -m N] "
+                "PATTERN'",
         wasm=_builtin("grep"),
         arg_mode="stdin1",
         version=_builtin_version("grep"),
     )
     yield BuiltinCommand(
         name="jq",
-        summary="jq 1.8.2 (upstream, with oniguruma regexes) over JSON on stdin; first stdin line = '[OPTIONS] FILTER'",
+        summary="jq 1.8.2 (upstream, with oniguruma regexes) over JSON on stdin; first stdin line = "
+                "'[OPTIONS] FILTER'",
         wasm=_builtin("jq"),
         arg_mode="stdin1",
         version=_builtin_version("jq"),
     )
     yield BuiltinCommand(
         name="wbox",
-        summary="a small shell over the command registry: pipes, ; && ||, NAME=value, $NAME, > >> < 2> on the VFS",
+        summary="a small shell over the command registry: pipes, ; && ||, NAME=value, $NAME, > >> < 2> on "
+                "the VFS",
         wasm=_builtin("wbox"),
         profile="minimal",
         caps=("commands", "vfs"),

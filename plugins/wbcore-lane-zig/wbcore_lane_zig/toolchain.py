@@ -89,15 +89,18 @@ def find_clang() -> Clang | str:
     if not (WASI_INCLUDE / "stdio.h").is_file() or not (WASI_LIB / "libc.a").is_file():
         return f"Debian's wasi-libc is not installed ({APT})"
     missing = f"no clang ≥ {MIN_CLANG} with wasm-ld and wasm32 compiler-rt ({APT})"
-    majors = sorted((int(p.name[5:]) for p in Path("/usr/lib").glob("llvm-*") if p.name[5:].isdigit()), reverse=True)
+    majors = sorted((int(p.name[5:]) for p in Path("/usr/lib").glob("llvm-*") if p.name[5:].isdigit()),
+                    reverse=True)
     for major in majors:
         prefix = Path(f"/usr/lib/llvm-{major}")
         if major < MIN_CLANG:
             if (prefix / "bin" / "clang").is_file():
-                missing = f"clang-{major} is too old for setjmp/longjmp on wasmtime (needs ≥ {MIN_CLANG}: {APT})"
+                missing = (f"clang-{major} is too old for setjmp/longjmp on wasmtime "
+                           f"(needs ≥ {MIN_CLANG}: {APT})")
             continue
         builtins = prefix / "lib" / "clang" / str(major) / "lib" / "wasi" / "libclang_rt.builtins-wasm32.a"
-        if (prefix / "bin" / "clang").is_file() and (prefix / "bin" / "wasm-ld").is_file() and builtins.is_file():
+        if ((prefix / "bin" / "clang").is_file() and (prefix / "bin" / "wasm-ld").is_file()
+                and builtins.is_file()):
             version = f"clang {_deb_version(f'clang-{major}')}; wasi-libc {_deb_version('wasi-libc')}"
             return Clang(prefix=prefix, major=major, version=version)
     return missing
@@ -126,5 +129,6 @@ def c_available() -> Availability:
     if isinstance(tc, Zig):
         clang = find_clang()
         why = "WB_C_TOOLCHAIN=zig" if os.environ.get("WB_C_TOOLCHAIN") == "zig" else str(clang)
-        return Availability.yes(f"zig {tc.version} cc, because {why}; its first build compiles wasi-libc (minutes)")
+        return Availability.yes(f"zig {tc.version} cc, because {why}; its first build compiles wasi-libc "
+                                "(minutes)")
     return Availability.no(tc)

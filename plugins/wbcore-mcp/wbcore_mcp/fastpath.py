@@ -70,7 +70,8 @@ class LeanCalls:
 
     def callable(self, msg: Any) -> bool:
         """A ``tools/call`` request the lean path answers (the handshake aside)."""
-        if not isinstance(msg, dict) or msg.get("method") != "tools/call" or "id" not in msg or msg.get("jsonrpc") != "2.0":
+        if (not isinstance(msg, dict) or msg.get("method") != "tools/call" or "id" not in msg
+                or msg.get("jsonrpc") != "2.0"):
             return False
         params = msg.get("params")
         if not isinstance(params, dict) or not isinstance(params.get("name"), str):
@@ -86,11 +87,13 @@ class LeanCalls:
     def cancelled(self, msg: Any, session: str | None = None) -> None:
         if isinstance(msg, dict) and msg.get("method") == "notifications/cancelled":
             params = msg.get("params") or {}
-            scope = self.inflight.get((session, params.get("requestId"))) if isinstance(params, dict) else None
+            scope = (self.inflight.get((session, params.get("requestId")))
+                     if isinstance(params, dict) else None)
             if scope is not None:
                 scope.cancel()  # the handler sets the call's cancel event: the guest stops at its next tick
 
-    async def reply_unless_cancelled(self, msg: dict[str, Any], session: str | None = None) -> dict[str, Any] | None:
+    async def reply_unless_cancelled(self, msg: dict[str, Any],
+                                     session: str | None = None) -> dict[str, Any] | None:
         """:meth:`reply`, or ``None`` when ``notifications/cancelled`` named it meanwhile (the
         handler then set the call's cancel event: the guest stops at its next tick)."""
         import anyio
@@ -112,10 +115,11 @@ class LeanCalls:
         params = msg["params"]
         rid = msg["id"]
         try:
-            result = await self._answer(params["name"], params.get("arguments") or {}, params.get("_meta") or {}, None,
-                                        raw=True)
+            result = await self._answer(params["name"], params.get("arguments") or {},
+                                        params.get("_meta") or {}, None, raw=True)
         except MCPError as exc:
-            return {"jsonrpc": "2.0", "id": rid, "error": exc.error.model_dump(by_alias=True, exclude_none=True)}
+            return {"jsonrpc": "2.0", "id": rid,
+                    "error": exc.error.model_dump(by_alias=True, exclude_none=True)}
         except Exception as exc:  # noqa: BLE001 — a bug, not the client's fault: the SDK answers -32603 too
             print(f"wbx mcp: tools/call failed: {exc!r}", file=sys.stderr, flush=True)
             return {"jsonrpc": "2.0", "id": rid, "error": {"code": -32603, "message": "internal error"}}
@@ -325,7 +329,8 @@ class LeanHTTP:
         headers = Headers(scope=scope)
         accept = headers.get("accept", "")
         session_id = headers.get("mcp-session-id")
-        if (headers.get("mcp-protocol-version") not in HANDSHAKE_ERA or not session_id or not self._live(session_id)
+        if (headers.get("mcp-protocol-version") not in HANDSHAKE_ERA or not session_id
+                or not self._live(session_id)
                 or "application/json" not in accept or "text/event-stream" not in accept):
             await self.app(scope, receive, send)
             return
@@ -373,7 +378,8 @@ class LeanHTTP:
         result = await self.lean.reply_unless_cancelled(msg, session_id)
         if result is None:  # cancelled: no JSON-RPC response; like the SDK, an event stream that ends empty
             await send({"type": "http.response.start", "status": 200, "headers": [
-                (b"content-type", b"text/event-stream"), (b"content-length", b"0"), (b"mcp-session-id", session_id.encode())]})
+                (b"content-type", b"text/event-stream"), (b"content-length", b"0"),
+                (b"mcp-session-id", session_id.encode())]})
             await send({"type": "http.response.body", "body": b""})
             return
         out = json.dumps(result, ensure_ascii=False, separators=(",", ":")).encode("utf-8")

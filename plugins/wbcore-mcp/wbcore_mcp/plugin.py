@@ -11,4 +11,5 @@ from wbcore_runtime import hookimpl
 def wbcore_cli_commands(add: Any) -> None:
     from wbcore_mcp import cli
 
-    add("mcp", cli.build(add.runtime), help="Serve toolkits' tools and skills over MCP (stdio or streamable HTTP).")
+    add("mcp", cli.build(add.runtime),
+        help="Serve toolkits' tools and skills over MCP (stdio or streamable HTTP).")

@@ -67,7 +67,8 @@ SESSION_IDLE_S = 600.0
 SEARCH_SCHEMA = {
     "type": "object",
     "properties": {
-        "query": {"type": "string", "description": "words to look for in tool names, descriptions and skills"},
+        "query": {"type": "string",
+                  "description": "words to look for in tool names, descriptions and skills"},
         "limit": {"type": "integer", "minimum": 1, "maximum": MAX_SEARCH_RESULTS},
     },
     "required": ["query"],
@@ -102,11 +103,13 @@ def _mcp_tool(tool: Any) -> Any:
         destructive_hint=False if d.read_only else d.destructive,
         idempotent_hint=d.idempotent,
         # a plugin's cap may reach anything: the hint errs open
-        open_world_hint=bool(tool.caps & {"net", "browse", "llm", "tcp", "udp", "tls"} or tool.caps - CAP_UNIVERSE),
+        open_world_hint=bool(tool.caps & {"net", "browse", "llm", "tcp", "udp", "tls"}
+                             or tool.caps - CAP_UNIVERSE),
     )
     out_schema = None
     if tool.output_schema is not None:
-        out_schema = {"type": "object", "properties": {"result": dict(tool.output_schema)}, "required": ["result"]}
+        out_schema = {"type": "object", "properties": {"result": dict(tool.output_schema)},
+                      "required": ["result"]}
     return types.Tool(
         name=tool.name, description=tool.description, input_schema=dict(d.input_schema or {"type": "object"}),
         output_schema=out_schema, annotations=ann,
@@ -173,8 +176,8 @@ def skill_md(tk: Any) -> str | None:
     if len(tk.id) > 64 or not SKILL_NAME_RE.match(tk.id):
         return None
     description = " ".join((tk.manifest.tagline or f"Toolkit {tk.id}").split())[:1024]
-    lines = ["---", f"name: {tk.id}", f"description: {json.dumps(description, ensure_ascii=False)}", "---", "",
-             f"# {tk.id}", "", description, "",
+    lines = ["---", f"name: {tk.id}", f"description: {json.dumps(description, ensure_ascii=False)}", "---",
+             "", f"# {tk.id}", "", description, "",
              "Its skills (org files beside this one; read them with resources/read, `overview` first):", ""]
     for s in tk.skills:
         summary = f": {' '.join(s.summary.split())}" if s.summary else ""
@@ -201,11 +204,13 @@ def skill_entry(tk: Any) -> dict[str, Any] | None:
     files = [{"uri": uri, **_digest(md.encode())}]
     for s in tk.skills:
         try:
-            files.append({"uri": f"{SKILL_SCHEME}{tk.id}/{s.slug}", **_digest(tk.skill_text(s.slug).encode())})
+            files.append({"uri": f"{SKILL_SCHEME}{tk.id}/{s.slug}",
+                          **_digest(tk.skill_text(s.slug).encode())})
         except WbError:
             continue  # refused since discovery (a swapped file): not part of the skill
     description = md.split("\n")[2][len("description: "):]
-    return {"uri": uri, "frontmatter": {"name": tk.id, "description": json.loads(description)}, "resources": files}
+    return {"uri": uri, "frontmatter": {"name": tk.id, "description": json.loads(description)},
+            "resources": files}
 
 
 def build_server(runtime: Runtime, *, only: Iterable[str] | None = None, search_tool: bool = True,
@@ -226,7 +231,8 @@ def build_server(runtime: Runtime, *, only: Iterable[str] | None = None, search_
 
     class _Server(Server):
         def create_initialization_options(self, notification_options: Any = None,
-                                          experimental_capabilities: Any = None, extensions: Any = None) -> Any:
+                                          experimental_capabilities: Any = None,
+                                          extensions: Any = None) -> Any:
             # tools.listChanged: a toolkit built on its first call changes the list. The skills
             # extension is declared under ``extensions`` (2026-07-28 wire) and, because the SDK's
             # 2025-11-25 schema drops that field, under ``experimental`` too.
@@ -251,9 +257,11 @@ def build_server(runtime: Runtime, *, only: Iterable[str] | None = None, search_
         if search_tool:
             tools.append(types.Tool(
                 name=SEARCH_TOOL,
-                description="Find tools by keywords when many are installed; returns names, descriptions and input schemas.",
+                description="Find tools by keywords when many are installed; returns names, descriptions and "
+                            "input schemas.",
                 input_schema=SEARCH_SCHEMA,
-                annotations=types.ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False),
+                annotations=types.ToolAnnotations(read_only_hint=True, idempotent_hint=True,
+                                                  open_world_hint=False),
             ))
         return types.ListToolsResult(tools=tools)
 
@@ -265,7 +273,8 @@ def build_server(runtime: Runtime, *, only: Iterable[str] | None = None, search_
             params.meta.model_dump(by_alias=True) if params.meta is not None else {})
         return await answer(params.name, params.arguments or {}, meta or {}, ctx)
 
-    async def answer(name: str, args: dict[str, Any], meta: dict[str, Any], ctx: Any, raw: bool = False) -> Any:
+    async def answer(name: str, args: dict[str, Any], meta: dict[str, Any], ctx: Any,
+                     raw: bool = False) -> Any:
         """One ``tools/call``: the SDK's handler and the lean paths (``wbcore_mcp.fastpath``,
         ``ctx`` None: no progress asked) both come here. ``raw``: the result as its JSON
         object rather than a ``CallToolResult`` (the lean paths write it as it is)."""
@@ -302,7 +311,8 @@ def build_server(runtime: Runtime, *, only: Iterable[str] | None = None, search_
                     await done.wait()
                 if not done.is_set():
                     await ctx.session.report_progress(time.monotonic() - started, None,
-                                                      f"{name}: running for {time.monotonic() - started:.0f} s")
+                                                      f"{name}: running for "
+                                                      f"{time.monotonic() - started:.0f} s")
 
         building = name in provider.pending
         wants_progress = ctx is not None and meta.get("progress_token", meta.get("progressToken")) is not None
@@ -387,7 +397,8 @@ def build_server(runtime: Runtime, *, only: Iterable[str] | None = None, search_
 
     def _read_skill(uri: str) -> tuple[Any, str, str]:
         if not uri.startswith(SKILL_SCHEME) or uri.count("/") != 3:
-            raise MCPError(INVALID_PARAMS, f"unknown resource {uri!r}; skills are {SKILL_SCHEME}<toolkit>/<slug>")
+            raise MCPError(INVALID_PARAMS,
+                           f"unknown resource {uri!r}; skills are {SKILL_SCHEME}<toolkit>/<slug>")
         tk_id, slug = uri[len(SKILL_SCHEME):].split("/", 1)
         scope = only_toolkits()
         if scope is not None and tk_id not in scope:
@@ -408,7 +419,8 @@ def build_server(runtime: Runtime, *, only: Iterable[str] | None = None, search_
         # The toolkits whose skills are served (available, within --only), in id order.
         scope = only_toolkits()
         seen: dict[str, Any] = {}
-        for tk, _ in _skills(runtime, scope if toolkit is None else [toolkit] if scope is None or toolkit in scope else []):
+        for tk, _ in _skills(runtime, scope if toolkit is None
+                             else [toolkit] if scope is None or toolkit in scope else []):
             seen.setdefault(tk.id, tk)
         return list(seen.values())
 
@@ -420,7 +432,8 @@ def build_server(runtime: Runtime, *, only: Iterable[str] | None = None, search_
                 entry = skill_entry(tk)
                 if entry is not None:
                     return entry
-        raise MCPError(INVALID_PARAMS, f"unknown skill {uri!r}; skills are {SKILL_SCHEME}<toolkit>/{SKILL_MD} (skills/list)")
+        raise MCPError(INVALID_PARAMS,
+                       f"unknown skill {uri!r}; skills are {SKILL_SCHEME}<toolkit>/{SKILL_MD} (skills/list)")
 
     async def read_resource(ctx: Any, params: Any) -> Any:
         uri = str(params.uri)
@@ -428,7 +441,8 @@ def build_server(runtime: Runtime, *, only: Iterable[str] | None = None, search_
             await anyio.to_thread.run_sync(skill_of, uri)  # unknown or unavailable: -32602 with the reason
             tk = runtime.toolkit(uri[len(SKILL_SCHEME):-len(SKILL_MD) - 1])
             return types.ReadResourceResult(
-                contents=[types.TextResourceContents(uri=uri, mime_type=SKILL_MD_MIME, text=skill_md(tk) or "")])
+                contents=[types.TextResourceContents(uri=uri, mime_type=SKILL_MD_MIME,
+                                                     text=skill_md(tk) or "")])
         if uri.startswith(SKILL_SCHEME) and uri.endswith("/" + ACT_SKILL_SLUG):
             owner = uri[len(SKILL_SCHEME):-len(ACT_SKILL_SLUG) - 1]
             embedded = provider.act_skills().get(owner)
@@ -436,7 +450,8 @@ def build_server(runtime: Runtime, *, only: Iterable[str] | None = None, search_
                 return types.ReadResourceResult(
                     contents=[types.TextResourceContents(uri=uri, mime_type=ACT_SKILL_MIME, text=embedded)])
         _, _, text = _read_skill(uri)
-        return types.ReadResourceResult(contents=[types.TextResourceContents(uri=uri, mime_type=SKILL_MIME, text=text)])
+        return types.ReadResourceResult(
+            contents=[types.TextResourceContents(uri=uri, mime_type=SKILL_MIME, text=text)])
 
     server = _Server(
         SERVER_NAME,
@@ -470,7 +485,8 @@ def build_server(runtime: Runtime, *, only: Iterable[str] | None = None, search_
     server.wb_answer = answer  # type: ignore[attr-defined]  # the lean paths' entry (wbcore_mcp.fastpath)
     server.wb_search_tool = search_tool  # type: ignore[attr-defined]
     if warm:
-        threading.Thread(target=warm_components, args=(provider,), name="wbcore-mcp-warm", daemon=True).start()
+        threading.Thread(target=warm_components, args=(provider,), name="wbcore-mcp-warm",
+                         daemon=True).start()
     return server
 
 
@@ -499,7 +515,8 @@ def build_all(server: Any, *, out: Any = None) -> list[tuple[str, str | None]]:
     t0 = time.monotonic()
 
     def say(tk: str, stage: str, detail: str) -> None:
-        print(f"wbx mcp: building {tk} ({time.monotonic() - t0:.0f} s): [{stage}] {detail}", file=out, flush=True)
+        print(f"wbx mcp: building {tk} ({time.monotonic() - t0:.0f} s): [{stage}] {detail}", file=out,
+              flush=True)
 
     done = server.wb_provider.build_all(progress=say)
     for tk, err in done:
@@ -565,8 +582,8 @@ def http_app(server: Any, *, host: str, path: str = "/mcp", token: str | None = 
 
 
 def serve_http(runtime: Runtime, *, host: str = "127.0.0.1", port: int = 8765, path: str = "/mcp",
-               ready: threading.Event | None = None, token: str | None = None, allow_hosts: Iterable[str] = (),
-               build: bool = False, lean: bool = True, **kw: Any) -> None:
+               ready: threading.Event | None = None, token: str | None = None,
+               allow_hosts: Iterable[str] = (), build: bool = False, lean: bool = True, **kw: Any) -> None:
     """Serve streamable HTTP on ``host:port`` (loopback by default) until interrupted."""
     import uvicorn
 
@@ -574,16 +591,19 @@ def serve_http(runtime: Runtime, *, host: str = "127.0.0.1", port: int = 8765, p
     from wbcore_runtime.guard import httpserve
 
     token = http_guard.check_token(token)
-    sock = httpserve.listen(host, port, what="wbx mcp serve")  # a busy port fails here, before any banner or build
+    # a busy port fails here, before any banner or build
+    sock = httpserve.listen(host, port, what="wbx mcp serve")
     port = sock.getsockname()[1]  # --port 0 took a free one: the banner names it
     limits = httpserve.ServerLimits()
     server = build_server(runtime, warm=True, **kw)
-    app = http_app(server, host=host, path=path, token=token, allow_hosts=allow_hosts, lean=lean, limits=limits)
+    app = http_app(server, host=host, path=path, token=token, allow_hosts=allow_hosts, lean=lean,
+                   limits=limits)
     if build:
         build_all(server)
     # a whole request within its deadline, connections per client and in all, the idle timeout
     httpserve.raise_nofile(limits)
-    config = httpserve.uvicorn_config(app, host=host, port=port, limits=limits, log_level="warning", lifespan="on")
+    config = httpserve.uvicorn_config(app, host=host, port=port, limits=limits, log_level="warning",
+                                      lifespan="on")
     uv = uvicorn.Server(config)
     warn = http_guard.warning(host, token)
     if warn:

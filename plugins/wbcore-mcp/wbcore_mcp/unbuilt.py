@@ -2,8 +2,8 @@
 
 :class:`ServedProvider` is the runtime's tool provider (``wbcore_runtime.contract.tools``, served by
 ``wbcore-act``) plus the toolkits found on the search path that nothing is registered for yet but that a build
-would accept (``wbcore_runtime.toolkit.verify`` passes and ``wbcore_runtime.build.buildable.refusals`` is empty). Their
-tools are listed as they will be once built (a command's ``<toolkit>.<CLI_BIN>`` with the
+would accept (``wbcore_runtime.toolkit.verify`` passes and ``wbcore_runtime.build.buildable.refusals`` is
+empty). Their tools are listed as they will be once built (a command's ``<toolkit>.<CLI_BIN>`` with the
 schema its skill declares, a kernel's ``<toolkit>.<name>``); the first call builds the
 toolkit (``wbcore_runtime.build.builder.build``, the one build path) and then runs. A component's
 functions are known only from its built artifact, so an unbuilt component is listed as one
@@ -77,7 +77,8 @@ class ServedProvider(_tools.ToolTable):
     It wraps the runtime's provider (``contract.tools.service(runtime).provider``): the
     registered tools and every call are that provider's; this adds the unbuilt ones."""
 
-    def __init__(self, runtime: Runtime, *, only: Iterable[str] | None = None, build_missing: bool = True) -> None:
+    def __init__(self, runtime: Runtime, *, only: Iterable[str] | None = None,
+                 build_missing: bool = True) -> None:
         self.runtime = runtime
         self.service = _tools.service(runtime)  # NotFound naming wbcore-act when no provider is installed
         self.base = self.service.provider(only=only)
@@ -172,11 +173,12 @@ class ServedProvider(_tools.ToolTable):
             caps = frozenset(m.caps) & universe.caps_of(prof)
             if kind == "component":
                 name = tk_id
-                desc = (f"{m.tagline or tk_id} (component toolkit {tk_id}, not built yet: calling this builds it, "
-                        "then its functions are listed as tools)")
+                desc = (f"{m.tagline or tk_id} (component toolkit {tk_id}, not built yet: calling this "
+                        "builds it, then its functions are listed as tools)")
                 td = ToolDefinition(name, LocalizedString(plain=desc), dict(BUILD_SCHEMA),
                                     self.service.annotations(caps, frozenset(), prof.timeout_s))
-                tools[name] = Tool(td, "component", tk_id, tk_id, caps=caps, skills=tuple(s.slug for s in tk.skills))
+                tools[name] = Tool(td, "component", tk_id, tk_id, caps=caps,
+                                   skills=tuple(s.slug for s in tk.skills))
             else:
                 try:
                     target = builder.registered_name(tk, kind)
@@ -208,7 +210,8 @@ class ServedProvider(_tools.ToolTable):
         self.refresh_if_changed()
         return True
 
-    def build_all(self, progress: Callable[[str, str, str], None] | None = None) -> list[tuple[str, str | None]]:
+    def build_all(self,
+                  progress: Callable[[str, str, str], None] | None = None) -> list[tuple[str, str | None]]:
         """Build every pending toolkit now (``wbx mcp serve --build``): ``(toolkit, error or None)``."""
         self.tools()
         out: list[tuple[str, str | None]] = []
@@ -234,8 +237,8 @@ class ServedProvider(_tools.ToolTable):
         # a table read while another caller's build landed may predate it: the provider's own
         # lookup (a refresh, then the registered tool) serves the name then
         if toolkit is None or drafted is None:
-            return self.base.call_json(name, args, cancel=cancel, timeout=timeout, progress=progress, mounts=mounts,
-                                       remote=remote)
+            return self.base.call_json(name, args, cancel=cancel, timeout=timeout, progress=progress,
+                                       mounts=mounts, remote=remote)
         placeholder = drafted.kind == "component"
 
         def say(stage: str, detail: str) -> None:
@@ -247,13 +250,16 @@ class ServedProvider(_tools.ToolTable):
         except WbError as exc:
             return CallOutcome([Error(ToolError.from_wb(exc))])
         if placeholder:
-            served = sorted(n for n, t in self.tools().items() if t.toolkit == toolkit and n not in self.pending)
+            served = sorted(n for n, t in self.tools().items()
+                            if t.toolkit == toolkit and n not in self.pending)
             text = f"built {toolkit}; its tools: {', '.join(served) or '(none)'}"
-            return CallOutcome([Content(ContentPart(text.encode(), "text/plain"))], structured={"tools": served})
-        return self.base.call_json(name, args, cancel=cancel, timeout=timeout, progress=progress, mounts=mounts,
-                                   remote=remote)
+            return CallOutcome([Content(ContentPart(text.encode(), "text/plain"))],
+                               structured={"tools": served})
+        return self.base.call_json(name, args, cancel=cancel, timeout=timeout, progress=progress,
+                                   mounts=mounts, remote=remote)
 
-    def call_tool(self, call: ToolCall, *, cancel: threading.Event | None = None, timeout: float | None = None,
+    def call_tool(self, call: ToolCall, *, cancel: threading.Event | None = None,
+                  timeout: float | None = None,
                   progress: Callable[[float, str], None] | None = None) -> CallOutcome:
         """An ACT call: a registered tool's is the provider's; an unbuilt one is built first
         (:meth:`call_json`), its deadline shortened by ``std:timeout-ms`` as the provider would."""
@@ -265,7 +271,8 @@ class ServedProvider(_tools.ToolTable):
         try:
             args = call.args()
             if not isinstance(args, dict):
-                raise InvalidArgs(f"{call.name}: arguments must be a map (JSON object), got {type(args).__name__}")
+                raise InvalidArgs(f"{call.name}: arguments must be a map (JSON object), got "
+                                  f"{type(args).__name__}")
         except WbError as exc:
             return CallOutcome([Error(ToolError.from_wb(exc))])
         return self.call_json(call.name, args, cancel=cancel, timeout=timeout, progress=progress)

@@ -35,11 +35,12 @@ class Settings:
         else:
             endpoint = env[ENDPOINT].rstrip("/") + "/v1/traces"
         if not endpoint.startswith(("http://", "https://")):
-            raise InvalidArgs(f"{TRACES_ENDPOINT if traces else ENDPOINT}={endpoint!r}: use http(s)://host:port")
+            raise InvalidArgs(f"{TRACES_ENDPOINT if traces else ENDPOINT}={endpoint!r}: use "
+                              "http(s)://host:port")
         protocol = env.get(TRACES_PROTOCOL) or env.get(PROTOCOL) or "http/protobuf"
         if protocol != "http/protobuf":
-            raise InvalidArgs(f"{PROTOCOL}={protocol!r}: wbcore-otel exports http/protobuf (the OTLP default); "
-                              "point it at the collector's HTTP port (4318)")
+            raise InvalidArgs(f"{PROTOCOL}={protocol!r}: wbcore-otel exports http/protobuf (the OTLP "
+                              "default); point it at the collector's HTTP port (4318)")
         headers = {}
         for part in (env.get(TRACES_HEADERS) or env.get(HEADERS) or "").split(","):
             key, sep, value = part.partition("=")
@@ -52,4 +53,5 @@ class Settings:
         return cls(endpoint, protocol, headers, timeout_ms / 1000.0, env.get(SERVICE) or "wbcore")
 
     def __repr__(self) -> str:  # header values may be credentials: never shown
-        return f"Settings(endpoint={self.endpoint!r}, protocol={self.protocol!r}, headers=<{len(self.headers)} hidden>)"
+        return (f"Settings(endpoint={self.endpoint!r}, protocol={self.protocol!r}, "
+                f"headers=<{len(self.headers)} hidden>)")

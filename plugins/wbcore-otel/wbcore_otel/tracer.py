@@ -64,7 +64,8 @@ class _Span:
 
 
 class OtelTracer:
-    def __init__(self, provider: TracerProvider, *, flush_timeout_s: float = 10.0, parent: Any = None) -> None:
+    def __init__(self, provider: TracerProvider, *, flush_timeout_s: float = 10.0,
+                 parent: Any = None) -> None:
         self.provider = provider
         #: The remote parent a child process was started under (``TRACEPARENT``), else ``None``.
         self.parent = parent
@@ -91,7 +92,8 @@ class OtelTracer:
     def with_exporter(cls, exporter: SpanExporter, *, service: str = "wbcore", flush_timeout_s: float = 10.0,
                       parent: Any = None) -> OtelTracer:
         provider = TracerProvider(resource=Resource.create({"service.name": service}))
-        provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=8192, schedule_delay_millis=1000,
+        provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=8192,
+                                                       schedule_delay_millis=1000,
                                                        export_timeout_millis=int(flush_timeout_s * 1000)))
         return cls(provider, flush_timeout_s=flush_timeout_s, parent=parent)
 

@@ -220,7 +220,8 @@ def load_seccomp(program):
         raise OSError(errno.EINVAL, "seccomp program is not a whole number of instructions")
     buf = ctypes.create_string_buffer(program, len(program))
     prog = _SockFprog(len(program) // 8, ctypes.cast(buf, ctypes.c_void_p))
-    _check(libc.prctl(PR_SET_SECCOMP, ctypes.c_ulong(SECCOMP_MODE_FILTER), ctypes.byref(prog), 0, 0), "seccomp")
+    _check(libc.prctl(PR_SET_SECCOMP, ctypes.c_ulong(SECCOMP_MODE_FILTER), ctypes.byref(prog), 0, 0),
+           "seccomp")
 
 
 def become_worker(cfg, filt):
@@ -270,7 +271,8 @@ def copy_out(export_fd, lim):
     skipped = []
     for dirpath, dirnames, filenames in os.walk("/out", followlinks=False):
         rel = os.path.relpath(dirpath, "/out")
-        dir_fd = export_fd if rel == "." else os.open(rel, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=export_fd)
+        dir_fd = export_fd if rel == "." else os.open(rel, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW,
+                                                      dir_fd=export_fd)
         try:
             for d in list(dirnames):
                 if os.path.islink(os.path.join(dirpath, d)):
@@ -405,7 +407,8 @@ def main():
     try:
         unshare(flags)
     except OSError as exc:
-        report(status_fd, phase="unshare", error=f"{exc}; missing: {', '.join(missing_namespaces(cfg)) or 'unknown'}")
+        report(status_fd, phase="unshare",
+               error=f"{exc}; missing: {', '.join(missing_namespaces(cfg)) or 'unknown'}")
         os._exit(111)
     os.write(sync_w, b"u")
     if os.read(go_r, 1) != b"g":

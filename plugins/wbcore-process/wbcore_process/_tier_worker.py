@@ -2,8 +2,8 @@
 
 ``python -I -S _tier_worker.py <wasmtime-parent-dir> <folder-of-frames.py-and-capbridge.py>``, started by
 ``Sandbox.spawn`` (no network, no host files but its binds, uid 1000, seccomp, rlimits),
-with the session secret on an inherited pipe (fd ``WB_SECRET_FD``, read and closed at start). It speaks ``frames`` on fds 0 and 1
-(anything else that writes to stdout goes to stderr) and serves one call at a time:
+with the session secret on an inherited pipe (fd ``WB_SECRET_FD``, read and closed at start). It speaks
+``frames`` on fds 0 and 1 (anything else that writes to stdout goes to stderr) and serves one call at a time:
 
 ``Ping`` (the secret) → ``Pong``; then per call ``Exec`` → [``Link`` → ``LinkAnswer``]
 → [``BrokerCall`` → ``BrokerAnswer``]* → ``ExecResult``; ``Shutdown`` (the secret) ends it.
@@ -15,9 +15,9 @@ and stdin only (output to private files in the sandbox's /tmp), and a wall-clock
 and output caps watched by a ticker thread that ends the guest through the engine's epoch.
 The worker decides no policy: its ``wb.*`` imports are linked by the core's one caps bridge
 (its guest side, ``GuestCaps``: the file wbcore-wasmtime serves, ``wbcore_wasmtime/sandbox_caps.py``,
-bound as ``capbridge.py`` next to ``frames.py``, as in the container tier's runner): which may link is the host's answer to ``Link``, and every ``wb.<cap>`` call
-is forwarded to the host, which answers it through its Dock. The worker holds no credential
-and cannot open a connection to anything.
+bound as ``capbridge.py`` next to ``frames.py``, as in the container tier's runner): which may link is the
+host's answer to ``Link``, and every ``wb.<cap>`` call is forwarded to the host, which answers it through its
+Dock. The worker holds no credential and cannot open a connection to anything.
 """
 
 import hashlib
@@ -177,12 +177,14 @@ class Worker:
         if not all(0 <= v <= 1 << 40 for v in (memory, out_cap, err_cap)) or not 0 <= timeout <= 86400:
             raise F.FrameError("malformed", "memory, output caps and timeout must be within range")
         if len(blobs) not in (1, 2):
-            raise F.FrameError("malformed", f"Exec carries {len(blobs)} attachments; expected stdin and maybe the module")
+            raise F.FrameError("malformed",
+                               f"Exec carries {len(blobs)} attachments; expected stdin and maybe the module")
         deadline = time.monotonic() + timeout
         try:
             mod = self.load(sha, blobs[1] if len(blobs) == 2 else None)
         except (ValueError, wt.WasmtimeError) as exc:
-            return self.result({"error": {"kind": "invalid-args", "message": f"artifact {sha[:12]}… is not a valid module: {exc}"}})
+            return self.result({"error": {"kind": "invalid-args",
+                                          "message": f"artifact {sha[:12]}… is not a valid module: {exc}"}})
         if mod is None:
             return self.result({"missing": True})
         caps = []

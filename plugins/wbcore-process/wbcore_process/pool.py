@@ -127,7 +127,8 @@ class Worker:
         """How the worker ended, for an error message (waits briefly for the reaper)."""
         code = self.box.wait(timeout=2.0)
         tail = self.stderr_tail()
-        how = "is still running" if code is None else (f"was killed by signal {-code}" if code < 0 else f"exited {code}")
+        how = ("is still running" if code is None
+               else (f"was killed by signal {-code}" if code < 0 else f"exited {code}"))
         return how + (f"; its stderr: {tail[-800:]}" if tail else "")
 
     def close(self) -> None:
@@ -185,7 +186,8 @@ class Pool:
         if not 1 <= size <= MAX_WORKERS:
             raise InvalidArgs(f"WB_OS_PROCESS_WORKERS must be 1..{MAX_WORKERS}, got {size}")
         self.size = size
-        self.caps_lib = caps_lib  # the caps bridge's guest side (contract.guest.sandbox_caps), bound per worker
+        # the caps bridge's guest side (contract.guest.sandbox_caps), bound per worker
+        self.caps_lib = caps_lib
         self.limit = size + MAX_EXTRA
         self.watchdog = Watchdog()
         self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wb-os-process-spawner")
@@ -217,7 +219,8 @@ class Pool:
                         break
                     left = deadline - time.monotonic()
                     if left <= 0:
-                        raise Timeout(f"no os_process worker became free before the deadline ({self.limit} are busy)")
+                        raise Timeout(f"no os_process worker became free before the deadline ({self.limit} "
+                                      "are busy)")
                     self._cond.wait(left)
         finally:
             for worker in dead:
@@ -365,8 +368,8 @@ def spawn_worker(caps_lib: Path) -> Worker:
     # wasmtime reserves address space (guard regions) per linear memory, so RLIMIT_AS is
     # loose; a guest's memory is capped by its store's limits. /tmp holds one call's
     # stdin, stdout and stderr files (each capped while the guest runs).
-    limits = SandboxLimits(cpu_seconds=CPU_LIMIT_S, address_space=64 << 30, file_size=160 << 20, open_files=256,
-                    processes=64, tmp_bytes=256 << 20, out_bytes=1 << 20, out_files=16)
+    limits = SandboxLimits(cpu_seconds=CPU_LIMIT_S, address_space=64 << 30, file_size=160 << 20,
+                           open_files=256, processes=64, tmp_bytes=256 << 20, out_bytes=1 << 20, out_files=16)
     secret = frames.new_secret()
     box = Sandbox().spawn(
         [str(_python()), "-I", "-S", "/wb/worker.py", "/wb/site", "/wb/lib"],
@@ -392,7 +395,8 @@ def shared(env: dict[str, str] | None, caps_lib: Path) -> Pool:
             try:
                 size = int(raw) if raw.strip() else DEFAULT_WORKERS
             except ValueError:
-                raise InvalidArgs(f"WB_OS_PROCESS_WORKERS={raw!r}: expected a number of workers, e.g. 2") from None
+                raise InvalidArgs(f"WB_OS_PROCESS_WORKERS={raw!r}: expected a number of workers, "
+                                  "e.g. 2") from None
             _sweep_dead_workers()
             _pool = Pool(size, caps_lib)
         return _pool

@@ -80,20 +80,22 @@ def probe() -> tuple[bool, str, tuple[str, ...]]:
     if os.geteuid() != 0:
         try:
             if Path("/proc/sys/kernel/unprivileged_userns_clone").read_text().strip() == "0":
-                return False, "unprivileged user namespaces are disabled (sysctl kernel.unprivileged_userns_clone=0)", ()
+                return (False, "unprivileged user namespaces are disabled "
+                        "(sysctl kernel.unprivileged_userns_clone=0)", ())
         except OSError:
             pass
     with tempfile.TemporaryDirectory(prefix="wb-probe-") as tmp:
         try:
-            res = Sandbox(_probing=True).run(["/bin/sh", "-c", "exit 0"], binds=_system_binds(), out_dir=Path(tmp),
-                                              limits=SandboxLimits(wall_seconds=20))
+            res = Sandbox(_probing=True).run(["/bin/sh", "-c", "exit 0"], binds=_system_binds(),
+                                             out_dir=Path(tmp), limits=SandboxLimits(wall_seconds=20))
         except SandboxUnavailable as exc:
             return False, exc.message, ()
         except WbError as exc:
             return False, f"the sandbox could not start: {exc.message}", ()
     if res.returncode != 0:
         return False, f"the sandbox could not run /bin/sh (exit {res.returncode}): {res.log}", res.features
-    return True, "namespaces " + ", ".join(NAMESPACES) + ("; seccomp" if "seccomp" in res.features else "; no seccomp"), res.features
+    return (True, "namespaces " + ", ".join(NAMESPACES) + ("; seccomp" if "seccomp" in res.features
+                                                           else "; no seccomp"), res.features)
 
 
 def _system_binds() -> list[Bind]:
@@ -162,7 +164,8 @@ class Sandbox(BuildSandboxDriver):
         self._prepare()
         env = _launch(job.argv, job.binds, job.env)
         job.out_dir.mkdir(parents=True, exist_ok=True)
-        return self._run_sandboxed(job.argv, job.binds, job.out_dir, job.limits, env, job.cwd, job.stdin, job.seed_out)
+        return self._run_sandboxed(job.argv, job.binds, job.out_dir, job.limits, env, job.cwd, job.stdin,
+                                   job.seed_out)
 
     def probe(self) -> Availability:
         return availability()
@@ -178,7 +181,8 @@ class Sandbox(BuildSandboxDriver):
     def _run_sandboxed(self, argv, binds, out_dir, limits, env, cwd, stdin, seed_out) -> SandboxResult:
         start = time.monotonic()
         root_user = os.geteuid() == 0
-        scratch = leftovers.mkdtemp("wb-sbx-")  # owner in the name: the next wbx command sweeps it if we are killed
+        # owner in the name: the next wbx command sweeps it if we are killed
+        scratch = leftovers.mkdtemp("wb-sbx-")
         try:
             export = scratch / "export"
             proc, sync_r, go_w, status_r = self._start(scratch, argv, binds, limits, env, cwd,
@@ -186,7 +190,8 @@ class Sandbox(BuildSandboxDriver):
             init_pid = None
             try:
                 init_pid = self._handshake(proc, sync_r, go_w, root_user, start + limits.wall_seconds)
-                out, err, out_trunc, err_trunc, timed_out = _pump(proc, stdin, limits, start + limits.wall_seconds)
+                out, err, out_trunc, err_trunc, timed_out = _pump(proc, stdin, limits,
+                                                                  start + limits.wall_seconds)
             finally:
                 if proc.poll() is None:
                     for pid in (init_pid, proc.pid):
@@ -200,13 +205,15 @@ class Sandbox(BuildSandboxDriver):
             status = _read_status(status_r)
             os.close(status_r)
             if status.get("phase") in ("unshare", "setup"):
-                raise SandboxUnavailable(f"the build sandbox could not be set up ({status['phase']}): {status['error']}")
+                raise SandboxUnavailable(f"the build sandbox could not be set up ({status['phase']}): "
+                                         f"{status['error']}")
             if status.get("phase") != "done":
                 if timed_out:
                     return SandboxResult(tuple(argv), -signal.SIGKILL, out, err, time.monotonic() - start,
                                          self.features, timed_out=True, stdout_truncated=out_trunc,
                                          stderr_truncated=err_trunc, limit="wall-clock")
-                raise Internal(f"the sandbox init ended without a report (exit {proc.returncode}): {err[-2000:].decode('utf-8', 'replace')}")
+                raise Internal(f"the sandbox init ended without a report (exit {proc.returncode}): "
+                               f"{err[-2000:].decode('utf-8', 'replace')}")
             code = int(status["exit"])
             limit = _SIGNAL_LIMITS.get(-code) if code < 0 else None
             if status.get("error"):
@@ -249,7 +256,8 @@ class Sandbox(BuildSandboxDriver):
             "namespaces": list(NAMESPACES),
             "root": str(scratch / "root"),
             "export": str(export),
-            "binds": [{"src": str(Path(b.src).resolve()), "dst": b.dst.rstrip("/"), "rw": b.writable, "overlay": b.overlay}
+            "binds": [{"src": str(Path(b.src).resolve()), "dst": b.dst.rstrip("/"), "rw": b.writable,
+                       "overlay": b.overlay}
                       for b in binds],
             "limits": limits.as_dict(),
             "argv": list(argv),
@@ -308,7 +316,8 @@ class Sandbox(BuildSandboxDriver):
         """
         self._prepare()
         limits = limits or SandboxLimits()
-        full_env = _launch(argv, binds, {**(env or {}), **({"WB_SECRET_FD": str(SECRET_FD)} if secret else {})})
+        full_env = _launch(argv, binds,
+                           {**(env or {}), **({"WB_SECRET_FD": str(SECRET_FD)} if secret else {})})
         # owner in the name: removed by close(), and swept (leftovers.sweep_home, the pool's
         # start) once its owner is dead, if this process is killed before it closes the worker
         scratch = leftovers.mkdtemp(SPAWN_PREFIX)
@@ -320,14 +329,16 @@ class Sandbox(BuildSandboxDriver):
             raise
         box = SandboxedProcess(proc, scratch, sync_r, go_w, status_r)
         try:
-            box.init_pid = self._handshake(proc, sync_r, go_w, os.geteuid() == 0, time.monotonic() + start_timeout)
+            box.init_pid = self._handshake(proc, sync_r, go_w, os.geteuid() == 0,
+                                           time.monotonic() + start_timeout)
         except BaseException:
             box.close()
             raise
         if box.init_pid is None:
             status = box.close()
             if status.get("phase") in ("unshare", "setup"):
-                raise SandboxUnavailable(f"the sandbox could not be set up ({status['phase']}): {status['error']}")
+                raise SandboxUnavailable(f"the sandbox could not be set up ({status['phase']}): "
+                                         f"{status['error']}")
             raise Internal(f"the sandboxed {argv[0]} did not start (exit {proc.returncode})")
         # The init has read its config; nothing else needs the scratch files on the host.
         (scratch / "config.marshal").unlink(missing_ok=True)
@@ -438,10 +449,13 @@ def _launch(argv: Sequence[str], binds: Sequence[Bind], env: Mapping[str, str]) 
 def _check_launch(argv: Sequence[str], binds: Sequence[Bind]) -> None:
     """Refuse a relative program or a bind that would cover the sandbox's own mounts."""
     if not argv or not argv[0].startswith("/"):
-        raise InvalidArgs(f"sandbox argv[0] must be an absolute path inside the sandbox, got {list(argv[:1])!r}")
+        raise InvalidArgs("sandbox argv[0] must be an absolute path inside the sandbox, got "
+                          f"{list(argv[:1])!r}")
     for b in binds:
-        if not b.dst.startswith("/") or ".." in Path(b.dst).parts or b.dst.rstrip("/") in ("", "/out", "/tmp", "/proc", "/dev"):
-            raise InvalidArgs(f"bind target {b.dst!r} must be an absolute path outside /out, /tmp, /proc, /dev")
+        if (not b.dst.startswith("/") or ".." in Path(b.dst).parts
+                or b.dst.rstrip("/") in ("", "/out", "/tmp", "/proc", "/dev")):
+            raise InvalidArgs(f"bind target {b.dst!r} must be an absolute path outside /out, /tmp, /proc, "
+                              "/dev")
         if not b.src.exists():
             raise InvalidArgs(f"bind source {b.src} does not exist")
         if b.overlay and (not b.src.is_dir() or any(c in str(b.src.resolve()) for c in ",:\\")):

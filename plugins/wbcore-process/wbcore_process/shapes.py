@@ -24,8 +24,8 @@ def verify_task(ctx: VerifyContext) -> Iterator[Check]:
     if blocks:
         yield Check(
             True, "exec",
-            "native :role bash execution is banned on the host; task blocks run via wbx toolkit run <tk> <task> "
-            "only with WB_TOOLKIT_EXEC=1, inside a sandbox tier (container or stronger)",
+            "native :role bash execution is banned on the host; task blocks run via wbx toolkit run <tk> "
+            "<task> only with WB_TOOLKIT_EXEC=1, inside a sandbox tier (container or stronger)",
             warning=True,
         )
 

@@ -56,7 +56,8 @@ def available() -> Availability:
     if _wasmtime_dir() is None:
         return Availability.no("wasmtime is not importable (pip install wasmtime)")
     ok, reason, _ = probe()
-    return Availability.yes(f"sandbox: {reason}") if ok else Availability.no(f"the build sandbox is unavailable: {reason}")
+    return (Availability.yes(f"sandbox: {reason}") if ok
+            else Availability.no(f"the build sandbox is unavailable: {reason}"))
 
 
 class OsProcessTier:
@@ -98,7 +99,8 @@ class OsProcessTier:
 class _Call:
     """One command call's conversation with one worker."""
 
-    def __init__(self, runtime: Runtime, worker: Worker, req: CommandRequest, start: float, deadline: float) -> None:
+    def __init__(self, runtime: Runtime, worker: Worker, req: CommandRequest, start: float,
+                 deadline: float) -> None:
         self.runtime, self.worker, self.req = runtime, worker, req
         self.start, self.deadline = start, deadline
         self.id = next(_ids)
@@ -132,7 +134,9 @@ class _Call:
                     w.chan.send_frame(self.bridge.answer(kind, payload))
                 elif kind == F.REFUSED:
                     obj, _ = F.unpack(payload)
-                    raise F.FrameError("unexpected", f"the worker refused the call: {obj.get('reason')}: {obj.get('message')}")
+                    raise F.FrameError("unexpected",
+                                       f"the worker refused the call: {obj.get('reason')}: "
+                                       f"{obj.get('message')}")
                 else:
                     raise F.FrameError("unexpected", f"the worker sent {F.name(kind)} during a call")
         except (F.FrameError, OSError) as exc:
@@ -148,8 +152,8 @@ class _Call:
         if with_module:
             blobs.append(self.runtime.artifacts.read_verified(req.sha256))
         if sum(len(b) for b in blobs) > frames.MAX_FRAME - 4096:
-            raise InvalidArgs(f"{req.name}: stdin and module together exceed the {frames.MAX_FRAME >> 20} MiB frame "
-                              "cap of tier os_process")
+            raise InvalidArgs(f"{req.name}: stdin and module together exceed the {frames.MAX_FRAME >> 20} "
+                              "MiB frame cap of tier os_process")
         self.in_flight = True
         self.worker.chan.send_frame(frames.seal(frames.EXEC, self.worker.secret, obj, *blobs))
         if with_module:
@@ -157,7 +161,8 @@ class _Call:
 
     def check_id(self, obj: dict[str, Any]) -> None:
         if obj.get("id") != self.id:
-            raise frames.FrameError("unexpected", f"the worker answered call {obj.get('id')!r}, not {self.id}")
+            raise frames.FrameError("unexpected",
+                                    f"the worker answered call {obj.get('id')!r}, not {self.id}")
 
     def lost(self, exc: Exception) -> WbError:
         """The error for a call whose worker stopped speaking the protocol or died."""
@@ -169,8 +174,8 @@ class _Call:
             return Timeout(f"{req.name}: stopped after {time.monotonic() - self.start:.3f} s: over its "
                            f"{req.timeout_s:g} s deadline (its os_process worker was killed)")
         if w.killed == "cancelled":
-            return Timeout(f"{req.name}: cancelled by the caller after {time.monotonic() - self.start:.3f} s; "
-                           "its os_process worker was killed")
+            return Timeout(f"{req.name}: cancelled by the caller after {time.monotonic() - self.start:.3f} "
+                           "s; its os_process worker was killed")
         why = exc.message if isinstance(exc, frames.FrameError) else f"{type(exc).__name__}: {exc}"
         return Internal(f"{req.name}: the os_process worker died ({why}); it {w.death()}. "
                         "The pool starts a new one; run the call again")
@@ -217,10 +222,12 @@ class _Call:
             "stdout" if out_size > prof.stdout_bytes or len(stdout) > prof.stdout_bytes else
             "stderr" if err_size > prof.stderr_bytes or len(stderr) > prof.stderr_bytes else "")
         if obj.get("no_start") is True and not over and reason != "timeout":
-            raise InvalidArgs(f"{name}: artifact {req.sha256[:12]}… exports no _start (is it a WASI command?)")
-        check_guest_end(req, wall=wall, stopped="timeout" if reason == "timeout" else "", over=over, trap=trap,
-                        trap_code=trap_code, exit_code=exit_code, peak=peak)
-        usage = Usage(wall_s=time.monotonic() - self.start, peak_memory=peak, bytes_out=len(stdout) + len(stderr))
+            raise InvalidArgs(f"{name}: artifact {req.sha256[:12]}… exports no _start (is it a WASI "
+                              "command?)")
+        check_guest_end(req, wall=wall, stopped="timeout" if reason == "timeout" else "", over=over,
+                        trap=trap, trap_code=trap_code, exit_code=exit_code, peak=peak)
+        usage = Usage(wall_s=time.monotonic() - self.start, peak_memory=peak,
+                      bytes_out=len(stdout) + len(stderr))
         return CallResult(stdout, stderr, exit_code, usage)
 
 

@@ -140,7 +140,8 @@ def ship(ws_dir: Path, out: Path, *, home: Path, ident: _identity.Identity,
     # signed_at is content time, not wall time, so the same content ships to the same bytes.
     epoch = env.get("SOURCE_DATE_EPOCH")
     newest = int(epoch) if epoch and epoch.isdigit() else max(
-        [m for _, m in files.values()] + [int(r[4]) for r in rows if math.isfinite(r[4]) and 0 <= r[4] < MAX_MTIME])
+        [m for _, m in files.values()] + [int(r[4])
+                                          for r in rows if math.isfinite(r[4]) and 0 <= r[4] < MAX_MTIME])
     members: list[dict[str, Any]] = [{"path": VFS_MEMBER, "sha256": _sha(db_bytes), "size": len(db_bytes)}]
     for name, (data, mtime) in files.items():
         members.append({"path": name, "sha256": _sha(data), "size": len(data), "mtime": mtime})
@@ -154,9 +155,11 @@ def ship(ws_dir: Path, out: Path, *, home: Path, ident: _identity.Identity,
         "signer": canonical.signer_did(ident, did_web_host),
         "signed_at": _iso(newest),
     }, ident)
-    blob = _zip({MANIFEST: canonical.serialize(manifest), VFS_MEMBER: db_bytes, **{n: d for n, (d, _) in files.items()}})
+    blob = _zip({MANIFEST: canonical.serialize(manifest), VFS_MEMBER: db_bytes,
+                 **{n: d for n, (d, _) in files.items()}})
     atomic_write(out, blob)
-    return Shipped(out, _sha(blob), manifest["signer"], manifest["signed_at"], tuple(m["path"] for m in members))
+    return Shipped(out, _sha(blob), manifest["signer"], manifest["signed_at"],
+                   tuple(m["path"] for m in members))
 
 
 # --- reading and verifying -----------------------------------------------------------------
@@ -218,12 +221,13 @@ def _shape(m: Mapping[str, Any], what: str) -> None:
     assets = ws.get("assets", [])
     if not isinstance(assets, list) or not all(isinstance(a, str) for a in assets):
         raise InvalidArgs(f"{what}: {MANIFEST}: workspace.assets must be a list of paths")
-    expected = {VFS_MEMBER, WS_PREFIX + _ws.MANIFEST} | ({WS_PREFIX + html} if isinstance(html, str) and html else set())
+    expected = ({VFS_MEMBER, WS_PREFIX + _ws.MANIFEST}
+                | ({WS_PREFIX + html} if isinstance(html, str) and html else set()))
     expected |= {WS_PREFIX + a for a in assets}
     listed = [e["path"] for e in members]
     if sorted(listed) != sorted(expected):
-        raise InvalidArgs(f"{what}: {MANIFEST} lists members {', '.join(sorted(listed))}; a {FORMAT} bundle holds "
-                          f"exactly {', '.join(sorted(expected))}")
+        raise InvalidArgs(f"{what}: {MANIFEST} lists members {', '.join(sorted(listed))}; a {FORMAT} bundle "
+                          f"holds exactly {', '.join(sorted(expected))}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,7 +254,8 @@ def _read_manifest(data: bytes, what: str) -> dict[str, Any]:
     return m
 
 
-def _check_members(files: Mapping[str, bytes], m: Mapping[str, Any], what: str, sink: Path | None) -> list[str]:
+def _check_members(files: Mapping[str, bytes], m: Mapping[str, Any], what: str,
+                   sink: Path | None) -> list[str]:
     """Hash every member against the manifest (writing it under ``sink`` if given); the changes."""
     changes: list[str] = []
     signed = {e["path"]: e for e in m["members"]}
@@ -262,8 +267,10 @@ def _check_members(files: Mapping[str, bytes], m: Mapping[str, Any], what: str, 
             continue
         data = files[name]
         if len(data) != e["size"] or _sha(data) != e["sha256"]:
-            got = "bigger than signed" if len(data) > e["size"] else f"sha256 {_sha(data)[:12]}…, {len(data)} bytes"
-            changes.append(f"member {name} changed ({got}; signed sha256 {e['sha256'][:12]}…, {e['size']} bytes)")
+            got = ("bigger than signed" if len(data) > e["size"]
+                   else f"sha256 {_sha(data)[:12]}…, {len(data)} bytes")
+            changes.append(f"member {name} changed ({got}; signed sha256 "
+                           f"{e['sha256'][:12]}…, {e['size']} bytes)")
             continue
         if sink is not None:
             dest = sink / safe_name(name, what)
@@ -284,7 +291,8 @@ def inspect(path: Path, *, env: Mapping[str, str] | None = None, allow_http_loop
     what = path.name
     data = _bundle_bytes(path, what)
     m = _read_manifest(data, what)
-    sig = canonical.check_signature(m, env=env, allow_http_loopback=allow_http_loopback, resolve_web=resolve_web)
+    sig = canonical.check_signature(m, env=env, allow_http_loopback=allow_http_loopback,
+                                    resolve_web=resolve_web)
     changes = _check_members(_members(data, m, what), m, what, None)
     return Inspection(m, sig, tuple(changes))
 
@@ -316,7 +324,8 @@ def restore(path: Path, *, home: Path, into: Path, trusted: Sequence[str],
     try:
         changes = _check_members(_members(data, m, what), m, what, stage)
         if changes:
-            raise TamperedBundle(f"{what}: refused, it differs from what {sig.signer} signed: " + "; ".join(changes))
+            raise TamperedBundle(f"{what}: refused, it differs from what {sig.signer} "
+                                 "signed: " + "; ".join(changes))
         ws = _ws.load(stage / "workspace")
         if (ws.name, ws.instance, ws.html, list(ws.volumes)) != (
                 ws_meta.get("name"), instance, ws_meta.get("html"), ws_meta.get("volumes")):
@@ -336,14 +345,16 @@ def restore(path: Path, *, home: Path, into: Path, trusted: Sequence[str],
         try:
             os.link(db_tmp, final_db)
         except FileExistsError:
-            raise InvalidArgs(f"VFS instance {instance!r} appeared while restoring; nothing was changed") from None
+            raise InvalidArgs(f"VFS instance {instance!r} appeared while restoring; nothing was "
+                              "changed") from None
         finally:
             os.unlink(db_tmp)
         try:
             os.rename(stage / "workspace", into)
         except OSError as exc:
             os.unlink(final_db)
-            raise InvalidArgs(f"cannot place the workspace at {into} ({exc.strerror}); nothing was changed") from None
+            raise InvalidArgs(f"cannot place the workspace at {into} ({exc.strerror}); nothing was "
+                              "changed") from None
         fsync_dir(final_db.parent)
         fsync_dir(into.parent)
     finally:

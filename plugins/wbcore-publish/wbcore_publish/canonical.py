@@ -39,7 +39,8 @@ def _check(value: Any, where: str, depth: int = 0) -> None:
     if isinstance(value, int):
         return
     if isinstance(value, float):
-        raise ManifestFormatError(f"{where}: floats are not allowed in a signed manifest (use an integer or a string)")
+        raise ManifestFormatError(f"{where}: floats are not allowed in a signed manifest (use an integer or "
+                                  "a string)")
     if isinstance(value, list):
         for i, v in enumerate(value):
             _check(v, f"{where}[{i}]", depth + 1)
@@ -114,7 +115,8 @@ def sign(obj: dict[str, Any], ident: _identity.Identity) -> dict[str, Any]:
     signer = obj.get("signer")
     if not isinstance(signer, str):
         raise InvalidArgs("a manifest names its signer before it is signed")
-    if signer.startswith(_identity.DID_KEY_PREFIX) and _identity.public_key_from_did(signer) != ident.public_key:
+    if (signer.startswith(_identity.DID_KEY_PREFIX)
+            and _identity.public_key_from_did(signer) != ident.public_key):
         raise InvalidArgs(f"{signer} is not the did:key of the signing key ({ident.did})")
     return {**obj, "signature": encode_signature(ident.sign(canonical(obj)))}
 
@@ -138,7 +140,9 @@ def check_signature(obj: Mapping[str, Any], *, env: Mapping[str, str] | None = N
         return SignatureCheck(False, "the manifest names no did:key or did:web signer", None)
     sig = decode_signature(obj.get("signature"))
     if sig is None:
-        return SignatureCheck(False, "the manifest carries no well-formed signature (86 base64url characters)", signer)
+        return SignatureCheck(False,
+                              "the manifest carries no well-formed signature (86 base64url characters)",
+                              signer)
     try:
         form = canonical(obj)
     except ManifestFormatError as exc:

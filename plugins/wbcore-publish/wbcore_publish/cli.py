@@ -48,9 +48,13 @@ def bundle_app(runtime: Any) -> typer.Typer:
 
     @app.command("restore")
     def restore(
-        path: str = typer.Argument(..., help="The .wbundle to restore (a file, or oci://host/repo:tag|@sha256:…)."),
-        into: Path | None = typer.Option(None, "--into", help="The new workspace folder (default: ./<name>)."),
-        signer: list[str] = typer.Option([], "--signer", help="Also trust this DID (default: only this tenant's)."),
+        path: str = typer.Argument(...,
+                                   help="The .wbundle to restore (a file, or "
+                                        "oci://host/repo:tag|@sha256:…)."),
+        into: Path | None = typer.Option(None, "--into",
+                                         help="The new workspace folder (default: ./<name>)."),
+        signer: list[str] = typer.Option([], "--signer",
+                                         help="Also trust this DID (default: only this tenant's)."),
         tenant: str = typer.Option("default", "--tenant", help="The tenant whose DID is trusted."),
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
@@ -97,7 +101,8 @@ def bundle_app(runtime: Any) -> typer.Typer:
                        "signature_reason": ins.signature.reason, "changes": list(ins.changes)})
         else:
             typer.echo(f"{'✓' if ins.signature.ok else '✗'} signature: {ins.signature.reason}")
-            typer.echo(f"{'✓' if not ins.changes else '✗'} members: " + ("; ".join(ins.changes) or "every hash holds"))
+            typer.echo(f"{'✓' if not ins.changes else '✗'} members: "
+                       + ("; ".join(ins.changes) or "every hash holds"))
         if not ins.verified:
             raise typer.Exit(1)
 
@@ -149,7 +154,8 @@ def publish_app(runtime: Any) -> typer.Typer:
             return
         typer.echo(f"published {got.kind} {got.name} → {got.reference}")
         typer.echo(f"  tag {got.tag}; {got.blobs_sent} new blob(s); install with: "
-                   + (f"wbx toolkit install {got.reference}" if got.kind == "toolkit" else f"wbx bundle restore {got.reference}"))
+                   + (f"wbx toolkit install {got.reference}" if got.kind == "toolkit"
+                      else f"wbx bundle restore {got.reference}"))
 
     @app.command("sign")
     def sign(
@@ -200,7 +206,8 @@ def library_cmd(runtime: Any) -> typer.Typer:
 
     @app.callback(invoke_without_command=True)
     def library(
-        path: list[Path] = typer.Option([], "--path", help="Scan this folder (also: $WB_LIBRARY_PATH, the search roots)."),
+        path: list[Path] = typer.Option([], "--path",
+                                        help="Scan this folder (also: $WB_LIBRARY_PATH, the search roots)."),
         mine: bool = typer.Option(False, "--mine", help="Only what this tenant's identity signed."),
         tenant: str = typer.Option("default", "--tenant", help="Whose identity is 'mine'."),
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
@@ -212,7 +219,8 @@ def library_cmd(runtime: Any) -> typer.Typer:
         dirs = _lib.folders([_abs(runtime, p) for p in path], runtime.env, runtime.roots)
         entries = [e for e in _lib.scan(dirs, identity_did=did, env=runtime.env) if e.mine or not mine]
         if json_:
-            emit_json({"identity": did, "folders": [str(d) for d in dirs], "entries": [e.as_json() for e in entries]})
+            emit_json({"identity": did, "folders": [str(d) for d in dirs],
+                       "entries": [e.as_json() for e in entries]})
             return
         if not entries:
             typer.echo("no workspaces or bundles found in " + (", ".join(map(str, dirs)) or "no folder"))

@@ -39,7 +39,8 @@ class Entry:
 
     def as_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "name": self.name, "path": str(self.path), "signer": self.signer,
-                "signed_at": self.signed_at, "verified": self.verified, "mine": self.mine, "detail": self.detail}
+                "signed_at": self.signed_at, "verified": self.verified, "mine": self.mine,
+                "detail": self.detail}
 
 
 def folders(explicit: Iterable[Path], env: Mapping[str, str], roots: Iterable[Path]) -> list[Path]:
@@ -76,15 +77,18 @@ def _workspace(path: Path, env: Mapping[str, str], mine: str, loopback: bool) ->
     try:
         ws = _ws.load(path.parent)
     except WbError as exc:
-        return Entry("workspace", path.parent.name, path.parent, None, None, False, False, f"error: {exc.message}")
+        return Entry("workspace", path.parent.name, path.parent, None, None, False, False,
+                     f"error: {exc.message}")
     if not ws.html:
         return Entry("workspace", ws.name, ws.dir, None, None, False, False, "no HTML; unsigned")
     r = _page.verify(ws.dir / ws.html, env=env, allow_http_loopback=loopback)
     if r.signer is None:
         return Entry("workspace", ws.name, ws.dir, None, None, False, False, f"{ws.html} unsigned")
-    detail = f"{ws.html}: " + ("signature and assets hold" if r.valid else "; ".join([*r.changes, r.signature_reason]))
+    detail = f"{ws.html}: " + ("signature and assets hold" if r.valid
+                               else "; ".join([*r.changes, r.signature_reason]))
     # "mine" needs a signature that verifies: a manifest merely naming my DID is not mine.
-    return Entry("workspace", ws.name, ws.dir, r.signer, r.signed_at, r.valid, r.signature and r.signer == mine, detail)
+    return Entry("workspace", ws.name, ws.dir, r.signer, r.signed_at, r.valid,
+                 r.signature and r.signer == mine, detail)
 
 
 def _bundle_entry(path: Path, env: Mapping[str, str], mine: str, loopback: bool) -> Entry:
@@ -97,11 +101,13 @@ def _bundle_entry(path: Path, env: Mapping[str, str], mine: str, loopback: bool)
     detail = "signature and every member hold" if ins.verified else "; ".join(
         [*ins.changes] + ([] if ins.signature.ok else [ins.signature.reason]))
     signer = m.get("signer") if isinstance(m.get("signer"), str) else None
-    return Entry("bundle", name, path, signer, m.get("signed_at") if isinstance(m.get("signed_at"), str) else None,
+    return Entry("bundle", name, path, signer,
+                 m.get("signed_at") if isinstance(m.get("signed_at"), str) else None,
                  ins.verified, ins.signature.ok and signer == mine, detail)
 
 
-def scan(dirs: Iterable[Path], *, identity_did: str, env: Mapping[str, str], allow_http_loopback: bool = False) -> list[Entry]:
+def scan(dirs: Iterable[Path], *, identity_did: str, env: Mapping[str, str],
+         allow_http_loopback: bool = False) -> list[Entry]:
     out: list[Entry] = []
     seen: set[str] = set()
     for root in dirs:

@@ -34,7 +34,8 @@ class Published:
 def _reference(target: str) -> oci.Reference:
     ref = oci.Reference.parse(target if target.startswith("oci://") else "oci://" + target)
     if ref.tag is None or ref.digest is not None:
-        raise InvalidArgs(f"{target}: publish to <registry>/<repo>:<tag>; the digest is computed from what is published")
+        raise InvalidArgs(f"{target}: publish to <registry>/<repo>:<tag>; the digest is computed from what "
+                          "is published")
     return ref
 
 
@@ -44,9 +45,10 @@ def toolkit(client: Distribution, folder: Path, target: str, *, env: Mapping[str
     if trust.refusal(verdict):
         if m.trust != "third-party":
             # `wbx toolkit sign` refuses first-party toolkits: say the step that works.
-            raise InvalidArgs(f"{m.id} is first-party and first-party toolkits are not signed; what is published "
-                              "to a registry is installed as third-party and must be signed: set #+TRUST: "
-                              f"third-party in its manifest, then wbx toolkit sign {m.id}, then publish")
+            raise InvalidArgs(f"{m.id} is first-party and first-party toolkits are not signed; what is "
+                              "published to a registry is installed as third-party and must be signed: set "
+                              f"#+TRUST: third-party in its manifest, then wbx toolkit sign {m.id}, then "
+                              "publish")
         raise InvalidArgs(f"{m.id}: signature {verdict.code}: {verdict.message}; sign it first "
                           f"(wbx toolkit sign {m.id}): installs refuse an unsigned third-party toolkit")
     ref = _reference(target)
@@ -55,11 +57,13 @@ def toolkit(client: Distribution, folder: Path, target: str, *, env: Mapping[str
     pushed = client.push(
         ref, artifact_type=oci.TOOLKIT_TYPE,
         config=(canonical_json(config), oci.TOOLKIT_CONFIG),
-        layers=[(client.toolkit_layer(folder), oci.TOOLKIT_LAYER, {"org.opencontainers.image.title": f"{m.id}.tar.gz"})],
+        layers=[(client.toolkit_layer(folder), oci.TOOLKIT_LAYER,
+                 {"org.opencontainers.image.title": f"{m.id}.tar.gz"})],
         annotations={"org.opencontainers.image.version": m.version, "dev.wbcore.toolkit.id": m.id},
         env=env,
     )
-    return Published("toolkit", m.id, pushed.reference.text(), ref.tag, pushed.manifest.digest, pushed.blobs_sent)
+    return Published("toolkit", m.id, pushed.reference.text(), ref.tag, pushed.manifest.digest,
+                     pushed.blobs_sent)
 
 
 def bundle(client: Distribution, path: Path, target: str, *, env: Mapping[str, str]) -> Published:
@@ -67,7 +71,8 @@ def bundle(client: Distribution, path: Path, target: str, *, env: Mapping[str, s
 
     size = path.stat().st_size
     if size > client.max_blob:  # the client's cap on one blob: the registry would refuse it mid-way
-        raise InvalidArgs(f"{path}: {size} bytes is over the {client.max_blob}-byte cap for a published bundle")
+        raise InvalidArgs(f"{path}: {size} bytes is over the {client.max_blob}-byte cap for a published "
+                          "bundle")
     ins = _bundle.inspect(path, env=env, resolve_web=False)
     if not ins.verified:
         raise InvalidArgs(f"{path}: the bundle does not verify ({ins.signature.reason}; "
@@ -81,7 +86,8 @@ def bundle(client: Distribution, path: Path, target: str, *, env: Mapping[str, s
         layers=[(path.read_bytes(), oci.BUNDLE_LAYER, {"org.opencontainers.image.title": path.name})],
         env=env,
     )
-    return Published("bundle", name, pushed.reference.text(), ref.tag, pushed.manifest.digest, pushed.blobs_sent)
+    return Published("bundle", name, pushed.reference.text(), ref.tag, pushed.manifest.digest,
+                     pushed.blobs_sent)
 
 
 def fetch_bundle(client: Distribution, reference: str, dest: Path, *, env: Mapping[str, str]) -> Path:

@@ -144,8 +144,8 @@ class Signed:
     skipped: tuple[str, ...]  # references seen but not covered (missing, not a file, outside)
 
 
-def sign(page: Path, ident: _identity.Identity, *, assets: Sequence[str] = (), did_web_host: str | None = None,
-         env: Mapping[str, str] | None = None) -> Signed:
+def sign(page: Path, ident: _identity.Identity, *, assets: Sequence[str] = (),
+         did_web_host: str | None = None, env: Mapping[str, str] | None = None) -> Signed:
     """Embed a signed manifest in ``page`` (written atomically); an earlier one is replaced."""
     env = os.environ if env is None else env
     where = str(page)
@@ -163,7 +163,8 @@ def sign(page: Path, ident: _identity.Identity, *, assets: Sequence[str] = (), d
         covered[rel] = {"path": rel, "sha256": _sha(data), "size": len(data)}
     for rel in assets:  # named assets must exist: an error, not a skip
         data = _asset(root, rel, where)
-        covered[posixpath.normpath(rel)] = {"path": posixpath.normpath(rel), "sha256": _sha(data), "size": len(data)}
+        covered[posixpath.normpath(rel)] = {"path": posixpath.normpath(rel), "sha256": _sha(data),
+                                            "size": len(data)}
     if len(covered) > MAX_ASSETS:
         raise InvalidArgs(f"{where}: more than {MAX_ASSETS} assets")
     epoch = env.get("SOURCE_DATE_EPOCH")
@@ -177,8 +178,8 @@ def sign(page: Path, ident: _identity.Identity, *, assets: Sequence[str] = (), d
     }, ident)
     at = _insert_at(body)
     atomic_write(page, body[:at] + embed(manifest) + body[at:], mode=stat.S_IMODE(page.stat().st_mode))
-    return Signed(page, manifest["signer"], manifest["signed_at"], tuple(a["path"] for a in manifest["assets"]),
-                  tuple(skipped))
+    return Signed(page, manifest["signer"], manifest["signed_at"],
+                  tuple(a["path"] for a in manifest["assets"]), tuple(skipped))
 
 
 @dataclass(frozen=True)
@@ -213,7 +214,8 @@ def integrity(page_dir: Path, parts: Split, manifest: Mapping[str, Any], where: 
     if not isinstance(assets, list) or len(assets) > MAX_ASSETS:
         return changes + ["the manifest's asset list is malformed"]
     for a in assets:
-        if not isinstance(a, dict) or not isinstance(a.get("path"), str) or not isinstance(a.get("sha256"), str):
+        if (not isinstance(a, dict) or not isinstance(a.get("path"), str)
+                or not isinstance(a.get("sha256"), str)):
             changes.append(f"malformed asset entry {str(a)[:80]}")
             continue
         try:
@@ -222,7 +224,8 @@ def integrity(page_dir: Path, parts: Split, manifest: Mapping[str, Any], where: 
             changes.append(f"asset {a['path']} unreadable ({getattr(exc, 'message', exc)})")
             continue
         if _sha(data) != a["sha256"]:
-            changes.append(f"asset {a['path']} changed (sha256 {_sha(data)[:12]}…, signed {a['sha256'][:12]}…)")
+            changes.append(f"asset {a['path']} changed (sha256 {_sha(data)[:12]}…, signed "
+                           f"{a['sha256'][:12]}…)")
     return changes
 
 
@@ -233,16 +236,19 @@ def verify(page: Path, *, env: Mapping[str, str] | None = None, allow_http_loopb
     try:
         parts = split(read_regular(page, MAX_PAGE, "publish"), where)
         if parts.manifest_text is None:
-            return Report(False, False, signature_reason=f"the page carries no {ELEMENT_ID} element (unsigned)",
+            return Report(False, False,
+                          signature_reason=f"the page carries no {ELEMENT_ID} element (unsigned)",
                           changes=("no manifest",))
         manifest = canonical.parse(parts.manifest_text, f"{where}#{ELEMENT_ID}")
         if manifest.get("format") != FORMAT:
-            raise InvalidArgs(f"{where}: the manifest's format is {manifest.get('format')!r}, expected {FORMAT!r}")
+            raise InvalidArgs(f"{where}: the manifest's format is {manifest.get('format')!r}, expected "
+                              f"{FORMAT!r}")
         if embed(manifest) != OPEN + parts.manifest_text + CLOSE:
             raise InvalidArgs(f"{where}: the embedded manifest is not in canonical form; re-sign the page")
     except InvalidArgs as exc:
         return Report(False, False, signature_reason=exc.message, changes=(exc.message,))
     changes = integrity(page.parent, parts, manifest, where)
-    sig = canonical.check_signature(manifest, env=env, allow_http_loopback=allow_http_loopback, resolve_web=resolve_web)
+    sig = canonical.check_signature(manifest, env=env, allow_http_loopback=allow_http_loopback,
+                                    resolve_web=resolve_web)
     signed_at = manifest.get("signed_at") if isinstance(manifest.get("signed_at"), str) else None
     return Report(sig.ok, not changes, sig.signer, signed_at, sig.reason, tuple(changes))

@@ -20,8 +20,8 @@ from wbcore_runtime.contract.errors import InvalidArgs
 #: The contract's schema, verbatim (``docs/dock.md``). A bundled database holds exactly this.
 SCHEMA = (
     "CREATE TABLE files (\n"
-    "  volume TEXT NOT NULL, path TEXT NOT NULL, data BLOB NOT NULL, size INTEGER NOT NULL, mtime REAL NOT NULL,\n"
-    "  PRIMARY KEY (volume, path)\n"
+    "  volume TEXT NOT NULL, path TEXT NOT NULL, data BLOB NOT NULL, size INTEGER NOT NULL, mtime REAL NOT "
+    "NULL,\n  PRIMARY KEY (volume, path)\n"
     ") WITHOUT ROWID"
 )
 MAX_ROWS = 100_000
@@ -35,7 +35,8 @@ def db_path(home: Path, instance: str) -> Path:
     return home / "vfs" / f"{instance}.db"
 
 
-def read_rows(path: Path, volumes: tuple[str, ...], *, max_rows: int = MAX_ROWS, max_bytes: int = MAX_BYTES) -> list[Row]:
+def read_rows(path: Path, volumes: tuple[str, ...], *, max_rows: int = MAX_ROWS,
+              max_bytes: int = MAX_BYTES) -> list[Row]:
     """Every row of ``volumes``, in ``(volume, path)`` byte order, bounded while read."""
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10.0)
     try:

@@ -62,14 +62,16 @@ def parse(text: str, dir: Path) -> Workspace:
         kw[key] = m.group(2)
     name = kw.get("WORKSPACE", "")
     if not NAME_RE.match(name):
-        raise InvalidArgs(f"{where}: #+WORKSPACE must name the workspace ([A-Za-z0-9._-]{{1,64}}), got {name!r}")
+        raise InvalidArgs(f"{where}: #+WORKSPACE must name the workspace ([A-Za-z0-9._-]{{1,64}}), got "
+                          f"{name!r}")
     instance = kw.get("VFS_INSTANCE") or name
     if not INSTANCE_RE.match(instance):
         raise InvalidArgs(f"{where}: #+VFS_INSTANCE {instance!r} must match {INSTANCE_RE.pattern}")
     vols = tuple(kw["VOLUMES"].split()) if kw.get("VOLUMES") else VOLUMES
     unknown = [v for v in vols if v not in VOLUMES]
     if unknown or len(set(vols)) != len(vols):
-        raise InvalidArgs(f"{where}: #+VOLUMES must list distinct volumes among {', '.join(VOLUMES)} (got {kw['VOLUMES']!r})")
+        raise InvalidArgs(f"{where}: #+VOLUMES must list distinct volumes among {', '.join(VOLUMES)} (got "
+                          f"{kw['VOLUMES']!r})")
     html = _inside_name(kw["HTML"], where) if kw.get("HTML") else None
     return Workspace(dir, name, kw.get("TITLE", ""), html, instance, tuple(sorted(vols)))
 

@@ -45,13 +45,15 @@ def need_lane(runtime: Any, lane: str, node: str, job: fabric.Job) -> None:
     runner from the artifact just stored and verified here, never from a driver's path."""
     rec = runtime.lanes.get(lane) if lane in runtime.lanes else None
     if rec is None or getattr(rec, "runner", None) is None:
-        raise InvalidArgs(f"ray node {node[:12]}: {job.kind} {job.name!r} was built by the {lane} lane, whose runner "
-                          f"this node does not have; install the same wbcore plugins on every node as on the driver")
+        raise InvalidArgs(f"ray node {node[:12]}: {job.kind} {job.name!r} was built by the {lane} lane, "
+                          "whose runner this node does not have; install the same wbcore plugins on every "
+                          "node as on the driver")
     avail = rec.available()
     if not avail.ok:
         from wbcore_runtime.contract.errors import Unavailable
 
-        raise Unavailable(f"ray node {node[:12]}: the {lane} lane cannot run {job.name!r} here: {avail.reason}")
+        raise Unavailable(f"ray node {node[:12]}: the {lane} lane cannot run {job.name!r} here: "
+                          f"{avail.reason}")
 
 
 class NodeWorker:
@@ -63,7 +65,8 @@ class NodeWorker:
         self.node = ray.get_runtime_context().get_node_id()
         self.home = node_home(self.node)
         deadline = None if seconds_left is None else time.monotonic() + seconds_left
-        self.job = dataclasses.replace(job, home=self.home, roots=(), cwd=self.home, env={}, deadline=deadline)
+        self.job = dataclasses.replace(job, home=self.home, roots=(), cwd=self.home, env={},
+                                       deadline=deadline)
         self.run: Any = None
         self.compiled = False
         self.inputs = self.chunks = 0
@@ -85,8 +88,8 @@ class NodeWorker:
             art = runtime.artifacts.put_bytes(wasm)
             sha = job.entry.sha256
             if art.sha256 != sha:
-                raise InvalidArgs(f"ray node {self.node[:12]}: the module received hashes to {art.sha256[:12]}…, "
-                                  f"not the job's {sha[:12]}…; refused")
+                raise InvalidArgs(f"ray node {self.node[:12]}: the module received hashes to "
+                                  f"{art.sha256[:12]}…, not the job's {sha[:12]}…; refused")
             if lane is not None:
                 need_lane(runtime, lane, self.node, job)
             before = self._compiled_forms(runtime, sha)

@@ -55,8 +55,9 @@ def node_tier_available() -> Availability:
     if not avail.ok:
         return avail
     if address() is None:
-        return Availability(False, f"no Ray cluster to run on: set {ADDRESS_ENV} (or RAY_ADDRESS) to its address, "
-                                   f"e.g. ray://head:10001 or auto on a node that joined with `ray start`")
+        return Availability(False,
+                            f"no Ray cluster to run on: set {ADDRESS_ENV} (or RAY_ADDRESS) to its address, "
+                            f"e.g. ray://head:10001 or auto on a node that joined with `ray start`")
     return Availability(True)
 
 
@@ -68,13 +69,15 @@ def connect(*, start_local: bool = True) -> Any:
         if ray.is_initialized():
             return ray
         addr = address()
-        quiet: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": False, "namespace": "wbcore"}
+        quiet: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": False,
+                                 "namespace": "wbcore"}
         faults_on = faulthandler.is_enabled()
         if addr is not None:
             try:
                 ray.init(address=addr, **quiet)
             except (ConnectionError, RuntimeError, ValueError) as exc:
-                raise NotFound(f"ray: cannot join the cluster at {addr!r} ({ADDRESS_ENV}/RAY_ADDRESS): {exc}") from None
+                raise NotFound(f"ray: cannot join the cluster at {addr!r} ({ADDRESS_ENV}/RAY_ADDRESS): "
+                               f"{exc}") from None
         elif not start_local:
             raise NotFound(node_tier_available().reason)
         else:
@@ -132,8 +135,8 @@ def refuse_remote(runtime: Any, kind: str, name: str, caps: frozenset[str], requ
     artifact is all its runner needs (js: the reactor with the app's sources inside, one
     sha256), and the node runs it with the same lane's runner (:func:`lane_runner`)."""
     if caps:
-        raise InvalidArgs(f"{where}: {kind} {name!r} is granted caps ({' '.join(sorted(caps))}); a node of a Ray "
-                          f"cluster cannot reach this host's Dock. Use the local or threads engine")
+        raise InvalidArgs(f"{where}: {kind} {name!r} is granted caps ({' '.join(sorted(caps))}); a node of a "
+                          f"Ray cluster cannot reach this host's Dock. Use the local or threads engine")
     if getattr(request, "preopens", None) or getattr(request, "scratch", None):
         held = request.preopens[0][0] if request.preopens else "a #+SCRATCH folder"
         raise InvalidArgs(f"{where}: {kind} {name!r} preopens a host folder ({held}), which other "

@@ -5,8 +5,8 @@ alive nodes with CPUs (each pinned to its node, ``NodeAffinitySchedulingStrategy
 module goes into the object store once (:func:`wbcore_ray.cluster.module_ref`) and each node
 compiles it once. Inputs travel in chunks, one actor method call each — Ray's per-call cost
 is about a millisecond, so a chunk aims at ``TARGET_S`` of work (up to ``MAX_BATCH`` inputs
-and about ``CHUNK_BYTES`` of input) — and each actor has at most ``K`` chunks outstanding (one running, two queued).
-Results come back in input order as ``fabric.ResultChunk`` records, as from the local engine;
+and about ``CHUNK_BYTES`` of input) — and each actor has at most ``K`` chunks outstanding (one running, two
+queued). Results come back in input order as ``fabric.ResultChunk`` records, as from the local engine;
 the window (``width × K`` chunks) bounds the driver's memory and reading of the inputs.
 
 An actor that dies fails the inputs it held and is replaced on the same node (at most
@@ -49,8 +49,10 @@ class RayEngine:
         self.runtime = runtime
         self.stats: list[dict[str, Any]] = []  # the last map's actor reports
 
-    def chunks(self, job: fabric.Job, work: fabric.Work, *, cancel: Any = None) -> Iterator[fabric.ResultChunk]:
-        cluster.refuse_remote(self.runtime, job.kind, job.name, job.caps, job.request, job.entry, "fabric engine 'ray'")
+    def chunks(self, job: fabric.Job, work: fabric.Work, *,
+               cancel: Any = None) -> Iterator[fabric.ResultChunk]:
+        cluster.refuse_remote(self.runtime, job.kind, job.name, job.caps, job.request, job.entry,
+                              "fabric engine 'ray'")
         ray = cluster.connect()
         ref = cluster.module_ref(ray, self.runtime, job.entry.sha256)
         scheduler = _Batch(self, ray, job, work, cancel, ref)
@@ -61,10 +63,12 @@ class RayEngine:
 class _Batch(batch.Batch):
     POLL_S = POLL_S
 
-    def __init__(self, engine: RayEngine, ray: Any, job: fabric.Job, work: fabric.Work, cancel: Any, ref: Any) -> None:
+    def __init__(self, engine: RayEngine, ray: Any, job: fabric.Job, work: fabric.Work, cancel: Any,
+                 ref: Any) -> None:
         from wbcore_ray.actor import NodeWorker
 
-        super().__init__(job, work, cancel, k=K, target_s=TARGET_S, max_batch=MAX_BATCH, chunk_bytes=CHUNK_BYTES)
+        super().__init__(job, work, cancel, k=K, target_s=TARGET_S, max_batch=MAX_BATCH,
+                         chunk_bytes=CHUNK_BYTES)
         self.engine, self.ray, self.ref = engine, ray, ref
         self.remote_cls = ray.remote(NodeWorker)
         self.workers: list[_Actor] = []
@@ -114,13 +118,15 @@ class _Batch(batch.Batch):
             raise Internal(f"ray: an actor could not load {self.job.name!r}: {exc}") from None
 
     def _replace(self, actor: _Actor, why: str) -> None:
-        self.lost(actor, Internal(f"ray: the actor on node {actor.node[:12]} ended ({why}) while it held this input"))
+        self.lost(actor, Internal(f"ray: the actor on node {actor.node[:12]} ended ({why}) while it held "
+                                  "this input"))
         for ref, (a, _seq) in list(self.calls.items()):
             if a is actor:
                 del self.calls[ref]
         self.restarts += 1
         if self.restarts > MAX_RESTARTS:
-            raise Internal(f"ray: {self.job.kind} {self.job.name!r}: actors ended {self.restarts} times; stopped")
+            raise Internal(f"ray: {self.job.kind} {self.job.name!r}: actors ended {self.restarts} times; "
+                           "stopped")
         node = self.nodes.get(actor.node) or next(iter(self.nodes.values()))
         fresh = self._spawn(node, self.shares.get(node["NodeID"], 1.0))
         self.workers[self.workers.index(actor)] = fresh

@@ -36,7 +36,8 @@ def _tier_available() -> Availability:
 
 @hookimpl
 def wbcore_fabric_engines() -> Iterator[FabricEngine]:
-    yield FabricEngine(name="ray", summary="Ray actors across a cluster's nodes (WB_RAY_ADDRESS; else a local Ray), "
+    yield FabricEngine(name="ray",
+                       summary="Ray actors across a cluster's nodes (WB_RAY_ADDRESS; else a local Ray), "
                        "one compile per node, modules through the object store", factory=_engine,
                        available=_installed)
 
@@ -52,5 +53,6 @@ def wbcore_isolation_tiers() -> Iterator[IsolationTier]:
         available=_tier_available,
         kinds=frozenset({"command", "kernel"}),
         bridges_caps=False,
-        hosts_lane_runners=True,  # the node runs the lane's runner on the artifact it received (wbcore_ray.actor)
+        # the node runs the lane's runner on the artifact it received (wbcore_ray.actor)
+        hosts_lane_runners=True,
     )

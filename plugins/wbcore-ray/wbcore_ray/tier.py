@@ -55,8 +55,8 @@ class NodeTier:
                 return ray, handle
             node = self._node(ray)
             entry = self._entry(kind, req)
-            job = fabric.Job(kind=kind, name=req.name, tier="node", entry=entry, request=req, caps=req.caps, width=1,
-                             home=self.runtime.home, roots=(), cwd=self.runtime.cwd, env={})
+            job = fabric.Job(kind=kind, name=req.name, tier="node", entry=entry, request=req, caps=req.caps,
+                             width=1, home=self.runtime.home, roots=(), cwd=self.runtime.cwd, env={})
             handle = ray.remote(NodeWorker).options(
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False),
                 num_cpus=0, max_restarts=0).remote(job, None)

@@ -48,13 +48,15 @@ class CrateSource:
                 continue
             for cand in d.glob(f"{name}-*"):
                 ver = cand.name[len(name) + 1:]
-                if VERSION_RE.match(ver) and (cand / "Cargo.toml").is_file() and (not version or ver == version):
+                if (VERSION_RE.match(ver) and (cand / "Cargo.toml").is_file()
+                        and (not version or ver == version)):
                     found.append((ver, cand))
         if not found:
             where = ", ".join(str(d) + ("" if d.is_dir() else " (absent)") for d in dirs)
             want = f"{name} {version}" if version else name
             raise NotFound(f"crate {want} is not in the local crate sources ({where}); vendor it into "
-                           f"$WB_HOME/crates/{name}-<version> or install Debian's librust-{name.replace('_', '-')}-dev")
+                           f"$WB_HOME/crates/{name}-<version> or install Debian's "
+                           f"librust-{name.replace('_', '-')}-dev")
         ver, path = max(found, key=lambda f: _version_key(f[0]))
         return ResolvedSource(digest=tree_digest(path), dir=path)
 

@@ -28,9 +28,11 @@ def parse(rest: str) -> tuple[str, str, str | None]:
     body, _, sub = rest.strip().partition("#")
     url, at, commit = body.rpartition("@")
     if not at or "/" in commit or not url:
-        raise InvalidArgs(f"git+{rest} is not pinned: write git+<url>@<40-hex commit> (a branch or tag can move)")
+        raise InvalidArgs(f"git+{rest} is not pinned: write git+<url>@<40-hex commit> (a branch or tag can "
+                          "move)")
     if not COMMIT_RE.match(commit):
-        raise InvalidArgs(f"git+{rest}: the pin {commit!r} must be a full 40-hex commit id, not a branch or tag")
+        raise InvalidArgs(f"git+{rest}: the pin {commit!r} must be a full 40-hex commit id, not a branch or "
+                          "tag")
     if not url.startswith(SCHEMES):
         raise InvalidArgs(f"git+{rest}: only {', '.join(SCHEMES)} are fetched")
     if "@" in url or any(c.isspace() for c in url):

@@ -9,8 +9,9 @@ from wbcore_runtime.build import ResolvedSource, SourceRequest, tree_digest
 
 
 def inside(base: Path, rel: str, label: str = paths.TOOLKIT_ROOT) -> Path:
-    """``base/rel`` (a file or a folder) by the core's one containment rule (:mod:`wbcore_runtime.guard.paths`):
-    relative, no ``..``, every symlink on the way staying inside, files single-linked."""
+    """``base/rel`` (a file or a folder) by the core's one containment rule
+    (:mod:`wbcore_runtime.guard.paths`): relative, no ``..``, every symlink on the way staying inside, files
+    single-linked."""
     return paths.inside(base, rel, expect="any", label=label)
 
 

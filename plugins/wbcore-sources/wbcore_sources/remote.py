@@ -62,7 +62,8 @@ def _fetch(request: SourceRequest, env: dict[str, str], what: str, name: str) ->
         raise
     if got != want:
         dest.unlink(missing_ok=True)
-        raise IntegrityError(f"{what}{spec}: sha256 mismatch: #+SHA256 is {want}, the file is {got}; nothing was used")
+        raise IntegrityError(f"{what}{spec}: sha256 mismatch: #+SHA256 is {want}, the file is {got}; nothing "
+                             "was used")
     return dest
 
 
@@ -81,7 +82,8 @@ def webassembly(path: Path, what: str) -> Path:
     if head.startswith(b"\0asm"):
         raise InvalidArgs(f"{what}: a WebAssembly binary of an unsupported version ({head[4:].hex()}); "
                           "a module (version 1) or a component is needed")
-    kind = "WebAssembly text (build it with #+BUILD_LANG: wat)" if head.lstrip()[:1] == b"(" else f"starts with {head[:8]!r}"
+    kind = ("WebAssembly text (build it with #+BUILD_LANG: wat)" if head.lstrip()[:1] == b"("
+            else f"starts with {head[:8]!r}")
     raise InvalidArgs(f"{what} is not a WebAssembly binary ({kind}); point it at a .wasm module or component")
 
 
@@ -91,7 +93,8 @@ class WasmSource:
 
     def resolve(self, request: SourceRequest) -> ResolvedSource:
         dest = _fetch(request, self.env, "wasm:", "module.wasm")
-        return ResolvedSource(digest=request.manifest.sha256 or "", artifact=webassembly(dest, f"wasm:{request.rest}"))
+        return ResolvedSource(digest=request.manifest.sha256 or "",
+                              artifact=webassembly(dest, f"wasm:{request.rest}"))
 
 
 class ArchiveSource:
@@ -103,14 +106,16 @@ class ArchiveSource:
         root = request.workdir / "bundle"
         if root.exists():
             shutil.rmtree(root)
-        unpack.unpack(archive, root, unpack.Caps(max_bytes=int(self.env.get("WB_ARCHIVE_MAX_BYTES", 512 << 20)),
-                                                 max_files=int(self.env.get("WB_ARCHIVE_MAX_FILES", 20000))))
+        unpack.unpack(archive, root,
+                      unpack.Caps(max_bytes=int(self.env.get("WB_ARCHIVE_MAX_BYTES", 512 << 20)),
+                                  max_files=int(self.env.get("WB_ARCHIVE_MAX_FILES", 20000))))
         archive.unlink()
         digest = request.manifest.sha256 or ""
         m = request.manifest
         named = preopen_entries(m.preopen)
         if len(named) > 1:
-            raise InvalidArgs("#+PREOPEN: an archive: bundle preopens one folder of the archive (give one #+PREOPEN)")
+            raise InvalidArgs("#+PREOPEN: an archive: bundle preopens one folder of the archive (give one "
+                              "#+PREOPEN)")
         preopen = inside(root, named[0][0], "the archive") if named else None
         if preopen is not None and not preopen.is_dir():
             raise InvalidArgs(f"#+PREOPEN {m.preopen!r} is not a folder in the archive")
@@ -118,18 +123,22 @@ class ArchiveSource:
             wasm = inside(root, m.wasm_path, "the archive")
             if not wasm.is_file():
                 raise InvalidArgs(f"#+WASM_PATH {m.wasm_path!r} is not a file in the archive")
-            return ResolvedSource(digest=digest, artifact=webassembly(wasm, f"#+WASM_PATH {m.wasm_path!r} in archive:{request.rest}"),
+            return ResolvedSource(digest=digest,
+                                  artifact=webassembly(wasm, f"#+WASM_PATH {m.wasm_path!r} in "
+                                                             f"archive:{request.rest}"),
                                   dir=root, preopen=preopen, sha256_pins_source=True)
         if m.build_lang:
             return ResolvedSource(digest=digest, dir=root, preopen=preopen, sha256_pins_source=True)
         # the containment walk (openat + O_NOFOLLOW): links are never taken for a module
-        found = sorted(root / n.rel for n in paths.walk(root, label="the archive", skip_dirs=frozenset({".git"}))
+        found = sorted(root / n.rel
+                       for n in paths.walk(root, label="the archive", skip_dirs=frozenset({".git"}))
                        if n.kind == "file" and n.rel.endswith(".wasm"))
         if len(found) != 1:
             listed = ", ".join(p.relative_to(root).as_posix() for p in found[:10]) or "none"
             raise InvalidArgs(f"archive:{request.rest}: say which module with #+WASM_PATH (found: {listed})")
         module = webassembly(found[0], f"{found[0].relative_to(root).as_posix()} in archive:{request.rest}")
-        return ResolvedSource(digest=digest, artifact=module, dir=root, preopen=preopen, sha256_pins_source=True)
+        return ResolvedSource(digest=digest, artifact=module, dir=root, preopen=preopen,
+                              sha256_pins_source=True)
 
 
 def wasm(runtime: Any) -> WasmSource:

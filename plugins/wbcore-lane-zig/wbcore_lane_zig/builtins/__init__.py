@@ -9,7 +9,8 @@ the ``.c`` files here.
 ``grep`` and ``jq`` use ``ARG_MODE stdin1``: the first stdin line is the argument (flags
 and the pattern or filter), the rest is the input. ``wbox`` takes its script as argv and
 runs every command through the ``commands`` cap and every redirection through ``vfs``
-(``wb_dock.h``, the SDK header, comes from the core: the c lane puts it on the include path). See the header comment of each ``.c`` file.
+(``wb_dock.h``, the SDK header, comes from the core: the c lane puts it on the include path). See the header
+comment of each ``.c`` file.
 """
 
 from __future__ import annotations
@@ -103,7 +104,8 @@ def build(runtime: Any, name: str) -> bytes:
             try:
                 jqsrc.fetch()
             except WbError as exc:
-                raise InvalidArgs(f"built-in jq: {jqsrc.missing()} (fetching failed: {exc.message})") from None
+                raise InvalidArgs(f"built-in jq: {jqsrc.missing()} (fetching failed: "
+                                  f"{exc.message})") from None
     with tempfile.TemporaryDirectory(prefix=f"wb-builtin-{name}-") as tmp:
         work = Path(tmp)
         resolved = stage(name, work / "src")

@@ -59,18 +59,20 @@ JQ_SKIP = {"inject_errors.c"}
 #: oniguruma's library sources (its ``src/Makefile.am``), minus the encodings other than
 #: ASCII/UTF-8 and the POSIX/GNU front ends: jq compiles every regex as UTF-8.
 ONIG_SOURCES = ("regparse.c", "regcomp.c", "regexec.c", "regenc.c", "regerror.c", "regext.c", "regsyntax.c",
-                "regtrav.c", "regversion.c", "st.c", "unicode.c", "unicode_unfold_key.c", "unicode_fold1_key.c",
+                "regtrav.c", "regversion.c", "st.c", "unicode.c", "unicode_unfold_key.c",
+                "unicode_fold1_key.c",
                 "unicode_fold2_key.c", "unicode_fold3_key.c", "ascii.c", "utf8.c", "onig_init.c")
 #: What upstream's configure finds on wasm32-wasi (Debian's wasi-libc): math functions
 #: (``src/libm.h`` turns each into a builtin), time functions, and the rest.
-MATH = ("acos acosh asin asinh atan2 atan atanh cbrt ceil copysign cos cosh drem erf erfc exp10 exp2 exp expm1 "
-        "fabs fdim floor fma fmax fmin fmod frexp hypot j0 j1 jn ldexp lgamma log10 log1p log2 log logb modf "
-        "lgamma_r nearbyint nextafter nexttoward pow remainder rint round scalb scalbln significand scalbn ilogb "
-        "sin sinh sqrt tan tanh tgamma trunc y0 y1 yn").split()
+MATH = ("acos acosh asin asinh atan2 atan atanh cbrt ceil copysign cos cosh drem erf erfc exp10 exp2 exp "
+        "expm1 fabs fdim floor fma fmax fmin fmod frexp hypot j0 j1 jn ldexp lgamma log10 log1p log2 log "
+        "logb modf lgamma_r nearbyint nextafter nexttoward pow remainder rint round scalb scalbln "
+        "significand scalbn ilogb sin sinh sqrt tan tanh tgamma trunc y0 y1 yn").split()
 LIBC = ("memmem isatty strptime strftime setenv timegm gmtime_r gmtime localtime_r localtime gettimeofday "
         "setlocale arc4random getentropy pthread_key_create pthread_once atexit alloca alloca_h").split()
 FLAGS = (
-    "-Dmain=jq_upstream_main", "-D_WASI_EMULATED_SIGNAL", "-lwasi-emulated-signal", "-DIEEE_8087=1", "-DUSE_DECNUM=1", "-DHAVE_LIBONIG=1", "-DHAVE_TM_TM_GMT_OFF=1",
+    "-Dmain=jq_upstream_main", "-D_WASI_EMULATED_SIGNAL", "-lwasi-emulated-signal", "-DIEEE_8087=1",
+    "-DUSE_DECNUM=1", "-DHAVE_LIBONIG=1", "-DHAVE_TM_TM_GMT_OFF=1",
     *(f"-DHAVE_{name.upper()}=1" for name in (*MATH, *LIBC)),
     "-D_GNU_SOURCE=1", "-Wno-unused-parameter", "-Wno-unused-function",
 )
@@ -129,9 +131,10 @@ def missing(env: Any = None) -> str:
     """'' when the sources are here and intact, else why not and what to run."""
     if sources(env) is not None:
         return ""
-    return (f"the jq {JQ_VERSION} sources are not fetched yet ({cache_dir(env)}): run `python -m wbcore_lane_zig fetch-jq` "
-            f"(downloads the sdist jq=={SDIST_VERSION} from your pip index, sha256-pinned), or `pip download --no-deps --no-binary :all: "
-            f"jq=={SDIST_VERSION}` then `python -m wbcore_lane_zig fetch-jq --from jq-{SDIST_VERSION}.tar.gz`")
+    return (f"the jq {JQ_VERSION} sources are not fetched yet ({cache_dir(env)}): run `python -m "
+            f"wbcore_lane_zig fetch-jq` (downloads the sdist jq=={SDIST_VERSION} from your pip index, "
+            f"sha256-pinned), or `pip download --no-deps --no-binary :all: jq=={SDIST_VERSION}` then `python "
+            f"-m wbcore_lane_zig fetch-jq --from jq-{SDIST_VERSION}.tar.gz`")
 
 
 def fetch(env: Any = None, progress: Any = None, *, sdist: Path | None = None) -> Path:
@@ -158,14 +161,17 @@ def fetch(env: Any = None, progress: Any = None, *, sdist: Path | None = None) -
             # The index the user configured for pip; the deployer's allowances apply to the
             # index and the host it serves files from (a mirror, or a resolver that answers
             # with a private address: WB_ALLOW_PRIVATE_HOSTS=<host>), as for installs.
-            source = registries.pypi_file("jq", SDIST_NAME, SDIST_SHA256, guard=NetGuard.from_env(seen), env=seen)
+            source = registries.pypi_file("jq", SDIST_NAME, SDIST_SHA256, guard=NetGuard.from_env(seen),
+                                          env=seen)
             if progress:
                 progress(f"jq {JQ_VERSION}: fetching {source}")
-        origin = _fetch.pinned(source, tgz, SDIST_SHA256, what=f"jq=={SDIST_VERSION} sdist", max_bytes=16 << 20, env=seen)
+        origin = _fetch.pinned(source, tgz, SDIST_SHA256, what=f"jq=={SDIST_VERSION} sdist",
+                               max_bytes=16 << 20, env=seen)
         unpack.unpack_tar(tgz, work / "sdist", unpack.Caps(max_files=200, max_bytes=16 << 20))
         inner = work / "sdist" / TARBALL_MEMBER
         if not inner.is_file() or inner.is_symlink() or sha256_file(inner) != TARBALL_SHA256:
-            raise InvalidArgs(f"{origin}: {TARBALL_MEMBER} is missing or not the pinned jq {JQ_VERSION} tarball; nothing was kept")
+            raise InvalidArgs(f"{origin}: {TARBALL_MEMBER} is missing or not the pinned jq {JQ_VERSION} "
+                              "tarball; nothing was kept")
         # Upstream's tarball holds one hard link (a docs file), which the core unpacker rightly
         # refuses: re-pack only the kept members (regular files and folders) and unpack that.
         kept = work / "kept.tar"
@@ -184,7 +190,8 @@ def fetch(env: Any = None, progress: Any = None, *, sdist: Path | None = None) -
                 shutil.copyfile(src, keep / "tree" / rel)
         digest = tree_digest(keep / "tree")
         if digest != TREE_SHA256:
-            raise InvalidArgs(f"{origin}: the kept jq tree's digest {digest} is not the pinned {TREE_SHA256}; nothing was kept")
+            raise InvalidArgs(f"{origin}: the kept jq tree's digest {digest} is not the pinned "
+                              f"{TREE_SHA256}; nothing was kept")
         (keep / ".pinned").write_text(digest + "\n")
         if where.exists():
             shutil.rmtree(where)
@@ -211,7 +218,8 @@ def _select(archive: Path, out: Path, keep: list[str]) -> None:
 
 
 def builtin_inc(builtin_jq: bytes) -> str:
-    """``src/builtin.inc`` as upstream's Makefile writes it: the bytes of ``builtin.jq`` as C octal literals."""
+    """``src/builtin.inc`` as upstream's Makefile writes it: the bytes of ``builtin.jq`` as C octal
+    literals."""
     lines = []
     for i in range(0, len(builtin_jq), 16):
         lines.append(" " + ", ".join(f"0{b:o}" if b else "0" for b in builtin_jq[i:i + 16]) + ",")
