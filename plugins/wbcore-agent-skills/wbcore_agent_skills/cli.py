@@ -30,8 +30,7 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
     @app.command("import")
     def import_(
         source: str = typer.Argument(
-            ...,
-            metavar="SOURCE",
+            ..., metavar="SOURCE",
             help="An Agent Skills folder (SKILL.md), a markdown file, a folder, git+… or an archive URL.",
         ),
         as_: Optional[str] = typer.Option(None, "--as", help="The toolkit id (default: the skill's name)."),
@@ -57,12 +56,8 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
         if json_:
             emit_json(
                 {
-                    "id": done.id,
-                    "path": str(done.path),
-                    "skills": list(done.skills),
-                    "copied": list(done.copied),
-                    "warnings": list(done.warnings),
-                    "audit": report.as_dict(),
+                    "id": done.id, "path": str(done.path), "skills": list(done.skills),
+                    "copied": list(done.copied), "warnings": list(done.warnings), "audit": report.as_dict(),
                 }
             )
             return

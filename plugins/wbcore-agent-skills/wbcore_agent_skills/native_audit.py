@@ -31,20 +31,7 @@ from wbcore_runtime.contract.errors import WbError
 from wbcore_agent_skills.skill_import import ORIGINAL_DIR
 
 SCRIPT_SUFFIXES = (
-    ".sh",
-    ".bash",
-    ".zsh",
-    ".py",
-    ".js",
-    ".mjs",
-    ".cjs",
-    ".ts",
-    ".rb",
-    ".pl",
-    ".ps1",
-    ".bat",
-    ".cmd",
-    ".php",
+    ".sh", ".bash", ".zsh", ".py", ".js", ".mjs", ".cjs", ".ts", ".rb", ".pl", ".ps1", ".bat", ".cmd", ".php",
     ".lua",
 )
 SHELL_LANGS = frozenset({"bash", "sh", "shell", "zsh", "console", "shell-session", "fish"})
@@ -52,74 +39,16 @@ SHELL_LANGS = frozenset({"bash", "sh", "shell", "zsh", "console", "shell-session
 SESSION_LANGS = frozenset({"console", "shell-session"})
 INTERPRETERS = frozenset(
     {
-        "python",
-        "python3",
-        "python2",
-        "node",
-        "deno",
-        "bun",
-        "bash",
-        "sh",
-        "zsh",
-        "ruby",
-        "perl",
-        "php",
-        "lua",
-        "pwsh",
-        "powershell",
-        "npx",
-        "uv",
-        "uvx",
-        "pipx",
-        "tsx",
-        "ts-node",
+        "python", "python3", "python2", "node", "deno", "bun", "bash", "sh", "zsh", "ruby", "perl", "php",
+        "lua", "pwsh", "powershell", "npx", "uv", "uvx", "pipx", "tsx", "ts-node",
     }
 )
 SHELL_WORDS = frozenset(
     {
-        "cd",
-        "echo",
-        "export",
-        "set",
-        "unset",
-        "alias",
-        "source",
-        ".",
-        "test",
-        "[",
-        "[[",
-        "true",
-        "false",
-        "printf",
-        "read",
-        "if",
-        "then",
-        "else",
-        "elif",
-        "fi",
-        "for",
-        "in",
-        "do",
-        "done",
-        "while",
-        "until",
-        "case",
-        "esac",
-        "function",
-        "return",
-        "exit",
-        "local",
-        "shift",
-        "wait",
-        "trap",
-        "eval",
-        "{",
-        "}",
-        "(",
-        ")",
-        "!",
-        "wbx",
-        "wb",
+        "cd", "echo", "export", "set", "unset", "alias", "source", ".", "test", "[", "[[", "true", "false",
+        "printf", "read", "if", "then", "else", "elif", "fi", "for", "in", "do", "done", "while", "until",
+        "case", "esac", "function", "return", "exit", "local", "shift", "wait", "trap", "eval", "{", "}", "(",
+        ")", "!", "wbx", "wb",
     }
 )
 PREFIX_WORDS = frozenset({"sudo", "env", "time", "exec", "nohup", "command", "builtin", "xargs"})
@@ -169,32 +98,8 @@ SHELL_KEYWORDS = frozenset({"if", "then", "else", "elif", "do", "while", "until"
 #: English words that start prose lines pasted into shell blocks; never a command's name.
 PROSE_WORDS = frozenset(
     {
-        "a",
-        "an",
-        "and",
-        "are",
-        "as",
-        "at",
-        "be",
-        "but",
-        "by",
-        "from",
-        "is",
-        "it",
-        "its",
-        "not",
-        "of",
-        "on",
-        "or",
-        "that",
-        "the",
-        "these",
-        "this",
-        "those",
-        "to",
-        "with",
-        "you",
-        "your",
+        "a", "an", "and", "are", "as", "at", "be", "but", "by", "from", "is", "it", "its", "not", "of", "on",
+        "or", "that", "the", "these", "this", "those", "to", "with", "you", "your",
     }
 )
 _COMMAND_RE = re.compile(r"^[A-Za-z_.~/][\w.+~/-]*$")
@@ -401,9 +306,7 @@ def audit(root: Path, registered: Iterable[str] = ()) -> Report:
         if cli not in declared:
             add(
                 Finding(
-                    "requires",
-                    "manifest.org",
-                    0,
+                    "requires", "manifest.org", 0,
                     f"{cli} is assumed (first in {rel}:{line}) but not declared in #+REQUIRES",
                     fixable=True,
                     name=cli,
@@ -425,9 +328,7 @@ def _scan_org(rel: str, text: str, registered: set[str], native: dict[str, tuple
                 if _PRE_RE.search(m.group(3)):
                     add(
                         Finding(
-                            "pre-block",
-                            rel,
-                            no,
+                            "pre-block", rel, no,
                             ":role pre block: disabled, never run (native exec is banned)",
                         )
                     )
@@ -435,11 +336,8 @@ def _scan_org(rel: str, text: str, registered: set[str], native: dict[str, tuple
             if _FENCE_RE.match(line):
                 add(
                     Finding(
-                        "markdown",
-                        rel,
-                        no,
-                        "a Markdown code fence in an Org file (an agent sees no code block)",
-                        fixable=True,
+                        "markdown", rel, no,
+                        "a Markdown code fence in an Org file (an agent sees no code block)", fixable=True,
                     )
                 )
             continue
@@ -467,20 +365,15 @@ def _scan_shell(rel: str, block: list[tuple[int, str]], session: bool, registere
                 if fixed != line:
                     add(
                         Finding(
-                            "registered-cli",
-                            rel,
-                            no,
+                            "registered-cli", rel, no,
                             f"runs {base} natively; it is a registered command: {fixed.strip()}",
-                            fixable=True,
-                            name=base,
+                            fixable=True, name=base,
                         )
                     )
                 else:
                     add(
                         Finding(
-                            "registered-cli",
-                            rel,
-                            no,
+                            "registered-cli", rel, no,
                             f"runs {base} natively; it is a registered command: rewrite "
                             f"it as wbx run {base} … with its one input on stdin (the sandbox sees no files)",
                             name=base,

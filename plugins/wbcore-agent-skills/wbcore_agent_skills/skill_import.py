@@ -476,10 +476,7 @@ def _version(front: dict[str, Any]) -> str:
 def _manifest(ident: str, title: str, tagline: str, front: dict[str, Any], kind: str, source: Path,
               documents: list[tuple[str, str]]) -> str:
     kw = {
-        "TITLE": title,
-        "TOOLKIT": ident,
-        "VERSION": _version(front),
-        "STATUS": "experimental",
+        "TITLE": title, "TOOLKIT": ident, "VERSION": _version(front), "STATUS": "experimental",
         "TAGLINE": tagline,
     }
     if kind == "agent-skills":
@@ -489,15 +486,8 @@ def _manifest(ident: str, title: str, tagline: str, front: dict[str, Any], kind:
     kw["IMPORTED_FROM"] = f"{kind}: {source.name}"
     lines = [f"#+{k}: {_org_keyword_value(v)}" for k, v in kw.items()]
     lines += [
-        "",
-        f"* {title} :toolkit:",
-        "  :PROPERTIES:",
-        f"  :ID: {ident}",
-        "  :STATUS: experimental",
-        "  :END:",
-        "",
-        tagline,
-        "",
+        "", f"* {title} :toolkit:", "  :PROPERTIES:", f"  :ID: {ident}", "  :STATUS: experimental", "  :END:",
+        "", tagline, "",
         "Imported as a discovery-only toolkit (no #+EXEC): read the skills with",
         f"=wbx toolkit show {ident} <skill>=. Run =wbx toolkit audit= on this folder to see what",
         "in it assumes native execution.",

@@ -94,16 +94,9 @@ class RunRecord:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "run_id": self.run_id,
-            "agent": self.agent,
-            "status": self.status,
-            "result": self.result,
-            "error": self.error,
-            "steps": self.steps,
-            "usage": self.usage.as_dict(),
-            "workdir": str(self.workdir),
-            "model": self.model,
-            "provider": self.provider,
+            "run_id": self.run_id, "agent": self.agent, "status": self.status, "result": self.result,
+            "error": self.error, "steps": self.steps, "usage": self.usage.as_dict(),
+            "workdir": str(self.workdir), "model": self.model, "provider": self.provider,
         }
 
 
@@ -278,8 +271,7 @@ class Run:
                 self.tool_cancel.set()
                 worker.join(1.0)
                 return (
-                    False,
-                    f"cancelled: the run was cancelled while {use.name} ran",
+                    False, f"cancelled: the run was cancelled while {use.name} ran",
                     (time.monotonic() - t0) * 1000,
                 )
         ms = (time.monotonic() - t0) * 1000
@@ -297,19 +289,10 @@ class Run:
 
     def save(self, status: str, result: str | None = None, error: str | None = None) -> None:
         state = {
-            "run_id": self.run_id,
-            "agent": self.agent.as_dict(),
-            "task": self.task,
-            "step": self.step,
-            "messages": [m.as_dict() for m in self.messages],
-            "usage": self.usage.as_dict(),
-            "status": status,
-            "result": result,
-            "error": error,
-            "made": self.made.state(),
-            "workdir": str(self.workdir),
-            "model": self.llm.settings.model,
-            "provider": self.llm.settings.provider,
+            "run_id": self.run_id, "agent": self.agent.as_dict(), "task": self.task, "step": self.step,
+            "messages": [m.as_dict() for m in self.messages], "usage": self.usage.as_dict(), "status": status,
+            "result": result, "error": error, "made": self.made.state(), "workdir": str(self.workdir),
+            "model": self.llm.settings.model, "provider": self.llm.settings.provider,
         }
         text = self.llm.settings.redact(json.dumps(state))
         self.vfs_write(STATE_PATH, text.encode(), volume=STATE_VOLUME)
@@ -351,29 +334,15 @@ def run_caps(runtime: Any, profile: str, allow_build: bool) -> frozenset[str]:
 
 
 def run_agent(
-    runtime: Any,
-    agent: Any,
-    task: str | None,
+    runtime: Any, agent: Any, task: str | None,
     *,
-    model: str | None = None,
-    max_steps: int = MAX_STEPS,
-    tool_timeout: float = TOOL_TIMEOUT_S,
-    workdir: Path | str | None = None,
-    tenant: str = "dev",
-    exec_grant: bool = False,
-    profile: str = DEFAULT_PROFILE,
-    allow_build: bool = False,
-    resume: str | None = None,
-    run_id: str | None = None,
-    on_step: Callable[[dict[str, Any]], None] | None = None,
-    on_text: Callable[[str], None] | None = None,
-    host_tools: Iterable[_tools.HostTool] = (),
-    cancel: threading.Event | None = None,
-    review: ReviewQueue | None = None,
-    llm: Any = None,
-    inputs: Mapping[str, bytes] | None = None,
-    max_calls: int = MAX_CALLS,
-    run_timeout: float = RUN_TIMEOUT_S,
+    model: str | None = None, max_steps: int = MAX_STEPS, tool_timeout: float = TOOL_TIMEOUT_S,
+    workdir: Path | str | None = None, tenant: str = "dev", exec_grant: bool = False,
+    profile: str = DEFAULT_PROFILE, allow_build: bool = False, resume: str | None = None,
+    run_id: str | None = None, on_step: Callable[[dict[str, Any]], None] | None = None,
+    on_text: Callable[[str], None] | None = None, host_tools: Iterable[_tools.HostTool] = (),
+    cancel: threading.Event | None = None, review: ReviewQueue | None = None, llm: Any = None,
+    inputs: Mapping[str, bytes] | None = None, max_calls: int = MAX_CALLS, run_timeout: float = RUN_TIMEOUT_S,
 ) -> RunRecord:
     """Run ``agent`` on ``task`` to its end (or continue the run ``resume``). ``inputs``:
     files written to the run's VFS (workspace volume) before its first step — how a
@@ -416,25 +385,11 @@ def run_agent(
         raise InvalidArgs(f"host tool name(s) {', '.join(taken)} collide with the loop's own tools "
                           "(base tools, <toolkit>__<tool>, local__…); rename them")
     run = Run(
-        runtime=runtime,
-        agent=agent_def,
-        task=task,
-        run_id=run_id,
-        workdir=wd,
-        llm=llm,
-        max_steps=max_steps,
-        tool_timeout=tool_timeout,
-        tenant=tenant,
-        max_calls=max_calls,
-        run_timeout=run_timeout,
-        exec_grant=exec_grant,
-        profile=profile,
-        caps=run_caps(runtime, profile, allow_build),
-        review=review or ReviewQueue(wd / "_review.jsonl"),
-        host_tools={t.spec.name: t for t in host_tools},
-        on_step=on_step,
-        on_text=on_text,
-        cancel_event=cancel or threading.Event(),
+        runtime=runtime, agent=agent_def, task=task, run_id=run_id, workdir=wd, llm=llm, max_steps=max_steps,
+        tool_timeout=tool_timeout, tenant=tenant, max_calls=max_calls, run_timeout=run_timeout,
+        exec_grant=exec_grant, profile=profile, caps=run_caps(runtime, profile, allow_build),
+        review=review or ReviewQueue(wd / "_review.jsonl"), host_tools={t.spec.name: t for t in host_tools},
+        on_step=on_step, on_text=on_text, cancel_event=cancel or threading.Event(),
     )
     if state is not None:
         run.messages = [Message.from_dict(m) for m in state["messages"]]
@@ -454,9 +409,7 @@ def system_prompt(run: Run) -> str:
     from wbcore_runtime.trust import verdict as trust
 
     return _agents.prompt(
-        run.agent,
-        run.runtime.discover(),
-        lambda tk: trust.unavailable_reason(tk, run.runtime),
+        run.agent, run.runtime.discover(), lambda tk: trust.unavailable_reason(tk, run.runtime),
         read_skill=_agents.READ_SKILL_TOOL,
     )  # the loop's agent has no shell
 
@@ -524,12 +477,8 @@ def drive(run: Run) -> RunRecord:
             t0 = time.monotonic()
             # one span per step (the LLM turn and the tool calls it asks for), when telemetry is on
             with telemetry.agent_step(
-                run.runtime,
-                step=run.step + 1,
-                agent=run.agent.id,
-                model=settings.model,
-                provider=settings.provider,
-                session=run.run_id,
+                run.runtime, step=run.step + 1, agent=run.agent.id, model=settings.model,
+                provider=settings.provider, session=run.run_id,
             ) as span:
                 answer = run.llm.complete(
                     ChatRequest(
@@ -567,10 +516,7 @@ def drive(run: Run) -> RunRecord:
                     if len(results) < run.max_calls + 1:
                         results.append(
                             {
-                                "id": use.id,
-                                "name": use.name,
-                                "ok": ok,
-                                "text": text[:4000],
+                                "id": use.id, "name": use.name, "ok": ok, "text": text[:4000],
                                 "ms": round(ms, 1),
                             }
                         )

@@ -128,14 +128,8 @@ class MadeToolkits:
             "build", "compile", {"lang": m.build_lang, "files": files, **({"entry": entry} if entry else {})}
         )
         made = MadeToolkit(
-            id=m.id,
-            tagline=m.tagline,
-            vfs_path=prefix,
-            sha256=got["sha256"],
-            lane=m.build_lang,
-            cli_bin=m.cli_bin,
-            caps=tuple(m.caps),
-            skills=skills,
+            id=m.id, tagline=m.tagline, vfs_path=prefix, sha256=got["sha256"], lane=m.build_lang,
+            cli_bin=m.cli_bin, caps=tuple(m.caps), skills=skills,
         )
         self._made[m.id] = made
         self.run.runtime.dock.audit.record(principal=run.principal.key, cap="agent", op="session-toolkit",
@@ -157,17 +151,9 @@ class MadeToolkits:
         caps = consent.effective_caps(self.run.runtime.home, toolkit_id=f"session:{self.run.run_id}:{ident}",
                                       trust="first-party", signer=None, declared=made.caps, profile=prof)
         res = dispatch.call_artifact(
-            self.run.runtime,
-            name=f"local-{ident}",
-            sha256=made.sha256,
-            lane=made.lane,
-            argv=argv,
-            stdin=stdin,
-            principal=self.run.principal,
-            timeout=min(self.run.call_timeout(), prof.timeout_s),
-            profile=prof.name,
-            trust="first-party",
-            caps=caps,
+            self.run.runtime, name=f"local-{ident}", sha256=made.sha256, lane=made.lane, argv=argv,
+            stdin=stdin, principal=self.run.principal, timeout=min(self.run.call_timeout(), prof.timeout_s),
+            profile=prof.name, trust="first-party", caps=caps,
         )
         out = res.stdout.decode("utf-8", "replace")
         if res.exit_code != 0:

@@ -147,11 +147,7 @@ def to_workspace(
         out / "promotion.json",
         json.dumps(
             {
-                "toolkit": toolkit,
-                "sha256": sha,
-                "run": run_id,
-                "signer": ident.did,
-                "by": by,
+                "toolkit": toolkit, "sha256": sha, "run": run_id, "signer": ident.did, "by": by,
                 "archive": archive.name,
             },
             indent=1,

@@ -106,12 +106,8 @@ class Session:
 
     def status(self) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "id": self.id,
-            "agent": self.agent,
-            "step": self._step,
-            "started": self.started,
-            "workdir": str(self.workdir),
-            "review_pending": len(self.review.pending()),
+            "id": self.id, "agent": self.agent, "step": self._step, "started": self.started,
+            "workdir": str(self.workdir), "review_pending": len(self.review.pending()),
         }
         if self.record is not None:
             out.update(self.record.as_dict())
@@ -195,12 +191,8 @@ class Sessions:
             session.emit("started", {"id": run_id, "agent": agent_def.id, "task": task})
             try:
                 opts = dict(
-                    kw,
-                    on_step=session._on_step,
-                    on_text=session._on_text,
-                    cancel=session.cancel_event,
-                    review=_SessionReview(session),
-                    workdir=workdir,
+                    kw, on_step=session._on_step, on_text=session._on_text, cancel=session.cancel_event,
+                    review=_SessionReview(session), workdir=workdir,
                 )
                 if resuming:
                     session.record = run_agent(self.runtime, agent_def, None, resume=run_id, **opts)

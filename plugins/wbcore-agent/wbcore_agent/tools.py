@@ -71,23 +71,18 @@ SPECS: dict[str, ToolSpec] = {
         "on demand) | build (path: a toolkit folder you wrote into the VFS; registered for this session).",
         _obj(
             {
-                "op": {"type": "string", "enum": ["list", "show", "search", "skill", "build"]},
-                "toolkit": _S,
-                "skill": _S,
-                "query": _S,
-                "path": _S,
+                "op": {"type": "string", "enum": ["list", "show", "search", "skill", "build"]}, "toolkit": _S,
+                "skill": _S, "query": _S, "path": _S,
             },
             ("op",),
         ),
     ),
     "search": ToolSpec(
-        "search",
-        "Search toolkit manifests and skills, and the paths of files in your VFS.",
+        "search", "Search toolkit manifests and skills, and the paths of files in your VFS.",
         _obj({"query": _S}, ("query",)),
     ),
     "fetch": ToolSpec(
-        "fetch",
-        "Fetch a public http(s) URL as text (private and loopback addresses are refused).",
+        "fetch", "Fetch a public http(s) URL as text (private and loopback addresses are refused).",
         _obj({"url": _S}, ("url",)),
     ),
     "web_search": ToolSpec("web_search", "Search the web.", _obj({"query": _S}, ("query",))),
@@ -95,13 +90,11 @@ SPECS: dict[str, ToolSpec] = {
         "vfs_read", "Read a file from your VFS (workspace volume).", _obj({"path": _S}, ("path",))
     ),
     "vfs_write": ToolSpec(
-        "vfs_write",
-        "Write a text file into your VFS (workspace volume).",
+        "vfs_write", "Write a text file into your VFS (workspace volume).",
         _obj({"path": _S, "content": _S}, ("path", "content")),
     ),
     "file_issue": ToolSpec(
-        "file_issue",
-        "File an issue for a human to review (the session's review queue).",
+        "file_issue", "File an issue for a human to review (the session's review queue).",
         _obj({"title": _S, "body": _S}, ("title",)),
     ),
     "done": ToolSpec("done", "Finish the task with its result.", _obj({"result": _S}, ("result",))),
@@ -118,8 +111,7 @@ SPECS: dict[str, ToolSpec] = {
         _obj({"message": _S}, ("message",)),
     ),
     "publish": ToolSpec(
-        "publish",
-        "Copy a VFS file to the deployer's publish folder (exec grant only).",
+        "publish", "Copy a VFS file to the deployer's publish folder (exec grant only).",
         _obj({"path": _S}, ("path",)),
     ),
 }
@@ -362,12 +354,9 @@ def git(run: Run, args: Mapping[str, Any]) -> str:
     if not message or len(message) > 2000 or "\0" in message:
         raise InvalidArgs("git: 'message' must be 1..2000 characters")
     env = {
-        "PATH": run.runtime.env.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(run.workdir),
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "GIT_AUTHOR_NAME": f"agent {run.agent.id}",
-        "GIT_AUTHOR_EMAIL": "agent@wbcore.invalid",
-        "GIT_COMMITTER_NAME": f"agent {run.agent.id}",
+        "PATH": run.runtime.env.get("PATH", "/usr/bin:/bin"), "HOME": str(run.workdir),
+        "GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": f"agent {run.agent.id}",
+        "GIT_AUTHOR_EMAIL": "agent@wbcore.invalid", "GIT_COMMITTER_NAME": f"agent {run.agent.id}",
         "GIT_COMMITTER_EMAIL": "agent@wbcore.invalid",
     }
     wait = min(run.call_timeout(), GIT_TIMEOUT_S)
@@ -375,11 +364,7 @@ def git(run: Run, args: Mapping[str, Any]) -> str:
     def git_run(*argv: str) -> str:
         try:
             done = subprocess.run(
-                ["git", "-C", str(run.workdir), *argv],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=wait,
+                ["git", "-C", str(run.workdir), *argv], env=env, capture_output=True, text=True, timeout=wait,
                 check=False,
             )
         except FileNotFoundError:
@@ -402,16 +387,7 @@ def git(run: Run, args: Mapping[str, Any]) -> str:
 
 
 HANDLERS: dict[str, Callable[[Run, Mapping[str, Any]], str]] = {
-    "shell": shell,
-    "wb": wb,
-    "search": search,
-    "fetch": fetch,
-    "web_search": web_search,
-    "vfs_read": vfs_read,
-    "vfs_write": vfs_write,
-    "file_issue": file_issue,
-    "done": done,
-    "review_decisions": review_decisions,
-    "git": git,
-    "publish": publish,
+    "shell": shell, "wb": wb, "search": search, "fetch": fetch, "web_search": web_search,
+    "vfs_read": vfs_read, "vfs_write": vfs_write, "file_issue": file_issue, "done": done,
+    "review_decisions": review_decisions, "git": git, "publish": publish,
 }

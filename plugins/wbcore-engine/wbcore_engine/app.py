@@ -212,12 +212,8 @@ class Engine:
             return {
                 "toolkits": [
                     {
-                        "id": t.id,
-                        "version": t.manifest.version,
-                        "status": t.manifest.status,
-                        "exec": t.manifest.exec,
-                        "trust": t.manifest.trust,
-                        "tagline": t.manifest.tagline,
+                        "id": t.id, "version": t.manifest.version, "status": t.manifest.status,
+                        "exec": t.manifest.exec, "trust": t.manifest.trust, "tagline": t.manifest.tagline,
                         "unavailable": trust.unavailable_reason(t, self.runtime),
                     }
                     for t in found.toolkits.values()
@@ -230,15 +226,8 @@ class Engine:
             tk = self.runtime.toolkit(ident)
             m = tk.manifest
             return {
-                "id": tk.id,
-                "version": m.version,
-                "title": m.title,
-                "tagline": m.tagline,
-                "status": m.status,
-                "exec": m.exec,
-                "trust": m.trust,
-                "signer": m.author_did,
-                "caps": list(m.caps),
+                "id": tk.id, "version": m.version, "title": m.title, "tagline": m.tagline, "status": m.status,
+                "exec": m.exec, "trust": m.trust, "signer": m.author_did, "caps": list(m.caps),
                 "effective_caps": sorted(self.runtime.effective_caps(tk)),
                 "skills": [s.slug for s in tk.skills],
             }
@@ -270,8 +259,7 @@ class Engine:
         data = await read_body(request, self.limits.max_push, self.limits.body_wait_s)
         if not data:
             raise HttpError(
-                400,
-                "invalid-args",
+                400, "invalid-args",
                 "the body is empty: send the toolkit archive (wbx toolkit push packs one)",
             )
         dry = _flag(request, "dry_run")
@@ -315,14 +303,9 @@ class Engine:
                 "dry_run": False,
                 "installed": [
                     {
-                        "id": i.entry.id,
-                        "version": i.entry.version,
-                        "trust": i.entry.trust,
-                        "signer": i.entry.signer,
-                        "digest": i.entry.digest,
-                        "caps": list(i.caps),
-                        "unchanged": i.unchanged,
-                        "path": str(i.path),
+                        "id": i.entry.id, "version": i.entry.version, "trust": i.entry.trust,
+                        "signer": i.entry.signer, "digest": i.entry.digest, "caps": list(i.caps),
+                        "unchanged": i.unchanged, "path": str(i.path),
                     }
                     for i in landed
                 ],
@@ -362,14 +345,8 @@ class Engine:
         from wbcore_runtime.dispatch.audit import digest
 
         self.runtime.dock.audit.record(
-            principal=REMOTE,
-            cap="engine",
-            op="push",
-            args_digest=digest(data),
-            outcome=outcome,
-            nbytes=len(data),
-            ms=(time.perf_counter() - t0) * 1000,
-            **({"target": name} | kw),
+            principal=REMOTE, cap="engine", op="push", args_digest=digest(data), outcome=outcome,
+            nbytes=len(data), ms=(time.perf_counter() - t0) * 1000, **({"target": name} | kw),
         )
 
     # --- calls ---------------------------------------------------------------------------
@@ -406,13 +383,7 @@ class Engine:
                              **_text_or_b64("stderr", result.stderr), "usage": result.usage.as_dict()})
 
     def _call(
-        self,
-        name: str,
-        argv: list[str],
-        stdin: bytes,
-        timeout: float,
-        tier: Any,
-        cancel: threading.Event,
+        self, name: str, argv: list[str], stdin: bytes, timeout: float, tier: Any, cancel: threading.Event,
         mounts: tuple[str, ...] = (),
     ) -> Any:
         from wbcore_runtime.dispatch import dispatcher as dispatch

@@ -20,10 +20,7 @@ def build(runtime: Any) -> typer.Typer:
         host: str = typer.Option("127.0.0.1", "--host", help="Bind address (loopback by default)."),
         port: int = typer.Option(8766, "--port", help="TCP port."),
         token: str = typer.Option(
-            None,
-            "--token",
-            envvar=TOKEN_ENV,
-            show_envvar=True,
+            None, "--token", envvar=TOKEN_ENV, show_envvar=True,
             help="Require 'Authorization: Bearer <token>' (≥ 16 characters); "
             "without one a random token is made and printed.",
         ),
@@ -40,12 +37,8 @@ def build(runtime: Any) -> typer.Typer:
 def serve(
     runtime: Any,
     *,
-    host: str = "127.0.0.1",
-    port: int = 8766,
-    token: str | None = None,
-    allow_hosts: Any = (),
-    ready: threading.Event | None = None,
-    server_out: list[Any] | None = None,
+    host: str = "127.0.0.1", port: int = 8766, token: str | None = None, allow_hosts: Any = (),
+    ready: threading.Event | None = None, server_out: list[Any] | None = None,
 ) -> None:
     """Serve until interrupted. Without a token one is made and printed: the engine never
     runs without one (it can install toolkits and run commands)."""
@@ -71,9 +64,7 @@ def serve(
     if made:
         print(
             f"wbx engine: token (send as 'Authorization: Bearer <token>'; set {TOKEN_ENV} to choose one): "
-            f"{token}",
-            file=sys.stderr,
-            flush=True,
+            f"{token}", file=sys.stderr, flush=True,
         )
     print(f"wbx engine: serving on http://{host}:{port} (OpenAPI: /openapi.json; the console: /console)",
           file=sys.stderr, flush=True)

@@ -157,8 +157,7 @@ class Console:
             raise Refused(401, "login needed", "log in with the engine's token first")
         if not sent or not hmac.compare_digest(sent.encode(), want.encode()):
             raise Refused(
-                403,
-                "CSRF token missing or wrong",
+                403, "CSRF token missing or wrong",
                 "this form did not come from a console page of this login; reload the page and try again",
             )
 
@@ -273,13 +272,7 @@ async def toolkits(c: Console, request: Request) -> Response:
 
     rows, total, errors = await c.engine.thread(read)
     return c.page(
-        request,
-        "toolkits.html",
-        rows=rows,
-        total=total,
-        page=page,
-        pages=max(1, -(-total // PAGE)),
-        q=q,
+        request, "toolkits.html", rows=rows, total=total, page=page, pages=max(1, -(-total // PAGE)), q=q,
         errors=errors,
     )
 
@@ -487,10 +480,8 @@ async def sessions_page(c: Console, request: Request) -> Response:
                 status = {"status": "gone"}
         rows.append(
             {
-                **info,
-                "agent": info["agent"] or status.get("agent", ""),
-                "status": status.get("status", "?"),
-                "step": status.get("step", ""),
+                **info, "agent": info["agent"] or status.get("agent", ""),
+                "status": status.get("status", "?"), "step": status.get("step", ""),
             }
         )
     return c.page(request, "sessions.html", rows=rows, available=host is not None)
@@ -505,11 +496,7 @@ def _steps(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue  # the model's streamed text deltas: the step that follows carries the whole text
         data = ev.get("data")
         row: dict[str, Any] = {
-            "seq": ev.get("seq"),
-            "type": ev.get("type"),
-            "t": ev.get("t"),
-            "data": data,
-            "calls": [],
+            "seq": ev.get("seq"), "type": ev.get("type"), "t": ev.get("t"), "data": data, "calls": [],
         }
         if ev.get("type") == "step" and isinstance(data, dict):
             # the agent loop's step: tool_calls [{id, name, arguments}] and results [{id, ok, text, ms}]
@@ -519,11 +506,8 @@ def _steps(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     res = results.get(call.get("id"), {})
                     row["calls"].append(
                         {
-                            "name": call.get("name"),
-                            "input": call.get("arguments", {}),
-                            "output": res.get("text", ""),
-                            "ok": res.get("ok"),
-                            "ms": res.get("ms"),
+                            "name": call.get("name"), "input": call.get("arguments", {}),
+                            "output": res.get("text", ""), "ok": res.get("ok"), "ms": res.get("ms"),
                         }
                     )
             row["text"] = data.get("text") or ""
@@ -676,12 +660,9 @@ def _runs(home: Path) -> list[dict[str, Any]]:
         res = _result(Path(e.path))
         out.append(
             {
-                "run_id": e.name,
-                "name": res.get("name", "?") if res else "?",
-                "success": res.get("success") if res else None,
-                "wall_s": res.get("wall_s") if res else None,
-                "stages": len(res.get("stages", [])) if res else 0,
-                "t": e.stat().st_mtime,
+                "run_id": e.name, "name": res.get("name", "?") if res else "?",
+                "success": res.get("success") if res else None, "wall_s": res.get("wall_s") if res else None,
+                "stages": len(res.get("stages", [])) if res else 0, "t": e.stat().st_mtime,
             }
         )
     return out

@@ -57,21 +57,17 @@ def document() -> dict[str, Any]:
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
             "schemas": {
                 "Error": {
-                    "type": "object",
-                    "required": ["error", "message"],
+                    "type": "object", "required": ["error", "message"],
                     "properties": {"error": {"type": "string"}, "message": {"type": "string"}},
                 },
                 "Call": {
                     "type": "object",
                     "properties": {
-                        "argv": {"type": "array", "items": {"type": "string"}},
-                        "stdin": {"type": "string"},
-                        "stdin_b64": {"type": "string"},
-                        "timeout": {"type": "number"},
+                        "argv": {"type": "array", "items": {"type": "string"}}, "stdin": {"type": "string"},
+                        "stdin_b64": {"type": "string"}, "timeout": {"type": "number"},
                         "tier": {"type": "string"},
                         "mounts": {
-                            "type": "array",
-                            "maxItems": MAX_MOUNTS,
+                            "type": "array", "maxItems": MAX_MOUNTS,
                             "items": {"type": "string", "maxLength": MAX_SPEC_BYTES},
                             "description": "host folders for this call, HOST[:GUEST][:ro|rw] (at most "
                             f"{MAX_SPEC_BYTES} bytes each), only inside the deployer's "
@@ -92,13 +88,11 @@ def document() -> dict[str, Any]:
                             "properties": {
                                 "model": {"type": "string", "minLength": 1, "maxLength": MAX_MODEL_CHARS},
                                 "max_steps": {
-                                    "type": "integer",
-                                    "minimum": RUN_RANGES["max_steps"][0],
+                                    "type": "integer", "minimum": RUN_RANGES["max_steps"][0],
                                     "maximum": RUN_RANGES["max_steps"][1],
                                 },
                                 "tool_timeout": {
-                                    "type": "number",
-                                    "minimum": RUN_RANGES["tool_timeout"][0],
+                                    "type": "number", "minimum": RUN_RANGES["tool_timeout"][0],
                                     "maximum": RUN_RANGES["tool_timeout"][1],
                                 },
                             },
@@ -158,9 +152,7 @@ def document() -> dict[str, Any]:
             },
             "/v1/audit/events": {
                 "get": _op(
-                    "audit decisions as they happen (SSE)",
-                    stream=True,
-                    extra=_STREAMS,
+                    "audit decisions as they happen (SSE)", stream=True, extra=_STREAMS,
                     params=[
                         _query("after", "start after this seq", "integer"),
                         _query("wait", "seconds before the stream ends", "number"),
@@ -169,8 +161,7 @@ def document() -> dict[str, Any]:
             },
             "/v1/sessions": {
                 "post": _op(
-                    "start an agent session",
-                    ok="201",
+                    "start an agent session", ok="201",
                     extra={**_NO_SESSIONS, "429": "the live-session cap is reached"},
                     body={"application/json": {"schema": {"$ref": "#/components/schemas/Session"}}},
                 )
@@ -181,20 +172,16 @@ def document() -> dict[str, Any]:
             },
             "/v1/sessions/{sid}/events": {
                 "get": _op(
-                    "session step events (SSE)",
-                    stream=True,
-                    extra={**_NO_SESSIONS, **_STREAMS},
+                    "session step events (SSE)", stream=True, extra={**_NO_SESSIONS, **_STREAMS},
                     params=[
-                        sid,
-                        _query("after", "start after this seq", "integer"),
+                        sid, _query("after", "start after this seq", "integer"),
                         _query("wait", "seconds before the stream ends", "number"),
                     ],
                 )
             },
             "/v1/sessions/{sid}/review": {
                 "get": _op(
-                    "take review items",
-                    params=[sid, _query("limit", "at most", "integer")],
+                    "take review items", params=[sid, _query("limit", "at most", "integer")],
                     extra=_NO_SESSIONS,
                 ),
                 "post": _op("put a review item", ok="201", params=[sid], extra=_NO_SESSIONS, body=_JSON),

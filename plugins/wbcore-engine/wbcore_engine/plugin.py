@@ -12,7 +12,6 @@ def wbcore_cli_commands(add: Any) -> None:
     from wbcore_engine import cli
 
     add(
-        "engine",
-        cli.build(add.runtime),
+        "engine", cli.build(add.runtime),
         help="Serve the engine API: toolkits, push, calls, agent sessions, audit.",
     )

@@ -23,10 +23,7 @@ TERMINAL = frozenset({"done", "failed", "cancelled", "error", "finished", "max-s
 #: What an HTTP client may set for a run (``options``); grants (``exec``, ``build``), the
 #: workdir and the tenant are the deployer's, on the engine's host, never a request's.
 RUN_OPTIONS: dict[str, type | tuple[type, ...]] = {
-    "model": str,
-    "max_steps": int,
-    "tool_timeout": (int, float),
-    "max_calls": int,
+    "model": str, "max_steps": int, "tool_timeout": (int, float), "max_calls": int,
     "run_timeout": (int, float),
 }
 #: The documented range of each numeric option (inclusive; docs/engine.md), and the longest model name.

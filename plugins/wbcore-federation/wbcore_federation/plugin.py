@@ -80,7 +80,6 @@ def wbcore_cli_commands(add: Any) -> None:
     from wbcore_federation import cli
 
     add(
-        "fed",
-        cli.fed_app(add.runtime),
+        "fed", cli.fed_app(add.runtime),
         help="Query a federation source's entities, or sync one into an Org file.",
     )

@@ -150,14 +150,8 @@ class Connector:
             consent.check_env(self.runtime.home, self.runtime.toolkit(self.source.toolkit), name)
         except CapabilityDenied as exc:
             self.dock.audit.record(
-                principal=self.principal.key,
-                cap="env",
-                op="env.read",
-                args_digest="",
-                outcome="denied",
-                kind=exc.kind.value,
-                reason="no grant names it",
-                target=name,
+                principal=self.principal.key, cap="env", op="env.read", args_digest="", outcome="denied",
+                kind=exc.kind.value, reason="no grant names it", target=name,
             )
             raise
         self.dock.audit.record(principal=self.principal.key, cap="env", op="env.read", args_digest="",
@@ -179,14 +173,8 @@ class Connector:
         cached = self.cache.get(url) if self.cache is not None else None
         if cached is not None and self.cache is not None and self.cache.fresh(cached) and "net" in self.caps:
             self.dock.audit.record(
-                principal=self.principal.key,
-                cap="net",
-                op="fed.cache",
-                args_digest=digest(url.encode()),
-                outcome="allowed",
-                target=url,
-                nbytes=len(cached.body),
-                ms=0.0,
+                principal=self.principal.key, cap="net", op="fed.cache", args_digest=digest(url.encode()),
+                outcome="allowed", target=url, nbytes=len(cached.body), ms=0.0,
             )
             got = _fetch.Fetched(url, 200, len(cached.body), "", "application/json", (("link", cached.link),))
             return self._json(cached.body, url), got
@@ -218,12 +206,9 @@ class Connector:
             if cached is not None and cached.etag:
                 headers["If-None-Match"] = cached.etag
             body, got = _fetch.get_bytes(
-                url,
-                guard=self.guard,
-                limits=_fetch.FetchLimits(max_bytes=budget, timeout=left, max_redirects=0),
-                env=self.env,
-                headers=headers,
-                ok=(200, 304) if cached is not None and cached.etag else (200,),
+                url, guard=self.guard,
+                limits=_fetch.FetchLimits(max_bytes=budget, timeout=left, max_redirects=0), env=self.env,
+                headers=headers, ok=(200, 304) if cached is not None and cached.etag else (200,),
             )
         except WbError as exc:
             self._audit(url, "denied", exc=exc, t0=t0)

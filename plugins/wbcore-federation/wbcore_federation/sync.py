@@ -162,11 +162,8 @@ def render(
             new = [
                 _heading(title, True),
                 *_drawer(
-                    nid,
-                    key,
-                    [c for c in props if c not in ("ID", "FED_KEY", "FED_DELETED")],
-                    {c: props[c] for c in props},
-                    True,
+                    nid, key, [c for c in props if c not in ("ID", "FED_KEY", "FED_DELETED")],
+                    {c: props[c] for c in props}, True,
                 ),
             ]
             new_block = new + _body(block)

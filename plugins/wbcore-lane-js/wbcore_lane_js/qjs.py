@@ -98,14 +98,7 @@ def qjs_args(
     """qjs options for a module run: JS heap and stack limits passed through."""
     heap = max(8 << 20, memory_bytes - HEAP_HEADROOM)
     return [
-        "qjs",
-        "--std",
-        "-m",
-        "--memory-limit",
-        str(heap),
-        "--stack-size",
-        str(stack_bytes),
-        script,
+        "qjs", "--std", "-m", "--memory-limit", str(heap), "--stack-size", str(stack_bytes), script,
         *args,
     ]
 

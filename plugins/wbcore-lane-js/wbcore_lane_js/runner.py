@@ -196,9 +196,7 @@ def prepare(path: Path, home: Path, sha256: str | None = None, *, guests: guest.
             "it will not run — rebuild the toolkit"
         )
     prep = Prepared(
-        sha,
-        artifact.unpack(data).files,
-        qjs.module(artifact.code_part(data), home / "cache" / "js", guests),
+        sha, artifact.unpack(data).files, qjs.module(artifact.code_part(data), home / "cache" / "js", guests),
         snapshot=sections.get(artifact.SNAPSHOT_SECTION) == b"1",
     )
     with _prepared_lock:
@@ -297,10 +295,7 @@ class JsRunner:
         if req.caps:  # the Dock bridge, for the granted caps only (wbcore_lane_js.dock)
             dock = self.runtime.dock
             ctx = dock.context(
-                principal=req.principal,
-                caps=req.caps,
-                timeout=req.timeout_s,
-                toolkit=req.toolkit,
+                principal=req.principal, caps=req.caps, timeout=req.timeout_s, toolkit=req.toolkit,
                 allowed_hosts=req.allowed_hosts,
             )
             bridge = functools.partial(dock.call_raw, ctx)
@@ -324,8 +319,6 @@ class JsRunner:
 
             raise GuestTrap(f"{req.name}: guest trapped: {res.trap}")
         return CallResult(
-            res.stdout,
-            res.stderr,
-            res.exit_code,
+            res.stdout, res.stderr, res.exit_code,
             Usage(wall_s=wall, bytes_out=len(res.stdout) + len(res.stderr)),
         )

@@ -293,13 +293,8 @@ def take(reactor: bytes, app: Path, argv: Sequence[str], *, limits: guest.GuestL
 
     with tempfile.TemporaryDirectory(prefix="wb-js-snap-dock-") as dock:
         res = guest.run(
-            mod,
-            ["qjs"],
-            preopens=[guest.Preopen(app, "/app"), guest.Preopen(Path(dock), "/wb-dock")],
-            stdin=None,
-            limits=limits,
-            extra_imports=imports,
-            start=start,
+            mod, ["qjs"], preopens=[guest.Preopen(app, "/app"), guest.Preopen(Path(dock), "/wb-dock")],
+            stdin=None, limits=limits, extra_imports=imports, start=start,
         )
     if res.exit_code != 0 or "memory" not in state or res.stdout or res.stderr:
         detail = (

@@ -325,8 +325,7 @@ class SvelteLane(JsLane):
             (app / "__wb_svelte_compiler.js").write_bytes(rt.files["svelte"][COMPILER])
             shutil.copyfile(JS_DIR / "svelte.mjs", app / "__wb_svelte.mjs")
             argv = qjs.qjs_args(
-                "/app/__wb_svelte.mjs",
-                ["/app/" + n for n in sorted(sources)],
+                "/app/__wb_svelte.mjs", ["/app/" + n for n in sorted(sources)],
                 memory_bytes=self.limits.memory_bytes,
             )
             limits = guest.GuestLimits(self.limits.timeout_s, self.limits.memory_bytes, output_bytes=64 << 20)

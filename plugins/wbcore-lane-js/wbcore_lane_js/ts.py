@@ -213,10 +213,7 @@ class TsLane(JsLane):
             shutil.copyfile(JS_DIR / "tsc-bytecode.mjs", app / "__wb_tsc_bytecode.mjs")
             argv = qjs.qjs_args("/app/__wb_tsc_bytecode.mjs", [], memory_bytes=self.limits.memory_bytes)
             res = qjs.run(
-                mod,
-                app,
-                argv,
-                stdin=None,
+                mod, app, argv, stdin=None,
                 limits=guest.GuestLimits(
                     self.limits.timeout_s, self.limits.memory_bytes, output_bytes=64 << 20
                 ),

@@ -20,8 +20,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="the image and snapshot cache (default: the one the tier reads: $WB_MICROVM_CACHE, "
                          "else $WB_HOME/tiers/microvm of the home wbx would use here)")
     ap.add_argument(
-        "--shell-mounts",
-        action="store_true",
+        "--shell-mounts", action="store_true",
         help="also the snapshot with virtio-9p slots that wbx shell --tier microvm --mount restores",
     )
     args = ap.parse_args(argv)

@@ -100,12 +100,8 @@ def build(runtime: Any) -> typer.Typer:
         if json_out:
             emit_json(
                 {
-                    "name": r.name,
-                    "isolation": r.accel,
-                    "restore_s": round(r.restore_s, 4),
-                    "exit": r.exit,
-                    "stdout": r.stdout.decode(errors="replace"),
-                    "stderr": r.stderr.decode(errors="replace"),
+                    "name": r.name, "isolation": r.accel, "restore_s": round(r.restore_s, 4), "exit": r.exit,
+                    "stdout": r.stdout.decode(errors="replace"), "stderr": r.stderr.decode(errors="replace"),
                 }
             )
         else:
@@ -132,13 +128,9 @@ def build(runtime: Any) -> typer.Typer:
         now = time.time()
         rows: list[dict[str, Any]] = [
             {
-                "name": s.name,
-                "size": s.size,
-                "age_s": round(now - float(s.meta.get("created", now))),
-                "last_used_s": round(now - s.last_used),
-                "parent": s.meta.get("parent"),
-                "key": s.meta.get("key"),
-                "accel": s.meta.get("accel"),
+                "name": s.name, "size": s.size, "age_s": round(now - float(s.meta.get("created", now))),
+                "last_used_s": round(now - s.last_used), "parent": s.meta.get("parent"),
+                "key": s.meta.get("key"), "accel": s.meta.get("accel"),
                 "steps": len(s.meta.get("steps") or []),
             }
             for s in saved
@@ -148,9 +140,7 @@ def build(runtime: Any) -> typer.Typer:
         if json_out:
             emit_json(
                 {
-                    "snapshots": rows,
-                    "total": total,
-                    "budget": limit,
+                    "snapshots": rows, "total": total, "budget": limit,
                     "store": str(snapshots.store_root(r.home)),
                 }
             )

@@ -46,18 +46,9 @@ from wbcore_runtime.store.artifacts import sha256_file
 AGENT_SRC = Path(__file__).with_name("agent") / "wb_agent.c"
 RECIPE = 2  # bumped when the layout below changes
 MODULES = (
-    "virtio_ring",
-    "virtio",
-    "virtio_pci_legacy_dev",
-    "virtio_pci_modern_dev",
-    "virtio_pci",
-    "virtio_console",
+    "virtio_ring", "virtio", "virtio_pci_legacy_dev", "virtio_pci_modern_dev", "virtio_pci", "virtio_console",
     # virtio-9p: host folders of ``wbx shell --tier microvm --mount`` (mounted by the agent on request)
-    "netfs",
-    "fscache",
-    "9pnet",
-    "9pnet_virtio",
-    "9p",
+    "netfs", "fscache", "9pnet", "9pnet_virtio", "9p",
 )
 BUSYBOX = "/bin/busybox"
 #: Debian CLIs copied into the guest with their shared libraries, when this host has them.
@@ -241,12 +232,8 @@ def build(cache: Path) -> Image:
     ).stdout.split("\n")[0]
     modules = {name: _module(modtree, name) for name in MODULES}
     inputs = {
-        "recipe": RECIPE,
-        "kernel": version,
-        "vmlinuz": sha256_file(vmlinuz),
-        "busybox": sha256_file(bb),
-        "agent": sha256_file(AGENT_SRC),
-        "cc": [*cc, cc_version],
+        "recipe": RECIPE, "kernel": version, "vmlinuz": sha256_file(vmlinuz), "busybox": sha256_file(bb),
+        "agent": sha256_file(AGENT_SRC), "cc": [*cc, cc_version],
         "init": hashlib.sha256(INIT.encode()).hexdigest(),
         "modules": {name: sha256_file(path) for name, path in modules.items()},
         "host_clis": {guest: sha256_file(path) for guest, path in sorted(clis.items())},
@@ -299,17 +286,7 @@ def _entries(bb: Path, agent: Path, modules: dict[str, Path],
         e[path] = (mode, data)
 
     for d in (
-        "proc",
-        "sys",
-        "dev",
-        "tmp",
-        "root",
-        "etc/wb",
-        "lib/modules",
-        "usr/bin",
-        "usr/sbin",
-        "sbin",
-        "bin",
+        "proc", "sys", "dev", "tmp", "root", "etc/wb", "lib/modules", "usr/bin", "usr/sbin", "sbin", "bin",
     ):
         mkdirs(d + "/x")
         e[d] = (DIR | (0o700 if d == "root" else 0o755), b"")

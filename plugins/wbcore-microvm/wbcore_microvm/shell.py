@@ -139,11 +139,5 @@ def open_shell(snap: tiers.Snapshot, request: ShellRequest) -> MicrovmShell:
 
 
 __all__ = [
-    "GRACE_S",
-    "MOUNT_SLOTS",
-    "MicrovmShell",
-    "check_call_mounts",
-    "check_mounts",
-    "mount_all",
-    "open_shell",
+    "GRACE_S", "MOUNT_SLOTS", "MicrovmShell", "check_call_mounts", "check_mounts", "mount_all", "open_shell",
 ]

@@ -250,10 +250,7 @@ def exec_in(
             frames.EXEC,
             secret,
             {
-                "id": 1,
-                "argv": argv,
-                "deadline_ms": int(timeout_s * 1000),
-                "stdout_cap": OUTPUT_CAP,
+                "id": 1, "argv": argv, "deadline_ms": int(timeout_s * 1000), "stdout_cap": OUTPUT_CAP,
                 "stderr_cap": OUTPUT_CAP,
             },
             stdin,
@@ -339,13 +336,9 @@ def _run_steps(vm: _vm.Vm, secret: bytes, steps: list[dict[str, Any]], say: Any)
 
 
 def save(
-    runtime: Any,
-    name: str,
-    steps: list[dict[str, Any]],
+    runtime: Any, name: str, steps: list[dict[str, Any]],
     *,
-    parent: str | None = None,
-    replace: bool = False,
-    progress: Any = None,
+    parent: str | None = None, replace: bool = False, progress: Any = None,
 ) -> tuple[Saved, bool, list[Saved]]:
     """Restore ``parent`` (default: the tier's snapshot), run ``steps``, migrate to the store
     as ``name``. Returns the snapshot, whether it was already there (same key), and the
@@ -410,19 +403,10 @@ def save(
                     limit="snapshot_bytes",
                 )
             meta = {
-                "name": name,
-                "key": key,
-                "parent": parent,
-                "parent_key": pkey,
-                "base": base_key(base),
-                "image": base.image.digest,
-                "accel": base.accel,
-                "qemu": _vm.qemu_version(),
-                "memory_mb": _vm.MEMORY_MB,
-                "secret": src.secret.hex(),
-                "steps": public,
-                "created": time.time(),
-                "save_s": round(save_s, 3),
+                "name": name, "key": key, "parent": parent, "parent_key": pkey, "base": base_key(base),
+                "image": base.image.digest, "accel": base.accel, "qemu": _vm.qemu_version(),
+                "memory_mb": _vm.MEMORY_MB, "secret": src.secret.hex(), "steps": public,
+                "created": time.time(), "save_s": round(save_s, 3),
                 "total_s": round(time.monotonic() - t0, 3),
             }
             fd = os.open(tmp / "meta.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

@@ -232,13 +232,8 @@ def prepare(cache: Path, progress: Any = None, *, mount_slots: int = 0) -> Snaps
         finally:
             vm.kill()
         meta = {
-            "secret": secret.hex(),
-            "accel": accel,
-            "qemu": qv,
-            "image": img.digest,
-            "cold_boot_s": round(cold, 3),
-            "snapshot_s": round(snap, 3),
-            "memory_mb": _vm.MEMORY_MB,
+            "secret": secret.hex(), "accel": accel, "qemu": qv, "image": img.digest,
+            "cold_boot_s": round(cold, 3), "snapshot_s": round(snap, 3), "memory_mb": _vm.MEMORY_MB,
         }
         tmp = sdir / f".meta.{os.getpid()}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -77,14 +77,9 @@ class Vm:
     """A running QEMU and, once :meth:`connect`\\ ed, its agent's frame channel."""
 
     def __init__(
-        self,
-        image: Image,
-        accel: str,
-        secret: bytes,
+        self, image: Image, accel: str, secret: bytes,
         *,
-        incoming: Path | None = None,
-        qmp: bool = False,
-        sandbox: bool = True,
+        incoming: Path | None = None, qmp: bool = False, sandbox: bool = True,
         shares: list[tuple[str | None, bool]] | None = None,
     ) -> None:
         exe = qemu_path()
@@ -112,34 +107,12 @@ class Vm:
                 return f"/proc/self/fd/{fd}"
 
             args = [
-                exe,
-                "-nodefaults",
-                "-no-user-config",
-                "-nographic",
-                "-no-reboot",
-                "-M",
-                "q35",
-                "-accel",
-                accel,
-                "-m",
-                str(MEMORY_MB),
-                "-smp",
-                "1",
-                "-nic",
-                "none",
-                "-kernel",
-                fd_path(image.kernel),
-                "-initrd",
-                fd_path(image.initrd),
-                "-append",
-                f"console=ttyS0 quiet loglevel=3 panic=-1 rdinit=/init wb.secret={secret.hex()}",
-                "-serial",
-                f"file:{self.console}",
-                "-device",
-                "virtio-serial-pci,id=vs",
-                "-chardev",
-                f"socket,id=wb,path={self.port_path},server=on,wait=off",
-                "-device",
+                exe, "-nodefaults", "-no-user-config", "-nographic", "-no-reboot", "-M", "q35", "-accel",
+                accel, "-m", str(MEMORY_MB), "-smp", "1", "-nic", "none", "-kernel", fd_path(image.kernel),
+                "-initrd", fd_path(image.initrd), "-append",
+                f"console=ttyS0 quiet loglevel=3 panic=-1 rdinit=/init wb.secret={secret.hex()}", "-serial",
+                f"file:{self.console}", "-device", "virtio-serial-pci,id=vs", "-chardev",
+                f"socket,id=wb,path={self.port_path},server=on,wait=off", "-device",
                 "virtserialport,bus=vs.0,chardev=wb,name=wb.0",
             ]
             if shares is not None:
@@ -170,12 +143,8 @@ class Vm:
             self.unprivileged = drop
             self.started = time.monotonic()
             self.proc = subprocess.Popen(
-                [*wrap, "--", *args],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                pass_fds=tuple(fds),
-                start_new_session=True,
+                [*wrap, "--", *args], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE, pass_fds=tuple(fds), start_new_session=True,
             )
         finally:
             for fd in fds:

@@ -175,14 +175,8 @@ class CommandRunner(_engine.EngineRunner):
             with eng.ticker.ticking():
                 try:
                     instance = loaded.instantiate(
-                        store,
-                        name=req.name,
-                        runtime=self.runtime,
-                        caps=req.caps,
-                        principal=req.principal,
-                        timeout=req.timeout_s,
-                        toolkit=req.toolkit,
-                        allowed_hosts=req.allowed_hosts,
+                        store, name=req.name, runtime=self.runtime, caps=req.caps, principal=req.principal,
+                        timeout=req.timeout_s, toolkit=req.toolkit, allowed_hosts=req.allowed_hosts,
                     )
                     if loaded.uses_caps:
                         job = _workers.start(functools.partial(_start, self.path, store, instance, eng),
@@ -249,14 +243,9 @@ class CommandRunner(_engine.EngineRunner):
 
         code = getattr(failure, "trap_code", None)
         check_guest_end(
-            req,
-            wall=wall,
-            stopped=guard.reason if guard.reason in ("timeout", "cancelled") else "",
-            over=over,
-            trap=describe_trap(failure) if failure is not None else None,
-            trap_code=code.name if code is not None else "",
-            exit_code=exit_code,
-            peak=peak,
+            req, wall=wall, stopped=guard.reason if guard.reason in ("timeout", "cancelled") else "",
+            over=over, trap=describe_trap(failure) if failure is not None else None,
+            trap_code=code.name if code is not None else "", exit_code=exit_code, peak=peak,
             fuel=req.fuel or DEFAULT_FUEL,
         )
         usage = Usage(wall_s=wall, fuel=fuel_used, peak_memory=peak, bytes_out=len(stdout) + len(stderr))

@@ -47,13 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from wbcore_runtime.contract.calls import Principal, Usage
 from wbcore_runtime.contract.errors import (
-    CapabilityDenied,
-    Internal,
-    InvalidArgs,
-    NotFound,
-    Timeout,
-    WbError,
-    unknown_name,
+    CapabilityDenied, Internal, InvalidArgs, NotFound, Timeout, WbError, unknown_name,
 )
 
 from wbcore_wasmtime import engine as _engine

@@ -131,9 +131,7 @@ def available() -> bool:
         return all(
             hasattr(ffi, n)
             for n in (
-                "wasmtime_linker_define_func_unchecked",
-                "wasmtime_caller_export_get",
-                "wasmtime_memory_data",
+                "wasmtime_linker_define_func_unchecked", "wasmtime_caller_export_get", "wasmtime_memory_data",
                 "wasmtime_memory_data_size",
             )
         )

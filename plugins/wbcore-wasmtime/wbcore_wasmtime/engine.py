@@ -195,17 +195,8 @@ def get() -> Engine:
 
 class Guard:
     __slots__ = (
-        "cancel",
-        "deadline",
-        "err",
-        "err_cap",
-        "out",
-        "out_cap",
-        "reason",
-        "scratch",
-        "scratch_bytes",
-        "scratch_files",
-        "ticks",
+        "cancel", "deadline", "err", "err_cap", "out", "out_cap", "reason", "scratch", "scratch_bytes",
+        "scratch_files", "ticks",
     )
 
     #: A scratch folder is measured every this many ticks (a walk of its tree).
@@ -290,11 +281,8 @@ def _make_callback() -> tuple[Any, Any]:
     from wasmtime import _bindings as B
 
     cb_type = ctypes.CFUNCTYPE(
-        ctypes.c_size_t,
-        ctypes.POINTER(B.wasmtime_context_t),
-        ctypes.c_void_p,
-        ctypes.POINTER(ctypes.c_uint64),
-        ctypes.POINTER(B.wasmtime_update_deadline_kind_t),
+        ctypes.c_size_t, ctypes.POINTER(B.wasmtime_context_t), ctypes.c_void_p,
+        ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(B.wasmtime_update_deadline_kind_t),
     )
     error_new = B._wasmtime_error_new
 

@@ -76,11 +76,8 @@ class _Worker:
             k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "WB_WASM_FUEL", "PYTHONPATH")
         }
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "wbcore_wasmtime.isolated"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=env,
+            [sys.executable, "-m", "wbcore_wasmtime.isolated"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, env=env,
         )
         self.answers: queue.Queue[bytes | None] = queue.Queue()
         self.stderr: collections.deque[bytes] = collections.deque(maxlen=64)
@@ -189,15 +186,9 @@ def call(request: Any, artifacts_root: Path, needed: frozenset[str]) -> Any:
         )
     payload = json.dumps(
         {
-            "root": str(artifacts_root),
-            "sha256": request.sha256,
-            "name": request.name,
-            "function": request.function,
-            "args": request.args,
-            "profile": request.profile.name,
-            "timeout_s": request.timeout_s,
-            "fuel": request.fuel,
-            "toolkit": request.toolkit,
+            "root": str(artifacts_root), "sha256": request.sha256, "name": request.name,
+            "function": request.function, "args": request.args, "profile": request.profile.name,
+            "timeout_s": request.timeout_s, "fuel": request.fuel, "toolkit": request.toolkit,
         }
     ).encode()
     t0 = time.perf_counter()
@@ -263,32 +254,21 @@ def _serve() -> int:
             host = WorkerHost(ArtifactStore(Path(req["root"])))
             runner = runners[req["root"]] = ComponentRunner(host, isolate=False)  # type: ignore[arg-type]
         request = ComponentRequest(
-            name=req["name"],
-            sha256=req["sha256"],
-            function=req["function"],
-            args=req["args"],
-            profile=policy.profile(req["profile"]),
-            timeout_s=float(req["timeout_s"]),
-            principal=Principal(toolkit=req.get("toolkit") or ""),
-            fuel=req.get("fuel"),
+            name=req["name"], sha256=req["sha256"], function=req["function"], args=req["args"],
+            profile=policy.profile(req["profile"]), timeout_s=float(req["timeout_s"]),
+            principal=Principal(toolkit=req.get("toolkit") or ""), fuel=req.get("fuel"),
             toolkit=req.get("toolkit"),
         )
         try:
             res = runner.call(request)
             answer: dict[str, Any] = {
-                "value": res.value,
-                "stdout": res.stdout.hex(),
-                "stderr": res.stderr.hex(),
-                "fuel": res.usage.fuel,
-                "bytes_out": res.usage.bytes_out,
+                "value": res.value, "stdout": res.stdout.hex(), "stderr": res.stderr.hex(),
+                "fuel": res.usage.fuel, "bytes_out": res.usage.bytes_out,
             }
         except ComponentError as exc:
             answer = {
                 "error": {
-                    "kind": "internal",
-                    "message": exc.message,
-                    "detail": exc.detail,
-                    "detail_set": True,
+                    "kind": "internal", "message": exc.message, "detail": exc.detail, "detail_set": True,
                 }
             }
         except WbError as exc:

@@ -65,13 +65,8 @@ class KernelInstance:
         try:
             try:
                 instance = loaded.instantiate(
-                    store,
-                    name=req.name,
-                    runtime=self.runner.runtime,
-                    caps=req.caps,
-                    principal=req.principal,
-                    toolkit=req.toolkit,
-                    allowed_hosts=getattr(req, "allowed_hosts", ()),
+                    store, name=req.name, runtime=self.runner.runtime, caps=req.caps, principal=req.principal,
+                    toolkit=req.toolkit, allowed_hosts=getattr(req, "allowed_hosts", ()),
                 )
                 k = self.runner.path.kernel(store, instance, self.spec.entry)
             except KeyError as exc:

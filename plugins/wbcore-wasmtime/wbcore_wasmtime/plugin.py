@@ -11,11 +11,7 @@ from wbcore_wasmtime.runners import guest_runner
 from wbcore_runtime import hookimpl
 from wbcore_runtime.contract.drivers import Availability
 from wbcore_runtime.contract.records import (
-    BuildLane,
-    BuiltinCommand,
-    ExecShape,
-    GuestRunnerService,
-    IsolationTier,
+    BuildLane, BuiltinCommand, ExecShape, GuestRunnerService, IsolationTier,
 )
 
 

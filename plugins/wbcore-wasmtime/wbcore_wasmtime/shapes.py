@@ -28,8 +28,7 @@ def _buildable(ctx: VerifyContext) -> Check | None:
         return Check(True, "exec", f"not yet fetched; prebuilt from {spec.text}: wbx toolkit build {m.id}")
     lane = buildable.lane(ctx.runtime, m, spec.text)
     return Check(
-        True,
-        "exec",
+        True, "exec",
         f"not yet built; buildable from {spec.text} (lane {lane.name}): wbx toolkit build {m.id}",
     )
 

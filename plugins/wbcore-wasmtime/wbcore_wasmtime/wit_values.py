@@ -76,9 +76,7 @@ def schema(ty: Any) -> dict[str, Any]:
         def side(name: str, t: Any) -> dict[str, Any]:
             body = schema(t) if t is not None else {"type": "null"}
             return {
-                "type": "object",
-                "properties": {name: body},
-                "required": [name],
+                "type": "object", "properties": {name: body}, "required": [name],
                 "additionalProperties": False,
             }
 
