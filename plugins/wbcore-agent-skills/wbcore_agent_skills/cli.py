@@ -29,24 +29,37 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
 
     @app.command("import")
     def import_(
-        source: str = typer.Argument(..., metavar="SOURCE", help="An Agent Skills folder (SKILL.md), a markdown file, a folder, git+… or an archive URL."),
+        source: str = typer.Argument(
+            ..., metavar="SOURCE",
+            help="An Agent Skills folder (SKILL.md), a markdown file, a folder, git+… or an archive URL.",
+        ),
         as_: Optional[str] = typer.Option(None, "--as", help="The toolkit id (default: the skill's name)."),
-        sha256: Optional[str] = typer.Option(None, "--sha256", help="The archive's sha256 (required for archive URLs)."),
-        out: Optional[Path] = typer.Option(None, "-o", "--out", help="Folder to create the toolkit in (default: ./toolkits)."),
+        sha256: Optional[str] = typer.Option(
+            None, "--sha256", help="The archive's sha256 (required for archive URLs)."
+        ),
+        out: Optional[Path] = typer.Option(
+            None, "-o", "--out", help="Folder to create the toolkit in (default: ./toolkits)."
+        ),
         force: bool = typer.Option(False, "--force", help="Replace an existing toolkit folder."),
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
         """Package an Agent Skills folder, a markdown file or a folder as a toolkit, then audit it."""
         from wbcore_agent_skills import native_audit, skill_import
 
-        done = skill_import.import_source(source, out or runtime.cwd / "toolkits", ident=as_, force=force, sha256=sha256)
+        done = skill_import.import_source(
+            source, out or runtime.cwd / "toolkits", ident=as_, force=force, sha256=sha256
+        )
         report = native_audit.audit(done.path, _registered())
         runtime.discover(refresh=True)
         for warning in done.warnings:
             typer.echo(f"wbx: warning: {warning}", err=True)
         if json_:
-            emit_json({"id": done.id, "path": str(done.path), "skills": list(done.skills), "copied": list(done.copied),
-                       "warnings": list(done.warnings), "audit": report.as_dict()})
+            emit_json(
+                {
+                    "id": done.id, "path": str(done.path), "skills": list(done.skills),
+                    "copied": list(done.copied), "warnings": list(done.warnings), "audit": report.as_dict(),
+                }
+            )
             return
         typer.echo(f"imported {done.id} → {done.path}")
         typer.echo(f"  skills: overview {' '.join(done.skills)}".rstrip())
@@ -78,7 +91,11 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
 
         if not folder.is_dir():
             raise InvalidArgs(f"{folder} is not a folder")
-        signed = "SIGNATURE:" in ((folder / "manifest.org").read_text(errors="replace") if (folder / "manifest.org").is_file() else "")
+        signed = "SIGNATURE:" in (
+            (folder / "manifest.org").read_text(errors="replace")
+            if (folder / "manifest.org").is_file()
+            else ""
+        )
         report = native_audit.fix(folder, _registered()) if fix else native_audit.audit(folder, _registered())
         if json_:
             emit_json(report.as_dict())
@@ -94,9 +111,12 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
     @app.command("export")
     def export(
         idents: Optional[list[str]] = typer.Argument(None, metavar="ID...", help="Toolkits to export."),
-        agent_skills: Optional[Path] = typer.Option(None, "-o", "--out", "--agent-skills", metavar="DIR",
-                                                    help="Write <DIR>/<name>/SKILL.md packages."),
-        index: Optional[Path] = typer.Option(None, "--index", help="Write <DIR>/.well-known/agent-skills/ with index.json."),
+        agent_skills: Optional[Path] = typer.Option(
+            None, "-o", "--out", "--agent-skills", metavar="DIR", help="Write <DIR>/<name>/SKILL.md packages."
+        ),
+        index: Optional[Path] = typer.Option(
+            None, "--index", help="Write <DIR>/.well-known/agent-skills/ with index.json."
+        ),
         all_: bool = typer.Option(False, "--all", help="Export every discovered toolkit."),
         force: bool = typer.Option(False, "--force", help="Replace existing packages under --agent-skills."),
     ) -> None:

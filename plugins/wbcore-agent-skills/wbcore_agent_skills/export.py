@@ -5,7 +5,8 @@
 ``metadata``; the overview skill as its body, links to the documents it does not link yet),
 each other skill as a markdown document (its ``#+SOURCE`` path or ``references/<slug>.md``),
 and the toolkit's ``scripts/``, ``references/`` and ``assets/`` files as they are — the
-mapping :mod:`wbcore_agent_skills.skill_import` reads back, so export → import → export is byte-identical. ``--index DIR`` also writes
+mapping :mod:`wbcore_agent_skills.skill_import` reads back, so export → import → export is
+byte-identical. ``--index DIR`` also writes
 ``DIR/.well-known/agent-skills/index.json`` (discovery schema 0.2.0): one entry per
 toolkit, ``type`` ``skill-md`` (just SKILL.md) or ``archive`` (a deterministic
 ``.tar.gz`` of the package), with ``digest`` = ``sha256:`` of exactly those bytes.
@@ -131,7 +132,9 @@ def _package_files(toolkit: Toolkit) -> dict[str, bytes]:
     for dirpath, dirnames, filenames in os.walk(toolkit.dir, followlinks=False):
         rel_dir = Path(dirpath).relative_to(toolkit.dir)
         if rel_dir == Path("."):
-            dirnames[:] = [d for d in dirnames if d not in ("skills", ORIGINAL_DIR) and (imported or d in PACKAGE_DIRS)]
+            dirnames[:] = [
+                d for d in dirnames if d not in ("skills", ORIGINAL_DIR) and (imported or d in PACKAGE_DIRS)
+            ]
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         for name in sorted(filenames):
             rel = (rel_dir / name).as_posix()
@@ -177,7 +180,9 @@ def _frontmatter(toolkit: Toolkit, name: str, description: str) -> list[str]:
         except ValueError:
             extra = None
         if not isinstance(extra, dict):
-            raise InvalidArgs(f"{m.path}: SKILL_METADATA: not a JSON object of strings; fix or remove the keyword")
+            raise InvalidArgs(
+                f"{m.path}: SKILL_METADATA: not a JSON object of strings; fix or remove the keyword"
+            )
         meta.update({str(k): str(v) for k, v in extra.items()})
     front.append("metadata:")
     front += [f"  {k}: {_yaml_str(v)}" for k, v in meta.items()]
@@ -215,7 +220,9 @@ def render(toolkit: Toolkit) -> dict[str, bytes]:
         if path in docs or path in files:
             path = f"references/{s.slug}.md" if path != f"references/{s.slug}.md" else path
         if path in docs or path in files or path == "SKILL.md":
-            raise InvalidArgs(f"{toolkit.dir}: skill {s.slug} and another file both export as {path}; rename one")
+            raise InvalidArgs(
+                f"{toolkit.dir}: skill {s.slug} and another file both export as {path}; rename one"
+            )
         md = markup.org_to_md(text, shift=1).strip("\n")
         docs[path] = (f"# {title or s.title}\n" + (f"\n{md}\n" if md else "")).encode("utf-8")
         summary = markup.org_to_md(s.summary).strip() if s.summary else ""
@@ -228,7 +235,9 @@ def render(toolkit: Toolkit) -> dict[str, bytes]:
     if overview:
         blocks.append(overview)
     if m.exec and not re.search(r"^## Running\s*$", overview, re.MULTILINE):
-        run = [f"## Running\n\nThis toolkit's `{m.exec}` artifact runs sandboxed as WebAssembly, never natively:"]
+        run = [
+            f"## Running\n\nThis toolkit's `{m.exec}` artifact runs sandboxed as WebAssembly, never natively:"
+        ]
         if m.cli_bin:
             run.append(f"```sh\nwbx run {m.cli_bin} [ARGS...] < input\n```")
         run.append(f"Capabilities it may request: {' '.join(m.caps) or 'none'}.")
@@ -238,7 +247,9 @@ def render(toolkit: Toolkit) -> dict[str, bytes]:
     text_so_far = "\n\n".join(blocks).lower()
     missing = [(p, t, s) for p, t, s in links if p.lower() not in text_so_far]
     if missing:
-        blocks.append("## References\n\n" + "\n".join(f"- [{t}]({p})" + (f": {s}" if s else "") for p, t, s in missing))
+        blocks.append(
+            "## References\n\n" + "\n".join(f"- [{t}]({p})" + (f": {s}" if s else "") for p, t, s in missing)
+        )
     skill_md = "\n".join(_frontmatter(toolkit, name, description)) + "\n\n" + "\n\n".join(blocks) + "\n"
     out = {"SKILL.md": skill_md.encode("utf-8"), **docs}
     for rel, data in files.items():
@@ -278,7 +289,8 @@ def export_agent_skills(toolkit: Toolkit, out_dir: Path, *, force: bool = False)
 
 
 def export_index(toolkits: list[Toolkit], site: Path, *, force: bool = True) -> Path:
-    """Write the packages and ``.well-known/agent-skills/index.json`` under ``site``; returns the index path."""
+    """Write the packages and ``.well-known/agent-skills/index.json`` under ``site``; returns the
+    index path."""
     base = site / WELL_KNOWN
     base.mkdir(parents=True, exist_ok=True)
     index_path = base / "index.json"

@@ -30,17 +30,27 @@ from wbcore_runtime.store.artifacts import atomic_write
 from wbcore_runtime.contract.errors import WbError
 from wbcore_agent_skills.skill_import import ORIGINAL_DIR
 
-SCRIPT_SUFFIXES = (".sh", ".bash", ".zsh", ".py", ".js", ".mjs", ".cjs", ".ts", ".rb", ".pl", ".ps1", ".bat", ".cmd", ".php", ".lua")
+SCRIPT_SUFFIXES = (
+    ".sh", ".bash", ".zsh", ".py", ".js", ".mjs", ".cjs", ".ts", ".rb", ".pl", ".ps1", ".bat", ".cmd", ".php",
+    ".lua",
+)
 SHELL_LANGS = frozenset({"bash", "sh", "shell", "zsh", "console", "shell-session", "fish"})
 #: Transcripts: only ``$ `` prompt lines are commands, the rest is output.
 SESSION_LANGS = frozenset({"console", "shell-session"})
-INTERPRETERS = frozenset({"python", "python3", "python2", "node", "deno", "bun", "bash", "sh", "zsh", "ruby", "perl",
-                          "php", "lua", "pwsh", "powershell", "npx", "uv", "uvx", "pipx", "tsx", "ts-node"})
-SHELL_WORDS = frozenset({
-    "cd", "echo", "export", "set", "unset", "alias", "source", ".", "test", "[", "[[", "true", "false", "printf",
-    "read", "if", "then", "else", "elif", "fi", "for", "in", "do", "done", "while", "until", "case", "esac",
-    "function", "return", "exit", "local", "shift", "wait", "trap", "eval", "{", "}", "(", ")", "!", "wbx", "wb",
-})
+INTERPRETERS = frozenset(
+    {
+        "python", "python3", "python2", "node", "deno", "bun", "bash", "sh", "zsh", "ruby", "perl", "php",
+        "lua", "pwsh", "powershell", "npx", "uv", "uvx", "pipx", "tsx", "ts-node",
+    }
+)
+SHELL_WORDS = frozenset(
+    {
+        "cd", "echo", "export", "set", "unset", "alias", "source", ".", "test", "[", "[[", "true", "false",
+        "printf", "read", "if", "then", "else", "elif", "fi", "for", "in", "do", "done", "while", "until",
+        "case", "esac", "function", "return", "exit", "local", "shift", "wait", "trap", "eval", "{", "}", "(",
+        ")", "!", "wbx", "wb",
+    }
+)
 PREFIX_WORDS = frozenset({"sudo", "env", "time", "exec", "nohup", "command", "builtin", "xargs"})
 MAX_SCAN_BYTES = 1 << 20
 _BEGIN_RE = re.compile(r"^(\s*)#\+begin_src\s+(\S+)([^\n]*)$", re.IGNORECASE)
@@ -86,8 +96,12 @@ class Report:
 #: Words that open a compound command or negate one: the command follows them.
 SHELL_KEYWORDS = frozenset({"if", "then", "else", "elif", "do", "while", "until", "!", "{", "time"})
 #: English words that start prose lines pasted into shell blocks; never a command's name.
-PROSE_WORDS = frozenset({"a", "an", "and", "are", "as", "at", "be", "but", "by", "from", "is", "it", "its", "not",
-                         "of", "on", "or", "that", "the", "these", "this", "those", "to", "with", "you", "your"})
+PROSE_WORDS = frozenset(
+    {
+        "a", "an", "and", "are", "as", "at", "be", "but", "by", "from", "is", "it", "its", "not", "of", "on",
+        "or", "that", "the", "these", "this", "those", "to", "with", "you", "your",
+    }
+)
 _COMMAND_RE = re.compile(r"^[A-Za-z_.~/][\w.+~/-]*$")
 _HEREDOC_RE = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_][\w]*)\1")
 
@@ -290,8 +304,14 @@ def audit(root: Path, registered: Iterable[str] = ()) -> Report:
                             "make it a built command (#+BUILD_SRC + a lane) or remove it", name=name))
     for cli, (rel, line) in sorted(native_clis.items()):
         if cli not in declared:
-            add(Finding("requires", "manifest.org", 0, f"{cli} is assumed (first in {rel}:{line}) but not declared in #+REQUIRES",
-                        fixable=True, name=cli))
+            add(
+                Finding(
+                    "requires", "manifest.org", 0,
+                    f"{cli} is assumed (first in {rel}:{line}) but not declared in #+REQUIRES",
+                    fixable=True,
+                    name=cli,
+                )
+            )
     return report
 
 
@@ -306,10 +326,20 @@ def _scan_org(rel: str, text: str, registered: set[str], native: dict[str, tuple
                 lang = m.group(2).lower()
                 block = []
                 if _PRE_RE.search(m.group(3)):
-                    add(Finding("pre-block", rel, no, ":role pre block: disabled, never run (native exec is banned)"))
+                    add(
+                        Finding(
+                            "pre-block", rel, no,
+                            ":role pre block: disabled, never run (native exec is banned)",
+                        )
+                    )
                 continue
             if _FENCE_RE.match(line):
-                add(Finding("markdown", rel, no, "a Markdown code fence in an Org file (an agent sees no code block)", fixable=True))
+                add(
+                    Finding(
+                        "markdown", rel, no,
+                        "a Markdown code fence in an Org file (an agent sees no code block)", fixable=True,
+                    )
+                )
             continue
         if _END_RE.match(line):
             if lang in SHELL_LANGS:
@@ -333,20 +363,38 @@ def _scan_shell(rel: str, block: list[tuple[int, str]], session: bool, registere
             if base in registered:
                 fixed = _rewrite_line(line, registered) if logical == raw[index] else line
                 if fixed != line:
-                    add(Finding("registered-cli", rel, no, f"runs {base} natively; it is a registered command: "
-                                f"{fixed.strip()}", fixable=True, name=base))
+                    add(
+                        Finding(
+                            "registered-cli", rel, no,
+                            f"runs {base} natively; it is a registered command: {fixed.strip()}",
+                            fixable=True, name=base,
+                        )
+                    )
                 else:
-                    add(Finding("registered-cli", rel, no, f"runs {base} natively; it is a registered command: rewrite "
-                                f"it as wbx run {base} … with its one input on stdin (the sandbox sees no files)",
-                                name=base))
+                    add(
+                        Finding(
+                            "registered-cli", rel, no,
+                            f"runs {base} natively; it is a registered command: rewrite "
+                            f"it as wbx run {base} … with its one input on stdin (the sandbox sees no files)",
+                            name=base,
+                        )
+                    )
             elif base in INTERPRETERS:
                 target = next((a for a in args if not a.startswith("-")), "")
-                add(Finding("interpreter", rel, no, f"runs {target or 'code'} natively through {base}", name=base))
+                add(
+                    Finding(
+                        "interpreter", rel, no, f"runs {target or 'code'} natively through {base}", name=base
+                    )
+                )
                 native.setdefault(base, (rel, no))
             elif "/" in cmd or cmd.endswith(SCRIPT_SUFFIXES):
                 add(Finding("interpreter", rel, no, f"runs the script {cmd} natively", name=cmd))
             else:
-                add(Finding("native-cli", rel, no, f"calls {base}, which is not a registered command", name=base))
+                add(
+                    Finding(
+                        "native-cli", rel, no, f"calls {base}, which is not a registered command", name=base
+                    )
+                )
                 native.setdefault(base, (rel, no))
 
 
@@ -356,7 +404,9 @@ def _scan_shell(rel: str, block: list[tuple[int, str]], session: bool, registere
 #: Commands whose first operand is a program or pattern, never an input file, and their
 #: options that take a value (the built-in ``jq`` and ``grep``).
 PROGRAM_FIRST: dict[str, frozenset[str]] = {"jq": frozenset(), "grep": frozenset({"-m"})}
-_FILE_RE = re.compile(r"^(?!-)(?!\.)[\w.@+-]*(/[\w.@+-]+)*\.[A-Za-z][A-Za-z0-9]{0,7}$|^(?!-)[\w.@+-]*/[\w./@+-]*$")
+_FILE_RE = re.compile(
+    r"^(?!-)(?!\.)[\w.@+-]*(/[\w.@+-]+)*\.[A-Za-z][A-Za-z0-9]{0,7}$|^(?!-)[\w.@+-]*/[\w./@+-]*$"
+)
 
 
 def _looks_like_file(word: str) -> bool:
@@ -448,8 +498,16 @@ def _add_requires(manifest_text: str, clis: list[str]) -> str:
         merged = have + [c for c in clis if c not in _declared_requires(manifest_text)]
         return manifest_text[: m.start()] + "#+REQUIRES: " + ", ".join(merged) + manifest_text[m.end():]
     lines = manifest_text.splitlines(keepends=True)
-    last = max((i for i, ln in enumerate(lines) if ln.startswith("#+") and not ln.lower().startswith("#+begin")
-                and i < next((k for k, x in enumerate(lines) if x.startswith("*")), len(lines))), default=-1)
+    last = max(
+        (
+            i
+            for i, ln in enumerate(lines)
+            if ln.startswith("#+")
+            and not ln.lower().startswith("#+begin")
+            and i < next((k for k, x in enumerate(lines) if x.startswith("*")), len(lines))
+        ),
+        default=-1,
+    )
     lines.insert(last + 1, "#+REQUIRES: " + ", ".join(clis) + "\n")
     return "".join(lines)
 
@@ -462,7 +520,9 @@ def fix(root: Path, registered: Iterable[str] = ()) -> Report:
     cli_bin = re.search(r"^#\+CLI_BIN:[ \t]*(\S+)", manifest_text, re.MULTILINE)
     reg = registered | ({cli_bin.group(1)} if cli_bin else set())
     changed: list[str] = []
-    for rel in sorted({f.path for f in before.findings if f.fixable and f.kind in ("markdown", "registered-cli")}):
+    for rel in sorted(
+        {f.path for f in before.findings if f.fixable and f.kind in ("markdown", "registered-cli")}
+    ):
         path = root / rel
         text = _text(root, rel)
         if text is None:

@@ -235,20 +235,30 @@ def check_skill_front(front: dict[str, Any], lines: dict[str, int], path: Path, 
         return f"{path}:{lines.get(key, 1)}"
 
     if not front:
-        raise InvalidArgs(f"{path}:1: no YAML frontmatter; a SKILL.md starts with ---, name: and description:")
+        raise InvalidArgs(
+            f"{path}:1: no YAML frontmatter; a SKILL.md starts with ---, name: and description:"
+        )
     check_name(front.get("name"), at("name"), dir_name)
     desc = front.get("description")
     if not isinstance(desc, str) or not desc.strip():
-        raise InvalidArgs(f"{at('description')}: description: missing or empty; say what the skill does and when to use it")
+        raise InvalidArgs(
+            f"{at('description')}: description: missing or empty; say what the skill does and when to use it"
+        )
     if len(desc) > DESCRIPTION_MAX:
-        raise InvalidArgs(f"{at('description')}: description: {len(desc)} characters (at most {DESCRIPTION_MAX}); "
-                          "shorten it and move the detail into the body")
+        raise InvalidArgs(
+            f"{at('description')}: description: {len(desc)} characters (at most {DESCRIPTION_MAX}); "
+            "shorten it and move the detail into the body"
+        )
     compat = front.get("compatibility")
     if compat is not None and (not isinstance(compat, str) or not compat.strip()):
-        raise InvalidArgs(f"{at('compatibility')}: compatibility: empty; say what the skill needs, or remove the field")
+        raise InvalidArgs(
+            f"{at('compatibility')}: compatibility: empty; say what the skill needs, or remove the field"
+        )
     if isinstance(compat, str) and len(compat) > COMPATIBILITY_MAX:
-        raise InvalidArgs(f"{at('compatibility')}: compatibility: {len(compat)} characters (at most {COMPATIBILITY_MAX}); "
-                          "shorten it")
+        raise InvalidArgs(
+            f"{at('compatibility')}: compatibility: {len(compat)} characters (at most {COMPATIBILITY_MAX}); "
+            "shorten it"
+        )
     meta = front.get("metadata")
     if meta is not None and meta != "" and not isinstance(meta, dict):
         raise InvalidArgs(f"{at('metadata')}: metadata: must be a mapping of keys to strings")
@@ -309,7 +319,9 @@ def generated_digest(read: Any, manifest: bytes, skills: list[str]) -> str:
     import hashlib
 
     h = hashlib.sha256()
-    kept = b"".join(ln for ln in manifest.splitlines(keepends=True) if not ln.startswith(f"#+{GENERATED_KEY}:".encode()))
+    kept = b"".join(
+        ln for ln in manifest.splitlines(keepends=True) if not ln.startswith(f"#+{GENERATED_KEY}:".encode())
+    )
     h.update(b"manifest.org\0" + kept + b"\0")
     for slug in sorted(set(skills)):
         rel = f"skills/{slug}.org"
@@ -372,8 +384,10 @@ def _plan(source: Path, ident: str | None, *, check_dir: bool) -> _Plan:
                     and front["name"].strip() != dir_name:
                 # --as names the toolkit: the folder's name decides nothing, so say it and go on.
                 check_skill_front(front, where, main, None)
-                warning = (f"{main}:{where.get('name', 1)}: name: {front['name'].strip()!r} does not match its folder "
-                           f"{dir_name!r} (the specification wants them equal); imported as {ident} (--as)")
+                warning = (
+                    f"{main}:{where.get('name', 1)}: name: {front['name'].strip()!r} does not match its "
+                    f"folder {dir_name!r} (the specification wants them equal); imported as {ident} (--as)"
+                )
             else:
                 check_skill_front(front, where, main, dir_name)
                 warning = ""
@@ -386,7 +400,11 @@ def _plan(source: Path, ident: str | None, *, check_dir: bool) -> _Plan:
             if main is not None and p == main or name.startswith("."):
                 continue
             rel = p.relative_to(source)
-            if name.lower().endswith(MD_SUFFIXES) and not p.is_symlink() and rel.parts[0] not in ("scripts", "assets"):
+            if (
+                name.lower().endswith(MD_SUFFIXES)
+                and not p.is_symlink()
+                and rel.parts[0] not in ("scripts", "assets")
+            ):
                 refs.append((rel.with_suffix("").as_posix(), p))
             else:
                 copies.append(rel)
@@ -425,13 +443,21 @@ def skill_fields(front: dict[str, Any]) -> dict[str, str]:
         out["COMPATIBILITY"] = _org_keyword_value(str(front["compatibility"]))
     tools = front.get("allowed-tools")
     if tools:
-        out["ALLOWED_TOOLS"] = json.dumps([str(t) for t in tools] if isinstance(tools, list) else str(tools), ensure_ascii=False)
+        out["ALLOWED_TOOLS"] = json.dumps(
+            [str(t) for t in tools] if isinstance(tools, list) else str(tools), ensure_ascii=False
+        )
     extra: dict[str, str] = {}
     meta = front.get("metadata")
     items = list(meta.items()) if isinstance(meta, dict) else []
     items += [(k, v) for k, v in front.items() if k not in SPEC_FIELDS and k != "title"]
     for key, value in items:
-        text = " ".join(map(str, value)) if isinstance(value, list) else json.dumps(value) if isinstance(value, dict) else str(value)
+        text = (
+            " ".join(map(str, value))
+            if isinstance(value, list)
+            else json.dumps(value)
+            if isinstance(value, dict)
+            else str(value)
+        )
         if key in GENERATED_METADATA or (key == "version" and _is_semver(text)) or key in extra:
             continue
         extra[key] = text
@@ -449,19 +475,28 @@ def _version(front: dict[str, Any]) -> str:
 
 def _manifest(ident: str, title: str, tagline: str, front: dict[str, Any], kind: str, source: Path,
               documents: list[tuple[str, str]]) -> str:
-    kw = {"TITLE": title, "TOOLKIT": ident, "VERSION": _version(front), "STATUS": "experimental", "TAGLINE": tagline}
+    kw = {
+        "TITLE": title, "TOOLKIT": ident, "VERSION": _version(front), "STATUS": "experimental",
+        "TAGLINE": tagline,
+    }
     if kind == "agent-skills":
         kw.update(skill_fields(front))
     elif front.get("license"):
         kw["LICENSE"] = str(front["license"])
     kw["IMPORTED_FROM"] = f"{kind}: {source.name}"
     lines = [f"#+{k}: {_org_keyword_value(v)}" for k, v in kw.items()]
-    lines += ["", f"* {title} :toolkit:", "  :PROPERTIES:", f"  :ID: {ident}", "  :STATUS: experimental", "  :END:", "",
-              tagline, "", "Imported as a discovery-only toolkit (no #+EXEC): read the skills with",
-              f"=wbx toolkit show {ident} <skill>=. Run =wbx toolkit audit= on this folder to see what",
-              "in it assumes native execution."]
+    lines += [
+        "", f"* {title} :toolkit:", "  :PROPERTIES:", f"  :ID: {ident}", "  :STATUS: experimental", "  :END:",
+        "", tagline, "",
+        "Imported as a discovery-only toolkit (no #+EXEC): read the skills with",
+        f"=wbx toolkit show {ident} <skill>=. Run =wbx toolkit audit= on this folder to see what",
+        "in it assumes native execution.",
+    ]
     if documents:
-        lines += ["", "The skill's documents, each a skill of this toolkit (links in the skills name these files):"]
+        lines += [
+            "",
+            "The skill's documents, each a skill of this toolkit (links in the skills name these files):",
+        ]
         lines += [f"- {slug} :: {rel}" for slug, rel in documents]
     tools = front.get("allowed-tools")
     if tools:
@@ -483,15 +518,18 @@ def _write_agent_skill(stage: Path, plan: _Plan, title: str, tagline: str, rest:
     made: list[str] = []
     documents: list[tuple[str, str]] = []
     overview = f"#+TITLE: {_one_line(title, 120)}\n#+DESCRIPTION: {tagline}\n\n"
-    (stage / "skills" / "overview.org").write_text(overview + (markup.md_to_org(rest, shift=shift) if rest.strip() else ""),
-                                                   encoding="utf-8")
+    (stage / "skills" / "overview.org").write_text(
+        overview + (markup.md_to_org(rest, shift=shift) if rest.strip() else ""), encoding="utf-8"
+    )
     for hint, path in plan.refs:
         rfront, rbody = parse_frontmatter(_read_doc(path))
         rtitle, rrest, rshift = title_and_body(rbody)
         rtitle = str(rfront.get("title") or rtitle or Path(hint).name.replace("-", " ").replace("_", " "))
         slug = slugify(Path(hint).name, taken)
         rel = path.relative_to(plan.main.parent if plan.main else path.parent).as_posix()
-        (stage / "skills" / f"{slug}.org").write_text(_doc_skill(rtitle, rrest, rshift, rel), encoding="utf-8")
+        (stage / "skills" / f"{slug}.org").write_text(
+            _doc_skill(rtitle, rrest, rshift, rel), encoding="utf-8"
+        )
         made.append(slug)
         documents.append((slug, rel))
     return made, documents
@@ -516,8 +554,12 @@ def import_skill(source: Path, out_root: Path, *, ident: str | None = None, forc
     else:
         doc = split_sections(plan.body)
     title = _one_line(str(front.get("title") or doc.title or name.replace("-", " ").title()), 120)
-    description = str(front.get("description") or _first_sentence(doc.intro) or
-                      (doc.sections and _first_sentence(doc.sections[0].body)) or f"Skills imported from {source.name}.")
+    description = str(
+        front.get("description")
+        or _first_sentence(doc.intro)
+        or (doc.sections and _first_sentence(doc.sections[0].body))
+        or f"Skills imported from {source.name}."
+    )
     tagline = _one_line(description, DESCRIPTION_MAX)
     target = out_root / tid
     if (target.exists() or target.is_symlink()) and not force:
@@ -538,8 +580,12 @@ def import_skill(source: Path, out_root: Path, *, ident: str | None = None, forc
             manifest_text = manifest_text.replace(
                 f"#+IMPORTED_FROM: {kind}: ", f"#+AGENT_SKILL: {ORIGINAL_DIR}\n#+IMPORTED_FROM: {kind}: ", 1)
             skills_written = ["overview", *made]
-            digest = generated_digest(lambda rel: (stage / rel).read_bytes(), manifest_text.encode("utf-8"), skills_written)
-            manifest_text = manifest_text.replace("#+AGENT_SKILL: ", f"#+{GENERATED_KEY}: {digest}\n#+AGENT_SKILL: ", 1)
+            digest = generated_digest(
+                lambda rel: (stage / rel).read_bytes(), manifest_text.encode("utf-8"), skills_written
+            )
+            manifest_text = manifest_text.replace(
+                "#+AGENT_SKILL: ", f"#+{GENERATED_KEY}: {digest}\n#+AGENT_SKILL: ", 1
+            )
         (stage / "manifest.org").write_text(manifest_text, encoding="utf-8")
         if target.exists() or target.is_symlink():
             trash = Path(tempfile.mkdtemp(prefix=f".old-{tid}-", dir=out_root))
@@ -570,9 +616,15 @@ def _write_sections(stage: Path, plan: _Plan, doc: Doc, title: str, tagline: str
         rdoc = split_sections(rbody)
         rtitle = str(rfront.get("title") or rdoc.title or Path(hint).name.replace("-", " ").replace("_", " "))
         slug = ref_slugs[hint]
-        body = rbody if rdoc.title is None else "\n".join(ln for ln in rbody.splitlines() if ln.strip() != f"# {rdoc.title}")
+        body = (
+            rbody
+            if rdoc.title is None
+            else "\n".join(ln for ln in rbody.splitlines() if ln.strip() != f"# {rdoc.title}")
+        )
         shift = -1 if rdoc.title is not None else 0
-        text = f"#+TITLE: {_one_line(rtitle, 120)}\n#+SOURCE: {hint}.md\n\n" + markup.md_to_org(body, shift=shift)
+        text = f"#+TITLE: {_one_line(rtitle, 120)}\n#+SOURCE: {hint}.md\n\n" + markup.md_to_org(
+            body, shift=shift
+        )
         (stage / "skills" / f"{slug}.org").write_text(_relink(text, links, tid), encoding="utf-8")
         index.append((slug, rtitle, str(rfront.get("description") or _first_sentence(rdoc.intro or rbody))))
     overview = [f"#+TITLE: {title} overview", f"#+DESCRIPTION: {tagline}", ""]
@@ -585,7 +637,9 @@ def _write_sections(stage: Path, plan: _Plan, doc: Doc, title: str, tagline: str
         overview.append("")
         for slug, t, summary in index:
             overview.append(f"- {slug} :: {_one_line(t, 120)}" + (f" — {summary}" if summary else ""))
-    (stage / "skills" / "overview.org").write_text(_relink("\n".join(overview).rstrip("\n") + "\n", links, tid), encoding="utf-8")
+    (stage / "skills" / "overview.org").write_text(
+        _relink("\n".join(overview).rstrip("\n") + "\n", links, tid), encoding="utf-8"
+    )
     return [s for s, _, _ in index]
 
 
@@ -627,8 +681,13 @@ def _skill_root(tree: Path) -> Path:
     if any((tree / n).is_file() for n in MAIN_DOCS):
         return tree
     # the containment walk: a SKILL.md that is a link (or sits behind one) is not a skill here
-    found = sorted({(tree / n.rel).parent for n in paths.walk(tree, label="the fetched tree", skip_dirs=frozenset({".git"}))
-                    if n.kind == "file" and (n.rel == "SKILL.md" or n.rel.endswith("/SKILL.md"))})
+    found = sorted(
+        {
+            (tree / n.rel).parent
+            for n in paths.walk(tree, label="the fetched tree", skip_dirs=frozenset({".git"}))
+            if n.kind == "file" and (n.rel == "SKILL.md" or n.rel.endswith("/SKILL.md"))
+        }
+    )
     if len(found) == 1:
         return found[0]
     if len(found) > 1:
@@ -653,6 +712,8 @@ def import_source(text: str, out_root: Path, *, ident: str | None = None, force:
         root = _skill_root(tree)
         name = ident
         if name is None and root == tree:
-            front, _ = parse_frontmatter(_read_doc(root / "SKILL.md")) if (root / "SKILL.md").is_file() else ({}, "")
+            front, _ = (
+                parse_frontmatter(_read_doc(root / "SKILL.md")) if (root / "SKILL.md").is_file() else ({}, "")
+            )
             name = None if front.get("name") else _remote_name(text)
         return import_skill(root, out_root, ident=name, force=force, check_dir=root != tree)

@@ -93,9 +93,11 @@ class RunRecord:
     provider: str
 
     def as_dict(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "agent": self.agent, "status": self.status, "result": self.result,
-                "error": self.error, "steps": self.steps, "usage": self.usage.as_dict(), "workdir": str(self.workdir),
-                "model": self.model, "provider": self.provider}
+        return {
+            "run_id": self.run_id, "agent": self.agent, "status": self.status, "result": self.result,
+            "error": self.error, "steps": self.steps, "usage": self.usage.as_dict(),
+            "workdir": str(self.workdir), "model": self.model, "provider": self.provider,
+        }
 
 
 def find_agent(runtime: Any, spec: Any) -> _agents.AgentDef:
@@ -149,7 +151,9 @@ class Run:
         self.tool_cancel = threading.Event()
         # its reach (the :TOOLKITS: allowlist, docs/agents.md) rides along into every nested call
         self.principal = Principal(self.tenant, f"agent.{self.agent.id}", self.agent.allowlist())
-        self.ctx = self.runtime.dock.context(principal=self.principal, caps=self.caps, instance=f"agent-{self.run_id}")
+        self.ctx = self.runtime.dock.context(
+            principal=self.principal, caps=self.caps, instance=f"agent-{self.run_id}"
+        )
         self.made = MadeToolkits(self)
         self._typed: dict[str, tuple[str, str]] = {}  # model-facing name → (kind, real name)
         self._provider: Any = None
@@ -193,7 +197,9 @@ class Run:
 
         if self._provider is None:
             # the runtime's tool provider (wbcore-act); NotFound naming it when none is installed
-            self._provider = _contract_tools.service(self.runtime).provider(principal=self.principal, only=self.toolkits)
+            self._provider = _contract_tools.service(self.runtime).provider(
+                principal=self.principal, only=self.toolkits
+            )
         return self._provider
 
     def tool_specs(self) -> list[ToolSpec]:
@@ -203,7 +209,9 @@ class Run:
             for tool in self.provider().tools().values():
                 name = _tools.tool_name(tool.name)
                 self._typed[name] = ("toolkit", tool.name)
-                specs.append(ToolSpec(name, tool.description, dict(tool.definition.input_schema or {"type": "object"})))
+                specs.append(
+                    ToolSpec(name, tool.description, dict(tool.definition.input_schema or {"type": "object"}))
+                )
         for made in self.made.list():
             for bin_name, schema, desc in made.tools(self.runtime):
                 name = _tools.tool_name(f"{made.id}.{bin_name}", "local__")
@@ -215,12 +223,16 @@ class Run:
     def _invoke(self, use: ToolUse) -> str:
         args = dict(use.arguments)
         if "_invalid_json" in args:
-            raise InvalidArgs(f"{use.name}: the arguments are not a JSON object: {args['_invalid_json'][:200]}")
+            raise InvalidArgs(
+                f"{use.name}: the arguments are not a JSON object: {args['_invalid_json'][:200]}"
+            )
         if use.name in self.host_tools:
             return self.host_tools[use.name].handler(self, args)
         typed = self._typed.get(use.name)
         if typed is not None and typed[0] == "toolkit":
-            out = self.provider().call_json(typed[1], args, cancel=self.tool_cancel, timeout=self.call_timeout())
+            out = self.provider().call_json(
+                typed[1], args, cancel=self.tool_cancel, timeout=self.call_timeout()
+            )
             if out.error is not None:
                 raise WbError(f"{out.error.kind_name}: {out.error.text}\n{_tools.clip(out.text(), 4000)}")
             return out.text()
@@ -248,8 +260,9 @@ class Run:
                 box["error"] = f"internal: {use.name} failed ({type(exc).__name__}: {exc})"
 
         # in a copy of this context: the tool's call and broker spans nest under the step's
-        worker = threading.Thread(target=contextvars.copy_context().run, args=(work,), name=f"agent-tool-{use.name}",
-                                  daemon=True)
+        worker = threading.Thread(
+            target=contextvars.copy_context().run, args=(work,), name=f"agent-tool-{use.name}", daemon=True
+        )
         worker.start()
         deadline = t0 + limit
         while worker.is_alive() and (left := deadline - time.monotonic()) > 0:
@@ -257,7 +270,10 @@ class Run:
             if self.cancel_event.is_set():  # the run is cancelled: stop this tool's guest too
                 self.tool_cancel.set()
                 worker.join(1.0)
-                return False, f"cancelled: the run was cancelled while {use.name} ran", (time.monotonic() - t0) * 1000
+                return (
+                    False, f"cancelled: the run was cancelled while {use.name} ran",
+                    (time.monotonic() - t0) * 1000,
+                )
         ms = (time.monotonic() - t0) * 1000
         if worker.is_alive():
             # Stop the guest at its next epoch tick; the thread is left to finish on its own.
@@ -272,10 +288,12 @@ class Run:
     # --- persistence --------------------------------------------------------------
 
     def save(self, status: str, result: str | None = None, error: str | None = None) -> None:
-        state = {"run_id": self.run_id, "agent": self.agent.as_dict(), "task": self.task, "step": self.step,
-                 "messages": [m.as_dict() for m in self.messages], "usage": self.usage.as_dict(), "status": status,
-                 "result": result, "error": error, "made": self.made.state(), "workdir": str(self.workdir),
-                 "model": self.llm.settings.model, "provider": self.llm.settings.provider}
+        state = {
+            "run_id": self.run_id, "agent": self.agent.as_dict(), "task": self.task, "step": self.step,
+            "messages": [m.as_dict() for m in self.messages], "usage": self.usage.as_dict(), "status": status,
+            "result": result, "error": error, "made": self.made.state(), "workdir": str(self.workdir),
+            "model": self.llm.settings.model, "provider": self.llm.settings.provider,
+        }
         text = self.llm.settings.redact(json.dumps(state))
         self.vfs_write(STATE_PATH, text.encode(), volume=STATE_VOLUME)
 
@@ -291,7 +309,9 @@ class Run:
 
 def load_state(runtime: Any, run_id: str, tenant: str, agent_id: str) -> dict[str, Any] | None:
     """A run's saved state from its VFS, or ``None`` when it has none."""
-    ctx = runtime.dock.context(principal=Principal(tenant, f"agent.{agent_id}"), caps={"vfs"}, instance=f"agent-{run_id}")
+    ctx = runtime.dock.context(
+        principal=Principal(tenant, f"agent.{agent_id}"), caps={"vfs"}, instance=f"agent-{run_id}"
+    )
     try:
         got = runtime.dock.call(ctx, "vfs", "read", {"path": STATE_PATH, "volume": STATE_VOLUME})
     except NotFound:
@@ -313,15 +333,17 @@ def run_caps(runtime: Any, profile: str, allow_build: bool) -> frozenset[str]:
     return frozenset(caps)
 
 
-def run_agent(runtime: Any, agent: Any, task: str | None, *, model: str | None = None, max_steps: int = MAX_STEPS,
-              tool_timeout: float = TOOL_TIMEOUT_S, workdir: Path | str | None = None, tenant: str = "dev",
-              exec_grant: bool = False, profile: str = DEFAULT_PROFILE, allow_build: bool = False,
-              resume: str | None = None, run_id: str | None = None,
-              on_step: Callable[[dict[str, Any]], None] | None = None, on_text: Callable[[str], None] | None = None,
-              host_tools: Iterable[_tools.HostTool] = (), cancel: threading.Event | None = None,
-              review: ReviewQueue | None = None, llm: Any = None,
-              inputs: Mapping[str, bytes] | None = None, max_calls: int = MAX_CALLS,
-              run_timeout: float = RUN_TIMEOUT_S) -> RunRecord:
+def run_agent(
+    runtime: Any, agent: Any, task: str | None,
+    *,
+    model: str | None = None, max_steps: int = MAX_STEPS, tool_timeout: float = TOOL_TIMEOUT_S,
+    workdir: Path | str | None = None, tenant: str = "dev", exec_grant: bool = False,
+    profile: str = DEFAULT_PROFILE, allow_build: bool = False, resume: str | None = None,
+    run_id: str | None = None, on_step: Callable[[dict[str, Any]], None] | None = None,
+    on_text: Callable[[str], None] | None = None, host_tools: Iterable[_tools.HostTool] = (),
+    cancel: threading.Event | None = None, review: ReviewQueue | None = None, llm: Any = None,
+    inputs: Mapping[str, bytes] | None = None, max_calls: int = MAX_CALLS, run_timeout: float = RUN_TIMEOUT_S,
+) -> RunRecord:
     """Run ``agent`` on ``task`` to its end (or continue the run ``resume``). ``inputs``:
     files written to the run's VFS (workspace volume) before its first step — how a
     pipeline hands an agent box its stage input (``input.json``). ``max_calls``: tool calls
@@ -362,12 +384,13 @@ def run_agent(runtime: Any, agent: Any, task: str | None, *, model: str | None =
     if taken:
         raise InvalidArgs(f"host tool name(s) {', '.join(taken)} collide with the loop's own tools "
                           "(base tools, <toolkit>__<tool>, local__…); rename them")
-    run = Run(runtime=runtime, agent=agent_def, task=task, run_id=run_id, workdir=wd, llm=llm, max_steps=max_steps,
-              tool_timeout=tool_timeout, tenant=tenant, max_calls=max_calls, run_timeout=run_timeout,
-              exec_grant=exec_grant, profile=profile,
-              caps=run_caps(runtime, profile, allow_build), review=review or ReviewQueue(wd / "_review.jsonl"),
-              host_tools={t.spec.name: t for t in host_tools}, on_step=on_step, on_text=on_text,
-              cancel_event=cancel or threading.Event())
+    run = Run(
+        runtime=runtime, agent=agent_def, task=task, run_id=run_id, workdir=wd, llm=llm, max_steps=max_steps,
+        tool_timeout=tool_timeout, tenant=tenant, max_calls=max_calls, run_timeout=run_timeout,
+        exec_grant=exec_grant, profile=profile, caps=run_caps(runtime, profile, allow_build),
+        review=review or ReviewQueue(wd / "_review.jsonl"), host_tools={t.spec.name: t for t in host_tools},
+        on_step=on_step, on_text=on_text, cancel_event=cancel or threading.Event(),
+    )
     if state is not None:
         run.messages = [Message.from_dict(m) for m in state["messages"]]
         run.step = int(state["step"])
@@ -385,8 +408,10 @@ def run_agent(runtime: Any, agent: Any, task: str | None, *, model: str | None =
 def system_prompt(run: Run) -> str:
     from wbcore_runtime.trust import verdict as trust
 
-    return _agents.prompt(run.agent, run.runtime.discover(), lambda tk: trust.unavailable_reason(tk, run.runtime),
-                          read_skill=_agents.READ_SKILL_TOOL)  # the loop's agent has no shell
+    return _agents.prompt(
+        run.agent, run.runtime.discover(), lambda tk: trust.unavailable_reason(tk, run.runtime),
+        read_skill=_agents.READ_SKILL_TOOL,
+    )  # the loop's agent has no shell
 
 
 def _arg_size(use: ToolUse) -> int:
@@ -404,14 +429,18 @@ def admit(run: Run, calls: tuple[ToolUse, ...]) -> tuple[tuple[ToolUse, ...], di
     refused: dict[str, str] = {}
     for n, use in enumerate(calls):
         if n >= run.max_calls:
-            refused[use.id] = (f"refused: this reply asked for {len(calls)} tool calls; at most {run.max_calls} run "
-                               "per reply. Ask again for the ones you still need.")
+            refused[use.id] = (
+                f"refused: this reply asked for {len(calls)} tool calls; at most {run.max_calls} run "
+                "per reply. Ask again for the ones you still need."
+            )
             kept.append(ToolUse(use.id, use.name, {}))
             continue
         size = _arg_size(use)
         if size > MAX_ARGUMENT:
-            refused[use.id] = (f"invalid-args: the arguments of {use.name} are {size} bytes, over the "
-                               f"{MAX_ARGUMENT}-byte cap; write large data with vfs_write in parts and pass a path")
+            refused[use.id] = (
+                f"invalid-args: the arguments of {use.name} are {size} bytes, over the "
+                f"{MAX_ARGUMENT}-byte cap; write large data with vfs_write in parts and pass a path"
+            )
             kept.append(ToolUse(use.id, use.name, {"_dropped": f"{size} bytes over the cap"}))
             continue
         kept.append(use)
@@ -438,18 +467,25 @@ def drive(run: Run) -> RunRecord:
             if run.step >= run.max_steps:
                 raise StepLimit(f"max-steps: the run used its {run.max_steps} steps without calling done")
             if run.time_left() <= 0:
-                raise OutOfTime(f"the run's time budget of {run.run_timeout:g} s is spent (at step {run.step}); "
-                                "resume it for a new budget")
+                raise OutOfTime(
+                    f"the run's time budget of {run.run_timeout:g} s is spent (at step {run.step}); "
+                    "resume it for a new budget"
+                )
             specs = run.tool_specs()
             # the definition's :TOOL_CHOICE: for this step (a named tool must be offered now)
             choice = check_tool_choice(_agents.tool_choice_at(run.agent, run.step), specs)
             t0 = time.monotonic()
             # one span per step (the LLM turn and the tool calls it asks for), when telemetry is on
-            with telemetry.agent_step(run.runtime, step=run.step + 1, agent=run.agent.id, model=settings.model,
-                                      provider=settings.provider, session=run.run_id) as span:
-                answer = run.llm.complete(ChatRequest(system, tuple(run.messages), tuple(specs), deadline=run.deadline,
-                                                      tool_choice=choice),
-                                          on_text=run.on_text)
+            with telemetry.agent_step(
+                run.runtime, step=run.step + 1, agent=run.agent.id, model=settings.model,
+                provider=settings.provider, session=run.run_id,
+            ) as span:
+                answer = run.llm.complete(
+                    ChatRequest(
+                        system, tuple(run.messages), tuple(specs), deadline=run.deadline, tool_choice=choice
+                    ),
+                    on_text=run.on_text,
+                )
                 run.step += 1
                 run.usage = run.usage + answer.usage
                 span.set(telemetry.TOKENS_IN, answer.usage.input_tokens)
@@ -466,13 +502,24 @@ def drive(run: Run) -> RunRecord:
                     elif outer_cancel.is_set():
                         ok, text, ms = False, "cancelled: the run was cancelled before this call ran", 0.0
                     elif run.time_left() <= 0:
-                        ok, text, ms = False, (f"refused: the run's time budget of {run.run_timeout:g} s is spent; "
-                                               "this call did not run"), 0.0
+                        ok, text, ms = (
+                            False,
+                            (
+                                f"refused: the run's time budget of {run.run_timeout:g} s is spent; "
+                                "this call did not run"
+                            ),
+                            0.0,
+                        )
                     else:
                         ok, text, ms = run.run_tool(use)
                     # every call gets an answer (both vendors require one per call id)
                     if len(results) < run.max_calls + 1:
-                        results.append({"id": use.id, "name": use.name, "ok": ok, "text": text[:4000], "ms": round(ms, 1)})
+                        results.append(
+                            {
+                                "id": use.id, "name": use.name, "ok": ok, "text": text[:4000],
+                                "ms": round(ms, 1),
+                            }
+                        )
                     run.messages.append(Message("tool", text, tool_call_id=use.id, is_error=not ok))
                     if use.name == "done" and ok:
                         finished = text
@@ -506,7 +553,9 @@ def drive(run: Run) -> RunRecord:
     try:
         run.save(status, result, error)
     except WbError as exc:  # the trail says why the state could not be written; the run's outcome stands
-        error = (error + "; " if error else "") + settings.redact(f"state not saved: {exc.name}: {exc.message}")
+        error = (error + "; " if error else "") + settings.redact(
+            f"state not saved: {exc.name}: {exc.message}"
+        )
         status = FAILED if status == DONE else status
     run.append_step({"run": run.run_id, "step": run.step, "t": time.time(), "event": status, "result": result,
                      "error": error, "usage": run.usage.as_dict()})

@@ -51,7 +51,9 @@ class MadeToolkit:
         from wbcore_runtime.contract import tools
 
         text = self.skills.get(self.cli_bin) or self.skills.get("overview") or ""
-        desc = f"{self.tagline} (session-local toolkit {self.id}: runs `{self.cli_bin}`: argv + stdin → stdout)"
+        desc = (
+            f"{self.tagline} (session-local toolkit {self.id}: runs `{self.cli_bin}`: argv + stdin → stdout)"
+        )
         return [(self.cli_bin, tools.service(runtime).command_schema(text), desc)]
 
 
@@ -86,16 +88,25 @@ class MadeToolkits:
             raise NotFound(f"wb build: no {prefix}/{MANIFEST} in the VFS (write it with vfs_write first)")
         text = run.vfs_read(f"{prefix}/{MANIFEST}").decode("utf-8", "replace")
         m = _manifest.parse(text, f"vfs:{prefix}/{MANIFEST}")
-        if m.exec != "command" or not m.build_lang or not m.cli_bin or not (m.build_src or "").startswith("path:"):
-            raise InvalidArgs("wb build: a session toolkit needs #+EXEC: command, #+BUILD_LANG, #+CLI_BIN and "
-                              "#+BUILD_SRC: path:<file or folder>")
+        if (
+            m.exec != "command"
+            or not m.build_lang
+            or not m.cli_bin
+            or not (m.build_src or "").startswith("path:")
+        ):
+            raise InvalidArgs(
+                "wb build: a session toolkit needs #+EXEC: command, #+BUILD_LANG, #+CLI_BIN and "
+                "#+BUILD_SRC: path:<file or folder>"
+            )
         try:
             run.runtime.toolkit(m.id)
         except WbError:
             pass
         else:
-            raise CapabilityDenied(f"wb build: {m.id!r} is an installed toolkit; a session toolkit may not shadow it "
-                                   "(choose another #+TOOLKIT id)")
+            raise CapabilityDenied(
+                f"wb build: {m.id!r} is an installed toolkit; a session toolkit may not shadow it "
+                "(choose another #+TOOLKIT id)"
+            )
         if m.id not in self._made and len(self._made) >= MAX_MADE:
             raise InvalidArgs(f"wb build: a run may make at most {MAX_MADE} toolkits")
         src = (m.build_src or "")[len("path:"):].strip().strip("/") or "."
@@ -113,9 +124,13 @@ class MadeToolkits:
         entry = src if src in files else None
         if entry is None and src != "." and not any(r.startswith(src + "/") for r in files):
             raise NotFound(f"wb build: #+BUILD_SRC path:{src} is not among the files under {prefix}/")
-        got = run.dock("build", "compile", {"lang": m.build_lang, "files": files, **({"entry": entry} if entry else {})})
-        made = MadeToolkit(id=m.id, tagline=m.tagline, vfs_path=prefix, sha256=got["sha256"], lane=m.build_lang,
-                           cli_bin=m.cli_bin, caps=tuple(m.caps), skills=skills)
+        got = run.dock(
+            "build", "compile", {"lang": m.build_lang, "files": files, **({"entry": entry} if entry else {})}
+        )
+        made = MadeToolkit(
+            id=m.id, tagline=m.tagline, vfs_path=prefix, sha256=got["sha256"], lane=m.build_lang,
+            cli_bin=m.cli_bin, caps=tuple(m.caps), skills=skills,
+        )
         self._made[m.id] = made
         self.run.runtime.dock.audit.record(principal=run.principal.key, cap="agent", op="session-toolkit",
                                            args_digest=made.sha256, outcome="allowed",
@@ -135,12 +150,16 @@ class MadeToolkits:
         prof = policy.profile(self.run.profile)
         caps = consent.effective_caps(self.run.runtime.home, toolkit_id=f"session:{self.run.run_id}:{ident}",
                                       trust="first-party", signer=None, declared=made.caps, profile=prof)
-        res = dispatch.call_artifact(self.run.runtime, name=f"local-{ident}", sha256=made.sha256, lane=made.lane,
-                                     argv=argv, stdin=stdin, principal=self.run.principal,
-                                     timeout=min(self.run.call_timeout(), prof.timeout_s), profile=prof.name,
-                                     trust="first-party", caps=caps)
+        res = dispatch.call_artifact(
+            self.run.runtime, name=f"local-{ident}", sha256=made.sha256, lane=made.lane, argv=argv,
+            stdin=stdin, principal=self.run.principal, timeout=min(self.run.call_timeout(), prof.timeout_s),
+            profile=prof.name, trust="first-party", caps=caps,
+        )
         out = res.stdout.decode("utf-8", "replace")
         if res.exit_code != 0:
-            raise WbError(f"{bin_name} exited with code {res.exit_code}: {res.stderr.decode('utf-8', 'replace')[-2000:]}")
+            raise WbError(
+                f"{bin_name} exited with code {res.exit_code}: "
+                f"{res.stderr.decode('utf-8', 'replace')[-2000:]}"
+            )
         return out
 

@@ -45,7 +45,9 @@ class Promoted:
 
 
 def _audit(runtime: Any, who: str, op: str, target: str, digest: str) -> None:
-    runtime.dock.audit.record(principal=who, cap="agent", op=op, args_digest=digest, outcome="allowed", target=target)
+    runtime.dock.audit.record(
+        principal=who, cap="agent", op=op, args_digest=digest, outcome="allowed", target=target
+    )
     runtime.dock.audit.flush()
 
 
@@ -86,7 +88,9 @@ def _packed(folder: Path) -> dict[str, bytes]:
     return out
 
 
-def to_workspace(runtime: Any, run_id: str, toolkit: str, *, tenant: str = "dev", by: str = "deployer") -> Promoted:
+def to_workspace(
+    runtime: Any, run_id: str, toolkit: str, *, tenant: str = "dev", by: str = "deployer"
+) -> Promoted:
     """Copy the session toolkit ``toolkit`` of run ``run_id`` out of its VFS, signed, into the workspace."""
     from wbcore_runtime.store.archive import deterministic_targz
     from wbcore_runtime.trust import identity, signing
@@ -100,7 +104,9 @@ def to_workspace(runtime: Any, run_id: str, toolkit: str, *, tenant: str = "dev"
         have = ", ".join(m["id"] for m in state.get("made") or ()) or "(none)"
         raise NotFound(f"promote: run {run_id} made no toolkit {toolkit!r}; it made: {have}")
     agent_id = state["agent"]["id"]
-    ctx = runtime.dock.context(principal=Principal(tenant, f"agent.{agent_id}"), caps={"vfs"}, instance=f"agent-{run_id}")
+    ctx = runtime.dock.context(
+        principal=Principal(tenant, f"agent.{agent_id}"), caps={"vfs"}, instance=f"agent-{run_id}"
+    )
     prefix = made["vfs_path"]
     files: dict[str, bytes] = {}
     for e in runtime.dock.call(ctx, "vfs", "list", {"prefix": prefix + "/"})["entries"]:
@@ -128,12 +134,25 @@ def to_workspace(runtime: Any, run_id: str, toolkit: str, *, tenant: str = "dev"
         runtime.dock.call(ws_ctx, "vfs", "delete", {"path": e["path"]})
     for rel, blob in packed.items():
         runtime.dock.call(ws_ctx, "vfs", "write", {"path": f"toolkits/{toolkit}/{rel}", "data": blob})
-    _write(out / "workspace.org", (f"#+WORKSPACE: {toolkit}\n#+TITLE: {toolkit}, made by agent {agent_id} in run "
-                                   f"{run_id}\n#+VFS_INSTANCE: ws-{toolkit}\n#+VOLUMES: workspace\n").encode())
+    _write(
+        out / "workspace.org",
+        (
+            f"#+WORKSPACE: {toolkit}\n#+TITLE: {toolkit}, made by agent {agent_id} in run "
+            f"{run_id}\n#+VFS_INSTANCE: ws-{toolkit}\n#+VOLUMES: workspace\n"
+        ).encode(),
+    )
     archive = out / f"{toolkit}.tar.gz"
     _write(archive, data)
-    _write(out / "promotion.json", json.dumps({"toolkit": toolkit, "sha256": sha, "run": run_id, "signer": ident.did,
-                                               "by": by, "archive": archive.name}, indent=1).encode())
+    _write(
+        out / "promotion.json",
+        json.dumps(
+            {
+                "toolkit": toolkit, "sha256": sha, "run": run_id, "signer": ident.did, "by": by,
+                "archive": archive.name,
+            },
+            indent=1,
+        ).encode(),
+    )
     _audit(runtime, by, "promote-workspace", f"session:{run_id}:{toolkit} -> {archive.name}", sha)
     return Promoted(toolkit, "workspace", archive, sha)
 
@@ -149,7 +168,9 @@ def to_installed(runtime: Any, toolkit: str, *, by: str = "deployer", build: boo
         raise NotFound(f"promote: {toolkit} is not in the workspace; promote it from its session first")
     meta = json.loads(meta_path.read_text())
     archive = workspace_dir(runtime, toolkit) / f"{toolkit}.tar.gz"
-    done = install.install(Path(runtime.home), str(archive), sha256=meta["sha256"], force=True, env=runtime.env)
+    done = install.install(
+        Path(runtime.home), str(archive), sha256=meta["sha256"], force=True, env=runtime.env
+    )
     runtime.discover(refresh=True)
     if build:
         from wbcore_runtime.build import builder

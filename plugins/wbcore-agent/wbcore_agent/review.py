@@ -55,11 +55,15 @@ class ReviewQueue:
         """Append one item; returns its position (0-based)."""
         line = json.dumps({**item, "t": time.time()}, ensure_ascii=False)
         if len(line.encode()) > MAX_ITEM:
-            raise refuse(InvalidArgs, "too-large", f"review item of {len(line.encode())} bytes is over {MAX_ITEM}")
+            raise refuse(
+                InvalidArgs, "too-large", f"review item of {len(line.encode())} bytes is over {MAX_ITEM}"
+            )
         with self._lock:
             n = len(self._items())
             if n >= MAX_ITEMS:
-                raise refuse(InvalidArgs, "quota", f"the review queue holds {MAX_ITEMS} items; take some first")
+                raise refuse(
+                    InvalidArgs, "quota", f"the review queue holds {MAX_ITEMS} items; take some first"
+                )
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with open(self.path, "a", encoding="utf-8") as f:
                 f.write(line + "\n")
@@ -107,7 +111,9 @@ class ReviewQueue:
         if decision not in DECISIONS:
             raise InvalidArgs(f"decision {decision!r}: use one of {', '.join(DECISIONS)}")
         if len(note.encode()) > MAX_NOTE:
-            raise refuse(InvalidArgs, "too-large", f"a review note of {len(note.encode())} bytes is over {MAX_NOTE}")
+            raise refuse(
+                InvalidArgs, "too-large", f"a review note of {len(note.encode())} bytes is over {MAX_NOTE}"
+            )
         with self._lock:
             items = self._items()
             if not 0 <= position < len(items):

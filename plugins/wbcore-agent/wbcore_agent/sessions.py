@@ -105,8 +105,10 @@ class Session:
     # --- status, review, cancel -------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"id": self.id, "agent": self.agent, "step": self._step, "started": self.started,
-                               "workdir": str(self.workdir), "review_pending": len(self.review.pending())}
+        out: dict[str, Any] = {
+            "id": self.id, "agent": self.agent, "step": self._step, "started": self.started,
+            "workdir": str(self.workdir), "review_pending": len(self.review.pending()),
+        }
         if self.record is not None:
             out.update(self.record.as_dict())
             out["id"] = self.id
@@ -129,7 +131,10 @@ class Session:
     def review_items(self) -> list[dict[str, Any]]:
         """Every item of the queue with its position and decision (``None`` while undecided)."""
         decided = self.review.decisions()
-        return [{"position": i, "item": item, "decision": decided.get(i)} for i, item in enumerate(self.review.items())]
+        return [
+            {"position": i, "item": item, "decision": decided.get(i)}
+            for i, item in enumerate(self.review.items())
+        ]
 
     def decide_review(self, position: int, decision: str, note: str = "") -> dict[str, Any]:
         """A person's decision on one item: recorded, announced as a ``review-decision`` event,
@@ -185,8 +190,10 @@ class Sessions:
         def work() -> None:
             session.emit("started", {"id": run_id, "agent": agent_def.id, "task": task})
             try:
-                opts = dict(kw, on_step=session._on_step, on_text=session._on_text, cancel=session.cancel_event,
-                            review=_SessionReview(session), workdir=workdir)
+                opts = dict(
+                    kw, on_step=session._on_step, on_text=session._on_text, cancel=session.cancel_event,
+                    review=_SessionReview(session), workdir=workdir,
+                )
                 if resuming:
                     session.record = run_agent(self.runtime, agent_def, None, resume=run_id, **opts)
                 else:
@@ -211,7 +218,9 @@ class Sessions:
         with self._lock:
             found = self._sessions.get(session_id)
         if found is None:
-            raise NotFound(f"no session {session_id!r} in this process; known: {', '.join(self._sessions) or '(none)'}")
+            raise NotFound(
+                f"no session {session_id!r} in this process; known: {', '.join(self._sessions) or '(none)'}"
+            )
         return found
 
     def list(self) -> list[Session]:

@@ -9,7 +9,8 @@ broker is installed), ``vfs_read`` / ``vfs_write`` (the run's VFS through the ``
 broker), ``file_issue`` (the review queue), ``done`` and ``review_decisions`` (what people
 decided on the issues it filed). Exec-only tools (``publish``: a
 constrained copy of a VFS file to the deployer's folder; ``git``: a fixed commit, and push
-to the deployer's remote, of the workdir) exist only under the ``exec`` grant. Every granted toolkit's tools are typed tools with the schemas MCP serves
+to the deployer's remote, of the workdir) exist only under the ``exec`` grant. Every granted
+toolkit's tools are typed tools with the schemas MCP serves
 (the runtime's tool provider, ``wbcore_runtime.contract.tools``), named ``<toolkit>__<tool>``; toolkits the
 run built are ``local__<toolkit>__<tool>``.
 
@@ -58,31 +59,61 @@ def _obj(props: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any
 
 _S = {"type": "string"}
 SPECS: dict[str, ToolSpec] = {
-    "shell": ToolSpec("shell", "Run a shell script in the sandbox: registered commands (toolkit commands, grep, jq, "
-                      "upper…) with pipes. No OS shell exists; only registered WebAssembly commands run.",
-                      _obj({"script": _S, "stdin": _S}, ("script",))),
-    "wb": ToolSpec("wb", "Toolkits: op=list | show (toolkit) | search (query) | skill (toolkit, skill: read a skill "
-                   "on demand) | build (path: a toolkit folder you wrote into the VFS; registered for this session).",
-                   _obj({"op": {"type": "string", "enum": ["list", "show", "search", "skill", "build"]},
-                         "toolkit": _S, "skill": _S, "query": _S, "path": _S}, ("op",))),
-    "search": ToolSpec("search", "Search toolkit manifests and skills, and the paths of files in your VFS.",
-                       _obj({"query": _S}, ("query",))),
-    "fetch": ToolSpec("fetch", "Fetch a public http(s) URL as text (private and loopback addresses are refused).",
-                      _obj({"url": _S}, ("url",))),
+    "shell": ToolSpec(
+        "shell",
+        "Run a shell script in the sandbox: registered commands (toolkit commands, grep, jq, "
+        "upper…) with pipes. No OS shell exists; only registered WebAssembly commands run.",
+        _obj({"script": _S, "stdin": _S}, ("script",)),
+    ),
+    "wb": ToolSpec(
+        "wb",
+        "Toolkits: op=list | show (toolkit) | search (query) | skill (toolkit, skill: read a skill "
+        "on demand) | build (path: a toolkit folder you wrote into the VFS; registered for this session).",
+        _obj(
+            {
+                "op": {"type": "string", "enum": ["list", "show", "search", "skill", "build"]}, "toolkit": _S,
+                "skill": _S, "query": _S, "path": _S,
+            },
+            ("op",),
+        ),
+    ),
+    "search": ToolSpec(
+        "search", "Search toolkit manifests and skills, and the paths of files in your VFS.",
+        _obj({"query": _S}, ("query",)),
+    ),
+    "fetch": ToolSpec(
+        "fetch", "Fetch a public http(s) URL as text (private and loopback addresses are refused).",
+        _obj({"url": _S}, ("url",)),
+    ),
     "web_search": ToolSpec("web_search", "Search the web.", _obj({"query": _S}, ("query",))),
-    "vfs_read": ToolSpec("vfs_read", "Read a file from your VFS (workspace volume).", _obj({"path": _S}, ("path",))),
-    "vfs_write": ToolSpec("vfs_write", "Write a text file into your VFS (workspace volume).",
-                          _obj({"path": _S, "content": _S}, ("path", "content"))),
-    "file_issue": ToolSpec("file_issue", "File an issue for a human to review (the session's review queue).",
-                           _obj({"title": _S, "body": _S}, ("title",))),
+    "vfs_read": ToolSpec(
+        "vfs_read", "Read a file from your VFS (workspace volume).", _obj({"path": _S}, ("path",))
+    ),
+    "vfs_write": ToolSpec(
+        "vfs_write", "Write a text file into your VFS (workspace volume).",
+        _obj({"path": _S, "content": _S}, ("path", "content")),
+    ),
+    "file_issue": ToolSpec(
+        "file_issue", "File an issue for a human to review (the session's review queue).",
+        _obj({"title": _S, "body": _S}, ("title",)),
+    ),
     "done": ToolSpec("done", "Finish the task with its result.", _obj({"result": _S}, ("result",))),
-    "review_decisions": ToolSpec("review_decisions", "The decisions people made on the issues you filed "
-                                 "(approved or rejected, with their note); undecided ones are pending.", _obj({}, ())),
-    "git": ToolSpec("git", "Commit the run's workdir with a message (and push it when the deployer configured a "
-                    "remote). Exec grant only: a fixed host command, never a command line you choose.",
-                    _obj({"message": _S}, ("message",))),
-    "publish": ToolSpec("publish", "Copy a VFS file to the deployer's publish folder (exec grant only).",
-                        _obj({"path": _S}, ("path",))),
+    "review_decisions": ToolSpec(
+        "review_decisions",
+        "The decisions people made on the issues you filed "
+        "(approved or rejected, with their note); undecided ones are pending.",
+        _obj({}, ()),
+    ),
+    "git": ToolSpec(
+        "git",
+        "Commit the run's workdir with a message (and push it when the deployer configured a "
+        "remote). Exec grant only: a fixed host command, never a command line you choose.",
+        _obj({"message": _S}, ("message",)),
+    ),
+    "publish": ToolSpec(
+        "publish", "Copy a VFS file to the deployer's publish folder (exec grant only).",
+        _obj({"path": _S}, ("path",)),
+    ),
 }
 
 
@@ -194,7 +225,10 @@ def wb(run: Run, args: Mapping[str, Any]) -> str:
                 rows.append({"id": tk.id, "unavailable": why})
             else:
                 rows.append({"id": tk.id, "tagline": tk.manifest.tagline, "granted": tk.id in run.toolkits})
-        rows += [{"id": t.id, "tagline": t.tagline, "session_local": True, "granted": True} for t in run.made.list()]
+        rows += [
+            {"id": t.id, "tagline": t.tagline, "session_local": True, "granted": True}
+            for t in run.made.list()
+        ]
         return json.dumps(rows, indent=1)
     if op == "show":
         ident = _str(args, "toolkit", "wb")
@@ -319,15 +353,20 @@ def git(run: Run, args: Mapping[str, Any]) -> str:
     message = _str(args, "message", "git").strip()
     if not message or len(message) > 2000 or "\0" in message:
         raise InvalidArgs("git: 'message' must be 1..2000 characters")
-    env = {"PATH": run.runtime.env.get("PATH", "/usr/bin:/bin"), "HOME": str(run.workdir), "GIT_CONFIG_NOSYSTEM": "1",
-           "GIT_AUTHOR_NAME": f"agent {run.agent.id}", "GIT_AUTHOR_EMAIL": "agent@wbcore.invalid",
-           "GIT_COMMITTER_NAME": f"agent {run.agent.id}", "GIT_COMMITTER_EMAIL": "agent@wbcore.invalid"}
+    env = {
+        "PATH": run.runtime.env.get("PATH", "/usr/bin:/bin"), "HOME": str(run.workdir),
+        "GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": f"agent {run.agent.id}",
+        "GIT_AUTHOR_EMAIL": "agent@wbcore.invalid", "GIT_COMMITTER_NAME": f"agent {run.agent.id}",
+        "GIT_COMMITTER_EMAIL": "agent@wbcore.invalid",
+    }
     wait = min(run.call_timeout(), GIT_TIMEOUT_S)
 
     def git_run(*argv: str) -> str:
         try:
-            done = subprocess.run(["git", "-C", str(run.workdir), *argv], env=env, capture_output=True, text=True,
-                                  timeout=wait, check=False)
+            done = subprocess.run(
+                ["git", "-C", str(run.workdir), *argv], env=env, capture_output=True, text=True, timeout=wait,
+                check=False,
+            )
         except FileNotFoundError:
             raise NotFound("git: the git program is not installed on the host") from None
         except subprocess.TimeoutExpired:
@@ -348,7 +387,7 @@ def git(run: Run, args: Mapping[str, Any]) -> str:
 
 
 HANDLERS: dict[str, Callable[[Run, Mapping[str, Any]], str]] = {
-    "shell": shell, "wb": wb, "search": search, "fetch": fetch, "web_search": web_search, "vfs_read": vfs_read,
-    "vfs_write": vfs_write, "file_issue": file_issue, "done": done, "review_decisions": review_decisions,
-    "git": git, "publish": publish,
+    "shell": shell, "wb": wb, "search": search, "fetch": fetch, "web_search": web_search,
+    "vfs_read": vfs_read, "vfs_write": vfs_write, "file_issue": file_issue, "done": done,
+    "review_decisions": review_decisions, "git": git, "publish": publish,
 }

@@ -175,7 +175,13 @@ def sse(event: str, data: Any, ident: Any = None) -> bytes:
 class Engine:
     """The routes' shared state: the runtime, the session host, the limits."""
 
-    def __init__(self, runtime: Any, *, sessions: _sessions.SessionHost | None = None, limits: EngineLimits = EngineLimits()) -> None:
+    def __init__(
+        self,
+        runtime: Any,
+        *,
+        sessions: _sessions.SessionHost | None = None,
+        limits: EngineLimits = EngineLimits(),
+    ) -> None:
         self.runtime = runtime
         self.sessions = sessions if sessions is not None else _sessions.host_for(runtime)
         self.limits = limits
@@ -203,20 +209,28 @@ class Engine:
 
         with self.lock:
             found = self.runtime.discover(refresh=True)
-            return {"toolkits": [{"id": t.id, "version": t.manifest.version, "status": t.manifest.status,
-                                  "exec": t.manifest.exec, "trust": t.manifest.trust, "tagline": t.manifest.tagline,
-                                  "unavailable": trust.unavailable_reason(t, self.runtime)}
-                                 for t in found.toolkits.values()],
-                    "errors": [str(e) for e in found.errors]}
+            return {
+                "toolkits": [
+                    {
+                        "id": t.id, "version": t.manifest.version, "status": t.manifest.status,
+                        "exec": t.manifest.exec, "trust": t.manifest.trust, "tagline": t.manifest.tagline,
+                        "unavailable": trust.unavailable_reason(t, self.runtime),
+                    }
+                    for t in found.toolkits.values()
+                ],
+                "errors": [str(e) for e in found.errors],
+            }
 
     def _show(self, ident: str) -> dict[str, Any]:
         with self.lock:
             tk = self.runtime.toolkit(ident)
             m = tk.manifest
-            return {"id": tk.id, "version": m.version, "title": m.title, "tagline": m.tagline, "status": m.status,
-                    "exec": m.exec, "trust": m.trust, "signer": m.author_did, "caps": list(m.caps),
-                    "effective_caps": sorted(self.runtime.effective_caps(tk)),
-                    "skills": [s.slug for s in tk.skills]}
+            return {
+                "id": tk.id, "version": m.version, "title": m.title, "tagline": m.tagline, "status": m.status,
+                "exec": m.exec, "trust": m.trust, "signer": m.author_did, "caps": list(m.caps),
+                "effective_caps": sorted(self.runtime.effective_caps(tk)),
+                "skills": [s.slug for s in tk.skills],
+            }
 
     def _verify(self, ident: str) -> dict[str, Any]:
         with self.lock:
@@ -239,14 +253,20 @@ class Engine:
     async def push(self, request: Request) -> Response:
         name = request.query_params.get("name", "toolkit.tar.gz")
         if not name.endswith(_ARCHIVES) or "/" in name or name.startswith("."):
-            raise HttpError(400, "invalid-args", f"?name={name[:64]!r}: name the archive <id>.tar.gz, .tgz, .tar or .zip")
+            raise HttpError(
+                400, "invalid-args", f"?name={name[:64]!r}: name the archive <id>.tar.gz, .tgz, .tar or .zip"
+            )
         data = await read_body(request, self.limits.max_push, self.limits.body_wait_s)
         if not data:
-            raise HttpError(400, "invalid-args", "the body is empty: send the toolkit archive (wbx toolkit push packs one)")
+            raise HttpError(
+                400, "invalid-args",
+                "the body is empty: send the toolkit archive (wbx toolkit push packs one)",
+            )
         dry = _flag(request, "dry_run")
         build = request.query_params.get("build", "1").lower() not in ("0", "false", "no")
-        result = await self.thread(self._push, data, name, dry, _flag(request, "force"), _flag(request, "first_party"),
-                                   build)
+        result = await self.thread(
+            self._push, data, name, dry, _flag(request, "force"), _flag(request, "first_party"), build
+        )
         return JSONResponse(result)
 
     def _push(self, data: bytes, name: str, dry: bool, force: bool, first_party: bool,
@@ -279,10 +299,18 @@ class Engine:
                 # A pushed toolkit is built here, in the engine's own build sandbox, so its
                 # commands answer at once (?build=0 lands it only; POST …/build later).
                 built = [self._build(i.entry.id) for i in landed] if build else []
-            return {"dry_run": False, "installed": [
-                {"id": i.entry.id, "version": i.entry.version, "trust": i.entry.trust, "signer": i.entry.signer,
-                 "digest": i.entry.digest, "caps": list(i.caps), "unchanged": i.unchanged, "path": str(i.path)}
-                for i in landed], "builds": [b for b in built if b is not None]}
+            return {
+                "dry_run": False,
+                "installed": [
+                    {
+                        "id": i.entry.id, "version": i.entry.version, "trust": i.entry.trust,
+                        "signer": i.entry.signer, "digest": i.entry.digest, "caps": list(i.caps),
+                        "unchanged": i.unchanged, "path": str(i.path),
+                    }
+                    for i in landed
+                ],
+                "builds": [b for b in built if b is not None],
+            }
         finally:
             unpack.remove_tree(work)
 
@@ -302,7 +330,11 @@ class Engine:
             with self.lock:
                 row = self._build(ident, force=force)
             if row is None:
-                raise HttpError(400, "invalid-args", f"{ident} has nothing to build (no buildable #+EXEC with #+BUILD_SRC)")
+                raise HttpError(
+                    400,
+                    "invalid-args",
+                    f"{ident} has nothing to build (no buildable #+EXEC with #+BUILD_SRC)",
+                )
             return row
 
         return JSONResponse(await self.thread(run))
@@ -312,9 +344,10 @@ class Engine:
         the archive's sha256, what landed or why it did not."""
         from wbcore_runtime.dispatch.audit import digest
 
-        self.runtime.dock.audit.record(principal=REMOTE, cap="engine", op="push", args_digest=digest(data),
-                                       outcome=outcome, nbytes=len(data), ms=(time.perf_counter() - t0) * 1000,
-                                       **({"target": name} | kw))
+        self.runtime.dock.audit.record(
+            principal=REMOTE, cap="engine", op="push", args_digest=digest(data), outcome=outcome,
+            nbytes=len(data), ms=(time.perf_counter() - t0) * 1000, **({"target": name} | kw),
+        )
 
     # --- calls ---------------------------------------------------------------------------
 
@@ -333,7 +366,9 @@ class Engine:
             stdin = str(doc.get("stdin", "")).encode()
         timeout = doc.get("timeout", self.limits.max_call_s)
         if not isinstance(timeout, (int, float)) or not 0 < timeout <= self.limits.max_call_s:
-            raise HttpError(400, "invalid-args", f"'timeout' must be a number in (0, {self.limits.max_call_s:g}] seconds")
+            raise HttpError(
+                400, "invalid-args", f"'timeout' must be a number in (0, {self.limits.max_call_s:g}] seconds"
+            )
         tier = doc.get("tier")
         from wbcore_runtime.dispatch import mounts as granting
 
@@ -347,8 +382,10 @@ class Engine:
         return JSONResponse({"exit_code": result.exit_code, **_text_or_b64("stdout", result.stdout),
                              **_text_or_b64("stderr", result.stderr), "usage": result.usage.as_dict()})
 
-    def _call(self, name: str, argv: list[str], stdin: bytes, timeout: float, tier: Any, cancel: threading.Event,
-              mounts: tuple[str, ...] = ()) -> Any:
+    def _call(
+        self, name: str, argv: list[str], stdin: bytes, timeout: float, tier: Any, cancel: threading.Event,
+        mounts: tuple[str, ...] = (),
+    ) -> Any:
         from wbcore_runtime.dispatch import dispatcher as dispatch
 
         # the token holder is not the deployer: its mounts only inside WB_MOUNT_ROOTS, audited as "engine"
@@ -404,26 +441,38 @@ class Engine:
         agent: Any = doc.get("agent")
         task = doc.get("task")
         if not isinstance(task, str) or not task:
-            raise HttpError(400, "invalid-args", "send {\"agent\": <id> or \"agent_org\": <Org text>, \"task\": <text>}")
+            raise HttpError(
+                400, "invalid-args", 'send {"agent": <id> or "agent_org": <Org text>, "task": <text>}'
+            )
         if isinstance(doc.get("agent_org"), str):
             from wbcore_runtime.toolkit import agents
 
-            agent = agents.parse(doc["agent_org"], "agent_org")  # the definition itself, as the client sent it
+            agent = agents.parse(
+                doc["agent_org"], "agent_org"
+            )  # the definition itself, as the client sent it
         elif not isinstance(agent, str) or not agent:
-            raise HttpError(400, "invalid-args", "send {\"agent\": <id> or \"agent_org\": <Org text>, \"task\": <text>}")
+            raise HttpError(
+                400, "invalid-args", 'send {"agent": <id> or "agent_org": <Org text>, "task": <text>}'
+            )
         else:
             # an id the engine's search path knows; never a path on the engine's host
             agent = _ident(agent, "agent id")
             if agent.endswith(".org"):
-                raise HttpError(400, "invalid-args", f"agent {agent!r}: name an agent id, or send the definition "
-                                                     "as agent_org (wbx agent run --engine does)")
+                raise HttpError(
+                    400,
+                    "invalid-args",
+                    f"agent {agent!r}: name an agent id, or send the definition "
+                    "as agent_org (wbx agent run --engine does)",
+                )
         options = doc.get("options", {})
         if not isinstance(options, dict):
             raise HttpError(400, "invalid-args", "'options' must be a JSON object")
         options = _sessions.check_options(options)  # every number within its documented range, else 400
         sid = await self.thread(lambda: self._create(host, agent, task, options))
         status = await self.thread(host.status, sid)
-        return JSONResponse({"id": sid, **dict(status), "events": f"/v1/sessions/{sid}/events"}, status_code=201)
+        return JSONResponse(
+            {"id": sid, **dict(status), "events": f"/v1/sessions/{sid}/events"}, status_code=201
+        )
 
     def _create(self, host: _sessions.SessionHost, agent: Any, task: str, options: dict[str, Any]) -> str:
         """Start a session unless :attr:`EngineLimits.max_sessions` are alive (429)."""
@@ -437,8 +486,12 @@ class Engine:
                     continue  # gone from the host: not alive
             self.started = alive
             if len(alive) >= self.limits.max_sessions:
-                raise HttpError(429, "too-many-sessions", f"{len(alive)} sessions are running (the cap is "
-                                                          f"{self.limits.max_sessions}); wait for one to end or cancel one")
+                raise HttpError(
+                    429,
+                    "too-many-sessions",
+                    f"{len(alive)} sessions are running (the cap is "
+                    f"{self.limits.max_sessions}); wait for one to end or cancel one",
+                )
             sid = host.create(agent=agent, task=task, options=options)
             self.started.add(sid)
             return sid
@@ -531,7 +584,8 @@ def _wrap(handler: Callable[[Request], Any]) -> Callable[[Request], Any]:
 
 def build(runtime: Any, *, token: str | None, bind: str = "127.0.0.1", allow_hosts: Any = (),
           sessions: _sessions.SessionHost | None = None, limits: EngineLimits = EngineLimits()) -> Any:
-    """The engine's ASGI app, guarded by :class:`wbcore_runtime.guard.httpguard.Guard` (token, Host, Origin)."""
+    """The engine's ASGI app, guarded by :class:`wbcore_runtime.guard.httpguard.Guard` (token, Host,
+    Origin)."""
     engine = Engine(runtime, sessions=sessions, limits=limits)
     routes = [
         Route("/openapi.json", _wrap(engine.openapi), methods=["GET"]),
@@ -559,6 +613,8 @@ def build(runtime: Any, *, token: str | None, bind: str = "127.0.0.1", allow_hos
     both = console.Paths(console.app(engine, policy), app)
     # the SSE routes (API and console) hold their connection: capped per client and in all,
     # behind the token (or login) check
-    gated = httpserve.StreamGate(both, limits.server, is_stream=lambda scope: scope["path"].endswith("/events"))
+    gated = httpserve.StreamGate(
+        both, limits.server, is_stream=lambda scope: scope["path"].endswith("/events")
+    )
     return console.Split(gated, httpguard.Guard(gated, policy), policy)
 

@@ -19,11 +19,14 @@ def build(runtime: Any) -> typer.Typer:
     def serve_cmd(
         host: str = typer.Option("127.0.0.1", "--host", help="Bind address (loopback by default)."),
         port: int = typer.Option(8766, "--port", help="TCP port."),
-        token: str = typer.Option(None, "--token", envvar=TOKEN_ENV, show_envvar=True,
-                                  help="Require 'Authorization: Bearer <token>' (≥ 16 characters); "
-                                       "without one a random token is made and printed."),
-        allow_host: list[str] = typer.Option(None, "--allow-host",
-                                             help="Another Host/Origin name clients use to reach this engine."),
+        token: str = typer.Option(
+            None, "--token", envvar=TOKEN_ENV, show_envvar=True,
+            help="Require 'Authorization: Bearer <token>' (≥ 16 characters); "
+            "without one a random token is made and printed.",
+        ),
+        allow_host: list[str] = typer.Option(
+            None, "--allow-host", help="Another Host/Origin name clients use to reach this engine."
+        ),
     ) -> None:
         """Serve toolkits, push, calls, agent sessions and the audit trail over HTTP (docs/engine.md)."""
         serve(runtime, host=host, port=port, token=token, allow_hosts=allow_host or ())
@@ -31,8 +34,12 @@ def build(runtime: Any) -> typer.Typer:
     return app
 
 
-def serve(runtime: Any, *, host: str = "127.0.0.1", port: int = 8766, token: str | None = None,
-          allow_hosts: Any = (), ready: threading.Event | None = None, server_out: list[Any] | None = None) -> None:
+def serve(
+    runtime: Any,
+    *,
+    host: str = "127.0.0.1", port: int = 8766, token: str | None = None, allow_hosts: Any = (),
+    ready: threading.Event | None = None, server_out: list[Any] | None = None,
+) -> None:
     """Serve until interrupted. Without a token one is made and printed: the engine never
     runs without one (it can install toolkits and run commands)."""
     import uvicorn
@@ -55,8 +62,10 @@ def serve(runtime: Any, *, host: str = "127.0.0.1", port: int = 8766, token: str
     if server_out is not None:
         server_out.append(uv)
     if made:
-        print(f"wbx engine: token (send as 'Authorization: Bearer <token>'; set {TOKEN_ENV} to choose one): {token}",
-              file=sys.stderr, flush=True)
+        print(
+            f"wbx engine: token (send as 'Authorization: Bearer <token>'; set {TOKEN_ENV} to choose one): "
+            f"{token}", file=sys.stderr, flush=True,
+        )
     print(f"wbx engine: serving on http://{host}:{port} (OpenAPI: /openapi.json; the console: /console)",
           file=sys.stderr, flush=True)
     if ready is not None:

@@ -69,8 +69,9 @@ _HEADERS = {
     # post, which the engine's Origin rule (rightly) refuses
     "referrer-policy": "same-origin",
     # everything is served by the engine: no CDN, no inline script
-    "content-security-policy": "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-                               "connect-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
+    "content-security-policy": "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' "
+                               "data:; connect-src 'self'; frame-ancestors 'none'; form-action 'self'; "
+                               "base-uri 'none'",
 }
 
 
@@ -86,7 +87,9 @@ class Console:
                                       autoescape=True, trim_blocks=True, lstrip_blocks=True)
         self.env.filters["clip"] = _clip
         self.env.filters["short"] = lambda v: v if not v or len(v) <= 32 else f"{v[:22]}…{v[-6:]}"
-        self.env.filters["when"] = lambda t: time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(float(t))) if t else ""
+        self.env.filters["when"] = lambda t: (
+            time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(float(t))) if t else ""
+        )
         self.lock = threading.Lock()
         self.logins: OrderedDict[str, tuple[str, float]] = OrderedDict()  # login id -> (csrf, expiry)
         self.started: OrderedDict[str, dict[str, Any]] = OrderedDict()  # session id -> what started it
@@ -141,7 +144,9 @@ class Console:
 
         raw = await read_body(request, limit, self.engine.limits.body_wait_s)
         try:
-            pairs = parse_qsl(raw.decode("utf-8"), keep_blank_values=True, max_num_fields=64, strict_parsing=False)
+            pairs = parse_qsl(
+                raw.decode("utf-8"), keep_blank_values=True, max_num_fields=64, strict_parsing=False
+            )
         except (UnicodeDecodeError, ValueError) as exc:
             raise Refused(400, "bad form", f"the form could not be read: {exc}") from None
         return dict(pairs)
@@ -151,8 +156,10 @@ class Console:
         if want is None:
             raise Refused(401, "login needed", "log in with the engine's token first")
         if not sent or not hmac.compare_digest(sent.encode(), want.encode()):
-            raise Refused(403, "CSRF token missing or wrong",
-                          "this form did not come from a console page of this login; reload the page and try again")
+            raise Refused(
+                403, "CSRF token missing or wrong",
+                "this form did not come from a console page of this login; reload the page and try again",
+            )
 
 
 class Refused(Exception):
@@ -213,7 +220,13 @@ async def login_page(c: Console, request: Request) -> Response:
 
 def _next(raw: str | None) -> str:
     """Where to go after logging in: a console path only (never another site)."""
-    if raw and raw.startswith(PREFIX + "/") and "//" not in raw and "\\" not in raw and not raw.startswith(PREFIX + "/login"):
+    if (
+        raw
+        and raw.startswith(PREFIX + "/")
+        and "//" not in raw
+        and "\\" not in raw
+        and not raw.startswith(PREFIX + "/login")
+    ):
         return raw
     return PREFIX + "/toolkits"
 
@@ -258,8 +271,10 @@ async def toolkits(c: Console, request: Request) -> Response:
             return rows, len(ids), [str(e)[:300] for e in found.errors[:20]]
 
     rows, total, errors = await c.engine.thread(read)
-    return c.page(request, "toolkits.html", rows=rows, total=total, page=page, pages=max(1, -(-total // PAGE)),
-                  q=q, errors=errors)
+    return c.page(
+        request, "toolkits.html", rows=rows, total=total, page=page, pages=max(1, -(-total // PAGE)), q=q,
+        errors=errors,
+    )
 
 
 def _show(c: Console, ident: str) -> dict[str, Any]:
@@ -304,8 +319,12 @@ async def change_caps(c: Console, request: Request) -> Response:
             old = consent.ConsentStore(rt.home).get(ident)
             before = sorted(old.caps) if old else []
             if action == "grant":
-                wanted, signer = consent.checked_grant(rt, tk, caps, [])  # the one grant decision (wbx toolkit grant's)
-                after = sorted(set(before) | set(wanted)) if not old or old.signer == signer else sorted(wanted)
+                wanted, signer = consent.checked_grant(
+                    rt, tk, caps, []
+                )  # the one grant decision (wbx toolkit grant's)
+                after = (
+                    sorted(set(before) | set(wanted)) if not old or old.signer == signer else sorted(wanted)
+                )
             else:
                 if old is None:
                     raise Refused(400, "nothing to revoke", f"{ident} has no grants to revoke")
@@ -315,7 +334,9 @@ async def change_caps(c: Console, request: Request) -> Response:
                 wanted, signer = caps, old.signer
                 after = sorted(set(before) - set(caps)) if caps else []
             # the effective caps the change would leave, by the one effective-caps function
-            would = consent.Grant(ident, frozenset(after), signer, time.time(), old.env if old else frozenset())
+            would = consent.Grant(
+                ident, frozenset(after), signer, time.time(), old.env if old else frozenset()
+            )
             return {"before": before, "after": after, "added": sorted(set(after) - set(before)),
                     "removed": sorted(set(before) - set(after)), "signer": signer, "wanted": wanted,
                     "effective": sorted(rt.effective_caps(tk)),
@@ -337,7 +358,8 @@ async def change_caps(c: Console, request: Request) -> Response:
         # one audit line per change, like a push: who (the console's login), what, on which toolkit
         rt.dock.audit.record(principal="console", cap="consent", op=action, args_digest="", outcome="allowed",
                              target=f"{ident}:{','.join(p['added'] or p['removed']) or '-'}")
-        return f"{action} {' '.join(p['added'] or p['removed']) or 'nothing'}; effective now: {' '.join(effective) or 'none'}"
+        return (f"{action} {' '.join(p['added'] or p['removed']) or 'nothing'}; effective now: "
+                f"{' '.join(effective) or 'none'}")
 
     done = await c.engine.thread(apply)
     return RedirectResponse(f"{PREFIX}/toolkits/{quote(ident)}?{urlencode({'done': done})}", status_code=303,
@@ -358,7 +380,9 @@ async def push(c: Console, request: Request) -> Response:
     with c.lock:
         got = c.staged.pop(key, None)
     if got is None or got[4] < time.monotonic():
-        raise Refused(400, "nothing staged", "the previewed archive is gone (it is kept 10 minutes); upload it again")
+        raise Refused(
+            400, "nothing staged", "the previewed archive is gone (it is kept 10 minutes); upload it again"
+        )
     data, name, force, first_party, _ = got
     result = await c.engine.thread(c.engine._push, data, name, False, force, first_party, True)
     return c.page(request, "pushed.html", result=result)
@@ -376,10 +400,14 @@ async def _push_preview(c: Console, request: Request) -> Response:
         c.check_csrf(request, str(form.get("csrf", "")))
         upload = form.get("archive")
         if upload is None or isinstance(upload, str):
-            raise Refused(400, "no archive", "choose the toolkit archive to push (.tar.gz, .tgz, .tar or .zip)")
+            raise Refused(
+                400, "no archive", "choose the toolkit archive to push (.tar.gz, .tgz, .tar or .zip)"
+            )
         name = Path(upload.filename or "toolkit.tar.gz").name
         if not name.endswith(_app._ARCHIVES) or name.startswith("."):
-            raise Refused(400, "bad archive name", f"{name[:64]!r}: name the archive <id>.tar.gz, .tgz, .tar or .zip")
+            raise Refused(
+                400, "bad archive name", f"{name[:64]!r}: name the archive <id>.tar.gz, .tgz, .tar or .zip"
+            )
         data = await upload.read(c.engine.limits.max_push + 1)
         if len(data) > c.engine.limits.max_push:
             raise Refused(413, "too large", f"the archive exceeds the {c.engine.limits.max_push}-byte cap")
@@ -406,8 +434,10 @@ def _known(c: Console) -> list[tuple[str, dict[str, Any]]]:
         mine = list(c.started.items())
     with c.engine.session_lock:
         api = [s for s in c.engine.started if s not in c.started]
-    return [(sid, info) for sid, info in reversed(mine)] + [(sid, {"id": sid, "agent": "", "task": "(started over the API)",
-                                                              "started": None}) for sid in sorted(api)]
+    return [(sid, info) for sid, info in reversed(mine)] + [
+        (sid, {"id": sid, "agent": "", "task": "(started over the API)", "started": None})
+        for sid in sorted(api)
+    ]
 
 
 def _host(c: Console) -> _sessions.SessionHost:
@@ -448,27 +478,38 @@ async def sessions_page(c: Console, request: Request) -> Response:
                 status = dict(await c.engine.thread(host.status, sid))
             except WbError:
                 status = {"status": "gone"}
-        rows.append({**info, "agent": info["agent"] or status.get("agent", ""), "status": status.get("status", "?"),
-                     "step": status.get("step", "")})
+        rows.append(
+            {
+                **info, "agent": info["agent"] or status.get("agent", ""),
+                "status": status.get("status", "?"), "step": status.get("step", ""),
+            }
+        )
     return c.page(request, "sessions.html", rows=rows, available=host is not None)
 
 
 def _steps(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The events as the page shows them: one row each, a step's tool calls with their input, output and time."""
+    """The events as the page shows them: one row each, a step's tool calls with their input, output
+    and time."""
     out = []
     for ev in events:
         if ev.get("type") == "text":
             continue  # the model's streamed text deltas: the step that follows carries the whole text
         data = ev.get("data")
-        row: dict[str, Any] = {"seq": ev.get("seq"), "type": ev.get("type"), "t": ev.get("t"), "data": data, "calls": []}
+        row: dict[str, Any] = {
+            "seq": ev.get("seq"), "type": ev.get("type"), "t": ev.get("t"), "data": data, "calls": [],
+        }
         if ev.get("type") == "step" and isinstance(data, dict):
             # the agent loop's step: tool_calls [{id, name, arguments}] and results [{id, ok, text, ms}]
             results = {r.get("id"): r for r in data.get("results") or [] if isinstance(r, dict)}
             for call in data.get("tool_calls") or []:
                 if isinstance(call, dict):
                     res = results.get(call.get("id"), {})
-                    row["calls"].append({"name": call.get("name"), "input": call.get("arguments", {}),
-                                         "output": res.get("text", ""), "ok": res.get("ok"), "ms": res.get("ms")})
+                    row["calls"].append(
+                        {
+                            "name": call.get("name"), "input": call.get("arguments", {}),
+                            "output": res.get("text", ""), "ok": res.get("ok"), "ms": res.get("ms"),
+                        }
+                    )
             row["text"] = data.get("text") or ""
         out.append(row)
     return out
@@ -617,9 +658,13 @@ def _runs(home: Path) -> list[dict[str, Any]]:
     out = []
     for e in newest:
         res = _result(Path(e.path))
-        out.append({"run_id": e.name, "name": res.get("name", "?") if res else "?",
-                    "success": res.get("success") if res else None, "wall_s": res.get("wall_s") if res else None,
-                    "stages": len(res.get("stages", [])) if res else 0, "t": e.stat().st_mtime})
+        out.append(
+            {
+                "run_id": e.name, "name": res.get("name", "?") if res else "?",
+                "success": res.get("success") if res else None, "wall_s": res.get("wall_s") if res else None,
+                "stages": len(res.get("stages", [])) if res else 0, "t": e.stat().st_mtime,
+            }
+        )
     return out
 
 

@@ -11,4 +11,7 @@ from wbcore_runtime import hookimpl
 def wbcore_cli_commands(add: Any) -> None:
     from wbcore_engine import cli
 
-    add("engine", cli.build(add.runtime), help="Serve the engine API: toolkits, push, calls, agent sessions, audit.")
+    add(
+        "engine", cli.build(add.runtime),
+        help="Serve the engine API: toolkits, push, calls, agent sessions, audit.",
+    )

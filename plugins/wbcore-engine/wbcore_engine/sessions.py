@@ -22,8 +22,10 @@ from typing import Any, Protocol, runtime_checkable
 TERMINAL = frozenset({"done", "failed", "cancelled", "error", "finished", "max-steps", "timeout"})
 #: What an HTTP client may set for a run (``options``); grants (``exec``, ``build``), the
 #: workdir and the tenant are the deployer's, on the engine's host, never a request's.
-RUN_OPTIONS: dict[str, type | tuple[type, ...]] = {"model": str, "max_steps": int, "tool_timeout": (int, float), "max_calls": int,
-               "run_timeout": (int, float)}
+RUN_OPTIONS: dict[str, type | tuple[type, ...]] = {
+    "model": str, "max_steps": int, "tool_timeout": (int, float), "max_calls": int,
+    "run_timeout": (int, float),
+}
 #: The documented range of each numeric option (inclusive; docs/engine.md), and the longest model name.
 RUN_RANGES: dict[str, tuple[float, float]] = {"max_steps": (1, 200), "tool_timeout": (0.1, 600.0),
                                                "max_calls": (1, 1024), "run_timeout": (1.0, 86400.0)}
@@ -42,11 +44,14 @@ def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
     for key, value in options.items():
         typ = RUN_OPTIONS.get(key)
         if typ is None:
-            raise InvalidArgs(f"option {key!r} cannot be set over HTTP; allowed: {', '.join(sorted(RUN_OPTIONS))} "
-                              "(grants and the workdir are set on the engine's host)")
+            raise InvalidArgs(
+                f"option {key!r} cannot be set over HTTP; allowed: {', '.join(sorted(RUN_OPTIONS))} "
+                "(grants and the workdir are set on the engine's host)"
+            )
         if not isinstance(value, typ) or isinstance(value, bool):
             raise InvalidArgs(f"option {key!r} has the wrong type ({type(value).__name__})")
-        if key in RUN_RANGES and isinstance(value, (int, float)):  # every ranged option is a number (RUN_OPTIONS)
+        # every ranged option is a number (RUN_OPTIONS)
+        if key in RUN_RANGES and isinstance(value, (int, float)):
             low, high = RUN_RANGES[key]
             if not (math.isfinite(value) and low <= value <= high):
                 raise InvalidArgs(f"option {key!r} = {value!r} is outside {low:g}..{high:g}")
@@ -156,6 +161,10 @@ def host_for(runtime: Any) -> SessionHost | None:
     sessions = getattr(agents, "sessions", None) if agents is not None else None
     if isinstance(sessions, SessionHost):
         return sessions
-    if sessions is not None and callable(getattr(sessions, "start", None)) and callable(getattr(sessions, "get", None)):
+    if (
+        sessions is not None
+        and callable(getattr(sessions, "start", None))
+        and callable(getattr(sessions, "get", None))
+    ):
         return LoopSessions(sessions)
     return None

@@ -42,7 +42,9 @@ class PageCache:
             if p.is_symlink() or p.stat().st_size > MAX_ENTRY:
                 return None
             doc = json.loads(p.read_bytes())
-            return Entry(str(doc["etag"]), str(doc["link"]), float(doc["stored_at"]), doc["body"].encode("utf-8"))
+            return Entry(
+                str(doc["etag"]), str(doc["link"]), float(doc["stored_at"]), doc["body"].encode("utf-8")
+            )
         except (OSError, ValueError, KeyError, TypeError, AttributeError, UnicodeError):
             return None  # absent or unreadable: fetched again, and rewritten
 

@@ -57,11 +57,19 @@ def fed_app(runtime: Any) -> typer.Typer:
     @app.command("query")
     def query(
         toolkit: str = typer.Argument(..., help="The federation toolkit."),
-        entity: str = typer.Argument(..., help="The entity to read (a table), or a quoted SELECT … FROM <entity> … query."),
-        join: list[str] = typer.Option([], "--join", help="Also read ENTITY and join it: <entity>:<base field>=<entity field>."),
-        where: list[str] = typer.Option([], "--where", help="Keep rows whose <field>=<value> (pushed to the source where declared)."),
+        entity: str = typer.Argument(
+            ..., help="The entity to read (a table), or a quoted SELECT … FROM <entity> … query."
+        ),
+        join: list[str] = typer.Option(
+            [], "--join", help="Also read ENTITY and join it: <entity>:<base field>=<entity field>."
+        ),
+        where: list[str] = typer.Option(
+            [], "--where", help="Keep rows whose <field>=<value> (pushed to the source where declared)."
+        ),
         limit: int | None = typer.Option(None, "--limit", min=1, help="At most this many rows."),
-        param: list[str] = typer.Option([], "--param", help="Fill a {name} placeholder of the source's URL: <name>=<value>."),
+        param: list[str] = typer.Option(
+            [], "--param", help="Fill a {name} placeholder of the source's URL: <name>=<value>."
+        ),
         csv_: bool = typer.Option(False, "--csv", help="Print CSV."),
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
@@ -72,10 +80,14 @@ def fed_app(runtime: Any) -> typer.Typer:
 
         if " " in entity.strip():
             if join or where or limit is not None:
-                raise InvalidArgs("--join, --where and --limit go with an entity name; write them into the SELECT")
+                raise InvalidArgs(
+                    "--join, --where and --limit go with an entity name; write them into the SELECT"
+                )
             r = engine.sql(runtime, toolkit, entity, params=_params(param))
         else:
-            r = engine.query(runtime, toolkit, entity, joins=join, where=_where(where), limit=limit, params=_params(param))
+            r = engine.query(
+                runtime, toolkit, entity, joins=join, where=_where(where), limit=limit, params=_params(param)
+            )
         if json_:
             emit_json({"columns": list(r.columns), "rows": r.dicts()})
             return
@@ -95,11 +107,19 @@ def fed_app(runtime: Any) -> typer.Typer:
     @app.command("sync")
     def sync(
         toolkit: str = typer.Argument(..., help="The federation toolkit."),
-        out: Path | None = typer.Option(None, "--out", help="The Org file (default: the #+SYNC file in this folder)."),
+        out: Path | None = typer.Option(
+            None, "--out", help="The Org file (default: the #+SYNC file in this folder)."
+        ),
         entity: str | None = typer.Option(None, "--entity", help="The entity to mirror (default: #+SYNC's)."),
-        every: str | None = typer.Option(None, "--every", help="Sync again every INTERVAL (300, 30s, 5m, 1h) until interrupted."),
-        times: int | None = typer.Option(None, "--times", min=1, help="With --every: stop after this many syncs."),
-        param: list[str] = typer.Option([], "--param", help="Fill a {name} placeholder of the source's URL: <name>=<value>."),
+        every: str | None = typer.Option(
+            None, "--every", help="Sync again every INTERVAL (300, 30s, 5m, 1h) until interrupted."
+        ),
+        times: int | None = typer.Option(
+            None, "--times", min=1, help="With --every: stop after this many syncs."
+        ),
+        param: list[str] = typer.Option(
+            [], "--param", help="Fill a {name} placeholder of the source's URL: <name>=<value>."
+        ),
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
         """Mirror an entity into :task: nodes of an Org file (stable ids, updated in place)."""
@@ -115,8 +135,10 @@ def fed_app(runtime: Any) -> typer.Typer:
                 emit_json({"path": str(s.path), "written": s.written, "added": s.added, "updated": s.updated,
                            "deleted": s.deleted, "unchanged": s.unchanged})
             else:
-                typer.echo(f"{'synced' if s.written else 'unchanged'} {s.path}: {s.added} added, {s.updated} updated, "
-                           f"{s.deleted} marked deleted, {s.unchanged} unchanged")
+                typer.echo(
+                    f"{'synced' if s.written else 'unchanged'} {s.path}: {s.added} added, {s.updated} "
+                    f"updated, {s.deleted} marked deleted, {s.unchanged} unchanged"
+                )
             if interval is None or (times is not None and n >= times):
                 return
             time.sleep(interval)

@@ -64,7 +64,9 @@ def query(runtime: Any, toolkit_id: str, entity: str, *, joins: Iterable[str] = 
           where: Mapping[str, str] | None = None, limit: int | None = None, tenant: str = "default",
           params: Mapping[str, str] | None = None) -> _query.Result:
     src, conn = connect(runtime, toolkit_id, tenant=tenant, params=params)
-    return _query.run(conn, src, entity, joins=[_query.Join.parse(j) for j in joins], where=where, limit=limit)
+    return _query.run(
+        conn, src, entity, joins=[_query.Join.parse(j) for j in joins], where=where, limit=limit
+    )
 
 
 def sql(runtime: Any, toolkit_id: str, text: str, *, tenant: str = "default",

@@ -17,8 +17,13 @@ def verify_federation(ctx: VerifyContext) -> Iterator[Check]:
     if not m.extra("URL") and not m.extra("SOURCE"):
         # Seed 000's custom connector (a query module) has no runner in wbcore.
         yield Check(True, "exec", "federation (custom source); structural check only")
-        yield Check(True, "exec", "cannot run yet: no #+URL, and custom (non-REST) connectors have no runner in "
-                    "wbcore; declare #+URL and :entity: headings to use the REST connector", warning=True)
+        yield Check(
+            True,
+            "exec",
+            "cannot run yet: no #+URL, and custom (non-REST) connectors have no runner in "
+            "wbcore; declare #+URL and :entity: headings to use the REST connector",
+            warning=True,
+        )
         return
     try:
         src = engine.source_of(ctx.toolkit)
@@ -32,8 +37,12 @@ def verify_federation(ctx: VerifyContext) -> Iterator[Check]:
     names = ", ".join(e.name for e in src.entities)
     where = f"{src.base_url} ({src.pagination.style} pagination, auth {src.auth.scheme})" \
         if src.kind == "http-json" else f"through the {src.kind} connector"
-    yield Check(True, "exec", f"federation source {where}; entities: {names}" + (f"; syncs {src.sync_entity} → {src.sync_file}"
-                                                               if src.sync_entity else ""))
+    yield Check(
+        True,
+        "exec",
+        f"federation source {where}; entities: {names}"
+        + (f"; syncs {src.sync_entity} → {src.sync_file}" if src.sync_entity else ""),
+    )
     if "net" not in m.caps:
         yield Check(False, "caps", "a federation source needs #+CAPS: net (every request is a net decision)")
     if src.auth.scheme == "hmac-sha256" and "secrets" not in m.caps:
@@ -58,12 +67,19 @@ def _http_json(runtime: Any) -> Any:
 
 @hookimpl
 def wbcore_federation_sources() -> Iterator[FederationSource]:
-    yield FederationSource(name="http-json", summary="any REST/JSON API: #+URL, :entity: paths, link/cursor/page "
-                           "pagination, auth signed by the secrets broker", factory=_http_json)
+    yield FederationSource(
+        name="http-json",
+        summary="any REST/JSON API: #+URL, :entity: paths, link/cursor/page "
+        "pagination, auth signed by the secrets broker",
+        factory=_http_json,
+    )
 
 
 @hookimpl
 def wbcore_cli_commands(add: Any) -> None:
     from wbcore_federation import cli
 
-    add("fed", cli.fed_app(add.runtime), help="Query a federation source's entities, or sync one into an Org file.")
+    add(
+        "fed", cli.fed_app(add.runtime),
+        help="Query a federation source's entities, or sync one into an Org file.",
+    )

@@ -50,7 +50,9 @@ class Join:
     def parse(cls, text: str) -> Join:
         m = _JOIN_RE.match(text.strip())
         if not m:
-            raise InvalidArgs(f"--join {text!r}: write it as <entity>:<base field>=<entity field> (users:owner_id=id)")
+            raise InvalidArgs(
+                f"--join {text!r}: write it as <entity>:<base field>=<entity field> (users:owner_id=id)"
+            )
         return cls(m.group(1), m.group(2), m.group(3))
 
 
@@ -73,8 +75,10 @@ def scalar(value: Any, where: str = "a field") -> Any:
     out = value if isinstance(value, str) else json.dumps(value, sort_keys=True, separators=(",", ":"))
     # a str's UTF-8 size is at most 4 bytes a character: encode only the ones that may be over
     if len(out) * 4 > MAX_VALUE_BYTES and len(out.encode("utf-8", "surrogatepass")) > MAX_VALUE_BYTES:
-        raise InvalidArgs(f"{where}: a value of {len(out.encode('utf-8', 'surrogatepass'))} bytes exceeds the "
-                          f"{MAX_VALUE_BYTES}-byte cap per value; leave the field out (:FIELDS:) or narrow the query")
+        raise InvalidArgs(
+            f"{where}: a value of {len(out.encode('utf-8', 'surrogatepass'))} bytes exceeds the "
+            f"{MAX_VALUE_BYTES}-byte cap per value; leave the field out (:FIELDS:) or narrow the query"
+        )
     return out
 
 
@@ -112,7 +116,9 @@ def stream_rows(connector: Any, entity: Entity,
     return (rows[i:i + _INSERT_BATCH] for i in range(0, len(rows), _INSERT_BATCH))
 
 
-def materialize(db: sqlite3.Connection, entity: Entity, batches: Iterable[Sequence[Mapping[str, Any]]]) -> list[str]:
+def materialize(
+    db: sqlite3.Connection, entity: Entity, batches: Iterable[Sequence[Mapping[str, Any]]]
+) -> list[str]:
     """Load the rows into a table named after the entity, a batch (page) at a time: nothing
     holds every row; the columns are the declared fields, else each field as it first appears."""
     it: Iterator[Sequence[Mapping[str, Any]]] = iter(batches)
@@ -132,7 +138,9 @@ def materialize(db: sqlite3.Connection, entity: Entity, batches: Iterable[Sequen
                 cols += [c for c in new if c.lower() not in folded]
                 folded |= {c.lower() for c in new}
             if not created:
-                db.execute(f'CREATE TABLE "{entity.name}" ({", ".join(f"{chr(34)}{c}{chr(34)}" for c in cols)})')
+                db.execute(
+                    f'CREATE TABLE "{entity.name}" ({", ".join(f"{chr(34)}{c}{chr(34)}" for c in cols)})'
+                )
                 created = True
             if got is None:
                 return cols
@@ -143,8 +151,10 @@ def materialize(db: sqlite3.Connection, entity: Entity, batches: Iterable[Sequen
             n += len(batch)
     except sqlite3.OperationalError as exc:
         if "full" in str(exc):
-            raise InvalidArgs(f"{entity.name}: the query's tables exceed {MAX_DB_BYTES >> 20} MiB after {n} rows; "
-                              "narrow it (--where, fewer joins)") from None
+            raise InvalidArgs(
+                f"{entity.name}: the query's tables exceed {MAX_DB_BYTES >> 20} MiB after {n} rows; "
+                "narrow it (--where, fewer joins)"
+            ) from None
         raise
 
 
@@ -174,7 +184,9 @@ def run(connector: Any, source: Source, base: str, *, joins: Iterable[Join] = ()
                                   f"(fields: {', '.join(cols[j.entity])})")
         for k in where:
             if k not in cols[base]:
-                raise InvalidArgs(f"--where {k}=…: {base} has no field {k!r} (fields: {', '.join(cols[base])})")
+                raise InvalidArgs(
+                    f"--where {k}=…: {base} has no field {k!r} (fields: {', '.join(cols[base])})"
+                )
         shown = [(base, c) for c in cols[base]] + [(j.entity, c) for j in joins for c in cols[j.entity]]
         select = ", ".join(f'"{t}"."{c}"' for t, c in shown)
         sql = f'SELECT {select} FROM "{base}"'

@@ -55,7 +55,9 @@ def _dig(doc: Any, path: str, where: str) -> Any:
     cur = doc
     for part in path.split(".") if path else ():
         if not isinstance(cur, dict) or part not in cur:
-            raise InvalidArgs(f"{where}: the page has no {path!r} (ROWS_PATH / cursor field); check the source's shape")
+            raise InvalidArgs(
+                f"{where}: the page has no {path!r} (ROWS_PATH / cursor field); check the source's shape"
+            )
         cur = cur[part]
     return cur
 
@@ -81,7 +83,9 @@ class Connector:
         self.principal = Principal(tenant, source.toolkit)
         self.caps = caps
         self.dock = runtime.dock
-        self.ctx = self.dock.context(principal=self.principal, caps=caps, timeout=timeout, toolkit=source.toolkit)
+        self.ctx = self.dock.context(
+            principal=self.principal, caps=caps, timeout=timeout, toolkit=source.toolkit
+        )
         self.deadline = time.monotonic() + timeout
         self.spent = 0
         #: The values of the source's ``{name}`` placeholders (``--param``), checked here, once.
@@ -130,7 +134,10 @@ class Connector:
         ts = str(int(time.time()))
         message = f"GET\n{parts.path or '/'}{'?' + parts.query if parts.query else ''}\n{ts}".encode()
         signed = self.dock.call(self.ctx, "secrets", "sign", {"name": auth.name, "message": message})
-        return {"Authorization": f"WB-HMAC-SHA256 key={auth.name}, ts={ts}, sig={bytes(signed['signature']).hex()}"}
+        return {
+            "Authorization": f"WB-HMAC-SHA256 key={auth.name}, ts={ts}, "
+                             f"sig={bytes(signed['signature']).hex()}"
+        }
 
     def _consent_env(self, name: str) -> None:
         """The deployer's grant naming ``name`` (the core's ``consent.check_env``) before its
@@ -142,14 +149,18 @@ class Connector:
         try:
             consent.check_env(self.runtime.home, self.runtime.toolkit(self.source.toolkit), name)
         except CapabilityDenied as exc:
-            self.dock.audit.record(principal=self.principal.key, cap="env", op="env.read", args_digest="",
-                                   outcome="denied", kind=exc.kind.value, reason="no grant names it", target=name)
+            self.dock.audit.record(
+                principal=self.principal.key, cap="env", op="env.read", args_digest="", outcome="denied",
+                kind=exc.kind.value, reason="no grant names it", target=name,
+            )
             raise
         self.dock.audit.record(principal=self.principal.key, cap="env", op="env.read", args_digest="",
                                outcome="allowed", target=name)
         self._env_ok.add(name)
 
-    def _audit(self, url: str, outcome: str, *, exc: WbError | None = None, nbytes: int = 0, t0: float) -> None:
+    def _audit(
+        self, url: str, outcome: str, *, exc: WbError | None = None, nbytes: int = 0, t0: float
+    ) -> None:
         self.dock.audit.record(
             principal=self.principal.key, cap="net", op="fed.get", args_digest=digest(url.encode()),
             outcome=outcome, kind=exc.kind.value if exc else None,
@@ -161,14 +172,18 @@ class Connector:
         t0 = time.perf_counter()
         cached = self.cache.get(url) if self.cache is not None else None
         if cached is not None and self.cache is not None and self.cache.fresh(cached) and "net" in self.caps:
-            self.dock.audit.record(principal=self.principal.key, cap="net", op="fed.cache", args_digest=digest(url.encode()),
-                                   outcome="allowed", target=url, nbytes=len(cached.body), ms=0.0)
+            self.dock.audit.record(
+                principal=self.principal.key, cap="net", op="fed.cache", args_digest=digest(url.encode()),
+                outcome="allowed", target=url, nbytes=len(cached.body), ms=0.0,
+            )
             got = _fetch.Fetched(url, 200, len(cached.body), "", "application/json", (("link", cached.link),))
             return self._json(cached.body, url), got
         try:
             if "net" not in self.caps:
-                exc = CapabilityDenied(f"{self.source.toolkit}: cap 'net' is not granted; a federation source "
-                                       f"needs it (wbx toolkit grant {self.source.toolkit} net)")
+                exc = CapabilityDenied(
+                    f"{self.source.toolkit}: cap 'net' is not granted; a federation source "
+                    f"needs it (wbx toolkit grant {self.source.toolkit} net)"
+                )
                 exc.reason = "not-granted"  # type: ignore[attr-defined]
                 raise exc
             p = urlsplit(url)
@@ -191,8 +206,10 @@ class Connector:
             if cached is not None and cached.etag:
                 headers["If-None-Match"] = cached.etag
             body, got = _fetch.get_bytes(
-                url, guard=self.guard, limits=_fetch.FetchLimits(max_bytes=budget, timeout=left, max_redirects=0),
-                env=self.env, headers=headers, ok=(200, 304) if cached is not None and cached.etag else (200,))
+                url, guard=self.guard,
+                limits=_fetch.FetchLimits(max_bytes=budget, timeout=left, max_redirects=0), env=self.env,
+                headers=headers, ok=(200, 304) if cached is not None and cached.etag else (200,),
+            )
         except WbError as exc:
             self._audit(url, "denied", exc=exc, t0=t0)
             raise
@@ -200,7 +217,9 @@ class Connector:
         self._audit(url, "allowed", nbytes=got.size, t0=t0)
         if got.status == 304 and cached is not None and self.cache is not None:
             self.cache.refresh(url, cached)  # still current: fresh for another TTL
-            got = _fetch.Fetched(url, 200, len(cached.body), got.sha256, "application/json", (("link", cached.link),))
+            got = _fetch.Fetched(
+                url, 200, len(cached.body), got.sha256, "application/json", (("link", cached.link),)
+            )
             return self._json(cached.body, url), got
         doc = self._json(body, url)
         if self.cache is not None:
@@ -231,8 +250,10 @@ class Connector:
             doc, got = self.get(url)
             raw = _dig(doc, entity.rows_path, _redacted(url))
             if not isinstance(raw, list) or not all(isinstance(r, dict) for r in raw):
-                raise InvalidArgs(f"{_redacted(url)}: the rows at {entity.rows_path or 'the top level'!r} are not a list "
-                                  "of objects; set :ROWS_PATH:")
+                raise InvalidArgs(
+                    f"{_redacted(url)}: the rows at {entity.rows_path or 'the top level'!r} are not a list "
+                    "of objects; set :ROWS_PATH:"
+                )
             yield Page(url, tuple(raw), got.size)
             nxt: str | None = None
             if pag.style == "link":
@@ -251,13 +272,17 @@ class Connector:
         raise InvalidArgs(f"{src.toolkit}/{entity.name}: more than #+MAX_PAGES {src.max_pages} pages; "
                           "raise #+MAX_PAGES or narrow the query")
 
-    def row_pages(self, entity: Entity, params: Mapping[str, str] | None = None) -> Iterator[tuple[dict[str, Any], ...]]:
+    def row_pages(
+        self, entity: Entity, params: Mapping[str, str] | None = None
+    ) -> Iterator[tuple[dict[str, Any], ...]]:
         """Every row, a page at a time: a page is fetched when the one before is consumed."""
         n = 0
         for page in self.pages(entity, params):
             n += len(page.rows)
             if n > MAX_ROWS:
-                raise InvalidArgs(f"{self.source.toolkit}/{entity.name}: more than {MAX_ROWS} rows; narrow the query")
+                raise InvalidArgs(
+                    f"{self.source.toolkit}/{entity.name}: more than {MAX_ROWS} rows; narrow the query"
+                )
             yield page.rows
 
     def rows(self, entity: Entity, params: Mapping[str, str] | None = None) -> list[dict[str, Any]]:

@@ -4,15 +4,15 @@ The SOURCE is the toolkit's keywords; each entity is a heading tagged ``:entity:
 
     #+EXEC: federation
     #+CAPS: net secrets
-    #+SOURCE: http-json                         (the connector; a plugin may add others)
-    #+URL: https://tracker.example/api          (the base URL every entity path joins)
-    #+AUTH: hmac-sha256 tracker-key             (or: bearer-env TRACKER_TOKEN; or none)
-    #+PAGINATION: link                          (or: cursor <field.path> <param>; page <param>; none)
-    #+ROWS_PATH: data.items                     (where the rows sit in a page; default: the top level)
+    #+SOURCE: http-json                      (the connector; a plugin may add others)
+    #+URL: https://tracker.example/api       (the base URL every entity path joins)
+    #+AUTH: hmac-sha256 tracker-key          (or: bearer-env TRACKER_TOKEN; or none)
+    #+PAGINATION: link                       (or: cursor <field.path> <param>; page <param>; none)
+    #+ROWS_PATH: data.items                  (where the rows sit in a page; default: the top level)
     #+MAX_PAGES: 50
-    #+CACHE_TTL: 300                            (seconds a page is served from the cache; then ETag revalidation)
-    #+RATE_LIMIT: 10/1                          (at most 10 requests per 1 s)
-    #+SYNC: issues tracker.org                  (the entity ``wbx fed sync`` mirrors, and the Org file)
+    #+CACHE_TTL: 300                         (seconds a page is served from the cache; then ETag revalidation)
+    #+RATE_LIMIT: 10/1                       (at most 10 requests per 1 s)
+    #+SYNC: issues tracker.org               (the entity ``wbx fed sync`` mirrors, and the Org file)
 
     ** Issues :entity:
        :PROPERTIES:
@@ -119,37 +119,66 @@ def _fail(path: Path, line: int, what: str, why: str) -> SpecError:
     return SpecError(f"{path}:{line}: {what}: {why}")
 
 
-def load(toolkit_id: str, manifest_path: Path, keywords: dict[str, str], lines: dict[str, int], text: str) -> Source:
+def load(
+    toolkit_id: str, manifest_path: Path, keywords: dict[str, str], lines: dict[str, int], text: str
+) -> Source:
     """The source a federation toolkit declares (``keywords``/``lines`` from its parsed manifest)."""
     def at(key: str) -> int:
         return lines.get(key, 1)
 
     kind = (keywords.get("SOURCE") or DEFAULT_KIND).strip()
     if not re.match(r"^[a-z][a-z0-9-]{0,62}$", kind):
-        raise _fail(manifest_path, at("SOURCE"), "#+SOURCE", f"{kind!r} is not a connector name (e.g. {DEFAULT_KIND})")
+        raise _fail(
+            manifest_path, at("SOURCE"), "#+SOURCE", f"{kind!r} is not a connector name (e.g. {DEFAULT_KIND})"
+        )
     url = (keywords.get("URL") or "").strip()
     bad = [n for n in PLACEHOLDER_RE.findall(url) if n != PIP_INDEX and not PARAM_RE.match(n)]
     if bad or url.count("{") != len(PLACEHOLDER_RE.findall(url)) or url.count("}") != url.count("{"):
-        raise _fail(manifest_path, at("URL"), "#+URL", f"{url!r}: a placeholder is {{name}} (lowercase letters, digits, "
-                    f"_) in the path, or {{{PIP_INDEX}}} first (the deployer's pip index)")
+        raise _fail(
+            manifest_path,
+            at("URL"),
+            "#+URL",
+            f"{url!r}: a placeholder is {{name}} (lowercase letters, digits, "
+            f"_) in the path, or {{{PIP_INDEX}}} first (the deployer's pip index)",
+        )
     if PIP_INDEX in PLACEHOLDER_RE.findall(url) and not url.startswith("{" + PIP_INDEX + "}"):
-        raise _fail(manifest_path, at("URL"), "#+URL", f"{{{PIP_INDEX}}} stands for an index URL: write it first "
-                    f"({{{PIP_INDEX}}}/{{package}}/)")
+        raise _fail(
+            manifest_path,
+            at("URL"),
+            "#+URL",
+            f"{{{PIP_INDEX}}} stands for an index URL: write it first ({{{PIP_INDEX}}}/{{package}}/)",
+        )
     # Validated with every placeholder standing for a plain value: a placeholder never names a host.
-    parts = urlsplit(PLACEHOLDER_RE.sub(lambda m: "https://index.invalid" if m.group(1) == PIP_INDEX else "x", url))
+    parts = urlsplit(
+        PLACEHOLDER_RE.sub(lambda m: "https://index.invalid" if m.group(1) == PIP_INDEX else "x", url)
+    )
     if url or kind == DEFAULT_KIND:
         if parts.scheme not in ("https", "http") or not parts.hostname:
-            raise _fail(manifest_path, at("URL"), "#+URL", f"{url!r} is not an http(s) base URL (e.g. https://api.example/v1)")
+            raise _fail(
+                manifest_path,
+                at("URL"),
+                "#+URL",
+                f"{url!r} is not an http(s) base URL (e.g. https://api.example/v1)",
+            )
         if parts.username or parts.password or parts.query or parts.fragment:
-            raise _fail(manifest_path, at("URL"), "#+URL", "no credentials, query or fragment in the base URL "
-                        "(credentials come from #+AUTH)")
+            raise _fail(
+                manifest_path,
+                at("URL"),
+                "#+URL",
+                "no credentials, query or fragment in the base URL (credentials come from #+AUTH)",
+            )
     raw_auth = keywords.get("AUTH")
     if raw_auth is None and keywords.get("ENV_KEYS"):
         # Seed 000's form: the host-held secret named by #+ENV_KEYS is the bearer token.
         names = keywords["ENV_KEYS"].replace(",", " ").split()
         if len(names) != 1:
-            raise _fail(manifest_path, at("ENV_KEYS"), "#+ENV_KEYS", "names more than one variable; say which one "
-                        "authenticates with #+AUTH: bearer-env <VARIABLE>")
+            raise _fail(
+                manifest_path,
+                at("ENV_KEYS"),
+                "#+ENV_KEYS",
+                "names more than one variable; say which one "
+                "authenticates with #+AUTH: bearer-env <VARIABLE>",
+            )
         raw_auth, auth_line = f"bearer-env {names[0]}", at("ENV_KEYS")
     else:
         auth_line = at("AUTH")
@@ -157,24 +186,32 @@ def load(toolkit_id: str, manifest_path: Path, keywords: dict[str, str], lines: 
     pagination = _pagination(keywords.get("PAGINATION", "none"), manifest_path, at("PAGINATION"))
     raw_pages = keywords.get("MAX_PAGES", str(DEFAULT_MAX_PAGES)).strip()
     if not raw_pages.isdigit() or not 0 < int(raw_pages) <= MAX_PAGES:
-        raise _fail(manifest_path, at("MAX_PAGES"), "#+MAX_PAGES", f"{raw_pages!r}: a whole number 1..{MAX_PAGES}")
+        raise _fail(
+            manifest_path, at("MAX_PAGES"), "#+MAX_PAGES", f"{raw_pages!r}: a whole number 1..{MAX_PAGES}"
+        )
     rows_default = (keywords.get("ROWS_PATH") or "").strip()
     entities = _entities(text, manifest_path, rows_default)
     if not entities and url:
         # Seed 000's single-source form: #+URL is the one entity, named after the toolkit.
         key = (keywords.get("KEY") or "id").strip()
         if not FIELD_RE.match(key):
-            raise _fail(manifest_path, at("KEY"), "#+KEY", f"{key!r}: the field that identifies a row (e.g. id)")
+            raise _fail(
+                manifest_path, at("KEY"), "#+KEY", f"{key!r}: the field that identifies a row (e.g. id)"
+            )
         name = re.sub(r"[^a-z0-9_]", "_", toolkit_id.lower())[:63]
         name = name if ENTITY_RE.match(name) else f"t_{name}"[:63]
         entities = [Entity(name, "", key, key, (), rows_default)]
     if not entities:
-        raise _fail(manifest_path, 1, "entities", "no heading tagged :entity: (each needs :ENTITY:, :PATH: and :KEY:)")
+        raise _fail(
+            manifest_path, 1, "entities", "no heading tagged :entity: (each needs :ENTITY:, :PATH: and :KEY:)"
+        )
     sync_entity = sync_file = None
     if keywords.get("SYNC"):
         bits = keywords["SYNC"].split()
         if len(bits) != 2 or not bits[1].endswith(".org") or "/" in bits[1] or bits[1].startswith("."):
-            raise _fail(manifest_path, at("SYNC"), "#+SYNC", "write it as <entity> <file>.org (a plain file name)")
+            raise _fail(
+                manifest_path, at("SYNC"), "#+SYNC", "write it as <entity> <file>.org (a plain file name)"
+            )
         sync_entity, sync_file = bits
         if sync_entity not in {e.name for e in entities}:
             raise _fail(manifest_path, at("SYNC"), "#+SYNC", f"{sync_entity!r} is not a declared entity")
@@ -252,8 +289,13 @@ def _auth(raw: str, path: Path, line: int) -> Auth:
         return Auth("hmac-sha256", bits[1])
     if len(bits) == 2 and bits[0] == "bearer-env" and ENV_RE.match(bits[1]):
         return Auth("bearer-env", bits[1])
-    raise _fail(path, line, "#+AUTH", f"{raw!r}: use 'hmac-sha256 <secret name>' (signed by the secrets broker), "
-                "'bearer-env <VARIABLE>' (a token the deployer holds in the environment) or 'none'")
+    raise _fail(
+        path,
+        line,
+        "#+AUTH",
+        f"{raw!r}: use 'hmac-sha256 <secret name>' (signed by the secrets broker), "
+        "'bearer-env <VARIABLE>' (a token the deployer holds in the environment) or 'none'",
+    )
 
 
 def _pagination(raw: str, path: Path, line: int) -> Pagination:
@@ -262,12 +304,21 @@ def _pagination(raw: str, path: Path, line: int) -> Pagination:
         return Pagination("none")
     if bits == ["link"]:
         return Pagination("link")
-    if len(bits) == 3 and bits[0] == "cursor" and all(FIELD_RE.match(p) for p in bits[1].split(".")) and FIELD_RE.match(bits[2]):
+    if (
+        len(bits) == 3
+        and bits[0] == "cursor"
+        and all(FIELD_RE.match(p) for p in bits[1].split("."))
+        and FIELD_RE.match(bits[2])
+    ):
         return Pagination("cursor", bits[1], bits[2])
     if len(bits) == 2 and bits[0] == "page" and FIELD_RE.match(bits[1]):
         return Pagination("page", "", bits[1])
-    raise _fail(path, line, "#+PAGINATION", f"{raw!r}: use 'link' (RFC 8288 rel=next), 'cursor <field.path> <param>', "
-                "'page <param>' or 'none'")
+    raise _fail(
+        path,
+        line,
+        "#+PAGINATION",
+        f"{raw!r}: use 'link' (RFC 8288 rel=next), 'cursor <field.path> <param>', 'page <param>' or 'none'",
+    )
 
 
 def _entities(text: str, path: Path, rows_default: str) -> list[Entity]:
@@ -282,10 +333,14 @@ def _entities(text: str, path: Path, rows_default: str) -> list[Entity]:
         props = {str(k).upper(): str(v).strip() for k, v in node.properties.items()}
         name = props.get("ENTITY", "")
         if not ENTITY_RE.match(name):
-            raise _fail(path, line, ":ENTITY:", f"{name!r} must match {ENTITY_RE.pattern} (it names a SQL table)")
+            raise _fail(
+                path, line, ":ENTITY:", f"{name!r} must match {ENTITY_RE.pattern} (it names a SQL table)"
+            )
         epath = props.get("PATH", "")
         if not PATH_RE.match(epath) or "//" in epath or "/../" in epath + "/" or "/./" in epath + "/":
-            raise _fail(path, line, ":PATH:", f"{epath!r}: a path below #+URL (/items), no '..', query or host")
+            raise _fail(
+                path, line, ":PATH:", f"{epath!r}: a path below #+URL (/items), no '..', query or host"
+            )
         key = props.get("KEY", "")
         if not FIELD_RE.match(key):
             raise _fail(path, line, ":KEY:", f"{key!r}: the field that identifies a row (e.g. id)")
@@ -298,7 +353,9 @@ def _entities(text: str, path: Path, rows_default: str) -> list[Entity]:
             fields = (key, *fields)
         rows_path = props.get("ROWS_PATH", rows_default)
         if rows_path and not all(FIELD_RE.match(p) for p in rows_path.split(".")):
-            raise _fail(path, line, ":ROWS_PATH:", f"{rows_path!r}: a dotted path of field names (data.items)")
+            raise _fail(
+                path, line, ":ROWS_PATH:", f"{rows_path!r}: a dotted path of field names (data.items)"
+            )
         pushdown = tuple(props.get("PUSHDOWN", "").split())
         for f in pushdown:
             if not FIELD_RE.match(f):

@@ -120,14 +120,19 @@ def _body(block: list[str]) -> list[str]:
     return block[1:]
 
 
-def render(existing: str, *, toolkit: str, entity: Entity, rows: Sequence[Mapping[str, Any]]) -> tuple[str, Synced]:
+def render(
+    existing: str, *, toolkit: str, entity: Entity, rows: Sequence[Mapping[str, Any]]
+) -> tuple[str, Synced]:
     cols = [c for c in columns_of(entity, rows) if c != entity.key]
     by_id: dict[str, Mapping[str, Any]] = {}
     order: list[tuple[Any, str]] = []
     for r in rows:
         key = r.get(entity.key)
         if key is None:
-            raise InvalidArgs(f"{toolkit}/{entity.name}: a row has no {entity.key!r} (the :KEY: field); cannot give it a stable id")
+            raise InvalidArgs(
+                f"{toolkit}/{entity.name}: a row has no {entity.key!r} (the :KEY: field); cannot give it a "
+                "stable id"
+            )
         rid = node_id(toolkit, entity.name, key)
         if rid in by_id:
             raise InvalidArgs(f"{toolkit}/{entity.name}: two rows share the key {inert(key)!r}")
@@ -154,20 +159,33 @@ def render(existing: str, *, toolkit: str, entity: Entity, rows: Sequence[Mappin
             key = next((ln.split(":FED_KEY:", 1)[1].strip() for ln in block if ":FED_KEY:" in ln), "")
             title = re.sub(r"\s+:[\w@#%:]+:$", "", block[0][2:]).strip()
             props = _drawer_props(block)
-            new = [_heading(title, True), *_drawer(nid, key, [c for c in props if c not in ("ID", "FED_KEY", "FED_DELETED")],
-                                                   {c: props[c] for c in props}, True)]
+            new = [
+                _heading(title, True),
+                *_drawer(
+                    nid, key, [c for c in props if c not in ("ID", "FED_KEY", "FED_DELETED")],
+                    {c: props[c] for c in props}, True,
+                ),
+            ]
             new_block = new + _body(block)
             deleted += new_block != block
             unchanged += new_block == block
         else:
-            new_block = [_heading(inert(row.get(entity.title)), False), *_drawer(nid, row.get(entity.key), cols, row, False)]
+            new_block = [
+                _heading(inert(row.get(entity.title)), False),
+                *_drawer(nid, row.get(entity.key), cols, row, False),
+            ]
             new_block += _body(block)
             updated += new_block != block
             unchanged += new_block == block
         out_blocks.append(new_block)
     for _, nid in sorted(((_order_key(k), n) for k, n in order if n not in seen)):
         row = by_id[nid]
-        out_blocks.append([_heading(inert(row.get(entity.title)), False), *_drawer(nid, row.get(entity.key), cols, row, False)])
+        out_blocks.append(
+            [
+                _heading(inert(row.get(entity.title)), False),
+                *_drawer(nid, row.get(entity.key), cols, row, False),
+            ]
+        )
         added += 1
     lines = list(pre)
     for b in out_blocks:

@@ -130,7 +130,11 @@ def pack(runtime_wasm: bytes, bundle: Bundle, runner: str = "js", *, snapshot: b
     payload = bundle.encode()
     if len(payload) > MAX_BUNDLE_BYTES:
         raise InvalidArgs(f"js bundle is {len(payload)} bytes, over the {MAX_BUNDLE_BYTES}-byte cap")
-    out = runtime_wasm + custom_section(RUNNER_SECTION, runner.encode()) + custom_section(BUNDLE_SECTION, payload)
+    out = (
+        runtime_wasm
+        + custom_section(RUNNER_SECTION, runner.encode())
+        + custom_section(BUNDLE_SECTION, payload)
+    )
     return out + custom_section(SNAPSHOT_SECTION, b"1") if snapshot else out
 
 
@@ -143,7 +147,9 @@ def unpack(data: bytes) -> Bundle:
             if doc.get("format") != FORMAT:
                 raise InvalidArgs(f"js bundle format {doc.get('format')!r} is not {FORMAT}")
             files = doc["files"]
-            if not isinstance(files, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
+            if not isinstance(files, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in files.items()
+            ):
                 raise InvalidArgs("js bundle: files must map paths to text")
             return Bundle(entry=str(doc["entry"]), files=MappingProxyType(files))
     raise InvalidArgs(f"not a js artifact: no {BUNDLE_SECTION} custom section")

@@ -46,7 +46,9 @@ def collect(root: Path, suffixes: tuple[str, ...] = SOURCE_SUFFIXES) -> dict[str
             data = path.read_bytes()
             total += len(data)
             if len(files) >= MAX_FILES or total > artifact.MAX_BUNDLE_BYTES:
-                raise InvalidArgs(f"js: sources under {root} exceed {MAX_FILES} files or {artifact.MAX_BUNDLE_BYTES} bytes")
+                raise InvalidArgs(
+                    f"js: sources under {root} exceed {MAX_FILES} files or {artifact.MAX_BUNDLE_BYTES} bytes"
+                )
             try:
                 files[rel] = data.decode("utf-8")
             except UnicodeDecodeError:
@@ -65,8 +67,10 @@ def with_sdk(files: dict[str, str]) -> dict[str, str]:
     from wbcore_runtime.dispatch.dock import SDK
 
     if SDK_FILE in files:
-        raise InvalidArgs(f"js: {SDK_FILE} is the Dock SDK the lane adds to every bundle (wbcore_runtime/sdk/{SDK_FILE}); "
-                          "delete your copy and keep importing './wb_dock.js'")
+        raise InvalidArgs(
+            f"js: {SDK_FILE} is the Dock SDK the lane adds to every bundle (wbcore_runtime/sdk/{SDK_FILE}); "
+            "delete your copy and keep importing './wb_dock.js'"
+        )
     return {**files, SDK_FILE: (SDK / SDK_FILE).read_text(encoding="utf-8")}
 
 
@@ -81,7 +85,9 @@ def pick_entry(files: dict[str, str], entry: str | None, root: Path) -> str:
     scripts = [f for f in files if f.endswith((".js", ".mjs"))]
     if len(scripts) == 1:
         return scripts[0]
-    raise InvalidArgs(f"js: cannot tell the entry module under {root}: name it main.js (or BUILD_SRC path:<dir>/<file>.js)")
+    raise InvalidArgs(
+        f"js: cannot tell the entry module under {root}: name it main.js (or BUILD_SRC path:<dir>/<file>.js)"
+    )
 
 
 def materialize(files: dict[str, str] | Any, dest: Path) -> None:
@@ -107,17 +113,27 @@ class JsLane:
 
     home: Path
     guests: guest.GuestRunner  # the runtime's WASI guest runner (contract.guest.runner)
-    limits: guest.GuestLimits = field(default_factory=lambda: guest.GuestLimits(timeout_s=60.0, memory_bytes=256 << 20))
+    limits: guest.GuestLimits = field(
+        default_factory=lambda: guest.GuestLimits(timeout_s=60.0, memory_bytes=256 << 20)
+    )
 
     @classmethod
     def for_runtime(cls, runtime: Any) -> JsLane:
         env = getattr(runtime, "env", {}) or {}
-        return cls(home=Path(runtime.home), guests=guest.runner(runtime), limits=guest.GuestLimits(timeout_s=float(env.get("WB_BUILD_TIMEOUT", "60")), memory_bytes=256 << 20))
+        return cls(
+            home=Path(runtime.home),
+            guests=guest.runner(runtime),
+            limits=guest.GuestLimits(
+                timeout_s=float(env.get("WB_BUILD_TIMEOUT", "60")), memory_bytes=256 << 20
+            ),
+        )
 
     @property
     def version(self) -> str:
         r = qjs.reactor()
-        parts = hashlib.sha256((JS_DIR / "entry.mjs").read_bytes() + (JS_DIR / "check.mjs").read_bytes()).hexdigest()
+        parts = hashlib.sha256(
+            (JS_DIR / "entry.mjs").read_bytes() + (JS_DIR / "check.mjs").read_bytes()
+        ).hexdigest()
         from wbcore_runtime.dispatch.dock import sdk_digest
 
         return (f"quickjs-ng reactor {r.version} ({r.sha256[:12]}); wbcore entry {parts[:12]}; "
@@ -136,7 +152,9 @@ class JsLane:
             app = Path(tmp)
             materialize(files, app)
             shutil.copyfile(JS_DIR / "check.mjs", app / "__wb_check.mjs")
-            argv = qjs.qjs_args("/app/__wb_check.mjs", ["/app/" + n for n in names], memory_bytes=self.limits.memory_bytes)
+            argv = qjs.qjs_args(
+                "/app/__wb_check.mjs", ["/app/" + n for n in names], memory_bytes=self.limits.memory_bytes
+            )
             res = qjs.run(mod, app, argv, stdin=None, limits=self.limits)
         log = (res.stdout + res.stderr).decode("utf-8", "replace")
         if res.timed_out:
@@ -175,4 +193,6 @@ class JsLane:
         log = self.check(files, modules)
         name = request.manifest.cli_bin or request.manifest.id
         out = self.pack(files, entry, request.outdir, name)
-        return BuildOutput(artifact=out, log=f"checked {len(modules)} module(s) in QuickJS-NG; entry {entry}\n{log}")
+        return BuildOutput(
+            artifact=out, log=f"checked {len(modules)} module(s) in QuickJS-NG; entry {entry}\n{log}"
+        )

@@ -92,10 +92,15 @@ def module(wasm: bytes, cache_dir: Path | None, guests: guest.GuestRunner) -> gu
     return guests.module(wasm, cache_dir=cache_dir, name="qjs")
 
 
-def qjs_args(script: str, args: Sequence[str], *, memory_bytes: int, stack_bytes: int = DEFAULT_STACK) -> list[str]:
+def qjs_args(
+    script: str, args: Sequence[str], *, memory_bytes: int, stack_bytes: int = DEFAULT_STACK
+) -> list[str]:
     """qjs options for a module run: JS heap and stack limits passed through."""
     heap = max(8 << 20, memory_bytes - HEAP_HEADROOM)
-    return ["qjs", "--std", "-m", "--memory-limit", str(heap), "--stack-size", str(stack_bytes), script, *args]
+    return [
+        "qjs", "--std", "-m", "--memory-limit", str(heap), "--stack-size", str(stack_bytes), script,
+        *args,
+    ]
 
 
 def run(

@@ -139,7 +139,9 @@ def app_dir(home: Path, data: bytes | Prepared, sha256: str | None = None) -> Pa
         # stamp first, then compare: a change after the stamp makes the next call's differ
         stamp = _tree_stamp(dest)
         if stamp is None or not _matches(dest, files):
-            raise InvalidArgs(f"js: the extracted sources at {dest} changed while being written; retry the call")
+            raise InvalidArgs(
+                f"js: the extracted sources at {dest} changed while being written; retry the call"
+            )
     if stamp is not None:
         with _checked_lock:
             if len(_checked) > 1024:
@@ -189,10 +191,14 @@ def prepare(path: Path, home: Path, sha256: str | None = None, *, guests: guest.
     if sha256 is not None and sha != sha256:
         from wbcore_runtime.store.artifacts import IntegrityError
 
-        raise IntegrityError(f"js artifact {path} does not match its sha256 {sha256[:12]}… (tampered or corrupt); "
-                             "it will not run — rebuild the toolkit")
-    prep = Prepared(sha, artifact.unpack(data).files, qjs.module(artifact.code_part(data), home / "cache" / "js", guests),
-                    snapshot=sections.get(artifact.SNAPSHOT_SECTION) == b"1")
+        raise IntegrityError(
+            f"js artifact {path} does not match its sha256 {sha256[:12]}… (tampered or corrupt); "
+            "it will not run — rebuild the toolkit"
+        )
+    prep = Prepared(
+        sha, artifact.unpack(data).files, qjs.module(artifact.code_part(data), home / "cache" / "js", guests),
+        snapshot=sections.get(artifact.SNAPSHOT_SECTION) == b"1",
+    )
     with _prepared_lock:
         if len(_prepared) > 256:
             _prepared.clear()
@@ -245,7 +251,9 @@ def run_artifact(
             if prep.snapshot:
                 return qjs.resume(prep.module, app, argv, memory_bytes=memory_bytes, stack_bytes=stack_bytes,
                                   stdin=stdin_path, limits=limits, cancel=cancel, dock=bridge)
-            return qjs.run(prep.module, app, args, stdin=stdin_path, limits=limits, cancel=cancel, dock=bridge)
+            return qjs.run(
+                prep.module, app, args, stdin=stdin_path, limits=limits, cancel=cancel, dock=bridge
+            )
 
         if dock is None:
             return go(None)
@@ -286,8 +294,10 @@ class JsRunner:
         bridge: Callable[[str, bytes], tuple[int, bytes]] | None = None
         if req.caps:  # the Dock bridge, for the granted caps only (wbcore_lane_js.dock)
             dock = self.runtime.dock
-            ctx = dock.context(principal=req.principal, caps=req.caps, timeout=req.timeout_s, toolkit=req.toolkit,
-                               allowed_hosts=req.allowed_hosts)
+            ctx = dock.context(
+                principal=req.principal, caps=req.caps, timeout=req.timeout_s, toolkit=req.toolkit,
+                allowed_hosts=req.allowed_hosts,
+            )
             bridge = functools.partial(dock.call_raw, ctx)
 
         t0 = time.perf_counter()
@@ -301,9 +311,14 @@ class JsRunner:
         if res.timed_out:
             raise Timeout(f"{req.name}: stopped after {wall:.3f} s: over its {req.timeout_s:g} s deadline")
         if res.truncated:
-            raise LimitExceeded(f"{req.name}: output passed the cap of profile {prof.name}; output stopped", limit="stdout")
+            raise LimitExceeded(
+                f"{req.name}: output passed the cap of profile {prof.name}; output stopped", limit="stdout"
+            )
         if res.trap:
             from wbcore_runtime.contract.calls import GuestTrap
 
             raise GuestTrap(f"{req.name}: guest trapped: {res.trap}")
-        return CallResult(res.stdout, res.stderr, res.exit_code, Usage(wall_s=wall, bytes_out=len(res.stdout) + len(res.stderr)))
+        return CallResult(
+            res.stdout, res.stderr, res.exit_code,
+            Usage(wall_s=wall, bytes_out=len(res.stdout) + len(res.stderr)),
+        )

@@ -129,7 +129,9 @@ def _globals(body: bytes) -> list[tuple[int, int, bytes]]:
         elif op == 0x23:  # global.get
             _, q = artifact._read_uleb(body, q)
         else:
-            raise InvalidArgs(f"snapshot: global {i} has an initializer this snapshot does not read (opcode {op:#x})")
+            raise InvalidArgs(
+                f"snapshot: global {i} has an initializer this snapshot does not read (opcode {op:#x})"
+            )
         if body[q] != 0x0B:
             raise InvalidArgs(f"snapshot: global {i}'s initializer is not one constant instruction")
         out.append((vt, mut, body[start:q + 1]))
@@ -179,7 +181,11 @@ def instrument(reactor: bytes) -> bytes:
     gsec = next((b for s, b in secs if s == 6), b"\0")
     n_imported_globals = 0  # checked just above
     extra = [(k, 0, names[v]) for k, v in EXPORTS.items()]
-    extra += [(f"{GLOBAL_PREFIX}{i}", 3, n_imported_globals + i) for i, (_, mut, _) in enumerate(_globals(gsec)) if mut]
+    extra += [
+        (f"{GLOBAL_PREFIX}{i}", 3, n_imported_globals + i)
+        for i, (_, mut, _) in enumerate(_globals(gsec))
+        if mut
+    ]
     out = []
     for sid, body in secs:
         if sid == 0:
@@ -286,9 +292,15 @@ def take(reactor: bytes, app: Path, argv: Sequence[str], *, limits: guest.GuestL
         return 0 if rc == 0 else 1
 
     with tempfile.TemporaryDirectory(prefix="wb-js-snap-dock-") as dock:
-        res = guest.run(mod, ["qjs"], preopens=[guest.Preopen(app, "/app"), guest.Preopen(Path(dock), "/wb-dock")],
-                        stdin=None, limits=limits, extra_imports=imports, start=start)
+        res = guest.run(
+            mod, ["qjs"], preopens=[guest.Preopen(app, "/app"), guest.Preopen(Path(dock), "/wb-dock")],
+            stdin=None, limits=limits, extra_imports=imports, start=start,
+        )
     if res.exit_code != 0 or "memory" not in state or res.stdout or res.stderr:
-        detail = (res.stderr or res.stdout).decode("utf-8", "replace").strip() or res.trap or f"exit {res.exit_code}"
+        detail = (
+            (res.stderr or res.stdout).decode("utf-8", "replace").strip()
+            or res.trap
+            or f"exit {res.exit_code}"
+        )
         raise InvalidArgs(f"js: initializing the guest for its snapshot failed: {detail}")
     return freeze(inst_wasm, state["memory"], state["globals"])

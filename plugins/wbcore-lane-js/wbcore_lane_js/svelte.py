@@ -109,11 +109,17 @@ def compiler_ok(env: Any = None) -> str:
     where = cache_dir(env)
     bad = [p for p in gone if (where / p.tgz).exists()]
     if bad:
-        return (f"{where / bad[0].tgz} is not the pinned {bad[0].name} {bad[0].version} (sha256 {bad[0].sha256[:12]}…): "
-                "delete it and run `python -m wbcore_lane_js fetch svelte`")
+        return (
+            f"{where / bad[0].tgz} is not the pinned {bad[0].name} {bad[0].version} (sha256 "
+            f"{bad[0].sha256[:12]}…): "
+            "delete it and run `python -m wbcore_lane_js fetch svelte`"
+        )
     names = " ".join(f"{p.name}@{p.version}" for p in gone)
-    return (f"{names} not fetched yet: run `python -m wbcore_lane_js fetch svelte` (from your npm registry: `npm config get registry`; sha256-pinned, "
-            f"into {where}), or `npm pack {names}` then `python -m wbcore_lane_js fetch svelte --from <each .tgz>`")
+    return (
+        f"{names} not fetched yet: run `python -m wbcore_lane_js fetch svelte` (from your npm registry: `npm "
+        f"config get registry`; sha256-pinned, into {where}), or `npm pack {names}` then `python -m "
+        "wbcore_lane_js fetch svelte --from <each .tgz>`"
+    )
 
 
 def fetch(env: Any = None, progress: Any = None, *, tarballs: list[Path] | None = None) -> Path:
@@ -126,7 +132,9 @@ def fetch(env: Any = None, progress: Any = None, *, tarballs: list[Path] | None 
     given = {Path(t).name: Path(t) for t in tarballs or []}
     unknown = sorted(set(given) - {p.tgz for p in PACKAGES})
     if unknown:
-        raise InvalidArgs(f"{unknown[0]}: not one of the pinned tarballs ({', '.join(p.tgz for p in PACKAGES)})")
+        raise InvalidArgs(
+            f"{unknown[0]}: not one of the pinned tarballs ({', '.join(p.tgz for p in PACKAGES)})"
+        )
     for pkg in PACKAGES:
         if _verified(pkg, env) is not None:
             continue
@@ -144,7 +152,9 @@ def fetch(env: Any = None, progress: Any = None, *, tarballs: list[Path] | None 
                 if progress:
                     progress(f"svelte lane: fetching {source}")
             # the deployer's allowances apply to a download (a registry mirror on a private address)
-            _fetch.pinned(source, tgz, pkg.sha256, what=f"{pkg.name} {pkg.version}", max_bytes=MAX_TGZ, env=seen)
+            _fetch.pinned(
+                source, tgz, pkg.sha256, what=f"{pkg.name} {pkg.version}", max_bytes=MAX_TGZ, env=seen
+            )
             os.replace(tgz, where / pkg.tgz)
     return where
 
@@ -172,8 +182,10 @@ def check() -> Any:
         return Availability.yes(f"svelte {SVELTE.version} compiler in {base.reason}")
     if any((cache_dir() / p.tgz).exists() for p in gone):
         return Availability.no(compiler_ok())  # a tarball that is not the pinned one: never run it
-    return Availability.yes(f"svelte {SVELTE.version} (fetched from the configured npm registry by the first svelte build, "
-                            f"or now with `python -m wbcore_lane_js fetch svelte`) in {base.reason}")
+    return Availability.yes(
+        f"svelte {SVELTE.version} (fetched from the configured npm registry by the first svelte build, "
+        f"or now with `python -m wbcore_lane_js fetch svelte`) in {base.reason}"
+    )
 
 
 # Every module specifier in `from '…'`, `import '…'` and `import('…')`. Matches inside
@@ -240,7 +252,9 @@ class Runtime:
                 if spec.startswith("."):
                     if pkg is None:
                         return m.group(0)
-                    within = posixpath.normpath(posixpath.join(posixpath.dirname(name.split("/", 2)[2]), spec))
+                    within = posixpath.normpath(
+                        posixpath.join(posixpath.dirname(name.split("/", 2)[2]), spec)
+                    )
                     hit: tuple[str, str] | None = (pkg, within) if within in self.files[pkg] else None
                 else:
                     hit = self.resolve(spec, pkg)
@@ -259,7 +273,14 @@ class Runtime:
 
 def _component_import(name: str, text: str) -> str:
     """``import X from './Child.svelte'`` → ``'./Child.svelte.js'`` (the emitted module)."""
-    return _SPEC.sub(lambda m: m.group(0)[:-1] + ".js" + m.group(2) if m.group(3).startswith(".") and m.group(3).endswith(".svelte") else m.group(0), text)
+    return _SPEC.sub(
+        lambda m: (
+            m.group(0)[:-1] + ".js" + m.group(2)
+            if m.group(3).startswith(".") and m.group(3).endswith(".svelte")
+            else m.group(0)
+        ),
+        text,
+    )
 
 
 @dataclass
@@ -269,7 +290,13 @@ class SvelteLane(JsLane):
     @classmethod
     def for_runtime(cls, runtime: Any) -> SvelteLane:
         env = getattr(runtime, "env", {}) or {}
-        return cls(home=Path(runtime.home), guests=guest.runner(runtime), limits=guest.GuestLimits(timeout_s=float(env.get("WB_BUILD_TIMEOUT", "120")), memory_bytes=512 << 20))
+        return cls(
+            home=Path(runtime.home),
+            guests=guest.runner(runtime),
+            limits=guest.GuestLimits(
+                timeout_s=float(env.get("WB_BUILD_TIMEOUT", "120")), memory_bytes=512 << 20
+            ),
+        )
 
     @property
     def version(self) -> str:
@@ -281,7 +308,9 @@ class SvelteLane(JsLane):
     def runtime(self, progress: Any = None) -> Runtime:
         gone = missing()
         if any((cache_dir() / p.tgz).exists() for p in gone):
-            raise InvalidArgs(f"svelte lane: {compiler_ok()}")  # a planted tarball: refuse, never fetch over it silently
+            raise InvalidArgs(
+                f"svelte lane: {compiler_ok()}"
+            )  # a planted tarball: refuse, never fetch over it silently
         if gone:
             fetch(progress=progress)
         return Runtime()
@@ -295,7 +324,10 @@ class SvelteLane(JsLane):
             materialize(sources, app)
             (app / "__wb_svelte_compiler.js").write_bytes(rt.files["svelte"][COMPILER])
             shutil.copyfile(JS_DIR / "svelte.mjs", app / "__wb_svelte.mjs")
-            argv = qjs.qjs_args("/app/__wb_svelte.mjs", ["/app/" + n for n in sorted(sources)], memory_bytes=self.limits.memory_bytes)
+            argv = qjs.qjs_args(
+                "/app/__wb_svelte.mjs", ["/app/" + n for n in sorted(sources)],
+                memory_bytes=self.limits.memory_bytes,
+            )
             limits = guest.GuestLimits(self.limits.timeout_s, self.limits.memory_bytes, output_bytes=64 << 20)
             res = qjs.run(mod, app, argv, stdin=None, limits=limits)
         if res.timed_out:
@@ -323,10 +355,14 @@ class SvelteLane(JsLane):
         runes = {n: t for n, t in everything.items() if n.endswith((".svelte.js", ".svelte.mjs"))}
         for name in components:
             if name + ".js" in runes:
-                raise InvalidArgs(f"svelte: {name}.js is both a rune module and what {name} compiles to; rename one")
+                raise InvalidArgs(
+                    f"svelte: {name}.js is both a rune module and what {name} compiles to; rename one"
+                )
         rt = self.runtime(request.progress)
         if request.progress:
-            request.progress(f"svelte {SVELTE.version}: compiling {len(components)} component(s) inside QuickJS")
+            request.progress(
+                f"svelte {SVELTE.version}: compiling {len(components)} component(s) inside QuickJS"
+            )
         emitted, warnings = self.compile(rt, {**components, **runes})
         # the toolkit's own modules import components by their source name, like a bundler allows
         files = {n: _component_import(n, t) if n.endswith((".js", ".mjs")) else t
@@ -340,26 +376,39 @@ class SvelteLane(JsLane):
         if want and want.endswith(".svelte"):
             component, want = want, None
         else:
-            component = next((c for c in ("App.svelte", "main.svelte", "index.svelte") if c in components), None)
+            component = next(
+                (c for c in ("App.svelte", "main.svelte", "index.svelte") if c in components), None
+            )
             if component is None and len(components) == 1:
                 component = next(iter(components))
         if not want and not any(c in files for c in ("main.mjs", "main.js", "index.mjs", "index.js")):
             if component is None:
-                raise InvalidArgs(f"svelte: cannot tell which component to render under {src}: name it App.svelte "
-                                  "(or BUILD_SRC path:<dir>/<X>.svelte, or write a main.js)")
+                raise InvalidArgs(
+                    f"svelte: cannot tell which component to render under {src}: name it App.svelte "
+                    "(or BUILD_SRC path:<dir>/<X>.svelte, or write a main.js)"
+                )
             cli = request.manifest.cli_bin or request.manifest.id
-            files["__wb_svelte_main.mjs"] = ((JS_DIR / "svelte-main.mjs").read_text()
-                                             .replace("@SERVER@", "svelte/server").replace("@COMPONENT@", "./" + component + ".js")
-                                             .replace("@NAME@", json.dumps(cli)[1:-1]))
+            files["__wb_svelte_main.mjs"] = (
+                (JS_DIR / "svelte-main.mjs")
+                .read_text()
+                .replace("@SERVER@", "svelte/server")
+                .replace("@COMPONENT@", "./" + component + ".js")
+                .replace("@NAME@", json.dumps(cli)[1:-1])
+            )
             want = "__wb_svelte_main.mjs"
         scripts = {n: t for n, t in files.items() if n.endswith((".js", ".mjs"))}
         files.update(rt.bundle(scripts))
         entry = pick_entry(files, want, src)
         files = with_sdk(files)
-        modules = sorted(f for f in files if f.endswith((".js", ".mjs")) and not f.startswith(BUNDLE_DIR + "/"))
+        modules = sorted(
+            f for f in files if f.endswith((".js", ".mjs")) and not f.startswith(BUNDLE_DIR + "/")
+        )
         log = self.check(files, modules)
         out = self.pack(files, entry, request.outdir, request.manifest.cli_bin or request.manifest.id)
         runtime_n = sum(1 for f in files if f.startswith(BUNDLE_DIR + "/"))
         notes = "\n".join(warnings)
-        return BuildOutput(artifact=out, log=f"compiled {len(components)} component(s) with svelte {SVELTE.version} (generate: server); "
-                                             f"bundled {runtime_n} runtime module(s); entry {entry}\n{notes}\n{log}")
+        return BuildOutput(
+            artifact=out,
+            log=f"compiled {len(components)} component(s) with svelte {SVELTE.version} (generate: server); "
+            f"bundled {runtime_n} runtime module(s); entry {entry}\n{notes}\n{log}",
+        )

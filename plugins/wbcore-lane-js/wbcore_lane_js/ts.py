@@ -40,7 +40,9 @@ from wbcore_lane_js.lane import JS_DIR, JsLane, collect, materialize, pick_entry
 from wbcore_lane_js.plugin import no_flags
 
 TYPESCRIPT_VERSION = "5.9.3"
-TYPESCRIPT_SHA256 = "3ae902c92cc44dace175c0e69e13a4b0899f6983c6121d76b9ab8dd5795e7675"  # package/lib/typescript.js
+TYPESCRIPT_SHA256 = (
+    "3ae902c92cc44dace175c0e69e13a4b0899f6983c6121d76b9ab8dd5795e7675"  # package/lib/typescript.js
+)
 TYPESCRIPT_TGZ_SHA256 = "10e108c9cf7d5f2879053dff18515fb405abf2ccef63eaaf017d9c571687a1d3"
 #: What is kept from the tarball: the compiler and its license texts (Apache-2.0).
 KEEP = {"package/lib/typescript.js": "typescript.js", "package/LICENSE.txt": "LICENSE.txt",
@@ -80,11 +82,14 @@ def compiler_ok(env: Any = None) -> str:
         return ""
     where = compiler_dir(env)
     if (where / "typescript.js").exists():
-        return f"{where / 'typescript.js'} is not the pinned typescript {TYPESCRIPT_VERSION} (sha256 {TYPESCRIPT_SHA256[:12]}…): delete it and run `python -m wbcore_lane_js fetch`"
-    return (f"typescript {TYPESCRIPT_VERSION} is not fetched yet: run `python -m wbcore_lane_js fetch` (downloads "
-            f"typescript-{TYPESCRIPT_VERSION}.tgz from your npm registry (`npm config get registry`), sha256-pinned, "
-            f"into {where}), or `npm pack typescript@{TYPESCRIPT_VERSION}` then "
-            f"`python -m wbcore_lane_js fetch --from typescript-{TYPESCRIPT_VERSION}.tgz`")
+        return (f"{where / 'typescript.js'} is not the pinned typescript {TYPESCRIPT_VERSION} "
+                f"(sha256 {TYPESCRIPT_SHA256[:12]}…): delete it and run `python -m wbcore_lane_js fetch`")
+    return (
+        f"typescript {TYPESCRIPT_VERSION} is not fetched yet: run `python -m wbcore_lane_js fetch` "
+        f"(downloads typescript-{TYPESCRIPT_VERSION}.tgz from your npm registry (`npm config get registry`), "
+        f"sha256-pinned, into {where}), or `npm pack typescript@{TYPESCRIPT_VERSION}` then `python -m "
+        f"wbcore_lane_js fetch --from typescript-{TYPESCRIPT_VERSION}.tgz`"
+    )
 
 
 def fetch(env: Any = None, progress: Any = None, *, tarball: Path | None = None) -> Path:
@@ -141,8 +146,10 @@ def check() -> Any:
         return Availability.yes(f"typescript {TYPESCRIPT_VERSION} in {base.reason}")
     if (compiler_dir() / "typescript.js").exists():
         return Availability.no(compiler_ok())  # a file that is not the pinned one: never run it
-    return Availability.yes(f"typescript {TYPESCRIPT_VERSION} (fetched from the configured npm registry by the first ts build, "
-                            f"or now with `python -m wbcore_lane_js fetch`) in {base.reason}")
+    return Availability.yes(
+        f"typescript {TYPESCRIPT_VERSION} (fetched from the configured npm registry by the first ts build, "
+        f"or now with `python -m wbcore_lane_js fetch`) in {base.reason}"
+    )
 
 
 _REFERENCE = re.compile(r"""^\s*///\s*<reference\s+path\s*=\s*["']([^"']*)["']""")
@@ -158,9 +165,16 @@ def refuse_outside_references(files: dict[str, str]) -> None:
             if not m:
                 continue
             target = posixpath.normpath(posixpath.join(posixpath.dirname(name), m.group(1)))
-            if m.group(1).startswith("/") or target == ".." or target.startswith("../") or target not in files:
-                raise InvalidArgs(f"ts: {name}:{lineno}: /// <reference path=\"{m.group(1)}\"> names a file outside "
-                                  "the source folder (or one that is not there); references must stay inside it")
+            if (
+                m.group(1).startswith("/")
+                or target == ".."
+                or target.startswith("../")
+                or target not in files
+            ):
+                raise InvalidArgs(
+                    f'ts: {name}:{lineno}: /// <reference path="{m.group(1)}"> names a file outside '
+                    "the source folder (or one that is not there); references must stay inside it"
+                )
 
 
 @dataclass
@@ -170,11 +184,19 @@ class TsLane(JsLane):
     @classmethod
     def for_runtime(cls, runtime: Any) -> TsLane:
         env = getattr(runtime, "env", {}) or {}
-        return cls(home=Path(runtime.home), guests=guest.runner(runtime), limits=guest.GuestLimits(timeout_s=float(env.get("WB_BUILD_TIMEOUT", "120")), memory_bytes=1 << 30))
+        return cls(
+            home=Path(runtime.home),
+            guests=guest.runner(runtime),
+            limits=guest.GuestLimits(
+                timeout_s=float(env.get("WB_BUILD_TIMEOUT", "120")), memory_bytes=1 << 30
+            ),
+        )
 
     @property
     def version(self) -> str:
-        tsc = hashlib.sha256((JS_DIR / "tsc.mjs").read_bytes() + (JS_DIR / "tsc-bytecode.mjs").read_bytes()).hexdigest()
+        tsc = hashlib.sha256(
+            (JS_DIR / "tsc.mjs").read_bytes() + (JS_DIR / "tsc-bytecode.mjs").read_bytes()
+        ).hexdigest()
         return f"{JsLane.version.fget(self)}; typescript {TYPESCRIPT_VERSION} transpileModule ({tsc[:12]})"  # type: ignore[attr-defined]
 
     def bytecode(self, mod: Any, reactor_sha: str) -> Path | None:
@@ -190,7 +212,12 @@ class TsLane(JsLane):
             shutil.copyfile(self.compiler(), app / "__wb_typescript.js")
             shutil.copyfile(JS_DIR / "tsc-bytecode.mjs", app / "__wb_tsc_bytecode.mjs")
             argv = qjs.qjs_args("/app/__wb_tsc_bytecode.mjs", [], memory_bytes=self.limits.memory_bytes)
-            res = qjs.run(mod, app, argv, stdin=None, limits=guest.GuestLimits(self.limits.timeout_s, self.limits.memory_bytes, output_bytes=64 << 20))
+            res = qjs.run(
+                mod, app, argv, stdin=None,
+                limits=guest.GuestLimits(
+                    self.limits.timeout_s, self.limits.memory_bytes, output_bytes=64 << 20
+                ),
+            )
         if res.exit_code != 0 or res.truncated or not res.stdout:
             return None
         atomic_write(path, res.stdout)
@@ -215,14 +242,18 @@ class TsLane(JsLane):
             else:
                 shutil.copyfile(tsc, app / "__wb_typescript.js")
             shutil.copyfile(JS_DIR / "tsc.mjs", app / "__wb_tsc.mjs")
-            argv = qjs.qjs_args("/app/__wb_tsc.mjs", ["/app/" + n for n in names], memory_bytes=self.limits.memory_bytes)
+            argv = qjs.qjs_args(
+                "/app/__wb_tsc.mjs", ["/app/" + n for n in names], memory_bytes=self.limits.memory_bytes
+            )
             limits = guest.GuestLimits(self.limits.timeout_s, self.limits.memory_bytes, output_bytes=64 << 20)
             res = qjs.run(mod, app, argv, stdin=None, limits=limits)
         if res.timed_out:
             raise Timeout(f"ts: the TypeScript compiler took over {self.limits.timeout_s:g}s")
         if res.exit_code != 0 or res.truncated:
             log = res.stderr.decode("utf-8", "replace")
-            raise BuildFailed(f"ts: the TypeScript compiler failed ({res.trap or f'exit {res.exit_code}'})", log=log)
+            raise BuildFailed(
+                f"ts: the TypeScript compiler failed ({res.trap or f'exit {res.exit_code}'})", log=log
+            )
         doc = json.loads(res.stdout)
         if doc["errors"]:
             raise BuildFailed(f"ts: {doc['errors'][0]}", log="\n".join(doc["errors"]))
@@ -236,12 +267,18 @@ class TsLane(JsLane):
         everything = collect(src, (".ts", ".mts", ".js", ".mjs", ".json", ".tsx"))
         if any(n.endswith(".tsx") for n in everything):
             raise InvalidArgs("ts: .tsx (JSX) is not supported")
-        ts_files = {n: t for n, t in everything.items() if n.endswith(TS_SUFFIXES) and not n.endswith((".d.ts", ".d.mts"))}
+        ts_files = {
+            n: t
+            for n, t in everything.items()
+            if n.endswith(TS_SUFFIXES) and not n.endswith((".d.ts", ".d.mts"))
+        }
         if not ts_files:
             raise InvalidArgs(f"ts: no .ts files under {src}")
         refuse_outside_references(everything)
         if request.progress:
-            request.progress(f"typescript {TYPESCRIPT_VERSION}: type-stripping {len(ts_files)} file(s) inside QuickJS")
+            request.progress(
+                f"typescript {TYPESCRIPT_VERSION}: type-stripping {len(ts_files)} file(s) inside QuickJS"
+            )
         emitted = self.transpile(ts_files, request.progress)
         files = {n: t for n, t in everything.items() if n.endswith((".js", ".mjs", ".json"))}
         for name, text in emitted.items():
@@ -252,11 +289,17 @@ class TsLane(JsLane):
         if want and want.endswith(TS_SUFFIXES):
             want = want.replace(".mts", ".mjs") if want.endswith(".mts") else want[:-3] + ".js"
         if not want:
-            want = next((c.replace(".mts", ".mjs").replace(".ts", ".js") for c in ENTRY_CANDIDATES if c in ts_files), None)
+            want = next(
+                (c.replace(".mts", ".mjs").replace(".ts", ".js") for c in ENTRY_CANDIDATES if c in ts_files),
+                None,
+            )
         entry = pick_entry(files, want, src)
         files = with_sdk(files)
         modules = sorted(f for f in files if f.endswith((".js", ".mjs")))
         log = self.check(files, modules)
         out = self.pack(files, entry, request.outdir, request.manifest.cli_bin or request.manifest.id)
-        return BuildOutput(artifact=out, log=f"type-stripped {len(ts_files)} file(s) with typescript {TYPESCRIPT_VERSION}; "
-                                             f"checked {len(modules)} module(s); entry {entry}\n{log}")
+        return BuildOutput(
+            artifact=out,
+            log=f"type-stripped {len(ts_files)} file(s) with typescript {TYPESCRIPT_VERSION}; "
+            f"checked {len(modules)} module(s); entry {entry}\n{log}",
+        )

@@ -19,8 +19,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache", type=Path, default=None,
                     help="the image and snapshot cache (default: the one the tier reads: $WB_MICROVM_CACHE, "
                          "else $WB_HOME/tiers/microvm of the home wbx would use here)")
-    ap.add_argument("--shell-mounts", action="store_true",
-                    help="also the snapshot with virtio-9p slots that wbx shell --tier microvm --mount restores")
+    ap.add_argument(
+        "--shell-mounts", action="store_true",
+        help="also the snapshot with virtio-9p slots that wbx shell --tier microvm --mount restores",
+    )
     args = ap.parse_args(argv)
     from wbcore_microvm import tiers
     from wbcore_runtime.contract.errors import WbError
@@ -33,8 +35,11 @@ def main(argv: list[str] | None = None) -> int:
 
         home = choose(os.environ)
         cache = cache_root(home.path, dict(os.environ))
-        print(f"microvm: cache {cache} ({'from $WB_MICROVM_CACHE' if os.environ.get('WB_MICROVM_CACHE') else 'in the home ' + home.describe()})",
-              flush=True)
+        print(
+            f"microvm: cache {cache} "
+            f"({'from $WB_MICROVM_CACHE' if os.environ.get('WB_MICROVM_CACHE') else 'in the home ' + home.describe()})",  # noqa: E501 (one f-string field; 3.11 cannot split it)
+            flush=True,
+        )
     ok, why = tiers._probe_tools()
     if not ok:
         print(f"microvm: unavailable: {why}", file=sys.stderr)
@@ -54,9 +59,12 @@ def main(argv: list[str] | None = None) -> int:
     except WbError as exc:
         print(f"microvm: {exc.message}", file=sys.stderr)
         return 1
-    say(f"ready: accelerator {snap.accel}, image {snap.image.digest[:12]} (kernel {snap.image.kernel_version}), "
+    say(
+        f"ready: accelerator {snap.accel}, image {snap.image.digest[:12]} "
+        f"(kernel {snap.image.kernel_version}), "
         f"cold boot {snap.cold_boot_s:.1f} s, snapshot {snap.snapshot_s:.2f} s "
-        f"({snap.path.stat().st_size >> 20} MiB) at {snap.path}")
+        f"({snap.path.stat().st_size >> 20} MiB) at {snap.path}"
+    )
     return 0
 
 

@@ -37,25 +37,43 @@ def build(runtime: Any) -> typer.Typer:
     @app.command("save")
     def save_(
         name: str = typer.Argument(..., help="The snapshot's name (a-z, 0-9, '.', '_', '-')."),
-        run: list[str] = typer.Option([], "--run", help="A command the guest agent runs before the save (repeatable; "
-                                      "shell words, e.g. --run 'sh -c \"echo hi > /tmp/x\"')."),
-        put: list[str] = typer.Option([], "--put", help="HOST_FILE:/tmp/GUEST_PATH copied into the guest first (repeatable)."),
-        parent: str = typer.Option(None, "--from", help="Layer it over this named snapshot (default: the tier's own)."),
-        replace: bool = typer.Option(False, "--replace", help="Replace a snapshot of that name made with other steps."),
+        run: list[str] = typer.Option(
+            [],
+            "--run",
+            help="A command the guest agent runs before the save (repeatable; "
+            "shell words, e.g. --run 'sh -c \"echo hi > /tmp/x\"').",
+        ),
+        put: list[str] = typer.Option(
+            [], "--put", help="HOST_FILE:/tmp/GUEST_PATH copied into the guest first (repeatable)."
+        ),
+        parent: str = typer.Option(
+            None, "--from", help="Layer it over this named snapshot (default: the tier's own)."
+        ),
+        replace: bool = typer.Option(
+            False, "--replace", help="Replace a snapshot of that name made with other steps."
+        ),
         json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
         """Restore the tier's snapshot (or --from one), run the steps, and save the VM as NAME."""
         from wbcore_microvm import snapshots
 
         steps = snapshots.parse_steps(run, put)
-        say = (lambda m: None) if json_out else (lambda m: print(f"snapshot: {m}", file=sys.stderr, flush=True))
-        saved, cached, evicted = snapshots.save(rt(), name, steps, parent=parent, replace=replace, progress=say)
+        say = (
+            (lambda m: None) if json_out else (lambda m: print(f"snapshot: {m}", file=sys.stderr, flush=True))
+        )
+        saved, cached, evicted = snapshots.save(
+            rt(), name, steps, parent=parent, replace=replace, progress=say
+        )
         if json_out:
             emit_json({"name": saved.name, "key": saved.meta["key"], "cached": cached, "size": saved.size,
                        "parent": saved.meta.get("parent"), "save_s": saved.meta.get("save_s"),
                        "evicted": [e.name for e in evicted]})
             return
-        how = "already saved with these steps (same layer key)" if cached else f"saved in {saved.meta.get('total_s')} s"
+        how = (
+            "already saved with these steps (same layer key)"
+            if cached
+            else f"saved in {saved.meta.get('total_s')} s"
+        )
         typer.echo(f"snapshot {saved.name}: {how}; {_mib(saved.size)}, key {saved.meta['key'][:12]}")
         for e in evicted:
             typer.echo(f"evicted {e.name} (least recently used; the store's budget is WB_SNAPSHOT_BUDGET)")
@@ -65,7 +83,9 @@ def build(runtime: Any) -> typer.Typer:
         name: str = typer.Argument(..., help="The snapshot."),
         argv: list[str] = typer.Argument(None, help="A command to run in the restored guest (after --)."),
         timeout: float = typer.Option(60.0, "--timeout", help="Seconds for the restore and the command."),
-        with_stdin: bool = typer.Option(False, "--stdin", help="Pass this command's stdin to the guest command."),
+        with_stdin: bool = typer.Option(
+            False, "--stdin", help="Pass this command's stdin to the guest command."
+        ),
         json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
         """Restore NAME into a new micro-VM, run a command in it (if given), tear it down."""
@@ -78,8 +98,12 @@ def build(runtime: Any) -> typer.Typer:
             raise LimitExceeded(f"stdin over {snapshots.OUTPUT_CAP} bytes", limit="stdin")
         r = snapshots.restore(rt(), name, list(argv or []), stdin, timeout)
         if json_out:
-            emit_json({"name": r.name, "isolation": r.accel, "restore_s": round(r.restore_s, 4), "exit": r.exit,
-                       "stdout": r.stdout.decode(errors="replace"), "stderr": r.stderr.decode(errors="replace")})
+            emit_json(
+                {
+                    "name": r.name, "isolation": r.accel, "restore_s": round(r.restore_s, 4), "exit": r.exit,
+                    "stdout": r.stdout.decode(errors="replace"), "stderr": r.stderr.decode(errors="replace"),
+                }
+            )
         else:
             out = getattr(sys.stdout, "buffer", None)
             if out is not None:
@@ -88,7 +112,9 @@ def build(runtime: Any) -> typer.Typer:
                 sys.stdout.write(r.stdout.decode(errors="replace"))
             sys.stdout.flush()
             sys.stderr.write(r.stderr.decode(errors="replace"))
-            print(f"snapshot {r.name}: restored in {r.restore_s:.3f} s (isolation {r.accel})", file=sys.stderr)
+            print(
+                f"snapshot {r.name}: restored in {r.restore_s:.3f} s (isolation {r.accel})", file=sys.stderr
+            )
         if r.exit:
             raise typer.Exit(r.exit if r.exit < 256 else 1)
 
@@ -100,21 +126,34 @@ def build(runtime: Any) -> typer.Typer:
         r = rt()
         saved = snapshots.list_saved(r.home)
         now = time.time()
-        rows: list[dict[str, Any]] = [{"name": s.name, "size": s.size, "age_s": round(now - float(s.meta.get("created", now))),
-                 "last_used_s": round(now - s.last_used), "parent": s.meta.get("parent"), "key": s.meta.get("key"),
-                 "accel": s.meta.get("accel"), "steps": len(s.meta.get("steps") or [])} for s in saved]
+        rows: list[dict[str, Any]] = [
+            {
+                "name": s.name, "size": s.size, "age_s": round(now - float(s.meta.get("created", now))),
+                "last_used_s": round(now - s.last_used), "parent": s.meta.get("parent"),
+                "key": s.meta.get("key"), "accel": s.meta.get("accel"),
+                "steps": len(s.meta.get("steps") or []),
+            }
+            for s in saved
+        ]
         total = sum(x["size"] for x in rows)
         limit = snapshots.budget(dict(r.env))
         if json_out:
-            emit_json({"snapshots": rows, "total": total, "budget": limit, "store": str(snapshots.store_root(r.home))})
+            emit_json(
+                {
+                    "snapshots": rows, "total": total, "budget": limit,
+                    "store": str(snapshots.store_root(r.home)),
+                }
+            )
             return
         if not rows:
             typer.echo(f"no snapshots in {snapshots.store_root(r.home)} (wbx snapshot save NAME --run ...)")
             return
         typer.echo(f"{'NAME':<24} {'SIZE':>10} {'AGE':>5} {'USED':>5}  {'PARENT':<16} KEY")
         for x in rows:
-            typer.echo(f"{x['name']:<24} {_mib(x['size']):>10} {_age(x['age_s']):>5} {_age(x['last_used_s']):>5}  "
-                       f"{x['parent'] or '(tier)':<16} {str(x['key'])[:12]}")
+            typer.echo(
+                f"{x['name']:<24} {_mib(x['size']):>10} {_age(x['age_s']):>5} {_age(x['last_used_s']):>5}  "
+                f"{x['parent'] or '(tier)':<16} {str(x['key'])[:12]}"
+            )
         typer.echo(f"total {_mib(total)} of a {_mib(limit)} budget (WB_SNAPSHOT_BUDGET)")
 
     @app.command("delete")

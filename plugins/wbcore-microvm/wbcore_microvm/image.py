@@ -45,9 +45,11 @@ from wbcore_runtime.store.artifacts import sha256_file
 
 AGENT_SRC = Path(__file__).with_name("agent") / "wb_agent.c"
 RECIPE = 2  # bumped when the layout below changes
-MODULES = ("virtio_ring", "virtio", "virtio_pci_legacy_dev", "virtio_pci_modern_dev", "virtio_pci", "virtio_console",
-           # virtio-9p: host folders of ``wbx shell --tier microvm --mount`` (mounted by the agent on request)
-           "netfs", "fscache", "9pnet", "9pnet_virtio", "9p")
+MODULES = (
+    "virtio_ring", "virtio", "virtio_pci_legacy_dev", "virtio_pci_modern_dev", "virtio_pci", "virtio_console",
+    # virtio-9p: host folders of ``wbx shell --tier microvm --mount`` (mounted by the agent on request)
+    "netfs", "fscache", "9pnet", "9pnet_virtio", "9p",
+)
 BUSYBOX = "/bin/busybox"
 #: Debian CLIs copied into the guest with their shared libraries, when this host has them.
 HOST_CLIS = ("git",)
@@ -100,7 +102,9 @@ def compiler() -> list[str]:
         return ["gcc", "-static", "-Os", "-s"]
     if shutil.which("zig"):
         return ["zig", "cc", "-target", "x86_64-linux-musl", "-static", "-Os", "-s"]
-    raise NotFound("no C compiler for the guest agent; install one with: apt-get install gcc (or pip install ziglang)")
+    raise NotFound(
+        "no C compiler for the guest agent; install one with: apt-get install gcc (or pip install ziglang)"
+    )
 
 
 def _kernel_from_boot() -> tuple[str, Path, Path] | None:
@@ -142,8 +146,9 @@ def kernel(cache: Path) -> tuple[str, Path, Path]:
     version = pkg[len("linux-image-"):]
     kdir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=kdir) as tmp:
-        got = subprocess.run(["apt-get", "download", pkg], cwd=tmp, capture_output=True, text=True, timeout=600,
-                             check=False)
+        got = subprocess.run(
+            ["apt-get", "download", pkg], cwd=tmp, capture_output=True, text=True, timeout=600, check=False
+        )
         debs = list(Path(tmp).glob("*.deb"))
         if not debs:
             raise NotFound(f"apt-get download {pkg} failed: {got.stderr.strip()[-300:]}")
@@ -158,7 +163,9 @@ def kernel(cache: Path) -> tuple[str, Path, Path]:
             dest = stage / "modules" / src.relative_to(tree)
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest)
-        if (kdir / version).exists() and not all(any((kdir / version / "modules").rglob(f"{n}.ko")) for n in MODULES):
+        if (kdir / version).exists() and not all(
+            any((kdir / version / "modules").rglob(f"{n}.ko")) for n in MODULES
+        ):
             shutil.rmtree(kdir / version, ignore_errors=True)  # an older unpacking, short of modules
         try:
             os.rename(stage, kdir / version)
@@ -175,7 +182,9 @@ def _module(tree: Path, name: str) -> Path:
 
 
 def _applets(bb: Path) -> list[str]:
-    out = subprocess.run([str(bb), "--list-full"], capture_output=True, text=True, timeout=30, check=True).stdout
+    out = subprocess.run(
+        [str(bb), "--list-full"], capture_output=True, text=True, timeout=30, check=True
+    ).stdout
     return sorted({ln.strip().lstrip("/") for ln in out.splitlines() if ln.strip() and ".." not in ln})
 
 
@@ -206,7 +215,9 @@ def host_clis() -> dict[str, Path]:
             found[path] = Path(path).resolve()
         out.update(found)
     if sum(p.stat().st_size for p in out.values()) > HOST_CLI_BYTES:
-        raise NotFound(f"the host CLIs for the guest ({', '.join(HOST_CLIS)}) are over {HOST_CLI_BYTES >> 20} MiB")
+        raise NotFound(
+            f"the host CLIs for the guest ({', '.join(HOST_CLIS)}) are over {HOST_CLI_BYTES >> 20} MiB"
+        )
     return out
 
 
@@ -216,11 +227,14 @@ def build(cache: Path) -> Image:
     bb = busybox()
     clis = host_clis()
     cc = compiler()
-    cc_version = subprocess.run([cc[0], "--version"], capture_output=True, text=True, check=False).stdout.split("\n")[0]
+    cc_version = subprocess.run(
+        [cc[0], "--version"], capture_output=True, text=True, check=False
+    ).stdout.split("\n")[0]
     modules = {name: _module(modtree, name) for name in MODULES}
     inputs = {
         "recipe": RECIPE, "kernel": version, "vmlinuz": sha256_file(vmlinuz), "busybox": sha256_file(bb),
-        "agent": sha256_file(AGENT_SRC), "cc": [*cc, cc_version], "init": hashlib.sha256(INIT.encode()).hexdigest(),
+        "agent": sha256_file(AGENT_SRC), "cc": [*cc, cc_version],
+        "init": hashlib.sha256(INIT.encode()).hexdigest(),
         "modules": {name: sha256_file(path) for name, path in modules.items()},
         "host_clis": {guest: sha256_file(path) for guest, path in sorted(clis.items())},
     }
@@ -232,8 +246,9 @@ def build(cache: Path) -> Image:
     tmp = Path(tempfile.mkdtemp(prefix=f".{digest}.", dir=final.parent))
     try:
         agent = tmp / "wbcore-agent"
-        done = subprocess.run([*cc, "-o", str(agent), str(AGENT_SRC)], capture_output=True, text=True, timeout=600,
-                              check=False)
+        done = subprocess.run(
+            [*cc, "-o", str(agent), str(AGENT_SRC)], capture_output=True, text=True, timeout=600, check=False
+        )
         if done.returncode != 0:
             raise NotFound(f"the guest agent did not compile: {done.stderr.strip()[-600:]}")
         entries = _entries(bb, agent, modules, clis)
@@ -270,7 +285,9 @@ def _entries(bb: Path, agent: Path, modules: dict[str, Path],
         mkdirs(path)
         e[path] = (mode, data)
 
-    for d in ("proc", "sys", "dev", "tmp", "root", "etc/wb", "lib/modules", "usr/bin", "usr/sbin", "sbin", "bin"):
+    for d in (
+        "proc", "sys", "dev", "tmp", "root", "etc/wb", "lib/modules", "usr/bin", "usr/sbin", "sbin", "bin",
+    ):
         mkdirs(d + "/x")
         e[d] = (DIR | (0o700 if d == "root" else 0o755), b"")
     add("bin/busybox", FILE | 0o755, bb.read_bytes())

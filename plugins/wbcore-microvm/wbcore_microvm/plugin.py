@@ -14,10 +14,11 @@ from wbcore_runtime.contract.records import IsolationTier
 def wbcore_isolation_tiers() -> Iterator[IsolationTier]:
     yield IsolationTier(
         name="microvm",
-        summary="a call in a QEMU micro-VM restored from a snapshot (kvm where a guest answers, else tcg): its own "
-        "kernel, no network device, a guest agent speaking the framed protocol with the session secret, the "
-        "command allowlist, rlimits, uid 1000, SIGKILL at the deadline inside and VM teardown outside; posix "
-        "commands of its busybox image; caps bridged to the host's Dock; interactive shells (wbx shell, --mount over virtio-9p); host folders for posix calls (wbx run --mount)",
+        summary="a call in a QEMU micro-VM restored from a snapshot (kvm where a guest answers, else tcg): "
+        "its own kernel, no network device, a guest agent speaking the framed protocol with the session "
+        "secret, the command allowlist, rlimits, uid 1000, SIGKILL at the deadline inside and VM teardown "
+        "outside; posix commands of its busybox image; caps bridged to the host's Dock; interactive shells "
+        "(wbx shell, --mount over virtio-9p); host folders for posix calls (wbx run --mount)",
         rung=3,
         factory=lazy("wbcore_microvm.tiers:factory"),
         available=lazy("wbcore_microvm.tiers:available"),

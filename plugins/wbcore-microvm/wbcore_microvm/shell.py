@@ -83,15 +83,19 @@ def check_call_mounts(mounts: Sequence[Mount], what: str = "tier microvm") -> No
         # The guest sees the folder's own host owner and mode (what it creates inside is its
         # own, mapped-xattr) and its shell is guest uid 1000, an "other" to the folder.
         if m.rw and not os.stat(m.host).st_mode & stat.S_IWOTH:
-            raise InvalidArgs(f"--mount {m.host}:{m.guest}:rw: the micro-VM's shell (guest uid 1000) sees the folder's "
-                              f"host owner and mode and may write in it only if others may: chmod o+rwx {m.host}")
+            raise InvalidArgs(
+                f"--mount {m.host}:{m.guest}:rw: the micro-VM's shell (guest uid 1000) sees the folder's "
+                f"host owner and mode and may write in it only if others may: chmod o+rwx {m.host}"
+            )
     if os.geteuid() != 0:
         return
     for m in mounts:
         why = unreachable_by(m.host, m.rw, _vm.QEMU_UID)
         if why:
-            raise InvalidArgs(f"--mount {m.host}:{m.guest}: the micro-VM's QEMU runs as host uid {_vm.QEMU_UID}, "
-                              f"which cannot use it: {why}")
+            raise InvalidArgs(
+                f"--mount {m.host}:{m.guest}: the micro-VM's QEMU runs as host uid {_vm.QEMU_UID}, "
+                f"which cannot use it: {why}"
+            )
 
 
 def mount_all(vm: _vm.Vm, secret: bytes, mounts: Sequence[Mount], deadline: float) -> None:
@@ -134,4 +138,6 @@ def open_shell(snap: tiers.Snapshot, request: ShellRequest) -> MicrovmShell:
     return MicrovmShell(vm, snap.secret, started + request.timeout_s)
 
 
-__all__ = ["GRACE_S", "MOUNT_SLOTS", "MicrovmShell", "check_call_mounts", "check_mounts", "mount_all", "open_shell"]
+__all__ = [
+    "GRACE_S", "MOUNT_SLOTS", "MicrovmShell", "check_call_mounts", "check_mounts", "mount_all", "open_shell",
+]

@@ -81,13 +81,17 @@ def budget(env: dict[str, str]) -> int:
         return DEFAULT_BUDGET
     m = re.match(r"^(\d+)\s*([kmgt]?)i?b?$", raw, re.IGNORECASE)
     if not m or int(m.group(1)) <= 0:
-        raise InvalidArgs(f"WB_SNAPSHOT_BUDGET={raw!r}: write a size in bytes or with K, M, G (e.g. 2G, 500M)")
+        raise InvalidArgs(
+            f"WB_SNAPSHOT_BUDGET={raw!r}: write a size in bytes or with K, M, G (e.g. 2G, 500M)"
+        )
     return int(m.group(1)) << {"": 0, "k": 10, "m": 20, "g": 30, "t": 40}[m.group(2).lower()]
 
 
 def check_name(name: str) -> str:
     if not NAME_RE.match(name):
-        raise InvalidArgs(f"snapshot name {name!r}: use 1-63 of a-z, 0-9, '.', '_', '-', starting with a letter or digit")
+        raise InvalidArgs(
+            f"snapshot name {name!r}: use 1-63 of a-z, 0-9, '.', '_', '-', starting with a letter or digit"
+        )
     return name
 
 
@@ -222,10 +226,13 @@ def as_tier_snapshot(runtime: Any, saved: Saved) -> tiers.Snapshot:
     base = _base(runtime)
     meta = saved.meta
     if meta.get("base") != base_key(base):
-        raise InvalidArgs(f"snapshot {saved.name!r} was saved over another base (guest image {str(meta.get('image'))[:12]}, "
-                          f"{meta.get('accel')}, {meta.get('qemu')}); this machine's is image {base.image.digest[:12]}, "
-                          f"{base.accel}, {_vm.qemu_version()}: save it again (wbx snapshot delete {saved.name}, then "
-                          f"wbx snapshot save {saved.name} ...)")
+        raise InvalidArgs(
+            f"snapshot {saved.name!r} was saved over another base "
+            f"(guest image {str(meta.get('image'))[:12]}, "
+            f"{meta.get('accel')}, {meta.get('qemu')}); this machine's is image {base.image.digest[:12]}, "
+            f"{base.accel}, {_vm.qemu_version()}: save it again (wbx snapshot delete {saved.name}, then "
+            f"wbx snapshot save {saved.name} ...)"
+        )
     return tiers.Snapshot(base.image, base.accel, saved.path, bytes.fromhex(meta["secret"]), 0.0,
                           float(meta.get("save_s", 0.0)))
 
@@ -233,11 +240,22 @@ def as_tier_snapshot(runtime: Any, saved: Saved) -> tiers.Snapshot:
 # --- the guest conversation ------------------------------------------------------------
 
 
-def exec_in(vm: _vm.Vm, secret: bytes, argv: list[str], stdin: bytes, timeout_s: float) -> tuple[int, bytes, bytes]:
+def exec_in(
+    vm: _vm.Vm, secret: bytes, argv: list[str], stdin: bytes, timeout_s: float
+) -> tuple[int, bytes, bytes]:
     """Run ``argv`` through the guest agent (allowlist, uid 1000, a fresh ``/tmp/w``); no caps."""
     deadline = time.monotonic() + timeout_s
-    vm.send_frame(frames.seal(frames.EXEC, secret, {"id": 1, "argv": argv, "deadline_ms": int(timeout_s * 1000),
-                                                    "stdout_cap": OUTPUT_CAP, "stderr_cap": OUTPUT_CAP}, stdin))
+    vm.send_frame(
+        frames.seal(
+            frames.EXEC,
+            secret,
+            {
+                "id": 1, "argv": argv, "deadline_ms": int(timeout_s * 1000), "stdout_cap": OUTPUT_CAP,
+                "stderr_cap": OUTPUT_CAP,
+            },
+            stdin,
+        )
+    )
     while True:
         kind, payload = vm.recv(deadline + 2.0)
         if kind == frames.EXEC_RESULT:
@@ -255,7 +273,9 @@ def exec_in(vm: _vm.Vm, secret: bytes, argv: list[str], stdin: bytes, timeout_s:
     if obj.get("timed_out") is True:
         raise Timeout(f"{' '.join(argv)}: over its {timeout_s:g} s deadline in the guest")
     if obj.get("over") in ("stdout", "stderr"):
-        raise LimitExceeded(f"{' '.join(argv)}: its {obj['over']} passed {OUTPUT_CAP} bytes", limit=str(obj["over"]))
+        raise LimitExceeded(
+            f"{' '.join(argv)}: its {obj['over']} passed {OUTPUT_CAP} bytes", limit=str(obj["over"])
+        )
     sig = int(obj.get("signal") or 0)
     return (128 + sig if sig else int(obj.get("exit", 1))), out, err
 
@@ -268,10 +288,14 @@ def parse_steps(runs: list[str], puts: list[str]) -> list[dict[str, Any]]:
     for p in puts:
         host, sep, guest = p.rpartition(":")
         if not sep or not host or not guest.startswith("/tmp/") or ".." in guest.split("/"):
-            raise InvalidArgs(f"--put {p!r}: write it as HOST_FILE:/tmp/GUEST_PATH (the guest's writable place is /tmp; "
-                              "/tmp/w is each command's own scratch, emptied per command)")
+            raise InvalidArgs(
+                f"--put {p!r}: write it as HOST_FILE:/tmp/GUEST_PATH (the guest's writable place is /tmp; "
+                "/tmp/w is each command's own scratch, emptied per command)"
+            )
         if guest == "/tmp/w" or guest.startswith("/tmp/w/"):
-            raise InvalidArgs(f"--put {p!r}: /tmp/w is emptied before every command; put it elsewhere under /tmp")
+            raise InvalidArgs(
+                f"--put {p!r}: /tmp/w is emptied before every command; put it elsewhere under /tmp"
+            )
         path = Path(host)
         try:
             size = path.stat().st_size
@@ -305,12 +329,17 @@ def _run_steps(vm: _vm.Vm, secret: bytes, steps: list[dict[str, Any]], say: Any)
             code, _, err = exec_in(vm, secret, st["run"], b"", STEP_TIMEOUT_S)
             what = f"--run {' '.join(st['run'])}"
         if code != 0:
-            raise InvalidArgs(f"{what}: exit {code} in the guest: {err.decode(errors='replace').strip()[-400:]}")
+            raise InvalidArgs(
+                f"{what}: exit {code} in the guest: {err.decode(errors='replace').strip()[-400:]}"
+            )
         say(f"{what}: ok")
 
 
-def save(runtime: Any, name: str, steps: list[dict[str, Any]], *, parent: str | None = None, replace: bool = False,
-         progress: Any = None) -> tuple[Saved, bool, list[Saved]]:
+def save(
+    runtime: Any, name: str, steps: list[dict[str, Any]],
+    *,
+    parent: str | None = None, replace: bool = False, progress: Any = None,
+) -> tuple[Saved, bool, list[Saved]]:
     """Restore ``parent`` (default: the tier's snapshot), run ``steps``, migrate to the store
     as ``name``. Returns the snapshot, whether it was already there (same key), and the
     snapshots evicted to fit the budget."""
@@ -336,8 +365,10 @@ def save(runtime: Any, name: str, steps: list[dict[str, Any]], *, parent: str | 
             old.touch()
             return old, True, []
         if old is not None and not replace:
-            raise InvalidArgs(f"snapshot {name!r} exists with other steps or another parent: pick another name, "
-                              f"or replace it with --replace (or wbx snapshot delete {name})")
+            raise InvalidArgs(
+                f"snapshot {name!r} exists with other steps or another parent: pick another name, "
+                f"or replace it with --replace (or wbx snapshot delete {name})"
+            )
         tmp = root / f".tmp-{name}-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(mode=0o700)
@@ -351,7 +382,9 @@ def save(runtime: Any, name: str, steps: list[dict[str, Any]], *, parent: str | 
                     vm.connect(end)
                     vm.handshake(end)
                 except (Timeout, _vm.GuestGone, frames.FrameError) as exc:
-                    raise NotFound(f"the micro-VM did not come up from {pname} ({exc}): {vm.stderr()}") from None
+                    raise NotFound(
+                        f"the micro-VM did not come up from {pname} ({exc}): {vm.stderr()}"
+                    ) from None
                 _run_steps(vm, src.secret, steps, say)
                 # As prepare does: hang up so the agent forgets this handshake before the save.
                 vm.hangup()
@@ -364,13 +397,18 @@ def save(runtime: Any, name: str, steps: list[dict[str, Any]], *, parent: str | 
                 vm.kill()
             size = (tmp / "vm.mig").stat().st_size
             if size > MAX_SNAPSHOT_BYTES or size > limit:
-                raise LimitExceeded(f"snapshot {name!r}: {size >> 20} MiB is over "
-                                    f"{'the store budget (WB_SNAPSHOT_BUDGET)' if size > limit else 'what a guest migration can be'}",
-                                    limit="snapshot_bytes")
-            meta = {"name": name, "key": key, "parent": parent, "parent_key": pkey, "base": base_key(base),
-                    "image": base.image.digest, "accel": base.accel, "qemu": _vm.qemu_version(),
-                    "memory_mb": _vm.MEMORY_MB, "secret": src.secret.hex(), "steps": public,
-                    "created": time.time(), "save_s": round(save_s, 3), "total_s": round(time.monotonic() - t0, 3)}
+                raise LimitExceeded(
+                    f"snapshot {name!r}: {size >> 20} MiB is over "
+                    f"{'the store budget (WB_SNAPSHOT_BUDGET)' if size > limit else 'what a guest migration can be'}",  # noqa: E501 (one f-string field; 3.11 cannot split it)
+                    limit="snapshot_bytes",
+                )
+            meta = {
+                "name": name, "key": key, "parent": parent, "parent_key": pkey, "base": base_key(base),
+                "image": base.image.digest, "accel": base.accel, "qemu": _vm.qemu_version(),
+                "memory_mb": _vm.MEMORY_MB, "secret": src.secret.hex(), "steps": public,
+                "created": time.time(), "save_s": round(save_s, 3),
+                "total_s": round(time.monotonic() - t0, 3),
+            }
             fd = os.open(tmp / "meta.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as fh:
                 fh.write(json.dumps(meta, sort_keys=True, indent=1) + "\n")
@@ -397,7 +435,9 @@ class Restored:
     stderr: bytes
 
 
-def restore(runtime: Any, name: str, argv: list[str], stdin: bytes = b"", timeout_s: float = 60.0) -> Restored:
+def restore(
+    runtime: Any, name: str, argv: list[str], stdin: bytes = b"", timeout_s: float = 60.0
+) -> Restored:
     """A VM restored from ``name`` (sandboxed as a call's), authenticated (``restore_s``
     is the time from QEMU's start to the agent's answer), ``argv`` run in it if given,
     then torn down."""

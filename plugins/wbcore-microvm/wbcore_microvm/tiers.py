@@ -95,8 +95,10 @@ class Snapshot:
 @lru_cache(maxsize=1)
 def _probe_tools() -> tuple[bool, str]:
     if _vm.qemu_path() is None:
-        return False, ("qemu-system-x86_64 is not installed; install with: apt-get install "
-                       "--no-install-recommends qemu-system-x86 busybox-static (or wbx tiers install microvm)")
+        return False, (
+            "qemu-system-x86_64 is not installed; install with: apt-get install "
+            "--no-install-recommends qemu-system-x86 busybox-static (or wbx tiers install microvm)"
+        )
     try:
         _image.busybox()
         _image.compiler()
@@ -110,7 +112,11 @@ def available() -> Availability:
     if not ok:
         return Availability.no(why)
     accel = _cached_accel()
-    how = f"accelerator {accel}" if accel else "accelerator probed at first use (kvm if a guest answers, else tcg)"
+    how = (
+        f"accelerator {accel}"
+        if accel
+        else "accelerator probed at first use (kvm if a guest answers, else tcg)"
+    )
     return Availability.yes(f"{why}, {how}; posix commands from a busybox guest; caps bridged")
 
 
@@ -186,7 +192,9 @@ def prepare(cache: Path, progress: Any = None, *, mount_slots: int = 0) -> Snaps
         import hashlib
 
         slots = f":9p{mount_slots}" if mount_slots else ""
-        tag = hashlib.sha256(f"{SNAPSHOT_RECIPE}:{img.digest}:{accel}:{qv}:{_vm.MEMORY_MB}{slots}".encode()).hexdigest()[:24]
+        tag = hashlib.sha256(
+            f"{SNAPSHOT_RECIPE}:{img.digest}:{accel}:{qv}:{_vm.MEMORY_MB}{slots}".encode()
+        ).hexdigest()[:24]
         sdir = cache / "snapshots" / tag
         meta_path = sdir / "meta.json"
         if meta_path.is_file():
@@ -223,8 +231,10 @@ def prepare(cache: Path, progress: Any = None, *, mount_slots: int = 0) -> Snaps
             snap = time.monotonic() - t1
         finally:
             vm.kill()
-        meta = {"secret": secret.hex(), "accel": accel, "qemu": qv, "image": img.digest, "cold_boot_s": round(cold, 3),
-                "snapshot_s": round(snap, 3), "memory_mb": _vm.MEMORY_MB}
+        meta = {
+            "secret": secret.hex(), "accel": accel, "qemu": qv, "image": img.digest,
+            "cold_boot_s": round(cold, 3), "snapshot_s": round(snap, 3), "memory_mb": _vm.MEMORY_MB,
+        }
         tmp = sdir / f".meta.{os.getpid()}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as fh:
@@ -389,8 +399,10 @@ class MicrovmTier:
         data = self.runtime.artifacts.read_verified(request.sha256)  # a tampered artifact never runs
         posix = read_posix_manifest(data)
         if posix is None:
-            raise InvalidArgs(f"{request.name}: tier microvm runs posix commands (native CLIs of its guest image); "
-                              "a wasm command runs in tiers instance, os_process or container")
+            raise InvalidArgs(
+                f"{request.name}: tier microvm runs posix commands (native CLIs of its guest image); "
+                "a wasm command runs in tiers instance, os_process or container"
+            )
         images = posix.get("skill_images") or []
         if images or request.mounts:
             from wbcore_microvm.shell import MOUNT_SLOTS
@@ -429,8 +441,10 @@ def _call_mounts(runtime: Runtime, request: CommandRequest, images: list[Any]) -
     mounts: list[Any] = []
     if images:
         if runtime.env.get("WB_MICROVM_SNAPSHOT"):
-            raise InvalidArgs(f"{request.name}: its skill images need the tier's snapshot with virtio-9p "
-                              "slots; a named snapshot (WB_MICROVM_SNAPSHOT) has none: unset it for this toolkit")
+            raise InvalidArgs(
+                f"{request.name}: its skill images need the tier's snapshot with virtio-9p "
+                "slots; a named snapshot (WB_MICROVM_SNAPSHOT) has none: unset it for this toolkit"
+            )
         parsed = skill_images.parse(" ".join(f"{r}={m}" for r, m in images))
 
 
@@ -456,7 +470,9 @@ def _call_mounts(runtime: Runtime, request: CommandRequest, images: list[Any]) -
 class _Call:
     """One call: restore a VM, authenticate, exec, bridge caps, tear the VM down."""
 
-    def __init__(self, runtime: Runtime, snap: Snapshot, req: CommandRequest, cli: str, mounts: list[Any] | None = None) -> None:
+    def __init__(
+        self, runtime: Runtime, snap: Snapshot, req: CommandRequest, cli: str, mounts: list[Any] | None = None
+    ) -> None:
         self.runtime, self.snap, self.req, self.cli = runtime, snap, req, cli
         #: Folders (``terminal.Mount``) exported over the snapshot's virtio-9p slots: skill
         #: images (read-only) and the call's granted ``--mount`` folders.
@@ -493,10 +509,14 @@ class _Call:
                 if self.cancelled:
                     raise Timeout(f"{req.name}: cancelled by the caller; its micro-VM was killed") from None
                 if time.monotonic() >= deadline or self.killed_by_watchdog:
-                    raise Timeout(f"{req.name}: its micro-VM was not up from the snapshot within the {req.timeout_s:g} s "
-                                  "deadline") from None
-                raise Internal(f"{req.name}: the micro-VM did not come up from its snapshot ({exc}): {vm.stderr()}; "
-                               "run the call again (delete the cache's snapshots folder if it persists)") from None
+                    raise Timeout(
+                        f"{req.name}: its micro-VM was not up from the snapshot within the "
+                        f"{req.timeout_s:g} s deadline"
+                    ) from None
+                raise Internal(
+                    f"{req.name}: the micro-VM did not come up from its snapshot ({exc}): {vm.stderr()}; "
+                    "run the call again (delete the cache's snapshots folder if it persists)"
+                ) from None
             self.send_exec(vm, deadline)
             try:
                 return self.conversation(vm, bridge, started, deadline)
@@ -536,8 +556,10 @@ class _Call:
                 kind, payload = vm.recv(deadline + GRACE_S + 0.5)
             except (Timeout, _vm.GuestGone) as exc:
                 if self.cancelled:
-                    raise Timeout(f"{req.name}: cancelled by the caller after {time.monotonic() - started:.3f} s; "
-                                  "its micro-VM was killed") from None
+                    raise Timeout(
+                        f"{req.name}: cancelled by the caller after {time.monotonic() - started:.3f} s; "
+                        "its micro-VM was killed"
+                    ) from None
                 if self.killed_by_watchdog or time.monotonic() >= deadline:
                     raise Timeout(f"{req.name}: stopped after {time.monotonic() - started:.3f} s: over its "
                                   f"{req.timeout_s:g} s deadline (its micro-VM was killed)") from None
@@ -548,7 +570,10 @@ class _Call:
                 vm.send_frame(bridge.answer_posix(payload, _json_to_cbor, _cbor_to_json))
             elif kind == frames.REFUSED:
                 obj, _ = frames.unpack(payload)
-                raise Internal(f"{req.name}: the guest agent refused the call ({obj.get('reason')}: {obj.get('message')})")
+                raise Internal(
+                    f"{req.name}: the guest agent refused the call "
+                    f"({obj.get('reason')}: {obj.get('message')})"
+                )
             else:
                 raise Internal(f"{req.name}: the guest agent sent an unexpected {frames.name(kind)} frame")
 
@@ -556,8 +581,10 @@ class _Call:
         req, prof = self.req, self.req.profile
         wall = time.monotonic() - started
         if "denied" in obj:
-            raise CapabilityDenied(f"{req.name}: {frames.field(obj, 'denied', str)} (the microvm guest runs only "
-                                   "the commands of its image's allowlist)")
+            raise CapabilityDenied(
+                f"{req.name}: {frames.field(obj, 'denied', str)} (the microvm guest runs only "
+                "the commands of its image's allowlist)"
+            )
         out, err = frames.blobs_of(blobs, 2, frames.EXEC_RESULT)
         if obj.get("timed_out") is True:
             raise Timeout(f"{req.name}: stopped after {wall:.3f} s: over its {req.timeout_s:g} s deadline "

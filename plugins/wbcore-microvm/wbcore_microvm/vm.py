@@ -76,8 +76,12 @@ class GuestGone(Exception):
 class Vm:
     """A running QEMU and, once :meth:`connect`\\ ed, its agent's frame channel."""
 
-    def __init__(self, image: Image, accel: str, secret: bytes, *, incoming: Path | None = None,
-                 qmp: bool = False, sandbox: bool = True, shares: list[tuple[str | None, bool]] | None = None) -> None:
+    def __init__(
+        self, image: Image, accel: str, secret: bytes,
+        *,
+        incoming: Path | None = None, qmp: bool = False, sandbox: bool = True,
+        shares: list[tuple[str | None, bool]] | None = None,
+    ) -> None:
         exe = qemu_path()
         if exe is None:
             raise NotFound("qemu-system-x86_64 is not installed; install it with: "
@@ -102,14 +106,15 @@ class Vm:
                 fds.append(fd)
                 return f"/proc/self/fd/{fd}"
 
-            args = [exe, "-nodefaults", "-no-user-config", "-nographic", "-no-reboot", "-M", "q35",
-                    "-accel", accel, "-m", str(MEMORY_MB), "-smp", "1", "-nic", "none",
-                    "-kernel", fd_path(image.kernel), "-initrd", fd_path(image.initrd),
-                    "-append", f"console=ttyS0 quiet loglevel=3 panic=-1 rdinit=/init wb.secret={secret.hex()}",
-                    "-serial", f"file:{self.console}",
-                    "-device", "virtio-serial-pci,id=vs",
-                    "-chardev", f"socket,id=wb,path={self.port_path},server=on,wait=off",
-                    "-device", "virtserialport,bus=vs.0,chardev=wb,name=wb.0"]
+            args = [
+                exe, "-nodefaults", "-no-user-config", "-nographic", "-no-reboot", "-M", "q35", "-accel",
+                accel, "-m", str(MEMORY_MB), "-smp", "1", "-nic", "none", "-kernel", fd_path(image.kernel),
+                "-initrd", fd_path(image.initrd), "-append",
+                f"console=ttyS0 quiet loglevel=3 panic=-1 rdinit=/init wb.secret={secret.hex()}", "-serial",
+                f"file:{self.console}", "-device", "virtio-serial-pci,id=vs", "-chardev",
+                f"socket,id=wb,path={self.port_path},server=on,wait=off", "-device",
+                "virtserialport,bus=vs.0,chardev=wb,name=wb.0",
+            ]
             if shares is not None:
                 # virtio-9p slots (a shell's --mount): a snapshot and the VMs restored from it
                 # have the same slots; an unused one exports an empty read-only folder.
@@ -137,8 +142,10 @@ class Vm:
                 wrap += [f"--reuid={QEMU_UID}", f"--regid={QEMU_UID}", "--clear-groups"]
             self.unprivileged = drop
             self.started = time.monotonic()
-            self.proc = subprocess.Popen([*wrap, "--", *args], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                         stderr=subprocess.PIPE, pass_fds=tuple(fds), start_new_session=True)
+            self.proc = subprocess.Popen(
+                [*wrap, "--", *args], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE, pass_fds=tuple(fds), start_new_session=True,
+            )
         finally:
             for fd in fds:
                 os.close(fd)
@@ -149,7 +156,9 @@ class Vm:
         """Connect to the agent's chardev (QEMU creates it as it starts)."""
         while True:
             if self.proc.poll() is not None:
-                raise GuestGone(f"qemu exited ({self.proc.returncode}) before its channel opened: {self.stderr()}")
+                raise GuestGone(
+                    f"qemu exited ({self.proc.returncode}) before its channel opened: {self.stderr()}"
+                )
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
                 s.connect(str(self.port_path))
@@ -214,7 +223,9 @@ class Vm:
                 return
             if kind == frames.REFUSED:
                 obj, _ = frames.unpack(payload)
-                raise frames.FrameError(str(obj.get("reason")), f"the guest agent refused the handshake: {obj.get('message')}")
+                raise frames.FrameError(
+                    str(obj.get("reason")), f"the guest agent refused the handshake: {obj.get('message')}"
+                )
 
     def hangup(self) -> None:
         """Close the host's end of the channel (the guest sees its port's host leave)."""

@@ -157,7 +157,8 @@ class CommandRunner(_engine.EngineRunner):
         wasi.stdout_file = out_path
         wasi.stderr_file = err_path
         folders = _GuestFolders(req) if req.preopens or req.scratch else None
-        if folders is not None:  # #+PREOPEN (read-only, from the store) and #+SCRATCH (wbcore_runtime.guard.preopen)
+        # #+PREOPEN (read-only, from the store) and #+SCRATCH (wbcore_runtime.guard.preopen)
+        if folders is not None:
             folders.preopen(wasi)
         store.set_wasi(wasi)
 
@@ -173,9 +174,10 @@ class CommandRunner(_engine.EngineRunner):
         try:
             with eng.ticker.ticking():
                 try:
-                    instance = loaded.instantiate(store, name=req.name, runtime=self.runtime, caps=req.caps,
-                                                  principal=req.principal, timeout=req.timeout_s, toolkit=req.toolkit,
-                                                  allowed_hosts=req.allowed_hosts)
+                    instance = loaded.instantiate(
+                        store, name=req.name, runtime=self.runtime, caps=req.caps, principal=req.principal,
+                        timeout=req.timeout_s, toolkit=req.toolkit, allowed_hosts=req.allowed_hosts,
+                    )
                     if loaded.uses_caps:
                         job = _workers.start(functools.partial(_start, self.path, store, instance, eng),
                                              functools.partial(_abandoned_cleanup, gid, folders))
@@ -190,16 +192,23 @@ class CommandRunner(_engine.EngineRunner):
                             why = guard.reason or "timeout"
                             wall = time.perf_counter() - t0
                             if why == "cancelled":
-                                raise Timeout(f"{req.name}: cancelled by the caller after {wall:.3f} s; the guest was stopped")
-                            raise Timeout(f"{req.name}: stopped after {wall:.3f} s: over its {req.timeout_s:g} s deadline "
-                                          "(blocked in a broker call)")
+                                raise Timeout(
+                                    f"{req.name}: cancelled by the caller after {wall:.3f} s; the guest was "
+                                    "stopped"
+                                )
+                            raise Timeout(
+                                f"{req.name}: stopped after {wall:.3f} s: over its {req.timeout_s:g} s "
+                                "deadline (blocked in a broker call)"
+                            )
                         exit_code, failure = job.result()
                     else:
                         exit_code, failure = _start(self.path, store, instance)
                 except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:  # instantiation
                     failure = exc
                 except KeyError:
-                    raise InvalidArgs(f"{req.name}: artifact {req.sha256[:12]}… exports no _start (is it a WASI command?)") from None
+                    raise InvalidArgs(
+                        f"{req.name}: artifact {req.sha256[:12]}… exports no _start (is it a WASI command?)"
+                    ) from None
         finally:
             _local.depth = depth
             if detach:
@@ -233,10 +242,12 @@ class CommandRunner(_engine.EngineRunner):
                 os.truncate(path, 0)
 
         code = getattr(failure, "trap_code", None)
-        check_guest_end(req, wall=wall, stopped=guard.reason if guard.reason in ("timeout", "cancelled") else "",
-                        over=over, trap=describe_trap(failure) if failure is not None else None,
-                        trap_code=code.name if code is not None else "", exit_code=exit_code, peak=peak,
-                        fuel=req.fuel or DEFAULT_FUEL)
+        check_guest_end(
+            req, wall=wall, stopped=guard.reason if guard.reason in ("timeout", "cancelled") else "",
+            over=over, trap=describe_trap(failure) if failure is not None else None,
+            trap_code=code.name if code is not None else "", exit_code=exit_code, peak=peak,
+            fuel=req.fuel or DEFAULT_FUEL,
+        )
         usage = Usage(wall_s=wall, fuel=fuel_used, peak_memory=peak, bytes_out=len(stdout) + len(stderr))
         return CallResult(stdout, stderr, exit_code, usage)
 

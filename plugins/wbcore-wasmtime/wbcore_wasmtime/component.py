@@ -46,7 +46,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from wbcore_runtime.contract.calls import Principal, Usage
-from wbcore_runtime.contract.errors import CapabilityDenied, Internal, InvalidArgs, NotFound, Timeout, WbError, unknown_name
+from wbcore_runtime.contract.errors import (
+    CapabilityDenied, Internal, InvalidArgs, NotFound, Timeout, WbError, unknown_name,
+)
 
 from wbcore_wasmtime import engine as _engine
 from wbcore_wasmtime import wit_values
@@ -68,7 +70,9 @@ MAX_OUTPUT = 1 << 20
 INTERNAL_EXPORTS = frozenset({("exports", "init")})
 #: Import types that need a host definition; an import whose exports are all other
 #: (value) types is types-only.
-DEFINING_TYPES = frozenset({"FuncType", "ComponentInstanceType", "ResourceType", "ModuleType", "ComponentType"})
+DEFINING_TYPES = frozenset(
+    {"FuncType", "ComponentInstanceType", "ResourceType", "ModuleType", "ComponentType"}
+)
 #: While an async call is pending (its guest waits), the poll loop sleeps this long.
 ASYNC_POLL_S = 0.0005
 MAX_CACHED = 64
@@ -179,7 +183,9 @@ def _cap_call(runtime: Runtime, cap: str) -> Any:
 # --- loaded components ----------------------------------------------------------------
 
 
-def _walk_exports(engine: Any, items: Mapping[str, Any], path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], Any]]:
+def _walk_exports(
+    engine: Any, items: Mapping[str, Any], path: tuple[str, ...]
+) -> Iterator[tuple[tuple[str, ...], Any]]:
     from wasmtime.component import ComponentInstanceType, FuncType
 
     for name, ext in items.items():
@@ -246,14 +252,22 @@ class LoadedComponent:
         self.types_only: frozenset[str] = frozenset(
             n for n, item in imported.items()
             if not n.startswith("wasi:") and not HOST_IMPORT_RE.match(n) and _types_only(item, engine.wasm))
-        found = [f for f in _walk_exports(engine.wasm, ctype.exports(engine.wasm), ()) if f[0] not in INTERNAL_EXPORTS]
+        found = [
+            f
+            for f in _walk_exports(engine.wasm, ctype.exports(engine.wasm), ())
+            if f[0] not in INTERNAL_EXPORTS
+        ]
         counts: dict[str, int] = {}
         for path, _ in found:
             counts[path[-1]] = counts.get(path[-1], 0) + 1
         self.functions: dict[str, ComponentFunction] = {}
         for path, fty in found:
-            short = path[-1] if counts[path[-1]] == 1 else ".".join([*(_short(p) for p in path[:-1]), path[-1]])
-            self.functions[short] = ComponentFunction(short, path, tuple(fty.params), fty.result, _is_async(fty))
+            short = (
+                path[-1] if counts[path[-1]] == 1 else ".".join([*(_short(p) for p in path[:-1]), path[-1]])
+            )
+            self.functions[short] = ComponentFunction(
+                short, path, tuple(fty.params), fty.result, _is_async(fty)
+            )
         self._indexes: dict[str, Any] = {}
         self._linkers: _engine.Memo[frozenset[str], Any] = _engine.Memo()
 
@@ -270,8 +284,8 @@ class LoadedComponent:
                 continue
             if imp.startswith(WASI_REFUSED):
                 raise CapabilityDenied(
-                    f"{name}: imports {imp}; direct HTTP egress is not offered (it would bypass the SSRF guard): "
-                    f"import {HOST_PACKAGE}/net and have the net cap granted"
+                    f"{name}: imports {imp}; direct HTTP egress is not offered (it would bypass the SSRF "
+                    f"guard): import {HOST_PACKAGE}/net and have the net cap granted"
                 )
             if not imp.startswith("wasi:"):
                 raise CapabilityDenied(
@@ -281,7 +295,9 @@ class LoadedComponent:
         for cap in sorted(needed):
             if cap not in granted:
                 shown = ", ".join(sorted(granted)) or "none"
-                raise CapabilityDenied(f"{name}: imports {needed[cap]} (cap {cap!r}), which is not granted (granted: {shown})")
+                raise CapabilityDenied(
+                    f"{name}: imports {needed[cap]} (cap {cap!r}), which is not granted (granted: {shown})"
+                )
         return frozenset(needed)
 
     def linker(self, needed: frozenset[str], runtime: Runtime) -> Any:
@@ -334,7 +350,9 @@ def _compile_or_load(artifacts: Any, sha: str) -> LoadedComponent:
         try:
             return bytes(Component(eng.wasm, wasm).serialize())
         except wasmtime.WasmtimeError as exc:
-            raise InvalidArgs(f"artifact {sha[:12]}… is not a valid component: {str(exc).splitlines()[0]}") from None
+            raise InvalidArgs(
+                f"artifact {sha[:12]}… is not a valid component: {str(exc).splitlines()[0]}"
+            ) from None
 
     def load(path: Any) -> Any:
         return Component.deserialize_file(eng.wasm, str(path))
@@ -342,7 +360,9 @@ def _compile_or_load(artifacts: Any, sha: str) -> LoadedComponent:
     def loads(blob: bytes) -> Any:
         return Component.deserialize(eng.wasm, blob)
 
-    comp, built = artifacts.compiled(sha, "component-" + eng.cache_key, compile=compile_, load=load, loads=loads)
+    comp, built = artifacts.compiled(
+        sha, "component-" + eng.cache_key, compile=compile_, load=load, loads=loads
+    )
     components.last_built = built
     return LoadedComponent(sha, comp, eng)
 
@@ -386,12 +406,18 @@ class ComponentRunner:
         loaded = self.load(request.sha256)
         fn = loaded.functions.get(request.function)
         if fn is None:
-            raise NotFound(unknown_name(f"function of component {request.name}", request.function, list(loaded.functions)))
+            raise NotFound(
+                unknown_name(
+                    f"function of component {request.name}", request.function, list(loaded.functions)
+                )
+            )
         args = request.args or {}
         extra = sorted(set(args) - {n for n, _ in fn.params})
         if extra:
-            raise InvalidArgs(f"{request.name}.{fn.name}: unknown argument(s) {', '.join(extra)}; parameters: "
-                              f"{', '.join(n for n, _ in fn.params) or 'none'}")
+            raise InvalidArgs(
+                f"{request.name}.{fn.name}: unknown argument(s) {', '.join(extra)}; parameters: "
+                f"{', '.join(n for n, _ in fn.params) or 'none'}"
+            )
         missing = [n for n, _ in fn.params if n not in args]
         if missing:
             raise InvalidArgs(f"{request.name}.{fn.name}: missing argument(s) {', '.join(missing)}")
@@ -435,7 +461,9 @@ class ComponentRunner:
                     raise NotFound(f"{request.name}: export {'/'.join(fn.export)} is not a function")
                 lowered = [wit_values.from_json(t, args[n], n) for n, t in fn.params]
                 try:
-                    raw = _call_async(func, store, fn, lowered, watch) if fn.is_async else func(store, *lowered)
+                    raw = (
+                        _call_async(func, store, fn, lowered, watch) if fn.is_async else func(store, *lowered)
+                    )
                 except wasmtime.WasmtimeError as exc:
                     raise self._trap(exc, watch, request, fn.name) from None
                 value = None if fn.result is None else wit_values.to_json(fn.result, raw)
@@ -464,7 +492,10 @@ class ComponentRunner:
         if watch.reason == "cancelled":
             return Cancelled(f"{request.name}: {where} cancelled by the caller; the guest was stopped")
         if watch.reason == "timeout":
-            return Timeout(f"{request.name}: {where} exceeded its {request.timeout_s:g} s deadline; the guest was stopped")
+            return Timeout(
+                f"{request.name}: {where} exceeded its {request.timeout_s:g} s deadline; the guest was "
+                "stopped"
+            )
         text = str(exc)
         first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
         if "fuel" in text:
@@ -474,7 +505,9 @@ class ComponentRunner:
         return Internal(f"{request.name}: {where} trapped: {first}")
 
 
-def _call_async(func: Any, store: Any, fn: ComponentFunction, lowered: list[Any], watch: _engine.Guard) -> Any:
+def _call_async(
+    func: Any, store: Any, fn: ComponentFunction, lowered: list[Any], watch: _engine.Guard
+) -> Any:
     """Call an async-lifted export through the C API and poll it to completion.
 
     wasmtime runs the guest's event loop inside ``wasmtime_call_future_poll``; the epoch

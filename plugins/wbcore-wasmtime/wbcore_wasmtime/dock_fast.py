@@ -128,8 +128,13 @@ def _bindings() -> Any:
 def available() -> bool:
     try:
         ffi = _bindings()
-        return all(hasattr(ffi, n) for n in ("wasmtime_linker_define_func_unchecked", "wasmtime_caller_export_get",
-                                                "wasmtime_memory_data", "wasmtime_memory_data_size"))
+        return all(
+            hasattr(ffi, n)
+            for n in (
+                "wasmtime_linker_define_func_unchecked", "wasmtime_caller_export_get", "wasmtime_memory_data",
+                "wasmtime_memory_data_size",
+            )
+        )
     except Exception:  # noqa: BLE001 - a different wasmtime: use the public path
         return False
 
@@ -142,8 +147,9 @@ def define(linker: Any, name: str, ty: Any, kind: str, handler: Handler | None, 
         _next[0] += 1
         _slots[env] = (kind, handler, pending)
     module, item = b"wb", name.encode()
-    err = ffi.wasmtime_linker_define_func_unchecked(linker.ptr(), module, len(module), item, len(item), ty.ptr(),
-                                                    _callback, env, _finalizer)
+    err = ffi.wasmtime_linker_define_func_unchecked(
+        linker.ptr(), module, len(module), item, len(item), ty.ptr(), _callback, env, _finalizer
+    )
     if err:
         from wasmtime import WasmtimeError
 

@@ -76,7 +76,10 @@ def check_signatures(module: wasmtime.Module) -> None:
         slot = imp.name in ALWAYS_LINKED
         want = ([i32] * (2 if slot else 4), [i64])
         got = imp.type
-        if not isinstance(got, wasmtime.FuncType) or ([str(p) for p in got.params], [str(r) for r in got.results]) != want:
+        if (
+            not isinstance(got, wasmtime.FuncType)
+            or ([str(p) for p in got.params], [str(r) for r in got.results]) != want
+        ):
             raise InvalidArgs(f"import {IMPORT_MODULE}.{imp.name} has the wrong signature; the Dock ABI is "
                               + (SLOT_SIGNATURE if slot else CALL_SIGNATURE))
 
@@ -150,7 +153,9 @@ def interrupt_trap() -> wasmtime.Trap:
     from wasmtime import Trap
     from wasmtime import _bindings as ffi
 
-    return Trap._from_ptr(ffi.wasmtime_trap_new_code(ffi.wasmtime_trap_code_enum.WASMTIME_TRAP_CODE_INTERRUPT.value))
+    return Trap._from_ptr(
+        ffi.wasmtime_trap_new_code(ffi.wasmtime_trap_code_enum.WASMTIME_TRAP_CODE_INTERRUPT.value)
+    )
 
 
 def _context_address(caller: Any) -> int:
@@ -174,7 +179,9 @@ def _call_func(handler: Handler, pending: Pending) -> Callable[..., int]:
         try:
             mem = caller["memory"]
             size = mem.data_len(caller)
-            status, body = handler(mem.read(caller, req_ptr, req_ptr + req_len) if req_ptr + req_len <= size else None)
+            status, body = handler(
+                mem.read(caller, req_ptr, req_ptr + req_len) if req_ptr + req_len <= size else None
+            )
             pending.body = body
             # the broker may have run another guest meanwhile: re-read the memory size
             return _deliver(caller, mem, mem.data_len(caller), body, resp_ptr, resp_cap, status)

@@ -194,8 +194,10 @@ def get() -> Engine:
 
 
 class Guard:
-    __slots__ = ("cancel", "deadline", "err", "err_cap", "out", "out_cap", "reason", "scratch", "scratch_bytes",
-                 "scratch_files", "ticks")
+    __slots__ = (
+        "cancel", "deadline", "err", "err_cap", "out", "out_cap", "reason", "scratch", "scratch_bytes",
+        "scratch_files", "ticks",
+    )
 
     #: A scratch folder is measured every this many ticks (a walk of its tree).
     SCRATCH_EVERY = 2
@@ -278,8 +280,10 @@ def _make_callback() -> tuple[Any, Any]:
 
     from wasmtime import _bindings as B
 
-    cb_type = ctypes.CFUNCTYPE(ctypes.c_size_t, ctypes.POINTER(B.wasmtime_context_t), ctypes.c_void_p,
-                               ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(B.wasmtime_update_deadline_kind_t))
+    cb_type = ctypes.CFUNCTYPE(
+        ctypes.c_size_t, ctypes.POINTER(B.wasmtime_context_t), ctypes.c_void_p,
+        ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(B.wasmtime_update_deadline_kind_t),
+    )
     error_new = B._wasmtime_error_new
 
     @cb_type
@@ -294,7 +298,9 @@ def _make_callback() -> tuple[Any, Any]:
         kind[0] = 0  # WASMTIME_UPDATE_DEADLINE_CONTINUE
         return 0
 
-    return on_tick, ctypes.cast(ctypes.c_void_p(), ctypes.CFUNCTYPE(None, ctypes.c_void_p))  # a NULL finalizer
+    return on_tick, ctypes.cast(
+        ctypes.c_void_p(), ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+    )  # a NULL finalizer
 
 
 _callback: tuple[Any, Any] | None = None
@@ -357,7 +363,9 @@ def link_caps(linker: wasmtime.Linker, store: Any, caps: frozenset[str], princip
     from wbcore_wasmtime import dock_link
 
     dock = runtime.dock
-    ctx = dock.context(principal=principal, caps=caps, timeout=timeout, toolkit=toolkit, allowed_hosts=allowed_hosts)
+    ctx = dock.context(
+        principal=principal, caps=caps, timeout=timeout, toolkit=toolkit, allowed_hosts=allowed_hosts
+    )
     try:
         return dock_link.link(dock, linker, module, ctx)
     except CapabilityDenied as exc:
@@ -471,7 +479,9 @@ class Modules:
         """The module for ``sha``; its ``.wasm`` is checked against its digest each time
         (a stat compare after the first hash), so a tampered artifact never runs."""
         artifacts.verify(sha)
-        return self._memo.get((str(artifacts.root), sha), lambda: (self._make or _compile_or_load)(artifacts, sha))
+        return self._memo.get(
+            (str(artifacts.root), sha), lambda: (self._make or _compile_or_load)(artifacts, sha)
+        )
 
     def clear(self) -> None:
         self._memo.drain()

@@ -193,7 +193,9 @@ class LeanKernel:
         if offset < 0 or end > self._size:
             self._refresh()
             if offset < 0 or end > self._size:
-                raise IndexError(f"write of {len(data)} bytes at {offset} is outside memory ({self._size} bytes)")
+                raise IndexError(
+                    f"write of {len(data)} bytes at {offset} is outside memory ({self._size} bytes)"
+                )
         self._view[offset:end] = data
 
     def read(self, offset: int, length: int) -> bytes:

@@ -183,8 +183,13 @@ class WasiGuests:
         cancelled = guard.reason == "cancelled"
         if guard.reason in ("timeout", "cancelled"):
             timed_out = guard.reason == "timeout"
-            code, trap = 124, (f"deadline of {limits.timeout_s:g}s reached" if timed_out else "cancelled by the caller")
-        result = GuestResult(code, out.value(), err.value(), timed_out, trap, out.truncated or err.truncated, cancelled)
+            code, trap = (
+                124,
+                (f"deadline of {limits.timeout_s:g}s reached" if timed_out else "cancelled by the caller"),
+            )
+        result = GuestResult(
+            code, out.value(), err.value(), timed_out, trap, out.truncated or err.truncated, cancelled
+        )
         # Free the store now, while the interpreter is whole: a store that outlives the call
         # would be dropped at interpreter exit, when its WASI output stream calls back into a
         # finalizing Python and panics a runtime thread.

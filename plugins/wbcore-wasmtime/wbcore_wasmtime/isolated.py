@@ -72,9 +72,13 @@ class _Worker:
     """One worker process: JSON lines in and out, read by a thread into a queue."""
 
     def __init__(self) -> None:
-        env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "WB_WASM_FUEL", "PYTHONPATH")}
-        self.proc = subprocess.Popen([sys.executable, "-m", "wbcore_wasmtime.isolated"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        env = {
+            k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "WB_WASM_FUEL", "PYTHONPATH")
+        }
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "wbcore_wasmtime.isolated"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, env=env,
+        )
         self.answers: queue.Queue[bytes | None] = queue.Queue()
         self.stderr: collections.deque[bytes] = collections.deque(maxlen=64)
         self.drained = threading.Event()
@@ -109,7 +113,9 @@ class _Worker:
             pass  # the worker is gone; its stdout/stderr readers close their pipes at EOF
         self.drained.wait(timeout=2)  # so its last stderr lines are read
 
-    def ask(self, payload: bytes, deadline: float, cancel: threading.Event | None) -> tuple[dict[str, Any] | None, str | None]:
+    def ask(
+        self, payload: bytes, deadline: float, cancel: threading.Event | None
+    ) -> tuple[dict[str, Any] | None, str | None]:
         """(answer, None), or (None, why) when it stopped: cancelled, timeout, exited."""
         try:
             assert self.proc.stdin is not None
@@ -178,15 +184,19 @@ def call(request: Any, artifacts_root: Path, needed: frozenset[str]) -> Any:
             f"{request.name}.{request.function}: an async export whose result can carry a stream runs in an "
             f"isolated worker, which links no caps; this component imports {', '.join(sorted(needed))}"
         )
-    payload = json.dumps({
-        "root": str(artifacts_root), "sha256": request.sha256, "name": request.name, "function": request.function,
-        "args": request.args, "profile": request.profile.name, "timeout_s": request.timeout_s, "fuel": request.fuel,
-        "toolkit": request.toolkit,
-    }).encode()
+    payload = json.dumps(
+        {
+            "root": str(artifacts_root), "sha256": request.sha256, "name": request.name,
+            "function": request.function, "args": request.args, "profile": request.profile.name,
+            "timeout_s": request.timeout_s, "fuel": request.fuel, "toolkit": request.toolkit,
+        }
+    ).encode()
     t0 = time.perf_counter()
     deadline = time.monotonic() + request.timeout_s + STARTUP_GRACE_S
     if not pool.slots.acquire(timeout=request.timeout_s):
-        raise Timeout(f"{request.name}: all {MAX_WORKERS} isolated workers stayed busy for {request.timeout_s:g} s")
+        raise Timeout(
+            f"{request.name}: all {MAX_WORKERS} isolated workers stayed busy for {request.timeout_s:g} s"
+        )
     try:
         worker = pool.take()
         answer, stopped = worker.ask(payload, deadline, request.cancel)
@@ -199,14 +209,17 @@ def call(request: Any, artifacts_root: Path, needed: frozenset[str]) -> Any:
     if stopped == "cancelled":
         raise Cancelled(f"{request.name}: {request.function} cancelled by the caller; its worker was stopped")
     if stopped == "timeout":
-        raise Timeout(f"{request.name}: {request.function} exceeded its {request.timeout_s:g} s deadline; its worker was stopped")
+        raise Timeout(
+            f"{request.name}: {request.function} exceeded its {request.timeout_s:g} s deadline; its worker "
+            "was stopped"
+        )
     if stopped == "exited" or answer is None:
         stderr = b"".join(worker.stderr).decode("utf-8", errors="replace")
         if worker.proc.returncode == -signal.SIGABRT or "not yet implemented" in stderr:
             raise StreamAnswer(
-                f"{request.name}.{request.function} answered with a stream/future value, which wasmtime-py's C API "
-                f"cannot read yet (ACT: a streaming tool-result); the call ran in an isolated worker, so only the "
-                f"worker stopped"
+                f"{request.name}.{request.function} answered with a stream/future value, which wasmtime-py's "
+                "C API cannot read yet (ACT: a streaming tool-result); the call ran in an isolated worker, "
+                "so only the worker stopped"
             )
         tail = stderr.strip().splitlines()[-1:] or [f"exit code {worker.proc.returncode}"]
         raise Internal(f"{request.name}: the isolated worker failed: {tail[0][:300]}")
@@ -216,7 +229,9 @@ def call(request: Any, artifacts_root: Path, needed: frozenset[str]) -> Any:
             raise ComponentError(e["message"], e.get("detail"))
         # the class an in-process call raises, so callers catch the same thing either way
         raise of_kind(e["kind"], e["message"])
-    usage = Usage(wall_s=time.perf_counter() - t0, fuel=answer.get("fuel"), bytes_out=answer.get("bytes_out", 0))
+    usage = Usage(
+        wall_s=time.perf_counter() - t0, fuel=answer.get("fuel"), bytes_out=answer.get("bytes_out", 0)
+    )
     return ComponentResult(answer["value"], _unhex(answer.get("stdout")), _unhex(answer.get("stderr")), usage)
 
 
@@ -241,14 +256,21 @@ def _serve() -> int:
         request = ComponentRequest(
             name=req["name"], sha256=req["sha256"], function=req["function"], args=req["args"],
             profile=policy.profile(req["profile"]), timeout_s=float(req["timeout_s"]),
-            principal=Principal(toolkit=req.get("toolkit") or ""), fuel=req.get("fuel"), toolkit=req.get("toolkit"),
+            principal=Principal(toolkit=req.get("toolkit") or ""), fuel=req.get("fuel"),
+            toolkit=req.get("toolkit"),
         )
         try:
             res = runner.call(request)
-            answer: dict[str, Any] = {"value": res.value, "stdout": res.stdout.hex(), "stderr": res.stderr.hex(),
-                                      "fuel": res.usage.fuel, "bytes_out": res.usage.bytes_out}
+            answer: dict[str, Any] = {
+                "value": res.value, "stdout": res.stdout.hex(), "stderr": res.stderr.hex(),
+                "fuel": res.usage.fuel, "bytes_out": res.usage.bytes_out,
+            }
         except ComponentError as exc:
-            answer = {"error": {"kind": "internal", "message": exc.message, "detail": exc.detail, "detail_set": True}}
+            answer = {
+                "error": {
+                    "kind": "internal", "message": exc.message, "detail": exc.detail, "detail_set": True,
+                }
+            }
         except WbError as exc:
             answer = {"error": {"kind": exc.kind.value, "message": exc.message}}
         sys.stdout.write(json.dumps(answer) + "\n")

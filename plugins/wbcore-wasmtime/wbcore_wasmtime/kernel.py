@@ -64,12 +64,16 @@ class KernelInstance:
         store.set_wasi(wasmtime.WasiConfig())  # no argv, env, files or stdio
         try:
             try:
-                instance = loaded.instantiate(store, name=req.name, runtime=self.runner.runtime, caps=req.caps,
-                                              principal=req.principal, toolkit=req.toolkit,
-                                              allowed_hosts=getattr(req, "allowed_hosts", ()))
+                instance = loaded.instantiate(
+                    store, name=req.name, runtime=self.runner.runtime, caps=req.caps, principal=req.principal,
+                    toolkit=req.toolkit, allowed_hosts=getattr(req, "allowed_hosts", ()),
+                )
                 k = self.runner.path.kernel(store, instance, self.spec.entry)
             except KeyError as exc:
-                raise KernelABIError(f"kernel {req.name}: module exports no {exc.args[0]!r} (needs memory and {self.spec.entry})") from None
+                raise KernelABIError(
+                    f"kernel {req.name}: module exports no {exc.args[0]!r} (needs memory and "
+                    f"{self.spec.entry})"
+                ) from None
             except TypeError as exc:
                 raise KernelABIError(f"kernel {req.name}: {exc}") from None
             except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:
@@ -110,16 +114,20 @@ class KernelInstance:
         if n > self._max_in:
             self._max_in = self.max_input
             if n > self._max_in:
-                raise InvalidArgs(f"kernel {self.req.name}: input of {n} bytes is over its {self._max_in}-byte "
-                                  f"input arena (in_off {self.spec.in_off})")
+                raise InvalidArgs(
+                    f"kernel {self.req.name}: input of {n} bytes is over its {self._max_in}-byte "
+                    f"input arena (in_off {self.spec.in_off})"
+                )
         self._guard.deadline = _clock() + self._timeout
         try:
             out = k.roundtrip(data, self.spec.in_off, self.spec.out_off)
         except fastpath.OutOfRange as exc:
             self._poison()
             raise KernelABIError(
-                f"kernel {self.req.name}: returned out_len {exc.out_len} at out_off {self.spec.out_off}, past the "
-                f"end of its {exc.size}-byte memory; refused (the host reads only inside guest memory)") from None
+                f"kernel {self.req.name}: returned out_len {exc.out_len} at out_off {self.spec.out_off}, "
+                f"past the end of its {exc.size}-byte memory; refused (the host reads only inside guest "
+                "memory)"
+            ) from None
         except Exception as exc:
             self._fault(exc)
             raise
@@ -143,8 +151,11 @@ class KernelInstance:
         cap = self.req.profile.memory_bytes
         if near_memory_cap(size, cap):
             raise LimitExceeded(
-                f"kernel {self.req.name}: hit the {cap >> 20} MiB memory limit of profile {self.req.profile.name} "
-                f"({_first(exc)})", limit="memory") from None
+                f"kernel {self.req.name}: hit the {cap >> 20} MiB memory limit of profile "
+                f"{self.req.profile.name} "
+                f"({_first(exc)})",
+                limit="memory",
+            ) from None
         raise GuestTrap(f"kernel {self.req.name}: guest trapped: {_first(exc)}") from None
 
     def _poison(self) -> None:

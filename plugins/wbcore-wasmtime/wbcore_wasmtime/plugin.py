@@ -10,7 +10,9 @@ from wbcore_wasmtime import shapes as _shapes
 from wbcore_wasmtime.runners import guest_runner
 from wbcore_runtime import hookimpl
 from wbcore_runtime.contract.drivers import Availability
-from wbcore_runtime.contract.records import BuildLane, BuiltinCommand, ExecShape, GuestRunnerService, IsolationTier
+from wbcore_runtime.contract.records import (
+    BuildLane, BuiltinCommand, ExecShape, GuestRunnerService, IsolationTier,
+)
 
 
 @hookimpl

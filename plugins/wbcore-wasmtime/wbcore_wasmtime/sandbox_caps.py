@@ -66,7 +66,10 @@ class GuestCaps:
                 continue
             want = (["i32", "i32"] if imp.name in SLOTS else ["i32"] * 4, ["i64"])
             ty = imp.type
-            if not isinstance(ty, wt.FuncType) or ([str(p) for p in ty.params], [str(r) for r in ty.results]) != want:
+            if (
+                not isinstance(ty, wt.FuncType)
+                or ([str(p) for p in ty.params], [str(r) for r in ty.results]) != want
+            ):
                 return (f"import {CAPS}.{imp.name} has the wrong signature; the Dock ABI is "
                         + ("(i32 ptr, i32 cap) -> i64" if imp.name in SLOTS
                            else "(i32 req_ptr, i32 req_len, i32 resp_ptr, i32 resp_cap) -> i64"))
@@ -88,7 +91,9 @@ class GuestCaps:
         wanted = {i.name for i in module.imports if i.module == CAPS}
         for cap in caps:
             if cap in wanted and cap not in SLOTS:
-                linker.define_func(CAPS, cap, wt.FuncType([i32] * 4, [i64]), self._cap(cap), access_caller=True)
+                linker.define_func(
+                    CAPS, cap, wt.FuncType([i32] * 4, [i64]), self._cap(cap), access_caller=True
+                )
         for slot in SLOTS:
             if slot in wanted:
                 linker.define_func(CAPS, slot, wt.FuncType([i32, i32], [i64]), self._slot(slot == "info"),
@@ -102,16 +107,22 @@ class GuestCaps:
                     frames.check_shutdown(payload, self.secret)
                     raise Ended()
                 if kind != want:
-                    raise frames.FrameError("unexpected", f"expected {frames.name(want)}, got {frames.name(kind)}")
+                    raise frames.FrameError(
+                        "unexpected", f"expected {frames.name(want)}, got {frames.name(kind)}"
+                    )
                 obj, blobs = frames.open_sealed(kind, payload, self.secret)
                 if obj.get("id") != self.id:
-                    raise frames.FrameError("unexpected", f"{frames.name(kind)} for call {obj.get('id')!r}, not {self.id}")
+                    raise frames.FrameError(
+                        "unexpected", f"{frames.name(kind)} for call {obj.get('id')!r}, not {self.id}"
+                    )
                 return obj, blobs
             except frames.FrameError as exc:
                 self.chan.send_frame(frames.refused(exc.reason, exc.message))
 
     def ask(self, cap: str, extra: dict[str, Any], request: bytes) -> tuple[int, bytes]:
-        self.chan.send_frame(frames.encode(frames.BROKER_CALL, frames.pack({"id": self.id, "cap": cap, **extra}, request)))
+        self.chan.send_frame(
+            frames.encode(frames.BROKER_CALL, frames.pack({"id": self.id, "cap": cap, **extra}, request))
+        )
         obj, blobs = self.expect(frames.BROKER_ANSWER)
         return frames.field(obj, "status", int), (blobs[0] if blobs else b"")
 

@@ -27,7 +27,10 @@ def _buildable(ctx: VerifyContext) -> Check | None:
     if not buildable.compiles(m, spec.prefix.name):
         return Check(True, "exec", f"not yet fetched; prebuilt from {spec.text}: wbx toolkit build {m.id}")
     lane = buildable.lane(ctx.runtime, m, spec.text)
-    return Check(True, "exec", f"not yet built; buildable from {spec.text} (lane {lane.name}): wbx toolkit build {m.id}")
+    return Check(
+        True, "exec",
+        f"not yet built; buildable from {spec.text} (lane {lane.name}): wbx toolkit build {m.id}",
+    )
 
 
 def verify_command(ctx: VerifyContext) -> Iterator[Check]:
@@ -41,7 +44,9 @@ def verify_command(ctx: VerifyContext) -> Iterator[Check]:
         return
     buildable = _buildable(ctx)
     if buildable is None:
-        yield Check(False, "exec", f"command {m.cli_bin!r} not registered and no #+BUILD_SRC to build it from")
+        yield Check(
+            False, "exec", f"command {m.cli_bin!r} not registered and no #+BUILD_SRC to build it from"
+        )
     else:
         yield buildable
 
@@ -70,11 +75,15 @@ def verify_component(ctx: VerifyContext) -> Iterator[Check]:
     name = m.cli_bin or m.id
     entry = ctx.runtime.registry.lookup("component", name)
     if entry is not None:
-        yield Check(True, "exec", f"component {name!r} registered (WIT world {world}, artifact {entry.sha256[:12]}…)")
+        yield Check(
+            True, "exec", f"component {name!r} registered (WIT world {world}, artifact {entry.sha256[:12]}…)"
+        )
         return
     buildable = _buildable(ctx)
     if buildable is None:
-        yield Check(True, "exec", f"component (WIT world {world}); not registered and no #+BUILD_SRC", warning=True)
+        yield Check(
+            True, "exec", f"component (WIT world {world}); not registered and no #+BUILD_SRC", warning=True
+        )
     else:
         yield buildable
 

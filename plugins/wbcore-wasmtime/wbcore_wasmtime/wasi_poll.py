@@ -38,7 +38,8 @@ if TYPE_CHECKING:
 
 MODULE = "wasi_snapshot_preview1"
 NAME = "poll_oneoff"
-SUBSCRIPTION = 48  # bytes: userdata u64, tag u8 @8, clock {id u32 @16, timeout u64 @24, precision u64 @32, flags u16 @40}
+# bytes: userdata u64, tag u8 @8, clock {id u32 @16, timeout u64 @24, precision u64 @32, flags u16 @40}
+SUBSCRIPTION = 48
 EVENT = 32  # bytes: userdata u64, error u16 @8, type u8 @10, fd_readwrite {nbytes u64 @16, flags u16 @24}
 CLOCK, FD_READ, FD_WRITE = 0, 1, 2
 REALTIME, MONOTONIC = 0, 1

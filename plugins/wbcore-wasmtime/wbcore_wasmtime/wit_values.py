@@ -75,7 +75,10 @@ def schema(ty: Any) -> dict[str, Any]:
     if k == "ResultType":
         def side(name: str, t: Any) -> dict[str, Any]:
             body = schema(t) if t is not None else {"type": "null"}
-            return {"type": "object", "properties": {name: body}, "required": [name], "additionalProperties": False}
+            return {
+                "type": "object", "properties": {name: body}, "required": [name],
+                "additionalProperties": False,
+            }
 
         return {"oneOf": [side("ok", ty.ok), side("err", ty.err)]}
     if k == "VariantType":
@@ -86,7 +89,9 @@ def schema(ty: Any) -> dict[str, Any]:
             if t is not None:
                 props["value"] = schema(t)
                 req.append("value")
-            cases.append({"type": "object", "properties": props, "required": req, "additionalProperties": False})
+            cases.append(
+                {"type": "object", "properties": props, "required": req, "additionalProperties": False}
+            )
         return {"oneOf": cases}
     if k == "EnumType":
         return {"type": "string", "enum": list(ty.names)}
@@ -167,7 +172,9 @@ def from_json(ty: Any, value: Any, where: str = "") -> Any:
         names = {n for n, _ in fields}
         extra = sorted(set(value) - names)
         if extra:
-            raise InvalidArgs(f"{at}: unknown field(s) {', '.join(extra)}; fields: {', '.join(n for n, _ in fields)}")
+            raise InvalidArgs(
+                f"{at}: unknown field(s) {', '.join(extra)}; fields: {', '.join(n for n, _ in fields)}"
+            )
         out = {}
         for n, t in fields:
             if n not in value:
