@@ -50,10 +50,21 @@ def run_in_thread(rt, **kw):
     return th, box
 
 
+def wait_running(rt, n, limit=30.0):
+    """Until ``n`` calls are in the running table: a revoke before a call starts is refused at
+    its start, which is not what these tests check (a first call can take seconds on a busy
+    machine: plugins load, the module compiles)."""
+    end = time.monotonic() + limit
+    while len(rt.running.running()) < n:
+        assert time.monotonic() < end, f"{n} calls did not start within {limit} s"
+        time.sleep(0.01)
+
+
 def test_a_consent_revoke_from_another_process_ends_a_running_call(rt):
     th, box = run_in_thread(rt)
-    time.sleep(0.5)
-    assert th.is_alive() and rt.running.running()  # it spins, entered in the table
+    wait_running(rt, 1)
+    time.sleep(0.2)
+    assert th.is_alive()  # it spins, entered in the table
     # what `wbx toolkit revoke spinner` does, in another process
     subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; from wbcore_runtime.trust import consent; "
                     "consent.ConsentStore(Path(sys.argv[1])).revoke('spinner')", str(rt.home)], check=True)
@@ -71,7 +82,8 @@ def test_the_docks_revoke_ends_a_running_call_of_that_principal_only(rt):
     mine, other = Principal("t1", "spinner"), Principal("t2", "spinner")
     th1, box1 = run_in_thread(rt, principal=mine)
     th2, box2 = run_in_thread(rt, principal=other)
-    time.sleep(0.3)
+    wait_running(rt, 2)
+    time.sleep(0.2)
     t_revoked = time.monotonic()
     rt.dock.revoke(mine)
     th1.join(5)
