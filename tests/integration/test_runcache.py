@@ -1,4 +1,4 @@
-"""``wbx run``'s kept resolution (``wbcore_runtime.store.runcache``): a later run of the same command
+"""``wbx run``'s kept resolution (``wbcore_cli.runcache``): a later run of the same command
 skips the resolution only while nothing it was decided from has changed.
 
 Each attack is made after the resolution was kept, then run twice: on the fast path (the
@@ -22,7 +22,7 @@ pytest.importorskip("wasmtime")
 from wbcore_runtime.dispatch import audit_read
 from wbcore_runtime.build import builder
 from wbcore_runtime.trust import consent
-from wbcore_runtime.store import runcache
+from wbcore_cli import runcache
 from wbcore_testing.fixtures import CliResult
 
 SHIPPED = Path(__file__).resolve().parents[2] / "toolkits"

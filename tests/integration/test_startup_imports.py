@@ -17,7 +17,7 @@ TOOLKITS = Path(__file__).resolve().parents[2] / "toolkits"
 
 PROBE = """
 import json, sys
-from wbcore_runtime.cli.app import main
+from wbcore_cli.app import main
 code = main(sys.argv[1:])
 sys.stdout.flush()
 print("\\n" + json.dumps({"code": code, "modules": sorted(m for m in sys.modules
@@ -43,7 +43,7 @@ def test_run_imports_no_typer_and_list_no_plugin(tmp_path: Path) -> None:
     assert ran["code"] == 0
     assert "wasmtime" in ran["modules"] and not any(m.startswith("typer") for m in ran["modules"]), ran
     assert "importlib.metadata" not in ran["modules"] and "orgparse" not in ran["modules"], ran
-    # The resolution was kept by the runs before (wbcore_runtime.store.runcache): no plugin manager, no
+    # The resolution was kept by the runs before (wbcore_cli.runcache): no plugin manager, no
     # registry query, and of the plugins only the runner's and the tracer check's modules.
     assert "pluggy" not in ran["modules"] and "sqlite3" not in ran["modules"], ran
     # A small artifact's digests use CPython's own sha256: OpenSSL's library is not loaded.

@@ -55,6 +55,8 @@ import re
 import time
 from pathlib import Path
 from typing import Any
+
+import wbcore_runtime
 from wbcore_runtime.trust import verdict as trust
 from wbcore_runtime.dispatch import resolve as resolution
 from wbcore_runtime.trust import policy
@@ -70,7 +72,7 @@ _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 #: The core modules whose code decides a resolution (their identity is part of the stamp).
 _DECIDERS = ("dispatch/resolve", "trust/policy", "trust/consent", "trust/verdict", "toolkit/discovery",
              "toolkit/roots", "store/home", "store/registry", "guard/paths", "toolkit/manifest",
-             "toolkit/manifest_cache", "toolkit/loaded", "plugins/index", "store/runcache", "guard/preopen",
+             "toolkit/manifest_cache", "toolkit/loaded", "plugins/index", "guard/preopen",
              "contract/calls", "store/generation", "plugins/installed", "runtime")
 MANIFEST = "manifest.org"
 
@@ -109,8 +111,10 @@ def _roots_state(roots: list[Path]) -> list[Any]:
 
 
 def _code_state() -> list[Any]:
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # wbcore_runtime/
-    return [[name, _ident(os.path.join(here, f"{name}.py"), follow=True)] for name in _DECIDERS]
+    here = os.path.dirname(os.path.abspath(wbcore_runtime.__file__))  # wbcore_runtime/
+    # This module's own code decides what is kept too (it lives in wbcore-cli, beside the CLI).
+    return ([[name, _ident(os.path.join(here, f"{name}.py"), follow=True)] for name in _DECIDERS]
+            + [["wbcore_cli/runcache", _ident(os.path.abspath(__file__), follow=True)]])
 
 
 def _newest(value: Any) -> int:
