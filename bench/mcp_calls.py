@@ -39,7 +39,7 @@ from _common import ROOT, summary, table, timed
 
 N = int(os.environ.get("WB_BENCH_N", "1000"))
 SECONDS = float(os.environ.get("WB_BENCH_SECONDS", "4"))
-SERVE = [sys.executable, "-c", "from wbcore_runtime.cli.app import run; run()", "mcp", "serve"]
+SERVE = [sys.executable, "-c", "from wbcore_cli.app import run; run()", "mcp", "serve"]
 CALL = {"name": "b64.b64", "arguments": {"stdin": "hello"}}
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -66,7 +66,7 @@ def stdio_run(env: dict[str, str], *, lean: bool, n: int, profile: str | None = 
     cmd = [*SERVE, *([] if lean else ["--sdk-only"])]
     if profile:  # cProfile runs a script, not -c
         script = Path(profile).with_suffix(".py")
-        script.write_text("from wbcore_runtime.cli.app import run\nrun()\n")
+        script.write_text("from wbcore_cli.app import run\nrun()\n")
         cmd = [sys.executable, "-m", "cProfile", "-o", profile, str(script), "mcp", "serve",
                *([] if lean else ["--sdk-only"])]
     proc = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,

@@ -43,7 +43,7 @@ from typing import Any
 CEILINGS = {"first_call_s": 1.0, "p99_ms": 1000.0, "engine_rss_mb": 250.0, "mcp_rss_mb": 300.0,
             "audit_tail_growth_mb": 20.0}
 TOKEN = "soak-token-" + "0123456789abcdef"
-SERVE = [sys.executable, "-c", "from wbcore_runtime.cli.app import run; run()"]
+SERVE = [sys.executable, "-c", "from wbcore_cli.app import run; run()"]
 DEEP = b"[" * 1000 + b"]" * 1000
 
 

@@ -20,7 +20,7 @@ import pytest
 from wbcore_runtime import hookimpl
 from wbcore_runtime.contract import distribution
 from wbcore_runtime.contract.distribution import Descriptor, Layer, Pulled, Pushed, Reference
-from wbcore_runtime.contract.errors import InvalidArgs, NotFound
+from wbcore_runtime.contract.errors import InvalidArgs
 from wbcore_runtime.contract.records import DistributionService
 from wbcore_runtime.store import install
 from wbcore_testing.fixtures import write_toolkit
@@ -81,17 +81,6 @@ def _serving(client: FolderClient) -> object:
             return [DistributionService("folder", "a test client over a folder", lambda _rt: client)]
 
     return ServesFolders()
-
-
-def test_an_oci_install_with_no_client_says_what_to_install(make_runtime, wbx, wb_home) -> None:
-    rt = make_runtime(plugins=[])
-    with pytest.raises(NotFound, match="pip install wbcore-oci"):
-        distribution.service(rt)
-    r = wbx("toolkit", "install", "oci://registry.example/wb/tk:1", runtime=rt)
-    assert r.exit_code != 0 and "pip install wbcore-oci" in r.stderr, r.stderr
-    assert not (wb_home / "toolkits").exists() or not list((wb_home / "toolkits").iterdir())
-    with pytest.raises(NotFound, match="none was given"):  # a caller that passes no client
-        install.install(wb_home, "oci://registry.example/wb/tk:1")
 
 
 def test_install_lands_what_the_served_client_pulled_and_pins_its_digest(make_runtime, tmp_path, wb_home) -> None:

@@ -151,23 +151,6 @@ def _tarball(tmp_path: Path) -> bytes:
     return buf.getvalue()
 
 
-def test_wbx_install_over_https_with_the_proxy_ca(pki, https_port, tmp_path, wbx, make_runtime, wb_home, monkeypatch):
-    ca, _, _ = pki
-    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
-    body = _tarball(tmp_path)
-    FILES["/fp.tar.gz"] = body
-    url = f"https://localhost:{https_port}/fp.tar.gz"
-    pin = hashlib.sha256(body).hexdigest()
-    rt = make_runtime(env={**ALLOW, "PATH": "/usr/bin:/bin"})
-    r = wbx("toolkit", "install", url, "--sha256", pin, "--first-party", runtime=rt)
-    assert r.exit_code == 76 and r.stderr.startswith("wbx: tls: ") and "SSL_CERT_FILE" in r.stderr, r.stderr
-    assert not (wb_home / "toolkits" / "fp").exists()
-    rt = make_runtime(env={**ALLOW, "SSL_CERT_FILE": str(ca), "PATH": "/usr/bin:/bin"})
-    r = wbx("toolkit", "install", url, "--sha256", pin, "--first-party", runtime=rt)
-    assert r.exit_code == 0, r.stderr
-    assert (wb_home / "toolkits" / "fp" / "manifest.org").is_file()
-
-
 def test_dns_and_connection_failures_have_their_own_kinds(tmp_path):
     def no_dns(host: str, port: int) -> list[str]:
         raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from wbcore_runtime.toolkit import roots as toolkit_roots
 from wbcore_runtime.store import home
 from wbcore_runtime.contract.errors import InvalidArgs
 from wbcore_runtime.runtime import Runtime
@@ -44,7 +43,7 @@ def test_runtime_cli_and_demo_share_the_project_home(tmp_path: Path) -> None:
 
 def test_the_repository_marks_itself() -> None:
     repo = Path(__file__).resolve().parents[2]
-    project = home.find_project(repo / "wbcore_runtime" / "cli")
+    project = home.find_project(repo / "wbcore_runtime" / "store")
     assert project is not None and project.home == repo / ".wb-home"
 
 
@@ -64,39 +63,3 @@ def test_a_symlinked_home_leaving_the_project_is_refused(tmp_path: Path) -> None
         home.choose({}, proj)
 
 
-def test_list_outside_a_project_names_the_roots_searched_and_how_to_add_one(tmp_path: Path, wbx) -> None:
-    empty = tmp_path / "nowhere" / "here"
-    empty.mkdir(parents=True)
-    rt = Runtime.open(plugins=[], env={"WB_HOME": str(tmp_path / "h")}, cwd=empty)
-    res = wbx("toolkit", "list", runtime=rt)
-    assert res.exit_code == 0 and res.stdout == ""
-    assert f"{empty / 'toolkits'} (missing)" in res.stderr
-    assert f"{tmp_path / 'nowhere' / 'toolkits'} (missing)" in res.stderr
-    assert f"{tmp_path / 'h' / 'toolkits'} (missing)" in res.stderr
-    assert "WB_TOOLKIT_PATH" in res.stderr and "wbx toolkit install" in res.stderr
-    assert toolkit_roots.roots(rt.env, empty, rt.home) == []
-
-
-def test_agent_prompt_warns_about_each_toolkit_left_out(tmp_path: Path, wbx) -> None:
-    empty = tmp_path / "nowhere"
-    empty.mkdir()
-    agent = tmp_path / "agent.org"
-    agent.write_text("* Helper :agent:\n  :PROPERTIES:\n  :ID: h\n  :TOOLKITS: alpha beta\n  :END:\n** System prompt\nBe brief.\n")
-    rt = Runtime.open(plugins=[], env={"WB_HOME": str(tmp_path / "h")}, cwd=empty)
-    res = wbx("agent", "prompt", str(agent), runtime=rt)
-    assert res.exit_code == 0
-    assert res.stdout.strip() == "Be brief."
-    assert "agent toolkit 'alpha' left out of the index" in res.stderr
-    assert "agent toolkit 'beta' left out of the index" in res.stderr
-    assert "searched:" in res.stderr and "WB_TOOLKIT_PATH" in res.stderr
-
-
-def test_list_json_names_every_folder_searched(tmp_path: Path, wbx) -> None:
-    import json
-
-    empty = tmp_path / "nowhere" / "here"  # not beside the wbx fixture's tmp_path/toolkits
-    empty.mkdir(parents=True)
-    rt = Runtime.open(plugins=[], env={"WB_HOME": str(tmp_path / "h"), "WB_TOOLKIT_PATH": str(tmp_path / "extra")}, cwd=empty)
-    data = json.loads(wbx("toolkit", "list", "--json", runtime=rt).stdout)
-    assert data["roots"] == [] and str(tmp_path / "extra") in data["searched"]
-    assert str(tmp_path / "h" / "toolkits") in data["searched"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import http.server
 import json
-import os
 import stat
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -13,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from wbcore_runtime.trust import did, identity
-from wbcore_runtime.contract.errors import InvalidArgs, Unreachable, WbError
+from wbcore_runtime.contract.errors import InvalidArgs, Unreachable
 
 # W3C CCG did-method-key, test-vectors/ed25519-x25519.json: seed → did:key, publicKeyBase58.
 W3C_VECTORS = [
@@ -177,23 +176,6 @@ def serve(tmp_path):
         thread.join(5)
 
 
-def test_did_web_resolves_on_loopback_only_when_asked(serve, wbx, make_runtime):
-    root, host = serve
-    ident = identity.Identity.from_seed(bytes(31) + b"\x07")
-    did.write_document(ident, host, root / ".well-known" / "did.json")
-    web = did.did_for_host(host)
-    assert did.resolve_web(web, env={}, allow_http_loopback=True) == [ident.public_key]
-    assert did.public_keys(web, env={did.ENV_HTTP_LOOPBACK: "1"}) == [ident.public_key]
-    # Without the test override the resolver insists on https, and the SSRF guard refuses loopback.
-    with pytest.raises(Exception) as info:
-        did.resolve_web(web, env={}, timeout=2.0)
-    assert "https://" in str(info.value) and "SSRF guard" in str(info.value)
-    # With private sources allowed it gets past the guard and fails at TLS (this server speaks http)
-    with pytest.raises(WbError) as info:
-        did.resolve_web(web, env={"WB_ALLOW_PRIVATE_SOURCES": "1"}, timeout=2.0)
-    assert info.value.name == "tls" and info.value.exit_code == 76, info.value
-
-
 def test_did_web_document_size_cap_and_missing(serve):
     root, host = serve
     (root / ".well-known").mkdir()
@@ -209,20 +191,6 @@ def test_did_web_document_size_cap_and_missing(serve):
 def test_unknown_did_method_lists_known_ones():
     with pytest.raises(InvalidArgs, match="did:key, did:web"):
         did.public_keys("did:plc:abc")
-
-
-def test_wbx_identity_show_and_did_web(wbx, wb_home, tmp_path):
-    r = wbx("identity", "show", "--json")
-    assert r.exit_code == 0, r.stderr
-    shown = json.loads(r.stdout)
-    assert shown["did"].startswith("did:key:z6Mk")
-    out = tmp_path / "pub" / "did.json"
-    r = wbx("identity", "did-web", "example.com", "-o", str(out))
-    assert r.exit_code == 0, r.stderr
-    assert "https://example.com/.well-known/did.json" in r.stdout
-    doc = json.loads(out.read_text())
-    assert doc["alsoKnownAs"] == [shown["did"]]
-    assert os.path.exists(identity.key_path(wb_home))
 
 
 def test_only_assertion_methods_sign():

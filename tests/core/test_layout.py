@@ -19,7 +19,7 @@ ROOT = Path(wbcore_runtime.__file__).resolve().parent
 PACKAGE = "wbcore_runtime"
 
 #: The subpackages, one idea each, in the order of the flow from manifest to result.
-FOLDERS = ("contract", "plugins", "toolkit", "trust", "guard", "build", "store", "dispatch", "wire", "cli")
+FOLDERS = ("contract", "plugins", "toolkit", "trust", "guard", "build", "store", "dispatch", "wire")
 #: Modules that stay at the top: the package itself, ``python -m wbcore_runtime`` and the facade.
 TOP = {"wbcore_runtime", "wbcore_runtime.__main__", "wbcore_runtime.runtime"}
 
@@ -60,7 +60,9 @@ OVER_BUDGET: dict[str, int] = {}  # empty: every module is within MAX_LINES, and
 #: +26 for dispatch/tiers.py's header (the tier choice split from dispatch/resolve, which was at 500
 #: lines with 8 long ones; every core file now passes E501).
 #: -183 for toolkit/markup (Markdown <-> Org), which only wbcore-agent-skills used: it went there.
-MAX_TOTAL_LINES = 20_723
+#: -2,517 for the wbx CLI (cli/, with store/runcache and toolkit/tasks, which only it used), which left
+#: for wbcore-cli; cli/output's three helpers stayed as contract/cli_output.py for plugins' commands.
+MAX_TOTAL_LINES = 18_206
 #: In-function imports of a core module (each one hid an edge): none, and none may come back. A
 #: module another needs only on some paths (start-up, docs/architecture.md) is named at the top
 #: with contract.lazy.module, which this test reads as an edge.

@@ -113,7 +113,7 @@ def test_mcp_client_lists_and_calls_the_act_tool(make_runtime: Any, toolkit_root
     _register_time(make_runtime, toolkit_root)
     env = {"WB_HOME": str(wb_home), "WB_TOOLKITS_ROOT": str(toolkit_root), "PATH": os.environ.get("PATH", "")}
     params = StdioServerParameters(command=sys.executable,
-                                   args=["-c", "from wbcore_runtime.cli.app import run; run()", "mcp", "serve"], env=env)
+                                   args=["-c", "from wbcore_cli.app import run; run()", "mcp", "serve"], env=env)
 
     async def main() -> None:
         async with stdio_client(params) as (read, write), ClientSession(read, write) as session:

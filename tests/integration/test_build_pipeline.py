@@ -241,7 +241,7 @@ def test_json_streams_one_event_per_line(rt_factory, make_toolkit, wbx) -> None:
 
 def test_a_long_phase_ticks_on_a_tty(rt_factory, make_toolkit, wbx, monkeypatch) -> None:
     """A lane step of 12 s prints its phase with the elapsed time at least twice."""
-    from wbcore_runtime.cli import build as cli_build
+    from wbcore_cli import build as cli_build
 
     monkeypatch.setattr(cli_build, "interactive", lambda: True)
     pyish_toolkit(make_toolkit, "slow")

@@ -39,7 +39,7 @@ def test_wbx_plugins_lists_the_failure(broken_dist, wbx, make_runtime):
 def test_every_plugin_command_names_its_distribution(wb_home):
     """``cli.app.PLUGIN_COMMANDS`` (what ``wbx <command>`` names to install when the command's
     plugin is missing) is exactly what our installed plugins add, each by its distribution."""
-    from wbcore_runtime.cli.app import PLUGIN_COMMANDS
+    from wbcore_cli.app import PLUGIN_COMMANDS
 
     rt = Runtime.open(home=wb_home)
     origins = {i.name: i.origin.partition(" ")[0] for i in rt.plugin_infos}

@@ -170,7 +170,7 @@ def test_wbx_mcp_serve_over_stdio_takes_the_mounts_from_meta_on_its_lean_path(
     env = {"WB_HOME": str(wb_home), "WB_TOOLKITS_ROOT": str(toolkit_root), "PATH": os.environ.get("PATH", ""),
            mounts.ROOTS_ENV: str(shared / "root")}
     params = StdioServerParameters(command=sys.executable, env=env, args=[
-        "-c", "from wbcore_runtime.cli.app import run; run()", "mcp", "serve"])
+        "-c", "from wbcore_cli.app import run; run()", "mcp", "serve"])
 
     async def main() -> tuple[Any, Any]:
         async with stdio_client(params) as (read, write):

@@ -150,7 +150,7 @@ def test_run_json_reports_the_result_and_its_usage(rt, wbx, tmp_path):
     import subprocess
     import sys
 
-    from wbcore_runtime.cli import fastrun
+    from wbcore_cli import fastrun
 
     assert wbx("toolkit", "build", "b64", runtime=rt).exit_code == 0
     r = wbx("run", "--json", "--tier", "instance", "b64", "decode", runtime=rt, input=b"AP8=")

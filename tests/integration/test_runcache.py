@@ -1,4 +1,4 @@
-"""``wbx run``'s kept resolution (``wbcore_runtime.store.runcache``): a later run of the same command
+"""``wbx run``'s kept resolution (``wbcore_cli.runcache``): a later run of the same command
 skips the resolution only while nothing it was decided from has changed.
 
 Each attack is made after the resolution was kept, then run twice: on the fast path (the
@@ -22,7 +22,7 @@ pytest.importorskip("wasmtime")
 from wbcore_runtime.dispatch import audit_read
 from wbcore_runtime.build import builder
 from wbcore_runtime.trust import consent
-from wbcore_runtime.store import runcache
+from wbcore_cli import runcache
 from wbcore_testing.fixtures import CliResult
 
 SHIPPED = Path(__file__).resolve().parents[2] / "toolkits"
@@ -385,3 +385,19 @@ def test_a_kept_builtin_still_refuses_a_changed_artifact_or_package(monkeypatch:
     assert fast.exit_code == full.exit_code == 70, fast.stderr
     assert "does not match its sha256" in fast.stderr and fast.stderr == full.stderr
     assert fast.stdout_bytes == full.stdout_bytes == b""
+
+
+def test_every_deciding_core_module_is_in_the_code_stamp() -> None:
+    """The stamp names each core module whose code decides a resolution, and each exists: a
+    module split off one of them (dispatch/tiers from dispatch/resolve) would otherwise change
+    what a kept resolution means without invalidating it."""
+    import wbcore_runtime
+
+    core = Path(wbcore_runtime.__file__).parent
+    missing = [name for name in runcache._DECIDERS if not (core / f"{name}.py").is_file()]
+    assert not missing, f"runcache._DECIDERS names modules that do not exist: {missing}"
+    # Every core module resolve.py imports at its top decides part of the answer.
+    src = (core / "dispatch" / "resolve.py").read_text()
+    for name in ("dispatch/tiers", "trust/policy", "trust/verdict", "store/registry"):
+        assert f"wbcore_runtime.{name.replace('/', '.')}" in src or name.split("/")[1] in src
+        assert name in runcache._DECIDERS, name

@@ -52,7 +52,8 @@ hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
 #: ``add(name, command, help=...)``: the registrar handed to ``wbcore_cli_commands``.
-#: ``command`` is a ``typer.Typer`` (a command group) or a plain function.
+#: ``command`` is a ``typer.Typer`` (a command group) or a plain function. The CLI that calls it is
+#: the wbcore-cli distribution; a command prints with ``contract.cli_output``.
 CliRegistrar = Callable[..., None]
 
 

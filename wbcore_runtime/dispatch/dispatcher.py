@@ -140,7 +140,7 @@ def call_command(runtime: RuntimeServices, name: str, argv: Sequence[str] = (), 
 def call_resolved(runtime: RuntimeServices, resolved: Resolved, argv: Sequence[str], stdin: bytes, *,
                   principal: Principal | None = None, timeout: float | None = None,
                   cancel: Any = None, mounts: Sequence[Any] = (), remote: str | None = None) -> CallResult:
-    """Run a command already resolved by :func:`resolve` (or kept by ``wbcore_runtime.store.runcache``
+    """Run a command already resolved by :func:`resolve` (or kept by ``wbcore_cli.runcache``
     and adopted): ``wbx run`` resolves once and calls this, never resolving again. ``mounts``:
     host folders asked for this call (``HOST[:GUEST][:ro|rw]``), granted by
     :func:`wbcore_runtime.dispatch.mounts.grant` (``remote``: who asked, when not the deployer — only inside

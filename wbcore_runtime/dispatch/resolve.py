@@ -288,7 +288,7 @@ def resolve(runtime: RuntimeServices, kind: str, name: str, *, tier: str | None 
 
 def adopt(runtime: RuntimeServices, resolved: Resolved, generation: int) -> None:
     """Take ``resolved`` as this runtime's resolution of its name, made when the change
-    counter read ``generation``: ``wbcore_runtime.store.runcache`` hands over one kept in the home after
+    counter read ``generation``: ``wbcore_cli.runcache`` hands over one kept in the home after
     checking that none of its inputs changed. Later calls re-check it as any other."""
     runtime.resolve_epoch += 1
     runtime.resolved_calls[(resolved.kind, resolved.name, None)] = (

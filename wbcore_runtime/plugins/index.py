@@ -144,7 +144,7 @@ class Index:
         self.runtime = runtime
         self._data = data
         #: The index file's content digest: what a kept resolution was made with
-        #: (wbcore_runtime.store.runcache).
+        #: (wbcore_cli.runcache).
         self.ident = ident
         self._views: dict[str, View] = {}
         self.hooks: dict[str, list[Ref]] = {h: [Ref(r) for r in data["hooks"].get(h, [])] for h in HOOKS}

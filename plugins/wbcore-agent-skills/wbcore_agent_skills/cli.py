@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
-from wbcore_runtime.cli.output import JSON_HELP, emit_json, warn
+from wbcore_runtime.contract.cli_output import JSON_HELP, emit_json, warn
 from wbcore_runtime.contract.errors import InvalidArgs
 
 if TYPE_CHECKING:

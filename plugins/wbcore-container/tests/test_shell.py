@@ -166,7 +166,7 @@ def test_wbx_shell_names_the_tiers_that_offer_one(wbx, make_runtime) -> None:
 
 
 def test_run_shell_passes_program_arguments_and_the_exit_code(make_runtime) -> None:
-    from wbcore_runtime.cli.shell import run_shell
+    from wbcore_cli.shell import run_shell
 
     in_r, in_w = os.pipe()
     out_r, out_w = os.pipe()

@@ -288,7 +288,7 @@ def test_a_console_form_body_is_bounded(served):
 
 
 def test_push_shows_the_dry_run_diff_before_landing(tmp_path, served):
-    from wbcore_runtime.cli import engine_client
+    from wbcore_cli import engine_client
     from wbcore_runtime.trust import identity
 
     eng, _, home = served

@@ -11,7 +11,7 @@ from typing import Any
 
 import typer
 
-from wbcore_runtime.cli.output import JSON_HELP, emit_json
+from wbcore_runtime.contract.cli_output import JSON_HELP, emit_json
 
 
 def _where(pairs: list[str]) -> dict[str, str]:

@@ -23,7 +23,7 @@ from mcp.shared.exceptions import MCPError  # noqa: E402
 from mcp_fixtures import populate  # noqa: E402
 from wbcore_mcp.server import skills_models  # noqa: E402
 
-SERVE = [sys.executable, "-c", "from wbcore_runtime.cli.app import run; run()", "mcp", "serve"]
+SERVE = [sys.executable, "-c", "from wbcore_cli.app import run; run()", "mcp", "serve"]
 
 
 class SkillsList(types.Request[types.RequestParams | None, Literal["skills/list"]]):

@@ -26,7 +26,7 @@ from mcp_fixtures import DATA
 
 from wbcore_testing.fixtures import manifest_text, write_toolkit
 
-SERVE = [sys.executable, "-c", "from wbcore_runtime.cli.app import run; run()", "mcp", "serve"]
+SERVE = [sys.executable, "-c", "from wbcore_cli.app import run; run()", "mcp", "serve"]
 TOKEN = "t0ken-for-the-door-test-0123456789"
 
 

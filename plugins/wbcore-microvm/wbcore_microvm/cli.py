@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from wbcore_runtime.cli.output import JSON_HELP, emit_json
+from wbcore_runtime.contract.cli_output import JSON_HELP, emit_json
 
 
 def _age(seconds: float) -> str:

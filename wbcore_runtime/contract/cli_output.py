@@ -1,4 +1,8 @@
-"""Small output helpers shared by the CLI rooms."""
+"""How a ``wbx`` command prints: the ``--json`` option's help, JSON on stdout, a warning on stderr.
+
+The CLI is its own distribution (wbcore-cli); the commands plugins add through
+``wbcore_cli_commands`` print with these, and a plugin imports only the core, so they are here.
+"""
 
 from __future__ import annotations
 

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from wbcore_runtime.cli.fastrun import MOUNT_HELP, RunArgs
-from wbcore_runtime.cli.fastrun import run as run_command
+from wbcore_cli.fastrun import MOUNT_HELP, RunArgs
+from wbcore_cli.fastrun import run as run_command
 
 if TYPE_CHECKING:
     from wbcore_runtime.contract.host import RuntimeServices

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from wbcore_runtime.cli.output import JSON_HELP, emit_json
+from wbcore_runtime.contract.cli_output import JSON_HELP, emit_json
 from wbcore_runtime.trust import did, identity
 
 if TYPE_CHECKING:

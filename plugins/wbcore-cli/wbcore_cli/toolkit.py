@@ -7,18 +7,18 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from wbcore_runtime.cli.output import JSON_HELP, emit_json, warn
+from wbcore_runtime.contract.cli_output import JSON_HELP, emit_json, warn
 from wbcore_runtime.contract import lazy
 from wbcore_runtime.toolkit import roots as _roots
 from wbcore_runtime.trust import verdict as _trust
 
 if TYPE_CHECKING:
     from wbcore_runtime.contract.host import RuntimeServices
-    from wbcore_runtime.cli import toolkit_verbs
+    from wbcore_cli import toolkit_verbs
     from wbcore_runtime.toolkit import search as _search
     from wbcore_runtime.trust import consent
 else:  # imported on first use: wbx toolkit list/show/search/verify load only their own
-    toolkit_verbs = lazy.module("wbcore_runtime.cli.toolkit_verbs")
+    toolkit_verbs = lazy.Module("wbcore_cli.toolkit_verbs")
     _search = lazy.module("wbcore_runtime.toolkit.search")
     consent = lazy.module("wbcore_runtime.trust.consent")
 

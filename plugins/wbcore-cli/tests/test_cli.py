@@ -10,7 +10,7 @@ import pytest
 import typer
 
 from wbcore_runtime import hookimpl
-from wbcore_runtime.cli.app import GROUP_HELP
+from wbcore_cli.app import GROUP_HELP
 from wbcore_testing.fixtures import manifest_text
 
 
@@ -329,8 +329,8 @@ def test_plugins_names_every_name_two_plugins_serve(make_runtime, wbx):
 def test_the_root_help_names_the_groups_it_does_not_build(tmp_path) -> None:
     """``wbx --help`` lists each group of GROUP_HELP with its line of help, and imports none of
     their modules (a fresh interpreter, as a user's command)."""
-    probe = ("import sys; from wbcore_runtime.cli.app import main; code = main(['--help']); "
-             "print(code, sorted(m for m in sys.modules if m.startswith('wbcore_runtime.cli.')))")
+    probe = ("import sys; from wbcore_cli.app import main; code = main(['--help']); "
+             "print(code, sorted(m for m in sys.modules if m.startswith('wbcore_cli.')))")
     env = {**{k: v for k, v in os.environ.items() if not k.startswith(("WB_", "_WBX_"))}, "WB_HOME": str(tmp_path / "h")}
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path,
                           timeout=120, check=False)
@@ -340,4 +340,4 @@ def test_the_root_help_names_the_groups_it_does_not_build(tmp_path) -> None:
         assert any(row.split()[:1] == [group] and line[:30] in row for row in shown), (group, done.stdout)
     code, _, loaded = last.partition(" ")
     unbuilt = {"toolkit", "toolkit_verbs", "provenance", "build", "agent", "identity", "registered"}
-    assert code == "0" and not {f"wbcore_runtime.cli.{m}" for m in unbuilt} & set(ast.literal_eval(loaded)), last
+    assert code == "0" and not {f"wbcore_cli.{m}" for m in unbuilt} & set(ast.literal_eval(loaded)), last

@@ -20,7 +20,7 @@ from typing import Any
 
 import typer
 
-from wbcore_runtime.cli.output import emit_json
+from wbcore_runtime.contract.cli_output import emit_json
 from wbcore_runtime.contract.errors import CapabilityDenied, Internal, InvalidArgs, NotFound, Timeout, WbError
 from wbcore_runtime.store.archive import deterministic_targz
 from wbcore_runtime.guard import paths

@@ -11,20 +11,20 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from wbcore_runtime.cli import build, provenance
-from wbcore_runtime.cli.output import JSON_HELP, emit_json
-from wbcore_runtime.cli.fastrun import MOUNT_HELP, guest_args, read_stdin
+from wbcore_cli import build, provenance
+from wbcore_runtime.contract.cli_output import JSON_HELP, emit_json
+from wbcore_cli.fastrun import MOUNT_HELP, guest_args, read_stdin
 from wbcore_runtime.contract import lazy
 
 if TYPE_CHECKING:
     from wbcore_runtime.contract.host import RuntimeServices
-    from wbcore_runtime.cli import engine_client
-    from wbcore_runtime.toolkit import tasks
+    from wbcore_cli import engine_client
+    from wbcore_cli import tasks
 else:  # imported on first use: keeps wbx start-up light (a command loads only what it uses)
     # urllib.request brings http.client and email, which no other command loads
-    engine_client = lazy.module("wbcore_runtime.cli.engine_client")
+    engine_client = lazy.Module("wbcore_cli.engine_client")
     # it brings dispatch (resolve, mounts, audit), which wbx --help does not load
-    tasks = lazy.module("wbcore_runtime.toolkit.tasks")
+    tasks = lazy.Module("wbcore_cli.tasks")
 
 
 TOKEN_HELP = "The engine's bearer token (else $WB_ENGINE_TOKEN)."

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 import typer
 
-from wbcore_runtime.cli.output import emit_json
+from wbcore_runtime.contract.cli_output import emit_json
 from wbcore_runtime.contract import lazy
 from wbcore_runtime.contract.errors import InvalidArgs
 

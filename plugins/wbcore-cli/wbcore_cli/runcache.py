@@ -55,8 +55,10 @@ import re
 import time
 from pathlib import Path
 from typing import Any
+
+import wbcore_runtime
 from wbcore_runtime.trust import verdict as trust
-from wbcore_runtime.dispatch import resolve as resolution
+from wbcore_runtime.dispatch import resolve as resolution, tiers
 from wbcore_runtime.trust import policy
 from wbcore_runtime.store.registry import Entry
 from wbcore_runtime.store.artifacts import atomic_write
@@ -68,10 +70,10 @@ FOLDER = "cache/resolved"
 RACY_SECONDS = 2.0
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 #: The core modules whose code decides a resolution (their identity is part of the stamp).
-_DECIDERS = ("dispatch/resolve", "trust/policy", "trust/consent", "trust/verdict", "toolkit/discovery",
-             "toolkit/roots", "store/home", "store/registry", "guard/paths", "toolkit/manifest",
-             "toolkit/manifest_cache", "toolkit/loaded", "plugins/index", "store/runcache", "guard/preopen",
-             "contract/calls", "store/generation", "plugins/installed", "runtime")
+_DECIDERS = ("dispatch/resolve", "dispatch/tiers", "trust/policy", "trust/consent", "trust/verdict",
+             "toolkit/discovery", "toolkit/roots", "store/home", "store/registry", "guard/paths",
+             "toolkit/manifest", "toolkit/manifest_cache", "toolkit/loaded", "plugins/index",
+             "guard/preopen", "contract/calls", "store/generation", "plugins/installed", "runtime")
 MANIFEST = "manifest.org"
 
 
@@ -109,8 +111,10 @@ def _roots_state(roots: list[Path]) -> list[Any]:
 
 
 def _code_state() -> list[Any]:
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # wbcore_runtime/
-    return [[name, _ident(os.path.join(here, f"{name}.py"), follow=True)] for name in _DECIDERS]
+    here = os.path.dirname(os.path.abspath(wbcore_runtime.__file__))  # wbcore_runtime/
+    # This module's own code decides what is kept too (it lives in wbcore-cli, beside the CLI).
+    return ([[name, _ident(os.path.join(here, f"{name}.py"), follow=True)] for name in _DECIDERS]
+            + [["wbcore_cli/runcache", _ident(os.path.abspath(__file__), follow=True)]])
 
 
 def _newest(value: Any) -> int:
@@ -206,13 +210,13 @@ def _rebuild(runtime: Any, kind: str, name: str, res: dict[str, Any]) -> Any:
     entry = Entry(kind=e["kind"], name=e["name"], sha256=e["sha256"], shape=e["shape"], toolkit=e["toolkit"],
                   arg_mode=e["arg_mode"], profile=e["profile"], builtin=bool(e["builtin"]),
                   options=e["options"])
-    tier = resolution.TierChoice(res["tier"][0], res["tier"][1], tuple(tuple(c) for c in res["tier"][2]))
+    tier = tiers.TierChoice(res["tier"][0], res["tier"][1], tuple(tuple(c) for c in res["tier"][2]))
     return resolution.Resolved(
         kind=kind, name=name, entry=entry, sha256=entry.sha256, artifact=runtime.artifacts.path(entry.sha256),
         toolkit=entry.toolkit, trust=res["trust"], signer=res["signer"],
         profile=policy.profile(res["profile"]),
         caps=frozenset(res["caps"]), allowed_hosts=tuple(res["hosts"]), tier=tier,
-        target=resolution.target_for(runtime, entry, tier.name), home=runtime.home,
+        target=tiers.target_for(runtime, entry, tier.name), home=runtime.home,
     )
 
 

@@ -18,28 +18,28 @@ from wbcore_runtime.contract.errors import EXIT_CODES, ErrorKind, NotFound, WbEr
 from wbcore_runtime.store import leftovers
 from wbcore_runtime.contract.errors import DiskFull, disk_full
 from wbcore_runtime.runtime import Runtime
-from wbcore_runtime.cli import fastrun
+from wbcore_cli import fastrun
 
 if TYPE_CHECKING:  # Typer is imported by the commands that need it, never by `wbx run`
     import typer
-    from wbcore_runtime.cli import toolkit
-    from wbcore_runtime.cli import listing
-    from wbcore_runtime.cli import agent as _agent
-    from wbcore_runtime.cli import audit as _audit_cli
-    from wbcore_runtime.cli import run as _run_cli
-    from wbcore_runtime.cli import registered
-    from wbcore_runtime.cli import shell as _shell_cli
-    from wbcore_runtime.cli import identity as _identity_cli
+    from wbcore_cli import toolkit
+    from wbcore_cli import listing
+    from wbcore_cli import agent as _agent
+    from wbcore_cli import audit as _audit_cli
+    from wbcore_cli import run as _run_cli
+    from wbcore_cli import registered
+    from wbcore_cli import shell as _shell_cli
+    from wbcore_cli import identity as _identity_cli
     from wbcore_runtime.store import journal
 else:  # imported on first use: a command's group loads only when that command runs (wbx start-up)
-    toolkit = lazy.module("wbcore_runtime.cli.toolkit")
-    listing = lazy.module("wbcore_runtime.cli.listing")
-    _agent = lazy.module("wbcore_runtime.cli.agent")
-    _audit_cli = lazy.module("wbcore_runtime.cli.audit")
-    _run_cli = lazy.module("wbcore_runtime.cli.run")
-    registered = lazy.module("wbcore_runtime.cli.registered")
-    _shell_cli = lazy.module("wbcore_runtime.cli.shell")
-    _identity_cli = lazy.module("wbcore_runtime.cli.identity")
+    toolkit = lazy.Module("wbcore_cli.toolkit")
+    listing = lazy.Module("wbcore_cli.listing")
+    _agent = lazy.Module("wbcore_cli.agent")
+    _audit_cli = lazy.Module("wbcore_cli.audit")
+    _run_cli = lazy.Module("wbcore_cli.run")
+    registered = lazy.Module("wbcore_cli.registered")
+    _shell_cli = lazy.Module("wbcore_cli.shell")
+    _identity_cli = lazy.Module("wbcore_cli.identity")
     journal = lazy.module("wbcore_runtime.store.journal")
 
 #: Names plugins may not take: the core's own commands, present and planned.
@@ -301,7 +301,7 @@ def main(argv: Sequence[str] | None = None, *, runtime: Any = None) -> int:
     debug = "--debug" in args
     try:
         plain = fastrun.parse(args)
-        if plain is not None:  # `wbx run NAME …`: no Typer (wbcore_runtime.cli.fastrun)
+        if plain is not None:  # `wbx run NAME …`: no Typer (wbcore_cli.fastrun)
             return fastrun.run(open_runtime(runtime), plain)
         return _typer_main(args, runtime)
     except WbError as exc:

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from wbcore_runtime.cli.output import JSON_HELP, emit_json
+from wbcore_runtime.contract.cli_output import JSON_HELP, emit_json
 from wbcore_runtime.contract.errors import Internal
 from wbcore_runtime.dispatch import audit_read
 

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, BinaryIO
 
 import typer
 
-from wbcore_runtime.cli.fastrun import read_stdin
-from wbcore_runtime.cli.output import JSON_HELP, emit_json
+from wbcore_cli.fastrun import read_stdin
+from wbcore_runtime.contract.cli_output import JSON_HELP, emit_json
 from wbcore_runtime.contract.calls import CallRecord, Principal
 from wbcore_runtime.contract.errors import InvalidArgs, WbError
 from wbcore_runtime.dispatch import resolve as resolution

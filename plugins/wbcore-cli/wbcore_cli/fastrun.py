@@ -17,10 +17,10 @@ from wbcore_runtime.contract import lazy
 from wbcore_runtime.contract.errors import InvalidArgs, WbError
 
 if TYPE_CHECKING:
-    from wbcore_runtime.store import runcache
+    from wbcore_cli import runcache
     from wbcore_runtime.dispatch import dispatcher as dispatch
 else:  # imported on first use: a first run only (a kept resolution skips them)
-    runcache = lazy.module("wbcore_runtime.store.runcache")
+    runcache = lazy.Module("wbcore_cli.runcache")
     dispatch = lazy.module("wbcore_runtime.dispatch.dispatcher")
 
 MAX_STDIN = 64 << 20

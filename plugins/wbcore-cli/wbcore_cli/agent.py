@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from wbcore_runtime.cli.output import JSON_HELP, emit_json
-from wbcore_runtime.cli.output import warn
-from wbcore_runtime.cli.toolkit import searched_hint
+from wbcore_runtime.contract.cli_output import JSON_HELP, emit_json
+from wbcore_runtime.contract.cli_output import warn
+from wbcore_cli.toolkit import searched_hint
 from wbcore_runtime.contract import lazy
 from wbcore_runtime.contract.errors import WbError
 from wbcore_runtime.toolkit import agents
@@ -18,10 +18,10 @@ from wbcore_runtime.trust import verdict as _trust
 
 if TYPE_CHECKING:
     from wbcore_runtime.contract.host import RuntimeServices
-    from wbcore_runtime.cli import engine_client
+    from wbcore_cli import engine_client
 else:  # imported on first use: keeps wbx start-up light (a command loads only what it uses)
     # urllib.request brings http.client and email, which a local run never needs
-    engine_client = lazy.module("wbcore_runtime.cli.engine_client")
+    engine_client = lazy.Module("wbcore_cli.engine_client")
 
 
 def build(runtime: RuntimeServices) -> typer.Typer:

@@ -1,9 +1,9 @@
-"""``wbx run --mount``'s grammar in the fast parser (``wbcore_runtime.cli.fastrun``): repeatable
+"""``wbx run --mount``'s grammar in the fast parser (``wbcore_cli.fastrun``): repeatable
 before NAME, in both spellings; after NAME it is the program's, with the one note."""
 
 from __future__ import annotations
 
-from wbcore_runtime.cli import fastrun
+from wbcore_cli import fastrun
 
 
 def test_mounts_before_the_name_are_wbx_options() -> None:

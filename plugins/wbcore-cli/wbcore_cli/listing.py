@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from wbcore_runtime.cli.output import JSON_HELP, emit_json
+from wbcore_runtime.contract.cli_output import JSON_HELP, emit_json
 from wbcore_runtime.plugins.manager import core_origin
 from wbcore_runtime.contract import lazy
 from wbcore_runtime.contract.errors import NotFound

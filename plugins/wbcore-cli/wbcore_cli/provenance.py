@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from wbcore_runtime.cli.output import JSON_HELP, emit_json, warn
+from wbcore_runtime.contract.cli_output import JSON_HELP, emit_json, warn
 from wbcore_runtime.contract import distribution
 from wbcore_runtime.contract import lazy
 from wbcore_runtime.contract.errors import InvalidArgs

@@ -1,0 +1,54 @@
+"""Agent definitions (seed 004) and the injected toolkit index."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+from wbcore_runtime.toolkit import agents
+
+AGENT = """\
+#+TITLE: Research helper
+
+* Notes
+Not the agent.
+
+* Researcher :agent:
+  :PROPERTIES:
+  :ID: researcher
+  :MODEL: gpt-test
+  :TOOLKITS: beta ghost alpha
+  :TAGLINE: Finds things.
+  :END:
+Body text that is not the prompt.
+** System prompt
+You are careful.
+*** Rules
+Cite sources.
+** Other
+Ignored.
+"""
+
+
+def test_index_declared_order_unknown_dropped_eight_skills(make_toolkit, make_runtime, tmp_path: Path, wbx) -> None:
+    make_toolkit("alpha", skills={f"s{i:02d}": f"#+TITLE: s{i}\n\nskill {i}\n" for i in range(10)} | {"overview": "o\n"})
+    make_toolkit("beta", tagline="Use beta for b things.")
+    rt = make_runtime()
+    a = agents.parse(AGENT)
+    index = agents.toolkit_index(rt.discover(), a.toolkits)
+    lines = [ln for ln in index.splitlines() if ln.startswith("- ")]
+    assert [ln.split(":")[0] for ln in lines] == ["- beta", "- alpha"]
+    assert "ghost" not in index
+    assert "Use beta for b things." in lines[0]
+    skills = lines[1].split("(skills: ")[1].rstrip(")").split(", ")
+    assert skills[:8] == ["overview", "s00", "s01", "s02", "s03", "s04", "s05", "s06"]
+    assert skills[8] == "+3 more"
+    path = tmp_path / "agent.org"
+    path.write_text(AGENT)
+    res = wbx("agent", "prompt", str(path), runtime=rt)
+    assert res.exit_code == 0, res.stderr
+    assert res.stdout.startswith("You are careful.")
+    assert "- beta: Use beta for b things." in res.stdout
+    assert "`wbx toolkit show <toolkit> <skill>`" in res.stdout  # a reader outside wbcore has a shell
+
+
