@@ -62,7 +62,9 @@ OVER_BUDGET: dict[str, int] = {}  # empty: every module is within MAX_LINES, and
 #: -183 for toolkit/markup (Markdown <-> Org), which only wbcore-agent-skills used: it went there.
 #: -2,517 for the wbx CLI (cli/, with store/runcache and toolkit/tasks, which only it used), which left
 #: for wbcore-cli; cli/output's three helpers stayed as contract/cli_output.py for plugins' commands.
-MAX_TOTAL_LINES = 18_206
+#: +154 for toolkit/tasks back from wbcore-cli: the task shape's opt-in (exec_allowed) is a security
+#: decision and TaskRequest the record tiers type against; a sandbox tier's tests run tasks without wbx.
+MAX_TOTAL_LINES = 18_360
 #: In-function imports of a core module (each one hid an edge): none, and none may come back. A
 #: module another needs only on some paths (start-up, docs/architecture.md) is named at the top
 #: with contract.lazy.module, which this test reads as an edge.

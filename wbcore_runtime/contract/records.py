@@ -166,7 +166,7 @@ class IsolationTier:
     ``kinds`` are the registry kinds its driver runs (``command``, ``kernel``, ``posix``)
     and the sandbox services it offers: ``shell`` (the driver has
     ``open_shell(wbcore_runtime.wire.terminal.ShellRequest)``, for ``wbx shell``), ``task`` (it has
-    ``run_task(wbcore_cli.tasks.TaskRequest)``, for ``:role task`` blocks), ``mount`` (it
+    ``run_task(wbcore_runtime.toolkit.tasks.TaskRequest)``, for ``:role task`` blocks), ``mount`` (it
     binds the host folders of ``CommandRequest.mounts``/``TaskRequest.mounts``, ``wbx run
     --mount``) and ``preopen`` (it maps ``CommandRequest.preopens`` and ``scratch``; tiers
     without it are passed over for commands with ``#+PREOPEN``/``#+SCRATCH``);

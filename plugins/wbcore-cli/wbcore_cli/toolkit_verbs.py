@@ -19,12 +19,12 @@ from wbcore_runtime.contract import lazy
 if TYPE_CHECKING:
     from wbcore_runtime.contract.host import RuntimeServices
     from wbcore_cli import engine_client
-    from wbcore_cli import tasks
+    from wbcore_runtime.toolkit import tasks
 else:  # imported on first use: keeps wbx start-up light (a command loads only what it uses)
     # urllib.request brings http.client and email, which no other command loads
     engine_client = lazy.Module("wbcore_cli.engine_client")
     # it brings dispatch (resolve, mounts, audit), which wbx --help does not load
-    tasks = lazy.Module("wbcore_cli.tasks")
+    tasks = lazy.module("wbcore_runtime.toolkit.tasks")
 
 
 TOKEN_HELP = "The engine's bearer token (else $WB_ENGINE_TOKEN)."

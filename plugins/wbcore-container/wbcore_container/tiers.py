@@ -223,7 +223,7 @@ class ContainerTier:
     # --- task ----------------------------------------------------------------------------
 
     def run_task(self, req: Any) -> CallResult:
-        """A ``:role task`` block (``wbcore_cli.tasks.TaskRequest``; the opt-in was checked by the
+        """A ``:role task`` block (``wbcore_runtime.toolkit.tasks.TaskRequest``; the opt-in was checked by the
         caller): its interpreter from the root, the toolkit's files copied in read-only at
         /toolkit, cwd /tmp, the posix profile's limits, as the unprivileged host uid."""
         from wbcore_runtime.trust.policy import profile
