@@ -58,7 +58,8 @@ def agent_skill(tmp_path: Path) -> Path:
     (d / "references").mkdir()
     (d / "SKILL.md").write_text(SKILL_MD)
     (d / "scripts" / "extract.py").write_text("#!/usr/bin/env python3\nprint('hi')\n")
-    (d / "references" / "forms.md").write_text("# Forms guide\n\nHow to fill forms.\n\n## Steps\n\n1. Open\n2. Fill\n")
+    (d / "references" / "forms.md").write_text("# Forms guide\n\nHow to fill forms.\n\n## Steps\n\n1. "
+                                               "Open\n2. Fill\n")
     return d
 
 
@@ -150,7 +151,8 @@ def test_audit_and_fix(agent_skill, tmp_path, make_runtime):
     fixed = native_audit.fix(d, registered=["upper"])
     assert sorted(fixed.fixed) == ["manifest.org", "skills/legacy.org"]
     legacy = (d / "skills" / "legacy.org").read_text()
-    assert "#+begin_src sh\nwbx run upper -x hello\n#+end_src" in legacy  # no "--": wbx run passes it to the guest
+    # no "--": wbx run passes it to the guest
+    assert "#+begin_src sh\nwbx run upper -x hello\n#+end_src" in legacy
     assert "#+REQUIRES: jq, make, pdftotext, python" in (d / "manifest.org").read_text()
     assert not [f for f in fixed.findings if f.fixable]
     assert {f.kind for f in fixed.native} == {"interpreter", "native-cli", "pre-block", "script"}
@@ -193,7 +195,8 @@ def _frontmatter(skill_md: str) -> dict[str, str]:
 
 def test_export_agent_skills_package(make_toolkit, make_runtime, wbx, tmp_path):
     make_toolkit("Demo_Tool", exec="command", caps="net", extra={"CLI_BIN": "demo"},
-                 skills={"overview": "#+TITLE: o\n\nUse ~demo~ well.\n", "usage": "#+TITLE: Usage\n\nRun it.\n\n#+begin_src sh\ndemo -x\n#+end_src\n"})
+                 skills={"overview": "#+TITLE: o\n\nUse ~demo~ well.\n",
+                         "usage": "#+TITLE: Usage\n\nRun it.\n\n#+begin_src sh\ndemo -x\n#+end_src\n"})
     out = tmp_path / "skills"
     r = wbx("toolkit", "export", "Demo_Tool", "--agent-skills", str(out))
     assert r.exit_code == 0, r.stderr

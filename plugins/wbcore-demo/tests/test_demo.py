@@ -12,8 +12,10 @@ from wbcore_runtime.runtime import Runtime
 from wbcore_testing.fixtures import write_toolkit
 
 
-def test_the_demo_with_only_the_core_explains_what_is_missing_and_exits_0(make_toolkit, make_runtime, wbx) -> None:
-    make_toolkit("kit", exec="command", extra={"CLI_BIN": "kit", "BUILD_SRC": "path:kit.wat", "BUILD_LANG": "wat"},
+def test_the_demo_with_only_the_core_explains_what_is_missing_and_exits_0(make_toolkit, make_runtime,
+                                                                          wbx) -> None:
+    make_toolkit("kit", exec="command",
+                 extra={"CLI_BIN": "kit", "BUILD_SRC": "path:kit.wat", "BUILD_LANG": "wat"},
                  files={"kit.wat": "(module)\n"})
     make_toolkit("guide")  # discovery-only: skills for an agent
     rt = make_runtime(plugins=["demo"])

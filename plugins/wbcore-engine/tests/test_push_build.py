@@ -13,7 +13,8 @@ import pytest
 
 from wbcore_runtime.trust import identity, signing
 
-pytest.importorskip("wbcore_wasmtime", reason="the wat lane and the command shape (wbcore-wasmtime) build and run it")
+pytest.importorskip("wbcore_wasmtime",
+                    reason="the wat lane and the command shape (wbcore-wasmtime) build and run it")
 pytest.importorskip("wbcore_sources", reason="the path: source prefix (wbcore-sources) resolves its source")
 
 TOOLKITS = Path(__file__).resolve().parents[3] / "toolkits"
@@ -46,7 +47,8 @@ def test_push_builds_then_calls_answer(pushable: Path, make_runtime, serve_engin
         assert called.json()["stdout"] == "aGVsbG8=\n"
 
 
-def test_push_without_build_then_the_build_endpoint(pushable: Path, make_runtime, serve_engine, wbx, wb_home) -> None:
+def test_push_without_build_then_the_build_endpoint(pushable: Path, make_runtime, serve_engine, wbx,
+                                                    wb_home) -> None:
     server = make_runtime(plugins=["engine", "wasmtime", "sources"], roots=[wb_home / "toolkits"])
     eng = serve_engine(server)
     client = make_runtime(roots=[pushable])

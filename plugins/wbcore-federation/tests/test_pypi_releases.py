@@ -92,7 +92,8 @@ def test_params_are_required_named_and_one_path_segment(rt, index: Index, wbx) -
     assert r.exit_code == 2 and "its URL needs --param package=VALUE" in r.stderr, r.stderr
     r = wbx("fed", "query", "pypi-releases", "pypi_releases", "--param", "pkg=idna", runtime=rt)
     assert r.exit_code == 2 and "no placeholder pkg" in r.stderr and "--param package=VALUE" in r.stderr
-    r = wbx("fed", "query", "pypi-releases", "pypi_releases", "--param", "package=../../admin?x=1", runtime=rt)
+    r = wbx("fed", "query", "pypi-releases", "pypi_releases", "--param", "package=../../admin?x=1",
+            runtime=rt)
     assert r.exit_code != 0
     assert index.seen[-1][0] == "/simple/..%2F..%2Fadmin%3Fx%3D1/"  # one segment: no path, no query
 

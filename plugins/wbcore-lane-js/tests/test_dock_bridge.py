@@ -9,7 +9,8 @@ import pytest
 
 SDK = Path(__file__).resolve().parents[3] / "wbcore_runtime" / "sdk" / "wb_dock.js"
 needs = pytest.mark.skipif(
-    any(importlib.util.find_spec(m) is None for m in ("wbcore_sources", "wbcore_wasmtime", "wbcore_brokers_state")) or not SDK.is_file(),
+    any(importlib.util.find_spec(m) is None
+        for m in ("wbcore_sources", "wbcore_wasmtime", "wbcore_brokers_state")) or not SDK.is_file(),
     reason="needs wbcore-sources, wbcore-wasmtime, wbcore-brokers-state",
 )
 
@@ -30,8 +31,8 @@ try {
 @needs
 def test_js_toolkit_uses_kv_and_is_denied_net(make_toolkit, make_runtime, wbx):
     make_toolkit("jsnotes", exec="command", caps="kv",
-                 extra={"BUILD_LANG": "js", "BUILD_SRC": "path:src", "CLI_BIN": "jsnotes"}, drawer={"CLI_BIN": "jsnotes"},
-                 files={"src/main.js": MAIN})
+                 extra={"BUILD_LANG": "js", "BUILD_SRC": "path:src", "CLI_BIN": "jsnotes"},
+                 drawer={"CLI_BIN": "jsnotes"}, files={"src/main.js": MAIN})
     rt = make_runtime()
     built = wbx("toolkit", "build", "jsnotes", runtime=rt)
     assert built.exit_code == 0, built.stderr

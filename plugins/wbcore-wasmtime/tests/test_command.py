@@ -48,7 +48,8 @@ def test_stdin1_first_line_is_the_argument(rt, register):
 
 def test_fresh_store_per_call(rt, register):
     # a module with a mutable global counter: every call sees it at its initial value
-    register("count", """(module (import "wasi_snapshot_preview1" "fd_write" (func $w (param i32 i32 i32 i32) (result i32)))
+    register("count",
+             """(module (import "wasi_snapshot_preview1" "fd_write" (func $w (param i32 i32 i32 i32) (result i32)))
       (memory (export "memory") 1) (global $g (mut i32) (i32.const 48))
       (func (export "_start")
         (global.set $g (i32.add (global.get $g) (i32.const 1)))
@@ -217,7 +218,8 @@ def test_a_stale_builtin_is_rebuilt_on_first_use(make_runtime, register, rt):
 
     # an "old version" of upper: echo, registered as the built-in
     art = rt.artifacts.put_bytes(bytes(wasmtime.wat2wasm(ECHO)))
-    rt.registry.register(Entry("command", "upper", art.sha256, "command", builtin=True, options={"version": "old"}))
+    rt.registry.register(Entry("command", "upper", art.sha256, "command", builtin=True,
+                               options={"version": "old"}))
     fresh = make_runtime(plugins=["wasmtime"])
     assert fresh.call("upper", [], b"abc").stdout == b"ABC"
     assert fresh.registry.get("command", "upper").options["version"].startswith("wat-")

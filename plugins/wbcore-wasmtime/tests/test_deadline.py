@@ -125,7 +125,8 @@ def blocking(make_runtime, make_toolkit):
     class _Plugin:
         @hookimpl
         def wbcore_brokers(self):
-            yield Broker(name="kv", summary="blocks on purpose (test)", factory=lambda rt: driver, operations=("sleep", "echo"))
+            yield Broker(name="kv", summary="blocks on purpose (test)", factory=lambda rt: driver,
+                         operations=("sleep", "echo"))
 
     rt = make_runtime(plugins=["wasmtime", _Plugin()])
     for ident, request in (("sleepy", {"op": "sleep"}), ("echoer", {"op": "echo", "text": "still here"})):

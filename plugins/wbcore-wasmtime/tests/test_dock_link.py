@@ -29,7 +29,8 @@ class _EchoDriver:
 class _TestBrokers:
     @hookimpl
     def wbcore_brokers(self):
-        yield Broker(name="kv", summary="test echo", factory=lambda rt: _EchoDriver(), operations=("echo", "big", "missing", "boom"))
+        yield Broker(name="kv", summary="test echo", factory=lambda rt: _EchoDriver(),
+                     operations=("echo", "big", "missing", "boom"))
 
 
 def _wat_bytes(data: bytes) -> str:
@@ -120,7 +121,8 @@ def test_two_call_protocol_for_a_large_response(dock):
 
 
 def test_wrong_signature_is_refused(dock):
-    wasm = wasmtime.wat2wasm('(module (import "wb" "kv" (func (param i32) (result i32))) (memory (export "memory") 1))')
+    wasm = wasmtime.wat2wasm('(module (import "wb" "kv" (func (param i32) (result i32))) (memory (export '
+                             '"memory") 1))')
     with pytest.raises(InvalidArgs, match="wrong signature"):
         instantiate(dock, wasm, caps={"kv"})
 

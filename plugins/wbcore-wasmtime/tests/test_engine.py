@@ -91,7 +91,8 @@ def test_fuel_metering_is_reported_when_enabled(tmp_path):
         "print(engine.get().fuel, r.usage.fuel, r.stdout[:3].decode())"
     )
     env = dict(os.environ, WB_WASM_FUEL="1")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, check=False)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60,
+                         check=False)
     fuel_on, used, head = out.stdout.split()
     assert fuel_on == "True" and int(used) > 300 and head == "ABC", out.stderr
 
