@@ -41,7 +41,8 @@ def _register(rt, make_toolkit, ident: str, wasm: bytes, caps: str) -> None:
     builder.register_artifact(rt, ident, art.sha256)
 
 
-def test_ungranted_cap_does_not_instantiate_and_granting_runs_the_same_artifact(make_runtime, make_toolkit, wbx):
+def test_ungranted_cap_does_not_instantiate_and_granting_runs_the_same_artifact(make_runtime, make_toolkit,
+                                                                                wbx):
     rt = make_runtime(plugins=["wasmtime", "brokers-state"])
     wasm = kv_get_guest("greeting")
     _register(rt, make_toolkit, "kvguest", wasm, caps="")  # #+CAPS does not declare kv

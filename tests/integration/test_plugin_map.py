@@ -40,7 +40,8 @@ def test_the_plugin_map_names_every_plugin_and_what_it_serves(wb_home: Path) -> 
     plugins = sum(1 for f in FOLDERS
                   if "wbcore.plugins" in tomllib.loads((f / "pyproject.toml").read_text())["project"].get("entry-points", {}))
     if len(ours) < plugins:
-        pytest.skip(f"only {len(ours)} of our {plugins} plugins are installed (python3 dev.py setup installs all)")
+        pytest.skip(f"only {len(ours)} of our {plugins} plugins are installed (python3 dev.py setup installs "
+                    "all)")
     for info in ours:
         assert info.loaded, f"{info.name}: {info.error}"
         entry, serves = rows[info.distribution]
