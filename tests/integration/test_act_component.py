@@ -91,7 +91,8 @@ def test_wbx_act_tools_call_and_info(wbx: Any, time_rt: Any) -> None:
     res = wbx("act", "info", str(TIME_WASM), runtime=time_rt)
     info = json.loads(res.stdout)
     assert (info["name"], info["version"], info["component"]) == ("time", "0.2.0", True)
-    assert info["description"] == "Time and timezone utilities" and "## Tool: get_current_time" in info["skill"]
+    assert (info["description"] == "Time and timezone utilities"
+            and "## Tool: get_current_time" in info["skill"])
 
 
 def test_act_tool_call_carries_cbor_arguments_and_error_events(time_rt: Any) -> None:

@@ -149,7 +149,8 @@ def test_tool_choice_per_step_reaches_the_wire_and_an_unoffered_name_ends_the_ru
     agent.write_text(agent.read_text().replace(":TOOL_CHOICE: shout__shout done", ":TOOL_CHOICE: nosuch"))
     rec = rt.agent(agent, "greet")
     assert rec.status == "error" and rec.steps == 0
-    assert "tool_choice 'nosuch' is neither auto, required, none nor an offered tool (offered: shell," in rec.error
+    assert ("tool_choice 'nosuch' is neither auto, required, none nor an offered tool (offered: shell,"
+            in rec.error)
 
 
 def test_provider_error_mid_run_is_retried_then_surfaced(world, llm):
@@ -387,7 +388,8 @@ def test_pipeline_with_an_agent_stage_is_traced_to_an_otlp_receiver(make_runtime
     assert res.output == b"SUMMARY: HELLO"
     # the agent read exactly the stage input (the first stage's output) from its VFS
     # the model saw it in the vfs_read result of its second turn
-    assert '{\\"MSG\\": \\"HI\\"}' in json.dumps(llm.requests[1].body) or '{"MSG": "HI"}' in json.dumps(llm.requests[1].body)
+    assert ('{\\"MSG\\": \\"HI\\"}' in json.dumps(llm.requests[1].body)
+            or '{"MSG": "HI"}' in json.dumps(llm.requests[1].body))
     assert rt.tracer.flush(10)
     spans = otlp_receiver.spans
     by_id = {s["id"]: s for s in spans}

@@ -243,7 +243,8 @@ def test_json_streams_one_event_per_line(rt_factory, make_toolkit, wbx) -> None:
                           for e in phases)
     assert ("compile", "pyish: compiling app.py") in {(e["phase"], e["detail"]) for e in phases}
     assert [e["elapsed"] for e in phases] == sorted(e["elapsed"] for e in phases)
-    assert events[-1]["event"] == "result" and events[-1]["name"] == "stream" and len(events[-1]["sha256"]) == 64
+    assert (events[-1]["event"] == "result" and events[-1]["name"] == "stream"
+            and len(events[-1]["sha256"]) == 64)
 
 
 def test_a_long_phase_ticks_on_a_tty(rt_factory, make_toolkit, wbx, monkeypatch) -> None:

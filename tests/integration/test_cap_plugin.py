@@ -71,12 +71,14 @@ def test_pip_installed_plugin_adds_a_cap(tmp_path: Path) -> None:
 
     listing = _wbx(env, tmp_path, "plugins")
     assert "dice · example-wbcore-dice 0.2.0 · ok" in listing.stdout, listing.stdout + listing.stderr
-    assert "new cap dice: roll dice with the host's random source; granted by an explicit grant only" in listing.stdout
+    assert ("new cap dice: roll dice with the host's random source; granted by an explicit grant only"
+            in listing.stdout)
 
     verify = _wbx(env, tmp_path, "toolkit", "verify", "rolls")
     assert verify.returncode == 0, verify.stdout + verify.stderr
     assert "dice granted only by explicit consent" in verify.stdout
-    assert "dice: roll dice with the host's random source (declared by example-wbcore-dice 0.2.0)" in verify.stdout
+    assert ("dice: roll dice with the host's random source (declared by example-wbcore-dice 0.2.0)"
+            in verify.stdout)
 
     built = _wbx(env, tmp_path, "toolkit", "build", "rolls")
     assert built.returncode == 0, built.stdout + built.stderr
@@ -86,7 +88,8 @@ def test_pip_installed_plugin_adds_a_cap(tmp_path: Path) -> None:
 
     granted = _wbx(env, tmp_path, "toolkit", "grant", "rolls", "dice")
     assert granted.returncode == 0, granted.stdout + granted.stderr
-    assert "dice: roll dice with the host's random source (declared by example-wbcore-dice 0.2.0)" in granted.stdout
+    assert ("dice: roll dice with the host's random source (declared by example-wbcore-dice 0.2.0)"
+            in granted.stdout)
     assert "effective: dice" in granted.stdout
 
     if _has("wbcore_mcp"):  # the MCP door shows the plugin's cap with its meaning

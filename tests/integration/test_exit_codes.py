@@ -91,7 +91,8 @@ def test_sha256_mismatch_is_126(rt, wbx):
     """docs/signing.md: a #+SHA256 mismatch is capability-denied (126), never internal."""
     r = wbx("toolkit", "build", "pinned", runtime=rt)
     assert r.exit_code == 126, r.stderr
-    assert "wbx: capability-denied: pinned: built artifact" in r.stderr and "does not match #+SHA256" in r.stderr
+    assert ("wbx: capability-denied: pinned: built artifact" in r.stderr
+            and "does not match #+SHA256" in r.stderr)
     assert rt.registry.lookup("command", "pinned") is None
 
 

@@ -55,7 +55,8 @@ def inspector(tmp_path: Path) -> Any:
             pytest.fail(f"the Inspector did not answer {method} within 600 s")
         if done.returncode != 0 and OFFLINE.search(done.stderr) and "npm" in done.stderr:
             pytest.skip(f"the npm registry is unreachable (npx -y {INSPECTOR}): {done.stderr.strip()[-300:]}")
-        assert done.returncode == 0, f"inspector {method} {args}: exit {done.returncode}\n{done.stderr[-3000:]}"
+        assert done.returncode == 0, (
+            f"inspector {method} {args}: exit {done.returncode}\n{done.stderr[-3000:]}")
         return json.loads(done.stdout)
 
     run.env = env  # type: ignore[attr-defined]

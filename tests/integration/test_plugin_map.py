@@ -51,18 +51,21 @@ def test_the_plugin_map_names_every_plugin_and_what_it_serves(wb_home: Path) -> 
             for name in names:
                 assert f"`{name}`" in serves and kind in serves, \
                     f"{info.distribution} serves {kind} {name!r}; docs/plugins.md says: {serves}"
-                assert f"`{name}`" in readme, f"plugins/{info.distribution}/README.md does not name {kind} {name!r}"
+                assert f"`{name}`" in readme, (
+                    f"plugins/{info.distribution}/README.md does not name {kind} {name!r}")
 
 
 @pytest.mark.parametrize("folder", FOLDERS, ids=lambda f: f.name if f != REPO else "wbcore-runtime")
 def test_every_distribution_ships_license_readme_and_metadata(folder: Path) -> None:
     project = tomllib.loads((folder / "pyproject.toml").read_text())["project"]
-    assert "Apache License" in (folder / "LICENSE").read_text()[:200] and "Version 2.0" in (folder / "LICENSE").read_text()[:300]
+    assert ("Apache License" in (folder / "LICENSE").read_text()[:200]
+            and "Version 2.0" in (folder / "LICENSE").read_text()[:300])
     assert project["license"] == {"text": "Apache-2.0"}
     assert project["readme"] == "README.md" and (folder / "README.md").is_file()
     readme = (folder / "README.md").read_text()
     if folder != REPO:
-        assert readme.startswith(f"# {project['name']}\n") and f"pip install wbcore-runtime {project['name']}" in readme
+        assert (readme.startswith(f"# {project['name']}\n")
+                and f"pip install wbcore-runtime {project['name']}" in readme)
     assert project["requires-python"] == ">=3.11"
     assert "License :: OSI Approved :: Apache Software License" in project["classifiers"]
     assert "wbcore" in project["keywords"]

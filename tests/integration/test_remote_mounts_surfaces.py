@@ -117,7 +117,8 @@ def test_the_engine_api_mounts_only_inside_the_deployers_roots(runtime_with, eng
     assert r.status_code == 200, r.text
     assert r.json()["stdout"] == SECRET and r.json()["usage"]["tier"] == "container"
     granted = _audit(rt)[-1]
-    assert granted["principal"] == "engine" and granted["outcome"] == "allowed" and str(data) in granted["target"]
+    assert (granted["principal"] == "engine" and granted["outcome"] == "allowed"
+            and str(data) in granted["target"])
     # a link inside the root to a folder outside it is judged by where it leads
     r = httpx.post(f"{url}/v1/calls/cat", json={**body, "mounts": [f"{shared / 'root' / 'escape'}:/data"]},
                    headers=auth, timeout=60)

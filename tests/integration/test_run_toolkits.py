@@ -138,7 +138,8 @@ def test_build_json_and_which(rt, wbx):
             for e in events[:-1]] == ["phase"] * (len(events) - 1) and events[-1]["event"] == "result"
     assert {e["phase"] for e in events[:-1]} >= {"resolve", "compile", "store", "register"}
     out = events[-1]
-    assert out["kind"] == "command" and out["name"] == "b64" and out["lane"] == "wat" and len(out["sha256"]) == 64
+    assert (out["kind"] == "command" and out["name"] == "b64" and out["lane"] == "wat"
+            and len(out["sha256"]) == 64)
     r = wbx("toolkit", "build", "b64", "widget", runtime=rt)
     assert r.exit_code == 2 and "choose one of" in r.stderr
     r = wbx("toolkit", "build", "toolkit-authoring", runtime=rt)
@@ -161,7 +162,8 @@ def test_run_json_reports_the_result_and_its_usage(rt, wbx, tmp_path):
     out = json.loads(r.stdout)
     # not text: base64
     assert out["exit_code"] == 0 and out["stdout_base64"] == "AP8=" and "stdout" not in out
-    assert out["usage"]["tier"] == "instance" and out["usage"]["wall_s"] > 0 and out["usage"]["bytes_out"] == 2
+    assert (out["usage"]["tier"] == "instance" and out["usage"]["wall_s"] > 0
+            and out["usage"]["bytes_out"] == 2)
     r = wbx("run", "--json", "b64", "decode", runtime=rt, input=b"!!")
     # the command's own code passes through
     assert r.exit_code == 1 and json.loads(r.stdout)["exit_code"] == 1

@@ -109,7 +109,8 @@ def test_a_registered_toolkit_whose_lane_went_away_warns(make_toolkit, make_runt
     rt2 = make_runtime()
     rt2.register_plugin(NoLanePlugin(), name="nolane")
     lines = [c for c in rt2.verify("gone").checks if c.area == "build"]
-    assert lines and lines[0].warning and "a rebuild would be refused: lane frob is not available here" in lines[0].message
+    assert (lines and lines[0].warning
+            and "a rebuild would be refused: lane frob is not available here" in lines[0].message)
 
 
 def test_build_all_one_line_each_goes_on_past_failures(make_toolkit, make_runtime, wbx):

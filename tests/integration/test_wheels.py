@@ -127,7 +127,8 @@ def test_wheels_install_and_run_a_toolkit_outside_the_repository(tmp_path: Path)
         # the core's is the project's README
         readme_title = (OURS[dist] / "README.md").read_text().splitlines()[0]
         assert "Description-Content-Type: text/markdown" in meta and f"\n{readme_title}\n" in meta, whl.name
-        assert "Requires-Python: >=3.11" in meta and "Classifier: License :: OSI Approved :: Apache Software License" in meta
+        assert ("Requires-Python: >=3.11" in meta
+                and "Classifier: License :: OSI Approved :: Apache Software License" in meta)
     # An sdist of each, through the build backend's own PEP 517 hook (no network, no isolation).
     for dist in OURS:
         got = _run(sys.executable, "-c",
@@ -147,7 +148,8 @@ def test_wheels_install_and_run_a_toolkit_outside_the_repository(tmp_path: Path)
     # no .pyc: cheaper
     _run(*pip, "install", "--quiet", "--no-compile", "--no-index", "--find-links", house, *OURS)
     show = _run(*pip, "show", "wbcore-runtime", "wbcore-wasmtime").stdout
-    assert "Name: wbcore-runtime" in show and "License: Apache-2.0" in show and "Name: wbcore-wasmtime" in show
+    assert ("Name: wbcore-runtime" in show and "License: Apache-2.0" in show
+            and "Name: wbcore-wasmtime" in show)
     assert re.search(r"Requires: .*wasmtime.*wbcore-runtime|Requires: .*wbcore-runtime.*wasmtime", show), show
 
     root = tmp_path / "toolkits"  # a folder no repository holds

@@ -94,11 +94,13 @@ def test_tool_definition_of_each_revision(wire, rev) -> None:
     td = revisions.tool_definition(wire, rev)
     assert td.name == "get-weather"
     assert td.description.text("en") == "Weather forecast"
-    assert td.input_schema["properties"]["city"] == {"type": "string"} or td.input_schema["properties"]["city"]["type"] == "string"
+    assert (td.input_schema["properties"]["city"] == {"type": "string"}
+            or td.input_schema["properties"]["city"]["type"] == "string")
     assert "city" in td.input_schema["required"]
     assert td.read_only and td.idempotent and not td.destructive
     again = revisions.tool_definition(revisions.tool_definition_to_wire(td, rev), rev)
-    assert again.name == td.name and again.read_only and again.input_schema["required"] == td.input_schema["required"]
+    assert (again.name == td.name and again.read_only
+            and again.input_schema["required"] == td.input_schema["required"])
 
 
 def test_v01_localized_resolution_and_annotations() -> None:

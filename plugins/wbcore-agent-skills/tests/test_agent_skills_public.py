@@ -50,7 +50,8 @@ def test_an_edited_toolkit_exports_its_edits(tmp_path: Path, make_runtime) -> No
     assert "A line the deployer wrote." in files["SKILL.md"].decode()
     # the kept copy is not exported
     assert not any(rel.startswith(skill_import.ORIGINAL_DIR + "/") for rel in files)
-    assert files["scripts/with_server.py"] == (PUBLIC / "webapp-testing" / "scripts" / "with_server.py").read_bytes()
+    assert (files["scripts/with_server.py"]
+            == (PUBLIC / "webapp-testing" / "scripts" / "with_server.py").read_bytes())
 
 
 def test_as_names_the_toolkit_when_the_skill_name_differs_from_its_folder(tmp_path: Path) -> None:

@@ -157,7 +157,8 @@ def test_a_native_toolkit_round_trips_after_its_first_export(make_toolkit, make_
     assert back.id == "Demo_Tool" and back.skills == ("usage",)  # the id comes back from metadata
     pkg2 = _export(make_runtime, [tmp_path / "tk"], "Demo_Tool", tmp_path / "out2")
     assert _tree(pkg1) == _tree(pkg2)
-    assert "## Running" in _tree(pkg2)["SKILL.md"].decode() and "## References" in _tree(pkg2)["SKILL.md"].decode()
+    assert ("## Running" in _tree(pkg2)["SKILL.md"].decode()
+            and "## References" in _tree(pkg2)["SKILL.md"].decode())
 
 
 def _spec_errors(pkg: Path) -> list[str]:

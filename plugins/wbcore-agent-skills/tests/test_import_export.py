@@ -66,7 +66,8 @@ def agent_skill(tmp_path: Path) -> Path:
 def test_frontmatter_subset():
     front, body = skill_import.parse_frontmatter(SKILL_MD)
     assert front["name"] == "pdf-tools"
-    assert front["description"] == "Extract text and tables from PDF files. Use when the user gives you a PDF."
+    assert (front["description"]
+            == "Extract text and tables from PDF files. Use when the user gives you a PDF.")
     assert front["allowed-tools"] == ["Bash"] and front["metadata"] == {"version": "1.2.0"}
     assert body.startswith("# PDF tools")
     assert skill_import.parse_frontmatter("no front\n") == ({}, "no front\n")
@@ -86,13 +87,15 @@ def test_import_agent_skills_folder(agent_skill, tmp_path, wbx, make_runtime):
     assert '#+ALLOWED_TOOLS: ["Bash"]' in manifest and "- forms :: references/forms.md" in manifest
     assert "\n#+EXEC:" not in manifest
     overview = (d / "skills" / "overview.org").read_text()
-    assert "* Extract text\n" in overview and "* Fill forms\n" in overview and "** Careful\n\n- one\n- two" in overview
+    assert ("* Extract text\n" in overview and "* Fill forms\n" in overview
+            and "** Careful\n\n- one\n- two" in overview)
     assert "#+begin_src bash\npdftotext input.pdf out.txt\n" in overview and "#+end_src" in overview
     assert "[[references/forms.md][the forms guide]]" in overview  # links stay links: export keeps the path
     forms = (d / "skills" / "forms.org").read_text()
     assert forms.startswith("#+TITLE: Forms guide\n#+SOURCE: references/forms.md\n") and "* Steps" in forms
     # The import audits what it made.
-    assert "scripts/extract.py: a script" in r.stdout and "calls jq, which is not a registered command" in r.stdout
+    assert ("scripts/extract.py: a script" in r.stdout
+            and "calls jq, which is not a registered command" in r.stdout)
     rt = make_runtime(roots=[out])
     report = rt.verify("pdf-tools")
     assert report.ok, report.render()
@@ -171,7 +174,8 @@ def test_wbx_audit_exit_codes(tmp_path, wbx, make_runtime):
     rt.registry.register(Entry("command", "curl", "0" * 64, "command"))
     r = wbx("toolkit", "audit", str(tmp_path / "tk" / "dirty"), "--fix", runtime=rt)
     assert r.exit_code == 0, r.stdout
-    assert "wbx run curl https://example.com" in (tmp_path / "tk" / "dirty" / "skills" / "use.org").read_text()
+    assert ("wbx run curl https://example.com"
+            in (tmp_path / "tk" / "dirty" / "skills" / "use.org").read_text())
 
 
 # --- export ---------------------------------------------------------------------------
@@ -182,7 +186,8 @@ def test_markup_roundtrip_keeps_code_and_structure():
     org = markup.md_to_org(md)
     assert "#+begin_src py\n,* not a heading\n#+end_src" in org
     back = markup.org_to_md(org)
-    assert "```py\n* not a heading\n```" in back and "`x`" in back and "**b**" in back and "[l](https://e.x)" in back
+    assert ("```py\n* not a heading\n```" in back and "`x`" in back and "**b**" in back
+            and "[l](https://e.x)" in back)
     assert "> q" in back and "|---|---|" in back
 
 
@@ -265,7 +270,8 @@ def test_export_dash_o_writes_agent_skills_packages(make_toolkit, wbx, tmp_path)
     out = tmp_path / "out"
     r = wbx("toolkit", "export", "solo", "-o", str(out))
     assert r.exit_code == 0, r.stderr
-    assert (out / "solo" / "SKILL.md").is_file() and f"exported solo → {out / 'solo' / 'SKILL.md'}" in r.stdout
+    assert ((out / "solo" / "SKILL.md").is_file()
+            and f"exported solo → {out / 'solo' / 'SKILL.md'}" in r.stdout)
     assert wbx("toolkit", "export", "solo", "--out", str(out), "--force").exit_code == 0
     r = wbx("toolkit", "export", "solo")
     assert r.exit_code == 2 and "give -o DIR" in r.stderr

@@ -112,7 +112,8 @@ def test_run_lists_reads_writes_and_finishes(setup):
     assert json.loads(got[0]["results"][0]["text"])[0]["id"] == "notes"
     assert "How to take notes." in got[1]["results"][0]["text"]
     assert got[3]["results"][0]["text"] == "42"
-    assert rec.usage.input_tokens == 25 and rec.usage.cost_usd == pytest.approx(5 * (5 * 1000 + 3 * 2000) / 1e6)
+    assert (rec.usage.input_tokens == 25
+            and rec.usage.cost_usd == pytest.approx(5 * (5 * 1000 + 3 * 2000) / 1e6))
     text = (rec.workdir / "_steps.jsonl").read_text()
     assert "sk-secret-123" not in text
 
@@ -277,7 +278,8 @@ def test_exec_tools_only_under_the_exec_grant(setup, tmp_path):
     script.turns = [[("git", {"message": "x"})], "no"]
     plain = rt.agent(agent, "try")
     assert "git" not in [t.name for t in script.seen[-1].tools]
-    assert not steps(plain)[0]["results"][0]["ok"] and "no tool 'git'" in steps(plain)[0]["results"][0]["text"]
+    assert (not steps(plain)[0]["results"][0]["ok"]
+            and "no tool 'git'" in steps(plain)[0]["results"][0]["text"])
 
 
 def test_cancel_stops_the_running_tool(setup):

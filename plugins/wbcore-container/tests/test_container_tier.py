@@ -150,7 +150,8 @@ def test_no_network(rt, toolkit_root) -> None:
     assert ifaces == ["lo"]
     # refused by the seccomp filter (no AF_INET socket) or, without it, by the empty net namespace
     err = res.stderr.decode()
-    assert ("Address family not supported" in err or "Network is unreachable" in err) and "exit=1" in res.stdout.decode()
+    assert (("Address family not supported" in err or "Network is unreachable" in err)
+            and "exit=1" in res.stdout.decode())
 
 
 def test_no_host_file_is_visible(rt, toolkit_root, wb_home) -> None:
@@ -337,7 +338,8 @@ def test_seccomp_denies_the_kernel_surface(rt, toolkit_root) -> None:
               "socket.socket(socket.AF_UNIX).close(); print('unix ok')\n")
     res = shell(rt, toolkit_root, f"python3 -c \"{script}\"")
     out = res.stdout.decode()
-    assert "unshare -1 1" in out and "ptrace -1 1" in out and "inet6 97" in out and "unix ok" in out, res.stderr
+    assert ("unshare -1 1" in out and "ptrace -1 1" in out and "inet6 97" in out
+            and "unix ok" in out), res.stderr
 
 
 def test_the_deadline_holds_while_a_bridged_broker_blocks(rt) -> None:

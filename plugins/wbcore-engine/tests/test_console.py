@@ -230,7 +230,8 @@ def test_grant_shows_what_changes_then_grants_and_audits_and_revoke_withdraws(se
         page = c.get("/console/toolkits/tp").text
         assert "✓" in page and "net kv" in page
         preview = c.post("/console/toolkits/tp/grant", data={"csrf": csrf, "caps": "net"})
-        assert preview.status_code == 200 and '<tr class="add"><th>+</th><td class="mono">net</td>' in preview.text
+        assert (preview.status_code == 200
+                and '<tr class="add"><th>+</th><td class="mono">net</td>' in preview.text)
         assert 'id="effective-after">net<' in preview.text  # what the grant would leave in force
         assert not (home / "consent.json").exists()  # the confirmation changed nothing
         done = c.post("/console/toolkits/tp/grant", data={"csrf": csrf, "caps": "net", "confirm": "1"})

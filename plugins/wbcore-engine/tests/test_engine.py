@@ -69,7 +69,8 @@ def test_requests_without_the_token_get_401(make_runtime, serve_engine):
 def test_openapi_document_lists_every_route(make_runtime, serve_engine):
     eng = serve_engine(make_runtime(plugins=["engine"]))
     doc = httpx.get(eng.url + "/openapi.json", headers=eng.auth, timeout=10).json()
-    assert doc["openapi"].startswith("3.1") and doc["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
+    assert (doc["openapi"].startswith("3.1")
+            and doc["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer")
     for path in ("/v1/toolkits", "/v1/toolkits/{ident}/verify", "/v1/calls/{name}",
                  "/v1/sessions/{sid}/events", "/v1/sessions/{sid}/review", "/v1/audit/events"):
         assert path in doc["paths"], path
@@ -90,7 +91,8 @@ def test_push_dry_run_shows_the_caps_diff_and_lands_nothing(signed, make_runtime
     assert snapshot(wb_home) == before
     # the same push for real replaces it (with --force), and the engine shows the new caps
     r = wbx("toolkit", "push", "tp", eng.url, "--force", "--token", eng.token, runtime=client)
-    assert r.exit_code == 0 and "installed tp 0.2.0" in r.stdout and "requests caps: net kv" in r.stdout, r.stderr
+    assert (r.exit_code == 0 and "installed tp 0.2.0" in r.stdout
+            and "requests caps: net kv" in r.stdout), r.stderr
     pushed = [e for e in audit_read.entries(server.dock.audit) if e["cap"] == "engine"]
     assert [(e["op"], e["outcome"], e["target"]) for e in pushed] == [("push", "allowed", "tp")]
     shown = httpx.get(eng.url + "/v1/toolkits/tp", headers=eng.auth, timeout=10).json()

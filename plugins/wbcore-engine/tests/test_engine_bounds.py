@@ -119,7 +119,8 @@ def test_streams_are_capped_per_client(make_runtime, serve_engine):
                 assert resp.status_code == 200
                 held.append(cm)
             r = c.get(eng.url + "/v1/audit/events", headers=eng.auth, params={"wait": 10})
-            assert r.status_code == 503 and r.json()["error"] == "too-many-streams" and r.headers["retry-after"]
+            assert (r.status_code == 503 and r.json()["error"] == "too-many-streams"
+                    and r.headers["retry-after"])
             # other routes are not streams
             assert c.get(eng.url + "/v1/toolkits", headers=eng.auth).status_code == 200
         finally:

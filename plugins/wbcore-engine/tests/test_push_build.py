@@ -40,7 +40,8 @@ def test_push_builds_then_calls_answer(pushable: Path, make_runtime, serve_engin
     client = make_runtime(roots=[pushable])
     r = wbx("toolkit", "push", "b64", eng.url, "--token", eng.token, runtime=client)
     assert r.exit_code == 0, r.stderr
-    assert "installed b64" in r.stdout and "build on the engine: ✓ b64: command b64 built" in r.stdout, r.stdout
+    assert ("installed b64" in r.stdout
+            and "build on the engine: ✓ b64: command b64 built" in r.stdout), r.stdout
     with httpx.Client(base_url=eng.url, headers=eng.auth, timeout=30) as c:
         called = c.post("/v1/calls/b64", json={"stdin": "hello"})
         assert called.status_code == 200, called.text

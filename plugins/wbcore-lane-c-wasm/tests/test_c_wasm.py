@@ -162,7 +162,8 @@ def test_hexdump_toolkit_builds_and_runs(lane, tmp_path):
         pytest.skip("toolkits/hexdump is not beside this plugin")
     out = build(lane, tk, tmp_path / "out")
     res = run(out.artifact, ["hexdump", "dump"], b"hello, world\n", tmp_path)
-    assert res.stdout == b"00000000  68 65 6c 6c 6f 2c 20 77  6f 72 6c 64 0a           |hello, world.|\n0000000d\n"
+    assert (res.stdout
+            == b"00000000  68 65 6c 6c 6f 2c 20 77  6f 72 6c 64 0a           |hello, world.|\n0000000d\n")
     res = run(out.artifact, ["hexdump", "dump", "-s", "0x4", "-n", "3"], b"0123456789", tmp_path)
     assert res.stdout.splitlines()[0].startswith(b"00000004  34 35 36")
     assert run(out.artifact, ["hexdump", "strings", "-m", "5"], b"\x00\x01hello\x02ab\x03world!\x00",

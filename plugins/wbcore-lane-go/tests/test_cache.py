@@ -194,7 +194,8 @@ def test_a_new_home_seeds_from_the_machine_cache_and_its_build_cannot_reach_it(t
         src = Path(bind.src).resolve()
         assert src != machine and machine not in src.parents and src not in machine.parents
     [cache_bind] = [b for b in rec.binds[0] if b.dst == "/cache"]
-    assert cache_bind.overlay and not cache_bind.writable and Path(cache_bind.src) == cache.home_dir(go.version, home)
+    assert (cache_bind.overlay and not cache_bind.writable
+            and Path(cache_bind.src) == cache.home_dir(go.version, home))
     assert cache.copy_tree(go_cache, None, check=True) == before and cache.is_trusted(go_cache, rid)
     again = _build(lane, _toolkit(tmp_path / "2"), tmp_path / "out2")
     assert "seeded" not in again.log  # the home's own cache from now on

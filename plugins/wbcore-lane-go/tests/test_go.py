@@ -158,7 +158,8 @@ def test_builds_runs_and_is_reproducible(lane, tk, tmp_path):
     assert run(a.artifact, ["gotool", "x", "y"], b"1\n2\n3\n", tmp_path) == (0, b"x,y 3 42\n")
     assert run(a.artifact, ["gotool", "x", "y", "z"], b"", tmp_path)[0] == 3
     b = build(lane, tk, tmp_path / "b")
-    assert hashlib.sha256(a.artifact.read_bytes()).hexdigest() == hashlib.sha256(b.artifact.read_bytes()).hexdigest()
+    assert (hashlib.sha256(a.artifact.read_bytes()).hexdigest()
+            == hashlib.sha256(b.artifact.read_bytes()).hexdigest())
     assert "go build" in a.log
 
 

@@ -215,7 +215,8 @@ def test_a_planted_compiler_makes_the_lane_unavailable_and_is_never_read(tmp_pat
     monkeypatch.setenv("WB_NPM_CACHE", str(where))
     assert set(svelte.missing()) == set(svelte.PACKAGES)
     got = svelte.check()
-    assert not got.ok and "is not the pinned svelte" in got.reason and "wbcore_lane_js fetch svelte" in got.reason
+    assert (not got.ok and "is not the pinned svelte" in got.reason
+            and "wbcore_lane_js fetch svelte" in got.reason)
     with pytest.raises(InvalidArgs, match="is not the pinned"):
         svelte.members(svelte.SVELTE)
     tk = toolkit(tmp_path, {"App.svelte": "<p>x</p>\n"})

@@ -119,7 +119,8 @@ def test_rustc_builds_runs_and_is_reproducible(lane, tk, tmp_path):
     assert run(a.artifact, ["rstool", "x", "y"], b"hi\n", tmp_path) == (0, b"x,y|HI\n")
     assert run(a.artifact, ["rstool", "1", "2", "3"], b"", tmp_path)[0] == 3
     b = build(lane, tk, tmp_path / "b")
-    assert hashlib.sha256(a.artifact.read_bytes()).digest() == hashlib.sha256(b.artifact.read_bytes()).digest()
+    assert (hashlib.sha256(a.artifact.read_bytes()).digest()
+            == hashlib.sha256(b.artifact.read_bytes()).digest())
 
 
 @pytest.mark.slow

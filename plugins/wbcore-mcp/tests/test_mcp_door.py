@@ -535,7 +535,8 @@ def test_deep_and_broken_json_over_stdio_get_a_parse_error_and_the_server_goes_o
     try:
         proc.stdin.write(DEEP + b"\n")  # before the handshake: the SDK's path
         got = reply()
-        assert got["id"] is None and got["error"]["code"] == -32700 and "1000 levels" in got["error"]["message"]
+        assert (got["id"] is None and got["error"]["code"] == -32700
+                and "1000 levels" in got["error"]["message"])
         proc.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize",
                                      "params": INIT["params"]}).encode()
                          + b"\n")

@@ -48,7 +48,8 @@ def test_push_pull_round_trip_and_loopback_needs_an_explicit_allowance(oci_regis
         oci.push(ref, **args)
     _allow(monkeypatch, oci_registry)
     pushed = oci.push(ref, **args)
-    assert pushed.blobs_sent == 2 and pushed.reference.digest and pushed.reference.digest.startswith("sha256:")
+    assert (pushed.blobs_sent == 2 and pushed.reference.digest
+            and pushed.reference.digest.startswith("sha256:"))
     again = oci.push(ref, **args)
     assert again.blobs_sent == 0 and again.reference == pushed.reference  # same content, same digest
     got = oci.pull(pushed.reference, tmp_path / "out", artifact_types=(oci.BUNDLE_TYPE,))

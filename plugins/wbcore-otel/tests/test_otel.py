@@ -38,7 +38,8 @@ def test_settings_follow_the_standard_variables_and_hide_headers():
                            "OTEL_SERVICE_NAME": "svc"})
     assert s.endpoint == "http://collector:4318/v1/traces" and s.service == "svc"
     assert s.headers == {"authorization": "Bearer s3cret", "x-team": "a"} and "s3cret" not in repr(s)
-    assert Settings.from_env({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://c:1/t"}).endpoint == "http://c:1/t"
+    assert (Settings.from_env({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://c:1/t"}).endpoint
+            == "http://c:1/t")
     with pytest.raises(InvalidArgs, match="http/protobuf"):
         Settings.from_env({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317",
                            "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"})
@@ -93,8 +94,10 @@ def test_pipeline_stage_agent_step_call_and_broker_spans_reach_an_otlp_receiver(
         assert c["attrs"]["wb.tier"] == "instance" and c["attrs"]["wb.outcome"] == "ok"
         assert c["attrs"]["wb.exit_code"] == 0 and c["attrs"]["wb.shape"] == "command"
     step_span = next(s for s in spans if s["name"] == "wb.agent.step")
-    assert step_span["attrs"]["gen_ai.request.model"] == "gpt-test" and step_span["attrs"]["gen_ai.system"] == "openai"
-    assert step_span["attrs"]["gen_ai.usage.input_tokens"] == 120 and step_span["attrs"]["gen_ai.usage.output_tokens"] == 30
+    assert (step_span["attrs"]["gen_ai.request.model"] == "gpt-test"
+            and step_span["attrs"]["gen_ai.system"] == "openai")
+    assert (step_span["attrs"]["gen_ai.usage.input_tokens"] == 120
+            and step_span["attrs"]["gen_ai.usage.output_tokens"] == 30)
     assert step_span["attrs"]["wb.cost_usd"] == pytest.approx(0.0021) and step_span["parent"] == ""
     step_call = next(c for c in calls if c["parent"] == step_span["id"])
     assert step_call["trace"] == step_span["trace"]
@@ -206,7 +209,8 @@ def test_fabric_worker_calls_nest_under_the_map_span(make_runtime, receiver):
                                                for s in receiver.spans if s["name"] == "wb.call upper"]) < 3:
         time.sleep(0.1)
     fan = next(s for s in receiver.spans if s["name"] == "wb.fabric.map")
-    assert fan["attrs"]["wb.items"] == 3 and fan["attrs"]["wb.outcome"] == "ok" and fan["attrs"]["wb.engine"] == "local"
+    assert (fan["attrs"]["wb.items"] == 3 and fan["attrs"]["wb.outcome"] == "ok"
+            and fan["attrs"]["wb.engine"] == "local")
     calls = [s for s in receiver.spans if s["name"] == "wb.call upper"]
     assert len(calls) == 3 and all(c["parent"] == fan["id"] and c["trace"] == fan["trace"] for c in calls)
 

@@ -114,7 +114,8 @@ def test_added_and_removed_members_are_named(workspace, wb_home, tmp_path, key_a
     bad = _rezip(b, tmp_path / "bad.wbundle", {"vfs.db": None}, extra={"workspace/evil.js": b"alert(1)"})
     with pytest.raises(bundle.TamperedBundle) as exc:
         bundle.restore(bad, home=tmp_path / "h2", into=tmp_path / "out", trusted=[key_a.did])
-    assert "member workspace/evil.js added" in exc.value.message and "member vfs.db removed" in exc.value.message
+    assert ("member workspace/evil.js added" in exc.value.message
+            and "member vfs.db removed" in exc.value.message)
 
 
 @pytest.mark.parametrize("name", ["../escape.txt", "/etc/passwd", "workspace/../../x", "./vfs.db"])

@@ -37,7 +37,8 @@ def test_publish_on_one_home_install_on_another(allowed, signed_tk, wbx, make_ru
     r = wbx("publish", "oci", "hello", ref, "--json")
     assert r.exit_code == 0, r.stderr
     out = json.loads(r.stdout)
-    assert out["kind"] == "toolkit" and out["blobs_sent"] == 2 and out["reference"].endswith("@" + out["digest"])
+    assert (out["kind"] == "toolkit" and out["blobs_sent"] == 2
+            and out["reference"].endswith("@" + out["digest"]))
     home_b = tmp_path / "home-b"
     home_b.mkdir()
     rt_b = make_runtime(home=home_b, roots=[])
@@ -82,7 +83,8 @@ def test_an_unsigned_toolkit_is_not_published(allowed, toolkit_root, wbx):
     # A first-party toolkit cannot be signed (wbx toolkit sign refuses it): the message says what works.
     write_toolkit(toolkit_root, "mine", trust="first-party")
     r = wbx("publish", "oci", "mine", f"{allowed.host}/wb/mine:1")
-    assert r.exit_code == 2 and "set #+TRUST: third-party" in r.stderr and "wbx toolkit sign mine" in r.stderr, r.stderr
+    assert (r.exit_code == 2 and "set #+TRUST: third-party" in r.stderr
+            and "wbx toolkit sign mine" in r.stderr), r.stderr
     assert wbx("toolkit", "sign", "mine").exit_code != 0  # the advice is not "sign it" alone: sign refuses
     assert list(allowed.storage.rglob("data")) == []
 
