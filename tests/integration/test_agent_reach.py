@@ -19,7 +19,8 @@ pytest.importorskip("wbcore_brokers_exec")
 wasmtime = pytest.importorskip("wasmtime")
 
 PLUGINS = ["wasmtime", "brokers-state", "brokers-exec", "agent", "act", "llm-openai"]
-WASI_WRITE = '(import "wasi_snapshot_preview1" "fd_write" (func $fd_write (param i32 i32 i32 i32) (result i32)))'
+WASI_WRITE = ('(import "wasi_snapshot_preview1" "fd_write" '
+              '(func $fd_write (param i32 i32 i32 i32) (result i32)))')
 SECRET = f"""(module {WASI_WRITE}
   (memory (export "memory") 1)
   (data (i32.const 100) "the other toolkit")

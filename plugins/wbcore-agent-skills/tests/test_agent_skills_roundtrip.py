@@ -170,7 +170,8 @@ def _spec_errors(pkg: Path) -> list[str]:
         errors.append(f"unexpected fields {sorted(unknown)}")
     name = unicodedata.normalize("NFKC", str(front.get("name", "")))
     if not (1 <= len(name) <= 64 and name == name.lower() and all(c.isalnum() or c == "-" for c in name)
-            and not name.startswith("-") and not name.endswith("-") and "--" not in name and name == pkg.name):
+            and not name.startswith("-") and not name.endswith("-") and "--" not in name
+            and name == pkg.name):
         errors.append(f"bad name {name!r}")
     if not 1 <= len(str(front.get("description", ""))) <= 1024:
         errors.append("bad description")
@@ -308,7 +309,8 @@ def test_scripts_are_data_the_audit_names_them(tmp_path):
 
 
 def test_export_writes_nothing_outside_the_package(make_toolkit, make_runtime, tmp_path, toolkit_root):
-    """A skill's #+SOURCE is a path inside the package or ignored; links out of the toolkit are not followed."""
+    """A skill's #+SOURCE is a path inside the package or ignored; links out of the toolkit are not
+    followed."""
     bad = {"up": "../../escape.md", "abs": "/tmp/escape.md", "skill": "SKILL.md", "org": "skills/x.md",
            "dot": ".hidden/x.md"}
     skills = {"overview": "#+TITLE: o\n\nO.\n"}

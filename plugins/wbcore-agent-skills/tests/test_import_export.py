@@ -182,7 +182,8 @@ def test_wbx_audit_exit_codes(tmp_path, wbx, make_runtime):
 
 
 def test_markup_roundtrip_keeps_code_and_structure():
-    md = "# T\n\nSee `x` and **b** and [l](https://e.x).\n\n```py\n* not a heading\n```\n\n> q\n\n| a | b |\n|---|---|\n"
+    md = ("# T\n\nSee `x` and **b** and [l](https://e.x).\n\n```py\n* not a heading\n```\n\n"
+          "> q\n\n| a | b |\n|---|---|\n")
     org = markup.md_to_org(md)
     assert "#+begin_src py\n,* not a heading\n#+end_src" in org
     back = markup.org_to_md(org)

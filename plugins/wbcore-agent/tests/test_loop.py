@@ -11,7 +11,8 @@ import pytest
 from wbcore_agent.tools import HostTool
 
 from wbcore_runtime import hookimpl
-from wbcore_runtime.contract.llm import ChatResponse, LlmSettings, ProviderError, ToolSpec, ToolUse, Usage, with_retries
+from wbcore_runtime.contract.llm import (ChatResponse, LlmSettings, ProviderError, ToolSpec, ToolUse, Usage,
+                                         with_retries)
 from wbcore_runtime.contract.records import LlmProvider
 
 PLUGINS = ["agent", "act", "brokers-state"]
@@ -144,9 +145,8 @@ def test_provider_error_is_retried_then_surfaced(setup):
     rt, script, agent = setup
     rt.env["WB_LLM_RETRIES"] = "2"
     script.turns = [ProviderError("HTTP 503", status=503, retryable=True), [("wb", {"op": "list"})],
-                    ProviderError("HTTP 500", status=500, retryable=True)] + [ProviderError("HTTP 500",
-                                                                                            status=500,
-                                                                                            retryable=True)] * 2
+                    ProviderError("HTTP 500", status=500, retryable=True)] + [
+                        ProviderError("HTTP 500", status=500, retryable=True)] * 2
     rec = rt.agent(agent, "flaky")
     assert steps(rec)[0]["attempts"] == 2  # step 1 needed a retry
     assert rec.status == "error" and "after 3 attempts" in rec.error and rec.steps == 1

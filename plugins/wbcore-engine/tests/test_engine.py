@@ -470,8 +470,8 @@ def test_the_agent_loops_sessions_are_served_through_the_adapter(make_runtime, s
         with c.stream("GET", f"/v1/sessions/{sid}/events", headers={"last-event-id": "2"}) as resp:
             again = read_sse(resp, 2)
         assert [e for e, _ in again] == ["ready", "step", "end"]
-        assert c.post(f"/v1/sessions/{sid}/review", json={"title": "look"}).json() == {"position": 1,
-                                                                                         "item": {"title": "look"}}
+        assert (c.post(f"/v1/sessions/{sid}/review", json={"title": "look"}).json()
+                == {"position": 1, "item": {"title": "look"}})
         assert c.get(f"/v1/sessions/{sid}/review").json()["items"] == [{"title": "look"}]
         assert c.get(f"/v1/sessions/{sid}/review").json()["items"] == []
     r = wbx("agent", "run", "greeter", "greet", "--engine", eng.url, "--token", eng.token, runtime=rt)

@@ -72,7 +72,8 @@ def test_query_fills_the_index_and_the_package(rt, index: Index, wbx) -> None:
         f["filename"] for f in json.loads(PAGE)["files"])
     wheel = next(row for row in rows if row["pypi_releases.filename"] == "idna-3.10-py3-none-any.whl")
     assert json.loads(wheel["pypi_releases.hashes"])["sha256"] == next(
-        f["hashes"]["sha256"] for f in json.loads(PAGE)["files"] if f["filename"] == "idna-3.10-py3-none-any.whl")
+        f["hashes"]["sha256"] for f in json.loads(PAGE)["files"]
+        if f["filename"] == "idna-3.10-py3-none-any.whl")
     assert index.seen == [("/simple/idna/", "application/vnd.pypi.simple.v1+json")]
 
 

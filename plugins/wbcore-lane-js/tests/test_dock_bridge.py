@@ -1,4 +1,5 @@
-"""A js toolkit reaches granted caps through wbcore_runtime/sdk/wb_dock.js (the lane adds it) and the lane's bridge, end to end."""
+"""A js toolkit reaches granted caps through wbcore_runtime/sdk/wb_dock.js (the lane adds it) and the
+lane's bridge, end to end."""
 
 from __future__ import annotations
 

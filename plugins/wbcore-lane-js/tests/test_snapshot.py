@@ -131,7 +131,8 @@ def test_shipped_dock_toolkits_answer_as_before_with_and_without_the_bridge(tk, 
 
 def test_global_initializers_are_parsed_not_scanned_for_an_end_byte():
     # i32.const 11 is 0x41 0x0b 0x0b: its LEB128 byte equals `end`
-    body = snapshot._uleb(2) + b"\x7f\x01\x41" + snapshot._sleb(11) + b"\x0b" + b"\x7e\x00\x42" + snapshot._sleb(-5) + b"\x0b"
+    body = (snapshot._uleb(2) + b"\x7f\x01\x41" + snapshot._sleb(11) + b"\x0b"
+            + b"\x7e\x00\x42" + snapshot._sleb(-5) + b"\x0b")
     assert snapshot._globals(body) == [(0x7F, 1, b"\x41\x0b\x0b"), (0x7E, 0, b"\x42\x7b\x0b")]
     with pytest.raises(InvalidArgs, match="initializer"):
         snapshot._globals(snapshot._uleb(1) + b"\x7f\x01\xd2\x00\x0b")  # ref.func: not a constant this reads

@@ -93,7 +93,8 @@ def test_a_component_with_props_each_and_if_renders(tmp_path, wb_home):
 
 @needs_tarballs
 def test_a_rune_module_is_compiled_with_compile_module(tmp_path, wb_home):
-    counter = "export function counter(start) {\n  let n = $state(start);\n  return { get n() { return n; }, up() { n += 1; } };\n}\n"
+    counter = ("export function counter(start) {\n  let n = $state(start);\n"
+               "  return { get n() { return n; }, up() { n += 1; } };\n}\n")
     app = ("<script>\n  import { counter } from './counter.svelte.js';\n  let { start = 0 } = $props();\n"
            "  const c = counter(start);\n  c.up();\n</script>\n<b>{c.n}</b>\n")
     tk = toolkit(tmp_path, {"App.svelte": app, "counter.svelte.js": counter})

@@ -40,8 +40,8 @@ def test_available_names_the_version() -> None:
 def test_argv_stubs_wasi_unless_asked(make_runtime, pykit: Path, tmp_path: Path) -> None:
     lane = PythonLane(make_runtime(plugins=["lane-python"]))
     argv, src = lane.argv(_request(pykit, tmp_path, WIT_WORLD="text-tools"))
-    assert argv[-2:] == ["--stub-wasi", "app"] and ["-w",
-                                                    "text-tools"] == argv[argv.index("-w"):argv.index("-w") + 2]
+    assert (argv[-2:] == ["--stub-wasi", "app"]
+            and ["-w", "text-tools"] == argv[argv.index("-w"):argv.index("-w") + 2])
     assert argv[argv.index("-d") + 1] == "/src/wit" and src == pykit.joinpath("src").resolve()
     argv, _ = lane.argv(_request(pykit, tmp_path, WASI="p2"))
     assert "--stub-wasi" not in argv

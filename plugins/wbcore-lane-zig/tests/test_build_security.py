@@ -99,7 +99,8 @@ def zig_toolkit(make_toolkit, ident: str, main: str) -> Path:
                         files={"src/main.zig": main})
 
 
-EMBED = 'const std = @import("std");\nconst leak = @embedFile("{path}");\npub fn main() void {{ std.debug.print("{{s}}", .{{leak}}); }}\n'
+EMBED = ('const std = @import("std");\nconst leak = @embedFile("{path}");\n'
+         'pub fn main() void {{ std.debug.print("{{s}}", .{{leak}}); }}\n')
 
 
 def test_zig_embedfile_of_an_absolute_host_path_fails(rt, wbx, make_toolkit) -> None:

@@ -92,7 +92,8 @@ def test_c_lane_builds_a_small_wasi_command(lanes, tmp_path: Path, toolchain: st
     out = lane.build(request(src, tmp_path / "out"))
     assert out.artifact.name == "demo.wasm" and out.artifact.stat().st_size < 64_000  # -Oz -s
     assert run_wasm(out.artifact, b"banana", ("x",)) == (0, b"3 2\n")
-    want = "zig cc --target=wasm32-wasi -Oz -s" if toolchain == "zig" else "clang --target=wasm32-wasip1 --sysroot=/sysroot -Oz -s"
+    want = ("zig cc --target=wasm32-wasi -Oz -s" if toolchain == "zig"
+            else "clang --target=wasm32-wasip1 --sysroot=/sysroot -Oz -s")
     assert want in out.log
     assert toolchain in lane.version  # the toolchain is part of the build cache key
 
@@ -106,7 +107,8 @@ def test_c_lane_is_reproducible(lanes, tmp_path: Path) -> None:
 
 def test_zig_lane_builds_and_runs(lanes, tmp_path: Path) -> None:
     src = write(tmp_path / "src",
-                {"src/main.zig": (Path(__file__).parents[1] / "wbcore_lane_zig/warmup/hello.zig").read_text()})
+                {"src/main.zig":
+                 (Path(__file__).parents[1] / "wbcore_lane_zig/warmup/hello.zig").read_text()})
     out = lanes[1].build(request(src, tmp_path / "out"))
     code, stdout = run_wasm(out.artifact, b"hello", ("a", "b"))
     assert (code, stdout) == (0, b"3 args, 5 bytes\n")
@@ -197,7 +199,8 @@ def test_two_clean_builds_give_the_same_sha256(build_sandbox, tmp_path: Path) ->
         c_src = write(tmp_path / side / "c",
                       {"main.c": C_COUNT, "include/count.h": "#define COUNT_ONE(c) 1\n"})
         z_src = write(tmp_path / side / "z",
-                      {"main.zig": (Path(__file__).parents[1] / "wbcore_lane_zig/warmup/hello.zig").read_text()})
+                      {"main.zig":
+                       (Path(__file__).parents[1] / "wbcore_lane_zig/warmup/hello.zig").read_text()})
         c = CLane(home=tmp_path / side, env=env,
                   sandbox=lambda: build_sandbox).build(request(c_src, tmp_path / side / "c-out")).artifact
         z = ZigLane(home=tmp_path / side, env=env,
