@@ -120,7 +120,8 @@ def test_five_step_run_over_real_http(world, llm):
     names = offered(llm.requests[0].body)
     assert names == ["shell", "wb", "search", "fetch", "vfs_read", "vfs_write", "file_issue", "done",
                      "review_decisions", "shout__shout"]
-    system = llm.requests[0].body["system"] if llm.format == "anthropic" else llm.requests[0].body["messages"][0]["content"]
+    system = (llm.requests[0].body["system"] if llm.format == "anthropic"
+              else llm.requests[0].body["messages"][0]["content"])
     assert "You greet people" in system and "- shout: Says hello loudly." in system
     assert rec.usage.input_tokens == 55 and rec.usage.output_tokens == 35
     assert KEY not in (rec.workdir / "_steps.jsonl").read_text()

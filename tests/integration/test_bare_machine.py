@@ -28,7 +28,8 @@ HIDDEN = {
     "bwrap": "bubblewrap", "qemu-system-x86_64": "qemu-system-x86", "clang-22": "clang-22",
     "wasm-ld-22": "lld-22", "wasm-ld-14": "lld-14", "rustc": "rustc", "cargo": "cargo",
 }
-HIDDEN_PATTERNS = re.compile(r"^(bwrap|qemu-.*|clang.*|rustc|rustup|cargo.*|rust-lld|wasm-ld.*|ld\.lld.*|lld.*)$")
+HIDDEN_PATTERNS = re.compile(r"^(bwrap|qemu-.*|clang.*|rustc|rustup|cargo.*|"
+                             r"rust-lld|wasm-ld.*|ld\.lld.*|lld.*)$")
 
 
 def _bare_path(tmp: Path) -> str:

@@ -65,7 +65,8 @@ class WitWorld(wit_world.WitWorld):
     def wrap(self, text: str, width: int) -> str:
         return MARK
 """
-TEXT_TOOLS_WIT = (Path(__file__).resolve().parents[2] / "toolkits" / "text-tools" / "src" / "wit" / "world.wit")
+TEXT_TOOLS_WIT = (Path(__file__).resolve().parents[2] / "toolkits" / "text-tools" / "src" / "wit"
+                  / "world.wit")
 
 #: lane → (source file, program printing the marker, other files)
 SOURCES: dict[str, tuple[str, str, dict[str, str]]] = {

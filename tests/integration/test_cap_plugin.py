@@ -95,7 +95,8 @@ def test_pip_installed_plugin_adds_a_cap(tmp_path: Path) -> None:
     if _has("wbcore_mcp"):  # the MCP door shows the plugin's cap with its meaning
         tools = json.loads(_wbx(env, tmp_path, "mcp", "tools", "--json", "--only", "rolls").stdout)
         (tool,) = [t for t in tools if t["name"] == "rolls.rolls"]
-        assert "[plugin caps: dice: roll dice with the host's random source, from example-wbcore-dice 0.2.0]" in tool["description"]
+        assert ("[plugin caps: dice: roll dice with the host's random source, from example-wbcore-dice 0.2.0]"
+                in tool["description"])
         assert tool["annotations"]["openWorldHint"] is True and tool["annotations"]["readOnlyHint"] is False
 
     ran = subprocess.run([sys.executable, "-m", "wbcore_runtime", "run", "rolls"], capture_output=True,

@@ -290,7 +290,8 @@ def test_effective_caps_are_computed_in_one_function() -> None:
                     callers.append(f"{path.relative_to(here)}:{fn.name}")
     assert callers == ["wbcore_runtime/trust/consent.py:effective_caps"]
     # dispatch, show/verify (runtime) and describe all reach the grants through it
-    src = (here / "wbcore_runtime" / "dispatch" / "resolve.py").read_text() + (here / "wbcore_runtime" / "runtime.py").read_text()
+    src = ((here / "wbcore_runtime" / "dispatch" / "resolve.py").read_text()
+           + (here / "wbcore_runtime" / "runtime.py").read_text())
     assert src.count("consent.effective_caps(") == 2
 
 

@@ -136,7 +136,8 @@ def shell_blocks() -> list[Block]:
 def test_every_command_block_is_run_or_marked_with_a_reason() -> None:
     problems: list[str] = []
     for b in every_block():
-        if b.lang == "" and LOOKS_LIKE_A_COMMAND.match(b.text.lstrip("\n").splitlines()[0] if b.text.strip() else ""):
+        if b.lang == "" and LOOKS_LIKE_A_COMMAND.match(b.text.lstrip("\n").splitlines()[0]
+                                                       if b.text.strip() else ""):
             problems.append(f"{b.id}: a command example in an unlabelled fence: label it ```sh or ```console "
                             "so this test runs it (or marks it)")
         if b.mark and b.mark not in MARKS:

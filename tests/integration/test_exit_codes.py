@@ -44,8 +44,9 @@ def test_every_documented_exit_code_is_checked():
 
 
 def _wat_kit(make_toolkit, ident: str, body: str, **extra: str) -> None:
-    wat = f'(module (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32))) (memory (export "memory") 1)\n' \
-          f'  (func (export "_start") {body}))\n'
+    wat = ('(module (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32))) '
+           '(memory (export "memory") 1)\n'
+           f'  (func (export "_start") {body}))\n')
     make_toolkit(ident, manifest=manifest_text(ident, exec="command", extra={
         "CLI_BIN": ident, "BUILD_LANG": "wat", "BUILD_SRC": "path:src/main.wat", **extra}),
                  files={"src/main.wat": wat})

@@ -29,7 +29,8 @@ ROOT = Path(__file__).resolve().parents[2]
 #: (0.15.0 here, which implements no MCP extension at all).
 INSPECTOR = os.environ.get("WB_MCP_INSPECTOR", "@modelcontextprotocol/inspector@2.12.0")
 #: npm's words for "the registry is not reachable from here".
-OFFLINE = re.compile(r"ENOTFOUND|EAI_AGAIN|ECONNREFUSED|ETIMEDOUT|ECONNRESET|ENETUNREACH|network|E404|E403|fetch failed",
+OFFLINE = re.compile(r"ENOTFOUND|EAI_AGAIN|ECONNREFUSED|ETIMEDOUT|ECONNRESET|ENETUNREACH|"
+                     r"network|E404|E403|fetch failed",
                      re.IGNORECASE)
 
 

@@ -38,14 +38,16 @@ def test_the_plugin_map_names_every_plugin_and_what_it_serves(wb_home: Path) -> 
     # Runtime plugins: the distributions registering a wbcore.plugins entry point (not the core,
     # not wbcore-testing, the pytest plugin).
     plugins = sum(1 for f in FOLDERS
-                  if "wbcore.plugins" in tomllib.loads((f / "pyproject.toml").read_text())["project"].get("entry-points", {}))
+                  if "wbcore.plugins"
+                  in tomllib.loads((f / "pyproject.toml").read_text())["project"].get("entry-points", {}))
     if len(ours) < plugins:
-        pytest.skip(f"only {len(ours)} of our {plugins} plugins are installed (python3 dev.py setup installs "
-                    "all)")
+        pytest.skip(f"only {len(ours)} of our {plugins} plugins are installed "
+                    "(python3 dev.py setup installs all)")
     for info in ours:
         assert info.loaded, f"{info.name}: {info.error}"
         entry, serves = rows[info.distribution]
-        assert entry == f"`{info.name}`", f"{info.distribution}: entry point {info.name!r}, the table says {entry}"
+        assert entry == f"`{info.name}`", (
+            f"{info.distribution}: entry point {info.name!r}, the table says {entry}")
         readme = (REPO / "plugins" / info.distribution / "README.md").read_text()
         for kind, names in info.serves.items():
             for name in names:

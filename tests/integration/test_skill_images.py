@@ -34,7 +34,8 @@ def _layer(files: dict[str, bytes]) -> bytes:
 
 
 def push_image(reg, repo: str, tag: str, files: dict[str, bytes]) -> str:
-    """A plain OCI image (image config, one tar+gzip layer), as a build tool pushes one; its manifest digest."""
+    """A plain OCI image (image config, one tar+gzip layer), as a build tool pushes one; its manifest
+    digest."""
     r = oci.OciClient(reg.host)
     layer = _layer(files)
     cfg = json.dumps({"architecture": "amd64", "os": "linux",

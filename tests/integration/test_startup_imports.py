@@ -51,12 +51,12 @@ def test_run_imports_no_typer_and_list_no_plugin(tmp_path: Path) -> None:
     # The run path's records are written by hand (wbcore_runtime.contract.frozen): no dataclass is
     # made, so neither dataclasses nor inspect (~8 ms) is imported.
     assert "dataclasses" not in ran["modules"] and "inspect" not in ran["modules"], ran
-    assert {m.split(".")[0]
-            for m in ran["modules"] if m.startswith("wbcore_") and not m.startswith("wbcore_runtime")} <= {"wbcore_wasmtime", "wbcore_otel"}, ran
+    assert ({m.split(".")[0] for m in ran["modules"]
+             if m.startswith("wbcore_") and not m.startswith("wbcore_runtime")}
+            <= {"wbcore_wasmtime", "wbcore_otel"}), ran
 
     listed = probe(home, "toolkit", "list")
     assert listed["code"] == 0
-    assert not [m
-                for m in listed["modules"] if m.startswith(("wasmtime",
-                                                            "wbcore_")) and not m.startswith("wbcore_runtime")], listed
+    assert not [m for m in listed["modules"]
+                if m.startswith(("wasmtime", "wbcore_")) and not m.startswith("wbcore_runtime")], listed
     assert "importlib.metadata" not in listed["modules"] and "orgparse" not in listed["modules"], listed

@@ -47,8 +47,8 @@ TOP = {"tests", "build", "dist", "plugins", "bench", "docs", "toolkits", "wit", 
 def _copy(folder: Path, to: Path) -> None:
     def skip(where: str, names: list[str]) -> set[str]:
         top = Path(where) == folder
-        return {n
-                for n in names if n in CACHES or n.endswith(".egg-info") or (top and (n in TOP or n.startswith(".")))}
+        return {n for n in names
+                if n in CACHES or n.endswith(".egg-info") or (top and (n in TOP or n.startswith(".")))}
 
     shutil.copytree(folder, to, ignore=skip)
 

@@ -328,7 +328,8 @@ def test_a_toolkit_built_while_serving_shows_up(demo_runtime) -> None:
 
     server = build_server(demo_runtime)
     assert "late.upcase2" not in server.wb_provider.tools()
-    sha = demo_runtime.artifacts.put_bytes(bytes(wasmtime.wat2wasm((Path(__file__).parent / "data" / "upper.wat").read_text()))).sha256
+    sha = demo_runtime.artifacts.put_bytes(
+        bytes(wasmtime.wat2wasm((Path(__file__).parent / "data" / "upper.wat").read_text()))).sha256
     write_toolkit(demo_runtime.roots[0], "late", exec="kernel", extra={"CLI_BIN": "upcase2"})
     demo_runtime.discover(refresh=True)
     builder.register_artifact(demo_runtime, "late", sha)

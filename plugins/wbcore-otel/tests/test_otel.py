@@ -266,8 +266,8 @@ def test_a_js_toolkits_broker_calls_nest_under_its_call_span(make_toolkit, make_
     assert len(calls) == 1, [s["name"] for s in receiver.spans]
     call = calls[0]
     assert call["attrs"]["wb.outcome"] == "ok" and call["attrs"]["wb.caps"] == ["kv"]
-    brokers = [s
-               for s in receiver.spans if s["name"] == "wb.broker" and s["attrs"].get("wb.toolkit") == "jsotel"]
+    brokers = [s for s in receiver.spans
+               if s["name"] == "wb.broker" and s["attrs"].get("wb.toolkit") == "jsotel"]
     assert sorted((b["attrs"]["wb.cap"], b["attrs"]["wb.outcome"]) for b in brokers) == [
         ("kv", "allowed"), ("kv", "allowed"), ("net", "denied")], brokers
     for b in brokers:

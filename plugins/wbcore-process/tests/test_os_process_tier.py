@@ -218,7 +218,8 @@ def test_the_worker_has_no_network_no_host_files_and_no_privileges(rt, tiers, tm
     secret = tmp_path / "host-secret.txt"
     secret.write_text("do not read")
     try:
-        visible = os.path.exists(f"/proc/{pid}/root{secret}") or os.path.exists(f"/proc/{pid}/root/etc/passwd")
+        visible = (os.path.exists(f"/proc/{pid}/root{secret}")
+                   or os.path.exists(f"/proc/{pid}/root/etc/passwd"))
     except PermissionError:
         pytest.skip("cannot look into the worker's root from here")
     assert not visible

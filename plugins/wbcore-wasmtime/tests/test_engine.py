@@ -50,11 +50,13 @@ def test_wat_lane_builds_and_reports_errors(tmp_path):
     src.mkdir()
     (src / "main.wat").write_text(ECHO)
     lane = WatLane()
-    out = lane.build(BuildRequest(manifest=None, source=ResolvedSource(digest="d", dir=src), outdir=tmp_path / "out"))  # type: ignore[arg-type]
+    out = lane.build(BuildRequest(manifest=None,  # type: ignore[arg-type]
+                                  source=ResolvedSource(digest="d", dir=src), outdir=tmp_path / "out"))
     assert out.artifact.read_bytes()[:4] == b"\0asm" and "validated" in out.log
     (src / "main.wat").write_text("(module (func (export \"f\") (result i32) i64.const 1))")
     with pytest.raises(InvalidArgs, match="wat lane: main.wat"):
-        lane.build(BuildRequest(manifest=None, source=ResolvedSource(digest="d", dir=src), outdir=tmp_path / "out"))  # type: ignore[arg-type]
+        lane.build(BuildRequest(manifest=None,  # type: ignore[arg-type]
+                                source=ResolvedSource(digest="d", dir=src), outdir=tmp_path / "out"))
 
 
 def test_instance_tier_runs_commands_and_kernels(rt, register):
