@@ -67,7 +67,8 @@ class _Server(BaseHTTPRequestHandler):
                     f'<a href="/files/demo_pkg-1.0-py3-none-any.whl#sha256={sha(WHEEL)}" '
                     'data-requires-python="&gt;=3.8">'
                     "demo_pkg-1.0-py3-none-any.whl</a><br/>\n"
-                    f'<a href="../../files/demo-pkg-1.0.tar.gz#sha256={sha(SDIST)}">demo-pkg-1.0.tar.gz</a><br/>\n'
+                    f'<a href="../../files/demo-pkg-1.0.tar.gz#sha256={sha(SDIST)}">'
+                    'demo-pkg-1.0.tar.gz</a><br/>\n'
                     f'<a href="/files/demo_pkg-0.9-py3-none-any.whl#sha256={sha(OTHER)}" data-yanked="">'
                     "demo_pkg-0.9-py3-none-any.whl</a>\n</body></html>")
             return self._send(200, page.encode(), "text/html")

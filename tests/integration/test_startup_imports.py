@@ -23,7 +23,7 @@ sys.stdout.flush()
 print("\\n" + json.dumps({"code": code, "modules": sorted(m for m in sys.modules
       if m.split(".")[0] in ("typer", "wasmtime", "stevedore", "importlib_metadata", "orgparse", "pluggy", "sqlite3")
       or m in ("importlib.metadata", "_hashlib", "dataclasses", "inspect") or (m.startswith("wbcore_") and not m.startswith("wbcore_runtime")))}))
-"""
+"""  # noqa: E501
 
 
 def probe(home: Path, *args: str, stdin: bytes = b"") -> dict:

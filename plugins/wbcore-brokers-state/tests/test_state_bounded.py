@@ -53,7 +53,7 @@ PROBE = textwrap.dedent("""
             out.append({"reason": getattr(exc, "reason", exc.kind.value), "s": time.monotonic() - t0})
     grew = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
     print(json.dumps({"results": out, "grew_kib": grew}))
-""")
+""")  # noqa: E501
 
 
 @pytest.fixture

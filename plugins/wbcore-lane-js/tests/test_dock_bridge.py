@@ -26,7 +26,7 @@ try {
   console.log(e.kind);
   process.exitCode = e.exitCode;
 }
-"""
+"""  # noqa: E501
 
 
 @needs

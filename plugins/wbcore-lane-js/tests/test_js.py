@@ -25,7 +25,7 @@ console.log(JSON.stringify({ args: scriptArgs, lines: input.split('\\n').filter(
 setTimeout(() => console.log('late timer ran'), 5);
 Promise.resolve().then(() => console.log('microtask ran'));
 if (scriptArgs.includes('--fail')) process.exitCode = 4;
-"""
+"""  # noqa: E501
 
 
 @pytest.fixture

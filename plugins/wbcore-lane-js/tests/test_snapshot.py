@@ -25,7 +25,7 @@ import { twice } from './lib/twice.js';
 globalThis.calls = (globalThis.calls ?? 0) + 1;
 const input = std.in.readAsString();
 console.log(JSON.stringify({ calls, args: scriptArgs, input: twice(input), r: Math.random(), now: Date.now() }));
-"""
+"""  # noqa: E501
 
 
 @pytest.fixture

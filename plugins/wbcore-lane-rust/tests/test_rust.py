@@ -317,7 +317,7 @@ fn main() {
     write!(f, "read={} wrote={} net={}", found.len(), wrote, net).unwrap();
     f.write_all(found.as_bytes()).unwrap();
 }
-"""
+"""  # noqa: E501
 
 
 @pytest.mark.slow

@@ -360,7 +360,7 @@ def test_nested_commands_at_os_process_each_get_a_worker(make_runtime, toolkit_r
         (local.set $n (call $call (i32.const 64) (i32.const {len(req)}) (i32.const 65536) (i32.const 3000000)))
         (if (i64.lt_s (local.get $n) (i64.const 0)) (then (local.set $n (call $fetch (i32.const 65536) (i32.const 3000000)))))
         (i32.store (i32.const 0) (i32.const 65536)) (i32.store (i32.const 4) (i32.wrap_i64 (local.get $n)))
-        (drop (call $w (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))"""
+        (drop (call $w (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))"""  # noqa: E501
     fields = {"BUILD_LANG": "wat", "BUILD_SRC": "path:src/main.wat", "CLI_BIN": "nest"}
     write_toolkit(toolkit_root, "nest",
                   manifest_text("nest", exec="command", caps="exec", trust="third-party",

@@ -105,8 +105,8 @@ def test_a_js_toolkit_runs_on_the_cluster_and_the_node_tier_as_it_does_locally(m
 
 
 @needs_js
-def test_dispatch_sends_a_js_module_to_the_node_tier_and_not_to_tiers_that_cannot_host_its_runner(make_runtime,
-                                                                                                  monkeypatch):
+def test_dispatch_sends_a_js_module_to_the_node_tier_and_not_to_tiers_that_cannot_host_its_runner(
+        make_runtime, monkeypatch):
     from wbcore_runtime.contract.errors import NotFound
     from wbcore_runtime.dispatch.tiers import choose_tier
 

@@ -48,14 +48,13 @@ def test_stdin1_first_line_is_the_argument(rt, register):
 
 def test_fresh_store_per_call(rt, register):
     # a module with a mutable global counter: every call sees it at its initial value
-    register("count",
-             """(module (import "wasi_snapshot_preview1" "fd_write" (func $w (param i32 i32 i32 i32) (result i32)))
+    register("count", """(module (import "wasi_snapshot_preview1" "fd_write" (func $w (param i32 i32 i32 i32) (result i32)))
       (memory (export "memory") 1) (global $g (mut i32) (i32.const 48))
       (func (export "_start")
         (global.set $g (i32.add (global.get $g) (i32.const 1)))
         (i32.store8 (i32.const 100) (global.get $g))
         (i32.store (i32.const 0) (i32.const 100)) (i32.store (i32.const 4) (i32.const 1))
-        (drop (call $w (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))""")
+        (drop (call $w (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))""")  # noqa: E501
     assert [rt.call("count").stdout for _ in range(3)] == [b"1", b"1", b"1"]
 
 
