@@ -126,8 +126,8 @@ def test_build_all_one_line_each_goes_on_past_failures(make_toolkit, make_runtim
     r = wbx("toolkit", "build", "--all", runtime=rt)
     assert r.exit_code == 1, r.stderr
     lines = r.stdout.splitlines()
-    assert [ln.split(":")[0] for ln in lines[:4]] == ["✓ aaa-good", "✗ bbb-bad-flag", "- ccc-no-lane",
-                                                      "✓ ddd-good"]
+    assert ([ln.split(":")[0] for ln in lines[:4]]
+            == ["✓ aaa-good", "✗ bbb-bad-flag", "- ccc-no-lane", "✓ ddd-good"])
     assert "flag '--sysroot=/etc' is not allowed" in lines[1] and "needs the frobnicator" in lines[2]
     # the same source and lane, but two toolkits: the cache key carries the toolkit id, so
     # no build is shared between toolkits (wbcore_runtime.build.cache); a second --all is all hits

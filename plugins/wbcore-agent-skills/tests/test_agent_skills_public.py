@@ -21,8 +21,8 @@ def tree(root: Path) -> dict[str, bytes]:
 
 
 def generated(folder: Path) -> dict[str, bytes]:
-    return {rel: data for rel,
-            data in tree(folder).items() if rel == "manifest.org" or rel.startswith("skills/")}
+    return {rel: data for rel, data in tree(folder).items()
+            if rel == "manifest.org" or rel.startswith("skills/")}
 
 
 @pytest.mark.parametrize("name", SKILLS)

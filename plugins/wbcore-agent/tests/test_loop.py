@@ -129,8 +129,8 @@ def test_max_steps_ends_the_run(setup):
 
 def test_tool_timeout_is_a_tool_error_the_model_sees(setup):
     rt, script, agent = setup
-    slow = HostTool(ToolSpec("slow", "sleeps", {"type": "object", "properties": {}}), lambda run,
-                    a: time.sleep(5) or "late")
+    slow = HostTool(ToolSpec("slow", "sleeps", {"type": "object", "properties": {}}),
+                    lambda run, a: time.sleep(5) or "late")
     script.turns = [[("slow", {})], "gave up"]
     t0 = time.monotonic()
     rec = rt.agent(agent, "be slow", tool_timeout=0.3, host_tools=[slow])
@@ -176,8 +176,8 @@ def test_crashed_run_resumes_from_its_vfs(setup):
 def test_session_streams_events_reviews_and_cancels(setup):
     rt, script, agent = setup
     gate = threading.Event()
-    wait = HostTool(ToolSpec("wait", "waits", {"type": "object", "properties": {}}), lambda run,
-                    a: gate.wait(5) and "go")
+    wait = HostTool(ToolSpec("wait", "waits", {"type": "object", "properties": {}}),
+                    lambda run, a: gate.wait(5) and "go")
     script.turns = [[("file_issue", {"title": "check this", "body": "please"})], [("wait", {})],
                     [("wb", {"op": "list"})]]
     s = rt.agents.sessions.start(agent, "review me", host_tools=[wait])
@@ -205,8 +205,8 @@ def test_a_review_decision_reaches_the_agent_through_its_tool(setup):
 
     rt, script, agent = setup
     gate = threading.Event()
-    wait = HostTool(ToolSpec("wait", "waits", {"type": "object", "properties": {}}), lambda run,
-                    a: gate.wait(10) and "go")
+    wait = HostTool(ToolSpec("wait", "waits", {"type": "object", "properties": {}}),
+                    lambda run, a: gate.wait(10) and "go")
     script.turns = [[("file_issue", {"title": "ship it?", "body": "v2"}),
                      ("file_issue", {"title": "and this?"})],
                     [("wait", {})], [("review_decisions", {})], [("done", {"result": "ok"})]]
@@ -313,8 +313,8 @@ def test_a_tampered_toolkit_text_never_reaches_the_model(make_runtime, make_tool
                      ("wb", {"op": "search", "query": "exfiltrate"}), ("search", {"query": "IGNORE"})], "ok"]
     rec = rt.agent(agent, "x")
     listed, skill, found, searched = steps(rec)[0]["results"]
-    assert json.loads(listed["text"]) == [{"id": "evil",
-                                           "unavailable": json.loads(listed["text"])[0]["unavailable"]}]
+    assert (json.loads(listed["text"])
+            == [{"id": "evil", "unavailable": json.loads(listed["text"])[0]["unavailable"]}])
     assert not skill["ok"] and skill["text"].startswith("capability-denied: toolkit evil is unavailable")
     assert json.loads(found["text"]) == [] and json.loads(searched["text"])["toolkits"] == []
     assert "exfiltrate" not in script.seen[0].system
@@ -363,8 +363,8 @@ def saved_state(rt, rec):
 def test_ten_thousand_calls_in_one_reply_run_at_most_max_calls(setup):
     rt, script, agent = setup
     ran = []
-    count = HostTool(ToolSpec("count", "counts", {"type": "object", "properties": {}}), lambda run,
-                     a: ran.append(1) or "1")
+    count = HostTool(ToolSpec("count", "counts", {"type": "object", "properties": {}}),
+                     lambda run, a: ran.append(1) or "1")
     script.turns = [[("count", {})] * 10_000, "stopped"]
     rec = rt.agent(agent, "flood", host_tools=[count], max_calls=8)
     assert len(ran) == 8 and rec.status == "done" and rec.result == "stopped"
@@ -425,8 +425,8 @@ def test_max_steps_one_with_twelve_slow_tools_ends_within_the_run_budget(setup):
 
 def test_the_run_budget_ends_a_run_that_keeps_going(setup):
     rt, script, agent = setup
-    nap = HostTool(ToolSpec("nap", "naps", {"type": "object", "properties": {}}), lambda run,
-                   a: time.sleep(0.3) or "ok")
+    nap = HostTool(ToolSpec("nap", "naps", {"type": "object", "properties": {}}),
+                   lambda run, a: time.sleep(0.3) or "ok")
     script.turns = [[("nap", {})]] * 20
     rec = rt.agent(agent, "nap", host_tools=[nap], run_timeout=1.0, max_steps=20)
     assert rec.status == "timeout" and "time budget of 1 s is spent" in rec.error and rec.steps < 6

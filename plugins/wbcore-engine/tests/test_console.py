@@ -76,8 +76,8 @@ class Host:
         return self.status(session)
 
     def review_items(self, session: str) -> list[dict[str, Any]]:
-        return [{"position": i, "item": it, "decision": self.decided.get(i)} for i,
-                it in enumerate(self.items)]
+        return [{"position": i, "item": it, "decision": self.decided.get(i)}
+                for i, it in enumerate(self.items)]
 
     def decide_review(self, session: str, position: int, decision: str, note: str) -> dict[str, Any]:
         self.decided[position] = {"decision": decision, "note": note}

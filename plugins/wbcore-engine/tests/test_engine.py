@@ -96,8 +96,8 @@ def test_push_dry_run_shows_the_caps_diff_and_lands_nothing(signed, make_runtime
     pushed = [e for e in audit_read.entries(server.dock.audit) if e["cap"] == "engine"]
     assert [(e["op"], e["outcome"], e["target"]) for e in pushed] == [("push", "allowed", "tp")]
     shown = httpx.get(eng.url + "/v1/toolkits/tp", headers=eng.auth, timeout=10).json()
-    assert shown["version"] == "0.2.0" and shown["caps"] == ["net",
-                                                             "kv"] and shown["signer"].startswith("did:key:")
+    assert (shown["version"] == "0.2.0" and shown["caps"] == ["net", "kv"]
+            and shown["signer"].startswith("did:key:"))
     verdict = httpx.get(eng.url + "/v1/toolkits/tp/verify", headers=eng.auth, timeout=10)
     assert verdict.json()["toolkit"] == "tp"
 
@@ -246,9 +246,8 @@ class ScriptedSessions:
         return sid
 
     def _steps(self, sid: str, task: str) -> None:
-        for n, (kind,
-                text) in enumerate([("step", f"thinking about {task}"), ("tool", "wb list"), ("done", "ok")],
-                                   1):
+        for n, (kind, text) in enumerate([("step", f"thinking about {task}"), ("tool", "wb list"),
+                                          ("done", "ok")], 1):
             time.sleep(0.1)
             with self.cond:
                 self.runs[sid]["events"].append({"seq": n, "type": kind, "text": text})

@@ -115,7 +115,6 @@ def test_fan_out_merge_parses_json_else_keeps_text():
 def test_a_kernel_box_in_a_pipeline(rt, register):
     register("kup", K_UPPER, kind="kernel")
     register("echo", ECHO)
-    res = pl.Pipeline.named("k",
-                            pl.Box("kup", kind="kernel")).fan_out(["echo", pl.Box("kup", kind="kernel")]).run(
-        rt, b"abc", keep=False)
+    res = (pl.Pipeline.named("k", pl.Box("kup", kind="kernel"))
+           .fan_out(["echo", pl.Box("kup", kind="kernel")]).run(rt, b"abc", keep=False))
     assert res.success and json.loads(res.output) == ["ABC", "ABC"] and res.folder is None

@@ -22,8 +22,8 @@ FLOW = """* flow :pipeline:
 
 def test_an_agent_box_names_the_agent_then_its_task():
     (flow,) = parse(FLOW)
-    assert flow.stages[1].boxes == (Box("agents/summarizer.org", ("summarize the input", "briefly"), "agent"),
-                                    )
+    assert flow.stages[1].boxes == (
+        Box("agents/summarizer.org", ("summarize the input", "briefly"), "agent"),)
 
 
 def test_an_agent_box_without_a_task_is_refused_with_its_line():

@@ -87,8 +87,8 @@ def test_sync_twice_is_byte_identical_and_a_changed_row_updates_in_place(api, tr
     assert out.read_bytes() == first and out.stat().st_mtime_ns == mtime
     # a person's notes under a node survive; then the source changes one row
     lines = text.splitlines()
-    end = next(i for i,
-               ln in enumerate(lines) if ln.strip() == ":END:" and i > lines.index("  :ID: tracker-issues-4"))
+    end = next(i for i, ln in enumerate(lines)
+               if ln.strip() == ":END:" and i > lines.index("  :ID: tracker-issues-4"))
     lines.insert(end + 1, "My notes on issue four.")
     out.write_text("\n".join(lines) + "\n")
     edited = out.read_bytes()
@@ -195,8 +195,8 @@ def test_the_token_never_appears_in_output_or_audit(api, tracker, wbx, monkeypat
     audit = _audit_text(tracker)
     assert "fed.get" in audit
     assert "HTTP Request" in caplog.text or caplog.records  # the logs were captured ...
-    for blob in [audit, caplog.text, (tmp_path / "x.org").read_text()] + [r.stdout + r.stderr
-                                                                          for r in results]:
+    for blob in ([audit, caplog.text, (tmp_path / "x.org").read_text()]
+                 + [r.stdout + r.stderr for r in results]):
         assert TOKEN not in blob and "WRONG-tok-31337" not in blob  # ... and hold no token
 
 
@@ -412,9 +412,8 @@ def test_sync_every_interval(api, tracker, wbx, tmp_path, monkeypatch):
     r = wbx("fed", "sync", "tracker", "--out", str(tmp_path / "e.org"), "--every", "5m", "--times", "3",
             runtime=tracker)
     assert r.exit_code == 0, r.stderr
-    assert slept == [300.0, 300.0] and [ln.split()[0] for ln in r.stdout.splitlines()] == ["synced",
-                                                                                           "unchanged",
-                                                                                           "unchanged"]
+    assert (slept == [300.0, 300.0]
+            and [ln.split()[0] for ln in r.stdout.splitlines()] == ["synced", "unchanged", "unchanged"])
     assert cli._interval("1h") == 3600 and cli._interval("45") == 45
     r = wbx("fed", "sync", "tracker", "--every", "0s", runtime=tracker)
     assert r.exit_code == 2 and "an interval of 1 s to 7 days" in r.stderr

@@ -370,7 +370,7 @@ def test_refused_skills_are_not_resources(make_runtime, toolkit_root: Path, wb_h
                     await client.read_resource(f"skill://kit/{slug}")
                 assert "TOP-SECRET" not in str(err.value)
         listed = await server.get_request_handler("skills/list").handler(None, skills_models()[0]())
-        assert [f["uri"] for f in listed.skills[0]["resources"]] == ["skill://kit/SKILL.md",
-                                                                     "skill://kit/overview"]
+        assert ([f["uri"] for f in listed.skills[0]["resources"]]
+                == ["skill://kit/SKILL.md", "skill://kit/overview"])
 
     anyio.run(main)

@@ -89,8 +89,8 @@ def test_resize_reaches_the_terminal_and_close_hangs_up(box) -> None:
 def test_only_allowlisted_programs_start(box) -> None:
     for program in ("/sbin/wbcore-agent", "/sbin/insmod", "sh", "/bin/../sbin/reboot", "/no/such"):
         kind, obj = pty.open(box, 1, program=program)
-        assert kind == frames.PTY_OPENED and obj["ok"] is False and "allowlist" in obj["error"], (program,
-                                                                                                  obj)
+        assert kind == frames.PTY_OPENED and obj["ok"] is False and "allowlist" in obj["error"], (
+            program, obj)
     kind, obj = pty.open(box, 1, program="/bin/sh", args=["-c", "echo args ok; exit 4"])
     assert obj["ok"] is True
     out, closed = pty.until_closed(box)

@@ -59,8 +59,8 @@ def test_a_guest_trap_in_the_driver_after_it_joined_ray_fails_its_call_not_the_p
     import subprocess
     import sys
 
-    env = {k: v for k,
-           v in os.environ.items() if k not in ("WB_RAY_ADDRESS", "RAY_ADDRESS", "PYTHONFAULTHANDLER")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("WB_RAY_ADDRESS", "RAY_ADDRESS", "PYTHONFAULTHANDLER")}
     env["WB_RAY_NODE_HOME"] = str(tmp_path / "node")
     proc = subprocess.run([sys.executable, "-c", TRAP_AFTER_JOINING], env=env, capture_output=True, text=True,
                           timeout=300, cwd=tmp_path)
