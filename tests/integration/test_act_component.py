@@ -24,9 +24,9 @@ def _register_time(make_runtime: Any, toolkit_root: Path) -> Any:
     from wbcore_runtime.build import builder
     from wbcore_testing.fixtures import manifest_text, write_toolkit
 
-    write_toolkit(toolkit_root, "time", manifest_text("time", exec="component",
-                                                      tagline="Current time in any timezone (act-cli's "
-                                                              "fixture)."))
+    write_toolkit(toolkit_root, "time",
+                  manifest_text("time", exec="component",
+                                tagline="Current time in any timezone (act-cli's fixture)."))
     rt = make_runtime()
     sha = rt.artifacts.put_bytes(TIME_WASM.read_bytes()).sha256
     builder.register_artifact(rt, "time", sha)

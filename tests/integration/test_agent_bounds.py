@@ -60,9 +60,8 @@ def test_ten_thousand_calls_in_one_reply(world):
     answers = tool_answers(llm, 1)
     assert len(answers) == 10_000
     text = [a.get("content") for a in answers]
-    assert sum(1
-               for t in text if str(t).startswith("refused: this reply asked for 10000 tool "
-                                                  "calls")) == 10_000 - 16
+    assert sum(1 for t in text
+               if str(t).startswith("refused: this reply asked for 10000 tool calls")) == 10_000 - 16
     assert state(rt, rec)["status"] == "done"
 
 

@@ -31,8 +31,8 @@ SHOUT_WAT = r"""
     (drop (call $fd_write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))
 """
 
-MADE_WAT = SHOUT_WAT.replace("hello from shout\\n", "made in session!\\n").replace("(i32.const 17)",
-                                                                                   "(i32.const 17)")
+MADE_WAT = (SHOUT_WAT.replace("hello from shout\\n", "made in session!\\n")
+            .replace("(i32.const 17)", "(i32.const 17)"))
 
 SHOUT_MANIFEST = """#+TITLE: shout
 #+TOOLKIT: shout

@@ -285,8 +285,8 @@ def test_effective_caps_are_computed_in_one_function() -> None:
                 continue
             for node in ast.walk(fn):
                 if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                        and node.func.attr == "effective_caps" and getattr(node.func.value, "id",
-                                                                           "") == "policy"):
+                        and node.func.attr == "effective_caps"
+                        and getattr(node.func.value, "id", "") == "policy"):
                     callers.append(f"{path.relative_to(here)}:{fn.name}")
     assert callers == ["wbcore_runtime/trust/consent.py:effective_caps"]
     # dispatch, show/verify (runtime) and describe all reach the grants through it

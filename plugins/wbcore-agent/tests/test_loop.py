@@ -371,8 +371,8 @@ def test_ten_thousand_calls_in_one_reply_run_at_most_max_calls(setup):
     answers = [m for m in script.seen[1].messages if m.role == "tool"]
     assert len(answers) == 10_000  # every call id got its answer
     assert all(not m.is_error for m in answers[:8]) and answers[8].is_error
-    assert answers[8].text.startswith("refused: this reply asked for 10000 tool calls; at most 8 run per "
-                                      "reply")
+    assert answers[8].text.startswith(
+        "refused: this reply asked for 10000 tool calls; at most 8 run per reply")
     first = steps(rec)[0]
     assert first["calls"] == 10_000 and first["refused"] == 9_992 and len(first["results"]) <= 10
     assert saved_state(rt, rec)["status"] == "done"

@@ -201,8 +201,8 @@ def test_audit_lines_a_full_disk_cost_are_kept_or_counted(rt, monkeypatch):
     d.call(c, "kv", "put", {"key": "after", "value": b"v"})
     got = list(audit_read.entries(log))
     lost = [e for e in got if e["outcome"] == "lost"]
-    assert len(lost) == 1 and lost[0]["reason"] == "disk-full" and lost[0]["target"].startswith("2 lines "
-                                                                                                "from")
+    assert (len(lost) == 1 and lost[0]["reason"] == "disk-full"
+            and lost[0]["target"].startswith("2 lines from"))
     assert [e["op"] for e in got if e["cap"] == "kv"][-4:] == ["put"] * 4  # 3 kept + the one after
     assert audit_read.verify(log) == []
 

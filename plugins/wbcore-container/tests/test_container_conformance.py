@@ -49,8 +49,8 @@ class TestContainerConformance(TierConformance):
                  "s.connect(('1.1.1.1', 80))\" 2>/dev/null; echo connect=$?")
         ifaces = [ln.split(":")[0].strip() for ln in out.splitlines() if ":" in ln and "|" not in ln]
         return SandboxFacts(interfaces=ifaces, connect_refused="connect=0" not in out,
-                            visible=lambda path: sh(f"test -e '{path}' && echo yes || echo "
-                                                    "no").strip() == "yes")
+                            visible=lambda path: sh(
+                                f"test -e '{path}' && echo yes || echo no").strip() == "yes")
 
 
 # a fork bomb, a flood, and a comparison with every other posix tier installed (e.g. microvm)

@@ -108,8 +108,8 @@ def test_bad_org_pipelines_say_where_and_what(text, problem):
 
 
 def test_fan_out_merge_parses_json_else_keeps_text():
-    assert json.loads(pl.merge([b'{"a": 1}', b"plain", b"[1, 2]", b"\xff"])) == [{"a": 1}, "plain", [1, 2],
-                                                                                 "\ufffd"]
+    assert (json.loads(pl.merge([b'{"a": 1}', b"plain", b"[1, 2]", b"\xff"]))
+            == [{"a": 1}, "plain", [1, 2], "\ufffd"])
 
 
 def test_a_kernel_box_in_a_pipeline(rt, register):

@@ -283,11 +283,11 @@ def test_a_connector_from_another_plugin_serves_read_and_sync(toolkit_root, make
 
     mod.wbcore_federation_sources = wbcore_federation_sources
     manifest = tracker_manifest("").replace("#+URL: \n", "#+SOURCE: memo\n#+MEMO_BOOK: demo\n")
-    manifest = manifest.replace(":ENTITY: issues", ":ENTITY: notes").replace(":ENTITY: users",
-                                                                             ":ENTITY: tags")
+    manifest = (manifest.replace(":ENTITY: issues", ":ENTITY: notes")
+                .replace(":ENTITY: users", ":ENTITY: tags"))
     manifest = manifest.replace(":FIELDS: id title state owner_id labels", ":FIELDS: id text tag")
-    manifest = manifest.replace(":TITLE: title", ":TITLE: text").replace("#+SYNC: issues tracker.org",
-                                                                         "#+SYNC: notes n.org")
+    manifest = (manifest.replace(":TITLE: title", ":TITLE: text")
+                .replace("#+SYNC: issues tracker.org", "#+SYNC: notes n.org"))
     write_toolkit(toolkit_root, "tracker", manifest)
     rt = make_runtime(plugins=[plugin, mod])
     report = rt.verify("tracker")

@@ -204,8 +204,8 @@ def test_table_toolkit_builds_and_renders(lane, tmp_path):
         0, b"name     langs\n-------  -----\nGrace|H  12\nAda      3\n")
     assert run(out.artifact, ["table", "markdown"], rows,
                tmp_path)[1].splitlines()[3] == b"| Grace\\|H | 12 |"
-    assert run(out.artifact, ["table", "keys"], b'{"a":1}\n{"a":2,"b":null}\n', tmp_path) == (0,
-                                                                                              b"a\t2\nb\t1\n")
+    assert (run(out.artifact, ["table", "keys"], b'{"a":1}\n{"a":2,"b":null}\n', tmp_path)
+            == (0, b"a\t2\nb\t1\n"))
     assert run(out.artifact, ["table", "text", "--columns=zzz"], rows, tmp_path)[0] == 2
 
 

@@ -179,9 +179,8 @@ def test_svelte_is_not_in_the_package():
     import wbcore_lane_js
 
     pkg = Path(wbcore_lane_js.__file__).parent
-    assert not [p
-                for p in pkg.rglob("*") if "svelte" in p.name and p.name not in ("svelte.py", "svelte.mjs",
-                                                                                 "svelte-main.mjs")
+    assert not [p for p in pkg.rglob("*")
+                if "svelte" in p.name and p.name not in ("svelte.py", "svelte.mjs", "svelte-main.mjs")
                 and "__pycache__" not in p.parts]
 
 

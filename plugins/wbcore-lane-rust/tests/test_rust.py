@@ -175,10 +175,10 @@ def test_freq_toolkit_builds_and_counts(lane, tmp_path):
         pytest.skip("no cargo beside rustc")
     out = build(lane, tk, tmp_path / "out")
     assert run(out.artifact, ["freq", "lines"], b"b\na\nb\nc\nb\na\n", tmp_path) == (0, b"3\tb\n2\ta\n1\tc\n")
-    assert run(out.artifact, ["freq", "words", "-i", "--min=2"], b"Don't stop, don't X x y", tmp_path) == (0,
-                                                                                                           b"2\tdon't\n2\tx\n")
-    assert run(out.artifact, ["freq", "chars", "--json", "-n", "1"], "ééa".encode(), tmp_path) == (0,
-                                                                                                   '[{"item":"é","count":2}]\n'.encode())
+    assert (run(out.artifact, ["freq", "words", "-i", "--min=2"], b"Don't stop, don't X x y", tmp_path)
+            == (0, b"2\tdon't\n2\tx\n"))
+    assert (run(out.artifact, ["freq", "chars", "--json", "-n", "1"], "ééa".encode(), tmp_path)
+            == (0, '[{"item":"é","count":2}]\n'.encode()))
     assert run(out.artifact, ["freq", "nope"], b"", tmp_path)[0] == 2
 
 

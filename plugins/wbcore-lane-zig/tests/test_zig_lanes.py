@@ -176,8 +176,8 @@ def test_without_a_build_sandbox_the_lanes_say_what_to_install(make_runtime, wbx
         avail = rt.lanes.get(name).availability(rt)
         assert not avail.ok and "no build sandbox is installed; pip install wbcore-process" in avail.reason
     r = wbx("lanes", runtime=rt)
-    assert r.exit_code == 0 and r.stdout.count("no build sandbox is installed; pip install "
-                                               "wbcore-process") == 2
+    assert (r.exit_code == 0
+            and r.stdout.count("no build sandbox is installed; pip install wbcore-process") == 2)
     src = write(tmp_path / "src", {"main.c": "int main(void){return 0;}\n"})
     with pytest.raises(NotFound, match="^no build sandbox is installed; pip install wbcore-process$"):
         rt.lanes.get("c").factory(rt).build(request(src, tmp_path / "out"))

@@ -304,8 +304,8 @@ def test_bearer_compare_is_constant_time_and_exact() -> None:
 
     auth = BearerAuth(None, TOKEN)
     assert auth.allowed(f"Bearer {TOKEN}".encode()) and auth.allowed(f"bearer {TOKEN}".encode())
-    assert not auth.allowed(None) and not auth.allowed(TOKEN.encode()) and not auth.allowed("Bearer "
-                                                                                            f"{TOKEN[:-1]}".encode())
+    assert (not auth.allowed(None) and not auth.allowed(TOKEN.encode())
+            and not auth.allowed(f"Bearer {TOKEN[:-1]}".encode()))
 
 
 # --- the lean tools/call paths -----------------------------------------------------------
@@ -440,8 +440,8 @@ def test_an_unbuilt_component_is_one_tool_until_its_first_call(make_runtime, wb_
     async def main() -> None:
         async with Client(server, mode="legacy") as client:
             r = await client.call_tool("text-tools", {}, read_timeout_seconds=300)
-            assert not r.is_error and "text-tools.count" in _text(r) and _text(r).startswith("built "
-                                                                                             "text-tools")
+            assert (not r.is_error and "text-tools.count" in _text(r)
+                    and _text(r).startswith("built text-tools"))
             names = {t.name for t in (await client.list_tools()).tools}
             assert "text-tools.count" in names and "text-tools" not in names
             r = await client.call_tool("text-tools.count", {"text": "one two\nthree"})

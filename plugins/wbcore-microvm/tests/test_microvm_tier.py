@@ -307,8 +307,8 @@ def test_random_frames_are_each_refused_and_the_agent_stays_in_step(agent) -> No
         a.vm.send_frame(struct.pack("<IB", len(body), kind) + body)
         k2, p2 = a.recv()
         assert k2 == frames.REFUSED, (i, kind, body[:80], frames.name(k2), p2[:200])
-        assert frames.unpack(p2)[0]["reason"] in ("malformed", "unknown-type", "secret", "unexpected",
-                                                  "version"), i
+        assert frames.unpack(p2)[0]["reason"] in (
+            "malformed", "unknown-type", "secret", "unexpected", "version"), i
     # a Ping with a wrong secret (some were random) ends the session's authentication
     a.vm.send_frame(a.exec_(a.snap.secret, ("sh", "-c", "echo in step")))
     assert a.refused()["reason"] == "unexpected"

@@ -191,9 +191,9 @@ class _Fake:
                     return
                 if self.headers.get("Authorization") != "Bearer TOKEN-s3cr3t-77":
                     realm = f"http://127.0.0.1:{fake.port}/token"
-                    self._reply(401, b"{}", [("WWW-Authenticate",
-                                             'Bearer '
-                                             f'realm="{realm}",service="fake",scope="repository:wb/b:pull"')])
+                    self._reply(401, b"{}", [(
+                        "WWW-Authenticate",
+                        f'Bearer realm="{realm}",service="fake",scope="repository:wb/b:pull"')])
                     return
                 if "/manifests/" in self.path:
                     self._reply(200, fake.manifest, [("Content-Type", oci.MANIFEST_TYPE)])

@@ -77,8 +77,8 @@ def test_pipeline_stage_agent_step_call_and_broker_spans_reach_an_otlp_receiver(
     assert receiver.paths and set(receiver.paths) == {"/v1/traces"}
     by_id = {s["id"]: s for s in spans}
     names = sorted(s["name"] for s in spans)
-    assert names.count("wb.pipeline") == 1 and names.count("wb.stage") == 2 and names.count("wb.call "
-                                                                                            "upper") == 4
+    assert (names.count("wb.pipeline") == 1 and names.count("wb.stage") == 2
+            and names.count("wb.call upper") == 4)
     pipe = next(s for s in spans if s["name"] == "wb.pipeline")
     assert pipe["attrs"]["wb.pipeline"] == "shout" and pipe["attrs"]["wb.pipeline.stages"] == 2
     assert pipe["attrs"]["wb.outcome"] == "ok" and pipe["parent"] == "" and pipe["service"] == "wb-test"

@@ -246,8 +246,8 @@ def test_a_kv_round_trip_from_a_guest_at_os_process(rt, tiers) -> None:
     assert rt.dock.call(ctx, "kv", "get", {"key": "k"}) == {"value": b"from the worker"}
     rt.dock.call(ctx, "kv", "put", {"key": "k", "value": b"from the host"})
     only_get = request(rt, kv_wat(get), profile=profile("minimal"), caps=frozenset({"kv"}))
-    assert osp.call(only_get).stdout == instance.call(only_get).stdout == cbor2.dumps({"value": b"from the "
-                                                                                       b"host"})
+    assert (osp.call(only_get).stdout == instance.call(only_get).stdout
+            == cbor2.dumps({"value": b"from the host"}))
     # A Dock refusal reaches the guest as a status, the same at both tiers (invalid-args → 2).
     bad = request(rt, kv_wat(cbor2.dumps({"op": "teleport"})), profile=profile("minimal"),
                   caps=frozenset({"kv"}))
