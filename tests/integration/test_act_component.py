@@ -73,8 +73,8 @@ def test_wbx_act_tools_call_and_info(wbx: Any, time_rt: Any) -> None:
     assert res.exit_code == 0, res.stderr
     (td,) = json.loads(res.stdout)
     assert td["name"] == "time.get_current_time" and "timezone" in td["parameters-schema"]
-    assert ["std:read-only", {"cbor": True}] in td["metadata"] and ["std:destructive",
-                                                                    {"cbor": False}] in td["metadata"]
+    assert (["std:read-only", {"cbor": True}] in td["metadata"]
+            and ["std:destructive", {"cbor": False}] in td["metadata"])
 
     res = wbx("act", "call", "time.get_current_time", "--args", '{"timezone": "Asia/Tokyo"}',
               "--meta", '{"std:traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}',

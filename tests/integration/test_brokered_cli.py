@@ -52,8 +52,8 @@ class _Server(BaseHTTPRequestHandler):
         if self.path in files:
             return self._send(200, files[self.path], "application/octet-stream")
         if self.path == "/simple/demo-pkg/":
-            if "application/vnd.pypi.simple.v1+json" in self.headers.get("Accept",
-                                                                         "") and self.server.json_index:
+            if ("application/vnd.pypi.simple.v1+json" in self.headers.get("Accept", "")
+                    and self.server.json_index):
                 doc = {"meta": {"api-version": "1.0"}, "name": "demo-pkg", "files": [
                     {"filename": "demo_pkg-1.0-py3-none-any.whl",
                      "url": "/files/demo_pkg-1.0-py3-none-any.whl", "hashes": {"sha256": sha(WHEEL)}},

@@ -366,8 +366,8 @@ def test_only_the_pipeline_hands_a_lane_its_request() -> None:
     makers = []
     for path in files:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
-            if isinstance(node, ast.Call) and getattr(node.func, "id",
-                                                      getattr(node.func, "attr", "")) == "BuildRequest":
+            if (isinstance(node, ast.Call)
+                    and getattr(node.func, "id", getattr(node.func, "attr", "")) == "BuildRequest"):
                 makers.append(path.relative_to(repo).as_posix())
     assert makers == ["wbcore_runtime/build/pipeline.py"]
     src = (repo / "wbcore_runtime/build/pipeline.py").read_text()

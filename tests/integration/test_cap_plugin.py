@@ -31,7 +31,7 @@ from wbcore_testing.fixtures import manifest_text, write_toolkit  # noqa: E402
 DATA = Path(__file__).resolve().parent.parent / "data"
 
 #: command: calls ``wb.dice`` with {"op": "roll", "count": 4, "sides": 6} and writes the CBOR answer to
-#stdout.
+#: stdout.
 DICE_WAT = """(module
   (import "wasi_snapshot_preview1" "fd_write" (func $w (param i32 i32 i32 i32) (result i32)))
   (import "wb" "dice" (func $dice (param i32 i32 i32 i32) (result i64)))

@@ -244,8 +244,8 @@ def test_docs_example_runs(block: Block, readers: dict[str, Reader], site: DemoS
     assert proc.returncode == 0 and not missing, (
         f"{block.id} exited {proc.returncode} after {time.monotonic() - started:.1f} s\n--- script\n{script}"
         f"--- output the page shows that did not appear: {missing}\n"
-        f"--- stdout\n{out.decode(errors='replace')[-3000:]}\n--- "
-        f"stderr\n{err.decode(errors='replace')[-3000:]}")
+        f"--- stdout\n{out.decode(errors='replace')[-3000:]}\n"
+        f"--- stderr\n{err.decode(errors='replace')[-3000:]}")
 
 
 def _end_group(proc: subprocess.Popen[bytes]) -> None:

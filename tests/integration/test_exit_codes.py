@@ -26,8 +26,8 @@ CHECKED = {
     126: "test_sha256_mismatch_is_126",
     127: "test_not_found_is_127",
 }
-CLAIM = re.compile(r"\bexits?\s+(?:code\s+)?(\d{1,3})\b|\((\d{1,3}) not found|(\d{1,3}) "
-                   r"invalid\s+args|(\d{1,3}) timeout"
+CLAIM = re.compile(r"\bexits?\s+(?:code\s+)?(\d{1,3})\b|\((\d{1,3}) not found|"
+                   r"(\d{1,3}) invalid\s+args|(\d{1,3}) timeout"
                    r"|(\d{1,3}) capability denied|(\d{1,3}) internal")
 
 

