@@ -301,9 +301,8 @@ def test_a_connector_from_another_plugin_serves_read_and_sync(toolkit_root, make
     assert ":ID: tracker-notes-a" in (tmp_path / "n.org").read_text()
     without = make_runtime(plugins=[plugin])
     bad = without.verify("tracker")
-    assert not bad.ok and any("#+SOURCE: memo is not an installed connector (installed: "
-                              "http-json)" in c.message
-                              for c in bad.checks)
+    assert not bad.ok and any("#+SOURCE: memo is not an installed connector (installed: http-json)"
+                              in c.message for c in bad.checks)
 
 
 def test_a_crash_mid_sync_leaves_the_old_file(api, tracker, wbx, tmp_path, monkeypatch):

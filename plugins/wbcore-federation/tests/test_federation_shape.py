@@ -13,8 +13,8 @@ def test_seed_000_single_source_form_is_one_entity(make_toolkit, make_runtime):
     rt = make_runtime(plugins=[plugin])
     r = rt.verify("src")
     assert r.ok, [c.render() for c in r.checks]
-    assert any("federation source https://api.example/items (none pagination, auth bearer-env); entities: "
-               "src" in c.message
+    assert any("federation source https://api.example/items (none pagination, auth bearer-env); "
+               "entities: src" in c.message
                for c in r.checks)
     custom = rt.verify("custom")
     assert custom.ok

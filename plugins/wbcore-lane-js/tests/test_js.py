@@ -155,10 +155,9 @@ def csv_artifact(tmp_path_factory) -> Path:
         pytest.skip("toolkits/csv is not beside this plugin")
     home = tmp_path_factory.mktemp("home")
     s = tk / "src"
-    out = JsLane(home=home,
-                 guests=guest_runner()).build(BuildRequest(manifest=load(tk / "manifest.org"),
-                                                           source=ResolvedSource(digest=tree_digest(s),
-                                                                                 dir=s), outdir=home / "out"))
+    out = JsLane(home=home, guests=guest_runner()).build(
+        BuildRequest(manifest=load(tk / "manifest.org"), source=ResolvedSource(digest=tree_digest(s), dir=s),
+                     outdir=home / "out"))
     return out.artifact
 
 
@@ -183,10 +182,10 @@ def test_csv_toolkit_to_json_and_back(csv_artifact, wb_home):
 def test_csv_toolkit_columns_select_stats_and_errors(csv_artifact, wb_home):
     import json
 
-    assert csv(csv_artifact, wb_home,
-               "columns")[1] == "3 rows\n1\tname\ttext\n2\tqty\tinteger\n3\tprice\tnumber\n"
-    assert csv(csv_artifact, wb_home, "select",
-               "price,1")[1] == 'price,name\r\n1.5,Apple\r\n2,"Pear, green"\r\n0.25,"Say ""hi"""\r\n'
+    assert (csv(csv_artifact, wb_home, "columns")[1]
+            == "3 rows\n1\tname\ttext\n2\tqty\tinteger\n3\tprice\tnumber\n")
+    assert (csv(csv_artifact, wb_home, "select", "price,1")[1]
+            == 'price,name\r\n1.5,Apple\r\n2,"Pear, green"\r\n0.25,"Say ""hi"""\r\n')
     stats = json.loads(csv(csv_artifact, wb_home, "stats", "qty")[1])
     assert (stats["min"], stats["max"], stats["missing"], stats["median"]) == (3, 10, 1, 6.5)
     code, _, err = csv(csv_artifact, wb_home, "select", "nope")

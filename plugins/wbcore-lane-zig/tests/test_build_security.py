@@ -45,8 +45,8 @@ def test_include_through_a_symlink_to_the_host_fails(rt, wbx, make_toolkit, tmp_
 
 
 def test_exponential_preprocessor_input_ends_at_its_limit(rt, wbx, make_toolkit) -> None:
-    bomb = "\n".join(["#define A0 x"] + [f"#define A{i} A{i-1} A{i-1}"
-                                         for i in range(1, 40)]) + "\nint main(void){ A39; }\n"
+    bomb = "\n".join(["#define A0 x"]
+                     + [f"#define A{i} A{i-1} A{i-1}" for i in range(1, 40)]) + "\nint main(void){ A39; }\n"
     c_toolkit(make_toolkit, "bomb", {"src/main.c": bomb})
     res = wbx("toolkit", "build", "bomb", runtime=rt)
     assert res.exit_code in (2, 124)  # a failed compile or the deadline, never a hung host

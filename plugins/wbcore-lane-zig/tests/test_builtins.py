@@ -157,9 +157,8 @@ def test_wbox_pipes_registered_commands(rt) -> None:
 
 
 def test_wbox_sequencing_and_status(rt) -> None:
-    assert wbox(rt,
-                "false || echo fallback; true && echo ok; false && echo never; echo "
-                "$?")[1] == "fallback\nok\n1\n"
+    assert (wbox(rt, "false || echo fallback; true && echo ok; false && echo never; echo $?")[1]
+            == "fallback\nok\n1\n")
     code, out, err = wbox(rt, "nosuchcmd; echo status $?")
     assert out == "status 127\n" and "not a registered command" in err
     assert wbox(rt, "echo a; exit 3; echo b")[:2] == (3, "a\n")

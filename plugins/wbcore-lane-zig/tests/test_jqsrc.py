@@ -66,8 +66,8 @@ def test_stage_lays_out_what_the_c_lane_compiles(tmp_path: Path, tree: Path) -> 
     jqsrc.stage(out)
     compiled = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.c") if ".oniguruma" not in p.parts)
     assert "src/main.c" in compiled and "wb_main.c" in compiled and "src/inject_errors.c" not in compiled
-    assert [c for c in compiled if c.startswith("oniguruma/")] == sorted(f"oniguruma/{n}"
-                                                                         for n in jqsrc.ONIG_SOURCES)
+    assert ([c for c in compiled if c.startswith("oniguruma/")]
+            == sorted(f"oniguruma/{n}" for n in jqsrc.ONIG_SOURCES))
     # upstream files are staged byte for byte
     assert (out / "src" / "execute.c").read_bytes() == (tree / "src" / "execute.c").read_bytes()
     assert (out / "oniguruma" / "unicode.c").read_text() == '#include "../.oniguruma/unicode.c"\n'

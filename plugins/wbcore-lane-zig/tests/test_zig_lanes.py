@@ -138,8 +138,8 @@ def test_zig_embed_file_cannot_read_the_host(lanes, tmp_path: Path) -> None:
 
 
 def test_exponential_macro_ends_at_its_limit(zig_cache: Path, build_sandbox, tmp_path: Path) -> None:
-    lines = ["#define A0 x"] + [f"#define A{i} A{i-1} A{i-1}"
-                                for i in range(1, 40)] + ["int main(void){ A39; return 0; }"]
+    lines = (["#define A0 x"] + [f"#define A{i} A{i-1} A{i-1}" for i in range(1, 40)]
+             + ["int main(void){ A39; return 0; }"])
     src = write(tmp_path / "src", {"main.c": "\n".join(lines) + "\n"})
     lane = CLane(home=tmp_path / "home", env={"WB_ZIG_CACHE": str(zig_cache), "WB_BUILD_TIMEOUT": "4"},
                  sandbox=lambda: build_sandbox)

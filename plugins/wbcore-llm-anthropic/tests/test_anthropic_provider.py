@@ -35,9 +35,8 @@ def test_streamed_tool_use_text_usage_and_cost(make_runtime, llm):
     assert got.usage.input_tokens == 11 and got.usage.output_tokens == 7
     assert got.usage.cost_usd == pytest.approx((11 * 3 + 7 * 15) / 1e6)
     req = llm.requests[0]
-    assert req.path == "/v1/messages" and KEY in (req.headers.get("x-api-key"),
-                                                  req.headers.get("authorization",
-                                                                  "").removeprefix("Bearer "))
+    assert req.path == "/v1/messages" and KEY in (
+        req.headers.get("x-api-key"), req.headers.get("authorization", "").removeprefix("Bearer "))
     assert req.body["system"] == "be brief" and req.body["tools"][0]["input_schema"] == SCHEMA
     assert KEY not in repr(d)
 
