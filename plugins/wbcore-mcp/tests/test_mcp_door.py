@@ -502,8 +502,8 @@ def test_concurrent_first_calls_build_once(make_runtime, toolkit_root: Path, mon
 
     monkeypatch.setattr(builder, "build", counting)
     outs: list[Any] = []
-    threads = [threading.Thread(target=lambda: outs.append(provider.call_json("lazycat.lcat",
-                                                                              {"stdin": "z"})))
+    threads = [threading.Thread(
+                   target=lambda: outs.append(provider.call_json("lazycat.lcat", {"stdin": "z"})))
                for _ in range(4)]
     for t in threads:
         t.start()

@@ -44,8 +44,8 @@ def test_initialize_declares_the_skills_extension_on_the_wire(tmp_path: Path, ve
         with selectors.DefaultSelector() as sel:
             sel.register(proc.stdout, selectors.EVENT_READ)
             end = time.monotonic() + 120
-            while 2 not in replies and time.monotonic() < end and sel.select(max(0.0,
-                                                                                 end - time.monotonic())):
+            while (2 not in replies and time.monotonic() < end
+                   and sel.select(max(0.0, end - time.monotonic()))):
                 line = proc.stdout.readline()
                 if not line:
                     break

@@ -60,8 +60,8 @@ def test_pipeline_stage_agent_step_call_and_broker_spans_reach_an_otlp_receiver(
     rt = make_runtime(plugins=["otel", "wasmtime"], env={"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
                                                          "OTEL_SERVICE_NAME": "wb-test"})
     assert rt.tracer is not None and rt.call_hooks is not None
-    res = Pipeline.named("shout", Box("upper")).fan_out([Box("upper"), Box("upper")]).run(rt, b"hi",
-                                                                                          keep=False)
+    res = Pipeline.named("shout", Box("upper")).fan_out([Box("upper"), Box("upper")]).run(
+        rt, b"hi", keep=False)
     assert res.success, res.error
     # the agent loop's seam: a step with its model and usage, a tool call and a broker decision inside
     with telemetry.agent_step(rt, step=1, agent="helper", model="gpt-test", provider="openai") as step:
@@ -166,8 +166,8 @@ def test_pipeline_to_broker_chain_with_only_the_core_and_wb_otel(make_runtime, r
     rt = make_runtime(plugins=["otel", ShoutShape()], env={"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint})
     sha = rt.artifacts.put_bytes(b"\0asm\x01\0\0\0").sha256
     rt.registry.register(Entry(kind="command", name="shout", sha256=sha, shape="test-shout"))
-    res = Pipeline.named("chain", Box("shout")).fan_out([Box("shout"), Box("shout")]).run(rt, b"hey",
-                                                                                          keep=False)
+    res = Pipeline.named("chain", Box("shout")).fan_out([Box("shout"), Box("shout")]).run(
+        rt, b"hey", keep=False)
     assert res.success and json.loads(res.output) == ["HEY", "HEY"]
     assert rt.tracer.flush(10)
     spans = receiver.spans
@@ -205,8 +205,8 @@ def test_fabric_worker_calls_nest_under_the_map_span(make_runtime, receiver):
     assert [r.value.stdout for r in results] == [b"A", b"B", b"C"]
     assert rt.tracer.flush(10)
     deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and len([s
-                                               for s in receiver.spans if s["name"] == "wb.call upper"]) < 3:
+    while (time.monotonic() < deadline
+           and len([s for s in receiver.spans if s["name"] == "wb.call upper"]) < 3):
         time.sleep(0.1)
     fan = next(s for s in receiver.spans if s["name"] == "wb.fabric.map")
     assert (fan["attrs"]["wb.items"] == 3 and fan["attrs"]["wb.outcome"] == "ok"

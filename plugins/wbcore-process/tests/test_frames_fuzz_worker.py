@@ -255,8 +255,8 @@ _reply = st.one_of(
     st.builds(lambda k, o: _raw(F.encode(k, F.pack(o))), st.sampled_from([F.LINK, F.BROKER_CALL, F.REFUSED]),
               st.dictionaries(st.text(max_size=6), st.one_of(st.integers(), st.text(max_size=6)),
                               max_size=4)),
-    st.integers(F.MAX_FRAME + 1,
-                2**32 - 1).map(lambda n: _raw(n.to_bytes(4, "little") + bytes([F.EXEC_RESULT]))),
+    st.integers(F.MAX_FRAME + 1, 2**32 - 1).map(
+        lambda n: _raw(n.to_bytes(4, "little") + bytes([F.EXEC_RESULT]))),
     st.just(_raw((1 << 20).to_bytes(4, "little") + bytes([F.EXEC_RESULT]) + b"only part of it")),
 )
 

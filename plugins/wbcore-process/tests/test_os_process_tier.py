@@ -106,8 +106,8 @@ def test_the_shipped_b64_toolkit_matches_the_instance_tier(make_runtime, toolkit
         assert (res.exit_code, res.stdout) == (0, data)
     bad_inst = rt.call("b64", ["decode"], b"@@not base64@@")
     bad_osp = rt.call("b64", ["decode"], b"@@not base64@@", tier="os_process")
-    assert (bad_osp.exit_code, bad_osp.stdout, bad_osp.stderr) == (bad_inst.exit_code, bad_inst.stdout,
-                                                                   bad_inst.stderr)
+    assert ((bad_osp.exit_code, bad_osp.stdout, bad_osp.stderr)
+            == (bad_inst.exit_code, bad_inst.stdout, bad_inst.stderr))
 
 
 def test_calls_reuse_warm_workers(rt, tiers) -> None:

@@ -304,8 +304,8 @@ def test_a_did_web_signed_bundle_restores_when_that_did_is_trusted(workspace, wb
 
     root = tmp_path / "didroot"
     root.mkdir()
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), lambda *a,
-                                             **kw: Quiet(*a, directory=str(root), **kw))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                             lambda *a, **kw: Quiet(*a, directory=str(root), **kw))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

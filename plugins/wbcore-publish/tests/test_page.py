@@ -154,8 +154,8 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
 def test_did_web_signer_verified_through_a_loopback_document(site, key_a, key_b, tmp_path):
     root = tmp_path / "didroot"
     root.mkdir()
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), lambda *a,
-                                             **kw: _Quiet(*a, directory=str(root), **kw))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                             lambda *a, **kw: _Quiet(*a, directory=str(root), **kw))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

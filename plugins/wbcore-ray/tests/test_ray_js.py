@@ -88,8 +88,8 @@ def test_a_js_toolkit_runs_on_the_cluster_and_the_node_tier_as_it_does_locally(m
     # the node tier: one call on the other node, through dispatch (this answered 127: no tier could host js)
     here = rt.call("jsup", argv=["far"], stdin=b"away")
     there = rt.call("jsup", argv=["far"], stdin=b"away", tier="node")
-    assert (there.exit_code, there.stdout) == (here.exit_code, here.stdout) == (0,
-                                                                                b'{"args":["far"],"out":"AWAY!"}\n')
+    assert ((there.exit_code, there.stdout) == (here.exit_code, here.stdout)
+            == (0, b'{"args":["far"],"out":"AWAY!"}\n'))
     tier = tiers.target_for(rt, rt.resolve("command", "jsup").entry, "node")
     (handle,) = tier._actors.values()
     where = ray.get(handle.stats.remote())
