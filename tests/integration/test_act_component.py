@@ -24,8 +24,9 @@ def _register_time(make_runtime: Any, toolkit_root: Path) -> Any:
     from wbcore_runtime.build import builder
     from wbcore_testing.fixtures import manifest_text, write_toolkit
 
-    write_toolkit(toolkit_root, "time", manifest_text("time", exec="component",
-                                                      tagline="Current time in any timezone (act-cli's fixture)."))
+    write_toolkit(toolkit_root, "time",
+                  manifest_text("time", exec="component",
+                                tagline="Current time in any timezone (act-cli's fixture)."))
     rt = make_runtime()
     sha = rt.artifacts.put_bytes(TIME_WASM.read_bytes()).sha256
     builder.register_artifact(rt, "time", sha)
@@ -48,7 +49,8 @@ def test_provider_lists_the_components_own_tools(time_rt: Any) -> None:
     assert tool.description.startswith("Get current time in a specified timezone")
     assert tool.definition.input_schema["properties"]["timezone"]["type"] == ["string", "null"]
     assert tool.definition.annotations[STD_READ_ONLY] is True
-    assert tool.definition.extensions[STD_SKILL].startswith("---\nname: time\n")  # SKILL.md from the act:skill tar
+    # SKILL.md from the act:skill tar
+    assert tool.definition.extensions[STD_SKILL].startswith("---\nname: time\n")
 
 
 def test_wbx_call(wbx: Any, time_rt: Any) -> None:
@@ -60,7 +62,8 @@ def test_wbx_call(wbx: Any, time_rt: Any) -> None:
 def test_wbx_call_error_kinds_are_the_components(wbx: Any, time_rt: Any) -> None:
     res = wbx("call", "time.get_current_time", "--args", '{"timezone": "Mars/Olympus_Mons"}', runtime=time_rt)
     assert res.exit_code == 2 and "wbx: invalid-args: Unknown timezone: Mars/Olympus_Mons" in res.stderr
-    res = wbx("call", "time.get_current_time", "--args", '{"timezone": "Asia/Tokyo"}', "--json", runtime=time_rt)
+    res = wbx("call", "time.get_current_time", "--args", '{"timezone": "Asia/Tokyo"}', "--json",
+              runtime=time_rt)
     out = json.loads(res.stdout)
     assert out["is_error"] is False and out["events"][0]["content"]["mime_type"] == "text/plain"
 
@@ -70,10 +73,12 @@ def test_wbx_act_tools_call_and_info(wbx: Any, time_rt: Any) -> None:
     assert res.exit_code == 0, res.stderr
     (td,) = json.loads(res.stdout)
     assert td["name"] == "time.get_current_time" and "timezone" in td["parameters-schema"]
-    assert ["std:read-only", {"cbor": True}] in td["metadata"] and ["std:destructive", {"cbor": False}] in td["metadata"]
+    assert (["std:read-only", {"cbor": True}] in td["metadata"]
+            and ["std:destructive", {"cbor": False}] in td["metadata"])
 
     res = wbx("act", "call", "time.get_current_time", "--args", '{"timezone": "Asia/Tokyo"}',
-              "--meta", '{"std:traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}', runtime=time_rt)
+              "--meta", '{"std:traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}',
+              runtime=time_rt)
     assert res.exit_code == 0, res.stderr
     (event,) = json.loads(res.stdout)
     assert event["tag"] == "content" and event["value"]["mime-type"] == "text/plain"
@@ -86,7 +91,8 @@ def test_wbx_act_tools_call_and_info(wbx: Any, time_rt: Any) -> None:
     res = wbx("act", "info", str(TIME_WASM), runtime=time_rt)
     info = json.loads(res.stdout)
     assert (info["name"], info["version"], info["component"]) == ("time", "0.2.0", True)
-    assert info["description"] == "Time and timezone utilities" and "## Tool: get_current_time" in info["skill"]
+    assert (info["description"] == "Time and timezone utilities"
+            and "## Tool: get_current_time" in info["skill"])
 
 
 def test_act_tool_call_carries_cbor_arguments_and_error_events(time_rt: Any) -> None:
@@ -103,7 +109,8 @@ def test_act_tool_call_carries_cbor_arguments_and_error_events(time_rt: Any) -> 
     assert out.error.kind is ToolErrorKind.INVALID_ARGS and "must be a map" in out.error.text
 
 
-def test_mcp_client_lists_and_calls_the_act_tool(make_runtime: Any, toolkit_root: Path, wb_home: Path) -> None:
+def test_mcp_client_lists_and_calls_the_act_tool(make_runtime: Any, toolkit_root: Path,
+                                                 wb_home: Path) -> None:
     """A real MCP client session against ``wbx mcp serve`` over stdio."""
     pytest.importorskip("mcp")
     import anyio
@@ -113,7 +120,8 @@ def test_mcp_client_lists_and_calls_the_act_tool(make_runtime: Any, toolkit_root
     _register_time(make_runtime, toolkit_root)
     env = {"WB_HOME": str(wb_home), "WB_TOOLKITS_ROOT": str(toolkit_root), "PATH": os.environ.get("PATH", "")}
     params = StdioServerParameters(command=sys.executable,
-                                   args=["-c", "from wbcore_cli.app import run; run()", "mcp", "serve"], env=env)
+                                   args=["-c", "from wbcore_cli.app import run; run()", "mcp",
+                                         "serve"], env=env)
 
     async def main() -> None:
         async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
@@ -123,7 +131,8 @@ def test_mcp_client_lists_and_calls_the_act_tool(make_runtime: Any, toolkit_root
             assert "time.list-tools" not in tools and "time.call-tool" not in tools
             assert tool.annotations.read_only_hint is True
             assert "timezone" in tool.input_schema["properties"]
-            r = await session.call_tool("time.get_current_time", {"timezone": "Asia/Tokyo"}, read_timeout_seconds=None)
+            r = await session.call_tool("time.get_current_time", {"timezone": "Asia/Tokyo"},
+                                        read_timeout_seconds=None)
             text = "".join(c.text for c in r.content if getattr(c, "type", "") == "text")
             assert not r.is_error and RFC3339_TOKYO.match(text.strip()), text
             r = await session.call_tool("time.get_current_time", {"timezone": "Nowhere/Void"})
@@ -187,7 +196,8 @@ def test_call_metadata_reaches_the_provider(echo_rt: Any) -> None:
     from wbcore_act.provider import ToolkitProvider
 
     tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-    out = ToolkitProvider(echo_rt).call_tool(ToolCall("echo.meta", cbor2.dumps({}), Metadata({"std:traceparent": tp})))
+    out = ToolkitProvider(echo_rt).call_tool(ToolCall("echo.meta", cbor2.dumps({}),
+                                                      Metadata({"std:traceparent": tp})))
     assert out.events[0].part.value() == tp
 
 

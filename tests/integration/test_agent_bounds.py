@@ -38,8 +38,10 @@ def world(request, make_runtime, tmp_path):
 
 
 def state(rt, rec):
-    ctx = rt.dock.context(principal=Principal("dev", "agent.bounded"), caps={"vfs"}, instance=f"agent-{rec.run_id}")
-    return json.loads(rt.dock.call(ctx, "vfs", "read", {"path": "agent/state.json", "volume": "memory"})["data"])
+    ctx = rt.dock.context(principal=Principal("dev", "agent.bounded"), caps={"vfs"},
+                          instance=f"agent-{rec.run_id}")
+    return json.loads(rt.dock.call(ctx, "vfs", "read",
+                                   {"path": "agent/state.json", "volume": "memory"})["data"])
 
 
 def tool_answers(llm, n):
@@ -58,13 +60,15 @@ def test_ten_thousand_calls_in_one_reply(world):
     answers = tool_answers(llm, 1)
     assert len(answers) == 10_000
     text = [a.get("content") for a in answers]
-    assert sum(1 for t in text if str(t).startswith("refused: this reply asked for 10000 tool calls")) == 10_000 - 16
+    assert sum(1 for t in text
+               if str(t).startswith("refused: this reply asked for 10000 tool calls")) == 10_000 - 16
     assert state(rt, rec)["status"] == "done"
 
 
 def test_a_17_mib_argument_is_a_tool_error_and_the_run_goes_on(world):
     rt, llm, agent = world
-    llm.script = [reply(tool("vfs_write", path="big", content="x" * (17 << 20))), reply(tool("done", result="ok"))]
+    llm.script = [reply(tool("vfs_write", path="big", content="x" * (17 << 20))),
+                  reply(tool("done", result="ok"))]
     rec = rt.agent(agent, "write big")
     assert rec.status == "done" and rec.result == "ok"
     (answer,) = tool_answers(llm, 1)

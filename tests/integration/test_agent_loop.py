@@ -16,7 +16,8 @@ pytest.importorskip("wbcore_agent")
 pytest.importorskip("wbcore_llm_openai")
 pytest.importorskip("wbcore_llm_anthropic")
 
-PLUGINS = ["wasmtime", "sources", "brokers-state", "brokers-build", "agent", "act", "llm-openai", "llm-anthropic"]
+PLUGINS = ["wasmtime", "sources", "brokers-state", "brokers-build", "agent", "act", "llm-openai",
+           "llm-anthropic"]
 KEY = "sk-integration-secret"
 
 SHOUT_WAT = r"""
@@ -30,7 +31,8 @@ SHOUT_WAT = r"""
     (drop (call $fd_write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))
 """
 
-MADE_WAT = SHOUT_WAT.replace("hello from shout\\n", "made in session!\\n").replace("(i32.const 17)", "(i32.const 17)")
+MADE_WAT = (SHOUT_WAT.replace("hello from shout\\n", "made in session!\\n")
+            .replace("(i32.const 17)", "(i32.const 17)"))
 
 SHOUT_MANIFEST = """#+TITLE: shout
 #+TOOLKIT: shout
@@ -76,7 +78,8 @@ def llm(request):
 def world(make_runtime, make_toolkit, tmp_path, llm, toolkit_root, wb_home):
     make_toolkit("shout", SHOUT_MANIFEST, files={"main.wat": SHOUT_WAT},
                  skills={"overview": "#+TITLE: shout overview\n\nRun `shout`: it prints a greeting.\n"})
-    env = {"WB_LLM_BASE_URL": llm.base_url, "WB_LLM_API_KEY": KEY, "WB_LLM_BACKOFF": "0.01", "WB_LLM_RETRIES": "2"}
+    env = {"WB_LLM_BASE_URL": llm.base_url, "WB_LLM_API_KEY": KEY, "WB_LLM_BACKOFF": "0.01",
+           "WB_LLM_RETRIES": "2"}
     # the home's toolkits folder is where promotion installs
     rt = make_runtime(plugins=PLUGINS, env=env, roots=[toolkit_root, wb_home / "toolkits"])
     builder.build(rt, "shout")
@@ -109,21 +112,24 @@ def test_five_step_run_over_real_http(world, llm):
     assert any(t["id"] == "shout" for t in json.loads(got[0]["results"][0]["text"]))
     assert "prints a greeting" in got[1]["results"][0]["text"]
     shell_out, typed_out = got[2]["results"]
-    assert shell_out["ok"] and shell_out["text"] == "HELLO FROM SHOUT\n"  # through shout and the upper built-in
+    # through shout and the upper built-in
+    assert shell_out["ok"] and shell_out["text"] == "HELLO FROM SHOUT\n"
     assert typed_out["ok"] and typed_out["text"] == "hello from shout\n", typed_out
     assert got[3]["results"][0]["ok"]
     # what the model was offered: the base tools and the toolkit's typed tool, no OS shell
     names = offered(llm.requests[0].body)
-    assert names == ["shell", "wb", "search", "fetch", "vfs_read", "vfs_write", "file_issue", "done", "review_decisions",
-                     "shout__shout"]
-    system = llm.requests[0].body["system"] if llm.format == "anthropic" else llm.requests[0].body["messages"][0]["content"]
+    assert names == ["shell", "wb", "search", "fetch", "vfs_read", "vfs_write", "file_issue", "done",
+                     "review_decisions", "shout__shout"]
+    system = (llm.requests[0].body["system"] if llm.format == "anthropic"
+              else llm.requests[0].body["messages"][0]["content"])
     assert "You greet people" in system and "- shout: Says hello loudly." in system
     assert rec.usage.input_tokens == 55 and rec.usage.output_tokens == 35
     assert KEY not in (rec.workdir / "_steps.jsonl").read_text()
     # the VFS write landed in the run's VFS, where a resumed run (or a person) finds it
     from wbcore_runtime.contract.calls import Principal
 
-    ctx = rt.dock.context(principal=Principal("dev", "agent.greeter"), caps={"vfs"}, instance=f"agent-{rec.run_id}")
+    ctx = rt.dock.context(principal=Principal("dev", "agent.greeter"), caps={"vfs"},
+                          instance=f"agent-{rec.run_id}")
     assert rt.dock.call(ctx, "vfs", "read", {"path": "greeting.txt"})["data"] == b"hello from shout"
 
 
@@ -131,7 +137,8 @@ def test_tool_choice_per_step_reaches_the_wire_and_an_unoffered_name_ends_the_ru
     """``:TOOL_CHOICE: shout__shout done``: step 1 names shout, step 2 and later name done,
     in each vendor's form; a name not offered ends the run with a message naming the offer."""
     rt, agent = world
-    agent.write_text(agent.read_text().replace(":TOOLKITS: shout\n", ":TOOLKITS: shout\n  :TOOL_CHOICE: shout__shout done\n"))
+    agent.write_text(agent.read_text().replace(":TOOLKITS: shout\n",
+                                               ":TOOLKITS: shout\n  :TOOL_CHOICE: shout__shout done\n"))
     llm.script = [reply(tool("shout__shout")), reply(tool("done", result="ok"))]
     rec = rt.agent(agent, "greet")
     assert rec.status == "done" and rec.result == "ok", rec.error
@@ -143,13 +150,14 @@ def test_tool_choice_per_step_reaches_the_wire_and_an_unoffered_name_ends_the_ru
     agent.write_text(agent.read_text().replace(":TOOL_CHOICE: shout__shout done", ":TOOL_CHOICE: nosuch"))
     rec = rt.agent(agent, "greet")
     assert rec.status == "error" and rec.steps == 0
-    assert "tool_choice 'nosuch' is neither auto, required, none nor an offered tool (offered: shell," in rec.error
+    assert ("tool_choice 'nosuch' is neither auto, required, none nor an offered tool (offered: shell,"
+            in rec.error)
 
 
 def test_provider_error_mid_run_is_retried_then_surfaced(world, llm):
     rt, agent = world
-    llm.script = [reply(tool("wb", op="list")), failure(503), reply(tool("wb", op="list")), failure(500), failure(502),
-                  failure(500)]
+    llm.script = [reply(tool("wb", op="list")), failure(503), reply(tool("wb", op="list")), failure(500),
+                  failure(502), failure(500)]
     rec = rt.agent(agent, "flaky endpoint")
     got = steps(rec)
     assert got[1]["attempts"] == 2  # the 503 was retried
@@ -181,7 +189,8 @@ def test_crashed_run_resumes_from_its_vfs(world, llm):
         if step.get("step") == 2 and "event" not in step:
             raise HostDied
 
-    llm.script = [reply(tool("vfs_write", path="a.txt", content="one")), reply(tool("vfs_write", path="b.txt", content="two"))]
+    llm.script = [reply(tool("vfs_write", path="a.txt", content="one")),
+                  reply(tool("vfs_write", path="b.txt", content="two"))]
     with pytest.raises(HostDied):
         rt.agent(agent, "write two files", run_id="crash-1", on_step=die)
     llm.script = [reply(tool("vfs_read", path="b.txt")), reply(tool("done", result="resumed"))]
@@ -207,9 +216,11 @@ def test_agent_makes_a_toolkit_used_only_in_its_session_until_promoted(world, ll
     assert got[2]["results"][0]["text"] == "made in session!\n"
     assert "local__echoer__echoer" in offered(llm.requests[2].body)
     listed = json.loads(got[3]["results"][0]["text"])
-    assert {"id": "echoer", "tagline": "echoer: made by an agent", "session_local": True, "granted": True} in listed
+    assert {"id": "echoer", "tagline": "echoer: made by an agent", "session_local": True,
+            "granted": True} in listed
     # another session never sees it: not offered, not listed, not in the registry
-    llm.script = [reply(tool("wb", op="list"), tool("local__echoer__echoer")), reply(tool("done", result="x"))]
+    llm.script = [reply(tool("wb", op="list"), tool("local__echoer__echoer")),
+                  reply(tool("done", result="x"))]
     other = rt.agents.sessions.start(agent, "look around", allow_build=True).wait(60)
     assert "local__echoer__echoer" not in offered(llm.requests[-2].body)
     first = steps(other)[0]["results"]
@@ -218,13 +229,15 @@ def test_agent_makes_a_toolkit_used_only_in_its_session_until_promoted(world, ll
     assert rt.registry.lookup("command", "echoer") is None
     # a session toolkit never shadows an installed one
     llm.script = [reply(tool("vfs_write", path="s/manifest.org", content=SHOUT_MANIFEST),
-                        tool("vfs_write", path="s/main.wat", content=MADE_WAT), tool("wb", op="build", path="s")),
+                        tool("vfs_write", path="s/main.wat", content=MADE_WAT),
+                        tool("wb", op="build", path="s")),
                   reply(tool("done", result="x"))]
     shadow = rt.agent(agent, "shadow shout", allow_build=True)
     assert "may not shadow it" in steps(shadow)[0]["results"][2]["text"]
     # without the build grant the Dock refuses
     llm.script = [reply(tool("vfs_write", path="t/manifest.org", content=made_manifest("other")),
-                        tool("vfs_write", path="t/main.wat", content=MADE_WAT), tool("wb", op="build", path="t")),
+                        tool("vfs_write", path="t/main.wat", content=MADE_WAT),
+                        tool("wb", op="build", path="t")),
                   reply(tool("done", result="x"))]
     denied = rt.agent(agent, "try")
     assert steps(denied)[0]["results"][2]["text"].startswith("capability-denied: cap 'build' is not granted")
@@ -299,7 +312,8 @@ def test_shell_runs_in_the_wbox_shell_when_served(make_runtime, make_toolkit, tm
         builder.build(rt, "shout")
         agent = tmp_path / "greeter.org"
         agent.write_text(AGENT.format(model="openai:scripted-model"))
-        llm.script = [reply(tool("shell", script='X=loud; shout | upper; echo "$X" && nosuchcmd || echo fallback')),
+        llm.script = [reply(tool("shell",
+                                 script='X=loud; shout | upper; echo "$X" && nosuchcmd || echo fallback')),
                       reply(tool("done", result="ok"))]
         rec = rt.agent(agent, "shell", tool_timeout=120)
     res = steps(rec)[0]["results"][0]
@@ -330,7 +344,8 @@ Read input.json from your VFS and summarize it.
 """
 
 
-def test_pipeline_with_an_agent_stage_is_traced_to_an_otlp_receiver(make_runtime, make_toolkit, toolkit_root, wb_home,
+def test_pipeline_with_an_agent_stage_is_traced_to_an_otlp_receiver(make_runtime, make_toolkit, toolkit_root,
+                                                                    wb_home,
                                                                       tmp_path, llm, otlp_receiver):
     """pipe (upper) → agent box (reads the stage input from its VFS as input.json, runs a
     toolkit, answers with done) → pipe (upper): the agent's result is carried on, and the
@@ -342,7 +357,8 @@ def test_pipeline_with_an_agent_stage_is_traced_to_an_otlp_receiver(make_runtime
     make_toolkit("shout", SHOUT_MANIFEST, files={"main.wat": SHOUT_WAT},
                  skills={"overview": "#+TITLE: shout overview\n\nRun `shout`: it prints a greeting.\n"})
     env = {"WB_LLM_BASE_URL": llm.base_url, "WB_LLM_API_KEY": KEY, "WB_LLM_PRICES": "scripted-model=1.0/2.0",
-           "OTEL_EXPORTER_OTLP_ENDPOINT": otlp_receiver.endpoint, "OTEL_SERVICE_NAME": "wbcore-agent-pipeline"}
+           "OTEL_EXPORTER_OTLP_ENDPOINT": otlp_receiver.endpoint,
+           "OTEL_SERVICE_NAME": "wbcore-agent-pipeline"}
     rt = make_runtime(plugins=[*PLUGINS, "otel"], env=env, roots=[toolkit_root])
     builder.build(rt, "shout")
     agent = tmp_path / "summarizer.org"
@@ -373,7 +389,8 @@ def test_pipeline_with_an_agent_stage_is_traced_to_an_otlp_receiver(make_runtime
     assert res.output == b"SUMMARY: HELLO"
     # the agent read exactly the stage input (the first stage's output) from its VFS
     # the model saw it in the vfs_read result of its second turn
-    assert '{\\"MSG\\": \\"HI\\"}' in json.dumps(llm.requests[1].body) or '{"MSG": "HI"}' in json.dumps(llm.requests[1].body)
+    assert ('{\\"MSG\\": \\"HI\\"}' in json.dumps(llm.requests[1].body)
+            or '{"MSG": "HI"}' in json.dumps(llm.requests[1].body))
     assert rt.tracer.flush(10)
     spans = otlp_receiver.spans
     by_id = {s["id"]: s for s in spans}

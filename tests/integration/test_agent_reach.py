@@ -19,7 +19,8 @@ pytest.importorskip("wbcore_brokers_exec")
 wasmtime = pytest.importorskip("wasmtime")
 
 PLUGINS = ["wasmtime", "brokers-state", "brokers-exec", "agent", "act", "llm-openai"]
-WASI_WRITE = '(import "wasi_snapshot_preview1" "fd_write" (func $fd_write (param i32 i32 i32 i32) (result i32)))'
+WASI_WRITE = ('(import "wasi_snapshot_preview1" "fd_write" '
+              '(func $fd_write (param i32 i32 i32 i32) (result i32)))')
 SECRET = f"""(module {WASI_WRITE}
   (memory (export "memory") 1)
   (data (i32.const 100) "the other toolkit")
@@ -59,10 +60,13 @@ Use only what you are given.
 @pytest.fixture
 def world(make_runtime, make_toolkit, tmp_path):
     with ScriptedLlm("openai") as llm:
-        rt = make_runtime(plugins=PLUGINS, env={"WB_LLM_BASE_URL": llm.base_url, "WB_LLM_API_KEY": "sk-reach-test-key",
+        rt = make_runtime(plugins=PLUGINS,
+                          env={"WB_LLM_BASE_URL": llm.base_url, "WB_LLM_API_KEY": "sk-reach-test-key",
                                                 "WB_LLM_BACKOFF": "0.01"})
-        for name, wat, caps in (("secret", SECRET, ""), ("viaexec", relay("exec", {"op": "run", "name": "secret"}), "exec"),
-                                ("viacommands", relay("commands", {"op": "run", "name": "secret"}), "commands")):
+        for name, wat, caps in (("secret", SECRET, ""),
+                                ("viaexec", relay("exec", {"op": "run", "name": "secret"}), "exec"),
+                                ("viacommands", relay("commands", {"op": "run", "name": "secret"}),
+                                 "commands")):
             make_toolkit(name, exec="command", caps=caps, extra={"CLI_BIN": name})
             rt.discover(refresh=True)
             builder.register_artifact(rt, name, rt.artifacts.put_bytes(bytes(wasmtime.wat2wasm(wat))).sha256)
@@ -112,8 +116,8 @@ def test_wbx_max_steps_one_with_twelve_slow_tools_ends_within_the_run_budget(wor
     agent.write_text(AGENT.replace(":TOOLKITS: viaexec viacommands", ":TOOLKITS: spinner"))
     llm.script = [reply(*[tool("shell", script="spinner")] * 12)]
     t0 = time.monotonic()
-    res = wbx("agent", "run", str(agent), "spin", "--max-steps", "1", "--tool-timeout", "5", "--run-timeout", "2",
-              "--json", runtime=rt)
+    res = wbx("agent", "run", str(agent), "spin", "--max-steps", "1", "--tool-timeout", "5", "--run-timeout",
+              "2", "--json", runtime=rt)
     took = time.monotonic() - t0
     assert took < 6, took  # not 12 x 5 s
     rec = json.loads(res.stdout)

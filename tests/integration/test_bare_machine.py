@@ -28,7 +28,8 @@ HIDDEN = {
     "bwrap": "bubblewrap", "qemu-system-x86_64": "qemu-system-x86", "clang-22": "clang-22",
     "wasm-ld-22": "lld-22", "wasm-ld-14": "lld-14", "rustc": "rustc", "cargo": "cargo",
 }
-HIDDEN_PATTERNS = re.compile(r"^(bwrap|qemu-.*|clang.*|rustc|rustup|cargo.*|rust-lld|wasm-ld.*|ld\.lld.*|lld.*)$")
+HIDDEN_PATTERNS = re.compile(r"^(bwrap|qemu-.*|clang.*|rustc|rustup|cargo.*|"
+                             r"rust-lld|wasm-ld.*|ld\.lld.*|lld.*)$")
 
 
 def _bare_path(tmp: Path) -> str:
@@ -73,8 +74,8 @@ def test_the_demo_on_a_bare_path_names_what_is_missing_and_exits_0(tmp_path: Pat
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WB_", "PYTEST", "COV_"))}
     env.update(PATH=path, WB_VENV=str(VENV), WB_SYSTEM_PACKAGES="0",
                WB_ZIG_CACHE=os.environ.get("WB_ZIG_CACHE", str(Path.home() / ".cache" / "wbcore" / "zig")))
-    done = subprocess.run([sys.executable, "dev.py", "demo"], cwd=clone, env=env, capture_output=True, text=True,
-                          timeout=1800, check=False)
+    done = subprocess.run([sys.executable, "dev.py", "demo"], cwd=clone, env=env, capture_output=True,
+                          text=True, timeout=1800, check=False)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-6000:]
     assert "Traceback" not in out, out[-6000:]
@@ -94,7 +95,7 @@ def test_the_demo_on_a_bare_path_names_what_is_missing_and_exits_0(tmp_path: Pat
     commands = [ln.strip().split("   #")[0] for ln in lines[start + 1:] if ln.startswith("  ")]
     script = " && ".join(c for c in commands if "mcp serve" not in c)  # serve waits for a client
     fresh = {k: v for k, v in env.items() if k not in ("WB_VENV", "WB_SYSTEM_PACKAGES")}
-    tried = subprocess.run(["sh", "-c", script], cwd="/", env=fresh, capture_output=True, text=True, timeout=300,
-                           check=False)
+    tried = subprocess.run(["sh", "-c", script], cwd="/", env=fresh, capture_output=True, text=True,
+                           timeout=300, check=False)
     assert tried.returncode == 0, (script, tried.stderr)
     assert "aGVsbG8K" in tried.stdout  # echo hello | wbx run b64

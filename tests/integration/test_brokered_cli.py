@@ -52,19 +52,23 @@ class _Server(BaseHTTPRequestHandler):
         if self.path in files:
             return self._send(200, files[self.path], "application/octet-stream")
         if self.path == "/simple/demo-pkg/":
-            if "application/vnd.pypi.simple.v1+json" in self.headers.get("Accept", "") and self.server.json_index:
+            if ("application/vnd.pypi.simple.v1+json" in self.headers.get("Accept", "")
+                    and self.server.json_index):
                 doc = {"meta": {"api-version": "1.0"}, "name": "demo-pkg", "files": [
-                    {"filename": "demo_pkg-1.0-py3-none-any.whl", "url": "/files/demo_pkg-1.0-py3-none-any.whl",
-                     "hashes": {"sha256": sha(WHEEL)}},
+                    {"filename": "demo_pkg-1.0-py3-none-any.whl",
+                     "url": "/files/demo_pkg-1.0-py3-none-any.whl", "hashes": {"sha256": sha(WHEEL)}},
                     {"filename": "demo-pkg-1.0.tar.gz", "url": "../../files/demo-pkg-1.0.tar.gz",
                      "hashes": {"sha256": sha(SDIST)}},
-                    {"filename": "demo_pkg-0.9-py3-none-any.whl", "url": "/files/demo_pkg-0.9-py3-none-any.whl",
+                    {"filename": "demo_pkg-0.9-py3-none-any.whl",
+                     "url": "/files/demo_pkg-0.9-py3-none-any.whl",
                      "hashes": {"sha256": sha(OTHER)}, "yanked": "bad"}]}
                 return self._send(200, json.dumps(doc).encode(), "application/vnd.pypi.simple.v1+json")
             page = ("<!DOCTYPE html><html><body><h1>Links for demo-pkg</h1>\n"
-                    f'<a href="/files/demo_pkg-1.0-py3-none-any.whl#sha256={sha(WHEEL)}" data-requires-python="&gt;=3.8">'
+                    f'<a href="/files/demo_pkg-1.0-py3-none-any.whl#sha256={sha(WHEEL)}" '
+                    'data-requires-python="&gt;=3.8">'
                     "demo_pkg-1.0-py3-none-any.whl</a><br/>\n"
-                    f'<a href="../../files/demo-pkg-1.0.tar.gz#sha256={sha(SDIST)}">demo-pkg-1.0.tar.gz</a><br/>\n'
+                    f'<a href="../../files/demo-pkg-1.0.tar.gz#sha256={sha(SDIST)}">'
+                    'demo-pkg-1.0.tar.gz</a><br/>\n'
                     f'<a href="/files/demo_pkg-0.9-py3-none-any.whl#sha256={sha(OTHER)}" data-yanked="">'
                     "demo_pkg-0.9-py3-none-any.whl</a>\n</body></html>")
             return self._send(200, page.encode(), "text/html")
@@ -82,8 +86,8 @@ class _Server(BaseHTTPRequestHandler):
     def do_POST(self):
         size = int(self.headers.get("Content-Length", "0"))
         data = self.rfile.read(size)
-        body = json.dumps({"method": self.command, "path": self.path, "type": self.headers.get("Content-Type"),
-                           "body": data.decode()}).encode()
+        body = json.dumps({"method": self.command, "path": self.path,
+                           "type": self.headers.get("Content-Type"), "body": data.decode()}).encode()
         self._send(201, body, "application/json")
 
     do_PUT = do_POST
@@ -126,7 +130,8 @@ def guard(rt) -> None:
     from wbcore_brokers_net.guard import NetGuard
 
     table = {"public.test": ["127.0.0.7"], "internal.test": ["10.1.2.3"], "127.0.0.1": ["127.0.0.1"]}
-    rt.dock.set_driver("net", NetBroker(NetGuard(resolver=lambda h, p: table[h], public=frozenset({"127.0.0.7"}))))
+    rt.dock.set_driver("net",
+                       NetBroker(NetGuard(resolver=lambda h, p: table[h], public=frozenset({"127.0.0.7"}))))
 
 
 def test_the_js_sdk_has_one_copy_and_the_lane_adds_it():
@@ -157,11 +162,13 @@ def test_http_reaches_a_server_only_when_allowed_and_never_loopback(tools, serve
     head, _, body = ok.stdout.partition("\n\n")
     assert head.startswith("HTTP 200\n") and "x-served-by: test" in head
     assert json.loads(body) == {"method": "GET", "path": "/hello?q=a+b", "ua": "yes"}
-    posted = wbx("run", "http", "POST", f"http://public.test:{port}/items", "name=x", "count:=3", runtime=rt, input=b"")
+    posted = wbx("run", "http", "POST", f"http://public.test:{port}/items", "name=x", "count:=3", runtime=rt,
+                 input=b"")
     got = json.loads(posted.stdout)
     assert posted.exit_code == 0 and got["type"] == "application/json"
     assert json.loads(got["body"]) == {"name": "x", "count": 3}
-    piped = wbx("run", "http", "-X", "PUT", "-d", "@-", f"http://public.test:{port}/doc", runtime=rt, input=b"from stdin")
+    piped = wbx("run", "http", "-X", "PUT", "-d", "@-", f"http://public.test:{port}/doc", runtime=rt,
+                input=b"from stdin")
     assert json.loads(piped.stdout)["body"] == "from stdin" and json.loads(piped.stdout)["method"] == "PUT"
     err = wbx("run", "http", "-f", f"http://public.test:{port}/status/404", runtime=rt, input=b"")
     assert err.exit_code == 22 and "HTTP 404" in err.stderr
@@ -212,5 +219,6 @@ def test_pip_fetch_default_index_is_refused_outside_its_allowlist_offline(tools,
     assert wbx("toolkit", "build", "pip-fetch", runtime=rt).exit_code == 0
     guard(rt)
     port = served.server_address[1]
-    r = wbx("run", "pip-fetch", "--index", f"http://public.test:{port}/simple", "demo-pkg", "1.0", runtime=rt, input=b"")
+    r = wbx("run", "pip-fetch", "--index", f"http://public.test:{port}/simple", "demo-pkg", "1.0", runtime=rt,
+            input=b"")
     assert r.exit_code == 77 and "ALLOWED_HOSTS" in r.stderr

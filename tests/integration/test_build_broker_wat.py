@@ -40,7 +40,9 @@ def test_guest_compiles_wat_and_runs_it(rt):
 
 def test_built_program_is_bounded_by_the_compute_deadline(rt):
     ctx = rt.dock.context(principal=Principal("acme", "maker"), caps=("build",))
-    status, body = rt.dock.call_raw(ctx, "build", cbor2.dumps({"op": "compile_run", "lang": "wat", "files": {"l.wat": LOOP}, "timeout": 0.3}))
+    status, body = rt.dock.call_raw(ctx, "build",
+                                    cbor2.dumps({"op": "compile_run", "lang": "wat", "files": {"l.wat": LOOP},
+                                                 "timeout": 0.3}))
     assert KIND_OF_STATUS[status].value == "timeout", cbor2.loads(body)
 
 

@@ -110,9 +110,12 @@ def test_no_second_cache_key_recipe_exists() -> None:
     # Content addresses of other things than builds (each named, with what it addresses):
     not_builds = {
         REPO / "wbcore_runtime" / "build" / "cache.py",  # the build-cache key itself
-        REPO / "plugins" / "wbcore-container" / "wbcore_container" / "rootfs.py",  # the container root's recipe
-        REPO / "plugins" / "wbcore-microvm" / "wbcore_microvm" / "image.py",  # the micro-VM guest image's recipe
-        REPO / "plugins" / "wbcore-microvm" / "wbcore_microvm" / "snapshots.py",  # a saved VM layer's identity
+        # the container root's recipe
+        REPO / "plugins" / "wbcore-container" / "wbcore_container" / "rootfs.py",
+        # the micro-VM guest image's recipe
+        REPO / "plugins" / "wbcore-microvm" / "wbcore_microvm" / "image.py",
+        # a saved VM layer's identity
+        REPO / "plugins" / "wbcore-microvm" / "wbcore_microvm" / "snapshots.py",
     }
     offenders = []
     for path in files:
@@ -154,7 +157,8 @@ def test_key_moves_with_every_input() -> None:
             "entry": None, "fields": {"PY_MODULE": "app", "WASI": None}}
     k = cache.key(**base)
     assert k == cache.key(**base)
-    variants = [{"lane": "c"}, {"version": "componentize-py 2"}, {"source_digest": "b" * 64}, {"flags": ("-O3",)},
+    variants = [{"lane": "c"}, {"version": "componentize-py 2"}, {"source_digest": "b" * 64},
+                {"flags": ("-O3",)},
                 {"flags": ()}, {"entry": "app.py"}, {"fields": {"PY_MODULE": "other", "WASI": None}},
                 {"fields": {"PY_MODULE": "app", "WASI": "p2"}}, {"fields": {"PY_MODULE": "app"}}]
     keys = {cache.key(**(base | v)) for v in variants}
@@ -171,11 +175,13 @@ def test_products_refusal_names_the_file(tmp_path: Path) -> None:
     products.refuse(src, lane="c", suffixes=products.NATIVE_PRODUCTS[1], declared=["lib/libx.so.1"])
     (src / "__pycache__").mkdir()
     with pytest.raises(products.BuildProductInSource, match=r"python lane: .*folder '__pycache__'"):
-        products.refuse(src, lane="python", dirs=products.PYTHON_PRODUCTS[0], suffixes=products.PYTHON_PRODUCTS[1])
+        products.refuse(src, lane="python", dirs=products.PYTHON_PRODUCTS[0],
+                        suffixes=products.PYTHON_PRODUCTS[1])
     (src / "__pycache__").rmdir()
     (src / "stale.pyc").write_bytes(b"\x00")
     with pytest.raises(products.BuildProductInSource, match=r"file 'stale.pyc'"):
-        products.refuse(src, lane="python", dirs=products.PYTHON_PRODUCTS[0], suffixes=products.PYTHON_PRODUCTS[1])
+        products.refuse(src, lane="python", dirs=products.PYTHON_PRODUCTS[0],
+                        suffixes=products.PYTHON_PRODUCTS[1])
 
 
 # --- the poisoning scenario through the pipeline ------------------------------------
@@ -233,10 +239,12 @@ def test_json_streams_one_event_per_line(rt_factory, make_toolkit, wbx) -> None:
     assert r.exit_code == 0, r.stderr
     events = [json.loads(line) for line in r.stdout.splitlines()]
     phases = events[:-1]
-    assert phases and all(set(e) == {"event", "phase", "detail", "elapsed"} and e["event"] == "phase" for e in phases)
+    assert phases and all(set(e) == {"event", "phase", "detail", "elapsed"} and e["event"] == "phase"
+                          for e in phases)
     assert ("compile", "pyish: compiling app.py") in {(e["phase"], e["detail"]) for e in phases}
     assert [e["elapsed"] for e in phases] == sorted(e["elapsed"] for e in phases)
-    assert events[-1]["event"] == "result" and events[-1]["name"] == "stream" and len(events[-1]["sha256"]) == 64
+    assert (events[-1]["event"] == "result" and events[-1]["name"] == "stream"
+            and len(events[-1]["sha256"]) == 64)
 
 
 def test_a_long_phase_ticks_on_a_tty(rt_factory, make_toolkit, wbx, monkeypatch) -> None:
@@ -264,7 +272,8 @@ def test_manifest_fields_read_keywords_and_core_fields(tmp_path: Path) -> None:
     from wbcore_runtime.toolkit.manifest import parse
     from wbcore_testing.fixtures import manifest_text
 
-    m = parse(manifest_text("kern", exec="kernel", extra={"CLI_BIN": "k", "KERNEL_ENTRY": "run", "PY_MODULE": "app"}),
+    m = parse(manifest_text("kern", exec="kernel",
+                            extra={"CLI_BIN": "k", "KERNEL_ENTRY": "run", "PY_MODULE": "app"}),
               tmp_path / "manifest.org")
     got = cache.manifest_fields(m, (*cache.ALWAYS_FIELDS, "PY_MODULE", "WASI"))
     assert got["CLI_BIN"] == "k" and got["ID"] == "kern" and got["EXEC"] == "kernel"

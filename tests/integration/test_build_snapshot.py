@@ -65,7 +65,8 @@ class WitWorld(wit_world.WitWorld):
     def wrap(self, text: str, width: int) -> str:
         return MARK
 """
-TEXT_TOOLS_WIT = (Path(__file__).resolve().parents[2] / "toolkits" / "text-tools" / "src" / "wit" / "world.wit")
+TEXT_TOOLS_WIT = (Path(__file__).resolve().parents[2] / "toolkits" / "text-tools" / "src" / "wit"
+                  / "world.wit")
 
 #: lane → (source file, program printing the marker, other files)
 SOURCES: dict[str, tuple[str, str, dict[str, str]]] = {
@@ -326,7 +327,8 @@ def test_snapshot_refuses_what_containment_refuses(tmp_path: Path, make_bad: str
     assert not (tmp_path / "snap").exists()
 
 
-def test_a_folder_swapped_for_a_link_mid_walk_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_folder_swapped_for_a_link_mid_walk_is_refused(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """The walk is anchored to open folders: a subfolder replaced by a link to a host folder
     after it was listed is never entered."""
     from wbcore_runtime.guard import paths
@@ -364,7 +366,8 @@ def test_only_the_pipeline_hands_a_lane_its_request() -> None:
     makers = []
     for path in files:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
-            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "BuildRequest":
+            if (isinstance(node, ast.Call)
+                    and getattr(node.func, "id", getattr(node.func, "attr", "")) == "BuildRequest"):
                 makers.append(path.relative_to(repo).as_posix())
     assert makers == ["wbcore_runtime/build/pipeline.py"]
     src = (repo / "wbcore_runtime/build/pipeline.py").read_text()

@@ -30,7 +30,8 @@ from wbcore_testing.fixtures import manifest_text, write_toolkit  # noqa: E402
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 
-#: command: calls ``wb.dice`` with {"op": "roll", "count": 4, "sides": 6} and writes the CBOR answer to stdout.
+#: command: calls ``wb.dice`` with {"op": "roll", "count": 4, "sides": 6} and writes the CBOR answer to
+#: stdout.
 DICE_WAT = """(module
   (import "wasi_snapshot_preview1" "fd_write" (func $w (param i32 i32 i32 i32) (result i32)))
   (import "wb" "dice" (func $dice (param i32 i32 i32 i32) (result i64)))
@@ -57,22 +58,27 @@ def test_pip_installed_plugin_adds_a_cap(tmp_path: Path) -> None:
     src = tmp_path / "src"
     shutil.copytree(DATA / "cap-plugin", src)
     site = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps",
-                    "--no-build-isolation", "--no-index", "--target", str(site), str(src)], check=True, timeout=300)
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                    "--no-deps",
+                    "--no-build-isolation", "--no-index", "--target", str(site), str(src)], check=True,
+                   timeout=300)
     root = tmp_path / "toolkits"
     write_toolkit(root, "rolls", manifest_text("rolls", exec="command", caps="dice", extra={
-        "BUILD_LANG": "wat", "BUILD_SRC": "path:src/main.wat", "CLI_BIN": "rolls"}), files={"src/main.wat": DICE_WAT})
+        "BUILD_LANG": "wat", "BUILD_SRC": "path:src/main.wat", "CLI_BIN": "rolls"}),
+                  files={"src/main.wat": DICE_WAT})
     env = {k: v for k, v in os.environ.items() if not k.startswith("WB_")}
     env.update(PYTHONPATH=str(site), WB_HOME=str(tmp_path / "home"), WB_TOOLKITS_ROOT=str(root))
 
     listing = _wbx(env, tmp_path, "plugins")
     assert "dice · example-wbcore-dice 0.2.0 · ok" in listing.stdout, listing.stdout + listing.stderr
-    assert "new cap dice: roll dice with the host's random source; granted by an explicit grant only" in listing.stdout
+    assert ("new cap dice: roll dice with the host's random source; granted by an explicit grant only"
+            in listing.stdout)
 
     verify = _wbx(env, tmp_path, "toolkit", "verify", "rolls")
     assert verify.returncode == 0, verify.stdout + verify.stderr
     assert "dice granted only by explicit consent" in verify.stdout
-    assert "dice: roll dice with the host's random source (declared by example-wbcore-dice 0.2.0)" in verify.stdout
+    assert ("dice: roll dice with the host's random source (declared by example-wbcore-dice 0.2.0)"
+            in verify.stdout)
 
     built = _wbx(env, tmp_path, "toolkit", "build", "rolls")
     assert built.returncode == 0, built.stdout + built.stderr
@@ -82,17 +88,19 @@ def test_pip_installed_plugin_adds_a_cap(tmp_path: Path) -> None:
 
     granted = _wbx(env, tmp_path, "toolkit", "grant", "rolls", "dice")
     assert granted.returncode == 0, granted.stdout + granted.stderr
-    assert "dice: roll dice with the host's random source (declared by example-wbcore-dice 0.2.0)" in granted.stdout
+    assert ("dice: roll dice with the host's random source (declared by example-wbcore-dice 0.2.0)"
+            in granted.stdout)
     assert "effective: dice" in granted.stdout
 
     if _has("wbcore_mcp"):  # the MCP door shows the plugin's cap with its meaning
         tools = json.loads(_wbx(env, tmp_path, "mcp", "tools", "--json", "--only", "rolls").stdout)
         (tool,) = [t for t in tools if t["name"] == "rolls.rolls"]
-        assert "[plugin caps: dice: roll dice with the host's random source, from example-wbcore-dice 0.2.0]" in tool["description"]
+        assert ("[plugin caps: dice: roll dice with the host's random source, from example-wbcore-dice 0.2.0]"
+                in tool["description"])
         assert tool["annotations"]["openWorldHint"] is True and tool["annotations"]["readOnlyHint"] is False
 
-    ran = subprocess.run([sys.executable, "-m", "wbcore_runtime", "run", "rolls"], capture_output=True, env=env,
-                         cwd=tmp_path, timeout=120)
+    ran = subprocess.run([sys.executable, "-m", "wbcore_runtime", "run", "rolls"], capture_output=True,
+                         env=env, cwd=tmp_path, timeout=120)
     assert ran.returncode == 0, ran.stderr
     faces = cbor2.loads(ran.stdout)["faces"]
     assert len(faces) == 4 and all(1 <= f <= 6 for f in faces)
@@ -121,7 +129,8 @@ class _ProfiledDice:
 
     @hookimpl
     def wbcore_brokers(self):  # noqa: ANN201 - a hook implementation
-        yield Broker(name="dice", summary="dice", factory=self._driver, meaning="roll dice", profiles=("network",))
+        yield Broker(name="dice", summary="dice", factory=self._driver, meaning="roll dice",
+                     profiles=("network",))
 
 
 def test_a_profile_named_by_the_declaration_grants_the_cap(make_runtime, toolkit_root: Path) -> None:
@@ -132,7 +141,8 @@ def test_a_profile_named_by_the_declaration_grants_the_cap(make_runtime, toolkit
     rt = make_runtime(plugins=["wasmtime", "sources", _ProfiledDice()])
     builder.build(rt, "netdice")
     builder.build(rt, "mindice")
-    assert rt.resolve("command", "netdice").caps == {"dice"}  # first-party: the profile grants it, no consent step
+    # first-party: the profile grants it, no consent step
+    assert rt.resolve("command", "netdice").caps == {"dice"}
     faces = cbor2.loads(rt.call("netdice").stdout)["faces"]
     assert len(faces) == 4 and all(1 <= f <= 6 for f in faces)
     assert rt.resolve("command", "mindice").caps == frozenset()  # a profile it did not name grants nothing

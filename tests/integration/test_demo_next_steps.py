@@ -32,8 +32,8 @@ def test_next_steps_work_as_printed_in_a_new_shell(tmp_path: Path) -> None:
     assert any(c.endswith("run b64") for c in commands)
     script = " && ".join(c for c in commands if "mcp serve" not in c)  # serve would wait for a client
     fresh = {**env, "HOME": str(tmp_path)}
-    done = subprocess.run(["sh", "-c", script], cwd="/", env=fresh, capture_output=True, text=True, timeout=300,
-                          check=False)
+    done = subprocess.run(["sh", "-c", script], cwd="/", env=fresh, capture_output=True, text=True,
+                          timeout=300, check=False)
     assert done.returncode == 0, (script, done.stderr)
     assert "aGVsbG8K" in done.stdout  # echo hello | wbx run b64
     assert "b64 · stable" in done.stdout  # wbx toolkit list found the project's toolkits

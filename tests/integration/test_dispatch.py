@@ -37,7 +37,8 @@ COPY_KERNEL_WAT = """(module
 
 
 def wat_toolkit(root: Path, ident: str, *, cli: str | None = None, wat: str = ECHO_WAT, caps: str = "",
-                trust: str | None = None, extra: dict[str, str] | None = None, shape: str = "command") -> Path:
+                trust: str | None = None, extra: dict[str, str] | None = None,
+                shape: str = "command") -> Path:
     fields = {"BUILD_LANG": "wat", "BUILD_SRC": "path:src/main.wat", "CLI_BIN": cli or ident, **(extra or {})}
     return write_toolkit(root, ident, manifest_text(ident, exec=shape, caps=caps, trust=trust, extra=fields),
                          files={"src/main.wat": wat})
@@ -114,7 +115,8 @@ def test_content_changed_since_build_refuses_until_rebuilt(rt, toolkit_root) -> 
     assert rt.call("fp", [], b"a").stdout == b"a"
     (d / "skills" / "overview.org").write_text("#+TITLE: changed\n\nNew text.\n")
     resolution.forget(rt)
-    with pytest.raises(CapabilityDenied, match=r"content changed since the build \(skill skills/overview.org changed\)"):
+    with pytest.raises(CapabilityDenied,
+                       match=r"content changed since the build \(skill skills/overview.org changed\)"):
         rt.call("fp", [], b"a")
     builder.build(rt, "fp")  # a cache hit: the source did not change
     assert rt.call("fp", [], b"b").stdout == b"b"
@@ -283,11 +285,13 @@ def test_effective_caps_are_computed_in_one_function() -> None:
                 continue
             for node in ast.walk(fn):
                 if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                        and node.func.attr == "effective_caps" and getattr(node.func.value, "id", "") == "policy"):
+                        and node.func.attr == "effective_caps"
+                        and getattr(node.func.value, "id", "") == "policy"):
                     callers.append(f"{path.relative_to(here)}:{fn.name}")
     assert callers == ["wbcore_runtime/trust/consent.py:effective_caps"]
     # dispatch, show/verify (runtime) and describe all reach the grants through it
-    src = (here / "wbcore_runtime" / "dispatch" / "resolve.py").read_text() + (here / "wbcore_runtime" / "runtime.py").read_text()
+    src = ((here / "wbcore_runtime" / "dispatch" / "resolve.py").read_text()
+           + (here / "wbcore_runtime" / "runtime.py").read_text())
     assert src.count("consent.effective_caps(") == 2
 
 
@@ -297,7 +301,8 @@ def test_resolution_is_cached_and_invalidated_by_a_registry_change(rt, toolkit_r
     builder.build(rt, "cached")
     a = rt.resolve("command", "cached")
     assert rt.resolve("command", "cached") is a
-    wat_toolkit(toolkit_root, "cached", wat=ECHO_WAT.replace('(memory (export "memory") 2)', '(memory (export "memory") 4)'))
+    wat_toolkit(toolkit_root, "cached",
+                wat=ECHO_WAT.replace('(memory (export "memory") 2)', '(memory (export "memory") 4)'))
     rt.discover(refresh=True)
     builder.build(rt, "cached")
     b = rt.resolve("command", "cached")

@@ -31,7 +31,7 @@ def kv_get_guest(key: str) -> bytes:
         (local.set $n (call $kv (i32.const 64) (i32.const {len(req)}) (i32.const 4096) (i32.const 60000)))
         (if (i64.lt_s (local.get $n) (i64.const 0)) (then (local.set $n (call $fetch (i32.const 4096) (i32.const 60000)))))
         (i32.store (i32.const 0) (i32.const 4096)) (i32.store (i32.const 4) (i32.wrap_i64 (local.get $n)))
-        (drop (call $w (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))"""))
+        (drop (call $w (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))"""))  # noqa: E501
 
 
 def _register(rt, make_toolkit, ident: str, wasm: bytes, caps: str) -> None:
@@ -41,7 +41,8 @@ def _register(rt, make_toolkit, ident: str, wasm: bytes, caps: str) -> None:
     builder.register_artifact(rt, ident, art.sha256)
 
 
-def test_ungranted_cap_does_not_instantiate_and_granting_runs_the_same_artifact(make_runtime, make_toolkit, wbx):
+def test_ungranted_cap_does_not_instantiate_and_granting_runs_the_same_artifact(make_runtime, make_toolkit,
+                                                                                wbx):
     rt = make_runtime(plugins=["wasmtime", "brokers-state"])
     wasm = kv_get_guest("greeting")
     _register(rt, make_toolkit, "kvguest", wasm, caps="")  # #+CAPS does not declare kv

@@ -44,4 +44,5 @@ def test_js_shim_speaks_the_dock_abi(make_runtime):
     assert result["denied"] == {"kind": "capability-denied", "reason": "not-granted"}
     assert result["roundtrip"] is True
     ops = [(e["cap"], e["op"], e["outcome"]) for e in audit_read.entries(rt.dock.audit)]
-    assert ops == [("kv", "put", "allowed"), ("kv", "get", "allowed"), ("kv", "get", "denied"), ("net", "fetch", "denied")]
+    assert ops == [("kv", "put", "allowed"), ("kv", "get", "allowed"), ("kv", "get", "denied"),
+                   ("net", "fetch", "denied")]

@@ -29,7 +29,8 @@ def test_the_c_sdk_header_has_one_copy_in_the_repository():
         pytest.skip("not a git checkout")
     assert listed.stdout.split() == [str((SDK_C / "wb_dock.h").relative_to(ROOT))]
     for ident in DOCK_TOOLKITS:
-        assert '#include "wb_dock.h"' in "".join(p.read_text() for p in (TOOLKITS / ident / "src").glob("*.c"))
+        assert '#include "wb_dock.h"' in "".join(p.read_text()
+                                                 for p in (TOOLKITS / ident / "src").glob("*.c"))
 
 
 @pytest.fixture(scope="session")
@@ -118,14 +119,17 @@ def test_fetch_goes_through_netguard_and_its_allowlist(built, wbx):
     port = srv.server_address[1]
     try:
         table = {"public.test": ["127.0.0.7"], "internal.test": ["10.1.2.3"]}
-        rt.dock.set_driver("net", NetBroker(NetGuard(resolver=lambda h, p: table[h], public=frozenset({"127.0.0.7"}))))
+        rt.dock.set_driver("net",
+                           NetBroker(NetGuard(resolver=lambda h, p: table[h],
+                                              public=frozenset({"127.0.0.7"}))))
         url = f"http://public.test:{port}/hello"
         shipped = wbx("run", "fetch", url, runtime=rt, input=b"")
         assert shipped.exit_code == 77 and "ALLOWED_HOSTS" in shipped.stderr
         manifest = root / "fetch" / "manifest.org"
         text = manifest.read_text()
         line = next(ln for ln in text.splitlines() if ln.startswith("#+ALLOWED_HOSTS:"))
-        manifest.write_text(text.replace(line, "#+ALLOWED_HOSTS: http://public.test:* http://internal.test:*"))
+        manifest.write_text(text.replace(line,
+                                         "#+ALLOWED_HOSTS: http://public.test:* http://internal.test:*"))
         rt.discover(refresh=True)
         # Hosts are what the build recorded: the edited manifest takes effect once rebuilt
         # (until then the call is refused as changed, never run with either list).

@@ -6,8 +6,8 @@ scratch folder holding a copy of the shipped toolkits, with a fresh ``WB_HOME``,
 repository's ``.venv/bin`` first on ``PATH`` and no other ``WB_*`` setting; it must exit 0. A
 ``console`` block runs its ``$ `` lines (with their ``\\`` continuations and here-documents);
 the other lines are the output it shows, and each one that elides nothing (no ``…``) and names
-no time must appear in what the commands printed. The demo's local web site (:mod:`wbcore_demo.demosite`: a page, a
-JSON API, a PEP 503 index, a paged REST API) serves on 127.0.0.1 for the whole run, its base URL
+no time must appear in what the commands printed. The demo's local web site (:mod:`wbcore_demo.demosite`: a
+page, a JSON API, a PEP 503 index, a paged REST API) serves on 127.0.0.1 for the whole run, its base URL
 in ``$WB_DEMO_SITE``; as for any reader, loopback stays closed to guests and sources until the
 example itself allows it (``WB_ALLOW_PRIVATE_HOSTS``, as ``wbx demo`` does for its own process).
 
@@ -136,7 +136,8 @@ def shell_blocks() -> list[Block]:
 def test_every_command_block_is_run_or_marked_with_a_reason() -> None:
     problems: list[str] = []
     for b in every_block():
-        if b.lang == "" and LOOKS_LIKE_A_COMMAND.match(b.text.lstrip("\n").splitlines()[0] if b.text.strip() else ""):
+        if b.lang == "" and LOOKS_LIKE_A_COMMAND.match(b.text.lstrip("\n").splitlines()[0]
+                                                       if b.text.strip() else ""):
             problems.append(f"{b.id}: a command example in an unlabelled fence: label it ```sh or ```console "
                             "so this test runs it (or marks it)")
         if b.mark and b.mark not in MARKS:
@@ -155,7 +156,8 @@ def test_every_command_block_is_run_or_marked_with_a_reason() -> None:
 def test_the_extraction_reads_marks_fences_and_console_prompts(tmp_path: Path) -> None:
     md = tmp_path / "x.md"
     md.write_text("text\n<!-- not-runnable: needs a cluster -->\n```sh\nray start\n```\n\n"
-                  "```console\n$ echo a \\\n    b\na b\n$ cat <<'EOF'\nx\nEOF\nx\n$ true\n```\n", encoding="utf-8")
+                  "```console\n$ echo a \\\n    b\na b\n$ cat <<'EOF'\nx\nEOF\nx\n$ true\n```\n",
+                  encoding="utf-8")
     first, second = list(blocks(md, tmp_path))
     assert (first.mark, first.reason, first.lang, first.line) == ("not-runnable", "needs a cluster", "sh", 3)
     assert second.mark == "" and second.script() == "echo a \\\n    b\ncat <<'EOF'\nx\nEOF\ntrue\n"
@@ -185,7 +187,8 @@ def readers() -> dict[str, Reader]:
     return {}
 
 
-def _reader(readers: dict[str, Reader], doc: str, site: DemoSite, tmp_path_factory: pytest.TempPathFactory) -> Reader:
+def _reader(readers: dict[str, Reader], doc: str, site: DemoSite,
+            tmp_path_factory: pytest.TempPathFactory) -> Reader:
     if doc in readers:
         return readers[doc]
     work = tmp_path_factory.mktemp("docs-" + Path(doc).stem)
@@ -197,8 +200,8 @@ def _reader(readers: dict[str, Reader], doc: str, site: DemoSite, tmp_path_facto
     # caches (warmed once per machine by dev.py setup) are where CI put them
     base = {k: v for k, v in os.environ.items()
             if not k.startswith(("WB_", "OTEL_", "PYTEST_")) or k in MACHINE_CACHES}
-    env = {**base, "WB_HOME": str(home), "PATH": f"{ROOT / '.venv' / 'bin'}{os.pathsep}{base.get('PATH', '')}",
-           "WB_DEMO_SITE": site.url,
+    env = {**base, "WB_HOME": str(home),
+           "PATH": f"{ROOT / '.venv' / 'bin'}{os.pathsep}{base.get('PATH', '')}", "WB_DEMO_SITE": site.url,
            "VIRTUAL_ENV": str(ROOT / ".venv"), "PWD": str(work)}
     readers[doc] = Reader(work, env)
     return readers[doc]
@@ -241,7 +244,8 @@ def test_docs_example_runs(block: Block, readers: dict[str, Reader], site: DemoS
     assert proc.returncode == 0 and not missing, (
         f"{block.id} exited {proc.returncode} after {time.monotonic() - started:.1f} s\n--- script\n{script}"
         f"--- output the page shows that did not appear: {missing}\n"
-        f"--- stdout\n{out.decode(errors='replace')[-3000:]}\n--- stderr\n{err.decode(errors='replace')[-3000:]}")
+        f"--- stdout\n{out.decode(errors='replace')[-3000:]}\n"
+        f"--- stderr\n{err.decode(errors='replace')[-3000:]}")
 
 
 def _end_group(proc: subprocess.Popen[bytes]) -> None:

@@ -26,7 +26,8 @@ CHECKED = {
     126: "test_sha256_mismatch_is_126",
     127: "test_not_found_is_127",
 }
-CLAIM = re.compile(r"\bexits?\s+(?:code\s+)?(\d{1,3})\b|\((\d{1,3}) not found|(\d{1,3}) invalid\s+args|(\d{1,3}) timeout"
+CLAIM = re.compile(r"\bexits?\s+(?:code\s+)?(\d{1,3})\b|\((\d{1,3}) not found|"
+                   r"(\d{1,3}) invalid\s+args|(\d{1,3}) timeout"
                    r"|(\d{1,3}) capability denied|(\d{1,3}) internal")
 
 
@@ -43,10 +44,12 @@ def test_every_documented_exit_code_is_checked():
 
 
 def _wat_kit(make_toolkit, ident: str, body: str, **extra: str) -> None:
-    wat = f'(module (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32))) (memory (export "memory") 1)\n' \
-          f'  (func (export "_start") {body}))\n'
+    wat = ('(module (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32))) '
+           '(memory (export "memory") 1)\n'
+           f'  (func (export "_start") {body}))\n')
     make_toolkit(ident, manifest=manifest_text(ident, exec="command", extra={
-        "CLI_BIN": ident, "BUILD_LANG": "wat", "BUILD_SRC": "path:src/main.wat", **extra}), files={"src/main.wat": wat})
+        "CLI_BIN": ident, "BUILD_LANG": "wat", "BUILD_SRC": "path:src/main.wat", **extra}),
+                 files={"src/main.wat": wat})
 
 
 @pytest.fixture
@@ -89,7 +92,8 @@ def test_sha256_mismatch_is_126(rt, wbx):
     """docs/signing.md: a #+SHA256 mismatch is capability-denied (126), never internal."""
     r = wbx("toolkit", "build", "pinned", runtime=rt)
     assert r.exit_code == 126, r.stderr
-    assert "wbx: capability-denied: pinned: built artifact" in r.stderr and "does not match #+SHA256" in r.stderr
+    assert ("wbx: capability-denied: pinned: built artifact" in r.stderr
+            and "does not match #+SHA256" in r.stderr)
     assert rt.registry.lookup("command", "pinned") is None
 
 

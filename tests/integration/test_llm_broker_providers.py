@@ -22,7 +22,8 @@ KEY = "sk-broker-secret"
 def rt(make_runtime):
     with ScriptedLlm("anthropic") as llm:
         runtime = make_runtime(plugins=["llm", "llm-anthropic"], env={
-            "WB_LLM_BASE_URL": llm.base_url, "WB_LLM_API_KEY": KEY, "WB_LLM_MODEL": "claude-x", "WB_LLM_BACKOFF": "0.01"})
+            "WB_LLM_BASE_URL": llm.base_url, "WB_LLM_API_KEY": KEY, "WB_LLM_MODEL": "claude-x",
+            "WB_LLM_BACKOFF": "0.01"})
         runtime.scripted = llm
         yield runtime
 
@@ -38,7 +39,8 @@ def test_guest_completion_through_the_provider(rt):
         {"role": "system", "content": "be kind"}, {"role": "user", "content": "hi"}]})
     assert got["text"] == "hello guest" and got["model"] == "claude-x" and got["usage"]["prompt_tokens"] == 11
     body = llm.requests[-1].body
-    assert body["system"] == "be kind" and body["messages"] == [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
+    assert (body["system"] == "be kind"
+            and body["messages"] == [{"role": "user", "content": [{"type": "text", "text": "hi"}]}])
     assert len(llm.requests) == 2  # the 529 was retried
     rt.dock.audit.flush()
     assert KEY not in (rt.home / "audit" / "audit.jsonl").read_text()

@@ -29,7 +29,8 @@ ROOT = Path(__file__).resolve().parents[2]
 #: (0.15.0 here, which implements no MCP extension at all).
 INSPECTOR = os.environ.get("WB_MCP_INSPECTOR", "@modelcontextprotocol/inspector@2.12.0")
 #: npm's words for "the registry is not reachable from here".
-OFFLINE = re.compile(r"ENOTFOUND|EAI_AGAIN|ECONNREFUSED|ETIMEDOUT|ECONNRESET|ENETUNREACH|network|E404|E403|fetch failed",
+OFFLINE = re.compile(r"ENOTFOUND|EAI_AGAIN|ECONNREFUSED|ETIMEDOUT|ECONNRESET|ENETUNREACH|"
+                     r"network|E404|E403|fetch failed",
                      re.IGNORECASE)
 
 
@@ -55,7 +56,8 @@ def inspector(tmp_path: Path) -> Any:
             pytest.fail(f"the Inspector did not answer {method} within 600 s")
         if done.returncode != 0 and OFFLINE.search(done.stderr) and "npm" in done.stderr:
             pytest.skip(f"the npm registry is unreachable (npx -y {INSPECTOR}): {done.stderr.strip()[-300:]}")
-        assert done.returncode == 0, f"inspector {method} {args}: exit {done.returncode}\n{done.stderr[-3000:]}"
+        assert done.returncode == 0, (
+            f"inspector {method} {args}: exit {done.returncode}\n{done.stderr[-3000:]}")
         return json.loads(done.stdout)
 
     run.env = env  # type: ignore[attr-defined]

@@ -24,7 +24,9 @@ def test_broken_plugin_is_listed_and_breaks_nothing(broken_dist, wb_home, make_t
     assert broken.origin == "wb-broken 9.9"
     assert rt.verify("fine").ok  # everything else works
     # Selecting a name nobody serves shows the load failure as a possible cause.
-    with pytest.raises(NotFound, match=r"plugins that failed to load and might serve it: broken \(wb-broken 9.9\): ModuleNotFoundError"):
+    with pytest.raises(NotFound,
+                       match=r"plugins that failed to load and might serve it: broken \(wb-broken 9.9\): "
+                             r"ModuleNotFoundError"):
         rt.shapes.get("wasi-http")
 
 

@@ -108,16 +108,18 @@ def test_sources_wasm_archive_and_git(servers, make_runtime, tmp_path: Path) -> 
     def resolve(spec: str, extra: Mapping[str, str]) -> object:
         rt = make_runtime(env=_env(tmp_path, **extra))
         (tmp_path / "tk").mkdir(exist_ok=True)
-        m = parse(manifest_text("demo", extra={"BUILD_SRC": spec, "SHA256": hashlib.sha256(module).hexdigest()}),
+        m = parse(manifest_text("demo",
+                                extra={"BUILD_SRC": spec, "SHA256": hashlib.sha256(module).hexdigest()}),
                   tmp_path / "tk" / "manifest.org")
         parsed = sources.parse(spec, rt.prefixes)
-        return parsed.prefix.factory(rt).resolve(SourceRequest(manifest=m, rest=parsed.rest, workdir=tmp_path / "work",
-                                                               home=rt.home))
+        return parsed.prefix.factory(rt).resolve(SourceRequest(manifest=m, rest=parsed.rest,
+                                                               workdir=tmp_path / "work", home=rt.home))
 
     loop = {ENV_PRIVATE_HOSTS: "127.0.0.1"}
     walk(lambda e: resolve(f"wasm:{web.url}/m.wasm", e), lambda: len(web.hits), names=PRODUCT, advised=loop,
          reached=lambda got: not isinstance(got, WbError))
-    walk(lambda e: resolve(f"archive:{web.url}/a.tar.gz", e), lambda: len(web.hits), names=PRODUCT, advised=loop)
+    walk(lambda e: resolve(f"archive:{web.url}/a.tar.gz", e), lambda: len(web.hits), names=PRODUCT,
+         advised=loop)
     walk(lambda e: resolve(f"git+{git.url}/tk.git@{commit}#tool", e), lambda: len(git.hits), names=PRODUCT,
          advised={ENV_ALLOW_PRIVATE: "1"}, reached=lambda got: (got.dir / "main.c").is_file())
 
@@ -148,9 +150,10 @@ def test_installs_archive_git_and_oci(servers, tmp_path: Path) -> None:
 def test_did_web(servers) -> None:
     web, _, _ = servers
     ident = f"did:web:127.0.0.1%3A{web.port}"
-    walk(lambda extra: did.resolve_web(ident, env=dict(extra), timeout=5.0), lambda: len(web.hits), names=PRODUCT,
-         advised={ENV_PRIVATE_HOSTS: "127.0.0.1"},
-         reached=lambda got: isinstance(got, WbError) and got.name == "tls")  # did:web is https: it got to TLS
+    walk(lambda extra: did.resolve_web(ident, env=dict(extra), timeout=5.0), lambda: len(web.hits),
+         names=PRODUCT, advised={ENV_PRIVATE_HOSTS: "127.0.0.1"},
+         # did:web is https: it got to TLS
+         reached=lambda got: isinstance(got, WbError) and got.name == "tls")
 
 
 def test_a_toolkits_own_egress_names_only_its_setting(servers, make_runtime) -> None:
@@ -165,7 +168,9 @@ def test_a_toolkits_own_egress_names_only_its_setting(servers, make_runtime) -> 
         ctx = rt.dock.context(principal=Principal("t", "pip-fetch"), caps={"net"})
         return rt.dock.call(ctx, "net", "fetch", {"url": f"{web.url}/simple/jq/"})
 
-    walk(call, lambda: len(web.hits), names=(ENV_GUEST_PRIVATE_HOSTS,), advised={ENV_GUEST_PRIVATE_HOSTS: "127.0.0.1"},
+    walk(call, lambda: len(web.hits), names=(ENV_GUEST_PRIVATE_HOSTS,),
+         advised={ENV_GUEST_PRIVATE_HOSTS: "127.0.0.1"},
          reached=lambda got: isinstance(got, dict) and got["status"] == 200)
     with pytest.raises(WbError, match=ENV_GUEST_PRIVATE_HOSTS):
-        call({ENV_ALLOW_PRIVATE: "1", ENV_PRIVATE_HOSTS: "127.0.0.1"})  # the product's settings do not widen it
+        # the product's settings do not widen it
+        call({ENV_ALLOW_PRIVATE: "1", ENV_PRIVATE_HOSTS: "127.0.0.1"})

@@ -117,7 +117,8 @@ def test_the_engine_api_mounts_only_inside_the_deployers_roots(runtime_with, eng
     assert r.status_code == 200, r.text
     assert r.json()["stdout"] == SECRET and r.json()["usage"]["tier"] == "container"
     granted = _audit(rt)[-1]
-    assert granted["principal"] == "engine" and granted["outcome"] == "allowed" and str(data) in granted["target"]
+    assert (granted["principal"] == "engine" and granted["outcome"] == "allowed"
+            and str(data) in granted["target"])
     # a link inside the root to a folder outside it is judged by where it leads
     r = httpx.post(f"{url}/v1/calls/cat", json={**body, "mounts": [f"{shared / 'root' / 'escape'}:/data"]},
                    headers=auth, timeout=60)
@@ -142,7 +143,8 @@ def test_an_mcp_client_mounts_through_meta_only_inside_the_roots(runtime_with, s
         async with Client(server) as client:
             tools = {t.name: t for t in (await client.list_tools()).tools}
             assert "wbcore/mounts" not in str(tools["catkit.cat"].input_schema)  # the schema stays the tool's
-            return await client.call_tool("catkit.cat", {"args": ["/data/notes.txt"]}, meta={MOUNTS_META: [spec]})
+            return await client.call_tool("catkit.cat", {"args": ["/data/notes.txt"]},
+                                          meta={MOUNTS_META: [spec]})
 
     refused = anyio.run(call, runtime_with(None), f"{data}:/data")
     assert refused.is_error and "WB_MOUNT_ROOTS" in refused.content[0].text
@@ -179,7 +181,8 @@ def test_wbx_mcp_serve_over_stdio_takes_the_mounts_from_meta_on_its_lean_path(
                 await session.list_tools()
                 args = {"args": ["/data/notes.txt"]}
                 ok = await session.call_tool("catkit.cat", args, meta={"wbcore/mounts": [f"{data}:/data"]})
-                out = await session.call_tool("catkit.cat", args, meta={"wbcore/mounts": [f"{shared}/root/escape:/data"]})
+                out = await session.call_tool("catkit.cat", args,
+                                              meta={"wbcore/mounts": [f"{shared}/root/escape:/data"]})
                 return ok, out
 
     ok, out = anyio.run(main)
@@ -208,7 +211,8 @@ def test_a_pipeline_box_mounts_for_the_deployer_and_for_a_remote_run_only_inside
     assert res.output == b"not for remote callers\n"
     remote = p.run(rt, keep=False, remote="engine")
     assert not remote.success and remote.error is not None and "outside WB_MOUNT_ROOTS" in remote.error
-    inside = pl.parse(text.replace(str(data), str(shared / "root" / "data")))[0].run(rt, keep=False, remote="engine")
+    inside = pl.parse(text.replace(str(data), str(shared / "root" / "data")))[0].run(
+        rt, keep=False, remote="engine")
     assert inside.success and inside.output == SECRET.encode()
     with pytest.raises(Exception, match="at most 4"):
         pl.parse(text.replace(f"{data}:/data:ro", " ".join(f"{data}:/d{i}" for i in range(5))))

@@ -69,7 +69,8 @@ def test_a_consent_revoke_from_another_process_ends_a_running_call(rt):
     time.sleep(0.2)
     assert th.is_alive()  # it spins, entered in the table
     # what `wbx toolkit revoke spinner` does, in another process
-    subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; from wbcore_runtime.trust import consent; "
+    subprocess.run([sys.executable, "-c",
+                    "import sys; from pathlib import Path; from wbcore_runtime.trust import consent; "
                     "consent.ConsentStore(Path(sys.argv[1])).revoke('spinner')", str(rt.home)], check=True)
     t_revoked = time.monotonic()
     th.join(5)

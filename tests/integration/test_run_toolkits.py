@@ -85,7 +85,8 @@ def test_build_checksum_kernel_one_shot_and_stream(rt, wbx):
     assert got == [f"{zlib.crc32(b):08x}".encode() for b in blobs]
     r = wbx("kernel", "run", "crc32", "--stream", runtime=rt, input=frames[:-3])
     assert r.exit_code == 2 and "truncated frame" in r.stderr
-    assert r.stdout_bytes == b"".join(struct.pack("<I", 8) + g for g in got[:-1])  # answers before the bad frame
+    # answers before the bad frame
+    assert r.stdout_bytes == b"".join(struct.pack("<I", 8) + g for g in got[:-1])
     with rt.kernel("crc32") as k, pytest.raises(InvalidArgs, match="input arena"):
         k.call(b"\0" * (8 << 20 + 1))
 
@@ -111,7 +112,8 @@ def test_build_failure_shows_the_log(make_toolkit, make_runtime, toolkit_root, w
 
 
 def test_reserved_name_cannot_be_shadowed_by_a_build(make_toolkit, make_runtime, toolkit_root):
-    make_toolkit("fake-upper", exec="command", files={"src/u.wat": (TOOLKITS / "b64" / "src" / "b64.wat").read_text()},
+    make_toolkit("fake-upper", exec="command",
+                 files={"src/u.wat": (TOOLKITS / "b64" / "src" / "b64.wat").read_text()},
                  extra={"BUILD_LANG": "wat", "BUILD_SRC": "path:src/u.wat", "CLI_BIN": "upper"})
     rt2 = make_runtime(roots=[toolkit_root])
     with pytest.raises(InvalidArgs, match="reserved built-in"):
@@ -132,10 +134,12 @@ def test_build_json_and_which(rt, wbx):
     r = wbx("toolkit", "build", "b64", "--json", runtime=rt)
     assert r.exit_code == 0, r.stderr
     events = [json.loads(line) for line in r.stdout.splitlines()]  # one JSON object per line
-    assert [e["event"] for e in events[:-1]] == ["phase"] * (len(events) - 1) and events[-1]["event"] == "result"
+    assert ([e["event"] for e in events[:-1]] == ["phase"] * (len(events) - 1)
+            and events[-1]["event"] == "result")
     assert {e["phase"] for e in events[:-1]} >= {"resolve", "compile", "store", "register"}
     out = events[-1]
-    assert out["kind"] == "command" and out["name"] == "b64" and out["lane"] == "wat" and len(out["sha256"]) == 64
+    assert (out["kind"] == "command" and out["name"] == "b64" and out["lane"] == "wat"
+            and len(out["sha256"]) == 64)
     r = wbx("toolkit", "build", "b64", "widget", runtime=rt)
     assert r.exit_code == 2 and "choose one of" in r.stderr
     r = wbx("toolkit", "build", "toolkit-authoring", runtime=rt)
@@ -156,15 +160,19 @@ def test_run_json_reports_the_result_and_its_usage(rt, wbx, tmp_path):
     r = wbx("run", "--json", "--tier", "instance", "b64", "decode", runtime=rt, input=b"AP8=")
     assert r.exit_code == 0, r.stderr
     out = json.loads(r.stdout)
-    assert out["exit_code"] == 0 and out["stdout_base64"] == "AP8=" and "stdout" not in out  # not text: base64
-    assert out["usage"]["tier"] == "instance" and out["usage"]["wall_s"] > 0 and out["usage"]["bytes_out"] == 2
+    # not text: base64
+    assert out["exit_code"] == 0 and out["stdout_base64"] == "AP8=" and "stdout" not in out
+    assert (out["usage"]["tier"] == "instance" and out["usage"]["wall_s"] > 0
+            and out["usage"]["bytes_out"] == 2)
     r = wbx("run", "--json", "b64", "decode", runtime=rt, input=b"!!")
-    assert r.exit_code == 1 and json.loads(r.stdout)["exit_code"] == 1  # the command's own code passes through
+    # the command's own code passes through
+    assert r.exit_code == 1 and json.loads(r.stdout)["exit_code"] == 1
     r = wbx("run", "--json", "no-such-command", runtime=rt)
     assert r.exit_code == 127 and json.loads(r.stdout)["error"]["kind"] == "not-found"
     # the fast path (no Typer) parses it too, in a process of its own
     assert fastrun.parse(["run", "--json", "upper"]).as_json
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("WB_")}, "WB_HOME": str(tmp_path / "home")}
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("WB_")},
+           "WB_HOME": str(tmp_path / "home")}
     wbx_bin = Path(sys.executable).with_name("wbx")
     p = subprocess.run([str(wbx_bin), "run", "--json", "upper"], input=b"hi", capture_output=True, env=env,
                        cwd=tmp_path, timeout=120)

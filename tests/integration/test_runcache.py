@@ -97,7 +97,8 @@ def test_kept_resolution_runs_without_plugins_and_agrees(b64: Path, wb_home: Pat
         runcache.forget(wb_home, "command", "b64")
         full, _ = run(wbx, make_runtime, *args, input=data)
         assert RECALLS[-1] is False
-        assert (fast.exit_code, fast.stdout_bytes, fast.stderr) == (full.exit_code, full.stdout_bytes, full.stderr), args
+        assert ((fast.exit_code, fast.stdout_bytes, fast.stderr)
+                == (full.exit_code, full.stdout_bytes, full.stderr)), args
 
 
 def test_tampered_artifact_is_refused_on_the_fast_path(b64: Path, wb_home: Path, wbx: Any,
@@ -126,7 +127,8 @@ def test_changed_manifest_caps_are_refused(b64: Path, wb_home: Path, wbx: Any, m
 def test_changed_trust_is_refused(b64: Path, wb_home: Path, wbx: Any, make_runtime: Any) -> None:
     warm(wbx, make_runtime, wb_home)
     manifest = b64 / "manifest.org"
-    manifest.write_text(manifest.read_text().replace("#+EXEC: command", "#+EXEC: command\n#+TRUST: third-party"))
+    manifest.write_text(manifest.read_text().replace("#+EXEC: command",
+                                                     "#+EXEC: command\n#+TRUST: third-party"))
     fast, full = both(wbx, make_runtime, wb_home)
     assert fast.exit_code == full.exit_code == 126, fast.stderr
     assert "#+TRUST changed" in fast.stderr and fast.stderr == full.stderr
@@ -250,7 +252,8 @@ def test_a_builtin_resolves_once_and_is_kept(monkeypatch: pytest.MonkeyPatch, wb
     assert counts == {"resolve": 1, "full": 1}, "one resolution for one run, not one more for the call"
     assert path.is_file(), "a built-in's resolution is kept as a shipped command's is"
     kept_stamp = json.loads(path.read_bytes())["stamp"]
-    assert any(e[0].endswith("upper.wat") for e in kept_stamp["builtin"]), "the serving package is in the stamp"
+    assert any(e[0].endswith("upper.wat")
+               for e in kept_stamp["builtin"]), "the serving package is in the stamp"
 
     rt = make_runtime()
     again = wbx("run", "upper", "ignored-arg", runtime=rt, input=b"xyz\n")
@@ -268,7 +271,8 @@ from wbcore_testing.fixtures import KV_GET as KV_WAT  # noqa: E402
 
 
 def test_a_command_with_caps_audits_alike_on_both_paths(monkeypatch: pytest.MonkeyPatch, wb_home: Path,
-                                                        toolkit_root: Path, wbx: Any, make_runtime: Any) -> None:
+                                                        toolkit_root: Path, wbx: Any,
+                                                        make_runtime: Any) -> None:
     """The kept resolution carries the effective caps; the Dock brokers and audits them as
     on the full path (the brokers load when the guest first calls one)."""
     from wbcore_runtime.dispatch.audit import AuditLog
@@ -287,7 +291,8 @@ def test_a_command_with_caps_audits_alike_on_both_paths(monkeypatch: pytest.Monk
         before = len(list(audit_read.entries(log)))
         res = wbx("run", "kvget", runtime=make_runtime(), input=b"")
         volatile = {"seq", "ts", "time", "prev", "hash", "chain", "ms", "pid"}
-        new = [{k: v for k, v in e.items() if k not in volatile} for e in list(audit_read.entries(log))[before:]]
+        new = [{k: v for k, v in e.items() if k not in volatile}
+               for e in list(audit_read.entries(log))[before:]]
         return res, new
 
     first, _ = go()
@@ -298,7 +303,8 @@ def test_a_command_with_caps_audits_alike_on_both_paths(monkeypatch: pytest.Monk
     runcache.forget(wb_home, "command", "kvget")
     full, full_audit = go()
     assert hits[-1] is None
-    assert (fast.exit_code, fast.stdout_bytes, fast.stderr) == (full.exit_code, full.stdout_bytes, full.stderr)
+    assert ((fast.exit_code, fast.stdout_bytes, fast.stderr)
+            == (full.exit_code, full.stdout_bytes, full.stderr))
     assert fast_audit and fast_audit == full_audit, (fast_audit, full_audit)
 
 
@@ -333,8 +339,8 @@ def test_the_plugin_index_names_runners_and_defers_misses(wb_home: Path, make_ru
     assert plugin_index.load(make_runtime()) is None
 
 
-def test_a_kept_builtin_still_refuses_a_changed_artifact_or_package(monkeypatch: pytest.MonkeyPatch, wb_home: Path,
-                                                                    tmp_path: Path, wbx: Any,
+def test_a_kept_builtin_still_refuses_a_changed_artifact_or_package(monkeypatch: pytest.MonkeyPatch,
+                                                                    wb_home: Path, tmp_path: Path, wbx: Any,
                                                                     make_runtime: Any) -> None:
     """The fast path of a built-in weakens no check: a tampered artifact is refused by the
     runner exactly as the full path refuses it, and an edited file of the package that

@@ -22,9 +22,11 @@ SURFACES = {
 
 @pytest.mark.parametrize("surface", sorted(SURFACES))
 def test_port_0_serves_on_the_port_it_names(surface: str, tmp_path: Path) -> None:
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("WB_")}, "WB_HOME": str(tmp_path / "home")}
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("WB_")},
+           "WB_HOME": str(tmp_path / "home")}
     proc = subprocess.Popen([sys.executable, "-m", "wbcore_runtime", *SURFACES[surface], "--port", "0"],
-                            env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
     try:
         assert proc.stderr is not None
         deadline, line = time.monotonic() + 60, ""

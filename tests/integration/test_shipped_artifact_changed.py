@@ -61,7 +61,8 @@ def test_a_shipped_artifact_changed_after_the_build_is_never_run(make_toolkit, m
     good = bytes(wasmtime.wat2wasm(WAT))
     evil = good.replace(b"hello A\n", b"hello B\n")
     assert len(evil) == len(good) and evil != good
-    tk = make_toolkit("shipped", exec="command", extra={"BUILD_SRC": "wasm:bin/tool.wasm", "CLI_BIN": "shipped",
+    tk = make_toolkit("shipped", exec="command",
+                      extra={"BUILD_SRC": "wasm:bin/tool.wasm", "CLI_BIN": "shipped",
                                                      "SHA256": hashlib.sha256(good).hexdigest()},
                       drawer={"CLI_BIN": "shipped"}, files={"bin/tool.wasm": good})
     rt = make_runtime()

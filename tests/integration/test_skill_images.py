@@ -34,17 +34,20 @@ def _layer(files: dict[str, bytes]) -> bytes:
 
 
 def push_image(reg, repo: str, tag: str, files: dict[str, bytes]) -> str:
-    """A plain OCI image (image config, one tar+gzip layer), as a build tool pushes one; its manifest digest."""
+    """A plain OCI image (image config, one tar+gzip layer), as a build tool pushes one; its manifest
+    digest."""
     r = oci.OciClient(reg.host)
     layer = _layer(files)
-    cfg = json.dumps({"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": []}}).encode()
+    cfg = json.dumps({"architecture": "amd64", "os": "linux",
+                      "rootfs": {"type": "layers", "diff_ids": []}}).encode()
     ld = oci.Descriptor.of(layer, "application/vnd.oci.image.layer.v1.tar+gzip")
     cd = oci.Descriptor.of(cfg, skill_images.IMAGE_CONFIG)
     r.push_blob(repo, layer, ld)
     r.push_blob(repo, cfg, cd)
     body = json.dumps({"schemaVersion": 2, "mediaType": oci.MANIFEST_TYPE,
                        "config": {"mediaType": cd.media_type, "digest": cd.digest, "size": cd.size},
-                       "layers": [{"mediaType": ld.media_type, "digest": ld.digest, "size": ld.size}]}).encode()
+                       "layers": [{"mediaType": ld.media_type, "digest": ld.digest,
+                                   "size": ld.size}]}).encode()
     return r.push_manifest(repo, tag, body)
 
 
@@ -61,14 +64,17 @@ def registry(oci_registry, monkeypatch):
 
 
 def skill_toolkit(root: Path, ident: str, cli: str, images: str) -> Path:
-    return write_toolkit(root, ident, manifest_text(ident, exec="posix", extra={"CLI_BIN": cli, "SKILL_IMAGES": images}))
+    return write_toolkit(root, ident,
+                         manifest_text(ident, exec="posix", extra={"CLI_BIN": cli, "SKILL_IMAGES": images}))
 
 
 def test_entries_are_checked() -> None:
-    ok = skill_images.parse("oci://127.0.0.1:5000/skills/py:1=/skills/python oci://h/x@sha256:" + "a" * 64 + "=/skills/x")
+    ok = skill_images.parse("oci://127.0.0.1:5000/skills/py:1=/skills/python "
+                            "oci://h/x@sha256:" + "a" * 64 + "=/skills/x")
     assert [s.mount for s in ok] == ["/skills/python", "/skills/x"]
     for bad, why in [("oci://h/x:1", "write each entry"), ("oci://h/x:1=skills", "absolute guest path"),
-                     ("oci://h/x:1=/skills/../etc", "absolute guest path"), ("oci://h/x:1=/etc", "the guest's own"),
+                     ("oci://h/x:1=/skills/../etc", "absolute guest path"),
+                     ("oci://h/x:1=/etc", "the guest's own"),
                      ("oci://h/x:1=/tmp/w/a", "the guest's own"), ("oci://h/X:1=/s", "repository name"),
                      ("oci://h/x:1=/s oci://h/y:1=/s", "two images")]:
         with pytest.raises(InvalidArgs, match=why):
@@ -94,7 +100,8 @@ def test_pulled_once_verified_and_content_addressed(registry, tmp_path, monkeypa
     pinned = skill_images.SkillImage(f"oci://{registry.host}/skills/python@{digest}", "/skills/python")
     assert skill_images.resolve(home, pinned, client=lambda: CLIENT) == tree  # by digest: no request at all
     # a cached image asks for no client: it runs with no OCI plugin installed
-    assert skill_images.resolve(home, im, client=lambda: pytest.fail("a cached image asked for a client")) == tree
+    assert skill_images.resolve(home, im,
+                                client=lambda: pytest.fail("a cached image asked for a client")) == tree
 
 
 def test_a_tampered_layer_is_refused(registry, tmp_path) -> None:
@@ -150,6 +157,7 @@ def test_microvm_tier_mounts_it_read_only(registry, make_runtime, toolkit_root, 
     rt.discover(refresh=True)
     name = builder.build(rt, "skilledvm").name
     res = rt.call(name, ["-c", "cat /skills/python/README.md; sh /skills/python/bin/hello.sh; "
-                         "touch /skills/python/x 2>/dev/null && echo WROTE || echo read-only"], b"", tier="microvm")
+                         "touch /skills/python/x 2>/dev/null && echo WROTE || echo read-only"], b"",
+                  tier="microvm")
     assert res.exit_code == 0, res.stderr
     assert res.stdout == b"# python skill\nhello from the skill image\nread-only\n"

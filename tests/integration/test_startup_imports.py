@@ -24,7 +24,7 @@ sys.stdout.flush()
 print("\\n" + json.dumps({"code": code, "modules": sorted(m for m in sys.modules
       if m.split(".")[0] in ("typer", "wasmtime", "stevedore", "importlib_metadata", "orgparse", "pluggy", "sqlite3")
       or m in ("importlib.metadata", "_hashlib", "dataclasses", "inspect") or (m.startswith("wbcore_") and not m.startswith(("wbcore_runtime", "wbcore_cli"))))}))
-"""
+"""  # noqa: E501
 
 
 def probe(home: Path, *args: str, stdin: bytes = b"") -> dict:
@@ -52,9 +52,12 @@ def test_run_imports_no_typer_and_list_no_plugin(tmp_path: Path) -> None:
     # The run path's records are written by hand (wbcore_runtime.contract.frozen): no dataclass is
     # made, so neither dataclasses nor inspect (~8 ms) is imported.
     assert "dataclasses" not in ran["modules"] and "inspect" not in ran["modules"], ran
-    assert {m.split(".")[0] for m in ran["modules"] if m.startswith("wbcore_") and not m.startswith("wbcore_runtime")} <= {"wbcore_wasmtime", "wbcore_otel"}, ran
+    assert ({m.split(".")[0] for m in ran["modules"]
+             if m.startswith("wbcore_") and not m.startswith("wbcore_runtime")}
+            <= {"wbcore_wasmtime", "wbcore_otel"}), ran
 
     listed = probe(home, "toolkit", "list")
     assert listed["code"] == 0
-    assert not [m for m in listed["modules"] if m.startswith(("wasmtime", "wbcore_")) and not m.startswith("wbcore_runtime")], listed
+    assert not [m for m in listed["modules"]
+                if m.startswith(("wasmtime", "wbcore_")) and not m.startswith("wbcore_runtime")], listed
     assert "importlib.metadata" not in listed["modules"] and "orgparse" not in listed["modules"], listed

@@ -11,7 +11,8 @@ import pytest
 svelte = pytest.importorskip("wbcore_lane_js.svelte")
 
 REPO_TOOLKITS = Path(__file__).resolve().parents[2] / "toolkits"
-needs_tarballs = pytest.mark.skipif(bool(svelte.missing()), reason="svelte tarballs not fetched: run `python dev.py warm` once")
+needs_tarballs = pytest.mark.skipif(bool(svelte.missing()),
+                                    reason="svelte tarballs not fetched: run `python dev.py warm` once")
 
 
 @needs_tarballs

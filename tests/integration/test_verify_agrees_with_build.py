@@ -28,7 +28,8 @@ class NoLanePlugin:
             raise AssertionError("an unavailable lane is never instantiated")
 
         yield BuildLane(name="frob", summary="test lane", where="nowhere", factory=factory,
-                        available=lambda: Availability.no("needs the frobnicator; install it with apt-get install frob"))
+                        available=lambda: Availability.no(
+                            "needs the frobnicator; install it with apt-get install frob"))
 
 
 def _kit(make_toolkit, ident: str, src: str, lang: str | None = None, **extra: str) -> None:
@@ -43,14 +44,16 @@ CASES = [
     ("fetched-wasm", "wasm:https://example.invalid/m.wasm", None, {}, 2, "needs #+SHA256"),
     ("fetched-archive", "archive:https://example.invalid/a.tar.gz", "c", {}, 2, "needs #+SHA256"),
     ("loose-git", "git+https://example.invalid/repo@main", "c", {}, 2, "40-hex commit"),
-    ("bad-c-flag", "path:src", "c", {"BUILD_FLAGS": "-O2 --sysroot=/etc"}, 2, "flag '--sysroot=/etc' is not allowed"),
+    ("bad-c-flag", "path:src", "c", {"BUILD_FLAGS": "-O2 --sysroot=/etc"}, 2,
+     "flag '--sysroot=/etc' is not allowed"),
     ("bad-js-flag", "path:src", "js", {"BUILD_FLAGS": "-O2"}, 2, "js takes no build flags"),
     ("no-lane", "path:src", "frob", {}, 127, "lane frob is not available here: needs the frobnicator"),
     ("unknown-lane", "path:src", "cobol", {}, 127, "unknown BUILD_LANG lane 'cobol'"),
 ]
 
 
-@pytest.mark.parametrize(("ident", "src", "lang", "extra", "code", "reason"), CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(("ident", "src", "lang", "extra", "code", "reason"), CASES,
+                         ids=[c[0] for c in CASES])
 def test_what_build_refuses_verify_shows_as_a_cross_with_the_same_reason(
         make_toolkit, make_runtime, wbx, ident, src, lang, extra, code, reason):
     _kit(make_toolkit, ident, src, lang, **extra)
@@ -106,7 +109,8 @@ def test_a_registered_toolkit_whose_lane_went_away_warns(make_toolkit, make_runt
     rt2 = make_runtime()
     rt2.register_plugin(NoLanePlugin(), name="nolane")
     lines = [c for c in rt2.verify("gone").checks if c.area == "build"]
-    assert lines and lines[0].warning and "a rebuild would be refused: lane frob is not available here" in lines[0].message
+    assert (lines and lines[0].warning
+            and "a rebuild would be refused: lane frob is not available here" in lines[0].message)
 
 
 def test_build_all_one_line_each_goes_on_past_failures(make_toolkit, make_runtime, wbx):
@@ -122,14 +126,16 @@ def test_build_all_one_line_each_goes_on_past_failures(make_toolkit, make_runtim
     r = wbx("toolkit", "build", "--all", runtime=rt)
     assert r.exit_code == 1, r.stderr
     lines = r.stdout.splitlines()
-    assert [ln.split(":")[0] for ln in lines[:4]] == ["✓ aaa-good", "✗ bbb-bad-flag", "- ccc-no-lane", "✓ ddd-good"]
+    assert ([ln.split(":")[0] for ln in lines[:4]]
+            == ["✓ aaa-good", "✗ bbb-bad-flag", "- ccc-no-lane", "✓ ddd-good"])
     assert "flag '--sysroot=/etc' is not allowed" in lines[1] and "needs the frobnicator" in lines[2]
     # the same source and lane, but two toolkits: the cache key carries the toolkit id, so
     # no build is shared between toolkits (wbcore_runtime.build.cache); a second --all is all hits
     assert lines[4] == "4 buildable toolkit(s): 2 built, 0 cached, 1 skipped, 1 failed"
     rows = json.loads(wbx("toolkit", "build", "--all", "--json", runtime=rt).stdout)
     assert [(row["toolkit"], row["state"]) for row in rows] == [
-        ("aaa-good", "cached"), ("bbb-bad-flag", "failed"), ("ccc-no-lane", "skipped"), ("ddd-good", "cached")]
+        ("aaa-good", "cached"), ("bbb-bad-flag", "failed"), ("ccc-no-lane", "skipped"),
+        ("ddd-good", "cached")]
     assert rt.registry.lookup("command", "ddd-good") is not None
     assert wbx("toolkit", "build", "--all", "aaa-good", runtime=rt).exit_code == 2
     assert wbx("toolkit", "build", runtime=rt).exit_code == 2

@@ -36,14 +36,15 @@ def svg_flatten() -> Path:
     try:
         return wasi_tools.fetch(wasi_tools.SVG_FLATTEN)
     except Exception as exc:  # noqa: BLE001 - the reason is shown
-        pytest.skip(f"svg-flatten {wasi_tools.SVG_FLATTEN.version} is not on this machine and could not be fetched "
-                    f"({type(exc).__name__}: {exc}); run: python3 dev.py setup")
+        pytest.skip(f"svg-flatten {wasi_tools.SVG_FLATTEN.version} is not on this machine and could not be "
+                    f"fetched ({type(exc).__name__}: {exc}); run: python3 dev.py setup")
 
 
 def svg_toolkit(root: Path, program: Path, extra: dict[str, str] | None = None, *,
                 preopens: tuple[str, ...] = ("root /", "fonts /usr/share/fonts")) -> Path:
     sha = hashlib.sha256(program.read_bytes()).hexdigest()
-    fields = {"BUILD_SRC": "wasm:bin/svg-flatten.wasm", "SHA256": sha, "CLI_BIN": "svg-flatten", **(extra or {})}
+    fields = {"BUILD_SRC": "wasm:bin/svg-flatten.wasm", "SHA256": sha, "CLI_BIN": "svg-flatten",
+              **(extra or {})}
     text = manifest_text("svgflat", exec="command", extra=fields)
     text = text.replace("#+CLI_BIN:", "".join(f"#+PREOPEN: {p}\n" for p in preopens) + "#+CLI_BIN:", 1)
     tk = write_toolkit(root, "svgflat", text, files={"root/etc/svgflat.txt": "a read-only file under /\n",
@@ -119,7 +120,8 @@ def test_preopen_lines_are_checked_together(lines, why) -> None:
         preopen.parse_all("\n".join(lines))
 
 
-@pytest.mark.parametrize(("value", "why"), [("/ 1M", "cannot be the guest's root"), ("/tmp 2T", "not a byte count"),
+@pytest.mark.parametrize(("value", "why"),
+                         [("/ 1M", "cannot be the guest's root"), ("/tmp 2T", "not a byte count"),
                                             ("/tmp 2G", "within 1 byte"), ("tmp", "absolute")])
 def test_scratch_values_are_checked(value, why) -> None:
     with pytest.raises(InvalidArgs, match=why):

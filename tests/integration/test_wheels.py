@@ -35,17 +35,20 @@ from wbcore_testing.fixtures import manifest_text, write_toolkit  # noqa: E402
 REPO = Path(__file__).resolve().parents[2]
 #: The core and the plugins installed in the fresh venv: one lane (wat, in wbcore-wasmtime), the
 #: BUILD_SRC prefixes, the process tier.
-OURS = {"wbcore-runtime": REPO, **{d: REPO / "plugins" / d for d in ("wbcore-wasmtime", "wbcore-sources", "wbcore-process")}}
+OURS = {"wbcore-runtime": REPO,
+        **{d: REPO / "plugins" / d for d in ("wbcore-wasmtime", "wbcore-sources", "wbcore-process")}}
 #: What stays behind when a distribution's folder is copied to build it: caches everywhere; at its
 #: top, tests, build output and (for the core at the repository's root) the other folders.
 CACHES = ("__pycache__", ".pytest_cache")
-TOP = {"tests", "build", "dist", "plugins", "bench", "docs", "toolkits", "wit", "dev.py", "tox.ini", "wbx.toml"}
+TOP = {"tests", "build", "dist", "plugins", "bench", "docs", "toolkits", "wit", "dev.py", "tox.ini",
+       "wbx.toml"}
 
 
 def _copy(folder: Path, to: Path) -> None:
     def skip(where: str, names: list[str]) -> set[str]:
         top = Path(where) == folder
-        return {n for n in names if n in CACHES or n.endswith(".egg-info") or (top and (n in TOP or n.startswith(".")))}
+        return {n for n in names
+                if n in CACHES or n.endswith(".egg-info") or (top and (n in TOP or n.startswith(".")))}
 
     shutil.copytree(folder, to, ignore=skip)
 
@@ -74,7 +77,8 @@ def _closure(roots: list[str]) -> set[str]:
 def _repack(name: str, out: Path) -> Path:
     """A wheel of the installed distribution ``name``, made from the files its RECORD lists."""
     dist = metadata.distribution(name)
-    wheel_file = next(f for f in dist.files or () if f.name == "WHEEL" and f.parent.name.endswith(".dist-info"))
+    wheel_file = next(f for f in dist.files or ()
+                      if f.name == "WHEEL" and f.parent.name.endswith(".dist-info"))
     info = Path(str(wheel_file.locate())).parent  # the .dist-info folder
     wheel_meta = (info / "WHEEL").read_text()
     tags = [t.split("-") for t in re.findall(r"^Tag: (\S+)$", wheel_meta, re.M)]
@@ -120,16 +124,20 @@ def test_wheels_install_and_run_a_toolkit_outside_the_repository(tmp_path: Path)
         names = zipfile.ZipFile(whl).namelist()
         assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), f"{whl.name}: no LICENSE"
         meta = zipfile.ZipFile(whl).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
-        readme_title = (OURS[dist] / "README.md").read_text().splitlines()[0]  # the core's is the project's README
+        # the core's is the project's README
+        readme_title = (OURS[dist] / "README.md").read_text().splitlines()[0]
         assert "Description-Content-Type: text/markdown" in meta and f"\n{readme_title}\n" in meta, whl.name
-        assert "Requires-Python: >=3.11" in meta and "Classifier: License :: OSI Approved :: Apache Software License" in meta
+        assert ("Requires-Python: >=3.11" in meta
+                and "Classifier: License :: OSI Approved :: Apache Software License" in meta)
     # An sdist of each, through the build backend's own PEP 517 hook (no network, no isolation).
     for dist in OURS:
-        got = _run(sys.executable, "-c", "import sys; from setuptools import build_meta as b; print(b.build_sdist(sys.argv[1]))",
+        got = _run(sys.executable, "-c",
+                   "import sys; from setuptools import build_meta as b; print(b.build_sdist(sys.argv[1]))",
                    tmp_path / "sdist", cwd=src / dist).stdout.split()[-1]
         with tarfile.open(tmp_path / "sdist" / got) as tar:
             members = {m.name.split("/", 1)[-1] for m in tar.getmembers()}
-        assert {"LICENSE", "README.md", "pyproject.toml", "PKG-INFO"} <= members, f"{got}: {sorted(members)[:20]}"
+        assert {"LICENSE", "README.md", "pyproject.toml", "PKG-INFO"} <= members, (
+            f"{got}: {sorted(members)[:20]}")
     for name in sorted(_closure(list(OURS))):
         _repack(name, house)
 
@@ -137,14 +145,17 @@ def test_wheels_install_and_run_a_toolkit_outside_the_repository(tmp_path: Path)
     _run(sys.executable, "-m", "venv", "--without-pip", venv)
     py = venv / "bin" / "python"
     pip = [sys.executable, "-m", "pip", "--python", py, "--disable-pip-version-check"]
-    _run(*pip, "install", "--quiet", "--no-compile", "--no-index", "--find-links", house, *OURS)  # no .pyc: cheaper
+    # no .pyc: cheaper
+    _run(*pip, "install", "--quiet", "--no-compile", "--no-index", "--find-links", house, *OURS)
     show = _run(*pip, "show", "wbcore-runtime", "wbcore-wasmtime").stdout
-    assert "Name: wbcore-runtime" in show and "License: Apache-2.0" in show and "Name: wbcore-wasmtime" in show
+    assert ("Name: wbcore-runtime" in show and "License: Apache-2.0" in show
+            and "Name: wbcore-wasmtime" in show)
     assert re.search(r"Requires: .*wasmtime.*wbcore-runtime|Requires: .*wbcore-runtime.*wasmtime", show), show
 
     root = tmp_path / "toolkits"  # a folder no repository holds
     write_toolkit(root, "shout", manifest_text("shout", exec="command", extra={
-        "BUILD_LANG": "wat", "BUILD_SRC": "path:src/main.wat", "CLI_BIN": "shout"}), files={"src/main.wat": ECHO_WAT})
+        "BUILD_LANG": "wat", "BUILD_SRC": "path:src/main.wat", "CLI_BIN": "shout"}),
+                  files={"src/main.wat": ECHO_WAT})
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WB_", "PYTHON", "VIRTUAL_ENV"))}
     env.update(WB_HOME=str(tmp_path / "home"), WB_TOOLKITS_ROOT=str(root))
     wbx = venv / "bin" / "wbx"
@@ -154,7 +165,9 @@ def test_wheels_install_and_run_a_toolkit_outside_the_repository(tmp_path: Path)
                  "process · wbcore-process 0.1.0 · ok"):
         assert line in listing, listing
     assert "lane-c-wasm" not in listing  # only what was installed: the repository is not on the path
-    where = _run(py, "-c", "import wbcore_runtime, wbcore_wasmtime; print(wbcore_runtime.__file__, wbcore_wasmtime.__file__)",
+    where = _run(py, "-c",
+                 "import wbcore_runtime, wbcore_wasmtime; print(wbcore_runtime.__file__, "
+                 "wbcore_wasmtime.__file__)",
                  env=env, cwd=tmp_path).stdout
     assert str(REPO) not in where and str(venv) in where
     _run(wbx, "toolkit", "build", "shout", env=env, cwd=tmp_path)

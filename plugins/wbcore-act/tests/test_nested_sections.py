@@ -45,7 +45,8 @@ def test_sections_in_a_nested_core_module_are_found() -> None:
 
 
 def test_outermost_wins_and_nested_components_are_walked() -> None:
-    deep = _nest(COMPONENT, 4, _nest(COMPONENT, 1, add_custom_section(MODULE, sections.ACT_COMPONENT, _info("deep"))))
+    deep = _nest(COMPONENT, 4,
+                 _nest(COMPONENT, 1, add_custom_section(MODULE, sections.ACT_COMPONENT, _info("deep"))))
     assert sections.read_act_info(deep).name == "deep"
     outer = add_custom_section(deep, sections.ACT_COMPONENT, _info("outer"))
     assert sections.read_act_info(outer).name == "outer"

@@ -34,5 +34,6 @@ def test_act_component_section_is_read_without_running() -> None:
     wasm = add_custom_section(wasm, sections.ACT_SKILL, b"# Weather")
     assert sections.is_component(wasm) and not sections.is_component(b"\0asm\x01\0\0\0")
     info = sections.read_act_info(wasm)
-    assert (info.name, info.version, info.revision, info.skill) == ("weather-tools", "1.2.0", "0.4", "# Weather")
+    assert ((info.name, info.version, info.revision, info.skill)
+            == ("weather-tools", "1.2.0", "0.4", "# Weather"))
     assert info.description.text() == "Weather data tools"

@@ -28,7 +28,8 @@ def test_skill_rules_through_the_service(make_runtime) -> None:
     service = tools.service(make_runtime(plugins=["act"]))
     schema = service.command_schema(SKILL)
     assert schema["required"] == ["name"] and schema["properties"]["times"]["type"] == "integer"
-    argv, stdin = service.command_argv("k.greet", SKILL, {"name": "ann", "times": 2, "args": ["x"], "stdin": "hi"})
+    argv, stdin = service.command_argv("k.greet", SKILL,
+                                       {"name": "ann", "times": 2, "args": ["x"], "stdin": "hi"})
     assert (argv, stdin) == (["--name", "ann", "--times", "2", "x"], b"hi")
     with pytest.raises(InvalidArgs, match="missing required argument 'name'"):
         service.command_argv("k.greet", SKILL, {})
@@ -37,7 +38,8 @@ def test_skill_rules_through_the_service(make_runtime) -> None:
 
 
 def test_a_drafted_command_is_described_by_its_skill(make_runtime, toolkit_root: Path) -> None:
-    write_toolkit(toolkit_root, "greeter", manifest_text("greeter", exec="command", extra={"CLI_BIN": "greet"}),
+    write_toolkit(toolkit_root, "greeter",
+                  manifest_text("greeter", exec="command", extra={"CLI_BIN": "greet"}),
                   skills={"greet": SKILL})
     rt = make_runtime(plugins=["act"])
     tk = rt.discover().get("greeter")

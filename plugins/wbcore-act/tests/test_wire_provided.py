@@ -19,7 +19,8 @@ def _b64(value: object) -> str:
 def test_tool_definition_in_every_lifted_form() -> None:
     for meta_value in (cbor2.dumps(True), list(cbor2.dumps(True)), _b64(True)):
         td = wire.provided_tool({"name": "t", "description": {"tag": "plain", "value": "d"},
-                                 "parameters-schema": '{"type": "object"}', "metadata": [("std:read-only", meta_value)]})
+                                 "parameters-schema": '{"type": "object"}',
+                                 "metadata": [("std:read-only", meta_value)]})
         assert td.read_only and td.description.text() == "d" and td.input_schema == {"type": "object"}
 
 
@@ -38,21 +39,25 @@ def test_bad_tool_definitions_say_what_is_wrong(wire_def, match) -> None:
 @pytest.mark.parametrize("kind, want", [
     ("std:not-found", ToolErrorKind.NOT_FOUND), ("std:invalid-args", ToolErrorKind.INVALID_ARGS),
     ("std:timeout", ToolErrorKind.TIMEOUT), ("std:capability-denied", ToolErrorKind.CAPABILITY_DENIED),
-    ("std:internal", ToolErrorKind.INTERNAL), ("acme:quota", ToolErrorKind.OTHER), ("std:other", ToolErrorKind.OTHER),
+    ("std:internal", ToolErrorKind.INTERNAL), ("acme:quota", ToolErrorKind.OTHER),
+    ("std:other", ToolErrorKind.OTHER),
 ])
 def test_error_kinds(kind, want) -> None:
-    err = wire.provided_error({"kind": kind, "message": {"tag": "localized", "value": [("en", "x")]}, "metadata": []})
+    err = wire.provided_error({"kind": kind, "message": {"tag": "localized", "value": [("en", "x")]},
+                               "metadata": []})
     assert err.kind is want and err.text == "x"
     if want is ToolErrorKind.OTHER:
         assert err.kind_name == kind
 
 
 def test_immediate_results_and_their_events() -> None:
-    content = {"tag": "content", "value": {"data": base64.b64encode(b"hi").decode(), "mime-type": "text/plain",
+    content = {"tag": "content",
+               "value": {"data": base64.b64encode(b"hi").decode(), "mime-type": "text/plain",
                                            "metadata": []}}
     error = {"tag": "error", "value": {"kind": "std:timeout", "message": {"tag": "plain", "value": "slow"},
                                        "metadata": []}}
-    events = wire.provided_result({"tag": "immediate", "value": [content, {"tag": "metadata", "value": []}, error]})
+    events = wire.provided_result({"tag": "immediate",
+                                   "value": [content, {"tag": "metadata", "value": []}, error]})
     assert [type(e) for e in events] == [Content, MetadataEvent, Error]
     assert events[0].part.value() == "hi" and events[-1].error.kind is ToolErrorKind.TIMEOUT
 

@@ -1,5 +1,5 @@
-"""Public Agent Skills (plugins/wbcore-agent-skills/tests/data/agent-skills: three of the anthropics/skills repository,
-Apache-2.0) survive import → export byte for byte, and re-importing drifts nothing: the import
+"""Public Agent Skills (plugins/wbcore-agent-skills/tests/data/agent-skills: three of the anthropics/skills
+repository, Apache-2.0) survive import → export byte for byte, and re-importing drifts nothing: the import
 keeps the package as it came (``agent-skill/``) beside the Org manifest and skills it writes,
 and export gives that package back while the generated files are unedited."""
 
@@ -21,7 +21,8 @@ def tree(root: Path) -> dict[str, bytes]:
 
 
 def generated(folder: Path) -> dict[str, bytes]:
-    return {rel: data for rel, data in tree(folder).items() if rel == "manifest.org" or rel.startswith("skills/")}
+    return {rel: data for rel, data in tree(folder).items()
+            if rel == "manifest.org" or rel.startswith("skills/")}
 
 
 @pytest.mark.parametrize("name", SKILLS)
@@ -34,7 +35,8 @@ def test_a_public_skill_round_trips_byte_for_byte(name: str, tmp_path: Path, mak
     # Importing the export is importing the original: nothing drifts, round after round.
     again = skill_import.import_skill(pkg, tmp_path / "tk2")
     assert generated(tmp_path / "tk2" / name) == generated(tmp_path / "tk1" / name)
-    pkg2 = export.export_agent_skills(make_runtime(roots=[tmp_path / "tk2"]).toolkit(again.id), tmp_path / "out2")
+    pkg2 = export.export_agent_skills(make_runtime(roots=[tmp_path / "tk2"]).toolkit(again.id),
+                                      tmp_path / "out2")
     assert tree(pkg2) == tree(source)
 
 
@@ -42,11 +44,14 @@ def test_an_edited_toolkit_exports_its_edits(tmp_path: Path, make_runtime) -> No
     skill_import.import_skill(PUBLIC / "webapp-testing", tmp_path / "tk")
     overview = tmp_path / "tk" / "webapp-testing" / "skills" / "overview.org"
     overview.write_text(overview.read_text() + "\n* Added after import\nA line the deployer wrote.\n")
-    pkg = export.export_agent_skills(make_runtime(roots=[tmp_path / "tk"]).toolkit("webapp-testing"), tmp_path / "out")
+    pkg = export.export_agent_skills(make_runtime(roots=[tmp_path / "tk"]).toolkit("webapp-testing"),
+                                     tmp_path / "out")
     files = tree(pkg)
     assert "A line the deployer wrote." in files["SKILL.md"].decode()
-    assert not any(rel.startswith(skill_import.ORIGINAL_DIR + "/") for rel in files)  # the kept copy is not exported
-    assert files["scripts/with_server.py"] == (PUBLIC / "webapp-testing" / "scripts" / "with_server.py").read_bytes()
+    # the kept copy is not exported
+    assert not any(rel.startswith(skill_import.ORIGINAL_DIR + "/") for rel in files)
+    assert (files["scripts/with_server.py"]
+            == (PUBLIC / "webapp-testing" / "scripts" / "with_server.py").read_bytes())
 
 
 def test_as_names_the_toolkit_when_the_skill_name_differs_from_its_folder(tmp_path: Path) -> None:

@@ -15,7 +15,8 @@ from wbcore_runtime.contract.errors import InvalidArgs
 
 LONG_DESCRIPTION = (
     "Fill, extract and merge PDF forms and documents. "
-    + " ".join(f"Use it when the user mentions case {n}: a PDF form, a scanned page or a table to extract." for n in range(9))
+    + " ".join(f"Use it when the user mentions case {n}: a PDF form, a scanned page or a table to extract."
+               for n in range(9))
 )
 assert 800 < len(LONG_DESCRIPTION) <= 1024
 
@@ -146,7 +147,8 @@ def test_export_import_export_is_byte_identical(tmp_path, make_runtime):
     assert _tree(_export(make_runtime, [tmp_path / "tk3"], "pdf-forms", tmp_path / "out3")) == tree1
 
 
-def test_a_native_toolkit_round_trips_after_its_first_export(make_toolkit, make_runtime, tmp_path, toolkit_root):
+def test_a_native_toolkit_round_trips_after_its_first_export(make_toolkit, make_runtime, tmp_path,
+                                                             toolkit_root):
     make_toolkit("Demo_Tool", exec="command", caps="net", extra={"CLI_BIN": "demo"},
                  skills={"overview": "#+TITLE: o\n\nUse ~demo~ well.\n\n* Notes\n\nSome.\n",
                          "usage": "#+TITLE: Usage\n\nRun it.\n\n#+begin_src sh\ndemo -x\n#+end_src\n"})
@@ -155,7 +157,8 @@ def test_a_native_toolkit_round_trips_after_its_first_export(make_toolkit, make_
     assert back.id == "Demo_Tool" and back.skills == ("usage",)  # the id comes back from metadata
     pkg2 = _export(make_runtime, [tmp_path / "tk"], "Demo_Tool", tmp_path / "out2")
     assert _tree(pkg1) == _tree(pkg2)
-    assert "## Running" in _tree(pkg2)["SKILL.md"].decode() and "## References" in _tree(pkg2)["SKILL.md"].decode()
+    assert ("## Running" in _tree(pkg2)["SKILL.md"].decode()
+            and "## References" in _tree(pkg2)["SKILL.md"].decode())
 
 
 def _spec_errors(pkg: Path) -> list[str]:
@@ -167,7 +170,8 @@ def _spec_errors(pkg: Path) -> list[str]:
         errors.append(f"unexpected fields {sorted(unknown)}")
     name = unicodedata.normalize("NFKC", str(front.get("name", "")))
     if not (1 <= len(name) <= 64 and name == name.lower() and all(c.isalnum() or c == "-" for c in name)
-            and not name.startswith("-") and not name.endswith("-") and "--" not in name and name == pkg.name):
+            and not name.startswith("-") and not name.endswith("-") and "--" not in name
+            and name == pkg.name):
         errors.append(f"bad name {name!r}")
     if not 1 <= len(str(front.get("description", ""))) <= 1024:
         errors.append("bad description")
@@ -183,11 +187,13 @@ def test_exports_pass_the_reference_validator(tmp_path, make_runtime, make_toolk
     skill_import.import_skill(source, toolkit_root)
     make_toolkit("Odd__Name.v2", exec="command", extra={"CLI_BIN": "odd"}, tagline="word " * 300)
     rt = make_runtime(roots=[toolkit_root])
-    pkgs = [export.export_agent_skills(rt.toolkit(i), tmp_path / "out") for i in ("pdf-forms", "Odd__Name.v2")]
+    pkgs = [export.export_agent_skills(rt.toolkit(i), tmp_path / "out")
+            for i in ("pdf-forms", "Odd__Name.v2")]
     assert [p.name for p in pkgs] == ["pdf-forms", "odd-name-v2"]
     for pkg in pkgs:
         assert _spec_errors(pkg) == []
-    validator = pytest.importorskip("skills_ref.validator", reason="skills-ref (the core's test extra) validates exports")
+    validator = pytest.importorskip("skills_ref.validator",
+                                    reason="skills-ref (the core's test extra) validates exports")
     for pkg in pkgs:
         assert validator.validate(pkg) == [], pkg
 
@@ -212,7 +218,8 @@ def test_import_refuses_what_the_spec_refuses_with_file_and_line(tmp_path, field
     lines = ["---", *(f"{k}: {v}" for k, v in front.items()), "---", "", "# T", ""]
     (d / "SKILL.md").write_text("\n".join(lines))
     line = 2 + list(front).index(field)
-    with pytest.raises(InvalidArgs, match=re.escape(f"SKILL.md:{line}: {field}: ") + ".*" + re.escape(problem)):
+    with pytest.raises(InvalidArgs,
+                       match=re.escape(f"SKILL.md:{line}: {field}: ") + ".*" + re.escape(problem)):
         skill_import.import_skill(d, tmp_path / "out")
     assert not (tmp_path / "out" / "pdf-forms").exists()
 
@@ -302,8 +309,10 @@ def test_scripts_are_data_the_audit_names_them(tmp_path):
 
 
 def test_export_writes_nothing_outside_the_package(make_toolkit, make_runtime, tmp_path, toolkit_root):
-    """A skill's #+SOURCE is a path inside the package or ignored; links out of the toolkit are not followed."""
-    bad = {"up": "../../escape.md", "abs": "/tmp/escape.md", "skill": "SKILL.md", "org": "skills/x.md", "dot": ".hidden/x.md"}
+    """A skill's #+SOURCE is a path inside the package or ignored; links out of the toolkit are not
+    followed."""
+    bad = {"up": "../../escape.md", "abs": "/tmp/escape.md", "skill": "SKILL.md", "org": "skills/x.md",
+           "dot": ".hidden/x.md"}
     skills = {"overview": "#+TITLE: o\n\nO.\n"}
     skills.update({slug: f"#+TITLE: {slug}\n#+SOURCE: {src}\n\nText.\n" for slug, src in bad.items()})
     d = make_toolkit("sneaky", skills=skills)
@@ -321,6 +330,7 @@ def test_export_writes_nothing_outside_the_package(make_toolkit, make_runtime, t
 def test_an_exported_toolkit_id_cannot_name_a_path(tmp_path):
     d = tmp_path / "dots"
     d.mkdir()
-    (d / "SKILL.md").write_text('---\nname: dots\ndescription: x\nmetadata:\n  toolkit: ".."\n  generator: wbcore\n---\n')
+    (d / "SKILL.md").write_text('---\nname: dots\ndescription: x\nmetadata:\n  toolkit: ".."\n  generator: '
+                                'wbcore\n---\n')
     done = skill_import.import_skill(d, tmp_path / "out")
     assert done.path.parent == tmp_path / "out" and done.id not in ("..", ".", "")

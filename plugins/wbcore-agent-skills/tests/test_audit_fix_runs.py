@@ -34,7 +34,8 @@ WANT = {  # rewritten line → its stdout
 
 @pytest.mark.slow  # a fresh home compiles the built-in jq and grep (about a minute on two cores)
 def test_every_rewritten_command_runs(tmp_path: Path) -> None:
-    kit = write_toolkit(tmp_path / "kits", "reader", skills={"overview": "#+TITLE: o\n", "use": SKILL}, files={
+    kit = write_toolkit(tmp_path / "kits", "reader", skills={"overview": "#+TITLE: o\n", "use": SKILL},
+                        files={
         "meta.json": json.dumps({"title": "Hi"}),
         "data/meta.json": json.dumps({"tags": ["a", "b"]}),
         "notes.txt": "alpha\nbeta\nbeta again\n",
@@ -49,8 +50,10 @@ def test_every_rewritten_command_runs(tmp_path: Path) -> None:
     left = [f for f in report.findings if f.kind == "registered-cli"]
     assert len(left) == 1 and not left[0].fixable and "stdin" in left[0].message
     wbx = Path(sys.executable).parent / "wbx"
-    env = {**os.environ, "WB_HOME": str(tmp_path / "home"), "PATH": f"{wbx.parent}{os.pathsep}{os.environ['PATH']}"}
+    env = {**os.environ, "WB_HOME": str(tmp_path / "home"),
+           "PATH": f"{wbx.parent}{os.pathsep}{os.environ['PATH']}"}
     for line in lines:
         cmd = line.removeprefix("$ ")
-        done = subprocess.run(["sh", "-c", cmd], cwd=kit, env=env, capture_output=True, text=True, timeout=120)
+        done = subprocess.run(["sh", "-c", cmd], cwd=kit, env=env, capture_output=True, text=True,
+                              timeout=120)
         assert (done.returncode, done.stdout) == (0, WANT[line]), (cmd, done.stderr)

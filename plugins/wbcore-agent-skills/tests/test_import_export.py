@@ -58,14 +58,16 @@ def agent_skill(tmp_path: Path) -> Path:
     (d / "references").mkdir()
     (d / "SKILL.md").write_text(SKILL_MD)
     (d / "scripts" / "extract.py").write_text("#!/usr/bin/env python3\nprint('hi')\n")
-    (d / "references" / "forms.md").write_text("# Forms guide\n\nHow to fill forms.\n\n## Steps\n\n1. Open\n2. Fill\n")
+    (d / "references" / "forms.md").write_text("# Forms guide\n\nHow to fill forms.\n\n## Steps\n\n1. "
+                                               "Open\n2. Fill\n")
     return d
 
 
 def test_frontmatter_subset():
     front, body = skill_import.parse_frontmatter(SKILL_MD)
     assert front["name"] == "pdf-tools"
-    assert front["description"] == "Extract text and tables from PDF files. Use when the user gives you a PDF."
+    assert (front["description"]
+            == "Extract text and tables from PDF files. Use when the user gives you a PDF.")
     assert front["allowed-tools"] == ["Bash"] and front["metadata"] == {"version": "1.2.0"}
     assert body.startswith("# PDF tools")
     assert skill_import.parse_frontmatter("no front\n") == ({}, "no front\n")
@@ -85,13 +87,15 @@ def test_import_agent_skills_folder(agent_skill, tmp_path, wbx, make_runtime):
     assert '#+ALLOWED_TOOLS: ["Bash"]' in manifest and "- forms :: references/forms.md" in manifest
     assert "\n#+EXEC:" not in manifest
     overview = (d / "skills" / "overview.org").read_text()
-    assert "* Extract text\n" in overview and "* Fill forms\n" in overview and "** Careful\n\n- one\n- two" in overview
+    assert ("* Extract text\n" in overview and "* Fill forms\n" in overview
+            and "** Careful\n\n- one\n- two" in overview)
     assert "#+begin_src bash\npdftotext input.pdf out.txt\n" in overview and "#+end_src" in overview
     assert "[[references/forms.md][the forms guide]]" in overview  # links stay links: export keeps the path
     forms = (d / "skills" / "forms.org").read_text()
     assert forms.startswith("#+TITLE: Forms guide\n#+SOURCE: references/forms.md\n") and "* Steps" in forms
     # The import audits what it made.
-    assert "scripts/extract.py: a script" in r.stdout and "calls jq, which is not a registered command" in r.stdout
+    assert ("scripts/extract.py: a script" in r.stdout
+            and "calls jq, which is not a registered command" in r.stdout)
     rt = make_runtime(roots=[out])
     report = rt.verify("pdf-tools")
     assert report.ok, report.render()
@@ -150,7 +154,8 @@ def test_audit_and_fix(agent_skill, tmp_path, make_runtime):
     fixed = native_audit.fix(d, registered=["upper"])
     assert sorted(fixed.fixed) == ["manifest.org", "skills/legacy.org"]
     legacy = (d / "skills" / "legacy.org").read_text()
-    assert "#+begin_src sh\nwbx run upper -x hello\n#+end_src" in legacy  # no "--": wbx run passes it to the guest
+    # no "--": wbx run passes it to the guest
+    assert "#+begin_src sh\nwbx run upper -x hello\n#+end_src" in legacy
     assert "#+REQUIRES: jq, make, pdftotext, python" in (d / "manifest.org").read_text()
     assert not [f for f in fixed.findings if f.fixable]
     assert {f.kind for f in fixed.native} == {"interpreter", "native-cli", "pre-block", "script"}
@@ -169,18 +174,21 @@ def test_wbx_audit_exit_codes(tmp_path, wbx, make_runtime):
     rt.registry.register(Entry("command", "curl", "0" * 64, "command"))
     r = wbx("toolkit", "audit", str(tmp_path / "tk" / "dirty"), "--fix", runtime=rt)
     assert r.exit_code == 0, r.stdout
-    assert "wbx run curl https://example.com" in (tmp_path / "tk" / "dirty" / "skills" / "use.org").read_text()
+    assert ("wbx run curl https://example.com"
+            in (tmp_path / "tk" / "dirty" / "skills" / "use.org").read_text())
 
 
 # --- export ---------------------------------------------------------------------------
 
 
 def test_markup_roundtrip_keeps_code_and_structure():
-    md = "# T\n\nSee `x` and **b** and [l](https://e.x).\n\n```py\n* not a heading\n```\n\n> q\n\n| a | b |\n|---|---|\n"
+    md = ("# T\n\nSee `x` and **b** and [l](https://e.x).\n\n```py\n* not a heading\n```\n\n"
+          "> q\n\n| a | b |\n|---|---|\n")
     org = markup.md_to_org(md)
     assert "#+begin_src py\n,* not a heading\n#+end_src" in org
     back = markup.org_to_md(org)
-    assert "```py\n* not a heading\n```" in back and "`x`" in back and "**b**" in back and "[l](https://e.x)" in back
+    assert ("```py\n* not a heading\n```" in back and "`x`" in back and "**b**" in back
+            and "[l](https://e.x)" in back)
     assert "> q" in back and "|---|---|" in back
 
 
@@ -193,7 +201,8 @@ def _frontmatter(skill_md: str) -> dict[str, str]:
 
 def test_export_agent_skills_package(make_toolkit, make_runtime, wbx, tmp_path):
     make_toolkit("Demo_Tool", exec="command", caps="net", extra={"CLI_BIN": "demo"},
-                 skills={"overview": "#+TITLE: o\n\nUse ~demo~ well.\n", "usage": "#+TITLE: Usage\n\nRun it.\n\n#+begin_src sh\ndemo -x\n#+end_src\n"})
+                 skills={"overview": "#+TITLE: o\n\nUse ~demo~ well.\n",
+                         "usage": "#+TITLE: Usage\n\nRun it.\n\n#+begin_src sh\ndemo -x\n#+end_src\n"})
     out = tmp_path / "skills"
     r = wbx("toolkit", "export", "Demo_Tool", "--agent-skills", str(out))
     assert r.exit_code == 0, r.stderr
@@ -262,7 +271,8 @@ def test_export_dash_o_writes_agent_skills_packages(make_toolkit, wbx, tmp_path)
     out = tmp_path / "out"
     r = wbx("toolkit", "export", "solo", "-o", str(out))
     assert r.exit_code == 0, r.stderr
-    assert (out / "solo" / "SKILL.md").is_file() and f"exported solo → {out / 'solo' / 'SKILL.md'}" in r.stdout
+    assert ((out / "solo" / "SKILL.md").is_file()
+            and f"exported solo → {out / 'solo' / 'SKILL.md'}" in r.stdout)
     assert wbx("toolkit", "export", "solo", "--out", str(out), "--force").exit_code == 0
     r = wbx("toolkit", "export", "solo")
     assert r.exit_code == 2 and "give -o DIR" in r.stderr

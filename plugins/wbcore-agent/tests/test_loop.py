@@ -11,7 +11,8 @@ import pytest
 from wbcore_agent.tools import HostTool
 
 from wbcore_runtime import hookimpl
-from wbcore_runtime.contract.llm import ChatResponse, LlmSettings, ProviderError, ToolSpec, ToolUse, Usage, with_retries
+from wbcore_runtime.contract.llm import (ChatResponse, LlmSettings, ProviderError, ToolSpec, ToolUse, Usage,
+                                         with_retries)
 from wbcore_runtime.contract.records import LlmProvider
 
 PLUGINS = ["agent", "act", "brokers-state"]
@@ -42,7 +43,8 @@ class Script:
                             on_text(turn)
                         return ChatResponse(turn, (), "stop", Usage(5, 3), self.settings.model)
                     uses = tuple(ToolUse(f"c{len(script.seen)}_{i}", n, a) for i, (n, a) in enumerate(turn))
-                    return ChatResponse("", uses, "tool_calls", Usage(5, 3, self.settings.cost(self.settings.model, 5, 3)),
+                    return ChatResponse("", uses, "tool_calls",
+                                        Usage(5, 3, self.settings.cost(self.settings.model, 5, 3)),
                                         self.settings.model)
 
                 return with_retries(once, self.settings, sleep=lambda s: None)
@@ -111,7 +113,8 @@ def test_run_lists_reads_writes_and_finishes(setup):
     assert json.loads(got[0]["results"][0]["text"])[0]["id"] == "notes"
     assert "How to take notes." in got[1]["results"][0]["text"]
     assert got[3]["results"][0]["text"] == "42"
-    assert rec.usage.input_tokens == 25 and rec.usage.cost_usd == pytest.approx(5 * (5 * 1000 + 3 * 2000) / 1e6)
+    assert (rec.usage.input_tokens == 25
+            and rec.usage.cost_usd == pytest.approx(5 * (5 * 1000 + 3 * 2000) / 1e6))
     text = (rec.workdir / "_steps.jsonl").read_text()
     assert "sk-secret-123" not in text
 
@@ -126,7 +129,8 @@ def test_max_steps_ends_the_run(setup):
 
 def test_tool_timeout_is_a_tool_error_the_model_sees(setup):
     rt, script, agent = setup
-    slow = HostTool(ToolSpec("slow", "sleeps", {"type": "object", "properties": {}}), lambda run, a: time.sleep(5) or "late")
+    slow = HostTool(ToolSpec("slow", "sleeps", {"type": "object", "properties": {}}),
+                    lambda run, a: time.sleep(5) or "late")
     script.turns = [[("slow", {})], "gave up"]
     t0 = time.monotonic()
     rec = rt.agent(agent, "be slow", tool_timeout=0.3, host_tools=[slow])
@@ -141,7 +145,8 @@ def test_provider_error_is_retried_then_surfaced(setup):
     rt, script, agent = setup
     rt.env["WB_LLM_RETRIES"] = "2"
     script.turns = [ProviderError("HTTP 503", status=503, retryable=True), [("wb", {"op": "list"})],
-                    ProviderError("HTTP 500", status=500, retryable=True)] + [ProviderError("HTTP 500", status=500, retryable=True)] * 2
+                    ProviderError("HTTP 500", status=500, retryable=True)] + [
+                        ProviderError("HTTP 500", status=500, retryable=True)] * 2
     rec = rt.agent(agent, "flaky")
     assert steps(rec)[0]["attempts"] == 2  # step 1 needed a retry
     assert rec.status == "error" and "after 3 attempts" in rec.error and rec.steps == 1
@@ -157,7 +162,8 @@ def test_crashed_run_resumes_from_its_vfs(setup):
         if step.get("step") == 2 and "event" not in step:
             raise Crash()
 
-    script.turns = [[("vfs_write", {"path": "a.txt", "content": "A"})], [("vfs_write", {"path": "b.txt", "content": "B"})]]
+    script.turns = [[("vfs_write", {"path": "a.txt", "content": "A"})],
+                    [("vfs_write", {"path": "b.txt", "content": "B"})]]
     with pytest.raises(Crash):
         rt.agent(agent, "two files", run_id="crashy", on_step=crash_at_2)
     script.turns = [[("vfs_read", {"path": "b.txt"})], [("done", {"result": "resumed"})]]
@@ -170,8 +176,10 @@ def test_crashed_run_resumes_from_its_vfs(setup):
 def test_session_streams_events_reviews_and_cancels(setup):
     rt, script, agent = setup
     gate = threading.Event()
-    wait = HostTool(ToolSpec("wait", "waits", {"type": "object", "properties": {}}), lambda run, a: gate.wait(5) and "go")
-    script.turns = [[("file_issue", {"title": "check this", "body": "please"})], [("wait", {})], [("wb", {"op": "list"})]]
+    wait = HostTool(ToolSpec("wait", "waits", {"type": "object", "properties": {}}),
+                    lambda run, a: gate.wait(5) and "go")
+    script.turns = [[("file_issue", {"title": "check this", "body": "please"})], [("wait", {})],
+                    [("wb", {"op": "list"})]]
     s = rt.agents.sessions.start(agent, "review me", host_tools=[wait])
     events = s.events(timeout=10)
     kinds = []
@@ -197,8 +205,10 @@ def test_a_review_decision_reaches_the_agent_through_its_tool(setup):
 
     rt, script, agent = setup
     gate = threading.Event()
-    wait = HostTool(ToolSpec("wait", "waits", {"type": "object", "properties": {}}), lambda run, a: gate.wait(10) and "go")
-    script.turns = [[("file_issue", {"title": "ship it?", "body": "v2"}), ("file_issue", {"title": "and this?"})],
+    wait = HostTool(ToolSpec("wait", "waits", {"type": "object", "properties": {}}),
+                    lambda run, a: gate.wait(10) and "go")
+    script.turns = [[("file_issue", {"title": "ship it?", "body": "v2"}),
+                     ("file_issue", {"title": "and this?"})],
                     [("wait", {})], [("review_decisions", {})], [("done", {"result": "ok"})]]
     s = rt.agents.sessions.start(agent, "ask first", host_tools=[wait])
     for ev in s.events(timeout=10):
@@ -268,7 +278,8 @@ def test_exec_tools_only_under_the_exec_grant(setup, tmp_path):
     script.turns = [[("git", {"message": "x"})], "no"]
     plain = rt.agent(agent, "try")
     assert "git" not in [t.name for t in script.seen[-1].tools]
-    assert not steps(plain)[0]["results"][0]["ok"] and "no tool 'git'" in steps(plain)[0]["results"][0]["text"]
+    assert (not steps(plain)[0]["results"][0]["ok"]
+            and "no tool 'git'" in steps(plain)[0]["results"][0]["text"])
 
 
 def test_cancel_stops_the_running_tool(setup):
@@ -302,7 +313,8 @@ def test_a_tampered_toolkit_text_never_reaches_the_model(make_runtime, make_tool
                      ("wb", {"op": "search", "query": "exfiltrate"}), ("search", {"query": "IGNORE"})], "ok"]
     rec = rt.agent(agent, "x")
     listed, skill, found, searched = steps(rec)[0]["results"]
-    assert json.loads(listed["text"]) == [{"id": "evil", "unavailable": json.loads(listed["text"])[0]["unavailable"]}]
+    assert (json.loads(listed["text"])
+            == [{"id": "evil", "unavailable": json.loads(listed["text"])[0]["unavailable"]}])
     assert not skill["ok"] and skill["text"].startswith("capability-denied: toolkit evil is unavailable")
     assert json.loads(found["text"]) == [] and json.loads(searched["text"])["toolkits"] == []
     assert "exfiltrate" not in script.seen[0].system
@@ -351,14 +363,16 @@ def saved_state(rt, rec):
 def test_ten_thousand_calls_in_one_reply_run_at_most_max_calls(setup):
     rt, script, agent = setup
     ran = []
-    count = HostTool(ToolSpec("count", "counts", {"type": "object", "properties": {}}), lambda run, a: ran.append(1) or "1")
+    count = HostTool(ToolSpec("count", "counts", {"type": "object", "properties": {}}),
+                     lambda run, a: ran.append(1) or "1")
     script.turns = [[("count", {})] * 10_000, "stopped"]
     rec = rt.agent(agent, "flood", host_tools=[count], max_calls=8)
     assert len(ran) == 8 and rec.status == "done" and rec.result == "stopped"
     answers = [m for m in script.seen[1].messages if m.role == "tool"]
     assert len(answers) == 10_000  # every call id got its answer
     assert all(not m.is_error for m in answers[:8]) and answers[8].is_error
-    assert answers[8].text.startswith("refused: this reply asked for 10000 tool calls; at most 8 run per reply")
+    assert answers[8].text.startswith(
+        "refused: this reply asked for 10000 tool calls; at most 8 run per reply")
     first = steps(rec)[0]
     assert first["calls"] == 10_000 and first["refused"] == 9_992 and len(first["results"]) <= 10
     assert saved_state(rt, rec)["status"] == "done"
@@ -367,7 +381,8 @@ def test_ten_thousand_calls_in_one_reply_run_at_most_max_calls(setup):
 def test_an_oversize_argument_is_a_tool_error_and_the_state_still_saves(setup):
     rt, script, agent = setup
     big = "x" * (17 << 20)
-    script.turns = [[("vfs_write", {"path": "big.txt", "content": big})], [("done", {"result": "gave up on it"})]]
+    script.turns = [[("vfs_write", {"path": "big.txt", "content": big})],
+                    [("done", {"result": "gave up on it"})]]
     rec = rt.agent(agent, "write a lot", run_id="bigarg")
     assert rec.status == "done" and rec.result == "gave up on it"
     seen = script.seen[1].messages
@@ -410,7 +425,8 @@ def test_max_steps_one_with_twelve_slow_tools_ends_within_the_run_budget(setup):
 
 def test_the_run_budget_ends_a_run_that_keeps_going(setup):
     rt, script, agent = setup
-    nap = HostTool(ToolSpec("nap", "naps", {"type": "object", "properties": {}}), lambda run, a: time.sleep(0.3) or "ok")
+    nap = HostTool(ToolSpec("nap", "naps", {"type": "object", "properties": {}}),
+                   lambda run, a: time.sleep(0.3) or "ok")
     script.turns = [[("nap", {})]] * 20
     rec = rt.agent(agent, "nap", host_tools=[nap], run_timeout=1.0, max_steps=20)
     assert rec.status == "timeout" and "time budget of 1 s is spent" in rec.error and rec.steps < 6

@@ -46,19 +46,22 @@ class EchoRunner:
     def call(self, req):
         EchoRunner.seen.append(req)
         body = req.artifact.read_bytes()
-        return CallResult(stdout=body + b"|" + " ".join(req.argv).encode() + b"|" + req.stdin, stderr=b"", exit_code=3)
+        return CallResult(stdout=body + b"|" + " ".join(req.argv).encode() + b"|" + req.stdin, stderr=b"",
+                          exit_code=3)
 
 
 class TestPlugin:
     @hookimpl
     def wbcore_build_lanes(self):
-        yield BuildLane(name="echo", summary="test", where="in-process test lane", factory=lambda rt: EchoLane())
+        yield BuildLane(name="echo", summary="test", where="in-process test lane",
+                        factory=lambda rt: EchoLane())
         yield BuildLane(name="absent", summary="test", where="nowhere", factory=lambda rt: EchoLane(),
                         available=lambda: Availability.no("not installed in this test"))
 
     @hookimpl
     def wbcore_exec_shapes(self):
-        yield ExecShape(name="command", summary="test", verify=lambda ctx: [Check(True, "exec", "t")], runner=EchoRunner)
+        yield ExecShape(name="command", summary="test", verify=lambda ctx: [Check(True, "exec", "t")],
+                        runner=EchoRunner)
 
 
 @pytest.fixture
@@ -74,7 +77,8 @@ def ctx(rt, tenant="acme", caps=("build",)):
 def test_compile_run_caches_and_runs_without_caps(rt):
     c = ctx(rt)
     files = {"main.txt": b"hello", "lib/util.txt": "world"}
-    out = rt.dock.call(c, "build", "compile_run", {"lang": "echo", "files": files, "argv": ["a", "b"], "stdin": b"in"})
+    out = rt.dock.call(c, "build", "compile_run",
+                       {"lang": "echo", "files": files, "argv": ["a", "b"], "stdin": b"in"})
     assert out["stdout"] == b"worldhello|a b|in" and out["exit_code"] == 3 and out["cached"] is False
     req = EchoRunner.seen[-1]
     assert req.caps == frozenset() and req.profile.name == "compute" and req.timeout_s <= 5.0

@@ -17,7 +17,8 @@ from wbexec_guests import HELLO, SPIN, call_and_print
 
 @pytest.fixture
 def rt(make_runtime):
-    pytest.importorskip("wbcore_wasmtime", reason="nested commands need the wasmtime run engine (wbcore-wasmtime)")
+    pytest.importorskip("wbcore_wasmtime",
+                        reason="nested commands need the wasmtime run engine (wbcore-wasmtime)")
     return make_runtime(plugins=["wasmtime", "brokers-exec"])
 
 
@@ -107,7 +108,8 @@ def test_parallel_maps_with_per_task_results(rt, register_guest):
     register_guest(rt, "hello", HELLO)
     register_guest(rt, "spin", SPIN)
     c = ctx(rt)
-    got = rt.dock.call(c, "parallel", "map", {"name": "hello", "inputs": [{"argv": [str(i)]} for i in range(20)]})
+    got = rt.dock.call(c, "parallel", "map",
+                       {"name": "hello", "inputs": [{"argv": [str(i)]} for i in range(20)]})
     assert [r["stdout"] for r in got["results"]] == [b"hello"] * 20
     slow = rt.dock.call(c, "parallel", "map", {"name": "spin", "inputs": [{}, {}], "timeout": 0.3})
     assert [r["error"] for r in slow["results"]] == ["timeout", "timeout"]

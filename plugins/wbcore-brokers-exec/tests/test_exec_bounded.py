@@ -37,7 +37,8 @@ def finished():
 
 @pytest.fixture
 def rt(make_runtime, finished):
-    pytest.importorskip("wbcore_wasmtime", reason="nested commands need the wasmtime run engine (wbcore-wasmtime)")
+    pytest.importorskip("wbcore_wasmtime",
+                        reason="nested commands need the wasmtime run engine (wbcore-wasmtime)")
     return make_runtime(plugins=["wasmtime", "brokers-exec", finished])
 
 

@@ -7,7 +7,8 @@ from typing import Any
 import cbor2
 import pytest
 
-WASI_WRITE = '(import "wasi_snapshot_preview1" "fd_write" (func $fd_write (param i32 i32 i32 i32) (result i32)))'
+WASI_WRITE = ('(import "wasi_snapshot_preview1" "fd_write" '
+              '(func $fd_write (param i32 i32 i32 i32) (result i32)))')
 
 
 def wat_bytes(data: bytes) -> str:

@@ -39,7 +39,8 @@ def test_endless_body_is_cancelled_at_the_cap(dock, http_target, cap, args, ctx_
     sent0 = ENDLESS_SENT[0]
     t0 = time.monotonic()
     with pytest.raises(InvalidArgs, match=f"passed the {cap}-byte cap") as exc:
-        dock.call(ctx(dock, **ctx_kw), "net", "fetch", {"url": f"http://public.test:{http_target}/endless", "timeout": 30, **args})
+        dock.call(ctx(dock, **ctx_kw), "net", "fetch",
+                  {"url": f"http://public.test:{http_target}/endless", "timeout": 30, **args})
     assert exc.value.reason == "too-large"
     assert time.monotonic() - t0 < 10, "stopped by the cap, not by the 30 s deadline"
     time.sleep(0.2)  # let the server notice the hang-up
@@ -49,7 +50,8 @@ def test_endless_body_is_cancelled_at_the_cap(dock, http_target, cap, args, ctx_
 
 def test_browse_text_is_measured_against_the_cap(dock, http_target):
     with pytest.raises(InvalidArgs) as exc:
-        dock.call(ctx(dock, max_response=64 << 10), "browse", "fetch", {"url": f"http://public.test:{http_target}/endless"})
+        dock.call(ctx(dock, max_response=64 << 10), "browse", "fetch",
+                  {"url": f"http://public.test:{http_target}/endless"})
     assert exc.value.reason == "too-large"
     got = dock.call(ctx(dock), "browse", "fetch", {"url": f"http://public.test:{http_target}/page"})
     assert got["text"] == "Title Hello & bye"
@@ -60,6 +62,7 @@ def test_tcp_reads_no_more_than_the_answer_can_carry(dock, dns, tcp_echo):
 
     dock.set_driver("tcp", SocketBroker("tcp", NetGuard(resolver=dns, public=frozenset({PUBLIC_IP}))))
     c = dock.context(principal=Principal("t", "fetch"), caps={"tcp"}, max_response=64 << 10)
-    got = dock.call(c, "tcp", "exchange", {"host": "public.test", "port": tcp_echo, "data": b"a" * (200 << 10),
+    got = dock.call(c, "tcp", "exchange",
+                    {"host": "public.test", "port": tcp_echo, "data": b"a" * (200 << 10),
                                            "read_max": 1 << 20})
     assert got["data"] == b"A" * ((64 << 10) - ENVELOPE)

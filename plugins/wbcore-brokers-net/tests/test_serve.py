@@ -22,7 +22,8 @@ def _guest(dock, ctx, sid, answers):
             continue
         body = answers(req)
         try:
-            dock.call(ctx, "serve", "respond", {"serve_id": sid, "id": req["id"], "status": 200, "body": body})
+            dock.call(ctx, "serve", "respond",
+                      {"serve_id": sid, "id": req["id"], "status": 200, "body": body})
         except InvalidArgs:
             pass
         if req["path"] == "/stop":

@@ -35,8 +35,10 @@ def ctx(dock, hosts=(), **kw):
 URL_CORPUS = [
     "http://127.0.0.1/", "http://localhost/", "http://127.1/", "http://0177.0.0.1/", "http://0x7f.0.0.1/",
     "http://0x7f000001/", "http://2130706433/", "http://017700000001/", "http://0/", "http://0.0.0.0/",
-    "http://127.000.000.001/", "http://0x7f.1/", "http://[::1]/", "http://[::]/", "http://[::ffff:127.0.0.1]/",
-    "http://[::ffff:7f00:1]/", "http://[::127.0.0.1]/", "http://[2002:7f00:1::]/", "http://[64:ff9b::a9fe:a9fe]/",
+    "http://127.000.000.001/", "http://0x7f.1/", "http://[::1]/", "http://[::]/",
+    "http://[::ffff:127.0.0.1]/",
+    "http://[::ffff:7f00:1]/", "http://[::127.0.0.1]/", "http://[2002:7f00:1::]/",
+    "http://[64:ff9b::a9fe:a9fe]/",
     "http://[2001:0:4136:e378:8000:63bf:80ff:fffe]/", "http://[fe80::1]/", "http://[fe80::1%25eth0]/",
     "http://[fc00::1]/", "http://[fd12:3456::1]/", "http://169.254.169.254/latest/meta-data/",
     "http://[::ffff:169.254.169.254]/", "http://2852039166/", "http://10.0.0.1/", "http://10.255.255.255/",
@@ -56,8 +58,8 @@ def test_ssrf_corpus_is_denied_and_each_denial_audited(dock, http_target):
         with pytest.raises(CapabilityDenied) as exc:
             dock.call(c, "net", "fetch", {"url": url, "timeout": 5})
         assert exc.value.reason == "ssrf", (url, exc.value.message)
-    for host, kind in (("127.0.0.1", "tcp"), ("localhost", "tls"), ("10.0.0.1", "udp"), ("169.254.169.254", "tcp"),
-                       ("[::1]", "tcp"), ("0x7f.1", "udp")):
+    for host, kind in (("127.0.0.1", "tcp"), ("localhost", "tls"), ("10.0.0.1", "udp"),
+                       ("169.254.169.254", "tcp"), ("[::1]", "tcp"), ("0x7f.1", "udp")):
         with pytest.raises(CapabilityDenied):
             dock.call(c, kind, "exchange", {"host": host, "port": 80, "data": b"x", "timeout": 2})
     entries = [e for e in audit_read.entries(dock.audit) if e["outcome"] == "denied"]
@@ -146,8 +148,10 @@ def test_literal_parsing_and_classes():
 
 def test_tcp_udp_tls_exchanges_with_pinned_peers(dock, tcp_echo, udp_echo, tls_echo):
     c = ctx(dock)
-    assert dock.call(c, "tcp", "exchange", {"host": "public.test", "port": tcp_echo, "data": b"ping"})["data"] == b"PING"
-    assert dock.call(c, "udp", "exchange", {"host": "public.test", "port": udp_echo, "data": b"abc"})["data"] == b"cba"
+    assert dock.call(c, "tcp", "exchange",
+                     {"host": "public.test", "port": tcp_echo, "data": b"ping"})["data"] == b"PING"
+    assert dock.call(c, "udp", "exchange",
+                     {"host": "public.test", "port": udp_echo, "data": b"abc"})["data"] == b"cba"
     port, seen = tls_echo
     got = dock.call(c, "tls", "exchange", {"host": "public.test", "port": port, "data": b"hi", "timeout": 5})
     assert got["data"] == b"echo:public.test:hi"  # SNI = the host name, not the pinned IP
@@ -185,7 +189,8 @@ def test_browse_returns_text(dock, http_target):
 
 
 def test_verify_reports_allowed_hosts(make_runtime, make_toolkit, wbx):
-    make_toolkit("good", caps="net", extra={"ALLOWED_HOSTS": "https://*.example.com tcp://db.example.com:5432"})
+    make_toolkit("good", caps="net",
+                 extra={"ALLOWED_HOSTS": "https://*.example.com tcp://db.example.com:5432"})
     make_toolkit("bad", caps="net", extra={"ALLOWED_HOSTS": "https://api.*.com"})
     rt = make_runtime(plugins=["brokers-net"])
     assert "✓ allowed-hosts: 2 host rule(s)" in wbx("toolkit", "verify", "good", runtime=rt).stdout

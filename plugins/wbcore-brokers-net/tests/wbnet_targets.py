@@ -134,7 +134,8 @@ def tls_cert(tmp_path_factory):
             .sign(key, hashes.SHA256()))
     d = tmp_path_factory.mktemp("tls")
     (d / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    (d / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+    (d / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                                  serialization.PrivateFormat.PKCS8,
                                                   serialization.NoEncryption()))
     return d / "cert.pem", d / "key.pem"
 

@@ -53,7 +53,7 @@ PROBE = textwrap.dedent("""
             out.append({"reason": getattr(exc, "reason", exc.kind.value), "s": time.monotonic() - t0})
     grew = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
     print(json.dumps({"results": out, "grew_kib": grew}))
-""")
+""")  # noqa: E501
 
 
 @pytest.fixture
@@ -148,7 +148,8 @@ def test_query_of_8_stored_200mb_rows_under_compute_profile(rt, wb_home):
 def test_slow_query_ends_at_the_deadline(rt):
     c = ctx(rt, caps=("vfs",), timeout=1.0)
     rt.dock.call(c, "vfs", "write", {"path": "x", "data": b"1"})
-    count = "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n+1 FROM r WHERE n < 10000000000) SELECT count(*) FROM r"
+    count = ("WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n+1 FROM r WHERE n < 10000000000) "
+             "SELECT count(*) FROM r")
     t0 = time.monotonic()
     with pytest.raises(Timeout) as exc:
         rt.dock.call(c, "vfs", "query", {"sql": count})

@@ -92,7 +92,8 @@ def test_vfs_volumes_and_tmp_cleared_on_resume(rt, make_runtime, wb_home):
     assert q["rows"] == [["memory", "notes/a.txt"], ["tmp", "notes/a.txt"], ["workspace", "notes/a.txt"]]
     rt2 = make_runtime(plugins=["brokers-state"])  # a new process-like runtime: resume
     c2 = ctx(rt2, instance="inst-1")
-    assert rt2.dock.call(c2, "vfs", "read", {"volume": "memory", "path": "notes/a.txt"}) == {"data": b"memory"}
+    assert rt2.dock.call(c2, "vfs", "read",
+                         {"volume": "memory", "path": "notes/a.txt"}) == {"data": b"memory"}
     with pytest.raises(NotFound):
         rt2.dock.call(c2, "vfs", "read", {"volume": "tmp", "path": "notes/a.txt"})
 
@@ -163,7 +164,9 @@ def test_a_full_disk_reaches_the_guest_as_disk_full_and_the_audit_keeps_the_line
     with pytest.raises(DiskFull, match="no space left") as exc:
         d.call(c, "vfs", "write", {"path": "b", "data": b"y" * (1 << 20)})
     assert exc.value.reason == "disk-full" and exc.value.exit_code == 74 and exc.value.name == "disk-full"
-    status, body = d.call_raw(c, "vfs", __import__("cbor2").dumps({"op": "write", "path": "b", "data": b"y" * (1 << 20)}))
+    status, body = d.call_raw(c, "vfs",
+                              __import__("cbor2").dumps({"op": "write", "path": "b",
+                                                         "data": b"y" * (1 << 20)}))
     assert status == 5 and __import__("cbor2").loads(body)["reason"] == "disk-full"
     lines = [e for e in audit_read.entries(d.audit) if e["op"] == "write" and e["outcome"] == "denied"]
     assert lines and lines[-1]["reason"] == "disk-full"
@@ -198,7 +201,8 @@ def test_audit_lines_a_full_disk_cost_are_kept_or_counted(rt, monkeypatch):
     d.call(c, "kv", "put", {"key": "after", "value": b"v"})
     got = list(audit_read.entries(log))
     lost = [e for e in got if e["outcome"] == "lost"]
-    assert len(lost) == 1 and lost[0]["reason"] == "disk-full" and lost[0]["target"].startswith("2 lines from")
+    assert (len(lost) == 1 and lost[0]["reason"] == "disk-full"
+            and lost[0]["target"].startswith("2 lines from"))
     assert [e["op"] for e in got if e["cap"] == "kv"][-4:] == ["put"] * 4  # 3 kept + the one after
     assert audit_read.verify(log) == []
 

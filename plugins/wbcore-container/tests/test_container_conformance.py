@@ -10,7 +10,8 @@ from wbcore_testing.conformance import Agent, PosixTierConformance, SandboxFacts
 
 from wbcore_container import bwrap
 
-pytestmark = pytest.mark.skipif(not bwrap.probe()[0], reason=f"bubblewrap unavailable here: {bwrap.probe()[1]}")
+pytestmark = pytest.mark.skipif(not bwrap.probe()[0],
+                                reason=f"bubblewrap unavailable here: {bwrap.probe()[1]}")
 
 
 class TestContainerConformance(TierConformance):
@@ -36,7 +37,8 @@ class TestContainerConformance(TierConformance):
         from wbcore_testing.fixtures import manifest_text, write_toolkit
 
         if "sh" not in rt.registry.names("command"):
-            write_toolkit(rt.roots[0], "conf-sh", manifest_text("conf-sh", exec="posix", extra={"CLI_BIN": "sh"}))
+            write_toolkit(rt.roots[0], "conf-sh",
+                          manifest_text("conf-sh", exec="posix", extra={"CLI_BIN": "sh"}))
             rt.discover(refresh=True)
             builder.build(rt, "conf-sh")
 
@@ -47,10 +49,12 @@ class TestContainerConformance(TierConformance):
                  "s.connect(('1.1.1.1', 80))\" 2>/dev/null; echo connect=$?")
         ifaces = [ln.split(":")[0].strip() for ln in out.splitlines() if ":" in ln and "|" not in ln]
         return SandboxFacts(interfaces=ifaces, connect_refused="connect=0" not in out,
-                            visible=lambda path: sh(f"test -e '{path}' && echo yes || echo no").strip() == "yes")
+                            visible=lambda path: sh(
+                                f"test -e '{path}' && echo yes || echo no").strip() == "yes")
 
 
-@pytest.mark.slow  # a fork bomb, a flood, and a comparison with every other posix tier installed (e.g. microvm)
+# a fork bomb, a flood, and a comparison with every other posix tier installed (e.g. microvm)
+@pytest.mark.slow
 class TestContainerPosixConformance(PosixTierConformance):
     tier = "container"
     deadline_s = 1.5

@@ -1,6 +1,6 @@
-"""The container tier beyond the shared conformance suite (test_conformance.py): a call in a throwaway bubblewrap container gives
-what the instance tier gives, within the same limits, and sees nothing of the host — and a
-posix CLI from the Debian root runs only there."""
+"""The container tier beyond the shared conformance suite (test_conformance.py): a call in a throwaway
+bubblewrap container gives what the instance tier gives, within the same limits, and sees nothing of the host
+— and a posix CLI from the Debian root runs only there."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ import pytest
 
 from wbcore_container import bwrap, rootfs
 
-pytestmark = pytest.mark.skipif(not bwrap.probe()[0], reason=f"bubblewrap unavailable here: {bwrap.probe()[1]}")
+pytestmark = pytest.mark.skipif(not bwrap.probe()[0],
+                                reason=f"bubblewrap unavailable here: {bwrap.probe()[1]}")
 
 from wbcore_runtime.build import builder  # noqa: E402
 from wbcore_runtime.contract.calls import LimitExceeded  # noqa: E402
@@ -39,7 +40,8 @@ def needs_wasm() -> None:
 
 def wat_toolkit(root: Path, ident: str, wat: str) -> Path:
     fields = {"BUILD_LANG": "wat", "BUILD_SRC": "path:src/main.wat", "CLI_BIN": ident}
-    return write_toolkit(root, ident, manifest_text(ident, exec="command", extra=fields), files={"src/main.wat": wat})
+    return write_toolkit(root, ident, manifest_text(ident, exec="command", extra=fields),
+                         files={"src/main.wat": wat})
 
 
 def posix_toolkit(root: Path, ident: str, cli: str) -> Path:
@@ -116,7 +118,8 @@ def test_posix_cli_is_resolved_inside_the_root_not_on_the_host_path(rt, toolkit_
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.mark.skipif(rootfs.resolve_cli("convert") is None, reason="imagemagick is not installed (apt-get install imagemagick)")
+@pytest.mark.skipif(rootfs.resolve_cli("convert") is None,
+                    reason="imagemagick is not installed (apt-get install imagemagick)")
 def test_imagemagick_converts_a_generated_ppm_to_png(rt, wbx, toolkit_root) -> None:
     name = posix(rt, toolkit_root, "im", "convert")
     w, h = 64, 48
@@ -142,15 +145,18 @@ def shell(rt, toolkit_root, script: str, timeout: float | None = None, stdin: by
 def test_no_network(rt, toolkit_root) -> None:
     res = shell(rt, toolkit_root, "cat /proc/net/dev; python3 -c \"import socket; s=socket.socket(); "
                                   "s.settimeout(2); s.connect(('1.1.1.1', 80))\"; echo exit=$?")
-    ifaces = [ln.split(":")[0].strip() for ln in res.stdout.decode().splitlines() if ":" in ln and "|" not in ln]
+    ifaces = [ln.split(":")[0].strip()
+              for ln in res.stdout.decode().splitlines() if ":" in ln and "|" not in ln]
     assert ifaces == ["lo"]
     # refused by the seccomp filter (no AF_INET socket) or, without it, by the empty net namespace
     err = res.stderr.decode()
-    assert ("Address family not supported" in err or "Network is unreachable" in err) and "exit=1" in res.stdout.decode()
+    assert (("Address family not supported" in err or "Network is unreachable" in err)
+            and "exit=1" in res.stdout.decode())
 
 
 def test_no_host_file_is_visible(rt, toolkit_root, wb_home) -> None:
-    res = shell(rt, toolkit_root, f"ls {wb_home} /root /home /etc/shadow /work /var 2>&1; echo etc: $(ls /etc); id -u")
+    res = shell(rt, toolkit_root,
+                f"ls {wb_home} /root /home /etc/shadow /work /var 2>&1; echo etc: $(ls /etc); id -u")
     out = res.stdout.decode()
     for path in (str(wb_home), "/root", "/home", "/etc/shadow", "/work", "/var"):
         assert f"cannot access '{path}': No such file or directory" in out
@@ -223,7 +229,8 @@ def _kv_request(rt, wat: str, **kw):
 
 def test_an_ungranted_cap_is_refused_before_the_guest_runs(rt) -> None:
     needs_wasm()
-    pytest.importorskip("wbcore_brokers_state", reason="the kv broker (wbcore-brokers-state) is not installed")
+    pytest.importorskip("wbcore_brokers_state",
+                        reason="the kv broker (wbcore-brokers-state) is not installed")
     import cbor2
 
     req = _kv_request(rt, kv_wat(cbor2.dumps({"op": "get", "key": "k"})), caps=frozenset())
@@ -243,7 +250,9 @@ def test_posix_with_the_container_unavailable_says_why(make_runtime, toolkit_roo
 
     rt = make_runtime()
     name = posix(rt, toolkit_root, "hash", "sha256sum")
-    monkeypatch.setattr(tiers, "available", lambda: Availability.no("bwrap is not on PATH (install it: apt-get install bubblewrap)"))
+    monkeypatch.setattr(tiers, "available",
+                        lambda: Availability.no("bwrap is not on PATH (install it: apt-get install "
+                                                "bubblewrap)"))
     rt = make_runtime()
     stronger = [t for t in rt.tiers if t.name != "container" and "posix" in t.kinds and t.available().ok]
     if stronger:  # e.g. microvm installed: posix goes to the next rung that runs it, saying why
@@ -251,7 +260,8 @@ def test_posix_with_the_container_unavailable_says_why(make_runtime, toolkit_roo
         assert choice.name == stronger[0].name
         assert dict(choice.considered)["container"].startswith("unavailable: bwrap is not on PATH")
         return
-    with pytest.raises(Unavailable, match="runs only in container, and container: unavailable: bwrap is not on PATH"):
+    with pytest.raises(Unavailable,
+                       match="runs only in container, and container: unavailable: bwrap is not on PATH"):
         rt.call(name, [], b"")
 
 
@@ -328,12 +338,14 @@ def test_seccomp_denies_the_kernel_surface(rt, toolkit_root) -> None:
               "socket.socket(socket.AF_UNIX).close(); print('unix ok')\n")
     res = shell(rt, toolkit_root, f"python3 -c \"{script}\"")
     out = res.stdout.decode()
-    assert "unshare -1 1" in out and "ptrace -1 1" in out and "inet6 97" in out and "unix ok" in out, res.stderr
+    assert ("unshare -1 1" in out and "ptrace -1 1" in out and "inet6 97" in out
+            and "unix ok" in out), res.stderr
 
 
 def test_the_deadline_holds_while_a_bridged_broker_blocks(rt) -> None:
     needs_wasm()
-    pytest.importorskip("wbcore_brokers_state", reason="the kv broker (wbcore-brokers-state) is not installed")
+    pytest.importorskip("wbcore_brokers_state",
+                        reason="the kv broker (wbcore-brokers-state) is not installed")
     import threading
 
     import cbor2

@@ -64,13 +64,14 @@ def test_git_history_recipes_run_against_a_mounted_repository(rt, repo) -> None:
     assert blame.exit_code == 0, blame.stderr
     text = blame.stdout.decode()
     assert "author Ada" in text and "author Bob" in text and "\ttwo" in text
-    show = rt.call("git", ["--no-pager", "-C", "/repo", "show", "--stat", "HEAD~1"], mounts=[f"{repo}:/repo:ro"])
+    show = rt.call("git", ["--no-pager", "-C", "/repo", "show", "--stat", "HEAD~1"],
+                   mounts=[f"{repo}:/repo:ro"])
     assert show.exit_code == 0 and b"second: a line by Ada" in show.stdout and b"notes.txt" in show.stdout
 
 
 def test_wbx_run_mount_on_the_command_line_guest_path_defaults_to_the_host_path(rt, wbx, repo) -> None:
-    r = wbx("run", "--mount", str(repo), "git", "--no-pager", "-C", str(repo), "log", "--format=%s", "-n", "1",
-            runtime=rt, input=b"")
+    r = wbx("run", "--mount", str(repo), "git", "--no-pager", "-C", str(repo), "log", "--format=%s", "-n",
+            "1", runtime=rt, input=b"")
     assert r.exit_code == 0, r.stderr
     assert r.stdout.strip() == "third: another file"
     # without the mount the container sees no such folder
@@ -146,6 +147,6 @@ def test_wbx_toolkit_run_mounts_a_folder_for_a_task(make_toolkit, make_runtime, 
     assert r.exit_code == 0, r.stderr
     assert r.stdout.split() == ["3", "read-only"]
     assert not (repo / "new").exists()
-    r = wbx("toolkit", "run", "--mount", f"{repo}:/work/repo:rw", "tk", "count", "--", "/work/repo", runtime=rt,
-            input=b"")
+    r = wbx("toolkit", "run", "--mount", f"{repo}:/work/repo:rw", "tk", "count", "--", "/work/repo",
+            runtime=rt, input=b"")
     assert r.exit_code != 0 and "mount-rw" in r.stderr

@@ -16,7 +16,8 @@ import pytest
 
 from wbcore_container import bwrap
 
-pytestmark = pytest.mark.skipif(not bwrap.probe()[0], reason=f"bubblewrap unavailable here: {bwrap.probe()[1]}")
+pytestmark = pytest.mark.skipif(not bwrap.probe()[0],
+                                reason=f"bubblewrap unavailable here: {bwrap.probe()[1]}")
 
 from wbcore_runtime.wire import frames, terminal  # noqa: E402
 from wbcore_testing.conformance import PtySessions  # noqa: E402
@@ -44,7 +45,8 @@ def sandbox(root):
 def test_a_session_runs_unprivileged_without_network_and_reports_its_exit_code(sandbox) -> None:
     kind, obj = pty.open(sandbox, 1)
     assert kind == frames.PTY_OPENED and obj["ok"] is True, obj
-    pty.type(sandbox, 1, b"echo uid=$(id -u) net=$(cat /proc/net/dev | grep -c :); ls /root /work 2>&1 | wc -l; exit 7\n")
+    pty.type(sandbox, 1,
+             b"echo uid=$(id -u) net=$(cat /proc/net/dev | grep -c :); ls /root /work 2>&1 | wc -l; exit 7\n")
     out = pty.output_until(sandbox, 1, b"uid=1000 net=")
     assert b"uid=1000 net=1" in out  # only lo
     kind, obj = pty.next(sandbox, {frames.PTY_CLOSED})
@@ -65,7 +67,8 @@ def test_resize_reaches_the_terminal_and_close_hangs_up(sandbox) -> None:
     assert pty.open(sandbox, 1, rows=30, cols=100)[1]["ok"]
     pty.type(sandbox, 1, b"stty size\n")
     assert b"30 100" in pty.output_until(sandbox, 1, b"30 100")
-    sandbox.channel.send_frame(frames.seal(frames.PTY_RESIZE, sandbox.secret, {"session": 1, "rows": 50, "cols": 132}))
+    sandbox.channel.send_frame(frames.seal(frames.PTY_RESIZE, sandbox.secret,
+                                           {"session": 1, "rows": 50, "cols": 132}))
     pty.type(sandbox, 1, b"stty size\n")
     assert b"50 132" in pty.output_until(sandbox, 1, b"50 132")
     pty.type(sandbox, 1, b"sleep 100\n")
@@ -84,13 +87,15 @@ def test_frames_without_the_secret_are_refused_and_the_agent_survives(sandbox) -
     wrong = bytes(32)
     kind, obj = pty.open(sandbox, 1, secret=wrong)
     assert kind == frames.REFUSED and obj["reason"] == "secret"
-    sandbox.channel.send_frame(frames.encode(frames.PTY_OPEN, frames.pack({"session": 1, "program": "/bin/sh"})))
+    sandbox.channel.send_frame(frames.encode(frames.PTY_OPEN,
+                                             frames.pack({"session": 1, "program": "/bin/sh"})))
     assert pty.next(sandbox, {frames.REFUSED})[1]["reason"] == "secret"
     sandbox.channel.send_frame(frames.pty_data(1, b"id\n"))  # no secret
     assert pty.next(sandbox, {frames.REFUSED})[1]["reason"] == "secret"
     sandbox.channel.send_frame(frames.encode(frames.PTY_RESIZE, b"\x01\x02"))  # malformed json payload
     assert pty.next(sandbox, {frames.REFUSED})[1]["reason"] == "malformed"
-    sandbox.channel.send_frame(frames.seal(frames.PTY_OPEN, sandbox.secret, {"session": 1, "program": "/bin/sh",
+    sandbox.channel.send_frame(frames.seal(frames.PTY_OPEN, sandbox.secret,
+                                           {"session": 1, "program": "/bin/sh",
                                                                              "rows": 10 ** 6}))
     assert pty.next(sandbox, {frames.REFUSED})[1]["reason"] == "malformed"
     sandbox.channel.send_frame(frames.ping(wrong))
@@ -142,7 +147,8 @@ def test_wbx_shell_in_tmux_with_a_rw_mount_and_exit_code(tmux, wb_home, tmp_path
     cmd("new-session", "-d", "-s", name, "-x", "120", "-y", "40", "sh", "-c", line)
     pane = wait_pane(cmd, name, "$")
     assert pane.rstrip().endswith("$") and not done.exists(), pane
-    cmd("send-keys", "-t", name, "cat /data/in.txt; echo made > /data/out.txt; stty size; echo $((6*7))x", "Enter")
+    cmd("send-keys", "-t", name, "cat /data/in.txt; echo made > /data/out.txt; stty size; echo $((6*7))x",
+        "Enter")
     pane = wait_pane(cmd, name, "42x")
     assert "from the host" in pane and "42x" in pane and "40 120" in pane, pane
     cmd("resize-window", "-t", name, "-x", "100", "-y", "30")

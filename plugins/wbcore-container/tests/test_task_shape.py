@@ -9,7 +9,8 @@ import pytest
 
 from wbcore_container import bwrap
 
-pytestmark = pytest.mark.skipif(not bwrap.probe()[0], reason=f"bubblewrap unavailable here: {bwrap.probe()[1]}")
+pytestmark = pytest.mark.skipif(not bwrap.probe()[0],
+                                reason=f"bubblewrap unavailable here: {bwrap.probe()[1]}")
 
 from wbcore_runtime.toolkit import tasks  # noqa: E402
 from wbcore_runtime.contract.errors import CapabilityDenied, NotFound  # noqa: E402

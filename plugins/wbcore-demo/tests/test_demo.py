@@ -12,8 +12,10 @@ from wbcore_runtime.runtime import Runtime
 from wbcore_testing.fixtures import write_toolkit
 
 
-def test_the_demo_with_only_the_core_explains_what_is_missing_and_exits_0(make_toolkit, make_runtime, wbx) -> None:
-    make_toolkit("kit", exec="command", extra={"CLI_BIN": "kit", "BUILD_SRC": "path:kit.wat", "BUILD_LANG": "wat"},
+def test_the_demo_with_only_the_core_explains_what_is_missing_and_exits_0(make_toolkit, make_runtime,
+                                                                          wbx) -> None:
+    make_toolkit("kit", exec="command",
+                 extra={"CLI_BIN": "kit", "BUILD_SRC": "path:kit.wat", "BUILD_LANG": "wat"},
                  files={"kit.wat": "(module)\n"})
     make_toolkit("guide")  # discovery-only: skills for an agent
     rt = make_runtime(plugins=["demo"])
@@ -31,7 +33,8 @@ def test_the_demo_with_only_the_core_explains_what_is_missing_and_exits_0(make_t
     assert "== 2 toolkit(s) verified; 0 step(s) failed" in out
     assert "mcp serve   #" not in out  # the closing lines offer only what is installed
     # the demo opened loopback for its own site in this runtime only, and said so
-    assert rt.env["WB_NET_ALLOW_PRIVATE_HOSTS"] == "127.0.0.1" and "WB_NET_ALLOW_PRIVATE_HOSTS=127.0.0.1" in out
+    assert (rt.env["WB_NET_ALLOW_PRIVATE_HOSTS"] == "127.0.0.1"
+            and "WB_NET_ALLOW_PRIVATE_HOSTS=127.0.0.1" in out)
 
 
 def test_a_home_from_wb_home_is_exported_in_the_next_steps(tmp_path: Path) -> None:

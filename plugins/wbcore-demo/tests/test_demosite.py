@@ -32,7 +32,8 @@ def test_the_index_names_a_real_wheel_by_its_sha256_and_it_installs(tmp_path: Pa
     assert wheel == build_wheel()  # the same bytes every time: its sha256 is stable
     (tmp_path / WHEEL_NAME).write_bytes(wheel)
     target = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--disable-pip-version-check",
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
+                    "--disable-pip-version-check",
                     "--target", str(target), str(tmp_path / WHEEL_NAME)], check=True, timeout=120)
     said = subprocess.run([sys.executable, "-c", "import wb_greeting; print(wb_greeting.greet('demo'))"],
                           cwd=target, capture_output=True, text=True, check=True)

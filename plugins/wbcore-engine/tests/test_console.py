@@ -59,7 +59,8 @@ class Host:
 
     def events(self, session: str, *, after: int, timeout: float) -> list[dict[str, Any]]:
         evs = [{"seq": 1, "type": "step", "t": time.time(),
-                "data": {"step": 1, "text": "Listing.", "tool_calls": [{"id": "c1", "name": "wb", "arguments": {"op": "list"}}],
+                "data": {"step": 1, "text": "Listing.",
+                         "tool_calls": [{"id": "c1", "name": "wb", "arguments": {"op": "list"}}],
                          "results": [{"id": "c1", "name": "wb", "ok": True, "text": "[]", "ms": 3.0}]}}]
         return [e for e in evs if e["seq"] > after]
 
@@ -75,7 +76,8 @@ class Host:
         return self.status(session)
 
     def review_items(self, session: str) -> list[dict[str, Any]]:
-        return [{"position": i, "item": it, "decision": self.decided.get(i)} for i, it in enumerate(self.items)]
+        return [{"position": i, "item": it, "decision": self.decided.get(i)}
+                for i, it in enumerate(self.items)]
 
     def decide_review(self, session: str, position: int, decision: str, note: str) -> dict[str, Any]:
         self.decided[position] = {"decision": decision, "note": note}
@@ -89,7 +91,8 @@ def served(tmp_path, monkeypatch, make_runtime, serve_engine, wb_home):
     from wbcore_runtime.trust import identity
 
     root = tmp_path / "tks"
-    d = write_toolkit(root, "tp", trust="third-party", caps="net kv", files={"bin/tool.wasm": b"\0asm\x01\0\0\0"})
+    d = write_toolkit(root, "tp", trust="third-party", caps="net kv",
+                      files={"bin/tool.wasm": b"\0asm\x01\0\0\0"})
     signing.sign(d, identity.Identity.from_seed(bytes(32)))
     host = Host()
     rt = make_runtime(plugins=["engine"], roots=[root, wb_home / "toolkits"], env={"SOME_API_KEY": SECRET})
@@ -114,8 +117,8 @@ FORMS = {
 CONCRETE = {"/console/toolkits/{ident}/{action:str}": "/console/toolkits/tp/grant",
             "/console/sessions/{sid}/cancel": "/console/sessions/s1/cancel",
             "/console/review/{sid}/{pos}": "/console/review/s1/0"}
-GETS = ["/console/toolkits", "/console/toolkits/tp", "/console/push", "/console/sessions", "/console/sessions/s1",
-        "/console/review", "/console/audit", "/console/pipelines"]
+GETS = ["/console/toolkits", "/console/toolkits/tp", "/console/push", "/console/sessions",
+        "/console/sessions/s1", "/console/review", "/console/audit", "/console/pipelines"]
 
 
 def test_every_form_is_listed_here():
@@ -179,7 +182,8 @@ def test_every_page_and_form_keeps_the_engines_host_and_origin_rules(served):
             assert r.status_code == 421, url
         # the login form too: a page of another site cannot post the token for you
         page = c.get("/console/login")
-        r = c.post("/console/login", data={"login_csrf": _hidden(page.text, "login_csrf"), "token": eng.token},
+        r = c.post("/console/login",
+                   data={"login_csrf": _hidden(page.text, "login_csrf"), "token": eng.token},
                    headers={"origin": "http://evil.example"})
         assert r.status_code == 403
     assert not host.decided and host.runs["s1"]["status"] == "running" and len(host.runs) == 1
@@ -226,7 +230,8 @@ def test_grant_shows_what_changes_then_grants_and_audits_and_revoke_withdraws(se
         page = c.get("/console/toolkits/tp").text
         assert "✓" in page and "net kv" in page
         preview = c.post("/console/toolkits/tp/grant", data={"csrf": csrf, "caps": "net"})
-        assert preview.status_code == 200 and '<tr class="add"><th>+</th><td class="mono">net</td>' in preview.text
+        assert (preview.status_code == 200
+                and '<tr class="add"><th>+</th><td class="mono">net</td>' in preview.text)
         assert 'id="effective-after">net<' in preview.text  # what the grant would leave in force
         assert not (home / "consent.json").exists()  # the confirmation changed nothing
         done = c.post("/console/toolkits/tp/grant", data={"csrf": csrf, "caps": "net", "confirm": "1"})
@@ -240,7 +245,8 @@ def test_grant_shows_what_changes_then_grants_and_audits_and_revoke_withdraws(se
         assert "grant" in audit and "tp:net" in audit
         rev = c.post("/console/toolkits/tp/revoke", data={"csrf": csrf, "caps": "net"})
         assert '<tr class="del"><th>−</th><td class="mono">net</td>' in rev.text
-        assert c.post("/console/toolkits/tp/revoke", data={"csrf": csrf, "caps": "net", "confirm": "1"}).status_code == 303
+        assert c.post("/console/toolkits/tp/revoke",
+                      data={"csrf": csrf, "caps": "net", "confirm": "1"}).status_code == 303
         assert 'id="granted">none' in c.get("/console/toolkits/tp").text
 
 
@@ -283,7 +289,8 @@ def test_a_console_form_body_is_bounded(served):
     eng, _, _ = served
     with httpx.Client(base_url=eng.url, timeout=30) as c:
         csrf = login(c, eng.token)
-        r = c.post("/console/sessions", data={"csrf": csrf, "agent": "a", "task": "x" * (console.MAX_FORM + 1)})
+        r = c.post("/console/sessions",
+                   data={"csrf": csrf, "agent": "a", "task": "x" * (console.MAX_FORM + 1)})
         assert r.status_code == 413
 
 
@@ -293,7 +300,8 @@ def test_push_shows_the_dry_run_diff_before_landing(tmp_path, served):
 
     eng, _, home = served
     src = tmp_path / "push-src"
-    d = write_toolkit(src, "newtk", trust="third-party", caps="net", files={"bin/tool.wasm": b"\0asm\x01\0\0\0"})
+    d = write_toolkit(src, "newtk", trust="third-party", caps="net",
+                      files={"bin/tool.wasm": b"\0asm\x01\0\0\0"})
     signing.sign(d, identity.Identity.from_seed(bytes(32)))
     archive = engine_client.toolkit_archive(d, "newtk")
     with httpx.Client(base_url=eng.url, timeout=60) as c:

@@ -48,8 +48,10 @@ def artifacts(tmp_path) -> Path:
 
 def test_console_in_a_real_browser(tmp_path, monkeypatch, make_runtime, serve_engine, wb_home, artifacts):
     for mod in ("wbcore_agent", "wbcore_llm_openai", "wbcore_wasmtime", "wbcore_brokers_state"):
-        pytest.importorskip(mod, reason=f"{mod} is not installed (the agent loop, a provider, the wasm engine)")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the test extra)")
+        pytest.importorskip(mod,
+                            reason=f"{mod} is not installed (the agent loop, a provider, the wasm engine)")
+    sync_api = pytest.importorskip("playwright.sync_api",
+                                   reason="playwright is not installed (the test extra)")
     if not os.access(CHROMIUM, os.X_OK):
         pytest.skip(f"{CHROMIUM} is missing: apt-get install chromium (python3 dev.py setup installs it)")
     from wbcore_runtime.trust import identity, signing
@@ -58,8 +60,8 @@ def test_console_in_a_real_browser(tmp_path, monkeypatch, make_runtime, serve_en
 
     monkeypatch.setenv("WB_SIGNING_KEY", SEED0)
     root = tmp_path / "tks"
-    d = write_toolkit(root, "tp", trust="third-party", caps="net kv", files={"bin/tool.wasm": b"\0asm\x01\0\0\0"},
-                      tagline="a signed third-party toolkit")
+    d = write_toolkit(root, "tp", trust="third-party", caps="net kv",
+                      files={"bin/tool.wasm": b"\0asm\x01\0\0\0"}, tagline="a signed third-party toolkit")
     signing.sign(d, identity.Identity.from_seed(bytes(32)))
     (wb_home / "agents").mkdir(parents=True, exist_ok=True)
     (wb_home / "agents" / "publisher.org").write_text(
@@ -75,13 +77,14 @@ def test_console_in_a_real_browser(tmp_path, monkeypatch, make_runtime, serve_en
 
     shots: dict[str, Path] = {}
     with ScriptedLlm("openai") as llm:
-        llm.script = [reply(tool("file_issue", title="Publish the weekly summary", body="3 toolkits changed."),
+        llm.script = [reply(tool("file_issue", title="Publish the weekly summary",
+                                 body="3 toolkits changed."),
                             text="Filing the summary for review."),
                       after_review,
                       reply(tool("done", result="published after approval"), text="Approved: publishing.")]
         env = {"WB_LLM_BASE_URL": llm.base_url, "WB_LLM_API_KEY": "sk-console-browser-key"}
-        rt = make_runtime(plugins=["engine", "wasmtime", "agent", "act", "llm-openai", "brokers-state"], roots=[root],
-                          env=env)
+        rt = make_runtime(plugins=["engine", "wasmtime", "agent", "act", "llm-openai", "brokers-state"],
+                          roots=[root], env=env)
         eng = serve_engine(rt)
         with releasing(decided), sync_api.sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
@@ -124,7 +127,8 @@ def test_console_in_a_real_browser(tmp_path, monkeypatch, make_runtime, serve_en
             page.click("#start button")
             page.wait_for_url("**/console/sessions/*")
             session_url = page.url
-            page.wait_for_selector("#steps li.review", timeout=60_000)  # the agent filed its item: live, over SSE
+            # the agent filed its item: live, over SSE
+            page.wait_for_selector("#steps li.review", timeout=60_000)
             page.wait_for_selector("#steps li.step", timeout=60_000)
             assert "file_issue" in page.inner_text("#steps")
             shot("session-live")

@@ -62,15 +62,17 @@ def test_requests_without_the_token_get_401(make_runtime, serve_engine):
         # DNS rebinding: a Host or Origin that is not this server's is refused, token or not
         assert c.get("/v1/toolkits", headers={**eng.auth, "host": "evil.example"}).status_code == 421
         assert c.get("/v1/toolkits", headers={**eng.auth, "origin": "http://evil.example"}).status_code == 403
-        assert c.get("/v1/toolkits", headers={**eng.auth, "origin": "http://localhost:3000"}).status_code == 200
+        assert c.get("/v1/toolkits",
+                     headers={**eng.auth, "origin": "http://localhost:3000"}).status_code == 200
 
 
 def test_openapi_document_lists_every_route(make_runtime, serve_engine):
     eng = serve_engine(make_runtime(plugins=["engine"]))
     doc = httpx.get(eng.url + "/openapi.json", headers=eng.auth, timeout=10).json()
-    assert doc["openapi"].startswith("3.1") and doc["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
-    for path in ("/v1/toolkits", "/v1/toolkits/{ident}/verify", "/v1/calls/{name}", "/v1/sessions/{sid}/events",
-                 "/v1/sessions/{sid}/review", "/v1/audit/events"):
+    assert (doc["openapi"].startswith("3.1")
+            and doc["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer")
+    for path in ("/v1/toolkits", "/v1/toolkits/{ident}/verify", "/v1/calls/{name}",
+                 "/v1/sessions/{sid}/events", "/v1/sessions/{sid}/review", "/v1/audit/events"):
         assert path in doc["paths"], path
 
 
@@ -89,11 +91,13 @@ def test_push_dry_run_shows_the_caps_diff_and_lands_nothing(signed, make_runtime
     assert snapshot(wb_home) == before
     # the same push for real replaces it (with --force), and the engine shows the new caps
     r = wbx("toolkit", "push", "tp", eng.url, "--force", "--token", eng.token, runtime=client)
-    assert r.exit_code == 0 and "installed tp 0.2.0" in r.stdout and "requests caps: net kv" in r.stdout, r.stderr
+    assert (r.exit_code == 0 and "installed tp 0.2.0" in r.stdout
+            and "requests caps: net kv" in r.stdout), r.stderr
     pushed = [e for e in audit_read.entries(server.dock.audit) if e["cap"] == "engine"]
     assert [(e["op"], e["outcome"], e["target"]) for e in pushed] == [("push", "allowed", "tp")]
     shown = httpx.get(eng.url + "/v1/toolkits/tp", headers=eng.auth, timeout=10).json()
-    assert shown["version"] == "0.2.0" and shown["caps"] == ["net", "kv"] and shown["signer"].startswith("did:key:")
+    assert (shown["version"] == "0.2.0" and shown["caps"] == ["net", "kv"]
+            and shown["signer"].startswith("did:key:"))
     verdict = httpx.get(eng.url + "/v1/toolkits/tp/verify", headers=eng.auth, timeout=10)
     assert verdict.json()["toolkit"] == "tp"
 
@@ -108,7 +112,8 @@ def test_push_of_a_new_toolkit_diff_and_signer(signed, make_runtime, serve_engin
     assert not (wb_home / "toolkits" / "tp").exists()
 
 
-def test_a_tampered_signed_toolkit_is_refused_and_nothing_lands(signed, make_runtime, serve_engine, wbx, wb_home):
+def test_a_tampered_signed_toolkit_is_refused_and_nothing_lands(signed, make_runtime, serve_engine, wbx,
+                                                                wb_home):
     install.install(wb_home, str(signed("0.1.0", "net", "v1") / "tp"))
     eng = serve_engine(make_runtime(plugins=["engine"], roots=[wb_home / "toolkits"]))
     src = signed("0.2.0", "net", "v2")
@@ -205,8 +210,10 @@ def test_audit_trail_streams_over_sse(make_runtime, serve_engine):
         threading.Thread(target=deny_later, daemon=True).start()
         events = read_sse(resp, 2)
     got = [d for e, d in events if e == "audit"]
-    assert [(d["cap"], d["op"], d["outcome"], d["reason"]) for d in got] == [("kv", "get", "denied", "not-granted")] * 2
-    tail = httpx.get(eng.url + "/v1/audit", headers=eng.auth, params={"tail": 1}, timeout=10).json()["entries"]
+    assert [(d["cap"], d["op"], d["outcome"], d["reason"])
+            for d in got] == [("kv", "get", "denied", "not-granted")] * 2
+    tail = httpx.get(eng.url + "/v1/audit", headers=eng.auth, params={"tail": 1},
+                     timeout=10).json()["entries"]
     assert tail[0]["seq"] == got[-1]["seq"]
 
 
@@ -216,7 +223,8 @@ def test_sessions_say_501_with_the_reason_when_no_agent_loop_is_installed(make_r
         pytest.skip("this runtime has the agent loop: the 501 path does not apply")
     eng = serve_engine(rt)
     with httpx.Client(base_url=eng.url, headers=eng.auth, timeout=10) as c:
-        for method, path in (("POST", "/v1/sessions"), ("GET", "/v1/sessions/s1"), ("GET", "/v1/sessions/s1/events"),
+        for method, path in (("POST", "/v1/sessions"), ("GET", "/v1/sessions/s1"),
+                             ("GET", "/v1/sessions/s1/events"),
                              ("DELETE", "/v1/sessions/s1"), ("GET", "/v1/sessions/s1/review")):
             r = c.request(method, path, json={"agent": "a", "task": "t"} if method == "POST" else None)
             assert r.status_code == 501 and "agent loop" in r.json()["message"], (method, path)
@@ -238,7 +246,8 @@ class ScriptedSessions:
         return sid
 
     def _steps(self, sid: str, task: str) -> None:
-        for n, (kind, text) in enumerate([("step", f"thinking about {task}"), ("tool", "wb list"), ("done", "ok")], 1):
+        for n, (kind, text) in enumerate([("step", f"thinking about {task}"), ("tool", "wb list"),
+                                          ("done", "ok")], 1):
             time.sleep(0.1)
             with self.cond:
                 self.runs[sid]["events"].append({"seq": n, "type": kind, "text": text})
@@ -259,7 +268,8 @@ class ScriptedSessions:
 
     def events(self, session: str, *, after: int, timeout: float) -> list[dict[str, Any]]:
         with self.cond:
-            self.cond.wait_for(lambda: any(e["seq"] > after for e in self._run(session)["events"]), timeout=timeout)
+            self.cond.wait_for(lambda: any(e["seq"] > after for e in self._run(session)["events"]),
+                               timeout=timeout)
             return [e for e in self._run(session)["events"] if e["seq"] > after]
 
     def put_review(self, session: str, item: Any) -> dict[str, Any]:
@@ -305,7 +315,8 @@ def test_session_protocol_streams_events_and_keeps_a_review_queue(make_runtime, 
         made = c.post("/v1/sessions", json={"agent_org": org, "task": "t"})
         assert made.status_code == 201 and host.runs[made.json()["id"]]["agent"] == "helper2"
     # the client command follows the same stream
-    r = wbx("agent", "run", "helper", "say hi", "--engine", eng.url, "--token", eng.token, runtime=eng.runtime)
+    r = wbx("agent", "run", "helper", "say hi", "--engine", eng.url, "--token", eng.token,
+            runtime=eng.runtime)
     assert r.exit_code == 0, r.stderr
     assert "[1] step: thinking about say hi" in r.stdout and r.stdout.rstrip().endswith(": done")
 
@@ -314,21 +325,24 @@ def test_a_real_session_streams_events_over_sse(make_runtime, serve_engine, tmp_
     """A scripted OpenAI-format model runs the real agent loop (wbcore-agent) in a session.
     Installed alone with the core (``dev.py isolated``) wbcore-engine has no loop: skipped."""
     for mod in ("wbcore_agent", "wbcore_llm_openai", "wbcore_wasmtime", "wbcore_brokers_state"):
-        pytest.importorskip(mod, reason=f"{mod} is not installed (the agent loop, a provider, the wasm engine)")
+        pytest.importorskip(mod,
+                            reason=f"{mod} is not installed (the agent loop, a provider, the wasm engine)")
     from wbcore_engine.sessions import host_for
     from wbcore_testing.scripted_llm import ScriptedLlm, reply, tool
 
     with ScriptedLlm("openai") as llm:
         llm.script = [reply(tool("wb", op="list"), text="Looking."), reply(tool("done", result="listed"))]
         env = {"WB_LLM_BASE_URL": llm.base_url, "WB_LLM_API_KEY": "sk-engine-test-key"}
-        rt = make_runtime(plugins=["engine", "wasmtime", "agent", "act", "llm-openai", "brokers-state"], env=env)
+        rt = make_runtime(plugins=["engine", "wasmtime", "agent", "act", "llm-openai", "brokers-state"],
+                          env=env)
         assert host_for(rt) is not None
         agent = tmp_path / "lister.org"
         agent.write_text("* Lister :agent:\n  :PROPERTIES:\n  :ID: lister\n  :MODEL: openai:scripted-model\n"
                          "  :END:\n** System prompt\nList the toolkits, then finish.\n")
         eng = serve_engine(rt)
         with httpx.Client(base_url=eng.url, headers=eng.auth, timeout=60) as c:
-            created = c.post("/v1/sessions", json={"agent_org": agent.read_text(), "task": "list toolkits, then done"})
+            created = c.post("/v1/sessions",
+                             json={"agent_org": agent.read_text(), "task": "list toolkits, then done"})
             assert created.status_code == 201, created.text
             with c.stream("GET", f"/v1/sessions/{created.json()['id']}/events", params={"wait": 60}) as resp:
                 events = read_sse(resp, 50)
@@ -343,8 +357,8 @@ def test_serve_without_a_token_makes_one_and_prints_it(make_runtime, capsys, fre
 
     rt = make_runtime(plugins=["engine"])
     port, ready, servers = free_port, threading.Event(), []
-    thread = threading.Thread(target=serve, args=(rt,), kwargs={"port": port, "ready": ready, "server_out": servers},
-                              daemon=True)
+    thread = threading.Thread(target=serve, args=(rt,),
+                              kwargs={"port": port, "ready": ready, "server_out": servers}, daemon=True)
     thread.start()
     try:
         assert ready.wait(20), "the engine did not start"
@@ -442,7 +456,8 @@ def test_the_agent_loops_sessions_are_served_through_the_adapter(make_runtime, s
     with httpx.Client(base_url=eng.url, headers=eng.auth, timeout=30) as c:
         refused = c.post("/v1/sessions", json={"agent": "a", "task": "t", "options": {"workdir": "/etc"}})
         assert refused.status_code == 400 and "cannot be set over HTTP" in refused.json()["message"]
-        created = c.post("/v1/sessions", json={"agent": "greeter", "task": "greet", "options": {"max_steps": 5}})
+        created = c.post("/v1/sessions",
+                         json={"agent": "greeter", "task": "greet", "options": {"max_steps": 5}})
         assert created.status_code == 201, created.text
         sid = created.json()["id"]
         assert rt.agents.sessions.started_with[-1] == {"max_steps": 5}
@@ -454,8 +469,8 @@ def test_the_agent_loops_sessions_are_served_through_the_adapter(make_runtime, s
         with c.stream("GET", f"/v1/sessions/{sid}/events", headers={"last-event-id": "2"}) as resp:
             again = read_sse(resp, 2)
         assert [e for e, _ in again] == ["ready", "step", "end"]
-        assert c.post(f"/v1/sessions/{sid}/review", json={"title": "look"}).json() == {"position": 1,
-                                                                                         "item": {"title": "look"}}
+        assert (c.post(f"/v1/sessions/{sid}/review", json={"title": "look"}).json()
+                == {"position": 1, "item": {"title": "look"}})
         assert c.get(f"/v1/sessions/{sid}/review").json()["items"] == [{"title": "look"}]
         assert c.get(f"/v1/sessions/{sid}/review").json()["items"] == []
     r = wbx("agent", "run", "greeter", "greet", "--engine", eng.url, "--token", eng.token, runtime=rt)

@@ -63,7 +63,8 @@ def _recv_all(s: socket.socket) -> bytes:
         out += chunk
 
 
-def test_silent_and_dripping_clients_are_cut_at_the_deadline_and_capped_per_client(make_runtime, serve_engine):
+def test_silent_and_dripping_clients_are_cut_at_the_deadline_and_capped_per_client(make_runtime,
+                                                                                   serve_engine):
     eng = serve_engine(make_runtime(plugins=["engine"]), limits=_limits())
     port = _port(eng.url)
     silent = [_connect(port, "127.0.0.3") for _ in range(30)]  # 6 past the per-client cap
@@ -118,8 +119,10 @@ def test_streams_are_capped_per_client(make_runtime, serve_engine):
                 assert resp.status_code == 200
                 held.append(cm)
             r = c.get(eng.url + "/v1/audit/events", headers=eng.auth, params={"wait": 10})
-            assert r.status_code == 503 and r.json()["error"] == "too-many-streams" and r.headers["retry-after"]
-            assert c.get(eng.url + "/v1/toolkits", headers=eng.auth).status_code == 200  # other routes are not streams
+            assert (r.status_code == 503 and r.json()["error"] == "too-many-streams"
+                    and r.headers["retry-after"])
+            # other routes are not streams
+            assert c.get(eng.url + "/v1/toolkits", headers=eng.auth).status_code == 200
         finally:
             for cm in held:
                 cm.__exit__(None, None, None)

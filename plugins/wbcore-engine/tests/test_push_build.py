@@ -13,7 +13,8 @@ import pytest
 
 from wbcore_runtime.trust import identity, signing
 
-pytest.importorskip("wbcore_wasmtime", reason="the wat lane and the command shape (wbcore-wasmtime) build and run it")
+pytest.importorskip("wbcore_wasmtime",
+                    reason="the wat lane and the command shape (wbcore-wasmtime) build and run it")
 pytest.importorskip("wbcore_sources", reason="the path: source prefix (wbcore-sources) resolves its source")
 
 TOOLKITS = Path(__file__).resolve().parents[3] / "toolkits"
@@ -39,14 +40,16 @@ def test_push_builds_then_calls_answer(pushable: Path, make_runtime, serve_engin
     client = make_runtime(roots=[pushable])
     r = wbx("toolkit", "push", "b64", eng.url, "--token", eng.token, runtime=client)
     assert r.exit_code == 0, r.stderr
-    assert "installed b64" in r.stdout and "build on the engine: ✓ b64: command b64 built" in r.stdout, r.stdout
+    assert ("installed b64" in r.stdout
+            and "build on the engine: ✓ b64: command b64 built" in r.stdout), r.stdout
     with httpx.Client(base_url=eng.url, headers=eng.auth, timeout=30) as c:
         called = c.post("/v1/calls/b64", json={"stdin": "hello"})
         assert called.status_code == 200, called.text
         assert called.json()["stdout"] == "aGVsbG8=\n"
 
 
-def test_push_without_build_then_the_build_endpoint(pushable: Path, make_runtime, serve_engine, wbx, wb_home) -> None:
+def test_push_without_build_then_the_build_endpoint(pushable: Path, make_runtime, serve_engine, wbx,
+                                                    wb_home) -> None:
     server = make_runtime(plugins=["engine", "wasmtime", "sources"], roots=[wb_home / "toolkits"])
     eng = serve_engine(server)
     client = make_runtime(roots=[pushable])

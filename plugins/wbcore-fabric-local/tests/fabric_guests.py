@@ -16,7 +16,7 @@ _COPY = """(loop $l
       (i32.store (i32.const 0) (i32.const 1024)) (i32.store (i32.const 4) (i32.const 65536))
       (drop (call $fd_read (i32.const 0) (i32.const 0) (i32.const 1) (i32.const 8)))
       (local.set $n (i32.load (i32.const 8)))
-      (if (i32.gt_u (local.get $n) (i32.const 0)) (then (call $w (i32.const 1024) (local.get $n)) (br $l))))"""
+      (if (i32.gt_u (local.get $n) (i32.const 0)) (then (call $w (i32.const 1024) (local.get $n)) (br $l))))"""  # noqa: E501
 
 #: writes {"v":"<stdin>"}: a JSON object when stdin needs no escaping
 BRACE = ("(module " + wasi("fd_read", "fd_write") + """

@@ -38,7 +38,8 @@ def test_bulk_kernel_outputs_are_map_outputs_in_order(rt, register, engine):
     if engine == "local":  # outputs come joined: one buffer and an array of lengths per chunk
         big = max(chunks, key=len)
         assert len(chunks) < len(words) // 100 and isinstance(big.values, fabric.Outputs)
-        assert big.values.data == b"".join(big.values) and list(big.values.lengths) == [len(v) for v in big.values]
+        assert (big.values.data == b"".join(big.values)
+                and list(big.values.lengths) == [len(v) for v in big.values])
         # and map itself goes through the same chunks: one Result per input, the same values
         assert [r.index for r in fabric.map(rt, "kup", words[:50], kind="kernel", width=2)] == list(range(50))
 

@@ -27,9 +27,11 @@ def test_wbx_fan_commands(rt, register, wbx):
 def test_wbx_fan_kernel_threads_engine(rt, register, wbx):
     register("kup", K_UPPER, kind="kernel")
     lines = [json.dumps({"input": "abc"}), json.dumps({"input_base64": "eHl6"})]
-    res = wbx("fan", "kup", "--kernel", "--engine", "threads", "--width", "2", runtime=rt, input="\n".join(lines))
+    res = wbx("fan", "kup", "--kernel", "--engine", "threads", "--width", "2", runtime=rt,
+              input="\n".join(lines))
     assert res.exit_code == 0, res.stderr
-    assert [json.loads(x) for x in res.stdout.splitlines()] == [{"i": 0, "output": "ABC"}, {"i": 1, "output": "XYZ"}]
+    assert [json.loads(x) for x in res.stdout.splitlines()] == [{"i": 0, "output": "ABC"},
+                                                                {"i": 1, "output": "XYZ"}]
 
 
 def test_python_pipeline_pipe_fan_out_pipe(rt, register):
@@ -106,12 +108,13 @@ def test_bad_org_pipelines_say_where_and_what(text, problem):
 
 
 def test_fan_out_merge_parses_json_else_keeps_text():
-    assert json.loads(pl.merge([b'{"a": 1}', b"plain", b"[1, 2]", b"\xff"])) == [{"a": 1}, "plain", [1, 2], "\ufffd"]
+    assert (json.loads(pl.merge([b'{"a": 1}', b"plain", b"[1, 2]", b"\xff"]))
+            == [{"a": 1}, "plain", [1, 2], "\ufffd"])
 
 
 def test_a_kernel_box_in_a_pipeline(rt, register):
     register("kup", K_UPPER, kind="kernel")
     register("echo", ECHO)
-    res = pl.Pipeline.named("k", pl.Box("kup", kind="kernel")).fan_out(["echo", pl.Box("kup", kind="kernel")]).run(
-        rt, b"abc", keep=False)
+    res = (pl.Pipeline.named("k", pl.Box("kup", kind="kernel"))
+           .fan_out(["echo", pl.Box("kup", kind="kernel")]).run(rt, b"abc", keep=False))
     assert res.success and json.loads(res.output) == ["ABC", "ABC"] and res.folder is None

@@ -24,7 +24,8 @@ def test_commands_in_input_order_with_per_input_errors(rt, register, engine):
         if i == 5:
             assert r.error is not None and r.error.kind is ErrorKind.INVALID_ARGS
         elif i % 7 == 0:
-            assert r.error is not None and "unreachable" in r.error.message  # the guest trapped: this input only
+            # the guest trapped: this input only
+            assert r.error is not None and "unreachable" in r.error.message
         else:
             assert r.ok and r.value.exit_code == 0 and r.value.stdout == f"item-{i}".encode()
 
@@ -40,7 +41,8 @@ def test_kernel_map_same_outputs_on_both_engines(rt, register, engine):
 def test_a_kernel_is_instantiated_once_per_worker(rt, register):
     register("kcount", K_COUNT, kind="kernel")
     n = 2000
-    counts = [int.from_bytes(r.value, "little") for r in fabric.map(rt, "kcount", [b"x"] * n, kind="kernel", width=2)]
+    counts = [int.from_bytes(r.value, "little")
+              for r in fabric.map(rt, "kcount", [b"x"] * n, kind="kernel", width=2)]
     # each instance counts its own calls from 1: one "1" per instance, at most one per worker
     assert 1 <= counts.count(1) <= 2
     assert max(counts) >= n // 2 and len(counts) == n
@@ -183,7 +185,8 @@ def test_a_stronger_tier_runs_inside_the_workers(rt, register):
     register("echo", ECHO)
     job = fabric.job(rt, "echo", tier="os_process", width=2)
     assert job.tier == "os_process"
-    out = list(fabric.map(rt, "echo", [{"stdin": "a"}, {"stdin": "!trap"}], width=2, tier="os_process", deadline=120))
+    out = list(fabric.map(rt, "echo", [{"stdin": "a"}, {"stdin": "!trap"}], width=2, tier="os_process",
+                          deadline=120))
     assert out[0].value.stdout == b"a"
     # the tier's own report of a trap (os_process: exit 70 with the trap on stderr), this input only
     assert out[1].error is not None or out[1].value.exit_code != 0
@@ -226,5 +229,7 @@ def test_a_failing_kernel_input_fails_alone_and_runs_once(rt, register, engine):
     out = list(fabric.map(rt, "kup", inputs, kind="kernel", width=1, batch=7, engine=engine))
     assert [r.value for r in out] == [b"A", None, b"B", None, b"C", None, b"D"]
     assert [r.error.kind for r in out if r.error] == [ErrorKind.INVALID_ARGS] * 3
-    counts = [r.value for r in fabric.map(rt, "kcount", inputs, kind="kernel", width=1, batch=7, engine=engine)]
-    assert [int.from_bytes(c, "little") for c in counts if c] == [1, 2, 3, 4]  # big inputs fail before the guest
+    counts = [r.value
+              for r in fabric.map(rt, "kcount", inputs, kind="kernel", width=1, batch=7, engine=engine)]
+    # big inputs fail before the guest
+    assert [int.from_bytes(c, "little") for c in counts if c] == [1, 2, 3, 4]

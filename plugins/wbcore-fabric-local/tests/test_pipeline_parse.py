@@ -22,7 +22,8 @@ FLOW = """* flow :pipeline:
 
 def test_an_agent_box_names_the_agent_then_its_task():
     (flow,) = parse(FLOW)
-    assert flow.stages[1].boxes == (Box("agents/summarizer.org", ("summarize the input", "briefly"), "agent"),)
+    assert flow.stages[1].boxes == (
+        Box("agents/summarizer.org", ("summarize the input", "briefly"), "agent"),)
 
 
 def test_an_agent_box_without_a_task_is_refused_with_its_line():
@@ -43,4 +44,5 @@ def test_mounts_are_a_command_boxs_split_like_run_and_bounded():
     with pytest.raises(ManifestError, match=r"flow.org:10: MOUNTS: agent boxes bind no host folder"):
         parse(FLOW.replace(":KIND: agent\n", ":KIND: agent\n   :MOUNTS: /srv/a:/a\n"), "flow.org")
     with pytest.raises(ManifestError, match="at most 4"):
-        parse(FLOW.replace(":RUN: upper\n", ":RUN: upper\n   :MOUNTS: " + " ".join(f"/a:/a{i}" for i in range(5)) + "\n"))
+        parse(FLOW.replace(":RUN: upper\n",
+                           ":RUN: upper\n   :MOUNTS: " + " ".join(f"/a:/a{i}" for i in range(5)) + "\n"))

@@ -23,7 +23,8 @@ ISSUES = [
      "labels": ["bug"] if i % 2 else []}
     for i in range(1, 8)
 ]  # 7 issues: pages of 3, 3, 1
-USERS = [{"id": 100 + i, "name": f"user-{i}", "email": f"u{i}@example.test"} for i in range(4)]  # pages of 2, 1, 1
+# pages of 2, 1, 1
+USERS = [{"id": 100 + i, "name": f"user-{i}", "email": f"u{i}@example.test"} for i in range(4)]
 
 
 @dataclass
@@ -120,7 +121,8 @@ def api() -> Iterator[Api]:
         thread.join(5)
 
 
-def tracker_manifest(base: str, *, auth: str = "bearer-env TRACKER_TOKEN", caps: str = "net", extra: str = "") -> str:
+def tracker_manifest(base: str, *, auth: str = "bearer-env TRACKER_TOKEN", caps: str = "net",
+                     extra: str = "") -> str:
     return f"""#+TITLE: Tracker
 #+TOOLKIT: tracker
 #+VERSION: 0.1.0

@@ -87,7 +87,8 @@ def test_sync_twice_is_byte_identical_and_a_changed_row_updates_in_place(api, tr
     assert out.read_bytes() == first and out.stat().st_mtime_ns == mtime
     # a person's notes under a node survive; then the source changes one row
     lines = text.splitlines()
-    end = next(i for i, ln in enumerate(lines) if ln.strip() == ":END:" and i > lines.index("  :ID: tracker-issues-4"))
+    end = next(i for i, ln in enumerate(lines)
+               if ln.strip() == ":END:" and i > lines.index("  :ID: tracker-issues-4"))
     lines.insert(end + 1, "My notes on issue four.")
     out.write_text("\n".join(lines) + "\n")
     edited = out.read_bytes()
@@ -101,7 +102,8 @@ def test_sync_twice_is_byte_identical_and_a_changed_row_updates_in_place(api, tr
     assert len(old_lines) == len(new_lines)
     changed = [(a, b) for a, b in zip(old_lines, new_lines, strict=True) if a != b]
     assert changed == [("* Issue number 4 :task:", "* Issue four, retitled :task:"),
-                       ("  :TITLE: Issue number 4", "  :TITLE: Issue four, retitled"), ("  :STATE: open", "  :STATE: closed")]
+                       ("  :TITLE: Issue number 4", "  :TITLE: Issue four, retitled"),
+                       ("  :STATE: open", "  :STATE: closed")]
     assert "My notes on issue four." in new
     # a deleted row is marked, not removed; a new one is appended
     api.issues.pop(0)
@@ -137,7 +139,8 @@ def test_values_from_the_source_cannot_forge_org_structure(api, tracker, wbx, tm
     assert [ln for ln in text.splitlines() if ln.startswith("*")][1].startswith("* \u200b** looks like")
 
 
-def test_a_source_on_a_private_address_is_refused_unless_allowed(api, toolkit_root, make_runtime, wbx, monkeypatch):
+def test_a_source_on_a_private_address_is_refused_unless_allowed(api, toolkit_root, make_runtime, wbx,
+                                                                 monkeypatch):
     write_toolkit(toolkit_root, "tracker", tracker_manifest(api.base))
     monkeypatch.setenv("TRACKER_TOKEN", TOKEN)
     monkeypatch.delenv("WB_ALLOW_PRIVATE_HOSTS", raising=False)
@@ -145,7 +148,8 @@ def test_a_source_on_a_private_address_is_refused_unless_allowed(api, toolkit_ro
     rt = granted(make_runtime(plugins=["federation"]))
     r = wbx("fed", "query", "tracker", "issues", runtime=rt)
     assert r.exit_code == 126 and "SSRF guard" in r.stderr and "loopback" in r.stderr, r.stderr
-    assert "WB_ALLOW_PRIVATE_HOSTS" in r.stderr and "WB_NET_ALLOW_PRIVATE_HOSTS" not in r.stderr  # the setting that applies
+    # the setting that applies
+    assert "WB_ALLOW_PRIVATE_HOSTS" in r.stderr and "WB_NET_ALLOW_PRIVATE_HOSTS" not in r.stderr
     assert api.seen == []  # not one request reached the server
     audit = [json.loads(ln) for ln in _audit_text(rt).splitlines()]
     denied = [e for e in audit if e["op"] == "fed.get"]
@@ -156,7 +160,8 @@ def test_a_source_on_a_private_address_is_refused_unless_allowed(api, toolkit_ro
     assert wbx("fed", "query", "tracker", "issues", runtime=rt).exit_code == 0
 
 
-def test_a_next_link_off_the_origin_is_not_followed(api, toolkit_root, make_runtime, wbx, monkeypatch, allow_loopback):
+def test_a_next_link_off_the_origin_is_not_followed(api, toolkit_root, make_runtime, wbx, monkeypatch,
+                                                    allow_loopback):
     manifest = tracker_manifest(api.base).replace(":PATH: /users", ":PATH: /away")
     manifest = manifest.replace(":PAGINATION: cursor next_cursor cursor", ":PAGINATION: link")
     write_toolkit(toolkit_root, "tracker", manifest)
@@ -165,14 +170,17 @@ def test_a_next_link_off_the_origin_is_not_followed(api, toolkit_root, make_runt
     assert r.exit_code == 126 and "off the source's origin" in r.stderr, r.stderr
 
 
-def test_a_page_over_its_byte_budget_is_stopped(api, toolkit_root, make_runtime, wbx, monkeypatch, allow_loopback):
-    write_toolkit(toolkit_root, "tracker", tracker_manifest(api.base).replace(":PATH: /users", ":PATH: /huge"))
+def test_a_page_over_its_byte_budget_is_stopped(api, toolkit_root, make_runtime, wbx, monkeypatch,
+                                                allow_loopback):
+    write_toolkit(toolkit_root, "tracker",
+                  tracker_manifest(api.base).replace(":PATH: /users", ":PATH: /huge"))
     monkeypatch.setenv("TRACKER_TOKEN", TOKEN)
     r = wbx("fed", "query", "tracker", "users", runtime=granted(make_runtime(plugins=["federation"])))
     assert r.exit_code == 2 and "byte cap" in r.stderr, r.stderr
 
 
-def test_the_token_never_appears_in_output_or_audit(api, tracker, wbx, monkeypatch, tmp_path, make_runtime, caplog):
+def test_the_token_never_appears_in_output_or_audit(api, tracker, wbx, monkeypatch, tmp_path, make_runtime,
+                                                    caplog):
     import logging
 
     caplog.set_level(logging.DEBUG)  # every logger, httpx's and httpcore's included
@@ -181,25 +189,30 @@ def test_the_token_never_appears_in_output_or_audit(api, tracker, wbx, monkeypat
     assert all(r.exit_code == 0 for r in results)
     assert api.headers[0]["Authorization"] == f"Bearer {TOKEN}"  # it was sent to the source ...
     monkeypatch.setenv("TRACKER_TOKEN", "WRONG-tok-31337")  # ... and a refusal does not echo it either
-    results.append(wbx("fed", "query", "tracker", "issues", runtime=granted(make_runtime(plugins=["federation"]))))
+    results.append(wbx("fed", "query", "tracker", "issues",
+                       runtime=granted(make_runtime(plugins=["federation"]))))
     assert results[-1].exit_code != 0 and "401" in results[-1].stderr
     audit = _audit_text(tracker)
     assert "fed.get" in audit
     assert "HTTP Request" in caplog.text or caplog.records  # the logs were captured ...
-    for blob in [audit, caplog.text, (tmp_path / "x.org").read_text()] + [r.stdout + r.stderr for r in results]:
+    for blob in ([audit, caplog.text, (tmp_path / "x.org").read_text()]
+                 + [r.stdout + r.stderr for r in results]):
         assert TOKEN not in blob and "WRONG-tok-31337" not in blob  # ... and hold no token
 
 
-def test_hmac_auth_signs_through_the_secrets_broker(api, toolkit_root, make_runtime, wbx, allow_loopback, tmp_path,
+def test_hmac_auth_signs_through_the_secrets_broker(api, toolkit_root, make_runtime, wbx, allow_loopback,
+                                                    tmp_path,
                                                    capfd, caplog):
     import logging
 
     caplog.set_level(logging.DEBUG)
-    pytest.importorskip("wbcore_brokers_secrets", reason="the secrets broker is a separate plugin (wbcore-brokers-secrets)")
+    pytest.importorskip("wbcore_brokers_secrets",
+                        reason="the secrets broker is a separate plugin (wbcore-brokers-secrets)")
     from wbcore_brokers_secrets.store import SecretStore
 
     api.auth = "hmac"
-    write_toolkit(toolkit_root, "tracker", tracker_manifest(api.base, auth="hmac-sha256 tracker-key", caps="net secrets"))
+    write_toolkit(toolkit_root, "tracker",
+                  tracker_manifest(api.base, auth="hmac-sha256 tracker-key", caps="net secrets"))
     rt = make_runtime(plugins=["federation", "brokers-secrets"])
     SecretStore(rt.home / "brokers" / "secrets.db").put("default", "tracker-key", HMAC_KEY)
     r = wbx("fed", "query", "tracker", "issues", "--join", "users:owner_id=id", "--json", runtime=rt)
@@ -210,7 +223,8 @@ def test_hmac_auth_signs_through_the_secrets_broker(api, toolkit_root, make_runt
     audit = _audit_text(rt)
     entries = [json.loads(ln) for ln in audit.splitlines()]
     signs = [e for e in entries if e["cap"] == "secrets" and e["op"] == "sign"]
-    assert len(signs) == 9 and all(e["outcome"] == "allowed" and e["principal"] == "default/tracker" for e in signs)
+    assert len(signs) == 9 and all(e["outcome"] == "allowed" and e["principal"] == "default/tracker"
+                                   for e in signs)
     assert len([e for e in entries if e["op"] == "fed.get" and e["outcome"] == "allowed"]) == 9
     captured = capfd.readouterr()
     key_forms = [HMAC_KEY.decode(), HMAC_KEY.hex()]
@@ -218,16 +232,19 @@ def test_hmac_auth_signs_through_the_secrets_broker(api, toolkit_root, make_runt
                  (tmp_path / "h.org").read_text()]:
         assert not any(k in blob for k in key_forms)
     # without the secrets cap granted, nothing is signed and nothing is sent
-    write_toolkit(toolkit_root, "tracker", tracker_manifest(api.base, auth="hmac-sha256 tracker-key", caps="net"))
+    write_toolkit(toolkit_root, "tracker",
+                  tracker_manifest(api.base, auth="hmac-sha256 tracker-key", caps="net"))
     api.seen.clear()
-    r = wbx("fed", "query", "tracker", "issues", runtime=make_runtime(plugins=["federation", "brokers-secrets"]))
+    r = wbx("fed", "query", "tracker", "issues",
+            runtime=make_runtime(plugins=["federation", "brokers-secrets"]))
     assert r.exit_code == 126 and "'secrets' is not granted" in r.stderr, r.stderr
     assert api.seen == []
 
 
 def test_verify_checks_the_declaration(api, toolkit_root, make_runtime):
     write_toolkit(toolkit_root, "tracker", tracker_manifest(api.base))
-    write_toolkit(toolkit_root, "bad", tracker_manifest(api.base).replace("#+TOOLKIT: tracker", "#+TOOLKIT: bad")
+    write_toolkit(toolkit_root, "bad",
+                  tracker_manifest(api.base).replace("#+TOOLKIT: tracker", "#+TOOLKIT: bad")
                   .replace(":ID: tracker", ":ID: bad").replace(":PATH: /issues", ":PATH: /../x"))
     rt = granted(make_runtime(plugins=["federation"]))
     ok = rt.verify("tracker")
@@ -261,13 +278,16 @@ def test_a_connector_from_another_plugin_serves_read_and_sync(toolkit_root, make
 
     @hookimpl
     def wbcore_federation_sources():
-        yield FederationSource(name="memo", summary="rows from memory (a test connector)", factory=lambda rt: Memo())
+        yield FederationSource(name="memo", summary="rows from memory (a test connector)",
+                               factory=lambda rt: Memo())
 
     mod.wbcore_federation_sources = wbcore_federation_sources
     manifest = tracker_manifest("").replace("#+URL: \n", "#+SOURCE: memo\n#+MEMO_BOOK: demo\n")
-    manifest = manifest.replace(":ENTITY: issues", ":ENTITY: notes").replace(":ENTITY: users", ":ENTITY: tags")
+    manifest = (manifest.replace(":ENTITY: issues", ":ENTITY: notes")
+                .replace(":ENTITY: users", ":ENTITY: tags"))
     manifest = manifest.replace(":FIELDS: id title state owner_id labels", ":FIELDS: id text tag")
-    manifest = manifest.replace(":TITLE: title", ":TITLE: text").replace("#+SYNC: issues tracker.org", "#+SYNC: notes n.org")
+    manifest = (manifest.replace(":TITLE: title", ":TITLE: text")
+                .replace("#+SYNC: issues tracker.org", "#+SYNC: notes n.org"))
     write_toolkit(toolkit_root, "tracker", manifest)
     rt = make_runtime(plugins=[plugin, mod])
     report = rt.verify("tracker")
@@ -275,13 +295,14 @@ def test_a_connector_from_another_plugin_serves_read_and_sync(toolkit_root, make
     assert any("through the memo connector; entities: notes, tags" in c.message for c in report.checks)
     r = wbx("fed", "query", "tracker", "notes", "--join", "tags:tag=id", "--json", runtime=rt)
     assert r.exit_code == 0, r.stderr
-    assert [(x["notes.id"], x["tags.label"]) for x in json.loads(r.stdout)["rows"]] == [("a", "two"), ("b", "one")]
+    assert [(x["notes.id"], x["tags.label"]) for x in json.loads(r.stdout)["rows"]] == [("a", "two"),
+                                                                                        ("b", "one")]
     assert wbx("fed", "sync", "tracker", "--out", str(tmp_path / "n.org"), runtime=rt).exit_code == 0
     assert ":ID: tracker-notes-a" in (tmp_path / "n.org").read_text()
     without = make_runtime(plugins=[plugin])
     bad = without.verify("tracker")
-    assert not bad.ok and any("#+SOURCE: memo is not an installed connector (installed: http-json)" in c.message
-                              for c in bad.checks)
+    assert not bad.ok and any("#+SOURCE: memo is not an installed connector (installed: http-json)"
+                              in c.message for c in bad.checks)
 
 
 def test_a_crash_mid_sync_leaves_the_old_file(api, tracker, wbx, tmp_path, monkeypatch):
@@ -330,15 +351,16 @@ def test_sql_text_reads_the_entities_it_names_and_nothing_else(api, tracker, wbx
     assert not [p for p in api.seen if p.startswith("/api/issues")]  # only what the query names is fetched
     for bad, why in [("DELETE FROM issues", "only a SELECT"),
                      ("SELECT * FROM issues; DROP TABLE users", "one statement"),
-                     ("SELECT * FROM issues WHERE id IN (SELECT 1 FROM pragma_table_info('users'))", "the query failed"),
+                     ("SELECT * FROM issues WHERE id IN (SELECT 1 FROM pragma_table_info('users'))",
+                      "the query failed"),
                      ("WITH x AS (SELECT 1) SELECT * FROM x", "names no entity"),
                      ("SELECT load_extension('x') FROM issues", "the query failed")]:
         r = wbx("fed", "query", "tracker", bad, runtime=tracker)
         assert r.exit_code == 2 and why in r.stderr, (bad, r.stderr)
 
 
-def test_pages_are_cached_for_the_ttl_then_revalidated_by_etag(api, toolkit_root, make_runtime, wbx, monkeypatch,
-                                                               allow_loopback):
+def test_pages_are_cached_for_the_ttl_then_revalidated_by_etag(api, toolkit_root, make_runtime, wbx,
+                                                               monkeypatch, allow_loopback):
     from wbcore_federation import cache
 
     write_toolkit(toolkit_root, "tracker", tracker_manifest(api.base, extra="#+CACHE_TTL: 300"))
@@ -386,9 +408,11 @@ def test_sync_every_interval(api, tracker, wbx, tmp_path, monkeypatch):
 
     slept: list[float] = []
     monkeypatch.setattr(time, "sleep", slept.append)
-    r = wbx("fed", "sync", "tracker", "--out", str(tmp_path / "e.org"), "--every", "5m", "--times", "3", runtime=tracker)
+    r = wbx("fed", "sync", "tracker", "--out", str(tmp_path / "e.org"), "--every", "5m", "--times", "3",
+            runtime=tracker)
     assert r.exit_code == 0, r.stderr
-    assert slept == [300.0, 300.0] and [ln.split()[0] for ln in r.stdout.splitlines()] == ["synced", "unchanged", "unchanged"]
+    assert (slept == [300.0, 300.0]
+            and [ln.split()[0] for ln in r.stdout.splitlines()] == ["synced", "unchanged", "unchanged"])
     assert cli._interval("1h") == 3600 and cli._interval("45") == 45
     r = wbx("fed", "sync", "tracker", "--every", "0s", runtime=tracker)
     assert r.exit_code == 2 and "an interval of 1 s to 7 days" in r.stderr

@@ -7,12 +7,14 @@ from wbcore_federation import plugin
 
 def test_seed_000_single_source_form_is_one_entity(make_toolkit, make_runtime):
     make_toolkit("src", exec="federation", caps="net",
-                 extra={"URL": "https://api.example/items", "ROWS_PATH": "data.items", "ENV_KEYS": "API_TOKEN"})
+                 extra={"URL": "https://api.example/items", "ROWS_PATH": "data.items",
+                        "ENV_KEYS": "API_TOKEN"})
     make_toolkit("custom", exec="federation")
     rt = make_runtime(plugins=[plugin])
     r = rt.verify("src")
     assert r.ok, [c.render() for c in r.checks]
-    assert any("federation source https://api.example/items (none pagination, auth bearer-env); entities: src" in c.message
+    assert any("federation source https://api.example/items (none pagination, auth bearer-env); "
+               "entities: src" in c.message
                for c in r.checks)
     custom = rt.verify("custom")
     assert custom.ok
@@ -21,7 +23,8 @@ def test_seed_000_single_source_form_is_one_entity(make_toolkit, make_runtime):
 
 
 def test_env_keys_naming_two_variables_is_ambiguous(make_toolkit, make_runtime):
-    make_toolkit("src", exec="federation", caps="net", extra={"URL": "https://api.example/items", "ENV_KEYS": "A B"})
+    make_toolkit("src", exec="federation", caps="net",
+                 extra={"URL": "https://api.example/items", "ENV_KEYS": "A B"})
     r = make_runtime(plugins=[plugin]).verify("src")
     assert not r.ok and any("#+ENV_KEYS: names more than one variable" in c.message for c in r.checks)
 
@@ -48,6 +51,7 @@ def test_the_single_source_form_reads_and_syncs(api, make_toolkit, make_runtime,
     r = wbx("fed", "query", "issues-feed", "issues_feed", "--json", runtime=rt)
     assert r.exit_code == 0, r.stderr
     assert [row["issues_feed.id"] for row in json.loads(r.stdout)["rows"]] == [1, 2, 3, 4, 5, 6, 7]
-    r = wbx("fed", "sync", "issues-feed", "--entity", "issues_feed", "--out", str(tmp_path / "f.org"), runtime=rt)
+    r = wbx("fed", "sync", "issues-feed", "--entity", "issues_feed", "--out", str(tmp_path / "f.org"),
+            runtime=rt)
     assert r.exit_code == 0, r.stderr
     assert ":ID: issues-feed-issues_feed-7" in (tmp_path / "f.org").read_text()

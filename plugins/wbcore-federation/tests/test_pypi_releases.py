@@ -72,7 +72,8 @@ def test_query_fills_the_index_and_the_package(rt, index: Index, wbx) -> None:
         f["filename"] for f in json.loads(PAGE)["files"])
     wheel = next(row for row in rows if row["pypi_releases.filename"] == "idna-3.10-py3-none-any.whl")
     assert json.loads(wheel["pypi_releases.hashes"])["sha256"] == next(
-        f["hashes"]["sha256"] for f in json.loads(PAGE)["files"] if f["filename"] == "idna-3.10-py3-none-any.whl")
+        f["hashes"]["sha256"] for f in json.loads(PAGE)["files"]
+        if f["filename"] == "idna-3.10-py3-none-any.whl")
     assert index.seen == [("/simple/idna/", "application/vnd.pypi.simple.v1+json")]
 
 
@@ -92,7 +93,8 @@ def test_params_are_required_named_and_one_path_segment(rt, index: Index, wbx) -
     assert r.exit_code == 2 and "its URL needs --param package=VALUE" in r.stderr, r.stderr
     r = wbx("fed", "query", "pypi-releases", "pypi_releases", "--param", "pkg=idna", runtime=rt)
     assert r.exit_code == 2 and "no placeholder pkg" in r.stderr and "--param package=VALUE" in r.stderr
-    r = wbx("fed", "query", "pypi-releases", "pypi_releases", "--param", "package=../../admin?x=1", runtime=rt)
+    r = wbx("fed", "query", "pypi-releases", "pypi_releases", "--param", "package=../../admin?x=1",
+            runtime=rt)
     assert r.exit_code != 0
     assert index.seen[-1][0] == "/simple/..%2F..%2Fadmin%3Fx%3D1/"  # one segment: no path, no query
 

@@ -35,7 +35,10 @@ int main(int argc, char **argv) {
 def tk(tmp_path: Path) -> Path:
     d = tmp_path / "hello"
     (d / "src").mkdir(parents=True)
-    (d / "manifest.org").write_text(manifest_text("hello", exec="command", extra={"CLI_BIN": "hello", "BUILD_LANG": "c-wasm", "BUILD_SRC": "path:src"}, drawer={"CLI_BIN": "hello"}))
+    (d / "manifest.org").write_text(manifest_text("hello", exec="command",
+                                                  extra={"CLI_BIN": "hello", "BUILD_LANG": "c-wasm",
+                                                         "BUILD_SRC": "path:src"},
+                                                  drawer={"CLI_BIN": "hello"}))
     (d / "src" / "main.c").write_text(HELLO)
     (d / "src" / "util.h").write_text("int twice(int);\n")
     (d / "src" / "util.c").write_text('#include "util.h"\nint twice(int x) { return 2 * x; }\n')
@@ -53,7 +56,8 @@ def lane(make_runtime) -> CWasmLane:
 def build(lane: CWasmLane, tk: Path, out: Path, src: str = "src", flags: tuple[str, ...] = ()):
     m = parse(tk / "manifest.org")
     s = tk / src
-    return lane.build(BuildRequest(manifest=m, source=ResolvedSource(digest=tree_digest(s), dir=s), outdir=out, flags=flags))
+    return lane.build(BuildRequest(manifest=m, source=ResolvedSource(digest=tree_digest(s), dir=s),
+                                   outdir=out, flags=flags))
 
 
 def run(wasm: Path, argv: list[str], stdin: bytes, tmp_path: Path) -> guest.GuestResult:
@@ -87,7 +91,9 @@ def test_compile_error_carries_compilers_message(lane, tk, tmp_path):
     assert "util.c:1" in err.value.log and "tcc failed" in str(err.value)
 
 
-@pytest.mark.parametrize("include", ['"/etc/passwd"', '"../../../../../../etc/passwd"', '"leak.h"', '"/proc/self/environ"'])
+@pytest.mark.parametrize("include",
+                         ['"/etc/passwd"', '"../../../../../../etc/passwd"', '"leak.h"',
+                          '"/proc/self/environ"'])
 def test_source_cannot_read_host_files(lane, tk, tmp_path, include):
     os.symlink("/etc/passwd", tk / "src" / "leak.h")
     (tk / "src" / "util.c").write_text(f"#include {include}\nint twice(int x) {{ return 2 * x; }}\n")
@@ -133,11 +139,14 @@ def test_single_entry_file_and_missing_sources(lane, tk, tmp_path):
     (tk / "one").mkdir()
     (tk / "one" / "solo.c").write_text('#include <stdio.h>\nint main(void){puts("solo");return 0;}\n')
     m = parse(tk / "manifest.org")
-    out = lane.build(BuildRequest(manifest=m, source=ResolvedSource(digest="x", dir=tk / "one", entry="solo.c"), outdir=tmp_path / "o"))
+    out = lane.build(BuildRequest(manifest=m,
+                                  source=ResolvedSource(digest="x", dir=tk / "one", entry="solo.c"),
+                                  outdir=tmp_path / "o"))
     assert run(out.artifact, ["solo"], b"", tmp_path).stdout == b"solo\n"
     (tk / "empty").mkdir()
     with pytest.raises(InvalidArgs):
-        lane.build(BuildRequest(manifest=m, source=ResolvedSource(digest="x", dir=tk / "empty"), outdir=tmp_path / "o2"))
+        lane.build(BuildRequest(manifest=m, source=ResolvedSource(digest="x", dir=tk / "empty"),
+                                outdir=tmp_path / "o2"))
 
 
 # --- the shipped hexdump toolkit (toolkits/hexdump), built by this lane -----------------
@@ -153,11 +162,14 @@ def test_hexdump_toolkit_builds_and_runs(lane, tmp_path):
         pytest.skip("toolkits/hexdump is not beside this plugin")
     out = build(lane, tk, tmp_path / "out")
     res = run(out.artifact, ["hexdump", "dump"], b"hello, world\n", tmp_path)
-    assert res.stdout == b"00000000  68 65 6c 6c 6f 2c 20 77  6f 72 6c 64 0a           |hello, world.|\n0000000d\n"
+    assert (res.stdout
+            == b"00000000  68 65 6c 6c 6f 2c 20 77  6f 72 6c 64 0a           |hello, world.|\n0000000d\n")
     res = run(out.artifact, ["hexdump", "dump", "-s", "0x4", "-n", "3"], b"0123456789", tmp_path)
     assert res.stdout.splitlines()[0].startswith(b"00000004  34 35 36")
-    assert run(out.artifact, ["hexdump", "strings", "-m", "5"], b"\x00\x01hello\x02ab\x03world!\x00", tmp_path).stdout == b"00000002 hello\n0000000b world!\n"
-    stats = json.loads(run(out.artifact, ["hexdump", "stats"], b"\x89PNG\r\n\x1a\n" + bytes(range(256)), tmp_path).stdout)
+    assert run(out.artifact, ["hexdump", "strings", "-m", "5"], b"\x00\x01hello\x02ab\x03world!\x00",
+               tmp_path).stdout == b"00000002 hello\n0000000b world!\n"
+    stats = json.loads(run(out.artifact, ["hexdump", "stats"], b"\x89PNG\r\n\x1a\n" + bytes(range(256)),
+                           tmp_path).stdout)
     assert stats["kind"] == "PNG image" and stats["bytes"] == 264 and stats["distinct"] == 256
     assert run(out.artifact, ["hexdump", "nope"], b"", tmp_path).exit_code == 2
 

@@ -15,7 +15,8 @@ FIELDS = {"BUILD_LANG": "c-wasm", "BUILD_SRC": "path:src", "CLI_BIN": "leak"}
 
 
 @needs
-def test_host_include_fails_the_build_with_tccs_message_and_nothing_registers(make_toolkit, make_runtime, wbx):
+def test_host_include_fails_the_build_with_tccs_message_and_nothing_registers(make_toolkit, make_runtime,
+                                                                              wbx):
     make_toolkit("leak", exec="command", extra=FIELDS, drawer={"CLI_BIN": "leak"},
                  files={"src/main.c": '#include "/etc/passwd"\nint main(void) { return 0; }\n'})
     rt = make_runtime(plugins=["lane-c-wasm", "sources", "wasmtime"])
@@ -28,7 +29,8 @@ def test_host_include_fails_the_build_with_tccs_message_and_nothing_registers(ma
 @needs
 def test_builds_registers_runs_and_rebuild_is_a_cache_hit(make_toolkit, make_runtime, wbx):
     make_toolkit("leak", exec="command", extra=FIELDS, drawer={"CLI_BIN": "leak"},
-                 files={"src/main.c": '#include <stdio.h>\nint main(int c, char **v) { printf("%d\\n", c); return 0; }\n'})
+                 files={"src/main.c": '#include <stdio.h>\nint main(int c, char **v) { printf("%d\\n", c); '
+                        'return 0; }\n'})
     rt = make_runtime(plugins=["lane-c-wasm", "sources", "wasmtime"])
     first = wbx("toolkit", "build", "leak", runtime=rt)
     assert first.exit_code == 0, first.stderr

@@ -24,7 +24,8 @@ RID = "a" * 64  # a recipe id; the unit tests need no Go
 def publish(tmp_path: Path, rid: str = RID) -> Path:
     """A machine cache as ``warm`` publishes one: Go's layout, copied by ``copy_tree``, marked."""
     raw = tmp_path / "raw"
-    for sub, name, data in (("00", "00ab-d", b"compiled fmt"), ("00", "00cd-a", b"action 00ab"), ("ff", "ffee-d", b"x" * 5000)):
+    for sub, name, data in (("00", "00ab-d", b"compiled fmt"), ("00", "00cd-a", b"action 00ab"),
+                            ("ff", "ffee-d", b"x" * 5000)):
         (raw / sub).mkdir(parents=True, exist_ok=True)
         (raw / sub / name).write_bytes(data)
     (raw / "README").write_text("This directory holds cached build artifacts from the Go build system.\n")
@@ -68,7 +69,8 @@ def test_a_marker_of_another_recipe_is_not_seeded_from(tmp_path):
     assert not target.exists()
 
 
-@pytest.mark.parametrize("marker", [None, "", "recipe " + RID + "\n", cache.MARKER_HEAD + "\nrecipe " + RID + "\n"])
+@pytest.mark.parametrize("marker",
+                         [None, "", "recipe " + RID + "\n", cache.MARKER_HEAD + "\nrecipe " + RID + "\n"])
 def test_a_cache_without_the_lanes_marker_is_not_seeded_from(tmp_path, marker):
     machine = publish(tmp_path)
     if marker is None:
@@ -160,18 +162,24 @@ class Recording:
 def _toolkit(tmp_path: Path) -> Path:
     d = tmp_path / "gotool"
     (d / "src").mkdir(parents=True)
-    (d / "manifest.org").write_text(manifest_text("gotool", exec="command", extra={"CLI_BIN": "gotool", "BUILD_LANG": "go", "BUILD_SRC": "path:src"}, drawer={"CLI_BIN": "gotool"}))
+    (d / "manifest.org").write_text(manifest_text("gotool", exec="command",
+                                                  extra={"CLI_BIN": "gotool", "BUILD_LANG": "go",
+                                                         "BUILD_SRC": "path:src"},
+                                                  drawer={"CLI_BIN": "gotool"}))
     (d / "src" / "go.mod").write_text("module example.com/gotool\n\ngo 1.21\n")
-    (d / "src" / "main.go").write_text('package main\n\nimport (\n\t"fmt"\n\t"os"\n)\n\nfunc main() { fmt.Println(len(os.Args)) }\n')
+    (d / "src" / "main.go").write_text('package main\n\nimport (\n\t"fmt"\n\t"os"\n)\n\nfunc main() { '
+                                       'fmt.Println(len(os.Args)) }\n')
     return d
 
 
 def _build(lane: golane.GoLane, tk: Path, out: Path):
     s = tk / "src"
-    return lane.build(BuildRequest(manifest=load(tk / "manifest.org"), source=ResolvedSource(digest=tree_digest(s), dir=s), outdir=out))
+    return lane.build(BuildRequest(manifest=load(tk / "manifest.org"),
+                                   source=ResolvedSource(digest=tree_digest(s), dir=s), outdir=out))
 
 
-def test_a_new_home_seeds_from_the_machine_cache_and_its_build_cannot_reach_it(tmp_path, go_cache, build_sandbox):
+def test_a_new_home_seeds_from_the_machine_cache_and_its_build_cannot_reach_it(tmp_path, go_cache,
+                                                                               build_sandbox):
     go = golane.find()
     rid = cache.recipe(go.version)
     before = cache.copy_tree(go_cache, None, check=True)
@@ -186,7 +194,8 @@ def test_a_new_home_seeds_from_the_machine_cache_and_its_build_cannot_reach_it(t
         src = Path(bind.src).resolve()
         assert src != machine and machine not in src.parents and src not in machine.parents
     [cache_bind] = [b for b in rec.binds[0] if b.dst == "/cache"]
-    assert cache_bind.overlay and not cache_bind.writable and Path(cache_bind.src) == cache.home_dir(go.version, home)
+    assert (cache_bind.overlay and not cache_bind.writable
+            and Path(cache_bind.src) == cache.home_dir(go.version, home))
     assert cache.copy_tree(go_cache, None, check=True) == before and cache.is_trusted(go_cache, rid)
     again = _build(lane, _toolkit(tmp_path / "2"), tmp_path / "out2")
     assert "seeded" not in again.log  # the home's own cache from now on
@@ -200,7 +209,8 @@ def test_a_poisoned_machine_cache_is_not_seeded_from(tmp_path, go_cache, build_s
     shutil.copytree(go_cache, poisoned)
     victim = next(p for p in sorted(poisoned.rglob("*-d")) if p.stat().st_size > 0)
     victim.write_bytes(b"\0" + victim.read_bytes()[1:])
-    lane = golane.GoLane(home=tmp_path / "home", env={"WB_GO_CACHE": str(poisoned)}, sandbox=lambda: build_sandbox)
+    lane = golane.GoLane(home=tmp_path / "home", env={"WB_GO_CACHE": str(poisoned)},
+                         sandbox=lambda: build_sandbox)
     out = _build(lane, _toolkit(tmp_path), tmp_path / "out")
     assert "not seeded (" in out.log and "does not match its marker" in out.log
     assert out.artifact.is_file()

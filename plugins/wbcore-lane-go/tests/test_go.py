@@ -42,7 +42,10 @@ func main() {
 def tk(tmp_path: Path) -> Path:
     d = tmp_path / "gotool"
     (d / "src").mkdir(parents=True)
-    (d / "manifest.org").write_text(manifest_text("gotool", exec="command", extra={"CLI_BIN": "gotool", "BUILD_LANG": "go", "BUILD_SRC": "path:src"}, drawer={"CLI_BIN": "gotool"}))
+    (d / "manifest.org").write_text(manifest_text("gotool", exec="command",
+                                                  extra={"CLI_BIN": "gotool", "BUILD_LANG": "go",
+                                                         "BUILD_SRC": "path:src"},
+                                                  drawer={"CLI_BIN": "gotool"}))
     (d / "src" / "go.mod").write_text("module example.com/gotool\n\ngo 1.21\n")
     (d / "src" / "main.go").write_text(MAIN)
     (d / "src" / "util.go").write_text("package main\n\nfunc twice(x int) int { return 2 * x }\n")
@@ -61,7 +64,9 @@ def lane(make_runtime, go_cache, build_sandbox):
 
 def build(lane, tk: Path, out: Path, flags: tuple[str, ...] = ()):
     s = tk / "src"
-    return lane.build(BuildRequest(manifest=load(tk / "manifest.org"), source=ResolvedSource(digest=tree_digest(s), dir=s), outdir=out, flags=flags))
+    return lane.build(BuildRequest(manifest=load(tk / "manifest.org"),
+                                   source=ResolvedSource(digest=tree_digest(s), dir=s), outdir=out,
+                                   flags=flags))
 
 
 _ENGINE: list = []
@@ -153,7 +158,8 @@ def test_builds_runs_and_is_reproducible(lane, tk, tmp_path):
     assert run(a.artifact, ["gotool", "x", "y"], b"1\n2\n3\n", tmp_path) == (0, b"x,y 3 42\n")
     assert run(a.artifact, ["gotool", "x", "y", "z"], b"", tmp_path)[0] == 3
     b = build(lane, tk, tmp_path / "b")
-    assert hashlib.sha256(a.artifact.read_bytes()).hexdigest() == hashlib.sha256(b.artifact.read_bytes()).hexdigest()
+    assert (hashlib.sha256(a.artifact.read_bytes()).hexdigest()
+            == hashlib.sha256(b.artifact.read_bytes()).hexdigest())
     assert "go build" in a.log
 
 
@@ -163,7 +169,8 @@ def test_compile_error_and_no_module_downloads(lane, tk, tmp_path):
     with pytest.raises(BuildFailed) as err:
         build(lane, tk, tmp_path / "out")
     assert "util.go:3" in err.value.log
-    (tk / "src" / "util.go").write_text('package main\n\nimport _ "github.com/pkg/errors"\n\nfunc twice(x int) int { return 2 * x }\n')
+    (tk / "src" / "util.go").write_text('package main\n\nimport _ "github.com/pkg/errors"\n\nfunc twice(x '
+                                        'int) int { return 2 * x }\n')
     with pytest.raises(BuildFailed) as err:
         build(lane, tk, tmp_path / "out2")
     assert "github.com/pkg/errors" in err.value.log
@@ -173,7 +180,8 @@ def test_compile_error_and_no_module_downloads(lane, tk, tmp_path):
 def test_source_cannot_reach_host_files(lane, tk, tmp_path):
     os.symlink("/etc/passwd", tk / "src" / "leak.txt")
     (tk / "src" / "util.go").write_text(
-        'package main\n\nimport _ "embed"\n\n//go:embed leak.txt\nvar leak string\n\nfunc twice(x int) int { return len(leak) + 2*x }\n')
+        'package main\n\nimport _ "embed"\n\n//go:embed leak.txt\nvar leak string\n\nfunc twice(x int) int { '
+        'return len(leak) + 2*x }\n')
     with pytest.raises(BuildFailed) as err:
         build(lane, tk, tmp_path / "out")
     assert "root:" not in err.value.log
@@ -194,8 +202,10 @@ def test_table_toolkit_builds_and_renders(lane, tmp_path):
     rows = b'[{"name":"Ada","langs":3},{"name":"Grace|H","langs":12}]'
     assert run(out.artifact, ["table", "text", "--sort=langs", "--desc"], rows, tmp_path) == (
         0, b"name     langs\n-------  -----\nGrace|H  12\nAda      3\n")
-    assert run(out.artifact, ["table", "markdown"], rows, tmp_path)[1].splitlines()[3] == b"| Grace\\|H | 12 |"
-    assert run(out.artifact, ["table", "keys"], b'{"a":1}\n{"a":2,"b":null}\n', tmp_path) == (0, b"a\t2\nb\t1\n")
+    assert run(out.artifact, ["table", "markdown"], rows,
+               tmp_path)[1].splitlines()[3] == b"| Grace\\|H | 12 |"
+    assert (run(out.artifact, ["table", "keys"], b'{"a":1}\n{"a":2,"b":null}\n', tmp_path)
+            == (0, b"a\t2\nb\t1\n"))
     assert run(out.artifact, ["table", "text", "--columns=zzz"], rows, tmp_path)[0] == 2
 
 
@@ -210,7 +220,8 @@ def test_entry_folder_inside_a_module_builds_the_package(tmp_path):
 def test_vendored_module_builds_offline(lane, tk, tmp_path):
     src = tk / "src"
     (src / "go.mod").write_text("module example.com/gotool\n\ngo 1.21\n\nrequire example.com/dep v1.0.0\n")
-    (src / "util.go").write_text('package main\n\nimport "example.com/dep"\n\nfunc twice(x int) int { return dep.Double(x) }\n')
+    (src / "util.go").write_text('package main\n\nimport "example.com/dep"\n\nfunc twice(x int) int { return '
+                                 'dep.Double(x) }\n')
     v = src / "vendor" / "example.com" / "dep"
     v.mkdir(parents=True)
     (v / "dep.go").write_text("package dep\n\nfunc Double(x int) int { return 2 * x }\n")

@@ -1,4 +1,5 @@
-"""A js toolkit reaches granted caps through wbcore_runtime/sdk/wb_dock.js (the lane adds it) and the lane's bridge, end to end."""
+"""A js toolkit reaches granted caps through wbcore_runtime/sdk/wb_dock.js (the lane adds it) and the
+lane's bridge, end to end."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import pytest
 
 SDK = Path(__file__).resolve().parents[3] / "wbcore_runtime" / "sdk" / "wb_dock.js"
 needs = pytest.mark.skipif(
-    any(importlib.util.find_spec(m) is None for m in ("wbcore_sources", "wbcore_wasmtime", "wbcore_brokers_state")) or not SDK.is_file(),
+    any(importlib.util.find_spec(m) is None
+        for m in ("wbcore_sources", "wbcore_wasmtime", "wbcore_brokers_state")) or not SDK.is_file(),
     reason="needs wbcore-sources, wbcore-wasmtime, wbcore-brokers-state",
 )
 
@@ -24,14 +26,14 @@ try {
   console.log(e.kind);
   process.exitCode = e.exitCode;
 }
-"""
+"""  # noqa: E501
 
 
 @needs
 def test_js_toolkit_uses_kv_and_is_denied_net(make_toolkit, make_runtime, wbx):
     make_toolkit("jsnotes", exec="command", caps="kv",
-                 extra={"BUILD_LANG": "js", "BUILD_SRC": "path:src", "CLI_BIN": "jsnotes"}, drawer={"CLI_BIN": "jsnotes"},
-                 files={"src/main.js": MAIN})
+                 extra={"BUILD_LANG": "js", "BUILD_SRC": "path:src", "CLI_BIN": "jsnotes"},
+                 drawer={"CLI_BIN": "jsnotes"}, files={"src/main.js": MAIN})
     rt = make_runtime()
     built = wbx("toolkit", "build", "jsnotes", runtime=rt)
     assert built.exit_code == 0, built.stderr

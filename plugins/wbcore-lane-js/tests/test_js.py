@@ -25,14 +25,17 @@ console.log(JSON.stringify({ args: scriptArgs, lines: input.split('\\n').filter(
 setTimeout(() => console.log('late timer ran'), 5);
 Promise.resolve().then(() => console.log('microtask ran'));
 if (scriptArgs.includes('--fail')) process.exitCode = 4;
-"""
+"""  # noqa: E501
 
 
 @pytest.fixture
 def tk(tmp_path: Path) -> Path:
     d = tmp_path / "jstool"
     (d / "src" / "lib").mkdir(parents=True)
-    (d / "manifest.org").write_text(manifest_text("jstool", exec="command", extra={"CLI_BIN": "jstool", "BUILD_LANG": "js", "BUILD_SRC": "path:src"}, drawer={"CLI_BIN": "jstool"}))
+    (d / "manifest.org").write_text(manifest_text("jstool", exec="command",
+                                                  extra={"CLI_BIN": "jstool", "BUILD_LANG": "js",
+                                                         "BUILD_SRC": "path:src"},
+                                                  drawer={"CLI_BIN": "jstool"}))
     (d / "src" / "main.js").write_text(MAIN)
     (d / "src" / "lib" / "text.js").write_text("export const shout = (s) => s.toUpperCase() + '!';\n")
     return d
@@ -53,18 +56,21 @@ def lane(rt):
 
 def build(lane, tk: Path, out: Path):
     s = tk / "src"
-    return lane.build(BuildRequest(manifest=load(tk / "manifest.org"), source=ResolvedSource(digest=tree_digest(s), dir=s), outdir=out))
+    return lane.build(BuildRequest(manifest=load(tk / "manifest.org"),
+                                   source=ResolvedSource(digest=tree_digest(s), dir=s), outdir=out))
 
 
 def test_builds_and_runs_module_with_await_timers_and_exit_code(lane, tk, tmp_path, wb_home):
     out = build(lane, tk, tmp_path / "out")
     assert artifact.runner_of(out.artifact) == "js"
-    res = run_artifact(out.artifact, ["jstool", "a", "-b"], stdin=b"x\ny\n", home=wb_home, guests=guest_runner())
+    res = run_artifact(out.artifact, ["jstool", "a", "-b"], stdin=b"x\ny\n", home=wb_home,
+                       guests=guest_runner())
     lines = res.stdout.decode().splitlines()
     assert res.exit_code == 0, res.stderr
     assert lines[0] == '{"args":["jstool","a","-b"],"lines":2,"s":"HI!"}'
     assert set(lines[1:]) == {"microtask ran", "late timer ran"}
-    assert run_artifact(out.artifact, ["jstool", "--fail"], home=wb_home, guests=guest_runner()).exit_code == 4
+    assert run_artifact(out.artifact, ["jstool", "--fail"], home=wb_home,
+                        guests=guest_runner()).exit_code == 4
 
 
 def test_artifact_is_runtime_plus_source_content_addressed(lane, tk, tmp_path):
@@ -102,12 +108,14 @@ def test_limits_infinite_loop_memory_bomb_and_deep_recursion(lane, tk, tmp_path,
         "const m = scriptArgs[1];\n"
         "if (m === 'loop') for (;;) {}\n"
         "if (m === 'mem') { const a = []; for (;;) a.push('x'.repeat(1 << 20) + a.length); }\n"
-        "if (m === 'deep') { const f = (n) => f(n + 1) + 1; try { f(0); } catch (e) { console.log(e.name); } }\n"
+        "if (m === 'deep') { const f = (n) => f(n + 1) + 1; try { f(0); } catch (e) { console.log(e.name); } "
+        "}\n"
     )
     out = build(lane, tk, tmp_path / "out")
     res = run_artifact(out.artifact, ["t", "loop"], home=wb_home, timeout_s=0.5, guests=guest_runner())
     assert res.timed_out and res.exit_code == 124
-    res = run_artifact(out.artifact, ["t", "mem"], home=wb_home, memory_bytes=48 << 20, timeout_s=10, guests=guest_runner())
+    res = run_artifact(out.artifact, ["t", "mem"], home=wb_home, memory_bytes=48 << 20, timeout_s=10,
+                       guests=guest_runner())
     assert res.exit_code != 0 and not res.timed_out
     # wasmtime's own call-stack guard ends runaway recursion as a clean trap
     res = run_artifact(out.artifact, ["t", "deep"], home=wb_home, timeout_s=10, guests=guest_runner())
@@ -117,8 +125,8 @@ def test_limits_infinite_loop_memory_bomb_and_deep_recursion(lane, tk, tmp_path,
 def test_guest_sees_only_its_own_sources(lane, tk, tmp_path, wb_home):
     (tk / "src" / "main.js").write_text(
         "const r = [];\n"
-        "for (const p of ['/etc/passwd', '/app/main.js', '../../../etc/passwd']) { const f = std.open(p, 'r'); r.push(f ? 'open' : 'no'); }\n"
-        "r.push(std.open('/app/new.txt', 'w') ? 'wrote' : 'ro');\n"
+        "for (const p of ['/etc/passwd', '/app/main.js', '../../../etc/passwd']) { const f = std.open(p, "
+        "'r'); r.push(f ? 'open' : 'no'); }\nr.push(std.open('/app/new.txt', 'w') ? 'wrote' : 'ro');\n"
         "console.log(r.join(' '));\n"
     )
     out = build(lane, tk, tmp_path / "out")
@@ -147,7 +155,9 @@ def csv_artifact(tmp_path_factory) -> Path:
         pytest.skip("toolkits/csv is not beside this plugin")
     home = tmp_path_factory.mktemp("home")
     s = tk / "src"
-    out = JsLane(home=home, guests=guest_runner()).build(BuildRequest(manifest=load(tk / "manifest.org"), source=ResolvedSource(digest=tree_digest(s), dir=s), outdir=home / "out"))
+    out = JsLane(home=home, guests=guest_runner()).build(
+        BuildRequest(manifest=load(tk / "manifest.org"), source=ResolvedSource(digest=tree_digest(s), dir=s),
+                     outdir=home / "out"))
     return out.artifact
 
 
@@ -162,7 +172,8 @@ def test_csv_toolkit_to_json_and_back(csv_artifact, wb_home):
     code, out, _ = csv(csv_artifact, wb_home, "to-json", "--types")
     assert code == 0
     rows = json.loads(out)
-    assert rows == [{"name": "Apple", "qty": 3, "price": 1.5}, {"name": "Pear, green", "qty": None, "price": 2},
+    assert rows == [{"name": "Apple", "qty": 3, "price": 1.5},
+                    {"name": "Pear, green", "qty": None, "price": 2},
                     {"name": 'Say "hi"', "qty": 10, "price": 0.25}]
     code, back, _ = csv(csv_artifact, wb_home, "from-json", stdin=out)
     assert code == 0 and back.splitlines()[1:] == ["Apple,3,1.5", '"Pear, green",,2', '"Say ""hi""",10,0.25']
@@ -171,8 +182,10 @@ def test_csv_toolkit_to_json_and_back(csv_artifact, wb_home):
 def test_csv_toolkit_columns_select_stats_and_errors(csv_artifact, wb_home):
     import json
 
-    assert csv(csv_artifact, wb_home, "columns")[1] == "3 rows\n1\tname\ttext\n2\tqty\tinteger\n3\tprice\tnumber\n"
-    assert csv(csv_artifact, wb_home, "select", "price,1")[1] == 'price,name\r\n1.5,Apple\r\n2,"Pear, green"\r\n0.25,"Say ""hi"""\r\n'
+    assert (csv(csv_artifact, wb_home, "columns")[1]
+            == "3 rows\n1\tname\ttext\n2\tqty\tinteger\n3\tprice\tnumber\n")
+    assert (csv(csv_artifact, wb_home, "select", "price,1")[1]
+            == 'price,name\r\n1.5,Apple\r\n2,"Pear, green"\r\n0.25,"Say ""hi"""\r\n')
     stats = json.loads(csv(csv_artifact, wb_home, "stats", "qty")[1])
     assert (stats["min"], stats["max"], stats["missing"], stats["median"]) == (3, 10, 1, 6.5)
     code, _, err = csv(csv_artifact, wb_home, "select", "nope")
@@ -192,7 +205,8 @@ def test_cancel_stops_a_running_guest(lane, tk, tmp_path, wb_home):
     t0 = time.perf_counter()
     res = run_artifact(out.artifact, ["t"], home=wb_home, timeout_s=30, cancel=cancel, guests=guest_runner())
     assert res.cancelled and not res.timed_out and time.perf_counter() - t0 < 5
-    res = run_artifact(out.artifact, ["t"], home=wb_home, timeout_s=0.3, cancel=threading.Event(), guests=guest_runner())
+    res = run_artifact(out.artifact, ["t"], home=wb_home, timeout_s=0.3, cancel=threading.Event(),
+                       guests=guest_runner())
     assert res.timed_out and not res.cancelled
 
 
@@ -233,7 +247,8 @@ def test_dock_bridge_carries_requests_and_answers_without_touching_stdout(lane, 
 def test_program_output_that_looks_like_a_frame_is_just_output(lane, tk, tmp_path, wb_home):
     (tk / "src" / "main.js").write_text("std.out.puts('\\0WBDOCK:guess\\nkv\\0' + '3\\nabc');\n")
     out = build(lane, tk, tmp_path / "out")
-    res = run_artifact(out.artifact, ["t"], home=wb_home, dock=lambda cap, req: (0, b""), guests=guest_runner())
+    res = run_artifact(out.artifact, ["t"], home=wb_home, dock=lambda cap, req: (0, b""),
+                       guests=guest_runner())
     assert res.stdout == b"\0WBDOCK:guess\nkv\x003\nabc"
 
 
@@ -241,7 +256,8 @@ def test_text_encoder_and_decoder_round_trip_utf8(lane, tk, tmp_path, wb_home):
     (tk / "src" / "main.js").write_text(
         "const s = 'aé€😀\\u0000z';\n"
         "const b = new TextEncoder().encode(s);\n"
-        "console.log(Array.from(b).join(','), new TextDecoder().decode(b) === s, new TextDecoder().decode(new Uint8Array([0xff, 0x41])));\n"
+        "console.log(Array.from(b).join(','), new TextDecoder().decode(b) === s, new "
+        "TextDecoder().decode(new Uint8Array([0xff, 0x41])));\n"
     )
     out = build(lane, tk, tmp_path / "out")
     res = run_artifact(out.artifact, ["t"], home=wb_home, guests=guest_runner())
@@ -262,7 +278,8 @@ def test_a_timed_out_guest_ends_with_the_timeout_line_alone(tmp_path) -> None:
     from wbcore_testing.fixtures import write_toolkit
 
     write_toolkit(root, "spinjs", manifest_text("spinjs", exec="command", extra={
-        "BUILD_LANG": "js", "BUILD_SRC": "path:src", "CLI_BIN": "spinjs"}), files={"src/main.js": "while (true) {}\n"})
+        "BUILD_LANG": "js", "BUILD_SRC": "path:src", "CLI_BIN": "spinjs"}),
+                  files={"src/main.js": "while (true) {}\n"})
     script = textwrap.dedent(f"""
         from wbcore_runtime.build import builder
         from wbcore_runtime.runtime import Runtime
@@ -279,7 +296,8 @@ def test_a_timed_out_guest_ends_with_the_timeout_line_alone(tmp_path) -> None:
     assert "panicked" not in res.stderr and "backtrace" not in res.stderr, res.stderr
 
 
-def test_sources_are_checked_byte_for_byte_once_per_tree_then_by_stamp(lane, tk, tmp_path, wb_home, monkeypatch):
+def test_sources_are_checked_byte_for_byte_once_per_tree_then_by_stamp(lane, tk, tmp_path, wb_home,
+                                                                       monkeypatch):
     from wbcore_lane_js import runner
 
     out = build(lane, tk, tmp_path / "out")
@@ -288,7 +306,8 @@ def test_sources_are_checked_byte_for_byte_once_per_tree_then_by_stamp(lane, tk,
     real = runner._matches
     monkeypatch.setattr(runner, "_matches", lambda dest, files: seen.append(dest) or real(dest, files))
     for _ in range(3):
-        assert b'"s":"HI!"' in run_artifact(out.artifact, ["jstool"], home=wb_home, guests=guest_runner()).stdout
+        assert b'"s":"HI!"' in run_artifact(out.artifact, ["jstool"], home=wb_home,
+                                            guests=guest_runner()).stdout
     assert seen == []  # the tree's stamp is unchanged: no file is read again
     # a same-size rewrite with the old mtime put back still changes the ctime: checked, replaced
     app = next((wb_home / "cache" / "js" / "app").iterdir())
@@ -319,7 +338,8 @@ def test_a_tampered_artifact_is_refused_against_its_digest(lane, tk, tmp_path, w
 
     out = build(lane, tk, tmp_path / "out")
     sha = hashlib.sha256(out.artifact.read_bytes()).hexdigest()
-    assert run_artifact(out.artifact, ["jstool"], home=wb_home, sha256=sha, guests=guest_runner()).exit_code == 0
+    assert run_artifact(out.artifact, ["jstool"], home=wb_home, sha256=sha,
+                        guests=guest_runner()).exit_code == 0
     data = out.artifact.read_bytes()
     bundle = artifact.unpack(data)
     files = dict(bundle.files, **{"lib/text.js": "export const shout = () => 'PWNED';\n"})

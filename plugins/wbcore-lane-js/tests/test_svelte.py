@@ -22,19 +22,24 @@ from wbcore_lane_js.svelte import SvelteLane
 
 REPO_TOOLKITS = Path(__file__).resolve().parents[3] / "toolkits"
 
-needs_tarballs = pytest.mark.skipif(bool(svelte.missing()), reason="svelte tarballs not fetched: run `python dev.py warm` "
+needs_tarballs = pytest.mark.skipif(bool(svelte.missing()),
+                                    reason="svelte tarballs not fetched: run `python dev.py warm` "
                                     "(or `python -m wbcore_lane_js fetch svelte`) once; tests use no network")
 
 
 def build(lane: SvelteLane, tk: Path, out: Path, entry: str | None = None):
     s = tk / "src"
-    return lane.build(BuildRequest(manifest=load(tk / "manifest.org"), source=ResolvedSource(digest=tree_digest(s), dir=s, entry=entry), outdir=out))
+    return lane.build(BuildRequest(manifest=load(tk / "manifest.org"),
+                                   source=ResolvedSource(digest=tree_digest(s), dir=s, entry=entry),
+                                   outdir=out))
 
 
 def toolkit(tmp_path: Path, files: dict[str, str], name: str = "sv") -> Path:
     tk = tmp_path / name
     (tk / "src").mkdir(parents=True)
-    (tk / "manifest.org").write_text(manifest_text(name, exec="command", extra={"CLI_BIN": name, "BUILD_LANG": "svelte", "BUILD_SRC": "path:src"},
+    (tk / "manifest.org").write_text(manifest_text(name, exec="command",
+                                                   extra={"CLI_BIN": name, "BUILD_LANG": "svelte",
+                                                          "BUILD_SRC": "path:src"},
                                                    drawer={"CLI_BIN": name}))
     for rel, text in files.items():
         (tk / "src" / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -71,7 +76,8 @@ def test_a_component_with_props_each_and_if_renders(tmp_path, wb_home):
     assert "App.svelte.js" in files and "App.svelte" not in files
     assert any(f.startswith("__wb_svelte/svelte/src/internal/server/") for f in files)
     props = {"title": "Fruit <&>", "items": ["apple", "pear"], "show": True}
-    res = run_artifact(out.artifact, ["sv"], stdin=json.dumps(props).encode(), home=wb_home, guests=guest_runner())
+    res = run_artifact(out.artifact, ["sv"], stdin=json.dumps(props).encode(), home=wb_home,
+                       guests=guest_runner())
     assert res.exit_code == 0, res.stderr
     html = res.stdout.decode()
     assert "<h1>Fruit &lt;&amp;></h1>" in html
@@ -87,7 +93,8 @@ def test_a_component_with_props_each_and_if_renders(tmp_path, wb_home):
 
 @needs_tarballs
 def test_a_rune_module_is_compiled_with_compile_module(tmp_path, wb_home):
-    counter = "export function counter(start) {\n  let n = $state(start);\n  return { get n() { return n; }, up() { n += 1; } };\n}\n"
+    counter = ("export function counter(start) {\n  let n = $state(start);\n"
+               "  return { get n() { return n; }, up() { n += 1; } };\n}\n")
     app = ("<script>\n  import { counter } from './counter.svelte.js';\n  let { start = 0 } = $props();\n"
            "  const c = counter(start);\n  c.up();\n</script>\n<b>{c.n}</b>\n")
     tk = toolkit(tmp_path, {"App.svelte": app, "counter.svelte.js": counter})
@@ -104,7 +111,8 @@ def test_a_rune_module_is_compiled_with_compile_module(tmp_path, wb_home):
 def test_script_lang_ts_is_stripped_by_svelte(tmp_path, wb_home):
     app = ("<script lang=\"ts\">\n  interface Props { n?: number }\n  let { n = 1 }: Props = $props();\n"
            "  const twice = (v: number): number => v * 2;\n</script>\n<p>{twice(n)}</p>\n")
-    out = build(SvelteLane(home=wb_home, guests=guest_runner()), toolkit(tmp_path, {"App.svelte": app}), tmp_path / "out")
+    out = build(SvelteLane(home=wb_home, guests=guest_runner()), toolkit(tmp_path, {"App.svelte": app}),
+                tmp_path / "out")
     res = run_artifact(out.artifact, ["sv"], stdin=b'{"n": 21}', home=wb_home, guests=guest_runner())
     assert res.exit_code == 0 and "<p>42</p>" in res.stdout.decode(), res.stderr
 
@@ -134,8 +142,10 @@ def test_report_html_toolkit(tmp_path, wb_home):
     if not tk.is_dir():
         pytest.skip("toolkits/report-html is not beside this plugin")
     out = build(SvelteLane(home=wb_home, guests=guest_runner()), tk, tmp_path / "out")
-    props = {"title": "Q3", "rows": [{"region": "north", "sales": 12}, {"region": "<south>", "sales": 30}], "note": "draft"}
-    res = run_artifact(out.artifact, ["report-html"], stdin=json.dumps(props).encode(), home=wb_home, guests=guest_runner())
+    props = {"title": "Q3", "rows": [{"region": "north", "sales": 12}, {"region": "<south>", "sales": 30}],
+             "note": "draft"}
+    res = run_artifact(out.artifact, ["report-html"], stdin=json.dumps(props).encode(), home=wb_home,
+                       guests=guest_runner())
     assert res.exit_code == 0, res.stderr
     html = res.stdout.decode()
     assert "<h1>Q3</h1>" in html and "<th>region</th>" in html and "<th>sales</th>" in html
@@ -150,7 +160,9 @@ def test_a_toolkit_cannot_plant_the_runtime_or_the_entry(tmp_path, wb_home):
     """The bundled runtime lives under ``__wb_svelte/`` and the generated entry has a fixed
     name: a toolkit's own file there would replace Svelte's code, so it is refused."""
     for rel in ("__wb_svelte/svelte/src/server/index.js", "__wb_svelte_main.mjs"):
-        tk = toolkit(tmp_path / rel.replace("/", "_"), {"App.svelte": "<p>x</p>\n", rel: "export const render = () => ({ body: 'PLANTED' });\n"})
+        tk = toolkit(tmp_path / rel.replace("/", "_"),
+                     {"App.svelte": "<p>x</p>\n",
+                      rel: "export const render = () => ({ body: 'PLANTED' });\n"})
         with pytest.raises(InvalidArgs, match="reserves"):
             build(SvelteLane(home=wb_home, guests=guest_runner()), tk, tmp_path / "out")
 
@@ -167,7 +179,8 @@ def test_svelte_is_not_in_the_package():
     import wbcore_lane_js
 
     pkg = Path(wbcore_lane_js.__file__).parent
-    assert not [p for p in pkg.rglob("*") if "svelte" in p.name and p.name not in ("svelte.py", "svelte.mjs", "svelte-main.mjs")
+    assert not [p for p in pkg.rglob("*")
+                if "svelte" in p.name and p.name not in ("svelte.py", "svelte.mjs", "svelte-main.mjs")
                 and "__pycache__" not in p.parts]
 
 
@@ -181,7 +194,8 @@ def _fake_tgz(path: Path, files: dict[str, bytes]) -> Path:
 
 
 def test_a_tarball_that_is_not_the_pinned_one_is_refused_and_nothing_kept(tmp_path):
-    tgz = _fake_tgz(tmp_path / svelte.SVELTE.tgz, {"package.json": b"{}", svelte.COMPILER: b"globalThis.svelte = {}; /* planted */"})
+    tgz = _fake_tgz(tmp_path / svelte.SVELTE.tgz,
+                    {"package.json": b"{}", svelte.COMPILER: b"globalThis.svelte = {}; /* planted */"})
     env = {"WB_NPM_CACHE": str(tmp_path / "npm")}
     with pytest.raises(InvalidArgs, match="is not the pinned"):
         svelte.fetch(env, tarballs=[tgz])
@@ -195,11 +209,14 @@ def test_a_planted_compiler_makes_the_lane_unavailable_and_is_never_read(tmp_pat
     where = tmp_path / "npm"
     where.mkdir()
     for pkg in svelte.PACKAGES:  # the right names, the wrong bytes
-        _fake_tgz(where / pkg.tgz, {"package.json": b'{"exports": {}}', svelte.COMPILER: b"globalThis.svelte = {compile() {}};"})
+        _fake_tgz(where / pkg.tgz,
+                  {"package.json": b'{"exports": {}}',
+                   svelte.COMPILER: b"globalThis.svelte = {compile() {}};"})
     monkeypatch.setenv("WB_NPM_CACHE", str(where))
     assert set(svelte.missing()) == set(svelte.PACKAGES)
     got = svelte.check()
-    assert not got.ok and "is not the pinned svelte" in got.reason and "wbcore_lane_js fetch svelte" in got.reason
+    assert (not got.ok and "is not the pinned svelte" in got.reason
+            and "wbcore_lane_js fetch svelte" in got.reason)
     with pytest.raises(InvalidArgs, match="is not the pinned"):
         svelte.members(svelte.SVELTE)
     tk = toolkit(tmp_path, {"App.svelte": "<p>x</p>\n"})

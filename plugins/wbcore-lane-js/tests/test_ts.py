@@ -21,7 +21,9 @@ REPO_TOOLKITS = Path(__file__).resolve().parents[3] / "toolkits"
 
 def build(lane: TsLane, tk: Path, out: Path, entry: str | None = None):
     s = tk / "src"
-    return lane.build(BuildRequest(manifest=load(tk / "manifest.org"), source=ResolvedSource(digest=tree_digest(s), dir=s, entry=entry), outdir=out))
+    return lane.build(BuildRequest(manifest=load(tk / "manifest.org"),
+                                   source=ResolvedSource(digest=tree_digest(s), dir=s, entry=entry),
+                                   outdir=out))
 
 
 def test_ts_lane_is_listed_and_available(make_runtime):
@@ -33,19 +35,26 @@ def test_ts_lane_is_listed_and_available(make_runtime):
 def test_types_erased_enums_emitted_and_syntax_errors_located(tmp_path, wb_home):
     tk = tmp_path / "tstool"
     (tk / "src").mkdir(parents=True)
-    (tk / "manifest.org").write_text(manifest_text("tstool", exec="command", extra={"CLI_BIN": "tstool", "BUILD_LANG": "ts", "BUILD_SRC": "path:src"}, drawer={"CLI_BIN": "tstool"}))
-    (tk / "src" / "util.ts").write_text("export enum Mode { Up = 'UP', Down = 'DOWN' }\nexport interface P { v: number }\n"
-                                        "export const twice = <T extends P>(p: T): number => p.v * 2;\n")
+    (tk / "manifest.org").write_text(manifest_text("tstool", exec="command",
+                                                   extra={"CLI_BIN": "tstool", "BUILD_LANG": "ts",
+                                                          "BUILD_SRC": "path:src"},
+                                                   drawer={"CLI_BIN": "tstool"}))
+    (tk / "src" / "util.ts").write_text("export enum Mode { Up = 'UP', Down = 'DOWN' }\nexport interface P { "
+                                        "v: number }\nexport const twice = <T extends P>(p: T): number => "
+                                        "p.v * 2;\n")
     (tk / "src" / "main.ts").write_text("import { Mode, twice, type P } from './util.ts';\n"
-                                        "class Box { constructor(private readonly p: P) {} get value(): number { return twice(this.p); } }\n"
-                                        "const n: number = await Promise.resolve(new Box({ v: 21 }).value satisfies number);\n"
-                                        "console.log(Mode.Up, n, (scriptArgs as string[]).slice(1).join(','));\n")
+                                        "class Box { constructor(private readonly p: P) {} get value(): "
+                                        "number { return twice(this.p); } }\nconst n: number = await "
+                                        "Promise.resolve(new Box({ v: 21 }).value satisfies "
+                                        "number);\nconsole.log(Mode.Up, n, (scriptArgs as "
+                                        "string[]).slice(1).join(','));\n")
     lane = TsLane(home=wb_home, guests=guest_runner())
     out = build(lane, tk, tmp_path / "out")
     assert "main.ts" not in artifact.unpack(out.artifact.read_bytes()).files
     res = run_artifact(out.artifact, ["tstool", "a"], home=wb_home, guests=guest_runner())
     assert (res.exit_code, res.stdout) == (0, b"UP 42 a\n"), res.stderr
-    (tk / "src" / "util.ts").write_text("export const twice = (p: { v: number }): number => {\n  return p.v * ;\n};\n")
+    (tk / "src" / "util.ts").write_text("export const twice = (p: { v: number }): number => {\n  return p.v "
+                                        "* ;\n};\n")
     with pytest.raises(BuildFailed) as err:
         build(lane, tk, tmp_path / "out2")
     assert "util.ts:2:" in str(err.value)
@@ -93,7 +102,8 @@ def test_mdtext_toolkit(mdtext):
     assert "  - nested ref" in plain and "    # not a heading" in plain
     assert md(mdtext, "outline") == (0, "Guide  (line 1)\n  Install  (line 6)\n")
     assert md(mdtext, "links")[1].splitlines() == [
-        "4\tlink\tlink\thttps://example.org", "9\tlink\tref\thttps://ref.example/", "15\timage\tlogo\timg/logo.png"]
+        "4\tlink\tlink\thttps://example.org", "9\tlink\tref\thttps://ref.example/",
+        "15\timage\tlogo\timg/logo.png"]
     stats = json.loads(md(mdtext, "stats")[1])
     assert (stats["headings"], stats["links"], stats["images"], stats["code_blocks"]) == (2, 2, 1, 1)
     assert md(mdtext, "nope")[0] == 2
@@ -105,10 +115,15 @@ def test_a_reference_path_outside_the_tree_is_refused(tmp_path, wb_home):
     (tmp_path / "outside.ts").write_text('export const LEAK = "HOST-SECRET-TS";\n')
     tk = tmp_path / "a" / "reftool"
     (tk / "src").mkdir(parents=True)
-    (tk / "manifest.org").write_text(manifest_text("reftool", exec="command", extra={"CLI_BIN": "reftool", "BUILD_LANG": "ts", "BUILD_SRC": "path:src"}, drawer={"CLI_BIN": "reftool"}))
+    (tk / "manifest.org").write_text(manifest_text("reftool", exec="command",
+                                                   extra={"CLI_BIN": "reftool", "BUILD_LANG": "ts",
+                                                          "BUILD_SRC": "path:src"},
+                                                   drawer={"CLI_BIN": "reftool"}))
     (tk / "src" / "main.ts").write_text('/// <reference path="../../outside.ts" />\nconsole.log("hi");\n')
     lane = TsLane(home=wb_home, guests=guest_runner())
-    with pytest.raises(Exception, match=r'main.ts:1: /// <reference path="../../outside.ts"> names a file outside') as err:
+    with pytest.raises(Exception,
+                       match=r'main.ts:1: /// <reference path="../../outside.ts"> names a file '
+                             r'outside') as err:
         build(lane, tk, tmp_path / "out")
     assert "HOST-SECRET-TS" not in str(err.value) and not (tmp_path / "out").exists()
     (tk / "src" / "main.ts").write_text('/// <reference path="/etc/passwd" />\nconsole.log("hi");\n')

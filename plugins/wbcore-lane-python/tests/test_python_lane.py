@@ -22,7 +22,8 @@ SHIPPED = Path(__file__).parents[3] / "toolkits" / "text-tools"
 def _request(tk: Path, tmp_path: Path, **extra: str) -> BuildRequest:
     fields = {"BUILD_LANG": "python", "BUILD_SRC": "path:src", "WIT": "src/wit"} | extra
     m = parse(manifest_text("pykit", exec="component", extra=fields), tk / "manifest.org")
-    return BuildRequest(manifest=m, source=ResolvedSource(digest="0" * 64, dir=tk / "src"), outdir=tmp_path / "out")
+    return BuildRequest(manifest=m, source=ResolvedSource(digest="0" * 64, dir=tk / "src"),
+                        outdir=tmp_path / "out")
 
 
 @pytest.fixture
@@ -39,7 +40,8 @@ def test_available_names_the_version() -> None:
 def test_argv_stubs_wasi_unless_asked(make_runtime, pykit: Path, tmp_path: Path) -> None:
     lane = PythonLane(make_runtime(plugins=["lane-python"]))
     argv, src = lane.argv(_request(pykit, tmp_path, WIT_WORLD="text-tools"))
-    assert argv[-2:] == ["--stub-wasi", "app"] and ["-w", "text-tools"] == argv[argv.index("-w"):argv.index("-w") + 2]
+    assert (argv[-2:] == ["--stub-wasi", "app"]
+            and ["-w", "text-tools"] == argv[argv.index("-w"):argv.index("-w") + 2])
     assert argv[argv.index("-d") + 1] == "/src/wit" and src == pykit.joinpath("src").resolve()
     argv, _ = lane.argv(_request(pykit, tmp_path, WASI="p2"))
     assert "--stub-wasi" not in argv
@@ -69,7 +71,8 @@ def test_bad_manifests_are_refused_before_anything_runs(make_runtime, pykit: Pat
         PythonLane(make_runtime(plugins=["lane-python"])).argv(_request(pykit, tmp_path, **extra))
 
 
-def test_without_a_build_sandbox_the_lane_says_what_to_install(make_runtime, wbx, pykit: Path, tmp_path: Path) -> None:
+def test_without_a_build_sandbox_the_lane_says_what_to_install(make_runtime, wbx, pykit: Path,
+                                                               tmp_path: Path) -> None:
     rt = make_runtime(plugins=["lane-python"])  # the lane alone with the core: no plugin serves a sandbox
     avail = rt.lanes.get("python").availability(rt)
     assert not avail.ok and "no build sandbox is installed; pip install wbcore-process" in avail.reason
@@ -80,8 +83,10 @@ def test_without_a_build_sandbox_the_lane_says_what_to_install(make_runtime, wbx
 
 
 @pytest.mark.slow
-def test_shipped_toolkit_builds_in_the_sandbox_and_answers(make_runtime, build_sandbox, tmp_path: Path) -> None:
-    for needed in ("wbcore_sources", "wbcore_wasmtime"):  # the cross-plugin path: path: source, component shape
+def test_shipped_toolkit_builds_in_the_sandbox_and_answers(make_runtime, build_sandbox,
+                                                           tmp_path: Path) -> None:
+    # the cross-plugin path: path: source, component shape
+    for needed in ("wbcore_sources", "wbcore_wasmtime"):
         pytest.importorskip(needed)
     from wbcore_runtime.build.builder import build
 
@@ -94,7 +99,8 @@ def test_shipped_toolkit_builds_in_the_sandbox_and_answers(make_runtime, build_s
     from wbcore_runtime.contract import tools
 
     provider = tools.service(rt).provider(only=["text-tools"])
-    assert set(provider.tools()) == {"text-tools.count", "text-tools.top-words", "text-tools.slugify", "text-tools.wrap"}
+    assert set(provider.tools()) == {"text-tools.count", "text-tools.top-words", "text-tools.slugify",
+                                     "text-tools.wrap"}
     out = provider.call_json("text-tools.count", {"text": "one two\nthree"})
     assert out.structured == {"lines": 2, "words": 3, "chars": 13}
     out = provider.call_json("text-tools.top-words", {"text": "The cat the dog THE end", "n": 2})
@@ -105,7 +111,8 @@ def test_shipped_toolkit_builds_in_the_sandbox_and_answers(make_runtime, build_s
 
 
 @pytest.mark.slow
-def test_a_broken_app_fails_with_the_python_error_in_the_log(make_runtime, build_sandbox, toolkit_root: Path) -> None:
+def test_a_broken_app_fails_with_the_python_error_in_the_log(make_runtime, build_sandbox,
+                                                             toolkit_root: Path) -> None:
     pytest.importorskip("wbcore_sources")
     from wbcore_runtime.build import BuildFailed
     from wbcore_runtime.build.builder import build
@@ -182,7 +189,8 @@ def test_poisoned_bytecode_is_refused_and_never_served_to_the_victim(make_runtim
     evil.write_text((SHIPPED / "src" / "app.py").read_text().replace(
         'return "-".join(re.findall(r"[a-z0-9]+", ascii_text.lower()))', 'return "pwned"'))
     tag = f"cpython-{sys.version_info.major}{sys.version_info.minor}"
-    py_compile.compile(str(evil), cfile=str(attacker / "src" / "__pycache__" / f"app.{tag}.pyc"), doraise=True)
+    py_compile.compile(str(evil), cfile=str(attacker / "src" / "__pycache__" / f"app.{tag}.pyc"),
+                       doraise=True)
     rt = make_runtime()
     with pytest.raises(BuildProductInSource, match=rf"'__pycache__/app\.{tag}\.pyc'"):
         build(rt, "attacker")

@@ -41,7 +41,10 @@ needs_sandbox = pytest.mark.usefixtures("build_sandbox")
 def tk(tmp_path: Path) -> Path:
     d = tmp_path / "rstool"
     (d / "src").mkdir(parents=True)
-    (d / "manifest.org").write_text(manifest_text("rstool", exec="command", extra={"CLI_BIN": "rstool", "BUILD_LANG": "rust", "BUILD_SRC": "path:src"}, drawer={"CLI_BIN": "rstool"}))
+    (d / "manifest.org").write_text(manifest_text("rstool", exec="command",
+                                                  extra={"CLI_BIN": "rstool", "BUILD_LANG": "rust",
+                                                         "BUILD_SRC": "path:src"},
+                                                  drawer={"CLI_BIN": "rstool"}))
     (d / "src" / "main.rs").write_text(MAIN)
     return d
 
@@ -54,7 +57,9 @@ def lane(make_runtime):
 
 def build(lane, tk: Path, out: Path, flags: tuple[str, ...] = ()):
     s = tk / "src"
-    return lane.build(BuildRequest(manifest=load(tk / "manifest.org"), source=ResolvedSource(digest=tree_digest(s), dir=s), outdir=out, flags=flags))
+    return lane.build(BuildRequest(manifest=load(tk / "manifest.org"),
+                                   source=ResolvedSource(digest=tree_digest(s), dir=s), outdir=out,
+                                   flags=flags))
 
 
 def run(wasm: Path, argv: list[str], stdin: bytes, tmp_path: Path) -> tuple[int, bytes]:
@@ -114,7 +119,8 @@ def test_rustc_builds_runs_and_is_reproducible(lane, tk, tmp_path):
     assert run(a.artifact, ["rstool", "x", "y"], b"hi\n", tmp_path) == (0, b"x,y|HI\n")
     assert run(a.artifact, ["rstool", "1", "2", "3"], b"", tmp_path)[0] == 3
     b = build(lane, tk, tmp_path / "b")
-    assert hashlib.sha256(a.artifact.read_bytes()).digest() == hashlib.sha256(b.artifact.read_bytes()).digest()
+    assert (hashlib.sha256(a.artifact.read_bytes()).digest()
+            == hashlib.sha256(b.artifact.read_bytes()).digest())
 
 
 @pytest.mark.slow
@@ -125,7 +131,8 @@ def test_compile_error_and_host_files_stay_out(lane, tk, tmp_path):
     with pytest.raises(BuildFailed) as err:
         build(lane, tk, tmp_path / "out")
     assert "mismatched types" in err.value.log
-    (tk / "src" / "main.rs").write_text('const P: &str = include_str!("/etc/passwd");\nfn main() { println!("{}", P); }\n')
+    (tk / "src" / "main.rs").write_text('const P: &str = include_str!("/etc/passwd");\nfn main() { '
+                                        'println!("{}", P); }\n')
     with pytest.raises(BuildFailed) as err:
         build(lane, tk, tmp_path / "out2")
     assert "root:" not in err.value.log
@@ -140,7 +147,8 @@ def test_cargo_package_with_vendored_crate(lane, tk, tmp_path):
     src = tk / "src"
     (src / "main.rs").unlink()
     (src / "src").mkdir()
-    (src / "Cargo.toml").write_text('[package]\nname = "rstool"\nversion = "0.1.0"\nedition = "2021"\n\n[dependencies]\ntiny = "1"\n')
+    (src / "Cargo.toml").write_text('[package]\nname = "rstool"\nversion = "0.1.0"\nedition = '
+                                    '"2021"\n\n[dependencies]\ntiny = "1"\n')
     (src / "src" / "main.rs").write_text('fn main() { println!("{}", tiny::answer()); }\n')
     v = src / "vendor" / "tiny"
     (v / "src").mkdir(parents=True)
@@ -167,8 +175,10 @@ def test_freq_toolkit_builds_and_counts(lane, tmp_path):
         pytest.skip("no cargo beside rustc")
     out = build(lane, tk, tmp_path / "out")
     assert run(out.artifact, ["freq", "lines"], b"b\na\nb\nc\nb\na\n", tmp_path) == (0, b"3\tb\n2\ta\n1\tc\n")
-    assert run(out.artifact, ["freq", "words", "-i", "--min=2"], b"Don't stop, don't X x y", tmp_path) == (0, b"2\tdon't\n2\tx\n")
-    assert run(out.artifact, ["freq", "chars", "--json", "-n", "1"], "ééa".encode(), tmp_path) == (0, '[{"item":"é","count":2}]\n'.encode())
+    assert (run(out.artifact, ["freq", "words", "-i", "--min=2"], b"Don't stop, don't X x y", tmp_path)
+            == (0, b"2\tdon't\n2\tx\n"))
+    assert (run(out.artifact, ["freq", "chars", "--json", "-n", "1"], "ééa".encode(), tmp_path)
+            == (0, '[{"item":"é","count":2}]\n'.encode()))
     assert run(out.artifact, ["freq", "nope"], b"", tmp_path)[0] == 2
 
 
@@ -187,13 +197,15 @@ def test_cargo_crates_from_the_configured_local_registry(make_runtime, tk, tmp_p
     src = tk / "src"
     (src / "main.rs").unlink()
     (src / "src").mkdir()
-    (src / "Cargo.toml").write_text('[package]\nname = "rstool"\nversion = "0.1.0"\nedition = "2021"\n\n[dependencies]\ntiny = "1"\n')
+    (src / "Cargo.toml").write_text('[package]\nname = "rstool"\nversion = "0.1.0"\nedition = '
+                                    '"2021"\n\n[dependencies]\ntiny = "1"\n')
     (src / "src" / "main.rs").write_text('fn main() { println!("{}", tiny::answer()); }\n')
     rt = make_runtime(env={"WB_RUST_CRATES": str(tmp_path / "registry")})
     out = build(rt.lanes.get("rust").factory(rt), tk, tmp_path / "out")
     assert run(out.artifact, ["rstool"], b"", tmp_path) == (0, b"7\n")
     # a crate that is not there: cargo's own message, offline, no network attempt
-    (src / "Cargo.toml").write_text('[package]\nname = "rstool"\nversion = "0.1.0"\nedition = "2021"\n\n[dependencies]\nserde = "1"\n')
+    (src / "Cargo.toml").write_text('[package]\nname = "rstool"\nversion = "0.1.0"\nedition = '
+                                    '"2021"\n\n[dependencies]\nserde = "1"\n')
     with pytest.raises(BuildFailed) as err:
         build(rt.lanes.get("rust").factory(rt), tk, tmp_path / "out2")
     assert "serde" in err.value.log
@@ -255,14 +267,16 @@ def test_build_rs_sees_only_the_sandbox(lane, tk, tmp_path, host_secret):
     src = tk / "src"
     (src / "main.rs").unlink()
     (src / "src").mkdir()
-    (src / "Cargo.toml").write_text('[package]\nname = "rstool"\nversion = "0.1.0"\nedition = "2021"\nbuild = "build.rs"\n')
+    (src / "Cargo.toml").write_text('[package]\nname = "rstool"\nversion = "0.1.0"\nedition = "2021"\nbuild '
+                                    '= "build.rs"\n')
     (src / "build.rs").write_text(PROBE_RS + r"""
 fn main() {
     let out = std::env::var("OUT_DIR").unwrap();
     std::fs::write(format!("{out}/seen.txt"), probe()).unwrap();
 }
 """)
-    (src / "src" / "main.rs").write_text('fn main() { print!("{}", include_str!(concat!(env!("OUT_DIR"), "/seen.txt"))); }\n')
+    (src / "src" / "main.rs").write_text('fn main() { print!("{}", include_str!(concat!(env!("OUT_DIR"), '
+                                         '"/seen.txt"))); }\n')
     _no_leak(lane, tk, tmp_path)
 
 
@@ -277,8 +291,8 @@ def test_proc_macro_sees_only_the_sandbox(lane, tk, tmp_path, host_secret):
                                     '[dependencies]\nleak = { path = "leak" }\n')
     (src / "src" / "main.rs").write_text('fn main() { print!("{}", leak::seen!()); }\n')
     (src / "leak" / "src").mkdir(parents=True)
-    (src / "leak" / "Cargo.toml").write_text('[package]\nname = "leak"\nversion = "0.1.0"\nedition = "2021"\n\n'
-                                             '[lib]\nproc-macro = true\n')
+    (src / "leak" / "Cargo.toml").write_text('[package]\nname = "leak"\nversion = "0.1.0"\nedition = '
+                                             '"2021"\n\n[lib]\nproc-macro = true\n')
     (src / "leak" / "src" / "lib.rs").write_text("extern crate proc_macro;\n" + PROBE_RS + r"""
 #[proc_macro]
 pub fn seen(_input: proc_macro::TokenStream) -> proc_macro::TokenStream {
@@ -303,7 +317,7 @@ fn main() {
     write!(f, "read={} wrote={} net={}", found.len(), wrote, net).unwrap();
     f.write_all(found.as_bytes()).unwrap();
 }
-"""
+"""  # noqa: E501
 
 
 @pytest.mark.slow
@@ -322,7 +336,8 @@ def test_a_build_script_reads_no_host_file_and_writes_no_source(lane, tk, tmp_pa
     src = tk / "src"
     (src / "main.rs").unlink()
     (src / "src").mkdir()
-    (src / "Cargo.toml").write_text('[package]\nname = "rstool"\nversion = "0.1.0"\nedition = "2021"\nbuild = "build.rs"\n')
+    (src / "Cargo.toml").write_text('[package]\nname = "rstool"\nversion = "0.1.0"\nedition = "2021"\nbuild '
+                                    '= "build.rs"\n')
     (src / "build.rs").write_text(BUILD_RS.replace("HOSTFILE", str(host)))
     main = 'fn main() { print!("{}", include_str!(concat!(env!("OUT_DIR"), "/leak.txt"))); }\n'
     (src / "src" / "main.rs").write_text(main)

@@ -11,7 +11,8 @@ import pytest
 
 
 @pytest.fixture(scope="session")
-def zig_cache(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, build_sandbox: Any) -> Path:
+def zig_cache(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+              build_sandbox: Any) -> Path:
     from wbcore_lane_zig import cache
     from wbcore_lane_zig.toolchain import available, find
 

@@ -18,8 +18,8 @@ C_MAIN = "int main(void){return 0;}\n"
 
 @pytest.fixture
 def rt(make_runtime, zig_cache: Path):
-    return make_runtime(env={"WB_ZIG_CACHE": str(zig_cache), "WB_BUILD_TIMEOUT": "20", "WB_SOURCES_ALLOW_PRIVATE": "1",
-                             "PATH": os.environ.get("PATH", "")})
+    return make_runtime(env={"WB_ZIG_CACHE": str(zig_cache), "WB_BUILD_TIMEOUT": "20",
+                             "WB_SOURCES_ALLOW_PRIVATE": "1", "PATH": os.environ.get("PATH", "")})
 
 
 def c_toolkit(make_toolkit, ident: str, files: dict[str, str], **extra: str) -> Path:
@@ -45,7 +45,8 @@ def test_include_through_a_symlink_to_the_host_fails(rt, wbx, make_toolkit, tmp_
 
 
 def test_exponential_preprocessor_input_ends_at_its_limit(rt, wbx, make_toolkit) -> None:
-    bomb = "\n".join(["#define A0 x"] + [f"#define A{i} A{i-1} A{i-1}" for i in range(1, 40)]) + "\nint main(void){ A39; }\n"
+    bomb = "\n".join(["#define A0 x"]
+                     + [f"#define A{i} A{i-1} A{i-1}" for i in range(1, 40)]) + "\nint main(void){ A39; }\n"
     c_toolkit(make_toolkit, "bomb", {"src/main.c": bomb})
     res = wbx("toolkit", "build", "bomb", runtime=rt)
     assert res.exit_code in (2, 124)  # a failed compile or the deadline, never a hung host
@@ -54,19 +55,23 @@ def test_exponential_preprocessor_input_ends_at_its_limit(rt, wbx, make_toolkit)
 def test_wrong_sha256_never_reaches_the_lane(rt, wbx, make_toolkit, file_server) -> None:
     body = b"\0asm\x01\0\0\0"
     file_server.files["/tool.wasm"] = body
-    make_toolkit("pinned", exec="command", extra={"BUILD_SRC": f"wasm:{file_server.url}/tool.wasm", "SHA256": "ab" * 32,
+    make_toolkit("pinned", exec="command",
+                 extra={"BUILD_SRC": f"wasm:{file_server.url}/tool.wasm", "SHA256": "ab" * 32,
                                                   "CLI_BIN": "pinned"}, drawer={"CLI_BIN": "pinned"})
     res = wbx("toolkit", "build", "pinned", runtime=rt)
-    assert res.exit_code == 126 and "sha256 mismatch" in res.stderr  # capability-denied, as docs/signing.md says
+    # capability-denied, as docs/signing.md says
+    assert res.exit_code == 126 and "sha256 mismatch" in res.stderr
     assert file_server.hits == ["/tool.wasm"]
     assert rt.registry.lookup("command", "pinned") is None
     assert hashlib.sha256(body).hexdigest() not in res.stdout
 
 
 def test_script_and_unpinned_git_are_refused(rt, wbx, make_toolkit) -> None:
-    make_toolkit("scripted", exec="command", extra={"BUILD_SRC": "script:build.sh", "BUILD_LANG": "c", "CLI_BIN": "scripted"},
+    make_toolkit("scripted", exec="command",
+                 extra={"BUILD_SRC": "script:build.sh", "BUILD_LANG": "c", "CLI_BIN": "scripted"},
                  drawer={"CLI_BIN": "scripted"})
-    make_toolkit("floating", exec="command", extra={"BUILD_SRC": "git+https://example.org/repo", "BUILD_LANG": "c",
+    make_toolkit("floating", exec="command",
+                 extra={"BUILD_SRC": "git+https://example.org/repo", "BUILD_LANG": "c",
                                                     "CLI_BIN": "floating"}, drawer={"CLI_BIN": "floating"})
     res = wbx("toolkit", "build", "scripted", runtime=rt)
     assert res.exit_code == 2 and "refused" in res.stderr
@@ -75,7 +80,8 @@ def test_script_and_unpinned_git_are_refused(rt, wbx, make_toolkit) -> None:
 
 
 def test_unchanged_toolkit_rebuild_is_a_cache_hit_with_the_same_sha256(rt, wbx, make_toolkit) -> None:
-    c_toolkit(make_toolkit, "hello", {"src/main.c": '#include <stdio.h>\nint main(void){puts("hi");return 0;}\n'})
+    c_toolkit(make_toolkit, "hello",
+              {"src/main.c": '#include <stdio.h>\nint main(void){puts("hi");return 0;}\n'})
     first = wbx("toolkit", "build", "hello", runtime=rt)
     second = wbx("toolkit", "build", "hello", runtime=rt)
     assert first.exit_code == 0 and second.exit_code == 0, first.stderr
@@ -89,10 +95,12 @@ def test_unchanged_toolkit_rebuild_is_a_cache_hit_with_the_same_sha256(rt, wbx, 
 
 def zig_toolkit(make_toolkit, ident: str, main: str) -> Path:
     kw = {"BUILD_LANG": "zig", "BUILD_SRC": "path:src", "CLI_BIN": ident}
-    return make_toolkit(ident, exec="command", extra=kw, drawer={"CLI_BIN": ident}, files={"src/main.zig": main})
+    return make_toolkit(ident, exec="command", extra=kw, drawer={"CLI_BIN": ident},
+                        files={"src/main.zig": main})
 
 
-EMBED = 'const std = @import("std");\nconst leak = @embedFile("{path}");\npub fn main() void {{ std.debug.print("{{s}}", .{{leak}}); }}\n'
+EMBED = ('const std = @import("std");\nconst leak = @embedFile("{path}");\n'
+         'pub fn main() void {{ std.debug.print("{{s}}", .{{leak}}); }}\n')
 
 
 def test_zig_embedfile_of_an_absolute_host_path_fails(rt, wbx, make_toolkit) -> None:
@@ -111,18 +119,22 @@ def test_zig_embedfile_climbing_out_of_the_source_fails(rt, wbx, make_toolkit, t
     assert rt.registry.lookup("command", "embedup") is None
 
 
-def test_object_files_in_the_source_are_refused_unless_declared(make_runtime, zig_cache: Path, wbx, make_toolkit) -> None:
+def test_object_files_in_the_source_are_refused_unless_declared(make_runtime, zig_cache: Path, wbx,
+                                                                make_toolkit) -> None:
     c_toolkit(make_toolkit, "objs", {"src/main.c": C_MAIN, "src/lib/helper.o": "\x7fELF"})
     c_toolkit(make_toolkit, "objs2", {"src/main.c": C_MAIN, "src/lib/helper.o": "\x7fELF"},
               BUILD_OBJECTS="lib/helper.o")
-    rt = make_runtime(env={"WB_ZIG_CACHE": str(zig_cache), "WB_BUILD_TIMEOUT": "60", "PATH": os.environ.get("PATH", "")})
+    rt = make_runtime(env={"WB_ZIG_CACHE": str(zig_cache), "WB_BUILD_TIMEOUT": "60",
+                           "PATH": os.environ.get("PATH", "")})
     res = wbx("toolkit", "build", "objs", runtime=rt)
     assert res.exit_code == 2 and "'lib/helper.o'" in res.stderr and "#+BUILD_OBJECTS" in res.stderr
     res = wbx("toolkit", "build", "objs2", runtime=rt)
     assert res.exit_code == 0, res.stderr  # declared: the lane builds (its *.c; the .o is not linked)
 
 
-@pytest.mark.parametrize("flag", ["-Wl,-z,stack-size=1", "-Wl,--export=secret", "-Wa,-o,/out/x", "-Wp,-include,/etc/passwd"])
+@pytest.mark.parametrize("flag",
+                         ["-Wl,-z,stack-size=1", "-Wl,--export=secret", "-Wa,-o,/out/x",
+                          "-Wp,-include,/etc/passwd"])
 def test_linker_assembler_and_preprocessor_passthrough_flags_are_refused(flag):
     """-W is for warnings: -Wl, / -Wa, / -Wp, would hand anything past the allowlist."""
     from wbcore_runtime.contract.errors import InvalidArgs

@@ -15,7 +15,8 @@ def rt(tmp_path_factory: pytest.TempPathFactory, zig_cache: Path):
     from wbcore_runtime.runtime import Runtime
 
     home = tmp_path_factory.mktemp("wb-home")
-    return Runtime.open(home=home, roots=[], env={"WB_ZIG_CACHE": str(zig_cache), "PATH": os.environ.get("PATH", "")})
+    return Runtime.open(home=home, roots=[],
+                        env={"WB_ZIG_CACHE": str(zig_cache), "PATH": os.environ.get("PATH", "")})
 
 
 def grep(rt, arg: str, text: str) -> tuple[int, str]:
@@ -64,8 +65,10 @@ def test_grep_bad_pattern_is_a_usage_error(rt) -> None:
     "arg, text, want",
     [
         (".a", '{"a":1}', "1\n"),
-        ("-c .[] | select(.n > 1) | {name, n}", '[{"name":"a","n":1},{"name":"b","n":2}]', '{"name":"b","n":2}\n'),
-        ('-r .items[] | "\\(.id): \\(.tags | join(","))"', '{"items":[{"id":1,"tags":["x","y"]}]}', "1: x,y\n"),
+        ("-c .[] | select(.n > 1) | {name, n}", '[{"name":"a","n":1},{"name":"b","n":2}]',
+         '{"name":"b","n":2}\n'),
+        ('-r .items[] | "\\(.id): \\(.tags | join(","))"', '{"items":[{"id":1,"tags":["x","y"]}]}',
+         "1: x,y\n"),
         ("map(.*2) | add", "[1,2,3]", "12\n"),
         ('-c keys, length, has("b")', '{"b":1,"a":2}', '["a","b"]\n2\ntrue\n'),
         ("-c group_by(.k) | map({k: .[0].k, n: length})", '[{"k":"a"},{"k":"b"},{"k":"a"}]',
@@ -126,7 +129,8 @@ def test_jq_without_a_first_line_is_a_usage_error(rt) -> None:
 
 
 def test_jq_output_is_valid_json_for_a_real_document(rt) -> None:
-    doc = {"name": "wb", "n": 3.5, "tags": ["a", "ü", "\u0001"], "nested": {"deep": [1, 2, {"x": None}]}, "t": True}
+    doc = {"name": "wb", "n": 3.5, "tags": ["a", "ü", "\u0001"], "nested": {"deep": [1, 2, {"x": None}]},
+           "t": True}
     code, out = jq(rt, ".", json.dumps(doc))
     assert code == 0 and json.loads(out) == doc
 
@@ -134,7 +138,8 @@ def test_jq_output_is_valid_json_for_a_real_document(rt) -> None:
 @pytest.mark.parametrize(
     "arg, text, code",
     # upstream jq 1.8: 2 usage, 3 compile error, 5 runtime error and invalid JSON input
-    [(".a[", "{}", 3), (".", "{bad json", 5), (".a + 1", '{"a":"x"}', 5), ("nosuchfn", "1", 3), ("-Z .", "1", 2)],
+    [(".a[", "{}", 3), (".", "{bad json", 5), (".a + 1", '{"a":"x"}', 5), ("nosuchfn", "1", 3),
+     ("-Z .", "1", 2)],
 )
 def test_jq_errors_have_jq_exit_codes(rt, arg: str, text: str, code: int) -> None:
     res = rt.call("jq", [arg], text.encode())
@@ -152,7 +157,8 @@ def test_wbox_pipes_registered_commands(rt) -> None:
 
 
 def test_wbox_sequencing_and_status(rt) -> None:
-    assert wbox(rt, "false || echo fallback; true && echo ok; false && echo never; echo $?")[1] == "fallback\nok\n1\n"
+    assert (wbox(rt, "false || echo fallback; true && echo ok; false && echo never; echo $?")[1]
+            == "fallback\nok\n1\n")
     code, out, err = wbox(rt, "nosuchcmd; echo status $?")
     assert out == "status 127\n" and "not a registered command" in err
     assert wbox(rt, "echo a; exit 3; echo b")[:2] == (3, "a\n")

@@ -46,7 +46,8 @@ int main(int argc, char **argv) {
 def toolkit(root: Path, ident: str, files: dict[str, str], extra: dict[str, str] | None = None) -> Path:
     tk = root / ident
     (tk / "src").mkdir(parents=True, exist_ok=True)
-    m = manifest_text(ident, exec="command", extra={"BUILD_LANG": "c", "BUILD_SRC": "path:src", "CLI_BIN": ident,
+    m = manifest_text(ident, exec="command",
+                      extra={"BUILD_LANG": "c", "BUILD_SRC": "path:src", "CLI_BIN": ident,
                                                     **(extra or {})}, drawer={"CLI_BIN": ident})
     (tk / "manifest.org").write_text(m)
     for rel, text in files.items():
@@ -65,7 +66,8 @@ def roots(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def rt(make_runtime, zig_cache: Path, roots: Path):
-    return make_runtime(roots=[roots], env={"WB_ZIG_CACHE": str(zig_cache), "PATH": os.environ.get("PATH", "")})
+    return make_runtime(roots=[roots],
+                        env={"WB_ZIG_CACHE": str(zig_cache), "PATH": os.environ.get("PATH", "")})
 
 
 def test_setjmp_longjmp_program_builds_and_runs(rt, wbx, roots: Path) -> None:
@@ -159,7 +161,8 @@ def test_lua_testes_pass(rt, lua: Path, name: str) -> None:
     """Lua's own test scripts that need no os/io host features, read from stdin under their
     own chunk name (errors.lua checks the file name in messages)."""
     script = (lua / "src" / "lua-5.4.8" / "testes" / f"{name}.lua").read_bytes()
-    out = rt.call("lua", ["-e", "_port=true _soft=true", "-e", f"assert(load(io.read('a'), '@{name}.lua'))()"],
+    out = rt.call("lua",
+                  ["-e", "_port=true _soft=true", "-e", f"assert(load(io.read('a'), '@{name}.lua'))()"],
                   script, timeout=120)
     assert out.exit_code == 0, (out.stdout[-2000:], out.stderr[-2000:])
     assert out.stdout.rstrip().endswith(b"OK")
@@ -225,7 +228,8 @@ def test_preopen_outside_the_toolkit_is_refused(rt, wbx, roots: Path, tmp_path: 
     assert "PREOPEN" in res.stderr + res.stdout or "outside" in res.stderr + res.stdout
 
 
-def test_preopen_folder_swapped_for_a_link_after_the_build_is_refused(rt, wbx, roots: Path, tmp_path: Path) -> None:
+def test_preopen_folder_swapped_for_a_link_after_the_build_is_refused(rt, wbx, roots: Path,
+                                                                      tmp_path: Path) -> None:
     import shutil
 
     from wbcore_runtime.guard import preopen
@@ -313,7 +317,8 @@ def test_shipped_source_changed_after_the_build_is_never_run(rt, wbx, roots: Pat
     a source file rewritten in place after the build (stat times put back) changes nothing."""
     from wbcore_runtime.contract.errors import WbError
 
-    tk = toolkit(roots, "hello", {"src/main.c": '#include <stdio.h>\nint main(void){puts("hello A");return 0;}\n'})
+    tk = toolkit(roots, "hello",
+                 {"src/main.c": '#include <stdio.h>\nint main(void){puts("hello A");return 0;}\n'})
     assert wbx("toolkit", "build", "hello", runtime=rt).exit_code == 0
     sha = rt.registry.lookup("command", "hello").sha256
     _mmap_write(tk / "src" / "main.c", b'#include <stdio.h>\nint main(void){puts("hello B");return 0;}\n')
@@ -354,8 +359,10 @@ def test_sjlj_detection_reads_regular_files_only(tmp_path: Path) -> None:
     outside = tmp_path / "outside.h"
     outside.write_text("#include <setjmp.h>\n")
     (src / "link.h").symlink_to(outside)
-    m = parse(manifest_text("demo", extra={"CLI_BIN": "demo"}, drawer={"CLI_BIN": "demo"}), src / "manifest.org")
-    req = BuildRequest(manifest=m, source=ResolvedSource(digest="x", dir=src, entry=None), outdir=tmp_path / "o")
+    m = parse(manifest_text("demo", extra={"CLI_BIN": "demo"}, drawer={"CLI_BIN": "demo"}),
+              src / "manifest.org")
+    req = BuildRequest(manifest=m, source=ResolvedSource(digest="x", dir=src, entry=None),
+                       outdir=tmp_path / "o")
     assert wants_sjlj(req, src) is False
     (src / "real.h").write_text("  # include <setjmp.h>\n")
     assert wants_sjlj(req, src) is True

@@ -41,7 +41,8 @@ def rt(tmp_path_factory: pytest.TempPathFactory, zig_cache: Path):
     from wbcore_runtime.runtime import Runtime
 
     home = tmp_path_factory.mktemp("wb-home-jq")
-    return Runtime.open(home=home, roots=[], env={"WB_ZIG_CACHE": str(zig_cache), "PATH": os.environ.get("PATH", "")})
+    return Runtime.open(home=home, roots=[],
+                        env={"WB_ZIG_CACHE": str(zig_cache), "PATH": os.environ.get("PATH", "")})
 
 
 def count_tests(text: bytes) -> int:
@@ -94,7 +95,8 @@ def test_jq_upstream_suite_passes_95_percent(wbx, rt, suite: bytes) -> None:
             passed, run = passed + got[0], run + got[1]
     rate = passed / total
     print(f"\njq 1.8.2 tests/jq.test through wbx run jq: {passed}/{total} passed ({rate:.1%}); "
-          f"ran {run}; guest died in tests {died}; build {build_s:.1f}s, suite {time.monotonic() - started - build_s:.1f}s")
+          f"ran {run}; guest died in tests {died}; build {build_s:.1f}s, suite "
+          f"{time.monotonic() - started - build_s:.1f}s")
     assert run == total
     assert rate >= 0.95, f"{passed}/{total} passed"
 

@@ -66,11 +66,13 @@ def test_stage_lays_out_what_the_c_lane_compiles(tmp_path: Path, tree: Path) -> 
     jqsrc.stage(out)
     compiled = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.c") if ".oniguruma" not in p.parts)
     assert "src/main.c" in compiled and "wb_main.c" in compiled and "src/inject_errors.c" not in compiled
-    assert [c for c in compiled if c.startswith("oniguruma/")] == sorted(f"oniguruma/{n}" for n in jqsrc.ONIG_SOURCES)
+    assert ([c for c in compiled if c.startswith("oniguruma/")]
+            == sorted(f"oniguruma/{n}" for n in jqsrc.ONIG_SOURCES))
     # upstream files are staged byte for byte
     assert (out / "src" / "execute.c").read_bytes() == (tree / "src" / "execute.c").read_bytes()
     assert (out / "oniguruma" / "unicode.c").read_text() == '#include "../.oniguruma/unicode.c"\n'
-    assert (out / ".oniguruma" / "unicode_fold_data.c").is_file()  # #included by unicode.c, not compiled alone
+    # #included by unicode.c, not compiled alone
+    assert (out / ".oniguruma" / "unicode_fold_data.c").is_file()
     assert (out / "include" / "pthread.h").is_file() and (out / "src" / "builtin.inc").is_file()
 
 
@@ -80,7 +82,8 @@ def test_flags_stay_inside_the_c_lane_allowlist() -> None:
     check_c_flags(jqsrc.FLAGS)
 
 
-def test_version_needs_no_staging_and_says_when_sources_are_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+def test_version_needs_no_staging_and_says_when_sources_are_missing(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch,
                                                                      tree: Path) -> None:
     from wbcore_lane_zig.builtins import version
 

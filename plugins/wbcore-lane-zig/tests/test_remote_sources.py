@@ -32,19 +32,22 @@ def test_archive_of_c_source_is_built_and_run(rt, wbx, make_toolkit, file_server
     body = buf.getvalue()
     file_server.files["/src.tgz"] = body
     make_toolkit("fromtar", exec="command", drawer={"CLI_BIN": "fromtar"},
-                 extra={"BUILD_SRC": f"archive:{file_server.url}/src.tgz", "BUILD_LANG": "c", "CLI_BIN": "fromtar",
-                        "SHA256": hashlib.sha256(body).hexdigest()})
+                 extra={"BUILD_SRC": f"archive:{file_server.url}/src.tgz", "BUILD_LANG": "c",
+                        "CLI_BIN": "fromtar", "SHA256": hashlib.sha256(body).hexdigest()})
     res = wbx("toolkit", "build", "fromtar", runtime=rt)
     assert res.exit_code == 0, res.stderr
     assert rt.call("fromtar").stdout == b"from an archive\n"
 
 
 def test_git_pinned_commit_is_built_and_run(rt, wbx, make_toolkit, tmp_path: Path) -> None:
-    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull,
-           "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@e"}
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "GIT_CONFIG_NOSYSTEM": "1",
+           "GIT_CONFIG_GLOBAL": os.devnull,
+           "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@e"}
 
     def git(*args: str, cwd: Path) -> str:
-        return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout.strip()
+        return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True,
+                              text=True).stdout.strip()
 
     work = tmp_path / "work"
     (work / "tool").mkdir(parents=True)
@@ -58,7 +61,8 @@ def test_git_pinned_commit_is_built_and_run(rt, wbx, make_toolkit, tmp_path: Pat
     bare = tmp_path / "repo.git"
     git("clone", "-q", "--bare", str(work), str(bare), cwd=tmp_path)
     make_toolkit("fromgit", exec="command", drawer={"CLI_BIN": "fromgit"},
-                 extra={"BUILD_SRC": f"git+file://{bare}@{commit}#tool", "BUILD_LANG": "c", "CLI_BIN": "fromgit"})
+                 extra={"BUILD_SRC": f"git+file://{bare}@{commit}#tool", "BUILD_LANG": "c",
+                        "CLI_BIN": "fromgit"})
     res = wbx("toolkit", "build", "fromgit", runtime=rt)
     assert res.exit_code == 0, res.stderr
     assert rt.call("fromgit").stdout == b"pinned commit\n"

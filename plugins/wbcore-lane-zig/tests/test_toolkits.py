@@ -14,7 +14,8 @@ TOOLKITS = Path(__file__).resolve().parents[3] / "toolkits"
 
 @pytest.fixture
 def rt(make_runtime, zig_cache: Path):
-    return make_runtime(roots=[TOOLKITS], env={"WB_ZIG_CACHE": str(zig_cache), "PATH": os.environ.get("PATH", "")})
+    return make_runtime(roots=[TOOLKITS],
+                        env={"WB_ZIG_CACHE": str(zig_cache), "PATH": os.environ.get("PATH", "")})
 
 
 def test_sha256_toolkit_builds_and_runs(rt, wbx) -> None:
@@ -34,7 +35,8 @@ def test_sha256_toolkit_builds_and_runs(rt, wbx) -> None:
 def test_lines_toolkit_builds_and_runs(rt, wbx) -> None:
     res = wbx("toolkit", "build", "lines", runtime=rt)
     assert res.exit_code == 0, res.stderr
-    assert rt.call("lines", ["stats"], b"one two\n\nthree\n").stdout.decode().split("\n")[:3] == ["lines 3", "words 3", "bytes 15"]
+    assert (rt.call("lines", ["stats"], b"one two\n\nthree\n").stdout.decode().split("\n")[:3]
+            == ["lines 3", "words 3", "bytes 15"])
     assert rt.call("lines", ["freq", "2"], b"b\na\nb\nc\nb\na\n").stdout == b"3\tb\n2\ta\n"
     assert rt.call("lines", ["dedupe"], b"b\na\nb\nc\na").stdout == b"b\na\nc\n"
     assert rt.call("lines", ["grep-count", "x"], b"x\ny\nxx\n").stdout == b"2\n"

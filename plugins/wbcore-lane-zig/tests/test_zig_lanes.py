@@ -18,10 +18,13 @@ from wbcore_lane_zig.lanes import CLane, ZigLane
 
 def request(src: Path, out: Path, *, flags: tuple[str, ...] = (), entry: str | None = None,
             trust: str | None = None) -> BuildRequest:
-    m = parse(manifest_text("demo", trust=trust, extra={"CLI_BIN": "demo", **({"AUTHOR_DID": "did:key:z6Mk", "SIGNATURE": "x"} if trust == "third-party" else {})},
+    m = parse(manifest_text("demo", trust=trust,
+                            extra={"CLI_BIN": "demo",
+                                   **({"AUTHOR_DID": "did:key:z6Mk",
+                                       "SIGNATURE": "x"} if trust == "third-party" else {})},
                             drawer={"CLI_BIN": "demo"}), src / "manifest.org")
-    return BuildRequest(manifest=m, source=ResolvedSource(digest=tree_digest(src), dir=src, entry=entry), outdir=out,
-                        flags=flags)
+    return BuildRequest(manifest=m, source=ResolvedSource(digest=tree_digest(src), dir=src, entry=entry),
+                        outdir=out, flags=flags)
 
 
 def write(root: Path, files: dict[str, str]) -> Path:
@@ -84,11 +87,13 @@ def test_c_lane_builds_a_small_wasi_command(lanes, tmp_path: Path, toolchain: st
         pytest.skip(f"Debian's WASI clang is not installed: {find_clang()}")
     lane = lanes[0]
     lane.env["WB_C_TOOLCHAIN"] = toolchain
-    src = write(tmp_path / "src", {"main.c": C_COUNT, "include/count.h": "#define COUNT_ONE(c) ((c) == 'a')\n"})
+    src = write(tmp_path / "src",
+                {"main.c": C_COUNT, "include/count.h": "#define COUNT_ONE(c) ((c) == 'a')\n"})
     out = lane.build(request(src, tmp_path / "out"))
     assert out.artifact.name == "demo.wasm" and out.artifact.stat().st_size < 64_000  # -Oz -s
     assert run_wasm(out.artifact, b"banana", ("x",)) == (0, b"3 2\n")
-    want = "zig cc --target=wasm32-wasi -Oz -s" if toolchain == "zig" else "clang --target=wasm32-wasip1 --sysroot=/sysroot -Oz -s"
+    want = ("zig cc --target=wasm32-wasi -Oz -s" if toolchain == "zig"
+            else "clang --target=wasm32-wasip1 --sysroot=/sysroot -Oz -s")
     assert want in out.log
     assert toolchain in lane.version  # the toolchain is part of the build cache key
 
@@ -101,7 +106,9 @@ def test_c_lane_is_reproducible(lanes, tmp_path: Path) -> None:
 
 
 def test_zig_lane_builds_and_runs(lanes, tmp_path: Path) -> None:
-    src = write(tmp_path / "src", {"src/main.zig": (Path(__file__).parents[1] / "wbcore_lane_zig/warmup/hello.zig").read_text()})
+    src = write(tmp_path / "src",
+                {"src/main.zig":
+                 (Path(__file__).parents[1] / "wbcore_lane_zig/warmup/hello.zig").read_text()})
     out = lanes[1].build(request(src, tmp_path / "out"))
     code, stdout = run_wasm(out.artifact, b"hello", ("a", "b"))
     assert (code, stdout) == (0, b"3 args, 5 bytes\n")
@@ -124,13 +131,15 @@ def test_relative_include_cannot_climb_out(lanes, tmp_path: Path) -> None:
 
 
 def test_zig_embed_file_cannot_read_the_host(lanes, tmp_path: Path) -> None:
-    src = write(tmp_path / "src", {"main.zig": 'const s = @embedFile("/etc/hostname");\npub fn main() void { _ = s; }\n'})
+    src = write(tmp_path / "src",
+                {"main.zig": 'const s = @embedFile("/etc/hostname");\npub fn main() void { _ = s; }\n'})
     with pytest.raises(BuildFailed):
         lanes[1].build(request(src, tmp_path / "out"))
 
 
 def test_exponential_macro_ends_at_its_limit(zig_cache: Path, build_sandbox, tmp_path: Path) -> None:
-    lines = ["#define A0 x"] + [f"#define A{i} A{i-1} A{i-1}" for i in range(1, 40)] + ["int main(void){ A39; return 0; }"]
+    lines = (["#define A0 x"] + [f"#define A{i} A{i-1} A{i-1}" for i in range(1, 40)]
+             + ["int main(void){ A39; return 0; }"])
     src = write(tmp_path / "src", {"main.c": "\n".join(lines) + "\n"})
     lane = CLane(home=tmp_path / "home", env={"WB_ZIG_CACHE": str(zig_cache), "WB_BUILD_TIMEOUT": "4"},
                  sandbox=lambda: build_sandbox)
@@ -167,7 +176,8 @@ def test_without_a_build_sandbox_the_lanes_say_what_to_install(make_runtime, wbx
         avail = rt.lanes.get(name).availability(rt)
         assert not avail.ok and "no build sandbox is installed; pip install wbcore-process" in avail.reason
     r = wbx("lanes", runtime=rt)
-    assert r.exit_code == 0 and r.stdout.count("no build sandbox is installed; pip install wbcore-process") == 2
+    assert (r.exit_code == 0
+            and r.stdout.count("no build sandbox is installed; pip install wbcore-process") == 2)
     src = write(tmp_path / "src", {"main.c": "int main(void){return 0;}\n"})
     with pytest.raises(NotFound, match="^no build sandbox is installed; pip install wbcore-process$"):
         rt.lanes.get("c").factory(rt).build(request(src, tmp_path / "out"))
@@ -186,16 +196,24 @@ def test_two_clean_builds_give_the_same_sha256(build_sandbox, tmp_path: Path) ->
         cache_dir = tmp_path / side / "cache"
         cache.warm(zig, cache_dir, build_sandbox)
         env = {"WB_ZIG_CACHE": str(cache_dir)}
-        c_src = write(tmp_path / side / "c", {"main.c": C_COUNT, "include/count.h": "#define COUNT_ONE(c) 1\n"})
-        z_src = write(tmp_path / side / "z", {"main.zig": (Path(__file__).parents[1] / "wbcore_lane_zig/warmup/hello.zig").read_text()})
-        c = CLane(home=tmp_path / side, env=env, sandbox=lambda: build_sandbox).build(request(c_src, tmp_path / side / "c-out")).artifact
-        z = ZigLane(home=tmp_path / side, env=env, sandbox=lambda: build_sandbox).build(request(z_src, tmp_path / side / "z-out")).artifact
-        digests.append((hashlib.sha256(c.read_bytes()).hexdigest(), hashlib.sha256(z.read_bytes()).hexdigest()))
+        c_src = write(tmp_path / side / "c",
+                      {"main.c": C_COUNT, "include/count.h": "#define COUNT_ONE(c) 1\n"})
+        z_src = write(tmp_path / side / "z",
+                      {"main.zig":
+                       (Path(__file__).parents[1] / "wbcore_lane_zig/warmup/hello.zig").read_text()})
+        c = CLane(home=tmp_path / side, env=env,
+                  sandbox=lambda: build_sandbox).build(request(c_src, tmp_path / side / "c-out")).artifact
+        z = ZigLane(home=tmp_path / side, env=env,
+                    sandbox=lambda: build_sandbox).build(request(z_src, tmp_path / side / "z-out")).artifact
+        digests.append((hashlib.sha256(c.read_bytes()).hexdigest(),
+                        hashlib.sha256(z.read_bytes()).hexdigest()))
     assert digests[0] == digests[1]
 
 
 def test_build_zig_projects_are_refused_with_a_hint(lanes, tmp_path: Path) -> None:
-    src = write(tmp_path / "src", {"build.zig": "pub fn build(b: anytype) void { _ = b; }\n", "tool.zig": "pub fn main() void {}\n"})
+    src = write(tmp_path / "src",
+                {"build.zig": "pub fn build(b: anytype) void { _ = b; }\n",
+                 "tool.zig": "pub fn main() void {}\n"})
     with pytest.raises(InvalidArgs, match="build.zig projects are not run"):
         lanes[1].build(request(src, tmp_path / "out"))
     out = lanes[1].build(request(src, tmp_path / "out", entry="tool.zig"))

@@ -19,7 +19,8 @@ def llm():
 
 def driver(make_runtime, llm, **env):
     rt = make_runtime(plugins=["llm-anthropic"], env={"WB_LLM_BASE_URL": llm.base_url, "WB_LLM_API_KEY": KEY,
-                                                       "WB_LLM_BACKOFF": "0.01", "WB_LLM_PRICES": "claude-x=3/15", **env})
+                                                       "WB_LLM_BACKOFF": "0.01",
+                                                      "WB_LLM_PRICES": "claude-x=3/15", **env})
     return rt.llm("claude-x")  # the only provider installed: no prefix needed
 
 
@@ -34,7 +35,8 @@ def test_streamed_tool_use_text_usage_and_cost(make_runtime, llm):
     assert got.usage.input_tokens == 11 and got.usage.output_tokens == 7
     assert got.usage.cost_usd == pytest.approx((11 * 3 + 7 * 15) / 1e6)
     req = llm.requests[0]
-    assert req.path == "/v1/messages" and KEY in (req.headers.get("x-api-key"), req.headers.get("authorization", "").removeprefix("Bearer "))
+    assert req.path == "/v1/messages" and KEY in (
+        req.headers.get("x-api-key"), req.headers.get("authorization", "").removeprefix("Bearer "))
     assert req.body["system"] == "be brief" and req.body["tools"][0]["input_schema"] == SCHEMA
     assert KEY not in repr(d)
 
@@ -43,12 +45,15 @@ def test_tool_results_are_folded_into_one_user_turn(make_runtime, llm):
     llm.script = [reply(text="fine")]
     calls = (ToolUse("toolu_0", "wb", {"op": "list"}), ToolUse("toolu_1", "vfs_read", {"path": "x"}))
     msgs = (Message("user", "go"), Message("assistant", "two tools", calls),
-            Message("tool", "[]", tool_call_id="toolu_0"), Message("tool", "no file", tool_call_id="toolu_1", is_error=True))
+            Message("tool", "[]", tool_call_id="toolu_0"),
+            Message("tool", "no file", tool_call_id="toolu_1", is_error=True))
     driver(make_runtime, llm).complete(ChatRequest("", msgs))
     sent = llm.requests[0].body["messages"]
     assert [m["role"] for m in sent] == ["user", "assistant", "user"]
-    assert sent[1]["content"][1] == {"type": "tool_use", "id": "toolu_0", "name": "wb", "input": {"op": "list"}}
-    assert sent[2]["content"][1] == {"type": "tool_result", "tool_use_id": "toolu_1", "content": "no file", "is_error": True}
+    assert sent[1]["content"][1] == {"type": "tool_use", "id": "toolu_0", "name": "wb",
+                                     "input": {"op": "list"}}
+    assert sent[2]["content"][1] == {"type": "tool_result", "tool_use_id": "toolu_1", "content": "no file",
+                                     "is_error": True}
 
 
 def test_overload_is_retried_then_surfaced(make_runtime, llm):

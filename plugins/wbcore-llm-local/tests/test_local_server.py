@@ -35,7 +35,8 @@ def test_a_whole_answer_becomes_the_chunks_a_streaming_client_reads() -> None:
                                          "function": {"name": "b64__b64", "arguments": "{\"args\": []}"}}]}}]}
     chunks = list(handler._chunks(resp))
     assert chunks[0]["choices"][0]["delta"]["tool_calls"][0] == {
-        "index": 0, "id": "t1", "type": "function", "function": {"name": "b64__b64", "arguments": "{\"args\": []}"}}
+        "index": 0, "id": "t1", "type": "function",
+        "function": {"name": "b64__b64", "arguments": "{\"args\": []}"}}
     assert chunks[1]["choices"][0]["finish_reason"] == "tool_calls"
     assert chunks[2]["choices"] == [] and chunks[2]["usage"]["prompt_tokens"] == 9
 
@@ -62,7 +63,8 @@ def test_the_real_server_answers_with_its_key_only_and_streams_a_named_tool_call
     with LocalServer(log=tmp_path / "server.log") as srv:
         assert srv.get("/v1/models")[0] == 200
         tool = {"type": "function", "function": {"name": "echo", "description": "echo text",
-                "parameters": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}}}
+                "parameters": {"type": "object", "properties": {"text": {"type": "string"}},
+                               "required": ["text"]}}}
         body = {"model": MODEL_ALIAS, "stream": True, "max_tokens": 32, "tools": [tool],
                 "tool_choice": {"type": "function", "function": {"name": "echo"}},
                 "messages": [{"role": "user", "content": "Echo the word hello."}]}
@@ -89,7 +91,8 @@ def test_serve_local_detached_prints_settings_and_a_pid_to_stop(tmp_path) -> Non
     import sys
     import time
 
-    out = subprocess.run([sys.executable, "-m", "wbcore_llm_local", "--detach", "--log", str(tmp_path / "s.log")],
+    out = subprocess.run([sys.executable, "-m", "wbcore_llm_local", "--detach", "--log",
+                          str(tmp_path / "s.log")],
                          capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stderr
     env = dict(re.findall(r"^export (WB_LLM_\w+)=(\S+)$", out.stdout, re.M))

@@ -19,7 +19,8 @@ def llm():
 
 def driver(make_runtime, llm, **env):
     rt = make_runtime(plugins=["llm-openai"], env={"WB_LLM_BASE_URL": llm.base_url, "WB_LLM_API_KEY": KEY,
-                                                    "WB_LLM_BACKOFF": "0.01", "WB_LLM_PRICES": "gpt-x=2/8", **env})
+                                                    "WB_LLM_BACKOFF": "0.01", "WB_LLM_PRICES": "gpt-x=2/8",
+                                                   **env})
     return rt.llm("openai:gpt-x")
 
 
@@ -30,7 +31,8 @@ def test_streamed_tool_calls_text_usage_and_cost(make_runtime, llm):
     got = d.complete(ChatRequest("be brief", (Message("user", "hi"),), (ToolSpec("wb", "toolkits", SCHEMA),)),
                      on_text=deltas.append)
     assert got.text == "let me look" and len(deltas) == 3  # streamed word by word
-    assert got.tool_calls == (ToolUse("call_0", "wb", {"op": "list"}), ToolUse("call_1", "done", {"result": "ok"}))
+    assert got.tool_calls == (ToolUse("call_0", "wb", {"op": "list"}),
+                              ToolUse("call_1", "done", {"result": "ok"}))
     assert got.usage.input_tokens == 11 and got.usage.output_tokens == 7
     assert got.usage.cost_usd == pytest.approx((11 * 2 + 7 * 8) / 1e6)
     req = llm.requests[0]

@@ -28,7 +28,8 @@ class _Fake(BaseHTTPRequestHandler):
             self.end_headers()
             return
         text = "echo: " + body["messages"][-1]["content"]
-        out = json.dumps({"model": body["model"], "choices": [{"message": {"role": "assistant", "content": text},
+        out = json.dumps({"model": body["model"],
+                          "choices": [{"message": {"role": "assistant", "content": text},
                           "finish_reason": "stop"}], "usage": {"total_tokens": 3}}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -47,7 +48,8 @@ def endpoint():
 
 
 def test_complete_with_the_hosts_key(make_runtime, endpoint, wb_home):
-    rt = make_runtime(plugins=["llm"], env={"WB_LLM_BASE_URL": endpoint, "WB_LLM_API_KEY": KEY, "WB_LLM_MODEL": "tiny"})
+    rt = make_runtime(plugins=["llm"],
+                      env={"WB_LLM_BASE_URL": endpoint, "WB_LLM_API_KEY": KEY, "WB_LLM_MODEL": "tiny"})
     c = rt.dock.context(principal=Principal("t", "agent"), caps={"llm"})
     got = rt.dock.call(c, "llm", "complete", {"prompt": "hi"})
     assert got["text"] == "echo: hi" and got["model"] == "tiny"
@@ -63,7 +65,9 @@ def test_complete_with_the_hosts_key(make_runtime, endpoint, wb_home):
 
 
 def test_wrong_key_is_a_clear_error_without_the_key(make_runtime, endpoint):
-    rt = make_runtime(plugins=["llm"], env={"WB_LLM_BASE_URL": endpoint, "WB_LLM_API_KEY": "wrong-key-123", "WB_LLM_MODEL": "m"})
+    rt = make_runtime(plugins=["llm"],
+                      env={"WB_LLM_BASE_URL": endpoint, "WB_LLM_API_KEY": "wrong-key-123",
+                           "WB_LLM_MODEL": "m"})
     c = rt.dock.context(principal=Principal("t", "agent"), caps={"llm"})
     with pytest.raises(Exception) as exc:
         rt.dock.call(c, "llm", "complete", {"prompt": "hi"})

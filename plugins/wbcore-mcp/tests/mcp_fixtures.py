@@ -47,7 +47,8 @@ def populate(root: Path, home: Path) -> None:
         skills = {"overview": f"#+TITLE: {ident} overview\n\n{kw['TAGLINE']}\n"}
         if ident == "textkit":
             skills["tcat"] = TEXT_SKILL
-        write_toolkit(root, ident, manifest_text(ident, exec=shape, extra=extra, tagline=kw["TAGLINE"]), skills=skills)
+        write_toolkit(root, ident, manifest_text(ident, exec=shape, extra=extra, tagline=kw["TAGLINE"]),
+                      skills=skills)
         sha = put(DATA / src if "/" not in src else Path(src))
         rt.discover(refresh=True)
         builder.register_artifact(rt, ident, sha)  # as a build would: with the toolkit's provenance

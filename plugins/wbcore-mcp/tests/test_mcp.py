@@ -56,7 +56,8 @@ async def _exercise(session: ClientSession) -> None:
     caps = init.capabilities  # 2025-11-25: declared under experimental (the SDK drops extensions there)
     assert "io.modelcontextprotocol/skills" in {**(caps.extensions or {}), **(caps.experimental or {})}
     tools = {t.name: t for t in (await session.list_tools()).tools}
-    assert {"textkit.tcat", "loopkit.spin", "upperkit.upcase", "calckit.add", "kvkit.raw", "search_tools"} <= set(tools)
+    assert {"textkit.tcat", "loopkit.spin", "upperkit.upcase", "calckit.add", "kvkit.raw",
+            "search_tools"} <= set(tools)
     assert tools["calckit.add"].input_schema["properties"]["a"]["type"] == "integer"
     assert tools["textkit.tcat"].input_schema["properties"]["fail"]["type"] == "boolean"
     assert tools["textkit.tcat"].annotations.read_only_hint is True
@@ -69,7 +70,8 @@ async def _exercise(session: ClientSession) -> None:
     _, _, list_result, get_result = skills_models()
     listed = await session.send_request(SkillsList(), list_result)
     assert any(s["frontmatter"]["name"] == "calckit" for s in listed.skills)
-    got = await session.send_request(SkillsGet(params=SkillsGetParams(uri="skill://textkit/SKILL.md")), get_result)
+    got = await session.send_request(SkillsGet(params=SkillsGetParams(uri="skill://textkit/SKILL.md")),
+                                     get_result)
     assert "Echo text" in got.skill["frontmatter"]["description"]
     assert "skill://textkit/tcat" in [f["uri"] for f in got.skill["resources"]]
 
@@ -155,7 +157,8 @@ def test_mcp_over_streamable_http(served: dict[str, str]) -> None:
                 break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(f"server did not start: {proc.stderr.read().decode()[-2000:]}") from None
+                    raise AssertionError("server did not start: "
+                                         f"{proc.stderr.read().decode()[-2000:]}") from None
                 time.sleep(0.1)
 
         async def main() -> None:
@@ -254,14 +257,16 @@ def test_shipped_toolkits_over_stdio(wb_home: Path) -> None:
     for ident in ("b64", "checksum", "text-tools"):
         build(rt, ident)
     env = {"WB_HOME": str(wb_home), "WB_TOOLKITS_ROOT": str(shipped), "PATH": os.environ.get("PATH", "")}
-    params = StdioServerParameters(command=SERVE[0], args=[*SERVE[1:], "--only", "b64,checksum,text-tools"], env=env)
+    params = StdioServerParameters(command=SERVE[0], args=[*SERVE[1:], "--only", "b64,checksum,text-tools"],
+                                   env=env)
 
     async def main() -> None:
         async with stdio_client(params) as (read, write):
             async with ClientSession(read, write) as session:
                 await session.initialize()
                 names = {t.name for t in (await session.list_tools()).tools}
-                assert {"b64.b64", "checksum.crc32", "text-tools.count", "text-tools.wrap", "search_tools"} <= names
+                assert {"b64.b64", "checksum.crc32", "text-tools.count", "text-tools.wrap",
+                        "search_tools"} <= names
                 uris = {str(r.uri) for r in (await session.list_resources()).resources}
                 assert {"skill://b64/overview", "skill://text-tools/count"} <= uris
                 assert not any(u.startswith("skill://git-history/") for u in uris)
@@ -269,7 +274,8 @@ def test_shipped_toolkits_over_stdio(wb_home: Path) -> None:
                 assert _text(r).strip() == "aGVsbG8="
                 r = await session.call_tool("checksum.crc32", {"input": "hello"})
                 assert not r.is_error and _text(r).strip() == "3610a686"
-                r = await session.call_tool("text-tools.count", {"text": "one two\nthree"}, read_timeout_seconds=60)
+                r = await session.call_tool("text-tools.count", {"text": "one two\nthree"},
+                                            read_timeout_seconds=60)
                 assert r.structured_content == {"result": {"lines": 2, "words": 3, "chars": 13}}
                 r = await session.call_tool("text-tools.wrap", {"text": "x", "width": 3})
                 assert r.is_error and "outside 10..400" in _text(r)
@@ -277,7 +283,8 @@ def test_shipped_toolkits_over_stdio(wb_home: Path) -> None:
     anyio.run(main)
 
 
-def test_act_sections_of_a_component_are_read_natively(make_runtime, toolkit_root: Path, wb_home: Path) -> None:
+def test_act_sections_of_a_component_are_read_natively(make_runtime, toolkit_root: Path,
+                                                       wb_home: Path) -> None:
     """A component carrying act:component and act:skill: its description and skill reach
     the tool list and the resources without instantiating it."""
     import cbor2
@@ -321,7 +328,8 @@ def test_a_toolkit_built_while_serving_shows_up(demo_runtime) -> None:
 
     server = build_server(demo_runtime)
     assert "late.upcase2" not in server.wb_provider.tools()
-    sha = demo_runtime.artifacts.put_bytes(bytes(wasmtime.wat2wasm((Path(__file__).parent / "data" / "upper.wat").read_text()))).sha256
+    sha = demo_runtime.artifacts.put_bytes(
+        bytes(wasmtime.wat2wasm((Path(__file__).parent / "data" / "upper.wat").read_text()))).sha256
     write_toolkit(demo_runtime.roots[0], "late", exec="kernel", extra={"CLI_BIN": "upcase2"})
     demo_runtime.discover(refresh=True)
     builder.register_artifact(demo_runtime, "late", sha)
@@ -333,9 +341,11 @@ def test_a_toolkit_built_while_serving_shows_up(demo_runtime) -> None:
     anyio.run(main)
 
 
-def test_refused_skills_are_not_resources(make_runtime, toolkit_root: Path, wb_home: Path, tmp_path: Path) -> None:
-    """Skills reach MCP only through wbcore_runtime.toolkit.skills: one linked out of skills/ and one hard-linked
-    to a file elsewhere are absent from resources/list and skills/list, and reading them says why."""
+def test_refused_skills_are_not_resources(make_runtime, toolkit_root: Path, wb_home: Path,
+                                          tmp_path: Path) -> None:
+    """Skills reach MCP only through wbcore_runtime.toolkit.skills: one linked out of skills/ and one
+    hard-linked to a file elsewhere are absent from resources/list and skills/list, and reading them says
+    why."""
     from mcp import Client
 
     from wbcore_mcp.server import build_server
@@ -354,11 +364,13 @@ def test_refused_skills_are_not_resources(make_runtime, toolkit_root: Path, wb_h
             assert uris == {"skill://kit/overview", "skill://kit/SKILL.md"}
             got = await client.read_resource("skill://kit/overview")
             assert got.contents[0].text.startswith("#+TITLE: Kit")
-            for slug, why in (("leak", "symlink to a file outside the skills folder"), ("hard", "has 2 hard links")):
+            for slug, why in (("leak", "symlink to a file outside the skills folder"),
+                              ("hard", "has 2 hard links")):
                 with pytest.raises(MCPError, match=why) as err:
                     await client.read_resource(f"skill://kit/{slug}")
                 assert "TOP-SECRET" not in str(err.value)
         listed = await server.get_request_handler("skills/list").handler(None, skills_models()[0]())
-        assert [f["uri"] for f in listed.skills[0]["resources"]] == ["skill://kit/SKILL.md", "skill://kit/overview"]
+        assert ([f["uri"] for f in listed.skills[0]["resources"]]
+                == ["skill://kit/SKILL.md", "skill://kit/overview"])
 
     anyio.run(main)

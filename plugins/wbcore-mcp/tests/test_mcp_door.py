@@ -32,16 +32,19 @@ TOKEN = "t0ken-for-the-door-test-0123456789"
 
 def _lazy_toolkits(root: Path) -> None:
     """A buildable command (the wat lane), a kernel, and one whose lane does not exist."""
-    write_toolkit(root, "lazycat", manifest_text("lazycat", exec="command", tagline="Echo text, built on demand.",
+    write_toolkit(root, "lazycat",
+                  manifest_text("lazycat", exec="command", tagline="Echo text, built on demand.",
                                                  extra={"BUILD_LANG": "wat", "BUILD_SRC": "path:src/echo.wat",
                                                         "CLI_BIN": "lcat"}),
                   files={"src/echo.wat": (DATA / "echo.wat").read_text()})
-    write_toolkit(root, "lazyup", manifest_text("lazyup", exec="kernel", tagline="Upper-case bytes, built on demand.",
+    write_toolkit(root, "lazyup",
+                  manifest_text("lazyup", exec="kernel", tagline="Upper-case bytes, built on demand.",
                                                 extra={"BUILD_LANG": "wat", "BUILD_SRC": "path:src/upper.wat",
                                                        "CLI_BIN": "lup", "KERNEL_TIMEOUT": "5"}),
                   files={"src/upper.wat": (DATA / "upper.wat").read_text()})
     write_toolkit(root, "nolane", manifest_text("nolane", exec="command",
-                                                extra={"BUILD_LANG": "cobol", "BUILD_SRC": "path:src", "CLI_BIN": "nl"}),
+                                                extra={"BUILD_LANG": "cobol", "BUILD_SRC": "path:src",
+                                                       "CLI_BIN": "nl"}),
                   files={"src/main.cob": "IDENTIFICATION DIVISION.\n"})
 
 
@@ -57,7 +60,8 @@ def test_unbuilt_toolkits_are_listed_and_built_on_first_call(make_runtime, toolk
     server = build_server(rt)
     provider = server.wb_provider
     assert {"lazycat.lcat", "lazyup.lup"} <= set(provider.tools())
-    assert not any(n.startswith("nolane") for n in provider.tools()), "a toolkit whose lane is missing is absent"
+    assert not any(n.startswith("nolane")
+                   for n in provider.tools()), "a toolkit whose lane is missing is absent"
     assert set(provider.pending) == {"lazycat.lcat", "lazyup.lup"}
     assert rt.registry.lookup("command", "lcat") is None
     why = {u.toolkit: u.reason for u in provider.unserved()}
@@ -67,11 +71,13 @@ def test_unbuilt_toolkits_are_listed_and_built_on_first_call(make_runtime, toolk
     changed: list[bool] = []
 
     async def main() -> None:
-        async with Client(server, mode="legacy", message_handler=lambda m: _note_change(m, changed)) as client:
+        async with Client(server, mode="legacy",
+                          message_handler=lambda m: _note_change(m, changed)) as client:
             async def on_progress(p: float, total: float | None, message: str | None) -> None:
                 progress.append(message or "")
 
-            r = await client.call_tool("lazycat.lcat", {"stdin": "built on demand"}, progress_callback=on_progress)
+            r = await client.call_tool("lazycat.lcat", {"stdin": "built on demand"},
+                                       progress_callback=on_progress)
             assert not r.is_error and _text(r) == "built on demand"
             r = await client.call_tool("lazyup.lup", {"input": "abc"})
             assert not r.is_error and _text(r) == "ABC"
@@ -96,7 +102,8 @@ def test_an_act_call_of_an_unbuilt_tool_builds_it_first(make_runtime, toolkit_ro
     assert "lazyup.lup" in provider.pending
     bad = provider.call_tool(ToolCall("lazyup.lup", cbor2.dumps([1])))
     assert bad.error is not None and "must be a map" in bad.error.text and "lazyup.lup" in provider.pending
-    out = provider.call_tool(ToolCall("lazyup.lup", cbor2.dumps({"input": "abc"}), Metadata({"std:timeout-ms": 30_000})))
+    out = provider.call_tool(ToolCall("lazyup.lup", cbor2.dumps({"input": "abc"}),
+                                      Metadata({"std:timeout-ms": 30_000})))
     assert out.error is None and out.text() == "ABC"
     assert rt.registry.lookup("kernel", "lup") is not None and "lazyup.lup" not in provider.pending
 
@@ -171,12 +178,15 @@ _raw("skills/list", {}), list_result)
             got = await client.session.send_request(_raw("skills/get", {"uri": entry["uri"]}), get_result)
             assert got.skill == entry
             with pytest.raises(MCPError) as err:
-                await client.session.send_request(_raw("skills/get", {"uri": "skill://nope/SKILL.md"}), get_result)
+                await client.session.send_request(_raw("skills/get", {"uri": "skill://nope/SKILL.md"}),
+                                                  get_result)
             assert err.value.code == types.INVALID_PARAMS
 
-        async with Client(server, mode="legacy") as client:  # 2025-11-25: the SDK's schema has no `extensions`
+        # 2025-11-25: the SDK's schema has no `extensions`
+        async with Client(server, mode="legacy") as client:
             assert SKILLS_EXTENSION in (client.server_capabilities.experimental or {})
-            assert client.server_capabilities.tools.list_changed is True  # a first call's build changes the list
+            # a first call's build changes the list
+            assert client.server_capabilities.tools.list_changed is True
 
     anyio.run(main)
 
@@ -205,7 +215,8 @@ def http_server(toolkit_root: Path, wb_home: Path) -> Any:
 
     populate(toolkit_root, wb_home)
     port = _free_port()
-    env = {**os.environ, "WB_HOME": str(wb_home), "WB_TOOLKITS_ROOT": str(toolkit_root), "WB_MCP_TOKEN": TOKEN}
+    env = {**os.environ, "WB_HOME": str(wb_home), "WB_TOOLKITS_ROOT": str(toolkit_root),
+           "WB_MCP_TOKEN": TOKEN}
     proc = subprocess.Popen([*SERVE, "--http", "--port", str(port)], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 30
@@ -238,7 +249,8 @@ def test_http_requires_the_bearer_token(http_server: int) -> None:
     with httpx.Client(timeout=10) as c:
         r = c.post(url, json=INIT, headers=ACCEPT)
         assert r.status_code == 401 and r.headers["www-authenticate"].startswith("Bearer")
-        for bad in ("Bearer wrong-token-0123456789abcdef", f"Basic {TOKEN}", f"Bearer {TOKEN}x", "Bearer", TOKEN):
+        for bad in ("Bearer wrong-token-0123456789abcdef", f"Basic {TOKEN}", f"Bearer {TOKEN}x", "Bearer",
+                    TOKEN):
             assert c.post(url, json=INIT, headers={**ACCEPT, "authorization": bad}).status_code == 401, bad
         ok = {**ACCEPT, "authorization": f"Bearer {TOKEN}"}
         r = c.post(url, json=INIT, headers=ok)
@@ -246,7 +258,8 @@ def test_http_requires_the_bearer_token(http_server: int) -> None:
         # DNS rebinding: a page on another name reaching the loopback port
         assert c.post(url, json=INIT, headers={**ok, "host": "evil.example:80"}).status_code == 421
         assert c.post(url, json=INIT, headers={**ok, "origin": "http://evil.example"}).status_code == 403
-        assert c.post(url, json=INIT, headers={**ok, "origin": f"http://localhost:{http_server}"}).status_code == 200
+        assert c.post(url, json=INIT,
+                      headers={**ok, "origin": f"http://localhost:{http_server}"}).status_code == 200
 
 
 def test_sdk_client_with_the_token(http_server: int) -> None:
@@ -291,7 +304,8 @@ def test_bearer_compare_is_constant_time_and_exact() -> None:
 
     auth = BearerAuth(None, TOKEN)
     assert auth.allowed(f"Bearer {TOKEN}".encode()) and auth.allowed(f"bearer {TOKEN}".encode())
-    assert not auth.allowed(None) and not auth.allowed(TOKEN.encode()) and not auth.allowed(f"Bearer {TOKEN[:-1]}".encode())
+    assert (not auth.allowed(None) and not auth.allowed(TOKEN.encode())
+            and not auth.allowed(f"Bearer {TOKEN[:-1]}".encode()))
 
 
 # --- the lean tools/call paths -----------------------------------------------------------
@@ -305,23 +319,26 @@ def test_lean_and_sdk_paths_answer_alike(demo_runtime) -> None:
 
     server = build_server(demo_runtime)
     lean = LeanCalls(server)
-    calls = [("textkit.tcat", {"stdin": "same"}), ("textkit.tcat", {"fail": True}), ("calckit.add", {"a": 2, "b": 3}),
-             ("calckit.add", {"a": -1, "b": 2})]
+    calls = [("textkit.tcat", {"stdin": "same"}), ("textkit.tcat", {"fail": True}),
+             ("calckit.add", {"a": 2, "b": 3}), ("calckit.add", {"a": -1, "b": 2})]
 
     async def main() -> None:
         async with Client(server, mode="legacy") as client:
             await client.list_tools()
             for i, (name, args) in enumerate(calls):
-                msg = {"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": name, "arguments": args}}
+                msg = {"jsonrpc": "2.0", "id": i, "method": "tools/call",
+                       "params": {"name": name, "arguments": args}}
                 assert lean.callable(msg)
                 got = (await lean.reply(msg))["result"]
-                sdk = (await client.call_tool(name, args)).model_dump(by_alias=True, exclude_none=True, mode="json")
+                sdk = (await client.call_tool(name, args)).model_dump(by_alias=True, exclude_none=True,
+                                                                      mode="json")
                 sdk.pop("resultType", None)
                 got_text = [c["text"] for c in got["content"]]
                 assert got_text == [c["text"] for c in sdk["content"]], name
                 assert got.get("isError", False) == sdk.get("isError", False)
                 assert got.get("structuredContent") == sdk.get("structuredContent")
-            unknown = {"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "nope.x", "arguments": {}}}
+            unknown = {"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+                       "params": {"name": "nope.x", "arguments": {}}}
             assert not lean.callable(unknown)  # unknown names go to the SDK, which answers -32602
             with pytest.raises(MCPError) as err:
                 await client.call_tool("nope.x", {})
@@ -329,7 +346,8 @@ def test_lean_and_sdk_paths_answer_alike(demo_runtime) -> None:
         # not lean: a progress token, search_tools, a call before the handshake
         assert not lean.callable({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
                                   "params": {"name": "textkit.tcat", "_meta": {"progressToken": 1}}})
-        assert not lean.callable({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "search_tools"}})
+        assert not lean.callable({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                                  "params": {"name": "search_tools"}})
         assert not LeanCalls(server).eligible({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
                                                "params": {"name": "textkit.tcat"}})
 
@@ -350,10 +368,12 @@ def test_lean_http_call_is_json_and_guarded(http_server: int) -> None:
                 "params": {"name": "textkit.tcat", "arguments": {"stdin": "lean"}}}
         r = c.post(url, json=call, headers=session)
         assert r.status_code == 200 and r.headers["content-type"] == "application/json"
-        assert r.json() == {"jsonrpc": "2.0", "id": 3, "result": {"content": [{"type": "text", "text": "lean"}]}}
+        assert r.json() == {"jsonrpc": "2.0", "id": 3,
+                            "result": {"content": [{"type": "text", "text": "lean"}]}}
         assert c.post(url, json=call, headers={**session, "host": "evil.example"}).status_code == 421
         assert c.post(url, json=call, headers={**session, "origin": "http://evil.example"}).status_code == 403
-        assert c.post(url, json=call, headers={k: v for k, v in session.items() if k != "authorization"}).status_code == 401
+        assert c.post(url, json=call,
+                      headers={k: v for k, v in session.items() if k != "authorization"}).status_code == 401
         other = c.post(url, json=call, headers={**session, "mcp-session-id": "not-a-session"})
         assert other.status_code == 404  # an unknown session reaches the SDK, which refuses it
 
@@ -365,8 +385,8 @@ def test_lean_stdio_call_is_cancelled_by_the_client(toolkit_root: Path, wb_home:
 
     populate(toolkit_root, wb_home)
     env = {"WB_HOME": str(wb_home), "WB_TOOLKITS_ROOT": str(toolkit_root), "PATH": os.environ.get("PATH", "")}
-    proc = subprocess.Popen(SERVE, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            bufsize=0)
+    proc = subprocess.Popen(SERVE, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, bufsize=0)
 
     def send(msg: dict[str, Any]) -> None:
         proc.stdin.write((json.dumps(msg) + "\n").encode())
@@ -383,16 +403,22 @@ def test_lean_stdio_call_is_cancelled_by_the_client(toolkit_root: Path, wb_home:
         send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         send({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
         read_reply()
-        send({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "textkit.tcat", "arguments": {"stdin": "x"}}})
-        assert read_reply() == {"jsonrpc": "2.0", "id": 3, "result": {"content": [{"type": "text", "text": "x"}]}}
+        send({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+              "params": {"name": "textkit.tcat", "arguments": {"stdin": "x"}}})
+        assert read_reply() == {"jsonrpc": "2.0", "id": 3,
+                                "result": {"content": [{"type": "text", "text": "x"}]}}
         t0 = time.monotonic()
-        send({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "loopkit.spin", "arguments": {}}})
+        send({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+              "params": {"name": "loopkit.spin", "arguments": {}}})
         time.sleep(0.3)
-        send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 4, "reason": "test"}})
-        send({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "textkit.tcat", "arguments": {"stdin": "y"}}})
+        send({"jsonrpc": "2.0", "method": "notifications/cancelled",
+              "params": {"requestId": 4, "reason": "test"}})
+        send({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+              "params": {"name": "textkit.tcat", "arguments": {"stdin": "y"}}})
         assert read_reply()["id"] == 5 and time.monotonic() - t0 < 3.0
         send({"jsonrpc": "2.0", "id": 6, "method": "ping"})
-        assert read_reply() == {"jsonrpc": "2.0", "id": 6, "result": {}}  # nothing for the cancelled call came first
+        # nothing for the cancelled call came first
+        assert read_reply() == {"jsonrpc": "2.0", "id": 6, "result": {}}
     finally:
         proc.stdin.close()
         proc.wait(timeout=20)
@@ -414,7 +440,8 @@ def test_an_unbuilt_component_is_one_tool_until_its_first_call(make_runtime, wb_
     async def main() -> None:
         async with Client(server, mode="legacy") as client:
             r = await client.call_tool("text-tools", {}, read_timeout_seconds=300)
-            assert not r.is_error and "text-tools.count" in _text(r) and _text(r).startswith("built text-tools")
+            assert (not r.is_error and "text-tools.count" in _text(r)
+                    and _text(r).startswith("built text-tools"))
             names = {t.name for t in (await client.list_tools()).tools}
             assert "text-tools.count" in names and "text-tools" not in names
             r = await client.call_tool("text-tools.count", {"text": "one two\nthree"})
@@ -475,7 +502,8 @@ def test_concurrent_first_calls_build_once(make_runtime, toolkit_root: Path, mon
 
     monkeypatch.setattr(builder, "build", counting)
     outs: list[Any] = []
-    threads = [threading.Thread(target=lambda: outs.append(provider.call_json("lazycat.lcat", {"stdin": "z"})))
+    threads = [threading.Thread(
+                   target=lambda: outs.append(provider.call_json("lazycat.lcat", {"stdin": "z"})))
                for _ in range(4)]
     for t in threads:
         t.start()
@@ -496,8 +524,8 @@ def test_deep_and_broken_json_over_stdio_get_a_parse_error_and_the_server_goes_o
 
     populate(toolkit_root, wb_home)
     env = {"WB_HOME": str(wb_home), "WB_TOOLKITS_ROOT": str(toolkit_root), "PATH": os.environ.get("PATH", "")}
-    proc = subprocess.Popen(SERVE, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            bufsize=0)
+    proc = subprocess.Popen(SERVE, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, bufsize=0)
 
     def reply() -> dict[str, Any]:
         line = proc.stdout.readline()
@@ -507,8 +535,10 @@ def test_deep_and_broken_json_over_stdio_get_a_parse_error_and_the_server_goes_o
     try:
         proc.stdin.write(DEEP + b"\n")  # before the handshake: the SDK's path
         got = reply()
-        assert got["id"] is None and got["error"]["code"] == -32700 and "1000 levels" in got["error"]["message"]
-        proc.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INIT["params"]}).encode()
+        assert (got["id"] is None and got["error"]["code"] == -32700
+                and "1000 levels" in got["error"]["message"])
+        proc.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                                     "params": INIT["params"]}).encode()
                          + b"\n")
         assert reply()["result"]["protocolVersion"] == "2025-11-25"
         proc.stdin.write(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')
@@ -540,14 +570,16 @@ def test_deep_json_over_http_is_400_not_500(http_server: int) -> None:
         assert r.status_code == 200
 
 
-def test_http_bound_to_another_loopback_address_accepts_its_own_host(toolkit_root: Path, wb_home: Path) -> None:
+def test_http_bound_to_another_loopback_address_accepts_its_own_host(toolkit_root: Path,
+                                                                     wb_home: Path) -> None:
     import httpx
 
     from mcp_fixtures import populate
 
     populate(toolkit_root, wb_home)
     port = _free_port()
-    env = {**os.environ, "WB_HOME": str(wb_home), "WB_TOOLKITS_ROOT": str(toolkit_root), "WB_MCP_TOKEN": TOKEN}
+    env = {**os.environ, "WB_HOME": str(wb_home), "WB_TOOLKITS_ROOT": str(toolkit_root),
+           "WB_MCP_TOKEN": TOKEN}
     proc = subprocess.Popen([*SERVE, "--http", "--host", "127.0.0.2", "--port", str(port)], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
@@ -558,7 +590,8 @@ def test_http_bound_to_another_loopback_address_accepts_its_own_host(toolkit_roo
                 break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(f"server did not start: {proc.stderr.read().decode()[-2000:]}") from None
+                    raise AssertionError("server did not start: "
+                                         f"{proc.stderr.read().decode()[-2000:]}") from None
                 time.sleep(0.1)
         auth = {**ACCEPT, "authorization": f"Bearer {TOKEN}"}
         with httpx.Client(timeout=30) as c:

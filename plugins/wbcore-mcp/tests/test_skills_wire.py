@@ -25,10 +25,12 @@ SKILLS = "io.modelcontextprotocol/skills"
 def test_initialize_declares_the_skills_extension_on_the_wire(tmp_path: Path, version: str) -> None:
     root = tmp_path / "tk"
     write_toolkit(root, "notes-kit", skills={"overview": "#+TITLE: Notes\nHow to keep notes.\n"})
-    env = {"WB_HOME": str(tmp_path / "home"), "WB_TOOLKITS_ROOT": str(root), "PATH": os.environ.get("PATH", "")}
+    env = {"WB_HOME": str(tmp_path / "home"), "WB_TOOLKITS_ROOT": str(root),
+           "PATH": os.environ.get("PATH", "")}
     wbx = str(Path(sys.executable).with_name("wbx"))
     init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-            "params": {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}}
+            "params": {"protocolVersion": version, "capabilities": {},
+                       "clientInfo": {"name": "raw", "version": "1"}}}
     listed = {"jsonrpc": "2.0", "id": 2, "method": "skills/list", "params": {}}
     note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
     feed = "".join(json.dumps(m) + "\n" for m in (init, note, listed)).encode()
@@ -42,7 +44,8 @@ def test_initialize_declares_the_skills_extension_on_the_wire(tmp_path: Path, ve
         with selectors.DefaultSelector() as sel:
             sel.register(proc.stdout, selectors.EVENT_READ)
             end = time.monotonic() + 120
-            while 2 not in replies and time.monotonic() < end and sel.select(max(0.0, end - time.monotonic())):
+            while (2 not in replies and time.monotonic() < end
+                   and sel.select(max(0.0, end - time.monotonic()))):
                 line = proc.stdout.readline()
                 if not line:
                     break

@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "t", "version": "1"}}}
 
 
 def _serve(stdin: object, home: Path) -> subprocess.CompletedProcess[bytes]:

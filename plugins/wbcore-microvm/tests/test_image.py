@@ -64,7 +64,8 @@ def test_guest_json_becomes_the_docks_cbor_and_back() -> None:
     for bad in (b"[1]", b"{", b'{"key": "k"}', b"\xff", b"x" * (tiers.MAX_BROKER_JSON + 1)):
         with pytest.raises(InvalidArgs):
             tiers._json_to_cbor("kv", bad)
-    back = json.loads(tiers._cbor_to_json(cbor2.dumps({"value": b"text", "raw": b"\xff\x00", "n": [1, None]})))
+    back = json.loads(tiers._cbor_to_json(cbor2.dumps({"value": b"text", "raw": b"\xff\x00",
+                                                       "n": [1, None]})))
     assert back == {"value": "text", "raw": {"$b64": "/wA="}, "n": [1, None]}
 
 

@@ -25,7 +25,8 @@ from wbcore_testing.conformance import PosixTierConformance
 from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs, Timeout
 
 pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not tiers._probe_tools()[0], reason=f"microvm unavailable: {tiers._probe_tools()[1]}")]
+              pytest.mark.skipif(not tiers._probe_tools()[0],
+                                 reason=f"microvm unavailable: {tiers._probe_tools()[1]}")]
 
 CACHE = Path(os.environ.get("WB_MICROVM_CACHE") or Path.home() / ".cache" / "wbcore" / "microvm")
 
@@ -107,7 +108,8 @@ def test_a_wasm_command_is_not_run_here(rt) -> None:
     import dataclasses
 
     with pytest.raises(InvalidArgs, match="runs posix commands"):
-        MicrovmTier(rt).call(dataclasses.replace(req, sha256=art.sha256, artifact=rt.artifacts.path(art.sha256)))
+        MicrovmTier(rt).call(dataclasses.replace(req, sha256=art.sha256,
+                                                 artifact=rt.artifacts.path(art.sha256)))
 
 
 def test_cancel_kills_the_vm(rt) -> None:
@@ -209,9 +211,11 @@ def test_malformed_frames_are_refused_without_a_crash(agent) -> None:
         frames.encode(frames.EXEC, frames.pack({"secret": secret_hex, "argv": "sh"}, b"")),  # argv not a list
         frames.encode(frames.EXEC, frames.pack({"secret": secret_hex, "argv": []}, b"")),  # empty argv
         frames.encode(frames.EXEC, frames.pack({"secret": secret_hex, "argv": ["sh"]})),  # no stdin blob
-        frames.encode(frames.EXEC, frames.pack({"secret": secret_hex, "argv": ["sh"]}, b"x")[:-1]),  # blobs short
+        # blobs short
+        frames.encode(frames.EXEC, frames.pack({"secret": secret_hex, "argv": ["sh"]}, b"x")[:-1]),
         frames.encode(frames.EXEC, struct.pack("<I", 2000) + b'{"x":' + b"[" * 1990 + b"1"),  # deep nesting
-        frames.encode(frames.EXEC, frames.pack({"secret": secret_hex, "argv": ["sh"] * 5000}, b"")),  # too long
+        # too long
+        frames.encode(frames.EXEC, frames.pack({"secret": secret_hex, "argv": ["sh"] * 5000}, b"")),
     ]
     for frame in bad:
         a.vm.send_frame(frame)
@@ -293,15 +297,18 @@ def test_random_frames_are_each_refused_and_the_agent_stays_in_step(agent) -> No
     a.vm.send_frame(frames.ping(a.snap.secret))
     assert a.recv()[0] == frames.PONG
     for i in range(300):
-        kind = rnd.choice([frames.EXEC, frames.PING, frames.SHUTDOWN, frames.BROKER_ANSWER, rnd.randrange(256)])
+        kind = rnd.choice([frames.EXEC, frames.PING, frames.SHUTDOWN, frames.BROKER_ANSWER,
+                           rnd.randrange(256)])
         body = rnd.randbytes(rnd.randrange(0, 2048))
         if i % 3 == 0:
-            head = json.dumps({"argv": ["sh"], "secret": rnd.randbytes(32).hex(), "x": "\\u00e9" * 3}).encode()
+            head = json.dumps({"argv": ["sh"], "secret": rnd.randbytes(32).hex(),
+                               "x": "\\u00e9" * 3}).encode()
             body = struct.pack("<I", rnd.choice([len(head), len(head) + 5, 0xFFFFFFFF])) + head + body[:8]
         a.vm.send_frame(struct.pack("<IB", len(body), kind) + body)
         k2, p2 = a.recv()
         assert k2 == frames.REFUSED, (i, kind, body[:80], frames.name(k2), p2[:200])
-        assert frames.unpack(p2)[0]["reason"] in ("malformed", "unknown-type", "secret", "unexpected", "version"), i
+        assert frames.unpack(p2)[0]["reason"] in (
+            "malformed", "unknown-type", "secret", "unexpected", "version"), i
     # a Ping with a wrong secret (some were random) ends the session's authentication
     a.vm.send_frame(a.exec_(a.snap.secret, ("sh", "-c", "echo in step")))
     assert a.refused()["reason"] == "unexpected"
@@ -316,7 +323,8 @@ def test_concurrent_calls_each_get_their_own_vm(rt) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     def one(i: int) -> bytes:
-        return call(rt, "sh", ["-c", f"echo {i} > /tmp/w/mine; sleep 1; cat /tmp/w/mine"], timeout_s=30.0).stdout
+        return call(rt, "sh", ["-c", f"echo {i} > /tmp/w/mine; sleep 1; cat /tmp/w/mine"],
+                    timeout_s=30.0).stdout
 
     with ThreadPoolExecutor(3) as ex:
         outs = list(ex.map(one, range(3)))

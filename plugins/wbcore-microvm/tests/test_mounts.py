@@ -18,7 +18,8 @@ from wbcore_runtime.build import builder
 from wbcore_runtime.contract.errors import InvalidArgs
 
 pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not tiers._probe_tools()[0], reason=f"microvm unavailable: {tiers._probe_tools()[1]}"),
+              pytest.mark.skipif(not tiers._probe_tools()[0],
+                                 reason=f"microvm unavailable: {tiers._probe_tools()[1]}"),
               pytest.mark.skipif(shutil.which("git") is None or not image.host_clis(),
                                  reason="git (and ldd) on the host: the guest image copies it")]
 
@@ -54,8 +55,8 @@ def test_git_history_recipes_run_in_a_micro_vm_against_a_mounted_repository(rt, 
     rows = [ln.split("\t") for ln in log.stdout.decode().splitlines()]
     assert [(r[1], r[2]) for r in rows] == [("Ada", "third: another file"), ("Bob", "second: a line by Ada"),
                                             ("Ada", "first: add notes")]
-    blame = rt.call("git", ["--no-pager", "-C", "/repo", "blame", "--porcelain", "--", "notes.txt"], tier="microvm",
-                    mounts=[f"{repo}:/repo"], timeout=60)
+    blame = rt.call("git", ["--no-pager", "-C", "/repo", "blame", "--porcelain", "--", "notes.txt"],
+                    tier="microvm", mounts=[f"{repo}:/repo"], timeout=60)
     assert blame.exit_code == 0 and b"author Ada" in blame.stdout and b"author Bob" in blame.stdout
     # read-only: the guest cannot write into the host's folder
     tag = rt.call("git", ["-C", "/repo", "tag", "v1"], tier="microvm", mounts=[f"{repo}:/repo"], timeout=60)

@@ -29,9 +29,11 @@ def test_prepare_defaults_to_the_homes_tier_cache(tmp_path: Path, monkeypatch: p
 
 
 def test_prepare_follows_wb_microvm_cache_as_the_tier_does(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                           capsys: pytest.CaptureFixture[str], no_tools: None) -> None:
+                                                           capsys: pytest.CaptureFixture[str],
+                                                           no_tools: None) -> None:
     monkeypatch.setenv("WB_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("WB_MICROVM_CACHE", str(tmp_path / "shared"))
     assert cli.main(["prepare"]) == 1
     assert f"microvm: cache {tmp_path / 'shared'} (from $WB_MICROVM_CACHE)" in capsys.readouterr().out
-    assert image.cache_root(tmp_path / "home", {"WB_MICROVM_CACHE": str(tmp_path / "shared")}) == tmp_path / "shared"
+    assert image.cache_root(tmp_path / "home",
+                            {"WB_MICROVM_CACHE": str(tmp_path / "shared")}) == tmp_path / "shared"

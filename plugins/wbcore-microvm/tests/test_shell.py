@@ -25,7 +25,8 @@ from wbcore_runtime.contract.errors import InvalidArgs
 from wbcore_testing.fixtures import wait_pane, wbx_executable
 
 pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not tiers._probe_tools()[0], reason=f"microvm unavailable: {tiers._probe_tools()[1]}")]
+              pytest.mark.skipif(not tiers._probe_tools()[0],
+                                 reason=f"microvm unavailable: {tiers._probe_tools()[1]}")]
 
 #: A VM restored under TCG answers slower than a container; its shell wants a plain terminal.
 pty = PtySessions(timeout=30.0, env={"TERM": "dumb"})
@@ -47,7 +48,9 @@ def box(snapshot):
 def test_a_session_runs_unprivileged_on_a_tty_without_network_and_reports_its_exit_code(box) -> None:
     kind, obj = pty.open(box, 1, env={"TERM": "dumb", "LD_PRELOAD": "/tmp/x.so"})
     assert kind == frames.PTY_OPENED and obj["ok"] is True, obj
-    pty.type(box, 1, b"echo uid=$(id -u) tty=$(tty) net=$(ls /sys/class/net | wc -l) pre=${LD_PRELOAD:-none}; exit 7\n")
+    pty.type(box, 1,
+             b"echo uid=$(id -u) tty=$(tty) net=$(ls /sys/class/net | wc -l) pre=${LD_PRELOAD:-none}; exit "
+             b"7\n")
     out, closed = pty.until_closed(box)
     assert b"uid=1000 tty=/dev/pts/" in out and b"net=1 " in out, out  # only lo
     assert b"pre=none" in out, out
@@ -73,7 +76,8 @@ def test_resize_reaches_the_terminal_and_close_hangs_up(box) -> None:
     assert pty.open(box, 1, rows=30, cols=100)[1]["ok"]
     pty.type(box, 1, b"stty size\n")
     assert b"30 100" in pty.output_until(box, 1, b"30 100")
-    box.channel.send_frame(frames.seal(frames.PTY_RESIZE, box.secret, {"session": 1, "rows": 50, "cols": 132}))
+    box.channel.send_frame(frames.seal(frames.PTY_RESIZE, box.secret,
+                                       {"session": 1, "rows": 50, "cols": 132}))
     pty.type(box, 1, b"stty size\n")
     assert b"50 132" in pty.output_until(box, 1, b"50 132")
     pty.type(box, 1, b"sleep 100\n")
@@ -85,7 +89,8 @@ def test_resize_reaches_the_terminal_and_close_hangs_up(box) -> None:
 def test_only_allowlisted_programs_start(box) -> None:
     for program in ("/sbin/wbcore-agent", "/sbin/insmod", "sh", "/bin/../sbin/reboot", "/no/such"):
         kind, obj = pty.open(box, 1, program=program)
-        assert kind == frames.PTY_OPENED and obj["ok"] is False and "allowlist" in obj["error"], (program, obj)
+        assert kind == frames.PTY_OPENED and obj["ok"] is False and "allowlist" in obj["error"], (
+            program, obj)
     kind, obj = pty.open(box, 1, program="/bin/sh", args=["-c", "echo args ok; exit 4"])
     assert obj["ok"] is True
     out, closed = pty.until_closed(box)
@@ -169,9 +174,10 @@ def test_mounted_folders_are_read_only_unless_rw_and_stay_inside(folders, snapsh
                                                       mounts.parse_mount(f"{rw}:/tmp/out:rw")))
     box = shell.open_shell(slots, req)
     try:
-        script = ("cat /data/in.txt; echo x > /data/no.txt; echo ma > /tmp/out/out.txt; echo de >> /tmp/out/out.txt; "
-                  "mkdir /tmp/out/sub && echo deep > /tmp/out/sub/f && chmod 4755 /tmp/out/sub/f; cat /data/leak; "
-                  "ls /data/.. | wc -l; mount | grep -c 'nosuid,nodev'; exit 3")
+        script = ("cat /data/in.txt; echo x > /data/no.txt; echo ma > /tmp/out/out.txt; echo de >> "
+                  "/tmp/out/out.txt; mkdir /tmp/out/sub && echo deep > /tmp/out/sub/f && chmod 4755 "
+                  "/tmp/out/sub/f; cat /data/leak; ls /data/.. | wc -l; mount | grep -c 'nosuid,nodev'; exit "
+                  "3")
         assert pty.open(box, 1, args=["-c", script])[1]["ok"] is True
         out, closed = pty.until_closed(box)
         assert b"from the host" in out and b"Read-only file system" in out, out
@@ -179,9 +185,11 @@ def test_mounted_folders_are_read_only_unless_rw_and_stay_inside(folders, snapsh
         assert closed["exit_code"] == 3
         assert (rw / "out.txt").read_text() == "ma\nde\n" and not (ro / "no.txt").exists()
         assert (rw / "sub" / "f").read_text() == "deep\n"  # the shell writes into folders it made
-        assert (rw / "sub" / "f").stat().st_mode & 0o7777 == 0o600  # no guest-chosen mode (setuid) on the host
+        # no guest-chosen mode (setuid) on the host
+        assert (rw / "sub" / "f").stat().st_mode & 0o7777 == 0o600
         # mounts are made before the first session only
-        box.channel.send_frame(frames.seal(frames.MOUNT, box.secret, {"slot": 2, "guest": "/late", "rw": True}))
+        box.channel.send_frame(frames.seal(frames.MOUNT, box.secret,
+                                           {"slot": 2, "guest": "/late", "rw": True}))
         obj = pty.next(box, {frames.MOUNTED})[1]
         assert obj["ok"] is False and "before the first terminal session" in obj["error"]
     finally:
@@ -191,10 +199,12 @@ def test_mounted_folders_are_read_only_unless_rw_and_stay_inside(folders, snapsh
 def test_mount_requests_are_checked_on_both_sides(folders, snapshot, make_runtime) -> None:
     ro, _ = folders
     slots = tiers.prepare(CACHE, mount_slots=shell.MOUNT_SLOTS)
-    box = shell.open_shell(slots, terminal.ShellRequest(timeout_s=60, mounts=(mounts.parse_mount(f"{ro}:/data"),)))
+    box = shell.open_shell(slots,
+                           terminal.ShellRequest(timeout_s=60, mounts=(mounts.parse_mount(f"{ro}:/data"),)))
     try:
         # the guest refuses system folders, unnormalised paths and unknown slots itself
-        for slot, guest in ((1, "/etc/x"), (1, "/proc"), (1, "/a/../etc"), (1, "/a//b"), (1, "relative"), (9, "/ok")):
+        for slot, guest in ((1, "/etc/x"), (1, "/proc"), (1, "/a/../etc"), (1, "/a//b"), (1, "relative"),
+                            (9, "/ok")):
             box.channel.send_frame(frames.seal(frames.MOUNT, box.secret, {"slot": slot, "guest": guest}))
             obj = pty.next(box, {frames.MOUNTED})[1]
             assert obj["ok"] is False, (slot, guest, obj)
@@ -240,8 +250,8 @@ def test_the_deadline_tears_the_vm_down(snapshot) -> None:
             in_r, in_w = os.pipe()
             out_r, out_w = os.pipe()
             try:
-                attach.attach(box.channel, box.secret, terminal.ShellRequest(), stdin_fd=in_r, stdout_fd=out_w,
-                              deadline=box.deadline)
+                attach.attach(box.channel, box.secret, terminal.ShellRequest(), stdin_fd=in_r,
+                              stdout_fd=out_w, deadline=box.deadline)
             finally:
                 for fd in (in_r, in_w, out_r, out_w):
                     os.close(fd)
@@ -254,16 +264,18 @@ def test_the_deadline_tears_the_vm_down(snapshot) -> None:
 # --- wbx shell in a real terminal (tmux) ------------------------------------------------------
 
 
-def test_wbx_shell_in_tmux_with_a_rw_mount_resizes_and_propagates_the_exit_code(tmux, wb_home, tmp_path, snapshot,
+def test_wbx_shell_in_tmux_with_a_rw_mount_resizes_and_propagates_the_exit_code(tmux, wb_home, tmp_path,
+                                                                                snapshot,
                                                                                folders) -> None:
     cmd, name = tmux
     done = tmp_path / "exit"
     _, rw = folders
-    line = (f"WB_MICROVM_CACHE={shlex.quote(str(CACHE))} WB_MICROVM_POOL=0 WB_HOME={shlex.quote(str(wb_home))} "
-            f"{shlex.quote(wbx_executable())} shell --tier microvm --mount {shlex.quote(str(rw))}:/data:rw; "
-            f"echo $? > {shlex.quote(str(done))}")
+    line = (f"WB_MICROVM_CACHE={shlex.quote(str(CACHE))} WB_MICROVM_POOL=0 "
+            f"WB_HOME={shlex.quote(str(wb_home))} {shlex.quote(wbx_executable())} shell --tier microvm "
+            f"--mount {shlex.quote(str(rw))}:/data:rw; echo $? > {shlex.quote(str(done))}")
     cmd("new-session", "-d", "-s", name, "-x", "120", "-y", "40", "sh", "-c", line)
-    pane = wait_pane(cmd, name, "~ $", 60.0, 0.2)  # busybox ash in /tmp/w (HOME); tmux trims the trailing space
+    # busybox ash in /tmp/w (HOME); tmux trims the trailing space
+    pane = wait_pane(cmd, name, "~ $", 60.0, 0.2)
     assert "~ $" in pane, pane
     cmd("send-keys", "-t", name, "echo uid=$(id -u) > /data/who; stty size; echo $((6*7))x", "Enter")
     pane = wait_pane(cmd, name, "42x", 60.0, 0.2)

@@ -15,7 +15,8 @@ from wbcore_microvm import snapshots, tiers
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound
 
 CACHE = Path(os.environ.get("WB_MICROVM_CACHE") or Path.home() / ".cache" / "wbcore" / "microvm")
-MICROVM = pytest.mark.skipif(not tiers._probe_tools()[0], reason=f"microvm unavailable: {tiers._probe_tools()[1]}")
+MICROVM = pytest.mark.skipif(not tiers._probe_tools()[0],
+                             reason=f"microvm unavailable: {tiers._probe_tools()[1]}")
 
 
 def _fill(home: Path, name: str, size: int, used: float) -> None:
@@ -104,19 +105,21 @@ def test_save_restore_list_delete_and_layers(vm_home, wbx, tmp_path: Path) -> No
     rt = vm_home()
     tool = tmp_path / "tool.sh"
     tool.write_text("echo tool says hi\n")
-    r = wbx("snapshot", "save", "prep", "--run", "sh -c 'mkdir -p /tmp/tk && echo warmed > /tmp/tk/state'", runtime=rt)
+    r = wbx("snapshot", "save", "prep", "--run", "sh -c 'mkdir -p /tmp/tk && echo warmed > /tmp/tk/state'",
+            runtime=rt)
     assert r.exit_code == 0, r.stderr
     assert "snapshot prep: saved" in r.stdout
     # the same steps over the same parent: the layer is already there (no VM)
-    r = wbx("snapshot", "save", "prep", "--json", "--run", "sh -c 'mkdir -p /tmp/tk && echo warmed > /tmp/tk/state'",
-            runtime=rt)
+    r = wbx("snapshot", "save", "prep", "--json", "--run",
+            "sh -c 'mkdir -p /tmp/tk && echo warmed > /tmp/tk/state'", runtime=rt)
     assert json.loads(r.stdout)["cached"] is True
     r = wbx("snapshot", "save", "prep", "--run", "true", runtime=rt)
     assert r.exit_code != 0 and "--replace" in r.stderr
     # a per-toolkit layer over it
     r = wbx("snapshot", "save", "tk", "--from", "prep", "--put", f"{tool}:/tmp/tk/tool.sh", runtime=rt)
     assert r.exit_code == 0, r.stderr
-    r = wbx("snapshot", "restore", "tk", "--json", "--", "sh", "-c", "cat /tmp/tk/state; sh /tmp/tk/tool.sh", runtime=rt)
+    r = wbx("snapshot", "restore", "tk", "--json", "--", "sh", "-c", "cat /tmp/tk/state; sh /tmp/tk/tool.sh",
+            runtime=rt)
     got = json.loads(r.stdout)
     assert r.exit_code == 0 and got["stdout"] == "warmed\ntool says hi\n" and got["exit"] == 0
     assert got["isolation"] in ("kvm", "tcg") and 0 < got["restore_s"] < 10  # bench/snapshots.py measures it
@@ -149,7 +152,8 @@ def test_save_restore_list_delete_and_layers(vm_home, wbx, tmp_path: Path) -> No
 
 @pytest.mark.slow
 @MICROVM
-def test_save_evicts_the_least_recently_used_over_budget(vm_home, wbx, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_save_evicts_the_least_recently_used_over_budget(vm_home, wbx,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     rt = vm_home()
     r = wbx("snapshot", "save", "a", "--run", "true", runtime=rt)
     assert r.exit_code == 0, r.stderr

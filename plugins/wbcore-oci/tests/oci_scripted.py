@@ -11,7 +11,8 @@ class ScriptedHandler(http.server.BaseHTTPRequestHandler):
     def log_message(self, *a: object) -> None:
         pass
 
-    def _reply(self, status: int, body: bytes = b"", headers: tuple[tuple[str, str], ...] | list[tuple[str, str]] = ()) -> None:
+    def _reply(self, status: int, body: bytes = b"",
+               headers: tuple[tuple[str, str], ...] | list[tuple[str, str]] = ()) -> None:
         self.send_response(status)
         for k, v in headers:
             self.send_header(k, v)

@@ -42,12 +42,14 @@ def test_push_pull_round_trip_and_loopback_needs_an_explicit_allowance(oci_regis
     monkeypatch.delenv("WB_ALLOW_PRIVATE_HOSTS", raising=False)
     monkeypatch.setenv("WB_OCI_PLAIN_HTTP", oci_registry.host)
     ref = f"oci://{oci_registry.host}/wb/blob:1"
-    args = {"artifact_type": oci.BUNDLE_TYPE, "config": (b"{}", oci.BUNDLE_CONFIG), "layers": [(b"payload", oci.BUNDLE_LAYER, {})]}
+    args = {"artifact_type": oci.BUNDLE_TYPE, "config": (b"{}", oci.BUNDLE_CONFIG),
+            "layers": [(b"payload", oci.BUNDLE_LAYER, {})]}
     with pytest.raises(EgressDenied, match="SSRF guard"):
         oci.push(ref, **args)
     _allow(monkeypatch, oci_registry)
     pushed = oci.push(ref, **args)
-    assert pushed.blobs_sent == 2 and pushed.reference.digest and pushed.reference.digest.startswith("sha256:")
+    assert (pushed.blobs_sent == 2 and pushed.reference.digest
+            and pushed.reference.digest.startswith("sha256:"))
     again = oci.push(ref, **args)
     assert again.blobs_sent == 0 and again.reference == pushed.reference  # same content, same digest
     got = oci.pull(pushed.reference, tmp_path / "out", artifact_types=(oci.BUNDLE_TYPE,))
@@ -57,13 +59,15 @@ def test_push_pull_round_trip_and_loopback_needs_an_explicit_allowance(oci_regis
     with pytest.raises(oci.OciError, match="artifact type"):
         oci.pull(ref, tmp_path / "out3", artifact_types=(oci.TOOLKIT_TYPE,))
     with pytest.raises(NotFound):  # a digest the registry does not hold
-        oci.pull(pushed.reference.pinned("sha256:" + "0" * 64), tmp_path / "out4", artifact_types=(oci.BUNDLE_TYPE,))
+        oci.pull(pushed.reference.pinned("sha256:" + "0" * 64), tmp_path / "out4",
+                 artifact_types=(oci.BUNDLE_TYPE,))
 
 
 @pytest.fixture
 def signed(tmp_path, monkeypatch):
     monkeypatch.setenv("WB_SIGNING_KEY", SEED0)
-    d = write_toolkit(tmp_path / "src", "tp", trust="third-party", caps="net", files={"bin/tool.wasm": b"\0asm\x01\0\0\0"})
+    d = write_toolkit(tmp_path / "src", "tp", trust="third-party", caps="net",
+                      files={"bin/tool.wasm": b"\0asm\x01\0\0\0"})
     signing.sign(d, identity.Identity.from_seed(bytes(32)))
     return d
 
@@ -145,8 +149,10 @@ def test_a_body_is_never_resent_through_a_redirect(monkeypatch, tmp_path):
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         with pytest.raises(InvalidArgs, match="redirect of a PUT with a body; not followed"):
-            fetch.get_bytes(f"http://127.0.0.1:{server.server_address[1]}/x", guard=NetGuard(allow_private=True),
-                            limits=fetch.FetchLimits(max_bytes=1024, timeout=5), method="PUT", body=b"secret", ok=(201,))
+            fetch.get_bytes(f"http://127.0.0.1:{server.server_address[1]}/x",
+                            guard=NetGuard(allow_private=True),
+                            limits=fetch.FetchLimits(max_bytes=1024, timeout=5), method="PUT", body=b"secret",
+                            ok=(201,))
     finally:
         server.shutdown()
         server.server_close()
@@ -185,8 +191,9 @@ class _Fake:
                     return
                 if self.headers.get("Authorization") != "Bearer TOKEN-s3cr3t-77":
                     realm = f"http://127.0.0.1:{fake.port}/token"
-                    self._reply(401, b"{}", [("WWW-Authenticate",
-                                             f'Bearer realm="{realm}",service="fake",scope="repository:wb/b:pull"')])
+                    self._reply(401, b"{}", [(
+                        "WWW-Authenticate",
+                        f'Bearer realm="{realm}",service="fake",scope="repository:wb/b:pull"')])
                     return
                 if "/manifests/" in self.path:
                     self._reply(200, fake.manifest, [("Content-Type", oci.MANIFEST_TYPE)])
@@ -212,11 +219,13 @@ def test_an_anonymous_token_is_fetched_and_never_follows_a_redirect_elsewhere(mo
         cfg, layer = b"{}", b"payload"
         for data in (cfg, layer):
             fake.blobs[oci.Descriptor.of(data, "x").digest] = data
-        fake.manifest = oci.manifest_bytes(artifact_type=oci.BUNDLE_TYPE, config=oci.Descriptor.of(cfg, oci.BUNDLE_CONFIG),
+        fake.manifest = oci.manifest_bytes(artifact_type=oci.BUNDLE_TYPE,
+                                           config=oci.Descriptor.of(cfg, oci.BUNDLE_CONFIG),
                                            layers=[oci.Descriptor.of(layer, oci.BUNDLE_LAYER)])
         monkeypatch.setenv("WB_ALLOW_PRIVATE_HOSTS", "127.0.0.1")
         monkeypatch.setenv("WB_OCI_PLAIN_HTTP", f"127.0.0.1:{fake.port}")
-        got = oci.pull(f"oci://127.0.0.1:{fake.port}/wb/b:1", tmp_path / "out", artifact_types=(oci.BUNDLE_TYPE,))
+        got = oci.pull(f"oci://127.0.0.1:{fake.port}/wb/b:1", tmp_path / "out",
+                       artifact_types=(oci.BUNDLE_TYPE,))
         assert got.layers[0][1].read_bytes() == b"payload"
         assert fake.token_queries == ["/token?service=fake&scope=repository%3Awb%2Fb%3Apull"]
         assert fake.storage_auth == [None, None]  # the token stayed with the registry's origin

@@ -92,7 +92,8 @@ def _toolkit_manifest(reg: Hostile, layers: list[oci.Descriptor]) -> bytes:
     return oci.manifest_bytes(artifact_type=oci.TOOLKIT_TYPE, config=cfg, layers=layers)
 
 
-def test_an_index_of_many_platforms_is_refused_without_fetching_them(hostile: Hostile, tmp_path: Path) -> None:
+def test_an_index_of_many_platforms_is_refused_without_fetching_them(hostile: Hostile,
+                                                                     tmp_path: Path) -> None:
     entries = [{"mediaType": oci.MANIFEST_TYPE, "digest": "sha256:" + f"{i:064x}", "size": 500,
                 "platform": {"architecture": f"arch{i}", "os": "linux"}} for i in range(5000)]
     hostile.manifest_type = "application/vnd.oci.image.index.v1+json"

@@ -38,9 +38,11 @@ def test_settings_follow_the_standard_variables_and_hide_headers():
                            "OTEL_SERVICE_NAME": "svc"})
     assert s.endpoint == "http://collector:4318/v1/traces" and s.service == "svc"
     assert s.headers == {"authorization": "Bearer s3cret", "x-team": "a"} and "s3cret" not in repr(s)
-    assert Settings.from_env({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://c:1/t"}).endpoint == "http://c:1/t"
+    assert (Settings.from_env({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://c:1/t"}).endpoint
+            == "http://c:1/t")
     with pytest.raises(InvalidArgs, match="http/protobuf"):
-        Settings.from_env({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"})
+        Settings.from_env({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317",
+                           "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"})
 
 
 def test_a_broken_setting_leaves_telemetry_off_not_the_runtime(make_runtime, caplog):
@@ -58,7 +60,8 @@ def test_pipeline_stage_agent_step_call_and_broker_spans_reach_an_otlp_receiver(
     rt = make_runtime(plugins=["otel", "wasmtime"], env={"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
                                                          "OTEL_SERVICE_NAME": "wb-test"})
     assert rt.tracer is not None and rt.call_hooks is not None
-    res = Pipeline.named("shout", Box("upper")).fan_out([Box("upper"), Box("upper")]).run(rt, b"hi", keep=False)
+    res = Pipeline.named("shout", Box("upper")).fan_out([Box("upper"), Box("upper")]).run(
+        rt, b"hi", keep=False)
     assert res.success, res.error
     # the agent loop's seam: a step with its model and usage, a tool call and a broker decision inside
     with telemetry.agent_step(rt, step=1, agent="helper", model="gpt-test", provider="openai") as step:
@@ -74,7 +77,8 @@ def test_pipeline_stage_agent_step_call_and_broker_spans_reach_an_otlp_receiver(
     assert receiver.paths and set(receiver.paths) == {"/v1/traces"}
     by_id = {s["id"]: s for s in spans}
     names = sorted(s["name"] for s in spans)
-    assert names.count("wb.pipeline") == 1 and names.count("wb.stage") == 2 and names.count("wb.call upper") == 4
+    assert (names.count("wb.pipeline") == 1 and names.count("wb.stage") == 2
+            and names.count("wb.call upper") == 4)
     pipe = next(s for s in spans if s["name"] == "wb.pipeline")
     assert pipe["attrs"]["wb.pipeline"] == "shout" and pipe["attrs"]["wb.pipeline.stages"] == 2
     assert pipe["attrs"]["wb.outcome"] == "ok" and pipe["parent"] == "" and pipe["service"] == "wb-test"
@@ -90,8 +94,10 @@ def test_pipeline_stage_agent_step_call_and_broker_spans_reach_an_otlp_receiver(
         assert c["attrs"]["wb.tier"] == "instance" and c["attrs"]["wb.outcome"] == "ok"
         assert c["attrs"]["wb.exit_code"] == 0 and c["attrs"]["wb.shape"] == "command"
     step_span = next(s for s in spans if s["name"] == "wb.agent.step")
-    assert step_span["attrs"]["gen_ai.request.model"] == "gpt-test" and step_span["attrs"]["gen_ai.system"] == "openai"
-    assert step_span["attrs"]["gen_ai.usage.input_tokens"] == 120 and step_span["attrs"]["gen_ai.usage.output_tokens"] == 30
+    assert (step_span["attrs"]["gen_ai.request.model"] == "gpt-test"
+            and step_span["attrs"]["gen_ai.system"] == "openai")
+    assert (step_span["attrs"]["gen_ai.usage.input_tokens"] == 120
+            and step_span["attrs"]["gen_ai.usage.output_tokens"] == 30)
     assert step_span["attrs"]["wb.cost_usd"] == pytest.approx(0.0021) and step_span["parent"] == ""
     step_call = next(c for c in calls if c["parent"] == step_span["id"])
     assert step_call["trace"] == step_span["trace"]
@@ -109,8 +115,8 @@ def test_broker_decisions_nest_under_the_call_that_made_them(make_runtime, recei
     from wbcore_runtime.contract.errors import CapabilityDenied
 
     rt = make_runtime(plugins=["otel"], env={"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint})
-    record = CallRecord(name="probe", shape="command", principal=Principal("t", "tk"), toolkit="tk", tier="instance",
-                        caps=frozenset({"net"}))
+    record = CallRecord(name="probe", shape="command", principal=Principal("t", "tk"), toolkit="tk",
+                        tier="instance", caps=frozenset({"net"}))
     rt.call_hooks.wbcore_call_started(call=record)
     ctx = rt.dock.context(principal=record.principal, caps=set(), toolkit="tk")
     with pytest.raises(CapabilityDenied):
@@ -160,7 +166,8 @@ def test_pipeline_to_broker_chain_with_only_the_core_and_wb_otel(make_runtime, r
     rt = make_runtime(plugins=["otel", ShoutShape()], env={"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint})
     sha = rt.artifacts.put_bytes(b"\0asm\x01\0\0\0").sha256
     rt.registry.register(Entry(kind="command", name="shout", sha256=sha, shape="test-shout"))
-    res = Pipeline.named("chain", Box("shout")).fan_out([Box("shout"), Box("shout")]).run(rt, b"hey", keep=False)
+    res = Pipeline.named("chain", Box("shout")).fan_out([Box("shout"), Box("shout")]).run(
+        rt, b"hey", keep=False)
     assert res.success and json.loads(res.output) == ["HEY", "HEY"]
     assert rt.tracer.flush(10)
     spans = receiver.spans
@@ -198,10 +205,12 @@ def test_fabric_worker_calls_nest_under_the_map_span(make_runtime, receiver):
     assert [r.value.stdout for r in results] == [b"A", b"B", b"C"]
     assert rt.tracer.flush(10)
     deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and len([s for s in receiver.spans if s["name"] == "wb.call upper"]) < 3:
+    while (time.monotonic() < deadline
+           and len([s for s in receiver.spans if s["name"] == "wb.call upper"]) < 3):
         time.sleep(0.1)
     fan = next(s for s in receiver.spans if s["name"] == "wb.fabric.map")
-    assert fan["attrs"]["wb.items"] == 3 and fan["attrs"]["wb.outcome"] == "ok" and fan["attrs"]["wb.engine"] == "local"
+    assert (fan["attrs"]["wb.items"] == 3 and fan["attrs"]["wb.outcome"] == "ok"
+            and fan["attrs"]["wb.engine"] == "local")
     calls = [s for s in receiver.spans if s["name"] == "wb.call upper"]
     assert len(calls) == 3 and all(c["parent"] == fan["id"] and c["trace"] == fan["trace"] for c in calls)
 
@@ -215,7 +224,8 @@ def test_threads_engine_calls_nest_under_the_map_span(make_runtime, receiver):
     rt = make_runtime(plugins=["otel", "wasmtime", "fabric-local"],
                       env={**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint})
     rt.install_builtins(["upper"])
-    results = list(rt.fabric("upper", [{"stdin": "a"}, {"stdin": "b"}, {"stdin": "c"}], width=2, engine="threads"))
+    results = list(rt.fabric("upper", [{"stdin": "a"}, {"stdin": "b"}, {"stdin": "c"}], width=2,
+                             engine="threads"))
     assert [r.value.stdout for r in results] == [b"A", b"B", b"C"]
     assert rt.tracer.flush(10)
     fan = next(s for s in receiver.spans if s["name"] == "wb.fabric.map")
@@ -239,10 +249,12 @@ def test_a_js_toolkits_broker_calls_nest_under_its_call_span(make_toolkit, make_
     """The js lane answers its guest's Dock calls from wasmtime's stdout callback; every
     broker span of the call is still a child of its wb.call span, in the call's one trace."""
     for mod in ("wbcore_lane_js", "wbcore_wasmtime", "wbcore_sources", "wbcore_brokers_state"):
-        pytest.importorskip(mod, reason="a js toolkit with kv needs wbcore-lane-js, -wasmtime, -sources, -brokers-state")
+        pytest.importorskip(mod,
+                            reason="a js toolkit with kv needs wbcore-lane-js, -wasmtime, -sources, "
+                                   "-brokers-state")
     make_toolkit("jsotel", exec="command", caps="kv",
-                 extra={"BUILD_LANG": "js", "BUILD_SRC": "path:src", "CLI_BIN": "jsotel"}, drawer={"CLI_BIN": "jsotel"},
-                 files={"src/main.js": _JS_MAIN})
+                 extra={"BUILD_LANG": "js", "BUILD_SRC": "path:src", "CLI_BIN": "jsotel"},
+                 drawer={"CLI_BIN": "jsotel"}, files={"src/main.js": _JS_MAIN})
     rt = make_runtime(env={**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint})
     assert rt.tracer is not None
     built = wbx("toolkit", "build", "jsotel", runtime=rt)
@@ -254,7 +266,8 @@ def test_a_js_toolkits_broker_calls_nest_under_its_call_span(make_toolkit, make_
     assert len(calls) == 1, [s["name"] for s in receiver.spans]
     call = calls[0]
     assert call["attrs"]["wb.outcome"] == "ok" and call["attrs"]["wb.caps"] == ["kv"]
-    brokers = [s for s in receiver.spans if s["name"] == "wb.broker" and s["attrs"].get("wb.toolkit") == "jsotel"]
+    brokers = [s for s in receiver.spans
+               if s["name"] == "wb.broker" and s["attrs"].get("wb.toolkit") == "jsotel"]
     assert sorted((b["attrs"]["wb.cap"], b["attrs"]["wb.outcome"]) for b in brokers) == [
         ("kv", "allowed"), ("kv", "allowed"), ("net", "denied")], brokers
     for b in brokers:
@@ -266,7 +279,8 @@ def test_broker_calls_bridged_from_an_os_process_worker_nest_under_the_call_span
     own (wbcore_runtime.wire.capbridge.HostBridge): those broker spans are children of the
     call span too, in its trace."""
     for mod in ("wasmtime", "wbcore_process", "wbcore_brokers_state"):
-        pytest.importorskip(mod, reason="needs wasmtime, wbcore-process and the kv broker (wbcore-brokers-state)")
+        pytest.importorskip(mod,
+                            reason="needs wasmtime, wbcore-process and the kv broker (wbcore-brokers-state)")
     import cbor2
     import wasmtime
     from wbcore_process.sandbox import probe
@@ -281,9 +295,10 @@ def test_broker_calls_bridged_from_an_os_process_worker_nest_under_the_call_span
     rt = make_runtime(env={"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint})
     put = cbor2.dumps({"op": "put", "key": "k", "value": b"v"})
     get = cbor2.dumps({"op": "get", "key": "k"})
-    req = command_request(rt, wasmtime.wat2wasm(kv_wat(put, get)), profile=profile("minimal"), caps=frozenset({"kv"}))
-    record = CallRecord(name="bridged", shape="command", principal=req.principal, toolkit="tk", tier="os_process",
-                        caps=req.caps)
+    req = command_request(rt, wasmtime.wat2wasm(kv_wat(put, get)), profile=profile("minimal"),
+                          caps=frozenset({"kv"}))
+    record = CallRecord(name="bridged", shape="command", principal=req.principal, toolkit="tk",
+                        tier="os_process", caps=req.caps)
     rt.call_hooks.wbcore_call_started(call=record)
     res = OsProcessTier(rt).call(req)
     rt.call_hooks.wbcore_call_finished(call=record, result=res)

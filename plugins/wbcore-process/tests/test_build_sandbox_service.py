@@ -41,7 +41,8 @@ def test_without_the_plugin_the_runtime_names_what_to_install(make_runtime) -> N
     rt = make_runtime(plugins=[])
     with pytest.raises(NotFound, match="^no build sandbox is installed; pip install wbcore-process$"):
         rt.build_sandbox()
-    lane = BuildLane(name="native", summary="s", where="w", factory=lambda _rt: None, needs_build_sandbox=True)
+    lane = BuildLane(name="native", summary="s", where="w", factory=lambda _rt: None,
+                     needs_build_sandbox=True)
     avail = lane.availability(rt)
     assert (avail.ok, avail.reason) == (False, contract.NONE_INSTALLED)
     assert lane.availability(make_runtime(plugins=["process"])).ok == probe()[0]
@@ -53,7 +54,8 @@ def test_a_run_through_the_service_speaks_the_core_types(make_runtime, tmp_path:
     src = tmp_path / "src"
     src.mkdir()
     (src / "f").write_text("data")
-    res = box.run(["/bin/sh", "-c", "cp /src/f /out/g; id -u"], binds=box.system_binds() + [Bind(src, "/src")],
+    res = box.run(["/bin/sh", "-c", "cp /src/f /out/g; id -u"],
+                  binds=box.system_binds() + [Bind(src, "/src")],
                   out_dir=tmp_path / "o", limits=SandboxLimits(wall_seconds=20))
     assert isinstance(res, SandboxResult) and res.ok, res.log
     assert res.stdout.split() == [b"1000"] and (tmp_path / "o" / "g").read_text() == "data"

@@ -103,8 +103,10 @@ _secret = st.sampled_from(["right", "wrong", "none"])
 _obj = st.fixed_dictionaries({}, optional={
     "id": st.integers(min_value=-2, max_value=2**70), "sha256": st.text(max_size=70),
     "argv": st.lists(st.one_of(st.text(max_size=10), st.integers()), max_size=3),
-    "memory": st.integers(min_value=-1, max_value=2**45), "timeout_s": st.one_of(st.integers(-5, 10**30), st.floats()),
-    "stdout_cap": st.integers(min_value=-1, max_value=2**41), "stderr_cap": st.integers(min_value=0, max_value=99),
+    "memory": st.integers(min_value=-1, max_value=2**45),
+    "timeout_s": st.one_of(st.integers(-5, 10**30), st.floats()),
+    "stdout_cap": st.integers(min_value=-1, max_value=2**41),
+    "stderr_cap": st.integers(min_value=0, max_value=99),
 })
 #: One step a hostile host takes: (recipe, times sent back to back before any answer is read).
 _step = st.tuples(st.one_of(
@@ -210,8 +212,10 @@ def _spawn_evil(script: Path, reply: tuple[str, ...]):
     from wbcore_process.sandbox import Bind, SandboxLimits, Sandbox, system_binds
 
     base = Path(sys.base_prefix).resolve()
-    binds = system_binds() + [Bind(base, str(base)), Bind(script, "/wb/evil.py"), Bind(pool_mod.FRAMES, "/wb/lib/frames.py")]
-    limits = SandboxLimits(cpu_seconds=30, address_space=4 << 30, file_size=1 << 20, open_files=64, processes=8,
+    binds = system_binds() + [Bind(base, str(base)), Bind(script, "/wb/evil.py"),
+                              Bind(pool_mod.FRAMES, "/wb/lib/frames.py")]
+    limits = SandboxLimits(cpu_seconds=30, address_space=4 << 30, file_size=1 << 20, open_files=64,
+                           processes=8,
                     tmp_bytes=1 << 20, out_bytes=1 << 20, out_files=4)
     secret = F.new_secret()
     box = Sandbox().spawn([str(pool_mod._python()), "-I", "-S", "/wb/evil.py", *reply], binds=binds,
@@ -226,7 +230,9 @@ _result_obj = st.fixed_dictionaries({"id": st.sampled_from(["{id}", 0, -1, "x"])
     "peak": st.integers(-1, 2**50), "wall": st.one_of(st.floats(), st.integers(-1, 10**20)),
     "out_size": st.integers(-1, 2**40), "err_size": st.integers(-1, 2**40),
     "missing": st.booleans(), "refused": st.booleans(), "no_start": st.booleans(),
-    "error": st.one_of(st.none(), st.fixed_dictionaries({"kind": st.text(max_size=12), "message": st.text(max_size=20)})),
+    "error": st.one_of(st.none(),
+                       st.fixed_dictionaries({"kind": st.text(max_size=12),
+                                              "message": st.text(max_size=20)})),
     "cpu": st.one_of(st.floats(), st.booleans()),
 })
 
@@ -244,11 +250,13 @@ def _raw(data: bytes) -> tuple[str, ...]:
 _reply = st.one_of(
     st.binary(max_size=200).map(_raw),
     st.builds(_result, _result_obj, st.lists(st.binary(max_size=20), max_size=3)),
-    st.builds(lambda k, p: _raw(F.encode(k, p)), st.sampled_from([F.LINK, F.BROKER_CALL, F.REFUSED, F.PONG, F.EXEC]),
-              st.binary(max_size=80)),
+    st.builds(lambda k, p: _raw(F.encode(k, p)),
+              st.sampled_from([F.LINK, F.BROKER_CALL, F.REFUSED, F.PONG, F.EXEC]), st.binary(max_size=80)),
     st.builds(lambda k, o: _raw(F.encode(k, F.pack(o))), st.sampled_from([F.LINK, F.BROKER_CALL, F.REFUSED]),
-              st.dictionaries(st.text(max_size=6), st.one_of(st.integers(), st.text(max_size=6)), max_size=4)),
-    st.integers(F.MAX_FRAME + 1, 2**32 - 1).map(lambda n: _raw(n.to_bytes(4, "little") + bytes([F.EXEC_RESULT]))),
+              st.dictionaries(st.text(max_size=6), st.one_of(st.integers(), st.text(max_size=6)),
+                              max_size=4)),
+    st.integers(F.MAX_FRAME + 1, 2**32 - 1).map(
+        lambda n: _raw(n.to_bytes(4, "little") + bytes([F.EXEC_RESULT]))),
     st.just(_raw((1 << 20).to_bytes(4, "little") + bytes([F.EXEC_RESULT]) + b"only part of it")),
 )
 

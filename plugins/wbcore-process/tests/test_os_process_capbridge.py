@@ -27,7 +27,8 @@ KV_WAT = """(module
 def test_the_tier_and_its_worker_use_the_cores_bridge_and_no_copy_of_it() -> None:
     assert tiers.HostBridge is capbridge.HostBridge
     # the worker binds the guest side the WASI guest runner's plugin serves; the core keeps the host side only
-    assert "class GuestCaps" in caps_lib().read_text() and "class GuestCaps" not in Path(capbridge.__file__).read_text()
+    assert ("class GuestCaps" in caps_lib().read_text()
+            and "class GuestCaps" not in Path(capbridge.__file__).read_text())
     worker = pool.WORKER.read_text()
     for own_bridge in ("define_func", "LINK_ANSWER", "BROKER_CALL", "BROKER_ANSWER", "def _deliver"):
         assert own_bridge not in worker, f"_tier_worker.py bridges caps itself ({own_bridge})"

@@ -38,7 +38,8 @@ class TestOsProcessConformance(TierConformance):
         tier.call(self.request(rt, "(module (func (export \"_start\")))"))
         init = tier.pool.workers()[0].box.init_pid
         pid = int(Path(f"/proc/{init}/task/{init}/children").read_text().split()[0])
-        devices = [ln.split(":")[0].strip() for ln in Path(f"/proc/{pid}/net/dev").read_text().splitlines()[2:]]
+        devices = [ln.split(":")[0].strip()
+                   for ln in Path(f"/proc/{pid}/net/dev").read_text().splitlines()[2:]]
         # An empty net namespace whose only interface is down: no connect can leave it.
         isolated = os.readlink(f"/proc/{pid}/ns/net") != os.readlink("/proc/self/ns/net")
         return SandboxFacts(interfaces=devices, connect_refused=isolated,

@@ -106,7 +106,8 @@ def test_the_shipped_b64_toolkit_matches_the_instance_tier(make_runtime, toolkit
         assert (res.exit_code, res.stdout) == (0, data)
     bad_inst = rt.call("b64", ["decode"], b"@@not base64@@")
     bad_osp = rt.call("b64", ["decode"], b"@@not base64@@", tier="os_process")
-    assert (bad_osp.exit_code, bad_osp.stdout, bad_osp.stderr) == (bad_inst.exit_code, bad_inst.stdout, bad_inst.stderr)
+    assert ((bad_osp.exit_code, bad_osp.stdout, bad_osp.stderr)
+            == (bad_inst.exit_code, bad_inst.stdout, bad_inst.stderr))
 
 
 def test_calls_reuse_warm_workers(rt, tiers) -> None:
@@ -180,7 +181,9 @@ def test_a_trap_and_a_missing_start_are_reported_as_at_instance(rt, tiers) -> No
         osp.call(request(rt, TRAP_WAT))
     with pytest.raises(InvalidArgs, match="exports no _start"):
         osp.call(request(rt, '(module (memory (export "memory") 1))'))
-    bogus = request(rt, '(module (import "wasi_snapshot_preview1" "no_such_call" (func)) (func (export "_start")))')
+    bogus = request(rt,
+                    '(module (import "wasi_snapshot_preview1" "no_such_call" (func)) (func (export '
+                    '"_start")))')
     with pytest.raises(InvalidArgs, match="cannot link"):
         osp.call(bogus)
     assert outcome(osp, bogus) == outcome(tiers[0], bogus)
@@ -208,13 +211,15 @@ def test_the_worker_has_no_network_no_host_files_and_no_privileges(rt, tiers, tm
     devices = [ln.split(":")[0].strip() for ln in Path(f"/proc/{pid}/net/dev").read_text().splitlines()[2:]]
     assert devices == ["lo"]  # and it is down: nothing to reach, not even loopback
     assert Path(f"/proc/{pid}/net/tcp").read_text().count("\n") == 1
-    status = dict(ln.split(":", 1) for ln in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in ln)
+    status = dict(ln.split(":", 1)
+                  for ln in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in ln)
     assert status["NoNewPrivs"].strip() == "1" and int(status["CapEff"], 16) == 0
     assert status["Uid"].split()[0] != "0"
     secret = tmp_path / "host-secret.txt"
     secret.write_text("do not read")
     try:
-        visible = os.path.exists(f"/proc/{pid}/root{secret}") or os.path.exists(f"/proc/{pid}/root/etc/passwd")
+        visible = (os.path.exists(f"/proc/{pid}/root{secret}")
+                   or os.path.exists(f"/proc/{pid}/root/etc/passwd"))
     except PermissionError:
         pytest.skip("cannot look into the worker's root from here")
     assert not visible
@@ -225,7 +230,8 @@ def test_the_worker_has_no_network_no_host_files_and_no_privileges(rt, tiers, tm
 
 
 def test_a_kv_round_trip_from_a_guest_at_os_process(rt, tiers) -> None:
-    pytest.importorskip("wbcore_brokers_state", reason="the kv broker (wbcore-brokers-state) is not installed")
+    pytest.importorskip("wbcore_brokers_state",
+                        reason="the kv broker (wbcore-brokers-state) is not installed")
     import cbor2
 
     instance, osp = tiers
@@ -240,15 +246,18 @@ def test_a_kv_round_trip_from_a_guest_at_os_process(rt, tiers) -> None:
     assert rt.dock.call(ctx, "kv", "get", {"key": "k"}) == {"value": b"from the worker"}
     rt.dock.call(ctx, "kv", "put", {"key": "k", "value": b"from the host"})
     only_get = request(rt, kv_wat(get), profile=profile("minimal"), caps=frozenset({"kv"}))
-    assert osp.call(only_get).stdout == instance.call(only_get).stdout == cbor2.dumps({"value": b"from the host"})
+    assert (osp.call(only_get).stdout == instance.call(only_get).stdout
+            == cbor2.dumps({"value": b"from the host"}))
     # A Dock refusal reaches the guest as a status, the same at both tiers (invalid-args → 2).
-    bad = request(rt, kv_wat(cbor2.dumps({"op": "teleport"})), profile=profile("minimal"), caps=frozenset({"kv"}))
+    bad = request(rt, kv_wat(cbor2.dumps({"op": "teleport"})), profile=profile("minimal"),
+                  caps=frozenset({"kv"}))
     assert outcome(osp, bad) == outcome(instance, bad)
     assert outcome(osp, bad)[2] == 2
 
 
 def test_the_two_call_protocol_and_wb_info_cross_the_bridge(rt, tiers) -> None:
-    pytest.importorskip("wbcore_brokers_state", reason="the kv broker (wbcore-brokers-state) is not installed")
+    pytest.importorskip("wbcore_brokers_state",
+                        reason="the kv broker (wbcore-brokers-state) is not installed")
     import cbor2
 
     instance, osp = tiers
@@ -279,7 +288,8 @@ def test_the_two_call_protocol_and_wb_info_cross_the_bridge(rt, tiers) -> None:
 
 
 def test_a_revoked_principal_is_refused_through_the_bridge(rt, tiers) -> None:
-    pytest.importorskip("wbcore_brokers_state", reason="the kv broker (wbcore-brokers-state) is not installed")
+    pytest.importorskip("wbcore_brokers_state",
+                        reason="the kv broker (wbcore-brokers-state) is not installed")
     import cbor2
 
     _, osp = tiers
@@ -290,7 +300,8 @@ def test_a_revoked_principal_is_refused_through_the_bridge(rt, tiers) -> None:
 
 
 def test_the_deadline_holds_while_a_broker_blocks(rt, tiers) -> None:
-    pytest.importorskip("wbcore_brokers_state", reason="the kv broker (wbcore-brokers-state) is not installed")
+    pytest.importorskip("wbcore_brokers_state",
+                        reason="the kv broker (wbcore-brokers-state) is not installed")
     import cbor2
 
     class Stuck:
@@ -318,15 +329,19 @@ def test_an_ungranted_cap_does_not_instantiate(rt, tiers) -> None:
     with pytest.raises(CapabilityDenied) as at_instance:
         instance.call(req)
     assert at_osp.value.message == at_instance.value.message
-    other = request(rt, '(module (import "env" "system" (func)) (memory (export "memory") 1) (func (export "_start")))')
+    other = request(rt,
+                    '(module (import "env" "system" (func)) (memory (export "memory") 1) (func (export '
+                    '"_start")))')
     with pytest.raises(CapabilityDenied, match="env.system"):
         osp.call(other)
 
 
-def test_nested_commands_at_os_process_each_get_a_worker(make_runtime, toolkit_root, wbx, monkeypatch) -> None:
+def test_nested_commands_at_os_process_each_get_a_worker(make_runtime, toolkit_root, wbx,
+                                                         monkeypatch) -> None:
     """A third-party guest at os_process calls itself through exec (the host's Dock runs the
     nested command, which resolves to os_process again): 9 workers busy at once, depth 8."""
-    pytest.importorskip("wbcore_brokers_exec", reason="the exec broker (wbcore-brokers-exec) is not installed")
+    pytest.importorskip("wbcore_brokers_exec",
+                        reason="the exec broker (wbcore-brokers-exec) is not installed")
     import base64
 
     import cbor2
@@ -345,9 +360,10 @@ def test_nested_commands_at_os_process_each_get_a_worker(make_runtime, toolkit_r
         (local.set $n (call $call (i32.const 64) (i32.const {len(req)}) (i32.const 65536) (i32.const 3000000)))
         (if (i64.lt_s (local.get $n) (i64.const 0)) (then (local.set $n (call $fetch (i32.const 65536) (i32.const 3000000)))))
         (i32.store (i32.const 0) (i32.const 65536)) (i32.store (i32.const 4) (i32.wrap_i64 (local.get $n)))
-        (drop (call $w (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))"""
+        (drop (call $w (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))"""  # noqa: E501
     fields = {"BUILD_LANG": "wat", "BUILD_SRC": "path:src/main.wat", "CLI_BIN": "nest"}
-    write_toolkit(toolkit_root, "nest", manifest_text("nest", exec="command", caps="exec", trust="third-party",
+    write_toolkit(toolkit_root, "nest",
+                  manifest_text("nest", exec="command", caps="exec", trust="third-party",
                                                       extra=fields), files={"src/main.wat": wat})
     rt = make_runtime()
     assert wbx("toolkit", "sign", "nest", runtime=rt).exit_code == 0
@@ -413,10 +429,11 @@ def test_requests_without_or_with_a_wrong_secret_are_refused(raw_worker) -> None
     w = raw_worker
     w.chan.send_frame(frames.ping(w.secret))
     assert recv(w)[0] == frames.PONG
-    exec_obj = {"id": 1, "sha256": "0" * 64, "argv": ["x"], "memory": 1 << 20, "timeout_s": 1, "stdout_cap": 10,
-                "stderr_cap": 10}
+    exec_obj = {"id": 1, "sha256": "0" * 64, "argv": ["x"], "memory": 1 << 20, "timeout_s": 1,
+                "stdout_cap": 10, "stderr_cap": 10}
     w.chan.send(frames.EXEC, frames.pack(exec_obj, b""))  # no secret at all
-    assert refusal(w) == {"reason": "secret", "message": "Exec carries no session secret; refused", "blobs": []}
+    assert refusal(w) == {"reason": "secret", "message": "Exec carries no session secret; refused",
+                          "blobs": []}
     w.chan.send_frame(frames.seal(frames.EXEC, frames.new_secret(), exec_obj, b""))
     assert refusal(w)["reason"] == "secret"
     w.chan.send_frame(frames.shutdown(bytes(32)))
@@ -438,14 +455,16 @@ def test_requests_without_or_with_a_wrong_secret_are_refused(raw_worker) -> None
     frames.encode(frames.BROKER_ANSWER, frames.pack({"id": 1})),
     frames.encode(frames.PONG, b"\x01\x00"),
     "exec-out-of-range",
-], ids=["bad-json", "short", "bad-hex-secret", "answer-outside-a-call", "pong-to-a-worker", "exec-out-of-range"])
+], ids=["bad-json", "short", "bad-hex-secret", "answer-outside-a-call", "pong-to-a-worker",
+        "exec-out-of-range"])
 def test_malformed_frames_are_refused_and_the_worker_lives_on(raw_worker, bad: bytes) -> None:
     w = raw_worker
     w.chan.send_frame(frames.ping(w.secret))
     assert recv(w)[0] == frames.PONG
     if bad == "exec-out-of-range":
         bad = frames.seal(frames.EXEC, w.secret, {"id": 1, "sha256": "0" * 64, "argv": [], "memory": 10**400,
-                                                   "timeout_s": 10**400, "stdout_cap": 1, "stderr_cap": 1}, b"")
+                                                   "timeout_s": 10**400, "stdout_cap": 1, "stderr_cap": 1},
+                          b"")
     w.chan.send_frame(bad)
     assert refusal(w)["reason"] in ("malformed", "secret", "unexpected")
     w.chan.send_frame(frames.ping(w.secret))
@@ -482,7 +501,8 @@ def test_a_worker_that_breaks_the_protocol_ends_the_call_and_is_replaced(rt) -> 
 
 
 def test_a_call_that_fails_on_the_host_mid_conversation_retires_its_worker(rt, monkeypatch) -> None:
-    pytest.importorskip("wbcore_brokers_state", reason="the kv broker (wbcore-brokers-state) is not installed")
+    pytest.importorskip("wbcore_brokers_state",
+                        reason="the kv broker (wbcore-brokers-state) is not installed")
     import cbor2
 
     pool = Pool(1, caps_lib())

@@ -21,11 +21,13 @@ def box() -> Sandbox:
 
 
 def sh(box: Sandbox, script: str, out: Path, **kw):
-    return box.run(["/bin/sh", "-c", script], binds=system_binds() + list(kw.pop("binds", [])), out_dir=out, **kw)
+    return box.run(["/bin/sh", "-c", script], binds=system_binds() + list(kw.pop("binds", [])), out_dir=out,
+                   **kw)
 
 
 def test_runs_as_unprivileged_uid_with_files_copied_out(box: Sandbox, tmp_path: Path) -> None:
-    res = sh(box, "id -u; hostname; mkdir /out/sub; printf hi > /out/sub/a.txt; ln -s /etc/passwd /out/link", tmp_path / "o")
+    res = sh(box, "id -u; hostname; mkdir /out/sub; printf hi > /out/sub/a.txt; ln -s /etc/passwd /out/link",
+             tmp_path / "o")
     assert res.ok, res.log
     assert res.stdout.decode().split() == ["1000", "wb-sandbox"]
     assert (tmp_path / "o" / "sub" / "a.txt").read_text() == "hi"
@@ -46,7 +48,8 @@ def test_source_bind_is_read_only(box: Sandbox, tmp_path: Path) -> None:
     src = tmp_path / "src"
     src.mkdir()
     (src / "main.c").write_text("int main(){}")
-    res = sh(box, "cat /src/main.c; echo x > /src/main.c || echo refused", tmp_path / "o", binds=[Bind(src, "/src")])
+    res = sh(box, "cat /src/main.c; echo x > /src/main.c || echo refused", tmp_path / "o",
+             binds=[Bind(src, "/src")])
     assert b"int main" in res.stdout and b"refused" in res.stdout
     assert (src / "main.c").read_text() == "int main(){}"
 
@@ -56,8 +59,8 @@ def test_no_network_at_all(box: Sandbox, tmp_path: Path) -> None:
         "import socket\n"
         "for fam in (socket.AF_INET, socket.AF_INET6):\n"
         "    try:\n"
-        "        s = socket.socket(fam, socket.SOCK_STREAM); s.connect(('127.0.0.1' if fam == socket.AF_INET else '::1', 22))\n"
-        "        print('CONNECTED')\n"
+        "        s = socket.socket(fam, socket.SOCK_STREAM); s.connect(('127.0.0.1' if fam == socket.AF_INET "
+        "else '::1', 22))\n        print('CONNECTED')\n"
         "    except OSError as e:\n"
         "        print('refused', e.errno)\n"
     )
@@ -67,7 +70,8 @@ def test_no_network_at_all(box: Sandbox, tmp_path: Path) -> None:
 
 
 def test_writes_outside_out_and_tmp_fail(box: Sandbox, tmp_path: Path) -> None:
-    res = sh(box, "touch /usr/x || echo usr-ro; touch /x || echo root-ro; touch /tmp/ok && echo tmp-ok", tmp_path / "o")
+    res = sh(box, "touch /usr/x || echo usr-ro; touch /x || echo root-ro; touch /tmp/ok && echo tmp-ok",
+             tmp_path / "o")
     assert res.stdout.decode().split() == ["usr-ro", "root-ro", "tmp-ok"]
 
 
@@ -106,7 +110,8 @@ def test_fork_bomb_ends_at_process_limit(box: Sandbox, tmp_path: Path) -> None:
 
 
 def test_file_size_and_output_caps(box: Sandbox, tmp_path: Path) -> None:
-    res = sh(box, "head -c 2000000 /dev/zero > /out/big", tmp_path / "o", limits=SandboxLimits(file_size=1 << 20))
+    res = sh(box, "head -c 2000000 /dev/zero > /out/big", tmp_path / "o",
+             limits=SandboxLimits(file_size=1 << 20))
     assert not res.ok
     res = sh(box, "head -c 300000 /dev/zero > /out/a; head -c 300000 /dev/zero > /out/b", tmp_path / "o2",
              limits=SandboxLimits(out_bytes=400_000))
@@ -135,7 +140,8 @@ def test_seed_out_starts_writable(box: Sandbox, tmp_path: Path) -> None:
     seed = tmp_path / "seed"
     seed.mkdir()
     (seed / "in.txt").write_text("abc")
-    res = sh(box, "cat /out/in.txt /out/in.txt > /out/t; mv /out/t /out/in.txt", tmp_path / "o", seed_out=seed)
+    res = sh(box, "cat /out/in.txt /out/in.txt > /out/t; mv /out/t /out/in.txt", tmp_path / "o",
+             seed_out=seed)
     assert res.ok, res.log
     assert (tmp_path / "o" / "in.txt").read_text() == "abcabc"
     assert (seed / "in.txt").read_text() == "abc"
@@ -152,7 +158,9 @@ def test_host_untouched_after_escape_attempts(box: Sandbox, tmp_path: Path) -> N
     canary = tmp_path / "canary"
     canary.write_text("same")
     before = sorted(os.listdir(tmp_path))
-    sh(box, f"rm -rf {tmp_path}; echo x > {canary}; unshare -U true && echo UNSHARED; mount -t tmpfs x /tmp && echo MOUNTED",
+    sh(box,
+       f"rm -rf {tmp_path}; echo x > {canary}; unshare -U true && echo UNSHARED; mount -t tmpfs x /tmp && "
+       "echo MOUNTED",
        tmp_path / "o")
     assert canary.read_text() == "same"
     assert sorted(os.listdir(tmp_path)) == sorted(before + ["o"])
@@ -161,8 +169,11 @@ def test_host_untouched_after_escape_attempts(box: Sandbox, tmp_path: Path) -> N
 def test_unavailable_sandbox_names_the_feature(monkeypatch: pytest.MonkeyPatch) -> None:
     import wbcore_process.sandbox as sb
 
-    monkeypatch.setattr(sb, "probe", lambda: (False, "user namespaces are disabled (sysctl user.max_user_namespaces=0)", ()))
-    with pytest.raises(SandboxUnavailable, match="the build sandbox is unavailable: user namespaces are disabled"):
+    monkeypatch.setattr(sb, "probe",
+                        lambda: (False, "user namespaces are disabled (sysctl user.max_user_namespaces=0)",
+                                 ()))
+    with pytest.raises(SandboxUnavailable,
+                       match="the build sandbox is unavailable: user namespaces are disabled"):
         sb.Sandbox()
 
 
@@ -170,8 +181,8 @@ def test_overlay_bind_writes_vanish(box: Sandbox, tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     cache.mkdir()
     (cache / "hit").write_text("cached\n")
-    res = sh(box, "cat /cache/hit; echo new > /cache/added; echo more >> /cache/hit; cat /cache/added", tmp_path / "o",
-             binds=[Bind(cache, "/cache", overlay=True)])
+    res = sh(box, "cat /cache/hit; echo new > /cache/added; echo more >> /cache/hit; cat /cache/added",
+             tmp_path / "o", binds=[Bind(cache, "/cache", overlay=True)])
     assert res.ok, res.log
     assert res.stdout.split() == [b"cached", b"new"]
     assert sorted(os.listdir(cache)) == ["hit"] and (cache / "hit").read_text() == "cached\n"
@@ -217,12 +228,13 @@ def test_a_missing_namespace_is_named(tmp_path: Path) -> None:
         "from pathlib import Path\n"
         "from wbcore_process.sandbox import Sandbox, SandboxUnavailable, system_binds\n"
         "try:\n"
-        "    Sandbox(_probing=True).run(['/bin/true'], binds=system_binds(), out_dir=Path(__import__('sys').argv[1]))\n"
-        "except SandboxUnavailable as e:\n"
+        "    Sandbox(_probing=True).run(['/bin/true'], binds=system_binds(), "
+        "out_dir=Path(__import__('sys').argv[1]))\nexcept SandboxUnavailable as e:\n"
         "    print(e.message)\n"
     )
     pytest.importorskip("pyseccomp")
-    out = subprocess.run([sys.executable, "-c", script, str(tmp_path / "o")], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-c", script, str(tmp_path / "o")], capture_output=True, text=True,
+                         timeout=60)
     assert "missing: net namespace" in out.stdout, out.stdout + out.stderr
 
 

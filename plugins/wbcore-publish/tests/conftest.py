@@ -35,7 +35,8 @@ def write_vfs(home: Path, instance: str, rows: list[tuple[str, str, bytes, float
 def vfs_rows(path: Path) -> list[tuple]:
     conn = sqlite3.connect(path)
     try:
-        return conn.execute("SELECT volume, path, data, size, mtime FROM files ORDER BY volume, path").fetchall()
+        return conn.execute(
+            "SELECT volume, path, data, size, mtime FROM files ORDER BY volume, path").fetchall()
     finally:
         conn.close()
 
@@ -56,7 +57,8 @@ def workspace(tmp_path: Path, wb_home: Path) -> Path:
     ws.mkdir(parents=True)
     (ws / "workspace.org").write_text("#+WORKSPACE: notes\n#+TITLE: Field notes\n#+HTML: notes.html\n"
                                       "#+VFS_INSTANCE: notes-1\n\nFree text about the workspace.\n")
-    (ws / "notes.html").write_text("<!doctype html><html><head><title>n</title></head><body>hi</body></html>\n")
+    (ws / "notes.html").write_text(
+        "<!doctype html><html><head><title>n</title></head><body>hi</body></html>\n")
     for name in ("workspace.org", "notes.html"):
         os.utime(ws / name, (1_600_000_000, 1_600_000_000))
     write_vfs(wb_home, "notes-1", [

@@ -114,7 +114,8 @@ def test_added_and_removed_members_are_named(workspace, wb_home, tmp_path, key_a
     bad = _rezip(b, tmp_path / "bad.wbundle", {"vfs.db": None}, extra={"workspace/evil.js": b"alert(1)"})
     with pytest.raises(bundle.TamperedBundle) as exc:
         bundle.restore(bad, home=tmp_path / "h2", into=tmp_path / "out", trusted=[key_a.did])
-    assert "member workspace/evil.js added" in exc.value.message and "member vfs.db removed" in exc.value.message
+    assert ("member workspace/evil.js added" in exc.value.message
+            and "member vfs.db removed" in exc.value.message)
 
 
 @pytest.mark.parametrize("name", ["../escape.txt", "/etc/passwd", "workspace/../../x", "./vfs.db"])
@@ -303,7 +304,8 @@ def test_a_did_web_signed_bundle_restores_when_that_did_is_trusted(workspace, wb
 
     root = tmp_path / "didroot"
     root.mkdir()
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), lambda *a, **kw: Quiet(*a, directory=str(root), **kw))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                             lambda *a, **kw: Quiet(*a, directory=str(root), **kw))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

@@ -34,9 +34,11 @@ def test_library_lists_workspaces_and_bundles_with_provenance(workspace, wb_home
     assert by_path["mine.wbundle"]["signed_at"]
     assert by_path["theirs.wbundle"]["signer"] == key_b.did and by_path["theirs.wbundle"]["verified"]
     assert not by_path["theirs.wbundle"]["mine"]
-    assert not by_path["broken.wbundle"]["verified"] and "member vfs.db changed" in by_path["broken.wbundle"]["detail"]
+    assert (not by_path["broken.wbundle"]["verified"]
+            and "member vfs.db changed" in by_path["broken.wbundle"]["detail"])
     assert by_path["junk.wbundle"]["detail"].startswith("error: ")
-    assert by_path["notes"]["kind"] == "workspace" and by_path["notes"]["verified"] and by_path["notes"]["mine"]
+    assert (by_path["notes"]["kind"] == "workspace" and by_path["notes"]["verified"]
+            and by_path["notes"]["mine"])
     assert by_path["bare"]["signer"] is None and not by_path["bare"]["verified"]
     r = wbx("library", "--path", str(lib), "--path", str(tmp_path / "src"), "--mine", "--json")
     names = sorted(e["path"].rsplit("/", 1)[-1] for e in json.loads(r.stdout)["entries"])

@@ -26,7 +26,8 @@ def allowed(oci_registry, monkeypatch):
 @pytest.fixture
 def signed_tk(toolkit_root, monkeypatch):
     monkeypatch.setenv("WB_SIGNING_KEY", base64.b64encode(SEED_A).decode())
-    d = write_toolkit(toolkit_root, "hello", trust="third-party", caps="vfs", files={"bin/hello.wasm": b"\0asm\x01\0\0\0"})
+    d = write_toolkit(toolkit_root, "hello", trust="third-party", caps="vfs",
+                      files={"bin/hello.wasm": b"\0asm\x01\0\0\0"})
     signing.sign(d, identity.Identity.from_seed(SEED_A))
     return d
 
@@ -36,7 +37,8 @@ def test_publish_on_one_home_install_on_another(allowed, signed_tk, wbx, make_ru
     r = wbx("publish", "oci", "hello", ref, "--json")
     assert r.exit_code == 0, r.stderr
     out = json.loads(r.stdout)
-    assert out["kind"] == "toolkit" and out["blobs_sent"] == 2 and out["reference"].endswith("@" + out["digest"])
+    assert (out["kind"] == "toolkit" and out["blobs_sent"] == 2
+            and out["reference"].endswith("@" + out["digest"]))
     home_b = tmp_path / "home-b"
     home_b.mkdir()
     rt_b = make_runtime(home=home_b, roots=[])
@@ -51,7 +53,8 @@ def test_publish_on_one_home_install_on_another(allowed, signed_tk, wbx, make_ru
     assert not (wb_home / "toolkits" / "hello").exists()  # home A published; it installed nothing
     home_c = tmp_path / "home-c"
     home_c.mkdir()
-    r = wbx("toolkit", "install", out["reference"], runtime=make_runtime(home=home_c, roots=[]))  # pinned by digest
+    # pinned by digest
+    r = wbx("toolkit", "install", out["reference"], runtime=make_runtime(home=home_c, roots=[]))
     assert r.exit_code == 0, r.stderr
     assert signing.content_digest(home_c / "toolkits" / "hello") == signing.content_digest(signed_tk)
     # the same content publishes to the same digest, and sends nothing new
@@ -65,7 +68,8 @@ def test_the_guard_refuses_loopback_unless_allowed(oci_registry, signed_tk, wbx,
     monkeypatch.delenv("WB_ALLOW_PRIVATE_SOURCES", raising=False)
     r = wbx("publish", "oci", "hello", f"{oci_registry.host}/wb/hello:0.1.0")
     assert r.exit_code == 126 and "SSRF guard" in r.stderr and "loopback" in r.stderr, r.stderr
-    assert "WB_ALLOW_PRIVATE_HOSTS" in r.stderr and "WB_NET_ALLOW_PRIVATE_HOSTS" not in r.stderr  # the setting that applies
+    # the setting that applies
+    assert "WB_ALLOW_PRIVATE_HOSTS" in r.stderr and "WB_NET_ALLOW_PRIVATE_HOSTS" not in r.stderr
     r = wbx("toolkit", "install", f"oci://{oci_registry.host}/wb/hello:0.1.0")
     assert r.exit_code == 126 and "SSRF guard" in r.stderr, r.stderr
     assert list(oci_registry.storage.rglob("data")) == []  # nothing reached the registry
@@ -79,7 +83,8 @@ def test_an_unsigned_toolkit_is_not_published(allowed, toolkit_root, wbx):
     # A first-party toolkit cannot be signed (wbx toolkit sign refuses it): the message says what works.
     write_toolkit(toolkit_root, "mine", trust="first-party")
     r = wbx("publish", "oci", "mine", f"{allowed.host}/wb/mine:1")
-    assert r.exit_code == 2 and "set #+TRUST: third-party" in r.stderr and "wbx toolkit sign mine" in r.stderr, r.stderr
+    assert (r.exit_code == 2 and "set #+TRUST: third-party" in r.stderr
+            and "wbx toolkit sign mine" in r.stderr), r.stderr
     assert wbx("toolkit", "sign", "mine").exit_code != 0  # the advice is not "sign it" alone: sign refuses
     assert list(allowed.storage.rglob("data")) == []
 
@@ -100,7 +105,8 @@ def test_a_tampered_layer_is_refused_on_install(allowed, signed_tk, wbx, make_ru
     assert not (home_b / "wbx.lock").exists()
 
 
-def test_a_bundle_travels_through_the_registry(allowed, workspace, wb_home, key_a, wbx, make_runtime, tmp_path):
+def test_a_bundle_travels_through_the_registry(allowed, workspace, wb_home, key_a, wbx, make_runtime,
+                                               tmp_path):
     b1 = tmp_path / "notes.wbundle"
     bundle.ship(workspace, b1, home=wb_home, ident=key_a)
     ref = f"{allowed.host}/wb/notes:v1"

@@ -133,7 +133,8 @@ def test_a_manifest_lt_is_escaped_so_it_cannot_close_the_script(tmp_path, key_a)
     d.mkdir()
     (d / "<").mkdir()
     (d / "<" / "script><b>.css").write_bytes(b"x")  # the asset path reads "</script><b>.css"
-    (d / "p.html").write_bytes(b"<html><head></head><body><link href=\"&lt;/script&gt;&lt;b&gt;.css\"></body></html>")
+    (d / "p.html").write_bytes(b"<html><head></head><body><link "
+                               b"href=\"&lt;/script&gt;&lt;b&gt;.css\"></body></html>")
     assert page.sign(d / "p.html", key_a).assets == ("</script><b>.css",)
     raw = (d / "p.html").read_bytes()
     assert raw.count(b"</script>") == 1 and b"\\u003c/script>" in raw
@@ -153,7 +154,8 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
 def test_did_web_signer_verified_through_a_loopback_document(site, key_a, key_b, tmp_path):
     root = tmp_path / "didroot"
     root.mkdir()
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), lambda *a, **kw: _Quiet(*a, directory=str(root), **kw))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                             lambda *a, **kw: _Quiet(*a, directory=str(root), **kw))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

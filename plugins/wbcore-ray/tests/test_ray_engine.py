@@ -60,7 +60,8 @@ def test_same_outputs_on_local_and_on_a_two_node_cluster_each_node_compiling_onc
         local = [r.value for r in fabric.map(rt, "kup", inputs, kind="kernel", width=2, engine="local")]
         assert local == expected
     # 4 actors over 2 nodes: two per node, and each node compiles the module once
-    got = [r.value for r in fabric.map(rt, "kup", iter(inputs), kind="kernel", width=4, engine="ray", deadline=600)]
+    got = [r.value
+           for r in fabric.map(rt, "kup", iter(inputs), kind="kernel", width=4, engine="ray", deadline=600)]
     assert got == expected
     stats = fabric.engine(rt, "ray").stats
     assert len(stats) == 4 and sum(s["inputs"] for s in stats) == 10_000
@@ -113,7 +114,8 @@ def test_the_batch_deadline_ends_spinning_calls_on_the_cluster(rt, register, two
     register("spin", SPIN)
     t0 = time.monotonic()
     with pytest.raises(Timeout):
-        list(fabric.map(rt, "spin", [{}] * 4, width=2, engine="ray", deadline=8))  # under the profile's own call timeout
+        # under the profile's own call timeout
+        list(fabric.map(rt, "spin", [{}] * 4, width=2, engine="ray", deadline=8))
     assert time.monotonic() - t0 < 60
     # the actors were killed: the cluster's CPUs are free again for the next map
     deadline = time.monotonic() + 30

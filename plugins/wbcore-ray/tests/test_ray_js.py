@@ -15,7 +15,8 @@ from wbcore_runtime.dispatch import fabric
 from wbcore_runtime.store.registry import Entry
 
 needs_js = pytest.mark.skipif(
-    any(importlib.util.find_spec(m) is None for m in ("wbcore_lane_js", "wbcore_wasmtime", "wbcore_fabric_local")),
+    any(importlib.util.find_spec(m) is None
+        for m in ("wbcore_lane_js", "wbcore_wasmtime", "wbcore_fabric_local")),
     reason="needs wbcore-lane-js, wbcore-wasmtime and wbcore-fabric-local",
 )
 
@@ -33,14 +34,16 @@ def test_a_js_module_may_leave_the_machine_but_caps_and_host_folders_may_not(mak
 
     rt = make_runtime()
     js = Entry(kind="command", name="x", sha256="0" * 64, shape="command", options={"lane": "js"})
-    refuse_remote(rt, "command", "x", frozenset(), None, js, "fabric engine 'ray'")  # its artifact carries its sources
+    # its artifact carries its sources
+    refuse_remote(rt, "command", "x", frozenset(), None, js, "fabric engine 'ray'")
     assert lane_runner(rt, js) == "js"  # the node is told which lane's runner runs it
     plain = Entry(kind="command", name="y", sha256="0" * 64, shape="command", options={"lane": "rust"})
     assert lane_runner(rt, plain) is None  # a compile-to-wasm lane's artifact is a plain WASI command
     with pytest.raises(InvalidArgs, match="granted caps"):
         refuse_remote(rt, "command", "x", frozenset({"kv"}), None, js, "fabric engine 'ray'")
     with pytest.raises(InvalidArgs, match="preopens a host folder"):
-        refuse_remote(rt, "command", "x", frozenset(), types.SimpleNamespace(preopens=(("/srv", "/data"),), scratch=None), js, "tier node")
+        refuse_remote(rt, "command", "x", frozenset(),
+                      types.SimpleNamespace(preopens=(("/srv", "/data"),), scratch=None), js, "tier node")
     assert rt.tiers.get("node").hosts_lane_runners
 
 
@@ -55,13 +58,15 @@ def test_a_node_without_the_lane_refuses_its_modules(make_runtime):
 
 @needs_js
 @pytest.mark.slow
-def test_a_js_toolkit_runs_on_the_cluster_and_the_node_tier_as_it_does_locally(make_toolkit, make_runtime, wbx,
+def test_a_js_toolkit_runs_on_the_cluster_and_the_node_tier_as_it_does_locally(make_toolkit, make_runtime,
+                                                                               wbx,
                                                                               two_nodes):
     import ray
 
     from wbcore_runtime.dispatch import tiers
 
-    make_toolkit("jsup", exec="command", extra={"BUILD_LANG": "js", "BUILD_SRC": "path:src", "CLI_BIN": "jsup"},
+    make_toolkit("jsup", exec="command",
+                 extra={"BUILD_LANG": "js", "BUILD_SRC": "path:src", "CLI_BIN": "jsup"},
                  drawer={"CLI_BIN": "jsup"}, files={"src/main.js": MAIN, "src/lib/shout.js": SHOUT})
     rt = make_runtime()
     built = wbx("toolkit", "build", "jsup", runtime=rt)
@@ -83,7 +88,8 @@ def test_a_js_toolkit_runs_on_the_cluster_and_the_node_tier_as_it_does_locally(m
     # the node tier: one call on the other node, through dispatch (this answered 127: no tier could host js)
     here = rt.call("jsup", argv=["far"], stdin=b"away")
     there = rt.call("jsup", argv=["far"], stdin=b"away", tier="node")
-    assert (there.exit_code, there.stdout) == (here.exit_code, here.stdout) == (0, b'{"args":["far"],"out":"AWAY!"}\n')
+    assert ((there.exit_code, there.stdout) == (here.exit_code, here.stdout)
+            == (0, b'{"args":["far"],"out":"AWAY!"}\n'))
     tier = tiers.target_for(rt, rt.resolve("command", "jsup").entry, "node")
     (handle,) = tier._actors.values()
     where = ray.get(handle.stats.remote())
@@ -99,14 +105,15 @@ def test_a_js_toolkit_runs_on_the_cluster_and_the_node_tier_as_it_does_locally(m
 
 
 @needs_js
-def test_dispatch_sends_a_js_module_to_the_node_tier_and_not_to_tiers_that_cannot_host_its_runner(make_runtime,
-                                                                                                  monkeypatch):
+def test_dispatch_sends_a_js_module_to_the_node_tier_and_not_to_tiers_that_cannot_host_its_runner(
+        make_runtime, monkeypatch):
     from wbcore_runtime.contract.errors import NotFound
     from wbcore_runtime.dispatch.tiers import choose_tier
 
     monkeypatch.setenv("WB_RAY_ADDRESS", "ray://head.example:10001")  # available; nothing is joined here
     rt = make_runtime()
-    js = Entry(kind="command", name="x", sha256="0" * 64, shape="command", toolkit="t", options={"lane": "js"})
+    js = Entry(kind="command", name="x", sha256="0" * 64, shape="command", toolkit="t",
+               options={"lane": "js"})
     assert choose_tier(rt, js, "first-party", frozenset(), "node").name == "node"  # answered 127 before
     choice = choose_tier(rt, js, "third-party", frozenset())
     assert choice.name == "node", choice  # the first rung above instance that can host the js runner

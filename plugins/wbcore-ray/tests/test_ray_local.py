@@ -18,7 +18,8 @@ def test_without_an_address_a_local_ray_runs_the_map(rt, register, monkeypatch):
         ray.shutdown()
     register("kup", K_UPPER, kind="kernel")
     try:
-        out = [r.value for r in fabric.map(rt, "kup", [b"abc", b"xyz"] * 300, kind="kernel", width=2, engine="ray",
+        out = [r.value
+               for r in fabric.map(rt, "kup", [b"abc", b"xyz"] * 300, kind="kernel", width=2, engine="ray",
                                            deadline=300)]
         assert out == [b"ABC", b"XYZ"] * 300
         stats = fabric.engine(rt, "ray").stats
@@ -58,7 +59,8 @@ def test_a_guest_trap_in_the_driver_after_it_joined_ray_fails_its_call_not_the_p
     import subprocess
     import sys
 
-    env = {k: v for k, v in os.environ.items() if k not in ("WB_RAY_ADDRESS", "RAY_ADDRESS", "PYTHONFAULTHANDLER")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("WB_RAY_ADDRESS", "RAY_ADDRESS", "PYTHONFAULTHANDLER")}
     env["WB_RAY_NODE_HOME"] = str(tmp_path / "node")
     proc = subprocess.run([sys.executable, "-c", TRAP_AFTER_JOINING], env=env, capture_output=True, text=True,
                           timeout=300, cwd=tmp_path)

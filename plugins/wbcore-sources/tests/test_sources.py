@@ -37,7 +37,8 @@ def server(file_server: FileServer) -> FileServer:
 
 @pytest.fixture
 def rt(make_runtime):
-    return make_runtime(env={"WB_ALLOW_PRIVATE_SOURCES": "1", "PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+    return make_runtime(env={"WB_ALLOW_PRIVATE_SOURCES": "1",
+                             "PATH": os.environ.get("PATH", "/usr/bin:/bin")})
 
 
 def resolve(rt, tmp_path: Path, spec: str, **extra: str):
@@ -46,7 +47,8 @@ def resolve(rt, tmp_path: Path, spec: str, **extra: str):
     (tmp_path / "tk").mkdir(exist_ok=True)
     parsed = sources.parse(spec, rt.prefixes)
     driver = parsed.prefix.factory(rt)
-    return driver.resolve(SourceRequest(manifest=m, rest=parsed.rest, workdir=tmp_path / "work", home=rt.home))
+    return driver.resolve(SourceRequest(manifest=m, rest=parsed.rest, workdir=tmp_path / "work",
+                                        home=rt.home))
 
 
 def sha(b: bytes) -> str:
@@ -91,7 +93,8 @@ def test_wrong_sha256_never_reaches_the_lane(rt, server: FileServer, tmp_path: P
     assert not any(p.is_file() for p in (tmp_path / "work").rglob("*"))
 
 
-def test_fetched_source_without_sha256_is_refused_before_fetching(rt, server: FileServer, tmp_path: Path) -> None:
+def test_fetched_source_without_sha256_is_refused_before_fetching(rt, server: FileServer,
+                                                                  tmp_path: Path) -> None:
     server.files["/m.wasm"] = WASM
     with pytest.raises(InvalidArgs, match="needs #\\+SHA256"):
         resolve(rt, tmp_path, f"wasm:{server.url}/m.wasm")
@@ -118,7 +121,8 @@ def test_redirects_are_rechecked(make_runtime, server: FileServer, tmp_path: Pat
     from wbcore_runtime.guard import fetch
     from wbcore_runtime.guard.netguard import NetGuard
 
-    # Loopback is treated as public for the first hop only; the redirect to a link-local address is re-checked.
+    # Loopback is treated as public for the first hop only; the redirect to a link-local address is
+    # re-checked.
     guard = NetGuard(public=frozenset({"127.0.0.1"}))
     with pytest.raises(CapabilityDenied, match="169.254.169.254"):
         fetch.download(f"{server.url}/redirect-to/x", tmp_path / "x", guard=guard)
@@ -248,9 +252,12 @@ def test_archive_caps(tmp_path: Path) -> None:
 
 
 def _git(*args: str, cwd: Path) -> str:
-    env = {"PATH": os.environ["PATH"], "HOME": str(cwd), "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull,
-           "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@e"}
-    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout.strip()
+    env = {"PATH": os.environ["PATH"], "HOME": str(cwd), "GIT_CONFIG_NOSYSTEM": "1",
+           "GIT_CONFIG_GLOBAL": os.devnull,
+           "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@e"}
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True,
+                          text=True).stdout.strip()
 
 
 @pytest.fixture
@@ -306,7 +313,8 @@ def test_script_is_refused_and_unknown_prefixes_list_known(rt, tmp_path: Path) -
         sources.parse("script:build.sh", rt.prefixes)
     # The message says why and what to do, in the user's words (no internal reference).
     assert "use path: with a BUILD_LANG lane" in str(refused.value) and "wb-" not in str(refused.value)
-    with pytest.raises(InvalidArgs, match="known: archive:, crate:, git\\+, gobuild:, path:, script:, wasm:, zigbuild:"):
+    with pytest.raises(InvalidArgs,
+                       match="known: archive:, crate:, git\\+, gobuild:, path:, script:, wasm:, zigbuild:"):
         sources.parse("svn:repo", rt.prefixes)
 
 

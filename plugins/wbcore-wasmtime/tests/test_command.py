@@ -54,7 +54,7 @@ def test_fresh_store_per_call(rt, register):
         (global.set $g (i32.add (global.get $g) (i32.const 1)))
         (i32.store8 (i32.const 100) (global.get $g))
         (i32.store (i32.const 0) (i32.const 100)) (i32.store (i32.const 4) (i32.const 1))
-        (drop (call $w (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))""")
+        (drop (call $w (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))""")  # noqa: E501
     assert [rt.call("count").stdout for _ in range(3)] == [b"1", b"1", b"1"]
 
 
@@ -217,7 +217,8 @@ def test_a_stale_builtin_is_rebuilt_on_first_use(make_runtime, register, rt):
 
     # an "old version" of upper: echo, registered as the built-in
     art = rt.artifacts.put_bytes(bytes(wasmtime.wat2wasm(ECHO)))
-    rt.registry.register(Entry("command", "upper", art.sha256, "command", builtin=True, options={"version": "old"}))
+    rt.registry.register(Entry("command", "upper", art.sha256, "command", builtin=True,
+                               options={"version": "old"}))
     fresh = make_runtime(plugins=["wasmtime"])
     assert fresh.call("upper", [], b"abc").stdout == b"ABC"
     assert fresh.registry.get("command", "upper").options["version"].startswith("wat-")

@@ -49,7 +49,8 @@ def test_functions_and_schemas_come_from_wit_types(calc) -> None:
     _, runner, sha = calc
     fns = {f.name: f for f in runner.functions(sha)}
     assert set(fns) == {"add", "spin", "echo", "div"}
-    assert fns["add"].input_schema()["properties"]["a"] == {"type": "integer", "minimum": 0, "maximum": 4294967295}
+    assert fns["add"].input_schema()["properties"]["a"] == {"type": "integer", "minimum": 0,
+                                                            "maximum": 4294967295}
     assert fns["echo"].output_schema() == {"type": "string"}
     assert {"ok", "err"} == {next(iter(c["properties"])) for c in fns["div"].output_schema()["oneOf"]}
 
@@ -107,7 +108,8 @@ def test_ungranted_cap_interface_does_not_instantiate(make_runtime) -> None:
     rt = make_runtime()
     sha = _put(rt, "capuser")
     runner = comp.ComponentRunner(rt)
-    req = _req(sha, "raw", {"request": base64.b64encode(cbor2.dumps({"op": "count"})).decode()}, name="capuser")
+    req = _req(sha, "raw", {"request": base64.b64encode(cbor2.dumps({"op": "count"})).decode()},
+               name="capuser")
     with pytest.raises(CapabilityDenied, match=r"wb:host/kv@0.1.0 \(cap 'kv'\), which is not granted"):
         runner.call(req)
 
@@ -147,4 +149,5 @@ def test_wasi_http_is_never_linked_even_with_net(make_runtime) -> None:
     rt = make_runtime()
     sha = _put(rt, "http")
     with pytest.raises(CapabilityDenied, match="bypass the SSRF guard"):
-        comp.ComponentRunner(rt).call(_req(sha, "f", {}, name="http", profile="network", caps=frozenset({"net"})))
+        comp.ComponentRunner(rt).call(_req(sha, "f", {}, name="http", profile="network",
+                                           caps=frozenset({"net"})))

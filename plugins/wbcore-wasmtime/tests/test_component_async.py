@@ -21,7 +21,8 @@ from wbcore_wasmtime import component as comp  # noqa: E402  (after importorskip
 TIME_WASM = Path(__file__).resolve().parents[3] / "tests" / "data" / "act" / "time.wasm"
 PROVIDER = "act:tools/tool-provider@0.1.0"
 
-pytestmark = pytest.mark.skipif(not TIME_WASM.is_file(), reason="tests/data/act/time.wasm is not in this checkout")
+pytestmark = pytest.mark.skipif(not TIME_WASM.is_file(),
+                                reason="tests/data/act/time.wasm is not in this checkout")
 
 
 @pytest.fixture
@@ -40,7 +41,8 @@ def _req(sha: str, fn: str, args: dict, **kw) -> comp.ComponentRequest:
 
 def _call_tool(runner, sha, name: str, args: dict, **kw):
     encoded = base64.b64encode(cbor2.dumps(args)).decode()
-    return runner.call(_req(sha, "call-tool", {"name": name, "arguments": encoded, "metadata": []}, name="time", **kw)).value
+    return runner.call(_req(sha, "call-tool", {"name": name, "arguments": encoded, "metadata": []},
+                            name="time", **kw)).value
 
 
 def test_async_exports_are_found_and_flagged(timed) -> None:

@@ -115,7 +115,7 @@ def cap_guest(request: dict) -> bytes:
         (local.set $n (call $kv (i32.const 64) (i32.const {len(req)}) (i32.const 4096) (i32.const 60000)))
         (if (i64.lt_s (local.get $n) (i64.const 0)) (then (local.set $n (call $fetch (i32.const 4096) (i32.const 60000)))))
         (i32.store (i32.const 0) (i32.const 4096)) (i32.store (i32.const 4) (i32.wrap_i64 (local.get $n)))
-        (drop (call $w (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))"""))
+        (drop (call $w (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))"""))  # noqa: E501
 
 
 @pytest.fixture
@@ -125,7 +125,8 @@ def blocking(make_runtime, make_toolkit):
     class _Plugin:
         @hookimpl
         def wbcore_brokers(self):
-            yield Broker(name="kv", summary="blocks on purpose (test)", factory=lambda rt: driver, operations=("sleep", "echo"))
+            yield Broker(name="kv", summary="blocks on purpose (test)", factory=lambda rt: driver,
+                         operations=("sleep", "echo"))
 
     rt = make_runtime(plugins=["wasmtime", _Plugin()])
     for ident, request in (("sleepy", {"op": "sleep"}), ("echoer", {"op": "echo", "text": "still here"})):

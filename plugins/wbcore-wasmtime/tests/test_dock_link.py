@@ -29,7 +29,8 @@ class _EchoDriver:
 class _TestBrokers:
     @hookimpl
     def wbcore_brokers(self):
-        yield Broker(name="kv", summary="test echo", factory=lambda rt: _EchoDriver(), operations=("echo", "big", "missing", "boom"))
+        yield Broker(name="kv", summary="test echo", factory=lambda rt: _EchoDriver(),
+                     operations=("echo", "big", "missing", "boom"))
 
 
 def _wat_bytes(data: bytes) -> str:
@@ -120,14 +121,15 @@ def test_two_call_protocol_for_a_large_response(dock):
 
 
 def test_wrong_signature_is_refused(dock):
-    wasm = wasmtime.wat2wasm('(module (import "wb" "kv" (func (param i32) (result i32))) (memory (export "memory") 1))')
+    wasm = wasmtime.wat2wasm('(module (import "wb" "kv" (func (param i32) (result i32))) (memory (export '
+                             '"memory") 1))')
     with pytest.raises(InvalidArgs, match="wrong signature"):
         instantiate(dock, wasm, caps={"kv"})
 
 
 def test_info_is_always_linked(dock):
     wasm = wasmtime.wat2wasm('''(module (import "wb" "info" (func $i (param i32 i32) (result i64)))
-      (memory (export "memory") 1) (func (export "run") (result i64) (call $i (i32.const 0) (i32.const 1000))))''')
+      (memory (export "memory") 1) (func (export "run") (result i64) (call $i (i32.const 0) (i32.const 1000))))''')  # noqa: E501
     store, inst, ctx = instantiate(dock, wasm, caps=set())
     n = inst.exports(store)["run"](store)
     assert cbor2.loads(_mem(store, inst, 0, n))["instance"] == ctx.instance
@@ -166,7 +168,7 @@ def test_revoking_mid_flight_stops_the_running_guests_next_call(make_runtime):
             (then (local.set $ok (i32.add (local.get $ok) (i32.const 1)))))
           (local.set $i (i32.add (local.get $i) (i32.const 1)))
           (br_if $l (i32.lt_u (local.get $i) (i32.const 10))))
-        (local.get $ok)))""")
+        (local.get $ok)))""")  # noqa: E501
     store, inst, ctx = instantiate(dock, wasm, caps={"kv"})
     assert inst.exports(store)["run"](store) == 3
     outcomes = [(e["outcome"], e["reason"]) for e in audit_read.entries(dock.audit)]
@@ -187,7 +189,7 @@ def test_pointers_outside_guest_memory_are_invalid_args(make_runtime, link):
         (i32.store8 (i32.const 2) (i32.const 0x6f)) (i32.store8 (i32.const 3) (i32.const 0x70))
         (i32.store8 (i32.const 4) (i32.const 0x64)) (i32.store (i32.const 5) (i32.const 0x6f686365))
         (call $kv (i32.const 0) (i32.const 9) (i32.const 65535) (i32.const 1000)))
-      (func (export "fetch_len") (result i64) (call $fetch (i32.const 0) (i32.const 0))))''')
+      (func (export "fetch_len") (result i64) (call $fetch (i32.const 0) (i32.const 0))))''')  # noqa: E501
     store, inst, _ = instantiate(dock, wasm, caps={"kv"})
     ex = inst.exports(store)
     assert ex["oob_request"](store) == -STATUS[ErrorKind.INVALID_ARGS]

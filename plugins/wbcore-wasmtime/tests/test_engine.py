@@ -50,11 +50,13 @@ def test_wat_lane_builds_and_reports_errors(tmp_path):
     src.mkdir()
     (src / "main.wat").write_text(ECHO)
     lane = WatLane()
-    out = lane.build(BuildRequest(manifest=None, source=ResolvedSource(digest="d", dir=src), outdir=tmp_path / "out"))  # type: ignore[arg-type]
+    out = lane.build(BuildRequest(manifest=None,  # type: ignore[arg-type]
+                                  source=ResolvedSource(digest="d", dir=src), outdir=tmp_path / "out"))
     assert out.artifact.read_bytes()[:4] == b"\0asm" and "validated" in out.log
     (src / "main.wat").write_text("(module (func (export \"f\") (result i32) i64.const 1))")
     with pytest.raises(InvalidArgs, match="wat lane: main.wat"):
-        lane.build(BuildRequest(manifest=None, source=ResolvedSource(digest="d", dir=src), outdir=tmp_path / "out"))  # type: ignore[arg-type]
+        lane.build(BuildRequest(manifest=None,  # type: ignore[arg-type]
+                                source=ResolvedSource(digest="d", dir=src), outdir=tmp_path / "out"))
 
 
 def test_instance_tier_runs_commands_and_kernels(rt, register):
@@ -91,7 +93,8 @@ def test_fuel_metering_is_reported_when_enabled(tmp_path):
         "print(engine.get().fuel, r.usage.fuel, r.stdout[:3].decode())"
     )
     env = dict(os.environ, WB_WASM_FUEL="1")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, check=False)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60,
+                         check=False)
     fuel_on, used, head = out.stdout.split()
     assert fuel_on == "True" and int(used) > 300 and head == "ABC", out.stderr
 

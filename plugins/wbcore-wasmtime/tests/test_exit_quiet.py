@@ -48,8 +48,8 @@ def test_an_embedders_process_exits_without_finalizer_noise(tmp_path: Path) -> N
     script = tmp_path / "embed.py"
     script.write_text(SCRIPT)
     toolkits = Path(__file__).resolve().parents[3] / "toolkits"
-    res = subprocess.run([sys.executable, str(script), str(tmp_path / "home"), str(toolkits)], capture_output=True, check=False,
-                         text=True, timeout=120)
+    res = subprocess.run([sys.executable, str(script), str(tmp_path / "home"), str(toolkits)],
+                         capture_output=True, check=False, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "ran"
     assert "Exception ignored" not in res.stderr and "Traceback" not in res.stderr, res.stderr

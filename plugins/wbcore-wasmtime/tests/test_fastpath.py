@@ -21,8 +21,8 @@ def _results(rt, register):
     register("liar", K_LIAR, kind="kernel")
     data = random.Random(7).randbytes(70_000)
     out = []
-    for name, argv, stdin in [("echo", [], data), ("echo", [], b""), ("exit3", [], b""), ("argsenv", ["x"], b""),
-                              ("upper", [], b"MiXeD case\n")]:
+    for name, argv, stdin in [("echo", [], data), ("echo", [], b""), ("exit3", [], b""),
+                              ("argsenv", ["x"], b""), ("upper", [], b"MiXeD case\n")]:
         r = rt.call(name, argv, stdin)
         out.append((r.stdout, r.stderr, r.exit_code, r.usage.peak_memory))
     with rt.kernel("kup") as k:
@@ -48,7 +48,8 @@ def test_lean_and_public_paths_agree(make_runtime, tmp_path, monkeypatch):
 
         def register(n, wat, kind="command", rt=rt, **options):
             art = rt.artifacts.put_bytes(bytes(wasmtime.wat2wasm(wat)))
-            return rt.registry.register(Entry(kind=kind, name=n, sha256=art.sha256, shape=kind, options=options))
+            return rt.registry.register(Entry(kind=kind, name=n, sha256=art.sha256, shape=kind,
+                                              options=options))
 
         assert type(rt.shapes.get("command").runner(rt).path).__name__.lower() == name
         results[name] = _results(rt, register)

@@ -38,7 +38,8 @@ def test_argv_stdin_output_and_exit_code(guests, tmp_path: Path):
     stdin = tmp_path / "in"
     stdin.write_bytes(b"hello guest\n")
     res = guest.run(_module(guests, ECHO), ["echo"], stdin=stdin)
-    assert (res.exit_code, res.stdout, res.timed_out, res.trap, res.truncated) == (0, b"hello guest\n", False, "", False)
+    assert ((res.exit_code, res.stdout, res.timed_out, res.trap, res.truncated)
+            == (0, b"hello guest\n", False, "", False))
     res = guest.run(_module(guests, EXIT3), ["exit3"])
     assert (res.exit_code, res.stderr) == (3, b"oops\n")
 
@@ -53,13 +54,15 @@ def test_a_runaway_guest_stops_at_its_deadline(guests):
 
 
 def test_memory_growth_stops_at_the_cap(guests):
-    res = guest.run(_module(guests, BOMB), ["bomb"], limits=guest.GuestLimits(timeout_s=10, memory_bytes=4 << 20))
+    res = guest.run(_module(guests, BOMB), ["bomb"],
+                    limits=guest.GuestLimits(timeout_s=10, memory_bytes=4 << 20))
     assert res.exit_code == 134 and "unreachable" in res.trap, res
     assert not res.timed_out
 
 
 def test_output_past_the_cap_is_dropped_and_reported(guests):
-    res = guest.run(_module(guests, FLOOD), ["flood"], limits=guest.GuestLimits(timeout_s=0.5, output_bytes=1000))
+    res = guest.run(_module(guests, FLOOD), ["flood"],
+                    limits=guest.GuestLimits(timeout_s=0.5, output_bytes=1000))
     assert res.truncated and len(res.stdout) == 1000
     assert res.timed_out  # the flood never ends by itself: its deadline ends it
 
@@ -76,7 +79,8 @@ def test_a_set_cancel_event_stops_this_guest_alone(guests):
     res = guest.run(mod, ["loop"], limits=guest.GuestLimits(timeout_s=30), cancel=cancel)
     took = time.monotonic() - t0
     other.join()
-    assert (res.exit_code, res.cancelled, res.timed_out, res.trap) == (124, True, False, "cancelled by the caller")
+    assert ((res.exit_code, res.cancelled, res.timed_out, res.trap)
+            == (124, True, False, "cancelled by the caller"))
     assert took < 5, took
     # the other guest on the same engine ran to its own deadline, not cut short by the cancel
     assert results["other"].timed_out and not results["other"].cancelled
