@@ -33,7 +33,8 @@ Ignored.
 
 def test_parse_reads_first_agent_node_and_system_prompt_heading() -> None:
     a = agents.parse(AGENT)
-    assert (a.id, a.model, a.toolkits, a.tagline) == ("researcher", "gpt-test", ("beta", "ghost", "alpha"), "Finds things.")
+    assert ((a.id, a.model, a.toolkits, a.tagline)
+            == ("researcher", "gpt-test", ("beta", "ghost", "alpha"), "Finds things."))
     assert a.system_prompt.startswith("You are careful.")
     assert "Cite sources." in a.system_prompt
     assert "Body text" not in a.system_prompt and "Ignored." not in a.system_prompt

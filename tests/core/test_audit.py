@@ -10,7 +10,8 @@ from wbcore_runtime.dispatch.audit import AuditLog, redact_target
 
 def _fill(log: AuditLog, n: int) -> None:
     for i in range(n):
-        log.record(principal="t/a", cap="kv", op="get", args_digest=f"sha256:{i}", outcome="allowed", nbytes=i)
+        log.record(principal="t/a", cap="kv", op="get", args_digest=f"sha256:{i}", outcome="allowed",
+                   nbytes=i)
     log.flush()
 
 
@@ -78,14 +79,15 @@ n = int(sys.argv[2])
 print("ready", flush=True)
 for i in range(n if n > 0 else 10**9):
     log.record(principal=sys.argv[3], cap="kv", op="get", args_digest=f"sha256:{i}", outcome="allowed", nbytes=i)
-"""
+"""  # noqa: E501
 
 
 def _writer(home, n: int, principal: str = "p/w"):
     import subprocess
     import sys
 
-    proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(home), str(n), principal], stdout=subprocess.PIPE)
+    proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(home), str(n), principal],
+                            stdout=subprocess.PIPE)
     assert proc.stdout.readline().strip() == b"ready"
     return proc
 
@@ -96,7 +98,8 @@ def test_the_writer_encodes_exactly_the_canonical_json():
 
     for entry in [
         (1763780000.123456, "t/a", "kv", "get", "sha256:ab", "allowed", None, None, None, 42, 0.08),
-        (0.5, 'qu"o\\te\n', "net", "fetch", "d", "denied", "capability-denied", "ssrf", "https://h/é\u2028", 0, 1e-05),
+        (0.5, 'qu"o\\te\n', "net", "fetch", "d", "denied", "capability-denied", "ssrf", "https://h/é\u2028",
+         0, 1e-05),
     ]:
         line, h = _encode(7, "f" * 64, entry)
         parsed = json.loads(line)
@@ -187,7 +190,8 @@ def test_a_head_behind_the_log_is_accepted_only_on_the_chain(wb_home):
 
 def _fill(log: AuditLog, n: int) -> None:
     for _ in range(n):
-        log.record(principal="t/p", cap="kv", op="get", args_digest="sha256:x", outcome="allowed", nbytes=1, ms=0.1)
+        log.record(principal="t/p", cap="kv", op="get", args_digest="sha256:x", outcome="allowed",
+                   nbytes=1, ms=0.1)
     log.flush()
 
 
@@ -206,8 +210,8 @@ def test_tail_reads_backwards_across_segments_and_skips_a_torn_line(wb_home):
 def test_page_reads_newest_first_before_a_seq_filtered_and_within_its_scan(wb_home):
     log = AuditLog(wb_home / "audit", max_bytes=4000, keep=100)
     for i in range(300):
-        log.record(principal=f"t/tk{i % 3}", cap="kv", op="get", args_digest="", outcome="denied" if i % 10 == 0
-                   else "allowed")
+        log.record(principal=f"t/tk{i % 3}", cap="kv", op="get", args_digest="",
+                   outcome="denied" if i % 10 == 0 else "allowed")
     log.flush()
     rows, older = audit_read.page(log, 50)
     assert [e["seq"] for e in rows] == list(range(300, 250, -1)) and older == 251
@@ -223,7 +227,8 @@ def test_page_reads_newest_first_before_a_seq_filtered_and_within_its_scan(wb_ho
     assert rows == [] and older == 261
     # the byte sieve skips lines unparsed and agrees with the parsed filter
     rows, _ = audit_read.page(log, 5, match=denied, contains=(b"denied", b"t/tk0"))
-    assert [e["seq"] for e in rows] == [271, 241, 211, 181, 151] and all(e["principal"] == "t/tk0" for e in rows)
+    assert ([e["seq"] for e in rows] == [271, 241, 211, 181, 151]
+            and all(e["principal"] == "t/tk0" for e in rows))
 
 
 def test_a_cursor_follows_the_trail_through_rotation_reading_only_what_is_new(wb_home):

@@ -20,7 +20,8 @@ class Recorder:
         self.name = name
         self.runs: list[tuple[str, ...]] = []
 
-    def run(self, argv, *, binds=(), out_dir: Path, limits=None, env=None, cwd="/out", stdin=None, seed_out=None):
+    def run(self, argv, *, binds=(), out_dir: Path, limits=None, env=None, cwd="/out", stdin=None,
+            seed_out=None):
         self.runs.append(tuple(argv))
         return SandboxResult(tuple(argv), 0, b"", b"", 0.0, ("test",))
 
@@ -49,8 +50,8 @@ def native_lane(available: Availability = Availability.yes("cc 1.0")) -> object:
     class Lane:
         @hookimpl
         def wbcore_build_lanes(self):
-            yield BuildLane(name="cc", summary="s", where="native cc in the build sandbox", factory=lambda rt: None,
-                            available=lambda: available, needs_build_sandbox=True)
+            yield BuildLane(name="cc", summary="s", where="native cc in the build sandbox",
+                            factory=lambda rt: None, available=lambda: available, needs_build_sandbox=True)
 
     return Lane()
 
@@ -69,7 +70,8 @@ def test_every_missing_piece_is_named(make_runtime) -> None:
     assert rt.lanes.get("cc").availability(rt).reason == f"cc is not installed; {NONE_INSTALLED}"
     rt = make_runtime(plugins=[native_lane(), serving("ns", Availability.no("user namespaces are disabled"))])
     avail = rt.lanes.get("cc").availability(rt)
-    assert (avail.ok, avail.reason) == (False, "the build sandbox ns is unavailable here: user namespaces are disabled")
+    assert ((avail.ok, avail.reason)
+            == (False, "the build sandbox ns is unavailable here: user namespaces are disabled"))
     rt = make_runtime(plugins=[native_lane(), serving("ns", Availability.yes("7 namespaces"))])
     assert rt.lanes.get("cc").availability(rt) == Availability.yes("cc 1.0; sandbox ns: 7 namespaces")
 
@@ -77,7 +79,8 @@ def test_every_missing_piece_is_named(make_runtime) -> None:
 def test_the_only_sandbox_is_the_lanes(make_runtime, tmp_path: Path) -> None:
     rt = make_runtime(plugins=[serving("ns")])
     box = rt.build_sandbox()
-    res = box.run(["/bin/true"], binds=[Bind(tmp_path, "/src")], out_dir=tmp_path, limits=SandboxLimits(wall_seconds=1))
+    res = box.run(["/bin/true"], binds=[Bind(tmp_path, "/src")], out_dir=tmp_path,
+                  limits=SandboxLimits(wall_seconds=1))
     assert res.ok and box.runs == [("/bin/true",)] and box.name == "ns"
     rt.collect_all()
     info = next(i for i in rt.plugin_infos if i.name == "Serves_ns")
@@ -86,7 +89,9 @@ def test_the_only_sandbox_is_the_lanes(make_runtime, tmp_path: Path) -> None:
 
 def test_several_sandboxes_need_a_choice(make_runtime) -> None:
     rt = make_runtime(plugins=[serving("ns"), serving("bwrap")])
-    with pytest.raises(InvalidArgs, match=r"several build sandboxes are installed \(bwrap, ns\); choose one with WB_BUILD_SANDBOX"):
+    with pytest.raises(InvalidArgs,
+                       match=r"several build sandboxes are installed \(bwrap, ns\); "
+                             r"choose one with WB_BUILD_SANDBOX"):
         rt.build_sandbox()
     assert rt.build_sandbox("bwrap").name == "bwrap"
     rt = make_runtime(plugins=[serving("ns"), serving("bwrap")], env={"WB_BUILD_SANDBOX": "ns"})
@@ -99,7 +104,9 @@ def test_two_providers_of_one_sandbox_name_both(make_runtime) -> None:
     one, two = serving("ns"), serving("ns")
     type(two).__name__ = type(two).__qualname__ = "Other_ns"
     rt = make_runtime(plugins=[one, two])
-    with pytest.raises(NotFound, match="build sandbox 'ns' is provided twice: by .*Serves_ns.* and .*Other_ns.*; uninstall one"):
+    with pytest.raises(NotFound,
+                       match="build sandbox 'ns' is provided twice: "
+                             "by .*Serves_ns.* and .*Other_ns.*; uninstall one"):
         rt.build_sandbox()
     with pytest.raises(PluginError, match="provided twice"):
         rt.build_sandbox("ns")
@@ -129,8 +136,8 @@ def test_run_and_its_defaults_are_the_cores_one_signature(tmp_path: Path) -> Non
 
     driver = Driver()
     driver.run(["/bin/cc", "a.c"], out_dir=str(tmp_path))  # type: ignore[arg-type]
-    driver.run(["/bin/cc"], binds=[Bind(tmp_path, "/src")], out_dir=tmp_path, limits=SandboxLimits(wall_seconds=5),
-               env={"A": "1"}, cwd="/src", stdin=b"x")
+    driver.run(["/bin/cc"], binds=[Bind(tmp_path, "/src")], out_dir=tmp_path,
+               limits=SandboxLimits(wall_seconds=5), env={"A": "1"}, cwd="/src", stdin=b"x")
     first, second = driver.jobs
     assert first == SandboxRun(("/bin/cc", "a.c"), tmp_path, (), SandboxLimits(), {}, "/out", None, None)
     assert second.binds == (Bind(tmp_path, "/src"),) and second.limits.wall_seconds == 5

@@ -14,7 +14,8 @@ def _declared(**kw: object) -> Broker:
 
 
 def test_declared_caps_join_the_universe_and_unknown_ones_grant_nothing() -> None:
-    u = policy.Universe.from_brokers([_declared(meaning="roll dice", profiles=("network", "posix"))], {"dice": "d 1"})
+    u = policy.Universe.from_brokers([_declared(meaning="roll dice", profiles=("network", "posix"))],
+                                     {"dice": "d 1"})
     assert "dice" in u.names and "dice" not in u.consent_only
     assert u.grantable_by("dice") == ("network", "posix")
     net = policy.PROFILES["network"]

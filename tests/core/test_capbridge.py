@@ -42,7 +42,8 @@ def _serve(bridge: HostBridge, *sent: bytes) -> list[tuple[int, bytes]]:
     (frames.encode(frames.LINK, frames.pack({"id": 7, "imports": [["wb", 3]]})), "pairs of strings"),
     (frames.HEADER.pack(frames.MAX_FRAME + 1, frames.LINK), "cap"),
 ])
-def test_what_the_sandbox_sends_wrong_ends_the_conversation_with_a_reason(make_runtime, tmp_path, frame, why) -> None:
+def test_what_the_sandbox_sends_wrong_ends_the_conversation_with_a_reason(make_runtime, tmp_path, frame,
+                                                                          why) -> None:
     bridge = _bridge(make_runtime, tmp_path)
     assert _serve(bridge, frame) == []
     assert why in bridge.broken and bridge.calls == 0
@@ -76,7 +77,8 @@ def test_answer_is_the_decision_serve_makes(make_runtime, tmp_path) -> None:
         bridge.answer(frames.LINK, frames.pack({"id": 8, "imports": []}))
     with pytest.raises(frames.FrameError, match="before linking"):
         bridge.answer(frames.BROKER_CALL, frames.pack({"id": 7, "cap": "kv"}, b""))
-    answer = bridge.answer(frames.LINK, frames.pack({"id": 7, "imports": [["wasi_snapshot_preview1", "fd_write"]]}))
+    answer = bridge.answer(frames.LINK,
+                           frames.pack({"id": 7, "imports": [["wasi_snapshot_preview1", "fd_write"]]}))
     obj, _ = frames.open_sealed(answer[4], answer[5:], bridge.secret)
     assert obj["id"] == 7 and obj["caps"] == []
     with pytest.raises(frames.FrameError, match="link twice"):

@@ -65,7 +65,8 @@ def test_env_grants_name_each_variable_and_show_in_dry_run_diffs(tmp_path):
     from wbcore_runtime.store.install import Change
 
     m = SimpleNamespace(id="fed", trust="first-party", author_did=None,
-                        extra=lambda k, d=None: {"AUTH": "bearer-env TOKEN_A", "ENV_KEYS": "TOKEN_B"}.get(k, d))
+                        extra=lambda k, d=None: {"AUTH": "bearer-env TOKEN_A",
+                                                 "ENV_KEYS": "TOKEN_B"}.get(k, d))
     tk = SimpleNamespace(id="fed", manifest=m)
     assert requested_env(m) == ["TOKEN_A", "TOKEN_B"]
     with pytest.raises(CapabilityDenied, match="wbx toolkit grant fed --env TOKEN_A"):
@@ -78,5 +79,6 @@ def test_env_grants_name_each_variable_and_show_in_dry_run_diffs(tmp_path):
     assert env_granted(tmp_path, tk) == {"TOKEN_A"}
     store.revoke("fed", env=["TOKEN_A"])
     assert env_granted(tmp_path, tk) == frozenset()
-    change = Change("fed", "new", (None, "1.0"), (None, ("net",)), (None, "third-party"), (None, None), env=("TOKEN_A",))
+    change = Change("fed", "new", (None, "1.0"), (None, ("net",)), (None, "third-party"), (None, None),
+                    env=("TOKEN_A",))
     assert any("reads the deployer's TOKEN_A" in line and "--env TOKEN_A" in line for line in change.lines())

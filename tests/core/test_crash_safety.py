@@ -1,7 +1,7 @@
 """Crash safety: a SIGKILL at any step of an install or a build leaves the old state or the new one.
 
-Each test runs ``wbx`` in a subprocess with ``WB_FAULT_AT=<step>`` (``wbcore_runtime/store/faults.py``), so the
-process dies at that step as it would from ``kill -9``; then runs the next command, which
+Each test runs ``wbx`` in a subprocess with ``WB_FAULT_AT=<step>`` (``wbcore_runtime/store/faults.py``), so
+the process dies at that step as it would from ``kill -9``; then runs the next command, which
 finishes or undoes what was left (``wbcore_runtime.store.leftovers.sweep_home``), and checks the home: the
 user root and ``wbx.lock`` all old or all new, every registered artifact intact, and no
 staging, temp or sandbox leftovers.
@@ -30,19 +30,21 @@ from wbcore_runtime.store.registry import CommandRegistry
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
-INSTALL_STEPS = ["land:prepared", "land:journal"] + [f"land:{what}-{i}" for i in range(3) for what in ("aside", "moved")] + [
-    "land:committed", "land:done"]
+INSTALL_STEPS = (["land:prepared", "land:journal"]
+                 + [f"land:{what}-{i}" for i in range(3) for what in ("aside", "moved")]
+                 + ["land:committed", "land:done"])
 BUILD_STEPS = ["build:work", "write:.wasm:tmp", "write:.wasm:done", "write:.json:tmp", "write:.json:done",
                "write:.log:tmp", "write:.log:done"]
 
 
-def wbx(home: Path, root: Path, *args: str, fault: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "WB_HOME": str(home), "WB_TOOLKITS_ROOT": str(root),
-           "HOME": str(home.parent), "LANG": "C.UTF-8"}
+def wbx(home: Path, root: Path, *args: str, fault: str | None = None,
+        timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "WB_HOME": str(home),
+           "WB_TOOLKITS_ROOT": str(root), "HOME": str(home.parent), "LANG": "C.UTF-8"}
     if fault:
         env["WB_FAULT_AT"] = fault
-    return subprocess.run([sys.executable, "-m", "wbcore_runtime", *args], env=env, capture_output=True, text=True,
-                          timeout=timeout, cwd=home.parent)
+    return subprocess.run([sys.executable, "-m", "wbcore_runtime", *args], env=env, capture_output=True,
+                          text=True, timeout=timeout, cwd=home.parent)
 
 
 def write_toolkits(base: Path, version: str) -> Path:
@@ -51,8 +53,8 @@ def write_toolkits(base: Path, version: str) -> Path:
         d = src / tid
         (d / "skills").mkdir(parents=True)
         (d / "manifest.org").write_text(
-            f"#+TITLE: {tid}\n#+TOOLKIT: {tid}\n#+VERSION: {version}\n#+STATUS: stable\n#+TAGLINE: {tid} at {version}.\n\n"
-            f"* {tid} :toolkit:\n  :PROPERTIES:\n  :ID: {tid}\n  :END:\n")
+            f"#+TITLE: {tid}\n#+TOOLKIT: {tid}\n#+VERSION: {version}\n#+STATUS: stable\n"
+            f"#+TAGLINE: {tid} at {version}.\n\n* {tid} :toolkit:\n  :PROPERTIES:\n  :ID: {tid}\n  :END:\n")
         (d / "skills" / "overview.org").write_text(f"#+TITLE: {tid}\n\n{tid} {version}: " + "x" * 2000 + "\n")
     return src
 
@@ -63,15 +65,18 @@ def lock_of(home: Path) -> dict:
 
 def leftovers_in(home: Path) -> list[str]:
     found = [p.relative_to(home).as_posix() for p in home.rglob("*")
-             if leftovers.TMP_MARK in p.name or p.name.startswith(("install-", "build-")) or p.name.endswith(".part")]
+             if leftovers.TMP_MARK in p.name or p.name.startswith(("install-", "build-"))
+             or p.name.endswith(".part")]
     if (home / ".install-journal.json").exists():
         found.append(".install-journal.json")
-    found += [str(p) for p in Path(tempfile.gettempdir()).glob("wb-sbx-*") if leftovers.owner_alive(p.name, "wb-sbx-") is False]
+    found += [str(p) for p in Path(tempfile.gettempdir()).glob("wb-sbx-*")
+              if leftovers.owner_alive(p.name, "wb-sbx-") is False]
     return found
 
 
 def state(home: Path) -> str:
-    """'1.0.0' or '2.0.0' when the root and the lock agree on one version for all three; else a description."""
+    """'1.0.0' or '2.0.0' when the root and the lock agree on one version for all three; else a
+    description."""
     lock = lock_of(home)
     versions = {e["version"] for e in lock.values()}
     if set(lock) != {"alpha", "beta", "gamma"} or len(versions) != 1:
@@ -159,8 +164,9 @@ def test_a_kill_at_every_step_of_a_build(built, step):
     r = wbx(home, root_v2, "toolkit", "build", "b64")
     assert r.returncode == 0, r.stderr
     assert build_state(home, old) == "new"
-    out = subprocess.run([sys.executable, "-m", "wbcore_runtime", "run", "b64"], input=b"hi", capture_output=True,
-                         env={"PATH": os.environ["PATH"], "WB_HOME": str(home), "WB_TOOLKITS_ROOT": str(root_v2)})
+    out = subprocess.run([sys.executable, "-m", "wbcore_runtime", "run", "b64"], input=b"hi",
+                         capture_output=True, env={"PATH": os.environ["PATH"], "WB_HOME": str(home),
+                                                   "WB_TOOLKITS_ROOT": str(root_v2)})
     assert out.stdout == b"aGk=\n", out.stderr
 
 
@@ -169,8 +175,10 @@ def test_ten_random_kills_leave_nothing_behind(installed, built):
     bbase, bhome, broot, old = built
     home = base / "home-random"
     shutil.copytree(home_v1, home, symlinks=True)
-    # the build sandbox's scratch root, owned by a process that is then killed (the same helper wbcore-process uses)
-    owner = subprocess.Popen([sys.executable, "-c", "import sys, time; from wbcore_runtime.store import leftovers; "
+    # the build sandbox's scratch root, owned by a process that is then killed
+    # (the same helper wbcore-process uses)
+    owner = subprocess.Popen([sys.executable, "-c",
+                              "import sys, time; from wbcore_runtime.store import leftovers; "
                               "print(leftovers.mkdtemp('wb-sbx-'), flush=True); time.sleep(60)"],
                              stdout=subprocess.PIPE, text=True)
     scratch = Path(owner.stdout.readline().strip())
@@ -183,8 +191,8 @@ def test_ten_random_kills_leave_nothing_behind(installed, built):
                    "WB_TOOLKITS_ROOT": str(root if n % 2 == 0 else broot), "LANG": "C.UTF-8"}
             args = ["toolkit", "install", "--force", str(sources[n // 2 % 2])] if n % 2 == 0 else \
                 ["toolkit", "build", "b64", "--force"]
-            p = subprocess.Popen([sys.executable, "-m", "wbcore_runtime", *args], env=env, stdout=subprocess.DEVNULL,
-                                 stderr=subprocess.DEVNULL)
+            p = subprocess.Popen([sys.executable, "-m", "wbcore_runtime", *args], env=env,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(rng.uniform(0.2, 1.2))
             p.send_signal(signal.SIGKILL)
             p.wait()
@@ -207,7 +215,8 @@ def test_ten_random_kills_leave_nothing_behind(installed, built):
 def test_a_full_home_disk_has_its_own_exit_code_and_a_run_still_works(tmp_path):
     mnt = tmp_path / "home"
     mnt.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], capture_output=True,
+                          text=True)
     if done.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs here: {done.stderr.strip()}")
     try:
@@ -216,16 +225,20 @@ def test_a_full_home_disk_has_its_own_exit_code_and_a_run_still_works(tmp_path):
         shutil.copytree(REPO / "toolkits" / "b64", root / "b64")
         assert wbx(home, root, "toolkit", "build", "b64").returncode == 0
         env = {"PATH": os.environ["PATH"], "WB_HOME": str(home), "WB_TOOLKITS_ROOT": str(root)}
-        warm = subprocess.run([sys.executable, "-m", "wbcore_runtime", "run", "b64"], input=b"hi", capture_output=True, env=env)
+        warm = subprocess.run([sys.executable, "-m", "wbcore_runtime", "run", "b64"], input=b"hi",
+                              capture_output=True, env=env)
         assert warm.stdout == b"aGk=\n", warm.stderr
-        with open(mnt / "filler", "wb", buffering=0) as fh:  # fill the disk to the last block (unbuffered: no flush at close)
+        # fill the disk to the last block (unbuffered: no flush at close)
+        with open(mnt / "filler", "wb", buffering=0) as fh:
             try:
                 while True:
                     fh.write(b"\0" * 65536)
             except OSError:
                 pass
-        run = subprocess.run([sys.executable, "-m", "wbcore_runtime", "run", "b64"], input=b"hi", capture_output=True, env=env)
-        assert run.returncode == 0 and run.stdout == b"aGk=\n", run.stderr  # a run that needs no write does not write
+        run = subprocess.run([sys.executable, "-m", "wbcore_runtime", "run", "b64"], input=b"hi",
+                             capture_output=True, env=env)
+        # a run that needs no write does not write
+        assert run.returncode == 0 and run.stdout == b"aGk=\n", run.stderr
         src = write_toolkits(tmp_path, "1.0.0")
         r = wbx(home, root, "toolkit", "install", str(src))
         assert r.returncode == 74, (r.returncode, r.stderr)
@@ -243,7 +256,8 @@ def test_a_pure_compute_run_writes_nothing_to_the_home(tmp_path):
     env = {"PATH": os.environ["PATH"], "WB_HOME": str(home), "WB_TOOLKITS_ROOT": str(root)}
 
     def run() -> bytes:
-        done = subprocess.run([sys.executable, "-m", "wbcore_runtime", "run", "b64"], input=b"hi", capture_output=True, env=env)
+        done = subprocess.run([sys.executable, "-m", "wbcore_runtime", "run", "b64"], input=b"hi",
+                              capture_output=True, env=env)
         assert done.returncode == 0, done.stderr
         return done.stdout
 

@@ -32,12 +32,14 @@ def fake_apt(tmp_path: Path, code: int) -> Path:
     bin_ = tmp_path / "bin"
     bin_.mkdir()
     script = bin_ / "apt-get"
-    script.write_text(f'#!/bin/sh\necho "$*" >> {tmp_path}/apt.log\necho "E: pretend failure" >&2\nexit {code}\n')
+    script.write_text(f'#!/bin/sh\necho "$*" >> {tmp_path}/apt.log\n'
+                      f'echo "E: pretend failure" >&2\nexit {code}\n')
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     return bin_
 
 
-def test_missing_packages_are_named_once_with_the_command_that_installs_them(dev, monkeypatch, capsys, tmp_path):
+def test_missing_packages_are_named_once_with_the_command_that_installs_them(dev, monkeypatch, capsys,
+                                                                             tmp_path):
     monkeypatch.setenv("WB_SYSTEM_PACKAGES", "0")
     monkeypatch.setenv("PATH", f"{fake_apt(tmp_path, 0)}{os.pathsep}{os.environ['PATH']}")
     dev.system_packages()
@@ -48,7 +50,8 @@ def test_missing_packages_are_named_once_with_the_command_that_installs_them(dev
     assert not (tmp_path / "apt.log").exists()  # WB_SYSTEM_PACKAGES=0: apt-get never runs
 
 
-def test_as_root_apt_updates_once_installs_quietly_and_a_failure_is_not_fatal(dev, monkeypatch, capsys, tmp_path):
+def test_as_root_apt_updates_once_installs_quietly_and_a_failure_is_not_fatal(dev, monkeypatch, capsys,
+                                                                              tmp_path):
     monkeypatch.delenv("WB_SYSTEM_PACKAGES", raising=False)
     monkeypatch.setenv("PATH", f"{fake_apt(tmp_path, 100)}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setattr(os, "geteuid", lambda: 0)

@@ -19,10 +19,12 @@ from wbcore_runtime.trust import did, identity, signing, verdict as trust
 from test_signing import SEED0, SEED1, _Quiet, write_vec
 
 
-def test_a_rotated_did_web_key_is_seen_by_a_long_lived_runtime(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_rotated_did_web_key_is_seen_by_a_long_lived_runtime(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     site = tmp_path / "site"
     site.mkdir()
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), lambda *a, **kw: _Quiet(*a, directory=str(site), **kw))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                             lambda *a, **kw: _Quiet(*a, directory=str(site), **kw))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

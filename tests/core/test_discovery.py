@@ -38,7 +38,8 @@ def test_malformed_manifest_reported_others_continue(tmp_path: Path):
     root = tmp_path / "root"
     write_toolkit(root, "good")
     write_toolkit(root, "bad", manifest=manifest_text("bad").replace("#+VERSION: 0.1.0", "#+VERSION: v1"))
-    write_toolkit(root, "misnamed", manifest=manifest_text("other-name").replace(":ID: other-name", ":ID: other-name"))
+    write_toolkit(root, "misnamed",
+                  manifest=manifest_text("other-name").replace(":ID: other-name", ":ID: other-name"))
     (root / "not-a-toolkit").mkdir()
     (root / ".hidden").mkdir()
     found = discovery.discover([root])
@@ -92,9 +93,11 @@ def test_manifests_that_leave_the_toolkit_are_broken_entries(tmp_path: Path):
     problems = {e.path.parent.name: str(e) for e in found.errors}
     assert problems == {
         "linked": f"{root / 'linked' / 'manifest.org'}: symlink to a file outside the toolkit root",
-        "hard": f"{root / 'hard' / 'manifest.org'}: has 2 hard links (another name may be outside the toolkit; copy the file instead)",
+        "hard": f"{root / 'hard' / 'manifest.org'}: has 2 hard links "
+                "(another name may be outside the toolkit; copy the file instead)",
         "fifo": f"{root / 'fifo' / 'manifest.org'}: a FIFO, not a regular file",
-        "far": f"{root / 'far' / 'manifest.org'}: the toolkit folder is a symlink to a folder outside the search root",
+        "far": f"{root / 'far' / 'manifest.org'}: the toolkit folder is a symlink "
+               "to a folder outside the search root",
     }
 
 

@@ -66,7 +66,8 @@ class FolderClient:
         desc = Descriptor.of(data, self.layer_type)
         dest.mkdir(parents=True)
         (dest / "layer-0").write_bytes(data)
-        return Pulled(ref.pinned(desc.digest), distribution.TOOLKIT_TYPE, b"{}", ((desc, dest / "layer-0"),), {})
+        return Pulled(ref.pinned(desc.digest), distribution.TOOLKIT_TYPE, b"{}",
+                      ((desc, dest / "layer-0"),), {})
 
     def push(self, reference: str | Reference, *, artifact_type: str, config: tuple[bytes, str],
              layers: Sequence[Layer], annotations: Mapping[str, str] | None = None,
@@ -83,12 +84,14 @@ def _serving(client: FolderClient) -> object:
     return ServesFolders()
 
 
-def test_install_lands_what_the_served_client_pulled_and_pins_its_digest(make_runtime, tmp_path, wb_home) -> None:
+def test_install_lands_what_the_served_client_pulled_and_pins_its_digest(make_runtime, tmp_path,
+                                                                         wb_home) -> None:
     src = write_toolkit(tmp_path / "src", "tk", trust="first-party")
     client = FolderClient(src)
     rt = make_runtime(plugins=[_serving(client)])
     # a folder install asks for no client: the plugins serving one are not needed for it
-    install.install(wb_home, str(src), distribution=lambda: pytest.fail("a folder install asked for a client"))
+    install.install(wb_home, str(src),
+                    distribution=lambda: pytest.fail("a folder install asked for a client"))
     done = install.install(wb_home, "oci://registry.example/wb/tk:1", first_party=True, force=True,
                            distribution=lambda: distribution.service(rt))
     assert client.pulls == 1 and [d.entry.id for d in done] == ["tk"]

@@ -36,7 +36,8 @@ class _EchoDriver:
 class _TestBrokers:
     @hookimpl
     def wbcore_brokers(self):
-        yield Broker(name="kv", summary="test echo", factory=lambda rt: _EchoDriver(), operations=("echo", "big", "missing", "boom", "slow"))
+        yield Broker(name="kv", summary="test echo", factory=lambda rt: _EchoDriver(),
+                     operations=("echo", "big", "missing", "boom", "slow"))
 
 
 @pytest.fixture
@@ -157,7 +158,8 @@ ENGINE_API_PENDING: set[str] = set()
 
 def test_the_core_uses_no_engine_api_by_attribute():
     """Not importing wasmtime is not enough: a module handed in (as ``wasm_guest.engine(wasmtime)``
-    took one before the guest runner moved to wbcore-wasmtime) is driven through its attributes; no core module names one of wasmtime's."""
+    took one before the guest runner moved to wbcore-wasmtime) is driven through its attributes; no core
+    module names one of wasmtime's."""
     offenders, pending = [], set()
     for path in sorted(Path(wbcore_runtime.__file__).parent.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -166,9 +168,11 @@ def test_the_core_uses_no_engine_api_by_attribute():
                 if path.name in ENGINE_API_PENDING:
                     pending.add(path.name)
                 else:
-                    offenders.append(f"{path.relative_to(Path(wbcore_runtime.__file__).parent)}:{node.lineno}: .{name}")
+                    offenders.append(
+                        f"{path.relative_to(Path(wbcore_runtime.__file__).parent)}:{node.lineno}: .{name}")
     assert offenders == [], "the core drives an engine; serve it from a plugin through a hook record"
-    assert pending == ENGINE_API_PENDING, f"{ENGINE_API_PENDING - pending} drive no engine now: drop them from ENGINE_API_PENDING"
+    assert pending == ENGINE_API_PENDING, (
+        f"{ENGINE_API_PENDING - pending} drive no engine now: drop them from ENGINE_API_PENDING")
 
 
 def test_linkable_decides_on_plain_import_names(dock):

@@ -125,7 +125,8 @@ def test_inputs_are_read_lazily():
 
 def test_bad_width_kind_and_deadline_are_refused(registered):
     rt, _ = registered
-    for kw, what in (({"width": 0}, "width"), ({"kind": "component"}, "fabric kind"), ({"deadline": -1}, "deadline")):
+    for kw, what in (({"width": 0}, "width"), ({"kind": "component"}, "fabric kind"),
+                     ({"deadline": -1}, "deadline")):
         with pytest.raises(InvalidArgs, match=what):
             fabric.map(rt, "say", [], engine="inline", **kw)
 
@@ -169,7 +170,8 @@ def test_chunk_results_put_each_error_at_its_input_index(registered):
         (10, b"A", None), (11, None, ErrorKind.INVALID_ARGS), (12, None, ErrorKind.TIMEOUT), (13, b"D", None)]
     lost = batch.failed_results(dataclasses.replace(kjob, joined=True), chunk, InvalidArgs("worker gone"))
     assert isinstance(lost.values, fabric.Outputs) and list(lost.values) == [b""] * 4
-    assert [e.message for e in lost.errors.values()] == ["worker gone", "not bytes", "worker gone", "worker gone"]
+    assert ([e.message for e in lost.errors.values()]
+            == ["worker gone", "not bytes", "worker gone", "worker gone"])
     assert batch.failed_results(job, chunk, None).values == [None] * 4
     assert batch.failed_results(kjob, chunk, None).values == [b""] * 4
 

@@ -1,4 +1,5 @@
-"""The one fetcher (wbcore_runtime.guard.fetch): TLS against SSL_CERT_FILE, error kinds of their own, caps while streaming."""
+"""The one fetcher (wbcore_runtime.guard.fetch): TLS against SSL_CERT_FILE, error kinds of their own, caps
+while streaming."""
 
 from __future__ import annotations
 
@@ -57,7 +58,8 @@ ROUTES = {"/stall": _stall, "/endless": _endless}
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory) -> tuple[Path, Path, Path]:
-    """A private CA (a corporate TLS-intercepting proxy's) and a server certificate it issued for localhost."""
+    """A private CA (a corporate TLS-intercepting proxy's) and a server certificate it issued for
+    localhost."""
     x509 = pytest.importorskip("cryptography.x509")
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -70,24 +72,30 @@ def pki(tmp_path_factory) -> tuple[Path, Path, Path]:
           .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
           .not_valid_after(now + datetime.timedelta(days=2))
           .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-          .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
-                                       key_encipherment=False, data_encipherment=False, key_agreement=False,
+          .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                       content_commitment=False, key_encipherment=False,
+                                       data_encipherment=False, key_agreement=False,
                                        encipher_only=False, decipher_only=False), critical=True)
           .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
           .sign(ca_key, hashes.SHA256()))
     key = ec.generate_private_key(ec.SECP256R1())
-    cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]))
+    cert = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]))
             .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=2))
+            .not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=2))
             .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
-                                                        x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+                                                        x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                           critical=False)
             .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+                           critical=False)
             .sign(ca_key, hashes.SHA256()))
     d = tmp_path_factory.mktemp("pki")
     (d / "ca.pem").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     (d / "server.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    (d / "server.key").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+    (d / "server.key").write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                                     serialization.PrivateFormat.PKCS8,
                                                      serialization.NoEncryption()))
     return d / "ca.pem", d / "server.pem", d / "server.key"
 
@@ -134,8 +142,8 @@ def test_without_the_ca_tls_fails_with_its_own_kind(pki, https_port, tmp_path, m
     monkeypatch.delenv("SSL_CERT_DIR", raising=False)
     FILES["/x"] = b"hello"
     with pytest.raises(TlsError) as exc:
-        fetch.get_bytes(f"https://localhost:{https_port}/x", guard=NetGuard.from_env(ALLOW), limits=fetch.FetchLimits(),
-                        env=ALLOW)
+        fetch.get_bytes(f"https://localhost:{https_port}/x", guard=NetGuard.from_env(ALLOW),
+                        limits=fetch.FetchLimits(), env=ALLOW)
     assert exc.value.name == "tls" and exc.value.exit_code == 76
     assert "SSL_CERT_FILE" in exc.value.message and "certificate" in exc.value.message.lower()
 
@@ -156,7 +164,8 @@ def test_dns_and_connection_failures_have_their_own_kinds(tmp_path):
         raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
 
     with pytest.raises(DnsError) as exc:
-        fetch.get_bytes("https://nowhere.example/x", guard=NetGuard.from_env({}, resolver=no_dns), limits=fetch.FetchLimits())
+        fetch.get_bytes("https://nowhere.example/x", guard=NetGuard.from_env({}, resolver=no_dns),
+                        limits=fetch.FetchLimits())
     assert exc.value.name == "dns" and exc.value.exit_code == 68 and "nowhere.example" in exc.value.message
     # a broker's guard (no from_env) calls the same failure a denial: a guest learns nothing more
     with pytest.raises(EgressDenied):
@@ -166,7 +175,8 @@ def test_dns_and_connection_failures_have_their_own_kinds(tmp_path):
     port = closed.getsockname()[1]
     closed.close()
     with pytest.raises(Unreachable) as exc2:
-        fetch.get_bytes(f"http://127.0.0.1:{port}/x", guard=NetGuard.from_env(ALLOW), limits=fetch.FetchLimits())
+        fetch.get_bytes(f"http://127.0.0.1:{port}/x", guard=NetGuard.from_env(ALLOW),
+                        limits=fetch.FetchLimits())
     assert exc2.value.exit_code == 69
 
 
@@ -216,7 +226,8 @@ def test_a_pinned_file_comes_from_a_url_or_a_handed_over_file_and_must_match(htt
     assert dest.read_bytes() == body
     # other bytes: refused, naming both digests and what was pinned; nothing is left behind
     dest.unlink()
-    with pytest.raises(InvalidArgs, match=rf"sha256 {want} is not the pinned {'0' * 64} \(thing 1.0\); nothing was kept"):
+    with pytest.raises(InvalidArgs,
+                       match=rf"sha256 {want} is not the pinned {'0' * 64} \(thing 1.0\); nothing was kept"):
         fetch.pinned(url, dest, "0" * 64, what="thing 1.0", max_bytes=1 << 20, env=ALLOW)
     assert not dest.exists()
     with pytest.raises(InvalidArgs, match="is not the pinned"):

@@ -86,7 +86,8 @@ def test_a_lying_length_costs_one_chunk_at_a_time() -> None:
 
 
 @FAST
-@given(st.integers(min_value=0, max_value=255).filter(lambda k: k not in frames.NAMES), st.binary(max_size=64))
+@given(st.integers(min_value=0, max_value=255).filter(lambda k: k not in frames.NAMES),
+       st.binary(max_size=64))
 def test_an_unknown_type_is_refused(kind: int, payload: bytes) -> None:
     with pytest.raises(FrameError) as err:
         frames.read_frame(CountingReader(struct.pack("<IB", len(payload), kind) + payload))
@@ -128,7 +129,8 @@ def test_arbitrary_json_payloads_are_objects_or_a_clean_refusal(data: bytes) -> 
 
 
 @FAST
-@given(st.binary(max_size=128), st.sampled_from([b'{"blobs":[5]}', b'{"blobs":[-1]}', b'{"blobs":"x"}', b"[1]", b"{"]))
+@given(st.binary(max_size=128),
+       st.sampled_from([b'{"blobs":[5]}', b'{"blobs":[-1]}', b'{"blobs":"x"}', b"[1]", b"{"]))
 def test_lying_attachment_lengths_are_refused(tail: bytes, head: bytes) -> None:
     payload = struct.pack("<I", len(head)) + head + tail
     try:

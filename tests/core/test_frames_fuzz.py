@@ -37,8 +37,9 @@ def _refused(exc: F.FrameError) -> None:
 
 
 _kinds = st.sampled_from(sorted(F.NAMES))
-_json_obj = st.dictionaries(st.text(max_size=8), st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=20),
-                                                          st.lists(st.integers(min_value=-3, max_value=50), max_size=4)),
+_json_obj = st.dictionaries(st.text(max_size=8),
+                            st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=20),
+                                      st.lists(st.integers(min_value=-3, max_value=50), max_size=4)),
                             max_size=6)
 _frame = st.builds(lambda k, p: F.encode(k, p), _kinds, st.binary(max_size=200))
 
@@ -118,12 +119,14 @@ def test_random_json_payloads_are_unpacked_or_refused(payload: bytes) -> None:
     except F.FrameError as exc:
         _refused(exc)
         return
-    assert isinstance(obj, dict) and sum(map(len, blobs)) == len(payload) - 4 - int.from_bytes(payload[:4], "little")
+    assert (isinstance(obj, dict)
+            and sum(map(len, blobs)) == len(payload) - 4 - int.from_bytes(payload[:4], "little"))
 
 
 @FAST
 @given(_json_obj, st.lists(st.binary(max_size=40), max_size=3), st.data())
-def test_a_mangled_json_payload_is_refused_or_exact(obj: dict, blobs: list[bytes], data: st.DataObject) -> None:
+def test_a_mangled_json_payload_is_refused_or_exact(obj: dict, blobs: list[bytes],
+                                                    data: st.DataObject) -> None:
     """Truncate, extend or flip a byte of a well-formed json payload: it is refused, or what
     comes out is a well-formed object whose attachments account for every byte."""
     good = F.pack({k: v for k, v in obj.items() if k != "blobs"}, *blobs)
@@ -136,7 +139,8 @@ def test_a_mangled_json_payload_is_refused_or_exact(obj: dict, blobs: list[bytes
         i = data.draw(st.integers(min_value=0, max_value=len(good) - 1))
         bad = good[:i] + bytes([good[i] ^ data.draw(st.integers(min_value=1, max_value=255))]) + good[i + 1:]
     else:  # a header whose blobs lie about the lengths
-        head = json.dumps({**obj, "blobs": data.draw(st.lists(st.integers(min_value=0, max_value=99), max_size=4))})
+        head = json.dumps({**obj,
+                           "blobs": data.draw(st.lists(st.integers(min_value=0, max_value=99), max_size=4))})
         bad = len(head.encode()).to_bytes(4, "little") + head.encode() + b"".join(blobs)
     try:
         got, got_blobs = F.unpack(bad)

@@ -31,8 +31,9 @@ FROZEN = {"frozen": True, "slots": True}
 #: ``field(repr=False, compare=False)``.
 CASES: list[tuple[type, dict[str, Any], list[tuple[str, Any]], set[str]]] = [
     (TierChoice, FROZEN, [("name", REQUIRED), ("reason", REQUIRED), ("considered", ())], set()),
-    (Resolved, FROZEN, [(f, REQUIRED) for f in ("kind", "name", "entry", "sha256", "artifact", "toolkit", "trust",
-                                                 "signer", "profile", "caps", "allowed_hosts", "tier")]
+    (Resolved, FROZEN, [(f, REQUIRED) for f in ("kind", "name", "entry", "sha256", "artifact",
+                                                 "toolkit", "trust", "signer", "profile", "caps",
+                                                 "allowed_hosts", "tier")]
      + [("target", None), ("kernel", None), ("home", None)], {"target"}),
     (Usage, {"slots": True}, [("wall_s", 0.0), ("fuel", None), ("peak_memory", 0), ("bytes_out", 0),
                               ("isolation", ""), ("tier", "")], set()),
@@ -40,24 +41,28 @@ CASES: list[tuple[type, dict[str, Any], list[tuple[str, Any]], set[str]]] = [
                           ("usage", FACTORY)], set()),
     (CallRecord, FROZEN, [("name", REQUIRED), ("shape", REQUIRED), ("principal", REQUIRED), ("argv", ()),
                           ("toolkit", None), ("tier", None), ("caps", frozenset())], set()),
-    (Profile, FROZEN, [("name", REQUIRED), ("memory_bytes", REQUIRED), ("timeout_s", REQUIRED), ("caps", REQUIRED),
-                       ("stdout_bytes", 16 * MiB), ("stderr_bytes", 1 * MiB)], set()),
-    (Cap, FROZEN, [("name", REQUIRED), ("meaning", REQUIRED), ("profiles", REQUIRED), ("origin", REQUIRED)], set()),
+    (Profile, FROZEN, [("name", REQUIRED), ("memory_bytes", REQUIRED), ("timeout_s", REQUIRED),
+                       ("caps", REQUIRED), ("stdout_bytes", 16 * MiB), ("stderr_bytes", 1 * MiB)], set()),
+    (Cap, FROZEN, [("name", REQUIRED), ("meaning", REQUIRED), ("profiles", REQUIRED),
+                   ("origin", REQUIRED)], set()),
     (Root, FROZEN, [("shown", REQUIRED), ("real", REQUIRED), ("label", TOOLKIT_ROOT)], set()),
-    (Node, FROZEN, [("rel", REQUIRED), ("kind", REQUIRED), ("fd", -1), ("target", ""), ("executable", False)], set()),
+    (Node, FROZEN, [("rel", REQUIRED), ("kind", REQUIRED), ("fd", -1), ("target", ""),
+                    ("executable", False)], set()),
     (Project, FROZEN, [("root", REQUIRED), ("marker", REQUIRED), ("home", None), ("toolkits", ())], set()),
     (Home, FROZEN, [("path", REQUIRED), ("source", REQUIRED), ("project", None)], set()),
     (Artifact, FROZEN, [("sha256", REQUIRED), ("path", REQUIRED), ("size", REQUIRED)], set()),
     (Principal, FROZEN, [("tenant", "default"), ("toolkit", ""), ("reach", None)], set()),
-    (CommandRequest, FROZEN, [(f, REQUIRED) for f in ("name", "sha256", "artifact", "argv", "stdin", "profile",
-                                                       "timeout_s", "principal")]
+    (CommandRequest, FROZEN, [(f, REQUIRED) for f in ("name", "sha256", "artifact", "argv", "stdin",
+                                                       "profile", "timeout_s", "principal")]
      + [("caps", frozenset()), ("arg_mode", "argv"), ("fuel", None), ("toolkit", None), ("cancel", None),
-        ("allowed_hosts", ()), ("tier", "instance"), ("preopens", ()), ("scratch", None), ("mounts", ())], set()),
+        ("allowed_hosts", ()), ("tier", "instance"), ("preopens", ()), ("scratch", None), ("mounts", ())],
+     set()),
     (Entry, FROZEN, [("kind", REQUIRED), ("name", REQUIRED), ("sha256", REQUIRED), ("shape", REQUIRED),
                      ("toolkit", None), ("arg_mode", "argv"), ("profile", "compute"), ("builtin", False),
                      ("options", FACTORY)], set()),
-    (Running, {"eq": False}, [("kind", REQUIRED), ("name", REQUIRED), ("caps", REQUIRED), ("principal", REQUIRED),
-                              ("cancel", REQUIRED), ("cut", None), ("revoked_at_start", False)], set()),
+    (Running, {"eq": False}, [("kind", REQUIRED), ("name", REQUIRED), ("caps", REQUIRED),
+                              ("principal", REQUIRED), ("cancel", REQUIRED), ("cut", None),
+                              ("revoked_at_start", False)], set()),
 ]
 
 
@@ -82,7 +87,8 @@ def values(fields: list[tuple[str, Any]], tag: int) -> dict[str, Any]:
 
 @pytest.mark.parametrize(("cls", "flags", "fields", "hidden"), CASES, ids=[c[0].__name__ for c in CASES])
 def test_a_hand_written_record_behaves_as_its_dataclass(cls: type, flags: dict[str, Any],
-                                                        fields: list[tuple[str, Any]], hidden: set[str]) -> None:
+                                                        fields: list[tuple[str, Any]],
+                                                        hidden: set[str]) -> None:
     ref = reference(cls, flags, fields, hidden)
     names = [n for n, _ in fields]
     assert list(cls.__match_args__) == list(ref.__match_args__) == names  # type: ignore[attr-defined]
@@ -102,7 +108,8 @@ def test_a_hand_written_record_behaves_as_its_dataclass(cls: type, flags: dict[s
     assert repr(a0) == repr(r0)
     for name, default in fields:
         if default is FACTORY:
-            assert getattr(a0, name) == FACTORIES[name]() and getattr(a0, name) is not getattr(cls(**required), name)
+            assert (getattr(a0, name) == FACTORIES[name]()
+                    and getattr(a0, name) is not getattr(cls(**required), name))
     # ==, hash and repr over every combination of two instances
     samples = [values(fields, 1), values(fields, 2), {**values(fields, 1), names[-1]: "other"}]
     if hidden:
@@ -152,10 +159,12 @@ def test_a_hand_written_record_behaves_as_its_dataclass(cls: type, flags: dict[s
                 assert type(twin) is cls and twin == a and repr(twin) == repr(a)
         if cls is not Running:  # dataclasses' own functions take it as the dataclass it was
             assert dataclasses.is_dataclass(a) and dataclasses.asdict(a) == dataclasses.asdict(r)
-            assert [(f.name, f.default, f.default_factory, f.repr, f.compare) for f in dataclasses.fields(a)] == \
-                [(f.name, f.default, f.default_factory, f.repr, f.compare) for f in dataclasses.fields(r)]
+            assert ([(f.name, f.default, f.default_factory, f.repr, f.compare) for f in dataclasses.fields(a)]
+                    == [(f.name, f.default, f.default_factory, f.repr, f.compare)
+                        for f in dataclasses.fields(r)])
             changed = dataclasses.replace(a, **{names[0]: "changed"})
-            assert type(changed) is cls and repr(changed) == repr(dataclasses.replace(r, **{names[0]: "changed"}))
+            assert (type(changed) is cls
+                    and repr(changed) == repr(dataclasses.replace(r, **{names[0]: "changed"})))
 
 
 def test_an_unhashable_field_makes_a_frozen_record_unhashable_as_before() -> None:

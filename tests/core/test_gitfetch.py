@@ -19,14 +19,16 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def served(git_server: GitHttpServer) -> tuple[GitHttpServer, str]:
-    _, commit = git_repo(git_server.root / "tk.git", {"tool/main.c": "int main(void){return 0;}\n"}, commits=2)
+    _, commit = git_repo(git_server.root / "tk.git", {"tool/main.c": "int main(void){return 0;}\n"},
+                         commits=2)
     return git_server, commit
 
 
 def test_loopback_is_refused_naming_the_settings_then_allowed_by_each(served, tmp_path: Path) -> None:
     server, commit = served
     url = f"{server.url}/tk.git"
-    with pytest.raises(EgressDenied, match="127.0.0.1 is loopback.*WB_ALLOW_PRIVATE_HOSTS.*WB_ALLOW_PRIVATE_SOURCES"):
+    with pytest.raises(EgressDenied,
+                       match="127.0.0.1 is loopback.*WB_ALLOW_PRIVATE_HOSTS.*WB_ALLOW_PRIVATE_SOURCES"):
         gitfetch.checkout(url, tmp_path / "a", commit=commit, guard=NetGuard.from_env({}))
     assert server.hits == []  # refused before git ran
     for env in ({"WB_ALLOW_PRIVATE_HOSTS": "127.0.0.1"}, {"WB_ALLOW_PRIVATE_HOSTS": "127.0.0.0/8"},
@@ -43,7 +45,8 @@ def test_the_connection_goes_to_the_checked_address(served, tmp_path: Path) -> N
     reaches the server only because it is pinned there (http.curloptResolve)."""
     server, commit = served
     guard = NetGuard.from_env({"WB_ALLOW_PRIVATE_HOSTS": "git.invalid"}, resolver=lambda h, p: ["127.0.0.1"])
-    got = gitfetch.checkout(f"http://git.invalid:{server.port}/tk.git", tmp_path / "t", commit=commit, guard=guard)
+    got = gitfetch.checkout(f"http://git.invalid:{server.port}/tk.git", tmp_path / "t", commit=commit,
+                            guard=guard)
     assert got == commit
     assert {host for _, _, host in server.hits} == {f"git.invalid:{server.port}"}  # Host keeps the name
 
@@ -52,7 +55,8 @@ def test_a_rebinding_name_is_refused_before_git_runs(served, tmp_path: Path) -> 
     server, commit = served
     guard = NetGuard.from_env({}, resolver=lambda h, p: ["8.8.8.8", "127.0.0.1"])
     with pytest.raises(EgressDenied, match="loopback"):
-        gitfetch.checkout(f"http://mixed.invalid:{server.port}/tk.git", tmp_path / "t", commit=commit, guard=guard)
+        gitfetch.checkout(f"http://mixed.invalid:{server.port}/tk.git", tmp_path / "t", commit=commit,
+                          guard=guard)
     assert server.hits == []
 
 
@@ -73,8 +77,8 @@ def test_redirects_are_not_followed(tmp_path: Path) -> None:
 def test_other_transports_and_odd_urls_are_refused(tmp_path: Path) -> None:
     guard = NetGuard.from_env({"WB_ALLOW_PRIVATE_SOURCES": "1"})
     for url in ("ext::sh -c touch% /tmp/pwned", "ssh://host/repo", "git://host/repo", "-uhttp://x/",
-                "https://user:pw@host/repo", "file:///tmp/repo", "http://host/re po", "https://bücher.example/r",
-                "https://host.example./r"):
+                "https://user:pw@host/repo", "file:///tmp/repo", "http://host/re po",
+                "https://bücher.example/r", "https://host.example./r"):
         with pytest.raises(InvalidArgs):
             gitfetch.checkout(url, tmp_path / "t", commit="a" * 40, guard=guard)
 
@@ -82,7 +86,8 @@ def test_other_transports_and_odd_urls_are_refused(tmp_path: Path) -> None:
 def test_file_urls_only_when_allowed_and_unknown_commits(git_server, tmp_path: Path) -> None:
     bare, commit = git_repo(tmp_path / "local.git", {"a": "1\n"}, commits=3)
     guard = NetGuard.from_env({})
-    assert gitfetch.checkout(f"file://{bare}", tmp_path / "h", commit=None, guard=guard, allow_file=True) != commit
+    assert (gitfetch.checkout(f"file://{bare}", tmp_path / "h", commit=None, guard=guard, allow_file=True)
+            != commit)
     assert gitfetch.checkout(f"file://{bare}", tmp_path / "s", commit=commit[:10], guard=guard,
                              allow_file=True) == commit
     with pytest.raises(NotFound, match="not in"):
@@ -106,7 +111,8 @@ def test_bounds_hold(served, tmp_path: Path) -> None:
 
 def test_one_git_fetcher() -> None:
     """Only gitfetch runs ``git clone`` / ``git fetch`` for sources and installs."""
-    files = subprocess.run(["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    files = subprocess.run(["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True,
+                           check=True).stdout.split()
     # an argv naming the subcommand: ["git", ..., "clone"], [..."fetch", ...] as a list's head,
     # or a command line "git clone ..." / "git fetch ..." in one string
     runs_git = re.compile(r"""\[\s*["']git["'][^\]]*["'](clone|fetch)["']|\[\s*["'](clone|fetch)["']\s*,"""

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from wbcore_runtime.contract.calls import CommandRequest, GuestTrap, LimitExceeded, Principal, check_guest_end, near_memory_cap
+from wbcore_runtime.contract.calls import (CommandRequest, GuestTrap, LimitExceeded, Principal,
+                                           check_guest_end, near_memory_cap)
 from wbcore_runtime.contract.errors import Timeout
 from wbcore_runtime.trust.policy import profile
 
@@ -19,13 +20,18 @@ FAR = 1 << 16
 
 
 @pytest.mark.parametrize(("kw", "error", "limit", "text"), [
-    ({"stopped": "timeout", "over": "stdout", "trap": "wasm trap: x"}, Timeout, None, "over its 2 s deadline"),
+    ({"stopped": "timeout", "over": "stdout", "trap": "wasm trap: x"}, Timeout, None,
+     "over its 2 s deadline"),
     ({"stopped": "cancelled"}, Timeout, None, "cancelled by the caller"),
-    ({"over": "stderr", "trap": "wasm trap: x", "peak": AT_CAP}, LimitExceeded, "stderr", "stderr passed the"),
+    ({"over": "stderr", "trap": "wasm trap: x", "peak": AT_CAP}, LimitExceeded, "stderr",
+     "stderr passed the"),
     ({"trap": "wasm trap: interrupt", "trap_code": "INTERRUPT", "peak": AT_CAP}, Timeout, None, "deadline"),
-    ({"trap": "wasm trap: all fuel consumed", "trap_code": "OUT_OF_FUEL", "fuel": 7}, LimitExceeded, "fuel", "(7 units)"),
-    ({"trap": "wasm trap: unreachable", "peak": AT_CAP}, LimitExceeded, "memory", "memory limit of profile compute"),
-    ({"trap": "wasm trap: unreachable", "peak": FAR}, GuestTrap, None, "guest trapped: wasm trap: unreachable"),
+    ({"trap": "wasm trap: all fuel consumed", "trap_code": "OUT_OF_FUEL", "fuel": 7}, LimitExceeded, "fuel",
+     "(7 units)"),
+    ({"trap": "wasm trap: unreachable", "peak": AT_CAP}, LimitExceeded, "memory",
+     "memory limit of profile compute"),
+    ({"trap": "wasm trap: unreachable", "peak": FAR}, GuestTrap, None,
+     "guest trapped: wasm trap: unreachable"),
     ({"exit_code": 1, "peak": AT_CAP}, LimitExceeded, "memory", "exited 1 at the"),
 ])
 def test_each_end_maps_to_one_error_in_one_order(kw, error, limit, text) -> None:

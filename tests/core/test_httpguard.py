@@ -1,4 +1,5 @@
-"""wbcore_runtime.guard.httpguard: who may talk to an HTTP surface (MCP, engine) — one function per question."""
+"""wbcore_runtime.guard.httpguard: who may talk to an HTTP surface (MCP, engine) — one function per
+question."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "a-token-of-enough-length-123"
 
 
-def policy(bind: str = "127.0.0.1", token: str | None = TOKEN, extra: tuple[str, ...] = ()) -> httpguard.Policy:
+def policy(bind: str = "127.0.0.1", token: str | None = TOKEN,
+           extra: tuple[str, ...] = ()) -> httpguard.Policy:
     return httpguard.Policy.for_bind(bind, token, extra, surface="test")
 
 
@@ -34,21 +36,25 @@ def test_token_is_required_exact_and_long_enough():
     assert httpguard.check_token("") is None and httpguard.check_token(None) is None
 
 
-@pytest.mark.parametrize("host", ["evil.example", "localhost.evil.example", "127.0.0.1.nip.io", "evil.example:8766",
-                                  "", "[::2]:80", "10.0.0.1"])
+@pytest.mark.parametrize("host", ["evil.example", "localhost.evil.example", "127.0.0.1.nip.io",
+                                  "evil.example:8766", "", "[::2]:80", "10.0.0.1"])
 def test_foreign_hosts_are_421(host):
-    assert httpguard.refusal(policy(), authorization=f"Bearer {TOKEN}".encode(), host=host, origin=None)[0] == 421
+    assert (httpguard.refusal(policy(), authorization=f"Bearer {TOKEN}".encode(), host=host, origin=None)[0]
+            == 421)
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.1:8766", "LOCALHOST:1", "[::1]:8766", "[::1]"])
 def test_loopback_hosts_pass(host):
-    assert httpguard.refusal(policy(), authorization=f"Bearer {TOKEN}".encode(), host=host, origin=None) is None
+    assert (httpguard.refusal(policy(), authorization=f"Bearer {TOKEN}".encode(), host=host, origin=None)
+            is None)
 
 
 @pytest.mark.parametrize("origin", ["http://evil.example", "null", "http://localhost.evil.example",
-                                    "file://localhost", "http://localhost/path", "localhost", "ws://localhost"])
+                                    "file://localhost", "http://localhost/path", "localhost",
+                                    "ws://localhost"])
 def test_foreign_origins_are_403(origin):
-    refused = httpguard.refusal(policy(), authorization=f"Bearer {TOKEN}".encode(), host="localhost", origin=origin)
+    refused = httpguard.refusal(policy(), authorization=f"Bearer {TOKEN}".encode(), host="localhost",
+                                origin=origin)
     assert refused is not None and refused[0] == 403, origin
 
 
@@ -59,7 +65,8 @@ def test_named_and_wildcard_binds_allow_their_names():
         assert httpguard.refusal(p, authorization=auth, host=host, origin=f"https://{host}") is None
     assert httpguard.refusal(p, authorization=auth, host="10.1.2.4", origin=None)[0] == 421
     assert "engine.internal" in httpguard.host_names("0.0.0.0", ["engine.internal"])
-    assert httpguard.warning("x", "0.0.0.0", None, "X_TOKEN") and httpguard.warning("x", "127.0.0.1", None, "X") is None
+    assert (httpguard.warning("x", "0.0.0.0", None, "X_TOKEN")
+            and httpguard.warning("x", "127.0.0.1", None, "X") is None)
 
 
 def test_guard_middleware_answers_refusals_and_passes_the_rest():
@@ -78,7 +85,8 @@ def test_guard_middleware_answers_refusals_and_passes_the_rest():
         async def send(msg):
             sent.append(msg)
 
-        scope = {"type": "http", "path": "/x", "headers": [(k.encode(), v.encode()) for k, v in headers.items()]}
+        scope = {"type": "http", "path": "/x",
+                 "headers": [(k.encode(), v.encode()) for k, v in headers.items()]}
         asyncio.run(guard(scope, None, send))
         return sent[0]["status"], dict(sent[0]["headers"])
 
@@ -93,11 +101,13 @@ def test_no_http_surface_compares_tokens_itself():
     """The token question has one home: no other module of the core or a plugin does a
     constant-time comparison of an Authorization header, nor parses 'Bearer '."""
     offenders = []
-    for path in [*ROOT.joinpath("wbcore_runtime").rglob("*.py"), *ROOT.joinpath("plugins").glob("*/wbcore_*/**/*.py")]:
+    for path in [*ROOT.joinpath("wbcore_runtime").rglob("*.py"),
+                 *ROOT.joinpath("plugins").glob("*/wbcore_*/**/*.py")]:
         if path.name == "httpguard.py" or "/tests/" in path.as_posix():
             continue
         text = path.read_text()
-        if re.search(r"compare_digest\([^)]*(header|authorization|token)", text, re.IGNORECASE) or 'b"bearer "' in text.lower():
+        if (re.search(r"compare_digest\([^)]*(header|authorization|token)", text, re.IGNORECASE)
+                or 'b"bearer "' in text.lower()):
             offenders.append(str(path.relative_to(ROOT)))
     assert offenders == []
 

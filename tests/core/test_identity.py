@@ -16,16 +16,20 @@ from wbcore_runtime.contract.errors import InvalidArgs, Unreachable
 
 # W3C CCG did-method-key, test-vectors/ed25519-x25519.json: seed → did:key, publicKeyBase58.
 W3C_VECTORS = [
-    ("00" * 32, "did:key:z6MkiTBz1ymuepAQ4HEHYSF1H8quG5GLVVQR3djdX3mDooWp", "4zvwRjXUKGfvwnParsHAS3HuSVzV5cA4McphgmoCtajS"),
-    ("00" * 31 + "01", "did:key:z6MkjchhfUsD6mmvni8mCdXHw216Xrm9bQe2mBH1P5RDjVJG", "6ASf5EcmmEHTgDJ4X4ZT5vT6iHVJBXPg5AN5YoTCpGWt"),
-    ("00" * 31 + "02", "did:key:z6MknGc3ocHs3zdPiJbnaaqDi58NGb4pk1Sp9WxWufuXSdxf", "8pM1DN3RiT8vbom5u1sNryaNT1nyL8CTTW3b5PwWXRBH"),
+    ("00" * 32, "did:key:z6MkiTBz1ymuepAQ4HEHYSF1H8quG5GLVVQR3djdX3mDooWp",
+     "4zvwRjXUKGfvwnParsHAS3HuSVzV5cA4McphgmoCtajS"),
+    ("00" * 31 + "01", "did:key:z6MkjchhfUsD6mmvni8mCdXHw216Xrm9bQe2mBH1P5RDjVJG",
+     "6ASf5EcmmEHTgDJ4X4ZT5vT6iHVJBXPg5AN5YoTCpGWt"),
+    ("00" * 31 + "02", "did:key:z6MknGc3ocHs3zdPiJbnaaqDi58NGb4pk1Sp9WxWufuXSdxf",
+     "8pM1DN3RiT8vbom5u1sNryaNT1nyL8CTTW3b5PwWXRBH"),
 ]
 X25519_DID = "did:key:z6LShs9GGnqk85isEBzzshkuVWrVKsRp24GnDuHk8QWkARMW"  # same W3C file, key agreement key
 
 
 @pytest.mark.parametrize(
     ("raw", "text"),
-    [(b"", ""), (b"\0", "1"), (b"\0\0\x01", "112"), (b"hello world", "StV1DL6CwTryKyV"), (bytes([0xFF] * 4), "7YXq9G")],
+    [(b"", ""), (b"\0", "1"), (b"\0\0\x01", "112"), (b"hello world", "StV1DL6CwTryKyV"),
+     (bytes([0xFF] * 4), "7YXq9G")],
 )
 def test_base58btc_vectors(raw, text):
     assert identity.b58encode(raw) == text
@@ -137,7 +141,8 @@ def test_did_web_names_and_urls():
     assert did.did_for_host("example.com") == "did:web:example.com"
     assert did.did_for_host("example.com:8443/users/alice") == "did:web:example.com%3A8443:users:alice"
     assert did.url_for("did:web:example.com") == "https://example.com/.well-known/did.json"
-    assert did.url_for("did:web:example.com%3A8443:users:alice") == "https://example.com:8443/users/alice/did.json"
+    assert (did.url_for("did:web:example.com%3A8443:users:alice")
+            == "https://example.com:8443/users/alice/did.json")
     for bad in ("", "exa mple.com", "a.com/../x"):
         with pytest.raises(InvalidArgs):
             did.did_for_host(bad)
@@ -148,7 +153,8 @@ def test_did_web_document_wraps_the_same_key():
     doc = did.document(ident, "example.com")
     assert doc["id"] == "did:web:example.com"
     assert doc["alsoKnownAs"] == [ident.did]
-    assert doc["verificationMethod"][0]["publicKeyMultibase"] == "z6MkiTBz1ymuepAQ4HEHYSF1H8quG5GLVVQR3djdX3mDooWp"
+    assert (doc["verificationMethod"][0]["publicKeyMultibase"]
+            == "z6MkiTBz1ymuepAQ4HEHYSF1H8quG5GLVVQR3djdX3mDooWp")
     assert did.keys_in(doc, "did:web:example.com") == [ident.public_key]
     with pytest.raises(InvalidArgs, match="names itself"):
         did.keys_in(doc, "did:web:other.example")
@@ -238,7 +244,8 @@ def test_a_did_web_host_that_wants_credentials_is_named_as_such(status, tmp_path
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
         web = did.did_for_host(f"127.0.0.1:{srv.server_address[1]}")
-        with pytest.raises(Unreachable, match=rf"refused to serve the DID document \(HTTP {status}.*must be public"):
+        with pytest.raises(Unreachable,
+                           match=rf"refused to serve the DID document \(HTTP {status}.*must be public"):
             did.resolve_web(web, env={}, allow_http_loopback=True)
     finally:
         srv.shutdown()

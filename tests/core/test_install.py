@@ -64,7 +64,8 @@ def src(tmp_path, monkeypatch):
 def _git(*args: str, cwd: Path) -> str:
     env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid"}
-    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout.strip()
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True,
+                          text=True).stdout.strip()
 
 
 @pytest.fixture
@@ -89,7 +90,8 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
 def served(tmp_path):
     site = tmp_path / "site"
     site.mkdir()
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), lambda *a, **kw: _Quiet(*a, directory=str(site), **kw))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                             lambda *a, **kw: _Quiet(*a, directory=str(site), **kw))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield site, f"http://127.0.0.1:{server.server_address[1]}"
@@ -146,7 +148,8 @@ def test_caps_on_files_and_bytes(tmp_path):
     many = _evil_tar(tmp_path / "many.tar.gz", [(_info(f"e/f{i}"), b"x") for i in range(20)])
     with pytest.raises(unpack.UnsafeArchive, match="more than 10 entries"):
         unpack.unpack(many, tmp_path / "o1", unpack.Caps(max_files=10))
-    big = _evil_tar(tmp_path / "big.tar.gz", [(_info("e/big"), b"\0" * 200_000)])  # compresses to almost nothing
+    # compresses to almost nothing
+    big = _evil_tar(tmp_path / "big.tar.gz", [(_info("e/big"), b"\0" * 200_000)])
     with pytest.raises(unpack.UnsafeArchive, match="over the cap|more than 100000 bytes"):
         unpack.unpack(big, tmp_path / "o2", unpack.Caps(max_bytes=100_000))
 

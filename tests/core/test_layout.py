@@ -40,13 +40,16 @@ OVER_BUDGET: dict[str, int] = {}  # empty: every module is within MAX_LINES, and
 #: +16 for store/lockfile and store/journal's headers (store/install split); +12 for wire/attach's
 #: header, the host's end of wbx shell split from wire/terminal (the agent);
 #: +12 for dispatch/resolve.py leaving dispatch/dispatcher.py and store/runcache.resolved (the
-#: recall-or-resolve-and-keep wbx run's fast path called inline); -126 for the caps bridge's guest side (GuestCaps), which left for
-#: wbcore-wasmtime's sandbox_caps.py (the tiers get its path from GuestRunnerService.sandbox_caps);
+#: recall-or-resolve-and-keep wbx run's fast path called inline); -126 for the caps bridge's guest
+#: side (GuestCaps), which left for wbcore-wasmtime's sandbox_caps.py (the tiers get its path from
+#: GuestRunnerService.sandbox_caps);
 #: -493 for wbx demo and its local web site (cli/demo, cli/demosite), which left for wbcore-demo
 #: (+14 for the line naming the distribution to install when a plugin's command is missing); +38 for
-#: contract.tools.ToolTable and contract.host.chosen, one home each (their copies left plugins and contract modules);
+#: contract.tools.ToolTable and contract.host.chosen, one home each (their copies left plugins and
+#: contract modules);
 #: +18 for cli/toolkit_verbs and cli/registered (a command loads only its own group) and GROUP_HELP.
-#: +202 (+3 at the eagerimports merge) for the 110-column limit (E501): 263 long lines wrapped by hand, not by a formatter.
+#: +202 (+3 at the eagerimports merge) for the 110-column limit (E501): 263 long lines wrapped by
+#: hand, not by a formatter.
 #: +191 for the run path's records written by hand (contract/frozen.py and sixteen __init__s: a
 #: dataclass's generated methods cost every wbx run ~0.5-1 ms a class, and `dataclasses` ~8 ms).
 #: +95 for the 110-column limit in cli/ (96 long lines wrapped by hand).
@@ -114,8 +117,10 @@ def _imports(module: str, path: Path, tree: ast.AST, modules: set[str]) -> list[
         for child in ast.iter_child_nodes(node):
             inside = in_function or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
             if isinstance(child, ast.Import):
-                found.extend((a.name, child.lineno, inside) for a in child.names if a.name.split(".")[0] == PACKAGE)
-            elif lazy := _lazy_target(child):  # contract.lazy.module("wbcore_runtime.…"): an import on first use
+                found.extend((a.name, child.lineno, inside)
+                             for a in child.names if a.name.split(".")[0] == PACKAGE)
+            elif lazy := _lazy_target(child):
+                # contract.lazy.module("wbcore_runtime.…"): an import on first use
                 found.append((lazy, child.lineno, inside))
             elif isinstance(child, ast.ImportFrom):
                 base = _absolute(module, path, child)
@@ -244,13 +249,16 @@ def test_the_cycle_finder_finds_a_hidden_cycle() -> None:
 def test_a_lazy_module_is_an_edge_and_names_a_real_module() -> None:
     """``contract.lazy.module("…")`` is read as an import: at module level an edge, inside a
     function an in-function import; and each names a module that exists."""
-    src = 'from wbcore_runtime.contract import lazy\nx = lazy.module("wbcore_runtime.store.registry")\n' \
-          'def f():\n    return lazy.module("wbcore_runtime.trust.signing")\n'
-    modules = {"wbcore_runtime.store.registry", "wbcore_runtime.trust.signing", "wbcore_runtime.contract.lazy"}
+    src = ('from wbcore_runtime.contract import lazy\nx = lazy.module("wbcore_runtime.store.registry")\n'
+           'def f():\n    return lazy.module("wbcore_runtime.trust.signing")\n')
+    modules = {"wbcore_runtime.store.registry", "wbcore_runtime.trust.signing",
+               "wbcore_runtime.contract.lazy"}
     found = _imports("wbcore_runtime.demo", ROOT / "demo.py", ast.parse(src), modules)
-    assert ("wbcore_runtime.store.registry", 2, False) in found and ("wbcore_runtime.trust.signing", 4, True) in found
+    assert (("wbcore_runtime.store.registry", 2, False) in found
+            and ("wbcore_runtime.trust.signing", 4, True) in found)
     graph = build_graph()
     for module, path in ((m, p) for m, p in ((_module_name(p), p) for p in ROOT.rglob("*.py"))):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             target = _lazy_target(node)
-            assert target is None or target in graph.lines, f"{module}: lazy.module({target!r}) names no core module"
+            assert target is None or target in graph.lines, (
+                f"{module}: lazy.module({target!r}) names no core module")

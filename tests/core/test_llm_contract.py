@@ -132,7 +132,8 @@ def test_cost_and_redaction():
     short = LlmSettings("p", "m", api_key="x")
     assert short.redact("max(x, y) = x; box") == "max([redacted], y) = [redacted]; box"
     assert LlmSettings("p", "m", api_key="k1").redact("k1k1 k1") == "k1k1 [redacted]"
-    assert (Usage(1, 2, 0.5) + Usage(3, 4, None)).as_dict() == {"input_tokens": 4, "output_tokens": 6, "cost_usd": 0.5}
+    assert ((Usage(1, 2, 0.5) + Usage(3, 4, None)).as_dict()
+            == {"input_tokens": 4, "output_tokens": 6, "cost_usd": 0.5})
 
 
 def test_messages_round_trip_and_arguments():
@@ -157,11 +158,14 @@ def test_tool_choice_is_a_word_or_an_offered_tool_and_usage_estimates_are_marked
     tools = (ToolSpec("wb", "toolkits", {"type": "object"}),)
     assert [check_tool_choice(c, tools) for c in (None, "auto", "required", "none", "wb")] == \
         [None, "auto", "required", "none", "wb"]
-    with pytest.raises(InvalidArgs, match=r"'b64__b64' is neither auto, required, none nor an offered tool \(offered: wb\)"):
+    with pytest.raises(InvalidArgs,
+                       match=r"'b64__b64' is neither auto, required, none "
+                             r"nor an offered tool \(offered: wb\)"):
         check_tool_choice("b64__b64", tools)
     req = ChatRequest("s" * 40, (Message("user", "u" * 400),), tools)
     u = estimate_usage(req, "t" * 40, (ToolUse("c", "wb", {"op": "list"}),))
-    assert u.estimated and u.input_tokens >= 110 and u.output_tokens >= 10 and u.as_dict()["estimated"] is True
+    assert (u.estimated and u.input_tokens >= 110 and u.output_tokens >= 10
+            and u.as_dict()["estimated"] is True)
     total = Usage(5, 5) + u
     assert total.estimated and total.input_tokens == 5 + u.input_tokens
     assert "estimated" not in Usage(1, 2).as_dict() and not (Usage(1, 2) + Usage(3, 4)).estimated

@@ -14,8 +14,10 @@ def parse(text: str) -> manifest.Manifest:
 
 
 def test_modern_manifest_fields():
-    m = parse(manifest_text("demo", exec="command", caps="vfs kv vfs", extra={"CLI_BIN": "demo", "ARG_MODE": "stdin1", "KERNEL_ENTRY": "run"}))
-    assert (m.id, m.version, m.status, m.exec, m.trust) == ("demo", "0.1.0", "stable", "command", "first-party")
+    m = parse(manifest_text("demo", exec="command", caps="vfs kv vfs",
+                            extra={"CLI_BIN": "demo", "ARG_MODE": "stdin1", "KERNEL_ENTRY": "run"}))
+    assert ((m.id, m.version, m.status, m.exec, m.trust)
+            == ("demo", "0.1.0", "stable", "command", "first-party"))
     assert m.caps == ("vfs", "kv")  # duplicates collapse, order kept
     assert m.cli_bin == "demo" and m.arg_mode == "stdin1"
     assert m.extra("KERNEL_ENTRY") == "run"
@@ -36,13 +38,19 @@ def test_cli_bin_from_drawer_when_keyword_absent():
         (lambda t: t.replace("#+STATUS: stable", "#+STATUS: shiny"), 4, "STATUS", "not one of"),
         (lambda t: t.replace("#+TAGLINE: Use demo for testing.\n", ""), 1, "TAGLINE", "missing"),
         (lambda t: t.replace("#+TOOLKIT: demo", "#+TOOLKIT: de mo"), 2, "TOOLKIT", "must match"),
-        (lambda t: t.replace("#+TITLE: demo toolkit\n", "#+TITLE: demo toolkit\n#+TRUST: nobody\n"), 2, "TRUST", "not one of"),
-        (lambda t: t.replace("#+TITLE: demo toolkit\n", "#+TITLE: demo toolkit\n#+ARG_MODE: stdin2\n"), 2, "ARG_MODE", "not one of"),
-        (lambda t: t.replace("#+TITLE: demo toolkit\n", "#+TITLE: demo toolkit\n#+SHA256: abc\n"), 2, "SHA256", "64 hex"),
-        (lambda t: t.replace("#+TITLE: demo toolkit\n", "#+TITLE: demo toolkit\n#+CAPS: net k$v\n"), 2, "CAPS", "must match"),
-        (lambda t: t.replace("#+TITLE: demo toolkit\n", "#+TITLE: demo toolkit\n#+TITLE: again\n"), 2, "TITLE", "given twice"),
+        (lambda t: t.replace("#+TITLE: demo toolkit\n", "#+TITLE: demo toolkit\n#+TRUST: nobody\n"), 2,
+         "TRUST", "not one of"),
+        (lambda t: t.replace("#+TITLE: demo toolkit\n", "#+TITLE: demo toolkit\n#+ARG_MODE: stdin2\n"), 2,
+         "ARG_MODE", "not one of"),
+        (lambda t: t.replace("#+TITLE: demo toolkit\n", "#+TITLE: demo toolkit\n#+SHA256: abc\n"), 2,
+         "SHA256", "64 hex"),
+        (lambda t: t.replace("#+TITLE: demo toolkit\n", "#+TITLE: demo toolkit\n#+CAPS: net k$v\n"), 2,
+         "CAPS", "must match"),
+        (lambda t: t.replace("#+TITLE: demo toolkit\n", "#+TITLE: demo toolkit\n#+TITLE: again\n"), 2,
+         "TITLE", "given twice"),
         (lambda t: t.replace("  :ID: demo", "  :ID: other"), 10, "drawer ID", "must match"),
-        (lambda t: t.replace("  :STATUS: stable", "  :STATUS: deprecated"), 11, "drawer STATUS", "must match"),
+        (lambda t: t.replace("  :STATUS: stable", "  :STATUS: deprecated"), 11, "drawer STATUS",
+         "must match"),
         (lambda t: t.replace(":toolkit:", ":tool:"), 1, "headline", "no headline"),
         (lambda t: t.replace("demo toolkit\n", "demo toolkit\n\x00", 1), 2, "file", "NUL"),
     ],
@@ -85,7 +93,8 @@ LEGACY = """\
 def test_legacy_drawer_only_manifest():
     m = manifest.parse(LEGACY, Path("/tk/my-toolkit/manifest.org"))
     assert m.format == "legacy-drawer"
-    assert (m.id, m.title, m.exec, m.cli_bin, m.arg_mode) == ("my-toolkit", "My Toolkit", "posix", "my-tool", "argv")
+    assert ((m.id, m.title, m.exec, m.cli_bin, m.arg_mode)
+            == ("my-toolkit", "My Toolkit", "posix", "my-tool", "argv"))
     assert m.caps == ("vfs", "net")
     assert m.sections[0][0] == "process <file>"
     assert any("#+EXEC: posix" in n and "#+CLI_BIN: my-tool" in n for n in m.notes)

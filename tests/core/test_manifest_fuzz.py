@@ -19,7 +19,8 @@ ORG_PIECES = st.sampled_from(
         "#+TITLE: t\n", "#+TOOLKIT: demo\n", "#+VERSION: 1.2.3\n", "#+STATUS: stable\n", "#+TAGLINE: x\n",
         "#+EXEC: command\n", "#+CAPS: net vfs\n", "#+TRUST: third-party\n", "* H :toolkit:\n", "** sub\n",
         "  :PROPERTIES:\n", "  :END:\n", "  :ID: demo\n", "  :EXEC: tool\n", "  :CLI_BIN: x\n",
-        "#+begin_src sh\n", "#+end_src\n", "* TODO [#A] <2026-01-01 Thu> heading :a:b:\n", "CLOSED: [2026-01-01]\n",
+        "#+begin_src sh\n", "#+end_src\n", "* TODO [#A] <2026-01-01 Thu> heading :a:b:\n",
+        "CLOSED: [2026-01-01]\n",
         "SCHEDULED: <2026-13-45 Xyz>\n", ":LOGBOOK:\n", "- [ ] item\n", "\n", "\t", ":", "*", "#+",
     ]
 )

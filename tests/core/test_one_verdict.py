@@ -14,7 +14,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _product_files() -> list[Path]:
-    files = [*ROOT.joinpath("wbcore_runtime").rglob("*.py"), *ROOT.joinpath("plugins").glob("*/wbcore_*/**/*.py")]
+    files = [*ROOT.joinpath("wbcore_runtime").rglob("*.py"),
+             *ROOT.joinpath("plugins").glob("*/wbcore_*/**/*.py")]
     assert len(files) > 100, "the product tree was not found"
     return files
 
@@ -35,9 +36,11 @@ def _hits(pattern: str, allowed: dict[str, str]) -> list[str]:
 def test_one_trust_verdict() -> None:
     """Only trust.py asks for a signature verdict and judges it (trust.refusal: one rule for an
     unresolved did:web); everything else calls trust.signature_verdict/folder_verdict/refusal."""
-    home = {"wbcore_runtime/trust/verdict.py": "the verdict", "wbcore_runtime/trust/signing.py": "the signature itself"}
+    home = {"wbcore_runtime/trust/verdict.py": "the verdict",
+            "wbcore_runtime/trust/signing.py": "the signature itself"}
     calls = _hits(r"\bsigning\.verify\(", home)
-    assert not calls, "call wbcore_runtime.trust.verdict (folder_verdict + refusal) instead:\n" + "\n".join(calls)
+    assert not calls, (
+        "call wbcore_runtime.trust.verdict (folder_verdict + refusal) instead:\n" + "\n".join(calls))
     unresolved = _hits(r"\bUNRESOLVED\b", home)
     assert not unresolved, "an unresolved did:web is judged by trust.refusal only:\n" + "\n".join(unresolved)
     judged = _hits(r"verdict\.ok\b", home)
@@ -56,8 +59,8 @@ def test_one_containment_function() -> None:
         # a demo picks the wbx executable next to the current folder: no untrusted tree
         "plugins/wbcore-demo/wbcore_demo/demo.py": "the demo's own executable",
     }
-    copies = _hits(r"is_relative_to\(|commonpath\(|startswith\((str\()?(base|root)\b.*os\.sep|followlinks=True"
-                   r"|realpath\(.*\)\.startswith\(", home)
+    copies = _hits(r"is_relative_to\(|commonpath\(|startswith\((str\()?(base|root)\b.*os\.sep"
+                   r"|followlinks=True|realpath\(.*\)\.startswith\(", home)
     assert not copies, "call wbcore_runtime.guard.paths.inside (or Root) instead:\n" + "\n".join(copies)
 
 
@@ -76,7 +79,9 @@ def test_one_unpacker() -> None:
         "plugins/wbcore-publish/wbcore_publish/bundle.py": "writes the bundle's zip (mode 'w')",
     }
     readers = _hits(r"tarfile\.open\(|zipfile\.ZipFile\(|\.extractall\(|\.extractfile\(", home)
-    assert not readers, "read untrusted archives with wbcore_runtime.guard.unpack (unpack / read_files):\n" + "\n".join(readers)
+    assert not readers, (
+        "read untrusted archives with wbcore_runtime.guard.unpack (unpack / read_files):\n"
+        + "\n".join(readers))
 
 
 def test_bundle_reads_through_the_unpacker() -> None:
@@ -101,7 +106,8 @@ def test_one_tree_walker() -> None:
         "plugins/wbcore-testing/wbcore_testing/fixtures.py": "a test repository of its own",
     }
     walkers = _hits(r"\.rglob\(|\.glob\(\s*[\"']\*\*", home)
-    assert not walkers, "walk toolkit-controlled trees with wbcore_runtime.guard.paths.walk:\n" + "\n".join(walkers)
+    assert not walkers, (
+        "walk toolkit-controlled trees with wbcore_runtime.guard.paths.walk:\n" + "\n".join(walkers))
 
 
 def test_one_service_chooser() -> None:
@@ -109,6 +115,7 @@ def test_one_service_chooser() -> None:
     provider) is chosen in contract.host.chosen alone: by name, else the variable, else the
     only one. The LLM settings choose a provider from a model's ``provider:`` prefix first, a
     rule of their own."""
-    home = {"wbcore_runtime/contract/host.py": "the chooser", "wbcore_runtime/contract/llm.py": "provider:model"}
+    home = {"wbcore_runtime/contract/host.py": "the chooser",
+            "wbcore_runtime/contract/llm.py": "provider:model"}
     copies = _hits(r"len\(names\) == 1|several .* are installed", home)
     assert not copies, "call wbcore_runtime.contract.host.chosen instead:\n" + "\n".join(copies)

@@ -171,7 +171,8 @@ def test_discovery_reads_through_containment_without_extra_lookups(tk: Path, mon
     from wbcore_runtime.toolkit import discovery
 
     (tk / "manifest.org").write_text(
-        "#+TITLE: Demo\n#+TOOLKIT: demo\n#+VERSION: 0.1.0\n#+STATUS: stable\n#+TAGLINE: demo\n\n* Demo :toolkit:\n"
+        "#+TITLE: Demo\n#+TOOLKIT: demo\n#+VERSION: 0.1.0\n#+STATUS: stable\n#+TAGLINE: demo\n\n"
+        "* Demo :toolkit:\n"
     )
     calls: list[str] = []
     real_lstat = os.lstat

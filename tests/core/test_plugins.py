@@ -97,7 +97,8 @@ def test_plugin_import_does_not_import_heavy_modules(tmp_path):
         print(",".join(heavy))
         """
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env={"WB_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={"WB_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
     assert out.stdout.strip() == ""
 
 
@@ -140,7 +141,8 @@ def test_the_entry_point_cache_sees_an_install_and_a_removal(tmp_path, monkeypat
     assert fake.loaded and fake.origin == "wbfake 1.0"
 
     # An editable re-install rewrites the metadata in place: a new mtime, a new scan.
-    (site / "wbfake-1.0.dist-info" / "entry_points.txt").write_text("[wbcore.plugins]\nwbfake2 = wbfake_mod\n")
+    (site / "wbfake-1.0.dist-info" / "entry_points.txt").write_text(
+        "[wbcore.plugins]\nwbfake2 = wbfake_mod\n")
     old += 1
     settle()
     assert {"wbfake2"} <= names() and "wbfake" not in names()
@@ -186,7 +188,8 @@ def wbcore_exec_shape():  # the hook is wbcore_exec_shapes: pluggy alone would n
 '''
 
 
-def test_a_misspelled_hook_implementation_is_refused_not_silently_ignored(tmp_path, monkeypatch, make_runtime):
+def test_a_misspelled_hook_implementation_is_refused_not_silently_ignored(tmp_path, monkeypatch,
+                                                                          make_runtime):
     """pluggy registers a ``@hookimpl`` no spec declares and never calls it; the core checks
     every plugin as it registers it (``check_pending``): tolerant for installed plugins (the
     plugin is listed with the reason, the others load), strict for selected or in-process ones."""

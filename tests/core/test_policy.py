@@ -16,7 +16,8 @@ def test_unknown_profile_is_compute(name):
 
 
 def test_profiles_match_the_seed():
-    assert policy.profile("minimal").caps == {"vfs", "commands", "exec", "kv", "secrets", "queue", "tcp", "udp", "tls"}
+    assert (policy.profile("minimal").caps
+            == {"vfs", "commands", "exec", "kv", "secrets", "queue", "tcp", "udp", "tls"})
     assert policy.profile("network").caps == policy.profile("minimal").caps | {"net", "llm", "browse"}
     assert policy.profile("posix").caps == policy.profile("network").caps | {"posix", "parallel"}
     assert (policy.profile("network").memory_bytes, policy.profile("network").timeout_s) == (128 << 20, 30.0)

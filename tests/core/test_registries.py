@@ -21,13 +21,16 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_npm_registry_follows_npms_own_configuration(tmp_path: Path) -> None:
     base = {"HOME": str(tmp_path), "PATH": ""}  # no npm on PATH: the files decide
-    assert registries.npm_registry({**base, "NPM_CONFIG_REGISTRY": "https://npm.mirror.test/"}) == "https://npm.mirror.test"
-    assert registries.npm_registry({**base, "npm_config_registry": "http://10.0.0.5:4873"}) == "http://10.0.0.5:4873"
+    assert (registries.npm_registry({**base, "NPM_CONFIG_REGISTRY": "https://npm.mirror.test/"})
+            == "https://npm.mirror.test")
+    assert (registries.npm_registry({**base, "npm_config_registry": "http://10.0.0.5:4873"})
+            == "http://10.0.0.5:4873")
     (tmp_path / ".npmrc").write_text("fund=false\nregistry = https://npm.corp.test/repo/\n")
     assert registries.npm_registry(base) == "https://npm.corp.test/repo"
     assert (registries.npm_tarball("typescript", "5.9.3", base)
             == "https://npm.corp.test/repo/typescript/-/typescript-5.9.3.tgz")
-    assert registries.npm_tarball("@s/pkg", "1.0.0", base) == "https://npm.corp.test/repo/@s/pkg/-/pkg-1.0.0.tgz"
+    assert (registries.npm_tarball("@s/pkg", "1.0.0", base)
+            == "https://npm.corp.test/repo/@s/pkg/-/pkg-1.0.0.tgz")
     (tmp_path / ".npmrc").write_text("fund=false\n")
     with pytest.raises(NotFound, match="NPM_CONFIG_REGISTRY"):
         registries.npm_registry(base)
@@ -36,7 +39,8 @@ def test_npm_registry_follows_npms_own_configuration(tmp_path: Path) -> None:
 
 
 def test_npm_registry_asks_npm_when_it_is_installed(tmp_path: Path) -> None:
-    npm = subprocess.run(["sh", "-c", "command -v npm"], capture_output=True, text=True, check=False).stdout.strip()
+    npm = subprocess.run(["sh", "-c", "command -v npm"], capture_output=True, text=True,
+                         check=False).stdout.strip()
     if not npm:
         pytest.skip("npm is not installed")
     rc = tmp_path / "npmrc"
@@ -50,7 +54,8 @@ def test_pip_index_follows_pips_own_configuration(tmp_path: Path) -> None:
     conf.write_text("[global]\nindex-url = https://pip.mirror.test/simple/\n")
     env = {"HOME": str(tmp_path), "PATH": os.environ["PATH"], "PIP_CONFIG_FILE": str(conf)}
     assert registries.pip_index(env) == "https://pip.mirror.test/simple"
-    assert registries.pip_index({**env, "PIP_INDEX_URL": "http://10.9.8.7/simple"}) == "http://10.9.8.7/simple"
+    assert (registries.pip_index({**env, "PIP_INDEX_URL": "http://10.9.8.7/simple"})
+            == "http://10.9.8.7/simple")
     conf.write_text("[global]\ntimeout = 5\n")
     default = registries.pip_index(env)  # pip's own default, as pip itself states it
     said = subprocess.run([sys.executable, "-c", registries._PIP_DEFAULT], capture_output=True, text=True,
@@ -77,10 +82,12 @@ def test_pypi_file_finds_the_pinned_file_on_the_index_page(tmp_path: Path, as_js
 
             web.routes["/simple/x/"] = page
         else:
-            web.files["/simple/x/"] = f'<a href="../../files/x-1.0.tar.gz#sha256={sha}">x-1.0.tar.gz</a>'.encode()
+            web.files["/simple/x/"] = (
+                f'<a href="../../files/x-1.0.tar.gz#sha256={sha}">x-1.0.tar.gz</a>'.encode())
         env = {"PIP_INDEX_URL": f"{web.url}/simple"}
         guard = NetGuard.from_env({"WB_ALLOW_PRIVATE_HOSTS": "127.0.0.1"})
-        assert registries.pypi_file("X", "x-1.0.tar.gz", sha, guard=guard, env=env) == f"{web.url}/files/x-1.0.tar.gz"
+        assert (registries.pypi_file("X", "x-1.0.tar.gz", sha, guard=guard, env=env)
+                == f"{web.url}/files/x-1.0.tar.gz")
         with pytest.raises(InvalidArgs, match="not the pinned"):
             registries.pypi_file("x", "x-1.0.tar.gz", "cd" * 32, guard=guard, env=env)
         with pytest.raises(NotFound, match="lists no"):
@@ -90,10 +97,12 @@ def test_pypi_file_finds_the_pinned_file_on_the_index_page(tmp_path: Path, as_js
 def test_every_product_fetch_takes_the_deployers_guard() -> None:
     """A guard built by hand advises no setting; product code takes NetGuard.from_env (its own
     fetches) or NetGuard.for_guests (the brokers). The two hand-built ones are named here."""
-    files = subprocess.run(["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    files = subprocess.run(["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True,
+                           check=True).stdout.split()
     built = []
     for rel in files:
-        if "/tests/" in f"/{rel}" or rel.endswith(("plugins/wbcore-testing/wbcore_testing/fixtures.py", "wbcore_runtime/guard/netguard.py")):
+        if "/tests/" in f"/{rel}" or rel.endswith(("plugins/wbcore-testing/wbcore_testing/fixtures.py",
+                                                   "wbcore_runtime/guard/netguard.py")):
             continue
         for line in (ROOT / rel).read_text(errors="replace").splitlines():
             if re.search(r"\bNetGuard\(", line) and "``" not in line:
@@ -113,13 +122,14 @@ def test_no_registry_host_is_written_in_the_tree() -> None:
                          env={"PATH": os.environ["PATH"], "HOME": "/nonexistent"})
     if npm.returncode == 0 and "://" in npm.stdout:
         hosts.add(npm.stdout.strip().split("://", 1)[1].split("/", 1)[0].split(":", 1)[0])
-    said = subprocess.run([sys.executable, "-c", registries._PIP_DEFAULT], capture_output=True, text=True, check=False)
+    said = subprocess.run([sys.executable, "-c", registries._PIP_DEFAULT], capture_output=True, text=True,
+                          check=False)
     if "://" in said.stdout:
         index_host = said.stdout.strip().split("://", 1)[1].split("/", 1)[0]
         hosts.add(index_host)
     if not hosts:
         pytest.skip("neither npm nor pip states a default registry here")
     for host in sorted(hosts):
-        found = subprocess.run(["git", "grep", "-n", "-i", "-F", host], cwd=ROOT, capture_output=True, text=True,
-                               check=False)
+        found = subprocess.run(["git", "grep", "-n", "-i", "-F", host], cwd=ROOT, capture_output=True,
+                               text=True, check=False)
         assert found.returncode == 1, f"a registry host is written in the tree:\n{found.stdout[:2000]}"

@@ -68,7 +68,8 @@ def test_lookups_see_writes_from_this_and_other_connections(tmp_path):
 def test_look_alikes_of_reserved_builtins_are_refused(tmp_path, look_alike):
     from wbcore_runtime.store.registry import LookAlikeName
     reg = CommandRegistry(tmp_path / "r.db")
-    with pytest.raises(LookAlikeName, match=r"looks like '(upper|jq|grep|wbox)' \(a reserved built-in") as err:
+    with pytest.raises(LookAlikeName,
+                       match=r"looks like '(upper|jq|grep|wbox)' \(a reserved built-in") as err:
         reg.register(Entry("command", look_alike, SHA, "command", toolkit="tk"))
     assert "Rename #+CLI_BIN in tk" in str(err.value)
     assert reg.lookup("command", look_alike) is None

@@ -15,7 +15,8 @@ from wbcore_runtime.contract.records import IsolationTier
 from wbcore_runtime.dispatch import mounts
 from wbcore_runtime.dispatch.audit import AuditLog
 
-CONTAINER = IsolationTier("container", "binds folders", 2, lambda rt: None, kinds=frozenset({"command", "mount"}))
+CONTAINER = IsolationTier("container", "binds folders", 2, lambda rt: None,
+                          kinds=frozenset({"command", "mount"}))
 
 
 @dataclass
@@ -32,7 +33,8 @@ def host(tmp_path: Path) -> Host:
     return Host(tmp_path / "home")
 
 
-def _grant(host: Host, specs: list[str], *, remote: str | None = "engine", caps: frozenset[str] = frozenset()):
+def _grant(host: Host, specs: list[str], *, remote: str | None = "engine",
+           caps: frozenset[str] = frozenset()):
     return mounts.grant(host, specs, tiers=[CONTAINER], tier="container", caps=caps, owner="kit",  # type: ignore[arg-type]
                         what="command 'cat'", principal="default/kit", remote=remote)
 
@@ -57,9 +59,11 @@ def test_inside_a_root_is_granted_outside_is_refused(host: Host, tmp_path: Path)
     other.mkdir()
     host.env[mounts.ROOTS_ENV] = f"/nonexistent-root:{root}"
     got = _grant(host, [f"{root / 'repo'}:/repo", f"{root}:/all"])
-    assert got == (mounts.Mount(str((root / "repo").resolve()), "/repo"), mounts.Mount(str(root.resolve()), "/all"))
+    assert got == (mounts.Mount(str((root / "repo").resolve()), "/repo"),
+                   mounts.Mount(str(root.resolve()), "/all"))
     last = _audit(host)[-1]
-    assert last["principal"] == "engine" and last["outcome"] == "allowed" and "(default/kit)" in last["target"]
+    assert (last["principal"] == "engine" and last["outcome"] == "allowed"
+            and "(default/kit)" in last["target"])
     for spec in (f"{other}:/o", f"{root}/../other:/o", f"{tmp_path}/shared-not:/o", "shared/repo:/r"):
         with pytest.raises(CapabilityDenied, match="WB_MOUNT_ROOTS"):
             _grant(host, [spec])

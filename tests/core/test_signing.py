@@ -59,11 +59,13 @@ def test_canonical_form_and_signature_vector(tmp_path):
     assert signed.signature == VEC_SIGNATURE
     assert signed.digest == VEC_DIGEST == signing.content_digest(d)
     text = (d / "manifest.org").read_text()
-    assert "#+AUTHOR_DID: did:key:z6MkiTBz1ymuepAQ4HEHYSF1H8quG5GLVVQR3djdX3mDooWp\n#+SIGNATURE: " + VEC_SIGNATURE in text
+    assert ("#+AUTHOR_DID: did:key:z6MkiTBz1ymuepAQ4HEHYSF1H8quG5GLVVQR3djdX3mDooWp\n#+SIGNATURE: "
+            + VEC_SIGNATURE in text)
     assert f"  :SIGNATURE: {VEC_SIGNATURE}\n" in text
     # An independent check: plain Ed25519 over the documented bytes.
     raw = base64.urlsafe_b64decode(VEC_SIGNATURE + "==")
-    assert identity.verify("did:key:z6MkiTBz1ymuepAQ4HEHYSF1H8quG5GLVVQR3djdX3mDooWp", VEC_CANONICAL.encode(), raw)
+    assert identity.verify("did:key:z6MkiTBz1ymuepAQ4HEHYSF1H8quG5GLVVQR3djdX3mDooWp",
+                           VEC_CANONICAL.encode(), raw)
     assert signing.verify(d).ok
 
 
@@ -81,7 +83,8 @@ def test_manifest_without_drawer_gets_one(tmp_path):
     d = tmp_path / "nd"
     (d / "skills").mkdir(parents=True)
     (d / "manifest.org").write_text(
-        "#+TITLE: t\n#+TOOLKIT: nd\n#+VERSION: 0.1.0\n#+STATUS: stable\n#+TAGLINE: x.\n#+TRUST: third-party\n\n* t :toolkit:\nbody\n"
+        "#+TITLE: t\n#+TOOLKIT: nd\n#+VERSION: 0.1.0\n#+STATUS: stable\n#+TAGLINE: x.\n"
+        "#+TRUST: third-party\n\n* t :toolkit:\nbody\n"
     )
     signing.sign(d, identity.Identity.from_seed(SEED0))
     assert signing.verify(d).ok
@@ -127,7 +130,8 @@ def test_one_changed_byte_is_tampering_with_the_reason(signed_vec, rel, needle, 
 
 def test_body_text_of_the_manifest_is_covered(signed_vec):
     path = signed_vec / "manifest.org"
-    path.write_text(path.read_text().replace("A test vector.\n", "A test vector!\n").replace("#+TAGLINE: A test vector!", "#+TAGLINE: A test vector."))
+    path.write_text(path.read_text().replace("A test vector.\n", "A test vector!\n")
+                    .replace("#+TAGLINE: A test vector!", "#+TAGLINE: A test vector."))
     v = signing.verify(signed_vec)
     assert v.code == signing.TAMPERED and "manifest manifest.org changed" in v.message
 
@@ -206,8 +210,10 @@ def test_did_of_another_key_type_is_refused(signed_vec):
     [
         (VEC_SIGNATURE, "not-base64!", signing.MALFORMED, "#+SIGNATURE is malformed"),
         (VEC_SIGNATURE, VEC_SIGNATURE[:40], signing.MALFORMED, "Ed25519 signature is 64"),
-        ("did:key:z6MkiTBz1ymuepAQ4HEHYSF1H8quG5GLVVQR3djdX3mDooWp", "did:key:z6MkOOOO", signing.MALFORMED, "base58btc"),
-        ("did:key:z6MkiTBz1ymuepAQ4HEHYSF1H8quG5GLVVQR3djdX3mDooWp", "did:plc:abc", signing.MALFORMED, "unknown DID method"),
+        ("did:key:z6MkiTBz1ymuepAQ4HEHYSF1H8quG5GLVVQR3djdX3mDooWp", "did:key:z6MkOOOO", signing.MALFORMED,
+         "base58btc"),
+        ("did:key:z6MkiTBz1ymuepAQ4HEHYSF1H8quG5GLVVQR3djdX3mDooWp", "did:plc:abc", signing.MALFORMED,
+         "unknown DID method"),
     ],
 )
 def test_malformed_fields(signed_vec, old, new, code, fragment):
@@ -256,7 +262,8 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
 def test_did_web_on_loopback_verifies_the_same_signature(tmp_path, monkeypatch):
     site = tmp_path / "site"
     site.mkdir()
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), lambda *a, **kw: _Quiet(*a, directory=str(site), **kw))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                             lambda *a, **kw: _Quiet(*a, directory=str(site), **kw))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -273,7 +280,8 @@ def test_did_web_on_loopback_verifies_the_same_signature(tmp_path, monkeypatch):
         v = signing.verify(by_web, env=env)
         assert v.ok, v.message
         # The same signature bytes, checked under the did:key the document is also known as.
-        raw_sig = signing.decode_signature((by_web / "manifest.org").read_text().split("#+SIGNATURE: ")[1].split()[0])
+        raw_sig = signing.decode_signature(
+            (by_web / "manifest.org").read_text().split("#+SIGNATURE: ")[1].split()[0])
         assert identity.verify(key.did, signing.canonical(by_web), raw_sig)
         # A document publishing another key makes the did:web signature fail as wrong key.
         did.write_document(identity.Identity.from_seed(SEED1), host, site / ".well-known" / "did.json")
@@ -288,7 +296,8 @@ def test_did_web_on_loopback_verifies_the_same_signature(tmp_path, monkeypatch):
 
 def test_unreachable_did_web_is_unresolved(signed_vec):
     path = signed_vec / "manifest.org"
-    path.write_text(path.read_text().replace("did:key:z6MkiTBz1ymuepAQ4HEHYSF1H8quG5GLVVQR3djdX3mDooWp", "did:web:127.0.0.1%3A9"))
+    path.write_text(path.read_text().replace("did:key:z6MkiTBz1ymuepAQ4HEHYSF1H8quG5GLVVQR3djdX3mDooWp",
+                                             "did:web:127.0.0.1%3A9"))
     v = signing.verify(signed_vec, env={did.ENV_HTTP_LOOPBACK: "1"})
     assert v.code == signing.UNRESOLVED and "cannot be resolved" in v.message
 

@@ -32,7 +32,8 @@ def signed_files() -> dict[str, bytes]:
         d = write_vec(Path(tmp))
         signing.sign(d, identity.Identity.from_seed(SEED0))
         assert signing.verify(d).ok
-        return {rel: (d / rel).read_bytes() for rel in ("manifest.org", "skills/overview.org", "bin/tool.wasm")}
+        return {rel: (d / rel).read_bytes()
+                for rel in ("manifest.org", "skills/overview.org", "bin/tool.wasm")}
 
 
 def anchors(data: bytes) -> list[int]:
@@ -64,7 +65,8 @@ def mutation(draw: st.DrawFn) -> tuple[str, bytes]:
         elif op == "insert":
             data[pos:pos] = draw(st.binary(min_size=1, max_size=6))
         elif op == "insert-break":
-            tail = draw(st.sampled_from(["", "* Evil :toolkit:", "  :CLI_BIN: evil", "#+CAPS: net exec", " "]))
+            tail = draw(st.sampled_from(
+                ["", "* Evil :toolkit:", "  :CLI_BIN: evil", "#+CAPS: net exec", " "]))
             data[pos:pos] = (draw(st.sampled_from(BREAKS)) + tail).encode("utf-8")
         elif op == "delete":
             del data[pos : pos + draw(st.integers(1, 8))]
@@ -87,7 +89,8 @@ def test_every_mutation_fails_verify_or_parse(mut: tuple[str, bytes]) -> None:
         verdict = signing.verify(d, resolve_web=False)
         if verdict.ok:
             raise AssertionError(f"mutated {rel} still verifies: {data!r}")
-        if rel == "manifest.org" and verdict.code == signing.MALFORMED and "cannot read the manifest" in verdict.message:
+        if (rel == "manifest.org" and verdict.code == signing.MALFORMED
+                and "cannot read the manifest" in verdict.message):
             try:  # refused by the parser: the parser says so too, with file:line
                 manifest.load(d / "manifest.org")
             except InvalidArgs as exc:

@@ -12,7 +12,9 @@ from wbcore_testing.fixtures import write_toolkit
 
 @pytest.fixture
 def tk(tmp_path: Path) -> Path:
-    d = write_toolkit(tmp_path / "root", "demo", skills={"overview": "#+TITLE: Overview\nHello.\n", "use": "#+TITLE: Use\n#+DESCRIPTION: how\n"})
+    d = write_toolkit(tmp_path / "root", "demo",
+                      skills={"overview": "#+TITLE: Overview\nHello.\n",
+                              "use": "#+TITLE: Use\n#+DESCRIPTION: how\n"})
     (tmp_path / "secret.org").write_text("TOP SECRET")
     return d
 
@@ -27,7 +29,8 @@ def test_reads_a_skill_with_or_without_suffix(tk: Path):
 
 @pytest.mark.parametrize(
     "slug",
-    ["..", ".", "../secret", "..%2fsecret", "a/b", "/etc/passwd", "skills/../../secret", "a\\b", "", "name\x00", "é", "a b", "...", "x..y", "..org"],
+    ["..", ".", "../secret", "..%2fsecret", "a/b", "/etc/passwd", "skills/../../secret", "a\\b", "",
+     "name\x00", "é", "a b", "...", "x..y", "..org"],
 )
 def test_unsafe_slugs_are_refused(tk: Path, slug: str):
     with pytest.raises(InvalidArgs):

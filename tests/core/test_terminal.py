@@ -63,7 +63,8 @@ def _next(chan, kinds, timeout=10.0):
 
 
 def _open(chan, secret, sid, program="/bin/sh"):
-    chan.send_frame(frames.seal(frames.PTY_OPEN, secret, {"session": sid, "program": program, "rows": 24, "cols": 80}))
+    chan.send_frame(frames.seal(frames.PTY_OPEN, secret,
+                                {"session": sid, "program": program, "rows": 24, "cols": 80}))
     kind, payload = _next(chan, {frames.PTY_OPENED, frames.REFUSED})
     return kind, frames.unpack(payload)[0]
 
@@ -140,8 +141,10 @@ def test_mounts_are_parsed_and_checked(tmp_path) -> None:
     assert mounts.parse_mount(f"{tmp_path}:/data:rw") == mounts.Mount(str(tmp_path.resolve()), "/data", True)
     assert mounts.parse_mount(f"{tmp_path}:/data").rw is False
     # the guest path defaults to the folder's own real path; the mode may follow the host alone
-    assert mounts.parse_mount(f"{tmp_path}:rw") == mounts.Mount(str(tmp_path.resolve()), str(tmp_path.resolve()), True)
-    assert mounts.parse_mount(str(tmp_path)) == mounts.Mount(str(tmp_path.resolve()), str(tmp_path.resolve()), False)
+    assert (mounts.parse_mount(f"{tmp_path}:rw")
+            == mounts.Mount(str(tmp_path.resolve()), str(tmp_path.resolve()), True))
+    assert (mounts.parse_mount(str(tmp_path))
+            == mounts.Mount(str(tmp_path.resolve()), str(tmp_path.resolve()), False))
 
 
 def test_mount_host_folders_are_granted_by_the_one_containment_rule(tmp_path) -> None:
@@ -154,7 +157,8 @@ def test_mount_host_folders_are_granted_by_the_one_containment_rule(tmp_path) ->
     (tmp_path / "link").symlink_to(data)
     (tmp_path / "file").write_text("x")
     assert mounts.parse_mount(f"{tmp_path / 'link'}:/d", home=home).host == str(data.resolve())
-    for spec, why in ((f"{home}:/d", "inside the wbcore home"), (f"{home / 'keys'}:/d", "inside the wbcore home"),
+    for spec, why in ((f"{home}:/d", "inside the wbcore home"),
+                      (f"{home / 'keys'}:/d", "inside the wbcore home"),
                       (f"{tmp_path}:/d", "contains the wbcore home"), ("/:/d", "whole host"),
                       ("/dev:/d", "kernel's own view"), ("/proc/self:/d", "kernel's own view"),
                       (f"{tmp_path / 'file'}:/d", "not a folder"), ("/dev/null:/d", "a device")):
@@ -189,7 +193,8 @@ def test_unreachable_by_names_the_folder_an_unprivileged_uid_cannot_use() -> Non
         assert unreachable_by(str(inner), False, other) == ""
         assert "not writable by others" in unreachable_by(str(inner), True, other)
         top.chmod(0o700)
-        assert unreachable_by(str(inner), False, other) == f"{top} is not searchable by others (chmod o+x {top})"
+        assert (unreachable_by(str(inner), False, other)
+                == f"{top} is not searchable by others (chmod o+x {top})")
         assert unreachable_by(str(inner), False, os.stat(top).st_uid) == ""  # its owner may
     finally:
         shutil.rmtree(top)

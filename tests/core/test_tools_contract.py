@@ -1,4 +1,5 @@
-"""The tools contract in the core (wbcore_runtime.contract.tools, .cbor): CBOR vectors, metadata, model helpers."""
+"""The tools contract in the core (wbcore_runtime.contract.tools, .cbor): CBOR vectors, metadata, model
+helpers."""
 
 from __future__ import annotations
 
@@ -52,7 +53,8 @@ def test_metadata_wire_round_trip_and_secret_redaction() -> None:
 
 
 def test_model_helpers() -> None:
-    td = ToolDefinition("t", annotations=Metadata({STD_READ_ONLY: True, STD_DESTRUCTIVE: False, STD_IDEMPOTENT: True}))
+    td = ToolDefinition("t", annotations=Metadata({STD_READ_ONLY: True, STD_DESTRUCTIVE: False,
+                                                   STD_IDEMPOTENT: True}))
     assert td.read_only and td.idempotent and not td.destructive
     assert ContentPart(json.dumps({"a": 1}).encode(), "application/json").value() == {"a": 1}
     assert ContentPart(cbor.dumps([1, 2]), "application/cbor").value() == [1, 2]

@@ -77,7 +77,8 @@ def test_arbitrary_bytes_are_refused_or_read_never_crash(data) -> None:
     _check(data)
 
 
-@given(st.text(max_size=20), st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_-", min_size=1, max_size=20))
+@given(st.text(max_size=20),
+       st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_-", min_size=1, max_size=20))
 def test_name_key_ignores_trailing_dots_and_case(name, ascii_name) -> None:
     assert name_key(name + "...") == name_key(name)
     assert name_key(ascii_name.upper()) == name_key(ascii_name.capitalize() + ".") == ascii_name

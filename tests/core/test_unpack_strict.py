@@ -61,7 +61,8 @@ def _dir(name: str) -> tarfile.TarInfo:
     (_zip([("d/", b"", 0o040755)]), "'d' is a folder"),
     (_zip([("x//y", b"1", 0o100644)]), "not in canonical form"),
     (_zip([("../up", b"1", 0o100644)]), "climbs out"),
-], ids=["tar-link", "tar-dir", "tar-dup", "tar-dot", "zip-link", "zip-dup", "zip-dir", "zip-slashes", "zip-slip"])
+], ids=["tar-link", "tar-dir", "tar-dup", "tar-dot", "zip-link", "zip-dup", "zip-dir", "zip-slashes",
+        "zip-slip"])
 def test_strict_refuses_what_is_not_one_plain_file(data: bytes, match: str) -> None:
     with pytest.raises(unpack.UnsafeArchive, match=match):
         unpack.read_files(data, what="t", strict=True)

@@ -85,7 +85,8 @@ def test_plugins_contribute_verify_lines(make_toolkit, make_runtime):
 class WasiHttpShape:
     @hookimpl
     def wbcore_exec_shapes(self):
-        yield ExecShape(name="wasi-http", summary="proxy", verify=lambda ctx: [Check(True, "exec", "wasi-http ok")])
+        yield ExecShape(name="wasi-http", summary="proxy",
+                        verify=lambda ctx: [Check(True, "exec", "wasi-http ok")])
 
 
 def test_shape_from_in_process_plugin(make_toolkit, make_runtime):

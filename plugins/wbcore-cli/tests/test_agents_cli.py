@@ -30,8 +30,10 @@ Ignored.
 """
 
 
-def test_index_declared_order_unknown_dropped_eight_skills(make_toolkit, make_runtime, tmp_path: Path, wbx) -> None:
-    make_toolkit("alpha", skills={f"s{i:02d}": f"#+TITLE: s{i}\n\nskill {i}\n" for i in range(10)} | {"overview": "o\n"})
+def test_index_declared_order_unknown_dropped_eight_skills(make_toolkit, make_runtime, tmp_path: Path,
+                                                           wbx) -> None:
+    make_toolkit("alpha", skills={f"s{i:02d}": f"#+TITLE: s{i}\n\nskill {i}\n" for i in range(10)}
+                 | {"overview": "o\n"})
     make_toolkit("beta", tagline="Use beta for b things.")
     rt = make_runtime()
     a = agents.parse(AGENT)

@@ -10,7 +10,8 @@ from wbcore_runtime.dispatch.audit import AuditLog
 
 def _fill(log: AuditLog, n: int) -> None:
     for i in range(n):
-        log.record(principal="t/a", cap="kv", op="get", args_digest=f"sha256:{i}", outcome="allowed", nbytes=i)
+        log.record(principal="t/a", cap="kv", op="get", args_digest=f"sha256:{i}", outcome="allowed",
+                   nbytes=i)
     log.flush()
 
 
@@ -30,13 +31,14 @@ def test_wbx_audit_shows_and_verifies(wb_home, wbx):
 def test_wbx_audit_filters(wb_home, wbx):
     log = AuditLog.for_home(wb_home)
     log.record(principal="a/x", cap="kv", op="get", args_digest="d", outcome="allowed")
-    log.record(principal="b/y", cap="net", op="fetch", args_digest="d", outcome="denied", kind="capability-denied",
-               reason="ssrf", target="http://10.0.0.1/?k=secret")
+    log.record(principal="b/y", cap="net", op="fetch", args_digest="d", outcome="denied",
+               kind="capability-denied", reason="ssrf", target="http://10.0.0.1/?k=secret")
     out = wbx("audit", "--denied").stdout
     assert "b/y net.fetch denied capability-denied: ssrf http://10.0.0.1/" in out and "a/x" not in out
     assert "secret" not in out
     assert "a/x kv.get" in wbx("audit", "--principal", "a/x").stdout
-    assert wbx("audit", "--cap", "queue").stdout.startswith("no audit entries") and "match" in wbx("audit", "--cap", "queue").stdout
+    assert (wbx("audit", "--cap", "queue").stdout.startswith("no audit entries")
+            and "match" in wbx("audit", "--cap", "queue").stdout)
 
 
 # --- batched writing, several processes, crashes -------------------------------------------
@@ -50,21 +52,23 @@ n = int(sys.argv[2])
 print("ready", flush=True)
 for i in range(n if n > 0 else 10**9):
     log.record(principal=sys.argv[3], cap="kv", op="get", args_digest=f"sha256:{i}", outcome="allowed", nbytes=i)
-"""
+"""  # noqa: E501
 
 
 def _writer(home, n: int, principal: str = "p/w"):
     import subprocess
     import sys
 
-    proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(home), str(n), principal], stdout=subprocess.PIPE)
+    proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(home), str(n), principal],
+                            stdout=subprocess.PIPE)
     assert proc.stdout.readline().strip() == b"ready"
     return proc
 
 
 def _fill(log: AuditLog, n: int) -> None:
     for _ in range(n):
-        log.record(principal="t/p", cap="kv", op="get", args_digest="sha256:x", outcome="allowed", nbytes=1, ms=0.1)
+        log.record(principal="t/p", cap="kv", op="get", args_digest="sha256:x", outcome="allowed",
+                   nbytes=1, ms=0.1)
     log.flush()
 
 
@@ -104,7 +108,8 @@ def test_a_recomputed_chain_fails_verify_with_its_reason(wb_home, wbx):
     old_sig = "ab" * 64
     (wb_home / "audit" / "audit.head").write_text(f"{seq} {head} {old_sig}\n")
     bad = wbx("audit", "--verify")
-    assert bad.exit_code == 70 and "recomputed, or its tail cut, and the head rewritten" in bad.stdout, bad.stdout
+    assert (bad.exit_code == 70
+            and "recomputed, or its tail cut, and the head rewritten" in bad.stdout), bad.stdout
 
 
 def test_a_cut_tail_with_a_rewritten_head_fails_verify(wb_home, wbx):

@@ -16,7 +16,9 @@ from wbcore_testing.fixtures import manifest_text
 
 @pytest.fixture
 def kits(make_toolkit):
-    make_toolkit("alpha", skills={"overview": "#+TITLE: Alpha\n#+DESCRIPTION: alpha things\n", "fetch": "#+TITLE: Fetch\nUse the zebra flag.\n"})
+    make_toolkit("alpha",
+                 skills={"overview": "#+TITLE: Alpha\n#+DESCRIPTION: alpha things\n",
+                         "fetch": "#+TITLE: Fetch\nUse the zebra flag.\n"})
     make_toolkit("beta", exec="teleport")
     make_toolkit("gamma", manifest=manifest_text("gamma").replace("#+VERSION: 0.1.0", "#+VERSION: 1"))
 
@@ -24,7 +26,8 @@ def kits(make_toolkit):
 def test_list_text_and_json_with_malformed_reported(kits, wbx):
     r = wbx("toolkit", "list")
     assert r.exit_code == 0
-    assert r.stdout.splitlines() == ["alpha · stable · Use alpha for testing.", "beta · stable · Use beta for testing."]
+    assert (r.stdout.splitlines()
+            == ["alpha · stable · Use alpha for testing.", "beta · stable · Use beta for testing."])
     assert "gamma/manifest.org:3: VERSION: '1' is not semver" in r.stderr
     data = json.loads(wbx("toolkit", "list", "--json").stdout)
     assert [t["id"] for t in data["toolkits"]] == ["alpha", "beta"]
@@ -46,7 +49,8 @@ def test_show_manifest_and_skill(kits, wbx):
     [
         (("toolkit", "show", "nope"), 127, "wbx: not-found: unknown toolkit 'nope'; known: alpha, beta"),
         (("toolkit", "show", "alpha", "../x"), 2, "wbx: invalid-args: skill slug '../x' must match"),
-        (("toolkit", "show", "alpha", "missing"), 127, "wbx: not-found: unknown skill 'missing'; known: fetch, overview"),
+        (("toolkit", "show", "alpha", "missing"), 127,
+         "wbx: not-found: unknown skill 'missing'; known: fetch, overview"),
         (("toolkit", "show", "gamma"), 2, "wbx: invalid-args: "),
     ],
 )
@@ -155,7 +159,8 @@ def test_a_plugin_taking_a_builtin_name_is_a_warning_not_a_failure(make_runtime,
     rt = make_runtime(plugins=[Hijack()])
     r = wbx("--help", runtime=rt)
     assert r.exit_code == 0 and "mine" in r.stdout
-    warning = "wbx: warning: plugin Hijack: command 'run' not added: it is a built-in wbx command (see wbx plugins)"
+    warning = ("wbx: warning: plugin Hijack: command 'run' not added: "
+               "it is a built-in wbx command (see wbx plugins)")
     assert r.stderr.strip().splitlines() == [warning]
     r = wbx("mine", runtime=rt)
     assert (r.exit_code, r.stdout) == (0, "mine\n")  # the plugin's other command still works
@@ -166,7 +171,8 @@ def test_a_plugin_taking_a_builtin_name_is_a_warning_not_a_failure(make_runtime,
     assert "  warning: command 'run' not added: it is a built-in wbx command" in r.stdout.splitlines()
     r = wbx("plugins", "--json", runtime=rt)
     (info,) = json.loads(r.stdout)
-    assert info["name"] == "Hijack" and info["warnings"] == ["command 'run' not added: it is a built-in wbx command"]
+    assert (info["name"] == "Hijack"
+            and info["warnings"] == ["command 'run' not added: it is a built-in wbx command"])
 
 
 def test_a_command_name_another_plugin_took_is_refused_with_a_warning(make_runtime, wbx):
@@ -178,7 +184,8 @@ def test_a_command_name_another_plugin_took_is_refused_with_a_warning(make_runti
     r = wbx("plugins", "--json", runtime=rt)
     by_name = {i["name"]: i for i in json.loads(r.stdout)}
     assert by_name["Hello"]["warnings"] == []
-    assert by_name["HelloAgain"]["warnings"] == ["command 'hello' not added: plugin Hello registered it first"]
+    assert (by_name["HelloAgain"]["warnings"]
+            == ["command 'hello' not added: plugin Hello registered it first"])
 
 
 class Broken:
@@ -191,10 +198,11 @@ def test_a_plugin_whose_registration_raises_loses_only_its_commands(make_runtime
     rt = make_runtime(plugins=[Hello(), Broken()])
     r = wbx("hello", "say", "ada", runtime=rt)
     assert (r.exit_code, r.stdout) == (0, "hello ada\n")
-    assert r.stderr.strip() == ("wbx: warning: plugin Broken: its commands were not added: wbcore_cli_commands "
-                                "raised RuntimeError: no typer here (see wbx plugins)")
+    assert r.stderr.strip() == ("wbx: warning: plugin Broken: its commands were not added: "
+                                "wbcore_cli_commands raised RuntimeError: no typer here (see wbx plugins)")
     r = wbx("plugins", runtime=rt)
-    assert "  warning: its commands were not added: wbcore_cli_commands raised RuntimeError: no typer here" in r.stdout
+    assert ("  warning: its commands were not added: wbcore_cli_commands raised RuntimeError: no typer here"
+            in r.stdout)
 
 
 @pytest.fixture
@@ -239,13 +247,15 @@ def test_show_names_refused_skills_and_never_serves_them(escapes, wbx):
     bad = wbx("toolkit", "show", "linked", "secret")
     assert bad.exit_code == 2 and "symlink to a folder outside" in bad.stderr and "ZEBRA" not in bad.stdout
     r = wbx("toolkit", "show", "hard")
-    assert "leak" not in r.stdout and f"{escapes / 'hard' / 'skills' / 'leak.org'}: has 2 hard links" in r.stderr
+    assert ("leak" not in r.stdout
+            and f"{escapes / 'hard' / 'skills' / 'leak.org'}: has 2 hard links" in r.stderr)
     bad = wbx("toolkit", "show", "hard", "leak")
     assert bad.exit_code == 2 and "hard links" in bad.stderr and "HARD-SECRET" not in bad.stdout
     shown = json.loads(wbx("toolkit", "show", "hard", "--json").stdout)
     assert [s["slug"] for s in shown["skills"]] == ["overview"] and "hard links" in shown["skill_problems"][0]
     bad = wbx("toolkit", "show", "evil")
-    assert bad.exit_code == 2 and "evil/manifest.org: symlink to a file outside the toolkit root" in bad.stderr
+    assert (bad.exit_code == 2
+            and "evil/manifest.org: symlink to a file outside the toolkit root" in bad.stderr)
 
 
 def test_search_skips_refused_skills_and_says_why(escapes, wbx):
@@ -258,9 +268,11 @@ def test_search_skips_refused_skills_and_says_why(escapes, wbx):
 
 def test_verify_fails_on_each_refused_read(escapes, wbx):
     r = wbx("toolkit", "verify", "evil")
-    assert r.exit_code == 1 and "✗ manifest:" in r.stdout and "symlink to a file outside the toolkit root" in r.stdout
+    assert (r.exit_code == 1 and "✗ manifest:" in r.stdout
+            and "symlink to a file outside the toolkit root" in r.stdout)
     r = wbx("toolkit", "verify", "linked")
-    assert r.exit_code == 1 and "✗ skills: " in r.stdout and "symlink to a folder outside the toolkit root" in r.stdout
+    assert (r.exit_code == 1 and "✗ skills: " in r.stdout
+            and "symlink to a folder outside the toolkit root" in r.stdout)
     r = wbx("toolkit", "verify", "hard")
     assert r.exit_code == 1 and "leak.org: has 2 hard links" in r.stdout
     assert wbx("toolkit", "verify", "good").exit_code == 0
@@ -288,7 +300,8 @@ def test_a_plugin_adds_a_toolkit_subcommand_and_cannot_take_a_builtin_one(make_r
     assert (r.exit_code, r.stdout) == (0, "greetings ada\n")
     warnings = sorted(r.stderr.strip().splitlines())
     assert warnings == [
-        "wbx: warning: plugin ToolkitVerb: command 'toolkit list' not added: wbx toolkit has it built in (see wbx plugins)",
+        "wbx: warning: plugin ToolkitVerb: command 'toolkit list' not added: wbx toolkit has it built in "
+        "(see wbx plugins)",
     ]  # only the toolkit group was built: the identity verb is not considered for this command line
     r = wbx("toolkit", "list", runtime=rt)
     assert r.exit_code == 0 and "hijacked" not in r.stdout  # the built-in list runs, on its fast path
@@ -320,7 +333,8 @@ def test_plugins_names_every_name_two_plugins_serve(make_runtime, wbx):
     r = wbx("plugins", runtime=rt)
     assert r.exit_code == 0
     (line,) = [ln for ln in r.stdout.splitlines() if ln.startswith("conflict:")]
-    assert line.startswith("conflict: tool provider 'act' provided by ") and "ActOne" in line and "ActTwo" in line
+    assert (line.startswith("conflict: tool provider 'act' provided by ") and "ActOne" in line
+            and "ActTwo" in line)
     from wbcore_runtime.contract.records import RECORD_KINDS
 
     assert len(rt.collect_all()) == len(RECORD_KINDS)  # one registry per registry hook
@@ -331,9 +345,10 @@ def test_the_root_help_names_the_groups_it_does_not_build(tmp_path) -> None:
     their modules (a fresh interpreter, as a user's command)."""
     probe = ("import sys; from wbcore_cli.app import main; code = main(['--help']); "
              "print(code, sorted(m for m in sys.modules if m.startswith('wbcore_cli.')))")
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("WB_", "_WBX_"))}, "WB_HOME": str(tmp_path / "h")}
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path,
-                          timeout=120, check=False)
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("WB_", "_WBX_"))},
+           "WB_HOME": str(tmp_path / "h")}
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env,
+                          cwd=tmp_path, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     *shown, last = done.stdout.rstrip("\n").splitlines()
     for group, line in GROUP_HELP.items():

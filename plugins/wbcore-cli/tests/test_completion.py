@@ -12,7 +12,8 @@ WBX = str(Path(sys.executable).parent / "wbx")
 
 
 def _run(args: list[str], tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    full = {**os.environ, "WB_HOME": str(tmp_path / "home"), "HOME": str(tmp_path), "SHELL": "/bin/bash", **env}
+    full = {**os.environ, "WB_HOME": str(tmp_path / "home"), "HOME": str(tmp_path), "SHELL": "/bin/bash",
+            **env}
     return subprocess.run([WBX, *args], capture_output=True, text=True, env=full, cwd=tmp_path, timeout=120)
 
 

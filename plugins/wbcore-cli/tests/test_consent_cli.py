@@ -78,7 +78,8 @@ def test_show_and_verify_display_requested_and_granted(signed_tp, wbx):
     assert "caps:      net kv" in r.stdout and "granted:   net" in r.stdout and "effective: net" in r.stdout
     r = wbx("toolkit", "verify", "tp")
     assert r.exit_code == 0, r.stdout
-    assert "⚠ consent: requested net kv; granted net; effective net (grant with: wbx toolkit grant tp kv)" in r.stdout
+    assert ("⚠ consent: requested net kv; granted net; effective net (grant with: wbx toolkit grant tp kv)"
+            in r.stdout)
 
 
 # --- integrity ------------------------------------------------------------------------
@@ -86,7 +87,8 @@ def test_show_and_verify_display_requested_and_granted(signed_tp, wbx):
 
 def test_sha256_pin_of_a_shipped_artifact(make_toolkit, make_runtime, wbx):
     good = hashlib.sha256(WASM).hexdigest()
-    d = make_toolkit("pin", extra={"BUILD_SRC": "wasm:bin/tool.wasm", "SHA256": good}, files={"bin/tool.wasm": WASM})
+    d = make_toolkit("pin", extra={"BUILD_SRC": "wasm:bin/tool.wasm", "SHA256": good},
+                     files={"bin/tool.wasm": WASM})
     rt = make_runtime()
     tk = rt.toolkit("pin")
     assert trust.unavailable_reason(tk, rt) is None

@@ -49,7 +49,8 @@ class FolderClient:
         desc = Descriptor.of(data, self.layer_type)
         dest.mkdir(parents=True)
         (dest / "layer-0").write_bytes(data)
-        return Pulled(ref.pinned(desc.digest), distribution.TOOLKIT_TYPE, b"{}", ((desc, dest / "layer-0"),), {})
+        return Pulled(ref.pinned(desc.digest), distribution.TOOLKIT_TYPE, b"{}",
+                      ((desc, dest / "layer-0"),), {})
 
     def push(self, reference: str | Reference, *, artifact_type: str, config: tuple[bytes, str],
              layers: Sequence[Layer], annotations: Mapping[str, str] | None = None,

@@ -1,4 +1,5 @@
-"""The one fetcher (wbcore_runtime.guard.fetch): TLS against SSL_CERT_FILE, error kinds of their own, caps while streaming."""
+"""The one fetcher (wbcore_runtime.guard.fetch): TLS against SSL_CERT_FILE, error kinds of their own, caps
+while streaming."""
 
 from __future__ import annotations
 
@@ -53,7 +54,8 @@ ROUTES = {"/stall": _stall, "/endless": _endless}
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory) -> tuple[Path, Path, Path]:
-    """A private CA (a corporate TLS-intercepting proxy's) and a server certificate it issued for localhost."""
+    """A private CA (a corporate TLS-intercepting proxy's) and a server certificate it issued for
+    localhost."""
     x509 = pytest.importorskip("cryptography.x509")
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -66,24 +68,30 @@ def pki(tmp_path_factory) -> tuple[Path, Path, Path]:
           .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
           .not_valid_after(now + datetime.timedelta(days=2))
           .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-          .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
-                                       key_encipherment=False, data_encipherment=False, key_agreement=False,
+          .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                       content_commitment=False, key_encipherment=False,
+                                       data_encipherment=False, key_agreement=False,
                                        encipher_only=False, decipher_only=False), critical=True)
           .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
           .sign(ca_key, hashes.SHA256()))
     key = ec.generate_private_key(ec.SECP256R1())
-    cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]))
+    cert = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]))
             .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=2))
+            .not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=2))
             .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
-                                                        x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+                                                        x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                           critical=False)
             .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+                           critical=False)
             .sign(ca_key, hashes.SHA256()))
     d = tmp_path_factory.mktemp("pki")
     (d / "ca.pem").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     (d / "server.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    (d / "server.key").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+    (d / "server.key").write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                                     serialization.PrivateFormat.PKCS8,
                                                      serialization.NoEncryption()))
     return d / "ca.pem", d / "server.pem", d / "server.key"
 
@@ -115,7 +123,8 @@ def _tarball(tmp_path: Path) -> bytes:
     return buf.getvalue()
 
 
-def test_wbx_install_over_https_with_the_proxy_ca(pki, https_port, tmp_path, wbx, make_runtime, wb_home, monkeypatch):
+def test_wbx_install_over_https_with_the_proxy_ca(pki, https_port, tmp_path, wbx, make_runtime, wb_home,
+                                                  monkeypatch):
     ca, _, _ = pki
     monkeypatch.delenv("SSL_CERT_FILE", raising=False)
     body = _tarball(tmp_path)

@@ -34,7 +34,8 @@ def test_agent_prompt_warns_about_each_toolkit_left_out(tmp_path: Path, wbx) -> 
     empty = tmp_path / "nowhere"
     empty.mkdir()
     agent = tmp_path / "agent.org"
-    agent.write_text("* Helper :agent:\n  :PROPERTIES:\n  :ID: h\n  :TOOLKITS: alpha beta\n  :END:\n** System prompt\nBe brief.\n")
+    agent.write_text("* Helper :agent:\n  :PROPERTIES:\n  :ID: h\n  :TOOLKITS: alpha beta\n  :END:\n"
+                     "** System prompt\nBe brief.\n")
     rt = Runtime.open(plugins=[], env={"WB_HOME": str(tmp_path / "h")}, cwd=empty)
     res = wbx("agent", "prompt", str(agent), runtime=rt)
     assert res.exit_code == 0
@@ -49,7 +50,9 @@ def test_list_json_names_every_folder_searched(tmp_path: Path, wbx) -> None:
 
     empty = tmp_path / "nowhere" / "here"  # not beside the wbx fixture's tmp_path/toolkits
     empty.mkdir(parents=True)
-    rt = Runtime.open(plugins=[], env={"WB_HOME": str(tmp_path / "h"), "WB_TOOLKIT_PATH": str(tmp_path / "extra")}, cwd=empty)
+    rt = Runtime.open(plugins=[],
+                      env={"WB_HOME": str(tmp_path / "h"), "WB_TOOLKIT_PATH": str(tmp_path / "extra")},
+                      cwd=empty)
     data = json.loads(wbx("toolkit", "list", "--json", runtime=rt).stdout)
     assert data["roots"] == [] and str(tmp_path / "extra") in data["searched"]
     assert str(tmp_path / "h" / "toolkits") in data["searched"]

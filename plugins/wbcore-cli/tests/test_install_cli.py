@@ -63,7 +63,8 @@ def test_install_a_signed_folder_and_record_it(src, wbx, wb_home):
     assert "installed tp 0.1.0 (third-party, signed by did:key:z6MkiTBz1" in r.stdout
     assert "requests caps: net (none granted; grant with: wbx toolkit grant tp net)" in r.stdout
     lock = json.loads((wb_home / "wbx.lock").read_text())["toolkits"]["tp"]
-    assert lock["digest"] == signing.content_digest(src / "tp") == signing.content_digest(wb_home / "toolkits" / "tp")
+    assert (lock["digest"] == signing.content_digest(src / "tp")
+            == signing.content_digest(wb_home / "toolkits" / "tp"))
     assert lock["signer"].startswith("did:key:z6Mk") and lock["source"] == str(src / "tp")
     assert (wb_home / "toolkits" / "tp" / "bin" / "tool.wasm").read_bytes() == b"\0asm\x01\0\0\0"
     assert not list((wb_home / ".staging").iterdir())
@@ -117,7 +118,8 @@ def test_existing_toolkit_needs_force(src, wbx, wb_home):
 def _git(*args: str, cwd: Path) -> str:
     env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid"}
-    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout.strip()
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True,
+                          text=True).stdout.strip()
 
 
 @pytest.fixture
@@ -160,7 +162,8 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
 def served(tmp_path):
     site = tmp_path / "site"
     site.mkdir()
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), lambda *a, **kw: _Quiet(*a, directory=str(site), **kw))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                             lambda *a, **kw: _Quiet(*a, directory=str(site), **kw))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield site, f"http://127.0.0.1:{server.server_address[1]}"
@@ -184,7 +187,8 @@ def test_archive_url_with_sha256(src, served, wbx, wb_home, monkeypatch):
     # loopback is refused by the SSRF guard unless the deployer allows private sources explicitly
     monkeypatch.delenv("WB_ALLOW_PRIVATE_SOURCES", raising=False)
     r = wbx("toolkit", "install", f"{base}/tp.tar.gz", "--sha256", digest)
-    assert r.exit_code == 126 and "SSRF guard" in r.stderr and "WB_ALLOW_PRIVATE_SOURCES=1" in r.stderr, r.stderr
+    assert (r.exit_code == 126 and "SSRF guard" in r.stderr
+            and "WB_ALLOW_PRIVATE_SOURCES=1" in r.stderr), r.stderr
     assert snapshot(wb_home) == before
     monkeypatch.setenv("WB_ALLOW_PRIVATE_SOURCES", "1")
     r = wbx("toolkit", "install", f"{base}/tp.tar.gz", "--sha256", "0" * 64)
@@ -223,9 +227,12 @@ MANIFEST = b"#+TITLE: e\n#+TOOLKIT: e\n#+VERSION: 0.1.0\n#+STATUS: stable\n#+TAG
     [
         ([(_info("e/manifest.org"), MANIFEST), (_info("e/../../escape.txt"), b"x")], "climbs out"),
         ([(_info("e/manifest.org"), MANIFEST), (_info("/etc/evil"), b"x")], "absolute path"),
-        ([(_info("e/manifest.org"), MANIFEST), (_info("e/link", tarfile.SYMTYPE, "../../../etc/passwd"), None)], "escapes"),
-        ([(_info("e/manifest.org"), MANIFEST), (_info("e/abs", tarfile.SYMTYPE, "/etc/passwd"), None)], "outside"),
-        ([(_info("e/manifest.org"), MANIFEST), (_info("e/hard", tarfile.LNKTYPE, "e/manifest.org"), None)], "hard link"),
+        ([(_info("e/manifest.org"), MANIFEST),
+          (_info("e/link", tarfile.SYMTYPE, "../../../etc/passwd"), None)], "escapes"),
+        ([(_info("e/manifest.org"), MANIFEST), (_info("e/abs", tarfile.SYMTYPE, "/etc/passwd"), None)],
+         "outside"),
+        ([(_info("e/manifest.org"), MANIFEST), (_info("e/hard", tarfile.LNKTYPE, "e/manifest.org"), None)],
+         "hard link"),
         ([(_info("e/manifest.org"), MANIFEST), (_info("e/fifo", tarfile.FIFOTYPE), None)], "special file"),
         (
             [(_info("e/manifest.org"), MANIFEST), (_info("e/d", tarfile.SYMTYPE, "."), None),
@@ -256,8 +263,8 @@ def test_folder_source_with_escaping_symlink_is_refused(src, tmp_path, wbx, wb_h
 # --- --locked -------------------------------------------------------------------------
 
 
-def test_locked_reproduces_the_same_digests_on_a_second_home(src, repo, served, wbx, wb_home, make_runtime, tmp_path,
-                                                            monkeypatch):
+def test_locked_reproduces_the_same_digests_on_a_second_home(src, repo, served, wbx, wb_home, make_runtime,
+                                                             tmp_path, monkeypatch):
     monkeypatch.setenv("WB_ALLOW_PRIVATE_SOURCES", "1")
     site, base = served
     digest = _tar_of(src / "fp", site / "fp.tar.gz", "fp")
@@ -276,7 +283,8 @@ def test_locked_reproduces_the_same_digests_on_a_second_home(src, repo, served, 
     assert r.exit_code == 0, r.stderr
     assert (home_b / "wbx.lock").read_bytes() == lock_a
     for tid in ("tp", "fp"):
-        assert signing.content_digest(home_b / "toolkits" / tid) == signing.content_digest(wb_home / "toolkits" / tid)
+        assert (signing.content_digest(home_b / "toolkits" / tid)
+                == signing.content_digest(wb_home / "toolkits" / tid))
     # Running it again is a no-op.
     r = wbx("toolkit", "install", "--locked", runtime=rt_b)
     assert r.exit_code == 0 and "unchanged tp" in r.stdout
@@ -300,7 +308,8 @@ def test_locked_without_a_lockfile(wbx, wb_home):
 
 
 def test_dot_ids_cannot_name_a_folder(tmp_path, wbx, wb_home):
-    archive = _evil_tar(tmp_path / "dots.tar.gz", [(_info("x/manifest.org"), MANIFEST.replace(b"TOOLKIT: e", b"TOOLKIT: .."))])
+    archive = _evil_tar(tmp_path / "dots.tar.gz",
+                        [(_info("x/manifest.org"), MANIFEST.replace(b"TOOLKIT: e", b"TOOLKIT: .."))])
     before = snapshot(wb_home)
     r = wbx("toolkit", "install", str(archive), "--first-party")
     assert r.exit_code == 2 and "cannot name a folder" in r.stderr

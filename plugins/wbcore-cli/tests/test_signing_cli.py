@@ -89,7 +89,8 @@ def test_wbx_sign_then_verify_then_tamper(make_toolkit, wbx, monkeypatch):
     (d / "bin" / "tool.wasm").write_bytes(VEC_WASM + b"\0")
     r = wbx("toolkit", "verify", "tp")
     assert r.exit_code == 1
-    assert "✗ trust: signature tampered: content changed since it was signed: artifact bin/tool.wasm changed" in r.stdout
+    assert ("✗ trust: signature tampered: content changed since it was signed: "
+            "artifact bin/tool.wasm changed" in r.stdout)
     r = wbx("toolkit", "list")
     assert "tp · stable · Use tp for testing. · unavailable: signature:" in r.stdout
 
@@ -103,7 +104,8 @@ def test_wbx_sign_refuses_first_party(make_toolkit, wbx):
 def test_wbx_did_web_end_to_end(make_toolkit, wbx, make_runtime, monkeypatch, tmp_path):
     site = tmp_path / "site2"
     site.mkdir()
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), lambda *a, **kw: _Quiet(*a, directory=str(site), **kw))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                             lambda *a, **kw: _Quiet(*a, directory=str(site), **kw))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

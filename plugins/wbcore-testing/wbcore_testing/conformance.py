@@ -114,10 +114,12 @@ def errno_wat(call: str) -> str:
 
 
 #: Asks WASI for a preopened folder (fd 3): none exists, at any tier.
-PREOPEN_WAT = errno_wat('(import "wasi_snapshot_preview1" "fd_prestat_get" (func $f (param i32 i32) (result i32)))'
+PREOPEN_WAT = errno_wat('(import "wasi_snapshot_preview1" "fd_prestat_get"'
+                        ' (func $f (param i32 i32) (result i32)))'
                         '|(call $f (i32.const 3) (i32.const 100))')
 #: Accepts a connection on fd 3: no socket exists, at any tier.
-SOCKET_WAT = errno_wat('(import "wasi_snapshot_preview1" "sock_accept" (func $f (param i32 i32 i32) (result i32)))'
+SOCKET_WAT = errno_wat('(import "wasi_snapshot_preview1" "sock_accept"'
+                       ' (func $f (param i32 i32 i32) (result i32)))'
                        '|(call $f (i32.const 3) (i32.const 0) (i32.const 100))')
 
 
@@ -133,7 +135,8 @@ def kv_wat(*reqs: bytes) -> str:
     data = "".join(f'(data (i32.const {at}) "{cbor_data(r)}")' for at, r in calls)
     body = "".join(
         f"(local.set $n (call $kv (i32.const {at}) (i32.const {len(r)}) (i32.const 8192) (i32.const 60000)))"
-        "(if (i64.lt_s (local.get $n) (i64.const 0)) (then (call $exit (i32.wrap_i64 (i64.sub (i64.const 0) (local.get $n))))))"
+        "(if (i64.lt_s (local.get $n) (i64.const 0))"
+        " (then (call $exit (i32.wrap_i64 (i64.sub (i64.const 0) (local.get $n))))))"
         for at, r in calls)
     return f"""(module {FD_WRITE} {PROC_EXIT}
   (import "wb" "kv" (func $kv (param i32 i32 i32 i32) (result i64)))
@@ -147,10 +150,14 @@ def kv_wat(*reqs: bytes) -> str:
 #: ``b64`` (WAT) builds in milliseconds; the others need their language's lane and run in
 #: the slow stage.
 SHIPPED: dict[str, list[tuple[list[str], bytes]]] = {
-    "b64": [([], bytes(range(256)) * 8), (["decode"], b"aGVsbG8sIHdvcmxk\n"), (["decode"], b"@@not base64@@")],
-    "sha256": [([], b"abc"), (["hmac", "Jefe"], b"what do ya want for nothing?"), (["check", "00" * 32], b"x")],
-    "hexdump": [(["dump"], b"hello, world\n"), (["stats"], bytes(range(256))), (["strings"], b"\0\0name\0path/x\0")],
-    "lines": [(["freq", "2"], b"b\na\nb\nc\nb\na\n"), (["dedupe"], b"b\na\nb\nc\na\n"), (["stats"], b"one two\n\nthree\n")],
+    "b64": [([], bytes(range(256)) * 8), (["decode"], b"aGVsbG8sIHdvcmxk\n"),
+            (["decode"], b"@@not base64@@")],
+    "sha256": [([], b"abc"), (["hmac", "Jefe"], b"what do ya want for nothing?"),
+               (["check", "00" * 32], b"x")],
+    "hexdump": [(["dump"], b"hello, world\n"), (["stats"], bytes(range(256))),
+                (["strings"], b"\0\0name\0path/x\0")],
+    "lines": [(["freq", "2"], b"b\na\nb\nc\nb\na\n"), (["dedupe"], b"b\na\nb\nc\na\n"),
+              (["stats"], b"one two\n\nthree\n")],
     "freq": [(["lines"], b"a\nb\na\n"), (["chars", "-n", "0"], "héllo\n".encode())],
     "csv": [(["columns"], b"a,b\n1,2\n"), (["stats", "b"], b"a,b\n1,2\n3,4\n")],
     "mdtext": [(["plain"], b"# Title\n\nSome *text* and `code`.\n"), (["outline"], b"# A\n## B\n# C\n")],
@@ -165,7 +172,8 @@ def command_request(rt: Any, wasm: bytes, **fields: Any) -> CommandRequest:
     "guest": no argv or stdin, the compute profile, a 5 s deadline; ``fields`` override any."""
     art = rt.artifacts.put_bytes(bytes(wasm))
     base = CommandRequest(name="guest", sha256=art.sha256, artifact=rt.artifacts.path(art.sha256), argv=(),
-                          stdin=b"", profile=profile("compute"), timeout_s=5.0, principal=Principal(toolkit="guest"))
+                          stdin=b"", profile=profile("compute"), timeout_s=5.0,
+                          principal=Principal(toolkit="guest"))
     return dataclasses.replace(base, **fields)
 
 
@@ -229,7 +237,8 @@ class PtySessions:
              secret: bytes | None = None, rows: int = 24, cols: int = 80,
              env: Mapping[str, str] | None = None) -> tuple[int, Any]:
         """Opens session ``sid`` -> the PtyOpened (or Refused) frame's kind and object."""
-        body: dict[str, Any] = {"session": sid, "program": program, "args": list(args), "rows": rows, "cols": cols}
+        body: dict[str, Any] = {"session": sid, "program": program, "args": list(args), "rows": rows,
+                                "cols": cols}
         if (env := env or self.env) is not None:
             body["env"] = dict(env)
         box.channel.send_frame(frames.seal(frames.PTY_OPEN, secret or box.secret, body))
@@ -244,7 +253,8 @@ class PtySessions:
             assert ready, f"no {sorted(frames.name(k) for k in kinds)} within {timeout} s"
             kind, payload = box.channel.recv()
             if kind in kinds:
-                return kind, (frames.unpack(payload)[0] if kind not in frames.RAW else frames.open_pty_data(payload))
+                return kind, (frames.unpack(payload)[0] if kind not in frames.RAW
+                              else frames.open_pty_data(payload))
 
     def type(self, box: Any, sid: int, text: bytes) -> None:
         box.channel.send_frame(frames.pty_data(sid, text, box.secret))
@@ -300,8 +310,8 @@ class PtySessions:
         for t in threads:
             t.start()
         try:
-            code = attach.attach(box.channel, box.secret, terminal.ShellRequest(), stdin_fd=in_r, stdout_fd=out_w,
-                                 deadline=time.monotonic() + seconds)
+            code = attach.attach(box.channel, box.secret, terminal.ShellRequest(), stdin_fd=in_r,
+                                 stdout_fd=out_w, deadline=time.monotonic() + seconds)
         finally:
             os.close(out_w)
             os.close(in_r)
@@ -385,8 +395,8 @@ class TierConformance:
 
     @pytest.mark.parametrize("name", [
         pytest.param(n, marks=() if n in CHEAP else (pytest.mark.slow,)) for n in SHIPPED])
-    def test_shipped_toolkit_output_equals_the_instance_tier(self, rt: Any, make_runtime: Any, toolkit_root: Path,
-                                                             name: str) -> None:
+    def test_shipped_toolkit_output_equals_the_instance_tier(self, rt: Any, make_runtime: Any,
+                                                             toolkit_root: Path, name: str) -> None:
         from wbcore_runtime.build import builder
         from wbcore_runtime.contract.errors import WbError
 
@@ -421,7 +431,8 @@ class TierConformance:
     def test_a_memory_bomb_hits_the_profiles_limit(self, rt: Any) -> None:
         instance, tier = self.drivers(rt)
         req = self.request(rt, BOMB_WAT)
-        assert outcome(lambda: tier.call(req)) == outcome(lambda: instance.call(req)) == ("LimitExceeded", "memory")
+        assert (outcome(lambda: tier.call(req)) == outcome(lambda: instance.call(req))
+                == ("LimitExceeded", "memory"))
 
     def test_an_output_flood_is_stopped_at_the_cap(self, rt: Any) -> None:
         instance, tier = self.drivers(rt)
@@ -444,7 +455,8 @@ class TierConformance:
         builder.build(rt, "sh")
         t0 = time.monotonic()
         try:
-            res = rt.call("sh", ["-c", "b() { b | b & }; b; sleep 1; echo survived"], b"", timeout=5.0, tier=self.tier)
+            res = rt.call("sh", ["-c", "b() { b | b & }; b; sleep 1; echo survived"], b"", timeout=5.0,
+                          tier=self.tier)
             out = (res.stdout + res.stderr).decode(errors="replace").lower()
             assert "fork" in out or "resource" in out, out[-500:]
         except Timeout:
@@ -477,7 +489,8 @@ class TierConformance:
     # --- caps ------------------------------------------------------------------------------
 
     def test_caps_are_bridged_a_kv_round_trip(self, rt: Any) -> None:
-        pytest.importorskip("wbcore_brokers_state", reason="the kv broker (wbcore-brokers-state) is not installed")
+        pytest.importorskip("wbcore_brokers_state",
+                            reason="the kv broker (wbcore-brokers-state) is not installed")
         import cbor2
 
         from wbcore_runtime.trust.policy import profile
@@ -568,7 +581,8 @@ class TierConformance:
         frames.HEADER.pack(frames.MAX_FRAME + 1, frames.PING),  # a length over the cap
         frames.HEADER.pack(0, 0x6E),  # an unknown type
     ], ids=["too-large", "unknown-type"])
-    def test_a_broken_stream_is_refused_and_ends_the_agent_cleanly(self, make_runtime: Any, bad: bytes) -> None:
+    def test_a_broken_stream_is_refused_and_ends_the_agent_cleanly(self, make_runtime: Any,
+                                                                   bad: bytes) -> None:
         agent = self.agent(make_runtime)
         try:
             agent.handshake()
@@ -605,8 +619,8 @@ class PosixTierConformance:
 
     def request(self, rt: Any, cli: str, argv: list[str], stdin: bytes = b"", **kw: Any) -> CommandRequest:
         art = rt.artifacts.put_bytes(POSIX_MAGIC + json.dumps({"cli_bin": cli, "toolkit": "conf"}).encode())
-        base = CommandRequest(name=cli, sha256=art.sha256, artifact=rt.artifacts.path(art.sha256), argv=tuple(argv),
-                              stdin=stdin, profile=profile("compute"), timeout_s=10.0,
+        base = CommandRequest(name=cli, sha256=art.sha256, artifact=rt.artifacts.path(art.sha256),
+                              argv=tuple(argv), stdin=stdin, profile=profile("compute"), timeout_s=10.0,
                               principal=Principal(toolkit="conf"), toolkit="conf", tier=self.tier)
         return dataclasses.replace(base, **kw)
 
@@ -651,7 +665,8 @@ class PosixTierConformance:
 
     def test_memory_bomb(self, rt: Any) -> None:
         # the string doubles until the address-space limit refuses it (2 GiB if nothing did)
-        res = self.sh(rt, "x=a; i=0; while [ $i -lt 31 ]; do x=\"$x$x\"; i=$((i+1)); done; echo survived ${#x}")
+        res = self.sh(rt,
+                      "x=a; i=0; while [ $i -lt 31 ]; do x=\"$x$x\"; i=$((i+1)); done; echo survived ${#x}")
         assert res.exit_code != 0 and b"survived" not in res.stdout
         assert self.sh(rt, "echo still here").stdout == b"still here\n"
 
@@ -684,7 +699,8 @@ class PosixTierConformance:
     def test_no_host_file_visible(self, rt: Any, wb_home: Any) -> None:
         paths = [str(wb_home), "/work", "/root/.cache", "/etc/shadow", str(rt.artifacts.path(
             rt.artifacts.put_bytes(b"a host file").sha256))]
-        res = self.sh(rt, f"for p in {' '.join(paths)}; do ls -d $p >/dev/null 2>&1 && echo SEEN $p; done; id -u")
+        res = self.sh(rt,
+                      f"for p in {' '.join(paths)}; do ls -d $p >/dev/null 2>&1 && echo SEEN $p; done; id -u")
         out = res.stdout.decode()
         assert "SEEN" not in out, out
         assert out.split()[-1] != "0"

@@ -8,9 +8,10 @@
 ``build_sandbox`` the installed build sandbox (``runtime.build_sandbox()``), or a skip saying why
 ``oci_registry``  a distribution registry (Debian's ``docker-registry``) on loopback, or a skip saying why
 ``file_server``  a :class:`FileServer` (loopback HTTP: ``files``, ``routes``, ``hits``, ``url``) for the test
-``git_server``   a :class:`GitHttpServer` (git's own smart HTTP on loopback) over bare repos made by ``git_repo``
-``history_repo`` a checked-out repository with three commits by two authors, readable by any uid (a mount's
-                 source); ``git_in(repo, *args)`` runs git there as its author
+``git_server``   a :class:`GitHttpServer` (git's own smart HTTP on loopback) over bare repos made by
+                 ``git_repo``
+``history_repo`` a checked-out repository with three commits by two authors, readable by any uid (a
+                 mount's source); ``git_in(repo, *args)`` runs git there as its author
 ``tmux``         ``(cmd, name)``: a private tmux server to drive a command in a real terminal (``wait_pane``)
 
 Shared test guests in WebAssembly text (``wasi``, ``K_UPPER``, ``ECHO_OR_TRAP``, ``burn``) and
@@ -144,7 +145,8 @@ def make_runtime(wb_home: Path, toolkit_root: Path, tmp_path: Path) -> Iterator[
 
     opened: list[Any] = []
 
-    def make(plugins: Sequence[str | object] | None = None, roots: Sequence[Path] | None = None, **kw: Any) -> Any:
+    def make(plugins: Sequence[str | object] | None = None, roots: Sequence[Path] | None = None,
+             **kw: Any) -> Any:
         rt = Runtime.open(
             plugins=plugins,
             home=kw.pop("home", wb_home),
@@ -251,9 +253,11 @@ def oci_registry(tmp_path: Path) -> Iterator[OciRegistry]:
     import subprocess
     import time
 
-    exe = shutil.which("docker-registry") or ("/usr/bin/docker-registry" if Path("/usr/bin/docker-registry").exists() else None)
+    exe = shutil.which("docker-registry") or (
+        "/usr/bin/docker-registry" if Path("/usr/bin/docker-registry").exists() else None)
     if exe is None:
-        pytest.skip("docker-registry is not installed (apt-get install docker-registry): no OCI registry to test against")
+        pytest.skip("docker-registry is not installed (apt-get install docker-registry): "
+                    "no OCI registry to test against")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -266,7 +270,8 @@ def oci_registry(tmp_path: Path) -> Iterator[OciRegistry]:
         f"http:\n  addr: 127.0.0.1:{port}\n"
     )
     log = (tmp_path / "registry.log").open("wb")
-    proc = subprocess.Popen([exe, "serve", str(config)], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen([exe, "serve", str(config)], stdout=log, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 15
         while True:
@@ -276,7 +281,8 @@ def oci_registry(tmp_path: Path) -> Iterator[OciRegistry]:
             except OSError:
                 pass
             if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.skip(f"docker-registry did not start: {(tmp_path / 'registry.log').read_text()[-400:]}")
+                pytest.skip("docker-registry did not start: "
+                            f"{(tmp_path / 'registry.log').read_text()[-400:]}")
             time.sleep(0.05)
         yield OciRegistry(f"127.0.0.1:{port}", storage)
     finally:
@@ -352,16 +358,18 @@ class OtlpReceiver:
         with self.lock:
             self.paths.append(path)
             for rs in req.resource_spans:
-                service = next((a.value.string_value for a in rs.resource.attributes if a.key == "service.name"), None)
+                service = next((a.value.string_value
+                                for a in rs.resource.attributes if a.key == "service.name"), None)
                 for ss in rs.scope_spans:
                     for sp in ss.spans:
                         attrs = {}
                         for a in sp.attributes:
                             v = a.value
                             field = v.WhichOneof("value")
-                            attrs[a.key] = ([x.string_value for x in v.array_value.values] if field == "array_value"
-                                            else getattr(v, field))
-                        self.spans.append({"name": sp.name, "id": sp.span_id.hex(), "parent": sp.parent_span_id.hex(),
+                            attrs[a.key] = ([x.string_value for x in v.array_value.values]
+                                            if field == "array_value" else getattr(v, field))
+                        self.spans.append({"name": sp.name, "id": sp.span_id.hex(),
+                                           "parent": sp.parent_span_id.hex(),
                                            "trace": sp.trace_id.hex(), "attrs": attrs, "service": service,
                                            "status": sp.status.code})
 
@@ -414,7 +422,7 @@ ECHO_OR_TRAP = ("(module " + wasi("fd_read", "fd_write") + """
                                                (i32.eq (i32.load8_u (i32.const 1024)) (i32.const 33))))
         (then unreachable))
       (local.set $first (i32.const 0))
-      (if (i32.gt_u (local.get $n) (i32.const 0)) (then (call $w (i32.const 1024) (local.get $n)) (br $l))))))""")
+      (if (i32.gt_u (local.get $n) (i32.const 0)) (then (call $w (i32.const 1024) (local.get $n)) (br $l))))))""")  # noqa: E501
 
 #: kernel: output = input with ASCII upper-cased; in_off 1024, out_off 65536
 K_UPPER = """(module (memory (export "memory") 2)
@@ -522,7 +530,8 @@ class FileServer:
             self.httpd.socket = ctx.wrap_socket(self.httpd.socket, server_side=True)
         self.port: int = self.httpd.server_address[1]
         self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                                       daemon=True)
 
     def __enter__(self) -> FileServer:
         self.thread.start()
@@ -548,7 +557,8 @@ def git_in(repo: Path, *args: str) -> str:
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(repo),
            "GIT_AUTHOR_NAME": "Ada", "GIT_AUTHOR_EMAIL": "ada@example.org", "GIT_COMMITTER_NAME": "Ada",
            "GIT_COMMITTER_EMAIL": "ada@example.org"}
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env).stdout
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
+                          env=env).stdout
 
 
 @pytest.fixture
@@ -584,12 +594,14 @@ def history_repo() -> Iterator[Path]:
 def git_repo(where: Path, files: Mapping[str, str], *, commits: int = 1) -> tuple[Path, str]:
     """A bare repository ``where`` holding ``files`` in its first commit (``commits`` - 1 more
     change a file called ``later``); returns (bare path, the first commit's id)."""
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(where.parent), "GIT_CONFIG_NOSYSTEM": "1",
-           "GIT_CONFIG_GLOBAL": os.devnull, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e",
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(where.parent),
+           "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull,
+           "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e",
            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@e"}
 
     def git(*args: str, cwd: Path) -> str:
-        return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout.strip()
+        return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True,
+                              text=True).stdout.strip()
 
     work = where.with_name(where.name + ".work")
     work.mkdir(parents=True)
@@ -644,7 +656,8 @@ class GitHttpServer:
                        "HTTP_CONTENT_ENCODING": self.headers.get("Content-Encoding", ""),
                        "HTTP_GIT_PROTOCOL": self.headers.get("Git-Protocol", ""),
                        "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "HOME": str(outer.root)}
-                done = subprocess.run([backend], input=body, env=env, capture_output=True, timeout=60, check=False)
+                done = subprocess.run([backend], input=body, env=env, capture_output=True, timeout=60,
+                                      check=False)
                 head, _, out = done.stdout.partition(b"\r\n\r\n")
                 if not _:
                     head, _, out = done.stdout.partition(b"\n\n")
@@ -671,7 +684,8 @@ class GitHttpServer:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.port: int = self.httpd.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                                       daemon=True)
 
     def __enter__(self) -> GitHttpServer:
         self.thread.start()
@@ -733,14 +747,16 @@ def tmux(tmp_path: Path) -> Iterator[tuple[Callable[..., str], str]]:
     subprocess.run(["tmux", "-S", sock, "kill-server"], capture_output=True, timeout=10)
 
 
-def wait_pane(cmd: Callable[..., str], name: str, needle: str, timeout: float = 20.0, every: float = 0.1) -> str:
+def wait_pane(cmd: Callable[..., str], name: str, needle: str, timeout: float = 20.0,
+              every: float = 0.1) -> str:
     """The pane's last 50 lines once they show ``needle``, or as they are at ``timeout``."""
     end = time.monotonic() + timeout
     while True:
         try:
             pane = cmd("capture-pane", "-p", "-t", name, "-S", "-50")
         except subprocess.CalledProcessError as e:
-            raise AssertionError(f"the tmux session {name!r} ended before it showed {needle!r}: {e.stderr}") from e
+            raise AssertionError(f"the tmux session {name!r} ended before it showed {needle!r}: "
+                                 f"{e.stderr}") from e
         if needle in pane or time.monotonic() > end:
             return pane
         time.sleep(every)

@@ -97,7 +97,8 @@ class ScriptedLlm:
     def base_url(self) -> str:
         assert self._server is not None, "start the server first"
         host, port = self._server.server_address[:2]
-        host = host.decode() if isinstance(host, bytes) else host  # an AF_UNIX server's is bytes; ours is IPv4
+        # an AF_UNIX server's is bytes; ours is IPv4
+        host = host.decode() if isinstance(host, bytes) else host
         return f"http://{host}:{port}" + ("/v1" if self.format == "openai" else "")
 
     def start(self) -> ScriptedLlm:
@@ -114,7 +115,8 @@ class ScriptedLlm:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
+                         daemon=True).start()
         return self
 
     def stop(self) -> None:
@@ -145,14 +147,16 @@ class ScriptedLlm:
             self.requests.append(Request(h.path, {k.lower(): v for k, v in h.headers.items()}, body))
         turn = self._next(body)
         if turn is None:
-            return self._send(h, 500, {"error": {"type": "api_error", "message": "the test's script ran out"}})
+            return self._send(h, 500,
+                              {"error": {"type": "api_error", "message": "the test's script ran out"}})
         if turn.delay_s:
             import time
 
             time.sleep(turn.delay_s)
         if turn.status != 200:
             extra = {"retry-after": "0"} if turn.status == 429 else {}
-            return self._send(h, turn.status, {"error": {"type": "api_error", "message": f"scripted failure {turn.status}"}},
+            return self._send(h, turn.status,
+                              {"error": {"type": "api_error", "message": f"scripted failure {turn.status}"}},
                               extra)
         if turn.body is not None:
             h.send_response(200)
@@ -176,7 +180,8 @@ class ScriptedLlm:
             self._send(h, 200, self._whole(turn, body))
 
     @staticmethod
-    def _send(h: BaseHTTPRequestHandler, status: int, doc: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+    def _send(h: BaseHTTPRequestHandler, status: int, doc: dict[str, Any],
+              headers: dict[str, str] | None = None) -> None:
         data = json.dumps(doc).encode()
         h.send_response(status)
         h.send_header("Content-Type", "application/json")
@@ -195,11 +200,13 @@ class ScriptedLlm:
                                       "function": {"name": n, "arguments": json.dumps(a)}}
                                      for i, (n, a) in enumerate(turn.tool_calls)]
             return {"id": "cmpl-1", "object": "chat.completion", "created": 0, "model": model,
-                    "choices": [{"index": 0, "message": msg, "finish_reason": "tool_calls" if turn.tool_calls else "stop"}],
+                    "choices": [{"index": 0, "message": msg,
+                                 "finish_reason": "tool_calls" if turn.tool_calls else "stop"}],
                     "usage": {"prompt_tokens": turn.input_tokens, "completion_tokens": turn.output_tokens,
                               "total_tokens": turn.input_tokens + turn.output_tokens}}
         content: list[dict[str, Any]] = [{"type": "text", "text": turn.text}] if turn.text else []
-        content += [{"type": "tool_use", "id": f"toolu_{i}", "name": n, "input": a} for i, (n, a) in enumerate(turn.tool_calls)]
+        content += [{"type": "tool_use", "id": f"toolu_{i}", "name": n, "input": a}
+                    for i, (n, a) in enumerate(turn.tool_calls)]
         return {"id": "msg_1", "type": "message", "role": "assistant", "model": model, "content": content,
                 "stop_reason": "tool_use" if turn.tool_calls else "end_turn", "stop_sequence": None,
                 "usage": {"input_tokens": turn.input_tokens, "output_tokens": turn.output_tokens}}
@@ -223,18 +230,20 @@ class ScriptedLlm:
             out.append(chunk({"tool_calls": [{"index": i, "function": {"arguments": text[half:]}}]}))
         out.append(chunk({}, "tool_calls" if turn.tool_calls else "stop"))
         if turn.usage and (body.get("stream_options") or {}).get("include_usage"):
-            out.append((None, {"id": "cmpl-1", "object": "chat.completion.chunk", "created": 0, "model": model,
-                               "choices": [], "usage": {"prompt_tokens": turn.input_tokens,
-                                                        "completion_tokens": turn.output_tokens,
-                                                        "total_tokens": turn.input_tokens + turn.output_tokens}}))
+            out.append((None, {"id": "cmpl-1", "object": "chat.completion.chunk", "created": 0,
+                               "model": model, "choices": [],
+                               "usage": {"prompt_tokens": turn.input_tokens,
+                                         "completion_tokens": turn.output_tokens,
+                                         "total_tokens": turn.input_tokens + turn.output_tokens}}))
         out.append((None, b"[DONE]"))
         return out
 
     def _anthropic(self, turn: Turn, body: dict[str, Any]) -> list[tuple[str | None, Any]]:
         model = body.get("model", "scripted")
         out: list[tuple[str | None, Any]] = [("message_start", {"type": "message_start", "message": {
-            "id": "msg_1", "type": "message", "role": "assistant", "content": [], "model": model, "stop_reason": None,
-            "stop_sequence": None, "usage": {"input_tokens": turn.input_tokens, "output_tokens": 1}}})]
+            "id": "msg_1", "type": "message", "role": "assistant", "content": [], "model": model,
+            "stop_reason": None, "stop_sequence": None,
+            "usage": {"input_tokens": turn.input_tokens, "output_tokens": 1}}})]
         idx = 0
         if turn.text:
             out.append(("content_block_start", {"type": "content_block_start", "index": idx,
@@ -248,11 +257,13 @@ class ScriptedLlm:
         for i, (name, args) in enumerate(turn.tool_calls):
             text = json.dumps(args)
             half = len(text) // 2
-            out.append(("content_block_start", {"type": "content_block_start", "index": idx, "content_block": {
-                "type": "tool_use", "id": f"toolu_{i}", "name": name, "input": {}}}))
+            out.append(("content_block_start", {"type": "content_block_start", "index": idx,
+                                                "content_block": {"type": "tool_use", "id": f"toolu_{i}",
+                                                                  "name": name, "input": {}}}))
             for part in (text[:half], text[half:]):
                 out.append(("content_block_delta", {"type": "content_block_delta", "index": idx,
-                                                    "delta": {"type": "input_json_delta", "partial_json": part}}))
+                                                    "delta": {"type": "input_json_delta",
+                                                              "partial_json": part}}))
             out.append(("content_block_stop", {"type": "content_block_stop", "index": idx}))
             idx += 1
         out.append(("message_delta", {"type": "message_delta", "delta": {
