@@ -35,11 +35,9 @@ def main(argv: list[str] | None = None) -> int:
 
         home = choose(os.environ)
         cache = cache_root(home.path, dict(os.environ))
-        print(
-            f"microvm: cache {cache} "
-            f"({'from $WB_MICROVM_CACHE' if os.environ.get('WB_MICROVM_CACHE') else 'in the home ' + home.describe()})",  # noqa: E501 (one f-string field; 3.11 cannot split it)
-            flush=True,
-        )
+        where = ("from $WB_MICROVM_CACHE" if os.environ.get("WB_MICROVM_CACHE")
+                 else "in the home " + home.describe())
+        print(f"microvm: cache {cache} ({where})", flush=True)
     ok, why = tiers._probe_tools()
     if not ok:
         print(f"microvm: unavailable: {why}", file=sys.stderr)

@@ -397,11 +397,10 @@ def save(
                 vm.kill()
             size = (tmp / "vm.mig").stat().st_size
             if size > MAX_SNAPSHOT_BYTES or size > limit:
-                raise LimitExceeded(
-                    f"snapshot {name!r}: {size >> 20} MiB is over "
-                    f"{'the store budget (WB_SNAPSHOT_BUDGET)' if size > limit else 'what a guest migration can be'}",  # noqa: E501 (one f-string field; 3.11 cannot split it)
-                    limit="snapshot_bytes",
-                )
+                over = ("the store budget (WB_SNAPSHOT_BUDGET)" if size > limit
+                        else "what a guest migration can be")
+                raise LimitExceeded(f"snapshot {name!r}: {size >> 20} MiB is over {over}",
+                                    limit="snapshot_bytes")
             meta = {
                 "name": name, "key": key, "parent": parent, "parent_key": pkey, "base": base_key(base),
                 "image": base.image.digest, "accel": base.accel, "qemu": _vm.qemu_version(),

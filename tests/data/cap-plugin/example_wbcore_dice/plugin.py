@@ -19,7 +19,8 @@ MAX_SIDES = 255
 
 
 class DiceBroker:
-    """``roll``: ``{"op": "roll", "count": n, "sides": s}`` → ``{"faces": bytes}``, one byte per die (1..s)."""
+    """``roll``: ``{"op": "roll", "count": n, "sides": s}`` → ``{"faces": bytes}``, one byte per
+    die (1..s)."""
 
     def handle(self, call: Any) -> Any:
         if call.op != "roll":
@@ -27,7 +28,8 @@ class DiceBroker:
         count = call.arg("count", int, 1)
         sides = call.arg("sides", int, 6)
         if not 1 <= count <= MAX_DICE or not 2 <= sides <= MAX_SIDES:
-            raise InvalidArgs(f"dice.roll: count must be 1..{MAX_DICE} and sides 2..{MAX_SIDES}, got {count} and {sides}")
+            raise InvalidArgs(f"dice.roll: count must be 1..{MAX_DICE} and sides 2..{MAX_SIDES}, "
+                              f"got {count} and {sides}")
         return {"faces": bytes(1 + secrets.randbelow(sides) for _ in range(count))}
 
 
