@@ -103,6 +103,23 @@ def qjs_args(
     ]
 
 
+def write_argv(store: Any, ex: Any, argv: Sequence[str]) -> tuple[int, int]:
+    """``argv`` as C strings and a table of their pointers in the reactor's memory (its own
+    ``malloc``): the ``(argc, argv)`` ``qjs_init_argv`` takes, for a call and for a snapshot."""
+    mem, malloc = ex["memory"], ex["malloc"]
+    ptrs = []
+    for a in argv:
+        raw = a.encode() + b"\0"
+        p = malloc(store, len(raw))
+        if not p:
+            raise MemoryError("malloc failed in the js guest")
+        mem.write(store, raw, p)
+        ptrs.append(p)
+    table = malloc(store, 4 * len(ptrs))
+    mem.write(store, b"".join(p.to_bytes(4, "little") for p in ptrs), table)
+    return len(ptrs), table
+
+
 def run(
     mod: Any,
     app_dir: Path,
@@ -119,18 +136,7 @@ def run(
     def start(store: Any, instance: Any) -> int:
         ex = instance.exports(store)
         ex["_initialize"](store)
-        mem, malloc = ex["memory"], ex["malloc"]
-        ptrs = []
-        for a in argv:
-            raw = a.encode() + b"\0"
-            p = malloc(store, len(raw))
-            if not p:
-                raise MemoryError("malloc failed in the js guest")
-            mem.write(store, raw, p)
-            ptrs.append(p)
-        table = malloc(store, 4 * len(ptrs))
-        mem.write(store, b"".join(p.to_bytes(4, "little") for p in ptrs), table)
-        rc = ex["qjs_init_argv"](store, len(ptrs), table)
+        rc = ex["qjs_init_argv"](store, *write_argv(store, ex, argv))
         return 0 if rc == 0 else 1
 
     preopens = [guest.Preopen(app_dir, "/app")]

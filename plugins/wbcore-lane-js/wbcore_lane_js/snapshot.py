@@ -241,19 +241,6 @@ def freeze(instrumented: bytes, memory: bytes, globals_: dict[int, int]) -> byte
     return _assemble(out)
 
 
-def write_cstrings(store: Any, ex: Any, strings: Sequence[str]) -> list[int]:
-    mem, malloc = ex["memory"], ex["malloc"]
-    ptrs = []
-    for s in strings:
-        raw = s.encode() + b"\0"
-        p = malloc(store, len(raw))
-        if not p:
-            raise MemoryError("malloc failed in the js guest")
-        mem.write(store, raw, p)
-        ptrs.append(p)
-    return ptrs
-
-
 def take(reactor: bytes, app: Path, argv: Sequence[str], *, limits: guest.GuestLimits, cache_dir: Path | None,
          guests: guest.GuestRunner) -> bytes:
     """Run ``qjs_init_argv(argv)`` on the instrumented reactor with ``app`` at ``/app`` (and an
@@ -281,10 +268,7 @@ def take(reactor: bytes, app: Path, argv: Sequence[str], *, limits: guest.GuestL
     def start(store: Any, instance: Any) -> int:
         ex = instance.exports(store)
         ex["_initialize"](store)
-        ptrs = write_cstrings(store, ex, argv)
-        table = ex["malloc"](store, 4 * len(ptrs))
-        ex["memory"].write(store, b"".join(p.to_bytes(4, "little") for p in ptrs), table)
-        rc = ex["qjs_init_argv"](store, len(ptrs), table)
+        rc = ex["qjs_init_argv"](store, *qjs.write_argv(store, ex, argv))
         mem = ex["memory"]
         state["memory"] = bytes(mem.read(store, 0, mem.data_len(store)))
         state["globals"] = {int(e[len(GLOBAL_PREFIX):]): ex[e].value(store)
