@@ -284,6 +284,11 @@ class Runtime:
         return self._collect("wbcore_distributions", "OCI distribution client")
 
     @cached_property
+    def terminals(self) -> _plugins.RecordRegistry[Any]:
+        """Terminal engines (``wbcore_terminals``): ``wbx shell``'s relay and the agent shell tiers ship."""
+        return self._collect("wbcore_terminals", "terminal service")
+
+    @cached_property
     def fabric_engines(self) -> _plugins.RecordRegistry[Any]:
         """Engines that map one call over many inputs (``wbcore_fabric_engines``)."""
         return self._collect("wbcore_fabric_engines", "fabric engine")
@@ -334,8 +339,8 @@ class Runtime:
         return [getattr(self, name) for name in (
             "shapes", "lanes", "prefixes", "brokers", "tiers", "federation_sources", "builtins",
             "build_sandboxes",
-            "guest_runners", "tool_providers", "distributions", "fabric_engines", "llm_providers",
-            "agent_loops")]
+            "guest_runners", "tool_providers", "distributions", "terminals", "fabric_engines",
+            "llm_providers", "agent_loops")]
 
     # --- state under $WB_HOME -----------------------------------------------------
 

@@ -69,3 +69,14 @@ def test_bad_payloads_are_malformed(payload) -> None:
     with pytest.raises(FrameError) as info:
         frames.unpack(payload)
     assert info.value.reason == "malformed"
+
+
+def test_pty_data_frames_round_trip_and_refuse_a_short_payload() -> None:
+    secret = frames.new_secret()
+    frame = frames.pty_data(3, b"\x1b[A", secret)
+    kind, payload = frames.read_frame(reader(frame))
+    assert kind == frames.PTY_DATA and frames.open_pty_data(payload, secret) == (3, b"\x1b[A")
+    with pytest.raises(frames.FrameError, match="secret"):
+        frames.open_pty_data(payload, bytes(32))
+    with pytest.raises(frames.FrameError, match="4-byte session id"):
+        frames.open_pty_data(b"\x01")

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         IsolationTier,
         LlmProvider,
         SourcePrefix,
+        TerminalService,
         ToolProviderService,
     )
     from wbcore_runtime.contract.calls import CallRecord
@@ -208,6 +209,21 @@ def wbcore_distributions() -> Iterable[DistributionService]:
         @hookimpl
         def wbcore_distributions():
             yield DistributionService(name="oci", summary="OCI distribution API", factory=_client)
+    """
+
+
+@hookspec
+def wbcore_terminals() -> Iterable[TerminalService]:
+    """Called once per runtime, when ``wbx shell`` or a shell tier first asks for
+    ``contract.terminal.service(runtime)``.
+
+    Returns terminal engines: the PTY agent a tier ships into its sandbox (``Terminal.agent_file``)
+    and the host's end (``handshake``, ``attach``). With none served ``wbx shell`` says so ("no
+    terminal service is installed; pip install wbcore-terminal")::
+
+        @hookimpl
+        def wbcore_terminals():
+            yield TerminalService(name="pty", summary="PTY sessions over frames", factory=_terminal)
     """
 
 

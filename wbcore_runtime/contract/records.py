@@ -165,7 +165,7 @@ class IsolationTier:
 
     ``kinds`` are the registry kinds its driver runs (``command``, ``kernel``, ``posix``)
     and the sandbox services it offers: ``shell`` (the driver has
-    ``open_shell(wbcore_runtime.wire.terminal.ShellRequest)``, for ``wbx shell``), ``task`` (it has
+    ``open_shell(wbcore_runtime.contract.terminal.ShellRequest)``, for ``wbx shell``), ``task`` (it has
     ``run_task(wbcore_runtime.toolkit.tasks.TaskRequest)``, for ``:role task`` blocks), ``mount`` (it
     binds the host folders of ``CommandRequest.mounts``/``TaskRequest.mounts``, ``wbx run
     --mount``) and ``preopen`` (it maps ``CommandRequest.preopens`` and ``scratch``; tiers
@@ -243,6 +243,19 @@ class DistributionService:
     """A service install, skill images and publish ask the runtime for: an OCI registry client
     (``wbcore_runtime.contract.distribution``). ``factory`` returns a ``Distribution`` (typed ``Any``
     here: the distribution contract takes the runtime, an import cycle)."""
+
+    name: str
+    summary: str
+    factory: Callable[[RuntimeServices], Any]
+    available: Callable[[], Availability] = _always
+
+
+@dataclass(frozen=True, slots=True)
+class TerminalService:
+    """A service ``wbx shell`` and the shell tiers ask the runtime for: terminal sessions' engine
+    (``wbcore_runtime.contract.terminal``): the agent a tier ships into its sandbox and the host's
+    relay. ``factory`` returns a ``Terminal`` (typed ``Any`` here: the terminal contract takes the
+    runtime, an import cycle)."""
 
     name: str
     summary: str
@@ -337,6 +350,7 @@ RECORD_KINDS: dict[str, type] = {
     "wbcore_guest_runners": GuestRunnerService,
     "wbcore_tool_providers": ToolProviderService,
     "wbcore_distributions": DistributionService,
+    "wbcore_terminals": TerminalService,
     "wbcore_fabric_engines": FabricEngine,
     "wbcore_llm_providers": LlmProvider,
     "wbcore_agent_loops": AgentLoop,

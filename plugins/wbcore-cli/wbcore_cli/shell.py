@@ -3,7 +3,8 @@
 The tier's driver opens a sandbox whose guest agent serves terminal sessions
 (``open_shell(ShellRequest)``; tiers that offer it list ``shell`` in their kinds); this
 command relays the host terminal to one session over PtyOpen/PtyData/PtyResize/PtyClose
-frames (:mod:`wbcore_runtime.wire.attach`) and exits with the session's exit code.
+frames (the terminal service's ``attach``: ``wbcore_runtime.contract.terminal``, served by
+wbcore-terminal) and exits with the session's exit code.
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ from wbcore_runtime.contract import lazy
 from wbcore_runtime.contract.errors import Internal, InvalidArgs, NotFound
 
 if TYPE_CHECKING:
+    from wbcore_runtime.contract import terminal
     from wbcore_runtime.dispatch import mounts as _mounts
-    from wbcore_runtime.wire import attach
 else:  # imported on first use: keeps wbx start-up light (a command loads only what it uses)
     _mounts = lazy.module("wbcore_runtime.dispatch.mounts")
-    attach = lazy.module("wbcore_runtime.wire.attach")
+    terminal = lazy.module("wbcore_runtime.contract.terminal")
 
 
 def shell_tier(runtime: Any, name: str) -> Any:
@@ -43,13 +44,15 @@ def run_shell(runtime: Any, tier_name: str, mounts: list[str], program: str, arg
     parsed = _mounts.parse_mounts(mounts, home=runtime.home)
     if not 0 < timeout <= 86400:
         raise InvalidArgs(f"wbx shell: --timeout must be within (0, 86400] seconds, got {timeout:g}")
-    request = attach.ShellRequest(program=program, args=tuple(args), mounts=tuple(parsed), timeout_s=timeout)
+    request = terminal.ShellRequest(program=program, args=tuple(args), mounts=tuple(parsed),
+                                    timeout_s=timeout)
     driver = shell_tier(runtime, tier_name).factory(runtime)
+    pty = terminal.service(runtime)
     sandbox = driver.open_shell(request)
     try:
-        return attach.attach(sandbox.channel, sandbox.secret, request, stdin_fd=stdin_fd, stdout_fd=stdout_fd,
-                             deadline=time.monotonic() + timeout)
-    except attach.PtyError as exc:
+        return pty.attach(sandbox.channel, sandbox.secret, request, stdin_fd=stdin_fd, stdout_fd=stdout_fd,
+                          deadline=time.monotonic() + timeout)
+    except terminal.PtyError as exc:
         raise Internal(f"wbx shell: {exc}") from None
     finally:
         sandbox.close()

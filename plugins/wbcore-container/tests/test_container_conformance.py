@@ -24,11 +24,12 @@ class TestContainerConformance(TierConformance):
         return {"session": 1, "program": "/bin/sh"}
 
     def open_agent(self, rt) -> Agent:
-        from wbcore_runtime.wire.terminal import ShellRequest
+        from wbcore_runtime.contract import terminal
 
         from wbcore_container import rootfs, shell
 
-        box = shell.start_agent(rootfs.build(rt.home), ShellRequest(timeout_s=60))
+        box = shell.start_agent(rootfs.build(rt.home), terminal.ShellRequest(timeout_s=60),
+                                terminal.service(rt).agent_file)
         return Agent(send=box.channel.send_frame, recv=box.channel.recv, read_fd=box.channel.read_fd,
                      secret=box.secret, alive=box.alive, close=box.close)
 

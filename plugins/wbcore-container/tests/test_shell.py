@@ -19,12 +19,14 @@ from wbcore_container import bwrap
 pytestmark = pytest.mark.skipif(not bwrap.probe()[0],
                                 reason=f"bubblewrap unavailable here: {bwrap.probe()[1]}")
 
-from wbcore_runtime.wire import frames, terminal  # noqa: E402
+from wbcore_runtime.contract.terminal import ShellRequest  # noqa: E402
+from wbcore_runtime.wire import frames  # noqa: E402
 from wbcore_testing.conformance import PtySessions  # noqa: E402
-from wbcore_runtime.contract.errors import InvalidArgs  # noqa: E402
+from wbcore_runtime.contract.errors import InvalidArgs, NotFound  # noqa: E402
 from wbcore_testing.fixtures import wait_pane, wbx_executable  # noqa: E402
 
 from wbcore_container import rootfs, shell  # noqa: E402
+from wbcore_terminal.agent import MAX_SESSIONS  # noqa: E402
 
 
 pty = PtySessions(timeout=10.0)
@@ -36,8 +38,8 @@ def root(wb_home: Path) -> rootfs.Root:
 
 
 @pytest.fixture
-def sandbox(root):
-    box = shell.open_shell(root, terminal.ShellRequest(timeout_s=60))
+def sandbox(root, make_runtime):
+    box = shell.open_shell(make_runtime(), root, ShellRequest(timeout_s=60))
     yield box
     box.close()
 
@@ -54,7 +56,7 @@ def test_a_session_runs_unprivileged_without_network_and_reports_its_exit_code(s
 
 
 def test_at_most_four_sessions_per_sandbox(sandbox) -> None:
-    for sid in range(1, terminal.MAX_SESSIONS + 1):
+    for sid in range(1, MAX_SESSIONS + 1):
         assert pty.open(sandbox, sid)[1]["ok"] is True
     kind, obj = pty.open(sandbox, 99)
     assert kind == frames.PTY_OPENED and obj["ok"] is False and "4 terminal sessions" in obj["error"]
@@ -76,11 +78,11 @@ def test_resize_reaches_the_terminal_and_close_hangs_up(sandbox) -> None:
     assert pty.next(sandbox, {frames.PTY_CLOSED})[1]["exit_code"] == 128 + 1  # SIGHUP
 
 
-def test_only_allowlisted_programs_start(sandbox, root) -> None:
+def test_only_allowlisted_programs_start(sandbox, root, make_runtime) -> None:
     kind, obj = pty.open(sandbox, 1, program="/usr/bin/id")
     assert obj["ok"] is False and "allowlist" in obj["error"]
     with pytest.raises(InvalidArgs, match="allowlist"):
-        shell.open_shell(root, terminal.ShellRequest(program="/usr/bin/perl"))
+        shell.open_shell(make_runtime(), root, ShellRequest(program="/usr/bin/perl"))
 
 
 def test_frames_without_the_secret_are_refused_and_the_agent_survives(sandbox) -> None:
@@ -110,14 +112,15 @@ def test_garbage_on_the_channel_ends_the_agent_not_the_host(sandbox) -> None:
     assert not sandbox.alive()
 
 
-def test_a_paste_larger_than_the_pipes_while_the_terminal_echoes_does_not_deadlock(sandbox) -> None:
+def test_a_paste_larger_than_the_pipes_while_the_terminal_echoes_does_not_deadlock(sandbox,
+                                                                                   make_runtime) -> None:
     """2 MB typed into ``cat`` on a tty that echoes: both directions full at once; the
     buffers on both sides keep reading, so every line comes back (twice) and it ends."""
     lines = 20_000
     # cat writes every line back while the tty echoes it too: output twice the input, and a
     # child blocked on output while its input queue is full
     typed = b"cat; echo done=$?; exit 0\n" + (b"a" * 99 + b"\n") * lines
-    code, seen = pty.paste(sandbox, typed, 60)
+    code, seen = pty.paste(sandbox, typed, 60, make_runtime())
     assert code == 0  # the EOT after stdin's end ended cat, then the shell
     assert b"done=0" in seen and seen.count(b"a" * 99) >= lines  # (the tty may drop echoes under load)
 
@@ -186,3 +189,11 @@ def test_run_shell_passes_program_arguments_and_the_exit_code(make_runtime) -> N
     out = os.read(out_r, 1 << 16)
     os.close(out_r)
     assert code == 4 and b"args ok" in out
+
+
+def test_wbx_shell_without_the_terminal_engine_says_what_to_install(make_runtime) -> None:
+    """The relay and the agent are wbcore-terminal's service: without it no container starts."""
+    from wbcore_cli.shell import run_shell
+
+    with pytest.raises(NotFound, match="no terminal service is installed; pip install wbcore-terminal"):
+        run_shell(make_runtime(plugins=["container"]), "container", [], "/bin/sh", [], 30.0)

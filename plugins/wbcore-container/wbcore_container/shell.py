@@ -6,7 +6,8 @@ as the unprivileged :data:`bwrap.HOST_UID` when this process is root so RLIMIT_N
 with three differences for an interactive session: no RLIMIT_FSIZE (seed 003), the
 deadline is the session's (default one hour), and the caller's ``--mount`` folders are
 bound in (read-only unless ``:rw``). Its pid 1 runs ``_agent.py``, which speaks the framed
-protocol on the container's stdin/stdout; the session secret reaches it on a pipe.
+protocol on the container's stdin/stdout with the terminal service's agent (wbcore-terminal:
+``Terminal.agent_file``, bound in next to ``frames.py``); the session secret reaches it on a pipe.
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from wbcore_runtime.wire import frames
+from wbcore_runtime.contract import terminal
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound
+from wbcore_runtime.contract.host import RuntimeServices
+from wbcore_runtime.contract.terminal import ShellRequest
 from wbcore_runtime.dispatch.mounts import Mount, unreachable_by
-from wbcore_runtime.wire.attach import handshake
-from wbcore_runtime.wire.terminal import Channel, ShellRequest
+from wbcore_runtime.wire import frames
 
 from wbcore_container import bwrap, rootfs
 
@@ -44,7 +46,7 @@ class ContainerShell:
         self.running, self.secret, self.deadline = running, secret, deadline
         proc = running.proc
         assert proc.stdout is not None and proc.stdin is not None
-        self.channel = Channel(proc.stdout.fileno(), proc.stdin.fileno())
+        self.channel = frames.Channel(proc.stdout.fileno(), proc.stdin.fileno())
 
     def alive(self) -> bool:
         return self.running.proc.poll() is None
@@ -59,11 +61,13 @@ class ContainerShell:
         self.running.close()
 
 
-def open_shell(root: rootfs.Root, request: ShellRequest) -> ContainerShell:
-    """Start the container, complete the agent's handshake and return the open shell."""
-    shell = start_agent(root, request)
+def open_shell(runtime: RuntimeServices, root: rootfs.Root, request: ShellRequest) -> ContainerShell:
+    """Start the container, complete the agent's handshake and return the open shell
+    (``runtime`` serves the terminal engine: wbcore-terminal)."""
+    pty = terminal.service(runtime)
+    shell = start_agent(root, request, pty.agent_file)
     try:
-        _with_deadline(lambda: handshake(shell.channel, shell.secret), shell.running, START_TIMEOUT_S)
+        _with_deadline(lambda: pty.handshake(shell.channel, shell.secret), shell.running, START_TIMEOUT_S)
     except BaseException as exc:
         shell.close()
         if isinstance(exc, (frames.FrameError, OSError)):
@@ -72,8 +76,9 @@ def open_shell(root: rootfs.Root, request: ShellRequest) -> ContainerShell:
     return shell
 
 
-def start_agent(root: rootfs.Root, request: ShellRequest) -> ContainerShell:
-    """Start the container with its agent waiting for the host's Ping (no handshake yet)."""
+def start_agent(root: rootfs.Root, request: ShellRequest, agent: Path) -> ContainerShell:
+    """Start the container with its agent (``agent``: ``Terminal.agent_file``) waiting for the
+    host's Ping (no handshake yet)."""
     ok, why = bwrap.probe()
     if not ok:
         raise NotFound(f"tier container is unavailable: {why}")
@@ -103,7 +108,7 @@ def start_agent(root: rootfs.Root, request: ShellRequest) -> ContainerShell:
         argv=[PYTHON, "-I", "-S", "/wb/agent.py", str(sec_r)], stdin=b"", limits=limits,
         files=[bwrap.Data("/wb/agent.py", path=AGENT),
                bwrap.Data("/wb/lib/frames.py", path=lib / "frames.py"),
-               bwrap.Data("/wb/lib/terminal.py", path=lib / "terminal.py"),
+               bwrap.Data("/wb/lib/pty_agent.py", path=agent),
                bwrap.Data("/wb/agent.json", data=config)],
         binds=[(m.host, m.guest) for m in request.mounts if not m.rw],
         rw_binds=[(m.host, m.guest) for m in request.mounts if m.rw],

@@ -43,7 +43,6 @@ from wbcore_runtime.contract import guest
 from wbcore_runtime.wire.capbridge import HostBridge
 from wbcore_runtime.contract.errors import Internal, InvalidArgs, NotFound, Timeout
 from wbcore_runtime.dispatch.mounts import unreachable_by
-from wbcore_runtime.wire.terminal import Channel
 from wbcore_runtime.contract.drivers import Availability
 
 from wbcore_container import bwrap, rootfs
@@ -96,7 +95,7 @@ class ContainerTier:
         """A container whose agent serves terminal sessions (``wbx shell --tier container``)."""
         from wbcore_container.shell import open_shell
 
-        return open_shell(self.root, request)
+        return open_shell(self.runtime, self.root, request)
 
     def call(self, request: Any) -> CallResult:
         if not isinstance(request, CommandRequest):
@@ -170,7 +169,7 @@ class ContainerTier:
             # may not reach; a wasm guest cannot fork, so RLIMIT_NPROC is not what holds it.
             unprivileged=False, status_fd=True, cancel=req.cancel, pass_fds=(to_guest_r, to_host_w, secret_r))
         bridge = HostBridge(self.runtime, req, secret, call_id, req.timeout_s)
-        chan = Channel(to_host_r, to_guest_w)
+        chan = frames.Channel(to_host_r, to_guest_w)
         thread = bridge.start(chan.recv, _sender(chan))
         try:
             out = bwrap.run(spec, self.root)
@@ -335,7 +334,7 @@ def _mount_binds(mounts: Any) -> dict[str, list[tuple[str, str]]]:
             "rw_binds": [(m.host, m.guest) for m in mounts if m.rw]}
 
 
-def _sender(chan: Channel) -> Callable[[bytes], None]:
+def _sender(chan: frames.Channel) -> Callable[[bytes], None]:
     def send(frame: bytes) -> None:
         try:
             chan.send_frame(frame)

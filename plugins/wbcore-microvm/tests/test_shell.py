@@ -19,7 +19,9 @@ import pytest
 from wbcore_microvm import shell, tiers
 
 from wbcore_runtime.dispatch import mounts
-from wbcore_runtime.wire import attach, frames, terminal
+from wbcore_runtime.contract import terminal
+from wbcore_runtime.wire import frames
+from wbcore_terminal.agent import MAX_SESSIONS
 from wbcore_testing.conformance import PtySessions
 from wbcore_runtime.contract.errors import InvalidArgs
 from wbcore_testing.fixtures import wait_pane, wbx_executable
@@ -58,7 +60,7 @@ def test_a_session_runs_unprivileged_on_a_tty_without_network_and_reports_its_ex
 
 
 def test_at_most_four_sessions_per_sandbox(box) -> None:
-    for sid in range(1, terminal.MAX_SESSIONS + 1):
+    for sid in range(1, MAX_SESSIONS + 1):
         assert pty.open(box, sid)[1]["ok"] is True
     kind, obj = pty.open(box, 99)
     assert kind == frames.PTY_OPENED and obj["ok"] is False and "4 terminal sessions" in obj["error"]
@@ -118,11 +120,12 @@ def test_frames_without_the_secret_are_refused_and_the_agent_survives(box) -> No
     assert b"alive" in pty.output_until(box, 1, b"alive")
 
 
-def test_a_paste_larger_than_the_channel_while_the_terminal_echoes_does_not_deadlock(box) -> None:
+def test_a_paste_larger_than_the_channel_while_the_terminal_echoes_does_not_deadlock(box,
+                                                                                     make_runtime) -> None:
     """512 KB typed into ``cat`` on a tty that echoes: both directions full at once."""
     lines = 5_000
     typed = b"cat; echo done=$?; exit 0\n" + (b"a" * 99 + b"\n") * lines
-    code, seen = pty.paste(box, typed, 100)
+    code, seen = pty.paste(box, typed, 100, make_runtime())
     assert code == 0
     assert b"done=0" in seen and seen.count(b"a" * 99) >= lines
 
@@ -140,9 +143,9 @@ def test_the_host_hanging_up_ends_every_session(snapshot) -> None:
         box.vm.connect(time.monotonic() + 10)
         box.vm.handshake(time.monotonic() + 20)
         box.vm.sock.setblocking(True)
-        box.channel = terminal.Channel(box.vm.sock.fileno(), box.vm.sock.fileno())
+        box.channel = frames.Channel(box.vm.sock.fileno(), box.vm.sock.fileno())
         # the sessions are gone: the cap is free again, and no uid-1000 process survived
-        for sid in range(1, terminal.MAX_SESSIONS + 1):
+        for sid in range(1, MAX_SESSIONS + 1):
             assert pty.open(box, sid)[1]["ok"] is True
         pty.type(box, 1, b"ps -o user,args | grep -c '[s]leep 1000'\n")
         out = pty.output_until(box, 1, b"\n0")
@@ -242,7 +245,7 @@ def tempfile_dir() -> str:
     return tempfile.mkdtemp(prefix="wb-mvshell-")
 
 
-def test_the_deadline_tears_the_vm_down(snapshot) -> None:
+def test_the_deadline_tears_the_vm_down(snapshot, make_runtime) -> None:
     box = shell.open_shell(snapshot, terminal.ShellRequest(timeout_s=3))
     try:
         t0 = time.monotonic()
@@ -250,8 +253,8 @@ def test_the_deadline_tears_the_vm_down(snapshot) -> None:
             in_r, in_w = os.pipe()
             out_r, out_w = os.pipe()
             try:
-                attach.attach(box.channel, box.secret, terminal.ShellRequest(), stdin_fd=in_r,
-                              stdout_fd=out_w, deadline=box.deadline)
+                terminal.service(make_runtime()).attach(box.channel, box.secret, terminal.ShellRequest(),
+                                                        stdin_fd=in_r, stdout_fd=out_w, deadline=box.deadline)
             finally:
                 for fd in (in_r, in_w, out_r, out_w):
                     os.close(fd)

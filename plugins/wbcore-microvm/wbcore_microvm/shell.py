@@ -5,9 +5,9 @@ The VM is the one a posix call gets (no network device, QEMU's seccomp sandbox, 
 unprivileged QEMU when this process is root, the session secret on the guest's kernel
 command line, restored from the snapshot in a few seconds) but for one session's life
 instead of one call's. The guest agent (``agent/wb_agent.c``) speaks the same PTY frames
-as the container tier's (:mod:`wbcore_runtime.wire.terminal`): it starts only programs on the image's
+as the container tier's (wbcore-terminal's ``agent.py``): it starts only programs on the image's
 allowlist (``/bin/sh`` is busybox's), as uid 1000 on a fresh pty, at most four at once.
-The host relays the terminal with :func:`wbcore_runtime.wire.attach.attach` over the VM's
+The host relays the terminal with the terminal service's ``attach`` (wbcore-terminal) over the VM's
 virtio-serial channel; a watchdog SIGKILLs QEMU at the session's deadline + :data:`GRACE_S`.
 
 ``--mount`` folders travel over virtio-9p: QEMU restores exactly the devices it saved, so a
@@ -36,7 +36,7 @@ from wbcore_microvm import vm as _vm
 from wbcore_runtime.wire import frames
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound, Timeout
 from wbcore_runtime.dispatch.mounts import Mount, unreachable_by
-from wbcore_runtime.wire.terminal import Channel, ShellRequest
+from wbcore_runtime.contract.terminal import ShellRequest
 
 #: The host's watchdog ends the VM this long after the session's deadline.
 GRACE_S = 1.0
@@ -52,9 +52,9 @@ class MicrovmShell:
     def __init__(self, vm: _vm.Vm, secret: bytes, deadline: float) -> None:
         self.vm, self.secret, self.deadline = vm, secret, deadline
         assert vm.sock is not None
-        vm.sock.setblocking(True)  # terminal.Channel reads and writes the descriptor itself
+        vm.sock.setblocking(True)  # frames.Channel reads and writes the descriptor itself
         fd = vm.sock.fileno()
-        self.channel = Channel(fd, fd)
+        self.channel = frames.Channel(fd, fd)
         self._done = threading.Event()
         threading.Thread(target=self._watchdog, daemon=True, name="wbcore-microvm-shell-watchdog").start()
 

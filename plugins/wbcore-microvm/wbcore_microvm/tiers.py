@@ -474,7 +474,7 @@ class _Call:
         self, runtime: Runtime, snap: Snapshot, req: CommandRequest, cli: str, mounts: list[Any] | None = None
     ) -> None:
         self.runtime, self.snap, self.req, self.cli = runtime, snap, req, cli
-        #: Folders (``terminal.Mount``) exported over the snapshot's virtio-9p slots: skill
+        #: Folders (``dispatch.mounts.Mount``) exported over the snapshot's virtio-9p slots: skill
         #: images (read-only) and the call's granted ``--mount`` folders.
         self.mounts = mounts or []
         self.killed_by_watchdog = False

@@ -49,6 +49,7 @@ from wbcore_runtime.wire import frames
 from wbcore_runtime.build.builder import POSIX_MAGIC
 from wbcore_runtime.contract.calls import CallResult, CommandRequest, LimitExceeded, Principal
 from wbcore_runtime.contract.errors import Timeout, WbError
+from wbcore_runtime.contract import terminal
 from wbcore_runtime.trust.policy import profile
 
 REPO = Path(__file__).resolve().parents[3]
@@ -287,12 +288,13 @@ class PtySessions:
                 seen += frames.open_pty_data(payload)[1]
         return seen
 
-    def paste(self, box: Any, typed: bytes, seconds: float) -> tuple[int, bytes]:
-        """Types ``typed`` through ``attach.attach`` (as ``wbx shell`` does) while reading all
-        it writes back, both at once, within ``seconds`` -> (the exit code, the output)."""
+    def paste(self, box: Any, typed: bytes, seconds: float, runtime: Any) -> tuple[int, bytes]:
+        """Types ``typed`` through the terminal service's ``attach`` (as ``wbx shell`` does; ``runtime``
+        serves it: wbcore-terminal) while reading all it writes back, both at once, within
+        ``seconds`` -> (the exit code, the output)."""
         import threading
 
-        from wbcore_runtime.wire import attach, terminal
+        pty = terminal.service(runtime)
 
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
@@ -310,8 +312,8 @@ class PtySessions:
         for t in threads:
             t.start()
         try:
-            code = attach.attach(box.channel, box.secret, terminal.ShellRequest(), stdin_fd=in_r,
-                                 stdout_fd=out_w, deadline=time.monotonic() + seconds)
+            code = pty.attach(box.channel, box.secret, terminal.ShellRequest(), stdin_fd=in_r,
+                              stdout_fd=out_w, deadline=time.monotonic() + seconds)
         finally:
             os.close(out_w)
             os.close(in_r)

@@ -20,7 +20,7 @@
  *     new session, in a fresh /tmp/w;
  *   - the watchdog: at the call's deadline the child's process group is SIGKILLed, and
  *     after every call every process of uid 1000 is (kill(-1) from that uid).
- *   - terminal sessions (PtyOpen/PtyData/PtyResize/PtyClose, wbcore_runtime/wire/terminal.py's frames):
+ *   - terminal sessions (PtyOpen/PtyData/PtyResize/PtyClose, wbcore_runtime/contract/terminal.py's frames):
  *     an allowlisted program on a new pty (devpts, mounted by the agent), uid 1000, its own
  *     session, RLIMIT_NOFILE/NPROC but no RLIMIT_FSIZE; at most 4 at once; every session
  *     and every uid-1000 process ends when the host hangs up; Exec is refused meanwhile.
@@ -710,7 +710,7 @@ static void do_exec(sealed *s) {
     free(ob.buf); free(eb.buf);
 }
 
-/* --- terminal sessions (seed 003's PTY; wbcore_runtime/wire/terminal.py's Agent in C) ----------------- */
+/* --- terminal sessions (seed 003's PTY; wbcore-terminal's agent.py, its Agent in C) -------------- */
 /* PtyOpen{session, program, args, rows, cols, env} (sealed) starts an allowlisted program on
  * a new pty as uid 1000 in its own session; PtyData (secret + u32 session + bytes) is typed
  * into it; its output goes back as PtyData (u32 session + bytes); PtyResize sets the

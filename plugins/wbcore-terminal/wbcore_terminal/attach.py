@@ -1,6 +1,7 @@
 """The host's end of a terminal session (``wbx shell``): :func:`attach` relays the user's terminal
-to a sandbox's agent over :mod:`wbcore_runtime.wire.terminal`'s frames (that module, not this
-one, is what sandboxes get a copy of)."""
+to a sandbox's agent over the PTY frames (:mod:`wbcore_terminal.agent`, not this module, is what
+sandboxes get a copy of). :func:`service` is what ``wbcore_terminals`` serves: the
+``wbcore_runtime.contract.terminal.Terminal`` a caller takes with ``contract.terminal.service``."""
 
 from __future__ import annotations
 
@@ -10,12 +11,35 @@ import signal
 import termios
 import time
 import tty
+from pathlib import Path
+from typing import Any
 
+from wbcore_runtime.contract.terminal import FrameChannel, PtyError, ShellRequest
 from wbcore_runtime.wire import frames
-from wbcore_runtime.wire.terminal import CHUNK, PENDING_CAP, Channel, PtyError, ShellRequest, write_all
+
+from wbcore_terminal import agent
+from wbcore_terminal.agent import CHUNK, PENDING_CAP
 
 
-def handshake(chan: Channel, secret: bytes) -> None:
+class Pty:
+    """The terminal engine this plugin serves (``contract.terminal.Terminal``)."""
+
+    agent_file = Path(agent.__file__)
+
+    def handshake(self, chan: FrameChannel, secret: bytes) -> None:
+        handshake(chan, secret)
+
+    def attach(self, chan: FrameChannel, secret: bytes, request: ShellRequest, *, stdin_fd: int = 0,
+               stdout_fd: int = 1, session: int = 1, deadline: float | None = None) -> int:
+        return attach(chan, secret, request, stdin_fd=stdin_fd, stdout_fd=stdout_fd, session=session,
+                      deadline=deadline)
+
+
+def service(_runtime: Any) -> Pty:
+    return Pty()
+
+
+def handshake(chan: FrameChannel, secret: bytes) -> None:
     """Ping the agent with the secret; its Pong names the same protocol version."""
     chan.send_frame(frames.ping(secret))
     kind, payload = chan.recv()
@@ -33,7 +57,7 @@ def terminal_size(fd: int) -> tuple[int, int]:
         return 24, 80
 
 
-def attach(chan: Channel, secret: bytes, request: ShellRequest, *, stdin_fd: int = 0, stdout_fd: int = 1,
+def attach(chan: FrameChannel, secret: bytes, request: ShellRequest, *, stdin_fd: int = 0, stdout_fd: int = 1,
            session: int = 1, deadline: float | None = None) -> int:
     """Open terminal session ``session`` and relay it until its child exits; its exit code.
 
@@ -85,7 +109,7 @@ def _poke(fd: int) -> None:
         pass
 
 
-def _relay(chan: Channel, secret: bytes, sid: int, stdin_fd: int, stdout_fd: int, wake_r: int,
+def _relay(chan: FrameChannel, secret: bytes, sid: int, stdin_fd: int, stdout_fd: int, wake_r: int,
            deadline: float | None) -> int:
     reading_stdin = True
     out = bytearray()  # frames for the agent not written yet (the pipe is non-blocking)
@@ -123,7 +147,7 @@ def _relay(chan: Channel, secret: bytes, sid: int, stdin_fd: int, stdout_fd: int
                     queue(frames.pty_data(sid, b"\x04", secret))
         if chan.read_fd in ready:
             try:
-                kind, payload = chan.recv()
+                kind, payload = _recv(chan)
             except frames.FrameError as exc:
                 raise PtyError(f"the sandbox went away ({exc.message})") from None
             if kind == frames.PTY_DATA:
@@ -138,3 +162,26 @@ def _relay(chan: Channel, secret: bytes, sid: int, stdin_fd: int, stdout_fd: int
             elif kind == frames.REFUSED:
                 obj, _ = frames.unpack(payload)
                 raise PtyError(f"the sandbox refused a frame: {obj.get('message')}")
+
+
+def _recv(chan: FrameChannel) -> tuple[int, bytes]:
+    """The next frame, waiting out a read that would block: one socket both ways (a VM's
+    channel) is non-blocking while the relay writes to it."""
+
+    def read(n: int) -> bytes:
+        while True:
+            try:
+                return os.read(chan.read_fd, n)
+            except BlockingIOError:
+                select.select([chan.read_fd], [], [], 1.0)
+
+    return frames.read_frame(read)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view):]
+        except BlockingIOError:
+            select.select([], [fd], [], 1.0)

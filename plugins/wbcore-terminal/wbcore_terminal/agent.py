@@ -1,26 +1,11 @@
-"""Interactive terminal sessions over the framed protocol (seed 003's PTY): the agent's end.
+"""The terminal agent: serves PTY sessions over frames inside a sandbox (seed 003's PTY; the
+protocol is ``wbcore_runtime.contract.terminal``'s).
 
-A sandbox tier that offers ``wbx shell`` starts a *guest agent* inside its sandbox (the
-container tier a process in its container, the microvm tier the agent in its guest) and
-hands the host a :class:`Channel` to it plus the session secret. Then the same frames flow
-whatever the tier:
-
-    host                                           agent (in the sandbox)
-    Ping(secret, version)                    →
-                                             ←     Pong(version)
-    PtyOpen{session, program, args, cols, rows, env, secret}  →   allowlist, forkpty, exec
-                                             ←     PtyOpened{session, ok, error}
-    PtyData(secret + session + keystrokes)   →     written to the session's pty master
-                                             ←     PtyData(session + terminal output)
-    PtyResize{session, cols, rows, secret}   →     TIOCSWINSZ (the child gets SIGWINCH)
-    PtyClose{session, secret}                →     SIGHUP to the child's process group
-                                             ←     PtyClosed{session, exit_code}
-    Shutdown(secret)                         →     the agent hangs up every session and exits
-
-The agent side (:class:`Agent`) is standard library only and imports ``frames`` by name
-when it is loaded by path inside a sandbox (the container tier binds both files in; the
-host's end, ``handshake`` and ``attach``, is :mod:`wbcore_runtime.wire.attach`, never copied); a
-guest agent written in another language speaks the same frames (``wbcore_runtime.wire.frames``).
+A shell tier ships this file into its sandbox next to ``frames.py`` (``Terminal.agent_file``;
+the container tier binds both in as ``/wb/lib/pty_agent.py`` and ``/wb/lib/frames.py``), so it
+is standard library only and imports ``frames`` by name when loaded by path there. The host's
+end (``handshake``, ``attach``) is :mod:`wbcore_terminal.attach`, never copied in; a guest agent
+written in another language speaks the same frames (the microvm's ``wb_agent.c``).
 Every host → agent frame carries the secret and is refused without it; at most
 :data:`MAX_SESSIONS` sessions run at once per agent; only programs on the agent's
 allowlist are started; the child drops to an unprivileged uid when the agent runs as root.
@@ -36,12 +21,8 @@ import select
 import signal
 import struct
 import termios
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from wbcore_runtime.dispatch.mounts import Mount
+from collections.abc import Iterable
+from typing import Any
 
 try:
     from wbcore_runtime.wire import frames
@@ -64,49 +45,6 @@ MAX_ARGS = 256
 MAX_ARG_BYTES = 64 << 10
 
 
-class PtyError(Exception):
-    """A session could not be opened or its agent went away (the message says which)."""
-
-
-# --- what the host asks for ----------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class ShellRequest:
-    """What ``wbx shell`` asks a tier for: a sandbox whose agent serves terminal sessions."""
-
-    program: str = "/bin/sh"
-    args: Sequence[str] = ()
-    mounts: Sequence[Mount] = ()  # granted by wbcore_runtime.dispatch.mounts.parse_mounts
-    timeout_s: float = 3600.0
-    env: Mapping[str, str] = field(default_factory=dict)
-
-
-class Channel:
-    """Frames over two file descriptors (the sandbox's end of a pipe pair or a socket)."""
-
-    def __init__(self, read_fd: int, write_fd: int) -> None:
-        self.read_fd, self.write_fd = read_fd, write_fd
-
-    def recv(self) -> tuple[int, bytes]:
-        return frames.read_frame(self._read)
-
-    def _read(self, n: int) -> bytes:
-        while True:
-            try:
-                return os.read(self.read_fd, n)
-            except BlockingIOError:  # one socket both ways (a VM's channel), non-blocking for relay writes
-                select.select([self.read_fd], [], [], 1.0)
-
-    def send_frame(self, frame: bytes) -> None:
-        view = memoryview(frame)
-        while view:
-            view = view[os.write(self.write_fd, view):]
-
-
-# --- the agent side ----------------------------------------------------------------------
-
-
 class _Session:
     __slots__ = ("fd", "id", "pending", "pid")
 
@@ -122,7 +60,7 @@ class Agent:
     each child gets. One thread, one ``select`` over the channel and the pty masters.
     """
 
-    def __init__(self, chan: Channel, secret: bytes, allow: Iterable[str], *, nofile: int = 256,
+    def __init__(self, chan: frames.Channel, secret: bytes, allow: Iterable[str], *, nofile: int = 256,
                  nproc: int = 64) -> None:
         self.chan, self.secret = chan, secret
         self.allow = frozenset(allow)
@@ -370,11 +308,3 @@ def _exit_code(status: int) -> int:
         return 128 + os.WTERMSIG(status)
     return os.WEXITSTATUS(status)
 
-
-def write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        try:
-            view = view[os.write(fd, view):]
-        except BlockingIOError:
-            select.select([], [fd], [], 1.0)

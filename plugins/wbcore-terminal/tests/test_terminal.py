@@ -1,0 +1,179 @@
+"""Terminal sessions over frames (``wbcore_terminal.agent`` and ``wbcore_terminal.attach``), both ends,
+without any sandbox: the agent runs in a child process of this test on pipes, as a tier's sandbox
+would run it."""
+
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from wbcore_runtime.contract.terminal import ShellRequest
+from wbcore_runtime.wire import frames
+from wbcore_terminal import agent as terminal
+from wbcore_terminal import attach
+
+AGENT = """
+import os, sys
+from wbcore_runtime.wire import frames
+from wbcore_terminal import agent as terminal
+secret = bytes.fromhex(sys.argv[1])
+chan = frames.Channel(os.dup(0), os.dup(1))
+for fd in (chan.read_fd, chan.write_fd):
+    os.set_inheritable(fd, False)
+agent = terminal.Agent(chan, secret, ["/bin/sh"], nofile=64, nproc=4096)
+agent.handshake()
+agent.serve()
+"""
+
+
+@pytest.fixture(params=["default", "sighup-ignored"])
+def agent(request):
+    """The agent as a tier starts it; and as started by a parent that ignores SIGHUP (``nohup``):
+    an ignored signal survives exec, and a session's shell must still hang up on PtyClose."""
+    secret = frames.new_secret()
+    argv = [sys.executable, "-c", AGENT, secret.hex()]
+    if request.param == "sighup-ignored":  # what `nohup` does, by a shell (no Python between fork and exec)
+        argv = ["/bin/sh", "-c", 'trap "" HUP; exec "$0" "$@"', *argv]
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    chan = frames.Channel(proc.stdout.fileno(), proc.stdin.fileno())
+    attach.handshake(chan, secret)
+    yield chan, secret
+    try:
+        chan.send_frame(frames.shutdown(secret))
+    except OSError:
+        pass
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    proc.stdin.close()
+    proc.stdout.close()
+
+
+def _next(chan, kinds, timeout=10.0):
+    end = time.monotonic() + timeout
+    while True:
+        ready, _, _ = select.select([chan.read_fd], [], [], max(0.0, end - time.monotonic()))
+        assert ready, "no answer"
+        kind, payload = chan.recv()
+        if kind in kinds:
+            return kind, payload
+
+
+def _open(chan, secret, sid, program="/bin/sh"):
+    chan.send_frame(frames.seal(frames.PTY_OPEN, secret,
+                                {"session": sid, "program": program, "rows": 24, "cols": 80}))
+    kind, payload = _next(chan, {frames.PTY_OPENED, frames.REFUSED})
+    return kind, frames.unpack(payload)[0]
+
+
+def test_a_session_relays_keystrokes_and_its_exit_code(agent) -> None:
+    chan, secret = agent
+    assert _open(chan, secret, 1)[1]["ok"] is True
+    chan.send_frame(frames.pty_data(1, b"echo $((40+2)); exit 9\n", secret))
+    out = b""
+    while True:
+        kind, payload = _next(chan, {frames.PTY_DATA, frames.PTY_CLOSED})
+        if kind == frames.PTY_CLOSED:
+            break
+        out += frames.open_pty_data(payload)[1]
+    assert b"42" in out and frames.unpack(payload)[0]["exit_code"] == 9
+
+
+def test_four_sessions_at_most_and_only_allowlisted_programs(agent) -> None:
+    chan, secret = agent
+    for sid in range(1, terminal.MAX_SESSIONS + 1):
+        assert _open(chan, secret, sid)[1]["ok"] is True
+    assert "4 terminal sessions" in _open(chan, secret, 5)[1]["error"]
+    chan.send_frame(frames.seal(frames.PTY_CLOSE, secret, {"session": 1}))
+    assert frames.unpack(_next(chan, {frames.PTY_CLOSED})[1])[0]["session"] == 1
+    assert "allowlist" in _open(chan, secret, 6, program="/usr/bin/env")[1]["error"]
+    assert _open(chan, secret, 6)[1]["ok"] is True
+
+
+def test_host_frames_without_the_secret_are_refused(agent) -> None:
+    chan, secret = agent
+    chan.send_frame(frames.seal(frames.PTY_OPEN, bytes(32), {"session": 1, "program": "/bin/sh"}))
+    assert frames.unpack(_next(chan, {frames.REFUSED})[1])[0]["reason"] == "secret"
+    chan.send_frame(frames.pty_data(1, b"x"))
+    assert frames.unpack(_next(chan, {frames.REFUSED})[1])[0]["reason"] == "secret"
+    assert _open(chan, secret, 1)[1]["ok"] is True
+
+
+def test_the_relay_runs_over_one_socket_both_ways(tmp_path) -> None:
+    """A VM's channel is one socket, read and written through one descriptor: while the relay
+    writes it is non-blocking for reads too, and a frame that arrives in parts is waited for."""
+    import socket
+
+    host, guest = socket.socketpair()
+    secret = frames.new_secret()
+    proc = subprocess.Popen([sys.executable, "-c", AGENT, secret.hex()], stdin=guest.fileno(),
+                            stdout=guest.fileno())
+    guest.close()
+    chan = frames.Channel(host.fileno(), host.fileno())
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
+    os.close(in_w)  # no keystrokes: the program ends by itself
+    try:
+        attach.handshake(chan, secret)
+        request = ShellRequest(program="/bin/sh", args=("-c", "printf 'over one socket\\n'; exit 6"))
+        code = attach.attach(chan, secret, request, stdin_fd=in_r, stdout_fd=out_w,
+                             deadline=time.monotonic() + 30)
+        assert code == 6
+        os.close(out_w)
+        out = os.read(out_r, 1 << 16)
+        assert b"over one socket" in out
+        chan.send_frame(frames.shutdown(secret))
+        assert proc.wait(timeout=5) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for fd in (in_r, out_r):
+            os.close(fd)
+        host.close()
+
+
+def test_the_served_agent_runs_from_a_folder_with_frames_alone(make_runtime, tmp_path) -> None:
+    """What a tier ships into its sandbox (``Terminal.agent_file`` next to ``frames.py``) needs
+    nothing else: loaded by path, standard library only, it serves a session."""
+    import shutil
+
+    from wbcore_runtime.contract import terminal as contract
+
+    served = contract.service(make_runtime(plugins=["terminal"]))
+    assert served.agent_file == Path(terminal.__file__)
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    shutil.copy(frames.__file__, lib / "frames.py")
+    shutil.copy(served.agent_file, lib / "pty_agent.py")
+    secret = frames.new_secret()
+    script = (f"import os, sys\nsys.path[:0] = [{str(lib)!r}]\nimport frames, pty_agent\n"
+              "assert not [m for m in sys.modules if m.startswith('wbcore')], sys.modules\n"
+              "chan = frames.stdio_channel()\n"
+              f"agent = pty_agent.Agent(chan, bytes.fromhex({secret.hex()!r}), ['/bin/sh'], nproc=4096)\n"
+              "frames.serve_host(chan, lambda: (agent.handshake(), agent.serve()), 'test-agent')\n")
+    proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", script], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE)
+    chan = frames.Channel(proc.stdout.fileno(), proc.stdin.fileno())
+    try:
+        served.handshake(chan, secret)
+        assert _open(chan, secret, 1)[1]["ok"] is True
+        chan.send_frame(frames.pty_data(1, b"exit 3\n", secret))
+        kind, payload = _next(chan, {frames.PTY_CLOSED})
+        assert frames.unpack(payload)[0]["exit_code"] == 3
+        chan.send_frame(frames.shutdown(secret))
+        assert proc.wait(timeout=5) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdin.close()
+        proc.stdout.close()
