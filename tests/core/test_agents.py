@@ -7,28 +7,8 @@ import pytest
 
 from wbcore_runtime.toolkit import agents
 from wbcore_runtime.contract.errors import InvalidArgs
+from wbcore_testing.samples import AGENT
 
-AGENT = """\
-#+TITLE: Research helper
-
-* Notes
-Not the agent.
-
-* Researcher :agent:
-  :PROPERTIES:
-  :ID: researcher
-  :MODEL: gpt-test
-  :TOOLKITS: beta ghost alpha
-  :TAGLINE: Finds things.
-  :END:
-Body text that is not the prompt.
-** System prompt
-You are careful.
-*** Rules
-Cite sources.
-** Other
-Ignored.
-"""
 
 
 def test_parse_reads_first_agent_node_and_system_prompt_heading() -> None:

@@ -6,18 +6,12 @@ import json
 
 from wbcore_runtime.dispatch import audit_read
 from wbcore_runtime.dispatch.audit import AuditLog, redact_target
-
-
-def _fill(log: AuditLog, n: int) -> None:
-    for i in range(n):
-        log.record(principal="t/a", cap="kv", op="get", args_digest=f"sha256:{i}", outcome="allowed",
-                   nbytes=i)
-    log.flush()
+from wbcore_testing.samples import fill_audit
 
 
 def test_chain_verifies_and_detects_an_edited_line(wb_home):
     log = AuditLog.for_home(wb_home)
-    _fill(log, 5)
+    fill_audit(log, 5)
     assert audit_read.verify(log) == []
     lines = log.path.read_text().splitlines()
     entry = json.loads(lines[2])
@@ -30,7 +24,7 @@ def test_chain_verifies_and_detects_an_edited_line(wb_home):
 
 def test_deleted_middle_and_tail_lines_are_detected(wb_home):
     log = AuditLog.for_home(wb_home)
-    _fill(log, 5)
+    fill_audit(log, 5)
     lines = log.path.read_text().splitlines()
     log.path.write_text("\n".join(lines[:1] + lines[2:]) + "\n")
     assert any("deleted" in str(p) for p in audit_read.verify(log))
@@ -161,7 +155,7 @@ def test_sigkill_mid_write_never_leaves_a_chain_that_verifies_wrongly(wb_home):
 
 def test_a_torn_line_is_ignored_then_cut_and_a_torn_committed_line_is_caught(wb_home):
     log = AuditLog(wb_home / "audit")
-    _fill(log, 3)
+    fill_audit(log, 3)
     whole = log.path.read_bytes()
     with log.path.open("ab") as fh:
         fh.write(b'{"args":"sha256:x","bytes":1,"cap":"kv","ki')  # a writer died mid-write
@@ -180,7 +174,7 @@ def test_a_torn_line_is_ignored_then_cut_and_a_torn_committed_line_is_caught(wb_
 
 def test_a_head_behind_the_log_is_accepted_only_on_the_chain(wb_home):
     log = AuditLog(wb_home / "audit")
-    _fill(log, 4)
+    fill_audit(log, 4)
     second = json.loads(log.path.read_bytes().splitlines()[1])
     log.head_path.write_text(f"2 {second['hash']}\n")  # killed between the log write and the head write
     assert audit_read.verify(log) == []
@@ -188,16 +182,9 @@ def test_a_head_behind_the_log_is_accepted_only_on_the_chain(wb_home):
     assert any("head records seq 2" in str(p) for p in audit_read.verify(log))
 
 
-def _fill(log: AuditLog, n: int) -> None:
-    for _ in range(n):
-        log.record(principal="t/p", cap="kv", op="get", args_digest="sha256:x", outcome="allowed",
-                   nbytes=1, ms=0.1)
-    log.flush()
-
-
 def test_tail_reads_backwards_across_segments_and_skips_a_torn_line(wb_home):
     log = AuditLog(wb_home / "audit", max_bytes=4000, keep=100)
-    _fill(log, 300)
+    fill_audit(log, 300)
     assert len(log.segments()) > 5
     assert [e["seq"] for e in audit_read.tail(log, 3)] == [298, 299, 300]
     assert [e["seq"] for e in audit_read.tail(log, 100, after=290)] == list(range(291, 301))
@@ -233,13 +220,13 @@ def test_page_reads_newest_first_before_a_seq_filtered_and_within_its_scan(wb_ho
 
 def test_a_cursor_follows_the_trail_through_rotation_reading_only_what_is_new(wb_home):
     log = AuditLog(wb_home / "audit", max_bytes=4000, keep=100)
-    _fill(log, 120)
+    fill_audit(log, 120)
     cur = audit_read.AuditCursor(log, 50)
     seen = []
     while batch := cur.read(7):
         seen += [e["seq"] for e in batch]
     assert seen == list(range(51, 121)) and not cur.pending()
-    _fill(log, 200)  # rotates several times under the cursor
+    fill_audit(log, 200)  # rotates several times under the cursor
     assert cur.pending()
     seen = []
     while batch := cur.read(1000, max_bytes=2000):
@@ -252,29 +239,9 @@ def test_a_cursor_on_an_empty_or_caught_up_trail_needs_no_read(wb_home):
     log = AuditLog(wb_home / "audit")
     cur = audit_read.AuditCursor(log, -1)
     assert not cur.pending() and cur.read(10) == []  # no trail yet
-    _fill(log, 3)
+    fill_audit(log, 3)
     assert cur.pending() and [e["seq"] for e in cur.read(10)] == [1, 2, 3]
     late = audit_read.AuditCursor(log, 3)
     assert late.pending() and late.read(10) == [] and not late.pending()  # caught up: one stat per poll
-    _fill(log, 1)
+    fill_audit(log, 1)
     assert late.pending() and [e["seq"] for e in late.read(10)] == [4]
-
-
-# --- the signed head (issue 22 item 5) -----------------------------------------------------------------
-
-
-def _recompute(lines: list[str], upto: int | None = None) -> tuple[list[str], int, str]:
-    """What someone who can write the log but holds no key does: edit, then re-chain every line."""
-    from wbcore_runtime.dispatch.audit import GENESIS, chain_hash
-
-    out, prev, seq = [], GENESIS, 0
-    for raw in lines[:upto]:
-        entry = json.loads(raw)
-        entry.pop("hash")
-        entry["prev"] = prev
-        entry["hash"] = prev = chain_hash(prev, entry)
-        seq = entry["seq"]
-        out.append(json.dumps(entry, sort_keys=True, separators=(",", ":")))
-    return out, seq, prev
-
-

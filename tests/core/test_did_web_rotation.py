@@ -6,8 +6,6 @@ toolkit signed with the old key, and the rotation back lets it run again."""
 
 from __future__ import annotations
 
-import http.server
-import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,20 +13,15 @@ from types import SimpleNamespace
 import pytest
 
 from wbcore_runtime.trust import did, identity, signing, verdict as trust
-
-from test_signing import SEED0, SEED1, _Quiet, write_vec
+from wbcore_testing.loopback import serve_folder
+from wbcore_testing.toolkit_sources import SEED0, SEED1, write_vec
 
 
 def test_a_rotated_did_web_key_is_seen_by_a_long_lived_runtime(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     site = tmp_path / "site"
     site.mkdir()
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
-                                             lambda *a, **kw: _Quiet(*a, directory=str(site), **kw))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        host = f"127.0.0.1:{server.server_address[1]}"
+    with serve_folder(site) as host:
         doc = site / ".well-known" / "did.json"
         old, new = identity.Identity.from_seed(SEED0), identity.Identity.from_seed(SEED1)
         did.write_document(old, host, doc)
@@ -49,10 +42,6 @@ def test_a_rotated_did_web_key_is_seen_by_a_long_lived_runtime(tmp_path: Path,
         did.write_document(old, host, doc)  # rotated back: the next look after the TTL passes again
         time.sleep(0.4)
         assert trust.signature_verdict(toolkit, runtime).ok
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
 
 
 def test_a_did_key_verdict_is_remembered_until_the_folder_changes(tmp_path: Path,

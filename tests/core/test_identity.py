@@ -160,28 +160,6 @@ def test_did_web_document_wraps_the_same_key():
         did.keys_in(doc, "did:web:other.example")
 
 
-class _Quiet(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args):  # keep test output clean
-        pass
-
-
-@pytest.fixture
-def serve(tmp_path):
-    """Serve a folder on 127.0.0.1; yields (root, 'host:port')."""
-    root = tmp_path / "site"
-    root.mkdir()
-    handler = lambda *a, **kw: _Quiet(*a, directory=str(root), **kw)
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield root, f"127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
-
-
 def test_did_web_document_size_cap_and_missing(serve):
     root, host = serve
     (root / ".well-known").mkdir()
@@ -227,8 +205,6 @@ def test_base58_roundtrips_any_bytes(raw):
 def test_a_did_web_host_that_wants_credentials_is_named_as_such(status, tmp_path):
     """A did:web host answering 401/403 is reported as refusing to serve the document (and what to
     do), and a toolkit signed with it is 'unresolved' — it used to read "signature malformed"."""
-    import http.server
-    import threading
 
     class Refuse(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)

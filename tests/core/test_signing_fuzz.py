@@ -19,7 +19,7 @@ from wbcore_runtime.trust import identity, signing
 from wbcore_runtime.toolkit import manifest
 from wbcore_runtime.contract.errors import InvalidArgs
 
-from test_signing import SEED0, write_vec
+from wbcore_testing.toolkit_sources import SEED0, write_vec
 
 #: Every character ``str.splitlines`` (and so orgparse) ends a line at.
 BREAKS = ["\n", "\r", "\r\n", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]

@@ -18,7 +18,7 @@ CHECKED = {
     2: "test_invalid_args_is_2",
     68: "tests/core/test_fetch.py (dns)",
     69: "tests/core/test_fetch.py (unreachable)",
-    74: "tests/core/test_crash_safety.py (disk-full)",
+    74: "tests/integration/test_crash_safety.py (disk-full)",
     76: "tests/core/test_fetch.py, tests/core/test_identity.py (tls)",
     70: "test_audit_verify_0_and_70, test_trap_is_70",
     77: "plugins/wbcore-lane-js/tests/test_dock_bridge.py (a guest's own capability-denied exit)",

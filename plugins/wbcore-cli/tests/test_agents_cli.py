@@ -1,33 +1,11 @@
-"""Agent definitions (seed 004) and the injected toolkit index."""
+"""The injected toolkit index of an agent definition, and ``wbx agent prompt``."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-
 from wbcore_runtime.toolkit import agents
-
-AGENT = """\
-#+TITLE: Research helper
-
-* Notes
-Not the agent.
-
-* Researcher :agent:
-  :PROPERTIES:
-  :ID: researcher
-  :MODEL: gpt-test
-  :TOOLKITS: beta ghost alpha
-  :TAGLINE: Finds things.
-  :END:
-Body text that is not the prompt.
-** System prompt
-You are careful.
-*** Rules
-Cite sources.
-** Other
-Ignored.
-"""
+from wbcore_testing.samples import AGENT
 
 
 def test_index_declared_order_unknown_dropped_eight_skills(make_toolkit, make_runtime, tmp_path: Path,

@@ -1,4 +1,4 @@
-"""The audit trail: hash chain, tamper detection, redaction, and ``wbx audit``."""
+"""``wbx audit``: showing, filtering and verifying the trail, and the forgeries ``--verify`` catches."""
 
 from __future__ import annotations
 
@@ -6,18 +6,12 @@ import json
 
 from wbcore_runtime.dispatch import audit_read
 from wbcore_runtime.dispatch.audit import AuditLog
-
-
-def _fill(log: AuditLog, n: int) -> None:
-    for i in range(n):
-        log.record(principal="t/a", cap="kv", op="get", args_digest=f"sha256:{i}", outcome="allowed",
-                   nbytes=i)
-    log.flush()
+from wbcore_testing.samples import fill_audit
 
 
 def test_wbx_audit_shows_and_verifies(wb_home, wbx):
     log = AuditLog.for_home(wb_home)
-    _fill(log, 3)
+    fill_audit(log, 3)
     shown = wbx("audit")
     assert shown.exit_code == 0 and "kv.get allowed" in shown.stdout
     ok = wbx("audit", "--verify")
@@ -41,37 +35,6 @@ def test_wbx_audit_filters(wb_home, wbx):
             and "match" in wbx("audit", "--cap", "queue").stdout)
 
 
-# --- batched writing, several processes, crashes -------------------------------------------
-
-_WRITER = """
-import sys, time
-from pathlib import Path
-from wbcore_runtime.dispatch.audit import AuditLog
-log = AuditLog.for_home(Path(sys.argv[1]), {})
-n = int(sys.argv[2])
-print("ready", flush=True)
-for i in range(n if n > 0 else 10**9):
-    log.record(principal=sys.argv[3], cap="kv", op="get", args_digest=f"sha256:{i}", outcome="allowed", nbytes=i)
-"""  # noqa: E501
-
-
-def _writer(home, n: int, principal: str = "p/w"):
-    import subprocess
-    import sys
-
-    proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(home), str(n), principal],
-                            stdout=subprocess.PIPE)
-    assert proc.stdout.readline().strip() == b"ready"
-    return proc
-
-
-def _fill(log: AuditLog, n: int) -> None:
-    for _ in range(n):
-        log.record(principal="t/p", cap="kv", op="get", args_digest="sha256:x", outcome="allowed",
-                   nbytes=1, ms=0.1)
-    log.flush()
-
-
 # --- the signed head (issue 22 item 5) -----------------------------------------------------------------
 
 
@@ -92,7 +55,7 @@ def _recompute(lines: list[str], upto: int | None = None) -> tuple[list[str], in
 
 def test_a_recomputed_chain_fails_verify_with_its_reason(wb_home, wbx):
     log = AuditLog.for_home(wb_home)
-    _fill(log, 5)
+    fill_audit(log, 5)
     assert wbx("audit", "--verify").exit_code == 0
     lines = log.path.read_text().splitlines()
     edited = json.loads(lines[2])
@@ -114,7 +77,7 @@ def test_a_recomputed_chain_fails_verify_with_its_reason(wb_home, wbx):
 
 def test_a_cut_tail_with_a_rewritten_head_fails_verify(wb_home, wbx):
     log = AuditLog.for_home(wb_home)
-    _fill(log, 6)
+    fill_audit(log, 6)
     signed = (wb_home / "audit" / "audit.head").read_text().split()
     lines = log.path.read_text().splitlines()
     log.path.write_text("\n".join(lines[:3]) + "\n")
@@ -132,7 +95,7 @@ def test_a_forged_anchor_fails_verify(wb_home, wbx, monkeypatch):
     monkeypatch.setenv("WB_AUDIT_MAX_BYTES", "400")
     monkeypatch.setenv("WB_AUDIT_KEEP", "2")
     log = AuditLog.for_home(wb_home, {"WB_AUDIT_MAX_BYTES": "400", "WB_AUDIT_KEEP": "2"})
-    _fill(log, 30)
+    fill_audit(log, 30)
     anchor = wb_home / "audit" / "audit.anchor"
     words = anchor.read_text().split()
     assert len(words) == 3, "the anchor is signed"

@@ -1,70 +1,12 @@
-"""The OCI distribution contract (``contract/distribution.py``): the core parses and pins
-``oci://`` references itself, and reaches a registry only through the client a plugin serves
-(``wbcore_distributions``); with none served an ``oci://`` install says what to install.
-
-The client itself (wbcore-oci) is tested in ``plugins/wbcore-oci/tests`` against a real
-registry; here an in-process plugin serves a client over a local folder, so the test shows
-what the core does with what any client returns."""
+"""``wbx toolkit install oci://...`` with no distribution client served says what to install."""
 
 from __future__ import annotations
 
-import gzip
-import io
-import tarfile
-from collections.abc import Mapping, Sequence
-from pathlib import Path
-
 import pytest
 
-from wbcore_runtime import hookimpl
 from wbcore_runtime.contract import distribution
-from wbcore_runtime.contract.distribution import Descriptor, Layer, Pulled, Pushed, Reference
 from wbcore_runtime.contract.errors import NotFound
-from wbcore_runtime.contract.records import DistributionService
 from wbcore_runtime.store import install
-
-
-class FolderClient:
-    """A test client: "pulls" one toolkit folder as a toolkit artifact (one tar.gz layer of the
-    given media type), pinned to a digest of its layer. It counts its pulls."""
-
-    max_blob = 1 << 20
-
-    def __init__(self, folder: Path, layer_type: str = distribution.TOOLKIT_LAYER) -> None:
-        self.folder, self.layer_type, self.pulls = folder, layer_type, 0
-
-    def toolkit_layer(self, folder: Path) -> bytes:
-        raw = io.BytesIO()
-        with tarfile.open(fileobj=raw, mode="w") as tf:
-            for p in sorted(folder.rglob("*")):
-                tf.add(p, p.relative_to(folder).as_posix(), recursive=False)
-        return gzip.compress(raw.getvalue(), mtime=0)
-
-    def pull(self, reference: str | Reference, dest: Path, *, artifact_types: tuple[str, ...],
-             env: Mapping[str, str] | None = None) -> Pulled:
-        self.pulls += 1
-        assert artifact_types == (distribution.TOOLKIT_TYPE,)  # install asks for a toolkit
-        ref = reference if isinstance(reference, Reference) else Reference.parse(reference)
-        data = self.toolkit_layer(self.folder)
-        desc = Descriptor.of(data, self.layer_type)
-        dest.mkdir(parents=True)
-        (dest / "layer-0").write_bytes(data)
-        return Pulled(ref.pinned(desc.digest), distribution.TOOLKIT_TYPE, b"{}",
-                      ((desc, dest / "layer-0"),), {})
-
-    def push(self, reference: str | Reference, *, artifact_type: str, config: tuple[bytes, str],
-             layers: Sequence[Layer], annotations: Mapping[str, str] | None = None,
-             env: Mapping[str, str] | None = None) -> Pushed:
-        raise AssertionError("install never pushes")
-
-
-def _serving(client: FolderClient) -> object:
-    class ServesFolders:
-        @hookimpl
-        def wbcore_distributions(self) -> list[DistributionService]:
-            return [DistributionService("folder", "a test client over a folder", lambda _rt: client)]
-
-    return ServesFolders()
 
 
 def test_an_oci_install_with_no_client_says_what_to_install(make_runtime, wbx, wb_home) -> None:

@@ -1,52 +1,16 @@
-"""Identity: base58btc, did:key (W3C vectors), the stored key, WB_SIGNING_KEY, did:web on loopback."""
+"""Identity through ``wbx``: did:web on loopback resolved only when asked, ``wbx identity``."""
 
 from __future__ import annotations
 
-import http.server
 import json
 import os
-import threading
 
 import pytest
 
 from wbcore_runtime.trust import did, identity
 from wbcore_runtime.contract.errors import WbError
 
-# W3C CCG did-method-key, test-vectors/ed25519-x25519.json: seed → did:key, publicKeyBase58.
-W3C_VECTORS = [
-    ("00" * 32, "did:key:z6MkiTBz1ymuepAQ4HEHYSF1H8quG5GLVVQR3djdX3mDooWp",
-     "4zvwRjXUKGfvwnParsHAS3HuSVzV5cA4McphgmoCtajS"),
-    ("00" * 31 + "01", "did:key:z6MkjchhfUsD6mmvni8mCdXHw216Xrm9bQe2mBH1P5RDjVJG",
-     "6ASf5EcmmEHTgDJ4X4ZT5vT6iHVJBXPg5AN5YoTCpGWt"),
-    ("00" * 31 + "02", "did:key:z6MknGc3ocHs3zdPiJbnaaqDi58NGb4pk1Sp9WxWufuXSdxf",
-     "8pM1DN3RiT8vbom5u1sNryaNT1nyL8CTTW3b5PwWXRBH"),
-]
-X25519_DID = "did:key:z6LShs9GGnqk85isEBzzshkuVWrVKsRp24GnDuHk8QWkARMW"  # same W3C file, key agreement key
-
-
 # --- did:web ----------------------------------------------------------------------------
-
-
-class _Quiet(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args):  # keep test output clean
-        pass
-
-
-@pytest.fixture
-def serve(tmp_path):
-    """Serve a folder on 127.0.0.1; yields (root, 'host:port')."""
-    root = tmp_path / "site"
-    root.mkdir()
-    handler = lambda *a, **kw: _Quiet(*a, directory=str(root), **kw)
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield root, f"127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
 
 
 def test_did_web_resolves_on_loopback_only_when_asked(serve, wbx, make_runtime):

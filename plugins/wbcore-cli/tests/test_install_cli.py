@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import http.server
-import io
 import json
 import os
 import shutil
 import subprocess
 import tarfile
-import threading
 from pathlib import Path
 
 import pytest
@@ -20,8 +16,8 @@ from wbcore_runtime.store import install, journal, lockfile
 from wbcore_runtime.trust import signing
 from wbcore_runtime.guard import unpack
 from wbcore_testing.fixtures import write_toolkit
-
-SEED0 = base64.b64encode(bytes(32)).decode()
+from wbcore_testing.loopback import serve_folder
+from wbcore_testing.toolkit_sources import MANIFEST, SEED0_B64, evil_tar, tar_info
 
 
 def snapshot(home: Path) -> dict[str, object]:
@@ -42,19 +38,6 @@ def snapshot(home: Path) -> dict[str, object]:
     lock = home / lockfile.LOCKFILE
     out["LOCK"] = lock.read_bytes() if lock.exists() else None
     return out
-
-
-@pytest.fixture
-def src(tmp_path, monkeypatch):
-    """A folder holding a signed third-party toolkit 'tp' and a first-party 'fp'."""
-    monkeypatch.setenv("WB_SIGNING_KEY", SEED0)
-    from wbcore_runtime.trust import identity
-
-    base = tmp_path / "src"
-    write_toolkit(base, "tp", trust="third-party", caps="net", files={"bin/tool.wasm": b"\0asm\x01\0\0\0"})
-    signing.sign(base / "tp", identity.Identity.from_seed(bytes(32)))
-    write_toolkit(base, "fp", caps="vfs")
-    return base
 
 
 def test_install_a_signed_folder_and_record_it(src, wbx, wb_home):
@@ -153,23 +136,12 @@ def test_git_https_needs_a_commit_and_unknown_commits_fail_cleanly(repo, wbx, wb
 # --- archives -------------------------------------------------------------------------
 
 
-class _Quiet(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture
 def served(tmp_path):
     site = tmp_path / "site"
     site.mkdir()
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
-                                             lambda *a, **kw: _Quiet(*a, directory=str(site), **kw))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield site, f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
-    thread.join(5)
+    with serve_folder(site) as host:
+        yield site, f"http://{host}"
 
 
 def _tar_of(folder: Path, out: Path, prefix: str) -> str:
@@ -200,49 +172,28 @@ def test_archive_url_with_sha256(src, served, wbx, wb_home, monkeypatch):
     assert lock["sha256"] == digest and lock["source"] == f"{base}/tp.tar.gz"
 
 
-def _evil_tar(path: Path, members: list[tuple[tarfile.TarInfo, bytes | None]]) -> Path:
-    with tarfile.open(path, "w:gz") as tf:
-        for info, data in members:
-            if data is not None:
-                info.size = len(data)
-                tf.addfile(info, io.BytesIO(data))
-            else:
-                tf.addfile(info)
-    return path
-
-
-def _info(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile.TarInfo:
-    info = tarfile.TarInfo(name)
-    info.type = kind
-    info.linkname = link
-    info.mode = 0o644
-    return info
-
-
-MANIFEST = b"#+TITLE: e\n#+TOOLKIT: e\n#+VERSION: 0.1.0\n#+STATUS: stable\n#+TAGLINE: e.\n\n* e :toolkit:\n"
-
-
 @pytest.mark.parametrize(
     ("members", "reason"),
     [
-        ([(_info("e/manifest.org"), MANIFEST), (_info("e/../../escape.txt"), b"x")], "climbs out"),
-        ([(_info("e/manifest.org"), MANIFEST), (_info("/etc/evil"), b"x")], "absolute path"),
-        ([(_info("e/manifest.org"), MANIFEST),
-          (_info("e/link", tarfile.SYMTYPE, "../../../etc/passwd"), None)], "escapes"),
-        ([(_info("e/manifest.org"), MANIFEST), (_info("e/abs", tarfile.SYMTYPE, "/etc/passwd"), None)],
+        ([(tar_info("e/manifest.org"), MANIFEST), (tar_info("e/../../escape.txt"), b"x")], "climbs out"),
+        ([(tar_info("e/manifest.org"), MANIFEST), (tar_info("/etc/evil"), b"x")], "absolute path"),
+        ([(tar_info("e/manifest.org"), MANIFEST),
+          (tar_info("e/link", tarfile.SYMTYPE, "../../../etc/passwd"), None)], "escapes"),
+        ([(tar_info("e/manifest.org"), MANIFEST), (tar_info("e/abs", tarfile.SYMTYPE, "/etc/passwd"), None)],
          "outside"),
-        ([(_info("e/manifest.org"), MANIFEST), (_info("e/hard", tarfile.LNKTYPE, "e/manifest.org"), None)],
-         "hard link"),
-        ([(_info("e/manifest.org"), MANIFEST), (_info("e/fifo", tarfile.FIFOTYPE), None)], "special file"),
+        ([(tar_info("e/manifest.org"), MANIFEST),
+          (tar_info("e/hard", tarfile.LNKTYPE, "e/manifest.org"), None)], "hard link"),
+        ([(tar_info("e/manifest.org"), MANIFEST), (tar_info("e/fifo", tarfile.FIFOTYPE), None)],
+         "special file"),
         (
-            [(_info("e/manifest.org"), MANIFEST), (_info("e/d", tarfile.SYMTYPE, "."), None),
-             (_info("e/d", tarfile.SYMTYPE, ".."), None)],
+            [(tar_info("e/manifest.org"), MANIFEST), (tar_info("e/d", tarfile.SYMTYPE, "."), None),
+             (tar_info("e/d", tarfile.SYMTYPE, ".."), None)],
             "twice",
         ),
     ],
 )
 def test_unsafe_archives_are_refused_and_nothing_lands(tmp_path, wbx, wb_home, members, reason):
-    archive = _evil_tar(tmp_path / "evil.tar.gz", members)
+    archive = evil_tar(tmp_path / "evil.tar.gz", members)
     before = snapshot(wb_home)
     r = wbx("toolkit", "install", str(archive))
     assert r.exit_code == 2, r.stdout
@@ -308,8 +259,8 @@ def test_locked_without_a_lockfile(wbx, wb_home):
 
 
 def test_dot_ids_cannot_name_a_folder(tmp_path, wbx, wb_home):
-    archive = _evil_tar(tmp_path / "dots.tar.gz",
-                        [(_info("x/manifest.org"), MANIFEST.replace(b"TOOLKIT: e", b"TOOLKIT: .."))])
+    archive = evil_tar(tmp_path / "dots.tar.gz",
+                        [(tar_info("x/manifest.org"), MANIFEST.replace(b"TOOLKIT: e", b"TOOLKIT: .."))])
     before = snapshot(wb_home)
     r = wbx("toolkit", "install", str(archive), "--first-party")
     assert r.exit_code == 2 and "cannot name a folder" in r.stderr
@@ -341,7 +292,7 @@ def test_a_failure_while_landing_rolls_everything_back(src, wbx, wb_home, monkey
 
     monkeypatch.setattr(journal.os, "rename", flaky)
     with pytest.raises(OSError):
-        install.install(wb_home, str(src), force=True, env={"WB_SIGNING_KEY": SEED0})
+        install.install(wb_home, str(src), force=True, env={"WB_SIGNING_KEY": SEED0_B64})
     monkeypatch.setattr(journal.os, "rename", real_rename)
     assert snapshot(wb_home) == before
     assert not list((wb_home / ".staging").iterdir())

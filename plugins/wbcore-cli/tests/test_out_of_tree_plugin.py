@@ -12,7 +12,7 @@ import pytest
 
 from wbcore_testing.fixtures import write_toolkit
 
-HERE = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).resolve().parent
 
 
 @pytest.mark.slow
