@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import typer
 
 from wbcore_runtime.contract.cli_output import JSON_HELP, emit_json, warn
+from wbcore_runtime.contract import installs
 from wbcore_runtime.contract.errors import InvalidArgs
 
 if TYPE_CHECKING:
@@ -47,7 +48,8 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
         from wbcore_agent_skills import native_audit, skill_import
 
         done = skill_import.import_source(
-            source, out or runtime.cwd / "toolkits", ident=as_, force=force, sha256=sha256
+            source, out or runtime.cwd / "toolkits", ident=as_, force=force, sha256=sha256,
+            installer=lambda: installs.service(runtime),
         )
         report = native_audit.audit(done.path, _registered())
         runtime.discover(refresh=True)

@@ -21,7 +21,7 @@ from wbcore_runtime.contract import distribution
 from wbcore_runtime.contract.distribution import Descriptor, Layer, Pulled, Pushed, Reference
 from wbcore_runtime.contract.errors import NotFound
 from wbcore_runtime.contract.records import DistributionService
-from wbcore_runtime.store import install
+from wbcore_install import install
 
 
 class FolderClient:

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from wbcore_runtime.dispatch import audit_read
-from wbcore_runtime.store import install, lockfile
+from wbcore_install import install, lockfile
 from wbcore_runtime.trust import signing
 from wbcore_testing.fixtures import write_toolkit
 
