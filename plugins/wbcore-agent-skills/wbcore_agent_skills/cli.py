@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any, Optional
 import typer
 
 from wbcore_runtime.contract.cli_output import JSON_HELP, emit_json, warn
-from wbcore_runtime.contract import installs
 from wbcore_runtime.contract.errors import InvalidArgs
 
 if TYPE_CHECKING:
@@ -46,6 +45,7 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
     ) -> None:
         """Package an Agent Skills folder, a markdown file or a folder as a toolkit, then audit it."""
         from wbcore_agent_skills import native_audit, skill_import
+        from wbcore_runtime.contract import installs  # with the command only: wbx --help stays light
 
         done = skill_import.import_source(
             source, out or runtime.cwd / "toolkits", ident=as_, force=force, sha256=sha256,

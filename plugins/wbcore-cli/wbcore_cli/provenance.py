@@ -9,12 +9,17 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from wbcore_runtime.contract.cli_output import JSON_HELP, emit_json, warn
-from wbcore_runtime.contract import distribution, installs
+from wbcore_runtime.contract import distribution
+from wbcore_runtime.contract import lazy
 from wbcore_runtime.contract.errors import InvalidArgs
 from wbcore_runtime.trust import consent, did, identity, signing
 
 if TYPE_CHECKING:
+    from wbcore_runtime.contract import installs
     from wbcore_runtime.contract.host import RuntimeServices
+else:  # imported on first use: keeps wbx start-up light (a command loads only what it uses);
+    # only install and uninstall ask for the installer (wbcore-install's, through the runtime)
+    installs = lazy.module("wbcore_runtime.contract.installs")
 
 
 def register(app: typer.Typer, runtime: RuntimeServices) -> None:
