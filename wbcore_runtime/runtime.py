@@ -289,6 +289,11 @@ class Runtime:
         return self._collect("wbcore_terminals", "terminal service")
 
     @cached_property
+    def installers(self) -> _plugins.RecordRegistry[Any]:
+        """Toolkit installers (``wbcore_installers``): install, uninstall, push, promotion."""
+        return self._collect("wbcore_installers", "toolkit installer")
+
+    @cached_property
     def fabric_engines(self) -> _plugins.RecordRegistry[Any]:
         """Engines that map one call over many inputs (``wbcore_fabric_engines``)."""
         return self._collect("wbcore_fabric_engines", "fabric engine")
@@ -338,9 +343,8 @@ class Runtime:
         ``wbx plugins`` shows what each plugin serves and every name two plugins serve."""
         return [getattr(self, name) for name in (
             "shapes", "lanes", "prefixes", "brokers", "tiers", "federation_sources", "builtins",
-            "build_sandboxes",
-            "guest_runners", "tool_providers", "distributions", "terminals", "fabric_engines",
-            "llm_providers", "agent_loops")]
+            "build_sandboxes", "guest_runners", "tool_providers", "distributions", "installers",
+            "terminals", "fabric_engines", "llm_providers", "agent_loops")]
 
     # --- state under $WB_HOME -----------------------------------------------------
 

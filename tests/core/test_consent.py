@@ -62,7 +62,7 @@ def test_env_grants_name_each_variable_and_show_in_dry_run_diffs(tmp_path):
 
     from wbcore_runtime.trust.consent import ConsentStore, check_env, env_granted, requested_env
     from wbcore_runtime.contract.errors import CapabilityDenied
-    from wbcore_runtime.store.install import Change
+    from wbcore_runtime.contract.installs import Change
 
     m = SimpleNamespace(id="fed", trust="first-party", author_did=None,
                         extra=lambda k, d=None: {"AUTH": "bearer-env TOKEN_A",

@@ -16,7 +16,7 @@ pytest.importorskip("wbcore_agent")
 pytest.importorskip("wbcore_llm_openai")
 pytest.importorskip("wbcore_llm_anthropic")
 
-PLUGINS = ["wasmtime", "sources", "brokers-state", "brokers-build", "agent", "act", "llm-openai",
+PLUGINS = ["wasmtime", "sources", "brokers-state", "brokers-build", "agent", "act", "install", "llm-openai",
            "llm-anthropic"]
 KEY = "sk-integration-secret"
 

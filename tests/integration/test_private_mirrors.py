@@ -20,7 +20,7 @@ import pytest
 
 from wbcore_runtime.trust import did
 from wbcore_oci.client import OciDistribution
-from wbcore_runtime.store import install
+from wbcore_install import install
 from wbcore_runtime.contract.errors import WbError
 from wbcore_runtime.guard.netguard import ENV_ALLOW_PRIVATE, ENV_GUEST_PRIVATE_HOSTS, ENV_PRIVATE_HOSTS
 from wbcore_testing.fixtures import FileServer, GitHttpServer, git_repo, manifest_text

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
         FabricEngine,
         FederationSource,
         GuestRunnerService,
+        InstallerService,
         IsolationTier,
         LlmProvider,
         SourcePrefix,
@@ -224,6 +225,22 @@ def wbcore_terminals() -> Iterable[TerminalService]:
         @hookimpl
         def wbcore_terminals():
             yield TerminalService(name="pty", summary="PTY sessions over frames", factory=_terminal)
+    """
+
+
+@hookspec
+def wbcore_installers() -> Iterable[InstallerService]:
+    """Called once per runtime, when ``wbx toolkit install`` (or uninstall, the engine's push,
+    an agent's promotion, a Skills import of a remote source, or a journal left by a killed
+    install) first asks for ``contract.installs.service(runtime)``.
+
+    Returns toolkit installers: sources staged, verified and landed with ``wbx.lock`` all or
+    nothing. Callers speak only the records of ``wbcore_runtime.contract.installs``; with none
+    served they say so ("no toolkit installer is installed; pip install wbcore-install")::
+
+        @hookimpl
+        def wbcore_installers():
+            yield InstallerService(name="install", summary="verify, then land", factory=_installer)
     """
 
 

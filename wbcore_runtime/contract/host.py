@@ -97,6 +97,8 @@ class RuntimeServices(Protocol):
     @property
     def terminals(self) -> Registry[Any]: ...  # of ``records.TerminalService``
     @property
+    def installers(self) -> Registry[Any]: ...  # of ``records.InstallerService``
+    @property
     def fabric_engines(self) -> Registry[Any]: ...  # of ``records.FabricEngine``
     @property
     def llm_providers(self) -> Registry[Any]: ...  # of ``records.LlmProvider``

@@ -264,6 +264,18 @@ class TerminalService:
 
 
 @dataclass(frozen=True, slots=True)
+class InstallerService:
+    """A service ``wbx toolkit install``, the engine's push, promotion and Skills import ask the
+    runtime for: the toolkit installer (``wbcore_runtime.contract.installs``). ``factory`` returns
+    an ``Installer`` (typed ``Any`` here: the install contract takes the runtime, an import cycle)."""
+
+    name: str
+    summary: str
+    factory: Callable[[RuntimeServices], Any]
+    available: Callable[[], Availability] = _always
+
+
+@dataclass(frozen=True, slots=True)
 class BuiltinCommand:
     """A reserved built-in command (seed 000: ``upper``, ``grep``, ``jq``, ``wbox``).
 
@@ -351,6 +363,7 @@ RECORD_KINDS: dict[str, type] = {
     "wbcore_tool_providers": ToolProviderService,
     "wbcore_distributions": DistributionService,
     "wbcore_terminals": TerminalService,
+    "wbcore_installers": InstallerService,
     "wbcore_fabric_engines": FabricEngine,
     "wbcore_llm_providers": LlmProvider,
     "wbcore_agent_loops": AgentLoop,

@@ -1,6 +1,6 @@
 """Fault injection for crash-safety tests: ``WB_FAULT_AT=<step>`` SIGKILLs the process at that step.
 
-The steps are named where state lands (``wbcore_runtime/store/install.py``'s ``land:*`` and
+The steps are named where state lands (wbcore-install's ``wbcore_install/journal.py``: ``land:*``;
 ``wbcore_runtime/store/artifacts.py``'s ``write:*``); ``tests/integration/test_crash_safety.py`` runs
 an install or a build in a subprocess once per step and checks that the home holds the old state
 or the new one and nothing else once the next command ran. Unset (always, outside those tests), a

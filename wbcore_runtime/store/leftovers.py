@@ -7,8 +7,8 @@ time (clock ticks since boot, ``/proc/<pid>/stat`` field 22), so a recycled pid 
 taken for the owner. :func:`sweep` removes an entry only when its owner is provably gone
 (no such pid, or a pid with another start time); a live process's folder and any name it
 cannot read are left alone. :func:`sweep_home` runs at the start of every ``wbx`` command
-and, holding the install lock, finishes or undoes an install a kill interrupted
-(``wbcore_runtime.store.journal.recover``). When nothing is left over it reads and never writes, so a
+after the installer (wbcore-install, ``contract.installs.Installer.recover``) has finished or
+undone an install a kill interrupted. When nothing is left over it reads and never writes, so a
 pure-compute ``wbx run`` does not touch the disk.
 """
 
@@ -25,8 +25,8 @@ from pathlib import Path
 SYSTEM_TEMP_PREFIXES = ("wb-sbx-", "wb-spawn-")
 #: Marks a temp file of an atomic write (``.<name>.wbtmp-<owner>.tmp``).
 TMP_MARK = ".wbtmp-"
-#: Where things live under ``$WB_HOME`` (``wbcore_runtime.store.install`` and
-#: ``wbcore_runtime.store.artifacts`` use these names).
+#: Where things live under ``$WB_HOME`` (the installer, wbcore-install's ``wbcore_install.install``
+#: and ``wbcore_install.journal``, and ``wbcore_runtime.store.artifacts`` use these names).
 STAGING = ".staging"
 STAGING_PREFIX = "install-"
 JOURNAL = ".install-journal.json"
@@ -164,8 +164,8 @@ def _sweep(folder: Path, dead: Callable[[str], bool]) -> list[Path]:
 
 def sweep_home(home: Path) -> list[Path]:
     """Sweep every dead process's leftovers. An interrupted install (its journal, :data:`JOURNAL`)
-    is finished or undone first by the caller (``cli.app``: ``store.journal.recover``), as
-    this module sits below the installer."""
+    is finished or undone first by the caller (wbcore-cli's ``open_runtime``, through
+    ``contract.installs.service(runtime).recover``), as the installer is a plugin's."""
     removed: list[Path] = []
     if not home.is_dir():
         return removed

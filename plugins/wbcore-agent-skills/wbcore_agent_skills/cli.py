@@ -45,9 +45,11 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
     ) -> None:
         """Package an Agent Skills folder, a markdown file or a folder as a toolkit, then audit it."""
         from wbcore_agent_skills import native_audit, skill_import
+        from wbcore_runtime.contract import installs  # with the command only: wbx --help stays light
 
         done = skill_import.import_source(
-            source, out or runtime.cwd / "toolkits", ident=as_, force=force, sha256=sha256
+            source, out or runtime.cwd / "toolkits", ident=as_, force=force, sha256=sha256,
+            installer=lambda: installs.service(runtime),
         )
         report = native_audit.audit(done.path, _registered())
         runtime.discover(refresh=True)

@@ -27,6 +27,7 @@ from typing import Any
 
 from wbcore_agent_skills import markup
 from wbcore_runtime.guard import paths, unpack
+from wbcore_runtime.contract import installs
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound
 from wbcore_runtime.toolkit.manifest import NAME_RE
 
@@ -700,12 +701,15 @@ def _skill_root(tree: Path) -> Path:
 
 
 def import_source(text: str, out_root: Path, *, ident: str | None = None, force: bool = False,
-                  sha256: str | None = None) -> Imported:
-    """Import from a local path, or fetch ``git+…`` / an archive (as ``wbx toolkit install`` does) first."""
+                  sha256: str | None = None, installer: installs.Client | None = None) -> Imported:
+    """Import from a local path, or fetch ``git+…`` / an archive (as ``wbx toolkit install`` does,
+    through ``installer``: ``contract.installs.service(runtime)``, asked only for a remote source) first."""
     if not text.startswith(("git+", "https://", "http://")):
         return import_skill(Path(text), out_root, ident=ident, force=force)
-    from wbcore_runtime.store import install
-
+    if installer is None:
+        raise NotFound(f"{text}: a remote source is fetched by the runtime's toolkit installer and none "
+                       f"was given ({installs.NONE_INSTALLED})")
+    install = installer()
     source = install.parse_source(text, sha256)
     with tempfile.TemporaryDirectory(prefix="wb-import-") as tmp:
         tree, _commit, _digest = install.fetch(source, Path(tmp))

@@ -11,9 +11,10 @@ audited at each step.
    ``<toolkit>.tar.gz`` (``wbcore_runtime.store.archive.deterministic_targz``) and ``promotion.json`` (run,
    signer, sha256). Other sessions still do not see it.
 2. **workspace → installed** (:func:`to_installed`): the archive goes through the install
-   path (``wbcore_runtime.store.install.install``: staged, signature verified, landed with the lockfile
-   as one change, or nothing lands), then it is built like any installed toolkit. Its caps
-   are what the deployer grants a third-party signer (``wbx toolkit grant``).
+   path (the installer, ``wbcore_runtime.contract.installs.service(runtime).install``, served by
+   wbcore-install: staged, signature verified, landed with the lockfile as one change, or nothing
+   lands), then it is built like any installed toolkit. Its caps are what the deployer grants a
+   third-party signer (``wbx toolkit grant``).
 """
 
 from __future__ import annotations
@@ -159,7 +160,7 @@ def to_workspace(
 
 def to_installed(runtime: Any, toolkit: str, *, by: str = "deployer", build: bool = True) -> Promoted:
     """Install the workspace copy of ``toolkit`` through verify-then-land, then build it."""
-    from wbcore_runtime.store import install
+    from wbcore_runtime.contract import installs
 
     if not _ID.match(toolkit):
         raise InvalidArgs("promote: toolkit id must match [A-Za-z0-9._-]{1,64}")
@@ -168,7 +169,7 @@ def to_installed(runtime: Any, toolkit: str, *, by: str = "deployer", build: boo
         raise NotFound(f"promote: {toolkit} is not in the workspace; promote it from its session first")
     meta = json.loads(meta_path.read_text())
     archive = workspace_dir(runtime, toolkit) / f"{toolkit}.tar.gz"
-    done = install.install(
+    done = installs.service(runtime).install(
         Path(runtime.home), str(archive), sha256=meta["sha256"], force=True, env=runtime.env
     )
     runtime.discover(refresh=True)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from wbcore_runtime.store import install, journal, lockfile
+from wbcore_install import install, journal, lockfile
 from wbcore_runtime.trust import signing
 from wbcore_runtime.guard import unpack
 from wbcore_testing.fixtures import write_toolkit

@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # Typer is imported by the commands that need it, never by `w
     from wbcore_cli import registered
     from wbcore_cli import shell as _shell_cli
     from wbcore_cli import identity as _identity_cli
-    from wbcore_runtime.store import journal
+    from wbcore_runtime.contract import installs
 else:  # imported on first use: a command's group loads only when that command runs (wbx start-up)
     toolkit = lazy.Module("wbcore_cli.toolkit")
     listing = lazy.Module("wbcore_cli.listing")
@@ -40,7 +40,7 @@ else:  # imported on first use: a command's group loads only when that command r
     registered = lazy.Module("wbcore_cli.registered")
     _shell_cli = lazy.Module("wbcore_cli.shell")
     _identity_cli = lazy.Module("wbcore_cli.identity")
-    journal = lazy.module("wbcore_runtime.store.journal")
+    installs = lazy.module("wbcore_runtime.contract.installs")
 
 #: Names plugins may not take: the core's own commands, present and planned.
 BUILTIN_COMMANDS = frozenset(
@@ -160,8 +160,16 @@ def open_runtime(runtime: Any = None) -> Any:
         runtime = Runtime.open(plugins=selected or None)
     # Every command starts by finishing or undoing what a killed one left (reads only when nothing is).
     if (runtime.home / leftovers.JOURNAL).exists():
-        # only when there is a journal: keeps every other start-up light
-        journal.recover(runtime.home)
+        # only when there is a journal: keeps every other start-up light. The installer replays it;
+        # with none installed the home is left as it is (the sweep would take the staged folders
+        # the journal moves back).
+        try:
+            installer = installs.service(runtime)
+        except NotFound as exc:
+            print(f"wbx: warning: {runtime.home / leftovers.JOURNAL}: an interrupted install is left "
+                  f"as it is: {exc.message}", file=sys.stderr)
+            return runtime
+        installer.recover(runtime.home)
     leftovers.sweep_home(runtime.home)
     return runtime
 

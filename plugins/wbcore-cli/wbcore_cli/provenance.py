@@ -15,11 +15,11 @@ from wbcore_runtime.contract.errors import InvalidArgs
 from wbcore_runtime.trust import consent, did, identity, signing
 
 if TYPE_CHECKING:
+    from wbcore_runtime.contract import installs
     from wbcore_runtime.contract.host import RuntimeServices
-    from wbcore_runtime.store import install as _install
-else:  # imported on first use: keeps wbx start-up light (a command loads only what it uses)
-    # it brings tarfile, zipfile and the git fetcher, which the other verbs do not need
-    _install = lazy.module("wbcore_runtime.store.install")
+else:  # imported on first use: keeps wbx start-up light (a command loads only what it uses);
+    # only install and uninstall ask for the installer (wbcore-install's, through the runtime)
+    installs = lazy.module("wbcore_runtime.contract.installs")
 
 
 def register(app: typer.Typer, runtime: RuntimeServices) -> None:
@@ -114,14 +114,16 @@ def register(app: typer.Typer, runtime: RuntimeServices) -> None:
         if locked:
             if source is not None:
                 raise InvalidArgs("--locked takes no SOURCE (it installs what the lockfile records)")
-            done = _install.install_locked(runtime.home, lockfile, env=runtime.env, distribution=client)
+            done = installs.service(runtime).install_locked(runtime.home, lockfile, env=runtime.env,
+                                                            distribution=client)
         else:
             if source is None:
                 raise InvalidArgs("give a SOURCE, or --locked")
             if lockfile is not None:
                 raise InvalidArgs("--lockfile goes with --locked")
-            done = _install.install(runtime.home, source, sha256=sha256, force=force, env=runtime.env,
-                                    first_party=first_party, distribution=client)
+            done = installs.service(runtime).install(runtime.home, source, sha256=sha256, force=force,
+                                                     env=runtime.env, first_party=first_party,
+                                                     distribution=client)
         runtime.discover(refresh=True)
         if json_:
             emit_json([{**d.entry.as_dict(), "path": str(d.path), "caps": list(d.caps),
@@ -145,6 +147,6 @@ def register(app: typer.Typer, runtime: RuntimeServices) -> None:
     @app.command("uninstall")
     def uninstall(ident: str = typer.Argument(..., metavar="ID")) -> None:
         """Remove a toolkit from the user root and its entry from wbx.lock, together."""
-        entry = _install.uninstall(runtime.home, ident)
+        entry = installs.service(runtime).uninstall(runtime.home, ident)
         runtime.discover(refresh=True)
         typer.echo(f"uninstalled {ident}" + (f" {entry.version} ({entry.source})" if entry else ""))

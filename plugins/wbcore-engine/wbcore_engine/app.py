@@ -3,9 +3,10 @@
 Routes (``/openapi.json`` describes them, :mod:`wbcore_engine.openapi`):
 
 - ``GET  /v1/toolkits`` · ``GET /v1/toolkits/{id}`` · ``GET /v1/toolkits/{id}/verify``
-- ``POST /v1/toolkits`` — push: the body is a toolkit archive; it goes through the core
-  install path (:func:`wbcore_runtime.store.install.install`: staged, verified, then landed, all or
-  nothing); ``?dry_run=1`` answers the diff of caps, trust and signer and lands nothing
+- ``POST /v1/toolkits`` — push: the body is a toolkit archive; it goes through the one install
+  path (``contract.installs.service(runtime).install``, served by wbcore-install: staged,
+  verified, then landed, all or nothing); ``?dry_run=1`` answers the diff of caps, trust and
+  signer and lands nothing
 - ``POST /v1/calls/{name}`` — one call through :mod:`wbcore_runtime.dispatch.dispatcher`; its
   ``mounts`` (host folders) are a remote caller's, granted only inside ``WB_MOUNT_ROOTS``
 - ``POST /v1/sessions`` · ``GET /v1/sessions/{id}`` · ``GET /v1/sessions/{id}/events`` (SSE) ·
@@ -271,13 +272,15 @@ class Engine:
 
     def _push(self, data: bytes, name: str, dry: bool, force: bool, first_party: bool,
               build: bool = True) -> dict[str, Any]:
-        from wbcore_runtime.store import install, leftovers
+        from wbcore_runtime.contract import installs
+        from wbcore_runtime.store import leftovers
         from wbcore_runtime.guard import unpack
 
         home = self.runtime.home
-        base = home / install.STAGING
+        install = installs.service(self.runtime)  # NotFound naming wbcore-install when none is served
+        base = home / leftovers.STAGING
         base.mkdir(parents=True, exist_ok=True)
-        work = leftovers.mkdtemp(install.STAGING_PREFIX, dir=base)
+        work = leftovers.mkdtemp(leftovers.STAGING_PREFIX, dir=base)
         try:
             archive = work / name
             fd = os.open(archive, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

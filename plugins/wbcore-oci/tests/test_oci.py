@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from wbcore_runtime.trust import identity, signing
-from wbcore_runtime.store import install
+from wbcore_install import install
 from wbcore_oci import client as oci
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound
 from wbcore_runtime.guard.netguard import EgressDenied

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from wbcore_runtime.store import install
+from wbcore_install import install
 from wbcore_oci import client as oci
 from wbcore_runtime.guard.netguard import EgressDenied
 

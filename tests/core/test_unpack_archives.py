@@ -1,15 +1,15 @@
-"""``wbx toolkit install``: sources, verification before landing, safe unpack, wbx.lock, --locked."""
+"""Archives an install unpacks (``guard.unpack``): traversal, links, entry and byte caps, safe names."""
 
 from __future__ import annotations
 
-import json
 import zipfile
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from wbcore_runtime.store import install
 from wbcore_runtime.guard import unpack
-from wbcore_testing.toolkit_sources import MANIFEST, SEED0_B64, evil_tar, tar_info
+from wbcore_testing.toolkit_sources import MANIFEST, evil_tar, tar_info
 
 
 def test_zip_traversal_and_symlinks_are_refused(tmp_path):
@@ -38,23 +38,6 @@ def test_caps_on_files_and_bytes(tmp_path):
         unpack.unpack(big, tmp_path / "o2", unpack.Caps(max_bytes=100_000))
 
 
-# --- --locked -------------------------------------------------------------------------
-
-
-def test_parallel_installs_keep_one_consistent_lock(src, wb_home):
-    from concurrent.futures import ThreadPoolExecutor
-
-    env = {"WB_SIGNING_KEY": SEED0_B64}
-    with ThreadPoolExecutor(2) as pool:
-        list(pool.map(lambda p: install.install(wb_home, str(src / p), env=env), ["tp", "fp"]))
-    lock = json.loads((wb_home / "wbx.lock").read_text())["toolkits"]
-    assert sorted(lock) == ["fp", "tp"]
-
-
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
-
 @settings(max_examples=300, deadline=None)
 @given(st.text(alphabet="ab./\\\\:\x00 ", min_size=1, max_size=24))
 def test_safe_names_never_escape(name):
@@ -64,12 +47,3 @@ def test_safe_names_never_escape(name):
         return
     assert not rel.startswith("/") and ".." not in rel.split("/") and "\x00" not in rel
     assert rel == "" or ("" not in rel.split("/") and "." not in rel.split("/"))  # "" = the root itself
-
-
-def test_plain_git_urls_are_git_sources():
-    src = install.parse_source("https://example.invalid/tk.git@" + "a" * 40)
-    assert (src.kind, src.location, src.commit) == ("git", "https://example.invalid/tk.git", "a" * 40)
-    with pytest.raises(Exception, match="pin a commit"):
-        install.parse_source("https://example.invalid/tk.git")
-
-

@@ -1,33 +1,21 @@
-"""``wbx.lock``: one entry per installed toolkit (id, version, pinned source, content digest
-per ``trust.signing``, trust, signer); written by ``store.journal.land``, read by ``store.install``."""
+"""``wbx.lock``: one entry per installed toolkit (``contract.installs.LockEntry``: id, version,
+pinned source, content digest per ``trust.signing``, trust, signer); written by
+``wbcore_install.journal.land``, read by ``wbcore_install.install``."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 from wbcore_runtime.contract.errors import InvalidArgs
+from wbcore_runtime.contract.installs import LockEntry
 
 LOCKFILE = "wbx.lock"
 LOCK_FORMAT = 1
 
+__all__ = ["LOCKFILE", "LOCK_FORMAT", "LockEntry", "lock_bytes", "read_lock"]
 
-@dataclass(frozen=True, slots=True)
-class LockEntry:
-    id: str
-    version: str
-    source: str
-    digest: str
-    trust: str
-    signer: str | None = None
-    sha256: str | None = None  # the archive's pin, for archive sources
-    path: str = ""  # where inside the fetched tree the toolkit sat ("" = its root)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v not in (None, "")}
 
 
 def read_lock(path: Path) -> dict[str, LockEntry]:

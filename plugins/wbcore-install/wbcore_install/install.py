@@ -12,8 +12,10 @@ Everything is staged under ``$WB_HOME/.staging`` (the same filesystem as the use
 checked there — safe unpack, manifest parse, the signature of every third-party
 toolkit — and only then renamed into ``$WB_HOME/toolkits/<id>``. Any failure removes
 the stage: the user root and the lockfile are exactly as before. The folders and the
-lockfile (``store.lockfile``) land as one change through a journal (``store.journal``): after a
-kill, all old or all new. ``install --locked`` refetches every entry and fails, landing nothing, on drift.
+lockfile (``wbcore_install.lockfile``) land as one change through a journal
+(``wbcore_install.journal``): after a kill, all old or all new. ``install --locked`` refetches every
+entry and fails, landing nothing, on drift. The records (``Source``, ``LockEntry``, ``Installed``,
+``Change``) are the core's, ``contract.installs``; :mod:`wbcore_install.service` serves this module.
 """
 
 from __future__ import annotations
@@ -25,10 +27,8 @@ import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from wbcore_runtime.store import journal, leftovers
-from wbcore_runtime.store.lockfile import LOCKFILE, LockEntry, read_lock
+from wbcore_runtime.store import leftovers
 from wbcore_runtime.trust import signing
 from wbcore_runtime.guard import unpack
 from wbcore_runtime.guard import fetch as _fetch
@@ -38,7 +38,10 @@ from wbcore_runtime.trust import verdict as _trust
 from wbcore_runtime.toolkit import manifest as _manifest
 from wbcore_runtime.contract import distribution as _dist
 from wbcore_runtime.contract.errors import InvalidArgs, ManifestError, NotFound
+from wbcore_runtime.contract.installs import Change, Installed, LockEntry, Source
 from wbcore_runtime.guard.netguard import NetGuard
+from wbcore_install import journal
+from wbcore_install.lockfile import LOCKFILE, read_lock
 
 STAGING = leftovers.STAGING
 STAGING_PREFIX = leftovers.STAGING_PREFIX
@@ -50,33 +53,12 @@ SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 #: What one install may bring in: entries and bytes, counted as written.
 TREE_CAPS = unpack.Caps(max_files=5000, max_bytes=256 << 20)
 
+__all__ = ["Change", "Installed", "InstallError", "LockEntry", "Source", "fetch", "find_toolkits",
+           "install", "install_locked", "parse_source", "preview", "uninstall"]
+
 
 class InstallError(InvalidArgs):
     """An install refused or failed; nothing was changed."""
-
-
-@dataclass(frozen=True, slots=True)
-class Source:
-    kind: str  # "dir", "git", "archive"
-    location: str  # path, clone URL or archive URL/path
-    commit: str | None = None
-    sha256: str | None = None
-
-    def text(self, commit: str | None = None) -> str:
-        if self.kind == "git":
-            pin = commit or self.commit
-            return f"git+{self.location}" + (f"@{pin}" if pin else "")
-        if self.kind == "oci" and commit:
-            return _dist.Reference.parse(self.location).pinned(commit).text()  # the manifest digest pins it
-        return self.location
-
-
-@dataclass(frozen=True, slots=True)
-class Installed:
-    entry: LockEntry
-    path: Path
-    caps: tuple[str, ...]
-    unchanged: bool = False
 
 
 # --- sources ----------------------------------------------------------------------------
@@ -307,52 +289,6 @@ def install(home: Path, source_text: str, *, sha256: str | None = None, force: b
             return results
         finally:
             unpack.remove_tree(work)
-
-
-@dataclass(frozen=True, slots=True)
-class Change:
-    """What installing one staged toolkit would change (``install --dry-run``, ``wbx toolkit
-    push --dry-run``): caps, trust and signer against what is installed now."""
-
-    id: str
-    action: str  # "new", "replace", "unchanged", "refused"
-    version: tuple[str | None, str]
-    caps: tuple[tuple[str, ...] | None, tuple[str, ...]]
-    trust: tuple[str | None, str]
-    signer: tuple[str | None, str | None]
-    why: str = ""
-    #: Deployer environment variables the incoming manifest reads (each needs a grant naming it).
-    env: tuple[str, ...] = ()
-
-    def lines(self) -> list[str]:
-        """The diff as text: ``-`` what goes, ``+`` what comes, per field."""
-        out = [f"{self.action} {self.id} {self.version[1]}"
-               + (f" (installed: {self.version[0]})" if self.version[0] else "")
-               + (f": {self.why}" if self.why else "")]
-        old_caps, new_caps = self.caps
-        if old_caps is None:
-            out.append(f"  caps: + {' '.join(new_caps) or '(none)'}")
-        else:
-            gone, come = sorted(set(old_caps) - set(new_caps)), sorted(set(new_caps) - set(old_caps))
-            if gone or come:
-                out.append("  caps: " + " ".join([*(f"-{c}" for c in gone), *(f"+{c}" for c in come)]))
-            else:
-                out.append(f"  caps: unchanged ({' '.join(new_caps) or 'none'})")
-        for field_name, (old, new) in (("trust", self.trust), ("signer", self.signer)):
-            if old != new:
-                out.append(f"  {field_name}: {old or '(none)'} -> {new or '(none)'}")
-        if self.env:
-            names = " ".join(self.env)
-            out.append(f"  env: reads the deployer's {names} (sent nowhere until granted: "
-                       f"wbx toolkit grant {self.id} " + " ".join(f"--env {v}" for v in self.env) + ")")
-        return out
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "action": self.action, "version": list(self.version),
-                "caps": {"installed": list(self.caps[0]) if self.caps[0] is not None else None,
-                         "incoming": list(self.caps[1])},
-                "trust": list(self.trust), "signer": list(self.signer), "why": self.why,
-                "env": list(self.env), "diff": self.lines()}
 
 
 def preview(home: Path, source_text: str, *, sha256: str | None = None, force: bool = False,

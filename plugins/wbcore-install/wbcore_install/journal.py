@@ -1,11 +1,12 @@
-"""Landing installed toolkits (``store.install`` stages them): one journal, one commit point.
+"""Landing installed toolkits (``wbcore_install.install`` stages them): one journal, one commit point.
 
 Before the first rename, the journal (``$WB_HOME/.install-journal.json``, written atomically)
 lists every move and the new lockfile's temp name; old folders go aside into the staging
 folder, new ones come in, and renaming the new lockfile into place is the commit point. The
-next command that finds a journal (:func:`recover`, from ``cli.app.open_runtime``; or
-:func:`home_lock`) rolls forward if the lockfile was committed and otherwise rolls back every
-move it finds done, so the user root and ``wbx.lock`` always agree: all old, or all new.
+next command that finds a journal (:func:`recover`, which wbcore-cli's ``open_runtime`` asks
+the installer for at the start of every command; or :func:`home_lock`) rolls forward if the
+lockfile was committed and otherwise rolls back every move it finds done, so the user root and
+``wbx.lock`` always agree: all old, or all new.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from wbcore_runtime.contract.errors import InvalidArgs
 from wbcore_runtime.guard import unpack
 from wbcore_runtime.store import faults, leftovers
 from wbcore_runtime.store.artifacts import fsync_dir, write_temp
-from wbcore_runtime.store.lockfile import LOCKFILE, LockEntry, lock_bytes
+from wbcore_install.lockfile import LOCKFILE, LockEntry, lock_bytes
 
 
 @contextmanager
