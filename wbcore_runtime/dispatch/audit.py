@@ -15,7 +15,7 @@ a host) is stripped of user-info, query and fragment first, so secrets stay out.
 **Writing is batched.** :meth:`AuditLog.record` queues the decision in memory (a list
 append); one writer per log and process appends the queue as one ``write`` when it holds
 ``batch`` lines or ``window`` seconds after its first line (a daemon thread), before any
-read (:mod:`.audit_read`), at exit, before ``fork``, and — when the log is
+read (the reader, ``contract.audit_trail``), at exit, before ``fork``, and — when the log is
 ``durable`` (``WB_AUDIT_DURABLE=1``, implied by ``WB_AUDIT_FSYNC=1``) — before
 ``record`` returns, so before the call's result reaches the guest. Each batch takes the
 log's ``flock`` once: several processes share one chain. A writer keeps the chain head it
@@ -44,7 +44,10 @@ The live segment rotates at ``WB_AUDIT_MAX_BYTES`` (default 64 MiB) into
 ``audit-<seq>.jsonl``; the chain runs on across segments and ``verify`` walks them in
 order. At most ``WB_AUDIT_KEEP`` (default 16) rotated segments are kept; pruning the
 oldest writes ``audit.anchor`` (its last seq and hash), where ``verify`` then starts.
-Reading the trail and ``verify`` are in :mod:`.audit_read`; this module writes it.
+This module writes the trail; reading it and ``verify`` are a service (``contract.audit_trail``,
+served by wbcore-audit-trail), which reads it with the names below: the file names, the signed
+head's message (:func:`signed_message`), a rotated segment's seq (:func:`segment_seq`) and the
+chain's rule (:func:`chain_hash`).
 """
 
 from __future__ import annotations
@@ -109,6 +112,24 @@ def redact_target(target: str | None) -> str | None:
 def chain_hash(prev: str, body: dict[str, Any]) -> str:
     """A line's hash: the chain's definition (:func:`_encode` computes the same, faster)."""
     return hashlib.sha256(prev.encode() + canonical_json(body)).hexdigest()
+
+
+def signed_message(domain: bytes, seq: int | str, hash_: str) -> bytes:
+    """What a head's or an anchor's signature covers: ``domain`` then ``"seq hash"``."""
+    return domain + f"{seq} {hash_}".encode()
+
+
+def segment_name(seq: int) -> str:
+    """A rotated segment's file name: named after its last seq."""
+    return f"audit-{seq:012d}.jsonl"
+
+
+def segment_seq(path: Path) -> int | None:
+    """The last seq of a rotated segment, from its name (``None``: not a rotated segment's name)."""
+    try:
+        return int(path.stem.split("-", 1)[1])
+    except (IndexError, ValueError):
+        return None
 
 
 #: A queued decision: (ts, principal, cap, op, args, outcome, kind, reason, target, bytes, ms).
@@ -293,7 +314,7 @@ class AuditLog:
         key = self.identity()
         if key is None:
             return f"{seq} {hash_}"
-        return f"{seq} {hash_} {key.sign(domain + f'{seq} {hash_}'.encode()).hex()}"
+        return f"{seq} {hash_} {key.sign(signed_message(domain, seq, hash_)).hex()}"
 
     def _open(self) -> int:
         if self._fd is None:
@@ -380,7 +401,7 @@ class AuditLog:
 
     def _rotate(self, seq: int) -> int:
         assert self._fd is not None
-        os.rename(self.path, self.dir / f"audit-{seq:012d}.jsonl")
+        os.rename(self.path, self.dir / segment_name(seq))
         old = self._fd
         self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
         fcntl.flock(self._fd, fcntl.LOCK_EX)
@@ -428,7 +449,7 @@ class AuditLog:
         self._known = None
 
     def segments(self) -> list[Path]:
-        """The trail's files, oldest first (the readers are in :mod:`.audit_read`)."""
+        """The trail's files, oldest first (what a reader walks)."""
         rotated = sorted(self.dir.glob("audit-*.jsonl"))
         return rotated + ([self.path] if self.path.exists() else [])
 

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from wbcore_runtime.dispatch import audit_read
+from wbcore_audit_trail import reader
 from wbcore_runtime.store import install, lockfile
 from wbcore_runtime.trust import signing
 from wbcore_testing.fixtures import write_toolkit
@@ -93,7 +93,7 @@ def test_push_dry_run_shows_the_caps_diff_and_lands_nothing(signed, make_runtime
     r = wbx("toolkit", "push", "tp", eng.url, "--force", "--token", eng.token, runtime=client)
     assert (r.exit_code == 0 and "installed tp 0.2.0" in r.stdout
             and "requests caps: net kv" in r.stdout), r.stderr
-    pushed = [e for e in audit_read.entries(server.dock.audit) if e["cap"] == "engine"]
+    pushed = [e for e in reader.entries(server.dock.audit) if e["cap"] == "engine"]
     assert [(e["op"], e["outcome"], e["target"]) for e in pushed] == [("push", "allowed", "tp")]
     shown = httpx.get(eng.url + "/v1/toolkits/tp", headers=eng.auth, timeout=10).json()
     assert (shown["version"] == "0.2.0" and shown["caps"] == ["net", "kv"]
@@ -126,7 +126,7 @@ def test_a_tampered_signed_toolkit_is_refused_and_nothing_lands(signed, make_run
         assert "refusing to install tp: signature tampered" in r.stderr and "bin/tool.wasm" in r.stderr
         assert snapshot(wb_home) == before
     assert not list((wb_home / ".staging").iterdir())
-    refused = [e for e in audit_read.entries(eng.runtime.dock.audit) if e["cap"] == "engine"]
+    refused = [e for e in reader.entries(eng.runtime.dock.audit) if e["cap"] == "engine"]
     assert [(e["op"], e["outcome"], e["kind"]) for e in refused] == [("push", "denied", "invalid-args")]
 
 
