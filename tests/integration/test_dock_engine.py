@@ -43,7 +43,7 @@ def _register(rt, make_toolkit, ident: str, wasm: bytes, caps: str) -> None:
 
 def test_ungranted_cap_does_not_instantiate_and_granting_runs_the_same_artifact(make_runtime, make_toolkit,
                                                                                 wbx):
-    rt = make_runtime(plugins=["wasmtime", "brokers-state"])
+    rt = make_runtime(plugins=["wasmtime", "brokers-state", "audit-trail"])
     wasm = kv_get_guest("greeting")
     _register(rt, make_toolkit, "kvguest", wasm, caps="")  # #+CAPS does not declare kv
     with pytest.raises(CapabilityDenied, match="'kv'"):

@@ -28,6 +28,12 @@ def test_wbx_audit_shows_and_verifies(wb_home, wbx):
     assert bad.exit_code == 70 and "audit chain broken" in bad.stderr
 
 
+def test_wbx_audit_names_the_reader_to_install_when_none_is_served(wb_home, wbx, make_runtime):
+    _fill(AuditLog.for_home(wb_home), 1)
+    got = wbx("audit", runtime=make_runtime(plugins=[]))
+    assert got.exit_code == 127 and "pip install wbcore-audit-trail" in got.stderr, got.stderr
+
+
 def test_wbx_audit_filters(wb_home, wbx):
     log = AuditLog.for_home(wb_home)
     log.record(principal="a/x", cap="kv", op="get", args_digest="d", outcome="allowed")

@@ -404,10 +404,11 @@ class Engine:
     async def audit_events(self, request: Request) -> Response:
         after = _after(request, -1)
         wait = _number(request, "wait", self.limits.max_stream_s, 0.1, self.limits.max_stream_s)
+        trail = audit_trail.service(self.runtime)  # none served: an error answer, not a broken stream
 
         async def stream() -> AsyncIterator[bytes]:
             # reads only what is new, a batch at a time
-            cursor = audit_trail.service(self.runtime).cursor(self.runtime.dock.audit, after)
+            cursor = trail.cursor(self.runtime.dock.audit, after)
             deadline, beat = time.monotonic() + wait, time.monotonic()
             yield sse("ready", {"after": after})
             while time.monotonic() < deadline:
