@@ -72,7 +72,7 @@ def main() -> None:
     from wbcore_wasmtime import dock_link
     from wbcore_runtime.contract.calls import Principal
     from wbcore_runtime.runtime import Runtime
-    from wbcore_runtime.dispatch import audit_read
+    from wbcore_audit_trail import reader
 
     rt = Runtime.open(plugins=["brokers-state"], home=tempfile.mkdtemp(prefix="wb-bench-dock-"),
                       env={"WB_DOCK_RATE": "1000000000/60"})
@@ -162,7 +162,7 @@ def main() -> None:
             f"{c / bare_row[1]:,.1f}x", f"{1 / t:,.0f}/s"] for name, (t, c, lo, hi) in rows],
           ["path", "wall per call", "CPU per call (min–max)", "CPU vs bare import", "rate"])
     print(f"\nN = {n} calls per round ({n // 4} for the Python rows), {rounds} rounds; {machine()}")
-    assert audit_read.verify(dock.audit) == []
+    assert reader.verify(dock.audit) == []
 
 
 if __name__ == "__main__":

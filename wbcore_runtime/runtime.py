@@ -294,6 +294,11 @@ class Runtime:
         return self._collect("wbcore_installers", "toolkit installer")
 
     @cached_property
+    def audit_trails(self) -> _plugins.RecordRegistry[Any]:
+        """Readers of the audit trail (``wbcore_audit_trails``): ``wbx audit``'s and the engine's."""
+        return self._collect("wbcore_audit_trails", "audit-trail reader")
+
+    @cached_property
     def fabric_engines(self) -> _plugins.RecordRegistry[Any]:
         """Engines that map one call over many inputs (``wbcore_fabric_engines``)."""
         return self._collect("wbcore_fabric_engines", "fabric engine")
@@ -344,7 +349,7 @@ class Runtime:
         return [getattr(self, name) for name in (
             "shapes", "lanes", "prefixes", "brokers", "tiers", "federation_sources", "builtins",
             "build_sandboxes", "guest_runners", "tool_providers", "distributions", "installers",
-            "terminals", "fabric_engines", "llm_providers", "agent_loops")]
+            "audit_trails", "terminals", "fabric_engines", "llm_providers", "agent_loops")]
 
     # --- state under $WB_HOME -----------------------------------------------------
 

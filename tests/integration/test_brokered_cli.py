@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from wbcore_runtime.dispatch import audit_read
+from wbcore_audit_trail import reader
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLKITS = ROOT / "toolkits"
@@ -179,7 +179,7 @@ def test_http_reaches_a_server_only_when_allowed_and_never_loopback(tools, serve
     assert private.exit_code == 77 and "RFC 1918" in private.stderr
     bad = wbx("run", "http", "ftp://x", runtime=rt, input=b"")
     assert bad.exit_code == 65 and "http:// or https://" in bad.stderr
-    decisions = [(e["cap"], e["outcome"]) for e in audit_read.entries(rt.dock.audit)]
+    decisions = [(e["cap"], e["outcome"]) for e in reader.entries(rt.dock.audit)]
     assert ("net", "allowed") in decisions and ("net", "denied") in decisions
 
 

@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("wasmtime")
 
-from wbcore_runtime.dispatch import audit_read
+from wbcore_audit_trail import reader
 from wbcore_runtime.build import builder
 from wbcore_runtime.dispatch import resolve as resolution  # noqa: E402
 from wbcore_testing.conformance import ECHO_WAT  # noqa: E402
@@ -177,7 +177,7 @@ def test_a_second_toolkit_cannot_take_a_command_name(rt, wbx, toolkit_root) -> N
     assert r.exit_code == 0, r.stderr
     entry = rt.registry.get("command", "shared")
     assert entry.toolkit == "second" and entry.sha256 != first.sha256
-    audited = [e for e in audit_read.entries(rt.dock.audit) if e.get("op") == "replace-command"]
+    audited = [e for e in reader.entries(rt.dock.audit) if e.get("op") == "replace-command"]
     assert audited and audited[-1]["target"] == "command shared: first -> second"
     # and the first toolkit cannot silently take it back either
     with pytest.raises(InvalidArgs, match="belongs to toolkit second"):

@@ -6,7 +6,7 @@ import cbor2
 import pytest
 import wasmtime
 
-from wbcore_runtime.dispatch import audit_read
+from wbcore_audit_trail import reader
 from wbcore_runtime.build import builder
 from wbcore_runtime.contract.calls import Principal
 from wbcore_runtime.contract.errors import CapabilityDenied
@@ -43,7 +43,7 @@ def _register(rt, make_toolkit, ident: str, wasm: bytes, caps: str) -> None:
 
 def test_ungranted_cap_does_not_instantiate_and_granting_runs_the_same_artifact(make_runtime, make_toolkit,
                                                                                 wbx):
-    rt = make_runtime(plugins=["wasmtime", "brokers-state"])
+    rt = make_runtime(plugins=["wasmtime", "brokers-state", "audit-trail"])
     wasm = kv_get_guest("greeting")
     _register(rt, make_toolkit, "kvguest", wasm, caps="")  # #+CAPS does not declare kv
     with pytest.raises(CapabilityDenied, match="'kv'"):
@@ -57,7 +57,7 @@ def test_ungranted_cap_does_not_instantiate_and_granting_runs_the_same_artifact(
     out = rt.call("kvguest")
     assert out.exit_code == 0 and cbor2.loads(out.stdout) == {"value": b"hi there"}
 
-    entries = list(audit_read.entries(rt.dock.audit))
+    entries = list(reader.entries(rt.dock.audit))
     assert entries[-1]["cap"] == "kv" and entries[-1]["outcome"] == "allowed"
     assert entries[-1]["principal"] == "default/kvguest"
     assert wbx("audit", "--verify", runtime=rt).exit_code == 0
@@ -71,7 +71,7 @@ def test_revocation_and_not_found_reach_the_guest_as_status(make_runtime, make_t
     rt.dock.revoke(Principal("default", "kvguest"))
     err = cbor2.loads(rt.call("kvguest").stdout)
     assert err["error"] == "capability-denied" and err["reason"] == "revoked"
-    assert [e["outcome"] for e in audit_read.entries(rt.dock.audit)][-2:] == ["denied", "denied"]
+    assert [e["outcome"] for e in reader.entries(rt.dock.audit)][-2:] == ["denied", "denied"]
 
 
 def test_consent_grant_makes_a_third_party_artifact_run(make_runtime, make_toolkit, wbx, monkeypatch):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from wbcore_runtime.dispatch import audit_read
+from wbcore_audit_trail import reader
 from wbcore_runtime.contract.calls import Principal
 
 DEMO = Path(__file__).resolve().parents[1] / "data" / "js" / "bridge_demo.mjs"
@@ -43,6 +43,6 @@ def test_js_shim_speaks_the_dock_abi(make_runtime):
     assert result["missing"]["isDockError"] and "absent" in result["missing"]["message"]
     assert result["denied"] == {"kind": "capability-denied", "reason": "not-granted"}
     assert result["roundtrip"] is True
-    ops = [(e["cap"], e["op"], e["outcome"]) for e in audit_read.entries(rt.dock.audit)]
+    ops = [(e["cap"], e["op"], e["outcome"]) for e in reader.entries(rt.dock.audit)]
     assert ops == [("kv", "put", "allowed"), ("kv", "get", "allowed"), ("kv", "get", "denied"),
                    ("net", "fetch", "denied")]

@@ -19,7 +19,7 @@ import pytest
 bwrap = pytest.importorskip("wbcore_container.bwrap")
 pytestmark = pytest.mark.skipif(not bwrap.probe()[0], reason="needs bubblewrap")
 
-from wbcore_runtime.dispatch import audit_read  # noqa: E402
+from wbcore_audit_trail import reader  # noqa: E402
 from wbcore_runtime.build import builder  # noqa: E402
 from wbcore_runtime.dispatch import mounts  # noqa: E402
 from wbcore_testing.fixtures import manifest_text, write_toolkit  # noqa: E402
@@ -98,7 +98,7 @@ def engine() -> Iterator[Callable[[Any], str]]:
 
 
 def _audit(rt: Any) -> list[dict[str, Any]]:
-    return [e for e in audit_read.tail(rt.dock.audit, 20) if e.get("cap") == "mount"]
+    return [e for e in reader.tail(rt.dock.audit, 20) if e.get("cap") == "mount"]
 
 
 def test_the_engine_api_mounts_only_inside_the_deployers_roots(runtime_with, engine, shared: Path) -> None:

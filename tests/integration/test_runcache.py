@@ -19,7 +19,7 @@ import pytest
 
 pytest.importorskip("wasmtime")
 
-from wbcore_runtime.dispatch import audit_read
+from wbcore_audit_trail import reader
 from wbcore_runtime.build import builder
 from wbcore_runtime.trust import consent
 from wbcore_cli import runcache
@@ -288,11 +288,11 @@ def test_a_command_with_caps_audits_alike_on_both_paths(monkeypatch: pytest.Monk
 
     def go() -> tuple[CliResult, list[dict[str, Any]]]:
         log = AuditLog.for_home(wb_home)
-        before = len(list(audit_read.entries(log)))
+        before = len(list(reader.entries(log)))
         res = wbx("run", "kvget", runtime=make_runtime(), input=b"")
         volatile = {"seq", "ts", "time", "prev", "hash", "chain", "ms", "pid"}
         new = [{k: v for k, v in e.items() if k not in volatile}
-               for e in list(audit_read.entries(log))[before:]]
+               for e in list(reader.entries(log))[before:]]
         return res, new
 
     first, _ = go()

@@ -33,11 +33,13 @@ from wbcore_testing.conformance import ECHO_WAT  # noqa: E402
 from wbcore_testing.fixtures import manifest_text, write_toolkit  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
-#: The core and the plugins installed in the fresh venv: the wbx CLI and its installer, one lane
-#: (wat, in wbcore-wasmtime), the BUILD_SRC prefixes, the process tier.
+#: The core and the plugins installed in the fresh venv: the wbx CLI with the installer and the audit
+#: trail's reader it depends on, one lane (wat, in wbcore-wasmtime), the BUILD_SRC prefixes, the
+#: process tier.
 OURS = {"wbcore-runtime": REPO,
         **{d: REPO / "plugins" / d
-           for d in ("wbcore-cli", "wbcore-install", "wbcore-wasmtime", "wbcore-sources", "wbcore-process")}}
+           for d in ("wbcore-cli", "wbcore-install", "wbcore-audit-trail", "wbcore-wasmtime",
+                     "wbcore-sources", "wbcore-process")}}
 #: What stays behind when a distribution's folder is copied to build it: caches everywhere; at its
 #: top, tests, build output and (for the core at the repository's root) the other folders.
 CACHES = ("__pycache__", ".pytest_cache")

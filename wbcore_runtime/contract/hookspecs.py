@@ -25,6 +25,7 @@ import pluggy
 if TYPE_CHECKING:
     from wbcore_runtime.contract.records import (
         AgentLoop,
+        AuditTrailService,
         Broker,
         BuildLane,
         BuildSandbox,
@@ -241,6 +242,21 @@ def wbcore_installers() -> Iterable[InstallerService]:
         @hookimpl
         def wbcore_installers():
             yield InstallerService(name="install", summary="verify, then land", factory=_installer)
+    """
+
+
+@hookspec
+def wbcore_audit_trails() -> Iterable[AuditTrailService]:
+    """Called once per runtime, when ``wbx audit`` or the engine first asks for
+    ``contract.audit_trail.service(runtime)``.
+
+    Returns readers of the audit trail the core writes: entries, tail, page, a cursor, and
+    ``verify`` (the chain, with the writer's own ``dispatch.audit.chain_hash``). With none served
+    a reader says so ("no audit-trail reader is installed; pip install wbcore-audit-trail")::
+
+        @hookimpl
+        def wbcore_audit_trails():
+            yield AuditTrailService(name="audit-trail", summary="read and verify", factory=_reader)
     """
 
 

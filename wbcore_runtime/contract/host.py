@@ -99,6 +99,8 @@ class RuntimeServices(Protocol):
     @property
     def installers(self) -> Registry[Any]: ...  # of ``records.InstallerService``
     @property
+    def audit_trails(self) -> Registry[Any]: ...  # of ``records.AuditTrailService``
+    @property
     def fabric_engines(self) -> Registry[Any]: ...  # of ``records.FabricEngine``
     @property
     def llm_providers(self) -> Registry[Any]: ...  # of ``records.LlmProvider``

@@ -276,6 +276,18 @@ class InstallerService:
 
 
 @dataclass(frozen=True, slots=True)
+class AuditTrailService:
+    """A service ``wbx audit`` and the engine ask the runtime for: the audit trail's reader
+    (``wbcore_runtime.contract.audit_trail``). ``factory`` returns an ``AuditTrail`` (typed ``Any``
+    here: the audit-trail contract takes the runtime, an import cycle)."""
+
+    name: str
+    summary: str
+    factory: Callable[[RuntimeServices], Any]
+    available: Callable[[], Availability] = _always
+
+
+@dataclass(frozen=True, slots=True)
 class BuiltinCommand:
     """A reserved built-in command (seed 000: ``upper``, ``grep``, ``jq``, ``wbox``).
 
@@ -364,6 +376,7 @@ RECORD_KINDS: dict[str, type] = {
     "wbcore_distributions": DistributionService,
     "wbcore_terminals": TerminalService,
     "wbcore_installers": InstallerService,
+    "wbcore_audit_trails": AuditTrailService,
     "wbcore_fabric_engines": FabricEngine,
     "wbcore_llm_providers": LlmProvider,
     "wbcore_agent_loops": AgentLoop,

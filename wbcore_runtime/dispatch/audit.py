@@ -12,39 +12,27 @@ its own hash and deleting one breaks the next line's ``prev`` and the ``seq`` ru
 is caught as well. Arguments are never written, only their digest; ``target`` (a URL,
 a host) is stripped of user-info, query and fragment first, so secrets stay out.
 
-**Writing is batched.** :meth:`AuditLog.record` queues the decision in memory (a list
-append); one writer per log and process appends the queue as one ``write`` when it holds
-``batch`` lines or ``window`` seconds after its first line (a daemon thread), before any
-read (:mod:`.audit_read`), at exit, before ``fork``, and — when the log is
-``durable`` (``WB_AUDIT_DURABLE=1``, implied by ``WB_AUDIT_FSYNC=1``) — before
-``record`` returns, so before the call's result reaches the guest. Each batch takes the
-log's ``flock`` once: several processes share one chain. A writer keeps the chain head it
-wrote last and re-reads it from the file only when the file is not as it left it (one
-``fstat`` and one ``stat`` per batch: another process appended or rotated).
+**Writing is batched** (the guarantee and the crash rule: docs/dock.md). :meth:`AuditLog.record`
+queues the decision; one writer per log and process appends the queue as one ``write``, under the
+log's ``flock`` (several processes share one chain), at ``batch`` lines or ``window`` seconds
+after the first (a daemon thread), before any read (the reader, ``contract.audit_trail``), at
+exit, before ``fork``, and before ``record`` returns when the log is ``durable``
+(``WB_AUDIT_DURABLE=1``, implied by ``WB_AUDIT_FSYNC=1``). A writer re-reads the chain head only
+when the file is not as it left it. A process killed *mid-write* may leave an unterminated last
+line, never acknowledged: ``verify`` ignores it and the next writer cuts it off; complete lines
+past the head (killed between the two writes) are valid: the head may name an earlier line.
 
-**Crashes.** A process killed before its batch is written loses those lines (at most one
-window; none in durable mode) and nothing else. A process killed *mid-write* may leave an
-unterminated last line: it was never acknowledged (the head was not moved past it), so
-``verify`` ignores an unterminated final line of the live segment and the next writer
-cuts it off before appending. Complete lines past the head (killed between the log write
-and the head write) are valid: ``verify`` accepts a head that names an earlier line of
-the chain, never one that is ahead of it or differs.
-
-**Signed heads.** A chain alone proves nothing to someone who can rewrite it: recompute
-every hash after an edit, or cut the tail and write a matching head. So the head and the
-anchor also carry an Ed25519 signature of ``(seq, hash)`` by the tenant's key
-(``wbcore_runtime.trust.identity``; :meth:`AuditLog.for_home` logs are signed), and ``verify``
-checks it: a recomputed chain, a cut tail with a rewritten head, a missing head or a forged
-anchor each fail with a message saying which. What this does not prove: that nobody holding
-the key rewrote it (keep the key out of the home with ``WB_SIGNING_KEY`` for that), nor that
-the tail was not cut back to an earlier *signed* head restored from a copy (only a head kept
-elsewhere, e.g. shipped to a collector, shows that).
+**Signed heads.** The head and the anchor also carry the tenant key's Ed25519 signature of
+``(seq, hash)`` (:func:`signed_message`; :meth:`AuditLog.for_home` logs are signed), so a
+recomputed chain, a cut tail with a rewritten head, a missing head or a forged anchor fail
+``verify``; what that proves, and what it does not, is in docs/security.md.
 
 The live segment rotates at ``WB_AUDIT_MAX_BYTES`` (default 64 MiB) into
 ``audit-<seq>.jsonl``; the chain runs on across segments and ``verify`` walks them in
 order. At most ``WB_AUDIT_KEEP`` (default 16) rotated segments are kept; pruning the
 oldest writes ``audit.anchor`` (its last seq and hash), where ``verify`` then starts.
-Reading the trail and ``verify`` are in :mod:`.audit_read`; this module writes it.
+This module writes the trail; reading it and ``verify`` are a service (``contract.audit_trail``,
+wbcore-audit-trail's) that reads it by this module's names, rules and :func:`chain_hash`.
 """
 
 from __future__ import annotations
@@ -109,6 +97,17 @@ def redact_target(target: str | None) -> str | None:
 def chain_hash(prev: str, body: dict[str, Any]) -> str:
     """A line's hash: the chain's definition (:func:`_encode` computes the same, faster)."""
     return hashlib.sha256(prev.encode() + canonical_json(body)).hexdigest()
+
+
+def signed_message(domain: bytes, seq: int | str, hash_: str) -> bytes:
+    """What a head's or an anchor's signature covers: ``domain`` then ``"seq hash"``."""
+    return domain + f"{seq} {hash_}".encode()
+
+
+def segment_seq(path: Path) -> int | None:
+    """A rotated segment's last seq: it is named after it (``None``: not a rotated segment's name)."""
+    seq = path.stem.partition("-")[2]
+    return int(seq) if seq.isascii() and seq.isdigit() else None
 
 
 #: A queued decision: (ts, principal, cap, op, args, outcome, kind, reason, target, bytes, ms).
@@ -293,7 +292,7 @@ class AuditLog:
         key = self.identity()
         if key is None:
             return f"{seq} {hash_}"
-        return f"{seq} {hash_} {key.sign(domain + f'{seq} {hash_}'.encode()).hex()}"
+        return f"{seq} {hash_} {key.sign(signed_message(domain, seq, hash_)).hex()}"
 
     def _open(self) -> int:
         if self._fd is None:
@@ -380,7 +379,7 @@ class AuditLog:
 
     def _rotate(self, seq: int) -> int:
         assert self._fd is not None
-        os.rename(self.path, self.dir / f"audit-{seq:012d}.jsonl")
+        os.rename(self.path, self.dir / f"audit-{seq:012d}.jsonl")  # see segment_seq
         old = self._fd
         self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
         fcntl.flock(self._fd, fcntl.LOCK_EX)
@@ -428,7 +427,7 @@ class AuditLog:
         self._known = None
 
     def segments(self) -> list[Path]:
-        """The trail's files, oldest first (the readers are in :mod:`.audit_read`)."""
+        """The trail's files, oldest first (what a reader walks)."""
         rotated = sorted(self.dir.glob("audit-*.jsonl"))
         return rotated + ([self.path] if self.path.exists() else [])
 

@@ -7,7 +7,7 @@ import threading
 import httpx
 import pytest
 
-from wbcore_runtime.dispatch import audit_read
+from wbcore_audit_trail import reader
 from wbcore_runtime.contract.calls import Principal
 from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs
 
@@ -54,7 +54,7 @@ def test_serve_roundtrip_caps_and_revocation(make_runtime):
         assert client.get(url + "after").status_code == 403
     t.join(5)
     assert not t.is_alive()
-    reasons = [e["reason"] for e in audit_read.entries(dock.audit) if e["outcome"] == "denied"]
+    reasons = [e["reason"] for e in reader.entries(dock.audit) if e["outcome"] == "denied"]
     assert "too-large" in reasons and "revoked" in reasons
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from wbcore_runtime.dispatch import audit_read
+from wbcore_audit_trail import reader
 from wbcore_runtime.contract.calls import Principal
 from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs, Timeout
 from wbcore_brokers_net import allowlist
@@ -62,13 +62,13 @@ def test_ssrf_corpus_is_denied_and_each_denial_audited(dock, http_target):
                        ("169.254.169.254", "tcp"), ("[::1]", "tcp"), ("0x7f.1", "udp")):
         with pytest.raises(CapabilityDenied):
             dock.call(c, kind, "exchange", {"host": host, "port": 80, "data": b"x", "timeout": 2})
-    entries = [e for e in audit_read.entries(dock.audit) if e["outcome"] == "denied"]
+    entries = [e for e in reader.entries(dock.audit) if e["outcome"] == "denied"]
     assert len(urls) + 6 >= 40
     assert len(entries) == len(urls) + 6
     assert all(e["reason"] == "ssrf" for e in entries)
     redirected = [e for e in entries if e["target"] and "169.254.169.254" in e["target"]]
     assert redirected, "the audit names the hop that was denied"
-    assert audit_read.verify(dock.audit) == []
+    assert reader.verify(dock.audit) == []
 
 
 def test_public_target_is_reached_on_its_pinned_address(dock, http_target):

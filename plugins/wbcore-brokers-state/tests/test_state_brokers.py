@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from wbcore_runtime.dispatch import audit_read
+from wbcore_audit_trail import reader
 from wbcore_runtime.contract.calls import Principal
 from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs, NotFound
 
@@ -168,7 +168,7 @@ def test_a_full_disk_reaches_the_guest_as_disk_full_and_the_audit_keeps_the_line
                               __import__("cbor2").dumps({"op": "write", "path": "b",
                                                          "data": b"y" * (1 << 20)}))
     assert status == 5 and __import__("cbor2").loads(body)["reason"] == "disk-full"
-    lines = [e for e in audit_read.entries(d.audit) if e["op"] == "write" and e["outcome"] == "denied"]
+    lines = [e for e in reader.entries(d.audit) if e["op"] == "write" and e["outcome"] == "denied"]
     assert lines and lines[-1]["reason"] == "disk-full"
     assert d.call(c, "vfs", "read", {"path": "a"})["data"] == b"x"  # what was there is intact
 
@@ -199,12 +199,12 @@ def test_audit_lines_a_full_disk_cost_are_kept_or_counted(rt, monkeypatch):
         assert exc.value.reason == "disk-full"
     full["on"] = False
     d.call(c, "kv", "put", {"key": "after", "value": b"v"})
-    got = list(audit_read.entries(log))
+    got = list(reader.entries(log))
     lost = [e for e in got if e["outcome"] == "lost"]
     assert (len(lost) == 1 and lost[0]["reason"] == "disk-full"
             and lost[0]["target"].startswith("2 lines from"))
     assert [e["op"] for e in got if e["cap"] == "kv"][-4:] == ["put"] * 4  # 3 kept + the one after
-    assert audit_read.verify(log) == []
+    assert reader.verify(log) == []
 
 
 def test_two_runs_writing_flat_out_stop_at_the_tenant_quota(make_runtime):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from wbcore_runtime.dispatch import audit_read
+from wbcore_audit_trail import reader
 from wbcore_runtime.dispatch.audit import AuditLog
 from wbcore_testing.samples import fill_audit
 
@@ -20,6 +20,12 @@ def test_wbx_audit_shows_and_verifies(wb_home, wbx):
     log.path.write_text("\n".join(lines[1:]) + "\n")
     bad = wbx("audit", "--verify")
     assert bad.exit_code == 70 and "audit chain broken" in bad.stderr
+
+
+def test_wbx_audit_names_the_reader_to_install_when_none_is_served(wb_home, wbx, make_runtime):
+    fill_audit(AuditLog.for_home(wb_home), 1)
+    got = wbx("audit", runtime=make_runtime(plugins=[]))
+    assert got.exit_code == 127 and "pip install wbcore-audit-trail" in got.stderr, got.stderr
 
 
 def test_wbx_audit_filters(wb_home, wbx):
@@ -99,14 +105,14 @@ def test_a_forged_anchor_fails_verify(wb_home, wbx, monkeypatch):
     anchor = wb_home / "audit" / "audit.anchor"
     words = anchor.read_text().split()
     assert len(words) == 3, "the anchor is signed"
-    assert audit_read.verify(log) == []
+    assert reader.verify(log) == []
     # drop the oldest retained segment and move the anchor to where it ended (unsigned, or re-using the
     # old signature): both are refused, saying the anchor was forged
     first = sorted((wb_home / "audit").glob("audit-*.jsonl"))[0]
     last = json.loads(first.read_text().splitlines()[-1])
     first.unlink()
     anchor.write_text(f"{last['seq']} {last['hash']} {words[2]}\n")
-    problems = [str(p) for p in audit_read.verify(log)]
+    problems = [str(p) for p in reader.verify(log)]
     assert any("anchor was forged" in p for p in problems), problems
     bad = wbx("audit", "--verify")
     assert bad.exit_code == 70 and "anchor" in bad.stdout

@@ -8,7 +8,8 @@ import typer
 
 from wbcore_runtime.contract.cli_output import JSON_HELP, emit_json
 from wbcore_runtime.contract.errors import Internal
-from wbcore_runtime.dispatch import audit_read
+from wbcore_runtime.contract import audit_trail
+from wbcore_runtime.dispatch.audit import AuditLog
 
 if TYPE_CHECKING:
     from wbcore_runtime.contract.host import RuntimeServices
@@ -34,10 +35,11 @@ def register(app: typer.Typer, runtime: RuntimeServices) -> None:
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
         """Show the Dock's audit trail (every broker decision, allowed and denied)."""
-        log = audit_read.AuditLog.for_home(runtime.home, runtime.env)  # the writer the readers read
+        trail = audit_trail.service(runtime)  # the reader (wbcore-audit-trail)
+        log = AuditLog.for_home(runtime.home, runtime.env)  # the writer the reader reads
         if verify:
-            problems = audit_read.verify(log)
-            count = sum(1 for _ in audit_read.entries(log))
+            problems = trail.verify(log)
+            count = sum(1 for _ in trail.entries(log))
             if json_:
                 emit_json({"ok": not problems, "entries": count, "problems": [str(p) for p in problems]})
             elif not problems:
@@ -48,7 +50,7 @@ def register(app: typer.Typer, runtime: RuntimeServices) -> None:
                         typer.echo(f"✗ {p}")
                 raise Internal(f"audit chain broken: {len(problems)} problem(s) in {log.dir}")
             return
-        entries = [e for e in audit_read.entries(log)
+        entries = [e for e in trail.entries(log)
                    if (not principal or e.get("principal") == principal) and (not cap or e.get("cap") == cap)
                    and (not denied or e.get("outcome") == "denied")]
         if tail > 0:

@@ -17,7 +17,7 @@ from wbcore_container import bwrap
 pytestmark = pytest.mark.skipif(not bwrap.probe()[0] or shutil.which("git") is None,
                                 reason="needs bubblewrap and git")
 
-from wbcore_runtime.dispatch import audit_read  # noqa: E402
+from wbcore_audit_trail import reader  # noqa: E402
 from wbcore_runtime.build import builder  # noqa: E402
 from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs  # noqa: E402
 from wbcore_testing.fixtures import git_in, manifest_text, write_toolkit  # noqa: E402
@@ -126,7 +126,7 @@ def test_each_grant_is_audited(rt, repo, wb_home) -> None:
 
     assert rt.call("git", ["-C", "/repo", "status", "--short"], mounts=[f"{repo}:/repo"]).exit_code == 0
     AuditLog.for_home(wb_home).flush()
-    rows = [e for e in audit_read.entries(AuditLog.for_home(wb_home)) if e.get("cap") == "mount"]
+    rows = [e for e in reader.entries(AuditLog.for_home(wb_home)) if e.get("cap") == "mount"]
     assert rows and rows[-1]["op"] == "ro" and rows[-1]["outcome"] == "allowed"
     assert str(repo) in rows[-1]["target"] and "/repo" in rows[-1]["target"]
 

@@ -95,7 +95,7 @@ def served(tmp_path, monkeypatch, make_runtime, serve_engine, wb_home):
                       files={"bin/tool.wasm": b"\0asm\x01\0\0\0"})
     signing.sign(d, identity.Identity.from_seed(bytes(32)))
     host = Host()
-    rt = make_runtime(plugins=["engine", "install"], roots=[root, wb_home / "toolkits"],
+    rt = make_runtime(plugins=["engine", "install", "audit-trail"], roots=[root, wb_home / "toolkits"],
                       env={"SOME_API_KEY": SECRET})
     eng = serve_engine(rt, sessions=host)
     with httpx.Client(base_url=eng.url, timeout=30) as c:
@@ -346,7 +346,7 @@ def test_console_streams_share_the_engines_per_client_stream_cap(make_runtime, s
     from wbcore_engine.app import EngineLimits
     from wbcore_runtime.guard.httpserve import ServerLimits
 
-    eng = serve_engine(make_runtime(plugins=["engine", "install"]),
+    eng = serve_engine(make_runtime(plugins=["engine", "install", "audit-trail"]),
                        limits=EngineLimits(server=ServerLimits(max_streams_per_client=1), heartbeat_s=0.2))
     with httpx.Client(base_url=eng.url, timeout=30) as c:
         login(c, eng.token)

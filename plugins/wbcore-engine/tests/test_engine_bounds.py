@@ -65,7 +65,7 @@ def _recv_all(s: socket.socket) -> bytes:
 
 def test_silent_and_dripping_clients_are_cut_at_the_deadline_and_capped_per_client(make_runtime,
                                                                                    serve_engine):
-    eng = serve_engine(make_runtime(plugins=["engine"]), limits=_limits())
+    eng = serve_engine(make_runtime(plugins=["engine", "audit-trail"]), limits=_limits())
     port = _port(eng.url)
     silent = [_connect(port, "127.0.0.3") for _ in range(30)]  # 6 past the per-client cap
     drip = _connect(port, "127.0.0.4")
@@ -95,7 +95,7 @@ def test_silent_and_dripping_clients_are_cut_at_the_deadline_and_capped_per_clie
 
 
 def test_a_body_that_does_not_arrive_in_time_is_cut(make_runtime, serve_engine):
-    eng = serve_engine(make_runtime(plugins=["engine"]), limits=_limits())
+    eng = serve_engine(make_runtime(plugins=["engine", "audit-trail"]), limits=_limits())
     s = _connect(_port(eng.url), "127.0.0.3")
     try:
         s.sendall(f"POST /v1/calls/x HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {eng.token}\r\n"
@@ -109,7 +109,7 @@ def test_a_body_that_does_not_arrive_in_time_is_cut(make_runtime, serve_engine):
 
 
 def test_streams_are_capped_per_client(make_runtime, serve_engine):
-    eng = serve_engine(make_runtime(plugins=["engine"]), limits=_limits())
+    eng = serve_engine(make_runtime(plugins=["engine", "audit-trail"]), limits=_limits())
     with httpx.Client(timeout=10) as c:
         held = []
         try:
@@ -136,7 +136,7 @@ def test_streams_are_capped_per_client(make_runtime, serve_engine):
 
 
 def test_deep_and_oversized_json_is_400_or_413_not_500(make_runtime, serve_engine):
-    eng = serve_engine(make_runtime(plugins=["engine"]))
+    eng = serve_engine(make_runtime(plugins=["engine", "audit-trail"]))
     with httpx.Client(base_url=eng.url, headers=eng.auth, timeout=30) as c:
         r = c.post("/v1/calls/anything", content=b"[" * 1000 + b"]" * 1000)
         assert r.status_code == 400 and "1000 levels deep" in r.json()["message"]
@@ -191,7 +191,7 @@ class _Hold:
 ])
 def test_run_options_outside_their_range_are_400(make_runtime, serve_engine, options, says):
     host = _Hold()
-    eng = serve_engine(make_runtime(plugins=["engine"]), sessions=host)
+    eng = serve_engine(make_runtime(plugins=["engine", "audit-trail"]), sessions=host)
     r = httpx.post(eng.url + "/v1/sessions", headers=eng.auth, timeout=10,
                    json={"agent": "helper", "task": "t", "options": options})
     assert r.status_code == 400 and says in r.json()["message"], r.text
@@ -200,7 +200,8 @@ def test_run_options_outside_their_range_are_400(make_runtime, serve_engine, opt
 
 def test_live_sessions_are_capped(make_runtime, serve_engine):
     host = _Hold()
-    eng = serve_engine(make_runtime(plugins=["engine"]), sessions=host, limits=_limits(max_sessions=3))
+    eng = serve_engine(make_runtime(plugins=["engine", "audit-trail"]), sessions=host,
+                       limits=_limits(max_sessions=3))
     with httpx.Client(base_url=eng.url, headers=eng.auth, timeout=10) as c:
         made = [c.post("/v1/sessions", json={"agent": "helper", "task": "t", "options": {"max_steps": 5}})
                 for _ in range(3)]
@@ -212,7 +213,7 @@ def test_live_sessions_are_capped(make_runtime, serve_engine):
 
 
 def test_an_engine_on_another_loopback_address_accepts_its_own_host(make_runtime, serve_engine):
-    eng = serve_engine(make_runtime(plugins=["engine"]), bind="127.0.0.2")
+    eng = serve_engine(make_runtime(plugins=["engine", "audit-trail"]), bind="127.0.0.2")
     assert eng.url.startswith("http://127.0.0.2:")
     with httpx.Client(headers=eng.auth, timeout=10) as c:
         assert c.get(eng.url + "/v1/toolkits").status_code == 200  # Host: 127.0.0.2:<port>
@@ -221,7 +222,7 @@ def test_an_engine_on_another_loopback_address_accepts_its_own_host(make_runtime
 
 
 def test_headers_past_the_cap_are_refused(make_runtime, serve_engine, protocol):
-    eng = serve_engine(make_runtime(plugins=["engine"]), limits=_limits())
+    eng = serve_engine(make_runtime(plugins=["engine", "audit-trail"]), limits=_limits())
     s = _connect(_port(eng.url), "127.0.0.3")
     try:
         s.sendall(b"GET /v1/toolkits HTTP/1.1\r\nHost: 127.0.0.1\r\n")

@@ -43,9 +43,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from wbcore_engine import sessions as _sessions
-from wbcore_runtime.dispatch import audit_read
 from wbcore_runtime.guard import httpguard, httpserve
-from wbcore_runtime.contract import jsonbound
+from wbcore_runtime.contract import audit_trail, jsonbound
 from wbcore_runtime.contract.errors import ErrorKind, WbError
 
 MiB = 1 << 20
@@ -401,16 +400,18 @@ class Engine:
         tail = int(_number(request, "tail", 100, 1, self.limits.max_tail))
         after = int(_number(request, "after", -1, -1, 1 << 62))
         # read backwards from the end of the trail: a block and `tail` lines, whatever its size
-        entries = await self.thread(lambda: audit_read.tail(self.runtime.dock.audit, tail, after=after))
+        trail = audit_trail.service(self.runtime)
+        entries = await self.thread(lambda: trail.tail(self.runtime.dock.audit, tail, after=after))
         return JSONResponse({"entries": entries})
 
     async def audit_events(self, request: Request) -> Response:
         after = _after(request, -1)
         wait = _number(request, "wait", self.limits.max_stream_s, 0.1, self.limits.max_stream_s)
+        trail = audit_trail.service(self.runtime)  # none served: an error answer, not a broken stream
 
         async def stream() -> AsyncIterator[bytes]:
             # reads only what is new, a batch at a time
-            cursor = audit_read.AuditCursor(self.runtime.dock.audit, after)
+            cursor = trail.cursor(self.runtime.dock.audit, after)
             deadline, beat = time.monotonic() + wait, time.monotonic()
             yield sse("ready", {"after": after})
             while time.monotonic() < deadline:

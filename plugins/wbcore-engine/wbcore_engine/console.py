@@ -37,7 +37,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from wbcore_engine import sessions as _sessions
-from wbcore_runtime.dispatch import audit_read
+from wbcore_runtime.contract import audit_trail
 from wbcore_runtime.guard import httpguard
 from wbcore_runtime.contract.errors import WbError
 
@@ -603,11 +603,11 @@ async def audit_page(c: Console, request: Request) -> Response:
         return not filters["outcome"] or e.get("outcome") == filters["outcome"]
 
     keep = match if any(filters.values()) else None
-    audit = c.engine.runtime.dock.audit
+    audit, trail = c.engine.runtime.dock.audit, audit_trail.service(c.engine.runtime)
     # a line lacking a filter's text is skipped unparsed (json escapes aside, a value that
     # appears in a field appears in its line); `match` then decides on the parsed line
     sieve = tuple(json.dumps(v)[1:-1].encode() for v in filters.values() if v)
-    rows, older = await c.engine.thread(lambda: audit_read.page(audit, AUDIT_PAGE, before=before, match=keep,
+    rows, older = await c.engine.thread(lambda: trail.page(audit, AUDIT_PAGE, before=before, match=keep,
                                                                 scan=AUDIT_SCAN, contains=sieve))
     newest = rows[0].get("seq") if rows and not before else None
     return c.page(request, "audit.html", rows=rows, older=older, filters=filters, chain=c.chain,
@@ -619,11 +619,11 @@ async def audit_verify(c: Console, request: Request) -> Response:
     """Verify the whole chain (a read of the trail: on demand, one at a time)."""
     form = await c.form(request)
     c.check_csrf(request, form.get("csrf"))
-    audit = c.engine.runtime.dock.audit
+    audit, trail = c.engine.runtime.dock.audit, audit_trail.service(c.engine.runtime)
 
     def run() -> dict[str, Any]:
         t0 = time.perf_counter()
-        problems = audit_read.verify(audit)
+        problems = trail.verify(audit)
         return {"ok": not problems, "problems": [str(p)[:300] for p in problems[:20]], "count": len(problems),
                 "ms": round((time.perf_counter() - t0) * 1000, 1), "at": time.time()}
 

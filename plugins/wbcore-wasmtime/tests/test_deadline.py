@@ -11,7 +11,7 @@ import cbor2
 import pytest
 import wasmtime
 
-from wbcore_runtime.dispatch import audit_read
+from wbcore_audit_trail import reader
 from wbcore_runtime.build import builder
 from wbcore_runtime import hookimpl
 from wbcore_runtime.trust import policy
@@ -156,12 +156,12 @@ def test_a_broker_blocking_past_the_deadline_ends_the_guest_at_its_deadline(bloc
     driver.release.set()
     for _ in range(200):
         rt.dock.audit.flush()
-        late = [e for e in audit_read.entries(rt.dock.audit) if e["op"] == "sleep"]
+        late = [e for e in reader.entries(rt.dock.audit) if e["op"] == "sleep"]
         if late:
             break
         time.sleep(0.01)
     assert [(e["outcome"], e["kind"], e["reason"]) for e in late] == [("denied", "timeout", "deadline")]
-    assert audit_read.verify(rt.dock.audit) == []
+    assert reader.verify(rt.dock.audit) == []
 
 
 def test_a_blocked_broker_under_the_profile_deadline_exits_124(blocking, wbx):

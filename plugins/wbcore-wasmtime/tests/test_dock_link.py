@@ -8,7 +8,7 @@ import pytest
 import wasmtime
 
 from wbcore_wasmtime import dock_link
-from wbcore_runtime.dispatch import audit_read
+from wbcore_audit_trail import reader
 from wbcore_runtime import hookimpl
 from wbcore_runtime.contract.calls import Principal
 from wbcore_runtime.dispatch.dock import STATUS, Dock
@@ -171,7 +171,7 @@ def test_revoking_mid_flight_stops_the_running_guests_next_call(make_runtime):
         (local.get $ok)))""")  # noqa: E501
     store, inst, ctx = instantiate(dock, wasm, caps={"kv"})
     assert inst.exports(store)["run"](store) == 3
-    outcomes = [(e["outcome"], e["reason"]) for e in audit_read.entries(dock.audit)]
+    outcomes = [(e["outcome"], e["reason"]) for e in reader.entries(dock.audit)]
     assert outcomes == [("allowed", None)] * 3 + [("denied", "revoked")] * 7
 
 

@@ -1,5 +1,7 @@
-"""Reading the audit trail :mod:`.audit` writes: the whole trail, its tail, a filtered page,
-a cursor that follows it as it grows, and the check that its chain holds.
+"""Reading the audit trail the core writes (``wbcore_runtime.dispatch.audit``): the whole trail,
+its tail, a filtered page, a cursor that follows it as it grows, and the check that its chain
+holds. Served as ``contract.audit_trail.AuditTrail`` (:func:`service`); the file names, the
+signed head's message, a segment's seq and the chain's hash are the writer's own, never a copy.
 
 Every reader first writes this process's queued decisions (``log.flush()``), so a reader
 sees what was recorded before it. The trail's live segment may end in an unterminated line
@@ -17,12 +19,13 @@ import json
 import os
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from wbcore_runtime.contract.audit_trail import AuditTrail, Problem
+from wbcore_runtime.contract.host import RuntimeServices
 from wbcore_runtime.dispatch.audit import (ANCHOR_DOMAIN, ANCHOR_NAME, GENESIS, HEAD_DOMAIN, HEAD_NAME,
-                                           AuditLog, chain_hash)
+                                           AuditLog, chain_hash, segment_seq, signed_message)
 from wbcore_runtime.trust import identity
 
 _SEQ = re.compile(rb'"seq":(\d+)')
@@ -152,10 +155,8 @@ class AuditCursor:
         line is not past it."""
         for seg in self.log.segments():
             if seg != self.log.path:
-                try:
-                    if int(seg.stem.split("-", 1)[1]) <= self.last:
-                        continue
-                except ValueError:
+                last = segment_seq(seg)
+                if last is None or last <= self.last:
                     continue
             try:
                 fh = seg.open("rb")
@@ -181,18 +182,6 @@ class AuditCursor:
         except FileNotFoundError:
             self._idle = (-1, -1)
         return False
-
-
-@dataclass(frozen=True, slots=True)
-class Problem:
-    """One place where the chain does not hold."""
-
-    segment: str
-    line: int
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.segment}:{self.line}: {self.message}"
 
 
 def entries(log: AuditLog) -> Iterator[dict[str, Any]]:  # the whole trail: verify and export, not servers
@@ -297,7 +286,7 @@ def _check_signature(log: AuditLog, name: str, domain: bytes, words: list[str],
         sig = bytes.fromhex(words[2])
     except ValueError:
         sig = b""
-    if not identity.verify(key.public_key, domain + f"{words[0]} {words[1]}".encode(), sig):
+    if not identity.verify(key.public_key, signed_message(domain, words[0], words[1]), sig):
         why = ("the chain was recomputed, or its tail cut, and the head rewritten" if what == "head"
                else "the anchor was forged: the pruned segments did not end there")
         problems.append(Problem(name, 1,
@@ -355,3 +344,21 @@ def _verify(log: AuditLog) -> list[Problem]:
                                               "file was deleted (a cut or rewritten log would "
                                               "pass without it)"))
     return problems
+
+
+class Reader:
+    """``contract.audit_trail.AuditTrail``: the functions above, as the service."""
+
+    entries = staticmethod(entries)
+    tail = staticmethod(tail)
+    page = staticmethod(page)
+    verify = staticmethod(verify)
+
+    @staticmethod
+    def cursor(log: AuditLog, after: int) -> AuditCursor:
+        return AuditCursor(log, after)
+
+
+def service(_runtime: RuntimeServices) -> AuditTrail:
+    """``AuditTrailService.factory``: the reader holds no state (each call takes the log it reads)."""
+    return Reader()
