@@ -20,6 +20,9 @@ from wbcore_testing.fixtures import write_toolkit
 SEED0 = base64.b64encode(bytes(32)).decode()
 SECRET = "sk-console-secret-value-0123"
 
+#: The engine and the plugins its routes ask the runtime for (push: the installer; audit: the reader).
+ENGINE = ["engine", "install", "audit-trail"]
+
 
 def _hidden(html: str, name: str) -> str:
     m = re.search(rf'name="{name}" value="([^"]*)"', html)
@@ -95,7 +98,7 @@ def served(tmp_path, monkeypatch, make_runtime, serve_engine, wb_home):
                       files={"bin/tool.wasm": b"\0asm\x01\0\0\0"})
     signing.sign(d, identity.Identity.from_seed(bytes(32)))
     host = Host()
-    rt = make_runtime(plugins=["engine", "install", "audit-trail"], roots=[root, wb_home / "toolkits"],
+    rt = make_runtime(plugins=ENGINE, roots=[root, wb_home / "toolkits"],
                       env={"SOME_API_KEY": SECRET})
     eng = serve_engine(rt, sessions=host)
     with httpx.Client(base_url=eng.url, timeout=30) as c:
@@ -346,7 +349,7 @@ def test_console_streams_share_the_engines_per_client_stream_cap(make_runtime, s
     from wbcore_engine.app import EngineLimits
     from wbcore_runtime.guard.httpserve import ServerLimits
 
-    eng = serve_engine(make_runtime(plugins=["engine", "install", "audit-trail"]),
+    eng = serve_engine(make_runtime(plugins=ENGINE),
                        limits=EngineLimits(server=ServerLimits(max_streams_per_client=1), heartbeat_s=0.2))
     with httpx.Client(base_url=eng.url, timeout=30) as c:
         login(c, eng.token)

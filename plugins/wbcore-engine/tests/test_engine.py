@@ -21,6 +21,9 @@ from wbcore_testing.fixtures import write_toolkit
 
 SEED0 = base64.b64encode(bytes(32)).decode()
 
+#: The engine and the plugins its routes ask the runtime for (push: the installer; audit: the reader).
+ENGINE = ["engine", "install", "audit-trail"]
+
 
 def snapshot(home: Path) -> dict[str, object]:
     out: dict[str, object] = {}
@@ -50,7 +53,7 @@ def signed(tmp_path, monkeypatch):
 
 
 def test_requests_without_the_token_get_401(make_runtime, serve_engine):
-    eng = serve_engine(make_runtime(plugins=["engine", "install", "audit-trail"]))
+    eng = serve_engine(make_runtime(plugins=ENGINE))
     with httpx.Client(base_url=eng.url, timeout=10) as c:
         r = c.get("/v1/toolkits")
         assert r.status_code == 401 and r.headers["www-authenticate"].startswith("Bearer")
@@ -67,7 +70,7 @@ def test_requests_without_the_token_get_401(make_runtime, serve_engine):
 
 
 def test_openapi_document_lists_every_route(make_runtime, serve_engine):
-    eng = serve_engine(make_runtime(plugins=["engine", "install", "audit-trail"]))
+    eng = serve_engine(make_runtime(plugins=ENGINE))
     doc = httpx.get(eng.url + "/openapi.json", headers=eng.auth, timeout=10).json()
     assert (doc["openapi"].startswith("3.1")
             and doc["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer")
@@ -78,7 +81,7 @@ def test_openapi_document_lists_every_route(make_runtime, serve_engine):
 
 def test_push_dry_run_shows_the_caps_diff_and_lands_nothing(signed, make_runtime, serve_engine, wbx, wb_home):
     install.install(wb_home, str(signed("0.1.0", "net", "v1") / "tp"))
-    server = make_runtime(plugins=["engine", "install", "audit-trail"], roots=[wb_home / "toolkits"])
+    server = make_runtime(plugins=ENGINE, roots=[wb_home / "toolkits"])
     eng = serve_engine(server)
     before = snapshot(wb_home)
     client = make_runtime(roots=[signed("0.2.0", "net kv", "v2")])
@@ -103,7 +106,7 @@ def test_push_dry_run_shows_the_caps_diff_and_lands_nothing(signed, make_runtime
 
 
 def test_push_of_a_new_toolkit_diff_and_signer(signed, make_runtime, serve_engine, wbx, wb_home):
-    eng = serve_engine(make_runtime(plugins=["engine", "install", "audit-trail"], roots=[wb_home / "toolkits"]))
+    eng = serve_engine(make_runtime(plugins=ENGINE, roots=[wb_home / "toolkits"]))
     client = make_runtime(roots=[signed("0.1.0", "net")])
     r = wbx("toolkit", "push", "tp", eng.url, "--dry-run", "--json", "--token", eng.token, runtime=client)
     change = json.loads(r.stdout)["changes"][0]
@@ -115,7 +118,7 @@ def test_push_of_a_new_toolkit_diff_and_signer(signed, make_runtime, serve_engin
 def test_a_tampered_signed_toolkit_is_refused_and_nothing_lands(signed, make_runtime, serve_engine, wbx,
                                                                 wb_home):
     install.install(wb_home, str(signed("0.1.0", "net", "v1") / "tp"))
-    eng = serve_engine(make_runtime(plugins=["engine", "install", "audit-trail"], roots=[wb_home / "toolkits"]))
+    eng = serve_engine(make_runtime(plugins=ENGINE, roots=[wb_home / "toolkits"]))
     src = signed("0.2.0", "net", "v2")
     (src / "tp" / "bin" / "tool.wasm").write_bytes(b"\0asm\x01\0\0\0evil")
     before = snapshot(wb_home)
@@ -133,7 +136,7 @@ def test_a_tampered_signed_toolkit_is_refused_and_nothing_lands(signed, make_run
 def test_push_is_bounded_and_checks_its_input(make_runtime, serve_engine, wb_home):
     from wbcore_engine.app import EngineLimits
 
-    eng = serve_engine(make_runtime(plugins=["engine", "install", "audit-trail"]), limits=EngineLimits(max_push=1000))
+    eng = serve_engine(make_runtime(plugins=ENGINE), limits=EngineLimits(max_push=1000))
     with httpx.Client(base_url=eng.url, headers=eng.auth, timeout=10) as c:
         big = c.post("/v1/toolkits", content=b"\0" * 5000, params={"name": "tp.tar.gz"})
         assert big.status_code == 413 and "1000-byte cap" in big.json()["message"]
@@ -193,7 +196,7 @@ def test_audit_trail_streams_over_sse(make_runtime, serve_engine):
     from wbcore_runtime.contract.calls import Principal
     from wbcore_runtime.contract.errors import CapabilityDenied
 
-    rt = make_runtime(plugins=["engine", "install", "audit-trail"])
+    rt = make_runtime(plugins=ENGINE)
     eng = serve_engine(rt)
     ctx = rt.dock.context(principal=Principal("t", "probe"), caps=set())
 
@@ -225,7 +228,7 @@ def test_the_audit_routes_name_the_reader_to_install_when_none_is_served(make_ru
         assert r.status_code == 404 and "pip install wbcore-audit-trail" in r.text, (path, r.text)
 
 def test_sessions_say_501_with_the_reason_when_no_agent_loop_is_installed(make_runtime, serve_engine):
-    rt = make_runtime(plugins=["engine", "install", "audit-trail"])
+    rt = make_runtime(plugins=ENGINE)
     if getattr(rt, "sessions", None) is not None or hasattr(rt, "agent"):
         pytest.skip("this runtime has the agent loop: the 501 path does not apply")
     eng = serve_engine(rt)
@@ -298,7 +301,7 @@ def test_session_protocol_streams_events_and_keeps_a_review_queue(make_runtime, 
 
     host = ScriptedSessions()
     assert isinstance(host, SessionHost)
-    eng = serve_engine(make_runtime(plugins=["engine", "install", "audit-trail"]), sessions=host)
+    eng = serve_engine(make_runtime(plugins=ENGINE), sessions=host)
     with httpx.Client(base_url=eng.url, headers=eng.auth, timeout=30) as c:
         created = c.post("/v1/sessions", json={"agent": "helper", "task": "count words"})
         assert created.status_code == 201 and created.json()["status"] == "running"
@@ -362,7 +365,7 @@ def test_a_real_session_streams_events_over_sse(make_runtime, serve_engine, tmp_
 def test_serve_without_a_token_makes_one_and_prints_it(make_runtime, capsys, free_port):
     from wbcore_engine.cli import serve
 
-    rt = make_runtime(plugins=["engine", "install", "audit-trail"])
+    rt = make_runtime(plugins=ENGINE)
     port, ready, servers = free_port, threading.Event(), []
     thread = threading.Thread(target=serve, args=(rt,),
                               kwargs={"port": port, "ready": ready, "server_out": servers}, daemon=True)
@@ -381,7 +384,7 @@ def test_serve_without_a_token_makes_one_and_prints_it(make_runtime, capsys, fre
 
 
 def test_engine_cli_is_registered(wbx, make_runtime):
-    r = wbx("engine", "serve", "--help", runtime=make_runtime(plugins=["engine", "install", "audit-trail"]))
+    r = wbx("engine", "serve", "--help", runtime=make_runtime(plugins=ENGINE))
     assert r.exit_code == 0 and "--allow-host" in r.stdout and "WB_ENGINE_TOKEN" in r.stdout
 
 
@@ -456,7 +459,7 @@ class LoopStandIn:
 def test_the_agent_loops_sessions_are_served_through_the_adapter(make_runtime, serve_engine, wbx):
     from wbcore_engine.sessions import LoopSessions, host_for
 
-    rt = make_runtime(plugins=["engine", "install", "audit-trail"])
+    rt = make_runtime(plugins=ENGINE)
     rt.agents = LoopStandIn()  # what the agent loop provides as Runtime.agents
     assert isinstance(host_for(rt), LoopSessions)
     eng = serve_engine(rt)
