@@ -78,7 +78,9 @@ OVER_BUDGET: dict[str, int] = {}  # empty: every module is within MAX_LINES, and
 #: which left for wbcore-audit-trail; contract/audit_trail.py (+87: the AuditTrail and Cursor
 #: Protocols, Problem, service) and the AuditTrailService record and hook stayed, and dispatch/audit
 #: names what the reader reads (signed_message, segment_seq: one home each), its docstring shorter.
-MAX_TOTAL_LINES = 17_281
+#: -28 for one Service record the seven service kinds (tool provider, OCI client, installer, audit
+#: reader, terminal, fabric engine, guest runner) subclass, instead of seven copies of its fields.
+MAX_TOTAL_LINES = 17_253
 #: In-function imports of a core module (each one hid an edge): none, and none may come back. A
 #: module another needs only on some paths (start-up, docs/architecture.md) is named at the top
 #: with contract.lazy.module, which this test reads as an edge.

@@ -199,6 +199,20 @@ class FederationSource:
 
 
 @dataclass(frozen=True, slots=True)
+class Service:
+    """A service one plugin serves and others ask the runtime for, through its contract's
+    ``service(runtime)`` (``contract.host.chosen`` picks among several). ``factory`` returns the
+    contract's Protocol (typed ``Any`` here: each contract takes the runtime, an import cycle);
+    ``available`` says whether it works on this machine and, if not, why. Each kind below is its
+    own class, so a record yielded to the wrong hook is refused by its type."""
+
+    name: str
+    summary: str
+    factory: Callable[[RuntimeServices], Any]
+    available: Callable[[], Availability] = _always
+
+
+@dataclass(frozen=True, slots=True)
 class BuildSandbox:
     """A service lanes ask the runtime for: runs a native compiler with nothing of the
     host (``wbcore_runtime.contract.sandbox``). ``factory`` returns a ``BuildSandboxDriver``; ``available``
@@ -211,80 +225,43 @@ class BuildSandbox:
 
 
 @dataclass(frozen=True, slots=True)
-class GuestRunnerService:
-    """A service lanes ask the runtime for: runs a WASI guest (a compiler built to wasm)
-    bounded in time, memory and output (``wbcore_runtime.contract.guest``). ``factory``
-    returns a ``GuestRunner`` (typed ``Any`` here: naming it would make the records import the
-    guest contract, which takes the runtime, an import cycle). ``sandbox_caps`` is the path of the file a
-    sandbox tier binds next to ``frames.py`` to link a wasm guest's ``wb.*`` imports on this
-    engine (the caps bridge's guest side: standard library only, the engine handed in)."""
+class GuestRunnerService(Service):
+    """Runs a WASI guest (a compiler built to wasm) for lanes, bounded in time, memory and output:
+    ``contract.guest``'s ``GuestRunner``. ``sandbox_caps`` is the path of the file a sandbox tier
+    binds next to ``frames.py`` to link a wasm guest's ``wb.*`` imports on this engine (the caps
+    bridge's guest side: standard library only, the engine handed in)."""
 
-    name: str
-    summary: str
-    factory: Callable[[RuntimeServices], Any]
-    available: Callable[[], Availability] = _always
     sandbox_caps: str | None = None  # a path (a str: the plugin index keeps it)
 
 
 @dataclass(frozen=True, slots=True)
-class ToolProviderService:
-    """A service tool surfaces (MCP, ``wbx call``, the agent loop) ask the runtime for: every
-    registered toolkit as ACT tools (``wbcore_runtime.contract.tools``). ``factory`` returns a
-    ``ToolService`` (typed ``Any`` here: the tools contract takes the runtime, an import cycle)."""
-
-    name: str
-    summary: str
-    factory: Callable[[RuntimeServices], Any]
-    available: Callable[[], Availability] = _always
+class ToolProviderService(Service):
+    """Every registered toolkit as ACT tools, for the tool surfaces (MCP, ``wbx call``, the agent
+    loop): ``contract.tools``' ``ToolService``."""
 
 
 @dataclass(frozen=True, slots=True)
-class DistributionService:
-    """A service install, skill images and publish ask the runtime for: an OCI registry client
-    (``wbcore_runtime.contract.distribution``). ``factory`` returns a ``Distribution`` (typed ``Any``
-    here: the distribution contract takes the runtime, an import cycle)."""
-
-    name: str
-    summary: str
-    factory: Callable[[RuntimeServices], Any]
-    available: Callable[[], Availability] = _always
+class DistributionService(Service):
+    """An OCI registry client, for install, skill images and publish: ``contract.distribution``'s
+    ``Distribution``."""
 
 
 @dataclass(frozen=True, slots=True)
-class TerminalService:
-    """A service ``wbx shell`` and the shell tiers ask the runtime for: terminal sessions' engine
-    (``wbcore_runtime.contract.terminal``): the agent a tier ships into its sandbox and the host's
-    relay. ``factory`` returns a ``Terminal`` (typed ``Any`` here: the terminal contract takes the
-    runtime, an import cycle)."""
-
-    name: str
-    summary: str
-    factory: Callable[[RuntimeServices], Any]
-    available: Callable[[], Availability] = _always
+class TerminalService(Service):
+    """Terminal sessions' engine, for ``wbx shell`` and the shell tiers (the agent a tier ships into
+    its sandbox, the host's relay): ``contract.terminal``'s ``Terminal``."""
 
 
 @dataclass(frozen=True, slots=True)
-class InstallerService:
-    """A service ``wbx toolkit install``, the engine's push, promotion and Skills import ask the
-    runtime for: the toolkit installer (``wbcore_runtime.contract.installs``). ``factory`` returns
-    an ``Installer`` (typed ``Any`` here: the install contract takes the runtime, an import cycle)."""
-
-    name: str
-    summary: str
-    factory: Callable[[RuntimeServices], Any]
-    available: Callable[[], Availability] = _always
+class InstallerService(Service):
+    """The toolkit installer, for ``wbx toolkit install``, the engine's push, promotion and Skills
+    import: ``contract.installs``' ``Installer``."""
 
 
 @dataclass(frozen=True, slots=True)
-class AuditTrailService:
-    """A service ``wbx audit`` and the engine ask the runtime for: the audit trail's reader
-    (``wbcore_runtime.contract.audit_trail``). ``factory`` returns an ``AuditTrail`` (typed ``Any``
-    here: the audit-trail contract takes the runtime, an import cycle)."""
-
-    name: str
-    summary: str
-    factory: Callable[[RuntimeServices], Any]
-    available: Callable[[], Availability] = _always
+class AuditTrailService(Service):
+    """The audit trail's reader, for ``wbx audit`` and the engine: ``contract.audit_trail``'s
+    ``AuditTrail``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,16 +288,10 @@ class BuiltinCommand:
 
 
 @dataclass(frozen=True, slots=True)
-class FabricEngine:
+class FabricEngine(Service):
     """Runs one resolved call over many inputs (``wbcore_runtime.dispatch.fabric``). ``factory``
     returns a ``wbcore_runtime.dispatch.fabric.FabricDriver``; ``available`` says whether it can run
     here, and why not."""
-
-    name: str
-    summary: str
-    #: Returns a ``FabricDriver``, named in words: the fabric's records live above the contract in the flow.
-    factory: Callable[[RuntimeServices], Any]
-    available: Callable[[], Availability] = _always
 
 
 @dataclass(frozen=True, slots=True)

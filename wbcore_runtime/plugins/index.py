@@ -26,6 +26,7 @@ is looked up in the real registry (the plugins load), so a miss behaves exactly 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -279,7 +280,7 @@ def write(runtime: Any) -> bool:
             rows = []
             for record in reg:
                 fields = {}
-                for slot in type(record).__slots__:
+                for slot in (f.name for f in dataclasses.fields(record)):  # a base's fields too
                     fields[slot] = _encode(getattr(record, slot), slot in callables)
                     if isinstance(fields[slot], dict) and "ref" in fields[slot]:
                         modules.add(fields[slot]["ref"].partition(":")[0])
