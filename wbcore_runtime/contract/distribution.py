@@ -127,6 +127,15 @@ class Pulled:
     annotations: Mapping[str, str]
 
 
+@dataclass(frozen=True, slots=True)
+class SkillImage:
+    """One ``#+SKILL_IMAGES`` entry (``wbcore_runtime.store.skill_images.parse``): an image and
+    the guest path its tree is mounted at, read-only."""
+
+    reference: str
+    mount: str
+
+
 #: A layer to push: its bytes, media type and annotations.
 Layer = tuple[bytes, str, Mapping[str, str]]
 
@@ -153,6 +162,13 @@ class Distribution(Protocol):
     def toolkit_layer(self, folder: Path) -> bytes:
         """A toolkit folder as the tar.gz layer of a ``TOOLKIT_TYPE`` artifact, its bytes a
         function of its content alone (one content, one digest)."""
+        ...
+
+    def skill_image(self, home: Path, image: SkillImage, env: Mapping[str, str] | None = None) -> Path:
+        """The unpacked, read-only tree of ``image`` under ``home``'s cache
+        (``store.skill_images.cache_root``): from the cache, else pulled, verified and unpacked
+        once, one pull at a time per home. A tier asks ``store.skill_images.cached`` first, which
+        needs no client."""
         ...
 
 

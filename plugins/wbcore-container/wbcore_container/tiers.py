@@ -345,8 +345,9 @@ def _sender(chan: frames.Channel) -> Callable[[bytes], None]:
 
 
 def _skill_binds(runtime: Runtime, posix: dict[str, Any]) -> list[tuple[str, str]]:
-    """The toolkit's OCI skill images (``#+SKILL_IMAGES``), pulled once and verified by
-    digest (:func:`wbcore_runtime.store.skill_images.resolve`), as read-only binds at their paths."""
+    """The toolkit's OCI skill images (``#+SKILL_IMAGES``), from the cache
+    (:func:`wbcore_runtime.store.skill_images.cached`), else pulled once and verified by digest
+    (``contract.distribution.Distribution.skill_image``), as read-only binds at their paths."""
     entries = posix.get("skill_images") or []
     if not entries:
         return []
@@ -354,11 +355,9 @@ def _skill_binds(runtime: Runtime, posix: dict[str, Any]) -> list[tuple[str, str
     from wbcore_runtime.store import skill_images
 
     images = skill_images.parse(" ".join(f"{r}={m}" for r, m in entries))
-
-    def client() -> distribution.Distribution:  # wbcore-oci, through the runtime; only to pull
-        return distribution.service(runtime)
-
-    out = [(str(skill_images.resolve(runtime.home, im, runtime.env, client=client)), im.mount)
+    # wbcore-oci, through the runtime, asked for only to pull: a cached image needs no client
+    out = [(str(skill_images.cached(runtime.home, im)
+                or distribution.service(runtime).skill_image(runtime.home, im, runtime.env)), im.mount)
            for im in images]
     if os.geteuid() == 0:  # bwrap then runs as the unprivileged host uid: it must reach the trees
         from wbcore_runtime.dispatch.mounts import unreachable_by

@@ -446,12 +446,10 @@ def _call_mounts(runtime: Runtime, request: CommandRequest, images: list[Any]) -
                 "slots; a named snapshot (WB_MICROVM_SNAPSHOT) has none: unset it for this toolkit"
             )
         parsed = skill_images.parse(" ".join(f"{r}={m}" for r, m in images))
-
-
-        def client() -> distribution.Distribution:  # wbcore-oci, through the runtime; only to pull
-            return distribution.service(runtime)
-
-        mounts = [Mount(str(skill_images.resolve(runtime.home, im, runtime.env, client=client)), im.mount)
+        # wbcore-oci, through the runtime, asked for only to pull: a cached image needs no client
+        mounts = [Mount(str(skill_images.cached(runtime.home, im)
+                            or distribution.service(runtime).skill_image(runtime.home, im, runtime.env)),
+                        im.mount)
                   for im in parsed]
         if os.geteuid() == 0:
             for m in mounts:

@@ -49,10 +49,12 @@ from wbcore_runtime.contract.distribution import (
     Pulled,
     Pushed,
     Reference,
+    SkillImage,
 )
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound
 from wbcore_runtime.guard import fetch as _fetch
 from wbcore_runtime.guard.netguard import NetGuard
+from wbcore_oci import skill_images
 
 __all__ = ["BUNDLE_CONFIG", "BUNDLE_LAYER", "BUNDLE_TYPE", "MANIFEST_TYPE", "TOOLKIT_CONFIG", "TOOLKIT_LAYER",
            "TOOLKIT_TYPE", "Descriptor", "OciClient", "OciDistribution", "OciError", "Pulled", "Pushed",
@@ -360,7 +362,7 @@ def pull(reference: str | Reference, dest: Path, *, artifact_types: tuple[str, .
 
 class OciDistribution:
     """The served ``contract.distribution.Distribution``: the functions above, for callers that
-    reach the client through their runtime (the core's install and skill images, publish)."""
+    reach the client through their runtime (install, the tiers' skill images, publish)."""
 
     max_blob = MAX_BLOB
 
@@ -376,6 +378,9 @@ class OciDistribution:
 
     def toolkit_layer(self, folder: Path) -> bytes:
         return toolkit_layer(folder)
+
+    def skill_image(self, home: Path, image: SkillImage, env: Mapping[str, str] | None = None) -> Path:
+        return skill_images.resolve(home, image, env, client=self)
 
 
 def service(_runtime: Any) -> OciDistribution:
