@@ -232,7 +232,12 @@ def _ensure_venv(env: Path, dists: list[Path] | None, tag: str) -> None:
     local = {_pyproject(p)["name"] for p in PLUGINS}
     args += sorted({e for e in extras if re.split(r"[ <>=!~;\[]", e, maxsplit=1)[0] not in local})
     print("dev: installing the core and " + (", ".join(d.name for d in dists) or "no plugins"), flush=True)
-    subprocess.run(args, check=True)
+    # llama-cpp-python (wbcore-llm-local) is built from source here. ggml's default build targets the
+    # build machine's CPU, and a virtual CPU can advertise instructions (AMX, AVX-512) it then faults
+    # on: the local model server died of SIGILL on its first completion. A portable build (AVX2 at
+    # most) runs on any x86-64 host a developer or CI uses; CMAKE_ARGS set by the caller wins.
+    pip_env = {**os.environ, "CMAKE_ARGS": os.environ.get("CMAKE_ARGS", "-DGGML_NATIVE=OFF")}
+    subprocess.run(args, check=True, env=pip_env)
     stamp_file.write_text(stamp)
 
 

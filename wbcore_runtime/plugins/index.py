@@ -26,7 +26,6 @@ is looked up in the real registry (the plugins load), so a miss behaves exactly 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import sys
@@ -280,7 +279,8 @@ def write(runtime: Any) -> bool:
             rows = []
             for record in reg:
                 fields = {}
-                for slot in (f.name for f in dataclasses.fields(record)):  # a base's fields too
+                # a base's slots too (records.Service); not dataclasses.fields: a run must not import it
+                for slot in (s for c in reversed(type(record).__mro__) for s in getattr(c, "__slots__", ())):
                     fields[slot] = _encode(getattr(record, slot), slot in callables)
                     if isinstance(fields[slot], dict) and "ref" in fields[slot]:
                         modules.add(fields[slot]["ref"].partition(":")[0])

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import http.client
 import json
+import subprocess
+import sys
 
 import pytest
 
 from wbcore_llm_local import handler
 from wbcore_llm_local.model import LOOPBACK, MODEL_ALIAS, model_path
+from wbcore_llm_local import server
 from wbcore_llm_local.server import LocalServer, exports, free_port
 
 
@@ -26,6 +29,16 @@ def test_settings_name_a_loopback_endpoint_and_the_key_stays_out_of_reprs() -> N
     assert s["WB_LLM_BASE_URL"] == f"http://{LOOPBACK}:{srv.port}/v1" and len(s["WB_LLM_API_KEY"]) >= 32
     assert srv.key not in repr(srv) and LocalServer().key != srv.key  # a fresh key per server
     assert exports({"A": "x y", "B": "it's"}) == "export A='x y'\nexport B='it'\"'\"'s'"
+
+
+def test_a_server_killed_by_an_illegal_instruction_is_reported_with_the_portable_rebuild() -> None:
+    # what a llama.cpp built for instructions this CPU faults on does on its first completion
+    died = subprocess.run([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGILL)"])
+    said = server._death(died.returncode)
+    assert "SIGILL" in said and "CMAKE_ARGS=-DGGML_NATIVE=OFF" in said and "--no-cache-dir" in said
+    assert server._death(3) == "it exited with code 3"
+    killed = subprocess.run([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"])
+    assert server._death(killed.returncode) == "it was killed by SIGKILL"
 
 
 def test_a_whole_answer_becomes_the_chunks_a_streaming_client_reads() -> None:

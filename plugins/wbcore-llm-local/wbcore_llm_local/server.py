@@ -4,12 +4,15 @@ fixture and ``bench/agent_tasks.py`` share.
 The server is a child process (``python -m wbcore_llm_local.serve``) bound to 127.0.0.1 on
 a free port, with a fresh random key (given through its environment, never argv): other
 users of the machine cannot use it, and nothing leaves loopback. ``start`` returns once
-``GET /v1/models`` answers 200 with that key; every wait is bounded.
+``GET /v1/models`` answers 200 with that key and a one-token completion has run (a llama.cpp built
+for instructions this CPU faults on dies on its first inference, not at load: that is said at
+start, with the fix, rather than as an unreachable endpoint mid-run); every wait is bounded.
 """
 
 from __future__ import annotations
 
 import http.client
+import json
 import os
 import secrets
 import signal
@@ -96,11 +99,12 @@ class LocalServer:
         while time.monotonic() < deadline:
             assert self.proc is not None
             if self.proc.poll() is not None:
-                raise WbError(f"the local model server exited with code {self.proc.returncode} before it "
-                              f"answered: {self._tail()}")
+                raise WbError(f"the local model server stopped before it answered: "
+                              f"{_death(self.proc.returncode)}; {self._tail()}")
             try:
                 status = self.get("/v1/models", timeout=2.0)[0]
                 if status == 200:
+                    self._probe(deadline)
                     return
                 last = f"HTTP {status}"
             except OSError as exc:
@@ -108,6 +112,31 @@ class LocalServer:
             time.sleep(0.25)
         raise Timeout(f"the local model server on {self.base_url} did not answer within {timeout:g} s "
                       f"(last: {last}); {self._tail()}")
+
+    def _probe(self, deadline: float) -> None:
+        """One completion of one token, so a server that cannot infer on this CPU fails here."""
+        body = json.dumps({"model": MODEL_ALIAS, "max_tokens": 1,
+                           "messages": [{"role": "user", "content": "hi"}]}).encode()
+        conn = http.client.HTTPConnection(LOOPBACK, self.port, timeout=max(1.0, deadline - time.monotonic()))
+        try:
+            conn.request("POST", "/v1/chat/completions", body=body,
+                         headers={"Authorization": f"Bearer {self.key}", "Content-Type": "application/json"})
+            resp = conn.getresponse()
+            resp.read(1 << 20)
+            if resp.status == 200:
+                return
+            failed = f"answered HTTP {resp.status} to a one-token completion"
+        except OSError as exc:
+            failed = f"failed a one-token completion ({type(exc).__name__})"
+        finally:
+            conn.close()
+        assert self.proc is not None
+        try:
+            code = self.proc.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise WbError(f"the local model server {failed}: {self._tail()}") from None
+        raise WbError(f"the local model server stopped on its first completion: {_death(code)}; "
+                      f"{self._tail()}")
 
     def get(self, path: str, timeout: float = 5.0) -> tuple[int, bytes]:
         """One GET to the server with its key (loopback only)."""
@@ -121,7 +150,8 @@ class LocalServer:
 
     def _tail(self) -> str:
         if self.log_path is not None and self.log_path.is_file():
-            return "server log: " + self.log_path.read_bytes()[-LOG_TAIL:].decode(errors="replace").strip()
+            tail = self.log_path.read_bytes()[-LOG_TAIL:].decode(errors="replace").strip()
+            return f"server log ({self.log_path}): {tail or '(empty)'}"
         return "no server output kept"
 
     def detach(self) -> int:
@@ -152,6 +182,21 @@ class LocalServer:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+def _death(code: int | None) -> str:
+    """How the server process ended, with the fix when it is a build this CPU cannot run."""
+    if code is None or code >= 0:
+        return f"it exited with code {code}"
+    name = signal.Signals(-code).name if -code in signal.valid_signals() else f"signal {-code}"
+    if -code == signal.SIGILL:
+        # ggml's default build targets the build machine's CPU (GGML_NATIVE); a virtual CPU can
+        # advertise instructions (AMX, AVX-512) it then faults on, or the wheel came from another host.
+        return (f"it was killed by {name} (an illegal instruction: its llama.cpp build uses an instruction "
+                "this CPU does not run); rebuild it for any x86-64 CPU with AVX2: CMAKE_ARGS="
+                "-DGGML_NATIVE=OFF pip install --force-reinstall --no-deps --no-cache-dir "
+                "'llama-cpp-python[server]>=0.3.7,<0.4' (python3 dev.py setup builds it so)")
+    return f"it was killed by {name}"
 
 
 def exports(settings: Mapping[str, str]) -> str:
