@@ -322,10 +322,8 @@ class Runtime:
     def agents(self) -> Any:
         """The agent loop driver (``wbcore_runtime.contract.drivers.AgentLoopDriver``): ``run``, ``sessions``.
         ``$WB_AGENT_LOOP`` or the only one installed (``contract.host.chosen``)."""
-        record = _host.chosen(self, self.agent_loops, None, env="WB_AGENT_LOOP",
-                              noun=("agent loop", "agent loops"),
-                              none_installed="no agent loop is installed; pip install wbcore-agent")
-        return record.factory(self)
+        return _host.Choice(lambda r: r.agent_loops, "WB_AGENT_LOOP", ("agent loop", "agent loops"),
+                            "no agent loop is installed; pip install wbcore-agent")(self)
 
     def agent(self, agent: Any, task: str, **kw: Any) -> Any:
         """Run an agent (an ``agent.org`` path, an agent id, or a ``wbcore_runtime.toolkit.agents.AgentDef``)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from wbcore_runtime.contract.host import RuntimeServices, chosen
+from wbcore_runtime.contract.host import Choice
 
 ENV_CHOICE = "WB_AUDIT_TRAIL"
 NONE_INSTALLED = "no audit-trail reader is installed; pip install wbcore-audit-trail"
@@ -76,12 +76,6 @@ class AuditTrail(Protocol):
         ...
 
 
-def service(runtime: RuntimeServices, name: str | None = None) -> AuditTrail:
-    """The reader to use: ``name``, else ``$WB_AUDIT_TRAIL``, else the only one served.
-
-    None served is ``NotFound`` saying what to install; several and no choice is
-    ``InvalidArgs`` listing them."""
-    record = chosen(runtime, runtime.audit_trails, name, env=ENV_CHOICE,
-                    noun=("audit-trail reader", "audit-trail readers"), none_installed=NONE_INSTALLED)
-    served: AuditTrail = record.factory(runtime)
-    return served
+#: ``service(runtime, name)``: the audit-trail reader to use (``contract.host.Choice``).
+service: Choice[AuditTrail] = Choice(lambda r: r.audit_trails, ENV_CHOICE,
+                                     ("audit-trail reader", "audit-trail readers"), NONE_INSTALLED)

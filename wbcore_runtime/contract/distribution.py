@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Protocol
 
 from wbcore_runtime.contract.errors import InvalidArgs
-from wbcore_runtime.contract.host import RuntimeServices, chosen
+from wbcore_runtime.contract.host import Choice
 
 MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
 #: wbcore's artifacts: a toolkit (its folder as one deterministic tar.gz layer, the config
@@ -176,13 +176,7 @@ class Distribution(Protocol):
 Client = Callable[[], Distribution]
 
 
-def service(runtime: RuntimeServices, name: str | None = None) -> Distribution:
-    """The OCI client to use: ``name``, else ``$WB_DISTRIBUTION``, else the only one served.
-
-    None served is ``NotFound`` saying what to install; several and no choice is
-    ``InvalidArgs`` listing them."""
-    record = chosen(runtime, runtime.distributions, name, env=ENV_CHOICE,
-                    noun=("OCI distribution client", "OCI distribution clients"),
-                    none_installed=NONE_INSTALLED)
-    served: Distribution = record.factory(runtime)
-    return served
+#: ``service(runtime, name)``: the OCI client to use (``contract.host.Choice``).
+service: Choice[Distribution] = Choice(lambda r: r.distributions, ENV_CHOICE,
+                                       ("OCI distribution client", "OCI distribution clients"),
+                                       NONE_INSTALLED)

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from wbcore_runtime.contract.errors import NotFound
-from wbcore_runtime.contract.host import RuntimeServices, chosen
+from wbcore_runtime.contract.host import Choice, Registry, RuntimeServices
 
 #: What to say when no plugin serves a guest runner.
 NONE_INSTALLED = "no WASI guest runner is installed; pip install wbcore-wasmtime"
@@ -105,19 +105,17 @@ def run(module: GuestModule, argv: Sequence[str], **kw: Any) -> GuestResult:
     return module.runner.run(module, argv, **kw)
 
 
-def runner(runtime: RuntimeServices, name: str | None = None) -> GuestRunner:
-    """The guest runner to use: ``name``, else ``$WB_GUEST_RUNNER``, else the only one served.
-
-    None served is ``NotFound`` naming what to install (and any plugin that failed to load);
-    several and no choice is ``InvalidArgs`` listing them."""
+def _runners(runtime: RuntimeServices) -> Registry[Any]:
     # before the plugins load, the plugin index names the runner: a js command's `wbx run`
     # imports the runner's module, not every plugin
     index = runtime.index_until_loaded()
-    registry = index.registry("guest_runners") if index is not None else runtime.guest_runners
-    record = chosen(runtime, registry, name, env=ENV_CHOICE, noun=("WASI guest runner", "WASI guest runners"),
-                    none_installed=NONE_INSTALLED)
-    served: GuestRunner = record.factory(runtime)
-    return served
+    registry: Registry[Any] = index.registry("guest_runners") if index is not None else runtime.guest_runners
+    return registry
+
+
+#: ``runner(runtime, name)``: the guest runner to use (``contract.host.Choice``).
+runner: Choice[GuestRunner] = Choice(_runners, ENV_CHOICE, ("WASI guest runner", "WASI guest runners"),
+                                     NONE_INSTALLED)
 
 
 def sandbox_caps(runtime: RuntimeServices, tier: str) -> Path:

@@ -16,9 +16,9 @@ name the class; a caller that wants the record's type annotates the variable it 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound
 
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from wbcore_runtime.toolkit.loaded import Toolkit
 
 R_co = TypeVar("R_co", covariant=True)
+S = TypeVar("S")
 
 
 class Registry(Protocol[R_co]):
@@ -184,3 +185,30 @@ def chosen(runtime: RuntimeServices, registry: Registry[R_co], name: str | None,
         message += "; plugins that failed to load and might serve it: " + "; ".join(
             f"{i.name} ({i.origin}): {i.error}" for i in broken)
     raise NotFound(message)
+
+
+class Choice(Generic[S]):
+    """How every surface takes one service of a kind: ``choice(runtime, name)`` is what the record
+    :func:`chosen` picks serves (its factory called with the runtime); :meth:`record` is the record.
+
+    Each contract module declares its kind's choice once (``service = Choice(lambda r: r.installers,
+    "WB_INSTALLER", ("toolkit installer", "toolkit installers"), NONE_INSTALLED)``), so the rule,
+    ``name``, else the variable, else the only one served, and its messages have this one home.
+    A plain class, not a dataclass: the contract modules load on ``wbx run``'s path."""
+
+    __slots__ = ("registry", "env", "noun", "none_installed")
+
+    def __init__(self, registry: Callable[[RuntimeServices], Registry[Any]], env: str,
+                 noun: tuple[str, str], none_installed: str) -> None:
+        self.registry = registry  # the runtime's registry of this kind's records
+        self.env = env
+        self.noun = noun
+        self.none_installed = none_installed
+
+    def record(self, runtime: RuntimeServices, name: str | None = None) -> Any:
+        return chosen(runtime, self.registry(runtime), name, env=self.env, noun=self.noun,
+                      none_installed=self.none_installed)
+
+    def __call__(self, runtime: RuntimeServices, name: str | None = None) -> S:
+        served: S = self.record(runtime, name).factory(runtime)
+        return served

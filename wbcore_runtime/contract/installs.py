@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from wbcore_runtime.contract import distribution as _dist
-from wbcore_runtime.contract.host import RuntimeServices, chosen
+from wbcore_runtime.contract.host import Choice
 
 ENV_CHOICE = "WB_INSTALLER"
 NONE_INSTALLED = "no toolkit installer is installed; pip install wbcore-install"
@@ -163,12 +163,6 @@ class Installer(Protocol):
 Client = Callable[[], Installer]
 
 
-def service(runtime: RuntimeServices, name: str | None = None) -> Installer:
-    """The installer to use: ``name``, else ``$WB_INSTALLER``, else the only one served.
-
-    None served is ``NotFound`` saying what to install; several and no choice is
-    ``InvalidArgs`` listing them."""
-    record = chosen(runtime, runtime.installers, name, env=ENV_CHOICE,
-                    noun=("toolkit installer", "toolkit installers"), none_installed=NONE_INSTALLED)
-    served: Installer = record.factory(runtime)
-    return served
+#: ``service(runtime, name)``: the installer to use (``contract.host.Choice``).
+service: Choice[Installer] = Choice(lambda r: r.installers, ENV_CHOICE,
+                                    ("toolkit installer", "toolkit installers"), NONE_INSTALLED)

@@ -21,11 +21,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from wbcore_runtime.contract.drivers import Availability
 from wbcore_runtime.contract.errors import InvalidArgs, Timeout, WbError
-from wbcore_runtime.contract.host import RuntimeServices, chosen
+from wbcore_runtime.contract.host import Choice, RuntimeServices
 
 #: What to say when no plugin serves a build sandbox.
 NONE_INSTALLED = "no build sandbox is installed; pip install wbcore-process"
@@ -164,16 +163,10 @@ class BuildSandboxDriver(ABC):
         ``overlay`` bind of it is writable inside."""
 
 
-def select(runtime: RuntimeServices, name: str | None = None) -> Any:
-    """The build sandbox to use (a ``contract.records.BuildSandbox``: named in words, the records
-    sit above this contract, their ``BuildLane.availability`` asks :func:`availability`):
-    ``name``, else ``$WB_BUILD_SANDBOX``, else the only one.
-
-    None served is ``NotFound`` naming what to install (and any plugin that failed to
-    load); several and no choice is ``InvalidArgs`` listing them.
-    """
-    return chosen(runtime, runtime.build_sandboxes, name, env=ENV_CHOICE,
-                  noun=("build sandbox", "build sandboxes"), none_installed=NONE_INSTALLED)
+#: ``select(runtime, name)``: the build sandbox to use, its record (a ``contract.records.BuildSandbox``,
+#: named in words: the records sit above this contract; ``contract.host.Choice``).
+select = Choice(lambda r: r.build_sandboxes, ENV_CHOICE, ("build sandbox", "build sandboxes"),
+                NONE_INSTALLED).record
 
 
 def availability(runtime: RuntimeServices, name: str | None = None) -> Availability:

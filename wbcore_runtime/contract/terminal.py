@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from wbcore_runtime.contract.host import RuntimeServices, chosen
+from wbcore_runtime.contract.host import Choice
 
 ENV_CHOICE = "WB_TERMINAL"
 NONE_INSTALLED = "no terminal service is installed; pip install wbcore-terminal"
@@ -95,12 +95,6 @@ class Terminal(Protocol):
         ...
 
 
-def service(runtime: RuntimeServices, name: str | None = None) -> Terminal:
-    """The terminal engine to use: ``name``, else ``$WB_TERMINAL``, else the only one served.
-
-    None served is ``NotFound`` saying what to install; several and no choice is
-    ``InvalidArgs`` listing them."""
-    record = chosen(runtime, runtime.terminals, name, env=ENV_CHOICE,
-                    noun=("terminal service", "terminal services"), none_installed=NONE_INSTALLED)
-    served: Terminal = record.factory(runtime)
-    return served
+#: ``service(runtime, name)``: the terminal engine to use (``contract.host.Choice``).
+service: Choice[Terminal] = Choice(lambda r: r.terminals, ENV_CHOICE,
+                                   ("terminal service", "terminal services"), NONE_INSTALLED)

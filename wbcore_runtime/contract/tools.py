@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Union
 
 from wbcore_runtime.contract.cbor import loads
 from wbcore_runtime.contract.errors import NotFound, WbError, unknown_name
-from wbcore_runtime.contract.host import RuntimeServices, chosen
+from wbcore_runtime.contract.host import Choice
 
 if TYPE_CHECKING:
     from wbcore_runtime.contract.calls import Principal
@@ -430,12 +430,6 @@ class ToolService(Protocol):
         ...
 
 
-def service(runtime: RuntimeServices, name: str | None = None) -> ToolService:
-    """The tool service to use: ``name``, else ``$WB_TOOL_PROVIDER``, else the only one served.
-
-    None served is ``NotFound`` naming what to install (and any plugin that failed to load);
-    several and no choice is ``InvalidArgs`` listing them."""
-    record = chosen(runtime, runtime.tool_providers, name, env=ENV_CHOICE,
-                    noun=("tool provider", "tool providers"), none_installed=NONE_INSTALLED)
-    served: ToolService = record.factory(runtime)
-    return served
+#: ``service(runtime, name)``: the tool service to use (``contract.host.Choice``).
+service: Choice[ToolService] = Choice(lambda r: r.tool_providers, ENV_CHOICE,
+                                      ("tool provider", "tool providers"), NONE_INSTALLED)
