@@ -326,7 +326,7 @@ class Runtime:
                             "no agent loop is installed; pip install wbcore-agent")(self)
 
     def agent(self, agent: Any, task: str, **kw: Any) -> Any:
-        """Run an agent (an ``agent.org`` path, an agent id, or a ``wbcore_runtime.toolkit.agents.AgentDef``)
+        """Run an agent (an ``agent.org`` path, an agent id, or a definition ``runtime.agents.parse`` read)
         on ``task`` to its end and return the run record (``AgentLoopDriver.run``)."""
         return self.agents.run(agent, task, **kw)
 

@@ -4,7 +4,6 @@ from pathlib import Path
 
 from wbcore_runtime.toolkit import discovery
 from wbcore_runtime.toolkit import roots as toolkit_roots
-from wbcore_runtime.toolkit.agents import toolkit_index
 from wbcore_testing.fixtures import manifest_text, write_toolkit
 
 
@@ -56,19 +55,6 @@ def test_first_root_wins_and_later_copy_is_shadowed(tmp_path: Path):
     tk = found.toolkits["same"]
     assert tk.manifest.tagline == "from a"
     assert tk.shadows == (b / "same",)
-
-
-def test_injection_text_declared_order_unknown_dropped(tmp_path: Path):
-    root = tmp_path / "r"
-    skills = {f"s{i}": f"#+TITLE: s{i}\nline\n" for i in range(10)}
-    skills["overview"] = "#+TITLE: o\nx\n"
-    write_toolkit(root, "zeta", skills=skills)
-    write_toolkit(root, "alpha")
-    found = discovery.discover([root])
-    text = toolkit_index(found, ["zeta", "nope", "alpha"])
-    lines = [ln for ln in text.splitlines() if ln.startswith("- ")]
-    assert [ln.split()[1] for ln in lines] == ["zeta:", "alpha:"]
-    assert lines[0].endswith("(skills: overview, s0, s1, s2, s3, s4, s5, s6, +3 more)")  # at most 8 names
 
 
 def test_manifests_that_leave_the_toolkit_are_broken_entries(tmp_path: Path):

@@ -5,6 +5,7 @@ this module; it imports none of them, so none imports another back."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 
@@ -63,9 +64,14 @@ class TierDriver(Protocol):
 class AgentLoopDriver(Protocol):
     """The agent loop (seed 004): ``run`` drives one run to its end and returns its record;
     ``sessions`` starts runs in the background (status, live step events, review queue,
-    cancel) — what the engine service serves over HTTP. See docs/agents.md."""
+    cancel) — what the engine service serves over HTTP; ``load``/``parse`` read an agent
+    definition (Org, seed 004) and ``prompt`` is its system prompt with the toolkit index,
+    for a shell (``wbx agent prompt``). See docs/agents.md."""
 
     def run(self, agent: Any, task: str, **kw: Any) -> Any: ...
+    def load(self, path: Path | str) -> Any: ...
+    def parse(self, text: str, where: Path | str | None = None) -> Any: ...
+    def prompt(self, agent: Any) -> str: ...
 
     @property
     def sessions(self) -> Any: ...

@@ -35,7 +35,7 @@ from typing import Any
 from wbcore_agent import tools as _tools
 from wbcore_agent.made import MadeToolkits
 from wbcore_agent.review import ReviewQueue
-from wbcore_runtime.toolkit import agents as _agents
+from wbcore_agent import definitions as _agents
 from wbcore_runtime.contract import telemetry
 from wbcore_runtime.contract.calls import Principal
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound, Timeout, WbError

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 from wbcore_runtime import hookimpl
@@ -11,7 +12,8 @@ from wbcore_runtime.contract.records import AgentLoop
 
 
 class Loop:
-    """``runtime.agents``: runs (``run``), sessions, and promotion of session toolkits."""
+    """``runtime.agents``: runs (``run``), sessions, promotion of session toolkits, and the
+    agent definitions they run (``load``, ``parse``, ``prompt``)."""
 
     def __init__(self, runtime: Any) -> None:
         self.runtime = runtime
@@ -20,6 +22,27 @@ class Loop:
         from wbcore_agent.loop import run_agent
 
         return run_agent(self.runtime, agent, task, **kw)
+
+    def load(self, path: Path | str) -> Any:
+        """The agent defined in an ``.org`` file (a ``wbcore_agent.definitions.AgentDef``)."""
+        from wbcore_agent import definitions
+
+        return definitions.load(path)
+
+    def parse(self, text: str, where: Path | str | None = None) -> Any:
+        """The agent an Org text defines; ``where`` names it in errors."""
+        from wbcore_agent import definitions
+
+        return definitions.parse(text, where)
+
+    def prompt(self, agent: Any) -> str:
+        """The agent's system prompt with its toolkit index, as a shell reads skills
+        (``wbx agent prompt``; the loop's own run reads them through its ``wb`` tool)."""
+        from wbcore_agent import definitions
+        from wbcore_runtime.trust import verdict
+
+        return definitions.prompt(agent, self.runtime.discover(),
+                                  lambda tk: verdict.unavailable_reason(tk, self.runtime))
 
     @cached_property
     def sessions(self) -> Any:

@@ -30,19 +30,12 @@ def test_list_outside_a_project_names_the_roots_searched_and_how_to_add_one(tmp_
     assert toolkit_roots.roots(rt.env, empty, rt.home) == []
 
 
-def test_agent_prompt_warns_about_each_toolkit_left_out(tmp_path: Path, wbx) -> None:
-    empty = tmp_path / "nowhere"
-    empty.mkdir()
+def test_agent_prompt_without_the_agent_loop_names_the_package(tmp_path: Path, wbx) -> None:
     agent = tmp_path / "agent.org"
-    agent.write_text("* Helper :agent:\n  :PROPERTIES:\n  :ID: h\n  :TOOLKITS: alpha beta\n  :END:\n"
-                     "** System prompt\nBe brief.\n")
-    rt = Runtime.open(plugins=[], env={"WB_HOME": str(tmp_path / "h")}, cwd=empty)
+    agent.write_text("* Helper :agent:\n  :PROPERTIES:\n  :ID: h\n  :END:\n")
+    rt = Runtime.open(plugins=[], env={"WB_HOME": str(tmp_path / "h")}, cwd=tmp_path)
     res = wbx("agent", "prompt", str(agent), runtime=rt)
-    assert res.exit_code == 0
-    assert res.stdout.strip() == "Be brief."
-    assert "agent toolkit 'alpha' left out of the index" in res.stderr
-    assert "agent toolkit 'beta' left out of the index" in res.stderr
-    assert "searched:" in res.stderr and "WB_TOOLKIT_PATH" in res.stderr
+    assert res.exit_code == 127 and "pip install wbcore-agent" in res.stderr, res.stderr
 
 
 def test_list_json_names_every_folder_searched(tmp_path: Path, wbx) -> None:

@@ -13,7 +13,6 @@ from wbcore_runtime.contract.cli_output import warn
 from wbcore_cli.toolkit import searched_hint
 from wbcore_runtime.contract import lazy
 from wbcore_runtime.contract.errors import WbError
-from wbcore_runtime.toolkit import agents
 from wbcore_runtime.trust import verdict as _trust
 
 if TYPE_CHECKING:
@@ -33,9 +32,9 @@ def build(runtime: RuntimeServices) -> typer.Typer:
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
         """Print the agent's system prompt with its toolkit index injected."""
-        agent = agents.load(path)
+        agent = runtime.agents.load(path)
         found = runtime.discover()
-        text = agents.prompt(agent, found, lambda tk: _trust.unavailable_reason(tk, runtime))
+        text = runtime.agents.prompt(agent)
         _warn_missing(runtime, agent.toolkits, found)
         if json_:
             data = agent.as_dict()

@@ -228,9 +228,8 @@ def test_the_audit_routes_name_the_reader_to_install_when_none_is_served(make_ru
         assert r.status_code == 404 and "pip install wbcore-audit-trail" in r.text, (path, r.text)
 
 def test_sessions_say_501_with_the_reason_when_no_agent_loop_is_installed(make_runtime, serve_engine):
-    rt = make_runtime(plugins=ENGINE)
-    if getattr(rt, "sessions", None) is not None or hasattr(rt, "agent"):
-        pytest.skip("this runtime has the agent loop: the 501 path does not apply")
+    rt = make_runtime(plugins=ENGINE)  # the agent loop (wbcore-agent) not chosen
+    assert not rt.agent_loops.names()
     eng = serve_engine(rt)
     with httpx.Client(base_url=eng.url, headers=eng.auth, timeout=10) as c:
         for method, path in (("POST", "/v1/sessions"), ("GET", "/v1/sessions/s1"),
@@ -296,6 +295,19 @@ class ScriptedSessions:
         return self.status(session)
 
 
+HELPER_ORG = "* Helper :agent:\n  :PROPERTIES:\n  :ID: helper2\n  :END:\n** System prompt\nBe brief.\n"
+
+
+def test_a_definition_sent_as_org_is_read_by_the_agent_loop(make_runtime, serve_engine):
+    host = ScriptedSessions()
+    eng = serve_engine(make_runtime(plugins=[*ENGINE, "agent"]), sessions=host)
+    with httpx.Client(base_url=eng.url, headers=eng.auth, timeout=30) as c:
+        made = c.post("/v1/sessions", json={"agent_org": HELPER_ORG, "task": "t"})
+        assert made.status_code == 201 and host.runs[made.json()["id"]]["agent"] == "helper2"
+        bad = c.post("/v1/sessions", json={"agent_org": "* not an agent\n", "task": "t"})
+        assert bad.status_code == 400 and "agent" in bad.json()["message"], bad.text
+
+
 def test_session_protocol_streams_events_and_keeps_a_review_queue(make_runtime, serve_engine, wbx):
     from wbcore_engine.sessions import SessionHost
 
@@ -321,9 +333,9 @@ def test_session_protocol_streams_events_and_keeps_a_review_queue(make_runtime, 
         for bad in ("/etc/passwd", "../x", "helper.org"):
             r = c.post("/v1/sessions", json={"agent": bad, "task": "t"})
             assert r.status_code == 400, bad
-        org = "* Helper :agent:\n  :PROPERTIES:\n  :ID: helper2\n  :END:\n** System prompt\nBe brief.\n"
-        made = c.post("/v1/sessions", json={"agent_org": org, "task": "t"})
-        assert made.status_code == 201 and host.runs[made.json()["id"]]["agent"] == "helper2"
+        # a definition sent as Org is read by the agent loop (wbcore-agent), not chosen here
+        made = c.post("/v1/sessions", json={"agent_org": HELPER_ORG, "task": "t"})
+        assert made.status_code == 501 and "pip install wbcore-agent" in made.json()["message"], made.text
     # the client command follows the same stream
     r = wbx("agent", "run", "helper", "say hi", "--engine", eng.url, "--token", eng.token,
             runtime=eng.runtime)

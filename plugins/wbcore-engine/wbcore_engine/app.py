@@ -45,7 +45,7 @@ from starlette.routing import Route
 from wbcore_engine import sessions as _sessions
 from wbcore_runtime.guard import httpguard, httpserve
 from wbcore_runtime.contract import audit_trail, jsonbound
-from wbcore_runtime.contract.errors import ErrorKind, WbError
+from wbcore_runtime.contract.errors import ErrorKind, NotFound, WbError
 
 MiB = 1 << 20
 #: HTTP status per error kind.
@@ -449,11 +449,12 @@ class Engine:
                 400, "invalid-args", 'send {"agent": <id> or "agent_org": <Org text>, "task": <text>}'
             )
         if isinstance(doc.get("agent_org"), str):
-            from wbcore_runtime.toolkit import agents
-
-            agent = agents.parse(
-                doc["agent_org"], "agent_org"
-            )  # the definition itself, as the client sent it
+            # the definition itself, as the client sent it, read by the agent loop that runs it
+            try:
+                loop = self.runtime.agents
+            except NotFound as exc:  # an embedder's session host, and no loop to read Org
+                raise HttpError(501, "not-implemented", f"agent_org: {exc.message}") from None
+            agent = loop.parse(doc["agent_org"], "agent_org")
         elif not isinstance(agent, str) or not agent:
             raise HttpError(
                 400, "invalid-args", 'send {"agent": <id> or "agent_org": <Org text>, "task": <text>}'

@@ -71,7 +71,7 @@ class SessionHost(Protocol):
 
     def create(self, *, agent: Any, task: str, options: Mapping[str, Any]) -> str:
         """Start a run in the background; return its session id (``[A-Za-z0-9._-]+``).
-        ``agent`` is an agent id, or a ``wbcore_runtime.toolkit.agents.AgentDef`` the client sent as Org."""
+        ``agent`` is an agent id, or the definition the client sent as Org (``runtime.agents.parse``)."""
 
     def status(self, session: str) -> Mapping[str, Any]:
         """``{"id", "status", ...}``; ``status`` in :data:`TERMINAL` once it ended.

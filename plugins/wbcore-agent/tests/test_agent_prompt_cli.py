@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from wbcore_runtime.toolkit import agents
+from wbcore_agent import definitions as agents
+from wbcore_runtime.runtime import Runtime
 from wbcore_testing.samples import AGENT
 
 
@@ -32,3 +33,16 @@ def test_index_declared_order_unknown_dropped_eight_skills(make_toolkit, make_ru
     assert "`wbx toolkit show <toolkit> <skill>`" in res.stdout  # a reader outside wbcore has a shell
 
 
+def test_agent_prompt_warns_about_each_toolkit_left_out(tmp_path: Path, wbx) -> None:
+    empty = tmp_path / "nowhere"
+    empty.mkdir()
+    agent = tmp_path / "agent.org"
+    agent.write_text("* Helper :agent:\n  :PROPERTIES:\n  :ID: h\n  :TOOLKITS: alpha beta\n  :END:\n"
+                     "** System prompt\nBe brief.\n")
+    rt = Runtime.open(plugins=["agent"], env={"WB_HOME": str(tmp_path / "h")}, cwd=empty)
+    res = wbx("agent", "prompt", str(agent), runtime=rt)
+    assert res.exit_code == 0
+    assert res.stdout.strip() == "Be brief."
+    assert "agent toolkit 'alpha' left out of the index" in res.stderr
+    assert "agent toolkit 'beta' left out of the index" in res.stderr
+    assert "searched:" in res.stderr and "WB_TOOLKIT_PATH" in res.stderr

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 
 import pytest
 
-from wbcore_runtime.toolkit import agents
+from wbcore_agent import definitions as agents
 from wbcore_runtime.contract.errors import InvalidArgs
+from wbcore_runtime.toolkit import discovery
+from wbcore_testing.fixtures import write_toolkit
 from wbcore_testing.samples import AGENT
 
 
@@ -38,3 +41,16 @@ def test_tool_choice_per_step_the_last_holding() -> None:
     assert [agents.tool_choice_at(a, n) for n in range(3)] == ["b64__b64", "done", "done"]
     plain = agents.parse("* A :agent:\n  :PROPERTIES:\n  :ID: a\n  :END:\n")
     assert plain.tool_choice == () and agents.tool_choice_at(plain, 0) is None
+
+
+def test_injection_text_declared_order_unknown_dropped(tmp_path: Path):
+    root = tmp_path / "r"
+    skills = {f"s{i}": f"#+TITLE: s{i}\nline\n" for i in range(10)}
+    skills["overview"] = "#+TITLE: o\nx\n"
+    write_toolkit(root, "zeta", skills=skills)
+    write_toolkit(root, "alpha")
+    found = discovery.discover([root])
+    text = agents.toolkit_index(found, ["zeta", "nope", "alpha"])
+    lines = [ln for ln in text.splitlines() if ln.startswith("- ")]
+    assert [ln.split()[1] for ln in lines] == ["zeta:", "alpha:"]
+    assert lines[0].endswith("(skills: overview, s0, s1, s2, s3, s4, s5, s6, +3 more)")  # at most 8 names
