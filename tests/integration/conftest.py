@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import pytest
 
+from wbcore_testing.oci_images import allowed_registry  # noqa: F401
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:

@@ -7,59 +7,17 @@ suite) the microvm tier. The entries' checks and the cache are the core's
 
 from __future__ import annotations
 
-import gzip
-import io
-import json
 import os
 import shutil
-import tarfile
 from pathlib import Path
 
 import pytest
 
 from wbcore_runtime.build import builder
-from wbcore_oci import client as oci
-from wbcore_oci.skill_images import IMAGE_CONFIG
 from wbcore_testing.fixtures import manifest_text, write_toolkit
-
-
-def _layer(files: dict[str, bytes]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tf:
-        for name, data in sorted(files.items()):
-            info = tarfile.TarInfo(name)
-            info.size, info.mode, info.mtime = len(data), 0o755 if name.endswith(".sh") else 0o644, 0
-            tf.addfile(info, io.BytesIO(data))
-    return gzip.compress(buf.getvalue(), mtime=0)
-
-
-def push_image(reg, repo: str, tag: str, files: dict[str, bytes]) -> str:
-    """A plain OCI image (image config, one tar+gzip layer), as a build tool pushes one; its manifest
-    digest."""
-    r = oci.OciClient(reg.host)
-    layer = _layer(files)
-    cfg = json.dumps({"architecture": "amd64", "os": "linux",
-                      "rootfs": {"type": "layers", "diff_ids": []}}).encode()
-    ld = oci.Descriptor.of(layer, "application/vnd.oci.image.layer.v1.tar+gzip")
-    cd = oci.Descriptor.of(cfg, IMAGE_CONFIG)
-    r.push_blob(repo, layer, ld)
-    r.push_blob(repo, cfg, cd)
-    body = json.dumps({"schemaVersion": 2, "mediaType": oci.MANIFEST_TYPE,
-                       "config": {"mediaType": cd.media_type, "digest": cd.digest, "size": cd.size},
-                       "layers": [{"mediaType": ld.media_type, "digest": ld.digest,
-                                   "size": ld.size}]}).encode()
-    return r.push_manifest(repo, tag, body)
-
+from wbcore_testing.oci_images import push_image
 
 FILES = {"README.md": b"# python skill\n", "bin/hello.sh": b"#!/bin/sh\necho hello from the skill image\n"}
-
-
-@pytest.fixture
-def registry(oci_registry, monkeypatch):
-    # the deployer's documented allowances for a loopback registry on plain http
-    monkeypatch.setenv("WB_OCI_PLAIN_HTTP", oci_registry.host)
-    monkeypatch.setenv("WB_ALLOW_PRIVATE_HOSTS", "127.0.0.1")
-    return oci_registry
 
 
 def skill_toolkit(root: Path, ident: str, cli: str, images: str) -> Path:
@@ -78,14 +36,16 @@ def reachable_home(request) -> Path:
     return home
 
 
-def test_container_tier_mounts_it_read_only(registry, make_runtime, toolkit_root, wbx, request) -> None:
+def test_container_tier_mounts_it_read_only(allowed_registry, make_runtime, toolkit_root, wbx,
+                                            request) -> None:
     from wbcore_container import bwrap
 
     if not bwrap.probe()[0]:
         pytest.skip(f"bubblewrap unavailable here: {bwrap.probe()[1]}")
-    push_image(registry, "skills/python", "1", FILES)
+    push_image(allowed_registry, "skills/python", "1", FILES)
     rt = make_runtime(home=reachable_home(request))
-    skill_toolkit(toolkit_root, "skilled", "sh", f"oci://{registry.host}/skills/python:1=/skills/python")
+    skill_toolkit(toolkit_root, "skilled", "sh",
+                  f"oci://{allowed_registry.host}/skills/python:1=/skills/python")
     rt.discover(refresh=True)
     name = builder.build(rt, "skilled").name
     r = wbx("run", name, "-c", "cat /skills/python/README.md; /skills/python/bin/hello.sh; "
@@ -95,7 +55,8 @@ def test_container_tier_mounts_it_read_only(registry, make_runtime, toolkit_root
 
 
 @pytest.mark.slow
-def test_microvm_tier_mounts_it_read_only(registry, make_runtime, toolkit_root, monkeypatch, request) -> None:
+def test_microvm_tier_mounts_it_read_only(allowed_registry, make_runtime, toolkit_root, monkeypatch,
+                                          request) -> None:
     from wbcore_microvm import tiers
 
     if not tiers._probe_tools()[0]:
@@ -103,9 +64,10 @@ def test_microvm_tier_mounts_it_read_only(registry, make_runtime, toolkit_root, 
     monkeypatch.setenv("WB_MICROVM_CACHE", os.environ.get("WB_MICROVM_CACHE")
                        or str(Path.home() / ".cache" / "wbcore" / "microvm"))
     monkeypatch.setenv("WB_MICROVM_POOL", "0")
-    push_image(registry, "skills/python", "1", FILES)
+    push_image(allowed_registry, "skills/python", "1", FILES)
     rt = make_runtime(home=reachable_home(request))
-    skill_toolkit(toolkit_root, "skilledvm", "sh", f"oci://{registry.host}/skills/python:1=/skills/python")
+    skill_toolkit(toolkit_root, "skilledvm", "sh",
+                  f"oci://{allowed_registry.host}/skills/python:1=/skills/python")
     rt.discover(refresh=True)
     name = builder.build(rt, "skilledvm").name
     res = rt.call(name, ["-c", "cat /skills/python/README.md; sh /skills/python/bin/hello.sh; "

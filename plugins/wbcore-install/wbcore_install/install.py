@@ -24,7 +24,8 @@ import hashlib
 import os
 import re
 import shutil
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -254,6 +255,22 @@ def _staging(home: Path) -> Path:
     return leftovers.mkdtemp(STAGING_PREFIX, dir=base)
 
 
+@contextmanager
+def _staged_source(home: Path, source_text: str, *, sha256: str | None, env: Mapping[str, str] | None,
+                   first_party: bool, distribution: _dist.Client | None,
+                   ) -> Iterator[tuple[list[_Staged], Path, dict[str, LockEntry]]]:
+    """Under the home's lock: the source staged and verified in a fresh staging folder (removed
+    when the block ends), that folder, and the lock as it stands."""
+    source = parse_source(source_text, sha256)
+    with journal.home_lock(home):
+        work = _staging(home)
+        try:
+            staged = _stage(source, work, env, allow_first_party=first_party, distribution=distribution)
+            yield staged, work, read_lock(home / LOCKFILE)
+        finally:
+            unpack.remove_tree(work)
+
+
 def install(home: Path, source_text: str, *, sha256: str | None = None, force: bool = False,
             env: Mapping[str, str] | None = None, first_party: bool = False,
             distribution: _dist.Client | None = None) -> list[Installed]:
@@ -262,33 +279,27 @@ def install(home: Path, source_text: str, *, sha256: str | None = None, force: b
     A first-party toolkit from a git or archive source needs ``first_party=True``: the
     deployer says it is theirs, since it will get its profile's caps without consent.
     """
-    source = parse_source(source_text, sha256)
-    with journal.home_lock(home):
-        work = _staging(home)
-        try:
-            staged = _stage(source, work, env, allow_first_party=first_party, distribution=distribution)
-            lock = read_lock(home / LOCKFILE)
-            root = home / "toolkits"
-            results: list[Installed] = []
-            to_land: list[_Staged] = []
-            for s in staged:
-                target = root / s.entry.id
-                if target.is_dir() and not target.is_symlink() and lock.get(s.entry.id) == s.entry:
-                    if _installed_digest(target) == s.entry.digest:
-                        results.append(Installed(s.entry, target, s.caps, unchanged=True))
-                        continue
-                if (target.exists() or target.is_symlink()) and not force:
-                    raise InstallError(f"{s.entry.id} is already installed at {target} "
-                                       "(use --force to replace it)")
-                to_land.append(s)
-                results.append(Installed(s.entry, target, s.caps))
-            if to_land:
-                new_lock = {**lock, **{s.entry.id: s.entry for s in to_land}}
-                journal.land(home, {s.entry.id: s.dir for s in to_land}, new_lock, work,
-                             replace={s.entry.id for s in to_land} if force else set())
-            return results
-        finally:
-            unpack.remove_tree(work)
+    with _staged_source(home, source_text, sha256=sha256, env=env, first_party=first_party,
+                        distribution=distribution) as (staged, work, lock):
+        root = home / "toolkits"
+        results: list[Installed] = []
+        to_land: list[_Staged] = []
+        for s in staged:
+            target = root / s.entry.id
+            if target.is_dir() and not target.is_symlink() and lock.get(s.entry.id) == s.entry:
+                if _installed_digest(target) == s.entry.digest:
+                    results.append(Installed(s.entry, target, s.caps, unchanged=True))
+                    continue
+            if (target.exists() or target.is_symlink()) and not force:
+                raise InstallError(f"{s.entry.id} is already installed at {target} "
+                                   "(use --force to replace it)")
+            to_land.append(s)
+            results.append(Installed(s.entry, target, s.caps))
+        if to_land:
+            new_lock = {**lock, **{s.entry.id: s.entry for s in to_land}}
+            journal.land(home, {s.entry.id: s.dir for s in to_land}, new_lock, work,
+                         replace={s.entry.id for s in to_land} if force else set())
+        return results
 
 
 def preview(home: Path, source_text: str, *, sha256: str | None = None, force: bool = False,
@@ -296,42 +307,36 @@ def preview(home: Path, source_text: str, *, sha256: str | None = None, force: b
             distribution: _dist.Client | None = None) -> list[Change]:
     """What :func:`install` would do with the same arguments, landing nothing: the source is
     staged and verified exactly as an install would (a refusal raises the same error)."""
-    source = parse_source(source_text, sha256)
-    with journal.home_lock(home):
-        work = _staging(home)
-        try:
-            staged = _stage(source, work, env, allow_first_party=first_party, distribution=distribution)
-            lock = read_lock(home / LOCKFILE)
-            out = []
-            for s in staged:
-                target = home / "toolkits" / s.entry.id
-                old = lock.get(s.entry.id)
-                old_caps: tuple[str, ...] | None = None
-                old_version = old.version if old else None
-                if (target / signing.MANIFEST).is_file():
-                    try:
-                        m = _manifest.load(target / signing.MANIFEST)
-                        old_caps, old_version = tuple(m.caps), m.version
-                    except ManifestError:
-                        old_caps = ()
-                present = target.exists() or target.is_symlink()
-                if present and old == s.entry and _installed_digest(target) == s.entry.digest:
-                    action, why = "unchanged", ""
-                elif present and not force:
-                    action, why = "refused", (f"already installed at {target} "
-                                              "(push or install with --force to replace it)")
-                else:
-                    action, why = ("replace" if present else "new"), ""
+    with _staged_source(home, source_text, sha256=sha256, env=env, first_party=first_party,
+                        distribution=distribution) as (staged, _, lock):
+        out = []
+        for s in staged:
+            target = home / "toolkits" / s.entry.id
+            old = lock.get(s.entry.id)
+            old_caps: tuple[str, ...] | None = None
+            old_version = old.version if old else None
+            if (target / signing.MANIFEST).is_file():
                 try:
-                    reads_env = tuple(_consent.requested_env(_manifest.load(s.dir / signing.MANIFEST)))
+                    m = _manifest.load(target / signing.MANIFEST)
+                    old_caps, old_version = tuple(m.caps), m.version
                 except ManifestError:
-                    reads_env = ()
-                out.append(Change(s.entry.id, action, (old_version, s.entry.version),
-                                  (old_caps, tuple(s.caps)), (old.trust if old else None, s.entry.trust),
-                                  (old.signer if old else None, s.entry.signer), why, reads_env))
-            return out
-        finally:
-            unpack.remove_tree(work)
+                    old_caps = ()
+            present = target.exists() or target.is_symlink()
+            if present and old == s.entry and _installed_digest(target) == s.entry.digest:
+                action, why = "unchanged", ""
+            elif present and not force:
+                action, why = "refused", (f"already installed at {target} "
+                                          "(push or install with --force to replace it)")
+            else:
+                action, why = ("replace" if present else "new"), ""
+            try:
+                reads_env = tuple(_consent.requested_env(_manifest.load(s.dir / signing.MANIFEST)))
+            except ManifestError:
+                reads_env = ()
+            out.append(Change(s.entry.id, action, (old_version, s.entry.version),
+                              (old_caps, tuple(s.caps)), (old.trust if old else None, s.entry.trust),
+                              (old.signer if old else None, s.entry.signer), why, reads_env))
+        return out
 
 
 def _installed_digest(path: Path) -> str | None:

@@ -9,6 +9,7 @@ import select
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -74,6 +75,20 @@ def _open(chan, secret, sid, program="/bin/sh"):
     return kind, frames.unpack(payload)[0]
 
 
+@contextmanager
+def _shut_down_cleanly(chan, secret, proc):
+    """The block's session with the agent ``proc``, then the host's Shutdown frame: the agent must
+    exit 0; one still running when the block fails is killed."""
+    try:
+        yield
+        chan.send_frame(frames.shutdown(secret))
+        assert proc.wait(timeout=5) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def test_a_session_relays_keystrokes_and_its_exit_code(agent) -> None:
     chan, secret = agent
     assert _open(chan, secret, 1)[1]["ok"] is True
@@ -122,20 +137,16 @@ def test_the_relay_runs_over_one_socket_both_ways(tmp_path) -> None:
     out_r, out_w = os.pipe()
     os.close(in_w)  # no keystrokes: the program ends by itself
     try:
-        attach.handshake(chan, secret)
-        request = ShellRequest(program="/bin/sh", args=("-c", "printf 'over one socket\\n'; exit 6"))
-        code = attach.attach(chan, secret, request, stdin_fd=in_r, stdout_fd=out_w,
-                             deadline=time.monotonic() + 30)
-        assert code == 6
-        os.close(out_w)
-        out = os.read(out_r, 1 << 16)
-        assert b"over one socket" in out
-        chan.send_frame(frames.shutdown(secret))
-        assert proc.wait(timeout=5) == 0
+        with _shut_down_cleanly(chan, secret, proc):
+            attach.handshake(chan, secret)
+            request = ShellRequest(program="/bin/sh", args=("-c", "printf 'over one socket\\n'; exit 6"))
+            code = attach.attach(chan, secret, request, stdin_fd=in_r, stdout_fd=out_w,
+                                 deadline=time.monotonic() + 30)
+            assert code == 6
+            os.close(out_w)
+            out = os.read(out_r, 1 << 16)
+            assert b"over one socket" in out
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
         for fd in (in_r, out_r):
             os.close(fd)
         host.close()
@@ -164,16 +175,12 @@ def test_the_served_agent_runs_from_a_folder_with_frames_alone(make_runtime, tmp
                             stdout=subprocess.PIPE)
     chan = frames.Channel(proc.stdout.fileno(), proc.stdin.fileno())
     try:
-        served.handshake(chan, secret)
-        assert _open(chan, secret, 1)[1]["ok"] is True
-        chan.send_frame(frames.pty_data(1, b"exit 3\n", secret))
-        kind, payload = _next(chan, {frames.PTY_CLOSED})
-        assert frames.unpack(payload)[0]["exit_code"] == 3
-        chan.send_frame(frames.shutdown(secret))
-        assert proc.wait(timeout=5) == 0
+        with _shut_down_cleanly(chan, secret, proc):
+            served.handshake(chan, secret)
+            assert _open(chan, secret, 1)[1]["ok"] is True
+            chan.send_frame(frames.pty_data(1, b"exit 3\n", secret))
+            kind, payload = _next(chan, {frames.PTY_CLOSED})
+            assert frames.unpack(payload)[0]["exit_code"] == 3
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
         proc.stdin.close()
         proc.stdout.close()
