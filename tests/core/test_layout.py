@@ -84,7 +84,11 @@ OVER_BUDGET: dict[str, int] = {}  # empty: every module is within MAX_LINES, and
 #: unpack, refs.json), which left for wbcore-oci as Distribution.skill_image; the #+SKILL_IMAGES
 #: entries (parse, with the SkillImage record now in contract/distribution) and the cache a tier
 #: reads before asking for a client (cached) stayed.
-MAX_TOTAL_LINES = 17_199
+#: -137 for the HTTP server engine (guard/httpserve: 271 lines; uvicorn's protocol with a request's
+#: deadline and the connection and header caps, the uvicorn config, StreamGate, listen, raise_nofile),
+#: which left for wbcore-http-server; ServerLimits and the HttpServer and Server Protocols stayed as
+#: contract/http_server.py (102), with the HttpServerService record, its hook and accessor (+33).
+MAX_TOTAL_LINES = 17_062
 #: In-function imports of a core module (each one hid an edge): none, and none may come back. A
 #: module another needs only on some paths (start-up, docs/architecture.md) is named at the top
 #: with contract.lazy.module, which this test reads as an edge.
