@@ -76,10 +76,8 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=30)
     args = ap.parse_args()
 
-    import uvicorn
-
     from wbcore_engine import app as _app
-    from wbcore_runtime.guard import httpserve
+    from wbcore_runtime.contract import http_server
     from wbcore_runtime.runtime import Runtime
 
     with tempfile.TemporaryDirectory(prefix="wb-bench-console-") as tmp:
@@ -87,14 +85,15 @@ def main() -> int:
         t0 = time.perf_counter()
         generate(root, args.toolkits)
         print(f"generated {args.toolkits} toolkits in {time.perf_counter() - t0:.1f} s")
-        rt = Runtime.open(plugins=["engine"], home=home, roots=[root], cwd=Path(tmp))
+        rt = Runtime.open(plugins=["engine", "audit-trail", "http-server"], home=home, roots=[root],
+                          cwd=Path(tmp))
         print(f"wrote {args.audit} audit lines in {fill_audit(rt, args.audit):.1f} s "
               f"({sum(p.stat().st_size for p in rt.dock.audit.segments()) / 1e6:.1f} MB)")
         limits = _app.EngineLimits()
         port = _port()
         asgi = _app.build(rt, token=TOKEN, limits=limits)
-        uv = uvicorn.Server(httpserve.uvicorn_config(asgi, host="127.0.0.1", port=port, limits=limits.server,
-                                                     log_level="warning", lifespan="off"))
+        uv = http_server.service(rt).server(asgi, host="127.0.0.1", port=port, limits=limits.server,
+                                            log_level="warning", lifespan="off")
         thread = threading.Thread(target=uv.run, daemon=True)
         thread.start()
         while not uv.started:

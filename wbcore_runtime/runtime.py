@@ -299,6 +299,11 @@ class Runtime:
         return self._collect("wbcore_audit_trails", "audit-trail reader")
 
     @cached_property
+    def http_servers(self) -> _plugins.RecordRegistry[Any]:
+        """HTTP server engines (``wbcore_http_servers``): the engine's and ``wbx mcp serve --http``'s."""
+        return self._collect("wbcore_http_servers", "HTTP server")
+
+    @cached_property
     def fabric_engines(self) -> _plugins.RecordRegistry[Any]:
         """Engines that map one call over many inputs (``wbcore_fabric_engines``)."""
         return self._collect("wbcore_fabric_engines", "fabric engine")
@@ -347,7 +352,8 @@ class Runtime:
         return [getattr(self, name) for name in (
             "shapes", "lanes", "prefixes", "brokers", "tiers", "federation_sources", "builtins",
             "build_sandboxes", "guest_runners", "tool_providers", "distributions", "installers",
-            "audit_trails", "terminals", "fabric_engines", "llm_providers", "agent_loops")]
+            "audit_trails", "http_servers", "terminals", "fabric_engines", "llm_providers",
+            "agent_loops")]
 
     # --- state under $WB_HOME -----------------------------------------------------
 

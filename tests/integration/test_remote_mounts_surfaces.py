@@ -65,11 +65,9 @@ def runtime_with(make_runtime, toolkit_root: Path) -> Callable[..., Any]:
 
 @pytest.fixture
 def engine() -> Iterator[Callable[[Any], str]]:
-    """``engine(runtime)`` → the URL of a real engine on loopback (uvicorn in a thread)."""
-    import uvicorn
-
+    """``engine(runtime)`` → the URL of a real engine on loopback (the served HTTP server in a thread)."""
     from wbcore_engine import app as engine_app
-    from wbcore_runtime.guard import httpserve
+    from wbcore_runtime.contract import http_server
 
     servers: list[tuple[Any, threading.Thread]] = []
 
@@ -79,8 +77,8 @@ def engine() -> Iterator[Callable[[Any], str]]:
             port = s.getsockname()[1]
         limits = engine_app.EngineLimits()
         asgi = engine_app.build(runtime, token=TOKEN, bind="127.0.0.1", limits=limits)
-        uv = uvicorn.Server(httpserve.uvicorn_config(asgi, host="127.0.0.1", port=port, limits=limits.server,
-                                                     log_level="warning", lifespan="off"))
+        uv = http_server.service(runtime).server(asgi, host="127.0.0.1", port=port, limits=limits.server,
+                                                 log_level="warning", lifespan="off")
         thread = threading.Thread(target=uv.run, daemon=True)
         thread.start()
         servers.append((uv, thread))

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
         FabricEngine,
         FederationSource,
         GuestRunnerService,
+        HttpServerService,
         InstallerService,
         IsolationTier,
         LlmProvider,
@@ -257,6 +258,22 @@ def wbcore_audit_trails() -> Iterable[AuditTrailService]:
         @hookimpl
         def wbcore_audit_trails():
             yield AuditTrailService(name="audit-trail", summary="read and verify", factory=_reader)
+    """
+
+
+@hookspec
+def wbcore_http_servers() -> Iterable[HttpServerService]:
+    """Called once per runtime, when ``wbx engine serve`` or ``wbx mcp serve --http`` first asks for
+    ``contract.http_server.service(runtime)``.
+
+    Returns HTTP server engines: an ASGI app served with every bound of ``ServerLimits`` (a
+    request's deadline, connection, header and stream caps), the listening socket, the open-file
+    limit. With none served those surfaces say so ("no HTTP server is installed; pip install
+    wbcore-http-server")::
+
+        @hookimpl
+        def wbcore_http_servers():
+            yield HttpServerService(name="uvicorn", summary="bounded uvicorn", factory=_server)
     """
 
 

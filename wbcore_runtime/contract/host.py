@@ -102,6 +102,8 @@ class RuntimeServices(Protocol):
     @property
     def audit_trails(self) -> Registry[Any]: ...  # of ``records.AuditTrailService``
     @property
+    def http_servers(self) -> Registry[Any]: ...  # of ``records.HttpServerService``
+    @property
     def fabric_engines(self) -> Registry[Any]: ...  # of ``records.FabricEngine``
     @property
     def llm_providers(self) -> Registry[Any]: ...  # of ``records.LlmProvider``

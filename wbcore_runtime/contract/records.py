@@ -265,6 +265,12 @@ class AuditTrailService(Service):
 
 
 @dataclass(frozen=True, slots=True)
+class HttpServerService(Service):
+    """The HTTP server engine, for ``wbx engine serve`` and ``wbx mcp serve --http`` (an ASGI app
+    served with every bound of ``ServerLimits``): ``contract.http_server``'s ``HttpServer``."""
+
+
+@dataclass(frozen=True, slots=True)
 class BuiltinCommand:
     """A reserved built-in command (seed 000: ``upper``, ``grep``, ``jq``, ``wbox``).
 
@@ -348,6 +354,7 @@ RECORD_KINDS: dict[str, type] = {
     "wbcore_terminals": TerminalService,
     "wbcore_installers": InstallerService,
     "wbcore_audit_trails": AuditTrailService,
+    "wbcore_http_servers": HttpServerService,
     "wbcore_fabric_engines": FabricEngine,
     "wbcore_llm_providers": LlmProvider,
     "wbcore_agent_loops": AgentLoop,

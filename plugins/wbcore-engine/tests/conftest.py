@@ -1,4 +1,4 @@
-"""Fixtures of the wbcore-engine tests: a real engine on loopback (uvicorn in a thread)."""
+"""Fixtures of the wbcore-engine tests: a real engine on loopback (the served HTTP server in a thread)."""
 
 from __future__ import annotations
 
@@ -41,17 +41,16 @@ def serve_engine() -> Iterator[Any]:
     stops: list[tuple[Any, threading.Thread]] = []
 
     def start(runtime: Any, **kw: Any) -> Served:
-        import uvicorn
         from wbcore_engine import app as _app
-        from wbcore_runtime.guard import httpserve
+        from wbcore_runtime.contract import http_server
 
         port = _free_port()
         bind = kw.pop("bind", "127.0.0.1")
         limits = kw.setdefault("limits", _app.EngineLimits())
         asgi = _app.build(runtime, token=TOKEN, bind=bind, **kw)
         # the server as wbx engine serve runs it: every connection-level bound in force
-        uv = uvicorn.Server(httpserve.uvicorn_config(asgi, host=bind, port=port, limits=limits.server,
-                                                     log_level="warning", lifespan="off"))
+        uv = http_server.service(runtime).server(asgi, host=bind, port=port, limits=limits.server,
+                                                 log_level="warning", lifespan="off")
         thread = threading.Thread(target=uv.run, daemon=True)
         thread.start()
         stops.append((uv, thread))

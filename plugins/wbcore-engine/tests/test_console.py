@@ -21,7 +21,7 @@ SEED0 = base64.b64encode(bytes(32)).decode()
 SECRET = "sk-console-secret-value-0123"
 
 #: The engine and the plugins its routes ask the runtime for (push: the installer; audit: the reader).
-ENGINE = ["engine", "install", "audit-trail"]
+ENGINE = ["engine", "install", "audit-trail", "http-server"]
 
 
 def _hidden(html: str, name: str) -> str:
@@ -347,7 +347,7 @@ def test_a_pipeline_runs_stages_timings_and_failure_are_shown(served):
 
 def test_console_streams_share_the_engines_per_client_stream_cap(make_runtime, serve_engine):
     from wbcore_engine.app import EngineLimits
-    from wbcore_runtime.guard.httpserve import ServerLimits
+    from wbcore_runtime.contract.http_server import ServerLimits
 
     eng = serve_engine(make_runtime(plugins=ENGINE),
                        limits=EngineLimits(server=ServerLimits(max_streams_per_client=1), heartbeat_s=0.2))

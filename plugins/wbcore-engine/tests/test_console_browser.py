@@ -83,8 +83,8 @@ def test_console_in_a_real_browser(tmp_path, monkeypatch, make_runtime, serve_en
                       after_review,
                       reply(tool("done", result="published after approval"), text="Approved: publishing.")]
         env = {"WB_LLM_BASE_URL": llm.base_url, "WB_LLM_API_KEY": "sk-console-browser-key"}
-        rt = make_runtime(plugins=["engine", "audit-trail", "wasmtime", "agent", "act", "llm-openai",
-                                   "brokers-state"], roots=[root], env=env)
+        rt = make_runtime(plugins=["engine", "audit-trail", "http-server", "wasmtime", "agent", "act",
+                                   "llm-openai", "brokers-state"], roots=[root], env=env)
         eng = serve_engine(rt)
         with releasing(decided), sync_api.sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])

@@ -22,7 +22,7 @@ from wbcore_testing.fixtures import write_toolkit
 SEED0 = base64.b64encode(bytes(32)).decode()
 
 #: The engine and the plugins its routes ask the runtime for (push: the installer; audit: the reader).
-ENGINE = ["engine", "install", "audit-trail"]
+ENGINE = ["engine", "install", "audit-trail", "http-server"]
 
 
 def snapshot(home: Path) -> dict[str, object]:
@@ -161,7 +161,7 @@ def test_push_is_bounded_and_checks_its_input(make_runtime, serve_engine, wb_hom
 
 def test_calls_go_through_dispatch(make_runtime, serve_engine):
     pytest.importorskip("wbcore_wasmtime")
-    eng = serve_engine(make_runtime(plugins=["engine", "install", "wasmtime"]))
+    eng = serve_engine(make_runtime(plugins=["engine", "http-server", "install", "wasmtime"]))
     with httpx.Client(base_url=eng.url, headers=eng.auth, timeout=30) as c:
         r = c.post("/v1/calls/upper", json={"stdin": "hello engine"})
         assert r.status_code == 200, r.text
@@ -222,7 +222,7 @@ def test_audit_trail_streams_over_sse(make_runtime, serve_engine):
 
 
 def test_the_audit_routes_name_the_reader_to_install_when_none_is_served(make_runtime, serve_engine):
-    eng = serve_engine(make_runtime(plugins=["engine"]))  # wbcore-audit-trail not chosen
+    eng = serve_engine(make_runtime(plugins=["engine", "http-server"]))  # wbcore-audit-trail not chosen
     for path in ("/v1/audit", "/v1/audit/events"):
         r = httpx.get(eng.url + path, headers=eng.auth, timeout=10)
         assert r.status_code == 404 and "pip install wbcore-audit-trail" in r.text, (path, r.text)
@@ -355,8 +355,8 @@ def test_a_real_session_streams_events_over_sse(make_runtime, serve_engine, tmp_
     with ScriptedLlm("openai") as llm:
         llm.script = [reply(tool("wb", op="list"), text="Looking."), reply(tool("done", result="listed"))]
         env = {"WB_LLM_BASE_URL": llm.base_url, "WB_LLM_API_KEY": "sk-engine-test-key"}
-        rt = make_runtime(plugins=["engine", "wasmtime", "agent", "act", "llm-openai", "brokers-state"],
-                          env=env)
+        rt = make_runtime(plugins=["engine", "http-server", "wasmtime", "agent", "act", "llm-openai",
+                                   "brokers-state"], env=env)
         assert host_for(rt) is not None
         agent = tmp_path / "lister.org"
         agent.write_text("* Lister :agent:\n  :PROPERTIES:\n  :ID: lister\n  :MODEL: openai:scripted-model\n"

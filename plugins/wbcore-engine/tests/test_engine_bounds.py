@@ -1,11 +1,11 @@
-"""The engine's bounds: a request's deadline, connection and stream caps per client and in
-all, bounded JSON, run options within their documented ranges, the live-session cap, and
-the Host check on a non-default loopback bind. Misbehaving clients connect from other
-loopback addresses (127.0.0.3, 127.0.0.4) so the per-client caps are what they meet."""
+"""The engine's bounds: its event streams capped per client (the HTTP server's stream gate over
+the engine's SSE routes), bounded JSON, run options within their documented ranges, the
+live-session cap, the Host check on a non-default loopback bind, a busy port, and no HTTP
+server installed. The connection-level bounds themselves (a request's deadline, connection and
+header caps, on both of uvicorn's protocols) are the HTTP server's: wbcore-http-server's tests."""
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from typing import Any
@@ -13,22 +13,9 @@ from typing import Any
 import httpx
 import pytest
 
-from wbcore_runtime.guard.httpserve import ServerLimits
+from wbcore_runtime.contract.http_server import ServerLimits
 
-@pytest.fixture(autouse=True, params=["httptools", "h11"])
-def protocol(request, monkeypatch) -> str:
-    """Every bound holds on both of uvicorn's HTTP protocols (httptools is the default)."""
-    from wbcore_runtime.guard import httpserve
-
-    if request.param == "h11":
-        from uvicorn.protocols.http.h11_impl import H11Protocol
-
-        monkeypatch.setattr(httpserve, "_base_protocol", lambda: (H11Protocol, False))
-    else:
-        pytest.importorskip("httptools")
-    return request.param
-
-
+ENGINE = ["engine", "audit-trail", "http-server"]
 SMALL = ServerLimits(request_deadline_s=1.5, max_connections=64, max_connections_per_client=24,
                      max_streams=8, max_streams_per_client=3)
 
@@ -39,77 +26,8 @@ def _limits(**kw: Any) -> Any:
     return EngineLimits(server=SMALL, **kw)
 
 
-def _port(url: str) -> int:
-    return int(url.rsplit(":", 1)[1])
-
-
-def _connect(port: int, source: str) -> socket.socket:
-    s = socket.socket()
-    s.settimeout(5)
-    s.bind((source, 0))
-    s.connect(("127.0.0.1", port))
-    return s
-
-
-def _recv_all(s: socket.socket) -> bytes:
-    out = b""
-    while True:
-        try:
-            chunk = s.recv(4096)
-        except (ConnectionResetError, TimeoutError):
-            return out
-        if not chunk:
-            return out
-        out += chunk
-
-
-def test_silent_and_dripping_clients_are_cut_at_the_deadline_and_capped_per_client(make_runtime,
-                                                                                   serve_engine):
-    eng = serve_engine(make_runtime(plugins=["engine", "audit-trail"]), limits=_limits())
-    port = _port(eng.url)
-    silent = [_connect(port, "127.0.0.3") for _ in range(30)]  # 6 past the per-client cap
-    drip = _connect(port, "127.0.0.4")
-    try:
-        t0 = time.monotonic()
-        r = httpx.get(eng.url + "/v1/toolkits", headers=eng.auth, timeout=5)
-        assert r.status_code == 200 and time.monotonic() - t0 < 1.0  # the good client is not blocked
-        answers = [_recv_all(s) for s in silent[24:]]  # refused at once, before any request
-        assert all(a.startswith(b"HTTP/1.1 503") and b"too-many-connections" in a for a in answers), answers
-        for byte in b"GET /v1/toolkits HTTP/1.1\r\nHost: 127.0.0.1\r\n":  # a header byte every 0.1 s
-            try:
-                drip.send(bytes([byte]))
-            except OSError:
-                break
-            time.sleep(0.1)
-        assert _recv_all(drip).startswith(b"HTTP/1.1 408")  # the drip did not extend its deadline
-        for s in silent[:24]:
-            assert _recv_all(s).startswith(b"HTTP/1.1 408")
-        # the cap is free again
-        again = _connect(port, "127.0.0.3")
-        again.sendall(b"GET /v1/toolkits HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-        assert _recv_all(again).startswith(b"HTTP/1.1 401")  # reached the app: no token sent
-        again.close()
-    finally:
-        for s in [*silent, drip]:
-            s.close()
-
-
-def test_a_body_that_does_not_arrive_in_time_is_cut(make_runtime, serve_engine):
-    eng = serve_engine(make_runtime(plugins=["engine", "audit-trail"]), limits=_limits())
-    s = _connect(_port(eng.url), "127.0.0.3")
-    try:
-        s.sendall(f"POST /v1/calls/x HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {eng.token}\r\n"
-                  "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{".encode())
-        t0 = time.monotonic()
-        got = _recv_all(s)
-        assert time.monotonic() - t0 < 5
-        assert got.startswith(b"HTTP/1.1 408") or got == b""  # answered 408 by whichever layer saw it first
-    finally:
-        s.close()
-
-
 def test_streams_are_capped_per_client(make_runtime, serve_engine):
-    eng = serve_engine(make_runtime(plugins=["engine", "audit-trail"]), limits=_limits())
+    eng = serve_engine(make_runtime(plugins=ENGINE), limits=_limits())
     with httpx.Client(timeout=10) as c:
         held = []
         try:
@@ -136,7 +54,7 @@ def test_streams_are_capped_per_client(make_runtime, serve_engine):
 
 
 def test_deep_and_oversized_json_is_400_or_413_not_500(make_runtime, serve_engine):
-    eng = serve_engine(make_runtime(plugins=["engine", "audit-trail"]))
+    eng = serve_engine(make_runtime(plugins=ENGINE))
     with httpx.Client(base_url=eng.url, headers=eng.auth, timeout=30) as c:
         r = c.post("/v1/calls/anything", content=b"[" * 1000 + b"]" * 1000)
         assert r.status_code == 400 and "1000 levels deep" in r.json()["message"]
@@ -191,7 +109,7 @@ class _Hold:
 ])
 def test_run_options_outside_their_range_are_400(make_runtime, serve_engine, options, says):
     host = _Hold()
-    eng = serve_engine(make_runtime(plugins=["engine", "audit-trail"]), sessions=host)
+    eng = serve_engine(make_runtime(plugins=ENGINE), sessions=host)
     r = httpx.post(eng.url + "/v1/sessions", headers=eng.auth, timeout=10,
                    json={"agent": "helper", "task": "t", "options": options})
     assert r.status_code == 400 and says in r.json()["message"], r.text
@@ -200,7 +118,7 @@ def test_run_options_outside_their_range_are_400(make_runtime, serve_engine, opt
 
 def test_live_sessions_are_capped(make_runtime, serve_engine):
     host = _Hold()
-    eng = serve_engine(make_runtime(plugins=["engine", "audit-trail"]), sessions=host,
+    eng = serve_engine(make_runtime(plugins=ENGINE), sessions=host,
                        limits=_limits(max_sessions=3))
     with httpx.Client(base_url=eng.url, headers=eng.auth, timeout=10) as c:
         made = [c.post("/v1/sessions", json={"agent": "helper", "task": "t", "options": {"max_steps": 5}})
@@ -213,30 +131,12 @@ def test_live_sessions_are_capped(make_runtime, serve_engine):
 
 
 def test_an_engine_on_another_loopback_address_accepts_its_own_host(make_runtime, serve_engine):
-    eng = serve_engine(make_runtime(plugins=["engine", "audit-trail"]), bind="127.0.0.2")
+    eng = serve_engine(make_runtime(plugins=ENGINE), bind="127.0.0.2")
     assert eng.url.startswith("http://127.0.0.2:")
     with httpx.Client(headers=eng.auth, timeout=10) as c:
         assert c.get(eng.url + "/v1/toolkits").status_code == 200  # Host: 127.0.0.2:<port>
         assert c.get(eng.url + "/v1/toolkits", headers={"host": "127.0.0.2"}).status_code == 200
         assert c.get(eng.url + "/v1/toolkits", headers={"host": "127.0.0.3"}).status_code == 421
-
-
-def test_headers_past_the_cap_are_refused(make_runtime, serve_engine, protocol):
-    eng = serve_engine(make_runtime(plugins=["engine", "audit-trail"]), limits=_limits())
-    s = _connect(_port(eng.url), "127.0.0.3")
-    try:
-        s.sendall(b"GET /v1/toolkits HTTP/1.1\r\nHost: 127.0.0.1\r\n")
-        for i in range(SMALL.max_header_bytes // 1000 + 8):  # a header line at a time, never the end
-            try:
-                s.sendall(f"X-Pad-{i}: {'p' * 990}\r\n".encode())
-            except OSError:
-                break
-        got = _recv_all(s)
-        assert got.startswith(b"HTTP/1.1 431" if protocol == "httptools" else b"HTTP/1.1 400"), got[:80]
-    finally:
-        s.close()
-    r = httpx.get(eng.url + "/v1/toolkits", headers={**eng.auth, "x-fine": "f" * 8000}, timeout=5)
-    assert r.status_code == 200  # headers under the cap pass
 
 
 def test_a_busy_port_is_refused_before_any_banner(tmp_path) -> None:
@@ -247,4 +147,14 @@ def test_a_busy_port_is_refused_before_any_banner(tmp_path) -> None:
     port, r = serve_on_a_busy_port("engine", "serve", home=tmp_path / "home")
     assert r.returncode == 2, r.stderr
     assert f"port {port} on 127.0.0.1 is already in use" in r.stderr and "--port" in r.stderr
+    assert "serving on" not in r.stderr + r.stdout
+
+
+def test_serve_without_an_http_server_names_the_distribution_to_install(wbx, make_runtime) -> None:
+    """The HTTP server is a service (wbcore-http-server): with none served, `wbx engine serve`
+    says what to install, before it binds or prints anything."""
+    rt = make_runtime(plugins=["engine", "install", "audit-trail"])  # no http-server
+    r = wbx("engine", "serve", "--port", "0", runtime=rt)
+    assert r.exit_code == 127, r.stderr
+    assert "no HTTP server is installed; pip install wbcore-http-server" in r.stderr
     assert "serving on" not in r.stderr + r.stdout

@@ -35,7 +35,8 @@ def pushable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_push_builds_then_calls_answer(pushable: Path, make_runtime, serve_engine, wbx, wb_home) -> None:
-    server = make_runtime(plugins=["engine", "install", "wasmtime", "sources"], roots=[wb_home / "toolkits"])
+    server = make_runtime(plugins=["engine", "http-server", "install", "wasmtime", "sources"],
+                          roots=[wb_home / "toolkits"])
     eng = serve_engine(server)
     client = make_runtime(roots=[pushable])
     r = wbx("toolkit", "push", "b64", eng.url, "--token", eng.token, runtime=client)
@@ -50,7 +51,8 @@ def test_push_builds_then_calls_answer(pushable: Path, make_runtime, serve_engin
 
 def test_push_without_build_then_the_build_endpoint(pushable: Path, make_runtime, serve_engine, wbx,
                                                     wb_home) -> None:
-    server = make_runtime(plugins=["engine", "install", "wasmtime", "sources"], roots=[wb_home / "toolkits"])
+    server = make_runtime(plugins=["engine", "http-server", "install", "wasmtime", "sources"],
+                          roots=[wb_home / "toolkits"])
     eng = serve_engine(server)
     client = make_runtime(roots=[pushable])
     r = wbx("toolkit", "push", "b64", eng.url, "--no-build", "--token", eng.token, runtime=client)

@@ -1,1 +1,2 @@
-"""wbcore-engine: ``wbx engine serve``, the engine service (an ASGI app on starlette + uvicorn)."""
+"""wbcore-engine: ``wbx engine serve``, the engine service (an ASGI app on starlette, served by
+wbcore-http-server)."""

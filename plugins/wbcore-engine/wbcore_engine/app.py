@@ -19,9 +19,10 @@ Routes (``/openapi.json`` describes them, :mod:`wbcore_engine.openapi`):
 Every request passes :func:`wbcore_runtime.guard.httpguard.refusal` (bearer token, Host, Origin) first.
 Every body is read against a size cap while it arrives and within a deadline; every call,
 wait and stream has an upper bound (:class:`EngineLimits`); the connection-level bounds (a deadline
-for a whole request, connection and stream caps, the idle timeout) are
-:mod:`wbcore_runtime.guard.httpserve`'s. The audit endpoints read from the end of the trail (tail)
-or follow it from a cursor (SSE): memory per request is a block and a batch, not the trail.
+for a whole request, connection and stream caps, the idle timeout) are the HTTP server's
+(``wbcore_runtime.contract.http_server``, served by wbcore-http-server). The audit endpoints read
+from the end of the trail (tail) or follow it from a cursor (SSE): memory per request is a block
+and a batch, not the trail.
 """
 
 from __future__ import annotations
@@ -43,8 +44,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from wbcore_engine import sessions as _sessions
-from wbcore_runtime.guard import httpguard, httpserve
-from wbcore_runtime.contract import audit_trail, jsonbound
+from wbcore_runtime.guard import httpguard
+from wbcore_runtime.contract import audit_trail, http_server, jsonbound
 from wbcore_runtime.contract.errors import ErrorKind, NotFound, WbError
 
 MiB = 1 << 20
@@ -83,7 +84,7 @@ class EngineLimits:
     #: Worker threads the SSE streams' polls share (apart from the routes' default pool).
     stream_threads: int = 8
     #: The connection-level bounds (request deadline, connection and stream caps, idle timeout).
-    server: httpserve.ServerLimits = httpserve.ServerLimits()
+    server: http_server.ServerLimits = http_server.ServerLimits()
 
 
 class HttpError(Exception):
@@ -590,7 +591,9 @@ def _wrap(handler: Callable[[Request], Any]) -> Callable[[Request], Any]:
 def build(runtime: Any, *, token: str | None, bind: str = "127.0.0.1", allow_hosts: Any = (),
           sessions: _sessions.SessionHost | None = None, limits: EngineLimits = EngineLimits()) -> Any:
     """The engine's ASGI app, guarded by :class:`wbcore_runtime.guard.httpguard.Guard` (token, Host,
-    Origin)."""
+    Origin); its streams gated by the HTTP server (``contract.http_server.service``: none served is
+    ``NotFound`` naming wbcore-http-server)."""
+    served = http_server.service(runtime)
     engine = Engine(runtime, sessions=sessions, limits=limits)
     routes = [
         Route("/openapi.json", _wrap(engine.openapi), methods=["GET"]),
@@ -618,8 +621,6 @@ def build(runtime: Any, *, token: str | None, bind: str = "127.0.0.1", allow_hos
     both = console.Paths(console.app(engine, policy), app)
     # the SSE routes (API and console) hold their connection: capped per client and in all,
     # behind the token (or login) check
-    gated = httpserve.StreamGate(
-        both, limits.server, is_stream=lambda scope: scope["path"].endswith("/events")
-    )
+    gated = served.stream_gate(both, limits.server, is_stream=lambda scope: scope["path"].endswith("/events"))
     return console.Split(gated, httpguard.Guard(gated, policy), policy)
 

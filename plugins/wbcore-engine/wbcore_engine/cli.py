@@ -1,4 +1,5 @@
-"""``wbx engine serve``: the engine API on uvicorn (loopback, bearer token)."""
+"""``wbx engine serve``: the engine API on the HTTP server wbcore-http-server serves (loopback, bearer
+token)."""
 
 from __future__ import annotations
 
@@ -42,23 +43,22 @@ def serve(
 ) -> None:
     """Serve until interrupted. Without a token one is made and printed: the engine never
     runs without one (it can install toolkits and run commands)."""
-    import uvicorn
-
     from wbcore_engine import app as _app
-    from wbcore_runtime.guard import httpguard, httpserve
+    from wbcore_runtime.contract import http_server
+    from wbcore_runtime.guard import httpguard
 
     made = not token
     token = httpguard.check_token(token or secrets.token_urlsafe(32), option=f"--token / {TOKEN_ENV}")
-    sock = httpserve.listen(host, port, what="wbx engine serve")  # a busy port fails here, before any banner
+    served = http_server.service(runtime)  # none installed: NotFound naming wbcore-http-server
+    sock = served.listen(host, port, what="wbx engine serve")  # a busy port fails here, before any banner
     port = sock.getsockname()[1]  # --port 0 took a free one: the banner names it
     limits = _app.EngineLimits()
     asgi = _app.build(runtime, token=token, bind=host, allow_hosts=allow_hosts, limits=limits)
     # every connection-level bound (docs/engine.md "Bounds"): a whole request within its deadline,
     # connections per client and in all, the idle timeout; the open-file limit lifted to fit them
-    httpserve.raise_nofile(limits.server)
-    config = httpserve.uvicorn_config(asgi, host=host, port=port, limits=limits.server, log_level="warning",
-                                      lifespan="off")
-    uv = uvicorn.Server(config)
+    served.raise_nofile(limits.server)
+    uv = served.server(asgi, host=host, port=port, limits=limits.server, ready=ready, log_level="warning",
+                       lifespan="off")
     if server_out is not None:
         server_out.append(uv)
     if made:
@@ -68,12 +68,4 @@ def serve(
         )
     print(f"wbx engine: serving on http://{host}:{port} (OpenAPI: /openapi.json; the console: /console)",
           file=sys.stderr, flush=True)
-    if ready is not None:
-        orig = uv.startup
-
-        async def startup(sockets: Any = None) -> None:
-            await orig(sockets)
-            ready.set()
-
-        uv.startup = startup  # type: ignore[method-assign]
     uv.run(sockets=[sock])

@@ -17,8 +17,8 @@ Every read is bounded: toolkits and audit lines come a page at a time
 (:data:`PAGE`, :data:`AUDIT_PAGE`; a filtered audit page looks at no more than
 :data:`AUDIT_SCAN` lines), request bodies are read against the API's caps
 (:func:`wbcore_engine.app.read_body`), live views reuse the API's SSE streams (capped per
-client by :class:`wbcore_runtime.guard.httpserve.StreamGate`), and the tables the console keeps
-(logins, sessions it started, staged pushes) have fixed sizes.
+client by the HTTP server's ``stream_gate``, ``wbcore_runtime.contract.http_server``), and the
+tables the console keeps (logins, sessions it started, staged pushes) have fixed sizes.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Entry point of wbcore-engine: the ``wbx engine`` command. starlette and uvicorn load only when used."""
+"""Entry point of wbcore-engine: the ``wbx engine`` command. starlette and the HTTP server load only
+when used."""
 
 from __future__ import annotations
 

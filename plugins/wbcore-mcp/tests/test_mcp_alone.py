@@ -34,3 +34,17 @@ def test_without_a_tool_provider_the_error_names_wbcore_act(make_runtime, wbx) -
         build_server(rt)
     r = wbx("mcp", "tools", runtime=rt)
     assert r.exit_code != 0 and "pip install wbcore-act" in r.stdout + r.stderr
+
+
+def test_http_without_an_http_server_names_wbcore_http_server(make_runtime, wbx) -> None:
+    """``--http`` is served by the HTTP server service (wbcore-http-server): with none served,
+    the error says what to install, before any socket or banner."""
+    from wbcore_runtime.contract.errors import NotFound
+    from wbcore_mcp.server import serve_http
+
+    rt = make_runtime(plugins=["mcp", "act"])
+    with pytest.raises(NotFound, match="no HTTP server is installed; pip install wbcore-http-server"):
+        serve_http(rt, port=0)
+    r = wbx("mcp", "serve", "--http", "--port", "0", runtime=rt)
+    assert r.exit_code == 127 and "pip install wbcore-http-server" in r.stdout + r.stderr
+    assert "serving" not in r.stdout + r.stderr

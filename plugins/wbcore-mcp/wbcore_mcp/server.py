@@ -29,7 +29,9 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from wbcore_runtime.contract import http_server
 from wbcore_runtime.contract.errors import WbError
+from wbcore_runtime.contract.http_server import HttpServer, ServerLimits
 from wbcore_runtime.dispatch import mounts as granting
 from wbcore_runtime.trust.policy import CAP_UNIVERSE
 
@@ -555,15 +557,13 @@ async def anyio_to_thread(fn: Any, *args: Any) -> Any:
     return await anyio.to_thread.run_sync(fn, *args)
 
 
-def http_app(server: Any, *, host: str, path: str = "/mcp", token: str | None = None,
-             allow_hosts: Iterable[str] = (), lean: bool = True, limits: Any = None) -> Any:
+def http_app(server: Any, *, http: HttpServer, host: str, path: str = "/mcp", token: str | None = None,
+             allow_hosts: Iterable[str] = (), lean: bool = True, limits: ServerLimits | None = None) -> Any:
     """The ASGI app of ``server`` over streamable HTTP, guarded (``wbcore_mcp.http_guard``):
     Host/Origin checked on every bind address, and the bearer token when one is set; the SDK's
     session cap and idle expiry (:data:`MAX_SESSIONS`, :data:`SESSION_IDLE_S`), and its
-    standalone SSE streams (``GET``) capped per client and in all
-    (:class:`wbcore_runtime.guard.httpserve.StreamGate`)."""
-    from wbcore_runtime.guard import httpserve
-
+    standalone SSE streams (``GET``) capped per client and in all (``http.stream_gate``, the
+    HTTP server's: ``wbcore_runtime.contract.http_server``)."""
     from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE
 
     from wbcore_mcp import http_guard
@@ -575,8 +575,8 @@ def http_app(server: Any, *, host: str, path: str = "/mcp", token: str | None = 
         from wbcore_mcp.fastpath import LeanHTTP
 
         app = LeanHTTP(app, server, path=path, security=security, max_body=DEFAULT_MAX_REQUEST_BODY_SIZE)
-    app = httpserve.StreamGate(app, limits or httpserve.ServerLimits(),
-                               is_stream=lambda scope: scope["method"] == "GET" and scope["path"] == path)
+    app = http.stream_gate(app, limits or ServerLimits(),
+                           is_stream=lambda scope: scope["method"] == "GET" and scope["path"] == path)
     token = http_guard.check_token(token)
     return http_guard.BearerAuth(app, token) if token else app
 
@@ -585,37 +585,26 @@ def serve_http(runtime: Runtime, *, host: str = "127.0.0.1", port: int = 8765, p
                ready: threading.Event | None = None, token: str | None = None,
                allow_hosts: Iterable[str] = (), build: bool = False, lean: bool = True, **kw: Any) -> None:
     """Serve streamable HTTP on ``host:port`` (loopback by default) until interrupted."""
-    import uvicorn
-
     from wbcore_mcp import http_guard
-    from wbcore_runtime.guard import httpserve
 
     token = http_guard.check_token(token)
+    http = http_server.service(runtime)  # none installed: NotFound naming wbcore-http-server
     # a busy port fails here, before any banner or build
-    sock = httpserve.listen(host, port, what="wbx mcp serve")
+    sock = http.listen(host, port, what="wbx mcp serve")
     port = sock.getsockname()[1]  # --port 0 took a free one: the banner names it
-    limits = httpserve.ServerLimits()
+    limits = ServerLimits()
     server = build_server(runtime, warm=True, **kw)
-    app = http_app(server, host=host, path=path, token=token, allow_hosts=allow_hosts, lean=lean,
+    app = http_app(server, http=http, host=host, path=path, token=token, allow_hosts=allow_hosts, lean=lean,
                    limits=limits)
     if build:
         build_all(server)
     # a whole request within its deadline, connections per client and in all, the idle timeout
-    httpserve.raise_nofile(limits)
-    config = httpserve.uvicorn_config(app, host=host, port=port, limits=limits, log_level="warning",
-                                      lifespan="on")
-    uv = uvicorn.Server(config)
+    http.raise_nofile(limits)
+    uv = http.server(app, host=host, port=port, limits=limits, ready=ready, log_level="warning",
+                     lifespan="on")
     warn = http_guard.warning(host, token)
     if warn:
         print(warn, file=sys.stderr, flush=True)
     print(f"wbx mcp: serving streamable HTTP on http://{host}:{port}{path}"
           f"{' (bearer token required)' if token else ''}", file=sys.stderr, flush=True)
-    if ready is not None:
-        orig = uv.startup
-
-        async def startup(sockets: Any = None) -> None:
-            await orig(sockets)
-            ready.set()
-
-        uv.startup = startup  # type: ignore[method-assign]
     uv.run(sockets=[sock])

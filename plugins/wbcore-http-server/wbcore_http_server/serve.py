@@ -1,15 +1,15 @@
-"""How every wbcore HTTP server is bounded (``wbx engine serve``, ``wbx mcp serve --http``).
+"""The HTTP server engine of every wbcore HTTP server (``wbx engine serve``, ``wbx mcp serve --http``):
+an ASGI app on uvicorn with every bound of ``wbcore_runtime.contract.http_server.ServerLimits``.
 
-Both serve an ASGI app on uvicorn. uvicorn brings some bounds of its own, used as they are:
-``timeout_keep_alive`` (an idle keep-alive connection closes), ``limit_concurrency`` (a
-backstop: 503 past it) and, on its h11 protocol, ``h11_max_incomplete_event_size`` (a
-request line plus headers larger than it is refused with 400). It has no deadline for a
-request to *arrive*: a client that opens a socket and sends nothing, or one header byte
-every few seconds (slowloris), holds its connection for ever — uvicorn only times out the
-gap *after* a response. :func:`protocol_class` adds what is missing, at the depth where a
-connection exists (the asyncio protocol; nothing above it sees a request that never came),
-on uvicorn's httptools protocol when httptools is installed (about twice h11's requests per
-second), else on h11:
+uvicorn brings some bounds of its own, used as they are: ``timeout_keep_alive`` (an idle
+keep-alive connection closes), ``limit_concurrency`` (a backstop: 503 past it) and, on its h11
+protocol, ``h11_max_incomplete_event_size`` (a request line plus headers larger than it is
+refused with 400). It has no deadline for a request to *arrive*: a client that opens a socket
+and sends nothing, or one header byte every few seconds (slowloris), holds its connection for
+ever — uvicorn only times out the gap *after* a response. :func:`protocol_class` adds what is
+missing, at the depth where a connection exists (the asyncio protocol; nothing above it sees a
+request that never came), on uvicorn's httptools protocol when httptools is installed (about
+twice h11's requests per second), else on h11:
 
 - **a deadline to receive a whole request** (request line, headers and body), started when
   the connection opens and again after each response: a request still incomplete then is
@@ -21,8 +21,11 @@ second), else on h11:
   capped like h11's setting: past ``max_header_bytes`` without the end of the headers the
   client gets ``431`` and the connection closes.
 
-:class:`StreamGate` caps the long-lived responses (SSE streams) per client and in all, and
-:func:`raise_nofile` lifts the process's open-file limit to what the caps need.
+:class:`StreamGate` caps the long-lived responses (SSE streams) per client and in all,
+:func:`raise_nofile` lifts the process's open-file limit to what the caps need, and
+:func:`listen` binds the socket before anything says "serving". :class:`Uvicorn` is what the
+plugin serves (``contract.http_server.HttpServer``); the surfaces take it with
+``contract.http_server.service(runtime)``.
 """
 
 from __future__ import annotations
@@ -30,34 +33,13 @@ from __future__ import annotations
 import errno
 import resource
 import socket
+import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from wbcore_runtime.contract.errors import InvalidArgs
-
-KiB = 1 << 10
-
-
-@dataclass(frozen=True, slots=True)
-class ServerLimits:
-    """The four bounds of a wbcore HTTP server (seconds, counts, bytes); docs/engine.md lists them."""
-
-    #: A whole request (line, headers, body) must arrive within this many seconds.
-    request_deadline_s: float = 30.0
-    #: Idle keep-alive connections close after this many seconds (uvicorn's ``timeout_keep_alive``).
-    idle_s: int = 15
-    #: Open connections in all, and from one client address.
-    max_connections: int = 1024
-    max_connections_per_client: int = 256
-    #: Concurrent long-lived streams (SSE) in all, and from one client address.
-    max_streams: int = 512
-    max_streams_per_client: int = 128
-    #: The request line plus headers (h11's ``max_incomplete_event_size``).
-    max_header_bytes: int = 32 * KiB
-    #: How long a graceful stop waits for responses in progress.
-    graceful_s: int = 10
-
+from wbcore_runtime.contract.host import RuntimeServices
+from wbcore_runtime.contract.http_server import HttpServer, Server, ServerLimits
 
 _REFUSED = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\n"
             b"retry-after: 5\r\ncontent-length: %d\r\n\r\n%s")
@@ -268,4 +250,39 @@ def listen(host: str, port: int, *, what: str, option: str = "--port") -> socket
                           f"or choose another port with {option}") from None
     sock.listen(2048)  # listening, not only bound: a client acting on "serving on" is queued, never refused
     return sock
+
+
+class Uvicorn:
+    """The served engine (``contract.http_server.HttpServer``): this module's functions, and a
+    ``uvicorn.Server`` with every bound in force."""
+
+    def listen(self, host: str, port: int, *, what: str, option: str = "--port") -> socket.socket:
+        return listen(host, port, what=what, option=option)
+
+    def raise_nofile(self, limits: ServerLimits, *, spare: int = 256) -> int:
+        return raise_nofile(limits, spare=spare)
+
+    def stream_gate(self, app: Any, limits: ServerLimits, *,
+                    is_stream: Callable[[dict[str, Any]], bool]) -> Any:
+        return StreamGate(app, limits, is_stream)
+
+    def server(self, app: Any, *, host: str, port: int, limits: ServerLimits,
+               ready: threading.Event | None = None, **options: Any) -> Server:
+        import uvicorn
+
+        uv = uvicorn.Server(uvicorn_config(app, host=host, port=port, limits=limits, **options))
+        if ready is not None:
+            orig = uv.startup
+
+            async def startup(sockets: Any = None) -> None:
+                await orig(sockets)
+                ready.set()
+
+            uv.startup = startup  # type: ignore[method-assign]
+        return uv
+
+
+def service(_runtime: RuntimeServices) -> HttpServer:
+    """``HttpServerService.factory``: the engine holds no state (each server's counters are its own)."""
+    return Uvicorn()
 
