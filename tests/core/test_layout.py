@@ -86,7 +86,9 @@ OVER_BUDGET: dict[str, int] = {}  # empty: every module is within MAX_LINES, and
 #: reads before asking for a client (cached) stayed.
 #: 17,199 → 17,186: the seven choose-one-service accessors (five `service()`s, the guest runner,
 #: the build sandbox) and the agent loop's became one `contract.host.Choice` each.
-MAX_TOTAL_LINES = 17_186
+#: +4 for the record types contract/terminal and contract/audit_trail name again (ShellRequest.mounts a
+#: `dispatch.mounts.Mount`, as in wire/terminal; the reader's `log` a `dispatch.audit.AuditLog`).
+MAX_TOTAL_LINES = 17_190
 #: In-function imports of a core module (each one hid an edge): none, and none may come back. A
 #: module another needs only on some paths (start-up, docs/architecture.md) is named at the top
 #: with contract.lazy.module, which this test reads as an edge.
