@@ -92,7 +92,9 @@ OVER_BUDGET: dict[str, int] = {}  # empty: every module is within MAX_LINES, and
 #: request's deadline and the connection and header caps, the uvicorn config, StreamGate, listen,
 #: raise_nofile) left for wbcore-http-server; ServerLimits and the HttpServer and Server Protocols
 #: stayed as contract/http_server, with its record, hook and Choice.
-MAX_TOTAL_LINES = 16_885
+#: +4 for the record types contract/terminal and contract/audit_trail name again (ShellRequest.mounts
+#: a `dispatch.mounts.Mount`, as in wire/terminal; the reader's `log` a `dispatch.audit.AuditLog`).
+MAX_TOTAL_LINES = 16_889
 #: In-function imports of a core module (each one hid an edge): none, and none may come back. A
 #: module another needs only on some paths (start-up, docs/architecture.md) is named at the top
 #: with contract.lazy.module, which this test reads as an edge.

@@ -4,18 +4,21 @@ The core writes the trail (``dispatch.audit``: every decision, hash-chained, sig
 reading it (the whole trail, its tail, a filtered page, a cursor that follows it, the check
 that its chain holds) is an engine a plugin serves through ``wbcore_audit_trails``
 (``wbcore-audit-trail``); a caller takes it with :func:`service`. Every operation takes the
-writer (``dispatch.audit.AuditLog``, typed ``Any`` here: it lives above the contract) and first
-writes this process's queued decisions (``log.flush()``), so a reader sees what was recorded
-before it. An entry is one decision as written (a dict), or ``{"seq": None, "unparseable": …}``.
+writer (``dispatch.audit.AuditLog``) and first writes this process's queued decisions
+(``log.flush()``), so a reader sees what was recorded before it. An entry is one decision as
+written (a dict), or ``{"seq": None, "unparseable": …}``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from wbcore_runtime.contract.host import Choice
+
+if TYPE_CHECKING:
+    from wbcore_runtime.dispatch.audit import AuditLog
 
 ENV_CHOICE = "WB_AUDIT_TRAIL"
 NONE_INSTALLED = "no audit-trail reader is installed; pip install wbcore-audit-trail"
@@ -50,28 +53,28 @@ class Cursor(Protocol):
 
 
 class AuditTrail(Protocol):
-    """The reading operations; ``log`` is a ``dispatch.audit.AuditLog``."""
+    """The reading operations on the writer's log."""
 
-    def entries(self, log: Any) -> Iterator[Entry]:
+    def entries(self, log: AuditLog) -> Iterator[Entry]:
         """Every written decision, oldest first (export and ``--verify``, not servers)."""
         ...
 
-    def tail(self, log: Any, n: int, *, after: int = -1) -> list[Entry]:
+    def tail(self, log: AuditLog, n: int, *, after: int = -1) -> list[Entry]:
         """The last ``n`` decisions with ``seq > after``, oldest first."""
         ...
 
-    def page(self, log: Any, n: int, *, before: int | None = None,
+    def page(self, log: AuditLog, n: int, *, before: int | None = None,
              match: Callable[[Entry], bool] | None = None, scan: int = 10_000,
              contains: tuple[bytes, ...] = ()) -> tuple[list[Entry], int | None]:
         """Up to ``n`` decisions with ``seq < before``, newest first, that ``match`` keeps, looking
         at no more than ``scan`` lines; and the ``before`` of the next page (``None``: the start)."""
         ...
 
-    def cursor(self, log: Any, after: int) -> Cursor:
+    def cursor(self, log: AuditLog, after: int) -> Cursor:
         """A :class:`Cursor` past ``after``."""
         ...
 
-    def verify(self, log: Any) -> list[Problem]:
+    def verify(self, log: AuditLog) -> list[Problem]:
         """Check the whole chain and the signed head and anchor; an empty list means it holds."""
         ...
 

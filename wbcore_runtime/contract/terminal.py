@@ -29,9 +29,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from wbcore_runtime.contract.host import Choice
+
+if TYPE_CHECKING:
+    from wbcore_runtime.dispatch.mounts import Mount
 
 ENV_CHOICE = "WB_TERMINAL"
 NONE_INSTALLED = "no terminal service is installed; pip install wbcore-terminal"
@@ -47,9 +50,7 @@ class ShellRequest:
 
     program: str = "/bin/sh"
     args: Sequence[str] = ()
-    #: ``wbcore_runtime.dispatch.mounts.Mount``s granted by ``parse_mounts`` (named in words: the
-    #: mounts live above the contract in the flow).
-    mounts: Sequence[Any] = ()
+    mounts: Sequence[Mount] = ()  # granted by wbcore_runtime.dispatch.mounts.parse_mounts
     timeout_s: float = 3600.0
     env: Mapping[str, str] = field(default_factory=dict)
 

@@ -48,7 +48,7 @@ def run_shell(runtime: Any, tier_name: str, mounts: list[str], program: str, arg
                                     timeout_s=timeout)
     driver = shell_tier(runtime, tier_name).factory(runtime)
     pty = terminal.service(runtime)
-    sandbox = driver.open_shell(request)
+    sandbox: terminal.ShellSandbox = driver.open_shell(request)
     try:
         return pty.attach(sandbox.channel, sandbox.secret, request, stdin_fd=stdin_fd, stdout_fd=stdout_fd,
                           deadline=time.monotonic() + timeout)

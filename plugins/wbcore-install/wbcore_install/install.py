@@ -20,7 +20,6 @@ entry and fails, landing nothing, on drift. The records (``Source``, ``LockEntry
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
@@ -30,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wbcore_runtime.store import leftovers
+from wbcore_runtime.store.artifacts import sha256_file
 from wbcore_runtime.trust import signing
 from wbcore_runtime.guard import unpack
 from wbcore_runtime.guard import fetch as _fetch
@@ -110,14 +110,6 @@ def parse_source(text: str, sha256: str | None = None) -> Source:
     raise InvalidArgs(f"{text}: not a folder, git+ URL or archive (.tar.gz, .tgz, .tar, .zip)")
 
 
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _download(url: str, dest: Path, env: Mapping[str, str] | None) -> None:
     """Through the one fetcher: SSRF guard on every hop, capped and bounded while streaming."""
     seen = os.environ if env is None else env
@@ -169,7 +161,7 @@ def fetch(source: Source, work: Path, env: Mapping[str, str] | None = None,
         if size > MAX_DOWNLOAD:
             raise InstallError(f"{source.location}: over the {MAX_DOWNLOAD}-byte archive cap")
         shutil.copyfile(source.location, archive)
-    digest = _sha256_file(archive)
+    digest = sha256_file(archive)
     if source.sha256 and digest != source.sha256:
         raise InstallError(f"{source.location}: sha256 is {digest} but --sha256 pins {source.sha256}")
     unpack.unpack(archive, tree, TREE_CAPS)

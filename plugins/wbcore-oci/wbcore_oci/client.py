@@ -45,6 +45,7 @@ from wbcore_runtime.contract.distribution import (
     TOOLKIT_LAYER,
     TOOLKIT_TYPE,
     Descriptor,
+    Distribution,
     Layer,
     Pulled,
     Pushed,
@@ -383,7 +384,7 @@ class OciDistribution:
         return skill_images.resolve(home, image, env, client=self)
 
 
-def service(_runtime: Any) -> OciDistribution:
+def service(_runtime: Any) -> Distribution:
     """``DistributionService.factory``: the client holds no state of the runtime's (each call
-    takes the deployer's environment)."""
+    takes the deployer's environment); typed as the Protocol, so mypy checks the class against it."""
     return OciDistribution()

@@ -59,8 +59,9 @@ def resolve(home: Path, image: SkillImage, env: Mapping[str, str] | None, *, cli
                                  artifact_types=(IMAGE_CONFIG, SKILL_CONFIG, SKILL_TYPE))
             got = pulled.reference.digest
             assert got is not None
-            final = tree_of(root, got).parent
-            if not (final / "tree").is_dir():
+            target = tree_of(root, got)  # the layout is the core's: <digest>/tree
+            final = target.parent
+            if not target.is_dir():
                 tree = work / "tree"
                 caps = Caps(max_files=MAX_FILES, max_bytes=MAX_BYTES)
                 for desc, path in pulled.layers:
@@ -88,7 +89,7 @@ def resolve(home: Path, image: SkillImage, env: Mapping[str, str] | None, *, cli
                                indent=1) + "\n")
                 stage = work / "stage"
                 stage.mkdir()
-                os.rename(tree, stage / "tree")
+                os.rename(tree, stage / target.name)
                 os.rename(work / "meta.json", stage / "meta.json")
                 os.rename(stage, final)
             if not ref.digest:
@@ -96,7 +97,7 @@ def resolve(home: Path, image: SkillImage, env: Mapping[str, str] | None, *, cli
                 tmp = root / f".refs.{os.getpid()}"
                 tmp.write_text(json.dumps(refs, sort_keys=True, indent=1) + "\n")
                 os.rename(tmp, refs_path(root))
-            return final / "tree"
+            return target
         finally:
             if work.exists():
                 for dirpath, _dirs, _files in os.walk(work):

@@ -14,7 +14,7 @@ import tty
 from pathlib import Path
 from typing import Any
 
-from wbcore_runtime.contract.terminal import FrameChannel, PtyError, ShellRequest
+from wbcore_runtime.contract.terminal import FrameChannel, PtyError, ShellRequest, Terminal
 from wbcore_runtime.wire import frames
 
 from wbcore_terminal import agent
@@ -35,7 +35,8 @@ class Pty:
                       deadline=deadline)
 
 
-def service(_runtime: Any) -> Pty:
+def service(_runtime: Any) -> Terminal:
+    """``TerminalService.factory`` (typed as the Protocol, so mypy checks the class against it)."""
     return Pty()
 
 
