@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
 from wbcore_install import install
+from wbcore_runtime.contract.errors import InvalidArgs
 from wbcore_testing.toolkit_sources import SEED0_B64
 
 
@@ -28,3 +30,31 @@ def test_plain_git_urls_are_git_sources():
     assert (src.kind, src.location, src.commit) == ("git", "https://example.invalid/tk.git", "a" * 40)
     with pytest.raises(Exception, match="pin a commit"):
         install.parse_source("https://example.invalid/tk.git")
+
+
+@pytest.mark.timeout(60)
+def test_a_local_archive_swapped_for_a_link_to_an_endless_device_is_refused_not_copied(tmp_path) -> None:
+    """Parsed as a regular archive, then swapped before the copy: a link to /dev/zero has size 0
+    (under any size check) and never ends; the copy opens without following it and caps as it reads."""
+    archive = tmp_path / "tk.tar.gz"
+    archive.write_bytes(b"")
+    source = install.parse_source(str(archive), None)
+    assert source.kind == "archive"
+    archive.unlink()
+    archive.symlink_to("/dev/zero")
+    (tmp_path / "work").mkdir()
+    with pytest.raises(InvalidArgs, match="cannot open"):
+        install.fetch(source, tmp_path / "work")
+    assert not (tmp_path / "work" / "tree").exists()
+
+
+@pytest.mark.timeout(60)
+def test_a_local_archive_swapped_for_a_fifo_is_refused_without_blocking(tmp_path) -> None:
+    archive = tmp_path / "tk.tar.gz"
+    archive.write_bytes(b"")
+    source = install.parse_source(str(archive), None)
+    archive.unlink()
+    os.mkfifo(archive)  # no writer: a blocking open or read would never return
+    (tmp_path / "work").mkdir()
+    with pytest.raises(InvalidArgs, match="not a regular file"):
+        install.fetch(source, tmp_path / "work")

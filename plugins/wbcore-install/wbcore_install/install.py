@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -156,12 +155,15 @@ def fetch(source: Source, work: Path, env: Mapping[str, str] | None = None,
     archive = work / (base if unpack.is_archive(base) else "archive")  # messages name the archive
     if source.location.startswith(("https://", "http://")):
         _download(source.location, archive, env)
+        digest = sha256_file(archive)
     else:
         size = Path(source.location).stat().st_size
         if size > MAX_DOWNLOAD:
             raise InstallError(f"{source.location}: over the {MAX_DOWNLOAD}-byte archive cap")
-        shutil.copyfile(source.location, archive)
-    digest = sha256_file(archive)
+        # the core's one local copy: capped while it reads (the size above proves nothing about a
+        # file that grows before it is copied), a regular file only, a link swapped in refused
+        digest = _fetch.copy_local(Path(source.location), archive, max_bytes=MAX_DOWNLOAD,
+                                   shown=source.location)
     if source.sha256 and digest != source.sha256:
         raise InstallError(f"{source.location}: sha256 is {digest} but --sha256 pins {source.sha256}")
     unpack.unpack(archive, tree, TREE_CAPS)
