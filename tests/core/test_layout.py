@@ -94,7 +94,8 @@ OVER_BUDGET: dict[str, int] = {}  # empty: every module is within MAX_LINES, and
 #: stayed as contract/http_server, with its record, hook and Choice.
 #: +4 for the record types contract/terminal and contract/audit_trail name again (ShellRequest.mounts
 #: a `dispatch.mounts.Mount`, as in wire/terminal; the reader's `log` a `dispatch.audit.AuditLog`).
-MAX_TOTAL_LINES = 16_889
+#: +2: toolkit/manifest's subtree_text is public and documented (an agent's system prompt reads it).
+MAX_TOTAL_LINES = 16_891
 #: In-function imports of a core module (each one hid an edge): none, and none may come back. A
 #: module another needs only on some paths (start-up, docs/architecture.md) is named at the top
 #: with contract.lazy.module, which this test reads as an edge.

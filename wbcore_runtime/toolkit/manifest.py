@@ -221,7 +221,7 @@ def _toolkit_node(text: str, path: Path) -> _Node | None:
             if child.level <= node.level:
                 break
             if child.level == node.level + 1:
-                children.append((child.heading, _subtree_text(child)))
+                children.append((child.heading, subtree_text(child)))
         return _Node(
             title=node.heading,
             line=node.linenumber,
@@ -235,11 +235,13 @@ def _toolkit_node(text: str, path: Path) -> _Node | None:
     return None
 
 
-def _subtree_text(node: Any) -> str:
+def subtree_text(node: Any) -> str:
+    """An Org node's body with every heading and body below it, as written (a skill section, an
+    agent's system prompt)."""
     parts = [node.body]
     for child in node.children:
         parts.append("*" * child.level + " " + child.heading)
-        parts.append(_subtree_text(child))
+        parts.append(subtree_text(child))
     return "\n".join(p for p in parts if p)
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from wbcore_runtime.contract.errors import InvalidArgs, ManifestError
-from wbcore_runtime.toolkit.manifest import read_text
+from wbcore_runtime.toolkit.manifest import read_text, subtree_text
 
 MAX_INDEX_SKILLS = 8
 SYSTEM_PROMPT_HEADING = "system prompt"
@@ -66,14 +66,6 @@ class AgentDef:
         }
 
 
-def _subtree(node: Any) -> str:
-    parts = [node.body]
-    for child in node.children:
-        parts.append("*" * child.level + " " + child.heading)
-        parts.append(_subtree(child))
-    return "\n".join(p for p in parts if p)
-
-
 def parse(text: str, path: Path | str | None = None) -> AgentDef:
     """Parse agent Org text; a file without an ``:agent:`` node is an ``InvalidArgs``."""
     import orgparse
@@ -88,7 +80,7 @@ def parse(text: str, path: Path | str | None = None) -> AgentDef:
         raise InvalidArgs(f"{where}: no headline tagged :agent:")
     props = {str(k).upper(): str(v).strip() for k, v in node.properties.items()}
     prompt_node = next((c for c in node.children if c.heading.strip().lower() == SYSTEM_PROMPT_HEADING), None)
-    prompt = _subtree(prompt_node) if prompt_node is not None else node.body
+    prompt = subtree_text(prompt_node) if prompt_node is not None else node.body
     toolkits = tuple(dict.fromkeys(t for t in _SPLIT.split(props.get("TOOLKITS", "")) if t))
     return AgentDef(
         id=props.get("ID") or where.stem,
