@@ -10,6 +10,7 @@
     python3 dev.py setup            # set up only
     python3 dev.py lint             # set up, then the lint stage alone (ruff, then mypy)
     python3 dev.py isolated         # tests/core with only the core, then each plugin installed alone with it
+    python3 dev.py tox              # write tox.ini (the same environments, for tox) from the pyprojects
     python3 dev.py bench            # the benchmarks in bench/
 
 Set-up: the system packages the product uses (apt-get, when run as root on Debian/Ubuntu;
@@ -202,7 +203,7 @@ def _local_deps(dists: list[Path]) -> list[Path]:
 
 
 def _ensure_venv(env: Path, dists: list[Path] | None, tag: str) -> None:
-    dists = PLUGINS if dists is None else _local_deps([*dists, TESTING])
+    dists, extras = _requirements(PLUGINS if dists is None else dists)
     stamp_file = env / f".wb-stamp-{tag}"
     stamp = _stamp()
     if stamp_file.exists() and stamp_file.read_text() == stamp:
@@ -222,15 +223,12 @@ def _ensure_venv(env: Path, dists: list[Path] | None, tag: str) -> None:
     # import-hook finder per distribution: start-up stays as fast as a regular install.
     args = [_bin(env, "python"), "-m", "pip", "install", "--disable-pip-version-check", "-q",
             "--config-settings", "editable_mode=compat", "-e", f"{ROOT}[test]"]
-    extras: list[str] = []
+    # Plugins go in without "[test]": pip's resolver mis-orders local editables that carry
+    # extras when one depends on another, so test extras are listed plainly (one naming a
+    # distribution of this repository, wbcore-testing, is met by its -e).
     for d in dists:
-        # Plugins go in without "[test]": pip's resolver mis-orders local editables that
-        # carry extras when one depends on another, so test extras are listed plainly.
         args += ["-e", str(d)]
-        extras += _pyproject(d).get("optional-dependencies", {}).get("test", [])
-    # A test extra naming a distribution of this repository (wbcore-testing) is met by its -e above.
-    local = {_pyproject(p)["name"] for p in PLUGINS}
-    args += sorted({e for e in extras if re.split(r"[ <>=!~;\[]", e, maxsplit=1)[0] not in local})
+    args += extras
     print("dev: installing the core and " + (", ".join(d.name for d in dists) or "no plugins"), flush=True)
     # llama-cpp-python (wbcore-llm-local) is built from source here. ggml's default build targets the
     # build machine's CPU, and a virtual CPU can advertise instructions (AMX, AVX-512) it then faults
@@ -239,6 +237,44 @@ def _ensure_venv(env: Path, dists: list[Path] | None, tag: str) -> None:
     pip_env = {**os.environ, "CMAKE_ARGS": os.environ.get("CMAKE_ARGS", "-DGGML_NATIVE=OFF")}
     subprocess.run(args, check=True, env=pip_env)
     stamp_file.write_text(stamp)
+
+
+def _requirements(dists: list[Path]) -> tuple[list[Path], list[str]]:
+    """What an environment of ``dists`` installs, as ``_ensure_venv`` does: the plugins of this
+    repository they need (transitively, test extras included), then the other test requirements."""
+    dists = _local_deps([*dists, TESTING])
+    local = {_pyproject(p)["name"] for p in PLUGINS}
+    extras = {e for d in dists for e in _pyproject(d).get("optional-dependencies", {}).get("test", [])}
+    return dists, sorted(e for e in extras if re.split(r"[ <>=!~;\[]", e, maxsplit=1)[0] not in local)
+
+
+def tox_ini() -> str:
+    """tox.ini, made from the distributions' pyproject.toml files (``python3 dev.py tox`` writes it;
+    tests/core/test_tox_ini.py checks it is current): the same environments ``dev.py isolated``
+    builds, for whoever runs tox."""
+    names = [p.name for p in PLUGINS]
+    out = ["# Made by `python3 dev.py tox` from each distribution's pyproject.toml: edit those, not this.",
+           "# One env per plugin distribution, installed alone with the core (plus the plugins of this",
+           "# repository it depends on, test extras included), as `python3 dev.py isolated` does without",
+           "# tox, and one all-in env (`python3 dev.py test` is the all-in run).",
+           "[tox]", f"envlist = {', '.join(['all', 'core', *names])}", "skip_missing_interpreters = true", "",
+           "[testenv]", "package = skip", "setenv =", "    WB_HOME = {envtmpdir}/wb-home", "",
+           "[testenv:core]", "description = the core alone: tests/core needs no plugin", "deps =",
+           "    -e .[test]", "    -e plugins/wbcore-testing",
+           "commands = pytest {toxinidir}/tests/core -p no:cacheprovider {posargs}", "",
+           "[testenv:all]", "description = the core and every plugin", "deps =", "    -e .[test]"]
+    dists, extras = _requirements(PLUGINS)
+    out += [f"    -e plugins/{d.name}" for d in dists] + [f"    {e}" for e in extras]
+    out += ["commands =", "    pytest {toxinidir}/tests {posargs}"]
+    out += [f"    pytest {{toxinidir}}/plugins/{n}/tests {{posargs}}" for n in names
+            if (ROOT / "plugins" / n / "tests").is_dir()]
+    for plugin in PLUGINS:
+        dists, extras = _requirements([plugin])
+        out += ["", f"[testenv:{plugin.name}]", f"description = {plugin.name} installed alone with the core",
+                f"changedir = {{toxinidir}}/plugins/{plugin.name}", "deps =", "    -e {toxinidir}[test]"]
+        out += [f"    -e {{toxinidir}}/plugins/{d.name}" for d in dists] + [f"    {e}" for e in extras]
+        out += ["commands = pytest tests -p no:cacheprovider {posargs}"]
+    return "\n".join(out) + "\n"
 
 
 def _drop_stale_metadata() -> None:
@@ -572,10 +608,14 @@ def main(argv: list[str]) -> int:
         worst = isolated(rest, totals)
         closing(totals)
         return worst
+    if what == "tox":
+        (ROOT / "tox.ini").write_text(tox_ini())
+        print("dev: wrote tox.ini")
+        return 0
     if what == "bench":
         ensure_venv()
         return run([_bin(VENV, "python"), str(ROOT / "bench" / "run.py"), *rest], cwd=ROOT)
-    print(f"dev: unknown command {what!r}; the commands are setup, demo, test, lint, isolated, bench")
+    print(f"dev: unknown command {what!r}; the commands are setup, demo, test, lint, isolated, tox, bench")
     print(__doc__)
     return 2
 
