@@ -79,6 +79,8 @@ def test_one_unpacker() -> None:
         "plugins/wbcore-publish/wbcore_publish/bundle.py": "writes the bundle's zip (mode 'w')",
         # test support: builds the hostile tars the unpacker's tests feed it (mode 'w:gz')
         "plugins/wbcore-testing/wbcore_testing/toolkit_sources.py": "writes test archives (mode 'w:gz')",
+        # test support: the OCI image layers its registry tests push (mode 'w')
+        "plugins/wbcore-testing/wbcore_testing/oci_images.py": "writes test image layers (mode 'w')",
     }
     readers = _hits(r"tarfile\.open\(|zipfile\.ZipFile\(|\.extractall\(|\.extractfile\(", home)
     assert not readers, (
