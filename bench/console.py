@@ -91,9 +91,10 @@ def main() -> int:
               f"({sum(p.stat().st_size for p in rt.dock.audit.segments()) / 1e6:.1f} MB)")
         limits = _app.EngineLimits()
         port = _port()
-        asgi = _app.build(rt, token=TOKEN, limits=limits)
-        uv = http_server.service(rt).server(asgi, host="127.0.0.1", port=port, limits=limits.server,
-                                            log_level="warning", lifespan="off")
+        served = http_server.service(rt)
+        asgi = _app.build(rt, token=TOKEN, served=served, limits=limits)
+        uv = served.server(asgi, host="127.0.0.1", port=port, limits=limits.server, log_level="warning",
+                           lifespan="off")
         thread = threading.Thread(target=uv.run, daemon=True)
         thread.start()
         while not uv.started:

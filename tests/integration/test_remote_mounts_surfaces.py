@@ -76,9 +76,10 @@ def engine() -> Iterator[Callable[[Any], str]]:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         limits = engine_app.EngineLimits()
-        asgi = engine_app.build(runtime, token=TOKEN, bind="127.0.0.1", limits=limits)
-        uv = http_server.service(runtime).server(asgi, host="127.0.0.1", port=port, limits=limits.server,
-                                                 log_level="warning", lifespan="off")
+        served = http_server.service(runtime)
+        asgi = engine_app.build(runtime, token=TOKEN, served=served, bind="127.0.0.1", limits=limits)
+        uv = served.server(asgi, host="127.0.0.1", port=port, limits=limits.server, log_level="warning",
+                           lifespan="off")
         thread = threading.Thread(target=uv.run, daemon=True)
         thread.start()
         servers.append((uv, thread))

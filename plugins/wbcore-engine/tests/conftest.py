@@ -47,10 +47,11 @@ def serve_engine() -> Iterator[Any]:
         port = _free_port()
         bind = kw.pop("bind", "127.0.0.1")
         limits = kw.setdefault("limits", _app.EngineLimits())
-        asgi = _app.build(runtime, token=TOKEN, bind=bind, **kw)
+        served = http_server.service(runtime)
+        asgi = _app.build(runtime, token=TOKEN, served=served, bind=bind, **kw)
         # the server as wbx engine serve runs it: every connection-level bound in force
-        uv = http_server.service(runtime).server(asgi, host=bind, port=port, limits=limits.server,
-                                                 log_level="warning", lifespan="off")
+        uv = served.server(asgi, host=bind, port=port, limits=limits.server, log_level="warning",
+                           lifespan="off")
         thread = threading.Thread(target=uv.run, daemon=True)
         thread.start()
         stops.append((uv, thread))

@@ -277,7 +277,13 @@ class Engine:
         from wbcore_runtime.guard import unpack
 
         home = self.runtime.home
-        install = installs.service(self.runtime)  # NotFound naming wbcore-install when none is served
+        try:
+            install = installs.service(self.runtime)  # NotFound naming wbcore-install when none is served
+        except WbError as exc:
+            if not dry:  # a push meant to land is audited whatever stops it, a missing installer too
+                self._audit_push(data, name, "denied", time.perf_counter(), kind=exc.kind.value,
+                                 reason="no-installer")
+            raise
         base = home / leftovers.STAGING
         base.mkdir(parents=True, exist_ok=True)
         work = leftovers.mkdtemp(leftovers.STAGING_PREFIX, dir=base)
@@ -588,12 +594,13 @@ def _wrap(handler: Callable[[Request], Any]) -> Callable[[Request], Any]:
     return route
 
 
-def build(runtime: Any, *, token: str | None, bind: str = "127.0.0.1", allow_hosts: Any = (),
-          sessions: _sessions.SessionHost | None = None, limits: EngineLimits = EngineLimits()) -> Any:
+def build(runtime: Any, *, token: str | None, served: http_server.HttpServer, bind: str = "127.0.0.1",
+          allow_hosts: Any = (), sessions: _sessions.SessionHost | None = None,
+          limits: EngineLimits = EngineLimits()) -> Any:
     """The engine's ASGI app, guarded by :class:`wbcore_runtime.guard.httpguard.Guard` (token, Host,
-    Origin); its streams gated by the HTTP server (``contract.http_server.service``: none served is
-    ``NotFound`` naming wbcore-http-server)."""
-    served = http_server.service(runtime)
+    Origin); its streams gated by ``served``, the HTTP server that will serve it (the caller chose it
+    once, with ``contract.http_server.service(runtime)``: none served is ``NotFound`` naming
+    wbcore-http-server)."""
     engine = Engine(runtime, sessions=sessions, limits=limits)
     routes = [
         Route("/openapi.json", _wrap(engine.openapi), methods=["GET"]),

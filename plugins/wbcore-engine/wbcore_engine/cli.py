@@ -53,7 +53,7 @@ def serve(
     sock = served.listen(host, port, what="wbx engine serve")  # a busy port fails here, before any banner
     port = sock.getsockname()[1]  # --port 0 took a free one: the banner names it
     limits = _app.EngineLimits()
-    asgi = _app.build(runtime, token=token, bind=host, allow_hosts=allow_hosts, limits=limits)
+    asgi = _app.build(runtime, token=token, served=served, bind=host, allow_hosts=allow_hosts, limits=limits)
     # every connection-level bound (docs/engine.md "Bounds"): a whole request within its deadline,
     # connections per client and in all, the idle timeout; the open-file limit lifted to fit them
     served.raise_nofile(limits.server)

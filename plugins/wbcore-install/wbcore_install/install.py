@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wbcore_runtime.store import leftovers
-from wbcore_runtime.store.artifacts import sha256_file
 from wbcore_runtime.trust import signing
 from wbcore_runtime.guard import unpack
 from wbcore_runtime.guard import fetch as _fetch
@@ -109,11 +108,13 @@ def parse_source(text: str, sha256: str | None = None) -> Source:
     raise InvalidArgs(f"{text}: not a folder, git+ URL or archive (.tar.gz, .tgz, .tar, .zip)")
 
 
-def _download(url: str, dest: Path, env: Mapping[str, str] | None) -> None:
-    """Through the one fetcher: SSRF guard on every hop, capped and bounded while streaming."""
+def _download(url: str, dest: Path, env: Mapping[str, str] | None) -> str:
+    """Through the one fetcher: SSRF guard on every hop, capped and bounded while streaming; the
+    sha256 of the bytes written, hashed as they streamed (no second read of ``dest``)."""
     seen = os.environ if env is None else env
-    _fetch.download(url, dest, guard=NetGuard.from_env(seen),
-                    limits=_fetch.FetchLimits(max_bytes=MAX_DOWNLOAD, timeout=HTTP_TIMEOUT_S), env=seen)
+    return _fetch.download(url, dest, guard=NetGuard.from_env(seen),
+                           limits=_fetch.FetchLimits(max_bytes=MAX_DOWNLOAD, timeout=HTTP_TIMEOUT_S),
+                           env=seen).sha256
 
 
 def fetch(source: Source, work: Path, env: Mapping[str, str] | None = None,
@@ -154,8 +155,7 @@ def fetch(source: Source, work: Path, env: Mapping[str, str] | None = None,
     base = re.sub(r"[^A-Za-z0-9._-]", "_", source.location.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1])
     archive = work / (base if unpack.is_archive(base) else "archive")  # messages name the archive
     if source.location.startswith(("https://", "http://")):
-        _download(source.location, archive, env)
-        digest = sha256_file(archive)
+        digest = _download(source.location, archive, env)
     else:
         size = Path(source.location).stat().st_size
         if size > MAX_DOWNLOAD:
