@@ -68,3 +68,15 @@ def test_no_tool_provider_installed_names_the_distribution(make_runtime) -> None
     rt = make_runtime(plugins=[])  # the core alone serves no tools
     with pytest.raises(NotFound, match="no tool provider is installed.*pip install wbcore-act"):
         tools.service(rt)
+
+
+def test_a_call_takes_a_map_and_its_timeout_metadata_only_shortens_the_deadline() -> None:
+    assert ToolCall("t.x").args_map() == {}
+    assert ToolCall("t.x", cbor.dumps({"a": 1})).args_map() == {"a": 1}
+    with pytest.raises(InvalidArgs, match=r"t\.x: arguments must be a map \(JSON object\), got list"):
+        ToolCall("t.x", cbor.dumps([1, 2])).args_map()
+    asks = ToolCall("t.x", metadata=Metadata({"std:timeout-ms": 2500}))
+    assert asks.deadline(None) == 2.5 and asks.deadline(10.0) == 2.5 and asks.deadline(1.0) == 1.0
+    for ms in (0, -5, "2500", None):  # not a positive whole number of milliseconds: ignored
+        assert ToolCall("t.x", metadata=Metadata({"std:timeout-ms": ms})).deadline(7.0) == 7.0
+    assert ToolCall("t.x").deadline(None) is None

@@ -29,7 +29,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol, Union
 
 from wbcore_runtime.contract.cbor import loads
-from wbcore_runtime.contract.errors import NotFound, WbError, unknown_name
+from wbcore_runtime.contract.errors import InvalidArgs, NotFound, WbError, unknown_name
 from wbcore_runtime.contract.host import Choice
 
 if TYPE_CHECKING:
@@ -196,6 +196,21 @@ class ToolCall:
     def args(self) -> Any:
         """The decoded arguments (``{}`` when absent)."""
         return {} if self.arguments is None else loads(self.arguments)
+
+    def args_map(self) -> dict[str, Any]:
+        """The decoded arguments a tool takes: a map, anything else ``InvalidArgs``."""
+        args = self.args()
+        if not isinstance(args, dict):
+            raise InvalidArgs(f"{self.name}: arguments must be a map (JSON object), got "
+                              f"{type(args).__name__}")
+        return args
+
+    def deadline(self, timeout: float | None) -> float | None:
+        """``timeout`` (seconds), shortened when the call's ``std:timeout-ms`` asks for less."""
+        ms = self.metadata.get(STD_TIMEOUT_MS)
+        if isinstance(ms, int) and ms > 0:
+            return ms / 1000.0 if timeout is None else min(timeout, ms / 1000.0)
+        return timeout
 
 
 @dataclass(frozen=True, slots=True)

@@ -361,14 +361,9 @@ class ToolkitProvider(ToolTable):
         """Run one tool call; every expected failure is an error event, never an exception
         (except an unknown tool, which is ``NotFound`` — a protocol error for MCP)."""
         tool = self.tool(call.name)
-        ms = call.metadata.get(STD_TIMEOUT_MS)
-        if isinstance(ms, int) and ms > 0:
-            timeout = ms / 1000.0 if timeout is None else min(timeout, ms / 1000.0)
+        timeout = call.deadline(timeout)
         try:
-            args = call.args()
-            if not isinstance(args, dict):
-                raise InvalidArgs(f"{tool.name}: arguments must be a map (JSON object), got "
-                                  f"{type(args).__name__}")
+            args = call.args_map()
             if tool.act_tool is not None:
                 return self._call_act(tool, args, cancel, timeout, call.metadata)
             return self.call_json(tool.name, args, cancel=cancel, timeout=timeout, progress=progress)

@@ -22,9 +22,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from wbcore_runtime.contract import tools as _tools
-from wbcore_runtime.contract.errors import InvalidArgs, WbError
+from wbcore_runtime.contract.errors import WbError
 from wbcore_runtime.contract.tools import (
-    STD_TIMEOUT_MS,
     CallOutcome,
     Content,
     ContentPart,
@@ -265,14 +264,9 @@ class ServedProvider(_tools.ToolTable):
         (:meth:`call_json`), its deadline shortened by ``std:timeout-ms`` as the provider would."""
         if call.name not in self.pending:
             return self.base.call_tool(call, cancel=cancel, timeout=timeout, progress=progress)
-        ms = call.metadata.get(STD_TIMEOUT_MS)
-        if isinstance(ms, int) and ms > 0:
-            timeout = ms / 1000.0 if timeout is None else min(timeout, ms / 1000.0)
         try:
-            args = call.args()
-            if not isinstance(args, dict):
-                raise InvalidArgs(f"{call.name}: arguments must be a map (JSON object), got "
-                                  f"{type(args).__name__}")
+            args = call.args_map()
         except WbError as exc:
             return CallOutcome([Error(ToolError.from_wb(exc))])
-        return self.call_json(call.name, args, cancel=cancel, timeout=timeout, progress=progress)
+        return self.call_json(call.name, args, cancel=cancel, timeout=call.deadline(timeout),
+                              progress=progress)
