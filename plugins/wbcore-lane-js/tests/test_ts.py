@@ -167,6 +167,34 @@ def test_a_tarball_that_is_not_the_pinned_one_is_refused_and_nothing_kept(tmp_pa
     assert not [p for p in (tmp_path / "npm").iterdir()], "no temp leftovers"
 
 
+def test_a_compiler_changed_after_the_check_is_refused_where_it_is_copied(tmp_path, monkeypatch):
+    import os
+    import shutil
+
+    from wbcore_runtime.contract.errors import InvalidArgs
+
+    from wbcore_lane_js import ts
+
+    real = ts.compiler()
+    if real is None:
+        pytest.skip(ts.compiler_ok())
+    kept = tmp_path / "npm" / f"typescript-{ts.TYPESCRIPT_VERSION}" / "typescript.js"
+    kept.parent.mkdir(parents=True)
+    shutil.copyfile(real, kept)
+    monkeypatch.setenv("WB_NPM_CACHE", str(tmp_path / "npm"))
+    assert ts.compiler() == kept  # checked: the stamp (inode, mtime) is kept for this process
+    st = kept.stat()
+    with kept.open("r+b") as fh:  # rewritten in place, its mtime set back: the stamp still matches
+        fh.write(b"globalThis.ts={};/*planted*/")
+    os.utime(kept, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert ts.compiler() == kept
+    with pytest.raises(InvalidArgs, match="changed after it was checked"):
+        ts.copy_compiler(kept, tmp_path / "copy.js")
+    good = tmp_path / "good.js"
+    ts.copy_compiler(real, good)
+    assert good.read_bytes() == real.read_bytes()
+
+
 def test_a_planted_compiler_makes_the_lane_unavailable(tmp_path, monkeypatch):
     from wbcore_lane_js import ts
 

@@ -76,6 +76,22 @@ def compiler(env: Any = None) -> Path | None:
     return path
 
 
+#: typescript.js 5.9.3 is ~9 MB: a copy is refused past this while it is read.
+MAX_COMPILER = 64 << 20
+
+
+def copy_compiler(kept: Path, dest: Path) -> None:
+    """The kept compiler copied to ``dest`` (a folder only this build writes), the copy held to
+    the pin: :func:`compiler` checked the kept file, which may change after any check."""
+    from wbcore_runtime.guard import fetch as _fetch
+
+    got = _fetch.copy_local(kept, dest, max_bytes=MAX_COMPILER, shown=str(kept))
+    if got != TYPESCRIPT_SHA256:
+        raise InvalidArgs(f"{kept} changed after it was checked (sha256 {got}, not the pinned typescript "
+                          f"{TYPESCRIPT_VERSION}'s {TYPESCRIPT_SHA256}): delete it and run "
+                          f"`python -m wbcore_lane_js fetch`")
+
+
 def compiler_ok(env: Any = None) -> str:
     """'' when the compiler is here and intact, else why not and how to get it."""
     if compiler(env) is not None:
@@ -199,17 +215,19 @@ class TsLane(JsLane):
         ).hexdigest()
         return f"{JsLane.version.fget(self)}; typescript {TYPESCRIPT_VERSION} transpileModule ({tsc[:12]})"  # type: ignore[attr-defined]
 
-    def bytecode(self, mod: Any, reactor_sha: str) -> Path | None:
+    def bytecode(self, mod: Any, reactor_sha: str) -> bytes | None:
         """The compiler as QuickJS bytecode, made once (inside the sandbox) and kept under
-        ``$WB_HOME/cache/js`` with its sha256; ``None`` if it cannot be made."""
+        ``$WB_HOME/cache/js`` with its sha256; ``None`` if it cannot be made. The bytes that
+        hashed right are what is returned (the caller writes them; the file is not read again)."""
         path = self.cache_dir / f"typescript-{TYPESCRIPT_SHA256[:16]}-qjs-{reactor_sha[:12]}.qbc"
         sums = Path(str(path) + ".sha256")
         if path.is_file() and sums.is_file():
-            if hashlib.sha256(path.read_bytes()).hexdigest() == sums.read_text().strip():
-                return path
+            kept = path.read_bytes()
+            if hashlib.sha256(kept).hexdigest() == sums.read_text().strip():
+                return kept
         with tempfile.TemporaryDirectory(prefix="wb-ts-bc-") as tmp:
             app = Path(tmp)
-            shutil.copyfile(self.compiler(), app / "__wb_typescript.js")
+            copy_compiler(self.compiler(), app / "__wb_typescript.js")
             shutil.copyfile(JS_DIR / "tsc-bytecode.mjs", app / "__wb_tsc_bytecode.mjs")
             argv = qjs.qjs_args("/app/__wb_tsc_bytecode.mjs", [], memory_bytes=self.limits.memory_bytes)
             res = qjs.run(
@@ -222,7 +240,7 @@ class TsLane(JsLane):
             return None
         atomic_write(path, res.stdout)
         atomic_write(sums, hashlib.sha256(res.stdout).hexdigest().encode())
-        return path
+        return res.stdout
 
     def compiler(self, progress: Any = None) -> Path:
         """The compiler, fetched now (with a progress line) if this machine has none yet."""
@@ -238,9 +256,9 @@ class TsLane(JsLane):
             app = Path(tmp)
             materialize(sources, app)
             if bytecode is not None:
-                shutil.copyfile(bytecode, app / "__wb_typescript.qbc")
+                (app / "__wb_typescript.qbc").write_bytes(bytecode)
             else:
-                shutil.copyfile(tsc, app / "__wb_typescript.js")
+                copy_compiler(tsc, app / "__wb_typescript.js")
             shutil.copyfile(JS_DIR / "tsc.mjs", app / "__wb_tsc.mjs")
             argv = qjs.qjs_args(
                 "/app/__wb_tsc.mjs", ["/app/" + n for n in names], memory_bytes=self.limits.memory_bytes

@@ -55,6 +55,19 @@ def test_a_tampered_cache_is_not_used(tmp_path: Path, tree: Path) -> None:
         jqsrc.stage(tmp_path / "stage", env)
 
 
+def test_a_tree_changed_after_the_check_is_refused_not_staged(tmp_path: Path, tree: Path) -> None:
+    env = {"WB_JQ_CACHE": str(tmp_path / "cache")}
+    copy = jqsrc.cache_dir(env)
+    shutil.copytree(tree.parent, copy)
+    assert jqsrc.sources(env) == copy / "tree"  # checked: the stamp is kept for this process
+    (copy / "tree" / "src" / "jv.c").write_text("int evil;\n")  # a swap after the check
+    assert jqsrc.sources(env) == copy / "tree"  # the check passes still: .pinned did not change
+    with pytest.raises(InvalidArgs, match="changed after they were checked") as err:
+        jqsrc.stage(tmp_path / "stage", env)
+    assert "fetch-jq" in str(err.value)
+    assert not (tmp_path / "stage" / "src" / "jv.c").exists()
+
+
 def test_builtin_inc_is_builtin_jq_as_bytes(tree: Path) -> None:
     src = (tree / "src" / "builtin.jq").read_bytes()
     inc = jqsrc.builtin_inc(src)

@@ -227,10 +227,27 @@ def builtin_inc(builtin_jq: bytes) -> str:
 
 
 def stage(into: Path, env: Any = None) -> None:
-    """Lay out the c lane's source folder for the jq built-in in ``into`` (see the module doc)."""
-    tree = sources(env)
-    if tree is None:
+    """Lay out the c lane's source folder for the jq built-in in ``into`` (see the module doc),
+    from a private copy of the kept tree held to the pin: :func:`sources` checked the kept
+    tree, which may change after any check, so what is staged is the copy that hashed right."""
+    from wbcore_runtime.build import snapshot
+
+    kept = sources(env)
+    if kept is None:
         raise InvalidArgs(f"built-in jq: {missing(env)}")
+    work = Path(tempfile.mkdtemp(prefix="wb-jq-"))
+    try:
+        copy = snapshot.take(kept, work / "tree", label="the kept jq sources")
+        if copy.digest != TREE_SHA256:
+            raise InvalidArgs(f"built-in jq: the kept sources at {kept} changed after they were checked "
+                              f"(their digest is {copy.digest}, not the pinned {TREE_SHA256}); "
+                              f"delete {cache_dir(env)} and run `python -m wbcore_lane_zig fetch-jq`")
+        _lay_out(copy.dir, into)
+    finally:
+        snapshot.discard(work)
+
+
+def _lay_out(tree: Path, into: Path) -> None:
     ours = Path(str(files(__package__))) / "jq"
     into.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(ours / "wb_main.c", into / "wb_main.c")
