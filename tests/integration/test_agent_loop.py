@@ -179,6 +179,21 @@ def test_max_steps_and_tool_timeout_end_the_run(world, llm, make_toolkit):
     assert not res["ok"] and res["text"].startswith("timeout")
 
 
+def test_every_run_option_the_engine_takes_is_one_a_session_runs(world, llm):
+    """The engine refuses a run option outside its range with a 400 before a session starts
+    (docs/engine.md); each end of each range must then be a run, not a session that fails."""
+    engine_sessions = pytest.importorskip("wbcore_engine.sessions")
+    rt, agent = world
+    llm.default = reply(tool("done", result="ok"))
+    for key, (low, high) in engine_sessions.RUN_RANGES.items():
+        for value in (low, high):
+            options = engine_sessions.check_options({key: int(value) if key in ("max_steps", "max_calls")
+                                                     else value})
+            session = rt.agents.sessions.start(agent, "t", **options)
+            rec = session.wait(60)
+            assert rec is not None and rec.status == "done", (options, session.error)
+
+
 def test_crashed_run_resumes_from_its_vfs(world, llm):
     rt, agent = world
 

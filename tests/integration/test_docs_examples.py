@@ -18,7 +18,9 @@ A block that cannot run here says so on the line right before its fence, with a 
 
 ``not-runnable`` blocks are never run; ``slow`` ones run in the slow suite only. A fence with
 no label whose first line is a command (``$ …``, ``wbx …``, ``pip …``, ``python …``,
-``export …``, ``VAR=… cmd``) is refused: label it, so no example is skipped silently.
+``export …``, ``VAR=… cmd``) is refused: label it, so no example is skipped silently. So is
+an indented code block (four spaces after a blank line; each part of one after a blank line)
+whose first line is a command: fence it, ```sh to run (or mark) it, ```text for a synopsis.
 """
 
 from __future__ import annotations
@@ -125,6 +127,28 @@ def blocks(path: Path, root: Path = ROOT) -> Iterator[Block]:
         i = j + 1
 
 
+def indented_commands(path: Path, root: Path = ROOT) -> Iterator[tuple[str, str]]:
+    """``(doc:line, first line)`` of each indented code block outside fences whose first line
+    is a command a reader would type: Markdown shows it as code, and no fence label says
+    whether it runs. A line indented under a list item or a paragraph is not such a block."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    rel = str(path.relative_to(root))
+    fenced, before = False, ""  # before: the last non-blank line outside a block
+    for i, ln in enumerate(lines):
+        if FENCE.match(ln) or (fenced and ln.strip() == "```"):
+            fenced = not fenced
+            before = ln
+            continue
+        if fenced or not ln.strip():
+            continue
+        starts = ln.startswith("    ") and i > 0 and not lines[i - 1].strip()
+        under = before.startswith(" ") or re.match(r"^\s*([-*+]|\d+[.)])\s", before)
+        if starts and not under and LOOKS_LIKE_A_COMMAND.match(ln):
+            yield f"{rel}:{i + 1}", ln.strip()
+        if not ln.startswith("    "):
+            before = ln
+
+
 def every_block() -> list[Block]:
     return [b for p in docs() for b in blocks(p)]
 
@@ -149,6 +173,10 @@ def test_every_command_block_is_run_or_marked_with_a_reason() -> None:
                             "start with '$ ')")
         if b.mark and b.lang not in SHELL_LANGS:
             problems.append(f"{b.id}: a '{b.mark}' mark on a ```{b.lang} block, which is never run")
+    for p in docs():
+        for where, first in indented_commands(p):
+            problems.append(f"{where}: a command example in an indented block ({first[:60]}): fence it, "
+                            "```sh so this test runs it (or marks it), ```text for a synopsis")
     assert not problems, "\n".join(problems)
     assert len(shell_blocks()) >= 20  # the extraction found the docs' examples
 
@@ -162,6 +190,10 @@ def test_the_extraction_reads_marks_fences_and_console_prompts(tmp_path: Path) -
     assert (first.mark, first.reason, first.lang, first.line) == ("not-runnable", "needs a cluster", "sh", 3)
     assert second.mark == "" and second.script() == "echo a \\\n    b\ncat <<'EOF'\nx\nEOF\ntrue\n"
     assert second.shown_output() == ["a b"]  # "x" is also a line of the script: not checked
+    md.write_text("Run it:\n\n    wbx run upper\n\n- a list item\n\n    wbx run nested-in-the-item\n\n"
+                  "```text\n    wbx run in-a-fence\n```\n\nText\n    wbx run in-a-paragraph\n",
+                  encoding="utf-8")
+    assert list(indented_commands(md, tmp_path)) == [("x.md:3", "wbx run upper")]
 
 
 # ---- running them ------------------------------------------------------------------------------

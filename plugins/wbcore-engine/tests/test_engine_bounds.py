@@ -102,6 +102,7 @@ class _Hold:
     ({"max_steps": 10**9}, "outside 1..200"),
     ({"tool_timeout": -1}, "'tool_timeout' = -1 is outside 0.1..600"),
     ({"tool_timeout": 1e308}, "outside 0.1..600"),
+    ({"max_calls": 257}, "'max_calls' = 257 is outside 1..256"),
     ({"tool_timeout": "5"}, "wrong type"),
     ({"max_steps": True}, "wrong type"),
     ({"model": ""}, "1..200 characters"),

@@ -27,8 +27,10 @@ RUN_OPTIONS: dict[str, type | tuple[type, ...]] = {
     "run_timeout": (int, float),
 }
 #: The documented range of each numeric option (inclusive; docs/engine.md), and the longest model name.
+#: Each lies within what the agent loop runs (``max_calls`` ≤ ``wbcore_agent.loop.MAX_CALLS_LIMIT``):
+#: a value taken here is a run, never a session that fails (tests/integration/test_agent_loop.py).
 RUN_RANGES: dict[str, tuple[float, float]] = {"max_steps": (1, 200), "tool_timeout": (0.1, 600.0),
-                                               "max_calls": (1, 1024), "run_timeout": (1.0, 86400.0)}
+                                               "max_calls": (1, 256), "run_timeout": (1.0, 86400.0)}
 MAX_MODEL_CHARS = 200
 
 
