@@ -15,7 +15,8 @@ bind — uses the copy:
   :func:`wbcore_runtime.build.cache.tree_digest`'s, taken over the bytes written;
 - :func:`store_tree` keeps a snapshot content-addressed in ``$WB_HOME/store/trees/<digest>``
   (``#+PREOPEN`` data is served from there at run time, never from the toolkit folder);
-- :func:`discard` removes a snapshot (its folders are read-only).
+- :func:`discard` removes a snapshot (its folders are read-only);
+- :func:`shown` names the source, not the copy, in an error found in the copy.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pathlib import Path
 
 from wbcore_runtime.store import leftovers
 from wbcore_runtime.guard import paths
+from wbcore_runtime.contract.errors import WbError
 from wbcore_runtime.store.artifacts import TREES
 
 #: The same bounds as :func:`wbcore_runtime.build.cache.tree_digest`.
@@ -47,16 +49,18 @@ class Snapshot:
 
 def take(source: Path, dest: Path, *, label: str = "the source folder",
          skip_dirs: frozenset[str] = frozenset(), max_files: int = MAX_FILES,
-         max_bytes: int = MAX_BYTES) -> Snapshot:
+         max_bytes: int = MAX_BYTES, skip_hidden: bool = False) -> Snapshot:
     """Copy ``source`` into ``dest`` (which must not exist) and make the copy read-only.
 
     ``digest`` equals ``cache.tree_digest(dest)``: it is computed from the bytes as they
-    were read and written, so it names the copy, whatever the source became since."""
+    were read and written, so it names the copy, whatever the source became since.
+    ``skip_dirs`` and ``skip_hidden`` leave out what :func:`wbcore_runtime.guard.paths.walk` does."""
     h = hashlib.sha256()
     files = total = 0
     os.mkdir(dest, 0o700)
     try:
-        for node in paths.walk(source, label=label, skip_dirs=skip_dirs, max_files=max_files):
+        for node in paths.walk(source, label=label, skip_dirs=skip_dirs, max_files=max_files,
+                               skip_hidden=skip_hidden):
             try:
                 rel = node.rel.encode()
             except UnicodeEncodeError:
@@ -71,7 +75,7 @@ def take(source: Path, dest: Path, *, label: str = "the source folder",
             if node.kind == "link":
                 if os.path.isabs(node.target):
                     raise paths.Refused(Path(source) / node.rel,
-                                        f"a symlink to an absolute path ({node.target!r}); "
+                                        f"a symlink to an absolute path ({node.target!r}), outside {label}; "
                                         f"a link in {label} must stay inside it, as relative text")
                 os.symlink(node.target, target)
                 h.update(b"L" + rel + b"\0" + node.target.encode() + b"\0")
@@ -119,6 +123,14 @@ def discard(folder: Path) -> None:
             if not os.path.islink(p):
                 os.chmod(p, 0o700)
     shutil.rmtree(folder, ignore_errors=True)
+
+
+def shown(exc: WbError, copy: Path, source: Path) -> WbError:
+    """``exc`` with the copy's path in its message replaced by the source's: a person is told
+    about the folder they named, not the private copy that was checked in its place."""
+    if exc.args and isinstance(exc.args[0], str):
+        exc.args = (exc.args[0].replace(str(copy), str(source)), *exc.args[1:])
+    return exc
 
 
 def store_tree(home: Path, source: Path, *, label: str = "the folder") -> tuple[str, Path]:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from wbcore_runtime.guard import paths
 from wbcore_runtime.contract.errors import InvalidArgs
 
 MiB = 1 << 20
@@ -282,35 +283,29 @@ def unpack(archive: Path, dest: Path, caps: Caps = Caps(), *, name: str | None =
 
 
 def copy_tree(src: Path, dest: Path, caps: Caps = Caps()) -> None:
-    """Copy a folder with the same rules as an archive (links kept only if they stay inside)."""
+    """Copy a folder with the same rules as an archive (links kept only if they stay inside).
+
+    Read through :func:`wbcore_runtime.guard.paths.walk` (``openat`` with ``O_NOFOLLOW``, each
+    file checked on the descriptor it is read from): a file or folder swapped for a link while
+    the copy runs is refused, never followed, and so are hard links, FIFOs and devices."""
     what = str(src)
     budget = _Budget(caps, what)
     if not src.is_dir():
         raise InvalidArgs(f"{src} is not a folder")
     dest.mkdir(parents=True, exist_ok=True)
-    for dirpath, dirnames, filenames in os.walk(src, followlinks=False):
-        dirnames[:] = sorted(d for d in dirnames if d != ".git")
-        base = Path(dirpath)
-        for name in dirnames + sorted(filenames):
-            p = base / name
-            rel = p.relative_to(src).as_posix()
-            st = p.lstat()
-            budget.entry(rel)
-            if stat.S_ISLNK(st.st_mode):
-                target = os.readlink(p)
-                _check_link(rel, target, what)
-                if not _inside(src, p):
-                    raise UnsafeArchive(f"{what}: link {rel!r} escapes the tree")
-                os.symlink(target, _prepare(dest, rel, what))
-                if name in dirnames:
-                    dirnames.remove(name)
-            elif stat.S_ISDIR(st.st_mode):
-                (dest / rel).mkdir(parents=True, exist_ok=True)
-            elif stat.S_ISREG(st.st_mode):
-                with p.open("rb") as fh:
-                    _write_stream(fh, _prepare(dest, rel, what), budget, rel, st.st_mode)
-            else:
-                raise UnsafeArchive(f"{what}: {rel!r} is a device, FIFO or other special file")
+    for node in paths.walk(src, label=what, skip_dirs=frozenset({".git"}), max_files=caps.max_files):
+        budget.entry(node.rel)
+        if node.kind == "link":
+            _check_link(node.rel, node.target, what)
+            if not _inside(src, src / node.rel):
+                raise UnsafeArchive(f"{what}: link {node.rel!r} escapes the tree")
+            os.symlink(node.target, _prepare(dest, node.rel, what))
+        elif node.kind == "empty":
+            _prepare(dest, node.rel, what).mkdir()
+        else:
+            with os.fdopen(os.dup(node.fd), "rb") as fh:
+                _write_stream(fh, _prepare(dest, node.rel, what), budget, node.rel,
+                              0o755 if node.executable else 0o644)
     _final_check(dest, what)
 
 

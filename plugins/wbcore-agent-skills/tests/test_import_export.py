@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import tarfile
 from pathlib import Path
 
@@ -276,3 +277,56 @@ def test_export_dash_o_writes_agent_skills_packages(make_toolkit, wbx, tmp_path)
     assert wbx("toolkit", "export", "solo", "--out", str(out), "--force").exit_code == 0
     r = wbx("toolkit", "export", "solo")
     assert r.exit_code == 2 and "give -o DIR" in r.stderr
+
+
+def test_a_main_document_linked_out_of_the_skill_is_not_read(tmp_path):
+    """A cloned folder whose README.md is a relative link leading out of it: the file it
+    points at is never imported (it would land in skills/overview.org)."""
+    main = "README.md"
+    secret = tmp_path / "credentials"
+    secret.write_text("aws_secret_access_key = hunter2\n")
+    d = tmp_path / "repo" / "s"
+    d.mkdir(parents=True)
+    (d / main).symlink_to("../../credentials")
+    with pytest.raises(InvalidArgs, match="outside") as err:
+        skill_import.import_skill(d, tmp_path / "out")
+    assert str(d / main) in err.value.message  # names the file the person has, not a private copy
+    assert not (tmp_path / "out" / "s").exists()
+    assert "hunter2" not in "".join(p.read_text(errors="replace")
+                                    for p in (tmp_path / "out").rglob("*") if p.is_file())
+
+
+def test_a_hard_link_to_a_file_outside_is_not_imported(tmp_path):
+    secret = tmp_path / "id_ed25519"
+    secret.write_text("PRIVATE KEY\n")
+    d = tmp_path / "s"
+    (d / "scripts").mkdir(parents=True)
+    (d / "SKILL.md").write_text("---\nname: s\ndescription: x\n---\nBody.\n")
+    os.link(secret, d / "scripts" / "notes.txt")
+    with pytest.raises(InvalidArgs, match="link"):
+        skill_import.import_skill(d, tmp_path / "out")
+    assert not (tmp_path / "out" / "s").exists()
+
+
+def test_a_file_swapped_after_the_plan_is_not_what_is_copied(tmp_path, monkeypatch):
+    """The folder changes between the look that plans the import and the copy: a script
+    replaced by a link to a host file. What is imported is the folder as it was read once."""
+    secret = tmp_path / "secret"
+    secret.write_text("PRIVATE KEY\n")
+    d = tmp_path / "s"
+    (d / "scripts").mkdir(parents=True)
+    (d / "SKILL.md").write_text("---\nname: s\ndescription: x\n---\nBody.\n")
+    (d / "scripts" / "run.sh").write_text("echo ok\n")
+    plan = skill_import._plan
+
+    def plan_then_swapped(source, ident, *, check_dir):
+        planned = plan(source, ident, check_dir=check_dir)
+        (d / "scripts" / "run.sh").unlink()
+        os.link(secret, d / "scripts" / "run.sh")  # a writer acting right after the look
+        return planned
+
+    monkeypatch.setattr(skill_import, "_plan", plan_then_swapped)
+    done = skill_import.import_skill(d, tmp_path / "out")
+    assert (done.path / "scripts" / "run.sh").read_text() == "echo ok\n"
+    assert "PRIVATE KEY" not in "".join(p.read_text(errors="replace")
+                                        for p in done.path.rglob("*") if p.is_file())

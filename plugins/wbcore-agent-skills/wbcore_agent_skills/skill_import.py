@@ -27,8 +27,9 @@ from typing import Any
 
 from wbcore_agent_skills import markup
 from wbcore_runtime.guard import paths, unpack
+from wbcore_runtime.build import snapshot
 from wbcore_runtime.contract import installs
-from wbcore_runtime.contract.errors import InvalidArgs, NotFound
+from wbcore_runtime.contract.errors import InvalidArgs, NotFound, WbError
 from wbcore_runtime.toolkit.manifest import NAME_RE
 
 MAX_DOC_BYTES = 1 << 20
@@ -540,9 +541,30 @@ def import_skill(source: Path, out_root: Path, *, ident: str | None = None, forc
                  check_dir: bool = True) -> Imported:
     """Write ``out_root/<id>/`` from ``source``; returns what was written.
 
+    A folder is read once, into a private copy (:func:`wbcore_runtime.build.snapshot.take`:
+    no hard links, no link leading out of it, capped as it reads, hidden names left out as
+    the import leaves them out), and everything after that reads the copy: a file changed or
+    swapped for a link while the import runs is never what lands.
+
     ``check_dir``: a SKILL.md's ``name`` must match its folder (the specification's rule); off
     only for a fetched tree whose root folder name is not the author's."""
     source = source.expanduser()
+    if not source.is_dir():
+        return _import(source, out_root, ident=ident, force=force, check_dir=check_dir)
+    with tempfile.TemporaryDirectory(prefix="wb-import-") as tmp:
+        # named as the folder is: the SKILL.md name check and the manifest read the copy's name
+        copy = Path(tmp) / (source.resolve().name or "skill")
+        snapshot.take(source, copy, label=f"the skill folder {source}", skip_hidden=True,
+                      max_files=MAX_FILES, max_bytes=MAX_TOTAL_BYTES)
+        try:
+            return _import(copy, out_root, ident=ident, force=force, check_dir=check_dir)
+        except WbError as exc:
+            raise snapshot.shown(exc, copy, source) from None
+        finally:
+            snapshot.discard(copy)
+
+
+def _import(source: Path, out_root: Path, *, ident: str | None, force: bool, check_dir: bool) -> Imported:
     plan = _plan(source, ident, check_dir=check_dir)
     name, front, kind = plan.name, plan.front, plan.kind
     tid = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.") or "imported"
@@ -662,7 +684,8 @@ def _copy_files(source: Path, stage: Path, copies: list[Path]) -> list[str]:
             total += src.stat().st_size
             if total > MAX_TOTAL_BYTES:
                 raise InvalidArgs(f"{source}: more than {MAX_TOTAL_BYTES} bytes to copy")
-            shutil.copy2(src, dest)
+            shutil.copyfile(src, dest)  # the private copy is read-only: the import's files are not
+            os.chmod(dest, 0o755 if os.access(src, os.X_OK) else 0o644)
         else:
             continue
         copied.append(rel.as_posix())

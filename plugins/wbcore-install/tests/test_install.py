@@ -58,3 +58,41 @@ def test_a_local_archive_swapped_for_a_fifo_is_refused_without_blocking(tmp_path
     (tmp_path / "work").mkdir()
     with pytest.raises(InvalidArgs, match="not a regular file"):
         install.fetch(source, tmp_path / "work")
+
+
+def test_a_folder_file_hard_linked_to_a_file_outside_is_not_installed(src, wb_home, tmp_path) -> None:
+    """A folder install copies what the folder holds: a name that is another name of a file
+    elsewhere (a hard link) is refused, as the build snapshot and every toolkit read refuse it."""
+    secret = tmp_path / "id_ed25519"
+    secret.write_text("PRIVATE KEY\n")
+    os.link(secret, src / "fp" / "notes.txt")
+    with pytest.raises(InvalidArgs, match="hard links"):
+        install.install(wb_home, str(src / "fp"))
+    assert not (wb_home / "toolkits" / "fp").exists()
+
+
+@pytest.mark.timeout(60)
+def test_a_folder_file_swapped_for_a_link_to_a_fifo_is_refused_without_blocking(src, tmp_path,
+                                                                                monkeypatch) -> None:
+    """Looked at as a regular file, then swapped for a link to a FIFO before it is opened (a
+    writer acting right after the look): the copy never follows it (an open would block on
+    the FIFO forever, holding the home's lock)."""
+    target = src / "fp" / "data.bin"
+    target.write_bytes(b"data")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    real_stat = os.stat
+
+    def stat_then_swapped(path, *args, **kwargs):
+        result = real_stat(path, *args, **kwargs)
+        if kwargs.get("follow_symlinks") is False and os.fspath(path).endswith("data.bin") \
+                and not os.path.islink(target):
+            target.unlink()
+            target.symlink_to(fifo)
+        return result
+
+    monkeypatch.setattr(os, "stat", stat_then_swapped)
+    source = install.parse_source(str(src / "fp"), None)
+    (tmp_path / "work").mkdir()
+    with pytest.raises(InvalidArgs, match="data.bin"):
+        install.fetch(source, tmp_path / "work")

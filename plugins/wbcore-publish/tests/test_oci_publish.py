@@ -128,3 +128,88 @@ def test_a_bundle_travels_through_the_registry(allowed, workspace, wb_home, key_
 def test_publish_refuses_a_digest_target(allowed, signed_tk, wbx):
     r = wbx("publish", "oci", "hello", f"{allowed.host}/wb/hello@sha256:{'0' * 64}")
     assert r.exit_code == 2 and "publish to <registry>/<repo>:<tag>" in r.stderr, r.stderr
+
+
+class _Recorder:
+    """A registry client that keeps what it is asked to push; its pack is the runtime's own
+    (wbcore-oci), run after ``before_pack`` (a writer acting the moment the pack starts)."""
+
+    max_blob = 64 << 20
+
+    def __init__(self, before_pack=lambda: None):
+        self.before_pack = before_pack
+        self.pushed: list[tuple[dict, list[bytes]]] = []
+
+    def toolkit_layer(self, folder):
+        from wbcore_oci.client import toolkit_layer
+
+        self.before_pack()
+        return toolkit_layer(folder)
+
+    def push(self, reference, *, artifact_type, config, layers, annotations=None, env=None):
+        self.pushed.append((json.loads(config[0]), [data for data, _, _ in layers]))
+        desc = distribution.Descriptor.of(b"{}", distribution.MANIFEST_TYPE)
+        return distribution.Pushed(reference.pinned(desc.digest), reference.tag, desc, len(layers) + 1)
+
+
+def _layer_files(layer: bytes) -> dict[str, bytes]:
+    import gzip
+    import io
+    import tarfile
+
+    with tarfile.open(fileobj=io.BytesIO(gzip.decompress(layer))) as tf:
+        return {m.name: tf.extractfile(m).read() for m in tf.getmembers() if m.isfile()}
+
+
+def test_what_is_packed_is_what_was_verified(signed_tk, tmp_path):
+    """A file changed after the signature was checked and before the layer is packed: what is
+    published is still the signed content, never the new bytes."""
+    from wbcore_publish import ocipublish
+
+    signed = (signed_tk / "bin" / "hello.wasm").read_bytes()
+
+    def writer():
+        (signed_tk / "bin" / "hello.wasm").write_bytes(b"\0asm evil")
+
+    client = _Recorder(writer)
+    ocipublish.toolkit(client, signed_tk, "registry.example/wb/hello:1", env={})
+    config, (layer,) = client.pushed[0]
+    files = _layer_files(layer)
+    assert files["bin/hello.wasm"] == signed
+    unpacked = tmp_path / "unpacked"
+    for name, data in files.items():
+        (unpacked / name).parent.mkdir(parents=True, exist_ok=True)
+        (unpacked / name).write_bytes(data)
+    assert signing.content_digest(unpacked) == config["digest"]  # the config names the packed content
+
+
+def test_a_git_folder_is_not_published(signed_tk):
+    """The signed form leaves ``.git`` out; so does the published layer."""
+    from wbcore_publish import ocipublish
+
+    (signed_tk / ".git").mkdir()
+    (signed_tk / ".git" / "config").write_text("[remote]\n\turl = https://user:token@example.com/x\n")
+    client = _Recorder()
+    ocipublish.toolkit(client, signed_tk, "registry.example/wb/hello:1", env={})
+    assert not [n for n in _layer_files(client.pushed[0][1][0]) if n.startswith(".git")]
+
+
+def test_the_bundle_pushed_is_the_one_inspected(workspace, wb_home, key_a, tmp_path, monkeypatch):
+    """The bundle file replaced right after it was read and checked: what is pushed is the
+    checked bytes, not the file as it became."""
+    from wbcore_publish import ocipublish
+
+    b1 = tmp_path / "notes.wbundle"
+    bundle.ship(workspace, b1, home=wb_home, ident=key_a)
+    signed = b1.read_bytes()
+    read = bundle._bundle_bytes
+
+    def read_then_replaced(path, what):
+        data = read(path, what)
+        path.write_bytes(data[:-40] + b"\0" * 40)  # a writer acting right after the read
+        return data
+
+    monkeypatch.setattr(bundle, "_bundle_bytes", read_then_replaced)
+    client = _Recorder()
+    ocipublish.bundle(client, b1, "registry.example/wb/notes:1", env={})
+    assert client.pushed[0][1] == [signed]

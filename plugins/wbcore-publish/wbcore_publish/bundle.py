@@ -285,11 +285,21 @@ def _check_members(files: Mapping[str, bytes], m: Mapping[str, Any], what: str,
     return changes
 
 
+def read_bundle(path: Path) -> bytes:
+    """A bundle file's bytes, read once and bounded: check and use these, not the file again."""
+    return _bundle_bytes(path, path.name)
+
+
 def inspect(path: Path, *, env: Mapping[str, str] | None = None, allow_http_loopback: bool = False,
             resolve_web: bool = True) -> Inspection:
     """Read a bundle and check its signature and every member hash; nothing is written."""
-    what = path.name
-    data = _bundle_bytes(path, what)
+    return inspect_bytes(read_bundle(path), path.name, env=env, allow_http_loopback=allow_http_loopback,
+                         resolve_web=resolve_web)
+
+
+def inspect_bytes(data: bytes, what: str, *, env: Mapping[str, str] | None = None,
+                  allow_http_loopback: bool = False, resolve_web: bool = True) -> Inspection:
+    """:func:`inspect` of bundle bytes already read (by :func:`read_bundle`)."""
     m = _read_manifest(data, what)
     sig = canonical.check_signature(m, env=env, allow_http_loopback=allow_http_loopback,
                                     resolve_web=resolve_web)

@@ -2,23 +2,29 @@
 
 What is published is checked first, the way an install will check it: a toolkit's
 signature must verify (a third-party toolkit that does not would be refused on every
-install anyway), a bundle must inspect clean. The artifact formats are the core's
-(:mod:`wbcore_runtime.contract.distribution`): the installer and this publisher share one
-definition; the registry client is the runtime's (``distribution.service``, wbcore-oci).
+install anyway), a bundle must inspect clean. What is checked is what is pushed: a toolkit
+folder is copied once (:func:`wbcore_runtime.build.snapshot.take`, ``.git`` left out as the
+signed form leaves it out) and the copy is verified and packed; a bundle is read once and
+those bytes are inspected and pushed. A file changed in between is never published. The
+artifact formats are the core's (:mod:`wbcore_runtime.contract.distribution`): the installer
+and this publisher share one definition; the registry client is the runtime's
+(``distribution.service``, wbcore-oci).
 """
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from wbcore_runtime.build import snapshot
 from wbcore_runtime.toolkit import manifest as _manifest
 from wbcore_runtime.contract import distribution as oci
 from wbcore_runtime.contract.distribution import Distribution
 from wbcore_runtime.trust import signing, verdict as trust
 from wbcore_runtime.contract.canonical import canonical_json
-from wbcore_runtime.contract.errors import InvalidArgs
+from wbcore_runtime.contract.errors import InvalidArgs, WbError
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +46,20 @@ def _reference(target: str) -> oci.Reference:
 
 
 def toolkit(client: Distribution, folder: Path, target: str, *, env: Mapping[str, str]) -> Published:
+    ref = _reference(target)
+    with tempfile.TemporaryDirectory(prefix="wb-publish-") as tmp:
+        snap = snapshot.take(folder, Path(tmp) / "toolkit", label=f"the toolkit folder {folder}",
+                             skip_dirs=signing.EXCLUDED_DIRS)
+        try:
+            return _toolkit(client, snap.dir, ref, env=env)
+        except WbError as exc:
+            raise snapshot.shown(exc, snap.dir, folder) from None
+        finally:
+            snapshot.discard(snap.dir)
+
+
+def _toolkit(client: Distribution, folder: Path, ref: oci.Reference, *, env: Mapping[str, str]) -> Published:
+    """Verify and pack ``folder``, a private copy nobody else writes."""
     m = _manifest.load(folder / signing.MANIFEST)
     verdict = trust.folder_verdict(folder, env)
     if trust.refusal(verdict):
@@ -51,7 +71,6 @@ def toolkit(client: Distribution, folder: Path, target: str, *, env: Mapping[str
                               "publish")
         raise InvalidArgs(f"{m.id}: signature {verdict.code}: {verdict.message}; sign it first "
                           f"(wbx toolkit sign {m.id}): installs refuse an unsigned third-party toolkit")
-    ref = _reference(target)
     config = {"id": m.id, "version": m.version, "digest": verdict.digest or signing.content_digest(folder),
               "signer": verdict.signer, "trust": m.trust}
     pushed = client.push(
@@ -69,11 +88,11 @@ def toolkit(client: Distribution, folder: Path, target: str, *, env: Mapping[str
 def bundle(client: Distribution, path: Path, target: str, *, env: Mapping[str, str]) -> Published:
     from wbcore_publish import bundle as _bundle
 
-    size = path.stat().st_size
-    if size > client.max_blob:  # the client's cap on one blob: the registry would refuse it mid-way
-        raise InvalidArgs(f"{path}: {size} bytes is over the {client.max_blob}-byte cap for a published "
+    data = _bundle.read_bundle(path)  # read once: these bytes are inspected and pushed
+    if len(data) > client.max_blob:  # the client's cap on one blob: the registry would refuse it mid-way
+        raise InvalidArgs(f"{path}: {len(data)} bytes is over the {client.max_blob}-byte cap for a published "
                           "bundle")
-    ins = _bundle.inspect(path, env=env, resolve_web=False)
+    ins = _bundle.inspect_bytes(data, path.name, env=env, resolve_web=False)
     if not ins.verified:
         raise InvalidArgs(f"{path}: the bundle does not verify ({ins.signature.reason}; "
                           f"{'; '.join(ins.changes) or 'members hold'}); not published")
@@ -83,7 +102,7 @@ def bundle(client: Distribution, path: Path, target: str, *, env: Mapping[str, s
     pushed = client.push(
         ref, artifact_type=oci.BUNDLE_TYPE,
         config=(canonical_json(config), oci.BUNDLE_CONFIG),
-        layers=[(path.read_bytes(), oci.BUNDLE_LAYER, {"org.opencontainers.image.title": path.name})],
+        layers=[(data, oci.BUNDLE_LAYER, {"org.opencontainers.image.title": path.name})],
         env=env,
     )
     return Published("bundle", name, pushed.reference.text(), ref.tag, pushed.manifest.digest,
