@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
@@ -134,6 +135,58 @@ def client(*, timeout: float, verify: Any = None, env: Mapping[str, str] | None 
                         timeout=httpx.Timeout(timeout))
 
 
+def bounded_transport(*, max_bytes: int, what: str, http: ModuleType | None = None,
+                      env: Mapping[str, str] | None = None) -> Any:
+    """The transport of an httpx client wbcore does not drive (a vendor SDK's): TLS from
+    :func:`ssl_context`, raw bytes (``Accept-Encoding: identity``; an encoded answer is refused,
+    never inflated), each answer cut at ``max_bytes`` as it streams and at the request's timeout
+    counted from its start, the whole exchange, not each read (a drip or a keep-alive stream ends
+    there): ``InvalidArgs``/``Timeout`` naming ``what``. ``http``: the SDK's httpx (or its fork)."""
+    if http is None:
+        import httpx
+
+        http = httpx
+    failed = http.HTTPError
+
+    class Capped(http.SyncByteStream):  # type: ignore[name-defined]
+        def __init__(self, inner: Any, url: str, wait: float | None) -> None:
+            self.inner, self.url, self.wait = inner, url, wait
+            self.deadline = None if wait is None else time.monotonic() + wait
+
+        def __iter__(self) -> Any:
+            total = 0
+            try:
+                for chunk in self.inner:
+                    total += len(chunk)
+                    if total > max_bytes:
+                        raise InvalidArgs(f"{what} {self.url}: answer over the {max_bytes}-byte cap; stopped")
+                    if self.deadline and time.monotonic() > self.deadline:
+                        raise Timeout(f"{what} {self.url}: answer not complete within {self.wait:g} s; "
+                                      "stopped")
+                    yield chunk
+            except failed as exc:
+                raise transport_error(exc, f"{what} {self.url}", http=http) from None
+
+        def close(self) -> None:
+            self.inner.close()
+
+    class Bounded(http.HTTPTransport):  # type: ignore[name-defined]
+        def handle_request(self, request: Any) -> Any:
+            wait = (request.extensions.get("timeout") or {}).get("read")
+            request.headers["Accept-Encoding"] = "identity"
+            resp = super().handle_request(request)
+            url = str(request.url.copy_with(query=None))
+            coding = resp.headers.get("content-encoding", "identity").strip().lower()
+            if coding not in ("", "identity"):
+                resp.close()
+                raise InvalidArgs(f"{what} {url}: answered with Content-Encoding {coding} though identity "
+                                  "was asked; compressed answers are not inflated (a decompression bomb)")
+            resp.stream = Capped(resp.stream, url, wait)
+            return resp
+
+    return Bounded(verify=ssl_context(env), trust_env=False)
+
+
 def _ssl_cause(exc: BaseException) -> ssl.SSLError | None:
     seen: set[int] = set()
     cur: BaseException | None = exc
@@ -145,11 +198,14 @@ def _ssl_cause(exc: BaseException) -> ssl.SSLError | None:
     return None
 
 
-def transport_error(exc: Exception, url: str) -> WbError:
-    """An httpx failure as the error a person can act on (tls, unreachable, timeout)."""
-    import httpx
+def transport_error(exc: Exception, url: str, *, http: ModuleType | None = None) -> WbError:
+    """An httpx (or ``http``) failure as the error a person can act on (tls, unreachable, timeout)."""
+    if http is None:
+        import httpx
 
-    if isinstance(exc, httpx.TimeoutException):
+        http = httpx
+
+    if isinstance(exc, http.TimeoutException):
         return Timeout(f"{url}: no answer in time ({type(exc).__name__})")
     cause = _ssl_cause(exc)
     text = str(exc)
