@@ -6,15 +6,14 @@ exchange, not each read). Real HTTP against a scripted server on loopback."""
 from __future__ import annotations
 
 import gzip
-import threading
-import time
 from typing import Any
 
 import pytest
 
 from wbcore_runtime.contract.errors import InvalidArgs, Timeout
-from wbcore_runtime.contract.llm import ChatRequest, Message
-from wbcore_testing.scripted_llm import ScriptedLlm, endless, raw
+from wbcore_runtime.contract.llm import ChatRequest, Message, ProviderError
+from wbcore_testing.loopback import drip_headers, ends_within
+from wbcore_testing.scripted_llm import ScriptedLlm, Turn, endless, raw
 
 MiB = 1 << 20
 #: How late a deadline may show on a loaded 2-core CI machine; the bounds below rule out waiting
@@ -29,24 +28,12 @@ def llm():
 
 
 def complete(make_runtime: Any, llm: ScriptedLlm, timeout_s: float) -> tuple[BaseException | None, float]:
-    """One completion in a thread (a client that hangs must not hang the test): what it raised, how long."""
+    """One completion: what it raised and how long it took (a client that hangs fails the test)."""
     rt = make_runtime(plugins=["llm-openai"], env={"WB_LLM_BASE_URL": llm.base_url, "WB_LLM_RETRIES": "0",
                                                     "WB_LLM_TIMEOUT": str(timeout_s)})
     d = rt.llm("openai:gpt-x")
-    out: list[BaseException | None] = [None]
-
-    def run() -> None:
-        try:
-            d.complete(ChatRequest("", (Message("user", "hi"),)))
-        except BaseException as exc:  # noqa: BLE001 - handed to the test
-            out[0] = exc
-
-    t0 = time.monotonic()
-    th = threading.Thread(target=run, daemon=True)
-    th.start()
-    th.join(timeout_s + 3 * SLACK_S)
-    assert not th.is_alive(), f"the client still waits {timeout_s + 3 * SLACK_S:g} s on (no total deadline)"
-    return out[0], time.monotonic() - t0
+    return ends_within(lambda: d.complete(ChatRequest("", (Message("user", "hi"),))), timeout_s + 3 * SLACK_S,
+                       "the completion (no deadline for the whole exchange?)")
 
 
 def test_an_event_stream_kept_alive_by_comments_ends_at_the_request_timeout(make_runtime, llm):
@@ -72,3 +59,10 @@ def test_a_compressed_answer_is_refused_not_inflated(make_runtime, llm):
     err, _ = complete(make_runtime, llm, 20.0)
     assert isinstance(err, InvalidArgs) and "Content-Encoding gzip" in str(err), err
     assert llm.requests[0].headers["accept-encoding"] == "identity"
+
+
+def test_headers_dripped_a_byte_at_a_time_end_at_the_request_timeout(make_runtime, llm):
+    llm.script = [Turn(wire=drip_headers)]
+    err, took = complete(make_runtime, llm, 2.0)
+    assert isinstance(err, ProviderError) and "silent" in str(err), err
+    assert took < 2.0 + SLACK_S
