@@ -13,7 +13,7 @@ import pytest
 from wbcore_runtime.guard import fetch
 from wbcore_runtime.contract.errors import DnsError, InvalidArgs, Timeout, TlsError, Unreachable
 from wbcore_runtime.guard.netguard import EgressDenied, NetGuard
-from wbcore_testing.loopback import ALLOW, FILES
+from wbcore_testing.loopback import ALLOW, FILES, ends_within
 
 #: How late a deadline or a cancel may show on a loaded 2-core CI machine. The bounds below rule
 #: out waiting for what the deadline cuts (a 30 s sleep, a spin), an order of magnitude longer;
@@ -87,6 +87,19 @@ def test_caps_hold_while_streaming(http_port, tmp_path):
     assert time.monotonic() - start < 1.0 + SLACK_S
     with pytest.raises(EgressDenied, match="SSRF guard"):
         fetch.download(f"http://127.0.0.1:{http_port}/x", tmp_path / "out", guard=NetGuard.from_env({}))
+
+
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_headers_dripped_a_byte_at_a_time_end_at_the_deadline(scheme, request, tmp_path):
+    """Every read sees a byte long before the per-read timeout: only the whole exchange's
+    deadline ends it (the headers would otherwise arrive for hours), over TLS as well."""
+    port = request.getfixturevalue(f"{scheme}_port")
+    env = {**ALLOW, "SSL_CERT_FILE": str(request.getfixturevalue("pki")[0])} if scheme == "https" else ALLOW
+    err, took = ends_within(lambda: fetch.download(
+        f"{scheme}://localhost:{port}/drip-headers", tmp_path / "out", env=env, guard=NetGuard.from_env(env),
+        limits=fetch.FetchLimits(timeout=1.0)), 1.0 + 3 * SLACK_S, "a download of dripped headers")
+    assert isinstance(err, Timeout) and "within 1s" in str(err), err
+    assert took < 1.0 + SLACK_S and list(tmp_path.iterdir()) == []
 
 
 def test_one_fetcher():

@@ -18,17 +18,22 @@ counts only when it names an installed provider, so ``llama3:8b`` stays a model 
 
 from __future__ import annotations
 
+import importlib
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
+from wbcore_runtime.contract import lazy
 from wbcore_runtime.contract.drivers import Availability
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound, WbError, unknown_name
 
 if TYPE_CHECKING:
     from wbcore_runtime.contract.host import RuntimeServices
+    from wbcore_runtime.guard import fetch
+else:
+    fetch = lazy.module("wbcore_runtime.guard.fetch")
 
 DEFAULT_RETRIES = 3
 MAX_RETRIES = 10
@@ -288,10 +293,14 @@ class SdkChat:
         self.settings = settings
         self._sdk = sdk
         self._endpoint = endpoint or settings.base_url or "default endpoint"
+        # the transport is of the SDK's own httpx package (httpx, or a fork such as httpx2)
+        client = next(c for c in sdk.DefaultHttpxClient.__mro__ if c.__name__ == "Client")
+        http = importlib.import_module(client.__module__.partition(".")[0])
         self._client = client_class(
             api_key=settings.api_key or "not-needed",  # local servers take any key; the SDK wants one
             max_retries=0, timeout=settings.timeout_s,
-            http_client=sdk.DefaultHttpxClient(trust_env=False, timeout=settings.timeout_s), **client_kw)
+            http_client=sdk.DefaultHttpxClient(trust_env=False, timeout=settings.timeout_s, transport=(
+                fetch.bounded_transport(max_bytes=self.max_body, what=self.vendor, http=http))), **client_kw)
 
     def __repr__(self) -> str:  # never the key
         return f"{type(self).__name__}({self._endpoint}, model={self.settings.model!r})"

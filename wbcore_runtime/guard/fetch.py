@@ -14,8 +14,9 @@ open their connections with :func:`client` (the same TLS and no-environment rule
   (scheme, host, port) they were sent to.
 - **Bounded while streaming**: the byte cap is counted chunk by chunk as the body
   arrives (a lying or absent ``Content-Length`` changes nothing) and one deadline bounds
-  connect, every read and the whole exchange, redirects included. No decompression
-  (``Accept-Encoding: identity``): the capped bytes are the bytes on the wire.
+  connect, every read and the whole exchange, redirects included (:func:`cut_at` ends a
+  read still waiting then: headers dripped a byte at a time pass every per-read timeout).
+  No decompression (``Accept-Encoding: identity``): the capped bytes are the bytes on the wire.
 - **TLS against the system trust store** (``truststore``), plus ``SSL_CERT_FILE`` and
   ``SSL_CERT_DIR`` (from the process or the runtime's environment), so a corporate
   TLS-intercepting proxy's CA works. No proxy or ``.netrc`` is taken from the environment.
@@ -26,15 +27,19 @@ open their connections with :func:`client` (the same TLS and no-environment rule
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
+import socket
 import ssl
 import stat
+import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
@@ -134,6 +139,101 @@ def client(*, timeout: float, verify: Any = None, env: Mapping[str, str] | None 
                         timeout=httpx.Timeout(timeout))
 
 
+def bounded_transport(*, max_bytes: int, what: str, http: ModuleType | None = None,
+                      env: Mapping[str, str] | None = None) -> Any:
+    """The transport of an httpx client wbcore does not drive (a vendor SDK's): TLS from
+    :func:`ssl_context`, raw bytes (``Accept-Encoding: identity``; an encoded answer is refused,
+    never inflated), each answer cut at ``max_bytes`` as it streams and at the request's timeout
+    counted from its start, the whole exchange, not each read (a drip or a keep-alive stream ends
+    there): ``InvalidArgs``/``Timeout`` naming ``what``. ``http``: the SDK's httpx (or its fork)."""
+    if http is None:
+        import httpx
+
+        http = httpx
+    failed = http.HTTPError
+
+    class Capped(http.SyncByteStream):  # type: ignore[name-defined]
+        def __init__(self, inner: Any, url: str, wait: float | None, deadline: float | None,
+                     cut: contextlib.ExitStack) -> None:
+            self.inner, self.url, self.wait, self.deadline, self.cut = inner, url, wait, deadline, cut
+
+        def __iter__(self) -> Any:
+            total = 0
+            late = Timeout(f"{what} {self.url}: answer not complete within {self.wait:g} s; stopped")
+            try:
+                for chunk in self.inner:
+                    total += len(chunk)
+                    if total > max_bytes:
+                        raise InvalidArgs(f"{what} {self.url}: answer over the {max_bytes}-byte cap; stopped")
+                    if self.deadline and time.monotonic() > self.deadline:
+                        raise late
+                    yield chunk
+                if self.deadline and time.monotonic() >= self.deadline:
+                    raise late  # the cut at the deadline ended a body that ends with the connection
+            except failed as exc:
+                if self.deadline and time.monotonic() >= self.deadline:
+                    raise late from None
+                raise transport_error(exc, f"{what} {self.url}", http=http) from None
+
+        def close(self) -> None:
+            with self.cut:
+                self.inner.close()
+
+    class Bounded(http.HTTPTransport):  # type: ignore[name-defined]
+        def handle_request(self, request: Any) -> Any:
+            wait = (request.extensions.get("timeout") or {}).get("read")
+            request.headers["Accept-Encoding"] = "identity"
+            url = str(request.url.copy_with(query=None))
+            deadline = None if wait is None else time.monotonic() + wait
+            cut = contextlib.ExitStack()
+            if deadline is not None:  # the headers too: a server may drip them a byte at a time
+                request.extensions = {**request.extensions, **cut.enter_context(cut_at(deadline))}
+            try:
+                resp = super().handle_request(request)
+            except BaseException:
+                cut.close()
+                raise
+            coding = resp.headers.get("content-encoding", "identity").strip().lower()
+            if coding not in ("", "identity"):
+                resp.close()
+                cut.close()
+                raise InvalidArgs(f"{what} {url}: answered with Content-Encoding {coding} though identity "
+                                  "was asked; compressed answers are not inflated (a decompression bomb)")
+            resp.stream = Capped(resp.stream, url, wait, deadline, cut)
+            return resp
+
+    return Bounded(verify=ssl_context(env), trust_env=False)
+
+
+@contextlib.contextmanager
+def cut_at(deadline: float) -> Iterator[dict[str, Any]]:
+    """The request extensions that end an exchange at ``deadline`` (``time.monotonic()``) whatever
+    it waits on: httpcore's ``trace`` notes the connection's socket, and a timer shuts it then, so a
+    read in progress ends (a server dripping its headers a byte at a time passes every per-read
+    timeout). Leaving the block cancels the timer; a read it ended raises an httpx error."""
+    socks: list[socket.socket] = []
+
+    def cut() -> None:
+        for sock in socks:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def trace(event: str, info: dict[str, Any]) -> None:
+        if event.endswith((".connect_tcp.complete", ".start_tls.complete")):
+            sock = info["return_value"].get_extra_info("socket")
+            socks.append(sock)
+            if time.monotonic() >= deadline:
+                cut()
+
+    timer = threading.Timer(max(0.0, deadline - time.monotonic()), cut)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield {"trace": trace}
+    finally:
+        timer.cancel()
+
+
 def _ssl_cause(exc: BaseException) -> ssl.SSLError | None:
     seen: set[int] = set()
     cur: BaseException | None = exc
@@ -145,11 +245,14 @@ def _ssl_cause(exc: BaseException) -> ssl.SSLError | None:
     return None
 
 
-def transport_error(exc: Exception, url: str) -> WbError:
-    """An httpx failure as the error a person can act on (tls, unreachable, timeout)."""
-    import httpx
+def transport_error(exc: Exception, url: str, *, http: ModuleType | None = None) -> WbError:
+    """An httpx (or ``http``) failure as the error a person can act on (tls, unreachable, timeout)."""
+    if http is None:
+        import httpx
 
-    if isinstance(exc, httpx.TimeoutException):
+        http = httpx
+
+    if isinstance(exc, http.TimeoutException):
         return Timeout(f"{url}: no answer in time ({type(exc).__name__})")
     cause = _ssl_cause(exc)
     text = str(exc)
@@ -206,11 +309,14 @@ def stream(
         shown_host = f"[{host}]" if ":" in host else host
         sent["Host"] = shown_host if port == DEFAULT_PORTS[scheme] else f"{shown_host}:{port}"
         extensions = {"sni_hostname": pin.host} if scheme == "https" else {}
-        with client(timeout=min(30.0, remaining), env=env) as c:
-            req = c.build_request(method, pinned, headers=sent, content=body, extensions=extensions)
+        with client(timeout=min(30.0, remaining), env=env) as c, cut_at(deadline) as cut:
+            req = c.build_request(method, pinned, headers=sent, content=body,
+                                  extensions={**extensions, **cut})
             try:
                 resp = c.send(req, stream=True)
             except httpx.HTTPError as exc:
+                if time.monotonic() >= deadline:
+                    raise Timeout(f"{url}: no answer within {limits.timeout:g}s") from None
                 raise transport_error(exc, url) from None
             try:
                 if resp.is_redirect and resp.status_code not in ok:
@@ -248,7 +354,12 @@ def stream(
                             raise Timeout(f"{url}: not fetched within {limits.timeout:g}s; download stopped")
                         h.update(chunk)
                         sink(chunk)
+                    if time.monotonic() >= deadline:  # cut_at ended a body that ends with the connection
+                        raise Timeout(f"{url}: not fetched within {limits.timeout:g}s; download stopped")
                 except httpx.HTTPError as exc:
+                    if time.monotonic() >= deadline:
+                        raise Timeout(f"{url}: not fetched within {limits.timeout:g}s; "
+                                      "download stopped") from None
                     raise transport_error(exc, url) from None
                 kept = tuple((k.lower(), v) for k, v in resp.headers.multi_items())
                 return Fetched(url, resp.status_code, total, h.hexdigest(),

@@ -11,6 +11,7 @@ from wbcore_brokers_net import allowlist
 from wbcore_brokers_net.brokers import NetBroker, SocketBroker
 from wbcore_brokers_net.guard import NetGuard, parse_literal, why_denied
 
+from wbcore_testing.loopback import ends_within
 from wbnet_targets import PUBLIC_IP
 
 CAPS = {"net", "browse", "tcp", "udp", "tls"}
@@ -97,6 +98,15 @@ def test_body_cap_deadline_and_redirect_limit(dock, http_target):
         dock.call(c, "net", "fetch", {"url": f"http://public.test:{http_target}/redirect-loop"})
     with pytest.raises(CapabilityDenied, match="scheme"):
         dock.call(c, "net", "fetch", {"url": "file:///etc/passwd"})
+
+
+def test_headers_dripped_a_byte_at_a_time_end_at_the_call_deadline(dock, http_target):
+    """A server that sends one header byte every 0.1 s passes every per-read timeout: the call's
+    deadline still ends the exchange, and the host's thread with it."""
+    url = f"http://public.test:{http_target}/drip-headers"
+    err, took = ends_within(lambda: dock.call(ctx(dock), "net", "fetch", {"url": url, "timeout": 0.5}), 15,
+                            "net.fetch of dripped headers")
+    assert isinstance(err, Timeout) and err.reason == "deadline" and took < 6
 
 
 def test_allowed_hosts_narrow_net(dock, http_target):

@@ -16,6 +16,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from wbcore_testing.loopback import drip_headers
+
 
 PUBLIC_IP = "127.0.0.7"
 
@@ -44,6 +46,8 @@ class _Handler(BaseHTTPRequestHandler):
         port = self.server.server_address[1]
         if self.path == "/endless":
             return self._endless()
+        if self.path == "/drip-headers":
+            return drip_headers(self)
         routes = {
             "/redirect-private": f"http://127.0.0.1:{port}/ok",
             "/redirect-meta": "http://169.254.169.254/latest/meta-data/",

@@ -3,7 +3,8 @@
 Each hop (the first request and every redirect) is checked by :class:`NetGuard` and
 the toolkit's ``#+ALLOWED_HOSTS``, then sent to the *pinned* address: the URL carries
 the checked IP, the ``Host`` header and TLS SNI carry the name, and the certificate is
-verified against the name. Bodies are streamed raw (no decompression) and every chunk is
+verified against the name (headers dripped a byte at a time end at the deadline too:
+``fetch.cut_at``). Bodies are streamed raw (no decompression) and every chunk is
 taken from a :class:`~wbcore_runtime.dispatch.budget.ByteBudget` as it arrives: the exchange is cancelled
 the moment the body passes ``max_bytes`` (the caller passes ``min(max_bytes,
 max_response)``), holding at most the cap plus one network read (≤ 64 KiB). The
@@ -108,16 +109,17 @@ class CappedHttp:
             if ":" in host and not hdrs["Host"].startswith("["):
                 hdrs["Host"] = f"[{host}]" + ("" if default_port else f":{port}")
             timeout = httpx.Timeout(remaining)
-            with _fetch.client(timeout=remaining, verify=self.verify) as client:
+            with _fetch.client(timeout=remaining, verify=self.verify) as client, \
+                    _fetch.cut_at(deadline) as cut:
                 req = client.build_request(method, pinned, headers=hdrs, content=body or None,
                                            extensions={"sni_hostname": pin.host,
-                                                       "timeout": timeout.as_dict()})
+                                                       "timeout": timeout.as_dict(), **cut})
                 try:
                     resp = client.send(req, stream=True)
-                except httpx.TimeoutException:
-                    raise refuse(Timeout, "deadline",
-                                 f"net: {host} did not answer before the deadline") from None
                 except httpx.HTTPError as exc:
+                    if isinstance(exc, httpx.TimeoutException) or time.monotonic() >= deadline:
+                        raise refuse(Timeout, "deadline",
+                                     f"net: {host} did not answer before the deadline") from None
                     raise refuse(CapabilityDenied if "certificate" in str(exc).lower() else InvalidArgs,
                                  "connect", f"net: {method} {scheme}://{host}:{port} failed: "
                                             f"{type(exc).__name__}: {str(exc)[:200]}") from None
@@ -137,9 +139,13 @@ class CappedHttp:
                                 raise refuse(Timeout, "deadline",
                                              f"net: body from {host} still streaming at the deadline; "
                                              "cancelled")
-                    except httpx.TimeoutException:
-                        raise refuse(Timeout, "deadline", f"net: {host} stalled past the deadline") from None
+                        if time.monotonic() >= deadline:  # the cut at the deadline ended the body
+                            raise refuse(Timeout, "deadline",
+                                         f"net: body from {host} still streaming at the deadline; cancelled")
                     except httpx.HTTPError as exc:
+                        if isinstance(exc, httpx.TimeoutException) or time.monotonic() >= deadline:
+                            raise refuse(Timeout, "deadline",
+                                         f"net: {host} stalled past the deadline") from None
                         raise InvalidArgs(f"net: reading the body from {host} failed: "
                                           f"{type(exc).__name__}") from None
                     return Fetched(resp.status_code, url, [[k, v] for k, v in resp.headers.items()],

@@ -367,3 +367,37 @@ def test_console_streams_share_the_engines_per_client_stream_cap(make_runtime, s
 
 def eng_auth(eng: Any) -> dict[str, str]:
     return {"authorization": f"Bearer {eng.token}"}
+
+
+def test_a_chunked_push_upload_is_refused_as_it_passes_the_cap(make_runtime, serve_engine):
+    """A multipart upload without Content-Length: its file part is counted while it arrives
+    (starlette caps form fields, not files, which it spools to disk): one past the push cap is
+    answered 413 at once, not read on until the client stops or the request deadline."""
+    import socket
+
+    from wbcore_engine.app import EngineLimits
+    from wbcore_runtime.contract.http_server import ServerLimits
+
+    limits = EngineLimits(max_push=1 << 20, server=ServerLimits(request_deadline_s=25))
+    eng = serve_engine(make_runtime(plugins=["engine", "audit-trail", "http-server"]), limits=limits)
+    with httpx.Client(base_url=eng.url, timeout=30) as c:
+        csrf = login(c, eng.token)
+        cookie = "; ".join(f"{k}={v}" for k, v in c.cookies.items())
+    host, port = eng.url.removeprefix("http://").split(":")
+    head = (b"--b\r\nContent-Disposition: form-data; name=\"csrf\"\r\n\r\n" + csrf.encode()
+            + b"\r\n--b\r\nContent-Disposition: form-data; name=\"archive\"; filename=\"t.tar.gz\"\r\n"
+            b"Content-Type: application/gzip\r\n\r\n")
+
+    def chunk(data: bytes) -> bytes:
+        return b"%x\r\n%s\r\n" % (len(data), data)
+
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(f"POST /console/push HTTP/1.1\r\nHost: {host}:{port}\r\nCookie: {cookie}\r\n"
+                  f"Origin: {eng.url}\r\nContent-Type: multipart/form-data; boundary=b\r\n"
+                  "Transfer-Encoding: chunked\r\n\r\n".encode() + chunk(head))
+        for _ in range(18):  # just past the cap (1 MiB + 64 KiB), the body left unfinished
+            s.sendall(chunk(b"\0" * (64 << 10)))
+        t0 = time.monotonic()
+        answer = s.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+    assert time.monotonic() - t0 < 10

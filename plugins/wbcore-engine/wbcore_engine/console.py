@@ -391,12 +391,19 @@ async def push(c: Console, request: Request) -> Response:
 async def _push_preview(c: Console, request: Request) -> Response:
     from wbcore_engine import app as _app
 
-    limit = c.engine.limits.max_push + MAX_FORM
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise Refused(413, "too large", f"the upload of {declared} bytes exceeds the {limit}-byte cap")
-    # parsed while it arrives, against the push cap (python-multipart, starlette's parser)
-    async with request.form(max_files=1, max_fields=8, max_part_size=c.engine.limits.max_push) as form:
+    # the whole upload read against the push cap and the body deadline while it arrives (the API's
+    # read_body): starlette's parser caps form fields, but spools a file part to disk unbounded
+    raw = await _app.read_body(request, c.engine.limits.max_push + MAX_FORM, c.engine.limits.body_wait_s)
+    sent = [False]
+
+    async def replay() -> dict[str, Any]:
+        if sent[0]:
+            return {"type": "http.disconnect"}
+        sent[0] = True
+        return {"type": "http.request", "body": raw, "more_body": False}
+
+    async with Request(request.scope, replay).form(max_files=1, max_fields=8,
+                                                   max_part_size=c.engine.limits.max_push) as form:
         c.check_csrf(request, str(form.get("csrf", "")))
         upload = form.get("archive")
         if upload is None or isinstance(upload, str):

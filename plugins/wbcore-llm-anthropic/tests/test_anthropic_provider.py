@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from wbcore_runtime.contract.errors import Timeout
 from wbcore_runtime.contract.llm import ChatRequest, Message, ProviderError, ToolSpec, ToolUse
-from wbcore_testing.scripted_llm import ScriptedLlm, empty, failure, plain, raw, reply, tool
+from wbcore_testing.loopback import ends_within
+from wbcore_testing.scripted_llm import ScriptedLlm, empty, endless, failure, plain, raw, reply, tool
 
 KEY = "sk-ant-test-secret"
 SCHEMA = {"type": "object", "properties": {"op": {"type": "string"}}, "required": ["op"]}
@@ -89,3 +91,13 @@ def test_a_foreign_content_type_is_named(make_runtime, llm):
     with pytest.raises(ProviderError, match=r"text/html.*neither server-sent events nor JSON"):
         driver(make_runtime, llm, WB_LLM_RETRIES="2").complete(ChatRequest("", (Message("user", "x"),)))
     assert len(llm.requests) == 1  # not retried: a wrong endpoint does not heal
+
+
+def test_a_stream_of_pings_ends_at_the_request_timeout(make_runtime, llm):
+    """The Messages API's own keep-alive (``event: ping``) every 0.1 s for ever: the request's
+    timeout bounds the whole exchange, not each read."""
+    llm.script = [endless("text/event-stream", b'event: ping\ndata: {"type": "ping"}\n\n', every_s=0.1)]
+    d = driver(make_runtime, llm, WB_LLM_TIMEOUT="2", WB_LLM_RETRIES="0")
+    err, took = ends_within(lambda: d.complete(ChatRequest("", (Message("user", "x"),))), 20,
+                            "a completion streaming pings")
+    assert isinstance(err, Timeout) and "within 2 s" in str(err) and took < 10

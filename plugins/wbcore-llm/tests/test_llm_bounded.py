@@ -1,5 +1,6 @@
 """llm.complete reads the endpoint's answer under a byte budget while it streams: an
-endpoint that never stops answering is cancelled at min(4 MiB, max_response) plus one read."""
+endpoint that never stops answering is cancelled at min(4 MiB, max_response) plus one read;
+one that drips its headers ends at the call's deadline."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from wbcore_runtime.contract.calls import Principal
-from wbcore_runtime.contract.errors import InvalidArgs
+from wbcore_runtime.contract.errors import InvalidArgs, Timeout
+from wbcore_testing.loopback import drip_headers, ends_within
 
 MiB = 1 << 20
 SENT = [0]
@@ -24,6 +26,8 @@ class _Endless(BaseHTTPRequestHandler):
 
     def do_POST(self):
         self.rfile.read(int(self.headers["Content-Length"]))
+        if self.path.startswith("/drip/"):
+            return drip_headers(self)
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.end_headers()
@@ -58,3 +62,12 @@ def test_endless_answer_is_cancelled_at_the_cap(make_runtime, endless, max_respo
     assert time.monotonic() - t0 < 10, "stopped by the cap, not by the 30 s deadline"
     time.sleep(0.2)
     assert SENT[0] - sent0 < cap + 16 * MiB  # the cap plus what loopback socket buffers hold
+
+
+def test_headers_dripped_a_byte_at_a_time_end_at_the_call_deadline(make_runtime, endless):
+    rt = make_runtime(plugins=["llm"], env={"WB_LLM_BASE_URL": endless.replace("/v1", "/drip/v1"),
+                                           "WB_LLM_MODEL": "tiny"})
+    c = rt.dock.context(principal=Principal("t", "agent"), caps={"llm"}, timeout=1)
+    err, took = ends_within(lambda: rt.dock.call(c, "llm", "complete", {"prompt": "hi"}), 15,
+                            "llm.complete on dripped headers")
+    assert isinstance(err, Timeout) and took < 8

@@ -131,9 +131,9 @@ class LlmBroker:
         if self._key:
             headers["Authorization"] = f"Bearer {self._key}"
         try:
-            with _fetch.client(timeout=wait) as client, \
+            with _fetch.client(timeout=wait) as client, _fetch.cut_at(deadline) as cut, \
                     client.stream("POST", self.base_url + "/chat/completions", json=body,
-                                  headers=headers) as resp:
+                                  headers=headers, extensions=cut) as resp:
                 data = bytearray()
                 for chunk in resp.iter_raw():
                     budget.take(len(chunk))  # before the chunk is kept
@@ -141,10 +141,14 @@ class LlmBroker:
                     if time.monotonic() > deadline:
                         raise refuse(Timeout, "deadline",
                                      "llm.complete: endpoint still answering at the deadline")
+                if time.monotonic() >= deadline:  # the cut at the deadline ended the body
+                    raise refuse(Timeout, "deadline",
+                                 "llm.complete: endpoint still answering at the deadline")
                 status = resp.status_code
-        except httpx.TimeoutException:
-            raise refuse(Timeout, "deadline", "llm.complete: the endpoint did not answer in time") from None
         except httpx.HTTPError as exc:
+            if isinstance(exc, httpx.TimeoutException) or time.monotonic() >= deadline:
+                raise refuse(Timeout, "deadline",
+                             "llm.complete: the endpoint did not answer in time") from None
             raise Internal(f"llm.complete: endpoint unreachable ({type(exc).__name__})") from None
         if status in (401, 403):
             raise Internal(f"llm.complete: the endpoint refused the deployer's key (HTTP {status})")

@@ -18,7 +18,7 @@ import http.server
 import ipaddress
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -84,7 +84,41 @@ def _endless(handler: http.server.BaseHTTPRequestHandler) -> None:
         pass
 
 
-ROUTES = {"/stall": _stall, "/endless": _endless}
+def drip_headers(handler: http.server.BaseHTTPRequestHandler) -> None:
+    """A status line, then one header byte every 0.1 s until the client leaves: each read of a
+    client sees data long before any per-read timeout, so only a deadline for the whole
+    exchange ends it."""
+    try:
+        handler.wfile.write(b"HTTP/1.1 200 OK\r\nX-Drip: ")
+        while True:
+            handler.wfile.flush()
+            time.sleep(0.1)
+            handler.wfile.write(b"x")
+    except OSError:
+        pass
+
+
+def ends_within(call: Callable[[], object], within_s: float, what: str) -> tuple[BaseException | None, float]:
+    """Run ``call`` in a thread, so that a client which hangs cannot hang the test: what it raised
+    (None when it returned) and the seconds it took; ``AssertionError`` naming ``what`` when it
+    still runs after ``within_s``."""
+    got: list[BaseException | None] = [None]
+
+    def run() -> None:
+        try:
+            call()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            got[0] = exc
+
+    start = time.monotonic()
+    th = threading.Thread(target=run, daemon=True)
+    th.start()
+    th.join(within_s)
+    assert not th.is_alive(), f"{what} still runs {within_s:g} s on"
+    return got[0], time.monotonic() - start
+
+
+ROUTES = {"/stall": _stall, "/endless": _endless, "/drip-headers": drip_headers}
 
 
 @pytest.fixture(scope="module")

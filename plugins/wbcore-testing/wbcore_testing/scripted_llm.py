@@ -11,9 +11,11 @@ stream) or as one JSON body, from a script of turns given by the test::
 Each request takes the next turn; a turn is a :func:`reply`, a :func:`failure` or a
 callable ``(request_body) -> turn``. Misbehaving servers are scripted too:
 :func:`plain` answers a streamed request with one JSON body (a server that ignores
-``stream``), :func:`empty` sends a stream with no text and no tool call, and :func:`raw`
-sends any bytes under any content type. Requests are recorded (``llm.requests``: path,
-headers, body) so a test can check what the provider sent. A test fixture, never a
+``stream``), :func:`empty` sends a stream with no text and no tool call, :func:`raw`
+sends any bytes under any content type and headers, and :func:`endless` an answer that
+never ends (a body that keeps growing, or keep-alive comments on an event stream).
+Requests are recorded (``llm.requests``: path, headers, body) so a test can check what the
+provider sent. A test fixture, never a
 default: nothing in the product uses it.
 """
 
@@ -21,6 +23,8 @@ from __future__ import annotations
 
 import json
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -41,6 +45,10 @@ class Turn:
     content_type: str = "application/json"
     #: False: the openai stream carries no usage chunk, as some local servers send none
     usage: bool = True
+    #: More headers sent with ``body`` (e.g. ``Content-Encoding``).
+    headers: tuple[tuple[str, str], ...] = ()
+    #: Writes the whole answer on the wire itself (:func:`endless`).
+    wire: Callable[[BaseHTTPRequestHandler], None] | None = None
 
 
 def tool(name: str, **arguments: Any) -> tuple[str, dict[str, Any]]:
@@ -67,9 +75,40 @@ def empty() -> Turn:
     return Turn()
 
 
-def raw(body: bytes, content_type: str = "application/json") -> Turn:
-    """These bytes as the answer, under ``content_type`` (a broken or foreign server)."""
-    return Turn(body=body, content_type=content_type)
+def raw(body: bytes, content_type: str = "application/json", **headers: str) -> Turn:
+    """These bytes as the answer, under ``content_type`` and ``headers`` (``Content_Encoding="gzip"``
+    is sent as ``Content-Encoding: gzip``): a broken, foreign or hostile server."""
+    return Turn(body=body, content_type=content_type,
+                headers=tuple((k.replace("_", "-"), v) for k, v in headers.items()))
+
+
+def endless(content_type: str, piece: bytes, *, head: bytes = b"", every_s: float = 0.0,
+            limit: int = 1 << 40, sent: list[int] | None = None) -> Turn:
+    """An answer that does not end: ``head``, then ``piece`` every ``every_s`` seconds until
+    ``limit`` bytes are out, then silence until the client goes (no ``Content-Length``: the body
+    would end with the connection). ``sent[0]`` counts the bytes written."""
+    count = sent if sent is not None else [0]
+
+    def wire(h: BaseHTTPRequestHandler) -> None:
+        h.close_connection = True
+        h.send_response(200)
+        h.send_header("Content-Type", content_type)
+        h.send_header("Connection", "close")
+        h.end_headers()
+        try:
+            h.wfile.write(head)
+            count[0] += len(head)
+            while count[0] < limit:
+                h.wfile.write(piece)
+                h.wfile.flush()
+                count[0] += len(piece)
+                time.sleep(every_s)
+            while h.connection.recv(1 << 16):  # silence: wait for the client to leave
+                pass
+        except OSError:
+            pass
+
+    return Turn(wire=wire)
 
 
 @dataclass
@@ -149,9 +188,9 @@ class ScriptedLlm:
         if turn is None:
             return self._send(h, 500,
                               {"error": {"type": "api_error", "message": "the test's script ran out"}})
+        if turn.wire is not None:
+            return turn.wire(h)
         if turn.delay_s:
-            import time
-
             time.sleep(turn.delay_s)
         if turn.status != 200:
             extra = {"retry-after": "0"} if turn.status == 429 else {}
@@ -161,6 +200,8 @@ class ScriptedLlm:
         if turn.body is not None:
             h.send_response(200)
             h.send_header("Content-Type", turn.content_type)
+            for k, v in turn.headers:
+                h.send_header(k, v)
             h.send_header("Content-Length", str(len(turn.body)))
             h.end_headers()
             h.wfile.write(turn.body)
