@@ -31,12 +31,10 @@ import contextlib
 import functools
 import hashlib
 import os
-import socket
 import ssl
 import stat
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -44,6 +42,7 @@ from typing import Any
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound, Timeout, TlsError, Unreachable, WbError
+from wbcore_runtime.guard.deadline import cut_at
 from wbcore_runtime.guard.netguard import NetGuard
 
 MiB = 1 << 20
@@ -203,35 +202,6 @@ def bounded_transport(*, max_bytes: int, what: str, http: ModuleType | None = No
             return resp
 
     return Bounded(verify=ssl_context(env), trust_env=False)
-
-
-@contextlib.contextmanager
-def cut_at(deadline: float) -> Iterator[dict[str, Any]]:
-    """The request extensions that end an exchange at ``deadline`` (``time.monotonic()``) whatever
-    it waits on: httpcore's ``trace`` notes the connection's socket, and a timer shuts it then, so a
-    read in progress ends (a server dripping its headers a byte at a time passes every per-read
-    timeout). Leaving the block cancels the timer; a read it ended raises an httpx error."""
-    socks: list[socket.socket] = []
-
-    def cut() -> None:
-        for sock in socks:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-
-    def trace(event: str, info: dict[str, Any]) -> None:
-        if event.endswith((".connect_tcp.complete", ".start_tls.complete")):
-            sock = info["return_value"].get_extra_info("socket")
-            socks.append(sock)
-            if time.monotonic() >= deadline:
-                cut()
-
-    timer = threading.Timer(max(0.0, deadline - time.monotonic()), cut)
-    timer.daemon = True
-    timer.start()
-    try:
-        yield {"trace": trace}
-    finally:
-        timer.cancel()
 
 
 def _ssl_cause(exc: BaseException) -> ssl.SSLError | None:

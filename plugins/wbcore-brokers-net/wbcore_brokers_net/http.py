@@ -4,7 +4,7 @@ Each hop (the first request and every redirect) is checked by :class:`NetGuard` 
 the toolkit's ``#+ALLOWED_HOSTS``, then sent to the *pinned* address: the URL carries
 the checked IP, the ``Host`` header and TLS SNI carry the name, and the certificate is
 verified against the name (headers dripped a byte at a time end at the deadline too:
-``fetch.cut_at``). Bodies are streamed raw (no decompression) and every chunk is
+``guard.deadline.cut_at``). Bodies are streamed raw (no decompression) and every chunk is
 taken from a :class:`~wbcore_runtime.dispatch.budget.ByteBudget` as it arrives: the exchange is cancelled
 the moment the body passes ``max_bytes`` (the caller passes ``min(max_bytes,
 max_response)``), holding at most the cap plus one network read (≤ 64 KiB). The
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
+from wbcore_runtime.guard import deadline as _deadline
 from wbcore_runtime.guard import fetch as _fetch
 from wbcore_runtime.dispatch.budget import ByteBudget
 from wbcore_runtime.dispatch.dock import refuse
@@ -110,7 +111,7 @@ class CappedHttp:
                 hdrs["Host"] = f"[{host}]" + ("" if default_port else f":{port}")
             timeout = httpx.Timeout(remaining)
             with _fetch.client(timeout=remaining, verify=self.verify) as client, \
-                    _fetch.cut_at(deadline) as cut:
+                    _deadline.cut_at(deadline) as cut:
                 req = client.build_request(method, pinned, headers=hdrs, content=body or None,
                                            extensions={"sni_hostname": pin.host,
                                                        "timeout": timeout.as_dict(), **cut})

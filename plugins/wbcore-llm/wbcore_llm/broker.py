@@ -24,6 +24,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from wbcore_runtime.guard import deadline as _deadline
 from wbcore_runtime.guard import fetch as _fetch
 from wbcore_runtime.dispatch.budget import ByteBudget
 from wbcore_runtime.dispatch.dock import BrokerCall, refuse
@@ -131,7 +132,7 @@ class LlmBroker:
         if self._key:
             headers["Authorization"] = f"Bearer {self._key}"
         try:
-            with _fetch.client(timeout=wait) as client, _fetch.cut_at(deadline) as cut, \
+            with _fetch.client(timeout=wait) as client, _deadline.cut_at(deadline) as cut, \
                     client.stream("POST", self.base_url + "/chat/completions", json=body,
                                   headers=headers, extensions=cut) as resp:
                 data = bytearray()
