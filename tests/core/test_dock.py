@@ -208,3 +208,41 @@ def test_a_result_after_the_deadline_is_discarded_and_audited_as_timeout(dock):
     assert (last["outcome"], last["kind"], last["reason"]) == ("denied", "timeout", "deadline")
     status, body = dock.call_raw(ctx, "kv", cbor2.dumps({"op": "echo"}))
     assert status == STATUS[ErrorKind.TIMEOUT] and cbor2.loads(body)["reason"] == "deadline"
+
+
+def _bignum(n: int) -> bytes:
+    """CBOR tag 2 over ``n`` bytes (a positive bignum whose top byte is set)."""
+    return b"\xc2\x5a" + n.to_bytes(4, "big") + b"\xff" * n
+
+
+def _timed_call(dock, request: bytes) -> tuple[int, bytes, float]:
+    ctx = dock.context(principal=Principal("t"), caps={"kv"})
+    t0 = time.monotonic()
+    status, body = dock.call_raw(ctx, "kv", request)
+    return status, body, time.monotonic() - t0
+
+
+def test_a_request_cannot_make_the_host_compute(dock):
+    """Tags that make the decoder compute or expand are refused while decoding, fast: a
+    rational over two 120 KB bignums cost seconds of gcd (a 1 MB one, minutes) with the GIL
+    held; colliding integer map keys made inserting quadratic; shared references (tags 28/29)
+    made a few hundred bytes a 2^22-leaf tree the response encoder walked."""
+    rational = b"\xa2\x62op\x64echo\x61a\xd8\x1e\x82" + _bignum(120_000) + _bignum(120_001)
+    p = (1 << 61) - 1  # ints equal modulo p hash alike
+    keys = b"".join(b"\xc2\x4c" + ((k + 1) * p << 16).to_bytes(12, "big") + b"\x00" for k in range(20_000))
+    collide = b"\xa2\x62op\x64echo\x61a\xb9" + (20_000).to_bytes(2, "big") + keys
+    levels = b"\xd8\x1c\x80" + b"".join(b"\xd8\x1c\x82\xd8\x1d" + bytes([i]) + b"\xd8\x1d" + bytes([i])
+                                       for i in range(22))
+    shared = b"\xa2\x62op\x64echo\x61a\x97" + levels
+    for name, request in (("rational", rational), ("colliding keys", collide), ("shared refs", shared)):
+        status, body, took = _timed_call(dock, request)
+        assert status == STATUS[ErrorKind.INVALID_ARGS], name
+        assert "CBOR" in cbor2.loads(body)["message"], name
+        assert took < 1.0, f"{name}: {took:.1f} s"
+
+
+def test_plain_cbor_still_passes(dock):
+    ctx = dock.context(principal=Principal("t"), caps={"kv"})
+    args = {"n": 1 << 70, "f": 1.5, "b": b"\x00", "l": [None, True, "x"], "m": {"k": [1]}}
+    status, body = dock.call_raw(ctx, "kv", cbor2.dumps({"op": "echo", **args}))
+    assert status == 0 and cbor2.loads(body) == {"echo": args}

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import cbor2
 
+from wbcore_runtime.contract import cbor
 from wbcore_runtime.dispatch.audit import AuditLog, digest
 from wbcore_runtime.contract.calls import Principal
 from wbcore_runtime.contract.errors import (
@@ -346,12 +347,15 @@ class Dock:
             if len(request) > MAX_REQUEST:
                 raise refuse(InvalidArgs, "too-large",
                              f"{cap}: request of {len(request)} bytes exceeds the {MAX_REQUEST}-byte cap")
-            req = cbor2.loads(request)
+            try:  # plain data only: a request cannot make the host compute (contract.cbor)
+                req = cbor.loads(request)
+            except InvalidArgs as exc:
+                raise InvalidArgs(f"{cap}: {exc.message}") from None
             if not isinstance(req, dict) or not isinstance(req.get("op"), str):
                 raise InvalidArgs(f"{cap}: the request must be a CBOR map with a text 'op'")
         except WbError as exc:
             return self._deny(ctx, cap, "?", dg, exc, time.perf_counter(), len(request))[:2]
-        except Exception as exc:  # cbor2 raises several types on malformed input
+        except Exception as exc:  # noqa: BLE001 - a decoder failure cbor.loads does not name
             return self._deny(ctx, cap, "?", dg,
                               InvalidArgs(f"{cap}: request is not valid CBOR ({type(exc).__name__})"),
                               time.perf_counter(), len(request))[:2]
