@@ -246,3 +246,23 @@ def test_plain_cbor_still_passes(dock):
     args = {"n": 1 << 70, "f": 1.5, "b": b"\x00", "l": [None, True, "x"], "m": {"k": [1]}}
     status, body = dock.call_raw(ctx, "kv", cbor2.dumps({"op": "echo", **args}))
     assert status == 0 and cbor2.loads(body) == {"echo": args}
+
+
+def test_a_flood_of_refused_calls_cannot_rotate_the_audit_trail(make_runtime):
+    """Every call counts against the rate (a malformed one, one outside guest memory), and a
+    principal over its limit leaves one line per window: before, each refusal was a line, so
+    a guest looping on a bad pointer wrote ~100k lines a second and pushed every principal's
+    history out of the kept segments."""
+    dock = make_runtime(plugins=[_TestBrokers()], env={"WB_DOCK_RATE": "5/60"}).dock
+    ctx = dock.context(principal=Principal("t", "flood"), caps={"kv"})
+    for _ in range(3):
+        assert dock.call_raw(ctx, "kv", cbor2.dumps({"op": "echo"}))[0] == 0
+    malformed = [dock.call_raw(ctx, "kv", b"\xff")[0] for _ in range(500)]
+    outside = [dock.deny(ctx, "kv", InvalidArgs("kv: the request lies outside guest memory"))[0]
+               for _ in range(500)]
+    assert malformed[:2] == [STATUS[ErrorKind.INVALID_ARGS]] * 2
+    assert set(malformed[2:] + outside) == {STATUS[ErrorKind.CAPABILITY_DENIED]}
+    status, body = dock.call_raw(ctx, "kv", cbor2.dumps({"op": "echo"}))
+    assert (status, cbor2.loads(body)["reason"]) == (STATUS[ErrorKind.CAPABILITY_DENIED], "rate-limited")
+    reasons = [e["reason"] for e in _trail(dock.audit)]
+    assert reasons == [None] * 3 + ["invalid-args"] * 2 + ["rate-limited"]

@@ -9,7 +9,9 @@ request ``{"op": ..., ...}`` → ``(status, CBOR response)``), or its Python con
 1. default-deny: the cap must be in the call's effective set (profile ∩ #+CAPS ∩ grants);
 2. revocation of the principal (or of one cap for it), checked on *every* call, so a
    revocation issued while a guest runs stops its next call;
-3. the principal's rate limit (default 120,000 calls per 60 s, ``WB_DOCK_RATE=N/SECONDS``);
+3. the principal's rate limit (default 120,000 calls per 60 s, ``WB_DOCK_RATE=N/SECONDS``):
+   every call counts, a malformed one too, and a principal over it leaves one audit line
+   per window (a guest looping on refused calls cannot rotate the trail's history away);
 4. the request size cap, the operation name, the deadline;
 5. the broker itself (``DockContext.remaining()`` is its timeout); a result that arrives
    after the deadline is discarded (timeout); its CBOR response is size-capped
@@ -41,6 +43,7 @@ import cbor2
 
 from wbcore_runtime.contract import cbor
 from wbcore_runtime.dispatch.audit import AuditLog, digest
+from wbcore_runtime.dispatch.rate import RateLimiter, rate_from_env
 from wbcore_runtime.contract.calls import Principal
 from wbcore_runtime.contract.errors import (
     CapabilityDenied,
@@ -67,7 +70,6 @@ IMPORT_MODULE = "wb"
 ALWAYS_LINKED = ("fetch", "info")
 MAX_REQUEST = 64 * MiB
 DEFAULT_MAX_RESPONSE = 16 * MiB
-DEFAULT_RATE = (120_000, 60.0)
 
 #: The status a guest sees per error kind (``-status`` is returned). 0 is success.
 STATUS: dict[ErrorKind, int] = {
@@ -192,38 +194,6 @@ def nested(ctx: DockContext) -> Iterator[None]:
         _NEST.ctx = prev
 
 
-class RateLimiter:
-    """A fixed-window counter per principal: at most ``limit`` calls per ``window`` s."""
-
-    def __init__(self, limit: int, window: float) -> None:
-        self.limit, self.window = limit, window
-        self._lock = threading.Lock()
-        self._buckets: dict[str, tuple[int, int]] = {}
-
-    def take(self, key: str) -> bool:
-        slot = int(time.monotonic() // self.window)
-        with self._lock:
-            start, count = self._buckets.get(key, (slot, 0))
-            if start != slot:
-                start, count = slot, 0
-            if count >= self.limit:
-                self._buckets[key] = (start, count)
-                return False
-            self._buckets[key] = (start, count + 1)
-            return True
-
-
-def _rate_from_env(env: dict[str, str]) -> tuple[int, float]:
-    raw = env.get("WB_DOCK_RATE", "")
-    if not raw:
-        return DEFAULT_RATE
-    try:
-        n, _, secs = raw.partition("/")
-        return int(n), float(secs or 60)
-    except ValueError as exc:
-        raise InvalidArgs(f"WB_DOCK_RATE={raw!r}: expected CALLS/SECONDS, e.g. 120000/60") from exc
-
-
 class Dock:
     """The one place every broker call goes through. One per :class:`Runtime`."""
 
@@ -231,7 +201,7 @@ class Dock:
                  audit: AuditLog | None = None) -> None:
         self.runtime = runtime
         self.audit = audit or AuditLog.for_home(runtime.home, runtime.env)
-        self.limiter = RateLimiter(*(rate or _rate_from_env(runtime.env)))
+        self.limiter = RateLimiter(*(rate or rate_from_env(runtime.env)))
         self.revocations = runtime.revocations  # shared with the running-calls table
         self._drivers: dict[str, Any] = {}
         self._drivers_lock = threading.Lock()
@@ -335,7 +305,8 @@ class Dock:
         """Run one broker operation from Python under the full cadence; returns its value
         or raises the :class:`WbError` the guest would have seen as a status."""
         args = dict(args or {})
-        status, body, value = self._run(ctx, cap, op, args, digest(cbor2.dumps(args, canonical=True)), 0)
+        status, body, value = self._run(ctx, cap, op, args, digest(cbor2.dumps(args, canonical=True)), 0,
+                                        self.limiter.take(ctx.who))
         if status:
             raise value
         return value
@@ -343,6 +314,7 @@ class Dock:
     def call_raw(self, ctx: DockContext, cap: str, request: bytes) -> tuple[int, bytes]:
         """The ABI path: a CBOR request in, ``(status, CBOR body)`` out."""
         dg = digest(request)
+        over = self.limiter.take(ctx.who)  # counted before anything is read: a malformed call counts too
         try:
             if len(request) > MAX_REQUEST:
                 raise refuse(InvalidArgs, "too-large",
@@ -354,24 +326,35 @@ class Dock:
             if not isinstance(req, dict) or not isinstance(req.get("op"), str):
                 raise InvalidArgs(f"{cap}: the request must be a CBOR map with a text 'op'")
         except WbError as exc:
-            return self._deny(ctx, cap, "?", dg, exc, time.perf_counter(), len(request))[:2]
+            return self._refused(ctx, cap, dg, exc, over, len(request))
         except Exception as exc:  # noqa: BLE001 - a decoder failure cbor.loads does not name
-            return self._deny(ctx, cap, "?", dg,
-                              InvalidArgs(f"{cap}: request is not valid CBOR ({type(exc).__name__})"),
-                              time.perf_counter(), len(request))[:2]
+            return self._refused(ctx, cap, dg,
+                                 InvalidArgs(f"{cap}: request is not valid CBOR ({type(exc).__name__})"),
+                                 over, len(request))
         op = req.pop("op")
-        status, body, _ = self._run(ctx, cap, op, req, dg, len(request))
+        status, body, _ = self._run(ctx, cap, op, req, dg, len(request), over)
         return status, body
 
+    def _refused(self, ctx: DockContext, cap: str, dg: str, exc: WbError, over: int,
+                 nreq: int) -> tuple[int, bytes]:
+        """A call refused before its operation is known: over the rate limit, that is the reason."""
+        if over:
+            exc = self._over_rate(ctx.who)
+        return self._deny(ctx, cap, "?", dg, exc, time.perf_counter(), nreq, audit=over <= 1)[:2]
+
+    def _over_rate(self, who: str) -> WbError:
+        return refuse(CapabilityDenied, "rate-limited", f"{who} is over its rate limit of "
+                      f"{self.limiter.limit} calls per {self.limiter.window:g} s")
+
     def _run(self, ctx: DockContext, cap: str, op: str, args: dict[str, Any], dg: str,
-             nreq: int) -> tuple[int, bytes, Any]:
+             nreq: int, over: int) -> tuple[int, bytes, Any]:
         tracer = self.runtime.tracer
         if tracer is None:
-            return self._decide(ctx, cap, op, args, dg, nreq)
+            return self._decide(ctx, cap, op, args, dg, nreq, over)
         # one span per broker decision, a child of the tool call (or agent step) running it
         with tracer.span("wb.broker", {"wb.cap": cap, "wb.op": op, "wb.principal": ctx.who,
                                        "wb.toolkit": ctx.toolkit or ""}) as span:
-            status, body, value = self._decide(ctx, cap, op, args, dg, nreq)
+            status, body, value = self._decide(ctx, cap, op, args, dg, nreq, over)
             span.set("wb.bytes", nreq + len(body))
             if status:
                 span.set("wb.reason", reason_of(value))
@@ -380,7 +363,7 @@ class Dock:
             return status, body, value
 
     def _decide(self, ctx: DockContext, cap: str, op: str, args: dict[str, Any], dg: str,
-                nreq: int) -> tuple[int, bytes, Any]:
+                nreq: int, over: int) -> tuple[int, bytes, Any]:
         t0 = time.perf_counter()
         _TARGET.value = None
         who = ctx.who
@@ -391,9 +374,8 @@ class Dock:
             if self.revocations.revoked(who, cap):
                 raise refuse(CapabilityDenied, "revoked",
                              f"{who} is revoked for {cap!r} (wbx/Dock.restore lifts it)")
-            if not self.limiter.take(who):
-                raise refuse(CapabilityDenied, "rate-limited", f"{who} is over its rate limit of "
-                             f"{self.limiter.limit} calls per {self.limiter.window:g} s")
+            if over:
+                raise self._over_rate(who)
             if ctx.deadline is not None and time.monotonic() >= ctx.deadline:
                 raise refuse(Timeout, "deadline", f"{cap}.{op}: the call's deadline has passed")
             record = self.runtime.brokers.get(cap)
@@ -409,8 +391,8 @@ class Dock:
             if len(body) > ctx.max_response:
                 raise refuse(InvalidArgs, "too-large", f"{cap}.{op}: response of {len(body)} bytes "
                              f"exceeds the {ctx.max_response}-byte cap")
-        except WbError as exc:
-            return self._deny(ctx, cap, op, dg, exc, t0, nreq)
+        except WbError as exc:  # past the limit's first refusal in a window, refusals are not lines
+            return self._deny(ctx, cap, op, dg, exc, t0, nreq, audit=over <= 1)
         except Exception as exc:  # a broker bug: never a host crash, never a leaked secret
             full = disk_full_of(exc, f"the {cap} store")
             if full is not None:  # its own kind: the guest and the audit can tell a full disk from a bug
@@ -438,12 +420,13 @@ class Dock:
         return STATUS[err.kind], body, err
 
     def _deny(self, ctx: DockContext, cap: str, op: str, dg: str, exc: WbError, t0: float,
-              nreq: int) -> tuple[int, bytes, WbError]:
+              nreq: int, *, audit: bool = True) -> tuple[int, bytes, WbError]:
         reason = reason_of(exc)
         try:
-            self.audit.record(principal=ctx.who, cap=cap, op=op, args_digest=dg, outcome="denied",
-                              kind=exc.kind.value, reason=reason, target=getattr(_TARGET, "value", None),
-                              nbytes=nreq, ms=(time.perf_counter() - t0) * 1000)
+            if audit:
+                self.audit.record(principal=ctx.who, cap=cap, op=op, args_digest=dg, outcome="denied",
+                                  kind=exc.kind.value, reason=reason, target=getattr(_TARGET, "value", None),
+                                  nbytes=nreq, ms=(time.perf_counter() - t0) * 1000)
         except OSError as failed:
             if not isinstance(exc, DiskFull):
                 return self._unaudited(failed, cap, op)
@@ -454,8 +437,9 @@ class Dock:
 
     def deny(self, ctx: DockContext, cap: str, exc: WbError, *, nreq: int = 0) -> tuple[int, bytes]:
         """Refuse one call before the cadence could read it (e.g. a request outside guest
-        memory): audited like any denial; returns the guest's ``(status, error body)``."""
-        return self._deny(ctx, cap, "?", "", exc, time.perf_counter(), nreq)[:2]
+        memory): counted against the rate and audited like any denial; returns the guest's
+        ``(status, error body)``."""
+        return self._refused(ctx, cap, "", exc, self.limiter.take(ctx.who), nreq)
 
     def info(self, ctx: DockContext) -> bytes:
         """The CBOR answer of ``wb.info`` (read-only ids; grants nothing)."""
