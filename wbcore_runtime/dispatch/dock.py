@@ -111,6 +111,12 @@ def refuse(cls: type[WbError], reason: str, message: str) -> WbError:
     return exc
 
 
+def request_too_large(cap: str, n: int) -> WbError:
+    """The refusal of a request over :data:`MAX_REQUEST` (an engine refuses the length with
+    :meth:`Dock.deny` before it copies the bytes out of a guest)."""
+    return refuse(InvalidArgs, "too-large", f"{cap}: request of {n} bytes exceeds the {MAX_REQUEST}-byte cap")
+
+
 def reason_of(exc: WbError) -> str:
     return getattr(exc, "reason", None) or exc.kind.value
 
@@ -317,8 +323,7 @@ class Dock:
         over = self.limiter.take(ctx.who)  # counted before anything is read: a malformed call counts too
         try:
             if len(request) > MAX_REQUEST:
-                raise refuse(InvalidArgs, "too-large",
-                             f"{cap}: request of {len(request)} bytes exceeds the {MAX_REQUEST}-byte cap")
+                raise request_too_large(cap, len(request))
             try:  # plain data only: a request cannot make the host compute (contract.cbor)
                 req = cbor.loads(request)
             except InvalidArgs as exc:

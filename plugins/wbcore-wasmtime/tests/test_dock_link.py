@@ -196,3 +196,28 @@ def test_pointers_outside_guest_memory_are_invalid_args(make_runtime, link):
     assert ex["huge_len"](store) == -STATUS[ErrorKind.INVALID_ARGS]
     n = ex["oob_response"](store)  # {"op": "echo"}: a fine call whose answer cannot be written there
     assert n > 0 and ex["fetch_len"](store) == n
+
+
+@pytest.mark.parametrize("link", ["fast", "public"])
+def test_a_request_over_the_cap_is_refused_before_it_is_copied(make_runtime, link):
+    """A length inside guest memory but over the Dock's 64 MiB request cap: before, the host
+    copied (and hashed) all of it before the cap refused it, so a guest with a large memory
+    made every call cost the host its whole memory; now the length alone is refused."""
+    import tracemalloc
+
+    dock = make_runtime(plugins=[_TestBrokers()], env={"WB_DOCK_LINK": link}).dock
+    pages = 1100  # 72 MB: past the cap, inside the memory
+    wasm = wasmtime.wat2wasm(f'''(module
+      (import "wb" "kv" (func $kv (param i32 i32 i32 i32) (result i64)))
+      (memory (export "memory") {pages})
+      (func (export "run") (result i64)
+        (call $kv (i32.const 0) (i32.const {pages * 65536}) (i32.const 0) (i32.const 0))))''')
+    store, inst, _ = instantiate(dock, wasm, caps={"kv"})
+    tracemalloc.start()
+    try:
+        assert inst.exports(store)["run"](store) == -STATUS[ErrorKind.INVALID_ARGS]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20, f"the host allocated {peak >> 20} MiB for a refused request"
+    assert reader.tail(dock.audit, 1)[0]["reason"] == "too-large"

@@ -17,13 +17,10 @@ from __future__ import annotations
 import ctypes
 import struct
 import threading
-from collections.abc import Callable
 from typing import Any
 
-from wbcore_wasmtime.dock_link import DeadlinePassed, timeout_trap
-
-#: ``handler(request bytes or None) -> (status, body)``, and the pending-response holder.
-Handler = Callable[[bytes | None], tuple[int, bytes]]
+from wbcore_runtime.dispatch.dock import MAX_REQUEST
+from wbcore_wasmtime.dock_link import DeadlinePassed, Handler, timeout_trap
 
 _lock = threading.Lock()
 _slots: dict[int, tuple[str, Any, Any]] = {}  # env id -> (kind, handler, pending)
@@ -93,7 +90,8 @@ def _bindings() -> Any:
                 # base and size read once: the handler runs host code that cannot touch this
                 # instance's memory (a nested guest runs in a store of its own)
                 size, base = memory_data_size(ctx, mem), memory_data(ctx, mem)
-                request = (string_at(base + a0, a1) if a1 else b"") if a0 + a1 <= size else None
+                request = (None if a0 + a1 > size else a1 if a1 > MAX_REQUEST  # over the cap: not copied
+                           else string_at(base + a0, a1) if a1 else b"")
                 status, body = handler(request)
                 pending.body = body
                 n = len(body)

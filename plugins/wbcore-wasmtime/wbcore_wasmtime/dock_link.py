@@ -4,7 +4,8 @@ The core Dock (``wbcore_runtime.dispatch.dock``) takes bytes and gives bytes; th
 come from and go to in a wasmtime guest (the ABI is in ``docs/dock.md``):
 
 - ``wb.<cap>(req_ptr, req_len, resp_ptr, resp_cap) -> i64``: the request is read from
-  guest memory (a range outside it is ``invalid-args``, audited), handed to
+  guest memory (a range outside it, or a length over ``MAX_REQUEST``, is ``invalid-args``,
+  audited, and nothing is copied), handed to
   ``Dock.call_raw``, and the response (or error map) written at ``resp_ptr`` only when it
   fits; the result is its length or ``-status``;
 - ``wb.fetch(ptr, cap) -> i64``: the instance's pending response (the two-call protocol);
@@ -32,7 +33,14 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from wbcore_runtime.dispatch.dock import ALWAYS_LINKED, IMPORT_MODULE, STATUS, DockContext
+from wbcore_runtime.dispatch.dock import (
+    ALWAYS_LINKED,
+    IMPORT_MODULE,
+    MAX_REQUEST,
+    STATUS,
+    DockContext,
+    request_too_large,
+)
 from wbcore_runtime.contract.errors import ErrorKind, InvalidArgs
 
 if TYPE_CHECKING:
@@ -43,8 +51,9 @@ if TYPE_CHECKING:
 CALL_SIGNATURE = "(i32 req_ptr, i32 req_len, i32 resp_ptr, i32 resp_cap) -> i64"
 SLOT_SIGNATURE = "(i32 ptr, i32 cap) -> i64"
 
-#: ``handler(request bytes, or None when the range lies outside guest memory) -> (status, body)``.
-Handler = Callable[[bytes | None], tuple[int, bytes]]
+#: ``handler(request) -> (status, body)``: the request's bytes, None when its range lies outside
+#: guest memory, or its length alone when that is over ``MAX_REQUEST`` (then never copied).
+Handler = Callable[[bytes | int | None], tuple[int, bytes]]
 
 
 class Pending:
@@ -114,7 +123,7 @@ def link(dock: Dock, linker: wasmtime.Linker, module: wasmtime.Module, ctx: Dock
             continue
         slot: Handler | None = None
         if name == "info":
-            def slot(_req: bytes | None) -> tuple[int, bytes]:
+            def slot(_req: bytes | int | None) -> tuple[int, bytes]:
                 return 0, dock.info(ctx)
         if fast:
             dock_fast.define(linker, name, slot_ty, name, slot, pending)
@@ -128,9 +137,11 @@ def call_handler(dock: Dock, cap: str, ctx: DockContext) -> Handler:
     call_raw, deadline = dock.call_raw, ctx.deadline
     monotonic = time.monotonic
 
-    def handler(request: bytes | None) -> tuple[int, bytes]:
+    def handler(request: bytes | int | None) -> tuple[int, bytes]:
         if request is None:
             return dock.deny(ctx, cap, InvalidArgs(f"{cap}: the request lies outside guest memory"))
+        if isinstance(request, int):
+            return dock.deny(ctx, cap, request_too_large(cap, request), nreq=request)
         result = call_raw(ctx, cap, request)
         if deadline is not None and monotonic() >= deadline:
             raise DeadlinePassed(cap)
@@ -180,7 +191,8 @@ def _call_func(handler: Handler, pending: Pending) -> Callable[..., int]:
             mem = caller["memory"]
             size = mem.data_len(caller)
             status, body = handler(
-                mem.read(caller, req_ptr, req_ptr + req_len) if req_ptr + req_len <= size else None
+                None if req_ptr + req_len > size
+                else req_len if req_len > MAX_REQUEST else mem.read(caller, req_ptr, req_ptr + req_len)
             )
             pending.body = body
             # the broker may have run another guest meanwhile: re-read the memory size
