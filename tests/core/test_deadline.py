@@ -53,3 +53,23 @@ def test_a_read_still_waiting_ends_at_the_deadline() -> None:
     finally:
         for s in (client, peer, server):
             s.close()
+
+
+def test_a_nan_deadline_cannot_disorder_the_others() -> None:
+    """NaN compares false with everything, so a NaN in the shared heap let a later deadline sit
+    above an earlier one: another exchange's cut fired when the later one did. The heap's door
+    refuses it (a caller's non-number timeout is its own error, e.g. the net broker's)."""
+    cuts = deadline._Cuts()
+    fired: list[str] = []
+    done = threading.Event()
+    now = time.monotonic()
+    cuts.add(now + 0.6, lambda: (fired.append("late"), done.set()))
+    for _ in range(8):
+        try:
+            cuts.add(float("nan"), lambda: None)
+        except ValueError:
+            pass
+    cuts.add(now + 0.2, lambda: fired.append("early"))
+    cuts.add(now + 0.4, lambda: fired.append("middle"))
+    assert done.wait(5)
+    assert fired == ["early", "middle", "late"]

@@ -165,7 +165,8 @@ class BrokerCall:
     args: dict[str, Any]
 
     def arg(self, name: str, typ: type | tuple[type, ...], default: Any = ...) -> Any:
-        """A typed argument; missing or mistyped is invalid-args naming it."""
+        """A typed argument; missing or mistyped (a NaN too: it compares false with every bound,
+        so a ``timeout <= 0`` check lets it through) is invalid-args naming it."""
         if name not in self.args:
             if default is ...:
                 raise InvalidArgs(f"{self.cap}.{self.op}: missing argument {name!r}")
@@ -175,6 +176,8 @@ class BrokerCall:
             want = typ.__name__ if isinstance(typ, type) else "/".join(t.__name__ for t in typ)
             raise InvalidArgs(f"{self.cap}.{self.op}: argument {name!r} must be {want}, "
                               f"got {type(value).__name__}")
+        if isinstance(value, float) and value != value:
+            raise InvalidArgs(f"{self.cap}.{self.op}: argument {name!r} must be a number, got NaN")
         return value
 
     def target(self, value: str) -> None:

@@ -32,6 +32,8 @@ class _Cuts:
         self._thread: threading.Thread | None = None
 
     def add(self, when: float, cut: Callable[[], None]) -> int:
+        if when != when:  # NaN compares false with every deadline: in the heap it would disorder the rest
+            raise ValueError("a deadline must be a number, not NaN")
         with self._cond:
             key = next(self._keys)
             heapq.heappush(self._heap, (when, key, cut))

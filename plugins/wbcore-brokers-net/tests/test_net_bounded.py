@@ -9,6 +9,7 @@ import pytest
 
 from wbcore_runtime.contract.calls import Principal
 from wbcore_runtime.contract.errors import InvalidArgs
+from wbcore_runtime.guard import deadline
 from wbcore_brokers_net.brokers import NetBroker
 from wbcore_brokers_net.guard import NetGuard
 
@@ -66,3 +67,11 @@ def test_tcp_reads_no_more_than_the_answer_can_carry(dock, dns, tcp_echo):
                     {"host": "public.test", "port": tcp_echo, "data": b"a" * (200 << 10),
                                            "read_max": 1 << 20})
     assert got["data"] == b"A" * ((64 << 10) - ENVELOPE)
+
+
+def test_a_nan_timeout_is_invalid_args(dock):
+    """A CBOR NaN passed ``timeout <= 0`` and became a NaN deadline: a confusing internal error
+    from the socket, and a NaN in the deadline heap every exchange in the process shares."""
+    with pytest.raises(InvalidArgs, match="timeout"):
+        dock.call(ctx(dock), "net", "fetch", {"url": "http://public.test:1/", "timeout": float("nan")})
+    assert all(when == when for when, *_ in deadline._cuts._heap)
