@@ -5,8 +5,9 @@ Both serve an ASGI app. :class:`ServerLimits` is the record both configure: a de
 request to *arrive* (request line, headers, body; a silent or dripping client, slowloris, is
 answered ``408`` and closed), caps on connections per client address and in all (``503`` past
 either, before a request costs anything), on the request line plus headers (``431``, or ``400``
-on h11), on long-lived streams (SSE) per client and in all (``503`` with ``Retry-After``), the
-idle keep-alive timeout and a graceful stop's wait (docs/engine.md, "Bounds").
+on h11), on long-lived streams (SSE) per client and in all (``503`` with ``Retry-After``), a
+write stall (a client that takes none of the response waiting for it is cut), the idle
+keep-alive timeout and a graceful stop's wait (docs/engine.md, "Bounds").
 
 The engine that enforces them (uvicorn's protocol extended at the connection, the stream gate,
 the listening socket, the open-file limit) is a plugin's: it serves an :class:`HttpServer`
@@ -38,6 +39,8 @@ class ServerLimits:
 
     #: A whole request (line, headers, body) must arrive within this many seconds.
     request_deadline_s: float = 30.0
+    #: A connection whose client takes none of the response waiting for it this long is cut.
+    write_stall_s: float = 30.0
     #: Idle keep-alive connections close after this many seconds (uvicorn's ``timeout_keep_alive``).
     idle_s: int = 15
     #: Open connections in all, and from one client address.
