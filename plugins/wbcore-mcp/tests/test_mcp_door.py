@@ -553,6 +553,56 @@ def test_deep_and_broken_json_over_stdio_get_a_parse_error_and_the_server_goes_o
     assert proc.returncode == 0
 
 
+@pytest.mark.parametrize("mode", ["--lean", "--sdk-only"])
+def test_a_line_past_the_cap_over_stdio_is_refused_and_the_server_goes_on(toolkit_root: Path, wb_home: Path,
+                                                                           mode: str) -> None:
+    """One message five times MAX_LINE (a client that never writes its newline, until it
+    does): memory holds the cap (the reader's buffer and the Python process), not the line;
+    the answer is -32700 and the next message is read as usual, on the lean path and through
+    the SDK alike (``--sdk-only``)."""
+    import threading
+
+    from wbcore_mcp.fastpath import MAX_LINE
+
+    env = {"WB_HOME": str(wb_home), "WB_TOOLKITS_ROOT": str(toolkit_root), "PATH": os.environ.get("PATH", "")}
+    proc = subprocess.Popen([*SERVE, mode], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, bufsize=0)
+    lines: list[bytes] = []
+    threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, b"")), daemon=True).start()
+
+    def reply(n: int) -> dict[str, Any]:
+        deadline = time.monotonic() + 60
+        while len(lines) < n and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        assert len(lines) >= n, f"no answer {n} (exit {proc.poll()}): {lines[-1:]}"
+        return json.loads(lines[n - 1])
+
+    def feed() -> None:
+        try:
+            chunk = b"x" * (1 << 20)
+            for _ in range(5 * (MAX_LINE >> 20)):  # five times the cap, and no newline yet
+                proc.stdin.write(chunk)
+            proc.stdin.write(b"\n" + b'{"jsonrpc": "2.0", "id": 3, "method": "ping"}\n')
+        except OSError:
+            pass  # the server ended: the test says so
+
+    writer = threading.Thread(target=feed, daemon=True)
+    writer.start()
+    try:
+        got = reply(1)
+        assert (got["id"] is None and got["error"]["code"] == -32700
+                and f"longer than {MAX_LINE} bytes" in got["error"]["message"]), got
+        assert reply(2) == {"jsonrpc": "2.0", "id": 3, "result": {}}
+        peak = int(next(x for x in Path(f"/proc/{proc.pid}/status").read_text().splitlines()
+                        if x.startswith("VmHWM")).split()[1]) << 10
+        assert peak < 3.5 * MAX_LINE, f"the server held {peak >> 20} MiB for a {MAX_LINE >> 20} MiB cap"
+    finally:
+        writer.join(timeout=30)
+        proc.stdin.close()
+        proc.wait(timeout=20)
+    assert proc.returncode == 0
+
+
 def test_deep_json_over_http_is_400_not_500(http_server: int) -> None:
     import httpx
 

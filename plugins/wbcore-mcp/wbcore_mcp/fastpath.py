@@ -181,8 +181,10 @@ async def _read_into(loop: Any, reader: Any, fd: int) -> Any:
     return _ThreadReader(loop, reader, fd)
 
 
-async def serve_stdio(server: Any) -> None:
-    """``server`` over this process's stdin/stdout with the lean ``tools/call`` path.
+async def serve_stdio(server: Any, *, lean_calls: bool = True) -> None:
+    """``server`` over this process's stdin/stdout with the lean ``tools/call`` path (or, with
+    ``lean_calls`` false, every message through the SDK's server on this same bounded wire:
+    the SDK's own stdio transport reads a line however long it grows).
 
     As the SDK's transport does, fd 0 and 1 are pointed at the null device and stderr
     while serving, so a handler's stray output never lands on the wire."""
@@ -229,7 +231,9 @@ async def serve_stdio(server: Any) -> None:
                 await reader.readuntil(b"\n")
                 return
             except asyncio.LimitOverrunError as exc:
-                await reader.readexactly(exc.consumed)
+                left = exc.consumed
+                while left:  # dropped a MiB at a time: no copy of the whole cap
+                    left -= len(await reader.read(min(left, 1 << 20)))
             except asyncio.IncompleteReadError:
                 return
 
@@ -255,7 +259,7 @@ async def serve_stdio(server: Any) -> None:
                 except JsonRefused as exc:
                     write(_dumps(parse_error(str(exc))))  # -32700, and the next line is read as usual
                     continue
-                if lean.eligible(msg):
+                if lean_calls and lean.eligible(msg):
                     tg.start_soon(answer, msg)
                     continue
                 lean.cancelled(msg)
