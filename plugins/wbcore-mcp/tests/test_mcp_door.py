@@ -603,6 +603,29 @@ def test_a_line_past_the_cap_over_stdio_is_refused_and_the_server_goes_on(toolki
     assert proc.returncode == 0
 
 
+@pytest.mark.parametrize("mode", ["--lean", "--sdk-only"])
+def test_a_client_that_stops_reading_stdout_ends_the_server_cleanly(wb_home: Path, mode: str) -> None:
+    """A client that never reads our output: the pipe fills and the server waits on it (its
+    memory stays the pipe's); when the client closes its end the server stops with a line
+    saying why and exit 0, as at the end of stdin, never an internal error."""
+    env = {"WB_HOME": str(wb_home), "PATH": os.environ.get("PATH", "")}
+    proc = subprocess.Popen([*SERVE, mode], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, bufsize=0)
+    try:
+        proc.stdin.write(b'{"jsonrpc": "2.0", "id": 3, "method": "ping"}\n' * 5000)  # 5000 answers, unread
+        time.sleep(2)
+        assert proc.poll() is None  # waiting on the full pipe
+        proc.stdout.close()  # the client stops reading for good
+        proc.wait(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.stdin.close()
+    err = proc.stderr.read().decode()
+    assert proc.returncode == 0 and "internal" not in err, err
+    assert "closed the server's output" in err, err
+
+
 def test_deep_json_over_http_is_400_not_500(http_server: int) -> None:
     import httpx
 

@@ -291,6 +291,11 @@ async def serve_stdio(server: Any, *, lean_calls: bool = True) -> None:
 
             tg.start_soon(run_server)
             await read_loop(tg)
+    except* (BrokenPipeError, ConnectionResetError):
+        # the client closed its end of our stdout: nothing more can be answered, so the
+        # session ends as it does at the end of stdin (a full pipe is only waited on)
+        print("wbx mcp: the client closed the server's output (stdout); stopping", file=sys.stderr,
+              flush=True)
     finally:
         transport.close()
         os.dup2(wire_out, 1)
