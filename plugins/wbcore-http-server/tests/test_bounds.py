@@ -297,3 +297,19 @@ def test_a_client_that_does_not_read_its_response_is_cut_after_the_write_stall(s
     finally:
         for s in held:
             s.close()
+
+
+def test_a_stream_ends_at_its_lifetime_whatever_the_app_does(serve) -> None:
+    """A stream the app would hold (for ever, for the MCP SDK's GET stream, while its client is
+    connected, or one whose client vanished without a word) ends after ``max_stream_s``: the
+    response is finished cleanly, the app is cancelled, and its place under the caps is free."""
+    limits = ServerLimits(max_streams=1, max_streams_per_client=1, max_stream_s=1.0)
+    url = serve(limits)
+    with httpx.Client(timeout=10) as c:
+        t0 = time.monotonic()
+        with c.stream("GET", url + "/events", params={"wait": 60}) as r:
+            assert r.status_code == 200
+            body = b"".join(r.iter_bytes())  # a cleanly finished response: no error here
+        assert body == b"event: ready\n\n"
+        assert time.monotonic() - t0 < 4, "the stream outlived its lifetime"
+        assert c.get(url + "/events", params={"wait": 0.1}).status_code == 200  # the cap is free

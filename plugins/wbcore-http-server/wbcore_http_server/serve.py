@@ -27,7 +27,9 @@ twice h11's requests per second), else on h11:
   aborts the connection, which frees the app's ``send``, the buffer and the connection's
   place under the caps. A slow reader that takes some of it in each stretch goes on.
 
-:class:`StreamGate` caps the long-lived responses (SSE streams) per client and in all,
+:class:`StreamGate` caps the long-lived responses (SSE streams) per client and in all, and
+ends each at ``max_stream_s`` (an app may hold one for ever: the MCP SDK's ``GET`` stream
+lives while its client is connected, and one whose client vanished writes nothing to fail);
 :func:`raise_nofile` lifts the process's open-file limit to what the caps need, and
 :func:`listen` binds the socket before anything says "serving". :class:`Uvicorn` is what the
 plugin serves (``contract.http_server.HttpServer``); the surfaces take it with
@@ -226,7 +228,8 @@ def raise_nofile(limits: ServerLimits, *, spare: int = 256) -> int:
 class StreamGate:
     """ASGI middleware: the requests ``is_stream`` picks (long-lived responses, such as SSE)
     are admitted up to ``limits.max_streams`` in all and ``limits.max_streams_per_client``
-    per client address; one past either is answered ``503`` with ``Retry-After``."""
+    per client address; one past either is answered ``503`` with ``Retry-After``. Each ends
+    after ``limits.max_stream_s``: the app is cancelled and its response finished."""
 
     def __init__(self, app: Any, limits: ServerLimits, is_stream: Callable[[dict[str, Any]], bool]) -> None:
         self.app = app
@@ -253,7 +256,7 @@ class StreamGate:
         self.total += 1
         self.per_client[who] = self.per_client.get(who, 0) + 1
         try:
-            await self.app(scope, receive, send)
+            await self._for_its_lifetime(scope, receive, send)
         finally:
             self.total -= 1
             left = self.per_client.get(who, 1) - 1
@@ -261,6 +264,36 @@ class StreamGate:
                 self.per_client[who] = left
             else:
                 self.per_client.pop(who, None)
+
+
+    async def _for_its_lifetime(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """The app, cancelled at ``limits.max_stream_s``; a response it started is then finished
+        (an empty last chunk), so the client sees the stream end and may reconnect."""
+        import anyio
+
+        state = {"started": False, "ended": False}
+
+        async def watched(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                state["started"] = True
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                state["ended"] = True
+            await send(message)
+
+        with anyio.move_on_after(self.limits.max_stream_s) as lifetime:
+            await self.app(scope, receive, watched)
+        if not lifetime.cancelled_caught or state["ended"]:
+            return
+        try:
+            if state["started"]:
+                await send({"type": "http.response.body", "body": b""})
+            else:
+                body = _body("timeout", f"a stream lasts at most {self.limits.max_stream_s:g} s; reconnect")
+                await send({"type": "http.response.start", "status": 504, "headers": [
+                    (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+                await send({"type": "http.response.body", "body": body})
+        except OSError:
+            pass  # the client left meanwhile
 
 
 def listen(host: str, port: int, *, what: str, option: str = "--port") -> socket.socket:
