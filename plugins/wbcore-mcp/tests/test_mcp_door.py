@@ -689,3 +689,46 @@ def test_a_busy_port_is_refused_before_any_banner(tmp_path) -> None:
     assert r.returncode == 2, r.stderr
     assert f"port {port} on 127.0.0.1 is already in use" in r.stderr and "--port" in r.stderr
     assert "serving" not in r.stderr + r.stdout
+
+
+def test_a_standalone_sse_stream_ends_at_its_lifetime_and_the_session_goes_on(demo_runtime: Any) -> None:
+    """The SDK holds a session's GET stream for as long as its client stays connected (and for
+    ever if the client vanished); the HTTP server's stream lifetime ends it cleanly, and the
+    session answers the next request."""
+    import threading
+
+    import httpx
+
+    from wbcore_mcp.server import build_server, http_app
+    from wbcore_runtime.contract import http_server
+    from wbcore_runtime.contract.http_server import ServerLimits
+
+    http = http_server.service(demo_runtime)
+    limits = ServerLimits(max_stream_s=1.0)
+    sock = http.listen("127.0.0.1", 0, what="the test server")
+    port = sock.getsockname()[1]
+    app = http_app(build_server(demo_runtime), http=http, host="127.0.0.1", limits=limits)
+    ready = threading.Event()
+    uv = http.server(app, host="127.0.0.1", port=port, limits=limits, ready=ready, log_level="warning",
+                     lifespan="on")
+    thread = threading.Thread(target=uv.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        assert ready.wait(10)
+        url = f"http://127.0.0.1:{port}/mcp"
+        with httpx.Client(timeout=10) as c:
+            r = c.post(url, json=INIT, headers=ACCEPT)
+            assert r.status_code == 200, r.text
+            session = {**ACCEPT, "mcp-session-id": r.headers["mcp-session-id"],
+                       "mcp-protocol-version": "2025-11-25"}
+            c.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session)
+            t0 = time.monotonic()
+            with c.stream("GET", url, headers={**session, "accept": "text/event-stream"}) as stream:
+                assert stream.status_code == 200
+                b"".join(stream.iter_bytes())  # ends cleanly: no error
+            assert time.monotonic() - t0 < 5
+            r = c.post(url, json={"jsonrpc": "2.0", "id": 2, "method": "ping"}, headers=session)
+            assert r.status_code == 200 and '"id":2' in r.text.replace(" ", ""), r.text
+    finally:
+        uv.should_exit = True
+        thread.join(timeout=15)
