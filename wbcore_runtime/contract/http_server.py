@@ -5,8 +5,10 @@ Both serve an ASGI app. :class:`ServerLimits` is the record both configure: a de
 request to *arrive* (request line, headers, body; a silent or dripping client, slowloris, is
 answered ``408`` and closed), caps on connections per client address and in all (``503`` past
 either, before a request costs anything), on the request line plus headers (``431``, or ``400``
-on h11), on long-lived streams (SSE) per client and in all (``503`` with ``Retry-After``), the
-idle keep-alive timeout and a graceful stop's wait (docs/engine.md, "Bounds").
+on h11), on long-lived streams (SSE) per client and in all (``503`` with ``Retry-After``) and
+their lifetime, a
+write stall (a client that takes none of the response waiting for it is cut), the idle
+keep-alive timeout and a graceful stop's wait (docs/engine.md, "Bounds").
 
 The engine that enforces them (uvicorn's protocol extended at the connection, the stream gate,
 the listening socket, the open-file limit) is a plugin's: it serves an :class:`HttpServer`
@@ -38,6 +40,8 @@ class ServerLimits:
 
     #: A whole request (line, headers, body) must arrive within this many seconds.
     request_deadline_s: float = 30.0
+    #: A connection whose client takes none of the response waiting for it this long is cut.
+    write_stall_s: float = 30.0
     #: Idle keep-alive connections close after this many seconds (uvicorn's ``timeout_keep_alive``).
     idle_s: int = 15
     #: Open connections in all, and from one client address.
@@ -46,6 +50,8 @@ class ServerLimits:
     #: Concurrent long-lived streams (SSE) in all, and from one client address.
     max_streams: int = 512
     max_streams_per_client: int = 128
+    #: A stream ends after this many seconds, however busy (its client reconnects).
+    max_stream_s: float = 3600.0
     #: The request line plus headers (h11's ``max_incomplete_event_size``).
     max_header_bytes: int = 32 * KiB
     #: How long a graceful stop waits for responses in progress.

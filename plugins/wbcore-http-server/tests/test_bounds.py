@@ -23,6 +23,8 @@ from wbcore_runtime.contract.http_server import ServerLimits
 
 SMALL = ServerLimits(request_deadline_s=1.5, max_connections=64, max_connections_per_client=24,
                      max_streams=8, max_streams_per_client=3)
+BIG, CHUNK = 16 << 20, 64 << 10
+ENDED: list[str] = []  # the /big responses whose app call returned (or raised), by query
 
 
 @pytest.fixture(autouse=True, params=["httptools", "h11"])
@@ -43,6 +45,20 @@ async def _app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     """``/events``: a stream held until the client leaves (or ``?wait=`` seconds); else ``ok``
     once the whole body has arrived."""
     if scope["type"] != "http":
+        return
+    if scope["path"] == "/big":  # 16 MiB in one send (as a JSON response), or in 64 KiB sends
+        query = scope["query_string"].decode()
+        try:
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-length", str(BIG).encode())]})
+            if "chunked" in query:
+                for _ in range(BIG // CHUNK):
+                    await send({"type": "http.response.body", "body": b"x" * CHUNK, "more_body": True})
+                await send({"type": "http.response.body", "body": b""})
+            else:
+                await send({"type": "http.response.body", "body": b"x" * BIG})
+        finally:
+            ENDED.append(query)
         return
     if scope["path"] == "/events":
         await send({"type": "http.response.start", "status": 200,
@@ -241,3 +257,59 @@ def test_headers_past_the_cap_are_refused(serve, protocol) -> None:
         s.close()
     r = httpx.get(url + "/x", headers={"x-fine": "f" * 8000}, timeout=5)
     assert r.status_code == 200  # headers under the cap pass
+
+
+def test_a_client_that_does_not_read_its_response_is_cut_after_the_write_stall(serve) -> None:
+    """A client asks for a large response and never reads it: flow control keeps the server's
+    memory to its buffer, and ``write_stall_s`` without the client taking any of it closes the
+    connection, whether the app is still sending (blocked in ``send``) or the whole response
+    already went to the transport (the app returned; the connection would wait for ever to
+    flush before it closes). The connections held count against the per-client cap meanwhile."""
+    limits = ServerLimits(request_deadline_s=1.5, idle_s=1, max_connections_per_client=2, write_stall_s=1.5)
+    port = _port(serve(limits))
+    ENDED.clear()
+    held = []
+    for query in ("whole", "chunked"):
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window: the server's buffer fills
+        s.settimeout(5)
+        s.bind(("127.0.0.3", 0))
+        s.connect(("127.0.0.1", port))
+        s.sendall(f"GET /big?{query} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+        held.append(s)  # and never read
+    try:
+        time.sleep(0.5)
+        refused = _connect(port, "127.0.0.3")
+        assert _recv_all(refused).startswith(b"HTTP/1.1 503")  # both held: the per-client cap is met
+        refused.close()
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 8:
+            again = _connect(port, "127.0.0.3")
+            again.sendall(b"GET /x HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            got = _recv_all(again)
+            again.close()
+            if got.startswith(b"HTTP/1.1 200"):
+                break
+            time.sleep(0.25)
+        assert got.startswith(b"HTTP/1.1 200"), f"the stalled connections still hold the cap: {got[:60]!r}"
+        assert time.monotonic() - t0 < 6
+        assert sorted(ENDED) == ["chunked", "whole"]  # the app blocked in send was let go too
+    finally:
+        for s in held:
+            s.close()
+
+
+def test_a_stream_ends_at_its_lifetime_whatever_the_app_does(serve) -> None:
+    """A stream the app would hold (for ever, for the MCP SDK's GET stream, while its client is
+    connected, or one whose client vanished without a word) ends after ``max_stream_s``: the
+    response is finished cleanly, the app is cancelled, and its place under the caps is free."""
+    limits = ServerLimits(max_streams=1, max_streams_per_client=1, max_stream_s=1.0)
+    url = serve(limits)
+    with httpx.Client(timeout=10) as c:
+        t0 = time.monotonic()
+        with c.stream("GET", url + "/events", params={"wait": 60}) as r:
+            assert r.status_code == 200
+            body = b"".join(r.iter_bytes())  # a cleanly finished response: no error here
+        assert body == b"event: ready\n\n"
+        assert time.monotonic() - t0 < 4, "the stream outlived its lifetime"
+        assert c.get(url + "/events", params={"wait": 0.1}).status_code == 200  # the cap is free

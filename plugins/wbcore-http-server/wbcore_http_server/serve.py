@@ -20,8 +20,16 @@ twice h11's requests per second), else on h11:
 - on httptools, which has no limit of its own, **the request line plus headers** are
   capped like h11's setting: past ``max_header_bytes`` without the end of the headers the
   client gets ``431`` and the connection closes.
+- **a write stall**: uvicorn's flow control keeps a response's memory to the transport's
+  buffer (an app's ``send`` waits while it is full), but waits for ever on a client that
+  stops reading, and closing a connection waits for its buffer to flush: output that waits
+  ``write_stall_s`` with none of it taken (the buffer full, or left after the response)
+  aborts the connection, which frees the app's ``send``, the buffer and the connection's
+  place under the caps. A slow reader that takes some of it in each stretch goes on.
 
-:class:`StreamGate` caps the long-lived responses (SSE streams) per client and in all,
+:class:`StreamGate` caps the long-lived responses (SSE streams) per client and in all, and
+ends each at ``max_stream_s`` (an app may hold one for ever: the MCP SDK's ``GET`` stream
+lives while its client is connected, and one whose client vanished writes nothing to fail);
 :func:`raise_nofile` lifts the process's open-file limit to what the caps need, and
 :func:`listen` binds the socket before anything says "serving". :class:`Uvicorn` is what the
 plugin serves (``contract.http_server.HttpServer``); the surfaces take it with
@@ -89,6 +97,9 @@ def protocol_class(limits: ServerLimits, *, base: type | None = None) -> type:
         _counted: str | None = None
         _deadline: Any = None
         _head_bytes = 0  # bytes received while the current request's headers are incomplete
+        _stall: Any = None  # the write-stall timer, while output waits for the client
+        _stall_left = 0  # the bytes waiting when it was armed
+        _took = False  # the client took output since (the transport resumed writing)
 
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
@@ -108,6 +119,9 @@ def protocol_class(limits: ServerLimits, *, base: type | None = None) -> type:
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
+            if self._stall is not None:
+                self._stall.cancel()
+                self._stall = None
             who, self._counted = self._counted, None
             if who is not None:
                 total[0] -= 1
@@ -121,8 +135,33 @@ def protocol_class(limits: ServerLimits, *, base: type | None = None) -> type:
         def on_response_complete(self) -> None:
             super().on_response_complete()
             self._head_bytes = 0
+            if self.transport.get_write_buffer_size():
+                self._watch_writes()  # the app is done, the client is not: a close would wait on it
             if not self.transport.is_closing():
                 self._arm()  # the next request on this connection has its own deadline
+
+        def pause_writing(self) -> None:
+            super().pause_writing()  # the app's next send waits (uvicorn's flow control)
+            self._watch_writes()
+
+        def resume_writing(self) -> None:
+            super().resume_writing()
+            self._took = True
+
+        def _watch_writes(self) -> None:
+            if self._stall is None:
+                self._stall_left, self._took = self.transport.get_write_buffer_size(), False
+                self._stall = self.loop.call_later(limits.write_stall_s, self._stalled)
+
+        def _stalled(self) -> None:
+            self._stall = None
+            left = self.transport.get_write_buffer_size()
+            if not left and not self.flow.write_paused:
+                return  # all taken
+            if self._took or left < self._stall_left:
+                self._watch_writes()  # the client is reading, if slowly: watch the next stretch
+                return
+            self.transport.abort()  # nothing taken: drop the output, free the app and the connection
 
         if own_header_cap:
             def data_received(self, data: bytes) -> None:
@@ -189,7 +228,8 @@ def raise_nofile(limits: ServerLimits, *, spare: int = 256) -> int:
 class StreamGate:
     """ASGI middleware: the requests ``is_stream`` picks (long-lived responses, such as SSE)
     are admitted up to ``limits.max_streams`` in all and ``limits.max_streams_per_client``
-    per client address; one past either is answered ``503`` with ``Retry-After``."""
+    per client address; one past either is answered ``503`` with ``Retry-After``. Each ends
+    after ``limits.max_stream_s``: the app is cancelled and its response finished."""
 
     def __init__(self, app: Any, limits: ServerLimits, is_stream: Callable[[dict[str, Any]], bool]) -> None:
         self.app = app
@@ -216,7 +256,7 @@ class StreamGate:
         self.total += 1
         self.per_client[who] = self.per_client.get(who, 0) + 1
         try:
-            await self.app(scope, receive, send)
+            await self._for_its_lifetime(scope, receive, send)
         finally:
             self.total -= 1
             left = self.per_client.get(who, 1) - 1
@@ -224,6 +264,36 @@ class StreamGate:
                 self.per_client[who] = left
             else:
                 self.per_client.pop(who, None)
+
+
+    async def _for_its_lifetime(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """The app, cancelled at ``limits.max_stream_s``; a response it started is then finished
+        (an empty last chunk), so the client sees the stream end and may reconnect."""
+        import anyio
+
+        state = {"started": False, "ended": False}
+
+        async def watched(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                state["started"] = True
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                state["ended"] = True
+            await send(message)
+
+        with anyio.move_on_after(self.limits.max_stream_s) as lifetime:
+            await self.app(scope, receive, watched)
+        if not lifetime.cancelled_caught or state["ended"]:
+            return
+        try:
+            if state["started"]:
+                await send({"type": "http.response.body", "body": b""})
+            else:
+                body = _body("timeout", f"a stream lasts at most {self.limits.max_stream_s:g} s; reconnect")
+                await send({"type": "http.response.start", "status": 504, "headers": [
+                    (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+                await send({"type": "http.response.body", "body": body})
+        except OSError:
+            pass  # the client left meanwhile
 
 
 def listen(host: str, port: int, *, what: str, option: str = "--port") -> socket.socket:

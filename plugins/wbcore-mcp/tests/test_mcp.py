@@ -124,10 +124,11 @@ async def _exercise(session: ClientSession) -> None:
     assert r.structured_content == {"result": 2}
 
 
-def test_mcp_over_stdio(served: dict[str, str]) -> None:
+@pytest.mark.parametrize("mode", ["--lean", "--sdk-only"])
+def test_mcp_over_stdio(served: dict[str, str], mode: str) -> None:
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
-    params = StdioServerParameters(command=SERVE[0], args=SERVE[1:], env=served)
+    params = StdioServerParameters(command=SERVE[0], args=[*SERVE[1:], mode], env=served)
 
     async def main() -> None:
         async with stdio_client(params) as (read, write):

@@ -553,6 +553,79 @@ def test_deep_and_broken_json_over_stdio_get_a_parse_error_and_the_server_goes_o
     assert proc.returncode == 0
 
 
+@pytest.mark.parametrize("mode", ["--lean", "--sdk-only"])
+def test_a_line_past_the_cap_over_stdio_is_refused_and_the_server_goes_on(toolkit_root: Path, wb_home: Path,
+                                                                           mode: str) -> None:
+    """One message five times MAX_LINE (a client that never writes its newline, until it
+    does): memory holds the cap (the reader's buffer and the Python process), not the line;
+    the answer is -32700 and the next message is read as usual, on the lean path and through
+    the SDK alike (``--sdk-only``)."""
+    import threading
+
+    from wbcore_mcp.fastpath import MAX_LINE
+
+    env = {"WB_HOME": str(wb_home), "WB_TOOLKITS_ROOT": str(toolkit_root), "PATH": os.environ.get("PATH", "")}
+    proc = subprocess.Popen([*SERVE, mode], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, bufsize=0)
+    lines: list[bytes] = []
+    threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, b"")), daemon=True).start()
+
+    def reply(n: int) -> dict[str, Any]:
+        deadline = time.monotonic() + 60
+        while len(lines) < n and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        assert len(lines) >= n, f"no answer {n} (exit {proc.poll()}): {lines[-1:]}"
+        return json.loads(lines[n - 1])
+
+    def feed() -> None:
+        try:
+            chunk = b"x" * (1 << 20)
+            for _ in range(5 * (MAX_LINE >> 20)):  # five times the cap, and no newline yet
+                proc.stdin.write(chunk)
+            proc.stdin.write(b"\n" + b'{"jsonrpc": "2.0", "id": 3, "method": "ping"}\n')
+        except OSError:
+            pass  # the server ended: the test says so
+
+    writer = threading.Thread(target=feed, daemon=True)
+    writer.start()
+    try:
+        got = reply(1)
+        assert (got["id"] is None and got["error"]["code"] == -32700
+                and f"longer than {MAX_LINE} bytes" in got["error"]["message"]), got
+        assert reply(2) == {"jsonrpc": "2.0", "id": 3, "result": {}}
+        peak = int(next(x for x in Path(f"/proc/{proc.pid}/status").read_text().splitlines()
+                        if x.startswith("VmHWM")).split()[1]) << 10
+        assert peak < 3.5 * MAX_LINE, f"the server held {peak >> 20} MiB for a {MAX_LINE >> 20} MiB cap"
+    finally:
+        writer.join(timeout=30)
+        proc.stdin.close()
+        proc.wait(timeout=20)
+    assert proc.returncode == 0
+
+
+@pytest.mark.parametrize("mode", ["--lean", "--sdk-only"])
+def test_a_client_that_stops_reading_stdout_ends_the_server_cleanly(wb_home: Path, mode: str) -> None:
+    """A client that never reads our output: the pipe fills and the server waits on it (its
+    memory stays the pipe's); when the client closes its end the server stops with a line
+    saying why and exit 0, as at the end of stdin, never an internal error."""
+    env = {"WB_HOME": str(wb_home), "PATH": os.environ.get("PATH", "")}
+    proc = subprocess.Popen([*SERVE, mode], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, bufsize=0)
+    try:
+        proc.stdin.write(b'{"jsonrpc": "2.0", "id": 3, "method": "ping"}\n' * 5000)  # 5000 answers, unread
+        time.sleep(2)
+        assert proc.poll() is None  # waiting on the full pipe
+        proc.stdout.close()  # the client stops reading for good
+        proc.wait(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.stdin.close()
+    err = proc.stderr.read().decode()
+    assert proc.returncode == 0 and "internal" not in err, err
+    assert "closed the server's output" in err, err
+
+
 def test_deep_json_over_http_is_400_not_500(http_server: int) -> None:
     import httpx
 
@@ -616,3 +689,46 @@ def test_a_busy_port_is_refused_before_any_banner(tmp_path) -> None:
     assert r.returncode == 2, r.stderr
     assert f"port {port} on 127.0.0.1 is already in use" in r.stderr and "--port" in r.stderr
     assert "serving" not in r.stderr + r.stdout
+
+
+def test_a_standalone_sse_stream_ends_at_its_lifetime_and_the_session_goes_on(demo_runtime: Any) -> None:
+    """The SDK holds a session's GET stream for as long as its client stays connected (and for
+    ever if the client vanished); the HTTP server's stream lifetime ends it cleanly, and the
+    session answers the next request."""
+    import threading
+
+    import httpx
+
+    from wbcore_mcp.server import build_server, http_app
+    from wbcore_runtime.contract import http_server
+    from wbcore_runtime.contract.http_server import ServerLimits
+
+    http = http_server.service(demo_runtime)
+    limits = ServerLimits(max_stream_s=1.0)
+    sock = http.listen("127.0.0.1", 0, what="the test server")
+    port = sock.getsockname()[1]
+    app = http_app(build_server(demo_runtime), http=http, host="127.0.0.1", limits=limits)
+    ready = threading.Event()
+    uv = http.server(app, host="127.0.0.1", port=port, limits=limits, ready=ready, log_level="warning",
+                     lifespan="on")
+    thread = threading.Thread(target=uv.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        assert ready.wait(10)
+        url = f"http://127.0.0.1:{port}/mcp"
+        with httpx.Client(timeout=10) as c:
+            r = c.post(url, json=INIT, headers=ACCEPT)
+            assert r.status_code == 200, r.text
+            session = {**ACCEPT, "mcp-session-id": r.headers["mcp-session-id"],
+                       "mcp-protocol-version": "2025-11-25"}
+            c.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session)
+            t0 = time.monotonic()
+            with c.stream("GET", url, headers={**session, "accept": "text/event-stream"}) as stream:
+                assert stream.status_code == 200
+                b"".join(stream.iter_bytes())  # ends cleanly: no error
+            assert time.monotonic() - t0 < 5
+            r = c.post(url, json={"jsonrpc": "2.0", "id": 2, "method": "ping"}, headers=session)
+            assert r.status_code == 200 and '"id":2' in r.text.replace(" ", ""), r.text
+    finally:
+        uv.should_exit = True
+        thread.join(timeout=15)

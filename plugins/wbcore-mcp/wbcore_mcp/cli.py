@@ -37,7 +37,7 @@ def build(runtime: Any) -> typer.Typer:
                                   help="HTTP: require 'Authorization: Bearer <token>' (≥ 16 characters)."),
         lean: bool = typer.Option(True, "--lean/--sdk-only",
                                   help="Answer tools/call on the lean path (default), or everything through "
-                                       "the SDK."),
+                                       "the SDK's server."),
         allow_host: list[str] = typer.Option(None, "--allow-host",
                                              help="HTTP: another Host/Origin name clients use to reach this "
                                                   "server."),

@@ -181,8 +181,10 @@ async def _read_into(loop: Any, reader: Any, fd: int) -> Any:
     return _ThreadReader(loop, reader, fd)
 
 
-async def serve_stdio(server: Any) -> None:
-    """``server`` over this process's stdin/stdout with the lean ``tools/call`` path.
+async def serve_stdio(server: Any, *, lean_calls: bool = True) -> None:
+    """``server`` over this process's stdin/stdout with the lean ``tools/call`` path (or, with
+    ``lean_calls`` false, every message through the SDK's server on this same bounded wire:
+    the SDK's own stdio transport reads a line however long it grows).
 
     As the SDK's transport does, fd 0 and 1 are pointed at the null device and stderr
     while serving, so a handler's stray output never lands on the wire."""
@@ -229,7 +231,9 @@ async def serve_stdio(server: Any) -> None:
                 await reader.readuntil(b"\n")
                 return
             except asyncio.LimitOverrunError as exc:
-                await reader.readexactly(exc.consumed)
+                left = exc.consumed
+                while left:  # dropped a MiB at a time: no copy of the whole cap
+                    left -= len(await reader.read(min(left, 1 << 20)))
             except asyncio.IncompleteReadError:
                 return
 
@@ -255,7 +259,7 @@ async def serve_stdio(server: Any) -> None:
                 except JsonRefused as exc:
                     write(_dumps(parse_error(str(exc))))  # -32700, and the next line is read as usual
                     continue
-                if lean.eligible(msg):
+                if lean_calls and lean.eligible(msg):
                     tg.start_soon(answer, msg)
                     continue
                 lean.cancelled(msg)
@@ -287,6 +291,11 @@ async def serve_stdio(server: Any) -> None:
 
             tg.start_soon(run_server)
             await read_loop(tg)
+    except* (BrokenPipeError, ConnectionResetError):
+        # the client closed its end of our stdout: nothing more can be answered, so the
+        # session ends as it does at the end of stdin (a full pipe is only waited on)
+        print("wbx mcp: the client closed the server's output (stdout); stopping", file=sys.stderr,
+              flush=True)
     finally:
         transport.close()
         os.dup2(wire_out, 1)

@@ -527,19 +527,14 @@ def build_all(server: Any, *, out: Any = None) -> list[tuple[str, str | None]]:
 
 
 async def serve_stdio(runtime: Runtime, *, build: bool = False, lean: bool = True, **kw: Any) -> None:
-    """Serve over stdin/stdout; ``lean``: ``tools/call`` takes the lean path (``wbcore_mcp.fastpath``)."""
+    """Serve over stdin/stdout; ``lean``: ``tools/call`` takes the lean path, else every message
+    goes to the SDK's server; both read and write through ``wbcore_mcp.fastpath``'s bounded wire."""
+    from wbcore_mcp import fastpath
+
     server = build_server(runtime, warm=True, **kw)
     if build:
         await anyio_to_thread(build_all, server)
-    if lean:
-        from wbcore_mcp import fastpath
-
-        await fastpath.serve_stdio(server)
-        return
-    from mcp.server.stdio import stdio_server
-
-    async with stdio_server() as (read, write):
-        await server.run(read, write, server.create_initialization_options())
+    await fastpath.serve_stdio(server, lean_calls=lean)
 
 
 def loop_options() -> dict[str, Any]:
