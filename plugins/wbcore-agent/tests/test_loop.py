@@ -233,6 +233,19 @@ def test_a_review_decision_reaches_the_agent_through_its_tool(setup):
     assert "review-decision" in [e["type"] for e in s.poll(0)]
 
 
+@pytest.mark.parametrize("how", ["run_id", "resume"])
+def test_a_run_id_that_is_a_path_is_refused_before_anything_is_made(setup, how):
+    from wbcore_runtime.contract.errors import InvalidArgs
+
+    rt, script, agent = setup
+    escape = rt.home.parent / "escaped"
+    with pytest.raises(InvalidArgs, match=r"run id '\.\./\.\./\.\./escaped' must match"):
+        rt.agents.sessions.start(agent, "task", **{how: "../../../escaped"})
+    with pytest.raises(InvalidArgs, match=r"run id '\.\./\.\./\.\./escaped' must match"):
+        rt.agent(agent, None if how == "resume" else "task", **{how: "../../../escaped"})
+    assert not escape.exists() and rt.agents.sessions.list() == []
+
+
 def test_host_tools_may_not_shadow_the_loops_tools(setup):
     from wbcore_runtime.contract.errors import InvalidArgs
 
@@ -405,6 +418,36 @@ def test_a_conversation_over_its_cap_ends_the_run_with_its_state_saved(setup, mo
     assert rec.status == "error" and "over the 200000-byte cap" in rec.error
     state = saved_state(rt, rec)
     assert state["status"] == "error" and state["step"] == rec.steps
+
+
+def test_the_conversation_cap_counts_the_bytes_the_state_is_saved_as(setup):
+    # 16,000 emoji are 16,000 characters but 192,000 bytes of the state's JSON: counted in
+    # characters, the conversation passed the VFS's 16 MiB file cap long before its 8 MiB one,
+    # and the state could no longer be saved.
+    rt, script, agent = setup
+    emoji = HostTool(ToolSpec("emoji", "smiles", {"type": "object", "properties": {}}),
+                     lambda run, a: "\U0001F600" * 16_000)
+    script.turns = [[("emoji", {})] * 16] * 8 + [[("done", {"result": "ok"})]]
+    rec = rt.agent(agent, "smile", host_tools=[emoji], run_id="smiles")
+    assert rec.status == "error" and "over the 8388608-byte cap" in rec.error, rec.error
+    assert "state not saved" not in rec.error
+    state = saved_state(rt, rec)
+    assert state["status"] == "error" and len(json.dumps(state)) < 16 << 20
+
+
+def test_one_reply_that_overshoots_the_conversation_cap_still_leaves_its_state_saved(setup):
+    # Sixteen calls just under the 1 MiB argument cap each: one step adds 16 MiB, past the VFS's
+    # file cap; the state is saved as of the last step that fit.
+    rt, script, agent = setup
+    sink = HostTool(ToolSpec("sink", "takes", {"type": "object", "properties": {"s": {"type": "string"}}}),
+                    lambda run, a: "kept")
+    script.turns = [[("sink", {"s": "z" * ((1 << 20) - 16)})] * 16, [("done", {"result": "ok"})]]
+    rec = rt.agent(agent, "fill", host_tools=[sink], run_id="overshoot")
+    assert rec.status == "error" and "over the 8388608-byte cap" in rec.error, rec.error
+    assert "state not saved" not in rec.error
+    state = saved_state(rt, rec)
+    assert state["status"] == "error" and state["step"] == rec.steps == 1
+    assert [m["role"] for m in state["messages"]] == ["user"]
 
 
 def test_max_steps_one_with_twelve_slow_tools_ends_within_the_run_budget(setup):
