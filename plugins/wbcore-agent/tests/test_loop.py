@@ -295,6 +295,27 @@ def test_exec_tools_only_under_the_exec_grant(setup, tmp_path):
             and "no tool 'git'" in steps(plain)[0]["results"][0]["text"])
 
 
+@pytest.mark.skipif(not __import__("shutil").which("git"), reason="needs git")
+def test_the_git_tool_never_shows_the_remotes_credentials(setup, tmp_path):
+    import subprocess
+
+    rt, script, agent = setup
+    bare = tmp_path / "remote.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(bare)], check=True)
+    remote = "https://agent-bot:ghp-SEKRIT-token@git.example.invalid/team/site.git"
+    rt.env["WB_AGENT_GIT_REMOTE"] = remote
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    # the tool's git runs with HOME = the workdir: there, the remote is rewritten to the local one
+    (workdir / ".gitconfig").write_text(f'[url "{bare}"]\n\tinsteadOf = {remote}\n')
+    script.turns = [[("git", {"message": "ship"})], [("done", {"result": "shipped"})]]
+    rec = rt.agent(agent, "ship it", exec_grant=True, workdir=workdir)
+    g = steps(rec)[0]["results"][0]
+    assert g["ok"] and "pushed to https://git.example.invalid/team/site.git" in g["text"], g
+    seen = json.dumps([m.as_dict() for m in script.seen[-1].messages])
+    assert "ghp-SEKRIT-token" not in seen + (workdir / "_steps.jsonl").read_text()
+
+
 def test_cancel_stops_the_running_tool(setup):
     rt, script, agent = setup
     started = threading.Event()
