@@ -145,6 +145,9 @@ def test_messages_round_trip_and_arguments():
     assert parse_arguments("not json", "t") == {"_invalid_json": "not json"}
     assert parse_arguments("[1]", "t") == {"_invalid_json": "[1]"}
     assert parse_arguments({"b": 2}, "t") == {"b": 2} and parse_arguments("", "t") == {}
+    # nested past the one JSON bound (contract.jsonbound): malformed, never a RecursionError
+    deep = '{"a": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    assert parse_arguments(deep, "t") == {"_invalid_json": deep[:2000]}
 
 
 def test_no_agent_loop_says_what_to_install(make_runtime):

@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from wbcore_runtime.contract import lazy
+from wbcore_runtime.contract import jsonbound, lazy
 from wbcore_runtime.contract.drivers import Availability
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound, WbError, unknown_name
 
@@ -492,7 +492,7 @@ def parse_arguments(raw: str | Mapping[str, Any] | None, tool: str) -> dict[str,
     if isinstance(raw, Mapping):
         return dict(raw)
     try:
-        value = json.loads(raw)
+        value = jsonbound.loads(raw, what=f"the arguments of {tool}")  # too deep is malformed too
     except ValueError:
         return {"_invalid_json": raw[:2000]}
     return value if isinstance(value, dict) else {"_invalid_json": raw[:2000]}

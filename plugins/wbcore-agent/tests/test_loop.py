@@ -233,6 +233,19 @@ def test_a_review_decision_reaches_the_agent_through_its_tool(setup):
     assert "review-decision" in [e["type"] for e in s.poll(0)]
 
 
+@pytest.mark.parametrize("how", ["run_id", "resume"])
+def test_a_run_id_that_is_a_path_is_refused_before_anything_is_made(setup, how):
+    from wbcore_runtime.contract.errors import InvalidArgs
+
+    rt, script, agent = setup
+    escape = rt.home.parent / "escaped"
+    with pytest.raises(InvalidArgs, match=r"run id '\.\./\.\./\.\./escaped' must match"):
+        rt.agents.sessions.start(agent, "task", **{how: "../../../escaped"})
+    with pytest.raises(InvalidArgs, match=r"run id '\.\./\.\./\.\./escaped' must match"):
+        rt.agent(agent, None if how == "resume" else "task", **{how: "../../../escaped"})
+    assert not escape.exists() and rt.agents.sessions.list() == []
+
+
 def test_host_tools_may_not_shadow_the_loops_tools(setup):
     from wbcore_runtime.contract.errors import InvalidArgs
 
@@ -280,6 +293,27 @@ def test_exec_tools_only_under_the_exec_grant(setup, tmp_path):
     assert "git" not in [t.name for t in script.seen[-1].tools]
     assert (not steps(plain)[0]["results"][0]["ok"]
             and "no tool 'git'" in steps(plain)[0]["results"][0]["text"])
+
+
+@pytest.mark.skipif(not __import__("shutil").which("git"), reason="needs git")
+def test_the_git_tool_never_shows_the_remotes_credentials(setup, tmp_path):
+    import subprocess
+
+    rt, script, agent = setup
+    bare = tmp_path / "remote.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(bare)], check=True)
+    remote = "https://agent-bot:ghp-SEKRIT-token@git.example.invalid/team/site.git"
+    rt.env["WB_AGENT_GIT_REMOTE"] = remote
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    # the tool's git runs with HOME = the workdir: there, the remote is rewritten to the local one
+    (workdir / ".gitconfig").write_text(f'[url "{bare}"]\n\tinsteadOf = {remote}\n')
+    script.turns = [[("git", {"message": "ship"})], [("done", {"result": "shipped"})]]
+    rec = rt.agent(agent, "ship it", exec_grant=True, workdir=workdir)
+    g = steps(rec)[0]["results"][0]
+    assert g["ok"] and "pushed to https://git.example.invalid/team/site.git" in g["text"], g
+    seen = json.dumps([m.as_dict() for m in script.seen[-1].messages])
+    assert "ghp-SEKRIT-token" not in seen + (workdir / "_steps.jsonl").read_text()
 
 
 def test_cancel_stops_the_running_tool(setup):
@@ -405,6 +439,36 @@ def test_a_conversation_over_its_cap_ends_the_run_with_its_state_saved(setup, mo
     assert rec.status == "error" and "over the 200000-byte cap" in rec.error
     state = saved_state(rt, rec)
     assert state["status"] == "error" and state["step"] == rec.steps
+
+
+def test_the_conversation_cap_counts_the_bytes_the_state_is_saved_as(setup):
+    # 16,000 emoji are 16,000 characters but 192,000 bytes of the state's JSON: counted in
+    # characters, the conversation passed the VFS's 16 MiB file cap long before its 8 MiB one,
+    # and the state could no longer be saved.
+    rt, script, agent = setup
+    emoji = HostTool(ToolSpec("emoji", "smiles", {"type": "object", "properties": {}}),
+                     lambda run, a: "\U0001F600" * 16_000)
+    script.turns = [[("emoji", {})] * 16] * 8 + [[("done", {"result": "ok"})]]
+    rec = rt.agent(agent, "smile", host_tools=[emoji], run_id="smiles")
+    assert rec.status == "error" and "over the 8388608-byte cap" in rec.error, rec.error
+    assert "state not saved" not in rec.error
+    state = saved_state(rt, rec)
+    assert state["status"] == "error" and len(json.dumps(state)) < 16 << 20
+
+
+def test_one_reply_that_overshoots_the_conversation_cap_still_leaves_its_state_saved(setup):
+    # Sixteen calls just under the 1 MiB argument cap each: one step adds 16 MiB, past the VFS's
+    # file cap; the state is saved as of the last step that fit.
+    rt, script, agent = setup
+    sink = HostTool(ToolSpec("sink", "takes", {"type": "object", "properties": {"s": {"type": "string"}}}),
+                    lambda run, a: "kept")
+    script.turns = [[("sink", {"s": "z" * ((1 << 20) - 16)})] * 16, [("done", {"result": "ok"})]]
+    rec = rt.agent(agent, "fill", host_tools=[sink], run_id="overshoot")
+    assert rec.status == "error" and "over the 8388608-byte cap" in rec.error, rec.error
+    assert "state not saved" not in rec.error
+    state = saved_state(rt, rec)
+    assert state["status"] == "error" and state["step"] == rec.steps == 1
+    assert [m["role"] for m in state["messages"]] == ["user"]
 
 
 def test_max_steps_one_with_twelve_slow_tools_ends_within_the_run_budget(setup):

@@ -333,6 +333,14 @@ def run_caps(runtime: Any, profile: str, allow_build: bool) -> frozenset[str]:
     return frozenset(caps)
 
 
+def check_run_id(run_id: str) -> str:
+    """``run_id`` when it is a plain name (it names the run's folder and its VFS instance), checked
+    before either is touched; else ``InvalidArgs``."""
+    if not RUN_ID.match(run_id):
+        raise InvalidArgs(f"run id {run_id!r} must match {RUN_ID.pattern} (letters, digits, '.', '_', '-')")
+    return run_id
+
+
 def run_agent(
     runtime: Any, agent: Any, task: str | None,
     *,
@@ -360,7 +368,7 @@ def run_agent(
         raise InvalidArgs(f"run_timeout must be in (0, 86400] seconds, got {run_timeout}")
     state = None
     if resume is not None:
-        run_id = resume
+        run_id = check_run_id(resume)
         state = load_state(runtime, resume, tenant, agent_def.id)
         if state is None:
             raise NotFound(f"run {resume!r} has no saved state in its VFS (nothing to resume)")
@@ -370,9 +378,7 @@ def run_agent(
         workdir = workdir or state.get("workdir")
     if not task:
         raise InvalidArgs("give the agent a task")
-    run_id = run_id or time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:8]
-    if not RUN_ID.match(run_id):
-        raise InvalidArgs(f"run id {run_id!r} must match {RUN_ID.pattern}")
+    run_id = check_run_id(run_id or time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:8])
     wd = Path(workdir) if workdir else Path(runtime.home) / "agents" / "runs" / run_id
     wd.mkdir(parents=True, exist_ok=True)
     if llm is None:
@@ -448,8 +454,9 @@ def admit(run: Run, calls: tuple[ToolUse, ...]) -> tuple[tuple[ToolUse, ...], di
 
 
 def conversation_size(run: Run) -> int:
-    return sum(len(m.text) + sum(len(json.dumps(dict(c.arguments), default=str)) + len(c.name) + 64
-                                 for c in m.tool_calls) + 64 for m in run.messages)
+    """The bytes the conversation takes in the saved state: its JSON as :meth:`Run.save` writes
+    it (a character outside ASCII is an escape of 6 or 12 bytes there, not one)."""
+    return len(json.dumps([m.as_dict() for m in run.messages], default=str))
 
 
 def drive(run: Run) -> RunRecord:
@@ -493,6 +500,7 @@ def drive(run: Run) -> RunRecord:
                 if answer.usage.cost_usd is not None:
                     span.set(telemetry.COST, answer.usage.cost_usd)
                 calls, refused = admit(run, answer.tool_calls)
+                kept = len(run.messages)  # the conversation before this step (it fit the cap)
                 run.messages.append(Message("assistant", answer.text, calls))
                 results: list[dict[str, Any]] = []
                 finished: str | None = None
@@ -528,8 +536,11 @@ def drive(run: Run) -> RunRecord:
                 span.set(telemetry.OUTCOME, "done" if finished is not None or not answer.tool_calls else "ok")
             size = conversation_size(run)
             if finished is None and answer.tool_calls and size > MAX_CONVERSATION:
+                # One reply may add more than the VFS's file cap holds (16 calls of 1 MiB each):
+                # the state keeps the conversation as it was before it, so it always saves.
+                del run.messages[kept:]
                 raise InvalidArgs(f"the conversation is {size} bytes, over the {MAX_CONVERSATION}-byte cap; "
-                                  "the run stops here (its state is saved)")
+                                  f"the run stops here (its state is saved without step {run.step})")
             if finished is None and answer.tool_calls:
                 run.save(RUNNING)  # before the step is announced: a crash after it loses nothing
             run.append_step({"run": run.run_id, "step": run.step, "t": time.time(), "model": answer.model,

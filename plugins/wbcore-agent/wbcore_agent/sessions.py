@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from wbcore_agent.loop import RUNNING, SESSION_MAX_STEPS, RunRecord, find_agent, run_agent
+from wbcore_agent.loop import RUNNING, SESSION_MAX_STEPS, RunRecord, check_run_id, find_agent, run_agent
 from wbcore_agent.review import ReviewQueue
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound, WbError
 
@@ -176,7 +176,9 @@ class Sessions:
         agent_def = find_agent(self.runtime, agent)
         resume = kw.pop("resume", None)
         resuming = resume is not None
-        run_id = resume or kw.pop("run_id", None) or time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:8]
+        run_id = check_run_id(
+            resume or kw.pop("run_id", None) or time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:8]
+        )  # before its folder is made
         workdir = Path(kw.pop("workdir", None) or Path(self.runtime.home) / "agents" / "runs" / run_id)
         workdir.mkdir(parents=True, exist_ok=True)
         kw.setdefault("max_steps", SESSION_MAX_STEPS)

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs, NotFound, WbError, unknown_name
 from wbcore_runtime.contract.llm import ToolSpec
+from wbcore_runtime.dispatch.audit import redact_target
 
 if TYPE_CHECKING:
     from wbcore_agent.loop import Run
@@ -383,7 +384,8 @@ def git(run: Run, args: Mapping[str, Any]) -> str:
     remote = run.runtime.env.get("WB_AGENT_GIT_REMOTE")
     if remote:
         git_run("push", "-q", remote, "HEAD")
-    return f"committed {head[:12]}" + (f" and pushed to {remote}" if remote else "")
+    # the remote as the audit shows a URL: a token in its user-info never reaches the model
+    return f"committed {head[:12]}" + (f" and pushed to {redact_target(remote)}" if remote else "")
 
 
 HANDLERS: dict[str, Callable[[Run, Mapping[str, Any]], str]] = {

@@ -386,6 +386,29 @@ def test_pages_are_cached_for_the_ttl_then_revalidated_by_etag(api, toolkit_root
     assert api.statuses == [304, 304, 200] and fourth["rows"][-1]["issues.title"] == "Seventh, changed"
 
 
+@pytest.mark.parametrize("stale", [False, True])
+def test_pages_served_from_the_cache_count_toward_the_reads_byte_budget(
+        api, toolkit_root, make_runtime, wbx, monkeypatch, allow_loopback, stale):
+    # A read is at most TOTAL_BYTES in all, whether a page crossed the network, was served fresh
+    # from the cache or was revalidated by a 304 (which carries no body): otherwise pages cached
+    # by earlier reads add up past the budget without a byte being counted.
+    from wbcore_federation import cache, source
+
+    write_toolkit(toolkit_root, "tracker", tracker_manifest(api.base, extra="#+CACHE_TTL: 300"))
+    monkeypatch.setenv("TRACKER_TOKEN", TOKEN)
+    rt = granted(make_runtime(plugins=["federation"]))
+    first = wbx("fed", "query", "tracker", "issues", "--json", runtime=rt)
+    assert first.exit_code == 0 and len(api.seen) == 3
+    files = list((rt.home / "federation" / "cache" / "default" / "tracker").glob("*.json"))
+    pages = [len(json.loads(f.read_text())["body"].encode()) for f in files]
+    monkeypatch.setattr(source, "TOTAL_BYTES", sum(pages) - 1)  # the read's three pages do not fit
+    if stale:
+        monkeypatch.setattr(cache.PageCache, "fresh", lambda self, entry: False)
+    again = wbx("fed", "query", "tracker", "issues", "--json", runtime=rt)
+    assert again.exit_code == 2 and f"{source.TOTAL_BYTES}-byte budget" in again.stderr, again.stderr
+    assert len(api.seen) == (6 if stale else 3)  # fresh: no request; stale: a 304 for each page
+
+
 def test_the_rate_limit_paces_requests(api, toolkit_root, make_runtime, wbx, monkeypatch, allow_loopback):
     import time
 

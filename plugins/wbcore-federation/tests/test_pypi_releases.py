@@ -107,3 +107,13 @@ def test_sync_mirrors_the_files_keyed_by_filename(rt, index: Index, wbx, tmp_pat
     assert text.count(":task:") == 6 and "idna-3.10.tar.gz" in text
     again = wbx("fed", "sync", "pypi-releases", "--param", "package=idna", "--out", str(out), runtime=rt)
     assert again.exit_code == 0 and out.read_text() == text
+
+
+@pytest.mark.parametrize("value", ["..", "."])
+def test_a_dot_segment_param_is_refused_not_sent_up_the_path(rt, index: Index, wbx, value: str) -> None:
+    # Percent-encoding leaves "." and ".." as they are, and a URL's dot segments are resolved
+    # (/simple/../ is /): such a value would climb out of its one segment, so it is refused.
+    r = wbx("fed", "query", "pypi-releases", "pypi_releases", "--param", f"package={value}", runtime=rt)
+    assert r.exit_code == 2, r.stderr
+    assert f"--param package: {value!r} is a dot segment" in r.stderr and "give the value itself" in r.stderr
+    assert index.seen == []  # nothing was sent

@@ -172,6 +172,7 @@ class Connector:
         t0 = time.perf_counter()
         cached = self.cache.get(url) if self.cache is not None else None
         if cached is not None and self.cache is not None and self.cache.fresh(cached) and "net" in self.caps:
+            self._charge(len(cached.body))
             self.dock.audit.record(
                 principal=self.principal.key, cap="net", op="fed.cache", args_digest=digest(url.encode()),
                 outcome="allowed", target=url, nbytes=len(cached.body), ms=0.0,
@@ -216,6 +217,7 @@ class Connector:
         self.spent += got.size
         self._audit(url, "allowed", nbytes=got.size, t0=t0)
         if got.status == 304 and cached is not None and self.cache is not None:
+            self._charge(len(cached.body))
             self.cache.refresh(url, cached)  # still current: fresh for another TTL
             got = _fetch.Fetched(
                 url, 200, len(cached.body), got.sha256, "application/json", (("link", cached.link),)
@@ -225,6 +227,13 @@ class Connector:
         if self.cache is not None:
             self.cache.put(url, etag=got.header("etag"), link=got.header("link"), body=body)
         return doc, got
+
+    def _charge(self, size: int) -> None:
+        """A page served from the cache counts toward the read's byte budget as a fetched one does."""
+        if size > TOTAL_BYTES - self.spent:
+            raise InvalidArgs(f"{self.source.toolkit}: the read is over its {TOTAL_BYTES}-byte budget "
+                              "(cached pages count too); stopped")
+        self.spent += size
 
     @staticmethod
     def _json(body: bytes, url: str) -> Any:

@@ -269,6 +269,11 @@ def fill(template: str, values: Mapping[str, str], env: Mapping[str, str], toolk
     for name, value in values.items():
         if len(value) > MAX_PARAM_CHARS:
             raise InvalidArgs(f"--param {name}: {len(value)} characters (at most {MAX_PARAM_CHARS})")
+        if value in (".", ".."):
+            # quote() leaves dots as they are, and a URL's dot segments are resolved (a/../ is /):
+            # such a value would leave its one segment and climb the source's path.
+            raise InvalidArgs(f"--param {name}: {value!r} is a dot segment, which would climb the URL's "
+                              "path; give the value itself (e.g. --param package=httpx)")
 
     def one(m: re.Match[str]) -> str:
         if m.group(1) == PIP_INDEX:

@@ -111,3 +111,21 @@ def test_tool_choice_goes_on_the_wire_and_missing_usage_is_estimated(make_runtim
     assert llm.requests[1].body["tool_choice"] == "required"
     assert not got.usage.estimated and (got.usage.input_tokens, got.usage.output_tokens) == (11, 7)
     assert "estimated" not in got.usage.as_dict()
+
+
+def test_tool_arguments_nested_past_the_json_bound_are_invalid_json_not_a_crash(make_runtime, llm):
+    # A model (or a server posing as one) answers with arguments nested 100,000 deep: json.loads
+    # would raise RecursionError out of the provider and end the run; they are the model's
+    # malformed arguments, which the loop answers with a tool error.
+    import json
+
+    deep = "[" * 100_000 + "]" * 100_000
+    body = {"id": "x", "object": "chat.completion", "created": 0, "model": "gpt-x",
+            "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+                "role": "assistant", "content": None, "tool_calls": [
+                    {"id": "call_0", "type": "function", "function": {"name": "wb", "arguments": deep}}]}}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}}
+    llm.script = [raw(json.dumps(body).encode())]
+    got = driver(make_runtime, llm).complete(ChatRequest("", (Message("user", "x"),)))
+    assert [c.name for c in got.tool_calls] == ["wb"]
+    assert got.tool_calls[0].arguments["_invalid_json"].startswith("[[[")
