@@ -46,8 +46,8 @@ def test_a_read_still_waiting_ends_at_the_deadline() -> None:
                 return client
 
         start = time.monotonic()
-        with deadline.cut_at(start + 0.3) as ext:
-            ext["trace"]("connection.connect_tcp.complete", {"return_value": Stream()})
+        with deadline.cut_at(start + 0.3) as cut:
+            cut.extensions["trace"]("connection.connect_tcp.complete", {"return_value": Stream()})
             assert client.recv(1) == b""  # the cut: end of stream, not a hang
         assert 0.25 <= time.monotonic() - start < 5
     finally:
@@ -73,3 +73,48 @@ def test_a_nan_deadline_cannot_disorder_the_others() -> None:
     cuts.add(now + 0.4, lambda: fired.append("middle"))
     assert done.wait(5)
     assert fired == ["early", "middle", "late"]
+
+
+def test_fired_says_the_deadline_ended_the_exchange_and_is_set_before_the_socket_is_shut() -> None:
+    """Every caller asks ``fired`` whether a read that ended was cut (a timeout) or ended by the
+    server (an answer): set by the deadline thread before the shutdown, so the reader the shutdown
+    wakes finds it set; never set when the block is left before the deadline."""
+    server = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(server.getsockname())
+    peer, _ = server.accept()
+    seen: list[bool] = []
+    try:
+        class Stream:
+            def get_extra_info(self, what: str) -> socket.socket:
+                return client
+
+        with deadline.cut_at(time.monotonic() + 0.2) as cut:
+            cut.extensions["trace"]("connection.connect_tcp.complete", {"return_value": Stream()})
+            assert not cut.fired
+            assert client.recv(1) == b""  # ended by the cut...
+            seen.append(cut.fired)  # ...which the reader it woke already knows
+        assert seen == [True]
+
+        with deadline.cut_at(time.monotonic() + 0.2) as early:
+            pass  # the exchange ended on its own before its deadline
+        time.sleep(0.4)
+        assert not early.fired
+
+        late = time.monotonic() - 1  # connected after the deadline thread cut: cut as it connects
+        with deadline.cut_at(late) as cut:
+            for _ in range(500):
+                if cut.fired:
+                    break
+                time.sleep(0.01)
+            other = socket.create_connection(server.getsockname())
+
+            class Late:
+                def get_extra_info(self, what: str) -> socket.socket:
+                    return other
+
+            cut.extensions["trace"]("connection.connect_tcp.complete", {"return_value": Late()})
+            assert cut.fired and other.recv(1) == b""
+            other.close()
+    finally:
+        for s in (client, peer, server):
+            s.close()

@@ -102,6 +102,17 @@ def test_headers_dripped_a_byte_at_a_time_end_at_the_deadline(scheme, request, t
     assert took < 1.0 + SLACK_S and list(tmp_path.iterdir()) == []
 
 
+def test_a_body_the_deadline_cuts_short_is_a_timeout_not_an_answer(http_port, tmp_path):
+    """A body without a length ends with its connection, so the cut at the deadline ends it as
+    the server would: what arrived by then is no answer (the cut's ``fired`` says so), and no
+    file lands."""
+    err, took = ends_within(lambda: fetch.download(
+        f"http://127.0.0.1:{http_port}/drip-body", tmp_path / "out", guard=NetGuard.from_env(ALLOW),
+        limits=fetch.FetchLimits(timeout=1.0)), 1.0 + 3 * SLACK_S, "a download of a dripped body")
+    assert isinstance(err, Timeout) and "within 1s" in str(err), err
+    assert took < 1.0 + SLACK_S and list(tmp_path.iterdir()) == []
+
+
 def test_one_fetcher():
     """No module but wbcore_runtime/guard/fetch.py makes an httpx client (the issue-11 acceptance grep)."""
     import re

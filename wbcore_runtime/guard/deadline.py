@@ -71,28 +71,38 @@ class _Cuts:
 _cuts = _Cuts()
 
 
-@contextlib.contextmanager
-def cut_at(deadline: float) -> Iterator[dict[str, Any]]:
-    """The request extensions that end an exchange at ``deadline`` (``time.monotonic()``) whatever
-    it waits on: httpcore's ``trace`` notes the connection's socket, and the deadline thread shuts
-    it then, so a read in progress ends (a server dripping its headers a byte at a time passes every
-    per-read timeout). Leaving the block cancels the cut; a read it ended raises an httpx error."""
-    socks: list[socket.socket] = []
+class Cut:
+    """What :func:`cut_at` yields: the request's ``extensions``, and ``fired``, set by the deadline
+    thread before it shuts the socket: a read that ended while it is set was cut (a timeout, never
+    a short answer); one that ended while it is not was ended by the server."""
 
-    def cut() -> None:
-        for sock in socks:
+    def __init__(self) -> None:
+        self.fired = False
+        self._socks: list[socket.socket] = []
+        self.extensions: dict[str, Any] = {"trace": self._trace}
+
+    def _cut(self) -> None:
+        self.fired = True  # first: a read the shutdown ends must find it set
+        for sock in self._socks:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
 
-    def trace(event: str, info: dict[str, Any]) -> None:
+    def _trace(self, event: str, info: dict[str, Any]) -> None:
         if event.endswith((".connect_tcp.complete", ".start_tls.complete")):
-            sock = info["return_value"].get_extra_info("socket")
-            socks.append(sock)
-            if time.monotonic() >= deadline:
-                cut()
+            self._socks.append(info["return_value"].get_extra_info("socket"))
+            if self.fired:  # connected after the deadline thread cut: this socket is cut too
+                self._cut()
 
-    key = _cuts.add(deadline, cut)
+
+@contextlib.contextmanager
+def cut_at(deadline: float) -> Iterator[Cut]:
+    """A :class:`Cut` that ends an exchange at ``deadline`` (``time.monotonic()``) whatever it waits
+    on: its httpcore ``trace`` notes the connection's socket, which the deadline thread shuts then,
+    so a read in progress ends (a server dripping its headers a byte at a time passes every
+    per-read timeout). Leaving the block cancels the cut."""
+    cut = Cut()
+    key = _cuts.add(deadline, cut._cut)
     try:
-        yield {"trace": trace}
+        yield cut
     finally:
         _cuts.cancel(key)

@@ -42,7 +42,7 @@ from typing import Any
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound, Timeout, TlsError, Unreachable, WbError
-from wbcore_runtime.guard.deadline import cut_at
+from wbcore_runtime.guard.deadline import Cut, cut_at
 from wbcore_runtime.guard.netguard import NetGuard
 
 MiB = 1 << 20
@@ -152,30 +152,28 @@ def bounded_transport(*, max_bytes: int, what: str, http: ModuleType | None = No
     failed = http.HTTPError
 
     class Capped(http.SyncByteStream):  # type: ignore[name-defined]
-        def __init__(self, inner: Any, url: str, wait: float | None, deadline: float | None,
-                     cut: contextlib.ExitStack) -> None:
-            self.inner, self.url, self.wait, self.deadline, self.cut = inner, url, wait, deadline, cut
+        def __init__(self, inner: Any, url: str, wait: float | None, cut: Cut,
+                     done: contextlib.ExitStack) -> None:
+            self.inner, self.url, self.wait, self.cut, self.done = inner, url, wait, cut, done
 
         def __iter__(self) -> Any:
             total = 0
-            late = Timeout(f"{what} {self.url}: answer not complete within {self.wait:g} s; stopped")
             try:
                 for chunk in self.inner:
                     total += len(chunk)
                     if total > max_bytes:
                         raise InvalidArgs(f"{what} {self.url}: answer over the {max_bytes}-byte cap; stopped")
-                    if self.deadline and time.monotonic() > self.deadline:
-                        raise late
+                    if self.cut.fired:
+                        break
                     yield chunk
-                if self.deadline and time.monotonic() >= self.deadline:
-                    raise late  # the cut at the deadline ended a body that ends with the connection
             except failed as exc:
-                if self.deadline and time.monotonic() >= self.deadline:
-                    raise late from None
-                raise transport_error(exc, f"{what} {self.url}", http=http) from None
+                if not self.cut.fired:
+                    raise transport_error(exc, f"{what} {self.url}", http=http) from None
+            if self.cut.fired:  # the deadline ended the body, with an error or early: never an answer
+                raise Timeout(f"{what} {self.url}: answer not complete within {self.wait:g} s; stopped")
 
         def close(self) -> None:
-            with self.cut:
+            with self.done:
                 self.inner.close()
 
     class Bounded(http.HTTPTransport):  # type: ignore[name-defined]
@@ -183,22 +181,22 @@ def bounded_transport(*, max_bytes: int, what: str, http: ModuleType | None = No
             wait = (request.extensions.get("timeout") or {}).get("read")
             request.headers["Accept-Encoding"] = "identity"
             url = str(request.url.copy_with(query=None))
-            deadline = None if wait is None else time.monotonic() + wait
-            cut = contextlib.ExitStack()
-            if deadline is not None:  # the headers too: a server may drip them a byte at a time
-                request.extensions = {**request.extensions, **cut.enter_context(cut_at(deadline))}
+            done = contextlib.ExitStack()
+            # the headers too: a server may drip them a byte at a time (no wait: a cut never fired)
+            cut = Cut() if wait is None else done.enter_context(cut_at(time.monotonic() + wait))
+            request.extensions = {**request.extensions, **cut.extensions}
             try:
                 resp = super().handle_request(request)
             except BaseException:
-                cut.close()
+                done.close()
                 raise
             coding = resp.headers.get("content-encoding", "identity").strip().lower()
             if coding not in ("", "identity"):
                 resp.close()
-                cut.close()
+                done.close()
                 raise InvalidArgs(f"{what} {url}: answered with Content-Encoding {coding} though identity "
                                   "was asked; compressed answers are not inflated (a decompression bomb)")
-            resp.stream = Capped(resp.stream, url, wait, deadline, cut)
+            resp.stream = Capped(resp.stream, url, wait, cut, done)
             return resp
 
     return Bounded(verify=ssl_context(env), trust_env=False)
@@ -281,11 +279,11 @@ def stream(
         extensions = {"sni_hostname": pin.host} if scheme == "https" else {}
         with client(timeout=min(30.0, remaining), env=env) as c, cut_at(deadline) as cut:
             req = c.build_request(method, pinned, headers=sent, content=body,
-                                  extensions={**extensions, **cut})
+                                  extensions={**extensions, **cut.extensions})
             try:
                 resp = c.send(req, stream=True)
             except httpx.HTTPError as exc:
-                if time.monotonic() >= deadline:
+                if cut.fired:
                     raise Timeout(f"{url}: no answer within {limits.timeout:g}s") from None
                 raise transport_error(exc, url) from None
             try:
@@ -320,17 +318,15 @@ def stream(
                         if total > limits.max_bytes:
                             raise InvalidArgs(f"{url}: over the {limits.max_bytes}-byte cap; "
                                               "download stopped")
-                        if time.monotonic() > deadline:
-                            raise Timeout(f"{url}: not fetched within {limits.timeout:g}s; download stopped")
+                        if cut.fired:
+                            break
                         h.update(chunk)
                         sink(chunk)
-                    if time.monotonic() >= deadline:  # cut_at ended a body that ends with the connection
-                        raise Timeout(f"{url}: not fetched within {limits.timeout:g}s; download stopped")
                 except httpx.HTTPError as exc:
-                    if time.monotonic() >= deadline:
-                        raise Timeout(f"{url}: not fetched within {limits.timeout:g}s; "
-                                      "download stopped") from None
-                    raise transport_error(exc, url) from None
+                    if not cut.fired:
+                        raise transport_error(exc, url) from None
+                if cut.fired:  # the deadline ended the body, with an error or early: never an answer
+                    raise Timeout(f"{url}: not fetched within {limits.timeout:g}s; download stopped")
                 kept = tuple((k.lower(), v) for k, v in resp.headers.multi_items())
                 return Fetched(url, resp.status_code, total, h.hexdigest(),
                                resp.headers.get("content-type", ""), kept)

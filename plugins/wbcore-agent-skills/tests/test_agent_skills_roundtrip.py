@@ -334,3 +334,16 @@ def test_an_exported_toolkit_id_cannot_name_a_path(tmp_path):
                                 'wbcore\n---\n')
     done = skill_import.import_skill(d, tmp_path / "out")
     assert done.path.parent == tmp_path / "out" and done.id not in ("..", ".", "")
+
+
+def test_a_skill_folder_past_the_byte_cap_is_refused_as_it_is_read(tmp_path, monkeypatch):
+    """The one byte cap of an import is the snapshot's, counted as the folder is read: a folder
+    past it is refused naming the folder, and nothing is written."""
+    monkeypatch.setattr(skill_import, "MAX_TOTAL_BYTES", 4096)
+    d = tmp_path / "big"
+    (d / "assets").mkdir(parents=True)
+    (d / "SKILL.md").write_text("---\nname: big\ndescription: x\n---\n\nBody.\n")
+    (d / "assets" / "blob.bin").write_bytes(b"\0" * 5000)
+    with pytest.raises(InvalidArgs, match=r"more than 4096 bytes in the skill folder .*big"):
+        skill_import.import_skill(d, tmp_path / "out")
+    assert not (tmp_path / "out" / "big").exists()

@@ -667,9 +667,9 @@ def _write_sections(stage: Path, plan: _Plan, doc: Doc, title: str, tagline: str
 
 
 def _copy_files(source: Path, stage: Path, copies: list[Path]) -> list[str]:
-    """Scripts, assets and every other file, copied as data (nothing here ever runs)."""
+    """Scripts, assets and every other file, copied as data (nothing here ever runs). ``source``
+    is the private copy :func:`import_skill` took, whose bytes its snapshot already capped."""
     copied: list[str] = []
-    total = 0
     if not source.is_dir():
         return copied
     for rel in copies:
@@ -681,9 +681,6 @@ def _copy_files(source: Path, stage: Path, copies: list[Path]) -> list[str]:
             unpack._check_link(rel.as_posix(), target_text, str(source))  # refuse links leaving the skill
             os.symlink(target_text, dest)
         elif src.is_file():
-            total += src.stat().st_size
-            if total > MAX_TOTAL_BYTES:
-                raise InvalidArgs(f"{source}: more than {MAX_TOTAL_BYTES} bytes to copy")
             shutil.copyfile(src, dest)  # the private copy is read-only: the import's files are not
             os.chmod(dest, 0o755 if os.access(src, os.X_OK) else 0o644)
         else:

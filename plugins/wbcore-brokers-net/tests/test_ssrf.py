@@ -109,6 +109,15 @@ def test_headers_dripped_a_byte_at_a_time_end_at_the_call_deadline(dock, http_ta
     assert isinstance(err, Timeout) and err.reason == "deadline" and took < 6
 
 
+def test_a_body_the_deadline_cuts_short_is_a_timeout_not_an_answer(dock, http_target):
+    """A body without a length ends with its connection, so the cut at the deadline ends it as the
+    server closing would: the guest gets a timeout, never the bytes that arrived by then."""
+    url = f"http://public.test:{http_target}/drip-body"
+    err, took = ends_within(lambda: dock.call(ctx(dock), "net", "fetch", {"url": url, "timeout": 0.5}), 15,
+                            "net.fetch of a dripped body")
+    assert isinstance(err, Timeout) and err.reason == "deadline" and took < 6, err
+
+
 def test_allowed_hosts_narrow_net(dock, http_target):
     ok = ctx(dock, hosts=(f"http://public.test:{http_target}",))
     assert dock.call(ok, "net", "fetch", {"url": f"http://public.test:{http_target}/x"})["status"] == 200

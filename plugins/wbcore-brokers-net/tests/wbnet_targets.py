@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from wbcore_testing.loopback import drip_headers
+from wbcore_testing.loopback import drip_body, drip_headers
 
 
 PUBLIC_IP = "127.0.0.7"
@@ -48,6 +48,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._endless()
         if self.path == "/drip-headers":
             return drip_headers(self)
+        if self.path == "/drip-body":
+            return drip_body(self)
         routes = {
             "/redirect-private": f"http://127.0.0.1:{port}/ok",
             "/redirect-meta": "http://169.254.169.254/latest/meta-data/",

@@ -114,11 +114,11 @@ class CappedHttp:
                     _deadline.cut_at(deadline) as cut:
                 req = client.build_request(method, pinned, headers=hdrs, content=body or None,
                                            extensions={"sni_hostname": pin.host,
-                                                       "timeout": timeout.as_dict(), **cut})
+                                                       "timeout": timeout.as_dict(), **cut.extensions})
                 try:
                     resp = client.send(req, stream=True)
                 except httpx.HTTPError as exc:
-                    if isinstance(exc, httpx.TimeoutException) or time.monotonic() >= deadline:
+                    if isinstance(exc, httpx.TimeoutException) or cut.fired:
                         raise refuse(Timeout, "deadline",
                                      f"net: {host} did not answer before the deadline") from None
                     raise refuse(CapabilityDenied if "certificate" in str(exc).lower() else InvalidArgs,
@@ -135,20 +135,18 @@ class CappedHttp:
                     try:
                         for chunk in resp.iter_raw():
                             budget.take(len(chunk))  # before the chunk is kept
+                            if cut.fired:
+                                break
                             data += chunk
-                            if time.monotonic() > deadline:
-                                raise refuse(Timeout, "deadline",
-                                             f"net: body from {host} still streaming at the deadline; "
-                                             "cancelled")
-                        if time.monotonic() >= deadline:  # the cut at the deadline ended the body
-                            raise refuse(Timeout, "deadline",
-                                         f"net: body from {host} still streaming at the deadline; cancelled")
                     except httpx.HTTPError as exc:
-                        if isinstance(exc, httpx.TimeoutException) or time.monotonic() >= deadline:
+                        if isinstance(exc, httpx.TimeoutException) or cut.fired:
                             raise refuse(Timeout, "deadline",
                                          f"net: {host} stalled past the deadline") from None
                         raise InvalidArgs(f"net: reading the body from {host} failed: "
                                           f"{type(exc).__name__}") from None
+                    if cut.fired:  # the deadline ended the body early: never a short answer
+                        raise refuse(Timeout, "deadline",
+                                     f"net: body from {host} still streaming at the deadline; cancelled")
                     return Fetched(resp.status_code, url, [[k, v] for k, v in resp.headers.items()],
                                    bytes(data), hop)
                 finally:

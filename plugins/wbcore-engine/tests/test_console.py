@@ -401,3 +401,31 @@ def test_a_chunked_push_upload_is_refused_as_it_passes_the_cap(make_runtime, ser
         answer = s.recv(4096)
     assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
     assert time.monotonic() - t0 < 10
+
+
+def test_a_count_is_read_alike_by_the_api_and_the_console(served):
+    """Counts and sequence numbers (``?tail``, ``?limit``, ``?after``, ``Last-Event-ID``, the
+    console's ``page``, ``max_steps``) go through one parser: a fraction or an exponent is refused
+    by both doors (the API once truncated ``1.5`` to 1 where the console refused it), a
+    Last-Event-ID byte that looks like a digit (``²``) is a 400, not an internal error, and a
+    run option's range is the run options' own, whichever door started it."""
+    eng, host, _ = served
+    with httpx.Client(base_url=eng.url, headers=eng.auth, timeout=30) as api:
+        for query in ("tail=1.5", "tail=1e1", "after=0.5", "after=" + "9" * 5000):
+            r = api.get(f"/v1/audit?{query}")
+            assert r.status_code == 400 and "is not a whole number" in r.json()["message"], (query, r.text)
+        r = api.get("/v1/audit?tail=1001")
+        assert r.status_code == 400 and r.json()["message"] == "?tail=1001 is outside 1..1000"
+        assert api.get("/v1/audit?tail=2").status_code == 200
+        r = api.get("/v1/sessions/s1/review?limit=2.5")
+        assert r.status_code == 400 and r.json()["message"] == "?limit='2.5' is not a whole number"
+        r = api.get("/v1/audit/events?wait=0.1", headers={"last-event-id": b"\xb2"})
+        assert r.status_code == 400 and "Last-Event-ID='²' is not a whole number" in r.json()["message"]
+        r = api.get("/v1/sessions/s1/events?wait=0.1", headers={"last-event-id": "0"})
+        assert r.status_code == 200  # a reconnecting client's own id is read as before
+    with httpx.Client(base_url=eng.url, timeout=30) as c:
+        csrf = login(c, eng.token)
+        r = c.get("/console/toolkits?page=1.5")
+        assert r.status_code == 400 and "is not a whole number" in r.text
+        r = c.post("/console/sessions", data={"csrf": csrf, "agent": "helper", "task": "t", "max_steps": "0"})
+        assert r.status_code == 400 and "= 0 is outside 1..200" in r.text, r.text

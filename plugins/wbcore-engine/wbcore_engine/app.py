@@ -109,21 +109,34 @@ def _flag(request: Request, name: str) -> bool:
 
 def _after(request: Request, default: int) -> int:
     """``?after=`` or, when a client reconnects, its ``Last-Event-ID``."""
-    if "after" not in request.query_params and request.headers.get("last-event-id", "").isdigit():
-        return int(request.headers["last-event-id"])
-    return int(_number(request, "after", default, -1, 1 << 62))
+    if "after" not in request.query_params and "last-event-id" in request.headers:
+        return whole(request.headers["last-event-id"], "Last-Event-ID", default, -1, 1 << 62)
+    return whole(request.query_params.get("after"), "?after", default, -1, 1 << 62)
 
 
-def _number(request: Request, name: str, default: float, low: float, high: float) -> float:
+def whole(raw: str | None, what: str, default: int, low: int, high: int) -> int:
+    """A count or a sequence number sent as text (the API's query and headers, the console's
+    forms and paths): decimal digits within ``low..high``, ``default`` when absent, else 400
+    naming it and its range. One parser, so both doors accept and refuse the same values."""
+    if raw is None or raw == "":
+        return default
+    if not re.fullmatch(r"-?[0-9]{1,19}", raw):  # no 1.5 truncated to 1, no 1e3, no 4300-digit text
+        raise HttpError(400, "invalid-args", f"{what}={raw[:32]!r} is not a whole number")
+    if not low <= (value := int(raw)) <= high:
+        raise HttpError(400, "invalid-args", f"{what}={value} is outside {low}..{high}")
+    return value
+
+
+def _seconds(request: Request, name: str, default: float, low: float, high: float) -> float:
     raw = request.query_params.get(name)
     if raw is None:
         return default
     try:
         value = float(raw)
     except ValueError:
-        raise HttpError(400, "invalid-args", f"?{name}={raw[:32]!r} is not a number") from None
-    if not low <= value <= high:
-        raise HttpError(400, "invalid-args", f"?{name}={value:g} is outside {low:g}..{high:g}")
+        raise HttpError(400, "invalid-args", f"?{name}={raw[:32]!r} is not a number of seconds") from None
+    if not low <= value <= high:  # NaN and infinities too
+        raise HttpError(400, "invalid-args", f"?{name}={raw[:32]} is outside {low:g}..{high:g} seconds")
     return value
 
 
@@ -404,8 +417,8 @@ class Engine:
     # --- the audit trail ------------------------------------------------------------------
 
     async def audit(self, request: Request) -> Response:
-        tail = int(_number(request, "tail", 100, 1, self.limits.max_tail))
-        after = int(_number(request, "after", -1, -1, 1 << 62))
+        tail = whole(request.query_params.get("tail"), "?tail", 100, 1, self.limits.max_tail)
+        after = whole(request.query_params.get("after"), "?after", -1, -1, 1 << 62)
         # read backwards from the end of the trail: a block and `tail` lines, whatever its size
         trail = audit_trail.service(self.runtime)
         entries = await self.thread(lambda: trail.tail(self.runtime.dock.audit, tail, after=after))
@@ -413,7 +426,7 @@ class Engine:
 
     async def audit_events(self, request: Request) -> Response:
         after = _after(request, -1)
-        wait = _number(request, "wait", self.limits.max_stream_s, 0.1, self.limits.max_stream_s)
+        wait = _seconds(request, "wait", self.limits.max_stream_s, 0.1, self.limits.max_stream_s)
         trail = audit_trail.service(self.runtime)  # none served: an error answer, not a broken stream
 
         async def stream() -> AsyncIterator[bytes]:
@@ -526,7 +539,7 @@ class Engine:
             if not item:
                 raise HttpError(400, "invalid-args", "send the review item as a JSON object")
             return JSONResponse(dict(await self.thread(lambda: host.put_review(sid, item))), status_code=201)
-        limit = int(_number(request, "limit", 10, 1, self.limits.max_review))
+        limit = whole(request.query_params.get("limit"), "?limit", 10, 1, self.limits.max_review)
         items = await self.thread(lambda: host.take_review(sid, limit=limit))
         return JSONResponse({"items": [dict(i) for i in items]})
 
@@ -534,7 +547,7 @@ class Engine:
         host = self._host()
         sid = _ident(request.path_params["sid"], "session id")
         after = _after(request, 0)
-        wait = _number(request, "wait", self.limits.max_stream_s, 0.1, self.limits.max_stream_s)
+        wait = _seconds(request, "wait", self.limits.max_stream_s, 0.1, self.limits.max_stream_s)
         await self.thread(host.status, sid)  # an unknown id is 404 before the stream starts
 
         def poll(a: int) -> tuple[list[Any], dict[str, Any]]:

@@ -36,6 +36,7 @@ from urllib.parse import parse_qsl, quote, urlencode
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
+from wbcore_engine import app as _app
 from wbcore_engine import sessions as _sessions
 from wbcore_runtime.contract import audit_trail
 from wbcore_runtime.guard import httpguard
@@ -173,18 +174,6 @@ def _clip(value: Any, n: int = MAX_SHOWN) -> str:
     return text if len(text) <= n else text[:n] + f"… ({len(text) - n} more characters)"
 
 
-def _int(raw: str | None, default: int, low: int, high: int, what: str) -> int:
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise Refused(400, "bad parameter", f"{what}={raw[:32]!r} is not a whole number") from None
-    if not low <= value <= high:
-        raise Refused(400, "bad parameter", f"{what}={value} is outside {low}..{high}")
-    return value
-
-
 def _caps(raw: str) -> list[str]:
     caps = [c for c in raw.replace(",", " ").split() if c]
     if len(caps) > 64 or any(len(c) > 64 for c in caps):
@@ -251,7 +240,7 @@ def _row(rt: Any, tk: Any) -> dict[str, Any]:
 
 async def toolkits(c: Console, request: Request) -> Response:
     q = request.query_params.get("q", "")[:128].lower()
-    page = _int(request.query_params.get("page"), 1, 1, 1 << 20, "page")
+    page = _app.whole(request.query_params.get("page"), "page", 1, 1, 1 << 20)
     refresh = request.query_params.get("refresh") == "1"
 
     def read() -> tuple[list[dict[str, Any]], int, list[str]]:
@@ -389,8 +378,6 @@ async def push(c: Console, request: Request) -> Response:
 
 
 async def _push_preview(c: Console, request: Request) -> Response:
-    from wbcore_engine import app as _app
-
     # the whole upload read against the push cap and the body deadline while it arrives (the API's
     # read_body): starlette's parser caps form fields, but spools a file part to disk unbounded
     raw = await _app.read_body(request, c.engine.limits.max_push + MAX_FORM, c.engine.limits.body_wait_s)
@@ -468,7 +455,8 @@ async def sessions_page(c: Console, request: Request) -> Response:
         if form.get("model"):
             options["model"] = form["model"]
         if form.get("max_steps"):
-            options["max_steps"] = _int(form["max_steps"], 20, 1, 200, "max_steps")
+            # its range is the run options' own (check_options, as over the API)
+            options["max_steps"] = _app.whole(form["max_steps"], "max_steps", 20, -(1 << 62), 1 << 62)
         options = _sessions.check_options(options)
         sid = await c.engine.thread(lambda: c.engine._create(host, agent, task, options))
         with c.lock:
@@ -582,7 +570,7 @@ async def review_decide(c: Console, request: Request) -> Response:
     c.check_csrf(request, form.get("csrf"))
     host = _host(c)
     sid = _ident(request.path_params["sid"], "session id")
-    position = _int(request.path_params["pos"], 0, 0, 1_000_000, "item")
+    position = _app.whole(request.path_params["pos"], "item", 0, 0, 1_000_000)
     decision = form.get("decision", "")
     if decision not in ("approved", "rejected"):
         raise Refused(400, "bad decision", "approve or reject the item")
@@ -599,7 +587,7 @@ async def review_decide(c: Console, request: Request) -> Response:
 async def audit_page(c: Console, request: Request) -> Response:
     qp = request.query_params
     filters = {k: qp.get(k, "")[:128] for k in ("toolkit", "cap", "outcome")}
-    before = _int(qp.get("before"), 0, 0, 1 << 62, "before") or None
+    before = _app.whole(qp.get("before"), "before", 0, 0, 1 << 62) or None
 
     def match(e: dict[str, Any]) -> bool:
         if filters["toolkit"] and filters["toolkit"] not in (e.get("principal") or "") \

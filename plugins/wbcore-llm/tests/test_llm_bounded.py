@@ -12,7 +12,7 @@ import pytest
 
 from wbcore_runtime.contract.calls import Principal
 from wbcore_runtime.contract.errors import InvalidArgs, Timeout
-from wbcore_testing.loopback import drip_headers, ends_within
+from wbcore_testing.loopback import drip_body, drip_headers, ends_within
 
 MiB = 1 << 20
 SENT = [0]
@@ -28,6 +28,8 @@ class _Endless(BaseHTTPRequestHandler):
         self.rfile.read(int(self.headers["Content-Length"]))
         if self.path.startswith("/drip/"):
             return drip_headers(self)
+        if self.path.startswith("/drip-body/"):
+            return drip_body(self)
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.end_headers()
@@ -71,3 +73,14 @@ def test_headers_dripped_a_byte_at_a_time_end_at_the_call_deadline(make_runtime,
     err, took = ends_within(lambda: rt.dock.call(c, "llm", "complete", {"prompt": "hi"}), 15,
                             "llm.complete on dripped headers")
     assert isinstance(err, Timeout) and took < 8
+
+
+def test_an_answer_the_deadline_cuts_short_is_a_timeout(make_runtime, endless):
+    """An answer without a length ends with its connection, so the cut at the call's deadline ends
+    it as the endpoint closing would: a timeout, not a short answer (nor a malformed one)."""
+    rt = make_runtime(plugins=["llm"], env={"WB_LLM_BASE_URL": endless.replace("/v1", "/drip-body/v1"),
+                                           "WB_LLM_MODEL": "tiny"})
+    c = rt.dock.context(principal=Principal("t", "agent"), caps={"llm"}, timeout=1)
+    err, took = ends_within(lambda: rt.dock.call(c, "llm", "complete", {"prompt": "hi"}), 15,
+                            "llm.complete on a dripped answer")
+    assert isinstance(err, Timeout) and "at the deadline" in str(err) and took < 8, err

@@ -134,20 +134,19 @@ class LlmBroker:
         try:
             with _fetch.client(timeout=wait) as client, _deadline.cut_at(deadline) as cut, \
                     client.stream("POST", self.base_url + "/chat/completions", json=body,
-                                  headers=headers, extensions=cut) as resp:
+                                  headers=headers, extensions=cut.extensions) as resp:
                 data = bytearray()
                 for chunk in resp.iter_raw():
                     budget.take(len(chunk))  # before the chunk is kept
+                    if cut.fired:
+                        break
                     data += chunk
-                    if time.monotonic() > deadline:
-                        raise refuse(Timeout, "deadline",
-                                     "llm.complete: endpoint still answering at the deadline")
-                if time.monotonic() >= deadline:  # the cut at the deadline ended the body
+                if cut.fired:  # the deadline ended the body early: never a short answer
                     raise refuse(Timeout, "deadline",
                                  "llm.complete: endpoint still answering at the deadline")
                 status = resp.status_code
         except httpx.HTTPError as exc:
-            if isinstance(exc, httpx.TimeoutException) or time.monotonic() >= deadline:
+            if isinstance(exc, httpx.TimeoutException) or cut.fired:
                 raise refuse(Timeout, "deadline",
                              "llm.complete: the endpoint did not answer in time") from None
             raise Internal(f"llm.complete: endpoint unreachable ({type(exc).__name__})") from None

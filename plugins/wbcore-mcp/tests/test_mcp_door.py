@@ -603,6 +603,36 @@ def test_a_line_past_the_cap_over_stdio_is_refused_and_the_server_goes_on(toolki
     assert proc.returncode == 0
 
 
+def test_stdin_ending_inside_a_line_past_the_cap_ends_the_server_cleanly(wb_home: Path) -> None:
+    """A client that closes stdin in the middle of an over-long line (twice the cap, no newline):
+    the line is refused (-32700), the rest is dropped up to the end of the stream, and the
+    server stops at that end with exit 0, neither waiting nor spinning on it."""
+    import threading
+
+    from wbcore_mcp.fastpath import MAX_LINE
+
+    env = {"WB_HOME": str(wb_home), "PATH": os.environ.get("PATH", "")}
+    proc = subprocess.Popen([*SERVE, "--lean"], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, bufsize=0)
+    out: list[bytes] = []
+    reader = threading.Thread(target=lambda: out.append(proc.stdout.read()), daemon=True)
+    reader.start()
+    try:
+        chunk = b"x" * (1 << 20)
+        for _ in range(2 * (MAX_LINE >> 20) + 3):
+            proc.stdin.write(chunk)
+        proc.stdin.close()  # the stream ends inside the line
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    reader.join(timeout=10)
+    assert proc.returncode == 0, proc.stderr.read()[-2000:]
+    got = [json.loads(line) for line in out[0].splitlines()]
+    assert [g["error"]["code"] for g in got] == [-32700], got
+
+
 @pytest.mark.parametrize("mode", ["--lean", "--sdk-only"])
 def test_a_client_that_stops_reading_stdout_ends_the_server_cleanly(wb_home: Path, mode: str) -> None:
     """A client that never reads our output: the pipe fills and the server waits on it (its

@@ -232,8 +232,9 @@ async def serve_stdio(server: Any, *, lean_calls: bool = True) -> None:
                 return
             except asyncio.LimitOverrunError as exc:
                 left = exc.consumed
-                while left:  # dropped a MiB at a time: no copy of the whole cap
-                    left -= len(await reader.read(min(left, 1 << 20)))
+                # dropped a MiB at a time (no copy of the whole cap); an empty read is the end
+                while left and (got := len(await reader.read(min(left, 1 << 20)))):
+                    left -= got
             except asyncio.IncompleteReadError:
                 return
 

@@ -98,6 +98,19 @@ def drip_headers(handler: http.server.BaseHTTPRequestHandler) -> None:
         pass
 
 
+def drip_body(handler: http.server.BaseHTTPRequestHandler) -> None:
+    """A body without a length (it ends when the connection does), one byte every 0.1 s until the
+    client leaves: the cut at a deadline ends it as the server closing would, early."""
+    try:
+        handler.wfile.write(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n")
+        while True:
+            handler.wfile.write(b"x")
+            handler.wfile.flush()
+            time.sleep(0.1)
+    except OSError:
+        pass
+
+
 def ends_within(call: Callable[[], object], within_s: float, what: str) -> tuple[BaseException | None, float]:
     """Run ``call`` in a thread, so that a client which hangs cannot hang the test: what it raised
     (None when it returned) and the seconds it took; ``AssertionError`` naming ``what`` when it
@@ -118,7 +131,7 @@ def ends_within(call: Callable[[], object], within_s: float, what: str) -> tuple
     return got[0], time.monotonic() - start
 
 
-ROUTES = {"/stall": _stall, "/endless": _endless, "/drip-headers": drip_headers}
+ROUTES = {"/stall": _stall, "/endless": _endless, "/drip-headers": drip_headers, "/drip-body": drip_body}
 
 
 @pytest.fixture(scope="module")
