@@ -109,7 +109,8 @@ OVER_BUDGET: dict[str, int] = {}  # empty: every module is within MAX_LINES, and
 #: Dock refusing an oversize request on its length. +6 for ServerLimits.write_stall_s and
 #: max_stream_s (a client that does not read; a stream's lifetime). +6 for guard/deadline.Cut.fired:
 #: whether the deadline ended a read, asked of one flag where four callers each read the clock.
-MAX_TOTAL_LINES = 17_178
+#: +5 for store.artifacts.put_file reading a build's output once through guard/paths.
+MAX_TOTAL_LINES = 17_183
 #: In-function imports of a core module (each one hid an edge): none, and none may come back. A
 #: module another needs only on some paths (start-up, docs/architecture.md) is named at the top
 #: with contract.lazy.module, which this test reads as an edge.

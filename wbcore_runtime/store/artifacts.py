@@ -31,6 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from wbcore_runtime.guard import paths
 from wbcore_runtime.store import faults, leftovers
 from wbcore_runtime.store.digest import sha256
 from wbcore_runtime.contract.errors import Internal, InvalidArgs, NotFound
@@ -236,10 +237,14 @@ class ArtifactStore:
         return Artifact(sha, path, len(data))
 
     def put_file(self, src: Path) -> Artifact:
-        size = src.stat().st_size
-        if size > MAX_ARTIFACT_BYTES:
-            raise InvalidArgs(f"{src}: {size} bytes is over the {MAX_ARTIFACT_BYTES}-byte artifact cap")
-        return self.put_bytes(src.read_bytes())
+        """``src`` stored: read once by ``guard.paths`` (a link out of its folder, a FIFO or a device
+        refused, never followed; capped while read); the bytes read are the bytes hashed and kept."""
+        try:
+            data = paths.read_file(src.parent, src.name, MAX_ARTIFACT_BYTES, label="its folder")
+        except paths.Refused as exc:
+            raise InvalidArgs(f"cannot store {exc.message}: an artifact is a regular file of at most "
+                              f"{MAX_ARTIFACT_BYTES} bytes; check what wrote it and build again") from None
+        return self.put_bytes(data)
 
     @staticmethod
     def _stamp(path: Path | str) -> tuple[int, int, int]:

@@ -40,6 +40,38 @@ def test_builds_registers_runs_and_rebuild_is_a_cache_hit(make_toolkit, make_run
     assert ran.stdout == "3\n", (ran.exit_code, ran.stderr)
 
 
+@needs
+def test_an_output_the_compiler_left_as_a_link_is_refused_never_stored(make_toolkit, make_runtime, wbx,
+                                                                       monkeypatch, tmp_path):
+    """tcc writes /out from inside wasm, and a WASI guest may make a symlink there whose text
+    leaves the folder (wasmtime checks links only when the guest follows them). A compiler the
+    C source took over could name a host file as its output: the build must not store it."""
+    import os
+
+    from wbcore_lane_c_wasm import lane as c_lane
+    from wbcore_runtime.contract.guest import GuestResult
+
+    host_file = tmp_path / "host-secret"
+    host_file.write_bytes(b"\0asm\x01\0\0\0 API_KEY=of-the-host")
+
+    def taken_over(_module, argv, **kw):  # what a taken-over tcc can do through WASI path_symlink
+        out = next(p.host for p in kw["preopens"] if p.guest == "/out")
+        name = argv[argv.index("-o") + 1].removeprefix("/out/")
+        os.symlink(os.path.relpath(host_file, out), out / name)
+        return GuestResult(0, b"", b"")
+
+    monkeypatch.setattr(c_lane.guest, "run", taken_over)
+    make_toolkit("leak", exec="command", extra=FIELDS, drawer={"CLI_BIN": "leak"},
+                 files={"src/main.c": "int main(void) { return 0; }\n"})
+    rt = make_runtime(plugins=["lane-c-wasm", "sources", "wasmtime"])
+    res = wbx("toolkit", "build", "leak", runtime=rt)
+    assert res.exit_code == 2, (res.stdout, res.stderr)
+    assert "leak.wasm: symlink to a file outside its folder" in res.stderr
+    assert rt.registry.lookup("command", "leak") is None
+    stored = [p.read_bytes() for p in (rt.home / "artifacts").rglob("*.wasm")]
+    assert host_file.read_bytes() not in stored
+
+
 class NativeC:
     """A stand-in native ``c`` lane (test fixture) that must not be used for third-party C."""
 

@@ -224,6 +224,27 @@ def test_a_planted_compiler_makes_the_lane_unavailable_and_is_never_read(tmp_pat
         build(SvelteLane(home=wb_home, guests=guest_runner()), tk, tmp_path / "out")
 
 
+def test_a_fifo_planted_as_a_tarball_is_refused_at_once(tmp_path, monkeypatch):
+    """A cached tarball is read once, capped and never through a FIFO: one planted at its name
+    hung every look at the lane (``wbx lanes``, a build) waiting for a writer."""
+    import os
+    import threading
+
+    where = tmp_path / "npm"
+    where.mkdir()
+    os.mkfifo(where / svelte.SVELTE.tgz)
+    monkeypatch.setenv("WB_NPM_CACHE", str(where))
+    got: list[object] = []
+    t = threading.Thread(target=lambda: got.append(svelte.check()), daemon=True)
+    t.start()
+    t.join(10)
+    if t.is_alive():  # still blocked opening the FIFO: let it go so the test process can end
+        os.close(os.open(where / svelte.SVELTE.tgz, os.O_WRONLY | os.O_NONBLOCK))
+        t.join(10)
+        pytest.fail("checking the lane waited on a FIFO planted as a tarball")
+    assert not got[0].ok and "is not the pinned svelte" in got[0].reason, got  # type: ignore[attr-defined]
+
+
 def test_cache_key_names_the_pinned_tarballs(wb_home):
     v = SvelteLane(home=wb_home, guests=guest_runner()).version
     for pkg in svelte.PACKAGES:

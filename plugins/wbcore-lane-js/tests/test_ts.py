@@ -205,3 +205,26 @@ def test_a_planted_compiler_makes_the_lane_unavailable(tmp_path, monkeypatch):
     assert ts.compiler() is None
     got = ts.check()
     assert not got.ok and "not the pinned typescript" in got.reason and "wbcore_lane_js fetch" in got.reason
+
+
+def test_a_fifo_planted_as_the_compiler_is_refused_at_once(tmp_path, monkeypatch):
+    """Checking the kept compiler reads it once, capped and never through a FIFO: one planted
+    at its name hung every look at the lane (``wbx lanes``, a build) waiting for a writer."""
+    import os
+    import threading
+
+    from wbcore_lane_js import ts
+
+    where = tmp_path / "npm" / f"typescript-{ts.TYPESCRIPT_VERSION}"
+    where.mkdir(parents=True)
+    os.mkfifo(where / "typescript.js")
+    monkeypatch.setenv("WB_NPM_CACHE", str(tmp_path / "npm"))
+    got: list[object] = []
+    t = threading.Thread(target=lambda: got.append(ts.check()), daemon=True)
+    t.start()
+    t.join(10)
+    if t.is_alive():  # still blocked opening the FIFO: let it go so the test process can end
+        os.close(os.open(where / "typescript.js", os.O_WRONLY | os.O_NONBLOCK))
+        t.join(10)
+        pytest.fail("checking the lane waited on a FIFO planted as the compiler")
+    assert not got[0].ok and "not the pinned typescript" in got[0].reason, got  # type: ignore[attr-defined]

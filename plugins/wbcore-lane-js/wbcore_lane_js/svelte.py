@@ -36,10 +36,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from wbcore_runtime.guard import unpack
+from wbcore_runtime.guard import paths, unpack
 from wbcore_runtime.contract import guest
 from wbcore_runtime.build import BuildFailed, BuildOutput, BuildRequest
-from wbcore_runtime.contract.errors import InvalidArgs, Timeout
+from wbcore_runtime.contract.errors import InvalidArgs, Timeout, WbError
 
 from wbcore_lane_js import qjs
 from wbcore_lane_js.lane import JS_DIR, JsLane, collect, materialize, pick_entry, with_sdk
@@ -86,13 +86,12 @@ def cache_dir(env: Any = None) -> Path:
 
 
 def _verified(pkg: Package, env: Any = None) -> bytes | None:
-    """The cached tarball's bytes if it is there and is the pinned one, else None."""
-    path = cache_dir(env) / pkg.tgz
+    """The cached tarball's bytes if it is there and is the pinned one, else None: read once by
+    the core's ``guard.paths`` (no link out of the cache, FIFO or device; capped while read),
+    and the bytes hashed are the bytes returned."""
     try:
-        if path.is_symlink() or path.stat().st_size > MAX_TGZ:
-            return None
-        data = path.read_bytes()
-    except OSError:
+        data = paths.read_file(cache_dir(env), pkg.tgz, MAX_TGZ, label="the npm cache")
+    except (OSError, WbError):  # not there, or refused: not the pinned tarball
         return None
     return data if hashlib.sha256(data).hexdigest() == pkg.sha256 else None
 
