@@ -58,6 +58,22 @@ def test_names_and_steps_are_checked(tmp_path: Path) -> None:
         snapshots.parse_steps(["true"] * (snapshots.MAX_STEPS + 1), [])
 
 
+def test_a_put_is_capped_while_it_is_read_not_by_the_size_it_showed(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(snapshots, "MAX_PUT_BYTES", 1024)
+    # A file whose size says nothing of what a read returns (as one still growing): procfs shows
+    # 0 bytes for /proc/self/maps, then gives several KiB.
+    assert os.stat("/proc/self/maps").st_size == 0
+    with pytest.raises(InvalidArgs, match="must be a regular file of at most"):
+        snapshots.parse_steps([], ["/proc/self/maps:/tmp/x"])
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)  # nobody writes: opened without O_NONBLOCK it would wait for ever
+    with pytest.raises(InvalidArgs, match="must be a regular file"):
+        snapshots.parse_steps([], [f"{fifo}:/tmp/x"])
+    ok = tmp_path / "small"
+    ok.write_bytes(b"y" * 1024)
+    assert snapshots.parse_steps([], [f"{ok}:/tmp/x"])[0]["_data"] == b"y" * 1024
+
+
 def test_layer_key_is_the_parent_and_the_steps() -> None:
     a = snapshots.layer_key("base:x", [{"run": ["true"]}])
     assert a == snapshots.layer_key("base:x", [{"run": ["true"]}])

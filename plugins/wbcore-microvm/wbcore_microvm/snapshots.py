@@ -43,6 +43,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -280,6 +281,24 @@ def exec_in(
     return (128 + sig if sig else int(obj.get("exit", 1))), out, err
 
 
+def _read_put(p: str, host: str) -> bytes:
+    """The deployer's file, read once: checked on the open descriptor (a FIFO is refused, not
+    waited on) and capped while it is read (a file that grows after its size was seen)."""
+    bad = f"--put {p!r}: {host} must be a regular file of at most {MAX_PUT_BYTES >> 20} MiB"
+    try:
+        fd = os.open(host, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise InvalidArgs(f"--put {p!r}: cannot read {host}: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_PUT_BYTES:
+            raise InvalidArgs(bad)
+        data = fh.read(MAX_PUT_BYTES + 1)
+    if len(data) > MAX_PUT_BYTES:
+        raise InvalidArgs(bad)
+    return data
+
+
 def parse_steps(runs: list[str], puts: list[str]) -> list[dict[str, Any]]:
     """``--put HOST:GUEST`` steps (first, in order) then ``--run 'CMD ARGS'`` steps."""
     import shlex
@@ -296,14 +315,7 @@ def parse_steps(runs: list[str], puts: list[str]) -> list[dict[str, Any]]:
             raise InvalidArgs(
                 f"--put {p!r}: /tmp/w is emptied before every command; put it elsewhere under /tmp"
             )
-        path = Path(host)
-        try:
-            size = path.stat().st_size
-        except OSError as exc:
-            raise InvalidArgs(f"--put {p!r}: cannot read {host}: {exc.strerror}") from None
-        if not path.is_file() or size > MAX_PUT_BYTES:
-            raise InvalidArgs(f"--put {p!r}: a regular file of at most {MAX_PUT_BYTES >> 20} MiB")
-        data = path.read_bytes()
+        data = _read_put(p, host)
         steps.append({"put": guest, "sha256": hashlib.sha256(data).hexdigest(), "_data": data})
     for r in runs:
         try:
