@@ -85,8 +85,8 @@ def _bindings() -> Any:
             args = cast(raw, void_p).value or 0
             mem, ctx = memory(env or 0, caller)
             if kind == "call":
-                # four i32 in 16-byte wasmtime_val_raw_t cells
-                a0, a1, a2, a3 = (v & 0xFFFFFFFF for v in unpack("<i12xi12xi12xi", string_at(args, 52)))
+                # four i32 in 16-byte wasmtime_val_raw_t cells, read as the unsigned offsets they are
+                a0, a1, a2, a3 = unpack("<I12xI12xI12xI", string_at(args, 52))
                 # base and size read once: the handler runs host code that cannot touch this
                 # instance's memory (a nested guest runs in a store of its own)
                 size, base = memory_data_size(ctx, mem), memory_data(ctx, mem)
@@ -99,7 +99,7 @@ def _bindings() -> Any:
                     memmove(base + a2, body, n)
                 i64_at(args).value = -status if status else len(body)
             else:  # fetch / info: (ptr, cap)
-                a0, a1 = (v & 0xFFFFFFFF for v in unpack("<i12xi", string_at(args, 20)))
+                a0, a1 = unpack("<I12xI", string_at(args, 20))
                 if kind == "info":
                     pending.body = handler(None)[1]
                 deliver(ctx, mem, pending.body, a0, a1)
