@@ -266,3 +266,36 @@ def test_a_flood_of_refused_calls_cannot_rotate_the_audit_trail(make_runtime):
     assert (status, cbor2.loads(body)["reason"]) == (STATUS[ErrorKind.CAPABILITY_DENIED], "rate-limited")
     reasons = [e["reason"] for e in _trail(dock.audit)]
     assert reasons == [None] * 3 + ["invalid-args"] * 2 + ["rate-limited"]
+
+
+def test_a_request_over_the_cap_is_refused_before_it_is_hashed(dock, monkeypatch):
+    """``call_raw`` refuses a request over ``MAX_REQUEST`` on its length alone: before, it hashed
+    every byte first (64 MiB of sha256 for a request it was about to refuse). Its audit line
+    names no digest, as the engines' refusal of such a length (``Dock.deny``) does; it still
+    counts against the rate."""
+    from wbcore_runtime.dispatch import dock as dock_module
+
+    hashed: list[int] = []
+    real = dock_module.digest
+    monkeypatch.setattr(dock_module, "MAX_REQUEST", 16)
+    monkeypatch.setattr(dock_module, "digest", lambda data: hashed.append(len(data)) or real(data))
+    ctx = dock.context(principal=Principal("t"), caps={"kv"})
+    status, body = dock.call_raw(ctx, "kv", cbor2.dumps({"op": "echo", "pad": "x" * 32}))
+    assert status == STATUS[ErrorKind.INVALID_ARGS] and cbor2.loads(body)["reason"] == "too-large"
+    assert hashed == []
+    line = _trail(dock.audit)[-1]
+    assert (line["outcome"], line["reason"], line["args"], line["bytes"]) == ("denied", "too-large", "", 47)
+    assert dock.limiter.take("t") == 0 and dock.limiter._buckets["t"][1] == 2
+    ok = cbor2.dumps({"op": "echo"})
+    assert dock.call_raw(ctx, "kv", ok)[0] == 0 and hashed == [len(ok)]
+
+
+def test_a_context_is_keyed_by_its_own_principal(dock):
+    """The key the rate limit, revocation and audit use is taken once per context; a child
+    context with another principal is keyed by that one, never by its parent's."""
+    ctx = dock.context(principal=Principal("t", "a"), caps={"kv"})
+    child = ctx.child(principal=Principal("u", "b"))
+    assert (ctx.who, child.who) == ("t/a", "u/b")
+    dock.revoke("u/b")
+    assert dock.call_raw(ctx, "kv", cbor2.dumps({"op": "echo"}))[0] == 0
+    assert dock.call_raw(child, "kv", cbor2.dumps({"op": "echo"}))[0] == STATUS[ErrorKind.CAPABILITY_DENIED]

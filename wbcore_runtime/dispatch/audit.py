@@ -209,7 +209,8 @@ class AuditLog:
         decision stays queued even then (bounded by :data:`MAX_PENDING`, the excess
         counted in a ``lost`` line), so a full disk loses no line it has room to keep.
         """
-        entry = (round(time.time(), 6), principal, cap, op, args_digest, outcome, kind, reason,
+        # the clock in whole microseconds (what round(time.time(), 6) kept), at a quarter of its cost
+        entry = (time.time_ns() // 1000 / 1e6, principal, cap, op, args_digest, outcome, kind, reason,
                  redact_target(target), nbytes, round(ms, 3))
         with self._queue_lock:
             self._queue.append(entry)

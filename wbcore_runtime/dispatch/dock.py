@@ -138,17 +138,18 @@ class DockContext:
     allowed_hosts: tuple[str, ...] = ()
     max_response: int = DEFAULT_MAX_RESPONSE
     toolkit: str | None = None
+    #: The principal as the audit, the rate limiter and revocation key it (``principal.key``),
+    #: taken once per context: every call of it needs it twice.
+    who: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "who", self.principal.key)
 
     def remaining(self, default: float = 30.0) -> float:
         """Seconds left before the deadline (``default`` when unbounded), never < 0."""
         if self.deadline is None:
             return default
         return max(0.0, self.deadline - time.monotonic())
-
-    @property
-    def who(self) -> str:
-        """The principal as the audit, the rate limiter and revocation key it."""
-        return self.principal.key
 
     def child(self, **changes: Any) -> DockContext:
         return replace(self, **changes)
@@ -322,11 +323,11 @@ class Dock:
 
     def call_raw(self, ctx: DockContext, cap: str, request: bytes) -> tuple[int, bytes]:
         """The ABI path: a CBOR request in, ``(status, CBOR body)`` out."""
-        dg = digest(request)
         over = self.limiter.take(ctx.who)  # counted before anything is read: a malformed call counts too
+        if len(request) > MAX_REQUEST:  # refused on its length alone, like the engines' refusal (deny)
+            return self._refused(ctx, cap, "", request_too_large(cap, len(request)), over, len(request))
+        dg = digest(request)
         try:
-            if len(request) > MAX_REQUEST:
-                raise request_too_large(cap, len(request))
             try:  # plain data only: a request cannot make the host compute (contract.cbor)
                 req = cbor.loads(request)
             except InvalidArgs as exc:

@@ -21,17 +21,18 @@ class RateLimiter:
     def __init__(self, limit: int, window: float) -> None:
         self.limit, self.window = limit, window
         self._lock = threading.Lock()
-        self._buckets: dict[str, tuple[int, int]] = {}
+        self._buckets: dict[str, list[int]] = {}  # key -> [window slot, calls in it], updated in place
 
     def take(self, key: str) -> int:
         """Count one call: 0 when it may run, else how far over the limit it is (1 = the first)."""
         slot = int(time.monotonic() // self.window)
         with self._lock:
-            start, count = self._buckets.get(key, (slot, 0))
-            if start != slot:
-                start, count = slot, 0
-            self._buckets[key] = (start, count + 1)
-            return max(0, count + 1 - self.limit)
+            bucket = self._buckets.get(key)
+            if bucket is None or bucket[0] != slot:
+                bucket = self._buckets[key] = [slot, 0]
+            bucket[1] += 1
+            over = bucket[1] - self.limit
+        return over if over > 0 else 0
 
 
 def rate_from_env(env: dict[str, str]) -> tuple[int, float]:

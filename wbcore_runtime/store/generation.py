@@ -49,6 +49,7 @@ class Generation:
 
     def __init__(self, home: Path, name: str = FILE) -> None:
         self.path = home / name
+        self._where = str(self.path)  # what every value() stats: no path conversion per call
         self._fd: int | None = None
         self._ident: tuple[int, int] | None = None
         self._lock = threading.Lock()
@@ -76,7 +77,7 @@ class Generation:
         with self._lock:
             fd = self._fd
             try:
-                st = os.stat(self.path, follow_symlinks=False)
+                st = os.stat(self._where, follow_symlinks=False)
             except FileNotFoundError:
                 self._close()
                 return self._mark(0)  # a home nothing has been registered in yet

@@ -49,7 +49,10 @@ def _bindings() -> Any:
     name, name_len = ctypes.c_char_p(b"memory"), ctypes.c_size_t(6)
     unpack, string_at, memmove, byref = struct.unpack_from, ctypes.string_at, ctypes.memmove, ctypes.byref
     i64_at = ctypes.c_int64.from_address
-    void_p, cast = ctypes.c_void_p, ctypes.cast
+    void_p, cast, addressof = ctypes.c_void_p, ctypes.cast, ctypes.addressof
+    # the argument cells seen in place (no copy); ``addressof(raw.contents)`` is a third of
+    # ``cast(raw, c_void_p).value``'s cost
+    four_args, two_args = (ctypes.c_char * 52).from_address, (ctypes.c_char * 20).from_address
 
     found: dict[int, tuple[int, Any, Any, Any]] = {}  # env id -> (store context, mem ref, ctx arg, extern)
 
@@ -82,11 +85,11 @@ def _bindings() -> Any:
     def callback(env: Any, caller: Any, raw: Any, _n: int) -> int:
         try:
             kind, handler, pending = _slots[env or 0]
-            args = cast(raw, void_p).value or 0
+            args = addressof(raw.contents)
             mem, ctx = memory(env or 0, caller)
             if kind == "call":
-                # four i32 in 16-byte wasmtime_val_raw_t cells
-                a0, a1, a2, a3 = (v & 0xFFFFFFFF for v in unpack("<i12xi12xi12xi", string_at(args, 52)))
+                # four i32 in 16-byte wasmtime_val_raw_t cells, read as the unsigned offsets they are
+                a0, a1, a2, a3 = unpack("<I12xI12xI12xI", four_args(args))
                 # base and size read once: the handler runs host code that cannot touch this
                 # instance's memory (a nested guest runs in a store of its own)
                 size, base = memory_data_size(ctx, mem), memory_data(ctx, mem)
@@ -99,7 +102,7 @@ def _bindings() -> Any:
                     memmove(base + a2, body, n)
                 i64_at(args).value = -status if status else len(body)
             else:  # fetch / info: (ptr, cap)
-                a0, a1 = (v & 0xFFFFFFFF for v in unpack("<i12xi", string_at(args, 20)))
+                a0, a1 = unpack("<I12xI", two_args(args))
                 if kind == "info":
                     pending.body = handler(None)[1]
                 deliver(ctx, mem, pending.body, a0, a1)
