@@ -299,3 +299,18 @@ def test_a_context_is_keyed_by_its_own_principal(dock):
     dock.revoke("u/b")
     assert dock.call_raw(ctx, "kv", cbor2.dumps({"op": "echo"}))[0] == 0
     assert dock.call_raw(child, "kv", cbor2.dumps({"op": "echo"}))[0] == STATUS[ErrorKind.CAPABILITY_DENIED]
+
+
+def test_the_rate_limiter_keeps_only_the_principals_of_the_current_window(monkeypatch) -> None:
+    from wbcore_runtime.dispatch import rate
+
+    clock = [0.0]
+    monkeypatch.setattr(rate.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(rate, "PRUNE_AT", 100)
+    limiter = rate.RateLimiter(2, 1.0)
+    for window in range(5):  # a long-running server: new principals every window
+        clock[0] = window + 0.5
+        for i in range(100):
+            assert limiter.take(f"p{window}-{i}") == 0
+    assert len(limiter._buckets) <= 200  # not 500: past windows' buckets were dropped
+    assert limiter.take("p4-0") == 0 and limiter.take("p4-0") == 1  # the current window still counts

@@ -13,6 +13,8 @@ import time
 from wbcore_runtime.contract.errors import InvalidArgs
 
 DEFAULT_RATE = (120_000, 60.0)
+#: Past this many principals, buckets of past windows are dropped when a new one arrives.
+PRUNE_AT = 4096
 
 
 class RateLimiter:
@@ -29,6 +31,10 @@ class RateLimiter:
         with self._lock:
             bucket = self._buckets.get(key)
             if bucket is None or bucket[0] != slot:
+                if bucket is None and len(self._buckets) >= PRUNE_AT:
+                    # a bucket of a past window counts nothing: dropping it changes no answer, and
+                    # a long-running server keeps only the principals of the current window
+                    self._buckets = {k: b for k, b in self._buckets.items() if b[0] == slot}
                 bucket = self._buckets[key] = [slot, 0]
             bucket[1] += 1
             over = bucket[1] - self.limit
