@@ -78,6 +78,10 @@ class EngineLimits:
     max_review: int = 100
     #: Sessions alive at once (not yet done, failed or cancelled) started through this engine.
     max_sessions: int = 32
+    #: Ended sessions the session host keeps in memory (their status and events; the oldest
+    #: dropped first, a running one never), and for how long each (seconds).
+    ended_sessions: int = 100
+    ended_session_s: float = 3600.0
     #: Audit decisions sent per SSE read, and the bytes one read of the trail may take.
     audit_batch: int = 500
     audit_read_bytes: int = 1 * MiB
@@ -186,6 +190,9 @@ class Engine:
         self.runtime = runtime
         self.sessions = sessions if sessions is not None else _sessions.host_for(runtime)
         self.limits = limits
+        bound = getattr(self.sessions, "bound_ended", None)  # optional: a host may bound itself
+        if callable(bound):
+            bound(limits.ended_sessions, limits.ended_session_s)
         # discovery, installs and resolution share the runtime: one request at a time changes them
         self.lock = threading.Lock()
         # the sessions this engine started and may still be running (the max_sessions cap)
@@ -547,7 +554,11 @@ class Engine:
             while time.monotonic() < deadline:
                 if await request.is_disconnected():
                     return
-                events, status = await self.stream_thread(poll, last)
+                try:
+                    events, status = await self.stream_thread(poll, last)
+                except WbError as exc:  # the host dropped it (it ended long ago): say so, and end
+                    yield sse("end", {"status": "gone", "error": exc.name, "message": exc.message}, last)
+                    return
                 for ev in events:
                     last = int(ev.get("seq", last + 1))
                     yield sse(str(ev.get("type", "step")), dict(ev), last)
