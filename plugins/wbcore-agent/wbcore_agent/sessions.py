@@ -35,6 +35,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -185,13 +186,25 @@ class _SessionReview(ReviewQueue):
         return n
 
 
+@dataclass(frozen=True, slots=True)
+class _Dropped:
+    """What is remembered of a session dropped from memory (for ``Sessions.get``'s answer)."""
+
+    agent: str
+    status: str
+    tenant: str
+    workdir: Path
+    error: str
+    ran: bool
+
+
 class Sessions:
     def __init__(self, runtime: Any, keep_ended: int = KEEP_ENDED,
                  keep_ended_s: float = KEEP_ENDED_S) -> None:
         self.runtime = runtime
         self._lock = threading.Lock()
         self._sessions: dict[str, Session] = {}
-        self._dropped: OrderedDict[str, tuple[str, str, str, Path, str]] = OrderedDict()
+        self._dropped: OrderedDict[str, _Dropped] = OrderedDict()
         self.keep_ended, self.keep_ended_s = KEEP_ENDED, KEEP_ENDED_S
         self.bound_ended(keep_ended, keep_ended_s)
 
@@ -214,9 +227,11 @@ class Sessions:
         for n, s in enumerate(ended):
             if n < over or (s.ended_at or 0.0) <= expired:
                 del self._sessions[s.id]
-                status = s.record.status if s.record is not None else "error"
-                error = (s.record.error if s.record is not None else s.error) or ""
-                self._dropped[s.id] = (s.agent, status, s.tenant, s.workdir, error)
+                rec = s.record
+                self._dropped[s.id] = _Dropped(
+                    s.agent, rec.status if rec is not None else "error", s.tenant, s.workdir,
+                    (rec.error if rec is not None else s.error) or "", ran=rec is not None,
+                )
                 self._dropped.move_to_end(s.id)
         while len(self._dropped) > MAX_DROPPED_NOTES:
             self._dropped.popitem(last=False)
@@ -281,28 +296,28 @@ class Sessions:
         if found is not None:
             return found
         if dropped is not None:
-            raise NotFound(self._dropped_note(session_id, *dropped))
+            raise NotFound(self._dropped_note(session_id, dropped))
         raise NotFound(f"no session {session_id!r} in this process; known: {known}")
 
-    def _dropped_note(self, run_id: str, agent: str, status: str, tenant: str, workdir: Path,
-                      error: str) -> str:
+    def _dropped_note(self, run_id: str, d: _Dropped) -> str:
         """What became of a dropped session, and what of it is still on disk (looked at now)."""
         where = []
-        if (workdir / STEPS_FILE).is_file():
-            where.append(f"its steps are in {workdir / STEPS_FILE}")
-        ctx = self.runtime.dock.context(principal=Principal(tenant, f"agent.{agent}"), caps={"vfs"},
-                                        instance=f"agent-{run_id}")
-        try:
-            self.runtime.dock.call(ctx, "vfs", "stat", {"path": STATE_PATH, "volume": STATE_VOLUME})
-            where.append(
-                f"its saved state is in its VFS (instance agent-{run_id}, {STATE_VOLUME}:{STATE_PATH})"
-            )
-        except WbError:
-            pass
+        if (d.workdir / STEPS_FILE).is_file():
+            where.append(f"its steps are in {d.workdir / STEPS_FILE}")
+        if d.ran:  # its VFS exists (a run that never started has none: looking would make one)
+            ctx = self.runtime.dock.context(principal=Principal(d.tenant, f"agent.{d.agent}"), caps={"vfs"},
+                                            instance=f"agent-{run_id}")
+            try:
+                self.runtime.dock.call(ctx, "vfs", "stat", {"path": STATE_PATH, "volume": STATE_VOLUME})
+                where.append(
+                    f"its saved state is in its VFS (instance agent-{run_id}, {STATE_VOLUME}:{STATE_PATH})"
+                )
+            except WbError:
+                pass
         on_disk = "; ".join(where) if where else "nothing of it is left on disk"
-        why = f": {error[:200]}" if error else ""
+        why = f": {d.error[:200]}" if d.error else ""
         return (
-            f"session {run_id} ended ({status}{why}) and was dropped from this process's memory (it keeps "
+            f"session {run_id} ended ({d.status}{why}) and was dropped from this process's memory (it keeps "
             f"the last {self.keep_ended} ended sessions, each for {self.keep_ended_s:g} s); {on_disk}"
         )
 

@@ -308,6 +308,34 @@ class ScriptedSessions:
         return self.status(session)
 
 
+def test_a_stream_whose_session_the_host_dropped_ends_saying_so(make_runtime, serve_engine):
+    class Dropping(ScriptedSessions):
+        gone: set[str] = set()
+
+        def _run(self, sid: str) -> dict[str, Any]:
+            from wbcore_runtime.contract.errors import NotFound
+
+            if sid in self.gone:
+                raise NotFound(f"session {sid} ended and was dropped")
+            return super()._run(sid)
+
+        def events(self, session: str, *, after: int, timeout: float) -> list[dict[str, Any]]:
+            got = super().events(session, after=after, timeout=timeout)
+            if got:  # dropped from the host's memory once a client follows it
+                self.gone.add(session)
+            return got
+
+    host = Dropping()
+    eng = serve_engine(make_runtime(plugins=ENGINE), sessions=host)
+    with httpx.Client(base_url=eng.url, headers=eng.auth, timeout=30) as c:
+        sid = c.post("/v1/sessions", json={"agent": "helper", "task": "t"}).json()["id"]
+        with c.stream("GET", f"/v1/sessions/{sid}/events", params={"wait": 20}) as resp:
+            got = read_sse(resp, 5)
+    kinds = [e for e, _ in got]
+    assert kinds[:2] == ["ready", "step"] and kinds[-1] == "end", got  # what it had, then the end
+    assert got[-1][1]["status"] == "gone" and got[-1][1]["message"] == f"session {sid} ended and was dropped"
+
+
 HELPER_ORG = "* Helper :agent:\n  :PROPERTIES:\n  :ID: helper2\n  :END:\n** System prompt\nBe brief.\n"
 
 

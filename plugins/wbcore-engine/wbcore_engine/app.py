@@ -544,9 +544,17 @@ class Engine:
         wait = _number(request, "wait", self.limits.max_stream_s, 0.1, self.limits.max_stream_s)
         await self.thread(host.status, sid)  # an unknown id is 404 before the stream starts
 
+        def gone(exc: WbError) -> dict[str, Any]:
+            # the host dropped the session (it ended long ago, docs/engine.md "Bounds")
+            return {"status": "gone", "error": exc.name, "message": exc.message}
+
         def poll(a: int) -> tuple[list[Any], dict[str, Any]]:
             # never blocks: an idle subscriber holds no thread between polls
-            return list(host.events(sid, after=a, timeout=0)), dict(host.status(sid))
+            events = list(host.events(sid, after=a, timeout=0))
+            try:
+                return events, dict(host.status(sid))
+            except WbError as exc:  # dropped between the two calls: its events still go out
+                return events, gone(exc)
 
         async def stream() -> AsyncIterator[bytes]:
             last, deadline, beat = after, time.monotonic() + wait, time.monotonic()
@@ -556,17 +564,23 @@ class Engine:
                     return
                 try:
                     events, status = await self.stream_thread(poll, last)
-                except WbError as exc:  # the host dropped it (it ended long ago): say so, and end
-                    yield sse("end", {"status": "gone", "error": exc.name, "message": exc.message}, last)
-                    return
+                except WbError as exc:
+                    events, status = [], gone(exc)
                 for ev in events:
                     last = int(ev.get("seq", last + 1))
                     yield sse(str(ev.get("type", "step")), dict(ev), last)
                     if ev.get("type") == "end":  # the host's own end event closes the stream
                         return
+                if status["status"] == "gone":
+                    yield sse("end", status, last)
+                    return
                 if status.get("status") in _sessions.TERMINAL:
                     # the run ended: what it logged before ending, then the end
-                    for ev in (await self.stream_thread(poll, last))[0]:
+                    try:
+                        tail = (await self.stream_thread(poll, last))[0]
+                    except WbError:
+                        tail = []  # dropped meanwhile: the status above is the end
+                    for ev in tail:
                         last = int(ev.get("seq", last + 1))
                         yield sse(str(ev.get("type", "step")), dict(ev), last)
                         if ev.get("type") == "end":
