@@ -503,3 +503,125 @@ def test_an_empty_model_answer_fails_the_run_not_an_empty_success(setup):
     script.turns = [" ", ""]
     rec = rt.agent(agent, "say nothing")
     assert rec.status == "error" and "answer was empty" in rec.error and "after 2 attempts" in rec.error
+
+
+# --- sessions that ended are kept within bounds (docs/agents.md "Sessions") --------------
+
+
+def test_ended_sessions_are_bounded_in_count_newest_kept_and_running_ones_never_dropped(setup):
+    from wbcore_runtime.contract.errors import NotFound
+
+    rt, script, agent = setup
+    sessions = rt.agents.sessions
+    sessions.bound_ended(3, 3600.0)
+    gate, started = threading.Event(), threading.Event()
+    hang = HostTool(ToolSpec("hang", "waits", {"type": "object", "properties": {}}),
+                    lambda run, a: (started.set(), gate.wait(20)) and "go")
+    script.turns = [[("hang", {})]]
+    running = sessions.start(agent, "stay", host_tools=[hang], run_id="s-running")
+    assert started.wait(10)
+    ended = []
+    for n in range(8):
+        script.turns.append(f"answer {n}")
+        s = sessions.start(agent, f"task {n}", run_id=f"s-{n}")
+        assert s.wait(10).status == "done"
+        ended.append(s.id)
+    kept = {s.id for s in sessions.list()}
+    assert kept == {"s-running", *ended[-3:]}, kept  # the newest three ended ones and the running one
+    assert sessions.get("s-7").status()["status"] == "done"
+    with pytest.raises(NotFound) as gone:
+        sessions.get("s-0")
+    msg = gone.value.message
+    assert "s-0 ended (done)" in msg and "dropped" in msg and "the last 3 ended sessions" in msg
+    assert f"{rt.home / 'agents' / 'runs' / 's-0' / '_steps.jsonl'}" in msg  # its steps are still on disk
+    assert "agent/state.json" in msg  # and its saved state in its VFS
+    script.turns.append("released")
+    gate.set()
+    assert running.wait(10).status == "done"
+    assert len(sessions.list()) == 3
+
+
+def test_ended_sessions_are_dropped_after_their_time(setup):
+    from wbcore_runtime.contract.errors import InvalidArgs, NotFound
+
+    rt, script, agent = setup
+    sessions = rt.agents.sessions
+    sessions.bound_ended(100, 0.2)
+    script.turns = ["one", "two"]
+    first = sessions.start(agent, "one", run_id="t-1")
+    first.wait(10)
+    assert [s.id for s in sessions.list()] == ["t-1"]  # kept while its time lasts: its stream can be read
+    time.sleep(0.3)
+    assert sessions.list() == []
+    with pytest.raises(NotFound, match=r"t-1 ended \(done\) and was dropped"):
+        sessions.get("t-1")
+    with pytest.raises(InvalidArgs, match="ended sessions"):
+        sessions.bound_ended(-1, 10)
+
+
+# --- the names the model sees: one per tool (docs/agents.md "Tools") ----------------------
+
+
+class ListedTools:
+    """A stand-in for the runtime's tool provider: the allowlisted tools, as their real names."""
+
+    def __init__(self, names):
+        self.names, self.called = names, []
+
+    def tools(self):
+        from types import SimpleNamespace
+
+        return {n: SimpleNamespace(name=n, description=f"the tool {n}",
+                                   definition=SimpleNamespace(input_schema={"type": "object"}))
+                for n in self.names}
+
+    def call_json(self, name, args, **kw):
+        from types import SimpleNamespace
+
+        self.called.append(name)
+        return SimpleNamespace(error=None, text=lambda: f"ran {name}")
+
+
+@pytest.mark.parametrize("names", [
+    ("a.b.run", "a__b.run"),                                   # a toolkit id with '.' and one with '__'
+    ("kit." + "x" * 70 + ".one", "kit." + "x" * 70 + ".two"),  # the same first 64 characters
+    ("k._x.y", "k_.x.y"),                                      # '_' on either side of a '.'
+    ("k.a b", "k.a/b"),                                        # characters a vendor refuses
+])
+def test_tools_whose_names_would_collide_reach_the_model_as_distinct_names(setup, monkeypatch, names):
+    import re
+
+    from wbcore_agent.loop import Run
+    from wbcore_agent.tools import tool_name
+
+    rt, script, agent = setup
+    listed = ListedTools(names)
+    monkeypatch.setattr(Run, "provider", lambda self: listed)
+    first, second = (tool_name(n) for n in names)
+    assert first != second and all(re.fullmatch(r"[A-Za-z0-9_-]{1,64}", m) for m in (first, second))
+    script.turns = [[(second, {}), (first, {})], "ok"]
+    rec = rt.agent(agent, "call both")
+    assert rec.status == "done", rec.error
+    assert {first, second} <= {t.name for t in script.seen[0].tools}
+    assert listed.called == [names[1], names[0]]  # each name runs its own tool
+    assert [r["text"] for r in steps(rec)[0]["results"]] == [f"ran {names[1]}", f"ran {names[0]}"]
+
+
+def test_plain_tool_names_keep_their_readable_form():
+    from wbcore_agent.tools import tool_name
+
+    assert tool_name("notes.add") == "notes__add" and tool_name("my_kit.run-it") == "my_kit__run-it"
+    assert tool_name("local.rev.rev") == "local__rev__rev"
+
+
+def test_a_tool_that_would_reach_the_model_under_a_taken_name_is_refused_naming_both(setup, monkeypatch):
+    from wbcore_agent.loop import Run
+
+    rt, script, agent = setup
+    listed = ListedTools(("done", "notes.add"))  # a built-in command called like the loop's own tool
+    monkeypatch.setattr(Run, "provider", lambda self: listed)
+    script.turns = [[("done", {"result": "finished"})]]
+    rec = rt.agent(agent, "finish")
+    assert rec.status == "error" and listed.called == []
+    assert "'done'" in rec.error and "the loop's own tool done" in rec.error and "tool done" in rec.error
+    assert ":TOOLKITS:" in rec.error

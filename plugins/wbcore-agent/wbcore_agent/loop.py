@@ -203,20 +203,36 @@ class Run:
         return self._provider
 
     def tool_specs(self) -> list[ToolSpec]:
+        """The tools offered this step, each under its own name: two that would reach the model
+        under one name (the model would call one and the other would run) stop the run, naming both."""
         specs = [_tools.SPECS[n] for n in _tools.base_names(self)]
-        self._typed = {}
+        owners = {n: f"the loop's own tool {n}" for n in _tools.base_names(self)}
+        owners.update((n, f"the host tool {n}") for n in self.host_tools)
+        typed: dict[str, tuple[str, str]] = {}
+
+        def offer(name: str, owner: str) -> None:
+            if name in owners:
+                raise InvalidArgs(
+                    f"two tools would reach the model as {name!r}: {owners[name]} and {owner}; it could call "
+                    "one and run the other. Leave one out of the agent's :TOOLKITS: or rename it"
+                )
+            owners[name] = owner
+
         if self.toolkits:
             for tool in self.provider().tools().values():
                 name = _tools.tool_name(tool.name)
-                self._typed[name] = ("toolkit", tool.name)
+                offer(name, f"the tool {tool.name}")
+                typed[name] = ("toolkit", tool.name)
                 specs.append(
                     ToolSpec(name, tool.description, dict(tool.definition.input_schema or {"type": "object"}))
                 )
         for made in self.made.list():
             for bin_name, schema, desc in made.tools(self.runtime):
-                name = _tools.tool_name(f"{made.id}.{bin_name}", "local__")
-                self._typed[name] = ("local", f"{made.id}\0{bin_name}")
+                name = _tools.tool_name(f"local.{made.id}.{bin_name}")
+                offer(name, f"the session toolkit tool {made.id}.{bin_name}")
+                typed[name] = ("local", f"{made.id}\0{bin_name}")
                 specs.append(ToolSpec(name, desc, schema))
+        self._typed = typed
         specs += [t.spec for t in self.host_tools.values()]
         return specs
 

@@ -18,30 +18,51 @@
 Events are kept in memory (the last ``MAX_EVENTS``; earlier ones are in
 ``_steps.jsonl``). A session whose host restarted is found again by its run id through
 the state in its VFS (``status`` only; ``resume`` it with ``start(..., resume=id)``).
+
+Memory is bounded however long the host serves: a session that ended is kept (its events
+readable) for ``KEEP_ENDED_S`` seconds, and at most ``KEEP_ENDED`` ended sessions are
+kept, the oldest dropped first (``Sessions.bound_ended`` sets both; the engine service
+sets them from its limits). A running session is never dropped. ``get`` on a dropped one
+raises ``NotFound`` saying it ended, how, and where its steps and saved state are on disk
+(the last ``MAX_DROPPED_NOTES`` dropped sessions are remembered that far).
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from wbcore_agent.loop import RUNNING, SESSION_MAX_STEPS, RunRecord, check_run_id, find_agent, run_agent
+from wbcore_agent.loop import (RUNNING, SESSION_MAX_STEPS, STATE_PATH, STATE_VOLUME, STEPS_FILE, RunRecord,
+                               check_run_id, find_agent, run_agent)
 from wbcore_agent.review import ReviewQueue
+from wbcore_runtime.contract.calls import Principal
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound, WbError
 
 MAX_EVENTS = 10_000
 MAX_TEXT_EVENTS_PER_STEP = 2000
+#: Ended sessions kept in memory (the oldest dropped first), and for how long (seconds).
+KEEP_ENDED = 100
+KEEP_ENDED_S = 3600.0
+#: Dropped sessions remembered (a few hundred bytes each) so ``get`` can say what became of them.
+MAX_DROPPED_NOTES = 1000
 
 
 class Session:
-    def __init__(self, sessions: Sessions, run_id: str, agent_id: str, workdir: Path) -> None:
+    def __init__(self, sessions: Sessions, run_id: str, agent_id: str, workdir: Path,
+                 tenant: str = "dev") -> None:
         self.id = run_id
         self.agent = agent_id
         self.workdir = workdir
+        self.tenant = tenant
+        #: ``time.monotonic()`` when the run ended and its ``end`` event was sent.
+        self.ended_at: float | None = None
         self.review = ReviewQueue(workdir / "_review.jsonl")
         self.cancel_event = threading.Event()
         self.record: RunRecord | None = None
@@ -165,11 +186,55 @@ class _SessionReview(ReviewQueue):
         return n
 
 
+@dataclass(frozen=True, slots=True)
+class _Dropped:
+    """What is remembered of a session dropped from memory (for ``Sessions.get``'s answer)."""
+
+    agent: str
+    status: str
+    tenant: str
+    workdir: Path
+    error: str
+    ran: bool
+
+
 class Sessions:
-    def __init__(self, runtime: Any) -> None:
+    def __init__(self, runtime: Any, keep_ended: int = KEEP_ENDED,
+                 keep_ended_s: float = KEEP_ENDED_S) -> None:
         self.runtime = runtime
         self._lock = threading.Lock()
         self._sessions: dict[str, Session] = {}
+        self._dropped: OrderedDict[str, _Dropped] = OrderedDict()
+        self.keep_ended, self.keep_ended_s = KEEP_ENDED, KEEP_ENDED_S
+        self.bound_ended(keep_ended, keep_ended_s)
+
+    def bound_ended(self, count: int, seconds: float) -> None:
+        """Keep at most ``count`` ended sessions in memory, each for at most ``seconds``."""
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise InvalidArgs(f"ended sessions kept: {count!r} must be a whole number ≥ 0")
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds < math.inf:
+            raise InvalidArgs(f"ended sessions kept for {seconds!r} s: give a finite number of seconds ≥ 0")
+        with self._lock:
+            self.keep_ended, self.keep_ended_s = count, float(seconds)
+            self._prune()
+
+    def _prune(self) -> None:
+        """Drop ended sessions past their time, then the oldest past the count (the lock held)."""
+        ended = sorted((s for s in self._sessions.values() if s.ended_at is not None),
+                       key=lambda s: s.ended_at or 0.0)
+        expired = time.monotonic() - self.keep_ended_s
+        over = len(ended) - self.keep_ended
+        for n, s in enumerate(ended):
+            if n < over or (s.ended_at or 0.0) <= expired:
+                del self._sessions[s.id]
+                rec = s.record
+                self._dropped[s.id] = _Dropped(
+                    s.agent, rec.status if rec is not None else "error", s.tenant, s.workdir,
+                    (rec.error if rec is not None else s.error) or "", ran=rec is not None,
+                )
+                self._dropped.move_to_end(s.id)
+        while len(self._dropped) > MAX_DROPPED_NOTES:
+            self._dropped.popitem(last=False)
 
     def start(self, agent: Any, task: str | None, **kw: Any) -> Session:
         """Start a run in the background; returns at once with its session."""
@@ -182,12 +247,14 @@ class Sessions:
         workdir = Path(kw.pop("workdir", None) or Path(self.runtime.home) / "agents" / "runs" / run_id)
         workdir.mkdir(parents=True, exist_ok=True)
         kw.setdefault("max_steps", SESSION_MAX_STEPS)
-        session = Session(self, run_id, agent_def.id, workdir)
+        session = Session(self, run_id, agent_def.id, workdir, str(kw.get("tenant", "dev")))
         with self._lock:
+            self._prune()
             old = self._sessions.get(run_id)
             if old is not None and not old.ended:
                 raise InvalidArgs(f"session {run_id} is still running")
             self._sessions[run_id] = session
+            self._dropped.pop(run_id, None)
 
         def work() -> None:
             session.emit("started", {"id": run_id, "agent": agent_def.id, "task": task})
@@ -207,6 +274,10 @@ class Sessions:
             except Exception as exc:  # noqa: BLE001 - a bug ends this session, never the host
                 session.error = f"internal: {type(exc).__name__}: {exc}"
                 session.emit("end", {"status": "error", "error": session.error})
+            finally:
+                with self._lock:
+                    session.ended_at = time.monotonic()
+                    self._prune()
 
         session._thread = threading.Thread(target=work, name=f"agent-session-{run_id}", daemon=True)
         session._thread.start()
@@ -218,13 +289,39 @@ class Sessions:
 
     def get(self, session_id: str) -> Session:
         with self._lock:
+            self._prune()
             found = self._sessions.get(session_id)
-        if found is None:
-            raise NotFound(
-                f"no session {session_id!r} in this process; known: {', '.join(self._sessions) or '(none)'}"
-            )
-        return found
+            dropped = self._dropped.get(session_id)
+            known = ", ".join(self._sessions) or "(none)"
+        if found is not None:
+            return found
+        if dropped is not None:
+            raise NotFound(self._dropped_note(session_id, dropped))
+        raise NotFound(f"no session {session_id!r} in this process; known: {known}")
+
+    def _dropped_note(self, run_id: str, d: _Dropped) -> str:
+        """What became of a dropped session, and what of it is still on disk (looked at now)."""
+        where = []
+        if (d.workdir / STEPS_FILE).is_file():
+            where.append(f"its steps are in {d.workdir / STEPS_FILE}")
+        if d.ran:  # its VFS exists (a run that never started has none: looking would make one)
+            ctx = self.runtime.dock.context(principal=Principal(d.tenant, f"agent.{d.agent}"), caps={"vfs"},
+                                            instance=f"agent-{run_id}")
+            try:
+                self.runtime.dock.call(ctx, "vfs", "stat", {"path": STATE_PATH, "volume": STATE_VOLUME})
+                where.append(
+                    f"its saved state is in its VFS (instance agent-{run_id}, {STATE_VOLUME}:{STATE_PATH})"
+                )
+            except WbError:
+                pass
+        on_disk = "; ".join(where) if where else "nothing of it is left on disk"
+        why = f": {d.error[:200]}" if d.error else ""
+        return (
+            f"session {run_id} ended ({d.status}{why}) and was dropped from this process's memory (it keeps "
+            f"the last {self.keep_ended} ended sessions, each for {self.keep_ended_s:g} s); {on_disk}"
+        )
 
     def list(self) -> list[Session]:
         with self._lock:
+            self._prune()
             return list(self._sessions.values())

@@ -12,13 +12,15 @@ constrained copy of a VFS file to the deployer's folder; ``git``: a fixed commit
 to the deployer's remote, of the workdir) exist only under the ``exec`` grant. Every granted
 toolkit's tools are typed tools with the schemas MCP serves
 (the runtime's tool provider, ``wbcore_runtime.contract.tools``), named ``<toolkit>__<tool>``; toolkits the
-run built are ``local__<toolkit>__<tool>``.
+run built are ``local__<toolkit>__<tool>`` (:func:`tool_name`: one model-facing name per tool; a run
+that would offer two tools under one name stops naming both, ``Run.tool_specs``).
 
 A handler returns text for the model or raises ``WbError`` (a tool error the model sees).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shlex
@@ -43,9 +45,23 @@ GIT_TIMEOUT_S = 60.0
 _NAME_OK = re.compile(r"[^A-Za-z0-9_-]")
 
 
-def tool_name(name: str, prefix: str = "") -> str:
-    """A toolkit tool's name as both vendors accept it: ``^[A-Za-z0-9_-]{1,64}$``."""
-    return (prefix + _NAME_OK.sub("_", name.replace(".", "__")))[:64]
+_AMBIGUOUS = re.compile(r"__|_\.|\._|[^A-Za-z0-9_.-]")
+MAX_TOOL_NAME = 64
+_DIGEST = 12  # hex digits of the name's SHA-256 that end a name that cannot be shown as it is
+
+
+def tool_name(name: str) -> str:
+    """A tool's name as both vendors accept it (``^[A-Za-z0-9_-]{1,64}$``), one per name:
+    ``.`` becomes ``__`` (``notes.add`` → ``notes__add``). A name that mapping would make
+    ambiguous (``__``, a ``_`` beside a ``.``, a character outside ``[A-Za-z0-9_.-]``) or
+    longer than 64 keeps a readable head and ends in ``___`` and 12 hex digits of its
+    SHA-256: a run of three ``_`` no plain name maps to, so no two names meet."""
+    shown = name.replace(".", "__")
+    if not _AMBIGUOUS.search(name) and 0 < len(shown) <= MAX_TOOL_NAME:
+        return shown
+    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:_DIGEST]
+    head = _NAME_OK.sub("_", shown)[: MAX_TOOL_NAME - 3 - _DIGEST].rstrip("_")
+    return f"{head}___{digest}"
 
 
 def clip(text: str, cap: int = MAX_TOOL_TEXT) -> str:
@@ -250,7 +266,7 @@ def wb(run: Run, args: Mapping[str, Any]) -> str:
         return json.dumps([h.as_dict() for h in _verified(run, hits)[:30]], indent=1)
     if op == "build":
         made = run.made.build(run, _str(args, "path", "wb"))
-        return json.dumps({"built": made.id, "tools": [tool_name(n, "local__") for n in made.tool_names()],
+        return json.dumps({"built": made.id, "tools": [tool_name(f"local.{n}") for n in made.tool_names()],
                            "session_local": True}, indent=1)
     raise InvalidArgs(unknown_name("wb op", op, ["build", "list", "search", "show", "skill"]))
 

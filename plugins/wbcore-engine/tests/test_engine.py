@@ -308,6 +308,34 @@ class ScriptedSessions:
         return self.status(session)
 
 
+def test_a_stream_whose_session_the_host_dropped_ends_saying_so(make_runtime, serve_engine):
+    class Dropping(ScriptedSessions):
+        gone: set[str] = set()
+
+        def _run(self, sid: str) -> dict[str, Any]:
+            from wbcore_runtime.contract.errors import NotFound
+
+            if sid in self.gone:
+                raise NotFound(f"session {sid} ended and was dropped")
+            return super()._run(sid)
+
+        def events(self, session: str, *, after: int, timeout: float) -> list[dict[str, Any]]:
+            got = super().events(session, after=after, timeout=timeout)
+            if got:  # dropped from the host's memory once a client follows it
+                self.gone.add(session)
+            return got
+
+    host = Dropping()
+    eng = serve_engine(make_runtime(plugins=ENGINE), sessions=host)
+    with httpx.Client(base_url=eng.url, headers=eng.auth, timeout=30) as c:
+        sid = c.post("/v1/sessions", json={"agent": "helper", "task": "t"}).json()["id"]
+        with c.stream("GET", f"/v1/sessions/{sid}/events", params={"wait": 20}) as resp:
+            got = read_sse(resp, 5)
+    kinds = [e for e, _ in got]
+    assert kinds[:2] == ["ready", "step"] and kinds[-1] == "end", got  # what it had, then the end
+    assert got[-1][1]["status"] == "gone" and got[-1][1]["message"] == f"session {sid} ended and was dropped"
+
+
 HELPER_ORG = "* Helper :agent:\n  :PROPERTIES:\n  :ID: helper2\n  :END:\n** System prompt\nBe brief.\n"
 
 
@@ -385,6 +413,39 @@ def test_a_real_session_streams_events_over_sse(make_runtime, serve_engine, tmp_
         assert kinds[0] == "ready" and "step" in kinds and kinds[-1] == "end", events
         assert events[-1][1]["data"]["status"] == "done"
         assert "sk-engine-test-key" not in json.dumps([d for _, d in events])
+
+
+def test_ended_sessions_are_kept_within_engine_limits_and_a_dropped_one_is_404(make_runtime, serve_engine):
+    """A long-running engine keeps only its newest ended sessions (EngineLimits.ended_sessions)."""
+    for mod in ("wbcore_agent", "wbcore_llm_openai", "wbcore_wasmtime", "wbcore_brokers_state"):
+        pytest.importorskip(mod,
+                            reason=f"{mod} is not installed (the agent loop, a provider, the wasm engine)")
+    from wbcore_engine.app import EngineLimits
+    from wbcore_testing.scripted_llm import ScriptedLlm, reply
+
+    with ScriptedLlm("openai") as llm:
+        llm.default = reply(text="finished")
+        env = {"WB_LLM_BASE_URL": llm.base_url, "WB_LLM_API_KEY": "sk-engine-test-key"}
+        rt = make_runtime(plugins=["engine", "http-server", "wasmtime", "agent", "act", "llm-openai",
+                                   "brokers-state"], env=env)
+        org = ("* Sayer :agent:\n  :PROPERTIES:\n  :ID: sayer\n  :MODEL: openai:scripted-model\n"
+               "  :END:\n** System prompt\nAnswer.\n")
+        eng = serve_engine(rt, limits=EngineLimits(ended_sessions=2))
+        ids = []
+        with httpx.Client(base_url=eng.url, headers=eng.auth, timeout=60) as c:
+            for n in range(5):
+                created = c.post("/v1/sessions", json={"agent_org": org, "task": f"task {n}"})
+                assert created.status_code == 201, created.text
+                ids.append(created.json()["id"])
+                rt.agents.sessions.get(ids[-1]).wait(30)
+            assert [s.id for s in rt.agents.sessions.list()] == ids[-2:]
+            assert c.get(f"/v1/sessions/{ids[-1]}").json()["status"] == "done"
+            gone = c.get(f"/v1/sessions/{ids[0]}")
+            assert gone.status_code == 404, gone.text
+            msg = gone.json()["message"]
+            assert f"{ids[0]} ended (done) and was dropped" in msg and "the last 2 ended sessions" in msg
+            assert "_steps.jsonl" in msg and f"instance agent-{ids[0]}" in msg
+            assert c.get(f"/v1/sessions/{ids[0]}/events").status_code == 404
 
 
 def test_serve_without_a_token_makes_one_and_prints_it(make_runtime, capsys, free_port):

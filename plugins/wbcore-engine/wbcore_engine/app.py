@@ -78,6 +78,10 @@ class EngineLimits:
     max_review: int = 100
     #: Sessions alive at once (not yet done, failed or cancelled) started through this engine.
     max_sessions: int = 32
+    #: Ended sessions the session host keeps in memory (their status and events; the oldest
+    #: dropped first, a running one never), and for how long each (seconds).
+    ended_sessions: int = 100
+    ended_session_s: float = 3600.0
     #: Audit decisions sent per SSE read, and the bytes one read of the trail may take.
     audit_batch: int = 500
     audit_read_bytes: int = 1 * MiB
@@ -199,6 +203,9 @@ class Engine:
         self.runtime = runtime
         self.sessions = sessions if sessions is not None else _sessions.host_for(runtime)
         self.limits = limits
+        bound = getattr(self.sessions, "bound_ended", None)  # optional: a host may bound itself
+        if callable(bound):
+            bound(limits.ended_sessions, limits.ended_session_s)
         # discovery, installs and resolution share the runtime: one request at a time changes them
         self.lock = threading.Lock()
         # the sessions this engine started and may still be running (the max_sessions cap)
@@ -550,9 +557,17 @@ class Engine:
         wait = _seconds(request, "wait", self.limits.max_stream_s, 0.1, self.limits.max_stream_s)
         await self.thread(host.status, sid)  # an unknown id is 404 before the stream starts
 
+        def gone(exc: WbError) -> dict[str, Any]:
+            # the host dropped the session (it ended long ago, docs/engine.md "Bounds")
+            return {"status": "gone", "error": exc.name, "message": exc.message}
+
         def poll(a: int) -> tuple[list[Any], dict[str, Any]]:
             # never blocks: an idle subscriber holds no thread between polls
-            return list(host.events(sid, after=a, timeout=0)), dict(host.status(sid))
+            events = list(host.events(sid, after=a, timeout=0))
+            try:
+                return events, dict(host.status(sid))
+            except WbError as exc:  # dropped between the two calls: its events still go out
+                return events, gone(exc)
 
         async def stream() -> AsyncIterator[bytes]:
             last, deadline, beat = after, time.monotonic() + wait, time.monotonic()
@@ -560,15 +575,25 @@ class Engine:
             while time.monotonic() < deadline:
                 if await request.is_disconnected():
                     return
-                events, status = await self.stream_thread(poll, last)
+                try:
+                    events, status = await self.stream_thread(poll, last)
+                except WbError as exc:
+                    events, status = [], gone(exc)
                 for ev in events:
                     last = int(ev.get("seq", last + 1))
                     yield sse(str(ev.get("type", "step")), dict(ev), last)
                     if ev.get("type") == "end":  # the host's own end event closes the stream
                         return
+                if status["status"] == "gone":
+                    yield sse("end", status, last)
+                    return
                 if status.get("status") in _sessions.TERMINAL:
                     # the run ended: what it logged before ending, then the end
-                    for ev in (await self.stream_thread(poll, last))[0]:
+                    try:
+                        tail = (await self.stream_thread(poll, last))[0]
+                    except WbError:
+                        tail = []  # dropped meanwhile: the status above is the end
+                    for ev in tail:
                         last = int(ev.get("seq", last + 1))
                         yield sse(str(ev.get("type", "step")), dict(ev), last)
                         if ev.get("type") == "end":

@@ -131,7 +131,16 @@ class LoopSessions:
         s.cancel()
         return dict(s.status())
 
-    # Optional operations the console's review page uses (a host without them has no decisions).
+    # Optional operations: the engine's memory bound, and the console's review page (a host
+    # without them keeps its own bounds, and has no decisions).
+
+    def bound_ended(self, count: int, seconds: float) -> None:
+        """Keep at most ``count`` ended sessions, each for at most ``seconds`` (the engine's
+        ``EngineLimits.ended_sessions`` / ``ended_session_s``); a loop without the operation
+        keeps its own bounds."""
+        bound = getattr(self.sessions, "bound_ended", None)
+        if callable(bound):
+            bound(count, seconds)
 
     def review_items(self, session: str) -> Sequence[Mapping[str, Any]] | None:
         """Every review item with its position and decision, or ``None`` when the loop keeps none."""
