@@ -184,3 +184,22 @@ def test_the_served_agent_runs_from_a_folder_with_frames_alone(make_runtime, tmp
     finally:
         proc.stdin.close()
         proc.stdout.close()
+
+
+def test_a_program_that_closes_its_terminal_but_runs_on_stalls_no_other_session(agent) -> None:
+    """A session's program that closes every descriptor on its pty and keeps running ends the
+    pty's output (EIO on the master) before the program exits: the agent waits for it without
+    blocking, so the other sessions, PtyClose and Shutdown are still served meanwhile."""
+    chan, secret = agent
+    chan.send_frame(frames.seal(frames.PTY_OPEN, secret, {
+        "session": 1, "program": "/bin/sh", "rows": 24, "cols": 80,
+        "args": ["-c", "exec </dev/null >/dev/null 2>&1; sleep 30"]}))
+    assert frames.unpack(_next(chan, {frames.PTY_OPENED})[1])[0]["ok"] is True
+    time.sleep(0.5)  # the program has closed its pty: the agent saw the end of its output
+    assert _open(chan, secret, 2)[1]["ok"] is True
+    chan.send_frame(frames.pty_data(2, b"exit 4\n", secret))
+    closed = frames.unpack(_next(chan, {frames.PTY_CLOSED}, timeout=5)[1])[0]
+    assert closed == {"session": 2, "exit_code": 4, "blobs": []}
+    chan.send_frame(frames.seal(frames.PTY_CLOSE, secret, {"session": 1}))
+    closed = frames.unpack(_next(chan, {frames.PTY_CLOSED}, timeout=5)[1])[0]
+    assert closed["session"] == 1 and closed["exit_code"] == 128 + 1  # SIGHUP ended it
