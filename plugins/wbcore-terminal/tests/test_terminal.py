@@ -203,3 +203,71 @@ def test_a_program_that_closes_its_terminal_but_runs_on_stalls_no_other_session(
     chan.send_frame(frames.seal(frames.PTY_CLOSE, secret, {"session": 1}))
     closed = frames.unpack(_next(chan, {frames.PTY_CLOSED}, timeout=5)[1])[0]
     assert closed["session"] == 1 and closed["exit_code"] == 128 + 1  # SIGHUP ended it
+
+
+def _attach_in_thread(to_host_r, to_agent_w, stdin_fd, stdout_fd, deadline_s):
+    """``attach`` on a channel whose agent end the test plays (it answered PtyOpen already)."""
+    import threading
+
+    chan = frames.Channel(to_host_r, to_agent_w)
+    secret = frames.new_secret()
+    result: dict = {}
+
+    def run() -> None:
+        try:
+            result["code"] = attach.attach(chan, secret, ShellRequest(), stdin_fd=stdin_fd,
+                                           stdout_fd=stdout_fd, deadline=time.monotonic() + deadline_s)
+        except Exception as exc:  # noqa: BLE001 - the test reads what attach ended with
+            result["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, result
+
+
+def _opened() -> bytes:
+    return frames.encode(frames.PTY_OPENED, frames.pack({"session": 1, "ok": True}))
+
+
+def test_a_frame_that_never_completes_does_not_hold_the_relay_past_its_deadline(tmp_path) -> None:
+    """The agent's stream is the sandbox's: a header declaring a payload that never arrives
+    must not hold the host's terminal past the session's deadline."""
+    to_host_r, to_host_w = os.pipe()
+    to_agent_r, to_agent_w = os.pipe()
+    out_r, out_w = os.pipe()
+    (tmp_path / "in").write_bytes(b"")
+    stdin_fd = os.open(tmp_path / "in", os.O_RDONLY)
+    os.write(to_host_w, _opened() + frames.HEADER.pack(1000, frames.PTY_DATA) + b"partial")
+    try:
+        thread, result = _attach_in_thread(to_host_r, to_agent_w, stdin_fd, out_w, 1.0)
+        thread.join(timeout=6)
+        assert not thread.is_alive(), "the relay waited for the rest of the frame past its deadline"
+        assert isinstance(result.get("error"), attach.PtyError), result
+        assert "deadline" in str(result["error"])
+    finally:
+        os.close(to_host_w)  # a relay still waiting gets the end of the stream and returns
+        thread.join(timeout=5)
+        for fd in (to_host_r, to_agent_r, to_agent_w, out_r, out_w, stdin_fd):
+            os.close(fd)
+
+
+def test_an_agent_that_stops_reading_does_not_hold_the_relay_past_its_deadline(tmp_path) -> None:
+    """Keystrokes queued for an agent that reads nothing (its pipe full): at the deadline the
+    close is offered for a moment, not written blocking forever."""
+    to_host_r, to_host_w = os.pipe()
+    to_agent_r, to_agent_w = os.pipe()
+    out_r, out_w = os.pipe()
+    (tmp_path / "in").write_bytes(b"x" * (4 << 20))  # more than the pipe and the relay's queue hold
+    stdin_fd = os.open(tmp_path / "in", os.O_RDONLY)
+    os.write(to_host_w, _opened())
+    try:
+        thread, result = _attach_in_thread(to_host_r, to_agent_w, stdin_fd, out_w, 1.0)
+        thread.join(timeout=8)
+        assert not thread.is_alive(), "the relay blocked writing PtyClose to an agent that reads nothing"
+        assert isinstance(result.get("error"), attach.PtyError), result
+        assert "deadline" in str(result["error"])
+    finally:
+        os.close(to_agent_r)  # a relay still blocked in its write gets EPIPE and returns
+        thread.join(timeout=5)
+        for fd in (to_host_r, to_host_w, to_agent_w, out_r, out_w, stdin_fd):
+            os.close(fd)

@@ -110,20 +110,49 @@ def _poke(fd: int) -> None:
         pass
 
 
+#: At the deadline, how long the relay offers the agent its queued frames and the PtyClose:
+#: an agent that reads nothing (its pipe full) cannot hold the host's terminal past it.
+CLOSE_GRACE_S = 1.0
+
+
+class _PastDeadline(Exception):
+    """The session's deadline passed (also while waiting for the rest of an agent's frame)."""
+
+
 def _relay(chan: FrameChannel, secret: bytes, sid: int, stdin_fd: int, stdout_fd: int, wake_r: int,
            deadline: float | None) -> int:
-    reading_stdin = True
     out = bytearray()  # frames for the agent not written yet (the pipe is non-blocking)
     os.set_blocking(chan.write_fd, False)
+    try:
+        return _relay_until(chan, secret, sid, stdin_fd, stdout_fd, wake_r, deadline, out)
+    except _PastDeadline:
+        out += frames.seal(frames.PTY_CLOSE, secret, {"session": sid})
+        _flush(chan.write_fd, out, time.monotonic() + CLOSE_GRACE_S)
+        raise PtyError("the shell reached its deadline; its session was closed") from None
+
+
+def _flush(fd: int, out: bytearray, until: float) -> None:
+    """Best effort: write ``out`` to the non-blocking ``fd`` until done or ``until`` (monotonic)."""
+    while out and time.monotonic() < until:
+        if select.select([], [fd], [], max(0.0, until - time.monotonic()))[1]:
+            try:
+                del out[:os.write(fd, out[:CHUNK * 4])]
+            except BlockingIOError:
+                pass
+            except OSError:
+                return
+
+
+def _relay_until(chan: FrameChannel, secret: bytes, sid: int, stdin_fd: int, stdout_fd: int, wake_r: int,
+                 deadline: float | None, out: bytearray) -> int:
+    reading_stdin = True
 
     def queue(frame: bytes) -> None:
         out.extend(frame)
 
     while True:
         if deadline is not None and time.monotonic() >= deadline:
-            os.set_blocking(chan.write_fd, True)
-            chan.send_frame(frames.seal(frames.PTY_CLOSE, secret, {"session": sid}))
-            raise PtyError("the shell reached its deadline; its session was closed")
+            raise _PastDeadline
         fds = [chan.read_fd, wake_r] + ([stdin_fd] if reading_stdin and len(out) < PENDING_CAP else [])
         wait = None if deadline is None else max(0.0, deadline - time.monotonic())
         ready, writable, _ = select.select(fds, [chan.write_fd] if out else [], [], wait)
@@ -148,7 +177,7 @@ def _relay(chan: FrameChannel, secret: bytes, sid: int, stdin_fd: int, stdout_fd
                     queue(frames.pty_data(sid, b"\x04", secret))
         if chan.read_fd in ready:
             try:
-                kind, payload = _recv(chan)
+                kind, payload = _recv(chan, deadline)
             except frames.FrameError as exc:
                 raise PtyError(f"the sandbox went away ({exc.message})") from None
             if kind == frames.PTY_DATA:
@@ -165,16 +194,22 @@ def _relay(chan: FrameChannel, secret: bytes, sid: int, stdin_fd: int, stdout_fd
                 raise PtyError(f"the sandbox refused a frame: {obj.get('message')}")
 
 
-def _recv(chan: FrameChannel) -> tuple[int, bytes]:
-    """The next frame, waiting out a read that would block: one socket both ways (a VM's
-    channel) is non-blocking while the relay writes to it."""
+def _recv(chan: FrameChannel, deadline: float | None) -> tuple[int, bytes]:
+    """The next frame, waiting out a read that would block (one socket both ways, a VM's
+    channel, is non-blocking while the relay writes to it) but never past ``deadline``: a
+    header whose payload never arrives cannot hold the host's terminal."""
 
     def read(n: int) -> bytes:
         while True:
+            wait = 1.0 if deadline is None else min(1.0, deadline - time.monotonic())
+            if wait <= 0:
+                raise _PastDeadline
+            if not select.select([chan.read_fd], [], [], wait)[0]:
+                continue
             try:
                 return os.read(chan.read_fd, n)
             except BlockingIOError:
-                select.select([chan.read_fd], [], [], 1.0)
+                continue
 
     return frames.read_frame(read)
 
