@@ -271,3 +271,29 @@ def test_an_agent_that_stops_reading_does_not_hold_the_relay_past_its_deadline(t
         thread.join(timeout=5)
         for fd in (to_host_r, to_host_w, to_agent_w, out_r, out_w, stdin_fd):
             os.close(fd)
+
+
+@pytest.mark.parametrize("answer", [
+    frames.encode(frames.PTY_DATA, b"\x01\x00"),  # shorter than its session id
+    frames.encode(frames.PTY_CLOSED, frames.pack({"session": 1, "exit_code": "zero"})),
+    frames.encode(frames.PTY_CLOSED, b"not json"),
+], ids=["short-data", "exit-code-not-int", "closed-not-json"])
+def test_a_malformed_frame_from_the_sandbox_ends_the_session_with_a_pty_error(tmp_path, answer) -> None:
+    """What the sandbox's agent sends is the sandbox's: a frame the host cannot read ends the
+    session with the terminal engine's own error (what ``wbx shell`` reports), not a stray one."""
+    to_host_r, to_host_w = os.pipe()
+    to_agent_r, to_agent_w = os.pipe()
+    out_r, out_w = os.pipe()
+    (tmp_path / "in").write_bytes(b"")
+    stdin_fd = os.open(tmp_path / "in", os.O_RDONLY)
+    os.write(to_host_w, _opened() + answer)
+    try:
+        thread, result = _attach_in_thread(to_host_r, to_agent_w, stdin_fd, out_w, 10.0)
+        thread.join(timeout=8)
+        assert isinstance(result.get("error"), attach.PtyError), result
+        assert "could not read" in str(result["error"])
+    finally:
+        os.close(to_host_w)
+        thread.join(timeout=5)
+        for fd in (to_host_r, to_agent_r, to_agent_w, out_r, out_w, stdin_fd):
+            os.close(fd)

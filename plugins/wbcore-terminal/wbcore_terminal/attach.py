@@ -71,13 +71,15 @@ def attach(chan: FrameChannel, secret: bytes, request: ShellRequest, *, stdin_fd
     chan.send_frame(frames.seal(frames.PTY_OPEN, secret, {"session": session, "program": request.program,
                                                           "args": list(request.args), "rows": rows,
                                                           "cols": cols, "env": env, "interactive": True}))
-    kind, payload = chan.recv()
+    try:
+        kind, payload = chan.recv()
+        obj, _ = frames.unpack(payload) if kind in (frames.REFUSED, frames.PTY_OPENED) else ({}, [])
+    except frames.FrameError as exc:
+        raise _unreadable(exc) from None
     if kind == frames.REFUSED:
-        obj, _ = frames.unpack(payload)
         raise PtyError(f"the sandbox refused PtyOpen: {obj.get('message')}")
     if kind != frames.PTY_OPENED:
         raise PtyError(f"the sandbox answered PtyOpen with {frames.name(kind)}")
-    obj, _ = frames.unpack(payload)
     if obj.get("ok") is not True:
         raise PtyError(f"the sandbox could not open a terminal: {obj.get('error')}")
     wake_r, wake_w = os.pipe()
@@ -129,6 +131,15 @@ def _relay(chan: FrameChannel, secret: bytes, sid: int, stdin_fd: int, stdout_fd
         out += frames.seal(frames.PTY_CLOSE, secret, {"session": sid})
         _flush(chan.write_fd, out, time.monotonic() + CLOSE_GRACE_S)
         raise PtyError("the shell reached its deadline; its session was closed") from None
+    except frames.FrameError as exc:
+        raise _unreadable(exc) from None
+
+
+def _unreadable(exc: frames.FrameError) -> PtyError:
+    """What the sandbox's agent sends is the sandbox's: a frame it cannot have meant ends the session."""
+    if exc.reason == "eof":
+        return PtyError(f"the sandbox went away ({exc.message})")
+    return PtyError(f"the host could not read the sandbox's answer ({exc.message}); the session is over")
 
 
 def _flush(fd: int, out: bytearray, until: float) -> None:
