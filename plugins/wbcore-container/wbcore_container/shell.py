@@ -54,6 +54,10 @@ class ContainerShell:
     def close(self) -> None:
         if self.alive():
             try:
+                # Offered, never waited for: an agent that reads nothing (its pipe full) must not
+                # hold the close, and no watchdog ends this container but this close. The frame
+                # is under PIPE_BUF, so it is written whole or not at all.
+                os.set_blocking(self.channel.write_fd, False)
                 self.channel.send_frame(frames.shutdown(self.secret))
                 self.running.proc.wait(timeout=1.0)
             except (OSError, subprocess.TimeoutExpired):

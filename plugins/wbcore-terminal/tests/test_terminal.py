@@ -184,3 +184,116 @@ def test_the_served_agent_runs_from_a_folder_with_frames_alone(make_runtime, tmp
     finally:
         proc.stdin.close()
         proc.stdout.close()
+
+
+def test_a_program_that_closes_its_terminal_but_runs_on_stalls_no_other_session(agent) -> None:
+    """A session's program that closes every descriptor on its pty and keeps running ends the
+    pty's output (EIO on the master) before the program exits: the agent waits for it without
+    blocking, so the other sessions, PtyClose and Shutdown are still served meanwhile."""
+    chan, secret = agent
+    chan.send_frame(frames.seal(frames.PTY_OPEN, secret, {
+        "session": 1, "program": "/bin/sh", "rows": 24, "cols": 80,
+        "args": ["-c", "exec </dev/null >/dev/null 2>&1; sleep 30"]}))
+    assert frames.unpack(_next(chan, {frames.PTY_OPENED})[1])[0]["ok"] is True
+    time.sleep(0.5)  # the program has closed its pty: the agent saw the end of its output
+    assert _open(chan, secret, 2)[1]["ok"] is True
+    chan.send_frame(frames.pty_data(2, b"exit 4\n", secret))
+    closed = frames.unpack(_next(chan, {frames.PTY_CLOSED}, timeout=5)[1])[0]
+    assert closed == {"session": 2, "exit_code": 4, "blobs": []}
+    chan.send_frame(frames.seal(frames.PTY_CLOSE, secret, {"session": 1}))
+    closed = frames.unpack(_next(chan, {frames.PTY_CLOSED}, timeout=5)[1])[0]
+    assert closed["session"] == 1 and closed["exit_code"] == 128 + 1  # SIGHUP ended it
+
+
+def _attach_in_thread(to_host_r, to_agent_w, stdin_fd, stdout_fd, deadline_s):
+    """``attach`` on a channel whose agent end the test plays (it answered PtyOpen already)."""
+    import threading
+
+    chan = frames.Channel(to_host_r, to_agent_w)
+    secret = frames.new_secret()
+    result: dict = {}
+
+    def run() -> None:
+        try:
+            result["code"] = attach.attach(chan, secret, ShellRequest(), stdin_fd=stdin_fd,
+                                           stdout_fd=stdout_fd, deadline=time.monotonic() + deadline_s)
+        except Exception as exc:  # noqa: BLE001 - the test reads what attach ended with
+            result["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, result
+
+
+def _opened() -> bytes:
+    return frames.encode(frames.PTY_OPENED, frames.pack({"session": 1, "ok": True}))
+
+
+def test_a_frame_that_never_completes_does_not_hold_the_relay_past_its_deadline(tmp_path) -> None:
+    """The agent's stream is the sandbox's: a header declaring a payload that never arrives
+    must not hold the host's terminal past the session's deadline."""
+    to_host_r, to_host_w = os.pipe()
+    to_agent_r, to_agent_w = os.pipe()
+    out_r, out_w = os.pipe()
+    (tmp_path / "in").write_bytes(b"")
+    stdin_fd = os.open(tmp_path / "in", os.O_RDONLY)
+    os.write(to_host_w, _opened() + frames.HEADER.pack(1000, frames.PTY_DATA) + b"partial")
+    try:
+        thread, result = _attach_in_thread(to_host_r, to_agent_w, stdin_fd, out_w, 1.0)
+        thread.join(timeout=6)
+        assert not thread.is_alive(), "the relay waited for the rest of the frame past its deadline"
+        assert isinstance(result.get("error"), attach.PtyError), result
+        assert "deadline" in str(result["error"])
+    finally:
+        os.close(to_host_w)  # a relay still waiting gets the end of the stream and returns
+        thread.join(timeout=5)
+        for fd in (to_host_r, to_agent_r, to_agent_w, out_r, out_w, stdin_fd):
+            os.close(fd)
+
+
+def test_an_agent_that_stops_reading_does_not_hold_the_relay_past_its_deadline(tmp_path) -> None:
+    """Keystrokes queued for an agent that reads nothing (its pipe full): at the deadline the
+    close is offered for a moment, not written blocking forever."""
+    to_host_r, to_host_w = os.pipe()
+    to_agent_r, to_agent_w = os.pipe()
+    out_r, out_w = os.pipe()
+    (tmp_path / "in").write_bytes(b"x" * (4 << 20))  # more than the pipe and the relay's queue hold
+    stdin_fd = os.open(tmp_path / "in", os.O_RDONLY)
+    os.write(to_host_w, _opened())
+    try:
+        thread, result = _attach_in_thread(to_host_r, to_agent_w, stdin_fd, out_w, 1.0)
+        thread.join(timeout=8)
+        assert not thread.is_alive(), "the relay blocked writing PtyClose to an agent that reads nothing"
+        assert isinstance(result.get("error"), attach.PtyError), result
+        assert "deadline" in str(result["error"])
+    finally:
+        os.close(to_agent_r)  # a relay still blocked in its write gets EPIPE and returns
+        thread.join(timeout=5)
+        for fd in (to_host_r, to_host_w, to_agent_w, out_r, out_w, stdin_fd):
+            os.close(fd)
+
+
+@pytest.mark.parametrize("answer", [
+    frames.encode(frames.PTY_DATA, b"\x01\x00"),  # shorter than its session id
+    frames.encode(frames.PTY_CLOSED, frames.pack({"session": 1, "exit_code": "zero"})),
+    frames.encode(frames.PTY_CLOSED, b"not json"),
+], ids=["short-data", "exit-code-not-int", "closed-not-json"])
+def test_a_malformed_frame_from_the_sandbox_ends_the_session_with_a_pty_error(tmp_path, answer) -> None:
+    """What the sandbox's agent sends is the sandbox's: a frame the host cannot read ends the
+    session with the terminal engine's own error (what ``wbx shell`` reports), not a stray one."""
+    to_host_r, to_host_w = os.pipe()
+    to_agent_r, to_agent_w = os.pipe()
+    out_r, out_w = os.pipe()
+    (tmp_path / "in").write_bytes(b"")
+    stdin_fd = os.open(tmp_path / "in", os.O_RDONLY)
+    os.write(to_host_w, _opened() + answer)
+    try:
+        thread, result = _attach_in_thread(to_host_r, to_agent_w, stdin_fd, out_w, 10.0)
+        thread.join(timeout=8)
+        assert isinstance(result.get("error"), attach.PtyError), result
+        assert "could not read" in str(result["error"])
+    finally:
+        os.close(to_host_w)
+        thread.join(timeout=5)
+        for fd in (to_host_r, to_agent_r, to_agent_w, out_r, out_w, stdin_fd):
+            os.close(fd)

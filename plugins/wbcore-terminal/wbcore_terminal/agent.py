@@ -182,18 +182,19 @@ class Agent:
         self.by_fd.pop(session.fd, None)  # output is over; reap() reports the exit
 
     def reap(self) -> None:
+        """Close the sessions whose child has exited, never waiting for one that has not: a
+        program that closed its pty and runs on (output over, no exit yet) must not stall the
+        loop, or no other session, PtyClose or Shutdown would be served meanwhile."""
         for session in list(self.sessions.values()):
+            pid, status = os.waitpid(session.pid, os.WNOHANG)
+            if pid == 0:
+                continue
             if session.fd in self.by_fd:
                 # Output still flows; a child that exited while a background process holds
                 # the pty ends the session too (what it wrote so far is relayed first).
-                pid, status = os.waitpid(session.pid, os.WNOHANG)
-                if pid == 0:
-                    continue
                 self.drain(session)
                 _signal_group(session.pid, signal.SIGHUP)
                 self.by_fd.pop(session.fd, None)
-            else:
-                _, status = os.waitpid(session.pid, 0)
             self.close(session, _exit_code(status))
 
     def drain(self, session: _Session) -> None:

@@ -71,13 +71,15 @@ def attach(chan: FrameChannel, secret: bytes, request: ShellRequest, *, stdin_fd
     chan.send_frame(frames.seal(frames.PTY_OPEN, secret, {"session": session, "program": request.program,
                                                           "args": list(request.args), "rows": rows,
                                                           "cols": cols, "env": env, "interactive": True}))
-    kind, payload = chan.recv()
+    try:
+        kind, payload = chan.recv()
+        obj, _ = frames.unpack(payload) if kind in (frames.REFUSED, frames.PTY_OPENED) else ({}, [])
+    except frames.FrameError as exc:
+        raise _unreadable(exc) from None
     if kind == frames.REFUSED:
-        obj, _ = frames.unpack(payload)
         raise PtyError(f"the sandbox refused PtyOpen: {obj.get('message')}")
     if kind != frames.PTY_OPENED:
         raise PtyError(f"the sandbox answered PtyOpen with {frames.name(kind)}")
-    obj, _ = frames.unpack(payload)
     if obj.get("ok") is not True:
         raise PtyError(f"the sandbox could not open a terminal: {obj.get('error')}")
     wake_r, wake_w = os.pipe()
@@ -110,20 +112,58 @@ def _poke(fd: int) -> None:
         pass
 
 
+#: At the deadline, how long the relay offers the agent its queued frames and the PtyClose:
+#: an agent that reads nothing (its pipe full) cannot hold the host's terminal past it.
+CLOSE_GRACE_S = 1.0
+
+
+class _PastDeadline(Exception):
+    """The session's deadline passed (also while waiting for the rest of an agent's frame)."""
+
+
 def _relay(chan: FrameChannel, secret: bytes, sid: int, stdin_fd: int, stdout_fd: int, wake_r: int,
            deadline: float | None) -> int:
-    reading_stdin = True
     out = bytearray()  # frames for the agent not written yet (the pipe is non-blocking)
     os.set_blocking(chan.write_fd, False)
+    try:
+        return _relay_until(chan, secret, sid, stdin_fd, stdout_fd, wake_r, deadline, out)
+    except _PastDeadline:
+        out += frames.seal(frames.PTY_CLOSE, secret, {"session": sid})
+        _flush(chan.write_fd, out, time.monotonic() + CLOSE_GRACE_S)
+        raise PtyError("the shell reached its deadline; its session was closed") from None
+    except frames.FrameError as exc:
+        raise _unreadable(exc) from None
+
+
+def _unreadable(exc: frames.FrameError) -> PtyError:
+    """What the sandbox's agent sends is the sandbox's: a frame it cannot have meant ends the session."""
+    if exc.reason == "eof":
+        return PtyError(f"the sandbox went away ({exc.message})")
+    return PtyError(f"the host could not read the sandbox's answer ({exc.message}); the session is over")
+
+
+def _flush(fd: int, out: bytearray, until: float) -> None:
+    """Best effort: write ``out`` to the non-blocking ``fd`` until done or ``until`` (monotonic)."""
+    while out and time.monotonic() < until:
+        if select.select([], [fd], [], max(0.0, until - time.monotonic()))[1]:
+            try:
+                del out[:os.write(fd, out[:CHUNK * 4])]
+            except BlockingIOError:
+                pass
+            except OSError:
+                return
+
+
+def _relay_until(chan: FrameChannel, secret: bytes, sid: int, stdin_fd: int, stdout_fd: int, wake_r: int,
+                 deadline: float | None, out: bytearray) -> int:
+    reading_stdin = True
 
     def queue(frame: bytes) -> None:
         out.extend(frame)
 
     while True:
         if deadline is not None and time.monotonic() >= deadline:
-            os.set_blocking(chan.write_fd, True)
-            chan.send_frame(frames.seal(frames.PTY_CLOSE, secret, {"session": sid}))
-            raise PtyError("the shell reached its deadline; its session was closed")
+            raise _PastDeadline
         fds = [chan.read_fd, wake_r] + ([stdin_fd] if reading_stdin and len(out) < PENDING_CAP else [])
         wait = None if deadline is None else max(0.0, deadline - time.monotonic())
         ready, writable, _ = select.select(fds, [chan.write_fd] if out else [], [], wait)
@@ -148,7 +188,7 @@ def _relay(chan: FrameChannel, secret: bytes, sid: int, stdin_fd: int, stdout_fd
                     queue(frames.pty_data(sid, b"\x04", secret))
         if chan.read_fd in ready:
             try:
-                kind, payload = _recv(chan)
+                kind, payload = _recv(chan, deadline)
             except frames.FrameError as exc:
                 raise PtyError(f"the sandbox went away ({exc.message})") from None
             if kind == frames.PTY_DATA:
@@ -165,16 +205,22 @@ def _relay(chan: FrameChannel, secret: bytes, sid: int, stdin_fd: int, stdout_fd
                 raise PtyError(f"the sandbox refused a frame: {obj.get('message')}")
 
 
-def _recv(chan: FrameChannel) -> tuple[int, bytes]:
-    """The next frame, waiting out a read that would block: one socket both ways (a VM's
-    channel) is non-blocking while the relay writes to it."""
+def _recv(chan: FrameChannel, deadline: float | None) -> tuple[int, bytes]:
+    """The next frame, waiting out a read that would block (one socket both ways, a VM's
+    channel, is non-blocking while the relay writes to it) but never past ``deadline``: a
+    header whose payload never arrives cannot hold the host's terminal."""
 
     def read(n: int) -> bytes:
         while True:
+            wait = 1.0 if deadline is None else min(1.0, deadline - time.monotonic())
+            if wait <= 0:
+                raise _PastDeadline
+            if not select.select([chan.read_fd], [], [], wait)[0]:
+                continue
             try:
                 return os.read(chan.read_fd, n)
             except BlockingIOError:
-                select.select([chan.read_fd], [], [], 1.0)
+                continue
 
     return frames.read_frame(read)
 
