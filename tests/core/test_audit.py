@@ -17,6 +17,20 @@ def test_targets_are_redacted():
     assert redact_target("https://user:pw@example.com:8443/p?token=s3cret#x") == "https://example.com:8443/p"
 
 
+def test_a_url_behind_a_label_is_redacted_too(wb_home):
+    # the llm broker's target is "<provider>:<base_url>": a deployer's base_url with a key in its
+    # user-info or query must not reach the trail (it kept "openai:https://u:sk-s3cret@proxy/v1")
+    assert redact_target("openai:https://u:sk-s3cret@proxy.example:8443/v1?key=k3y#f") == \
+        "openai:https://proxy.example:8443/v1"
+    assert redact_target("lane:python") == "lane:python"
+    log = AuditLog(wb_home / "audit")
+    log.record(principal="p", cap="llm", op="complete", args_digest="d", outcome="allowed",
+               target="openai:https://u:sk-s3cret@proxy.example/v1")
+    log.flush()
+    text = b"".join(f.read_bytes() for f in (wb_home / "audit").rglob("*") if f.is_file())
+    assert b"sk-s3cret" not in text and b"openai:https://proxy.example/v1" in text
+
+
 def test_the_writer_encodes_exactly_the_canonical_json():
     from wbcore_runtime.dispatch.audit import _encode
     from wbcore_runtime.contract.canonical import canonical_json

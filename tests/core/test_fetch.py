@@ -163,3 +163,12 @@ def test_a_pinned_file_comes_from_a_url_or_a_handed_over_file_and_must_match(htt
     link.symlink_to(handed)
     with pytest.raises(InvalidArgs, match="cannot open"):
         fetch.pinned(link, dest, want, what="thing 1.0", max_bytes=1 << 20)
+
+
+def test_a_url_with_credentials_is_refused_without_echoing_them():
+    # a token pasted into a URL reaches a terminal, a CI log, a --json answer: the refusal names
+    # the URL without its user-info (it printed "https://u:ghp_s3cret@github.com/...")
+    with pytest.raises(InvalidArgs, match="credentials in the URL are not allowed") as exc:
+        fetch.get_bytes("https://u:ghp_s3cret@github.com/o/r", guard=NetGuard.from_env({}),
+                        limits=fetch.FetchLimits())
+    assert "ghp_s3cret" not in str(exc.value) and "https://github.com/o/r" in str(exc.value)

@@ -124,3 +124,11 @@ def test_one_git_fetcher() -> None:
         if runs_git.search((ROOT / rel).read_text(errors="replace")):
             found.append(rel)
     assert found == ["wbcore_runtime/guard/gitfetch.py"], found
+
+
+@pytest.mark.parametrize("url", ["https://u:ghp_s3cret@github.com/o/r.git", "https://ghp_s3cret@github.com/o/r",
+                                 "ssh://git:ghp_s3cret@github.com/o/r"])
+def test_a_git_url_with_credentials_is_refused_without_echoing_them(url):
+    with pytest.raises(InvalidArgs) as exc:
+        gitfetch.check_url(url, allow_file=False)
+    assert "ghp_s3cret" not in str(exc.value) and "github.com/o/r" in str(exc.value)

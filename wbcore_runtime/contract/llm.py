@@ -177,11 +177,11 @@ SHORT_KEY = 8
 
 @dataclass(frozen=True, slots=True)
 class LlmSettings:
-    """Which endpoint and model a driver talks to. The key never appears in a repr."""
+    """Which endpoint and model a driver talks to. Neither the key nor the base URL is in a repr."""
 
     provider: str
     model: str
-    base_url: str | None = None
+    base_url: str | None = field(default=None, repr=False)  # its user-info: basic auth to httpx
     api_key: str | None = field(default=None, repr=False)
     max_retries: int = DEFAULT_RETRIES
     backoff_s: float = DEFAULT_BACKOFF_S

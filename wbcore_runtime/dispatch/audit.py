@@ -78,18 +78,18 @@ def digest(data: bytes) -> str:
 
 
 def redact_target(target: str | None) -> str | None:
-    """Keep scheme://host:port/path of a URL; drop user-info, query and fragment."""
-    if not target:
-        return target
-    if "://" not in target:
-        return target[:256]
+    """Keep scheme://host:port/path of a URL, and a label before it (``openai:https://…``)."""
+    if not target or "://" not in target:
+        return target[:256] if target else target
+    label, _, scheme = target[:target.find("://")].rpartition(":")  # user-info, query, fragment go
+    label, target = label + ":" if label else "", scheme + target[target.find("://"):]
     try:
         parts = urlsplit(target)
         host = parts.hostname or ""
         if ":" in host:
             host = f"[{host}]"
         netloc = f"{host}:{parts.port}" if parts.port else host
-        return urlunsplit((parts.scheme, netloc, parts.path, "", ""))[:256]
+        return (label + urlunsplit((parts.scheme, netloc, parts.path, "", "")))[:256]
     except ValueError:
         return "<unparseable target>"
 

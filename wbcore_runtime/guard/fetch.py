@@ -42,6 +42,7 @@ from typing import Any
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound, Timeout, TlsError, Unreachable, WbError
+from wbcore_runtime.dispatch.audit import redact_target
 from wbcore_runtime.guard.deadline import Cut, cut_at
 from wbcore_runtime.guard.netguard import NetGuard
 
@@ -258,9 +259,9 @@ def stream(
         parts = urlsplit(url)
         scheme = parts.scheme.lower()
         if scheme not in limits.schemes:
-            raise InvalidArgs(f"{url}: only {', '.join(limits.schemes)} URLs are fetched")
-        if parts.username or parts.password:
-            raise InvalidArgs(f"{url}: credentials in the URL are not allowed")
+            raise InvalidArgs(f"{redact_target(url)}: only {', '.join(limits.schemes)} URLs are fetched")
+        if parts.username or parts.password:  # the refusal never echoes them
+            raise InvalidArgs(f"{redact_target(url)}: credentials in the URL are not allowed")
         host = parts.hostname or ""
         if not host:
             raise InvalidArgs(f"{url}: the URL names no host")

@@ -43,6 +43,7 @@ from urllib.parse import urlsplit
 
 from wbcore_runtime.guard import paths
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound, Timeout
+from wbcore_runtime.dispatch.audit import redact_target
 from wbcore_runtime.guard.netguard import NetGuard, parse_literal
 
 MiB = 1 << 20
@@ -90,13 +91,14 @@ def check_url(url: str, *, allow_file: bool) -> Target:
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     if scheme not in schemes or "::" in url.split("/", 1)[0]:
-        raise InvalidArgs(f"git URL {url}: only {shown} are fetched (never ext::, ssh or git://)")
+        raise InvalidArgs(f"git URL {redact_target(url)}: only {shown} are fetched "
+                          "(never ext::, ssh or git://)")
     if scheme == "file":
         if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
             raise InvalidArgs(f"git URL {url}: a file:// URL names an absolute local path (file:///path/to/repo)")
         return Target(url, scheme)
     if parts.username or parts.password or "@" in parts.netloc:
-        raise InvalidArgs(f"git URL {url}: credentials in the URL are not allowed")
+        raise InvalidArgs(f"git URL {redact_target(url)}: credentials in the URL are not allowed")
     host = parts.hostname or ""
     if not host:
         raise InvalidArgs(f"git URL {url}: names no host")

@@ -64,6 +64,17 @@ def test_complete_with_the_hosts_key(make_runtime, endpoint, wb_home):
     assert KEY not in (wb_home / "audit" / "audit.jsonl").read_text()
 
 
+def test_a_base_urls_user_info_stays_out_of_reprs():
+    # httpx sends a base URL's user-info as basic auth: it is a credential like the key
+    from wbcore_llm.broker import LlmBroker
+
+    from wbcore_runtime.contract.llm import LlmSettings
+
+    b = LlmBroker("https://u:s3cret@proxy.example/v1?key=s3cret", KEY, "tiny")
+    s = LlmSettings("openai", "tiny", base_url="https://u:s3cret@proxy.example/v1", api_key=KEY)
+    assert "s3cret" not in repr(b) + repr(s) and "https://proxy.example/v1" in repr(b)
+
+
 def test_wrong_key_is_a_clear_error_without_the_key(make_runtime, endpoint):
     rt = make_runtime(plugins=["llm"],
                       env={"WB_LLM_BASE_URL": endpoint, "WB_LLM_API_KEY": "wrong-key-123",

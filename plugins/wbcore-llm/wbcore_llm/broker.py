@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from wbcore_runtime.guard import deadline as _deadline
 from wbcore_runtime.guard import fetch as _fetch
+from wbcore_runtime.dispatch.audit import redact_target
 from wbcore_runtime.dispatch.budget import ByteBudget
 from wbcore_runtime.dispatch.dock import BrokerCall, refuse
 from wbcore_runtime.contract.errors import CapabilityDenied, Internal, InvalidArgs, NotFound, Timeout
@@ -51,8 +52,8 @@ class LlmBroker:
         self._runtime = runtime if runtime is not None and len(runtime.llm_providers) else None
         self._drivers: dict[str, Any] = {}
 
-    def __repr__(self) -> str:  # the key never appears in a repr
-        return f"LlmBroker({self.base_url or 'unconfigured'}, model={self.model!r})"
+    def __repr__(self) -> str:  # the key (nor a base URL's user-info) never appears in a repr
+        return f"LlmBroker({redact_target(self.base_url) or 'unconfigured'}, model={self.model!r})"
 
     def handle(self, call: BrokerCall) -> Any:
         if not self.model or (not self.base_url and self._runtime is None):

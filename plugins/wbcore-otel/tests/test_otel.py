@@ -50,6 +50,19 @@ def test_a_broken_setting_leaves_telemetry_off_not_the_runtime(make_runtime, cap
     assert rt.tracer is None and "telemetry is off" in caplog.text
 
 
+def test_an_endpoints_credentials_reach_neither_the_warning_nor_a_repr(make_runtime, caplog):
+    # a collector's basic-auth in the endpoint URL is a credential like a header's value
+    from wbcore_otel.settings import Settings
+
+    rt = make_runtime(plugins=["otel"],
+                      env={"OTEL_EXPORTER_OTLP_ENDPOINT": "grpcs://u:s3cret@collector:4317"})
+    assert rt.tracer is None and "telemetry is off" in caplog.text and "collector:4317" in caplog.text
+    s = Settings.from_env({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT":
+                           "https://u:s3cret@collector/v1/traces?k=s3cret"})
+    assert s.endpoint.startswith("https://u:s3cret@")  # the exporter still gets it
+    assert "s3cret" not in caplog.text + repr(s) and "https://collector/v1/traces" in repr(s)
+
+
 def test_pipeline_stage_agent_step_call_and_broker_spans_reach_an_otlp_receiver(make_runtime, receiver):
     pytest.importorskip("wbcore_wasmtime")
     from wbcore_runtime.contract.calls import Principal

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from wbcore_otel.hook import DISABLED, ENDPOINT, TRACES_ENDPOINT, enabled  # noqa: F401 - defined there, without a dataclass
 from wbcore_runtime.contract.errors import InvalidArgs
+from wbcore_runtime.dispatch.audit import redact_target
 
 PROTOCOL = "OTEL_EXPORTER_OTLP_PROTOCOL"
 TRACES_PROTOCOL = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
@@ -35,7 +36,7 @@ class Settings:
         else:
             endpoint = env[ENDPOINT].rstrip("/") + "/v1/traces"
         if not endpoint.startswith(("http://", "https://")):
-            raise InvalidArgs(f"{TRACES_ENDPOINT if traces else ENDPOINT}={endpoint!r}: use "
+            raise InvalidArgs(f"{TRACES_ENDPOINT if traces else ENDPOINT}={redact_target(endpoint)!r}: use "
                               "http(s)://host:port")
         protocol = env.get(TRACES_PROTOCOL) or env.get(PROTOCOL) or "http/protobuf"
         if protocol != "http/protobuf":
@@ -52,6 +53,6 @@ class Settings:
             raise InvalidArgs(f"{TIMEOUT}={env.get(TIMEOUT)!r}: milliseconds, e.g. 10000") from None
         return cls(endpoint, protocol, headers, timeout_ms / 1000.0, env.get(SERVICE) or "wbcore")
 
-    def __repr__(self) -> str:  # header values may be credentials: never shown
-        return (f"Settings(endpoint={self.endpoint!r}, protocol={self.protocol!r}, "
+    def __repr__(self) -> str:  # header values and the endpoint's user-info may be credentials
+        return (f"Settings(endpoint={redact_target(self.endpoint)!r}, protocol={self.protocol!r}, "
                 f"headers=<{len(self.headers)} hidden>)")
