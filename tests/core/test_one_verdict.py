@@ -123,3 +123,12 @@ def test_one_service_chooser() -> None:
             "wbcore_runtime/contract/llm.py": "provider:model"}
     copies = _hits(r"len\(names\) == 1|several .* are installed", home)
     assert not copies, "call wbcore_runtime.contract.host.chosen instead:\n" + "\n".join(copies)
+
+
+def test_one_url_redaction() -> None:
+    """A URL shown in an audit line, an error or a repr loses its user-info, query and fragment
+    in one place, dispatch.audit.redact_target (which also keeps a label and brackets an IPv6
+    host); a copy that rebuilds a URL without its query is a second home."""
+    home = {"wbcore_runtime/dispatch/audit.py": "the one redaction"}
+    copies = _hits(r'urlunsplit\(\(.*"", ""\)\)', home)
+    assert not copies, "call wbcore_runtime.dispatch.audit.redact_target instead:\n" + "\n".join(copies)

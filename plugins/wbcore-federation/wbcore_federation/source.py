@@ -32,7 +32,7 @@ from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
 from wbcore_federation.cache import PageCache
 from wbcore_federation.spec import Entity, Source
 from wbcore_runtime.guard import fetch as _fetch
-from wbcore_runtime.dispatch.audit import digest
+from wbcore_runtime.dispatch.audit import digest, redact_target
 from wbcore_runtime.contract.calls import Principal
 from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs, Timeout, WbError
 from wbcore_runtime.guard.netguard import NetGuard
@@ -242,7 +242,7 @@ class Connector:
         try:
             return jsonbound.loads(body, what="the page")  # too deep a page is refused, not a RecursionError
         except jsonbound.JsonRefused as exc:
-            raise InvalidArgs(f"{_redacted(url)}: {exc}") from None
+            raise InvalidArgs(f"{_shown(url)}: {exc}") from None
 
     # --- every page of an entity ----------------------------------------------------------
 
@@ -257,10 +257,10 @@ class Connector:
             url = _with_param(url, pag.param, "1")
         for _ in range(src.max_pages):
             doc, got = self.get(url)
-            raw = _dig(doc, entity.rows_path, _redacted(url))
+            raw = _dig(doc, entity.rows_path, _shown(url))
             if not isinstance(raw, list) or not all(isinstance(r, dict) for r in raw):
                 raise InvalidArgs(
-                    f"{_redacted(url)}: the rows at {entity.rows_path or 'the top level'!r} are not a list "
+                    f"{_shown(url)}: the rows at {entity.rows_path or 'the top level'!r} are not a list "
                     "of objects; set :ROWS_PATH:"
                 )
             yield Page(url, tuple(raw), got.size)
@@ -269,7 +269,7 @@ class Connector:
                 target = next_link(got.header("link"))
                 nxt = urljoin(url, target) if target else None
             elif pag.style == "cursor":
-                cursor = _dig(doc, pag.field, _redacted(url)) if _has(doc, pag.field) else None
+                cursor = _dig(doc, pag.field, _shown(url)) if _has(doc, pag.field) else None
                 if cursor not in (None, ""):
                     nxt = _with_param(url, pag.param, str(cursor))
             elif pag.style == "page" and raw:
@@ -307,14 +307,12 @@ def _has(doc: Any, path: str) -> bool:
     return True
 
 
+def _shown(url: str) -> str:
+    """A URL as messages show it (the audit's one redaction: no user-info, query or fragment)."""
+    return redact_target(url) or ""
+
+
 def _with_param(url: str, name: str, value: str) -> str:
     p = urlsplit(url)
     q = [(k, v) for k, v in parse_qsl(p.query, keep_blank_values=True) if k != name] + [(name, value)]
     return urlunsplit((p.scheme, p.netloc, p.path, urlencode(q), ""))
-
-
-def _redacted(url: str) -> str:
-    """A URL as messages show it: no query (it may carry a cursor or a token)."""
-    p = urlsplit(url)
-    return urlunsplit((p.scheme, p.hostname or "", p.path, "", "")) if p.port is None else \
-        urlunsplit((p.scheme, f"{p.hostname}:{p.port}", p.path, "", ""))
