@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from wbcore_runtime.guard import fetch
-from wbcore_runtime.contract.errors import DnsError, InvalidArgs, Timeout, TlsError, Unreachable
+from wbcore_runtime.contract.errors import DnsError, InvalidArgs, NotFound, Timeout, TlsError, Unreachable
 from wbcore_runtime.guard.netguard import EgressDenied, NetGuard
 from wbcore_testing.loopback import ALLOW, FILES, ends_within
 
@@ -172,3 +172,12 @@ def test_a_url_with_credentials_is_refused_without_echoing_them():
         fetch.get_bytes("https://u:ghp_s3cret@github.com/o/r", guard=NetGuard.from_env({}),
                         limits=fetch.FetchLimits())
     assert "ghp_s3cret" not in str(exc.value) and "https://github.com/o/r" in str(exc.value)
+
+
+def test_an_error_names_the_url_without_its_query(http_port, tmp_path):
+    # a redirect's target may be a presigned link whose query is the credential: an error that
+    # reaches a terminal, a log, a guest or a model names scheme, host and path only
+    url = f"http://127.0.0.1:{http_port}/no-such-file?X-Amz-Signature=s3cret"
+    with pytest.raises(NotFound, match="HTTP 404") as exc:
+        fetch.download(url, tmp_path / "out", guard=NetGuard.from_env(ALLOW))
+    assert "s3cret" not in str(exc.value) and f"127.0.0.1:{http_port}/no-such-file" in str(exc.value)

@@ -262,17 +262,19 @@ def stream(
             raise InvalidArgs(f"{redact_target(url)}: only {', '.join(limits.schemes)} URLs are fetched")
         if parts.username or parts.password:  # the refusal never echoes them
             raise InvalidArgs(f"{redact_target(url)}: credentials in the URL are not allowed")
+        # messages name a URL without its query: a redirect's may be a signature (a presigned link)
+        shown = redact_target(url) or url
         host = parts.hostname or ""
         if not host:
-            raise InvalidArgs(f"{url}: the URL names no host")
+            raise InvalidArgs(f"{shown}: the URL names no host")
         try:
             port = parts.port or DEFAULT_PORTS[scheme]
         except ValueError:
-            raise InvalidArgs(f"{url}: bad port") from None
+            raise InvalidArgs(f"{shown}: bad port") from None
         pin = guard.pin(host, port)
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            raise Timeout(f"{url}: not fetched within {limits.timeout:g}s")
+            raise Timeout(f"{shown}: not fetched within {limits.timeout:g}s")
         pinned = urlunsplit((scheme, f"{pin.ip_for_url}:{port}", parts.path or "/", parts.query, ""))
         sent = {"Accept-Encoding": "identity", **(headers or {})}
         shown_host = f"[{host}]" if ":" in host else host
@@ -285,16 +287,16 @@ def stream(
                 resp = c.send(req, stream=True)
             except httpx.HTTPError as exc:
                 if cut.fired:
-                    raise Timeout(f"{url}: no answer within {limits.timeout:g}s") from None
-                raise transport_error(exc, url) from None
+                    raise Timeout(f"{shown}: no answer within {limits.timeout:g}s") from None
+                raise transport_error(exc, shown) from None
             try:
                 if resp.is_redirect and resp.status_code not in ok:
                     if body is not None:
-                        raise InvalidArgs(f"{url}: HTTP {resp.status_code} redirect of a {method} "
+                        raise InvalidArgs(f"{shown}: HTTP {resp.status_code} redirect of a {method} "
                                           "with a body; not followed")
                     location = resp.headers.get("location")
                     if not location:
-                        raise InvalidArgs(f"{url}: HTTP {resp.status_code} redirect without a Location")
+                        raise InvalidArgs(f"{shown}: HTTP {resp.status_code} redirect without a Location")
                     nxt = urljoin(url, location)
                     if _origin(nxt) != _origin(url) and headers:
                         # Credentials are for the origin the caller named: a redirect to another
@@ -303,21 +305,21 @@ def stream(
                     url = nxt
                     continue
                 if resp.status_code in (404, 410):
-                    raise NotFound(f"{url}: HTTP {resp.status_code} (not found)")
+                    raise NotFound(f"{shown}: HTTP {resp.status_code} (not found)")
                 if resp.status_code not in ok:
                     if resp.status_code >= 500:
-                        raise Unreachable(f"{url}: answered HTTP {resp.status_code}")
-                    raise StatusRefused(f"{url}: answered HTTP {resp.status_code}", resp.status_code)
+                        raise Unreachable(f"{shown}: answered HTTP {resp.status_code}")
+                    raise StatusRefused(f"{shown}: answered HTTP {resp.status_code}", resp.status_code)
                 declared = resp.headers.get("content-length", "")
                 if method != "HEAD" and declared.isdigit() and int(declared) > limits.max_bytes:
-                    raise InvalidArgs(f"{url}: {declared} bytes is over the {limits.max_bytes}-byte cap")
+                    raise InvalidArgs(f"{shown}: {declared} bytes is over the {limits.max_bytes}-byte cap")
                 h = hashlib.sha256()
                 total = 0
                 try:
                     for chunk in resp.iter_raw(1 << 16):
                         total += len(chunk)
                         if total > limits.max_bytes:
-                            raise InvalidArgs(f"{url}: over the {limits.max_bytes}-byte cap; "
+                            raise InvalidArgs(f"{shown}: over the {limits.max_bytes}-byte cap; "
                                               "download stopped")
                         if cut.fired:
                             break
@@ -325,15 +327,15 @@ def stream(
                         sink(chunk)
                 except httpx.HTTPError as exc:
                     if not cut.fired:
-                        raise transport_error(exc, url) from None
+                        raise transport_error(exc, shown) from None
                 if cut.fired:  # the deadline ended the body, with an error or early: never an answer
-                    raise Timeout(f"{url}: not fetched within {limits.timeout:g}s; download stopped")
+                    raise Timeout(f"{shown}: not fetched within {limits.timeout:g}s; download stopped")
                 kept = tuple((k.lower(), v) for k, v in resp.headers.multi_items())
                 return Fetched(url, resp.status_code, total, h.hexdigest(),
                                resp.headers.get("content-type", ""), kept)
             finally:
                 resp.close()
-    raise InvalidArgs(f"{url}: more than {limits.max_redirects} redirects")
+    raise InvalidArgs(f"{redact_target(url)}: more than {limits.max_redirects} redirects")
 
 
 def download(
