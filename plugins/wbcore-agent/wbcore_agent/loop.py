@@ -323,11 +323,16 @@ class Run:
             self.on_step(json.loads(line))
 
 
-def load_state(runtime: Any, run_id: str, tenant: str, agent_id: str) -> dict[str, Any] | None:
-    """A run's saved state from its VFS, or ``None`` when it has none."""
-    ctx = runtime.dock.context(
+def state_context(runtime: Any, run_id: str, tenant: str, agent_id: str) -> Any:
+    """The Dock context that reaches a run's VFS instance, where its state is saved."""
+    return runtime.dock.context(
         principal=Principal(tenant, f"agent.{agent_id}"), caps={"vfs"}, instance=f"agent-{run_id}"
     )
+
+
+def load_state(runtime: Any, run_id: str, tenant: str, agent_id: str) -> dict[str, Any] | None:
+    """A run's saved state from its VFS, or ``None`` when it has none."""
+    ctx = state_context(runtime, run_id, tenant, agent_id)
     try:
         got = runtime.dock.call(ctx, "vfs", "read", {"path": STATE_PATH, "volume": STATE_VOLUME})
     except NotFound:

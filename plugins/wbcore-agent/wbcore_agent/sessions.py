@@ -40,9 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from wbcore_agent.loop import (RUNNING, SESSION_MAX_STEPS, STATE_PATH, STATE_VOLUME, STEPS_FILE, RunRecord,
-                               check_run_id, find_agent, run_agent)
+                               check_run_id, find_agent, run_agent, state_context)
 from wbcore_agent.review import ReviewQueue
-from wbcore_runtime.contract.calls import Principal
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound, WbError
 
 MAX_EVENTS = 10_000
@@ -205,8 +204,8 @@ class Sessions:
         self._lock = threading.Lock()
         self._sessions: dict[str, Session] = {}
         self._dropped: OrderedDict[str, _Dropped] = OrderedDict()
-        self.keep_ended, self.keep_ended_s = KEEP_ENDED, KEEP_ENDED_S
-        self.bound_ended(keep_ended, keep_ended_s)
+        self.keep_ended, self.keep_ended_s = keep_ended, keep_ended_s
+        self.bound_ended(keep_ended, keep_ended_s)  # checks them
 
     def bound_ended(self, count: int, seconds: float) -> None:
         """Keep at most ``count`` ended sessions in memory, each for at most ``seconds``."""
@@ -305,8 +304,7 @@ class Sessions:
         if (d.workdir / STEPS_FILE).is_file():
             where.append(f"its steps are in {d.workdir / STEPS_FILE}")
         if d.ran:  # its VFS exists (a run that never started has none: looking would make one)
-            ctx = self.runtime.dock.context(principal=Principal(d.tenant, f"agent.{d.agent}"), caps={"vfs"},
-                                            instance=f"agent-{run_id}")
+            ctx = state_context(self.runtime, run_id, d.tenant, d.agent)
             try:
                 self.runtime.dock.call(ctx, "vfs", "stat", {"path": STATE_PATH, "volume": STATE_VOLUME})
                 where.append(
