@@ -258,12 +258,12 @@ def stream(
     for _hop in range(limits.max_redirects + 1):
         parts = urlsplit(url)
         scheme = parts.scheme.lower()
-        if scheme not in limits.schemes:
-            raise InvalidArgs(f"{redact_target(url)}: only {', '.join(limits.schemes)} URLs are fetched")
-        if parts.username or parts.password:  # the refusal never echoes them
-            raise InvalidArgs(f"{redact_target(url)}: credentials in the URL are not allowed")
-        # messages name a URL without its query: a redirect's may be a signature (a presigned link)
+        # messages name a URL without user-info or query: a redirect's may be a presigned link
         shown = redact_target(url) or url
+        if scheme not in limits.schemes:
+            raise InvalidArgs(f"{shown}: only {', '.join(limits.schemes)} URLs are fetched")
+        if parts.username or parts.password:  # the refusal never echoes them
+            raise InvalidArgs(f"{shown}: credentials in the URL are not allowed")
         host = parts.hostname or ""
         if not host:
             raise InvalidArgs(f"{shown}: the URL names no host")
