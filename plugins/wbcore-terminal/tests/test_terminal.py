@@ -225,6 +225,13 @@ def _attach_in_thread(to_host_r, to_agent_w, stdin_fd, stdout_fd, deadline_s):
     return thread, result
 
 
+def _ends(tmp_path, keys: bytes) -> tuple[int, int, int, int, int, int, int]:
+    """Pipes to and from the agent and for the user's screen, and the user's keystrokes as a
+    file: (to_host_r, to_host_w, to_agent_r, to_agent_w, out_r, out_w, stdin_fd)."""
+    (tmp_path / "in").write_bytes(keys)
+    return (*os.pipe(), *os.pipe(), *os.pipe(), os.open(tmp_path / "in", os.O_RDONLY))
+
+
 def _opened() -> bytes:
     return frames.encode(frames.PTY_OPENED, frames.pack({"session": 1, "ok": True}))
 
@@ -232,11 +239,7 @@ def _opened() -> bytes:
 def test_a_frame_that_never_completes_does_not_hold_the_relay_past_its_deadline(tmp_path) -> None:
     """The agent's stream is the sandbox's: a header declaring a payload that never arrives
     must not hold the host's terminal past the session's deadline."""
-    to_host_r, to_host_w = os.pipe()
-    to_agent_r, to_agent_w = os.pipe()
-    out_r, out_w = os.pipe()
-    (tmp_path / "in").write_bytes(b"")
-    stdin_fd = os.open(tmp_path / "in", os.O_RDONLY)
+    to_host_r, to_host_w, to_agent_r, to_agent_w, out_r, out_w, stdin_fd = _ends(tmp_path, b"")
     os.write(to_host_w, _opened() + frames.HEADER.pack(1000, frames.PTY_DATA) + b"partial")
     try:
         thread, result = _attach_in_thread(to_host_r, to_agent_w, stdin_fd, out_w, 1.0)
@@ -254,11 +257,8 @@ def test_a_frame_that_never_completes_does_not_hold_the_relay_past_its_deadline(
 def test_an_agent_that_stops_reading_does_not_hold_the_relay_past_its_deadline(tmp_path) -> None:
     """Keystrokes queued for an agent that reads nothing (its pipe full): at the deadline the
     close is offered for a moment, not written blocking forever."""
-    to_host_r, to_host_w = os.pipe()
-    to_agent_r, to_agent_w = os.pipe()
-    out_r, out_w = os.pipe()
-    (tmp_path / "in").write_bytes(b"x" * (4 << 20))  # more than the pipe and the relay's queue hold
-    stdin_fd = os.open(tmp_path / "in", os.O_RDONLY)
+    # more keystrokes than the pipe and the relay's queue hold
+    to_host_r, to_host_w, to_agent_r, to_agent_w, out_r, out_w, stdin_fd = _ends(tmp_path, b"x" * (4 << 20))
     os.write(to_host_w, _opened())
     try:
         thread, result = _attach_in_thread(to_host_r, to_agent_w, stdin_fd, out_w, 1.0)
