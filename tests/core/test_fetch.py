@@ -127,6 +127,14 @@ def test_one_fetcher():
             if pattern.search(path.read_text(encoding="utf-8", errors="replace")):
                 found.append(path.relative_to(root).as_posix())
     assert found == ["wbcore_runtime/guard/fetch.py"]
+    # ... and no module but it turns a checked pin into a URL or decides which headers a
+    # redirect carries on (fetch.hop, fetch.carried: the net broker's hops call them too)
+    pinning = re.compile(r"\bip_for_url\b|_CREDENTIAL_HEADERS")
+    found = [path.relative_to(root).as_posix() for base in (root / "wbcore_runtime", root / "plugins")
+             for path in base.rglob("*.py")
+             if "/tests/" not in path.as_posix() and ".venv" not in path.parts
+             and pinning.search(path.read_text(encoding="utf-8", errors="replace"))]
+    assert sorted(found) == ["wbcore_runtime/guard/fetch.py", "wbcore_runtime/guard/netguard.py"], found
 
 
 def test_a_pinned_file_comes_from_a_url_or_a_handed_over_file_and_must_match(http_port, tmp_path):

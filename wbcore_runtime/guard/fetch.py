@@ -2,7 +2,8 @@
 
 ``BUILD_SRC`` ``wasm:``/``archive:`` sources, ``wbx toolkit install <url>`` and did:web
 documents all come through :func:`download` / :func:`get_bytes`; the net and llm brokers
-open their connections with :func:`client` (the same TLS and no-environment rules).
+open their connections with :func:`client` (the same TLS and no-environment rules), and the
+net broker's hops are checked, pinned and stripped of credentials by :func:`hop` and :func:`carried`.
 
 - **SSRF guard on every hop**: the first request and every redirect are checked by
   :class:`wbcore_runtime.guard.netguard.NetGuard` and sent to the *pinned* address (the URL carries the
@@ -94,6 +95,53 @@ def _origin(url: str) -> tuple[str, str, int | None]:
         port = None
     scheme = p.scheme.lower()
     return scheme, (p.hostname or "").lower(), port or DEFAULT_PORTS.get(scheme)
+
+
+def carried(headers: Mapping[str, str], old: str, new: str) -> dict[str, str]:
+    """The headers a redirect from ``old`` to ``new`` sends on: credentials are for the origin
+    the caller named, so a hop to another (a registry's storage, a CDN, an open redirect) drops them."""
+    if _origin(new) == _origin(old):
+        return dict(headers)
+    return {k: v for k, v in headers.items() if k.lower() not in _CREDENTIAL_HEADERS}
+
+
+@dataclass(frozen=True, slots=True)
+class Hop:
+    """One hop checked and pinned: send to ``pinned`` (the checked IP) with ``host_header`` as
+    ``Host`` and ``extensions`` (TLS SNI: the certificate is verified against the name)."""
+
+    host: str
+    pinned: str
+    host_header: str
+    extensions: dict[str, str]
+    shown: str  # the URL as messages show it: no user-info, no query (a presigned link's)
+
+
+def hop(url: str, guard: NetGuard, schemes: tuple[str, ...],
+        check: Callable[[str, str, int], None] | None = None) -> Hop:
+    """Check ``url`` (scheme, no credentials, a host, a port; ``check`` adds the caller's
+    narrowing, e.g. a toolkit's ``#+ALLOWED_HOSTS``) and pin it through ``guard``."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    shown = redact_target(url) or url
+    if scheme not in schemes:
+        raise InvalidArgs(f"{shown}: only {', '.join(schemes)} URLs are fetched")
+    if parts.username or parts.password:  # the refusal never echoes them
+        raise InvalidArgs(f"{shown}: credentials in the URL are not allowed")
+    host = parts.hostname or ""
+    if not host:
+        raise InvalidArgs(f"{shown}: the URL names no host")
+    try:
+        port = parts.port or DEFAULT_PORTS[scheme]
+    except ValueError:
+        raise InvalidArgs(f"{shown}: bad port") from None
+    if check is not None:
+        check(scheme, host, port)
+    pin = guard.pin(host, port)
+    pinned = urlunsplit((scheme, f"{pin.ip_for_url}:{port}", parts.path or "/", parts.query, ""))
+    named = f"[{host}]" if ":" in host else host
+    return Hop(host, pinned, named if port == DEFAULT_PORTS[scheme] else f"{named}:{port}",
+               {"sni_hostname": pin.host} if scheme == "https" else {}, shown)
 
 
 def ssl_context(env: Mapping[str, str] | None = None) -> ssl.SSLContext:
@@ -256,33 +304,15 @@ def stream(
 
     deadline = time.monotonic() + limits.timeout
     for _hop in range(limits.max_redirects + 1):
-        parts = urlsplit(url)
-        scheme = parts.scheme.lower()
-        # messages name a URL without user-info or query: a redirect's may be a presigned link
-        shown = redact_target(url) or url
-        if scheme not in limits.schemes:
-            raise InvalidArgs(f"{shown}: only {', '.join(limits.schemes)} URLs are fetched")
-        if parts.username or parts.password:  # the refusal never echoes them
-            raise InvalidArgs(f"{shown}: credentials in the URL are not allowed")
-        host = parts.hostname or ""
-        if not host:
-            raise InvalidArgs(f"{shown}: the URL names no host")
-        try:
-            port = parts.port or DEFAULT_PORTS[scheme]
-        except ValueError:
-            raise InvalidArgs(f"{shown}: bad port") from None
-        pin = guard.pin(host, port)
+        at = hop(url, guard, limits.schemes)
+        shown = at.shown
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise Timeout(f"{shown}: not fetched within {limits.timeout:g}s")
-        pinned = urlunsplit((scheme, f"{pin.ip_for_url}:{port}", parts.path or "/", parts.query, ""))
-        sent = {"Accept-Encoding": "identity", **(headers or {})}
-        shown_host = f"[{host}]" if ":" in host else host
-        sent["Host"] = shown_host if port == DEFAULT_PORTS[scheme] else f"{shown_host}:{port}"
-        extensions = {"sni_hostname": pin.host} if scheme == "https" else {}
+        sent = {"Accept-Encoding": "identity", **(headers or {}), "Host": at.host_header}
         with client(timeout=min(30.0, remaining), env=env) as c, cut_at(deadline) as cut:
-            req = c.build_request(method, pinned, headers=sent, content=body,
-                                  extensions={**extensions, **cut.extensions})
+            req = c.build_request(method, at.pinned, headers=sent, content=body,
+                                  extensions={**at.extensions, **cut.extensions})
             try:
                 resp = c.send(req, stream=True)
             except httpx.HTTPError as exc:
@@ -298,10 +328,7 @@ def stream(
                     if not location:
                         raise InvalidArgs(f"{shown}: HTTP {resp.status_code} redirect without a Location")
                     nxt = urljoin(url, location)
-                    if _origin(nxt) != _origin(url) and headers:
-                        # Credentials are for the origin the caller named: a redirect to another
-                        # host (a registry's storage, a CDN) never carries them along.
-                        headers = {k: v for k, v in headers.items() if k.lower() not in _CREDENTIAL_HEADERS}
+                    headers = carried(headers or {}, url, nxt)
                     url = nxt
                     continue
                 if resp.status_code in (404, 410):

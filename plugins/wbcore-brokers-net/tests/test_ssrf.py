@@ -79,6 +79,20 @@ def test_public_target_is_reached_on_its_pinned_address(dock, http_target):
     assert got["redirects"] == 1 and got["body"].startswith(b"hello")
 
 
+def test_credentials_stay_with_the_origin_they_were_sent_to(dock, http_target):
+    """A redirect to another allowed host never carries the guest's Authorization or Cookie
+    (an open redirect on the API host must not hand its token to a second host)."""
+    sent = {"Authorization": "Bearer s3cret", "Cookie": "session=s3cret", "X-Custom": "kept"}
+    hosts = (f"http://public.test:{http_target}", f"http://other.test:{http_target}")
+    got = dock.call(ctx(dock, hosts), "net", "fetch",
+                    {"url": f"http://public.test:{http_target}/redirect-other", "headers": sent})
+    assert got["redirects"] == 1 and got["url"] == f"http://other.test:{http_target}/headers"
+    assert got["body"] == b"authorization=-\ncookie=-\nx-custom=kept"
+    got = dock.call(ctx(dock, hosts), "net", "fetch",
+                    {"url": f"http://public.test:{http_target}/redirect-same", "headers": sent})
+    assert got["body"] == b"authorization=Bearer s3cret\ncookie=session=s3cret\nx-custom=kept"
+
+
 def test_dns_rebinding_cannot_move_the_pin(dock, dns, http_target):
     got = dock.call(ctx(dock), "net", "fetch", {"url": f"http://rebind.test:{http_target}/ok"})
     assert got["body"] == f"hello from rebind.test:{http_target}".encode()

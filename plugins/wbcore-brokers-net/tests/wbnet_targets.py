@@ -58,6 +58,8 @@ class _Handler(BaseHTTPRequestHandler):
             "/redirect-public": "/ok",
             "/redirect-rebind": f"http://rebind.test:{port}/ok",
             "/redirect-loop": "/redirect-loop",
+            "/redirect-other": f"http://other.test:{port}/headers",
+            "/redirect-same": "/headers",
         }
         if self.path in routes:
             self.send_response(302)
@@ -70,6 +72,10 @@ class _Handler(BaseHTTPRequestHandler):
         elif self.path == "/slow":
             time.sleep(3)
             body = b"late"
+        elif self.path == "/headers":  # which credential headers reached this origin
+            seen = {k.lower(): v for k, v in self.headers.items()}
+            names = ("authorization", "cookie", "x-custom")
+            body = "\n".join(f"{k}={seen.get(k, '-')}" for k in names).encode()
         elif self.path == "/page":
             body = b"<html><script>x()</script><h1>Title</h1><p>Hello &amp; bye</p></html>"
         else:

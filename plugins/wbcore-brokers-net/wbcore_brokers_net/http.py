@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urljoin, urlsplit, urlunsplit
+from urllib.parse import urljoin, urlsplit
 
 from wbcore_runtime.guard import deadline as _deadline
 from wbcore_runtime.guard import fetch as _fetch
@@ -84,37 +84,26 @@ class CappedHttp:
         if len(sent_headers) > 64 or sum(len(k) + len(v) for k, v in sent_headers.items()) > 64 << 10:
             raise refuse(InvalidArgs, "too-large", "net: more than 64 headers or 64 KiB of headers")
         for hop in range(MAX_REDIRECTS + 1):
-            parts = urlsplit(url)
-            scheme = parts.scheme.lower()
-            if scheme not in ("http", "https"):
+            scheme = urlsplit(url).scheme.lower()
+            if scheme not in allowlist.DEFAULT_PORTS:
                 raise refuse(CapabilityDenied, "scheme",
                              f"net: scheme {scheme!r} is not allowed (http, https)")
-            if parts.username or parts.password:
-                raise InvalidArgs("net: credentials in the URL are not allowed; send a header")
-            host = parts.hostname or ""
-            try:
-                port = parts.port or allowlist.DEFAULT_PORTS[scheme]
-            except ValueError:
-                raise InvalidArgs(f"net: bad port in {url!r}") from None
             if on_hop:
                 on_hop(url)
-            allowlist.check(allowed_hosts, scheme, host, port)
-            pin = self.guard.pin(host, port)
+            # the one hop check (credentials, port, the pin) with the toolkit's #+ALLOWED_HOSTS
+            at = _fetch.hop(url, self.guard, ("http", "https"),
+                            lambda s, h, p: allowlist.check(allowed_hosts, s, h, p))
+            host = at.host
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise refuse(Timeout, "deadline", f"net: deadline passed before {host}")
-            pinned = urlunsplit((scheme, f"{pin.ip_for_url}:{port}", parts.path or "/", parts.query, ""))
-            default_port = allowlist.DEFAULT_PORTS[scheme] == port
-            hdrs = dict(sent_headers)
-            hdrs["Host"] = host if default_port else f"{host}:{port}"
-            if ":" in host and not hdrs["Host"].startswith("["):
-                hdrs["Host"] = f"[{host}]" + ("" if default_port else f":{port}")
+            hdrs = {**sent_headers, "Host": at.host_header}
             timeout = httpx.Timeout(remaining)
             with _fetch.client(timeout=remaining, verify=self.verify) as client, \
                     _deadline.cut_at(deadline) as cut:
-                req = client.build_request(method, pinned, headers=hdrs, content=body or None,
-                                           extensions={"sni_hostname": pin.host,
-                                                       "timeout": timeout.as_dict(), **cut.extensions})
+                req = client.build_request(method, at.pinned, headers=hdrs, content=body or None,
+                                           extensions={**at.extensions, "timeout": timeout.as_dict(),
+                                                       **cut.extensions})
                 try:
                     resp = client.send(req, stream=True)
                 except httpx.HTTPError as exc:
@@ -122,11 +111,13 @@ class CappedHttp:
                         raise refuse(Timeout, "deadline",
                                      f"net: {host} did not answer before the deadline") from None
                     raise refuse(CapabilityDenied if "certificate" in str(exc).lower() else InvalidArgs,
-                                 "connect", f"net: {method} {scheme}://{host}:{port} failed: "
+                                 "connect", f"net: {method} {at.shown} failed: "
                                             f"{type(exc).__name__}: {str(exc)[:200]}") from None
                 try:
                     if resp.is_redirect and "location" in resp.headers:
-                        url = urljoin(url, resp.headers["location"])
+                        nxt = urljoin(url, resp.headers["location"])
+                        sent_headers = _fetch.carried(sent_headers, url, nxt)
+                        url = nxt
                         if resp.status_code in (301, 302, 303) and method != "HEAD":
                             method, body = "GET", b""
                         continue
