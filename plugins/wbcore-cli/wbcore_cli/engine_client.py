@@ -23,7 +23,7 @@ import typer
 from wbcore_runtime.contract.cli_output import emit_json
 from wbcore_runtime.contract.errors import CapabilityDenied, Internal, InvalidArgs, NotFound, Timeout, WbError
 from wbcore_runtime.store.archive import deterministic_targz
-from wbcore_runtime.guard import paths
+from wbcore_runtime.guard import fetch, paths
 from wbcore_runtime.trust import signing
 
 TOKEN_ENV = "WB_ENGINE_TOKEN"
@@ -34,6 +34,21 @@ DEFAULT_TIMEOUT = 120.0
 _KINDS: dict[int, type[WbError]] = {400: InvalidArgs, 401: CapabilityDenied, 403: CapabilityDenied,
                                     404: NotFound, 408: Timeout, 413: InvalidArgs, 421: CapabilityDenied,
                                     422: InvalidArgs, 501: NotFound, 504: Timeout}
+
+
+class _Redirects(urllib.request.HTTPRedirectHandler):
+    """Redirects followed as urllib does, but the token stays with the engine's origin
+    (``fetch.carried``): a redirect elsewhere arrives without it (and is answered 401)."""
+
+    def redirect_request(self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any,
+                         newurl: str) -> urllib.request.Request | None:
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None:
+            new.headers = fetch.carried(new.headers, req.full_url, new.full_url)
+        return new
+
+
+_OPENER = urllib.request.build_opener(_Redirects)
 
 
 def _url(base: str, path: str, query: Mapping[str, Any] | None = None) -> str:
@@ -79,8 +94,8 @@ def call(base: str, path: str, *, token: str | None, method: str = "GET",
     """One JSON request; the parsed answer, or the ``WbError`` its status maps to."""
     url = _url(base, path, query)
     try:
-        with urllib.request.urlopen(_request(url, token, method=method, body=body, content_type=content_type),
-                                    timeout=timeout) as resp:
+        with _OPENER.open(_request(url, token, method=method, body=body, content_type=content_type),
+                          timeout=timeout) as resp:
             return json.loads(_read(resp, MAX_ANSWER) or b"null")
     except urllib.error.HTTPError as exc:
         raise _raise(exc, url) from None
@@ -113,7 +128,7 @@ def events(base: str, path: str, *, token: str | None, wait: float = 3600.0,
     url = _url(base, path, {**(query or {}), "wait": wait})
     deadline = time.monotonic() + wait + 30
     try:
-        resp = urllib.request.urlopen(_request(url, token, accept="text/event-stream"), timeout=60)
+        resp = _OPENER.open(_request(url, token, accept="text/event-stream"), timeout=60)
     except urllib.error.HTTPError as exc:
         raise _raise(exc, url) from None
     except urllib.error.URLError as exc:

@@ -1,0 +1,66 @@
+"""The engine client (``wbx --engine``): its token is for the engine's origin only."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from wbcore_cli import engine_client
+from wbcore_runtime.contract.errors import CapabilityDenied
+
+
+def _serve(handler: type[BaseHTTPRequestHandler]) -> tuple[ThreadingHTTPServer, threading.Thread]:
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    srv.daemon_threads = True
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    return srv, t
+
+
+@pytest.fixture
+def origins() -> Iterator[tuple[int, int, list[str]]]:
+    """An engine on one port that redirects ``/away`` to another port (another origin) and
+    ``/here`` to itself; every ``Authorization`` either receives is recorded."""
+    seen: list[str] = []
+    ports: list[int] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *a: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            port = self.server.server_address[1]
+            seen.append(f"{port} {self.path} {self.headers.get('Authorization', '-')}")
+            target = {"/away": f"http://127.0.0.1:{ports[1]}/v1/ok", "/here": "/v1/ok"}.get(self.path)
+            if target:
+                self.send_response(302)
+                self.send_header("Location", target)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            ok = self.headers.get("Authorization") == "Bearer t0k"
+            body = b'{"ok": true}' if ok else b'{"message": "token wanted"}'
+            self.send_response(200 if ok else 401)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    servers = [_serve(Handler) for _ in range(2)]
+    ports.extend(s.server_address[1] for s, _ in servers)
+    yield ports[0], ports[1], seen
+    for srv, _ in servers:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_a_redirect_to_another_origin_never_carries_the_engine_token(origins):
+    engine, other, seen = origins
+    assert engine_client.call(f"http://127.0.0.1:{engine}", "/here", token="t0k") == {"ok": True}
+    assert seen == [f"{engine} /here Bearer t0k", f"{engine} /v1/ok Bearer t0k"]
+    seen.clear()
+    with pytest.raises(CapabilityDenied, match="HTTP 401"):
+        engine_client.call(f"http://127.0.0.1:{engine}", "/away", token="t0k")
+    assert seen == [f"{engine} /away Bearer t0k", f"{other} /v1/ok -"]
