@@ -254,6 +254,9 @@ def provider_error(vendor: str, exc: Exception, settings: Any, *, status_error: 
         text = redact(str(getattr(exc, "message", "") or exc))[:MAX_ERROR_TEXT]
         if status in (401, 403):
             text = "the endpoint refused the deployer's key"
+        elif 300 <= status < 400:  # never followed (SdkChat): the key is for the endpoint named
+            where = fetch.redact_target(exc.response.headers.get("location", "")) or "nowhere"  # type: ignore[attr-defined]
+            text = f"a redirect to {where}, not followed; set the base URL to the endpoint itself"
         return ProviderError(f"{vendor}: HTTP {status}: {text}", status=status,
                              retryable=status in RETRYABLE_STATUS, retry_after=retry_after)
     if isinstance(exc, connection_error):  # timeouts included
@@ -299,7 +302,10 @@ class SdkChat:
         self._client = client_class(
             api_key=settings.api_key or "not-needed",  # local servers take any key; the SDK wants one
             max_retries=0, timeout=settings.timeout_s,
-            http_client=sdk.DefaultHttpxClient(trust_env=False, timeout=settings.timeout_s, transport=(
+            # no redirect is followed: the key is for the endpoint the deployer named, and an SDK
+            # header (x-api-key) would go along to wherever a redirect points (provider_error names it)
+            http_client=sdk.DefaultHttpxClient(trust_env=False, follow_redirects=False,
+                                               timeout=settings.timeout_s, transport=(
                 fetch.bounded_transport(max_bytes=self.max_body, what=self.vendor, http=http))), **client_kw)
 
     def __repr__(self) -> str:  # never the key

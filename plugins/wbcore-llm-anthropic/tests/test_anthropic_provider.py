@@ -7,7 +7,7 @@ import pytest
 from wbcore_runtime.contract.errors import Timeout
 from wbcore_runtime.contract.llm import ChatRequest, Message, ProviderError, ToolSpec, ToolUse
 from wbcore_testing.loopback import ends_within
-from wbcore_testing.scripted_llm import ScriptedLlm, empty, endless, failure, plain, raw, reply, tool
+from wbcore_testing.scripted_llm import ScriptedLlm, Turn, empty, endless, failure, plain, raw, reply, tool
 
 KEY = "sk-ant-test-secret"
 SCHEMA = {"type": "object", "properties": {"op": {"type": "string"}}, "required": ["op"]}
@@ -101,3 +101,21 @@ def test_a_stream_of_pings_ends_at_the_request_timeout(make_runtime, llm):
     err, took = ends_within(lambda: d.complete(ChatRequest("", (Message("user", "x"),))), 20,
                             "a completion streaming pings")
     assert isinstance(err, Timeout) and "within 2 s" in str(err) and took < 10
+
+
+def test_a_redirect_is_not_followed_and_the_key_goes_nowhere_else(make_runtime, llm):
+    """The key is for the endpoint the deployer configured: a redirect elsewhere (a compromised
+    gateway, a metadata address) is named in the error, never followed with ``x-api-key``."""
+    with ScriptedLlm("anthropic") as elsewhere:
+        elsewhere.script = [reply(text="from elsewhere")]
+
+        def away(h):
+            h.send_response(307)
+            h.send_header("Location", f"{elsewhere.base_url}/v1/messages")
+            h.send_header("Content-Length", "0")
+            h.end_headers()
+
+        llm.script = [Turn(wire=away)]
+        with pytest.raises(ProviderError, match=r"HTTP 307.*redirect") as exc:
+            driver(make_runtime, llm, WB_LLM_RETRIES="0").complete(ChatRequest("", (Message("user", "x"),)))
+        assert elsewhere.requests == [] and KEY not in str(exc.value)
