@@ -1,19 +1,17 @@
 """The LLM provider contract: chat records, settings, retries and cost, for every provider.
 
 A provider is a plugin (``wbcore_llm_providers`` yields :class:`wbcore_runtime.contract.records.LlmProvider`)
-whose factory returns an :class:`LlmDriver` bound to one :class:`LlmSettings`. The agent
-loop (and any other surface) speaks only these records: provider-neutral messages with
-native tool calls, a :class:`ChatResponse` with token usage and cost. Each provider
-translates them to its vendor's wire format on the vendor's SDK.
+whose factory returns an :class:`LlmDriver` bound to one :class:`LlmSettings`. The agent loop (and any
+other surface) speaks only these records: provider-neutral messages with native tool calls, a
+:class:`ChatResponse` with token usage and cost. Each provider speaks its vendor's wire format on its SDK.
 
-Settings come from the environment of the runtime (the deployer's): ``WB_LLM_PROVIDER``,
-``WB_LLM_MODEL``, ``WB_LLM_BASE_URL``, ``WB_LLM_API_KEY`` (held by the host: never in a
-repr, a step, an event or an error), ``WB_LLM_RETRIES`` (default 3), ``WB_LLM_BACKOFF``
-(first wait in seconds, default 0.5, doubling, capped at 8), ``WB_LLM_TIMEOUT`` (seconds
-per request, default 120), ``WB_LLM_MAX_TOKENS`` (default 4096) and ``WB_LLM_PRICES``
-(``model=IN/OUT;…`` in USD per million tokens: cost is reported only for priced models).
-A model may be written ``provider:model`` (``anthropic:claude-sonnet-4-5``); the prefix
-counts only when it names an installed provider, so ``llama3:8b`` stays a model name.
+Settings come from the environment of the runtime (the deployer's): ``WB_LLM_PROVIDER``, ``WB_LLM_MODEL``,
+``WB_LLM_BASE_URL``, ``WB_LLM_API_KEY`` (held by the host: never in a repr, a step, an event or an error),
+``WB_LLM_RETRIES`` (default 3), ``WB_LLM_BACKOFF`` (first wait in seconds, default 0.5, doubling, capped
+at 8), ``WB_LLM_TIMEOUT`` (seconds per request, default 120), ``WB_LLM_MAX_TOKENS`` (default 4096) and
+``WB_LLM_PRICES`` (``model=IN/OUT;…`` in USD per million tokens: cost is reported only for priced models).
+A model may be written ``provider:model`` (``anthropic:claude-sonnet-4-5``); the prefix counts only when
+it names an installed provider, so ``llama3:8b`` stays a model name.
 """
 
 from __future__ import annotations
@@ -254,9 +252,9 @@ def provider_error(vendor: str, exc: Exception, settings: Any, *, status_error: 
         text = redact(str(getattr(exc, "message", "") or exc))[:MAX_ERROR_TEXT]
         if status in (401, 403):
             text = "the endpoint refused the deployer's key"
-        elif 300 <= status < 400:  # never followed (SdkChat): the key is for the endpoint named
-            where = fetch.redact_target(exc.response.headers.get("location", "")) or "nowhere"  # type: ignore[attr-defined]
-            text = f"a redirect to {where}, not followed; set the base URL to the endpoint itself"
+        elif 300 <= status < 400:  # never followed (SdkChat)
+            text = (f"a redirect to {fetch.redact_target(exc.response.headers.get('location', ''))}, "  # type: ignore[attr-defined]
+                    "not followed; set the base URL to the endpoint itself")
         return ProviderError(f"{vendor}: HTTP {status}: {text}", status=status,
                              retryable=status in RETRYABLE_STATUS, retry_after=retry_after)
     if isinstance(exc, connection_error):  # timeouts included
@@ -278,11 +276,11 @@ def sdk_availability(module: str) -> Availability:
 class SdkChat:
     """The shell every provider on a vendor's official SDK shares (``wbcore-llm-openai``,
     ``wbcore-llm-anthropic``): the SDK's client made once, with its own retries off (every
-    provider retries through :func:`with_retries`, the one policy) and proxy settings from
-    the environment ignored (the deployer's endpoint is reached directly); the key handed to
-    the SDK and never shown (``repr`` names the endpoint and model); errors mapped by
-    :func:`provider_error`. A provider subclass sets :attr:`vendor`, passes its SDK module,
-    client class and extra client arguments, and writes one attempt (:meth:`_once`)."""
+    provider retries through :func:`with_retries`, the one policy), proxy settings from the
+    environment ignored and no redirect followed (the deployer's endpoint is reached directly;
+    the key, x-api-key too, goes nowhere else); the key never shown (``repr`` names the endpoint
+    and model); errors mapped by :func:`provider_error`. A provider subclass sets :attr:`vendor`,
+    passes its SDK module, client class and extra client arguments, and writes one attempt."""
 
     #: The vendor's name in every error ("openai: HTTP 429: …").
     vendor = ""
@@ -302,8 +300,6 @@ class SdkChat:
         self._client = client_class(
             api_key=settings.api_key or "not-needed",  # local servers take any key; the SDK wants one
             max_retries=0, timeout=settings.timeout_s,
-            # no redirect is followed: the key is for the endpoint the deployer named, and an SDK
-            # header (x-api-key) would go along to wherever a redirect points (provider_error names it)
             http_client=sdk.DefaultHttpxClient(trust_env=False, follow_redirects=False,
                                                timeout=settings.timeout_s, transport=(
                 fetch.bounded_transport(max_bytes=self.max_body, what=self.vendor, http=http))), **client_kw)
