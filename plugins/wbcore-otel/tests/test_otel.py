@@ -322,3 +322,53 @@ def test_broker_calls_bridged_from_an_os_process_worker_nest_under_the_call_span
     assert [b["attrs"]["wb.outcome"] for b in brokers] == ["allowed", "allowed"]
     for b in brokers:
         assert b["trace"] == call["trace"] and b["parent"] == call["id"], (b, call)
+
+
+def test_the_collectors_headers_never_follow_a_redirect_elsewhere():
+    """``OTEL_EXPORTER_OTLP_HEADERS`` carry the collector's key (``x-honeycomb-team=…``): a
+    collector answering with a redirect to another host gets the export refused, never resent
+    there with the key (requests strips only ``Authorization``)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from wbcore_otel.tracer import OtelTracer
+
+    seen: list[tuple[int, str]] = []
+    servers: list[ThreadingHTTPServer] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *a: object) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            port = self.server.server_address[1]
+            seen.append((port, self.headers.get("x-honeycomb-team", "-")))
+            if port == servers[0].server_address[1]:
+                self.send_response(307)
+                self.send_header("Location", f"http://127.0.0.1:{servers[1].server_address[1]}/v1/traces")
+            else:
+                self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    for _ in range(2):
+        srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        srv.daemon_threads = True
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        servers.append(srv)
+    try:
+        collector, elsewhere = (s.server_address[1] for s in servers)
+        tracer = OtelTracer.from_env({"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector}",
+                                      "OTEL_EXPORTER_OTLP_HEADERS": "x-honeycomb-team=s3cret",
+                                      "OTEL_EXPORTER_OTLP_TIMEOUT": "2000"})
+        with tracer.span("wb.test", {}):
+            pass
+        tracer.provider.force_flush(5000)
+        tracer.shutdown()
+        assert (collector, "s3cret") in seen
+        assert all(port != elsewhere for port, _ in seen), seen
+    finally:
+        for srv in servers:
+            srv.shutdown()
+            srv.server_close()
