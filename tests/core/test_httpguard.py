@@ -33,6 +33,12 @@ def test_token_is_required_exact_and_long_enough():
         httpguard.check_token("short")
     with pytest.raises(InvalidArgs):
         httpguard.check_token(f" {TOKEN} ")
+    # a byte no client can send in a header (a line ending from a file, a control or non-ASCII
+    # character) would make a token nothing ever matches: refused, never echoed
+    for bad in (f"{TOKEN[:8]}\r{TOKEN[8:]}", f"{TOKEN}\x00x", f"{TOKEN}é", f"{TOKEN[:8]} {TOKEN[8:]}"):
+        with pytest.raises(InvalidArgs, match="visible ASCII") as exc:
+            httpguard.check_token(bad)
+        assert TOKEN[:8] not in str(exc.value)
     assert httpguard.check_token("") is None and httpguard.check_token(None) is None
 
 

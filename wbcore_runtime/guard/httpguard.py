@@ -46,9 +46,9 @@ def check_token(token: str | None, *, option: str = "--token") -> str | None:
     """The token to require (``None``: none), refusing one too short to resist guessing."""
     if token is None or token == "":
         return None
-    if len(token) < MIN_TOKEN_CHARS or token != token.strip():
-        raise InvalidArgs(f"{option}: use at least {MIN_TOKEN_CHARS} characters without surrounding "
-                          "spaces (e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))')")
+    if len(token) < MIN_TOKEN_CHARS or not all("!" <= c <= "~" for c in token):  # what a header carries
+        raise InvalidArgs(f"{option}: use at least {MIN_TOKEN_CHARS} visible ASCII characters, no space or "
+                          "line ending (e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))')")
     return token
 
 

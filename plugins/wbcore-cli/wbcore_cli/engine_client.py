@@ -23,7 +23,7 @@ import typer
 from wbcore_runtime.contract.cli_output import emit_json
 from wbcore_runtime.contract.errors import CapabilityDenied, Internal, InvalidArgs, NotFound, Timeout, WbError
 from wbcore_runtime.store.archive import deterministic_targz
-from wbcore_runtime.guard import fetch, paths
+from wbcore_runtime.guard import fetch, httpguard, paths
 from wbcore_runtime.trust import signing
 
 TOKEN_ENV = "WB_ENGINE_TOKEN"
@@ -64,8 +64,8 @@ def _url(base: str, path: str, query: Mapping[str, Any] | None = None) -> str:
 def _request(url: str, token: str | None, *, method: str = "GET", body: bytes | None = None,
              content_type: str | None = None, accept: str = "application/json") -> urllib.request.Request:
     headers = {"accept": accept}
-    if token:
-        headers["authorization"] = f"Bearer {token}"
+    if token:  # the engine's own rule: a token it could never match is refused here, unshown
+        headers["authorization"] = f"Bearer {httpguard.check_token(token, option=f'--token / {TOKEN_ENV}')}"
     if content_type:
         headers["content-type"] = content_type
     return urllib.request.Request(url, data=body, method=method, headers=headers)
