@@ -189,3 +189,21 @@ def test_an_error_names_the_url_without_its_query(http_port, tmp_path):
     with pytest.raises(NotFound, match="HTTP 404") as exc:
         fetch.download(url, tmp_path / "out", guard=NetGuard.from_env(ALLOW))
     assert "s3cret" not in str(exc.value) and f"127.0.0.1:{http_port}/no-such-file" in str(exc.value)
+
+
+def test_a_header_no_server_may_receive_is_refused_by_name_never_echoed(http_port):
+    """A token read from a file keeps its ``\\r``; a registry's token endpoint may answer one
+    with a line ending or non-ASCII bytes. Refused before anything is sent, as the caller's
+    mistake (not an unreachable server), naming the header and never its value."""
+    FILES["/h"] = b"ok"
+    url = f"http://127.0.0.1:{http_port}/h"
+    for value in ("Bearer s3cret\r", "Bearer s3cret\r\nX-Evil: 1", "Bearer s3crét", "Bearer s3cret\x00"):
+        with pytest.raises(InvalidArgs, match="header Authorization") as exc:
+            fetch.get_bytes(url, guard=NetGuard.from_env(ALLOW), limits=fetch.FetchLimits(),
+                            headers={"Authorization": value})
+        assert "s3cr" not in str(exc.value), exc.value
+    with pytest.raises(InvalidArgs, match="header name"):
+        fetch.get_bytes(url, guard=NetGuard.from_env(ALLOW), limits=fetch.FetchLimits(),
+                        headers={"X-A\r\nB": "1"})
+    assert fetch.get_bytes(url, guard=NetGuard.from_env(ALLOW), limits=fetch.FetchLimits(),
+                           headers={"Authorization": "Bearer s3cret\tx"})[0] == b"ok"

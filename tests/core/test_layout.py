@@ -117,8 +117,10 @@ OVER_BUDGET: dict[str, int] = {}  # empty: every module is within MAX_LINES, and
 #: guard/fetch.hop and .carried, the one check, pin and credential rule of an HTTP hop, which the
 #: net broker's redirect loop had copied (and carried a guest's Authorization to another host).
 #: +2 for contract/llm's SDK shell following no redirect (x-api-key went along to any host) and
-#: provider_error naming where one pointed.
-MAX_TOTAL_LINES = 17_227
+#: provider_error naming where one pointed. +16 for guard/fetch.sendable: a header no server may
+#: receive (a token's \r from a file) refused by name before sending; it failed as "cannot connect"
+#: quoting the token.
+MAX_TOTAL_LINES = 17_243
 #: In-function imports of a core module (each one hid an edge): none, and none may come back. A
 #: module another needs only on some paths (start-up, docs/architecture.md) is named at the top
 #: with contract.lazy.module, which this test reads as an edge.

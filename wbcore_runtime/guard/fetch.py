@@ -32,6 +32,7 @@ import contextlib
 import functools
 import hashlib
 import os
+import re
 import ssl
 import stat
 import time
@@ -95,6 +96,21 @@ def _origin(url: str) -> tuple[str, str, int | None]:
         port = None
     scheme = p.scheme.lower()
     return scheme, (p.hostname or "").lower(), port or DEFAULT_PORTS.get(scheme)
+
+
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+
+
+def sendable(headers: Mapping[str, str], shown: str) -> dict[str, str]:
+    """``headers`` as they may go on the wire, else refused naming the header, never its value (a
+    token read from a file keeps its ``\r``; a registry's token endpoint may answer any bytes)."""
+    for name, value in headers.items():
+        if not _HEADER_NAME.fullmatch(name):
+            raise InvalidArgs(f"{shown}: header name {name!r} is not an HTTP token")
+        if not all(" " <= c <= "~" or c == "\t" for c in value):
+            raise InvalidArgs(f"{shown}: header {name}: its value holds a line ending, a control or a "
+                              "non-ASCII character (a file's line ending?); the value is not shown")
+    return dict(headers)
 
 
 def carried(headers: Mapping[str, str], old: str, new: str) -> dict[str, str]:
@@ -309,7 +325,7 @@ def stream(
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise Timeout(f"{shown}: not fetched within {limits.timeout:g}s")
-        sent = {"Accept-Encoding": "identity", **(headers or {}), "Host": at.host_header}
+        sent = {"Accept-Encoding": "identity", **sendable(headers or {}, shown), "Host": at.host_header}
         with client(timeout=min(30.0, remaining), env=env) as c, cut_at(deadline) as cut:
             req = c.build_request(method, at.pinned, headers=sent, content=body,
                                   extensions={**at.extensions, **cut.extensions})

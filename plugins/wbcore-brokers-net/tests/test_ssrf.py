@@ -93,6 +93,14 @@ def test_credentials_stay_with_the_origin_they_were_sent_to(dock, http_target):
     assert got["body"] == b"authorization=Bearer s3cret\ncookie=session=s3cret\nx-custom=kept"
 
 
+def test_a_header_with_a_line_ending_is_refused_by_name_before_any_hop(dock, http_target):
+    for headers in ({"X-A": "1\r\nHost: evil.test"}, {"X-A\r\nHost": "evil.test"}, {"X-A": "caf\u00e9"}):
+        with pytest.raises(InvalidArgs, match="header") as exc:
+            dock.call(ctx(dock), "net", "fetch", {"url": f"http://public.test:{http_target}/hello",
+                                                  "headers": headers})
+        assert "evil" not in exc.value.message and "connect" not in exc.value.message
+
+
 def test_dns_rebinding_cannot_move_the_pin(dock, dns, http_target):
     got = dock.call(ctx(dock), "net", "fetch", {"url": f"http://rebind.test:{http_target}/ok"})
     assert got["body"] == f"hello from rebind.test:{http_target}".encode()

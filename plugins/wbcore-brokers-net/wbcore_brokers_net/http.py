@@ -78,7 +78,8 @@ class CappedHttp:
         if len(body) > MAX_REQUEST_BODY:
             raise refuse(InvalidArgs, "too-large",
                          f"net: request body of {len(body)} bytes exceeds the {MAX_REQUEST_BODY}-byte cap")
-        sent_headers = {k: v for k, v in (headers or {}).items() if k.lower() not in _HOP_HEADERS}
+        sent_headers = _fetch.sendable({k: v for k, v in (headers or {}).items()
+                                        if k.lower() not in _HOP_HEADERS}, "net")
         if not any(k.lower() == "accept-encoding" for k in sent_headers):
             sent_headers["Accept-Encoding"] = "identity"  # raw bytes are capped: no decompression bombs
         if len(sent_headers) > 64 or sum(len(k) + len(v) for k, v in sent_headers.items()) > 64 << 10:
