@@ -1,19 +1,20 @@
 """The client side of the engine API (``wbx toolkit push``; ``wbx agent run --engine``,
 :func:`run_on_engine`).
 
-HTTP through the standard library only (urllib): the core depends on no HTTP client. Every request has a
-timeout; every answer is read against a size cap; an SSE stream ends at its deadline.
-The token comes from ``--token`` or ``WB_ENGINE_TOKEN`` and is never printed.
+HTTP on the one client (``guard.fetch.client``: no proxy or credentials from the environment, no
+redirect followed, so the token goes to the URL given and nowhere else). Every exchange has one
+deadline that ends it whatever it waits on (``guard.deadline.cut_at``: an engine dripping its answer
+a byte at a time is cut too); every answer is read against a size cap. The token comes from
+``--token`` or ``WB_ENGINE_TOKEN`` and is never printed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,8 @@ import typer
 from wbcore_runtime.contract.cli_output import emit_json
 from wbcore_runtime.contract.errors import CapabilityDenied, Internal, InvalidArgs, NotFound, Timeout, WbError
 from wbcore_runtime.store.archive import deterministic_targz
+from wbcore_runtime.dispatch.audit import redact_target
+from wbcore_runtime.guard import deadline as _deadline
 from wbcore_runtime.guard import fetch, httpguard, paths
 from wbcore_runtime.trust import signing
 
@@ -36,21 +39,6 @@ _KINDS: dict[int, type[WbError]] = {400: InvalidArgs, 401: CapabilityDenied, 403
                                     422: InvalidArgs, 501: NotFound, 504: Timeout}
 
 
-class _Redirects(urllib.request.HTTPRedirectHandler):
-    """Redirects followed as urllib does, but the token stays with the engine's origin
-    (``fetch.carried``): a redirect elsewhere arrives without it (and is answered 401)."""
-
-    def redirect_request(self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any,
-                         newurl: str) -> urllib.request.Request | None:
-        new = super().redirect_request(req, fp, code, msg, headers, newurl)
-        if new is not None:
-            new.headers = fetch.carried(new.headers, req.full_url, new.full_url)
-        return new
-
-
-_OPENER = urllib.request.build_opener(_Redirects)
-
-
 def _url(base: str, path: str, query: Mapping[str, Any] | None = None) -> str:
     parts = urllib.parse.urlsplit(base)
     if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -61,31 +49,56 @@ def _url(base: str, path: str, query: Mapping[str, Any] | None = None) -> str:
                   if q else "")
 
 
-def _request(url: str, token: str | None, *, method: str = "GET", body: bytes | None = None,
-             content_type: str | None = None, accept: str = "application/json") -> urllib.request.Request:
-    headers = {"accept": accept}
+@contextlib.contextmanager
+def _exchange(url: str, token: str | None, *, timeout: float, method: str = "GET", body: bytes | None = None,
+              content_type: str | None = None, accept: str = "application/json") -> Iterator[Any]:
+    """One request to the engine, its answer streaming, ended at ``timeout`` seconds from now
+    whatever it waits on; an error status is raised as the ``WbError`` it maps to."""
+    import httpx
+
+    headers = {"accept": accept, "accept-encoding": "identity"}  # the capped bytes are the sent ones
     if token:  # the engine's own rule: a token it could never match is refused here, unshown
         headers["authorization"] = f"Bearer {httpguard.check_token(token, option=f'--token / {TOKEN_ENV}')}"
     if content_type:
         headers["content-type"] = content_type
-    return urllib.request.Request(url, data=body, method=method, headers=headers)
+    shown = redact_target(url) or url
+    with fetch.client(timeout=timeout) as client, _deadline.cut_at(time.monotonic() + timeout) as cut:
+        try:
+            with client.stream(method, url, headers=headers, content=body, extensions=cut.extensions) as resp:
+                if resp.is_redirect:  # never followed: the token is for the URL given
+                    where = redact_target(urllib.parse.urljoin(url, resp.headers.get("location", "")))
+                    raise InvalidArgs(f"engine {shown}: answered HTTP {resp.status_code}, a redirect to "
+                                      f"{where}; give that URL as the engine's")
+                if resp.status_code >= 400:
+                    raise _raise(resp.status_code, _read(resp, 1 << 16, shown, quiet=True), shown)
+                yield resp
+        except httpx.HTTPError as exc:
+            if cut.fired or isinstance(exc, httpx.TimeoutException):
+                raise Timeout(f"engine {shown}: no answer within {timeout:g} s") from None
+            raise NotFound(f"engine {shown}: cannot connect ({type(exc).__name__}: {str(exc)[:200]})") from None
+        if cut.fired:  # the deadline ended the answer early: never a short one
+            raise Timeout(f"engine {shown}: no answer within {timeout:g} s")
 
 
-def _read(resp: Any, limit: int) -> bytes:
-    data = resp.read(limit + 1)
-    if len(data) > limit:
-        raise Internal(f"the engine's answer exceeds the {limit}-byte cap")
-    return data
+def _read(resp: Any, limit: int, shown: str, *, quiet: bool = False) -> bytes:
+    data = bytearray()
+    for chunk in resp.iter_raw():
+        data += chunk
+        if len(data) > limit:
+            if quiet:
+                return bytes(data[:limit])
+            raise Internal(f"engine {shown}: the answer exceeds the {limit}-byte cap")
+    return bytes(data)
 
 
-def _raise(exc: urllib.error.HTTPError, url: str) -> WbError:
+def _raise(status: int, body: bytes, shown: str) -> WbError:
     try:
-        doc = json.loads(_read(exc, 1 << 16) or b"{}")
+        doc = json.loads(body or b"{}")
         message = doc.get("message") or doc.get("error_description") or doc.get("error") or ""
-    except (ValueError, WbError, OSError):
+    except (ValueError, AttributeError):
         message = ""
-    hint = " (send the engine's token: --token or WB_ENGINE_TOKEN)" if exc.code == 401 else ""
-    return _KINDS.get(exc.code, Internal)(f"engine {url}: HTTP {exc.code}: {message}{hint}")
+    hint = " (send the engine's token: --token or WB_ENGINE_TOKEN)" if status == 401 else ""
+    return _KINDS.get(status, Internal)(f"engine {shown}: HTTP {status}: {message}{hint}")
 
 
 def call(base: str, path: str, *, token: str | None, method: str = "GET",
@@ -93,16 +106,9 @@ def call(base: str, path: str, *, token: str | None, method: str = "GET",
          timeout: float = DEFAULT_TIMEOUT) -> Any:
     """One JSON request; the parsed answer, or the ``WbError`` its status maps to."""
     url = _url(base, path, query)
-    try:
-        with _OPENER.open(_request(url, token, method=method, body=body, content_type=content_type),
-                          timeout=timeout) as resp:
-            return json.loads(_read(resp, MAX_ANSWER) or b"null")
-    except urllib.error.HTTPError as exc:
-        raise _raise(exc, url) from None
-    except urllib.error.URLError as exc:
-        raise NotFound(f"engine {base}: cannot connect ({exc.reason})") from None
-    except TimeoutError:
-        raise Timeout(f"engine {url}: no answer within {timeout:g} s") from None
+    with _exchange(url, token, timeout=timeout, method=method, body=body, content_type=content_type) as resp:
+        data = _read(resp, MAX_ANSWER, redact_target(url) or url)
+    return json.loads(data or b"null")
 
 
 #: A push that builds waits for the engine's compilers (a first build of a lane can take minutes).
@@ -126,32 +132,25 @@ def events(base: str, path: str, *, token: str | None, wait: float = 3600.0,
     """``(event, data)`` pairs of an SSE stream until it ends, the server closes it, or
     ``wait`` seconds pass (heartbeats and comments are skipped)."""
     url = _url(base, path, {**(query or {}), "wait": wait})
-    deadline = time.monotonic() + wait + 30
-    try:
-        resp = _OPENER.open(_request(url, token, accept="text/event-stream"), timeout=60)
-    except urllib.error.HTTPError as exc:
-        raise _raise(exc, url) from None
-    except urllib.error.URLError as exc:
-        raise NotFound(f"engine {base}: cannot connect ({exc.reason})") from None
-    with resp:
-        event, data = "message", list[str]()
-        while time.monotonic() < deadline:
-            line = resp.readline(MAX_EVENT + 1)
-            if not line:
-                return
-            if len(line) > MAX_EVENT:
-                raise Internal(f"engine {url}: an event line exceeds the {MAX_EVENT}-byte cap")
-            text = line.decode("utf-8", errors="replace").rstrip("\r\n")
-            if not text:
-                if data:
-                    yield event, json.loads("\n".join(data))
-                    if event == "end":
-                        return
-                event, data = "message", []
-            elif text.startswith("event:"):
-                event = text[6:].strip()
-            elif text.startswith("data:"):
-                data.append(text[5:].strip())
+    with _exchange(url, token, timeout=wait + 30, accept="text/event-stream") as resp:
+        event, data, pending = "message", list[str](), bytearray()
+        for chunk in resp.iter_raw():
+            pending += chunk
+            while (end := pending.find(b"\n")) >= 0:
+                line, pending = bytes(pending[:end]), pending[end + 1:]
+                text = line.decode("utf-8", errors="replace").rstrip("\r")
+                if not text:
+                    if data:
+                        yield event, json.loads("\n".join(data))
+                        if event == "end":
+                            return
+                    event, data = "message", []
+                elif text.startswith("event:"):
+                    event = text[6:].strip()
+                elif text.startswith("data:"):
+                    data.append(text[5:].strip())
+            if len(pending) > MAX_EVENT:
+                raise Internal(f"engine {redact_target(url)}: an event line exceeds the {MAX_EVENT}-byte cap")
 
 
 def toolkit_archive(folder: Path, ident: str) -> bytes:
