@@ -76,7 +76,7 @@ def test_a_redirect_is_not_followed_so_the_token_goes_nowhere_else(origins):
     engine, other, seen = origins
     assert engine_client.call(f"http://127.0.0.1:{engine}", "/v1/ok", token=TOKEN) == {"ok": True}
     for path in ("/away", "/here"):
-        with pytest.raises(InvalidArgs, match=r"HTTP 302, a redirect to http://127\.0\.0\.1:\d+/v1/ok; give "):
+        with pytest.raises(InvalidArgs, match=r"HTTP 302, a redirect to http://127\.0\.0\.1:\d+/v1/ok; "):
             engine_client.call(f"http://127.0.0.1:{engine}", path, token=TOKEN)
     assert all(not s.startswith(f"{other} ") for s in seen), seen
 

@@ -75,7 +75,8 @@ def _exchange(url: str, token: str | None, *, timeout: float, method: str = "GET
         except httpx.HTTPError as exc:
             if cut.fired or isinstance(exc, httpx.TimeoutException):
                 raise Timeout(f"engine {shown}: no answer within {timeout:g} s") from None
-            raise NotFound(f"engine {shown}: cannot connect ({type(exc).__name__}: {str(exc)[:200]})") from None
+            why = f"{type(exc).__name__}: {str(exc)[:200]}"
+            raise NotFound(f"engine {shown}: cannot connect ({why})") from None
         if cut.fired:  # the deadline ended the answer early: never a short one
             raise Timeout(f"engine {shown}: no answer within {timeout:g} s")
 
