@@ -11,7 +11,8 @@ import time
 EXPORTS_AND_EXITS = """
 import sys, time
 from wbcore_otel.tracer import OtelTracer
-tracer = OtelTracer.from_env({"OTEL_EXPORTER_OTLP_ENDPOINT": sys.argv[1], "OTEL_EXPORTER_OTLP_TIMEOUT": "1000"})
+env = {"OTEL_EXPORTER_OTLP_ENDPOINT": sys.argv[1], "OTEL_EXPORTER_OTLP_TIMEOUT": "1000"}
+tracer = OtelTracer.from_env(env)
 with tracer.span("wb.test", {}):
     pass
 time.sleep(1.5)  # the batch went out: the export now waits on the collector
