@@ -313,3 +313,85 @@ def test_a_stream_ends_at_its_lifetime_whatever_the_app_does(serve) -> None:
         assert body == b"event: ready\n\n"
         assert time.monotonic() - t0 < 4, "the stream outlived its lifetime"
         assert c.get(url + "/events", params={"wait": 0.1}).status_code == 200  # the cap is free
+
+
+def _ended(s: socket.socket, within: float) -> bool:
+    """Whether the server closed ``s`` (end of stream or reset) within ``within`` seconds,
+    whatever it sent before."""
+    s.settimeout(within)
+    try:
+        while s.recv(65536):
+            pass
+    except TimeoutError:
+        return False
+    except OSError:
+        pass
+    return True
+
+
+def test_a_head_that_never_ends_behind_a_stream_is_cut(serve, protocol) -> None:
+    """Bytes a client sends behind a request that arrived whole (pipelining) are the next
+    request's head: while the first is answered (a stream may last an hour) they count
+    against ``max_header_bytes`` too, so a head that never ends cannot grow the server's
+    memory (httptools parsed and kept every header line; h11 reads no further)."""
+    if protocol == "h11":
+        pytest.skip("h11 reads nothing behind a request until it is answered")
+    s = _connect(_port(serve()), "127.0.0.3")
+    try:
+        s.sendall(b"GET /events?wait=30 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        got = b""
+        while b"event: ready" not in got:
+            got += s.recv(4096)
+        s.sendall(b"GET /x HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        s.settimeout(0.5)
+        try:
+            for i in range(8 * SMALL.max_header_bytes // 1000):
+                s.sendall(f"X-Pad-{i}: {'p' * 990}\r\n".encode())
+        except OSError:
+            pass  # cut while sending, or the buffers are full
+        assert _ended(s, 3), "the stream's connection took a head past the cap and stayed open"
+    finally:
+        s.close()
+
+
+def test_a_client_that_pipelines_without_end_is_cut(serve, protocol) -> None:
+    """A few pipelined requests are answered in order; a client that pipelines small requests
+    without end (and reads the answers, so no write stall cuts it) is cut once it has
+    ``max_header_bytes`` of them or too many queued: httptools queued every one it parsed,
+    and let in more after each answer, faster than it answered (memory grew ~7 MB/s)."""
+    url = serve()
+    one = b"GET /x HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    s = _connect(_port(url), "127.0.0.3")
+    try:
+        s.sendall(one * 3 + b"GET /x HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        assert _recv_all(s).count(b"HTTP/1.1 200") == 4
+    finally:
+        s.close()
+    if protocol == "h11":
+        return  # h11 reads no further behind a request until it is answered: nothing queues
+    s = _connect(_port(url), "127.0.0.3")
+    stop = threading.Event()
+
+    def read() -> None:
+        while not stop.is_set():
+            try:
+                if not s.recv(65536):
+                    break
+            except OSError:
+                break
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    cut = False
+    t0 = time.monotonic()
+    try:
+        while time.monotonic() - t0 < 5:
+            s.sendall(one * 2000)
+    except OSError:
+        cut = True
+    finally:
+        stop.set()
+        s.close()
+        reader.join(timeout=5)
+    assert cut, "a client pipelining without end was never cut"
+    assert httpx.get(url + "/x", timeout=5).status_code == 200

@@ -19,7 +19,11 @@ twice h11's requests per second), else on h11:
   ``503`` and closed at once, before it costs a request;
 - on httptools, which has no limit of its own, **the request line plus headers** are
   capped like h11's setting: past ``max_header_bytes`` without the end of the headers the
-  client gets ``431`` and the connection closes.
+  client gets ``431`` and the connection closes; and **pipelined requests** (sent behind one
+  that waits for its response), which httptools parses and queues at once where h11 reads no
+  further: past ``max_header_bytes`` of them, or ``_PIPELINED`` queued, the connection closes
+  (an answer would have to follow the earlier responses), so neither a head that never ends
+  behind a stream nor a flood of small requests grows the server's memory.
 - **a write stall**: uvicorn's flow control keeps a response's memory to the transport's
   buffer (an app's ``send`` waits while it is full), but waits for ever on a client that
   stops reading, and closing a connection waits for its buffer to flush: output that waits
@@ -55,6 +59,9 @@ _TOO_BIG = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: appl
             b"connection: close\r\ncontent-length: %d\r\n\r\n%s")
 _TIMED_OUT = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\n"
               b"content-length: %d\r\n\r\n%s")
+#: httptools: bytes fed to the parser at a time, and requests it may hold queued behind the one
+#: being answered (a client that pipelines more is cut; h11 reads no further until each is answered)
+_SLICE, _PIPELINED = 4096, 16
 
 
 def _body(error: str, message: str) -> bytes:
@@ -97,6 +104,7 @@ def protocol_class(limits: ServerLimits, *, base: type | None = None) -> type:
         _counted: str | None = None
         _deadline: Any = None
         _head_bytes = 0  # bytes received while the current request's headers are incomplete
+        _ahead = 0  # bytes received while a whole request waited for its response (pipelined)
         _stall: Any = None  # the write-stall timer, while output waits for the client
         _stall_left = 0  # the bytes waiting when it was armed
         _took = False  # the client took output since (the transport resumed writing)
@@ -165,7 +173,25 @@ def protocol_class(limits: ServerLimits, *, base: type | None = None) -> type:
 
         if own_header_cap:
             def data_received(self, data: bytes) -> None:
+                # a slice at a time: the parser queues a request per head it completes, so the caps
+                # below are checked before it has queued more than a slice's worth
+                for at in range(0, len(data), _SLICE):
+                    if self.transport.is_closing() or self.transport.get_protocol() is not self:
+                        return  # cut, or upgraded (uvicorn drops the rest of the chunk too)
+                    self._feed(data[at:at + _SLICE])
+
+            def _feed(self, data: bytes) -> None:
                 before = self.cycle
+                if before is not None and not before.more_body and not before.response_complete:
+                    # a request arrived whole and waits for its response: these bytes are requests
+                    # pipelined behind it (h11 leaves them unparsed, reading paused; httptools queues
+                    # them), capped like a head; an answer would have to come after the earlier ones
+                    self._ahead += len(data)
+                    if self._ahead > limits.max_header_bytes or len(self.pipeline) >= _PIPELINED:
+                        self.transport.close()
+                        return
+                elif before is None or before.response_complete:
+                    self._ahead = 0  # nothing waits for a response
                 super().data_received(data)
                 if self.cycle is not before:  # the headers ended in this chunk: a request began
                     self._head_bytes = 0

@@ -249,6 +249,10 @@ def build_server(runtime: Runtime, *, only: Iterable[str] | None = None, search_
             return None
         return {t.toolkit for t in provider.tools().values() if t.toolkit} | set(only_names)
 
+    def _refreshed() -> dict[str, Any]:
+        provider.refresh_if_changed()
+        return provider.tools()
+
     async def tools_ready() -> dict[str, Any]:
         # The first build of the list may compile components: keep the event loop free.
         return await anyio.to_thread.run_sync(provider.tools)
@@ -285,13 +289,18 @@ def build_server(runtime: Runtime, *, only: Iterable[str] | None = None, search_
             limit = args.get("limit", 20)
             if not isinstance(query, str) or not isinstance(limit, int) or isinstance(limit, bool):
                 return _error("search_tools: 'query' must be a string and 'limit' an integer")
-            hits = search(provider, query, max(1, min(limit, MAX_SEARCH_RESULTS)))
+            limit = max(1, min(limit, MAX_SEARCH_RESULTS))
+            hits = await anyio.to_thread.run_sync(search, provider, query, limit)  # may list the tools anew
             return types.CallToolResult(content=[types.TextContent(text=json.dumps(hits, indent=1))],
                                         structured_content={"tools": hits})
         known_tools = provider._tools if provider._tools is not None else await tools_ready()
-        if name not in known_tools and not (provider.refresh_if_changed() and name in provider.tools()):
-            known = ", ".join(list(provider.tools())[:20])
-            raise MCPError(INVALID_PARAMS, f"Unknown tool: {name}; known: {known}")
+        if name not in known_tools:
+            # built meanwhile? The registry read (it may wait on another process's write) and the
+            # new list are made off the event loop, which serves every other client
+            known_tools = await anyio.to_thread.run_sync(_refreshed)
+            if name not in known_tools:
+                known = ", ".join(list(known_tools)[:20])
+                raise MCPError(INVALID_PARAMS, f"Unknown tool: {name}; known: {known}")
 
         try:  # bounded (count, bytes) before the call; refused mounts are a result the model reads
             mounts = granting.requested(meta.get(MOUNTS_META), f"_meta {MOUNTS_META!r}")

@@ -3,7 +3,7 @@
 One ``TracerProvider`` per runtime (never the process-global one: two runtimes in one
 process export separately), a ``BatchSpanProcessor`` (a bounded queue; export runs off
 the call path), the OTLP/HTTP protobuf exporter. The provider is shut down at exit, within
-the export timeout.
+the export timeout (whatever the collector does).
 
 Tool-call spans come from the call hooks (this object is registered as a plugin of its
 runtime): ``wb.call`` starts in ``wbcore_call_started`` and is made current, so broker
@@ -91,7 +91,8 @@ class OtelTracer:
     @classmethod
     def with_exporter(cls, exporter: SpanExporter, *, service: str = "wbcore", flush_timeout_s: float = 10.0,
                       parent: Any = None) -> OtelTracer:
-        provider = TracerProvider(resource=Resource.create({"service.name": service}))
+        # shut down at exit by OtelTracer alone, within the export timeout
+        provider = TracerProvider(resource=Resource.create({"service.name": service}), shutdown_on_exit=False)
         provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=8192,
                                                        schedule_delay_millis=1000,
                                                        export_timeout_millis=int(flush_timeout_s * 1000)))
@@ -135,7 +136,12 @@ class OtelTracer:
         return {k.upper(): v for k, v in out.items() if k in ("traceparent", "tracestate") and v}
 
     def shutdown(self) -> None:
-        self.provider.shutdown()
+        """Export what is queued and stop, waiting at most the export timeout: the SDK's shutdown
+        waits 30 s for an export in progress, and one to a collector that answers a byte at a
+        time (each read in time) never ends; it is left to finish in its daemon thread."""
+        stopping = threading.Thread(target=self.provider.shutdown, name="wbcore-otel-shutdown", daemon=True)
+        stopping.start()
+        stopping.join(self.flush_timeout_s)
 
     # --- tool calls: the call hooks --------------------------------------------------------
 
