@@ -134,6 +134,36 @@ def test_corrupt_key_file_is_reported_not_replaced(tmp_path):
     assert path.read_text() == "not a key\n"
 
 
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_key_path_that_is_no_regular_file_is_refused_at_once(tmp_path, kind):
+    """A FIFO at the key's path (no writer ever comes) or a link to an endless device must
+    not hang or fill memory: the key is refused, naming its path and what to do."""
+    import os
+    import threading
+
+    path = identity.key_path(tmp_path)
+    path.parent.mkdir(parents=True)
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/null")  # a device (an endless one, /dev/zero, would be read forever)
+    got: list = []
+
+    def load() -> None:
+        try:
+            identity.load(tmp_path, {})
+        except InvalidArgs as exc:
+            got.append(exc.message)
+
+    t = threading.Thread(target=load, daemon=True)
+    t.start()
+    t.join(10)
+    if t.is_alive() and kind == "fifo":  # release the blocked reader so the test process can end
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+    assert got, "loading the key did not return"
+    assert str(path) in got[0] and "not a regular file" in got[0] and "move it aside" in got[0]
+
+
 # --- did:web ----------------------------------------------------------------------------
 
 
@@ -170,6 +200,23 @@ def test_did_web_document_size_cap_and_missing(serve):
         did.resolve_web(web, env={}, allow_http_loopback=True)
     with pytest.raises(Exception, match="HTTP 404"):
         did.resolve_web(did.did_for_host(host + "/nobody"), env={}, allow_http_loopback=True)
+
+
+@pytest.mark.parametrize("body", [
+    "[" * 30_000 + "]" * 30_000,  # inside the 64 KiB cap, deeper than Python's recursion limit
+    json.dumps({"id": "@", "verificationMethod": 5}),
+    json.dumps({"id": "@", "verificationMethod": True, "assertionMethod": ["#k"]}),
+    '{"id": "@", "n": ' + "9" * 5000 + "}",  # past Python's int-digits limit: a ValueError
+], ids=["nested", "int-methods", "bool-methods", "huge-int"])
+def test_a_hostile_did_document_is_malformed_not_a_crash(serve, body):
+    """The document comes from the signer's host: whatever shape it has, the answer is a
+    refusal naming the document, never an exception escaping the verdict."""
+    root, host = serve
+    web = did.did_for_host(host)
+    (root / ".well-known").mkdir()
+    (root / ".well-known" / "did.json").write_text(body.replace("@", web))
+    with pytest.raises(InvalidArgs, match="not a JSON DID document|verificationMethod is not a list"):
+        did.resolve_web(web, env={}, allow_http_loopback=True)
 
 
 def test_unknown_did_method_lists_known_ones():

@@ -18,8 +18,8 @@ pytest.importorskip("wasmtime")
 from wbcore_audit_trail import reader
 from wbcore_runtime.build import builder
 from wbcore_runtime.dispatch import resolve as resolution  # noqa: E402
-from wbcore_testing.conformance import ECHO_WAT  # noqa: E402
-from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs  # noqa: E402
+from wbcore_testing.conformance import ECHO_WAT, STDERR_WAT  # noqa: E402
+from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs, WbError  # noqa: E402
 from wbcore_testing.fixtures import KV_GET, manifest_text, write_toolkit  # noqa: E402
 
 KV_WAT = KV_GET
@@ -106,6 +106,33 @@ def test_a_tampered_signed_toolkit_is_refused_on_every_surface(rt, wbx, toolkit_
     server = build_server(rt)
     assert not [n for n in server.wb_provider.tools() if n.startswith("tp.")]
     assert not [s for tk, s in _skills(rt, None) if tk.id == "tp"]
+
+
+def test_a_source_swapped_between_verify_and_build_is_never_built(rt, wbx, toolkit_root, signer,
+                                                                  monkeypatch) -> None:
+    """A writer that swaps a file right after each signature check (the signed bytes are there
+    while verify reads them, its own bytes a moment later): what is built and run must be the
+    content the signature verified, never the bytes that were there when the digest was taken."""
+    from wbcore_runtime.trust import signing
+
+    d = _signed_third_party(rt, wbx, toolkit_root)
+    src = d / "src" / "main.wat"
+    signed = src.read_text()
+    real_verify = signing.verify
+
+    def verify_then_swap(folder, **kw):
+        src.write_text(signed)
+        try:
+            return real_verify(folder, **kw)
+        finally:
+            src.write_text(STDERR_WAT)  # unsigned: prints "oops", exits 7
+
+    monkeypatch.setattr(signing, "verify", verify_then_swap)
+    resolution.forget(rt)
+    rt.discover(refresh=True)
+    with pytest.raises(WbError, match="changed while it was being verified"):
+        builder.build(rt, "tp")
+    assert not [e for e in rt.registry.entries() if e.toolkit == "tp"]
 
 
 def test_content_changed_since_build_refuses_until_rebuilt(rt, toolkit_root) -> None:

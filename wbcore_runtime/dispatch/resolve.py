@@ -108,9 +108,17 @@ def provenance(runtime: RuntimeServices, toolkit: Any) -> dict[str, Any]:
         raise Unavailable(f"{m.id} is unavailable and is not built: {reason}")
     prof = policy.profile_for(m.extra("PROFILE"), m.caps, runtime.caps_universe_for(m.caps))
     signer = m.author_did if (m.trust == "third-party" or m.signature) else None
+    digest = trust.content_digest(toolkit, runtime)
+    if m.trust == "third-party":
+        # The build copies the folder and checks the copy against this digest: it must be the
+        # content the signature verified, not the folder as a writer left it a moment later.
+        verified = trust.signature_verdict(toolkit, runtime)
+        if trust.refusal(verified) or verified.digest != digest:
+            raise Unavailable(f"{m.id}: its files changed while it was being verified; build it again")
+        signer = verified.signer
     return {
         "dir": os.path.realpath(toolkit.dir),
-        "digest": trust.content_digest(toolkit, runtime),
+        "digest": digest,
         "trust": m.trust,
         "signer": signer,
         "caps": list(m.caps),

@@ -97,7 +97,10 @@ def keys_in(doc: Any, did: str) -> list[bytes]:
     keys: list[bytes] = []
     # A key signs for the DID only if it is an assertion method (when the document lists them).
     assertion = doc.get("assertionMethod")
-    methods = list(doc.get("verificationMethod") or [])
+    methods = doc.get("verificationMethod") or []
+    if not isinstance(methods, list):
+        raise InvalidArgs(f"the document for {did}: verificationMethod is not a list")
+    methods = list(methods)
     allowed: set[str] | None = None
     if isinstance(assertion, list):
         allowed = set()
@@ -185,7 +188,7 @@ def resolve_web(
         raise type(exc)(f"{exc.message} (resolving {did} from {url})") from None
     try:
         doc = json.loads(bytes(body).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:  # bad UTF-8 or JSON, a huge int, deep nesting
         raise InvalidArgs(f"{url}: not a JSON DID document ({exc})") from None
     keys = keys_in(doc, did.split("#", 1)[0])
     if not keys:

@@ -15,6 +15,7 @@ import base64
 import binascii
 import os
 import re
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,8 @@ OTHER_KEY_TYPES = {
 DID_KEY_PREFIX = "did:key:"
 TENANT_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 ENV_SIGNING_KEY = "WB_SIGNING_KEY"
+#: A stored key is one line of base64 (45 bytes); a longer file is not a key.
+MAX_KEY_FILE_BYTES = 4096
 
 _B58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
 _B58_INDEX = {c: i for i, c in enumerate(_B58)}
@@ -178,8 +181,14 @@ def key_path(home: Path, tenant: str = "default") -> Path:
 
 
 def _read_key_file(path: Path) -> bytes:
+    # The home is trusted, so a link is followed (a key kept on a secrets mount), but only a
+    # regular file is read, and only as much as a key takes: a FIFO or a device is refused.
     try:
-        text = path.read_text(encoding="ascii")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                raise InvalidArgs(f"{path} is not a regular file; move it aside to create a new key")
+            text = fh.read(MAX_KEY_FILE_BYTES).decode("ascii")
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidArgs(f"cannot read the signing key {path}: {exc}") from None
     try:

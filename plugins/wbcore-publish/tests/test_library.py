@@ -56,3 +56,27 @@ def test_library_reads_the_configured_folder_and_bounds_depth(tmp_path, monkeypa
     dirs = library.folders([], {library.ENV_LIBRARY_PATH: str(tmp_path)}, [])
     entries = library.scan(dirs, identity_did="did:key:z", env={})
     assert [e.name for e in entries] == ["shallow"]
+
+
+def test_a_fifo_planted_as_a_workspace_page_is_an_error_not_a_hang(tmp_path):
+    """A search root is a folder anyone may have written: a workspace whose HTML is a FIFO
+    (no writer ever comes) is listed as an error; the listing does not wait for a writer."""
+    import os
+    import threading
+
+    ws = tmp_path / "planted"
+    ws.mkdir()
+    (ws / "workspace.org").write_text("#+WORKSPACE: planted\n#+HTML: page.html\n")
+    os.mkfifo(ws / "page.html")
+    got: list = []
+    t = threading.Thread(daemon=True, target=lambda: got.append(
+        library.scan([tmp_path], identity_did="did:key:z", env={})))
+    t.start()
+    t.join(10)
+    hung = t.is_alive()
+    if hung:  # release the blocked reader so the test process can end
+        os.close(os.open(ws / "page.html", os.O_WRONLY | os.O_NONBLOCK))
+        t.join(10)
+    assert not hung, "the library listing blocked on a FIFO"
+    [entry] = got[0]
+    assert entry.name == "planted" and not entry.verified and "page.html" in entry.detail

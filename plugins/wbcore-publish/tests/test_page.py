@@ -229,3 +229,16 @@ def test_a_moved_element_fails_asset_integrity(site, key_a):
     p.write_bytes(body[:at] + element + body[at:])
     r = page.verify(p)
     assert not r.asset_integrity and "the manifest element moved" in r.changes[0]
+
+
+def test_a_manifest_with_an_integer_past_pythons_digit_limit_is_refused_not_a_crash(site, key_a):
+    """A page anyone may have planted where the library looks: an integer of 5000 digits makes
+    Python's JSON reader raise a bare ValueError; it must be a refusal like any bad manifest."""
+    p = site / "index.html"
+    page.sign(p, key_a)
+    signed = p.read_bytes()
+    p.write_bytes(signed.replace(b'"format":', b'"n":' + b"9" * 5000 + b',"format":', 1))
+    with pytest.raises(InvalidArgs, match="not valid JSON"):
+        _manifest(p)
+    r = page.verify(p)
+    assert not r.valid and "not valid JSON" in r.signature_reason

@@ -83,7 +83,7 @@ def parse(data: bytes, where: str) -> dict[str, Any]:
                          parse_float=lambda s: float(s), parse_constant=lambda s: float("nan"))
     except ManifestFormatError as exc:
         raise ManifestFormatError(f"{where}: {exc.message}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+    except (ValueError, RecursionError) as exc:  # also an integer past Python's digit limit
         raise ManifestFormatError(f"{where}: not valid JSON ({exc})") from None
     if not isinstance(obj, dict):
         raise ManifestFormatError(f"{where}: the manifest must be a JSON object")

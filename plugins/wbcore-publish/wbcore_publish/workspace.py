@@ -81,7 +81,8 @@ def read_regular(path: Path, cap: int, what: str) -> bytes:
     import os
 
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        # O_NONBLOCK: a FIFO planted where a file is expected is refused below, not waited on.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         raise NotFound(f"{what}: {path} does not exist") from None
     except OSError as exc:
