@@ -206,17 +206,19 @@ def _result_text(res: Any) -> str:
     return text
 
 
-def unavailable(run: Run, tk: Any) -> str | None:
+def unavailable(run: Run, tk: Any, *, resolve_web: bool = False) -> str | None:
     """Why ``tk`` may not be used (``wbcore_runtime.trust.verdict``: tampered, unsigned, pin mismatch), or
-    ``None``: such a toolkit's text never reaches the model, as in the injected index."""
+    ``None``: such a toolkit's text never reaches the model, as in the injected index. A look
+    (a listing, a search hit) is offline; reading a toolkit's files resolves its did:web signer
+    (``resolve_web``): an offline verdict stops before hashing them."""
     from wbcore_runtime.trust import verdict as trust
 
-    return trust.unavailable_reason(tk, run.runtime)
+    return trust.unavailable_reason(tk, run.runtime, resolve_web=resolve_web)
 
 
 def available_toolkit(run: Run, ident: str) -> Any:
     tk = run.runtime.toolkit(ident)
-    why = unavailable(run, tk)
+    why = unavailable(run, tk, resolve_web=True)
     if why:
         raise CapabilityDenied(f"toolkit {ident} is unavailable: {why}")
     return tk

@@ -406,6 +406,16 @@ def build_server(runtime: Runtime, *, only: Iterable[str] | None = None, search_
             ))
         return types.ListResourcesResult(resources=res)
 
+    def _verified(uri: str, tk: Any) -> Any:
+        # A skill's text goes to a model: its did:web signer is resolved and its files verified
+        # (the listing's offline look stops before hashing them). Off the event loop: it may fetch.
+        from wbcore_runtime.trust import verdict as trust
+
+        why = trust.unavailable_reason(tk, runtime, resolve_web=True)
+        if why:
+            raise MCPError(INVALID_PARAMS, f"{uri}: toolkit {tk.id} is unavailable: {why}")
+        return tk
+
     def _read_skill(uri: str) -> tuple[Any, str, str]:
         if not uri.startswith(SKILL_SCHEME) or uri.count("/") != 3:
             raise MCPError(INVALID_PARAMS,
@@ -414,14 +424,10 @@ def build_server(runtime: Runtime, *, only: Iterable[str] | None = None, search_
         scope = only_toolkits()
         if scope is not None and tk_id not in scope:
             raise MCPError(INVALID_PARAMS, f"unknown resource {uri!r}")
-        from wbcore_runtime.trust import verdict as trust
         from wbcore_runtime.contract.errors import WbError
 
         try:
-            tk = runtime.toolkit(tk_id)
-            why = trust.unavailable_reason(tk, runtime)
-            if why:
-                raise MCPError(INVALID_PARAMS, f"{uri}: toolkit {tk_id} is unavailable: {why}")
+            tk = _verified(uri, runtime.toolkit(tk_id))
             return tk, slug, tk.skill_text(slug)
         except WbError as exc:
             raise MCPError(INVALID_PARAMS, f"{uri}: {exc.message}") from None
@@ -450,7 +456,8 @@ def build_server(runtime: Runtime, *, only: Iterable[str] | None = None, search_
         uri = str(params.uri)
         if uri.startswith(SKILL_SCHEME) and uri.endswith("/" + SKILL_MD):
             await anyio.to_thread.run_sync(skill_of, uri)  # unknown or unavailable: -32602 with the reason
-            tk = runtime.toolkit(uri[len(SKILL_SCHEME):-len(SKILL_MD) - 1])
+            tk = await anyio.to_thread.run_sync(_verified, uri,
+                                                runtime.toolkit(uri[len(SKILL_SCHEME):-len(SKILL_MD) - 1]))
             return types.ReadResourceResult(
                 contents=[types.TextResourceContents(uri=uri, mime_type=SKILL_MD_MIME,
                                                      text=skill_md(tk) or "")])
@@ -460,7 +467,7 @@ def build_server(runtime: Runtime, *, only: Iterable[str] | None = None, search_
             if embedded is not None:
                 return types.ReadResourceResult(
                     contents=[types.TextResourceContents(uri=uri, mime_type=ACT_SKILL_MIME, text=embedded)])
-        _, _, text = _read_skill(uri)
+        _, _, text = await anyio.to_thread.run_sync(_read_skill, uri)
         return types.ReadResourceResult(
             contents=[types.TextResourceContents(uri=uri, mime_type=SKILL_MIME, text=text)])
 
