@@ -260,3 +260,22 @@ def test_queue_messages_are_counted_per_tenant_not_per_name(rt):
         d.call(c, "queue", "push", {"queue": "a-new-name", "message": b"m"})
     assert exc.value.reason == "quota"
     d.call(ctx(rt, "other"), "queue", "push", {"queue": "x", "message": b"m"})
+
+
+def test_a_busy_host_neither_wipes_nor_breaks_a_live_instance(rt):
+    """More instances in use than the broker keeps open (one per concurrent guest call): an
+    instance closed to make room is reopened, not resumed, so its tmp volume survives, and a
+    call that already held it still finishes."""
+    from wbcore_brokers_state.vfs import OPEN_INSTANCES
+
+    d, vfs = rt.dock, rt.dock.driver("vfs")
+    run = ctx(rt, instance="agent-live")
+    d.call(run, "vfs", "write", {"volume": "tmp", "path": "scratch", "data": b"mid-run"})
+    held = vfs.db("agent-live")  # what a call on another thread is about to write through
+    others = [ctx(rt) for _ in range(OPEN_INSTANCES)]
+    for c in others:
+        d.call(c, "vfs", "write", {"path": "f", "data": b"x"})
+    assert d.call(run, "vfs", "read", {"volume": "tmp", "path": "scratch"}) == {"data": b"mid-run"}
+    with held.write() as c:
+        c.execute("INSERT OR REPLACE INTO files VALUES ('tmp', 'late', x'01', 1, 0)")
+    assert d.call(run, "vfs", "read", {"volume": "tmp", "path": "late"}) == {"data": b"\x01"}

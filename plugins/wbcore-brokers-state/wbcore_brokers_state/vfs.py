@@ -73,6 +73,8 @@ class VfsBroker:
         self.quota = quota  # wbcore_brokers_state.quota.TenantQuota, or None
         self.max_file, self.max_files, self.max_query = max_file, max_files, max_query
         self._open: OrderedDict[str, Any] = OrderedDict()
+        # instances opened by this broker: reopening one after it made room is not a resume
+        self._opened: set[str] = set()
         self._lock = threading.Lock()
         from wbcore_runtime.store import leftovers
         from wbcore_runtime.dispatch.dock import EPHEMERAL_PREFIX
@@ -87,6 +89,7 @@ class VfsBroker:
             return
         with self._lock:
             db = self._open.pop(instance, None)
+            self._opened.discard(instance)
         if db is not None:
             db.close()
         for suffix in ("", "-wal", "-shm", "-journal"):
@@ -108,14 +111,17 @@ class VfsBroker:
                 self._open.move_to_end(instance)
                 return db
             path = self.path_of(instance)
-            resumed = path.exists()
+            resumed = instance not in self._opened and path.exists()
             db = Db(path, SCHEMA)
             if resumed:
                 with db.write() as c:
                     c.execute("DELETE FROM files WHERE volume='tmp'")
+            self._opened.add(instance)
             self._open[instance] = db
             while len(self._open) > OPEN_INSTANCES:
-                self._open.popitem(last=False)[1].close()
+                # not closed here: a call on another thread may hold it; its connection
+                # closes when the last holder lets it go
+                self._open.popitem(last=False)
             return db
 
     def resume(self, instance: str) -> None:
