@@ -279,3 +279,18 @@ def test_a_busy_host_neither_wipes_nor_breaks_a_live_instance(rt):
     with held.write() as c:
         c.execute("INSERT OR REPLACE INTO files VALUES ('tmp', 'late', x'01', 1, 0)")
     assert d.call(run, "vfs", "read", {"volume": "tmp", "path": "late"}) == {"data": b"\x01"}
+
+
+def test_a_resume_gives_the_tmp_volumes_bytes_back_to_the_tenant_quota(make_runtime):
+    rt = make_runtime(plugins=["brokers-state"], env={"WB_TENANT_QUOTA": "1M"})
+    scratch = b"s" * (600 << 10)
+    rt.dock.call(ctx(rt, instance="agent-run-r"), "vfs", "write",
+                 {"volume": "tmp", "path": "scratch", "data": scratch})
+    rt2 = make_runtime(plugins=["brokers-state"], env={"WB_TENANT_QUOTA": "1M"})  # a new process resumes
+    c2 = ctx(rt2, instance="agent-run-r")
+    with pytest.raises(NotFound):
+        rt2.dock.call(c2, "vfs", "read", {"volume": "tmp", "path": "scratch"})
+    assert rt2.dock.driver("vfs").quota.used("acme") == 0  # the tenant holds nothing now
+    rt2.dock.call(c2, "vfs", "write", {"volume": "tmp", "path": "scratch", "data": scratch})
+    rt2.dock.driver("vfs").resume("agent-run-r")
+    rt2.dock.call(c2, "vfs", "write", {"path": "kept", "data": scratch})

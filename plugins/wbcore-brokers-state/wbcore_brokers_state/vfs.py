@@ -114,8 +114,7 @@ class VfsBroker:
             resumed = instance not in self._opened and path.exists()
             db = Db(path, SCHEMA)
             if resumed:
-                with db.write() as c:
-                    c.execute("DELETE FROM files WHERE volume='tmp'")
+                self._clear_tmp(instance, db)
             self._opened.add(instance)
             self._open[instance] = db
             while len(self._open) > OPEN_INSTANCES:
@@ -126,8 +125,16 @@ class VfsBroker:
 
     def resume(self, instance: str) -> None:
         """Resume an instance: its ``tmp`` volume starts empty."""
-        with self.db(instance).write() as c:
+        self._clear_tmp(instance, self.db(instance))
+
+    def _clear_tmp(self, instance: str, db: Any) -> None:
+        """Empty the ``tmp`` volume and give its bytes (as :meth:`handle` counted them) back."""
+        with db.write() as c:
+            (freed,) = c.execute("SELECT coalesce(sum(size + length(CAST(path AS BLOB))), 0) FROM files "
+                                 "WHERE volume='tmp'").fetchone()
             c.execute("DELETE FROM files WHERE volume='tmp'")
+        if freed and self.quota is not None:
+            self.quota.give_back(f"vfs:{instance}", freed)
 
     def handle(self, call: BrokerCall) -> Any:
         db = self.db(call.ctx.instance)
