@@ -42,6 +42,18 @@ def test_kv_value_over_1mib_is_refused_and_old_value_kept(rt):
     assert d.call(c, "kv", "get", {"key": "big"})["value"] == b"a" * MiB
 
 
+def test_kv_list_pages_at_most_max_list_keys_whatever_the_limit(rt, monkeypatch):
+    from wbcore_brokers_state import kv
+
+    monkeypatch.setattr(kv, "MAX_LIST", 2)  # the same code path as 1000, without writing 1001 keys
+    c, d = ctx(rt), rt.dock
+    for i in range(3):
+        d.call(c, "kv", "put", {"key": f"k{i}", "value": b"x"})
+    assert d.call(c, "kv", "list", {"limit": 5}) == {"keys": ["k0", "k1"]}
+    with pytest.raises(InvalidArgs, match=r"'limit' must be 0\.\.2, got -1"):  # SQLite's LIMIT -1: no limit
+        d.call(c, "kv", "list", {"limit": -1})
+
+
 def test_kv_key_quota(rt):
     from wbcore_brokers_state.kv import KvBroker
 
