@@ -6,7 +6,8 @@ A write first :meth:`TenantQuota.take`\\ s its growth — refused with capabilit
 reason ``quota``, when the tenant's total would pass the limit — and gives it back if the
 write then fails; a delete, a pop, a resume's emptied ``tmp`` volume or a released call
 instance gives its bytes back. The limit is ``WB_TENANT_QUOTA`` (bytes, or with a K/M/G
-suffix; default 1 GiB, ``0``: no quota), the same for every tenant. Data written before the ledger existed is not counted.
+suffix; default 1 GiB, ``0``: no quota), the same for every tenant. Data written before
+the ledger existed is not counted.
 """
 
 from __future__ import annotations
