@@ -11,7 +11,7 @@ volume column), on a read-only connection with an authorizer that allows reading
 a killed process left is swept when a broker opens the folder. Every answer is bounded while it is gathered (a
 :class:`~wbcore_runtime.dispatch.budget.ByteBudget` of ``min(max_response, own cap)``): ``query`` under
 the call's deadline, SQLite length and column limits and a per-row budget; ``list`` row
-by row; ``read`` checks the stored size before it loads the blob.
+by row; ``read`` checks the blob's length in the statement that loads it.
 """
 
 from __future__ import annotations
@@ -157,15 +157,16 @@ class VfsBroker:
             return {"entries": entries}
         path = normalize(call.arg("path", str))
         if call.op == "read":
+            budget = ByteBudget.for_call(call, None, f"vfs.read {volume}:{path}")
+            # one statement, like kv.get: the length first, and a blob over the budget is never
+            # loaded — a second one would load whatever another process wrote meanwhile
             with db.read() as c:
-                row = c.execute("SELECT size FROM files WHERE volume=? AND path=?", (volume, path)).fetchone()
-                if row is None:
-                    raise NotFound(f"vfs.read: no file {volume}:{path}")
-                # before the blob is loaded
-                ByteBudget.for_call(call, None, f"vfs.read {volume}:{path}").take(row[0])
-                (data,) = c.execute("SELECT data FROM files WHERE volume=? AND path=?",
-                                    (volume, path)).fetchone()
-            return {"data": data}
+                row = c.execute("SELECT length(data), CASE WHEN length(data) <= ? THEN data END FROM files "
+                                "WHERE volume=? AND path=?", (budget.left, volume, path)).fetchone()
+            if row is None:
+                raise NotFound(f"vfs.read: no file {volume}:{path}")
+            budget.take(row[0])
+            return {"data": row[1]}
         if call.op == "stat":
             with db.read() as c:
                 row = c.execute("SELECT size, mtime FROM files WHERE volume=? AND path=?",
