@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 
@@ -31,6 +32,16 @@ def test_wire_format_roundtrip_and_truncation():
     assert parse_request(wire) == ("grep", ["-n", "a b", ""], b"in\x00put")
     with pytest.raises(InvalidArgs, match="truncated"):
         parse_request(wire[:9])
+
+
+@pytest.mark.parametrize("field, wire", [
+    ("name", b"\x02\0\0\0\xffh" + b"\0" * 8),
+    ("argv[0]", encode_request("hello", ["ok"])[:13] + b"\x01\0\0\0\xff" + b"\0" * 4),
+])
+def test_wire_text_that_is_not_utf8_is_invalid_args_naming_it(field, wire):
+    # argv reaches the guest as text: a byte that is not UTF-8 was a broker failure (internal)
+    with pytest.raises(InvalidArgs, match=re.escape(f"exec: wire {field} is not UTF-8 text")):
+        parse_request(wire)
 
 
 def test_exec_runs_registered_commands_only(rt, register_guest):

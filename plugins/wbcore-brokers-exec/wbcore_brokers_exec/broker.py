@@ -40,7 +40,7 @@ MAX_STDIN = 64 << 20
 
 def parse_request(data: bytes) -> tuple[str, list[str], bytes]:
     """The seed's wire format: ``[name_len:u32][name][argc:u32][(arg_len:u32)(arg)]*[stdin_len:u32][stdin]``,
-    little-endian, binary-safe; trailing bytes are tolerated."""
+    little-endian; the name and each argument UTF-8 text, stdin any bytes; trailing bytes are tolerated."""
     off = 0
 
     def take(n: int) -> bytes:
@@ -54,11 +54,20 @@ def parse_request(data: bytes) -> tuple[str, list[str], bytes]:
     def u32() -> int:
         return int(struct.unpack("<I", take(4))[0])
 
-    name = take(u32()).decode("utf-8", errors="strict")
+    def text(field: str) -> str:
+        # a guest's argv is text (WASI hands it over as UTF-8), as in the structural form
+        raw = take(u32())
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidArgs(f"exec: wire {field} is not UTF-8 text (byte {exc.start} of it); send "
+                              "bytes as stdin") from None
+
+    name = text("name")
     argc = u32()
     if argc > MAX_ARGS:
         raise InvalidArgs(f"exec: {argc} arguments exceeds {MAX_ARGS}")
-    argv = [take(u32()).decode("utf-8", errors="surrogateescape") for _ in range(argc)]
+    argv = [text(f"argv[{i}]") for i in range(argc)]
     stdin = take(u32())
     return name, argv, stdin
 
@@ -66,7 +75,7 @@ def parse_request(data: bytes) -> tuple[str, list[str], bytes]:
 def encode_request(name: str, argv: list[str], stdin: bytes = b"") -> bytes:
     parts = [struct.pack("<I", len(name.encode())), name.encode(), struct.pack("<I", len(argv))]
     for a in argv:
-        b = a.encode("utf-8", errors="surrogateescape")
+        b = a.encode()
         parts += [struct.pack("<I", len(b)), b]
     parts += [struct.pack("<I", len(stdin)), stdin]
     return b"".join(parts)

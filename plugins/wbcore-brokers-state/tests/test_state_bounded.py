@@ -184,6 +184,30 @@ def test_vfs_read_and_list_are_checked_before_loading(rt):
     assert len(rt.dock.call(wide, "vfs", "list", {"prefix": "d/"})["entries"]) == 200
 
 
+def test_vfs_read_loads_the_file_whose_size_it_checked(rt, monkeypatch):
+    """Another process rewrites the file right after its size passed the check: the blob loaded
+    is still the one checked (it was a second statement, which loaded the new 8 MiB one)."""
+    from wbcore_runtime.dispatch.budget import ByteBudget
+
+    small = ctx(rt, caps=("vfs",), max_response=4096, instance="race")
+    rt.dock.call(small, "vfs", "write", {"path": "f", "data": b"small"})
+    writer = sqlite3.connect(rt.dock.driver("vfs").path_of("race"), isolation_level=None)
+    take = ByteBudget.take
+
+    def checked_then_rewritten(self, n):
+        take(self, n)
+        if self.what == "vfs.read workspace:f":
+            writer.execute("UPDATE files SET data=zeroblob(8 << 20), size=8 << 20 WHERE path='f'")
+
+    monkeypatch.setattr(ByteBudget, "take", checked_then_rewritten)
+    try:
+        assert rt.dock.call(small, "vfs", "read", {"path": "f"}) == {"data": b"small"}
+    finally:
+        writer.close()
+    with pytest.raises(InvalidArgs, match="4096-byte cap"):  # the next read sees the new file, unloaded
+        rt.dock.call(small, "vfs", "read", {"path": "f"})
+
+
 def test_kv_get_and_list_are_bounded_and_nothing_is_lost(rt):
     small = ctx(rt, max_response=8192)
     rt.dock.call(small, "kv", "put", {"key": "v", "value": b"z" * 100_000})

@@ -42,6 +42,18 @@ def test_kv_value_over_1mib_is_refused_and_old_value_kept(rt):
     assert d.call(c, "kv", "get", {"key": "big"})["value"] == b"a" * MiB
 
 
+def test_kv_list_pages_at_most_max_list_keys_whatever_the_limit(rt, monkeypatch):
+    from wbcore_brokers_state import kv
+
+    monkeypatch.setattr(kv, "MAX_LIST", 2)  # the same code path as 1000, without writing 1001 keys
+    c, d = ctx(rt), rt.dock
+    for i in range(3):
+        d.call(c, "kv", "put", {"key": f"k{i}", "value": b"x"})
+    assert d.call(c, "kv", "list", {"limit": 5}) == {"keys": ["k0", "k1"]}
+    with pytest.raises(InvalidArgs, match=r"'limit' must be 0\.\.2, got -1"):  # SQLite's LIMIT -1: no limit
+        d.call(c, "kv", "list", {"limit": -1})
+
+
 def test_kv_key_quota(rt):
     from wbcore_brokers_state.kv import KvBroker
 
@@ -260,3 +272,37 @@ def test_queue_messages_are_counted_per_tenant_not_per_name(rt):
         d.call(c, "queue", "push", {"queue": "a-new-name", "message": b"m"})
     assert exc.value.reason == "quota"
     d.call(ctx(rt, "other"), "queue", "push", {"queue": "x", "message": b"m"})
+
+
+def test_a_busy_host_neither_wipes_nor_breaks_a_live_instance(rt):
+    """More instances in use than the broker keeps open (one per concurrent guest call): an
+    instance closed to make room is reopened, not resumed, so its tmp volume survives, and a
+    call that already held it still finishes."""
+    from wbcore_brokers_state.vfs import OPEN_INSTANCES
+
+    d, vfs = rt.dock, rt.dock.driver("vfs")
+    run = ctx(rt, instance="agent-live")
+    d.call(run, "vfs", "write", {"volume": "tmp", "path": "scratch", "data": b"mid-run"})
+    held = vfs.db("agent-live")  # what a call on another thread is about to write through
+    others = [ctx(rt) for _ in range(OPEN_INSTANCES)]
+    for c in others:
+        d.call(c, "vfs", "write", {"path": "f", "data": b"x"})
+    assert d.call(run, "vfs", "read", {"volume": "tmp", "path": "scratch"}) == {"data": b"mid-run"}
+    with held.write() as c:
+        c.execute("INSERT OR REPLACE INTO files VALUES ('tmp', 'late', x'01', 1, 0)")
+    assert d.call(run, "vfs", "read", {"volume": "tmp", "path": "late"}) == {"data": b"\x01"}
+
+
+def test_a_resume_gives_the_tmp_volumes_bytes_back_to_the_tenant_quota(make_runtime):
+    rt = make_runtime(plugins=["brokers-state"], env={"WB_TENANT_QUOTA": "1M"})
+    scratch = b"s" * (600 << 10)
+    rt.dock.call(ctx(rt, instance="agent-run-r"), "vfs", "write",
+                 {"volume": "tmp", "path": "scratch", "data": scratch})
+    rt2 = make_runtime(plugins=["brokers-state"], env={"WB_TENANT_QUOTA": "1M"})  # a new process resumes
+    c2 = ctx(rt2, instance="agent-run-r")
+    with pytest.raises(NotFound):
+        rt2.dock.call(c2, "vfs", "read", {"volume": "tmp", "path": "scratch"})
+    assert rt2.dock.driver("vfs").quota.used("acme") == 0  # the tenant holds nothing now
+    rt2.dock.call(c2, "vfs", "write", {"volume": "tmp", "path": "scratch", "data": scratch})
+    rt2.dock.driver("vfs").resume("agent-run-r")
+    rt2.dock.call(c2, "vfs", "write", {"path": "kept", "data": scratch})

@@ -143,6 +143,9 @@ class KvBroker:
         if op == "list":
             prefix = call.arg("prefix", str, "")
             limit = min(call.arg("limit", int, MAX_LIST), MAX_LIST)
+            if limit < 0:  # SQLite reads a negative LIMIT as none at all
+                raise InvalidArgs(f"kv.list: 'limit' must be 0..{MAX_LIST}, got {limit}; page on with "
+                                  "'after'")
             after = call.arg("after", str, "")
             budget = ByteBudget.for_call(call, None, "kv.list")
             keys = []

@@ -4,9 +4,10 @@
 ``queue`` or ``vfs:<instance>`` (an agent run's state and workspace are its instance's).
 A write first :meth:`TenantQuota.take`\\ s its growth — refused with capability-denied,
 reason ``quota``, when the tenant's total would pass the limit — and gives it back if the
-write then fails; a delete, a pop or a released call instance gives its bytes back. The
-limit is ``WB_TENANT_QUOTA`` (bytes, or with a K/M/G suffix; default 1 GiB, ``0``: no
-quota), the same for every tenant. Data written before the ledger existed is not counted.
+write then fails; a delete, a pop, a resume's emptied ``tmp`` volume or a released call
+instance gives its bytes back. The limit is ``WB_TENANT_QUOTA`` (bytes, or with a K/M/G
+suffix; default 1 GiB, ``0``: no quota), the same for every tenant. Data written before
+the ledger existed is not counted.
 """
 
 from __future__ import annotations
@@ -84,6 +85,12 @@ class TenantQuota:
             if delta > 0:
                 self.take(tenant, scope, -delta, what)
             raise
+
+    def give_back(self, scope: str, n: int) -> None:
+        """Uncount ``n`` bytes ``scope`` no longer holds, whoever wrote them (a resumed vfs
+        instance's ``tmp`` volume; an instance is one run's, so one tenant's)."""
+        with self.db.write() as c:
+            c.execute("UPDATE usage SET bytes=max(0, bytes - ?) WHERE scope=?", (n, scope))
 
     def drop_scope(self, scope: str) -> None:
         """Forget a scope (a released vfs instance): its bytes no longer count."""

@@ -11,7 +11,7 @@ volume column), on a read-only connection with an authorizer that allows reading
 a killed process left is swept when a broker opens the folder. Every answer is bounded while it is gathered (a
 :class:`~wbcore_runtime.dispatch.budget.ByteBudget` of ``min(max_response, own cap)``): ``query`` under
 the call's deadline, SQLite length and column limits and a per-row budget; ``list`` row
-by row; ``read`` checks the stored size before it loads the blob.
+by row; ``read`` checks the blob's length in the statement that loads it.
 """
 
 from __future__ import annotations
@@ -73,6 +73,8 @@ class VfsBroker:
         self.quota = quota  # wbcore_brokers_state.quota.TenantQuota, or None
         self.max_file, self.max_files, self.max_query = max_file, max_files, max_query
         self._open: OrderedDict[str, Any] = OrderedDict()
+        # instances opened by this broker: reopening one after it made room is not a resume
+        self._opened: set[str] = set()
         self._lock = threading.Lock()
         from wbcore_runtime.store import leftovers
         from wbcore_runtime.dispatch.dock import EPHEMERAL_PREFIX
@@ -87,6 +89,7 @@ class VfsBroker:
             return
         with self._lock:
             db = self._open.pop(instance, None)
+            self._opened.discard(instance)
         if db is not None:
             db.close()
         for suffix in ("", "-wal", "-shm", "-journal"):
@@ -108,20 +111,30 @@ class VfsBroker:
                 self._open.move_to_end(instance)
                 return db
             path = self.path_of(instance)
-            resumed = path.exists()
+            resumed = instance not in self._opened and path.exists()
             db = Db(path, SCHEMA)
             if resumed:
-                with db.write() as c:
-                    c.execute("DELETE FROM files WHERE volume='tmp'")
+                self._clear_tmp(instance, db)
+            self._opened.add(instance)
             self._open[instance] = db
             while len(self._open) > OPEN_INSTANCES:
-                self._open.popitem(last=False)[1].close()
+                # not closed here: a call on another thread may hold it; its connection
+                # closes when the last holder lets it go
+                self._open.popitem(last=False)
             return db
 
     def resume(self, instance: str) -> None:
         """Resume an instance: its ``tmp`` volume starts empty."""
-        with self.db(instance).write() as c:
+        self._clear_tmp(instance, self.db(instance))
+
+    def _clear_tmp(self, instance: str, db: Any) -> None:
+        """Empty the ``tmp`` volume and give its bytes (as :meth:`handle` counted them) back."""
+        with db.write() as c:
+            (freed,) = c.execute("SELECT coalesce(sum(size + length(CAST(path AS BLOB))), 0) FROM files "
+                                 "WHERE volume='tmp'").fetchone()
             c.execute("DELETE FROM files WHERE volume='tmp'")
+        if freed and self.quota is not None:
+            self.quota.give_back(f"vfs:{instance}", freed)
 
     def handle(self, call: BrokerCall) -> Any:
         db = self.db(call.ctx.instance)
@@ -144,15 +157,16 @@ class VfsBroker:
             return {"entries": entries}
         path = normalize(call.arg("path", str))
         if call.op == "read":
+            budget = ByteBudget.for_call(call, None, f"vfs.read {volume}:{path}")
+            # one statement, like kv.get: the length first, and a blob over the budget is never
+            # loaded — a second one would load whatever another process wrote meanwhile
             with db.read() as c:
-                row = c.execute("SELECT size FROM files WHERE volume=? AND path=?", (volume, path)).fetchone()
-                if row is None:
-                    raise NotFound(f"vfs.read: no file {volume}:{path}")
-                # before the blob is loaded
-                ByteBudget.for_call(call, None, f"vfs.read {volume}:{path}").take(row[0])
-                (data,) = c.execute("SELECT data FROM files WHERE volume=? AND path=?",
-                                    (volume, path)).fetchone()
-            return {"data": data}
+                row = c.execute("SELECT length(data), CASE WHEN length(data) <= ? THEN data END FROM files "
+                                "WHERE volume=? AND path=?", (budget.left, volume, path)).fetchone()
+            if row is None:
+                raise NotFound(f"vfs.read: no file {volume}:{path}")
+            budget.take(row[0])
+            return {"data": row[1]}
         if call.op == "stat":
             with db.read() as c:
                 row = c.execute("SELECT size, mtime FROM files WHERE volume=? AND path=?",
