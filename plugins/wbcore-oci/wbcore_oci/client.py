@@ -53,6 +53,7 @@ from wbcore_runtime.contract.distribution import (
     SkillImage,
 )
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound
+from wbcore_runtime.dispatch.audit import redact_target
 from wbcore_runtime.guard import fetch as _fetch
 from wbcore_runtime.guard.netguard import NetGuard
 from wbcore_oci import skill_images
@@ -130,7 +131,8 @@ class OciClient:
                                          method=method, body=body, ok=(*ok, 401))
             if got.status == 401 and 401 not in ok:
                 if self._token or not self._anonymous_token(got.header("www-authenticate")):
-                    raise _fetch.StatusRefused(f"{url}: answered HTTP 401", 401)
+                    # named as the fetcher names a URL: an upload Location's query holds its session
+                    raise _fetch.StatusRefused(f"{redact_target(url)}: answered HTTP 401", 401)
                 sent = {**(headers or {}), "Authorization": f"Bearer {self._token}"}
                 data, got = _fetch.get_bytes(url, guard=self.guard, limits=limits, env=self.env, headers=sent,
                                              method=method, body=body, ok=ok)
