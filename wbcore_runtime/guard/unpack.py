@@ -319,6 +319,7 @@ def copy_tree(src: Path, dest: Path, caps: Caps = Caps()) -> None:
     for node in paths.walk(src, label=what, skip_dirs=frozenset({".git"}), max_files=caps.max_files):
         budget.entry(node.rel)
         if node.kind == "link":
+            _check_link(node.rel, node.target, what)
             if not _inside(src, src / node.rel):
                 raise UnsafeArchive(f"{what}: link {node.rel!r} escapes the tree")
             _link(dest, node.rel, node.target, what)
