@@ -231,3 +231,36 @@ def test_a_refused_upload_never_shows_its_location_query(monkeypatch: pytest.Mon
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_manifest_nested_without_end_is_refused_as_not_a_manifest(hostile: Hostile, tmp_path: Path) -> None:
+    hostile.manifest = b"[" * 100_000  # 100 KB, far under the manifest cap; json.loads recursed on it
+    with pytest.raises(oci.OciError, match="manifest nests .* levels deep"):
+        oci.pull(f"oci://{hostile.host}/wb/x:1", tmp_path / "out", artifact_types=(oci.TOOLKIT_TYPE,))
+    assert hostile.blob_gets == []
+
+
+@pytest.mark.parametrize("answer", [b'{"token": "TOKEN-s3cr3t\\n"}', b"[" * 60_000])
+def test_a_token_service_answer_that_is_no_token_is_refused_without_echoing_it(
+        answer: bytes, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # a line feed ended the token's pattern; the header it made was refused by the HTTP library
+    # in a message that printed it ("cannot connect … Illegal header value b'Bearer …'")
+    class Registry(ScriptedHandler):
+        def do_GET(self) -> None:
+            if self.path.startswith("/token"):
+                self._reply(200, answer)
+            else:
+                self._reply(401, b"", [("WWW-Authenticate", f'Bearer realm="http://{host}/token"')])
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Registry)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    host = f"127.0.0.1:{server.server_address[1]}"
+    monkeypatch.setenv("WB_OCI_PLAIN_HTTP", host)
+    monkeypatch.setenv("WB_ALLOW_PRIVATE_HOSTS", "127.0.0.1")
+    try:
+        with pytest.raises(oci.OciError, match="the token service") as err:
+            oci.pull(f"oci://{host}/wb/x:1", tmp_path / "out", artifact_types=(oci.TOOLKIT_TYPE,))
+        assert "s3cr3t" not in err.value.message
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -26,7 +26,6 @@ or commas): never inferred from the address.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -34,6 +33,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode, urljoin, urlsplit
 
+from wbcore_runtime.contract import jsonbound
 from wbcore_runtime.contract.canonical import canonical_json
 from wbcore_runtime.contract.distribution import (
     BUNDLE_CONFIG,
@@ -165,12 +165,14 @@ class OciClient:
                                    limits=_fetch.FetchLimits(max_bytes=MAX_TOKEN, timeout=TIMEOUT_S),
                                    env=self.env, headers={"Accept": "application/json"})
         try:
-            doc = json.loads(data)
-        except (ValueError, UnicodeDecodeError):
+            doc = jsonbound.loads(data, what="its answer")
+        except jsonbound.JsonRefused as exc:
             raise OciError(f"{self.registry}: the token service answered something "
-                           "that is not JSON") from None
+                           f"that is not JSON we parse ({exc})") from None
         token = doc.get("token") or doc.get("access_token") if isinstance(doc, dict) else None
-        if not isinstance(token, str) or not token or not re.match(r"^[A-Za-z0-9._~+/=-]+$", token):
+        # the whole token (a `$` let a line feed end it, and the HTTP library's refusal of the
+        # header printed it)
+        if not isinstance(token, str) or not re.fullmatch(r"[A-Za-z0-9._~+/=-]+", token):
             raise OciError(f"{self.registry}: the token service gave no usable token")
         self._token = token
         return True
@@ -334,9 +336,9 @@ def pull(reference: str | Reference, dest: Path, *, artifact_types: tuple[str, .
     body, digest = reg.pull_manifest(ref)
     where = ref.text()
     try:
-        doc = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        raise OciError(f"{where}: the manifest is not JSON") from None
+        doc = jsonbound.loads(body, what=f"{where}: the manifest")
+    except jsonbound.JsonRefused as exc:  # malformed or nested too deep to parse (a RecursionError)
+        raise OciError(str(exc)) from None
     if not isinstance(doc, dict) or doc.get("schemaVersion") != 2:
         raise OciError(f"{where}: not an OCI image manifest (schemaVersion 2)")
     mt = doc.get("mediaType")
