@@ -199,9 +199,13 @@ def test_a_skill_image_caps_its_whole_tree_not_each_layer(hostile: Hostile, tmp_
     assert sorted(p.name for p in store_images.cache_root(home).iterdir()) == [".lock"]
 
 
-def test_a_refused_upload_never_shows_its_location_query(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The upload's Location carries the registry's session state (or a signature) in its query;
-    # a 401 after the anonymous token is the one answer that named the URL whole.
+@pytest.mark.parametrize("location", ["/v2/wb/b/blobs/uploads/u1?_state=SECRET-STATE",
+                                      "http://storage.example/up/u1?X-Amz-Signature=SECRET-STATE"])
+def test_a_refused_upload_never_shows_its_location_query(location: str,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # The upload's Location carries the registry's session state (or a presigned link's
+    # signature) in its query: a 401 after the anonymous token, and a Location on another host,
+    # named it whole.
     class Registry(ScriptedHandler):
         def do_HEAD(self) -> None:
             if self.headers.get("Authorization") != "Bearer anon-token":
@@ -213,7 +217,7 @@ def test_a_refused_upload_never_shows_its_location_query(monkeypatch: pytest.Mon
             self._reply(200, b'{"token": "anon-token"}')
 
         def do_POST(self) -> None:
-            self._reply(202, b"", [("Location", "/v2/wb/b/blobs/uploads/u1?_state=SECRET-STATE")])
+            self._reply(202, b"", [("Location", location)])
 
         def do_PUT(self) -> None:
             self._reply(401, b"", [("WWW-Authenticate", f'Bearer realm="http://{host}/token"')])
@@ -224,10 +228,10 @@ def test_a_refused_upload_never_shows_its_location_query(monkeypatch: pytest.Mon
     monkeypatch.setenv("WB_OCI_PLAIN_HTTP", host)
     monkeypatch.setenv("WB_ALLOW_PRIVATE_HOSTS", "127.0.0.1")
     try:
-        with pytest.raises(oci.OciError, match="wants credentials") as err:
+        with pytest.raises(oci.OciError, match="wants credentials|points at another host") as err:
             oci.push(f"oci://{host}/wb/b:1", artifact_type=oci.BUNDLE_TYPE, config=(b"{}", oci.BUNDLE_CONFIG),
                      layers=[(b"payload", oci.BUNDLE_LAYER, {})])
-        assert "SECRET-STATE" not in err.value.message and "/blobs/uploads/u1" in err.value.message
+        assert "SECRET-STATE" not in err.value.message and "/u1" in err.value.message
     finally:
         server.shutdown()
         server.server_close()

@@ -200,7 +200,8 @@ class OciClient:
         target = urljoin(self.base + "/", location)
         if not target.startswith(self.base + "/"):
             # The upload must stay on this registry: a Location elsewhere would carry the bytes off.
-            raise OciError(f"{self.registry}: upload Location {location!r} points at another host")
+            raise OciError(f"{self.registry}: upload Location {redact_target(target)!r} "
+                           "points at another host")
         target += ("&" if "?" in target else "?") + "digest=" + quote(desc.digest, safe="")
         self._call(target, method="PUT", body=data, ok=(201,),
                    headers={"Content-Type": "application/octet-stream", "Content-Length": str(len(data))})
