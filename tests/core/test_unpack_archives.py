@@ -60,6 +60,15 @@ def test_links_that_chain_out_of_the_tree_never_carry_a_folder_outside(tmp_path)
         "tree", "tree2"]
 
 
+@pytest.mark.parametrize("second", [tar_info("x", tarfile.DIRTYPE), tar_info("x/y", tarfile.DIRTYPE),
+                                    tar_info("x/y"), tar_info("x/y", tarfile.SYMTYPE, "z")])
+def test_an_entry_under_a_file_is_refused_as_unsafe(tmp_path, second):
+    # each raised a bare FileExistsError or NotADirectoryError naming the staging folder
+    archive = evil_tar(tmp_path / "a.tar.gz", [(tar_info("x"), b"file"), (second, None)])
+    with pytest.raises(unpack.UnsafeArchive, match="a.tar.gz: entry .x.* needs a folder where"):
+        unpack.unpack(archive, tmp_path / "tree")
+
+
 def test_layers_share_one_budget(tmp_path):
     layers = [evil_tar(tmp_path / f"l{i}.tar.gz", [(tar_info(f"f{i}"), b"x" * 600)]) for i in range(2)]
     with pytest.raises(unpack.UnsafeArchive, match="l1.tar.gz: more than 1000 bytes"):

@@ -87,7 +87,14 @@ def _mkdir(root: Path, rel: str, what: str) -> None:
     # ``a/b -> ..``, ``c -> b/..``), and a folder made through them would stay outside.
     if not _inside(root, root / rel):
         raise UnsafeArchive(f"{what}: folder {rel!r} resolves outside the tree")
-    (root / rel).mkdir(parents=True, exist_ok=True)
+    _folder(root / rel, rel, what)
+
+
+def _folder(path: Path, rel: str, what: str) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):  # never an OSError naming the staging path
+        raise UnsafeArchive(f"{what}: entry {rel!r} needs a folder where the archive put a file") from None
 
 
 def _link(root: Path, rel: str, target: str, what: str) -> None:
@@ -102,7 +109,7 @@ def _prepare(root: Path, rel: str, what: str) -> Path:
     dest = root / rel
     if not _inside(root, dest.parent):
         raise UnsafeArchive(f"{what}: entry {rel!r} would be written through a link outside the tree")
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    _folder(dest.parent, rel, what)
     if not _inside(root, dest.parent):
         raise UnsafeArchive(f"{what}: entry {rel!r} would be written through a link outside the tree")
     if dest.is_symlink() or dest.exists():
