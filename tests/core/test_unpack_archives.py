@@ -61,10 +61,12 @@ def test_links_that_chain_out_of_the_tree_never_carry_a_folder_outside(tmp_path)
 
 
 @pytest.mark.parametrize("second", [tar_info("x", tarfile.DIRTYPE), tar_info("x/y", tarfile.DIRTYPE),
-                                    tar_info("x/y"), tar_info("x/y", tarfile.SYMTYPE, "z")])
+                                    tar_info("x/y"), tar_info("x/y", tarfile.SYMTYPE, "z"), None])
 def test_an_entry_under_a_file_is_refused_as_unsafe(tmp_path, second):
-    # each raised a bare FileExistsError or NotADirectoryError naming the staging folder
-    archive = evil_tar(tmp_path / "a.tar.gz", [(tar_info("x"), b"file"), (second, None)])
+    # each raised a bare FileExistsError, NotADirectoryError or OSError naming the staging folder
+    first = [(tar_info("x"), b"file")] if second else [(tar_info("x", tarfile.SYMTYPE, "w"), None),
+                                                       (tar_info("w", tarfile.SYMTYPE, "x"), None)]
+    archive = evil_tar(tmp_path / "a.tar.gz", [*first, (second or tar_info("x/y", tarfile.DIRTYPE), None)])
     with pytest.raises(unpack.UnsafeArchive, match="a.tar.gz: entry .x.* needs a folder where"):
         unpack.unpack(archive, tmp_path / "tree")
 

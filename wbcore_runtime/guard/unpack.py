@@ -8,6 +8,7 @@ decompression bomb stops at the cap). ``.git`` folders are never copied.
 
 from __future__ import annotations
 
+import errno
 import os
 import posixpath
 import shutil
@@ -93,8 +94,12 @@ def _mkdir(root: Path, rel: str, what: str) -> None:
 def _folder(path: Path, rel: str, what: str) -> None:
     try:
         path.mkdir(parents=True, exist_ok=True)
-    except (FileExistsError, NotADirectoryError):  # never an OSError naming the staging path
-        raise UnsafeArchive(f"{what}: entry {rel!r} needs a folder where the archive put a file") from None
+    except OSError as exc:  # never an OSError naming the staging path
+        if exc.errno not in (errno.EEXIST, errno.ENOTDIR, errno.ELOOP):
+            raise
+        loop = " (a loop of links)" if exc.errno == errno.ELOOP else ""
+        raise UnsafeArchive(f"{what}: entry {rel!r} needs a folder where the archive put a file "
+                            f"or a link{loop}") from None
 
 
 def _link(root: Path, rel: str, target: str, what: str) -> None:
