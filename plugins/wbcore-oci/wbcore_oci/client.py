@@ -170,8 +170,8 @@ class OciClient:
             raise OciError(f"{self.registry}: the token service answered something "
                            f"that is not JSON we parse ({exc})") from None
         token = doc.get("token") or doc.get("access_token") if isinstance(doc, dict) else None
-        # the whole token (a `$` let a line feed end it, and the HTTP library's refusal of the
-        # header printed it)
+        # matched whole: `$` passes a final line feed, and the HTTP library's refusal of such a
+        # header prints its value (the token) in the error
         if not isinstance(token, str) or not re.fullmatch(r"[A-Za-z0-9._~+/=-]+", token):
             raise OciError(f"{self.registry}: the token service gave no usable token")
         self._token = token
