@@ -27,3 +27,15 @@ def test_references_parse_and_refuse_nonsense() -> None:
                      ("oci://host/../x:1", "repository name")]:
         with pytest.raises(InvalidArgs, match=why):
             Reference.parse(bad)
+
+
+@pytest.mark.parametrize("text", [
+    "oci://registry.example\n/wb/x:1",  # each part may end in a line feed that a `$` let through
+    "oci://registry.example/wb/x\n:1",
+    "oci://registry.example/wb/x:1\n@sha256:" + "a" * 64,
+])
+def test_a_line_feed_inside_a_reference_is_refused(text: str) -> None:
+    # the request's URL drops a line feed, so ``wb/x\n`` would fetch ``wb/x`` while the lock,
+    # the image cache's refs and every message recorded (and printed) another name
+    with pytest.raises(InvalidArgs, match="not a"):
+        Reference.parse(text)

@@ -36,10 +36,10 @@ BUNDLE_LAYER = "application/vnd.wbcore.wbundle.v1+zip"
 ENV_CHOICE = "WB_DISTRIBUTION"
 NONE_INSTALLED = "no OCI distribution client is installed; pip install wbcore-oci"
 
-_REPO_RE = re.compile(r"^[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*)*$")
-_TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
-DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
-_REGISTRY_RE = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::[0-9]{1,5})?$")
+_REPO_RE = re.compile(r"^[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*)*\Z")
+_TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}\Z")
+DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}\Z")
+_REGISTRY_RE = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::[0-9]{1,5})?\Z")
 
 
 @dataclass(frozen=True, slots=True)

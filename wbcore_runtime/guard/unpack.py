@@ -8,13 +8,14 @@ decompression bomb stops at the cap). ``.git`` folders are never copied.
 
 from __future__ import annotations
 
+import errno
 import os
 import posixpath
 import shutil
 import stat
 import tarfile
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -82,11 +83,38 @@ def _inside(root: Path, path: Path) -> bool:
     return real == real_root or real.startswith(real_root + os.sep)
 
 
+def _mkdir(root: Path, rel: str, what: str) -> None:
+    # Checked before it is made: links inside the tree may chain out of it (``a -> .``,
+    # ``a/b -> ..``, ``c -> b/..``), and a folder made through them would stay outside.
+    if not _inside(root, root / rel):
+        raise UnsafeArchive(f"{what}: folder {rel!r} resolves outside the tree")
+    _folder(root / rel, rel, what)
+
+
+def _folder(path: Path, rel: str, what: str) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # never an OSError naming the staging path
+        if exc.errno not in (errno.EEXIST, errno.ENOTDIR, errno.ELOOP):
+            raise
+        loop = " (a loop of links)" if exc.errno == errno.ELOOP else ""
+        raise UnsafeArchive(f"{what}: entry {rel!r} needs a folder where the archive put a file "
+                            f"or a link{loop}") from None
+
+
+def _link(root: Path, rel: str, target: str, what: str) -> None:
+    _check_link(rel, target, what)
+    dest = _prepare(root, rel, what)
+    os.symlink(target, dest)
+    if not _inside(root, dest):  # lexically inside, really outside through a link made before it
+        raise UnsafeArchive(f"{what}: link {rel!r} → {target!r} escapes the tree")
+
+
 def _prepare(root: Path, rel: str, what: str) -> Path:
     dest = root / rel
     if not _inside(root, dest.parent):
         raise UnsafeArchive(f"{what}: entry {rel!r} would be written through a link outside the tree")
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    _folder(dest.parent, rel, what)
     if not _inside(root, dest.parent):
         raise UnsafeArchive(f"{what}: entry {rel!r} would be written through a link outside the tree")
     if dest.is_symlink() or dest.exists():
@@ -114,9 +142,22 @@ def _final_check(root: Path, what: str) -> None:
 
 
 def unpack_tar(archive: Path, dest: Path, caps: Caps = Caps()) -> None:
-    what = archive.name
-    budget = _Budget(caps, what)
+    unpack_layers([archive], dest, caps)
+
+
+def unpack_layers(archives: Sequence[Path], dest: Path, caps: Caps = Caps()) -> None:
+    """Tar archives unpacked in order into one tree (an image's layers): ``caps`` are the
+    tree's, counted across every archive, never each archive's alone."""
+    budget = _Budget(caps, "")
     dest.mkdir(parents=True, exist_ok=True)
+    for archive in archives:
+        budget.what = archive.name
+        _tar_into(archive, dest, budget)
+        _final_check(dest, archive.name)
+
+
+def _tar_into(archive: Path, dest: Path, budget: _Budget) -> None:
+    what, caps = budget.what, budget.caps
     try:
         tf = tarfile.open(archive, mode="r:*")
     except (tarfile.TarError, OSError) as exc:
@@ -129,12 +170,9 @@ def unpack_tar(archive: Path, dest: Path, caps: Caps = Caps()) -> None:
                 if not rel or rel.split("/")[0] == ".git" or "/.git/" in f"/{rel}/":
                     continue
                 if member.isdir():
-                    (dest / rel).mkdir(parents=True, exist_ok=True)
-                    if not _inside(dest, dest / rel):
-                        raise UnsafeArchive(f"{what}: folder {rel!r} resolves outside the tree")
+                    _mkdir(dest, rel, what)
                 elif member.issym():
-                    _check_link(rel, member.linkname, what)
-                    os.symlink(member.linkname, _prepare(dest, rel, what))
+                    _link(dest, rel, member.linkname, what)
                 elif member.islnk():
                     raise UnsafeArchive(f"{what}: hard link {rel!r} refused")
                 elif member.isreg():
@@ -149,7 +187,6 @@ def unpack_tar(archive: Path, dest: Path, caps: Caps = Caps()) -> None:
                     raise UnsafeArchive(f"{what}: {rel!r} is a device, FIFO or other special file")
         except tarfile.TarError as exc:
             raise UnsafeArchive(f"{what}: corrupt tar archive ({exc})") from None
-    _final_check(dest, what)
 
 
 def unpack_zip(archive: Path, dest: Path, caps: Caps = Caps()) -> None:
@@ -168,14 +205,12 @@ def unpack_zip(archive: Path, dest: Path, caps: Caps = Caps()) -> None:
                 continue
             mode = info.external_attr >> 16
             if info.is_dir():
-                (dest / rel).mkdir(parents=True, exist_ok=True)
+                _mkdir(dest, rel, what)
                 continue
             if stat.S_ISLNK(mode):
                 if info.file_size > 4096:
                     raise UnsafeArchive(f"{what}: link {rel!r} target is too long")
-                target = zf.read(info).decode("utf-8", "replace")
-                _check_link(rel, target, what)
-                os.symlink(target, _prepare(dest, rel, what))
+                _link(dest, rel, zf.read(info).decode("utf-8", "replace"), what)
                 continue
             if stat.S_IFMT(mode) and not stat.S_ISREG(mode):
                 raise UnsafeArchive(f"{what}: {rel!r} is a device, FIFO or other special file")
@@ -299,7 +334,7 @@ def copy_tree(src: Path, dest: Path, caps: Caps = Caps()) -> None:
             _check_link(node.rel, node.target, what)
             if not _inside(src, src / node.rel):
                 raise UnsafeArchive(f"{what}: link {node.rel!r} escapes the tree")
-            os.symlink(node.target, _prepare(dest, node.rel, what))
+            _link(dest, node.rel, node.target, what)
         elif node.kind == "empty":
             _prepare(dest, node.rel, what).mkdir()
         else:

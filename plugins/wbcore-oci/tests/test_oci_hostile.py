@@ -19,7 +19,11 @@ import pytest
 
 from wbcore_install import install
 from wbcore_oci import client as oci
+from wbcore_oci import skill_images
+from wbcore_runtime.contract.distribution import SkillImage
 from wbcore_runtime.guard.netguard import EgressDenied
+from wbcore_runtime.guard.unpack import UnsafeArchive
+from wbcore_runtime.store import skill_images as store_images
 
 from oci_scripted import ScriptedHandler
 
@@ -145,3 +149,122 @@ def test_a_toolkit_layer_that_is_an_archive_bomb_lands_nothing(hostile: Hostile,
         install.install(home, f"oci://{hostile.host}/wb/bomb:1", distribution=oci.OciDistribution)
     landed = home / "toolkits"
     assert not landed.exists() or not any(landed.iterdir())
+
+
+def _tar_layer(entries: list[tuple[str, str, bytes]]) -> bytes:
+    """A tar+gzip layer of ``(kind, name, data)`` entries: kind "dir", "file" or "link" (data: target)."""
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as tf:
+        for kind, name, data in entries:
+            info = tarfile.TarInfo(name)
+            if kind == "dir":
+                info.type = tarfile.DIRTYPE
+            elif kind == "link":
+                info.type, info.linkname = tarfile.SYMTYPE, data.decode()
+            else:
+                info.size = len(data)
+            tf.addfile(info, io.BytesIO(data) if kind == "file" else None)
+    return gzip.compress(raw.getvalue(), mtime=0)
+
+
+def _skill_image(reg: Hostile, layers: list[bytes]) -> None:
+    descs = [reg.put(data, skill_images.LAYER_TYPES[0]) for data in layers]
+    reg.manifest = oci.manifest_bytes(artifact_type=skill_images.IMAGE_CONFIG,
+                                      config=reg.put(b"{}", skill_images.IMAGE_CONFIG), layers=descs)
+
+
+def test_a_skill_image_layer_never_makes_a_folder_outside_its_tree(hostile: Hostile, tmp_path: Path) -> None:
+    # Links each lexically inside the tree, that chained climb out of it: ``c`` resolves to the
+    # image cache itself, where a folder named after another image's digest would be taken for
+    # that image's (pinned, verified) tree.
+    victim = "sha256:" + "ab" * 32
+    _skill_image(hostile, [_tar_layer([("link", "a", b"."), ("link", "a/b", b".."), ("link", "c", b"b/.."),
+                                       ("dir", f"c/{victim.replace(':', '-')}/tree/bin", b"")])])
+    home = tmp_path / "home"
+    with pytest.raises(UnsafeArchive, match="outside the tree|escapes the tree"):
+        oci.OciDistribution().skill_image(home, SkillImage(f"oci://{hostile.host}/wb/skill:1", "/skills/x"))
+    cache = store_images.cache_root(home)
+    assert sorted(p.name for p in cache.iterdir()) == [".lock"]
+    assert store_images.cached(home, SkillImage(f"oci://{hostile.host}/wb/skill@{victim}", "/s")) is None
+
+
+def test_a_skill_image_caps_its_whole_tree_not_each_layer(hostile: Hostile, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(skill_images, "MAX_BYTES", 1000)
+    # each layer under the image's cap, the tree they make together over it
+    _skill_image(hostile, [_tar_layer([("file", f"part{i}", bytes([i]) * 600)]) for i in range(2)])
+    home = tmp_path / "home"
+    with pytest.raises(UnsafeArchive, match="more than 1000 bytes"):
+        oci.OciDistribution().skill_image(home, SkillImage(f"oci://{hostile.host}/wb/skill:1", "/skills/x"))
+    assert sorted(p.name for p in store_images.cache_root(home).iterdir()) == [".lock"]
+
+
+@pytest.mark.parametrize("location", ["/v2/wb/b/blobs/uploads/u1?_state=SECRET-STATE",
+                                      "http://storage.example/up/u1?X-Amz-Signature=SECRET-STATE"])
+def test_a_refused_upload_never_shows_its_location_query(location: str,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # The upload's Location carries the registry's session state (or a presigned link's
+    # signature) in its query: a 401 after the anonymous token, and a Location on another host,
+    # named it whole.
+    class Registry(ScriptedHandler):
+        def do_HEAD(self) -> None:
+            if self.headers.get("Authorization") != "Bearer anon-token":
+                self._reply(401, b"", [("WWW-Authenticate", f'Bearer realm="http://{host}/token"')])
+            else:
+                self._reply(404)
+
+        def do_GET(self) -> None:
+            self._reply(200, b'{"token": "anon-token"}')
+
+        def do_POST(self) -> None:
+            self._reply(202, b"", [("Location", location)])
+
+        def do_PUT(self) -> None:
+            self._reply(401, b"", [("WWW-Authenticate", f'Bearer realm="http://{host}/token"')])
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Registry)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    host = f"127.0.0.1:{server.server_address[1]}"
+    monkeypatch.setenv("WB_OCI_PLAIN_HTTP", host)
+    monkeypatch.setenv("WB_ALLOW_PRIVATE_HOSTS", "127.0.0.1")
+    try:
+        with pytest.raises(oci.OciError, match="wants credentials|points at another host") as err:
+            oci.push(f"oci://{host}/wb/b:1", artifact_type=oci.BUNDLE_TYPE, config=(b"{}", oci.BUNDLE_CONFIG),
+                     layers=[(b"payload", oci.BUNDLE_LAYER, {})])
+        assert "SECRET-STATE" not in err.value.message and "/u1" in err.value.message
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_manifest_nested_without_end_is_refused_as_not_a_manifest(hostile: Hostile, tmp_path: Path) -> None:
+    hostile.manifest = b"[" * 100_000  # 100 KB, far under the manifest cap; json.loads recursed on it
+    with pytest.raises(oci.OciError, match="manifest nests .* levels deep"):
+        oci.pull(f"oci://{hostile.host}/wb/x:1", tmp_path / "out", artifact_types=(oci.TOOLKIT_TYPE,))
+    assert hostile.blob_gets == []
+
+
+@pytest.mark.parametrize("answer", [b'{"token": "TOKEN-s3cr3t\\n"}', b"[" * 60_000])
+def test_a_token_service_answer_that_is_no_token_is_refused_without_echoing_it(
+        answer: bytes, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # a line feed ended the token's pattern; the header it made was refused by the HTTP library
+    # in a message that printed it ("cannot connect … Illegal header value b'Bearer …'")
+    class Registry(ScriptedHandler):
+        def do_GET(self) -> None:
+            if self.path.startswith("/token"):
+                self._reply(200, answer)
+            else:
+                self._reply(401, b"", [("WWW-Authenticate", f'Bearer realm="http://{host}/token"')])
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Registry)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    host = f"127.0.0.1:{server.server_address[1]}"
+    monkeypatch.setenv("WB_OCI_PLAIN_HTTP", host)
+    monkeypatch.setenv("WB_ALLOW_PRIVATE_HOSTS", "127.0.0.1")
+    try:
+        with pytest.raises(oci.OciError, match="the token service") as err:
+            oci.pull(f"oci://{host}/wb/x:1", tmp_path / "out", artifact_types=(oci.TOOLKIT_TYPE,))
+        assert "s3cr3t" not in err.value.message
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -26,7 +26,6 @@ or commas): never inferred from the address.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -34,6 +33,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode, urljoin, urlsplit
 
+from wbcore_runtime.contract import jsonbound
 from wbcore_runtime.contract.canonical import canonical_json
 from wbcore_runtime.contract.distribution import (
     BUNDLE_CONFIG,
@@ -53,6 +53,7 @@ from wbcore_runtime.contract.distribution import (
     SkillImage,
 )
 from wbcore_runtime.contract.errors import InvalidArgs, NotFound
+from wbcore_runtime.dispatch.audit import redact_target
 from wbcore_runtime.guard import fetch as _fetch
 from wbcore_runtime.guard.netguard import NetGuard
 from wbcore_oci import skill_images
@@ -130,7 +131,8 @@ class OciClient:
                                          method=method, body=body, ok=(*ok, 401))
             if got.status == 401 and 401 not in ok:
                 if self._token or not self._anonymous_token(got.header("www-authenticate")):
-                    raise _fetch.StatusRefused(f"{url}: answered HTTP 401", 401)
+                    # named as the fetcher names a URL: an upload Location's query holds its session
+                    raise _fetch.StatusRefused(f"{redact_target(url)}: answered HTTP 401", 401)
                 sent = {**(headers or {}), "Authorization": f"Bearer {self._token}"}
                 data, got = _fetch.get_bytes(url, guard=self.guard, limits=limits, env=self.env, headers=sent,
                                              method=method, body=body, ok=ok)
@@ -163,12 +165,14 @@ class OciClient:
                                    limits=_fetch.FetchLimits(max_bytes=MAX_TOKEN, timeout=TIMEOUT_S),
                                    env=self.env, headers={"Accept": "application/json"})
         try:
-            doc = json.loads(data)
-        except (ValueError, UnicodeDecodeError):
+            doc = jsonbound.loads(data, what="its answer")
+        except jsonbound.JsonRefused as exc:
             raise OciError(f"{self.registry}: the token service answered something "
-                           "that is not JSON") from None
+                           f"that is not JSON we parse ({exc})") from None
         token = doc.get("token") or doc.get("access_token") if isinstance(doc, dict) else None
-        if not isinstance(token, str) or not token or not re.match(r"^[A-Za-z0-9._~+/=-]+$", token):
+        # matched whole: `$` passes a final line feed, and the HTTP library's refusal of such a
+        # header prints its value (the token) in the error
+        if not isinstance(token, str) or not re.fullmatch(r"[A-Za-z0-9._~+/=-]+", token):
             raise OciError(f"{self.registry}: the token service gave no usable token")
         self._token = token
         return True
@@ -196,7 +200,8 @@ class OciClient:
         target = urljoin(self.base + "/", location)
         if not target.startswith(self.base + "/"):
             # The upload must stay on this registry: a Location elsewhere would carry the bytes off.
-            raise OciError(f"{self.registry}: upload Location {location!r} points at another host")
+            raise OciError(f"{self.registry}: upload Location {redact_target(target)!r} "
+                           "points at another host")
         target += ("&" if "?" in target else "?") + "digest=" + quote(desc.digest, safe="")
         self._call(target, method="PUT", body=data, ok=(201,),
                    headers={"Content-Type": "application/octet-stream", "Content-Length": str(len(data))})
@@ -332,9 +337,9 @@ def pull(reference: str | Reference, dest: Path, *, artifact_types: tuple[str, .
     body, digest = reg.pull_manifest(ref)
     where = ref.text()
     try:
-        doc = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        raise OciError(f"{where}: the manifest is not JSON") from None
+        doc = jsonbound.loads(body, what=f"{where}: the manifest")
+    except jsonbound.JsonRefused as exc:  # malformed or nested too deep to parse (a RecursionError)
+        raise OciError(str(exc)) from None
     if not isinstance(doc, dict) or doc.get("schemaVersion") != 2:
         raise OciError(f"{where}: not an OCI image manifest (schemaVersion 2)")
     mt = doc.get("mediaType")

@@ -5,7 +5,7 @@
 The client pulls the image (the manifest checked against a pinned digest, every blob against
 its descriptor's digest and size), then its layers are unpacked in order by the core's one
 unpacker (:mod:`wbcore_runtime.guard.unpack`: no path escapes, no devices or hard links, caps on
-files and bytes) into ``$WB_HOME/oci/skills/<manifest digest>/tree`` (the core's
+files and bytes counted across all the layers) into ``$WB_HOME/oci/skills/<manifest digest>/tree`` (the core's
 ``store.skill_images`` names the layout): built in a hidden folder and renamed into place,
 read-only, never written again; one pull at a time per home (a lock file). A tag is resolved to
 its manifest digest at its first pull and remembered in ``refs.json``.
@@ -28,7 +28,7 @@ from pathlib import Path
 
 from wbcore_runtime.contract.distribution import Distribution, Reference, SkillImage
 from wbcore_runtime.contract.errors import InvalidArgs
-from wbcore_runtime.guard.unpack import Caps, UnsafeArchive, unpack_tar
+from wbcore_runtime.guard.unpack import Caps, UnsafeArchive, unpack_layers
 from wbcore_runtime.store.skill_images import cache_root, read_refs, refs_path, tree_of
 
 IMAGE_CONFIG = "application/vnd.oci.image.config.v1+json"
@@ -36,7 +36,7 @@ SKILL_CONFIG = "application/vnd.wbcore.skill.config.v1+json"
 SKILL_TYPE = "application/vnd.wbcore.skill.v1"
 LAYER_TYPES = ("application/vnd.oci.image.layer.v1.tar+gzip", "application/vnd.oci.image.layer.v1.tar",
                "application/vnd.docker.image.rootfs.diff.tar.gzip")
-#: Caps of one unpacked image.
+#: Caps of one unpacked image (all its layers together).
 MAX_FILES = 20000
 MAX_BYTES = 512 << 20
 
@@ -64,12 +64,13 @@ def resolve(home: Path, image: SkillImage, env: Mapping[str, str] | None, *, cli
             if not target.is_dir():
                 tree = work / "tree"
                 caps = Caps(max_files=MAX_FILES, max_bytes=MAX_BYTES)
-                for desc, path in pulled.layers:
+                for desc, _path in pulled.layers:
                     if desc.media_type not in LAYER_TYPES:
                         raise InvalidArgs(f"{ref.text()}: layer {desc.digest} is {desc.media_type!r}; "
                                           "a skill image's layers are tar archives "
                                           f"({', '.join(LAYER_TYPES)})")
-                    unpack_tar(path, tree, caps)
+                # the caps are the image's: one budget across its layers
+                unpack_layers([path for _desc, path in pulled.layers], tree, caps)
                 for dirpath, dirnames, filenames in os.walk(tree):
                     for n in filenames + dirnames:
                         if n.startswith(".wh."):
