@@ -9,7 +9,6 @@ profile ∩ ``#+CAPS`` ∩ granted (``wbcore_runtime.trust.policy.effective_caps
 
 from __future__ import annotations
 
-import fcntl
 import json
 import re
 import time
@@ -19,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from wbcore_runtime.store import generation
+from wbcore_runtime.store import generation, locks
 from wbcore_runtime.trust import policy
 from wbcore_runtime.trust import verdict as trust
 from wbcore_runtime.contract.errors import CapabilityDenied, InvalidArgs, unknown_name
@@ -62,8 +61,7 @@ class ConsentStore:
     @contextmanager
     def _locked(self) -> Iterator[None]:
         self.home.mkdir(parents=True, exist_ok=True)
-        with open(self.home / (FILE + ".lock"), "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with locks.held(self.home / (FILE + ".lock"), what="grants", wait_s=60.0):
             yield
 
     def load(self) -> dict[str, Grant]:

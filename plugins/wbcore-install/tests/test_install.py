@@ -96,3 +96,26 @@ def test_a_folder_file_swapped_for_a_link_to_a_fifo_is_refused_without_blocking(
     (tmp_path / "work").mkdir()
     with pytest.raises(InvalidArgs, match="data.bin"):
         install.fetch(source, tmp_path / "work")
+
+
+def test_an_install_behind_a_held_home_lock_ends_at_its_bound(src, wb_home, monkeypatch):
+    """A wbx suspended with Ctrl-Z mid-install keeps the home's install lock: the next install
+    waits a bounded time and says what holds it, never for ever."""
+    import fcntl
+
+    from wbcore_install import journal
+    from wbcore_runtime.contract.errors import Timeout
+    from wbcore_testing.loopback import ends_within
+
+    monkeypatch.setattr(journal, "LOCK_WAIT_S", 0.5)
+    wb_home.mkdir(parents=True, exist_ok=True)
+    fd = os.open(wb_home / "wbx.lock.lock", os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # the suspended install
+        env = {"WB_SIGNING_KEY": SEED0_B64}
+        err, _ = ends_within(lambda: install.install(wb_home, str(src / "fp"), env=env), 10,
+                             "an install behind a held lock")
+        assert isinstance(err, Timeout) and "still held by another process" in str(err), err
+    finally:
+        os.close(fd)
+    assert not (wb_home / "toolkits" / "fp").exists()

@@ -21,17 +21,21 @@ from typing import Any
 
 from wbcore_runtime.contract.errors import InvalidArgs
 from wbcore_runtime.guard import unpack
-from wbcore_runtime.store import faults, leftovers
+from wbcore_runtime.store import faults, leftovers, locks
 from wbcore_runtime.store.artifacts import fsync_dir, write_temp
 from wbcore_install.lockfile import LOCKFILE, LockEntry, lock_bytes
+
+
+#: How long an install waits for another holding the home (one fetching a large source may take
+#: minutes; a suspended one would hold it for ever).
+LOCK_WAIT_S = 600.0
 
 
 @contextmanager
 def home_lock(home: Path) -> Iterator[None]:
     """Hold ``home``'s install lock; a landing a kill interrupted is finished or undone first."""
     home.mkdir(parents=True, exist_ok=True)
-    with open(home / (LOCKFILE + ".lock"), "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
+    with locks.held(home / (LOCKFILE + ".lock"), what="install", wait_s=LOCK_WAIT_S):
         _recover_locked(home)
         yield
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import contextvars
-import fcntl
 import functools
 import hashlib
 import os
@@ -30,12 +29,16 @@ from pathlib import Path
 from typing import Any
 
 from wbcore_runtime.guard import paths
+from wbcore_runtime.store import locks
 from wbcore_runtime.contract import guest
 from wbcore_runtime.contract.errors import InvalidArgs, Timeout
 
 from wbcore_lane_js import artifact, qjs
 from wbcore_lane_js.dock import DockSink, make_folder
 from wbcore_lane_js.lane import materialize
+
+#: How long an extraction waits for another into the same home (one writes a few small files).
+EXTRACT_WAIT_S = 120.0
 
 
 def _matches(dest: Path, files: Any) -> bool:
@@ -86,12 +89,8 @@ def _extracting(base: Path) -> Iterator[None]:
     """One extraction at a time per home: an exclusive ``flock`` on ``base/.extract.lock``.
     Each open is its own lock, so it orders this process's threads as well as other
     processes sharing the home."""
-    fd = os.open(base / ".extract.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with locks.held(base / ".extract.lock", what="the js runtime's extraction", wait_s=EXTRACT_WAIT_S):
         yield
-    finally:
-        os.close(fd)  # closing releases the flock
 
 
 def _extract(files: Mapping[str, str], base: Path, dest: Path, sha: str) -> None:

@@ -10,7 +10,6 @@ build can never poison what the next build links.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import tempfile
@@ -18,7 +17,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from wbcore_runtime.store import leftovers
+from wbcore_runtime.store import leftovers, locks
 from wbcore_runtime.build import BuildFailed
 from wbcore_runtime.contract.sandbox import Bind, BuildSandboxDriver, SandboxLimits
 
@@ -78,8 +77,9 @@ def warm(
         return 0.0
     cache.parent.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
-    with open(cache.parent / f".{cache.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one warm-up at a time; the others wait and reuse it
+    # one warm-up at a time; the others wait (as long as one may take) and reuse it
+    with locks.held(cache.parent / f".{cache.name}.lock", what=f"zig {zig.version} warm-up",
+                    wait_s=wall_seconds + 60):
         if is_warm(cache, zig):
             return 0.0
         if progress:

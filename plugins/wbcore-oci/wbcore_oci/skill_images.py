@@ -18,7 +18,6 @@ file system built in steps.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
@@ -29,6 +28,7 @@ from pathlib import Path
 from wbcore_runtime.contract.distribution import Distribution, Reference, SkillImage
 from wbcore_runtime.contract.errors import InvalidArgs
 from wbcore_runtime.guard.unpack import Caps, UnsafeArchive, unpack_layers
+from wbcore_runtime.store import locks
 from wbcore_runtime.store.skill_images import cache_root, read_refs, refs_path, tree_of
 
 IMAGE_CONFIG = "application/vnd.oci.image.config.v1+json"
@@ -39,6 +39,8 @@ LAYER_TYPES = ("application/vnd.oci.image.layer.v1.tar+gzip", "application/vnd.o
 #: Caps of one unpacked image (all its layers together).
 MAX_FILES = 20000
 MAX_BYTES = 512 << 20
+#: How long a pull waits for another pulling into the same home (its requests are each capped).
+PULL_WAIT_S = 600.0
 
 
 def resolve(home: Path, image: SkillImage, env: Mapping[str, str] | None, *, client: Distribution) -> Path:
@@ -47,8 +49,8 @@ def resolve(home: Path, image: SkillImage, env: Mapping[str, str] | None, *, cli
     root = cache_root(home)
     root.mkdir(parents=True, exist_ok=True)
     ref = Reference.parse(image.reference)
-    with open(root / ".lock", "a+") as lockf:
-        fcntl.flock(lockf, fcntl.LOCK_EX)  # one pull of an image at a time per home
+    # one pull of an image at a time per home; a pull's requests are capped, a suspended one is not
+    with locks.held(root / ".lock", what=f"pull {image.reference}", wait_s=PULL_WAIT_S):
         refs = read_refs(root)
         digest = ref.digest or refs.get(ref.text())
         if digest and tree_of(root, digest).is_dir():
