@@ -188,6 +188,18 @@ def test_builds_runs_and_is_reproducible(lane, tk, tmp_path):
 
 
 @pytest.mark.slow
+def test_x_pairs_set_variables_and_the_module_stays_stripped(lane, tk, tmp_path):
+    (tk / "src" / "util.go").write_text('package main\n\nvar factor = "2"\n\nfunc twice(x int) int { '
+                                        'if factor == "3" { return 3 * x }; return 2 * x }\n')
+    plain = build(lane, tk, tmp_path / "a")
+    tagged = build(lane, tk, tmp_path / "b", flags=("-ldflags=-X main.factor=3",))
+    assert run(tagged.artifact, ["gotool"], b"", tmp_path) == (0, b" 0 63\n")
+    assert "-ldflags=-s -w -X main.factor=3" in tagged.log
+    # the manifest's -X joins -s -w rather than replacing them: no symbol table, no DWARF
+    assert abs(tagged.artifact.stat().st_size - plain.artifact.stat().st_size) < 4096
+
+
+@pytest.mark.slow
 def test_compile_error_and_no_module_downloads(lane, tk, tmp_path):
     (tk / "src" / "util.go").write_text("package main\n\nfunc twice(x int) int { return x + }\n")
     with pytest.raises(BuildFailed) as err:
