@@ -152,6 +152,30 @@ def test_flags_outside_the_allowlist_are_refused(make_runtime, tk, tmp_path):
         build(driver, tk, tmp_path / "out", flags=("-toolexec=/bin/sh",))
 
 
+@pytest.mark.parametrize("flag", [
+    # go splits -ldflags into linker arguments: past the first -X pair, any linker flag would
+    # ride along (-importcfg links archives shipped in the source instead of compiling it)
+    "-ldflags=-X main.v=1 -importcfg=/src/evil.importcfg",
+    "-ldflags=-X main.v=1 -extld=/src/cc -linkmode=external",
+    "-ldflags=-X 'main.v=a b' -s",
+    "-ldflags=-X main.v=1 -X",
+    "-ldflags=-X -importcfg=/src/x",
+    "-ldflags=-X main.v",
+    "-ldflags=-X 'main.v=1",
+])
+def test_ldflags_carry_only_x_pairs(flag):
+    with pytest.raises(InvalidArgs, match="-X importpath.name=value"):
+        golane.check_flags((flag,))
+
+
+def test_ldflags_x_pairs_pass_and_keep_the_lanes_own_linker_flags():
+    ok = ("-tags=a,b", "-ldflags=-X main.v=1 -X 'example.com/p.name=two words'", "-ldflags=-X=main.w=3")
+    golane.check_flags(ok)
+    # one -ldflags reaches go build (the last would win): the lane's -s -w, then each manifest -X
+    assert golane.ldflags(ok) == "-ldflags=-s -w -X main.v=1 -X 'example.com/p.name=two words' -X=main.w=3"
+    assert golane.ldflags(("-tags=a",)) == "-ldflags=-s -w"
+
+
 @pytest.mark.slow
 def test_builds_runs_and_is_reproducible(lane, tk, tmp_path):
     a = build(lane, tk, tmp_path / "a")
@@ -161,6 +185,18 @@ def test_builds_runs_and_is_reproducible(lane, tk, tmp_path):
     assert (hashlib.sha256(a.artifact.read_bytes()).hexdigest()
             == hashlib.sha256(b.artifact.read_bytes()).hexdigest())
     assert "go build" in a.log
+
+
+@pytest.mark.slow
+def test_x_pairs_set_variables_and_the_module_stays_stripped(lane, tk, tmp_path):
+    (tk / "src" / "util.go").write_text('package main\n\nvar factor = "2"\n\nfunc twice(x int) int { '
+                                        'if factor == "3" { return 3 * x }; return 2 * x }\n')
+    plain = build(lane, tk, tmp_path / "a")
+    tagged = build(lane, tk, tmp_path / "b", flags=("-ldflags=-X main.factor=3",))
+    assert run(tagged.artifact, ["gotool"], b"", tmp_path) == (0, b" 0 63\n")
+    assert "-ldflags=-s -w -X main.factor=3" in tagged.log
+    # the manifest's -X joins -s -w rather than replacing them: no symbol table, no DWARF
+    assert abs(tagged.artifact.stat().st_size - plain.artifact.stat().st_size) < 4096
 
 
 @pytest.mark.slow

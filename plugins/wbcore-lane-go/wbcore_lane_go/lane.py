@@ -32,7 +32,55 @@ from wbcore_lane_go.cache import go_env, limits, ready, recipe
 MIN_VERSION = (1, 21)
 MAX_ARTIFACT_BYTES = 64 << 20
 #: Flags a manifest may pass to ``go build`` (tags and ldflags -X only).
-ALLOWED_FLAG_PREFIXES = ("-tags=", "-ldflags=-X ")
+ALLOWED_FLAG_PREFIXES = ("-tags=", "-ldflags=-X")
+#: The linker flags the lane always passes (``-s -w``: no symbol table, no DWARF).
+OWN_LDFLAGS = "-s -w"
+#: What ``-X`` takes: ``importpath.name=value`` (the value may be anything, quoted if it has spaces).
+X_VALUE_RE = re.compile(r"^[^\s=-][^\s=]*\.[A-Za-z_][A-Za-z0-9_]*=")
+
+
+def _split_ldflags(value: str) -> list[str]:
+    """``value`` split as ``go build`` splits ``-ldflags`` (``cmd/internal/quoted.Split``):
+    fields apart by white space; one that starts with a quote runs to the same quote."""
+    fields: list[str] = []
+    s = value
+    while s := s.lstrip(" \t\n\r"):
+        if s[0] in "'\"":
+            end = s.find(s[0], 1)
+            if end < 0:
+                raise ValueError(f"unterminated {s[0]} string")
+            fields.append(s[1:end])
+            s = s[end + 1:]
+            continue
+        end = min((i for i in (s.find(c) for c in " \t\n\r") if i >= 0), default=len(s))
+        fields.append(s[:end])
+        s = s[end:]
+    return fields
+
+
+def _check_ldflags(flag: str) -> None:
+    """``flag`` (``-ldflags=...``) carries ``-X importpath.name=value`` pairs and nothing else:
+    go hands every field to the linker, so one more (``-importcfg=``, ``-extld=``) would link
+    what the source ships instead of what it compiles."""
+    why = ""
+    try:
+        fields = _split_ldflags(flag.removeprefix("-ldflags="))
+    except ValueError as exc:
+        fields, why = [], str(exc)
+    while fields and not why:
+        head = fields.pop(0)
+        if head == "-X":
+            value = fields.pop(0) if fields else ""
+        elif head.startswith("-X="):
+            value = head[3:]
+        else:
+            why = f"the linker flag {head!r}"
+            break
+        if not X_VALUE_RE.match(value):
+            why = f"-X {value!r}" if value else "-X without a value"
+    if why or not flag.removeprefix("-ldflags=").strip():
+        raise InvalidArgs(f"go: flag {flag!r} is not allowed ({why or 'no pair'}): -ldflags may only set "
+                          "-X importpath.name=value pairs (quote a value with spaces); fix #+BUILD_FLAGS")
 
 
 def check_flags(flags: tuple[str, ...]) -> None:
@@ -41,6 +89,15 @@ def check_flags(flags: tuple[str, ...]) -> None:
         if not flag.startswith(ALLOWED_FLAG_PREFIXES):
             raise InvalidArgs(f"go: flag {flag!r} is not allowed (allowed: -tags=..., -ldflags=-X ...); "
                               "remove it from #+BUILD_FLAGS")
+        if flag.startswith("-ldflags="):
+            _check_ldflags(flag)
+
+
+def ldflags(flags: tuple[str, ...]) -> str:
+    """The one ``-ldflags`` the build passes (go keeps only the last): the lane's own
+    :data:`OWN_LDFLAGS`, then the ``-X`` pairs of every checked manifest ``-ldflags``."""
+    return " ".join(["-ldflags=" + OWN_LDFLAGS,
+                     *(f.removeprefix("-ldflags=").strip() for f in flags if f.startswith("-ldflags="))])
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +198,8 @@ class GoLane:
     @property
     def version(self) -> str:
         go = self.go
-        return f"{go.version} wasip1/wasm -trimpath -ldflags=-s -w; warm-up {recipe(go.version)[:12]}"
+        return (f"{go.version} wasip1/wasm -trimpath -ldflags={OWN_LDFLAGS} (+ manifest -X); "
+                f"warm-up {recipe(go.version)[:12]}")
 
     def build(self, request: BuildRequest) -> BuildOutput:
         src = request.source.dir
@@ -157,7 +215,8 @@ class GoLane:
         env = go_env("/cache")
         if (src / "vendor").is_dir():
             env["GOFLAGS"] = "-mod=vendor"
-        argv = ["/go/bin/go", "build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w", *request.flags, "-o",
+        own = [f for f in request.flags if not f.startswith("-ldflags=")]
+        argv = ["/go/bin/go", "build", "-trimpath", "-buildvcs=false", ldflags(request.flags), *own, "-o",
                 f"/out/{name}", *targets]
         if request.progress:
             request.progress(f"go build ({go.version}, wasip1/wasm) in the build sandbox")

@@ -13,7 +13,7 @@ from wbcore_runtime.toolkit.manifest import load
 from wbcore_testing.fixtures import manifest_text
 
 from wbcore_lane_rust import lane as rlane
-from wbcore_lane_rust.toolchain import find
+from wbcore_lane_rust.toolchain import Rust, find
 
 MAIN = r"""
 use std::io::Read;
@@ -109,6 +109,27 @@ def test_cargo_bin_and_crate_names(tmp_path):
 def test_flags_outside_the_allowlist_are_refused(lane, tk, tmp_path):
     with pytest.raises(InvalidArgs):
         build(lane, tk, tmp_path / "out", flags=("-Clinker=/bin/sh",))
+
+
+def test_the_cache_key_names_the_crates_a_cargo_build_links(make_runtime, tmp_path, monkeypatch):
+    """A cargo build without vendor/ links crates from $WB_RUST_CRATES: the lane's version
+    (the cache key's toolchain part) names that crate set, so a build against other crates
+    is never served the artifact linked from the old ones."""
+    monkeypatch.setattr(rlane, "find", lambda: Rust(Path("/usr/bin/rustc"), Path("/usr/bin/cargo"),
+                                                    Path("/usr"), "wasm32-wasip1", "rustc 1.95.0"))
+
+    def version(reg: Path) -> str:
+        rt = make_runtime(env={"WB_RUST_CRATES": str(reg)})
+        return str(rt.lanes.get("rust").factory(rt).version)
+
+    for reg, ver in (("a", "1.0.0"), ("b", "1.0.1")):
+        (tmp_path / reg / f"tiny-{ver}" / "src").mkdir(parents=True)
+    a, b = version(tmp_path / "a"), version(tmp_path / "b")
+    assert a != b  # tiny 1.0.1 (a fix) in place of 1.0.0: a rebuild is not a cache hit
+    (tmp_path / "a" / "other-2.0.0").mkdir()
+    assert version(tmp_path / "a") != a  # a crate added where cargo resolves from
+    assert version(tmp_path / "a") == version(tmp_path / "a")
+    assert version(tmp_path / "none") != a  # no crate folder at all is a crate set of its own
 
 
 @pytest.mark.slow

@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 import shutil
 import tempfile
@@ -66,6 +68,23 @@ def cargo_bin(manifest: Path, want: str | None) -> str:
     return want if want is not None and want in bins else str(bins[0])
 
 
+def crate_set(folder: Path | None) -> str:
+    """What a cargo build without ``vendor/`` can link: a digest of the crate folder's path
+    and the names of its crates (``name-version``; a published version never changes, as
+    on crates.io), ``none`` without one. Another crate folder, or a crate version added or
+    removed, changes it: cargo may resolve the same ``Cargo.toml`` to other code."""
+    if folder is None:
+        return "none"
+    h = hashlib.sha256(str(folder).encode() + b"\0")
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError as exc:
+        return f"unreadable ({exc.strerror})"
+    for name in names:
+        h.update(name.encode(errors="surrogateescape") + b"\0")
+    return h.hexdigest()[:16]
+
+
 @dataclass
 class RustLane:
     home: Path
@@ -90,8 +109,11 @@ class RustLane:
 
     @property
     def version(self) -> str:
+        """The toolchain, the recipe and the crate set a cargo build resolves from: the build
+        cache key's toolchain part (``wbcore_runtime.build.cache.key``)."""
         r = self.rust
-        return f"{r.version} {r.target} opt-level=s strip=symbols; cargo {'yes' if r.cargo else 'no'}"
+        return (f"{r.version} {r.target} opt-level=s strip=symbols; cargo {'yes' if r.cargo else 'no'}; "
+                f"crates {crate_set(self.crates_dir())}")
 
     def crates_dir(self) -> Path | None:
         base = self.env.get("WB_RUST_CRATES")
