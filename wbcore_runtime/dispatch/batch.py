@@ -123,7 +123,8 @@ def _within(job: Job, timeout_s: float) -> float:
 class Batch:
     """One map on an engine that ships chunks to workers (a process, a Ray actor): the
     scheduling they share. :meth:`chunks_in_order` fills each worker up to ``k`` chunks while
-    fewer than ``width × k × max_batch`` inputs are in flight (taken and not yet yielded),
+    fewer than ``width × k`` chunks (of at most ``max_batch`` inputs, ~``chunk_bytes``) are in
+    flight (taken and not yet yielded: a chunk answered behind a slower one counts),
     yields the answered chunks in input order, waits, and honours ``cancel`` and the batch
     deadline; it runs in the consumer's thread, once per chunk.
 
@@ -141,6 +142,7 @@ class Batch:
         self.cancel = cancel
         self.k = k
         self.window = job.width * k * (job.batch or max_batch)
+        self.max_chunks = job.width * k  # in flight: shipped, or answered and waiting for earlier ones
         self.sizer = Sizer(job, target_s=target_s, max_batch=max_batch, chunk_bytes=chunk_bytes)
         self.workers: list[Any] = []
         self.chunks: dict[int, Chunk] = {}  # in flight, by sequence number
@@ -193,12 +195,18 @@ class Batch:
         try:
             self.begin()
             while True:
+                if self.cancel is not None and self.cancel.is_set():
+                    return
+                left = job.remaining()
+                if left is not None and left <= 0:
+                    raise Timeout(f"fabric: {job.kind} {job.name!r}: the batch deadline passed "
+                                  f"with {done} of {work.taken}+ results yielded")
                 while not exhausted:  # fill: the least busy worker with room, while the window allows
                     w = min((w for w in self.workers if len(w.out) < k), key=lambda w: len(w.out),
                             default=None)
                     room = self.window - (work.taken - done)
-                    if w is None or room <= 0:
-                        break
+                    if w is None or room <= 0 or len(self.chunks) >= self.max_chunks:
+                        break  # answers held behind a slow chunk count too: chunks, not only inputs
                     chunk = work.take(min(room, self.sizer.size()))
                     if not chunk.items:
                         exhausted = True
@@ -218,16 +226,10 @@ class Batch:
                 if exhausted and done_seq == seq:
                     clean = True
                     return
-                if not any(w.out for w in self.workers):
-                    continue
-                found = self.wait(self._wait_s())
-                if self.cancel is not None and self.cancel.is_set():
-                    return
-                left = job.remaining()
-                if left is not None and left <= 0:
-                    raise Timeout(f"fabric: {job.kind} {job.name!r}: the batch deadline passed "
-                                  f"with {done} of {work.taken}+ results yielded")
-                self.collect(found)
+                if any(w.out for w in self.workers):
+                    found = self.wait(self._wait_s())
+                    if not (self.cancel is not None and self.cancel.is_set()):
+                        self.collect(found)
         finally:
             self.stop(graceful=clean)
 
