@@ -26,12 +26,13 @@ if TYPE_CHECKING:
 class Sizer:
     """How many inputs an engine's next chunk takes: about ``target_s`` of work (learnt from
     the chunks answered: one input for a long call, up to ``max_batch`` for a microsecond
-    kernel) and about ``chunk_bytes`` of input (learnt from a sample of each kernel chunk
-    sent), or the job's fixed ``batch``. One per batch; the first chunk holds one input."""
+    kernel) and about ``chunk_bytes`` of input (learnt from a sample of each chunk sent: a
+    kernel's bytes, a command's stdin), or the job's fixed ``batch``. One per batch; the
+    first chunk holds one input."""
 
     __slots__ = ("batch", "chunk_bytes", "item_bytes", "max_batch", "per_item", "target_s")
 
-    #: Inputs whose sizes are read per kernel chunk sent: a sum over every input costs ~25 ns each.
+    #: Inputs whose sizes are read per chunk sent: a sum over every input costs ~25 ns each.
     SAMPLE = 32
 
     def __init__(self, job: Job, *, target_s: float, max_batch: int, chunk_bytes: int) -> None:
@@ -40,7 +41,7 @@ class Sizer:
         self.max_batch = max_batch
         self.chunk_bytes = chunk_bytes
         self.per_item: float | None = None  # seconds per input, a running mean
-        self.item_bytes = 0.0  # bytes per kernel input, a running mean
+        self.item_bytes = 0.0  # bytes per input, a running mean
 
     def size(self) -> int:
         if self.batch is not None:
@@ -53,10 +54,10 @@ class Sizer:
         return max(1, min(self.max_batch, n))
 
     def sent(self, kind: str, chunk: Chunk) -> None:
-        if kind != "kernel" or self.batch is not None or chunk.errors:
+        sample = [x for x in chunk.items[:self.SAMPLE] if x is not None]  # None: a malformed input
+        if self.batch is not None or not sample:
             return
-        sample = chunk.items[:self.SAMPLE]
-        size = sum(map(len, sample)) / len(sample)
+        size = sum(map(len, sample) if kind == "kernel" else (len(x.stdin) for x in sample)) / len(sample)
         self.item_bytes = size if not self.item_bytes else 0.5 * (self.item_bytes + size)
 
     def answered(self, n: int, seconds: float) -> None:

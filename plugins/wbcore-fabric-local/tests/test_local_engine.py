@@ -311,3 +311,28 @@ def test_cancel_ends_a_stream_of_malformed_inputs(rt, register):
         if got == 50:
             cancel.set()
     assert got < 1000, got
+
+
+NOP = """(module (memory (export "memory") 1) (func (export "_start")))"""
+
+
+def test_a_command_chunk_holds_about_a_mebibyte_of_stdin(rt, register):
+    """A command that ignores a large stdin is fast: its chunks must still be bounded by their
+    input bytes (as a kernel's are), not only by time, or the window holds gigabytes."""
+    from wbcore_fabric_local.processes import CHUNK_BYTES, K
+
+    register("nop", NOP)
+    size, total = 512 << 10, 300
+    taken = 0
+
+    def inputs():
+        nonlocal taken
+        for _ in range(total):
+            taken += 1
+            yield {"stdin": b"x" * size}
+
+    ahead = 0
+    for r in fabric.map(rt, "nop", inputs(), width=2, deadline=120):
+        assert r.ok and r.value.exit_code == 0
+        ahead = max(ahead, taken - r.index - 1)
+    assert ahead <= 2 * K * (CHUNK_BYTES // size) + 2, ahead
