@@ -26,11 +26,12 @@ if TYPE_CHECKING:
 class Sizer:
     """How many inputs an engine's next chunk takes: about ``target_s`` of work (learnt from
     the chunks answered: one input for a long call, up to ``max_batch`` for a microsecond
-    kernel) and about ``chunk_bytes`` of input (learnt from a sample of each chunk sent: a
-    kernel's bytes, a command's stdin), or the job's fixed ``batch``. One per batch; the
+    kernel) and about ``chunk_bytes`` of input or of output (learnt from a sample of each chunk
+    sent and answered: a kernel's bytes, a command's stdin, stdout and stderr), or the job's fixed
+    ``batch``. One per batch; the
     first chunk holds one input."""
 
-    __slots__ = ("batch", "chunk_bytes", "item_bytes", "max_batch", "per_item", "target_s")
+    __slots__ = ("batch", "chunk_bytes", "item_bytes", "max_batch", "out_bytes", "per_item", "target_s")
 
     #: Inputs whose sizes are read per chunk sent: a sum over every input costs ~25 ns each.
     SAMPLE = 32
@@ -42,6 +43,7 @@ class Sizer:
         self.chunk_bytes = chunk_bytes
         self.per_item: float | None = None  # seconds per input, a running mean
         self.item_bytes = 0.0  # bytes per input, a running mean
+        self.out_bytes = 0.0  # bytes per output (a command's: stdout and stderr), a running mean
 
     def size(self) -> int:
         if self.batch is not None:
@@ -49,8 +51,8 @@ class Sizer:
         if self.per_item is None:
             return 1
         n = int(self.target_s / max(self.per_item, 1e-7))
-        if self.item_bytes:
-            n = min(n, int(self.chunk_bytes / self.item_bytes))
+        if self.item_bytes or self.out_bytes:
+            n = min(n, int(self.chunk_bytes / max(self.item_bytes, self.out_bytes)))
         return max(1, min(self.max_batch, n))
 
     def sent(self, kind: str, chunk: Chunk) -> None:
@@ -60,10 +62,18 @@ class Sizer:
         size = sum(map(len, sample) if kind == "kernel" else (len(x.stdin) for x in sample)) / len(sample)
         self.item_bytes = size if not self.item_bytes else 0.5 * (self.item_bytes + size)
 
-    def answered(self, n: int, seconds: float) -> None:
+    def answered(self, n: int, seconds: float, outputs: Any = ()) -> None:
         if n:
             now = seconds / n
             self.per_item = now if self.per_item is None else 0.5 * (self.per_item + now)
+        # what comes back is held as input is: a kernel's outputs, a command's stdout and stderr
+        if isinstance(outputs, Outputs):
+            size = len(outputs.data) / max(1, len(outputs))
+        else:
+            sample = [x for x in islice(outputs, self.SAMPLE) if x is not None]
+            size = (sum(len(x) if isinstance(x, bytes) else len(x[1]) + len(x[2]) for x in sample)
+                    / max(1, len(sample)))
+        self.out_bytes = size if not self.out_bytes else 0.5 * (self.out_bytes + size)
 
 
 
@@ -181,7 +191,7 @@ class Batch:
                  seconds: float) -> None:
         worker.out.remove(seq)
         self.pending[seq] = chunk_results(self.job, self.chunks[seq], outputs, errors)
-        self.sizer.answered(len(outputs), seconds)
+        self.sizer.answered(len(outputs), seconds, outputs)
 
     def lost(self, worker: Any, error: WbError, seq: int | None = None) -> None:
         """The chunk ``seq`` of ``worker`` (every chunk it holds when ``None``) fails with ``error``."""

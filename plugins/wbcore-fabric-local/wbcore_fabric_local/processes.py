@@ -57,7 +57,7 @@ from wbcore_runtime.contract.errors import CapabilityDenied, Internal, InvalidAr
 K = 3
 MAX_BATCH = 4096
 TARGET_S = 0.02
-#: Input bytes per chunk, roughly (sizes are learnt from the chunks sent): bounds the
+#: Input (and output) bytes per chunk, roughly (learnt from the chunks sent and answered): bounds the
 #: parent's memory for large inputs (``width × K`` chunks in flight, and their answers).
 CHUNK_BYTES = 1 << 20
 #: Workers may be replaced this many times per batch (a guest that kills its worker every
