@@ -4,7 +4,7 @@ does not define them (each frozen record class costs ~1 ms). ``contract.calls`` 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -55,3 +55,5 @@ class KernelRequest:
     toolkit: str | None = None
     allowed_hosts: tuple[str, ...] = ()
     tier: str = "instance"
+    #: A ``threading.Event``: once set, a running call stops at the next tick (never shipped).
+    cancel: Any = field(default=None, compare=False, repr=False)

@@ -26,12 +26,14 @@ if TYPE_CHECKING:
 class Sizer:
     """How many inputs an engine's next chunk takes: about ``target_s`` of work (learnt from
     the chunks answered: one input for a long call, up to ``max_batch`` for a microsecond
-    kernel) and about ``chunk_bytes`` of input (learnt from a sample of each kernel chunk
-    sent), or the job's fixed ``batch``. One per batch; the first chunk holds one input."""
+    kernel) and about ``chunk_bytes`` of input or of output (learnt from a sample of each chunk
+    sent and answered: a kernel's bytes, a command's stdin, stdout and stderr), or the job's fixed
+    ``batch``. One per batch; the
+    first chunk holds one input."""
 
-    __slots__ = ("batch", "chunk_bytes", "item_bytes", "max_batch", "per_item", "target_s")
+    __slots__ = ("batch", "chunk_bytes", "item_bytes", "max_batch", "out_bytes", "per_item", "target_s")
 
-    #: Inputs whose sizes are read per kernel chunk sent: a sum over every input costs ~25 ns each.
+    #: Inputs whose sizes are read per chunk sent: a sum over every input costs ~25 ns each.
     SAMPLE = 32
 
     def __init__(self, job: Job, *, target_s: float, max_batch: int, chunk_bytes: int) -> None:
@@ -40,7 +42,8 @@ class Sizer:
         self.max_batch = max_batch
         self.chunk_bytes = chunk_bytes
         self.per_item: float | None = None  # seconds per input, a running mean
-        self.item_bytes = 0.0  # bytes per kernel input, a running mean
+        self.item_bytes = 0.0  # bytes per input, a running mean
+        self.out_bytes = 0.0  # bytes per output (a command's: stdout and stderr), a running mean
 
     def size(self) -> int:
         if self.batch is not None:
@@ -48,21 +51,29 @@ class Sizer:
         if self.per_item is None:
             return 1
         n = int(self.target_s / max(self.per_item, 1e-7))
-        if self.item_bytes:
-            n = min(n, int(self.chunk_bytes / self.item_bytes))
+        if self.item_bytes or self.out_bytes:
+            n = min(n, int(self.chunk_bytes / max(self.item_bytes, self.out_bytes)))
         return max(1, min(self.max_batch, n))
 
     def sent(self, kind: str, chunk: Chunk) -> None:
-        if kind != "kernel" or self.batch is not None or chunk.errors:
+        sample = [x for x in chunk.items[:self.SAMPLE] if x is not None]  # None: a malformed input
+        if self.batch is not None or not sample:
             return
-        sample = chunk.items[:self.SAMPLE]
-        size = sum(map(len, sample)) / len(sample)
+        size = sum(map(len, sample) if kind == "kernel" else (len(x.stdin) for x in sample)) / len(sample)
         self.item_bytes = size if not self.item_bytes else 0.5 * (self.item_bytes + size)
 
-    def answered(self, n: int, seconds: float) -> None:
+    def answered(self, n: int, seconds: float, outputs: Any = ()) -> None:
         if n:
             now = seconds / n
             self.per_item = now if self.per_item is None else 0.5 * (self.per_item + now)
+        # what comes back is held as input is: a kernel's outputs, a command's stdout and stderr
+        if isinstance(outputs, Outputs):
+            size = len(outputs.data) / max(1, len(outputs))
+        else:
+            sample = [x for x in islice(outputs, self.SAMPLE) if x is not None]
+            size = (sum(len(x) if isinstance(x, bytes) else len(x[1]) + len(x[2]) for x in sample)
+                    / max(1, len(sample)))
+        self.out_bytes = size if not self.out_bytes else 0.5 * (self.out_bytes + size)
 
 
 
@@ -123,7 +134,8 @@ def _within(job: Job, timeout_s: float) -> float:
 class Batch:
     """One map on an engine that ships chunks to workers (a process, a Ray actor): the
     scheduling they share. :meth:`chunks_in_order` fills each worker up to ``k`` chunks while
-    fewer than ``width × k × max_batch`` inputs are in flight (taken and not yet yielded),
+    fewer than ``width × k`` chunks (of at most ``max_batch`` inputs, ~``chunk_bytes``) are in
+    flight (taken and not yet yielded: a chunk answered behind a slower one counts),
     yields the answered chunks in input order, waits, and honours ``cancel`` and the batch
     deadline; it runs in the consumer's thread, once per chunk.
 
@@ -141,6 +153,7 @@ class Batch:
         self.cancel = cancel
         self.k = k
         self.window = job.width * k * (job.batch or max_batch)
+        self.max_chunks = job.width * k  # in flight: shipped, or answered and waiting for earlier ones
         self.sizer = Sizer(job, target_s=target_s, max_batch=max_batch, chunk_bytes=chunk_bytes)
         self.workers: list[Any] = []
         self.chunks: dict[int, Chunk] = {}  # in flight, by sequence number
@@ -178,7 +191,7 @@ class Batch:
                  seconds: float) -> None:
         worker.out.remove(seq)
         self.pending[seq] = chunk_results(self.job, self.chunks[seq], outputs, errors)
-        self.sizer.answered(len(outputs), seconds)
+        self.sizer.answered(len(outputs), seconds, outputs)
 
     def lost(self, worker: Any, error: WbError, seq: int | None = None) -> None:
         """The chunk ``seq`` of ``worker`` (every chunk it holds when ``None``) fails with ``error``."""
@@ -193,12 +206,18 @@ class Batch:
         try:
             self.begin()
             while True:
+                if self.cancel is not None and self.cancel.is_set():
+                    return
+                left = job.remaining()
+                if left is not None and left <= 0:
+                    raise Timeout(f"fabric: {job.kind} {job.name!r}: the batch deadline passed "
+                                  f"with {done} of {work.taken}+ results yielded")
                 while not exhausted:  # fill: the least busy worker with room, while the window allows
                     w = min((w for w in self.workers if len(w.out) < k), key=lambda w: len(w.out),
                             default=None)
                     room = self.window - (work.taken - done)
-                    if w is None or room <= 0:
-                        break
+                    if w is None or room <= 0 or len(self.chunks) >= self.max_chunks:
+                        break  # answers held behind a slow chunk count too: chunks, not only inputs
                     chunk = work.take(min(room, self.sizer.size()))
                     if not chunk.items:
                         exhausted = True
@@ -218,16 +237,10 @@ class Batch:
                 if exhausted and done_seq == seq:
                     clean = True
                     return
-                if not any(w.out for w in self.workers):
-                    continue
-                found = self.wait(self._wait_s())
-                if self.cancel is not None and self.cancel.is_set():
-                    return
-                left = job.remaining()
-                if left is not None and left <= 0:
-                    raise Timeout(f"fabric: {job.kind} {job.name!r}: the batch deadline passed "
-                                  f"with {done} of {work.taken}+ results yielded")
-                self.collect(found)
+                if any(w.out for w in self.workers):
+                    found = self.wait(self._wait_s())
+                    if not (self.cancel is not None and self.cancel.is_set()):
+                        self.collect(found)
         finally:
             self.stop(graceful=clean)
 

@@ -92,3 +92,21 @@ def test_bulk_deadline_ends_spinning_calls(rt, register, engine):
     with pytest.raises(Timeout):
         list(fabric.map_chunks(rt, "spin", [{}] * 4, width=2, deadline=2.0, engine=engine))
     assert time.monotonic() - t0 < 15
+
+
+#: kernel: 64 KiB of output for any input (the arena's whole output side)
+K_FLOOD = """(module (memory (export "memory") 2)
+  (func (export "process") (param $n i32) (result i32) (i32.const 65536)))"""
+
+
+def test_chunks_of_a_kernel_with_large_outputs_hold_about_a_mebibyte(rt, register):
+    """Tiny inputs, 64 KiB out each: a chunk is sized by what comes back too, or one answer
+    holds thousands of outputs (hundreds of MiB) and the window several of them."""
+    from wbcore_fabric_local.processes import CHUNK_BYTES
+
+    register("kflood", K_FLOOD, kind="kernel")
+    sizes = []
+    for c in fabric.map_chunks(rt, "kflood", (b"x" for _ in range(3000)), kind="kernel", width=2):
+        assert c.ok and len(c.values.data) == 65536 * len(c)
+        sizes.append(len(c))
+    assert sum(sizes) == 3000 and max(sizes) <= 2 * CHUNK_BYTES // 65536, max(sizes)

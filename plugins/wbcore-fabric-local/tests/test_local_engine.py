@@ -233,3 +233,106 @@ def test_a_failing_kernel_input_fails_alone_and_runs_once(rt, register, engine):
               for r in fabric.map(rt, "kcount", inputs, kind="kernel", width=1, batch=7, engine=engine)]
     # big inputs fail before the guest
     assert [int.from_bytes(c, "little") for c in counts if c] == [1, 2, 3, 4]
+
+
+#: kernel: an input starting with "s" spins (until the kernel's timeout_s), any other returns nothing
+K_SLOW_S = """(module (memory (export "memory") 2)
+  (func (export "process") (param $n i32) (result i32)
+    (if (i32.eq (i32.load8_u offset=1024 (i32.const 0)) (i32.const 115)) (then (loop $l (br $l))))
+    (i32.const 0)))"""
+
+
+@pytest.mark.parametrize("api", ["map", "map_chunks"])
+def test_a_slow_first_input_does_not_let_answers_pile_up(rt, register, api):
+    """Results wait in input order behind a slow input; the other worker must not run ahead
+    through the whole input window meanwhile (24,576 inputs of up to 64 KiB each): at most
+    width × K chunks of ~1 MiB are taken and not yet yielded."""
+    from wbcore_fabric_local.processes import CHUNK_BYTES, K
+
+    register("kslow", K_SLOW_S, kind="kernel", timeout_s=2.0)
+    size, total = 8192, 5000
+    taken = 0
+
+    def inputs():
+        nonlocal taken
+        for i in range(total):
+            taken += 1
+            yield (b"s" if i == 0 else b"x") * size
+
+    call = fabric.map if api == "map" else fabric.map_chunks
+    results = call(rt, "kslow", inputs(), kind="kernel", width=2)
+    first = next(results)
+    at_first = taken
+    results.close()
+    head = first if api == "map" else next(first.results())
+    assert head.index == 0 and head.error is not None and head.error.kind is ErrorKind.TIMEOUT
+    assert at_first <= 2 * K * (CHUNK_BYTES // size) + 2, at_first
+
+
+#: kernel: every call spins until the kernel's timeout_s
+K_SPIN = """(module (memory (export "memory") 2)
+  (func (export "process") (param $n i32) (result i32) (loop $l (br $l)) (i32.const 0)))"""
+
+
+def test_threads_engine_cancel_and_deadline_stop_running_kernel_calls(rt, register):
+    """A kernel call running on a thread is stopped when the batch ends (cancel, or the
+    deadline), not left to run out its own per-call timeout while the iterator waits."""
+    register("kspin", K_SPIN, kind="kernel", timeout_s=30.0)
+    cancel = threading.Event()
+    it = fabric.map(rt, "kspin", [b"a"] * 4, kind="kernel", width=2, engine="threads", cancel=cancel)
+    threading.Timer(0.3, cancel.set).start()
+    t0 = time.monotonic()
+    assert list(it) == []
+    assert time.monotonic() - t0 < 5
+    # the instance opens with the batch's 3 s left as its per-call limit; a call that starts
+    # 2.5 s later is stopped at the batch deadline, not 3 s after it started
+    register("kslow", K_SLOW_S, kind="kernel", timeout_s=30.0)
+
+    def late():
+        yield b"x"
+        time.sleep(2.5)
+        yield b"s"
+
+    t0 = time.monotonic()
+    with pytest.raises(Timeout):
+        list(fabric.map(rt, "kslow", late(), kind="kernel", width=1, engine="threads", deadline=3.0))
+    assert time.monotonic() - t0 < 4.5
+
+
+def test_cancel_ends_a_stream_of_malformed_inputs(rt, register):
+    """Inputs that fail before any worker sees them still end at ``cancel`` (nothing waits on a
+    worker, so the scheduler must look at it anyway)."""
+    register("kup", K_UPPER, kind="kernel")
+    cancel = threading.Event()
+    got = 0
+    for r in fabric.map(rt, "kup", (3 for _ in range(200_000)), kind="kernel", width=2, cancel=cancel):
+        assert r.error is not None and r.error.kind is ErrorKind.INVALID_ARGS
+        got += 1
+        if got == 50:
+            cancel.set()
+    assert got < 1000, got
+
+
+NOP = """(module (memory (export "memory") 1) (func (export "_start")))"""
+
+
+def test_a_command_chunk_holds_about_a_mebibyte_of_stdin(rt, register):
+    """A command that ignores a large stdin is fast: its chunks must still be bounded by their
+    input bytes (as a kernel's are), not only by time, or the window holds gigabytes."""
+    from wbcore_fabric_local.processes import CHUNK_BYTES, K
+
+    register("nop", NOP)
+    size, total = 512 << 10, 300
+    taken = 0
+
+    def inputs():
+        nonlocal taken
+        for _ in range(total):
+            taken += 1
+            yield {"stdin": b"x" * size}
+
+    ahead = 0
+    for r in fabric.map(rt, "nop", inputs(), width=2, deadline=120):
+        assert r.ok and r.value.exit_code == 0
+        ahead = max(ahead, taken - r.index - 1)
+    assert ahead <= 2 * K * (CHUNK_BYTES // size) + 2, ahead

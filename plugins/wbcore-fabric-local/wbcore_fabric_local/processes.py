@@ -20,8 +20,9 @@ for and stops the processes):
   no object per input in the parent, which on 2 cores shares a core with the workers: every
   nanosecond it spends per input is taken from them (``map`` then builds one ``Result`` per
   input in C; ``map_chunks`` builds none);
-- inputs are taken from the iterable only while fewer than ``width × K × MAX_BATCH`` are in
-  flight (taken and not yet yielded): a slow consumer holds the producer back;
+- inputs are taken from the iterable only while fewer than ``width × K`` chunks are in
+  flight (taken and not yet yielded, answered ones behind a slower chunk included): a slow
+  consumer holds the producer back, and so does a slow input;
 - each worker has at most ``K`` chunks outstanding (one running, two queued, so it never
   idles waiting for the parent or for an earlier chunk of the other worker); a chunk's size adapts so that it
   takes about ``TARGET_S`` (one input for long calls, up to ``MAX_BATCH`` for microsecond kernels) and
@@ -56,7 +57,7 @@ from wbcore_runtime.contract.errors import CapabilityDenied, Internal, InvalidAr
 K = 3
 MAX_BATCH = 4096
 TARGET_S = 0.02
-#: Input bytes per chunk, roughly (sizes are learnt from the chunks sent): bounds the
+#: Input (and output) bytes per chunk, roughly (learnt from the chunks sent and answered): bounds the
 #: parent's memory for large inputs (``width × K`` chunks in flight, and their answers).
 CHUNK_BYTES = 1 << 20
 #: Workers may be replaced this many times per batch (a guest that kills its worker every

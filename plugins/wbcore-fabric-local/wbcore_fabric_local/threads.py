@@ -9,6 +9,7 @@ docs/fabric.md for the measured numbers). Each thread keeps one kernel instance.
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import threading
 from collections import deque
 from collections.abc import Iterator
@@ -58,7 +59,8 @@ def _results(runtime: Any, job: fabric.Job, target: Any, work: Iterator[tuple[in
                 return batch.run_command(runtime, job, target, payload, cancel=stop), None
             inst = getattr(local, "inst", None)
             if inst is None:
-                inst = local.inst = target.open(batch.kernel_request(job))
+                # the batch's stop event ends a running call too (cancel, the deadline)
+                inst = local.inst = target.open(dataclasses.replace(batch.kernel_request(job), cancel=stop))
                 with lock:
                     opened.append(inst)
             return batch.run_kernel(runtime, job, inst, payload), None

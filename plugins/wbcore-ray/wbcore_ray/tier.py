@@ -85,6 +85,7 @@ class NodeTier:
         return batch.result_from_wire(out)
 
     def open(self, request: KernelRequest) -> NodeKernel:
+        request = dataclasses.replace(request, cancel=None)  # an Event does not cross machines
         ray, handle = self._actor("kernel", request, fresh=True)  # an instance of its own, as open promises
         return NodeKernel(ray, handle, request)
 

@@ -9,6 +9,7 @@ The arena is checked on both sides: an input that does not fit between ``in_off`
 and ``out_off`` (or the end of memory) is ``InvalidArgs``; an ``out_len`` that would
 read past the end of memory is ``KernelABIError`` — the host never reads outside
 the guest's memory. Every call has the kernel's deadline (epoch interruption); a
+request's ``cancel`` event stops a running call too; a
 trap or timeout poisons the instance (its memory may be half-written), so the next
 call instantiates afresh.
 """
@@ -57,7 +58,7 @@ class KernelInstance:
         loaded = self.runner.modules.load(self.runner.runtime.artifacts, req.sha256)
         store = wasmtime.Store(eng.wasm)
         store.set_limits(memory_size=req.profile.memory_bytes, instances=4, tables=8, memories=2)
-        self._guard = _engine.Guard(float("inf"))
+        self._guard = _engine.Guard(float("inf"), cancel=req.cancel)
         self._gid = _engine.attach_guard(store, self._guard)
         if eng.fuel:
             store.set_fuel(2**62)
@@ -144,6 +145,8 @@ class KernelInstance:
         size = self._k.memory_size() if self._k is not None else 0
         self._poison()
         code = getattr(exc, "trap_code", None)
+        if self._guard.reason == "cancelled":
+            raise Timeout(f"kernel {self.req.name}: cancelled by the caller; the guest was stopped") from None
         if self._guard.reason == "timeout" or code == wasmtime.TrapCode.INTERRUPT:
             raise Timeout(f"kernel {self.req.name}: over its {self.spec.timeout_s:g} s deadline") from None
         if code == wasmtime.TrapCode.OUT_OF_FUEL:
