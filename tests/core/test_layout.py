@@ -122,7 +122,7 @@ OVER_BUDGET: dict[str, int] = {}  # empty: every module is within MAX_LINES, and
 #: quoting the token. +20 for a build's provenance recording the digest the signature verified
 #: (dispatch/resolve), a key file read only as a regular file (trust/identity) and a hostile
 #: did:web document refused as one, not raised (trust/did).
-MAX_TOTAL_LINES = 17_263
+MAX_TOTAL_LINES = 17_306
 #: In-function imports of a core module (each one hid an edge): none, and none may come back. A
 #: module another needs only on some paths (start-up, docs/architecture.md) is named at the top
 #: with contract.lazy.module, which this test reads as an edge.

@@ -100,7 +100,8 @@ def skill_text(raw: bytes, toolkit_dir: Path | paths.Root, slug: str) -> str:
     """The text of a skill's bytes (from :func:`read_skill_bytes`)."""
     # The parser's lines: a skill cut differently by another reader (a lone CR, U+2028 ...)
     # is refused with file:line, as a manifest is.
-    where = Path(str(getattr(toolkit_dir, "shown", toolkit_dir))) / SKILLS_DIR / f"{check_slug(slug)}{SKILL_SUFFIX}"
+    top = toolkit_dir.shown if isinstance(toolkit_dir, paths.Root) else toolkit_dir
+    where = Path(top) / SKILLS_DIR / f"{check_slug(slug)}{SKILL_SUFFIX}"
     return normalized(raw.decode("utf-8", errors="replace"), where, what="skill")
 
 
