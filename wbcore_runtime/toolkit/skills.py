@@ -80,20 +80,33 @@ def skill_path(toolkit_dir: Path | paths.Root, slug: str) -> Path:
         raise NotFound(unknown_name("skill", slug, [s.slug for s in list_skills(toolkit_dir)])) from None
 
 
-def read_skill(toolkit_dir: Path | paths.Root, slug: str) -> str:
+def read_skill_bytes(toolkit_dir: Path | paths.Root, slug: str) -> tuple[bytes, str]:
+    """The bytes of one skill, read once through containment, and the symlink-free path of
+    the file they were read from, relative to the toolkit folder (a signed form's name)."""
     slug = check_slug(slug)
     root = skills_root(toolkit_dir)
     try:
         if root is None:
             raise NotFound(SKILLS_DIR)
+        real = root.inside(f"{slug}{SKILL_SUFFIX}")
         raw = root.read(f"{slug}{SKILL_SUFFIX}", MAX_SKILL_BYTES)
     except NotFound:
         raise NotFound(unknown_name("skill", slug, [s.slug for s in list_skills(toolkit_dir)])) from None
+    top = toolkit_dir.real if isinstance(toolkit_dir, paths.Root) else os.path.realpath(toolkit_dir)
+    return raw, Path(os.path.relpath(real, top)).as_posix()
 
+
+def skill_text(raw: bytes, toolkit_dir: Path | paths.Root, slug: str) -> str:
+    """The text of a skill's bytes (from :func:`read_skill_bytes`)."""
     # The parser's lines: a skill cut differently by another reader (a lone CR, U+2028 ...)
     # is refused with file:line, as a manifest is.
-    where = Path(str(getattr(toolkit_dir, "path", toolkit_dir))) / SKILLS_DIR / f"{slug}{SKILL_SUFFIX}"
+    top = toolkit_dir.shown if isinstance(toolkit_dir, paths.Root) else toolkit_dir
+    where = Path(top) / SKILLS_DIR / f"{check_slug(slug)}{SKILL_SUFFIX}"
     return normalized(raw.decode("utf-8", errors="replace"), where, what="skill")
+
+
+def read_skill(toolkit_dir: Path | paths.Root, slug: str) -> str:
+    return skill_text(read_skill_bytes(toolkit_dir, slug)[0], toolkit_dir, slug)
 
 
 def _describe(text: str, slug: str) -> tuple[str, str]:

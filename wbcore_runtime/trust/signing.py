@@ -315,6 +315,8 @@ class Verdict:
     signer: str | None = None
     digest: str | None = None
     changes: tuple[str, ...] = field(default=())
+    #: The canonical form the signature was checked over (an ``ok`` verdict): what each file hashed to.
+    form: bytes = field(default=b"", repr=False)
 
     @property
     def ok(self) -> bool:
@@ -331,24 +333,30 @@ def _describe(rel: str) -> str:
     return "file"
 
 
+def _index(form: bytes) -> tuple[dict[str, str], dict[str, str]]:
+    fields: dict[str, str] = {}
+    files: dict[str, str] = {}
+    for line in form.decode("utf-8", "replace").splitlines()[1:]:
+        kind, _, rest = line.partition(" ")
+        if kind == "field":
+            key, _, value = rest.partition(" ")
+            fields[key] = value
+        elif kind in ("manifest", "file", "link"):
+            digest, _, rel = rest.partition(" ")
+            files[rel] = f"{kind}:{digest}"
+    return fields, files
+
+
+def file_digest(form: bytes, rel: str) -> str | None:
+    """The sha256 a canonical form records for the regular file ``rel``, or ``None``."""
+    kind, _, digest = _index(form)[1].get(rel, "").partition(":")
+    return digest if kind == "file" else None
+
+
 def diff(signed_form: bytes, current_form: bytes) -> list[str]:
     """What changed between two canonical forms, one phrase per change."""
-
-    def index(form: bytes) -> tuple[dict[str, str], dict[str, str]]:
-        fields: dict[str, str] = {}
-        files: dict[str, str] = {}
-        for line in form.decode("utf-8", "replace").splitlines()[1:]:
-            kind, _, rest = line.partition(" ")
-            if kind == "field":
-                key, _, value = rest.partition(" ")
-                fields[key] = value
-            elif kind in ("manifest", "file", "link"):
-                digest, _, rel = rest.partition(" ")
-                files[rel] = f"{kind}:{digest}"
-        return fields, files
-
-    f0, p0 = index(signed_form)
-    f1, p1 = index(current_form)
+    f0, p0 = _index(signed_form)
+    f1, p1 = _index(current_form)
     out: list[str] = []
     for key in sorted(f0.keys() | f1.keys()):
         if f0.get(key) != f1.get(key):
@@ -434,7 +442,7 @@ def verify(
         return Verdict(MALFORMED, f"cannot put the toolkit in canonical form: {exc.message}", did)
     digest = _sha(form)
     if any(_identity.verify(k, form, sig) for k in keys):
-        return Verdict(OK, f"signature valid, signed by {did}", did, digest)
+        return Verdict(OK, f"signature valid, signed by {did}", did, digest, form=form)
     try:
         signed_form = paths.read_file(toolkit_dir, SIDECAR, MAX_BYTES // 64)
     except (OSError, WbError):  # the sidecar only explains a failure; without it, say less

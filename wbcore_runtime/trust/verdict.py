@@ -24,6 +24,7 @@ from wbcore_runtime.contract import lazy
 from wbcore_runtime.contract.errors import ErrorKind, NotFound
 from wbcore_runtime.guard import paths
 from wbcore_runtime.store.artifacts import atomic_write
+from wbcore_runtime.toolkit import skills as _skills
 
 if TYPE_CHECKING:
     from wbcore_runtime.trust import signing
@@ -348,3 +349,24 @@ def check_available(toolkit: Toolkit, runtime: RuntimeServices) -> None:
     reason = unavailable_reason(toolkit, runtime, resolve_web=True)
     if reason:
         raise IntegrityError(f"{toolkit.id} is unavailable: {reason}")
+
+
+def skill_text(toolkit: Toolkit, runtime: RuntimeServices, slug: str) -> str:
+    """THE read of a skill's text for a model (MCP ``resources/read``, the agent's ``wb skill``).
+
+    The toolkit must be available (as :func:`check_available`, did:web resolved). For a
+    third-party toolkit the skill is read once, after the one verdict, and those bytes are
+    hashed against the digest that verdict's signature covers: a file swapped after the
+    verdict is refused, never served. Call it instead of checking first and reading after.
+    """
+    signed = signature_verdict(toolkit, runtime) if toolkit.manifest.trust == "third-party" else None
+    reason = integrity_reason(toolkit, runtime) or (refusal(signed) if signed else None)
+    if reason:
+        raise IntegrityError(f"toolkit {toolkit.id} is unavailable: {reason}")
+    folder = toolkit.folder()
+    raw, rel = _skills.read_skill_bytes(folder, slug)
+    if signed is not None and signing.file_digest(signed.form, rel) != sha256(raw).hexdigest():
+        raise IntegrityError(
+            f"{toolkit.id}: {toolkit.dir / rel} changed since it was verified; it was not served. "
+            f"Find who writes to {toolkit.dir}, then check it: wbx toolkit verify {toolkit.id}")
+    return _skills.skill_text(raw, folder, slug)

@@ -56,6 +56,7 @@ from wbcore_runtime.contract.tools import CallOutcome, DeclaredArg, Tool, ToolTa
 from wbcore_runtime.contract import cbor
 from wbcore_runtime.dispatch import resolve as resolution, tiers
 from wbcore_runtime.trust import policy
+from wbcore_runtime.trust import verdict as trust
 
 from wbcore_act import sections, wire
 
@@ -78,10 +79,11 @@ MAX_STDIN = 64 << 20
 # --- skills as argument declarations -------------------------------------------------
 
 
-def _skill_text(tk: Any, tool: str) -> str:
+def _skill_text(runtime: RuntimeServices, tk: Any, tool: str) -> str:
+    # A tool's declarations and flags come from the skill bytes its toolkit's signature covers.
     for slug in (tool, "overview"):
         try:
-            return tk.skill_text(slug)
+            return trust.skill_text(tk, runtime, slug)
         except WbError:
             continue
     return ""
@@ -259,7 +261,7 @@ class ToolkitProvider(ToolTable):
             prefix = f"{entry.toolkit}." if entry.toolkit else ""
             tagline = tk.manifest.tagline if tk is not None else f"built-in command {entry.name}"
             if entry.kind == "command":
-                text = _skill_text(tk, entry.name) if tk is not None else ""
+                text = _skill_text(rt, tk, entry.name) if tk is not None else ""
                 declared = declared_args(text)
                 name = prefix + entry.name
                 desc = (f"{_lead(tk, entry.name, tagline)} (runs the sandboxed command `{entry.name}`: argv "
@@ -271,7 +273,7 @@ class ToolkitProvider(ToolTable):
                                    skills=skills)
             elif entry.kind == "kernel":
                 name = prefix + entry.name
-                text = _skill_text(tk, entry.name) if tk is not None else ""
+                text = _skill_text(rt, tk, entry.name) if tk is not None else ""
                 desc = (f"{_lead(tk, entry.name, tagline)} (kernel `{entry.name}`: bytes in → bytes out)"
                         + cap_note(rt, caps))
                 td = ToolDefinition(name, LocalizedString(plain=desc), dict(KERNEL_SCHEMA),
@@ -301,7 +303,7 @@ class ToolkitProvider(ToolTable):
             out.update(self._provided_tools(entry, prefix, act_fns, caps, prof, skills, info))
             fns = [fn for fn in fns if fn not in act_fns.values()]
         for fn in fns:
-            text = _skill_text(tk, fn.name) if tk is not None else ""
+            text = _skill_text(self.runtime, tk, fn.name) if tk is not None else ""
             name = prefix + fn.name
             desc = f"{_lead(tk, fn.name, tagline)} (component function {fn.name}, typed by WIT)"
             ext: dict[str, Any] = {}

@@ -29,7 +29,7 @@ class ActToolService:
 
     def draft(self, kind: str, target: str, toolkit: Any, caps: frozenset[str],
               timeout_s: float | None) -> Tool:
-        text = _provider._skill_text(toolkit, target)
+        text = _provider._skill_text(self.runtime, toolkit, target)
         tagline = toolkit.manifest.tagline or toolkit.id
         name = f"{toolkit.id}.{target}"
         lead = _provider._lead(toolkit, target, tagline)

@@ -133,10 +133,24 @@ def register(app: typer.Typer, runtime: Runtime) -> None:
             toolkits = [runtime.toolkit(i) for i in idents]
         else:
             raise InvalidArgs("name at least one toolkit ID, or --all")
+        from wbcore_runtime.trust import verdict as trust
+
+        # A package is read by a model: a toolkit whose files do not verify is never exported.
+        kept = []
+        for tk in toolkits:
+            why = trust.unavailable_reason(tk, runtime, resolve_web=True)
+            if why and not all_:
+                raise trust.IntegrityError(f"toolkit {tk.id} is unavailable: {why}; it was not exported "
+                                           f"(check it: wbx toolkit verify {tk.id})")
+            if why:
+                warn(f"skipped {tk.id}: it is unavailable: {why}")
+            else:
+                kept.append(tk)
+        toolkits = kept
         if agent_skills is not None:
             for tk in toolkits:
-                path = _export.export_agent_skills(tk, agent_skills, force=force)
+                path = _export.export_agent_skills(tk, agent_skills, force=force, runtime=runtime)
                 typer.echo(f"exported {tk.id} → {path / 'SKILL.md'}")
         if index is not None:
-            path = _export.export_index(toolkits, index)
+            path = _export.export_index(toolkits, index, runtime=runtime)
             typer.echo(f"index {path} ({len(toolkits)} skill(s))")

@@ -29,6 +29,8 @@ from wbcore_runtime.store.archive import deterministic_targz
 from wbcore_runtime.store.artifacts import atomic_write
 from wbcore_agent_skills.skill_import import GENERATED_KEY, ORIGINAL_DIR, generated_digest
 from wbcore_runtime.toolkit.loaded import Toolkit
+from wbcore_runtime.contract.host import RuntimeServices
+from wbcore_runtime.trust import verdict as trust
 
 INDEX_SCHEMA = "https://schemas.agentskills.io/discovery/0.2.0/schema.json"
 WELL_KNOWN = Path(".well-known") / "agent-skills"
@@ -190,7 +192,7 @@ def _frontmatter(toolkit: Toolkit, name: str, description: str) -> list[str]:
     return front
 
 
-def render(toolkit: Toolkit) -> dict[str, bytes]:
+def render(toolkit: Toolkit, runtime: RuntimeServices | None = None) -> dict[str, bytes]:
     """The package's files (relative path → bytes), without writing anything.
 
     A toolkit imported from an Agent Skills package and not edited since gives back that
@@ -198,7 +200,8 @@ def render(toolkit: Toolkit) -> dict[str, bytes]:
     the overview skill (headings one level down); each other skill
     is a markdown document at its ``#+SOURCE`` path (else ``references/<slug>.md``); what the
     body does not name yet is listed under ``## References``, so a package imported back
-    exports to the same bytes."""
+    exports to the same bytes. Given the ``runtime``, each skill is read through
+    ``trust.skill_text``: the bytes written are the bytes its signature covers."""
     original = _original_package(toolkit)
     if original is not None:
         return original
@@ -210,11 +213,15 @@ def render(toolkit: Toolkit) -> dict[str, bytes]:
     description = _fit(description, MAX_DESCRIPTION)
     files = _package_files(toolkit)
     docs: dict[str, bytes] = {}
+
+    def skill_text(slug: str) -> str:
+        return toolkit.skill_text(slug) if runtime is None else trust.skill_text(toolkit, runtime, slug)
+
     links: list[tuple[str, str, str]] = []
     for s in toolkit.skills:
         if s.slug == "overview":
             continue
-        text = toolkit.skill_text(s.slug)
+        text = skill_text(s.slug)
         title, _ = _strip_title(text)
         path = _doc_path(text, s.slug)
         if path in docs or path in files:
@@ -229,7 +236,7 @@ def render(toolkit: Toolkit) -> dict[str, bytes]:
         links.append((path, s.title, summary))
     blocks = [f"# {m.title}"]
     if any(s.slug == "overview" for s in toolkit.skills):
-        overview = markup.org_to_md(toolkit.skill_text("overview"), shift=1).strip("\n")
+        overview = markup.org_to_md(skill_text("overview"), shift=1).strip("\n")
     else:
         overview = m.tagline
     if overview:
@@ -281,14 +288,16 @@ def _write_package(files: dict[str, bytes], target: Path, *, force: bool) -> Non
             unpack.remove_tree(stage)
 
 
-def export_agent_skills(toolkit: Toolkit, out_dir: Path, *, force: bool = False) -> Path:
+def export_agent_skills(toolkit: Toolkit, out_dir: Path, *, force: bool = False,
+                        runtime: RuntimeServices | None = None) -> Path:
     """Write ``out_dir/<name>/`` (SKILL.md + references/); returns the package folder."""
     target = out_dir / skill_name(toolkit.id)
-    _write_package(render(toolkit), target, force=force)
+    _write_package(render(toolkit, runtime), target, force=force)
     return target
 
 
-def export_index(toolkits: list[Toolkit], site: Path, *, force: bool = True) -> Path:
+def export_index(toolkits: list[Toolkit], site: Path, *, force: bool = True,
+                 runtime: RuntimeServices | None = None) -> Path:
     """Write the packages and ``.well-known/agent-skills/index.json`` under ``site``; returns the
     index path."""
     base = site / WELL_KNOWN
@@ -303,7 +312,7 @@ def export_index(toolkits: list[Toolkit], site: Path, *, force: bool = True) -> 
         except (ValueError, AttributeError):
             raise InvalidArgs(f"{index_path} exists but is not a discovery index; move it aside") from None
     for tk in toolkits:
-        files = render(tk)
+        files = render(tk, runtime)
         name = skill_name(tk.id)
         _write_package(files, base / name, force=force)
         description = _frontmatter_description(files["SKILL.md"])

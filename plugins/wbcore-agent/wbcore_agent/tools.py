@@ -260,7 +260,10 @@ def wb(run: Run, args: Mapping[str, Any]) -> str:
                            "skills": [{"slug": s.slug, "summary": s.summary} for s in tk.skills]}, indent=1)
     if op == "skill":
         ident, slug = _str(args, "toolkit", "wb"), _str(args, "skill", "wb", "overview")
-        return available_toolkit(run, ident).skill_text(slug)
+        from wbcore_runtime.trust import verdict as trust
+
+        # One verdict, then the bytes read to the model hashed against it (never check, then read).
+        return trust.skill_text(rt.toolkit(ident), rt, slug)
     if op == "search":
         from wbcore_runtime.toolkit import search as _search
 

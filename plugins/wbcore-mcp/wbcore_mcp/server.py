@@ -425,10 +425,11 @@ def build_server(runtime: Runtime, *, only: Iterable[str] | None = None, search_
         if scope is not None and tk_id not in scope:
             raise MCPError(INVALID_PARAMS, f"unknown resource {uri!r}")
         from wbcore_runtime.contract.errors import WbError
+        from wbcore_runtime.trust import verdict as trust
 
         try:
-            tk = _verified(uri, runtime.toolkit(tk_id))
-            return tk, slug, tk.skill_text(slug)
+            tk = runtime.toolkit(tk_id)
+            return tk, slug, trust.skill_text(tk, runtime, slug)  # one verdict; the bytes it covers
         except WbError as exc:
             raise MCPError(INVALID_PARAMS, f"{uri}: {exc.message}") from None
 
