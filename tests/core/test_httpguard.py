@@ -43,7 +43,9 @@ def test_token_is_required_exact_and_long_enough():
 
 
 @pytest.mark.parametrize("host", ["evil.example", "localhost.evil.example", "127.0.0.1.nip.io",
-                                  "evil.example:8766", "", "[::2]:80", "10.0.0.1"])
+                                  "evil.example:8766", "", "[::2]:80", "10.0.0.1",
+                                  # a port that is no number: what follows it is another name
+                                  "localhost:1@evil.example", "localhost:evil", "[::1]:x", "[::1]evil"])
 def test_foreign_hosts_are_421(host):
     assert (httpguard.refusal(policy(), authorization=f"Bearer {TOKEN}".encode(), host=host, origin=None)[0]
             == 421)
@@ -57,7 +59,8 @@ def test_loopback_hosts_pass(host):
 
 @pytest.mark.parametrize("origin", ["http://evil.example", "null", "http://localhost.evil.example",
                                     "file://localhost", "http://localhost/path", "localhost",
-                                    "ws://localhost"])
+                                    "ws://localhost", "http://localhost:1@evil.example",
+                                    "http://localhost:evil.example"])
 def test_foreign_origins_are_403(origin):
     refused = httpguard.refusal(policy(), authorization=f"Bearer {TOKEN}".encode(), host="localhost",
                                 origin=origin)

@@ -79,10 +79,13 @@ def host_names(bind: str, extra: Iterable[str] = ()) -> list[str]:
 
 
 def _strip_port(host: str) -> str:
+    # a port that is no number is no port: "localhost:1@evil" names no host of ours
     if host.startswith("["):
         end = host.find("]")
-        return host[: end + 1] if end > 0 else host
-    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+        name, port = (host[: end + 1], host[end + 1:]) if end > 0 else (host, "")
+        return name if port == "" or (port[:1] == ":" and (port[1:] == "" or port[1:].isdigit())) else ""
+    name, sep, port = host.rpartition(":") if host.count(":") == 1 else (host, "", "")
+    return name if port == "" or port.isdigit() else ""
 
 
 def host_ok(host: str | None, names: Sequence[str]) -> bool:
