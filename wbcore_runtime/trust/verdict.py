@@ -24,15 +24,16 @@ from wbcore_runtime.contract import lazy
 from wbcore_runtime.contract.errors import ErrorKind, NotFound
 from wbcore_runtime.guard import paths
 from wbcore_runtime.store.artifacts import atomic_write
-from wbcore_runtime.toolkit import skills as _skills
 
 if TYPE_CHECKING:
+    from wbcore_runtime.toolkit import skills as _skills
     from wbcore_runtime.trust import signing
     from wbcore_runtime.toolkit.manifest import Manifest
     from wbcore_runtime.contract.host import RuntimeServices
     from wbcore_runtime.toolkit.loaded import Toolkit
 else:  # imported on first use: signing brings cryptography (~50 ms), which wbx start-up never needs
     signing = lazy.module("wbcore_runtime.trust.signing")
+    _skills = lazy.module("wbcore_runtime.toolkit.skills")  # its records' dataclasses: not on `wbx run`
 
 
 class IntegrityError(_StoreIntegrityError):
