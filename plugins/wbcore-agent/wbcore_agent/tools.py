@@ -206,19 +206,18 @@ def _result_text(res: Any) -> str:
     return text
 
 
-def unavailable(run: Run, tk: Any, *, resolve_web: bool = False) -> str | None:
+def unavailable(run: Run, tk: Any) -> str | None:
     """Why ``tk`` may not be used (``wbcore_runtime.trust.verdict``: tampered, unsigned, pin mismatch), or
-    ``None``: such a toolkit's text never reaches the model, as in the injected index. A look
-    (a listing, a search hit) is offline; reading a toolkit's files resolves its did:web signer
-    (``resolve_web``): an offline verdict stops before hashing them."""
+    ``None``: such a toolkit's text never reaches the model, as in the injected index. A look (a
+    listing, ``show``, a search hit) is offline; a skill's text goes through ``verdict.skill_text``."""
     from wbcore_runtime.trust import verdict as trust
 
-    return trust.unavailable_reason(tk, run.runtime, resolve_web=resolve_web)
+    return trust.unavailable_reason(tk, run.runtime)
 
 
 def available_toolkit(run: Run, ident: str) -> Any:
     tk = run.runtime.toolkit(ident)
-    why = unavailable(run, tk, resolve_web=True)
+    why = unavailable(run, tk)
     if why:
         raise CapabilityDenied(f"toolkit {ident} is unavailable: {why}")
     return tk
