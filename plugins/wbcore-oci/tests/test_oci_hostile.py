@@ -6,6 +6,7 @@ support): a real one would never serve these."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import http.server
 import io
@@ -151,6 +152,22 @@ def test_a_toolkit_layer_that_is_an_archive_bomb_lands_nothing(hostile: Hostile,
     assert not landed.exists() or not any(landed.iterdir())
 
 
+@contextlib.contextmanager
+def _plain_registry(handler: type[http.server.BaseHTTPRequestHandler],
+                    monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """``handler`` served on loopback as a plain-HTTP registry the client may reach; its host."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    host = f"127.0.0.1:{server.server_address[1]}"
+    monkeypatch.setenv("WB_OCI_PLAIN_HTTP", host)
+    monkeypatch.setenv("WB_ALLOW_PRIVATE_HOSTS", "127.0.0.1")
+    try:
+        yield host
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def _tar_layer(entries: list[tuple[str, str, bytes]]) -> bytes:
     """A tar+gzip layer of ``(kind, name, data)`` entries: kind "dir", "file" or "link" (data: target)."""
     raw = io.BytesIO()
@@ -222,19 +239,11 @@ def test_a_refused_upload_never_shows_its_location_query(location: str,
         def do_PUT(self) -> None:
             self._reply(401, b"", [("WWW-Authenticate", f'Bearer realm="http://{host}/token"')])
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Registry)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    host = f"127.0.0.1:{server.server_address[1]}"
-    monkeypatch.setenv("WB_OCI_PLAIN_HTTP", host)
-    monkeypatch.setenv("WB_ALLOW_PRIVATE_HOSTS", "127.0.0.1")
-    try:
+    with _plain_registry(Registry, monkeypatch) as host:
         with pytest.raises(oci.OciError, match="wants credentials|points at another host") as err:
             oci.push(f"oci://{host}/wb/b:1", artifact_type=oci.BUNDLE_TYPE, config=(b"{}", oci.BUNDLE_CONFIG),
                      layers=[(b"payload", oci.BUNDLE_LAYER, {})])
         assert "SECRET-STATE" not in err.value.message and "/u1" in err.value.message
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_a_manifest_nested_without_end_is_refused_as_not_a_manifest(hostile: Hostile, tmp_path: Path) -> None:
@@ -256,15 +265,7 @@ def test_a_token_service_answer_that_is_no_token_is_refused_without_echoing_it(
             else:
                 self._reply(401, b"", [("WWW-Authenticate", f'Bearer realm="http://{host}/token"')])
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Registry)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    host = f"127.0.0.1:{server.server_address[1]}"
-    monkeypatch.setenv("WB_OCI_PLAIN_HTTP", host)
-    monkeypatch.setenv("WB_ALLOW_PRIVATE_HOSTS", "127.0.0.1")
-    try:
+    with _plain_registry(Registry, monkeypatch) as host:
         with pytest.raises(oci.OciError, match="the token service") as err:
             oci.pull(f"oci://{host}/wb/x:1", tmp_path / "out", artifact_types=(oci.TOOLKIT_TYPE,))
         assert "s3cr3t" not in err.value.message
-    finally:
-        server.shutdown()
-        server.server_close()
